@@ -1,0 +1,281 @@
+//! Byte sizes: parsing (`8Gi`, `512MiB`, `1.5G`, `1073741824`) and formatting (`1.5 GiB`).
+//!
+//! Standalone on purpose: no crate dependencies and no `crate::` paths, so that the
+//! shim (src/lib.rs), the CLI (src/main.rs) and the fake driver (cuda-stubs) can all
+//! include this file with `mod size;` / `#[path = ...] mod size;`. Each of them uses
+//! only part of it, hence the `allow(dead_code)`.
+#![allow(dead_code)]
+
+/// The forms `parse_size` accepts, for error messages.
+pub const SIZE_FORMS: &str = "whole bytes (1073741824), or a number with a unit and no space: \
+     Ki Mi Gi Ti / KiB MiB GiB TiB (binary, 1Ki = 1024), \
+     k K M G T / kB KB MB GB TB (decimal, 1K = 1000), B (bytes); \
+     decimals are allowed with a unit (1.5Gi)";
+
+const KI: u64 = 1 << 10;
+const KILO: u64 = 1000;
+
+/// (suffix, multiplier). Case is significant: `m` (milli in Kubernetes) and `g` are not
+/// accepted; lowercase `k` is, because Kubernetes writes decimal kilo that way.
+const UNITS: &[(&str, u64)] = &[
+    ("", 1),
+    ("B", 1),
+    ("k", KILO),
+    ("K", KILO),
+    ("M", KILO * KILO),
+    ("G", KILO * KILO * KILO),
+    ("T", KILO * KILO * KILO * KILO),
+    ("kB", KILO),
+    ("KB", KILO),
+    ("MB", KILO * KILO),
+    ("GB", KILO * KILO * KILO),
+    ("TB", KILO * KILO * KILO * KILO),
+    ("Ki", KI),
+    ("Mi", KI * KI),
+    ("Gi", KI * KI * KI),
+    ("Ti", KI * KI * KI * KI),
+    ("KiB", KI),
+    ("MiB", KI * KI),
+    ("GiB", KI * KI * KI),
+    ("TiB", KI * KI * KI * KI),
+];
+
+fn unit_multiplier(unit: &str) -> Option<u64> {
+    UNITS.iter().find(|(u, _)| *u == unit).map(|&(_, m)| m)
+}
+
+/// Splits `s` into its leading number (digits and dots) and the rest.
+fn split_number(s: &str) -> (&str, &str) {
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    s.split_at(end)
+}
+
+/// A checked decimal number: `123`, `1.5`, `.5`. Returns (integer digits, fraction digits).
+/// Rejects `1.`, `1.2.3`, `.` and the empty string.
+fn decimal_parts(num: &str) -> Option<(&str, &str)> {
+    let (int, frac) = match num.split_once('.') {
+        Some((i, f)) => {
+            if f.is_empty() || f.contains('.') {
+                return None;
+            }
+            (i, f)
+        }
+        None => (num, ""),
+    };
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((int, frac))
+}
+
+/// floor(int.frac * mult), exactly (no floating point), or None on u64 overflow.
+fn scale(int: &str, frac: &str, mult: u64) -> Option<u64> {
+    let mut whole: u64 = 0;
+    for d in int.bytes() {
+        whole = whole.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    let whole = whole.checked_mul(mult)?;
+    // Multiply the fraction's digit string by `mult`, right to left, in decimal: the
+    // carry out of the most significant fraction digit is floor(0.frac * mult).
+    let mut carry: u128 = 0;
+    for d in frac.bytes().rev() {
+        let v = u128::from(d - b'0') * u128::from(mult) + carry;
+        carry = v / 10;
+    }
+    // carry < mult <= u64::MAX here.
+    whole.checked_add(carry as u64)
+}
+
+/// Parses a byte size.
+///
+/// Accepted: whole bytes (`1073741824`); a number followed directly (no space) by a unit:
+/// Kubernetes quantities `k`/`K`, `M`, `G`, `T` (decimal) and `Ki`, `Mi`, `Gi`, `Ti`
+/// (binary), `kB`/`KB`, `MB`, `GB`, `TB` (decimal), `KiB`, `MiB`, `GiB`, `TiB` (binary),
+/// or `B`. Decimals are allowed with a unit (`1.5Gi` = 1610612736) and round down to
+/// whole bytes. Surrounding whitespace is ignored. Negative numbers, the empty string,
+/// unknown units and values past `u64::MAX` are errors. Zero is returned as 0: whether a
+/// zero size makes sense is the caller's business.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let fail = |what: String| Err(format!("{what}; accepted: {SIZE_FORMS}"));
+    if s.is_empty() {
+        return fail("empty size".to_string());
+    }
+    if s.starts_with('-') {
+        return fail(format!("negative size {s:?}"));
+    }
+    if s.chars().any(char::is_whitespace) {
+        return fail(format!(
+            "{s:?} contains whitespace (write the unit right after the number, e.g. 8Gi)"
+        ));
+    }
+    let (num, unit) = split_number(s);
+    if num.is_empty() {
+        return fail(format!("{s:?} does not start with a number"));
+    }
+    let Some((int, frac)) = decimal_parts(num) else {
+        return fail(format!("{num:?} is not a number"));
+    };
+    let Some(mult) = unit_multiplier(unit) else {
+        return fail(format!("unknown unit {unit:?} in {s:?}"));
+    };
+    if unit.is_empty() && !frac.is_empty() {
+        return fail(format!(
+            "{s:?} has a fraction but no unit (a size without a unit is whole bytes)"
+        ));
+    }
+    match scale(int, frac, mult) {
+        Some(b) => Ok(b),
+        None => fail(format!("{s:?} is too large (the most is {} bytes)", u64::MAX)),
+    }
+}
+
+/// Formats a byte count with binary units: `123 B`, `512 MiB`, `1 GiB`, `1.5 GiB`.
+/// At most two decimals, rounded down (so a cap is never overstated), trailing zeros
+/// dropped.
+pub fn format_bytes(b: u64) -> String {
+    const NAMES: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut i = 0;
+    while i + 1 < NAMES.len() && b >= 1u64 << (10 * (i + 1)) {
+        i += 1;
+    }
+    if i == 0 {
+        return format!("{b} B");
+    }
+    let unit = 1u128 << (10 * i);
+    let hundredths = u128::from(b) * 100 / unit;
+    let (whole, frac) = (hundredths / 100, hundredths % 100);
+    match frac {
+        0 => format!("{whole} {}", NAMES[i]),
+        f if f % 10 == 0 => format!("{whole}.{} {}", f / 10, NAMES[i]),
+        f => format!("{whole}.{f:02} {}", NAMES[i]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GI: u64 = 1 << 30;
+
+    #[test]
+    fn plain_bytes() {
+        assert_eq!(parse_size("1073741824"), Ok(GI));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("123B"), Ok(123));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_size("  42 "), Ok(42));
+    }
+
+    #[test]
+    fn kubernetes_quantities() {
+        assert_eq!(parse_size("1k"), Ok(1000));
+        assert_eq!(parse_size("1K"), Ok(1000));
+        assert_eq!(parse_size("2M"), Ok(2_000_000));
+        assert_eq!(parse_size("8G"), Ok(8_000_000_000));
+        assert_eq!(parse_size("1T"), Ok(1_000_000_000_000));
+        assert_eq!(parse_size("1Ki"), Ok(1024));
+        assert_eq!(parse_size("512Mi"), Ok(512 << 20));
+        assert_eq!(parse_size("8Gi"), Ok(8 * GI));
+        assert_eq!(parse_size("1Ti"), Ok(1 << 40));
+    }
+
+    #[test]
+    fn byte_suffixed_units() {
+        assert_eq!(parse_size("1KB"), Ok(1000));
+        assert_eq!(parse_size("1kB"), Ok(1000));
+        assert_eq!(parse_size("100MB"), Ok(100_000_000));
+        assert_eq!(parse_size("4GB"), Ok(4_000_000_000));
+        assert_eq!(parse_size("2TB"), Ok(2_000_000_000_000));
+        assert_eq!(parse_size("1KiB"), Ok(1024));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("4GiB"), Ok(4 * GI));
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+    }
+
+    #[test]
+    fn decimals_round_down() {
+        assert_eq!(parse_size("1.5Gi"), Ok(1_610_612_736));
+        assert_eq!(parse_size("1.5G"), Ok(1_500_000_000));
+        assert_eq!(parse_size(".5Ki"), Ok(512));
+        assert_eq!(parse_size("0.001Ki"), Ok(1)); // 1.024 -> 1
+        assert_eq!(parse_size("0.0001Ki"), Ok(0)); // 0.1024 -> 0
+        assert_eq!(parse_size("1.9999999999999999999999999B"), Ok(1));
+        // Exact, not floating point: 0.1Gi = 107374182.4
+        assert_eq!(parse_size("0.1Gi"), Ok(107_374_182));
+        assert_eq!(parse_size("2.50Gi"), Ok(2 * GI + GI / 2));
+        // Many fraction digits are still exact.
+        assert_eq!(parse_size("0.99999999999999999999999999999Ki"), Ok(1023));
+    }
+
+    fn err(s: &str) -> String {
+        let e = parse_size(s).expect_err(s);
+        assert!(e.contains("accepted:"), "{e}");
+        e
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(err("").contains("empty"));
+        assert!(err("   ").contains("empty"));
+        assert!(err("-1Gi").contains("negative"));
+        assert!(err("-5").contains("negative"));
+        assert!(err("8 Gi").contains("whitespace"));
+        assert!(err("abc").contains("does not start with a number"));
+        assert!(err("Gi").contains("does not start with a number"));
+        assert!(err("+1Gi").contains("does not start with a number"));
+        assert!(err("8Gb").contains("unknown unit \"Gb\""));
+        assert!(err("8gi").contains("unknown unit"));
+        assert!(err("8m").contains("unknown unit"));
+        assert!(err("8Pi").contains("unknown unit"));
+        assert!(err("1.2.3Gi").contains("not a number"));
+        assert!(err("1.Gi").contains("not a number"));
+        assert!(err(".Gi").contains("not a number"));
+        assert!(err("1.5").contains("no unit"));
+        assert!(err("1e9").contains("unknown unit"));
+        assert!(err("0x10").contains("unknown unit"));
+    }
+
+    #[test]
+    fn rejects_overflow() {
+        assert!(err("18446744073709551616").contains("too large"));
+        assert!(err("99999999999999999999999999").contains("too large"));
+        assert!(err("16777216Ti").contains("too large")); // 2^64
+        assert_eq!(parse_size("16777215Ti"), Ok(16_777_215u64 << 40));
+        assert_eq!(
+            parse_size("16777215.9999999999999999999999999999999999999999999999Ti"),
+            Ok(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(123), "123 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1024), "1 KiB");
+        assert_eq!(format_bytes(512 << 20), "512 MiB");
+        assert_eq!(format_bytes(GI), "1 GiB");
+        assert_eq!(format_bytes(GI + GI / 2), "1.5 GiB");
+        assert_eq!(format_bytes(GI + GI / 4), "1.25 GiB");
+        assert_eq!(format_bytes(80 * GI), "80 GiB");
+        assert_eq!(format_bytes(105 * GI / 100 + 1), "1.05 GiB");
+        assert_eq!(format_bytes(105 * GI / 100), "1.04 GiB");
+        assert_eq!(format_bytes(GI - 1), "1023.99 MiB"); // rounded down
+        assert_eq!(format_bytes(1 << 40), "1 TiB");
+        assert_eq!(format_bytes(u64::MAX), "15.99 EiB");
+    }
+
+    #[test]
+    fn round_trip() {
+        for b in [1u64, 1000, 1024, 4 * GI, 1536 << 20, 1 << 40] {
+            let s = format_bytes(b).replace(' ', "");
+            assert_eq!(parse_size(&s), Ok(b), "{s}");
+        }
+    }
+}
