@@ -12,6 +12,9 @@ pub const SIZE_FORMS: &str = "whole bytes (1073741824), or a number with a unit 
      k K M G T / kB KB MB GB TB (decimal, 1K = 1000), B (bytes); \
      decimals are allowed with a unit (1.5Gi)";
 
+/// The units `parse_size` accepts, for error messages.
+pub const UNITS_LIST: &str = "Ki Mi Gi Ti, KiB MiB GiB TiB, k K M G T, kB KB MB GB TB, B";
+
 const KI: u64 = 1 << 10;
 const KILO: u64 = 1000;
 

@@ -1,0 +1,762 @@
+//! gpucap's configuration: the `GPUCAP_*` environment variables, parsed and validated.
+//!
+//! Shared by the shim (src/lib.rs declares `mod size; mod config;` at its crate root) and
+//! the CLI (src/main.rs includes both by path), so it is plain safe Rust that only needs
+//! `crate::size`, serde and envy. Each crate uses part of it, hence the `allow(dead_code)`.
+//!
+//! Any error is returned as a [`ConfigError`]; callers must fail closed (refuse to start,
+//! or refuse every allocation), never fall back to running uncapped.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::size::{UNITS_LIST, format_bytes, parse_size};
+
+/// Devices are CUDA ordinals below this.
+pub const MAX_DEVICES: usize = 64;
+
+/// The `GPUCAP_*` variables the shim and the CLI understand. Any other variable whose name
+/// starts with `GPUCAP_` is an error (it is most likely a typo such as `GPUCAP_LIMT`).
+pub const KNOWN_VARS: &[&str] = &[
+    "GPUCAP_LIMIT",
+    "GPUCAP_LOG",
+    "GPUCAP_LIB",
+    "GPUCAP_GROWTH",
+    "GPUCAP_REPORT",
+];
+
+/// `KNOWN_VARS` as one line, for error messages (a test keeps the two in step).
+const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, GPUCAP_REPORT";
+
+/// Accepted forms of each variable, for error messages.
+pub const LIMIT_ACCEPTED: &str = "8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi";
+pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
+pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
+pub const REPORT_ACCEPTED: &str = "a file path, e.g. /tmp/gpucap-report.json";
+pub const LIB_ACCEPTED: &str = "the path of libgpucap.so";
+
+/// A memory cap for one device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Limit {
+    /// A fixed number of bytes (never 0).
+    Bytes(u64),
+    /// A share of the device's physical memory, in (0, 1].
+    Fraction(f64),
+}
+
+impl Limit {
+    /// The cap in bytes for a device with `physical_total` bytes of memory. Fractions round
+    /// down. A byte cap is returned as is, even when larger than the device.
+    pub fn resolve(&self, physical_total: u64) -> u64 {
+        match *self {
+            Limit::Bytes(b) => b,
+            Limit::Fraction(f) => (physical_total as f64 * f) as u64,
+        }
+    }
+}
+
+/// Formats `x` with at most two decimals, trailing zeros dropped.
+fn trim_decimals(x: f64) -> String {
+    let s = format!("{x:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+impl fmt::Display for Limit {
+    /// `8 GiB`, `1.5 GiB`, `50%`, `12.5%`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Limit::Bytes(b) => f.write_str(&format_bytes(b)),
+            Limit::Fraction(x) => write!(f, "{}%", trim_decimals(x * 100.0)),
+        }
+    }
+}
+
+/// Which device a per-device limit applies to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeviceKey {
+    /// A CUDA ordinal as the process sees it (after `CUDA_VISIBLE_DEVICES`), < MAX_DEVICES.
+    Ordinal(u32),
+}
+
+impl fmt::Display for DeviceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceKey::Ordinal(n) => write!(f, "GPU {n}"),
+        }
+    }
+}
+
+/// A parsed `GPUCAP_LIMIT`: a default for every device, and per-device overrides.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LimitSpec {
+    /// The limit of devices not listed in `devices`; None = those are not capped.
+    pub default: Option<Limit>,
+    /// Per-device limits, in the order written; each device appears at most once.
+    pub devices: Vec<(DeviceKey, Limit)>,
+}
+
+impl LimitSpec {
+    /// The limit of device `ordinal`: its own entry, else the default, else None (uncapped).
+    pub fn for_ordinal(&self, ordinal: u32) -> Option<Limit> {
+        self.devices
+            .iter()
+            .find(|(key, _)| matches!(key, DeviceKey::Ordinal(n) if *n == ordinal))
+            .map(|&(_, limit)| limit)
+            .or(self.default)
+    }
+}
+
+/// How much the shim logs (to stderr).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Off,
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Off => "off",
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `GPUCAP_LIMIT`; None = unset: allocations are counted, not capped.
+    pub limit: Option<LimitSpec>,
+    /// `GPUCAP_LOG`, default `warn`.
+    pub log: LogLevel,
+    /// `GPUCAP_GROWTH` (reserved; validated, not yet used), default false.
+    pub growth: bool,
+    /// `GPUCAP_REPORT` (reserved; validated, not yet used).
+    pub report: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            limit: None,
+            log: LogLevel::Warn,
+            growth: false,
+            report: None,
+        }
+    }
+}
+
+/// A bad `GPUCAP_*` variable. Displays as one line:
+/// `gpucap: invalid GPUCAP_LIMIT="150%": a percentage must be in (0%, 100%]; accepted: ...`
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigError {
+    /// The variable's name.
+    pub var: String,
+    /// Its value (lossily converted if it was not UTF-8).
+    pub value: String,
+    /// What is wrong.
+    pub reason: String,
+    /// The forms that would have been accepted ("" = none to show).
+    pub accepted: &'static str,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "gpucap: invalid {}={:?}: {}", self.var, self.value, self.reason)?;
+        if !self.accepted.is_empty() {
+            write!(f, "; accepted: {}", self.accepted)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Is `s` a plain decimal number: digits with at most one dot, not ending in the dot?
+fn is_decimal(s: &str) -> bool {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    !(int.is_empty() && frac.is_empty())
+        && digits(int)
+        && digits(frac)
+        && !(s.ends_with('.'))
+}
+
+const ZERO_CAP: &str = "a cap of 0 bytes would make every allocation fail, which is almost \
+     certainly a mistake (to count without capping, leave GPUCAP_LIMIT unset)";
+
+/// One limit value: `8Gi`, `512MiB`, `1073741824`, `50%`, `12.5%`, `0.5`, `1.0`.
+fn parse_limit(v: &str) -> Result<Limit, String> {
+    if v.is_empty() {
+        return Err("empty limit".to_string());
+    }
+    if v.starts_with('-') {
+        return Err("a limit cannot be negative".to_string());
+    }
+    if let Some(pct) = v.strip_suffix('%') {
+        if !is_decimal(pct) {
+            return Err("not a percentage (write a number then %, e.g. 50% or 12.5%)".into());
+        }
+        let p: f64 = pct.parse().map_err(|_| "not a percentage".to_string())?;
+        if !(p > 0.0 && p <= 100.0) {
+            return Err("a percentage must be in (0%, 100%]".into());
+        }
+        return Ok(Limit::Fraction(p / 100.0));
+    }
+    if v.contains('.') && is_decimal(v) {
+        // A plain number with a dot is a fraction of physical memory.
+        let f: f64 = v.parse().map_err(|_| "not a number".to_string())?;
+        if f == 0.0 {
+            return Err(ZERO_CAP.into());
+        }
+        if f > 1.0 {
+            return Err(format!(
+                "a fraction must be in (0, 1], and a size needs a unit (e.g. {v}Gi) \
+                 or must be whole bytes"
+            ));
+        }
+        return Ok(Limit::Fraction(f));
+    }
+    // Everything else (including a plain integer: whole bytes) is a size.
+    let bytes = parse_size(v).map_err(|e| {
+        // parse_size lists its accepted forms; ConfigError lists GPUCAP_LIMIT's own.
+        let reason = e.split("; accepted: ").next().unwrap_or(&e);
+        if reason.starts_with("unknown unit") {
+            format!("{reason} (units: {UNITS_LIST})")
+        } else {
+            reason.to_string()
+        }
+    })?;
+    if bytes == 0 {
+        return Err(ZERO_CAP.into());
+    }
+    Ok(Limit::Bytes(bytes))
+}
+
+/// A device key: a CUDA ordinal below MAX_DEVICES.
+fn parse_device(k: &str) -> Result<DeviceKey, String> {
+    if k.is_empty() {
+        return Err("missing device before '='".to_string());
+    }
+    if !k.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "device {k:?} is not a CUDA ordinal (a whole number 0..{})",
+            MAX_DEVICES - 1
+        ));
+    }
+    match k.parse::<u32>() {
+        Ok(n) if (n as usize) < MAX_DEVICES => Ok(DeviceKey::Ordinal(n)),
+        _ => Err(format!(
+            "device {k:?} is out of range (CUDA ordinals 0..{} are supported)",
+            MAX_DEVICES - 1
+        )),
+    }
+}
+
+/// Parses a `GPUCAP_LIMIT` value.
+///
+/// One value for every device (`8Gi`, `50%`, `0.5`), or a comma list of items, each either
+/// `DEVICE=VALUE` (`0=8Gi,1=50%`) or a bare value, the default of the devices not listed
+/// (`4Gi,1=8Gi`; at most one). DEVICE is a CUDA ordinal < MAX_DEVICES. VALUE is a size
+/// (see `parse_size`; a plain integer is bytes), a fraction in (0, 1] written with a dot
+/// (`0.5`, `1.0`), or a percentage in (0%, 100%] (`50%`, `12.5%`). Zero is an error.
+/// Whitespace around items, keys and values is ignored.
+pub fn parse_limit_spec(value: &str) -> Result<LimitSpec, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Err("empty value (to count without capping, leave GPUCAP_LIMIT unset)".into());
+    }
+    let items: Vec<&str> = value.split(',').map(str::trim).collect();
+    let many = items.len() > 1;
+    let mut spec = LimitSpec::default();
+    for (i, item) in items.iter().enumerate() {
+        let in_item = |msg: String| {
+            if many {
+                format!("item {} ({item:?}): {msg}", i + 1)
+            } else {
+                msg
+            }
+        };
+        if item.is_empty() {
+            return Err(format!(
+                "item {} is empty (stray comma?)",
+                i + 1
+            ));
+        }
+        match item.split_once('=') {
+            Some((k, v)) => {
+                let key = parse_device(k.trim()).map_err(in_item)?;
+                let v = v.trim();
+                if v.is_empty() {
+                    return Err(in_item(format!("no limit after '{}='", k.trim())));
+                }
+                let limit = parse_limit(v).map_err(in_item)?;
+                if spec.devices.iter().any(|(k2, _)| *k2 == key) {
+                    return Err(in_item(format!("{key} is listed twice")));
+                }
+                spec.devices.push((key, limit));
+            }
+            None => {
+                let limit = parse_limit(item).map_err(in_item)?;
+                if spec.default.is_some() {
+                    return Err(in_item(
+                        "more than one default (bare) value; give the others a device, e.g. 1=8Gi"
+                            .to_string(),
+                    ));
+                }
+                spec.default = Some(limit);
+            }
+        }
+    }
+    Ok(spec)
+}
+
+/// Parses a `GPUCAP_LOG` value: `off`, `error`, `warn`, `info` or `debug`, any case.
+pub fn parse_log_level(value: &str) -> Result<LogLevel, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "off" => Ok(LogLevel::Off),
+        "error" => Ok(LogLevel::Error),
+        "warn" => Ok(LogLevel::Warn),
+        "info" => Ok(LogLevel::Info),
+        "debug" => Ok(LogLevel::Debug),
+        "" => Err("empty value".to_string()),
+        _ => Err("unknown log level".to_string()),
+    }
+}
+
+/// Parses a `GPUCAP_GROWTH` value.
+fn parse_bool(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        "" => Err("empty value".to_string()),
+        _ => Err("not a yes/no value".to_string()),
+    }
+}
+
+/// The raw `GPUCAP_*` strings, as envy deserializes them (names without the prefix,
+/// lowercased by envy). Unknown names are caught before envy sees them.
+#[derive(Debug, Default, Deserialize)]
+struct RawVars {
+    limit: Option<String>,
+    log: Option<String>,
+    lib: Option<String>,
+    growth: Option<String>,
+    report: Option<String>,
+}
+
+const PREFIX: &str = "GPUCAP_";
+
+/// Builds the configuration from `(name, value)` pairs, e.g. `std::env::vars_os()`.
+///
+/// Only variables whose name starts with `GPUCAP_` are looked at; other variables,
+/// non-UTF-8 ones included, are ignored. A `GPUCAP_*` name not in [`KNOWN_VARS`], a
+/// non-UTF-8 value, an empty value or an invalid value is an error. When a name occurs
+/// twice, the first occurrence wins (as with `getenv`).
+pub fn from_vars<I, K, V>(vars: I) -> Result<Config, ConfigError>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
+    let mut ours: Vec<(String, String)> = Vec::new();
+    for (k, v) in vars {
+        let (k, v) = (k.as_ref(), v.as_ref());
+        if !k.as_bytes().starts_with(PREFIX.as_bytes()) {
+            continue;
+        }
+        let name = k.to_string_lossy();
+        let Some(&known) = KNOWN_VARS.iter().find(|&&n| n == name) else {
+            return Err(ConfigError {
+                var: name.into_owned(),
+                value: v.to_string_lossy().into_owned(),
+                reason: "unknown gpucap variable (a typo?); the known ones are listed".into(),
+                accepted: KNOWN_VARS_LIST,
+            });
+        };
+        let Some(value) = v.to_str() else {
+            return Err(ConfigError {
+                var: known.to_string(),
+                value: v.to_string_lossy().into_owned(),
+                reason: "the value is not valid UTF-8".into(),
+                accepted: accepted_of(known),
+            });
+        };
+        if ours.iter().any(|(n, _)| n == known) {
+            continue; // first occurrence wins, like getenv
+        }
+        if value.trim().is_empty() {
+            return Err(ConfigError {
+                var: known.to_string(),
+                value: value.to_string(),
+                reason: format!("empty value (unset {known} instead of setting it empty)"),
+                accepted: accepted_of(known),
+            });
+        }
+        ours.push((known.to_string(), value.to_string()));
+    }
+
+    let raw: RawVars = envy::prefixed(PREFIX)
+        .from_iter(ours.iter().cloned())
+        .map_err(|e| ConfigError {
+            var: "GPUCAP_*".into(),
+            value: String::new(),
+            reason: format!("could not read the variables: {e}"),
+            accepted: KNOWN_VARS_LIST,
+        })?;
+
+    let bad = |var: &str, value: &str, reason: String| ConfigError {
+        var: var.to_string(),
+        value: value.to_string(),
+        reason,
+        accepted: accepted_of(var),
+    };
+    let mut config = Config::default();
+    if let Some(v) = &raw.limit {
+        config.limit = Some(parse_limit_spec(v).map_err(|r| bad("GPUCAP_LIMIT", v, r))?);
+    }
+    if let Some(v) = &raw.log {
+        config.log = parse_log_level(v).map_err(|r| bad("GPUCAP_LOG", v, r))?;
+    }
+    if let Some(v) = &raw.growth {
+        config.growth = parse_bool(v).map_err(|r| bad("GPUCAP_GROWTH", v, r))?;
+    }
+    if let Some(v) = &raw.report {
+        config.report = Some(PathBuf::from(v));
+    }
+    // GPUCAP_LIB is the CLI's business; only its emptiness was checked above.
+    let _ = &raw.lib;
+    Ok(config)
+}
+
+fn accepted_of(var: &str) -> &'static str {
+    match var {
+        "GPUCAP_LIMIT" => LIMIT_ACCEPTED,
+        "GPUCAP_LOG" => LOG_ACCEPTED,
+        "GPUCAP_GROWTH" => GROWTH_ACCEPTED,
+        "GPUCAP_REPORT" => REPORT_ACCEPTED,
+        "GPUCAP_LIB" => LIB_ACCEPTED,
+        _ => KNOWN_VARS_LIST,
+    }
+}
+
+/// `from_vars(std::env::vars_os())`.
+pub fn from_env() -> Result<Config, ConfigError> {
+    from_vars(std::env::vars_os())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    const GI: u64 = 1 << 30;
+
+    fn spec(s: &str) -> LimitSpec {
+        parse_limit_spec(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
+    }
+
+    fn single(s: &str) -> Limit {
+        let sp = spec(s);
+        assert!(sp.devices.is_empty());
+        sp.default.unwrap()
+    }
+
+    fn spec_err(s: &str) -> String {
+        parse_limit_spec(s).expect_err(s)
+    }
+
+    #[test]
+    fn single_values() {
+        assert_eq!(single("8Gi"), Limit::Bytes(8 * GI));
+        assert_eq!(single("512MiB"), Limit::Bytes(512 << 20));
+        assert_eq!(single("1073741824"), Limit::Bytes(GI));
+        assert_eq!(single("1"), Limit::Bytes(1)); // a plain integer is bytes
+        assert_eq!(single("1.5Gi"), Limit::Bytes(1_610_612_736));
+        assert_eq!(single("4G"), Limit::Bytes(4_000_000_000));
+        assert_eq!(single("50%"), Limit::Fraction(0.5));
+        assert_eq!(single("12.5%"), Limit::Fraction(0.125));
+        assert_eq!(single("100%"), Limit::Fraction(1.0));
+        assert_eq!(single("0.5"), Limit::Fraction(0.5));
+        assert_eq!(single(".25"), Limit::Fraction(0.25));
+        assert_eq!(single("1.0"), Limit::Fraction(1.0));
+        assert_eq!(single("  8Gi  "), Limit::Bytes(8 * GI));
+    }
+
+    #[test]
+    fn lists() {
+        assert_eq!(
+            spec("0=8Gi,1=50%"),
+            LimitSpec {
+                default: None,
+                devices: vec![
+                    (DeviceKey::Ordinal(0), Limit::Bytes(8 * GI)),
+                    (DeviceKey::Ordinal(1), Limit::Fraction(0.5)),
+                ],
+            }
+        );
+        assert_eq!(
+            spec("4Gi,1=8Gi"),
+            LimitSpec {
+                default: Some(Limit::Bytes(4 * GI)),
+                devices: vec![(DeviceKey::Ordinal(1), Limit::Bytes(8 * GI))],
+            }
+        );
+        // The default may come anywhere; whitespace is trimmed everywhere.
+        assert_eq!(spec(" 1 = 8Gi , 4Gi "), spec("4Gi,1=8Gi"));
+        assert_eq!(spec("63=1Gi").devices, vec![(DeviceKey::Ordinal(63), Limit::Bytes(GI))]);
+        assert_eq!(spec("0=0.25").devices[0].1, Limit::Fraction(0.25));
+    }
+
+    #[test]
+    fn for_ordinal() {
+        let s = spec("4Gi,1=8Gi");
+        assert_eq!(s.for_ordinal(0), Some(Limit::Bytes(4 * GI)));
+        assert_eq!(s.for_ordinal(1), Some(Limit::Bytes(8 * GI)));
+        assert_eq!(s.for_ordinal(7), Some(Limit::Bytes(4 * GI)));
+        let s = spec("0=8Gi,1=50%");
+        assert_eq!(s.for_ordinal(1), Some(Limit::Fraction(0.5)));
+        assert_eq!(s.for_ordinal(2), None);
+    }
+
+    #[test]
+    fn resolve_and_display() {
+        assert_eq!(Limit::Bytes(8 * GI).resolve(80 * GI), 8 * GI);
+        assert_eq!(Limit::Bytes(100 * GI).resolve(80 * GI), 100 * GI);
+        assert_eq!(Limit::Fraction(0.5).resolve(80 * GI), 40 * GI);
+        assert_eq!(Limit::Fraction(1.0).resolve(85_899_345_920), 85_899_345_920);
+        assert_eq!(Limit::Fraction(1.0 / 3.0).resolve(10), 3);
+        assert_eq!(Limit::Bytes(8 * GI).to_string(), "8 GiB");
+        assert_eq!(Limit::Bytes(GI + GI / 2).to_string(), "1.5 GiB");
+        assert_eq!(Limit::Fraction(0.5).to_string(), "50%");
+        assert_eq!(Limit::Fraction(0.125).to_string(), "12.5%");
+        assert_eq!(Limit::Fraction(1.0).to_string(), "100%");
+        assert_eq!(Limit::Fraction(1.0 / 3.0).to_string(), "33.33%");
+    }
+
+    #[test]
+    fn bad_limits() {
+        for (input, needle) in [
+            ("", "empty value"),
+            ("   ", "empty value"),
+            ("abc", "does not start with a number"),
+            ("150%", "(0%, 100%]"),
+            ("0%", "(0%, 100%]"),
+            ("-5%", "negative"),
+            ("abc%", "not a percentage"),
+            ("%", "not a percentage"),
+            ("-1Gi", "negative"),
+            ("8Gb", "unknown unit"),
+            ("8XiB", "unknown unit"),
+            ("8 Gi", "whitespace"),
+            ("0", "cap of 0 bytes"),
+            ("0Gi", "cap of 0 bytes"),
+            ("0.0", "cap of 0 bytes"),
+            ("0.0%", "(0%, 100%]"),
+            ("2.5", "a fraction must be in (0, 1]"),
+            ("1.01", "a fraction must be in (0, 1]"),
+            ("1.", "not a number"),
+            ("18446744073709551616", "too large"),
+            ("4Gi,,1=2Gi", "item 2 is empty"),
+            ("4Gi,", "item 2 is empty"),
+            (",4Gi", "item 1 is empty"),
+            ("4Gi,8Gi", "more than one default"),
+            ("0=1Gi,0=2Gi", "GPU 0 is listed twice"),
+            ("0=1Gi, 00=2Gi", "GPU 0 is listed twice"),
+            ("0=", "no limit after '0='"),
+            ("0=  ,1=1Gi", "no limit after '0='"),
+            ("=8Gi", "missing device"),
+            ("64=1Gi", "out of range"),
+            ("99999999999=1Gi", "out of range"),
+            ("-1=1Gi", "not a CUDA ordinal"),
+            ("GPU-0=1Gi", "not a CUDA ordinal"),
+            ("a=1Gi", "not a CUDA ordinal"),
+            ("0=abc", "does not start with a number"),
+            ("0=8Gi=9Gi", "unknown unit"),
+            ("1=150%,2Gi", "(0%, 100%]"),
+        ] {
+            let e = spec_err(input);
+            assert!(e.contains(needle), "{input:?}: {e:?} lacks {needle:?}");
+        }
+        // In a list the error names the item.
+        assert!(spec_err("4Gi,1=abc").starts_with("item 2 (\"1=abc\"): "));
+    }
+
+    #[test]
+    fn log_levels() {
+        assert_eq!(parse_log_level("off"), Ok(LogLevel::Off));
+        assert_eq!(parse_log_level("error"), Ok(LogLevel::Error));
+        assert_eq!(parse_log_level("warn"), Ok(LogLevel::Warn));
+        assert_eq!(parse_log_level("info"), Ok(LogLevel::Info));
+        assert_eq!(parse_log_level("debug"), Ok(LogLevel::Debug));
+        assert_eq!(parse_log_level("DEBUG"), Ok(LogLevel::Debug));
+        assert_eq!(parse_log_level(" Warn "), Ok(LogLevel::Warn));
+        assert!(parse_log_level("").is_err());
+        assert!(parse_log_level("verbose").is_err());
+        assert!(parse_log_level("warning").is_err());
+        assert!(LogLevel::Off < LogLevel::Error && LogLevel::Info < LogLevel::Debug);
+        assert_eq!(LogLevel::Info.to_string(), "info");
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        from_vars(pairs.iter().copied())
+    }
+
+    #[test]
+    fn known_vars_list_matches() {
+        assert_eq!(KNOWN_VARS.join(", "), KNOWN_VARS_LIST);
+    }
+
+    #[test]
+    fn defaults_when_unset() {
+        let c = vars(&[("PATH", "/usr/bin"), ("HOME", "/root")]).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.limit, None);
+        assert_eq!(c.log, LogLevel::Warn);
+        assert!(!c.growth);
+        assert_eq!(c.report, None);
+    }
+
+    #[test]
+    fn all_vars() {
+        let c = vars(&[
+            ("GPUCAP_LIMIT", "4Gi,1=50%"),
+            ("GPUCAP_LOG", "Debug"),
+            ("GPUCAP_LIB", "/opt/gpucap/libgpucap.so"),
+            ("GPUCAP_GROWTH", "yes"),
+            ("GPUCAP_REPORT", "/tmp/r.json"),
+            ("OTHER", ""),
+        ])
+        .unwrap();
+        assert_eq!(c.limit, Some(spec("4Gi,1=50%")));
+        assert_eq!(c.log, LogLevel::Debug);
+        assert!(c.growth);
+        assert_eq!(c.report, Some(PathBuf::from("/tmp/r.json")));
+    }
+
+    #[test]
+    fn growth_values() {
+        for (v, b) in [
+            ("0", false),
+            ("1", true),
+            ("true", true),
+            ("FALSE", false),
+            ("yes", true),
+            ("no", false),
+            ("on", true),
+            ("off", false),
+        ] {
+            assert_eq!(vars(&[("GPUCAP_GROWTH", v)]).unwrap().growth, b, "{v}");
+        }
+        let e = vars(&[("GPUCAP_GROWTH", "maybe")]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_GROWTH");
+        assert_eq!(e.accepted, GROWTH_ACCEPTED);
+    }
+
+    #[test]
+    fn error_line_format() {
+        let e = vars(&[("GPUCAP_LIMIT", "150%")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "gpucap: invalid GPUCAP_LIMIT=\"150%\": a percentage must be in \
+             (0%, 100%]; accepted: 8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi"
+        );
+        assert!(!e.to_string().contains('\n'));
+        let e = vars(&[("GPUCAP_LOG", "loud")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "gpucap: invalid GPUCAP_LOG=\"loud\": unknown log level; \
+             accepted: off, error, warn, info, debug"
+        );
+    }
+
+    #[test]
+    fn unknown_gpucap_variable() {
+        let e = vars(&[("GPUCAP_LIMIT", "8Gi"), ("GPUCAP_LIMT", "8Gi")]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_LIMT");
+        assert!(e.to_string().contains("unknown gpucap variable"));
+        for known in KNOWN_VARS {
+            assert!(e.to_string().contains(known));
+        }
+        // Case matters: GPUCAP_limit is not GPUCAP_LIMIT.
+        assert_eq!(vars(&[("GPUCAP_limit", "8Gi")]).unwrap_err().var, "GPUCAP_limit");
+        assert_eq!(vars(&[("GPUCAP_", "x")]).unwrap_err().var, "GPUCAP_");
+        // Only the GPUCAP_ prefix is ours.
+        assert!(vars(&[("GPUCAPLIMIT", "x"), ("gpucap_limit", "x")]).is_ok());
+    }
+
+    #[test]
+    fn empty_values_are_errors() {
+        for var in KNOWN_VARS {
+            let e = vars(&[(var, "")]).unwrap_err();
+            assert_eq!(e.var, *var);
+            assert!(e.reason.contains("empty"), "{e}");
+            let e = vars(&[(var, "  ")]).unwrap_err();
+            assert_eq!(e.var, *var);
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (var, value) in [
+            ("GPUCAP_LIMIT", "abc"),
+            ("GPUCAP_LIMIT", "-1Gi"),
+            ("GPUCAP_LIMIT", "4Gi,,1=2Gi"),
+            ("GPUCAP_LOG", "trace"),
+            ("GPUCAP_GROWTH", "2"),
+        ] {
+            let e = vars(&[(var, value)]).unwrap_err();
+            assert_eq!((e.var.as_str(), e.value.as_str()), (var, value));
+            assert!(e.to_string().starts_with(&format!("gpucap: invalid {var}=")));
+        }
+    }
+
+    #[test]
+    fn first_occurrence_wins() {
+        let c = vars(&[("GPUCAP_LOG", "info"), ("GPUCAP_LOG", "debug")]).unwrap();
+        assert_eq!(c.log, LogLevel::Info);
+    }
+
+    #[test]
+    fn non_utf8_variables() {
+        let bad = OsStr::from_bytes(b"caf\xe9");
+        // Ignored outside our prefix, as a name or as a value.
+        let c = from_vars([
+            (OsStr::new("GPUCAP_LIMIT"), OsStr::new("8Gi")),
+            (OsStr::new("OTHER"), bad),
+            (bad, OsStr::new("x")),
+        ])
+        .unwrap();
+        assert_eq!(c.limit, Some(spec("8Gi")));
+        // A GPUCAP_ value that is not UTF-8 is an error naming the variable.
+        let e = from_vars([(OsStr::new("GPUCAP_LIMIT"), bad)]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_LIMIT");
+        assert_eq!(e.value, "caf\u{fffd}");
+        assert!(e.reason.contains("UTF-8"));
+        // So is a non-UTF-8 name with our prefix (it cannot be a known one).
+        let name = OsStr::from_bytes(b"GPUCAP_\xff");
+        let e = from_vars([(name, OsStr::new("1"))]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_\u{fffd}");
+        // OsString pairs work too.
+        let owned: Vec<(OsString, OsString)> = vec![(OsString::from("GPUCAP_LOG"), OsString::from("off"))];
+        assert_eq!(from_vars(owned).unwrap().log, LogLevel::Off);
+    }
+}
