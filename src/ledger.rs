@@ -1,0 +1,442 @@
+//! The ledger: per-device caps, bytes in use, peaks, and the size of every live
+//! allocation. Plain safe Rust, shared by every hook; nothing here knows about CUDA.
+//!
+//! Reservation is one atomic step: [`Ledger::reserve`] checks the cap and adds the
+//! bytes in a single compare-and-swap, and the returned [`Reservation`] rolls the
+//! bytes back when dropped unless the caller [`commit`](Reservation::commit)s it
+//! after the driver call succeeded.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+use crate::config::MAX_DEVICES;
+
+/// The cap of a device that has none.
+pub const NO_CAP: u64 = u64::MAX;
+
+/// What the ledger knows of one device.
+#[derive(Debug)]
+pub struct Device {
+    cap: AtomicU64,
+    used: AtomicU64,
+    peak: AtomicU64,
+    allocs: AtomicU64,
+    refusals: AtomicU64,
+    largest_refused: AtomicU64,
+}
+
+impl Device {
+    const fn new() -> Self {
+        Device {
+            cap: AtomicU64::new(NO_CAP),
+            used: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            allocs: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+            largest_refused: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A snapshot of one device's figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// The cap in bytes, or [`NO_CAP`].
+    pub cap: u64,
+    pub used: u64,
+    pub peak: u64,
+    pub allocs: u64,
+    pub refusals: u64,
+    pub largest_refused: u64,
+}
+
+impl Usage {
+    /// Bytes the cap still allows (unbounded without a cap).
+    pub fn headroom(&self) -> u64 {
+        self.cap.saturating_sub(self.used)
+    }
+}
+
+/// Why a reservation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The request would take the device over its cap.
+    OverCap { requested: u64, used: u64, cap: u64 },
+    /// The device index is beyond what the ledger tracks.
+    NoSuchDevice { device: usize },
+}
+
+/// What a live allocation is charged with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub device: usize,
+    pub bytes: u64,
+}
+
+/// Which kind of key an allocation is recorded under: device pointers and
+/// `cuMemCreate` handles live in different name spaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Pointer,
+    Handle,
+}
+
+/// Bytes held for one device between the cap check and the driver's answer.
+#[must_use = "a reservation rolls back when dropped: commit it once the driver call succeeded"]
+pub struct Reservation<'a> {
+    ledger: &'a Ledger,
+    charge: Charge,
+}
+
+impl Reservation<'_> {
+    /// The driver allocated: record the allocation under `key` so its free credits it.
+    pub fn commit(self, kind: Kind, key: u64) {
+        let charge = self.charge;
+        self.ledger.devices[charge.device].allocs.fetch_add(1, Relaxed);
+        self.ledger.live(kind).insert(key, charge);
+        std::mem::forget(self);
+    }
+
+    pub fn charge(&self) -> Charge {
+        self.charge
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.ledger.credit(self.charge);
+    }
+}
+
+/// Per-device accounting plus the map of live allocations.
+pub struct Ledger {
+    devices: [Device; MAX_DEVICES],
+    pointers: LiveMap,
+    handles: LiveMap,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Ledger {
+    pub const fn new() -> Self {
+        Ledger {
+            devices: [const { Device::new() }; MAX_DEVICES],
+            pointers: LiveMap::new(),
+            handles: LiveMap::new(),
+        }
+    }
+
+    fn device(&self, device: usize) -> Result<&Device, Refusal> {
+        self.devices
+            .get(device)
+            .ok_or(Refusal::NoSuchDevice { device })
+    }
+
+    fn live(&self, kind: Kind) -> &LiveMap {
+        match kind {
+            Kind::Pointer => &self.pointers,
+            Kind::Handle => &self.handles,
+        }
+    }
+
+    /// Sets a device's cap (`None`: count only). Out-of-range devices are ignored.
+    pub fn set_cap(&self, device: usize, cap: Option<u64>) {
+        if let Ok(d) = self.device(device) {
+            d.cap.store(cap.unwrap_or(NO_CAP), Relaxed);
+        }
+    }
+
+    /// Checks the cap and adds `bytes` to the device's use in one atomic step.
+    pub fn reserve(&self, device: usize, bytes: u64) -> Result<Reservation<'_>, Refusal> {
+        let d = self.device(device)?;
+        let cap = d.cap.load(Relaxed);
+        let mut used = d.used.load(Relaxed);
+        loop {
+            let new = match used.checked_add(bytes) {
+                Some(n) if n <= cap => n,
+                _ => {
+                    d.refusals.fetch_add(1, Relaxed);
+                    d.largest_refused.fetch_max(bytes, Relaxed);
+                    return Err(Refusal::OverCap {
+                        requested: bytes,
+                        used,
+                        cap,
+                    });
+                }
+            };
+            match d.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
+                Ok(_) => {
+                    d.peak.fetch_max(new, Relaxed);
+                    return Ok(Reservation {
+                        ledger: self,
+                        charge: Charge { device, bytes },
+                    });
+                }
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    fn credit(&self, charge: Charge) {
+        if let Ok(d) = self.device(charge.device) {
+            // Never below zero, even if a caller credited twice.
+            let _ = d
+                .used
+                .fetch_update(AcqRel, Relaxed, |u| Some(u.saturating_sub(charge.bytes)));
+        }
+    }
+
+    /// Takes a live allocation out of the map before the driver frees it. If the
+    /// driver then fails, [`restore`](Self::restore) puts it back; if it succeeds,
+    /// [`settle`](Self::settle) credits the cap. Taking it first means a concurrent
+    /// allocation that the driver gives the same address cannot be confused with it.
+    pub fn take(&self, kind: Kind, key: u64) -> Option<Charge> {
+        self.live(kind).remove(key)
+    }
+
+    pub fn restore(&self, kind: Kind, key: u64, charge: Charge) {
+        self.live(kind).insert(key, charge);
+    }
+
+    pub fn settle(&self, charge: Charge) {
+        self.credit(charge);
+    }
+
+    /// Changes the bytes an existing reservation holds (a pitched allocation whose
+    /// real size is known only after the call). Growing is checked against the cap.
+    pub fn resize(&self, r: &mut Reservation<'_>, bytes: u64) -> Result<(), Refusal> {
+        let old = r.charge.bytes;
+        if bytes > old {
+            let extra = self.reserve(r.charge.device, bytes - old)?;
+            std::mem::forget(extra);
+        } else {
+            self.credit(Charge {
+                device: r.charge.device,
+                bytes: old - bytes,
+            });
+        }
+        r.charge.bytes = bytes;
+        Ok(())
+    }
+
+    pub fn usage(&self, device: usize) -> Option<Usage> {
+        let d = self.device(device).ok()?;
+        Some(Usage {
+            cap: d.cap.load(Relaxed),
+            used: d.used.load(Relaxed),
+            peak: d.peak.load(Relaxed),
+            allocs: d.allocs.load(Relaxed),
+            refusals: d.refusals.load(Relaxed),
+            largest_refused: d.largest_refused.load(Relaxed),
+        })
+    }
+}
+
+const SHARDS: usize = 64;
+
+/// Multiplicative hash for addresses and handles: they are already well spread,
+/// and SipHash would cost more than the rest of a hook.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = (k ^ (k >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Shard = Mutex<HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>>;
+
+/// Live allocations, sharded so that threads allocating at once rarely share a lock.
+pub struct LiveMap {
+    shards: [Shard; SHARDS],
+}
+
+impl LiveMap {
+    pub const fn new() -> Self {
+        LiveMap {
+            shards: [const { Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())) };
+                SHARDS],
+        }
+    }
+
+    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>> {
+        let i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS;
+        // A poisoned shard only means a panic elsewhere while it was held; the map
+        // itself is still consistent (every operation is a single insert/remove).
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn insert(&self, key: u64, charge: Charge) {
+        self.shard(key).insert(key, charge);
+    }
+
+    pub fn remove(&self, key: u64) -> Option<Charge> {
+        self.shard(key).remove(&key)
+    }
+
+    pub fn get(&self, key: u64) -> Option<Charge> {
+        self.shard(key).get(&key).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger_with_cap(cap: u64) -> Ledger {
+        let l = Ledger::new();
+        l.set_cap(0, Some(cap));
+        l
+    }
+
+    #[test]
+    fn reserve_within_cap_and_refuse_over_it() {
+        let l = ledger_with_cap(1000);
+        l.reserve(0, 600).unwrap().commit(Kind::Pointer, 1);
+        let r = l.reserve(0, 500);
+        assert_eq!(
+            r.err(),
+            Some(Refusal::OverCap {
+                requested: 500,
+                used: 600,
+                cap: 1000
+            })
+        );
+        l.reserve(0, 400).unwrap().commit(Kind::Pointer, 2);
+        let u = l.usage(0).unwrap();
+        assert_eq!((u.used, u.peak, u.allocs, u.refusals, u.largest_refused), (1000, 1000, 2, 1, 500));
+        assert_eq!(u.headroom(), 0);
+    }
+
+    #[test]
+    fn dropped_reservation_rolls_back() {
+        let l = ledger_with_cap(1000);
+        {
+            let _r = l.reserve(0, 700).unwrap();
+            assert_eq!(l.usage(0).unwrap().used, 700);
+        }
+        assert_eq!(l.usage(0).unwrap().used, 0);
+        assert_eq!(l.usage(0).unwrap().allocs, 0);
+        // The peak remembers the transient reservation: it did hold the bytes.
+        assert_eq!(l.usage(0).unwrap().peak, 700);
+    }
+
+    #[test]
+    fn free_takes_then_settles_or_restores() {
+        let l = ledger_with_cap(1000);
+        l.reserve(0, 300).unwrap().commit(Kind::Pointer, 0xdead);
+        let c = l.take(Kind::Pointer, 0xdead).unwrap();
+        assert_eq!(l.take(Kind::Pointer, 0xdead), None, "a second take finds nothing");
+        l.restore(Kind::Pointer, 0xdead, c);
+        assert_eq!(l.usage(0).unwrap().used, 300, "restore keeps the charge");
+        let c = l.take(Kind::Pointer, 0xdead).unwrap();
+        l.settle(c);
+        assert_eq!(l.usage(0).unwrap().used, 0);
+    }
+
+    #[test]
+    fn pointers_and_handles_are_separate() {
+        let l = Ledger::new();
+        l.reserve(0, 10).unwrap().commit(Kind::Pointer, 5);
+        assert_eq!(l.take(Kind::Handle, 5), None);
+        assert!(l.take(Kind::Pointer, 5).is_some());
+    }
+
+    #[test]
+    fn no_wrap_near_u64_max() {
+        let l = Ledger::new(); // no cap at all
+        l.reserve(0, 100).unwrap().commit(Kind::Pointer, 1);
+        assert!(matches!(
+            l.reserve(0, u64::MAX - 50),
+            Err(Refusal::OverCap { .. })
+        ));
+        assert!(matches!(l.reserve(0, u64::MAX), Err(Refusal::OverCap { .. })));
+        assert_eq!(l.usage(0).unwrap().used, 100);
+        let capped = ledger_with_cap(1 << 30);
+        assert!(capped.reserve(0, u64::MAX - 4095).is_err());
+        assert_eq!(capped.usage(0).unwrap().used, 0);
+    }
+
+    #[test]
+    fn zero_bytes_is_a_valid_reservation() {
+        let l = ledger_with_cap(10);
+        l.reserve(0, 10).unwrap().commit(Kind::Pointer, 1);
+        assert!(l.reserve(0, 0).is_ok());
+    }
+
+    #[test]
+    fn out_of_range_device_is_refused() {
+        let l = Ledger::new();
+        assert_eq!(
+            l.reserve(MAX_DEVICES, 1).err(),
+            Some(Refusal::NoSuchDevice { device: MAX_DEVICES })
+        );
+        assert!(l.usage(MAX_DEVICES).is_none());
+    }
+
+    #[test]
+    fn devices_are_independent() {
+        let l = Ledger::new();
+        l.set_cap(0, Some(100));
+        l.set_cap(1, Some(1000));
+        assert!(l.reserve(0, 500).is_err());
+        l.reserve(1, 500).unwrap().commit(Kind::Pointer, 1);
+        assert_eq!(l.usage(0).unwrap().used, 0);
+        assert_eq!(l.usage(1).unwrap().used, 500);
+    }
+
+    #[test]
+    fn resize_grows_within_cap_and_shrinks() {
+        let l = ledger_with_cap(1000);
+        let mut r = l.reserve(0, 400).unwrap();
+        l.resize(&mut r, 900).unwrap();
+        assert_eq!(l.usage(0).unwrap().used, 900);
+        assert!(l.resize(&mut r, 1100).is_err());
+        assert_eq!(l.usage(0).unwrap().used, 900);
+        l.resize(&mut r, 300).unwrap();
+        assert_eq!(l.usage(0).unwrap().used, 300);
+        drop(r);
+        assert_eq!(l.usage(0).unwrap().used, 0);
+    }
+
+    #[test]
+    fn concurrent_reservations_never_exceed_cap() {
+        let l = ledger_with_cap(10_000);
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let l = &l;
+                s.spawn(move || {
+                    for i in 0..20_000u64 {
+                        let size = 1 + (i * 7919 + t * 104_729) % 3000;
+                        if let Ok(r) = l.reserve(0, size) {
+                            let key = (t << 32) | i;
+                            r.commit(Kind::Pointer, key);
+                            assert!(l.usage(0).unwrap().used <= 10_000);
+                            let c = l.take(Kind::Pointer, key).unwrap();
+                            l.settle(c);
+                        }
+                    }
+                });
+            }
+        });
+        let u = l.usage(0).unwrap();
+        assert_eq!(u.used, 0);
+        assert!(u.peak <= 10_000);
+        assert!(u.refusals > 0, "the test must contend for the cap");
+    }
+}

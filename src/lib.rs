@@ -1,0 +1,18 @@
+//! libgpucap: an `LD_PRELOAD` shim that caps the device memory an unmodified CUDA
+//! program may take. See README.md.
+//!
+//! - `config`, `size`: the `GPUCAP_*` configuration (shared with the CLI).
+//! - `ledger`: caps, reservations, live allocations, peaks (safe Rust).
+//! - `shim`: process-wide state tying configuration and ledger together.
+//! - `hooks`: what each intercepted driver call does.
+//! - `ffi`: the exported symbols, `dlsym` and `cuGetProcAddress` (the FFI edge).
+
+mod config;
+mod ledger;
+mod shim;
+mod size;
+
+#[cfg(not(test))]
+mod ffi;
+#[cfg(not(test))]
+mod hooks;

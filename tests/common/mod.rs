@@ -1,0 +1,269 @@
+//! Shared helpers for the integration tests: where the built artefacts are, how to
+//! run a program on the fake GPU under the shim, and how to read the fake driver's
+//! statistics. Every test binary includes this with `mod common;`.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub const GIB: u64 = 1 << 30;
+pub const MIB: u64 = 1 << 20;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>`: the directory that holds this test binary's `deps/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn built(name: &str) -> PathBuf {
+    let p = profile_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build the workspace first (scripts/test.sh does, or `cargo build --workspace{}`)",
+        p.display(),
+        if profile_dir().ends_with("release") { " --release" } else { "" }
+    );
+    p
+}
+
+/// The shim, `libgpucap.so`.
+pub fn shim() -> PathBuf {
+    built("libgpucap.so")
+}
+
+/// The `gpucap` CLI.
+pub fn cli() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpucap"))
+}
+
+/// A directory holding `libcuda.so.1` and `libcuda.so`, both links to the fake driver.
+pub fn fake_lib_dir() -> PathBuf {
+    let fake = built("libcuda.so");
+    let dir = profile_dir().join("fakecuda");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).ok().as_deref() != Some(fake.as_path()) {
+            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&fake, &tmp).unwrap();
+            std::fs::rename(&tmp, &link).unwrap();
+        }
+    }
+    dir
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = profile_dir().join("test-scratch").join(format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A command that runs `program` on the fake GPU: the fake driver on the library
+/// path, no inherited `GPUCAP_*`/`FAKECUDA_*`/`LD_PRELOAD`, and the fake's statistics
+/// written to `stats` at exit. The shim is NOT preloaded: add it with [`preload`].
+pub fn fake_cmd(program: impl AsRef<OsStr>, stats: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("GPUCAP_") || k.starts_with("FAKECUDA_") || k == "LD_PRELOAD" {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env("LD_LIBRARY_PATH", fake_lib_dir())
+        .env("FAKECUDA_STATS", stats);
+    cmd
+}
+
+/// Preload the shim into `cmd`.
+pub fn preload(cmd: &mut Command) -> &mut Command {
+    cmd.env("LD_PRELOAD", shim())
+}
+
+/// Run and capture; panics with the output if the program could not start.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Panics with the program's output unless it exited 0.
+#[track_caller]
+pub fn assert_ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "program failed: {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// One device's figures as the fake driver recorded them.
+#[derive(Debug, Clone)]
+pub struct DevStats {
+    pub ordinal: u64,
+    pub total: u64,
+    pub peak_used: u64,
+    pub final_used: u64,
+    pub alloc_calls: u64,
+    pub free_calls: u64,
+}
+
+/// Reads the fake driver's `FAKECUDA_STATS` file.
+pub fn read_stats(path: &Path) -> Vec<DevStats> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("fake driver stats {} not written: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("stats JSON");
+    let num = |d: &serde_json::Value, k: &str| {
+        d[k].as_u64()
+            .unwrap_or_else(|| panic!("stats field {k} missing in {text}"))
+    };
+    v["devices"]
+        .as_array()
+        .expect("devices array")
+        .iter()
+        .map(|d| DevStats {
+            ordinal: num(d, "ordinal"),
+            total: num(d, "total"),
+            peak_used: num(d, "peak_used"),
+            final_used: num(d, "final_used"),
+            alloc_calls: num(d, "alloc_calls"),
+            free_calls: num(d, "free_calls"),
+        })
+        .collect()
+}
+
+/// Compiles the C file `tests/c/<name>.c` (cached by modification time) into
+/// `target/<profile>/ctests/<name><suffix>`. `extra` goes to the compiler after the
+/// source (libraries, `-shared -fPIC`, ...). `-lcuda` finds the fake driver.
+pub fn compile_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
+    let src = root().join("tests/c").join(format!("{name}.c"));
+    let out_dir = profile_dir().join("ctests");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(format!("{name}{suffix}"));
+    let fresh = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    let header = root().join("tests/c/fakecuda.h");
+    let newest_src = [fresh(&src), fresh(&header)].into_iter().flatten().max();
+    if let (Some(s), Some(o)) = (newest_src, fresh(&out)) {
+        if o >= s {
+            return out;
+        }
+    }
+    let tmp = out_dir.join(format!(".{name}{suffix}.{}", std::process::id()));
+    let status = Command::new("cc")
+        .args(["-O1", "-g", "-Wall", "-Werror", "-pthread", "-I"])
+        .arg(root().join("tests/c"))
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&src)
+        .arg("-L")
+        .arg(fake_lib_dir())
+        .args(extra)
+        .arg("-ldl")
+        .status()
+        .expect("cc");
+    assert!(status.success(), "compiling {} failed", src.display());
+    std::fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Real clients (tests/cudarc-client, tests/clients/bindings_client.py): shared by
+// tests/real_clients.rs and tests/cli.rs.
+
+/// `target/<profile>/cudarc-client`, an unmodified cudarc program.
+pub fn cudarc_client() -> PathBuf {
+    built("cudarc-client")
+}
+
+/// What a real client printed (see tests/cudarc-client/src/main.rs for the format).
+#[derive(Debug, Default)]
+pub struct ClientReport {
+    /// `device 0 total_mem=`: cuDeviceTotalMem.
+    pub total_mem: Option<u64>,
+    /// Every `mem_get_info free= total=` line, in order: (free, total).
+    pub mem_info: Vec<(u64, u64)>,
+    /// Every allocation: (kind `alloc`/`alloc_async`, MiB, `ok` or the error text).
+    pub allocs: Vec<(String, u64, Result<(), String>)>,
+    /// `init err <name>` when the driver could not be initialised.
+    pub init_err: Option<String>,
+    /// The client reached its end (`done`).
+    pub done: bool,
+}
+
+impl ClientReport {
+    pub fn parse(out: &str) -> ClientReport {
+        let mut r = ClientReport::default();
+        let field = |line: &str, key: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+        };
+        for line in out.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["device", "0", ..] => r.total_mem = Some(field(line, "total_mem=")),
+                ["mem_get_info", ..] => r.mem_info.push((field(line, "free="), field(line, "total="))),
+                [kind @ ("alloc" | "alloc_async"), mib, rest @ ..] => {
+                    let res = match rest {
+                        ["ok"] => Ok(()),
+                        ["err", e @ ..] => Err(e.join(" ")),
+                        other => Err(other.join(" ")),
+                    };
+                    r.allocs.push((kind.to_string(), mib.parse().expect("MiB"), res));
+                }
+                ["init", "err", e @ ..] => r.init_err = Some(e.join(" ")),
+                ["done"] => r.done = true,
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// The outcome of each allocation as `"<MiB> ok"` / `"<MiB> <error>"`, to compare
+    /// against expectations in one assertion.
+    pub fn outcomes(&self) -> Vec<String> {
+        self.allocs
+            .iter()
+            .map(|(_, mib, res)| match res {
+                Ok(()) => format!("{mib} ok"),
+                Err(e) => format!("{mib} {e}"),
+            })
+            .collect()
+    }
+}
+
+/// The `gpucap: refused ...` lines of a program's stderr.
+pub fn refusals(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucap: refused"))
+        .map(str::to_owned)
+        .collect()
+}
