@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# gpucap's test command: builds everything, prepares the real clients and runs the
+# whole test suite on the fake GPU. Needs no GPU. On a fresh Debian machine it
+# installs what is missing (a C compiler, python3-venv) with apt-get.
+#
+#   scripts/test.sh
+#
+# The Python clients live in target/venv-cb12 (cuda-bindings 12.x) and
+# target/venv-cb13 (cuda-bindings 13.x); they are reused when already there.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+section() { printf '\n===== %s =====\n' "$*"; }
+die() { printf 'scripts/test.sh: %s\n' "$*" >&2; exit 1; }
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 DEBIAN_FRONTEND=noninteractive
+
+section "Prerequisites"
+command -v cargo >/dev/null || die "cargo not found: install Rust (https://rustup.rs), 1.85 or newer"
+cargo --version
+
+apt_install() {
+    local sudo=()
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install $*"
+        sudo=(sudo -n)
+    fi
+    command -v apt-get >/dev/null || die "missing $*, and no apt-get to install it"
+    echo "installing with apt-get: $*"
+    "${sudo[@]}" apt-get update -q
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends "$@"
+}
+
+missing=()
+command -v cc >/dev/null || missing+=(build-essential)
+command -v python3 >/dev/null || missing+=(python3)
+venv_probe=$(mktemp -d)
+if ! command -v python3 >/dev/null || ! python3 -m venv "$venv_probe/v" >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
+rm -rf "$venv_probe"
+if [ ${#missing[@]} -gt 0 ]; then
+    apt_install "${missing[@]}"
+fi
+echo "cc: $(command -v cc)"
+echo "python3: $(python3 --version 2>&1)"
+
+section "Build (cargo build --release --workspace --all-targets)"
+cargo build --release --workspace --all-targets
+
+# make_venv DIR MAJOR SPEC: a virtual environment with cuda-bindings MAJOR.x.
+make_venv() {
+    local dir=$1 major=$2 spec=$3
+    local probe="import sys; from importlib.metadata import version; from cuda.bindings import driver; v = version('cuda-bindings'); print(v); sys.exit(v.split('.')[0] != '$major')"
+    if [ -x "$dir/bin/python" ] && "$dir/bin/python" -c "$probe" >/dev/null 2>&1; then
+        echo "reusing $dir"
+    else
+        echo "creating $dir with $spec"
+        rm -rf "$dir"
+        python3 -m venv "$dir"
+        "$dir/bin/python" -m pip install -q "$spec"
+    fi
+    echo "$dir: cuda-bindings $("$dir/bin/python" -c "$probe")"
+}
+
+section "Python clients (cuda-bindings 12.x and 13.x)"
+make_venv target/venv-cb12 12 "cuda-bindings>=12,<13"
+make_venv target/venv-cb13 13 "cuda-bindings>=13,<14"
+
+section "Tests (cargo test --release --workspace)"
+export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
+export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
+export GPUCAP_TEST_REQUIRE_CLIENTS=1
+exec cargo test --release --workspace
