@@ -15,7 +15,8 @@
 //!   `done`
 //! Exit status: 0 when every step ran (refused allocations included), 1 when data read
 //! back differs from what was written or an unexpected call failed, 2 on bad arguments,
-//! 3 when the driver could not be initialised (`init err <CUresult name>`).
+//! 3 when the driver could not be initialised (`init err <CUresult name>`, or
+//! `init err no-libcuda` when there is no libcuda.so.1 to load).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -63,10 +64,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let ctx = match CudaContext::new(0) {
-        Ok(c) => c,
-        Err(e) => {
+    // cudarc panics when it cannot load libcuda at all: one line, no backtrace.
+    std::panic::set_hook(Box::new(|info| eprintln!("cudarc-client: {info}")));
+    let ctx = match std::panic::catch_unwind(|| CudaContext::new(0)) {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
             println!("init err {}", name(&e));
+            return ExitCode::from(3);
+        }
+        Err(_) => {
+            println!("init err no-libcuda");
             return ExitCode::from(3);
         }
     };
