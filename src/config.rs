@@ -388,8 +388,10 @@ where
             return Err(ConfigError {
                 var: name.into_owned(),
                 value: v.to_string_lossy().into_owned(),
-                reason: "unknown gpucap variable (a typo?); the known ones are listed".into(),
-                accepted: KNOWN_VARS_LIST,
+                reason: format!(
+                    "unknown gpucap variable (a typo?); the known variables are {KNOWN_VARS_LIST}"
+                ),
+                accepted: "",
             });
         };
         let Some(value) = v.to_str() else {
