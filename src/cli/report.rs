@@ -1,0 +1,220 @@
+//! The text `gpucap check` prints: pure functions of the configuration and the probe.
+
+use std::path::Path;
+
+use super::driver::{Device, Probe};
+use crate::config::{Config, DeviceKey, Limit, LimitSpec};
+use crate::size::format_bytes;
+
+/// `8 GiB (8589934592 bytes)` or `50% of physical memory`.
+pub fn limit_text(limit: Limit) -> String {
+    match limit {
+        Limit::Bytes(b) => format!("{} ({b} bytes)", format_bytes(b)),
+        Limit::Fraction(_) => format!("{limit} of physical memory"),
+    }
+}
+
+/// The `limit:` line's text, e.g.
+/// `GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory`.
+pub fn describe_limit(spec: Option<&LimitSpec>) -> String {
+    let Some(spec) = spec else {
+        return "none (GPUCAP_LIMIT unset: allocations are counted, not capped)".to_string();
+    };
+    let mut parts: Vec<String> = spec
+        .devices
+        .iter()
+        .map(|(key, limit)| match key {
+            DeviceKey::Ordinal(_) => format!("{key}: {}", limit_text(*limit)),
+        })
+        .collect();
+    let others = if spec.devices.is_empty() { "every GPU" } else { "other GPUs" };
+    match spec.default {
+        Some(limit) => parts.push(format!("{others}: {}", limit_text(limit))),
+        None => parts.push(format!("{others}: not capped (counted only)")),
+    }
+    parts.join("; ")
+}
+
+/// One device's line, e.g. `GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)`.
+pub fn device_line(device: &Device, limit: Option<Limit>) -> String {
+    let total = format!("{} ({})", device.total, format_bytes(device.total));
+    let mut line = match limit {
+        None => format!("GPU {}: no cap (counted only) of {total}", device.ordinal),
+        Some(limit) => {
+            let cap = limit.resolve(device.total);
+            let mut l = format!(
+                "GPU {}: cap {cap} bytes ({}) of {total}",
+                device.ordinal,
+                format_bytes(cap)
+            );
+            if cap > device.total {
+                l.push_str("; more than the GPU has, so it never binds");
+            }
+            l
+        }
+    };
+    if let Some(name) = &device.name {
+        line.push_str(&format!(" [{name}]"));
+    }
+    line
+}
+
+/// Everything `gpucap check` prints after validating the configuration. `library` is
+/// the library `run` would preload, or the error that says why none was found.
+/// `preloaded` says this process already runs under a libgpucap.so preload.
+pub fn check_report(
+    config: &Config,
+    library: Result<&Path, &str>,
+    probe: &Probe,
+    preloaded: bool,
+) -> String {
+    let mut out = vec![
+        "gpucap: configuration OK".to_string(),
+        format!("limit: {}", describe_limit(config.limit.as_ref())),
+        format!("log: {}", config.log),
+    ];
+    if config.growth {
+        out.push("growth: on".to_string());
+    }
+    if let Some(report) = &config.report {
+        out.push(format!("report: {}", report.display()));
+    }
+    match library {
+        Ok(path) => out.push(format!("library: {}", path.display())),
+        Err(_) => out.push("library: NOT FOUND".to_string()),
+    }
+    match probe {
+        Probe::NoDriver(why) => {
+            out.push(format!("no CUDA driver found: fractions resolve at run time ({why})"));
+        }
+        Probe::Failed(why) => {
+            out.push(format!("CUDA driver found but unusable: {why}; fractions resolve at run time"));
+        }
+        Probe::Devices(devices) => {
+            let n = devices.len();
+            out.push(format!(
+                "devices: {n} visible to CUDA{}",
+                if n == 0 { "" } else { ":" }
+            ));
+            for d in devices {
+                let limit = config.limit.as_ref().and_then(|s| s.for_ordinal(d.ordinal));
+                out.push(device_line(d, limit));
+            }
+            if let Some(spec) = &config.limit {
+                for (key, _) in &spec.devices {
+                    let DeviceKey::Ordinal(o) = key;
+                    if *o as usize >= n {
+                        out.push(format!(
+                            "note: GPUCAP_LIMIT sets a limit for {key}, but only {n} GPU(s) \
+                             are visible (ordinals count after CUDA_VISIBLE_DEVICES)"
+                        ));
+                    }
+                }
+            }
+            if preloaded {
+                out.push(
+                    "note: this process runs with libgpucap.so in LD_PRELOAD, so the totals \
+                     above may already be capped values"
+                        .to_string(),
+                );
+            }
+        }
+    }
+    let mut text = out.join("\n");
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{LogLevel, parse_limit_spec};
+    use std::path::PathBuf;
+
+    const GI: u64 = 1 << 30;
+
+    fn spec(s: &str) -> Option<LimitSpec> {
+        Some(parse_limit_spec(s).unwrap())
+    }
+
+    #[test]
+    fn limit_lines() {
+        assert_eq!(
+            describe_limit(spec("0=8Gi,50%").as_ref()),
+            "GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory"
+        );
+        assert_eq!(describe_limit(spec("8Gi").as_ref()), "every GPU: 8 GiB (8589934592 bytes)");
+        assert_eq!(
+            describe_limit(spec("1=12.5%").as_ref()),
+            "GPU 1: 12.5% of physical memory; other GPUs: not capped (counted only)"
+        );
+        assert!(describe_limit(None).starts_with("none"));
+    }
+
+    fn dev(ordinal: u32, total: u64) -> Device {
+        Device {
+            ordinal,
+            total,
+            name: None,
+        }
+    }
+
+    #[test]
+    fn device_lines() {
+        assert_eq!(
+            device_line(&dev(0, 80 * GI), Some(Limit::Bytes(4 * GI))),
+            "GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)"
+        );
+        assert_eq!(
+            device_line(&dev(1, 80 * GI), Some(Limit::Fraction(0.5))),
+            "GPU 1: cap 42949672960 bytes (40 GiB) of 85899345920 (80 GiB)"
+        );
+        assert_eq!(
+            device_line(&dev(2, 16 * GI), None),
+            "GPU 2: no cap (counted only) of 17179869184 (16 GiB)"
+        );
+        assert!(device_line(&dev(0, GI), Some(Limit::Bytes(2 * GI))).contains("never binds"));
+        let named = Device {
+            name: Some("Fake GPU".into()),
+            ..dev(0, GI)
+        };
+        assert!(device_line(&named, None).ends_with(" [Fake GPU]"));
+    }
+
+    #[test]
+    fn whole_report() {
+        let config = Config {
+            limit: spec("0=8Gi,50%"),
+            log: LogLevel::Warn,
+            growth: false,
+            report: None,
+        };
+        let lib = PathBuf::from("/x/libgpucap.so");
+        let text = check_report(
+            &config,
+            Ok(&lib),
+            &Probe::NoDriver("libcuda.so.1: cannot open".into()),
+            false,
+        );
+        assert_eq!(
+            text,
+            "gpucap: configuration OK\n\
+             limit: GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory\n\
+             log: warn\n\
+             library: /x/libgpucap.so\n\
+             no CUDA driver found: fractions resolve at run time (libcuda.so.1: cannot open)\n"
+        );
+        let probe = Probe::Devices(vec![dev(0, 80 * GI), dev(1, 80 * GI)]);
+        let config = Config {
+            limit: spec("4Gi,5=1Gi"),
+            ..Config::default()
+        };
+        let text = check_report(&config, Err("missing"), &probe, true);
+        assert!(text.contains("library: NOT FOUND\n"));
+        assert!(text.contains("devices: 2 visible to CUDA:\n"));
+        assert!(text.contains("GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)\n"));
+        assert!(text.contains("GPU 1: cap 4294967296 bytes"));
+        assert!(text.contains("note: GPUCAP_LIMIT sets a limit for GPU 5, but only 2 GPU(s)"));
+        assert!(text.contains("may already be capped"));
+    }
+}
