@@ -1,0 +1,277 @@
+//! The `gpucap` command: `run`, `check`, `help`, `--version`.
+//!
+//! The pure parts (argument parsing, LD_PRELOAD merging, the check report, the exit
+//! status of a failed exec) live in submodules and are unit-tested; this module only
+//! wires them to the process environment.
+
+pub mod args;
+pub mod driver;
+pub mod preload;
+pub mod report;
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Write};
+use std::os::unix::process::CommandExt;
+
+use args::{Command, Overrides, Topic};
+
+use crate::config::{self, Config, LogLevel};
+
+/// Exit status for a usage or configuration error (nothing was run).
+pub const EXIT_USAGE: i32 = 2;
+/// Exit status when CMD exists but cannot be executed (as in a shell).
+pub const EXIT_CANNOT_EXECUTE: i32 = 126;
+/// Exit status when CMD is not found (as in a shell).
+pub const EXIT_NOT_FOUND: i32 = 127;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Runs the command line `argv` (including the program name) and returns the exit
+/// status; a successful `run` never returns (the process becomes CMD).
+pub fn main(argv: impl IntoIterator<Item = OsString>) -> i32 {
+    let command = match args::parse(argv.into_iter().skip(1)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpucap: {}", e.message);
+            let hint = match e.topic {
+                Topic::General => "gpucap --help",
+                Topic::Run => "gpucap help run",
+                Topic::Check => "gpucap help check",
+            };
+            eprintln!("{}\n(see '{hint}')", args::USAGE);
+            return EXIT_USAGE;
+        }
+    };
+    match command {
+        Command::Help(topic) => {
+            print_out(&format!("{}\n", args::help(topic)));
+            0
+        }
+        Command::Version => {
+            print_out(&format!("gpucap {VERSION}\n"));
+            0
+        }
+        Command::Check { overrides } => check(&overrides),
+        Command::Run {
+            overrides,
+            program,
+            args,
+        } => run(&overrides, &program, &args),
+    }
+}
+
+/// Writes to stdout, ignoring a closed pipe (`gpucap check | head -1`).
+fn print_out(s: &str) {
+    let _ = io::stdout().lock().write_all(s.as_bytes());
+}
+
+/// The environment `vars` with the flags' variables replaced (every occurrence of an
+/// overridden name is dropped, then the flag's value appended).
+pub fn apply_overrides(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+    overrides: &Overrides,
+) -> Vec<(OsString, OsString)> {
+    let set = overrides.vars();
+    let mut out: Vec<(OsString, OsString)> = vars
+        .into_iter()
+        .filter(|(k, _)| !set.iter().any(|(name, _)| k == name))
+        .collect();
+    out.extend(set.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+    out
+}
+
+/// `vars` with only the first occurrence of each name kept (the one getenv finds, and
+/// the one `config::from_vars` validates).
+pub fn dedup_first(vars: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    let mut seen = std::collections::HashSet::new();
+    vars.into_iter().filter(|(k, _)| seen.insert(k.clone())).collect()
+}
+
+/// Sets `name` to `value` in `vars`, in place of any earlier value.
+fn set_var(vars: &mut Vec<(OsString, OsString)>, name: &str, value: OsString) {
+    vars.retain(|(k, _)| k != name);
+    vars.push((name.into(), value));
+}
+
+/// The first value of `name` in `vars` (as getenv would find it).
+fn lookup<'a>(vars: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
+    vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_os_str())
+}
+
+/// Validates the environment with the flags applied. On error prints the one-line
+/// ConfigError to stderr.
+fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i32> {
+    let vars = dedup_first(apply_overrides(std::env::vars_os(), overrides));
+    match config::from_vars(vars.iter().map(|(k, v)| (k, v))) {
+        Ok(c) => Ok((c, vars)),
+        Err(e) => {
+            eprintln!("{e}");
+            Err(EXIT_USAGE)
+        }
+    }
+}
+
+fn library(vars: &[(OsString, OsString)]) -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().ok();
+    let lib = preload::locate_library(lookup(vars, "GPUCAP_LIB"), exe.as_deref())?;
+    preload::check_preloadable(&lib)?;
+    Ok(lib)
+}
+
+/// `gpucap check`.
+fn check(overrides: &Overrides) -> i32 {
+    let (config, vars) = match load(overrides) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let lib = library(&vars);
+    let probe = driver::probe();
+    let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
+    let text = report::check_report(
+        &config,
+        lib.as_deref().map_err(String::as_str),
+        &probe,
+        preloaded,
+    );
+    print_out(&text);
+    match lib {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+/// The exit status and message for a failed exec of `program`, as a shell would give:
+/// 127 when it does not exist, 126 when it exists but cannot be executed.
+pub fn exec_failure(program: &OsStr, err: &io::Error) -> (i32, String) {
+    let name = program.to_string_lossy();
+    let has_slash = program.to_string_lossy().contains('/');
+    match err.kind() {
+        io::ErrorKind::NotFound if !has_slash => {
+            (EXIT_NOT_FOUND, format!("gpucap: {name}: command not found"))
+        }
+        io::ErrorKind::NotFound => (EXIT_NOT_FOUND, format!("gpucap: {name}: {err}")),
+        _ => (EXIT_CANNOT_EXECUTE, format!("gpucap: {name}: cannot execute: {err}")),
+    }
+}
+
+/// `gpucap run`.
+fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
+    let (config, vars) = match load(overrides) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let lib = match library(&vars) {
+        Ok(lib) => lib,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let ld_preload = preload::merge_ld_preload(lookup(&vars, "LD_PRELOAD"), &lib);
+    if config.log >= LogLevel::Debug {
+        eprintln!(
+            "gpucap: running {} with LD_PRELOAD={}",
+            program.to_string_lossy(),
+            ld_preload.to_string_lossy()
+        );
+    }
+    // CMD gets exactly the environment that was validated, plus LD_PRELOAD.
+    let mut env = vars;
+    set_var(&mut env, "LD_PRELOAD", ld_preload);
+    let err = std::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(env)
+        .exec();
+    let (code, message) = exec_failure(program, &err);
+    eprintln!("{message}");
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        v.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect()
+    }
+
+    #[test]
+    fn overrides_replace_variables() {
+        let env = pairs(&[
+            ("GPUCAP_LIMIT", "1Gi"),
+            ("PATH", "/bin"),
+            ("GPUCAP_LIMIT", "2Gi"),
+            ("GPUCAP_LOG", "info"),
+        ]);
+        let o = Overrides {
+            limit: Some("8Gi".into()),
+            log: None,
+        };
+        assert_eq!(
+            apply_overrides(env.clone(), &o),
+            pairs(&[("PATH", "/bin"), ("GPUCAP_LOG", "info"), ("GPUCAP_LIMIT", "8Gi")])
+        );
+        assert_eq!(apply_overrides(env.clone(), &Overrides::default()), env);
+        // The flag is what gets validated: a bad variable is overridden by a good flag...
+        let bad = pairs(&[("GPUCAP_LIMIT", "150%")]);
+        assert!(config::from_vars(apply_overrides(bad.clone(), &o)).is_ok());
+        // ...and a bad flag is an error even with a good variable.
+        let o = Overrides {
+            limit: Some("abc".into()),
+            log: None,
+        };
+        let e = config::from_vars(apply_overrides(pairs(&[("GPUCAP_LIMIT", "8Gi")]), &o));
+        assert_eq!(e.unwrap_err().value, "abc");
+    }
+
+    #[test]
+    fn environment_edits() {
+        let env = pairs(&[("A", "1"), ("B", "2"), ("A", "3"), ("LD_PRELOAD", "/a.so")]);
+        let mut env = dedup_first(env);
+        assert_eq!(env, pairs(&[("A", "1"), ("B", "2"), ("LD_PRELOAD", "/a.so")]));
+        set_var(&mut env, "LD_PRELOAD", "/a.so:/b.so".into());
+        assert_eq!(env, pairs(&[("A", "1"), ("B", "2"), ("LD_PRELOAD", "/a.so:/b.so")]));
+    }
+
+    #[test]
+    fn lookup_takes_the_first() {
+        let env = pairs(&[("A", "1"), ("GPUCAP_LIB", "/x.so"), ("GPUCAP_LIB", "/y.so")]);
+        assert_eq!(lookup(&env, "GPUCAP_LIB"), Some(OsStr::new("/x.so")));
+        assert_eq!(lookup(&env, "B"), None);
+    }
+
+    #[test]
+    fn exec_failures_like_a_shell() {
+        let nf = io::Error::from(io::ErrorKind::NotFound);
+        let (code, msg) = exec_failure(OsStr::new("nosuchcmd"), &nf);
+        assert_eq!(code, 127);
+        assert_eq!(msg, "gpucap: nosuchcmd: command not found");
+        let (code, msg) = exec_failure(OsStr::new("./nosuch"), &nf);
+        assert_eq!(code, 127);
+        assert!(msg.starts_with("gpucap: ./nosuch: "));
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        assert_eq!(exec_failure(OsStr::new("./file.txt"), &denied).0, 126);
+        let noexec = io::Error::from_raw_os_error(libc::ENOEXEC);
+        assert_eq!(exec_failure(OsStr::new("./data"), &noexec).0, 126);
+    }
+
+    #[test]
+    fn real_exec_failures() {
+        // exec only returns on failure, so these are safe to run in the test process.
+        let err = std::process::Command::new("gpucap-no-such-command-xyz").exec();
+        assert_eq!(exec_failure(OsStr::new("gpucap-no-such-command-xyz"), &err).0, 127);
+        let dir = std::env::temp_dir().join(format!("gpucap-exec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("not-executable");
+        std::fs::write(&file, b"hello").unwrap();
+        let err = std::process::Command::new(&file).exec();
+        assert_eq!(exec_failure(file.as_os_str(), &err).0, 126);
+        let err = std::process::Command::new(&dir).exec();
+        assert_eq!(exec_failure(dir.as_os_str(), &err).0, 126);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
