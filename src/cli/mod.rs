@@ -98,6 +98,18 @@ fn lookup<'a>(vars: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr>
     vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_os_str())
 }
 
+/// A ConfigError about a variable that a flag set names the flag instead
+/// (`gpucap: invalid --limit="150%": ...`): that is what the user typed.
+pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::ConfigError {
+    let flag = match e.var.as_str() {
+        "GPUCAP_LIMIT" if overrides.limit.is_some() => "--limit",
+        "GPUCAP_LOG" if overrides.log.is_some() => "--log",
+        _ => return e,
+    };
+    e.var = flag.to_string();
+    e
+}
+
 /// Validates the environment with the flags applied. On error prints the one-line
 /// ConfigError to stderr.
 fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i32> {
@@ -105,7 +117,7 @@ fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i3
     match config::from_vars(vars.iter().map(|(k, v)| (k, v))) {
         Ok(c) => Ok((c, vars)),
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("{}", blame_flag(e, overrides));
             Err(EXIT_USAGE)
         }
     }
@@ -226,6 +238,31 @@ mod tests {
         };
         let e = config::from_vars(apply_overrides(pairs(&[("GPUCAP_LIMIT", "8Gi")]), &o));
         assert_eq!(e.unwrap_err().value, "abc");
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        let o = Overrides {
+            limit: Some("150%".into()),
+            log: None,
+        };
+        let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
+        let line = blame_flag(e, &o).to_string();
+        assert!(line.starts_with("gpucap: invalid --limit=\"150%\": a percentage"), "{line}");
+        // A variable the flags did not set keeps its name.
+        let o = Overrides {
+            limit: Some("8Gi".into()),
+            log: None,
+        };
+        let e = config::from_vars(apply_overrides(pairs(&[("GPUCAP_LOG", "loud")]), &o));
+        let line = blame_flag(e.unwrap_err(), &o).to_string();
+        assert!(line.starts_with("gpucap: invalid GPUCAP_LOG=\"loud\""), "{line}");
+        let o = Overrides {
+            limit: None,
+            log: Some("loud".into()),
+        };
+        let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
+        assert_eq!(blame_flag(e, &o).var, "--log");
     }
 
     #[test]
