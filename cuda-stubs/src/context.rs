@@ -1,0 +1,311 @@
+//! Contexts: primary contexts per device and created ones, current per thread (a stack).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use once_cell::sync::Lazy;
+
+use crate::device::{cfg, check_dev};
+use crate::ffi::*;
+use libc::{c_int, c_uint, c_void};
+
+/// CUcontext is the address of a leaked 8-byte box: unique and never reused.
+pub type Ctx = usize;
+
+#[derive(Debug, Clone, Copy)]
+struct CtxInfo {
+    dev: usize,
+    flags: u32,
+    primary: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Primary {
+    ctx: Ctx,
+    refcount: u32,
+    flags: u32,
+}
+
+#[derive(Default)]
+struct Registry {
+    live: HashMap<Ctx, CtxInfo>,
+    primary: Vec<Primary>,
+}
+
+static REGISTRY: Lazy<Mutex<Registry>> = Lazy::new(Default::default);
+static LIMITS: Lazy<Mutex<HashMap<c_int, usize>>> = Lazy::new(Default::default);
+
+thread_local! {
+    static STACK: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };
+}
+
+fn new_handle() -> Ctx {
+    Box::into_raw(Box::new(0u64)) as Ctx
+}
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The primary context handle of `dev` (created on first use, stable for the process).
+fn primary_of(reg: &mut Registry, dev: usize) -> Ctx {
+    if reg.primary.len() <= dev {
+        reg.primary.resize(dev + 1, Primary::default());
+    }
+    if reg.primary[dev].ctx == 0 {
+        let ctx = new_handle();
+        reg.primary[dev].ctx = ctx;
+        reg.live.insert(ctx, CtxInfo { dev, flags: 0, primary: true });
+    }
+    reg.primary[dev].ctx
+}
+
+/// The calling thread's current context and its device; CUDA_ERROR_INVALID_CONTEXT if none.
+pub fn current() -> Result<(Ctx, usize), CUresult> {
+    cfg()?;
+    let top = STACK.with(|s| s.borrow().last().copied()).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    let reg = registry();
+    let info = reg.live.get(&top).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    if info.primary && reg.primary[info.dev].refcount == 0 {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    Ok((top, info.dev))
+}
+
+/// The device of a context handle (NULL means the current one).
+pub fn device_of(ctx: Ctx) -> Result<usize, CUresult> {
+    if ctx == 0 {
+        return current().map(|c| c.1);
+    }
+    registry().live.get(&ctx).map(|i| i.dev).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+}
+
+fn set_top(ctx: Ctx) {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        match (s.last_mut(), ctx) {
+            (Some(_), 0) => {
+                s.pop();
+            }
+            (Some(top), c) => *top = c,
+            (None, 0) => {}
+            (None, c) => s.push(c),
+        }
+    });
+}
+
+fn check_live(ctx: Ctx) -> CuResult {
+    if registry().live.contains_key(&ctx) { Ok(()) } else { Err(CUDA_ERROR_INVALID_CONTEXT) }
+}
+
+fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
+    let dev = check_dev(dev)?;
+    if pctx.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let ctx = new_handle();
+    registry().live.insert(ctx, CtxInfo { dev, flags, primary: false });
+    STACK.with(|s| s.borrow_mut().push(ctx));
+    note(|| format!("ctx={ctx:#x}"));
+    out(pctx, ctx)
+}
+
+crate::ffi::exports! {
+    fn cuDevicePrimaryCtxRetain(pctx: *mut Ctx, dev: c_int) {
+        let dev = check_dev(dev)?;
+        if pctx.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut reg = registry();
+        let ctx = primary_of(&mut reg, dev);
+        reg.primary[dev].refcount += 1;
+        note(|| format!("ctx={ctx:#x}"));
+        out(pctx, ctx)
+    }
+
+    fn cuDevicePrimaryCtxRelease | cuDevicePrimaryCtxRelease_v2 (dev: c_int) {
+        let dev = check_dev(dev)?;
+        let mut reg = registry();
+        let ctx = primary_of(&mut reg, dev);
+        let p = &mut reg.primary[dev];
+        if p.refcount == 0 {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        p.refcount -= 1;
+        if p.refcount == 0 {
+            drop(reg);
+            crate::memory::free_all_of_context(ctx);
+        }
+        Ok(())
+    }
+
+    fn cuDevicePrimaryCtxReset | cuDevicePrimaryCtxReset_v2 (dev: c_int) {
+        let dev = check_dev(dev)?;
+        let mut reg = registry();
+        let ctx = primary_of(&mut reg, dev);
+        reg.primary[dev].refcount = 0;
+        reg.primary[dev].flags = 0;
+        drop(reg);
+        crate::memory::free_all_of_context(ctx);
+        Ok(())
+    }
+
+    fn cuDevicePrimaryCtxGetState(dev: c_int, flags: *mut c_uint, active: *mut c_int) {
+        let dev = check_dev(dev)?;
+        let mut reg = registry();
+        primary_of(&mut reg, dev);
+        let p = reg.primary[dev];
+        out(flags, p.flags)?;
+        out(active, (p.refcount > 0) as c_int)
+    }
+
+    fn cuDevicePrimaryCtxSetFlags | cuDevicePrimaryCtxSetFlags_v2 (dev: c_int, flags: c_uint) {
+        let dev = check_dev(dev)?;
+        let mut reg = registry();
+        let ctx = primary_of(&mut reg, dev);
+        reg.primary[dev].flags = flags;
+        if let Some(info) = reg.live.get_mut(&ctx) {
+            info.flags = flags;
+        }
+        Ok(())
+    }
+
+    fn cuCtxCreate | cuCtxCreate_v2 (pctx: *mut Ctx, flags: c_uint, dev: c_int) {
+        create(pctx, flags, dev)
+    }
+
+    fn cuCtxCreate_v3(pctx: *mut Ctx, params: *mut c_void, num_params: c_int, flags: c_uint, dev: c_int) {
+        let _ = (params, num_params);
+        create(pctx, flags, dev)
+    }
+
+    fn cuCtxCreate_v4(pctx: *mut Ctx, params: *mut c_void, flags: c_uint, dev: c_int) {
+        let _ = params;
+        create(pctx, flags, dev)
+    }
+
+    fn cuCtxDestroy | cuCtxDestroy_v2 (ctx: Ctx) {
+        cfg()?;
+        let mut reg = registry();
+        match reg.live.get(&ctx) {
+            Some(info) if !info.primary => {
+                reg.live.remove(&ctx);
+            }
+            _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
+        }
+        drop(reg);
+        STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
+        crate::memory::free_all_of_context(ctx);
+        Ok(())
+    }
+
+    fn cuCtxSetCurrent(ctx: Ctx) {
+        cfg()?;
+        if ctx != 0 {
+            check_live(ctx)?;
+        }
+        set_top(ctx);
+        Ok(())
+    }
+
+    fn cuCtxGetCurrent(pctx: *mut Ctx) {
+        cfg()?;
+        out(pctx, STACK.with(|s| s.borrow().last().copied().unwrap_or(0)))
+    }
+
+    fn cuCtxPushCurrent | cuCtxPushCurrent_v2 (ctx: Ctx) {
+        cfg()?;
+        check_live(ctx)?;
+        STACK.with(|s| s.borrow_mut().push(ctx));
+        Ok(())
+    }
+
+    fn cuCtxPopCurrent | cuCtxPopCurrent_v2 (pctx: *mut Ctx) {
+        cfg()?;
+        let top = STACK.with(|s| s.borrow_mut().pop()).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        if !pctx.is_null() {
+            out(pctx, top)?;
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetDevice(device: *mut c_int) {
+        out(device, current()?.1 as c_int)
+    }
+
+    fn cuCtxSynchronize() {
+        current().map(|_| ())
+    }
+
+    fn cuCtxGetApiVersion(ctx: Ctx, version: *mut c_uint) {
+        device_of(ctx)?;
+        out(version, 3020)
+    }
+
+    fn cuCtxGetFlags(flags: *mut c_uint) {
+        let (ctx, _) = current()?;
+        let f = registry().live.get(&ctx).map(|i| i.flags).unwrap_or(0);
+        out(flags, f)
+    }
+
+    fn cuCtxSetFlags(flags: c_uint) {
+        let (ctx, _) = current()?;
+        if let Some(info) = registry().live.get_mut(&ctx) {
+            info.flags = flags;
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetId(ctx: Ctx, id: *mut u64) {
+        let ctx = if ctx == 0 { current()?.0 } else { check_live(ctx).map(|_| ctx)? };
+        out(id, ctx as u64)
+    }
+
+    fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {
+        current()?;
+        if !least.is_null() {
+            out(least, 0)?;
+        }
+        if !greatest.is_null() {
+            out(greatest, -5)?;
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetLimit(value: *mut usize, limit: c_int) {
+        current()?;
+        let default = match limit {
+            0 => 1024,           // STACK_SIZE
+            1 => 1 << 20,        // PRINTF_FIFO_SIZE
+            2 => 8 << 20,        // MALLOC_HEAP_SIZE
+            3 => 2,              // DEV_RUNTIME_SYNC_DEPTH
+            4 => 2048,           // DEV_RUNTIME_PENDING_LAUNCH_COUNT
+            5 => 32,             // MAX_L2_FETCH_GRANULARITY
+            6 => 0,              // PERSISTING_L2_CACHE_SIZE
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        };
+        let v = LIMITS.lock().unwrap_or_else(|e| e.into_inner()).get(&limit).copied().unwrap_or(default);
+        out(value, v)
+    }
+
+    fn cuCtxSetLimit(limit: c_int, value: usize) {
+        current()?;
+        if !(0..=6).contains(&limit) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        LIMITS.lock().unwrap_or_else(|e| e.into_inner()).insert(limit, value);
+        Ok(())
+    }
+
+    fn cuCtxGetCacheConfig(config: *mut c_int) {
+        current()?;
+        out(config, 0)
+    }
+
+    fn cuCtxSetCacheConfig(config: c_int) {
+        current()?;
+        let _ = config;
+        Ok(())
+    }
+}

@@ -1,0 +1,147 @@
+//! The FFI edge: result codes, the `exports!` macro that wraps every exported entry point
+//! (no unwinding across the boundary, tracing), and raw-pointer helpers.
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+pub type CUresult = u32;
+/// What an entry point's body returns: Ok(()) is CUDA_SUCCESS.
+pub type CuResult = Result<(), CUresult>;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+static TRACE: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+    std::env::var("FAKECUDA_TRACE").is_ok_and(|v| !v.is_empty() && v != "0")
+});
+
+pub fn tracing() -> bool {
+    *TRACE
+}
+
+/// Writes one `fakecuda:` line to stderr (a single write, so lines of threads don't mix).
+pub fn log(msg: &str) {
+    use std::io::Write as _;
+    let line = format!("fakecuda: {msg}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+thread_local! {
+    /// Output details an entry point adds to its trace line (`note`).
+    static NOTES: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Adds `detail` (e.g. the returned pointer) to the current call's trace line.
+pub fn note(detail: impl FnOnce() -> String) {
+    if tracing() {
+        NOTES.with(|n| {
+            let mut n = n.borrow_mut();
+            let sep = if n.is_empty() { " [" } else { ", " };
+            n.push_str(sep);
+            n.push_str(&detail());
+        });
+    }
+}
+
+/// Runs an entry point body: catches panics (CUDA_ERROR_UNKNOWN), traces name, args, result.
+pub fn call(name: &str, args: impl FnOnce() -> String, body: impl FnOnce() -> CuResult) -> CUresult {
+    let args = if tracing() { Some(args()) } else { None };
+    let res = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => CUDA_SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => {
+            log(&format!("{name}: internal panic, returning CUDA_ERROR_UNKNOWN"));
+            CUDA_ERROR_UNKNOWN
+        }
+    };
+    if let Some(args) = args {
+        let notes = NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()));
+        let notes = if notes.is_empty() { notes } else { notes + "]" };
+        log(&format!("{name}({args}) -> {}{notes}", crate::device::error_name(res).unwrap_or("?")));
+    }
+    res
+}
+
+/// Formats the arguments of a traced call: `a=1, p=0x7f..`.
+pub fn fmt_args(pairs: &[(&str, &dyn std::fmt::Debug)]) -> String {
+    let mut s = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        let _ = write!(s, "{}{k}={v:?}", if i == 0 { "" } else { ", " });
+    }
+    s
+}
+
+/// Defines exported entry points. `fn a | b (args) { body }` exports `a` and `b` with the
+/// same body, which returns `CuResult`. build.rs reads these `fn cu...` lines to know
+/// which exports are implemented, so keep `fn` and the names on one line.
+macro_rules! exports {
+    ($( fn $first:ident $(| $alias:ident)* ( $($args:tt)* ) $body:block )*) => {
+        $( $crate::ffi::exports!(@names [$first $($alias)*] ($($args)*) $body); )*
+    };
+    (@names [$($name:ident)*] $args:tt $body:block) => {
+        $( $crate::ffi::exports!(@one $name $args $body); )*
+    };
+    (@one $name:ident ($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
+        #[unsafe(no_mangle)]
+        #[allow(clippy::missing_safety_doc, unused_unsafe)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::ffi::CUresult {
+            $crate::ffi::call(
+                stringify!($name),
+                || $crate::ffi::fmt_args(&[$((stringify!($arg), &$arg as &dyn std::fmt::Debug)),*]),
+                move || -> $crate::ffi::CuResult { $body },
+            )
+        }
+    };
+}
+pub(crate) use exports;
+
+/// Exports each name as `extern "C" fn() -> CUresult` returning CUDA_ERROR_NOT_SUPPORTED.
+/// A function that ignores its arguments is ABI-safe for any call on x86_64 SysV.
+macro_rules! not_supported_stubs {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[unsafe(no_mangle)]
+            pub extern "C" fn $name() -> $crate::ffi::CUresult {
+                $crate::ffi::call(stringify!($name), || "...".to_string(), || Err($crate::ffi::CUDA_ERROR_NOT_SUPPORTED))
+            }
+        )*
+    };
+}
+pub(crate) use not_supported_stubs;
+
+/// Writes `v` through the caller's output pointer; CUDA_ERROR_INVALID_VALUE when it is NULL.
+pub fn out<T>(p: *mut T, v: T) -> CuResult {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null output pointer supplied by the C caller for a value of this type.
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+/// Reads the caller's input struct; CUDA_ERROR_INVALID_VALUE when the pointer is NULL.
+pub fn inp<T: Copy>(p: *const T) -> Result<T, CUresult> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null input pointer supplied by the C caller for a value of this type.
+    Ok(unsafe { p.read_unaligned() })
+}
+
+/// Reads a NUL-terminated C string from the caller (None for NULL or non-UTF-8).
+pub fn cstr<'a>(p: *const libc::c_char) -> Option<&'a str> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null NUL-terminated string supplied by the C caller.
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_str().ok()
+}

@@ -1,0 +1,218 @@
+//! Streams and events. All work is done synchronously when issued, so streams are always
+//! idle and events complete when recorded.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use once_cell::sync::Lazy;
+
+use crate::context::{Ctx, current};
+use crate::device::cfg;
+use crate::ffi::*;
+use libc::{c_int, c_uint, c_void};
+
+#[derive(Debug, Clone, Copy)]
+struct StreamInfo {
+    ctx: Ctx,
+    dev: usize,
+    flags: c_uint,
+    priority: c_int,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct EventInfo {
+    flags: c_uint,
+    recorded: Option<Instant>,
+}
+
+static STREAMS: Lazy<Mutex<HashMap<usize, StreamInfo>>> = Lazy::new(Default::default);
+static EVENTS: Lazy<Mutex<HashMap<usize, EventInfo>>> = Lazy::new(Default::default);
+
+/// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD.
+const SPECIAL_STREAMS: [usize; 3] = [0, 1, 2];
+
+fn streams() -> std::sync::MutexGuard<'static, HashMap<usize, StreamInfo>> {
+    STREAMS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn events() -> std::sync::MutexGuard<'static, HashMap<usize, EventInfo>> {
+    EVENTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn new_handle() -> usize {
+    Box::into_raw(Box::new(0u64)) as usize
+}
+
+/// The context and device a stream belongs to (the current ones for the default streams).
+pub fn context_of(stream: usize) -> Result<(Ctx, usize), CUresult> {
+    if SPECIAL_STREAMS.contains(&stream) {
+        return current();
+    }
+    cfg()?;
+    streams().get(&stream).map(|s| (s.ctx, s.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
+/// Validates a stream handle.
+pub fn check(stream: usize) -> CuResult {
+    context_of(stream).map(|_| ())
+}
+
+fn create(ph: *mut usize, flags: c_uint, priority: c_int) -> CuResult {
+    let (ctx, dev) = current()?;
+    if ph.is_null() || flags > 1 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = new_handle();
+    streams().insert(h, StreamInfo { ctx, dev, flags, priority: priority.clamp(-5, 0) });
+    note(|| format!("stream={h:#x}"));
+    out(ph, h)
+}
+
+fn event_check(event: usize) -> Result<EventInfo, CUresult> {
+    cfg()?;
+    events().get(&event).copied().ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
+fn record(event: usize, stream: usize) -> CuResult {
+    check(stream)?;
+    events().get_mut(&event).ok_or(CUDA_ERROR_INVALID_HANDLE)?.recorded = Some(Instant::now());
+    Ok(())
+}
+
+fn elapsed(ms: *mut f32, start: usize, end: usize) -> CuResult {
+    let (s, e) = (event_check(start)?, event_check(end)?);
+    if ms.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if (s.flags | e.flags) & 2 != 0 {
+        return Err(CUDA_ERROR_INVALID_HANDLE); // CU_EVENT_DISABLE_TIMING
+    }
+    match (s.recorded, e.recorded) {
+        (Some(a), Some(b)) => {
+            let d = if b >= a { (b - a).as_secs_f32() } else { -(a - b).as_secs_f32() };
+            out(ms, d * 1000.0)
+        }
+        _ => Err(CUDA_ERROR_INVALID_HANDLE),
+    }
+}
+
+type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
+type StreamCallback = Option<unsafe extern "C" fn(usize, u32, *mut c_void)>;
+
+crate::ffi::exports! {
+    fn cuStreamCreate(ph: *mut usize, flags: c_uint) {
+        create(ph, flags, 0)
+    }
+
+    fn cuStreamCreateWithPriority(ph: *mut usize, flags: c_uint, priority: c_int) {
+        create(ph, flags, priority)
+    }
+
+    fn cuStreamDestroy | cuStreamDestroy_v2 (stream: usize) {
+        cfg()?;
+        streams().remove(&stream).map(|_| ()).ok_or(CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    fn cuStreamSynchronize | cuStreamSynchronize_ptsz (stream: usize) {
+        check(stream)
+    }
+
+    fn cuStreamQuery | cuStreamQuery_ptsz (stream: usize) {
+        check(stream)
+    }
+
+    fn cuStreamWaitEvent | cuStreamWaitEvent_ptsz (stream: usize, event: usize, flags: c_uint) {
+        let _ = flags;
+        check(stream)?;
+        event_check(event).map(|_| ())
+    }
+
+    fn cuStreamGetPriority | cuStreamGetPriority_ptsz (stream: usize, priority: *mut c_int) {
+        check(stream)?;
+        out(priority, streams().get(&stream).map(|s| s.priority).unwrap_or(0))
+    }
+
+    fn cuStreamGetFlags | cuStreamGetFlags_ptsz (stream: usize, flags: *mut c_uint) {
+        check(stream)?;
+        out(flags, streams().get(&stream).map(|s| s.flags).unwrap_or(0))
+    }
+
+    fn cuStreamGetCtx | cuStreamGetCtx_ptsz (stream: usize, pctx: *mut Ctx) {
+        out(pctx, context_of(stream)?.0)
+    }
+
+    fn cuStreamGetCtx_v2 | cuStreamGetCtx_v2_ptsz (stream: usize, pctx: *mut Ctx, pgreen: *mut usize) {
+        out(pctx, context_of(stream)?.0)?;
+        if !pgreen.is_null() {
+            out(pgreen, 0)?;
+        }
+        Ok(())
+    }
+
+    fn cuStreamGetDevice | cuStreamGetDevice_ptsz (stream: usize, device: *mut c_int) {
+        out(device, context_of(stream)?.1 as c_int)
+    }
+
+    fn cuStreamGetId | cuStreamGetId_ptsz (stream: usize, id: *mut u64) {
+        check(stream)?;
+        out(id, stream as u64)
+    }
+
+    fn cuLaunchHostFunc | cuLaunchHostFunc_ptsz (stream: usize, func: HostFn, user_data: *mut c_void) {
+        check(stream)?;
+        let f = func.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's host function, called with its own user data as CUDA would.
+        unsafe { f(user_data) };
+        Ok(())
+    }
+
+    fn cuStreamAddCallback | cuStreamAddCallback_ptsz (stream: usize, callback: StreamCallback, user_data: *mut c_void, flags: c_uint) {
+        check(stream)?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let f = callback.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's callback, called with (stream, CUDA_SUCCESS, user data) as CUDA would.
+        unsafe { f(stream, CUDA_SUCCESS, user_data) };
+        Ok(())
+    }
+
+    fn cuEventCreate(ph: *mut usize, flags: c_uint) {
+        cfg()?;
+        current()?;
+        if ph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = new_handle();
+        events().insert(h, EventInfo { flags, recorded: None });
+        note(|| format!("event={h:#x}"));
+        out(ph, h)
+    }
+
+    fn cuEventRecord | cuEventRecord_ptsz (event: usize, stream: usize) {
+        record(event, stream)
+    }
+
+    fn cuEventRecordWithFlags | cuEventRecordWithFlags_ptsz (event: usize, stream: usize, flags: c_uint) {
+        let _ = flags;
+        record(event, stream)
+    }
+
+    fn cuEventSynchronize(event: usize) {
+        event_check(event).map(|_| ())
+    }
+
+    fn cuEventQuery(event: usize) {
+        event_check(event).map(|_| ())
+    }
+
+    fn cuEventDestroy | cuEventDestroy_v2 (event: usize) {
+        cfg()?;
+        events().remove(&event).map(|_| ()).ok_or(CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    fn cuEventElapsedTime | cuEventElapsedTime_v2 (ms: *mut f32, start: usize, end: usize) {
+        elapsed(ms, start, end)
+    }
+}
