@@ -488,6 +488,12 @@ int main(int argc, char **argv) {
     setup(g_cuda, cuInit);
     if (strcmp(mode, "direct") == 0) {
         mode_direct();
+        /* The already linked library's handle answers dlsym with the hooks too. */
+        dlsym_suite(g_cuda, "dlsym(linked libcuda)", 0);
+        dlsym_suite(g_cuda, "dlsym(linked libcuda)-ptsz", 1);
+        dlsym_suite(RTLD_DEFAULT, "dlsym(RTLD_DEFAULT, linked)", 0);
+        check_missing(g_cuda, "linked libcuda");
+        check_unhooked_dlsym(g_cuda, "linked libcuda");
     } else if (strcmp(mode, "procaddr-linked") == 0) {
         getter_t g1 = {"linked cuGetProcAddress", (void *)cuGetProcAddress, 0};
         getter_t g2 = {"linked cuGetProcAddress_v2", (void *)cuGetProcAddress_v2, 1};

@@ -116,7 +116,7 @@ static void misuse(void) {
 
     /* Sizes near SIZE_MAX: refused (by the shim, or by the fake without it), no wrap. */
     const size_t huge[] = {SIZE_MAX, SIZE_MAX - 4095, SIZE_MAX - g_cap / 2, (size_t)1 << 63,
-                           SIZE_MAX / 2 + 1, SIZE_MAX - total + 1};
+                           SIZE_MAX / 2 + 1, SIZE_MAX - g_cap + 1};
     for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
         char label[96];
         size_t before = info_free();

@@ -1,0 +1,330 @@
+//! Every way a program can reach the driver's memory entry points must land in the
+//! shim's hooks: linked symbols, dlopen + dlsym (both library names, RTLD_DEFAULT),
+//! cuGetProcAddress / cuGetProcAddress_v2 at several versions and flags (including
+//! the getters cuGetProcAddress returns for itself). The dlsym override must keep
+//! dlsym's contract for other interposers and plugins, and processes that never use
+//! CUDA must not notice the shim.
+//!
+//! The C programs (tests/c) check their own results and print one "ok"/"FAIL" line
+//! per check. Each is run three times:
+//!   * with the shim, expecting the cap ("capped"): must pass;
+//!   * without the shim, expecting the fake's own figures ("uncapped"): must pass,
+//!     which shows the allocations past the cap succeed on the fake alone;
+//!   * without the shim but expecting the cap: must FAIL, so the checks do depend on
+//!     the shim.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+
+/// common::compile_c and common::fake_lib_dir use per-process temporary names, so two
+/// test threads building the same program (or the links) at once collide: serialize.
+static BUILD_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn build_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    compile_c(name, suffix, extra)
+}
+
+/// Makes the fake's library directory (once, serialized like build_c).
+fn fake_dir_ready() {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    fake_lib_dir();
+}
+
+/// The cap the tests set, and the fake's memory (well above it).
+const CAP: &str = "256Mi";
+const PHYS: &str = "8Gi";
+
+fn intercept_linked() -> PathBuf {
+    build_c("intercept", "-linked", &["-DLINKED", "-lcuda"])
+}
+
+fn intercept_dl() -> PathBuf {
+    build_c("intercept", "-dl", &[])
+}
+
+/// A command for `prog` on the fake with PHYS memory; with the shim and CAP when `shim`.
+fn cmd(prog: &Path, tag: &str, shim: bool) -> (Command, PathBuf) {
+    let stats = scratch(tag).join("stats.json");
+    let mut c = fake_cmd(prog, &stats);
+    c.env("FAKECUDA_TOTAL_MEM", PHYS);
+    if shim {
+        preload(&mut c).env("GPUCAP_LIMIT", CAP);
+    }
+    (c, stats)
+}
+
+/// Panics unless the program passed all its checks, showing its output.
+#[track_caller]
+fn assert_passed(o: &Output, what: &str) {
+    let out = stdout(o);
+    assert!(
+        o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
+        "{what}: {:?}\n--- failed checks\n{}\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
+        o.status,
+        out.lines().filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL")).collect::<Vec<_>>().join("\n"),
+        tail(&out, 40),
+        tail(&stderr(o), 20),
+    );
+    assert_no_crash_noise(o, what);
+}
+
+/// Panics unless the program reported failed checks (the control run).
+#[track_caller]
+fn assert_failed(o: &Output, what: &str) {
+    let out = stdout(o);
+    assert!(
+        !o.status.success() && out.lines().any(|l| l.starts_with("FAIL")),
+        "{what}: expected failed checks without the shim, got {:?}\n{}",
+        o.status,
+        tail(&out, 40)
+    );
+}
+
+#[track_caller]
+fn assert_no_crash_noise(o: &Output, what: &str) {
+    let err = stderr(o);
+    for bad in ["panicked", "RUST_BACKTRACE", "Segmentation", "libother:"] {
+        assert!(!err.contains(bad), "{what}: stderr mentions {bad:?}:\n{}", tail(&err, 40));
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Number of "ok" lines.
+fn oks(o: &Output) -> usize {
+    stdout(o).lines().filter(|l| l.starts_with("ok ")).count()
+}
+
+/// The "addr ..." lines, with the library's name reduced to "libcuda" (dlopen of
+/// libcuda.so and libcuda.so.1 may name the same file either way).
+fn addr_lines(o: &Output) -> Vec<String> {
+    let mut v: Vec<String> = stdout(o)
+        .lines()
+        .filter(|l| l.starts_with("addr "))
+        .map(|l| l.replace("libcuda.so.1+", "libcuda+").replace("libcuda.so+", "libcuda+"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Runs `prog mode` capped with the shim, uncapped without, and capped-expecting
+/// without the shim (must fail). Returns the run with the shim.
+fn three_ways(prog: &Path, mode: &str) -> Output {
+    let tag = format!("intercept-{mode}");
+    let (mut c, _) = cmd(prog, &tag, true);
+    let with = run(c.args([mode, "capped", CAP, PHYS]));
+    assert_passed(&with, &format!("{mode} with the shim"));
+
+    let (mut c, _) = cmd(prog, &tag, false);
+    let without = run(c.args([mode, "uncapped", CAP, PHYS]));
+    assert_passed(&without, &format!("{mode} without the shim (control)"));
+
+    let (mut c, _) = cmd(prog, &tag, false);
+    let control = run(c.args([mode, "capped", CAP, PHYS]));
+    assert_failed(&control, &format!("{mode} without the shim, expecting the cap"));
+
+    assert_eq!(
+        oks(&with),
+        oks(&without),
+        "{mode}: the runs with and without the shim made different numbers of checks"
+    );
+    // Unhooked entry points are the driver's own, at the same offsets either way.
+    assert_eq!(addr_lines(&with), addr_lines(&without), "{mode}: unhooked entry points differ");
+    with
+}
+
+// ---- (a) linked with -lcuda ---------------------------------------------------------
+
+#[test]
+fn linked_symbols_are_capped() {
+    let out = three_ways(&intercept_linked(), "direct");
+    let err = stderr(&out);
+    assert!(err.contains("gpucap: refused cuMemAlloc"), "no refusal line on stderr:\n{err}");
+}
+
+// ---- (b) dlopen + dlsym -------------------------------------------------------------
+
+#[test]
+fn dlsym_on_dlopen_of_libcuda_so_1_is_capped() {
+    three_ways(&intercept_dl(), "dlopen-so1");
+}
+
+#[test]
+fn dlsym_on_dlopen_of_libcuda_so_is_capped() {
+    three_ways(&intercept_dl(), "dlopen-so");
+}
+
+#[test]
+fn dlsym_rtld_default_after_global_dlopen_is_capped() {
+    three_ways(&intercept_dl(), "rtld-default");
+}
+
+// ---- (c) cuGetProcAddress / cuGetProcAddress_v2 -------------------------------------
+
+#[test]
+fn get_proc_address_from_dlsym_is_capped() {
+    let out = three_ways(&intercept_dl(), "procaddr");
+    // 2 getters x 4 versions x 2 flags, plus the getters returned for themselves.
+    assert!(oks(&out) > 500, "suspiciously few checks: {}", oks(&out));
+}
+
+#[test]
+fn get_proc_address_linked_is_capped() {
+    three_ways(&intercept_linked(), "procaddr-linked");
+}
+
+// ---- messages -----------------------------------------------------------------------
+
+fn simple() -> PathBuf {
+    build_c("simple", "", &["-lcuda"])
+}
+
+#[test]
+fn refusal_message_names_call_size_and_cap() {
+    let stats = scratch("refusal").join("stats.json");
+    let mut c = fake_cmd(simple(), &stats);
+    preload(&mut c).env("GPUCAP_LIMIT", "1Gi").env("FAKECUDA_TOTAL_MEM", PHYS);
+    let o = run(c.args(["512Mi", "600Mi"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains(&format!("alloc {} 0\n", 512 * MIB)), "{out}");
+    assert!(out.contains(&format!("alloc {} 2\n", 600 * MIB)), "{out}");
+    assert!(out.contains(&format!("info {} {}\n", 512 * MIB, GIB)), "{out}");
+    let err = stderr(&o);
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("gpucap: refused")).collect::<Vec<_>>(),
+        ["gpucap: refused cuMemAlloc of 600 MiB on GPU 0: 512 MiB of the 1 GiB cap in use"],
+        "stderr:\n{err}"
+    );
+    let s = read_stats(&stats);
+    assert_eq!(s[0].peak_used, 512 * MIB, "the refused 600 MiB reached the driver");
+}
+
+#[test]
+fn invalid_limit_fails_cuinit_with_a_message() {
+    for limit in ["lots", "0=1Gi,0=2Gi", "-1Gi", "150%"] {
+        let stats = scratch("invalid").join("stats.json");
+        let mut c = fake_cmd(simple(), &stats);
+        preload(&mut c).env("GPUCAP_LIMIT", limit);
+        let o = run(c.args(["1Mi"]));
+        assert_ok(&o);
+        assert_eq!(stdout(&o).trim(), "cuInit 800", "GPUCAP_LIMIT={limit}");
+        let err = stderr(&o);
+        assert!(
+            err.lines().any(|l| l.starts_with("gpucap: invalid")),
+            "GPUCAP_LIMIT={limit}: no 'gpucap: invalid' line:\n{err}"
+        );
+    }
+}
+
+// ---- (d) the dlsym override and other interposers ------------------------------------
+
+fn dlsym_compat() -> PathBuf {
+    build_c("dlsym_compat", "", &["-lcuda", "-rdynamic"])
+}
+
+fn libother() -> PathBuf {
+    build_c("libother", ".so", &["-shared", "-fPIC"])
+}
+
+fn liblocal() -> PathBuf {
+    build_c("liblocal", ".so", &["-shared", "-fPIC"])
+}
+
+/// Runs dlsym_compat with LD_PRELOAD = `preloads` (paths joined by spaces).
+fn run_compat(preloads: &[PathBuf], capped: bool, other: bool) -> Output {
+    let prog = dlsym_compat();
+    let local = liblocal();
+    let stats = scratch("dlsym-compat").join("stats.json");
+    let mut c = fake_cmd(&prog, &stats);
+    c.env("FAKECUDA_TOTAL_MEM", PHYS);
+    if !preloads.is_empty() {
+        let list: Vec<String> = preloads.iter().map(|p| p.display().to_string()).collect();
+        c.env("LD_PRELOAD", list.join(" "));
+    }
+    if capped {
+        c.env("GPUCAP_LIMIT", CAP);
+    }
+    run(c.args([
+        if capped { "capped" } else { "uncapped" },
+        CAP,
+        PHYS,
+        local.to_str().unwrap(),
+        if other { "other" } else { "noother" },
+    ]))
+}
+
+#[test]
+fn dlsym_override_keeps_rtld_default_rtld_next_and_dlerror() {
+    // Control: glibc's own dlsym gives what the checks expect.
+    let o = run_compat(&[], false, false);
+    assert_passed(&o, "dlsym_compat without any preload");
+    // With the shim: same answers, and the cap applies.
+    let o = run_compat(&[shim()], true, false);
+    assert_passed(&o, "dlsym_compat with the shim");
+    // Without the shim but expecting the cap: the cap checks fail.
+    let o = run_compat(&[], true, false);
+    assert_failed(&o, "dlsym_compat without the shim, expecting the cap");
+}
+
+#[test]
+fn another_interposer_preloaded_after_the_shim_still_forwards() {
+    let o = run_compat(&[libother()], false, true);
+    assert_passed(&o, "libother alone (control)");
+    let o = run_compat(&[shim(), libother()], true, true);
+    assert_passed(&o, "LD_PRELOAD=\"libgpucap.so libother.so\"");
+}
+
+#[test]
+fn another_interposer_preloaded_before_the_shim_still_forwards() {
+    let o = run_compat(&[libother(), shim()], true, true);
+    assert_passed(&o, "LD_PRELOAD=\"libother.so libgpucap.so\"");
+    let out = stdout(&o);
+    // The program's cuMemGetInfo_v2 went to libother first, whose RTLD_NEXT must reach
+    // the shim's hook (the next definition) — the capped total proves it did.
+    assert!(
+        out.contains("libother saw 1 cuMemGetInfo_v2 calls") || out.contains("libother saw 2 cuMemGetInfo_v2 calls"),
+        "libother's wrapper did not run:\n{out}"
+    );
+}
+
+// ---- (e) processes that never use CUDA ----------------------------------------------
+
+#[test]
+fn non_cuda_processes_are_silent() {
+    fake_dir_ready();
+    let limits: [Option<&str>; 7] =
+        [None, Some("1Gi"), Some("50%"), Some("0=1Gi,1=2Gi"), Some("garbage"), Some("0=1Gi,0=1Gi"), Some("")];
+    for limit in limits {
+        for argv in [&["/bin/true"][..], &["sh", "-c", "echo hi"][..]] {
+            let stats = scratch("silent").join("stats.json");
+            let mut c = fake_cmd(argv[0], &stats);
+            c.args(&argv[1..]);
+            preload(&mut c);
+            if let Some(l) = limit {
+                c.env("GPUCAP_LIMIT", l);
+            }
+            let o = run(&mut c);
+            let what = format!("{argv:?} with GPUCAP_LIMIT={limit:?}");
+            assert!(o.status.success(), "{what}: {:?}\n{}", o.status, stderr(&o));
+            assert_eq!(stderr(&o), "", "{what}: stderr must be empty");
+            let expected = if argv[0] == "sh" { "hi\n" } else { "" };
+            assert_eq!(stdout(&o), expected, "{what}");
+        }
+    }
+    // An unknown GPUCAP_ variable is a configuration error too: still silent.
+    let stats = scratch("silent").join("stats.json");
+    let mut c = fake_cmd("/bin/true", &stats);
+    preload(&mut c).env("GPUCAP_NO_SUCH_SETTING", "1");
+    let o = run(&mut c);
+    assert!(o.status.success());
+    assert_eq!(stderr(&o), "");
+}

@@ -1,0 +1,215 @@
+//! The ledger under stress and misuse: concurrent allocation, wrong frees, absurd
+//! sizes, allocations the driver refuses, fork(), VMM handles, per-device caps.
+//!
+//! The C programs (tests/c) check their own results ("ok"/"FAIL" lines, exit status);
+//! this side adds the fake driver's view (its stats file: what it really handed out)
+//! and compares with runs without the shim where that shows something.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+
+/// common::compile_c and common::fake_lib_dir use per-process temporary names, so two
+/// test threads building the same program (or the links) at once collide: serialize.
+fn build_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    compile_c(name, suffix, extra)
+}
+
+#[track_caller]
+fn assert_passed(o: &Output, what: &str) {
+    let out = stdout(o);
+    assert!(
+        o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
+        "{what}: {:?}\n--- failed checks\n{}\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
+        o.status,
+        out.lines().filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL") || l.starts_with("error")).collect::<Vec<_>>().join("\n"),
+        tail(&out, 40),
+        tail(&stderr(o), 20),
+    );
+    let err = stderr(o);
+    assert!(!err.contains("panicked"), "{what}: a panic on stderr:\n{err}");
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A command on the fake (with `total` memory per device) with the shim and `limit`.
+fn capped(prog: &Path, tag: &str, total: &str, limit: &str) -> (Command, PathBuf) {
+    let stats = scratch(tag).join("stats.json");
+    let mut c = fake_cmd(prog, &stats);
+    c.env("FAKECUDA_TOTAL_MEM", total);
+    preload(&mut c).env("GPUCAP_LIMIT", limit);
+    (c, stats)
+}
+
+/// The same without the shim.
+fn uncapped(prog: &Path, tag: &str, total: &str) -> (Command, PathBuf) {
+    let stats = scratch(tag).join("stats.json");
+    let mut c = fake_cmd(prog, &stats);
+    c.env("FAKECUDA_TOTAL_MEM", total);
+    (c, stats)
+}
+
+/// `key=value` from a line of "k=v k=v" pairs.
+fn field(out: &str, key: &str) -> u64 {
+    out.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in output:\n{out}"))
+}
+
+// ---- concurrency --------------------------------------------------------------------
+
+#[test]
+fn concurrent_alloc_free_never_exceeds_the_cap() {
+    let prog = build_c("stress", "", &["-lcuda"]);
+    const CAP: u64 = 256 * MIB;
+    for seed in ["1", "2"] {
+        let (mut c, stats) = capped(&prog, "stress", "8Gi", "256Mi");
+        let o = run(c.args(["256Mi", "16", "3000", seed, "40Mi"]));
+        assert_passed(&o, "stress with the shim");
+        let out = stdout(&o);
+        let line = out.lines().find(|l| l.starts_with("allocs=")).expect("counts line");
+        eprintln!("seed {seed}, with the shim: {line}");
+        let (allocs, refused, frees) = (field(line, "allocs"), field(line, "refused"), field(line, "frees"));
+        assert!(allocs > 1000, "too few allocations succeeded: {line}");
+        assert!(refused > 100, "the cap was not contended (no refusals): {line}");
+        assert_eq!(allocs, frees);
+
+        let s = read_stats(&stats);
+        eprintln!("fake driver: {:?}", s[0]);
+        assert!(
+            s[0].peak_used <= CAP,
+            "the driver had {} bytes out at once, over the {CAP}-byte cap",
+            s[0].peak_used
+        );
+        assert_eq!(s[0].final_used, 0, "memory still allocated in the driver at exit");
+        assert_eq!(s[0].alloc_calls, allocs, "allocations the driver saw vs the program's count");
+        assert_eq!(s[0].free_calls, frees);
+    }
+
+    // Control: the same load without the shim goes past the cap, so the cap is what held it.
+    let (mut c, stats) = uncapped(&prog, "stress-control", "8Gi");
+    let o = run(c.args(["8Gi", "16", "3000", "1", "40Mi"]));
+    let out = stdout(&o);
+    eprintln!("without the shim: {}", out.lines().find(|l| l.starts_with("allocs=")).unwrap_or("?"));
+    let s = read_stats(&stats);
+    assert!(s[0].peak_used > CAP, "the load never needed more than the cap: {:?}", s[0]);
+}
+
+// ---- misuse -------------------------------------------------------------------------
+
+/// The "rc <label> <code>" lines.
+fn rc_lines(o: &Output) -> Vec<String> {
+    stdout(o).lines().filter(|l| l.starts_with("rc ")).map(str::to_string).collect()
+}
+
+#[test]
+fn misuse_gets_the_drivers_errors_and_leaves_the_ledger_alone() {
+    let prog = build_c("misuse", "", &["-lcuda"]);
+    let (mut c, stats) = capped(&prog, "misuse", "8Gi", "1Gi");
+    let with = run(c.args(["misuse", "capped", "1Gi", "8Gi"]));
+    assert_passed(&with, "misuse with the shim");
+    let s = read_stats(&stats);
+    assert_eq!(s[0].final_used, 0);
+    assert!(s[0].peak_used <= GIB);
+
+    let (mut c, _) = uncapped(&prog, "misuse", "8Gi");
+    let without = run(c.args(["misuse", "uncapped", "1Gi", "8Gi"]));
+    assert_passed(&without, "misuse without the shim (control)");
+
+    // The shim hands back exactly the driver's error codes.
+    let (a, b) = (rc_lines(&with), rc_lines(&without));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        let label = x.rsplit_once(' ').unwrap().0;
+        // Sizes the fake itself refuses (past its memory) are OUT_OF_MEMORY either way;
+        // everything else must be the very same code.
+        assert_eq!(x, y, "{label}: the shim's answer differs from the driver's");
+    }
+}
+
+#[test]
+fn allocations_the_driver_refuses_are_not_charged() {
+    let prog = build_c("misuse", "", &["-lcuda"]);
+    let (mut c, stats) = capped(&prog, "rollback", "2Gi", "4Gi");
+    let o = run(c.args(["rollback", "capped", "4Gi", "2Gi"]));
+    assert_passed(&o, "rollback with the shim (FAKECUDA_TOTAL_MEM=2Gi, GPUCAP_LIMIT=4Gi)");
+    let s = read_stats(&stats);
+    assert_eq!(s[0].final_used, 0);
+    // The shim did not refuse these itself (they were within its cap).
+    assert!(
+        !stderr(&o).contains("gpucap: refused"),
+        "the shim refused allocations within its cap:\n{}",
+        stderr(&o)
+    );
+
+    let (mut c, _) = uncapped(&prog, "rollback", "2Gi");
+    let o = run(c.args(["rollback", "uncapped", "4Gi", "2Gi"]));
+    assert_passed(&o, "rollback without the shim (control)");
+}
+
+// ---- fork ---------------------------------------------------------------------------
+
+#[test]
+fn forked_children_that_skip_cuda_exit_cleanly() {
+    let prog = build_c("fork", "", &["-lcuda"]);
+    let (mut c, stats) = capped(&prog, "fork", "8Gi", "256Mi");
+    let o = run(c.arg("256Mi"));
+    assert_passed(&o, "fork with the shim");
+    assert_eq!(stderr(&o), "", "stderr must be empty");
+    // The parent exits last, so the stats are the parent's.
+    let s = read_stats(&stats);
+    assert_eq!(s[0].final_used, 0);
+    assert!(s[0].peak_used <= 256 * MIB);
+}
+
+// ---- several devices ----------------------------------------------------------------
+
+fn multidev() -> PathBuf {
+    build_c("multidev", "", &["-lcuda"])
+}
+
+#[test]
+fn mem_create_is_counted_by_handle_on_its_location() {
+    let (mut c, stats) = capped(&multidev(), "vmm", "8Gi", "0=64Mi,1=1Gi");
+    c.env("FAKECUDA_DEVICES", "2");
+    let o = run(c.args(["vmm", "64Mi", "1Gi"]));
+    assert_passed(&o, "vmm with the shim");
+    let s = read_stats(&stats);
+    assert_eq!(s.len(), 2);
+    assert!(s[0].peak_used <= 64 * MIB, "GPU 0 over its cap in the driver: {:?}", s[0]);
+    assert_eq!(s[1].peak_used, 512 * MIB, "GPU 1: {:?}", s[1]);
+    assert_eq!((s[0].final_used, s[1].final_used), (0, 0));
+
+    // Without the shim the refusals do not happen.
+    let (mut c, _) = uncapped(&multidev(), "vmm", "8Gi");
+    c.env("FAKECUDA_DEVICES", "2");
+    let o = run(c.args(["vmm", "64Mi", "1Gi"]));
+    assert!(!o.status.success(), "vmm passed without the shim:\n{}", stdout(&o));
+}
+
+#[test]
+fn each_device_has_its_own_cap() {
+    let (mut c, stats) = capped(&multidev(), "perdevice", "8Gi", "0=256Mi,1=1Gi");
+    c.env("FAKECUDA_DEVICES", "2");
+    let o = run(c.args(["perdevice", "256Mi", "1Gi"]));
+    assert_passed(&o, "perdevice with the shim");
+    let s = read_stats(&stats);
+    assert_eq!(s.len(), 2);
+    assert_eq!(s[0].peak_used, 256 * MIB, "GPU 0: {:?}", s[0]);
+    assert_eq!(s[1].peak_used, GIB, "GPU 1: {:?}", s[1]);
+    assert_eq!((s[0].final_used, s[1].final_used), (0, 0));
+
+    let (mut c, _) = uncapped(&multidev(), "perdevice", "8Gi");
+    c.env("FAKECUDA_DEVICES", "2");
+    let o = run(c.args(["perdevice", "256Mi", "1Gi"]));
+    assert!(!o.status.success(), "perdevice passed without the shim:\n{}", stdout(&o));
+}
