@@ -40,11 +40,10 @@ fn main() {
             let Some(paren) = rest.find('(') else { continue };
             let names = format!("cu{}", &rest[..paren]);
             for name in names.split('|').map(str::trim) {
-                if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !name.is_empty() {
-                    if let Some(prev) = implemented.insert(name.to_string(), module.clone()) {
+                if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !name.is_empty()
+                    && let Some(prev) = implemented.insert(name.to_string(), module.clone()) {
                         panic!("{name} implemented twice ({prev} and {module})");
                     }
-                }
             }
         }
     }

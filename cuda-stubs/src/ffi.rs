@@ -71,11 +71,52 @@ pub fn call(name: &str, args: impl FnOnce() -> String, body: impl FnOnce() -> Cu
     res
 }
 
+/// How an argument shows in a trace line: sizes and small integers in decimal, other large
+/// integers (device pointers, handles) and pointers in hex.
+pub trait TraceArg {
+    fn trace(&self, s: &mut String, decimal: bool);
+}
+
+macro_rules! trace_int {
+    ($($t:ty),*) => {$(
+        impl TraceArg for $t {
+            fn trace(&self, s: &mut String, decimal: bool) {
+                let v = *self as i128;
+                let large = !decimal && !(0..=0xffff).contains(&v);
+                let _ = if large { write!(s, "{:#x}", self) } else { write!(s, "{}", self) };
+            }
+        }
+    )*};
+}
+trace_int!(u8, u16, u32, u64, usize, i32, i64);
+
+impl<T> TraceArg for *const T {
+    fn trace(&self, s: &mut String, _decimal: bool) {
+        let _ = write!(s, "{self:p}");
+    }
+}
+
+impl<T> TraceArg for *mut T {
+    fn trace(&self, s: &mut String, _decimal: bool) {
+        let _ = write!(s, "{self:p}");
+    }
+}
+
+impl<T> TraceArg for Option<T> {
+    fn trace(&self, s: &mut String, _decimal: bool) {
+        s.push_str(if self.is_some() { "fn" } else { "NULL" });
+    }
+}
+
 /// Formats the arguments of a traced call: `a=1, p=0x7f..`.
-pub fn fmt_args(pairs: &[(&str, &dyn std::fmt::Debug)]) -> String {
+pub fn fmt_args(pairs: &[(&str, &dyn TraceArg)]) -> String {
     let mut s = String::new();
     for (i, (k, v)) in pairs.iter().enumerate() {
-        let _ = write!(s, "{}{k}={v:?}", if i == 0 { "" } else { ", " });
+        s.push_str(if i == 0 { "" } else { ", " });
+        s.push_str(k);
+        s.push('=');
+        let is_size = ["size", "bytes", "count", "width", "height", "pitch", "len"].iter().any(|w| k.contains(w));
+        v.trace(&mut s, is_size || *k == "n");
     }
     s
 }
@@ -96,7 +137,7 @@ macro_rules! exports {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::ffi::CUresult {
             $crate::ffi::call(
                 stringify!($name),
-                || $crate::ffi::fmt_args(&[$((stringify!($arg), &$arg as &dyn std::fmt::Debug)),*]),
+                || $crate::ffi::fmt_args(&[$((stringify!($arg), &$arg as &dyn $crate::ffi::TraceArg)),*]),
                 move || -> $crate::ffi::CuResult { $body },
             )
         }

@@ -277,7 +277,7 @@ fn dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult {
 fn fill<E: Copy>(dst: CUdeviceptr, pitch: usize, value: E, width: usize, height: usize) -> CuResult {
     cfg()?;
     let esz = std::mem::size_of::<E>();
-    if dst as usize % esz != 0 || pitch % esz != 0 {
+    if !(dst as usize).is_multiple_of(esz) || !pitch.is_multiple_of(esz) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let row = width.checked_mul(esz).ok_or(CUDA_ERROR_INVALID_VALUE)?;

@@ -63,7 +63,7 @@ impl Table {
     /// by `version` too.
     pub fn resolve(&self, base: &str, version: i32, flags: u64) -> Resolution {
         let Some(variants) = self.bases.get(base) else { return Resolution::NotFound };
-        let Some(default) = variants.iter().filter(|v| !v.per_thread && v.since <= version).last() else {
+        let Some(default) = variants.iter().rfind(|v| !v.per_thread && v.since <= version) else {
             return Resolution::VersionNotSufficient;
         };
         if flags & PER_THREAD_DEFAULT_STREAM != 0 {

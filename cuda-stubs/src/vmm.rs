@@ -295,7 +295,7 @@ crate::ffi::exports! {
         cfg()?;
         let prop = inp(prop)?;
         let dev = check_alloc_prop(&prop)?;
-        if handle.is_null() || flags != 0 || size == 0 || size % GRANULARITY != 0 {
+        if handle.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let ledger = ledger()?;
@@ -362,7 +362,7 @@ crate::ffi::exports! {
     fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, addr: CUdeviceptr, flags: u64) {
         cfg()?;
         let page = page_size();
-        if ptr.is_null() || flags != 0 || size == 0 || size % page != 0 || (alignment != 0 && !alignment.is_power_of_two()) {
+        if ptr.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(page) || (alignment != 0 && !alignment.is_power_of_two()) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let align = alignment.max(GRANULARITY);
@@ -419,7 +419,7 @@ crate::ffi::exports! {
         let (fd, psize, dev) = v.phys.get(&handle).map(|p| (p.fd, p.size, p.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let page = page_size();
         let fits = offset.checked_add(size).is_some_and(|e| e <= psize);
-        if flags != 0 || size == 0 || !fits || ptr % page != 0 || offset % page != 0 || size % page != 0 {
+        if flags != 0 || size == 0 || !fits || !ptr.is_multiple_of(page) || !offset.is_multiple_of(page) || !size.is_multiple_of(page) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         v.reservation_of(ptr, size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
