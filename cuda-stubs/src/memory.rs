@@ -216,6 +216,7 @@ pub fn free_all_of_context(ctx: Ctx) {
     for (p, a) in victims {
         release(p, a, ledger, false);
     }
+    crate::array::free_all_of_context(ctx);
 }
 
 /// The linear allocation containing `ptr`: (base, allocation).

@@ -172,7 +172,7 @@ mod tests {
             assert!(crate::generated::export_address(e).is_some(), "{e}");
         }
         let a = crate::generated::export_address("cuMemAlloc_v2").unwrap();
-        assert_eq!(a, crate::memory::cuMemAlloc_v2 as usize);
+        assert_eq!(a, crate::memory::cuMemAlloc_v2 as *const () as usize);
     }
 
     /// Replays what real clients asked (shared/reference/procaddr/*.txt).
