@@ -180,7 +180,11 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "gpucap: invalid {}={:?}: {}", self.var, self.value, self.reason)?;
+        write!(
+            f,
+            "gpucap: invalid {}={:?}: {}",
+            self.var, self.value, self.reason
+        )?;
         if !self.accepted.is_empty() {
             write!(f, "; accepted: {}", self.accepted)?;
         }
@@ -194,10 +198,7 @@ impl std::error::Error for ConfigError {}
 fn is_decimal(s: &str) -> bool {
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
     let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
-    !(int.is_empty() && frac.is_empty())
-        && digits(int)
-        && digits(frac)
-        && !(s.ends_with('.'))
+    !(int.is_empty() && frac.is_empty()) && digits(int) && digits(frac) && !(s.ends_with('.'))
 }
 
 const ZERO_CAP: &str = "a cap of 0 bytes would make every allocation fail, which is almost \
@@ -296,10 +297,7 @@ pub fn parse_limit_spec(value: &str) -> Result<LimitSpec, String> {
             }
         };
         if item.is_empty() {
-            return Err(format!(
-                "item {} is empty (stray comma?)",
-                i + 1
-            ));
+            return Err(format!("item {} is empty (stray comma?)", i + 1));
         }
         match item.split_once('=') {
             Some((k, v)) => {
@@ -524,7 +522,10 @@ mod tests {
         );
         // The default may come anywhere; whitespace is trimmed everywhere.
         assert_eq!(spec(" 1 = 8Gi , 4Gi "), spec("4Gi,1=8Gi"));
-        assert_eq!(spec("63=1Gi").devices, vec![(DeviceKey::Ordinal(63), Limit::Bytes(GI))]);
+        assert_eq!(
+            spec("63=1Gi").devices,
+            vec![(DeviceKey::Ordinal(63), Limit::Bytes(GI))]
+        );
         assert_eq!(spec("0=0.25").devices[0].1, Limit::Fraction(0.25));
     }
 
@@ -699,7 +700,10 @@ mod tests {
             assert!(e.to_string().contains(known));
         }
         // Case matters: GPUCAP_limit is not GPUCAP_LIMIT.
-        assert_eq!(vars(&[("GPUCAP_limit", "8Gi")]).unwrap_err().var, "GPUCAP_limit");
+        assert_eq!(
+            vars(&[("GPUCAP_limit", "8Gi")]).unwrap_err().var,
+            "GPUCAP_limit"
+        );
         assert_eq!(vars(&[("GPUCAP_", "x")]).unwrap_err().var, "GPUCAP_");
         // Only the GPUCAP_ prefix is ours.
         assert!(vars(&[("GPUCAPLIMIT", "x"), ("gpucap_limit", "x")]).is_ok());
@@ -727,7 +731,10 @@ mod tests {
         ] {
             let e = vars(&[(var, value)]).unwrap_err();
             assert_eq!((e.var.as_str(), e.value.as_str()), (var, value));
-            assert!(e.to_string().starts_with(&format!("gpucap: invalid {var}=")));
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("gpucap: invalid {var}="))
+            );
         }
     }
 
@@ -758,7 +765,8 @@ mod tests {
         let e = from_vars([(name, OsStr::new("1"))]).unwrap_err();
         assert_eq!(e.var, "GPUCAP_\u{fffd}");
         // OsString pairs work too.
-        let owned: Vec<(OsString, OsString)> = vec![(OsString::from("GPUCAP_LOG"), OsString::from("off"))];
+        let owned: Vec<(OsString, OsString)> =
+            vec![(OsString::from("GPUCAP_LOG"), OsString::from("off"))];
         assert_eq!(from_vars(owned).unwrap().log, LogLevel::Off);
     }
 }

@@ -134,7 +134,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     }
     match scale(int, frac, mult) {
         Some(b) => Ok(b),
-        None => fail(format!("{s:?} is too large (the most is {} bytes)", u64::MAX)),
+        None => fail(format!(
+            "{s:?} is too large (the most is {} bytes)",
+            u64::MAX
+        )),
     }
 }
 

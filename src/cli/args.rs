@@ -84,7 +84,9 @@ where
             if s.starts_with("--limit") || s.starts_with("--log") {
                 Err(usage(
                     Topic::General,
-                    format!("unknown option '{s}' (options go after the command: gpucap run {s} ...)"),
+                    format!(
+                        "unknown option '{s}' (options go after the command: gpucap run {s} ...)"
+                    ),
                 ))
             } else if s.starts_with('-') {
                 Err(usage(Topic::General, format!("unknown option '{s}'")))
@@ -108,7 +110,10 @@ fn parse_help(mut args: impl Iterator<Item = OsString>) -> Result<Command, Usage
             _ => {
                 return Err(usage(
                     Topic::General,
-                    format!("no help for '{}' (try: help run, help check)", t.to_string_lossy()),
+                    format!(
+                        "no help for '{}' (try: help run, help check)",
+                        t.to_string_lossy()
+                    ),
                 ));
             }
         },
@@ -116,7 +121,10 @@ fn parse_help(mut args: impl Iterator<Item = OsString>) -> Result<Command, Usage
     if let Some(extra) = args.next() {
         return Err(usage(
             topic,
-            format!("unexpected argument '{}' after help", extra.to_string_lossy()),
+            format!(
+                "unexpected argument '{}' after help",
+                extra.to_string_lossy()
+            ),
         ));
     }
     Ok(Command::Help(topic))
@@ -161,19 +169,29 @@ fn parse_option(
     let value = match inline {
         Some(v) => {
             if arg.to_str().is_none() {
-                return Err(usage(topic, format!("the value of {name} is not valid UTF-8")));
+                return Err(usage(
+                    topic,
+                    format!("the value of {name} is not valid UTF-8"),
+                ));
             }
             v.to_string()
         }
         None => {
-            let what = if name == "--limit" { "SPEC (e.g. 8Gi)" } else { "LEVEL" };
+            let what = if name == "--limit" {
+                "SPEC (e.g. 8Gi)"
+            } else {
+                "LEVEL"
+            };
             let Some(v) = rest.next() else {
                 return Err(usage(topic, format!("{name} needs a value: {name} {what}")));
             };
             match v.into_string() {
                 Ok(v) => v,
                 Err(_) => {
-                    return Err(usage(topic, format!("the value of {name} is not valid UTF-8")));
+                    return Err(usage(
+                        topic,
+                        format!("the value of {name} is not valid UTF-8"),
+                    ));
                 }
             }
         }
@@ -342,9 +360,14 @@ mod tests {
 
     #[test]
     fn run_forms() {
-        assert_eq!(p(&["run", "python", "x.py"]), Ok(run(None, None, "python", &["x.py"])));
         assert_eq!(
-            p(&["run", "--limit", "8Gi", "--log", "debug", "python", "-m", "t"]),
+            p(&["run", "python", "x.py"]),
+            Ok(run(None, None, "python", &["x.py"]))
+        );
+        assert_eq!(
+            p(&[
+                "run", "--limit", "8Gi", "--log", "debug", "python", "-m", "t"
+            ]),
             Ok(run(Some("8Gi"), Some("debug"), "python", &["-m", "t"]))
         );
         assert_eq!(
@@ -357,11 +380,20 @@ mod tests {
             Ok(run(None, None, "prog", &["--limit", "1Gi", "--"]))
         );
         // After --, a leading dash is CMD's.
-        assert_eq!(p(&["run", "--", "-weird", "a"]), Ok(run(None, None, "-weird", &["a"])));
+        assert_eq!(
+            p(&["run", "--", "-weird", "a"]),
+            Ok(run(None, None, "-weird", &["a"]))
+        );
         // An empty --limit value is passed on, for config to reject with its message.
-        assert_eq!(p(&["run", "--limit=", "x"]), Ok(run(Some(""), None, "x", &[])));
+        assert_eq!(
+            p(&["run", "--limit=", "x"]),
+            Ok(run(Some(""), None, "x", &[]))
+        );
         // A value that looks like an option is still the value.
-        assert_eq!(p(&["run", "--log", "-x", "y"]), Ok(run(None, Some("-x"), "y", &[])));
+        assert_eq!(
+            p(&["run", "--log", "-x", "y"]),
+            Ok(run(None, Some("-x"), "y", &[]))
+        );
     }
 
     #[test]
@@ -386,12 +418,33 @@ mod tests {
         assert_eq!(e.topic, Topic::Run);
         assert!(e.message.contains("no command to run"));
         assert!(err(&["run", "--"]).message.contains("no command to run"));
-        assert!(err(&["run", "--limit", "8Gi"]).message.contains("no command to run"));
-        assert!(err(&["run", "--limit"]).message.contains("--limit needs a value"));
-        assert!(err(&["run", "--log"]).message.contains("--log needs a value"));
-        assert_eq!(err(&["run", "--lmit", "8Gi", "x"]).message, "unknown option '--lmit'");
-        assert_eq!(err(&["run", "--lmit=8Gi", "x"]).message, "unknown option '--lmit'");
-        assert_eq!(err(&["run", "-l", "8Gi", "x"]).message, "unknown option '-l'");
+        assert!(
+            err(&["run", "--limit", "8Gi"])
+                .message
+                .contains("no command to run")
+        );
+        assert!(
+            err(&["run", "--limit"])
+                .message
+                .contains("--limit needs a value")
+        );
+        assert!(
+            err(&["run", "--log"])
+                .message
+                .contains("--log needs a value")
+        );
+        assert_eq!(
+            err(&["run", "--lmit", "8Gi", "x"]).message,
+            "unknown option '--lmit'"
+        );
+        assert_eq!(
+            err(&["run", "--lmit=8Gi", "x"]).message,
+            "unknown option '--lmit'"
+        );
+        assert_eq!(
+            err(&["run", "-l", "8Gi", "x"]).message,
+            "unknown option '-l'"
+        );
         assert!(
             err(&["run", "--limit", "1Gi", "--limit", "2Gi", "x"])
                 .message
@@ -402,7 +455,12 @@ mod tests {
 
     #[test]
     fn check_forms() {
-        assert_eq!(p(&["check"]), Ok(Command::Check { overrides: Overrides::default() }));
+        assert_eq!(
+            p(&["check"]),
+            Ok(Command::Check {
+                overrides: Overrides::default()
+            })
+        );
         assert_eq!(
             p(&["check", "--limit", "50%", "--log=off"]),
             Ok(Command::Check {
@@ -416,7 +474,10 @@ mod tests {
         let e = err(&["check", "extra"]);
         assert_eq!(e.topic, Topic::Check);
         assert!(e.message.contains("unexpected argument 'extra'"));
-        assert_eq!(err(&["check", "--bogus"]).message, "unknown option '--bogus'");
+        assert_eq!(
+            err(&["check", "--bogus"]).message,
+            "unknown option '--bogus'"
+        );
         assert!(err(&["check", "--limit"]).message.contains("needs a value"));
     }
 
@@ -428,19 +489,38 @@ mod tests {
         assert_eq!(p(&["help", "run"]), Ok(Command::Help(Topic::Run)));
         assert_eq!(p(&["help", "check"]), Ok(Command::Help(Topic::Check)));
         assert_eq!(p(&["run", "-h"]), Ok(Command::Help(Topic::Run)));
-        assert_eq!(p(&["run", "--limit", "1Gi", "--help", "x"]), Ok(Command::Help(Topic::Run)));
+        assert_eq!(
+            p(&["run", "--limit", "1Gi", "--help", "x"]),
+            Ok(Command::Help(Topic::Run))
+        );
         assert_eq!(p(&["--version"]), Ok(Command::Version));
         assert_eq!(p(&["-V"]), Ok(Command::Version));
         assert_eq!(p(&["version"]), Ok(Command::Version));
-        assert!(err(&["help", "nope"]).message.contains("no help for 'nope'"));
-        assert!(err(&["help", "run", "x"]).message.contains("unexpected argument"));
+        assert!(
+            err(&["help", "nope"])
+                .message
+                .contains("no help for 'nope'")
+        );
+        assert!(
+            err(&["help", "run", "x"])
+                .message
+                .contains("unexpected argument")
+        );
     }
 
     #[test]
     fn top_level_errors() {
         assert_eq!(err(&[]).message, "no command given");
-        assert!(err(&["frobnicate"]).message.starts_with("unknown command 'frobnicate'"));
-        assert!(err(&["--limit", "8Gi"]).message.starts_with("unknown option '--limit' (options go"));
+        assert!(
+            err(&["frobnicate"])
+                .message
+                .starts_with("unknown command 'frobnicate'")
+        );
+        assert!(
+            err(&["--limit", "8Gi"])
+                .message
+                .starts_with("unknown option '--limit' (options go")
+        );
         assert_eq!(err(&["-x"]).message, "unknown option '-x'");
     }
 

@@ -56,7 +56,8 @@ fn sym(handle: *mut c_void, name: &CStr) -> Option<*mut c_void> {
 pub fn probe() -> Probe {
     // SAFETY: dlopen with a NUL-terminated name; the handle is never closed, so the
     // function pointers below stay valid for the life of the process.
-    let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    let handle =
+        unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
         return Probe::NoDriver(dlerror_text());
     }
@@ -66,10 +67,7 @@ pub fn probe() -> Probe {
                 // SAFETY: the driver API's documented signature for this symbol.
                 Some(p) => unsafe { std::mem::transmute::<*mut c_void, $ty>(p) },
                 None => {
-                    return Probe::Failed(format!(
-                        "the driver has no {}",
-                        $name.to_string_lossy()
-                    ))
+                    return Probe::Failed(format!("the driver has no {}", $name.to_string_lossy()))
                 }
             }
         };

@@ -76,7 +76,10 @@ pub fn apply_overrides(
         .into_iter()
         .filter(|(k, _)| !set.iter().any(|(name, _)| k == name))
         .collect();
-    out.extend(set.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+    out.extend(
+        set.iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
     out
 }
 
@@ -84,7 +87,9 @@ pub fn apply_overrides(
 /// the one `config::from_vars` validates).
 pub fn dedup_first(vars: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)> {
     let mut seen = std::collections::HashSet::new();
-    vars.into_iter().filter(|(k, _)| seen.insert(k.clone())).collect()
+    vars.into_iter()
+        .filter(|(k, _)| seen.insert(k.clone()))
+        .collect()
 }
 
 /// Sets `name` to `value` in `vars`, in place of any earlier value.
@@ -95,7 +100,9 @@ fn set_var(vars: &mut Vec<(OsString, OsString)>, name: &str, value: OsString) {
 
 /// The first value of `name` in `vars` (as getenv would find it).
 fn lookup<'a>(vars: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
-    vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_os_str())
+    vars.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_os_str())
 }
 
 /// A ConfigError about a variable that a flag set names the flag instead
@@ -165,7 +172,10 @@ pub fn exec_failure(program: &OsStr, err: &io::Error) -> (i32, String) {
             (EXIT_NOT_FOUND, format!("gpucap: {name}: command not found"))
         }
         io::ErrorKind::NotFound => (EXIT_NOT_FOUND, format!("gpucap: {name}: {err}")),
-        _ => (EXIT_CANNOT_EXECUTE, format!("gpucap: {name}: cannot execute: {err}")),
+        _ => (
+            EXIT_CANNOT_EXECUTE,
+            format!("gpucap: {name}: cannot execute: {err}"),
+        ),
     }
 }
 
@@ -208,7 +218,9 @@ mod tests {
     use super::*;
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
-        v.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect()
+        v.iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
     }
 
     #[test]
@@ -225,7 +237,11 @@ mod tests {
         };
         assert_eq!(
             apply_overrides(env.clone(), &o),
-            pairs(&[("PATH", "/bin"), ("GPUCAP_LOG", "info"), ("GPUCAP_LIMIT", "8Gi")])
+            pairs(&[
+                ("PATH", "/bin"),
+                ("GPUCAP_LOG", "info"),
+                ("GPUCAP_LIMIT", "8Gi")
+            ])
         );
         assert_eq!(apply_overrides(env.clone(), &Overrides::default()), env);
         // The flag is what gets validated: a bad variable is overridden by a good flag...
@@ -248,7 +264,10 @@ mod tests {
         };
         let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
         let line = blame_flag(e, &o).to_string();
-        assert!(line.starts_with("gpucap: invalid --limit=\"150%\": a percentage"), "{line}");
+        assert!(
+            line.starts_with("gpucap: invalid --limit=\"150%\": a percentage"),
+            "{line}"
+        );
         // A variable the flags did not set keeps its name.
         let o = Overrides {
             limit: Some("8Gi".into()),
@@ -256,7 +275,10 @@ mod tests {
         };
         let e = config::from_vars(apply_overrides(pairs(&[("GPUCAP_LOG", "loud")]), &o));
         let line = blame_flag(e.unwrap_err(), &o).to_string();
-        assert!(line.starts_with("gpucap: invalid GPUCAP_LOG=\"loud\""), "{line}");
+        assert!(
+            line.starts_with("gpucap: invalid GPUCAP_LOG=\"loud\""),
+            "{line}"
+        );
         let o = Overrides {
             limit: None,
             log: Some("loud".into()),
@@ -269,9 +291,15 @@ mod tests {
     fn environment_edits() {
         let env = pairs(&[("A", "1"), ("B", "2"), ("A", "3"), ("LD_PRELOAD", "/a.so")]);
         let mut env = dedup_first(env);
-        assert_eq!(env, pairs(&[("A", "1"), ("B", "2"), ("LD_PRELOAD", "/a.so")]));
+        assert_eq!(
+            env,
+            pairs(&[("A", "1"), ("B", "2"), ("LD_PRELOAD", "/a.so")])
+        );
         set_var(&mut env, "LD_PRELOAD", "/a.so:/b.so".into());
-        assert_eq!(env, pairs(&[("A", "1"), ("B", "2"), ("LD_PRELOAD", "/a.so:/b.so")]));
+        assert_eq!(
+            env,
+            pairs(&[("A", "1"), ("B", "2"), ("LD_PRELOAD", "/a.so:/b.so")])
+        );
     }
 
     #[test]
@@ -300,7 +328,10 @@ mod tests {
     fn real_exec_failures() {
         // exec only returns on failure, so these are safe to run in the test process.
         let err = std::process::Command::new("gpucap-no-such-command-xyz").exec();
-        assert_eq!(exec_failure(OsStr::new("gpucap-no-such-command-xyz"), &err).0, 127);
+        assert_eq!(
+            exec_failure(OsStr::new("gpucap-no-such-command-xyz"), &err).0,
+            127
+        );
         let dir = std::env::temp_dir().join(format!("gpucap-exec-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("not-executable");

@@ -18,7 +18,11 @@ pub fn locate_library(gpucap_lib: Option<&OsStr>, exe: Option<&Path>) -> Result<
             return Err("GPUCAP_LIB is set but empty".to_string());
         }
         if !path.is_file() {
-            let what = if path.exists() { "is not a file" } else { "does not exist" };
+            let what = if path.exists() {
+                "is not a file"
+            } else {
+                "does not exist"
+            };
             return Err(format!("GPUCAP_LIB={} {what}", path.display()));
         }
         return path
@@ -47,7 +51,12 @@ pub fn locate_library(gpucap_lib: Option<&OsStr>, exe: Option<&Path>) -> Result<
 /// Can `path` be written in LD_PRELOAD? The loader splits the list on spaces and colons
 /// and has no escape for them.
 pub fn check_preloadable(path: &Path) -> Result<(), String> {
-    if path.as_os_str().as_bytes().iter().any(|b| matches!(b, b' ' | b':' | b'\t' | b'\n')) {
+    if path
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .any(|b| matches!(b, b' ' | b':' | b'\t' | b'\n'))
+    {
         Err(format!(
             "the path of {LIB_NAME} ({}) contains a space or a colon, which LD_PRELOAD cannot \
              express; move it, or set GPUCAP_LIB to a path without them",
@@ -99,8 +108,7 @@ pub fn merge_ld_preload(existing: Option<&OsStr>, lib: &Path) -> OsString {
     let lib_canon = lib.canonicalize().ok();
     merge_ld_preload_with(existing, lib, |entry| {
         let entry = Path::new(entry);
-        entry == lib
-            || (lib_canon.is_some() && entry.canonicalize().ok() == lib_canon)
+        entry == lib || (lib_canon.is_some() && entry.canonicalize().ok() == lib_canon)
     })
 }
 
@@ -130,14 +138,26 @@ mod tests {
         assert_eq!(merge(Some(""), LIB), LIB);
         assert_eq!(merge(Some("  "), LIB), LIB);
         assert_eq!(merge(Some("/a.so"), LIB), format!("/a.so:{LIB}"));
-        assert_eq!(merge(Some("/a.so /b.so"), LIB), format!("/a.so /b.so:{LIB}"));
-        assert_eq!(merge(Some("/a.so:/b.so"), LIB), format!("/a.so:/b.so:{LIB}"));
+        assert_eq!(
+            merge(Some("/a.so /b.so"), LIB),
+            format!("/a.so /b.so:{LIB}")
+        );
+        assert_eq!(
+            merge(Some("/a.so:/b.so"), LIB),
+            format!("/a.so:/b.so:{LIB}")
+        );
         assert_eq!(merge(Some("/a.so:"), LIB), format!("/a.so:{LIB}"));
         assert_eq!(merge(Some("/a.so "), LIB), format!("/a.so {LIB}"));
         // Already there: unchanged, wherever it is.
         assert_eq!(merge(Some(LIB), LIB), LIB);
-        assert_eq!(merge(Some(&format!("{LIB}:/a.so")), LIB), format!("{LIB}:/a.so"));
-        assert_eq!(merge(Some(&format!("/a.so {LIB} /b.so")), LIB), format!("/a.so {LIB} /b.so"));
+        assert_eq!(
+            merge(Some(&format!("{LIB}:/a.so")), LIB),
+            format!("{LIB}:/a.so")
+        );
+        assert_eq!(
+            merge(Some(&format!("/a.so {LIB} /b.so")), LIB),
+            format!("/a.so {LIB} /b.so")
+        );
         // A different libgpucap.so path that is not the same file is a different entry.
         assert_eq!(
             merge(Some("/elsewhere/libgpucap.so"), LIB),
@@ -212,7 +232,11 @@ mod tests {
             other.canonicalize().unwrap()
         );
         assert!(locate_library(Some(OsStr::new("")), Some(&exe)).is_err());
-        assert!(locate_library(None, None).unwrap_err().contains("GPUCAP_LIB"));
+        assert!(
+            locate_library(None, None)
+                .unwrap_err()
+                .contains("GPUCAP_LIB")
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 }

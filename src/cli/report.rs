@@ -27,7 +27,11 @@ pub fn describe_limit(spec: Option<&LimitSpec>) -> String {
             DeviceKey::Ordinal(_) => format!("{key}: {}", limit_text(*limit)),
         })
         .collect();
-    let others = if spec.devices.is_empty() { "every GPU" } else { "other GPUs" };
+    let others = if spec.devices.is_empty() {
+        "every GPU"
+    } else {
+        "other GPUs"
+    };
     match spec.default {
         Some(limit) => parts.push(format!("{others}: {}", limit_text(limit))),
         None => parts.push(format!("{others}: not capped (counted only)")),
@@ -85,10 +89,14 @@ pub fn check_report(
     }
     match probe {
         Probe::NoDriver(why) => {
-            out.push(format!("no CUDA driver found: fractions resolve at run time ({why})"));
+            out.push(format!(
+                "no CUDA driver found: fractions resolve at run time ({why})"
+            ));
         }
         Probe::Failed(why) => {
-            out.push(format!("CUDA driver found but unusable: {why}; fractions resolve at run time"));
+            out.push(format!(
+                "CUDA driver found but unusable: {why}; fractions resolve at run time"
+            ));
         }
         Probe::Devices(devices) => {
             let n = devices.len();
@@ -143,7 +151,10 @@ mod tests {
             describe_limit(spec("0=8Gi,50%").as_ref()),
             "GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory"
         );
-        assert_eq!(describe_limit(spec("8Gi").as_ref()), "every GPU: 8 GiB (8589934592 bytes)");
+        assert_eq!(
+            describe_limit(spec("8Gi").as_ref()),
+            "every GPU: 8 GiB (8589934592 bytes)"
+        );
         assert_eq!(
             describe_limit(spec("1=12.5%").as_ref()),
             "GPU 1: 12.5% of physical memory; other GPUs: not capped (counted only)"
