@@ -66,10 +66,15 @@ pub fn array_bytes(d: &CudaArray3dDescriptor) -> Result<u64, CUresult> {
     if d.width == 0 || !matches!(d.num_channels, 1 | 2 | 4) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    [d.width, d.height.max(1), d.depth.max(1), d.num_channels as usize]
-        .iter()
-        .try_fold(elem, |acc, &x| acc.checked_mul(x as u64))
-        .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+    [
+        d.width,
+        d.height.max(1),
+        d.depth.max(1),
+        d.num_channels as usize,
+    ]
+    .iter()
+    .try_fold(elem, |acc, &x| acc.checked_mul(x as u64))
+    .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
 }
 
 fn create(handle: *mut usize, desc: CudaArray3dDescriptor) -> CuResult {
@@ -80,7 +85,15 @@ fn create(handle: *mut usize, desc: CudaArray3dDescriptor) -> CuResult {
     let size = array_bytes(&desc)?;
     ledger()?.reserve(dev, size)?;
     let h = Box::into_raw(Box::new(0u64)) as usize;
-    arrays().insert(h, Array { dev, ctx, size, desc });
+    arrays().insert(
+        h,
+        Array {
+            dev,
+            ctx,
+            size,
+            desc,
+        },
+    );
     note(|| format!("array={h:#x}, bytes={size}"));
     out(handle, h)
 }
@@ -145,8 +158,21 @@ crate::ffi::exports! {
 mod tests {
     use super::*;
 
-    fn d(width: usize, height: usize, depth: usize, format: c_uint, ch: c_uint) -> CudaArray3dDescriptor {
-        CudaArray3dDescriptor { width, height, depth, format, num_channels: ch, flags: 0 }
+    fn d(
+        width: usize,
+        height: usize,
+        depth: usize,
+        format: c_uint,
+        ch: c_uint,
+    ) -> CudaArray3dDescriptor {
+        CudaArray3dDescriptor {
+            width,
+            height,
+            depth,
+            format,
+            num_channels: ch,
+            flags: 0,
+        }
     }
 
     #[test]
@@ -154,8 +180,17 @@ mod tests {
         assert_eq!(array_bytes(&d(100, 0, 0, 0x20, 1)), Ok(400));
         assert_eq!(array_bytes(&d(100, 10, 0, 0x01, 4)), Ok(4000));
         assert_eq!(array_bytes(&d(10, 10, 10, 0x10, 2)), Ok(4000));
-        assert_eq!(array_bytes(&d(0, 10, 10, 0x10, 2)), Err(CUDA_ERROR_INVALID_VALUE));
-        assert_eq!(array_bytes(&d(10, 10, 10, 0x10, 3)), Err(CUDA_ERROR_INVALID_VALUE));
-        assert_eq!(array_bytes(&d(usize::MAX, usize::MAX, 2, 0x20, 4)), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(
+            array_bytes(&d(0, 10, 10, 0x10, 2)),
+            Err(CUDA_ERROR_INVALID_VALUE)
+        );
+        assert_eq!(
+            array_bytes(&d(10, 10, 10, 0x10, 3)),
+            Err(CUDA_ERROR_INVALID_VALUE)
+        );
+        assert_eq!(
+            array_bytes(&d(usize::MAX, usize::MAX, 2, 0x20, 4)),
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        );
     }
 }

@@ -34,12 +34,15 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             .parse::<usize>()
             .ok()
             .filter(|&n| n <= 64)
-            .ok_or_else(|| format!("invalid FAKECUDA_DEVICES={v:?}: expected a whole number from 0 to 64"))?,
+            .ok_or_else(|| {
+                format!("invalid FAKECUDA_DEVICES={v:?}: expected a whole number from 0 to 64")
+            })?,
     };
     let total_mem = match var("FAKECUDA_TOTAL_MEM") {
         None => DEFAULT_TOTAL_MEM,
-        Some(v) => parse_size(v.trim())
-            .map_err(|e| format!("invalid FAKECUDA_TOTAL_MEM={v:?}: {e}"))?,
+        Some(v) => {
+            parse_size(v.trim()).map_err(|e| format!("invalid FAKECUDA_TOTAL_MEM={v:?}: {e}"))?
+        }
     };
     let driver_version = match var("FAKECUDA_DRIVER_VERSION") {
         None => DEFAULT_DRIVER_VERSION,
@@ -52,8 +55,15 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
                 format!("invalid FAKECUDA_DRIVER_VERSION={v:?}: expected a CUDA version number like 12080")
             })?,
     };
-    let stats_path = var("FAKECUDA_STATS").filter(|v| !v.is_empty()).map(Into::into);
-    Ok(Config { devices, total_mem, driver_version, stats_path })
+    let stats_path = var("FAKECUDA_STATS")
+        .filter(|v| !v.is_empty())
+        .map(Into::into);
+    Ok(Config {
+        devices,
+        total_mem,
+        driver_version,
+        stats_path,
+    })
 }
 
 #[cfg(test)]
@@ -61,14 +71,20 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| pairs.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone())
     }
 
     #[test]
     fn defaults() {
         let c = from_env(env(&[])).unwrap();
-        assert_eq!((c.devices, c.total_mem, c.driver_version), (1, 80 << 30, 12080));
+        assert_eq!(
+            (c.devices, c.total_mem, c.driver_version),
+            (1, 80 << 30, 12080)
+        );
         assert!(c.stats_path.is_none());
     }
 
@@ -80,12 +96,19 @@ mod tests {
             ("FAKECUDA_DRIVER_VERSION", "13000"),
         ]))
         .unwrap();
-        assert_eq!((c.devices, c.total_mem, c.driver_version), (4, 3 << 29, 13000));
+        assert_eq!(
+            (c.devices, c.total_mem, c.driver_version),
+            (4, 3 << 29, 13000)
+        );
     }
 
     #[test]
     fn invalid_values_name_the_variable() {
-        for (k, v) in [("FAKECUDA_DEVICES", "x"), ("FAKECUDA_TOTAL_MEM", "lots"), ("FAKECUDA_DRIVER_VERSION", "12.8")] {
+        for (k, v) in [
+            ("FAKECUDA_DEVICES", "x"),
+            ("FAKECUDA_TOTAL_MEM", "lots"),
+            ("FAKECUDA_DRIVER_VERSION", "12.8"),
+        ] {
             let err = from_env(env(&[(k, v)])).unwrap_err();
             assert!(err.contains(k), "{err}");
         }

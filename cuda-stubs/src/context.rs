@@ -56,7 +56,14 @@ fn primary_of(reg: &mut Registry, dev: usize) -> Ctx {
     if reg.primary[dev].ctx == 0 {
         let ctx = new_handle();
         reg.primary[dev].ctx = ctx;
-        reg.live.insert(ctx, CtxInfo { dev, flags: 0, primary: true });
+        reg.live.insert(
+            ctx,
+            CtxInfo {
+                dev,
+                flags: 0,
+                primary: true,
+            },
+        );
     }
     reg.primary[dev].ctx
 }
@@ -64,7 +71,9 @@ fn primary_of(reg: &mut Registry, dev: usize) -> Ctx {
 /// The calling thread's current context and its device; CUDA_ERROR_INVALID_CONTEXT if none.
 pub fn current() -> Result<(Ctx, usize), CUresult> {
     cfg()?;
-    let top = STACK.with(|s| s.borrow().last().copied()).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    let top = STACK
+        .with(|s| s.borrow().last().copied())
+        .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
     let reg = registry();
     let info = reg.live.get(&top).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
     if info.primary && reg.primary[info.dev].refcount == 0 {
@@ -78,7 +87,11 @@ pub fn device_of(ctx: Ctx) -> Result<usize, CUresult> {
     if ctx == 0 {
         return current().map(|c| c.1);
     }
-    registry().live.get(&ctx).map(|i| i.dev).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+    registry()
+        .live
+        .get(&ctx)
+        .map(|i| i.dev)
+        .ok_or(CUDA_ERROR_INVALID_CONTEXT)
 }
 
 fn set_top(ctx: Ctx) {
@@ -96,7 +109,11 @@ fn set_top(ctx: Ctx) {
 }
 
 fn check_live(ctx: Ctx) -> CuResult {
-    if registry().live.contains_key(&ctx) { Ok(()) } else { Err(CUDA_ERROR_INVALID_CONTEXT) }
+    if registry().live.contains_key(&ctx) {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_CONTEXT)
+    }
 }
 
 fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
@@ -105,7 +122,14 @@ fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let ctx = new_handle();
-    registry().live.insert(ctx, CtxInfo { dev, flags, primary: false });
+    registry().live.insert(
+        ctx,
+        CtxInfo {
+            dev,
+            flags,
+            primary: false,
+        },
+    );
     STACK.with(|s| s.borrow_mut().push(ctx));
     note(|| format!("ctx={ctx:#x}"));
     out(pctx, ctx)

@@ -20,7 +20,10 @@ pub fn cfg() -> Result<&'static Config, CUresult> {
 /// Validates a CUdevice (its ordinal).
 pub fn check_dev(dev: c_int) -> Result<usize, CUresult> {
     let cfg = cfg()?;
-    usize::try_from(dev).ok().filter(|&d| d < cfg.devices).ok_or(CUDA_ERROR_INVALID_DEVICE)
+    usize::try_from(dev)
+        .ok()
+        .filter(|&d| d < cfg.devices)
+        .ok_or(CUDA_ERROR_INVALID_DEVICE)
 }
 
 /// Deterministic UUID of a device: fa ce 00 .. 00 <ordinal as 8 big-endian bytes>,
@@ -40,56 +43,56 @@ pub fn device_name(dev: usize) -> String {
 /// cuDeviceGetAttribute: an H100-like device with compute capability 9.0.
 pub fn attribute(attr: c_int, dev: usize) -> c_int {
     match attr {
-        1 => 1024,                  // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,              // MAX_BLOCK_DIM_X/Y
-        4 => 64,                    // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,              // MAX_GRID_DIM_X
-        6 | 7 => 65535,             // MAX_GRID_DIM_Y/Z
-        8 => 49152,                 // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,                 // TOTAL_CONSTANT_MEMORY
-        10 => 32,                   // WARP_SIZE
-        11 => i32::MAX,             // MAX_PITCH
-        12 => 65536,                // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,            // CLOCK_RATE (kHz)
-        14 => 512,                  // TEXTURE_ALIGNMENT
-        15 => 1,                    // GPU_OVERLAP
-        16 => 132,                  // MULTIPROCESSOR_COUNT
-        19 => 1,                    // CAN_MAP_HOST_MEMORY
-        30 => 512,                  // SURFACE_ALIGNMENT
-        31 => 1,                    // CONCURRENT_KERNELS
-        32 => 1,                    // ECC_ENABLED
-        33 => dev as c_int + 1,     // PCI_BUS_ID
-        36 => 2_619_000,            // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,                 // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 50 << 20,             // L2_CACHE_SIZE
-        39 => 2048,                 // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 3,                    // ASYNC_ENGINE_COUNT
-        41 => 1,                    // UNIFIED_ADDRESSING
-        51 => 32,                   // TEXTURE_PITCH_ALIGNMENT
-        75 => 9,                    // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,                    // COMPUTE_CAPABILITY_MINOR
-        78 => 1,                    // STREAM_PRIORITIES_SUPPORTED
-        79 | 80 => 1,               // GLOBAL/LOCAL_L1_CACHE_SUPPORTED
-        81 => 233_472,              // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,                // MAX_REGISTERS_PER_MULTIPROCESSOR
-        83 => 1,                    // MANAGED_MEMORY
-        89 => 1,                    // CONCURRENT_MANAGED_ACCESS
-        90 => 1,                    // COMPUTE_PREEMPTION_SUPPORTED
-        91 => 1,                    // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-        95 => 1,                    // COOPERATIVE_LAUNCH
-        97 => 232_448,              // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        99 => 1,                    // HOST_REGISTER_SUPPORTED
-        102 => 1,                   // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-        103 => 1,                   // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
-        106 => 32,                  // MAX_BLOCKS_PER_MULTIPROCESSOR
-        108 => 50 << 20,            // MAX_PERSISTING_L2_CACHE_SIZE
-        109 => 128 << 20,           // MAX_ACCESS_POLICY_WINDOW_SIZE
-        111 => 1024,                // RESERVED_SHARED_MEMORY_PER_BLOCK
-        115 => 1,                   // MEMORY_POOLS_SUPPORTED
-        119 => 1,                   // MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX fd)
-        120 => 1,                   // CLUSTER_LAUNCH
-        126 => 4,                   // MEM_SYNC_DOMAIN_COUNT
-        131 | 134 => -1,            // NUMA_ID, HOST_NUMA_ID
+        1 => 1024,              // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,          // MAX_BLOCK_DIM_X/Y
+        4 => 64,                // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,          // MAX_GRID_DIM_X
+        6 | 7 => 65535,         // MAX_GRID_DIM_Y/Z
+        8 => 49152,             // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,             // TOTAL_CONSTANT_MEMORY
+        10 => 32,               // WARP_SIZE
+        11 => i32::MAX,         // MAX_PITCH
+        12 => 65536,            // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,        // CLOCK_RATE (kHz)
+        14 => 512,              // TEXTURE_ALIGNMENT
+        15 => 1,                // GPU_OVERLAP
+        16 => 132,              // MULTIPROCESSOR_COUNT
+        19 => 1,                // CAN_MAP_HOST_MEMORY
+        30 => 512,              // SURFACE_ALIGNMENT
+        31 => 1,                // CONCURRENT_KERNELS
+        32 => 1,                // ECC_ENABLED
+        33 => dev as c_int + 1, // PCI_BUS_ID
+        36 => 2_619_000,        // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,             // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 50 << 20,         // L2_CACHE_SIZE
+        39 => 2048,             // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 3,                // ASYNC_ENGINE_COUNT
+        41 => 1,                // UNIFIED_ADDRESSING
+        51 => 32,               // TEXTURE_PITCH_ALIGNMENT
+        75 => 9,                // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,                // COMPUTE_CAPABILITY_MINOR
+        78 => 1,                // STREAM_PRIORITIES_SUPPORTED
+        79 | 80 => 1,           // GLOBAL/LOCAL_L1_CACHE_SUPPORTED
+        81 => 233_472,          // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,            // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83 => 1,                // MANAGED_MEMORY
+        89 => 1,                // CONCURRENT_MANAGED_ACCESS
+        90 => 1,                // COMPUTE_PREEMPTION_SUPPORTED
+        91 => 1,                // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+        95 => 1,                // COOPERATIVE_LAUNCH
+        97 => 232_448,          // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        99 => 1,                // HOST_REGISTER_SUPPORTED
+        102 => 1,               // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+        103 => 1,               // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        106 => 32,              // MAX_BLOCKS_PER_MULTIPROCESSOR
+        108 => 50 << 20,        // MAX_PERSISTING_L2_CACHE_SIZE
+        109 => 128 << 20,       // MAX_ACCESS_POLICY_WINDOW_SIZE
+        111 => 1024,            // RESERVED_SHARED_MEMORY_PER_BLOCK
+        115 => 1,               // MEMORY_POOLS_SUPPORTED
+        119 => 1,               // MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX fd)
+        120 => 1,               // CLUSTER_LAUNCH
+        126 => 4,               // MEM_SYNC_DOMAIN_COUNT
+        131 | 134 => -1,        // NUMA_ID, HOST_NUMA_ID
         _ => 0,
     }
 }
@@ -222,7 +225,10 @@ crate::ffi::exports! {
 
 /// The name of a CUresult, e.g. "CUDA_ERROR_OUT_OF_MEMORY".
 pub fn error_name(code: CUresult) -> Option<&'static str> {
-    ERRORS.iter().find(|e| e.0 == code).map(|e| e.1.trim_end_matches('\0'))
+    ERRORS
+        .iter()
+        .find(|e| e.0 == code)
+        .map(|e| e.1.trim_end_matches('\0'))
 }
 
 fn error_string(code: CUresult) -> Option<&'static str> {

@@ -53,20 +53,29 @@ pub fn note(detail: impl FnOnce() -> String) {
 }
 
 /// Runs an entry point body: catches panics (CUDA_ERROR_UNKNOWN), traces name, args, result.
-pub fn call(name: &str, args: impl FnOnce() -> String, body: impl FnOnce() -> CuResult) -> CUresult {
+pub fn call(
+    name: &str,
+    args: impl FnOnce() -> String,
+    body: impl FnOnce() -> CuResult,
+) -> CUresult {
     let args = if tracing() { Some(args()) } else { None };
     let res = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => CUDA_SUCCESS,
         Ok(Err(code)) => code,
         Err(_) => {
-            log(&format!("{name}: internal panic, returning CUDA_ERROR_UNKNOWN"));
+            log(&format!(
+                "{name}: internal panic, returning CUDA_ERROR_UNKNOWN"
+            ));
             CUDA_ERROR_UNKNOWN
         }
     };
     if let Some(args) = args {
         let notes = NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()));
         let notes = if notes.is_empty() { notes } else { notes + "]" };
-        log(&format!("{name}({args}) -> {}{notes}", crate::device::error_name(res).unwrap_or("?")));
+        log(&format!(
+            "{name}({args}) -> {}{notes}",
+            crate::device::error_name(res).unwrap_or("?")
+        ));
     }
     res
 }
@@ -115,7 +124,9 @@ pub fn fmt_args(pairs: &[(&str, &dyn TraceArg)]) -> String {
         s.push_str(if i == 0 { "" } else { ", " });
         s.push_str(k);
         s.push('=');
-        let is_size = ["size", "bytes", "count", "width", "height", "pitch", "len"].iter().any(|w| k.contains(w));
+        let is_size = ["size", "bytes", "count", "width", "height", "pitch", "len"]
+            .iter()
+            .any(|w| k.contains(w));
         v.trace(&mut s, is_size || *k == "n");
     }
     s

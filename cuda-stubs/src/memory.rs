@@ -44,16 +44,21 @@ pub struct Ledger {
 
 impl Ledger {
     pub fn new(devices: usize, total: u64) -> Self {
-        Ledger { total, devs: (0..devices).map(|_| DevLedger::default()).collect() }
+        Ledger {
+            total,
+            devs: (0..devices).map(|_| DevLedger::default()).collect(),
+        }
     }
 
     /// Takes `size` bytes of `dev`, counting one allocation call; OUT_OF_MEMORY when
     /// used + size would exceed total (checked, so huge sizes never wrap).
     pub fn reserve(&self, dev: usize, size: u64) -> CuResult {
         let d = &self.devs[dev];
-        let res = d.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            used.checked_add(size).filter(|&n| n <= self.total)
-        });
+        let res = d
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(size).filter(|&n| n <= self.total)
+            });
         match res {
             Ok(prev) => {
                 d.peak.fetch_max(prev + size, Ordering::AcqRel);
@@ -174,13 +179,23 @@ pub fn alloc(dev: usize, ctx: Ctx, size: u64, kind: Kind) -> Result<CUdeviceptr,
     let ledger = ledger()?;
     ledger.reserve(dev, size)?;
     let page = page_size() as u64;
-    let len = size.checked_add(page - 1).map(|s| s / page * page).filter(|&l| l <= isize::MAX as u64);
+    let len = size
+        .checked_add(page - 1)
+        .map(|s| s / page * page)
+        .filter(|&l| l <= isize::MAX as u64);
     let Some(ptr) = len.and_then(|len| map_anonymous(len as usize)) else {
         ledger.unreserve(dev, size);
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     };
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let a = Alloc { dev, ctx, size, len: len.unwrap() as usize, kind, id };
+    let a = Alloc {
+        dev,
+        ctx,
+        size,
+        len: len.unwrap() as usize,
+        kind,
+        id,
+    };
     allocs().insert(ptr, a);
     if let Kind::Pool(pool) = kind {
         crate::vmm::pool_account(pool, size as i64);
@@ -192,7 +207,9 @@ pub fn alloc(dev: usize, ctx: Ctx, size: u64, kind: Kind) -> Result<CUdeviceptr,
 /// Frees the allocation starting at `ptr`: INVALID_VALUE for NULL, unknown or freed pointers.
 pub fn free(ptr: CUdeviceptr) -> CuResult {
     let ledger = ledger()?;
-    let a = allocs().remove(&(ptr as usize)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let a = allocs()
+        .remove(&(ptr as usize))
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     release(ptr as usize, a, ledger, true);
     Ok(())
 }
@@ -210,8 +227,14 @@ pub fn free_all_of_context(ctx: Ctx) {
     let Ok(ledger) = ledger() else { return };
     let victims: Vec<(usize, Alloc)> = {
         let mut m = allocs();
-        let keys: Vec<usize> = m.iter().filter(|(_, a)| a.ctx == ctx).map(|(&p, _)| p).collect();
-        keys.into_iter().filter_map(|p| m.remove(&p).map(|a| (p, a))).collect()
+        let keys: Vec<usize> = m
+            .iter()
+            .filter(|(_, a)| a.ctx == ctx)
+            .map(|(&p, _)| p)
+            .collect();
+        keys.into_iter()
+            .filter_map(|p| m.remove(&p).map(|a| (p, a)))
+            .collect()
     };
     for (p, a) in victims {
         release(p, a, ledger, false);
@@ -231,7 +254,11 @@ pub fn check_range(ptr: CUdeviceptr, n: usize, write: bool) -> CuResult {
     let ptr = ptr as usize;
     let end = ptr.checked_add(n).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if let Some((base, a)) = lookup(ptr) {
-        return if end <= base + a.len { Ok(()) } else { Err(CUDA_ERROR_INVALID_VALUE) };
+        return if end <= base + a.len {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        };
     }
     if crate::vmm::check_range(ptr, n, write) {
         return Ok(());
@@ -275,7 +302,13 @@ fn dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult {
 }
 
 /// Fills `count` elements of `E` at `dst`, rows of `width` elements `pitch` bytes apart.
-fn fill<E: Copy>(dst: CUdeviceptr, pitch: usize, value: E, width: usize, height: usize) -> CuResult {
+fn fill<E: Copy>(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: E,
+    width: usize,
+    height: usize,
+) -> CuResult {
     cfg()?;
     let esz = std::mem::size_of::<E>();
     if !(dst as usize).is_multiple_of(esz) || !pitch.is_multiple_of(esz) {
@@ -285,7 +318,10 @@ fn fill<E: Copy>(dst: CUdeviceptr, pitch: usize, value: E, width: usize, height:
     if height == 0 || width == 0 {
         return Ok(());
     }
-    let span = pitch.checked_mul(height - 1).and_then(|s| s.checked_add(row)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let span = pitch
+        .checked_mul(height - 1)
+        .and_then(|s| s.checked_add(row))
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     check_range(dst, span, true)?;
     for r in 0..height {
         let p = (dst as usize + r * pitch) as *mut E;
@@ -314,7 +350,9 @@ fn host_alloc(pp: *mut *mut c_void, size: usize) -> CuResult {
     let page = page_size();
     let len = size.checked_add(page - 1).ok_or(CUDA_ERROR_OUT_OF_MEMORY)? / page * page;
     let p = map_anonymous(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-    HOST.lock().unwrap_or_else(|e| e.into_inner()).insert(p, len);
+    HOST.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(p, len);
     note(|| format!("ptr={p:#x}"));
     out(pp, p as *mut c_void)
 }
@@ -367,10 +405,10 @@ fn pointer_info(ptr: usize) -> Option<PtrInfo> {
 /// `unsigned int` and a `bool` destination both read correctly).
 fn write_attribute(data: *mut c_void, attr: c_int, ptr: usize, info: &PtrInfo) -> CuResult {
     match attr {
-        1 => out(data.cast::<usize>(), info.ctx),                                  // CONTEXT
-        2 => out(data.cast::<c_uint>(), if info.host { 1 } else { 2 }),             // MEMORY_TYPE
-        3 => out(data.cast::<u64>(), ptr as u64),                                   // DEVICE_POINTER
-        4 if info.host || info.managed => out(data.cast::<usize>(), ptr),          // HOST_POINTER
+        1 => out(data.cast::<usize>(), info.ctx), // CONTEXT
+        2 => out(data.cast::<c_uint>(), if info.host { 1 } else { 2 }), // MEMORY_TYPE
+        3 => out(data.cast::<u64>(), ptr as u64), // DEVICE_POINTER
+        4 if info.host || info.managed => out(data.cast::<usize>(), ptr), // HOST_POINTER
         6 | 8 | 10 | 13 | 15 | 21 => out(
             data.cast::<u8>(),
             match attr {
@@ -379,13 +417,13 @@ fn write_attribute(data: *mut c_void, attr: c_int, ptr: usize, info: &PtrInfo) -
                 _ => 0,
             },
         ),
-        7 | 20 => out(data.cast::<u64>(), info.id),                                 // BUFFER_ID, MEMORY_BLOCK_ID
-        9 => out(data.cast::<c_int>(), info.dev as c_int),                          // DEVICE_ORDINAL
-        11 | 19 => out(data.cast::<u64>(), info.base as u64),                       // RANGE_START_ADDR, MAPPING_BASE_ADDR
-        12 | 18 => out(data.cast::<usize>(), info.size),                            // RANGE_SIZE, MAPPING_SIZE
-        14 => out(data.cast::<u64>(), 0),                                           // ALLOWED_HANDLE_TYPES
-        16 => out(data.cast::<c_uint>(), 3),                                        // ACCESS_FLAGS: read-write
-        17 => out(data.cast::<usize>(), info.pool),                                 // MEMPOOL_HANDLE
+        7 | 20 => out(data.cast::<u64>(), info.id), // BUFFER_ID, MEMORY_BLOCK_ID
+        9 => out(data.cast::<c_int>(), info.dev as c_int), // DEVICE_ORDINAL
+        11 | 19 => out(data.cast::<u64>(), info.base as u64), // RANGE_START_ADDR, MAPPING_BASE_ADDR
+        12 | 18 => out(data.cast::<usize>(), info.size), // RANGE_SIZE, MAPPING_SIZE
+        14 => out(data.cast::<u64>(), 0),           // ALLOWED_HANDLE_TYPES
+        16 => out(data.cast::<c_uint>(), 3),        // ACCESS_FLAGS: read-write
+        17 => out(data.cast::<usize>(), info.pool), // MEMPOOL_HANDLE
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
 }
@@ -631,7 +669,6 @@ pub fn all_stats() -> Vec<DevStats> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,7 +683,16 @@ mod tests {
         l.release(0, 600, true);
         l.reserve(0, 100).unwrap();
         let s = l.stats(0);
-        assert_eq!((s.used, s.peak, s.alloc_calls, s.free_calls, s.failed_alloc_calls), (500, 1000, 3, 1, 1));
+        assert_eq!(
+            (
+                s.used,
+                s.peak,
+                s.alloc_calls,
+                s.free_calls,
+                s.failed_alloc_calls
+            ),
+            (500, 1000, 3, 1, 1)
+        );
         assert_eq!(l.stats(1).used, 0);
     }
 

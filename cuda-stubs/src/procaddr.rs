@@ -40,12 +40,20 @@ impl Table {
     /// Parses `base export since per_thread` lines; `#` starts a comment line.
     pub fn parse(text: &'static str) -> Table {
         let mut bases: HashMap<&'static str, Vec<Variant>> = HashMap::new();
-        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        for line in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
             let f: Vec<&'static str> = line.split_whitespace().collect();
             assert_eq!(f.len(), 4, "bad procaddr table line: {line}");
             let since = f[2].parse().expect("since version");
             let per_thread = f[3] == "1";
-            bases.entry(f[0]).or_default().push(Variant { export: f[1], since, per_thread });
+            bases.entry(f[0]).or_default().push(Variant {
+                export: f[1],
+                since,
+                per_thread,
+            });
         }
         for v in bases.values_mut() {
             v.sort_by_key(|v| v.since);
@@ -62,15 +70,22 @@ impl Table {
     /// `version`; with PER_THREAD_DEFAULT_STREAM, its `_ptds`/`_ptsz` twin when that exists
     /// by `version` too.
     pub fn resolve(&self, base: &str, version: i32, flags: u64) -> Resolution {
-        let Some(variants) = self.bases.get(base) else { return Resolution::NotFound };
-        let Some(default) = variants.iter().rfind(|v| !v.per_thread && v.since <= version) else {
+        let Some(variants) = self.bases.get(base) else {
+            return Resolution::NotFound;
+        };
+        let Some(default) = variants
+            .iter()
+            .rfind(|v| !v.per_thread && v.since <= version)
+        else {
             return Resolution::VersionNotSufficient;
         };
         if flags & PER_THREAD_DEFAULT_STREAM != 0 {
             let twin = variants.iter().find(|v| {
                 v.per_thread
                     && v.since <= version
-                    && v.export.strip_prefix(default.export).is_some_and(|s| s == "_ptds" || s == "_ptsz")
+                    && v.export
+                        .strip_prefix(default.export)
+                        .is_some_and(|s| s == "_ptds" || s == "_ptsz")
             });
             if let Some(t) = twin {
                 return Resolution::Found(t.export);
@@ -80,7 +95,13 @@ impl Table {
     }
 }
 
-fn get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> CuResult {
+fn get_proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CuResult {
     if pfn.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -89,7 +110,13 @@ fn get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
     if flags & !VALID_FLAGS != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let set_status = |s: c_int| if status.is_null() { Ok(()) } else { out(status, s) };
+    let set_status = |s: c_int| {
+        if status.is_null() {
+            Ok(())
+        } else {
+            out(status, s)
+        }
+    };
     match TABLE.resolve(name, version, flags) {
         Resolution::Found(export) => match crate::generated::export_address(export) {
             Some(addr) => {
@@ -141,12 +168,24 @@ mod tests {
         assert_eq!(r("cuMemAlloc", 12080, 0), Found("cuMemAlloc_v2"));
         assert_eq!(r("cuMemAlloc", 1000, 0), VersionNotSufficient);
         assert_eq!(r("cuGetProcAddress", 11030, 0), Found("cuGetProcAddress"));
-        assert_eq!(r("cuGetProcAddress", 12000, 0), Found("cuGetProcAddress_v2"));
+        assert_eq!(
+            r("cuGetProcAddress", 12000, 0),
+            Found("cuGetProcAddress_v2")
+        );
         assert_eq!(r("cuCtxCreate", 11040, 0), Found("cuCtxCreate_v3"));
         assert_eq!(r("cuCtxCreate", 12050, 0), Found("cuCtxCreate_v4"));
-        assert_eq!(r("cuGraphInstantiate", 10000, 0), Found("cuGraphInstantiate"));
-        assert_eq!(r("cuGraphInstantiate", 11000, 0), Found("cuGraphInstantiate_v2"));
-        assert_eq!(r("cuGraphInstantiate", 12000, 0), Found("cuGraphInstantiateWithFlags"));
+        assert_eq!(
+            r("cuGraphInstantiate", 10000, 0),
+            Found("cuGraphInstantiate")
+        );
+        assert_eq!(
+            r("cuGraphInstantiate", 11000, 0),
+            Found("cuGraphInstantiate_v2")
+        );
+        assert_eq!(
+            r("cuGraphInstantiate", 12000, 0),
+            Found("cuGraphInstantiateWithFlags")
+        );
         assert_eq!(r("cuNoSuchThing", 12000, 0), NotFound);
         assert_eq!(r("", 0, 0), NotFound);
         assert_eq!(r("cuMemAlloc_v2", 12000, 0), NotFound);
@@ -154,14 +193,23 @@ mod tests {
 
     #[test]
     fn per_thread_flag_picks_ptds_and_ptsz() {
-        assert_eq!(r("cuMemAllocAsync", 11020, 2), Found("cuMemAllocAsync_ptsz"));
+        assert_eq!(
+            r("cuMemAllocAsync", 11020, 2),
+            Found("cuMemAllocAsync_ptsz")
+        );
         assert_eq!(r("cuMemAllocAsync", 11020, 0), Found("cuMemAllocAsync"));
         assert_eq!(r("cuMemAllocAsync", 11020, 1), Found("cuMemAllocAsync"));
         assert_eq!(r("cuMemcpyHtoD", 7000, 2), Found("cuMemcpyHtoD_v2_ptds"));
         assert_eq!(r("cuMemcpyHtoD", 3020, 2), Found("cuMemcpyHtoD_v2"));
         assert_eq!(r("cuMemcpyHtoD", 2000, 2), Found("cuMemcpyHtoD"));
-        assert_eq!(r("cuStreamGetCaptureInfo", 12030, 2), Found("cuStreamGetCaptureInfo_v3_ptsz"));
-        assert_eq!(r("cuStreamGetCaptureInfo", 11030, 2), Found("cuStreamGetCaptureInfo_v2_ptsz"));
+        assert_eq!(
+            r("cuStreamGetCaptureInfo", 12030, 2),
+            Found("cuStreamGetCaptureInfo_v3_ptsz")
+        );
+        assert_eq!(
+            r("cuStreamGetCaptureInfo", 11030, 2),
+            Found("cuStreamGetCaptureInfo_v2_ptsz")
+        );
         // Entry points without a per-thread twin ignore the flag.
         assert_eq!(r("cuMemAlloc", 12000, 2), Found("cuMemAlloc_v2"));
     }
@@ -178,7 +226,8 @@ mod tests {
     /// Replays what real clients asked (shared/reference/procaddr/*.txt).
     #[test]
     fn replays_reference_requests() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/procaddr");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/reference/procaddr");
         let Ok(entries) = std::fs::read_dir(&dir) else {
             eprintln!("skipping: {} not found", dir.display());
             return;
@@ -192,10 +241,28 @@ mod tests {
             }
             for line in std::fs::read_to_string(&path).unwrap().lines() {
                 // cuGetProcAddress_v2("NAME", ver=V, flags=F) -> ANSWER
-                let Some(rest) = line.strip_prefix("cuGetProcAddress_v2(\"") else { continue };
+                let Some(rest) = line.strip_prefix("cuGetProcAddress_v2(\"") else {
+                    continue;
+                };
                 let (name, rest) = rest.split_once('"').unwrap();
-                let ver: i32 = rest.split("ver=").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
-                let flags: u64 = rest.split("flags=").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
+                let ver: i32 = rest
+                    .split("ver=")
+                    .nth(1)
+                    .unwrap()
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let flags: u64 = rest
+                    .split("flags=")
+                    .nth(1)
+                    .unwrap()
+                    .split(')')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
                 let listed = rest.split("-> ").nth(1).unwrap().trim();
                 let ours = r(name, ver, flags);
                 checked += 1;
@@ -203,8 +270,14 @@ mod tests {
                     ("NOT_FOUND", NotFound) | ("VERSION_NOT_SUFFICIENT", VersionNotSufficient) => {}
                     ("NOT_FOUND", other) => panic!("{line}: listed NOT_FOUND, we say {other:?}"),
                     (_, Found(export)) => {
-                        assert!(export.starts_with(name) || name == "cuGraphInstantiate", "{line}: {export}");
-                        assert!(crate::generated::export_address(export).is_some(), "{export}");
+                        assert!(
+                            export.starts_with(name) || name == "cuGraphInstantiate",
+                            "{line}: {export}"
+                        );
+                        assert!(
+                            crate::generated::export_address(export).is_some(),
+                            "{export}"
+                        );
                         if export != listed {
                             differences.push(format!("{line}: we answer {export}"));
                         }
@@ -221,6 +294,9 @@ mod tests {
                 || d.contains("\"cuGraphInstantiate\"");
             assert!(known, "unexpected difference: {d}");
         }
-        eprintln!("{checked} requests replayed, {} known differences", differences.len());
+        eprintln!(
+            "{checked} requests replayed, {} known differences",
+            differences.len()
+        );
     }
 }

@@ -18,10 +18,18 @@ pub fn register_at_exit() {
 
 extern "C" fn write_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        let Ok(cfg) = crate::config::get() else { return };
+        let Ok(cfg) = crate::config::get() else {
+            return;
+        };
         let Some(path) = &cfg.stats_path else { return };
-        if let Err(e) = write_atomically(path, &to_json(std::process::id(), &crate::memory::all_stats())) {
-            crate::ffi::log(&format!("cannot write FAKECUDA_STATS={}: {e}", path.display()));
+        if let Err(e) = write_atomically(
+            path,
+            &to_json(std::process::id(), &crate::memory::all_stats()),
+        ) {
+            crate::ffi::log(&format!(
+                "cannot write FAKECUDA_STATS={}: {e}",
+                path.display()
+            ));
         }
     });
 }
@@ -55,7 +63,14 @@ mod tests {
 
     #[test]
     fn json_format() {
-        let d = DevStats { total: 100, used: 10, peak: 50, alloc_calls: 3, free_calls: 2, failed_alloc_calls: 1 };
+        let d = DevStats {
+            total: 100,
+            used: 10,
+            peak: 50,
+            alloc_calls: 3,
+            free_calls: 2,
+            failed_alloc_calls: 1,
+        };
         assert_eq!(
             to_json(7, &[d]),
             "{\"pid\":7,\"devices\":[{\"ordinal\":0,\"total\":100,\"peak_used\":50,\"final_used\":10,\

@@ -50,7 +50,10 @@ pub fn context_of(stream: usize) -> Result<(Ctx, usize), CUresult> {
         return current();
     }
     cfg()?;
-    streams().get(&stream).map(|s| (s.ctx, s.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE)
+    streams()
+        .get(&stream)
+        .map(|s| (s.ctx, s.dev))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
 }
 
 /// Validates a stream handle.
@@ -64,19 +67,33 @@ fn create(ph: *mut usize, flags: c_uint, priority: c_int) -> CuResult {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let h = new_handle();
-    streams().insert(h, StreamInfo { ctx, dev, flags, priority: priority.clamp(-5, 0) });
+    streams().insert(
+        h,
+        StreamInfo {
+            ctx,
+            dev,
+            flags,
+            priority: priority.clamp(-5, 0),
+        },
+    );
     note(|| format!("stream={h:#x}"));
     out(ph, h)
 }
 
 fn event_check(event: usize) -> Result<EventInfo, CUresult> {
     cfg()?;
-    events().get(&event).copied().ok_or(CUDA_ERROR_INVALID_HANDLE)
+    events()
+        .get(&event)
+        .copied()
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
 }
 
 fn record(event: usize, stream: usize) -> CuResult {
     check(stream)?;
-    events().get_mut(&event).ok_or(CUDA_ERROR_INVALID_HANDLE)?.recorded = Some(Instant::now());
+    events()
+        .get_mut(&event)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+        .recorded = Some(Instant::now());
     Ok(())
 }
 
@@ -90,7 +107,11 @@ fn elapsed(ms: *mut f32, start: usize, end: usize) -> CuResult {
     }
     match (s.recorded, e.recorded) {
         (Some(a), Some(b)) => {
-            let d = if b >= a { (b - a).as_secs_f32() } else { -(a - b).as_secs_f32() };
+            let d = if b >= a {
+                (b - a).as_secs_f32()
+            } else {
+                -(a - b).as_secs_f32()
+            };
             out(ms, d * 1000.0)
         }
         _ => Err(CUDA_ERROR_INVALID_HANDLE),

@@ -106,7 +106,10 @@ fn vmm() -> std::sync::MutexGuard<'static, Vmm> {
 impl Vmm {
     /// Drops one reference (handle or mapping); frees the memory when none are left.
     fn maybe_destroy(&mut self, handle: u64) {
-        let done = self.phys.get(&handle).is_some_and(|p| p.handle_refs == 0 && p.mappings == 0);
+        let done = self
+            .phys
+            .get(&handle)
+            .is_some_and(|p| p.handle_refs == 0 && p.mappings == 0);
         if done {
             let p = self.phys.remove(&handle).unwrap();
             // SAFETY: closing the memfd this library created; no mapping uses the fd itself.
@@ -175,11 +178,19 @@ fn prot_of(access: c_int) -> c_int {
 /// Is [ptr, ptr+n) mapped VMM memory with enough access?
 pub fn check_range(ptr: usize, n: usize, write: bool) -> bool {
     let v = vmm();
-    let Some(end) = ptr.checked_add(n) else { return false };
+    let Some(end) = ptr.checked_add(n) else {
+        return false;
+    };
     let mut at = ptr;
     while at < end.max(ptr + 1) {
-        let Some((base, m)) = v.mapping_at(at) else { return false };
-        let ok = if write { m.access == 3 } else { m.access & 1 != 0 };
+        let Some((base, m)) = v.mapping_at(at) else {
+            return false;
+        };
+        let ok = if write {
+            m.access == 3
+        } else {
+            m.access & 1 != 0
+        };
         if !ok {
             return false;
         }
@@ -203,7 +214,9 @@ pub fn pointer_info(ptr: usize) -> Option<PtrInfo> {
 }
 
 fn check_alloc_prop(prop: &CUmemAllocationProp) -> Result<usize, CUresult> {
-    if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+    if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED
+        || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE
+    {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     check_dev(prop.location.id).map_err(|_| CUDA_ERROR_INVALID_DEVICE)
@@ -236,7 +249,15 @@ fn pools() -> std::sync::MutexGuard<'static, Pools> {
 }
 
 fn new_pool(dev: usize, is_default: bool) -> Pool {
-    Pool { dev, is_default, release_threshold: 0, used: 0, used_high: 0, reserved_high: 0, reuse: [1, 1, 1] }
+    Pool {
+        dev,
+        is_default,
+        release_threshold: 0,
+        used: 0,
+        used_high: 0,
+        reserved_high: 0,
+        reuse: [1, 1, 1],
+    }
 }
 
 impl Pools {
@@ -262,7 +283,11 @@ pub fn pool_account(pool: usize, delta: i64) {
 
 fn pool_get(pool: usize) -> Result<Pool, CUresult> {
     cfg()?;
-    pools().pools.get(&pool).copied().ok_or(CUDA_ERROR_INVALID_VALUE)
+    pools()
+        .pools
+        .get(&pool)
+        .copied()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
 }
 
 fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: usize) -> CuResult {
@@ -616,4 +641,3 @@ crate::ffi::exports! {
         free(dptr)
     }
 }
-
