@@ -58,6 +58,8 @@ static CUresult (*p_cuMemGetAllocationGranularity)(size_t *, const CUmemAllocati
                                                    CUmemAllocationGranularity_flags);
 static CUresult (*p_cuStreamSynchronize)(CUstream);
 
+static void cuMemFree_v2_via(CUdeviceptr d);
+
 static void *must_sym(void *h, const char *name) {
     dlerror();
     void *p = dlsym(h, name);
@@ -259,10 +261,53 @@ static void *lookup_checked(const getter_t *g, const char *sym, int ver, cuuint6
               "%s(%s, %d, %llu) -> rc=%d pfn=%p status=%d", g->how, sym, ver,
               (unsigned long long)flags, rc, p, (int)st);
     } else {
-        CHECK(rc != CUDA_SUCCESS && p == NULL, "%s(%s, %d, %llu) before %d -> rc=%d pfn=%p, expected none",
-              g->how, sym, ver, (unsigned long long)flags, since, rc, p);
+        CHECK(rc == CUDA_ERROR_NOT_FOUND && p == NULL &&
+                  (!g->v2 || st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT),
+              "%s(%s, %d, %llu) before %d -> rc=%d pfn=%p status=%d, expected 500, NULL, "
+              "VERSION_NOT_SUFFICIENT",
+              g->how, sym, ver, (unsigned long long)flags, since, rc, p, (int)st);
     }
     return p;
+}
+
+/* Failed lookups: the driver's error, and no hook written to *pfn. */
+static void procaddr_errors(const getter_t *g) {
+    void *p = (void *)1;
+    CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
+    CUresult rc;
+#define CALL(sym, pp, ver, fl, stp)                                                           \
+    (g->v2 ? ((PFN_cuGetProcAddress_v2)g->fn)(sym, pp, ver, fl, stp)                         \
+           : ((PFN_cuGetProcAddress)g->fn)(sym, pp, ver, fl))
+    rc = CALL("cuNoSuchFunction_gpucap", &p, 12000, 0, &st);
+    CHECK(rc == CUDA_ERROR_NOT_FOUND && p == NULL && (!g->v2 || st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND),
+          "%s(missing name) -> rc=%d pfn=%p status=%d", g->how, rc, p, (int)st);
+    p = (void *)1;
+    rc = CALL("cuMemAlloc", &p, 12000, 8, &st); /* undefined flag bit */
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE && p == NULL,
+          "%s(cuMemAlloc, bad flags) -> rc=%d pfn=%p (no hook handed out on error)", g->how, rc, p);
+    p = (void *)1;
+    rc = CALL("cuMemAllocAsync", &p, 11010, 0, &st); /* older than the function */
+    CHECK(rc == CUDA_ERROR_NOT_FOUND && p == NULL, "%s(cuMemAllocAsync, 11010) -> rc=%d pfn=%p", g->how,
+          rc, p);
+    rc = CALL("cuMemAlloc", NULL, 12000, 0, &st);
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE, "%s(cuMemAlloc, pfn NULL) -> rc=%d", g->how, rc);
+    p = (void *)1;
+    rc = CALL(NULL, &p, 12000, 0, &st);
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE, "%s(symbol NULL) -> rc=%d", g->how, rc);
+    if (g->v2) {
+        /* symbolStatus may be NULL. */
+        p = NULL;
+        rc = CALL("cuMemAlloc", &p, 12000, 0, NULL);
+        CHECK(rc == CUDA_SUCCESS && p != NULL, "%s(cuMemAlloc, status NULL) -> rc=%d pfn=%p", g->how, rc, p);
+        if (p) {
+            CUdeviceptr d;
+            rc = ((PFN_cuMemAlloc)p)(&d, g_cap + MIB);
+            CHECK(g_capped ? rc == CUDA_ERROR_OUT_OF_MEMORY : rc == CUDA_SUCCESS,
+                  "%s: cuMemAlloc (status NULL) past the cap -> %d", g->how, rc);
+            if (rc == CUDA_SUCCESS) cuMemFree_v2_via(d);
+        }
+    }
+#undef CALL
 }
 
 /* Names where an address lives: "libcuda.so+0x1234" (basename of the object + offset). */
@@ -290,6 +335,7 @@ static const cuuint64_t FLAGS[] = {CU_GET_PROC_ADDRESS_DEFAULT,
 
 static void procaddr_suite(const getter_t *g) {
     char how[256];
+    procaddr_errors(g);
     for (size_t vi = 0; vi < sizeof VERSIONS / sizeof *VERSIONS; vi++) {
         for (size_t fi = 0; fi < sizeof FLAGS / sizeof *FLAGS; fi++) {
             int ver = VERSIONS[vi];
@@ -376,6 +422,12 @@ static void procaddr_suite(const getter_t *g) {
 }
 
 /* ---- modes ------------------------------------------------------------------ */
+
+/* Frees through dlsym(libcuda, "cuMemFree_v2") (the hook under the shim). */
+static void cuMemFree_v2_via(CUdeviceptr d) {
+    PFN_cuMemFree f = (PFN_cuMemFree)must_sym(g_cuda, "cuMemFree_v2");
+    MUST(f(d));
+}
 
 static void setup(void *h, PFN_cuInit init) {
     p_cuDeviceGet = must_sym(h, "cuDeviceGet");

@@ -14,6 +14,7 @@
  * in the driver; the shim must not keep them charged.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 
 #include "fakecuda.h"
@@ -176,6 +177,61 @@ static void misuse(void) {
     CHECK(info_free() == total, "all credited back");
 }
 
+/* Calls before cuInit: the driver's CUDA_ERROR_NOT_INITIALIZED, passed through. */
+static void before_init(void) {
+    CUdeviceptr d = 0;
+    size_t f = 0, t = 0;
+    CUresult rc = cuMemAlloc_v2(&d, MIB);
+    printf("rc cuMemAlloc_v2(before cuInit) %d\n", rc);
+    CHECK(rc == CUDA_ERROR_NOT_INITIALIZED, "cuMemAlloc_v2 before cuInit -> %d, expected 3", rc);
+    rc = cuMemGetInfo_v2(&f, &t);
+    printf("rc cuMemGetInfo_v2(before cuInit) %d\n", rc);
+    CHECK(rc == CUDA_ERROR_NOT_INITIALIZED, "cuMemGetInfo_v2 before cuInit -> %d, expected 3", rc);
+    rc = cuDeviceTotalMem_v2(&t, 0);
+    printf("rc cuDeviceTotalMem_v2(before cuInit) %d\n", rc);
+    CHECK(rc == CUDA_ERROR_NOT_INITIALIZED, "cuDeviceTotalMem_v2 before cuInit -> %d, expected 3", rc);
+    rc = cuMemFree_v2((CUdeviceptr)0xdead0000ULL);
+    printf("rc cuMemFree_v2(before cuInit) %d\n", rc);
+    CHECK(rc != CUDA_SUCCESS, "cuMemFree_v2 before cuInit -> %d", rc);
+}
+
+/* A thread without a current context: the driver's error, nothing charged. */
+static void *no_context_thread(void *arg) {
+    CUresult *rcs = arg;
+    CUdeviceptr d = 0;
+    size_t f = 0, t = 0;
+    rcs[0] = cuMemAlloc_v2(&d, MIB);
+    rcs[1] = cuMemAllocAsync(&d, MIB, NULL);
+    rcs[2] = cuMemGetInfo_v2(&f, &t);
+    return NULL;
+}
+
+static void no_context(void) {
+    size_t before = info_free();
+    CUresult rcs[3] = {-1, -1, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, no_context_thread, rcs);
+    pthread_join(th, NULL);
+    const char *names[3] = {"cuMemAlloc_v2(no context)", "cuMemAllocAsync(no context)",
+                            "cuMemGetInfo_v2(no context)"};
+    for (int i = 0; i < 3; i++) {
+        printf("rc %s %d\n", names[i], rcs[i]);
+        CHECK(rcs[i] == CUDA_ERROR_INVALID_CONTEXT, "%s -> %d, expected 201", names[i], rcs[i]);
+    }
+    CHECK(info_free() == before, "nothing charged by the thread without a context");
+}
+
+/* NULL output pointers and bad devices in the queries the shim answers itself. */
+static void bad_queries(void) {
+    size_t f = 0, t = 0;
+    MUST_FAIL("cuMemGetInfo_v2(NULL, &total)", cuMemGetInfo_v2(NULL, &t));
+    MUST_FAIL("cuMemGetInfo_v2(&free, NULL)", cuMemGetInfo_v2(&f, NULL));
+    MUST_FAIL("cuMemGetInfo_v2(NULL, NULL)", cuMemGetInfo_v2(NULL, NULL));
+    MUST_FAIL("cuDeviceTotalMem_v2(NULL)", cuDeviceTotalMem_v2(NULL, 0));
+    MUST_FAIL("cuDeviceTotalMem_v2(device 99)", cuDeviceTotalMem_v2(&t, 99));
+    MUST_FAIL("cuDeviceTotalMem_v2(device -1)", cuDeviceTotalMem_v2(&t, -1));
+}
+
 /* cap > phys: what the fake refuses must not stay charged in the shim. */
 static void rollback(void) {
     const size_t total = g_cap < g_phys ? g_cap : g_phys;
@@ -222,13 +278,19 @@ int main(int argc, char **argv) {
     g_cap = parse_size(argv[3]);
     g_phys = parse_size(argv[4]);
 
+    int is_misuse = strcmp(argv[1], "misuse") == 0;
+    if (is_misuse) before_init();
     MUST(cuInit(0));
     CUdevice dev;
     CUcontext ctx;
     MUST(cuDeviceGet(&dev, 0));
     MUST(cuCtxCreate_v2(&ctx, 0, dev));
 
-    if (strcmp(argv[1], "misuse") == 0) misuse();
+    if (is_misuse) {
+        no_context();
+        bad_queries();
+        misuse();
+    }
     else if (strcmp(argv[1], "rollback") == 0) rollback();
     else return 2;
     return finish();
