@@ -8,6 +8,8 @@
 //! - `ffi`: the exported symbols, `dlsym` and `cuGetProcAddress` (the FFI edge).
 
 mod config;
+#[cfg(not(test))]
+mod growth;
 mod ledger;
 mod shim;
 mod size;

@@ -101,6 +101,16 @@ impl Shim {
         }
     }
 
+    /// The devices this process has used (their cap was resolved on first use).
+    pub fn touched_devices(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..MAX_DEVICES).filter(|&d| self.cap_resolved[d].load(Acquire))
+    }
+
+    /// Whether the configuration was read, i.e. the process called into CUDA.
+    pub fn active(&self) -> bool {
+        self.config.get().is_some()
+    }
+
     /// `(free, total)` as the program should see them, given the driver's figures.
     pub fn mem_info(&self, device: usize, free: u64, total: u64) -> (u64, u64) {
         match self.ledger.usage(device) {
