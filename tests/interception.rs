@@ -209,6 +209,32 @@ fn refusal_message_names_call_size_and_cap() {
 }
 
 #[test]
+fn percentage_limit_is_of_the_physical_memory() {
+    let stats = scratch("percent").join("stats.json");
+    let mut c = fake_cmd(simple(), &stats);
+    preload(&mut c).env("GPUCAP_LIMIT", "25%").env("FAKECUDA_TOTAL_MEM", PHYS);
+    let o = run(c.args(["1Gi", "1Gi", "1Mi"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    // 25% of 8 GiB = 2 GiB: two 1 GiB allocations fit, the next MiB does not.
+    assert!(out.contains(&format!("alloc {GIB} 0\nalloc {GIB} 0\nalloc {MIB} 2\n")), "{out}");
+    assert!(out.contains(&format!("info 0 {}\n", 2 * GIB)), "{out}");
+}
+
+#[test]
+fn without_a_limit_the_shim_does_not_cap() {
+    let stats = scratch("nolimit").join("stats.json");
+    let mut c = fake_cmd(simple(), &stats);
+    preload(&mut c).env("FAKECUDA_TOTAL_MEM", PHYS);
+    let o = run(c.args(["3Gi", "3Gi"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains(&format!("alloc {} 0\nalloc {} 0\n", 3 * GIB, 3 * GIB)), "{out}");
+    assert!(out.contains(&format!("info {} {}\n", 2 * GIB, 8 * GIB)), "{out}");
+    assert!(!stderr(&o).contains("refused"), "{}", stderr(&o));
+}
+
+#[test]
 fn invalid_limit_fails_cuinit_with_a_message() {
     for limit in ["lots", "0=1Gi,0=2Gi", "-1Gi", "150%"] {
         let stats = scratch("invalid").join("stats.json");

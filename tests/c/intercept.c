@@ -149,6 +149,14 @@ static void run_suite(const api_t *a) {
             check_free_is(a, expected_total() - pitch * 16, "after cuMemAllocPitch");
             CHECK(a->memFree(d) == CUDA_SUCCESS, "%s: cuMemFree(pitched)", a->how);
         }
+        /* A width the driver pads: what is charged is pitch x height, what the driver took. */
+        rc = a->memAllocPitch(&d, &pitch, 1000, 1024, 4);
+        CHECK(rc == CUDA_SUCCESS && pitch >= 1000, "%s: cuMemAllocPitch(1000 x 1024) -> %d pitch %zu",
+              a->how, rc, pitch);
+        if (rc == CUDA_SUCCESS) {
+            check_free_is(a, expected_total() - pitch * 1024, "after cuMemAllocPitch(1000 x 1024)");
+            CHECK(a->memFree(d) == CUDA_SUCCESS, "%s: cuMemFree(pitched)", a->how);
+        }
         check_empty(a, "after cuMemAllocPitch/cuMemFree");
     }
 

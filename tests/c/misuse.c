@@ -290,8 +290,10 @@ int main(int argc, char **argv) {
         no_context();
         bad_queries();
         misuse();
+    } else if (strcmp(argv[1], "rollback") == 0) {
+        rollback();
+    } else {
+        return 2;
     }
-    else if (strcmp(argv[1], "rollback") == 0) rollback();
-    else return 2;
     return finish();
 }
