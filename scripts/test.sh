@@ -68,8 +68,8 @@ section "Python clients (cuda-bindings 12.x and 13.x)"
 make_venv target/venv-cb12 12 "cuda-bindings>=12,<13"
 make_venv target/venv-cb13 13 "cuda-bindings>=13,<14"
 
-section "Tests (cargo test --release --workspace)"
+section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
-exec cargo test --release --workspace
+exec cargo test --release --workspace --no-fail-fast
