@@ -213,3 +213,19 @@ fn each_device_has_its_own_cap() {
     let o = run(c.args(["perdevice", "256Mi", "1Gi"]));
     assert!(!o.status.success(), "perdevice passed without the shim:\n{}", stdout(&o));
 }
+
+// ---- context teardown ---------------------------------------------------------------
+
+/// The driver frees a context's allocations when the context is destroyed or reset;
+/// the ledger must not keep charging them.
+#[test]
+fn context_teardown_credits_the_ledger() {
+    let prog = build_c("teardown", "", &["-lcuda"]);
+    let (mut c, stats) = capped(&prog, "teardown", "8Gi", "256Mi");
+    let with = run(c.args(["capped", "256Mi", "8Gi"]));
+    let (mut c, _) = uncapped(&prog, "teardown", "8Gi");
+    let without = run(c.args(["uncapped", "256Mi", "8Gi"]));
+    assert_passed(&without, "teardown without the shim (control)");
+    assert_passed(&with, "teardown with the shim");
+    assert_eq!(read_stats(&stats)[0].final_used, 0);
+}
