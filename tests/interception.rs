@@ -162,6 +162,18 @@ fn dlsym_on_dlopen_of_libcuda_so_is_capped() {
     three_ways(&intercept_dl(), "dlopen-so");
 }
 
+/// Real installs have libcuda.so.1 -> libcuda.so.<driver version>; some programs
+/// dlopen the driver by an absolute path.
+#[test]
+fn dlsym_on_dlopen_by_absolute_versioned_path_is_capped() {
+    let dir = scratch("abs-path");
+    let versioned = dir.join("libcuda.so.570.86.10");
+    std::os::unix::fs::symlink(profile_dir().join("libcuda.so"), &versioned).unwrap();
+    three_ways(&intercept_dl(), &format!("dlopen-path={}", versioned.display()));
+    let plain = fake_lib_dir().join("libcuda.so.1");
+    three_ways(&intercept_dl(), &format!("dlopen-path={}", plain.display()));
+}
+
 #[test]
 fn dlsym_rtld_default_after_global_dlopen_is_capped() {
     three_ways(&intercept_dl(), "rtld-default");

@@ -17,6 +17,7 @@
  * Modes of the binary built without (it only dlopens the driver):
  *   dlopen-so1       dlopen("libcuda.so.1") + dlsym(handle, ...)
  *   dlopen-so        dlopen("libcuda.so") + dlsym(handle, ...)
+ *   dlopen-path=P    dlopen(P) (an absolute path, e.g. libcuda.so.570.86.10) + dlsym
  *   rtld-default     dlopen("libcuda.so.1", RTLD_GLOBAL) + dlsym(RTLD_DEFAULT, ...)
  *   procaddr         cuGetProcAddress/_v2 from dlsym(handle), and as returned by themselves
  *
@@ -564,8 +565,11 @@ int main(int argc, char **argv) {
         return 2;
     }
 #else
-    if (strcmp(mode, "dlopen-so1") == 0 || strcmp(mode, "dlopen-so") == 0) {
-        const char *name = strcmp(mode, "dlopen-so1") == 0 ? "libcuda.so.1" : "libcuda.so";
+    if (strcmp(mode, "dlopen-so1") == 0 || strcmp(mode, "dlopen-so") == 0 ||
+        strncmp(mode, "dlopen-path=", 12) == 0) {
+        const char *name = strcmp(mode, "dlopen-so1") == 0 ? "libcuda.so.1"
+                           : strcmp(mode, "dlopen-so") == 0 ? "libcuda.so"
+                                                            : mode + 12;
         void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
         if (!h) {
             printf("FATAL dlopen(%s): %s\n", name, dlerror());
@@ -573,7 +577,7 @@ int main(int argc, char **argv) {
         }
         g_cuda = h;
         setup(h, (PFN_cuInit)must_sym(h, "cuInit"));
-        char how[64];
+        char how[512];
         snprintf(how, sizeof how, "dlsym(%s)", name);
         dlsym_suite(h, how, 0);
         snprintf(how, sizeof how, "dlsym(%s)-ptsz", name);
