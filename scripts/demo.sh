@@ -54,12 +54,13 @@ else
     export LD_LIBRARY_PATH="$fake_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export FAKECUDA_TOTAL_MEM=16Gi
 fi
-# The demo sets the limit itself.
-unset GPUCAP_LIMIT
+# The demo sets the limit itself and needs gpucap's messages.
+unset GPUCAP_LIMIT GPUCAP_LOG
 
 STEPS=(256 256 600 256)
-say "The program: asks the driver how much memory there is, then allocates ${STEPS[*]} MiB in turn," 
-echo "    keeping each, writing a pattern into it and reading it back."
+say "The program (tests/cudarc-client) asks the driver how much memory there is, then"
+echo "    allocates 256, 256, 600 and 256 MiB in turn, keeping each, writing a pattern"
+echo "    into it and reading it back (lines 'alloc <MiB> ok' or 'alloc <MiB> err <CUDA error>')."
 
 say "Without gpucap: every allocation succeeds"
 "$CLIENT" "${STEPS[@]}" 2>&1 | show

@@ -224,6 +224,25 @@ fn cap_above_physical(client: Client) {
     assert_eq!(r.report.mem_info.first(), Some(&(GIB, GIB)), "{}", r.dump());
     assert_eq!(r.report.outcomes(), ["600 ok", &format!("600 {OOM}")], "{}", r.dump());
     assert!(refusals(&r.stderr).is_empty(), "the device, not gpucap, refused\n{}", r.dump());
+    // Free memory is the device's own, not the (larger) room left under the cap.
+    assert_eq!(r.report.mem_info.last(), Some(&(GIB - 600 * MIB, GIB)), "{}", r.dump());
+}
+
+/// `GPUCAP_LOG=off`: the cap still holds, and the shim prints nothing.
+fn log_off_is_silent(client: Client) {
+    let Some(mut cmd) = client.command(&scratch("log-off").join("stats.json")) else {
+        return;
+    };
+    preload(&mut cmd)
+        .args(["600", "600"])
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_LOG", "off");
+    let out = run(&mut cmd);
+    assert_ok(&out);
+    let report = ClientReport::parse(&stdout(&out));
+    assert_eq!(report.outcomes(), ["600 ok", &format!("600 {OOM}")], "{}", stdout(&out));
+    assert!(!stderr(&out).contains("gpucap"), "stderr:\n{}", stderr(&out));
 }
 
 /// An invalid GPUCAP_LIMIT stops the program at cuInit with CUDA_ERROR_NOT_PERMITTED
@@ -282,7 +301,7 @@ macro_rules! client_tests {
 
 client_tests!(cudarc, super::Client::Cudarc, [
     caps_allocations, control_without_shim, free_credits_cap, percent_limit,
-    cap_above_physical, invalid_limit
+    cap_above_physical, invalid_limit, log_off_is_silent
 ]);
 client_tests!(bindings12, super::Client::Bindings12, [
     caps_allocations, control_without_shim, free_credits_cap, percent_limit,
