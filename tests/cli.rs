@@ -12,7 +12,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-
 /// `gpucap ARGS...` on the fake GPU (FAKECUDA_TOTAL_MEM=4Gi unless overridden).
 fn gpucap(args: &[&OsStr], stats: &Path) -> Command {
     let mut cmd = fake_cmd(cli(), stats);
@@ -25,7 +24,12 @@ fn os<S: AsRef<OsStr> + ?Sized>(s: &S) -> &OsStr {
 }
 
 fn dump(o: &Output) -> String {
-    format!("status {:?}\n--- stdout\n{}--- stderr\n{}", o.status, stdout(o), stderr(o))
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    )
 }
 
 /// A program that would leave `marker` behind if it ever started.
@@ -37,14 +41,23 @@ fn touch_cmd(marker: &Path) -> Vec<&OsStr> {
 /// and `value`, the marker file was not created.
 #[track_caller]
 fn assert_config_error(o: &Output, marker: &Path, what: &str, value: &str) {
-    assert_eq!(o.status.code(), Some(2), "expected exit status 2\n{}", dump(o));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "expected exit status 2\n{}",
+        dump(o)
+    );
     let err = stderr(o);
     assert!(
         err.lines().any(|l| l.contains(what) && l.contains(value)),
         "stderr should name {what} and {value:?}\n{}",
         dump(o)
     );
-    assert!(!marker.exists(), "the program ran although the configuration is invalid\n{}", dump(o));
+    assert!(
+        !marker.exists(),
+        "the program ran although the configuration is invalid\n{}",
+        dump(o)
+    );
 }
 
 #[test]
@@ -52,7 +65,17 @@ fn run_caps_the_program() {
     let dir = scratch("cli-cap");
     let client = cudarc_client();
     let o = run(&mut gpucap(
-        &[os("run"), os("--limit"), os("1Gi"), os("--"), client.as_os_str(), os("600"), os("600"), os("free"), os("600")],
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            client.as_os_str(),
+            os("600"),
+            os("600"),
+            os("free"),
+            os("600"),
+        ],
         &dir.join("stats.json"),
     ));
     assert_ok(&o);
@@ -74,19 +97,37 @@ fn run_caps_the_program() {
         dump(&o)
     );
     let stats = read_stats(&dir.join("stats.json"));
-    assert!(stats[0].peak_used <= GIB, "peak {} over the cap", stats[0].peak_used);
+    assert!(
+        stats[0].peak_used <= GIB,
+        "peak {} over the cap",
+        stats[0].peak_used
+    );
 }
 
 #[test]
 fn run_takes_the_limit_from_the_environment() {
     let dir = scratch("cli-env");
     let client = cudarc_client();
-    let o = run(&mut gpucap(&[os("run"), os("--"), client.as_os_str(), os("1000"), os("100")], &dir.join("s.json"))
-        .env("GPUCAP_LIMIT", "25%"));
+    let o = run(&mut gpucap(
+        &[
+            os("run"),
+            os("--"),
+            client.as_os_str(),
+            os("1000"),
+            os("100"),
+        ],
+        &dir.join("s.json"),
+    )
+    .env("GPUCAP_LIMIT", "25%"));
     assert_ok(&o);
     let r = ClientReport::parse(&stdout(&o));
     assert_eq!(r.total_mem, Some(GIB), "{}", dump(&o));
-    assert_eq!(r.outcomes(), ["1000 ok", "100 CUDA_ERROR_OUT_OF_MEMORY"], "{}", dump(&o));
+    assert_eq!(
+        r.outcomes(),
+        ["1000 ok", "100 CUDA_ERROR_OUT_OF_MEMORY"],
+        "{}",
+        dump(&o)
+    );
 }
 
 #[test]
@@ -95,14 +136,30 @@ fn run_returns_the_exit_status() {
     for code in [0, 1, 7, 42] {
         let script = format!("exit {code}");
         let o = run(&mut gpucap(
-            &[os("run"), os("--limit"), os("1Gi"), os("--"), os("sh"), os("-c"), os(&script)],
+            &[
+                os("run"),
+                os("--limit"),
+                os("1Gi"),
+                os("--"),
+                os("sh"),
+                os("-c"),
+                os(&script),
+            ],
             &dir.join("s.json"),
         ));
         assert_eq!(o.status.code(), Some(code), "{}", dump(&o));
     }
     // Killed by a signal: the same signal, or the shell's 128+N.
     let o = run(&mut gpucap(
-        &[os("run"), os("--limit"), os("1Gi"), os("--"), os("sh"), os("-c"), os("kill -TERM $$")],
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            os("kill -TERM $$"),
+        ],
         &dir.join("s.json"),
     ));
     assert!(
@@ -116,7 +173,19 @@ fn run_returns_the_exit_status() {
 fn run_passes_arguments_and_stdio_through() {
     let dir = scratch("cli-args");
     let o = run(&mut gpucap(
-        &[os("run"), os("--limit"), os("1Gi"), os("--"), os("sh"), os("-c"), os("printf '%s|' \"$@\"; echo oops >&2"), os("sh"), os("a b"), os("--limit"), os("")],
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            os("printf '%s|' \"$@\"; echo oops >&2"),
+            os("sh"),
+            os("a b"),
+            os("--limit"),
+            os(""),
+        ],
         &dir.join("s.json"),
     ));
     assert_ok(&o);
@@ -170,7 +239,9 @@ fn non_utf8_limit_stops_before_the_program() {
     let marker = dir.join("started");
     let mut args = vec![os("run"), os("--")];
     args.extend(touch_cmd(&marker));
-    let o = run(&mut gpucap(&args, &dir.join("s.json")).env("GPUCAP_LIMIT", OsStr::from_bytes(b"1G\xffi")));
+    let o =
+        run(&mut gpucap(&args, &dir.join("s.json"))
+            .env("GPUCAP_LIMIT", OsStr::from_bytes(b"1G\xffi")));
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("GPUCAP_LIMIT"), "{}", dump(&o));
     assert!(!marker.exists(), "{}", dump(&o));
@@ -181,14 +252,26 @@ fn existing_ld_preload_is_kept() {
     let dir = scratch("cli-preload");
     // The program sees both the shim and the library that was already preloaded...
     let o = run(&mut gpucap(
-        &[os("run"), os("--limit"), os("1Gi"), os("--"), os("sh"), os("-c"), os("printf %s \"$LD_PRELOAD\"")],
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            os("printf %s \"$LD_PRELOAD\""),
+        ],
         &dir.join("s.json"),
     )
     .env("LD_PRELOAD", "libm.so.6"));
     assert_ok(&o);
     let seen = stdout(&o);
     let entries: Vec<&str> = seen.split([':', ' ']).filter(|s| !s.is_empty()).collect();
-    assert!(entries.contains(&"libm.so.6"), "LD_PRELOAD={seen:?}\n{}", dump(&o));
+    assert!(
+        entries.contains(&"libm.so.6"),
+        "LD_PRELOAD={seen:?}\n{}",
+        dump(&o)
+    );
     assert!(
         entries.iter().any(|e| e.ends_with("libgpucap.so")),
         "LD_PRELOAD={seen:?}\n{}",
@@ -197,13 +280,26 @@ fn existing_ld_preload_is_kept() {
     // ...and the cap still holds.
     let client = cudarc_client();
     let o = run(&mut gpucap(
-        &[os("run"), os("--limit"), os("1Gi"), os("--"), client.as_os_str(), os("600"), os("600")],
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            client.as_os_str(),
+            os("600"),
+            os("600"),
+        ],
         &dir.join("s.json"),
     )
     .env("LD_PRELOAD", "libm.so.6"));
     assert_ok(&o);
     let r = ClientReport::parse(&stdout(&o));
-    assert_eq!(r.outcomes(), ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"], "{}", dump(&o));
+    assert_eq!(
+        r.outcomes(),
+        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"],
+        "{}",
+        dump(&o)
+    );
 }
 
 #[test]
@@ -220,16 +316,27 @@ fn missing_shim_library_is_an_error() {
         "stderr should name the missing library\n{}",
         dump(&o)
     );
-    assert!(!marker.exists(), "the program ran without the shim\n{}", dump(&o));
+    assert!(
+        !marker.exists(),
+        "the program ran without the shim\n{}",
+        dump(&o)
+    );
 }
 
 #[test]
 fn check_prints_bytes_per_device() {
     let dir = scratch("cli-check");
-    let o = run(&mut gpucap(&[os("check"), os("--limit"), os("50%")], &dir.join("s.json"))
-        .env("FAKECUDA_TOTAL_MEM", "8Gi"));
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("50%")],
+        &dir.join("s.json"),
+    )
+    .env("FAKECUDA_TOTAL_MEM", "8Gi"));
     assert_ok(&o);
-    assert!(stdout(&o).contains("4294967296"), "4 GiB in bytes\n{}", dump(&o));
+    assert!(
+        stdout(&o).contains("4294967296"),
+        "4 GiB in bytes\n{}",
+        dump(&o)
+    );
 
     // Two devices with their own caps: 1 GiB on GPU 0, half of 8 GiB on GPU 1.
     let o = run(&mut gpucap(&[os("check")], &dir.join("s.json"))
@@ -245,7 +352,10 @@ fn check_prints_bytes_per_device() {
 #[test]
 fn check_rejects_bad_configuration() {
     let dir = scratch("cli-checkbad");
-    let o = run(&mut gpucap(&[os("check"), os("--limit"), os("150%")], &dir.join("s.json")));
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("150%")],
+        &dir.join("s.json"),
+    ));
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("150%"), "{}", dump(&o));
     let o = run(&mut gpucap(&[os("check")], &dir.join("s.json")).env("GPUCAP_LIMT", "1Gi"));
@@ -258,16 +368,32 @@ fn non_utf8_environment_is_harmless() {
     let dir = scratch("cli-bytes");
     let odd = OsStr::from_bytes(b"caf\xe9 \xff");
     let o = run(&mut gpucap(
-        &[os("run"), os("--limit"), os("1Gi"), os("--"), os("sh"), os("-c"), os("printf %s \"$ODD_BYTES\"")],
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            os("printf %s \"$ODD_BYTES\""),
+        ],
         &dir.join("s.json"),
     )
     .env("ODD_BYTES", odd)
     .env(OsStr::from_bytes(b"ODD_\xffNAME"), "x"));
     assert_ok(&o);
-    assert_eq!(o.stdout, odd.as_bytes(), "the variable reaches the program unchanged\n{}", dump(&o));
+    assert_eq!(
+        o.stdout,
+        odd.as_bytes(),
+        "the variable reaches the program unchanged\n{}",
+        dump(&o)
+    );
 
-    let o = run(&mut gpucap(&[os("check"), os("--limit"), os("1Gi")], &dir.join("s.json"))
-        .env("ODD_BYTES", odd));
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("1Gi")],
+        &dir.join("s.json"),
+    )
+    .env("ODD_BYTES", odd));
     assert_ok(&o);
     assert!(stdout(&o).contains("1073741824"), "{}", dump(&o));
 }
@@ -275,8 +401,14 @@ fn non_utf8_environment_is_harmless() {
 #[test]
 fn run_without_a_program_is_a_usage_error() {
     let dir = scratch("cli-usage");
-    let o = run(&mut gpucap(&[os("run"), os("--limit"), os("1Gi")], &dir.join("s.json")));
+    let o = run(&mut gpucap(
+        &[os("run"), os("--limit"), os("1Gi")],
+        &dir.join("s.json"),
+    ));
     assert!(!o.status.success(), "{}", dump(&o));
-    let o = run(&mut gpucap(&[os("no-such-subcommand")], &dir.join("s.json")));
+    let o = run(&mut gpucap(
+        &[os("no-such-subcommand")],
+        &dir.join("s.json"),
+    ));
     assert!(!o.status.success(), "{}", dump(&o));
 }

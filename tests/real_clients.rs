@@ -90,7 +90,12 @@ impl Run {
 
 /// Runs `client` with `steps` on a fake GPU of `fake_total`, under the shim with
 /// `GPUCAP_LIMIT=limit` when `limit` is given (without the shim otherwise).
-fn run_client(client: Client, limit: Option<&str>, fake_total: &str, steps: &[&str]) -> Option<Run> {
+fn run_client(
+    client: Client,
+    limit: Option<&str>,
+    fake_total: &str,
+    steps: &[&str],
+) -> Option<Run> {
     let dir = scratch(&format!("{client:?}").to_lowercase());
     let stats_path = dir.join("stats.json");
     let mut cmd = client.command(&stats_path)?;
@@ -101,8 +106,17 @@ fn run_client(client: Client, limit: Option<&str>, fake_total: &str, steps: &[&s
     let out = run(&mut cmd);
     let report = ClientReport::parse(&stdout(&out));
     let stderr = stderr(&out);
-    let stats = if stats_path.exists() { read_stats(&stats_path) } else { Vec::new() };
-    Some(Run { out, report, stats, stderr })
+    let stats = if stats_path.exists() {
+        read_stats(&stats_path)
+    } else {
+        Vec::new()
+    };
+    Some(Run {
+        out,
+        report,
+        stats,
+        stderr,
+    })
 }
 
 #[track_caller]
@@ -119,18 +133,30 @@ fn assert_ran(r: &Run) {
 #[track_caller]
 fn assert_refusals(r: &Run, expected: &[(&[&str], &str)]) {
     let got = refusals(&r.stderr);
-    assert_eq!(got.len(), expected.len(), "refusal lines on stderr:\n{}", r.dump());
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "refusal lines on stderr:\n{}",
+        r.dump()
+    );
     for (line, (apis, tail)) in got.iter().zip(expected) {
         let ok = apis
             .iter()
             .any(|api| *line == format!("gpucap: refused {api} {tail}"));
-        assert!(ok, "refusal line {line:?}, expected `gpucap: refused {apis:?} {tail}`\n{}", r.dump());
+        assert!(
+            ok,
+            "refusal line {line:?}, expected `gpucap: refused {apis:?} {tail}`\n{}",
+            r.dump()
+        );
     }
 }
 
 #[track_caller]
 fn assert_peak_within(r: &Run, cap: u64, at_least: u64) {
-    let dev = r.stats.first().unwrap_or_else(|| panic!("no fake driver stats\n{}", r.dump()));
+    let dev = r
+        .stats
+        .first()
+        .unwrap_or_else(|| panic!("no fake driver stats\n{}", r.dump()));
     assert!(
         dev.peak_used <= cap,
         "the device held {} bytes at its peak, over the {cap} cap\n{}",
@@ -162,8 +188,18 @@ fn caps_allocations(client: Client) {
         r.dump()
     );
     assert_refusals(&r, &[(client.alloc_apis(), CAP_LINE_512)]);
-    assert_eq!(r.report.total_mem, Some(GIB), "cuDeviceTotalMem\n{}", r.dump());
-    assert_eq!(r.report.mem_info.first(), Some(&(GIB, GIB)), "cuMemGetInfo before\n{}", r.dump());
+    assert_eq!(
+        r.report.total_mem,
+        Some(GIB),
+        "cuDeviceTotalMem\n{}",
+        r.dump()
+    );
+    assert_eq!(
+        r.report.mem_info.first(),
+        Some(&(GIB, GIB)),
+        "cuMemGetInfo before\n{}",
+        r.dump()
+    );
     assert_eq!(
         r.report.mem_info.last(),
         Some(&(256 * MIB, GIB)),
@@ -180,10 +216,20 @@ fn control_without_shim(client: Client) {
         return;
     };
     assert_ran(&r);
-    assert_eq!(r.report.outcomes(), ["256 ok", "256 ok", "600 ok", "256 ok"], "{}", r.dump());
+    assert_eq!(
+        r.report.outcomes(),
+        ["256 ok", "256 ok", "600 ok", "256 ok"],
+        "{}",
+        r.dump()
+    );
     assert!(refusals(&r.stderr).is_empty(), "{}", r.dump());
     assert_eq!(r.report.total_mem, Some(4 * GIB), "{}", r.dump());
-    assert_eq!(r.report.mem_info.first(), Some(&(4 * GIB, 4 * GIB)), "{}", r.dump());
+    assert_eq!(
+        r.report.mem_info.first(),
+        Some(&(4 * GIB, 4 * GIB)),
+        "{}",
+        r.dump()
+    );
     assert_peak_within(&r, 4 * GIB, 1368 * MIB);
 }
 
@@ -193,10 +239,18 @@ fn free_credits_cap(client: Client) {
         return;
     };
     assert_ran(&r);
-    assert_eq!(r.report.outcomes(), ["600 ok", &format!("600 {OOM}"), "600 ok"], "{}", r.dump());
+    assert_eq!(
+        r.report.outcomes(),
+        ["600 ok", &format!("600 {OOM}"), "600 ok"],
+        "{}",
+        r.dump()
+    );
     assert_refusals(
         &r,
-        &[(client.alloc_apis(), "of 600 MiB on GPU 0: 600 MiB of the 1 GiB cap in use")],
+        &[(
+            client.alloc_apis(),
+            "of 600 MiB on GPU 0: 600 MiB of the 1 GiB cap in use",
+        )],
     );
     assert_peak_within(&r, GIB, 600 * MIB);
 }
@@ -207,9 +261,19 @@ fn percent_limit(client: Client) {
         return;
     };
     assert_ran(&r);
-    assert_eq!(r.report.outcomes(), ["1000 ok", &format!("100 {OOM}")], "{}", r.dump());
+    assert_eq!(
+        r.report.outcomes(),
+        ["1000 ok", &format!("100 {OOM}")],
+        "{}",
+        r.dump()
+    );
     assert_eq!(r.report.total_mem, Some(GIB), "{}", r.dump());
-    assert_eq!(r.report.mem_info.first().map(|m| m.1), Some(GIB), "{}", r.dump());
+    assert_eq!(
+        r.report.mem_info.first().map(|m| m.1),
+        Some(GIB),
+        "{}",
+        r.dump()
+    );
     assert_peak_within(&r, GIB, 1000 * MIB);
 }
 
@@ -222,10 +286,24 @@ fn cap_above_physical(client: Client) {
     assert_ran(&r);
     assert_eq!(r.report.total_mem, Some(GIB), "{}", r.dump());
     assert_eq!(r.report.mem_info.first(), Some(&(GIB, GIB)), "{}", r.dump());
-    assert_eq!(r.report.outcomes(), ["600 ok", &format!("600 {OOM}")], "{}", r.dump());
-    assert!(refusals(&r.stderr).is_empty(), "the device, not gpucap, refused\n{}", r.dump());
+    assert_eq!(
+        r.report.outcomes(),
+        ["600 ok", &format!("600 {OOM}")],
+        "{}",
+        r.dump()
+    );
+    assert!(
+        refusals(&r.stderr).is_empty(),
+        "the device, not gpucap, refused\n{}",
+        r.dump()
+    );
     // Free memory is the device's own, not the (larger) room left under the cap.
-    assert_eq!(r.report.mem_info.last(), Some(&(GIB - 600 * MIB, GIB)), "{}", r.dump());
+    assert_eq!(
+        r.report.mem_info.last(),
+        Some(&(GIB - 600 * MIB, GIB)),
+        "{}",
+        r.dump()
+    );
 }
 
 /// `GPUCAP_LOG=off`: the cap still holds, and the shim prints nothing.
@@ -241,8 +319,17 @@ fn log_off_is_silent(client: Client) {
     let out = run(&mut cmd);
     assert_ok(&out);
     let report = ClientReport::parse(&stdout(&out));
-    assert_eq!(report.outcomes(), ["600 ok", &format!("600 {OOM}")], "{}", stdout(&out));
-    assert!(!stderr(&out).contains("gpucap"), "stderr:\n{}", stderr(&out));
+    assert_eq!(
+        report.outcomes(),
+        ["600 ok", &format!("600 {OOM}")],
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        !stderr(&out).contains("gpucap"),
+        "stderr:\n{}",
+        stderr(&out)
+    );
 }
 
 /// An invalid GPUCAP_LIMIT stops the program at cuInit with CUDA_ERROR_NOT_PERMITTED
@@ -252,9 +339,16 @@ fn invalid_limit(client: Client) {
         return;
     };
     assert_eq!(r.out.status.code(), Some(3), "{}", r.dump());
-    assert_eq!(r.report.init_err.as_deref(), Some("CUDA_ERROR_NOT_PERMITTED"), "{}", r.dump());
+    assert_eq!(
+        r.report.init_err.as_deref(),
+        Some("CUDA_ERROR_NOT_PERMITTED"),
+        "{}",
+        r.dump()
+    );
     assert!(
-        r.stderr.lines().any(|l| l.starts_with("gpucap: invalid GPUCAP_LIMIT") && l.contains("abc")),
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("gpucap: invalid GPUCAP_LIMIT") && l.contains("abc")),
         "no `gpucap: invalid GPUCAP_LIMIT ... abc` line\n{}",
         r.dump()
     );
@@ -266,22 +360,46 @@ fn invalid_limit(client: Client) {
 /// Stream-ordered allocation (cuMemAllocAsync on a created stream) is counted with
 /// the plain allocations, and refused with its own name.
 fn async_allocations(client: Client) {
-    let Some(r) = run_client(client, Some("1Gi"), "4Gi", &["256", "async:256", "async:600", "600", "free", "async:600"])
-    else {
+    let Some(r) = run_client(
+        client,
+        Some("1Gi"),
+        "4Gi",
+        &["256", "async:256", "async:600", "600", "free", "async:600"],
+    ) else {
         return;
     };
     assert_ran(&r);
     let kinds: Vec<&str> = r.report.allocs.iter().map(|a| a.0.as_str()).collect();
-    assert_eq!(kinds, ["alloc", "alloc_async", "alloc_async", "alloc", "alloc_async"], "{}", r.dump());
+    assert_eq!(
+        kinds,
+        [
+            "alloc",
+            "alloc_async",
+            "alloc_async",
+            "alloc",
+            "alloc_async"
+        ],
+        "{}",
+        r.dump()
+    );
     assert_eq!(
         r.report.outcomes(),
-        ["256 ok", "256 ok", &format!("600 {OOM}"), &format!("600 {OOM}"), "600 ok"],
+        [
+            "256 ok",
+            "256 ok",
+            &format!("600 {OOM}"),
+            &format!("600 {OOM}"),
+            "600 ok"
+        ],
         "{}",
         r.dump()
     );
     assert_refusals(
         &r,
-        &[(&["cuMemAllocAsync"], CAP_LINE_512), (&["cuMemAlloc"], CAP_LINE_512)],
+        &[
+            (&["cuMemAllocAsync"], CAP_LINE_512),
+            (&["cuMemAlloc"], CAP_LINE_512),
+        ],
     );
     assert_peak_within(&r, GIB, 856 * MIB);
 }
@@ -299,15 +417,42 @@ macro_rules! client_tests {
     };
 }
 
-client_tests!(cudarc, super::Client::Cudarc, [
-    caps_allocations, control_without_shim, free_credits_cap, percent_limit,
-    cap_above_physical, invalid_limit, log_off_is_silent
-]);
-client_tests!(bindings12, super::Client::Bindings12, [
-    caps_allocations, control_without_shim, free_credits_cap, percent_limit,
-    cap_above_physical, invalid_limit, async_allocations
-]);
-client_tests!(bindings13, super::Client::Bindings13, [
-    caps_allocations, control_without_shim, free_credits_cap, percent_limit,
-    cap_above_physical, invalid_limit, async_allocations
-]);
+client_tests!(
+    cudarc,
+    super::Client::Cudarc,
+    [
+        caps_allocations,
+        control_without_shim,
+        free_credits_cap,
+        percent_limit,
+        cap_above_physical,
+        invalid_limit,
+        log_off_is_silent
+    ]
+);
+client_tests!(
+    bindings12,
+    super::Client::Bindings12,
+    [
+        caps_allocations,
+        control_without_shim,
+        free_credits_cap,
+        percent_limit,
+        cap_above_physical,
+        invalid_limit,
+        async_allocations
+    ]
+);
+client_tests!(
+    bindings13,
+    super::Client::Bindings13,
+    [
+        caps_allocations,
+        control_without_shim,
+        free_credits_cap,
+        percent_limit,
+        cap_above_physical,
+        invalid_limit,
+        async_allocations
+    ]
+);

@@ -229,14 +229,17 @@ impl ClientReport {
             let words: Vec<&str> = line.split_whitespace().collect();
             match words.as_slice() {
                 ["device", "0", ..] => r.total_mem = Some(field(line, "total_mem=")),
-                ["mem_get_info", ..] => r.mem_info.push((field(line, "free="), field(line, "total="))),
+                ["mem_get_info", ..] => r
+                    .mem_info
+                    .push((field(line, "free="), field(line, "total="))),
                 [kind @ ("alloc" | "alloc_async"), mib, rest @ ..] => {
                     let res = match rest {
                         ["ok"] => Ok(()),
                         ["err", e @ ..] => Err(e.join(" ")),
                         other => Err(other.join(" ")),
                     };
-                    r.allocs.push((kind.to_string(), mib.parse().expect("MiB"), res));
+                    r.allocs
+                        .push((kind.to_string(), mib.parse().expect("MiB"), res));
                 }
                 ["init", "err", e @ ..] => r.init_err = Some(e.join(" ")),
                 ["done"] => r.done = true,

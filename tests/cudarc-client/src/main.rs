@@ -39,12 +39,18 @@ fn info(ctx: &CudaContext) -> Result<(), DriverError> {
 
 /// Fills the first and last `PROBE` bytes with a pattern particular to this
 /// allocation and reads them back, plus a byte in the middle that must still be zero.
-fn roundtrip(stream: &Arc<CudaStream>, buf: &mut CudaSlice<u8>, seed: u8) -> Result<bool, DriverError> {
+fn roundtrip(
+    stream: &Arc<CudaStream>,
+    buf: &mut CudaSlice<u8>,
+    seed: u8,
+) -> Result<bool, DriverError> {
     let len = buf.len();
     let n = PROBE.min(len);
     let mut ok = true;
     for start in [0, len - n] {
-        let pattern: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        let pattern: Vec<u8> = (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect();
         stream.memcpy_htod(&pattern, &mut buf.slice_mut(start..start + n))?;
         let back = stream.clone_dtoh(&buf.slice(start..start + n))?;
         ok &= back == pattern;
