@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # What the shim costs, measured on the fake driver (no GPU needed).
 #
-#   scripts/bench.sh            # REPS=7 STARTUP_RUNS=200 TARGET_MS=500 by default
-#   REPS=9 scripts/bench.sh
+#   scripts/bench.sh                 # REPS=7 STARTUP_RUNS=200 TARGET_MS=500 by default
+#   REPS=11 scripts/bench.sh
 #
-# 1. cuMemAlloc_v2 + cuMemFree_v2 pairs of 4 KiB (tests/c/bench_alloc.c), 1 and 2
+# 1. cuMemAlloc_v2 + cuMemFree_v2 pairs of 4 KiB (tests/c/bench_alloc.c) with 1 and 2
 #    threads, without and with LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the
-#    ledger is live), REPS runs each, interleaved: median ns per pair, the ratio and
-#    the nanoseconds the shim adds. N is calibrated so that a run without the shim
-#    takes about TARGET_MS.
+#    ledger is live), REPS runs of each, interleaved. Reported: the median wall-clock
+#    ns per pair (clock_gettime), the ratio and the ns the shim adds, plus the same
+#    from each thread's CPU time (steadier when other processes share the machine).
+#    N is calibrated so that one run without the shim takes about TARGET_MS.
 # 2. Process start: /bin/true without and with the shim preloaded, STARTUP_RUNS runs
-#    (hyperfine when installed, else a timed loop repeated REPS times): the ratio.
+#    (hyperfine when installed, else a timed loop, REPS times): the ratio.
 #
 # Prints a table and writes target/bench.json. Targets (reported, not enforced):
 # under 50 ns added per pair, under 15% slower process start.
@@ -46,37 +47,45 @@ for v in $(env | sed -n 's/^\(GPUCAP_[A-Za-z0-9_]*\|FAKECUDA_[A-Za-z0-9_]*\)=.*/
 unset LD_PRELOAD
 export LD_LIBRARY_PATH=$FAKEDIR
 
-minimum() { sort -g | awk 'NR == 1'; }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print "nan"} else if (NR%2) {print a[(NR+1)/2]} else {printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2}}'; }
-field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
-# run_bench <shim:0|1> <threads> <pairs>: prints ns per pair
+RESULTS=$(mktemp)
+trap 'rm -f "$RESULTS"' EXIT
+
+# run_bench <shim:0|1> <threads> <pairs> [pair|info]: prints "wall_ns cpu_ns" per pair (call)
 run_bench() {
     local out
     if [ "$1" = 1 ]; then
-        out=$(LD_PRELOAD=$SHIM GPUCAP_LIMIT=$LIMIT "$BENCH" "$2" "$3")
+        out=$(LD_PRELOAD=$SHIM GPUCAP_LIMIT=$LIMIT "$BENCH" "$2" "$3" 4Ki "${4:-pair}")
     else
-        out=$("$BENCH" "$2" "$3")
+        out=$("$BENCH" "$2" "$3" 4Ki "${4:-pair}")
     fi
-    echo " $out" | field ns_per_pair
+    echo " $out" | sed -n 's/.* ns_per_pair=\([0-9.]*\) cpu_ns_per_pair=\([0-9.]*\).*/\1 \2/p'
 }
 
 # ---- calibration -------------------------------------------------------------------
-probe=200000
-ns=$(run_bench 0 1 $probe)
+read -r ns _ < <(run_bench 0 1 200000)
 PAIRS=$(awk -v ns="$ns" -v ms="$TARGET_MS" 'BEGIN { n = int(ms * 1e6 / ns); if (n < 10000) n = 10000; print n }')
 echo "== calibration: $ns ns/pair without the shim -> N=$PAIRS pairs per thread (~${TARGET_MS} ms)" >&2
 
 # ---- alloc/free pairs ----------------------------------------------------------------
-declare -A BASE SHIMNS
 for threads in 1 2; do
-    base_runs=() shim_runs=()
-    for ((i = 0; i < REPS; i++)); do
-        base_runs+=("$(run_bench 0 $threads $PAIRS)")
-        shim_runs+=("$(run_bench 1 $threads $PAIRS)")
-        echo "   threads=$threads rep=$((i + 1)): base ${base_runs[-1]} ns, shim ${shim_runs[-1]} ns" >&2
+    for ((i = 1; i <= REPS; i++)); do
+        read -r bw bc < <(run_bench 0 "$threads" "$PAIRS")
+        read -r sw sc < <(run_bench 1 "$threads" "$PAIRS")
+        echo "alloc $threads base $bw $bc" >>"$RESULTS"
+        echo "alloc $threads shim $sw $sc" >>"$RESULTS"
+        echo "   threads=$threads rep=$i: without ${bw} ns (cpu ${bc}), with the shim ${sw} ns (cpu ${sc})" >&2
     done
-    BASE[$threads]="${base_runs[*]}"
-    SHIMNS[$threads]="${shim_runs[*]}"
+done
+
+# cuMemGetInfo_v2 alone: a hook whose driver side costs next to nothing.
+read -r ns _ < <(run_bench 0 1 1000000 info)
+CALLS=$(awk -v ns="$ns" -v ms="$TARGET_MS" 'BEGIN { n = int(ms * 1e6 / ns / 4); if (n < 100000) n = 100000; print n }')
+for ((i = 1; i <= REPS; i++)); do
+    read -r bw bc < <(run_bench 0 1 "$CALLS" info)
+    read -r sw sc < <(run_bench 1 1 "$CALLS" info)
+    echo "info 1 base $bw $bc" >>"$RESULTS"
+    echo "info 1 shim $sw $sc" >>"$RESULTS"
+    echo "   cuMemGetInfo_v2 rep=$i: without ${bw} ns, with the shim ${sw} ns" >&2
 done
 
 # ---- process start -----------------------------------------------------------------
@@ -87,10 +96,9 @@ if command -v hyperfine >/dev/null 2>&1; then
     hyperfine --warmup 20 --runs "$STARTUP_RUNS" --export-json "$hf" \
         -n base '/bin/true' \
         -n shim "LD_PRELOAD=$SHIM GPUCAP_LIMIT=$LIMIT /bin/true" >&2
-    # mean seconds of each command, in microseconds
-    read -r start_base start_shim < <(tr -d ' \n' <"$hf" | grep -o '"mean":[0-9.e+-]*' | cut -d: -f2 |
-        awk '{v[NR]=$1*1e6} END {printf "%.1f %.1f\n", v[1], v[2]}')
-    start_base_runs=$start_base start_shim_runs=$start_shim
+    # the mean seconds of each command, in microseconds
+    tr -d ' \n' <"$hf" | grep -o '"mean":[0-9.e+-]*' | cut -d: -f2 |
+        awk 'NR == 1 { printf "start 0 base %.1f 0\n", $1 * 1e6 } NR == 2 { printf "start 0 shim %.1f 0\n", $1 * 1e6 }' >>"$RESULTS"
 else
     # loop <shim:0|1>: microseconds per /bin/true start, over STARTUP_RUNS runs
     loop() {
@@ -105,60 +113,54 @@ else
         t1=$(date +%s%N)
         awk -v a="$t0" -v b="$t1" -v n="$STARTUP_RUNS" 'BEGIN { printf "%.1f\n", (b - a) / n / 1000 }'
     }
-    loop 0 >/dev/null; loop 1 >/dev/null # warm the page cache
-    sb=() ss=()
-    for ((i = 0; i < REPS; i++)); do
-        sb+=("$(loop 0)")
-        ss+=("$(loop 1)")
-        echo "   startup rep=$((i + 1)): /bin/true ${sb[-1]} us, with the shim ${ss[-1]} us" >&2
+    loop 0 >/dev/null
+    loop 1 >/dev/null # warm the page cache
+    for ((i = 1; i <= REPS; i++)); do
+        b=$(loop 0)
+        s=$(loop 1)
+        echo "start 0 base $b 0" >>"$RESULTS"
+        echo "start 0 shim $s 0" >>"$RESULTS"
+        echo "   startup rep=$i: /bin/true ${b} us, with the shim ${s} us" >&2
     done
-    start_base=$(printf '%s\n' "${sb[@]}" | median)
-    start_shim=$(printf '%s\n' "${ss[@]}" | median)
-    start_base_runs="${sb[*]}" start_shim_runs="${ss[*]}"
 fi
-start_ratio=$(awk -v a="$start_base" -v b="$start_shim" 'BEGIN { printf "%.3f", b / a }')
 
-# ---- report --------------------------------------------------------------------------
-json_list() { echo "$1" | tr ' ' '\n' | grep . | paste -sd, -; }
-{
-    printf '{\n  "device": "fake driver (host memory), no GPU",\n'
-    printf '  "host": "%s, %s cores",\n' "$(uname -m)" "$(nproc)"
-    printf '  "reps": %d,\n  "limit": "%s",\n' "$REPS" "$LIMIT"
-    printf '  "alloc_free": [\n'
-} >"$ROOT/target/bench.json"
-
-printf '\n%-28s %12s %12s %8s %10s   %s\n' "cuMemAlloc_v2+cuMemFree_v2" "without" "with shim" "ratio" "added" "best of $REPS"
-printf '%-28s %12s %12s %8s %10s   %s\n' "(4 KiB, median of $REPS)" "ns/pair" "ns/pair" "" "ns/pair" "without/with (added)"
-sep=""
-for threads in 1 2; do
-    b=$(echo "${BASE[$threads]}" | tr ' ' '\n' | median)
-    s=$(echo "${SHIMNS[$threads]}" | tr ' ' '\n' | median)
-    ratio=$(awk -v a="$b" -v b="$s" 'BEGIN { printf "%.3f", b / a }')
-    added=$(awk -v a="$b" -v b="$s" 'BEGIN { printf "%.1f", b - a }')
-    bmin=$(echo "${BASE[$threads]}" | tr ' ' '\n' | minimum)
-    smin=$(echo "${SHIMNS[$threads]}" | tr ' ' '\n' | minimum)
-    addmin=$(awk -v a="$bmin" -v b="$smin" 'BEGIN { printf "%.1f", b - a }')
-    printf '%-28s %12s %12s %8s %10s   %s/%s (%s)\n' "$threads thread(s), N=$PAIRS" "$b" "$s" "$ratio" "$added" "$bmin" "$smin" "$addmin"
-    printf '%s    {"threads": %d, "pairs_per_thread": %d, "size": 4096, "base_ns_per_pair": %s, "shim_ns_per_pair": %s, "ratio": %s, "added_ns_per_pair": %s, "base_min": %s, "shim_min": %s, "added_ns_per_pair_min": %s, "base_runs": [%s], "shim_runs": [%s]}' \
-        "$sep" "$threads" "$PAIRS" "$b" "$s" "$ratio" "$added" "$bmin" "$smin" "$addmin" \
-        "$(json_list "${BASE[$threads]}")" "$(json_list "${SHIMNS[$threads]}")" >>"$ROOT/target/bench.json"
-    sep=$',\n'
-done
-printf '\n%-28s %12s %12s %8s\n' "process start (/bin/true)" "without" "with shim" "ratio"
-printf '%-28s %12s %12s %8s\n' "($startup_tool, $STARTUP_RUNS runs)" "us" "us" ""
-printf '%-28s %12s %12s %8s\n' "" "$start_base" "$start_shim" "$start_ratio"
-
-added1=$(awk -v a="$(echo "${BASE[1]}" | tr ' ' '\n' | median)" -v b="$(echo "${SHIMNS[1]}" | tr ' ' '\n' | median)" 'BEGIN { printf "%.1f", b - a }')
-{
-    printf '\n  ],\n'
-    printf '  "startup": {"tool": "%s", "runs": %d, "base_us": %s, "shim_us": %s, "ratio": %s, "base_reps": [%s], "shim_reps": [%s]},\n' \
-        "$startup_tool" "$STARTUP_RUNS" "$start_base" "$start_shim" "$start_ratio" \
-        "$(json_list "$start_base_runs")" "$(json_list "$start_shim_runs")"
-    printf '  "targets": {"added_ns_per_pair_max": 50, "startup_ratio_max": 1.15, "added_ns_per_pair_1_thread": %s, "met_alloc": %s, "met_startup": %s}\n}\n' \
-        "$added1" \
-        "$(awk -v x="$added1" 'BEGIN { print (x < 50) ? "true" : "false" }')" \
-        "$(awk -v x="$start_ratio" 'BEGIN { print (x < 1.15) ? "true" : "false" }')"
-} >>"$ROOT/target/bench.json"
-
-printf '\ntargets: < 50 ns added per pair (1 thread: %s ns), < 15%% slower start (ratio %s)\n' "$added1" "$start_ratio"
+# ---- report: a table on stdout, JSON in target/bench.json -----------------------------
+awk -v reps="$REPS" -v pairs="$PAIRS" -v calls="$CALLS" -v tool="$startup_tool" -v runs="$STARTUP_RUNS" \
+    -v limit="$LIMIT" -v host="$(uname -m), $(nproc) cores" -v json="$ROOT/target/bench.json" '
+function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }
+function median(key, col,   n, a, i) {
+    n = split(vals[key, col], a, " "); sortn(a, n)
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function minimum(key, col,   n, a) { n = split(vals[key, col], a, " "); sortn(a, n); return a[1] }
+function list(key, col,   n, a, i, s) { n = split(vals[key, col], a, " "); s = ""; for (i = 1; i <= n; i++) s = s (i > 1 ? ", " : "") a[i]; return "[" s "]" }
+{ key = $1 " " $2 " " $3; vals[key, 1] = vals[key, 1] " " $4; vals[key, 2] = vals[key, 2] " " $5 }
+END {
+    printf "\n%-30s %11s %11s %7s %9s   %s\n", "cuMemAlloc_v2 + cuMemFree_v2", "without", "with shim", "ratio", "added", "per-thread CPU time"
+    printf "%-30s %11s %11s %7s %9s   %s\n", "4 KiB, median of " reps, "ns/pair", "ns/pair", "", "ns/pair", "without / with (added)"
+    printf "{\n  \"device\": \"fake driver (host memory), no GPU\",\n  \"host\": \"%s\",\n  \"reps\": %d,\n  \"limit\": \"%s\",\n  \"alloc_free\": [\n", host, reps, limit > json
+    for (t = 1; t <= 2; t++) {
+        b = median("alloc " t " base", 1); s = median("alloc " t " shim", 1)
+        bc = median("alloc " t " base", 2); sc = median("alloc " t " shim", 2)
+        printf "%-30s %11.1f %11.1f %7.3f %9.1f   %.1f / %.1f (%+.1f)\n", t " thread" (t > 1 ? "s" : "") ", N=" pairs, b, s, s / b, s - b, bc, sc, sc - bc
+        if (t == 1) { added1 = s - b; added1cpu = sc - bc }
+        printf "    {\"threads\": %d, \"pairs_per_thread\": %d, \"size\": 4096,\n", t, pairs > json
+        printf "     \"base_ns_per_pair\": %.2f, \"shim_ns_per_pair\": %.2f, \"ratio\": %.4f, \"added_ns_per_pair\": %.2f,\n", b, s, s / b, s - b > json
+        printf "     \"base_cpu_ns_per_pair\": %.2f, \"shim_cpu_ns_per_pair\": %.2f, \"added_cpu_ns_per_pair\": %.2f,\n", bc, sc, sc - bc > json
+        printf "     \"base_min\": %.2f, \"shim_min\": %.2f,\n", minimum("alloc " t " base", 1), minimum("alloc " t " shim", 1) > json
+        printf "     \"base_runs\": %s, \"shim_runs\": %s,\n", list("alloc " t " base", 1), list("alloc " t " shim", 1) > json
+        printf "     \"base_cpu_runs\": %s, \"shim_cpu_runs\": %s}%s\n", list("alloc " t " base", 2), list("alloc " t " shim", 2), t < 2 ? "," : "" > json
+    }
+    b = median("info 1 base", 1); s = median("info 1 shim", 1)
+    bc = median("info 1 base", 2); sc = median("info 1 shim", 2)
+    printf "%-30s %11.1f %11.1f %7.3f %9.1f   %.1f / %.1f (%+.1f)\n", "cuMemGetInfo_v2 (ns/call), 1 th", b, s, s / b, s - b, bc, sc, sc - bc
+    printf "  ],\n  \"get_info\": {\"threads\": 1, \"calls\": %d, \"base_ns_per_call\": %.2f, \"shim_ns_per_call\": %.2f, \"added_ns_per_call\": %.2f, \"base_runs\": %s, \"shim_runs\": %s},\n", calls, b, s, s - b, list("info 1 base", 1), list("info 1 shim", 1) > json
+    sb = median("start 0 base", 1); ss = median("start 0 shim", 1)
+    printf "\n%-30s %11s %11s %7s %9s\n", "process start (/bin/true)", "without", "with shim", "ratio", "added"
+    printf "%-30s %11s %11s %7s %9s\n", tool ", " runs " runs" (tool == "loop" ? " x " reps : ""), "us", "us", "", "us"
+    printf "%-30s %11.1f %11.1f %7.3f %9.1f\n", "", sb, ss, ss / sb, ss - sb
+    printf "  \"startup\": {\"tool\": \"%s\", \"runs\": %d, \"base_us\": %.1f, \"shim_us\": %.1f, \"ratio\": %.4f, \"base_reps\": %s, \"shim_reps\": %s},\n", tool, runs, sb, ss, ss / sb, list("start 0 base", 1), list("start 0 shim", 1) > json
+    printf "  \"targets\": {\"added_ns_per_pair_max\": 50, \"startup_ratio_max\": 1.15, \"added_ns_per_pair_1_thread\": %.2f, \"added_cpu_ns_per_pair_1_thread\": %.2f, \"startup_ratio\": %.4f, \"met_alloc\": %s, \"met_startup\": %s}\n}\n", added1, added1cpu, ss / sb, added1 < 50 ? "true" : "false", ss / sb < 1.15 ? "true" : "false" > json
+    printf "\ntargets (not enforced): < 50 ns added per pair -> %.1f ns (CPU time: %+.1f ns); < 15%% slower start -> %+.1f%%\n", added1, added1cpu, (ss / sb - 1) * 100
+}' "$RESULTS"
 echo "wrote target/bench.json"

@@ -1,13 +1,18 @@
 /*
  * bench_alloc: cost of one cuMemAlloc_v2 + cuMemFree_v2 pair.
  *
- *   bench_alloc <threads> <pairs per thread> [size, default 4Ki]
+ *   bench_alloc <threads> <pairs per thread> [size, default 4Ki] [pair|info]
+ *
+ * "info" times cuMemGetInfo_v2 calls instead (one call per "pair"): a hooked call
+ * whose driver side is nearly free, so the shim's own cost per call shows.
  *
  * Each thread makes its context current, warms up (1000 pairs), waits at a barrier,
  * then runs its pairs. The wall time from the barrier to the last thread's end,
  * divided by the pairs per thread, is the time of one pair as each thread sees it
- * (with 2 threads, contention included). Prints one line:
- *   threads=T pairs=N size=S elapsed_ns=E ns_per_pair=X
+ * (with 2 threads, contention included). Each thread's own CPU time for its pairs
+ * (CLOCK_THREAD_CPUTIME_ID), averaged, gives cpu_ns_per_pair: less sensitive to
+ * other processes on a busy machine. Prints one line:
+ *   threads=T pairs=N size=S elapsed_ns=E ns_per_pair=X cpu_ns_per_pair=Y
  * Used by scripts/bench.sh with and without the shim; exits 1 on any driver error.
  */
 #define _GNU_SOURCE
@@ -21,14 +26,29 @@ static long g_pairs;
 static size_t g_size;
 static pthread_barrier_t g_go;
 static int g_failed;
+static long long g_cpu_ns; /* sum over threads */
+static int g_info;
 
-static long long now_ns(void) {
+static long long clock_ns(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+static long long now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
 static int pairs(long n) {
+    if (g_info) {
+        for (long i = 0; i < n; i++) {
+            size_t f, t;
+            CUresult rc = cuMemGetInfo_v2(&f, &t);
+            if (rc != CUDA_SUCCESS) {
+                fprintf(stderr, "bench_alloc: cuMemGetInfo_v2 -> %d\n", rc);
+                return 1;
+            }
+        }
+        return 0;
+    }
     for (long i = 0; i < n; i++) {
         CUdeviceptr d;
         CUresult rc = cuMemAlloc_v2(&d, g_size);
@@ -49,18 +69,21 @@ static void *worker(void *arg) {
     (void)arg;
     if (cuCtxSetCurrent(g_ctx) != CUDA_SUCCESS || pairs(1000)) g_failed = 1;
     pthread_barrier_wait(&g_go);
+    long long c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     if (!g_failed && pairs(g_pairs)) g_failed = 1;
+    __atomic_add_fetch(&g_cpu_ns, clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0, __ATOMIC_RELAXED);
     return NULL;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: %s <threads> <pairs per thread> [size]\n", argv[0]);
+    if (argc < 3 || argc > 5) {
+        fprintf(stderr, "usage: %s <threads> <pairs per thread> [size] [pair|info]\n", argv[0]);
         return 2;
     }
     int threads = atoi(argv[1]);
     g_pairs = atol(argv[2]);
-    g_size = argc == 4 ? parse_size(argv[3]) : 4 * KIB;
+    g_size = argc >= 4 ? parse_size(argv[3]) : 4 * KIB;
+    g_info = argc == 5 && strcmp(argv[4], "info") == 0;
     if (threads < 1 || threads > 64 || g_pairs < 1) return 2;
 
     MUST(cuInit(0));
@@ -76,7 +99,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < threads; i++) pthread_join(tids[i], NULL);
     long long elapsed = now_ns() - t0;
     if (g_failed) return 1;
-    printf("threads=%d pairs=%ld size=%zu elapsed_ns=%lld ns_per_pair=%.2f\n", threads, g_pairs, g_size,
-           elapsed, (double)elapsed / (double)g_pairs);
+    printf("threads=%d pairs=%ld size=%zu elapsed_ns=%lld ns_per_pair=%.2f cpu_ns_per_pair=%.2f\n", threads,
+           g_pairs, g_size, elapsed, (double)elapsed / (double)g_pairs,
+           (double)g_cpu_ns / threads / (double)g_pairs);
     return 0;
 }
