@@ -66,7 +66,10 @@ fn assert_passed(o: &Output, what: &str) {
         o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
         "{what}: {:?}\n--- failed checks\n{}\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
         o.status,
-        out.lines().filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL")).collect::<Vec<_>>().join("\n"),
+        out.lines()
+            .filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL"))
+            .collect::<Vec<_>>()
+            .join("\n"),
         tail(&out, 40),
         tail(&stderr(o), 20),
     );
@@ -89,7 +92,11 @@ fn assert_failed(o: &Output, what: &str) {
 fn assert_no_crash_noise(o: &Output, what: &str) {
     let err = stderr(o);
     for bad in ["panicked", "RUST_BACKTRACE", "Segmentation", "libother:"] {
-        assert!(!err.contains(bad), "{what}: stderr mentions {bad:?}:\n{}", tail(&err, 40));
+        assert!(
+            !err.contains(bad),
+            "{what}: stderr mentions {bad:?}:\n{}",
+            tail(&err, 40)
+        );
     }
 }
 
@@ -109,7 +116,10 @@ fn addr_lines(o: &Output) -> Vec<String> {
     let mut v: Vec<String> = stdout(o)
         .lines()
         .filter(|l| l.starts_with("addr "))
-        .map(|l| l.replace("libcuda.so.1+", "libcuda+").replace("libcuda.so+", "libcuda+"))
+        .map(|l| {
+            l.replace("libcuda.so.1+", "libcuda+")
+                .replace("libcuda.so+", "libcuda+")
+        })
         .collect();
     v.sort();
     v
@@ -129,7 +139,10 @@ fn three_ways(prog: &Path, mode: &str) -> Output {
 
     let (mut c, _) = cmd(prog, &tag, false);
     let control = run(c.args([mode, "capped", CAP, PHYS]));
-    assert_failed(&control, &format!("{mode} without the shim, expecting the cap"));
+    assert_failed(
+        &control,
+        &format!("{mode} without the shim, expecting the cap"),
+    );
 
     assert_eq!(
         oks(&with),
@@ -137,7 +150,11 @@ fn three_ways(prog: &Path, mode: &str) -> Output {
         "{mode}: the runs with and without the shim made different numbers of checks"
     );
     // Unhooked entry points are the driver's own, at the same offsets either way.
-    assert_eq!(addr_lines(&with), addr_lines(&without), "{mode}: unhooked entry points differ");
+    assert_eq!(
+        addr_lines(&with),
+        addr_lines(&without),
+        "{mode}: unhooked entry points differ"
+    );
     with
 }
 
@@ -147,7 +164,10 @@ fn three_ways(prog: &Path, mode: &str) -> Output {
 fn linked_symbols_are_capped() {
     let out = three_ways(&intercept_linked(), "direct");
     let err = stderr(&out);
-    assert!(err.contains("gpucap: refused cuMemAlloc"), "no refusal line on stderr:\n{err}");
+    assert!(
+        err.contains("gpucap: refused cuMemAlloc"),
+        "no refusal line on stderr:\n{err}"
+    );
 }
 
 // ---- (b) dlopen + dlsym -------------------------------------------------------------
@@ -169,7 +189,10 @@ fn dlsym_on_dlopen_by_absolute_versioned_path_is_capped() {
     let dir = scratch("abs-path");
     let versioned = dir.join("libcuda.so.570.86.10");
     std::os::unix::fs::symlink(profile_dir().join("libcuda.so"), &versioned).unwrap();
-    three_ways(&intercept_dl(), &format!("dlopen-path={}", versioned.display()));
+    three_ways(
+        &intercept_dl(),
+        &format!("dlopen-path={}", versioned.display()),
+    );
     let plain = fake_lib_dir().join("libcuda.so.1");
     three_ways(&intercept_dl(), &format!("dlopen-path={}", plain.display()));
 }
@@ -203,33 +226,49 @@ fn simple() -> PathBuf {
 fn refusal_message_names_call_size_and_cap() {
     let stats = scratch("refusal").join("stats.json");
     let mut c = fake_cmd(simple(), &stats);
-    preload(&mut c).env("GPUCAP_LIMIT", "1Gi").env("FAKECUDA_TOTAL_MEM", PHYS);
+    preload(&mut c)
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("FAKECUDA_TOTAL_MEM", PHYS);
     let o = run(c.args(["512Mi", "600Mi"]));
     assert_ok(&o);
     let out = stdout(&o);
     assert!(out.contains(&format!("alloc {} 0\n", 512 * MIB)), "{out}");
     assert!(out.contains(&format!("alloc {} 2\n", 600 * MIB)), "{out}");
-    assert!(out.contains(&format!("info {} {}\n", 512 * MIB, GIB)), "{out}");
+    assert!(
+        out.contains(&format!("info {} {}\n", 512 * MIB, GIB)),
+        "{out}"
+    );
     let err = stderr(&o);
     assert_eq!(
-        err.lines().filter(|l| l.starts_with("gpucap: refused")).collect::<Vec<_>>(),
+        err.lines()
+            .filter(|l| l.starts_with("gpucap: refused"))
+            .collect::<Vec<_>>(),
         ["gpucap: refused cuMemAlloc of 600 MiB on GPU 0: 512 MiB of the 1 GiB cap in use"],
         "stderr:\n{err}"
     );
     let s = read_stats(&stats);
-    assert_eq!(s[0].peak_used, 512 * MIB, "the refused 600 MiB reached the driver");
+    assert_eq!(
+        s[0].peak_used,
+        512 * MIB,
+        "the refused 600 MiB reached the driver"
+    );
 }
 
 #[test]
 fn percentage_limit_is_of_the_physical_memory() {
     let stats = scratch("percent").join("stats.json");
     let mut c = fake_cmd(simple(), &stats);
-    preload(&mut c).env("GPUCAP_LIMIT", "25%").env("FAKECUDA_TOTAL_MEM", PHYS);
+    preload(&mut c)
+        .env("GPUCAP_LIMIT", "25%")
+        .env("FAKECUDA_TOTAL_MEM", PHYS);
     let o = run(c.args(["1Gi", "1Gi", "1Mi"]));
     assert_ok(&o);
     let out = stdout(&o);
     // 25% of 8 GiB = 2 GiB: two 1 GiB allocations fit, the next MiB does not.
-    assert!(out.contains(&format!("alloc {GIB} 0\nalloc {GIB} 0\nalloc {MIB} 2\n")), "{out}");
+    assert!(
+        out.contains(&format!("alloc {GIB} 0\nalloc {GIB} 0\nalloc {MIB} 2\n")),
+        "{out}"
+    );
     assert!(out.contains(&format!("info 0 {}\n", 2 * GIB)), "{out}");
 }
 
@@ -241,8 +280,14 @@ fn without_a_limit_the_shim_does_not_cap() {
     let o = run(c.args(["3Gi", "3Gi"]));
     assert_ok(&o);
     let out = stdout(&o);
-    assert!(out.contains(&format!("alloc {} 0\nalloc {} 0\n", 3 * GIB, 3 * GIB)), "{out}");
-    assert!(out.contains(&format!("info {} {}\n", 2 * GIB, 8 * GIB)), "{out}");
+    assert!(
+        out.contains(&format!("alloc {} 0\nalloc {} 0\n", 3 * GIB, 3 * GIB)),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("info {} {}\n", 2 * GIB, 8 * GIB)),
+        "{out}"
+    );
     assert!(!stderr(&o).contains("refused"), "{}", stderr(&o));
 }
 
@@ -329,7 +374,8 @@ fn another_interposer_preloaded_before_the_shim_still_forwards() {
     // The program's cuMemGetInfo_v2 went to libother first, whose RTLD_NEXT must reach
     // the shim's hook (the next definition) — the capped total proves it did.
     assert!(
-        out.contains("libother saw 1 cuMemGetInfo_v2 calls") || out.contains("libother saw 2 cuMemGetInfo_v2 calls"),
+        out.contains("libother saw 1 cuMemGetInfo_v2 calls")
+            || out.contains("libother saw 2 cuMemGetInfo_v2 calls"),
         "libother's wrapper did not run:\n{out}"
     );
 }
@@ -339,8 +385,15 @@ fn another_interposer_preloaded_before_the_shim_still_forwards() {
 #[test]
 fn non_cuda_processes_are_silent() {
     fake_dir_ready();
-    let limits: [Option<&str>; 7] =
-        [None, Some("1Gi"), Some("50%"), Some("0=1Gi,1=2Gi"), Some("garbage"), Some("0=1Gi,0=1Gi"), Some("")];
+    let limits: [Option<&str>; 7] = [
+        None,
+        Some("1Gi"),
+        Some("50%"),
+        Some("0=1Gi,1=2Gi"),
+        Some("garbage"),
+        Some("0=1Gi,0=1Gi"),
+        Some(""),
+    ];
     for limit in limits {
         for argv in [&["/bin/true"][..], &["sh", "-c", "echo hi"][..]] {
             let stats = scratch("silent").join("stats.json");

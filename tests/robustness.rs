@@ -27,12 +27,18 @@ fn assert_passed(o: &Output, what: &str) {
         o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
         "{what}: {:?}\n--- failed checks\n{}\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
         o.status,
-        out.lines().filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL") || l.starts_with("error")).collect::<Vec<_>>().join("\n"),
+        out.lines()
+            .filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL") || l.starts_with("error"))
+            .collect::<Vec<_>>()
+            .join("\n"),
         tail(&out, 40),
         tail(&stderr(o), 20),
     );
     let err = stderr(o);
-    assert!(!err.contains("panicked"), "{what}: a panic on stderr:\n{err}");
+    assert!(
+        !err.contains("panicked"),
+        "{what}: a panic on stderr:\n{err}"
+    );
 }
 
 fn tail(s: &str, n: usize) -> String {
@@ -76,11 +82,21 @@ fn concurrent_alloc_free_never_exceeds_the_cap() {
         let o = run(c.args(["256Mi", "16", "3000", seed, "40Mi"]));
         assert_passed(&o, "stress with the shim");
         let out = stdout(&o);
-        let line = out.lines().find(|l| l.starts_with("allocs=")).expect("counts line");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("allocs="))
+            .expect("counts line");
         eprintln!("seed {seed}, with the shim: {line}");
-        let (allocs, refused, frees) = (field(line, "allocs"), field(line, "refused"), field(line, "frees"));
+        let (allocs, refused, frees) = (
+            field(line, "allocs"),
+            field(line, "refused"),
+            field(line, "frees"),
+        );
         assert!(allocs > 1000, "too few allocations succeeded: {line}");
-        assert!(refused > 100, "the cap was not contended (no refusals): {line}");
+        assert!(
+            refused > 100,
+            "the cap was not contended (no refusals): {line}"
+        );
         assert_eq!(allocs, frees);
 
         let s = read_stats(&stats);
@@ -90,8 +106,14 @@ fn concurrent_alloc_free_never_exceeds_the_cap() {
             "the driver had {} bytes out at once, over the {CAP}-byte cap",
             s[0].peak_used
         );
-        assert_eq!(s[0].final_used, 0, "memory still allocated in the driver at exit");
-        assert_eq!(s[0].alloc_calls, allocs, "allocations the driver saw vs the program's count");
+        assert_eq!(
+            s[0].final_used, 0,
+            "memory still allocated in the driver at exit"
+        );
+        assert_eq!(
+            s[0].alloc_calls, allocs,
+            "allocations the driver saw vs the program's count"
+        );
         assert_eq!(s[0].free_calls, frees);
     }
 
@@ -99,16 +121,29 @@ fn concurrent_alloc_free_never_exceeds_the_cap() {
     let (mut c, stats) = uncapped(&prog, "stress-control", "8Gi");
     let o = run(c.args(["8Gi", "16", "3000", "1", "40Mi"]));
     let out = stdout(&o);
-    eprintln!("without the shim: {}", out.lines().find(|l| l.starts_with("allocs=")).unwrap_or("?"));
+    eprintln!(
+        "without the shim: {}",
+        out.lines()
+            .find(|l| l.starts_with("allocs="))
+            .unwrap_or("?")
+    );
     let s = read_stats(&stats);
-    assert!(s[0].peak_used > CAP, "the load never needed more than the cap: {:?}", s[0]);
+    assert!(
+        s[0].peak_used > CAP,
+        "the load never needed more than the cap: {:?}",
+        s[0]
+    );
 }
 
 // ---- misuse -------------------------------------------------------------------------
 
 /// The "rc <label> <code>" lines.
 fn rc_lines(o: &Output) -> Vec<String> {
-    stdout(o).lines().filter(|l| l.starts_with("rc ")).map(str::to_string).collect()
+    stdout(o)
+        .lines()
+        .filter(|l| l.starts_with("rc "))
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -141,7 +176,10 @@ fn allocations_the_driver_refuses_are_not_charged() {
     let prog = build_c("misuse", "", &["-lcuda"]);
     let (mut c, stats) = capped(&prog, "rollback", "2Gi", "4Gi");
     let o = run(c.args(["rollback", "capped", "4Gi", "2Gi"]));
-    assert_passed(&o, "rollback with the shim (FAKECUDA_TOTAL_MEM=2Gi, GPUCAP_LIMIT=4Gi)");
+    assert_passed(
+        &o,
+        "rollback with the shim (FAKECUDA_TOTAL_MEM=2Gi, GPUCAP_LIMIT=4Gi)",
+    );
     let s = read_stats(&stats);
     assert_eq!(s[0].final_used, 0);
     // The shim did not refuse these itself (they were within its cap).
@@ -185,7 +223,11 @@ fn mem_create_is_counted_by_handle_on_its_location() {
     assert_passed(&o, "vmm with the shim");
     let s = read_stats(&stats);
     assert_eq!(s.len(), 2);
-    assert!(s[0].peak_used <= 64 * MIB, "GPU 0 over its cap in the driver: {:?}", s[0]);
+    assert!(
+        s[0].peak_used <= 64 * MIB,
+        "GPU 0 over its cap in the driver: {:?}",
+        s[0]
+    );
     assert_eq!(s[1].peak_used, 512 * MIB, "GPU 1: {:?}", s[1]);
     assert_eq!((s[0].final_used, s[1].final_used), (0, 0));
 
@@ -193,7 +235,11 @@ fn mem_create_is_counted_by_handle_on_its_location() {
     let (mut c, _) = uncapped(&multidev(), "vmm", "8Gi");
     c.env("FAKECUDA_DEVICES", "2");
     let o = run(c.args(["vmm", "64Mi", "1Gi"]));
-    assert!(!o.status.success(), "vmm passed without the shim:\n{}", stdout(&o));
+    assert!(
+        !o.status.success(),
+        "vmm passed without the shim:\n{}",
+        stdout(&o)
+    );
 }
 
 #[test]
@@ -211,7 +257,11 @@ fn each_device_has_its_own_cap() {
     let (mut c, _) = uncapped(&multidev(), "perdevice", "8Gi");
     c.env("FAKECUDA_DEVICES", "2");
     let o = run(c.args(["perdevice", "256Mi", "1Gi"]));
-    assert!(!o.status.success(), "perdevice passed without the shim:\n{}", stdout(&o));
+    assert!(
+        !o.status.success(),
+        "perdevice passed without the shim:\n{}",
+        stdout(&o)
+    );
 }
 
 // ---- context teardown ---------------------------------------------------------------
