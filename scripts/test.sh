@@ -61,7 +61,9 @@ make_venv() {
         python3 -m venv "$dir"
         "$dir/bin/python" -m pip install -q "$spec"
     fi
-    echo "$dir: cuda-bindings $("$dir/bin/python" -c "$probe")"
+    local v
+    v=$("$dir/bin/python" -c "$probe") || die "$dir does not hold a working cuda-bindings $major.x"
+    echo "$dir: cuda-bindings $v"
 }
 
 section "Python clients (cuda-bindings 12.x and 13.x)"
