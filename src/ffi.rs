@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicPtr, Ordering::*};
 /// driver is passed through rather than being undefined behaviour.
 pub type CuResult = u32;
 pub const CUDA_SUCCESS: CuResult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
 pub const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
 pub const CUDA_ERROR_NOT_FOUND: CuResult = 500;
@@ -140,6 +141,8 @@ hook_table! {
     cuMemCreate = "cuMemCreate" @ 10020 :
         (handle: *mut u64, size: usize, prop: *const imp::LocationPrefix, flags: u64) => imp::mem_create;
     cuMemRelease = "cuMemRelease" @ 10020 : (handle: u64) => imp::mem_release;
+    cuMemGetAddressRange_v2 = "cuMemGetAddressRange" @ 3020 :
+        (base: *mut Dptr, size: *mut usize, dptr: Dptr) => imp::mem_get_address_range;
     cuMemGetInfo_v2 = "cuMemGetInfo" @ 3020 : (free: *mut usize, total: *mut usize) => imp::mem_get_info;
     cuDeviceTotalMem_v2 = "cuDeviceTotalMem" @ 3020 : (bytes: *mut usize, dev: c_int) => imp::device_total_mem;
     cuGetProcAddress = "cuGetProcAddress" @ 11030 :
@@ -250,9 +253,20 @@ macro_rules! driver_fns {
     };
 }
 
+use cudarc::driver::sys::{CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp};
+
 driver_fns! {
     cuCtxGetDevice: (*mut c_int);
+    cuCtxSynchronize: ();
     cuMemFree_v2: (u64);
+    cuMemCreate: (*mut u64, usize, *const CUmemAllocationProp, u64);
+    cuMemRelease: (u64);
+    cuMemGetAllocationGranularity: (*mut usize, *const CUmemAllocationProp, CUmemAllocationGranularity_flags);
+    cuMemAddressReserve: (*mut u64, usize, usize, u64, u64);
+    cuMemAddressFree: (u64, usize);
+    cuMemMap: (u64, usize, usize, u64, u64);
+    cuMemUnmap: (u64, usize);
+    cuMemSetAccess: (u64, usize, *const CUmemAccessDesc, usize);
 }
 
 /// The physical total of `device`, from the driver.

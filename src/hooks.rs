@@ -8,6 +8,8 @@ use crate::ffi::{
     self, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
     CuResult,
 };
+use crate::arena;
+use crate::growth::{self, GROWTH};
 use crate::ledger::{Charge, Kind, LiveMap, Reservation};
 use crate::shim::{SHIM, Shim, log};
 
@@ -123,8 +125,36 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
 }
 
 pub fn mem_alloc(real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult, dptr: *mut Dptr, size: usize) -> CuResult {
+    let api = "cuMemAlloc";
+    if growth() && !dptr.is_null() {
+        let Some(device) = current_device() else {
+            // SAFETY: forwarding; without a context the driver answers with its error.
+            return unsafe { real(dptr, size) };
+        };
+        let Some(d) = checked_device(&SHIM, device) else {
+            return CUDA_ERROR_INVALID_DEVICE;
+        };
+        return match arena::alloc(api, d, size as u64) {
+            Ok(base) => {
+                // SAFETY: the caller's out-pointer, checked non-null above.
+                unsafe { *dptr = base };
+                CUDA_SUCCESS
+            }
+            Err(rc) => rc,
+        };
+    }
     // SAFETY (closure): forwarding the caller's arguments.
-    charged("cuMemAlloc", current_device(), size as u64, Kind::Pointer, || unsafe { real(dptr, size) }, || written(dptr))
+    charged(api, current_device(), size as u64, Kind::Pointer, || unsafe { real(dptr, size) }, || written(dptr))
+}
+
+/// Whether growth-only mode is on (false while misconfigured: callers fail then).
+fn growth() -> bool {
+    SHIM.config().is_ok_and(|c| c.growth)
+}
+
+/// Frees `dptr` if growth mode served it.
+fn growth_free(dptr: Dptr) -> Option<CuResult> {
+    if growth() && GROWTH.has_mappings() { arena::free(dptr) } else { None }
 }
 
 pub fn mem_alloc_managed(
@@ -183,6 +213,9 @@ pub fn mem_alloc_pitch(
 }
 
 pub fn mem_free(real: unsafe extern "C" fn(Dptr) -> CuResult, dptr: Dptr) -> CuResult {
+    if let Some(rc) = growth_free(dptr) {
+        return rc;
+    }
     // SAFETY (closure): forwarding the caller's argument.
     released(Kind::Pointer, dptr, || unsafe { real(dptr) })
 }
@@ -210,6 +243,9 @@ pub fn mem_alloc_from_pool_async(
 }
 
 pub fn mem_free_async(real: unsafe extern "C" fn(Dptr, Stream) -> CuResult, dptr: Dptr, stream: Stream) -> CuResult {
+    if let Some(rc) = growth_free(dptr) {
+        return rc;
+    }
     // The memory returns to the pool when the stream reaches the free; the cap is
     // credited when the free is enqueued, as the program sees it.
     // SAFETY (closure): forwarding the caller's arguments.
@@ -277,11 +313,35 @@ pub fn mem_get_info(real: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResu
     if let Some(d) = current_device().and_then(|d| checked_device(shim, d)) {
         // SAFETY: the driver succeeded and filled both out-pointers.
         unsafe {
-            let (f, t) = shim.mem_info(d, *free as u64, *total as u64);
+            let (f, t) = shim.mem_info(d, *free as u64, *total as u64, growth::retained_bytes(d));
             (*free, *total) = (f as usize, t as usize);
         }
     }
     rc
+}
+
+/// Growth allocations are several page mappings: the driver would answer with one
+/// page, so the range is answered from the mapping record.
+pub fn mem_get_address_range(
+    real: unsafe extern "C" fn(*mut Dptr, *mut usize, Dptr) -> CuResult,
+    base: *mut Dptr,
+    size: *mut usize,
+    dptr: Dptr,
+) -> CuResult {
+    if let Some((b, s)) = GROWTH.range_of(dptr) {
+        // SAFETY: the caller's out-pointers; either may be NULL per the API.
+        unsafe {
+            if let Some(base) = base.as_mut() {
+                *base = b;
+            }
+            if let Some(size) = size.as_mut() {
+                *size = s as usize;
+            }
+        }
+        return CUDA_SUCCESS;
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real(base, size, dptr) }
 }
 
 pub fn device_total_mem(real: unsafe extern "C" fn(*mut usize, c_int) -> CuResult, bytes: *mut usize, dev: c_int) -> CuResult {

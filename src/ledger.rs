@@ -99,6 +99,12 @@ impl Reservation<'_> {
         std::mem::forget(self);
     }
 
+    /// The driver allocated memory that the caller keeps for itself (growth mode's
+    /// retained pages): the bytes stay charged and no live entry is recorded.
+    pub fn keep(self) {
+        std::mem::forget(self);
+    }
+
     pub fn charge(&self) -> Charge {
         self.charge
     }
@@ -180,6 +186,13 @@ impl Ledger {
                 }
                 Err(now) => used = now,
             }
+        }
+    }
+
+    /// Counts an allocation served without a reservation (from retained memory).
+    pub fn count_alloc(&self, device: usize) {
+        if let Ok(d) = self.device(device) {
+            d.allocs.fetch_add(1, Relaxed);
         }
     }
 
@@ -347,6 +360,16 @@ mod tests {
         let c = l.take(Kind::Pointer, 0xdead).unwrap();
         l.settle(c);
         assert_eq!(l.usage(0).unwrap().used, 0);
+    }
+
+    #[test]
+    fn kept_bytes_stay_charged_without_an_entry() {
+        let l = ledger_with_cap(100);
+        l.reserve(0, 60).unwrap().keep();
+        l.count_alloc(0);
+        let u = l.usage(0).unwrap();
+        assert_eq!((u.used, u.allocs), (60, 1));
+        assert!(l.reserve(0, 50).is_err());
     }
 
     #[test]

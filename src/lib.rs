@@ -4,16 +4,18 @@
 //! - `config`, `size`: the `GPUCAP_*` configuration (shared with the CLI).
 //! - `ledger`: caps, reservations, live allocations, peaks (safe Rust).
 //! - `shim`: process-wide state tying configuration and ledger together.
-//! - `hooks`: what each intercepted driver call does.
+//! - `growth`: growth-only mode's retained pages and mappings (safe Rust).
+//! - `hooks`: what each intercepted driver call does; `arena`: growth mode's driver calls.
 //! - `ffi`: the exported symbols, `dlsym` and `cuGetProcAddress` (the FFI edge).
 
 mod config;
-#[cfg(not(test))]
 mod growth;
 mod ledger;
 mod shim;
 mod size;
 
+#[cfg(not(test))]
+mod arena;
 #[cfg(not(test))]
 mod ffi;
 #[cfg(not(test))]

@@ -92,10 +92,17 @@ impl Shim {
 
     /// Reserves `bytes` on `device` for `api`, or logs the refusal line.
     pub fn reserve(&self, api: &str, device: usize, bytes: u64) -> Option<Reservation<'_>> {
+        self.reserve_for(api, device, bytes, bytes)
+    }
+
+    /// Reserves `bytes` on `device` to serve a request of `requested` bytes (more
+    /// when rounded up to pages, fewer when partly served from retained memory);
+    /// a refusal names the request as the program made it.
+    pub fn reserve_for(&self, api: &str, device: usize, requested: u64, bytes: u64) -> Option<Reservation<'_>> {
         match self.ledger.reserve(device, bytes) {
             Ok(r) => Some(r),
             Err(refusal) => {
-                log!(Warn, "{}", refusal_line(api, device, bytes, refusal));
+                log!(Warn, "{}", refusal_line(api, device, requested, refusal));
                 None
             }
         }
@@ -111,17 +118,20 @@ impl Shim {
         self.config.get().is_some()
     }
 
-    /// `(free, total)` as the program should see them, given the driver's figures.
-    pub fn mem_info(&self, device: usize, free: u64, total: u64) -> (u64, u64) {
-        match self.ledger.usage(device) {
+    /// `(free, total)` as the program should see them, given the driver's figures
+    /// and the bytes the process retains unused in growth mode (free to it, though
+    /// the driver counts them as used).
+    pub fn mem_info(&self, device: usize, free: u64, total: u64, retained: u64) -> (u64, u64) {
+        let (free, total) = match self.ledger.usage(device) {
             Some(u) if u.cap != NO_CAP => (free.min(u.headroom()), total.min(u.cap)),
             _ => (free, total),
-        }
+        };
+        (free.saturating_add(retained).min(total), total)
     }
 
     /// The total memory the program should see for `device`.
     pub fn total_mem(&self, device: usize, total: u64) -> u64 {
-        self.mem_info(device, total, total).1
+        self.mem_info(device, total, total, 0).1
     }
 }
 
@@ -163,13 +173,15 @@ mod tests {
             log: AtomicU8::new(0),
             cap_resolved: [const { AtomicBool::new(false) }; MAX_DEVICES],
         };
-        assert_eq!(s.mem_info(0, 70, 80), (70, 80), "no cap: the driver's figures");
+        assert_eq!(s.mem_info(0, 70, 80, 0), (70, 80), "no cap: the driver's figures");
         s.ledger.set_cap(0, Some(50));
         s.ledger.reserve(0, 20).unwrap().commit(crate::ledger::Kind::Pointer, 1);
-        assert_eq!(s.mem_info(0, 70, 80), (30, 50));
-        assert_eq!(s.mem_info(0, 10, 80), (10, 50), "physical free is lower");
+        assert_eq!(s.mem_info(0, 70, 80, 0), (30, 50));
+        assert_eq!(s.mem_info(0, 10, 80, 0), (10, 50), "physical free is lower");
+        assert_eq!(s.mem_info(0, 10, 80, 15), (25, 50), "retained bytes are free to the process");
         s.ledger.set_cap(0, Some(10)); // used (20) above the cap: free saturates at 0
-        assert_eq!(s.mem_info(0, 70, 80), (0, 10));
+        assert_eq!(s.mem_info(0, 70, 80, 0), (0, 10));
+        assert_eq!(s.mem_info(0, 70, 80, 40), (10, 10), "never more free than total");
         assert_eq!(s.total_mem(0, 8), 8, "a cap above the physical total shows the physical total");
     }
 }

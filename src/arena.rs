@@ -1,0 +1,180 @@
+//! Growth mode's driver side: serving `cuMemAlloc` from retained physical pages
+//! with the driver's virtual memory management, and taking frees back into them.
+//! The bookkeeping is `growth.rs`; this file only sequences driver calls and undoes
+//! what it did when one of them fails.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+use cudarc::driver::sys::{
+    CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationCompType, CUmemAllocationGranularity_flags,
+    CUmemAllocationHandleType, CUmemAllocationProp, CUmemAllocationProp_st__bindgen_ty_1,
+    CUmemAllocationType, CUmemLocation, CUmemLocationType,
+};
+
+use crate::ffi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, driver};
+use crate::growth::{GROWTH, Mapping, pages_for};
+use crate::shim::{SHIM, log};
+
+fn location(device: usize) -> CUmemLocation {
+    CUmemLocation {
+        type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: device as i32,
+    }
+}
+
+/// Pinned device memory on `device`, no export handles: what `cuMemAlloc` gives.
+fn page_prop(device: usize) -> CUmemAllocationProp {
+    CUmemAllocationProp {
+        type_: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        requestedHandleTypes: CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+        location: location(device),
+        win32HandleMetaData: null_mut::<c_void>(),
+        allocFlags: CUmemAllocationProp_st__bindgen_ty_1 {
+            compressionType: CUmemAllocationCompType::CU_MEM_ALLOCATION_COMP_NONE as u8,
+            gpuDirectRDMACapable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        },
+    }
+}
+
+macro_rules! call {
+    ($f:ident($($arg:expr),*)) => {
+        match driver::$f() {
+            // SAFETY: the driver's own entry point, called with arguments built
+            // here to its documented C signature.
+            Some(f) => unsafe { f($($arg),*) },
+            None => crate::ffi::CUDA_ERROR_NOT_FOUND,
+        }
+    };
+}
+
+/// The device's page size: its minimum VMM granularity.
+fn page_size(device: usize) -> Result<u64, CuResult> {
+    let known = GROWTH.page(device);
+    if known != 0 {
+        return Ok(known);
+    }
+    let prop = page_prop(device);
+    let mut g = 0usize;
+    let rc = call!(cuMemGetAllocationGranularity(
+        &mut g,
+        &prop,
+        CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+    ));
+    if rc != CUDA_SUCCESS || g == 0 {
+        log!(Error, "growth mode: cannot read the VMM granularity of GPU {device} (error {rc})");
+        return Err(if rc == CUDA_SUCCESS { CUDA_ERROR_OUT_OF_MEMORY } else { rc });
+    }
+    GROWTH.set_page(device, g as u64);
+    Ok(GROWTH.page(device))
+}
+
+fn release_pages(pages: &[u64]) {
+    for &h in pages {
+        let _ = call!(cuMemRelease(h));
+    }
+}
+
+/// Creates `n` new pages on `device`, charging them to the cap for good.
+fn grow(api: &str, device: usize, requested: u64, page: u64, n: u64) -> Result<Vec<u64>, CuResult> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let bytes = n.checked_mul(page).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    let reservation = SHIM
+        .reserve_for(api, device, requested, bytes)
+        .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    let prop = page_prop(device);
+    let mut pages = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let mut h = 0u64;
+        let rc = call!(cuMemCreate(&mut h, page as usize, &prop, 0));
+        if rc != CUDA_SUCCESS {
+            release_pages(&pages);
+            return Err(rc); // the reservation rolls back as it drops
+        }
+        pages.push(h);
+    }
+    reservation.keep();
+    Ok(pages)
+}
+
+/// Maps `pages` at a fresh address range, readable and writable by `device`.
+fn map(device: usize, page: u64, pages: &[u64]) -> Result<u64, CuResult> {
+    let bytes = page * pages.len() as u64;
+    let mut base = 0u64;
+    let rc = call!(cuMemAddressReserve(&mut base, bytes as usize, 0, 0, 0));
+    if rc != CUDA_SUCCESS {
+        return Err(rc);
+    }
+    let undo = |mapped: usize| {
+        if mapped > 0 {
+            let _ = call!(cuMemUnmap(base, mapped * page as usize));
+        }
+        let _ = call!(cuMemAddressFree(base, bytes as usize));
+    };
+    for (i, &h) in pages.iter().enumerate() {
+        let rc = call!(cuMemMap(base + i as u64 * page, page as usize, 0, h, 0));
+        if rc != CUDA_SUCCESS {
+            undo(i);
+            return Err(rc);
+        }
+    }
+    let access = CUmemAccessDesc {
+        location: location(device),
+        flags: CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    let rc = call!(cuMemSetAccess(base, bytes as usize, &access, 1));
+    if rc != CUDA_SUCCESS {
+        undo(pages.len());
+        return Err(rc);
+    }
+    Ok(base)
+}
+
+/// Serves an allocation of `size` bytes on `device`: retained pages first, new
+/// pages (charged to the cap) for the rest.
+pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
+    let page = page_size(device)?;
+    let n = pages_for(size, page).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let mut pages = GROWTH.take_pages(device, n);
+    let fresh = n - pages.len() as u64;
+    match grow(api, device, size, page, fresh) {
+        Ok(new) => pages.extend(new),
+        Err(rc) => {
+            GROWTH.give_back(device, pages);
+            return Err(rc);
+        }
+    }
+    match map(device, page, &pages) {
+        Ok(base) => {
+            SHIM.ledger.count_alloc(device);
+            GROWTH.record(base, Mapping { device, size, page, pages });
+            Ok(base)
+        }
+        Err(rc) => {
+            // The pages are the process's now: keep them for the next request.
+            GROWTH.give_back(device, pages);
+            Err(rc)
+        }
+    }
+}
+
+/// Frees a growth allocation: `None` if `ptr` is not one.
+pub fn free(ptr: u64) -> Option<CuResult> {
+    let m = GROWTH.remove(ptr)?;
+    // cuMemFree waits for the device to finish with the memory; so must we before
+    // the pages can serve another allocation.
+    let _ = call!(cuCtxSynchronize());
+    let rc = call!(cuMemUnmap(ptr, m.mapped() as usize));
+    if rc != CUDA_SUCCESS {
+        log!(Error, "growth mode: cuMemUnmap of {ptr:#x} failed with error {rc}; the allocation stays live");
+        GROWTH.record(ptr, m);
+        return Some(rc);
+    }
+    let _ = call!(cuMemAddressFree(ptr, m.mapped() as usize));
+    GROWTH.give_back(m.device, m.pages);
+    Some(CUDA_SUCCESS)
+}

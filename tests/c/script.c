@@ -1,0 +1,140 @@
+/*
+ * script: runs a list of steps on GPU 0, so that tests can choreograph one or two
+ * processes sharing a (fake) GPU.
+ *
+ *   script STEP...
+ *
+ *   alloc:SIZE     cuMemAlloc_v2; prints "alloc SIZE rc"; keeps the pointer when rc == 0
+ *   fill:SIZE      allocate SIZE-sized blocks until one fails; prints "filled N"
+ *   write          write a pattern into every kept block (first and last 4 KiB
+ *                  of each page-sized stretch), then read it back; prints "verify ok|bad"
+ *   free           frees every kept block (last first); prints "free rc" per block
+ *   info           prints "info FREE TOTAL" (cuMemGetInfo_v2)
+ *   range          prints "range ok|bad" after cuMemGetAddressRange_v2 on each block's
+ *                  interior returns its own base and size
+ *   touch:PATH     creates PATH
+ *   wait:PATH      waits (up to 60 s) until PATH exists
+ *
+ * Exit 0 unless a step could not run (exit 3) or a verify/range failed (exit 1).
+ */
+#define _GNU_SOURCE
+#include "fakecuda.h"
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
+
+#define MAX_HELD 4096
+static CUdeviceptr held[MAX_HELD];
+static size_t held_size[MAX_HELD];
+static int n_held;
+
+static void pattern(unsigned char *buf, size_t len, CUdeviceptr at) {
+    for (size_t i = 0; i < len; i++) buf[i] = (unsigned char)((at + i) * 2654435761u >> 13);
+}
+
+/* Writes and reads back 4 KiB at `off` in block `b`; returns 1 when it matched. */
+static int probe(int b, size_t off) {
+    static unsigned char out[4096], in[4096];
+    size_t len = held_size[b] - off < sizeof out ? held_size[b] - off : sizeof out;
+    pattern(out, len, held[b] + off);
+    MUST(cuMemcpyHtoD_v2(held[b] + off, out, len));
+    memset(in, 0, len);
+    MUST(cuMemcpyDtoH_v2(in, held[b] + off, len));
+    return memcmp(in, out, len) == 0;
+}
+
+static int verify_all(void) {
+    int good = 1;
+    for (int b = 0; b < n_held; b++) {
+        for (size_t off = 0; off < held_size[b]; off += 2 * MIB) {
+            good &= probe(b, off);
+            if (held_size[b] - off > 4096) good &= probe(b, held_size[b] - 4096 > off + 2 * MIB - 4096 ? off + 2 * MIB - 4096 : held_size[b] - 4096);
+        }
+    }
+    /* Read everything back once more: a later write must not have clobbered an
+       earlier block (pages shared by two mappings would). */
+    for (int b = 0; b < n_held; b++) {
+        static unsigned char out[4096], in[4096];
+        size_t len = held_size[b] < sizeof out ? held_size[b] : sizeof out;
+        pattern(out, len, held[b]);
+        MUST(cuMemcpyDtoH_v2(in, held[b], len));
+        good &= memcmp(in, out, len) == 0;
+    }
+    return good;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    CUresult rc = cuInit(0);
+    printf("cuInit %d\n", rc);
+    if (rc != CUDA_SUCCESS) return 3;
+    CUdevice dev;
+    CUcontext ctx;
+    MUST(cuDeviceGet(&dev, 0));
+    MUST(cuCtxCreate_v2(&ctx, 0, dev));
+    int status = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *step = argv[i];
+        if (strncmp(step, "alloc:", 6) == 0) {
+            size_t size = parse_size(step + 6);
+            CUdeviceptr d = 0;
+            rc = cuMemAlloc_v2(&d, size);
+            printf("alloc %zu %d\n", size, rc);
+            if (rc == CUDA_SUCCESS && n_held < MAX_HELD) {
+                held[n_held] = d;
+                held_size[n_held++] = size;
+            }
+        } else if (strncmp(step, "fill:", 5) == 0) {
+            size_t size = parse_size(step + 5);
+            int n = 0;
+            CUdeviceptr d = 0;
+            while (n_held < MAX_HELD && cuMemAlloc_v2(&d, size) == CUDA_SUCCESS) {
+                held[n_held] = d;
+                held_size[n_held++] = size;
+                n++;
+            }
+            printf("filled %d\n", n);
+        } else if (strcmp(step, "write") == 0) {
+            int ok = verify_all();
+            printf("verify %s\n", ok ? "ok" : "bad");
+            if (!ok) status = 1;
+        } else if (strcmp(step, "free") == 0) {
+            while (n_held > 0) {
+                n_held--;
+                printf("free %d\n", cuMemFree_v2(held[n_held]));
+            }
+        } else if (strcmp(step, "info") == 0) {
+            size_t f = 0, t = 0;
+            MUST(cuMemGetInfo_v2(&f, &t));
+            printf("info %zu %zu\n", f, t);
+        } else if (strcmp(step, "range") == 0) {
+            int ok = 1;
+            for (int b = 0; b < n_held; b++) {
+                CUdeviceptr base = 0;
+                size_t size = 0;
+                MUST(cuMemGetAddressRange_v2(&base, &size, held[b] + held_size[b] / 2));
+                ok &= base == held[b] && size == held_size[b];
+            }
+            printf("range %s\n", ok ? "ok" : "bad");
+            if (!ok) status = 1;
+        } else if (strncmp(step, "touch:", 6) == 0) {
+            int fd = open(step + 6, O_CREAT | O_WRONLY, 0644);
+            if (fd >= 0) close(fd);
+        } else if (strncmp(step, "wait:", 5) == 0) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            int tries = 6000;
+            while (access(step + 5, F_OK) != 0 && tries-- > 0) nanosleep(&ts, NULL);
+            if (tries <= 0) {
+                printf("FATAL timed out waiting for %s\n", step + 5);
+                return 3;
+            }
+        } else {
+            fprintf(stderr, "unknown step %s\n", step);
+            return 3;
+        }
+    }
+    return status;
+}
