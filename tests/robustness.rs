@@ -135,6 +135,21 @@ fn concurrent_alloc_free_never_exceeds_the_cap() {
     );
 }
 
+/// Many threads making the process's first CUDA calls at once (cuInit, cuGetProcAddress,
+/// dlsym, allocations) race the shim's lazy initialisation. Repeated, as races are rare.
+#[test]
+fn first_use_from_many_threads_at_once() {
+    let prog = build_c("racy_start", "", &["-lcuda"]);
+    for i in 0..25 {
+        let (mut c, stats) = capped(&prog, "racy-start", "8Gi", "256Mi");
+        let o = run(c.args(["256Mi", "16"]));
+        assert_passed(&o, &format!("racy_start run {i}"));
+        let s = read_stats(&stats);
+        assert_eq!(s[0].peak_used, 256 * MIB, "run {i}: {:?}", s[0]);
+        assert_eq!(s[0].final_used, 0);
+    }
+}
+
 // ---- misuse -------------------------------------------------------------------------
 
 /// The "rc <label> <code>" lines.
