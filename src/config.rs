@@ -34,7 +34,8 @@ pub const KNOWN_VARS: &[&str] = &[
 const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, GPUCAP_REPORT";
 
 /// Accepted forms of each variable, for error messages.
-pub const LIMIT_ACCEPTED: &str = "8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi";
+pub const LIMIT_ACCEPTED: &str =
+    "8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi, GPU-<uuid>=8Gi, MIG-<uuid>=4Gi";
 pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
 pub const REPORT_ACCEPTED: &str = "a file path, e.g. /tmp/gpucap-report.json";
@@ -82,12 +83,83 @@ impl fmt::Display for Limit {
 pub enum DeviceKey {
     /// A CUDA ordinal as the process sees it (after `CUDA_VISIBLE_DEVICES`), < MAX_DEVICES.
     Ordinal(u32),
+    /// A GPU or MIG instance by UUID (`GPU-…`/`MIG-…`, as `nvidia-smi -L` prints them).
+    /// The shim maps it to an ordinal with `cuDeviceGetUuid_v2` at first use; a UUID that
+    /// matches no visible device is an error there.
+    Uuid(DeviceUuid),
+}
+
+/// A device UUID: the 16 bytes `cuDeviceGetUuid_v2`/`nvmlDeviceGetUUID` name, and whether
+/// it was written as a MIG instance (`MIG-…`) or a whole GPU (`GPU-…`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceUuid {
+    pub mig: bool,
+    pub bytes: [u8; 16],
+}
+
+impl DeviceUuid {
+    /// Parses `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or `MIG-…` (prefix and hex in any case).
+    pub fn parse(s: &str) -> Result<DeviceUuid, String> {
+        let upper = s.get(..4).map(str::to_ascii_uppercase);
+        let mig = match upper.as_deref() {
+            Some("GPU-") => false,
+            Some("MIG-") => true,
+            _ => return Err(format!("{s:?} is not a GPU-… or MIG-… UUID")),
+        };
+        let hex = &s[4..];
+        if mig && hex.len() >= 4 && hex[..4].eq_ignore_ascii_case("GPU-") {
+            return Err(format!(
+                "{s:?} is the old MIG-GPU-<uuid>/<gi>/<ci> form; use the MIG-… UUID that \
+                 `nvidia-smi -L` prints for the instance (driver R470 and later)"
+            ));
+        }
+        let groups: Vec<&str> = hex.split('-').collect();
+        let lens: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+        if lens != [8, 4, 4, 4, 12]
+            || !groups
+                .iter()
+                .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(format!(
+                "{s:?} is not a UUID (expected {}-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in hex)",
+                &s[..3]
+            ));
+        }
+        let digits: Vec<u8> = groups.concat().bytes().collect();
+        let mut bytes = [0u8; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            let pair = std::str::from_utf8(&digits[2 * i..2 * i + 2]).unwrap_or("00");
+            *b = u8::from_str_radix(pair, 16).unwrap_or(0);
+        }
+        Ok(DeviceUuid { mig, bytes })
+    }
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (`MIG-` for an instance), lowercase hex.
+pub fn format_uuid(mig: bool, b: &[u8; 16]) -> String {
+    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!(
+        "{}-{}-{}-{}-{}-{}",
+        if mig { "MIG" } else { "GPU" },
+        h(0..4),
+        h(4..6),
+        h(6..8),
+        h(8..10),
+        h(10..16)
+    )
+}
+
+impl fmt::Display for DeviceUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_uuid(self.mig, &self.bytes))
+    }
 }
 
 impl fmt::Display for DeviceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeviceKey::Ordinal(n) => write!(f, "GPU {n}"),
+            DeviceKey::Uuid(u) => write!(f, "{u}"),
         }
     }
 }
@@ -109,6 +181,54 @@ impl LimitSpec {
             .find(|(key, _)| matches!(key, DeviceKey::Ordinal(n) if *n == ordinal))
             .map(|&(_, limit)| limit)
             .or(self.default)
+    }
+
+    /// The limit of the device with CUDA ordinal `ordinal` and UUID `uuid` (the 16 bytes
+    /// `cuDeviceGetUuid_v2` reports; None when unknown): the entry naming its UUID, else
+    /// the one naming its ordinal, else the default. A UUID key matches on the bytes, so
+    /// `GPU-…` and `MIG-…` spellings of the same UUID are the same device.
+    pub fn for_device(&self, ordinal: u32, uuid: Option<&[u8; 16]>) -> Option<Limit> {
+        let by_uuid = uuid.and_then(|want| {
+            self.devices
+                .iter()
+                .find(|(key, _)| matches!(key, DeviceKey::Uuid(u) if u.bytes == *want))
+        });
+        by_uuid
+            .map(|&(_, limit)| limit)
+            .or_else(|| self.for_ordinal(ordinal))
+    }
+
+    /// The UUID keys, in the order written.
+    pub fn uuid_keys(&self) -> impl Iterator<Item = &DeviceUuid> {
+        self.devices.iter().filter_map(|(key, _)| match key {
+            DeviceKey::Uuid(u) => Some(u),
+            DeviceKey::Ordinal(_) => None,
+        })
+    }
+
+    /// Checks the keys against the visible devices (`uuids[ordinal]`): every UUID key must
+    /// name one of them, and no device may be named twice (by its ordinal and its UUID).
+    /// The error names the key, for the shim to print before failing closed.
+    pub fn check_keys(&self, uuids: &[[u8; 16]]) -> Result<(), String> {
+        for key in self.uuid_keys() {
+            let Some(ordinal) = uuids.iter().position(|u| *u == key.bytes) else {
+                return Err(format!(
+                    "GPUCAP_LIMIT names {key}, which matches none of the {} GPU(s) visible to \
+                     CUDA (CUDA_VISIBLE_DEVICES may hide it; `nvidia-smi -L` lists the UUIDs)",
+                    uuids.len()
+                ));
+            };
+            if self
+                .devices
+                .iter()
+                .any(|(k, _)| *k == DeviceKey::Ordinal(ordinal as u32))
+            {
+                return Err(format!(
+                    "GPUCAP_LIMIT names GPU {ordinal} twice: by its ordinal and as {key}"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -252,14 +372,18 @@ fn parse_limit(v: &str) -> Result<Limit, String> {
     Ok(Limit::Bytes(bytes))
 }
 
-/// A device key: a CUDA ordinal below MAX_DEVICES.
+/// A device key: a CUDA ordinal below MAX_DEVICES, or a `GPU-…`/`MIG-…` UUID.
 fn parse_device(k: &str) -> Result<DeviceKey, String> {
     if k.is_empty() {
         return Err("missing device before '='".to_string());
     }
+    if k.len() >= 4 && (k[..4].eq_ignore_ascii_case("GPU-") || k[..4].eq_ignore_ascii_case("MIG-"))
+    {
+        return DeviceUuid::parse(k).map(DeviceKey::Uuid);
+    }
     if !k.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!(
-            "device {k:?} is not a CUDA ordinal (a whole number 0..{})",
+            "device {k:?} is not a CUDA ordinal (a whole number 0..{}) or a GPU-…/MIG-… UUID",
             MAX_DEVICES - 1
         ));
     }
@@ -276,7 +400,8 @@ fn parse_device(k: &str) -> Result<DeviceKey, String> {
 ///
 /// One value for every device (`8Gi`, `50%`, `0.5`), or a comma list of items, each either
 /// `DEVICE=VALUE` (`0=8Gi,1=50%`) or a bare value, the default of the devices not listed
-/// (`4Gi,1=8Gi`; at most one). DEVICE is a CUDA ordinal < MAX_DEVICES. VALUE is a size
+/// (`4Gi,1=8Gi`; at most one). DEVICE is a CUDA ordinal < MAX_DEVICES or a device UUID
+/// (`GPU-…`, `MIG-…`; matched against the visible devices by the shim). VALUE is a size
 /// (see `parse_size`; a plain integer is bytes), a fraction in (0, 1] written with a dot
 /// (`0.5`, `1.0`), or a percentage in (0%, 100%] (`50%`, `12.5%`). Zero is an error.
 /// Whitespace around items, keys and values is ignored.
@@ -541,6 +666,54 @@ mod tests {
     }
 
     #[test]
+    fn uuid_keys() {
+        const G2: &str = "GPU-face0000-0000-0000-0000-000000000002";
+        let s = spec(&format!("1Gi,{G2}=2Gi,1=3Gi"));
+        let DeviceKey::Uuid(u) = &s.devices[0].0 else {
+            panic!("{s:?}")
+        };
+        assert!(!u.mig);
+        assert_eq!(
+            u.bytes,
+            [0xfa, 0xce, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+        );
+        assert_eq!(u.to_string(), G2);
+        assert_eq!(s.devices[0].0.to_string(), G2);
+        // Upper case and a MIG spelling parse to the same bytes; display is canonical.
+        let m = spec("mig-FACE0000-0000-0000-0000-000000000002=4Gi");
+        let DeviceKey::Uuid(mu) = &m.devices[0].0 else {
+            panic!()
+        };
+        assert!(mu.mig);
+        assert_eq!(mu.bytes, u.bytes);
+        assert_eq!(mu.to_string(), "MIG-face0000-0000-0000-0000-000000000002");
+        // By UUID first, then by ordinal, then the default.
+        let u2 = u.bytes;
+        let mut u0 = u2;
+        u0[15] = 0;
+        assert_eq!(s.for_device(0, Some(&u2)), Some(Limit::Bytes(2 * GI)));
+        assert_eq!(s.for_device(1, Some(&u0)), Some(Limit::Bytes(3 * GI)));
+        assert_eq!(s.for_device(0, Some(&u0)), Some(Limit::Bytes(GI)));
+        assert_eq!(s.for_device(0, None), Some(Limit::Bytes(GI)));
+        assert_eq!(
+            s.for_ordinal(0),
+            Some(Limit::Bytes(GI)),
+            "for_ordinal ignores UUID keys"
+        );
+        assert_eq!(s.uuid_keys().count(), 1);
+        // Checking against the visible devices.
+        assert!(s.check_keys(&[u0, [9; 16], u2]).is_ok());
+        let e = s.check_keys(&[u0, [9; 16]]).unwrap_err();
+        assert!(
+            e.contains(G2) && e.contains("matches none of the 2 GPU(s)"),
+            "{e}"
+        );
+        let e = s.check_keys(&[u0, u2]).unwrap_err();
+        assert!(e.contains("names GPU 1 twice") && e.contains(G2), "{e}");
+        assert!(spec("4Gi").check_keys(&[]).is_ok());
+    }
+
+    #[test]
     fn resolve_and_display() {
         assert_eq!(Limit::Bytes(8 * GI).resolve(80 * GI), 8 * GI);
         assert_eq!(Limit::Bytes(100 * GI).resolve(80 * GI), 100 * GI);
@@ -590,7 +763,24 @@ mod tests {
             ("64=1Gi", "out of range"),
             ("99999999999=1Gi", "out of range"),
             ("-1=1Gi", "not a CUDA ordinal"),
-            ("GPU-0=1Gi", "not a CUDA ordinal"),
+            ("GPU-0=1Gi", "is not a UUID"),
+            ("GPU=1Gi", "not a CUDA ordinal"),
+            (
+                "MIG-GPU-face0000-0000-0000-0000-000000000001/1/0=1Gi",
+                "old MIG-GPU-",
+            ),
+            (
+                "GPU-face0000-0000-0000-0000-00000000000g=1Gi",
+                "is not a UUID",
+            ),
+            (
+                "GPU-face0000-0000-0000-00000000000000001=1Gi",
+                "is not a UUID",
+            ),
+            (
+                "GPU-face0000-0000-0000-0000-000000000001=1Gi,gpu-FACE0000-0000-0000-0000-000000000001=2Gi",
+                "is listed twice",
+            ),
             ("a=1Gi", "not a CUDA ordinal"),
             ("0=abc", "does not start with a number"),
             ("0=8Gi=9Gi", "unknown unit"),
@@ -680,7 +870,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "gpucap: invalid GPUCAP_LIMIT=\"150%\": a percentage must be in \
-             (0%, 100%]; accepted: 8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi"
+             (0%, 100%]; accepted: 8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi, \
+             GPU-<uuid>=8Gi, MIG-<uuid>=4Gi"
         );
         assert!(!e.to_string().contains('\n'));
         let e = vars(&[("GPUCAP_LOG", "loud")]).unwrap_err();

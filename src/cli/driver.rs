@@ -12,6 +12,8 @@ pub struct Device {
     pub total: u64,
     /// cuDeviceGetName, if it worked.
     pub name: Option<String>,
+    /// cuDeviceGetUuid_v2 (cuDeviceGetUuid on older drivers), if it worked.
+    pub uuid: Option<[u8; 16]>,
 }
 
 /// What the driver said.
@@ -31,6 +33,7 @@ type CuDeviceGetCount = unsafe extern "C" fn(*mut c_int) -> CuResult;
 type CuDeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> CuResult;
 type CuDeviceTotalMem = unsafe extern "C" fn(*mut usize, c_int) -> CuResult;
 type CuDeviceGetName = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult;
+type CuDeviceGetUuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> CuResult;
 type CuGetErrorName = unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult;
 
 fn dlerror_text() -> String {
@@ -79,6 +82,10 @@ pub fn probe() -> Probe {
     // SAFETY (both): documented driver API signatures.
     let get_name = sym(handle, c"cuDeviceGetName")
         .map(|p| unsafe { std::mem::transmute::<*mut c_void, CuDeviceGetName>(p) });
+    // SAFETY: documented driver API signature (CUuuid is 16 bytes).
+    let get_uuid = sym(handle, c"cuDeviceGetUuid_v2")
+        .or_else(|| sym(handle, c"cuDeviceGetUuid"))
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, CuDeviceGetUuid>(p) });
     let error_name = sym(handle, c"cuGetErrorName")
         .map(|p| unsafe { std::mem::transmute::<*mut c_void, CuGetErrorName>(p) });
 
@@ -126,10 +133,15 @@ pub fn probe() -> Probe {
                     .then(|| CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
                     .filter(|n| !n.is_empty())
             });
+            let uuid = get_uuid.and_then(|f| {
+                let mut u = [0u8; 16];
+                (f(&mut u, dev) == 0).then_some(u)
+            });
             devices.push(Device {
                 ordinal: ordinal as u32,
                 total: total as u64,
                 name,
+                uuid,
             });
         }
         Probe::Devices(devices)

@@ -24,7 +24,7 @@ pub fn describe_limit(spec: Option<&LimitSpec>) -> String {
         .devices
         .iter()
         .map(|(key, limit)| match key {
-            DeviceKey::Ordinal(_) => format!("{key}: {}", limit_text(*limit)),
+            DeviceKey::Ordinal(_) | DeviceKey::Uuid(_) => format!("{key}: {}", limit_text(*limit)),
         })
         .collect();
     let others = if spec.devices.is_empty() {
@@ -61,6 +61,23 @@ pub fn device_line(device: &Device, limit: Option<Limit>) -> String {
         line.push_str(&format!(" [{name}]"));
     }
     line
+}
+
+/// For each UUID key of `GPUCAP_LIMIT`, which visible GPU it names, or that it names
+/// none (the shim then refuses to start: cuInit fails, naming the key).
+pub fn uuid_key_notes(spec: &LimitSpec, devices: &[Device]) -> Vec<String> {
+    spec.uuid_keys()
+        .map(
+            |key| match devices.iter().find(|d| d.uuid == Some(key.bytes)) {
+                Some(d) => format!("note: GPUCAP_LIMIT key {key} is GPU {}", d.ordinal),
+                None => format!(
+                    "error: GPUCAP_LIMIT names {key}, which matches none of the {} GPU(s) visible \
+                 to CUDA: programs run under gpucap will fail at cuInit",
+                    devices.len()
+                ),
+            },
+        )
+        .collect()
 }
 
 /// Everything `gpucap check` prints after validating the configuration. `library` is
@@ -105,12 +122,16 @@ pub fn check_report(
                 if n == 0 { "" } else { ":" }
             ));
             for d in devices {
-                let limit = config.limit.as_ref().and_then(|s| s.for_ordinal(d.ordinal));
+                let limit = config
+                    .limit
+                    .as_ref()
+                    .and_then(|s| s.for_device(d.ordinal, d.uuid.as_ref()));
                 out.push(device_line(d, limit));
             }
             if let Some(spec) = &config.limit {
+                out.extend(uuid_key_notes(spec, devices));
                 for (key, _) in &spec.devices {
-                    let DeviceKey::Ordinal(o) = key;
+                    let DeviceKey::Ordinal(o) = key else { continue };
                     if *o as usize >= n {
                         out.push(format!(
                             "note: GPUCAP_LIMIT sets a limit for {key}, but only {n} GPU(s) \
@@ -167,6 +188,7 @@ mod tests {
             ordinal,
             total,
             name: None,
+            uuid: None,
         }
     }
 
@@ -227,5 +249,48 @@ mod tests {
         assert!(text.contains("GPU 1: cap 4294967296 bytes"));
         assert!(text.contains("note: GPUCAP_LIMIT sets a limit for GPU 5, but only 2 GPU(s)"));
         assert!(text.contains("may already be capped"));
+    }
+
+    #[test]
+    fn uuid_keys_are_shown_and_checked() {
+        const U1: &str = "GPU-face0000-0000-0000-0000-000000000001";
+        const U7: &str = "MIG-face0000-0000-0000-0000-000000000007";
+        let mut u1 = [0u8; 16];
+        u1[0] = 0xfa;
+        u1[1] = 0xce;
+        u1[15] = 1;
+        let config = Config {
+            limit: spec(&format!("{U1}=2Gi,{U7}=1Gi")),
+            ..Config::default()
+        };
+        assert_eq!(
+            describe_limit(config.limit.as_ref()),
+            format!(
+                "{U1}: 2 GiB (2147483648 bytes); {U7}: 1 GiB (1073741824 bytes); other GPUs: not capped (counted only)"
+            )
+        );
+        let probe = Probe::Devices(vec![
+            dev(0, 8 * GI),
+            Device {
+                uuid: Some(u1),
+                ..dev(1, 8 * GI)
+            },
+        ]);
+        let text = check_report(&config, Err("missing"), &probe, false);
+        assert!(text.contains("GPU 0: no cap (counted only)"), "{text}");
+        assert!(
+            text.contains("GPU 1: cap 2147483648 bytes (2 GiB)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("note: GPUCAP_LIMIT key {U1} is GPU 1\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "error: GPUCAP_LIMIT names {U7}, which matches none of the 2 GPU(s)"
+            )),
+            "{text}"
+        );
     }
 }
