@@ -221,6 +221,12 @@ impl Ledger {
         self.credit(charge);
     }
 
+    /// The live allocations of `kind` on `device`, for a context teardown to check
+    /// which of them the driver freed with the context.
+    pub fn live_on(&self, kind: Kind, device: usize) -> Vec<(u64, Charge)> {
+        self.live(kind).matching(|c| c.device == device)
+    }
+
     /// Changes the bytes an existing reservation holds (a pitched allocation whose
     /// real size is known only after the call). Growing is checked against the cap.
     pub fn resize(&self, r: &mut Reservation<'_>, bytes: u64) -> Result<(), Refusal> {
@@ -305,6 +311,17 @@ impl LiveMap {
     pub fn get(&self, key: u64) -> Option<Charge> {
         self.shard(key).get(&key).copied()
     }
+
+    /// A snapshot of the entries whose charge satisfies `keep` (one shard locked at a
+    /// time: entries added or removed meanwhile may or may not appear).
+    pub fn matching(&self, keep: impl Fn(&Charge) -> bool) -> Vec<(u64, Charge)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let m = shard.lock().unwrap_or_else(|p| p.into_inner());
+            out.extend(m.iter().filter(|(_, c)| keep(c)).map(|(&k, &c)| (k, c)));
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -370,6 +387,17 @@ mod tests {
         let u = l.usage(0).unwrap();
         assert_eq!((u.used, u.allocs), (60, 1));
         assert!(l.reserve(0, 50).is_err());
+    }
+
+    #[test]
+    fn live_on_lists_one_device() {
+        let l = Ledger::new();
+        l.reserve(0, 10).unwrap().commit(Kind::Pointer, 1);
+        l.reserve(1, 20).unwrap().commit(Kind::Pointer, 2);
+        l.reserve(1, 30).unwrap().commit(Kind::Handle, 3);
+        assert_eq!(l.live_on(Kind::Pointer, 1), vec![(2, Charge { device: 1, bytes: 20 })]);
+        assert_eq!(l.live_on(Kind::Handle, 1).len(), 1);
+        assert!(l.live_on(Kind::Pointer, 2).is_empty());
     }
 
     #[test]
