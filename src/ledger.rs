@@ -178,7 +178,11 @@ impl Ledger {
             };
             match d.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
                 Ok(_) => {
-                    d.peak.fetch_max(new, Relaxed);
+                    // A plain load first: the peak rarely moves, and an atomic
+                    // read-modify-write on every allocation would cost more.
+                    if new > d.peak.load(Relaxed) {
+                        d.peak.fetch_max(new, Relaxed);
+                    }
                     return Ok(Reservation {
                         ledger: self,
                         charge: Charge { device, bytes },
