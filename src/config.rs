@@ -28,10 +28,13 @@ pub const KNOWN_VARS: &[&str] = &[
     "GPUCAP_LIB",
     "GPUCAP_GROWTH",
     "GPUCAP_REPORT",
+    "GPUCAP_LD_SO_PRELOAD",
+    "GPUCAP_HOME",
 ];
 
 /// `KNOWN_VARS` as one line, for error messages (a test keeps the two in step).
-const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, GPUCAP_REPORT";
+const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, \
+     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME";
 
 /// Accepted forms of each variable, for error messages.
 pub const LIMIT_ACCEPTED: &str =
@@ -40,6 +43,9 @@ pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
 pub const REPORT_ACCEPTED: &str = "a file path, e.g. /tmp/gpucap-report.json";
 pub const LIB_ACCEPTED: &str = "the path of libgpucap.so";
+pub const LD_SO_PRELOAD_ACCEPTED: &str = GROWTH_ACCEPTED;
+pub const HOME_ACCEPTED: &str =
+    "the directory holding gpucap, libgpucap.so and docker-entrypoint.sh";
 
 /// A memory cap for one device.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -269,8 +275,12 @@ pub struct Config {
     pub log: LogLevel,
     /// `GPUCAP_GROWTH` (reserved; validated, not yet used), default false.
     pub growth: bool,
-    /// `GPUCAP_REPORT` (reserved; validated, not yet used).
+    /// `GPUCAP_REPORT`: where the shim writes its JSON usage report at exit (`%p` is
+    /// replaced by the process id). See src/report.rs.
     pub report: Option<PathBuf>,
+    /// `GPUCAP_LD_SO_PRELOAD`: the container entrypoint also installs the shim in
+    /// `/etc/ld.so.preload`. Only scripts/docker-entrypoint.sh acts on it.
+    pub ld_so_preload: bool,
 }
 
 impl Default for Config {
@@ -280,6 +290,7 @@ impl Default for Config {
             log: LogLevel::Warn,
             growth: false,
             report: None,
+            ld_so_preload: false,
         }
     }
 }
@@ -484,6 +495,8 @@ struct RawVars {
     lib: Option<String>,
     growth: Option<String>,
     report: Option<String>,
+    ld_so_preload: Option<String>,
+    home: Option<String>,
 }
 
 const PREFIX: &str = "GPUCAP_";
@@ -567,8 +580,12 @@ where
     if let Some(v) = &raw.report {
         config.report = Some(PathBuf::from(v));
     }
-    // GPUCAP_LIB is the CLI's business; only its emptiness was checked above.
-    let _ = &raw.lib;
+    if let Some(v) = &raw.ld_so_preload {
+        config.ld_so_preload = parse_bool(v).map_err(|r| bad("GPUCAP_LD_SO_PRELOAD", v, r))?;
+    }
+    // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
+    // emptiness was checked above.
+    let _ = (&raw.lib, &raw.home);
     Ok(config)
 }
 
@@ -579,6 +596,8 @@ fn accepted_of(var: &str) -> &'static str {
         "GPUCAP_GROWTH" => GROWTH_ACCEPTED,
         "GPUCAP_REPORT" => REPORT_ACCEPTED,
         "GPUCAP_LIB" => LIB_ACCEPTED,
+        "GPUCAP_LD_SO_PRELOAD" => LD_SO_PRELOAD_ACCEPTED,
+        "GPUCAP_HOME" => HOME_ACCEPTED,
         _ => KNOWN_VARS_LIST,
     }
 }
@@ -586,6 +605,96 @@ fn accepted_of(var: &str) -> &'static str {
 /// `from_vars(std::env::vars_os())`.
 pub fn from_env() -> Result<Config, ConfigError> {
     from_vars(std::env::vars_os())
+}
+
+// ---- the configuration file ----------------------------------------------------------
+//
+// A process whose environment was emptied (`ssh`, `su -`, `sudo`, `env -i`) but that
+// still loads the shim (`/etc/ld.so.preload`, or an explicit LD_PRELOAD) must stay
+// capped. The container entrypoint therefore writes the validated `GPUCAP_*`
+// variables to `gpucap.env` beside libgpucap.so (`gpucap check --write-env FILE`), and
+// the shim reads that file, or else `/etc/gpucap/gpucap.env`, when its environment
+// has no `GPUCAP_*` variable at all. The file replaces the (empty) environment
+// configuration as a whole; it is never merged with variables that are set.
+
+/// The name of the configuration file the shim looks for beside itself.
+pub const ENV_FILE_NAME: &str = "gpucap.env";
+
+/// Where the shim looks when there is no `gpucap.env` beside it.
+pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
+
+/// Does `vars` hold any `GPUCAP_*` variable (whatever its value)? If not, the shim
+/// falls back to the configuration file.
+pub fn has_gpucap_vars<I, K, V>(vars: I) -> bool
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+{
+    vars.into_iter()
+        .any(|(k, _)| k.as_ref().as_bytes().starts_with(PREFIX.as_bytes()))
+}
+
+/// Parses a `gpucap.env` file: one `GPUCAP_NAME=value` per line, the value taken
+/// verbatim up to the end of the line (no quoting, no `export`); blank lines and
+/// lines starting with `#` are skipped. Anything else is an error naming the line:
+/// the file stands in for the environment, so a damaged one must fail closed.
+/// The pairs go to [`from_vars`], which validates names and values.
+pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let Some((name, value)) = trimmed.split_once('=') else {
+            return Err(format!("line {}: expected GPUCAP_NAME=value", i + 1));
+        };
+        if !name.starts_with(PREFIX) || name.contains(char::is_whitespace) {
+            return Err(format!(
+                "line {}: {name:?} is not a GPUCAP_* variable name (only those belong here)",
+                i + 1
+            ));
+        }
+        out.push((name.to_string(), value.to_string()));
+    }
+    Ok(out)
+}
+
+/// The text of a `gpucap.env` file holding `vars` (the `GPUCAP_*` ones only, in
+/// order, first occurrence of each name). A value with a line break cannot be
+/// written (the format has no quoting): an error naming the variable.
+pub fn format_env_file<I, K, V>(vars: I) -> Result<String, String>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
+    let mut text = String::from(
+        "# gpucap configuration, written by `gpucap check --write-env` (the container\n\
+         # entrypoint). The shim reads it when its environment has no GPUCAP_* variable.\n",
+    );
+    let mut seen: Vec<String> = Vec::new();
+    for (k, v) in vars {
+        let (k, v) = (k.as_ref(), v.as_ref());
+        if !k.as_bytes().starts_with(PREFIX.as_bytes()) {
+            continue;
+        }
+        let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else {
+            return Err(format!("{} is not valid UTF-8", k.to_string_lossy()));
+        };
+        if seen.iter().any(|s| s == k) {
+            continue;
+        }
+        if v.contains(['\n', '\r']) {
+            return Err(format!(
+                "{k} contains a line break, which {ENV_FILE_NAME} cannot hold"
+            ));
+        }
+        text.push_str(&format!("{k}={v}\n"));
+        seen.push(k.to_string());
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -959,5 +1068,93 @@ mod tests {
         let owned: Vec<(OsString, OsString)> =
             vec![(OsString::from("GPUCAP_LOG"), OsString::from("off"))];
         assert_eq!(from_vars(owned).unwrap().log, LogLevel::Off);
+    }
+
+    #[test]
+    fn ld_so_preload_and_home() {
+        let c = vars(&[
+            ("GPUCAP_LD_SO_PRELOAD", "1"),
+            ("GPUCAP_HOME", "/opt/gpucap"),
+        ])
+        .unwrap();
+        assert!(c.ld_so_preload);
+        assert!(!Config::default().ld_so_preload);
+        let e = vars(&[("GPUCAP_LD_SO_PRELOAD", "sometimes")]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_LD_SO_PRELOAD");
+        assert_eq!(e.accepted, LD_SO_PRELOAD_ACCEPTED);
+        assert_eq!(
+            vars(&[("GPUCAP_HOME", " ")]).unwrap_err().var,
+            "GPUCAP_HOME"
+        );
+    }
+
+    #[test]
+    fn env_file_round_trip() {
+        let env = [
+            ("PATH", "/bin"),
+            ("GPUCAP_LIMIT", "4Gi,1=50%"),
+            ("GPUCAP_REPORT", "/tmp/r %p.json"),
+            ("GPUCAP_LIMIT", "ignored: getenv finds the first"),
+        ];
+        let text = format_env_file(env).unwrap();
+        assert!(text.starts_with('#'));
+        assert!(
+            text.ends_with("GPUCAP_LIMIT=4Gi,1=50%\nGPUCAP_REPORT=/tmp/r %p.json\n"),
+            "{text}"
+        );
+        let pairs = parse_env_file(&text).unwrap();
+        assert_eq!(
+            pairs,
+            [
+                ("GPUCAP_LIMIT".to_string(), "4Gi,1=50%".to_string()),
+                ("GPUCAP_REPORT".to_string(), "/tmp/r %p.json".to_string()),
+            ]
+        );
+        let c = from_vars(pairs).unwrap();
+        assert_eq!(c.limit, Some(spec("4Gi,1=50%")));
+        // Nothing to write: only the comment, which reads back as the default configuration.
+        let empty = format_env_file([("HOME", "/root")]).unwrap();
+        assert_eq!(
+            from_vars(parse_env_file(&empty).unwrap()).unwrap(),
+            Config::default()
+        );
+        assert!(
+            format_env_file([("GPUCAP_REPORT", "a\nb")])
+                .unwrap_err()
+                .contains("line break")
+        );
+    }
+
+    #[test]
+    fn env_file_syntax() {
+        let pairs =
+            parse_env_file("\n  # comment\r\nGPUCAP_LOG=info\r\n\nGPUCAP_LIMIT=1=8Gi\n").unwrap();
+        assert_eq!(
+            pairs,
+            [
+                ("GPUCAP_LOG".to_string(), "info".to_string()),
+                ("GPUCAP_LIMIT".to_string(), "1=8Gi".to_string()),
+            ]
+        );
+        assert!(
+            parse_env_file("GPUCAP_LOG info")
+                .unwrap_err()
+                .starts_with("line 1:")
+        );
+        assert!(
+            parse_env_file("# x\nPATH=/bin")
+                .unwrap_err()
+                .starts_with("line 2:")
+        );
+        assert!(parse_env_file("export GPUCAP_LOG=info").is_err());
+        // Names are validated by from_vars like the environment's.
+        assert_eq!(
+            from_vars(parse_env_file("GPUCAP_LIMT=1Gi").unwrap())
+                .unwrap_err()
+                .var,
+            "GPUCAP_LIMT"
+        );
+        assert!(has_gpucap_vars([("GPUCAP_X", "")]));
+        assert!(!has_gpucap_vars([("PATH", "/bin"), ("gpucap_limit", "1")]));
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - `config`, `size`: the `GPUCAP_*` configuration (shared with the CLI).
 //! - `ledger`: caps, reservations, live allocations, peaks (safe Rust).
+//! - `report`: the `GPUCAP_REPORT` JSON file (schema, merge, `%p`).
 //! - `shim`: process-wide state tying configuration and ledger together.
 //! - `growth`: growth-only mode's retained pages and mappings (safe Rust).
 //! - `hooks`: what each intercepted driver call does; `arena`: growth mode's driver calls.
@@ -11,6 +12,7 @@
 mod config;
 mod growth;
 mod ledger;
+mod report;
 mod shim;
 mod size;
 

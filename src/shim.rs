@@ -2,11 +2,16 @@
 //! the log level, the ledger, and turning a device's limit into a cap in bytes.
 //! Safe Rust; the hooks ask it questions and tell it what the driver did.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::*};
+use std::ffi::OsString;
+use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Mutex, OnceLock, TryLockError};
 
 use crate::config::{self, Config, LogLevel, MAX_DEVICES};
 use crate::ledger::{Ledger, NO_CAP, Refusal, Reservation};
+use crate::report::{self, DeviceReport, ProcessReport};
 use crate::size::format_bytes;
 
 pub struct Shim {
@@ -46,14 +51,24 @@ impl Shim {
     /// reported once and makes every later call fail closed.
     pub fn config(&self) -> Result<&Config, Misconfigured> {
         let loaded = self.config.get_or_init(|| {
-            let result = config::from_env().map_err(|e| e.to_string());
+            ACTIVE_PID.store(std::process::id(), Relaxed);
+            let result = load_config();
             match &result {
-                Ok(c) => self.log.store(c.log as u8, Relaxed),
+                Ok((c, from)) => {
+                    self.log.store(c.log as u8, Relaxed);
+                    if let Some(file) = from {
+                        log!(
+                            Debug,
+                            "configuration read from {} (the environment has no GPUCAP_* variable)",
+                            file.display()
+                        );
+                    }
+                }
                 // The error is always shown, whatever GPUCAP_LOG says: it may be the
                 // very variable that is wrong, and the program is being stopped.
                 Err(e) => eprintln!("{e}"),
             }
-            result
+            result.map(|(c, _)| c)
         });
         loaded.as_ref().map_err(|_| Misconfigured)
     }
@@ -103,6 +118,7 @@ impl Shim {
             Ok(r) => Some(r),
             Err(refusal) => {
                 log!(Warn, "{}", refusal_line(api, device, requested, refusal));
+                self.after_refusal();
                 None
             }
         }
@@ -133,6 +149,213 @@ impl Shim {
     pub fn total_mem(&self, device: usize, total: u64) -> u64 {
         self.mem_info(device, total, total, 0).1
     }
+}
+
+// ---- configuration file ----------------------------------------------------------------
+
+/// The configuration: from the environment, or, when it has no `GPUCAP_*` variable
+/// at all (`ssh`, `su -`, `sudo`, `env -i` empty it), from `gpucap.env` beside this
+/// library or `/etc/gpucap/gpucap.env` (the container entrypoint writes them). Also
+/// returns the file it came from. A file that exists but cannot be read or is invalid
+/// is an error (fail closed): it is there to keep such processes capped.
+fn load_config() -> Result<(Config, Option<PathBuf>), String> {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    if config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
+        return config::from_vars(env).map(|c| (c, None)).map_err(|e| e.to_string());
+    }
+    let beside = own_dir().map(|d| d.join(config::ENV_FILE_NAME));
+    for file in beside.into_iter().chain([PathBuf::from(config::ETC_ENV_FILE)]) {
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => continue,
+            Err(e) => {
+                return Err(format!(
+                    "gpucap: cannot read the configuration file {}: {e}",
+                    file.display()
+                ));
+            }
+        };
+        let pairs = String::from_utf8(bytes)
+            .map_err(|_| "not UTF-8 text".to_string())
+            .and_then(|t| config::parse_env_file(&t))
+            .map_err(|why| format!("gpucap: invalid configuration file {}: {why}", file.display()))?;
+        return match config::from_vars(pairs) {
+            Ok(c) => Ok((c, Some(file))),
+            Err(e) => Err(format!("{e} (in {})", file.display())),
+        };
+    }
+    Ok((Config::default(), None))
+}
+
+/// The directory this library was loaded from, as the loader names it.
+fn own_dir() -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    let addr = own_dir as fn() -> Option<PathBuf> as *const std::ffi::c_void;
+    // SAFETY: dladdr only reads `addr` (a function of this library) and fills `info`.
+    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so `info` is initialised (and was zeroed before).
+    let fname = unsafe { info.assume_init() }.dli_fname;
+    if fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is the loader's NUL-terminated name of this library, alive as
+    // long as the library is loaded.
+    let name = unsafe { std::ffi::CStr::from_ptr(fname) };
+    let path = Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    Some(path.parent().unwrap_or(Path::new(".")).to_path_buf())
+}
+
+// ---- reports and the exit summary ------------------------------------------------------
+
+/// The pid that first called into CUDA: a forked child (another pid) inherits the
+/// figures of its parent, so it writes no report and no summary of its own.
+static ACTIVE_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Serialises this process's report writes (the exit hook and refusals).
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// When a refusal last refreshed the report (ms since the Unix epoch), and the largest
+/// refused request it showed: refusals in a tight loop rewrite the file at most every
+/// 100 ms, unless a larger request was refused.
+static REFUSAL_WRITTEN_MS: AtomicU64 = AtomicU64::new(0);
+static REFUSAL_WRITTEN_LARGEST: AtomicU64 = AtomicU64::new(0);
+const REFUSAL_WRITE_INTERVAL_MS: u64 = 100;
+
+impl Shim {
+    /// This process's figures for each device it used.
+    pub fn device_reports(&self) -> Vec<DeviceReport> {
+        self.touched_devices()
+            .filter_map(|d| {
+                let u = self.ledger.usage(d)?;
+                Some(DeviceReport {
+                    ordinal: d as u32,
+                    cap: (u.cap != NO_CAP).then_some(u.cap),
+                    peak: u.peak,
+                    in_use: u.used,
+                    retained: retained_bytes(d),
+                    allocations: u.allocs,
+                    refusals: u.refusals,
+                    largest_refused: u.largest_refused,
+                })
+            })
+            .collect()
+    }
+
+    /// Is this the process that read the configuration (not a forked child of it)?
+    fn own_process(&self) -> bool {
+        self.active() && ACTIVE_PID.load(Relaxed) == std::process::id()
+    }
+
+    /// At exit (from the library's destructor): the `GPUCAP_LOG=info` summary and the
+    /// `GPUCAP_REPORT` file. Nothing for a process that never called into CUDA.
+    pub fn at_exit(&self) {
+        if !self.own_process() {
+            return;
+        }
+        let Ok(config) = self.config() else {
+            return;
+        };
+        let devices = self.device_reports();
+        if self.log.load(Relaxed) >= LogLevel::Info as u8 {
+            if devices.is_empty() {
+                log!(Info, "no GPU memory was allocated");
+            }
+            for d in &devices {
+                log!(Info, "{}", report::summary_line(d, config.growth));
+            }
+        }
+        if let Some(path) = &config.report {
+            let guard = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+            self.write_report(path, config.growth, devices, true);
+            drop(guard);
+        }
+    }
+
+    /// After a refused request: refresh the report, so that a program that then dies
+    /// without `exit()` (the usual crash after an out-of-memory error, a fatal signal)
+    /// still leaves one, marked `"state":"running"`. No signal handler is installed.
+    pub fn after_refusal(&self) {
+        if !self.own_process() {
+            return;
+        }
+        let Ok(config) = self.config() else {
+            return;
+        };
+        let Some(path) = &config.report else {
+            return;
+        };
+        let devices = self.device_reports();
+        let largest = devices.iter().map(|d| d.largest_refused).max().unwrap_or(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let last = REFUSAL_WRITTEN_MS.load(Relaxed);
+        if last != 0
+            && now.saturating_sub(last) < REFUSAL_WRITE_INTERVAL_MS
+            && largest <= REFUSAL_WRITTEN_LARGEST.load(Relaxed)
+        {
+            return;
+        }
+        // Another thread writing now: its figures are as fresh; never wait in a hook.
+        let guard = match WRITING.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        REFUSAL_WRITTEN_MS.store(now.max(1), Relaxed);
+        REFUSAL_WRITTEN_LARGEST.fetch_max(largest, Relaxed);
+        self.write_report(path, config.growth, devices, false);
+        drop(guard);
+    }
+
+    /// Writes this process's entry (the caller holds `WRITING`).
+    fn write_report(&self, template: &Path, growth: bool, devices: Vec<DeviceReport>, exited: bool) {
+        let pid = std::process::id();
+        let (file, per_process) = report::expand_path(template, pid);
+        let entry = ProcessReport {
+            id: match report::own_start_time() {
+                Some(t) => format!("{pid}-{t}"),
+                None => pid.to_string(),
+            },
+            pid,
+            cmdline: report::own_cmdline(),
+            exited,
+            time: report::now_secs(),
+            growth,
+            devices,
+        };
+        match report::write_entry(&file, per_process, &entry) {
+            Ok(written) => log!(Debug, "report written to {}", written.display()),
+            Err(e) => log!(Error, "no report written: {e}"),
+        }
+    }
+}
+
+#[cfg(not(test))]
+fn retained_bytes(device: usize) -> u64 {
+    crate::growth::retained_bytes(device)
+}
+
+#[cfg(test)]
+fn retained_bytes(_device: usize) -> u64 {
+    0
+}
+
+/// Runs at process exit: from `exit()` on any thread and on return from `main`, after
+/// the program's own atexit handlers and destructors (`.fini_array` entries run from
+/// the dynamic loader's exit handler, which is registered before any other), so the
+/// figures are final. Not on `_exit()` or a fatal signal: see `after_refusal`.
+#[cfg(not(test))]
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static EXIT_HOOK: extern "C" fn() = exit_hook;
+
+#[cfg(not(test))]
+extern "C" fn exit_hook() {
+    // Never unwind into the C runtime.
+    let _ = std::panic::catch_unwind(|| SHIM.at_exit());
 }
 
 /// The one line a refused request prints.
