@@ -9,6 +9,9 @@ mod size;
 #[path = "config.rs"]
 mod config;
 
+#[path = "report.rs"]
+mod report;
+
 mod cli;
 
 fn main() {

@@ -17,7 +17,19 @@ pub struct Overrides {
     pub limit: Option<String>,
     /// `--log LEVEL`: sets GPUCAP_LOG.
     pub log: Option<String>,
+    /// `--growth`: sets GPUCAP_GROWTH=1 (and, for `run`, the frameworks' own
+    /// grow-on-demand switches: see [`FRAMEWORK_GROWTH_VARS`]).
+    pub growth: bool,
+    /// `--report PATH`: sets GPUCAP_REPORT.
+    pub report: Option<String>,
 }
+
+/// What `gpucap run --growth` also sets, unless the user already set them: the
+/// frameworks' switches that make them grow on demand instead of preallocating.
+pub const FRAMEWORK_GROWTH_VARS: &[(&str, &str)] = &[
+    ("TF_FORCE_GPU_ALLOW_GROWTH", "true"),
+    ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
+];
 
 impl Overrides {
     /// The (variable, value) pairs these flags set.
@@ -29,6 +41,12 @@ impl Overrides {
         if let Some(l) = &self.log {
             v.push(("GPUCAP_LOG", l.as_str()));
         }
+        if self.growth {
+            v.push(("GPUCAP_GROWTH", "1"));
+        }
+        if let Some(r) = &self.report {
+            v.push(("GPUCAP_REPORT", r.as_str()));
+        }
         v
     }
 }
@@ -39,11 +57,19 @@ pub enum Command {
     /// `gpucap run [OPTIONS] [--] CMD ARGS...`
     Run {
         overrides: Overrides,
+        /// `--measure`: run CMD uncapped as a child, then print its peak per GPU and a
+        /// suggested `--limit`.
+        measure: bool,
         program: OsString,
         args: Vec<OsString>,
     },
     /// `gpucap check [OPTIONS]`
-    Check { overrides: Overrides },
+    Check {
+        overrides: Overrides,
+        /// `--write-env FILE`: also write the validated GPUCAP_* variables to FILE (the
+        /// container entrypoint's `gpucap.env`).
+        write_env: Option<OsString>,
+    },
     /// `gpucap help [COMMAND]`, `--help`, `-h`
     Help(Topic),
     /// `gpucap --version`, `-V`, `version`
@@ -140,12 +166,21 @@ enum Opt {
     NotAnOption,
 }
 
-/// Handles `--limit SPEC`, `--limit=SPEC`, `--log LEVEL`, `--log=LEVEL`, `-h`, `--help`.
+/// Everything the options of `run` and `check` set.
+#[derive(Default)]
+struct Options {
+    overrides: Overrides,
+    measure: bool,
+    write_env: Option<OsString>,
+}
+
+/// Handles `--limit SPEC`, `--log LEVEL`, `--report PATH` (also as `--name=value`),
+/// `--growth`, `-h`, `--help`, and for `run` `--measure`, for `check` `--write-env FILE`.
 fn parse_option(
     topic: Topic,
     arg: &OsString,
     rest: &mut dyn Iterator<Item = OsString>,
-    overrides: &mut Overrides,
+    opts: &mut Options,
 ) -> Result<Opt, UsageError> {
     let lossy = arg.to_string_lossy();
     if lossy == "--" || !lossy.starts_with('-') || lossy == "-" {
@@ -158,9 +193,47 @@ fn parse_option(
         Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v)),
         _ => (lossy.to_string(), None),
     };
-    let slot = match name.as_str() {
-        "--limit" => &mut overrides.limit,
-        "--log" => &mut overrides.log,
+    // Flags without a value.
+    let flag = match (name.as_str(), topic) {
+        ("--growth", _) => Some(&mut opts.overrides.growth),
+        ("--measure", Topic::Run) => Some(&mut opts.measure),
+        _ => None,
+    };
+    if let Some(flag) = flag {
+        if inline.is_some() {
+            return Err(usage(topic, format!("{name} takes no value")));
+        }
+        if *flag {
+            return Err(usage(topic, format!("{name} given more than once")));
+        }
+        *flag = true;
+        return Ok(Opt::Handled);
+    }
+    if name == "--write-env" && topic == Topic::Check {
+        if opts.write_env.is_some() {
+            return Err(usage(topic, format!("{name} given more than once")));
+        }
+        let value = match inline {
+            // Split the raw bytes, so that a non-UTF-8 path survives.
+            Some(_) => {
+                use std::os::unix::ffi::{OsStrExt, OsStringExt};
+                let bytes = arg.as_bytes();
+                OsString::from_vec(bytes[name.len() + 1..].to_vec())
+            }
+            None => rest
+                .next()
+                .ok_or_else(|| usage(topic, format!("{name} needs a value: {name} FILE")))?,
+        };
+        if value.is_empty() {
+            return Err(usage(topic, format!("{name} needs a file name")));
+        }
+        opts.write_env = Some(value);
+        return Ok(Opt::Handled);
+    }
+    let (slot, what) = match name.as_str() {
+        "--limit" => (&mut opts.overrides.limit, "SPEC (e.g. 8Gi)"),
+        "--log" => (&mut opts.overrides.log, "LEVEL"),
+        "--report" => (&mut opts.overrides.report, "PATH"),
         _ => return Err(usage(topic, format!("unknown option '{name}'"))),
     };
     if slot.is_some() {
@@ -177,11 +250,6 @@ fn parse_option(
             v.to_string()
         }
         None => {
-            let what = if name == "--limit" {
-                "SPEC (e.g. 8Gi)"
-            } else {
-                "LEVEL"
-            };
             let Some(v) = rest.next() else {
                 return Err(usage(topic, format!("{name} needs a value: {name} {what}")));
             };
@@ -201,10 +269,10 @@ fn parse_option(
 }
 
 fn parse_run(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut overrides = Overrides::default();
+    let mut opts = Options::default();
     let mut program = None;
     while let Some(arg) = args.next() {
-        match parse_option(Topic::Run, &arg, &mut args, &mut overrides)? {
+        match parse_option(Topic::Run, &arg, &mut args, &mut opts)? {
             Opt::Handled => continue,
             Opt::Help => return Ok(Command::Help(Topic::Run)),
             Opt::NotAnOption => {
@@ -216,66 +284,81 @@ fn parse_run(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageE
     let Some(program) = program else {
         return Err(usage(
             Topic::Run,
-            "no command to run: gpucap run [--limit SPEC] [--log LEVEL] [--] CMD [ARGS...]",
+            "no command to run: gpucap run [OPTIONS] [--] CMD [ARGS...]",
         ));
     };
     if program.is_empty() {
         return Err(usage(Topic::Run, "the command to run is empty"));
     }
     Ok(Command::Run {
-        overrides,
+        overrides: opts.overrides,
+        measure: opts.measure,
         program,
         args: args.collect(),
     })
 }
 
 fn parse_check(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut overrides = Overrides::default();
+    let mut opts = Options::default();
     while let Some(arg) = args.next() {
-        match parse_option(Topic::Check, &arg, &mut args, &mut overrides)? {
+        match parse_option(Topic::Check, &arg, &mut args, &mut opts)? {
             Opt::Handled => {}
             Opt::Help => return Ok(Command::Help(Topic::Check)),
             Opt::NotAnOption => {
                 return Err(usage(
                     Topic::Check,
                     format!(
-                        "unexpected argument '{}' (check takes only --limit and --log)",
+                        "unexpected argument '{}' (check takes only options)",
                         arg.to_string_lossy()
                     ),
                 ));
             }
         }
     }
-    Ok(Command::Check { overrides })
+    Ok(Command::Check {
+        overrides: opts.overrides,
+        write_env: opts.write_env,
+    })
 }
 
 pub const USAGE: &str = "\
-usage: gpucap run [--limit SPEC] [--log LEVEL] [--] CMD [ARGS...]
-       gpucap check [--limit SPEC] [--log LEVEL]
+usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--] CMD [ARGS...]
+       gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
+       gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--write-env FILE]
        gpucap help [run|check]
        gpucap --version";
 
 const GENERAL_HELP: &str = "\
 gpucap: cap the GPU memory of unmodified CUDA programs.
 
-usage: gpucap run [--limit SPEC] [--log LEVEL] [--] CMD [ARGS...]
-       gpucap check [--limit SPEC] [--log LEVEL]
+usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--] CMD [ARGS...]
+       gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
+       gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--write-env FILE]
        gpucap help [run|check]
        gpucap --version
 
 commands:
   run     run CMD with libgpucap.so preloaded, so that its CUDA allocations are capped
+          (--measure: run it uncapped and suggest a --limit from its peak)
   check   validate the configuration and show the cap of each visible GPU
   help    show this help, or the help of a command
 
 environment:
-  GPUCAP_LIMIT   the cap: one value for every GPU, or a comma list (see below);
-                 unset = allocations are counted, not capped
-  GPUCAP_LOG     off, error, warn (default), info or debug
-  GPUCAP_LIB     the path of libgpucap.so (default: beside the gpucap executable)
-  GPUCAP_GROWTH  reserved: 0/1, true/false, yes/no, on/off
-  GPUCAP_REPORT  reserved: a file path
-  Any other GPUCAP_* variable is an error, to catch typos.
+  GPUCAP_LIMIT          the cap: one value for every GPU, or a comma list (see below);
+                        unset = allocations are counted, not capped
+  GPUCAP_LOG            off, error, warn (default), info (adds a summary per GPU at
+                        exit) or debug
+  GPUCAP_LIB            the path of libgpucap.so (default: beside the gpucap executable)
+  GPUCAP_GROWTH         1/0, true/false, yes/no, on/off: growth-only mode (memory the
+                        program frees stays with the process and serves it again)
+  GPUCAP_REPORT         a file path: write a JSON usage report there at exit (%p = the
+                        process id; without %p, processes add their entries to one file)
+  GPUCAP_LD_SO_PRELOAD  1/0...: the container entrypoint also installs libgpucap.so in
+                        /etc/ld.so.preload
+  GPUCAP_HOME           where the container entrypoint finds gpucap and libgpucap.so
+  Any other GPUCAP_* variable is an error, to catch typos. A process whose environment
+  has no GPUCAP_* variable at all reads gpucap.env beside libgpucap.so, else
+  /etc/gpucap/gpucap.env (written by the container entrypoint).
 
 limit SPEC:
   8Gi, 512Mi, 4GiB, 1.5G, 100MB   a size (Ki Mi Gi Ti KiB... binary; k K M G T KB... decimal)
@@ -284,12 +367,14 @@ limit SPEC:
   0.5, 1.0                        the same as a fraction in (0, 1]
   0=8Gi,1=50%                     per GPU (CUDA ordinals, after CUDA_VISIBLE_DEVICES)
   4Gi,1=8Gi                       GPU 1 gets 8Gi, every other GPU 4Gi
+  GPU-<uuid>=8Gi, MIG-<uuid>=4Gi  per GPU or MIG instance by UUID (nvidia-smi -L)
 
 exit status: that of CMD for run; 2 for a usage or configuration error;
 126 if CMD cannot be executed; 127 if CMD is not found.";
 
 const RUN_HELP: &str = "\
-usage: gpucap run [--limit SPEC] [--log LEVEL] [--] CMD [ARGS...]
+usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--] CMD [ARGS...]
+       gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
 
 Runs CMD with libgpucap.so added to LD_PRELOAD, so that its CUDA allocations are
 capped. gpucap replaces itself with CMD (exec): the exit status and signals are CMD's.
@@ -297,6 +382,17 @@ capped. gpucap replaces itself with CMD (exec): the exit status and signals are 
 options:
   --limit SPEC   set GPUCAP_LIMIT (overrides the variable), e.g. 8Gi, 50%, 0=8Gi,1=50%
   --log LEVEL    set GPUCAP_LOG: off, error, warn, info or debug
+  --growth       set GPUCAP_GROWTH=1 (growth-only mode), and, unless already set,
+                 TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false
+                 so that TensorFlow and JAX grow on demand instead of preallocating
+  --report PATH  set GPUCAP_REPORT: write a JSON usage report to PATH at exit (%p in
+                 PATH = the process id); a relative PATH is made absolute here
+  --measure      run CMD without a cap (no --limit, no GPUCAP_LIMIT) as a child, wait
+                 for it, then print the peak of each GPU and a suggested --limit: the
+                 peak plus 20%, rounded up to a quarter of its power of two (at least
+                 1Mi). Exits with CMD's status (128+N if killed by signal N). While
+                 waiting, Ctrl-C and Ctrl-\\ reach CMD only; SIGTERM and SIGHUP are
+                 passed on to it.
   -h, --help     show this help
   --             end of options; everything after it is CMD and its arguments
 
@@ -308,16 +404,24 @@ exit status: CMD's; 2 for a usage or configuration error; 126 if CMD cannot be
 executed; 127 if CMD is not found.";
 
 const CHECK_HELP: &str = "\
-usage: gpucap check [--limit SPEC] [--log LEVEL]
+usage: gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--write-env FILE]
 
 Validates the GPUCAP_* environment (with the flags applied, as run would) and prints
 the effective configuration and the library that run would preload. If a CUDA driver
-can be loaded, it also prints the cap in bytes of each visible GPU.
+can be loaded, it also prints the cap in bytes of each visible GPU. When the
+environment has no GPUCAP_* variable, it checks the gpucap.env file the shim would
+read instead (beside libgpucap.so, else /etc/gpucap/gpucap.env), if there is one.
 
 options:
-  --limit SPEC   check this GPUCAP_LIMIT instead of the variable's
-  --log LEVEL    check this GPUCAP_LOG instead of the variable's
-  -h, --help     show this help
+  --limit SPEC       check this GPUCAP_LIMIT instead of the variable's
+  --log LEVEL        check this GPUCAP_LOG instead of the variable's
+  --growth           check with GPUCAP_GROWTH=1
+  --report PATH      check with this GPUCAP_REPORT
+  --write-env FILE   once valid, write the GPUCAP_* variables (flags applied) to FILE as
+                     KEY=VALUE lines, atomically: the gpucap.env file the shim reads
+                     when its environment has no GPUCAP_* variable (the container
+                     entrypoint does this)
+  -h, --help         show this help
 
 exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.";
 
@@ -348,7 +452,9 @@ mod tests {
             overrides: Overrides {
                 limit: limit.map(String::from),
                 log: log.map(String::from),
+                ..Overrides::default()
             },
+            measure: false,
             program: program.into(),
             args: os(args),
         }
@@ -404,6 +510,7 @@ mod tests {
             parse(args),
             Ok(Command::Run {
                 overrides: Overrides::default(),
+                measure: false,
                 program: "echo".into(),
                 args: vec![bad.clone()],
             })
@@ -458,7 +565,8 @@ mod tests {
         assert_eq!(
             p(&["check"]),
             Ok(Command::Check {
-                overrides: Overrides::default()
+                overrides: Overrides::default(),
+                write_env: None,
             })
         );
         assert_eq!(
@@ -467,7 +575,9 @@ mod tests {
                 overrides: Overrides {
                     limit: Some("50%".into()),
                     log: Some("off".into()),
+                    ..Overrides::default()
                 },
+                write_env: None,
             })
         );
         assert_eq!(p(&["check", "--help"]), Ok(Command::Help(Topic::Check)));
@@ -528,9 +638,95 @@ mod tests {
     fn overrides_vars() {
         let o = Overrides {
             limit: Some("8Gi".into()),
-            log: None,
+            ..Overrides::default()
         };
         assert_eq!(o.vars(), vec![("GPUCAP_LIMIT", "8Gi")]);
+        let o = Overrides {
+            growth: true,
+            report: Some("/r.json".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            o.vars(),
+            vec![("GPUCAP_GROWTH", "1"), ("GPUCAP_REPORT", "/r.json")]
+        );
         assert!(Overrides::default().vars().is_empty());
+    }
+
+    #[test]
+    fn growth_report_measure_flags() {
+        assert_eq!(
+            p(&[
+                "run",
+                "--growth",
+                "--report",
+                "/r-%p.json",
+                "--measure",
+                "--",
+                "x",
+                "--growth"
+            ]),
+            Ok(Command::Run {
+                overrides: Overrides {
+                    growth: true,
+                    report: Some("/r-%p.json".into()),
+                    ..Overrides::default()
+                },
+                measure: true,
+                program: "x".into(),
+                args: os(&["--growth"]),
+            })
+        );
+        assert!(matches!(
+            p(&["run", "--report=r.json", "x"]),
+            Ok(Command::Run { overrides: Overrides { report: Some(r), .. }, .. }) if r == "r.json"
+        ));
+        assert_eq!(
+            err(&["run", "--growth=1", "x"]).message,
+            "--growth takes no value"
+        );
+        assert!(
+            err(&["run", "--measure", "--measure", "x"])
+                .message
+                .contains("more than once")
+        );
+        assert!(
+            err(&["run", "--report"])
+                .message
+                .contains("--report needs a value: --report PATH")
+        );
+        // --measure is run's; --write-env is check's.
+        assert_eq!(
+            err(&["check", "--measure"]).message,
+            "unknown option '--measure'"
+        );
+        assert_eq!(
+            err(&["run", "--write-env", "f", "x"]).message,
+            "unknown option '--write-env'"
+        );
+        assert_eq!(
+            p(&["check", "--growth", "--write-env", "/g/gpucap.env"]),
+            Ok(Command::Check {
+                overrides: Overrides {
+                    growth: true,
+                    ..Overrides::default()
+                },
+                write_env: Some("/g/gpucap.env".into()),
+            })
+        );
+        assert!(matches!(
+            p(&["check", "--write-env=/a=b"]),
+            Ok(Command::Check { write_env: Some(f), .. }) if f == "/a=b"
+        ));
+        assert!(
+            err(&["check", "--write-env"])
+                .message
+                .contains("needs a value")
+        );
+        assert!(
+            err(&["check", "--write-env="])
+                .message
+                .contains("needs a file name")
+        );
     }
 }

@@ -6,12 +6,14 @@
 
 pub mod args;
 pub mod driver;
+pub mod measure;
 pub mod preload;
 pub mod report;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 
 use args::{Command, Overrides, Topic};
 
@@ -51,13 +53,38 @@ pub fn main(argv: impl IntoIterator<Item = OsString>) -> i32 {
             print_out(&format!("gpucap {VERSION}\n"));
             0
         }
-        Command::Check { overrides } => check(&overrides),
+        Command::Check {
+            overrides,
+            write_env,
+        } => check(&absolute_report(overrides), write_env.as_deref()),
         Command::Run {
             overrides,
+            measure: false,
             program,
             args,
-        } => run(&overrides, &program, &args),
+        } => run(&absolute_report(overrides), &program, &args),
+        Command::Run {
+            overrides,
+            measure: true,
+            program,
+            args,
+        } => measure::measure(&overrides, &program, &args),
     }
+}
+
+/// `--report PATH` made absolute against the current directory: CMD may change
+/// directory before it exits.
+fn absolute_report(mut overrides: Overrides) -> Overrides {
+    if let Some(r) = &overrides.report {
+        if Path::new(r).is_relative() && !r.is_empty() {
+            if let Ok(abs) = std::env::current_dir().map(|d| d.join(r)) {
+                if let Some(abs) = abs.to_str() {
+                    overrides.report = Some(abs.to_string());
+                }
+            }
+        }
+    }
+    overrides
 }
 
 /// Writes to stdout, ignoring a closed pipe (`gpucap check | head -1`).
@@ -93,13 +120,13 @@ pub fn dedup_first(vars: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)>
 }
 
 /// Sets `name` to `value` in `vars`, in place of any earlier value.
-fn set_var(vars: &mut Vec<(OsString, OsString)>, name: &str, value: OsString) {
+pub(crate) fn set_var(vars: &mut Vec<(OsString, OsString)>, name: &str, value: OsString) {
     vars.retain(|(k, _)| k != name);
     vars.push((name.into(), value));
 }
 
 /// The first value of `name` in `vars` (as getenv would find it).
-fn lookup<'a>(vars: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
+pub(crate) fn lookup<'a>(vars: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
     vars.iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_os_str())
@@ -111,6 +138,8 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
     let flag = match e.var.as_str() {
         "GPUCAP_LIMIT" if overrides.limit.is_some() => "--limit",
         "GPUCAP_LOG" if overrides.log.is_some() => "--log",
+        "GPUCAP_REPORT" if overrides.report.is_some() => "--report",
+        "GPUCAP_GROWTH" if overrides.growth => "--growth",
         _ => return e,
     };
     e.var = flag.to_string();
@@ -119,7 +148,7 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
 
 /// Validates the environment with the flags applied. On error prints the one-line
 /// ConfigError to stderr.
-fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i32> {
+pub(crate) fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i32> {
     let vars = dedup_first(apply_overrides(std::env::vars_os(), overrides));
     match config::from_vars(vars.iter().map(|(k, v)| (k, v))) {
         Ok(c) => Ok((c, vars)),
@@ -130,20 +159,76 @@ fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i3
     }
 }
 
-fn library(vars: &[(OsString, OsString)]) -> Result<std::path::PathBuf, String> {
+pub(crate) fn library(vars: &[(OsString, OsString)]) -> Result<std::path::PathBuf, String> {
     let exe = std::env::current_exe().ok();
     let lib = preload::locate_library(lookup(vars, "GPUCAP_LIB"), exe.as_deref())?;
     preload::check_preloadable(&lib)?;
     Ok(lib)
 }
 
-/// `gpucap check`.
-fn check(overrides: &Overrides) -> i32 {
-    let (config, vars) = match load(overrides) {
+/// The `gpucap.env` the shim would read for a process whose environment has no
+/// GPUCAP_* variable (`lib` is the library `run` would preload), validated:
+/// `Ok(None)` when there is none.
+fn config_file(lib: Option<&Path>) -> Result<Option<(Config, PathBuf)>, String> {
+    let beside = lib
+        .and_then(Path::parent)
+        .map(|d| d.join(config::ENV_FILE_NAME));
+    for file in beside
+        .into_iter()
+        .chain([PathBuf::from(config::ETC_ENV_FILE)])
+    {
+        let text = match std::fs::read(&file) {
+            Ok(b) => b,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(format!("gpucap: cannot read {}: {e}", file.display())),
+        };
+        let pairs = String::from_utf8(text)
+            .map_err(|_| "not UTF-8 text".to_string())
+            .and_then(|t| config::parse_env_file(&t))
+            .map_err(|why| {
+                format!(
+                    "gpucap: invalid configuration file {}: {why}",
+                    file.display()
+                )
+            })?;
+        return match config::from_vars(pairs) {
+            Ok(c) => Ok(Some((c, file))),
+            Err(e) => Err(format!("{e} (in {})", file.display())),
+        };
+    }
+    Ok(None)
+}
+
+/// `gpucap check [--write-env FILE]`.
+fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
+    let (mut config, vars) = match load(overrides) {
         Ok(x) => x,
         Err(code) => return code,
     };
     let lib = library(&vars);
+    // What the shim would do with an environment without GPUCAP_* variables; not when
+    // writing that file (the environment is then the configuration to write).
+    let mut source = None;
+    if write_env.is_none() && !config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v))) {
+        match config_file(lib.as_deref().ok()) {
+            Ok(Some((c, file))) => {
+                config = c;
+                source = Some(file);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("{e}");
+                return EXIT_USAGE;
+            }
+        }
+    }
     let probe = driver::probe();
     let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
     let text = report::check_report(
@@ -151,15 +236,28 @@ fn check(overrides: &Overrides) -> i32 {
         lib.as_deref().map_err(String::as_str),
         &probe,
         preloaded,
+        source.as_deref(),
     );
     print_out(&text);
-    match lib {
-        Ok(_) => 0,
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            EXIT_USAGE
+    if let Err(e) = lib {
+        eprintln!("gpucap: {e}");
+        return EXIT_USAGE;
+    }
+    if let Some(file) = write_env {
+        let file = Path::new(file);
+        let written = config::format_env_file(vars.iter().map(|(k, v)| (k, v))).and_then(|text| {
+            crate::report::write_atomically(file, text.as_bytes(), Some(0o644))
+                .map_err(|e| format!("cannot write {}: {e}", file.display()))
+        });
+        match written {
+            Ok(()) => print_out(&format!("wrote {}\n", file.display())),
+            Err(e) => {
+                eprintln!("gpucap: {e}");
+                return EXIT_USAGE;
+            }
         }
     }
+    0
 }
 
 /// The exit status and message for a failed exec of `program`, as a shell would give:
@@ -177,6 +275,25 @@ pub fn exec_failure(program: &OsStr, err: &io::Error) -> (i32, String) {
             format!("gpucap: {name}: cannot execute: {err}"),
         ),
     }
+}
+
+/// CMD's environment: exactly the one that was validated, plus LD_PRELOAD, plus with
+/// `--growth` the frameworks' grow-on-demand switches the user has not set.
+pub(crate) fn child_env(
+    overrides: &Overrides,
+    vars: Vec<(OsString, OsString)>,
+    ld_preload: OsString,
+) -> Vec<(OsString, OsString)> {
+    let mut env = vars;
+    set_var(&mut env, "LD_PRELOAD", ld_preload);
+    if overrides.growth {
+        for (k, v) in args::FRAMEWORK_GROWTH_VARS {
+            if lookup(&env, k).is_none() {
+                env.push((k.into(), v.into()));
+            }
+        }
+    }
+    env
 }
 
 /// `gpucap run`.
@@ -200,9 +317,7 @@ fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
             ld_preload.to_string_lossy()
         );
     }
-    // CMD gets exactly the environment that was validated, plus LD_PRELOAD.
-    let mut env = vars;
-    set_var(&mut env, "LD_PRELOAD", ld_preload);
+    let env = child_env(overrides, vars, ld_preload);
     let err = std::process::Command::new(program)
         .args(args)
         .env_clear()
@@ -234,6 +349,7 @@ mod tests {
         let o = Overrides {
             limit: Some("8Gi".into()),
             log: None,
+            ..Overrides::default()
         };
         assert_eq!(
             apply_overrides(env.clone(), &o),
@@ -251,6 +367,7 @@ mod tests {
         let o = Overrides {
             limit: Some("abc".into()),
             log: None,
+            ..Overrides::default()
         };
         let e = config::from_vars(apply_overrides(pairs(&[("GPUCAP_LIMIT", "8Gi")]), &o));
         assert_eq!(e.unwrap_err().value, "abc");
@@ -261,6 +378,7 @@ mod tests {
         let o = Overrides {
             limit: Some("150%".into()),
             log: None,
+            ..Overrides::default()
         };
         let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
         let line = blame_flag(e, &o).to_string();
@@ -272,6 +390,7 @@ mod tests {
         let o = Overrides {
             limit: Some("8Gi".into()),
             log: None,
+            ..Overrides::default()
         };
         let e = config::from_vars(apply_overrides(pairs(&[("GPUCAP_LOG", "loud")]), &o));
         let line = blame_flag(e.unwrap_err(), &o).to_string();
@@ -282,6 +401,7 @@ mod tests {
         let o = Overrides {
             limit: None,
             log: Some("loud".into()),
+            ..Overrides::default()
         };
         let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
         assert_eq!(blame_flag(e, &o).var, "--log");
@@ -341,5 +461,50 @@ mod tests {
         let err = std::process::Command::new(&dir).exec();
         assert_eq!(exec_failure(dir.as_os_str(), &err).0, 126);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn growth_sets_the_framework_switches_unless_set() {
+        let o = Overrides {
+            growth: true,
+            ..Overrides::default()
+        };
+        let env = child_env(
+            &o,
+            pairs(&[("TF_FORCE_GPU_ALLOW_GROWTH", "false")]),
+            "/l.so".into(),
+        );
+        assert_eq!(
+            env,
+            pairs(&[
+                ("TF_FORCE_GPU_ALLOW_GROWTH", "false"),
+                ("LD_PRELOAD", "/l.so"),
+                ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
+            ])
+        );
+        let env = child_env(&Overrides::default(), Vec::new(), "/l.so".into());
+        assert_eq!(env, pairs(&[("LD_PRELOAD", "/l.so")]));
+    }
+
+    #[test]
+    fn report_flag_is_made_absolute_and_blamed() {
+        let o = absolute_report(Overrides {
+            report: Some("r-%p.json".into()),
+            ..Overrides::default()
+        });
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(o.report.unwrap(), cwd.join("r-%p.json").to_str().unwrap());
+        let o = absolute_report(Overrides {
+            report: Some("/abs.json".into()),
+            ..Overrides::default()
+        });
+        assert_eq!(o.report.as_deref(), Some("/abs.json"));
+        let o = Overrides {
+            report: Some(String::new()),
+            growth: true,
+            ..Overrides::default()
+        };
+        let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
+        assert_eq!(blame_flag(e, &o).var, "--report");
     }
 }

@@ -80,25 +80,63 @@ pub fn uuid_key_notes(spec: &LimitSpec, devices: &[Device]) -> Vec<String> {
         .collect()
 }
 
+/// The `growth:` line of `gpucap check`.
+pub fn growth_line(on: bool) -> &'static str {
+    if on {
+        "growth: on (memory the program frees stays with the process and serves its later \
+         allocations; never handed back before exit)"
+    } else {
+        "growth: off"
+    }
+}
+
+/// The `report:` line of `gpucap check`.
+pub fn report_line(report: Option<&Path>) -> String {
+    match report {
+        None => "report: none".to_string(),
+        Some(p) => {
+            let per_process = p.as_os_str().to_string_lossy().contains("%p");
+            format!(
+                "report: {} (JSON usage report at exit; {})",
+                p.display(),
+                if per_process {
+                    "%p = the process id"
+                } else {
+                    "processes sharing it add their entries"
+                }
+            )
+        }
+    }
+}
+
 /// Everything `gpucap check` prints after validating the configuration. `library` is
 /// the library `run` would preload, or the error that says why none was found.
 /// `preloaded` says this process already runs under a libgpucap.so preload.
+/// `config_file` is the `gpucap.env` the configuration came from (the environment had
+/// no GPUCAP_* variable), as the shim would read it.
 pub fn check_report(
     config: &Config,
     library: Result<&Path, &str>,
     probe: &Probe,
     preloaded: bool,
+    config_file: Option<&Path>,
 ) -> String {
-    let mut out = vec![
-        "gpucap: configuration OK".to_string(),
-        format!("limit: {}", describe_limit(config.limit.as_ref())),
-        format!("log: {}", config.log),
-    ];
-    if config.growth {
-        out.push("growth: on".to_string());
+    let mut out = vec!["gpucap: configuration OK".to_string()];
+    if let Some(file) = config_file {
+        out.push(format!(
+            "configuration: from {} (the environment has no GPUCAP_* variable)",
+            file.display()
+        ));
     }
-    if let Some(report) = &config.report {
-        out.push(format!("report: {}", report.display()));
+    out.push(format!("limit: {}", describe_limit(config.limit.as_ref())));
+    out.push(format!("log: {}", config.log));
+    out.push(growth_line(config.growth).to_string());
+    out.push(report_line(config.report.as_deref()));
+    if config.ld_so_preload {
+        out.push(
+            "ld.so.preload: on (the container entrypoint installs libgpucap.so in /etc/ld.so.preload)"
+                .to_string(),
+        );
     }
     match library {
         Ok(path) => out.push(format!("library: {}", path.display())),
@@ -219,8 +257,7 @@ mod tests {
         let config = Config {
             limit: spec("0=8Gi,50%"),
             log: LogLevel::Warn,
-            growth: false,
-            report: None,
+            ..Config::default()
         };
         let lib = PathBuf::from("/x/libgpucap.so");
         let text = check_report(
@@ -228,12 +265,15 @@ mod tests {
             Ok(&lib),
             &Probe::NoDriver("libcuda.so.1: cannot open".into()),
             false,
+            None,
         );
         assert_eq!(
             text,
             "gpucap: configuration OK\n\
              limit: GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory\n\
              log: warn\n\
+             growth: off\n\
+             report: none\n\
              library: /x/libgpucap.so\n\
              no CUDA driver found: fractions resolve at run time (libcuda.so.1: cannot open)\n"
         );
@@ -242,7 +282,7 @@ mod tests {
             limit: spec("4Gi,5=1Gi"),
             ..Config::default()
         };
-        let text = check_report(&config, Err("missing"), &probe, true);
+        let text = check_report(&config, Err("missing"), &probe, true, None);
         assert!(text.contains("library: NOT FOUND\n"));
         assert!(text.contains("devices: 2 visible to CUDA:\n"));
         assert!(text.contains("GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)\n"));
@@ -276,7 +316,7 @@ mod tests {
                 ..dev(1, 8 * GI)
             },
         ]);
-        let text = check_report(&config, Err("missing"), &probe, false);
+        let text = check_report(&config, Err("missing"), &probe, false, None);
         assert!(text.contains("GPU 0: no cap (counted only)"), "{text}");
         assert!(
             text.contains("GPU 1: cap 2147483648 bytes (2 GiB)"),
@@ -291,6 +331,40 @@ mod tests {
                 "error: GPUCAP_LIMIT names {U7}, which matches none of the 2 GPU(s)"
             )),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn growth_report_and_source_lines() {
+        let config = Config {
+            growth: true,
+            report: Some(PathBuf::from("/tmp/r-%p.json")),
+            ld_so_preload: true,
+            ..Config::default()
+        };
+        let file = PathBuf::from("/opt/gpucap/gpucap.env");
+        let text = check_report(
+            &config,
+            Err("missing"),
+            &Probe::NoDriver("x".into()),
+            false,
+            Some(&file),
+        );
+        assert!(text.contains("\nconfiguration: from /opt/gpucap/gpucap.env (the environment has no GPUCAP_* variable)\n"), "{text}");
+        assert!(
+            text.contains("\ngrowth: on (memory the program frees"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\nreport: /tmp/r-%p.json (JSON usage report at exit; %p = the process id)\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\nld.so.preload: on"), "{text}");
+        assert_eq!(
+            report_line(Some(Path::new("/r.json"))),
+            "report: /r.json (JSON usage report at exit; processes sharing it add their entries)"
         );
     }
 }
