@@ -9,14 +9,15 @@ use crate::context::*;
 use crate::device::*;
 use crate::ffi::*;
 use crate::memory::*;
+use crate::pool::*;
 use crate::procaddr::*;
 use crate::stream::*;
 use crate::vmm::*;
 
-static SERIAL: Mutex<()> = Mutex::new(());
+pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
 /// cuInit + the primary context current on this thread; returns the context.
-fn setup() -> (std::sync::MutexGuard<'static, ()>, usize) {
+pub(crate) fn setup() -> (std::sync::MutexGuard<'static, ()>, usize) {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut ctx = 0;
     // SAFETY (all calls in this file): valid pointers to locals, as a C caller would pass.
@@ -28,7 +29,7 @@ fn setup() -> (std::sync::MutexGuard<'static, ()>, usize) {
     (guard, ctx)
 }
 
-fn used() -> usize {
+pub(crate) fn used() -> usize {
     let (mut free, mut total) = (0, 0);
     assert_eq!(unsafe { cuMemGetInfo_v2(&mut free, &mut total) }, 0);
     total - free

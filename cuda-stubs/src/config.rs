@@ -1,7 +1,11 @@
-//! FAKECUDA_* environment variables, read once.
+//! FAKECUDA_* environment variables (and CUDA_VISIBLE_DEVICES), read once. Shared with the
+//! fake NVML (`nvml/`), which reads the same variables: only `crate::size` and
+//! `crate::identity` are used here.
+#![allow(dead_code)]
 
-use once_cell::sync::Lazy;
+use std::path::PathBuf;
 
+use crate::identity::{MAX_DEVICES, parse_visible};
 use crate::size::parse_size;
 
 #[derive(Debug, Clone)]
@@ -13,17 +17,47 @@ pub struct Config {
     /// FAKECUDA_DRIVER_VERSION: what cuDriverGetVersion reports (default 12080).
     pub driver_version: i32,
     /// FAKECUDA_STATS: where the exit-time stats JSON goes.
-    pub stats_path: Option<std::path::PathBuf>,
+    pub stats_path: Option<PathBuf>,
+    /// FAKECUDA_SHARED: the shared-memory file that makes processes share the devices.
+    pub shared: Option<PathBuf>,
+    /// FAKECUDA_CONTEXT_MEM: device memory each context takes (default 0).
+    pub context_mem: u64,
+    /// FAKECUDA_MIG: each GPU is presented as one MIG instance.
+    pub mig: bool,
+    /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
+    pub visible: Vec<usize>,
 }
 
 pub const DEFAULT_TOTAL_MEM: u64 = 80 << 30;
 pub const DEFAULT_DRIVER_VERSION: i32 = 12080;
 
-static CONFIG: Lazy<Result<Config, String>> = Lazy::new(|| from_env(|k| std::env::var(k).ok()));
+static CONFIG: std::sync::OnceLock<Result<Config, String>> = std::sync::OnceLock::new();
 
 /// The configuration, or the message naming the invalid variable.
 pub fn get() -> Result<&'static Config, &'static str> {
-    CONFIG.as_ref().map_err(|e| e.as_str())
+    CONFIG
+        .get_or_init(|| from_env(|k| std::env::var(k).ok()))
+        .as_ref()
+        .map_err(|e| e.as_str())
+}
+
+/// Where FAKECUDA_SHARED=`value` keeps its state: a value with a `/` is the file's path,
+/// any other is a name, `/dev/shm/fakecuda-NAME`.
+pub fn shared_path(value: &str) -> Result<PathBuf, String> {
+    if value.contains('/') {
+        return Ok(PathBuf::from(value));
+    }
+    let ok = !value.is_empty()
+        && value.len() <= 200
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if !ok {
+        return Err(format!(
+            "invalid FAKECUDA_SHARED={value:?}: expected a name of letters, digits, '.', '_' and '-', or a file path"
+        ));
+    }
+    Ok(PathBuf::from(format!("/dev/shm/fakecuda-{value}")))
 }
 
 pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
@@ -33,9 +67,9 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             .trim()
             .parse::<usize>()
             .ok()
-            .filter(|&n| n <= 64)
+            .filter(|&n| n <= MAX_DEVICES)
             .ok_or_else(|| {
-                format!("invalid FAKECUDA_DEVICES={v:?}: expected a whole number from 0 to 64")
+                format!("invalid FAKECUDA_DEVICES={v:?}: expected a whole number from 0 to {MAX_DEVICES}")
             })?,
     };
     let total_mem = match var("FAKECUDA_TOTAL_MEM") {
@@ -58,11 +92,31 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     let stats_path = var("FAKECUDA_STATS")
         .filter(|v| !v.is_empty())
         .map(Into::into);
+    let shared = match var("FAKECUDA_SHARED").filter(|v| !v.is_empty()) {
+        None => None,
+        Some(v) => Some(shared_path(&v)?),
+    };
+    let context_mem = match var("FAKECUDA_CONTEXT_MEM") {
+        None => 0,
+        Some(v) => {
+            parse_size(v.trim()).map_err(|e| format!("invalid FAKECUDA_CONTEXT_MEM={v:?}: {e}"))?
+        }
+    };
+    let mig = match var("FAKECUDA_MIG").as_deref().map(str::trim) {
+        None | Some("" | "0") => false,
+        Some("1") => true,
+        Some(v) => return Err(format!("invalid FAKECUDA_MIG={v:?}: expected 0 or 1")),
+    };
+    let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
         total_mem,
         driver_version,
         stats_path,
+        shared,
+        context_mem,
+        mig,
+        visible,
     })
 }
 
@@ -86,6 +140,34 @@ mod tests {
             (1, 80 << 30, 12080)
         );
         assert!(c.stats_path.is_none());
+        assert!(c.shared.is_none() && !c.mig);
+        assert_eq!((c.context_mem, c.visible.clone()), (0, vec![0]));
+    }
+
+    #[test]
+    fn shared_mig_context_and_visible() {
+        let c = from_env(env(&[
+            ("FAKECUDA_DEVICES", "3"),
+            ("FAKECUDA_SHARED", "job-1"),
+            ("FAKECUDA_CONTEXT_MEM", "300Mi"),
+            ("FAKECUDA_MIG", "1"),
+            (
+                "CUDA_VISIBLE_DEVICES",
+                "2,MIG-face0001-0000-0000-0000-000000000000,7,1",
+            ),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.shared.as_deref(),
+            Some(std::path::Path::new("/dev/shm/fakecuda-job-1"))
+        );
+        assert_eq!((c.context_mem, c.mig), (300 << 20, true));
+        assert_eq!(c.visible, vec![2, 0]);
+        let c = from_env(env(&[("FAKECUDA_SHARED", "/tmp/x/state")])).unwrap();
+        assert_eq!(
+            c.shared.as_deref(),
+            Some(std::path::Path::new("/tmp/x/state"))
+        );
     }
 
     #[test]
@@ -108,6 +190,9 @@ mod tests {
             ("FAKECUDA_DEVICES", "x"),
             ("FAKECUDA_TOTAL_MEM", "lots"),
             ("FAKECUDA_DRIVER_VERSION", "12.8"),
+            ("FAKECUDA_SHARED", "a b"),
+            ("FAKECUDA_CONTEXT_MEM", "-1"),
+            ("FAKECUDA_MIG", "yes"),
         ] {
             let err = from_env(env(&[(k, v)])).unwrap_err();
             assert!(err.contains(k), "{err}");

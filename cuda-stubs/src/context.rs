@@ -116,11 +116,19 @@ fn check_live(ctx: Ctx) -> CuResult {
     }
 }
 
+/// Gives back the FAKECUDA_CONTEXT_MEM of a context of `dev` that went away.
+fn release_context_mem(dev: usize) {
+    if let (Ok(l), Ok(c)) = (crate::memory::ledger(), cfg()) {
+        l.release_context(dev, c.context_mem);
+    }
+}
+
 fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     let dev = check_dev(dev)?;
     if pctx.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
+    crate::memory::ledger()?.charge_context(dev, cfg()?.context_mem)?;
     let ctx = new_handle();
     registry().live.insert(
         ctx,
@@ -143,6 +151,10 @@ crate::ffi::exports! {
         }
         let mut reg = registry();
         let ctx = primary_of(&mut reg, dev);
+        if reg.primary[dev].refcount == 0 {
+            // Activating the primary context takes its memory.
+            crate::memory::ledger()?.charge_context(dev, cfg()?.context_mem)?;
+        }
         reg.primary[dev].refcount += 1;
         note(|| format!("ctx={ctx:#x}"));
         out(pctx, ctx)
@@ -160,6 +172,7 @@ crate::ffi::exports! {
         if p.refcount == 0 {
             drop(reg);
             crate::memory::free_all_of_context(ctx);
+            release_context_mem(dev);
         }
         Ok(())
     }
@@ -168,10 +181,14 @@ crate::ffi::exports! {
         let dev = check_dev(dev)?;
         let mut reg = registry();
         let ctx = primary_of(&mut reg, dev);
+        let was_active = reg.primary[dev].refcount > 0;
         reg.primary[dev].refcount = 0;
         reg.primary[dev].flags = 0;
         drop(reg);
         crate::memory::free_all_of_context(ctx);
+        if was_active {
+            release_context_mem(dev);
+        }
         Ok(())
     }
 
@@ -212,15 +229,15 @@ crate::ffi::exports! {
     fn cuCtxDestroy | cuCtxDestroy_v2 (ctx: Ctx) {
         cfg()?;
         let mut reg = registry();
-        match reg.live.get(&ctx) {
-            Some(info) if !info.primary => {
-                reg.live.remove(&ctx);
-            }
+        let dev = match reg.live.get(&ctx) {
+            Some(info) if !info.primary => info.dev,
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
-        }
+        };
+        reg.live.remove(&ctx);
         drop(reg);
         STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
         crate::memory::free_all_of_context(ctx);
+        release_context_mem(dev);
         Ok(())
     }
 
@@ -259,7 +276,9 @@ crate::ffi::exports! {
     }
 
     fn cuCtxSynchronize() {
-        current().map(|_| ())
+        let (_, dev) = current()?;
+        crate::pool::sync(Some(dev));
+        Ok(())
     }
 
     fn cuCtxGetApiVersion(ctx: Ctx, version: *mut c_uint) {

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::{self, Config};
 use crate::ffi::*;
+use crate::identity;
 use libc::{c_char, c_int, c_uint};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -17,82 +18,109 @@ pub fn cfg() -> Result<&'static Config, CUresult> {
     }
 }
 
-/// Validates a CUdevice (its ordinal).
+/// Validates a CUdevice (its ordinal among the visible devices).
 pub fn check_dev(dev: c_int) -> Result<usize, CUresult> {
     let cfg = cfg()?;
     usize::try_from(dev)
         .ok()
-        .filter(|&d| d < cfg.devices)
+        .filter(|&d| d < cfg.visible.len())
         .ok_or(CUDA_ERROR_INVALID_DEVICE)
 }
 
-/// Deterministic UUID of a device: fa ce 00 .. 00 <ordinal as 8 big-endian bytes>,
-/// printed by tools as GPU-face0000-0000-0000-0000-00000000000N.
-pub fn uuid(dev: usize) -> [u8; 16] {
-    let mut u = [0u8; 16];
-    u[0] = 0xfa;
-    u[1] = 0xce;
-    u[8..].copy_from_slice(&(dev as u64).to_be_bytes());
-    u
+/// The physical device behind a (valid) ordinal.
+pub fn phys_of(dev: usize) -> usize {
+    cfg().map(|c| c.visible[dev]).unwrap_or(dev)
+}
+
+/// The UUID cuDeviceGetUuid_v2 reports: the MIG instance's with FAKECUDA_MIG=1, else the
+/// GPU's (see identity.rs for the values).
+pub fn uuid_v2(dev: usize) -> [u8; 16] {
+    let phys = phys_of(dev);
+    match cfg() {
+        Ok(c) if c.mig => identity::mig_uuid(phys),
+        _ => identity::gpu_uuid(phys),
+    }
+}
+
+/// The UUID cuDeviceGetUuid reports: always the GPU's (the real driver added _v2 to report
+/// MIG instances; the old entry point keeps naming the parent GPU).
+pub fn uuid_v1(dev: usize) -> [u8; 16] {
+    identity::gpu_uuid(phys_of(dev))
 }
 
 pub fn device_name(dev: usize) -> String {
-    format!("FakeCUDA Device {dev}")
+    match cfg() {
+        Ok(c) => identity::device_name(phys_of(dev), c.mig, c.total_mem),
+        Err(_) => identity::device_name(dev, false, 0),
+    }
+}
+
+/// Lets this process open as many files as it may (VMM handles with their own memfd,
+/// IPC exports): the soft RLIMIT_NOFILE goes up to the hard one.
+fn raise_fd_limit() {
+    // SAFETY: reading and setting this process's own limit.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
 }
 
 /// cuDeviceGetAttribute: an H100-like device with compute capability 9.0.
 pub fn attribute(attr: c_int, dev: usize) -> c_int {
     match attr {
-        1 => 1024,              // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,          // MAX_BLOCK_DIM_X/Y
-        4 => 64,                // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,          // MAX_GRID_DIM_X
-        6 | 7 => 65535,         // MAX_GRID_DIM_Y/Z
-        8 => 49152,             // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,             // TOTAL_CONSTANT_MEMORY
-        10 => 32,               // WARP_SIZE
-        11 => i32::MAX,         // MAX_PITCH
-        12 => 65536,            // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,        // CLOCK_RATE (kHz)
-        14 => 512,              // TEXTURE_ALIGNMENT
-        15 => 1,                // GPU_OVERLAP
-        16 => 132,              // MULTIPROCESSOR_COUNT
-        19 => 1,                // CAN_MAP_HOST_MEMORY
-        30 => 512,              // SURFACE_ALIGNMENT
-        31 => 1,                // CONCURRENT_KERNELS
-        32 => 1,                // ECC_ENABLED
-        33 => dev as c_int + 1, // PCI_BUS_ID
-        36 => 2_619_000,        // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,             // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 50 << 20,         // L2_CACHE_SIZE
-        39 => 2048,             // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 3,                // ASYNC_ENGINE_COUNT
-        41 => 1,                // UNIFIED_ADDRESSING
-        51 => 32,               // TEXTURE_PITCH_ALIGNMENT
-        75 => 9,                // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,                // COMPUTE_CAPABILITY_MINOR
-        78 => 1,                // STREAM_PRIORITIES_SUPPORTED
-        79 | 80 => 1,           // GLOBAL/LOCAL_L1_CACHE_SUPPORTED
-        81 => 233_472,          // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,            // MAX_REGISTERS_PER_MULTIPROCESSOR
-        83 => 1,                // MANAGED_MEMORY
-        89 => 1,                // CONCURRENT_MANAGED_ACCESS
-        90 => 1,                // COMPUTE_PREEMPTION_SUPPORTED
-        91 => 1,                // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-        95 => 1,                // COOPERATIVE_LAUNCH
-        97 => 232_448,          // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        99 => 1,                // HOST_REGISTER_SUPPORTED
-        102 => 1,               // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-        103 => 1,               // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
-        106 => 32,              // MAX_BLOCKS_PER_MULTIPROCESSOR
-        108 => 50 << 20,        // MAX_PERSISTING_L2_CACHE_SIZE
-        109 => 128 << 20,       // MAX_ACCESS_POLICY_WINDOW_SIZE
-        111 => 1024,            // RESERVED_SHARED_MEMORY_PER_BLOCK
-        115 => 1,               // MEMORY_POOLS_SUPPORTED
-        119 => 1,               // MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX fd)
-        120 => 1,               // CLUSTER_LAUNCH
-        126 => 4,               // MEM_SYNC_DOMAIN_COUNT
-        131 | 134 => -1,        // NUMA_ID, HOST_NUMA_ID
+        1 => 1024,                                      // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,                                  // MAX_BLOCK_DIM_X/Y
+        4 => 64,                                        // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,                                  // MAX_GRID_DIM_X
+        6 | 7 => 65535,                                 // MAX_GRID_DIM_Y/Z
+        8 => 49152,                                     // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,                                     // TOTAL_CONSTANT_MEMORY
+        10 => 32,                                       // WARP_SIZE
+        11 => i32::MAX,                                 // MAX_PITCH
+        12 => 65536,                                    // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,                                // CLOCK_RATE (kHz)
+        14 => 512,                                      // TEXTURE_ALIGNMENT
+        15 => 1,                                        // GPU_OVERLAP
+        16 => 132,                                      // MULTIPROCESSOR_COUNT
+        19 => 1,                                        // CAN_MAP_HOST_MEMORY
+        30 => 512,                                      // SURFACE_ALIGNMENT
+        31 => 1,                                        // CONCURRENT_KERNELS
+        32 => 1,                                        // ECC_ENABLED
+        33 => identity::pci_bus(phys_of(dev)) as c_int, // PCI_BUS_ID
+        36 => 2_619_000,                                // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,                                     // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 50 << 20,                                 // L2_CACHE_SIZE
+        39 => 2048,                                     // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 3,                                        // ASYNC_ENGINE_COUNT
+        41 => 1,                                        // UNIFIED_ADDRESSING
+        51 => 32,                                       // TEXTURE_PITCH_ALIGNMENT
+        75 => 9,                                        // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,                                        // COMPUTE_CAPABILITY_MINOR
+        78 => 1,                                        // STREAM_PRIORITIES_SUPPORTED
+        79 | 80 => 1,                                   // GLOBAL/LOCAL_L1_CACHE_SUPPORTED
+        81 => 233_472,                                  // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,                                    // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83 => 1,                                        // MANAGED_MEMORY
+        89 => 1,                                        // CONCURRENT_MANAGED_ACCESS
+        90 => 1,                                        // COMPUTE_PREEMPTION_SUPPORTED
+        91 => 1,                                        // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+        95 => 1,                                        // COOPERATIVE_LAUNCH
+        97 => 232_448,                                  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        99 => 1,                                        // HOST_REGISTER_SUPPORTED
+        102 => 1,                                       // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+        103 => 1,         // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        106 => 32,        // MAX_BLOCKS_PER_MULTIPROCESSOR
+        108 => 50 << 20,  // MAX_PERSISTING_L2_CACHE_SIZE
+        109 => 128 << 20, // MAX_ACCESS_POLICY_WINDOW_SIZE
+        111 => 1024,      // RESERVED_SHARED_MEMORY_PER_BLOCK
+        115 => 1,         // MEMORY_POOLS_SUPPORTED
+        119 => 1,         // MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX fd)
+        120 => 1,         // CLUSTER_LAUNCH
+        126 => 4,         // MEM_SYNC_DOMAIN_COUNT
+        131 | 134 => -1,  // NUMA_ID, HOST_NUMA_ID
         _ => 0,
     }
 }
@@ -102,18 +130,14 @@ crate::ffi::exports! {
         if flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        match config::get() {
-            Ok(_) => {
-                if !INITIALIZED.swap(true, Ordering::AcqRel) {
-                    crate::stats::register_at_exit();
-                }
-                Ok(())
-            }
-            Err(msg) => {
-                log(msg);
-                Err(CUDA_ERROR_INVALID_VALUE)
-            }
+        let cfg = config::get().inspect_err(|msg| log(msg)).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        // Joins the FAKECUDA_SHARED file, if any (an error names the problem).
+        crate::memory::init_ledger(cfg).inspect_err(|msg| log(msg)).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        if !INITIALIZED.swap(true, Ordering::AcqRel) {
+            raise_fd_limit();
+            crate::stats::register_at_exit();
         }
+        Ok(())
     }
 
     fn cuDriverGetVersion(version: *mut c_int) {
@@ -122,7 +146,7 @@ crate::ffi::exports! {
     }
 
     fn cuDeviceGetCount(count: *mut c_int) {
-        out(count, cfg()?.devices as c_int)
+        out(count, cfg()?.visible.len() as c_int)
     }
 
     fn cuDeviceGet(device: *mut c_int, ordinal: c_int) {
@@ -146,8 +170,12 @@ crate::ffi::exports! {
         Ok(())
     }
 
-    fn cuDeviceGetUuid | cuDeviceGetUuid_v2 (uuid_out: *mut [u8; 16], dev: c_int) {
-        out(uuid_out, uuid(check_dev(dev)?))
+    fn cuDeviceGetUuid(uuid_out: *mut [u8; 16], dev: c_int) {
+        out(uuid_out, uuid_v1(check_dev(dev)?))
+    }
+
+    fn cuDeviceGetUuid_v2(uuid_out: *mut [u8; 16], dev: c_int) {
+        out(uuid_out, uuid_v2(check_dev(dev)?))
     }
 
     fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) {
@@ -168,7 +196,7 @@ crate::ffi::exports! {
 
     fn cuDeviceGetPCIBusId(pci_bus_id: *mut c_char, len: c_int, dev: c_int) {
         let dev = check_dev(dev)?;
-        let s = format!("00000000:{:02X}:00.0", dev + 1);
+        let s = identity::pci_bus_id(phys_of(dev));
         let len = usize::try_from(len).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
         if pci_bus_id.is_null() || len == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -185,7 +213,8 @@ crate::ffi::exports! {
     fn cuDeviceGetByPCIBusId(dev: *mut c_int, pci_bus_id: *const c_char) {
         let cfg = cfg()?;
         let s = cstr(pci_bus_id).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let found = (0..cfg.devices).find(|&d| format!("00000000:{:02X}:00.0", d + 1).eq_ignore_ascii_case(s));
+        let phys = identity::parse_pci_bus_id(s, cfg.devices).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
+        let found = cfg.visible.iter().position(|&p| p == phys);
         out(dev, found.ok_or(CUDA_ERROR_INVALID_DEVICE)? as c_int)
     }
 

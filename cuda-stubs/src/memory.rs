@@ -2,6 +2,7 @@
 //! copies, memsets and pointer queries.
 
 use std::collections::BTreeMap;
+use std::ffi::CString;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -10,11 +11,12 @@ use once_cell::sync::Lazy;
 use crate::context::{Ctx, current};
 use crate::device::cfg;
 use crate::ffi::*;
+use crate::shared::Shared;
 use libc::{c_int, c_uint, c_void};
 
 pub type CUdeviceptr = u64;
 
-/// Counters of one device.
+/// Counters of one device (this process's view).
 #[derive(Debug, Default)]
 pub struct DevLedger {
     used: AtomicU64,
@@ -22,100 +24,223 @@ pub struct DevLedger {
     alloc_calls: AtomicU64,
     free_calls: AtomicU64,
     failed_alloc_calls: AtomicU64,
+    context_mem: AtomicU64,
 }
 
 /// A snapshot of one device's counters (for cuMemGetInfo and the stats file).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DevStats {
     pub total: u64,
+    /// Bytes this process holds (allocations, pool reservations, contexts).
     pub used: u64,
+    /// Highest `used`.
     pub peak: u64,
     pub alloc_calls: u64,
     pub free_calls: u64,
     pub failed_alloc_calls: u64,
+    /// Bytes held by this process's live contexts (FAKECUDA_CONTEXT_MEM each).
+    pub context_mem: u64,
+    /// Bytes the memory pools of the device hold reserved (in use or cached).
+    pub pool_reserved: u64,
+    /// Highest total use of all processes (FAKECUDA_SHARED), else `peak`.
+    pub shared_peak: u64,
+    /// The physical device behind the ordinal (CUDA_VISIBLE_DEVICES).
+    pub phys: usize,
 }
 
-/// How much memory each device has and uses. Lock-free; `used` never exceeds `total`.
-#[derive(Debug)]
+/// How much memory each device has and uses. Lock-free without FAKECUDA_SHARED; with it,
+/// taking memory goes through the shared file so that all processes together stay within
+/// the device. `used` never exceeds `total`.
 pub struct Ledger {
     total: u64,
     devs: Vec<DevLedger>,
+    /// Physical device of each ordinal.
+    phys: Vec<usize>,
+    shared: Option<Shared>,
 }
 
 impl Ledger {
+    /// A process-local ledger of `devices` devices.
+    #[cfg(test)]
     pub fn new(devices: usize, total: u64) -> Self {
+        Self::with((0..devices).collect(), total, None)
+    }
+
+    pub fn with(phys: Vec<usize>, total: u64, shared: Option<Shared>) -> Self {
         Ledger {
             total,
-            devs: (0..devices).map(|_| DevLedger::default()).collect(),
+            devs: phys.iter().map(|_| DevLedger::default()).collect(),
+            phys,
+            shared,
         }
     }
 
-    /// Takes `size` bytes of `dev`, counting one allocation call; OUT_OF_MEMORY when
-    /// used + size would exceed total (checked, so huge sizes never wrap).
-    pub fn reserve(&self, dev: usize, size: u64) -> CuResult {
+    /// Takes `size` bytes of `dev` without counting a call: OUT_OF_MEMORY when the device
+    /// (all processes sharing it) would go over total (checked, so huge sizes never wrap).
+    pub fn charge(&self, dev: usize, size: u64) -> CuResult {
         let d = &self.devs[dev];
-        let res = d
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(size).filter(|&n| n <= self.total)
-            });
-        match res {
-            Ok(prev) => {
-                d.peak.fetch_max(prev + size, Ordering::AcqRel);
-                d.alloc_calls.fetch_add(1, Ordering::Relaxed);
-                Ok(())
+        let prev = match &self.shared {
+            Some(sh) => {
+                if !sh.reserve(self.phys[dev], size) {
+                    return Err(CUDA_ERROR_OUT_OF_MEMORY);
+                }
+                d.used.fetch_add(size, Ordering::AcqRel)
             }
-            Err(_) => {
-                d.failed_alloc_calls.fetch_add(1, Ordering::Relaxed);
-                Err(CUDA_ERROR_OUT_OF_MEMORY)
-            }
+            None => d
+                .used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    used.checked_add(size).filter(|&n| n <= self.total)
+                })
+                .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?,
+        };
+        d.peak.fetch_max(prev + size, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Gives back `size` bytes of `dev` without counting a call.
+    pub fn uncharge(&self, dev: usize, size: u64) {
+        self.devs[dev].used.fetch_sub(size, Ordering::AcqRel);
+        if let Some(sh) = &self.shared {
+            sh.release(self.phys[dev], size);
+        }
+    }
+
+    /// Takes `size` bytes of `dev`, counting one allocation call (or a failed one).
+    pub fn reserve(&self, dev: usize, size: u64) -> CuResult {
+        let res = self.charge(dev, size);
+        self.count_alloc(dev, res.is_ok());
+        res
+    }
+
+    /// Counts an allocation call that succeeded or was refused for lack of memory.
+    pub fn count_alloc(&self, dev: usize, ok: bool) {
+        let d = &self.devs[dev];
+        if ok {
+            d.alloc_calls.fetch_add(1, Ordering::Relaxed);
+        } else {
+            d.failed_alloc_calls.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Gives back `size` bytes of `dev`; `call` counts it as a free call.
     pub fn release(&self, dev: usize, size: u64, call: bool) {
-        let d = &self.devs[dev];
-        d.used.fetch_sub(size, Ordering::AcqRel);
+        self.uncharge(dev, size);
         if call {
-            d.free_calls.fetch_add(1, Ordering::Relaxed);
+            self.count_free_call(dev);
         }
     }
 
-    /// Counts a free call whose bytes are given back later (cuMemRelease of a mapped handle).
+    /// Counts a free call whose bytes are given back later (or not at all: pools).
     pub fn count_free_call(&self, dev: usize) {
         self.devs[dev].free_calls.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Undoes a `reserve` that did not end in an allocation (e.g. mmap failed).
     pub fn unreserve(&self, dev: usize, size: u64) {
+        self.uncharge(dev, size);
         let d = &self.devs[dev];
-        d.used.fetch_sub(size, Ordering::AcqRel);
         d.alloc_calls.fetch_sub(1, Ordering::Relaxed);
         d.failed_alloc_calls.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Takes the memory of a new context (not an allocation call).
+    pub fn charge_context(&self, dev: usize, size: u64) -> CuResult {
+        if size == 0 {
+            return Ok(());
+        }
+        self.charge(dev, size)?;
+        self.devs[dev].context_mem.fetch_add(size, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Gives back the memory of a destroyed context.
+    pub fn release_context(&self, dev: usize, size: u64) {
+        if size == 0 {
+            return;
+        }
+        self.devs[dev].context_mem.fetch_sub(size, Ordering::AcqRel);
+        self.uncharge(dev, size);
+    }
+
+    /// Bytes of `dev` in use: by all live processes sharing it, else by this one.
+    pub fn device_used(&self, dev: usize) -> u64 {
+        match &self.shared {
+            Some(sh) => sh.used(self.phys[dev]),
+            None => self.devs[dev].used.load(Ordering::Acquire),
+        }
+    }
+
     pub fn stats(&self, dev: usize) -> DevStats {
         let d = &self.devs[dev];
+        let peak = d.peak.load(Ordering::Acquire);
         DevStats {
             total: self.total,
             used: d.used.load(Ordering::Acquire),
-            peak: d.peak.load(Ordering::Acquire),
+            peak,
             alloc_calls: d.alloc_calls.load(Ordering::Relaxed),
             free_calls: d.free_calls.load(Ordering::Relaxed),
             failed_alloc_calls: d.failed_alloc_calls.load(Ordering::Relaxed),
+            context_mem: d.context_mem.load(Ordering::Acquire),
+            pool_reserved: 0,
+            shared_peak: match &self.shared {
+                Some(sh) => sh.peak(self.phys[dev]),
+                None => peak,
+            },
+            phys: self.phys[dev],
         }
     }
 
     pub fn devices(&self) -> usize {
         self.devs.len()
     }
+
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The physical device of ordinal `dev`.
+    pub fn phys(&self, dev: usize) -> usize {
+        self.phys[dev]
+    }
+
+    /// This process's bytes on physical device `phys` (None if it is not visible).
+    pub fn used_of_phys(&self, phys: usize) -> Option<u64> {
+        let dev = self.phys.iter().position(|&p| p == phys)?;
+        Some(self.devs[dev].used.load(Ordering::Acquire))
+    }
+
+    /// At exit: leave the shared file (memory given back to the other processes).
+    pub fn leave_shared(&self) {
+        if let Some(sh) = &self.shared {
+            sh.leave();
+        }
+    }
 }
 
-/// The process's ledger, sized from the configuration (exists once cuInit succeeded).
+static LEDGER: std::sync::OnceLock<Result<Ledger, String>> = std::sync::OnceLock::new();
+
+/// Builds the process's ledger from the configuration (at cuInit): joins the FAKECUDA_SHARED
+/// file if there is one. The error names the problem.
+pub fn init_ledger(cfg: &crate::config::Config) -> Result<&'static Ledger, &'static str> {
+    LEDGER
+        .get_or_init(|| {
+            let shared = match &cfg.shared {
+                Some(path) => Some(Shared::join(path, cfg.devices, cfg.total_mem)?),
+                None => None,
+            };
+            Ok(Ledger::with(cfg.visible.clone(), cfg.total_mem, shared))
+        })
+        .as_ref()
+        .map_err(|e| e.as_str())
+}
+
+/// The process's ledger (exists once cuInit succeeded).
 pub fn ledger() -> Result<&'static Ledger, CUresult> {
-    static LEDGER: once_cell::sync::OnceCell<Ledger> = once_cell::sync::OnceCell::new();
-    let cfg = cfg()?;
-    Ok(LEDGER.get_or_init(|| Ledger::new(cfg.devices, cfg.total_mem)))
+    cfg()?;
+    match LEDGER.get() {
+        Some(Ok(l)) => Ok(l),
+        _ => Err(CUDA_ERROR_NOT_INITIALIZED),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +261,8 @@ pub struct Alloc {
     pub len: usize,
     pub kind: Kind,
     pub id: u64,
+    /// The memfd behind the allocation once exported with cuIpcGetMemHandle, else -1.
+    pub ipc_fd: c_int,
 }
 
 static ALLOCS: Lazy<Mutex<BTreeMap<usize, Alloc>>> = Lazy::new(Default::default);
@@ -171,20 +298,34 @@ pub fn unmap(addr: usize, len: usize) {
     unsafe { libc::munmap(addr as *mut c_void, len) };
 }
 
-/// Allocates `size` bytes of device `dev` for context `ctx`.
+/// Allocates `size` bytes of device `dev` for context `ctx`. Pool allocations take their
+/// bytes from the pool (which grows its reservation if it has too little cached).
 pub fn alloc(dev: usize, ctx: Ctx, size: u64, kind: Kind) -> Result<CUdeviceptr, CUresult> {
     if size == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let ledger = ledger()?;
-    ledger.reserve(dev, size)?;
+    match kind {
+        Kind::Pool(pool) => {
+            let res = crate::pool::take(pool, size);
+            ledger.count_alloc(dev, res.is_ok());
+            res?;
+        }
+        _ => ledger.reserve(dev, size)?,
+    }
     let page = page_size() as u64;
     let len = size
         .checked_add(page - 1)
         .map(|s| s / page * page)
         .filter(|&l| l <= isize::MAX as u64);
     let Some(ptr) = len.and_then(|len| map_anonymous(len as usize)) else {
-        ledger.unreserve(dev, size);
+        match kind {
+            Kind::Pool(pool) => {
+                crate::pool::give(pool, size);
+                ledger.count_alloc(dev, false);
+            }
+            _ => ledger.unreserve(dev, size),
+        }
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     };
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -195,16 +336,15 @@ pub fn alloc(dev: usize, ctx: Ctx, size: u64, kind: Kind) -> Result<CUdeviceptr,
         len: len.unwrap() as usize,
         kind,
         id,
+        ipc_fd: -1,
     };
     allocs().insert(ptr, a);
-    if let Kind::Pool(pool) = kind {
-        crate::vmm::pool_account(pool, size as i64);
-    }
     note(|| format!("ptr={ptr:#x}"));
     Ok(ptr as CUdeviceptr)
 }
 
 /// Frees the allocation starting at `ptr`: INVALID_VALUE for NULL, unknown or freed pointers.
+/// A pool allocation goes back to its pool (still reserved until the pool releases it).
 pub fn free(ptr: CUdeviceptr) -> CuResult {
     let ledger = ledger()?;
     let a = allocs()
@@ -216,13 +356,23 @@ pub fn free(ptr: CUdeviceptr) -> CuResult {
 
 fn release(ptr: usize, a: Alloc, ledger: &Ledger, call: bool) {
     unmap(ptr, a.len);
-    ledger.release(a.dev, a.size, call);
-    if let Kind::Pool(pool) = a.kind {
-        crate::vmm::pool_account(pool, -(a.size as i64));
+    if a.ipc_fd >= 0 {
+        // SAFETY: the memfd this allocation was re-backed with for IPC; ours to close.
+        unsafe { libc::close(a.ipc_fd) };
+    }
+    match a.kind {
+        Kind::Pool(pool) => {
+            crate::pool::give(pool, a.size);
+            if call {
+                ledger.count_free_call(a.dev);
+            }
+        }
+        _ => ledger.release(a.dev, a.size, call),
     }
 }
 
-/// Frees everything allocated in `ctx` (the context was destroyed or reset).
+/// Frees everything allocated in `ctx` (the context was destroyed or reset). Pool
+/// allocations go back to their pools, and the pools of the device release what they cache.
 pub fn free_all_of_context(ctx: Ctx) {
     let Ok(ledger) = ledger() else { return };
     let victims: Vec<(usize, Alloc)> = {
@@ -236,10 +386,99 @@ pub fn free_all_of_context(ctx: Ctx) {
             .filter_map(|p| m.remove(&p).map(|a| (p, a)))
             .collect()
     };
+    let mut pool_devs = Vec::new();
     for (p, a) in victims {
+        if matches!(a.kind, Kind::Pool(_)) && !pool_devs.contains(&a.dev) {
+            pool_devs.push(a.dev);
+        }
         release(p, a, ledger, false);
     }
+    for dev in pool_devs {
+        crate::pool::trim_device(dev);
+    }
     crate::array::free_all_of_context(ctx);
+}
+
+/// Makes the plain device allocation containing `ptr` shareable with other processes
+/// (cuIpcGetMemHandle): the first time, its pages move to a memfd named
+/// `fakecuda-ipc-PID-ID` (resident content is copied) mapped at the same address.
+/// Returns (base, allocation) with `ipc_fd` set.
+pub fn export_ipc(ptr: usize) -> Result<(usize, Alloc), CUresult> {
+    let mut m = allocs();
+    let (&base, a) = m
+        .range(..=ptr)
+        .next_back()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if ptr >= base + a.size as usize || a.kind != Kind::Device {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if a.ipc_fd >= 0 {
+        return Ok((base, *a));
+    }
+    let name = CString::new(format!("fakecuda-ipc-{}-{}", std::process::id(), a.id)).unwrap();
+    // SAFETY: memfd_create with a NUL-terminated name; sizing our own fd.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 || unsafe { libc::ftruncate(fd, a.len as libc::off_t) } != 0 {
+        if fd >= 0 {
+            // SAFETY: closing our own fd.
+            unsafe { libc::close(fd) };
+        }
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    if copy_content(base, a.len, fd).is_err() {
+        // SAFETY: closing our own fd.
+        unsafe { libc::close(fd) };
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    // SAFETY: replaces our own mapping of `len` bytes with the memfd holding its content.
+    let p = unsafe {
+        libc::mmap(
+            base as *mut c_void,
+            a.len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        // SAFETY: closing our own fd (the old mapping is untouched).
+        unsafe { libc::close(fd) };
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let a = m.get_mut(&base).unwrap();
+    a.ipc_fd = fd;
+    Ok((base, *a))
+}
+
+/// Writes the content of [base, base+len) to `fd`: the pages mincore reports resident
+/// (untouched pages read as zeros anyway); with swap on, every page that is not all zero.
+fn copy_content(base: usize, len: usize, fd: c_int) -> std::io::Result<()> {
+    let page = page_size();
+    let pages = len / page;
+    let swap = std::fs::read_to_string("/proc/swaps").map_or(true, |s| s.lines().count() > 1);
+    let mut resident = vec![0u8; pages];
+    // SAFETY: mincore over our own mapping into a vector of one byte per page.
+    let ok = unsafe { libc::mincore(base as *mut c_void, len, resident.as_mut_ptr()) } == 0;
+    for (i, r) in resident.iter().enumerate() {
+        let p = base + i * page;
+        // SAFETY: reading our own readable mapping.
+        let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, page) };
+        let copy = if ok && !swap {
+            r & 1 != 0
+        } else {
+            bytes.iter().any(|&b| b != 0)
+        };
+        if copy {
+            // SAFETY: writing one page of our mapping to our memfd at the same offset.
+            let n =
+                unsafe { libc::pwrite(fd, p as *const c_void, page, (i * page) as libc::off_t) };
+            if n != page as isize {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The linear allocation containing `ptr`: (base, allocation).
@@ -262,6 +501,13 @@ pub fn check_range(ptr: CUdeviceptr, n: usize, write: bool) -> CuResult {
     }
     if crate::vmm::check_range(ptr, n, write) {
         return Ok(());
+    }
+    if let Some(info) = crate::ipc::lookup(ptr) {
+        return if end <= info.base + info.size {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        };
     }
     if host_lookup(ptr).is_some_and(|(b, len)| end <= b + len) {
         return Ok(());
@@ -334,12 +580,23 @@ fn fill<E: Copy>(
 
 // ---- host (pinned) memory: plain mappings, not device memory ----
 
-static HOST: Lazy<Mutex<BTreeMap<usize, usize>>> = Lazy::new(Default::default);
+#[derive(Debug, Clone, Copy)]
+struct HostRange {
+    len: usize,
+    /// cuMemHostRegister'ed caller memory (not ours to unmap).
+    registered: bool,
+}
+
+static HOST: Lazy<Mutex<BTreeMap<usize, HostRange>>> = Lazy::new(Default::default);
+
+fn host() -> std::sync::MutexGuard<'static, BTreeMap<usize, HostRange>> {
+    HOST.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn host_lookup(ptr: usize) -> Option<(usize, usize)> {
-    let m = HOST.lock().unwrap_or_else(|e| e.into_inner());
-    let (&b, &len) = m.range(..=ptr).next_back()?;
-    (ptr < b + len).then_some((b, len))
+    let m = host();
+    let (&b, r) = m.range(..=ptr).next_back()?;
+    (ptr < b + r.len).then_some((b, r.len))
 }
 
 fn host_alloc(pp: *mut *mut c_void, size: usize) -> CuResult {
@@ -350,9 +607,13 @@ fn host_alloc(pp: *mut *mut c_void, size: usize) -> CuResult {
     let page = page_size();
     let len = size.checked_add(page - 1).ok_or(CUDA_ERROR_OUT_OF_MEMORY)? / page * page;
     let p = map_anonymous(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-    HOST.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(p, len);
+    host().insert(
+        p,
+        HostRange {
+            len,
+            registered: false,
+        },
+    );
     note(|| format!("ptr={p:#x}"));
     out(pp, p as *mut c_void)
 }
@@ -387,6 +648,9 @@ fn pointer_info(ptr: usize) -> Option<PtrInfo> {
         });
     }
     if let Some(info) = crate::vmm::pointer_info(ptr) {
+        return Some(info);
+    }
+    if let Some(info) = crate::ipc::lookup(ptr) {
         return Some(info);
     }
     host_lookup(ptr).map(|(base, size)| PtrInfo {
@@ -463,9 +727,9 @@ crate::ffi::exports! {
 
     fn cuMemGetInfo_v2(free_out: *mut usize, total_out: *mut usize) {
         let (_, dev) = current()?;
-        let s = ledger()?.stats(dev);
-        out(free_out, (s.total - s.used) as usize)?;
-        out(total_out, s.total as usize)
+        let l = ledger()?;
+        out(free_out, l.total().saturating_sub(l.device_used(dev)) as usize)?;
+        out(total_out, l.total() as usize)
     }
 
     fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr) {
@@ -491,9 +755,17 @@ crate::ffi::exports! {
 
     fn cuMemFreeHost(p: *mut c_void) {
         cfg()?;
-        let len = HOST.lock().unwrap_or_else(|e| e.into_inner()).remove(&(p as usize)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        unmap(p as usize, len);
-        Ok(())
+        let mut h = host();
+        match h.get(&(p as usize)) {
+            Some(r) if !r.registered => {
+                let len = r.len;
+                h.remove(&(p as usize));
+                drop(h);
+                unmap(p as usize, len);
+                Ok(())
+            }
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
     }
 
     fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) {
@@ -513,12 +785,33 @@ crate::ffi::exports! {
     fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) {
         cfg()?;
         let _ = flags;
-        if p.is_null() || bytesize == 0 { Err(CUDA_ERROR_INVALID_VALUE) } else { Ok(()) }
+        let start = p as usize;
+        let end = start.checked_add(bytesize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if p.is_null() || bytesize == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut h = host();
+        let overlaps = h.range(..end).next_back().is_some_and(|(&b, r)| b + r.len > start);
+        if overlaps {
+            return Err(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        h.insert(start, HostRange { len: bytesize, registered: true });
+        Ok(())
     }
 
     fn cuMemHostUnregister(p: *mut c_void) {
         cfg()?;
-        if p.is_null() { Err(CUDA_ERROR_INVALID_VALUE) } else { Ok(()) }
+        if p.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut h = host();
+        match h.get(&(p as usize)) {
+            Some(r) if r.registered => {
+                h.remove(&(p as usize));
+                Ok(())
+            }
+            _ => Err(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED),
+        }
     }
 
     fn cuMemcpy | cuMemcpy_ptds (dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
@@ -661,10 +954,28 @@ crate::ffi::exports! {
     }
 }
 
+/// For the fake NVML (found with dlsym in the same process): the bytes this process holds
+/// on physical device `phys`; 0 before cuInit or for a device it does not see.
+#[unsafe(no_mangle)]
+pub extern "C" fn fakecuda_device_used(phys: u32) -> u64 {
+    std::panic::catch_unwind(|| {
+        ledger()
+            .ok()
+            .and_then(|l| l.used_of_phys(phys as usize))
+            .unwrap_or(0)
+    })
+    .unwrap_or(0)
+}
+
 /// Per-device stats for the stats file.
 pub fn all_stats() -> Vec<DevStats> {
     match ledger() {
-        Ok(l) => (0..l.devices()).map(|d| l.stats(d)).collect(),
+        Ok(l) => (0..l.devices())
+            .map(|d| DevStats {
+                pool_reserved: crate::pool::reserved_of(d),
+                ..l.stats(d)
+            })
+            .collect(),
         Err(_) => Vec::new(),
     }
 }

@@ -21,29 +21,36 @@ extern "C" fn write_at_exit() {
         let Ok(cfg) = crate::config::get() else {
             return;
         };
-        let Some(path) = &cfg.stats_path else { return };
-        if let Err(e) = write_atomically(
-            path,
-            &to_json(std::process::id(), &crate::memory::all_stats()),
-        ) {
+        if let Some(path) = &cfg.stats_path
+            && let Err(e) = write_atomically(
+                path,
+                &to_json(std::process::id(), &crate::memory::all_stats()),
+            )
+        {
             crate::ffi::log(&format!(
                 "cannot write FAKECUDA_STATS={}: {e}",
                 path.display()
             ));
         }
+        // Give this process's memory back to the others sharing the devices.
+        if let Ok(l) = crate::memory::ledger() {
+            l.leave_shared();
+        }
     });
 }
 
-/// `{"pid":N,"devices":[{"ordinal":0,"total":B,"peak_used":B,"final_used":B,"alloc_calls":N,
-/// "free_calls":N,"failed_alloc_calls":N}]}`
+/// `{"pid":N,"devices":[{"ordinal":0,"physical":P,"total":B,"peak_used":B,"final_used":B,
+/// "alloc_calls":N,"free_calls":N,"failed_alloc_calls":N,"context_mem":B,"pool_reserved":B,
+/// "shared_peak_used":B}]}`
 pub fn to_json(pid: u32, devices: &[DevStats]) -> String {
     let devs: Vec<String> = devices
         .iter()
         .enumerate()
         .map(|(i, d)| {
             format!(
-                "{{\"ordinal\":{i},\"total\":{},\"peak_used\":{},\"final_used\":{},\"alloc_calls\":{},\"free_calls\":{},\"failed_alloc_calls\":{}}}",
-                d.total, d.peak, d.used, d.alloc_calls, d.free_calls, d.failed_alloc_calls
+                "{{\"ordinal\":{i},\"physical\":{},\"total\":{},\"peak_used\":{},\"final_used\":{},\"alloc_calls\":{},\"free_calls\":{},\"failed_alloc_calls\":{},\"context_mem\":{},\"pool_reserved\":{},\"shared_peak_used\":{}}}",
+                d.phys, d.total, d.peak, d.used, d.alloc_calls, d.free_calls, d.failed_alloc_calls,
+                d.context_mem, d.pool_reserved, d.shared_peak
             )
         })
         .collect();
@@ -70,11 +77,16 @@ mod tests {
             alloc_calls: 3,
             free_calls: 2,
             failed_alloc_calls: 1,
+            context_mem: 4,
+            pool_reserved: 5,
+            shared_peak: 70,
+            phys: 2,
         };
         assert_eq!(
             to_json(7, &[d]),
-            "{\"pid\":7,\"devices\":[{\"ordinal\":0,\"total\":100,\"peak_used\":50,\"final_used\":10,\
-             \"alloc_calls\":3,\"free_calls\":2,\"failed_alloc_calls\":1}]}\n"
+            "{\"pid\":7,\"devices\":[{\"ordinal\":0,\"physical\":2,\"total\":100,\"peak_used\":50,\"final_used\":10,\
+             \"alloc_calls\":3,\"free_calls\":2,\"failed_alloc_calls\":1,\"context_mem\":4,\"pool_reserved\":5,\
+             \"shared_peak_used\":70}]}\n"
         );
     }
 }

@@ -23,6 +23,8 @@ struct StreamInfo {
 #[derive(Debug, Clone, Copy)]
 struct EventInfo {
     flags: c_uint,
+    /// The device of the context it was created in.
+    dev: usize,
     recorded: Option<Instant>,
 }
 
@@ -136,7 +138,9 @@ crate::ffi::exports! {
     }
 
     fn cuStreamSynchronize | cuStreamSynchronize_ptsz (stream: usize) {
-        check(stream)
+        let (_, dev) = context_of(stream)?;
+        crate::pool::sync(Some(dev));
+        Ok(())
     }
 
     fn cuStreamQuery | cuStreamQuery_ptsz (stream: usize) {
@@ -201,12 +205,12 @@ crate::ffi::exports! {
 
     fn cuEventCreate(ph: *mut usize, flags: c_uint) {
         cfg()?;
-        current()?;
+        let (_, dev) = current()?;
         if ph.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let h = new_handle();
-        events().insert(h, EventInfo { flags, recorded: None });
+        events().insert(h, EventInfo { flags, dev, recorded: None });
         note(|| format!("event={h:#x}"));
         out(ph, h)
     }
@@ -221,7 +225,9 @@ crate::ffi::exports! {
     }
 
     fn cuEventSynchronize(event: usize) {
-        event_check(event).map(|_| ())
+        let e = event_check(event)?;
+        crate::pool::sync(Some(e.dev));
+        Ok(())
     }
 
     fn cuEventQuery(event: usize) {

@@ -1,9 +1,13 @@
 //! Virtual memory management (cuMemCreate / cuMemAddressReserve / cuMemMap ...) and
-//! stream-ordered memory pools.
+//! shareable handles (cuMemExportToShareableHandle / cuMemImportFromShareableHandle).
 //!
-//! A physical allocation is a memfd of the requested size (sparse, so no RAM until touched);
-//! cuMemMap maps it MAP_SHARED|MAP_FIXED into a PROT_NONE reservation, so several mappings
-//! alias the same bytes. Mappings stay PROT_NONE until cuMemSetAccess, as on a real GPU.
+//! A physical allocation is a range of a per-device "arena" memfd (sparse, so no RAM until
+//! touched): the arena grows by bumping its end and a released range is punched out, so
+//! thousands of handles cost one fd. A handle created with
+//! `requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR` gets a memfd of its own
+//! instead, so that it can be exported as an fd. cuMemMap maps the range MAP_SHARED|MAP_FIXED
+//! into a PROT_NONE reservation, so several mappings alias the same bytes. Mappings stay
+//! PROT_NONE until cuMemSetAccess, as on a real GPU.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -13,7 +17,7 @@ use once_cell::sync::Lazy;
 use crate::context::current;
 use crate::device::{cfg, check_dev};
 use crate::ffi::*;
-use crate::memory::{CUdeviceptr, Kind, PtrInfo, alloc, free, ledger, page_size};
+use crate::memory::{CUdeviceptr, PtrInfo, ledger, page_size};
 use libc::{c_int, c_void};
 
 pub const GRANULARITY: usize = 2 << 20;
@@ -40,19 +44,6 @@ pub struct CUmemAllocationProp {
     pub reserved: [u8; 4],
 }
 
-/// CUmemPoolProps (CUDA 12.9 layout, 88 bytes).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct CUmemPoolProps {
-    pub alloc_type: c_int,
-    pub handle_types: c_int,
-    pub location: CUmemLocation,
-    pub win32_security_attributes: usize, // void*
-    pub max_size: usize,
-    pub usage: u16,
-    pub reserved: [u8; 54],
-}
-
 /// CUmemAccessDesc.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -62,21 +53,94 @@ pub struct CUmemAccessDesc {
 }
 
 const _: () = assert!(std::mem::size_of::<CUmemAllocationProp>() == 32);
-const _: () = assert!(std::mem::size_of::<CUmemPoolProps>() == 88);
 const _: () = assert!(std::mem::size_of::<CUmemAccessDesc>() == 12);
 
-const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
-const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
-const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_int = 1;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_int = 1;
+
+/// Where a physical allocation's bytes live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// `[off, off+size)` of the device's arena.
+    Arena { off: u64 },
+    /// A memfd of its own (exportable), from offset 0.
+    Own { fd: c_int },
+}
 
 struct Phys {
-    fd: c_int,
+    backing: Backing,
     size: usize,
     dev: usize,
     prop: CUmemAllocationProp,
-    /// cuMemCreate / cuMemRetainAllocationHandle references not yet released.
+    /// cuMemCreate / cuMemRetainAllocationHandle / import references not yet released.
     handle_refs: u32,
     mappings: u32,
+    /// Imported from another handle's fd: the exporter pays for it, not this handle.
+    imported: bool,
+}
+
+/// One sparse memfd per device from which handles take ranges: the end only grows (a
+/// 64-bit offset space never runs out), released ranges are punched out.
+struct Arena {
+    fd: c_int,
+    end: u64,
+    /// The file's size (grown in steps, sparse).
+    cap: u64,
+}
+
+const ARENA_STEP: u64 = 1 << 40;
+
+impl Arena {
+    fn new(phys: usize) -> Option<Arena> {
+        let name = std::ffi::CString::new(format!("fakecuda-arena-d{phys}")).unwrap();
+        // SAFETY: memfd_create with a NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        (fd >= 0).then_some(Arena { fd, end: 0, cap: 0 })
+    }
+
+    fn take(&mut self, size: u64) -> Option<u64> {
+        let off = self.end;
+        let end = off.checked_add(size).filter(|&e| e <= i64::MAX as u64)?;
+        if end > self.cap {
+            let cap = end.div_ceil(ARENA_STEP) * ARENA_STEP;
+            // SAFETY: growing our own sparse memfd (no memory is committed).
+            if unsafe { libc::ftruncate(self.fd, cap as libc::off_t) } != 0 {
+                return None;
+            }
+            self.cap = cap;
+        }
+        self.end = end;
+        Some(off)
+    }
+
+    fn punch(&self, off: u64, size: u64) {
+        // SAFETY: frees the pages of a range of our own memfd that nothing maps any more.
+        unsafe {
+            libc::fallocate(
+                self.fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off as libc::off_t,
+                size as libc::off_t,
+            )
+        };
+    }
+}
+
+/// A fresh memfd of `size` bytes named after the physical device (so an importer can tell).
+fn own_memfd(phys: usize, size: usize) -> Option<c_int> {
+    let name = std::ffi::CString::new(format!("fakecuda-vmm-d{phys}")).unwrap();
+    // SAFETY: memfd_create with a NUL-terminated name; sizing our own fd.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+        // SAFETY: closing our own fd.
+        unsafe { libc::close(fd) };
+        return None;
+    }
+    Some(fd)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +155,8 @@ struct Mapping {
 #[derive(Default)]
 struct Vmm {
     phys: HashMap<u64, Phys>,
+    /// Arena of each device ordinal.
+    arenas: HashMap<usize, Arena>,
     next_handle: u64,
     /// Reserved ranges: start -> size.
     reserved: BTreeMap<usize, usize>,
@@ -112,11 +178,30 @@ impl Vmm {
             .is_some_and(|p| p.handle_refs == 0 && p.mappings == 0);
         if done {
             let p = self.phys.remove(&handle).unwrap();
-            // SAFETY: closing the memfd this library created; no mapping uses the fd itself.
-            unsafe { libc::close(p.fd) };
-            if let Ok(l) = ledger() {
+            match p.backing {
+                Backing::Arena { off } => {
+                    if let Some(a) = self.arenas.get(&p.dev) {
+                        a.punch(off, p.size as u64);
+                    }
+                }
+                // SAFETY: closing the memfd this library owns; mappings keep their own reference.
+                Backing::Own { fd } => unsafe {
+                    libc::close(fd);
+                },
+            }
+            if !p.imported
+                && let Ok(l) = ledger()
+            {
                 l.release(p.dev, p.size as u64, false);
             }
+        }
+    }
+
+    /// The fd and file offset where handle's byte 0 lives.
+    fn fd_of(&self, p: &Phys) -> Option<(c_int, u64)> {
+        match p.backing {
+            Backing::Arena { off } => self.arenas.get(&p.dev).map(|a| (a.fd, off)),
+            Backing::Own { fd } => Some((fd, 0)),
         }
     }
 
@@ -222,90 +307,6 @@ fn check_alloc_prop(prop: &CUmemAllocationProp) -> Result<usize, CUresult> {
     check_dev(prop.location.id).map_err(|_| CUDA_ERROR_INVALID_DEVICE)
 }
 
-// ---- memory pools ----
-
-#[derive(Debug, Clone, Copy)]
-struct Pool {
-    dev: usize,
-    is_default: bool,
-    release_threshold: u64,
-    used: u64,
-    used_high: u64,
-    reserved_high: u64,
-    reuse: [c_int; 3],
-}
-
-#[derive(Default)]
-struct Pools {
-    pools: HashMap<usize, Pool>,
-    default: Vec<usize>,
-    current: Vec<usize>,
-}
-
-static POOLS: Lazy<Mutex<Pools>> = Lazy::new(Default::default);
-
-fn pools() -> std::sync::MutexGuard<'static, Pools> {
-    POOLS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn new_pool(dev: usize, is_default: bool) -> Pool {
-    Pool {
-        dev,
-        is_default,
-        release_threshold: 0,
-        used: 0,
-        used_high: 0,
-        reserved_high: 0,
-        reuse: [1, 1, 1],
-    }
-}
-
-impl Pools {
-    fn ensure(&mut self, dev: usize) {
-        while self.default.len() <= dev {
-            let d = self.default.len();
-            let h = Box::into_raw(Box::new(0u64)) as usize;
-            self.pools.insert(h, new_pool(d, true));
-            self.default.push(h);
-            self.current.push(h);
-        }
-    }
-}
-
-/// Adds `delta` bytes to a pool's in-use count (called by memory::alloc / free).
-pub fn pool_account(pool: usize, delta: i64) {
-    if let Some(p) = pools().pools.get_mut(&pool) {
-        p.used = p.used.saturating_add_signed(delta);
-        p.used_high = p.used_high.max(p.used);
-        p.reserved_high = p.reserved_high.max(p.used);
-    }
-}
-
-fn pool_get(pool: usize) -> Result<Pool, CUresult> {
-    cfg()?;
-    pools()
-        .pools
-        .get(&pool)
-        .copied()
-        .ok_or(CUDA_ERROR_INVALID_VALUE)
-}
-
-fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: usize) -> CuResult {
-    let (ctx, sdev) = crate::stream::context_of(stream)?;
-    if dptr.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let (pool, dev) = match pool {
-        Some(p) => (p, pool_get(p)?.dev),
-        None => {
-            let mut ps = pools();
-            ps.ensure(sdev);
-            (ps.current[sdev], sdev)
-        }
-    };
-    out(dptr, alloc(dev, ctx, size as u64, Kind::Pool(pool))?)
-}
-
 crate::ffi::exports! {
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: c_int) {
         cfg()?;
@@ -325,21 +326,22 @@ crate::ffi::exports! {
         }
         let ledger = ledger()?;
         ledger.reserve(dev, size as u64)?;
-        // SAFETY: memfd_create with a static NUL-terminated name.
-        let fd = unsafe { libc::memfd_create(c"fakecuda-vmm".as_ptr(), libc::MFD_CLOEXEC) };
-        // SAFETY: sizing the memfd we just created (sparse: no memory is committed).
-        if fd < 0 || unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
-            if fd >= 0 {
-                // SAFETY: closing our own fd.
-                unsafe { libc::close(fd) };
+        let mut v = vmm();
+        let backing = if prop.requested_handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR != 0 {
+            own_memfd(ledger.phys(dev), size).map(|fd| Backing::Own { fd })
+        } else {
+            if !v.arenas.contains_key(&dev) && let Some(a) = Arena::new(ledger.phys(dev)) {
+                v.arenas.insert(dev, a);
             }
+            v.arenas.get_mut(&dev).and_then(|a| a.take(size as u64)).map(|off| Backing::Arena { off })
+        };
+        let Some(backing) = backing else {
             ledger.unreserve(dev, size as u64);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
-        }
-        let mut v = vmm();
+        };
         v.next_handle += 1;
         let h = 0xfac0_0000_0000 + v.next_handle;
-        v.phys.insert(h, Phys { fd, size, dev, prop, handle_refs: 1, mappings: 0 });
+        v.phys.insert(h, Phys { backing, size, dev, prop, handle_refs: 1, mappings: 0, imported: false });
         note(|| format!("handle={h:#x}"));
         out(handle, h)
     }
@@ -349,7 +351,9 @@ crate::ffi::exports! {
         let mut v = vmm();
         let p = v.phys.get_mut(&handle).filter(|p| p.handle_refs > 0).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         p.handle_refs -= 1;
-        if let Ok(l) = ledger() {
+        if !p.imported
+            && let Ok(l) = ledger()
+        {
             l.count_free_call(p.dev);
         }
         v.maybe_destroy(handle);
@@ -375,13 +379,66 @@ crate::ffi::exports! {
         if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags != 0 {
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }
-        let fd = vmm().phys.get(&handle).map(|p| p.fd).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if shareable.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // Only handles created with the fd handle type requested (or imported) have an fd.
+        let fd = match vmm().phys.get(&handle).ok_or(CUDA_ERROR_INVALID_VALUE)?.backing {
+            Backing::Own { fd } => fd,
+            Backing::Arena { .. } => return Err(CUDA_ERROR_INVALID_VALUE),
+        };
         // SAFETY: duplicating our own memfd for the caller to own.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
         if dup < 0 {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         out(shareable.cast::<c_int>(), dup)
+    }
+
+    fn cuMemImportFromShareableHandle(handle: *mut u64, os_handle: *mut c_void, handle_type: c_int) {
+        let ledger = ledger()?;
+        if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        if handle.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let fd = os_handle as usize as c_int;
+        // SAFETY: fstat of the caller's fd into a zeroed buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if fd < 0 || unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let size = st.st_size as usize;
+        if size == 0 || !size.is_multiple_of(page_size()) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // The exporter named the memfd after its physical device: use that device if this
+        // process sees it, else the current one.
+        let phys = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok().and_then(|t| {
+            let t = t.to_string_lossy().into_owned();
+            let rest = &t[t.find("fakecuda-vmm-d")? + "fakecuda-vmm-d".len()..];
+            rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<usize>().ok()
+        });
+        let dev = phys
+            .and_then(|p| (0..ledger.devices()).find(|&d| ledger.phys(d) == p))
+            .or_else(|| current().ok().map(|c| c.1))
+            .unwrap_or(0);
+        // SAFETY: duplicating the caller's fd; the caller keeps (and closes) theirs.
+        let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if own < 0 {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let mut prop: CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requested_handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location = CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: dev as c_int };
+        let mut v = vmm();
+        v.next_handle += 1;
+        let h = 0xfac0_0000_0000 + v.next_handle;
+        v.phys.insert(h, Phys { backing: Backing::Own { fd: own }, size, dev, prop, handle_refs: 1, mappings: 0, imported: true });
+        note(|| format!("handle={h:#x}, bytes={size}"));
+        out(handle, h)
     }
 
     fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, addr: CUdeviceptr, flags: u64) {
@@ -441,7 +498,9 @@ crate::ffi::exports! {
         cfg()?;
         let ptr = ptr as usize;
         let mut v = vmm();
-        let (fd, psize, dev) = v.phys.get(&handle).map(|p| (p.fd, p.size, p.dev)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let p = v.phys.get(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let (psize, dev) = (p.size, p.dev);
+        let (fd, base_off) = v.fd_of(p).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let page = page_size();
         let fits = offset.checked_add(size).is_some_and(|e| e <= psize);
         if flags != 0 || size == 0 || !fits || !ptr.is_multiple_of(page) || !offset.is_multiple_of(page) || !size.is_multiple_of(page) {
@@ -454,7 +513,7 @@ crate::ffi::exports! {
         }
         // SAFETY: replaces part of our own reservation with the physical allocation's memfd.
         let p = unsafe {
-            libc::mmap(ptr as *mut c_void, size, libc::PROT_NONE, libc::MAP_SHARED | libc::MAP_FIXED, fd, offset as libc::off_t)
+            libc::mmap(ptr as *mut c_void, size, libc::PROT_NONE, libc::MAP_SHARED | libc::MAP_FIXED, fd, (base_off + offset as u64) as libc::off_t)
         };
         if p == libc::MAP_FAILED {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
@@ -520,124 +579,5 @@ crate::ffi::exports! {
         let (_, m) = vmm().mapping_at(ptr as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let access = if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE { m.access } else { 0 };
         out(flags, access as u64)
-    }
-
-    fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int) {
-        let dev = check_dev(dev)?;
-        let mut ps = pools();
-        ps.ensure(dev);
-        out(pool, ps.default[dev])
-    }
-
-    fn cuDeviceGetMemPool(pool: *mut usize, dev: c_int) {
-        let dev = check_dev(dev)?;
-        let mut ps = pools();
-        ps.ensure(dev);
-        out(pool, ps.current[dev])
-    }
-
-    fn cuDeviceSetMemPool(dev: c_int, pool: usize) {
-        let dev = check_dev(dev)?;
-        let mut ps = pools();
-        ps.ensure(dev);
-        match ps.pools.get(&pool) {
-            Some(p) if p.dev == dev => {
-                ps.current[dev] = pool;
-                Ok(())
-            }
-            _ => Err(CUDA_ERROR_INVALID_VALUE),
-        }
-    }
-
-    fn cuMemPoolCreate(pool: *mut usize, props: *const CUmemPoolProps) {
-        cfg()?;
-        let props = inp(props)?;
-        if pool.is_null() || props.alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED || props.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let dev = check_dev(props.location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        let h = Box::into_raw(Box::new(0u64)) as usize;
-        let mut ps = pools();
-        ps.ensure(dev);
-        ps.pools.insert(h, new_pool(dev, false));
-        note(|| format!("pool={h:#x}"));
-        out(pool, h)
-    }
-
-    fn cuMemPoolDestroy(pool: usize) {
-        cfg()?;
-        let mut ps = pools();
-        let p = ps.pools.get(&pool).copied().ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        if p.is_default {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        ps.pools.remove(&pool);
-        if ps.current[p.dev] == pool {
-            ps.current[p.dev] = ps.default[p.dev];
-        }
-        Ok(())
-    }
-
-    fn cuMemPoolTrimTo(pool: usize, min_bytes: usize) {
-        let _ = min_bytes;
-        pool_get(pool).map(|_| ())
-    }
-
-    fn cuMemPoolSetAttribute(pool: usize, attr: c_int, value: *mut c_void) {
-        pool_get(pool)?;
-        if value.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let mut ps = pools();
-        let p = ps.pools.get_mut(&pool).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        match attr {
-            // SAFETY (all arms): the caller passes a value of the attribute's type.
-            1..=3 => p.reuse[attr as usize - 1] = inp(value.cast::<c_int>())?,
-            4 => p.release_threshold = inp(value.cast::<u64>())?,
-            6 | 8 => {
-                if inp(value.cast::<u64>())? != 0 {
-                    return Err(CUDA_ERROR_INVALID_VALUE);
-                }
-                if attr == 6 { p.reserved_high = p.used } else { p.used_high = p.used }
-            }
-            _ => return Err(CUDA_ERROR_INVALID_VALUE),
-        }
-        Ok(())
-    }
-
-    fn cuMemPoolGetAttribute(pool: usize, attr: c_int, value: *mut c_void) {
-        let p = pool_get(pool)?;
-        match attr {
-            1..=3 => out(value.cast::<c_int>(), p.reuse[attr as usize - 1]),
-            4 => out(value.cast::<u64>(), p.release_threshold),
-            5 | 7 => out(value.cast::<u64>(), p.used),
-            6 => out(value.cast::<u64>(), p.reserved_high),
-            8 => out(value.cast::<u64>(), p.used_high),
-            _ => Err(CUDA_ERROR_INVALID_VALUE),
-        }
-    }
-
-    fn cuMemPoolSetAccess(pool: usize, desc: *const CUmemAccessDesc, count: usize) {
-        pool_get(pool)?;
-        if desc.is_null() && count > 0 { Err(CUDA_ERROR_INVALID_VALUE) } else { Ok(()) }
-    }
-
-    fn cuMemPoolGetAccess(flags: *mut c_int, pool: usize, location: *const CUmemLocation) {
-        pool_get(pool)?;
-        let loc = inp(location)?;
-        out(flags, if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE { 3 } else { 0 })
-    }
-
-    fn cuMemAllocAsync | cuMemAllocAsync_ptsz (dptr: *mut CUdeviceptr, bytesize: usize, stream: usize) {
-        alloc_from(dptr, bytesize, None, stream)
-    }
-
-    fn cuMemAllocFromPoolAsync | cuMemAllocFromPoolAsync_ptsz (dptr: *mut CUdeviceptr, bytesize: usize, pool: usize, stream: usize) {
-        alloc_from(dptr, bytesize, Some(pool), stream)
-    }
-
-    fn cuMemFreeAsync | cuMemFreeAsync_ptsz (dptr: CUdeviceptr, stream: usize) {
-        crate::stream::check(stream)?;
-        free(dptr)
     }
 }

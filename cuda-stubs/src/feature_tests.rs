@@ -1,0 +1,545 @@
+//! Checks of pools, many VMM handles, shareable handles, IPC, host memory and arrays through
+//! the exports, in this process (default configuration: one 80 GiB device).
+
+use std::ptr::null_mut;
+use std::time::Instant;
+
+use crate::api_tests::{setup, used};
+use crate::array::*;
+use crate::context::*;
+use crate::ffi::*;
+use crate::ipc::*;
+use crate::memory::*;
+use crate::pool::*;
+use crate::stream::*;
+use crate::vmm::*;
+use libc::c_void;
+
+const MIB: usize = 1 << 20;
+
+fn pool_attr(pool: usize, attr: i32) -> u64 {
+    let mut v = 0u64;
+    assert_eq!(
+        unsafe { cuMemPoolGetAttribute(pool, attr, (&mut v as *mut u64).cast()) },
+        0
+    );
+    v
+}
+
+const RESERVED: i32 = 5;
+const RESERVED_HIGH: i32 = 6;
+const USED: i32 = 7;
+const USED_HIGH: i32 = 8;
+
+#[test]
+fn pools_cache_freed_memory_until_a_synchronisation() {
+    let (_g, _) = setup();
+    let before = used();
+    // SAFETY (all unsafe blocks in this file): valid pointers to locals, as a C caller passes.
+    unsafe {
+        let mut stream = 0;
+        assert_eq!(cuStreamCreate(&mut stream, 0), 0);
+        let mut pool = 0;
+        assert_eq!(cuDeviceGetMemPool(&mut pool, 0), 0);
+        let (mut a, mut b) = (0, 0);
+        assert_eq!(cuMemAllocAsync(&mut a, 8 * MIB, stream), 0);
+        assert_eq!(cuMemFreeAsync(a, stream), 0);
+        // Freed to the pool, not to the device.
+        assert_eq!(used() - before, 8 * MIB);
+        assert_eq!(
+            (pool_attr(pool, RESERVED), pool_attr(pool, USED)),
+            (8 << 20, 0)
+        );
+        // Reused first: 5 MiB come from the cache, the pool does not grow.
+        assert_eq!(cuMemAllocAsync(&mut b, 5 * MIB, stream), 0);
+        assert_eq!(used() - before, 8 * MIB);
+        // 6 more MiB: 3 cached, 3 new.
+        assert_eq!(cuMemAllocFromPoolAsync(&mut a, 6 * MIB, pool, stream), 0);
+        assert_eq!(used() - before, 11 * MIB);
+        assert_eq!(
+            (pool_attr(pool, RESERVED), pool_attr(pool, USED)),
+            (11 << 20, 11 << 20)
+        );
+        assert_eq!(cuMemFreeAsync(a, stream), 0);
+        assert_eq!(cuMemFreeAsync(b, stream), 0);
+        assert_eq!(pool_attr(pool, USED_HIGH), 11 << 20);
+        // Release threshold 0: the next synchronisation gives it all back.
+        assert_eq!(cuStreamSynchronize(stream), 0);
+        assert_eq!(used(), before);
+        assert_eq!(pool_attr(pool, RESERVED), 0);
+        assert_eq!(pool_attr(pool, RESERVED_HIGH), 11 << 20);
+        let mut zero = 0u64;
+        assert_eq!(
+            cuMemPoolSetAttribute(pool, RESERVED_HIGH, (&mut zero as *mut u64).cast()),
+            0
+        );
+        assert_eq!(pool_attr(pool, RESERVED_HIGH), 0);
+
+        // A threshold keeps that much cached across synchronisations; TrimTo releases it.
+        let mut threshold = 4u64 << 20;
+        assert_eq!(
+            cuMemPoolSetAttribute(pool, 4, (&mut threshold as *mut u64).cast()),
+            0
+        );
+        assert_eq!(cuMemAllocAsync(&mut a, 10 * MIB, stream), 0);
+        assert_eq!(cuMemFreeAsync(a, stream), 0);
+        assert_eq!(cuCtxSynchronize(), 0);
+        assert_eq!(pool_attr(pool, RESERVED), 4 << 20);
+        assert_eq!(used() - before, 4 * MIB);
+        assert_eq!(cuMemAllocAsync(&mut a, 3 * MIB, stream), 0);
+        assert_eq!(cuMemPoolTrimTo(pool, 0), 0);
+        assert_eq!(
+            pool_attr(pool, RESERVED),
+            3 << 20,
+            "memory in use is never trimmed"
+        );
+        assert_eq!(cuMemFreeAsync(a, stream), 0);
+        assert_eq!(cuMemPoolTrimTo(pool, 1 << 20), 0);
+        assert_eq!(pool_attr(pool, RESERVED), 1 << 20);
+        assert_eq!(cuMemPoolTrimTo(pool, 0), 0);
+        threshold = 0;
+        assert_eq!(
+            cuMemPoolSetAttribute(pool, 4, (&mut threshold as *mut u64).cast()),
+            0
+        );
+        // Events synchronise too.
+        let mut ev = 0;
+        assert_eq!(cuEventCreate(&mut ev, 0), 0);
+        assert_eq!(cuMemAllocAsync(&mut a, MIB, stream), 0);
+        assert_eq!(cuMemFreeAsync(a, stream), 0);
+        assert_eq!(cuEventRecord(ev, stream), 0);
+        assert_eq!(used() - before, MIB);
+        assert_eq!(cuEventSynchronize(ev), 0);
+        assert_eq!(cuEventDestroy_v2(ev), 0);
+        assert_eq!(cuStreamDestroy_v2(stream), 0);
+    }
+    assert_eq!(used(), before);
+}
+
+#[test]
+fn created_pools_max_size_set_and_destroy() {
+    let (_g, _) = setup();
+    let before = used();
+    unsafe {
+        let mut props: CUmemPoolProps = std::mem::zeroed();
+        props.alloc_type = 1;
+        props.location = CUmemLocation { type_: 1, id: 0 };
+        props.max_size = 4 * MIB;
+        let mut pool = 0;
+        assert_eq!(cuMemPoolCreate(&mut pool, &props), 0);
+        let mut p = 0;
+        assert_eq!(
+            cuMemAllocFromPoolAsync(&mut p, 5 * MIB, pool, 0),
+            CUDA_ERROR_OUT_OF_MEMORY
+        );
+        assert_eq!(cuDeviceSetMemPool(0, pool), 0);
+        let mut cur = 0;
+        assert_eq!(cuDeviceGetMemPool(&mut cur, 0), 0);
+        assert_eq!(cur, pool);
+        assert_eq!(cuMemAllocAsync(&mut p, 3 * MIB, 0), 0);
+        let mut info = std::mem::zeroed::<[u64; 1]>();
+        assert_eq!(cuPointerGetAttribute(info.as_mut_ptr().cast(), 17, p), 0);
+        assert_eq!(info[0] as usize, pool);
+        // Destroyed with an allocation outstanding: it stays valid, the pool goes with it.
+        assert_eq!(cuMemPoolDestroy(pool), 0);
+        assert_eq!(cuDeviceGetMemPool(&mut cur, 0), 0);
+        let mut default = 0;
+        assert_eq!(cuDeviceGetDefaultMemPool(&mut default, 0), 0);
+        assert_eq!(cur, default);
+        assert_eq!(used() - before, 3 * MIB);
+        assert_eq!(cuMemsetD8_v2(p, 1, 3 * MIB), 0);
+        assert_eq!(cuMemFreeAsync(p, 0), 0);
+        assert_eq!(used(), before, "a destroyed pool keeps nothing");
+        assert_eq!(cuMemPoolDestroy(pool), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuMemPoolDestroy(default), CUDA_ERROR_INVALID_VALUE);
+    }
+}
+
+fn prop(handle_types: i32) -> CUmemAllocationProp {
+    // SAFETY: a plain C struct, zero is its default.
+    let mut prop: CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = 1;
+    prop.requested_handle_types = handle_types;
+    prop.location = CUmemLocation { type_: 1, id: 0 };
+    prop
+}
+
+const RW: CUmemAccessDesc = CUmemAccessDesc {
+    location: CUmemLocation { type_: 1, id: 0 },
+    flags: 3,
+};
+
+/// This process's fds that are VMM memfds (arenas or handles of their own).
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| {
+            let t = t.to_string_lossy();
+            t.contains("memfd:fakecuda-arena") || t.contains("memfd:fakecuda-vmm")
+        })
+        .count()
+}
+
+/// gpucap's growth mode: a big footprint as thousands of 2 MiB handles, each mapped on its
+/// own, and many reserve/map/unmap/free cycles. One fd per device, whatever the count.
+#[test]
+fn thousands_of_vmm_handles() {
+    let (_g, _) = setup();
+    let before = used();
+    let g = GRANULARITY;
+    let prop = prop(0);
+    let fds = open_fds();
+    unsafe {
+        // 3 GiB in 1536 pages of one reservation.
+        let n = 1536;
+        let mut va = 0;
+        assert_eq!(cuMemAddressReserve(&mut va, n * g, 0, 0, 0), 0);
+        let mut handles = Vec::new();
+        for i in 0..n {
+            let mut h = 0;
+            assert_eq!(cuMemCreate(&mut h, g, &prop, 0), 0, "handle {i}");
+            assert_eq!(cuMemMap(va + (i * g) as u64, g, 0, h, 0), 0);
+            assert_eq!(cuMemRelease(h), 0);
+            handles.push(h);
+        }
+        assert_eq!(cuMemSetAccess(va, n * g, &RW, 1), 0);
+        assert_eq!(used() - before, n * g);
+        assert!(open_fds() <= fds + 1, "one arena fd, not one per handle");
+        // Each page is its own memory.
+        for i in (0..n).step_by(97) {
+            assert_eq!(cuMemsetD32_v2(va + (i * g) as u64, i as u32, g / 4), 0);
+        }
+        for i in (0..n).step_by(97) {
+            let mut w = [0u32; 2];
+            let at = va + (i * g + g - 4) as u64;
+            assert_eq!(cuMemcpyDtoH_v2(w.as_mut_ptr().cast(), at, 4), 0);
+            assert_eq!(w[0], i as u32);
+        }
+        assert_eq!(cuMemUnmap(va, n * g), 0);
+        assert_eq!(cuMemAddressFree(va, n * g), 0);
+        assert_eq!(used(), before);
+
+        // 512 create + reserve + map + unmap + free + release cycles.
+        let t = Instant::now();
+        for _ in 0..512 {
+            let (mut h, mut va) = (0, 0);
+            assert_eq!(cuMemCreate(&mut h, g, &prop, 0), 0);
+            assert_eq!(cuMemAddressReserve(&mut va, g, 0, 0, 0), 0);
+            assert_eq!(cuMemMap(va, g, 0, h, 0), 0);
+            assert_eq!(cuMemSetAccess(va, g, &RW, 1), 0);
+            assert_eq!(cuMemsetD8_v2(va, 0x5a, 4096), 0);
+            assert_eq!(cuMemUnmap(va, g), 0);
+            assert_eq!(cuMemAddressFree(va, g), 0);
+            assert_eq!(cuMemRelease(h), 0);
+        }
+        let el = t.elapsed();
+        eprintln!("512 VMM create+reserve+map+access+touch+unmap+free+release cycles: {el:?}");
+        assert!(el.as_secs_f64() < 5.0, "{el:?}");
+    }
+    assert_eq!(used(), before);
+    assert!(open_fds() <= fds + 1);
+}
+
+#[test]
+fn mappings_of_one_handle_alias() {
+    let (_g, _) = setup();
+    let g = GRANULARITY;
+    unsafe {
+        let prop = prop(0);
+        let mut h = 0;
+        assert_eq!(cuMemCreate(&mut h, 2 * g, &prop, 0), 0);
+        let (mut va1, mut va2) = (0, 0);
+        assert_eq!(cuMemAddressReserve(&mut va1, 2 * g, 0, 0, 0), 0);
+        assert_eq!(cuMemAddressReserve(&mut va2, g, 0, 0, 0), 0);
+        assert_eq!(cuMemMap(va1, 2 * g, 0, h, 0), 0);
+        // The second half of the handle, on its own.
+        assert_eq!(cuMemMap(va2, g, g, h, 0), 0);
+        assert_eq!(cuMemSetAccess(va1, 2 * g, &RW, 1), 0);
+        assert_eq!(cuMemSetAccess(va2, g, &RW, 1), 0);
+        let x = 0x1234_5678u32;
+        assert_eq!(
+            cuMemcpyHtoD_v2(va1 + g as u64 + 8, (&x as *const u32).cast(), 4),
+            0
+        );
+        let mut y = 0u32;
+        assert_eq!(cuMemcpyDtoH_v2((&mut y as *mut u32).cast(), va2 + 8, 4), 0);
+        assert_eq!(y, x);
+        assert_eq!(cuMemsetD8_v2(va2, 0xab, 1), 0);
+        let mut b = 0u8;
+        assert_eq!(
+            cuMemcpyDtoH_v2((&mut b as *mut u8).cast(), va1 + g as u64, 1),
+            0
+        );
+        assert_eq!(b, 0xab);
+        assert_eq!(cuMemRelease(h), 0);
+        assert_eq!(cuMemUnmap(va1, 2 * g), 0);
+        assert_eq!(cuMemUnmap(va2, g), 0);
+        assert_eq!(cuMemAddressFree(va1, 2 * g), 0);
+        assert_eq!(cuMemAddressFree(va2, g), 0);
+    }
+}
+
+#[test]
+fn shareable_fd_handles_import_without_charge() {
+    let (_g, _) = setup();
+    let before = used();
+    let g = GRANULARITY;
+    unsafe {
+        let mut h = 0;
+        assert_eq!(cuMemCreate(&mut h, g, &prop(1), 0), 0);
+        let mut fd = -1i32;
+        assert_eq!(
+            cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), h, 1, 0),
+            0
+        );
+        assert!(fd >= 0);
+        let mut imported = 0;
+        assert_eq!(
+            cuMemImportFromShareableHandle(&mut imported, fd as usize as *mut c_void, 1),
+            0
+        );
+        libc::close(fd);
+        assert_ne!(imported, h);
+        assert_eq!(used() - before, g, "an imported handle costs nothing more");
+        let mut back: CUmemAllocationProp = std::mem::zeroed();
+        assert_eq!(
+            cuMemGetAllocationPropertiesFromHandle(&mut back, imported),
+            0
+        );
+        assert_eq!((back.location.id, back.requested_handle_types), (0, 1));
+        let (mut va1, mut va2) = (0, 0);
+        assert_eq!(cuMemAddressReserve(&mut va1, g, 0, 0, 0), 0);
+        assert_eq!(cuMemAddressReserve(&mut va2, g, 0, 0, 0), 0);
+        assert_eq!(cuMemMap(va1, g, 0, h, 0), 0);
+        assert_eq!(cuMemMap(va2, g, 0, imported, 0), 0);
+        assert_eq!(cuMemSetAccess(va1, g, &RW, 1), 0);
+        assert_eq!(cuMemSetAccess(va2, g, &RW, 1), 0);
+        assert_eq!(cuMemsetD32_v2(va1 + 64, 77, 1), 0);
+        let mut y = 0u32;
+        assert_eq!(cuMemcpyDtoH_v2((&mut y as *mut u32).cast(), va2 + 64, 4), 0);
+        assert_eq!(y, 77);
+        for (va, hh) in [(va1, h), (va2, imported)] {
+            assert_eq!(cuMemUnmap(va, g), 0);
+            assert_eq!(cuMemAddressFree(va, g), 0);
+            assert_eq!(cuMemRelease(hh), 0);
+        }
+        assert_eq!(used(), before);
+        // Without the fd handle type requested there is no fd to export.
+        assert_eq!(cuMemCreate(&mut h, g, &prop(0), 0), 0);
+        assert_eq!(
+            cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), h, 1, 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuMemExportToShareableHandle((&mut fd as *mut i32).cast(), h, 2, 0),
+            CUDA_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(cuMemRelease(h), 0);
+        assert_eq!(
+            cuMemImportFromShareableHandle(&mut imported, 12345usize as *mut c_void, 1),
+            CUDA_ERROR_INVALID_VALUE
+        );
+    }
+    assert_eq!(used(), before);
+}
+
+#[test]
+fn ipc_handles_open_the_same_memory_without_charge() {
+    let (_g, _) = setup();
+    let before = used();
+    unsafe {
+        let mut p = 0;
+        assert_eq!(cuMemAlloc_v2(&mut p, 3 * MIB + 100), 0);
+        assert_eq!(cuMemsetD32_v2(p, 0xfeed, 1024), 0);
+        let mut h = CUipcMemHandle { reserved: [0; 64] };
+        assert_eq!(cuIpcGetMemHandle(&mut h, p + 10), 0);
+        // The content survived the move onto a memfd.
+        let mut w = 0u32;
+        assert_eq!(cuMemcpyDtoH_v2((&mut w as *mut u32).cast(), p + 4000, 4), 0);
+        assert_eq!(w, 0xfeed);
+        let mut q = 0;
+        assert_eq!(cuIpcOpenMemHandle_v2(&mut q, h, 1), 0);
+        assert_ne!(q, p);
+        assert_eq!(
+            used() - before,
+            3 * MIB + 100,
+            "opening is not an allocation"
+        );
+        let mut q2 = 0;
+        assert_eq!(cuIpcOpenMemHandle(&mut q2, h, 0), 0);
+        assert_eq!(q2, q, "opened again: same address");
+        assert_eq!(cuMemcpyDtoH_v2((&mut w as *mut u32).cast(), q + 8, 4), 0);
+        assert_eq!(w, 0xfeed);
+        assert_eq!(cuMemsetD8_v2(q + 3 * MIB as u64, 0x42, 100), 0);
+        let mut b = 0u8;
+        assert_eq!(
+            cuMemcpyDtoH_v2((&mut b as *mut u8).cast(), p + 3 * MIB as u64 + 99, 1),
+            0
+        );
+        assert_eq!(b, 0x42);
+        // Pointer queries know it as device memory of device 0.
+        let (mut base, mut size) = (0, 0);
+        assert_eq!(cuMemGetAddressRange_v2(&mut base, &mut size, q + 5), 0);
+        assert_eq!((base, size), (q, 3 * MIB + 100));
+        assert_eq!(
+            cuMemFree_v2(q),
+            CUDA_ERROR_INVALID_VALUE,
+            "not an allocation of ours"
+        );
+        assert_eq!(cuIpcCloseMemHandle(q), 0);
+        assert_eq!(cuIpcCloseMemHandle(q), 0);
+        assert_eq!(cuIpcCloseMemHandle(q), CUDA_ERROR_INVALID_VALUE);
+        // Exporting again gives an equivalent handle.
+        let mut h2 = CUipcMemHandle { reserved: [0; 64] };
+        assert_eq!(cuIpcGetMemHandle(&mut h2, p), 0);
+        assert_eq!(h2.reserved, h.reserved);
+        assert_eq!(cuMemFree_v2(p), 0);
+        // Freed: the handle no longer opens.
+        assert_eq!(
+            cuIpcOpenMemHandle_v2(&mut q, h, 1),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuIpcGetMemHandle(&mut h, 0x1000), CUDA_ERROR_INVALID_VALUE);
+        // Managed and pool memory cannot be exported this way.
+        assert_eq!(cuMemAllocManaged(&mut p, MIB, 1), 0);
+        assert_eq!(cuIpcGetMemHandle(&mut h, p), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuMemFree_v2(p), 0);
+    }
+    assert_eq!(used(), before);
+}
+
+#[test]
+fn pinned_host_memory_is_not_device_memory() {
+    let (_g, _) = setup();
+    let before = used();
+    unsafe {
+        let (mut a, mut b) = (null_mut(), null_mut());
+        assert_eq!(cuMemAllocHost_v2(&mut a, 64 * MIB), 0);
+        assert_eq!(cuMemHostAlloc(&mut b, 64 * MIB, 0), 0);
+        let mut buf = vec![0u8; 8 * MIB];
+        let reg = buf.as_mut_ptr().cast::<c_void>();
+        assert_eq!(cuMemHostRegister_v2(reg, buf.len(), 0), 0);
+        assert_eq!(used(), before);
+        assert_eq!(
+            cuMemHostRegister_v2(reg.add(4096), 4096, 0),
+            CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        );
+        let mut flags = 9;
+        assert_eq!(cuMemHostGetFlags(&mut flags, reg), 0);
+        // Device <-> pinned copies work.
+        let mut d = 0;
+        assert_eq!(cuMemAlloc_v2(&mut d, 4096), 0);
+        assert_eq!(cuMemsetD8_v2(d, 7, 4096), 0);
+        assert_eq!(cuMemcpyDtoH_v2(a, d, 4096), 0);
+        assert_eq!(*(a as *const u8).add(4095), 7);
+        assert_eq!(cuMemFree_v2(d), 0);
+        assert_eq!(
+            cuMemFreeHost(reg),
+            CUDA_ERROR_INVALID_VALUE,
+            "registered, not allocated"
+        );
+        assert_eq!(cuMemHostUnregister(reg), 0);
+        assert_eq!(
+            cuMemHostUnregister(reg),
+            CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+        );
+        assert_eq!(cuMemFreeHost(a), 0);
+        assert_eq!(cuMemFreeHost(b), 0);
+        assert_eq!(cuMemFreeHost(b), CUDA_ERROR_INVALID_VALUE);
+    }
+    assert_eq!(used(), before);
+}
+
+#[test]
+fn array_requirements_match_the_charge() {
+    let (_g, _) = setup();
+    let before = used();
+    unsafe {
+        let mut desc = CudaArray3dDescriptor {
+            width: 100,
+            height: 30,
+            depth: 2,
+            format: 0x20,
+            num_channels: 2,
+            flags: 0,
+        };
+        let mut a = 0;
+        assert_eq!(cuArray3DCreate_v2(&mut a, &desc), 0);
+        let mut r = CudaArrayMemoryRequirements::default();
+        assert_eq!(cuArrayGetMemoryRequirements(&mut r, a, 0), 0);
+        assert_eq!(
+            (r.size, r.alignment),
+            (48_128, 512),
+            "100*30*2*2*4 = 48000, rounded up"
+        );
+        assert_eq!(used() - before, r.size);
+        assert_eq!(
+            cuArrayGetMemoryRequirements(&mut r, a, 3),
+            CUDA_ERROR_INVALID_DEVICE
+        );
+        assert_eq!(cuArrayDestroy(a), 0);
+        assert_eq!(
+            cuArrayGetMemoryRequirements(&mut r, a, 0),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+
+        // Deferred mapping: nothing charged, same requirements.
+        desc.flags = 0x80;
+        assert_eq!(cuArray3DCreate_v2(&mut a, &desc), 0);
+        assert_eq!(used(), before);
+        assert_eq!(cuArrayGetMemoryRequirements(&mut r, a, 0), 0);
+        assert_eq!(r.size, 48_128);
+        assert_eq!(cuArrayDestroy(a), 0);
+
+        // Mipmaps: the levels add up.
+        desc = CudaArray3dDescriptor {
+            width: 256,
+            height: 64,
+            depth: 0,
+            format: 0x01,
+            num_channels: 4,
+            flags: 0,
+        };
+        let mut m = 0;
+        assert_eq!(
+            cuMipmappedArrayCreate(&mut m, &desc, 10),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuMipmappedArrayCreate(&mut m, &desc, 4), 0);
+        let want = 256 * 64 * 4 + 128 * 32 * 4 + 64 * 16 * 4 + 32 * 8 * 4;
+        assert_eq!(cuMipmappedArrayGetMemoryRequirements(&mut r, m, 0), 0);
+        assert_eq!((r.size, r.alignment), (want, 512));
+        assert_eq!(used() - before, want);
+        let mut level = 0;
+        assert_eq!(cuMipmappedArrayGetLevel(&mut level, m, 2), 0);
+        let mut ld = CudaArray3dDescriptor {
+            width: 0,
+            height: 0,
+            depth: 0,
+            format: 0,
+            num_channels: 0,
+            flags: 0,
+        };
+        assert_eq!(cuArray3DGetDescriptor_v2(&mut ld, level), 0);
+        assert_eq!((ld.width, ld.height), (64, 16));
+        assert_eq!(cuArrayGetMemoryRequirements(&mut r, level, 0), 0);
+        assert_eq!(r.size, 64 * 16 * 4);
+        assert_eq!(
+            cuMipmappedArrayGetLevel(&mut level, m, 4),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuArrayDestroy(level),
+            CUDA_ERROR_INVALID_HANDLE,
+            "levels go with the mipmap"
+        );
+        assert_eq!(cuMipmappedArrayDestroy(m), 0);
+        assert_eq!(cuMipmappedArrayDestroy(m), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(
+            cuArray3DGetDescriptor_v2(&mut ld, level),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+    }
+    assert_eq!(used(), before);
+}

@@ -1,0 +1,434 @@
+//! Stream-ordered memory pools (cuMemAllocAsync, cuMemPool*), modelled on the real driver's
+//! accounting:
+//!
+//! - A pool holds `reserved` bytes of device memory (charged to the device), of which `used`
+//!   are handed out. An allocation takes cached bytes (`reserved - used`) first and grows the
+//!   reservation only by what is missing (OUT_OF_MEMORY if the device, or the pool's
+//!   `maxSize`, has no room).
+//! - cuMemFreeAsync gives the bytes back to the pool, not to the device: they stay
+//!   reserved, and so stay in use on the device (cuMemGetInfo), until the pool releases them.
+//! - A pool releases what it caches above its `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` (default
+//!   0) at the next synchronisation of its device (cuStreamSynchronize, cuCtxSynchronize,
+//!   cuEventSynchronize), and down to `minBytesToKeep` at cuMemPoolTrimTo. It never
+//!   releases bytes in use.
+//! - Byte-exact: no rounding to pages or chunks, no fragmentation.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use once_cell::sync::Lazy;
+
+use crate::device::{cfg, check_dev};
+use crate::ffi::*;
+use crate::memory::{CUdeviceptr, Kind, alloc, free, ledger};
+use crate::vmm::{
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccessDesc, CUmemLocation,
+};
+use libc::{c_int, c_void};
+
+/// CUmemPoolProps (CUDA 12.9 layout, 88 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUmemPoolProps {
+    pub alloc_type: c_int,
+    pub handle_types: c_int,
+    pub location: CUmemLocation,
+    pub win32_security_attributes: usize, // void*
+    pub max_size: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+const _: () = assert!(std::mem::size_of::<CUmemPoolProps>() == 88);
+
+// CUmemPool_attribute
+const ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: c_int = 1;
+const ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: c_int = 3;
+const ATTR_RELEASE_THRESHOLD: c_int = 4;
+const ATTR_RESERVED_MEM_CURRENT: c_int = 5;
+const ATTR_RESERVED_MEM_HIGH: c_int = 6;
+const ATTR_USED_MEM_CURRENT: c_int = 7;
+const ATTR_USED_MEM_HIGH: c_int = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool {
+    pub dev: usize,
+    pub is_default: bool,
+    pub release_threshold: u64,
+    /// Bytes charged to the device (handed out + cached).
+    pub reserved: u64,
+    /// Bytes handed out.
+    pub used: u64,
+    pub used_high: u64,
+    pub reserved_high: u64,
+    reuse: [c_int; 3],
+    /// CUmemPoolProps.maxSize (0: no limit but the device).
+    max_size: u64,
+    /// cuMemPoolDestroy'ed while allocations were outstanding: released as they are freed.
+    destroyed: bool,
+}
+
+impl Pool {
+    pub fn new(dev: usize, is_default: bool, max_size: u64) -> Pool {
+        Pool {
+            dev,
+            is_default,
+            release_threshold: 0,
+            reserved: 0,
+            used: 0,
+            used_high: 0,
+            reserved_high: 0,
+            reuse: [1, 1, 1],
+            max_size,
+            destroyed: false,
+        }
+    }
+
+    /// Hands out `size` bytes: cached bytes first; `grow(n)` charges the device for the
+    /// n bytes the pool has to add to its reservation.
+    pub fn take(&mut self, size: u64, grow: impl FnOnce(u64) -> CuResult) -> CuResult {
+        let cached = self.reserved - self.used;
+        if size > cached {
+            let need = size - cached;
+            let reserved = self
+                .reserved
+                .checked_add(need)
+                .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+            if self.max_size != 0 && reserved > self.max_size {
+                return Err(CUDA_ERROR_OUT_OF_MEMORY);
+            }
+            grow(need)?;
+            self.reserved = reserved;
+        }
+        self.used += size;
+        self.used_high = self.used_high.max(self.used);
+        self.reserved_high = self.reserved_high.max(self.reserved);
+        Ok(())
+    }
+
+    /// Takes back `size` handed-out bytes (they stay reserved).
+    pub fn give(&mut self, size: u64) {
+        self.used = self.used.saturating_sub(size);
+    }
+
+    /// Releases cached bytes until at most `keep` are reserved (never bytes in use);
+    /// returns how many bytes to give back to the device.
+    pub fn trim(&mut self, keep: u64) -> u64 {
+        let target = self.used.max(self.reserved.min(keep));
+        let freed = self.reserved - target;
+        self.reserved = target;
+        freed
+    }
+}
+
+#[derive(Default)]
+struct Pools {
+    pools: HashMap<usize, Pool>,
+    default: Vec<usize>,
+    current: Vec<usize>,
+}
+
+static POOLS: Lazy<Mutex<Pools>> = Lazy::new(Default::default);
+
+fn pools() -> std::sync::MutexGuard<'static, Pools> {
+    POOLS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn new_handle() -> usize {
+    Box::into_raw(Box::new(0u64)) as usize
+}
+
+impl Pools {
+    fn ensure(&mut self, dev: usize) {
+        while self.default.len() <= dev {
+            let d = self.default.len();
+            let h = new_handle();
+            self.pools.insert(h, Pool::new(d, true, 0));
+            self.default.push(h);
+            self.current.push(h);
+        }
+    }
+
+    /// Trims `pool` to `keep` bytes and gives what it released back to the device.
+    fn trim(&mut self, pool: usize, keep: u64) {
+        let Some(p) = self.pools.get_mut(&pool) else {
+            return;
+        };
+        let freed = p.trim(keep);
+        let (dev, gone) = (p.dev, p.destroyed && p.used == 0);
+        if gone {
+            self.pools.remove(&pool);
+        }
+        if freed > 0
+            && let Ok(l) = ledger()
+        {
+            l.uncharge(dev, freed);
+        }
+    }
+}
+
+/// Takes `size` bytes from `pool` for an allocation (memory::alloc).
+pub fn take(pool: usize, size: u64) -> CuResult {
+    let l = ledger()?;
+    let mut ps = pools();
+    let p = ps
+        .pools
+        .get_mut(&pool)
+        .filter(|p| !p.destroyed)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let dev = p.dev;
+    p.take(size, |n| l.charge(dev, n))
+}
+
+/// Gives the bytes of a freed allocation back to `pool` (memory::free).
+pub fn give(pool: usize, size: u64) {
+    let mut ps = pools();
+    if let Some(p) = ps.pools.get_mut(&pool) {
+        p.give(size);
+        if p.destroyed {
+            ps.trim(pool, 0);
+        }
+    }
+}
+
+/// A synchronisation point of `dev` (None: every device): each pool of the device releases
+/// what it holds above its release threshold.
+pub fn sync(dev: Option<usize>) {
+    let mut ps = pools();
+    let victims: Vec<(usize, u64)> = ps
+        .pools
+        .iter()
+        .filter(|(_, p)| dev.is_none_or(|d| p.dev == d) && p.reserved > p.release_threshold)
+        .map(|(&h, p)| (h, p.release_threshold))
+        .collect();
+    for (h, keep) in victims {
+        ps.trim(h, keep);
+    }
+}
+
+/// Every pool of `dev` releases all it caches (context teardown).
+pub fn trim_device(dev: usize) {
+    let mut ps = pools();
+    let victims: Vec<usize> = ps
+        .pools
+        .iter()
+        .filter(|(_, p)| p.dev == dev)
+        .map(|(&h, _)| h)
+        .collect();
+    for h in victims {
+        ps.trim(h, 0);
+    }
+}
+
+/// Bytes the pools of `dev` hold reserved.
+pub fn reserved_of(dev: usize) -> u64 {
+    pools()
+        .pools
+        .values()
+        .filter(|p| p.dev == dev)
+        .map(|p| p.reserved)
+        .sum()
+}
+
+fn pool_get(pool: usize) -> Result<Pool, CUresult> {
+    cfg()?;
+    pools()
+        .pools
+        .get(&pool)
+        .filter(|p| !p.destroyed)
+        .copied()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
+fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: usize) -> CuResult {
+    let (ctx, sdev) = crate::stream::context_of(stream)?;
+    if dptr.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (pool, dev) = match pool {
+        Some(p) => (p, pool_get(p)?.dev),
+        None => {
+            let mut ps = pools();
+            ps.ensure(sdev);
+            (ps.current[sdev], sdev)
+        }
+    };
+    out(dptr, alloc(dev, ctx, size as u64, Kind::Pool(pool))?)
+}
+
+crate::ffi::exports! {
+    fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int) {
+        let dev = check_dev(dev)?;
+        let mut ps = pools();
+        ps.ensure(dev);
+        out(pool, ps.default[dev])
+    }
+
+    fn cuDeviceGetMemPool(pool: *mut usize, dev: c_int) {
+        let dev = check_dev(dev)?;
+        let mut ps = pools();
+        ps.ensure(dev);
+        out(pool, ps.current[dev])
+    }
+
+    fn cuDeviceSetMemPool(dev: c_int, pool: usize) {
+        let dev = check_dev(dev)?;
+        let mut ps = pools();
+        ps.ensure(dev);
+        match ps.pools.get(&pool) {
+            Some(p) if p.dev == dev && !p.destroyed => {
+                ps.current[dev] = pool;
+                Ok(())
+            }
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    fn cuMemPoolCreate(pool: *mut usize, props: *const CUmemPoolProps) {
+        cfg()?;
+        let props = inp(props)?;
+        if pool.is_null() || props.alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED || props.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let dev = check_dev(props.location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        let h = new_handle();
+        let mut ps = pools();
+        ps.ensure(dev);
+        ps.pools.insert(h, Pool::new(dev, false, props.max_size as u64));
+        note(|| format!("pool={h:#x}"));
+        out(pool, h)
+    }
+
+    fn cuMemPoolDestroy(pool: usize) {
+        cfg()?;
+        let mut ps = pools();
+        let p = ps.pools.get(&pool).copied().filter(|p| !p.destroyed).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if p.is_default {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if ps.current[p.dev] == pool {
+            ps.current[p.dev] = ps.default[p.dev];
+        }
+        // Outstanding allocations stay valid; the pool goes once they are freed.
+        ps.pools.get_mut(&pool).unwrap().destroyed = true;
+        ps.trim(pool, 0);
+        Ok(())
+    }
+
+    fn cuMemPoolTrimTo(pool: usize, min_bytes: usize) {
+        pool_get(pool)?;
+        pools().trim(pool, min_bytes as u64);
+        Ok(())
+    }
+
+    fn cuMemPoolSetAttribute(pool: usize, attr: c_int, value: *mut c_void) {
+        pool_get(pool)?;
+        if value.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut ps = pools();
+        let p = ps.pools.get_mut(&pool).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        match attr {
+            ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
+                p.reuse[attr as usize - 1] = inp(value.cast::<c_int>())?
+            }
+            ATTR_RELEASE_THRESHOLD => p.release_threshold = inp(value.cast::<u64>())?,
+            ATTR_RESERVED_MEM_HIGH | ATTR_USED_MEM_HIGH => {
+                if inp(value.cast::<u64>())? != 0 {
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
+                if attr == ATTR_RESERVED_MEM_HIGH {
+                    p.reserved_high = p.reserved;
+                } else {
+                    p.used_high = p.used;
+                }
+            }
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        }
+        Ok(())
+    }
+
+    fn cuMemPoolGetAttribute(pool: usize, attr: c_int, value: *mut c_void) {
+        let p = pool_get(pool)?;
+        match attr {
+            ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
+                out(value.cast::<c_int>(), p.reuse[attr as usize - 1])
+            }
+            ATTR_RELEASE_THRESHOLD => out(value.cast::<u64>(), p.release_threshold),
+            ATTR_RESERVED_MEM_CURRENT => out(value.cast::<u64>(), p.reserved),
+            ATTR_RESERVED_MEM_HIGH => out(value.cast::<u64>(), p.reserved_high),
+            ATTR_USED_MEM_CURRENT => out(value.cast::<u64>(), p.used),
+            ATTR_USED_MEM_HIGH => out(value.cast::<u64>(), p.used_high),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    fn cuMemPoolSetAccess(pool: usize, desc: *const CUmemAccessDesc, count: usize) {
+        pool_get(pool)?;
+        if desc.is_null() && count > 0 { Err(CUDA_ERROR_INVALID_VALUE) } else { Ok(()) }
+    }
+
+    fn cuMemPoolGetAccess(flags: *mut c_int, pool: usize, location: *const CUmemLocation) {
+        pool_get(pool)?;
+        let loc = inp(location)?;
+        out(flags, if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE { 3 } else { 0 })
+    }
+
+    fn cuMemAllocAsync | cuMemAllocAsync_ptsz (dptr: *mut CUdeviceptr, bytesize: usize, stream: usize) {
+        alloc_from(dptr, bytesize, None, stream)
+    }
+
+    fn cuMemAllocFromPoolAsync | cuMemAllocFromPoolAsync_ptsz (dptr: *mut CUdeviceptr, bytesize: usize, pool: usize, stream: usize) {
+        alloc_from(dptr, bytesize, Some(pool), stream)
+    }
+
+    fn cuMemFreeAsync | cuMemFreeAsync_ptsz (dptr: CUdeviceptr, stream: usize) {
+        crate::stream::check(stream)?;
+        free(dptr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuse_release_and_trim() {
+        let mut device = 0u64;
+        let mut p = Pool::new(0, true, 0);
+        let mut grow = |n: u64| {
+            device += n;
+            Ok(())
+        };
+        p.take(100, &mut grow).unwrap();
+        p.give(100);
+        assert_eq!((p.reserved, p.used), (100, 0), "freed bytes stay reserved");
+        p.take(60, &mut grow).unwrap();
+        assert_eq!((p.reserved, p.used), (100, 60), "cached bytes are reused");
+        p.take(70, &mut grow).unwrap();
+        assert_eq!(
+            (p.reserved, p.used, p.reserved_high),
+            (130, 130, 130),
+            "grows by what is missing"
+        );
+        assert_eq!(device, 130);
+        p.give(70);
+        assert_eq!(p.trim(100), 30, "keeps 100 of 130 (60 in use)");
+        assert_eq!(p.reserved, 100);
+        assert_eq!(p.trim(0), 40, "never below what is in use");
+        assert_eq!((p.reserved, p.used, p.used_high), (60, 60, 130));
+    }
+
+    #[test]
+    fn max_size_and_device_refusals() {
+        let mut p = Pool::new(0, false, 100);
+        assert_eq!(p.take(101, |_| Ok(())), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(
+            p.take(50, |_| Err(CUDA_ERROR_OUT_OF_MEMORY)),
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        );
+        assert_eq!((p.reserved, p.used), (0, 0));
+        p.take(100, |_| Ok(())).unwrap();
+        assert_eq!(p.take(u64::MAX, |_| Ok(())), Err(CUDA_ERROR_OUT_OF_MEMORY));
+    }
+}
