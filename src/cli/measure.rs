@@ -7,7 +7,7 @@
 //! more, so the suggestion is between 1.2x and 1.5x the peak.
 
 use std::ffi::{OsStr, OsString, c_int};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering::*};
 
@@ -178,13 +178,12 @@ fn forward_signals() {
 }
 
 /// Ctrl-C and Ctrl-\ go to the whole foreground process group: the child gets them,
-/// gpucap ignores them and waits to report. Called after the child was spawned, so it
-/// does not inherit SIG_IGN.
-fn ignore_terminal_signals() {
-    for sig in [libc::SIGINT, libc::SIGQUIT] {
-        // SAFETY: setting a signal to SIG_IGN has no preconditions.
-        unsafe { libc::signal(sig, libc::SIG_IGN) };
-    }
+/// gpucap ignores them and waits to report. Set before the child is spawned (no window
+/// where a Ctrl-C kills gpucap but not the child); returns the dispositions they had,
+/// for the child to get back.
+fn ignore_terminal_signals() -> [libc::sighandler_t; 2] {
+    // SAFETY: setting a signal to SIG_IGN has no preconditions.
+    [libc::SIGINT, libc::SIGQUIT].map(|sig| unsafe { libc::signal(sig, libc::SIG_IGN) })
 }
 
 /// A fresh private directory for the report.
@@ -268,11 +267,28 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
     set_var(&mut env, "GPUCAP_REPORT", report.clone().into_os_string());
 
     forward_signals();
-    let spawned = std::process::Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .spawn();
+    let before = ignore_terminal_signals();
+    // The child gets SIGINT/SIGQUIT as gpucap had them (default, or ignored when gpucap
+    // itself was started with them ignored, as for a background job).
+    let restore = before.map(|h| {
+        if h == libc::SIG_IGN {
+            libc::SIG_IGN
+        } else {
+            libc::SIG_DFL
+        }
+    });
+    let mut command = std::process::Command::new(program);
+    command.args(args).env_clear().envs(env);
+    // SAFETY: the closure only calls signal(), which is async-signal-safe, between
+    // fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGINT, restore[0]);
+            libc::signal(libc::SIGQUIT, restore[1]);
+            Ok(())
+        });
+    }
+    let spawned = command.spawn();
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -288,7 +304,6 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         // SAFETY: the child has not been waited for, so its pid is still its own.
         unsafe { libc::kill(child.id() as i32, pending) };
     }
-    ignore_terminal_signals();
     let status = child.wait();
     CHILD.store(0, SeqCst);
     let code = match status {
