@@ -1,0 +1,397 @@
+//! scripts/docker-entrypoint.sh, run as a container would run it (no Docker engine):
+//! the entrypoint with the command as its arguments, on the fake GPU.
+//!
+//! Each test installs gpucap, a COPY of libgpucap.so and the entrypoint in a scratch
+//! "GPUCAP_HOME", so the gpucap.env the entrypoint writes beside the library stays
+//! there. /etc is never touched: GPUCAP_ETC points the ld.so.preload install elsewhere.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn dump(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    )
+}
+
+/// A scratch install: `<dir>/home/{gpucap,libgpucap.so,docker-entrypoint.sh}`.
+struct Install {
+    dir: PathBuf,
+    home: PathBuf,
+}
+
+impl Install {
+    fn new(tag: &str) -> Install {
+        let dir = scratch(tag);
+        let home = dir.join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::copy(cli(), home.join("gpucap")).unwrap();
+        std::fs::copy(shim(), home.join("libgpucap.so")).unwrap();
+        std::fs::copy(
+            root().join("scripts/docker-entrypoint.sh"),
+            home.join("docker-entrypoint.sh"),
+        )
+        .unwrap();
+        Install { dir, home }
+    }
+
+    fn lib(&self) -> PathBuf {
+        self.home.join("libgpucap.so")
+    }
+
+    fn env_file(&self) -> PathBuf {
+        self.home.join("gpucap.env")
+    }
+
+    /// The entrypoint (the installed copy, which finds gpucap beside itself) with
+    /// `args` as the container's command, on a 4 GiB fake GPU.
+    fn entrypoint(&self, args: &[&str]) -> Command {
+        let mut c = fake_cmd(
+            self.home.join("docker-entrypoint.sh"),
+            &self.dir.join("stats.json"),
+        );
+        c.args(args).env("FAKECUDA_TOTAL_MEM", "4Gi");
+        c
+    }
+}
+
+fn client() -> String {
+    cudarc_client().to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_bad_configuration_stops_the_container() {
+    let inst = Install::new("ep-bad");
+    let marker = inst.dir.join("started");
+    for (var, value) in [
+        ("GPUCAP_LIMIT", "150%"),
+        ("GPUCAP_LIMT", "1Gi"),
+        ("GPUCAP_LD_SO_PRELOAD", "maybe"),
+    ] {
+        let o = run(inst
+            .entrypoint(&["sh", "-c", "touch \"$0\"", marker.to_str().unwrap()])
+            .env(var, value));
+        assert_eq!(o.status.code(), Some(2), "{var}={value}\n{}", dump(&o));
+        let err = stderr(&o);
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("gpucap: invalid {var}=\"{value}\""))),
+            "{}",
+            dump(&o)
+        );
+        assert!(
+            err.contains("gpucap-entrypoint: the gpucap configuration is not valid"),
+            "{}",
+            dump(&o)
+        );
+        assert!(!marker.exists(), "the command ran\n{}", dump(&o));
+        assert!(
+            !inst.env_file().exists(),
+            "an invalid configuration was written"
+        );
+    }
+    // No command at all, or no gpucap to be found: also status 2.
+    let o = run(&mut inst.entrypoint(&[]));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(stderr(&o).contains("no command to run"), "{}", dump(&o));
+    let o = run(inst
+        .entrypoint(&["true"])
+        .env("GPUCAP_HOME", inst.dir.join("nowhere")));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(stderr(&o).contains("cannot find gpucap"), "{}", dump(&o));
+}
+
+#[test]
+fn a_good_configuration_caps_a_real_client() {
+    let inst = Install::new("ep-cap");
+    let o = run(inst
+        .entrypoint(&[&client(), "600", "600", "free", "600"])
+        .env("GPUCAP_LIMIT", "1Gi"));
+    assert_ok(&o);
+    let r = ClientReport::parse(&stdout(&o));
+    assert_eq!(
+        r.outcomes(),
+        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY", "600 ok"],
+        "{}",
+        dump(&o)
+    );
+    assert_eq!(r.total_mem, Some(GIB), "{}", dump(&o));
+    assert_eq!(refusals(&stderr(&o)).len(), 1, "{}", dump(&o));
+    let stats = read_stats(&inst.dir.join("stats.json"));
+    assert!(stats[0].peak_used <= GIB);
+    // The effective configuration, beside the library.
+    let text = std::fs::read_to_string(inst.env_file()).unwrap();
+    assert!(text.lines().any(|l| l == "GPUCAP_LIMIT=1Gi"), "{text}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(inst.env_file()).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o644);
+}
+
+#[test]
+fn gpucap_home_names_the_install() {
+    // The repository's script, not beside gpucap: GPUCAP_HOME says where to look.
+    let inst = Install::new("ep-home");
+    let mut c = fake_cmd(
+        root().join("scripts/docker-entrypoint.sh"),
+        &inst.dir.join("stats.json"),
+    );
+    c.args([&client(), "600", "600"])
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_HOME", &inst.home)
+        .env("GPUCAP_LIMIT", "1Gi");
+    let o = run(&mut c);
+    assert_ok(&o);
+    assert_eq!(
+        ClientReport::parse(&stdout(&o)).outcomes(),
+        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"],
+        "{}",
+        dump(&o)
+    );
+    assert!(inst.env_file().exists());
+}
+
+#[test]
+fn exit_status_passes_through() {
+    let inst = Install::new("ep-status");
+    for code in [0, 1, 7, 42] {
+        let script = format!("exit {code}");
+        let o = run(inst
+            .entrypoint(&["sh", "-c", &script])
+            .env("GPUCAP_LIMIT", "1Gi"));
+        assert_eq!(o.status.code(), Some(code), "{}", dump(&o));
+    }
+    let o = run(&mut inst.entrypoint(&["gpucap-no-such-command"]));
+    assert_eq!(o.status.code(), Some(127), "{}", dump(&o));
+    let o = run(&mut inst.entrypoint(&["sh", "-c", "kill -TERM $$"]));
+    assert_eq!(o.status.signal(), Some(15), "{}", dump(&o));
+}
+
+/// Waits for `child` to exit, at most 10 s.
+fn wait(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no exit after the signal"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn signals_reach_the_command_which_has_the_entrypoints_pid() {
+    let inst = Install::new("ep-signal");
+    let script = "trap 'echo got TERM; exit 42' TERM; echo ready $$; while :; do sleep 0.05; done";
+    let mut child = inst
+        .entrypoint(&["sh", "-c", script])
+        .env("GPUCAP_LIMIT", "1Gi")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    // After the execs the command IS the process the container runtime started.
+    assert_eq!(line, format!("ready {}\n", child.id()));
+    // SAFETY: kill on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait(&mut child);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(rest, "got TERM\n");
+    assert_eq!(status.code(), Some(42));
+
+    // A command without a handler dies of the signal, and that is the status.
+    let mut child = inst.entrypoint(&["sleep", "30"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(wait(&mut child).signal(), Some(15));
+}
+
+/// A harmless shared library to preload.
+fn marker_lib(dir: &Path) -> PathBuf {
+    let src = dir.join("marker.c");
+    std::fs::write(&src, "int gpucap_test_marker(void) { return 1; }\n").unwrap();
+    let out = dir.join("libmarker.so");
+    let ok = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    out
+}
+
+#[test]
+fn an_existing_ld_preload_is_kept() {
+    let inst = Install::new("ep-preload");
+    let marker = marker_lib(&inst.dir);
+    let o = run(inst
+        .entrypoint(&["sh", "-c", "printf '%s\\n' \"$LD_PRELOAD\""])
+        .env("LD_PRELOAD", &marker));
+    assert_ok(&o);
+    let lib = inst.lib().canonicalize().unwrap();
+    assert_eq!(
+        stdout(&o),
+        format!("{}:{}\n", marker.display(), lib.display()),
+        "{}",
+        dump(&o)
+    );
+    // And with both preloaded, the client is capped.
+    let o = run(inst
+        .entrypoint(&[&client(), "600", "600"])
+        .env("LD_PRELOAD", &marker)
+        .env("GPUCAP_LIMIT", "1Gi"));
+    assert_ok(&o);
+    assert_eq!(
+        ClientReport::parse(&stdout(&o)).outcomes(),
+        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"],
+        "{}",
+        dump(&o)
+    );
+}
+
+/// `env -i LD_PRELOAD=<lib> LD_LIBRARY_PATH=<fake> cudarc-client 600 600`: what a
+/// process started through `su -` or ssh sees (nothing of the container's environment).
+fn emptied(lib: &Path) -> Output {
+    let o = Command::new("env")
+        .arg("-i")
+        .arg(format!("LD_PRELOAD={}", lib.display()))
+        .arg(format!("LD_LIBRARY_PATH={}", fake_lib_dir().display()))
+        .arg(cudarc_client())
+        .args(["600", "600"])
+        .output()
+        .unwrap();
+    o
+}
+
+#[test]
+fn a_process_with_an_emptied_environment_stays_capped() {
+    let inst = Install::new("ep-emptied");
+    let o = run(inst
+        .entrypoint(&["true"])
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_LOG", "info"));
+    assert_ok(&o);
+    assert!(
+        stderr(&o).contains("gpucap: configuration OK"),
+        "info shows the check\n{}",
+        dump(&o)
+    );
+    let o = emptied(&inst.lib());
+    assert_ok(&o);
+    let r = ClientReport::parse(&stdout(&o));
+    assert_eq!(
+        r.outcomes(),
+        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"],
+        "{}",
+        dump(&o)
+    );
+    assert_eq!(r.total_mem, Some(GIB), "{}", dump(&o));
+
+    // Control: the same library without a gpucap.env beside it does not cap.
+    let bare = inst.dir.join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::copy(shim(), bare.join("libgpucap.so")).unwrap();
+    let o = emptied(&bare.join("libgpucap.so"));
+    assert_ok(&o);
+    assert_eq!(
+        ClientReport::parse(&stdout(&o)).outcomes(),
+        ["600 ok", "600 ok"],
+        "{}",
+        dump(&o)
+    );
+
+    // A damaged file fails closed: every CUDA call is refused, and the message names it.
+    std::fs::write(inst.env_file(), "GPUCAP_LIMIT=lots\n").unwrap();
+    let o = emptied(&inst.lib());
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("gpucap: invalid GPUCAP_LIMIT=\"lots\""))
+            && err.contains(&inst.env_file().display().to_string()),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        ClientReport::parse(&stdout(&o)).init_err.is_some(),
+        "{}",
+        dump(&o)
+    );
+    // gpucap check, in such an environment, shows the file the shim would read.
+    let o = Command::new("env")
+        .arg("-i")
+        .arg(inst.home.join("gpucap"))
+        .arg("check")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(stderr(&o).contains("(in "), "{}", dump(&o));
+    std::fs::write(inst.env_file(), "GPUCAP_LIMIT=2Gi\n").unwrap();
+    let o = Command::new("env")
+        .arg("-i")
+        .arg(inst.home.join("gpucap"))
+        .arg("check")
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!(
+            "configuration: from {}",
+            inst.env_file().display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("limit: every GPU: 2 GiB"), "{out}");
+}
+
+#[test]
+fn ld_so_preload_install_is_idempotent_and_keeps_other_lines() {
+    let inst = Install::new("ep-ldso");
+    let etc = inst.dir.join("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    let preload_file = etc.join("ld.so.preload");
+    std::fs::write(&preload_file, "/usr/lib/other.so").unwrap(); // no final newline
+    let lib = inst.lib();
+    let expected = format!("/usr/lib/other.so\n{}\n", lib.display());
+    for _ in 0..2 {
+        let o = run(inst
+            .entrypoint(&["sh", "-c", "env | grep '^GPUCAP_' | sort"])
+            .env("GPUCAP_LD_SO_PRELOAD", "1")
+            .env("GPUCAP_ETC", &etc)
+            .env("GPUCAP_LIMIT", "1Gi"));
+        assert_ok(&o);
+        // GPUCAP_ETC is the script's own knob: the command does not see it.
+        assert_eq!(
+            stdout(&o),
+            "GPUCAP_LD_SO_PRELOAD=1\nGPUCAP_LIMIT=1Gi\n",
+            "{}",
+            dump(&o)
+        );
+        assert_eq!(std::fs::read_to_string(&preload_file).unwrap(), expected);
+    }
+    let text = std::fs::read_to_string(inst.env_file()).unwrap();
+    assert!(text.contains("GPUCAP_LIMIT=1Gi\n"), "{text}");
+    // Without the switch, nothing is installed.
+    let etc2 = inst.dir.join("etc2");
+    std::fs::create_dir_all(&etc2).unwrap();
+    let o = run(inst.entrypoint(&["true"]).env("GPUCAP_ETC", &etc2));
+    assert_ok(&o);
+    assert!(!etc2.join("ld.so.preload").exists());
+}
