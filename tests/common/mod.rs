@@ -46,17 +46,24 @@ pub fn cli() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpucap"))
 }
 
-/// A directory holding `libcuda.so.1` and `libcuda.so`, both links to the fake driver.
+/// A directory holding `libcuda.so.1` and `libcuda.so`, both links to the fake driver,
+/// and, when the fake NVML (`cuda-stubs/nvml`, `libnvidia_ml.so`) is built,
+/// `libnvidia-ml.so.1` and `libnvidia-ml.so` linking to it.
 pub fn fake_lib_dir() -> PathBuf {
     let fake = built("libcuda.so");
+    let nvml = profile_dir().join("libnvidia_ml.so");
     let dir = profile_dir().join("fakecuda");
     std::fs::create_dir_all(&dir).unwrap();
-    for name in ["libcuda.so.1", "libcuda.so"] {
+    let mut links = vec![("libcuda.so.1", &fake), ("libcuda.so", &fake)];
+    if nvml.exists() {
+        links.extend([("libnvidia-ml.so.1", &nvml), ("libnvidia-ml.so", &nvml)]);
+    }
+    for (name, target) in links {
         let link = dir.join(name);
-        if std::fs::read_link(&link).ok().as_deref() != Some(fake.as_path()) {
+        if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
             let tmp = dir.join(format!(".{name}.{}", std::process::id()));
             let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&fake, &tmp).unwrap();
+            std::os::unix::fs::symlink(target, &tmp).unwrap();
             std::fs::rename(&tmp, &link).unwrap();
         }
     }
@@ -269,4 +276,10 @@ pub fn refusals(stderr: &str) -> Vec<String> {
         .filter(|l| l.starts_with("gpucap: refused"))
         .map(str::to_owned)
         .collect()
+}
+
+/// The fake NVML, `libnvidia_ml.so` (SONAME `libnvidia-ml.so.1`; [`fake_lib_dir`] links
+/// `libnvidia-ml.so.1` to it).
+pub fn fake_nvml() -> PathBuf {
+    built("libnvidia_ml.so")
 }
