@@ -412,3 +412,113 @@ fn run_without_a_program_is_a_usage_error() {
     ));
     assert!(!o.status.success(), "{}", dump(&o));
 }
+
+// ---- issue 3: --report, --growth, check's growth/report lines -----------------------------
+
+#[test]
+fn run_report_flag_writes_the_report_relative_to_the_current_directory() {
+    let dir = scratch("cli-report");
+    let client = cudarc_client();
+    // The client runs elsewhere: the relative path was made absolute by gpucap.
+    let o = run(gpucap(
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--report"),
+            os("usage.json"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            os("cd / && exec \"$0\" 600 600"),
+            client.as_os_str(),
+        ],
+        &dir.join("s.json"),
+    )
+    .current_dir(&dir));
+    assert_ok(&o);
+    let text = std::fs::read_to_string(dir.join("usage.json"))
+        .unwrap_or_else(|e| panic!("no report: {e}\n{}", dump(&o)));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let d = &v["processes"][0]["devices"][0];
+    assert_eq!(
+        (
+            d["cap"].as_u64(),
+            d["peak"].as_u64(),
+            d["refusals"].as_u64()
+        ),
+        (Some(GIB), Some(600 * MIB), Some(1)),
+        "{text}"
+    );
+}
+
+#[test]
+fn run_growth_asks_the_frameworks_to_grow_unless_told_otherwise() {
+    let dir = scratch("cli-growth");
+    let show = os(
+        "printf '%s %s %s\\n' \"$GPUCAP_GROWTH\" \"$TF_FORCE_GPU_ALLOW_GROWTH\" \"$XLA_PYTHON_CLIENT_PREALLOCATE\"",
+    );
+    let o = run(&mut gpucap(
+        &[
+            os("run"),
+            os("--growth"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            show,
+        ],
+        &dir.join("s.json"),
+    ));
+    assert_ok(&o);
+    assert_eq!(stdout(&o), "1 true false\n", "{}", dump(&o));
+    let o = run(gpucap(
+        &[
+            os("run"),
+            os("--growth"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            show,
+        ],
+        &dir.join("s.json"),
+    )
+    .env("TF_FORCE_GPU_ALLOW_GROWTH", "false"));
+    assert_eq!(stdout(&o), "1 false false\n", "{}", dump(&o));
+    // Without --growth, nothing is set.
+    let o = run(&mut gpucap(
+        &[os("run"), os("--"), os("sh"), os("-c"), show],
+        &dir.join("s.json"),
+    ));
+    assert_eq!(stdout(&o), "  \n", "{}", dump(&o));
+}
+
+#[test]
+fn check_shows_growth_and_report() {
+    let dir = scratch("cli-check-gr");
+    let o = run(&mut gpucap(
+        &[
+            os("check"),
+            os("--growth"),
+            os("--report"),
+            os("/tmp/r-%p.json"),
+        ],
+        &dir.join("s.json"),
+    ));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.lines().any(|l| l.starts_with("growth: on")),
+        "{}",
+        dump(&o)
+    );
+    assert!(out.lines().any(|l| l == "report: /tmp/r-%p.json (JSON usage report at exit; %p = the process id)"), "{}", dump(&o));
+    let o = run(&mut gpucap(&[os("check")], &dir.join("s.json")));
+    let out = stdout(&o);
+    assert!(
+        out.lines().any(|l| l == "growth: off") && out.lines().any(|l| l == "report: none"),
+        "{}",
+        dump(&o)
+    );
+    let o = run(gpucap(&[os("check")], &dir.join("s.json")).env("GPUCAP_GROWTH", "sometimes"));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+}
