@@ -174,7 +174,10 @@ static void run_suite(const api_t *a) {
     }
 
     if (a->memAllocAsync && a->memFreeAsync) {
-        OVER_CAP("cuMemAllocAsync", a->memAllocAsync(&d, over, NULL), a->memFreeAsync(d, NULL));
+        /* Stream-ordered frees return memory to the pool; the pool (release threshold 0)
+         * gives it back to the device at the next synchronisation. */
+        OVER_CAP("cuMemAllocAsync", a->memAllocAsync(&d, over, NULL),
+                 (a->memFreeAsync(d, NULL), p_cuStreamSynchronize(NULL)));
         rc = a->memAllocAsync(&d, half, NULL);
         CHECK(rc == CUDA_SUCCESS, "%s: cuMemAllocAsync(cap/2) -> %d", a->how, rc);
         if (rc == CUDA_SUCCESS) {
@@ -209,7 +212,7 @@ static void run_suite(const api_t *a) {
         rc = p_cuDeviceGetDefaultMemPool(&pool, 0);
         CHECK(rc == CUDA_SUCCESS, "%s: cuDeviceGetDefaultMemPool -> %d", a->how, rc);
         OVER_CAP("cuMemAllocFromPoolAsync", a->memAllocFromPoolAsync(&d, over, pool, NULL),
-                 a->memFreeAsync(d, NULL));
+                 (a->memFreeAsync(d, NULL), p_cuStreamSynchronize(NULL)));
         rc = a->memAllocFromPoolAsync(&d, half, pool, NULL);
         CHECK(rc == CUDA_SUCCESS, "%s: cuMemAllocFromPoolAsync(cap/2) -> %d", a->how, rc);
         if (rc == CUDA_SUCCESS) {
