@@ -80,7 +80,6 @@ fn concurrent_alloc_free_never_exceeds_the_cap() {
     for seed in ["1", "2"] {
         let (mut c, stats) = capped(&prog, "stress", "8Gi", "256Mi");
         let o = run(c.args(["256Mi", "16", "3000", seed, "40Mi"]));
-        assert_passed(&o, "stress with the shim");
         let out = stdout(&o);
         let line = out
             .lines()
@@ -110,11 +109,21 @@ fn concurrent_alloc_free_never_exceeds_the_cap() {
             s[0].final_used, 0,
             "memory still allocated in the driver at exit"
         );
-        assert_eq!(
-            s[0].alloc_calls, allocs,
-            "allocations the driver saw vs the program's count"
+        // The shim may take back an allocation the driver made (e.g. when settling a
+        // pool's charge shows it over the cap), so the driver can count more than the
+        // program; but everything it handed out came back.
+        assert!(
+            s[0].alloc_calls >= allocs,
+            "the driver made fewer allocations ({}) than the program got ({allocs})",
+            s[0].alloc_calls
         );
-        assert_eq!(s[0].free_calls, frees);
+        assert_eq!(
+            s[0].free_calls, s[0].alloc_calls,
+            "driver allocations never freed"
+        );
+        // The program's own checks last (mid-run cuMemGetInfo, free == cap at the end),
+        // so that the driver-side invariants above are reported first.
+        assert_passed(&o, "stress with the shim");
     }
 
     // Control: the same load without the shim goes past the cap, so the cap is what held it.
