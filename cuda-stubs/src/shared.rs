@@ -53,6 +53,8 @@ struct Inner {
     /// The process that owns `slot` (differs from getpid() in a forked child).
     pid: u32,
     slot: Option<usize>,
+    /// `leave` ran: later releases (exit-time frees of other handlers) are ignored.
+    left: bool,
 }
 
 /// An open shared-state file.
@@ -234,6 +236,7 @@ impl Shared {
                 fd,
                 pid: std::process::id(),
                 slot: None,
+                left: false,
             }),
         })
     }
@@ -307,6 +310,7 @@ impl Shared {
             inner.fd = fd;
             inner.pid = me;
             inner.slot = None;
+            inner.left = false;
         }
         match inner.slot {
             Some(i) => Ok(i),
@@ -331,6 +335,7 @@ impl Shared {
     /// total stays within the device; false otherwise (or if the file cannot be used).
     pub fn reserve(&self, phys: usize, size: u64) -> bool {
         let mut inner = self.inner();
+        inner.left = false;
         let Ok(slot) = self.own_slot(&mut inner) else {
             return false;
         };
@@ -354,6 +359,9 @@ impl Shared {
     /// parent took changes nothing).
     pub fn release(&self, phys: usize, size: u64) {
         let mut inner = self.inner();
+        if inner.left && inner.pid == std::process::id() {
+            return;
+        }
         if let Ok(slot) = self.own_slot(&mut inner) {
             let _ = self.hdr.slots[slot].used[phys]
                 .fetch_update(SeqCst, SeqCst, |u| Some(u.saturating_sub(size)));
@@ -392,13 +400,14 @@ impl Shared {
     /// so it is safe in an exit handler of a forked child.
     pub fn leave(&self) {
         let me = std::process::id();
-        let Ok(inner) = self.inner.try_lock() else {
-            return; // a thread died holding it; the slot is reaped once we are gone
+        let Ok(mut inner) = self.inner.try_lock() else {
+            return; // another thread holds it; the slot is reaped once we are gone
         };
         if inner.pid != me {
             return;
         }
-        if let Some(i) = inner.slot {
+        inner.left = true;
+        if let Some(i) = inner.slot.take() {
             let s = &self.hdr.slots[i];
             if s.pid.load(SeqCst) == me {
                 for u in &s.used {
@@ -468,6 +477,9 @@ mod tests {
             (1000, 1000, 2, 1000)
         );
         s.leave();
+        assert_eq!(r.used(0), 0);
+        // Frees after leaving (other exit handlers) change nothing.
+        s.release(0, 100);
         assert_eq!(r.used(0), 0);
         let _ = std::fs::remove_file(&path);
     }
