@@ -149,6 +149,55 @@ hook_table! {
         (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) => get_proc_address_v1;
     cuGetProcAddress_v2 = "cuGetProcAddress" @ 12000 :
         (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) => get_proc_address_v2;
+    // CUDA arrays.
+    cuArrayCreate_v2 = "cuArrayCreate" @ 3020 :
+        (handle: *mut Handle, desc: *const imp::ArrayDescriptor) => imp::array_create;
+    cuArray3DCreate_v2 = "cuArray3DCreate" @ 3020 :
+        (handle: *mut Handle, desc: *const imp::Array3DDescriptor) => imp::array_3d_create;
+    cuArrayDestroy = "cuArrayDestroy" @ 2000 : (handle: Handle) => imp::array_destroy;
+    cuMipmappedArrayCreate = "cuMipmappedArrayCreate" @ 5000 :
+        (handle: *mut Handle, desc: *const imp::Array3DDescriptor, levels: u32) => imp::mipmapped_array_create;
+    cuMipmappedArrayDestroy = "cuMipmappedArrayDestroy" @ 5000 : (handle: Handle) => imp::mipmapped_array_destroy;
+    // Pools.
+    cuMemPoolDestroy = "cuMemPoolDestroy" @ 11020 : (pool: Handle) => imp::mem_pool_destroy;
+    cuMemPoolTrimTo = "cuMemPoolTrimTo" @ 11020 : (pool: Handle, keep: usize) => imp::mem_pool_trim_to;
+    // Contexts.
+    cuDevicePrimaryCtxRetain = "cuDevicePrimaryCtxRetain" @ 7000 :
+        (pctx: *mut Handle, dev: c_int) => imp::primary_ctx_retain;
+    cuDevicePrimaryCtxRelease = "cuDevicePrimaryCtxRelease" @ 7000 : (dev: c_int) => imp::primary_ctx_release;
+    cuDevicePrimaryCtxRelease_v2 = "cuDevicePrimaryCtxRelease" @ 11000 : (dev: c_int) => imp::primary_ctx_release;
+    cuDevicePrimaryCtxReset = "cuDevicePrimaryCtxReset" @ 7000 : (dev: c_int) => imp::primary_ctx_reset;
+    cuDevicePrimaryCtxReset_v2 = "cuDevicePrimaryCtxReset" @ 11000 : (dev: c_int) => imp::primary_ctx_reset;
+    cuCtxCreate = "cuCtxCreate" @ 2000 : (pctx: *mut Handle, flags: u32, dev: c_int) => imp::ctx_create;
+    cuCtxCreate_v2 = "cuCtxCreate" @ 3020 : (pctx: *mut Handle, flags: u32, dev: c_int) => imp::ctx_create;
+    cuCtxCreate_v3 = "cuCtxCreate" @ 11040 :
+        (pctx: *mut Handle, params: *mut c_void, count: c_int, flags: u32, dev: c_int) => imp::ctx_create_v3;
+    cuCtxCreate_v4 = "cuCtxCreate" @ 12050 :
+        (pctx: *mut Handle, params: *mut c_void, flags: u32, dev: c_int) => imp::ctx_create_v4;
+    cuCtxDestroy = "cuCtxDestroy" @ 2000 : (ctx: Handle) => imp::ctx_destroy;
+    cuCtxDestroy_v2 = "cuCtxDestroy" @ 4000 : (ctx: Handle) => imp::ctx_destroy;
+    // The CUDA 2.x/3.0 variants with 32-bit sizes and pointers, still exported and still
+    // what cuGetProcAddress answers for versions before 3020.
+    cuMemAlloc = "cuMemAlloc" @ 2000 : (dptr: *mut u32, size: u32) => imp::mem_alloc_v1;
+    cuMemAllocPitch = "cuMemAllocPitch" @ 2000 :
+        (dptr: *mut u32, pitch: *mut u32, width: u32, height: u32, elem: u32) => imp::mem_alloc_pitch_v1;
+    cuMemFree = "cuMemFree" @ 2000 : (dptr: u32) => imp::mem_free_v1;
+    cuMemGetInfo = "cuMemGetInfo" @ 2000 : (free: *mut u32, total: *mut u32) => imp::mem_get_info_v1;
+    cuDeviceTotalMem = "cuDeviceTotalMem" @ 2000 : (bytes: *mut u32, dev: c_int) => imp::device_total_mem_v1;
+    cuArrayCreate = "cuArrayCreate" @ 2000 :
+        (handle: *mut Handle, desc: *const imp::ArrayDescriptorV1) => imp::array_create_v1;
+    cuArray3DCreate = "cuArray3DCreate" @ 2000 :
+        (handle: *mut Handle, desc: *const imp::Array3DDescriptorV1) => imp::array_3d_create_v1;
+    // Synchronisations: where pools give memory back (re-read then).
+    cuStreamSynchronize = "cuStreamSynchronize" @ 2000 : (stream: Stream) => imp::stream_synchronize;
+    cuStreamSynchronize_ptsz = "cuStreamSynchronize" @ 7000 ptsz : (stream: Stream) => imp::stream_synchronize;
+    cuCtxSynchronize = "cuCtxSynchronize" @ 2000 : () => imp::ctx_synchronize;
+    cuEventSynchronize = "cuEventSynchronize" @ 2000 : (event: Handle) => imp::event_synchronize;
+    // NVML (looked up with dlsym on libnvidia-ml; NVML has no cuGetProcAddress).
+    nvmlDeviceGetMemoryInfo = "nvmlDeviceGetMemoryInfo" @ 0 :
+        (device: Handle, memory: *mut imp::NvmlMemory) => imp::nvml_memory_info;
+    nvmlDeviceGetMemoryInfo_v2 = "nvmlDeviceGetMemoryInfo_v2" @ 0 :
+        (device: Handle, memory: *mut imp::NvmlMemoryV2) => imp::nvml_memory_info_v2;
 }
 
 fn is_hook(p: *const c_void) -> bool {
@@ -213,13 +262,39 @@ fn libcuda() -> *mut c_void {
     null_mut()
 }
 
-/// The driver's export `name` (NUL-terminated), never one of our hooks.
+/// A handle to the NVML library the program uses, once one is known. Never loaded by
+/// the shim: NVML hooks run only in programs that loaded it.
+static LIBNVML: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+fn libnvml() -> *mut c_void {
+    let h = LIBNVML.load(Acquire);
+    if !h.is_null() {
+        return h;
+    }
+    // SAFETY: dlopen with a constant name and RTLD_NOLOAD: it never loads anything.
+    let h = unsafe { libc::dlopen(c"libnvidia-ml.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return h;
+    }
+    match LIBNVML.compare_exchange(null_mut(), h, AcqRel, Acquire) {
+        Ok(_) => h,
+        Err(other) => other,
+    }
+}
+
+/// Whether a symbol name is NVML's (`nvml…`) rather than the driver API's (`cu…`).
+fn is_nvml(name: &[u8]) -> bool {
+    name.starts_with(b"nvml")
+}
+
+/// The driver's export `name` (NUL-terminated), never one of our hooks. `nvml…`
+/// names are looked up in NVML.
 pub fn driver_symbol(name: &'static str) -> *mut c_void {
     let Some(dlsym) = real_dlsym() else {
         return null_mut();
     };
     let cname = name.as_ptr().cast::<c_char>();
-    let h = libcuda();
+    let h = if is_nvml(name.as_bytes()) { libnvml() } else { libcuda() };
     // SAFETY: real dlsym with a live handle (or RTLD_NEXT) and a NUL-terminated name.
     let mut p = if h.is_null() { null_mut() } else { unsafe { dlsym(h, cname) } };
     if p.is_null() || is_hook(p) {
@@ -267,6 +342,36 @@ driver_fns! {
     cuMemMap: (u64, usize, usize, u64, u64);
     cuMemUnmap: (u64, usize);
     cuMemSetAccess: (u64, usize, *const CUmemAccessDesc, usize);
+    // Device identity.
+    cuDeviceGetCount: (*mut c_int);
+    cuDeviceGetUuid_v2: (*mut [u8; 16], c_int);
+    cuDeviceGetUuid: (*mut [u8; 16], c_int);
+    // Pools.
+    cuDeviceGetMemPool: (*mut Handle, c_int);
+    cuMemPoolGetAttribute: (Handle, c_int, *mut c_void);
+    cuMemFreeAsync: (u64, Stream);
+    // Contexts: measuring and tearing down.
+    cuMemGetInfo_v2: (*mut usize, *mut usize);
+    cuCtxPushCurrent_v2: (Handle);
+    cuCtxPopCurrent_v2: (*mut Handle);
+    cuDevicePrimaryCtxGetState: (c_int, *mut u32, *mut c_int);
+    cuMemGetAddressRange_v2: (*mut u64, *mut usize, u64);
+    // Arrays.
+    cuArrayGetMemoryRequirements: (*mut crate::hooks::MemoryRequirements, Handle, c_int);
+    cuMipmappedArrayGetMemoryRequirements: (*mut crate::hooks::MemoryRequirements, Handle, c_int);
+    cuArray3DGetDescriptor_v2: (*mut crate::hooks::Array3DDescriptor, Handle);
+    cuMipmappedArrayGetLevel: (*mut Handle, Handle, u32);
+    // NVML.
+    nvmlDeviceGetUUID: (Handle, *mut c_char, u32);
+    // Hooked entry points the shim itself calls on the driver (to measure, or to undo
+    // a call it refuses after the fact).
+    cuInit: (u32);
+    cuMemPoolTrimTo: (Handle, usize);
+    cuCtxCreate_v2: (*mut Handle, u32, c_int);
+    cuCtxDestroy_v2: (Handle);
+    cuDevicePrimaryCtxRelease_v2: (c_int);
+    cuArrayDestroy: (Handle);
+    cuMipmappedArrayDestroy: (Handle);
 }
 
 /// The physical total of `device`, from the driver.
@@ -308,7 +413,7 @@ extern "C" fn dlsym_decide(handle: *mut c_void, symbol: *const c_char) -> Decisi
     }
     // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    if !name.starts_with(b"cu") {
+    if !name.starts_with(b"cu") && !is_nvml(name) {
         return forward;
     }
     let Some(row) = row_named(name) else {
@@ -320,7 +425,8 @@ extern "C" fn dlsym_decide(handle: *mut c_void, symbol: *const c_char) -> Decisi
     if p.is_null() || is_hook(p) {
         return Decision { value: p, forward: null_mut() };
     }
-    let _ = LIBCUDA.compare_exchange(null_mut(), handle, AcqRel, Acquire);
+    let library = if is_nvml(name) { &LIBNVML } else { &LIBCUDA };
+    let _ = library.compare_exchange(null_mut(), handle, AcqRel, Acquire);
     row.learn(p);
     Decision { value: row.hook as *mut c_void, forward: null_mut() }
 }

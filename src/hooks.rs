@@ -10,7 +10,13 @@ use crate::ffi::{
 };
 use crate::arena;
 use crate::growth::{self, GROWTH};
+use crate::arrays::{self, Shape};
+use crate::contexts::{ContextBook, CtxDriver};
+use crate::identity;
 use crate::ledger::{Charge, Kind, LiveMap, Reservation};
+use crate::nvml;
+use crate::pools::PoolBook;
+use crate::real;
 use crate::shim::{SHIM, Shim, log};
 
 pub type Dptr = u64;
@@ -30,8 +36,12 @@ pub struct LocationPrefix {
 
 const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
 
-/// The shim, or the error every call gets when the configuration is invalid.
+/// The shim, or the error every call gets when the configuration is invalid (or
+/// names a device UUID that is not visible).
 fn shim() -> Result<&'static Shim, CuResult> {
+    if identity::failed().is_some() {
+        return Err(CUDA_ERROR_NOT_PERMITTED);
+    }
     SHIM.config().map(|_| &SHIM).map_err(|_| CUDA_ERROR_NOT_PERMITTED)
 }
 
@@ -69,9 +79,18 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
         log!(Error, "refused {api}: device index {device} is out of the range gpucap tracks");
         return Err(CUDA_ERROR_INVALID_DEVICE);
     };
+    reclaim_for(shim, d, bytes);
     shim.reserve(api, d, bytes)
         .map(Target::Charged)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// Before a request the cap cannot take: memory the process's own pools only cache
+/// is trimmed and re-read, so the program is not refused what it is itself holding.
+fn reclaim_for(shim: &Shim, d: usize, bytes: u64) {
+    if POOLS.any_on(d) && shim.ledger.usage(d).is_some_and(|u| u.headroom() < bytes) {
+        POOLS.reclaim(&shim.ledger, &real::Pools, d);
+    }
 }
 
 /// Calls the driver with a reservation held; commits under the key `key()` reads
@@ -117,11 +136,25 @@ fn written(dptr: *mut Dptr) -> u64 {
 }
 
 pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult {
-    if let Err(rc) = shim() {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    // SAFETY: forwarding the caller's argument.
+    let rc = unsafe { real(flags) };
+    if rc != CUDA_SUCCESS {
         return rc;
     }
-    // SAFETY: forwarding the caller's argument.
-    unsafe { real(flags) }
+    // UUID keys of GPUCAP_LIMIT must name visible devices: checked now, fail closed.
+    let Ok(config) = shim.config() else { return CUDA_ERROR_NOT_PERMITTED };
+    if let Some(spec) = config.limit.as_ref().filter(|s| s.uuid_keys().next().is_some()) {
+        if let Err(msg) = identity::check_keys(spec, identity::visible(identity::from_driver)) {
+            // Always shown, whatever GPUCAP_LOG says: the program is being stopped.
+            eprintln!("{}", identity::latch(msg));
+            return CUDA_ERROR_NOT_PERMITTED;
+        }
+    }
+    rc
 }
 
 pub fn mem_alloc(real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult, dptr: *mut Dptr, size: usize) -> CuResult {
@@ -226,8 +259,10 @@ pub fn mem_alloc_async(
     size: usize,
     stream: Stream,
 ) -> CuResult {
+    let device = current_device();
+    let pool = device.and_then(real::current_pool);
     // SAFETY (closure): forwarding the caller's arguments.
-    charged("cuMemAllocAsync", current_device(), size as u64, Kind::Pointer, || unsafe { real(dptr, size, stream) }, || written(dptr))
+    pool_charged("cuMemAllocAsync", device, pool, size, dptr, stream, || unsafe { real(dptr, size, stream) })
 }
 
 pub fn mem_alloc_from_pool_async(
@@ -237,27 +272,67 @@ pub fn mem_alloc_from_pool_async(
     pool: Handle,
     stream: Stream,
 ) -> CuResult {
-    let device = pool_device(pool).or_else(current_device);
+    let device = POOLS.device_of(pool as u64).map(|d| d as c_int).or_else(current_device);
+    let pool_key = (!pool.is_null()).then_some(pool as u64);
     // SAFETY (closure): forwarding the caller's arguments.
-    charged("cuMemAllocFromPoolAsync", device, size as u64, Kind::Pointer, || unsafe { real(dptr, size, pool, stream) }, || written(dptr))
+    pool_charged("cuMemAllocFromPoolAsync", device, pool_key, size, dptr, stream, || unsafe { real(dptr, size, pool, stream) })
+}
+
+/// A stream-ordered allocation: the request is reserved (the cap check), the driver
+/// called, then the pool's charge settled to what it now reserves (see `pools`).
+fn pool_charged(
+    api: &str,
+    device: Option<c_int>,
+    pool: Option<u64>,
+    size: usize,
+    dptr: *mut Dptr,
+    stream: Stream,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    let target = match reserve(api, device, size as u64) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    let rc = call();
+    let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) else { return rc };
+    let d = r.charge().device;
+    let Some(pool) = pool else {
+        // No pool to read (the driver gave none): charged as a plain allocation.
+        r.commit(Kind::Pointer, written(dptr));
+        return rc;
+    };
+    let ptr = written(dptr);
+    if let Err(refusal) = POOLS.allocated(&SHIM.ledger, &real::Pools, pool, d, ptr, size as u64, r) {
+        // The pool grew past what the cap allows: give the memory back and refuse.
+        log!(Warn, "{}", crate::shim::refusal_line(api, d, size as u64, refusal));
+        real::free_async(ptr, stream);
+        POOLS.reclaim(&SHIM.ledger, &real::Pools, d);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    rc
 }
 
 pub fn mem_free_async(real: unsafe extern "C" fn(Dptr, Stream) -> CuResult, dptr: Dptr, stream: Stream) -> CuResult {
     if let Some(rc) = growth_free(dptr) {
         return rc;
     }
-    // The memory returns to the pool when the stream reaches the free; the cap is
-    // credited when the free is enqueued, as the program sees it.
+    if POOLS.is_pool_ptr(dptr) {
+        // The memory returns to its pool, which stays charged for what it reserves.
+        // SAFETY: forwarding the caller's arguments.
+        let rc = unsafe { real(dptr, stream) };
+        if rc == CUDA_SUCCESS {
+            POOLS.freed(&SHIM.ledger, dptr);
+        }
+        return rc;
+    }
+    // Not from a pool (a plain allocation freed stream-ordered): credited when the
+    // free is enqueued, as the program sees it.
     // SAFETY (closure): forwarding the caller's arguments.
     released(Kind::Pointer, dptr, || unsafe { real(dptr, stream) })
 }
 
-/// Devices of the pools the program created, by pool handle.
-static POOLS: LiveMap = LiveMap::new();
-
-fn pool_device(pool: Handle) -> Option<c_int> {
-    POOLS.get(pool as u64).map(|c| c.device as c_int)
-}
+/// The pools the program allocated from or created, with what each reserves.
+static POOLS: PoolBook = PoolBook::new();
 
 pub fn mem_pool_create(
     real: unsafe extern "C" fn(*mut Handle, *const LocationPrefix) -> CuResult,
@@ -271,11 +346,59 @@ pub fn mem_pool_create(
         let (loc, handle) = unsafe { (&*props, *pool) };
         if loc.location_type == CU_MEM_LOCATION_TYPE_DEVICE {
             if let Ok(device) = usize::try_from(loc.location_id) {
-                POOLS.insert(handle as u64, Charge { device, bytes: 0 });
+                POOLS.register(handle as u64, device);
             }
         }
     }
     rc
+}
+
+pub fn mem_pool_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, pool: Handle) -> CuResult {
+    // SAFETY: forwarding the caller's argument.
+    let rc = unsafe { real(pool) };
+    if rc == CUDA_SUCCESS {
+        POOLS.destroyed(&SHIM.ledger, pool as u64);
+    }
+    rc
+}
+
+pub fn mem_pool_trim_to(real: unsafe extern "C" fn(Handle, usize) -> CuResult, pool: Handle, keep: usize) -> CuResult {
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(pool, keep) };
+    if rc == CUDA_SUCCESS {
+        POOLS.refresh_pool(&SHIM.ledger, &real::Pools, pool as u64);
+    }
+    rc
+}
+
+/// Re-reads what the pools of `device` reserve: for the figures `cuMemGetInfo` and
+/// NVML show.
+pub fn refresh_pools(device: usize) {
+    POOLS.refresh(&SHIM.ledger, &real::Pools, device);
+}
+
+/// After a synchronisation succeeded: pools release what they cache above their
+/// release threshold then, so every pool is re-read (one load when there are none).
+fn synchronized(rc: CuResult) -> CuResult {
+    if rc == CUDA_SUCCESS {
+        POOLS.refresh_all(&SHIM.ledger, &real::Pools);
+    }
+    rc
+}
+
+pub fn stream_synchronize(real: unsafe extern "C" fn(Stream) -> CuResult, stream: Stream) -> CuResult {
+    // SAFETY: forwarding the caller's argument.
+    synchronized(unsafe { real(stream) })
+}
+
+pub fn ctx_synchronize(real: unsafe extern "C" fn() -> CuResult) -> CuResult {
+    // SAFETY: forwarding the call.
+    synchronized(unsafe { real() })
+}
+
+pub fn event_synchronize(real: unsafe extern "C" fn(Handle) -> CuResult, event: Handle) -> CuResult {
+    // SAFETY: forwarding the caller's argument.
+    synchronized(unsafe { real(event) })
 }
 
 pub fn mem_create(
@@ -357,6 +480,565 @@ pub fn device_total_mem(real: unsafe extern "C" fn(*mut usize, c_int) -> CuResul
     if let Some(d) = checked_device(shim, dev) {
         // SAFETY: the driver succeeded and filled `bytes`.
         unsafe { *bytes = shim.total_mem(d, *bytes as u64) as usize };
+    }
+    rc
+}
+
+// ---------------------------------------------------------------------------
+// CUDA arrays (see `arrays` for the estimate and why the size is asked afterwards).
+
+/// `CUDA_ARRAY_DESCRIPTOR`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ArrayDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub format: u32,
+    pub channels: u32,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Array3DDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: u32,
+    pub channels: u32,
+    pub flags: u32,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR_v1` (CUDA 2.x: 32-bit sizes).
+#[repr(C)]
+pub struct ArrayDescriptorV1 {
+    pub width: u32,
+    pub height: u32,
+    pub format: u32,
+    pub channels: u32,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1`.
+#[repr(C)]
+pub struct Array3DDescriptorV1 {
+    pub width: u32,
+    pub height: u32,
+    pub depth: u32,
+    pub format: u32,
+    pub channels: u32,
+    pub flags: u32,
+}
+
+/// `CUDA_ARRAY_MEMORY_REQUIREMENTS`.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct MemoryRequirements {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [u32; 4],
+}
+
+/// Live CUDA arrays and mipmapped arrays, by handle.
+static ARRAYS: LiveMap = LiveMap::new();
+static MIPMAPS: LiveMap = LiveMap::new();
+
+fn array_map(mipmapped: bool) -> &'static LiveMap {
+    if mipmapped { &MIPMAPS } else { &ARRAYS }
+}
+
+/// Reserves the estimate, calls the driver, resizes to the size the driver reports;
+/// destroys the array and refuses if that breaks the cap.
+fn array_charged(
+    api: &str,
+    shape: Option<Shape>,
+    levels: u32,
+    mipmapped: bool,
+    handle: *mut Handle,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    let Some(shape) = shape.filter(|s| !s.takes_no_memory()) else {
+        // No descriptor (the driver's error), or memory mapped in later from
+        // cuMemCreate handles (charged there).
+        if let Err(rc) = shim() {
+            return rc;
+        }
+        return call();
+    };
+    let device = current_device();
+    let target = match reserve(api, device, arrays::estimate(&shape, levels)) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    let rc = call();
+    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else { return rc };
+    // SAFETY: the driver succeeded and filled the handle.
+    let h = unsafe { *handle };
+    let dev = r.charge().device;
+    if let Some(actual) = real::array_size(h, dev as c_int, mipmapped) {
+        if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
+            log!(Warn, "{}", crate::shim::refusal_line(api, dev, actual, refusal));
+            real::destroy_array(h, mipmapped);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    array_map(mipmapped).insert(h as u64, r.charge());
+    r.keep();
+    SHIM.ledger.count_alloc(dev);
+    rc
+}
+
+/// Destroys through the driver, crediting the array once the driver succeeded.
+fn array_released(mipmapped: bool, handle: Handle, call: impl FnOnce() -> CuResult) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    let map = array_map(mipmapped);
+    let taken = map.remove(handle as u64);
+    let rc = call();
+    match (rc, taken) {
+        (CUDA_SUCCESS, Some(c)) => SHIM.ledger.settle(c),
+        (_, Some(c)) => map.insert(handle as u64, c),
+        _ => {}
+    }
+    rc
+}
+
+fn shape_2d(desc: *const ArrayDescriptor) -> Option<Shape> {
+    // SAFETY: a non-null descriptor is the caller's CUDA_ARRAY_DESCRIPTOR.
+    unsafe { desc.as_ref() }.map(|d| Shape {
+        width: d.width as u64,
+        height: d.height as u64,
+        depth: 0,
+        format: d.format,
+        channels: d.channels,
+        flags: 0,
+    })
+}
+
+fn shape_3d(desc: *const Array3DDescriptor) -> Option<Shape> {
+    // SAFETY: a non-null descriptor is the caller's CUDA_ARRAY3D_DESCRIPTOR.
+    unsafe { desc.as_ref() }.map(|d| Shape {
+        width: d.width as u64,
+        height: d.height as u64,
+        depth: d.depth as u64,
+        format: d.format,
+        channels: d.channels,
+        flags: d.flags,
+    })
+}
+
+pub fn array_create(
+    real: unsafe extern "C" fn(*mut Handle, *const ArrayDescriptor) -> CuResult,
+    handle: *mut Handle,
+    desc: *const ArrayDescriptor,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    array_charged("cuArrayCreate", shape_2d(desc), 1, false, handle, || unsafe { real(handle, desc) })
+}
+
+pub fn array_3d_create(
+    real: unsafe extern "C" fn(*mut Handle, *const Array3DDescriptor) -> CuResult,
+    handle: *mut Handle,
+    desc: *const Array3DDescriptor,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    array_charged("cuArray3DCreate", shape_3d(desc), 1, false, handle, || unsafe { real(handle, desc) })
+}
+
+pub fn array_create_v1(
+    real: unsafe extern "C" fn(*mut Handle, *const ArrayDescriptorV1) -> CuResult,
+    handle: *mut Handle,
+    desc: *const ArrayDescriptorV1,
+) -> CuResult {
+    // SAFETY: a non-null descriptor is the caller's CUDA_ARRAY_DESCRIPTOR_v1.
+    let shape = unsafe { desc.as_ref() }.map(|d| Shape {
+        width: d.width.into(),
+        height: d.height.into(),
+        depth: 0,
+        format: d.format,
+        channels: d.channels,
+        flags: 0,
+    });
+    // SAFETY (closure): forwarding the caller's arguments.
+    array_charged("cuArrayCreate", shape, 1, false, handle, || unsafe { real(handle, desc) })
+}
+
+pub fn array_3d_create_v1(
+    real: unsafe extern "C" fn(*mut Handle, *const Array3DDescriptorV1) -> CuResult,
+    handle: *mut Handle,
+    desc: *const Array3DDescriptorV1,
+) -> CuResult {
+    // SAFETY: a non-null descriptor is the caller's CUDA_ARRAY3D_DESCRIPTOR_v1.
+    let shape = unsafe { desc.as_ref() }.map(|d| Shape {
+        width: d.width.into(),
+        height: d.height.into(),
+        depth: d.depth.into(),
+        format: d.format,
+        channels: d.channels,
+        flags: d.flags,
+    });
+    // SAFETY (closure): forwarding the caller's arguments.
+    array_charged("cuArray3DCreate", shape, 1, false, handle, || unsafe { real(handle, desc) })
+}
+
+pub fn array_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, handle: Handle) -> CuResult {
+    // SAFETY (closure): forwarding the caller's argument.
+    array_released(false, handle, || unsafe { real(handle) })
+}
+
+pub fn mipmapped_array_create(
+    real: unsafe extern "C" fn(*mut Handle, *const Array3DDescriptor, u32) -> CuResult,
+    handle: *mut Handle,
+    desc: *const Array3DDescriptor,
+    levels: u32,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    array_charged("cuMipmappedArrayCreate", shape_3d(desc), levels, true, handle, || unsafe {
+        real(handle, desc, levels)
+    })
+}
+
+pub fn mipmapped_array_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, handle: Handle) -> CuResult {
+    // SAFETY (closure): forwarding the caller's argument.
+    array_released(true, handle, || unsafe { real(handle) })
+}
+
+// ---------------------------------------------------------------------------
+// Contexts (see `contexts`): charged what they take, credited when they go, and
+// the allocations the driver frees with them credited too.
+
+static CONTEXTS: ContextBook = ContextBook::new();
+
+/// Charges a context the driver just made (`bytes` measured, None if it could not
+/// be); Err (the context already undone by `undo`) if the cap cannot take it.
+fn charge_context(api: &str, d: usize, bytes: Option<u64>, undo: impl FnOnce()) -> Result<u64, CuResult> {
+    let Some(bytes) = bytes else {
+        log!(Info, "{api}: could not measure the context's memory on GPU {d}: not charged");
+        return Ok(0);
+    };
+    match reserve(api, Some(d as c_int), bytes) {
+        Ok(Target::Charged(r)) => {
+            r.keep();
+            log!(Debug, "{api}: the context takes {} on GPU {d}", crate::size::format_bytes(bytes));
+            Ok(bytes)
+        }
+        Ok(Target::Unknown) => Ok(0),
+        Err(rc) => {
+            undo();
+            Err(rc)
+        }
+    }
+}
+
+/// After a context went away on `device`: credits the allocations the driver freed
+/// with it (those it no longer knows), and re-reads the pools.
+fn after_teardown(device: usize) {
+    let ledger = &SHIM.ledger;
+    for (ptr, _) in ledger.live_on(Kind::Pointer, device) {
+        if !real::pointer_alive(ptr) {
+            if let Some(c) = ledger.take(Kind::Pointer, ptr) {
+                ledger.settle(c);
+            }
+        }
+    }
+    for (mipmapped, alive) in [(false, real::array_alive as fn(u64) -> bool), (true, real::mipmapped_alive)] {
+        let map = array_map(mipmapped);
+        for (h, _) in map.matching(|c| c.device == device) {
+            if !alive(h) {
+                if let Some(c) = map.remove(h) {
+                    ledger.settle(c);
+                }
+            }
+        }
+    }
+    POOLS.drop_dead_ptrs(ledger, device, real::pointer_alive);
+    POOLS.refresh(ledger, &real::Pools, device);
+}
+
+pub fn primary_ctx_retain(
+    real: unsafe extern "C" fn(*mut Handle, c_int) -> CuResult,
+    pctx: *mut Handle,
+    dev: c_int,
+) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    // SAFETY (closure): forwarding the caller's arguments.
+    let call = || unsafe { real(pctx, dev) };
+    let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else { return call() };
+    if pctx.is_null() || lock.primary_active(&real::Contexts) {
+        return call(); // nothing is created
+    }
+    let (rc, taken) = lock.measure(&real::Contexts, call, |rc| *rc == CUDA_SUCCESS);
+    if rc != CUDA_SUCCESS {
+        return rc;
+    }
+    match charge_context("cuDevicePrimaryCtxRetain", lock.device(), taken, || real::release_primary(dev)) {
+        Ok(bytes) => {
+            // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
+            lock.set_primary(unsafe { *pctx } as u64, bytes);
+            rc
+        }
+        Err(rc) => rc,
+    }
+}
+
+pub fn primary_ctx_release(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_int) -> CuResult {
+    primary_gone(dev, false, || {
+        // SAFETY: forwarding the caller's argument.
+        unsafe { real(dev) }
+    })
+}
+
+pub fn primary_ctx_reset(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_int) -> CuResult {
+    primary_gone(dev, true, || {
+        // SAFETY: forwarding the caller's argument.
+        unsafe { real(dev) }
+    })
+}
+
+/// A release (the context goes when its last reference does) or a reset (it goes now).
+fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuResult) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else { return call() };
+    let rc = call();
+    if rc == CUDA_SUCCESS && (reset || real::Contexts.primary_active(lock.device()) == Some(false)) {
+        if let Some(c) = lock.take_primary() {
+            shim.ledger.settle(c);
+        }
+        after_teardown(lock.device());
+    }
+    rc
+}
+
+/// A created context: measured, charged, undone if the cap cannot take it.
+fn ctx_created(api: &str, pctx: *mut Handle, dev: c_int, call: impl FnOnce() -> CuResult) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    let Some(lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else { return call() };
+    if pctx.is_null() {
+        return call();
+    }
+    let (rc, taken) = lock.measure(&real::Contexts, call, |rc| *rc == CUDA_SUCCESS);
+    if rc != CUDA_SUCCESS {
+        return rc;
+    }
+    // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
+    let ctx = unsafe { *pctx };
+    match charge_context(api, lock.device(), taken, || real::destroy_context(ctx)) {
+        Ok(bytes) => {
+            lock.add_created(ctx as u64, bytes);
+            rc
+        }
+        Err(rc) => rc,
+    }
+}
+
+pub fn ctx_create(
+    real: unsafe extern "C" fn(*mut Handle, u32, c_int) -> CuResult,
+    pctx: *mut Handle,
+    flags: u32,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    ctx_created("cuCtxCreate", pctx, dev, || unsafe { real(pctx, flags, dev) })
+}
+
+pub fn ctx_create_v3(
+    real: unsafe extern "C" fn(*mut Handle, *mut c_void, c_int, u32, c_int) -> CuResult,
+    pctx: *mut Handle,
+    params: *mut c_void,
+    count: c_int,
+    flags: u32,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    ctx_created("cuCtxCreate_v3", pctx, dev, || unsafe { real(pctx, params, count, flags, dev) })
+}
+
+pub fn ctx_create_v4(
+    real: unsafe extern "C" fn(*mut Handle, *mut c_void, u32, c_int) -> CuResult,
+    pctx: *mut Handle,
+    params: *mut c_void,
+    flags: u32,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    ctx_created("cuCtxCreate_v4", pctx, dev, || unsafe { real(pctx, params, flags, dev) })
+}
+
+pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // SAFETY (closure): forwarding the caller's argument.
+    let call = || unsafe { real(ctx) };
+    let device = CONTEXTS.created_device(ctx as u64).or_else(|| real::context_device(ctx));
+    let Some(lock) = device.and_then(|d| CONTEXTS.lock(d)) else { return call() };
+    let taken = lock.take_created(ctx as u64);
+    let rc = call();
+    match (rc, taken) {
+        (CUDA_SUCCESS, c) => {
+            if let Some(c) = c {
+                SHIM.ledger.settle(c);
+            }
+            after_teardown(lock.device());
+        }
+        (_, Some(c)) => lock.restore_created(ctx as u64, c),
+        _ => {}
+    }
+    rc
+}
+
+// ---------------------------------------------------------------------------
+// The CUDA 2.x variants (32-bit pointers and sizes), counted like their _v2.
+
+pub fn mem_alloc_v1(real: unsafe extern "C" fn(*mut u32, u32) -> CuResult, dptr: *mut u32, size: u32) -> CuResult {
+    // SAFETY (closures): forwarding the caller's arguments; `dptr` is read only after
+    // the driver succeeded.
+    charged("cuMemAlloc", current_device(), size.into(), Kind::Pointer, || unsafe { real(dptr, size) }, || unsafe {
+        u64::from(*dptr)
+    })
+}
+
+pub fn mem_alloc_pitch_v1(
+    real: unsafe extern "C" fn(*mut u32, *mut u32, u32, u32, u32) -> CuResult,
+    dptr: *mut u32,
+    pitch: *mut u32,
+    width: u32,
+    height: u32,
+    elem: u32,
+) -> CuResult {
+    let api = "cuMemAllocPitch";
+    let guess = u64::from(width).next_multiple_of(PITCH_GUESS) * u64::from(height);
+    let target = match reserve(api, current_device(), guess) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(dptr, pitch, width, height, elem) };
+    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else { return rc };
+    // SAFETY: the driver succeeded and filled both out-pointers.
+    let (ptr, actual) = unsafe { (u64::from(*dptr), u64::from(*pitch) * u64::from(height)) };
+    if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
+        log!(Warn, "{}", crate::shim::refusal_line(api, r.charge().device, actual, refusal));
+        if let Some(free) = ffi::driver::cuMemFree_v2() {
+            // SAFETY: freeing the allocation the driver just made.
+            unsafe { free(ptr) };
+        }
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r.commit(Kind::Pointer, ptr);
+    rc
+}
+
+pub fn mem_free_v1(real: unsafe extern "C" fn(u32) -> CuResult, dptr: u32) -> CuResult {
+    // SAFETY (closure): forwarding the caller's argument.
+    released(Kind::Pointer, dptr.into(), || unsafe { real(dptr) })
+}
+
+/// The capped `(free, total)` of the current device, from the driver's figures.
+fn capped_info(shim: &Shim, free: u64, total: u64) -> (u64, u64) {
+    match current_device().and_then(|d| checked_device(shim, d)) {
+        Some(d) => {
+            refresh_pools(d);
+            shim.mem_info(d, free, total, growth::retained_bytes(d))
+        }
+        None => (free, total),
+    }
+}
+
+pub fn mem_get_info_v1(real: unsafe extern "C" fn(*mut u32, *mut u32) -> CuResult, free: *mut u32, total: *mut u32) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(free, total) };
+    if rc != CUDA_SUCCESS || free.is_null() || total.is_null() {
+        return rc;
+    }
+    // SAFETY: the driver succeeded and filled both out-pointers.
+    unsafe {
+        let (f, t) = capped_info(shim, (*free).into(), (*total).into());
+        (*free, *total) = (f as u32, t as u32);
+    }
+    rc
+}
+
+pub fn device_total_mem_v1(real: unsafe extern "C" fn(*mut u32, c_int) -> CuResult, bytes: *mut u32, dev: c_int) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(bytes, dev) };
+    if rc != CUDA_SUCCESS || bytes.is_null() {
+        return rc;
+    }
+    if let Some(d) = checked_device(shim, dev) {
+        // SAFETY: the driver succeeded and filled `bytes`.
+        unsafe { *bytes = shim.total_mem(d, (*bytes).into()) as u32 };
+    }
+    rc
+}
+
+// ---------------------------------------------------------------------------
+// NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID.
+
+pub use crate::nvml::{NvmlMemory, NvmlMemoryV2};
+
+/// The CUDA ordinal of an NVML device handle, with its cap resolved; None for a
+/// device CUDA does not see here, or one without a cap (shown as the driver says).
+fn nvml_device(shim: &Shim, device: Handle) -> Option<usize> {
+    let uuid = real::nvml_uuid(device)?;
+    let visible = identity::visible(identity::from_driver)?;
+    let d = checked_device(shim, identity::ordinal_of(visible, &uuid)? as c_int)?;
+    shim.ledger.usage(d).filter(|u| u.cap != crate::ledger::NO_CAP)?;
+    refresh_pools(d);
+    Some(d)
+}
+
+pub fn nvml_memory_info(
+    real: unsafe extern "C" fn(Handle, *mut NvmlMemory) -> CuResult,
+    device: Handle,
+    memory: *mut NvmlMemory,
+) -> CuResult {
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(device, memory) };
+    let Ok(shim) = shim() else { return rc };
+    if rc != 0 || memory.is_null() {
+        return rc;
+    }
+    if let Some(d) = nvml_device(shim, device) {
+        // SAFETY: NVML succeeded and filled the caller's struct.
+        let m = unsafe { &mut *memory };
+        *m = nvml::capped(*m, shim.mem_info(d, m.free, m.total, growth::retained_bytes(d)));
+    }
+    rc
+}
+
+pub fn nvml_memory_info_v2(
+    real: unsafe extern "C" fn(Handle, *mut NvmlMemoryV2) -> CuResult,
+    device: Handle,
+    memory: *mut NvmlMemoryV2,
+) -> CuResult {
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(device, memory) };
+    let Ok(shim) = shim() else { return rc };
+    if rc != 0 || memory.is_null() {
+        return rc;
+    }
+    if let Some(d) = nvml_device(shim, device) {
+        // SAFETY: NVML succeeded and filled the caller's struct.
+        let m = unsafe { &mut *memory };
+        *m = nvml::capped_v2(*m, shim.mem_info(d, m.free, m.total, growth::retained_bytes(d)));
     }
     rc
 }

@@ -9,9 +9,14 @@
 //! - `hooks`: what each intercepted driver call does; `arena`: growth mode's driver calls.
 //! - `ffi`: the exported symbols, `dlsym` and `cuGetProcAddress` (the FFI edge).
 
+mod arrays;
 mod config;
+mod contexts;
 mod growth;
+mod identity;
 mod ledger;
+mod nvml;
+mod pools;
 mod report;
 mod shim;
 mod size;
@@ -22,3 +27,5 @@ mod arena;
 mod ffi;
 #[cfg(not(test))]
 mod hooks;
+#[cfg(not(test))]
+mod real;

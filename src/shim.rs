@@ -84,7 +84,7 @@ impl Shim {
             return;
         }
         let limit = match self.config() {
-            Ok(c) => c.limit.as_ref().and_then(|l| l.for_ordinal(device as u32)),
+            Ok(c) => c.limit.as_ref().and_then(|l| crate::identity::limit_for(l, device, crate::identity::from_driver)),
             Err(_) => return,
         };
         let cap = match limit {

@@ -1,0 +1,583 @@
+//! Stream-ordered memory pools (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`): what a
+//! pool costs the device is what it keeps *reserved* (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`),
+//! not only its live allocations: a pool caches freed memory up to its release
+//! threshold. Each pool the process allocates from is charged exactly its reserved
+//! bytes, re-read from the driver:
+//!
+//! - on each allocation from it: the request is reserved first (the one atomic cap
+//!   check), the driver called, then the charge is settled to the pool's new reserved
+//!   size (more if the pool grew by more than the request, less if it served the
+//!   request from its cache or released memory meanwhile);
+//! - on `cuMemPoolTrimTo`, and lazily (`refresh`) wherever the figures are shown;
+//! - when an allocation of any kind would go over the cap: the process's own pools
+//!   are trimmed to what they use (`reclaim`), and the request retried once, so a
+//!   program is not refused memory it is itself caching.
+//!
+//! Between two reads a pool may have released memory (at a synchronisation, when its
+//! release threshold is low): the charge is then too high until the next read, never
+//! too low. Plain safe Rust over a [`PoolDriver`] (the attribute reads and the trim);
+//! the hooks pass the real driver, the tests a fake.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering::*};
+
+use crate::config::MAX_DEVICES;
+use crate::ledger::{Charge, Kind, Ledger, Refusal, Reservation};
+
+/// What the book needs from the driver about one pool.
+pub trait PoolDriver {
+    /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`; None if the driver does not answer (the
+    /// pool is gone).
+    fn reserved(&self, pool: u64) -> Option<u64>;
+    /// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
+    fn used(&self, pool: u64) -> Option<u64>;
+    /// `cuMemPoolTrimTo(pool, keep)`.
+    fn trim_to(&self, pool: u64, keep: u64);
+}
+
+#[derive(Debug, Default)]
+struct Pool {
+    device: usize,
+    /// Bytes of the ledger charged to this pool.
+    charged: u64,
+    /// `cuMemPoolDestroy` succeeded while allocations were outstanding: the charge is
+    /// those allocations', credited as they are freed.
+    destroyed: bool,
+}
+
+#[derive(Default)]
+struct Book {
+    pools: HashMap<u64, Pool>,
+    /// Live pool allocations: pointer -> (pool, bytes asked for).
+    ptrs: HashMap<u64, (u64, u64)>,
+}
+
+/// Every pool the process allocated from or created, with its charge.
+pub struct PoolBook {
+    book: Mutex<Option<Book>>,
+    /// Pools per device, so that devices without pools cost nothing.
+    count: [AtomicU32; MAX_DEVICES],
+    /// Pools in all, so that a process without pools pays one load per sync.
+    total: AtomicU32,
+}
+
+impl Default for PoolBook {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PoolBook {
+    pub const fn new() -> Self {
+        PoolBook {
+            book: Mutex::new(None),
+            count: [const { AtomicU32::new(0) }; MAX_DEVICES],
+            total: AtomicU32::new(0),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Book) -> T) -> T {
+        // A poisoned lock only means a panic elsewhere while it was held; every
+        // operation leaves the book consistent before it can panic.
+        let mut g = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        f(g.get_or_insert_with(Book::default))
+    }
+
+    fn add(&self, book: &mut Book, pool: u64, device: usize) {
+        if device < MAX_DEVICES && !book.pools.contains_key(&pool) {
+            book.pools.insert(
+                pool,
+                Pool {
+                    device,
+                    ..Pool::default()
+                },
+            );
+            self.count[device].fetch_add(1, Relaxed);
+            self.total.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn remove(&self, book: &mut Book, ledger: &Ledger, pool: u64) {
+        if let Some(p) = book.pools.remove(&pool) {
+            self.count[p.device].fetch_sub(1, Relaxed);
+            self.total.fetch_sub(1, Relaxed);
+            ledger.settle(Charge {
+                device: p.device,
+                bytes: p.charged,
+            });
+        }
+    }
+
+    /// Starts tracking `pool` of `device` (created, or the device's current pool).
+    pub fn register(&self, pool: u64, device: usize) {
+        self.with(|b| self.add(b, pool, device));
+    }
+
+    /// The device of a pool the book knows.
+    pub fn device_of(&self, pool: u64) -> Option<usize> {
+        self.with(|b| b.pools.get(&pool).map(|p| p.device))
+    }
+
+    /// Whether `device` has pools at all (cheap).
+    pub fn any_on(&self, device: usize) -> bool {
+        self.count.get(device).is_some_and(|c| c.load(Relaxed) > 0)
+    }
+
+    /// After the driver allocated `bytes` at `ptr` from `pool` with `r` reserved for it:
+    /// settles the pool's charge to its reserved size. Err when the pool grew past
+    /// what the cap allows: nothing is recorded for the allocation and `r` is rolled
+    /// back; the caller frees it and [`reclaim`](Self::reclaim)s.
+    pub fn allocated(
+        &self,
+        ledger: &Ledger,
+        drv: &impl PoolDriver,
+        pool: u64,
+        device: usize,
+        ptr: u64,
+        bytes: u64,
+        r: Reservation<'_>,
+    ) -> Result<(), Refusal> {
+        self.with(|b| {
+            self.add(b, pool, device);
+            let Some(reserved) = drv.reserved(pool) else {
+                // The driver does not say what the pool reserves: the request is
+                // charged as a plain allocation, credited by its free.
+                self.remove(b, ledger, pool);
+                r.commit(Kind::Pointer, ptr);
+                return Ok(());
+            };
+            self.settle_one(b, ledger, pool, Some(reserved), Some(r))?;
+            b.ptrs.insert(ptr, (pool, bytes));
+            ledger.count_alloc(device);
+            Ok(())
+        })
+    }
+
+    /// A pool allocation is being freed (the driver succeeded): the memory goes back to
+    /// its pool, which keeps it charged, unless the pool was destroyed. Returns whether
+    /// `ptr` was a pool allocation.
+    pub fn freed(&self, ledger: &Ledger, ptr: u64) -> bool {
+        self.with(|b| {
+            let Some((pool, bytes)) = b.ptrs.remove(&ptr) else {
+                return false;
+            };
+            let orphan_done = match b.pools.get_mut(&pool) {
+                Some(p) if p.destroyed => {
+                    let give = bytes.min(p.charged);
+                    p.charged -= give;
+                    ledger.settle(Charge {
+                        device: p.device,
+                        bytes: give,
+                    });
+                    !b.ptrs.values().any(|&(q, _)| q == pool)
+                }
+                _ => false,
+            };
+            if orphan_done {
+                self.remove(b, ledger, pool);
+            }
+            true
+        })
+    }
+
+    /// Whether `ptr` is a live pool allocation.
+    pub fn is_pool_ptr(&self, ptr: u64) -> bool {
+        self.with(|b| b.ptrs.contains_key(&ptr))
+    }
+
+    /// Re-reads one pool's reserved size (after a trim).
+    pub fn refresh_pool(&self, ledger: &Ledger, drv: &impl PoolDriver, pool: u64) {
+        self.with(|b| {
+            let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
+        });
+    }
+
+    /// Re-reads the reserved size of every pool on `device`.
+    pub fn refresh(&self, ledger: &Ledger, drv: &impl PoolDriver, device: usize) {
+        if !self.any_on(device) {
+            return;
+        }
+        self.with(|b| {
+            for pool in pools_on(b, device) {
+                let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
+            }
+        });
+    }
+
+    /// Trims every pool on `device` to the bytes it uses and re-reads them, so that
+    /// memory the process only caches is given back before a request is refused.
+    /// Returns the bytes credited.
+    pub fn reclaim(&self, ledger: &Ledger, drv: &impl PoolDriver, device: usize) -> u64 {
+        if !self.any_on(device) {
+            return 0;
+        }
+        let before = ledger.usage(device).map_or(0, |u| u.used);
+        self.with(|b| {
+            for pool in pools_on(b, device) {
+                if let (Some(reserved), Some(used)) = (drv.reserved(pool), drv.used(pool)) {
+                    if reserved > used {
+                        drv.trim_to(pool, used);
+                    }
+                }
+                let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
+            }
+        });
+        before.saturating_sub(ledger.usage(device).map_or(0, |u| u.used))
+    }
+
+    /// `cuMemPoolDestroy(pool)` succeeded. The driver releases the pool's cached memory
+    /// now and its outstanding allocations when they are freed: the charge drops to
+    /// those allocations and follows their frees.
+    pub fn destroyed(&self, ledger: &Ledger, pool: u64) {
+        self.with(|b| {
+            let outstanding: u64 = b
+                .ptrs
+                .values()
+                .filter(|&&(q, _)| q == pool)
+                .map(|&(_, n)| n)
+                .sum();
+            let Some(p) = b.pools.get_mut(&pool) else {
+                return;
+            };
+            if outstanding == 0 {
+                self.remove(b, ledger, pool);
+                return;
+            }
+            let keep = outstanding.min(p.charged);
+            ledger.settle(Charge {
+                device: p.device,
+                bytes: p.charged - keep,
+            });
+            p.charged = keep;
+            p.destroyed = true;
+        });
+    }
+
+    /// The bytes charged to pools on `device`.
+    #[cfg(test)]
+    pub fn charged_on(&self, device: usize) -> u64 {
+        self.with(|b| {
+            b.pools
+                .values()
+                .filter(|p| p.device == device)
+                .map(|p| p.charged)
+                .sum()
+        })
+    }
+
+    /// Forgets the pool allocations the driver no longer knows (their context was torn
+    /// down), per `alive`.
+    pub fn drop_dead_ptrs(&self, ledger: &Ledger, device: usize, alive: impl Fn(u64) -> bool) {
+        let dead: Vec<u64> = self.with(|b| {
+            b.ptrs
+                .iter()
+                .filter(|(_, (pool, _))| b.pools.get(pool).is_some_and(|p| p.device == device))
+                .map(|(&ptr, _)| ptr)
+                .collect()
+        });
+        for ptr in dead.into_iter().filter(|&p| !alive(p)) {
+            self.freed(ledger, ptr);
+        }
+    }
+}
+
+impl PoolBook {
+    /// [`settle`], dropping a pool the driver no longer knows.
+    fn settle_one(
+        &self,
+        b: &mut Book,
+        ledger: &Ledger,
+        pool: u64,
+        reserved: Option<u64>,
+        r: Option<Reservation<'_>>,
+    ) -> Result<(), Refusal> {
+        match settle(b, ledger, pool, reserved, r) {
+            Ok(()) => Ok(()),
+            Err(Unsettled::Refused(refusal)) => Err(refusal),
+            Err(Gone) => {
+                self.remove(b, ledger, pool);
+                Ok(())
+            }
+        }
+    }
+
+    /// Re-reads every pool (after a synchronisation, when pools release memory).
+    pub fn refresh_all(&self, ledger: &Ledger, drv: &impl PoolDriver) {
+        if self.total.load(Relaxed) == 0 {
+            return;
+        }
+        self.with(|b| {
+            let all: Vec<u64> = b
+                .pools
+                .iter()
+                .filter(|(_, p)| !p.destroyed)
+                .map(|(&h, _)| h)
+                .collect();
+            for pool in all {
+                let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
+            }
+        });
+    }
+}
+
+fn pools_on(b: &Book, device: usize) -> Vec<u64> {
+    b.pools
+        .iter()
+        .filter(|(_, p)| p.device == device && !p.destroyed)
+        .map(|(&h, _)| h)
+        .collect()
+}
+
+/// Why a pool's charge could not be settled.
+enum Unsettled {
+    /// The growth would break the cap (the reservation was rolled back).
+    Refused(Refusal),
+    /// The driver no longer answers for the pool: drop it and credit its charge.
+    Gone,
+}
+use Unsettled::Gone;
+
+impl From<Refusal> for Unsettled {
+    fn from(r: Refusal) -> Self {
+        Unsettled::Refused(r)
+    }
+}
+
+/// Sets the pool's charge to its reserved size (`reserved`, None when the driver did
+/// not answer), using `r` (bytes reserved for an allocation just made) towards any
+/// growth.
+fn settle(
+    b: &mut Book,
+    ledger: &Ledger,
+    pool: u64,
+    reserved: Option<u64>,
+    r: Option<Reservation<'_>>,
+) -> Result<(), Unsettled> {
+    let Some(p) = b.pools.get_mut(&pool) else {
+        return Ok(());
+    };
+    if p.destroyed {
+        return Ok(());
+    }
+    let Some(reserved) = reserved else {
+        return Err(Gone);
+    };
+    let device = p.device;
+    if reserved <= p.charged {
+        ledger.settle(Charge {
+            device,
+            bytes: p.charged - reserved,
+        });
+        p.charged = reserved;
+        return Ok(()); // `r`, if any, rolls back on drop
+    }
+    let growth = reserved - p.charged;
+    match r {
+        Some(mut r) => {
+            ledger.resize(&mut r, growth)?;
+            r.keep();
+        }
+        None => match ledger.reserve(device, growth) {
+            Ok(extra) => extra.keep(),
+            // The pool grew without an allocation through the shim (it cannot, but
+            // if it did): charge what the cap allows, never more than it holds.
+            Err(_) => return Ok(()),
+        },
+    }
+    p.charged = reserved;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A pool driver over a map: pool -> (reserved, used).
+    #[derive(Default)]
+    struct Fake(RefCell<HashMap<u64, (u64, u64)>>);
+
+    impl Fake {
+        fn set(&self, pool: u64, reserved: u64, used: u64) {
+            self.0.borrow_mut().insert(pool, (reserved, used));
+        }
+        fn gone(&self, pool: u64) {
+            self.0.borrow_mut().remove(&pool);
+        }
+    }
+
+    impl PoolDriver for Fake {
+        fn reserved(&self, pool: u64) -> Option<u64> {
+            self.0.borrow().get(&pool).map(|x| x.0)
+        }
+        fn used(&self, pool: u64) -> Option<u64> {
+            self.0.borrow().get(&pool).map(|x| x.1)
+        }
+        fn trim_to(&self, pool: u64, keep: u64) {
+            if let Some(x) = self.0.borrow_mut().get_mut(&pool) {
+                x.0 = x.0.min(keep.max(x.1));
+            }
+        }
+    }
+
+    fn setup(cap: u64) -> (Ledger, PoolBook, Fake) {
+        let l = Ledger::new();
+        l.set_cap(0, Some(cap));
+        (l, PoolBook::new(), Fake::default())
+    }
+
+    fn used(l: &Ledger) -> u64 {
+        l.usage(0).unwrap().used
+    }
+
+    /// Allocates `n` from pool 7 as the hook does: reserve, "driver", settle.
+    fn alloc(
+        l: &Ledger,
+        book: &PoolBook,
+        drv: &Fake,
+        ptr: u64,
+        n: u64,
+        reserved_after: u64,
+        used_after: u64,
+    ) -> Result<(), Refusal> {
+        let r = l.reserve(0, n)?;
+        drv.set(7, reserved_after, used_after);
+        book.allocated(l, drv, 7, 0, ptr, n, r)
+    }
+
+    #[test]
+    fn charges_what_the_pool_reserves() {
+        let (l, book, drv) = setup(1000);
+        alloc(&l, &book, &drv, 1, 100, 100, 100).unwrap();
+        assert_eq!(used(&l), 100);
+        // The pool grew by more than asked (granularity): charged the growth.
+        alloc(&l, &book, &drv, 2, 100, 300, 200).unwrap();
+        assert_eq!(used(&l), 300);
+        // Freed: the pool keeps the memory, so does the charge.
+        assert!(book.freed(&l, 1));
+        assert!(!book.freed(&l, 1), "a second free finds nothing");
+        drv.set(7, 300, 100);
+        assert_eq!(used(&l), 300);
+        // Served from the cache: no growth, the reservation rolls back.
+        alloc(&l, &book, &drv, 3, 100, 300, 200).unwrap();
+        assert_eq!(used(&l), 300);
+        assert_eq!(l.usage(0).unwrap().allocs, 3);
+        // The pool released memory (a sync): the next read credits it.
+        drv.set(7, 200, 200);
+        book.refresh(&l, &drv, 0);
+        assert_eq!(used(&l), 200);
+        assert_eq!(book.charged_on(0), 200);
+    }
+
+    #[test]
+    fn growth_past_the_cap_is_refused_and_rolled_back() {
+        let (l, book, drv) = setup(1000);
+        alloc(&l, &book, &drv, 1, 500, 500, 500).unwrap();
+        let e = alloc(&l, &book, &drv, 2, 100, 1200, 600).unwrap_err();
+        assert!(matches!(e, Refusal::OverCap { .. }));
+        assert_eq!(
+            used(&l),
+            500,
+            "the reservation rolled back, the charge is unchanged"
+        );
+        assert!(!book.is_pool_ptr(2));
+        // The hook then frees the pointer and reclaims: the pool is trimmed to its use.
+        drv.set(7, 1200, 500);
+        book.reclaim(&l, &drv, 0);
+        assert_eq!(drv.reserved(7), Some(500));
+        assert_eq!(used(&l), 500);
+    }
+
+    #[test]
+    fn reclaim_trims_cached_memory() {
+        let (l, book, drv) = setup(1000);
+        alloc(&l, &book, &drv, 1, 800, 800, 800).unwrap();
+        book.freed(&l, 1);
+        drv.set(7, 800, 0); // cached, not released
+        assert!(l.reserve(0, 500).is_err());
+        assert_eq!(book.reclaim(&l, &drv, 0), 800);
+        assert_eq!(used(&l), 0);
+        assert!(l.reserve(0, 500).is_ok());
+        assert_eq!(book.reclaim(&l, &drv, 5), 0, "no pools on device 5");
+    }
+
+    #[test]
+    fn destroy_keeps_outstanding_allocations_until_freed() {
+        let (l, book, drv) = setup(1000);
+        alloc(&l, &book, &drv, 1, 100, 100, 100).unwrap();
+        alloc(&l, &book, &drv, 2, 200, 400, 300).unwrap();
+        assert_eq!(used(&l), 400);
+        book.destroyed(&l, 7);
+        drv.gone(7);
+        assert_eq!(used(&l), 300, "the cache went with the pool");
+        book.refresh(&l, &drv, 0);
+        assert_eq!(used(&l), 300, "a destroyed pool is not re-read");
+        book.freed(&l, 2);
+        assert_eq!(used(&l), 100);
+        book.freed(&l, 1);
+        assert_eq!(used(&l), 0);
+        assert!(!book.any_on(0));
+    }
+
+    #[test]
+    fn destroying_an_empty_pool_credits_all() {
+        let (l, book, drv) = setup(1000);
+        book.register(9, 0);
+        let r = l.reserve(0, 50).unwrap();
+        drv.set(9, 64, 50);
+        book.allocated(&l, &drv, 9, 0, 1, 50, r).unwrap();
+        book.freed(&l, 1);
+        assert_eq!(used(&l), 64);
+        book.destroyed(&l, 9);
+        assert_eq!(used(&l), 0);
+        assert_eq!(book.device_of(9), None);
+    }
+
+    #[test]
+    fn a_pool_the_driver_forgot_is_credited() {
+        let (l, book, drv) = setup(1000);
+        alloc(&l, &book, &drv, 1, 100, 128, 100).unwrap();
+        drv.gone(7);
+        book.refresh(&l, &drv, 0);
+        assert_eq!(used(&l), 0);
+        assert_eq!(book.device_of(7), None);
+        // Allocating from it again starts afresh.
+        alloc(&l, &book, &drv, 2, 100, 100, 100).unwrap();
+        assert_eq!(used(&l), 100);
+    }
+
+    #[test]
+    fn an_unreadable_pool_charges_the_request_like_a_plain_allocation() {
+        let (l, book, drv) = setup(1000);
+        let r = l.reserve(0, 100).unwrap();
+        book.allocated(&l, &drv, 42, 0, 0xabc, 100, r).unwrap();
+        assert_eq!(used(&l), 100);
+        assert!(!book.is_pool_ptr(0xabc));
+        let c = l.take(Kind::Pointer, 0xabc).unwrap();
+        l.settle(c);
+        assert_eq!(used(&l), 0);
+        assert!(!book.any_on(0));
+    }
+
+    #[test]
+    fn a_synchronisation_re_reads_every_pool() {
+        let (l, book, drv) = setup(1000);
+        book.refresh_all(&l, &drv); // no pools: nothing asked
+        alloc(&l, &book, &drv, 1, 300, 300, 300).unwrap();
+        book.freed(&l, 1);
+        drv.set(7, 0, 0);
+        book.refresh_all(&l, &drv);
+        assert_eq!(used(&l), 0);
+    }
+
+    #[test]
+    fn dead_pointers_of_a_torn_down_context_are_dropped() {
+        let (l, book, drv) = setup(1000);
+        alloc(&l, &book, &drv, 1, 100, 100, 100).unwrap();
+        alloc(&l, &book, &drv, 2, 100, 200, 200).unwrap();
+        book.drop_dead_ptrs(&l, 0, |p| p == 2);
+        assert!(!book.is_pool_ptr(1) && book.is_pool_ptr(2));
+        assert_eq!(used(&l), 200, "the pool still holds it until re-read");
+    }
+}

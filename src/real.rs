@@ -1,0 +1,254 @@
+//! The real driver behind the safe modules: the queries `pools`, `contexts`,
+//! `identity` and the array and teardown hooks need, each a plain driver call. A
+//! driver that lacks a function answers "unknown" (None), and the callers then keep
+//! the charge they have: never less than what is allocated.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::null_mut;
+
+use crate::contexts::{Ctx, CtxDriver};
+use crate::ffi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, driver};
+use crate::hooks::{Array3DDescriptor, Handle, MemoryRequirements};
+
+/// `CUDA_ERROR_INVALID_HANDLE`.
+const CUDA_ERROR_INVALID_HANDLE: u32 = 400;
+use crate::pools::PoolDriver;
+
+/// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
+const RESERVED_MEM_CURRENT: c_int = 5;
+const USED_MEM_CURRENT: c_int = 7;
+
+/// The UUIDs of the visible CUDA devices, by ordinal. Calls `cuInit(0)` first: it is
+/// idempotent, and NVML users reach this without having initialised CUDA.
+pub fn visible_uuids() -> Option<Vec<[u8; 16]>> {
+    let init = driver::cuInit()?;
+    let count = driver::cuDeviceGetCount()?;
+    let uuid = driver::cuDeviceGetUuid_v2().or_else(driver::cuDeviceGetUuid)?;
+    let mut n: c_int = 0;
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        if init(0) != CUDA_SUCCESS || count(&mut n) != CUDA_SUCCESS {
+            return None;
+        }
+        (0..n.max(0))
+            .map(|d| {
+                let mut u = [0u8; 16];
+                (uuid(&mut u, d) == CUDA_SUCCESS).then_some(u)
+            })
+            .collect()
+    }
+}
+
+/// The pool `cuMemAllocAsync` takes from on `device` (its current pool).
+pub fn current_pool(device: c_int) -> Option<u64> {
+    let get = driver::cuDeviceGetMemPool()?;
+    let mut pool: Handle = null_mut();
+    // SAFETY: valid out-pointer.
+    (unsafe { get(&mut pool, device) } == CUDA_SUCCESS && !pool.is_null()).then_some(pool as u64)
+}
+
+/// Frees a pool allocation the shim refuses after the fact.
+pub fn free_async(ptr: u64, stream: *mut c_void) {
+    if let Some(free) = driver::cuMemFreeAsync() {
+        // SAFETY: freeing the allocation the driver just made, on the caller's stream.
+        unsafe { free(ptr, stream) };
+    }
+}
+
+/// The driver's pools.
+pub struct Pools;
+
+fn pool_attribute(pool: u64, attr: c_int) -> Option<u64> {
+    let get = driver::cuMemPoolGetAttribute()?;
+    let mut v: u64 = 0;
+    // SAFETY: both attributes are cuuint64_t, written to a valid out-pointer.
+    (unsafe { get(pool as Handle, attr, (&mut v as *mut u64).cast()) } == CUDA_SUCCESS).then_some(v)
+}
+
+impl PoolDriver for Pools {
+    fn reserved(&self, pool: u64) -> Option<u64> {
+        pool_attribute(pool, RESERVED_MEM_CURRENT)
+    }
+    fn used(&self, pool: u64) -> Option<u64> {
+        pool_attribute(pool, USED_MEM_CURRENT)
+    }
+    fn trim_to(&self, pool: u64, keep: u64) {
+        if let Some(trim) = driver::cuMemPoolTrimTo() {
+            // SAFETY: a pool handle the driver gave the program.
+            unsafe { trim(pool as Handle, keep as usize) };
+        }
+    }
+}
+
+/// The driver's contexts.
+pub struct Contexts;
+
+impl CtxDriver for Contexts {
+    fn free_with(&self, ctx: Ctx) -> Option<u64> {
+        let (push, pop, info) = (
+            driver::cuCtxPushCurrent_v2()?,
+            driver::cuCtxPopCurrent_v2()?,
+            driver::cuMemGetInfo_v2()?,
+        );
+        let (mut free, mut total) = (0usize, 0usize);
+        let mut popped: Handle = null_mut();
+        // SAFETY: `ctx` is a live context of this process; it is popped again right
+        // after the query, leaving the thread's stack as it was.
+        unsafe {
+            if push(ctx as Handle) != CUDA_SUCCESS {
+                return None;
+            }
+            let rc = info(&mut free, &mut total);
+            pop(&mut popped);
+            (rc == CUDA_SUCCESS).then_some(free as u64)
+        }
+    }
+
+    fn create_floating(&self, device: usize) -> Option<Ctx> {
+        let (create, pop) = (driver::cuCtxCreate_v2()?, driver::cuCtxPopCurrent_v2()?);
+        let mut ctx: Handle = null_mut();
+        let mut popped: Handle = null_mut();
+        // SAFETY: valid out-pointers; the new context is pushed by the driver and
+        // popped at once, so the thread's stack is unchanged.
+        unsafe {
+            if create(&mut ctx, 0, device as c_int) != CUDA_SUCCESS {
+                return None;
+            }
+            pop(&mut popped);
+        }
+        Some(ctx as Ctx)
+    }
+
+    fn destroy(&self, ctx: Ctx) {
+        if let Some(destroy) = driver::cuCtxDestroy_v2() {
+            // SAFETY: a context `create_floating` made, not current anywhere.
+            unsafe { destroy(ctx as Handle) };
+        }
+    }
+
+    fn primary_active(&self, device: usize) -> Option<bool> {
+        let state = driver::cuDevicePrimaryCtxGetState()?;
+        let (mut flags, mut active) = (0u32, 0 as c_int);
+        // SAFETY: valid out-pointers.
+        (unsafe { state(device as c_int, &mut flags, &mut active) } == CUDA_SUCCESS)
+            .then_some(active != 0)
+    }
+}
+
+/// Whether an answer says "no such allocation/handle" (rather than, say, "no current
+/// context", which says nothing about the allocation).
+fn unknown_to_driver(rc: u32) -> bool {
+    matches!(
+        rc,
+        CUDA_ERROR_INVALID_VALUE | CUDA_ERROR_INVALID_HANDLE | CUDA_ERROR_NOT_FOUND
+    )
+}
+
+/// Whether the driver may still hold `ptr` as the start of a linear allocation (after
+/// a context teardown). Anything but a clear "unknown" counts as alive.
+pub fn pointer_alive(ptr: u64) -> bool {
+    let Some(range) = driver::cuMemGetAddressRange_v2() else {
+        return true;
+    };
+    let (mut base, mut size) = (0u64, 0usize);
+    // SAFETY: valid out-pointers.
+    let rc = unsafe { range(&mut base, &mut size, ptr) };
+    if rc == CUDA_SUCCESS {
+        base == ptr
+    } else {
+        !unknown_to_driver(rc)
+    }
+}
+
+/// Whether the driver may still hold a CUDA array handle.
+pub fn array_alive(handle: u64) -> bool {
+    let Some(get) = driver::cuArray3DGetDescriptor_v2() else {
+        return true;
+    };
+    let mut desc = Array3DDescriptor::default();
+    // SAFETY: valid out-pointer.
+    !unknown_to_driver(unsafe { get(&mut desc, handle as Handle) })
+}
+
+/// Whether the driver may still hold a mipmapped array handle.
+pub fn mipmapped_alive(handle: u64) -> bool {
+    let Some(level) = driver::cuMipmappedArrayGetLevel() else {
+        return true;
+    };
+    let mut array: Handle = null_mut();
+    // SAFETY: valid out-pointer; level 0 exists in every mipmapped array.
+    !unknown_to_driver(unsafe { level(&mut array, handle as Handle, 0) })
+}
+
+/// The memory the driver says an array takes, if it says.
+pub fn array_size(handle: Handle, device: c_int, mipmapped: bool) -> Option<u64> {
+    let get = if mipmapped {
+        driver::cuMipmappedArrayGetMemoryRequirements()?
+    } else {
+        driver::cuArrayGetMemoryRequirements()?
+    };
+    let mut req = MemoryRequirements::default();
+    // SAFETY: valid out-pointer, a handle the driver just made.
+    (unsafe { get(&mut req, handle, device) } == CUDA_SUCCESS).then_some(req.size as u64)
+}
+
+/// Destroys an array the shim refuses after the fact.
+pub fn destroy_array(handle: Handle, mipmapped: bool) {
+    let destroy = if mipmapped {
+        driver::cuMipmappedArrayDestroy()
+    } else {
+        driver::cuArrayDestroy()
+    };
+    if let Some(destroy) = destroy {
+        // SAFETY: the handle the driver just made.
+        unsafe { destroy(handle) };
+    }
+}
+
+/// Destroys a context the shim refuses after the fact.
+pub fn destroy_context(ctx: Handle) {
+    Contexts.destroy(ctx as Ctx);
+}
+
+/// Releases a primary context retained by a call the shim refuses after the fact.
+pub fn release_primary(device: c_int) {
+    if let Some(release) = driver::cuDevicePrimaryCtxRelease_v2() {
+        // SAFETY: undoing the retain the driver just did.
+        unsafe { release(device) };
+    }
+}
+
+/// The device of a context (pushed for the question).
+pub fn context_device(ctx: Handle) -> Option<usize> {
+    let (push, pop, get) = (
+        driver::cuCtxPushCurrent_v2()?,
+        driver::cuCtxPopCurrent_v2()?,
+        driver::cuCtxGetDevice()?,
+    );
+    let mut dev: c_int = -1;
+    let mut popped: Handle = null_mut();
+    // SAFETY: the caller's context, pushed and popped again.
+    unsafe {
+        if push(ctx) != CUDA_SUCCESS {
+            return None;
+        }
+        let rc = get(&mut dev);
+        pop(&mut popped);
+        (rc == CUDA_SUCCESS)
+            .then(|| usize::try_from(dev).ok())
+            .flatten()
+    }
+}
+
+/// The UUID NVML gives a device handle.
+pub fn nvml_uuid(device: Handle) -> Option<[u8; 16]> {
+    let get = driver::nvmlDeviceGetUUID()?;
+    let mut buf = [0 as c_char; 96];
+    // SAFETY: a buffer of the stated length for a NUL-terminated string.
+    if unsafe { get(device, buf.as_mut_ptr(), buf.len() as u32) } != 0 {
+        return None;
+    }
+    // SAFETY: NVML wrote a NUL-terminated string into the buffer (zeroed beforehand).
+    let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    crate::identity::parse_uuid(&text.to_string_lossy())
+}
