@@ -139,6 +139,17 @@ fn map(device: usize, page: u64, pages: &[u64]) -> Result<u64, CuResult> {
 pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
     let page = page_size(device)?;
     let n = pages_for(size, page).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    // Fast path: a freed allocation of the same page count, still mapped.
+    if let Some((base, m)) = usize::try_from(n).ok().and_then(|n| GROWTH.take_cached(device, n)) {
+        SHIM.ledger.count_alloc(device);
+        GROWTH.record(base, Mapping { size, ..m });
+        return Ok(base);
+    }
+    // Unmap cached allocations of other sizes until the loose pages suffice.
+    while GROWTH.loose_pages(device) < n {
+        let Some((base, m)) = GROWTH.evict_cached(device) else { break };
+        unmap(base, &m);
+    }
     let mut pages = GROWTH.take_pages(device, n);
     let fresh = n - pages.len() as u64;
     match grow(api, device, size, page, fresh) {
@@ -162,19 +173,25 @@ pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
     }
 }
 
-/// Frees a growth allocation: `None` if `ptr` is not one.
+/// Unmaps a cached allocation and makes its pages loose. A range the driver will
+/// not unmap stays mapped and its pages are not reused (they stay charged).
+fn unmap(base: u64, m: &Mapping) {
+    let rc = call!(cuMemUnmap(base, m.mapped() as usize));
+    if rc != CUDA_SUCCESS {
+        log!(Error, "growth mode: cuMemUnmap of {base:#x} failed with error {rc}; its pages are not reused");
+        return;
+    }
+    let _ = call!(cuMemAddressFree(base, m.mapped() as usize));
+    GROWTH.give_back(m.device, m.pages.iter().copied());
+}
+
+/// Frees a growth allocation: `None` if `ptr` is not one. The allocation stays
+/// mapped, retained, for the next request of its size.
 pub fn free(ptr: u64) -> Option<CuResult> {
     let m = GROWTH.remove(ptr)?;
     // cuMemFree waits for the device to finish with the memory; so must we before
-    // the pages can serve another allocation.
+    // it can serve another allocation.
     let _ = call!(cuCtxSynchronize());
-    let rc = call!(cuMemUnmap(ptr, m.mapped() as usize));
-    if rc != CUDA_SUCCESS {
-        log!(Error, "growth mode: cuMemUnmap of {ptr:#x} failed with error {rc}; the allocation stays live");
-        GROWTH.record(ptr, m);
-        return Some(rc);
-    }
-    let _ = call!(cuMemAddressFree(ptr, m.mapped() as usize));
-    GROWTH.give_back(m.device, m.pages);
+    GROWTH.cache(ptr, m);
     Some(CUDA_SUCCESS)
 }

@@ -37,8 +37,13 @@ impl Mapping {
 struct Retained {
     /// Page size for this device; 0 until first asked of the driver.
     page: AtomicU64,
-    /// Pages the process owns that no allocation uses.
+    /// Pages the process owns that no allocation uses, unmapped.
     free: Mutex<Vec<u64>>,
+    /// Freed allocations kept mapped, by base address: a later request for the same
+    /// number of pages takes one whole, with no driver call. Their pages count as
+    /// retained, and are unmapped into `free` when a request of another size needs
+    /// them.
+    cached: Mutex<Vec<(u64, Mapping)>>,
 }
 
 pub struct Growth {
@@ -81,6 +86,7 @@ impl Growth {
                 Retained {
                     page: AtomicU64::new(0),
                     free: Mutex::new(Vec::new()),
+                    cached: Mutex::new(Vec::new()),
                 }
             }; MAX_DEVICES],
             mappings: Mutex::new(BTreeMap::new()),
@@ -116,9 +122,35 @@ impl Growth {
     }
 
     pub fn retained_bytes(&self, device: usize) -> u64 {
-        self.devices
-            .get(device)
-            .map_or(0, |d| lock(&d.free).len() as u64 * d.page.load(Acquire))
+        self.devices.get(device).map_or(0, |d| {
+            let cached: u64 = lock(&d.cached).iter().map(|(_, m)| m.pages.len() as u64).sum();
+            (lock(&d.free).len() as u64 + cached) * d.page.load(Acquire)
+        })
+    }
+
+    /// Keeps a freed allocation mapped for reuse.
+    pub fn cache(&self, base: u64, mapping: Mapping) {
+        if let Some(d) = self.devices.get(mapping.device) {
+            lock(&d.cached).push((base, mapping));
+        }
+    }
+
+    /// A cached mapping of exactly `pages` pages, most recently freed first.
+    pub fn take_cached(&self, device: usize, pages: usize) -> Option<(u64, Mapping)> {
+        let d = self.devices.get(device)?;
+        let mut cached = lock(&d.cached);
+        let i = cached.iter().rposition(|(_, m)| m.pages.len() == pages)?;
+        Some(cached.swap_remove(i))
+    }
+
+    /// Any cached mapping, to be unmapped so its pages can serve another size.
+    pub fn evict_cached(&self, device: usize) -> Option<(u64, Mapping)> {
+        lock(&self.devices.get(device)?.cached).pop()
+    }
+
+    /// Retained pages on `device` that are not mapped.
+    pub fn loose_pages(&self, device: usize) -> u64 {
+        self.devices.get(device).map_or(0, |d| lock(&d.free).len() as u64)
     }
 
     pub fn record(&self, base: u64, mapping: Mapping) {
@@ -174,6 +206,24 @@ mod tests {
         // Asking for more than is left returns what is left.
         assert_eq!(g.take_pages(0, 5).len(), 3);
         assert_eq!(g.take_pages(0, 1).len(), 0);
+    }
+
+    #[test]
+    fn cached_mappings_are_reused_whole_or_evicted() {
+        let g = Growth::new();
+        g.set_page(0, P);
+        let m = |pages: Vec<u64>| Mapping { device: 0, size: pages.len() as u64 * P, page: P, pages };
+        g.cache(0x1000, m(vec![1, 2]));
+        g.cache(0x9000, m(vec![3, 4, 5]));
+        g.give_back(0, [6]);
+        assert_eq!(g.loose_pages(0), 1);
+        assert_eq!(g.retained_bytes(0), 6 * P);
+        assert_eq!(g.take_cached(0, 4), None, "no mapping of 4 pages");
+        let (base, got) = g.take_cached(0, 2).unwrap();
+        assert_eq!((base, got.pages), (0x1000, vec![1, 2]));
+        assert_eq!(g.evict_cached(0).map(|(b, _)| b), Some(0x9000));
+        assert_eq!(g.evict_cached(0), None);
+        assert_eq!(g.retained_bytes(0), P);
     }
 
     #[test]
