@@ -9,6 +9,7 @@ use crate::ffi::{
     CuResult,
 };
 use crate::arena;
+use crate::config::MAX_DEVICES;
 use crate::growth::{self, GROWTH};
 use crate::arrays::{self, Shape};
 use crate::contexts::{ContextBook, CtxDriver};
@@ -47,8 +48,7 @@ fn shim() -> Result<&'static Shim, CuResult> {
 
 /// A device index the ledger can hold, with its cap resolved.
 fn checked_device(shim: &Shim, device: c_int) -> Option<usize> {
-    let d = usize::try_from(device).ok()?;
-    shim.ledger.usage(d)?;
+    let d = usize::try_from(device).ok().filter(|&d| d < MAX_DEVICES)?;
     shim.resolve_cap(d, || ffi::physical_total(d));
     Some(d)
 }
