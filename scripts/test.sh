@@ -5,8 +5,9 @@
 #
 #   scripts/test.sh
 #
-# The Python clients live in target/venv-cb12 (cuda-bindings 12.x) and
-# target/venv-cb13 (cuda-bindings 13.x); they are reused when already there.
+# The Python clients live in target/venv-cb12 (cuda-bindings 12.x),
+# target/venv-cb13 (cuda-bindings 13.x) and target/venv-nvml (nvidia-ml-py); they are
+# reused when already there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -70,8 +71,23 @@ section "Python clients (cuda-bindings 12.x and 13.x)"
 make_venv target/venv-cb12 12 "cuda-bindings>=12,<13"
 make_venv target/venv-cb13 13 "cuda-bindings>=13,<14"
 
+# The NVML client: nvidia-ml-py (module pynvml), NVIDIA's Python bindings for NVML.
+section "Python NVML client (nvidia-ml-py)"
+nvml_probe="from importlib.metadata import version; import pynvml; print(version('nvidia-ml-py'))"
+if [ -x target/venv-nvml/bin/python ] && target/venv-nvml/bin/python -c "$nvml_probe" >/dev/null 2>&1; then
+    echo "reusing target/venv-nvml"
+else
+    echo "creating target/venv-nvml with nvidia-ml-py"
+    rm -rf target/venv-nvml
+    python3 -m venv target/venv-nvml
+    target/venv-nvml/bin/python -m pip install -q nvidia-ml-py
+fi
+v=$(target/venv-nvml/bin/python -c "$nvml_probe") || die "target/venv-nvml does not hold a working nvidia-ml-py"
+echo "target/venv-nvml: nvidia-ml-py $v"
+
 section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
+export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 exec cargo test --release --workspace --no-fail-fast

@@ -1,0 +1,183 @@
+/*
+ * nvml: what NVML reports, read the ways programs read it.
+ *
+ *   nvml list <linked|dl>         every NVML device (and MIG instance): uuid, memory v1 and v2
+ *   nvml consistent <linked|dl> <alloc>
+ *                                 allocates <alloc> with CUDA on ordinal 0, then compares
+ *                                 NVML's figures for the same GPU (found by UUID) with
+ *                                 cuMemGetInfo_v2
+ *
+ * Output lines (list): "dev <nvml index>[.mig] uuid=<uuid> total=B free=B used=B
+ * v2total=B v2reserved=B v2free=B v2used=B". "linked" calls the symbols this program
+ * is linked with (-lnvidia-ml); "dl" dlopens libnvidia-ml.so.1 and uses dlsym, as
+ * pynvml and frameworks do.
+ */
+#define _GNU_SOURCE
+#include "fakecuda.h"
+
+#include <dlfcn.h>
+
+typedef int nvmlReturn_t;
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+#define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+
+nvmlReturn_t nvmlInit_v2(void);
+nvmlReturn_t nvmlShutdown(void);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                 nvmlDevice_t *mig);
+CUresult cuDeviceGetUuid_v2(unsigned char uuid[16], CUdevice dev);
+
+static struct {
+    nvmlReturn_t (*init)(void);
+    nvmlReturn_t (*count)(unsigned int *);
+    nvmlReturn_t (*handle)(unsigned int, nvmlDevice_t *);
+    nvmlReturn_t (*uuid)(nvmlDevice_t, char *, unsigned int);
+    nvmlReturn_t (*mem)(nvmlDevice_t, nvmlMemory_t *);
+    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *);
+    nvmlReturn_t (*mig)(nvmlDevice_t, unsigned int, nvmlDevice_t *);
+} N;
+
+static void bind(const char *how) {
+    if (strcmp(how, "linked") == 0) {
+        N.init = nvmlInit_v2;
+        N.count = nvmlDeviceGetCount_v2;
+        N.handle = nvmlDeviceGetHandleByIndex_v2;
+        N.uuid = nvmlDeviceGetUUID;
+        N.mem = nvmlDeviceGetMemoryInfo;
+        N.mem2 = nvmlDeviceGetMemoryInfo_v2;
+        N.mig = nvmlDeviceGetMigDeviceHandleByIndex;
+        return;
+    }
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        printf("FATAL dlopen(libnvidia-ml.so.1): %s\n", dlerror());
+        exit(3);
+    }
+#define SYM(field, name)                                          \
+    do {                                                          \
+        *(void **)&N.field = dlsym(h, name);                      \
+        if (!N.field) {                                           \
+            printf("FATAL dlsym(%s): %s\n", name, dlerror());     \
+            exit(3);                                              \
+        }                                                         \
+    } while (0)
+    SYM(init, "nvmlInit_v2");
+    SYM(count, "nvmlDeviceGetCount_v2");
+    SYM(handle, "nvmlDeviceGetHandleByIndex_v2");
+    SYM(uuid, "nvmlDeviceGetUUID");
+    SYM(mem, "nvmlDeviceGetMemoryInfo");
+    SYM(mem2, "nvmlDeviceGetMemoryInfo_v2");
+    SYM(mig, "nvmlDeviceGetMigDeviceHandleByIndex");
+}
+
+static void show(const char *label, nvmlDevice_t d) {
+    char uuid[96] = {0};
+    nvmlMemory_t m = {0};
+    nvmlMemory_v2_t m2 = {0};
+    m2.version = NVML_MEMORY_V2;
+    int r1 = N.uuid(d, uuid, sizeof uuid), r2 = N.mem(d, &m), r3 = N.mem2(d, &m2);
+    CHECK(r1 == 0 && r2 == 0 && r3 == 0, "%s: nvmlDeviceGetUUID/GetMemoryInfo/_v2 -> %d %d %d", label,
+          r1, r2, r3);
+    printf("dev %s uuid=%s total=%llu free=%llu used=%llu v2total=%llu v2reserved=%llu v2free=%llu "
+           "v2used=%llu\n",
+           label, uuid, m.total, m.free, m.used, m2.total, m2.reserved, m2.free, m2.used);
+    CHECK(m.total == m.free + m.used, "%s: v1 total = free + used", label);
+    CHECK(m2.total == m2.reserved + m2.free + m2.used, "%s: v2 total = reserved + free + used", label);
+    CHECK(m.total == m2.total && m.free == m2.free, "%s: v1 and v2 agree", label);
+}
+
+static void list(void) {
+    unsigned int n = 0;
+    MUST(N.init());
+    MUST(N.count(&n));
+    printf("count %u\n", n);
+    for (unsigned int i = 0; i < n; i++) {
+        nvmlDevice_t d;
+        MUST(N.handle(i, &d));
+        char label[32];
+        snprintf(label, sizeof label, "%u", i);
+        show(label, d);
+        nvmlDevice_t mig;
+        if (N.mig(d, 0, &mig) == 0) {
+            snprintf(label, sizeof label, "%u.mig", i);
+            show(label, mig);
+        }
+    }
+}
+
+static void format_uuid(const unsigned char u[16], char *out) {
+    sprintf(out, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+            u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+static void consistent(size_t bytes) {
+    MUST(cuInit(0));
+    CUcontext ctx;
+    MUST(cuDevicePrimaryCtxRetain(&ctx, 0));
+    MUST(cuCtxSetCurrent(ctx));
+    CUdeviceptr p = 0;
+    if (bytes) MUST(cuMemAlloc_v2(&p, bytes));
+    size_t free = 0, total = 0;
+    MUST(cuMemGetInfo_v2(&free, &total));
+    unsigned char u[16];
+    char want[64];
+    MUST(cuDeviceGetUuid_v2(u, 0));
+    format_uuid(u, want);
+
+    unsigned int n = 0;
+    MUST(N.init());
+    MUST(N.count(&n));
+    int found = 0;
+    for (unsigned int i = 0; i < n; i++) {
+        nvmlDevice_t d, mig;
+        MUST(N.handle(i, &d));
+        nvmlDevice_t cands[2] = {d, NULL};
+        if (N.mig(d, 0, &mig) == 0) cands[1] = mig;
+        for (int c = 0; c < 2 && cands[c]; c++) {
+            char uuid[96] = {0};
+            MUST(N.uuid(cands[c], uuid, sizeof uuid));
+            if (strlen(uuid) < 4 || strcmp(uuid + 4, want) != 0) continue;
+            found = 1;
+            nvmlMemory_t m = {0};
+            nvmlMemory_v2_t m2 = {0};
+            m2.version = NVML_MEMORY_V2;
+            MUST(N.mem(cands[c], &m));
+            MUST(N.mem2(cands[c], &m2));
+            printf("cuda free=%zu total=%zu nvml %s total=%llu free=%llu used=%llu\n", free, total,
+                   uuid, m.total, m.free, m.used);
+            CHECK(m.total == total && m.free == free,
+                  "NVML %s (total %llu, free %llu) agrees with cuMemGetInfo_v2 (total %zu, free %zu)",
+                  uuid, m.total, m.free, total, free);
+            CHECK(m2.total == total && m2.free == free, "NVML v2 %s agrees with cuMemGetInfo_v2", uuid);
+        }
+    }
+    CHECK(found, "an NVML device has CUDA ordinal 0's UUID %s", want);
+    if (p) MUST(cuMemFree_v2(p));
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 3 && strcmp(argv[1], "list") == 0) {
+        bind(argv[2]);
+        list();
+    } else if (argc == 4 && strcmp(argv[1], "consistent") == 0) {
+        bind(argv[2]);
+        consistent(parse_size(argv[3]));
+    } else {
+        fprintf(stderr, "usage: %s list <linked|dl> | consistent <linked|dl> <bytes>\n", argv[0]);
+        return 2;
+    }
+    return finish();
+}

@@ -1,0 +1,41 @@
+"""What nvidia-ml-py (pynvml) sees: every NVML device (and its MIG instance, if any).
+
+Prints one line per device, as tests/c/nvml.c does:
+    dev <index>[.mig] uuid=<uuid> total=B free=B used=B v2total=B v2reserved=B v2free=B v2used=B
+then "done". Never initialises CUDA itself, like nvidia-smi.
+"""
+
+import pynvml
+
+
+def show(label, handle):
+    uuid = pynvml.nvmlDeviceGetUUID(handle)
+    if isinstance(uuid, bytes):
+        uuid = uuid.decode()
+    m = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    m2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    print(
+        f"dev {label} uuid={uuid} total={m.total} free={m.free} used={m.used} "
+        f"v2total={m2.total} v2reserved={m2.reserved} v2free={m2.free} v2used={m2.used}",
+        flush=True,
+    )
+
+
+def main():
+    pynvml.nvmlInit()
+    n = pynvml.nvmlDeviceGetCount()
+    print(f"count {n}", flush=True)
+    for i in range(n):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        show(str(i), h)
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)
+        except pynvml.NVMLError:
+            continue
+        show(f"{i}.mig", mig)
+    pynvml.nvmlShutdown()
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+//! NVML under the shim: `nvmlDeviceGetMemoryInfo` and `_v2` report the cap as the
+//! total and the capped free memory, consistently with `cuMemGetInfo_v2`, for the GPUs
+//! CUDA sees in the process, matched by UUID (NVML numbers GPUs physically and ignores
+//! `CUDA_VISIBLE_DEVICES`). GPUs CUDA does not see, and uncapped runs, show what the
+//! driver reports.
+//!
+//! Readers: tests/c/nvml.c, linked with `-lnvidia-ml` and through dlopen + dlsym, and
+//! the real client `nvidia-ml-py` (tests/clients/nvml_client.py) from the Python in
+//! `GPUCAP_TEST_PYTHON_NVML` (scripts/test.sh creates target/venv-nvml). When that is
+//! unset the pynvml test prints `SKIP: ...` and passes, unless
+//! `GPUCAP_TEST_REQUIRE_CLIENTS=1`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use common::*;
+
+fn build_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    fake_nvml();
+    compile_c(name, suffix, extra)
+}
+
+fn nvml_prog() -> PathBuf {
+    build_c("nvml", "", &["-lnvidia-ml", "-lcuda"])
+}
+
+/// One `dev ...` line.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Dev {
+    uuid: String,
+    total: u64,
+    free: u64,
+    used: u64,
+    v2total: u64,
+    v2free: u64,
+}
+
+fn devs(out: &str) -> BTreeMap<String, Dev> {
+    let mut m = BTreeMap::new();
+    for line in out.lines().filter(|l| l.starts_with("dev ")) {
+        let mut words = line.split_whitespace().skip(1);
+        let label = words.next().unwrap().to_string();
+        let kv: BTreeMap<&str, &str> = words.filter_map(|w| w.split_once('=')).collect();
+        let num = |k: &str| kv[k].parse::<u64>().unwrap_or_else(|_| panic!("{k} in {line}"));
+        m.insert(
+            label,
+            Dev {
+                uuid: kv["uuid"].to_string(),
+                total: num("total"),
+                free: num("free"),
+                used: num("used"),
+                v2total: num("v2total"),
+                v2free: num("v2free"),
+            },
+        );
+    }
+    m
+}
+
+#[track_caller]
+fn assert_passed(o: &Output, what: &str) {
+    let out = stdout(o);
+    assert!(
+        o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
+        "{what}: {:?}\n--- stdout\n{out}\n--- stderr\n{}",
+        o.status,
+        stderr(o)
+    );
+    assert!(!stderr(o).contains("panicked"), "{what}: a panic:\n{}", stderr(o));
+}
+
+/// Three physical GPUs of 8 GiB; CUDA sees physical 2 as ordinal 0, physical 0 as 1.
+fn three_gpus(cmd: &mut Command) -> &mut Command {
+    cmd.env("FAKECUDA_DEVICES", "3")
+        .env("FAKECUDA_TOTAL_MEM", "8Gi")
+        .env("CUDA_VISIBLE_DEVICES", "2,0")
+}
+
+const LIMIT: &str = "0=1Gi,1=2Gi";
+
+/// What NVML must show under LIMIT with `three_gpus`: by physical index.
+fn check_capped(d: &BTreeMap<String, Dev>, what: &str) {
+    let gpu = |i: &str| d.get(i).unwrap_or_else(|| panic!("{what}: no NVML device {i} in {d:?}"));
+    assert_eq!(gpu("2").uuid, "GPU-face0000-0000-0000-0000-000000000002", "{what}");
+    for (index, cap) in [("2", GIB), ("0", 2 * GIB), ("1", 8 * GIB)] {
+        let g = gpu(index);
+        assert_eq!(
+            (g.total, g.free, g.used, g.v2total, g.v2free),
+            (cap, cap, 0, cap, cap),
+            "{what}: NVML device {index} (CUDA ordinal 0 is physical 2, 1 is physical 0, \
+             physical 1 is not visible)"
+        );
+    }
+}
+
+#[test]
+fn nvml_shows_the_cap_of_each_visible_gpu_by_uuid() {
+    let prog = nvml_prog();
+    for how in ["linked", "dl"] {
+        let stats = scratch("nvml").join("stats.json");
+        let mut c = fake_cmd(&prog, &stats);
+        three_gpus(&mut c);
+        preload(&mut c).env("GPUCAP_LIMIT", LIMIT);
+        let o = run(c.args(["list", how]));
+        assert_passed(&o, &format!("nvml list {how} with the shim"));
+        check_capped(&devs(&stdout(&o)), &format!("nvml list {how}"));
+
+        // Control: without the shim every GPU shows its 8 GiB.
+        let mut c = fake_cmd(&prog, &stats);
+        three_gpus(&mut c);
+        let o = run(c.args(["list", how]));
+        assert_passed(&o, &format!("nvml list {how} without the shim"));
+        for (i, g) in devs(&stdout(&o)) {
+            assert_eq!((g.total, g.free), (8 * GIB, 8 * GIB), "control, NVML device {i}");
+        }
+    }
+}
+
+#[test]
+fn nvml_without_a_limit_shows_the_driver_figures() {
+    let stats = scratch("nvml-nolimit").join("stats.json");
+    let mut c = fake_cmd(nvml_prog(), &stats);
+    three_gpus(&mut c);
+    preload(&mut c);
+    let o = run(c.args(["list", "dl"]));
+    assert_passed(&o, "nvml list without GPUCAP_LIMIT");
+    let d = devs(&stdout(&o));
+    assert_eq!(d.len(), 3);
+    assert!(d.values().all(|g| g.total == 8 * GIB && g.free == 8 * GIB), "{d:?}");
+}
+
+#[test]
+fn nvml_agrees_with_cu_mem_get_info() {
+    let prog = nvml_prog();
+    for (how, context_mem) in [("linked", "0"), ("dl", "0"), ("dl", "64Mi")] {
+        let stats = scratch("nvml-consistent").join("stats.json");
+        let mut c = fake_cmd(&prog, &stats);
+        three_gpus(&mut c).env("FAKECUDA_CONTEXT_MEM", context_mem);
+        preload(&mut c).env("GPUCAP_LIMIT", LIMIT);
+        let o = run(c.args(["consistent", how, "300Mi"]));
+        assert_passed(&o, &format!("nvml consistent {how}, context memory {context_mem}"));
+        let line = stdout(&o).lines().find(|l| l.starts_with("cuda ")).unwrap().to_string();
+        let ctx = if context_mem == "0" { 0 } else { 64 * MIB };
+        assert!(
+            line.contains(&format!("cuda free={} total={}", GIB - 300 * MIB - ctx, GIB)),
+            "{how}: {line}"
+        );
+    }
+}
+
+#[test]
+fn nvml_mig_instances_are_capped_their_gpus_are_not_cuda_devices() {
+    let stats = scratch("nvml-mig").join("stats.json");
+    let mut c = fake_cmd(nvml_prog(), &stats);
+    c.env("FAKECUDA_DEVICES", "2").env("FAKECUDA_TOTAL_MEM", "8Gi").env("FAKECUDA_MIG", "1");
+    preload(&mut c).env("GPUCAP_LIMIT", "1Gi");
+    let o = run(c.args(["list", "dl"]));
+    assert_passed(&o, "nvml list with MIG");
+    let d = devs(&stdout(&o));
+    for i in ["0", "1"] {
+        let (gpu, mig) = (&d[i], &d[&format!("{i}.mig")]);
+        assert!(gpu.uuid.starts_with("GPU-") && mig.uuid.starts_with("MIG-"), "{d:?}");
+        assert_eq!(gpu.total, 8 * GIB, "GPU {i} itself is no CUDA device here");
+        assert_eq!((mig.total, mig.free), (GIB, GIB), "MIG instance of GPU {i} is CUDA ordinal {i}");
+    }
+}
+
+/// nvidia-ml-py, the real client: never initialises CUDA, like nvidia-smi.
+#[test]
+fn pynvml_sees_the_cap() {
+    let var = "GPUCAP_TEST_PYTHON_NVML";
+    let Some(python) = std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from) else {
+        assert!(
+            std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() != Ok("1"),
+            "{var} is not set but GPUCAP_TEST_REQUIRE_CLIENTS=1: run scripts/test.sh, which \
+             creates a virtual environment with nvidia-ml-py"
+        );
+        eprintln!("SKIP: {var} is not set (a Python with nvidia-ml-py); scripts/test.sh sets it");
+        return;
+    };
+    assert!(python.exists(), "{var}={} does not exist", python.display());
+    let _ = nvml_prog(); // makes sure the fake NVML is linked in the library directory
+    let client = root().join("tests/clients/nvml_client.py");
+    let stats = scratch("pynvml").join("stats.json");
+
+    let mut c = fake_cmd(&python, &stats);
+    three_gpus(&mut c).arg(&client).env("PYTHONDONTWRITEBYTECODE", "1");
+    preload(&mut c).env("GPUCAP_LIMIT", LIMIT);
+    let o = run(&mut c);
+    assert!(o.status.success() && stdout(&o).contains("done"), "pynvml: {}\n{}", stdout(&o), stderr(&o));
+    check_capped(&devs(&stdout(&o)), "pynvml");
+
+    let mut c = fake_cmd(&python, &stats);
+    three_gpus(&mut c).arg(&client).env("PYTHONDONTWRITEBYTECODE", "1");
+    let o = run(&mut c);
+    assert!(o.status.success(), "pynvml without the shim: {}", stderr(&o));
+    assert!(devs(&stdout(&o)).values().all(|g| g.total == 8 * GIB), "control: {}", stdout(&o));
+
+    // MIG: the instances are the CUDA devices.
+    let mut c = fake_cmd(&python, &stats);
+    c.env("FAKECUDA_DEVICES", "1").env("FAKECUDA_TOTAL_MEM", "8Gi").env("FAKECUDA_MIG", "1");
+    c.arg(&client).env("PYTHONDONTWRITEBYTECODE", "1");
+    preload(&mut c).env("GPUCAP_LIMIT", "MIG-face0001-0000-0000-0000-000000000000=3Gi");
+    let o = run(&mut c);
+    assert!(o.status.success(), "pynvml with MIG: {}\n{}", stdout(&o), stderr(&o));
+    let d = devs(&stdout(&o));
+    assert_eq!((d["0"].total, d["0.mig"].total), (8 * GIB, 3 * GIB), "{d:?}");
+}
