@@ -220,7 +220,8 @@ impl LimitSpec {
             let Some(ordinal) = uuids.iter().position(|u| *u == key.bytes) else {
                 return Err(format!(
                     "GPUCAP_LIMIT names {key}, which matches none of the {} GPU(s) visible to \
-                     CUDA (CUDA_VISIBLE_DEVICES may hide it; `nvidia-smi -L` lists the UUIDs)",
+                     CUDA (CUDA_VISIBLE_DEVICES may hide it; with MIG on, CUDA's devices are the \
+                     MIG-… instances; `nvidia-smi -L` lists the UUIDs)",
                     uuids.len()
                 ));
             };
