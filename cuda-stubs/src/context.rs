@@ -38,6 +38,19 @@ static LIMITS: Lazy<Mutex<HashMap<c_int, usize>>> = Lazy::new(Default::default);
 
 thread_local! {
     static STACK: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };
+    /// The last context `current()` validated on this thread, its device and the
+    /// generation it was valid in: the common case (the same context, nothing
+    /// destroyed since) then costs no lock. A real driver's current-context lookup
+    /// is a thread-local read too; the benchmark of the shim calls it per allocation.
+    static LAST: std::cell::Cell<(Ctx, usize, u64)> = const { std::cell::Cell::new((0, 0, u64::MAX)) };
+}
+
+/// Bumped whenever a context stops being valid (destroyed, primary released to zero
+/// or reset), which voids every thread's `LAST`.
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn invalidate_current_caches() {
+    GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
 }
 
 fn new_handle() -> Ctx {
@@ -74,11 +87,17 @@ pub fn current() -> Result<(Ctx, usize), CUresult> {
     let top = STACK
         .with(|s| s.borrow().last().copied())
         .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    let generation = GENERATION.load(std::sync::atomic::Ordering::Acquire);
+    let (ctx, dev, valid_in) = LAST.with(|l| l.get());
+    if ctx == top && valid_in == generation {
+        return Ok((top, dev));
+    }
     let reg = registry();
     let info = reg.live.get(&top).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
     if info.primary && reg.primary[info.dev].refcount == 0 {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
+    LAST.with(|l| l.set((top, info.dev, generation)));
     Ok((top, info.dev))
 }
 
@@ -170,6 +189,7 @@ crate::ffi::exports! {
         }
         p.refcount -= 1;
         if p.refcount == 0 {
+            invalidate_current_caches();
             drop(reg);
             crate::memory::free_all_of_context(ctx);
             release_context_mem(dev);
@@ -184,6 +204,7 @@ crate::ffi::exports! {
         let was_active = reg.primary[dev].refcount > 0;
         reg.primary[dev].refcount = 0;
         reg.primary[dev].flags = 0;
+        invalidate_current_caches();
         drop(reg);
         crate::memory::free_all_of_context(ctx);
         if was_active {
@@ -234,6 +255,7 @@ crate::ffi::exports! {
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
         };
         reg.live.remove(&ctx);
+        invalidate_current_caches();
         drop(reg);
         STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
         crate::memory::free_all_of_context(ctx);
