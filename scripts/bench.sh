@@ -133,6 +133,13 @@ function median(key, col,   n, a, i) {
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 function minimum(key, col,   n, a) { n = split(vals[key, col], a, " "); sortn(a, n); return a[1] }
+# median over reps of (shim - base) of the same rep: cancels drift between reps
+function paired(t, col,   n, a, b, d, i) {
+    n = split(vals["alloc " t " base", col], a, " "); split(vals["alloc " t " shim", col], b, " ")
+    for (i = 1; i <= n; i++) d[i] = b[i] - a[i]
+    sortn(d, n)
+    return n % 2 ? d[(n + 1) / 2] : (d[n / 2] + d[n / 2 + 1]) / 2
+}
 function list(key, col,   n, a, i, s) { n = split(vals[key, col], a, " "); s = ""; for (i = 1; i <= n; i++) s = s (i > 1 ? ", " : "") a[i]; return "[" s "]" }
 { key = $1 " " $2 " " $3; vals[key, 1] = vals[key, 1] " " $4; vals[key, 2] = vals[key, 2] " " $5 }
 END {
@@ -144,13 +151,16 @@ END {
         bc = median("alloc " t " base", 2); sc = median("alloc " t " shim", 2)
         printf "%-30s %11.1f %11.1f %7.3f %9.1f   %.1f / %.1f (%+.1f)\n", t " thread" (t > 1 ? "s" : "") ", N=" pairs, b, s, s / b, s - b, bc, sc, sc - bc
         if (t == 1) { added1 = s - b; added1cpu = sc - bc }
+        pw[t] = paired(t, 1); pc[t] = paired(t, 2)
         printf "    {\"threads\": %d, \"pairs_per_thread\": %d, \"size\": 4096,\n", t, pairs > json
         printf "     \"base_ns_per_pair\": %.2f, \"shim_ns_per_pair\": %.2f, \"ratio\": %.4f, \"added_ns_per_pair\": %.2f,\n", b, s, s / b, s - b > json
         printf "     \"base_cpu_ns_per_pair\": %.2f, \"shim_cpu_ns_per_pair\": %.2f, \"added_cpu_ns_per_pair\": %.2f,\n", bc, sc, sc - bc > json
+        printf "     \"added_paired_median_ns\": %.2f, \"added_cpu_paired_median_ns\": %.2f,\n", pw[t], pc[t] > json
         printf "     \"base_min\": %.2f, \"shim_min\": %.2f,\n", minimum("alloc " t " base", 1), minimum("alloc " t " shim", 1) > json
         printf "     \"base_runs\": %s, \"shim_runs\": %s,\n", list("alloc " t " base", 1), list("alloc " t " shim", 1) > json
         printf "     \"base_cpu_runs\": %s, \"shim_cpu_runs\": %s}%s\n", list("alloc " t " base", 2), list("alloc " t " shim", 2), t < 2 ? "," : "" > json
     }
+    printf "%-30s %s\n", "  median of per-rep differences", sprintf("1 thread: %+.1f ns (CPU %+.1f), 2 threads: %+.1f ns (CPU %+.1f)", pw[1], pc[1], pw[2], pc[2])
     b = median("info 1 base", 1); s = median("info 1 shim", 1)
     bc = median("info 1 base", 2); sc = median("info 1 shim", 2)
     printf "%-30s %11.1f %11.1f %7.3f %9.1f   %.1f / %.1f (%+.1f)\n", "cuMemGetInfo_v2 (ns/call), 1 th", b, s, s / b, s - b, bc, sc, sc - bc
