@@ -78,9 +78,9 @@ fn concurrent_alloc_free_never_exceeds_the_cap() {
     let prog = build_c("stress", "", &["-lcuda"]);
     const CAP: u64 = 256 * MIB;
     // Several seeds: a race that lets the driver go over the cap may need a few runs to show.
-    for seed in ["1", "2", "3", "4", "5", "6"] {
+    for seed in (1..=12).map(|n| n.to_string()) {
         let (mut c, stats) = capped(&prog, "stress", "8Gi", "256Mi");
-        let o = run(c.args(["256Mi", "16", "3000", seed, "40Mi"]));
+        let o = run(c.args(["256Mi", "16", "3000", &seed, "40Mi"]));
         let out = stdout(&o);
         let line = out
             .lines()
