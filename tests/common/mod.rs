@@ -61,13 +61,20 @@ pub fn fake_lib_dir() -> PathBuf {
     for (name, target) in links {
         let link = dir.join(name);
         if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
-            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            let tmp = dir.join(format!(".{name}.{}", unique()));
             let _ = std::fs::remove_file(&tmp);
             std::os::unix::fs::symlink(target, &tmp).unwrap();
             std::fs::rename(&tmp, &link).unwrap();
         }
     }
     dir
+}
+
+/// A name part no other process or thread of the test run uses at the same time
+/// (test threads build and link the same files concurrently).
+fn unique() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A fresh scratch directory for one test.
@@ -181,7 +188,7 @@ pub fn compile_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
             return out;
         }
     }
-    let tmp = out_dir.join(format!(".{name}{suffix}.{}", std::process::id()));
+    let tmp = out_dir.join(format!(".{name}{suffix}.{}", unique()));
     let status = Command::new("cc")
         .args(["-O1", "-g", "-Wall", "-Werror", "-pthread", "-I"])
         .arg(root().join("tests/c"))
