@@ -92,6 +92,8 @@ impl ContextBook {
     }
 }
 
+// Used by the hooks (not compiled into the unit tests).
+#[cfg_attr(test, allow(dead_code))]
 impl DeviceLock<'_> {
     pub fn device(&self) -> usize {
         self.device

@@ -71,6 +71,11 @@ enum Target<'a> {
 }
 
 fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'static>, CuResult> {
+    reserve_sparing(api, device, bytes, None)
+}
+
+/// [`reserve`], leaving the cache of pool `spare` alone if pools must be trimmed.
+fn reserve_sparing(api: &str, device: Option<c_int>, bytes: u64, spare: Option<u64>) -> Result<Target<'static>, CuResult> {
     let shim = shim()?;
     let Some(device) = device else {
         return Ok(Target::Unknown);
@@ -79,7 +84,7 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
         log!(Error, "refused {api}: device index {device} is out of the range gpucap tracks");
         return Err(CUDA_ERROR_INVALID_DEVICE);
     };
-    reclaim_for(shim, d, bytes);
+    reclaim_for(shim, d, bytes, spare);
     shim.reserve(api, d, bytes)
         .map(Target::Charged)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
@@ -87,9 +92,9 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
 
 /// Before a request the cap cannot take: memory the process's own pools only cache
 /// is trimmed and re-read, so the program is not refused what it is itself holding.
-fn reclaim_for(shim: &Shim, d: usize, bytes: u64) {
+fn reclaim_for(shim: &Shim, d: usize, bytes: u64, spare: Option<u64>) {
     if POOLS.any_on(d) && shim.ledger.usage(d).is_some_and(|u| u.headroom() < bytes) {
-        POOLS.reclaim(&shim.ledger, &real::Pools, d);
+        POOLS.reclaim(&shim.ledger, &real::Pools, d, spare);
     }
 }
 
@@ -289,7 +294,14 @@ fn pool_charged(
     stream: Stream,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
-    let target = match reserve(api, device, size as u64) {
+    // Near the cap, what the pool can serve from its own cache needs no headroom (the
+    // settle below charges any growth the driver makes after all, or refuses it).
+    let headroom = |d: c_int| usize::try_from(d).ok().and_then(|d| SHIM.ledger.usage(d)).map_or(u64::MAX, |u| u.headroom());
+    let need = match (device, pool) {
+        (Some(d), Some(p)) if headroom(d) < size as u64 => (size as u64).saturating_sub(POOLS.cached(&real::Pools, p)),
+        _ => size as u64,
+    };
+    let target = match reserve_sparing(api, device, need, pool) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
@@ -306,7 +318,7 @@ fn pool_charged(
         // The pool grew past what the cap allows: give the memory back and refuse.
         log!(Warn, "{}", crate::shim::refusal_line(api, d, size as u64, refusal));
         real::free_async(ptr, stream);
-        POOLS.reclaim(&SHIM.ledger, &real::Pools, d);
+        POOLS.reclaim(&SHIM.ledger, &real::Pools, d, None);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     rc

@@ -20,6 +20,7 @@ use crate::config::{DeviceUuid, Limit, LimitSpec};
 static VISIBLE: OnceLock<Option<Vec<[u8; 16]>>> = OnceLock::new();
 
 /// Set when the limit keys did not match the visible devices: the message.
+#[cfg_attr(test, allow(dead_code))]
 static FAILED: OnceLock<String> = OnceLock::new();
 
 /// The UUIDs of the visible CUDA devices, by ordinal, asked of the driver once
@@ -30,6 +31,7 @@ pub fn visible(query: impl FnOnce() -> Option<Vec<[u8; 16]>>) -> Option<&'static
 }
 
 /// Lists the visible devices' UUIDs with the real driver (nothing in unit tests).
+#[cfg_attr(test, allow(dead_code))]
 pub fn from_driver() -> Option<Vec<[u8; 16]>> {
     #[cfg(not(test))]
     return crate::real::visible_uuids();
@@ -63,11 +65,13 @@ pub fn check_keys(spec: &LimitSpec, visible: Option<&[[u8; 16]]>) -> Result<(), 
 }
 
 /// Remembers that the keys did not match: every later call fails closed.
+#[cfg_attr(test, allow(dead_code))]
 pub fn latch(msg: String) -> &'static str {
     FAILED.get_or_init(|| msg).as_str()
 }
 
 /// The message, once the limit keys were found not to match the devices.
+#[cfg_attr(test, allow(dead_code))]
 pub fn failed() -> Option<&'static str> {
     FAILED.get().map(String::as_str)
 }

@@ -187,6 +187,7 @@ impl PoolBook {
     }
 
     /// Re-reads one pool's reserved size (after a trim).
+    #[cfg_attr(test, allow(dead_code))]
     pub fn refresh_pool(&self, ledger: &Ledger, drv: &impl PoolDriver, pool: u64) {
         self.with(|b| {
             let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
@@ -205,16 +206,37 @@ impl PoolBook {
         });
     }
 
-    /// Trims every pool on `device` to the bytes it uses and re-reads them, so that
-    /// memory the process only caches is given back before a request is refused.
-    /// Returns the bytes credited.
-    pub fn reclaim(&self, ledger: &Ledger, drv: &impl PoolDriver, device: usize) -> u64 {
+    /// Bytes `pool` caches (reserved, not in use), which an allocation from it can take
+    /// without the pool growing; 0 for a pool the book does not know.
+    pub fn cached(&self, drv: &impl PoolDriver, pool: u64) -> u64 {
+        if !self.with(|b| b.pools.get(&pool).is_some_and(|p| !p.destroyed)) {
+            return 0;
+        }
+        match (drv.reserved(pool), drv.used(pool)) {
+            (Some(r), Some(u)) => r.saturating_sub(u),
+            _ => 0,
+        }
+    }
+
+    /// Trims every pool on `device` (but `spare`, whose cache the request at hand is
+    /// about to use) to the bytes it uses and re-reads them, so that memory the process
+    /// only caches is given back before a request is refused. Returns the bytes credited.
+    pub fn reclaim(
+        &self,
+        ledger: &Ledger,
+        drv: &impl PoolDriver,
+        device: usize,
+        spare: Option<u64>,
+    ) -> u64 {
         if !self.any_on(device) {
             return 0;
         }
         let before = ledger.usage(device).map_or(0, |u| u.used);
         self.with(|b| {
-            for pool in pools_on(b, device) {
+            for pool in pools_on(b, device)
+                .into_iter()
+                .filter(|&p| Some(p) != spare)
+            {
                 if let (Some(reserved), Some(used)) = (drv.reserved(pool), drv.used(pool)) {
                     if reserved > used {
                         drv.trim_to(pool, used);
@@ -484,7 +506,7 @@ mod tests {
         assert!(!book.is_pool_ptr(2));
         // The hook then frees the pointer and reclaims: the pool is trimmed to its use.
         drv.set(7, 1200, 500);
-        book.reclaim(&l, &drv, 0);
+        book.reclaim(&l, &drv, 0, None);
         assert_eq!(drv.reserved(7), Some(500));
         assert_eq!(used(&l), 500);
     }
@@ -496,10 +518,18 @@ mod tests {
         book.freed(&l, 1);
         drv.set(7, 800, 0); // cached, not released
         assert!(l.reserve(0, 500).is_err());
-        assert_eq!(book.reclaim(&l, &drv, 0), 800);
+        assert_eq!(book.reclaim(&l, &drv, 0, Some(8)), 800);
         assert_eq!(used(&l), 0);
         assert!(l.reserve(0, 500).is_ok());
-        assert_eq!(book.reclaim(&l, &drv, 5), 0, "no pools on device 5");
+        assert_eq!(book.reclaim(&l, &drv, 5, None), 0, "no pools on device 5");
+        // The pool spared is not trimmed.
+        alloc(&l, &book, &drv, 2, 800, 800, 800).unwrap();
+        book.freed(&l, 2);
+        drv.set(7, 800, 0);
+        assert_eq!(book.cached(&drv, 7), 800);
+        assert_eq!(book.cached(&drv, 99), 0, "unknown pool");
+        assert_eq!(book.reclaim(&l, &drv, 0, Some(7)), 0);
+        assert_eq!(drv.reserved(7), Some(800));
     }
 
     #[test]

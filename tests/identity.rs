@@ -64,13 +64,20 @@ fn ordinals(o: &Output) -> Vec<Ordinal> {
 fn run_with(devices: &str, env: &[(&str, &str)], limit: &str, alloc: &str) -> Output {
     let stats = scratch("identity").join("stats.json");
     let mut c = fake_cmd(prog(), &stats);
-    c.env("FAKECUDA_DEVICES", devices).env("FAKECUDA_TOTAL_MEM", "8Gi");
+    c.env("FAKECUDA_DEVICES", devices)
+        .env("FAKECUDA_TOTAL_MEM", "8Gi");
     for (k, v) in env {
         c.env(k, v);
     }
     preload(&mut c).env("GPUCAP_LIMIT", limit);
     let o = run(c.arg(alloc));
-    assert!(o.status.success(), "identity: {:?}\n{}\n{}", o.status, stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "identity: {:?}\n{}\n{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     o
 }
@@ -82,17 +89,36 @@ fn hex(uuid: &str) -> String {
 #[test]
 fn a_gpu_uuid_key_caps_the_ordinal_that_gpu_has_after_reordering() {
     // CUDA_VISIBLE_DEVICES=2,0: ordinal 0 is physical GPU 2.
-    let o = run_with("3", &[("CUDA_VISIBLE_DEVICES", "2,0")], &format!("{}=1Gi", gpu(2)), "1536Mi");
+    let o = run_with(
+        "3",
+        &[("CUDA_VISIBLE_DEVICES", "2,0")],
+        &format!("{}=1Gi", gpu(2)),
+        "1536Mi",
+    );
     assert!(stdout(&o).contains("init rc=0"), "{}", stdout(&o));
     let ords = ordinals(&o);
     assert_eq!(
         ords,
         vec![
-            Ordinal { uuid: hex(&gpu(2)), total: GIB, free: GIB, alloc: 2 },
-            Ordinal { uuid: hex(&gpu(0)), total: 8 * GIB, free: 8 * GIB, alloc: 0 },
+            Ordinal {
+                uuid: hex(&gpu(2)),
+                total: GIB,
+                free: GIB,
+                alloc: 2
+            },
+            Ordinal {
+                uuid: hex(&gpu(0)),
+                total: 8 * GIB,
+                free: 8 * GIB,
+                alloc: 0
+            },
         ]
     );
-    assert!(refusals(&stderr(&o)).iter().any(|l| l.contains("on GPU 0")), "{}", stderr(&o));
+    assert!(
+        refusals(&stderr(&o)).iter().any(|l| l.contains("on GPU 0")),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -103,13 +129,23 @@ fn uuid_and_ordinal_keys_mix_with_a_default() {
     let o = run_with(
         "3",
         &[("CUDA_VISIBLE_DEVICES", &visible)],
-        &format!("3Gi,{}=2Gi,1=1Gi", gpu(1).to_uppercase().replacen("GPU", "gpu", 1)),
+        &format!(
+            "3Gi,{}=2Gi,1=1Gi",
+            gpu(1).to_uppercase().replacen("GPU", "gpu", 1)
+        ),
         "1536Mi",
     );
-    let totals: Vec<(String, u64, i32)> = ordinals(&o).into_iter().map(|d| (d.uuid, d.total, d.alloc)).collect();
+    let totals: Vec<(String, u64, i32)> = ordinals(&o)
+        .into_iter()
+        .map(|d| (d.uuid, d.total, d.alloc))
+        .collect();
     assert_eq!(
         totals,
-        vec![(hex(&gpu(1)), 2 * GIB, 0), (hex(&gpu(2)), GIB, 2), (hex(&gpu(0)), 3 * GIB, 0)]
+        vec![
+            (hex(&gpu(1)), 2 * GIB, 0),
+            (hex(&gpu(2)), GIB, 2),
+            (hex(&gpu(0)), 3 * GIB, 0)
+        ]
     );
 }
 
@@ -124,28 +160,50 @@ fn a_mig_uuid_key_caps_that_instance() {
     );
     let ords = ordinals(&o);
     assert_eq!(ords.len(), 2, "{}", stdout(&o));
-    assert_eq!((ords[0].uuid.clone(), ords[0].total, ords[0].alloc), (hex(&mig(1)), 8 * GIB, 0));
-    assert_eq!((ords[1].uuid.clone(), ords[1].total, ords[1].alloc), (hex(&mig(0)), 4 * GIB, 2));
+    assert_eq!(
+        (ords[0].uuid.clone(), ords[0].total, ords[0].alloc),
+        (hex(&mig(1)), 8 * GIB, 0)
+    );
+    assert_eq!(
+        (ords[1].uuid.clone(), ords[1].total, ords[1].alloc),
+        (hex(&mig(0)), 4 * GIB, 2)
+    );
 }
 
 #[test]
 fn a_key_that_matches_no_visible_device_fails_closed() {
     for (env, limit, needle) in [
         // Physical GPU 1 exists but is hidden.
-        (vec![("CUDA_VISIBLE_DEVICES", "2,0")], format!("1Gi,{}=2Gi", gpu(1)), gpu(1)),
+        (
+            vec![("CUDA_VISIBLE_DEVICES", "2,0")],
+            format!("1Gi,{}=2Gi", gpu(1)),
+            gpu(1),
+        ),
         // No such GPU at all.
         (vec![], format!("{}=2Gi", gpu(9)), gpu(9)),
         // With MIG the CUDA devices are the instances: a GPU UUID names none of them.
-        (vec![("FAKECUDA_MIG", "1")], format!("{}=2Gi", gpu(0)), gpu(0)),
+        (
+            vec![("FAKECUDA_MIG", "1")],
+            format!("{}=2Gi", gpu(0)),
+            gpu(0),
+        ),
         // Named twice: by ordinal and by UUID.
-        (vec![], format!("0=1Gi,{}=2Gi", gpu(0)), "names GPU 0 twice".to_string()),
+        (
+            vec![],
+            format!("0=1Gi,{}=2Gi", gpu(0)),
+            "names GPU 0 twice".to_string(),
+        ),
     ] {
         let o = run_with("3", &env, &limit, "1Mi");
         let out = stdout(&o);
-        assert!(out.contains("init rc=800") && out.contains("after rc=800"), "{limit}: {out}");
+        assert!(
+            out.contains("init rc=800") && out.contains("after rc=800"),
+            "{limit}: {out}"
+        );
         let err = stderr(&o);
         assert!(
-            err.lines().any(|l| l.starts_with("gpucap: GPUCAP_LIMIT names") && l.contains(&needle)),
+            err.lines()
+                .any(|l| l.starts_with("gpucap: GPUCAP_LIMIT names") && l.contains(&needle)),
             "{limit}: no message naming {needle}:\n{err}"
         );
     }

@@ -46,7 +46,11 @@ fn devs(out: &str) -> BTreeMap<String, Dev> {
         let mut words = line.split_whitespace().skip(1);
         let label = words.next().unwrap().to_string();
         let kv: BTreeMap<&str, &str> = words.filter_map(|w| w.split_once('=')).collect();
-        let num = |k: &str| kv[k].parse::<u64>().unwrap_or_else(|_| panic!("{k} in {line}"));
+        let num = |k: &str| {
+            kv[k]
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{k} in {line}"))
+        };
         m.insert(
             label,
             Dev {
@@ -71,7 +75,11 @@ fn assert_passed(o: &Output, what: &str) {
         o.status,
         stderr(o)
     );
-    assert!(!stderr(o).contains("panicked"), "{what}: a panic:\n{}", stderr(o));
+    assert!(
+        !stderr(o).contains("panicked"),
+        "{what}: a panic:\n{}",
+        stderr(o)
+    );
 }
 
 /// Three physical GPUs of 8 GiB; CUDA sees physical 2 as ordinal 0, physical 0 as 1.
@@ -85,8 +93,15 @@ const LIMIT: &str = "0=1Gi,1=2Gi";
 
 /// What NVML must show under LIMIT with `three_gpus`: by physical index.
 fn check_capped(d: &BTreeMap<String, Dev>, what: &str) {
-    let gpu = |i: &str| d.get(i).unwrap_or_else(|| panic!("{what}: no NVML device {i} in {d:?}"));
-    assert_eq!(gpu("2").uuid, "GPU-face0000-0000-0000-0000-000000000002", "{what}");
+    let gpu = |i: &str| {
+        d.get(i)
+            .unwrap_or_else(|| panic!("{what}: no NVML device {i} in {d:?}"))
+    };
+    assert_eq!(
+        gpu("2").uuid,
+        "GPU-face0000-0000-0000-0000-000000000002",
+        "{what}"
+    );
     for (index, cap) in [("2", GIB), ("0", 2 * GIB), ("1", 8 * GIB)] {
         let g = gpu(index);
         assert_eq!(
@@ -116,7 +131,11 @@ fn nvml_shows_the_cap_of_each_visible_gpu_by_uuid() {
         let o = run(c.args(["list", how]));
         assert_passed(&o, &format!("nvml list {how} without the shim"));
         for (i, g) in devs(&stdout(&o)) {
-            assert_eq!((g.total, g.free), (8 * GIB, 8 * GIB), "control, NVML device {i}");
+            assert_eq!(
+                (g.total, g.free),
+                (8 * GIB, 8 * GIB),
+                "control, NVML device {i}"
+            );
         }
     }
 }
@@ -131,7 +150,10 @@ fn nvml_without_a_limit_shows_the_driver_figures() {
     assert_passed(&o, "nvml list without GPUCAP_LIMIT");
     let d = devs(&stdout(&o));
     assert_eq!(d.len(), 3);
-    assert!(d.values().all(|g| g.total == 8 * GIB && g.free == 8 * GIB), "{d:?}");
+    assert!(
+        d.values().all(|g| g.total == 8 * GIB && g.free == 8 * GIB),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -143,11 +165,22 @@ fn nvml_agrees_with_cu_mem_get_info() {
         three_gpus(&mut c).env("FAKECUDA_CONTEXT_MEM", context_mem);
         preload(&mut c).env("GPUCAP_LIMIT", LIMIT);
         let o = run(c.args(["consistent", how, "300Mi"]));
-        assert_passed(&o, &format!("nvml consistent {how}, context memory {context_mem}"));
-        let line = stdout(&o).lines().find(|l| l.starts_with("cuda ")).unwrap().to_string();
+        assert_passed(
+            &o,
+            &format!("nvml consistent {how}, context memory {context_mem}"),
+        );
+        let line = stdout(&o)
+            .lines()
+            .find(|l| l.starts_with("cuda "))
+            .unwrap()
+            .to_string();
         let ctx = if context_mem == "0" { 0 } else { 64 * MIB };
         assert!(
-            line.contains(&format!("cuda free={} total={}", GIB - 300 * MIB - ctx, GIB)),
+            line.contains(&format!(
+                "cuda free={} total={}",
+                GIB - 300 * MIB - ctx,
+                GIB
+            )),
             "{how}: {line}"
         );
     }
@@ -157,16 +190,25 @@ fn nvml_agrees_with_cu_mem_get_info() {
 fn nvml_mig_instances_are_capped_their_gpus_are_not_cuda_devices() {
     let stats = scratch("nvml-mig").join("stats.json");
     let mut c = fake_cmd(nvml_prog(), &stats);
-    c.env("FAKECUDA_DEVICES", "2").env("FAKECUDA_TOTAL_MEM", "8Gi").env("FAKECUDA_MIG", "1");
+    c.env("FAKECUDA_DEVICES", "2")
+        .env("FAKECUDA_TOTAL_MEM", "8Gi")
+        .env("FAKECUDA_MIG", "1");
     preload(&mut c).env("GPUCAP_LIMIT", "1Gi");
     let o = run(c.args(["list", "dl"]));
     assert_passed(&o, "nvml list with MIG");
     let d = devs(&stdout(&o));
     for i in ["0", "1"] {
         let (gpu, mig) = (&d[i], &d[&format!("{i}.mig")]);
-        assert!(gpu.uuid.starts_with("GPU-") && mig.uuid.starts_with("MIG-"), "{d:?}");
+        assert!(
+            gpu.uuid.starts_with("GPU-") && mig.uuid.starts_with("MIG-"),
+            "{d:?}"
+        );
         assert_eq!(gpu.total, 8 * GIB, "GPU {i} itself is no CUDA device here");
-        assert_eq!((mig.total, mig.free), (GIB, GIB), "MIG instance of GPU {i} is CUDA ordinal {i}");
+        assert_eq!(
+            (mig.total, mig.free),
+            (GIB, GIB),
+            "MIG instance of GPU {i} is CUDA ordinal {i}"
+        );
     }
 }
 
@@ -174,7 +216,10 @@ fn nvml_mig_instances_are_capped_their_gpus_are_not_cuda_devices() {
 #[test]
 fn pynvml_sees_the_cap() {
     let var = "GPUCAP_TEST_PYTHON_NVML";
-    let Some(python) = std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from) else {
+    let Some(python) = std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+    else {
         assert!(
             std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() != Ok("1"),
             "{var} is not set but GPUCAP_TEST_REQUIRE_CLIENTS=1: run scripts/test.sh, which \
@@ -189,25 +234,56 @@ fn pynvml_sees_the_cap() {
     let stats = scratch("pynvml").join("stats.json");
 
     let mut c = fake_cmd(&python, &stats);
-    three_gpus(&mut c).arg(&client).env("PYTHONDONTWRITEBYTECODE", "1");
+    three_gpus(&mut c)
+        .arg(&client)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
     preload(&mut c).env("GPUCAP_LIMIT", LIMIT);
     let o = run(&mut c);
-    assert!(o.status.success() && stdout(&o).contains("done"), "pynvml: {}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        o.status.success() && stdout(&o).contains("done"),
+        "pynvml: {}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
     check_capped(&devs(&stdout(&o)), "pynvml");
 
     let mut c = fake_cmd(&python, &stats);
-    three_gpus(&mut c).arg(&client).env("PYTHONDONTWRITEBYTECODE", "1");
+    three_gpus(&mut c)
+        .arg(&client)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
     let o = run(&mut c);
-    assert!(o.status.success(), "pynvml without the shim: {}", stderr(&o));
-    assert!(devs(&stdout(&o)).values().all(|g| g.total == 8 * GIB), "control: {}", stdout(&o));
+    assert!(
+        o.status.success(),
+        "pynvml without the shim: {}",
+        stderr(&o)
+    );
+    assert!(
+        devs(&stdout(&o)).values().all(|g| g.total == 8 * GIB),
+        "control: {}",
+        stdout(&o)
+    );
 
     // MIG: the instances are the CUDA devices.
     let mut c = fake_cmd(&python, &stats);
-    c.env("FAKECUDA_DEVICES", "1").env("FAKECUDA_TOTAL_MEM", "8Gi").env("FAKECUDA_MIG", "1");
+    c.env("FAKECUDA_DEVICES", "1")
+        .env("FAKECUDA_TOTAL_MEM", "8Gi")
+        .env("FAKECUDA_MIG", "1");
     c.arg(&client).env("PYTHONDONTWRITEBYTECODE", "1");
-    preload(&mut c).env("GPUCAP_LIMIT", "MIG-face0001-0000-0000-0000-000000000000=3Gi");
+    preload(&mut c).env(
+        "GPUCAP_LIMIT",
+        "MIG-face0001-0000-0000-0000-000000000000=3Gi",
+    );
     let o = run(&mut c);
-    assert!(o.status.success(), "pynvml with MIG: {}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "pynvml with MIG: {}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
     let d = devs(&stdout(&o));
-    assert_eq!((d["0"].total, d["0.mig"].total), (8 * GIB, 3 * GIB), "{d:?}");
+    assert_eq!(
+        (d["0"].total, d["0.mig"].total),
+        (8 * GIB, 3 * GIB),
+        "{d:?}"
+    );
 }
