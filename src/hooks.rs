@@ -71,11 +71,6 @@ enum Target<'a> {
 }
 
 fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'static>, CuResult> {
-    reserve_sparing(api, device, bytes, None)
-}
-
-/// [`reserve`], leaving the cache of pool `spare` alone if pools must be trimmed.
-fn reserve_sparing(api: &str, device: Option<c_int>, bytes: u64, spare: Option<u64>) -> Result<Target<'static>, CuResult> {
     let shim = shim()?;
     let Some(device) = device else {
         return Ok(Target::Unknown);
@@ -84,7 +79,7 @@ fn reserve_sparing(api: &str, device: Option<c_int>, bytes: u64, spare: Option<u
         log!(Error, "refused {api}: device index {device} is out of the range gpucap tracks");
         return Err(CUDA_ERROR_INVALID_DEVICE);
     };
-    reclaim_for(shim, d, bytes, spare);
+    reclaim_for(shim, d, bytes);
     shim.reserve(api, d, bytes)
         .map(Target::Charged)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
@@ -92,9 +87,9 @@ fn reserve_sparing(api: &str, device: Option<c_int>, bytes: u64, spare: Option<u
 
 /// Before a request the cap cannot take: memory the process's own pools only cache
 /// is trimmed and re-read, so the program is not refused what it is itself holding.
-fn reclaim_for(shim: &Shim, d: usize, bytes: u64, spare: Option<u64>) {
+fn reclaim_for(shim: &Shim, d: usize, bytes: u64) {
     if POOLS.any_on(d) && shim.ledger.usage(d).is_some_and(|u| u.headroom() < bytes) {
-        POOLS.reclaim(&shim.ledger, &real::Pools, d, spare);
+        POOLS.reclaim(&shim.ledger, &real::Pools, d);
     }
 }
 
@@ -294,31 +289,42 @@ fn pool_charged(
     stream: Stream,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
-    // Near the cap, what the pool can serve from its own cache needs no headroom (the
-    // settle below charges any growth the driver makes after all, or refuses it).
-    let headroom = |d: c_int| usize::try_from(d).ok().and_then(|d| SHIM.ledger.usage(d)).map_or(u64::MAX, |u| u.headroom());
-    let need = match (device, pool) {
-        (Some(d), Some(p)) if headroom(d) < size as u64 => (size as u64).saturating_sub(POOLS.cached(&real::Pools, p)),
-        _ => size as u64,
-    };
-    let target = match reserve_sparing(api, device, need, pool) {
+    // The whole request is reserved, even if the pool may serve it from its cache: the
+    // driver, not the shim, decides that, and a concurrent allocation may take the cache
+    // first. Near the cap the pools are trimmed instead (`reserve`), which is safe.
+    let target = match reserve(api, device, size as u64) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
+    let bytes = size as u64;
+    let pool = match &target {
+        Target::Charged(r) => pool.map(|p| (p, r.charge().device)),
+        Target::Unknown => None,
+    };
+    if let Some((p, d)) = pool {
+        POOLS.begin(p, d, bytes);
+    }
     let rc = call();
-    let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) else { return rc };
-    let d = r.charge().device;
-    let Some(pool) = pool else {
+    let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) else {
+        if let Some((p, _)) = pool {
+            POOLS.abandoned(p, bytes);
+        }
+        return rc;
+    };
+    let Some((pool, d)) = pool else {
         // No pool to read (the driver gave none): charged as a plain allocation.
         r.commit(Kind::Pointer, written(dptr));
         return rc;
     };
     let ptr = written(dptr);
-    if let Err(refusal) = POOLS.allocated(&SHIM.ledger, &real::Pools, pool, d, ptr, size as u64, r) {
-        // The pool grew past what the cap allows: give the memory back and refuse.
-        log!(Warn, "{}", crate::shim::refusal_line(api, d, size as u64, refusal));
+    if let Err((refusal, r)) = POOLS.allocated(&SHIM.ledger, &real::Pools, pool, d, ptr, bytes, r) {
+        // The pool grew past what the cap allows: give the memory back and refuse. The
+        // reservation is held until the memory is back, so no one else can take it.
+        log!(Warn, "{}", crate::shim::refusal_line(api, d, bytes, refusal));
         real::free_async(ptr, stream);
-        POOLS.reclaim(&SHIM.ledger, &real::Pools, d, None);
+        POOLS.reclaim(&SHIM.ledger, &real::Pools, d);
+        POOLS.abandoned(pool, bytes);
+        drop(r);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     rc

@@ -41,6 +41,9 @@ struct Pool {
     device: usize,
     /// Bytes of the ledger charged to this pool.
     charged: u64,
+    /// Bytes reserved for allocations from this pool that the driver is making now: the
+    /// pool may already have grown by them, so they count as covering its growth.
+    inflight: u64,
     /// `cuMemPoolDestroy` succeeded while allocations were outstanding: the charge is
     /// those allocations', credited as they are freed.
     destroyed: bool,
@@ -124,11 +127,35 @@ impl PoolBook {
         self.count.get(device).is_some_and(|c| c.load(Relaxed) > 0)
     }
 
-    /// After the driver allocated `bytes` at `ptr` from `pool` with `r` reserved for it:
-    /// settles the pool's charge to its reserved size. Err when the pool grew past
-    /// what the cap allows: nothing is recorded for the allocation and `r` is rolled
-    /// back; the caller frees it and [`reclaim`](Self::reclaim)s.
-    pub fn allocated(
+    /// An allocation of `bytes` (reserved) from `pool` is about to be made: until
+    /// [`allocated`](Self::allocated) or [`abandoned`](Self::abandoned), its reservation
+    /// covers the pool's growth.
+    pub fn begin(&self, pool: u64, device: usize, bytes: u64) {
+        self.with(|b| {
+            self.add(b, pool, device);
+            if let Some(p) = b.pools.get_mut(&pool) {
+                p.inflight = p.inflight.saturating_add(bytes);
+            }
+        });
+    }
+
+    /// The allocation [`begin`](Self::begin) announced was not made (or was given back).
+    pub fn abandoned(&self, pool: u64, bytes: u64) {
+        self.with(|b| {
+            if let Some(p) = b.pools.get_mut(&pool) {
+                p.inflight = p.inflight.saturating_sub(bytes);
+            }
+        });
+    }
+
+    /// After the driver allocated `bytes` at `ptr` from `pool` with `r` reserved for it
+    /// (announced with [`begin`](Self::begin)): settles the pool's charge to its
+    /// reserved size. Err when the pool grew past what the reservations in flight and
+    /// the cap allow: nothing is recorded, the reservation comes back to be held until
+    /// the caller has freed the allocation and [`reclaim`](Self::reclaim)ed, then
+    /// dropped after [`abandoned`](Self::abandoned).
+    #[allow(clippy::too_many_arguments)]
+    pub fn allocated<'a>(
         &self,
         ledger: &Ledger,
         drv: &impl PoolDriver,
@@ -136,8 +163,8 @@ impl PoolBook {
         device: usize,
         ptr: u64,
         bytes: u64,
-        r: Reservation<'_>,
-    ) -> Result<(), Refusal> {
+        r: Reservation<'a>,
+    ) -> Result<(), (Refusal, Reservation<'a>)> {
         self.with(|b| {
             self.add(b, pool, device);
             let Some(reserved) = drv.reserved(pool) else {
@@ -147,7 +174,10 @@ impl PoolBook {
                 r.commit(Kind::Pointer, ptr);
                 return Ok(());
             };
-            self.settle_one(b, ledger, pool, Some(reserved), Some(r))?;
+            settle(b, ledger, pool, reserved, Some(r))?;
+            if let Some(p) = b.pools.get_mut(&pool) {
+                p.inflight = p.inflight.saturating_sub(bytes);
+            }
             b.ptrs.insert(ptr, (pool, bytes));
             ledger.count_alloc(device);
             Ok(())
@@ -190,7 +220,7 @@ impl PoolBook {
     #[cfg_attr(test, allow(dead_code))]
     pub fn refresh_pool(&self, ledger: &Ledger, drv: &impl PoolDriver, pool: u64) {
         self.with(|b| {
-            let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
+            self.settle_one(b, ledger, pool, drv.reserved(pool));
         });
     }
 
@@ -201,48 +231,27 @@ impl PoolBook {
         }
         self.with(|b| {
             for pool in pools_on(b, device) {
-                let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
+                self.settle_one(b, ledger, pool, drv.reserved(pool));
             }
         });
     }
 
-    /// Bytes `pool` caches (reserved, not in use), which an allocation from it can take
-    /// without the pool growing; 0 for a pool the book does not know.
-    pub fn cached(&self, drv: &impl PoolDriver, pool: u64) -> u64 {
-        if !self.with(|b| b.pools.get(&pool).is_some_and(|p| !p.destroyed)) {
-            return 0;
-        }
-        match (drv.reserved(pool), drv.used(pool)) {
-            (Some(r), Some(u)) => r.saturating_sub(u),
-            _ => 0,
-        }
-    }
-
-    /// Trims every pool on `device` (but `spare`, whose cache the request at hand is
-    /// about to use) to the bytes it uses and re-reads them, so that memory the process
-    /// only caches is given back before a request is refused. Returns the bytes credited.
-    pub fn reclaim(
-        &self,
-        ledger: &Ledger,
-        drv: &impl PoolDriver,
-        device: usize,
-        spare: Option<u64>,
-    ) -> u64 {
+    /// Trims every pool on `device` to the bytes it uses and re-reads them, so that
+    /// memory the process only caches is given back before a request is refused.
+    /// Returns the bytes credited.
+    pub fn reclaim(&self, ledger: &Ledger, drv: &impl PoolDriver, device: usize) -> u64 {
         if !self.any_on(device) {
             return 0;
         }
         let before = ledger.usage(device).map_or(0, |u| u.used);
         self.with(|b| {
-            for pool in pools_on(b, device)
-                .into_iter()
-                .filter(|&p| Some(p) != spare)
-            {
+            for pool in pools_on(b, device) {
                 if let (Some(reserved), Some(used)) = (drv.reserved(pool), drv.used(pool)) {
                     if reserved > used {
                         drv.trim_to(pool, used);
                     }
                 }
-                let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
+                self.settle_one(b, ledger, pool, drv.reserved(pool));
             }
         });
         before.saturating_sub(ledger.usage(device).map_or(0, |u| u.used))
@@ -305,23 +314,14 @@ impl PoolBook {
 }
 
 impl PoolBook {
-    /// [`settle`], dropping a pool the driver no longer knows.
-    fn settle_one(
-        &self,
-        b: &mut Book,
-        ledger: &Ledger,
-        pool: u64,
-        reserved: Option<u64>,
-        r: Option<Reservation<'_>>,
-    ) -> Result<(), Refusal> {
-        match settle(b, ledger, pool, reserved, r) {
-            Ok(()) => Ok(()),
-            Err(Unsettled::Refused(refusal)) => Err(refusal),
-            Err(Gone) => {
-                self.remove(b, ledger, pool);
-                Ok(())
-            }
-        }
+    /// Re-reads a pool: [`settle`] without an allocation, dropping a pool the driver
+    /// no longer knows (None).
+    fn settle_one(&self, b: &mut Book, ledger: &Ledger, pool: u64, reserved: Option<u64>) {
+        let Some(reserved) = reserved else {
+            self.remove(b, ledger, pool);
+            return;
+        };
+        let _ = settle(b, ledger, pool, reserved, None);
     }
 
     /// Re-reads every pool (after a synchronisation, when pools release memory).
@@ -337,7 +337,7 @@ impl PoolBook {
                 .map(|(&h, _)| h)
                 .collect();
             for pool in all {
-                let _ = self.settle_one(b, ledger, pool, drv.reserved(pool), None);
+                self.settle_one(b, ledger, pool, drv.reserved(pool));
             }
         });
     }
@@ -351,40 +351,31 @@ fn pools_on(b: &Book, device: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Why a pool's charge could not be settled.
-enum Unsettled {
-    /// The growth would break the cap (the reservation was rolled back).
-    Refused(Refusal),
-    /// The driver no longer answers for the pool: drop it and credit its charge.
-    Gone,
-}
-use Unsettled::Gone;
+/// The growth would break the cap: the refusal, and the allocation's reservation, still
+/// held.
+type Unsettled<'a> = (Refusal, Reservation<'a>);
 
-impl From<Refusal> for Unsettled {
-    fn from(r: Refusal) -> Self {
-        Unsettled::Refused(r)
-    }
-}
-
-/// Sets the pool's charge to its reserved size (`reserved`, None when the driver did
-/// not answer), using `r` (bytes reserved for an allocation just made) towards any
-/// growth.
-fn settle(
+/// Sets the pool's charge towards its reserved size `reserved`.
+///
+/// Invariant: the pool's charge plus the reservations of its allocations in flight
+/// cover what it reserves (so the device never holds more than the ledger). Growth is
+/// charged first to `r` (the reservation of the allocation just made, up to its size),
+/// then left to the other allocations in flight (up to their reservations: they settle
+/// it), and only the rest needs new room under the cap; without room the allocation is
+/// refused. A pool that shrank is credited.
+fn settle<'a>(
     b: &mut Book,
     ledger: &Ledger,
     pool: u64,
-    reserved: Option<u64>,
-    r: Option<Reservation<'_>>,
-) -> Result<(), Unsettled> {
+    reserved: u64,
+    r: Option<Reservation<'a>>,
+) -> Result<(), Unsettled<'a>> {
     let Some(p) = b.pools.get_mut(&pool) else {
         return Ok(());
     };
     if p.destroyed {
         return Ok(());
     }
-    let Some(reserved) = reserved else {
-        return Err(Gone);
-    };
     let device = p.device;
     if reserved <= p.charged {
         ledger.settle(Charge {
@@ -395,19 +386,26 @@ fn settle(
         return Ok(()); // `r`, if any, rolls back on drop
     }
     let growth = reserved - p.charged;
+    let mine = r.as_ref().map_or(0, |r| r.charge().bytes);
+    let take = growth.min(mine);
+    let others = p.inflight.saturating_sub(mine);
+    let extra = (growth - take).saturating_sub(others);
     match r {
         Some(mut r) => {
-            ledger.resize(&mut r, growth)?;
+            if let Err(refusal) = ledger.resize(&mut r, take + extra) {
+                return Err((refusal, r));
+            }
             r.keep();
         }
-        None => match ledger.reserve(device, growth) {
-            Ok(extra) => extra.keep(),
-            // The pool grew without an allocation through the shim (it cannot, but
-            // if it did): charge what the cap allows, never more than it holds.
+        None if extra > 0 => match ledger.reserve(device, extra) {
+            Ok(more) => more.keep(),
+            // Growth without an allocation through the shim (it cannot happen): charge
+            // what the cap allows, never more than is there.
             Err(_) => return Ok(()),
         },
+        None => {}
     }
-    p.charged = reserved;
+    p.charged += take + extra;
     Ok(())
 }
 
@@ -453,7 +451,8 @@ mod tests {
         l.usage(0).unwrap().used
     }
 
-    /// Allocates `n` from pool 7 as the hook does: reserve, "driver", settle.
+    /// Allocates `n` from pool 7 as the hook does: reserve, announce, "driver", settle
+    /// (refused: the hook frees, then gives the reservation up).
     fn alloc(
         l: &Ledger,
         book: &PoolBook,
@@ -464,8 +463,57 @@ mod tests {
         used_after: u64,
     ) -> Result<(), Refusal> {
         let r = l.reserve(0, n)?;
+        book.begin(7, 0, n);
         drv.set(7, reserved_after, used_after);
         book.allocated(l, drv, 7, 0, ptr, n, r)
+            .map_err(|(refusal, r)| {
+                book.abandoned(7, n);
+                drop(r);
+                refusal
+            })
+    }
+
+    #[test]
+    fn growth_of_allocations_in_flight_is_theirs_to_settle() {
+        let (l, book, drv) = setup(1000);
+        // Two threads reserve 400 each (800 of 1000 in use), both grow the pool before
+        // either settles: the first must not be refused for the second's growth.
+        let (ra, rb) = (l.reserve(0, 400).unwrap(), l.reserve(0, 400).unwrap());
+        book.begin(7, 0, 400);
+        book.begin(7, 0, 400);
+        drv.set(7, 800, 800);
+        // A sync re-reads the pool meanwhile: the growth is covered by the reservations
+        // in flight, nothing more is charged (that would go past the cap).
+        book.refresh_all(&l, &drv);
+        assert_eq!(used(&l), 800);
+        book.allocated(&l, &drv, 7, 0, 1, 400, ra)
+            .map_err(|e| e.0)
+            .unwrap();
+        assert_eq!(
+            used(&l),
+            800,
+            "charged its own 400, left the other 400 to the other"
+        );
+        book.allocated(&l, &drv, 7, 0, 2, 400, rb)
+            .map_err(|e| e.0)
+            .unwrap();
+        assert_eq!((used(&l), book.charged_on(0)), (800, 800));
+        // Growth nobody reserved for is charged if the cap allows, refused if not.
+        let r = l.reserve(0, 100).unwrap();
+        book.begin(7, 0, 100);
+        drv.set(7, 1100, 900);
+        let (refusal, r) = book.allocated(&l, &drv, 7, 0, 3, 100, r).unwrap_err();
+        assert!(matches!(refusal, Refusal::OverCap { .. }));
+        assert_eq!(
+            used(&l),
+            900,
+            "the reservation is still held while the hook frees"
+        );
+        drv.set(7, 1100, 800); // the hook freed it; reclaim trims the pool
+        book.reclaim(&l, &drv, 0);
+        book.abandoned(7, 100);
+        drop(r);
+        assert_eq!((used(&l), book.charged_on(0)), (800, 800));
     }
 
     #[test]
@@ -506,7 +554,7 @@ mod tests {
         assert!(!book.is_pool_ptr(2));
         // The hook then frees the pointer and reclaims: the pool is trimmed to its use.
         drv.set(7, 1200, 500);
-        book.reclaim(&l, &drv, 0, None);
+        book.reclaim(&l, &drv, 0);
         assert_eq!(drv.reserved(7), Some(500));
         assert_eq!(used(&l), 500);
     }
@@ -518,18 +566,10 @@ mod tests {
         book.freed(&l, 1);
         drv.set(7, 800, 0); // cached, not released
         assert!(l.reserve(0, 500).is_err());
-        assert_eq!(book.reclaim(&l, &drv, 0, Some(8)), 800);
+        assert_eq!(book.reclaim(&l, &drv, 0), 800);
         assert_eq!(used(&l), 0);
         assert!(l.reserve(0, 500).is_ok());
-        assert_eq!(book.reclaim(&l, &drv, 5, None), 0, "no pools on device 5");
-        // The pool spared is not trimmed.
-        alloc(&l, &book, &drv, 2, 800, 800, 800).unwrap();
-        book.freed(&l, 2);
-        drv.set(7, 800, 0);
-        assert_eq!(book.cached(&drv, 7), 800);
-        assert_eq!(book.cached(&drv, 99), 0, "unknown pool");
-        assert_eq!(book.reclaim(&l, &drv, 0, Some(7)), 0);
-        assert_eq!(drv.reserved(7), Some(800));
+        assert_eq!(book.reclaim(&l, &drv, 5), 0, "no pools on device 5");
     }
 
     #[test]
@@ -556,7 +596,7 @@ mod tests {
         book.register(9, 0);
         let r = l.reserve(0, 50).unwrap();
         drv.set(9, 64, 50);
-        book.allocated(&l, &drv, 9, 0, 1, 50, r).unwrap();
+        assert!(book.allocated(&l, &drv, 9, 0, 1, 50, r).is_ok());
         book.freed(&l, 1);
         assert_eq!(used(&l), 64);
         book.destroyed(&l, 9);
@@ -581,7 +621,7 @@ mod tests {
     fn an_unreadable_pool_charges_the_request_like_a_plain_allocation() {
         let (l, book, drv) = setup(1000);
         let r = l.reserve(0, 100).unwrap();
-        book.allocated(&l, &drv, 42, 0, 0xabc, 100, r).unwrap();
+        assert!(book.allocated(&l, &drv, 42, 0, 0xabc, 100, r).is_ok());
         assert_eq!(used(&l), 100);
         assert!(!book.is_pool_ptr(0xabc));
         let c = l.take(Kind::Pointer, 0xabc).unwrap();
