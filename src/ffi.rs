@@ -368,6 +368,7 @@ driver_fns! {
     cuInit: (u32);
     cuMemPoolTrimTo: (Handle, usize);
     cuCtxCreate_v2: (*mut Handle, u32, c_int);
+    cuCtxCreate_v4: (*mut Handle, *mut c_void, u32, c_int);
     cuCtxDestroy_v2: (Handle);
     cuDevicePrimaryCtxRelease_v2: (c_int);
     cuArrayDestroy: (Handle);

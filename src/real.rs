@@ -105,13 +105,20 @@ impl CtxDriver for Contexts {
     }
 
     fn create_floating(&self, device: usize) -> Option<Ctx> {
-        let (create, pop) = (driver::cuCtxCreate_v2()?, driver::cuCtxPopCurrent_v2()?);
+        let pop = driver::cuCtxPopCurrent_v2()?;
         let mut ctx: Handle = null_mut();
         let mut popped: Handle = null_mut();
-        // SAFETY: valid out-pointers; the new context is pushed by the driver and
-        // popped at once, so the thread's stack is unchanged.
+        let dev = device as c_int;
+        // SAFETY: valid out-pointers (cuCtxCreate_v4 takes NULL parameters); the new
+        // context is pushed by the driver and popped at once, so the thread's stack is
+        // unchanged. _v4 is for drivers that no longer export _v2.
         unsafe {
-            if create(&mut ctx, 0, device as c_int) != CUDA_SUCCESS {
+            let rc = match (driver::cuCtxCreate_v2(), driver::cuCtxCreate_v4()) {
+                (Some(create), _) => create(&mut ctx, 0, dev),
+                (None, Some(create)) => create(&mut ctx, null_mut(), 0, dev),
+                (None, None) => return None,
+            };
+            if rc != CUDA_SUCCESS {
                 return None;
             }
             pop(&mut popped);
