@@ -231,7 +231,7 @@ pub fn mem_alloc_pitch(
         if let Err(refusal) = SHIM.ledger.resize(r, actual) {
             // The driver padded more than the cap allows: give it back and refuse.
             let dev = r.charge().device;
-            log!(Warn, "{}", crate::shim::refusal_line(api, dev, actual, refusal));
+            SHIM.refused(api, dev, actual, refusal);
             if let Some(free) = ffi::driver::cuMemFree_v2() {
                 // SAFETY: freeing the allocation the driver just made.
                 unsafe { free(written(dptr)) };
@@ -320,7 +320,7 @@ fn pool_charged(
     if let Err((refusal, r)) = POOLS.allocated(&SHIM.ledger, &real::Pools, pool, d, ptr, bytes, r) {
         // The pool grew past what the cap allows: give the memory back and refuse. The
         // reservation is held until the memory is back, so no one else can take it.
-        log!(Warn, "{}", crate::shim::refusal_line(api, d, bytes, refusal));
+        SHIM.refused(api, d, bytes, refusal);
         real::free_async(ptr, stream);
         POOLS.reclaim(&SHIM.ledger, &real::Pools, d);
         POOLS.abandoned(pool, bytes);
@@ -452,6 +452,8 @@ pub fn mem_get_info(real: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResu
         return rc;
     }
     if let Some(d) = current_device().and_then(|d| checked_device(shim, d)) {
+        // Pools may have released cached memory since they were last read.
+        refresh_pools(d);
         // SAFETY: the driver succeeded and filled both out-pointers.
         unsafe {
             let (f, t) = shim.mem_info(d, *free as u64, *total as u64, growth::retained_bytes(d));
@@ -594,7 +596,7 @@ fn array_charged(
     let dev = r.charge().device;
     if let Some(actual) = real::array_size(h, dev as c_int, mipmapped) {
         if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
-            log!(Warn, "{}", crate::shim::refusal_line(api, dev, actual, refusal));
+            SHIM.refused(api, dev, actual, refusal);
             real::destroy_array(h, mipmapped);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -945,7 +947,7 @@ pub fn mem_alloc_pitch_v1(
     // SAFETY: the driver succeeded and filled both out-pointers.
     let (ptr, actual) = unsafe { (u64::from(*dptr), u64::from(*pitch) * u64::from(height)) };
     if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
-        log!(Warn, "{}", crate::shim::refusal_line(api, r.charge().device, actual, refusal));
+        SHIM.refused(api, r.charge().device, actual, refusal);
         if let Some(free) = ffi::driver::cuMemFree_v2() {
             // SAFETY: freeing the allocation the driver just made.
             unsafe { free(ptr) };

@@ -117,8 +117,7 @@ impl Shim {
         match self.ledger.reserve(device, bytes) {
             Ok(r) => Some(r),
             Err(refusal) => {
-                log!(Warn, "{}", refusal_line(api, device, requested, refusal));
-                self.after_refusal();
+                self.refused(api, device, requested, refusal);
                 None
             }
         }
@@ -276,7 +275,13 @@ impl Shim {
     /// After a refused request: refresh the report, so that a program that then dies
     /// without `exit()` (the usual crash after an out-of-memory error, a fatal signal)
     /// still leaves one, marked `"state":"running"`. No signal handler is installed.
-    pub fn after_refusal(&self) {
+    /// Reports a refused request: the one stderr line, and a refreshed report.
+    pub fn refused(&self, api: &str, device: usize, bytes: u64, refusal: Refusal) {
+        log!(Warn, "{}", refusal_line(api, device, bytes, refusal));
+        self.after_refusal();
+    }
+
+    fn after_refusal(&self) {
         if !self.own_process() {
             return;
         }
