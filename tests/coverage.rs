@@ -1,4 +1,4 @@
-//! Proof of coverage (docs/coverage.md):
+//! Proof of coverage (README.md, section "What gpucap counts"):
 //!
 //! * every entry point the table marks as hooked (counted, credits or figures) is reached
 //!   on every resolution path — linked, `dlsym` on `libcuda.so.1` and `libcuda.so`,
@@ -250,7 +250,7 @@ fn ipc_and_shareable_imports_are_the_exporters() {
 
 // ---- resolution paths -----------------------------------------------------------------
 
-/// One row of docs/coverage.md's table.
+/// One row of README.md's table.
 #[derive(Debug)]
 struct Row {
     bases: Vec<String>,
@@ -267,7 +267,13 @@ fn backticked(cell: &str) -> Vec<String> {
 }
 
 fn coverage_table() -> Vec<Row> {
-    let text = std::fs::read_to_string(root().join("docs/coverage.md")).expect("docs/coverage.md");
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    // The section "## What gpucap counts", up to the next section of that level.
+    let start = readme
+        .find("\n## What gpucap counts")
+        .expect("README.md: section 'What gpucap counts' not found");
+    let section = &readme[start + 1..];
+    let text = &section[..section.find("\n## ").unwrap_or(section.len())];
     let rows: Vec<Row> = text
         .lines()
         .filter(|l| l.starts_with("| `"))
@@ -277,7 +283,7 @@ fn coverage_table() -> Vec<Row> {
             let hooked = ["**yes**", "**credits**", "**figures**"].contains(&counted);
             assert!(
                 hooked || counted == "no",
-                "docs/coverage.md: unknown 'Counted' value {counted:?} in {l}"
+                "README.md: unknown 'Counted' value {counted:?} in {l}"
             );
             Row {
                 bases: backticked(cells[1]),
@@ -286,7 +292,7 @@ fn coverage_table() -> Vec<Row> {
             }
         })
         .collect();
-    assert!(rows.len() > 30, "docs/coverage.md: table not found");
+    assert!(rows.len() > 30, "README.md: table not found");
     rows
 }
 
@@ -337,7 +343,7 @@ fn every_test_the_table_names_exists() {
                 .unwrap_or_else(|e| panic!("{t}: tests/{file}.rs: {e}"));
             assert!(
                 src.contains(&format!("fn {func}(")),
-                "docs/coverage.md names {t}, which does not exist"
+                "README.md names {t}, which does not exist"
             );
         }
     }
@@ -464,7 +470,7 @@ fn every_counted_entry_point_is_reached_on_every_path() {
         for base in &row.bases {
             assert!(
                 table.contains_key(base),
-                "docs/coverage.md names {base}, which cuda.h does not have"
+                "README.md names {base}, which cuda.h does not have"
             );
             if row.hooked {
                 hooked.push(base.clone())
@@ -501,7 +507,7 @@ fn every_counted_entry_point_is_reached_on_every_path() {
             .contains(&base.as_str());
         assert!(
             !allocates || hooked.contains(base) || untouched.contains(base),
-            "{base} takes device memory but docs/coverage.md does not say whether it is counted"
+            "{base} takes device memory but README.md does not say whether it is counted"
         );
     }
     let dir = scratch("coverage-walk");
