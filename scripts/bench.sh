@@ -10,7 +10,9 @@
 #    ns per pair (clock_gettime), the ratio and the ns the shim adds, plus the same
 #    from each thread's CPU time (steadier when other processes share the machine).
 #    N is calibrated so that one run without the shim takes about TARGET_MS.
-# 2. Process start: /bin/true without and with the shim preloaded, STARTUP_RUNS runs
+# 2. Growth mode: alloc/free churn of 1 MiB and 64 MiB raw, through the shim, and with
+#    GPUCAP_GROWTH=1 (target/bench-growth.json).
+# 3. Process start: /bin/true without and with the shim preloaded, STARTUP_RUNS runs
 #    (hyperfine when installed, else a timed loop, REPS times): the ratio.
 #
 # Prints a table and writes target/bench.json. Targets (reported, not enforced):
@@ -124,6 +126,44 @@ else
     done
 fi
 
+# ---- growth mode: alloc/free churn ----------------------------------------------------
+# The same pairs of one size, raw, through the shim (pass-through) and in growth mode
+# (GPUCAP_GROWTH=1: the first allocation maps pages, every later one reuses them).
+# churn <mode: base|shim|growth> <size>: "wall_ns cpu_ns" per pair
+churn() {
+    local env=()
+    case $1 in
+        shim) env=(LD_PRELOAD="$SHIM" GPUCAP_LIMIT="$LIMIT") ;;
+        growth) env=(LD_PRELOAD="$SHIM" GPUCAP_LIMIT="$LIMIT" GPUCAP_GROWTH=1) ;;
+    esac
+    env "${env[@]}" "$BENCH" 1 "$CHURN_PAIRS" "$2" pair |
+        sed -n 's/.* ns_per_pair=\([0-9.]*\) cpu_ns_per_pair=\([0-9.]*\).*/\1 \2/p'
+}
+CHURN_PAIRS=${CHURN_PAIRS:-20000}
+GROWTH_JSON=$ROOT/target/bench-growth.json
+{
+    printf '\n%-30s %11s %11s %11s %9s %9s\n' "alloc/free churn, 1 thread" "raw" "shim" "growth" "shim/raw" "growth/raw"
+    printf '%-30s %11s %11s %11s\n' "median of $REPS, N=$CHURN_PAIRS" "ns/pair" "ns/pair" "ns/pair"
+} >"$RESULTS.growth"
+echo '{"device": "fake driver (host memory), no GPU", "pairs": '"$CHURN_PAIRS"', "sizes": [' >"$GROWTH_JSON"
+first=1
+for size in 1Mi 64Mi; do
+    raw=() shim=() growth=()
+    for ((i = 1; i <= REPS; i++)); do
+        read -r w _ < <(churn base $size); raw+=("$w")
+        read -r w _ < <(churn shim $size); shim+=("$w")
+        read -r w _ < <(churn growth $size); growth+=("$w")
+        echo "   churn $size rep=$i: raw ${raw[-1]} ns, shim ${shim[-1]} ns, growth ${growth[-1]} ns" >&2
+    done
+    med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+    r=$(med "${raw[@]}"); s=$(med "${shim[@]}"); g=$(med "${growth[@]}")
+    awk -v sz="$size" -v r="$r" -v s="$s" -v g="$g" 'BEGIN { printf "%-30s %11.1f %11.1f %11.1f %9.3f %9.3f\n", sz, r, s, g, s / r, g / r }' >>"$RESULTS.growth"
+    [ $first = 1 ] || echo ',' >>"$GROWTH_JSON"
+    first=0
+    awk -v sz="$size" -v r="$r" -v s="$s" -v g="$g" 'BEGIN { printf "  {\"size\": \"%s\", \"raw_ns_per_pair\": %.1f, \"shim_ns_per_pair\": %.1f, \"growth_ns_per_pair\": %.1f, \"shim_ratio\": %.4f, \"growth_ratio\": %.4f}", sz, r, s, g, s / r, g / r }' >>"$GROWTH_JSON"
+done
+echo '' >>"$GROWTH_JSON"; echo ']}' >>"$GROWTH_JSON"
+
 # ---- report: a table on stdout, JSON in target/bench.json -----------------------------
 awk -v reps="$REPS" -v pairs="$PAIRS" -v calls="$CALLS" -v tool="$startup_tool" -v runs="$STARTUP_RUNS" \
     -v limit="$LIMIT" -v host="$(uname -m), $(nproc) cores" -v json="$ROOT/target/bench.json" '
@@ -173,4 +213,6 @@ END {
     printf "  \"targets\": {\"added_ns_per_pair_max\": 50, \"startup_ratio_max\": 1.15, \"added_ns_per_pair_1_thread\": %.2f, \"added_cpu_ns_per_pair_1_thread\": %.2f, \"startup_ratio\": %.4f, \"met_alloc\": %s, \"met_startup\": %s}\n}\n", added1, added1cpu, ss / sb, added1 < 50 ? "true" : "false", ss / sb < 1.15 ? "true" : "false" > json
     printf "\ntargets (not enforced): < 50 ns added per pair -> %.1f ns (CPU time: %+.1f ns); < 15%% slower start -> %+.1f%%\n", added1, added1cpu, (ss / sb - 1) * 100
 }' "$RESULTS"
-echo "wrote target/bench.json"
+cat "$RESULTS.growth"
+rm -f "$RESULTS.growth"
+echo "wrote target/bench.json and target/bench-growth.json"

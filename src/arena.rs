@@ -12,7 +12,9 @@ use cudarc::driver::sys::{
     CUmemAllocationType, CUmemLocation, CUmemLocationType,
 };
 
-use crate::ffi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, driver};
+use crate::ffi::{
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, driver,
+};
 use crate::growth::{GROWTH, Mapping, pages_for};
 use crate::shim::{SHIM, log};
 
@@ -64,8 +66,15 @@ fn page_size(device: usize) -> Result<u64, CuResult> {
         CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
     ));
     if rc != CUDA_SUCCESS || g == 0 {
-        log!(Error, "growth mode: cannot read the VMM granularity of GPU {device} (error {rc})");
-        return Err(if rc == CUDA_SUCCESS { CUDA_ERROR_OUT_OF_MEMORY } else { rc });
+        log!(
+            Error,
+            "growth mode: cannot read the VMM granularity of GPU {device} (error {rc})"
+        );
+        return Err(if rc == CUDA_SUCCESS {
+            CUDA_ERROR_OUT_OF_MEMORY
+        } else {
+            rc
+        });
     }
     GROWTH.set_page(device, g as u64);
     Ok(GROWTH.page(device))
@@ -140,14 +149,19 @@ pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
     let page = page_size(device)?;
     let n = pages_for(size, page).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     // Fast path: a freed allocation of the same page count, still mapped.
-    if let Some((base, m)) = usize::try_from(n).ok().and_then(|n| GROWTH.take_cached(device, n)) {
+    if let Some((base, m)) = usize::try_from(n)
+        .ok()
+        .and_then(|n| GROWTH.take_cached(device, n))
+    {
         SHIM.ledger.count_alloc(device);
         GROWTH.record(base, Mapping { size, ..m });
         return Ok(base);
     }
     // Unmap cached allocations of other sizes until the loose pages suffice.
     while GROWTH.loose_pages(device) < n {
-        let Some((base, m)) = GROWTH.evict_cached(device) else { break };
+        let Some((base, m)) = GROWTH.evict_cached(device) else {
+            break;
+        };
         unmap(base, &m);
     }
     let mut pages = GROWTH.take_pages(device, n);
@@ -162,7 +176,15 @@ pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
     match map(device, page, &pages) {
         Ok(base) => {
             SHIM.ledger.count_alloc(device);
-            GROWTH.record(base, Mapping { device, size, page, pages });
+            GROWTH.record(
+                base,
+                Mapping {
+                    device,
+                    size,
+                    page,
+                    pages,
+                },
+            );
             Ok(base)
         }
         Err(rc) => {
@@ -178,7 +200,10 @@ pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
 fn unmap(base: u64, m: &Mapping) {
     let rc = call!(cuMemUnmap(base, m.mapped() as usize));
     if rc != CUDA_SUCCESS {
-        log!(Error, "growth mode: cuMemUnmap of {base:#x} failed with error {rc}; its pages are not reused");
+        log!(
+            Error,
+            "growth mode: cuMemUnmap of {base:#x} failed with error {rc}; its pages are not reused"
+        );
         return;
     }
     let _ = call!(cuMemAddressFree(base, m.mapped() as usize));

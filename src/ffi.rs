@@ -272,7 +272,12 @@ fn libnvml() -> *mut c_void {
         return h;
     }
     // SAFETY: dlopen with a constant name and RTLD_NOLOAD: it never loads anything.
-    let h = unsafe { libc::dlopen(c"libnvidia-ml.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    let h = unsafe {
+        libc::dlopen(
+            c"libnvidia-ml.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        )
+    };
     if h.is_null() {
         return h;
     }
@@ -294,9 +299,17 @@ pub fn driver_symbol(name: &'static str) -> *mut c_void {
         return null_mut();
     };
     let cname = name.as_ptr().cast::<c_char>();
-    let h = if is_nvml(name.as_bytes()) { libnvml() } else { libcuda() };
+    let h = if is_nvml(name.as_bytes()) {
+        libnvml()
+    } else {
+        libcuda()
+    };
     // SAFETY: real dlsym with a live handle (or RTLD_NEXT) and a NUL-terminated name.
-    let mut p = if h.is_null() { null_mut() } else { unsafe { dlsym(h, cname) } };
+    let mut p = if h.is_null() {
+        null_mut()
+    } else {
+        unsafe { dlsym(h, cname) }
+    };
     if p.is_null() || is_hook(p) {
         // SAFETY: as above; RTLD_NEXT from our own code finds the next definition.
         p = unsafe { dlsym(libc::RTLD_NEXT, cname) };
@@ -382,7 +395,11 @@ pub fn physical_total(device: usize) -> Option<u64> {
         return None;
     }
     // SAFETY: the driver's cuDeviceTotalMem_v2(size_t*, CUdevice).
-    let f = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut usize, c_int) -> CuResult>(real) };
+    let f = unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut usize, c_int) -> CuResult>(
+            real,
+        )
+    };
     let mut total = 0usize;
     // SAFETY: valid out-pointer; the device index was bounds-checked by the caller.
     (unsafe { f(&mut total, device as c_int) } == CUDA_SUCCESS).then_some(total as u64)
@@ -404,9 +421,15 @@ struct Decision {
 extern "C" fn dlsym_decide(handle: *mut c_void, symbol: *const c_char) -> Decision {
     let Some(real) = real_dlsym() else {
         // No glibc dlsym: nothing can be looked up at all.
-        return Decision { value: null_mut(), forward: null_mut() };
+        return Decision {
+            value: null_mut(),
+            forward: null_mut(),
+        };
     };
-    let forward = Decision { value: null_mut(), forward: real as *mut c_void };
+    let forward = Decision {
+        value: null_mut(),
+        forward: real as *mut c_void,
+    };
     // RTLD_DEFAULT already finds our exports first; RTLD_NEXT must stay relative to
     // the caller, which only glibc, reached by the tail jump, can know.
     if symbol.is_null() || handle == libc::RTLD_DEFAULT || handle == libc::RTLD_NEXT {
@@ -424,12 +447,18 @@ extern "C" fn dlsym_decide(handle: *mut c_void, symbol: *const c_char) -> Decisi
     // for a handle lookup.
     let p = unsafe { real(handle, symbol) };
     if p.is_null() || is_hook(p) {
-        return Decision { value: p, forward: null_mut() };
+        return Decision {
+            value: p,
+            forward: null_mut(),
+        };
     }
     let library = if is_nvml(name) { &LIBNVML } else { &LIBCUDA };
     let _ = library.compare_exchange(null_mut(), handle, AcqRel, Acquire);
     row.learn(p);
-    Decision { value: row.hook as *mut c_void, forward: null_mut() }
+    Decision {
+        value: row.hook as *mut c_void,
+        forward: null_mut(),
+    }
 }
 
 /// The exported `dlsym`. A naked entry so that forwarding is a tail jump: glibc
@@ -508,7 +537,13 @@ fn get_proc_address_v2(
 
 /// After the driver answered `cuGetProcAddress`, replaces its pointer by the hook
 /// of exactly the variant it returned.
-fn substitute(rc: CuResult, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CuResult {
+fn substitute(
+    rc: CuResult,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CuResult {
     if rc != CUDA_SUCCESS || symbol.is_null() || pfn.is_null() {
         return rc;
     }
@@ -528,7 +563,11 @@ fn identify(name: &[u8], p: *mut c_void, version: c_int, flags: u64) -> Option<&
     if p.is_null() || is_hook(p) {
         return None;
     }
-    let candidates = || HOOKS.iter().filter(|h| h.base.as_bytes() == name || h.name_bytes() == name);
+    let candidates = || {
+        HOOKS
+            .iter()
+            .filter(|h| h.base.as_bytes() == name || h.name_bytes() == name)
+    };
     // The driver hands out its exports: find the one it returned.
     if let Some(row) = candidates().find(|h| h.real() == p) {
         return Some(row);

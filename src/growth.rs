@@ -110,7 +110,9 @@ impl Growth {
             return Vec::new();
         };
         let mut free = lock(&d.free);
-        let keep = free.len().saturating_sub(n.try_into().unwrap_or(usize::MAX));
+        let keep = free
+            .len()
+            .saturating_sub(n.try_into().unwrap_or(usize::MAX));
         free.split_off(keep)
     }
 
@@ -123,7 +125,10 @@ impl Growth {
 
     pub fn retained_bytes(&self, device: usize) -> u64 {
         self.devices.get(device).map_or(0, |d| {
-            let cached: u64 = lock(&d.cached).iter().map(|(_, m)| m.pages.len() as u64).sum();
+            let cached: u64 = lock(&d.cached)
+                .iter()
+                .map(|(_, m)| m.pages.len() as u64)
+                .sum();
             (lock(&d.free).len() as u64 + cached) * d.page.load(Acquire)
         })
     }
@@ -150,7 +155,9 @@ impl Growth {
 
     /// Retained pages on `device` that are not mapped.
     pub fn loose_pages(&self, device: usize) -> u64 {
-        self.devices.get(device).map_or(0, |d| lock(&d.free).len() as u64)
+        self.devices
+            .get(device)
+            .map_or(0, |d| lock(&d.free).len() as u64)
     }
 
     pub fn record(&self, base: u64, mapping: Mapping) {
@@ -212,7 +219,12 @@ mod tests {
     fn cached_mappings_are_reused_whole_or_evicted() {
         let g = Growth::new();
         g.set_page(0, P);
-        let m = |pages: Vec<u64>| Mapping { device: 0, size: pages.len() as u64 * P, page: P, pages };
+        let m = |pages: Vec<u64>| Mapping {
+            device: 0,
+            size: pages.len() as u64 * P,
+            page: P,
+            pages,
+        };
         g.cache(0x1000, m(vec![1, 2]));
         g.cache(0x9000, m(vec![3, 4, 5]));
         g.give_back(0, [6]);
@@ -249,7 +261,11 @@ mod tests {
         g.record(0x1000_0000, m.clone());
         assert_eq!(g.range_of(0x1000_0000), Some((0x1000_0000, 3 * P - 5)));
         assert_eq!(g.range_of(0x1000_0000 + P), Some((0x1000_0000, 3 * P - 5)));
-        assert_eq!(g.range_of(0x1000_0000 + 3 * P - 5), None, "past the requested size");
+        assert_eq!(
+            g.range_of(0x1000_0000 + 3 * P - 5),
+            None,
+            "past the requested size"
+        );
         assert_eq!(g.range_of(0x0fff_ffff), None);
         assert!(g.has_mappings());
         assert_eq!(g.remove(0x1000_0000 + 1), None, "only the base frees");

@@ -4,15 +4,15 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::ffi::{
-    self, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
-    CuResult,
-};
 use crate::arena;
-use crate::config::MAX_DEVICES;
-use crate::growth::{self, GROWTH};
 use crate::arrays::{self, Shape};
+use crate::config::MAX_DEVICES;
 use crate::contexts::{ContextBook, CtxDriver};
+use crate::ffi::{
+    self, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_SUCCESS, CuResult,
+};
+use crate::growth::{self, GROWTH};
 use crate::identity;
 use crate::ledger::{Charge, Kind, LiveMap, Reservation};
 use crate::nvml;
@@ -43,7 +43,9 @@ fn shim() -> Result<&'static Shim, CuResult> {
     if identity::failed().is_some() {
         return Err(CUDA_ERROR_NOT_PERMITTED);
     }
-    SHIM.config().map(|_| &SHIM).map_err(|_| CUDA_ERROR_NOT_PERMITTED)
+    SHIM.config()
+        .map(|_| &SHIM)
+        .map_err(|_| CUDA_ERROR_NOT_PERMITTED)
 }
 
 /// A device index the ledger can hold, with its cap resolved.
@@ -76,7 +78,10 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
         return Ok(Target::Unknown);
     };
     let Some(d) = checked_device(shim, device) else {
-        log!(Error, "refused {api}: device index {device} is out of the range gpucap tracks");
+        log!(
+            Error,
+            "refused {api}: device index {device} is out of the range gpucap tracks"
+        );
         return Err(CUDA_ERROR_INVALID_DEVICE);
     };
     reclaim_for(shim, d, bytes);
@@ -146,8 +151,14 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
         return rc;
     }
     // UUID keys of GPUCAP_LIMIT must name visible devices: checked now, fail closed.
-    let Ok(config) = shim.config() else { return CUDA_ERROR_NOT_PERMITTED };
-    if let Some(spec) = config.limit.as_ref().filter(|s| s.uuid_keys().next().is_some()) {
+    let Ok(config) = shim.config() else {
+        return CUDA_ERROR_NOT_PERMITTED;
+    };
+    if let Some(spec) = config
+        .limit
+        .as_ref()
+        .filter(|s| s.uuid_keys().next().is_some())
+    {
         if let Err(msg) = identity::check_keys(spec, identity::visible(identity::from_driver)) {
             // Always shown, whatever GPUCAP_LOG says: the program is being stopped.
             eprintln!("{}", identity::latch(msg));
@@ -157,7 +168,11 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     rc
 }
 
-pub fn mem_alloc(real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult, dptr: *mut Dptr, size: usize) -> CuResult {
+pub fn mem_alloc(
+    real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult,
+    dptr: *mut Dptr,
+    size: usize,
+) -> CuResult {
     let api = "cuMemAlloc";
     if growth() && !dptr.is_null() {
         let Some(device) = current_device() else {
@@ -177,7 +192,14 @@ pub fn mem_alloc(real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult, dptr:
         };
     }
     // SAFETY (closure): forwarding the caller's arguments.
-    charged(api, current_device(), size as u64, Kind::Pointer, || unsafe { real(dptr, size) }, || written(dptr))
+    charged(
+        api,
+        current_device(),
+        size as u64,
+        Kind::Pointer,
+        || unsafe { real(dptr, size) },
+        || written(dptr),
+    )
 }
 
 /// Whether growth-only mode is on (false while misconfigured: callers fail then).
@@ -187,7 +209,11 @@ fn growth() -> bool {
 
 /// Frees `dptr` if growth mode served it.
 fn growth_free(dptr: Dptr) -> Option<CuResult> {
-    if growth() && GROWTH.has_mappings() { arena::free(dptr) } else { None }
+    if growth() && GROWTH.has_mappings() {
+        arena::free(dptr)
+    } else {
+        None
+    }
 }
 
 pub fn mem_alloc_managed(
@@ -197,7 +223,14 @@ pub fn mem_alloc_managed(
     flags: u32,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    charged("cuMemAllocManaged", current_device(), size as u64, Kind::Pointer, || unsafe { real(dptr, size, flags) }, || written(dptr))
+    charged(
+        "cuMemAllocManaged",
+        current_device(),
+        size as u64,
+        Kind::Pointer,
+        || unsafe { real(dptr, size, flags) },
+        || written(dptr),
+    )
 }
 
 /// Pitch alignment the reservation assumes before the driver says the real pitch.
@@ -262,7 +295,15 @@ pub fn mem_alloc_async(
     let device = current_device();
     let pool = device.and_then(real::current_pool);
     // SAFETY (closure): forwarding the caller's arguments.
-    pool_charged("cuMemAllocAsync", device, pool, size, dptr, stream, || unsafe { real(dptr, size, stream) })
+    pool_charged(
+        "cuMemAllocAsync",
+        device,
+        pool,
+        size,
+        dptr,
+        stream,
+        || unsafe { real(dptr, size, stream) },
+    )
 }
 
 pub fn mem_alloc_from_pool_async(
@@ -272,10 +313,21 @@ pub fn mem_alloc_from_pool_async(
     pool: Handle,
     stream: Stream,
 ) -> CuResult {
-    let device = POOLS.device_of(pool as u64).map(|d| d as c_int).or_else(current_device);
+    let device = POOLS
+        .device_of(pool as u64)
+        .map(|d| d as c_int)
+        .or_else(current_device);
     let pool_key = (!pool.is_null()).then_some(pool as u64);
     // SAFETY (closure): forwarding the caller's arguments.
-    pool_charged("cuMemAllocFromPoolAsync", device, pool_key, size, dptr, stream, || unsafe { real(dptr, size, pool, stream) })
+    pool_charged(
+        "cuMemAllocFromPoolAsync",
+        device,
+        pool_key,
+        size,
+        dptr,
+        stream,
+        || unsafe { real(dptr, size, pool, stream) },
+    )
 }
 
 /// A stream-ordered allocation: the request is reserved (the cap check), the driver
@@ -330,7 +382,11 @@ fn pool_charged(
     rc
 }
 
-pub fn mem_free_async(real: unsafe extern "C" fn(Dptr, Stream) -> CuResult, dptr: Dptr, stream: Stream) -> CuResult {
+pub fn mem_free_async(
+    real: unsafe extern "C" fn(Dptr, Stream) -> CuResult,
+    dptr: Dptr,
+    stream: Stream,
+) -> CuResult {
     if let Some(rc) = growth_free(dptr) {
         return rc;
     }
@@ -380,7 +436,11 @@ pub fn mem_pool_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, pool: Ha
     rc
 }
 
-pub fn mem_pool_trim_to(real: unsafe extern "C" fn(Handle, usize) -> CuResult, pool: Handle, keep: usize) -> CuResult {
+pub fn mem_pool_trim_to(
+    real: unsafe extern "C" fn(Handle, usize) -> CuResult,
+    pool: Handle,
+    keep: usize,
+) -> CuResult {
     // SAFETY: forwarding the caller's arguments.
     let rc = unsafe { real(pool, keep) };
     if rc == CUDA_SUCCESS {
@@ -404,7 +464,10 @@ fn synchronized(rc: CuResult) -> CuResult {
     rc
 }
 
-pub fn stream_synchronize(real: unsafe extern "C" fn(Stream) -> CuResult, stream: Stream) -> CuResult {
+pub fn stream_synchronize(
+    real: unsafe extern "C" fn(Stream) -> CuResult,
+    stream: Stream,
+) -> CuResult {
     // SAFETY: forwarding the caller's argument.
     synchronized(unsafe { real(stream) })
 }
@@ -414,7 +477,10 @@ pub fn ctx_synchronize(real: unsafe extern "C" fn() -> CuResult) -> CuResult {
     synchronized(unsafe { real() })
 }
 
-pub fn event_synchronize(real: unsafe extern "C" fn(Handle) -> CuResult, event: Handle) -> CuResult {
+pub fn event_synchronize(
+    real: unsafe extern "C" fn(Handle) -> CuResult,
+    event: Handle,
+) -> CuResult {
     // SAFETY: forwarding the caller's argument.
     synchronized(unsafe { real(event) })
 }
@@ -433,7 +499,14 @@ pub fn mem_create(
     // Host-located physical memory takes no device memory: forwarded uncounted.
     // SAFETY (closures): forwarding the caller's arguments; `handle` is read only
     // after the driver succeeded.
-    charged("cuMemCreate", device, size as u64, Kind::Handle, || unsafe { real(handle, size, prop, flags) }, || unsafe { *handle })
+    charged(
+        "cuMemCreate",
+        device,
+        size as u64,
+        Kind::Handle,
+        || unsafe { real(handle, size, prop, flags) },
+        || unsafe { *handle },
+    )
 }
 
 pub fn mem_release(real: unsafe extern "C" fn(u64) -> CuResult, handle: u64) -> CuResult {
@@ -441,7 +514,11 @@ pub fn mem_release(real: unsafe extern "C" fn(u64) -> CuResult, handle: u64) -> 
     released(Kind::Handle, handle, || unsafe { real(handle) })
 }
 
-pub fn mem_get_info(real: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult, free: *mut usize, total: *mut usize) -> CuResult {
+pub fn mem_get_info(
+    real: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
+    free: *mut usize,
+    total: *mut usize,
+) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -456,7 +533,12 @@ pub fn mem_get_info(real: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResu
         refresh_pools(d);
         // SAFETY: the driver succeeded and filled both out-pointers.
         unsafe {
-            let (f, t) = shim.mem_info(d, *free as u64, *total as u64, growth::retained_bytes(d));
+            let retained = if growth() {
+                growth::retained_bytes(d)
+            } else {
+                0
+            };
+            let (f, t) = shim.mem_info(d, *free as u64, *total as u64, retained);
             (*free, *total) = (f as usize, t as usize);
         }
     }
@@ -487,7 +569,11 @@ pub fn mem_get_address_range(
     unsafe { real(base, size, dptr) }
 }
 
-pub fn device_total_mem(real: unsafe extern "C" fn(*mut usize, c_int) -> CuResult, bytes: *mut usize, dev: c_int) -> CuResult {
+pub fn device_total_mem(
+    real: unsafe extern "C" fn(*mut usize, c_int) -> CuResult,
+    bytes: *mut usize,
+    dev: c_int,
+) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -590,7 +676,9 @@ fn array_charged(
         Err(rc) => return rc,
     };
     let rc = call();
-    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else { return rc };
+    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else {
+        return rc;
+    };
     // SAFETY: the driver succeeded and filled the handle.
     let h = unsafe { *handle };
     let dev = r.charge().device;
@@ -653,7 +741,14 @@ pub fn array_create(
     desc: *const ArrayDescriptor,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    array_charged("cuArrayCreate", shape_2d(desc), 1, false, handle, || unsafe { real(handle, desc) })
+    array_charged(
+        "cuArrayCreate",
+        shape_2d(desc),
+        1,
+        false,
+        handle,
+        || unsafe { real(handle, desc) },
+    )
 }
 
 pub fn array_3d_create(
@@ -662,7 +757,14 @@ pub fn array_3d_create(
     desc: *const Array3DDescriptor,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    array_charged("cuArray3DCreate", shape_3d(desc), 1, false, handle, || unsafe { real(handle, desc) })
+    array_charged(
+        "cuArray3DCreate",
+        shape_3d(desc),
+        1,
+        false,
+        handle,
+        || unsafe { real(handle, desc) },
+    )
 }
 
 pub fn array_create_v1(
@@ -680,7 +782,9 @@ pub fn array_create_v1(
         flags: 0,
     });
     // SAFETY (closure): forwarding the caller's arguments.
-    array_charged("cuArrayCreate", shape, 1, false, handle, || unsafe { real(handle, desc) })
+    array_charged("cuArrayCreate", shape, 1, false, handle, || unsafe {
+        real(handle, desc)
+    })
 }
 
 pub fn array_3d_create_v1(
@@ -698,7 +802,9 @@ pub fn array_3d_create_v1(
         flags: d.flags,
     });
     // SAFETY (closure): forwarding the caller's arguments.
-    array_charged("cuArray3DCreate", shape, 1, false, handle, || unsafe { real(handle, desc) })
+    array_charged("cuArray3DCreate", shape, 1, false, handle, || unsafe {
+        real(handle, desc)
+    })
 }
 
 pub fn array_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, handle: Handle) -> CuResult {
@@ -713,12 +819,20 @@ pub fn mipmapped_array_create(
     levels: u32,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    array_charged("cuMipmappedArrayCreate", shape_3d(desc), levels, true, handle, || unsafe {
-        real(handle, desc, levels)
-    })
+    array_charged(
+        "cuMipmappedArrayCreate",
+        shape_3d(desc),
+        levels,
+        true,
+        handle,
+        || unsafe { real(handle, desc, levels) },
+    )
 }
 
-pub fn mipmapped_array_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, handle: Handle) -> CuResult {
+pub fn mipmapped_array_destroy(
+    real: unsafe extern "C" fn(Handle) -> CuResult,
+    handle: Handle,
+) -> CuResult {
     // SAFETY (closure): forwarding the caller's argument.
     array_released(true, handle, || unsafe { real(handle) })
 }
@@ -731,15 +845,27 @@ static CONTEXTS: ContextBook = ContextBook::new();
 
 /// Charges a context the driver just made (`bytes` measured, None if it could not
 /// be); Err (the context already undone by `undo`) if the cap cannot take it.
-fn charge_context(api: &str, d: usize, bytes: Option<u64>, undo: impl FnOnce()) -> Result<u64, CuResult> {
+fn charge_context(
+    api: &str,
+    d: usize,
+    bytes: Option<u64>,
+    undo: impl FnOnce(),
+) -> Result<u64, CuResult> {
     let Some(bytes) = bytes else {
-        log!(Info, "{api}: could not measure the context's memory on GPU {d}: not charged");
+        log!(
+            Info,
+            "{api}: could not measure the context's memory on GPU {d}: not charged"
+        );
         return Ok(0);
     };
     match reserve(api, Some(d as c_int), bytes) {
         Ok(Target::Charged(r)) => {
             r.keep();
-            log!(Debug, "{api}: the context takes {} on GPU {d}", crate::size::format_bytes(bytes));
+            log!(
+                Debug,
+                "{api}: the context takes {} on GPU {d}",
+                crate::size::format_bytes(bytes)
+            );
             Ok(bytes)
         }
         Ok(Target::Unknown) => Ok(0),
@@ -761,7 +887,10 @@ fn after_teardown(device: usize) {
             }
         }
     }
-    for (mipmapped, alive) in [(false, real::array_alive as fn(u64) -> bool), (true, real::mipmapped_alive)] {
+    for (mipmapped, alive) in [
+        (false, real::array_alive as fn(u64) -> bool),
+        (true, real::mipmapped_alive),
+    ] {
         let map = array_map(mipmapped);
         for (h, _) in map.matching(|c| c.device == device) {
             if !alive(h) {
@@ -786,7 +915,9 @@ pub fn primary_ctx_retain(
     };
     // SAFETY (closure): forwarding the caller's arguments.
     let call = || unsafe { real(pctx, dev) };
-    let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else { return call() };
+    let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else {
+        return call();
+    };
     if pctx.is_null() || lock.primary_active(&real::Contexts) {
         return call(); // nothing is created
     }
@@ -794,7 +925,9 @@ pub fn primary_ctx_retain(
     if rc != CUDA_SUCCESS {
         return rc;
     }
-    match charge_context("cuDevicePrimaryCtxRetain", lock.device(), taken, || real::release_primary(dev)) {
+    match charge_context("cuDevicePrimaryCtxRetain", lock.device(), taken, || {
+        real::release_primary(dev)
+    }) {
         Ok(bytes) => {
             // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
             lock.set_primary(unsafe { *pctx } as u64, bytes);
@@ -824,9 +957,12 @@ fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuResult) -> CuR
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else { return call() };
+    let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else {
+        return call();
+    };
     let rc = call();
-    if rc == CUDA_SUCCESS && (reset || real::Contexts.primary_active(lock.device()) == Some(false)) {
+    if rc == CUDA_SUCCESS && (reset || real::Contexts.primary_active(lock.device()) == Some(false))
+    {
         if let Some(c) = lock.take_primary() {
             shim.ledger.settle(c);
         }
@@ -836,12 +972,19 @@ fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuResult) -> CuR
 }
 
 /// A created context: measured, charged, undone if the cap cannot take it.
-fn ctx_created(api: &str, pctx: *mut Handle, dev: c_int, call: impl FnOnce() -> CuResult) -> CuResult {
+fn ctx_created(
+    api: &str,
+    pctx: *mut Handle,
+    dev: c_int,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    let Some(lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else { return call() };
+    let Some(lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else {
+        return call();
+    };
     if pctx.is_null() {
         return call();
     }
@@ -867,7 +1010,9 @@ pub fn ctx_create(
     dev: c_int,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    ctx_created("cuCtxCreate", pctx, dev, || unsafe { real(pctx, flags, dev) })
+    ctx_created("cuCtxCreate", pctx, dev, || unsafe {
+        real(pctx, flags, dev)
+    })
 }
 
 pub fn ctx_create_v3(
@@ -879,7 +1024,9 @@ pub fn ctx_create_v3(
     dev: c_int,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    ctx_created("cuCtxCreate_v3", pctx, dev, || unsafe { real(pctx, params, count, flags, dev) })
+    ctx_created("cuCtxCreate_v3", pctx, dev, || unsafe {
+        real(pctx, params, count, flags, dev)
+    })
 }
 
 pub fn ctx_create_v4(
@@ -890,7 +1037,9 @@ pub fn ctx_create_v4(
     dev: c_int,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    ctx_created("cuCtxCreate_v4", pctx, dev, || unsafe { real(pctx, params, flags, dev) })
+    ctx_created("cuCtxCreate_v4", pctx, dev, || unsafe {
+        real(pctx, params, flags, dev)
+    })
 }
 
 pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
@@ -899,8 +1048,12 @@ pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) 
     }
     // SAFETY (closure): forwarding the caller's argument.
     let call = || unsafe { real(ctx) };
-    let device = CONTEXTS.created_device(ctx as u64).or_else(|| real::context_device(ctx));
-    let Some(lock) = device.and_then(|d| CONTEXTS.lock(d)) else { return call() };
+    let device = CONTEXTS
+        .created_device(ctx as u64)
+        .or_else(|| real::context_device(ctx));
+    let Some(lock) = device.and_then(|d| CONTEXTS.lock(d)) else {
+        return call();
+    };
     let taken = lock.take_created(ctx as u64);
     let rc = call();
     match (rc, taken) {
@@ -919,12 +1072,21 @@ pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) 
 // ---------------------------------------------------------------------------
 // The CUDA 2.x variants (32-bit pointers and sizes), counted like their _v2.
 
-pub fn mem_alloc_v1(real: unsafe extern "C" fn(*mut u32, u32) -> CuResult, dptr: *mut u32, size: u32) -> CuResult {
+pub fn mem_alloc_v1(
+    real: unsafe extern "C" fn(*mut u32, u32) -> CuResult,
+    dptr: *mut u32,
+    size: u32,
+) -> CuResult {
     // SAFETY (closures): forwarding the caller's arguments; `dptr` is read only after
     // the driver succeeded.
-    charged("cuMemAlloc", current_device(), size.into(), Kind::Pointer, || unsafe { real(dptr, size) }, || unsafe {
-        u64::from(*dptr)
-    })
+    charged(
+        "cuMemAlloc",
+        current_device(),
+        size.into(),
+        Kind::Pointer,
+        || unsafe { real(dptr, size) },
+        || unsafe { u64::from(*dptr) },
+    )
 }
 
 pub fn mem_alloc_pitch_v1(
@@ -943,7 +1105,9 @@ pub fn mem_alloc_pitch_v1(
     };
     // SAFETY: forwarding the caller's arguments.
     let rc = unsafe { real(dptr, pitch, width, height, elem) };
-    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else { return rc };
+    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else {
+        return rc;
+    };
     // SAFETY: the driver succeeded and filled both out-pointers.
     let (ptr, actual) = unsafe { (u64::from(*dptr), u64::from(*pitch) * u64::from(height)) };
     if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
@@ -974,7 +1138,11 @@ fn capped_info(shim: &Shim, free: u64, total: u64) -> (u64, u64) {
     }
 }
 
-pub fn mem_get_info_v1(real: unsafe extern "C" fn(*mut u32, *mut u32) -> CuResult, free: *mut u32, total: *mut u32) -> CuResult {
+pub fn mem_get_info_v1(
+    real: unsafe extern "C" fn(*mut u32, *mut u32) -> CuResult,
+    free: *mut u32,
+    total: *mut u32,
+) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -992,7 +1160,11 @@ pub fn mem_get_info_v1(real: unsafe extern "C" fn(*mut u32, *mut u32) -> CuResul
     rc
 }
 
-pub fn device_total_mem_v1(real: unsafe extern "C" fn(*mut u32, c_int) -> CuResult, bytes: *mut u32, dev: c_int) -> CuResult {
+pub fn device_total_mem_v1(
+    real: unsafe extern "C" fn(*mut u32, c_int) -> CuResult,
+    bytes: *mut u32,
+    dev: c_int,
+) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -1020,7 +1192,9 @@ fn nvml_device(shim: &Shim, device: Handle) -> Option<usize> {
     let uuid = real::nvml_uuid(device)?;
     let visible = identity::visible(identity::from_driver)?;
     let d = checked_device(shim, identity::ordinal_of(visible, &uuid)? as c_int)?;
-    shim.ledger.usage(d).filter(|u| u.cap != crate::ledger::NO_CAP)?;
+    shim.ledger
+        .usage(d)
+        .filter(|u| u.cap != crate::ledger::NO_CAP)?;
     refresh_pools(d);
     Some(d)
 }
@@ -1039,7 +1213,10 @@ pub fn nvml_memory_info(
     if let Some(d) = nvml_device(shim, device) {
         // SAFETY: NVML succeeded and filled the caller's struct.
         let m = unsafe { &mut *memory };
-        *m = nvml::capped(*m, shim.mem_info(d, m.free, m.total, growth::retained_bytes(d)));
+        *m = nvml::capped(
+            *m,
+            shim.mem_info(d, m.free, m.total, growth::retained_bytes(d)),
+        );
     }
     rc
 }
@@ -1058,7 +1235,10 @@ pub fn nvml_memory_info_v2(
     if let Some(d) = nvml_device(shim, device) {
         // SAFETY: NVML succeeded and filled the caller's struct.
         let m = unsafe { &mut *memory };
-        *m = nvml::capped_v2(*m, shim.mem_info(d, m.free, m.total, growth::retained_bytes(d)));
+        *m = nvml::capped_v2(
+            *m,
+            shim.mem_info(d, m.free, m.total, growth::retained_bytes(d)),
+        );
     }
     rc
 }

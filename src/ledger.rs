@@ -94,7 +94,9 @@ impl Reservation<'_> {
     /// The driver allocated: record the allocation under `key` so its free credits it.
     pub fn commit(self, kind: Kind, key: u64) {
         let charge = self.charge;
-        self.ledger.devices[charge.device].allocs.fetch_add(1, Relaxed);
+        self.ledger.devices[charge.device]
+            .allocs
+            .fetch_add(1, Relaxed);
         self.ledger.live(kind).insert(key, charge);
         std::mem::forget(self);
     }
@@ -292,12 +294,14 @@ pub struct LiveMap {
 impl LiveMap {
     pub const fn new() -> Self {
         LiveMap {
-            shards: [const { Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())) };
-                SHARDS],
+            shards: [const { Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS],
         }
     }
 
-    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>> {
+    fn shard(
+        &self,
+        key: u64,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>> {
         let i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS;
         // A poisoned shard only means a panic elsewhere while it was held; the map
         // itself is still consistent (every operation is a single insert/remove).
@@ -353,7 +357,10 @@ mod tests {
         );
         l.reserve(0, 400).unwrap().commit(Kind::Pointer, 2);
         let u = l.usage(0).unwrap();
-        assert_eq!((u.used, u.peak, u.allocs, u.refusals, u.largest_refused), (1000, 1000, 2, 1, 500));
+        assert_eq!(
+            (u.used, u.peak, u.allocs, u.refusals, u.largest_refused),
+            (1000, 1000, 2, 1, 500)
+        );
         assert_eq!(u.headroom(), 0);
     }
 
@@ -375,7 +382,11 @@ mod tests {
         let l = ledger_with_cap(1000);
         l.reserve(0, 300).unwrap().commit(Kind::Pointer, 0xdead);
         let c = l.take(Kind::Pointer, 0xdead).unwrap();
-        assert_eq!(l.take(Kind::Pointer, 0xdead), None, "a second take finds nothing");
+        assert_eq!(
+            l.take(Kind::Pointer, 0xdead),
+            None,
+            "a second take finds nothing"
+        );
         l.restore(Kind::Pointer, 0xdead, c);
         assert_eq!(l.usage(0).unwrap().used, 300, "restore keeps the charge");
         let c = l.take(Kind::Pointer, 0xdead).unwrap();
@@ -399,7 +410,16 @@ mod tests {
         l.reserve(0, 10).unwrap().commit(Kind::Pointer, 1);
         l.reserve(1, 20).unwrap().commit(Kind::Pointer, 2);
         l.reserve(1, 30).unwrap().commit(Kind::Handle, 3);
-        assert_eq!(l.live_on(Kind::Pointer, 1), vec![(2, Charge { device: 1, bytes: 20 })]);
+        assert_eq!(
+            l.live_on(Kind::Pointer, 1),
+            vec![(
+                2,
+                Charge {
+                    device: 1,
+                    bytes: 20
+                }
+            )]
+        );
         assert_eq!(l.live_on(Kind::Handle, 1).len(), 1);
         assert!(l.live_on(Kind::Pointer, 2).is_empty());
     }
@@ -420,7 +440,10 @@ mod tests {
             l.reserve(0, u64::MAX - 50),
             Err(Refusal::OverCap { .. })
         ));
-        assert!(matches!(l.reserve(0, u64::MAX), Err(Refusal::OverCap { .. })));
+        assert!(matches!(
+            l.reserve(0, u64::MAX),
+            Err(Refusal::OverCap { .. })
+        ));
         assert_eq!(l.usage(0).unwrap().used, 100);
         let capped = ledger_with_cap(1 << 30);
         assert!(capped.reserve(0, u64::MAX - 4095).is_err());
@@ -439,7 +462,9 @@ mod tests {
         let l = Ledger::new();
         assert_eq!(
             l.reserve(MAX_DEVICES, 1).err(),
-            Some(Refusal::NoSuchDevice { device: MAX_DEVICES })
+            Some(Refusal::NoSuchDevice {
+                device: MAX_DEVICES
+            })
         );
         assert!(l.usage(MAX_DEVICES).is_none());
     }

@@ -84,7 +84,10 @@ impl Shim {
             return;
         }
         let limit = match self.config() {
-            Ok(c) => c.limit.as_ref().and_then(|l| crate::identity::limit_for(l, device, crate::identity::from_driver)),
+            Ok(c) => c
+                .limit
+                .as_ref()
+                .and_then(|l| crate::identity::limit_for(l, device, crate::identity::from_driver)),
             Err(_) => return,
         };
         let cap = match limit {
@@ -113,7 +116,13 @@ impl Shim {
     /// Reserves `bytes` on `device` to serve a request of `requested` bytes (more
     /// when rounded up to pages, fewer when partly served from retained memory);
     /// a refusal names the request as the program made it.
-    pub fn reserve_for(&self, api: &str, device: usize, requested: u64, bytes: u64) -> Option<Reservation<'_>> {
+    pub fn reserve_for(
+        &self,
+        api: &str,
+        device: usize,
+        requested: u64,
+        bytes: u64,
+    ) -> Option<Reservation<'_>> {
         match self.ledger.reserve(device, bytes) {
             Ok(r) => Some(r),
             Err(refusal) => {
@@ -160,13 +169,20 @@ impl Shim {
 fn load_config() -> Result<(Config, Option<PathBuf>), String> {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     if config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
-        return config::from_vars(env).map(|c| (c, None)).map_err(|e| e.to_string());
+        return config::from_vars(env)
+            .map(|c| (c, None))
+            .map_err(|e| e.to_string());
     }
     let beside = own_dir().map(|d| d.join(config::ENV_FILE_NAME));
-    for file in beside.into_iter().chain([PathBuf::from(config::ETC_ENV_FILE)]) {
+    for file in beside
+        .into_iter()
+        .chain([PathBuf::from(config::ETC_ENV_FILE)])
+    {
         let bytes = match std::fs::read(&file) {
             Ok(b) => b,
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                continue;
+            }
             Err(e) => {
                 return Err(format!(
                     "gpucap: cannot read the configuration file {}: {e}",
@@ -177,7 +193,12 @@ fn load_config() -> Result<(Config, Option<PathBuf>), String> {
         let pairs = String::from_utf8(bytes)
             .map_err(|_| "not UTF-8 text".to_string())
             .and_then(|t| config::parse_env_file(&t))
-            .map_err(|why| format!("gpucap: invalid configuration file {}: {why}", file.display()))?;
+            .map_err(|why| {
+                format!(
+                    "gpucap: invalid configuration file {}: {why}",
+                    file.display()
+                )
+            })?;
         return match config::from_vars(pairs) {
             Ok(c) => Ok((c, Some(file))),
             Err(e) => Err(format!("{e} (in {})", file.display())),
@@ -316,7 +337,13 @@ impl Shim {
     }
 
     /// Writes this process's entry (the caller holds `WRITING`).
-    fn write_report(&self, template: &Path, growth: bool, devices: Vec<DeviceReport>, exited: bool) {
+    fn write_report(
+        &self,
+        template: &Path,
+        growth: bool,
+        devices: Vec<DeviceReport>,
+        exited: bool,
+    ) {
         let pid = std::process::id();
         let (file, per_process) = report::expand_path(template, pid);
         let entry = ProcessReport {
@@ -386,7 +413,11 @@ mod tests {
 
     #[test]
     fn refusal_line_reads_like_the_issue() {
-        let r = Refusal::OverCap { requested: 600 << 20, used: 512 << 20, cap: 1 << 30 };
+        let r = Refusal::OverCap {
+            requested: 600 << 20,
+            used: 512 << 20,
+            cap: 1 << 30,
+        };
         assert_eq!(
             refusal_line("cuMemAlloc", 0, 600 << 20, r),
             "refused cuMemAlloc of 600 MiB on GPU 0: 512 MiB of the 1 GiB cap in use"
@@ -401,15 +432,34 @@ mod tests {
             log: AtomicU8::new(0),
             cap_resolved: [const { AtomicBool::new(false) }; MAX_DEVICES],
         };
-        assert_eq!(s.mem_info(0, 70, 80, 0), (70, 80), "no cap: the driver's figures");
+        assert_eq!(
+            s.mem_info(0, 70, 80, 0),
+            (70, 80),
+            "no cap: the driver's figures"
+        );
         s.ledger.set_cap(0, Some(50));
-        s.ledger.reserve(0, 20).unwrap().commit(crate::ledger::Kind::Pointer, 1);
+        s.ledger
+            .reserve(0, 20)
+            .unwrap()
+            .commit(crate::ledger::Kind::Pointer, 1);
         assert_eq!(s.mem_info(0, 70, 80, 0), (30, 50));
         assert_eq!(s.mem_info(0, 10, 80, 0), (10, 50), "physical free is lower");
-        assert_eq!(s.mem_info(0, 10, 80, 15), (25, 50), "retained bytes are free to the process");
+        assert_eq!(
+            s.mem_info(0, 10, 80, 15),
+            (25, 50),
+            "retained bytes are free to the process"
+        );
         s.ledger.set_cap(0, Some(10)); // used (20) above the cap: free saturates at 0
         assert_eq!(s.mem_info(0, 70, 80, 0), (0, 10));
-        assert_eq!(s.mem_info(0, 70, 80, 40), (10, 10), "never more free than total");
-        assert_eq!(s.total_mem(0, 8), 8, "a cap above the physical total shows the physical total");
+        assert_eq!(
+            s.mem_info(0, 70, 80, 40),
+            (10, 10),
+            "never more free than total"
+        );
+        assert_eq!(
+            s.total_mem(0, 8),
+            8,
+            "a cap above the physical total shows the physical total"
+        );
     }
 }

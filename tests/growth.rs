@@ -45,12 +45,28 @@ fn info_lines(o: &Output) -> Vec<(u64, u64)> {
 }
 
 const RESHAPE: &[&str] = &[
-    "alloc:1Gi", "alloc:1Gi", "alloc:1Gi", "write", "free", "info",
+    "alloc:1Gi",
+    "alloc:1Gi",
+    "alloc:1Gi",
+    "write",
+    "free",
+    "info",
     // one block larger than any freed block
-    "alloc:2Gi", "write", "range", "free",
+    "alloc:2Gi",
+    "write",
+    "range",
+    "free",
     // then the same memory in six pieces
-    "alloc:512Mi", "alloc:512Mi", "alloc:512Mi", "alloc:512Mi", "alloc:512Mi", "alloc:512Mi",
-    "write", "range", "info", "free",
+    "alloc:512Mi",
+    "alloc:512Mi",
+    "alloc:512Mi",
+    "alloc:512Mi",
+    "alloc:512Mi",
+    "alloc:512Mi",
+    "write",
+    "range",
+    "info",
+    "free",
 ];
 
 #[test]
@@ -85,19 +101,28 @@ fn the_cap_holds_over_retained_plus_live_memory() {
     let dir = scratch("growth-cap");
     let stats = dir.join("stats.json");
     let o = run(script_cmd(&stats, "16Gi", "4Gi", true).args([
-        "alloc:3Gi", "free", // 3 GiB retained
-        "alloc:2Gi", "alloc:2Gi", // 2 from retained, then 1 retained + 1 new: 4 GiB footprint
-        "info", "alloc:2Mi", // over the cap
+        "alloc:3Gi",
+        "free", // 3 GiB retained
+        "alloc:2Gi",
+        "alloc:2Gi", // 2 from retained, then 1 retained + 1 new: 4 GiB footprint
+        "info",
+        "alloc:2Mi", // over the cap
     ]));
     assert_eq!(alloc_rcs(&o), vec![0, 0, 0, 2], "{}", stdout(&o));
     assert_eq!(info_lines(&o), vec![(0, 4 * GIB)]);
     assert!(
-        stderr(&o).contains("gpucap: refused cuMemAlloc of 2 MiB on GPU 0: 4 GiB of the 4 GiB cap in use"),
+        stderr(&o).contains(
+            "gpucap: refused cuMemAlloc of 2 MiB on GPU 0: 4 GiB of the 4 GiB cap in use"
+        ),
         "{}",
         stderr(&o)
     );
     let s = &read_stats(&stats)[0];
-    assert_eq!(s.peak_used, 4 * GIB, "the driver never held more than the cap");
+    assert_eq!(
+        s.peak_used,
+        4 * GIB,
+        "the driver never held more than the cap"
+    );
     assert_eq!(s.alloc_calls, 4 * GIB / PAGE);
 }
 
@@ -106,37 +131,69 @@ fn a_request_larger_than_the_cap_is_refused_without_touching_retained_pages() {
     let dir = scratch("growth-big");
     let stats = dir.join("stats.json");
     let o = run(script_cmd(&stats, "16Gi", "1Gi", true).args([
-        "alloc:512Mi", "free", "alloc:2Gi", "alloc:1Gi", "write", "info",
+        "alloc:512Mi",
+        "free",
+        "alloc:2Gi",
+        "alloc:1Gi",
+        "write",
+        "info",
     ]));
-    assert_eq!(alloc_rcs(&o), vec![0, 2, 0], "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        alloc_rcs(&o),
+        vec![0, 2, 0],
+        "{}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
     assert!(stdout(&o).contains("verify ok"));
     assert_eq!(info_lines(&o), vec![(0, GIB)]);
 }
 
 fn spawn(cmd: &mut Command) -> Child {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn")
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
 }
 
 /// Two processes on one shared fake GPU: A keeps what it freed even after B filled
 /// the device, and its later requests need no new physical memory.
 fn two_processes(growth: bool) -> (Output, Output, Vec<DevStats>) {
-    let dir = scratch(if growth { "growth-shared" } else { "growth-shared-off" });
+    let dir = scratch(if growth {
+        "growth-shared"
+    } else {
+        "growth-shared-off"
+    });
     let (a_stats, b_stats) = (dir.join("a.json"), dir.join("b.json"));
     let name = format!("gpucap-test-{}-{}", std::process::id(), growth);
     let flag = |n: &str| dir.join(n).display().to_string();
     let mut a = script_cmd(&a_stats, "8Gi", "6Gi", growth);
     a.env("FAKECUDA_SHARED", &name).args([
-        "alloc:1Gi".to_string(), "alloc:1Gi".into(), "alloc:1Gi".into(), "free".into(),
-        format!("touch:{}", flag("a-freed")), format!("wait:{}", flag("b-filled")),
-        "alloc:2Gi".into(), "write".into(), "free".into(),
-        "alloc:1Gi".into(), "alloc:1Gi".into(), "alloc:512Mi".into(), "alloc:512Mi".into(),
-        "write".into(), "info".into(), format!("touch:{}", flag("a-done")),
+        "alloc:1Gi".to_string(),
+        "alloc:1Gi".into(),
+        "alloc:1Gi".into(),
+        "free".into(),
+        format!("touch:{}", flag("a-freed")),
+        format!("wait:{}", flag("b-filled")),
+        "alloc:2Gi".into(),
+        "write".into(),
+        "free".into(),
+        "alloc:1Gi".into(),
+        "alloc:1Gi".into(),
+        "alloc:512Mi".into(),
+        "alloc:512Mi".into(),
+        "write".into(),
+        "info".into(),
+        format!("touch:{}", flag("a-done")),
     ]);
     // B is capped at the whole device: it takes whatever the GPU has left.
     let mut b = script_cmd(&b_stats, "8Gi", "8Gi", false);
     b.env("FAKECUDA_SHARED", &name).args([
-        format!("wait:{}", flag("a-freed")), "fill:256Mi".into(), "info".into(),
-        format!("touch:{}", flag("b-filled")), format!("wait:{}", flag("a-done")),
+        format!("wait:{}", flag("a-freed")),
+        "fill:256Mi".into(),
+        "info".into(),
+        format!("touch:{}", flag("b-filled")),
+        format!("wait:{}", flag("a-done")),
     ]);
     let (a, b) = (spawn(&mut a), spawn(&mut b));
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
@@ -148,20 +205,52 @@ fn two_processes(growth: bool) -> (Output, Output, Vec<DevStats>) {
 #[test]
 fn retained_memory_survives_another_process_filling_the_gpu() {
     let (a, b, a_stats) = two_processes(true);
-    assert_eq!(b.status.code(), Some(0), "B: {}\n{}", stdout(&b), stderr(&b));
-    assert_eq!(a.status.code(), Some(0), "A: {}\n{}", stdout(&a), stderr(&a));
+    assert_eq!(
+        b.status.code(),
+        Some(0),
+        "B: {}\n{}",
+        stdout(&b),
+        stderr(&b)
+    );
+    assert_eq!(
+        a.status.code(),
+        Some(0),
+        "A: {}\n{}",
+        stdout(&a),
+        stderr(&a)
+    );
     // B filled all the GPU except A's 3 GiB: 5 GiB in 256 MiB blocks.
     assert!(stdout(&b).contains("filled 20"), "B: {}", stdout(&b));
-    assert!(alloc_rcs(&a).iter().all(|&rc| rc == 0), "A: {}\n{}", stdout(&a), stderr(&a));
-    assert_eq!(stdout(&a).matches("verify ok").count(), 2, "A: {}", stdout(&a));
-    assert_eq!(a_stats[0].alloc_calls, 3 * GIB / PAGE, "A made no new physical allocation");
+    assert!(
+        alloc_rcs(&a).iter().all(|&rc| rc == 0),
+        "A: {}\n{}",
+        stdout(&a),
+        stderr(&a)
+    );
+    assert_eq!(
+        stdout(&a).matches("verify ok").count(),
+        2,
+        "A: {}",
+        stdout(&a)
+    );
+    assert_eq!(
+        a_stats[0].alloc_calls,
+        3 * GIB / PAGE,
+        "A made no new physical allocation"
+    );
     assert_eq!(a_stats[0].free_calls, 0);
 }
 
 #[test]
 fn without_growth_mode_the_other_process_takes_the_freed_memory() {
     let (a, b, _) = two_processes(false);
-    assert_eq!(b.status.code(), Some(0), "B: {}\n{}", stdout(&b), stderr(&b));
+    assert_eq!(
+        b.status.code(),
+        Some(0),
+        "B: {}\n{}",
+        stdout(&b),
+        stderr(&b)
+    );
     assert!(stdout(&b).contains("filled 32"), "B: {}", stdout(&b));
     // A's 2 GiB request now fails at the driver: the GPU is full.
     assert_eq!(alloc_rcs(&a)[3], 2, "A: {}", stdout(&a));

@@ -31,7 +31,11 @@ fn built(name: &str) -> PathBuf {
         p.exists(),
         "{} is missing: build the workspace first (scripts/test.sh does, or `cargo build --workspace{}`)",
         p.display(),
-        if profile_dir().ends_with("release") { " --release" } else { "" }
+        if profile_dir().ends_with("release") {
+            " --release"
+        } else {
+            ""
+        }
     );
     p
 }
@@ -74,7 +78,11 @@ pub fn fake_lib_dir() -> PathBuf {
 /// (test threads build and link the same files concurrently).
 fn unique() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// A fresh scratch directory for one test.
