@@ -17,7 +17,10 @@ fn main() {
         return;
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let Ok(out) = Command::new(&cc).arg("-print-file-name=libgcc_eh.a").output() else {
+    let Ok(out) = Command::new(&cc)
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+    else {
         return;
     };
     let eh = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
