@@ -158,12 +158,11 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
         .limit
         .as_ref()
         .filter(|s| s.uuid_keys().next().is_some())
+        && let Err(msg) = identity::check_keys(spec, identity::visible(identity::from_driver))
     {
-        if let Err(msg) = identity::check_keys(spec, identity::visible(identity::from_driver)) {
-            // Always shown, whatever GPUCAP_LOG says: the program is being stopped.
-            eprintln!("{}", identity::latch(msg));
-            return CUDA_ERROR_NOT_PERMITTED;
-        }
+        // Always shown, whatever GPUCAP_LOG says: the program is being stopped.
+        eprintln!("{}", identity::latch(msg));
+        return CUDA_ERROR_NOT_PERMITTED;
     }
     rc
 }
@@ -418,10 +417,10 @@ pub fn mem_pool_create(
     if rc == CUDA_SUCCESS {
         // SAFETY: the driver accepted `props` and filled `pool`.
         let (loc, handle) = unsafe { (&*props, *pool) };
-        if loc.location_type == CU_MEM_LOCATION_TYPE_DEVICE {
-            if let Ok(device) = usize::try_from(loc.location_id) {
-                POOLS.register(handle as u64, device);
-            }
+        if loc.location_type == CU_MEM_LOCATION_TYPE_DEVICE
+            && let Ok(device) = usize::try_from(loc.location_id)
+        {
+            POOLS.register(handle as u64, device);
         }
     }
     rc
@@ -682,12 +681,12 @@ fn array_charged(
     // SAFETY: the driver succeeded and filled the handle.
     let h = unsafe { *handle };
     let dev = r.charge().device;
-    if let Some(actual) = real::array_size(h, dev as c_int, mipmapped) {
-        if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
-            SHIM.refused(api, dev, actual, refusal);
-            real::destroy_array(h, mipmapped);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
+    if let Some(actual) = real::array_size(h, dev as c_int, mipmapped)
+        && let Err(refusal) = SHIM.ledger.resize(&mut r, actual)
+    {
+        SHIM.refused(api, dev, actual, refusal);
+        real::destroy_array(h, mipmapped);
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     array_map(mipmapped).insert(h as u64, r.charge());
     r.keep();
@@ -881,10 +880,10 @@ fn charge_context(
 fn after_teardown(device: usize) {
     let ledger = &SHIM.ledger;
     for (ptr, _) in ledger.live_on(Kind::Pointer, device) {
-        if !real::pointer_alive(ptr) {
-            if let Some(c) = ledger.take(Kind::Pointer, ptr) {
-                ledger.settle(c);
-            }
+        if !real::pointer_alive(ptr)
+            && let Some(c) = ledger.take(Kind::Pointer, ptr)
+        {
+            ledger.settle(c);
         }
     }
     for (mipmapped, alive) in [
@@ -893,10 +892,10 @@ fn after_teardown(device: usize) {
     ] {
         let map = array_map(mipmapped);
         for (h, _) in map.matching(|c| c.device == device) {
-            if !alive(h) {
-                if let Some(c) = map.remove(h) {
-                    ledger.settle(c);
-                }
+            if !alive(h)
+                && let Some(c) = map.remove(h)
+            {
+                ledger.settle(c);
             }
         }
     }

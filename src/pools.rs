@@ -246,10 +246,10 @@ impl PoolBook {
         let before = ledger.usage(device).map_or(0, |u| u.used);
         self.with(|b| {
             for pool in pools_on(b, device) {
-                if let (Some(reserved), Some(used)) = (drv.reserved(pool), drv.used(pool)) {
-                    if reserved > used {
-                        drv.trim_to(pool, used);
-                    }
+                if let (Some(reserved), Some(used)) = (drv.reserved(pool), drv.used(pool))
+                    && reserved > used
+                {
+                    drv.trim_to(pool, used);
                 }
                 self.settle_one(b, ledger, pool, drv.reserved(pool));
             }

@@ -33,10 +33,10 @@ pub fn suggest_limit(peak: u64) -> u64 {
 /// `bytes` as a `--limit` value: `4Gi`, `1.25Gi`, `896Mi`, `1.5Mi`, or whole bytes.
 pub fn format_limit(bytes: u64) -> String {
     let decimal = |unit: u64, name: &str| -> Option<String> {
-        if bytes % unit == 0 {
+        if bytes.is_multiple_of(unit) {
             return Some(format!("{}{name}", bytes / unit));
         }
-        if (bytes % (unit / 4)) == 0 && bytes >= unit {
+        if bytes.is_multiple_of(unit / 4) && bytes >= unit {
             let quarters = bytes / (unit / 4);
             let frac = match quarters % 4 {
                 1 => "25",

@@ -75,14 +75,13 @@ pub fn main(argv: impl IntoIterator<Item = OsString>) -> i32 {
 /// `--report PATH` made absolute against the current directory: CMD may change
 /// directory before it exits.
 fn absolute_report(mut overrides: Overrides) -> Overrides {
-    if let Some(r) = &overrides.report {
-        if Path::new(r).is_relative() && !r.is_empty() {
-            if let Ok(abs) = std::env::current_dir().map(|d| d.join(r)) {
-                if let Some(abs) = abs.to_str() {
-                    overrides.report = Some(abs.to_string());
-                }
-            }
-        }
+    if let Some(r) = &overrides.report
+        && Path::new(r).is_relative()
+        && !r.is_empty()
+        && let Ok(abs) = std::env::current_dir().map(|d| d.join(r))
+        && let Some(abs) = abs.to_str()
+    {
+        overrides.report = Some(abs.to_string());
     }
     overrides
 }
