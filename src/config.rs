@@ -635,6 +635,49 @@ where
         .any(|(k, _)| k.as_ref().as_bytes().starts_with(PREFIX.as_bytes()))
 }
 
+/// The configuration of the first configuration file that exists: `gpucap.env` in
+/// `lib_dir` (the directory of libgpucap.so), then [`ETC_ENV_FILE`]. `Ok(None)` when
+/// there is neither; an unreadable or invalid file is an error naming it. Used by the
+/// shim for a process whose environment has no `GPUCAP_*` variable, and by
+/// `gpucap check` to show what the shim would read.
+pub fn from_env_files(
+    lib_dir: Option<&std::path::Path>,
+) -> Result<Option<(Config, std::path::PathBuf)>, String> {
+    use std::io::ErrorKind;
+    let beside = lib_dir.map(|d| d.join(ENV_FILE_NAME));
+    for file in beside
+        .into_iter()
+        .chain([std::path::PathBuf::from(ETC_ENV_FILE)])
+    {
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                continue;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "gpucap: cannot read the configuration file {}: {e}",
+                    file.display()
+                ));
+            }
+        };
+        let pairs = String::from_utf8(bytes)
+            .map_err(|_| "not UTF-8 text".to_string())
+            .and_then(|t| parse_env_file(&t))
+            .map_err(|why| {
+                format!(
+                    "gpucap: invalid configuration file {}: {why}",
+                    file.display()
+                )
+            })?;
+        return match from_vars(pairs) {
+            Ok(c) => Ok(Some((c, file))),
+            Err(e) => Err(format!("{e} (in {})", file.display())),
+        };
+    }
+    Ok(None)
+}
+
 /// Parses a `gpucap.env` file: one `GPUCAP_NAME=value` per line, the value taken
 /// verbatim up to the end of the line (no quoting, no `export`); blank lines and
 /// lines starting with `#` are skipped. Anything else is an error naming the line:

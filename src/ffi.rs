@@ -197,7 +197,7 @@ hook_table! {
     nvmlDeviceGetMemoryInfo = "nvmlDeviceGetMemoryInfo" @ 0 :
         (device: Handle, memory: *mut imp::NvmlMemory) => imp::nvml_memory_info;
     nvmlDeviceGetMemoryInfo_v2 = "nvmlDeviceGetMemoryInfo_v2" @ 0 :
-        (device: Handle, memory: *mut imp::NvmlMemoryV2) => imp::nvml_memory_info_v2;
+        (device: Handle, memory: *mut imp::NvmlMemoryV2) => imp::nvml_memory_info;
 }
 
 fn is_hook(p: *const c_void) -> bool {

@@ -1198,10 +1198,12 @@ fn nvml_device(shim: &Shim, device: Handle) -> Option<usize> {
     Some(d)
 }
 
-pub fn nvml_memory_info(
-    real: unsafe extern "C" fn(Handle, *mut NvmlMemory) -> CuResult,
+/// `nvmlDeviceGetMemoryInfo` and `_v2`: the driver's answer, capped for a GPU that
+/// CUDA sees in this process.
+pub fn nvml_memory_info<M: nvml::MemoryInfo>(
+    real: unsafe extern "C" fn(Handle, *mut M) -> CuResult,
     device: Handle,
-    memory: *mut NvmlMemory,
+    memory: *mut M,
 ) -> CuResult {
     // SAFETY: forwarding the caller's arguments.
     let rc = unsafe { real(device, memory) };
@@ -1212,32 +1214,13 @@ pub fn nvml_memory_info(
     if let Some(d) = nvml_device(shim, device) {
         // SAFETY: NVML succeeded and filled the caller's struct.
         let m = unsafe { &mut *memory };
-        *m = nvml::capped(
-            *m,
-            shim.mem_info(d, m.free, m.total, growth::retained_bytes(d)),
-        );
-    }
-    rc
-}
-
-pub fn nvml_memory_info_v2(
-    real: unsafe extern "C" fn(Handle, *mut NvmlMemoryV2) -> CuResult,
-    device: Handle,
-    memory: *mut NvmlMemoryV2,
-) -> CuResult {
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(device, memory) };
-    let Ok(shim) = shim() else { return rc };
-    if rc != 0 || memory.is_null() {
-        return rc;
-    }
-    if let Some(d) = nvml_device(shim, device) {
-        // SAFETY: NVML succeeded and filled the caller's struct.
-        let m = unsafe { &mut *memory };
-        *m = nvml::capped_v2(
-            *m,
-            shim.mem_info(d, m.free, m.total, growth::retained_bytes(d)),
-        );
+        let (free, total) = m.free_total();
+        let retained = if growth() {
+            growth::retained_bytes(d)
+        } else {
+            0
+        };
+        *m = m.capped(shim.mem_info(d, free, total, retained));
     }
     rc
 }

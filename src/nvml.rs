@@ -29,6 +29,32 @@ pub struct NvmlMemoryV2 {
     pub used: u64,
 }
 
+/// An NVML memory struct: the driver's figures, and the same struct under a cap.
+pub trait MemoryInfo: Copy {
+    /// `(free, total)` as the driver reported them.
+    fn free_total(&self) -> (u64, u64);
+    /// The struct with `(free, total)` as the program should see them.
+    fn capped(self, free_total: (u64, u64)) -> Self;
+}
+
+impl MemoryInfo for NvmlMemory {
+    fn free_total(&self) -> (u64, u64) {
+        (self.free, self.total)
+    }
+    fn capped(self, free_total: (u64, u64)) -> Self {
+        capped(self, free_total)
+    }
+}
+
+impl MemoryInfo for NvmlMemoryV2 {
+    fn free_total(&self) -> (u64, u64) {
+        (self.free, self.total)
+    }
+    fn capped(self, free_total: (u64, u64)) -> Self {
+        capped_v2(self, free_total)
+    }
+}
+
 /// The v1 figures given the capped `(free, total)` `cuMemGetInfo` would show.
 pub fn capped(_driver: NvmlMemory, (free, total): (u64, u64)) -> NvmlMemory {
     NvmlMemory {

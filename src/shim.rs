@@ -3,7 +3,6 @@
 //! Safe Rust; the hooks ask it questions and tell it what the driver did.
 
 use std::ffi::OsString;
-use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
@@ -173,38 +172,10 @@ fn load_config() -> Result<(Config, Option<PathBuf>), String> {
             .map(|c| (c, None))
             .map_err(|e| e.to_string());
     }
-    let beside = own_dir().map(|d| d.join(config::ENV_FILE_NAME));
-    for file in beside
-        .into_iter()
-        .chain([PathBuf::from(config::ETC_ENV_FILE)])
-    {
-        let bytes = match std::fs::read(&file) {
-            Ok(b) => b,
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                continue;
-            }
-            Err(e) => {
-                return Err(format!(
-                    "gpucap: cannot read the configuration file {}: {e}",
-                    file.display()
-                ));
-            }
-        };
-        let pairs = String::from_utf8(bytes)
-            .map_err(|_| "not UTF-8 text".to_string())
-            .and_then(|t| config::parse_env_file(&t))
-            .map_err(|why| {
-                format!(
-                    "gpucap: invalid configuration file {}: {why}",
-                    file.display()
-                )
-            })?;
-        return match config::from_vars(pairs) {
-            Ok(c) => Ok((c, Some(file))),
-            Err(e) => Err(format!("{e} (in {})", file.display())),
-        };
-    }
-    Ok((Config::default(), None))
+    Ok(match config::from_env_files(own_dir().as_deref())? {
+        Some((c, file)) => (c, Some(file)),
+        None => (Config::default(), None),
+    })
 }
 
 /// The directory this library was loaded from, as the loader names it.

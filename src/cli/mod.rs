@@ -169,40 +169,7 @@ pub(crate) fn library(vars: &[(OsString, OsString)]) -> Result<std::path::PathBu
 /// GPUCAP_* variable (`lib` is the library `run` would preload), validated:
 /// `Ok(None)` when there is none.
 fn config_file(lib: Option<&Path>) -> Result<Option<(Config, PathBuf)>, String> {
-    let beside = lib
-        .and_then(Path::parent)
-        .map(|d| d.join(config::ENV_FILE_NAME));
-    for file in beside
-        .into_iter()
-        .chain([PathBuf::from(config::ETC_ENV_FILE)])
-    {
-        let text = match std::fs::read(&file) {
-            Ok(b) => b,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                continue;
-            }
-            Err(e) => return Err(format!("gpucap: cannot read {}: {e}", file.display())),
-        };
-        let pairs = String::from_utf8(text)
-            .map_err(|_| "not UTF-8 text".to_string())
-            .and_then(|t| config::parse_env_file(&t))
-            .map_err(|why| {
-                format!(
-                    "gpucap: invalid configuration file {}: {why}",
-                    file.display()
-                )
-            })?;
-        return match config::from_vars(pairs) {
-            Ok(c) => Ok(Some((c, file))),
-            Err(e) => Err(format!("{e} (in {})", file.display())),
-        };
-    }
-    Ok(None)
+    config::from_env_files(lib.and_then(Path::parent))
 }
 
 /// `gpucap check [--write-env FILE]`.
