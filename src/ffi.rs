@@ -182,8 +182,8 @@ hook_table! {
     cuMemAllocPitch = "cuMemAllocPitch" @ 2000 :
         (dptr: *mut u32, pitch: *mut u32, width: u32, height: u32, elem: u32) => imp::mem_alloc_pitch_v1;
     cuMemFree = "cuMemFree" @ 2000 : (dptr: u32) => imp::mem_free_v1;
-    cuMemGetInfo = "cuMemGetInfo" @ 2000 : (free: *mut u32, total: *mut u32) => imp::mem_get_info_v1;
-    cuDeviceTotalMem = "cuDeviceTotalMem" @ 2000 : (bytes: *mut u32, dev: c_int) => imp::device_total_mem_v1;
+    cuMemGetInfo = "cuMemGetInfo" @ 2000 : (free: *mut u32, total: *mut u32) => imp::mem_get_info;
+    cuDeviceTotalMem = "cuDeviceTotalMem" @ 2000 : (bytes: *mut u32, dev: c_int) => imp::device_total_mem;
     cuArrayCreate = "cuArrayCreate" @ 2000 :
         (handle: *mut Handle, desc: *const imp::ArrayDescriptorV1) => imp::array_create_v1;
     cuArray3DCreate = "cuArray3DCreate" @ 2000 :

@@ -513,10 +513,10 @@ pub fn mem_release(real: unsafe extern "C" fn(u64) -> CuResult, handle: u64) -> 
     released(Kind::Handle, handle, || unsafe { real(handle) })
 }
 
-pub fn mem_get_info(
-    real: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
-    free: *mut usize,
-    total: *mut usize,
+pub fn mem_get_info<W: Word>(
+    real: unsafe extern "C" fn(*mut W, *mut W) -> CuResult,
+    free: *mut W,
+    total: *mut W,
 ) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
@@ -527,19 +527,10 @@ pub fn mem_get_info(
     if rc != CUDA_SUCCESS || free.is_null() || total.is_null() {
         return rc;
     }
-    if let Some(d) = current_device().and_then(|d| checked_device(shim, d)) {
-        // Pools may have released cached memory since they were last read.
-        refresh_pools(d);
-        // SAFETY: the driver succeeded and filled both out-pointers.
-        unsafe {
-            let retained = if growth() {
-                growth::retained_bytes(d)
-            } else {
-                0
-            };
-            let (f, t) = shim.mem_info(d, *free as u64, *total as u64, retained);
-            (*free, *total) = (f as usize, t as usize);
-        }
+    // SAFETY: the driver succeeded and filled both out-pointers.
+    unsafe {
+        let (f, t) = capped_info(shim, (*free).get(), (*total).get());
+        (*free, *total) = (W::put(f), W::put(t));
     }
     rc
 }
@@ -568,9 +559,9 @@ pub fn mem_get_address_range(
     unsafe { real(base, size, dptr) }
 }
 
-pub fn device_total_mem(
-    real: unsafe extern "C" fn(*mut usize, c_int) -> CuResult,
-    bytes: *mut usize,
+pub fn device_total_mem<W: Word>(
+    real: unsafe extern "C" fn(*mut W, c_int) -> CuResult,
+    bytes: *mut W,
     dev: c_int,
 ) -> CuResult {
     let shim = match shim() {
@@ -584,9 +575,34 @@ pub fn device_total_mem(
     }
     if let Some(d) = checked_device(shim, dev) {
         // SAFETY: the driver succeeded and filled `bytes`.
-        unsafe { *bytes = shim.total_mem(d, *bytes as u64) as usize };
+        unsafe { *bytes = W::put(shim.total_mem(d, (*bytes).get())) };
     }
     rc
+}
+
+/// The width of a size in the driver API: `size_t`, or `unsigned int` in the CUDA 2.x
+/// entry points (whose figures saturate at 4 GiB - 1, as they cannot say more).
+pub trait Word: Copy {
+    fn get(self) -> u64;
+    fn put(v: u64) -> Self;
+}
+
+impl Word for usize {
+    fn get(self) -> u64 {
+        self as u64
+    }
+    fn put(v: u64) -> Self {
+        v as usize
+    }
+}
+
+impl Word for u32 {
+    fn get(self) -> u64 {
+        self.into()
+    }
+    fn put(v: u64) -> Self {
+        v.min(u32::MAX.into()) as u32
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1131,53 +1147,15 @@ fn capped_info(shim: &Shim, free: u64, total: u64) -> (u64, u64) {
     match current_device().and_then(|d| checked_device(shim, d)) {
         Some(d) => {
             refresh_pools(d);
-            shim.mem_info(d, free, total, growth::retained_bytes(d))
+            let retained = if growth() {
+                growth::retained_bytes(d)
+            } else {
+                0
+            };
+            shim.mem_info(d, free, total, retained)
         }
         None => (free, total),
     }
-}
-
-pub fn mem_get_info_v1(
-    real: unsafe extern "C" fn(*mut u32, *mut u32) -> CuResult,
-    free: *mut u32,
-    total: *mut u32,
-) -> CuResult {
-    let shim = match shim() {
-        Ok(s) => s,
-        Err(rc) => return rc,
-    };
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(free, total) };
-    if rc != CUDA_SUCCESS || free.is_null() || total.is_null() {
-        return rc;
-    }
-    // SAFETY: the driver succeeded and filled both out-pointers.
-    unsafe {
-        let (f, t) = capped_info(shim, (*free).into(), (*total).into());
-        (*free, *total) = (f as u32, t as u32);
-    }
-    rc
-}
-
-pub fn device_total_mem_v1(
-    real: unsafe extern "C" fn(*mut u32, c_int) -> CuResult,
-    bytes: *mut u32,
-    dev: c_int,
-) -> CuResult {
-    let shim = match shim() {
-        Ok(s) => s,
-        Err(rc) => return rc,
-    };
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(bytes, dev) };
-    if rc != CUDA_SUCCESS || bytes.is_null() {
-        return rc;
-    }
-    if let Some(d) = checked_device(shim, dev) {
-        // SAFETY: the driver succeeded and filled `bytes`.
-        unsafe { *bytes = shim.total_mem(d, (*bytes).into()) as u32 };
-    }
-    rc
 }
 
 // ---------------------------------------------------------------------------
