@@ -595,3 +595,20 @@ fn identify(name: &[u8], p: *mut c_void, version: c_int, flags: u64) -> Option<&
     );
     None
 }
+
+// ---------------------------------------------------------------------------
+// Process exit
+
+/// Runs at process exit: from `exit()` on any thread and on return from `main`, after
+/// the program's own atexit handlers and destructors (`.fini_array` entries run from
+/// the dynamic loader's exit handler, which is registered before any other), so the
+/// figures are final. Not on `_exit()` or a fatal signal: see `after_refusal`.
+#[used]
+// SAFETY: a .fini_array entry is a plain `extern "C" fn()` the loader calls once.
+#[unsafe(link_section = ".fini_array")]
+static EXIT_HOOK: extern "C" fn() = exit_hook;
+
+extern "C" fn exit_hook() {
+    // Never unwind into the C runtime.
+    let _ = std::panic::catch_unwind(|| crate::shim::SHIM.at_exit());
+}

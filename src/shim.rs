@@ -346,21 +346,6 @@ fn retained_bytes(_device: usize) -> u64 {
     0
 }
 
-/// Runs at process exit: from `exit()` on any thread and on return from `main`, after
-/// the program's own atexit handlers and destructors (`.fini_array` entries run from
-/// the dynamic loader's exit handler, which is registered before any other), so the
-/// figures are final. Not on `_exit()` or a fatal signal: see `after_refusal`.
-#[cfg(not(test))]
-#[used]
-#[unsafe(link_section = ".fini_array")]
-static EXIT_HOOK: extern "C" fn() = exit_hook;
-
-#[cfg(not(test))]
-extern "C" fn exit_hook() {
-    // Never unwind into the C runtime.
-    let _ = std::panic::catch_unwind(|| SHIM.at_exit());
-}
-
 /// The one line a refused request prints.
 pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> String {
     match refusal {
