@@ -597,6 +597,34 @@ fn identify(name: &[u8], p: *mut c_void, version: c_int, flags: u64) -> Option<&
 }
 
 // ---------------------------------------------------------------------------
+// Where this library is
+
+/// The directory this library was loaded from, as the loader names it.
+pub fn own_dir() -> Option<std::path::PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    let addr = own_dir as fn() -> Option<std::path::PathBuf> as *const std::ffi::c_void;
+    // SAFETY: dladdr only reads `addr` (a function of this library) and fills `info`.
+    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so `info` is initialised (and was zeroed before).
+    let fname = unsafe { info.assume_init() }.dli_fname;
+    if fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is the loader's NUL-terminated name of this library, alive as
+    // long as the library is loaded.
+    let name = unsafe { std::ffi::CStr::from_ptr(fname) };
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    Some(
+        path.parent()
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf(),
+    )
+}
+
+// ---------------------------------------------------------------------------
 // Process exit
 
 /// Runs at process exit: from `exit()` on any thread and on return from `main`, after

@@ -3,7 +3,6 @@
 //! Safe Rust; the hooks ask it questions and tell it what the driver did.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock, TryLockError};
@@ -178,24 +177,16 @@ fn load_config() -> Result<(Config, Option<PathBuf>), String> {
     })
 }
 
-/// The directory this library was loaded from, as the loader names it.
+/// The directory libgpucap.so was loaded from (asked of the loader at the FFI edge).
+#[cfg(not(test))]
 fn own_dir() -> Option<PathBuf> {
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    let addr = own_dir as fn() -> Option<PathBuf> as *const std::ffi::c_void;
-    // SAFETY: dladdr only reads `addr` (a function of this library) and fills `info`.
-    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
-        return None;
-    }
-    // SAFETY: dladdr succeeded, so `info` is initialised (and was zeroed before).
-    let fname = unsafe { info.assume_init() }.dli_fname;
-    if fname.is_null() {
-        return None;
-    }
-    // SAFETY: dli_fname is the loader's NUL-terminated name of this library, alive as
-    // long as the library is loaded.
-    let name = unsafe { std::ffi::CStr::from_ptr(fname) };
-    let path = Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
-    Some(path.parent().unwrap_or(Path::new(".")).to_path_buf())
+    crate::ffi::own_dir()
+}
+
+/// Unit tests run without the library: no directory of its own.
+#[cfg(test)]
+fn own_dir() -> Option<PathBuf> {
+    None
 }
 
 // ---- reports and the exit summary ------------------------------------------------------
