@@ -291,8 +291,13 @@ fi
 unset LD_PRELOAD
 while read -r v; do
     case $v in
-        GPUCAP_* | XLA_PYTHON_CLIENT_* | PYTORCH_CUDA_ALLOC_CONF | PYTORCH_NO_CUDA_MEMORY_CACHING | \
-            CUPY_GPU_MEMORY_LIMIT | TF_FORCE_GPU_ALLOW_GROWTH | CUDA_VISIBLE_DEVICES | CUDA_DEVICE_ORDER)
+        # PYTORCH_ALLOC_CONF is PyTorch's newer name of PYTORCH_CUDA_ALLOC_CONF (either one
+        # picks the allocator), XLA_CLIENT_MEM_FRACTION JAX's newer name of
+        # XLA_PYTHON_CLIENT_MEM_FRACTION; CUDA_MODULE_LOADING=EAGER would load every kernel of
+        # a framework into its first context, charged to the cap before any allocation.
+        GPUCAP_* | XLA_PYTHON_CLIENT_* | XLA_CLIENT_MEM_FRACTION | PYTORCH_CUDA_ALLOC_CONF | \
+            PYTORCH_ALLOC_CONF | PYTORCH_NO_CUDA_MEMORY_CACHING | CUPY_GPU_MEMORY_LIMIT | \
+            TF_FORCE_GPU_ALLOW_GROWTH | CUDA_MODULE_LOADING | CUDA_VISIBLE_DEVICES | CUDA_DEVICE_ORDER)
             unset "$v" ;;
     esac
 done < <(compgen -e)
@@ -352,7 +357,12 @@ fi
 
 # ---- helpers of the checks -------------------------------------------------------------------
 # capped REPORT: the command prefix of a capped run that writes gpucap's report to REPORT.
-capped() { CAPPED=("$CLI" run --limit "$CAP" --report "$1" --); }
+# A report left there by an earlier run (--logs DIR reused) is removed first: the shim adds
+# its process to an existing file, and report_ok would judge the old entries too.
+capped() {
+    rm -f "$1"
+    CAPPED=("$CLI" run --limit "$CAP" --report "$1" --)
+}
 
 # report_ok NAME REPORT [probe report options]: gpucap's own figures agree (cap, peak <=
 # cap, refusals...). Returns 1 after printing FAIL.
@@ -408,8 +418,15 @@ for c in nvcc "${CUDA_HOME:-/nonexistent}/bin/nvcc" /usr/local/cuda/bin/nvcc; do
     fi
 done
 CUDA_ROOT=
+NVCC_FLAGS=(-O2 -Wno-deprecated-gpu-targets)
 if [ -n "$NVCC" ]; then
     CUDA_ROOT=$(cd "$(dirname "$(readlink -f "$NVCC")")/.." && pwd)
+    # The helpers have no device code: a host gcc newer than this nvcc supports is fine,
+    # where nvcc would otherwise stop with "unsupported GNU version".
+    nvcc_help=$("$NVCC" --help 2>/dev/null)
+    if [[ $nvcc_help == *allow-unsupported-compiler* ]]; then
+        NVCC_FLAGS+=(-allow-unsupported-compiler)
+    fi
 fi
 
 # The directories where libcudart.so and the libcuda.so link stub are.
@@ -442,7 +459,7 @@ build() {
     while read -r d; do
         flags+=("-L$d" "-L$d/stubs")
     done < <(cuda_lib_dirs)
-    if run_logged "$LOGDIR/.out" "$NVCC" -O2 -Wno-deprecated-gpu-targets -o "$out" "$src" "$@" ${flags[@]+"${flags[@]}"}; then
+    if run_logged "$LOGDIR/.out" "$NVCC" "${NVCC_FLAGS[@]}" -o "$out" "$src" "$@" ${flags[@]+"${flags[@]}"}; then
         BUILT[$out]=ok
         return 0
     fi
@@ -470,7 +487,11 @@ cuda_check() { # NAME BIN
 check_cuda_static() {
     local bin=$BUILD/cap_check_static
     build "$1" "$bin" "$SRC_DIR/cap_check.cu" || return
-    if ldd "$bin" 2>/dev/null | grep -q 'libcudart\.so'; then
+    # (not `ldd | grep -q`: with pipefail, grep quitting at the first match can make ldd
+    # die of SIGPIPE and the pipeline false, so a shared cudart would go unnoticed)
+    local linked
+    linked=$(ldd "$bin" 2>/dev/null)
+    if grep -q 'libcudart\.so' <<<"$linked"; then
         fail "$1" "$bin links libcudart.so: nvcc's default should be the static cudart"
         return
     fi
@@ -522,6 +543,7 @@ check_torch_cudaMallocAsync() { torch_check "$1" "backend:cudaMallocAsync"; }
 growth_check() { # NAME MODE (growth|release)
     local name=$1 mode=$2 rep=$LOGDIR/$1.report.json
     needs_fw torch "$name" || return
+    rm -f "$rep"
     local holder=("$CLI" run --limit "$CAP" --report "$rep")
     local fill=()
     if [ "$mode" = growth ]; then
