@@ -14,10 +14,10 @@ Capped subcommands (run under `gpucap run --limit CAP`):
   jax-grow --cap N         allocating arrays past the cap fails with RESOURCE_EXHAUSTED
   cupy --cap N --pool default|async
   nvml --cap N --uuid U    nvmlDeviceGetMemoryInfo shows the cap
-  growth-holder --bytes N  the process the growth check watches (driven over stdin)
+  growth-holder [--fraction F]  the process the growth check watches (driven over stdin)
   train                    one timed PyTorch training run (prints RESULT ms/step)
 Uncapped (observers and helpers):
-  detect torch|jax|cupy|pynvml
+  detect torch|jax|cupy|pynvml   imports it and runs a small computation on the GPU
   growth --cap N --mode growth|release [--no-fill] -- HOLDER CMD...
   ctx-overhead --cap N --cli GPUCAP [--bin DRVBENCH] [--runs R]
   ctx-child                (the context child without nvcc: prints READY, waits)
@@ -325,10 +325,20 @@ def cmd_detect(a):
             skip("PyTorch %s is a build without CUDA" % torch.__version__)
         if not torch.cuda.is_available():
             skip("PyTorch %s (CUDA %s) sees no GPU" % (torch.__version__, torch.version.cuda))
+        try:
+            # a kernel of its own: a build without kernels for this GPU fails here, uncapped
+            v = torch.ones(1024, device="cuda").add_(1).sum().item()
+        except Exception as e:  # noqa: BLE001
+            skip("PyTorch %s cannot compute on the GPU (%s)" % (torch.__version__, first_line(e)))
+        if v != 2048:
+            skip("PyTorch %s computes wrong results on the GPU (%r)" % (torch.__version__, v))
         ok("torch %s CUDA %s" % (torch.__version__, torch.version.cuda))
     if what == "jax":
+        # detection is uncapped: do not preallocate 75% of the GPU for it
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         try:
             import jax
+            import jax.numpy as jnp
         except Exception as e:  # noqa: BLE001
             skip("JAX not importable (%s)" % first_line(e))
         try:
@@ -337,6 +347,13 @@ def cmd_detect(a):
             skip("JAX %s has no GPU backend (%s)" % (jax.__version__, first_line(e)))
         if not devs:
             skip("JAX %s lists no GPU" % jax.__version__)
+        try:
+            # compiles (ptxas or the nvptx library) and runs a kernel on the GPU, uncapped
+            v = float(jax.device_put(jnp.arange(1024, dtype=jnp.float32), devs[0]).sum())
+        except Exception as e:  # noqa: BLE001
+            skip("JAX %s cannot compute on the GPU (%s)" % (jax.__version__, first_line(e)))
+        if v != 523776.0:
+            skip("JAX %s computes wrong results on the GPU (%r)" % (jax.__version__, v))
         ok("jax %s (%s)" % (jax.__version__, getattr(devs[0], "device_kind", "gpu")))
     if what == "cupy":
         try:
@@ -349,6 +366,13 @@ def cmd_detect(a):
             skip("CuPy %s cannot use the GPU (%s)" % (cupy.__version__, first_line(e)))
         if n < 1:
             skip("CuPy %s sees no GPU" % cupy.__version__)
+        try:
+            # an elementwise kernel compiled with NVRTC, and a copy back
+            v = int((cupy.arange(1024, dtype=cupy.int64) * 2).sum())
+        except Exception as e:  # noqa: BLE001
+            skip("CuPy %s cannot compute on the GPU (%s)" % (cupy.__version__, first_line(e)))
+        if v != 1047552:
+            skip("CuPy %s computes wrong results on the GPU (%r)" % (cupy.__version__, v))
         ok("cupy %s" % cupy.__version__)
     if what == "pynvml":
         try:
@@ -404,11 +428,25 @@ def torch_filled(torch, nbytes, value):
     return x
 
 
+def torch_version(torch):
+    """(major, minor) of torch.__version__ ("2.5.1+cu124" -> (2, 5))."""
+    try:
+        return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    except ValueError:
+        return (0, 0)
+
+
 def cmd_torch(a):
     cap = a.cap
     import torch
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     info("torch %s (CUDA %s), PYTORCH_CUDA_ALLOC_CONF=%r" % (torch.__version__, torch.version.cuda, conf))
+    # An option this PyTorch does not know makes its first allocation raise: not gpucap's doing.
+    if "expandable_segments" in conf and torch_version(torch) < (2, 1):
+        skip("PyTorch %s has no expandable_segments (2.1 and later)" % torch.__version__)
+    if "cudaMallocAsync" in conf and not hasattr(torch.cuda, "get_allocator_backend"):
+        # (the backend and get_allocator_backend() came in the same change)
+        skip("PyTorch %s has no backend:cudaMallocAsync" % torch.__version__)
     if not torch.cuda.is_available():
         fail("torch.cuda.is_available() is False under gpucap (it is True without)")
     free, total = torch.cuda.mem_get_info()
@@ -421,9 +459,9 @@ def cmd_torch(a):
         fail("only %s of the %s cap is free before any allocation" % (mib(free), mib(cap)))
     async_backend = "cudaMallocAsync" in conf
     if async_backend:
-        get_backend = getattr(torch.cuda, "get_allocator_backend", None)
-        if get_backend is not None and get_backend() != "cudaMallocAsync":
-            fail("PYTORCH_CUDA_ALLOC_CONF=%s but the allocator backend is %s" % (conf, get_backend()))
+        if torch.cuda.get_allocator_backend() != "cudaMallocAsync":
+            fail("PYTORCH_CUDA_ALLOC_CONF=%s but the allocator backend is %s"
+                 % (conf, torch.cuda.get_allocator_backend()))
 
     # Sizes are fractions of what the process can use at the start (the cap, less
     # whatever gpucap already charged it, e.g. its CUDA context).
@@ -504,9 +542,9 @@ def cmd_jax_preallocate(a):
     cap = a.cap
     import jax
     import jax.numpy as jnp
-    info("jax %s; XLA_PYTHON_CLIENT_PREALLOCATE=%r XLA_PYTHON_CLIENT_MEM_FRACTION=%r"
+    info("jax %s; XLA_PYTHON_CLIENT_PREALLOCATE=%r XLA_PYTHON_CLIENT_MEM_FRACTION=%r XLA_CLIENT_MEM_FRACTION=%r"
          % (jax.__version__, os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
-            os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")))
+            os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"), os.environ.get("XLA_CLIENT_MEM_FRACTION")))
     d = jax_gpu_device(jax)
     x = (jnp.arange(1 << 20, dtype=jnp.float32) * 2.0).block_until_ready()
     if float(x[12345]) != 24690.0:
@@ -791,6 +829,10 @@ def cmd_growth(a):
         child.send("realloc")
         realloc = child.expect("REALLOC")
         info("holder re-allocating %s: %s" % (mib(n), realloc))
+    except BaseException:
+        # the verdict is already FAIL: do not leave the holder holding memory
+        child.kill()
+        raise
     finally:
         for p in ptrs:
             cuda.release(p)
