@@ -180,8 +180,8 @@ hook_table! {
     // what cuGetProcAddress answers for versions before 3020.
     cuMemAlloc = "cuMemAlloc" @ 2000 : (dptr: *mut u32, size: u32) => imp::mem_alloc_v1;
     cuMemAllocPitch = "cuMemAllocPitch" @ 2000 :
-        (dptr: *mut u32, pitch: *mut u32, width: u32, height: u32, elem: u32) => imp::mem_alloc_pitch_v1;
-    cuMemFree = "cuMemFree" @ 2000 : (dptr: u32) => imp::mem_free_v1;
+        (dptr: *mut u32, pitch: *mut u32, width: u32, height: u32, elem: u32) => imp::mem_alloc_pitch;
+    cuMemFree = "cuMemFree" @ 2000 : (dptr: u32) => imp::mem_free;
     cuMemGetInfo = "cuMemGetInfo" @ 2000 : (free: *mut u32, total: *mut u32) => imp::mem_get_info;
     cuDeviceTotalMem = "cuDeviceTotalMem" @ 2000 : (bytes: *mut u32, dev: c_int) => imp::device_total_mem;
     cuArrayCreate = "cuArrayCreate" @ 2000 :

@@ -235,54 +235,52 @@ pub fn mem_alloc_managed(
 /// Pitch alignment the reservation assumes before the driver says the real pitch.
 const PITCH_GUESS: u64 = 512;
 
-pub fn mem_alloc_pitch(
-    real: unsafe extern "C" fn(*mut Dptr, *mut usize, usize, usize, u32) -> CuResult,
-    dptr: *mut Dptr,
-    pitch: *mut usize,
-    width: usize,
-    height: usize,
+/// `cuMemAllocPitch_v2`, and the CUDA 2.x `cuMemAllocPitch` (32-bit pointer and sizes).
+pub fn mem_alloc_pitch<P: Word, W: Word>(
+    real: unsafe extern "C" fn(*mut P, *mut W, W, W, u32) -> CuResult,
+    dptr: *mut P,
+    pitch: *mut W,
+    width: W,
+    height: W,
     elem: u32,
 ) -> CuResult {
     let api = "cuMemAllocPitch";
-    let guess = (width as u64)
+    let guess = width
+        .get()
         .checked_next_multiple_of(PITCH_GUESS)
-        .and_then(|w| w.checked_mul(height as u64))
+        .and_then(|w| w.checked_mul(height.get()))
         .unwrap_or(u64::MAX);
-    let mut target = match reserve(api, current_device(), guess) {
+    let target = match reserve(api, current_device(), guess) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
     // SAFETY: forwarding the caller's arguments.
     let rc = unsafe { real(dptr, pitch, width, height, elem) };
-    if rc != CUDA_SUCCESS {
+    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else {
         return rc;
-    }
-    if let Target::Charged(r) = &mut target {
-        // SAFETY: the driver succeeded and filled `pitch`.
-        let actual = (unsafe { *pitch } as u64).saturating_mul(height as u64);
-        if let Err(refusal) = SHIM.ledger.resize(r, actual) {
-            // The driver padded more than the cap allows: give it back and refuse.
-            let dev = r.charge().device;
-            SHIM.refused(api, dev, actual, refusal);
-            if let Some(free) = ffi::driver::cuMemFree_v2() {
-                // SAFETY: freeing the allocation the driver just made.
-                unsafe { free(written(dptr)) };
-            }
-            return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    // SAFETY: the driver succeeded and filled both out-pointers.
+    let (ptr, actual) = unsafe { ((*dptr).get(), (*pitch).get().saturating_mul(height.get())) };
+    if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
+        // The driver padded more than the cap allows: give it back and refuse.
+        SHIM.refused(api, r.charge().device, actual, refusal);
+        if let Some(free) = ffi::driver::cuMemFree_v2() {
+            // SAFETY: freeing the allocation the driver just made.
+            unsafe { free(ptr) };
         }
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if let Target::Charged(r) = target {
-        r.commit(Kind::Pointer, written(dptr));
-    }
+    r.commit(Kind::Pointer, ptr);
     rc
 }
 
-pub fn mem_free(real: unsafe extern "C" fn(Dptr) -> CuResult, dptr: Dptr) -> CuResult {
-    if let Some(rc) = growth_free(dptr) {
+/// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer).
+pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
+    if let Some(rc) = growth_free(dptr.get()) {
         return rc;
     }
     // SAFETY (closure): forwarding the caller's argument.
-    released(Kind::Pointer, dptr, || unsafe { real(dptr) })
+    released(Kind::Pointer, dptr.get(), || unsafe { real(dptr) })
 }
 
 pub fn mem_alloc_async(
@@ -580,8 +578,8 @@ pub fn device_total_mem<W: Word>(
     rc
 }
 
-/// The width of a size in the driver API: `size_t`, or `unsigned int` in the CUDA 2.x
-/// entry points (whose figures saturate at 4 GiB - 1, as they cannot say more).
+/// The width of a size or device pointer in the driver API: `size_t`/`CUdeviceptr`, or
+/// `unsigned int` in the CUDA 2.x entry points (whose figures saturate at 4 GiB - 1, as they cannot say more).
 pub trait Word: Copy {
     fn get(self) -> u64;
     fn put(v: u64) -> Self;
@@ -593,6 +591,15 @@ impl Word for usize {
     }
     fn put(v: u64) -> Self {
         v as usize
+    }
+}
+
+impl Word for u64 {
+    fn get(self) -> u64 {
+        self
+    }
+    fn put(v: u64) -> Self {
+        v
     }
 }
 
@@ -1102,44 +1109,6 @@ pub fn mem_alloc_v1(
         || unsafe { real(dptr, size) },
         || unsafe { u64::from(*dptr) },
     )
-}
-
-pub fn mem_alloc_pitch_v1(
-    real: unsafe extern "C" fn(*mut u32, *mut u32, u32, u32, u32) -> CuResult,
-    dptr: *mut u32,
-    pitch: *mut u32,
-    width: u32,
-    height: u32,
-    elem: u32,
-) -> CuResult {
-    let api = "cuMemAllocPitch";
-    let guess = u64::from(width).next_multiple_of(PITCH_GUESS) * u64::from(height);
-    let target = match reserve(api, current_device(), guess) {
-        Ok(t) => t,
-        Err(rc) => return rc,
-    };
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(dptr, pitch, width, height, elem) };
-    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else {
-        return rc;
-    };
-    // SAFETY: the driver succeeded and filled both out-pointers.
-    let (ptr, actual) = unsafe { (u64::from(*dptr), u64::from(*pitch) * u64::from(height)) };
-    if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
-        SHIM.refused(api, r.charge().device, actual, refusal);
-        if let Some(free) = ffi::driver::cuMemFree_v2() {
-            // SAFETY: freeing the allocation the driver just made.
-            unsafe { free(ptr) };
-        }
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    r.commit(Kind::Pointer, ptr);
-    rc
-}
-
-pub fn mem_free_v1(real: unsafe extern "C" fn(u32) -> CuResult, dptr: u32) -> CuResult {
-    // SAFETY (closure): forwarding the caller's argument.
-    released(Kind::Pointer, dptr.into(), || unsafe { real(dptr) })
 }
 
 /// The capped `(free, total)` of the current device, from the driver's figures.
