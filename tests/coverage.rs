@@ -27,50 +27,8 @@ use common::*;
 const CAP: &str = "256Mi";
 const PHYS: &str = "8Gi";
 
-fn build_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    compile_c(name, suffix, extra)
-}
-
 fn coverage_prog() -> PathBuf {
-    build_c("coverage", "", &["-lcuda"])
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-#[track_caller]
-fn assert_passed(o: &Output, what: &str) {
-    let out = stdout(o);
-    assert!(
-        o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
-        "{what}: {:?}\n--- failed checks\n{}\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
-        o.status,
-        out.lines()
-            .filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL"))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        tail(&out, 30),
-        tail(&stderr(o), 20),
-    );
-    assert!(
-        !stderr(o).contains("panicked"),
-        "{what}: a panic:\n{}",
-        stderr(o)
-    );
-}
-
-#[track_caller]
-fn assert_failed(o: &Output, what: &str) {
-    assert!(
-        !o.status.success() && stdout(o).lines().any(|l| l.starts_with("FAIL")),
-        "{what}: expected failed checks without the shim, got {:?}\n{}",
-        o.status,
-        tail(&stdout(o), 30)
-    );
+    compile_c("coverage", "", &["-lcuda"])
 }
 
 /// Runs `coverage <mode>` with the shim (must pass), without (uncapped: must pass) and

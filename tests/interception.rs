@@ -20,31 +20,16 @@ use std::process::{Command, Output};
 
 use common::*;
 
-/// common::compile_c and common::fake_lib_dir use per-process temporary names, so two
-/// test threads building the same program (or the links) at once collide: serialize.
-static BUILD_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn build_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
-    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    compile_c(name, suffix, extra)
-}
-
-/// Makes the fake's library directory (once, serialized like build_c).
-fn fake_dir_ready() {
-    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    fake_lib_dir();
-}
-
 /// The cap the tests set, and the fake's memory (well above it).
 const CAP: &str = "256Mi";
 const PHYS: &str = "8Gi";
 
 fn intercept_linked() -> PathBuf {
-    build_c("intercept", "-linked", &["-DLINKED", "-lcuda"])
+    compile_c("intercept", "-linked", &["-DLINKED", "-lcuda"])
 }
 
 fn intercept_dl() -> PathBuf {
-    build_c("intercept", "-dl", &[])
+    compile_c("intercept", "-dl", &[])
 }
 
 /// A command for `prog` on the fake with PHYS memory; with the shim and CAP when `shim`.
@@ -56,53 +41,6 @@ fn cmd(prog: &Path, tag: &str, shim: bool) -> (Command, PathBuf) {
         preload(&mut c).env("GPUCAP_LIMIT", CAP);
     }
     (c, stats)
-}
-
-/// Panics unless the program passed all its checks, showing its output.
-#[track_caller]
-fn assert_passed(o: &Output, what: &str) {
-    let out = stdout(o);
-    assert!(
-        o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
-        "{what}: {:?}\n--- failed checks\n{}\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
-        o.status,
-        out.lines()
-            .filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL"))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        tail(&out, 40),
-        tail(&stderr(o), 20),
-    );
-    assert_no_crash_noise(o, what);
-}
-
-/// Panics unless the program reported failed checks (the control run).
-#[track_caller]
-fn assert_failed(o: &Output, what: &str) {
-    let out = stdout(o);
-    assert!(
-        !o.status.success() && out.lines().any(|l| l.starts_with("FAIL")),
-        "{what}: expected failed checks without the shim, got {:?}\n{}",
-        o.status,
-        tail(&out, 40)
-    );
-}
-
-#[track_caller]
-fn assert_no_crash_noise(o: &Output, what: &str) {
-    let err = stderr(o);
-    for bad in ["panicked", "RUST_BACKTRACE", "Segmentation", "libother:"] {
-        assert!(
-            !err.contains(bad),
-            "{what}: stderr mentions {bad:?}:\n{}",
-            tail(&err, 40)
-        );
-    }
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Number of "ok" lines.
@@ -219,7 +157,7 @@ fn get_proc_address_linked_is_capped() {
 // ---- messages -----------------------------------------------------------------------
 
 fn simple() -> PathBuf {
-    build_c("simple", "", &["-lcuda"])
+    compile_c("simple", "", &["-lcuda"])
 }
 
 #[test]
@@ -311,15 +249,15 @@ fn invalid_limit_fails_cuinit_with_a_message() {
 // ---- (d) the dlsym override and other interposers ------------------------------------
 
 fn dlsym_compat() -> PathBuf {
-    build_c("dlsym_compat", "", &["-lcuda", "-rdynamic"])
+    compile_c("dlsym_compat", "", &["-lcuda", "-rdynamic"])
 }
 
 fn libother() -> PathBuf {
-    build_c("libother", ".so", &["-shared", "-fPIC"])
+    compile_c("libother", ".so", &["-shared", "-fPIC"])
 }
 
 fn liblocal() -> PathBuf {
-    build_c("liblocal", ".so", &["-shared", "-fPIC"])
+    compile_c("liblocal", ".so", &["-shared", "-fPIC"])
 }
 
 /// Runs dlsym_compat with LD_PRELOAD = `preloads` (paths joined by spaces).
@@ -384,7 +322,7 @@ fn another_interposer_preloaded_before_the_shim_still_forwards() {
 
 #[test]
 fn non_cuda_processes_are_silent() {
-    fake_dir_ready();
+    fake_lib_dir();
     let limits: [Option<&str>; 7] = [
         None,
         Some("1Gi"),

@@ -12,40 +12,6 @@ use std::process::{Command, Output};
 
 use common::*;
 
-/// common::compile_c and common::fake_lib_dir use per-process temporary names, so two
-/// test threads building the same program (or the links) at once collide: serialize.
-fn build_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    compile_c(name, suffix, extra)
-}
-
-#[track_caller]
-fn assert_passed(o: &Output, what: &str) {
-    let out = stdout(o);
-    assert!(
-        o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
-        "{what}: {:?}\n--- failed checks\n{}\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
-        o.status,
-        out.lines()
-            .filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL") || l.starts_with("error"))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        tail(&out, 40),
-        tail(&stderr(o), 20),
-    );
-    let err = stderr(o);
-    assert!(
-        !err.contains("panicked"),
-        "{what}: a panic on stderr:\n{err}"
-    );
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 /// A command on the fake (with `total` memory per device) with the shim and `limit`.
 fn capped(prog: &Path, tag: &str, total: &str, limit: &str) -> (Command, PathBuf) {
     let stats = scratch(tag).join("stats.json");
@@ -75,7 +41,7 @@ fn field(out: &str, key: &str) -> u64 {
 
 #[test]
 fn concurrent_alloc_free_never_exceeds_the_cap() {
-    let prog = build_c("stress", "", &["-lcuda"]);
+    let prog = compile_c("stress", "", &["-lcuda"]);
     const CAP: u64 = 256 * MIB;
     // Several seeds: a race that lets the driver go over the cap may need a few runs to show.
     for seed in (1..=12).map(|n| n.to_string()) {
@@ -150,7 +116,7 @@ fn concurrent_alloc_free_never_exceeds_the_cap() {
 /// dlsym, allocations) race the shim's lazy initialisation. Repeated, as races are rare.
 #[test]
 fn first_use_from_many_threads_at_once() {
-    let prog = build_c("racy_start", "", &["-lcuda"]);
+    let prog = compile_c("racy_start", "", &["-lcuda"]);
     for i in 0..25 {
         let (mut c, stats) = capped(&prog, "racy-start", "8Gi", "256Mi");
         let o = run(c.args(["256Mi", "16"]));
@@ -174,7 +140,7 @@ fn rc_lines(o: &Output) -> Vec<String> {
 
 #[test]
 fn misuse_gets_the_drivers_errors_and_leaves_the_ledger_alone() {
-    let prog = build_c("misuse", "", &["-lcuda"]);
+    let prog = compile_c("misuse", "", &["-lcuda"]);
     let (mut c, stats) = capped(&prog, "misuse", "8Gi", "1Gi");
     let with = run(c.args(["misuse", "capped", "1Gi", "8Gi"]));
     assert_passed(&with, "misuse with the shim");
@@ -199,7 +165,7 @@ fn misuse_gets_the_drivers_errors_and_leaves_the_ledger_alone() {
 
 #[test]
 fn allocations_the_driver_refuses_are_not_charged() {
-    let prog = build_c("misuse", "", &["-lcuda"]);
+    let prog = compile_c("misuse", "", &["-lcuda"]);
     let (mut c, stats) = capped(&prog, "rollback", "2Gi", "4Gi");
     let o = run(c.args(["rollback", "capped", "4Gi", "2Gi"]));
     assert_passed(
@@ -224,7 +190,7 @@ fn allocations_the_driver_refuses_are_not_charged() {
 
 #[test]
 fn forked_children_that_skip_cuda_exit_cleanly() {
-    let prog = build_c("fork", "", &["-lcuda"]);
+    let prog = compile_c("fork", "", &["-lcuda"]);
     let (mut c, stats) = capped(&prog, "fork", "8Gi", "256Mi");
     let o = run(c.arg("256Mi"));
     assert_passed(&o, "fork with the shim");
@@ -238,7 +204,7 @@ fn forked_children_that_skip_cuda_exit_cleanly() {
 // ---- several devices ----------------------------------------------------------------
 
 fn multidev() -> PathBuf {
-    build_c("multidev", "", &["-lcuda"])
+    compile_c("multidev", "", &["-lcuda"])
 }
 
 #[test]
@@ -296,7 +262,7 @@ fn each_device_has_its_own_cap() {
 /// the ledger must not keep charging them.
 #[test]
 fn context_teardown_credits_the_ledger() {
-    let prog = build_c("teardown", "", &["-lcuda"]);
+    let prog = compile_c("teardown", "", &["-lcuda"]);
     let (mut c, stats) = capped(&prog, "teardown", "8Gi", "256Mi");
     let with = run(c.args(["capped", "256Mi", "8Gi"]));
     let (mut c, _) = uncapped(&prog, "teardown", "8Gi");

@@ -298,3 +298,48 @@ pub fn refusals(stderr: &str) -> Vec<String> {
 pub fn fake_nvml() -> PathBuf {
     built("libnvidia_ml.so")
 }
+
+/// The last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Panics unless a C test program (tests/c) passed all its checks, printed its
+/// summary line, and left no crash or panic on stderr; shows its output otherwise.
+#[track_caller]
+pub fn assert_passed(o: &Output, what: &str) {
+    let out = stdout(o);
+    assert!(
+        o.status.success() && !out.contains("FAIL") && out.contains("summary:"),
+        "{what}: {:?}\n--- failed checks\n{}\n--- stdout (tail)\n{}\n--- stderr (tail)\n{}",
+        o.status,
+        out.lines()
+            .filter(|l| l.starts_with("FAIL") || l.starts_with("FATAL") || l.starts_with("error"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        tail(&out, 40),
+        tail(&stderr(o), 20),
+    );
+    let err = stderr(o);
+    for bad in ["panicked", "RUST_BACKTRACE", "Segmentation", "libother:"] {
+        assert!(
+            !err.contains(bad),
+            "{what}: stderr mentions {bad:?}:\n{}",
+            tail(&err, 40)
+        );
+    }
+}
+
+/// Panics unless a C test program reported failed checks (a control run without the
+/// shim that expects the cap).
+#[track_caller]
+pub fn assert_failed(o: &Output, what: &str) {
+    let out = stdout(o);
+    assert!(
+        !o.status.success() && out.lines().any(|l| l.starts_with("FAIL")),
+        "{what}: expected failed checks without the shim, got {:?}\n{}",
+        o.status,
+        tail(&out, 40)
+    );
+}
