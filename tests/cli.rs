@@ -193,55 +193,58 @@ fn run_passes_arguments_and_stdio_through() {
     assert!(stderr(&o).contains("oops"), "{}", dump(&o));
 }
 
+/// `gpucap run FLAGS -- sh -c 'touch MARKER'` with `var` set: its output, and the
+/// marker the program would have created had it started.
+fn run_touch(
+    tag: &str,
+    flags: &[&str],
+    var: Option<(&str, &OsStr)>,
+) -> (Output, std::path::PathBuf) {
+    let dir = scratch(tag);
+    let marker = dir.join("started");
+    let mut args: Vec<&OsStr> = [os("run")]
+        .into_iter()
+        .chain(flags.iter().map(os))
+        .collect();
+    args.push(os("--"));
+    args.extend(touch_cmd(&marker));
+    let mut cmd = gpucap(&args, &dir.join("s.json"));
+    if let Some((k, v)) = var {
+        cmd.env(k, v);
+    }
+    (run(&mut cmd), marker)
+}
+
 #[test]
 fn bad_limit_flag_stops_before_the_program() {
-    let dir = scratch("cli-badflag");
-    let marker = dir.join("started");
-    let mut args = vec![os("run"), os("--limit"), os("150%"), os("--")];
-    args.extend(touch_cmd(&marker));
-    let o = run(&mut gpucap(&args, &dir.join("s.json")));
+    let (o, marker) = run_touch("cli-badflag", &["--limit", "150%"], None);
     assert_config_error(&o, &marker, "limit", "150%");
 }
 
 #[test]
 fn bad_limit_variable_stops_before_the_program() {
-    let dir = scratch("cli-badenv");
-    let marker = dir.join("started");
-    let mut args = vec![os("run"), os("--")];
-    args.extend(touch_cmd(&marker));
-    let o = run(&mut gpucap(&args, &dir.join("s.json")).env("GPUCAP_LIMIT", "abc"));
+    let (o, marker) = run_touch("cli-badenv", &[], Some(("GPUCAP_LIMIT", os("abc"))));
     assert_config_error(&o, &marker, "GPUCAP_LIMIT", "abc");
 }
 
 #[test]
 fn unknown_variable_stops_before_the_program() {
-    let dir = scratch("cli-unknown");
-    let marker = dir.join("started");
-    let mut args = vec![os("run"), os("--limit"), os("1Gi"), os("--")];
-    args.extend(touch_cmd(&marker));
-    let o = run(&mut gpucap(&args, &dir.join("s.json")).env("GPUCAP_LIMT", "1Gi"));
+    let var = Some(("GPUCAP_LIMT", os("1Gi")));
+    let (o, marker) = run_touch("cli-unknown", &["--limit", "1Gi"], var);
     assert_config_error(&o, &marker, "GPUCAP_LIMT", "1Gi");
 }
 
 #[test]
 fn bad_log_level_stops_before_the_program() {
-    let dir = scratch("cli-badlog");
-    let marker = dir.join("started");
-    let mut args = vec![os("run"), os("--limit"), os("1Gi"), os("--")];
-    args.extend(touch_cmd(&marker));
-    let o = run(&mut gpucap(&args, &dir.join("s.json")).env("GPUCAP_LOG", "loud"));
+    let var = Some(("GPUCAP_LOG", os("loud")));
+    let (o, marker) = run_touch("cli-badlog", &["--limit", "1Gi"], var);
     assert_config_error(&o, &marker, "GPUCAP_LOG", "loud");
 }
 
 #[test]
 fn non_utf8_limit_stops_before_the_program() {
-    let dir = scratch("cli-badbytes");
-    let marker = dir.join("started");
-    let mut args = vec![os("run"), os("--")];
-    args.extend(touch_cmd(&marker));
-    let o =
-        run(&mut gpucap(&args, &dir.join("s.json"))
-            .env("GPUCAP_LIMIT", OsStr::from_bytes(b"1G\xffi")));
+    let var = Some(("GPUCAP_LIMIT", OsStr::from_bytes(b"1G\xffi")));
+    let (o, marker) = run_touch("cli-badbytes", &[], var);
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("GPUCAP_LIMIT"), "{}", dump(&o));
     assert!(!marker.exists(), "{}", dump(&o));
