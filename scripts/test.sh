@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpucap's test command: builds everything, prepares the real clients and runs the
 # whole test suite on the fake GPU. Needs no GPU. On a fresh Debian machine it
-# installs what is missing (a C compiler, python3-venv) with apt-get.
+# installs what is missing (C and C++ compilers, python3-venv) with apt-get.
 #
 #   scripts/test.sh
 #
@@ -35,6 +35,10 @@ apt_install() {
 
 missing=()
 command -v cc >/dev/null || missing+=(build-essential)
+# c++: tests/standins/bin/nvcc builds gpu-check.sh's driver-API helper with it
+if command -v cc >/dev/null && ! command -v c++ >/dev/null; then
+    missing+=(g++)
+fi
 command -v python3 >/dev/null || missing+=(python3)
 venv_probe=$(mktemp -d)
 if ! command -v python3 >/dev/null || ! python3 -m venv "$venv_probe/v" >/dev/null 2>&1; then
@@ -44,7 +48,7 @@ rm -rf "$venv_probe"
 if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
 fi
-echo "cc: $(command -v cc)"
+echo "cc: $(command -v cc), c++: $(command -v c++)"
 echo "python3: $(python3 --version 2>&1)"
 
 section "Build (cargo build --release --workspace --all-targets)"

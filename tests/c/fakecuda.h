@@ -17,7 +17,10 @@
 #include <stdint.h>
 
 #ifdef __cplusplus
+#define FAKECUDA_STATIC_ASSERT static_assert /* also C++: tests/standins/include/cuda.h */
 extern "C" {
+#else
+#define FAKECUDA_STATIC_ASSERT _Static_assert
 #endif
 
 /* ---- types ---------------------------------------------------------------- */
@@ -91,11 +94,11 @@ typedef struct {
     } allocFlags;
 } CUmemAllocationProp;
 
-_Static_assert(sizeof(CUmemLocation) == 8, "CUmemLocation is 8 bytes");
-_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes");
-_Static_assert(offsetof(CUmemAllocationProp, location) == 8, "location at 8");
-_Static_assert(offsetof(CUmemAllocationProp, win32HandleMetaData) == 16, "metadata at 16");
-_Static_assert(offsetof(CUmemAllocationProp, allocFlags) == 24, "allocFlags at 24");
+FAKECUDA_STATIC_ASSERT(sizeof(CUmemLocation) == 8, "CUmemLocation is 8 bytes");
+FAKECUDA_STATIC_ASSERT(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes");
+FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, location) == 8, "location at 8");
+FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, win32HandleMetaData) == 16, "metadata at 16");
+FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, allocFlags) == 24, "allocFlags at 24");
 
 /* ---- cuGetProcAddress ----------------------------------------------------- */
 
@@ -140,6 +143,7 @@ typedef CUresult (*PFN_cuMemcpyHtoD)(CUdeviceptr dst, const void *src, size_t by
 
 CUresult cuInit(unsigned int flags);
 CUresult cuDriverGetVersion(int *version);
+CUresult cuGetErrorName(CUresult error, const char **name);
 CUresult cuDeviceGet(CUdevice *device, int ordinal);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
