@@ -4,8 +4,9 @@
 Usage: scripts/gen-procaddr.py path/to/cuda.h path/to/cudaTypedefs.h ["where the headers came from"] \
            > cuda-stubs/src/procaddr_table.txt
 
-The headers are not committed; they ship e.g. in the `nvidia-cuda-runtime-cu12` wheel
-(nvidia/cuda_runtime/include/).
+The headers are not committed; they ship e.g. in the `nvidia-cuda-runtime` (13.x) wheel
+(nvidia/cu13/include/; the 12.x wheels, nvidia-cuda-runtime-cu12, have them in
+nvidia/cuda_runtime/include/).
 
 Facts used:
   * cudaTypedefs.h declares `PFN_<base>_v<NNNN>` for every ABI variant of a driver entry point

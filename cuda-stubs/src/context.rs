@@ -303,6 +303,17 @@ crate::ffi::exports! {
         Ok(())
     }
 
+    // CUDA 13.0: the given context (NULL: the current one).
+    fn cuCtxSynchronize_v2(ctx: Ctx) {
+        crate::pool::sync(Some(device_of(ctx)?));
+        Ok(())
+    }
+
+    // CUDA 13.0: the device of the given context (NULL: the current one).
+    fn cuCtxGetDevice_v2(device: *mut c_int, ctx: Ctx) {
+        out(device, device_of(ctx)? as c_int)
+    }
+
     fn cuCtxGetApiVersion(ctx: Ctx, version: *mut c_uint) {
         device_of(ctx)?;
         out(version, 3020)

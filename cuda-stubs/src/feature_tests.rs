@@ -86,6 +86,20 @@ fn pools_cache_freed_memory_until_a_synchronisation() {
         assert_eq!(cuCtxSynchronize(), 0);
         assert_eq!(pool_attr(pool, RESERVED), 4 << 20);
         assert_eq!(used() - before, 4 * MIB);
+        // CUDA 13's cuCtxSynchronize_v2 (NULL: the current context) synchronises the same.
+        assert_eq!(cuMemAllocAsync(&mut a, 6 * MIB, stream), 0);
+        assert_eq!(cuMemFreeAsync(a, stream), 0);
+        assert_eq!(pool_attr(pool, RESERVED), 6 << 20);
+        assert_eq!(cuCtxSynchronize_v2(0), 0);
+        assert_eq!(pool_attr(pool, RESERVED), 4 << 20);
+        assert_eq!(cuCtxSynchronize_v2(0xdead_0000), CUDA_ERROR_INVALID_CONTEXT);
+        let mut dev = -1;
+        assert_eq!(cuCtxGetDevice_v2(&mut dev, 0), 0);
+        assert_eq!(dev, 0);
+        assert_eq!(
+            cuCtxGetDevice_v2(&mut dev, 0xdead_0000),
+            CUDA_ERROR_INVALID_CONTEXT
+        );
         assert_eq!(cuMemAllocAsync(&mut a, 3 * MIB, stream), 0);
         assert_eq!(cuMemPoolTrimTo(pool, 0), 0);
         assert_eq!(
