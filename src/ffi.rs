@@ -192,7 +192,8 @@ hook_table! {
     cuStreamSynchronize = "cuStreamSynchronize" @ 2000 : (stream: Stream) => imp::stream_synchronize;
     cuStreamSynchronize_ptsz = "cuStreamSynchronize" @ 7000 ptsz : (stream: Stream) => imp::stream_synchronize;
     cuCtxSynchronize = "cuCtxSynchronize" @ 2000 : () => imp::ctx_synchronize;
-    cuEventSynchronize = "cuEventSynchronize" @ 2000 : (event: Handle) => imp::event_synchronize;
+    cuCtxSynchronize_v2 = "cuCtxSynchronize" @ 13000 : (ctx: Handle) => imp::handle_synchronize;
+    cuEventSynchronize = "cuEventSynchronize" @ 2000 : (event: Handle) => imp::handle_synchronize;
     // NVML (looked up with dlsym on libnvidia-ml; NVML has no cuGetProcAddress).
     nvmlDeviceGetMemoryInfo = "nvmlDeviceGetMemoryInfo" @ 0 :
         (device: Handle, memory: *mut imp::NvmlMemory) => imp::nvml_memory_info;

@@ -474,12 +474,13 @@ pub fn ctx_synchronize(real: unsafe extern "C" fn() -> CuResult) -> CuResult {
     synchronized(unsafe { real() })
 }
 
-pub fn event_synchronize(
+/// `cuEventSynchronize(event)` and CUDA 13's `cuCtxSynchronize_v2(ctx)`.
+pub fn handle_synchronize(
     real: unsafe extern "C" fn(Handle) -> CuResult,
-    event: Handle,
+    handle: Handle,
 ) -> CuResult {
     // SAFETY: forwarding the caller's argument.
-    synchronized(unsafe { real(event) })
+    synchronized(unsafe { real(handle) })
 }
 
 pub fn mem_create(

@@ -132,7 +132,20 @@ fn assert_ran(r: &Run) {
 /// i-th line may carry.
 #[track_caller]
 fn assert_refusals(r: &Run, expected: &[(&[&str], &str)]) {
+    // Nothing else from gpucap: a warning here (an entry point it does not recognise,
+    // say) would greet every user of this client.
+    let said: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucap"))
+        .collect();
     let got = refusals(&r.stderr);
+    assert_eq!(
+        said,
+        got,
+        "gpucap said more than its refusals:\n{}",
+        r.dump()
+    );
     assert_eq!(
         got.len(),
         expected.len(),
