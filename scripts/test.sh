@@ -18,7 +18,7 @@ die() { printf 'scripts/test.sh: %s\n' "$*" >&2; exit 1; }
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 DEBIAN_FRONTEND=noninteractive
 
 section "Prerequisites"
-command -v cargo >/dev/null || die "cargo not found: install Rust (https://rustup.rs), 1.88 or newer"
+command -v cargo >/dev/null || die "cargo not found: install Rust (https://rustup.rs), 1.89 or newer"
 cargo --version
 
 apt_install() {

@@ -317,7 +317,8 @@ struct Slot {
 }
 
 fn pack(c: Charge) -> Option<u64> {
-    (c.device < 256 && c.bytes < 1 << BYTES_BITS).then(|| (c.device as u64) << BYTES_BITS | c.bytes)
+    (c.device < 256 && c.bytes < 1 << BYTES_BITS)
+        .then_some((c.device as u64) << BYTES_BITS | c.bytes)
 }
 
 fn unpack(v: u64) -> Charge {
