@@ -108,7 +108,7 @@ fn run_caps_the_program() {
 fn run_takes_the_limit_from_the_environment() {
     let dir = scratch("cli-env");
     let client = cudarc_client();
-    let o = run(&mut gpucap(
+    let o = run(gpucap(
         &[
             os("run"),
             os("--"),
@@ -254,7 +254,7 @@ fn non_utf8_limit_stops_before_the_program() {
 fn existing_ld_preload_is_kept() {
     let dir = scratch("cli-preload");
     // The program sees both the shim and the library that was already preloaded...
-    let o = run(&mut gpucap(
+    let o = run(gpucap(
         &[
             os("run"),
             os("--limit"),
@@ -282,7 +282,7 @@ fn existing_ld_preload_is_kept() {
     );
     // ...and the cap still holds.
     let client = cudarc_client();
-    let o = run(&mut gpucap(
+    let o = run(gpucap(
         &[
             os("run"),
             os("--limit"),
@@ -312,7 +312,7 @@ fn missing_shim_library_is_an_error() {
     let missing = dir.join("no-such-dir/libgpucap.so");
     let mut args = vec![os("run"), os("--limit"), os("1Gi"), os("--")];
     args.extend(touch_cmd(&marker));
-    let o = run(&mut gpucap(&args, &dir.join("s.json")).env("GPUCAP_LIB", &missing));
+    let o = run(gpucap(&args, &dir.join("s.json")).env("GPUCAP_LIB", &missing));
     assert!(!o.status.success(), "{}", dump(&o));
     assert!(
         stderr(&o).contains(missing.to_str().unwrap()),
@@ -329,7 +329,7 @@ fn missing_shim_library_is_an_error() {
 #[test]
 fn check_prints_bytes_per_device() {
     let dir = scratch("cli-check");
-    let o = run(&mut gpucap(
+    let o = run(gpucap(
         &[os("check"), os("--limit"), os("50%")],
         &dir.join("s.json"),
     )
@@ -342,7 +342,7 @@ fn check_prints_bytes_per_device() {
     );
 
     // Two devices with their own caps: 1 GiB on GPU 0, half of 8 GiB on GPU 1.
-    let o = run(&mut gpucap(&[os("check")], &dir.join("s.json"))
+    let o = run(gpucap(&[os("check")], &dir.join("s.json"))
         .env("FAKECUDA_TOTAL_MEM", "8Gi")
         .env("FAKECUDA_DEVICES", "2")
         .env("GPUCAP_LIMIT", "0=1Gi,1=50%"));
@@ -361,7 +361,7 @@ fn check_rejects_bad_configuration() {
     ));
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("150%"), "{}", dump(&o));
-    let o = run(&mut gpucap(&[os("check")], &dir.join("s.json")).env("GPUCAP_LIMT", "1Gi"));
+    let o = run(gpucap(&[os("check")], &dir.join("s.json")).env("GPUCAP_LIMT", "1Gi"));
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("GPUCAP_LIMT"), "{}", dump(&o));
 }
@@ -370,7 +370,7 @@ fn check_rejects_bad_configuration() {
 fn non_utf8_environment_is_harmless() {
     let dir = scratch("cli-bytes");
     let odd = OsStr::from_bytes(b"caf\xe9 \xff");
-    let o = run(&mut gpucap(
+    let o = run(gpucap(
         &[
             os("run"),
             os("--limit"),
@@ -392,7 +392,7 @@ fn non_utf8_environment_is_harmless() {
         dump(&o)
     );
 
-    let o = run(&mut gpucap(
+    let o = run(gpucap(
         &[os("check"), os("--limit"), os("1Gi")],
         &dir.join("s.json"),
     )

@@ -270,15 +270,14 @@ fn an_existing_ld_preload_is_kept() {
 /// `env -i LD_PRELOAD=<lib> LD_LIBRARY_PATH=<fake> cudarc-client 600 600`: what a
 /// process started through `su -` or ssh sees (nothing of the container's environment).
 fn emptied(lib: &Path) -> Output {
-    let o = Command::new("env")
+    Command::new("env")
         .arg("-i")
         .arg(format!("LD_PRELOAD={}", lib.display()))
         .arg(format!("LD_LIBRARY_PATH={}", fake_lib_dir().display()))
         .arg(cudarc_client())
         .args(["600", "600"])
         .output()
-        .unwrap();
-    o
+        .unwrap()
 }
 
 #[test]
@@ -323,7 +322,7 @@ fn a_process_with_an_emptied_environment_stays_capped() {
     let o = emptied(&inst.lib());
     let err = stderr(&o);
     assert!(
-        err.contains(&format!("gpucap: invalid GPUCAP_LIMIT=\"lots\""))
+        err.contains(&"gpucap: invalid GPUCAP_LIMIT=\"lots\"".to_string())
             && err.contains(&inst.env_file().display().to_string()),
         "{}",
         dump(&o)

@@ -191,10 +191,10 @@ pub fn compile_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
     let fresh = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     let header = root().join("tests/c/fakecuda.h");
     let newest_src = [fresh(&src), fresh(&header)].into_iter().flatten().max();
-    if let (Some(s), Some(o)) = (newest_src, fresh(&out)) {
-        if o >= s {
-            return out;
-        }
+    if let (Some(s), Some(o)) = (newest_src, fresh(&out))
+        && o >= s
+    {
+        return out;
     }
     let tmp = out_dir.join(format!(".{name}{suffix}.{}", unique()));
     let status = Command::new("cc")
