@@ -23,15 +23,6 @@ fn os<S: AsRef<OsStr> + ?Sized>(s: &S) -> &OsStr {
     s.as_ref()
 }
 
-fn dump(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    )
-}
-
 /// A program that would leave `marker` behind if it ever started.
 fn touch_cmd(marker: &Path) -> Vec<&OsStr> {
     vec![os("sh"), os("-c"), os("touch \"$0\""), marker.as_os_str()]

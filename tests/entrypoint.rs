@@ -15,15 +15,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn dump(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    )
-}
-
 /// A scratch install: `<dir>/home/{gpucap,libgpucap.so,docker-entrypoint.sh}`.
 struct Install {
     dir: PathBuf,

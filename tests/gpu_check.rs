@@ -26,25 +26,9 @@ fn standins() -> PathBuf {
 
 /// The Python that runs the probes: one with nvidia-ml-py where there is one.
 fn python() -> (PathBuf, bool) {
-    match std::env::var_os("GPUCAP_TEST_PYTHON_NVML").filter(|v| !v.is_empty()) {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            assert!(
-                p.exists(),
-                "GPUCAP_TEST_PYTHON_NVML={} does not exist",
-                p.display()
-            );
-            (p, true)
-        }
-        None => {
-            assert!(
-                std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() != Ok("1"),
-                "GPUCAP_TEST_PYTHON_NVML is not set but GPUCAP_TEST_REQUIRE_CLIENTS=1: run \
-                 scripts/test.sh, which creates a virtual environment with nvidia-ml-py"
-            );
-            eprintln!("note: GPUCAP_TEST_PYTHON_NVML is not set: the nvml check must SKIP");
-            (PathBuf::from("python3"), false)
-        }
+    match client_python("GPUCAP_TEST_PYTHON_NVML", "nvidia-ml-py") {
+        Some(p) => (p, true),
+        None => (PathBuf::from("python3"), false), // then the nvml check must SKIP
     }
 }
 
@@ -70,49 +54,39 @@ fn on_fake_gpu(dir: &Path) -> Command {
     c
 }
 
-/// The script's verdict lines: (status, check, rest of the line).
+/// The script's verdicts, in order: (status, check, detail), the detail being the reason
+/// after `FAIL name: `/`SKIP name: `, or the line under `PASS name`.
 fn verdicts(o: &Output) -> Vec<(String, String, String)> {
-    stdout(o)
-        .lines()
-        .filter_map(|l| {
-            let (status, rest) = l.split_once(' ')?;
-            if !["PASS", "FAIL", "SKIP"].contains(&status) {
-                return None;
-            }
-            let (name, why) = rest.split_once(": ").unwrap_or((rest, ""));
-            Some((status.to_string(), name.to_string(), why.to_string()))
-        })
-        .collect()
-}
-
-/// The status of one check, and the line after a PASS (its detail) or its reason.
-fn verdict_of(o: &Output, name: &str) -> (String, String) {
     let out = stdout(o);
     let lines: Vec<&str> = out.lines().collect();
+    let mut v = Vec::new();
     for (i, l) in lines.iter().enumerate() {
-        for status in ["PASS", "FAIL", "SKIP"] {
-            if *l == format!("{status} {name}") {
-                return (status.into(), lines.get(i + 1).unwrap_or(&"").trim().into());
-            }
-            if let Some(why) = l.strip_prefix(&format!("{status} {name}: ")) {
-                return (status.into(), why.into());
-            }
+        let Some((status, rest)) = l.split_once(' ') else {
+            continue;
+        };
+        if !["PASS", "FAIL", "SKIP"].contains(&status) {
+            continue;
         }
+        let (name, detail) = match rest.split_once(": ") {
+            Some((name, why)) => (name, why),
+            None => (rest, lines.get(i + 1).map_or("", |d| d.trim())),
+        };
+        v.push((status.to_string(), name.to_string(), detail.to_string()));
     }
-    panic!("no verdict for {name}:\n{}\n{}", out, stderr(o));
+    v
+}
+
+/// The status and detail of one check.
+fn verdict_of(o: &Output, name: &str) -> (String, String) {
+    verdicts(o)
+        .into_iter()
+        .find(|(_, n, _)| n == name)
+        .map(|(status, _, detail)| (status, detail))
+        .unwrap_or_else(|| panic!("no verdict for {name}:\n{}", dump(o)))
 }
 
 fn last_line(o: &Output) -> String {
     stdout(o).lines().last().unwrap_or("").to_string()
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "{:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    )
 }
 
 const FRAMEWORK_CHECKS: [&str; 10] = [
@@ -140,9 +114,9 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
     let o = run(Command::new(script())
         .arg("--bench")
         .env("PATH", "/usr/bin:/bin"));
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = verdicts(&o);
-    assert_eq!(v.len(), 18, "15 checks and 3 benchmarks: {}", show(&o));
+    assert_eq!(v.len(), 18, "15 checks and 3 benchmarks: {}", dump(&o));
     for (status, name, why) in &v {
         assert_eq!(
             (status.as_str(), why.as_str()),
@@ -157,7 +131,7 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
         .env("PATH", format!("{}:/usr/bin:/bin", standins().display()))
         .env("LD_LIBRARY_PATH", scratch("no-nvml"))
         .args(["--only", "nvml|context"]));
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = verdicts(&o);
     assert_eq!(
         v.iter()
@@ -165,12 +139,12 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
             .collect::<Vec<_>>(),
         ["SKIP nvml", "SKIP context-overhead"],
         "--only selects: {}",
-        show(&o)
+        dump(&o)
     );
     assert!(
         v[0].2.starts_with("no NVIDIA GPU (nvidia-smi -L: ") && v[0].2.contains("driver"),
         "{}",
-        show(&o)
+        dump(&o)
     );
     assert_eq!(last_line(&o), "0 passed, 0 failed, 2 skipped");
 }
@@ -197,29 +171,29 @@ fn a_bad_command_line_exits_2_naming_what_is_wrong() {
         (&["--gpu", "7"][..], "no GPU '7'"),
     ] {
         let o = run(on_fake_gpu(&dir).args(args));
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", show(&o));
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", dump(&o));
         assert!(
             stderr(&o).contains(expect),
             "{args:?}: want {expect:?}: {}",
-            show(&o)
+            dump(&o)
         );
         assert!(
             stderr(&o).contains("(see --help)"),
             "{args:?}: {}",
-            show(&o)
+            dump(&o)
         );
     }
     let o = run(Command::new(script()).arg("--help"));
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(stdout(&o).contains("--lib PATH"), "{}", show(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    assert!(stdout(&o).contains("--lib PATH"), "{}", dump(&o));
 
     // A cap that is not well below the card is refused before any check runs.
     let o = run(on_fake_gpu(&dir).args(["--cap-mib", "12000", "--only", "nvidia-smi"]));
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
     assert!(
         stdout(&o).contains("FAIL setup: --cap-mib 12000 is not well below the card's 16384 MiB"),
         "{}",
-        show(&o)
+        dump(&o)
     );
     assert_eq!(
         verdict_of(&o, "nvidia-smi"),
@@ -245,12 +219,12 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
             "gpu-check: FakeCUDA Device 0 (GPU-face0000-0000-0000-0000-000000000000), driver "
         ),
         "{}",
-        show(&o)
+        dump(&o)
     );
     assert!(
         out.contains("gpu-check: cap 2048 MiB (2147483648 bytes)"),
         "{}",
-        show(&o)
+        dump(&o)
     );
 
     let (s, detail) = verdict_of(&o, "nvidia-smi");
@@ -261,10 +235,10 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
             "nvidia-smi --query-gpu=memory.total inside gpucap run shows 2048 MiB (card: 16384 MiB)"
         ),
         "{}",
-        show(&o)
+        dump(&o)
     );
     let (s, detail) = verdict_of(&o, "context-overhead");
-    assert_eq!(s, "PASS", "{}", show(&o));
+    assert_eq!(s, "PASS", "{}", dump(&o));
     assert!(
         detail.starts_with("the first context takes 300.0 MiB of device memory (median of 3 runs; 300.0 MiB under gpucap)")
             && detail.contains("sees free 1748.0 MiB of the 2048.0 MiB cap"),
@@ -279,18 +253,18 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
                 "nvmlDeviceGetMemoryInfo and _v2 show total = cap (2048.0 MiB)"
             ),
             "{}",
-            show(&o)
+            dump(&o)
         );
     } else {
-        assert_eq!(s, "SKIP", "{}", show(&o));
+        assert_eq!(s, "SKIP", "{}", dump(&o));
         assert!(detail.starts_with("pynvml not installed"), "{detail}");
     }
     for name in ["bench-alloc", "bench-churn"] {
-        assert_eq!(verdict_of(&o, name).0, "PASS", "{name}: {}", show(&o));
+        assert_eq!(verdict_of(&o, name).0, "PASS", "{name}: {}", dump(&o));
     }
     for name in FRAMEWORK_CHECKS.iter().chain(&["bench-torch-train"]) {
         let (s, why) = verdict_of(&o, name);
-        assert_eq!(s, "SKIP", "{name}: {}", show(&o));
+        assert_eq!(s, "SKIP", "{name}: {}", dump(&o));
         assert!(
             why.contains("not importable (No module named"),
             "{name}: {why}"
@@ -301,13 +275,13 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
         last_line(&o),
         format!("{passed} passed, 0 failed, {} skipped", 16 - passed),
         "{}",
-        show(&o)
+        dump(&o)
     );
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
 
     // The benchmark file: the GPU it came from, every size in every mode, the context.
     let text = std::fs::read_to_string(&json)
-        .unwrap_or_else(|e| panic!("{}: {e}\n{}", json.display(), show(&o)));
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", json.display(), dump(&o)));
     let v: serde_json::Value = serde_json::from_str(&text).expect("bench JSON");
     assert_eq!(v["gpu"]["name"], "FakeCUDA Device 0", "{text}");
     assert_eq!(v["gpu"]["memory_total_mib"], 16384, "{text}");
@@ -387,7 +361,7 @@ fn an_uncapped_run_fails_the_checks() {
         .arg(&py)
         .args(["--only", "^(nvidia-smi|nvml|context-overhead)$"]);
     let o = run(&mut c);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
     assert_eq!(
         verdict_of(&o, "nvidia-smi"),
         (
@@ -487,6 +461,6 @@ fn the_report_probe_reads_gpucap_reports() {
     assert!(
         last_line(&o).starts_with("FAIL: gpucap wrote no report at"),
         "{}",
-        show(&o)
+        dump(&o)
     );
 }

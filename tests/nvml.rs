@@ -197,20 +197,9 @@ fn nvml_mig_instances_are_capped_their_gpus_are_not_cuda_devices() {
 /// nvidia-ml-py, the real client: never initialises CUDA, like nvidia-smi.
 #[test]
 fn pynvml_sees_the_cap() {
-    let var = "GPUCAP_TEST_PYTHON_NVML";
-    let Some(python) = std::env::var_os(var)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-    else {
-        assert!(
-            std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() != Ok("1"),
-            "{var} is not set but GPUCAP_TEST_REQUIRE_CLIENTS=1: run scripts/test.sh, which \
-             creates a virtual environment with nvidia-ml-py"
-        );
-        eprintln!("SKIP: {var} is not set (a Python with nvidia-ml-py); scripts/test.sh sets it");
+    let Some(python) = client_python("GPUCAP_TEST_PYTHON_NVML", "nvidia-ml-py") else {
         return;
     };
-    assert!(python.exists(), "{var}={} does not exist", python.display());
     let _ = nvml_prog(); // makes sure the fake NVML is linked in the library directory
     let client = root().join("tests/clients/nvml_client.py");
     let stats = scratch("pynvml").join("stats.json");

@@ -21,31 +21,29 @@ fn anchor(heading: &str) -> String {
         .collect()
 }
 
-fn anchors(markdown: &str) -> Vec<String> {
+/// The lines of `markdown` outside fenced code blocks.
+fn prose(markdown: &str) -> impl Iterator<Item = &str> {
     let mut in_code = false;
-    let mut out = Vec::new();
-    for line in markdown.lines() {
+    markdown.lines().filter(move |line| {
         if line.starts_with("```") {
             in_code = !in_code;
-        } else if !in_code && line.starts_with('#') {
-            out.push(anchor(line.trim_start_matches('#')));
+            return false;
         }
-    }
-    out
+        !in_code
+    })
+}
+
+fn anchors(markdown: &str) -> Vec<String> {
+    prose(markdown)
+        .filter(|line| line.starts_with('#'))
+        .map(|line| anchor(line.trim_start_matches('#')))
+        .collect()
 }
 
 /// The targets of `[text](target)` links outside code blocks.
 fn links(markdown: &str) -> Vec<String> {
-    let mut in_code = false;
     let mut out = Vec::new();
-    for line in markdown.lines() {
-        if line.starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code {
-            continue;
-        }
+    for line in prose(markdown) {
         let mut rest = line;
         while let Some(i) = rest.find("](") {
             rest = &rest[i + 2..];

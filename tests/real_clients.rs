@@ -17,7 +17,6 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 const CAP_LINE_512: &str = "of 600 MiB on GPU 0: 512 MiB of the 1 GiB cap in use";
@@ -48,19 +47,7 @@ impl Client {
             Client::Bindings12 => ("GPUCAP_TEST_PYTHON_CB12", "cuda-bindings 12.x"),
             Client::Bindings13 => ("GPUCAP_TEST_PYTHON_CB13", "cuda-bindings 13.x"),
         };
-        let python = match std::env::var_os(var).filter(|v| !v.is_empty()) {
-            Some(p) => PathBuf::from(p),
-            None => {
-                assert!(
-                    std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() != Ok("1"),
-                    "{var} is not set but GPUCAP_TEST_REQUIRE_CLIENTS=1: run scripts/test.sh, \
-                     which creates a virtual environment with {what}"
-                );
-                eprintln!("SKIP: {var} is not set (a Python with {what}); scripts/test.sh sets it");
-                return None;
-            }
-        };
-        assert!(python.exists(), "{var}={} does not exist", python.display());
+        let python = client_python(var, what)?;
         let mut cmd = fake_cmd(python, stats);
         cmd.arg(root().join("tests/clients/bindings_client.py"))
             .env("PYTHONDONTWRITEBYTECODE", "1");

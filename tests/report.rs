@@ -10,7 +10,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -93,15 +93,6 @@ fn under_shim(prog: &Path, dir: &Path, report: &Path) -> Command {
         .env("GPUCAP_REPORT", report);
     preload(&mut c);
     c
-}
-
-fn dump(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    )
 }
 
 fn read_json(path: &Path) -> Value {

@@ -119,6 +119,34 @@ pub fn preload(cmd: &mut Command) -> &mut Command {
     cmd.env("LD_PRELOAD", shim())
 }
 
+/// A finished program's status and output, for assertion messages.
+pub fn dump(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    )
+}
+
+/// The Python of a real client, from `var` (scripts/test.sh sets it to a virtual
+/// environment holding `what`). `None`, after printing SKIP, when unset — unless
+/// `GPUCAP_TEST_REQUIRE_CLIENTS=1`, when a missing client fails the test.
+pub fn client_python(var: &str, what: &str) -> Option<PathBuf> {
+    let Some(python) = std::env::var_os(var).filter(|v| !v.is_empty()) else {
+        assert!(
+            std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() != Ok("1"),
+            "{var} is not set but GPUCAP_TEST_REQUIRE_CLIENTS=1: run scripts/test.sh, which \
+             creates a virtual environment with {what}"
+        );
+        eprintln!("SKIP: {var} is not set (a Python with {what}); scripts/test.sh sets it");
+        return None;
+    };
+    let python = PathBuf::from(python);
+    assert!(python.exists(), "{var}={} does not exist", python.display());
+    Some(python)
+}
+
 /// Run and capture; panics with the output if the program could not start.
 pub fn run(cmd: &mut Command) -> Output {
     cmd.output()
