@@ -275,6 +275,21 @@ fn device_queries() {
     }
 }
 
+/// STUBS.md lists exactly the exports that build.rs made NOT_SUPPORTED stubs.
+#[test]
+fn stubs_listing_matches_the_build() {
+    let total = TABLE
+        .exports()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    crate::stubs_doc::check(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/STUBS.md")),
+        "libcuda.so.1",
+        crate::generated::STUBS,
+        total,
+    );
+}
+
 /// The fake never captures: every capture query answers as the driver does outside a capture.
 #[test]
 fn stream_capture_queries_answer_not_capturing() {

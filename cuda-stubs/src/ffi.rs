@@ -160,8 +160,11 @@ pub(crate) use exports;
 
 /// Exports each name as `extern "C" fn() -> CUresult` returning CUDA_ERROR_NOT_SUPPORTED.
 /// A function that ignores its arguments is ABI-safe for any call on x86_64 SysV.
+/// Also defines `STUBS`, their names (checked against STUBS.md by a test).
 macro_rules! not_supported_stubs {
     ($($name:ident),* $(,)?) => {
+        #[cfg(test)]
+        pub(crate) const STUBS: &[&str] = &[$(stringify!($name)),*];
         $(
             #[unsafe(no_mangle)]
             pub extern "C" fn $name() -> $crate::ffi::CUresult {

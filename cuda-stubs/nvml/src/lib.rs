@@ -18,6 +18,9 @@ mod config;
 mod identity;
 #[path = "../../src/shared.rs"]
 mod shared;
+#[cfg(test)]
+#[path = "../../src/stubs_doc.rs"]
+mod stubs_doc;
 
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -285,8 +288,12 @@ macro_rules! exports {
 }
 
 /// NVML_ERROR_NOT_SUPPORTED for each name (ignoring arguments is ABI-safe on x86_64 SysV).
+/// Also defines `STUBS`, their names (checked against cuda-stubs/STUBS.md by a test).
 macro_rules! stubs {
-    ($($name:ident),* $(,)?) => {$(
+    ($($name:ident),* $(,)?) => {
+        #[cfg(test)]
+        pub(crate) const STUBS: &[&str] = &[$(stringify!($name)),*];
+        $(
         #[unsafe(no_mangle)]
         pub extern "C" fn $name() -> nvmlReturn_t {
             call(stringify!($name), || Err(NVML_ERROR_NOT_SUPPORTED))

@@ -305,3 +305,20 @@ fn init_is_reference_counted() {
         assert_eq!(nvmlDeviceGetCount(&mut n), NVML_SUCCESS);
     }
 }
+
+/// cuda-stubs/STUBS.md lists exactly the names of names.txt that build.rs made stubs.
+#[test]
+fn stubs_listing_matches_the_build() {
+    let total = include_str!("names.txt")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    stubs_doc::check(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../STUBS.md")),
+        "libnvidia-ml.so.1",
+        generated::STUBS,
+        total,
+    );
+}
