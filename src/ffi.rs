@@ -176,6 +176,7 @@ hook_table! {
         (pctx: *mut Handle, params: *mut c_void, flags: u32, dev: c_int) => imp::ctx_create_v4;
     cuCtxDestroy = "cuCtxDestroy" @ 2000 : (ctx: Handle) => imp::ctx_destroy;
     cuCtxDestroy_v2 = "cuCtxDestroy" @ 4000 : (ctx: Handle) => imp::ctx_destroy;
+    cuCtxDetach = "cuCtxDetach" @ 2000 : (ctx: Handle) => imp::ctx_detach;
     // The CUDA 2.x/3.0 variants with 32-bit sizes and pointers, still exported and still
     // what cuGetProcAddress answers for versions before 3020.
     cuMemAlloc = "cuMemAlloc" @ 2000 : (dptr: *mut u32, size: u32) => imp::mem_alloc_v1;
@@ -369,6 +370,8 @@ driver_fns! {
     cuCtxPushCurrent_v2: (Handle);
     cuCtxPopCurrent_v2: (*mut Handle);
     cuDevicePrimaryCtxGetState: (c_int, *mut u32, *mut c_int);
+    cuCtxGetId: (Handle, *mut u64);
+    cuCtxGetApiVersion: (Handle, *mut u32);
     cuMemGetAddressRange_v2: (*mut u64, *mut usize, u64);
     // Arrays.
     cuArrayGetMemoryRequirements: (*mut crate::hooks::MemoryRequirements, Handle, c_int);

@@ -10,8 +10,10 @@ use crate::contexts::{Ctx, CtxDriver};
 use crate::ffi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, driver};
 use crate::hooks::{Array3DDescriptor, Handle, MemoryRequirements};
 
-/// `CUDA_ERROR_INVALID_HANDLE`.
+/// `CUDA_ERROR_INVALID_HANDLE`, `CUDA_ERROR_INVALID_CONTEXT`, `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
 const CUDA_ERROR_INVALID_HANDLE: u32 = 400;
+const CUDA_ERROR_INVALID_CONTEXT: u32 = 201;
+const CUDA_ERROR_CONTEXT_IS_DESTROYED: u32 = 709;
 use crate::pools::PoolDriver;
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
@@ -84,28 +86,33 @@ impl PoolDriver for Pools {
 pub struct Contexts;
 
 impl CtxDriver for Contexts {
-    fn free_with(&self, ctx: Ctx) -> Option<u64> {
+    fn free_with(&self, ctx: Ctx) -> Result<u64, u32> {
         let (push, pop, info) = (
-            driver::cuCtxPushCurrent_v2()?,
-            driver::cuCtxPopCurrent_v2()?,
-            driver::cuMemGetInfo_v2()?,
+            driver::cuCtxPushCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
+            driver::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
+            driver::cuMemGetInfo_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
         );
         let (mut free, mut total) = (0usize, 0usize);
         let mut popped: Handle = null_mut();
         // SAFETY: `ctx` is a live context of this process; it is popped again right
         // after the query, leaving the thread's stack as it was.
         unsafe {
-            if push(ctx as Handle) != CUDA_SUCCESS {
-                return None;
+            let rc = push(ctx as Handle);
+            if rc != CUDA_SUCCESS {
+                return Err(rc);
             }
             let rc = info(&mut free, &mut total);
             pop(&mut popped);
-            (rc == CUDA_SUCCESS).then_some(free as u64)
+            if rc == CUDA_SUCCESS {
+                Ok(free as u64)
+            } else {
+                Err(rc)
+            }
         }
     }
 
-    fn create_floating(&self, device: usize) -> Option<Ctx> {
-        let pop = driver::cuCtxPopCurrent_v2()?;
+    fn create_floating(&self, device: usize) -> Result<Ctx, u32> {
+        let pop = driver::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?;
         let mut ctx: Handle = null_mut();
         let mut popped: Handle = null_mut();
         let dev = device as c_int;
@@ -116,14 +123,14 @@ impl CtxDriver for Contexts {
             let rc = match (driver::cuCtxCreate_v2(), driver::cuCtxCreate_v4()) {
                 (Some(create), _) => create(&mut ctx, 0, dev),
                 (None, Some(create)) => create(&mut ctx, null_mut(), 0, dev),
-                (None, None) => return None,
+                (None, None) => CUDA_ERROR_NOT_FOUND,
             };
             if rc != CUDA_SUCCESS {
-                return None;
+                return Err(rc);
             }
             pop(&mut popped);
         }
-        Some(ctx as Ctx)
+        Ok(ctx as Ctx)
     }
 
     fn destroy(&self, ctx: Ctx) {
@@ -140,6 +147,54 @@ impl CtxDriver for Contexts {
         (unsafe { state(device as c_int, &mut flags, &mut active) } == CUDA_SUCCESS)
             .then_some(active != 0)
     }
+
+    fn id(&self, ctx: Ctx) -> Option<u64> {
+        let get = driver::cuCtxGetId()?;
+        let mut id = 0u64;
+        // SAFETY: valid out-pointer; a context handle of the program's.
+        (unsafe { get(ctx as Handle, &mut id) } == CUDA_SUCCESS).then_some(id)
+    }
+
+    fn exists(&self, ctx: Ctx, id: Option<u64>) -> Option<bool> {
+        if ctx == 0 {
+            return None;
+        }
+        // The id (CUDA 12.0) also tells a handle reused for a new context from the old
+        // one; older drivers answer cuCtxGetApiVersion for any live context.
+        let rc = match (driver::cuCtxGetId(), id) {
+            (Some(get), Some(was)) => {
+                let mut now = 0u64;
+                // SAFETY: valid out-pointer.
+                let rc = unsafe { get(ctx as Handle, &mut now) };
+                if rc == CUDA_SUCCESS {
+                    return Some(now == was);
+                }
+                rc
+            }
+            _ => {
+                let version = driver::cuCtxGetApiVersion()?;
+                let mut v = 0u32;
+                // SAFETY: valid out-pointer.
+                unsafe { version(ctx as Handle, &mut v) }
+            }
+        };
+        match rc {
+            CUDA_SUCCESS => Some(true),
+            rc if context_unknown(rc) => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// Whether an answer says "no such context".
+fn context_unknown(rc: u32) -> bool {
+    matches!(
+        rc,
+        CUDA_ERROR_INVALID_CONTEXT
+            | CUDA_ERROR_CONTEXT_IS_DESTROYED
+            | CUDA_ERROR_INVALID_HANDLE
+            | CUDA_ERROR_INVALID_VALUE
+    )
 }
 
 /// Whether an answer says "no such allocation/handle" (rather than, say, "no current
@@ -215,6 +270,11 @@ pub fn destroy_array(handle: Handle, mipmapped: bool) {
 /// Destroys a context the shim refuses after the fact.
 pub fn destroy_context(ctx: Handle) {
     Contexts.destroy(ctx as Ctx);
+}
+
+/// The id of a context (before a call that may end it), for [`CtxDriver::exists`].
+pub fn context_id(ctx: Handle) -> Option<u64> {
+    Contexts.id(ctx as Ctx)
 }
 
 /// Releases a primary context retained by a call the shim refuses after the fact.
