@@ -264,6 +264,29 @@ fn libcuda() -> *mut c_void {
     null_mut()
 }
 
+/// Whether the program has libcuda loaded, without ever loading it (an NVML-only
+/// process must not get the driver API loaded by the shim).
+pub fn cuda_loaded() -> bool {
+    if !LIBCUDA.load(Acquire).is_null() {
+        return true;
+    }
+    for name in [c"libcuda.so.1", c"libcuda.so"] {
+        // SAFETY: dlopen with a constant name and RTLD_NOLOAD: it never loads anything.
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if !h.is_null() {
+            if LIBCUDA
+                .compare_exchange(null_mut(), h, AcqRel, Acquire)
+                .is_err()
+            {
+                // SAFETY: the reference this dlopen took; another was kept first.
+                unsafe { libc::dlclose(h) };
+            }
+            return true;
+        }
+    }
+    false
+}
+
 /// A handle to the NVML library the program uses, once one is known. Never loaded by
 /// the shim: NVML hooks run only in programs that loaded it.
 static LIBNVML: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
@@ -378,8 +401,17 @@ driver_fns! {
     cuMipmappedArrayGetMemoryRequirements: (*mut crate::hooks::MemoryRequirements, Handle, c_int);
     cuArray3DGetDescriptor_v2: (*mut crate::hooks::Array3DDescriptor, Handle);
     cuMipmappedArrayGetLevel: (*mut Handle, Handle, u32);
-    // NVML.
+    // NVML (its return codes are plain integers too): the devices, to learn which
+    // CUDA sees without initialising CUDA.
     nvmlDeviceGetUUID: (Handle, *mut c_char, u32);
+    nvmlDeviceGetCount_v2: (*mut u32);
+    nvmlDeviceGetHandleByIndex_v2: (u32, *mut Handle);
+    nvmlDeviceGetMigMode: (Handle, *mut u32, *mut u32);
+    nvmlDeviceGetMaxMigDeviceCount: (Handle, *mut u32);
+    nvmlDeviceGetMigDeviceHandleByIndex: (Handle, u32, *mut Handle);
+    nvmlDeviceGetPciInfo_v3: (Handle, *mut crate::nvml::PciInfo);
+    nvmlDeviceGetGpuInstanceId: (Handle, *mut u32);
+    nvmlDeviceGetComputeInstanceId: (Handle, *mut u32);
     // Hooked entry points the shim itself calls on the driver (to measure, or to undo
     // a call it refuses after the fact).
     cuInit: (u32);

@@ -9,6 +9,7 @@ use std::ptr::null_mut;
 use crate::contexts::{Ctx, CtxDriver};
 use crate::ffi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, driver};
 use crate::hooks::{Array3DDescriptor, Handle, MemoryRequirements};
+use crate::nvml::{NvmlGpu, NvmlMig, PciInfo};
 
 /// `CUDA_ERROR_INVALID_HANDLE`, `CUDA_ERROR_INVALID_CONTEXT`, `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
 const CUDA_ERROR_INVALID_HANDLE: u32 = 400;
@@ -20,8 +21,8 @@ use crate::pools::PoolDriver;
 const RESERVED_MEM_CURRENT: c_int = 5;
 const USED_MEM_CURRENT: c_int = 7;
 
-/// The UUIDs of the visible CUDA devices, by ordinal. Calls `cuInit(0)` first: it is
-/// idempotent, and NVML users reach this without having initialised CUDA.
+/// The UUIDs of the visible CUDA devices, by ordinal. Calls `cuInit(0)` first (it is
+/// idempotent); NVML hooks reach this only when the program initialised CUDA itself.
 pub fn visible_uuids() -> Option<Vec<[u8; 16]>> {
     let init = driver::cuInit()?;
     let count = driver::cuDeviceGetCount()?;
@@ -318,4 +319,99 @@ pub fn nvml_uuid(device: Handle) -> Option<[u8; 16]> {
     // SAFETY: NVML wrote a NUL-terminated string into the buffer (zeroed beforehand).
     let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
     crate::identity::parse_uuid(&text.to_string_lossy())
+}
+
+/// `NVML_SUCCESS`, `NVML_DEVICE_MIG_ENABLE`.
+const NVML_SUCCESS: u32 = 0;
+const NVML_MIG_ENABLE: u32 = 1;
+
+/// NVML's GPUs, with their PCI addresses and MIG devices (for `nvml::cuda_view`).
+/// None when NVML cannot list them.
+pub fn nvml_gpus() -> Option<Vec<NvmlGpu>> {
+    let count = driver::nvmlDeviceGetCount_v2()?;
+    let by_index = driver::nvmlDeviceGetHandleByIndex_v2()?;
+    let mut n = 0u32;
+    // SAFETY: valid out-pointer.
+    if unsafe { count(&mut n) } != NVML_SUCCESS {
+        return None;
+    }
+    (0..n)
+        .map(|i| {
+            let mut h: Handle = null_mut();
+            // SAFETY: valid out-pointer; an index below NVML's count.
+            if unsafe { by_index(i, &mut h) } != NVML_SUCCESS {
+                return None;
+            }
+            Some(NvmlGpu {
+                uuid: nvml_uuid(h)?,
+                pci: nvml_pci(h),
+                migs: nvml_migs(h),
+            })
+        })
+        .collect()
+}
+
+fn nvml_pci(gpu: Handle) -> Option<(u32, u32, u32)> {
+    let get = driver::nvmlDeviceGetPciInfo_v3()?;
+    let mut info = PciInfo::default();
+    // SAFETY: valid out-pointer of the struct's size.
+    (unsafe { get(gpu, &mut info) } == NVML_SUCCESS).then_some((info.domain, info.bus, info.device))
+}
+
+/// The MIG devices of a GPU in MIG mode (None when MIG is off or unsupported).
+fn nvml_migs(gpu: Handle) -> Option<Vec<NvmlMig>> {
+    let mode = driver::nvmlDeviceGetMigMode()?;
+    let (mut current, mut pending) = (0u32, 0u32);
+    // SAFETY: valid out-pointers.
+    if unsafe { mode(gpu, &mut current, &mut pending) } != NVML_SUCCESS
+        || current != NVML_MIG_ENABLE
+    {
+        return None;
+    }
+    let (max, by_index) = (
+        driver::nvmlDeviceGetMaxMigDeviceCount()?,
+        driver::nvmlDeviceGetMigDeviceHandleByIndex()?,
+    );
+    let mut n = 0u32;
+    // SAFETY: valid out-pointer.
+    if unsafe { max(gpu, &mut n) } != NVML_SUCCESS {
+        return None;
+    }
+    let id = |f: Option<unsafe extern "C" fn(Handle, *mut u32) -> u32>, h: Handle| {
+        let mut v = 0u32;
+        // SAFETY: valid out-pointer; a MIG handle NVML gave.
+        f.filter(|f| unsafe { f(h, &mut v) } == NVML_SUCCESS)
+            .map(|_| v)
+    };
+    let mut migs = Vec::new();
+    for i in 0..n {
+        let mut h: Handle = null_mut();
+        // SAFETY: valid out-pointer; NVML answers NOT_FOUND for an empty slot.
+        if unsafe { by_index(gpu, i, &mut h) } != NVML_SUCCESS {
+            continue;
+        }
+        let Some(uuid) = nvml_uuid(h) else { continue };
+        let gi = id(driver::nvmlDeviceGetGpuInstanceId(), h);
+        let ci = id(driver::nvmlDeviceGetComputeInstanceId(), h);
+        migs.push(NvmlMig {
+            uuid,
+            gi_ci: gi.zip(ci),
+        });
+    }
+    Some(migs)
+}
+
+/// Whether the process itself initialised CUDA (asked of the driver only if it is
+/// loaded, and without initialising it: `cuDeviceGetCount` answers
+/// `CUDA_ERROR_NOT_INITIALIZED` until `cuInit`).
+pub fn cuda_initialised() -> bool {
+    if !crate::ffi::cuda_loaded() {
+        return false;
+    }
+    let Some(count) = driver::cuDeviceGetCount() else {
+        return false;
+    };
+    let mut n: c_int = 0;
+    // SAFETY: valid out-pointer.
+    unsafe { count(&mut n) == CUDA_SUCCESS }
 }
