@@ -67,7 +67,8 @@ fn the_last_detach_gives_back_what_the_context_held() {
 }
 
 /// cuCtxAttach adds a usage count: the first cuCtxDetach leaves the context, its block
-/// usable and still charged; the second ends it and gives everything back.
+/// usable and still charged; the second ends it and gives everything back (so does
+/// cuCtxDestroy, whatever the count, in odd rounds).
 #[test]
 fn an_attached_context_lives_until_its_last_detach() {
     loop_both_ways("attach");

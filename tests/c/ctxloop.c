@@ -7,8 +7,8 @@
  *   ctxloop loop <how> <rounds> <block> <cap|-> <phys>
  *       <how>: destroy, destroy_v1 (cuCtxDestroy_v2 / cuCtxDestroy of a created
  *       context), detach (cuCtxDetach, its only reference), attach (cuCtxAttach, then
- *       cuCtxDetach twice: the first leaves the context alive, its block usable and
- *       still charged), release, release_v1 (cuDevicePrimaryCtxRelease_v2 / _v1 of
+ *       cuCtxDetach: the context stays alive, its block usable and still charged; then
+ *       cuCtxDetach again, or cuCtxDestroy_v2 in odd rounds), release, release_v1 (cuDevicePrimaryCtxRelease_v2 / _v1 of
  *       the primary context retained twice: the first release leaves it alive), reset,
  *       reset_v1 (cuDevicePrimaryCtxReset_v2 / _v1).
  *       Each round leaves live: cuMemAlloc_v2 of <block>, cuMemAllocAsync of <block>/4
@@ -131,7 +131,9 @@ static void loop(const char *how, int rounds, size_t block, const char *cap, siz
                       "charged (free %zu, %zu before)",
                       r, after, before);
             MUST(cuCtxSetCurrent(c));
-            MUST(cuCtxDetach(again));
+            /* The last usage count; every other round cuCtxDestroy_v2 ends it instead,
+             * as it ends a context whatever its count. */
+            MUST(r % 2 ? cuCtxDestroy_v2(again) : cuCtxDetach(again));
         } else if (strncmp(how, "release", 7) == 0) {
             MUST(cuDevicePrimaryCtxRetain(&again, 0));
             size_t before = free_now(c, NULL);
