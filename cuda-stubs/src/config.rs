@@ -14,7 +14,7 @@ pub struct Config {
     pub devices: usize,
     /// FAKECUDA_TOTAL_MEM: memory of each device in bytes (default 80Gi).
     pub total_mem: u64,
-    /// FAKECUDA_DRIVER_VERSION: what cuDriverGetVersion reports (default 12080).
+    /// FAKECUDA_DRIVER_VERSION: what cuDriverGetVersion reports (default 13050).
     pub driver_version: i32,
     /// FAKECUDA_STATS: where the exit-time stats JSON goes.
     pub stats_path: Option<PathBuf>,
@@ -29,7 +29,9 @@ pub struct Config {
 }
 
 pub const DEFAULT_TOTAL_MEM: u64 = 80 << 30;
-pub const DEFAULT_DRIVER_VERSION: i32 = 12080;
+/// CUDA 13.5, the version of the headers src/procaddr_table.txt was generated from (the
+/// newest CUDA the tests use).
+pub const DEFAULT_DRIVER_VERSION: i32 = 13050;
 
 static CONFIG: std::sync::OnceLock<Result<Config, String>> = std::sync::OnceLock::new();
 
@@ -86,7 +88,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             .ok()
             .filter(|&n| n >= 2000)
             .ok_or_else(|| {
-                format!("invalid FAKECUDA_DRIVER_VERSION={v:?}: expected a CUDA version number like 12080")
+                format!("invalid FAKECUDA_DRIVER_VERSION={v:?}: expected a CUDA version number like 13050")
             })?,
     };
     let stats_path = var("FAKECUDA_STATS")
@@ -137,7 +139,7 @@ mod tests {
         let c = from_env(env(&[])).unwrap();
         assert_eq!(
             (c.devices, c.total_mem, c.driver_version),
-            (1, 80 << 30, 12080)
+            (1, 80 << 30, 13050)
         );
         assert!(c.stats_path.is_none());
         assert!(c.shared.is_none() && !c.mig);
