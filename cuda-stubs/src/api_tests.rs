@@ -274,3 +274,281 @@ fn device_queries() {
         assert_eq!(cuGetErrorName(12345, &mut s), CUDA_ERROR_INVALID_VALUE);
     }
 }
+
+/// The fake never captures: every capture query answers as the driver does outside a capture.
+#[test]
+fn stream_capture_queries_answer_not_capturing() {
+    let _g = setup();
+    unsafe {
+        let mut stream = 0;
+        assert_eq!(cuStreamCreate(&mut stream, 0), 0);
+        // CU_STREAM_LEGACY (0 and 1), CU_STREAM_PER_THREAD (2), a created stream.
+        for s in [0, 1, 2, stream] {
+            for f in [cuStreamIsCapturing, cuStreamIsCapturing_ptsz] {
+                let mut status = 99;
+                assert_eq!(f(s, &mut status), 0, "stream {s:#x}");
+                assert_eq!(status, 0, "CU_STREAM_CAPTURE_STATUS_NONE");
+            }
+            for f in [cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_ptsz] {
+                let (mut status, mut id) = (99, 77u64);
+                assert_eq!(f(s, &mut status, &mut id), 0);
+                assert_eq!((status, id), (0, 0));
+                assert_eq!(f(s, &mut status, null_mut()), 0, "the id is optional");
+            }
+            for f in [cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz] {
+                let (mut status, mut id, mut graph, mut n) = (99, 77u64, 5usize, 9usize);
+                let mut deps: *const usize = std::ptr::dangling();
+                assert_eq!(f(s, &mut status, &mut id, &mut graph, &mut deps, &mut n), 0);
+                assert_eq!((status, id, graph, deps, n), (0, 0, 0, null(), 0));
+                let r = f(
+                    s,
+                    &mut status,
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                );
+                assert_eq!(r, 0, "every output but the status is optional");
+            }
+            for f in [cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo_v3_ptsz] {
+                let (mut status, mut id, mut graph, mut n) = (99, 77u64, 5usize, 9usize);
+                let mut deps: *const usize = std::ptr::dangling();
+                let mut edges: *const libc::c_void = std::ptr::dangling::<u64>().cast();
+                let r = f(
+                    s,
+                    &mut status,
+                    &mut id,
+                    &mut graph,
+                    &mut deps,
+                    &mut edges,
+                    &mut n,
+                );
+                assert_eq!(r, 0);
+                assert_eq!(
+                    (status, id, graph, deps, edges, n),
+                    (0, 0, 0, null(), null(), 0)
+                );
+                let r = f(
+                    s,
+                    &mut status,
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                );
+                assert_eq!(r, 0);
+                // The header: edge data needs the dependencies too.
+                let r = f(
+                    s,
+                    &mut status,
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                    &mut edges,
+                    null_mut(),
+                );
+                assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
+                let r = f(
+                    s,
+                    null_mut(),
+                    &mut id,
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                );
+                assert_eq!(r, CUDA_ERROR_INVALID_VALUE, "the status is required");
+            }
+        }
+        assert_eq!(
+            cuStreamIsCapturing(stream, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuStreamDestroy_v2(stream), 0);
+        let mut status = 0;
+        assert_eq!(
+            cuStreamIsCapturing(stream, &mut status),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(
+            cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                null_mut(),
+                null_mut(),
+                null_mut(),
+                null_mut(),
+                null_mut()
+            ),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        // What cuGetProcAddress hands out for them is the implementation, not a stub.
+        let mut f = null_mut();
+        assert_eq!(
+            cuGetProcAddress(c"cuStreamIsCapturing".as_ptr(), &mut f, 13050, 2),
+            0
+        );
+        let is_capturing: unsafe extern "C" fn(usize, *mut i32) -> CUresult =
+            std::mem::transmute(f);
+        status = 99;
+        assert_eq!((is_capturing(0, &mut status), status), (0, 0));
+        assert_eq!(
+            cuGetProcAddress(c"cuStreamGetCaptureInfo".as_ptr(), &mut f, 12030, 0),
+            0
+        );
+        assert_eq!(f as usize, cuStreamGetCaptureInfo_v3 as *const () as usize);
+    }
+}
+
+#[test]
+fn capture_mode_is_exchanged_per_thread() {
+    let _g = setup();
+    unsafe {
+        let mut mode = 2; // CU_STREAM_CAPTURE_MODE_RELAXED
+        assert_eq!(cuThreadExchangeStreamCaptureMode(&mut mode), 0);
+        assert_eq!(mode, 0, "a thread starts in CU_STREAM_CAPTURE_MODE_GLOBAL");
+        // Another thread has its own mode.
+        std::thread::spawn(|| {
+            let mut mode = 1;
+            assert_eq!(cuThreadExchangeStreamCaptureMode(&mut mode), 0);
+            assert_eq!(mode, 0);
+        })
+        .join()
+        .unwrap();
+        mode = 3;
+        assert_eq!(
+            cuThreadExchangeStreamCaptureMode(&mut mode),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(mode, 3, "untouched on error");
+        mode = -1;
+        assert_eq!(
+            cuThreadExchangeStreamCaptureMode(&mut mode),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuThreadExchangeStreamCaptureMode(null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        mode = 1;
+        assert_eq!(cuThreadExchangeStreamCaptureMode(&mut mode), 0);
+        assert_eq!(
+            mode, 2,
+            "the RELAXED mode set above, not changed by the errors"
+        );
+        mode = 0;
+        assert_eq!(cuThreadExchangeStreamCaptureMode(&mut mode), 0);
+        assert_eq!(mode, 1);
+    }
+}
+
+#[test]
+fn profiler_control_is_exported() {
+    let _g = setup();
+    unsafe {
+        for name in [c"cuProfilerStart", c"cuProfilerStop"] {
+            let mut f = null_mut();
+            let mut st = -1;
+            assert_eq!(
+                cuGetProcAddress_v2(name.as_ptr(), &mut f, 13050, 0, &mut st),
+                0
+            );
+            assert_eq!(st, 0);
+            let start_or_stop: extern "C" fn() -> CUresult = std::mem::transmute(f);
+            assert_eq!(start_or_stop(), 0, "{name:?} with a current context");
+            let r = std::thread::spawn(move || start_or_stop()).join().unwrap();
+            assert_eq!(r, CUDA_ERROR_INVALID_CONTEXT, "{name:?} without one");
+        }
+        assert_eq!(cuProfilerStart(), 0);
+        assert_eq!(cuProfilerStop(), 0);
+        let mut f = null_mut();
+        assert_eq!(
+            cuGetProcAddress(c"cuProfilerInitialize".as_ptr(), &mut f, 4000, 0),
+            0
+        );
+        assert_eq!(f as usize, cuProfilerInitialize as *const () as usize);
+        // cudaProfiler.h: since CUDA 12.0 it always returns NOT_SUPPORTED (the default
+        // driver here is 13.5; process_tests checks an older one).
+        assert_eq!(
+            cuProfilerInitialize(c"cfg".as_ptr(), c"out".as_ptr(), 0),
+            CUDA_ERROR_NOT_SUPPORTED
+        );
+    }
+}
+
+/// cuCtxAttach / cuCtxDetach: usage counts of created contexts; the primary context's is
+/// its retain count.
+#[test]
+fn attach_and_detach_count_usages() {
+    let (_g, primary) = setup();
+    let before = used();
+    unsafe {
+        let mut c = 0;
+        assert_eq!(cuCtxCreate_v2(&mut c, 0, 0), 0);
+        let mut p = 0;
+        assert_eq!(cuMemAlloc_v2(&mut p, 1 << 20), 0);
+        let mut a = 0;
+        assert_eq!(
+            cuCtxAttach(&mut a, 1),
+            CUDA_ERROR_INVALID_VALUE,
+            "flags must be 0"
+        );
+        assert_eq!(cuCtxAttach(null_mut(), 0), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuCtxAttach(&mut a, 0), 0);
+        assert_eq!(a, c, "the current context");
+        // 2 usages: the first detach leaves it alive and current.
+        assert_eq!(cuCtxDetach(c), 0);
+        let mut cur = 0;
+        assert_eq!(cuCtxGetCurrent(&mut cur), 0);
+        assert_eq!(cur, c);
+        assert_eq!(used() - before, 1 << 20);
+        let (mut base, mut size) = (0, 0);
+        assert_eq!(cuMemGetAddressRange_v2(&mut base, &mut size, p), 0);
+        // The last one destroys it as cuCtxDestroy does: freed, popped.
+        assert_eq!(cuCtxDetach(c), 0);
+        assert_eq!(used(), before);
+        assert_eq!(
+            cuMemGetAddressRange_v2(&mut base, &mut size, p),
+            CUDA_ERROR_NOT_FOUND
+        );
+        assert_eq!(cuCtxGetCurrent(&mut cur), 0);
+        assert_eq!(cur, primary, "popped: the primary context is current again");
+        assert_eq!(cuCtxDetach(c), CUDA_ERROR_INVALID_CONTEXT);
+        assert_eq!(cuCtxDestroy_v2(c), CUDA_ERROR_INVALID_CONTEXT);
+        assert_eq!(cuCtxDetach(0), CUDA_ERROR_INVALID_CONTEXT);
+
+        // cuCtxDestroy destroys whatever the count.
+        assert_eq!(cuCtxCreate_v2(&mut c, 0, 0), 0);
+        assert_eq!(cuCtxAttach(&mut a, 0), 0);
+        assert_eq!(cuCtxAttach(&mut a, 0), 0);
+        assert_eq!(cuMemAlloc_v2(&mut p, 1 << 20), 0);
+        assert_eq!(cuCtxDestroy_v2(c), 0);
+        assert_eq!(used(), before);
+        assert_eq!(cuCtxDetach(c), CUDA_ERROR_INVALID_CONTEXT);
+
+        // A detached context that is not current: destroyed, the current one stays.
+        assert_eq!(cuCtxCreate_v2(&mut c, 0, 0), 0);
+        assert_eq!(cuCtxPopCurrent_v2(null_mut()), 0);
+        assert_eq!(cuCtxDetach(c), 0);
+        assert_eq!(cuCtxGetCurrent(&mut cur), 0);
+        assert_eq!(cur, primary);
+
+        // The primary context: attach is a retain, detach a release.
+        let (mut flags, mut active) = (0, 0);
+        assert_eq!(cuCtxAttach(&mut a, 0), 0);
+        assert_eq!(a, primary);
+        assert_eq!(cuCtxDetach(primary), 0);
+        assert_eq!(cuDevicePrimaryCtxGetState(0, &mut flags, &mut active), 0);
+        assert_eq!(active, 1, "still retained by setup()");
+        assert_eq!(cuCtxGetCurrent(&mut cur), 0);
+        assert_eq!(cur, primary);
+
+        // Without a current context there is nothing to attach to.
+        let r = std::thread::spawn(|| {
+            let mut a = 0;
+            cuCtxAttach(&mut a, 0)
+        });
+        assert_eq!(r.join().unwrap(), CUDA_ERROR_INVALID_CONTEXT);
+    }
+}

@@ -1,4 +1,10 @@
 //! Contexts: primary contexts per device and created ones, current per thread (a stack).
+//!
+//! Usage counts: a created context starts at 1; cuCtxAttach adds one to the current context,
+//! cuCtxDetach takes one and destroys the context at zero (as cuCtxDestroy, which destroys
+//! whatever the count). A primary context's usage count is its retain count: attach and
+//! detach on it act as cuDevicePrimaryCtxRetain / cuDevicePrimaryCtxRelease (detach to zero
+//! also pops it from the calling thread's stack, as a destroy does).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -8,7 +14,7 @@ use once_cell::sync::Lazy;
 
 use crate::device::{cfg, check_dev};
 use crate::ffi::*;
-use libc::{c_int, c_uint, c_void};
+use libc::{c_char, c_int, c_uint, c_void};
 
 /// CUcontext is the address of a leaked 8-byte box: unique and never reused.
 pub type Ctx = usize;
@@ -18,6 +24,9 @@ struct CtxInfo {
     dev: usize,
     flags: u32,
     primary: bool,
+    /// Usage count of a created context (cuCtxCreate: 1, cuCtxAttach +1, cuCtxDetach -1);
+    /// a primary context counts in `Primary::refcount` instead.
+    usage: u32,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -75,6 +84,7 @@ fn primary_of(reg: &mut Registry, dev: usize) -> Ctx {
                 dev,
                 flags: 0,
                 primary: true,
+                usage: 0,
             },
         );
     }
@@ -142,6 +152,42 @@ fn release_context_mem(dev: usize) {
     }
 }
 
+/// Takes one reference off the primary context of `dev` (cuDevicePrimaryCtxRelease, or
+/// cuCtxDetach on it); at zero it is deactivated: its allocations are freed and its context
+/// memory given back. CUDA_ERROR_INVALID_CONTEXT if it is not active.
+fn release_primary(mut reg: std::sync::MutexGuard<'static, Registry>, dev: usize) -> CuResult {
+    let ctx = primary_of(&mut reg, dev);
+    let p = &mut reg.primary[dev];
+    if p.refcount == 0 {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    p.refcount -= 1;
+    if p.refcount == 0 {
+        invalidate_current_caches();
+        drop(reg);
+        crate::memory::free_all_of_context(ctx);
+        release_context_mem(dev);
+    }
+    Ok(())
+}
+
+/// Destroys the created context `ctx` (cuCtxDestroy, or cuCtxDetach to zero): it is popped
+/// from the calling thread's stack, its allocations and arrays are freed, its context memory
+/// given back. CUDA_ERROR_INVALID_CONTEXT for a primary or unknown context.
+fn destroy(mut reg: std::sync::MutexGuard<'static, Registry>, ctx: Ctx) -> CuResult {
+    let dev = match reg.live.get(&ctx) {
+        Some(info) if !info.primary => info.dev,
+        _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
+    };
+    reg.live.remove(&ctx);
+    invalidate_current_caches();
+    drop(reg);
+    STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
+    crate::memory::free_all_of_context(ctx);
+    release_context_mem(dev);
+    Ok(())
+}
+
 fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     let dev = check_dev(dev)?;
     if pctx.is_null() {
@@ -155,6 +201,7 @@ fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
             dev,
             flags,
             primary: false,
+            usage: 1,
         },
     );
     STACK.with(|s| s.borrow_mut().push(ctx));
@@ -181,20 +228,7 @@ crate::ffi::exports! {
 
     fn cuDevicePrimaryCtxRelease | cuDevicePrimaryCtxRelease_v2 (dev: c_int) {
         let dev = check_dev(dev)?;
-        let mut reg = registry();
-        let ctx = primary_of(&mut reg, dev);
-        let p = &mut reg.primary[dev];
-        if p.refcount == 0 {
-            return Err(CUDA_ERROR_INVALID_CONTEXT);
-        }
-        p.refcount -= 1;
-        if p.refcount == 0 {
-            invalidate_current_caches();
-            drop(reg);
-            crate::memory::free_all_of_context(ctx);
-            release_context_mem(dev);
-        }
-        Ok(())
+        release_primary(registry(), dev)
     }
 
     fn cuDevicePrimaryCtxReset | cuDevicePrimaryCtxReset_v2 (dev: c_int) {
@@ -249,17 +283,48 @@ crate::ffi::exports! {
 
     fn cuCtxDestroy | cuCtxDestroy_v2 (ctx: Ctx) {
         cfg()?;
+        destroy(registry(), ctx)
+    }
+
+    // Deprecated, still exported by CUDA 13: one more usage of the current context.
+    fn cuCtxAttach(pctx: *mut Ctx, flags: c_uint) {
+        cfg()?;
+        if pctx.is_null() || flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let (ctx, _) = current()?;
         let mut reg = registry();
-        let dev = match reg.live.get(&ctx) {
-            Some(info) if !info.primary => info.dev,
-            _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
-        };
-        reg.live.remove(&ctx);
-        invalidate_current_caches();
-        drop(reg);
-        STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
-        crate::memory::free_all_of_context(ctx);
-        release_context_mem(dev);
+        let info = *reg.live.get(&ctx).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        if info.primary {
+            let p = &mut reg.primary[info.dev];
+            p.refcount = p.refcount.checked_add(1).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        } else {
+            let usage = &mut reg.live.get_mut(&ctx).unwrap().usage;
+            *usage = usage.checked_add(1).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        }
+        note(|| format!("ctx={ctx:#x}"));
+        out(pctx, ctx)
+    }
+
+    // One usage less; the context is destroyed when none is left. (The header asks for `ctx`
+    // to be current; the fake does not insist.)
+    fn cuCtxDetach(ctx: Ctx) {
+        cfg()?;
+        let mut reg = registry();
+        let info = *reg.live.get(&ctx).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        if info.primary {
+            let last = reg.primary[info.dev].refcount == 1;
+            release_primary(reg, info.dev)?;
+            if last {
+                STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
+            }
+            return Ok(());
+        }
+        let usage = &mut reg.live.get_mut(&ctx).unwrap().usage;
+        *usage -= 1;
+        if *usage == 0 {
+            destroy(reg, ctx)?;
+        }
         Ok(())
     }
 
@@ -372,6 +437,25 @@ crate::ffi::exports! {
         }
         LIMITS.lock().unwrap_or_else(|e| e.into_inner()).insert(limit, value);
         Ok(())
+    }
+
+    // cudaProfiler.h. Deprecated: "starting with CUDA 12.0, it always returns
+    // CUDA_ERROR_NOT_SUPPORTED", so the fake does too when it reports a driver of 12.0 or later.
+    fn cuProfilerInitialize(config_file: *const c_char, output_file: *const c_char, output_mode: c_int) {
+        let _ = (config_file, output_file, output_mode);
+        if cfg()?.driver_version >= 12000 {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        Ok(())
+    }
+
+    // Profiling of the current context on/off: no profiler is attached to the fake.
+    fn cuProfilerStart() {
+        current().map(|_| ())
+    }
+
+    fn cuProfilerStop() {
+        current().map(|_| ())
     }
 
     fn cuCtxGetCacheConfig(config: *mut c_int) {

@@ -557,3 +557,287 @@ fn array_requirements_match_the_charge() {
     }
     assert_eq!(used(), before);
 }
+
+fn pool_int(pool: usize, attr: i32) -> Result<i32, CUresult> {
+    let mut v = 0x5555_5555i32;
+    match unsafe { cuMemPoolGetAttribute(pool, attr, (&mut v as *mut i32).cast()) } {
+        0 => Ok(v),
+        e => Err(e),
+    }
+}
+
+fn device_pool_props(max_size: usize, handle_types: i32) -> CUmemPoolProps {
+    // SAFETY: a plain C struct, zero is its default.
+    let mut props: CUmemPoolProps = unsafe { std::mem::zeroed() };
+    props.alloc_type = 1;
+    props.handle_types = handle_types;
+    props.location = CUmemLocation { type_: 1, id: 0 };
+    props.max_size = max_size;
+    props
+}
+
+/// CUDA 13.2's pool attributes name the pool's device (the default driver here is 13.5;
+/// process_tests checks that older drivers do not know them), and CUDA 13's by-location
+/// calls find the same pools as the by-device ones.
+#[test]
+fn pools_say_where_they_live() {
+    let (_g, _) = setup();
+    let before = used();
+    unsafe {
+        let mut default = 0;
+        assert_eq!(cuDeviceGetDefaultMemPool(&mut default, 0), 0);
+        let props = device_pool_props(8 * MIB, 1);
+        let mut pool = 0;
+        assert_eq!(cuMemPoolCreate(&mut pool, &props), 0);
+        // ALLOCATION_TYPE, EXPORT_HANDLE_TYPES, LOCATION_ID, LOCATION_TYPE,
+        // HW_DECOMPRESS_ENABLED, LOCALITY_DOMAIN_ID (int); MAX_POOL_SIZE (cuuint64_t).
+        let ints = [9, 10, 11, 12, 14, 15];
+        let got = |p: usize| ints.map(|a| pool_int(p, a));
+        assert_eq!(got(default), [1, 0, 0, 1, 0, -1].map(Ok));
+        assert_eq!(got(pool), [1, 1, 0, 1, 0, -1].map(Ok));
+        assert_eq!((pool_attr(default, 13), pool_attr(pool, 13)), (0, 8 << 20));
+        assert_eq!(pool_int(pool, 16), Err(CUDA_ERROR_INVALID_VALUE));
+        let mut v = 1i32;
+        assert_eq!(
+            cuMemPoolSetAttribute(pool, 11, (&mut v as *mut i32).cast()),
+            CUDA_ERROR_INVALID_VALUE,
+            "read-only"
+        );
+
+        // The pool's own device has READWRITE access; there is no other device here.
+        let mut flags = -1;
+        let dev0 = CUmemLocation { type_: 1, id: 0 };
+        for p in [default, pool] {
+            assert_eq!(cuMemPoolGetAccess(&mut flags, p, &dev0), 0);
+            assert_eq!(flags, 3);
+        }
+        let host = CUmemLocation { type_: 2, id: 0 };
+        assert_eq!(cuMemPoolGetAccess(&mut flags, pool, &host), 0);
+        assert_eq!(flags, 0);
+        let dev1 = CUmemLocation { type_: 1, id: 1 };
+        assert_eq!(
+            cuMemPoolGetAccess(&mut flags, pool, &dev1),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuMemPoolSetAccess(pool, &RW, 1), 0);
+        let revoke = CUmemAccessDesc {
+            location: dev0,
+            flags: 0,
+        };
+        assert_eq!(
+            cuMemPoolSetAccess(pool, &revoke, 1),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuMemPoolGetAccess(&mut flags, pool, &dev0), 0);
+        assert_eq!(flags, 3);
+
+        // cuMemGetDefaultMemPool / cuMemGetMemPool / cuMemSetMemPool (device, pinned).
+        let mut loc = dev0;
+        let (mut got_default, mut current) = (0, 0);
+        assert_eq!(cuMemGetDefaultMemPool(&mut got_default, &mut loc, 1), 0);
+        assert_eq!(got_default, default);
+        assert_eq!(cuMemGetMemPool(&mut current, &mut loc, 1), 0);
+        assert_eq!(current, default);
+        assert_eq!(cuMemSetMemPool(&mut loc, 1, pool), 0);
+        assert_eq!(cuDeviceGetMemPool(&mut current, 0), 0);
+        assert_eq!(current, pool, "the same setting as cuDeviceSetMemPool");
+        assert_eq!(cuMemGetMemPool(&mut current, &mut loc, 1), 0);
+        assert_eq!(current, pool);
+        let mut p = 0;
+        assert_eq!(cuMemAllocAsync(&mut p, MIB, 0), 0);
+        assert_eq!(pool_attr(pool, USED), 1 << 20, "cuMemAllocAsync uses it");
+        assert_eq!(cuMemFreeAsync(p, 0), 0);
+        assert_eq!(cuDeviceSetMemPool(0, default), 0);
+        assert_eq!(cuMemGetMemPool(&mut current, &mut loc, 1), 0);
+        assert_eq!(current, default);
+        // Managed and host pools are not modelled; the rest is invalid.
+        let mut host = host;
+        let cases = [
+            (host, 1, CUDA_ERROR_NOT_SUPPORTED),
+            (
+                CUmemLocation { type_: 3, id: 0 },
+                1,
+                CUDA_ERROR_NOT_SUPPORTED,
+            ),
+            (dev0, 2, CUDA_ERROR_NOT_SUPPORTED),
+            (
+                CUmemLocation { type_: 0, id: 0 },
+                2,
+                CUDA_ERROR_NOT_SUPPORTED,
+            ),
+            (
+                CUmemLocation { type_: 0, id: 0 },
+                1,
+                CUDA_ERROR_INVALID_VALUE,
+            ),
+            (
+                CUmemLocation { type_: 4, id: 0 },
+                1,
+                CUDA_ERROR_INVALID_VALUE,
+            ),
+            (
+                CUmemLocation { type_: 5, id: 0 },
+                1,
+                CUDA_ERROR_INVALID_VALUE,
+            ),
+            (dev0, 0, CUDA_ERROR_INVALID_VALUE),
+            (dev0, 3, CUDA_ERROR_INVALID_VALUE),
+            (dev1, 1, CUDA_ERROR_INVALID_VALUE),
+        ];
+        for (mut l, t, want) in cases {
+            assert_eq!(
+                cuMemGetMemPool(&mut current, &mut l, t),
+                want,
+                "{l:?} type {t}"
+            );
+            assert_eq!(cuMemSetMemPool(&mut l, t, default), want, "{l:?} type {t}");
+            let want = if l.type_ == 1 && l.id == 1 {
+                CUDA_ERROR_INVALID_DEVICE
+            } else {
+                want
+            };
+            assert_eq!(
+                cuMemGetDefaultMemPool(&mut current, &mut l, t),
+                want,
+                "{l:?} type {t}"
+            );
+        }
+        assert_eq!(
+            cuMemGetMemPool(&mut current, null_mut(), 1),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuMemSetMemPool(&mut host, 1, pool),
+            CUDA_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(cuMemPoolDestroy(pool), 0);
+        assert_eq!(
+            cuMemSetMemPool(&mut loc, 1, pool),
+            CUDA_ERROR_INVALID_VALUE,
+            "destroyed"
+        );
+        assert_eq!(pool_int(pool, 11), Err(CUDA_ERROR_INVALID_VALUE));
+    }
+    assert_eq!(used(), before);
+}
+
+/// VMM memory stays while anything references it: a handle (cuMemCreate or
+/// cuMemRetainAllocationHandle) or a mapping; a handle maps at several addresses.
+#[test]
+fn vmm_memory_lives_until_the_last_reference() {
+    let (_g, _) = setup();
+    let before = used();
+    let stats_used = || ledger().unwrap().stats(0).used;
+    let stats_before = stats_used();
+    let g = GRANULARITY;
+    unsafe {
+        let mut h = 0;
+        assert_eq!(cuMemCreate(&mut h, 2 * g, &prop(0), 0), 0);
+        let (mut va1, mut va2) = (0, 0);
+        assert_eq!(cuMemAddressReserve(&mut va1, 2 * g, 0, 0, 0), 0);
+        assert_eq!(cuMemAddressReserve(&mut va2, 2 * g, 0, 0, 0), 0);
+        assert_eq!(cuMemMap(va1, 2 * g, 0, h, 0), 0);
+        assert_eq!(cuMemMap(va2, 2 * g, 0, h, 0), 0);
+        assert_eq!(cuMemSetAccess(va1, 2 * g, &RW, 1), 0);
+        assert_eq!(cuMemSetAccess(va2, 2 * g, &RW, 1), 0);
+        let x = 0xfeed_beefu32;
+        assert_eq!(cuMemcpyHtoD_v2(va1 + 4096, (&x as *const u32).cast(), 4), 0);
+        let mut y = 0u32;
+        assert_eq!(
+            cuMemcpyDtoH_v2((&mut y as *mut u32).cast(), va2 + 4096, 4),
+            0
+        );
+        assert_eq!(y, x, "one memory at two addresses");
+        assert_eq!(used() - before, 2 * g, "charged once");
+
+        let mut retained = 0;
+        assert_eq!(
+            cuMemRetainAllocationHandle(&mut retained, (va2 + 100) as *mut c_void),
+            0
+        );
+        assert_eq!(retained, h);
+        assert_eq!(cuMemRelease(h), 0);
+        assert_eq!(cuMemUnmap(va1, 2 * g), 0);
+        assert_eq!(cuMemUnmap(va2, 2 * g), 0);
+        // Released once, unmapped everywhere, but the retained reference holds it.
+        assert_eq!(used() - before, 2 * g);
+        assert_eq!(stats_used() - stats_before, 2 * g as u64);
+        assert_eq!(cuMemMap(va1, 2 * g, 0, h, 0), 0, "still a valid handle");
+        assert_eq!(cuMemRelease(h), 0);
+        // No handle left, one mapping: still there, and still the same bytes.
+        assert_eq!(used() - before, 2 * g);
+        assert_eq!(cuMemSetAccess(va1, 2 * g, &RW, 1), 0);
+        assert_eq!(
+            cuMemcpyDtoH_v2((&mut y as *mut u32).cast(), va1 + 4096, 4),
+            0
+        );
+        assert_eq!(y, x);
+        assert_eq!(
+            cuMemRelease(h),
+            CUDA_ERROR_INVALID_VALUE,
+            "no reference left to release"
+        );
+        assert_eq!(cuMemUnmap(va1, 2 * g), 0);
+        assert_eq!(used(), before, "the last mapping gone: freed");
+        assert_eq!(stats_used(), stats_before);
+        assert_eq!(cuMemMap(va1, 2 * g, 0, h, 0), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(cuMemAddressFree(va1, 2 * g), 0);
+        assert_eq!(cuMemAddressFree(va2, 2 * g), 0);
+    }
+}
+
+/// cuMemFree_v2 of pool memory returns it to its pool; a pool destroyed before or after
+/// its last allocation is freed releases everything once both happened, with no trim and
+/// no synchronisation.
+#[test]
+fn pool_memory_freed_and_pools_destroyed_in_either_order() {
+    let (_g, _) = setup();
+    let before = used();
+    unsafe {
+        let mut default = 0;
+        assert_eq!(cuDeviceGetMemPool(&mut default, 0), 0);
+        let mut p = 0;
+        assert_eq!(cuMemAllocAsync(&mut p, 3 * MIB, 0), 0);
+        assert_eq!(cuMemFree_v2(p), 0);
+        assert_eq!(
+            (pool_attr(default, RESERVED), pool_attr(default, USED)),
+            (3 << 20, 0),
+            "back in the pool, still reserved"
+        );
+        assert_eq!(used() - before, 3 * MIB);
+        assert_eq!(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE, "freed once");
+        assert_eq!(cuCtxSynchronize(), 0);
+        assert_eq!(used(), before);
+
+        // Freed first (cached in the pool), destroyed after: released at the destroy.
+        let mut pool = 0;
+        assert_eq!(cuMemPoolCreate(&mut pool, &device_pool_props(0, 0)), 0);
+        assert_eq!(cuMemAllocFromPoolAsync(&mut p, 4 * MIB, pool, 0), 0);
+        assert_eq!(cuMemFree_v2(p), 0);
+        assert_eq!(pool_attr(pool, RESERVED), 4 << 20);
+        assert_eq!(used() - before, 4 * MIB);
+        assert_eq!(cuMemPoolDestroy(pool), 0);
+        assert_eq!(used(), before);
+
+        // Destroyed first, with two allocations out: released as each is freed.
+        assert_eq!(cuMemPoolCreate(&mut pool, &device_pool_props(0, 0)), 0);
+        let mut q = 0;
+        assert_eq!(cuMemAllocFromPoolAsync(&mut p, 4 * MIB, pool, 0), 0);
+        assert_eq!(cuMemAllocFromPoolAsync(&mut q, 2 * MIB, pool, 0), 0);
+        assert_eq!(cuMemPoolDestroy(pool), 0);
+        assert_eq!(
+            cuMemAllocFromPoolAsync(&mut p, MIB, pool, 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(used() - before, 6 * MIB);
+        assert_eq!(cuMemFree_v2(p), 0);
+        assert_eq!(used() - before, 2 * MIB);
+        assert_eq!(
+            cuMemcpyHtoD_v2(q, [7u8; 16].as_ptr().cast(), 16),
+            0,
+            "still valid"
+        );
+        assert_eq!(cuMemFree_v2(q), 0);
+        assert_eq!(used(), before);
+    }
+}

@@ -20,6 +20,7 @@ use once_cell::sync::Lazy;
 
 use crate::device::{cfg, check_dev};
 use crate::ffi::*;
+use crate::identity::MAX_DEVICES;
 use crate::memory::{CUdeviceptr, Kind, alloc, free, ledger};
 use crate::vmm::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccessDesc, CUmemLocation,
@@ -49,6 +50,33 @@ const ATTR_RESERVED_MEM_CURRENT: c_int = 5;
 const ATTR_RESERVED_MEM_HIGH: c_int = 6;
 const ATTR_USED_MEM_CURRENT: c_int = 7;
 const ATTR_USED_MEM_HIGH: c_int = 8;
+// Added by CUDA 13.2 (read-only): the pool's kind and where it lives.
+const ATTR_ALLOCATION_TYPE: c_int = 9;
+const ATTR_EXPORT_HANDLE_TYPES: c_int = 10;
+const ATTR_LOCATION_ID: c_int = 11;
+const ATTR_LOCATION_TYPE: c_int = 12;
+const ATTR_MAX_POOL_SIZE: c_int = 13;
+const ATTR_HW_DECOMPRESS_ENABLED: c_int = 14;
+// Added by CUDA 13.4 (read-only): -1 when the pool is not localized.
+const ATTR_LOCALITY_DOMAIN_ID: c_int = 15;
+/// The first driver versions that know attributes 9..=14 and 15.
+const LOCATION_ATTRS_SINCE: i32 = 13020;
+const LOCALITY_ATTR_SINCE: i32 = 13040;
+
+/// CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS (CUmemPoolProps.usage).
+const USAGE_HW_DECOMPRESS: u16 = 2;
+
+// CUmemLocationType values other than DEVICE, and CU_MEM_ALLOCATION_TYPE_MANAGED.
+const LOCATION_TYPE_NONE: c_int = 0;
+const LOCATION_TYPE_HOST: c_int = 2;
+const LOCATION_TYPE_HOST_NUMA: c_int = 3;
+const LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN: c_int = 6;
+const ALLOCATION_TYPE_MANAGED: c_int = 2;
+
+/// CUmemAccess_flags: NONE, READ, READWRITE.
+const ACCESS_NONE: c_int = 0;
+const ACCESS_READ: c_int = 1;
+const ACCESS_READWRITE: c_int = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pool {
@@ -64,6 +92,13 @@ pub struct Pool {
     reuse: [c_int; 3],
     /// CUmemPoolProps.maxSize (0: no limit but the device).
     max_size: u64,
+    /// CUmemPoolProps.handleTypes (0 for a default pool).
+    handle_types: c_int,
+    /// CUmemPoolProps.usage.
+    usage: u16,
+    /// CUmemAccess_flags of each device (ordinal) on the pool's memory: READWRITE for the
+    /// pool's own device, NONE for the others until cuMemPoolSetAccess.
+    access: [c_int; MAX_DEVICES],
     /// cuMemPoolDestroy'ed while allocations were outstanding: released as they are freed.
     destroyed: bool,
 }
@@ -80,8 +115,40 @@ impl Pool {
             reserved_high: 0,
             reuse: [1, 1, 1],
             max_size,
+            handle_types: 0,
+            usage: 0,
+            access: std::array::from_fn(|d| {
+                if d == dev {
+                    ACCESS_READWRITE
+                } else {
+                    ACCESS_NONE
+                }
+            }),
             destroyed: false,
         }
+    }
+
+    /// A read-only attribute of the pool's kind and place (CUDA 13.2+), as the driver of
+    /// `driver_version` answers it: None if that driver does not know `attr`.
+    fn kind_attribute(&self, attr: c_int, driver_version: i32) -> Option<u64> {
+        let since = if attr == ATTR_LOCALITY_DOMAIN_ID {
+            LOCALITY_ATTR_SINCE
+        } else {
+            LOCATION_ATTRS_SINCE
+        };
+        if driver_version < since {
+            return None;
+        }
+        Some(match attr {
+            ATTR_ALLOCATION_TYPE => CU_MEM_ALLOCATION_TYPE_PINNED as u64,
+            ATTR_EXPORT_HANDLE_TYPES => self.handle_types as u64,
+            ATTR_LOCATION_ID => self.dev as u64,
+            ATTR_LOCATION_TYPE => CU_MEM_LOCATION_TYPE_DEVICE as u64,
+            ATTR_MAX_POOL_SIZE => self.max_size,
+            ATTR_HW_DECOMPRESS_ENABLED => (self.usage & USAGE_HW_DECOMPRESS != 0) as u64,
+            ATTR_LOCALITY_DOMAIN_ID => -1i64 as u64,
+            _ => return None,
+        })
     }
 
     /// Hands out `size` bytes: cached bytes first; `grow(n)` charges the device for the
@@ -240,6 +307,53 @@ fn pool_get(pool: usize) -> Result<Pool, CUresult> {
         .ok_or(CUDA_ERROR_INVALID_VALUE)
 }
 
+/// The device of a (location, allocation type) the CUDA 13 pool-by-location calls name.
+/// Only device memory (`DEVICE`, `PINNED`) has pools in the fake: host, host NUMA, locality
+/// domain and managed pools are CUDA_ERROR_NOT_SUPPORTED; combinations the header rules out
+/// are CUDA_ERROR_INVALID_VALUE, and so is an unknown device, unless `bad_device` says
+/// otherwise.
+fn pool_location(
+    location: *const CUmemLocation,
+    alloc_type: c_int,
+    bad_device: CUresult,
+) -> Result<usize, CUresult> {
+    cfg()?;
+    let loc = inp(location)?;
+    let managed = match alloc_type {
+        CU_MEM_ALLOCATION_TYPE_PINNED => false,
+        ALLOCATION_TYPE_MANAGED => true,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    match (loc.type_, managed) {
+        (CU_MEM_LOCATION_TYPE_DEVICE, false) => check_dev(loc.id).map_err(|_| bad_device),
+        (
+            CU_MEM_LOCATION_TYPE_DEVICE
+            | LOCATION_TYPE_HOST
+            | LOCATION_TYPE_HOST_NUMA
+            | LOCATION_TYPE_NONE,
+            true,
+        )
+        | (
+            LOCATION_TYPE_HOST | LOCATION_TYPE_HOST_NUMA | LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN,
+            false,
+        ) => Err(CUDA_ERROR_NOT_SUPPORTED),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// Makes `pool` the current pool of `dev` (cuDeviceSetMemPool, cuMemSetMemPool).
+fn set_current(dev: usize, pool: usize) -> CuResult {
+    let mut ps = pools();
+    ps.ensure(dev);
+    match ps.pools.get(&pool) {
+        Some(p) if p.dev == dev && !p.destroyed => {
+            ps.current[dev] = pool;
+            Ok(())
+        }
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
 fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: usize) -> CuResult {
     let (ctx, sdev) = crate::stream::context_of(stream)?;
     if dptr.is_null() {
@@ -272,16 +386,26 @@ crate::ffi::exports! {
     }
 
     fn cuDeviceSetMemPool(dev: c_int, pool: usize) {
-        let dev = check_dev(dev)?;
+        set_current(check_dev(dev)?, pool)
+    }
+
+    // CUDA 13.0: the same by (location, allocation type).
+    fn cuMemGetDefaultMemPool(pool_out: *mut usize, location: *mut CUmemLocation, alloc_type: c_int) {
+        let dev = pool_location(location, alloc_type, CUDA_ERROR_INVALID_DEVICE)?;
         let mut ps = pools();
         ps.ensure(dev);
-        match ps.pools.get(&pool) {
-            Some(p) if p.dev == dev && !p.destroyed => {
-                ps.current[dev] = pool;
-                Ok(())
-            }
-            _ => Err(CUDA_ERROR_INVALID_VALUE),
-        }
+        out(pool_out, ps.default[dev])
+    }
+
+    fn cuMemGetMemPool(pool: *mut usize, location: *mut CUmemLocation, alloc_type: c_int) {
+        let dev = pool_location(location, alloc_type, CUDA_ERROR_INVALID_VALUE)?;
+        let mut ps = pools();
+        ps.ensure(dev);
+        out(pool, ps.current[dev])
+    }
+
+    fn cuMemSetMemPool(location: *mut CUmemLocation, alloc_type: c_int, pool: usize) {
+        set_current(pool_location(location, alloc_type, CUDA_ERROR_INVALID_VALUE)?, pool)
     }
 
     fn cuMemPoolCreate(pool: *mut usize, props: *const CUmemPoolProps) {
@@ -294,7 +418,9 @@ crate::ffi::exports! {
         let h = new_handle();
         let mut ps = pools();
         ps.ensure(dev);
-        ps.pools.insert(h, Pool::new(dev, false, props.max_size as u64));
+        let mut p = Pool::new(dev, false, props.max_size as u64);
+        (p.handle_types, p.usage) = (props.handle_types, props.usage);
+        ps.pools.insert(h, p);
         note(|| format!("pool={h:#x}"));
         out(pool, h)
     }
@@ -359,19 +485,55 @@ crate::ffi::exports! {
             ATTR_RESERVED_MEM_HIGH => out(value.cast::<u64>(), p.reserved_high),
             ATTR_USED_MEM_CURRENT => out(value.cast::<u64>(), p.used),
             ATTR_USED_MEM_HIGH => out(value.cast::<u64>(), p.used_high),
-            _ => Err(CUDA_ERROR_INVALID_VALUE),
+            ATTR_MAX_POOL_SIZE => {
+                let v = p.kind_attribute(attr, cfg()?.driver_version).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+                out(value.cast::<u64>(), v)
+            }
+            _ => {
+                let v = p.kind_attribute(attr, cfg()?.driver_version).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+                out(value.cast::<c_int>(), v as c_int)
+            }
         }
     }
 
+    // Other devices' access to the pool's memory; the pool's own device always has READWRITE.
     fn cuMemPoolSetAccess(pool: usize, desc: *const CUmemAccessDesc, count: usize) {
-        pool_get(pool)?;
-        if desc.is_null() && count > 0 { Err(CUDA_ERROR_INVALID_VALUE) } else { Ok(()) }
+        let p = pool_get(pool)?;
+        if desc.is_null() && count > 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut grants = Vec::with_capacity(count);
+        for i in 0..count {
+            // SAFETY: the caller passes an array of `count` descriptors.
+            let d = inp(unsafe { desc.add(i) })?;
+            let dev = (d.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE)
+                .then(|| check_dev(d.location.id).ok())
+                .flatten()
+                .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            let valid = matches!(d.flags, ACCESS_NONE | ACCESS_READ | ACCESS_READWRITE)
+                && (dev != p.dev || d.flags == ACCESS_READWRITE);
+            if !valid {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            grants.push((dev, d.flags));
+        }
+        let mut ps = pools();
+        let p = ps.pools.get_mut(&pool).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        for (dev, flags) in grants {
+            p.access[dev] = flags;
+        }
+        Ok(())
     }
 
     fn cuMemPoolGetAccess(flags: *mut c_int, pool: usize, location: *const CUmemLocation) {
-        pool_get(pool)?;
+        let p = pool_get(pool)?;
         let loc = inp(location)?;
-        out(flags, if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE { 3 } else { 0 })
+        let access = if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+            p.access[check_dev(loc.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?]
+        } else {
+            ACCESS_NONE
+        };
+        out(flags, access)
     }
 
     fn cuMemAllocAsync | cuMemAllocAsync_ptsz (dptr: *mut CUdeviceptr, bytesize: usize, stream: usize) {

@@ -13,7 +13,9 @@ use crate::ffi::*;
 use crate::ipc::*;
 use crate::memory::*;
 use crate::pool::*;
+use crate::vmm::{CUmemAccessDesc, CUmemLocation};
 use libc::c_int;
+use std::ptr::null;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -37,6 +39,7 @@ fn shell() {
     }
     let mut ptrs: Vec<u64> = Vec::new();
     let mut created: Vec<usize> = Vec::new();
+    let mut attached: Vec<usize> = Vec::new();
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let line = line.unwrap();
@@ -71,6 +74,56 @@ fn shell() {
                     format!("{rc}")
                 }
                 "destroy" => format!("{}", cuCtxDestroy_v2(created.pop().unwrap())),
+                // cuCtxAttach to the current context; `detach` detaches the last one attached.
+                "attach" => {
+                    let mut c = 0;
+                    let rc = cuCtxAttach(&mut c, 0);
+                    if rc == 0 {
+                        attached.push(c);
+                    }
+                    format!("{rc}")
+                }
+                "detach" => format!("{}", cuCtxDetach(*attached.last().unwrap())),
+                "state" => {
+                    let (mut flags, mut active) = (0, -1);
+                    let rc = cuDevicePrimaryCtxGetState(dev(1), &mut flags, &mut active);
+                    format!("{rc} {active}")
+                }
+                "version" => {
+                    let mut v = 0;
+                    let rc = cuDriverGetVersion(&mut v);
+                    format!("{rc} {v}")
+                }
+                "profinit" => format!("{}", cuProfilerInitialize(null(), null(), 0)),
+                // An int attribute of device D's default pool: `poolattr D ATTR`.
+                "poolattr" => {
+                    let mut pool = 0;
+                    assert_eq!(cuDeviceGetDefaultMemPool(&mut pool, dev(1)), 0);
+                    let mut v = 0x5555;
+                    let rc = cuMemPoolGetAttribute(pool, dev(2), (&mut v as *mut c_int).cast());
+                    format!("{rc} {v}")
+                }
+                // Device D's access to device P's default pool: `poolaccess P D`, and
+                // `poolgrant P D FLAGS` sets it.
+                "poolaccess" | "poolgrant" => {
+                    let mut pool = 0;
+                    assert_eq!(cuDeviceGetDefaultMemPool(&mut pool, dev(1)), 0);
+                    let location = CUmemLocation {
+                        type_: 1,
+                        id: dev(2),
+                    };
+                    if w[0] == "poolgrant" {
+                        let desc = CUmemAccessDesc {
+                            location,
+                            flags: dev(3),
+                        };
+                        format!("{}", cuMemPoolSetAccess(pool, &desc, 1))
+                    } else {
+                        let mut flags = -1;
+                        let rc = cuMemPoolGetAccess(&mut flags, pool, &location);
+                        format!("{rc} {flags}")
+                    }
+                }
                 "alloc" => {
                     let mut p = 0;
                     let rc = cuMemAlloc_v2(&mut p, num(1) as usize);
@@ -469,4 +522,109 @@ fn pools_keep_reserved_memory_visible_to_other_processes() {
     a.exit();
     b.exit();
     let _ = std::fs::remove_file(&path);
+}
+
+/// cuCtxDetach to zero gives the context back as cuCtxDestroy / the last primary release do:
+/// its context memory and its allocations.
+#[test]
+fn detaching_the_last_usage_gives_the_context_back() {
+    let st = tmp("detach-stats");
+    let mut s = Shell::spawn(&[
+        ("FAKECUDA_CONTEXT_MEM", "300Mi"),
+        ("FAKECUDA_TOTAL_MEM", "1Gi"),
+        ("FAKECUDA_STATS", st.to_str().unwrap()),
+    ]);
+    s.ok("init");
+    assert_eq!(s.cmd("attach"), "201", "no current context");
+    // The primary context, retained once: attach makes it twice.
+    s.ok("ctx 0");
+    s.ok("attach");
+    s.ok(&format!("alloc {}", 100 * MIB));
+    s.ok("detach");
+    assert_eq!(s.cmd("state 0"), "0 1");
+    assert_eq!(s.cmd("mine 0"), format!("{}", 400 * MIB));
+    s.ok("detach");
+    assert_eq!(s.cmd("state 0"), "0 0", "released to zero");
+    assert_eq!(
+        s.cmd("mine 0"),
+        "0",
+        "its memory and its allocation are given back"
+    );
+    assert_eq!(s.cmd("detach"), "201");
+    // A created context: 1 usage, 2 after attach.
+    s.ok("create 0");
+    s.ok("attach");
+    s.ok(&format!("alloc {}", 100 * MIB));
+    s.ok("detach");
+    assert_eq!(s.cmd("mine 0"), format!("{}", 400 * MIB));
+    s.ok("detach");
+    assert_eq!(s.cmd("mine 0"), "0");
+    assert_eq!(s.cmd("detach"), "201", "destroyed");
+    assert_eq!(
+        s.cmd(&format!("alloc {}", MIB)).split(' ').next(),
+        Some("201"),
+        "and popped"
+    );
+    s.exit();
+    let js = stats(&st);
+    assert_eq!(stat(&js, 0, "peak_used"), 400 * MIB, "{js}");
+    assert_eq!(stat(&js, 0, "context_mem"), 0, "{js}");
+    assert_eq!(stat(&js, 0, "final_used"), 0, "{js}");
+    let _ = std::fs::remove_file(&st);
+}
+
+/// What the fake knows follows FAKECUDA_DRIVER_VERSION: CUDA 13.2's pool location
+/// attributes, 13.4's locality domain, cuProfilerInitialize's NOT_SUPPORTED since 12.0.
+#[test]
+fn the_driver_version_decides_what_the_fake_knows() {
+    // (version, cuProfilerInitialize, LOCATION_ID, LOCATION_TYPE, LOCALITY_DOMAIN_ID)
+    let cases = [
+        (None, "801", "0 2", "0 1", "0 -1"),
+        (Some("11080"), "0", "1 21845", "1 21845", "1 21845"),
+        (Some("12090"), "801", "1 21845", "1 21845", "1 21845"),
+        (Some("13010"), "801", "1 21845", "1 21845", "1 21845"),
+        (Some("13020"), "801", "0 2", "0 1", "1 21845"),
+        (Some("13040"), "801", "0 2", "0 1", "0 -1"),
+    ];
+    for (version, profinit, id, ty, locality) in cases {
+        let mut env = vec![("FAKECUDA_DEVICES", "3")];
+        env.extend(version.map(|v| ("FAKECUDA_DRIVER_VERSION", v)));
+        let mut s = Shell::spawn(&env);
+        s.ok("init");
+        let want = version.unwrap_or("13050");
+        assert_eq!(s.ok("version"), want, "the default is CUDA 13.5");
+        assert_eq!(s.cmd("profinit"), profinit, "{version:?}");
+        assert_eq!(s.cmd("poolattr 2 11"), id, "{version:?}");
+        assert_eq!(s.cmd("poolattr 2 12"), ty, "{version:?}");
+        assert_eq!(s.cmd("poolattr 2 15"), locality, "{version:?}");
+        s.exit();
+    }
+}
+
+/// A pool's own device has READWRITE access; others get what cuMemPoolSetAccess grants.
+#[test]
+fn pool_access_of_other_devices() {
+    let mut s = Shell::spawn(&[("FAKECUDA_DEVICES", "3")]);
+    s.ok("init");
+    assert_eq!(s.cmd("poolaccess 1 1"), "0 3");
+    assert_eq!(s.cmd("poolaccess 1 0"), "0 0", "not granted");
+    assert_eq!(s.cmd("poolaccess 1 3"), "1 -1", "no such device");
+    s.ok("poolgrant 1 0 1");
+    assert_eq!(s.cmd("poolaccess 1 0"), "0 1");
+    s.ok("poolgrant 1 0 3");
+    assert_eq!(s.cmd("poolaccess 1 0"), "0 3");
+    assert_eq!(s.cmd("poolaccess 1 2"), "0 0", "per device");
+    assert_eq!(s.cmd("poolaccess 0 0"), "0 3", "per pool");
+    assert_eq!(s.cmd("poolaccess 0 1"), "0 0");
+    s.ok("poolgrant 1 0 0");
+    assert_eq!(s.cmd("poolaccess 1 0"), "0 0", "revoked");
+    assert_eq!(s.cmd("poolgrant 1 1 0"), "1", "the owner keeps READWRITE");
+    assert_eq!(
+        s.cmd("poolgrant 1 0 2"),
+        "1",
+        "not a CUmemAccess_flags value"
+    );
+    assert_eq!(s.cmd("poolgrant 1 5 3"), "1", "no such device");
+    assert_eq!(s.cmd("poolaccess 1 1"), "0 3");
+    s.exit();
 }

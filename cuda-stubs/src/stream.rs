@@ -1,7 +1,9 @@
 //! Streams and events. All work is done synchronously when issued, so streams are always
-//! idle and events complete when recorded.
+//! idle and events complete when recorded. Streams never capture: the capture queries answer
+//! as the driver does outside a capture.
 
 use std::collections::HashMap;
+use std::ptr::null_mut;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -120,6 +122,48 @@ fn elapsed(ms: *mut f32, start: usize, end: usize) -> CuResult {
     }
 }
 
+/// CU_STREAM_CAPTURE_STATUS_NONE.
+pub const CAPTURE_STATUS_NONE: c_int = 0;
+/// CU_STREAM_CAPTURE_MODE_GLOBAL, the default mode of a thread.
+pub const CAPTURE_MODE_GLOBAL: c_int = 0;
+/// CU_STREAM_CAPTURE_MODE_RELAXED, the last valid mode.
+const CAPTURE_MODE_RELAXED: c_int = 2;
+
+thread_local! {
+    /// This thread's stream capture mode (cuThreadExchangeStreamCaptureMode).
+    static CAPTURE_MODE: std::cell::Cell<c_int> = const { std::cell::Cell::new(CAPTURE_MODE_GLOBAL) };
+}
+
+/// Writes `v` through an optional output pointer (NULL: nothing to write).
+fn out_opt<T>(p: *mut T, v: T) -> CuResult {
+    if p.is_null() { Ok(()) } else { out(p, v) }
+}
+
+/// cuStreamGetCaptureInfo (every version): the stream is valid and not capturing. The status
+/// is required; the other outputs are optional and written as the driver does when not
+/// capturing (id 0, no graph, no dependencies, no edge data). Edge data needs dependencies.
+#[allow(clippy::too_many_arguments)]
+fn capture_info(
+    stream: usize,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut usize,
+    deps: *mut *const usize,
+    edges: *mut *const c_void,
+    count: *mut usize,
+) -> CuResult {
+    check(stream)?;
+    if status.is_null() || (!edges.is_null() && deps.is_null()) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    out(status, CAPTURE_STATUS_NONE)?;
+    out_opt(id, 0)?;
+    out_opt(graph, 0)?;
+    out_opt(deps, std::ptr::null())?;
+    out_opt(edges, std::ptr::null())?;
+    out_opt(count, 0)
+}
+
 type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
 type StreamCallback = Option<unsafe extern "C" fn(usize, u32, *mut c_void)>;
 
@@ -182,6 +226,38 @@ crate::ffi::exports! {
     fn cuStreamGetId | cuStreamGetId_ptsz (stream: usize, id: *mut u64) {
         check(stream)?;
         out(id, stream as u64)
+    }
+
+    fn cuStreamIsCapturing | cuStreamIsCapturing_ptsz (stream: usize, status: *mut c_int) {
+        check(stream)?;
+        out(status, CAPTURE_STATUS_NONE)
+    }
+
+    // CUDA 10.1: (status, id).
+    fn cuStreamGetCaptureInfo | cuStreamGetCaptureInfo_ptsz (stream: usize, status: *mut c_int, id: *mut u64) {
+        capture_info(stream, status, id, null_mut(), null_mut(), null_mut(), null_mut())
+    }
+
+    // CUDA 11.3: (status, id, graph, dependencies, count).
+    fn cuStreamGetCaptureInfo_v2 | cuStreamGetCaptureInfo_v2_ptsz (stream: usize, status: *mut c_int, id: *mut u64, graph: *mut usize, deps: *mut *const usize, count: *mut usize) {
+        capture_info(stream, status, id, graph, deps, null_mut(), count)
+    }
+
+    // CUDA 12.3: (status, id, graph, dependencies, edge data, count).
+    fn cuStreamGetCaptureInfo_v3 | cuStreamGetCaptureInfo_v3_ptsz (stream: usize, status: *mut c_int, id: *mut u64, graph: *mut usize, deps: *mut *const usize, edges: *mut *const c_void, count: *mut usize) {
+        capture_info(stream, status, id, graph, deps, edges, count)
+    }
+
+    // Swaps this thread's capture mode with `*mode` (GLOBAL 0, THREAD_LOCAL 1, RELAXED 2).
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) {
+        cfg()?;
+        let new = inp(mode.cast_const())?;
+        if !(CAPTURE_MODE_GLOBAL..=CAPTURE_MODE_RELAXED).contains(&new) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let old = CAPTURE_MODE.with(|m| m.replace(new));
+        note(|| format!("old mode={old}"));
+        out(mode, old)
     }
 
     fn cuLaunchHostFunc | cuLaunchHostFunc_ptsz (stream: usize, func: HostFn, user_data: *mut c_void) {
