@@ -61,9 +61,12 @@ fn a_destroyed_context_gives_back_what_it_held() {
     loop_both_ways("destroy_v1");
 }
 
+/// cuCtxDetach of a created context's only usage count; of the primary context's only
+/// reference (on the fake, a release).
 #[test]
 fn the_last_detach_gives_back_what_the_context_held() {
     loop_both_ways("detach");
+    loop_both_ways("detach_primary");
 }
 
 /// cuCtxAttach adds a usage count: the first cuCtxDetach leaves the context, its block

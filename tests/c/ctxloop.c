@@ -10,7 +10,9 @@
  *       cuCtxDetach: the context stays alive, its block usable and still charged; then
  *       cuCtxDetach again, or cuCtxDestroy_v2 in odd rounds), release, release_v1 (cuDevicePrimaryCtxRelease_v2 / _v1 of
  *       the primary context retained twice: the first release leaves it alive), reset,
- *       reset_v1 (cuDevicePrimaryCtxReset_v2 / _v1).
+ *       reset_v1 (cuDevicePrimaryCtxReset_v2 / _v1), detach_primary (cuCtxDetach of the
+ *       primary context retained once, which the fake, like pycuda's use of it, takes
+ *       as its release).
  *       Each round leaves live: cuMemAlloc_v2 of <block>, cuMemAllocAsync of <block>/4
  *       and a 1 MiB cuArrayCreate_v2. After each round, cuMemGetInfo_v2 (asked with a
  *       context that stays, an "observer") must show the free memory of the start.
@@ -89,7 +91,8 @@ static void round_trip_free(CUcontext observer, int round, const char *how) {
 }
 
 static void loop(const char *how, int rounds, size_t block, const char *cap, size_t phys) {
-    int primary = strncmp(how, "release", 7) == 0 || strncmp(how, "reset", 5) == 0;
+    int primary = strncmp(how, "release", 7) == 0 || strncmp(how, "reset", 5) == 0 ||
+                  strcmp(how, "detach_primary") == 0;
     MUST(cuInit(0));
     CUcontext observer, c, again;
     if (primary) {
@@ -115,7 +118,7 @@ static void loop(const char *how, int rounds, size_t block, const char *cap, siz
             MUST(cuCtxDestroy_v2(c));
         } else if (strcmp(how, "destroy_v1") == 0) {
             MUST(cuCtxDestroy(c));
-        } else if (strcmp(how, "detach") == 0) {
+        } else if (strcmp(how, "detach") == 0 || strcmp(how, "detach_primary") == 0) {
             MUST(cuCtxDetach(c));
         } else if (strcmp(how, "attach") == 0) {
             MUST(cuCtxAttach(&again, 0));
