@@ -19,8 +19,20 @@
 //! memory later for a context (modules loaded lazily, a grown malloc heap): that is
 //! not measured.
 //!
+//! When the measurement fails (the driver would not answer, or there was no room for
+//! the temporary context), the context cannot be charged: under a cap it is undone and
+//! the call refused; without a cap it is allowed, not counted, with an error line
+//! (see [`Unmeasured`]). Never silently.
+//!
+//! A context ends with `cuCtxDestroy`, `cuCtxDetach` of its last reference, the last
+//! `cuDevicePrimaryCtxRelease` or `cuDevicePrimaryCtxReset`; the driver frees its
+//! memory with it. Whether it really ended is asked of the driver after the call (the
+//! context's id, the primary's state), never counted here: the program can attach and
+//! detach behind any count the shim would keep.
+//!
 //! This module is safe Rust over a [`CtxDriver`]; the hooks pass the real driver.
 
+use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::config::MAX_DEVICES;
@@ -29,16 +41,105 @@ use crate::ledger::{Charge, LiveMap};
 /// A `CUcontext`, as an integer.
 pub type Ctx = u64;
 
-/// What measuring needs from the driver.
+/// `CUDA_SUCCESS`, `CUDA_ERROR_OUT_OF_MEMORY` (the FFI edge's constants are not compiled
+/// into the unit tests).
+const SUCCESS: u32 = 0;
+const OUT_OF_MEMORY: u32 = 2;
+
+/// What measuring needs from the driver. Failures carry the driver's error code.
 pub trait CtxDriver {
     /// The driver's free memory on `ctx`'s device, asked with `ctx` pushed current.
-    fn free_with(&self, ctx: Ctx) -> Option<u64>;
+    fn free_with(&self, ctx: Ctx) -> Result<u64, u32>;
     /// Creates a context on `device` and leaves it not current (a temporary vantage).
-    fn create_floating(&self, device: usize) -> Option<Ctx>;
+    fn create_floating(&self, device: usize) -> Result<Ctx, u32>;
     /// Destroys a context made by `create_floating`.
     fn destroy(&self, ctx: Ctx);
     /// Whether `device`'s primary context is active (retained at least once).
     fn primary_active(&self, device: usize) -> Option<bool>;
+    /// The driver's unique id of a live context (`cuCtxGetId`), if it gives one.
+    fn id(&self, ctx: Ctx) -> Option<u64>;
+    /// Whether `ctx` still exists: Some(false) when the driver says it does not, or
+    /// that the handle is now another context (its id is not `id`); None when the
+    /// driver cannot say.
+    fn exists(&self, ctx: Ctx, id: Option<u64>) -> Option<bool>;
+}
+
+/// Why a context's memory could not be measured, and the driver's error that says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unmeasured {
+    pub step: Step,
+    /// The driver's error code (never `CUDA_SUCCESS`).
+    pub rc: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The temporary context to measure the first context on a device with.
+    Temporary,
+    /// The call failed for want of room while the temporary context was held; it
+    /// succeeded without it, so there was nothing to measure with.
+    NoRoom,
+    /// `cuMemGetInfo_v2` before or after the call.
+    FreeBefore,
+    FreeAfter,
+}
+
+impl Unmeasured {
+    fn new(step: Step, rc: u32) -> Unmeasured {
+        let rc = if rc == SUCCESS { OUT_OF_MEMORY } else { rc };
+        Unmeasured { step, rc }
+    }
+}
+
+impl fmt::Display for Unmeasured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rc = self.rc;
+        match self.step {
+            Step::Temporary => write!(
+                f,
+                "the temporary context gpucap measures the first context of a GPU with could not be created (error {rc})"
+            ),
+            Step::NoRoom => write!(
+                f,
+                "there was no room for the temporary context gpucap measures it with (error {rc} with it, none without)"
+            ),
+            Step::FreeBefore => write!(f, "cuMemGetInfo_v2 failed before the call (error {rc})"),
+            Step::FreeAfter => write!(f, "cuMemGetInfo_v2 failed after the call (error {rc})"),
+        }
+    }
+}
+
+/// What to do with a context the driver made, given its measurement and whether its
+/// device has a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Charge these bytes (refused, like any allocation, if the cap cannot take them).
+    Charge(u64),
+    /// Undo the context and return this error: a context gpucap cannot charge is not
+    /// allowed under a cap.
+    Refuse(u32),
+    /// No cap on the device: allowed, not counted (an error line says so).
+    Uncounted,
+}
+
+pub fn verdict(measured: Result<u64, Unmeasured>, capped: bool) -> Verdict {
+    match measured {
+        Ok(bytes) => Verdict::Charge(bytes),
+        Err(why) if capped => Verdict::Refuse(why.rc),
+        Err(_) => Verdict::Uncounted,
+    }
+}
+
+/// What a call that may have ended a context found, asked of the driver afterwards.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// The context is gone: credit its charge (None if it had none here) and the
+    /// allocations the driver freed with it.
+    Gone(Option<Charge>),
+    /// Still alive (another reference holds it): nothing to credit.
+    Alive,
+    /// The driver cannot say: its charge is kept (never less than it may hold).
+    Unknown,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -110,34 +211,49 @@ impl DeviceLock<'_> {
         })
     }
 
-    /// Runs `call` (which creates a context; `ok` says whether it did) and returns its
-    /// result with the device memory the context took: free before minus free after,
-    /// or None when it could not be measured.
-    pub fn measure<R>(
+    /// Runs `call` (which creates a context) and returns its result with the device
+    /// memory the context took: free before minus free after, or why it could not be
+    /// measured (meaningless when the call failed). If the call runs out of memory
+    /// while a temporary context is held for the measurement, the temporary context is
+    /// destroyed and the call made again without it: gpucap must not make a context
+    /// fail that the device has room for.
+    pub fn measure(
         &self,
         drv: &impl CtxDriver,
-        call: impl FnOnce() -> R,
-        ok: impl Fn(&R) -> bool,
-    ) -> (R, Option<u64>) {
-        let (vantage, temporary) = match self.vantage() {
-            Some(v) => (Some(v), None),
-            None => {
-                let t = drv.create_floating(self.device);
-                (t, t)
+        mut call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>) {
+        let (vantage, mut temporary) = match self.vantage() {
+            Some(v) => (Ok(v), None),
+            None => match drv.create_floating(self.device) {
+                Ok(t) => (Ok(t), Some(t)),
+                Err(rc) => (Err(Unmeasured::new(Step::Temporary, rc)), None),
+            },
+        };
+        let mut before = vantage.and_then(|v| {
+            drv.free_with(v)
+                .map(|free| (v, free))
+                .map_err(|rc| Unmeasured::new(Step::FreeBefore, rc))
+        });
+        let mut rc = call();
+        if rc == OUT_OF_MEMORY
+            && let Some(t) = temporary.take()
+        {
+            drv.destroy(t);
+            rc = call();
+            before = Err(Unmeasured::new(Step::NoRoom, OUT_OF_MEMORY));
+        }
+        let taken = before.and_then(|(v, b)| {
+            if rc != SUCCESS {
+                return Ok(0);
             }
-        };
-        let before = vantage.and_then(|v| drv.free_with(v));
-        let result = call();
-        let after = if ok(&result) {
-            vantage.and_then(|v| drv.free_with(v))
-        } else {
-            None
-        };
+            drv.free_with(v)
+                .map(|a| b.saturating_sub(a))
+                .map_err(|rc| Unmeasured::new(Step::FreeAfter, rc))
+        });
         if let Some(t) = temporary {
             drv.destroy(t);
         }
-        let taken = before.zip(after).map(|(b, a)| b.saturating_sub(a));
-        (result, taken)
+        (rc, taken)
     }
 
     /// Whether the primary context is already active, so a retain creates nothing.
@@ -178,20 +294,47 @@ impl DeviceLock<'_> {
     pub fn restore_created(&self, ctx: Ctx, charge: Charge) {
         self.book.created.insert(ctx, charge);
     }
+
+    /// After the driver accepted a call that ends `ctx` only with its last reference
+    /// (`cuCtxDetach`; `id` is the context's id read before the call): asks the driver
+    /// whether the context is gone, and if so takes its charge.
+    pub fn after_release(&mut self, drv: &impl CtxDriver, ctx: Ctx, id: Option<u64>) -> Ending {
+        let is_primary = self.state.primary.is_some_and(|(p, _)| p == ctx);
+        let exists = if is_primary {
+            drv.primary_active(self.device)
+        } else {
+            drv.exists(ctx, id)
+        };
+        match exists {
+            Some(true) => Ending::Alive,
+            None => Ending::Unknown,
+            Some(false) if is_primary => Ending::Gone(self.take_primary()),
+            Some(false) => Ending::Gone(self.take_created(ctx)),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::cell::{Cell, RefCell};
+    use std::collections::BTreeMap;
 
-    /// A device with `free` bytes; each live context takes `per_ctx`.
+    /// A device with `free` bytes; each live context takes `per_ctx` (creating one
+    /// without room fails with out-of-memory). Contexts live in `live`, by handle, with
+    /// an id that is never reused.
     struct Fake {
         free: Cell<u64>,
         per_ctx: u64,
         next: Cell<Ctx>,
         log: RefCell<Vec<String>>,
-        active: bool,
+        active: Cell<bool>,
+        live: RefCell<BTreeMap<Ctx, u64>>,
+        /// Error of cuMemGetInfo_v2 from the n-th query on (0: never).
+        fail_free_from: Cell<usize>,
+        queries: Cell<usize>,
+        /// Whether `exists` can tell.
+        can_tell: bool,
     }
 
     impl Fake {
@@ -201,33 +344,75 @@ mod tests {
                 per_ctx,
                 next: Cell::new(100),
                 log: RefCell::default(),
-                active: false,
+                active: Cell::new(false),
+                live: RefCell::default(),
+                fail_free_from: Cell::new(0),
+                queries: Cell::new(0),
+                can_tell: true,
             }
         }
-        fn make(&self) -> Ctx {
+        /// What the program's own create call does: OOM without room.
+        fn make(&self) -> Result<Ctx, u32> {
+            if self.free.get() < self.per_ctx {
+                return Err(OUT_OF_MEMORY);
+            }
             self.free.set(self.free.get() - self.per_ctx);
             self.next.set(self.next.get() + 1);
-            self.next.get()
+            let c = self.next.get();
+            self.live.borrow_mut().insert(c, c * 7);
+            Ok(c)
+        }
+        fn call(&self) -> u32 {
+            match self.make() {
+                Ok(_) => SUCCESS,
+                Err(rc) => rc,
+            }
+        }
+        fn drop_ctx(&self, ctx: Ctx) {
+            if self.live.borrow_mut().remove(&ctx).is_some() {
+                self.free.set(self.free.get() + self.per_ctx);
+            }
         }
     }
 
     impl CtxDriver for Fake {
-        fn free_with(&self, ctx: Ctx) -> Option<u64> {
+        fn free_with(&self, ctx: Ctx) -> Result<u64, u32> {
             self.log.borrow_mut().push(format!("free@{ctx}"));
-            Some(self.free.get())
+            self.queries.set(self.queries.get() + 1);
+            let from = self.fail_free_from.get();
+            if from != 0 && self.queries.get() >= from {
+                return Err(201);
+            }
+            Ok(self.free.get())
         }
-        fn create_floating(&self, _device: usize) -> Option<Ctx> {
-            let c = self.make();
+        fn create_floating(&self, _device: usize) -> Result<Ctx, u32> {
+            let c = self.make()?;
             self.log.borrow_mut().push(format!("temp {c}"));
-            Some(c)
+            Ok(c)
         }
         fn destroy(&self, ctx: Ctx) {
-            self.free.set(self.free.get() + self.per_ctx);
+            self.drop_ctx(ctx);
             self.log.borrow_mut().push(format!("destroy {ctx}"));
         }
         fn primary_active(&self, _device: usize) -> Option<bool> {
-            Some(self.active)
+            Some(self.active.get())
         }
+        fn id(&self, ctx: Ctx) -> Option<u64> {
+            self.live.borrow().get(&ctx).copied()
+        }
+        fn exists(&self, ctx: Ctx, id: Option<u64>) -> Option<bool> {
+            if !self.can_tell {
+                return None;
+            }
+            Some(
+                self.id(ctx)
+                    .is_some_and(|now| id.is_none_or(|was| was == now)),
+            )
+        }
+    }
+
+    fn made(drv: &Fake) -> Ctx {
+        drv.next.get()
     }
 
     #[test]
@@ -236,8 +421,9 @@ mod tests {
         let drv = Fake::new(10_000, 300);
         let mut lock = book.lock(0).unwrap();
         assert!(!lock.primary_active(&drv));
-        let (ctx, taken) = lock.measure(&drv, || drv.make(), |_| true);
-        assert_eq!(taken, Some(300));
+        let (rc, taken) = lock.measure(&drv, || drv.call());
+        let ctx = made(&drv);
+        assert_eq!((rc, taken), (SUCCESS, Ok(300)));
         assert_eq!(
             *drv.log.borrow(),
             ["temp 101", "free@101", "free@101", "destroy 101"]
@@ -246,8 +432,9 @@ mod tests {
         assert!(lock.primary_active(&drv));
         // The next context is measured from the primary: no temporary one.
         drv.log.borrow_mut().clear();
-        let (c2, taken) = lock.measure(&drv, || drv.make(), |_| true);
-        assert_eq!(taken, Some(300));
+        let (_, taken) = lock.measure(&drv, || drv.call());
+        let c2 = made(&drv);
+        assert_eq!(taken, Ok(300));
         assert_eq!(
             *drv.log.borrow(),
             [format!("free@{ctx}"), format!("free@{ctx}")]
@@ -264,7 +451,7 @@ mod tests {
         assert_eq!(lock.take_primary(), None);
         // With the primary gone, the created context is the vantage.
         drv.log.borrow_mut().clear();
-        lock.measure(&drv, || drv.make(), |_| true);
+        let _ = lock.measure(&drv, || drv.call());
         assert_eq!(drv.log.borrow()[0], format!("free@{c2}"));
         assert_eq!(
             lock.take_created(c2),
@@ -277,12 +464,12 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_call_measures_nothing() {
+    fn a_failed_call_leaves_nothing_behind() {
         let book = ContextBook::new();
         let drv = Fake::new(10_000, 300);
         let lock = book.lock(3).unwrap();
-        let (rc, taken) = lock.measure(&drv, || 2u32, |rc| *rc == 0);
-        assert_eq!((rc, taken), (2, None));
+        let (rc, _) = lock.measure(&drv, || 999);
+        assert_eq!(rc, 999);
         assert_eq!(
             drv.free.get(),
             10_000,
@@ -296,7 +483,116 @@ mod tests {
         let book = ContextBook::new();
         let drv = Fake::new(10_000, 0);
         let lock = book.lock(0).unwrap();
-        let (_, taken) = lock.measure(&drv, || drv.free.set(20_000), |_| true);
-        assert_eq!(taken, Some(0));
+        let (_, taken) = lock.measure(&drv, || {
+            drv.free.set(20_000);
+            SUCCESS
+        });
+        assert_eq!(taken, Ok(0));
+    }
+
+    #[test]
+    fn room_for_one_context_only_the_call_is_made_without_the_temporary_one() {
+        let book = ContextBook::new();
+        let drv = Fake::new(500, 300);
+        let lock = book.lock(0).unwrap();
+        let mut calls = 0;
+        let (rc, taken) = lock.measure(&drv, || {
+            calls += 1;
+            drv.call()
+        });
+        assert_eq!(rc, SUCCESS, "the device has room for the program's context");
+        assert_eq!(calls, 2);
+        assert_eq!(
+            drv.live.borrow().len(),
+            1,
+            "only the program's context is left"
+        );
+        let why = taken.unwrap_err();
+        assert_eq!(
+            why,
+            Unmeasured {
+                step: Step::NoRoom,
+                rc: OUT_OF_MEMORY
+            }
+        );
+        assert!(
+            why.to_string()
+                .contains("no room for the temporary context"),
+            "{why}"
+        );
+        assert_eq!(verdict(taken, true), Verdict::Refuse(OUT_OF_MEMORY));
+        assert_eq!(verdict(taken, false), Verdict::Uncounted);
+        assert_eq!(verdict(Ok(300), true), Verdict::Charge(300));
+
+        // No room at all: the temporary context fails, so does the call.
+        let drv = Fake::new(100, 300);
+        let (rc, taken) = lock.measure(&drv, || drv.call());
+        assert_eq!(rc, OUT_OF_MEMORY);
+        assert_eq!(taken.unwrap_err().step, Step::Temporary);
+    }
+
+    #[test]
+    fn a_query_that_fails_is_never_a_charge_of_zero() {
+        let book = ContextBook::new();
+        for (from, step) in [(1, Step::FreeBefore), (2, Step::FreeAfter)] {
+            let drv = Fake::new(10_000, 300);
+            drv.fail_free_from.set(from);
+            let lock = book.lock(1).unwrap();
+            let (rc, taken) = lock.measure(&drv, || drv.call());
+            assert_eq!(rc, SUCCESS);
+            assert_eq!(taken, Err(Unmeasured { step, rc: 201 }));
+            assert_eq!(verdict(taken, true), Verdict::Refuse(201));
+            assert!(taken.unwrap_err().to_string().contains("error 201"));
+            assert_eq!(drv.live.borrow().len(), 1, "the temporary context is gone");
+        }
+    }
+
+    #[test]
+    fn a_detach_credits_only_when_the_driver_says_the_context_is_gone() {
+        let book = ContextBook::new();
+        let drv = Fake::new(10_000, 300);
+        let mut lock = book.lock(0).unwrap();
+        let ctx = drv.make().unwrap();
+        lock.add_created(ctx, 300);
+        let id = drv.id(ctx);
+        // Another reference holds it.
+        assert_eq!(lock.after_release(&drv, ctx, id), Ending::Alive);
+        assert_eq!(book.created_device(ctx), Some(0));
+        // The last reference went: the driver no longer knows it.
+        drv.drop_ctx(ctx);
+        assert_eq!(
+            lock.after_release(&drv, ctx, id),
+            Ending::Gone(Some(Charge {
+                device: 0,
+                bytes: 300
+            }))
+        );
+        assert_eq!(book.created_device(ctx), None);
+        // A handle the driver gave to a new context is not the old one.
+        drv.live.borrow_mut().insert(ctx, 1);
+        assert_eq!(lock.after_release(&drv, ctx, id), Ending::Gone(None));
+
+        // The primary context: its state says.
+        let p = drv.make().unwrap();
+        lock.set_primary(p, 300);
+        drv.active.set(true);
+        assert_eq!(lock.after_release(&drv, p, drv.id(p)), Ending::Alive);
+        drv.active.set(false);
+        assert_eq!(
+            lock.after_release(&drv, p, drv.id(p)),
+            Ending::Gone(Some(Charge {
+                device: 0,
+                bytes: 300
+            }))
+        );
+
+        // A driver that cannot say: the charge is kept.
+        let mut mute = Fake::new(10_000, 300);
+        mute.can_tell = false;
+        let c = mute.make().unwrap();
+        lock.add_created(c, 300);
+        mute.drop_ctx(c);
+        assert_eq!(lock.after_release(&mute, c, None), Ending::Unknown);
+        assert_eq!(book.created_device(c), Some(0));
     }
 }

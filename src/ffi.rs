@@ -176,6 +176,7 @@ hook_table! {
         (pctx: *mut Handle, params: *mut c_void, flags: u32, dev: c_int) => imp::ctx_create_v4;
     cuCtxDestroy = "cuCtxDestroy" @ 2000 : (ctx: Handle) => imp::ctx_destroy;
     cuCtxDestroy_v2 = "cuCtxDestroy" @ 4000 : (ctx: Handle) => imp::ctx_destroy;
+    cuCtxDetach = "cuCtxDetach" @ 2000 : (ctx: Handle) => imp::ctx_detach;
     // The CUDA 2.x/3.0 variants with 32-bit sizes and pointers, still exported and still
     // what cuGetProcAddress answers for versions before 3020.
     cuMemAlloc = "cuMemAlloc" @ 2000 : (dptr: *mut u32, size: u32) => imp::mem_alloc_v1;
@@ -261,6 +262,29 @@ fn libcuda() -> *mut c_void {
         }
     }
     null_mut()
+}
+
+/// Whether the program has libcuda loaded, without ever loading it (an NVML-only
+/// process must not get the driver API loaded by the shim).
+pub fn cuda_loaded() -> bool {
+    if !LIBCUDA.load(Acquire).is_null() {
+        return true;
+    }
+    for name in [c"libcuda.so.1", c"libcuda.so"] {
+        // SAFETY: dlopen with a constant name and RTLD_NOLOAD: it never loads anything.
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if !h.is_null() {
+            if LIBCUDA
+                .compare_exchange(null_mut(), h, AcqRel, Acquire)
+                .is_err()
+            {
+                // SAFETY: the reference this dlopen took; another was kept first.
+                unsafe { libc::dlclose(h) };
+            }
+            return true;
+        }
+    }
+    false
 }
 
 /// A handle to the NVML library the program uses, once one is known. Never loaded by
@@ -369,14 +393,25 @@ driver_fns! {
     cuCtxPushCurrent_v2: (Handle);
     cuCtxPopCurrent_v2: (*mut Handle);
     cuDevicePrimaryCtxGetState: (c_int, *mut u32, *mut c_int);
+    cuCtxGetId: (Handle, *mut u64);
+    cuCtxGetApiVersion: (Handle, *mut u32);
     cuMemGetAddressRange_v2: (*mut u64, *mut usize, u64);
     // Arrays.
     cuArrayGetMemoryRequirements: (*mut crate::hooks::MemoryRequirements, Handle, c_int);
     cuMipmappedArrayGetMemoryRequirements: (*mut crate::hooks::MemoryRequirements, Handle, c_int);
     cuArray3DGetDescriptor_v2: (*mut crate::hooks::Array3DDescriptor, Handle);
     cuMipmappedArrayGetLevel: (*mut Handle, Handle, u32);
-    // NVML.
+    // NVML (its return codes are plain integers too): the devices, to learn which
+    // CUDA sees without initialising CUDA.
     nvmlDeviceGetUUID: (Handle, *mut c_char, u32);
+    nvmlDeviceGetCount_v2: (*mut u32);
+    nvmlDeviceGetHandleByIndex_v2: (u32, *mut Handle);
+    nvmlDeviceGetMigMode: (Handle, *mut u32, *mut u32);
+    nvmlDeviceGetMaxMigDeviceCount: (Handle, *mut u32);
+    nvmlDeviceGetMigDeviceHandleByIndex: (Handle, u32, *mut Handle);
+    nvmlDeviceGetPciInfo_v3: (Handle, *mut crate::nvml::PciInfo);
+    nvmlDeviceGetGpuInstanceId: (Handle, *mut u32);
+    nvmlDeviceGetComputeInstanceId: (Handle, *mut u32);
     // Hooked entry points the shim itself calls on the driver (to measure, or to undo
     // a call it refuses after the fact).
     cuInit: (u32);

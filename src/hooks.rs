@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_void};
 use crate::arena;
 use crate::arrays::{self, Shape};
 use crate::config::MAX_DEVICES;
-use crate::contexts::{ContextBook, CtxDriver};
+use crate::contexts::{self, ContextBook, CtxDriver, Ending, Unmeasured, Verdict};
 use crate::ffi::{
     self, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_SUCCESS, CuResult,
@@ -866,20 +866,65 @@ pub fn mipmapped_array_destroy(
 
 static CONTEXTS: ContextBook = ContextBook::new();
 
-/// Charges a context the driver just made (`bytes` measured, None if it could not
-/// be); Err (the context already undone by `undo`) if the cap cannot take it.
+/// The device a context call names, with its cap resolved and its context operations
+/// serialised. Err when the shim cannot charge a context there (a device index beyond
+/// those it tracks): the call is refused, never passed uncounted. Ok(None) for an index
+/// the driver itself will reject (negative).
+fn context_lock(
+    shim: &Shim,
+    api: &str,
+    dev: c_int,
+) -> Result<Option<crate::contexts::DeviceLock<'static>>, CuResult> {
+    if dev < 0 {
+        return Ok(None);
+    }
+    match checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) {
+        Some(lock) => Ok(Some(lock)),
+        None => {
+            log!(
+                Error,
+                "refused {api} on GPU {dev}: gpucap tracks GPUs 0 to {}",
+                MAX_DEVICES - 1
+            );
+            Err(CUDA_ERROR_INVALID_DEVICE)
+        }
+    }
+}
+
+/// Charges a context the driver just made (`measured`: the bytes it took, or why
+/// they could not be measured); Err (the context already undone by `undo`) if the cap
+/// cannot take it, or if it could not be measured and the device has a cap.
 fn charge_context(
     api: &str,
     d: usize,
-    bytes: Option<u64>,
+    measured: Result<u64, Unmeasured>,
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
-    let Some(bytes) = bytes else {
-        log!(
-            Info,
-            "{api}: could not measure the context's memory on GPU {d}: not charged"
-        );
-        return Ok(0);
+    let capped = SHIM
+        .ledger
+        .usage(d)
+        .is_some_and(|u| u.cap != crate::ledger::NO_CAP);
+    let bytes = match contexts::verdict(measured, capped) {
+        Verdict::Charge(bytes) => bytes,
+        Verdict::Refuse(rc) => {
+            undo();
+            if let Err(why) = measured {
+                log!(
+                    Error,
+                    "refused {api} on GPU {d}: the memory the context takes could not be measured ({why}), and a context gpucap cannot charge would escape the cap"
+                );
+            }
+            return Err(rc);
+        }
+        Verdict::Uncounted => {
+            if let Err(why) = measured {
+                log!(
+                    Error,
+                    "{api} on GPU {d}: the memory the context takes could not be measured ({why}): not counted (GPU {d} has no cap)"
+                );
+            }
+            return Ok(0);
+        }
     };
     match reserve(api, Some(d as c_int), bytes) {
         Ok(Target::Charged(r)) => {
@@ -927,6 +972,27 @@ fn after_teardown(device: usize) {
     POOLS.refresh(ledger, &real::Pools, device);
 }
 
+/// Settles what a call that may have ended a context found.
+fn context_ended(api: &str, device: usize, ending: Ending) {
+    match ending {
+        Ending::Gone(charge) => {
+            if let Some(c) = charge {
+                SHIM.ledger.settle(c);
+            }
+            after_teardown(device);
+        }
+        Ending::Alive => {}
+        Ending::Unknown => {
+            // What the driver freed is still found allocation by allocation.
+            log!(
+                Warn,
+                "{api}: the driver cannot say whether the context on GPU {device} still exists: its own memory stays charged"
+            );
+            after_teardown(device);
+        }
+    }
+}
+
 pub fn primary_ctx_retain(
     real: unsafe extern "C" fn(*mut Handle, c_int) -> CuResult,
     pctx: *mut Handle,
@@ -938,17 +1004,19 @@ pub fn primary_ctx_retain(
     };
     // SAFETY (closure): forwarding the caller's arguments.
     let call = || unsafe { real(pctx, dev) };
-    let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else {
-        return call();
+    let mut lock = match context_lock(shim, "cuDevicePrimaryCtxRetain", dev) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return call(),
+        Err(rc) => return rc,
     };
     if pctx.is_null() || lock.primary_active(&real::Contexts) {
         return call(); // nothing is created
     }
-    let (rc, taken) = lock.measure(&real::Contexts, call, |rc| *rc == CUDA_SUCCESS);
+    let (rc, measured) = lock.measure(&real::Contexts, call);
     if rc != CUDA_SUCCESS {
         return rc;
     }
-    match charge_context("cuDevicePrimaryCtxRetain", lock.device(), taken, || {
+    match charge_context("cuDevicePrimaryCtxRetain", lock.device(), measured, || {
         real::release_primary(dev)
     }) {
         Ok(bytes) => {
@@ -974,7 +1042,8 @@ pub fn primary_ctx_reset(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_i
     })
 }
 
-/// A release (the context goes when its last reference does) or a reset (it goes now).
+/// A release (the context goes when its last reference does, as the driver says
+/// afterwards) or a reset (it goes now).
 fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuResult) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
@@ -984,40 +1053,49 @@ fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuResult) -> CuR
         return call();
     };
     let rc = call();
-    if rc == CUDA_SUCCESS && (reset || real::Contexts.primary_active(lock.device()) == Some(false))
-    {
-        if let Some(c) = lock.take_primary() {
-            shim.ledger.settle(c);
-        }
-        after_teardown(lock.device());
+    if rc != CUDA_SUCCESS {
+        return rc;
     }
+    let d = lock.device();
+    let ending = if reset {
+        Ending::Gone(lock.take_primary())
+    } else {
+        match real::Contexts.primary_active(d) {
+            Some(false) => Ending::Gone(lock.take_primary()),
+            Some(true) => Ending::Alive,
+            None => Ending::Unknown,
+        }
+    };
+    let api = if reset {
+        "cuDevicePrimaryCtxReset"
+    } else {
+        "cuDevicePrimaryCtxRelease"
+    };
+    context_ended(api, d, ending);
     rc
 }
 
 /// A created context: measured, charged, undone if the cap cannot take it.
-fn ctx_created(
-    api: &str,
-    pctx: *mut Handle,
-    dev: c_int,
-    call: impl FnOnce() -> CuResult,
-) -> CuResult {
+fn ctx_created(api: &str, pctx: *mut Handle, dev: c_int, call: impl Fn() -> CuResult) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    let Some(lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else {
-        return call();
+    let lock = match context_lock(shim, api, dev) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return call(),
+        Err(rc) => return rc,
     };
     if pctx.is_null() {
         return call();
     }
-    let (rc, taken) = lock.measure(&real::Contexts, call, |rc| *rc == CUDA_SUCCESS);
+    let (rc, measured) = lock.measure(&real::Contexts, call);
     if rc != CUDA_SUCCESS {
         return rc;
     }
     // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
     let ctx = unsafe { *pctx };
-    match charge_context(api, lock.device(), taken, || real::destroy_context(ctx)) {
+    match charge_context(api, lock.device(), measured, || real::destroy_context(ctx)) {
         Ok(bytes) => {
             lock.add_created(ctx as u64, bytes);
             rc
@@ -1065,29 +1143,51 @@ pub fn ctx_create_v4(
     })
 }
 
+/// The device of a context the program names, and its context operations serialised.
+fn lock_of_context(ctx: Handle) -> Option<crate::contexts::DeviceLock<'static>> {
+    CONTEXTS
+        .created_device(ctx as u64)
+        .or_else(|| real::context_device(ctx))
+        .and_then(|d| CONTEXTS.lock(d))
+}
+
 pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
     // SAFETY (closure): forwarding the caller's argument.
     let call = || unsafe { real(ctx) };
-    let device = CONTEXTS
-        .created_device(ctx as u64)
-        .or_else(|| real::context_device(ctx));
-    let Some(lock) = device.and_then(|d| CONTEXTS.lock(d)) else {
+    let Some(lock) = lock_of_context(ctx) else {
         return call();
     };
+    // cuCtxDestroy ends the context whatever its usage count.
     let taken = lock.take_created(ctx as u64);
     let rc = call();
     match (rc, taken) {
-        (CUDA_SUCCESS, c) => {
-            if let Some(c) = c {
-                SHIM.ledger.settle(c);
-            }
-            after_teardown(lock.device());
-        }
+        (CUDA_SUCCESS, c) => context_ended("cuCtxDestroy", lock.device(), Ending::Gone(c)),
         (_, Some(c)) => lock.restore_created(ctx as u64, c),
         _ => {}
+    }
+    rc
+}
+
+/// `cuCtxDetach`: drops one usage count (`cuCtxAttach` added one); the context ends,
+/// and the driver frees its memory, only with the last. Whether it did is asked of the
+/// driver afterwards.
+pub fn ctx_detach(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // SAFETY (closure): forwarding the caller's argument.
+    let call = || unsafe { real(ctx) };
+    let Some(mut lock) = lock_of_context(ctx) else {
+        return call();
+    };
+    let id = real::context_id(ctx);
+    let rc = call();
+    if rc == CUDA_SUCCESS {
+        let ending = lock.after_release(&real::Contexts, ctx as u64, id);
+        context_ended("cuCtxDetach", lock.device(), ending);
     }
     rc
 }
@@ -1129,12 +1229,18 @@ fn capped_info(shim: &Shim, free: u64, total: u64) -> (u64, u64) {
 }
 
 // ---------------------------------------------------------------------------
-// NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID.
+// NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID. NVML is never
+// a reason to initialise (or load) CUDA.
 
 pub use crate::nvml::{NvmlMemory, NvmlMemoryV2};
 
+/// `NVML_ERROR_NO_PERMISSION`: what every intercepted NVML call returns while the
+/// configuration is invalid (as the CUDA calls return `CUDA_ERROR_NOT_PERMITTED`).
+pub const NVML_ERROR_NO_PERMISSION: CuResult = 4;
+
 /// The CUDA ordinal of an NVML device handle, with its cap resolved; None for a
 /// device CUDA does not see here, or one without a cap (shown as the driver says).
+/// Only for a process that initialised CUDA itself.
 fn nvml_device(shim: &Shim, device: Handle) -> Option<usize> {
     let uuid = real::nvml_uuid(device)?;
     let visible = identity::visible(identity::from_driver)?;
@@ -1146,29 +1252,92 @@ fn nvml_device(shim: &Shim, device: Handle) -> Option<usize> {
     Some(d)
 }
 
+/// What CUDA would see in this process, worked out from NVML (read once).
+static NVML_VIEW: std::sync::OnceLock<Vec<[u8; 16]>> = std::sync::OnceLock::new();
+
+fn nvml_view() -> Option<&'static [[u8; 16]]> {
+    if let Some(v) = NVML_VIEW.get() {
+        return Some(v);
+    }
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let view = nvml::cuda_view(&real::nvml_gpus()?, visible.as_deref());
+    Some(NVML_VIEW.get_or_init(|| view))
+}
+
+/// Whether the limit's keys match what CUDA would see, checked once; the message is
+/// printed once, and while they do not, every NVML call fails closed.
+static NVML_KEYS: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+
+fn nvml_keys_match(spec: &crate::config::LimitSpec) -> bool {
+    let Some(view) = nvml_view() else {
+        return true; // NVML cannot list its GPUs: nothing is capped here (below)
+    };
+    NVML_KEYS
+        .get_or_init(|| identity::check_keys(spec, Some(view)).inspect_err(|m| eprintln!("{m}")))
+        .is_ok()
+}
+
+/// The cap of an NVML device in a process that has not initialised CUDA (`total`: its
+/// physical memory, for a fraction); None when it is no CUDA device of the process or
+/// has no cap.
+fn nvml_cap_without_cuda(
+    spec: &crate::config::LimitSpec,
+    device: Handle,
+    total: u64,
+) -> Option<u64> {
+    let view = nvml_view()?;
+    let uuid = real::nvml_uuid(device)?;
+    let ordinal = identity::ordinal_of(view, &uuid)?;
+    spec.for_device(ordinal as u32, Some(&uuid))
+        .map(|limit| limit.resolve(total))
+}
+
 /// `nvmlDeviceGetMemoryInfo` and `_v2`: the driver's answer, capped for a GPU that
-/// CUDA sees in this process.
+/// CUDA sees in this process; `NVML_ERROR_NO_PERMISSION` under an invalid configuration.
 pub fn nvml_memory_info<M: nvml::MemoryInfo>(
     real: unsafe extern "C" fn(Handle, *mut M) -> CuResult,
     device: Handle,
     memory: *mut M,
 ) -> CuResult {
+    // Not a CUDA call: the process does not become a CUDA user by it.
+    let Ok(config) = SHIM.config_quiet() else {
+        return NVML_ERROR_NO_PERMISSION;
+    };
+    if identity::failed().is_some() {
+        return NVML_ERROR_NO_PERMISSION;
+    }
+    let cuda = real::cuda_initialised();
+    if !cuda
+        && let Some(spec) = &config.limit
+        && !nvml_keys_match(spec)
+    {
+        return NVML_ERROR_NO_PERMISSION;
+    }
     // SAFETY: forwarding the caller's arguments.
     let rc = unsafe { real(device, memory) };
-    let Ok(shim) = shim() else { return rc };
     if rc != 0 || memory.is_null() {
         return rc;
     }
-    if let Some(d) = nvml_device(shim, device) {
-        // SAFETY: NVML succeeded and filled the caller's struct.
-        let m = unsafe { &mut *memory };
-        let (free, total) = m.free_total();
-        let retained = if growth() {
-            growth::retained_bytes(d)
-        } else {
-            0
-        };
-        *m = m.capped(shim.mem_info(d, free, total, retained));
+    let Some(spec) = config.limit.as_ref() else {
+        return rc; // no cap: the driver's figures
+    };
+    // SAFETY: NVML succeeded and filled the caller's struct.
+    let m = unsafe { &mut *memory };
+    let (free, total) = m.free_total();
+    let shown = if cuda {
+        nvml_device(&SHIM, device).map(|d| {
+            let retained = if growth() {
+                growth::retained_bytes(d)
+            } else {
+                0
+            };
+            SHIM.mem_info(d, free, total, retained)
+        })
+    } else {
+        nvml_cap_without_cuda(spec, device, total).map(|cap| nvml::within_cap((free, total), cap))
+    };
+    if let Some(free_total) = shown {
+        *m = m.capped(free_total);
     }
     rc
 }

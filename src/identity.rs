@@ -24,8 +24,8 @@ static VISIBLE: OnceLock<Option<Vec<[u8; 16]>>> = OnceLock::new();
 static FAILED: OnceLock<String> = OnceLock::new();
 
 /// The UUIDs of the visible CUDA devices, by ordinal, asked of the driver once
-/// (`query` calls `cuInit(0)` itself if the program has not: NVML users such as
-/// `nvidia-smi` never do).
+/// (`query` calls `cuInit(0)`, which is idempotent; the NVML hooks ask only once the
+/// program initialised CUDA itself, and otherwise never initialise it: see `nvml`).
 pub fn visible(query: impl FnOnce() -> Option<Vec<[u8; 16]>>) -> Option<&'static [[u8; 16]]> {
     VISIBLE.get_or_init(query).as_deref()
 }

@@ -9,17 +9,20 @@ use std::ptr::null_mut;
 use crate::contexts::{Ctx, CtxDriver};
 use crate::ffi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, driver};
 use crate::hooks::{Array3DDescriptor, Handle, MemoryRequirements};
+use crate::nvml::{NvmlGpu, NvmlMig, PciInfo};
 
-/// `CUDA_ERROR_INVALID_HANDLE`.
+/// `CUDA_ERROR_INVALID_HANDLE`, `CUDA_ERROR_INVALID_CONTEXT`, `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
 const CUDA_ERROR_INVALID_HANDLE: u32 = 400;
+const CUDA_ERROR_INVALID_CONTEXT: u32 = 201;
+const CUDA_ERROR_CONTEXT_IS_DESTROYED: u32 = 709;
 use crate::pools::PoolDriver;
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
 const RESERVED_MEM_CURRENT: c_int = 5;
 const USED_MEM_CURRENT: c_int = 7;
 
-/// The UUIDs of the visible CUDA devices, by ordinal. Calls `cuInit(0)` first: it is
-/// idempotent, and NVML users reach this without having initialised CUDA.
+/// The UUIDs of the visible CUDA devices, by ordinal. Calls `cuInit(0)` first (it is
+/// idempotent); NVML hooks reach this only when the program initialised CUDA itself.
 pub fn visible_uuids() -> Option<Vec<[u8; 16]>> {
     let init = driver::cuInit()?;
     let count = driver::cuDeviceGetCount()?;
@@ -84,28 +87,33 @@ impl PoolDriver for Pools {
 pub struct Contexts;
 
 impl CtxDriver for Contexts {
-    fn free_with(&self, ctx: Ctx) -> Option<u64> {
+    fn free_with(&self, ctx: Ctx) -> Result<u64, u32> {
         let (push, pop, info) = (
-            driver::cuCtxPushCurrent_v2()?,
-            driver::cuCtxPopCurrent_v2()?,
-            driver::cuMemGetInfo_v2()?,
+            driver::cuCtxPushCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
+            driver::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
+            driver::cuMemGetInfo_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
         );
         let (mut free, mut total) = (0usize, 0usize);
         let mut popped: Handle = null_mut();
         // SAFETY: `ctx` is a live context of this process; it is popped again right
         // after the query, leaving the thread's stack as it was.
         unsafe {
-            if push(ctx as Handle) != CUDA_SUCCESS {
-                return None;
+            let rc = push(ctx as Handle);
+            if rc != CUDA_SUCCESS {
+                return Err(rc);
             }
             let rc = info(&mut free, &mut total);
             pop(&mut popped);
-            (rc == CUDA_SUCCESS).then_some(free as u64)
+            if rc == CUDA_SUCCESS {
+                Ok(free as u64)
+            } else {
+                Err(rc)
+            }
         }
     }
 
-    fn create_floating(&self, device: usize) -> Option<Ctx> {
-        let pop = driver::cuCtxPopCurrent_v2()?;
+    fn create_floating(&self, device: usize) -> Result<Ctx, u32> {
+        let pop = driver::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?;
         let mut ctx: Handle = null_mut();
         let mut popped: Handle = null_mut();
         let dev = device as c_int;
@@ -116,14 +124,14 @@ impl CtxDriver for Contexts {
             let rc = match (driver::cuCtxCreate_v2(), driver::cuCtxCreate_v4()) {
                 (Some(create), _) => create(&mut ctx, 0, dev),
                 (None, Some(create)) => create(&mut ctx, null_mut(), 0, dev),
-                (None, None) => return None,
+                (None, None) => CUDA_ERROR_NOT_FOUND,
             };
             if rc != CUDA_SUCCESS {
-                return None;
+                return Err(rc);
             }
             pop(&mut popped);
         }
-        Some(ctx as Ctx)
+        Ok(ctx as Ctx)
     }
 
     fn destroy(&self, ctx: Ctx) {
@@ -140,6 +148,54 @@ impl CtxDriver for Contexts {
         (unsafe { state(device as c_int, &mut flags, &mut active) } == CUDA_SUCCESS)
             .then_some(active != 0)
     }
+
+    fn id(&self, ctx: Ctx) -> Option<u64> {
+        let get = driver::cuCtxGetId()?;
+        let mut id = 0u64;
+        // SAFETY: valid out-pointer; a context handle of the program's.
+        (unsafe { get(ctx as Handle, &mut id) } == CUDA_SUCCESS).then_some(id)
+    }
+
+    fn exists(&self, ctx: Ctx, id: Option<u64>) -> Option<bool> {
+        if ctx == 0 {
+            return None;
+        }
+        // The id (CUDA 12.0) also tells a handle reused for a new context from the old
+        // one; older drivers answer cuCtxGetApiVersion for any live context.
+        let rc = match (driver::cuCtxGetId(), id) {
+            (Some(get), Some(was)) => {
+                let mut now = 0u64;
+                // SAFETY: valid out-pointer.
+                let rc = unsafe { get(ctx as Handle, &mut now) };
+                if rc == CUDA_SUCCESS {
+                    return Some(now == was);
+                }
+                rc
+            }
+            _ => {
+                let version = driver::cuCtxGetApiVersion()?;
+                let mut v = 0u32;
+                // SAFETY: valid out-pointer.
+                unsafe { version(ctx as Handle, &mut v) }
+            }
+        };
+        match rc {
+            CUDA_SUCCESS => Some(true),
+            rc if context_unknown(rc) => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// Whether an answer says "no such context".
+fn context_unknown(rc: u32) -> bool {
+    matches!(
+        rc,
+        CUDA_ERROR_INVALID_CONTEXT
+            | CUDA_ERROR_CONTEXT_IS_DESTROYED
+            | CUDA_ERROR_INVALID_HANDLE
+            | CUDA_ERROR_INVALID_VALUE
+    )
 }
 
 /// Whether an answer says "no such allocation/handle" (rather than, say, "no current
@@ -217,6 +273,11 @@ pub fn destroy_context(ctx: Handle) {
     Contexts.destroy(ctx as Ctx);
 }
 
+/// The id of a context (before a call that may end it), for [`CtxDriver::exists`].
+pub fn context_id(ctx: Handle) -> Option<u64> {
+    Contexts.id(ctx as Ctx)
+}
+
 /// Releases a primary context retained by a call the shim refuses after the fact.
 pub fn release_primary(device: c_int) {
     if let Some(release) = driver::cuDevicePrimaryCtxRelease_v2() {
@@ -258,4 +319,99 @@ pub fn nvml_uuid(device: Handle) -> Option<[u8; 16]> {
     // SAFETY: NVML wrote a NUL-terminated string into the buffer (zeroed beforehand).
     let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
     crate::identity::parse_uuid(&text.to_string_lossy())
+}
+
+/// `NVML_SUCCESS`, `NVML_DEVICE_MIG_ENABLE`.
+const NVML_SUCCESS: u32 = 0;
+const NVML_MIG_ENABLE: u32 = 1;
+
+/// NVML's GPUs, with their PCI addresses and MIG devices (for `nvml::cuda_view`).
+/// None when NVML cannot list them.
+pub fn nvml_gpus() -> Option<Vec<NvmlGpu>> {
+    let count = driver::nvmlDeviceGetCount_v2()?;
+    let by_index = driver::nvmlDeviceGetHandleByIndex_v2()?;
+    let mut n = 0u32;
+    // SAFETY: valid out-pointer.
+    if unsafe { count(&mut n) } != NVML_SUCCESS {
+        return None;
+    }
+    (0..n)
+        .map(|i| {
+            let mut h: Handle = null_mut();
+            // SAFETY: valid out-pointer; an index below NVML's count.
+            if unsafe { by_index(i, &mut h) } != NVML_SUCCESS {
+                return None;
+            }
+            Some(NvmlGpu {
+                uuid: nvml_uuid(h)?,
+                pci: nvml_pci(h),
+                migs: nvml_migs(h),
+            })
+        })
+        .collect()
+}
+
+fn nvml_pci(gpu: Handle) -> Option<(u32, u32, u32)> {
+    let get = driver::nvmlDeviceGetPciInfo_v3()?;
+    let mut info = PciInfo::default();
+    // SAFETY: valid out-pointer of the struct's size.
+    (unsafe { get(gpu, &mut info) } == NVML_SUCCESS).then_some((info.domain, info.bus, info.device))
+}
+
+/// The MIG devices of a GPU in MIG mode (None when MIG is off or unsupported).
+fn nvml_migs(gpu: Handle) -> Option<Vec<NvmlMig>> {
+    let mode = driver::nvmlDeviceGetMigMode()?;
+    let (mut current, mut pending) = (0u32, 0u32);
+    // SAFETY: valid out-pointers.
+    if unsafe { mode(gpu, &mut current, &mut pending) } != NVML_SUCCESS
+        || current != NVML_MIG_ENABLE
+    {
+        return None;
+    }
+    let (max, by_index) = (
+        driver::nvmlDeviceGetMaxMigDeviceCount()?,
+        driver::nvmlDeviceGetMigDeviceHandleByIndex()?,
+    );
+    let mut n = 0u32;
+    // SAFETY: valid out-pointer.
+    if unsafe { max(gpu, &mut n) } != NVML_SUCCESS {
+        return None;
+    }
+    let id = |f: Option<unsafe extern "C" fn(Handle, *mut u32) -> u32>, h: Handle| {
+        let mut v = 0u32;
+        // SAFETY: valid out-pointer; a MIG handle NVML gave.
+        f.filter(|f| unsafe { f(h, &mut v) } == NVML_SUCCESS)
+            .map(|_| v)
+    };
+    let mut migs = Vec::new();
+    for i in 0..n {
+        let mut h: Handle = null_mut();
+        // SAFETY: valid out-pointer; NVML answers NOT_FOUND for an empty slot.
+        if unsafe { by_index(gpu, i, &mut h) } != NVML_SUCCESS {
+            continue;
+        }
+        let Some(uuid) = nvml_uuid(h) else { continue };
+        let gi = id(driver::nvmlDeviceGetGpuInstanceId(), h);
+        let ci = id(driver::nvmlDeviceGetComputeInstanceId(), h);
+        migs.push(NvmlMig {
+            uuid,
+            gi_ci: gi.zip(ci),
+        });
+    }
+    Some(migs)
+}
+
+/// Whether the process itself initialised CUDA (asked of the driver only if it is
+/// loaded, and without initialising it: `cuDeviceGetCount` answers
+/// `CUDA_ERROR_NOT_INITIALIZED` until `cuInit`).
+pub fn cuda_initialised() -> bool {
+    if !crate::ffi::cuda_loaded() {
+        return false;
+    }
+    let Some(count) = driver::cuDeviceGetCount() else {
+        return false;
+    };
+    let mut n: c_int = 0;
+    // SAFETY: valid out-pointer.
+    unsafe { count(&mut n) == CUDA_SUCCESS }
 }

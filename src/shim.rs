@@ -46,10 +46,19 @@ pub struct Misconfigured;
 
 impl Shim {
     /// The configuration, read from the environment on first use. An invalid one is
-    /// reported once and makes every later call fail closed.
+    /// reported once and makes every later call fail closed. Marks the process as one
+    /// that called into CUDA (it writes a report and a summary at exit).
     pub fn config(&self) -> Result<&Config, Misconfigured> {
+        if ACTIVE_PID.load(Relaxed) == 0 {
+            let _ = ACTIVE_PID.compare_exchange(0, std::process::id(), Relaxed, Relaxed);
+        }
+        self.config_quiet()
+    }
+
+    /// The configuration, as [`config`](Self::config), for a call that is not a CUDA
+    /// call (NVML): the process is not marked as a CUDA user by it.
+    pub fn config_quiet(&self) -> Result<&Config, Misconfigured> {
         let loaded = self.config.get_or_init(|| {
-            ACTIVE_PID.store(std::process::id(), Relaxed);
             let result = load_config();
             match &result {
                 Ok((c, from)) => {
@@ -135,9 +144,9 @@ impl Shim {
         (0..MAX_DEVICES).filter(|&d| self.cap_resolved[d].load(Acquire))
     }
 
-    /// Whether the configuration was read, i.e. the process called into CUDA.
+    /// Whether the process called into CUDA (NVML calls alone do not count).
     pub fn active(&self) -> bool {
-        self.config.get().is_some()
+        ACTIVE_PID.load(Relaxed) != 0 && self.config.get().is_some()
     }
 
     /// `(free, total)` as the program should see them, given the driver's figures
@@ -191,8 +200,9 @@ fn own_dir() -> Option<PathBuf> {
 
 // ---- reports and the exit summary ------------------------------------------------------
 
-/// The pid that first called into CUDA: a forked child (another pid) inherits the
-/// figures of its parent, so it writes no report and no summary of its own.
+/// The pid that first called into CUDA (0: none yet): a forked child (another pid)
+/// inherits the figures of its parent, so it writes no report and no summary of its
+/// own. A child of a process that never called into CUDA marks itself when it does.
 static ACTIVE_PID: AtomicU32 = AtomicU32::new(0);
 
 /// Serialises this process's report writes (the exit hook and refusals).

@@ -2,7 +2,9 @@
 //! total and the capped free memory, consistently with `cuMemGetInfo_v2`, for the GPUs
 //! CUDA sees in the process, matched by UUID (NVML numbers GPUs physically and ignores
 //! `CUDA_VISIBLE_DEVICES`). GPUs CUDA does not see, and uncapped runs, show what the
-//! driver reports.
+//! driver reports. Under an invalid configuration they fail closed
+//! (`NVML_ERROR_NO_PERMISSION`). Reading NVML never initialises CUDA: a monitor is not a
+//! CUDA process (no `cuInit` in the fake's trace, no report, not counted by `--measure`).
 //!
 //! Readers: tests/c/nvml.c, linked with `-lnvidia-ml` and through dlopen + dlsym, and
 //! the real client `nvidia-ml-py` (tests/clients/nvml_client.py) from the Python in
@@ -256,5 +258,206 @@ fn pynvml_sees_the_cap() {
         (d["0"].total, d["0.mig"].total),
         (8 * GIB, 3 * GIB),
         "{d:?}"
+    );
+}
+
+/// The `gpucap:` lines of a program's stderr.
+fn gpucap_lines(err: &str) -> Vec<&str> {
+    err.lines().filter(|l| l.starts_with("gpucap:")).collect()
+}
+
+/// Runs `nvml denied <how>` under the shim with `limit`: both memory calls must fail
+/// with NVML_ERROR_NO_PERMISSION, with one message naming what is wrong.
+fn assert_denied(limit: &str, visible: Option<&str>, says: &str) {
+    let prog = nvml_prog();
+    for how in ["linked", "dl"] {
+        let stats = scratch("nvml-denied").join("stats.json");
+        let mut c = fake_cmd(&prog, &stats);
+        c.env("FAKECUDA_DEVICES", "3");
+        if let Some(v) = visible {
+            c.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        preload(&mut c).env("GPUCAP_LIMIT", limit);
+        let o = run(c.args(["denied", how]));
+        assert_passed(&o, &format!("nvml denied {how} under GPUCAP_LIMIT={limit}"));
+        let err = stderr(&o);
+        let lines = gpucap_lines(&err);
+        assert!(
+            lines.len() == 1 && lines[0].contains(says),
+            "{how}, GPUCAP_LIMIT={limit}: expected one gpucap line naming {says:?}:\n{err}"
+        );
+        assert!(
+            !stats.exists(),
+            "{how}: CUDA was initialised (stats written)"
+        );
+    }
+}
+
+/// A misconfigured cap never shows uncapped figures: every intercepted NVML call fails
+/// as the CUDA calls do (CUDA_ERROR_NOT_PERMITTED there, NVML_ERROR_NO_PERMISSION
+/// here), with the one message on stderr.
+#[test]
+fn nvml_fails_closed_under_an_invalid_configuration() {
+    assert_denied("abc", None, "GPUCAP_LIMIT");
+    // A UUID key that names no GPU CUDA would see (physical 1 is hidden).
+    assert_denied(
+        "GPU-face0000-0000-0000-0000-000000000001=1Gi",
+        Some("2,0"),
+        "GPU-face0000-0000-0000-0000-000000000001",
+    );
+    // Control: without the shim NVML answers.
+    let stats = scratch("nvml-denied-control").join("stats.json");
+    let mut c = fake_cmd(nvml_prog(), &stats);
+    c.env("FAKECUDA_DEVICES", "3").env("GPUCAP_LIMIT", "abc");
+    let o = run(c.args(["denied", "dl"]));
+    assert_failed(&o, "nvml denied without the shim");
+
+    // nvidia-ml-py raises its NVMLError_NoPermission.
+    let Some(python) = client_python("GPUCAP_TEST_PYTHON_NVML", "nvidia-ml-py") else {
+        return;
+    };
+    let stats = scratch("pynvml-denied").join("stats.json");
+    let mut c = fake_cmd(&python, &stats);
+    three_gpus(&mut c)
+        .arg(root().join("tests/clients/nvml_client.py"))
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    preload(&mut c).env("GPUCAP_LIMIT", "abc");
+    let o = run(&mut c);
+    let out = stdout(&o);
+    let denied: Vec<&str> = out.lines().filter(|l| l.starts_with("denied ")).collect();
+    assert!(
+        o.status.success() && out.contains("done") && !out.contains("\ndev "),
+        "pynvml under GPUCAP_LIMIT=abc: {}",
+        dump(&o)
+    );
+    assert_eq!(denied.len(), 3, "{out}");
+    assert!(
+        denied
+            .iter()
+            .all(|l| l.ends_with(" 4 NVMLError_NoPermission")),
+        "{denied:?}"
+    );
+    let err = stderr(&o);
+    assert_eq!(gpucap_lines(&err).len(), 1, "one message:\n{err}");
+}
+
+/// Figures still capped by ordinal and UUID keys when `CUDA_VISIBLE_DEVICES` reorders
+/// the GPUs by UUID, in a process that never initialises CUDA.
+#[test]
+fn nvml_caps_by_uuid_keys_with_reordered_visible_devices() {
+    let prog = nvml_prog();
+    let stats = scratch("nvml-uuid-keys").join("stats.json");
+    let mut c = fake_cmd(&prog, &stats);
+    c.env("FAKECUDA_DEVICES", "3")
+        .env("FAKECUDA_TOTAL_MEM", "8Gi")
+        .env(
+            "CUDA_VISIBLE_DEVICES",
+            // Physical 2 is ordinal 0, physical 0 (written in another case) ordinal 1.
+            "GPU-face0000-0000-0000-0000-000000000002,gpu-FACE0000-0000-0000-0000-000000000000",
+        );
+    preload(&mut c).env(
+        "GPUCAP_LIMIT",
+        "0=1Gi,GPU-face0000-0000-0000-0000-000000000000=2Gi",
+    );
+    let o = run(c.args(["list", "dl"]));
+    assert_passed(&o, "nvml list with UUID entries and keys");
+    check_capped(&devs(&stdout(&o)), "UUID entries and keys");
+    assert!(!stats.exists(), "CUDA was initialised (stats written)");
+}
+
+/// An NVML-only program (a monitor, like nvidia-smi) is not a CUDA process under the
+/// shim: its figures are capped, yet it never calls cuInit, writes no GPUCAP_REPORT
+/// report, and `gpucap run --measure` counts no process that used CUDA.
+#[test]
+fn reading_nvml_does_not_initialise_cuda() {
+    let prog = nvml_prog();
+    let dir = scratch("nvml-no-cuda");
+    let stats = dir.join("stats.json");
+    let report = dir.join("report.json");
+    for how in ["linked", "dl"] {
+        let mut c = fake_cmd(&prog, &stats);
+        three_gpus(&mut c).env("FAKECUDA_TRACE", "1");
+        preload(&mut c)
+            .env("GPUCAP_LIMIT", LIMIT)
+            .env("GPUCAP_REPORT", &report);
+        let o = run(c.args(["list", how]));
+        assert_passed(&o, &format!("nvml list {how}"));
+        check_capped(&devs(&stdout(&o)), &format!("nvml list {how}"));
+        let err = stderr(&o);
+        assert!(
+            !err.contains("fakecuda: cuInit("),
+            "{how}: the shim initialised CUDA:\n{}",
+            tail(&err, 20)
+        );
+        assert!(
+            !stats.exists(),
+            "{how}: CUDA was initialised (stats written)"
+        );
+        assert!(
+            !report.exists(),
+            "{how}: an NVML-only process wrote a report"
+        );
+    }
+
+    // Control: a process that does use CUDA is traced, reported and stays capped.
+    let mut c = fake_cmd(&prog, &stats);
+    three_gpus(&mut c).env("FAKECUDA_TRACE", "1");
+    preload(&mut c)
+        .env("GPUCAP_LIMIT", LIMIT)
+        .env("GPUCAP_REPORT", &report);
+    let o = run(c.args(["consistent", "dl", "300Mi"]));
+    assert_passed(&o, "nvml consistent");
+    assert!(stderr(&o).contains("fakecuda: cuInit("));
+    assert!(stats.exists() && report.exists());
+
+    // gpucap run --measure counts no process that used CUDA.
+    let mut c = fake_cmd(cli(), &stats);
+    three_gpus(&mut c);
+    let o = run(c
+        .args(["run", "--measure", "--"])
+        .arg(&prog)
+        .args(["list", "dl"]));
+    assert!(o.status.success(), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("gpucap: measure: no process made a CUDA call under gpucap"),
+        "{}",
+        dump(&o)
+    );
+
+    // nvidia-ml-py: the same.
+    let Some(python) = client_python("GPUCAP_TEST_PYTHON_NVML", "nvidia-ml-py") else {
+        return;
+    };
+    let _ = std::fs::remove_file(&stats);
+    let _ = std::fs::remove_file(&report);
+    let mut c = fake_cmd(&python, &stats);
+    three_gpus(&mut c)
+        .arg(root().join("tests/clients/nvml_client.py"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("FAKECUDA_TRACE", "1");
+    preload(&mut c)
+        .env("GPUCAP_LIMIT", LIMIT)
+        .env("GPUCAP_REPORT", &report);
+    let o = run(&mut c);
+    assert!(
+        o.status.success() && stdout(&o).contains("done"),
+        "{}",
+        dump(&o)
+    );
+    check_capped(&devs(&stdout(&o)), "pynvml");
+    assert!(!stderr(&o).contains("fakecuda: cuInit("), "{}", dump(&o));
+    assert!(!stats.exists() && !report.exists());
+
+    let mut c = fake_cmd(cli(), &stats);
+    three_gpus(&mut c).env("PYTHONDONTWRITEBYTECODE", "1");
+    let o = run(c
+        .args(["run", "--measure", "--"])
+        .arg(&python)
+        .arg(root().join("tests/clients/nvml_client.py")));
+    assert!(
+        o.status.success()
+            && stderr(&o).contains("gpucap: measure: no process made a CUDA call under gpucap"),
+        "{}",
+        dump(&o)
     );
 }

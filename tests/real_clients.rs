@@ -404,6 +404,73 @@ fn async_allocations(client: Client) {
     assert_peak_within(&r, GIB, 856 * MIB);
 }
 
+/// Contexts made and ended in a loop through the client's own bindings, each holding
+/// a live 64 MiB block when it ends (cuCtxDetach, cuCtxAttach + two cuCtxDetach,
+/// cuCtxDestroy, the primary's release and reset): 100 rounds under a 1 GiB cap, each
+/// giving back to `cuMemGetInfo` the free memory of the start.
+fn contexts_end_in_a_loop(client: Client) {
+    let var = match client {
+        Client::Bindings12 => "GPUCAP_TEST_PYTHON_CB12",
+        Client::Bindings13 => "GPUCAP_TEST_PYTHON_CB13",
+        Client::Cudarc => unreachable!("cudarc-client does not manage contexts"),
+    };
+    let Some(python) = client_python(var, "cuda-bindings") else {
+        return;
+    };
+    for how in ["detach", "attach", "destroy", "release", "reset"] {
+        let stats = scratch(&format!("ctx-client-{how}")).join("stats.json");
+        let mut cmd = fake_cmd(&python, &stats);
+        cmd.arg(root().join("tests/clients/context_client.py"))
+            .args([how, "100", "64"])
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("FAKECUDA_TOTAL_MEM", "8Gi")
+            .env("FAKECUDA_CONTEXT_MEM", "32Mi");
+        preload(&mut cmd).env("GPUCAP_LIMIT", "1Gi");
+        let o = run(&mut cmd);
+        let out = stdout(&o);
+        let what = format!("{client:?} {how}");
+        assert!(
+            o.status.success() && out.contains("done"),
+            "{what}:\n{}",
+            dump(&o)
+        );
+        let field = |line: &str, key: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{what}: no {key} in {line:?}"))
+        };
+        let start = out.lines().find(|l| l.starts_with("start ")).unwrap();
+        assert_eq!(field(start, "total="), GIB, "{what}: {start}");
+        let start = field(start, "free=");
+        let rounds: Vec<u64> = out
+            .lines()
+            .filter(|l| l.starts_with("round ") && !l.contains("attached"))
+            .map(|l| field(l, "free="))
+            .collect();
+        assert_eq!(rounds.len(), 100, "{what}:\n{}", dump(&o));
+        assert!(
+            rounds.iter().all(|&f| f == start),
+            "{what}: free after each round, expected {start} every time: {rounds:?}"
+        );
+        if how == "attach" {
+            // Between the two detaches the context, and its block, still count.
+            let held: Vec<u64> = out
+                .lines()
+                .filter(|l| l.contains("attached"))
+                .map(|l| field(l, "free="))
+                .collect();
+            assert!(
+                held.len() == 100 && held.iter().all(|&f| f == start - 32 * MIB - 64 * MIB),
+                "{what}: free while attached: {held:?}"
+            );
+        }
+        let s = &read_stats(&stats)[0];
+        assert!(s.peak_used <= GIB, "{what}: {s:?}");
+        assert_eq!(s.final_used, 0, "{what}: {s:?}");
+    }
+}
+
 macro_rules! client_tests {
     ($module:ident, $client:expr, [$($scenario:ident),*]) => {
         mod $module {
@@ -440,7 +507,8 @@ client_tests!(
         percent_limit,
         cap_above_physical,
         invalid_limit,
-        async_allocations
+        async_allocations,
+        contexts_end_in_a_loop
     ]
 );
 client_tests!(
@@ -453,6 +521,7 @@ client_tests!(
         percent_limit,
         cap_above_physical,
         invalid_limit,
-        async_allocations
+        async_allocations,
+        contexts_end_in_a_loop
     ]
 );

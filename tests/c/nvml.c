@@ -6,6 +6,9 @@
  *                                 allocates <alloc> with CUDA on ordinal 0, then compares
  *                                 NVML's figures for the same GPU (found by UUID) with
  *                                 cuMemGetInfo_v2
+ *   nvml denied <linked|dl>       NVML device 0's memory (v1 and v2) must be refused with
+ *                                 NVML_ERROR_NO_PERMISSION (4): what gpucap answers under an
+ *                                 invalid configuration
  *
  * Output lines (list): "dev <nvml index>[.mig] uuid=<uuid> total=B free=B used=B
  * v2total=B v2reserved=B v2free=B v2used=B". "linked" calls the symbols this program
@@ -167,16 +170,35 @@ static void consistent(size_t bytes) {
     if (p) MUST(cuMemFree_v2(p));
 }
 
+static void denied(void) {
+    nvmlDevice_t d;
+    MUST(N.init());
+    MUST(N.handle(0, &d));
+    nvmlMemory_t m = {0};
+    nvmlMemory_v2_t m2 = {0};
+    m2.version = NVML_MEMORY_V2;
+    int r1 = N.mem(d, &m), r2 = N.mem2(d, &m2);
+    printf("denied v1=%d v2=%d total=%llu\n", r1, r2, m.total);
+    CHECK(r1 == 4 && r2 == 4, "nvmlDeviceGetMemoryInfo/_v2 -> %d %d, expected NVML_ERROR_NO_PERMISSION (4)",
+          r1, r2);
+    CHECK(m.total == 0 && m2.total == 0, "no figures written when refused");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && strcmp(argv[1], "list") == 0) {
         bind(argv[2]);
         list();
+    } else if (argc == 3 && strcmp(argv[1], "denied") == 0) {
+        bind(argv[2]);
+        denied();
     } else if (argc == 4 && strcmp(argv[1], "consistent") == 0) {
         bind(argv[2]);
         consistent(parse_size(argv[3]));
     } else {
-        fprintf(stderr, "usage: %s list <linked|dl> | consistent <linked|dl> <bytes>\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s list <linked|dl> | consistent <linked|dl> <bytes> | denied <linked|dl>\n",
+                argv[0]);
         return 2;
     }
     return finish();

@@ -2,6 +2,8 @@
 
 Prints one line per device, as tests/c/nvml.c does:
     dev <index>[.mig] uuid=<uuid> total=B free=B used=B v2total=B v2reserved=B v2free=B v2used=B
+or, when NVML refuses to report the memory,
+    denied <index>[.mig] <NVML return code> <pynvml's exception class>
 then "done". Never initialises CUDA itself, like nvidia-smi.
 """
 
@@ -12,8 +14,12 @@ def show(label, handle):
     uuid = pynvml.nvmlDeviceGetUUID(handle)
     if isinstance(uuid, bytes):
         uuid = uuid.decode()
-    m = pynvml.nvmlDeviceGetMemoryInfo(handle)
-    m2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    try:
+        m = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        m2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    except pynvml.NVMLError as e:
+        print(f"denied {label} {e.value} {type(e).__name__}", flush=True)
+        return
     print(
         f"dev {label} uuid={uuid} total={m.total} free={m.free} used={m.used} "
         f"v2total={m2.total} v2reserved={m2.reserved} v2free={m2.free} v2used={m2.used}",

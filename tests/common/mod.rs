@@ -148,10 +148,26 @@ pub fn client_python(var: &str, what: &str) -> Option<PathBuf> {
 }
 
 /// Run and capture; panics with the output if the program could not start.
+///
+/// A program file a test has just written (a copied script or binary) can be briefly
+/// "busy" (ETXTBSY): another test thread that forked while the file was open for
+/// writing holds the descriptor until its child execs. That is retried.
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.output()
-        .unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"))
+    let mut tries = 0;
+    loop {
+        match cmd.output() {
+            Ok(o) => return o,
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("could not run {cmd:?}: {e}"),
+        }
+    }
 }
+
+/// `ETXTBSY` on Linux.
+const ETXTBSY: i32 = 26;
 
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
