@@ -141,6 +141,12 @@ hook_table! {
     cuMemCreate = "cuMemCreate" @ 10020 :
         (handle: *mut u64, size: usize, prop: *const imp::LocationPrefix, flags: u64) => imp::mem_create;
     cuMemRelease = "cuMemRelease" @ 10020 : (handle: u64) => imp::mem_release;
+    cuMemMap = "cuMemMap" @ 10020 :
+        (ptr: Dptr, size: usize, offset: usize, handle: u64, flags: u64) => imp::mem_map;
+    cuMemUnmap = "cuMemUnmap" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_unmap;
+    cuMemAddressFree = "cuMemAddressFree" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_address_free;
+    cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" @ 11000 :
+        (handle: *mut u64, addr: *mut c_void) => imp::mem_retain_allocation_handle;
     cuMemGetAddressRange_v2 = "cuMemGetAddressRange" @ 3020 :
         (base: *mut Dptr, size: *mut usize, dptr: Dptr) => imp::mem_get_address_range;
     cuMemGetInfo_v2 = "cuMemGetInfo" @ 3020 : (free: *mut usize, total: *mut usize) => imp::mem_get_info;
