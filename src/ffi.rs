@@ -368,6 +368,7 @@ driver_fns! {
     cuDeviceGetUuid: (*mut [u8; 16], c_int);
     // Pools.
     cuDeviceGetMemPool: (*mut Handle, c_int);
+    cuDeviceGetDefaultMemPool: (*mut Handle, c_int);
     cuMemPoolGetAttribute: (Handle, c_int, *mut c_void);
     cuMemFreeAsync: (u64, Stream);
     // Contexts: measuring and tearing down.

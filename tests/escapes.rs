@@ -1,5 +1,5 @@
 //! Escapes users found: ways a program got the driver to hold more than its cap
-//! through VMM handles (tests/c/escapes.c). Each runs as the
+//! through VMM handles and stream-ordered pools (tests/c/escapes.c). Each runs as the
 //! user hit it, with the shim (the program's own checks must pass, the fake driver's
 //! recorded peak must stay within the cap, gpucap must have refused) and without it
 //! (the same checks must fail: the escape is real).
@@ -107,6 +107,45 @@ fn vmm_memory_is_credited_at_the_last_unmap_and_the_last_reference() {
             want,
             "{mode}: {refused:?}"
         );
+        control_fails(&[mode, "1Gi"], 1);
+    }
+}
+
+/// GPU 0's context current, GPU 1's default pool: `cuMemAllocFromPoolAsync` x3 of 1 GiB
+/// under `0=4Gi,1=1Gi`. The pool is GPU 1's, and so is the charge. Likewise a pool
+/// created on GPU 1.
+#[test]
+fn a_pool_of_another_gpu_is_charged_to_that_gpu() {
+    let args = ["pool-other-gpu", "4Gi", "1Gi"];
+    let (o, s) = escapes(&args, 2, Some("0=4Gi,1=1Gi"), &[]);
+    assert_passed(&o, "pool-other-gpu with the shim");
+    assert!(s[1].peak_used <= GIB, "GPU 1 over its cap: {:?}", s[1]);
+    assert_eq!(s[0].peak_used, 0, "GPU 0 holds nothing: {:?}", s[0]);
+    assert_eq!((s[0].final_used, s[1].final_used), (0, 0));
+    let refused = refusals(&stderr(&o));
+    assert_eq!(
+        count(
+            &refused,
+            "refused cuMemAllocFromPoolAsync of 1 GiB on GPU 1: 1 GiB of the 1 GiB cap in use"
+        ),
+        3,
+        "two from the default pool, one from the created pool: {refused:?}"
+    );
+    let s = control_fails(&args, 2);
+    assert!(s[1].peak_used >= 3 * GIB, "{:?}", s[1]);
+}
+
+/// Pool memory freed with cuMemFree_v2 and its pool destroyed, in either order, with no
+/// trim: nothing stays charged, so a later 768 MiB cuMemAlloc fits a 1 GiB cap.
+#[test]
+fn pool_memory_freed_with_cu_mem_free_is_credited() {
+    for mode in ["pool-free-then-destroy", "pool-destroy-then-free"] {
+        let (o, s) = escapes(&[mode, "1Gi"], 1, Some("1Gi"), &[]);
+        assert_passed(&o, &format!("{mode} with the shim"));
+        assert!(s[0].peak_used <= GIB, "{mode}: {:?}", s[0]);
+        assert_eq!(s[0].final_used, 0, "{mode}: {:?}", s[0]);
+        let refused = refusals(&stderr(&o));
+        assert!(refused.is_empty(), "{mode}: {refused:?}");
         control_fails(&[mode, "1Gi"], 1);
     }
 }

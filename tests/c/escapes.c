@@ -3,7 +3,7 @@
  * Every check states what must hold UNDER THE CAP; run without the shim (the control)
  * the program must fail, which shows the escape is real.
  *
- *   escapes <mode> <cap0>
+ *   escapes <mode> <cap0> [<cap1>]
  *
  * VMM (one GPU, cap <cap0>, 2 MiB granularity):
  *   vmm-idiom      NVIDIA's documented idiom, cuMemCreate -> cuMemAddressReserve ->
@@ -18,6 +18,16 @@
  *                  the driver refuses (half a mapping) credits nothing;
  *                  cuMemAddressFree of a range still mapped (the fake unmaps it)
  *                  credits the released handle mapped there.
+ * Pools:
+ *   pool-other-gpu (2 GPUs, caps <cap0> <cap1>) GPU 0's context current, GPU 1's
+ *                  default pool from cuDeviceGetDefaultMemPool(&p, 1): allocations of
+ *                  <cap1> from it are charged to GPU 1 (the second is refused), never to
+ *                  GPU 0; a pool created on GPU 1 likewise.
+ *   pool-free-then-destroy / pool-destroy-then-free
+ *                  (cap <cap0>) <cap0>/2 from a created pool freed with cuMemFree_v2
+ *                  (legal for stream-ordered memory) and the pool destroyed, in either
+ *                  order, with no trim or synchronisation: the driver holds nothing, so
+ *                  a later cuMemAlloc_v2 of 3/4 of the cap succeeds.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -30,6 +40,16 @@ typedef struct {
 } CUmemAccessDesc;
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
 
+typedef struct {
+    int allocType, handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
+
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags);
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
@@ -38,6 +58,9 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuCtxSynchronize(void);
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -225,6 +248,87 @@ static void vmm_unmap_many(void) {
     if (rc == CUDA_SUCCESS) MUST(cuMemRelease(other));
 }
 
+/* ---- pools ----------------------------------------------------------------- */
+
+static void pool_other_gpu(void) {
+    for (int dev = 0; dev < 2; dev++) MUST(cuCtxCreate_v2(&g_ctx[dev], 0, dev));
+    use(0);
+    CUmemoryPool p1;
+    MUST(cuDeviceGetDefaultMemPool(&p1, 1));
+    CUdeviceptr d[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        CUresult rc = cuMemAllocFromPoolAsync(&d[i], g_cap[1], p1, NULL);
+        if (i == 0) {
+            CHECK(rc == CUDA_SUCCESS, "#%d: cuMemAllocFromPoolAsync(GPU 1's default pool, cap1) with GPU 0 current -> %d", i + 1, rc);
+        } else {
+            CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY,
+                  "#%d: cuMemAllocFromPoolAsync(GPU 1's default pool, cap1) past GPU 1's cap -> %d, expected 2", i + 1, rc);
+        }
+        if (rc != CUDA_SUCCESS) d[i] = 0;
+    }
+    IN_USE(1, g_cap[1], "GPU 1 charged for its pool");
+    IN_USE(0, 0, "GPU 0 not charged for GPU 1's pool");
+    for (int i = 0; i < 3; i++)
+        if (d[i]) MUST(cuMemFreeAsync(d[i], NULL));
+    use(1);
+    MUST(cuStreamSynchronize(NULL));
+    use(0);
+    IN_USE(1, 0, "GPU 1's pool released at the synchronisation");
+
+    /* A pool created on GPU 1 while GPU 0 is current. */
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 1;
+    CUmemoryPool mine;
+    MUST(cuMemPoolCreate(&mine, &props));
+    CUdeviceptr x = 0, y = 0;
+    CUresult rc = cuMemAllocFromPoolAsync(&x, g_cap[1], mine, NULL);
+    CHECK(rc == CUDA_SUCCESS, "created pool on GPU 1: cap1 -> %d", rc);
+    rc = cuMemAllocFromPoolAsync(&y, g_cap[1], mine, NULL);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "created pool on GPU 1: cap1 more -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFreeAsync(y, NULL));
+    IN_USE(0, 0, "GPU 0 not charged for GPU 1's created pool");
+    if (x) MUST(cuMemFreeAsync(x, NULL));
+    MUST(cuMemPoolDestroy(mine));
+    IN_USE(1, 0, "end");
+}
+
+static void pool_free_destroy(int destroy_first) {
+    one_context();
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CUmemoryPool pool;
+    MUST(cuMemPoolCreate(&pool, &props));
+    CUdeviceptr p = 0, big = 0;
+    MUST(cuMemAllocFromPoolAsync(&p, g_cap[0] / 2, pool, NULL));
+    IN_USE(0, g_cap[0] / 2, "cap/2 from a created pool");
+    if (destroy_first) {
+        MUST(cuMemPoolDestroy(pool));
+        IN_USE(0, g_cap[0] / 2, "pool destroyed, its allocation outstanding");
+        MUST(cuMemFree_v2(p));
+    } else {
+        MUST(cuMemFree_v2(p));
+        MUST(cuMemPoolDestroy(pool));
+    }
+    IN_USE(0, 0, "allocation freed with cuMemFree_v2 and pool destroyed");
+    CUresult rc = cuMemAlloc_v2(&big, g_cap[0] / 4 * 3);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc_v2(3/4 cap) afterwards -> %d", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(big));
+    IN_USE(0, 0, "end");
+
+    /* The default pool, freed with cuMemFree_v2: the pool keeps the memory until a
+     * synchronisation, and the cap reads so. */
+    MUST(cuMemAllocAsync(&p, g_cap[0] / 2, NULL));
+    MUST(cuMemFree_v2(p));
+    MUST(cuCtxSynchronize());
+    IN_USE(0, 0, "default-pool memory freed with cuMemFree_v2, then a synchronisation");
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
@@ -239,6 +343,9 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "vmm-aliases") == 0) vmm_aliases();
     else if (strcmp(mode, "vmm-retain") == 0) vmm_retain();
     else if (strcmp(mode, "vmm-unmap-many") == 0) vmm_unmap_many();
+    else if (strcmp(mode, "pool-other-gpu") == 0 && argc > 3) pool_other_gpu();
+    else if (strcmp(mode, "pool-free-then-destroy") == 0) pool_free_destroy(0);
+    else if (strcmp(mode, "pool-destroy-then-free") == 0) pool_free_destroy(1);
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
