@@ -369,6 +369,9 @@ driver_fns! {
     // Pools.
     cuDeviceGetMemPool: (*mut Handle, c_int);
     cuDeviceGetDefaultMemPool: (*mut Handle, c_int);
+    cuStreamGetDevice: (Stream, *mut c_int);
+    cuStreamGetCtx: (Stream, *mut Handle);
+    cuCtxGetCurrent: (*mut Handle);
     cuMemPoolGetAttribute: (Handle, c_int, *mut c_void);
     cuMemFreeAsync: (u64, Stream);
     // Contexts: measuring and tearing down.

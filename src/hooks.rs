@@ -309,7 +309,13 @@ pub fn mem_alloc_async(
     size: usize,
     stream: Stream,
 ) -> CuResult {
-    let device = current_device();
+    // The pool is the current pool of the stream's device, which need not be the
+    // current context's.
+    let device = if is_context_stream(stream) {
+        current_device()
+    } else {
+        real::stream_device(stream).or_else(current_device)
+    };
     let pool = device.and_then(real::current_pool);
     // SAFETY (closure): forwarding the caller's arguments.
     pool_charged(
@@ -378,6 +384,12 @@ fn unlocated_pool(
         crate::size::format_bytes(size as u64)
     );
     CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// NULL, `CU_STREAM_LEGACY` (1), `CU_STREAM_PER_THREAD` (2): the current context's
+/// default streams.
+fn is_context_stream(stream: Stream) -> bool {
+    (stream as usize) <= 2
 }
 
 /// A stream-ordered allocation: the request is reserved (the cap check), the driver

@@ -55,6 +55,33 @@ pub fn current_pool(device: c_int) -> Option<u64> {
     (unsafe { get(&mut pool, device) } == CUDA_SUCCESS && !pool.is_null()).then_some(pool as u64)
 }
 
+/// The device of a stream's context (cuMemAllocAsync takes from that device's current
+/// pool); None if the driver cannot say (an invalid stream: its own error follows).
+pub fn stream_device(stream: Handle) -> Option<c_int> {
+    let mut dev: c_int = -1;
+    if let Some(get) = driver::cuStreamGetDevice() {
+        // SAFETY: valid out-pointer; the caller's stream.
+        return (unsafe { get(stream, &mut dev) } == CUDA_SUCCESS).then_some(dev);
+    }
+    // Before CUDA 12.8: the stream's context, and its device.
+    let (get_ctx, current, get_dev) = (
+        driver::cuStreamGetCtx()?,
+        driver::cuCtxGetCurrent()?,
+        driver::cuCtxGetDevice()?,
+    );
+    let (mut ctx, mut cur): (Handle, Handle) = (null_mut(), null_mut());
+    // SAFETY: valid out-pointers; the caller's stream.
+    unsafe {
+        if get_ctx(stream, &mut ctx) != CUDA_SUCCESS || ctx.is_null() {
+            return None;
+        }
+        if current(&mut cur) == CUDA_SUCCESS && cur == ctx {
+            return (get_dev(&mut dev) == CUDA_SUCCESS).then_some(dev);
+        }
+    }
+    context_device(ctx).and_then(|d| c_int::try_from(d).ok())
+}
+
 /// The default pool of `device`.
 fn default_pool(device: c_int) -> Option<u64> {
     let get = driver::cuDeviceGetDefaultMemPool()?;

@@ -113,7 +113,7 @@ fn vmm_memory_is_credited_at_the_last_unmap_and_the_last_reference() {
 
 /// GPU 0's context current, GPU 1's default pool: `cuMemAllocFromPoolAsync` x3 of 1 GiB
 /// under `0=4Gi,1=1Gi`. The pool is GPU 1's, and so is the charge. Likewise a pool
-/// created on GPU 1.
+/// created on GPU 1, and `cuMemAllocAsync` on a stream of GPU 1.
 #[test]
 fn a_pool_of_another_gpu_is_charged_to_that_gpu() {
     let args = ["pool-other-gpu", "4Gi", "1Gi"];
@@ -130,6 +130,14 @@ fn a_pool_of_another_gpu_is_charged_to_that_gpu() {
         ),
         3,
         "two from the default pool, one from the created pool: {refused:?}"
+    );
+    assert_eq!(
+        count(
+            &refused,
+            "refused cuMemAllocAsync of 1 GiB on GPU 1: 1 GiB of the 1 GiB cap in use"
+        ),
+        1,
+        "one on GPU 1's stream: {refused:?}"
     );
     let s = control_fails(&args, 2);
     assert!(s[1].peak_used >= 3 * GIB, "{:?}", s[1]);

@@ -22,7 +22,8 @@
  *   pool-other-gpu (2 GPUs, caps <cap0> <cap1>) GPU 0's context current, GPU 1's
  *                  default pool from cuDeviceGetDefaultMemPool(&p, 1): allocations of
  *                  <cap1> from it are charged to GPU 1 (the second is refused), never to
- *                  GPU 0; a pool created on GPU 1 likewise.
+ *                  GPU 0; a pool created on GPU 1 likewise, and cuMemAllocAsync on a
+ *                  stream of GPU 1 (GPU 1's current pool).
  *   pool-free-then-destroy / pool-destroy-then-free
  *                  (cap <cap0>) <cap0>/2 from a created pool freed with cuMemFree_v2
  *                  (legal for stream-ordered memory) and the pool destroyed, in either
@@ -292,6 +293,22 @@ static void pool_other_gpu(void) {
     IN_USE(0, 0, "GPU 0 not charged for GPU 1's created pool");
     if (x) MUST(cuMemFreeAsync(x, NULL));
     MUST(cuMemPoolDestroy(mine));
+    IN_USE(1, 0, "created pool destroyed");
+
+    /* cuMemAllocAsync on a stream of GPU 1: from GPU 1's current pool. */
+    CUstream s1;
+    use(1);
+    MUST(cuStreamCreate(&s1, 0));
+    use(0);
+    rc = cuMemAllocAsync(&x, g_cap[1], s1);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAllocAsync(cap1) on GPU 1's stream with GPU 0 current -> %d", rc);
+    rc = cuMemAllocAsync(&y, g_cap[1], s1);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAllocAsync(cap1) more on GPU 1's stream -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFreeAsync(y, s1));
+    IN_USE(1, g_cap[1], "GPU 1 charged for the allocation on its stream");
+    IN_USE(0, 0, "GPU 0 not charged for GPU 1's stream");
+    MUST(cuMemFreeAsync(x, s1));
+    MUST(cuStreamSynchronize(s1));
     IN_USE(1, 0, "end");
 }
 
