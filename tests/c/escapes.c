@@ -23,7 +23,8 @@
  *                  default pool from cuDeviceGetDefaultMemPool(&p, 1): allocations of
  *                  <cap1> from it are charged to GPU 1 (the second is refused), never to
  *                  GPU 0; a pool created on GPU 1 likewise, and cuMemAllocAsync on a
- *                  stream of GPU 1 (GPU 1's current pool).
+ *                  stream of GPU 1 (GPU 1's current pool). A handle that is no pool
+ *                  gets the driver's own error.
  *   pool-free-then-destroy / pool-destroy-then-free
  *                  (cap <cap0>) <cap0>/2 from a created pool freed with cuMemFree_v2
  *                  (legal for stream-ordered memory) and the pool destroyed, in either
@@ -276,6 +277,12 @@ static void pool_other_gpu(void) {
     use(0);
     IN_USE(1, 0, "GPU 1's pool released at the synchronisation");
 
+    /* Not a pool at all: the driver's own error, nothing charged. */
+    CUdeviceptr bogus = 0;
+    CUresult rc = cuMemAllocFromPoolAsync(&bogus, MIB, (CUmemoryPool)(uintptr_t)0x1234, NULL);
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE, "cuMemAllocFromPoolAsync from a handle that is no pool -> %d, expected 1", rc);
+    IN_USE(0, 0, "nothing charged for it");
+
     /* A pool created on GPU 1 while GPU 0 is current. */
     CUmemPoolProps props;
     memset(&props, 0, sizeof props);
@@ -285,7 +292,7 @@ static void pool_other_gpu(void) {
     CUmemoryPool mine;
     MUST(cuMemPoolCreate(&mine, &props));
     CUdeviceptr x = 0, y = 0;
-    CUresult rc = cuMemAllocFromPoolAsync(&x, g_cap[1], mine, NULL);
+    rc = cuMemAllocFromPoolAsync(&x, g_cap[1], mine, NULL);
     CHECK(rc == CUDA_SUCCESS, "created pool on GPU 1: cap1 -> %d", rc);
     rc = cuMemAllocFromPoolAsync(&y, g_cap[1], mine, NULL);
     CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "created pool on GPU 1: cap1 more -> %d, expected 2", rc);
