@@ -141,6 +141,12 @@ hook_table! {
     cuMemCreate = "cuMemCreate" @ 10020 :
         (handle: *mut u64, size: usize, prop: *const imp::LocationPrefix, flags: u64) => imp::mem_create;
     cuMemRelease = "cuMemRelease" @ 10020 : (handle: u64) => imp::mem_release;
+    cuMemMap = "cuMemMap" @ 10020 :
+        (ptr: Dptr, size: usize, offset: usize, handle: u64, flags: u64) => imp::mem_map;
+    cuMemUnmap = "cuMemUnmap" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_unmap;
+    cuMemAddressFree = "cuMemAddressFree" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_address_free;
+    cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" @ 11000 :
+        (handle: *mut u64, addr: *mut c_void) => imp::mem_retain_allocation_handle;
     cuMemGetAddressRange_v2 = "cuMemGetAddressRange" @ 3020 :
         (base: *mut Dptr, size: *mut usize, dptr: Dptr) => imp::mem_get_address_range;
     cuMemGetInfo_v2 = "cuMemGetInfo" @ 3020 : (free: *mut usize, total: *mut usize) => imp::mem_get_info;
@@ -386,6 +392,10 @@ driver_fns! {
     cuDeviceGetUuid: (*mut [u8; 16], c_int);
     // Pools.
     cuDeviceGetMemPool: (*mut Handle, c_int);
+    cuDeviceGetDefaultMemPool: (*mut Handle, c_int);
+    cuStreamGetDevice: (Stream, *mut c_int);
+    cuStreamGetCtx: (Stream, *mut Handle);
+    cuCtxGetCurrent: (*mut Handle);
     cuMemPoolGetAttribute: (Handle, c_int, *mut c_void);
     cuMemFreeAsync: (u64, Stream);
     // Contexts: measuring and tearing down.

@@ -14,11 +14,12 @@ use crate::ffi::{
 };
 use crate::growth::{self, GROWTH};
 use crate::identity;
-use crate::ledger::{Charge, Kind, LiveMap, Reservation};
+use crate::ledger::{Kind, LiveMap, Reservation};
 use crate::nvml;
-use crate::pools::PoolBook;
+use crate::pools::{PoolBook, PoolDriver, PoolLocation};
 use crate::real;
 use crate::shim::{SHIM, Shim, log};
+use crate::vmm::{Pending, VmmBook};
 
 pub type Dptr = u64;
 pub type Stream = *mut c_void;
@@ -35,7 +36,11 @@ pub struct LocationPrefix {
     pub location_id: c_int,
 }
 
+/// `CUmemLocationType`: a device, or host memory (pinned, of a NUMA node, of the
+/// calling thread's NUMA node).
 const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
+const CU_MEM_LOCATION_TYPE_HOST: u32 = 2;
+const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: u32 = 4;
 
 /// The shim, or the error every call gets when the configuration is invalid (or
 /// names a device UUID that is not visible).
@@ -119,19 +124,33 @@ fn charged(
     rc
 }
 
-/// Frees through the driver, crediting the cap only once the driver succeeded.
-fn released(kind: Kind, key: u64, call: impl FnOnce() -> CuResult) -> CuResult {
+/// Frees a device pointer through the driver (`cuMemFree*`, `cuMemFreeAsync*`),
+/// crediting the cap only once the driver succeeded. A plain allocation is taken out
+/// of the ledger first (the common case, one lock-free lookup); pool memory goes back
+/// to its pool, which stays charged for what it reserves.
+fn pointer_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
-    let taken: Option<Charge> = SHIM.ledger.take(kind, key);
-    let rc = call();
-    match (rc, taken) {
-        (CUDA_SUCCESS, Some(c)) => SHIM.ledger.settle(c),
-        (_, Some(c)) => SHIM.ledger.restore(kind, key, c),
-        _ => {}
+    if let Some(c) = SHIM.ledger.take(Kind::Pointer, dptr) {
+        let rc = call();
+        if rc == CUDA_SUCCESS {
+            SHIM.ledger.settle(c);
+        } else {
+            SHIM.ledger.restore(Kind::Pointer, dptr, c);
+        }
+        return rc;
     }
-    rc
+    if let Some(t) = POOLS.take_freed(dptr) {
+        let rc = call();
+        if rc == CUDA_SUCCESS {
+            POOLS.settle_freed(&SHIM.ledger, t);
+        } else {
+            POOLS.restore_freed(t);
+        }
+        return rc;
+    }
+    call()
 }
 
 /// Reads the pointer the driver wrote (only after it succeeded).
@@ -274,13 +293,14 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
     rc
 }
 
-/// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer).
+/// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer). Stream-ordered
+/// (pool) memory may be freed this way too.
 pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
     if let Some(rc) = growth_free(dptr.get()) {
         return rc;
     }
     // SAFETY (closure): forwarding the caller's argument.
-    released(Kind::Pointer, dptr.get(), || unsafe { real(dptr) })
+    pointer_freed(dptr.get(), || unsafe { real(dptr) })
 }
 
 pub fn mem_alloc_async(
@@ -289,7 +309,13 @@ pub fn mem_alloc_async(
     size: usize,
     stream: Stream,
 ) -> CuResult {
-    let device = current_device();
+    // The pool is the current pool of the stream's device, which need not be the
+    // current context's.
+    let device = if is_context_stream(stream) {
+        current_device()
+    } else {
+        real::stream_device(stream).or_else(current_device)
+    };
     let pool = device.and_then(real::current_pool);
     // SAFETY (closure): forwarding the caller's arguments.
     pool_charged(
@@ -310,21 +336,60 @@ pub fn mem_alloc_from_pool_async(
     pool: Handle,
     stream: Stream,
 ) -> CuResult {
-    let device = POOLS
-        .device_of(pool as u64)
-        .map(|d| d as c_int)
-        .or_else(current_device);
-    let pool_key = (!pool.is_null()).then_some(pool as u64);
+    let api = "cuMemAllocFromPoolAsync";
     // SAFETY (closure): forwarding the caller's arguments.
-    pool_charged(
-        "cuMemAllocFromPoolAsync",
-        device,
-        pool_key,
-        size,
-        dptr,
-        stream,
-        || unsafe { real(dptr, size, pool, stream) },
-    )
+    let call = || unsafe { real(dptr, size, pool, stream) };
+    if pool.is_null() {
+        // No pool: the driver's own error. Charged to the current device should it
+        // allocate anyway.
+        return pool_charged(api, current_device(), None, size, dptr, stream, call);
+    }
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // The pool's own device, whichever context is current.
+    let key = pool as u64;
+    match POOLS.locate(&real::Pools, key) {
+        Some(PoolLocation::Device(d)) => {
+            let device = c_int::try_from(d).unwrap_or(c_int::MAX);
+            pool_charged(api, Some(device), Some(key), size, dptr, stream, call)
+        }
+        // Host memory: not device memory.
+        Some(PoolLocation::Host) => call(),
+        None => unlocated_pool(api, key, size, dptr, stream, call),
+    }
+}
+
+/// An allocation from a pool gpucap cannot locate: refused, never passed uncounted.
+/// A handle the driver does not know as a pool gets the driver's own error.
+fn unlocated_pool(
+    api: &str,
+    pool: u64,
+    size: usize,
+    dptr: *mut Dptr,
+    stream: Stream,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    if real::Pools.reserved(pool).is_none() {
+        let rc = call();
+        if rc != CUDA_SUCCESS {
+            return rc;
+        }
+        // The driver allocated from it after all: given back, and refused.
+        real::free_async(written(dptr), stream);
+    }
+    log!(
+        Warn,
+        "refused {api} of {}: gpucap cannot tell which GPU memory pool {pool:#x} is on",
+        crate::size::format_bytes(size as u64)
+    );
+    CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// NULL, `CU_STREAM_LEGACY` (1), `CU_STREAM_PER_THREAD` (2): the current context's
+/// default streams.
+fn is_context_stream(stream: Stream) -> bool {
+    (stream as usize) <= 2
 }
 
 /// A stream-ordered allocation: the request is reserved (the cap check), the driver
@@ -387,19 +452,10 @@ pub fn mem_free_async(
     if let Some(rc) = growth_free(dptr) {
         return rc;
     }
-    if POOLS.is_pool_ptr(dptr) {
-        // The memory returns to its pool, which stays charged for what it reserves.
-        // SAFETY: forwarding the caller's arguments.
-        let rc = unsafe { real(dptr, stream) };
-        if rc == CUDA_SUCCESS {
-            POOLS.freed(&SHIM.ledger, dptr);
-        }
-        return rc;
-    }
-    // Not from a pool (a plain allocation freed stream-ordered): credited when the
-    // free is enqueued, as the program sees it.
+    // A plain allocation freed stream-ordered is credited when the free is enqueued,
+    // as the program sees it.
     // SAFETY (closure): forwarding the caller's arguments.
-    released(Kind::Pointer, dptr, || unsafe { real(dptr, stream) })
+    pointer_freed(dptr, || unsafe { real(dptr, stream) })
 }
 
 /// The pools the program allocated from or created, with what each reserves.
@@ -415,10 +471,17 @@ pub fn mem_pool_create(
     if rc == CUDA_SUCCESS {
         // SAFETY: the driver accepted `props` and filled `pool`.
         let (loc, handle) = unsafe { (&*props, *pool) };
-        if loc.location_type == CU_MEM_LOCATION_TYPE_DEVICE
-            && let Ok(device) = usize::try_from(loc.location_id)
-        {
-            POOLS.register(handle as u64, device);
+        match loc.location_type {
+            CU_MEM_LOCATION_TYPE_DEVICE => {
+                if let Ok(device) = usize::try_from(loc.location_id) {
+                    POOLS.register(handle as u64, device);
+                }
+            }
+            CU_MEM_LOCATION_TYPE_HOST..=CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => {
+                POOLS.register_host(handle as u64)
+            }
+            // Anything else is located by asking the driver when it is allocated from.
+            _ => {}
         }
     }
     rc
@@ -483,6 +546,13 @@ pub fn handle_synchronize(
     synchronized(unsafe { real(handle) })
 }
 
+// ---------------------------------------------------------------------------
+// VMM (see `vmm`): a handle is charged from cuMemCreate until the driver frees its
+// memory, at its last release and last unmap. Growth mode's own handles (`arena`)
+// are made with the driver's functions directly and never pass here.
+
+static VMM: VmmBook = VmmBook::new();
+
 pub fn mem_create(
     real: unsafe extern "C" fn(*mut u64, usize, *const LocationPrefix, u64) -> CuResult,
     handle: *mut u64,
@@ -495,21 +565,114 @@ pub fn mem_create(
         .filter(|p| p.location_type == CU_MEM_LOCATION_TYPE_DEVICE)
         .map(|p| p.location_id);
     // Host-located physical memory takes no device memory: forwarded uncounted.
-    // SAFETY (closures): forwarding the caller's arguments; `handle` is read only
-    // after the driver succeeded.
-    charged(
-        "cuMemCreate",
-        device,
-        size as u64,
-        Kind::Handle,
-        || unsafe { real(handle, size, prop, flags) },
-        || unsafe { *handle },
-    )
+    let target = match reserve("cuMemCreate", device, size as u64) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(handle, size, prop, flags) };
+    if let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) {
+        // SAFETY: the driver succeeded and filled the out-pointer.
+        let h = unsafe { *handle };
+        let charge = r.charge();
+        r.keep();
+        SHIM.ledger.count_alloc(charge.device);
+        if let Some(stale) = VMM.created(h, charge) {
+            SHIM.ledger.settle(stale);
+        }
+    }
+    rc
+}
+
+/// Calls the driver for a VMM step prepared in the book, then finishes it (or takes it
+/// back if the driver failed), crediting what the driver freed.
+fn vmm_step(pending: Option<Pending>, call: impl FnOnce() -> CuResult) -> CuResult {
+    let rc = call();
+    if let Some(p) = pending {
+        let freed = if rc == CUDA_SUCCESS {
+            VMM.done(p)
+        } else {
+            VMM.undo(p)
+        };
+        for c in freed {
+            SHIM.ledger.settle(c);
+        }
+    }
+    rc
 }
 
 pub fn mem_release(real: unsafe extern "C" fn(u64) -> CuResult, handle: u64) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
     // SAFETY (closure): forwarding the caller's argument.
-    released(Kind::Handle, handle, || unsafe { real(handle) })
+    vmm_step(VMM.release(handle), || unsafe { real(handle) })
+}
+
+pub fn mem_map(
+    real: unsafe extern "C" fn(Dptr, usize, usize, u64, u64) -> CuResult,
+    ptr: Dptr,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // SAFETY (closure): forwarding the caller's arguments.
+    vmm_step(VMM.map(ptr, size as u64, handle), || unsafe {
+        real(ptr, size, offset, handle, flags)
+    })
+}
+
+pub fn mem_unmap(
+    real: unsafe extern "C" fn(Dptr, usize) -> CuResult,
+    ptr: Dptr,
+    size: usize,
+) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // SAFETY (closure): forwarding the caller's arguments.
+    vmm_step(VMM.unmap(ptr, size as u64), || unsafe { real(ptr, size) })
+}
+
+/// Freeing an address range takes the mappings still in it (where the driver allows
+/// that at all): credited as by `cuMemUnmap`.
+pub fn mem_address_free(
+    real: unsafe extern "C" fn(Dptr, usize) -> CuResult,
+    ptr: Dptr,
+    size: usize,
+) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // SAFETY (closure): forwarding the caller's arguments.
+    vmm_step(VMM.unmap(ptr, size as u64), || unsafe { real(ptr, size) })
+}
+
+pub fn mem_retain_allocation_handle(
+    real: unsafe extern "C" fn(*mut u64, *mut c_void) -> CuResult,
+    handle: *mut u64,
+    addr: *mut c_void,
+) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    let pending = VMM.retain(addr as u64);
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(handle, addr) };
+    let freed = if rc == CUDA_SUCCESS && !handle.is_null() {
+        // SAFETY: the driver succeeded and filled the (non-null) out-pointer.
+        VMM.retained(pending, unsafe { *handle })
+    } else {
+        pending.map(|p| VMM.undo(p)).unwrap_or_default()
+    };
+    for c in freed {
+        SHIM.ledger.settle(c);
+    }
+    rc
 }
 
 pub fn mem_get_info<W: Word>(

@@ -75,12 +75,11 @@ pub struct Charge {
     pub bytes: u64,
 }
 
-/// Which kind of key an allocation is recorded under: device pointers and
-/// `cuMemCreate` handles live in different name spaces.
+/// Which kind of key an allocation is recorded under: device pointers. (`cuMemCreate`
+/// handles are kept by `vmm`, which follows their references and mappings.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Pointer,
-    Handle,
 }
 
 /// Bytes held for one device between the cap check and the driver's answer.
@@ -122,7 +121,6 @@ impl Drop for Reservation<'_> {
 pub struct Ledger {
     devices: [Device; MAX_DEVICES],
     pointers: LiveMap,
-    handles: LiveMap,
 }
 
 impl Default for Ledger {
@@ -136,7 +134,6 @@ impl Ledger {
         Ledger {
             devices: [const { Device::new() }; MAX_DEVICES],
             pointers: LiveMap::new(),
-            handles: LiveMap::new(),
         }
     }
 
@@ -149,7 +146,6 @@ impl Ledger {
     fn live(&self, kind: Kind) -> &LiveMap {
         match kind {
             Kind::Pointer => &self.pointers,
-            Kind::Handle => &self.handles,
         }
     }
 
@@ -532,7 +528,6 @@ mod tests {
         let l = Ledger::new();
         l.reserve(0, 10).unwrap().commit(Kind::Pointer, 1);
         l.reserve(1, 20).unwrap().commit(Kind::Pointer, 2);
-        l.reserve(1, 30).unwrap().commit(Kind::Handle, 3);
         assert_eq!(
             l.live_on(Kind::Pointer, 1),
             vec![(
@@ -543,16 +538,7 @@ mod tests {
                 }
             )]
         );
-        assert_eq!(l.live_on(Kind::Handle, 1).len(), 1);
         assert!(l.live_on(Kind::Pointer, 2).is_empty());
-    }
-
-    #[test]
-    fn pointers_and_handles_are_separate() {
-        let l = Ledger::new();
-        l.reserve(0, 10).unwrap().commit(Kind::Pointer, 5);
-        assert_eq!(l.take(Kind::Handle, 5), None);
-        assert!(l.take(Kind::Pointer, 5).is_some());
     }
 
     #[test]

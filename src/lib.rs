@@ -7,7 +7,8 @@
 //! - `shim`: process-wide state tying configuration and ledger together.
 //! - `growth`: growth-only mode's retained pages and mappings.
 //! - `pools`, `contexts`, `arrays`: what memory pools, contexts and CUDA arrays are
-//!   charged, behind small driver traits.
+//!   charged, behind small driver traits; `vmm`: when VMM handles stop being charged
+//!   (last release and last unmap).
 //! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones.
 //! - `report`: the `GPUCAP_REPORT` JSON file (schema, merge, `%p`).
 //!
@@ -32,6 +33,7 @@ mod pools;
 mod report;
 mod shim;
 mod size;
+mod vmm;
 
 #[cfg(not(test))]
 mod arena;

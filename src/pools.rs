@@ -15,10 +15,18 @@
 //!
 //! Between two reads a pool may have released memory (at a synchronisation, when its
 //! release threshold is low): the charge is then too high until the next read, never
-//! too low. Plain safe Rust over a [`PoolDriver`] (the attribute reads and the trim);
-//! the hooks pass the real driver, the tests a fake.
+//! too low.
+//!
+//! A pool is charged to the device its memory is on, never to the current context's:
+//! a pool created through the shim has its location from `cuMemPoolCreate`; any other
+//! (a device's default pool, which a program may take from another device's context)
+//! is located by asking the driver ([`PoolBook::locate`]). Pool memory freed with
+//! `cuMemFree` goes back to its pool exactly as with `cuMemFreeAsync`.
+//!
+//! Plain safe Rust over a [`PoolDriver`] (the attribute reads and the trim) and a
+//! [`PoolLocator`]; the hooks pass the real driver, the tests a fake.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
@@ -34,6 +42,45 @@ pub trait PoolDriver {
     fn used(&self, pool: u64) -> Option<u64>;
     /// `cuMemPoolTrimTo(pool, keep)`.
     fn trim_to(&self, pool: u64, keep: u64);
+}
+
+/// Where a pool's memory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolLocation {
+    /// Device memory of this CUDA ordinal.
+    Device(usize),
+    /// Host memory (pinned, or of a NUMA node): not device memory, not counted.
+    Host,
+}
+
+/// What the driver says of a pool's own location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocationAnswer {
+    At(PoolLocation),
+    /// A pool this process cannot see the memory of (imported from elsewhere).
+    Invisible,
+    /// The driver does not answer (no such attribute before CUDA 13).
+    Silent,
+}
+
+/// What the book asks the driver to locate a pool the shim did not see created.
+pub trait PoolLocator {
+    /// `CU_MEMPOOL_ATTR_LOCATION_TYPE` and `_ID` (CUDA 13).
+    fn location(&self, pool: u64) -> LocationAnswer;
+    /// The number of CUDA devices.
+    fn device_count(&self) -> usize;
+    /// Whether `pool` is `device`'s default pool or its current pool.
+    fn is_device_pool(&self, device: usize, pool: u64) -> bool;
+}
+
+/// A pool allocation taken out of the book while the driver frees it: settled
+/// ([`PoolBook::settle_freed`]) once it did, restored ([`PoolBook::restore_freed`]) if not.
+#[must_use = "settle or restore a pool allocation taken out for a free"]
+#[derive(Debug)]
+pub struct TakenPtr {
+    ptr: u64,
+    pool: u64,
+    bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +101,8 @@ struct Book {
     pools: HashMap<u64, Pool>,
     /// Live pool allocations: pointer -> (pool, bytes asked for).
     ptrs: HashMap<u64, (u64, u64)>,
+    /// Pools of host memory the program made or allocated from: never charged.
+    hosts: HashSet<u64>,
 }
 
 /// Every pool the process allocated from or created, with its charge.
@@ -117,9 +166,43 @@ impl PoolBook {
         self.with(|b| self.add(b, pool, device));
     }
 
+    /// Records a pool of host memory (allocations from it are not device memory).
+    pub fn register_host(&self, pool: u64) {
+        self.with(|b| b.hosts.insert(pool));
+    }
+
     /// The device of a pool the book knows.
+    #[cfg(test)]
     pub fn device_of(&self, pool: u64) -> Option<usize> {
         self.with(|b| b.pools.get(&pool).map(|p| p.device))
+    }
+
+    /// Where `pool` is: from the book, else from the driver — the pool's location
+    /// attribute where the driver has one, else by finding it among the devices' default
+    /// and current pools. A pool found is remembered. None: the pool cannot be located
+    /// (and must not be allocated from uncounted).
+    pub fn locate(&self, drv: &impl PoolLocator, pool: u64) -> Option<PoolLocation> {
+        let known = self.with(|b| match b.pools.get(&pool) {
+            Some(p) => Some(PoolLocation::Device(p.device)),
+            None => b.hosts.contains(&pool).then_some(PoolLocation::Host),
+        });
+        if known.is_some() {
+            return known;
+        }
+        // Asked with the book unlocked: these are driver calls.
+        let found = match drv.location(pool) {
+            LocationAnswer::At(at) => Some(at),
+            LocationAnswer::Invisible => None,
+            LocationAnswer::Silent => (0..drv.device_count().min(MAX_DEVICES))
+                .find(|&d| drv.is_device_pool(d, pool))
+                .map(PoolLocation::Device),
+        };
+        match found {
+            Some(PoolLocation::Device(d)) => self.register(pool, d),
+            Some(PoolLocation::Host) => self.register_host(pool),
+            None => {}
+        }
+        found
     }
 
     /// Whether `device` has pools at all (cheap).
@@ -184,34 +267,63 @@ impl PoolBook {
         })
     }
 
-    /// A pool allocation is being freed (the driver succeeded): the memory goes back to
-    /// its pool, which keeps it charged, unless the pool was destroyed. Returns whether
-    /// `ptr` was a pool allocation.
-    pub fn freed(&self, ledger: &Ledger, ptr: u64) -> bool {
+    /// Before the driver frees `ptr` (`cuMemFreeAsync`, or `cuMemFree`, which frees pool
+    /// memory too): takes it out if it is a live pool allocation. One load when the
+    /// process has no pools.
+    pub fn take_freed(&self, ptr: u64) -> Option<TakenPtr> {
+        if self.total.load(Relaxed) == 0 {
+            return None;
+        }
         self.with(|b| {
-            let Some((pool, bytes)) = b.ptrs.remove(&ptr) else {
-                return false;
-            };
-            let orphan_done = match b.pools.get_mut(&pool) {
+            b.ptrs
+                .remove(&ptr)
+                .map(|(pool, bytes)| TakenPtr { ptr, pool, bytes })
+        })
+    }
+
+    /// The driver freed a pool allocation: the memory goes back to its pool, which
+    /// keeps it charged, unless the pool was destroyed: then the driver released it,
+    /// and the pool goes with its last allocation.
+    pub fn settle_freed(&self, ledger: &Ledger, t: TakenPtr) {
+        self.with(|b| {
+            let orphan_done = match b.pools.get_mut(&t.pool) {
                 Some(p) if p.destroyed => {
-                    let give = bytes.min(p.charged);
+                    let give = t.bytes.min(p.charged);
                     p.charged -= give;
                     ledger.settle(Charge {
                         device: p.device,
                         bytes: give,
                     });
-                    !b.ptrs.values().any(|&(q, _)| q == pool)
+                    !b.ptrs.values().any(|&(q, _)| q == t.pool)
                 }
                 _ => false,
             };
             if orphan_done {
-                self.remove(b, ledger, pool);
+                self.remove(b, ledger, t.pool);
             }
-            true
-        })
+        });
+    }
+
+    /// The driver refused to free it: the allocation is live again.
+    pub fn restore_freed(&self, t: TakenPtr) {
+        self.with(|b| b.ptrs.insert(t.ptr, (t.pool, t.bytes)));
+    }
+
+    /// A pool allocation was freed (the driver succeeded): [`take_freed`](Self::take_freed)
+    /// and [`settle_freed`](Self::settle_freed) at once. Returns whether `ptr` was a
+    /// pool allocation.
+    pub fn freed(&self, ledger: &Ledger, ptr: u64) -> bool {
+        match self.take_freed(ptr) {
+            Some(t) => {
+                self.settle_freed(ledger, t);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether `ptr` is a live pool allocation.
+    #[cfg(test)]
     pub fn is_pool_ptr(&self, ptr: u64) -> bool {
         self.with(|b| b.ptrs.contains_key(&ptr))
     }
@@ -268,6 +380,7 @@ impl PoolBook {
                 .filter(|&&(q, _)| q == pool)
                 .map(|&(_, n)| n)
                 .sum();
+            b.hosts.remove(&pool);
             let Some(p) = b.pools.get_mut(&pool) else {
                 return;
             };
@@ -649,5 +762,111 @@ mod tests {
         book.drop_dead_ptrs(&l, 0, |p| p == 2);
         assert!(!book.is_pool_ptr(1) && book.is_pool_ptr(2));
         assert_eq!(used(&l), 200, "the pool still holds it until re-read");
+    }
+
+    /// A locator: each device's default pool is `100 + device`; `answers` is what the
+    /// location attribute says, by pool.
+    struct Locator {
+        devices: usize,
+        answers: HashMap<u64, LocationAnswer>,
+        asked: RefCell<u32>,
+    }
+
+    impl PoolLocator for Locator {
+        fn location(&self, pool: u64) -> LocationAnswer {
+            *self.asked.borrow_mut() += 1;
+            self.answers
+                .get(&pool)
+                .copied()
+                .unwrap_or(LocationAnswer::Silent)
+        }
+        fn device_count(&self) -> usize {
+            self.devices
+        }
+        fn is_device_pool(&self, device: usize, pool: u64) -> bool {
+            pool == 100 + device as u64
+        }
+    }
+
+    fn locator(answers: &[(u64, LocationAnswer)]) -> Locator {
+        Locator {
+            devices: 2,
+            answers: answers.iter().copied().collect(),
+            asked: RefCell::new(0),
+        }
+    }
+
+    #[test]
+    fn pools_are_located_by_the_driver_not_the_current_context() {
+        let (_, book, _) = setup(1000);
+        let drv = locator(&[
+            (7, LocationAnswer::At(PoolLocation::Device(1))),
+            (8, LocationAnswer::At(PoolLocation::Host)),
+            (9, LocationAnswer::Invisible),
+        ]);
+        // Another device's default pool, found among the devices' pools.
+        assert_eq!(book.locate(&drv, 101), Some(PoolLocation::Device(1)));
+        assert_eq!(book.locate(&drv, 100), Some(PoolLocation::Device(0)));
+        // The location attribute, where the driver has it.
+        assert_eq!(book.locate(&drv, 7), Some(PoolLocation::Device(1)));
+        assert_eq!(book.locate(&drv, 8), Some(PoolLocation::Host));
+        // Neither: not located.
+        assert_eq!(book.locate(&drv, 9), None);
+        assert_eq!(book.locate(&drv, 55), None);
+        // Found once, then known: the driver is not asked again.
+        let asked = *drv.asked.borrow();
+        for pool in [100, 101, 7, 8] {
+            assert!(book.locate(&drv, pool).is_some());
+        }
+        assert_eq!(*drv.asked.borrow(), asked);
+        assert_eq!(book.device_of(101), Some(1));
+        // A pool created through the shim is known without asking.
+        book.register(42, 1);
+        book.register_host(43);
+        assert_eq!(book.locate(&drv, 42), Some(PoolLocation::Device(1)));
+        assert_eq!(book.locate(&drv, 43), Some(PoolLocation::Host));
+        assert_eq!(*drv.asked.borrow(), asked);
+        // Destroyed: forgotten.
+        let l = Ledger::new();
+        book.destroyed(&l, 43);
+        assert_eq!(book.locate(&drv, 43), None);
+    }
+
+    #[test]
+    fn a_free_the_driver_refuses_keeps_the_allocation() {
+        let (l, book, drv) = setup(1000);
+        alloc(&l, &book, &drv, 1, 100, 100, 100).unwrap();
+        let t = book.take_freed(1).unwrap();
+        assert!(
+            !book.is_pool_ptr(1),
+            "out of the book while the driver frees"
+        );
+        book.restore_freed(t);
+        assert!(book.is_pool_ptr(1));
+        assert!(book.take_freed(2).is_none(), "not a pool allocation");
+        assert!(PoolBook::new().take_freed(1).is_none(), "no pools at all");
+    }
+
+    #[test]
+    fn freed_then_destroyed_or_destroyed_then_freed_credits_all() {
+        for destroy_first in [false, true] {
+            let (l, book, drv) = setup(1000);
+            alloc(&l, &book, &drv, 1, 500, 500, 500).unwrap();
+            if destroy_first {
+                book.destroyed(&l, 7);
+                assert_eq!(used(&l), 500, "the allocation is still out");
+                let t = book.take_freed(1).unwrap();
+                book.settle_freed(&l, t);
+            } else {
+                let t = book.take_freed(1).unwrap();
+                book.settle_freed(&l, t);
+                assert_eq!(used(&l), 500, "the pool keeps what it reserves");
+                drv.set(7, 500, 0);
+                book.destroyed(&l, 7);
+            }
+            assert_eq!(used(&l), 0, "destroy first: {destroy_first}");
+            assert!(!book.any_on(0));
+            assert!(l.reserve(0, 768).is_ok());
+        }
     }
 }

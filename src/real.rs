@@ -15,11 +15,19 @@ use crate::nvml::{NvmlGpu, NvmlMig, PciInfo};
 const CUDA_ERROR_INVALID_HANDLE: u32 = 400;
 const CUDA_ERROR_INVALID_CONTEXT: u32 = 201;
 const CUDA_ERROR_CONTEXT_IS_DESTROYED: u32 = 709;
-use crate::pools::PoolDriver;
+use crate::pools::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator};
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
 const RESERVED_MEM_CURRENT: c_int = 5;
 const USED_MEM_CURRENT: c_int = 7;
+/// CUDA 13's `CU_MEMPOOL_ATTR_LOCATION_ID` and `CU_MEMPOOL_ATTR_LOCATION_TYPE` (int).
+const LOCATION_ID: c_int = 11;
+const LOCATION_TYPE: c_int = 12;
+/// `CUmemLocationType`: DEVICE, then HOST, HOST_NUMA, HOST_NUMA_CURRENT, INVISIBLE.
+const LOCATION_DEVICE: c_int = 1;
+const LOCATION_HOST: c_int = 2;
+const LOCATION_HOST_NUMA_CURRENT: c_int = 4;
+const LOCATION_INVISIBLE: c_int = 5;
 
 /// The UUIDs of the visible CUDA devices, by ordinal. Calls `cuInit(0)` first (it is
 /// idempotent); NVML hooks reach this only when the program initialised CUDA itself.
@@ -50,6 +58,41 @@ pub fn current_pool(device: c_int) -> Option<u64> {
     (unsafe { get(&mut pool, device) } == CUDA_SUCCESS && !pool.is_null()).then_some(pool as u64)
 }
 
+/// The device of a stream's context (cuMemAllocAsync takes from that device's current
+/// pool); None if the driver cannot say (an invalid stream: its own error follows).
+pub fn stream_device(stream: Handle) -> Option<c_int> {
+    let mut dev: c_int = -1;
+    if let Some(get) = driver::cuStreamGetDevice() {
+        // SAFETY: valid out-pointer; the caller's stream.
+        return (unsafe { get(stream, &mut dev) } == CUDA_SUCCESS).then_some(dev);
+    }
+    // Before CUDA 12.8: the stream's context, and its device.
+    let (get_ctx, current, get_dev) = (
+        driver::cuStreamGetCtx()?,
+        driver::cuCtxGetCurrent()?,
+        driver::cuCtxGetDevice()?,
+    );
+    let (mut ctx, mut cur): (Handle, Handle) = (null_mut(), null_mut());
+    // SAFETY: valid out-pointers; the caller's stream.
+    unsafe {
+        if get_ctx(stream, &mut ctx) != CUDA_SUCCESS || ctx.is_null() {
+            return None;
+        }
+        if current(&mut cur) == CUDA_SUCCESS && cur == ctx {
+            return (get_dev(&mut dev) == CUDA_SUCCESS).then_some(dev);
+        }
+    }
+    context_device(ctx).and_then(|d| c_int::try_from(d).ok())
+}
+
+/// The default pool of `device`.
+fn default_pool(device: c_int) -> Option<u64> {
+    let get = driver::cuDeviceGetDefaultMemPool()?;
+    let mut pool: Handle = null_mut();
+    // SAFETY: valid out-pointer.
+    (unsafe { get(&mut pool, device) } == CUDA_SUCCESS && !pool.is_null()).then_some(pool as u64)
+}
+
 /// Frees a pool allocation the shim refuses after the fact.
 pub fn free_async(ptr: u64, stream: *mut c_void) {
     if let Some(free) = driver::cuMemFreeAsync() {
@@ -66,6 +109,49 @@ fn pool_attribute(pool: u64, attr: c_int) -> Option<u64> {
     let mut v: u64 = 0;
     // SAFETY: both attributes are cuuint64_t, written to a valid out-pointer.
     (unsafe { get(pool as Handle, attr, (&mut v as *mut u64).cast()) } == CUDA_SUCCESS).then_some(v)
+}
+
+fn pool_int_attribute(pool: u64, attr: c_int) -> Option<c_int> {
+    let get = driver::cuMemPoolGetAttribute()?;
+    let mut v: c_int = 0;
+    // SAFETY: both location attributes are `int`-sized, written to a valid out-pointer.
+    (unsafe { get(pool as Handle, attr, (&mut v as *mut c_int).cast()) } == CUDA_SUCCESS)
+        .then_some(v)
+}
+
+impl PoolLocator for Pools {
+    fn location(&self, pool: u64) -> LocationAnswer {
+        match pool_int_attribute(pool, LOCATION_TYPE) {
+            Some(LOCATION_DEVICE) => match pool_int_attribute(pool, LOCATION_ID)
+                .and_then(|id| usize::try_from(id).ok())
+            {
+                Some(d) => LocationAnswer::At(PoolLocation::Device(d)),
+                None => LocationAnswer::Silent,
+            },
+            Some(LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT) => {
+                LocationAnswer::At(PoolLocation::Host)
+            }
+            Some(LOCATION_INVISIBLE) => LocationAnswer::Invisible,
+            _ => LocationAnswer::Silent,
+        }
+    }
+
+    fn device_count(&self) -> usize {
+        let Some(count) = driver::cuDeviceGetCount() else {
+            return 0;
+        };
+        let mut n: c_int = 0;
+        // SAFETY: valid out-pointer.
+        if unsafe { count(&mut n) } != CUDA_SUCCESS {
+            return 0;
+        }
+        usize::try_from(n).unwrap_or(0)
+    }
+
+    fn is_device_pool(&self, device: usize, pool: u64) -> bool {
+        let dev = device as c_int;
+        default_pool(dev) == Some(pool) || current_pool(dev) == Some(pool)
+    }
 }
 
 impl PoolDriver for Pools {

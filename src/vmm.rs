@@ -1,0 +1,553 @@
+//! VMM physical memory (`cuMemCreate` handles): charged from its creation until the
+//! driver really frees it. The driver frees a handle's memory when both its last
+//! reference is released (the one `cuMemCreate` gave, and one more per
+//! `cuMemRetainAllocationHandle`) and its last mapping is unmapped (`cuMemUnmap`, or
+//! `cuMemAddressFree` of the range holding it). NVIDIA's documented idiom releases the
+//! handle right after mapping it, so a release alone credits nothing while a mapping
+//! lives, and the last unmap of a released handle credits it.
+//!
+//! The book knows only the handles the shim charged: an imported handle (the exporter
+//! pays) or host memory is never in it, and calls on those change nothing. Mappings are
+//! kept by address range, since one `cuMemUnmap` may cover several of them.
+//!
+//! Every change is made before the driver call, as a [`Pending`] step: [`VmmBook::done`]
+//! once the driver succeeded, [`VmmBook::undo`] if it failed. Both return the charges
+//! the driver has now freed, for the caller to credit. References and mappings are
+//! added before the call, so a concurrent release can never see a handle as free while
+//! the driver is still mapping it; they are taken away before the call too, so the
+//! driver cannot hand the same handle value to a new allocation while the old one is
+//! still in the book. Plain safe Rust.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use crate::ledger::Charge;
+
+/// One charged handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Phys {
+    charge: Charge,
+    /// References not yet released (`cuMemCreate`, `cuMemRetainAllocationHandle`).
+    refs: u32,
+    /// Live mappings of (part of) it.
+    maps: u32,
+}
+
+/// One mapping of a charged handle: `[start, start + size)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mapping {
+    size: u64,
+    handle: u64,
+}
+
+#[derive(Default)]
+struct Book {
+    handles: HashMap<u64, Phys>,
+    /// Mappings of charged handles by start address.
+    maps: BTreeMap<u64, Mapping>,
+}
+
+impl Book {
+    /// Drops one mapping of `handle`; the charge if that freed it.
+    fn unpin(&mut self, handle: u64) -> Option<Charge> {
+        let p = self.handles.get_mut(&handle)?;
+        p.maps = p.maps.saturating_sub(1);
+        self.free_if_done(handle)
+    }
+
+    /// Drops one reference to `handle`; the charge if that freed it.
+    fn unref(&mut self, handle: u64) -> Option<Charge> {
+        let p = self.handles.get_mut(&handle)?;
+        p.refs = p.refs.saturating_sub(1);
+        self.free_if_done(handle)
+    }
+
+    fn free_if_done(&mut self, handle: u64) -> Option<Charge> {
+        let p = self.handles.get(&handle)?;
+        if p.refs == 0 && p.maps == 0 {
+            self.handles.remove(&handle).map(|p| p.charge)
+        } else {
+            None
+        }
+    }
+
+    /// The mappings lying wholly inside `[ptr, ptr + size)`.
+    fn inside(&self, ptr: u64, size: u64) -> Vec<u64> {
+        let end = ptr.saturating_add(size);
+        self.maps
+            .range(ptr..end)
+            .filter(|(start, m)| start.checked_add(m.size).is_some_and(|e| e <= end))
+            .map(|(&start, _)| start)
+            .collect()
+    }
+
+    /// The mappings overlapping `[ptr, ptr + size)` at all.
+    fn overlapping(&self, ptr: u64, size: u64) -> Vec<u64> {
+        let end = ptr.saturating_add(size);
+        let before = self
+            .maps
+            .range(..ptr)
+            .next_back()
+            .filter(|(start, m)| start.saturating_add(m.size) > ptr)
+            .map(|(&start, _)| start);
+        before
+            .into_iter()
+            .chain(self.maps.range(ptr..end).map(|(&start, _)| start))
+            .collect()
+    }
+
+    /// The mapping holding address `addr`.
+    fn mapping_at(&self, addr: u64) -> Option<Mapping> {
+        let (start, m) = self.maps.range(..=addr).next_back()?;
+        (addr < start.saturating_add(m.size)).then_some(*m)
+    }
+}
+
+/// A change made ahead of a driver call.
+#[must_use = "finish a pending step with VmmBook::done or VmmBook::undo"]
+#[derive(Debug)]
+pub struct Pending(Step);
+
+#[derive(Debug)]
+enum Step {
+    /// `cuMemRelease`: one reference dropped; the handle itself if that freed it.
+    Release { handle: u64, freed: Option<Phys> },
+    /// `cuMemMap`: the handle pinned by one more mapping, recorded at `ptr` once made.
+    Map { ptr: u64, size: u64, handle: u64 },
+    /// `cuMemUnmap`/`cuMemAddressFree`: the mappings taken out, and the handles that freed.
+    Unmap {
+        maps: Vec<(u64, Mapping)>,
+        freed: Vec<(u64, Phys)>,
+    },
+    /// `cuMemRetainAllocationHandle`: one more reference to the handle mapped there.
+    Retain { handle: u64 },
+}
+
+/// Every charged VMM handle, with its references and mappings.
+pub struct VmmBook {
+    book: Mutex<Option<Book>>,
+}
+
+impl Default for VmmBook {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl VmmBook {
+    pub const fn new() -> Self {
+        VmmBook {
+            book: Mutex::new(None),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Book) -> T) -> T {
+        // A poisoned lock only means a panic elsewhere while it was held; every
+        // operation leaves the book consistent before it can panic.
+        let mut g = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        f(g.get_or_insert_with(Book::default))
+    }
+
+    /// `cuMemCreate` made `handle`, charged `charge`: one reference, no mapping. Returns
+    /// the charge of a handle of the same value still in the book, which the driver
+    /// can only have reused because it freed that one: to be credited.
+    pub fn created(&self, handle: u64, charge: Charge) -> Option<Charge> {
+        self.with(|b| {
+            let stale = b.handles.insert(
+                handle,
+                Phys {
+                    charge,
+                    refs: 1,
+                    maps: 0,
+                },
+            );
+            if stale.is_some() {
+                b.maps.retain(|_, m| m.handle != handle);
+            }
+            stale.map(|p| p.charge)
+        })
+    }
+
+    /// Before `cuMemRelease(handle)`; None for a handle the shim did not charge (or
+    /// with no reference left: the driver's error).
+    pub fn release(&self, handle: u64) -> Option<Pending> {
+        self.with(|b| {
+            let p = b.handles.get_mut(&handle).filter(|p| p.refs > 0)?;
+            p.refs -= 1;
+            let freed = if p.refs == 0 && p.maps == 0 {
+                b.handles.remove(&handle)
+            } else {
+                None
+            };
+            Some(Pending(Step::Release { handle, freed }))
+        })
+    }
+
+    /// Before `cuMemMap(ptr, size, offset, handle)`; None for a handle not charged.
+    pub fn map(&self, ptr: u64, size: u64, handle: u64) -> Option<Pending> {
+        self.with(|b| {
+            b.handles.get_mut(&handle)?.maps += 1;
+            Some(Pending(Step::Map { ptr, size, handle }))
+        })
+    }
+
+    /// Before `cuMemUnmap(ptr, size)` or `cuMemAddressFree(ptr, size)`: takes out the
+    /// charged mappings inside the range; None if there are none.
+    pub fn unmap(&self, ptr: u64, size: u64) -> Option<Pending> {
+        self.with(|b| {
+            let starts = b.inside(ptr, size);
+            if starts.is_empty() {
+                return None;
+            }
+            let mut maps = Vec::with_capacity(starts.len());
+            let mut freed = Vec::new();
+            for start in starts {
+                let Some(m) = b.maps.remove(&start) else {
+                    continue;
+                };
+                maps.push((start, m));
+                if let Some(p) = b.handles.get_mut(&m.handle) {
+                    p.maps = p.maps.saturating_sub(1);
+                    if p.refs == 0 && p.maps == 0 {
+                        let p = *p;
+                        b.handles.remove(&m.handle);
+                        freed.push((m.handle, p));
+                    }
+                }
+            }
+            Some(Pending(Step::Unmap { maps, freed }))
+        })
+    }
+
+    /// Before `cuMemRetainAllocationHandle(&h, addr)`: one more reference to the charged
+    /// handle mapped at `addr`; None if no charged handle is mapped there.
+    pub fn retain(&self, addr: u64) -> Option<Pending> {
+        self.with(|b| {
+            let handle = b.mapping_at(addr)?.handle;
+            b.handles.get_mut(&handle)?.refs += 1;
+            Some(Pending(Step::Retain { handle }))
+        })
+    }
+
+    /// After `cuMemRetainAllocationHandle` succeeded and returned `handle`, with what
+    /// [`retain`](Self::retain) set up: normally the same handle; otherwise the guess is
+    /// undone and the handle returned gets the reference, if it is charged.
+    pub fn retained(&self, pending: Option<Pending>, handle: u64) -> Vec<Charge> {
+        if let Some(Pending(Step::Retain { handle: guessed })) = &pending
+            && *guessed == handle
+        {
+            return Vec::new();
+        }
+        let credit = pending.map(|p| self.undo(p)).unwrap_or_default();
+        self.with(|b| {
+            if let Some(p) = b.handles.get_mut(&handle) {
+                p.refs += 1;
+            }
+        });
+        credit
+    }
+
+    /// The driver call succeeded: the charges it freed, to credit.
+    pub fn done(&self, pending: Pending) -> Vec<Charge> {
+        self.with(|b| match pending.0 {
+            Step::Release { freed, .. } => freed.map(|p| p.charge).into_iter().collect(),
+            Step::Map { ptr, size, handle } => {
+                // The driver mapped the range, so nothing the book still has there is
+                // mapped any more (it went some way the shim did not see).
+                let mut credit = Vec::new();
+                for start in b.overlapping(ptr, size) {
+                    if let Some(stale) = b.maps.remove(&start) {
+                        credit.extend(b.unpin(stale.handle));
+                    }
+                }
+                if b.handles.contains_key(&handle) {
+                    b.maps.insert(ptr, Mapping { size, handle });
+                }
+                credit
+            }
+            Step::Unmap { freed, .. } => freed.into_iter().map(|(_, p)| p.charge).collect(),
+            Step::Retain { .. } => Vec::new(),
+        })
+    }
+
+    /// The driver call failed: the step is taken back; the charges freed meanwhile
+    /// (a reference or mapping added for the call was the last thing holding them).
+    pub fn undo(&self, pending: Pending) -> Vec<Charge> {
+        self.with(|b| match pending.0 {
+            Step::Release { handle, freed } => {
+                match freed {
+                    Some(p) => {
+                        b.handles.insert(handle, Phys { refs: 1, ..p });
+                    }
+                    None => {
+                        if let Some(p) = b.handles.get_mut(&handle) {
+                            p.refs += 1;
+                        }
+                    }
+                }
+                Vec::new()
+            }
+            Step::Map { handle, .. } => b.unpin(handle).into_iter().collect(),
+            Step::Unmap { maps, freed } => {
+                for (handle, p) in freed {
+                    b.handles.entry(handle).or_insert(p);
+                }
+                for (start, m) in maps {
+                    if let Some(p) = b.handles.get_mut(&m.handle) {
+                        p.maps += 1;
+                        b.maps.insert(start, m);
+                    }
+                }
+                Vec::new()
+            }
+            Step::Retain { handle } => b.unref(handle).into_iter().collect(),
+        })
+    }
+
+    /// Bytes charged to live handles on `device`.
+    #[cfg(test)]
+    fn charged_on(&self, device: usize) -> u64 {
+        self.with(|b| {
+            b.handles
+                .values()
+                .filter(|p| p.charge.device == device)
+                .map(|p| p.charge.bytes)
+                .sum()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn charge(bytes: u64) -> Charge {
+        Charge { device: 0, bytes }
+    }
+
+    fn ok(book: &VmmBook, p: Option<Pending>) -> Vec<Charge> {
+        book.done(p.expect("a pending step"))
+    }
+
+    fn bytes(credit: &[Charge]) -> u64 {
+        credit.iter().map(|c| c.bytes).sum()
+    }
+
+    #[test]
+    fn the_documented_idiom_keeps_the_charge_until_the_unmap() {
+        let book = VmmBook::new();
+        assert_eq!(book.created(1, charge(512 * MIB)), None);
+        assert!(ok(&book, book.map(0x1000_0000, 512 * MIB, 1)).is_empty());
+        // Released at once: the mapping keeps the memory.
+        assert!(ok(&book, book.release(1)).is_empty());
+        assert_eq!(book.charged_on(0), 512 * MIB);
+        // The last unmap frees it.
+        let credit = ok(&book, book.unmap(0x1000_0000, 512 * MIB));
+        assert_eq!(credit, vec![charge(512 * MIB)]);
+        assert_eq!(book.charged_on(0), 0);
+        // Nothing is left to release or unmap.
+        assert!(book.release(1).is_none());
+        assert!(book.unmap(0x1000_0000, 512 * MIB).is_none());
+    }
+
+    #[test]
+    fn release_without_a_mapping_credits_at_once() {
+        let book = VmmBook::new();
+        book.created(7, charge(64 * MIB));
+        assert_eq!(ok(&book, book.release(7)), vec![charge(64 * MIB)]);
+        assert!(
+            book.release(7).is_none(),
+            "a double release is the driver's error"
+        );
+    }
+
+    #[test]
+    fn a_handle_mapped_twice_is_freed_by_its_last_unmap() {
+        let book = VmmBook::new();
+        book.created(1, charge(100));
+        assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
+        assert!(ok(&book, book.map(0x9000, 100, 1)).is_empty());
+        assert!(ok(&book, book.release(1)).is_empty());
+        assert!(ok(&book, book.unmap(0x1000, 100)).is_empty());
+        assert_eq!(book.charged_on(0), 100);
+        assert_eq!(ok(&book, book.unmap(0x9000, 100)), vec![charge(100)]);
+    }
+
+    #[test]
+    fn a_retained_reference_holds_the_memory() {
+        let book = VmmBook::new();
+        book.created(1, charge(100));
+        assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
+        // Retained from an address inside the mapping: the same handle comes back.
+        let p = book.retain(0x1000 + 50);
+        assert!(book.retained(p, 1).is_empty());
+        assert!(ok(&book, book.release(1)).is_empty());
+        assert!(ok(&book, book.unmap(0x1000, 100)).is_empty());
+        assert_eq!(book.charged_on(0), 100, "the retained reference is left");
+        assert_eq!(ok(&book, book.release(1)), vec![charge(100)]);
+        assert!(
+            book.retain(0x1000).is_none(),
+            "nothing mapped there any more"
+        );
+    }
+
+    #[test]
+    fn a_retain_that_returns_another_handle_moves_the_reference() {
+        let book = VmmBook::new();
+        book.created(1, charge(100));
+        book.created(2, charge(10));
+        assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
+        let p = book.retain(0x1000);
+        assert!(book.retained(p, 2).is_empty());
+        // Handle 1 has its own reference and mapping; handle 2 two references.
+        assert_eq!(ok(&book, book.release(1)), vec![]);
+        assert_eq!(ok(&book, book.unmap(0x1000, 100)), vec![charge(100)]);
+        assert!(ok(&book, book.release(2)).is_empty());
+        assert_eq!(ok(&book, book.release(2)), vec![charge(10)]);
+        // A retain on an address the book does not know, of a handle it knows.
+        book.created(3, charge(5));
+        assert!(book.retain(0x5000).is_none());
+        assert!(book.retained(None, 3).is_empty());
+        assert!(ok(&book, book.release(3)).is_empty());
+        assert_eq!(ok(&book, book.release(3)), vec![charge(5)]);
+    }
+
+    #[test]
+    fn one_unmap_over_several_mappings_credits_each_freed_handle() {
+        let book = VmmBook::new();
+        for h in 1..=3 {
+            book.created(h, charge(100));
+            assert!(ok(&book, book.map(0x1000 + (h - 1) * 100, 100, h)).is_empty());
+        }
+        // Handle 3 keeps its reference.
+        assert!(ok(&book, book.release(1)).is_empty());
+        assert!(ok(&book, book.release(2)).is_empty());
+        let credit = ok(&book, book.unmap(0x1000, 300));
+        assert_eq!(bytes(&credit), 200);
+        assert_eq!(book.charged_on(0), 100);
+        // A range with no mapping wholly inside it takes nothing.
+        book.created(4, charge(100));
+        assert!(ok(&book, book.map(0x8000, 100, 4)).is_empty());
+        assert!(book.unmap(0x8000, 50).is_none());
+        assert!(book.unmap(0x7000, 0x1000).is_none());
+    }
+
+    #[test]
+    fn an_unmap_the_driver_refuses_changes_nothing() {
+        let book = VmmBook::new();
+        book.created(1, charge(100));
+        book.created(2, charge(100));
+        assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
+        assert!(ok(&book, book.map(0x1064, 100, 2)).is_empty());
+        assert!(ok(&book, book.release(1)).is_empty());
+        assert!(ok(&book, book.release(2)).is_empty());
+        let p = book.unmap(0x1000, 200).unwrap();
+        assert_eq!(book.charged_on(0), 0, "taken out while the driver is asked");
+        assert!(book.undo(p).is_empty());
+        assert_eq!(book.charged_on(0), 200, "both are back");
+        assert_eq!(bytes(&ok(&book, book.unmap(0x1000, 200))), 200);
+    }
+
+    #[test]
+    fn failed_calls_are_taken_back() {
+        let book = VmmBook::new();
+        book.created(1, charge(100));
+        // A failed release: the reference is back.
+        let p = book.release(1).unwrap();
+        assert_eq!(book.charged_on(0), 0);
+        assert!(book.undo(p).is_empty());
+        assert_eq!(book.charged_on(0), 100);
+        // A failed map pins nothing and records nothing.
+        let p = book.map(0x1000, 100, 1).unwrap();
+        assert!(book.undo(p).is_empty());
+        assert!(book.unmap(0x1000, 100).is_none());
+        // A failed retain adds no reference.
+        assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
+        let p = book.retain(0x1000).unwrap();
+        assert!(book.undo(p).is_empty());
+        assert!(ok(&book, book.release(1)).is_empty());
+        assert_eq!(ok(&book, book.unmap(0x1000, 100)), vec![charge(100)]);
+    }
+
+    #[test]
+    fn a_step_that_was_the_last_hold_credits_when_undone() {
+        let book = VmmBook::new();
+        book.created(1, charge(100));
+        // A map in flight pins the handle: a concurrent release does not free it...
+        let m = book.map(0x1000, 100, 1).unwrap();
+        assert!(ok(&book, book.release(1)).is_empty());
+        assert_eq!(book.charged_on(0), 100);
+        // ...and when the map fails, the memory is gone.
+        assert_eq!(book.undo(m), vec![charge(100)]);
+        // Same for a retain in flight and a concurrent unmap.
+        book.created(2, charge(50));
+        assert!(ok(&book, book.map(0x2000, 50, 2)).is_empty());
+        assert!(ok(&book, book.release(2)).is_empty());
+        let r = book.retain(0x2000).unwrap();
+        assert!(ok(&book, book.unmap(0x2000, 50)).is_empty());
+        assert_eq!(book.undo(r), vec![charge(50)]);
+        assert_eq!(book.charged_on(0), 0);
+    }
+
+    #[test]
+    fn handles_the_shim_did_not_charge_are_left_alone() {
+        let book = VmmBook::new();
+        // An imported handle: mapping, retaining, releasing it changes nothing.
+        assert!(book.map(0x1000, 100, 99).is_none());
+        assert!(book.release(99).is_none());
+        assert!(book.retain(0x1000).is_none());
+        assert!(book.retained(None, 99).is_empty());
+        assert!(book.unmap(0x1000, 100).is_none());
+        assert_eq!(book.charged_on(0), 0);
+    }
+
+    #[test]
+    fn a_mapping_the_driver_dropped_unseen_is_replaced() {
+        let book = VmmBook::new();
+        book.created(1, charge(100));
+        book.created(2, charge(100));
+        assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
+        assert!(ok(&book, book.release(1)).is_empty());
+        // The driver maps handle 2 over the range: handle 1's mapping is gone.
+        assert_eq!(ok(&book, book.map(0x1000 + 50, 100, 2)), vec![charge(100)]);
+        assert!(ok(&book, book.release(2)).is_empty());
+        assert_eq!(ok(&book, book.unmap(0x1000 + 50, 100)), vec![charge(100)]);
+    }
+
+    #[test]
+    fn a_reused_handle_value_credits_the_old_one() {
+        let book = VmmBook::new();
+        book.created(1, charge(100));
+        assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
+        assert_eq!(book.created(1, charge(30)), Some(charge(100)));
+        assert_eq!(book.charged_on(0), 30);
+        assert!(
+            book.unmap(0x1000, 100).is_none(),
+            "the old mapping went too"
+        );
+        assert_eq!(ok(&book, book.release(1)), vec![charge(30)]);
+    }
+
+    #[test]
+    fn devices_are_kept_apart() {
+        let book = VmmBook::new();
+        book.created(
+            1,
+            Charge {
+                device: 1,
+                bytes: 100,
+            },
+        );
+        book.created(2, charge(10));
+        assert_eq!((book.charged_on(0), book.charged_on(1)), (10, 100));
+        assert_eq!(
+            ok(&book, book.release(1)),
+            vec![Charge {
+                device: 1,
+                bytes: 100
+            }]
+        );
+    }
+}

@@ -1,0 +1,378 @@
+/*
+ * escapes: ways users took the driver past gpucap's cap, each as the user hit it.
+ * Every check states what must hold UNDER THE CAP; run without the shim (the control)
+ * the program must fail, which shows the escape is real.
+ *
+ *   escapes <mode> <cap0> [<cap1>]
+ *
+ * VMM (one GPU, cap <cap0>, 2 MiB granularity):
+ *   vmm-idiom      NVIDIA's documented idiom, cuMemCreate -> cuMemAddressReserve ->
+ *                  cuMemMap -> cuMemSetAccess -> cuMemRelease at once, 8 times
+ *                  <cap0>/2: the mapping keeps the memory, so the third cuMemCreate is
+ *                  refused; the last cuMemUnmap of a handle credits it.
+ *   vmm-aliases    one handle mapped at two addresses and released: charged until the
+ *                  second mapping goes.
+ *   vmm-retain     cuMemRetainAllocationHandle adds a reference: release and unmap leave
+ *                  it charged until that reference is released too.
+ *   vmm-unmap-many one cuMemUnmap over two mappings credits both handles; a cuMemUnmap
+ *                  the driver refuses (half a mapping) credits nothing;
+ *                  cuMemAddressFree of a range still mapped (the fake unmaps it)
+ *                  credits the released handle mapped there.
+ * Pools:
+ *   pool-other-gpu (2 GPUs, caps <cap0> <cap1>) GPU 0's context current, GPU 1's
+ *                  default pool from cuDeviceGetDefaultMemPool(&p, 1): allocations of
+ *                  <cap1> from it are charged to GPU 1 (the second is refused), never to
+ *                  GPU 0; a pool created on GPU 1 likewise, and cuMemAllocAsync on a
+ *                  stream of GPU 1 (GPU 1's current pool). A handle that is no pool
+ *                  gets the driver's own error.
+ *   pool-free-then-destroy / pool-destroy-then-free
+ *                  (cap <cap0>) <cap0>/2 from a created pool freed with cuMemFree_v2
+ *                  (legal for stream-ordered memory) and the pool destroyed, in either
+ *                  order, with no trim or synchronisation: the driver holds nothing, so
+ *                  a later cuMemAlloc_v2 of 3/4 of the cap succeeds.
+ */
+#define _GNU_SOURCE
+#include "fakecuda.h"
+
+/* ---- declarations beyond fakecuda.h --------------------------------------- */
+
+typedef struct {
+    CUmemLocation location;
+    int flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
+
+typedef struct {
+    int allocType, handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                  unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuCtxSynchronize(void);
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static size_t g_cap[2];
+static CUcontext g_ctx[2];
+static size_t g_gran;
+
+static void use(int dev) { MUST(cuCtxSetCurrent(g_ctx[dev])); }
+
+/* GPU dev's cuMemGetInfo_v2 free figure (its context made current for the question). */
+static size_t free_on(int dev) {
+    CUcontext saved;
+    size_t f = 0, t = 0;
+    MUST(cuCtxGetCurrent(&saved));
+    use(dev);
+    MUST(cuMemGetInfo_v2(&f, &t));
+    MUST(cuCtxSetCurrent(saved));
+    return f;
+}
+
+#define IN_USE(dev, used, ...)                                                                \
+    do {                                                                                      \
+        size_t f_ = free_on(dev), w_ = g_cap[dev] - (used);                                   \
+        char what_[200];                                                                      \
+        snprintf(what_, sizeof what_, __VA_ARGS__);                                           \
+        CHECK(f_ == w_, "%s: GPU %d free %zu MiB, expected %zu MiB (cap %zu MiB - %zu MiB)",  \
+              what_, dev, f_ / MIB, w_ / MIB, g_cap[dev] / MIB, (size_t)(used) / MIB);        \
+    } while (0)
+
+static CUmemAllocationProp prop_on(int dev) {
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    return prop;
+}
+
+static CUresult create(CUmemGenericAllocationHandle *h, size_t size) {
+    CUmemAllocationProp prop = prop_on(0);
+    return cuMemCreate(h, size, &prop, 0);
+}
+
+/* Maps `h` (all `size` bytes) at `at` and makes it readable and writable by GPU 0. */
+static void map_rw(CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h) {
+    MUST(cuMemMap(at, size, 0, h, 0));
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    MUST(cuMemSetAccess(at, size, &access, 1));
+}
+
+static CUdeviceptr reserve_va(size_t size) {
+    CUdeviceptr va = 0;
+    MUST(cuMemAddressReserve(&va, size, 0, 0, 0));
+    return va;
+}
+
+static void one_context(void) {
+    MUST(cuDevicePrimaryCtxRetain(&g_ctx[0], 0));
+    use(0);
+    CUmemAllocationProp prop = prop_on(0);
+    MUST(cuMemGetAllocationGranularity(&g_gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+/* ---- VMM ------------------------------------------------------------------- */
+
+static void vmm_idiom(void) {
+    one_context();
+    const size_t half = g_cap[0] / 2;
+    CUdeviceptr va[8] = {0};
+    int made = 0;
+    for (int i = 0; i < 8; i++) {
+        CUmemGenericAllocationHandle h = 0;
+        CUresult rc = create(&h, half);
+        if (i < 2) {
+            CHECK(rc == CUDA_SUCCESS, "idiom #%d: cuMemCreate(cap/2) -> %d", i + 1, rc);
+        } else {
+            CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY,
+                  "idiom #%d: cuMemCreate(cap/2) with two released-but-mapped handles -> %d, expected 2",
+                  i + 1, rc);
+        }
+        if (rc != CUDA_SUCCESS) continue;
+        va[made] = reserve_va(half);
+        map_rw(va[made], half, h);
+        MUST(cuMemRelease(h)); /* the mapping keeps the memory alive */
+        /* The memory is usable after the release. */
+        unsigned v = 0xC0FFEE00u + i, back = 0;
+        MUST(cuMemcpyHtoD_v2(va[made], &v, sizeof v));
+        MUST(cuMemcpyDtoH_v2(&back, va[made], sizeof back));
+        CHECK(back == v, "idiom #%d: the mapping works after cuMemRelease", i + 1);
+        made++;
+    }
+    IN_USE(0, made * half, "after the idiom loop (%d handles released, still mapped)", made);
+    /* The last unmap frees the memory: credited then, and a new idiom round fits. */
+    MUST(cuMemUnmap(va[0], half));
+    IN_USE(0, (made - 1) * half, "after cuMemUnmap of the first mapping");
+    CUmemGenericAllocationHandle h = 0;
+    CUresult rc = create(&h, half);
+    CHECK(rc == CUDA_SUCCESS, "cuMemCreate(cap/2) after an unmap -> %d", rc);
+    if (rc == CUDA_SUCCESS) {
+        map_rw(va[0], half, h);
+        MUST(cuMemRelease(h));
+    }
+    for (int i = 0; i < made; i++) {
+        if (i > 0 || rc == CUDA_SUCCESS) MUST(cuMemUnmap(va[i], half));
+        MUST(cuMemAddressFree(va[i], half));
+    }
+    IN_USE(0, 0, "after unmapping everything");
+}
+
+static void vmm_aliases(void) {
+    one_context();
+    const size_t half = g_cap[0] / 2;
+    CUmemGenericAllocationHandle h = 0, other = 0;
+    MUST(create(&h, half));
+    CUdeviceptr a = reserve_va(half), b = reserve_va(half);
+    map_rw(a, half, h);
+    map_rw(b, half, h);
+    MUST(cuMemRelease(h));
+    IN_USE(0, half, "one handle mapped twice, released");
+    MUST(cuMemUnmap(a, half));
+    IN_USE(0, half, "first of two mappings unmapped: the other keeps the memory");
+    CUresult rc = create(&other, half + g_cap[0] / 4);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate(3/4 cap) while the second mapping lives -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemRelease(other));
+    MUST(cuMemUnmap(b, half));
+    IN_USE(0, 0, "second mapping unmapped: the memory is gone");
+    rc = create(&other, half + g_cap[0] / 4);
+    CHECK(rc == CUDA_SUCCESS, "cuMemCreate(3/4 cap) after the last unmap -> %d", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemRelease(other));
+    MUST(cuMemAddressFree(a, half));
+    MUST(cuMemAddressFree(b, half));
+}
+
+static void vmm_retain(void) {
+    one_context();
+    const size_t half = g_cap[0] / 2;
+    CUmemGenericAllocationHandle h = 0, again = 0, other = 0;
+    MUST(create(&h, half));
+    CUdeviceptr a = reserve_va(half);
+    map_rw(a, half, h);
+    CUresult rc = cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)(a + g_gran));
+    CHECK(rc == CUDA_SUCCESS && again == h, "cuMemRetainAllocationHandle(inside the mapping) -> %d, same handle %d",
+          rc, again == h);
+    MUST(cuMemRelease(h));
+    MUST(cuMemUnmap(a, half));
+    IN_USE(0, half, "released and unmapped, but retained once more");
+    rc = create(&other, half + g_cap[0] / 4);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate(3/4 cap) while the retained reference lives -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemRelease(other));
+    MUST(cuMemRelease(again));
+    IN_USE(0, 0, "the retained reference released");
+    rc = cuMemRelease(again);
+    CHECK(rc != CUDA_SUCCESS, "a third cuMemRelease is the driver's error -> %d", rc);
+    IN_USE(0, 0, "after the refused release");
+    MUST(cuMemAddressFree(a, half));
+}
+
+static void vmm_unmap_many(void) {
+    one_context();
+    const size_t quarter = g_cap[0] / 4;
+    CUmemGenericAllocationHandle h1 = 0, h2 = 0, h3 = 0, other = 0;
+    MUST(create(&h1, quarter));
+    MUST(create(&h2, quarter));
+    CUdeviceptr va = reserve_va(2 * quarter);
+    map_rw(va, quarter, h1);
+    map_rw(va + quarter, quarter, h2);
+    MUST(cuMemRelease(h1));
+    MUST(cuMemRelease(h2));
+    IN_USE(0, 2 * quarter, "two released handles mapped side by side");
+    CUresult rc = cuMemUnmap(va, quarter + g_gran);
+    CHECK(rc != CUDA_SUCCESS, "cuMemUnmap of one mapping and part of the next is the driver's error -> %d", rc);
+    IN_USE(0, 2 * quarter, "after the refused cuMemUnmap");
+    MUST(cuMemUnmap(va, 2 * quarter));
+    IN_USE(0, 0, "one cuMemUnmap over both mappings credits both");
+
+    /* A range freed with its mapping still in it (the fake unmaps it). */
+    MUST(create(&h3, 2 * quarter));
+    map_rw(va, 2 * quarter, h3);
+    MUST(cuMemRelease(h3));
+    IN_USE(0, 2 * quarter, "a released handle mapped");
+    MUST(cuMemAddressFree(va, 2 * quarter));
+    IN_USE(0, 0, "cuMemAddressFree took the mapping with it");
+    rc = create(&other, 3 * quarter);
+    CHECK(rc == CUDA_SUCCESS, "cuMemCreate(3/4 cap) afterwards -> %d", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemRelease(other));
+}
+
+/* ---- pools ----------------------------------------------------------------- */
+
+static void pool_other_gpu(void) {
+    for (int dev = 0; dev < 2; dev++) MUST(cuCtxCreate_v2(&g_ctx[dev], 0, dev));
+    use(0);
+    CUmemoryPool p1;
+    MUST(cuDeviceGetDefaultMemPool(&p1, 1));
+    CUdeviceptr d[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        CUresult rc = cuMemAllocFromPoolAsync(&d[i], g_cap[1], p1, NULL);
+        if (i == 0) {
+            CHECK(rc == CUDA_SUCCESS, "#%d: cuMemAllocFromPoolAsync(GPU 1's default pool, cap1) with GPU 0 current -> %d", i + 1, rc);
+        } else {
+            CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY,
+                  "#%d: cuMemAllocFromPoolAsync(GPU 1's default pool, cap1) past GPU 1's cap -> %d, expected 2", i + 1, rc);
+        }
+        if (rc != CUDA_SUCCESS) d[i] = 0;
+    }
+    IN_USE(1, g_cap[1], "GPU 1 charged for its pool");
+    IN_USE(0, 0, "GPU 0 not charged for GPU 1's pool");
+    for (int i = 0; i < 3; i++)
+        if (d[i]) MUST(cuMemFreeAsync(d[i], NULL));
+    use(1);
+    MUST(cuStreamSynchronize(NULL));
+    use(0);
+    IN_USE(1, 0, "GPU 1's pool released at the synchronisation");
+
+    /* Not a pool at all: the driver's own error, nothing charged. */
+    CUdeviceptr bogus = 0;
+    CUresult rc = cuMemAllocFromPoolAsync(&bogus, MIB, (CUmemoryPool)(uintptr_t)0x1234, NULL);
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE, "cuMemAllocFromPoolAsync from a handle that is no pool -> %d, expected 1", rc);
+    IN_USE(0, 0, "nothing charged for it");
+
+    /* A pool created on GPU 1 while GPU 0 is current. */
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 1;
+    CUmemoryPool mine;
+    MUST(cuMemPoolCreate(&mine, &props));
+    CUdeviceptr x = 0, y = 0;
+    rc = cuMemAllocFromPoolAsync(&x, g_cap[1], mine, NULL);
+    CHECK(rc == CUDA_SUCCESS, "created pool on GPU 1: cap1 -> %d", rc);
+    rc = cuMemAllocFromPoolAsync(&y, g_cap[1], mine, NULL);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "created pool on GPU 1: cap1 more -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFreeAsync(y, NULL));
+    IN_USE(0, 0, "GPU 0 not charged for GPU 1's created pool");
+    if (x) MUST(cuMemFreeAsync(x, NULL));
+    MUST(cuMemPoolDestroy(mine));
+    IN_USE(1, 0, "created pool destroyed");
+
+    /* cuMemAllocAsync on a stream of GPU 1: from GPU 1's current pool. */
+    CUstream s1;
+    use(1);
+    MUST(cuStreamCreate(&s1, 0));
+    use(0);
+    rc = cuMemAllocAsync(&x, g_cap[1], s1);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAllocAsync(cap1) on GPU 1's stream with GPU 0 current -> %d", rc);
+    rc = cuMemAllocAsync(&y, g_cap[1], s1);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAllocAsync(cap1) more on GPU 1's stream -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFreeAsync(y, s1));
+    IN_USE(1, g_cap[1], "GPU 1 charged for the allocation on its stream");
+    IN_USE(0, 0, "GPU 0 not charged for GPU 1's stream");
+    MUST(cuMemFreeAsync(x, s1));
+    MUST(cuStreamSynchronize(s1));
+    IN_USE(1, 0, "end");
+}
+
+static void pool_free_destroy(int destroy_first) {
+    one_context();
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CUmemoryPool pool;
+    MUST(cuMemPoolCreate(&pool, &props));
+    CUdeviceptr p = 0, big = 0;
+    MUST(cuMemAllocFromPoolAsync(&p, g_cap[0] / 2, pool, NULL));
+    IN_USE(0, g_cap[0] / 2, "cap/2 from a created pool");
+    if (destroy_first) {
+        MUST(cuMemPoolDestroy(pool));
+        IN_USE(0, g_cap[0] / 2, "pool destroyed, its allocation outstanding");
+        MUST(cuMemFree_v2(p));
+    } else {
+        MUST(cuMemFree_v2(p));
+        MUST(cuMemPoolDestroy(pool));
+    }
+    IN_USE(0, 0, "allocation freed with cuMemFree_v2 and pool destroyed");
+    CUresult rc = cuMemAlloc_v2(&big, g_cap[0] / 4 * 3);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc_v2(3/4 cap) afterwards -> %d", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(big));
+    IN_USE(0, 0, "end");
+
+    /* The default pool, freed with cuMemFree_v2: the pool keeps the memory until a
+     * synchronisation, and the cap reads so. */
+    MUST(cuMemAllocAsync(&p, g_cap[0] / 2, NULL));
+    MUST(cuMemFree_v2(p));
+    MUST(cuCtxSynchronize());
+    IN_USE(0, 0, "default-pool memory freed with cuMemFree_v2, then a synchronisation");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argv[1];
+    g_cap[0] = parse_size(argv[2]);
+    g_cap[1] = argc > 3 ? parse_size(argv[3]) : 0;
+    MUST(cuInit(0));
+    if (strcmp(mode, "vmm-idiom") == 0) vmm_idiom();
+    else if (strcmp(mode, "vmm-aliases") == 0) vmm_aliases();
+    else if (strcmp(mode, "vmm-retain") == 0) vmm_retain();
+    else if (strcmp(mode, "vmm-unmap-many") == 0) vmm_unmap_many();
+    else if (strcmp(mode, "pool-other-gpu") == 0 && argc > 3) pool_other_gpu();
+    else if (strcmp(mode, "pool-free-then-destroy") == 0) pool_free_destroy(0);
+    else if (strcmp(mode, "pool-destroy-then-free") == 0) pool_free_destroy(1);
+    else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
+    return finish();
+}

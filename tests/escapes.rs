@@ -1,0 +1,159 @@
+//! Escapes users found: ways a program got the driver to hold more than its cap
+//! through VMM handles and stream-ordered pools (tests/c/escapes.c). Each runs as the
+//! user hit it, with the shim (the program's own checks must pass, the fake driver's
+//! recorded peak must stay within the cap, gpucap must have refused) and without it
+//! (the same checks must fail: the escape is real).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use common::*;
+
+fn prog() -> PathBuf {
+    compile_c("escapes", "", &["-lcuda"])
+}
+
+/// Runs `escapes args` on `devices` fake GPUs of 8 GiB, with the shim and
+/// `GPUCAP_LIMIT=limit` when `limit` is given; `env` goes to the run too.
+fn escapes(
+    args: &[&str],
+    devices: u32,
+    limit: Option<&str>,
+    env: &[(&str, &str)],
+) -> (Output, Vec<DevStats>) {
+    let stats = scratch(&format!("escapes-{}", args[0])).join("stats.json");
+    let mut c = fake_cmd(prog(), &stats);
+    c.env("FAKECUDA_TOTAL_MEM", "8Gi")
+        .env("FAKECUDA_DEVICES", devices.to_string());
+    if let Some(limit) = limit {
+        preload(&mut c).env("GPUCAP_LIMIT", limit);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = run(c.args(args));
+    let s = read_stats(&stats);
+    (o, s)
+}
+
+/// The escape without the shim: the program's checks of the cap fail.
+#[track_caller]
+fn control_fails(args: &[&str], devices: u32) -> Vec<DevStats> {
+    let (o, s) = escapes(args, devices, None, &[]);
+    assert_failed(&o, &format!("{} without the shim", args[0]));
+    s
+}
+
+#[track_caller]
+fn count(lines: &[String], needle: &str) -> usize {
+    lines.iter().filter(|l| l.contains(needle)).count()
+}
+
+/// cuMemCreate -> cuMemAddressReserve -> cuMemMap -> cuMemSetAccess -> cuMemRelease at
+/// once (NVIDIA's documented idiom), 8 x 512 MiB under a 1 GiB cap: the mapping keeps
+/// the memory, so the cap stays charged until the last unmap.
+#[test]
+fn vmm_memory_released_while_mapped_stays_charged() {
+    for env in [&[][..], &[("GPUCAP_GROWTH", "1")][..]] {
+        let (o, s) = escapes(&["vmm-idiom", "1Gi"], 1, Some("1Gi"), env);
+        assert_passed(&o, &format!("vmm-idiom with the shim {env:?}"));
+        assert!(
+            s[0].peak_used <= GIB,
+            "the driver held more than the 1 GiB cap {env:?}: {:?}",
+            s[0]
+        );
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        let refused = refusals(&stderr(&o));
+        assert_eq!(
+            count(
+                &refused,
+                "refused cuMemCreate of 512 MiB on GPU 0: 1 GiB of the 1 GiB cap in use"
+            ),
+            6,
+            "the third to eighth rounds were refused {env:?}: {refused:?}"
+        );
+    }
+    let s = control_fails(&["vmm-idiom", "1Gi"], 1);
+    assert_eq!(
+        s[0].peak_used,
+        4 * GIB,
+        "without the shim the driver holds all eight: {:?}",
+        s[0]
+    );
+}
+
+/// One handle mapped twice; a reference added by cuMemRetainAllocationHandle; one
+/// cuMemUnmap over two mappings, one the driver refuses, a cuMemAddressFree that takes
+/// a mapping with it: charged exactly while the driver holds the memory.
+#[test]
+fn vmm_memory_is_credited_at_the_last_unmap_and_the_last_reference() {
+    for mode in ["vmm-aliases", "vmm-retain", "vmm-unmap-many"] {
+        let (o, s) = escapes(&[mode, "1Gi"], 1, Some("1Gi"), &[]);
+        assert_passed(&o, &format!("{mode} with the shim"));
+        assert!(s[0].peak_used <= GIB, "{mode}: {:?}", s[0]);
+        assert_eq!(s[0].final_used, 0, "{mode}: {:?}", s[0]);
+        let refused = refusals(&stderr(&o));
+        let want = match mode {
+            "vmm-unmap-many" => 0,
+            _ => 1,
+        };
+        assert_eq!(
+            count(
+                &refused,
+                "refused cuMemCreate of 768 MiB on GPU 0: 512 MiB of the 1 GiB cap in use"
+            ),
+            want,
+            "{mode}: {refused:?}"
+        );
+        control_fails(&[mode, "1Gi"], 1);
+    }
+}
+
+/// GPU 0's context current, GPU 1's default pool: `cuMemAllocFromPoolAsync` x3 of 1 GiB
+/// under `0=4Gi,1=1Gi`. The pool is GPU 1's, and so is the charge. Likewise a pool
+/// created on GPU 1, and `cuMemAllocAsync` on a stream of GPU 1.
+#[test]
+fn a_pool_of_another_gpu_is_charged_to_that_gpu() {
+    let args = ["pool-other-gpu", "4Gi", "1Gi"];
+    let (o, s) = escapes(&args, 2, Some("0=4Gi,1=1Gi"), &[]);
+    assert_passed(&o, "pool-other-gpu with the shim");
+    assert!(s[1].peak_used <= GIB, "GPU 1 over its cap: {:?}", s[1]);
+    assert_eq!(s[0].peak_used, 0, "GPU 0 holds nothing: {:?}", s[0]);
+    assert_eq!((s[0].final_used, s[1].final_used), (0, 0));
+    let refused = refusals(&stderr(&o));
+    assert_eq!(
+        count(
+            &refused,
+            "refused cuMemAllocFromPoolAsync of 1 GiB on GPU 1: 1 GiB of the 1 GiB cap in use"
+        ),
+        3,
+        "two from the default pool, one from the created pool: {refused:?}"
+    );
+    assert_eq!(
+        count(
+            &refused,
+            "refused cuMemAllocAsync of 1 GiB on GPU 1: 1 GiB of the 1 GiB cap in use"
+        ),
+        1,
+        "one on GPU 1's stream: {refused:?}"
+    );
+    let s = control_fails(&args, 2);
+    assert!(s[1].peak_used >= 3 * GIB, "{:?}", s[1]);
+}
+
+/// Pool memory freed with cuMemFree_v2 and its pool destroyed, in either order, with no
+/// trim: nothing stays charged, so a later 768 MiB cuMemAlloc fits a 1 GiB cap.
+#[test]
+fn pool_memory_freed_with_cu_mem_free_is_credited() {
+    for mode in ["pool-free-then-destroy", "pool-destroy-then-free"] {
+        let (o, s) = escapes(&[mode, "1Gi"], 1, Some("1Gi"), &[]);
+        assert_passed(&o, &format!("{mode} with the shim"));
+        assert!(s[0].peak_used <= GIB, "{mode}: {:?}", s[0]);
+        assert_eq!(s[0].final_used, 0, "{mode}: {:?}", s[0]);
+        let refused = refusals(&stderr(&o));
+        assert!(refused.is_empty(), "{mode}: {refused:?}");
+        control_fails(&[mode, "1Gi"], 1);
+    }
+}
