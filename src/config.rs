@@ -256,6 +256,54 @@ impl LimitSpec {
         }
         Ok(())
     }
+
+    /// Checks every key against the GPUs visible to CUDA, as the shim does at `cuInit`
+    /// and `gpucap run`/`gpucap check` do before the program starts: an ordinal key must
+    /// be below `count` (the visible GPUs, after `CUDA_VISIBLE_DEVICES`; None when the
+    /// driver could not say), and the UUID keys must pass [`LimitSpec::check_keys`]
+    /// against `uuids()` (the visible GPUs' UUIDs by ordinal, asked for only when there
+    /// are UUID keys; None when the driver could not list them). A key that matches no
+    /// visible GPU would otherwise cap nothing, silently. The error is the one line to
+    /// print, `gpucap: GPUCAP_LIMIT names GPU 1, but ...`.
+    pub fn check_visible<'a>(
+        &self,
+        count: Option<usize>,
+        uuids: impl FnOnce() -> Option<&'a [[u8; 16]]>,
+    ) -> Result<(), String> {
+        for (key, _) in &self.devices {
+            let DeviceKey::Ordinal(n) = *key else {
+                continue;
+            };
+            let Some(count) = count else {
+                return Err(format!(
+                    "gpucap: GPUCAP_LIMIT names {key}, but the driver could not say how many \
+                     GPUs are visible to CUDA"
+                ));
+            };
+            if n as usize >= count {
+                let visible = match count {
+                    0 => "no GPU is visible to CUDA".to_string(),
+                    1 => "only 1 GPU is visible to CUDA (GPU 0)".to_string(),
+                    c => format!("only {c} GPUs are visible to CUDA (GPU 0 to GPU {})", c - 1),
+                };
+                return Err(format!(
+                    "gpucap: GPUCAP_LIMIT names {key}, but {visible}; ordinals count the GPUs \
+                     CUDA_VISIBLE_DEVICES leaves visible, from 0"
+                ));
+            }
+        }
+        let Some(first) = self.uuid_keys().next() else {
+            return Ok(());
+        };
+        match uuids() {
+            Some(v) => self.check_keys(v),
+            None => Err(format!(
+                "GPUCAP_LIMIT names {first}, but the driver could not list the UUIDs of the \
+                 visible GPUs"
+            )),
+        }
+        .map_err(|msg| format!("gpucap: {msg}"))
+    }
 }
 
 /// How much the shim logs (to stderr).
