@@ -68,12 +68,11 @@ pub fn no_driver_line(why: &str) -> String {
     format!("no NVIDIA driver: libcuda.so.1 cannot be loaded ({why}); {WITHOUT_A_GPU}")
 }
 
-/// dlopen(libcuda.so.1), or the loader's error. The handle is never closed, so
-/// function pointers taken from it stay valid for the life of the process.
-fn open() -> Result<*mut c_void, String> {
+/// dlopen(libcuda.so.1) with `mode`, or the loader's error. The handle is never
+/// closed, so function pointers taken from it stay valid for the life of the process.
+fn open(mode: c_int) -> Result<*mut c_void, String> {
     // SAFETY: dlopen with a NUL-terminated name.
-    let handle =
-        unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), mode | libc::RTLD_LOCAL) };
     if handle.is_null() {
         Err(dlerror_text())
     } else {
@@ -81,14 +80,15 @@ fn open() -> Result<*mut c_void, String> {
     }
 }
 
-/// Whether libcuda.so.1 can be loaded (nothing is called in it): the loader's error if not.
+/// Whether libcuda.so.1 can be loaded (nothing is called in it, so its symbols are
+/// bound lazily: `gpucap run` asks this before every program): the loader's error if not.
 pub fn loadable() -> Result<(), String> {
-    open().map(|_| ())
+    open(libc::RTLD_LAZY).map(|_| ())
 }
 
 /// Loads libcuda.so.1 and lists the visible devices with their memory.
 pub fn probe() -> Probe {
-    let handle = match open() {
+    let handle = match open(libc::RTLD_NOW) {
         Ok(h) => h,
         Err(why) => return Probe::NoDriver(why),
     };
