@@ -47,10 +47,8 @@ if [ "$on_real_gpu" = yes ]; then
     command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L | sed 's/^/    /' || true
 else
     say "No NVIDIA GPU here: the demo runs on gpucap's fake GPU (16 GiB, backed by host memory)"
-    fake_dir=$BIN/fakecuda
-    mkdir -p "$fake_dir"
-    ln -sfn "$BIN/libcuda.so" "$fake_dir/libcuda.so.1"
-    ln -sfn "$BIN/libcuda.so" "$fake_dir/libcuda.so"
+    # The folder with the fake libcuda.so.1 and libnvidia-ml.so.1 (README: "Without a GPU").
+    fake_dir=$("$ROOT/scripts/fake-gpu.sh")
     export LD_LIBRARY_PATH="$fake_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export FAKECUDA_TOTAL_MEM=16Gi
 fi
@@ -95,6 +93,10 @@ if has '^alloc 600 err CUDA_ERROR_OUT_OF_MEMORY$' &&
     has "^gpucap: refused cuMemAlloc[A-Za-z]* of 600 MiB on GPU 0: $in_use of the 1 GiB cap in use\$" &&
     [ "$(printf '%s\n' "$out" | grep -c '^alloc 256 ok$')" -ge "$expected_oks" ]; then
     say "Done: the program was held to 1 GiB; the line starting with 'gpucap: refused' is gpucap's."
+    if [ "$on_real_gpu" != yes ]; then
+        echo "    Your own program on the fake GPU (README.md, \"Without a GPU\"):"
+        echo "    scripts/fake-gpu.sh target/release/gpucap run --limit 1Gi -- ./your_program"
+    fi
 else
     say "FAILED: the output above is not what a 1 GiB cap should give"
     exit 1

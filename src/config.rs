@@ -105,40 +105,59 @@ pub struct DeviceUuid {
 
 impl DeviceUuid {
     /// Parses `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or `MIG-…` (prefix and hex in any case).
+    ///
+    /// Any string is safe to pass: prefixes are compared as bytes and the text is never
+    /// sliced at a byte offset, so a multi-byte character anywhere is an error, not a panic.
     pub fn parse(s: &str) -> Result<DeviceUuid, String> {
-        let upper = s.get(..4).map(str::to_ascii_uppercase);
-        let mig = match upper.as_deref() {
-            Some("GPU-") => false,
-            Some("MIG-") => true,
-            _ => return Err(format!("{s:?} is not a GPU-… or MIG-… UUID")),
+        let mig = if starts_with_ignore_case(s, "GPU-") {
+            false
+        } else if starts_with_ignore_case(s, "MIG-") {
+            true
+        } else {
+            return Err(format!("{s:?} is not a GPU-… or MIG-… UUID"));
         };
-        let hex = &s[4..];
-        if mig && hex.len() >= 4 && hex[..4].eq_ignore_ascii_case("GPU-") {
+        let kind = if mig { "MIG" } else { "GPU" };
+        // The prefix is 4 ASCII bytes, so byte 4 is a character boundary.
+        let hex = s.get(4..).unwrap_or_default();
+        if mig && starts_with_ignore_case(hex, "GPU-") {
             return Err(format!(
                 "{s:?} is the old MIG-GPU-<uuid>/<gi>/<ci> form; use the MIG-… UUID that \
                  `nvidia-smi -L` prints for the instance (driver R470 and later)"
             ));
         }
-        let groups: Vec<&str> = hex.split('-').collect();
-        let lens: Vec<usize> = groups.iter().map(|g| g.len()).collect();
-        if lens != [8, 4, 4, 4, 12]
-            || !groups
-                .iter()
-                .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
-        {
-            return Err(format!(
-                "{s:?} is not a UUID (expected {}-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in hex)",
-                &s[..3]
-            ));
+        let not_a_uuid = || {
+            format!(
+                "{s:?} is not a UUID (expected {kind}-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in hex)"
+            )
+        };
+        let lens: Vec<usize> = hex.split('-').map(str::len).collect();
+        if lens != [8, 4, 4, 4, 12] {
+            return Err(not_a_uuid());
         }
-        let digits: Vec<u8> = groups.concat().bytes().collect();
+        // 32 hex digits, each one ASCII character: their values, then pairs of them.
+        let nibbles: Option<Vec<u8>> = hex
+            .chars()
+            .filter(|&c| c != '-')
+            .map(|c| c.to_digit(16).and_then(|d| u8::try_from(d).ok()))
+            .collect();
+        let nibbles = nibbles.ok_or_else(not_a_uuid)?;
         let mut bytes = [0u8; 16];
-        for (i, b) in bytes.iter_mut().enumerate() {
-            let pair = std::str::from_utf8(&digits[2 * i..2 * i + 2]).unwrap_or("00");
-            *b = u8::from_str_radix(pair, 16).unwrap_or(0);
+        if nibbles.len() != 2 * bytes.len() {
+            return Err(not_a_uuid());
+        }
+        for (b, pair) in bytes.iter_mut().zip(nibbles.chunks_exact(2)) {
+            *b = pair.iter().fold(0, |acc, n| (acc << 4) | n);
         }
         Ok(DeviceUuid { mig, bytes })
     }
+}
+
+/// Does `s` start with the ASCII `prefix`, in any case? Compares bytes, so it is safe
+/// whatever characters `s` holds (slicing `s` at `prefix.len()` may not be).
+fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
+    s.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (`MIG-` for an instance), lowercase hex.
@@ -237,6 +256,54 @@ impl LimitSpec {
         }
         Ok(())
     }
+
+    /// Checks every key against the GPUs visible to CUDA, as the shim does at `cuInit`
+    /// and `gpucap run`/`gpucap check` do before the program starts: an ordinal key must
+    /// be below `count` (the visible GPUs, after `CUDA_VISIBLE_DEVICES`; None when the
+    /// driver could not say), and the UUID keys must pass [`LimitSpec::check_keys`]
+    /// against `uuids()` (the visible GPUs' UUIDs by ordinal, asked for only when there
+    /// are UUID keys; None when the driver could not list them). A key that matches no
+    /// visible GPU would otherwise cap nothing, silently. The error is the one line to
+    /// print, `gpucap: GPUCAP_LIMIT names GPU 1, but ...`.
+    pub fn check_visible<'a>(
+        &self,
+        count: Option<usize>,
+        uuids: impl FnOnce() -> Option<&'a [[u8; 16]]>,
+    ) -> Result<(), String> {
+        for (key, _) in &self.devices {
+            let DeviceKey::Ordinal(n) = *key else {
+                continue;
+            };
+            let Some(count) = count else {
+                return Err(format!(
+                    "gpucap: GPUCAP_LIMIT names {key}, but the driver could not say how many \
+                     GPUs are visible to CUDA"
+                ));
+            };
+            if n as usize >= count {
+                let visible = match count {
+                    0 => "no GPU is visible to CUDA".to_string(),
+                    1 => "only 1 GPU is visible to CUDA (GPU 0)".to_string(),
+                    c => format!("only {c} GPUs are visible to CUDA (GPU 0 to GPU {})", c - 1),
+                };
+                return Err(format!(
+                    "gpucap: GPUCAP_LIMIT names {key}, but {visible}; ordinals count the GPUs \
+                     CUDA_VISIBLE_DEVICES leaves visible, from 0"
+                ));
+            }
+        }
+        let Some(first) = self.uuid_keys().next() else {
+            return Ok(());
+        };
+        match uuids() {
+            Some(v) => self.check_keys(v),
+            None => Err(format!(
+                "GPUCAP_LIMIT names {first}, but the driver could not list the UUIDs of the \
+                 visible GPUs"
+            )),
+        }
+        .map_err(|msg| format!("gpucap: {msg}"))
+    }
 }
 
 /// How much the shim logs (to stderr).
@@ -312,10 +379,13 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The name is escaped like the value: a line break in it stays on one line.
         write!(
             f,
             "gpucap: invalid {}={:?}: {}",
-            self.var, self.value, self.reason
+            self.var.escape_debug(),
+            self.value,
+            self.reason
         )?;
         if !self.accepted.is_empty() {
             write!(f, "; accepted: {}", self.accepted)?;
@@ -389,8 +459,7 @@ fn parse_device(k: &str) -> Result<DeviceKey, String> {
     if k.is_empty() {
         return Err("missing device before '='".to_string());
     }
-    if k.len() >= 4 && (k[..4].eq_ignore_ascii_case("GPU-") || k[..4].eq_ignore_ascii_case("MIG-"))
-    {
+    if starts_with_ignore_case(k, "GPU-") || starts_with_ignore_case(k, "MIG-") {
         return DeviceUuid::parse(k).map(DeviceKey::Uuid);
     }
     if !k.bytes().all(|b| b.is_ascii_digit()) {
@@ -1200,5 +1269,163 @@ mod tests {
         );
         assert!(has_gpucap_vars([("GPUCAP_X", "")]));
         assert!(!has_gpucap_vars([("PATH", "/bin"), ("gpucap_limit", "1")]));
+    }
+}
+
+/// Property tests: no input, of any characters or bytes, makes a parser panic (the shim
+/// would turn a panic into CUDA_ERROR_UNKNOWN on every call, the CLI into exit 101), and
+/// what is accepted is well formed. Case counts are bounded so these run in seconds.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(cases: u32) -> ProptestConfig {
+        ProptestConfig {
+            cases,
+            // Found inputs are printed; nothing is written into the source tree.
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// Strings made of the pieces the parsers look at (prefixes, separators, units,
+    /// digits) and of multi-byte characters, so that a prefix is often followed by a
+    /// character that a byte offset would cut in two (`GPUé`, `MIG-abc€`).
+    fn hostile() -> impl Strategy<Value = String> {
+        const PIECES: &[&str] = &[
+            "GPU-",
+            "MIG-",
+            "GPU",
+            "gpu-",
+            "MIG-GPU-",
+            "face0000",
+            "-0000",
+            "000000000001",
+            "é",
+            "€",
+            "𝄞",
+            "\u{fffd}",
+            "\u{a0}",
+            "ab",
+            "0",
+            "1",
+            "63",
+            "64",
+            ".",
+            "%",
+            "=",
+            ",",
+            " ",
+            "-",
+            "Gi",
+            "MiB",
+            "k",
+            "B",
+        ];
+        let piece = prop_oneof![
+            prop::sample::select(PIECES).prop_map(String::from),
+            "\\PC{0,3}",
+        ];
+        prop::collection::vec(piece, 0..10).prop_map(|v| v.concat())
+    }
+
+    /// Checks what `parse_limit_spec` accepted: keys once each, in range; caps non-zero;
+    /// fractions in (0, 1].
+    fn well_formed(spec: &LimitSpec) -> Result<(), TestCaseError> {
+        let limits = spec
+            .devices
+            .iter()
+            .map(|(_, l)| l)
+            .chain(spec.default.as_ref());
+        for limit in limits {
+            match *limit {
+                Limit::Bytes(b) => prop_assert!(b > 0),
+                Limit::Fraction(f) => prop_assert!(f > 0.0 && f <= 1.0, "{f}"),
+            }
+        }
+        for (i, (key, _)) in spec.devices.iter().enumerate() {
+            if let DeviceKey::Ordinal(n) = key {
+                prop_assert!((*n as usize) < MAX_DEVICES);
+            }
+            prop_assert!(!spec.devices[..i].iter().any(|(k, _)| k == key));
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config(2000))]
+
+        #[test]
+        fn limit_spec_of_any_string(s in "\\PC*") {
+            if let Ok(spec) = parse_limit_spec(&s) {
+                well_formed(&spec)?;
+            }
+        }
+
+        #[test]
+        fn limit_spec_of_hostile_strings(key in hostile(), value in hostile()) {
+            for s in [format!("{key}={value}"), format!("1Gi,{key}=1Gi"), key.clone()] {
+                match parse_limit_spec(&s) {
+                    Ok(spec) => well_formed(&spec)?,
+                    Err(e) => prop_assert!(!e.is_empty() && !e.contains('\n'), "{e:?}"),
+                }
+            }
+        }
+
+        #[test]
+        fn uuid_of_any_string(s in prop_oneof!["\\PC*", hostile()]) {
+            if let Ok(u) = DeviceUuid::parse(&s) {
+                // What is accepted prints in the canonical form, which reads back the same.
+                prop_assert_eq!(DeviceUuid::parse(&u.to_string()), Ok(u));
+            }
+        }
+
+        #[test]
+        fn size_of_any_string(s in prop_oneof!["\\PC*", hostile()]) {
+            if let Err(e) = parse_size(&s) {
+                prop_assert!(e.contains("accepted:"), "{e:?}");
+            }
+        }
+
+        #[test]
+        fn sizes_round_trip(b in any::<u64>()) {
+            prop_assert_eq!(parse_size(&b.to_string()), Ok(b));
+            prop_assert!(!format_bytes(b).is_empty());
+        }
+
+        #[test]
+        fn any_bytes_in_any_variable(
+            name in prop_oneof![
+                Just(b"GPUCAP_LIMIT".to_vec()),
+                Just(b"GPUCAP_LOG".to_vec()),
+                Just(b"GPUCAP_GROWTH".to_vec()),
+                Just(b"GPUCAP_LD_SO_PRELOAD".to_vec()),
+                Just(b"GPUCAP_REPORT".to_vec()),
+                prop::collection::vec(any::<u8>().prop_filter("no NUL or =", |b| *b != 0 && *b != b'='), 0..16)
+                    .prop_map(|tail| [b"GPUCAP_".as_slice(), &tail].concat()),
+            ],
+            value in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..40),
+                hostile().prop_map(String::into_bytes),
+            ],
+        ) {
+            let pair = (OsStr::from_bytes(&name), OsStr::from_bytes(&value));
+            if let Err(e) = from_vars([pair]) {
+                // The error names the variable and is one line, whatever the bytes.
+                if let Ok(n) = std::str::from_utf8(&name) {
+                    prop_assert_eq!(e.var.as_str(), n);
+                }
+                prop_assert!(!e.to_string().contains(['\n', '\r']), "{e}");
+            }
+        }
+
+        #[test]
+        fn env_file_of_any_text(text in "(\\PC|\n|\r){0,120}", tail in hostile()) {
+            let text = format!("{text}\nGPUCAP_LIMIT={tail}\n");
+            if let Ok(pairs) = parse_env_file(&text) {
+                let _ = from_vars(pairs);
+            }
+        }
     }
 }

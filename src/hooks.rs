@@ -159,6 +159,17 @@ fn written(dptr: *mut Dptr) -> u64 {
     unsafe { *dptr }
 }
 
+/// How many GPUs the driver shows this process (after `CUDA_VISIBLE_DEVICES`), or None
+/// when it cannot say. Asked after a successful `cuInit`, for the key check.
+fn visible_count() -> Option<usize> {
+    let count = ffi::driver::cuDeviceGetCount()?;
+    let mut n: c_int = 0;
+    // SAFETY: a plain driver call with a valid out-pointer.
+    (unsafe { count(&mut n) } == CUDA_SUCCESS)
+        .then(|| usize::try_from(n).ok())
+        .flatten()
+}
+
 pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
@@ -169,15 +180,15 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     if rc != CUDA_SUCCESS {
         return rc;
     }
-    // UUID keys of GPUCAP_LIMIT must name visible devices: checked now, fail closed.
+    // Every key of GPUCAP_LIMIT (ordinal or UUID) must name a visible device: checked
+    // now, fail closed. UUIDs are asked of the driver only when a key is one.
     let Ok(config) = shim.config() else {
         return CUDA_ERROR_NOT_PERMITTED;
     };
-    if let Some(spec) = config
-        .limit
-        .as_ref()
-        .filter(|s| s.uuid_keys().next().is_some())
-        && let Err(msg) = identity::check_keys(spec, identity::visible(identity::from_driver))
+    if let Some(spec) = config.limit.as_ref().filter(|s| !s.devices.is_empty())
+        && let Err(msg) = identity::check_keys(spec, visible_count(), || {
+            identity::visible(identity::from_driver)
+        })
     {
         // Always shown, whatever GPUCAP_LOG says: the program is being stopped.
         eprintln!("{}", identity::latch(msg));

@@ -8,9 +8,10 @@
 //! `nvmlDeviceGetUUID` names. The 16 bytes are compared, so `GPU-…` and `MIG-…`
 //! spellings do not matter (a MIG instance's CUDA UUID is its `MIG-…` UUID).
 //!
-//! A `GPUCAP_LIMIT` UUID key that matches no visible device is an error: `cuInit`
-//! fails with `CUDA_ERROR_NOT_PERMITTED` and a message naming the key, and so does
-//! every later call (fail closed, as for an invalid configuration).
+//! A `GPUCAP_LIMIT` key that matches no visible device (a UUID that is not visible, an
+//! ordinal past the visible GPUs) is an error: `cuInit` fails with
+//! `CUDA_ERROR_NOT_PERMITTED` and a message naming the key, and so does every later
+//! call (fail closed, as for an invalid configuration).
 
 use std::sync::OnceLock;
 
@@ -49,19 +50,16 @@ pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     DeviceUuid::parse(text.trim()).ok().map(|u| u.bytes)
 }
 
-/// Checks the `GPUCAP_LIMIT` keys against the visible devices (`visible`: None when
-/// the driver could not list them).
-pub fn check_keys(spec: &LimitSpec, visible: Option<&[[u8; 16]]>) -> Result<(), String> {
-    let Some(first) = spec.uuid_keys().next() else {
-        return Ok(());
-    };
-    match visible {
-        Some(v) => spec.check_keys(v),
-        None => Err(format!(
-            "GPUCAP_LIMIT names {first}, but the driver could not list the UUIDs of the visible GPUs"
-        )),
-    }
-    .map_err(|msg| format!("gpucap: {msg}"))
+/// Checks the `GPUCAP_LIMIT` keys against the visible devices: `count` of them (None
+/// when the driver could not say), and their UUIDs from `visible` (asked only when a
+/// key is a UUID; None when the driver could not list them). The error is the line to
+/// print (see `LimitSpec::check_visible`, which `gpucap run`/`check` use too).
+pub fn check_keys<'a>(
+    spec: &LimitSpec,
+    count: Option<usize>,
+    visible: impl FnOnce() -> Option<&'a [[u8; 16]]>,
+) -> Result<(), String> {
+    spec.check_visible(count, visible)
 }
 
 /// Remembers that the keys did not match: every later call fails closed.
@@ -148,25 +146,42 @@ mod tests {
             Some(Limit::Bytes(0)),
             "fails closed"
         );
-        assert!(check_keys(&spec, Some(&visible)).is_ok());
-        // Without UUID keys the driver is never asked.
+        assert!(check_keys(&spec, Some(2), || Some(&visible)).is_ok());
+        // Without UUID keys the driver is never asked for UUIDs.
         let plain = parse_limit_spec("1=2Gi").unwrap();
         assert_eq!(
             limit_for(&plain, 1, || panic!("not asked")),
             Some(Limit::Bytes(2 * GI))
         );
-        assert!(check_keys(&plain, None).is_ok());
+        assert!(check_keys(&plain, Some(2), || panic!("not asked")).is_ok());
     }
 
     #[test]
     fn an_unmatched_key_is_an_error_naming_it() {
         let spec = parse_limit_spec("4Gi,MIG-face0000-0000-0000-0000-000000000009=1Gi").unwrap();
-        let e = check_keys(&spec, Some(&[uuid(0)])).unwrap_err();
+        let one = [uuid(0)];
+        let e = check_keys(&spec, Some(1), || Some(&one)).unwrap_err();
         assert!(
             e.starts_with("gpucap: GPUCAP_LIMIT names MIG-face0000-0000-0000-0000-000000000009"),
             "{e}"
         );
-        let e = check_keys(&spec, None).unwrap_err();
+        let e = check_keys(&spec, Some(1), || None).unwrap_err();
         assert!(e.contains("could not list the UUIDs"), "{e}");
+    }
+
+    #[test]
+    fn an_ordinal_past_the_visible_gpus_is_an_error_naming_it() {
+        // CUDA_VISIBLE_DEVICES=1: one GPU visible, so `1=2Gi` would cap nothing.
+        let spec = parse_limit_spec("0=1Gi,1=2Gi").unwrap();
+        let e = check_keys(&spec, Some(1), || panic!("not asked")).unwrap_err();
+        assert!(
+            e.starts_with("gpucap: GPUCAP_LIMIT names GPU 1, but only 1 GPU is visible"),
+            "{e}"
+        );
+        assert!(check_keys(&spec, Some(2), || panic!("not asked")).is_ok());
+        let e = check_keys(&spec, None, || panic!("not asked")).unwrap_err();
+        assert!(e.contains("could not say how many"), "{e}");
+        // A default alone names no GPU: nothing to check, even without a count.
+        assert!(check_keys(&parse_limit_spec("4Gi").unwrap(), None, || None).is_ok());
     }
 }

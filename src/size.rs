@@ -47,12 +47,18 @@ fn unit_multiplier(unit: &str) -> Option<u64> {
     UNITS.iter().find(|(u, _)| *u == unit).map(|&(_, m)| m)
 }
 
-/// Splits `s` into its leading number (digits and dots) and the rest.
+/// Splits `s` into its leading number (digits and dots) and the rest. The split is
+/// after an ASCII byte (or at the end), so it is always on a character boundary.
 fn split_number(s: &str) -> (&str, &str) {
     let end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .bytes()
+        .position(|b| !(b.is_ascii_digit() || b == b'.'))
         .unwrap_or(s.len());
-    s.split_at(end)
+    // `get` rather than indexing: a split that is not on a boundary is an error, never a panic.
+    match (s.get(..end), s.get(end..)) {
+        (Some(num), Some(rest)) => (num, rest),
+        _ => ("", s),
+    }
 }
 
 /// A checked decimal number: `123`, `1.5`, `.5`. Returns (integer digits, fraction digits).
@@ -76,22 +82,29 @@ fn decimal_parts(num: &str) -> Option<(&str, &str)> {
     Some((int, frac))
 }
 
-/// floor(int.frac * mult), exactly (no floating point), or None on u64 overflow.
+/// The value of an ASCII decimal digit (None for any other byte: never a wrapped
+/// subtraction, whatever the caller checked).
+fn digit(b: u8) -> Option<u8> {
+    b.is_ascii_digit().then(|| b - b'0')
+}
+
+/// floor(int.frac * mult), exactly (no floating point), or None on u64 overflow or a
+/// byte that is not a digit.
 fn scale(int: &str, frac: &str, mult: u64) -> Option<u64> {
     let mut whole: u64 = 0;
     for d in int.bytes() {
-        whole = whole.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+        whole = whole.checked_mul(10)?.checked_add(u64::from(digit(d)?))?;
     }
     let whole = whole.checked_mul(mult)?;
     // Multiply the fraction's digit string by `mult`, right to left, in decimal: the
     // carry out of the most significant fraction digit is floor(0.frac * mult).
     let mut carry: u128 = 0;
     for d in frac.bytes().rev() {
-        let v = u128::from(d - b'0') * u128::from(mult) + carry;
+        let v = u128::from(digit(d)?) * u128::from(mult) + carry;
         carry = v / 10;
     }
-    // carry < mult <= u64::MAX here.
-    whole.checked_add(carry as u64)
+    // carry < mult <= u64::MAX here (9 * mult + carry < 10 * mult at every step).
+    whole.checked_add(u64::try_from(carry).ok()?)
 }
 
 /// Parses a byte size.

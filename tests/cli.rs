@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -515,4 +515,286 @@ fn check_shows_growth_and_report() {
     );
     let o = run(gpucap(&[os("check")], &dir.join("s.json")).env("GPUCAP_GROWTH", "sometimes"));
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+}
+
+// ---- keys that name no visible GPU ------------------------------------------------------
+
+/// The one `gpucap:` line of a program's stderr (panics unless there is exactly one).
+#[track_caller]
+fn one_gpucap_line(o: &Output) -> String {
+    let err = stderr(o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("gpucap")).collect();
+    assert_eq!(lines.len(), 1, "one gpucap line expected\n{}", dump(o));
+    lines[0].to_string()
+}
+
+#[test]
+fn an_ordinal_past_the_visible_gpus_stops_check_and_run_with_the_shims_message() {
+    let dir = scratch("cli-ordinal");
+    let stats = dir.join("s.json");
+    // Two fake GPUs, only physical GPU 1 visible: the process sees one GPU, ordinal 0.
+    let hide = |c: &mut Command| {
+        c.env("FAKECUDA_DEVICES", "2")
+            .env("CUDA_VISIBLE_DEVICES", "1");
+    };
+    let expected = "gpucap: GPUCAP_LIMIT names GPU 1, but only 1 GPU is visible to CUDA \
+                    (GPU 0); ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0";
+
+    let mut c = gpucap(&[os("check")], &stats);
+    hide(c.env("GPUCAP_LIMIT", "0=1Gi,1=2Gi"));
+    let o = run(&mut c);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert_eq!(one_gpucap_line(&o), expected, "{}", dump(&o));
+    assert!(!stdout(&o).contains("configuration OK"), "{}", dump(&o));
+
+    let marker = dir.join("started");
+    let mut args = vec![os("run"), os("--limit"), os("0=1Gi,1=2Gi"), os("--")];
+    args.extend(touch_cmd(&marker));
+    let mut c = gpucap(&args, &stats);
+    hide(&mut c);
+    let o = run(&mut c);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert_eq!(one_gpucap_line(&o), expected, "{}", dump(&o));
+    assert!(!marker.exists(), "the program ran\n{}", dump(&o));
+
+    // The shim, at the program's cuInit, says the very same line.
+    let prog = compile_c("identity", "", &["-lcuda"]);
+    let mut c = fake_cmd(&prog, &stats);
+    hide(
+        preload(&mut c)
+            .env("GPUCAP_LIMIT", "0=1Gi,1=2Gi")
+            .arg("1048576"),
+    );
+    let o = run(&mut c);
+    assert!(stdout(&o).contains("init rc=800"), "{}", dump(&o));
+    assert_eq!(one_gpucap_line(&o), expected, "{}", dump(&o));
+
+    // The control: with both GPUs visible, both commands go ahead.
+    let mut args = vec![os("run"), os("--limit"), os("0=1Gi,1=2Gi"), os("--")];
+    args.extend(touch_cmd(&marker));
+    let o = run(gpucap(&args, &stats)
+        .env("FAKECUDA_DEVICES", "2")
+        .env("CUDA_VISIBLE_DEVICES", "1,0"));
+    assert_ok(&o);
+    assert!(marker.exists(), "{}", dump(&o));
+}
+
+// ---- without a driver, and the fake GPU for your own program -----------------------------
+
+/// Whether this machine has an NVIDIA driver the loader finds without LD_LIBRARY_PATH.
+fn system_has_libcuda() -> bool {
+    Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so.1 "))
+        .unwrap_or(false)
+}
+
+/// The one line `gpucap` prints when libcuda.so.1 cannot be loaded.
+#[track_caller]
+fn assert_no_driver_line(line: &str) {
+    assert!(
+        line.starts_with("no NVIDIA driver: libcuda.so.1 cannot be loaded (")
+            || line.starts_with("gpucap: no NVIDIA driver: libcuda.so.1 cannot be loaded ("),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(
+            "to try gpucap without a GPU, use its fake GPU: see \"Without a GPU\" under \
+             \"Using it\" in README.md (scripts/fake-gpu.sh)"
+        ),
+        "{line}"
+    );
+    // The section it names is there, under "Using it".
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let using = readme.find("\n## Using it\n").expect("## Using it");
+    let without = readme
+        .find("\n### Without a GPU\n")
+        .expect("### Without a GPU");
+    let next = readme[using + 1..]
+        .find("\n## ")
+        .map_or(readme.len(), |i| using + 1 + i);
+    assert!(
+        using < without && without < next,
+        "Without a GPU is not under Using it"
+    );
+}
+
+#[test]
+fn without_a_driver_check_and_run_say_so_in_one_line() {
+    if system_has_libcuda() {
+        eprintln!("SKIP: this machine has libcuda.so.1 in the loader's cache");
+        return;
+    }
+    let dir = scratch("cli-nodriver");
+    let empty = dir.join("no-libcuda-here");
+    std::fs::create_dir_all(&empty).unwrap();
+    let stats = dir.join("s.json");
+
+    let o = run(
+        gpucap(&[os("check"), os("--limit"), os("1Gi")], &stats).env("LD_LIBRARY_PATH", &empty)
+    );
+    assert_ok(&o);
+    let out = stdout(&o);
+    let about: Vec<&str> = out.lines().filter(|l| l.contains("libcuda")).collect();
+    assert_eq!(about.len(), 1, "{}", dump(&o));
+    assert_no_driver_line(about[0]);
+    assert_eq!(stderr(&o), "", "{}", dump(&o));
+
+    // run: the line, then the program all the same (it may not need the GPU), with
+    // or without GPUs named in the limit.
+    for limit in ["1Gi", "0=1Gi"] {
+        let o = run(gpucap(
+            &[
+                os("run"),
+                os("--limit"),
+                os(limit),
+                os("--"),
+                os("sh"),
+                os("-c"),
+                os("echo ran"),
+            ],
+            &stats,
+        )
+        .env("LD_LIBRARY_PATH", &empty));
+        assert_ok(&o);
+        assert_eq!(stdout(&o), "ran\n", "{}", dump(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", dump(&o));
+        assert_no_driver_line(&one_gpucap_line(&o));
+    }
+    // GPUCAP_LOG=off silences it.
+    let o = run(gpucap(&[os("run"), os("--"), os("true")], &stats)
+        .env("LD_LIBRARY_PATH", &empty)
+        .env("GPUCAP_LOG", "off"));
+    assert_ok(&o);
+    assert_eq!(stderr(&o), "", "{}", dump(&o));
+}
+
+/// `scripts/fake-gpu.sh ARGS` in an environment with no library path and nothing of
+/// gpucap's or the fake's.
+fn fake_gpu_script(script: &Path, args: &[&OsStr]) -> Command {
+    let mut c = Command::new(script);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("GPUCAP_") || k.starts_with("FAKECUDA_") || k.starts_with("LD_") {
+            c.env_remove(&k);
+        }
+    }
+    c.args(args);
+    c
+}
+
+#[test]
+fn the_fake_gpu_script_makes_the_folder_and_runs_a_program_on_it() {
+    let script = root().join("scripts/fake-gpu.sh");
+    let o = run(&mut fake_gpu_script(&script, &[]));
+    assert_ok(&o);
+    let folder = std::path::PathBuf::from(stdout(&o).trim_end());
+    assert_eq!(stdout(&o).lines().count(), 1, "{}", dump(&o));
+    let release = root().join("target/release");
+    for (name, target) in [
+        ("libcuda.so.1", "libcuda.so"),
+        ("libcuda.so", "libcuda.so"),
+        ("libnvidia-ml.so.1", "libnvidia_ml.so"),
+        ("libnvidia-ml.so", "libnvidia_ml.so"),
+    ] {
+        let found = folder.join(name).canonicalize();
+        assert_eq!(
+            found.ok(),
+            release.join(target).canonicalize().ok(),
+            "{name} in {}",
+            folder.display()
+        );
+    }
+
+    // A program of one's own, through the CLI, on the fake GPU.
+    let client = cudarc_client();
+    let o = run(fake_gpu_script(
+        &script,
+        &[
+            cli().as_os_str(),
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            client.as_os_str(),
+            os("600"),
+            os("600"),
+        ],
+    )
+    .env("FAKECUDA_TOTAL_MEM", "4Gi"));
+    assert_ok(&o);
+    let r = ClientReport::parse(&stdout(&o));
+    assert_eq!(r.total_mem, Some(GIB), "{}", dump(&o));
+    assert_eq!(
+        r.outcomes(),
+        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"],
+        "{}",
+        dump(&o)
+    );
+
+    // NVML is there too, under the name NVML users load.
+    let nvml = "import ctypes; n = ctypes.CDLL('libnvidia-ml.so.1'); c = ctypes.c_uint(); \
+                print(n.nvmlInit_v2(), n.nvmlDeviceGetCount_v2(ctypes.byref(c)), c.value)";
+    let o = run(
+        fake_gpu_script(&script, &[os("--"), os("python3"), os("-c"), os(nvml)])
+            .env("FAKECUDA_DEVICES", "3"),
+    );
+    assert_ok(&o);
+    assert_eq!(stdout(&o), "0 0 3\n", "{}", dump(&o));
+
+    // Not built: it says which command builds it, and fails.
+    let dir = scratch("fake-gpu-unbuilt");
+    std::fs::create_dir_all(dir.join("scripts")).unwrap();
+    let copy = dir.join("scripts/fake-gpu.sh");
+    std::fs::copy(&script, &copy).unwrap();
+    let o = run(&mut fake_gpu_script(&copy, &[]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("run 'cargo build --release'"),
+        "{}",
+        dump(&o)
+    );
+    assert_eq!(stdout(&o), "", "{}", dump(&o));
+}
+
+// ---- the README's headline example -------------------------------------------------------
+
+#[test]
+fn the_readme_headline_example_is_what_gpucap_prints() {
+    // The first `$ gpucap run` block of README.md: its command, then what it prints.
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme
+        .find("```\n$ gpucap run ")
+        .expect("a ``` block starting with $ gpucap run");
+    let block = &readme[start + 4..];
+    let block = &block[..block.find("```").unwrap()];
+    let mut lines = block.lines();
+    let command = lines.next().unwrap().trim_start_matches("$ gpucap ");
+    let expected: Vec<&str> = lines.collect();
+    // The demo's program and fake GPU (16 GiB), as scripts/demo.sh runs it.
+    let client = cudarc_client();
+    let args: Vec<OsString> = command
+        .split_whitespace()
+        .map(|w| match w {
+            "cudarc-client" => client.clone().into_os_string(),
+            w => OsString::from(w),
+        })
+        .collect();
+    let dir = scratch("cli-headline");
+    let o = run(fake_cmd(cli(), &dir.join("s.json"))
+        .args(&args)
+        .env("FAKECUDA_TOTAL_MEM", "16Gi"));
+    assert_ok(&o);
+    let printed = format!("{}{}", stdout(&o), stderr(&o));
+    for line in &expected {
+        assert!(
+            printed.lines().any(|l| l == *line),
+            "README's headline shows {line:?}, which `gpucap {command}` does not print\n{}",
+            dump(&o)
+        );
+    }
+    // The refusal line is the shim's own (tests/common's `refusals` finds it).
+    assert_eq!(refusals(&printed).len(), 1, "{}", dump(&o));
+    assert!(expected.iter().any(|l| l.starts_with("gpucap: refused ")));
 }

@@ -216,3 +216,42 @@ fn ordinal_keys_follow_cuda_visible_devices_too() {
     assert_eq!((ords[0].uuid.clone(), ords[0].total), (hex(&gpu(2)), GIB));
     assert_eq!(ords[1].total, 8 * GIB);
 }
+
+#[test]
+fn an_ordinal_key_past_the_visible_gpus_fails_closed() {
+    // Two GPUs, one of them visible: ordinal 1 names nothing, so `1=2Gi` would cap nothing.
+    let o = run_with(
+        "2",
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+        "0=1Gi,1=2Gi",
+        "1048576",
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains("init rc=800") && out.contains("after rc=800"),
+        "{out}"
+    );
+    let lines: Vec<String> = stderr(&o)
+        .lines()
+        .filter(|l| l.starts_with("gpucap:"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "gpucap: GPUCAP_LIMIT names GPU 1, but only 1 GPU is visible to CUDA (GPU 0); \
+          ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0"
+        ],
+        "one line naming the key and how many GPUs are visible"
+    );
+    // The control: with both GPUs visible the same limit is valid and caps both.
+    let o = run_with(
+        "2",
+        &[("CUDA_VISIBLE_DEVICES", "0,1")],
+        "0=1Gi,1=2Gi",
+        "1536Mi",
+    );
+    assert!(stdout(&o).contains("init rc=0"), "{}", stdout(&o));
+    let totals: Vec<(u64, i32)> = ordinals(&o).iter().map(|d| (d.total, d.alloc)).collect();
+    assert_eq!(totals, [(GIB, 2), (2 * GIB, 0)]);
+}

@@ -365,7 +365,8 @@ limit SPEC:
   1073741824                      whole bytes
   50%, 12.5%                      a share of the GPU's physical memory, in (0%, 100%]
   0.5, 1.0                        the same as a fraction in (0, 1]
-  0=8Gi,1=50%                     per GPU (CUDA ordinals, after CUDA_VISIBLE_DEVICES)
+  0=8Gi,1=50%                     per GPU (CUDA ordinals, after CUDA_VISIBLE_DEVICES;
+                                  each must be a GPU the process sees)
   4Gi,1=8Gi                       GPU 1 gets 8Gi, every other GPU 4Gi
   GPU-<uuid>=8Gi, MIG-<uuid>=4Gi  per GPU or MIG instance by UUID (nvidia-smi -L)
 
@@ -397,7 +398,10 @@ options:
   --             end of options; everything after it is CMD and its arguments
 
 The whole GPUCAP_* environment is validated before CMD starts: an error stops
-gpucap with exit status 2, and CMD never runs uncapped by mistake.
+gpucap with exit status 2, and CMD never runs uncapped by mistake. GPUs that
+GPUCAP_LIMIT names must be ones the driver shows (checked when it can be loaded).
+Without a loadable libcuda.so.1, one line says so (and points to README.md,
+\"Without a GPU\", for gpucap's fake GPU); CMD then runs all the same.
 libgpucap.so is taken from GPUCAP_LIB if set, else from the directory of the gpucap
 executable; it is appended to an existing LD_PRELOAD (unless already there).
 exit status: CMD's; 2 for a usage or configuration error; 126 if CMD cannot be
@@ -408,7 +412,9 @@ usage: gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--w
 
 Validates the GPUCAP_* environment (with the flags applied, as run would) and prints
 the effective configuration and the library that run would preload. If a CUDA driver
-can be loaded, it also prints the cap in bytes of each visible GPU. When the
+can be loaded, it also prints the cap in bytes of each visible GPU, and a GPU named in
+GPUCAP_LIMIT that the driver does not show is an error (exit status 2); if not, one
+line says so. When the
 environment has no GPUCAP_* variable, it checks the gpucap.env file the shim would
 read instead (beside libgpucap.so, else /etc/gpucap/gpucap.env), if there is one.
 

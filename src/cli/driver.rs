@@ -1,5 +1,7 @@
 //! Asking the CUDA driver, if one can be loaded, how much memory each visible GPU has.
-//! Only `gpucap check` uses this; the driver is opened with dlopen, never linked.
+//! `gpucap check` lists the GPUs; `gpucap run` checks that libcuda.so.1 can be loaded
+//! and, when `GPUCAP_LIMIT` names GPUs, that they are visible. The driver is opened with
+//! dlopen, never linked.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
@@ -55,15 +57,41 @@ fn sym(handle: *mut c_void, name: &CStr) -> Option<*mut c_void> {
     (!p.is_null()).then_some(p)
 }
 
+/// Where to read how to use gpucap without an NVIDIA driver (a README section).
+pub const WITHOUT_A_GPU: &str = "to try gpucap without a GPU, use its fake GPU: see \"Without a GPU\" under \"Using it\" \
+     in README.md (scripts/fake-gpu.sh)";
+
+/// The one line that says no driver could be loaded (`why`: the loader's words) and
+/// where to read how to go on without one.
+pub fn no_driver_line(why: &str) -> String {
+    let why = why.replace(['\n', '\r'], " ");
+    format!("no NVIDIA driver: libcuda.so.1 cannot be loaded ({why}); {WITHOUT_A_GPU}")
+}
+
+/// dlopen(libcuda.so.1) with `mode`, or the loader's error. The handle is never
+/// closed, so function pointers taken from it stay valid for the life of the process.
+fn open(mode: c_int) -> Result<*mut c_void, String> {
+    // SAFETY: dlopen with a NUL-terminated name.
+    let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), mode | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        Err(dlerror_text())
+    } else {
+        Ok(handle)
+    }
+}
+
+/// Whether libcuda.so.1 can be loaded (nothing is called in it, so its symbols are
+/// bound lazily: `gpucap run` asks this before every program): the loader's error if not.
+pub fn loadable() -> Result<(), String> {
+    open(libc::RTLD_LAZY).map(|_| ())
+}
+
 /// Loads libcuda.so.1 and lists the visible devices with their memory.
 pub fn probe() -> Probe {
-    // SAFETY: dlopen with a NUL-terminated name; the handle is never closed, so the
-    // function pointers below stay valid for the life of the process.
-    let handle =
-        unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        return Probe::NoDriver(dlerror_text());
-    }
+    let handle = match open(libc::RTLD_NOW) {
+        Ok(h) => h,
+        Err(why) => return Probe::NoDriver(why),
+    };
     macro_rules! required {
         ($name:literal, $ty:ty) => {
             match sym(handle, $name) {
@@ -145,5 +173,24 @@ pub fn probe() -> Probe {
             });
         }
         Probe::Devices(devices)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_no_driver_line_is_one_line_pointing_to_the_readme() {
+        let line = no_driver_line("libcuda.so.1: cannot open shared object file\nsecond");
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with("no NVIDIA driver: libcuda.so.1 cannot be loaded (libcuda.so.1: "),
+            "{line}"
+        );
+        assert!(
+            line.contains("\"Without a GPU\" under \"Using it\" in README.md"),
+            "{line}"
+        );
     }
 }

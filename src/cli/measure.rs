@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering::*};
 
 use super::args::Overrides;
-use super::{EXIT_USAGE, child_env, exec_failure, library, load, preload, set_var};
+use super::{EXIT_USAGE, check_driver, child_env, exec_failure, library, load, preload, set_var};
 use crate::report::{ProcessReport, read_report};
 use crate::size::format_bytes;
 
@@ -254,6 +254,11 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
             return EXIT_USAGE;
         }
     };
+    // Without a limit this only says, in one line, when there is no driver to measure.
+    if let Err(msg) = check_driver(&config) {
+        eprintln!("{msg}");
+        return EXIT_USAGE;
+    }
     let dir = match private_dir() {
         Ok(d) => d,
         Err(e) => {

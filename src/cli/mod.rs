@@ -196,6 +196,13 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         }
     }
     let probe = driver::probe();
+    // A key that names no visible GPU fails closed in the shim: say so now, the same way.
+    if let (Some(spec), driver::Probe::Devices(devices)) = (&config.limit, &probe)
+        && let Err(msg) = report::key_check(spec, devices)
+    {
+        eprintln!("{msg}");
+        return EXIT_USAGE;
+    }
     let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
     let text = report::check_report(
         &config,
@@ -262,6 +269,32 @@ pub(crate) fn child_env(
     env
 }
 
+/// Before `run` starts the program: without a loadable libcuda.so.1, one line says so
+/// (a warning: the program may not need the GPU; it runs all the same). When
+/// `GPUCAP_LIMIT` names GPUs, they are checked against the ones the driver shows, as
+/// the shim would at `cuInit`: the error is the shim's line. A driver that loads but
+/// cannot list its GPUs is left to the program (its own `cuInit` gets the same answer).
+pub(crate) fn check_driver(config: &Config) -> Result<(), String> {
+    let warn_no_driver = |why: &str| {
+        if config.log >= LogLevel::Warn {
+            eprintln!("gpucap: {}", driver::no_driver_line(why));
+        }
+    };
+    match config.limit.as_ref().filter(|s| !s.devices.is_empty()) {
+        Some(spec) => match driver::probe() {
+            driver::Probe::Devices(devices) => report::key_check(spec, &devices)?,
+            driver::Probe::NoDriver(why) => warn_no_driver(&why),
+            driver::Probe::Failed(_) => {}
+        },
+        None => {
+            if let Err(why) = driver::loadable() {
+                warn_no_driver(&why);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `gpucap run`.
 fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
     let (config, vars) = match load(overrides) {
@@ -275,6 +308,10 @@ fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if let Err(msg) = check_driver(&config) {
+        eprintln!("{msg}");
+        return EXIT_USAGE;
+    }
     let ld_preload = preload::merge_ld_preload(lookup(&vars, "LD_PRELOAD"), &lib);
     if config.log >= LogLevel::Debug {
         eprintln!(

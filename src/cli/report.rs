@@ -63,21 +63,23 @@ pub fn device_line(device: &Device, limit: Option<Limit>) -> String {
     line
 }
 
-/// For each UUID key of `GPUCAP_LIMIT`, which visible GPU it names, or that it names
-/// none (the shim then refuses to start: cuInit fails, naming the key).
+/// For each UUID key of `GPUCAP_LIMIT`, which visible GPU it names (a key that names
+/// none is an error, found by [`key_check`] before the report is made).
 pub fn uuid_key_notes(spec: &LimitSpec, devices: &[Device]) -> Vec<String> {
     spec.uuid_keys()
-        .map(
-            |key| match devices.iter().find(|d| d.uuid == Some(key.bytes)) {
-                Some(d) => format!("note: GPUCAP_LIMIT key {key} is GPU {}", d.ordinal),
-                None => format!(
-                    "error: GPUCAP_LIMIT names {key}, which matches none of the {} GPU(s) visible \
-                 to CUDA: programs run under gpucap will fail at cuInit",
-                    devices.len()
-                ),
-            },
-        )
+        .filter_map(|key| {
+            let d = devices.iter().find(|d| d.uuid == Some(key.bytes))?;
+            Some(format!("note: GPUCAP_LIMIT key {key} is GPU {}", d.ordinal))
+        })
         .collect()
+}
+
+/// Checks the keys of `spec` against the GPUs the driver listed, as the shim will at
+/// `cuInit`: the error is the very line the shim would print (`gpucap: GPUCAP_LIMIT
+/// names GPU 1, but only 1 GPU is visible ...`).
+pub fn key_check(spec: &LimitSpec, devices: &[Device]) -> Result<(), String> {
+    let uuids: Option<Vec<[u8; 16]>> = devices.iter().map(|d| d.uuid).collect();
+    spec.check_visible(Some(devices.len()), || uuids.as_deref())
 }
 
 /// The `growth:` line of `gpucap check`.
@@ -144,9 +146,7 @@ pub fn check_report(
     }
     match probe {
         Probe::NoDriver(why) => {
-            out.push(format!(
-                "no CUDA driver found: fractions resolve at run time ({why})"
-            ));
+            out.push(super::driver::no_driver_line(why));
         }
         Probe::Failed(why) => {
             out.push(format!(
@@ -168,15 +168,6 @@ pub fn check_report(
             }
             if let Some(spec) = &config.limit {
                 out.extend(uuid_key_notes(spec, devices));
-                for (key, _) in &spec.devices {
-                    let DeviceKey::Ordinal(o) = key else { continue };
-                    if *o as usize >= n {
-                        out.push(format!(
-                            "note: GPUCAP_LIMIT sets a limit for {key}, but only {n} GPU(s) \
-                             are visible (ordinals count after CUDA_VISIBLE_DEVICES)"
-                        ));
-                    }
-                }
             }
             if preloaded {
                 out.push(
@@ -275,20 +266,43 @@ mod tests {
              growth: off\n\
              report: none\n\
              library: /x/libgpucap.so\n\
-             no CUDA driver found: fractions resolve at run time (libcuda.so.1: cannot open)\n"
+             no NVIDIA driver: libcuda.so.1 cannot be loaded (libcuda.so.1: cannot open); to \
+             try gpucap without a GPU, use its fake GPU: see \"Without a GPU\" under \"Using \
+             it\" in README.md (scripts/fake-gpu.sh)\n"
         );
         let probe = Probe::Devices(vec![dev(0, 80 * GI), dev(1, 80 * GI)]);
         let config = Config {
-            limit: spec("4Gi,5=1Gi"),
+            limit: spec("4Gi,1=1Gi"),
             ..Config::default()
         };
         let text = check_report(&config, Err("missing"), &probe, true, None);
         assert!(text.contains("library: NOT FOUND\n"));
         assert!(text.contains("devices: 2 visible to CUDA:\n"));
         assert!(text.contains("GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)\n"));
-        assert!(text.contains("GPU 1: cap 4294967296 bytes"));
-        assert!(text.contains("note: GPUCAP_LIMIT sets a limit for GPU 5, but only 2 GPU(s)"));
+        assert!(text.contains("GPU 1: cap 1073741824 bytes"));
         assert!(text.contains("may already be capped"));
+    }
+
+    #[test]
+    fn keys_past_the_visible_gpus_are_errors() {
+        let two = [dev(0, 80 * GI), dev(1, 80 * GI)];
+        assert_eq!(key_check(&spec("4Gi,1=1Gi").unwrap(), &two), Ok(()));
+        assert_eq!(key_check(&spec("4Gi").unwrap(), &[]), Ok(()));
+        let e = key_check(&spec("4Gi,5=1Gi").unwrap(), &two).unwrap_err();
+        assert_eq!(
+            e,
+            "gpucap: GPUCAP_LIMIT names GPU 5, but only 2 GPUs are visible to CUDA (GPU 0 to \
+             GPU 1); ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0"
+        );
+        let e = key_check(&spec("0=1Gi").unwrap(), &[]).unwrap_err();
+        assert!(
+            e.starts_with("gpucap: GPUCAP_LIMIT names GPU 0, but no GPU is visible to CUDA;"),
+            "{e}"
+        );
+        // A UUID key needs every visible GPU's UUID.
+        let u = "GPU-face0000-0000-0000-0000-000000000001";
+        let e = key_check(&spec(&format!("{u}=1Gi")).unwrap(), &two).unwrap_err();
+        assert!(e.contains("could not list the UUIDs"), "{e}");
     }
 
     #[test]
@@ -326,11 +340,24 @@ mod tests {
             text.contains(&format!("note: GPUCAP_LIMIT key {U1} is GPU 1\n")),
             "{text}"
         );
+        // A key that names no GPU gets no note: key_check stops `check` before.
+        assert!(!text.contains(&format!("key {U7}")), "{text}");
+        let listed = [
+            Device {
+                uuid: Some([0; 16]),
+                ..dev(0, GI)
+            },
+            Device {
+                uuid: Some(u1),
+                ..dev(1, GI)
+            },
+        ];
+        let e = key_check(config.limit.as_ref().unwrap(), &listed).unwrap_err();
         assert!(
-            text.contains(&format!(
-                "error: GPUCAP_LIMIT names {U7}, which matches none of the 2 GPU(s)"
+            e.starts_with(&format!(
+                "gpucap: GPUCAP_LIMIT names {U7}, which matches none of the 2 GPU(s)"
             )),
-            "{text}"
+            "{e}"
         );
     }
 
