@@ -116,9 +116,22 @@ fn vmm_memory_is_credited_at_the_last_unmap_and_the_last_reference() {
 /// created on GPU 1, and `cuMemAllocAsync` on a stream of GPU 1.
 #[test]
 fn a_pool_of_another_gpu_is_charged_to_that_gpu() {
+    // A CUDA 13.2+ driver answers the pool's location attributes; an older one does
+    // not, and the pool is found among the devices' default and current pools.
+    for version in ["13050", "12080"] {
+        pool_of_another_gpu(version);
+    }
+}
+
+#[track_caller]
+fn pool_of_another_gpu(version: &str) {
     let args = ["pool-other-gpu", "4Gi", "1Gi"];
-    let (o, s) = escapes(&args, 2, Some("0=4Gi,1=1Gi"), &[]);
-    assert_passed(&o, "pool-other-gpu with the shim");
+    let env = [("FAKECUDA_DRIVER_VERSION", version)];
+    let (o, s) = escapes(&args, 2, Some("0=4Gi,1=1Gi"), &env);
+    assert_passed(
+        &o,
+        &format!("pool-other-gpu with the shim, driver {version}"),
+    );
     assert!(s[1].peak_used <= GIB, "GPU 1 over its cap: {:?}", s[1]);
     assert_eq!(s[0].peak_used, 0, "GPU 0 holds nothing: {:?}", s[0]);
     assert_eq!((s[0].final_used, s[1].final_used), (0, 0));
