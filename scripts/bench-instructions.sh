@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Instructions the shim adds per cuMemAlloc_v2 + cuMemFree_v2 pair, counted by
+# valgrind's callgrind on the fake driver: deterministic, unlike wall-clock time on a
+# driver whose allocation is an mmap.
+#
+#   scripts/bench-instructions.sh [N]      # N pairs (default 2000), then 2N
+#
+# For each of raw driver and LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
+# is live): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their
+# difference / N is the cost of one pair with set-up and exit cancelled out. Prints
+# both and the difference; writes target/bench-instructions.json. Needs valgrind
+# (apt-get install valgrind) and a release build (cargo build --release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-2000}
+R=$PWD/target/release
+command -v valgrind >/dev/null || { echo "bench-instructions: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
+for f in "$R/libgpucap.so" "$R/libcuda.so"; do
+    [ -f "$f" ] || { echo "bench-instructions: $f missing: run cargo build --release" >&2; exit 1; }
+done
+FAKEDIR=$R/fakecuda
+mkdir -p "$FAKEDIR" "$R/ctests"
+ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so.1"
+ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
+BIN=$R/ctests/bench_alloc_ir
+cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# instructions PRELOAD PAIRS: total instructions (Ir) of one run.
+instructions() {
+    local preload=$1 pairs=$2 out=$tmp/cg.$RANDOM
+    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi \
+        ${preload:+LD_PRELOAD=$preload} \
+        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" 1 "$pairs" >/dev/null 2>&1
+    awk '/^summary:/ {print $2}' "$out"
+}
+
+raw1=$(instructions "" "$N"); raw2=$(instructions "" $((2 * N)))
+shim1=$(instructions "$R/libgpucap.so" "$N"); shim2=$(instructions "$R/libgpucap.so" $((2 * N)))
+raw=$(((raw2 - raw1) / N)); shim=$(((shim2 - shim1) / N))
+printf 'instructions per pair (callgrind, N=%d): raw %d, gpucap %d, added %d\n' "$N" "$raw" "$shim" $((shim - raw))
+printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d}\n' \
+    "$N" "$raw" "$shim" $((shim - raw)) >"$PWD/target/bench-instructions.json"
