@@ -1447,7 +1447,10 @@ fn nvml_keys_match(spec: &crate::config::LimitSpec) -> bool {
         return true; // NVML cannot list its GPUs: nothing is capped here (below)
     };
     NVML_KEYS
-        .get_or_init(|| identity::check_keys(spec, Some(view)).inspect_err(|m| eprintln!("{m}")))
+        .get_or_init(|| {
+            identity::check_keys(spec, Some(view.len()), || Some(view))
+                .inspect_err(|m| eprintln!("{m}"))
+        })
         .is_ok()
 }
 
