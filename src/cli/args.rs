@@ -1,6 +1,9 @@
-//! Command-line parsing, by hand (no clap): pure functions over `OsString`s.
+//! Command-line parsing: pure functions over `OsString`s, with `lexopt` splitting the
+//! words (`--name=value`, `--`, `-h`) and the help texts and messages our own.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+
+use lexopt::{Arg, Parser};
 
 /// Which help text to show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,26 +98,41 @@ pub fn parse<I>(args: I) -> Result<Command, UsageError>
 where
     I: IntoIterator<Item = OsString>,
 {
-    let mut args = args.into_iter();
-    let Some(first) = args.next() else {
-        return Err(usage(Topic::General, "no command given"));
-    };
-    match first.to_str() {
-        Some("run") => parse_run(args),
-        Some("check") => parse_check(args),
-        Some("help") => parse_help(args),
-        Some("-h" | "--help") => Ok(Command::Help(Topic::General)),
-        Some("-V" | "--version" | "version") => Ok(Command::Version),
-        _ => {
-            let s = first.to_string_lossy();
-            if s.starts_with("--limit") || s.starts_with("--log") {
-                Err(usage(
+    let mut parser = Parser::from_args(args);
+    // `-h=x` stays one word in messages (lexopt would drop the `=`).
+    parser.set_short_equals(false);
+    // lexopt skips a `--`: here it is not a command, so say so.
+    if next_is_double_dash(&mut parser) {
+        return Err(usage(Topic::General, "unknown option '--'"));
+    }
+    let first = match parser.next().map_err(|e| lexopt_error(Topic::General, e))? {
+        None => return Err(usage(Topic::General, "no command given")),
+        Some(Arg::Value(word)) => word,
+        Some(option) => {
+            let name = option_name(&option);
+            let typed = with_attached(&mut parser, &name);
+            return match typed.as_str() {
+                "-h" | "--help" => Ok(Command::Help(Topic::General)),
+                "-V" | "--version" => Ok(Command::Version),
+                s if s.starts_with("--limit") || s.starts_with("--log") => Err(usage(
                     Topic::General,
                     format!(
                         "unknown option '{s}' (options go after the command: gpucap run {s} ...)"
                     ),
-                ))
-            } else if s.starts_with('-') {
+                )),
+                s => Err(usage(Topic::General, format!("unknown option '{s}'"))),
+            };
+        }
+    };
+    match first.to_str() {
+        Some("run") => parse_run(parser),
+        Some("check") => parse_check(parser),
+        Some("help") => parse_help(parser),
+        Some("version") => Ok(Command::Version),
+        _ => {
+            let s = first.to_string_lossy();
+            if s.starts_with('-') {
+                // Only `-` itself: lexopt calls it a value.
                 Err(usage(Topic::General, format!("unknown option '{s}'")))
             } else {
                 Err(usage(
@@ -126,7 +144,43 @@ where
     }
 }
 
-fn parse_help(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+/// Whether the next argument is exactly `--` (which lexopt would consume silently).
+fn next_is_double_dash(parser: &mut Parser) -> bool {
+    parser
+        .try_raw_args()
+        .is_some_and(|raw| raw.peek() == Some(OsStr::new("--")))
+}
+
+/// `-x` or `--name`, as typed (without any attached value).
+fn option_name(arg: &Arg<'_>) -> String {
+    match arg {
+        Arg::Short(c) => format!("-{c}"),
+        Arg::Long(name) => format!("--{name}"),
+        Arg::Value(v) => v.to_string_lossy().into_owned(),
+    }
+}
+
+/// The whole option word as typed: `name` with the value attached to it, if any
+/// (`--name=value`, or the rest of a short cluster such as `-hx`), which is consumed.
+fn with_attached(parser: &mut Parser, name: &str) -> String {
+    match parser.optional_value() {
+        None => name.to_string(),
+        Some(v) if name.starts_with("--") => format!("{name}={}", v.to_string_lossy()),
+        Some(v) => format!("{name}{}", v.to_string_lossy()),
+    }
+}
+
+/// A lexopt error as a usage error. The parsing below consumes every attached value,
+/// so lexopt has nothing to complain about; this only keeps its message if it does.
+fn lexopt_error(topic: Topic, e: lexopt::Error) -> UsageError {
+    usage(topic, e.to_string())
+}
+
+/// `help [run|check]`: the words after `help`, taken raw (`help --help` names no topic).
+fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
+    let mut args = parser
+        .raw_args()
+        .map_err(|e| lexopt_error(Topic::General, e))?;
     let topic = match args.next() {
         None => Topic::General,
         Some(t) => match t.to_str() {
@@ -156,14 +210,14 @@ fn parse_help(mut args: impl Iterator<Item = OsString>) -> Result<Command, Usage
     Ok(Command::Help(topic))
 }
 
-/// What one argument is, as an option of `run` or `check`.
-enum Opt {
-    /// An option that was handled (value consumed).
-    Handled,
+/// Where the options of `run` or `check` stopped.
+enum End {
     /// `-h` / `--help`.
     Help,
-    /// Not an option: `--`, or the first word of the command.
-    NotAnOption,
+    /// The first word that is not an option (for `run`: CMD, also after `--`).
+    Word(OsString),
+    /// The end of the command line.
+    Done,
 }
 
 /// Everything the options of `run` and `check` set.
@@ -174,151 +228,132 @@ struct Options {
     write_env: Option<OsString>,
 }
 
-/// Handles `--limit SPEC`, `--log LEVEL`, `--report PATH` (also as `--name=value`),
-/// `--growth`, `-h`, `--help`, and for `run` `--measure`, for `check` `--write-env FILE`.
-fn parse_option(
-    topic: Topic,
-    arg: &OsString,
-    rest: &mut dyn Iterator<Item = OsString>,
-    opts: &mut Options,
-) -> Result<Opt, UsageError> {
-    let lossy = arg.to_string_lossy();
-    if lossy == "--" || !lossy.starts_with('-') || lossy == "-" {
-        return Ok(Opt::NotAnOption);
-    }
-    if lossy == "-h" || lossy == "--help" {
-        return Ok(Opt::Help);
-    }
-    let (name, inline) = match lossy.split_once('=') {
-        Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v)),
-        _ => (lossy.to_string(), None),
-    };
-    // Flags without a value.
-    let flag = match (name.as_str(), topic) {
-        ("--growth", _) => Some(&mut opts.overrides.growth),
-        ("--measure", Topic::Run) => Some(&mut opts.measure),
-        _ => None,
-    };
-    if let Some(flag) = flag {
-        if inline.is_some() {
-            return Err(usage(topic, format!("{name} takes no value")));
+/// Reads the options of `run` or `check` up to the first word that is not one:
+/// `--limit SPEC`, `--log LEVEL`, `--report PATH` (also as `--name=value`), `--growth`,
+/// `-h`, `--help`, and for `run` `--measure`, for `check` `--write-env FILE`.
+fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Result<End, UsageError> {
+    loop {
+        if topic == Topic::Check && next_is_double_dash(parser) {
+            return Err(usage(
+                topic,
+                "unexpected argument '--' (check takes only options)",
+            ));
         }
-        if *flag {
-            return Err(usage(topic, format!("{name} given more than once")));
-        }
-        *flag = true;
-        return Ok(Opt::Handled);
-    }
-    if name == "--write-env" && topic == Topic::Check {
-        if opts.write_env.is_some() {
-            return Err(usage(topic, format!("{name} given more than once")));
-        }
-        let value = match inline {
-            // Split the raw bytes, so that a non-UTF-8 path survives.
-            Some(_) => {
-                use std::os::unix::ffi::{OsStrExt, OsStringExt};
-                let bytes = arg.as_bytes();
-                OsString::from_vec(bytes[name.len() + 1..].to_vec())
-            }
-            None => rest
-                .next()
-                .ok_or_else(|| usage(topic, format!("{name} needs a value: {name} FILE")))?,
+        let name = match parser.next().map_err(|e| lexopt_error(topic, e))? {
+            None => return Ok(End::Done),
+            Some(Arg::Value(word)) => return Ok(End::Word(word)),
+            Some(option) => option_name(&option),
         };
-        if value.is_empty() {
-            return Err(usage(topic, format!("{name} needs a file name")));
-        }
-        opts.write_env = Some(value);
-        return Ok(Opt::Handled);
-    }
-    let (slot, what) = match name.as_str() {
-        "--limit" => (&mut opts.overrides.limit, "SPEC (e.g. 8Gi)"),
-        "--log" => (&mut opts.overrides.log, "LEVEL"),
-        "--report" => (&mut opts.overrides.report, "PATH"),
-        _ => return Err(usage(topic, format!("unknown option '{name}'"))),
-    };
-    if slot.is_some() {
-        return Err(usage(topic, format!("{name} given more than once")));
-    }
-    let value = match inline {
-        Some(v) => {
-            if arg.to_str().is_none() {
-                return Err(usage(
-                    topic,
-                    format!("the value of {name} is not valid UTF-8"),
-                ));
+        // A short option stands alone: `-hx` is not `-h`.
+        if !name.starts_with("--") {
+            let typed = with_attached(parser, &name);
+            if typed == "-h" {
+                return Ok(End::Help);
             }
-            v.to_string()
+            return Err(usage(topic, format!("unknown option '{typed}'")));
         }
-        None => {
-            let Some(v) = rest.next() else {
-                return Err(usage(topic, format!("{name} needs a value: {name} {what}")));
+        let attached = parser.optional_value();
+        // Flags without a value.
+        let flag = match (name.as_str(), topic) {
+            ("--help", _) if attached.is_none() => return Ok(End::Help),
+            ("--growth", _) => Some(&mut opts.overrides.growth),
+            ("--measure", Topic::Run) => Some(&mut opts.measure),
+            _ => None,
+        };
+        if let Some(flag) = flag {
+            if attached.is_some() {
+                return Err(usage(topic, format!("{name} takes no value")));
+            }
+            if *flag {
+                return Err(usage(topic, format!("{name} given more than once")));
+            }
+            *flag = true;
+            continue;
+        }
+        if name == "--write-env" && topic == Topic::Check {
+            if opts.write_env.is_some() {
+                return Err(usage(topic, format!("{name} given more than once")));
+            }
+            // An OsString: a non-UTF-8 path survives.
+            let value = match attached {
+                Some(v) => v,
+                None => parser
+                    .value()
+                    .map_err(|_| usage(topic, format!("{name} needs a value: {name} FILE")))?,
             };
-            match v.into_string() {
-                Ok(v) => v,
-                Err(_) => {
-                    return Err(usage(
-                        topic,
-                        format!("the value of {name} is not valid UTF-8"),
-                    ));
-                }
+            if value.is_empty() {
+                return Err(usage(topic, format!("{name} needs a file name")));
             }
+            opts.write_env = Some(value);
+            continue;
         }
-    };
-    *slot = Some(value);
-    Ok(Opt::Handled)
+        let (slot, what) = match name.as_str() {
+            "--limit" => (&mut opts.overrides.limit, "SPEC (e.g. 8Gi)"),
+            "--log" => (&mut opts.overrides.log, "LEVEL"),
+            "--report" => (&mut opts.overrides.report, "PATH"),
+            _ => return Err(usage(topic, format!("unknown option '{name}'"))),
+        };
+        if slot.is_some() {
+            return Err(usage(topic, format!("{name} given more than once")));
+        }
+        // The next argument is the value even if it starts with a dash (`--log -x`).
+        let value = match attached {
+            Some(v) => v,
+            None => parser
+                .value()
+                .map_err(|_| usage(topic, format!("{name} needs a value: {name} {what}")))?,
+        };
+        let value = value
+            .into_string()
+            .map_err(|_| usage(topic, format!("the value of {name} is not valid UTF-8")))?;
+        *slot = Some(value);
+    }
 }
 
-fn parse_run(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+fn parse_run(mut parser: Parser) -> Result<Command, UsageError> {
     let mut opts = Options::default();
-    let mut program = None;
-    while let Some(arg) = args.next() {
-        match parse_option(Topic::Run, &arg, &mut args, &mut opts)? {
-            Opt::Handled => continue,
-            Opt::Help => return Ok(Command::Help(Topic::Run)),
-            Opt::NotAnOption => {
-                program = if arg == "--" { args.next() } else { Some(arg) };
-                break;
-            }
+    let program = match parse_options(Topic::Run, &mut parser, &mut opts)? {
+        End::Help => return Ok(Command::Help(Topic::Run)),
+        End::Word(program) => program,
+        End::Done => {
+            return Err(usage(
+                Topic::Run,
+                "no command to run: gpucap run [OPTIONS] [--] CMD [ARGS...]",
+            ));
         }
-    }
-    let Some(program) = program else {
-        return Err(usage(
-            Topic::Run,
-            "no command to run: gpucap run [OPTIONS] [--] CMD [ARGS...]",
-        ));
     };
     if program.is_empty() {
         return Err(usage(Topic::Run, "the command to run is empty"));
     }
+    // Everything after CMD is CMD's, exactly as given: never read as gpucap's options.
+    let args = parser
+        .raw_args()
+        .map_err(|e| lexopt_error(Topic::Run, e))?
+        .collect();
     Ok(Command::Run {
         overrides: opts.overrides,
         measure: opts.measure,
         program,
-        args: args.collect(),
+        args,
     })
 }
 
-fn parse_check(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+fn parse_check(mut parser: Parser) -> Result<Command, UsageError> {
     let mut opts = Options::default();
-    while let Some(arg) = args.next() {
-        match parse_option(Topic::Check, &arg, &mut args, &mut opts)? {
-            Opt::Handled => {}
-            Opt::Help => return Ok(Command::Help(Topic::Check)),
-            Opt::NotAnOption => {
-                return Err(usage(
-                    Topic::Check,
-                    format!(
-                        "unexpected argument '{}' (check takes only options)",
-                        arg.to_string_lossy()
-                    ),
-                ));
-            }
-        }
+    match parse_options(Topic::Check, &mut parser, &mut opts)? {
+        End::Help => Ok(Command::Help(Topic::Check)),
+        End::Word(word) => Err(usage(
+            Topic::Check,
+            format!(
+                "unexpected argument '{}' (check takes only options)",
+                word.to_string_lossy()
+            ),
+        )),
+        End::Done => Ok(Command::Check {
+            overrides: opts.overrides,
+            write_env: opts.write_env,
+        }),
     }
-    Ok(Command::Check {
-        overrides: opts.overrides,
-        write_env: opts.write_env,
-    })
 }
 
 pub const USAGE: &str = "\
@@ -733,6 +768,110 @@ mod tests {
             err(&["check", "--write-env="])
                 .message
                 .contains("needs a file name")
+        );
+    }
+
+    /// Corners where lexopt alone would read the words differently; they keep the
+    /// meaning and messages that the hand parser gave them.
+    #[test]
+    fn words_lexopt_would_read_otherwise() {
+        // lexopt skips `--`: it is neither a command nor an argument of check.
+        assert_eq!(err(&["--", "run", "x"]).message, "unknown option '--'");
+        assert_eq!(
+            err(&["check", "--"]).message,
+            "unexpected argument '--' (check takes only options)"
+        );
+        assert!(
+            err(&["check", "--limit", "1Gi", "--"])
+                .message
+                .contains("unexpected argument '--'")
+        );
+        // `help` takes words, not options.
+        assert!(
+            err(&["help", "--", "run"])
+                .message
+                .contains("no help for '--'")
+        );
+        assert!(
+            err(&["help", "--help"])
+                .message
+                .contains("no help for '--help'")
+        );
+        // A short option stands alone: no clusters, no attached values.
+        assert_eq!(err(&["run", "-hx", "y"]).message, "unknown option '-hx'");
+        assert_eq!(err(&["run", "-h=x", "y"]).message, "unknown option '-h=x'");
+        assert_eq!(err(&["check", "-hV"]).message, "unknown option '-hV'");
+        assert_eq!(err(&["-Vh"]).message, "unknown option '-Vh'");
+        assert_eq!(err(&["-"]).message, "unknown option '-'");
+        assert_eq!(err(&["--help=x"]).message, "unknown option '--help=x'");
+        assert_eq!(
+            err(&["run", "--help=x", "y"]).message,
+            "unknown option '--help'"
+        );
+        assert!(err(&["--limit=8Gi", "run"]).message.starts_with(
+            "unknown option '--limit=8Gi' (options go after the command: gpucap run --limit=8Gi"
+        ));
+        // After `--` the next word is CMD whatever it looks like; after CMD all is CMD's.
+        assert_eq!(
+            p(&["run", "--", "--", "a"]),
+            Ok(run(None, None, "--", &["a"]))
+        );
+        assert_eq!(
+            p(&["run", "-", "-h", "--limit=1Gi", "--", "-Vx"]),
+            Ok(run(None, None, "-", &["-h", "--limit=1Gi", "--", "-Vx"]))
+        );
+        assert_eq!(
+            p(&["run", "--limit", "--", "x"]),
+            Ok(run(Some("--"), None, "x", &[]))
+        );
+        assert_eq!(
+            p(&["run", "--", ""]).unwrap_err().message,
+            "the command to run is empty"
+        );
+    }
+
+    #[test]
+    fn non_utf8_values_and_option_names() {
+        let bad = || OsString::from_vec(b"/tmp/caf\xe9.env".to_vec());
+        let mut inline = b"--write-env=".to_vec();
+        inline.extend_from_slice(bad().as_encoded_bytes());
+        assert_eq!(
+            parse([OsString::from("check"), OsString::from_vec(inline)]),
+            Ok(Command::Check {
+                overrides: Overrides::default(),
+                write_env: Some(bad()),
+            })
+        );
+        assert_eq!(
+            parse([OsString::from("check"), "--write-env".into(), bad()]),
+            Ok(Command::Check {
+                overrides: Overrides::default(),
+                write_env: Some(bad()),
+            })
+        );
+        let e = parse([
+            OsString::from("run"),
+            OsString::from_vec(b"--limit=8G\xe9".to_vec()),
+            "x".into(),
+        ])
+        .unwrap_err();
+        assert_eq!(e.message, "the value of --limit is not valid UTF-8");
+        let e = parse([
+            OsString::from("run"),
+            OsString::from_vec(b"--lim\xe9t".to_vec()),
+            "x".into(),
+        ])
+        .unwrap_err();
+        assert_eq!(e.message, "unknown option '--lim\u{fffd}t'");
+        // CMD and its arguments are passed on byte for byte.
+        assert_eq!(
+            parse([OsString::from("run"), "--".into(), bad(), bad()]),
+            Ok(Command::Run {
+                overrides: Overrides::default(),
+                measure: false,
+                program: bad(),
+                args: vec![bad()],
+            })
         );
     }
 }
