@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock, TryLockError};
 
-use crate::config::{self, Config, LogLevel, MAX_DEVICES};
-use crate::ledger::{Ledger, NO_CAP, Refusal, Reservation};
-use crate::report::{self, DeviceReport, ProcessReport};
-use crate::size::format_bytes;
+use gpucap_core::config::{self, Config, LogLevel, MAX_DEVICES};
+use gpucap_core::ledger::{Ledger, NO_CAP, Refusal, Reservation};
+use gpucap_core::report::{self, DeviceReport, ProcessReport};
+use gpucap_core::size::format_bytes;
 
 pub struct Shim {
     pub ledger: Ledger,
@@ -35,7 +35,7 @@ pub fn write_log(level: LogLevel, msg: std::fmt::Arguments<'_>) {
 
 macro_rules! log {
     ($level:ident, $($arg:tt)*) => {
-        $crate::shim::write_log($crate::config::LogLevel::$level, format_args!($($arg)*))
+        $crate::shim::write_log(::gpucap_core::config::LogLevel::$level, format_args!($($arg)*))
     };
 }
 pub(crate) use log;
@@ -94,7 +94,7 @@ impl Shim {
             Ok(c) => c
                 .limit
                 .as_ref()
-                .and_then(|l| crate::identity::limit_for(l, device, crate::identity::from_driver)),
+                .and_then(|l| gpucap_core::identity::limit_for(l, device, visible_uuids)),
             Err(_) => return,
         };
         let cap = match limit {
@@ -184,6 +184,18 @@ fn load_config() -> Result<(Config, Option<PathBuf>), String> {
         Some((c, file)) => (c, Some(file)),
         None => (Config::default(), None),
     })
+}
+
+/// Lists the visible devices' UUIDs with the real driver.
+#[cfg(not(test))]
+fn visible_uuids() -> Option<Vec<[u8; 16]>> {
+    crate::real::visible_uuids()
+}
+
+/// Unit tests run without a driver: no devices.
+#[cfg(test)]
+fn visible_uuids() -> Option<Vec<[u8; 16]>> {
+    None
 }
 
 /// The directory libgpucap.so was loaded from (asked of the loader at the FFI edge).
@@ -339,7 +351,7 @@ impl Shim {
 
 #[cfg(not(test))]
 fn retained_bytes(device: usize) -> u64 {
-    crate::growth::retained_bytes(device)
+    gpucap_core::growth::retained_bytes(device)
 }
 
 #[cfg(test)]
@@ -398,7 +410,7 @@ mod tests {
         s.ledger
             .reserve(0, 20)
             .unwrap()
-            .commit(crate::ledger::Kind::Pointer, 1);
+            .commit(gpucap_core::ledger::Kind::Pointer, 1);
         assert_eq!(s.mem_info(0, 70, 80, 0), (30, 50));
         assert_eq!(s.mem_info(0, 10, 80, 0), (10, 50), "physical free is lower");
         assert_eq!(

@@ -5,21 +5,21 @@
 use std::ffi::{c_int, c_void};
 
 use crate::arena;
-use crate::arrays::{self, Shape};
-use crate::config::MAX_DEVICES;
-use crate::contexts::{self, ContextBook, CtxDriver, Ending, Unmeasured, Verdict};
 use crate::ffi::{
     self, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_SUCCESS, CuResult,
 };
-use crate::growth::{self, GROWTH};
-use crate::identity;
-use crate::ledger::{Kind, LiveMap, Reservation};
-use crate::nvml;
-use crate::pools::{PoolBook, PoolDriver, PoolLocation};
 use crate::real;
 use crate::shim::{SHIM, Shim, log};
-use crate::vmm::{Pending, VmmBook};
+use gpucap_core::arrays::{self, Shape};
+use gpucap_core::config::MAX_DEVICES;
+use gpucap_core::contexts::{self, ContextBook, CtxDriver, Ending, Unmeasured, Verdict};
+use gpucap_core::growth::{self, GROWTH};
+use gpucap_core::identity;
+use gpucap_core::ledger::{Kind, LiveMap, Reservation};
+use gpucap_core::nvml;
+use gpucap_core::pools::{PoolBook, PoolDriver, PoolLocation};
+use gpucap_core::vmm::{Pending, VmmBook};
 
 pub type Dptr = u64;
 pub type Stream = *mut c_void;
@@ -187,7 +187,7 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     };
     if let Some(spec) = config.limit.as_ref().filter(|s| !s.devices.is_empty())
         && let Err(msg) = identity::check_keys(spec, visible_count(), || {
-            identity::visible(identity::from_driver)
+            identity::visible(crate::real::visible_uuids)
         })
     {
         // Always shown, whatever GPUCAP_LOG says: the program is being stopped.
@@ -392,7 +392,7 @@ fn unlocated_pool(
     log!(
         Warn,
         "refused {api} of {}: gpucap cannot tell which GPU memory pool {pool:#x} is on",
-        crate::size::format_bytes(size as u64)
+        gpucap_core::size::format_bytes(size as u64)
     );
     CUDA_ERROR_OUT_OF_MEMORY
 }
@@ -1048,7 +1048,7 @@ fn context_lock(
     shim: &Shim,
     api: &str,
     dev: c_int,
-) -> Result<Option<crate::contexts::DeviceLock<'static>>, CuResult> {
+) -> Result<Option<gpucap_core::contexts::DeviceLock<'static>>, CuResult> {
     if dev < 0 {
         return Ok(None);
     }
@@ -1077,7 +1077,7 @@ fn charge_context(
     let capped = SHIM
         .ledger
         .usage(d)
-        .is_some_and(|u| u.cap != crate::ledger::NO_CAP);
+        .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
     let bytes = match contexts::verdict(measured, capped) {
         Verdict::Charge(bytes) => bytes,
         Verdict::Refuse(rc) => {
@@ -1106,7 +1106,7 @@ fn charge_context(
             log!(
                 Debug,
                 "{api}: the context takes {} on GPU {d}",
-                crate::size::format_bytes(bytes)
+                gpucap_core::size::format_bytes(bytes)
             );
             Ok(bytes)
         }
@@ -1318,7 +1318,7 @@ pub fn ctx_create_v4(
 }
 
 /// The device of a context the program names, and its context operations serialised.
-fn lock_of_context(ctx: Handle) -> Option<crate::contexts::DeviceLock<'static>> {
+fn lock_of_context(ctx: Handle) -> Option<gpucap_core::contexts::DeviceLock<'static>> {
     CONTEXTS
         .created_device(ctx as u64)
         .or_else(|| real::context_device(ctx))
@@ -1406,7 +1406,7 @@ fn capped_info(shim: &Shim, free: u64, total: u64) -> (u64, u64) {
 // NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID. NVML is never
 // a reason to initialise (or load) CUDA.
 
-pub use crate::nvml::{NvmlMemory, NvmlMemoryV2};
+pub use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2};
 
 /// `NVML_ERROR_NO_PERMISSION`: what every intercepted NVML call returns while the
 /// configuration is invalid (as the CUDA calls return `CUDA_ERROR_NOT_PERMITTED`).
@@ -1417,11 +1417,11 @@ pub const NVML_ERROR_NO_PERMISSION: CuResult = 4;
 /// Only for a process that initialised CUDA itself.
 fn nvml_device(shim: &Shim, device: Handle) -> Option<usize> {
     let uuid = real::nvml_uuid(device)?;
-    let visible = identity::visible(identity::from_driver)?;
+    let visible = identity::visible(crate::real::visible_uuids)?;
     let d = checked_device(shim, identity::ordinal_of(visible, &uuid)? as c_int)?;
     shim.ledger
         .usage(d)
-        .filter(|u| u.cap != crate::ledger::NO_CAP)?;
+        .filter(|u| u.cap != gpucap_core::ledger::NO_CAP)?;
     refresh_pools(d);
     Some(d)
 }
@@ -1442,12 +1442,15 @@ fn nvml_view() -> Option<&'static [[u8; 16]]> {
 /// printed once, and while they do not, every NVML call fails closed.
 static NVML_KEYS: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
 
-fn nvml_keys_match(spec: &crate::config::LimitSpec) -> bool {
+fn nvml_keys_match(spec: &gpucap_core::config::LimitSpec) -> bool {
     let Some(view) = nvml_view() else {
         return true; // NVML cannot list its GPUs: nothing is capped here (below)
     };
     NVML_KEYS
-        .get_or_init(|| identity::check_keys(spec, Some(view)).inspect_err(|m| eprintln!("{m}")))
+        .get_or_init(|| {
+            identity::check_keys(spec, Some(view.len()), || Some(view))
+                .inspect_err(|m| eprintln!("{m}"))
+        })
         .is_ok()
 }
 
@@ -1455,7 +1458,7 @@ fn nvml_keys_match(spec: &crate::config::LimitSpec) -> bool {
 /// physical memory, for a fraction); None when it is no CUDA device of the process or
 /// has no cap.
 fn nvml_cap_without_cuda(
-    spec: &crate::config::LimitSpec,
+    spec: &gpucap_core::config::LimitSpec,
     device: Handle,
     total: u64,
 ) -> Option<u64> {

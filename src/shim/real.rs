@@ -6,16 +6,16 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 
-use crate::contexts::{Ctx, CtxDriver};
 use crate::ffi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, driver};
 use crate::hooks::{Array3DDescriptor, Handle, MemoryRequirements};
-use crate::nvml::{NvmlGpu, NvmlMig, PciInfo};
+use gpucap_core::contexts::{Ctx, CtxDriver};
+use gpucap_core::nvml::{NvmlGpu, NvmlMig, PciInfo};
 
 /// `CUDA_ERROR_INVALID_HANDLE`, `CUDA_ERROR_INVALID_CONTEXT`, `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
 const CUDA_ERROR_INVALID_HANDLE: u32 = 400;
 const CUDA_ERROR_INVALID_CONTEXT: u32 = 201;
 const CUDA_ERROR_CONTEXT_IS_DESTROYED: u32 = 709;
-use crate::pools::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator};
+use gpucap_core::pools::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator};
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
 const RESERVED_MEM_CURRENT: c_int = 5;
@@ -404,7 +404,7 @@ pub fn nvml_uuid(device: Handle) -> Option<[u8; 16]> {
     }
     // SAFETY: NVML wrote a NUL-terminated string into the buffer (zeroed beforehand).
     let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
-    crate::identity::parse_uuid(&text.to_string_lossy())
+    gpucap_core::identity::parse_uuid(&text.to_string_lossy())
 }
 
 /// `NVML_SUCCESS`, `NVML_DEVICE_MIG_ENABLE`.

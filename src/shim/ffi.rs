@@ -419,7 +419,7 @@ driver_fns! {
     nvmlDeviceGetMigMode: (Handle, *mut u32, *mut u32);
     nvmlDeviceGetMaxMigDeviceCount: (Handle, *mut u32);
     nvmlDeviceGetMigDeviceHandleByIndex: (Handle, u32, *mut Handle);
-    nvmlDeviceGetPciInfo_v3: (Handle, *mut crate::nvml::PciInfo);
+    nvmlDeviceGetPciInfo_v3: (Handle, *mut gpucap_core::nvml::PciInfo);
     nvmlDeviceGetGpuInstanceId: (Handle, *mut u32);
     nvmlDeviceGetComputeInstanceId: (Handle, *mut u32);
     // Hooked entry points the shim itself calls on the driver (to measure, or to undo

@@ -22,18 +22,7 @@
 // state that only the FFI edge uses looks dead there.
 #![cfg_attr(test, allow(dead_code, unused_imports))]
 
-mod arrays;
-mod config;
-mod contexts;
-mod growth;
-mod identity;
-mod ledger;
-mod nvml;
-mod pools;
-mod report;
 mod shim;
-mod size;
-mod vmm;
 
 #[cfg(not(test))]
 mod arena;

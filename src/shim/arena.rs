@@ -15,8 +15,8 @@ use cudarc::driver::sys::{
 use crate::ffi::{
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, driver,
 };
-use crate::growth::{GROWTH, Mapping, pages_for};
 use crate::shim::{SHIM, log};
+use gpucap_core::growth::{GROWTH, Mapping, pages_for};
 
 fn location(device: usize) -> CUmemLocation {
     CUmemLocation {
