@@ -1,19 +1,15 @@
 //! gpucap's configuration: the `GPUCAP_*` environment variables, parsed and validated.
 //!
-//! Shared by the shim (src/lib.rs declares `mod size; mod config;` at its crate root) and
-//! the CLI (src/main.rs includes both by path), so it is plain safe Rust that only needs
-//! `crate::size`, serde and envy. Each crate uses part of it, hence the `allow(dead_code)`.
+//! Part of gpucap-core, used by the shim and the CLI: plain safe Rust that only needs
+//! `crate::size`. The variables are read by name from the pairs given (no envy: it
+//! would only copy the same strings into a struct).
 //!
 //! Any error is returned as a [`ConfigError`]; callers must fail closed (refuse to start,
 //! or refuse every allocation), never fall back to running uncapped.
-#![allow(dead_code)]
-
 use std::ffi::OsStr;
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-
-use serde::Deserialize;
 
 use crate::size::{UNITS_LIST, format_bytes, parse_size};
 
@@ -556,19 +552,6 @@ fn parse_bool(value: &str) -> Result<bool, String> {
     }
 }
 
-/// The raw `GPUCAP_*` strings, as envy deserializes them (names without the prefix,
-/// lowercased by envy). Unknown names are caught before envy sees them.
-#[derive(Debug, Default, Deserialize)]
-struct RawVars {
-    limit: Option<String>,
-    log: Option<String>,
-    lib: Option<String>,
-    growth: Option<String>,
-    report: Option<String>,
-    ld_so_preload: Option<String>,
-    home: Option<String>,
-}
-
 const PREFIX: &str = "GPUCAP_";
 
 /// Builds the configuration from `(name, value)` pairs, e.g. `std::env::vars_os()`.
@@ -622,14 +605,12 @@ where
         ours.push((known.to_string(), value.to_string()));
     }
 
-    let raw: RawVars = envy::prefixed(PREFIX)
-        .from_iter(ours.iter().cloned())
-        .map_err(|e| ConfigError {
-            var: "GPUCAP_*".into(),
-            value: String::new(),
-            reason: format!("could not read the variables: {e}"),
-            accepted: KNOWN_VARS_LIST,
-        })?;
+    // The value of a known variable, as given (the first occurrence).
+    let raw = |name: &str| {
+        ours.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
 
     let bad = |var: &str, value: &str, reason: String| ConfigError {
         var: var.to_string(),
@@ -638,24 +619,23 @@ where
         accepted: accepted_of(var),
     };
     let mut config = Config::default();
-    if let Some(v) = &raw.limit {
+    if let Some(v) = raw("GPUCAP_LIMIT") {
         config.limit = Some(parse_limit_spec(v).map_err(|r| bad("GPUCAP_LIMIT", v, r))?);
     }
-    if let Some(v) = &raw.log {
+    if let Some(v) = raw("GPUCAP_LOG") {
         config.log = parse_log_level(v).map_err(|r| bad("GPUCAP_LOG", v, r))?;
     }
-    if let Some(v) = &raw.growth {
+    if let Some(v) = raw("GPUCAP_GROWTH") {
         config.growth = parse_bool(v).map_err(|r| bad("GPUCAP_GROWTH", v, r))?;
     }
-    if let Some(v) = &raw.report {
+    if let Some(v) = raw("GPUCAP_REPORT") {
         config.report = Some(PathBuf::from(v));
     }
-    if let Some(v) = &raw.ld_so_preload {
+    if let Some(v) = raw("GPUCAP_LD_SO_PRELOAD") {
         config.ld_so_preload = parse_bool(v).map_err(|r| bad("GPUCAP_LD_SO_PRELOAD", v, r))?;
     }
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
     // emptiness was checked above.
-    let _ = (&raw.lib, &raw.home);
     Ok(config)
 }
 
