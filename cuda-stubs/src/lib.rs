@@ -8,7 +8,7 @@
 
 #![allow(non_snake_case)]
 
-#[path = "../../src/size.rs"]
+#[path = "../../src/core/size.rs"]
 mod size;
 
 mod array;

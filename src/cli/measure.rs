@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicI32, Ordering::*};
 
 use super::args::Overrides;
 use super::{EXIT_USAGE, check_driver, child_env, exec_failure, library, load, preload, set_var};
-use crate::report::{ProcessReport, read_report};
-use crate::size::format_bytes;
+use gpucap_core::report::{ProcessReport, read_report};
+use gpucap_core::size::format_bytes;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -337,8 +337,8 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Limit, parse_limit_spec};
-    use crate::report::DeviceReport;
+    use gpucap_core::config::{Limit, parse_limit_spec};
+    use gpucap_core::report::DeviceReport;
 
     #[test]
     fn suggestions_are_tidy_and_above_the_peak() {

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use super::driver::{Device, Probe};
-use crate::config::{Config, DeviceKey, Limit, LimitSpec};
-use crate::size::format_bytes;
+use gpucap_core::config::{Config, DeviceKey, Limit, LimitSpec};
+use gpucap_core::size::format_bytes;
 
 /// `8 GiB (8589934592 bytes)` or `50% of physical memory`.
 pub fn limit_text(limit: Limit) -> String {
@@ -186,7 +186,7 @@ pub fn check_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{LogLevel, parse_limit_spec};
+    use gpucap_core::config::{LogLevel, parse_limit_spec};
     use std::path::PathBuf;
 
     const GI: u64 = 1 << 30;

@@ -47,7 +47,7 @@ pub fn shim() -> PathBuf {
 
 /// The `gpucap` CLI.
 pub fn cli() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gpucap"))
+    built("gpucap")
 }
 
 /// A directory holding `libcuda.so.1` and `libcuda.so`, both links to the fake driver,

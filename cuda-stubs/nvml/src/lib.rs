@@ -9,7 +9,7 @@
 
 #![allow(non_snake_case, non_camel_case_types)]
 
-#[path = "../../../src/size.rs"]
+#[path = "../../../src/core/size.rs"]
 mod size;
 
 #[path = "../../src/config.rs"]

@@ -331,6 +331,12 @@ fn window(key: u64) -> impl Iterator<Item = usize> {
     (0..PROBES).map(move |i| (start + i) % SLOTS)
 }
 
+impl Default for LiveMap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl LiveMap {
     pub const fn new() -> Self {
         LiveMap {

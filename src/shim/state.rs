@@ -1,44 +1,60 @@
-//! The shim's process-wide state: configuration (read once, on the first CUDA call),
-//! the log level, the ledger, and turning a device's limit into a cap in bytes.
+//! Every process-wide static of the shim, in one place: `SHIM` (configuration, read
+//! once on the first CUDA call; the ledger; turning a device's limit into a cap in
+//! bytes; the report at exit) and the books of pools, VMM handles, arrays, contexts
+//! and NVML's view of the devices.
 //! Safe Rust; the hooks ask it questions and tell it what the driver did.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock, TryLockError};
 
-use crate::config::{self, Config, LogLevel, MAX_DEVICES};
-use crate::ledger::{Ledger, NO_CAP, Refusal, Reservation};
-use crate::report::{self, DeviceReport, ProcessReport};
-use crate::size::format_bytes;
+use gpucap_core::config::{self, Config, LogLevel, MAX_DEVICES};
+use gpucap_core::contexts::ContextBook;
+use gpucap_core::ledger::LiveMap;
+use gpucap_core::ledger::{Ledger, NO_CAP, Refusal, Reservation};
+use gpucap_core::pools::PoolBook;
+use gpucap_core::report::{self, DeviceReport, ProcessReport};
+use gpucap_core::size::format_bytes;
+use gpucap_core::vmm::VmmBook;
+
+use crate::log::log;
 
 pub struct Shim {
     pub ledger: Ledger,
     config: OnceLock<Result<Config, String>>,
-    log: AtomicU8,
     cap_resolved: [AtomicBool; MAX_DEVICES],
 }
 
 pub static SHIM: Shim = Shim {
     ledger: Ledger::new(),
     config: OnceLock::new(),
-    log: AtomicU8::new(LogLevel::Warn as u8),
     cap_resolved: [const { AtomicBool::new(false) }; MAX_DEVICES],
 };
 
-/// Writes one `gpucap: …` line to stderr if `level` is enabled.
-pub fn write_log(level: LogLevel, msg: std::fmt::Arguments<'_>) {
-    if level as u8 <= SHIM.log.load(Relaxed) && level != LogLevel::Off {
-        eprintln!("gpucap: {msg}");
-    }
+// ---- the books of the hooks -----------------------------------------------------------
+
+/// The pools the program allocated from or created, with what each reserves.
+pub static POOLS: PoolBook = PoolBook::new();
+
+pub static VMM: VmmBook = VmmBook::new();
+
+/// Live CUDA arrays and mipmapped arrays, by handle.
+pub static ARRAYS: LiveMap = LiveMap::new();
+pub static MIPMAPS: LiveMap = LiveMap::new();
+
+pub fn array_map(mipmapped: bool) -> &'static LiveMap {
+    if mipmapped { &MIPMAPS } else { &ARRAYS }
 }
 
-macro_rules! log {
-    ($level:ident, $($arg:tt)*) => {
-        $crate::shim::write_log($crate::config::LogLevel::$level, format_args!($($arg)*))
-    };
-}
-pub(crate) use log;
+pub static CONTEXTS: ContextBook = ContextBook::new();
+
+/// What CUDA would see in this process, worked out from NVML (read once).
+pub static NVML_VIEW: std::sync::OnceLock<Vec<[u8; 16]>> = std::sync::OnceLock::new();
+
+/// Whether the limit's keys match what CUDA would see, checked once; the message is
+/// printed once, and while they do not, every NVML call fails closed.
+pub static NVML_KEYS: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
 
 /// Why the shim refuses to forward a call at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +78,7 @@ impl Shim {
             let result = load_config();
             match &result {
                 Ok((c, from)) => {
-                    self.log.store(c.log as u8, Relaxed);
+                    crate::log::LEVEL.store(c.log as u8, Relaxed);
                     if let Some(file) = from {
                         log!(
                             Debug,
@@ -94,7 +110,7 @@ impl Shim {
             Ok(c) => c
                 .limit
                 .as_ref()
-                .and_then(|l| crate::identity::limit_for(l, device, crate::identity::from_driver)),
+                .and_then(|l| gpucap_core::identity::limit_for(l, device, visible_uuids)),
             Err(_) => return,
         };
         let cap = match limit {
@@ -186,10 +202,22 @@ fn load_config() -> Result<(Config, Option<PathBuf>), String> {
     })
 }
 
+/// Lists the visible devices' UUIDs with the real driver.
+#[cfg(not(test))]
+fn visible_uuids() -> Option<Vec<[u8; 16]>> {
+    crate::driver::queries::visible_uuids()
+}
+
+/// Unit tests run without a driver: no devices.
+#[cfg(test)]
+fn visible_uuids() -> Option<Vec<[u8; 16]>> {
+    None
+}
+
 /// The directory libgpucap.so was loaded from (asked of the loader at the FFI edge).
 #[cfg(not(test))]
 fn own_dir() -> Option<PathBuf> {
-    crate::ffi::own_dir()
+    crate::resolve::own_dir()
 }
 
 /// Unit tests run without the library: no directory of its own.
@@ -250,7 +278,7 @@ impl Shim {
             return;
         };
         let devices = self.device_reports();
-        if self.log.load(Relaxed) >= LogLevel::Info as u8 {
+        if crate::log::LEVEL.load(Relaxed) >= LogLevel::Info as u8 {
             if devices.is_empty() {
                 log!(Info, "no GPU memory was allocated");
             }
@@ -339,7 +367,7 @@ impl Shim {
 
 #[cfg(not(test))]
 fn retained_bytes(device: usize) -> u64 {
-    crate::growth::retained_bytes(device)
+    gpucap_core::growth::retained_bytes(device)
 }
 
 #[cfg(test)]
@@ -386,7 +414,6 @@ mod tests {
         let s = Shim {
             ledger: Ledger::new(),
             config: OnceLock::new(),
-            log: AtomicU8::new(0),
             cap_resolved: [const { AtomicBool::new(false) }; MAX_DEVICES],
         };
         assert_eq!(
@@ -398,7 +425,7 @@ mod tests {
         s.ledger
             .reserve(0, 20)
             .unwrap()
-            .commit(crate::ledger::Kind::Pointer, 1);
+            .commit(gpucap_core::ledger::Kind::Pointer, 1);
         assert_eq!(s.mem_info(0, 70, 80, 0), (30, 50));
         assert_eq!(s.mem_info(0, 10, 80, 0), (10, 50), "physical free is lower");
         assert_eq!(

@@ -6,16 +6,19 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 
-use crate::contexts::{Ctx, CtxDriver};
-use crate::ffi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, driver};
-use crate::hooks::{Array3DDescriptor, Handle, MemoryRequirements};
-use crate::nvml::{NvmlGpu, NvmlMig, PciInfo};
+use super::calls;
+use super::types::{
+    Array3DDescriptor, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, Handle,
+    MemoryRequirements,
+};
+use gpucap_core::contexts::{Ctx, CtxDriver};
+use gpucap_core::nvml::{NvmlGpu, NvmlMig, PciInfo};
 
 /// `CUDA_ERROR_INVALID_HANDLE`, `CUDA_ERROR_INVALID_CONTEXT`, `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
 const CUDA_ERROR_INVALID_HANDLE: u32 = 400;
 const CUDA_ERROR_INVALID_CONTEXT: u32 = 201;
 const CUDA_ERROR_CONTEXT_IS_DESTROYED: u32 = 709;
-use crate::pools::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator};
+use gpucap_core::pools::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator};
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
 const RESERVED_MEM_CURRENT: c_int = 5;
@@ -32,9 +35,9 @@ const LOCATION_INVISIBLE: c_int = 5;
 /// The UUIDs of the visible CUDA devices, by ordinal. Calls `cuInit(0)` first (it is
 /// idempotent); NVML hooks reach this only when the program initialised CUDA itself.
 pub fn visible_uuids() -> Option<Vec<[u8; 16]>> {
-    let init = driver::cuInit()?;
-    let count = driver::cuDeviceGetCount()?;
-    let uuid = driver::cuDeviceGetUuid_v2().or_else(driver::cuDeviceGetUuid)?;
+    let init = calls::cuInit()?;
+    let count = calls::cuDeviceGetCount()?;
+    let uuid = calls::cuDeviceGetUuid_v2().or_else(calls::cuDeviceGetUuid)?;
     let mut n: c_int = 0;
     // SAFETY: plain driver calls with valid out-pointers.
     unsafe {
@@ -52,7 +55,7 @@ pub fn visible_uuids() -> Option<Vec<[u8; 16]>> {
 
 /// The pool `cuMemAllocAsync` takes from on `device` (its current pool).
 pub fn current_pool(device: c_int) -> Option<u64> {
-    let get = driver::cuDeviceGetMemPool()?;
+    let get = calls::cuDeviceGetMemPool()?;
     let mut pool: Handle = null_mut();
     // SAFETY: valid out-pointer.
     (unsafe { get(&mut pool, device) } == CUDA_SUCCESS && !pool.is_null()).then_some(pool as u64)
@@ -62,15 +65,15 @@ pub fn current_pool(device: c_int) -> Option<u64> {
 /// pool); None if the driver cannot say (an invalid stream: its own error follows).
 pub fn stream_device(stream: Handle) -> Option<c_int> {
     let mut dev: c_int = -1;
-    if let Some(get) = driver::cuStreamGetDevice() {
+    if let Some(get) = calls::cuStreamGetDevice() {
         // SAFETY: valid out-pointer; the caller's stream.
         return (unsafe { get(stream, &mut dev) } == CUDA_SUCCESS).then_some(dev);
     }
     // Before CUDA 12.8: the stream's context, and its device.
     let (get_ctx, current, get_dev) = (
-        driver::cuStreamGetCtx()?,
-        driver::cuCtxGetCurrent()?,
-        driver::cuCtxGetDevice()?,
+        calls::cuStreamGetCtx()?,
+        calls::cuCtxGetCurrent()?,
+        calls::cuCtxGetDevice()?,
     );
     let (mut ctx, mut cur): (Handle, Handle) = (null_mut(), null_mut());
     // SAFETY: valid out-pointers; the caller's stream.
@@ -87,7 +90,7 @@ pub fn stream_device(stream: Handle) -> Option<c_int> {
 
 /// The default pool of `device`.
 fn default_pool(device: c_int) -> Option<u64> {
-    let get = driver::cuDeviceGetDefaultMemPool()?;
+    let get = calls::cuDeviceGetDefaultMemPool()?;
     let mut pool: Handle = null_mut();
     // SAFETY: valid out-pointer.
     (unsafe { get(&mut pool, device) } == CUDA_SUCCESS && !pool.is_null()).then_some(pool as u64)
@@ -95,7 +98,7 @@ fn default_pool(device: c_int) -> Option<u64> {
 
 /// Frees a pool allocation the shim refuses after the fact.
 pub fn free_async(ptr: u64, stream: *mut c_void) {
-    if let Some(free) = driver::cuMemFreeAsync() {
+    if let Some(free) = calls::cuMemFreeAsync() {
         // SAFETY: freeing the allocation the driver just made, on the caller's stream.
         unsafe { free(ptr, stream) };
     }
@@ -105,14 +108,14 @@ pub fn free_async(ptr: u64, stream: *mut c_void) {
 pub struct Pools;
 
 fn pool_attribute(pool: u64, attr: c_int) -> Option<u64> {
-    let get = driver::cuMemPoolGetAttribute()?;
+    let get = calls::cuMemPoolGetAttribute()?;
     let mut v: u64 = 0;
     // SAFETY: both attributes are cuuint64_t, written to a valid out-pointer.
     (unsafe { get(pool as Handle, attr, (&mut v as *mut u64).cast()) } == CUDA_SUCCESS).then_some(v)
 }
 
 fn pool_int_attribute(pool: u64, attr: c_int) -> Option<c_int> {
-    let get = driver::cuMemPoolGetAttribute()?;
+    let get = calls::cuMemPoolGetAttribute()?;
     let mut v: c_int = 0;
     // SAFETY: both location attributes are `int`-sized, written to a valid out-pointer.
     (unsafe { get(pool as Handle, attr, (&mut v as *mut c_int).cast()) } == CUDA_SUCCESS)
@@ -137,7 +140,7 @@ impl PoolLocator for Pools {
     }
 
     fn device_count(&self) -> usize {
-        let Some(count) = driver::cuDeviceGetCount() else {
+        let Some(count) = calls::cuDeviceGetCount() else {
             return 0;
         };
         let mut n: c_int = 0;
@@ -162,7 +165,7 @@ impl PoolDriver for Pools {
         pool_attribute(pool, USED_MEM_CURRENT)
     }
     fn trim_to(&self, pool: u64, keep: u64) {
-        if let Some(trim) = driver::cuMemPoolTrimTo() {
+        if let Some(trim) = calls::cuMemPoolTrimTo() {
             // SAFETY: a pool handle the driver gave the program.
             unsafe { trim(pool as Handle, keep as usize) };
         }
@@ -175,9 +178,9 @@ pub struct Contexts;
 impl CtxDriver for Contexts {
     fn free_with(&self, ctx: Ctx) -> Result<u64, u32> {
         let (push, pop, info) = (
-            driver::cuCtxPushCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
-            driver::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
-            driver::cuMemGetInfo_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
+            calls::cuCtxPushCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
+            calls::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
+            calls::cuMemGetInfo_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
         );
         let (mut free, mut total) = (0usize, 0usize);
         let mut popped: Handle = null_mut();
@@ -199,7 +202,7 @@ impl CtxDriver for Contexts {
     }
 
     fn create_floating(&self, device: usize) -> Result<Ctx, u32> {
-        let pop = driver::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?;
+        let pop = calls::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?;
         let mut ctx: Handle = null_mut();
         let mut popped: Handle = null_mut();
         let dev = device as c_int;
@@ -207,7 +210,7 @@ impl CtxDriver for Contexts {
         // context is pushed by the driver and popped at once, so the thread's stack is
         // unchanged. _v4 is for drivers that no longer export _v2.
         unsafe {
-            let rc = match (driver::cuCtxCreate_v2(), driver::cuCtxCreate_v4()) {
+            let rc = match (calls::cuCtxCreate_v2(), calls::cuCtxCreate_v4()) {
                 (Some(create), _) => create(&mut ctx, 0, dev),
                 (None, Some(create)) => create(&mut ctx, null_mut(), 0, dev),
                 (None, None) => CUDA_ERROR_NOT_FOUND,
@@ -221,14 +224,14 @@ impl CtxDriver for Contexts {
     }
 
     fn destroy(&self, ctx: Ctx) {
-        if let Some(destroy) = driver::cuCtxDestroy_v2() {
+        if let Some(destroy) = calls::cuCtxDestroy_v2() {
             // SAFETY: a context `create_floating` made, not current anywhere.
             unsafe { destroy(ctx as Handle) };
         }
     }
 
     fn primary_active(&self, device: usize) -> Option<bool> {
-        let state = driver::cuDevicePrimaryCtxGetState()?;
+        let state = calls::cuDevicePrimaryCtxGetState()?;
         let (mut flags, mut active) = (0u32, 0 as c_int);
         // SAFETY: valid out-pointers.
         (unsafe { state(device as c_int, &mut flags, &mut active) } == CUDA_SUCCESS)
@@ -236,7 +239,7 @@ impl CtxDriver for Contexts {
     }
 
     fn id(&self, ctx: Ctx) -> Option<u64> {
-        let get = driver::cuCtxGetId()?;
+        let get = calls::cuCtxGetId()?;
         let mut id = 0u64;
         // SAFETY: valid out-pointer; a context handle of the program's.
         (unsafe { get(ctx as Handle, &mut id) } == CUDA_SUCCESS).then_some(id)
@@ -248,7 +251,7 @@ impl CtxDriver for Contexts {
         }
         // The id (CUDA 12.0) also tells a handle reused for a new context from the old
         // one; older drivers answer cuCtxGetApiVersion for any live context.
-        let rc = match (driver::cuCtxGetId(), id) {
+        let rc = match (calls::cuCtxGetId(), id) {
             (Some(get), Some(was)) => {
                 let mut now = 0u64;
                 // SAFETY: valid out-pointer.
@@ -259,7 +262,7 @@ impl CtxDriver for Contexts {
                 rc
             }
             _ => {
-                let version = driver::cuCtxGetApiVersion()?;
+                let version = calls::cuCtxGetApiVersion()?;
                 let mut v = 0u32;
                 // SAFETY: valid out-pointer.
                 unsafe { version(ctx as Handle, &mut v) }
@@ -296,7 +299,7 @@ fn unknown_to_driver(rc: u32) -> bool {
 /// Whether the driver may still hold `ptr` as the start of a linear allocation (after
 /// a context teardown). Anything but a clear "unknown" counts as alive.
 pub fn pointer_alive(ptr: u64) -> bool {
-    let Some(range) = driver::cuMemGetAddressRange_v2() else {
+    let Some(range) = calls::cuMemGetAddressRange_v2() else {
         return true;
     };
     let (mut base, mut size) = (0u64, 0usize);
@@ -311,7 +314,7 @@ pub fn pointer_alive(ptr: u64) -> bool {
 
 /// Whether the driver may still hold a CUDA array handle.
 pub fn array_alive(handle: u64) -> bool {
-    let Some(get) = driver::cuArray3DGetDescriptor_v2() else {
+    let Some(get) = calls::cuArray3DGetDescriptor_v2() else {
         return true;
     };
     let mut desc = Array3DDescriptor::default();
@@ -321,7 +324,7 @@ pub fn array_alive(handle: u64) -> bool {
 
 /// Whether the driver may still hold a mipmapped array handle.
 pub fn mipmapped_alive(handle: u64) -> bool {
-    let Some(level) = driver::cuMipmappedArrayGetLevel() else {
+    let Some(level) = calls::cuMipmappedArrayGetLevel() else {
         return true;
     };
     let mut array: Handle = null_mut();
@@ -332,9 +335,9 @@ pub fn mipmapped_alive(handle: u64) -> bool {
 /// The memory the driver says an array takes, if it says.
 pub fn array_size(handle: Handle, device: c_int, mipmapped: bool) -> Option<u64> {
     let get = if mipmapped {
-        driver::cuMipmappedArrayGetMemoryRequirements()?
+        calls::cuMipmappedArrayGetMemoryRequirements()?
     } else {
-        driver::cuArrayGetMemoryRequirements()?
+        calls::cuArrayGetMemoryRequirements()?
     };
     let mut req = MemoryRequirements::default();
     // SAFETY: valid out-pointer, a handle the driver just made.
@@ -344,9 +347,9 @@ pub fn array_size(handle: Handle, device: c_int, mipmapped: bool) -> Option<u64>
 /// Destroys an array the shim refuses after the fact.
 pub fn destroy_array(handle: Handle, mipmapped: bool) {
     let destroy = if mipmapped {
-        driver::cuMipmappedArrayDestroy()
+        calls::cuMipmappedArrayDestroy()
     } else {
-        driver::cuArrayDestroy()
+        calls::cuArrayDestroy()
     };
     if let Some(destroy) = destroy {
         // SAFETY: the handle the driver just made.
@@ -366,7 +369,7 @@ pub fn context_id(ctx: Handle) -> Option<u64> {
 
 /// Releases a primary context retained by a call the shim refuses after the fact.
 pub fn release_primary(device: c_int) {
-    if let Some(release) = driver::cuDevicePrimaryCtxRelease_v2() {
+    if let Some(release) = calls::cuDevicePrimaryCtxRelease_v2() {
         // SAFETY: undoing the retain the driver just did.
         unsafe { release(device) };
     }
@@ -375,9 +378,9 @@ pub fn release_primary(device: c_int) {
 /// The device of a context (pushed for the question).
 pub fn context_device(ctx: Handle) -> Option<usize> {
     let (push, pop, get) = (
-        driver::cuCtxPushCurrent_v2()?,
-        driver::cuCtxPopCurrent_v2()?,
-        driver::cuCtxGetDevice()?,
+        calls::cuCtxPushCurrent_v2()?,
+        calls::cuCtxPopCurrent_v2()?,
+        calls::cuCtxGetDevice()?,
     );
     let mut dev: c_int = -1;
     let mut popped: Handle = null_mut();
@@ -396,7 +399,7 @@ pub fn context_device(ctx: Handle) -> Option<usize> {
 
 /// The UUID NVML gives a device handle.
 pub fn nvml_uuid(device: Handle) -> Option<[u8; 16]> {
-    let get = driver::nvmlDeviceGetUUID()?;
+    let get = calls::nvmlDeviceGetUUID()?;
     let mut buf = [0 as c_char; 96];
     // SAFETY: a buffer of the stated length for a NUL-terminated string.
     if unsafe { get(device, buf.as_mut_ptr(), buf.len() as u32) } != 0 {
@@ -404,7 +407,7 @@ pub fn nvml_uuid(device: Handle) -> Option<[u8; 16]> {
     }
     // SAFETY: NVML wrote a NUL-terminated string into the buffer (zeroed beforehand).
     let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
-    crate::identity::parse_uuid(&text.to_string_lossy())
+    gpucap_core::identity::parse_uuid(&text.to_string_lossy())
 }
 
 /// `NVML_SUCCESS`, `NVML_DEVICE_MIG_ENABLE`.
@@ -414,8 +417,8 @@ const NVML_MIG_ENABLE: u32 = 1;
 /// NVML's GPUs, with their PCI addresses and MIG devices (for `nvml::cuda_view`).
 /// None when NVML cannot list them.
 pub fn nvml_gpus() -> Option<Vec<NvmlGpu>> {
-    let count = driver::nvmlDeviceGetCount_v2()?;
-    let by_index = driver::nvmlDeviceGetHandleByIndex_v2()?;
+    let count = calls::nvmlDeviceGetCount_v2()?;
+    let by_index = calls::nvmlDeviceGetHandleByIndex_v2()?;
     let mut n = 0u32;
     // SAFETY: valid out-pointer.
     if unsafe { count(&mut n) } != NVML_SUCCESS {
@@ -438,7 +441,7 @@ pub fn nvml_gpus() -> Option<Vec<NvmlGpu>> {
 }
 
 fn nvml_pci(gpu: Handle) -> Option<(u32, u32, u32)> {
-    let get = driver::nvmlDeviceGetPciInfo_v3()?;
+    let get = calls::nvmlDeviceGetPciInfo_v3()?;
     let mut info = PciInfo::default();
     // SAFETY: valid out-pointer of the struct's size.
     (unsafe { get(gpu, &mut info) } == NVML_SUCCESS).then_some((info.domain, info.bus, info.device))
@@ -446,7 +449,7 @@ fn nvml_pci(gpu: Handle) -> Option<(u32, u32, u32)> {
 
 /// The MIG devices of a GPU in MIG mode (None when MIG is off or unsupported).
 fn nvml_migs(gpu: Handle) -> Option<Vec<NvmlMig>> {
-    let mode = driver::nvmlDeviceGetMigMode()?;
+    let mode = calls::nvmlDeviceGetMigMode()?;
     let (mut current, mut pending) = (0u32, 0u32);
     // SAFETY: valid out-pointers.
     if unsafe { mode(gpu, &mut current, &mut pending) } != NVML_SUCCESS
@@ -455,8 +458,8 @@ fn nvml_migs(gpu: Handle) -> Option<Vec<NvmlMig>> {
         return None;
     }
     let (max, by_index) = (
-        driver::nvmlDeviceGetMaxMigDeviceCount()?,
-        driver::nvmlDeviceGetMigDeviceHandleByIndex()?,
+        calls::nvmlDeviceGetMaxMigDeviceCount()?,
+        calls::nvmlDeviceGetMigDeviceHandleByIndex()?,
     );
     let mut n = 0u32;
     // SAFETY: valid out-pointer.
@@ -477,8 +480,8 @@ fn nvml_migs(gpu: Handle) -> Option<Vec<NvmlMig>> {
             continue;
         }
         let Some(uuid) = nvml_uuid(h) else { continue };
-        let gi = id(driver::nvmlDeviceGetGpuInstanceId(), h);
-        let ci = id(driver::nvmlDeviceGetComputeInstanceId(), h);
+        let gi = id(calls::nvmlDeviceGetGpuInstanceId(), h);
+        let ci = id(calls::nvmlDeviceGetComputeInstanceId(), h);
         migs.push(NvmlMig {
             uuid,
             gi_ci: gi.zip(ci),
@@ -491,10 +494,10 @@ fn nvml_migs(gpu: Handle) -> Option<Vec<NvmlMig>> {
 /// loaded, and without initialising it: `cuDeviceGetCount` answers
 /// `CUDA_ERROR_NOT_INITIALIZED` until `cuInit`).
 pub fn cuda_initialised() -> bool {
-    if !crate::ffi::cuda_loaded() {
+    if !crate::resolve::cuda_loaded() {
         return false;
     }
-    let Some(count) = driver::cuDeviceGetCount() else {
+    let Some(count) = calls::cuDeviceGetCount() else {
         return false;
     };
     let mut n: c_int = 0;

@@ -12,11 +12,14 @@ use cudarc::driver::sys::{
     CUmemAllocationType, CUmemLocation, CUmemLocationType,
 };
 
-use crate::ffi::{
-    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, driver,
+use crate::driver::calls as driver;
+use crate::driver::types::{
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
+    CuResult,
 };
-use crate::growth::{GROWTH, Mapping, pages_for};
-use crate::shim::{SHIM, log};
+use crate::log::log;
+use crate::state::SHIM;
+use gpucap_core::growth::{GROWTH, Mapping, pages_for};
 
 fn location(device: usize) -> CUmemLocation {
     CUmemLocation {
@@ -47,7 +50,7 @@ macro_rules! call {
             // SAFETY: the driver's own entry point, called with arguments built
             // here to its documented C signature.
             Some(f) => unsafe { f($($arg),*) },
-            None => crate::ffi::CUDA_ERROR_NOT_FOUND,
+            None => CUDA_ERROR_NOT_FOUND,
         }
     };
 }
@@ -212,6 +215,7 @@ fn unmap(base: u64, m: &Mapping) {
 
 /// Frees a growth allocation: `None` if `ptr` is not one. The allocation stays
 /// mapped, retained, for the next request of its size.
+#[inline(never)]
 pub fn free(ptr: u64) -> Option<CuResult> {
     let m = GROWTH.remove(ptr)?;
     // cuMemFree waits for the device to finish with the memory; so must we before

@@ -31,15 +31,6 @@ pub fn visible(query: impl FnOnce() -> Option<Vec<[u8; 16]>>) -> Option<&'static
     VISIBLE.get_or_init(query).as_deref()
 }
 
-/// Lists the visible devices' UUIDs with the real driver (nothing in unit tests).
-#[cfg_attr(test, allow(dead_code))]
-pub fn from_driver() -> Option<Vec<[u8; 16]>> {
-    #[cfg(not(test))]
-    return crate::real::visible_uuids();
-    #[cfg(test)]
-    None
-}
-
 /// The CUDA ordinal whose UUID is `uuid`.
 pub fn ordinal_of(visible: &[[u8; 16]], uuid: &[u8; 16]) -> Option<usize> {
     visible.iter().position(|u| u == uuid)

@@ -1,4 +1,6 @@
-//! The `gpucap` command: `run`, `check`, `help`, `--version`.
+//! The `gpucap` command: `run`, `check`, `help`, `--version`. It uses the safe core
+//! (`gpucap-core`: configuration, sizes, reports) and never links the shim's hooks, so
+//! this binary does not itself export dlsym or cu* symbols.
 //!
 //! The pure parts (argument parsing, LD_PRELOAD merging, the check report, the exit
 //! status of a failed exec) live in submodules and are unit-tested; this module only
@@ -17,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use args::{Command, Overrides, Topic};
 
-use crate::config::{self, Config, LogLevel};
+use gpucap_core::config::{self, Config, LogLevel};
 
 /// Exit status for a usage or configuration error (nothing was run).
 pub const EXIT_USAGE: i32 = 2;
@@ -28,9 +30,13 @@ pub const EXIT_NOT_FOUND: i32 = 127;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+fn main() {
+    std::process::exit(run_command_line(std::env::args_os()));
+}
+
 /// Runs the command line `argv` (including the program name) and returns the exit
 /// status; a successful `run` never returns (the process becomes CMD).
-pub fn main(argv: impl IntoIterator<Item = OsString>) -> i32 {
+pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
     let command = match args::parse(argv.into_iter().skip(1)) {
         Ok(c) => c,
         Err(e) => {
@@ -219,7 +225,7 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
     if let Some(file) = write_env {
         let file = Path::new(file);
         let written = config::format_env_file(vars.iter().map(|(k, v)| (k, v))).and_then(|text| {
-            crate::report::write_atomically(file, text.as_bytes(), Some(0o644))
+            gpucap_core::report::write_atomically(file, text.as_bytes(), Some(0o644))
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))
         });
         match written {

@@ -1,0 +1,139 @@
+//! The configuration file `gpucap.env`, for processes whose environment was emptied.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use super::*;
+
+// ---- the configuration file ----------------------------------------------------------
+//
+// A process whose environment was emptied (`ssh`, `su -`, `sudo`, `env -i`) but that
+// still loads the shim (`/etc/ld.so.preload`, or an explicit LD_PRELOAD) must stay
+// capped. The container entrypoint therefore writes the validated `GPUCAP_*`
+// variables to `gpucap.env` beside libgpucap.so (`gpucap check --write-env FILE`), and
+// the shim reads that file, or else `/etc/gpucap/gpucap.env`, when its environment
+// has no `GPUCAP_*` variable at all. The file replaces the (empty) environment
+// configuration as a whole; it is never merged with variables that are set.
+
+/// The name of the configuration file the shim looks for beside itself.
+pub const ENV_FILE_NAME: &str = "gpucap.env";
+
+/// Where the shim looks when there is no `gpucap.env` beside it.
+pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
+
+/// Does `vars` hold any `GPUCAP_*` variable (whatever its value)? If not, the shim
+/// falls back to the configuration file.
+pub fn has_gpucap_vars<I, K, V>(vars: I) -> bool
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+{
+    vars.into_iter()
+        .any(|(k, _)| k.as_ref().as_bytes().starts_with(PREFIX.as_bytes()))
+}
+
+/// The configuration of the first configuration file that exists: `gpucap.env` in
+/// `lib_dir` (the directory of libgpucap.so), then [`ETC_ENV_FILE`]. `Ok(None)` when
+/// there is neither; an unreadable or invalid file is an error naming it. Used by the
+/// shim for a process whose environment has no `GPUCAP_*` variable, and by
+/// `gpucap check` to show what the shim would read.
+pub fn from_env_files(
+    lib_dir: Option<&std::path::Path>,
+) -> Result<Option<(Config, std::path::PathBuf)>, String> {
+    use std::io::ErrorKind;
+    let beside = lib_dir.map(|d| d.join(ENV_FILE_NAME));
+    for file in beside
+        .into_iter()
+        .chain([std::path::PathBuf::from(ETC_ENV_FILE)])
+    {
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                continue;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "gpucap: cannot read the configuration file {}: {e}",
+                    file.display()
+                ));
+            }
+        };
+        let pairs = String::from_utf8(bytes)
+            .map_err(|_| "not UTF-8 text".to_string())
+            .and_then(|t| parse_env_file(&t))
+            .map_err(|why| {
+                format!(
+                    "gpucap: invalid configuration file {}: {why}",
+                    file.display()
+                )
+            })?;
+        return match from_vars(pairs) {
+            Ok(c) => Ok(Some((c, file))),
+            Err(e) => Err(format!("{e} (in {})", file.display())),
+        };
+    }
+    Ok(None)
+}
+
+/// Parses a `gpucap.env` file: one `GPUCAP_NAME=value` per line, the value taken
+/// verbatim up to the end of the line (no quoting, no `export`); blank lines and
+/// lines starting with `#` are skipped. Anything else is an error naming the line:
+/// the file stands in for the environment, so a damaged one must fail closed.
+/// The pairs go to [`from_vars`], which validates names and values.
+pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let Some((name, value)) = trimmed.split_once('=') else {
+            return Err(format!("line {}: expected GPUCAP_NAME=value", i + 1));
+        };
+        if !name.starts_with(PREFIX) || name.contains(char::is_whitespace) {
+            return Err(format!(
+                "line {}: {name:?} is not a GPUCAP_* variable name (only those belong here)",
+                i + 1
+            ));
+        }
+        out.push((name.to_string(), value.to_string()));
+    }
+    Ok(out)
+}
+
+/// The text of a `gpucap.env` file holding `vars` (the `GPUCAP_*` ones only, in
+/// order, first occurrence of each name). A value with a line break cannot be
+/// written (the format has no quoting): an error naming the variable.
+pub fn format_env_file<I, K, V>(vars: I) -> Result<String, String>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
+    let mut text = String::from(
+        "# gpucap configuration, written by `gpucap check --write-env` (the container\n\
+         # entrypoint). The shim reads it when its environment has no GPUCAP_* variable.\n",
+    );
+    let mut seen: Vec<String> = Vec::new();
+    for (k, v) in vars {
+        let (k, v) = (k.as_ref(), v.as_ref());
+        if !k.as_bytes().starts_with(PREFIX.as_bytes()) {
+            continue;
+        }
+        let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else {
+            return Err(format!("{} is not valid UTF-8", k.to_string_lossy()));
+        };
+        if seen.iter().any(|s| s == k) {
+            continue;
+        }
+        if v.contains(['\n', '\r']) {
+            return Err(format!(
+                "{k} contains a line break, which {ENV_FILE_NAME} cannot hold"
+            ));
+        }
+        text.push_str(&format!("{k}={v}\n"));
+        seen.push(k.to_string());
+    }
+    Ok(text)
+}

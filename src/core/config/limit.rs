@@ -1,0 +1,409 @@
+//! Limits: a cap per device (bytes or a fraction of the device), device keys (CUDA
+//! ordinals, GPU and MIG UUIDs) and `GPUCAP_LIMIT`'s grammar.
+
+use std::fmt;
+
+use crate::size::{UNITS_LIST, format_bytes, parse_size};
+
+/// Devices are CUDA ordinals below this.
+pub const MAX_DEVICES: usize = 64;
+
+/// Accepted forms of each variable, for error messages.
+pub const LIMIT_ACCEPTED: &str =
+    "8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi, GPU-<uuid>=8Gi, MIG-<uuid>=4Gi";
+
+/// A memory cap for one device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Limit {
+    /// A fixed number of bytes (never 0).
+    Bytes(u64),
+    /// A share of the device's physical memory, in (0, 1].
+    Fraction(f64),
+}
+
+impl Limit {
+    /// The cap in bytes for a device with `physical_total` bytes of memory. Fractions round
+    /// down. A byte cap is returned as is, even when larger than the device.
+    pub fn resolve(&self, physical_total: u64) -> u64 {
+        match *self {
+            Limit::Bytes(b) => b,
+            Limit::Fraction(f) => (physical_total as f64 * f) as u64,
+        }
+    }
+}
+
+/// Formats `x` with at most two decimals, trailing zeros dropped.
+pub(crate) fn trim_decimals(x: f64) -> String {
+    let s = format!("{x:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+impl fmt::Display for Limit {
+    /// `8 GiB`, `1.5 GiB`, `50%`, `12.5%`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Limit::Bytes(b) => f.write_str(&format_bytes(b)),
+            Limit::Fraction(x) => write!(f, "{}%", trim_decimals(x * 100.0)),
+        }
+    }
+}
+
+/// Which device a per-device limit applies to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeviceKey {
+    /// A CUDA ordinal as the process sees it (after `CUDA_VISIBLE_DEVICES`), < MAX_DEVICES.
+    Ordinal(u32),
+    /// A GPU or MIG instance by UUID (`GPU-…`/`MIG-…`, as `nvidia-smi -L` prints them).
+    /// The shim maps it to an ordinal with `cuDeviceGetUuid_v2` at first use; a UUID that
+    /// matches no visible device is an error there.
+    Uuid(DeviceUuid),
+}
+
+/// A device UUID: the 16 bytes `cuDeviceGetUuid_v2`/`nvmlDeviceGetUUID` name, and whether
+/// it was written as a MIG instance (`MIG-…`) or a whole GPU (`GPU-…`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceUuid {
+    pub mig: bool,
+    pub bytes: [u8; 16],
+}
+
+impl DeviceUuid {
+    /// Parses `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or `MIG-…` (prefix and hex in any case).
+    ///
+    /// Any string is safe to pass: prefixes are compared as bytes and the text is never
+    /// sliced at a byte offset, so a multi-byte character anywhere is an error, not a panic.
+    pub fn parse(s: &str) -> Result<DeviceUuid, String> {
+        let mig = if starts_with_ignore_case(s, "GPU-") {
+            false
+        } else if starts_with_ignore_case(s, "MIG-") {
+            true
+        } else {
+            return Err(format!("{s:?} is not a GPU-… or MIG-… UUID"));
+        };
+        let kind = if mig { "MIG" } else { "GPU" };
+        // The prefix is 4 ASCII bytes, so byte 4 is a character boundary.
+        let hex = s.get(4..).unwrap_or_default();
+        if mig && starts_with_ignore_case(hex, "GPU-") {
+            return Err(format!(
+                "{s:?} is the old MIG-GPU-<uuid>/<gi>/<ci> form; use the MIG-… UUID that \
+                 `nvidia-smi -L` prints for the instance (driver R470 and later)"
+            ));
+        }
+        let not_a_uuid = || {
+            format!(
+                "{s:?} is not a UUID (expected {kind}-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in hex)"
+            )
+        };
+        let lens: Vec<usize> = hex.split('-').map(str::len).collect();
+        if lens != [8, 4, 4, 4, 12] {
+            return Err(not_a_uuid());
+        }
+        // 32 hex digits, each one ASCII character: their values, then pairs of them.
+        let nibbles: Option<Vec<u8>> = hex
+            .chars()
+            .filter(|&c| c != '-')
+            .map(|c| c.to_digit(16).and_then(|d| u8::try_from(d).ok()))
+            .collect();
+        let nibbles = nibbles.ok_or_else(not_a_uuid)?;
+        let mut bytes = [0u8; 16];
+        if nibbles.len() != 2 * bytes.len() {
+            return Err(not_a_uuid());
+        }
+        for (b, pair) in bytes.iter_mut().zip(nibbles.chunks_exact(2)) {
+            *b = pair.iter().fold(0, |acc, n| (acc << 4) | n);
+        }
+        Ok(DeviceUuid { mig, bytes })
+    }
+}
+
+/// Does `s` start with the ASCII `prefix`, in any case? Compares bytes, so it is safe
+/// whatever characters `s` holds (slicing `s` at `prefix.len()` may not be).
+pub(crate) fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
+    s.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (`MIG-` for an instance), lowercase hex.
+pub fn format_uuid(mig: bool, b: &[u8; 16]) -> String {
+    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!(
+        "{}-{}-{}-{}-{}-{}",
+        if mig { "MIG" } else { "GPU" },
+        h(0..4),
+        h(4..6),
+        h(6..8),
+        h(8..10),
+        h(10..16)
+    )
+}
+
+impl fmt::Display for DeviceUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_uuid(self.mig, &self.bytes))
+    }
+}
+
+impl fmt::Display for DeviceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceKey::Ordinal(n) => write!(f, "GPU {n}"),
+            DeviceKey::Uuid(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+/// A parsed `GPUCAP_LIMIT`: a default for every device, and per-device overrides.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LimitSpec {
+    /// The limit of devices not listed in `devices`; None = those are not capped.
+    pub default: Option<Limit>,
+    /// Per-device limits, in the order written; each device appears at most once.
+    pub devices: Vec<(DeviceKey, Limit)>,
+}
+
+impl LimitSpec {
+    /// The limit of device `ordinal`: its own entry, else the default, else None (uncapped).
+    pub fn for_ordinal(&self, ordinal: u32) -> Option<Limit> {
+        self.devices
+            .iter()
+            .find(|(key, _)| matches!(key, DeviceKey::Ordinal(n) if *n == ordinal))
+            .map(|&(_, limit)| limit)
+            .or(self.default)
+    }
+
+    /// The limit of the device with CUDA ordinal `ordinal` and UUID `uuid` (the 16 bytes
+    /// `cuDeviceGetUuid_v2` reports; None when unknown): the entry naming its UUID, else
+    /// the one naming its ordinal, else the default. A UUID key matches on the bytes, so
+    /// `GPU-…` and `MIG-…` spellings of the same UUID are the same device.
+    pub fn for_device(&self, ordinal: u32, uuid: Option<&[u8; 16]>) -> Option<Limit> {
+        let by_uuid = uuid.and_then(|want| {
+            self.devices
+                .iter()
+                .find(|(key, _)| matches!(key, DeviceKey::Uuid(u) if u.bytes == *want))
+        });
+        by_uuid
+            .map(|&(_, limit)| limit)
+            .or_else(|| self.for_ordinal(ordinal))
+    }
+
+    /// The UUID keys, in the order written.
+    pub fn uuid_keys(&self) -> impl Iterator<Item = &DeviceUuid> {
+        self.devices.iter().filter_map(|(key, _)| match key {
+            DeviceKey::Uuid(u) => Some(u),
+            DeviceKey::Ordinal(_) => None,
+        })
+    }
+
+    /// Checks the keys against the visible devices (`uuids[ordinal]`): every UUID key must
+    /// name one of them, and no device may be named twice (by its ordinal and its UUID).
+    /// The error names the key, for the shim to print before failing closed.
+    pub fn check_keys(&self, uuids: &[[u8; 16]]) -> Result<(), String> {
+        for key in self.uuid_keys() {
+            let Some(ordinal) = uuids.iter().position(|u| *u == key.bytes) else {
+                return Err(format!(
+                    "GPUCAP_LIMIT names {key}, which matches none of the {} GPU(s) visible to \
+                     CUDA (CUDA_VISIBLE_DEVICES may hide it; with MIG on, CUDA's devices are the \
+                     MIG-… instances; `nvidia-smi -L` lists the UUIDs)",
+                    uuids.len()
+                ));
+            };
+            if self
+                .devices
+                .iter()
+                .any(|(k, _)| *k == DeviceKey::Ordinal(ordinal as u32))
+            {
+                return Err(format!(
+                    "GPUCAP_LIMIT names GPU {ordinal} twice: by its ordinal and as {key}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every key against the GPUs visible to CUDA, as the shim does at `cuInit`
+    /// and `gpucap run`/`gpucap check` do before the program starts: an ordinal key must
+    /// be below `count` (the visible GPUs, after `CUDA_VISIBLE_DEVICES`; None when the
+    /// driver could not say), and the UUID keys must pass [`LimitSpec::check_keys`]
+    /// against `uuids()` (the visible GPUs' UUIDs by ordinal, asked for only when there
+    /// are UUID keys; None when the driver could not list them). A key that matches no
+    /// visible GPU would otherwise cap nothing, silently. The error is the one line to
+    /// print, `gpucap: GPUCAP_LIMIT names GPU 1, but ...`.
+    pub fn check_visible<'a>(
+        &self,
+        count: Option<usize>,
+        uuids: impl FnOnce() -> Option<&'a [[u8; 16]]>,
+    ) -> Result<(), String> {
+        for (key, _) in &self.devices {
+            let DeviceKey::Ordinal(n) = *key else {
+                continue;
+            };
+            let Some(count) = count else {
+                return Err(format!(
+                    "gpucap: GPUCAP_LIMIT names {key}, but the driver could not say how many \
+                     GPUs are visible to CUDA"
+                ));
+            };
+            if n as usize >= count {
+                let visible = match count {
+                    0 => "no GPU is visible to CUDA".to_string(),
+                    1 => "only 1 GPU is visible to CUDA (GPU 0)".to_string(),
+                    c => format!("only {c} GPUs are visible to CUDA (GPU 0 to GPU {})", c - 1),
+                };
+                return Err(format!(
+                    "gpucap: GPUCAP_LIMIT names {key}, but {visible}; ordinals count the GPUs \
+                     CUDA_VISIBLE_DEVICES leaves visible, from 0"
+                ));
+            }
+        }
+        let Some(first) = self.uuid_keys().next() else {
+            return Ok(());
+        };
+        match uuids() {
+            Some(v) => self.check_keys(v),
+            None => Err(format!(
+                "GPUCAP_LIMIT names {first}, but the driver could not list the UUIDs of the \
+                 visible GPUs"
+            )),
+        }
+        .map_err(|msg| format!("gpucap: {msg}"))
+    }
+}
+
+/// Is `s` a plain decimal number: digits with at most one dot, not ending in the dot?
+pub(crate) fn is_decimal(s: &str) -> bool {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    !(int.is_empty() && frac.is_empty()) && digits(int) && digits(frac) && !(s.ends_with('.'))
+}
+
+pub(crate) const ZERO_CAP: &str = "a cap of 0 bytes would make every allocation fail, which is almost \
+     certainly a mistake (to count without capping, leave GPUCAP_LIMIT unset)";
+
+/// One limit value: `8Gi`, `512MiB`, `1073741824`, `50%`, `12.5%`, `0.5`, `1.0`.
+pub(crate) fn parse_limit(v: &str) -> Result<Limit, String> {
+    if v.is_empty() {
+        return Err("empty limit".to_string());
+    }
+    if v.starts_with('-') {
+        return Err("a limit cannot be negative".to_string());
+    }
+    if let Some(pct) = v.strip_suffix('%') {
+        if !is_decimal(pct) {
+            return Err("not a percentage (write a number then %, e.g. 50% or 12.5%)".into());
+        }
+        let p: f64 = pct.parse().map_err(|_| "not a percentage".to_string())?;
+        if !(p > 0.0 && p <= 100.0) {
+            return Err("a percentage must be in (0%, 100%]".into());
+        }
+        return Ok(Limit::Fraction(p / 100.0));
+    }
+    if v.contains('.') && is_decimal(v) {
+        // A plain number with a dot is a fraction of physical memory.
+        let f: f64 = v.parse().map_err(|_| "not a number".to_string())?;
+        if f == 0.0 {
+            return Err(ZERO_CAP.into());
+        }
+        if f > 1.0 {
+            return Err(format!(
+                "a fraction must be in (0, 1], and a size needs a unit (e.g. {v}Gi) \
+                 or must be whole bytes"
+            ));
+        }
+        return Ok(Limit::Fraction(f));
+    }
+    // Everything else (including a plain integer: whole bytes) is a size.
+    let bytes = parse_size(v).map_err(|e| {
+        // parse_size lists its accepted forms; ConfigError lists GPUCAP_LIMIT's own.
+        let reason = e.split("; accepted: ").next().unwrap_or(&e);
+        if reason.starts_with("unknown unit") {
+            format!("{reason} (units: {UNITS_LIST})")
+        } else {
+            reason.to_string()
+        }
+    })?;
+    if bytes == 0 {
+        return Err(ZERO_CAP.into());
+    }
+    Ok(Limit::Bytes(bytes))
+}
+
+/// A device key: a CUDA ordinal below MAX_DEVICES, or a `GPU-…`/`MIG-…` UUID.
+pub(crate) fn parse_device(k: &str) -> Result<DeviceKey, String> {
+    if k.is_empty() {
+        return Err("missing device before '='".to_string());
+    }
+    if starts_with_ignore_case(k, "GPU-") || starts_with_ignore_case(k, "MIG-") {
+        return DeviceUuid::parse(k).map(DeviceKey::Uuid);
+    }
+    if !k.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "device {k:?} is not a CUDA ordinal (a whole number 0..{}) or a GPU-…/MIG-… UUID",
+            MAX_DEVICES - 1
+        ));
+    }
+    match k.parse::<u32>() {
+        Ok(n) if (n as usize) < MAX_DEVICES => Ok(DeviceKey::Ordinal(n)),
+        _ => Err(format!(
+            "device {k:?} is out of range (CUDA ordinals 0..{} are supported)",
+            MAX_DEVICES - 1
+        )),
+    }
+}
+
+/// Parses a `GPUCAP_LIMIT` value.
+///
+/// One value for every device (`8Gi`, `50%`, `0.5`), or a comma list of items, each either
+/// `DEVICE=VALUE` (`0=8Gi,1=50%`) or a bare value, the default of the devices not listed
+/// (`4Gi,1=8Gi`; at most one). DEVICE is a CUDA ordinal < MAX_DEVICES or a device UUID
+/// (`GPU-…`, `MIG-…`; matched against the visible devices by the shim). VALUE is a size
+/// (see `parse_size`; a plain integer is bytes), a fraction in (0, 1] written with a dot
+/// (`0.5`, `1.0`), or a percentage in (0%, 100%] (`50%`, `12.5%`). Zero is an error.
+/// Whitespace around items, keys and values is ignored.
+pub fn parse_limit_spec(value: &str) -> Result<LimitSpec, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Err("empty value (to count without capping, leave GPUCAP_LIMIT unset)".into());
+    }
+    let items: Vec<&str> = value.split(',').map(str::trim).collect();
+    let many = items.len() > 1;
+    let mut spec = LimitSpec::default();
+    for (i, item) in items.iter().enumerate() {
+        let in_item = |msg: String| {
+            if many {
+                format!("item {} ({item:?}): {msg}", i + 1)
+            } else {
+                msg
+            }
+        };
+        if item.is_empty() {
+            return Err(format!("item {} is empty (stray comma?)", i + 1));
+        }
+        match item.split_once('=') {
+            Some((k, v)) => {
+                let key = parse_device(k.trim()).map_err(in_item)?;
+                let v = v.trim();
+                if v.is_empty() {
+                    return Err(in_item(format!("no limit after '{}='", k.trim())));
+                }
+                let limit = parse_limit(v).map_err(in_item)?;
+                if spec.devices.iter().any(|(k2, _)| *k2 == key) {
+                    return Err(in_item(format!("{key} is listed twice")));
+                }
+                spec.devices.push((key, limit));
+            }
+            None => {
+                let limit = parse_limit(item).map_err(in_item)?;
+                if spec.default.is_some() {
+                    return Err(in_item(
+                        "more than one default (bare) value; give the others a device, e.g. 1=8Gi"
+                            .to_string(),
+                    ));
+                }
+                spec.default = Some(limit);
+            }
+        }
+    }
+    Ok(spec)
+}

@@ -1,0 +1,20 @@
+//! gpucap's configuration: the `GPUCAP_*` environment variables, parsed and validated:
+//! `limit` (caps and device keys), `env` (the variables, `Config`), `file` (`gpucap.env`).
+//!
+//! Part of gpucap-core, used by the shim and the CLI: plain safe Rust that only needs
+//! `crate::size`. The variables are read by name from the pairs given (no envy: it
+//! would only copy the same strings into a struct).
+//!
+//! Any error is returned as a [`ConfigError`]; callers must fail closed (refuse to start,
+//! or refuse every allocation), never fall back to running uncapped.
+
+mod env;
+mod file;
+mod limit;
+
+pub use env::*;
+pub use file::*;
+pub use limit::*;
+
+#[cfg(test)]
+mod tests;

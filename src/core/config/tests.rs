@@ -1,0 +1,625 @@
+//! Unit and property tests of the configuration parsers.
+
+#[allow(clippy::module_inception)]
+mod tests {
+    use super::super::*;
+    use std::ffi::{OsStr, OsString};
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::PathBuf;
+
+    const GI: u64 = 1 << 30;
+
+    fn spec(s: &str) -> LimitSpec {
+        parse_limit_spec(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
+    }
+
+    fn single(s: &str) -> Limit {
+        let sp = spec(s);
+        assert!(sp.devices.is_empty());
+        sp.default.unwrap()
+    }
+
+    fn spec_err(s: &str) -> String {
+        parse_limit_spec(s).expect_err(s)
+    }
+
+    #[test]
+    fn single_values() {
+        assert_eq!(single("8Gi"), Limit::Bytes(8 * GI));
+        assert_eq!(single("512MiB"), Limit::Bytes(512 << 20));
+        assert_eq!(single("1073741824"), Limit::Bytes(GI));
+        assert_eq!(single("1"), Limit::Bytes(1)); // a plain integer is bytes
+        assert_eq!(single("1.5Gi"), Limit::Bytes(1_610_612_736));
+        assert_eq!(single("4G"), Limit::Bytes(4_000_000_000));
+        assert_eq!(single("50%"), Limit::Fraction(0.5));
+        assert_eq!(single("12.5%"), Limit::Fraction(0.125));
+        assert_eq!(single("100%"), Limit::Fraction(1.0));
+        assert_eq!(single("0.5"), Limit::Fraction(0.5));
+        assert_eq!(single(".25"), Limit::Fraction(0.25));
+        assert_eq!(single("1.0"), Limit::Fraction(1.0));
+        assert_eq!(single("  8Gi  "), Limit::Bytes(8 * GI));
+    }
+
+    #[test]
+    fn lists() {
+        assert_eq!(
+            spec("0=8Gi,1=50%"),
+            LimitSpec {
+                default: None,
+                devices: vec![
+                    (DeviceKey::Ordinal(0), Limit::Bytes(8 * GI)),
+                    (DeviceKey::Ordinal(1), Limit::Fraction(0.5)),
+                ],
+            }
+        );
+        assert_eq!(
+            spec("4Gi,1=8Gi"),
+            LimitSpec {
+                default: Some(Limit::Bytes(4 * GI)),
+                devices: vec![(DeviceKey::Ordinal(1), Limit::Bytes(8 * GI))],
+            }
+        );
+        // The default may come anywhere; whitespace is trimmed everywhere.
+        assert_eq!(spec(" 1 = 8Gi , 4Gi "), spec("4Gi,1=8Gi"));
+        assert_eq!(
+            spec("63=1Gi").devices,
+            vec![(DeviceKey::Ordinal(63), Limit::Bytes(GI))]
+        );
+        assert_eq!(spec("0=0.25").devices[0].1, Limit::Fraction(0.25));
+    }
+
+    #[test]
+    fn for_ordinal() {
+        let s = spec("4Gi,1=8Gi");
+        assert_eq!(s.for_ordinal(0), Some(Limit::Bytes(4 * GI)));
+        assert_eq!(s.for_ordinal(1), Some(Limit::Bytes(8 * GI)));
+        assert_eq!(s.for_ordinal(7), Some(Limit::Bytes(4 * GI)));
+        let s = spec("0=8Gi,1=50%");
+        assert_eq!(s.for_ordinal(1), Some(Limit::Fraction(0.5)));
+        assert_eq!(s.for_ordinal(2), None);
+    }
+
+    #[test]
+    fn uuid_keys() {
+        const G2: &str = "GPU-face0000-0000-0000-0000-000000000002";
+        let s = spec(&format!("1Gi,{G2}=2Gi,1=3Gi"));
+        let DeviceKey::Uuid(u) = &s.devices[0].0 else {
+            panic!("{s:?}")
+        };
+        assert!(!u.mig);
+        assert_eq!(
+            u.bytes,
+            [0xfa, 0xce, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+        );
+        assert_eq!(u.to_string(), G2);
+        assert_eq!(s.devices[0].0.to_string(), G2);
+        // Upper case and a MIG spelling parse to the same bytes; display is canonical.
+        let m = spec("mig-FACE0000-0000-0000-0000-000000000002=4Gi");
+        let DeviceKey::Uuid(mu) = &m.devices[0].0 else {
+            panic!()
+        };
+        assert!(mu.mig);
+        assert_eq!(mu.bytes, u.bytes);
+        assert_eq!(mu.to_string(), "MIG-face0000-0000-0000-0000-000000000002");
+        // By UUID first, then by ordinal, then the default.
+        let u2 = u.bytes;
+        let mut u0 = u2;
+        u0[15] = 0;
+        assert_eq!(s.for_device(0, Some(&u2)), Some(Limit::Bytes(2 * GI)));
+        assert_eq!(s.for_device(1, Some(&u0)), Some(Limit::Bytes(3 * GI)));
+        assert_eq!(s.for_device(0, Some(&u0)), Some(Limit::Bytes(GI)));
+        assert_eq!(s.for_device(0, None), Some(Limit::Bytes(GI)));
+        assert_eq!(
+            s.for_ordinal(0),
+            Some(Limit::Bytes(GI)),
+            "for_ordinal ignores UUID keys"
+        );
+        assert_eq!(s.uuid_keys().count(), 1);
+        // Checking against the visible devices.
+        assert!(s.check_keys(&[u0, [9; 16], u2]).is_ok());
+        let e = s.check_keys(&[u0, [9; 16]]).unwrap_err();
+        assert!(
+            e.contains(G2) && e.contains("matches none of the 2 GPU(s)"),
+            "{e}"
+        );
+        let e = s.check_keys(&[u0, u2]).unwrap_err();
+        assert!(e.contains("names GPU 1 twice") && e.contains(G2), "{e}");
+        assert!(spec("4Gi").check_keys(&[]).is_ok());
+    }
+
+    #[test]
+    fn resolve_and_display() {
+        assert_eq!(Limit::Bytes(8 * GI).resolve(80 * GI), 8 * GI);
+        assert_eq!(Limit::Bytes(100 * GI).resolve(80 * GI), 100 * GI);
+        assert_eq!(Limit::Fraction(0.5).resolve(80 * GI), 40 * GI);
+        assert_eq!(Limit::Fraction(1.0).resolve(85_899_345_920), 85_899_345_920);
+        assert_eq!(Limit::Fraction(1.0 / 3.0).resolve(10), 3);
+        assert_eq!(Limit::Bytes(8 * GI).to_string(), "8 GiB");
+        assert_eq!(Limit::Bytes(GI + GI / 2).to_string(), "1.5 GiB");
+        assert_eq!(Limit::Fraction(0.5).to_string(), "50%");
+        assert_eq!(Limit::Fraction(0.125).to_string(), "12.5%");
+        assert_eq!(Limit::Fraction(1.0).to_string(), "100%");
+        assert_eq!(Limit::Fraction(1.0 / 3.0).to_string(), "33.33%");
+    }
+
+    #[test]
+    fn bad_limits() {
+        for (input, needle) in [
+            ("", "empty value"),
+            ("   ", "empty value"),
+            ("abc", "does not start with a number"),
+            ("150%", "(0%, 100%]"),
+            ("0%", "(0%, 100%]"),
+            ("-5%", "negative"),
+            ("abc%", "not a percentage"),
+            ("%", "not a percentage"),
+            ("-1Gi", "negative"),
+            ("8Gb", "unknown unit"),
+            ("8XiB", "unknown unit"),
+            ("8 Gi", "whitespace"),
+            ("0", "cap of 0 bytes"),
+            ("0Gi", "cap of 0 bytes"),
+            ("0.0", "cap of 0 bytes"),
+            ("0.0%", "(0%, 100%]"),
+            ("2.5", "a fraction must be in (0, 1]"),
+            ("1.01", "a fraction must be in (0, 1]"),
+            ("1.", "not a number"),
+            ("18446744073709551616", "too large"),
+            ("4Gi,,1=2Gi", "item 2 is empty"),
+            ("4Gi,", "item 2 is empty"),
+            (",4Gi", "item 1 is empty"),
+            ("4Gi,8Gi", "more than one default"),
+            ("0=1Gi,0=2Gi", "GPU 0 is listed twice"),
+            ("0=1Gi, 00=2Gi", "GPU 0 is listed twice"),
+            ("0=", "no limit after '0='"),
+            ("0=  ,1=1Gi", "no limit after '0='"),
+            ("=8Gi", "missing device"),
+            ("64=1Gi", "out of range"),
+            ("99999999999=1Gi", "out of range"),
+            ("-1=1Gi", "not a CUDA ordinal"),
+            ("GPU-0=1Gi", "is not a UUID"),
+            ("GPU=1Gi", "not a CUDA ordinal"),
+            (
+                "MIG-GPU-face0000-0000-0000-0000-000000000001/1/0=1Gi",
+                "old MIG-GPU-",
+            ),
+            (
+                "GPU-face0000-0000-0000-0000-00000000000g=1Gi",
+                "is not a UUID",
+            ),
+            (
+                "GPU-face0000-0000-0000-00000000000000001=1Gi",
+                "is not a UUID",
+            ),
+            (
+                "GPU-face0000-0000-0000-0000-000000000001=1Gi,gpu-FACE0000-0000-0000-0000-000000000001=2Gi",
+                "is listed twice",
+            ),
+            ("a=1Gi", "not a CUDA ordinal"),
+            ("0=abc", "does not start with a number"),
+            ("0=8Gi=9Gi", "unknown unit"),
+            ("1=150%,2Gi", "(0%, 100%]"),
+        ] {
+            let e = spec_err(input);
+            assert!(e.contains(needle), "{input:?}: {e:?} lacks {needle:?}");
+        }
+        // In a list the error names the item.
+        assert!(spec_err("4Gi,1=abc").starts_with("item 2 (\"1=abc\"): "));
+    }
+
+    #[test]
+    fn log_levels() {
+        assert_eq!(parse_log_level("off"), Ok(LogLevel::Off));
+        assert_eq!(parse_log_level("error"), Ok(LogLevel::Error));
+        assert_eq!(parse_log_level("warn"), Ok(LogLevel::Warn));
+        assert_eq!(parse_log_level("info"), Ok(LogLevel::Info));
+        assert_eq!(parse_log_level("debug"), Ok(LogLevel::Debug));
+        assert_eq!(parse_log_level("DEBUG"), Ok(LogLevel::Debug));
+        assert_eq!(parse_log_level(" Warn "), Ok(LogLevel::Warn));
+        assert!(parse_log_level("").is_err());
+        assert!(parse_log_level("verbose").is_err());
+        assert!(parse_log_level("warning").is_err());
+        assert!(LogLevel::Off < LogLevel::Error && LogLevel::Info < LogLevel::Debug);
+        assert_eq!(LogLevel::Info.to_string(), "info");
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        from_vars(pairs.iter().copied())
+    }
+
+    #[test]
+    fn known_vars_list_matches() {
+        assert_eq!(KNOWN_VARS.join(", "), KNOWN_VARS_LIST);
+    }
+
+    #[test]
+    fn defaults_when_unset() {
+        let c = vars(&[("PATH", "/usr/bin"), ("HOME", "/root")]).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.limit, None);
+        assert_eq!(c.log, LogLevel::Warn);
+        assert!(!c.growth);
+        assert_eq!(c.report, None);
+    }
+
+    #[test]
+    fn all_vars() {
+        let c = vars(&[
+            ("GPUCAP_LIMIT", "4Gi,1=50%"),
+            ("GPUCAP_LOG", "Debug"),
+            ("GPUCAP_LIB", "/opt/gpucap/libgpucap.so"),
+            ("GPUCAP_GROWTH", "yes"),
+            ("GPUCAP_REPORT", "/tmp/r.json"),
+            ("OTHER", ""),
+        ])
+        .unwrap();
+        assert_eq!(c.limit, Some(spec("4Gi,1=50%")));
+        assert_eq!(c.log, LogLevel::Debug);
+        assert!(c.growth);
+        assert_eq!(c.report, Some(PathBuf::from("/tmp/r.json")));
+    }
+
+    #[test]
+    fn growth_values() {
+        for (v, b) in [
+            ("0", false),
+            ("1", true),
+            ("true", true),
+            ("FALSE", false),
+            ("yes", true),
+            ("no", false),
+            ("on", true),
+            ("off", false),
+        ] {
+            assert_eq!(vars(&[("GPUCAP_GROWTH", v)]).unwrap().growth, b, "{v}");
+        }
+        let e = vars(&[("GPUCAP_GROWTH", "maybe")]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_GROWTH");
+        assert_eq!(e.accepted, GROWTH_ACCEPTED);
+    }
+
+    #[test]
+    fn error_line_format() {
+        let e = vars(&[("GPUCAP_LIMIT", "150%")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "gpucap: invalid GPUCAP_LIMIT=\"150%\": a percentage must be in \
+             (0%, 100%]; accepted: 8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi, \
+             GPU-<uuid>=8Gi, MIG-<uuid>=4Gi"
+        );
+        assert!(!e.to_string().contains('\n'));
+        let e = vars(&[("GPUCAP_LOG", "loud")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "gpucap: invalid GPUCAP_LOG=\"loud\": unknown log level; \
+             accepted: off, error, warn, info, debug"
+        );
+    }
+
+    #[test]
+    fn unknown_gpucap_variable() {
+        let e = vars(&[("GPUCAP_LIMIT", "8Gi"), ("GPUCAP_LIMT", "8Gi")]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_LIMT");
+        assert!(e.to_string().contains("unknown gpucap variable"));
+        for known in KNOWN_VARS {
+            assert!(e.to_string().contains(known));
+        }
+        // Case matters: GPUCAP_limit is not GPUCAP_LIMIT.
+        assert_eq!(
+            vars(&[("GPUCAP_limit", "8Gi")]).unwrap_err().var,
+            "GPUCAP_limit"
+        );
+        assert_eq!(vars(&[("GPUCAP_", "x")]).unwrap_err().var, "GPUCAP_");
+        // Only the GPUCAP_ prefix is ours.
+        assert!(vars(&[("GPUCAPLIMIT", "x"), ("gpucap_limit", "x")]).is_ok());
+    }
+
+    #[test]
+    fn empty_values_are_errors() {
+        for var in KNOWN_VARS {
+            let e = vars(&[(var, "")]).unwrap_err();
+            assert_eq!(e.var, *var);
+            assert!(e.reason.contains("empty"), "{e}");
+            let e = vars(&[(var, "  ")]).unwrap_err();
+            assert_eq!(e.var, *var);
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (var, value) in [
+            ("GPUCAP_LIMIT", "abc"),
+            ("GPUCAP_LIMIT", "-1Gi"),
+            ("GPUCAP_LIMIT", "4Gi,,1=2Gi"),
+            ("GPUCAP_LOG", "trace"),
+            ("GPUCAP_GROWTH", "2"),
+        ] {
+            let e = vars(&[(var, value)]).unwrap_err();
+            assert_eq!((e.var.as_str(), e.value.as_str()), (var, value));
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("gpucap: invalid {var}="))
+            );
+        }
+    }
+
+    #[test]
+    fn first_occurrence_wins() {
+        let c = vars(&[("GPUCAP_LOG", "info"), ("GPUCAP_LOG", "debug")]).unwrap();
+        assert_eq!(c.log, LogLevel::Info);
+    }
+
+    #[test]
+    fn non_utf8_variables() {
+        let bad = OsStr::from_bytes(b"caf\xe9");
+        // Ignored outside our prefix, as a name or as a value.
+        let c = from_vars([
+            (OsStr::new("GPUCAP_LIMIT"), OsStr::new("8Gi")),
+            (OsStr::new("OTHER"), bad),
+            (bad, OsStr::new("x")),
+        ])
+        .unwrap();
+        assert_eq!(c.limit, Some(spec("8Gi")));
+        // A GPUCAP_ value that is not UTF-8 is an error naming the variable.
+        let e = from_vars([(OsStr::new("GPUCAP_LIMIT"), bad)]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_LIMIT");
+        assert_eq!(e.value, "caf\u{fffd}");
+        assert!(e.reason.contains("UTF-8"));
+        // So is a non-UTF-8 name with our prefix (it cannot be a known one).
+        let name = OsStr::from_bytes(b"GPUCAP_\xff");
+        let e = from_vars([(name, OsStr::new("1"))]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_\u{fffd}");
+        // OsString pairs work too.
+        let owned: Vec<(OsString, OsString)> =
+            vec![(OsString::from("GPUCAP_LOG"), OsString::from("off"))];
+        assert_eq!(from_vars(owned).unwrap().log, LogLevel::Off);
+    }
+
+    #[test]
+    fn ld_so_preload_and_home() {
+        let c = vars(&[
+            ("GPUCAP_LD_SO_PRELOAD", "1"),
+            ("GPUCAP_HOME", "/opt/gpucap"),
+        ])
+        .unwrap();
+        assert!(c.ld_so_preload);
+        assert!(!Config::default().ld_so_preload);
+        let e = vars(&[("GPUCAP_LD_SO_PRELOAD", "sometimes")]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_LD_SO_PRELOAD");
+        assert_eq!(e.accepted, LD_SO_PRELOAD_ACCEPTED);
+        assert_eq!(
+            vars(&[("GPUCAP_HOME", " ")]).unwrap_err().var,
+            "GPUCAP_HOME"
+        );
+    }
+
+    #[test]
+    fn env_file_round_trip() {
+        let env = [
+            ("PATH", "/bin"),
+            ("GPUCAP_LIMIT", "4Gi,1=50%"),
+            ("GPUCAP_REPORT", "/tmp/r %p.json"),
+            ("GPUCAP_LIMIT", "ignored: getenv finds the first"),
+        ];
+        let text = format_env_file(env).unwrap();
+        assert!(text.starts_with('#'));
+        assert!(
+            text.ends_with("GPUCAP_LIMIT=4Gi,1=50%\nGPUCAP_REPORT=/tmp/r %p.json\n"),
+            "{text}"
+        );
+        let pairs = parse_env_file(&text).unwrap();
+        assert_eq!(
+            pairs,
+            [
+                ("GPUCAP_LIMIT".to_string(), "4Gi,1=50%".to_string()),
+                ("GPUCAP_REPORT".to_string(), "/tmp/r %p.json".to_string()),
+            ]
+        );
+        let c = from_vars(pairs).unwrap();
+        assert_eq!(c.limit, Some(spec("4Gi,1=50%")));
+        // Nothing to write: only the comment, which reads back as the default configuration.
+        let empty = format_env_file([("HOME", "/root")]).unwrap();
+        assert_eq!(
+            from_vars(parse_env_file(&empty).unwrap()).unwrap(),
+            Config::default()
+        );
+        assert!(
+            format_env_file([("GPUCAP_REPORT", "a\nb")])
+                .unwrap_err()
+                .contains("line break")
+        );
+    }
+
+    #[test]
+    fn env_file_syntax() {
+        let pairs =
+            parse_env_file("\n  # comment\r\nGPUCAP_LOG=info\r\n\nGPUCAP_LIMIT=1=8Gi\n").unwrap();
+        assert_eq!(
+            pairs,
+            [
+                ("GPUCAP_LOG".to_string(), "info".to_string()),
+                ("GPUCAP_LIMIT".to_string(), "1=8Gi".to_string()),
+            ]
+        );
+        assert!(
+            parse_env_file("GPUCAP_LOG info")
+                .unwrap_err()
+                .starts_with("line 1:")
+        );
+        assert!(
+            parse_env_file("# x\nPATH=/bin")
+                .unwrap_err()
+                .starts_with("line 2:")
+        );
+        assert!(parse_env_file("export GPUCAP_LOG=info").is_err());
+        // Names are validated by from_vars like the environment's.
+        assert_eq!(
+            from_vars(parse_env_file("GPUCAP_LIMT=1Gi").unwrap())
+                .unwrap_err()
+                .var,
+            "GPUCAP_LIMT"
+        );
+        assert!(has_gpucap_vars([("GPUCAP_X", "")]));
+        assert!(!has_gpucap_vars([("PATH", "/bin"), ("gpucap_limit", "1")]));
+    }
+}
+
+/// Property tests: no input, of any characters or bytes, makes a parser panic (the shim
+/// would turn a panic into CUDA_ERROR_UNKNOWN on every call, the CLI into exit 101), and
+/// what is accepted is well formed. Case counts are bounded so these run in seconds.
+mod properties {
+    use super::super::*;
+    use crate::size::{format_bytes, parse_size};
+    use proptest::prelude::*;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    fn config(cases: u32) -> ProptestConfig {
+        ProptestConfig {
+            cases,
+            // Found inputs are printed; nothing is written into the source tree.
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// Strings made of the pieces the parsers look at (prefixes, separators, units,
+    /// digits) and of multi-byte characters, so that a prefix is often followed by a
+    /// character that a byte offset would cut in two (`GPUé`, `MIG-abc€`).
+    fn hostile() -> impl Strategy<Value = String> {
+        const PIECES: &[&str] = &[
+            "GPU-",
+            "MIG-",
+            "GPU",
+            "gpu-",
+            "MIG-GPU-",
+            "face0000",
+            "-0000",
+            "000000000001",
+            "é",
+            "€",
+            "𝄞",
+            "\u{fffd}",
+            "\u{a0}",
+            "ab",
+            "0",
+            "1",
+            "63",
+            "64",
+            ".",
+            "%",
+            "=",
+            ",",
+            " ",
+            "-",
+            "Gi",
+            "MiB",
+            "k",
+            "B",
+        ];
+        let piece = prop_oneof![
+            prop::sample::select(PIECES).prop_map(String::from),
+            "\\PC{0,3}",
+        ];
+        prop::collection::vec(piece, 0..10).prop_map(|v| v.concat())
+    }
+
+    /// Checks what `parse_limit_spec` accepted: keys once each, in range; caps non-zero;
+    /// fractions in (0, 1].
+    fn well_formed(spec: &LimitSpec) -> Result<(), TestCaseError> {
+        let limits = spec
+            .devices
+            .iter()
+            .map(|(_, l)| l)
+            .chain(spec.default.as_ref());
+        for limit in limits {
+            match *limit {
+                Limit::Bytes(b) => prop_assert!(b > 0),
+                Limit::Fraction(f) => prop_assert!(f > 0.0 && f <= 1.0, "{f}"),
+            }
+        }
+        for (i, (key, _)) in spec.devices.iter().enumerate() {
+            if let DeviceKey::Ordinal(n) = key {
+                prop_assert!((*n as usize) < MAX_DEVICES);
+            }
+            prop_assert!(!spec.devices[..i].iter().any(|(k, _)| k == key));
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config(2000))]
+
+        #[test]
+        fn limit_spec_of_any_string(s in "\\PC*") {
+            if let Ok(spec) = parse_limit_spec(&s) {
+                well_formed(&spec)?;
+            }
+        }
+
+        #[test]
+        fn limit_spec_of_hostile_strings(key in hostile(), value in hostile()) {
+            for s in [format!("{key}={value}"), format!("1Gi,{key}=1Gi"), key.clone()] {
+                match parse_limit_spec(&s) {
+                    Ok(spec) => well_formed(&spec)?,
+                    Err(e) => prop_assert!(!e.is_empty() && !e.contains('\n'), "{e:?}"),
+                }
+            }
+        }
+
+        #[test]
+        fn uuid_of_any_string(s in prop_oneof!["\\PC*", hostile()]) {
+            if let Ok(u) = DeviceUuid::parse(&s) {
+                // What is accepted prints in the canonical form, which reads back the same.
+                prop_assert_eq!(DeviceUuid::parse(&u.to_string()), Ok(u));
+            }
+        }
+
+        #[test]
+        fn size_of_any_string(s in prop_oneof!["\\PC*", hostile()]) {
+            if let Err(e) = parse_size(&s) {
+                prop_assert!(e.contains("accepted:"), "{e:?}");
+            }
+        }
+
+        #[test]
+        fn sizes_round_trip(b in any::<u64>()) {
+            prop_assert_eq!(parse_size(&b.to_string()), Ok(b));
+            prop_assert!(!format_bytes(b).is_empty());
+        }
+
+        #[test]
+        fn any_bytes_in_any_variable(
+            name in prop_oneof![
+                Just(b"GPUCAP_LIMIT".to_vec()),
+                Just(b"GPUCAP_LOG".to_vec()),
+                Just(b"GPUCAP_GROWTH".to_vec()),
+                Just(b"GPUCAP_LD_SO_PRELOAD".to_vec()),
+                Just(b"GPUCAP_REPORT".to_vec()),
+                prop::collection::vec(any::<u8>().prop_filter("no NUL or =", |b| *b != 0 && *b != b'='), 0..16)
+                    .prop_map(|tail| [b"GPUCAP_".as_slice(), &tail].concat()),
+            ],
+            value in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..40),
+                hostile().prop_map(String::into_bytes),
+            ],
+        ) {
+            let pair = (OsStr::from_bytes(&name), OsStr::from_bytes(&value));
+            if let Err(e) = from_vars([pair]) {
+                // The error names the variable and is one line, whatever the bytes.
+                if let Ok(n) = std::str::from_utf8(&name) {
+                    prop_assert_eq!(e.var.as_str(), n);
+                }
+                prop_assert!(!e.to_string().contains(['\n', '\r']), "{e}");
+            }
+        }
+
+        #[test]
+        fn env_file_of_any_text(text in "(\\PC|\n|\r){0,120}", tail in hostile()) {
+            let text = format!("{text}\nGPUCAP_LIMIT={tail}\n");
+            if let Ok(pairs) = parse_env_file(&text) {
+                let _ = from_vars(pairs);
+            }
+        }
+    }
+}

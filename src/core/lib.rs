@@ -1,0 +1,25 @@
+//! gpucap-core: the safe core of gpucap, shared by the shim (`libgpucap.so`), the CLI
+//! (`gpucap`) and the fake GPU. Plain safe Rust with unit tests; no FFI, no libc.
+//!
+//! - `size`: byte sizes, the Kubernetes quantity grammar, `format_bytes`.
+//! - `config`: the `GPUCAP_*` configuration and the `gpucap.env` file.
+//! - `ledger`: caps, reservations, live allocations, peaks.
+//! - `growth`: growth-only mode's retained pages and mappings.
+//! - `pools`, `contexts`, `arrays`: what memory pools, contexts and CUDA arrays are
+//!   charged, behind small driver traits; `vmm`: when VMM handles stop being charged
+//!   (last release and last unmap).
+//! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones.
+//! - `report`: the `GPUCAP_REPORT` JSON file (schema, merge, `%p`).
+#![forbid(unsafe_code)]
+
+pub mod arrays;
+pub mod config;
+pub mod contexts;
+pub mod growth;
+pub mod identity;
+pub mod ledger;
+pub mod nvml;
+pub mod pools;
+pub mod report;
+pub mod size;
+pub mod vmm;

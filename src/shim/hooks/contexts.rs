@@ -1,0 +1,341 @@
+//! Contexts (see `gpucap_core::contexts`).
+
+use super::*;
+use gpucap_core::contexts;
+
+// ---------------------------------------------------------------------------
+// Contexts (see `contexts`): charged what they take, credited when they go, and
+// the allocations the driver frees with them credited too.
+
+/// The device a context call names, with its cap resolved and its context operations
+/// serialised. Err when the shim cannot charge a context there (a device index beyond
+/// those it tracks): the call is refused, never passed uncounted. Ok(None) for an index
+/// the driver itself will reject (negative).
+pub(super) fn context_lock(
+    shim: &Shim,
+    api: &str,
+    dev: c_int,
+) -> Result<Option<gpucap_core::contexts::DeviceLock<'static>>, CuResult> {
+    if dev < 0 {
+        return Ok(None);
+    }
+    match checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) {
+        Some(lock) => Ok(Some(lock)),
+        None => {
+            log!(
+                Error,
+                "refused {api} on GPU {dev}: gpucap tracks GPUs 0 to {}",
+                MAX_DEVICES - 1
+            );
+            Err(CUDA_ERROR_INVALID_DEVICE)
+        }
+    }
+}
+
+/// Charges a context the driver just made (`measured`: the bytes it took, or why
+/// they could not be measured); Err (the context already undone by `undo`) if the cap
+/// cannot take it, or if it could not be measured and the device has a cap.
+pub(super) fn charge_context(
+    api: &str,
+    d: usize,
+    measured: Result<u64, Unmeasured>,
+    undo: impl FnOnce(),
+) -> Result<u64, CuResult> {
+    let capped = SHIM
+        .ledger
+        .usage(d)
+        .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
+    let bytes = match contexts::verdict(measured, capped) {
+        Verdict::Charge(bytes) => bytes,
+        Verdict::Refuse(rc) => {
+            undo();
+            if let Err(why) = measured {
+                log!(
+                    Error,
+                    "refused {api} on GPU {d}: the memory the context takes could not be measured ({why}), and a context gpucap cannot charge would escape the cap"
+                );
+            }
+            return Err(rc);
+        }
+        Verdict::Uncounted => {
+            if let Err(why) = measured {
+                log!(
+                    Error,
+                    "{api} on GPU {d}: the memory the context takes could not be measured ({why}): not counted (GPU {d} has no cap)"
+                );
+            }
+            return Ok(0);
+        }
+    };
+    match reserve(api, Some(d as c_int), bytes) {
+        Ok(Target::Charged(r)) => {
+            r.keep();
+            log!(
+                Debug,
+                "{api}: the context takes {} on GPU {d}",
+                gpucap_core::size::format_bytes(bytes)
+            );
+            Ok(bytes)
+        }
+        Ok(Target::Unknown) => Ok(0),
+        Err(rc) => {
+            undo();
+            Err(rc)
+        }
+    }
+}
+
+/// After a context went away on `device`: credits the allocations the driver freed
+/// with it (those it no longer knows), and re-reads the pools.
+pub(super) fn after_teardown(device: usize) {
+    let ledger = &SHIM.ledger;
+    for (ptr, _) in ledger.live_on(Kind::Pointer, device) {
+        if !queries::pointer_alive(ptr)
+            && let Some(c) = ledger.take(Kind::Pointer, ptr)
+        {
+            ledger.settle(c);
+        }
+    }
+    for (mipmapped, alive) in [
+        (false, queries::array_alive as fn(u64) -> bool),
+        (true, queries::mipmapped_alive),
+    ] {
+        let map = array_map(mipmapped);
+        for (h, _) in map.matching(|c| c.device == device) {
+            if !alive(h)
+                && let Some(c) = map.remove(h)
+            {
+                ledger.settle(c);
+            }
+        }
+    }
+    POOLS.drop_dead_ptrs(ledger, device, queries::pointer_alive);
+    POOLS.refresh(ledger, &queries::Pools, device);
+}
+
+/// Settles what a call that may have ended a context found.
+pub(super) fn context_ended(api: &str, device: usize, ending: Ending) {
+    match ending {
+        Ending::Gone(charge) => {
+            if let Some(c) = charge {
+                SHIM.ledger.settle(c);
+            }
+            after_teardown(device);
+        }
+        Ending::Alive => {}
+        Ending::Unknown => {
+            // What the driver freed is still found allocation by allocation.
+            log!(
+                Warn,
+                "{api}: the driver cannot say whether the context on GPU {device} still exists: its own memory stays charged"
+            );
+            after_teardown(device);
+        }
+    }
+}
+
+pub fn primary_ctx_retain(
+    real: unsafe extern "C" fn(*mut Handle, c_int) -> CuResult,
+    pctx: *mut Handle,
+    dev: c_int,
+) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    // SAFETY (closure): forwarding the caller's arguments.
+    let call = || unsafe { real(pctx, dev) };
+    let mut lock = match context_lock(shim, "cuDevicePrimaryCtxRetain", dev) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return call(),
+        Err(rc) => return rc,
+    };
+    if pctx.is_null() || lock.primary_active(&queries::Contexts) {
+        return call(); // nothing is created
+    }
+    let (rc, measured) = lock.measure(&queries::Contexts, call);
+    if rc != CUDA_SUCCESS {
+        return rc;
+    }
+    match charge_context("cuDevicePrimaryCtxRetain", lock.device(), measured, || {
+        queries::release_primary(dev)
+    }) {
+        Ok(bytes) => {
+            // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
+            lock.set_primary(unsafe { *pctx } as u64, bytes);
+            rc
+        }
+        Err(rc) => rc,
+    }
+}
+
+pub fn primary_ctx_release(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_int) -> CuResult {
+    primary_gone(dev, false, || {
+        // SAFETY: forwarding the caller's argument.
+        unsafe { real(dev) }
+    })
+}
+
+pub fn primary_ctx_reset(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_int) -> CuResult {
+    primary_gone(dev, true, || {
+        // SAFETY: forwarding the caller's argument.
+        unsafe { real(dev) }
+    })
+}
+
+/// A release (the context goes when its last reference does, as the driver says
+/// afterwards) or a reset (it goes now).
+pub(super) fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuResult) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else {
+        return call();
+    };
+    let rc = call();
+    if rc != CUDA_SUCCESS {
+        return rc;
+    }
+    let d = lock.device();
+    let ending = if reset {
+        Ending::Gone(lock.take_primary())
+    } else {
+        match queries::Contexts.primary_active(d) {
+            Some(false) => Ending::Gone(lock.take_primary()),
+            Some(true) => Ending::Alive,
+            None => Ending::Unknown,
+        }
+    };
+    let api = if reset {
+        "cuDevicePrimaryCtxReset"
+    } else {
+        "cuDevicePrimaryCtxRelease"
+    };
+    context_ended(api, d, ending);
+    rc
+}
+
+/// A created context: measured, charged, undone if the cap cannot take it.
+pub(super) fn ctx_created(
+    api: &str,
+    pctx: *mut Handle,
+    dev: c_int,
+    call: impl Fn() -> CuResult,
+) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    let lock = match context_lock(shim, api, dev) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return call(),
+        Err(rc) => return rc,
+    };
+    if pctx.is_null() {
+        return call();
+    }
+    let (rc, measured) = lock.measure(&queries::Contexts, call);
+    if rc != CUDA_SUCCESS {
+        return rc;
+    }
+    // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
+    let ctx = unsafe { *pctx };
+    match charge_context(api, lock.device(), measured, || {
+        queries::destroy_context(ctx)
+    }) {
+        Ok(bytes) => {
+            lock.add_created(ctx as u64, bytes);
+            rc
+        }
+        Err(rc) => rc,
+    }
+}
+
+pub fn ctx_create(
+    real: unsafe extern "C" fn(*mut Handle, u32, c_int) -> CuResult,
+    pctx: *mut Handle,
+    flags: u32,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    ctx_created("cuCtxCreate", pctx, dev, || unsafe {
+        real(pctx, flags, dev)
+    })
+}
+
+pub fn ctx_create_v3(
+    real: unsafe extern "C" fn(*mut Handle, *mut c_void, c_int, u32, c_int) -> CuResult,
+    pctx: *mut Handle,
+    params: *mut c_void,
+    count: c_int,
+    flags: u32,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    ctx_created("cuCtxCreate_v3", pctx, dev, || unsafe {
+        real(pctx, params, count, flags, dev)
+    })
+}
+
+pub fn ctx_create_v4(
+    real: unsafe extern "C" fn(*mut Handle, *mut c_void, u32, c_int) -> CuResult,
+    pctx: *mut Handle,
+    params: *mut c_void,
+    flags: u32,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    ctx_created("cuCtxCreate_v4", pctx, dev, || unsafe {
+        real(pctx, params, flags, dev)
+    })
+}
+
+/// The device of a context the program names, and its context operations serialised.
+pub(super) fn lock_of_context(ctx: Handle) -> Option<gpucap_core::contexts::DeviceLock<'static>> {
+    CONTEXTS
+        .created_device(ctx as u64)
+        .or_else(|| queries::context_device(ctx))
+        .and_then(|d| CONTEXTS.lock(d))
+}
+
+pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // SAFETY (closure): forwarding the caller's argument.
+    let call = || unsafe { real(ctx) };
+    let Some(lock) = lock_of_context(ctx) else {
+        return call();
+    };
+    // cuCtxDestroy ends the context whatever its usage count.
+    let taken = lock.take_created(ctx as u64);
+    let rc = call();
+    match (rc, taken) {
+        (CUDA_SUCCESS, c) => context_ended("cuCtxDestroy", lock.device(), Ending::Gone(c)),
+        (_, Some(c)) => lock.restore_created(ctx as u64, c),
+        _ => {}
+    }
+    rc
+}
+
+/// `cuCtxDetach`: drops one usage count (`cuCtxAttach` added one); the context ends,
+/// and the driver frees its memory, only with the last. Whether it did is asked of the
+/// driver afterwards.
+pub fn ctx_detach(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // SAFETY (closure): forwarding the caller's argument.
+    let call = || unsafe { real(ctx) };
+    let Some(mut lock) = lock_of_context(ctx) else {
+        return call();
+    };
+    let id = queries::context_id(ctx);
+    let rc = call();
+    if rc == CUDA_SUCCESS {
+        let ending = lock.after_release(&queries::Contexts, ctx as u64, id);
+        context_ended("cuCtxDetach", lock.device(), ending);
+    }
+    rc
+}

@@ -1,0 +1,144 @@
+//! `cuMemAlloc*`, `cuMemFree*`: linear device memory, charged per pointer.
+
+use super::*;
+
+pub fn mem_alloc(
+    real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult,
+    dptr: *mut Dptr,
+    size: usize,
+) -> CuResult {
+    let api = "cuMemAlloc";
+    if growth() && !dptr.is_null() {
+        let Some(device) = current_device() else {
+            // SAFETY: forwarding; without a context the driver answers with its error.
+            return unsafe { real(dptr, size) };
+        };
+        let Some(d) = checked_device(&SHIM, device) else {
+            return CUDA_ERROR_INVALID_DEVICE;
+        };
+        return match arena::alloc(api, d, size as u64) {
+            Ok(base) => {
+                // SAFETY: the caller's out-pointer, checked non-null above.
+                unsafe { *dptr = base };
+                CUDA_SUCCESS
+            }
+            Err(rc) => rc,
+        };
+    }
+    // SAFETY (closure): forwarding the caller's arguments.
+    charged(
+        api,
+        current_device(),
+        size as u64,
+        Kind::Pointer,
+        || unsafe { real(dptr, size) },
+        || written(dptr),
+    )
+}
+
+/// Whether growth-only mode is on (false while misconfigured: callers fail then).
+#[inline]
+pub(super) fn growth() -> bool {
+    SHIM.config().is_ok_and(|c| c.growth)
+}
+
+/// Frees `dptr` if growth mode served it.
+// Inlined so that a free outside growth mode pays two loads, not a call (the body
+// of `arena::free` stays out of line).
+#[inline(always)]
+pub(super) fn growth_free(dptr: Dptr) -> Option<CuResult> {
+    if growth() && GROWTH.has_mappings() {
+        arena::free(dptr)
+    } else {
+        None
+    }
+}
+
+pub fn mem_alloc_managed(
+    real: unsafe extern "C" fn(*mut Dptr, usize, u32) -> CuResult,
+    dptr: *mut Dptr,
+    size: usize,
+    flags: u32,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    charged(
+        "cuMemAllocManaged",
+        current_device(),
+        size as u64,
+        Kind::Pointer,
+        || unsafe { real(dptr, size, flags) },
+        || written(dptr),
+    )
+}
+
+/// Pitch alignment the reservation assumes before the driver says the real pitch.
+pub(super) const PITCH_GUESS: u64 = 512;
+
+/// `cuMemAllocPitch_v2`, and the CUDA 2.x `cuMemAllocPitch` (32-bit pointer and sizes).
+pub fn mem_alloc_pitch<P: Word, W: Word>(
+    real: unsafe extern "C" fn(*mut P, *mut W, W, W, u32) -> CuResult,
+    dptr: *mut P,
+    pitch: *mut W,
+    width: W,
+    height: W,
+    elem: u32,
+) -> CuResult {
+    let api = "cuMemAllocPitch";
+    let guess = width
+        .get()
+        .checked_next_multiple_of(PITCH_GUESS)
+        .and_then(|w| w.checked_mul(height.get()))
+        .unwrap_or(u64::MAX);
+    let target = match reserve(api, current_device(), guess) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(dptr, pitch, width, height, elem) };
+    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else {
+        return rc;
+    };
+    // SAFETY: the driver succeeded and filled both out-pointers.
+    let (ptr, actual) = unsafe { ((*dptr).get(), (*pitch).get().saturating_mul(height.get())) };
+    if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
+        // The driver padded more than the cap allows: give it back and refuse.
+        SHIM.refused(api, r.charge().device, actual, refusal);
+        if let Some(free) = calls::cuMemFree_v2() {
+            // SAFETY: freeing the allocation the driver just made.
+            unsafe { free(ptr) };
+        }
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r.commit(Kind::Pointer, ptr);
+    rc
+}
+
+/// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer). Stream-ordered
+/// (pool) memory may be freed this way too.
+pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
+    if let Some(rc) = growth_free(dptr.get()) {
+        return rc;
+    }
+    // SAFETY (closure): forwarding the caller's argument.
+    pointer_freed(dptr.get(), || unsafe { real(dptr) })
+}
+
+// ---------------------------------------------------------------------------
+// The CUDA 2.x variants (32-bit pointers and sizes), counted like their _v2.
+
+pub fn mem_alloc_v1(
+    real: unsafe extern "C" fn(*mut u32, u32) -> CuResult,
+    dptr: *mut u32,
+    size: u32,
+) -> CuResult {
+    // SAFETY (closures): forwarding the caller's arguments; `dptr` is read only after
+    // the driver succeeded.
+    charged(
+        "cuMemAlloc",
+        current_device(),
+        size.into(),
+        Kind::Pointer,
+        || unsafe { real(dptr, size) },
+        || unsafe { u64::from(*dptr) },
+    )
+}

@@ -1,0 +1,202 @@
+//! What each hook does: find the device, ask the ledger, call the driver, record.
+//! Each function receives the driver's real function as its first argument (the
+//! table looks it up) followed by the C arguments, untouched. One file per family;
+//! this one holds what they share (the shim, the current device, reserve/charge/free).
+
+use std::ffi::{c_int, c_void};
+
+use crate::driver::types::*;
+use crate::driver::{calls, queries};
+use crate::log::log;
+use crate::state::{CONTEXTS, NVML_KEYS, NVML_VIEW, POOLS, SHIM, Shim, VMM, array_map};
+use gpucap_core::arrays::Shape;
+use gpucap_core::config::MAX_DEVICES;
+use gpucap_core::contexts::{CtxDriver, Ending, Unmeasured, Verdict};
+use gpucap_core::growth::{self, GROWTH};
+use gpucap_core::identity;
+use gpucap_core::ledger::{Kind, Reservation};
+use gpucap_core::pools::{PoolDriver, PoolLocation};
+use gpucap_core::vmm::Pending;
+
+mod arena;
+mod arrays;
+mod contexts;
+mod info;
+mod init;
+mod memory;
+mod nvml;
+mod pools;
+mod sync;
+mod vmm;
+
+pub use self::arrays::*;
+pub use self::contexts::*;
+pub use self::info::*;
+pub use self::init::*;
+pub use self::memory::*;
+pub use self::nvml::*;
+pub use self::pools::*;
+pub use self::sync::*;
+pub use self::vmm::*;
+
+/// The shim, or the error every call gets when the configuration is invalid (or
+/// names a device UUID that is not visible).
+fn shim() -> Result<&'static Shim, CuResult> {
+    if identity::failed().is_some() {
+        return Err(CUDA_ERROR_NOT_PERMITTED);
+    }
+    SHIM.config()
+        .map(|_| &SHIM)
+        .map_err(|_| CUDA_ERROR_NOT_PERMITTED)
+}
+
+/// A device index the ledger can hold, with its cap resolved.
+fn checked_device(shim: &Shim, device: c_int) -> Option<usize> {
+    let d = usize::try_from(device).ok().filter(|&d| d < MAX_DEVICES)?;
+    shim.resolve_cap(d, || calls::physical_total(d));
+    Some(d)
+}
+
+/// The device of the calling thread's current context.
+fn current_device() -> Option<c_int> {
+    let get = calls::cuCtxGetDevice()?;
+    let mut dev: c_int = -1;
+    // SAFETY: valid out-pointer.
+    (unsafe { get(&mut dev) } == CUDA_SUCCESS).then_some(dev)
+}
+
+/// Where an allocation is charged, or the error to return without calling the driver.
+enum Target<'a> {
+    /// Reserved: call the driver, then commit.
+    Charged(Reservation<'a>),
+    /// No device to charge (no current context): the driver will answer the call
+    /// itself, with its own error or success, and nothing is recorded.
+    Unknown,
+}
+
+fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'static>, CuResult> {
+    let shim = shim()?;
+    let Some(device) = device else {
+        return Ok(Target::Unknown);
+    };
+    let Some(d) = checked_device(shim, device) else {
+        log!(
+            Error,
+            "refused {api}: device index {device} is out of the range gpucap tracks"
+        );
+        return Err(CUDA_ERROR_INVALID_DEVICE);
+    };
+    reclaim_for(shim, d, bytes);
+    shim.reserve(api, d, bytes)
+        .map(Target::Charged)
+        .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// Before a request the cap cannot take: memory the process's own pools only cache
+/// is trimmed and re-read, so the program is not refused what it is itself holding.
+fn reclaim_for(shim: &Shim, d: usize, bytes: u64) {
+    if POOLS.any_on(d) && shim.ledger.usage(d).is_some_and(|u| u.headroom() < bytes) {
+        POOLS.reclaim(&shim.ledger, &queries::Pools, d);
+    }
+}
+
+/// Calls the driver with a reservation held; commits under the key `key()` reads
+/// once the driver succeeded, rolls back otherwise.
+fn charged(
+    api: &str,
+    device: Option<c_int>,
+    bytes: u64,
+    kind: Kind,
+    call: impl FnOnce() -> CuResult,
+    key: impl FnOnce() -> u64,
+) -> CuResult {
+    let target = match reserve(api, device, bytes) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    let rc = call();
+    if let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) {
+        r.commit(kind, key());
+    }
+    rc
+}
+
+/// Frees a device pointer through the driver (`cuMemFree*`, `cuMemFreeAsync*`),
+/// crediting the cap only once the driver succeeded. A plain allocation is taken out
+/// of the ledger first (the common case, one lock-free lookup); pool memory goes back
+/// to its pool, which stays charged for what it reserves.
+fn pointer_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    if let Some(c) = SHIM.ledger.take(Kind::Pointer, dptr) {
+        let rc = call();
+        if rc == CUDA_SUCCESS {
+            SHIM.ledger.settle(c);
+        } else {
+            SHIM.ledger.restore(Kind::Pointer, dptr, c);
+        }
+        return rc;
+    }
+    if let Some(t) = POOLS.take_freed(dptr) {
+        let rc = call();
+        if rc == CUDA_SUCCESS {
+            POOLS.settle_freed(&SHIM.ledger, t);
+        } else {
+            POOLS.restore_freed(t);
+        }
+        return rc;
+    }
+    call()
+}
+
+/// Reads the pointer the driver wrote (only after it succeeded).
+fn written(dptr: *mut Dptr) -> u64 {
+    // SAFETY: called only after the driver returned success for this out-pointer.
+    unsafe { *dptr }
+}
+
+/// How many GPUs the driver shows this process (after `CUDA_VISIBLE_DEVICES`), or None
+/// when it cannot say. Asked after a successful `cuInit`, for the key check.
+fn visible_count() -> Option<usize> {
+    let count = calls::cuDeviceGetCount()?;
+    let mut n: c_int = 0;
+    // SAFETY: a plain driver call with a valid out-pointer.
+    (unsafe { count(&mut n) } == CUDA_SUCCESS)
+        .then(|| usize::try_from(n).ok())
+        .flatten()
+}
+
+/// The width of a size or device pointer in the driver API: `size_t`/`CUdeviceptr`, or
+/// `unsigned int` in the CUDA 2.x entry points (whose figures saturate at 4 GiB - 1, as they cannot say more).
+pub trait Word: Copy {
+    fn get(self) -> u64;
+    fn put(v: u64) -> Self;
+}
+
+impl Word for usize {
+    fn get(self) -> u64 {
+        self as u64
+    }
+    fn put(v: u64) -> Self {
+        v as usize
+    }
+}
+
+impl Word for u64 {
+    fn get(self) -> u64 {
+        self
+    }
+    fn put(v: u64) -> Self {
+        v
+    }
+}
+
+impl Word for u32 {
+    fn get(self) -> u64 {
+        self.into()
+    }
+    fn put(v: u64) -> Self {
+        v.min(u32::MAX.into()) as u32
+    }
+}

@@ -1,0 +1,214 @@
+//! Stream-ordered allocation and memory pools (see `gpucap_core::pools`).
+
+use super::*;
+
+pub fn mem_alloc_async(
+    real: unsafe extern "C" fn(*mut Dptr, usize, Stream) -> CuResult,
+    dptr: *mut Dptr,
+    size: usize,
+    stream: Stream,
+) -> CuResult {
+    // The pool is the current pool of the stream's device, which need not be the
+    // current context's.
+    let device = if is_context_stream(stream) {
+        current_device()
+    } else {
+        queries::stream_device(stream).or_else(current_device)
+    };
+    let pool = device.and_then(queries::current_pool);
+    // SAFETY (closure): forwarding the caller's arguments.
+    pool_charged(
+        "cuMemAllocAsync",
+        device,
+        pool,
+        size,
+        dptr,
+        stream,
+        || unsafe { real(dptr, size, stream) },
+    )
+}
+
+pub fn mem_alloc_from_pool_async(
+    real: unsafe extern "C" fn(*mut Dptr, usize, Handle, Stream) -> CuResult,
+    dptr: *mut Dptr,
+    size: usize,
+    pool: Handle,
+    stream: Stream,
+) -> CuResult {
+    let api = "cuMemAllocFromPoolAsync";
+    // SAFETY (closure): forwarding the caller's arguments.
+    let call = || unsafe { real(dptr, size, pool, stream) };
+    if pool.is_null() {
+        // No pool: the driver's own error. Charged to the current device should it
+        // allocate anyway.
+        return pool_charged(api, current_device(), None, size, dptr, stream, call);
+    }
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    // The pool's own device, whichever context is current.
+    let key = pool as u64;
+    match POOLS.locate(&queries::Pools, key) {
+        Some(PoolLocation::Device(d)) => {
+            let device = c_int::try_from(d).unwrap_or(c_int::MAX);
+            pool_charged(api, Some(device), Some(key), size, dptr, stream, call)
+        }
+        // Host memory: not device memory.
+        Some(PoolLocation::Host) => call(),
+        None => unlocated_pool(api, key, size, dptr, stream, call),
+    }
+}
+
+/// An allocation from a pool gpucap cannot locate: refused, never passed uncounted.
+/// A handle the driver does not know as a pool gets the driver's own error.
+pub(super) fn unlocated_pool(
+    api: &str,
+    pool: u64,
+    size: usize,
+    dptr: *mut Dptr,
+    stream: Stream,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    if queries::Pools.reserved(pool).is_none() {
+        let rc = call();
+        if rc != CUDA_SUCCESS {
+            return rc;
+        }
+        // The driver allocated from it after all: given back, and refused.
+        queries::free_async(written(dptr), stream);
+    }
+    log!(
+        Warn,
+        "refused {api} of {}: gpucap cannot tell which GPU memory pool {pool:#x} is on",
+        gpucap_core::size::format_bytes(size as u64)
+    );
+    CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// NULL, `CU_STREAM_LEGACY` (1), `CU_STREAM_PER_THREAD` (2): the current context's
+/// default streams.
+pub(super) fn is_context_stream(stream: Stream) -> bool {
+    (stream as usize) <= 2
+}
+
+/// A stream-ordered allocation: the request is reserved (the cap check), the driver
+/// called, then the pool's charge settled to what it now reserves (see `pools`).
+pub(super) fn pool_charged(
+    api: &str,
+    device: Option<c_int>,
+    pool: Option<u64>,
+    size: usize,
+    dptr: *mut Dptr,
+    stream: Stream,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    // The whole request is reserved, even if the pool may serve it from its cache: the
+    // driver, not the shim, decides that, and a concurrent allocation may take the cache
+    // first. Near the cap the pools are trimmed instead (`reserve`), which is safe.
+    let target = match reserve(api, device, size as u64) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    let bytes = size as u64;
+    let pool = match &target {
+        Target::Charged(r) => pool.map(|p| (p, r.charge().device)),
+        Target::Unknown => None,
+    };
+    if let Some((p, d)) = pool {
+        POOLS.begin(p, d, bytes);
+    }
+    let rc = call();
+    let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) else {
+        if let Some((p, _)) = pool {
+            POOLS.abandoned(p, bytes);
+        }
+        return rc;
+    };
+    let Some((pool, d)) = pool else {
+        // No pool to read (the driver gave none): charged as a plain allocation.
+        r.commit(Kind::Pointer, written(dptr));
+        return rc;
+    };
+    let ptr = written(dptr);
+    if let Err((refusal, r)) =
+        POOLS.allocated(&SHIM.ledger, &queries::Pools, pool, d, ptr, bytes, r)
+    {
+        // The pool grew past what the cap allows: give the memory back and refuse. The
+        // reservation is held until the memory is back, so no one else can take it.
+        SHIM.refused(api, d, bytes, refusal);
+        queries::free_async(ptr, stream);
+        POOLS.reclaim(&SHIM.ledger, &queries::Pools, d);
+        POOLS.abandoned(pool, bytes);
+        drop(r);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    rc
+}
+
+pub fn mem_free_async(
+    real: unsafe extern "C" fn(Dptr, Stream) -> CuResult,
+    dptr: Dptr,
+    stream: Stream,
+) -> CuResult {
+    if let Some(rc) = growth_free(dptr) {
+        return rc;
+    }
+    // A plain allocation freed stream-ordered is credited when the free is enqueued,
+    // as the program sees it.
+    // SAFETY (closure): forwarding the caller's arguments.
+    pointer_freed(dptr, || unsafe { real(dptr, stream) })
+}
+
+pub fn mem_pool_create(
+    real: unsafe extern "C" fn(*mut Handle, *const LocationPrefix) -> CuResult,
+    pool: *mut Handle,
+    props: *const LocationPrefix,
+) -> CuResult {
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(pool, props) };
+    if rc == CUDA_SUCCESS {
+        // SAFETY: the driver accepted `props` and filled `pool`.
+        let (loc, handle) = unsafe { (&*props, *pool) };
+        match loc.location_type {
+            CU_MEM_LOCATION_TYPE_DEVICE => {
+                if let Ok(device) = usize::try_from(loc.location_id) {
+                    POOLS.register(handle as u64, device);
+                }
+            }
+            CU_MEM_LOCATION_TYPE_HOST..=CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => {
+                POOLS.register_host(handle as u64)
+            }
+            // Anything else is located by asking the driver when it is allocated from.
+            _ => {}
+        }
+    }
+    rc
+}
+
+pub fn mem_pool_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, pool: Handle) -> CuResult {
+    // SAFETY: forwarding the caller's argument.
+    let rc = unsafe { real(pool) };
+    if rc == CUDA_SUCCESS {
+        POOLS.destroyed(&SHIM.ledger, pool as u64);
+    }
+    rc
+}
+
+pub fn mem_pool_trim_to(
+    real: unsafe extern "C" fn(Handle, usize) -> CuResult,
+    pool: Handle,
+    keep: usize,
+) -> CuResult {
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(pool, keep) };
+    if rc == CUDA_SUCCESS {
+        POOLS.refresh_pool(&SHIM.ledger, &queries::Pools, pool as u64);
+    }
+    rc
+}
+
+/// Re-reads what the pools of `device` reserve: for the figures `cuMemGetInfo` and
+/// NVML show.
+pub fn refresh_pools(device: usize) {
+    POOLS.refresh(&SHIM.ledger, &queries::Pools, device);
+}

@@ -1,0 +1,33 @@
+//! libgpucap: an `LD_PRELOAD` shim that caps the device memory an unmodified CUDA
+//! program may take. See README.md. The policy is the safe core, `gpucap-core`; this
+//! crate is the FFI edge around it. Data flows one way, top to bottom:
+//!
+//! - `dlsym`: the exported `dlsym` and its decision (our hook or glibc's answer).
+//! - `table`: the one list of hooked symbols: exported shells with their panic guard,
+//!   the rows `dlsym` and the `cuGetProcAddress` answers use.
+//! - `hooks`: what each intercepted call does, one file per family.
+//! - `state`: every process-wide static; `log`: the log level and `log!`.
+//! - `driver`: the driver's C types, typed calls and queries.
+//! - `resolve`: the real `dlsym`, library handles, driver symbols by name.
+//! - `exit`: the `.fini_array` exit hook (final report and summary).
+
+// The unit-test build leaves out the FFI edge (it exports `dlsym` and the driver's
+// symbols, which must not interpose on the test binary itself), so the process-wide
+// state that only the FFI edge uses looks dead there.
+#![cfg_attr(test, allow(dead_code, unused_imports))]
+
+mod log;
+mod state;
+
+#[cfg(not(test))]
+mod dlsym;
+#[cfg(not(test))]
+mod driver;
+#[cfg(not(test))]
+mod exit;
+#[cfg(not(test))]
+mod hooks;
+#[cfg(not(test))]
+mod resolve;
+#[cfg(not(test))]
+mod table;

@@ -1,0 +1,185 @@
+//! Finding the real functions: glibc's `dlsym` (through `dlvsym`), handles of the
+//! libcuda and NVML the program uses, a driver export by name, and where this
+//! library itself lives. Runs on the `dlsym` path: no allocation, no locks, no
+//! environment; state is lazily set atomics.
+
+use std::ffi::{c_char, c_void};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, Ordering::*};
+
+pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc's `dlsym`. Called only from this library's own code, so its notion of
+/// "the caller" (for `RTLD_NEXT`) is libgpucap itself.
+static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+pub fn real_dlsym() -> Option<DlsymFn> {
+    let mut p = REAL_DLSYM.load(Acquire);
+    if p.is_null() {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: dlvsym with constant NUL-terminated strings; it is not hooked.
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            return None;
+        }
+        REAL_DLSYM.store(p, Release);
+    }
+    // SAFETY: `p` is glibc's dlsym, whose signature DlsymFn is.
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// A handle to the libcuda the program uses, once one is known.
+static LIBCUDA: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+fn libcuda() -> *mut c_void {
+    let h = LIBCUDA.load(Acquire);
+    if !h.is_null() {
+        return h;
+    }
+    // Already loaded (linked, or dlopened even RTLD_LOCAL)? Take a reference to it;
+    // else load it ourselves, as the program is evidently calling into CUDA.
+    for flags in [libc::RTLD_LAZY | libc::RTLD_NOLOAD, libc::RTLD_LAZY] {
+        for name in [c"libcuda.so.1", c"libcuda.so"] {
+            // SAFETY: dlopen with a constant name; it is not hooked.
+            let h = unsafe { libc::dlopen(name.as_ptr(), flags) };
+            if !h.is_null() {
+                return match LIBCUDA.compare_exchange(null_mut(), h, AcqRel, Acquire) {
+                    Ok(_) => h,
+                    Err(other) => other,
+                };
+            }
+        }
+    }
+    null_mut()
+}
+
+/// Whether the program has libcuda loaded, without ever loading it (an NVML-only
+/// process must not get the driver API loaded by the shim).
+pub fn cuda_loaded() -> bool {
+    if !LIBCUDA.load(Acquire).is_null() {
+        return true;
+    }
+    for name in [c"libcuda.so.1", c"libcuda.so"] {
+        // SAFETY: dlopen with a constant name and RTLD_NOLOAD: it never loads anything.
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if !h.is_null() {
+            if LIBCUDA
+                .compare_exchange(null_mut(), h, AcqRel, Acquire)
+                .is_err()
+            {
+                // SAFETY: the reference this dlopen took; another was kept first.
+                unsafe { libc::dlclose(h) };
+            }
+            return true;
+        }
+    }
+    false
+}
+
+/// A handle to the NVML library the program uses, once one is known. Never loaded by
+/// the shim: NVML hooks run only in programs that loaded it.
+static LIBNVML: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+fn libnvml() -> *mut c_void {
+    let h = LIBNVML.load(Acquire);
+    if !h.is_null() {
+        return h;
+    }
+    // SAFETY: dlopen with a constant name and RTLD_NOLOAD: it never loads anything.
+    let h = unsafe {
+        libc::dlopen(
+            c"libnvidia-ml.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        )
+    };
+    if h.is_null() {
+        return h;
+    }
+    match LIBNVML.compare_exchange(null_mut(), h, AcqRel, Acquire) {
+        Ok(_) => h,
+        Err(other) => other,
+    }
+}
+
+/// Whether a symbol name is NVML's (`nvml…`) rather than the driver API's (`cu…`).
+pub fn is_nvml(name: &[u8]) -> bool {
+    name.starts_with(b"nvml")
+}
+
+/// The driver's export `name` (NUL-terminated), never one of our own exports. `nvml…`
+/// names are looked up in NVML.
+pub fn driver_symbol(name: &'static str) -> *mut c_void {
+    let Some(dlsym) = real_dlsym() else {
+        return null_mut();
+    };
+    let cname = name.as_ptr().cast::<c_char>();
+    let h = if is_nvml(name.as_bytes()) {
+        libnvml()
+    } else {
+        libcuda()
+    };
+    // SAFETY: real dlsym with a live handle (or RTLD_NEXT) and a NUL-terminated name.
+    let mut p = if h.is_null() {
+        null_mut()
+    } else {
+        unsafe { dlsym(h, cname) }
+    };
+    if p.is_null() || is_ours(p) {
+        // SAFETY: as above; RTLD_NEXT from our own code finds the next definition.
+        p = unsafe { dlsym(libc::RTLD_NEXT, cname) };
+    }
+    if is_ours(p) { null_mut() } else { p }
+}
+
+/// Keeps `handle`, on which a program found a hooked symbol, as the library to ask
+/// (NVML's for an `nvml…` name, else libcuda's), unless one is known already.
+pub fn remember_library(nvml: bool, handle: *mut c_void) {
+    let library = if nvml { &LIBNVML } else { &LIBCUDA };
+    let _ = library.compare_exchange(null_mut(), handle, AcqRel, Acquire);
+}
+
+/// Whether `p` is in this library (one of our exports), asked of the loader: a
+/// driver lookup must never come back to a hook. Only on first resolution of a name.
+fn is_ours(p: *mut c_void) -> bool {
+    !p.is_null() && object_of(p).is_some_and(|o| Some(o) == object_of(is_ours as *mut c_void))
+}
+
+/// The base address of the loaded object that holds `p`.
+fn object_of(p: *mut c_void) -> Option<*mut c_void> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the address and fills `info`.
+    if unsafe { libc::dladdr(p, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so `info` is initialised (and was zeroed before).
+    Some(unsafe { info.assume_init() }.dli_fbase)
+}
+
+/// The directory this library was loaded from, as the loader names it.
+pub fn own_dir() -> Option<std::path::PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    let addr = own_dir as fn() -> Option<std::path::PathBuf> as *const std::ffi::c_void;
+    // SAFETY: dladdr only reads `addr` (a function of this library) and fills `info`.
+    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so `info` is initialised (and was zeroed before).
+    let fname = unsafe { info.assume_init() }.dli_fname;
+    if fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is the loader's NUL-terminated name of this library, alive as
+    // long as the library is loaded.
+    let name = unsafe { std::ffi::CStr::from_ptr(fname) };
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    Some(
+        path.parent()
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf(),
+    )
+}
