@@ -339,7 +339,11 @@ pub fn array_size(handle: Handle, device: c_int, mipmapped: bool) -> Option<u64>
     } else {
         calls::cuArrayGetMemoryRequirements()?
     };
-    let mut req = MemoryRequirements::default();
+    let mut req = MemoryRequirements {
+        size: 0,
+        alignment: 0,
+        reserved: [0; 4],
+    };
     // SAFETY: valid out-pointer, a handle the driver just made.
     (unsafe { get(&mut req, handle, device) } == CUDA_SUCCESS).then_some(req.size as u64)
 }

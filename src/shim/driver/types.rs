@@ -1,5 +1,14 @@
 //! The driver API's C types as the shim sees them: result codes, handles and the
-//! descriptor structs cudarc's `driver::sys` does not give in the layout read here.
+//! descriptor structs.
+//!
+//! Structs the driver writes and that hold no enum come from cudarc's `driver::sys`
+//! (`CUDA_ARRAY_MEMORY_REQUIREMENTS`; `CUmemAllocationProp` and `CUmemAccessDesc`,
+//! which the shim itself fills, in `hooks/arena.rs`). The descriptors a hook reads from
+//! the *program's* memory are declared here with their enum fields as integers: cudarc
+//! gives those fields Rust enums (`CUarray_format`, `CUmemLocationType`), and a value
+//! outside the enum — an invalid or newer one the driver would answer with its own
+//! error — would be undefined behaviour in Rust before the driver ever saw it. The
+//! CUDA 2.x `_v1` descriptors (32-bit sizes) are not in cudarc at all.
 
 use std::ffi::{c_int, c_void};
 
@@ -63,14 +72,8 @@ pub struct Array3DDescriptorV1 {
     pub flags: u32,
 }
 
-/// `CUDA_ARRAY_MEMORY_REQUIREMENTS`.
-#[repr(C)]
-#[derive(Debug, Default)]
-pub struct MemoryRequirements {
-    pub size: usize,
-    pub alignment: usize,
-    pub reserved: [u32; 4],
-}
+/// `CUDA_ARRAY_MEMORY_REQUIREMENTS`, written by the driver.
+pub use cudarc::driver::sys::CUDA_ARRAY_MEMORY_REQUIREMENTS as MemoryRequirements;
 
 /// The leading fields shared by `CUmemAllocationProp` and `CUmemPoolProps`: two
 /// enums, then the `CUmemLocation`. Read as integers, so an unknown enum value from
