@@ -301,23 +301,34 @@ pub(crate) fn check_driver(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// What `run` and `run --measure` need before the program starts: the library to
+/// preload, and the driver checked (see [`check_driver`]); the error is printed, and
+/// the exit status returned.
+pub(crate) fn prepare(
+    config: &Config,
+    vars: &[(OsString, OsString)],
+) -> Result<std::path::PathBuf, i32> {
+    let lib = library(vars).map_err(|e| {
+        eprintln!("gpucap: {e}");
+        EXIT_USAGE
+    })?;
+    check_driver(config).map_err(|msg| {
+        eprintln!("{msg}");
+        EXIT_USAGE
+    })?;
+    Ok(lib)
+}
+
 /// `gpucap run`.
 fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
     let (config, vars) = match load(overrides) {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let lib = match library(&vars) {
+    let lib = match prepare(&config, &vars) {
         Ok(lib) => lib,
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            return EXIT_USAGE;
-        }
+        Err(code) => return code,
     };
-    if let Err(msg) = check_driver(&config) {
-        eprintln!("{msg}");
-        return EXIT_USAGE;
-    }
     let ld_preload = preload::merge_ld_preload(lookup(&vars, "LD_PRELOAD"), &lib);
     if config.log >= LogLevel::Debug {
         eprintln!(

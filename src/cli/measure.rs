@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering::*};
 
 use super::args::Overrides;
-use super::{EXIT_USAGE, check_driver, child_env, exec_failure, library, load, preload, set_var};
+use super::{EXIT_USAGE, child_env, exec_failure, load, preload, prepare, set_var};
 use gpucap_core::report::{ProcessReport, read_report};
 use gpucap_core::size::format_bytes;
 
@@ -247,18 +247,12 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         eprintln!("gpucap: --measure writes its own report: unset GPUCAP_REPORT");
         return EXIT_USAGE;
     }
-    let lib = match library(&vars) {
+    // Without a limit the driver check only says, in one line, when there is no driver
+    // to measure.
+    let lib = match prepare(&config, &vars) {
         Ok(lib) => lib,
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            return EXIT_USAGE;
-        }
+        Err(code) => return code,
     };
-    // Without a limit this only says, in one line, when there is no driver to measure.
-    if let Err(msg) = check_driver(&config) {
-        eprintln!("{msg}");
-        return EXIT_USAGE;
-    }
     let dir = match private_dir() {
         Ok(d) => d,
         Err(e) => {
