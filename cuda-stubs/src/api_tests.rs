@@ -282,7 +282,7 @@ fn stubs_listing_matches_the_build() {
         .exports()
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    crate::stubs_doc::check(
+    fake_gpu::stubs_doc::check(
         std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/STUBS.md")),
         "libcuda.so.1",
         crate::generated::STUBS,

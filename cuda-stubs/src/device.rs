@@ -2,9 +2,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::config::{self, Config};
+use fake_gpu::config::{self, Config};
 use crate::ffi::*;
-use crate::identity;
+use fake_gpu::identity;
 use libc::{c_char, c_int, c_uint};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);

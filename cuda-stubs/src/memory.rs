@@ -11,7 +11,7 @@ use once_cell::sync::Lazy;
 use crate::context::{Ctx, current};
 use crate::device::cfg;
 use crate::ffi::*;
-use crate::shared::Shared;
+use fake_gpu::shared::Shared;
 use libc::{c_int, c_uint, c_void};
 
 pub type CUdeviceptr = u64;
@@ -221,7 +221,7 @@ static LEDGER: std::sync::OnceLock<Result<Ledger, String>> = std::sync::OnceLock
 
 /// Builds the process's ledger from the configuration (at cuInit): joins the FAKECUDA_SHARED
 /// file if there is one. The error names the problem.
-pub fn init_ledger(cfg: &crate::config::Config) -> Result<&'static Ledger, &'static str> {
+pub fn init_ledger(cfg: &fake_gpu::config::Config) -> Result<&'static Ledger, &'static str> {
     LEDGER
         .get_or_init(|| {
             let shared = match &cfg.shared {

@@ -20,7 +20,7 @@ use once_cell::sync::Lazy;
 
 use crate::device::{cfg, check_dev};
 use crate::ffi::*;
-use crate::identity::MAX_DEVICES;
+use fake_gpu::identity::MAX_DEVICES;
 use crate::memory::{CUdeviceptr, Kind, alloc, free, ledger};
 use crate::vmm::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccessDesc, CUmemLocation,

@@ -373,7 +373,7 @@ fn shared_mode_processes_share_devices_and_dead_ones_give_back() {
     assert_eq!(stat(&js, 0, "peak_used"), 4 * GIB, "{js}");
     assert_eq!(stat(&js, 0, "shared_peak_used"), 4 * GIB, "{js}");
     // Everyone left: the file says nothing is in use.
-    let s = crate::shared::Shared::observe(&path).unwrap().unwrap();
+    let s = fake_gpu::shared::Shared::observe(&path).unwrap().unwrap();
     assert_eq!((s.used(0), s.used(1)), (0, 0));
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(&stats_b);
@@ -435,8 +435,8 @@ fn visible_devices_and_mig_identity() {
     ]);
     s.ok("init");
     assert_eq!(s.ok("count"), "2");
-    assert_eq!(s.ok("uuid 0"), hex(&crate::identity::gpu_uuid(2)));
-    assert_eq!(s.ok("uuid2 1"), hex(&crate::identity::gpu_uuid(0)));
+    assert_eq!(s.ok("uuid 0"), hex(&fake_gpu::identity::gpu_uuid(2)));
+    assert_eq!(s.ok("uuid2 1"), hex(&fake_gpu::identity::gpu_uuid(0)));
     assert_eq!(s.ok("pci 0"), "00000000:03:00.0");
     assert_eq!(s.ok("name 0"), "FakeCUDA Device 2");
     assert_eq!(s.cmd("uuid 2"), format!("101 {}", hex(&[0; 16])));
@@ -453,10 +453,10 @@ fn visible_devices_and_mig_identity() {
     ]);
     m.ok("init");
     assert_eq!(m.ok("count"), "1");
-    assert_eq!(m.ok("uuid2 0"), hex(&crate::identity::mig_uuid(1)));
+    assert_eq!(m.ok("uuid2 0"), hex(&fake_gpu::identity::mig_uuid(1)));
     assert_eq!(
         m.ok("uuid 0"),
-        hex(&crate::identity::gpu_uuid(1)),
+        hex(&fake_gpu::identity::gpu_uuid(1)),
         "v1 names the parent GPU"
     );
     assert_eq!(m.ok("name 0"), "FakeCUDA Device 1 MIG 7g.40gb");

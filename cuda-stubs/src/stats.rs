@@ -18,7 +18,7 @@ pub fn register_at_exit() {
 
 extern "C" fn write_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        let Ok(cfg) = crate::config::get() else {
+        let Ok(cfg) = fake_gpu::config::get() else {
             return;
         };
         if let Some(path) = &cfg.stats_path

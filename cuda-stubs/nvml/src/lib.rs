@@ -9,19 +9,6 @@
 
 #![allow(non_snake_case, non_camel_case_types)]
 
-#[path = "../../../src/size.rs"]
-mod size;
-
-#[path = "../../src/config.rs"]
-mod config;
-#[path = "../../src/identity.rs"]
-mod identity;
-#[path = "../../src/shared.rs"]
-mod shared;
-#[cfg(test)]
-#[path = "../../src/stubs_doc.rs"]
-mod stubs_doc;
-
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
@@ -29,8 +16,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use libc::{c_char, c_int, c_uint};
 
-use config::Config;
-use shared::Shared;
+use fake_gpu::config::{self, Config};
+use fake_gpu::identity;
+use fake_gpu::shared::Shared;
 
 pub type nvmlReturn_t = c_uint;
 

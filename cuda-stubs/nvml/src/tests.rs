@@ -315,7 +315,7 @@ fn stubs_listing_matches_the_build() {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    stubs_doc::check(
+    fake_gpu::stubs_doc::check(
         std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../STUBS.md")),
         "libnvidia-ml.so.1",
         generated::STUBS,

@@ -1,7 +1,5 @@
 //! Who the fake devices are: UUIDs (GPU and MIG), names, PCI bus ids, and which of them
-//! `CUDA_VISIBLE_DEVICES` selects. Shared verbatim with the fake NVML (`nvml/`), so it
-//! only uses std: no `crate::` paths.
-#![allow(dead_code)]
+//! `CUDA_VISIBLE_DEVICES` selects. The fake libcuda and the fake NVML name them alike.
 
 /// At most this many physical devices (FAKECUDA_DEVICES).
 pub const MAX_DEVICES: usize = 64;
