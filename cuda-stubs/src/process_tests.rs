@@ -215,24 +215,29 @@ struct Shell {
     out: BufReader<ChildStdout>,
 }
 
+/// A copy of this test binary that runs `shell` with `env` (and no other FAKECUDA_* variable).
+fn shell_command(env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "process_tests::shell",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FAKECUDA_") || k == "CUDA_VISIBLE_DEVICES" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("FAKECUDA_TEST_SHELL", "1")
+        .envs(env.iter().copied());
+    cmd
+}
+
 impl Shell {
     fn spawn(env: &[(&str, &str)]) -> Shell {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            "--exact",
-            "process_tests::shell",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ]);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("FAKECUDA_") || k == "CUDA_VISIBLE_DEVICES" {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("FAKECUDA_TEST_SHELL", "1")
-            .envs(env.iter().copied());
-        let mut child = cmd
+        let mut child = shell_command(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -627,4 +632,55 @@ fn pool_access_of_other_devices() {
     assert_eq!(s.cmd("poolgrant 1 5 3"), "1", "no such device");
     assert_eq!(s.cmd("poolaccess 1 1"), "0 3");
     s.exit();
+}
+
+/// FAKECUDA_TRACE=1: one `fakecuda:` line per call with its name, its arguments (sizes in
+/// decimal, pointers in hex), its result by name and, in brackets, what it handed out.
+#[test]
+fn trace_lines_name_the_call_its_arguments_and_result() {
+    let mut child = shell_command(&[("FAKECUDA_TRACE", "1")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"init\nctx 0\nalloc 4096\nalloc 0\nfree 0\nexit\n")
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("fakecuda: "))
+        .collect();
+    let find = |name: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with(&format!("{name}(")))
+            .collect()
+    };
+    assert_eq!(find("cuInit"), ["cuInit(flags=0) -> CUDA_SUCCESS"], "{stderr}");
+    let retain = find("cuDevicePrimaryCtxRetain");
+    assert_eq!(retain.len(), 1, "{stderr}");
+    assert!(retain[0].starts_with("cuDevicePrimaryCtxRetain(pctx=0x"), "{stderr}");
+    assert!(retain[0].contains(", dev=0) -> CUDA_SUCCESS [ctx=0x"), "{stderr}");
+    let allocs = find("cuMemAlloc_v2");
+    assert_eq!(allocs.len(), 2, "{stderr}");
+    let ok = allocs[0];
+    assert!(ok.starts_with("cuMemAlloc_v2(dptr=0x"), "{ok}");
+    assert!(ok.contains(", bytesize=4096) -> CUDA_SUCCESS [ptr=0x"), "{ok}");
+    assert!(ok.ends_with(']'), "{ok}");
+    assert!(
+        allocs[1].ends_with(", bytesize=0) -> CUDA_ERROR_INVALID_VALUE"),
+        "{}",
+        allocs[1]
+    );
+    let free = find("cuMemFree_v2");
+    assert_eq!(free.len(), 1, "{stderr}");
+    let ptr = &ok[ok.find("[ptr=").unwrap() + 5..ok.len() - 1];
+    assert_eq!(free[0], format!("cuMemFree_v2(dptr={ptr}) -> CUDA_SUCCESS"));
 }
