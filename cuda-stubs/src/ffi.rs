@@ -22,19 +22,14 @@ pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
-static TRACE: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-    std::env::var("FAKECUDA_TRACE").is_ok_and(|v| !v.is_empty() && v != "0")
-});
-
+/// FAKECUDA_TRACE is on.
 pub fn tracing() -> bool {
-    *TRACE
+    fake_gpu::trace::enabled()
 }
 
-/// Writes one `fakecuda:` line to stderr (a single write, so lines of threads don't mix).
+/// Writes one `fakecuda:` line to stderr.
 pub fn log(msg: &str) {
-    use std::io::Write as _;
-    let line = format!("fakecuda: {msg}\n");
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    fake_gpu::trace::log("fakecuda", msg);
 }
 
 thread_local! {

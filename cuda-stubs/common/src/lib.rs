@@ -5,11 +5,13 @@
 //! - `identity`: UUIDs, names, PCI bus ids, CUDA_VISIBLE_DEVICES parsing
 //! - `shared`: the FAKECUDA_SHARED state file (memory of every process sharing the devices)
 //! - `stubs_doc`: the check of STUBS.md against the stubs a build generated (for tests)
+//! - `trace`: FAKECUDA_TRACE and the one-line log both write to stderr
 
 pub mod config;
 pub mod identity;
 pub mod shared;
 pub mod stubs_doc;
+pub mod trace;
 
 // TODO(lead): gpucap-core. Byte sizes (FAKECUDA_TOTAL_MEM, FAKECUDA_CONTEXT_MEM) use gpucap's
 // size grammar; switch this to the `gpucap-core` dependency (`gpucap_core::size`) at merge.

@@ -240,16 +240,9 @@ fn driver_version(cuda: i32) -> &'static str {
 
 // ---- the FFI edge ----
 
-fn tracing() -> bool {
-    static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *T.get_or_init(|| std::env::var("FAKECUDA_TRACE").is_ok_and(|v| !v.is_empty() && v != "0"))
-}
-
+/// Writes one `fakenvml:` line to stderr.
 fn log(msg: &str) {
-    use std::io::Write as _;
-    let _ = std::io::stderr()
-        .lock()
-        .write_all(format!("fakenvml: {msg}\n").as_bytes());
+    fake_gpu::trace::log("fakenvml", msg);
 }
 
 fn call(name: &str, body: impl FnOnce() -> Res) -> nvmlReturn_t {
@@ -258,7 +251,7 @@ fn call(name: &str, body: impl FnOnce() -> Res) -> nvmlReturn_t {
         Ok(Err(e)) => e,
         Err(_) => NVML_ERROR_UNKNOWN,
     };
-    if tracing() {
+    if fake_gpu::trace::enabled() {
         log(&format!("{name} -> {}", error_string(rc)));
     }
     rc
