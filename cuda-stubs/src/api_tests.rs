@@ -4,10 +4,11 @@
 use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
+use crate::abi::types::*;
+use crate::abi::*;
 use crate::array::*;
 use crate::context::*;
 use crate::device::*;
-use crate::ffi::*;
 use crate::memory::*;
 use crate::pool::*;
 use crate::procaddr::*;

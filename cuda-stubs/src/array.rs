@@ -17,33 +17,12 @@ use std::sync::Mutex;
 
 use once_cell::sync::Lazy;
 
+use crate::abi::types::*;
+use crate::abi::*;
 use crate::context::{Ctx, current};
 use crate::device::{cfg, check_dev};
-use crate::ffi::*;
 use crate::memory::ledger;
 use libc::{c_int, c_uint};
-
-/// CUDA_ARRAY_DESCRIPTOR (v2).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct CudaArrayDescriptor {
-    pub width: usize,
-    pub height: usize,
-    pub format: c_uint,
-    pub num_channels: c_uint,
-}
-
-/// CUDA_ARRAY3D_DESCRIPTOR (v2).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct CudaArray3dDescriptor {
-    pub width: usize,
-    pub height: usize,
-    pub depth: usize,
-    pub format: c_uint,
-    pub num_channels: c_uint,
-    pub flags: c_uint,
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Array {
@@ -129,7 +108,7 @@ pub fn free_all_of_context(ctx: Ctx) {
     }
 }
 
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuArrayCreate_v2(handle: *mut usize, desc: *const CudaArrayDescriptor) {
         let d = inp(desc)?;
         create(handle, CudaArray3dDescriptor {
@@ -186,10 +165,6 @@ crate::ffi::exports! {
 /// Alignment reported by the memory-requirements queries; sizes are rounded up to it.
 pub const ARRAY_ALIGNMENT: u64 = 512;
 
-const CUDA_ARRAY3D_LAYERED: c_uint = 0x01;
-const CUDA_ARRAY3D_CUBEMAP: c_uint = 0x04;
-const CUDA_ARRAY3D_DEFERRED_MAPPING: c_uint = 0x80;
-
 /// Bytes an array of this shape takes; INVALID_VALUE for bad shapes, OUT_OF_MEMORY on overflow.
 pub fn array_bytes(d: &CudaArray3dDescriptor) -> Result<u64, CUresult> {
     let elem = format_size(d.format).ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -242,17 +217,6 @@ pub fn mipmap_bytes(d: &CudaArray3dDescriptor, levels: u32) -> Result<u64, CUres
     })
 }
 
-/// CUDA_ARRAY_MEMORY_REQUIREMENTS.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CudaArrayMemoryRequirements {
-    pub size: usize,
-    pub alignment: usize,
-    pub reserved: [c_uint; 4],
-}
-
-const _: () = assert!(std::mem::size_of::<CudaArrayMemoryRequirements>() == 32);
-
 fn requirements(out_p: *mut CudaArrayMemoryRequirements, bytes: u64, device: c_int) -> CuResult {
     check_dev(device)?;
     out(
@@ -298,7 +262,7 @@ fn destroy_mipmap(m: &Mipmap, call: bool) {
     }
 }
 
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuArrayGetMemoryRequirements(reqs: *mut CudaArrayMemoryRequirements, array: usize, device: c_int) {
         cfg()?;
         let a = arrays().get(&array).copied().ok_or(CUDA_ERROR_INVALID_HANDLE)?;

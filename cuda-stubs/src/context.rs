@@ -12,8 +12,8 @@ use std::sync::Mutex;
 
 use once_cell::sync::Lazy;
 
+use crate::abi::*;
 use crate::device::{cfg, check_dev};
-use crate::ffi::*;
 use libc::{c_char, c_int, c_uint, c_void};
 
 /// CUcontext is the address of a leaked 8-byte box: unique and never reused.
@@ -209,7 +209,7 @@ fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     out(pctx, ctx)
 }
 
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuDevicePrimaryCtxRetain(pctx: *mut Ctx, dev: c_int) {
         let dev = check_dev(dev)?;
         if pctx.is_null() {

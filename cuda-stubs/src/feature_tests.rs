@@ -4,10 +4,11 @@
 use std::ptr::null_mut;
 use std::time::Instant;
 
+use crate::abi::types::*;
+use crate::abi::*;
 use crate::api_tests::{setup, used};
 use crate::array::*;
 use crate::context::*;
-use crate::ffi::*;
 use crate::ipc::*;
 use crate::memory::*;
 use crate::pool::*;

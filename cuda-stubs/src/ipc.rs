@@ -13,18 +13,12 @@ use std::sync::Mutex;
 
 use once_cell::sync::Lazy;
 
+use crate::abi::types::*;
+use crate::abi::*;
 use crate::context::current;
 use crate::device::cfg;
-use crate::ffi::*;
-use crate::memory::{CUdeviceptr, PtrInfo, ledger, unmap};
+use crate::memory::{PtrInfo, ledger, unmap};
 use libc::c_uint;
-
-/// CUipcMemHandle: 64 opaque bytes.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct CUipcMemHandle {
-    pub reserved: [u8; 64],
-}
 
 impl TraceArg for CUipcMemHandle {
     fn trace(&self, s: &mut String, _decimal: bool) {
@@ -150,7 +144,7 @@ fn open_mapping(c: &Contents) -> Result<usize, CUresult> {
     Ok(p as usize)
 }
 
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdeviceptr) {
         let l = ledger()?;
         if handle.is_null() {

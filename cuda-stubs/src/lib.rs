@@ -8,10 +8,10 @@
 
 #![allow(non_snake_case)]
 
+mod abi;
 mod array;
 mod context;
 mod device;
-mod ffi;
 mod ipc;
 mod memory;
 mod pool;

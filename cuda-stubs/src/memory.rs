@@ -8,13 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use once_cell::sync::Lazy;
 
+use crate::abi::types::CUdeviceptr;
+use crate::abi::*;
 use crate::context::{Ctx, current};
 use crate::device::cfg;
-use crate::ffi::*;
 use fake_gpu::shared::Shared;
 use libc::{c_int, c_uint, c_void};
-
-pub type CUdeviceptr = u64;
 
 /// Counters of one device (this process's view).
 #[derive(Debug, Default)]
@@ -692,7 +691,7 @@ fn write_attribute(data: *mut c_void, attr: c_int, ptr: usize, info: &PtrInfo) -
     }
 }
 
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) {
         let (ctx, dev) = current()?;
         if dptr.is_null() {

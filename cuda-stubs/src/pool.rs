@@ -18,65 +18,16 @@ use std::sync::Mutex;
 
 use once_cell::sync::Lazy;
 
+use crate::abi::types::*;
+use crate::abi::*;
 use crate::device::{cfg, check_dev};
-use crate::ffi::*;
+use crate::memory::{Kind, alloc, free, ledger};
 use fake_gpu::identity::MAX_DEVICES;
-use crate::memory::{CUdeviceptr, Kind, alloc, free, ledger};
-use crate::vmm::{
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccessDesc, CUmemLocation,
-};
 use libc::{c_int, c_void};
 
-/// CUmemPoolProps (CUDA 12.9 layout, 88 bytes).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct CUmemPoolProps {
-    pub alloc_type: c_int,
-    pub handle_types: c_int,
-    pub location: CUmemLocation,
-    pub win32_security_attributes: usize, // void*
-    pub max_size: usize,
-    pub usage: u16,
-    pub reserved: [u8; 54],
-}
-
-const _: () = assert!(std::mem::size_of::<CUmemPoolProps>() == 88);
-
-// CUmemPool_attribute
-const ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: c_int = 1;
-const ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: c_int = 3;
-const ATTR_RELEASE_THRESHOLD: c_int = 4;
-const ATTR_RESERVED_MEM_CURRENT: c_int = 5;
-const ATTR_RESERVED_MEM_HIGH: c_int = 6;
-const ATTR_USED_MEM_CURRENT: c_int = 7;
-const ATTR_USED_MEM_HIGH: c_int = 8;
-// Added by CUDA 13.2 (read-only): the pool's kind and where it lives.
-const ATTR_ALLOCATION_TYPE: c_int = 9;
-const ATTR_EXPORT_HANDLE_TYPES: c_int = 10;
-const ATTR_LOCATION_ID: c_int = 11;
-const ATTR_LOCATION_TYPE: c_int = 12;
-const ATTR_MAX_POOL_SIZE: c_int = 13;
-const ATTR_HW_DECOMPRESS_ENABLED: c_int = 14;
-// Added by CUDA 13.4 (read-only): -1 when the pool is not localized.
-const ATTR_LOCALITY_DOMAIN_ID: c_int = 15;
 /// The first driver versions that know attributes 9..=14 and 15.
 const LOCATION_ATTRS_SINCE: i32 = 13020;
 const LOCALITY_ATTR_SINCE: i32 = 13040;
-
-/// CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS (CUmemPoolProps.usage).
-const USAGE_HW_DECOMPRESS: u16 = 2;
-
-// CUmemLocationType values other than DEVICE, and CU_MEM_ALLOCATION_TYPE_MANAGED.
-const LOCATION_TYPE_NONE: c_int = 0;
-const LOCATION_TYPE_HOST: c_int = 2;
-const LOCATION_TYPE_HOST_NUMA: c_int = 3;
-const LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN: c_int = 6;
-const ALLOCATION_TYPE_MANAGED: c_int = 2;
-
-/// CUmemAccess_flags: NONE, READ, READWRITE.
-const ACCESS_NONE: c_int = 0;
-const ACCESS_READ: c_int = 1;
-const ACCESS_READWRITE: c_int = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pool {
@@ -119,9 +70,9 @@ impl Pool {
             usage: 0,
             access: std::array::from_fn(|d| {
                 if d == dev {
-                    ACCESS_READWRITE
+                    CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                 } else {
-                    ACCESS_NONE
+                    CU_MEM_ACCESS_FLAGS_PROT_NONE
                 }
             }),
             destroyed: false,
@@ -131,7 +82,7 @@ impl Pool {
     /// A read-only attribute of the pool's kind and place (CUDA 13.2+), as the driver of
     /// `driver_version` answers it: None if that driver does not know `attr`.
     fn kind_attribute(&self, attr: c_int, driver_version: i32) -> Option<u64> {
-        let since = if attr == ATTR_LOCALITY_DOMAIN_ID {
+        let since = if attr == CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID {
             LOCALITY_ATTR_SINCE
         } else {
             LOCATION_ATTRS_SINCE
@@ -140,13 +91,15 @@ impl Pool {
             return None;
         }
         Some(match attr {
-            ATTR_ALLOCATION_TYPE => CU_MEM_ALLOCATION_TYPE_PINNED as u64,
-            ATTR_EXPORT_HANDLE_TYPES => self.handle_types as u64,
-            ATTR_LOCATION_ID => self.dev as u64,
-            ATTR_LOCATION_TYPE => CU_MEM_LOCATION_TYPE_DEVICE as u64,
-            ATTR_MAX_POOL_SIZE => self.max_size,
-            ATTR_HW_DECOMPRESS_ENABLED => (self.usage & USAGE_HW_DECOMPRESS != 0) as u64,
-            ATTR_LOCALITY_DOMAIN_ID => -1i64 as u64,
+            CU_MEMPOOL_ATTR_ALLOCATION_TYPE => CU_MEM_ALLOCATION_TYPE_PINNED as u64,
+            CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES => self.handle_types as u64,
+            CU_MEMPOOL_ATTR_LOCATION_ID => self.dev as u64,
+            CU_MEMPOOL_ATTR_LOCATION_TYPE => CU_MEM_LOCATION_TYPE_DEVICE as u64,
+            CU_MEMPOOL_ATTR_MAX_POOL_SIZE => self.max_size,
+            CU_MEMPOOL_ATTR_HW_DECOMPRESS_ENABLED => {
+                (self.usage & CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS != 0) as u64
+            }
+            CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID => -1i64 as u64,
             _ => return None,
         })
     }
@@ -321,20 +274,22 @@ fn pool_location(
     let loc = inp(location)?;
     let managed = match alloc_type {
         CU_MEM_ALLOCATION_TYPE_PINNED => false,
-        ALLOCATION_TYPE_MANAGED => true,
+        CU_MEM_ALLOCATION_TYPE_MANAGED => true,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     };
     match (loc.type_, managed) {
         (CU_MEM_LOCATION_TYPE_DEVICE, false) => check_dev(loc.id).map_err(|_| bad_device),
         (
             CU_MEM_LOCATION_TYPE_DEVICE
-            | LOCATION_TYPE_HOST
-            | LOCATION_TYPE_HOST_NUMA
-            | LOCATION_TYPE_NONE,
+            | CU_MEM_LOCATION_TYPE_HOST
+            | CU_MEM_LOCATION_TYPE_HOST_NUMA
+            | CU_MEM_LOCATION_TYPE_NONE,
             true,
         )
         | (
-            LOCATION_TYPE_HOST | LOCATION_TYPE_HOST_NUMA | LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN,
+            CU_MEM_LOCATION_TYPE_HOST
+            | CU_MEM_LOCATION_TYPE_HOST_NUMA
+            | CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN,
             false,
         ) => Err(CUDA_ERROR_NOT_SUPPORTED),
         _ => Err(CUDA_ERROR_INVALID_VALUE),
@@ -370,7 +325,7 @@ fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: 
     out(dptr, alloc(dev, ctx, size as u64, Kind::Pool(pool))?)
 }
 
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int) {
         let dev = check_dev(dev)?;
         let mut ps = pools();
@@ -455,15 +410,15 @@ crate::ffi::exports! {
         let mut ps = pools();
         let p = ps.pools.get_mut(&pool).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         match attr {
-            ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
+            CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
                 p.reuse[attr as usize - 1] = inp(value.cast::<c_int>())?
             }
-            ATTR_RELEASE_THRESHOLD => p.release_threshold = inp(value.cast::<u64>())?,
-            ATTR_RESERVED_MEM_HIGH | ATTR_USED_MEM_HIGH => {
+            CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => p.release_threshold = inp(value.cast::<u64>())?,
+            CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | CU_MEMPOOL_ATTR_USED_MEM_HIGH => {
                 if inp(value.cast::<u64>())? != 0 {
                     return Err(CUDA_ERROR_INVALID_VALUE);
                 }
-                if attr == ATTR_RESERVED_MEM_HIGH {
+                if attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH {
                     p.reserved_high = p.reserved;
                 } else {
                     p.used_high = p.used;
@@ -477,15 +432,15 @@ crate::ffi::exports! {
     fn cuMemPoolGetAttribute(pool: usize, attr: c_int, value: *mut c_void) {
         let p = pool_get(pool)?;
         match attr {
-            ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
+            CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
                 out(value.cast::<c_int>(), p.reuse[attr as usize - 1])
             }
-            ATTR_RELEASE_THRESHOLD => out(value.cast::<u64>(), p.release_threshold),
-            ATTR_RESERVED_MEM_CURRENT => out(value.cast::<u64>(), p.reserved),
-            ATTR_RESERVED_MEM_HIGH => out(value.cast::<u64>(), p.reserved_high),
-            ATTR_USED_MEM_CURRENT => out(value.cast::<u64>(), p.used),
-            ATTR_USED_MEM_HIGH => out(value.cast::<u64>(), p.used_high),
-            ATTR_MAX_POOL_SIZE => {
+            CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => out(value.cast::<u64>(), p.release_threshold),
+            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => out(value.cast::<u64>(), p.reserved),
+            CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => out(value.cast::<u64>(), p.reserved_high),
+            CU_MEMPOOL_ATTR_USED_MEM_CURRENT => out(value.cast::<u64>(), p.used),
+            CU_MEMPOOL_ATTR_USED_MEM_HIGH => out(value.cast::<u64>(), p.used_high),
+            CU_MEMPOOL_ATTR_MAX_POOL_SIZE => {
                 let v = p.kind_attribute(attr, cfg()?.driver_version).ok_or(CUDA_ERROR_INVALID_VALUE)?;
                 out(value.cast::<u64>(), v)
             }
@@ -510,8 +465,8 @@ crate::ffi::exports! {
                 .then(|| check_dev(d.location.id).ok())
                 .flatten()
                 .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-            let valid = matches!(d.flags, ACCESS_NONE | ACCESS_READ | ACCESS_READWRITE)
-                && (dev != p.dev || d.flags == ACCESS_READWRITE);
+            let valid = matches!(d.flags, CU_MEM_ACCESS_FLAGS_PROT_NONE | CU_MEM_ACCESS_FLAGS_PROT_READ | CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                && (dev != p.dev || d.flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
             if !valid {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
@@ -531,7 +486,7 @@ crate::ffi::exports! {
         let access = if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
             p.access[check_dev(loc.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?]
         } else {
-            ACCESS_NONE
+            CU_MEM_ACCESS_FLAGS_PROT_NONE
         };
         out(flags, access)
     }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use once_cell::sync::Lazy;
 
-use crate::ffi::*;
+use crate::abi::*;
 use libc::{c_char, c_int, c_void};
 
 /// CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.
@@ -142,7 +142,7 @@ fn get_proc_address(
     }
 }
 
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) {
         get_proc_address(symbol, pfn, cuda_version, flags, std::ptr::null_mut())
     }

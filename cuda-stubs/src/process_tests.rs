@@ -7,13 +7,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
+use crate::abi::types::*;
+use crate::abi::*;
 use crate::context::*;
 use crate::device::*;
-use crate::ffi::*;
 use crate::ipc::*;
 use crate::memory::*;
 use crate::pool::*;
-use crate::vmm::{CUmemAccessDesc, CUmemLocation};
 use libc::c_int;
 use std::ptr::null;
 
@@ -663,16 +663,29 @@ fn trace_lines_name_the_call_its_arguments_and_result() {
             .filter(|l| l.starts_with(&format!("{name}(")))
             .collect()
     };
-    assert_eq!(find("cuInit"), ["cuInit(flags=0) -> CUDA_SUCCESS"], "{stderr}");
+    assert_eq!(
+        find("cuInit"),
+        ["cuInit(flags=0) -> CUDA_SUCCESS"],
+        "{stderr}"
+    );
     let retain = find("cuDevicePrimaryCtxRetain");
     assert_eq!(retain.len(), 1, "{stderr}");
-    assert!(retain[0].starts_with("cuDevicePrimaryCtxRetain(pctx=0x"), "{stderr}");
-    assert!(retain[0].contains(", dev=0) -> CUDA_SUCCESS [ctx=0x"), "{stderr}");
+    assert!(
+        retain[0].starts_with("cuDevicePrimaryCtxRetain(pctx=0x"),
+        "{stderr}"
+    );
+    assert!(
+        retain[0].contains(", dev=0) -> CUDA_SUCCESS [ctx=0x"),
+        "{stderr}"
+    );
     let allocs = find("cuMemAlloc_v2");
     assert_eq!(allocs.len(), 2, "{stderr}");
     let ok = allocs[0];
     assert!(ok.starts_with("cuMemAlloc_v2(dptr=0x"), "{ok}");
-    assert!(ok.contains(", bytesize=4096) -> CUDA_SUCCESS [ptr=0x"), "{ok}");
+    assert!(
+        ok.contains(", bytesize=4096) -> CUDA_SUCCESS [ptr=0x"),
+        "{ok}"
+    );
     assert!(ok.ends_with(']'), "{ok}");
     assert!(
         allocs[1].ends_with(", bytesize=0) -> CUDA_ERROR_INVALID_VALUE"),

@@ -27,7 +27,7 @@ extern "C" fn write_at_exit() {
                 &to_json(std::process::id(), &crate::memory::all_stats()),
             )
         {
-            crate::ffi::log(&format!(
+            crate::abi::log(&format!(
                 "cannot write FAKECUDA_STATS={}: {e}",
                 path.display()
             ));

@@ -9,9 +9,10 @@ use std::time::Instant;
 
 use once_cell::sync::Lazy;
 
+use crate::abi::types::*;
+use crate::abi::*;
 use crate::context::{Ctx, current};
 use crate::device::cfg;
-use crate::ffi::*;
 use libc::{c_int, c_uint, c_void};
 
 #[derive(Debug, Clone, Copy)]
@@ -122,16 +123,9 @@ fn elapsed(ms: *mut f32, start: usize, end: usize) -> CuResult {
     }
 }
 
-/// CU_STREAM_CAPTURE_STATUS_NONE.
-pub const CAPTURE_STATUS_NONE: c_int = 0;
-/// CU_STREAM_CAPTURE_MODE_GLOBAL, the default mode of a thread.
-pub const CAPTURE_MODE_GLOBAL: c_int = 0;
-/// CU_STREAM_CAPTURE_MODE_RELAXED, the last valid mode.
-const CAPTURE_MODE_RELAXED: c_int = 2;
-
 thread_local! {
     /// This thread's stream capture mode (cuThreadExchangeStreamCaptureMode).
-    static CAPTURE_MODE: std::cell::Cell<c_int> = const { std::cell::Cell::new(CAPTURE_MODE_GLOBAL) };
+    static CAPTURE_MODE: std::cell::Cell<c_int> = const { std::cell::Cell::new(CU_STREAM_CAPTURE_MODE_GLOBAL) };
 }
 
 /// Writes `v` through an optional output pointer (NULL: nothing to write).
@@ -156,7 +150,7 @@ fn capture_info(
     if status.is_null() || (!edges.is_null() && deps.is_null()) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    out(status, CAPTURE_STATUS_NONE)?;
+    out(status, CU_STREAM_CAPTURE_STATUS_NONE)?;
     out_opt(id, 0)?;
     out_opt(graph, 0)?;
     out_opt(deps, std::ptr::null())?;
@@ -164,10 +158,7 @@ fn capture_info(
     out_opt(count, 0)
 }
 
-type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
-type StreamCallback = Option<unsafe extern "C" fn(usize, u32, *mut c_void)>;
-
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuStreamCreate(ph: *mut usize, flags: c_uint) {
         create(ph, flags, 0)
     }
@@ -230,7 +221,7 @@ crate::ffi::exports! {
 
     fn cuStreamIsCapturing | cuStreamIsCapturing_ptsz (stream: usize, status: *mut c_int) {
         check(stream)?;
-        out(status, CAPTURE_STATUS_NONE)
+        out(status, CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
     // CUDA 10.1: (status, id).
@@ -252,7 +243,7 @@ crate::ffi::exports! {
     fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) {
         cfg()?;
         let new = inp(mode.cast_const())?;
-        if !(CAPTURE_MODE_GLOBAL..=CAPTURE_MODE_RELAXED).contains(&new) {
+        if !(CU_STREAM_CAPTURE_MODE_GLOBAL..=CU_STREAM_CAPTURE_MODE_RELAXED).contains(&new) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let old = CAPTURE_MODE.with(|m| m.replace(new));

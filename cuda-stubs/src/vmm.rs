@@ -14,50 +14,14 @@ use std::sync::Mutex;
 
 use once_cell::sync::Lazy;
 
+use crate::abi::types::*;
+use crate::abi::*;
 use crate::context::current;
 use crate::device::{cfg, check_dev};
-use crate::ffi::*;
-use crate::memory::{CUdeviceptr, PtrInfo, ledger, page_size};
+use crate::memory::{PtrInfo, ledger, page_size};
 use libc::{c_int, c_void};
 
 pub const GRANULARITY: usize = 2 << 20;
-
-/// CUmemLocation.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct CUmemLocation {
-    pub type_: c_int,
-    pub id: c_int,
-}
-
-/// CUmemAllocationProp (CUDA 12.9 layout, 32 bytes).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct CUmemAllocationProp {
-    pub type_: c_int,
-    pub requested_handle_types: c_int,
-    pub location: CUmemLocation,
-    pub win32_handle_meta_data: usize, // void*
-    pub compression_type: u8,
-    pub gpu_direct_rdma_capable: u8,
-    pub usage: u16,
-    pub reserved: [u8; 4],
-}
-
-/// CUmemAccessDesc.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct CUmemAccessDesc {
-    pub location: CUmemLocation,
-    pub flags: c_int,
-}
-
-const _: () = assert!(std::mem::size_of::<CUmemAllocationProp>() == 32);
-const _: () = assert!(std::mem::size_of::<CUmemAccessDesc>() == 12);
-
-pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
-pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
-pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_int = 1;
 
 /// Where a physical allocation's bytes live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,7 +271,7 @@ fn check_alloc_prop(prop: &CUmemAllocationProp) -> Result<usize, CUresult> {
     check_dev(prop.location.id).map_err(|_| CUDA_ERROR_INVALID_DEVICE)
 }
 
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: c_int) {
         cfg()?;
         check_alloc_prop(&inp(prop)?)?;
