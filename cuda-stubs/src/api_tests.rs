@@ -6,14 +6,16 @@ use std::sync::Mutex;
 
 use crate::abi::types::*;
 use crate::abi::*;
-use crate::array::*;
-use crate::context::*;
-use crate::device::*;
-use crate::memory::*;
-use crate::pool::*;
+use crate::api::array::*;
+use crate::api::context::*;
+use crate::api::copy::*;
+use crate::api::device::*;
+use crate::api::memory::*;
+use crate::api::pool::*;
+use crate::api::procaddr::*;
+use crate::api::stream::*;
+use crate::api::vmm::*;
 use crate::procaddr::*;
-use crate::stream::*;
-use crate::vmm::*;
 
 pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 

@@ -8,17 +8,14 @@
 
 #![allow(non_snake_case)]
 
+// Bottom to top: `abi` (the C edge: codes, types, the exports! macro) and `procaddr` (the
+// cuGetProcAddress table) import nothing; `model` (device state) imports `abi`; `api` (the
+// exported functions) and `stats` (the exit-time file) import both.
 mod abi;
-mod array;
-mod context;
-mod device;
-mod ipc;
-mod memory;
-mod pool;
+mod api;
+mod model;
 mod procaddr;
 mod stats;
-mod stream;
-mod vmm;
 
 #[cfg(test)]
 mod api_tests;

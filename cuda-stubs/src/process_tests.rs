@@ -9,11 +9,13 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use crate::abi::types::*;
 use crate::abi::*;
-use crate::context::*;
-use crate::device::*;
-use crate::ipc::*;
-use crate::memory::*;
-use crate::pool::*;
+use crate::api::context::*;
+use crate::api::copy::*;
+use crate::api::device::*;
+use crate::api::ipc::*;
+use crate::api::memory::*;
+use crate::api::pool::*;
+use crate::model::device::ledger;
 use libc::c_int;
 use std::ptr::null;
 

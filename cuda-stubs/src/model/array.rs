@@ -17,30 +17,51 @@ use std::sync::Mutex;
 
 use once_cell::sync::Lazy;
 
+use super::ctx::Ctx;
+use super::device::ledger;
+use super::os::new_handle;
 use crate::abi::types::*;
 use crate::abi::*;
-use crate::context::{Ctx, current};
-use crate::device::{cfg, check_dev};
-use crate::memory::ledger;
-use libc::{c_int, c_uint};
+use libc::c_uint;
 
+/// A CUDA array, or a level of a mipmapped array.
 #[derive(Debug, Clone, Copy)]
-struct Array {
-    dev: usize,
-    ctx: Ctx,
+pub struct Array {
+    pub dev: usize,
+    pub ctx: Ctx,
     /// Bytes charged (0 for deferred mapping and mipmap levels).
-    size: u64,
+    pub size: u64,
     /// Bytes of the size model (what the memory requirements report).
-    bytes: u64,
-    desc: CudaArray3dDescriptor,
+    pub bytes: u64,
+    pub desc: CudaArray3dDescriptor,
     /// The mipmapped array this is a level of (not destroyed on its own).
-    level_of: Option<usize>,
+    pub level_of: Option<usize>,
 }
 
 static ARRAYS: Lazy<Mutex<HashMap<usize, Array>>> = Lazy::new(Default::default);
 
 fn arrays() -> std::sync::MutexGuard<'static, HashMap<usize, Array>> {
     ARRAYS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug, Clone)]
+struct Mipmap {
+    dev: usize,
+    ctx: Ctx,
+    /// Bytes charged (0 for deferred mapping).
+    charged: u64,
+    /// Bytes of the size model.
+    bytes: u64,
+    desc: CudaArray3dDescriptor,
+    levels: u32,
+    /// Level arrays handed out by cuMipmappedArrayGetLevel (level, handle).
+    level_arrays: Vec<(u32, usize)>,
+}
+
+static MIPMAPS: Lazy<Mutex<HashMap<usize, Mipmap>>> = Lazy::new(Default::default);
+
+fn mipmaps() -> std::sync::MutexGuard<'static, HashMap<usize, Mipmap>> {
+    MIPMAPS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Bytes of one channel of a CUarray_format (packed and block formats approximated as 4).
@@ -53,113 +74,6 @@ fn format_size(format: c_uint) -> Option<u64> {
         0x91..=0x9f | 0xa1..=0xa9 | 0xb0..=0xb3 => 4,
         _ => return None,
     })
-}
-
-fn create(handle: *mut usize, desc: CudaArray3dDescriptor) -> CuResult {
-    let (ctx, dev) = current()?;
-    if handle.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let bytes = array_bytes(&desc)?;
-    let size = if desc.flags & CUDA_ARRAY3D_DEFERRED_MAPPING != 0 {
-        0
-    } else {
-        bytes
-    };
-    if size > 0 {
-        ledger()?.reserve(dev, size)?;
-    }
-    let h = Box::into_raw(Box::new(0u64)) as usize;
-    arrays().insert(
-        h,
-        Array {
-            dev,
-            ctx,
-            size,
-            bytes,
-            desc,
-            level_of: None,
-        },
-    );
-    note(|| format!("array={h:#x}, bytes={bytes}"));
-    out(handle, h)
-}
-
-/// Frees the arrays and mipmapped arrays of a destroyed context (not counted as free calls).
-pub fn free_all_of_context(ctx: Ctx) {
-    let Ok(l) = ledger() else { return };
-    arrays().retain(|_, a| {
-        if a.ctx == ctx && a.size > 0 {
-            l.release(a.dev, a.size, false);
-        }
-        a.ctx != ctx
-    });
-    let gone: Vec<Mipmap> = {
-        let mut mm = mipmaps();
-        let keys: Vec<usize> = mm
-            .iter()
-            .filter(|(_, m)| m.ctx == ctx)
-            .map(|(&h, _)| h)
-            .collect();
-        keys.iter().filter_map(|h| mm.remove(h)).collect()
-    };
-    for m in &gone {
-        destroy_mipmap(m, false);
-    }
-}
-
-crate::abi::exports! {
-    fn cuArrayCreate_v2(handle: *mut usize, desc: *const CudaArrayDescriptor) {
-        let d = inp(desc)?;
-        create(handle, CudaArray3dDescriptor {
-            width: d.width,
-            height: d.height,
-            depth: 0,
-            format: d.format,
-            num_channels: d.num_channels,
-            flags: 0,
-        })
-    }
-
-    fn cuArray3DCreate_v2(handle: *mut usize, desc: *const CudaArray3dDescriptor) {
-        create(handle, inp(desc)?)
-    }
-
-    fn cuArrayDestroy(handle: usize) {
-        let l = ledger()?;
-        let mut arr = arrays();
-        match arr.get(&handle) {
-            Some(a) if a.level_of.is_none() => {
-                let a = arr.remove(&handle).unwrap();
-                drop(arr);
-                if a.size > 0 {
-                    l.release(a.dev, a.size, true);
-                }
-                Ok(())
-            }
-            _ => Err(CUDA_ERROR_INVALID_HANDLE),
-        }
-    }
-
-    fn cuArrayGetDescriptor_v2(desc: *mut CudaArrayDescriptor, handle: usize) {
-        cfg()?;
-        let a = arrays().get(&handle).copied().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if a.desc.depth != 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        out(desc, CudaArrayDescriptor {
-            width: a.desc.width,
-            height: a.desc.height,
-            format: a.desc.format,
-            num_channels: a.desc.num_channels,
-        })
-    }
-
-    fn cuArray3DGetDescriptor_v2(desc: *mut CudaArray3dDescriptor, handle: usize) {
-        cfg()?;
-        let a = arrays().get(&handle).copied().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        out(desc, a.desc)
-    }
 }
 
 /// Alignment reported by the memory-requirements queries; sizes are rounded up to it.
@@ -217,39 +131,130 @@ pub fn mipmap_bytes(d: &CudaArray3dDescriptor, levels: u32) -> Result<u64, CUres
     })
 }
 
-fn requirements(out_p: *mut CudaArrayMemoryRequirements, bytes: u64, device: c_int) -> CuResult {
-    check_dev(device)?;
-    out(
-        out_p,
-        CudaArrayMemoryRequirements {
-            size: bytes as usize,
-            alignment: ARRAY_ALIGNMENT as usize,
-            reserved: [0; 4],
+/// A new array of context `ctx` on `dev` (cuArrayCreate, cuArray3DCreate), charged unless
+/// its mapping is deferred: (handle, bytes of the size model).
+pub fn create(ctx: Ctx, dev: usize, desc: CudaArray3dDescriptor) -> Result<(usize, u64), CUresult> {
+    let bytes = array_bytes(&desc)?;
+    let size = if desc.flags & CUDA_ARRAY3D_DEFERRED_MAPPING != 0 {
+        0
+    } else {
+        bytes
+    };
+    if size > 0 {
+        ledger()?.reserve(dev, size)?;
+    }
+    let h = new_handle();
+    arrays().insert(
+        h,
+        Array {
+            dev,
+            ctx,
+            size,
+            bytes,
+            desc,
+            level_of: None,
         },
-    )
+    );
+    Ok((h, bytes))
 }
 
-#[derive(Debug, Clone)]
-struct Mipmap {
-    dev: usize,
+/// An array or mipmap level.
+pub fn get(handle: usize) -> Option<Array> {
+    arrays().get(&handle).copied()
+}
+
+/// Destroys an array (cuArrayDestroy): a free call. A mipmap level goes only with its
+/// mipmapped array (CUDA_ERROR_INVALID_HANDLE).
+pub fn destroy(handle: usize) -> CuResult {
+    let l = ledger()?;
+    let mut arr = arrays();
+    match arr.get(&handle) {
+        Some(a) if a.level_of.is_none() => {
+            let a = arr.remove(&handle).unwrap();
+            drop(arr);
+            if a.size > 0 {
+                l.release(a.dev, a.size, true);
+            }
+            Ok(())
+        }
+        _ => Err(CUDA_ERROR_INVALID_HANDLE),
+    }
+}
+
+/// A new mipmapped array of `levels` levels (cuMipmappedArrayCreate), charged unless its
+/// mapping is deferred: (handle, bytes of the size model).
+pub fn create_mipmap(
     ctx: Ctx,
-    /// Bytes charged (0 for deferred mapping).
-    charged: u64,
-    /// Bytes of the size model.
-    bytes: u64,
+    dev: usize,
     desc: CudaArray3dDescriptor,
     levels: u32,
-    /// Level arrays handed out by cuMipmappedArrayGetLevel (level, handle).
-    level_arrays: Vec<(u32, usize)>,
+) -> Result<(usize, u64), CUresult> {
+    let bytes = mipmap_bytes(&desc, levels)?;
+    let charged = if desc.flags & CUDA_ARRAY3D_DEFERRED_MAPPING != 0 {
+        0
+    } else {
+        bytes
+    };
+    if charged > 0 {
+        ledger()?.reserve(dev, charged)?;
+    }
+    let h = new_handle();
+    mipmaps().insert(
+        h,
+        Mipmap {
+            dev,
+            ctx,
+            charged,
+            bytes,
+            desc,
+            levels,
+            level_arrays: Vec::new(),
+        },
+    );
+    Ok((h, bytes))
 }
 
-static MIPMAPS: Lazy<Mutex<HashMap<usize, Mipmap>>> = Lazy::new(Default::default);
-
-fn mipmaps() -> std::sync::MutexGuard<'static, HashMap<usize, Mipmap>> {
-    MIPMAPS.lock().unwrap_or_else(|e| e.into_inner())
+/// Bytes of the size model of a mipmapped array.
+pub fn mipmap_size(handle: usize) -> Option<u64> {
+    mipmaps().get(&handle).map(|m| m.bytes)
 }
 
-fn destroy_mipmap(m: &Mipmap, call: bool) {
+/// The array of level `level` of a mipmapped array (cuMipmappedArrayGetLevel): made on
+/// first use, not charged on its own.
+pub fn mipmap_level(handle: usize, level: u32) -> Result<usize, CUresult> {
+    let mut mm = mipmaps();
+    let m = mm.get_mut(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    if level >= m.levels {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if let Some(&(_, h)) = m.level_arrays.iter().find(|(l, _)| *l == level) {
+        return Ok(h);
+    }
+    let desc = level_desc(&m.desc, level);
+    let h = new_handle();
+    arrays().insert(
+        h,
+        Array {
+            dev: m.dev,
+            ctx: m.ctx,
+            size: 0,
+            bytes: array_bytes(&desc)?,
+            desc,
+            level_of: Some(handle),
+        },
+    );
+    m.level_arrays.push((level, h));
+    Ok(h)
+}
+
+/// Destroys a mipmapped array and its level arrays (cuMipmappedArrayDestroy): a free call.
+pub fn destroy_mipmap(handle: usize) -> CuResult {
+    let m = mipmaps().remove(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    release_mipmap(&m, true);
+    Ok(())
+}
+
+fn release_mipmap(m: &Mipmap, call: bool) {
     let mut arr = arrays();
     for (_, h) in &m.level_arrays {
         arr.remove(h);
@@ -262,61 +267,26 @@ fn destroy_mipmap(m: &Mipmap, call: bool) {
     }
 }
 
-crate::abi::exports! {
-    fn cuArrayGetMemoryRequirements(reqs: *mut CudaArrayMemoryRequirements, array: usize, device: c_int) {
-        cfg()?;
-        let a = arrays().get(&array).copied().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        requirements(reqs, a.bytes, device)
-    }
-
-    fn cuMipmappedArrayCreate(handle: *mut usize, desc: *const CudaArray3dDescriptor, levels: c_uint) {
-        let (ctx, dev) = current()?;
-        let desc = inp(desc)?;
-        if handle.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
+/// Frees the arrays and mipmapped arrays of a context that ended (not counted as free calls).
+pub fn free_all_of_context(ctx: Ctx) {
+    let Ok(l) = ledger() else { return };
+    arrays().retain(|_, a| {
+        if a.ctx == ctx && a.size > 0 {
+            l.release(a.dev, a.size, false);
         }
-        let bytes = mipmap_bytes(&desc, levels)?;
-        let charged = if desc.flags & CUDA_ARRAY3D_DEFERRED_MAPPING != 0 { 0 } else { bytes };
-        if charged > 0 {
-            ledger()?.reserve(dev, charged)?;
-        }
-        let h = Box::into_raw(Box::new(0u64)) as usize;
-        mipmaps().insert(h, Mipmap { dev, ctx, charged, bytes, desc, levels, level_arrays: Vec::new() });
-        note(|| format!("mipmap={h:#x}, bytes={bytes}"));
-        out(handle, h)
-    }
-
-    fn cuMipmappedArrayDestroy(handle: usize) {
-        cfg()?;
-        let m = mipmaps().remove(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        destroy_mipmap(&m, true);
-        Ok(())
-    }
-
-    fn cuMipmappedArrayGetLevel(level_array: *mut usize, handle: usize, level: c_uint) {
-        cfg()?;
-        if level_array.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
+        a.ctx != ctx
+    });
+    let gone: Vec<Mipmap> = {
         let mut mm = mipmaps();
-        let m = mm.get_mut(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if level >= m.levels {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        if let Some(&(_, h)) = m.level_arrays.iter().find(|(l, _)| *l == level) {
-            return out(level_array, h);
-        }
-        let desc = level_desc(&m.desc, level);
-        let h = Box::into_raw(Box::new(0u64)) as usize;
-        arrays().insert(h, Array { dev: m.dev, ctx: m.ctx, size: 0, bytes: array_bytes(&desc)?, desc, level_of: Some(handle) });
-        m.level_arrays.push((level, h));
-        out(level_array, h)
-    }
-
-    fn cuMipmappedArrayGetMemoryRequirements(reqs: *mut CudaArrayMemoryRequirements, handle: usize, device: c_int) {
-        cfg()?;
-        let bytes = mipmaps().get(&handle).map(|m| m.bytes).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        requirements(reqs, bytes, device)
+        let keys: Vec<usize> = mm
+            .iter()
+            .filter(|(_, m)| m.ctx == ctx)
+            .map(|(&h, _)| h)
+            .collect();
+        keys.iter().filter_map(|h| mm.remove(h)).collect()
+    };
+    for m in &gone {
+        release_mipmap(m, false);
     }
 }
 

@@ -18,12 +18,12 @@ use std::sync::Mutex;
 
 use once_cell::sync::Lazy;
 
+use super::device::{cfg, ledger};
+use super::os::new_handle;
 use crate::abi::types::*;
 use crate::abi::*;
-use crate::device::{cfg, check_dev};
-use crate::memory::{Kind, alloc, free, ledger};
 use fake_gpu::identity::MAX_DEVICES;
-use libc::{c_int, c_void};
+use libc::c_int;
 
 /// The first driver versions that know attributes 9..=14 and 15.
 const LOCATION_ATTRS_SINCE: i32 = 13020;
@@ -40,16 +40,17 @@ pub struct Pool {
     pub used: u64,
     pub used_high: u64,
     pub reserved_high: u64,
-    reuse: [c_int; 3],
+    /// The three CU_MEMPOOL_ATTR_REUSE_* flags (stored, no effect).
+    pub reuse: [c_int; 3],
     /// CUmemPoolProps.maxSize (0: no limit but the device).
-    max_size: u64,
+    pub max_size: u64,
     /// CUmemPoolProps.handleTypes (0 for a default pool).
-    handle_types: c_int,
+    pub handle_types: c_int,
     /// CUmemPoolProps.usage.
-    usage: u16,
+    pub usage: u16,
     /// CUmemAccess_flags of each device (ordinal) on the pool's memory: READWRITE for the
     /// pool's own device, NONE for the others until cuMemPoolSetAccess.
-    access: [c_int; MAX_DEVICES],
+    pub access: [c_int; MAX_DEVICES],
     /// cuMemPoolDestroy'ed while allocations were outstanding: released as they are freed.
     destroyed: bool,
 }
@@ -81,7 +82,7 @@ impl Pool {
 
     /// A read-only attribute of the pool's kind and place (CUDA 13.2+), as the driver of
     /// `driver_version` answers it: None if that driver does not know `attr`.
-    fn kind_attribute(&self, attr: c_int, driver_version: i32) -> Option<u64> {
+    pub fn kind_attribute(&self, attr: c_int, driver_version: i32) -> Option<u64> {
         let since = if attr == CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID {
             LOCALITY_ATTR_SINCE
         } else {
@@ -154,10 +155,6 @@ fn pools() -> std::sync::MutexGuard<'static, Pools> {
     POOLS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn new_handle() -> usize {
-    Box::into_raw(Box::new(0u64)) as usize
-}
-
 impl Pools {
     fn ensure(&mut self, dev: usize) {
         while self.default.len() <= dev {
@@ -187,7 +184,7 @@ impl Pools {
     }
 }
 
-/// Takes `size` bytes from `pool` for an allocation (memory::alloc).
+/// Takes `size` bytes from `pool` for an allocation (linear::alloc).
 pub fn take(pool: usize, size: u64) -> CuResult {
     let l = ledger()?;
     let mut ps = pools();
@@ -200,7 +197,7 @@ pub fn take(pool: usize, size: u64) -> CuResult {
     p.take(size, |n| l.charge(dev, n))
 }
 
-/// Gives the bytes of a freed allocation back to `pool` (memory::free).
+/// Gives the bytes of a freed allocation back to `pool` (linear::free).
 pub fn give(pool: usize, size: u64) {
     let mut ps = pools();
     if let Some(p) = ps.pools.get_mut(&pool) {
@@ -250,7 +247,8 @@ pub fn reserved_of(dev: usize) -> u64 {
         .sum()
 }
 
-fn pool_get(pool: usize) -> Result<Pool, CUresult> {
+/// A live pool (not destroyed); CUDA_ERROR_INVALID_VALUE if there is none.
+pub fn get(pool: usize) -> Result<Pool, CUresult> {
     cfg()?;
     pools()
         .pools
@@ -260,44 +258,30 @@ fn pool_get(pool: usize) -> Result<Pool, CUresult> {
         .ok_or(CUDA_ERROR_INVALID_VALUE)
 }
 
-/// The device of a (location, allocation type) the CUDA 13 pool-by-location calls name.
-/// Only device memory (`DEVICE`, `PINNED`) has pools in the fake: host, host NUMA, locality
-/// domain and managed pools are CUDA_ERROR_NOT_SUPPORTED; combinations the header rules out
-/// are CUDA_ERROR_INVALID_VALUE, and so is an unknown device, unless `bad_device` says
-/// otherwise.
-fn pool_location(
-    location: *const CUmemLocation,
-    alloc_type: c_int,
-    bad_device: CUresult,
-) -> Result<usize, CUresult> {
-    cfg()?;
-    let loc = inp(location)?;
-    let managed = match alloc_type {
-        CU_MEM_ALLOCATION_TYPE_PINNED => false,
-        CU_MEM_ALLOCATION_TYPE_MANAGED => true,
-        _ => return Err(CUDA_ERROR_INVALID_VALUE),
-    };
-    match (loc.type_, managed) {
-        (CU_MEM_LOCATION_TYPE_DEVICE, false) => check_dev(loc.id).map_err(|_| bad_device),
-        (
-            CU_MEM_LOCATION_TYPE_DEVICE
-            | CU_MEM_LOCATION_TYPE_HOST
-            | CU_MEM_LOCATION_TYPE_HOST_NUMA
-            | CU_MEM_LOCATION_TYPE_NONE,
-            true,
-        )
-        | (
-            CU_MEM_LOCATION_TYPE_HOST
-            | CU_MEM_LOCATION_TYPE_HOST_NUMA
-            | CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN,
-            false,
-        ) => Err(CUDA_ERROR_NOT_SUPPORTED),
-        _ => Err(CUDA_ERROR_INVALID_VALUE),
-    }
+/// Changes a pool (destroyed or not) with `f`, under the lock; CUDA_ERROR_INVALID_VALUE if
+/// there is no such pool.
+pub fn update(pool: usize, f: impl FnOnce(&mut Pool) -> CuResult) -> CuResult {
+    let mut ps = pools();
+    let p = ps.pools.get_mut(&pool).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    f(p)
+}
+
+/// The default pool of `dev`.
+pub fn default_of(dev: usize) -> usize {
+    let mut ps = pools();
+    ps.ensure(dev);
+    ps.default[dev]
+}
+
+/// The pool cuMemAllocAsync uses on `dev`.
+pub fn current_of(dev: usize) -> usize {
+    let mut ps = pools();
+    ps.ensure(dev);
+    ps.current[dev]
 }
 
 /// Makes `pool` the current pool of `dev` (cuDeviceSetMemPool, cuMemSetMemPool).
-fn set_current(dev: usize, pool: usize) -> CuResult {
+pub fn set_current(dev: usize, pool: usize) -> CuResult {
     let mut ps = pools();
     ps.ensure(dev);
     match ps.pools.get(&pool) {
@@ -309,200 +293,41 @@ fn set_current(dev: usize, pool: usize) -> CuResult {
     }
 }
 
-fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: usize) -> CuResult {
-    let (ctx, sdev) = crate::stream::context_of(stream)?;
-    if dptr.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let (pool, dev) = match pool {
-        Some(p) => (p, pool_get(p)?.dev),
-        None => {
-            let mut ps = pools();
-            ps.ensure(sdev);
-            (ps.current[sdev], sdev)
-        }
-    };
-    out(dptr, alloc(dev, ctx, size as u64, Kind::Pool(pool))?)
+/// A new pool of `dev` with the given CUmemPoolProps values (cuMemPoolCreate).
+pub fn create(dev: usize, max_size: u64, handle_types: c_int, usage: u16) -> usize {
+    let h = new_handle();
+    let mut ps = pools();
+    ps.ensure(dev);
+    let mut p = Pool::new(dev, false, max_size);
+    (p.handle_types, p.usage) = (handle_types, usage);
+    ps.pools.insert(h, p);
+    h
 }
 
-crate::abi::exports! {
-    fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int) {
-        let dev = check_dev(dev)?;
-        let mut ps = pools();
-        ps.ensure(dev);
-        out(pool, ps.default[dev])
+/// cuMemPoolDestroy: a default pool cannot be destroyed; outstanding allocations stay
+/// valid and the pool goes once they are freed; what it caches is released at once.
+pub fn destroy(pool: usize) -> CuResult {
+    let mut ps = pools();
+    let p = ps
+        .pools
+        .get(&pool)
+        .copied()
+        .filter(|p| !p.destroyed)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if p.is_default {
+        return Err(CUDA_ERROR_INVALID_VALUE);
     }
+    if ps.current[p.dev] == pool {
+        ps.current[p.dev] = ps.default[p.dev];
+    }
+    ps.pools.get_mut(&pool).unwrap().destroyed = true;
+    ps.trim(pool, 0);
+    Ok(())
+}
 
-    fn cuDeviceGetMemPool(pool: *mut usize, dev: c_int) {
-        let dev = check_dev(dev)?;
-        let mut ps = pools();
-        ps.ensure(dev);
-        out(pool, ps.current[dev])
-    }
-
-    fn cuDeviceSetMemPool(dev: c_int, pool: usize) {
-        set_current(check_dev(dev)?, pool)
-    }
-
-    // CUDA 13.0: the same by (location, allocation type).
-    fn cuMemGetDefaultMemPool(pool_out: *mut usize, location: *mut CUmemLocation, alloc_type: c_int) {
-        let dev = pool_location(location, alloc_type, CUDA_ERROR_INVALID_DEVICE)?;
-        let mut ps = pools();
-        ps.ensure(dev);
-        out(pool_out, ps.default[dev])
-    }
-
-    fn cuMemGetMemPool(pool: *mut usize, location: *mut CUmemLocation, alloc_type: c_int) {
-        let dev = pool_location(location, alloc_type, CUDA_ERROR_INVALID_VALUE)?;
-        let mut ps = pools();
-        ps.ensure(dev);
-        out(pool, ps.current[dev])
-    }
-
-    fn cuMemSetMemPool(location: *mut CUmemLocation, alloc_type: c_int, pool: usize) {
-        set_current(pool_location(location, alloc_type, CUDA_ERROR_INVALID_VALUE)?, pool)
-    }
-
-    fn cuMemPoolCreate(pool: *mut usize, props: *const CUmemPoolProps) {
-        cfg()?;
-        let props = inp(props)?;
-        if pool.is_null() || props.alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED || props.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let dev = check_dev(props.location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        let h = new_handle();
-        let mut ps = pools();
-        ps.ensure(dev);
-        let mut p = Pool::new(dev, false, props.max_size as u64);
-        (p.handle_types, p.usage) = (props.handle_types, props.usage);
-        ps.pools.insert(h, p);
-        note(|| format!("pool={h:#x}"));
-        out(pool, h)
-    }
-
-    fn cuMemPoolDestroy(pool: usize) {
-        cfg()?;
-        let mut ps = pools();
-        let p = ps.pools.get(&pool).copied().filter(|p| !p.destroyed).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        if p.is_default {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        if ps.current[p.dev] == pool {
-            ps.current[p.dev] = ps.default[p.dev];
-        }
-        // Outstanding allocations stay valid; the pool goes once they are freed.
-        ps.pools.get_mut(&pool).unwrap().destroyed = true;
-        ps.trim(pool, 0);
-        Ok(())
-    }
-
-    fn cuMemPoolTrimTo(pool: usize, min_bytes: usize) {
-        pool_get(pool)?;
-        pools().trim(pool, min_bytes as u64);
-        Ok(())
-    }
-
-    fn cuMemPoolSetAttribute(pool: usize, attr: c_int, value: *mut c_void) {
-        pool_get(pool)?;
-        if value.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let mut ps = pools();
-        let p = ps.pools.get_mut(&pool).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        match attr {
-            CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
-                p.reuse[attr as usize - 1] = inp(value.cast::<c_int>())?
-            }
-            CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => p.release_threshold = inp(value.cast::<u64>())?,
-            CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | CU_MEMPOOL_ATTR_USED_MEM_HIGH => {
-                if inp(value.cast::<u64>())? != 0 {
-                    return Err(CUDA_ERROR_INVALID_VALUE);
-                }
-                if attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH {
-                    p.reserved_high = p.reserved;
-                } else {
-                    p.used_high = p.used;
-                }
-            }
-            _ => return Err(CUDA_ERROR_INVALID_VALUE),
-        }
-        Ok(())
-    }
-
-    fn cuMemPoolGetAttribute(pool: usize, attr: c_int, value: *mut c_void) {
-        let p = pool_get(pool)?;
-        match attr {
-            CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES..=CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
-                out(value.cast::<c_int>(), p.reuse[attr as usize - 1])
-            }
-            CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => out(value.cast::<u64>(), p.release_threshold),
-            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => out(value.cast::<u64>(), p.reserved),
-            CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => out(value.cast::<u64>(), p.reserved_high),
-            CU_MEMPOOL_ATTR_USED_MEM_CURRENT => out(value.cast::<u64>(), p.used),
-            CU_MEMPOOL_ATTR_USED_MEM_HIGH => out(value.cast::<u64>(), p.used_high),
-            CU_MEMPOOL_ATTR_MAX_POOL_SIZE => {
-                let v = p.kind_attribute(attr, cfg()?.driver_version).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-                out(value.cast::<u64>(), v)
-            }
-            _ => {
-                let v = p.kind_attribute(attr, cfg()?.driver_version).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-                out(value.cast::<c_int>(), v as c_int)
-            }
-        }
-    }
-
-    // Other devices' access to the pool's memory; the pool's own device always has READWRITE.
-    fn cuMemPoolSetAccess(pool: usize, desc: *const CUmemAccessDesc, count: usize) {
-        let p = pool_get(pool)?;
-        if desc.is_null() && count > 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let mut grants = Vec::with_capacity(count);
-        for i in 0..count {
-            // SAFETY: the caller passes an array of `count` descriptors.
-            let d = inp(unsafe { desc.add(i) })?;
-            let dev = (d.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE)
-                .then(|| check_dev(d.location.id).ok())
-                .flatten()
-                .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-            let valid = matches!(d.flags, CU_MEM_ACCESS_FLAGS_PROT_NONE | CU_MEM_ACCESS_FLAGS_PROT_READ | CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-                && (dev != p.dev || d.flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-            if !valid {
-                return Err(CUDA_ERROR_INVALID_VALUE);
-            }
-            grants.push((dev, d.flags));
-        }
-        let mut ps = pools();
-        let p = ps.pools.get_mut(&pool).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        for (dev, flags) in grants {
-            p.access[dev] = flags;
-        }
-        Ok(())
-    }
-
-    fn cuMemPoolGetAccess(flags: *mut c_int, pool: usize, location: *const CUmemLocation) {
-        let p = pool_get(pool)?;
-        let loc = inp(location)?;
-        let access = if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
-            p.access[check_dev(loc.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?]
-        } else {
-            CU_MEM_ACCESS_FLAGS_PROT_NONE
-        };
-        out(flags, access)
-    }
-
-    fn cuMemAllocAsync | cuMemAllocAsync_ptsz (dptr: *mut CUdeviceptr, bytesize: usize, stream: usize) {
-        alloc_from(dptr, bytesize, None, stream)
-    }
-
-    fn cuMemAllocFromPoolAsync | cuMemAllocFromPoolAsync_ptsz (dptr: *mut CUdeviceptr, bytesize: usize, pool: usize, stream: usize) {
-        alloc_from(dptr, bytesize, Some(pool), stream)
-    }
-
-    fn cuMemFreeAsync | cuMemFreeAsync_ptsz (dptr: CUdeviceptr, stream: usize) {
-        crate::stream::check(stream)?;
-        free(dptr)
-    }
+/// cuMemPoolTrimTo: releases cached bytes down to `keep` (never bytes in use).
+pub fn trim_to(pool: usize, keep: u64) {
+    pools().trim(pool, keep);
 }
 
 #[cfg(test)]

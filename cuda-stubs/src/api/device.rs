@@ -1,60 +1,12 @@
-//! Driver initialisation, device queries and error strings.
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! cuInit, cuDriverGetVersion, device queries and attributes (an H100-like device,
+//! compute capability 9.0), error names and strings.
 
 use crate::abi::errors::{error_name_nul, error_string};
 use crate::abi::*;
-use fake_gpu::config::{self, Config};
+use crate::model::device::{cfg, check_dev, device_name, init, phys_of, uuid_v1, uuid_v2};
+use fake_gpu::config;
 use fake_gpu::identity;
 use libc::{c_char, c_int, c_uint};
-
-static INITIALIZED: AtomicBool = AtomicBool::new(false);
-
-/// The configuration once cuInit succeeded; CUDA_ERROR_NOT_INITIALIZED before.
-pub fn cfg() -> Result<&'static Config, CUresult> {
-    if INITIALIZED.load(Ordering::Acquire) {
-        config::get().map_err(|_| CUDA_ERROR_NOT_INITIALIZED)
-    } else {
-        Err(CUDA_ERROR_NOT_INITIALIZED)
-    }
-}
-
-/// Validates a CUdevice (its ordinal among the visible devices).
-pub fn check_dev(dev: c_int) -> Result<usize, CUresult> {
-    let cfg = cfg()?;
-    usize::try_from(dev)
-        .ok()
-        .filter(|&d| d < cfg.visible.len())
-        .ok_or(CUDA_ERROR_INVALID_DEVICE)
-}
-
-/// The physical device behind a (valid) ordinal.
-pub fn phys_of(dev: usize) -> usize {
-    cfg().map(|c| c.visible[dev]).unwrap_or(dev)
-}
-
-/// The UUID cuDeviceGetUuid_v2 reports: the MIG instance's with FAKECUDA_MIG=1, else the
-/// GPU's (see identity.rs for the values).
-pub fn uuid_v2(dev: usize) -> [u8; 16] {
-    let phys = phys_of(dev);
-    match cfg() {
-        Ok(c) if c.mig => identity::mig_uuid(phys),
-        _ => identity::gpu_uuid(phys),
-    }
-}
-
-/// The UUID cuDeviceGetUuid reports: always the GPU's (the real driver added _v2 to report
-/// MIG instances; the old entry point keeps naming the parent GPU).
-pub fn uuid_v1(dev: usize) -> [u8; 16] {
-    identity::gpu_uuid(phys_of(dev))
-}
-
-pub fn device_name(dev: usize) -> String {
-    match cfg() {
-        Ok(c) => identity::device_name(phys_of(dev), c.mig, c.total_mem),
-        Err(_) => identity::device_name(dev, false, 0),
-    }
-}
 
 /// Lets this process open as many files as it may (VMM handles with their own memfd,
 /// IPC exports): the soft RLIMIT_NOFILE goes up to the hard one.
@@ -131,10 +83,10 @@ crate::abi::exports! {
         if flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let cfg = config::get().inspect_err(|msg| log(msg)).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        // Joins the FAKECUDA_SHARED file, if any (an error names the problem).
-        crate::memory::init_ledger(cfg).inspect_err(|msg| log(msg)).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        if !INITIALIZED.swap(true, Ordering::AcqRel) {
+        // Reads the configuration and joins the FAKECUDA_SHARED file, if any (an error
+        // names the problem).
+        let first = init().inspect_err(|msg| log(msg)).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        if first {
             raise_fd_limit();
             crate::stats::register_at_exit();
         }
