@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 /// CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.
 pub const PER_THREAD_DEFAULT_STREAM: u64 = 2;
@@ -32,7 +32,8 @@ pub struct Table {
     bases: HashMap<&'static str, Vec<Variant>>,
 }
 
-pub static TABLE: Lazy<Table> = Lazy::new(|| Table::parse(include_str!("procaddr_table.txt")));
+pub static TABLE: LazyLock<Table> =
+    LazyLock::new(|| Table::parse(include_str!("procaddr_table.txt")));
 
 impl Table {
     /// Parses `base export since per_thread` lines; `#` starts a comment line.

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::ctx::Ctx;
 use super::device::ledger;
@@ -38,7 +38,7 @@ pub struct Array {
     pub level_of: Option<usize>,
 }
 
-static ARRAYS: Lazy<Mutex<HashMap<usize, Array>>> = Lazy::new(Default::default);
+static ARRAYS: LazyLock<Mutex<HashMap<usize, Array>>> = LazyLock::new(Default::default);
 
 fn arrays() -> std::sync::MutexGuard<'static, HashMap<usize, Array>> {
     ARRAYS.lock().unwrap_or_else(|e| e.into_inner())
@@ -58,7 +58,7 @@ struct Mipmap {
     level_arrays: Vec<(u32, usize)>,
 }
 
-static MIPMAPS: Lazy<Mutex<HashMap<usize, Mipmap>>> = Lazy::new(Default::default);
+static MIPMAPS: LazyLock<Mutex<HashMap<usize, Mipmap>>> = LazyLock::new(Default::default);
 
 fn mipmaps() -> std::sync::MutexGuard<'static, HashMap<usize, Mipmap>> {
     MIPMAPS.lock().unwrap_or_else(|e| e.into_inner())

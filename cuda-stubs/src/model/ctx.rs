@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::device::{cfg, ledger};
 use super::os::new_handle;
@@ -55,8 +55,8 @@ struct Registry {
     primary: Vec<Primary>,
 }
 
-static REGISTRY: Lazy<Mutex<Registry>> = Lazy::new(Default::default);
-static LIMITS: Lazy<Mutex<HashMap<c_int, usize>>> = Lazy::new(Default::default);
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
+static LIMITS: LazyLock<Mutex<HashMap<c_int, usize>>> = LazyLock::new(Default::default);
 
 thread_local! {
     static STACK: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };

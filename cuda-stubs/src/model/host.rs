@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::os::{map_anonymous, page_size, unmap};
 use crate::abi::*;
@@ -16,7 +16,7 @@ struct HostRange {
     registered: bool,
 }
 
-static HOST: Lazy<Mutex<BTreeMap<usize, HostRange>>> = Lazy::new(Default::default);
+static HOST: LazyLock<Mutex<BTreeMap<usize, HostRange>>> = LazyLock::new(Default::default);
 
 fn host() -> std::sync::MutexGuard<'static, BTreeMap<usize, HostRange>> {
     HOST.lock().unwrap_or_else(|e| e.into_inner())

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::os::unmap;
 use crate::abi::types::CUipcMemHandle;
@@ -86,7 +86,7 @@ pub struct Opened {
     pub key: (u32, u64),
 }
 
-static OPENED: Lazy<Mutex<BTreeMap<usize, Opened>>> = Lazy::new(Default::default);
+static OPENED: LazyLock<Mutex<BTreeMap<usize, Opened>>> = LazyLock::new(Default::default);
 
 fn opened() -> std::sync::MutexGuard<'static, BTreeMap<usize, Opened>> {
     OPENED.lock().unwrap_or_else(|e| e.into_inner())

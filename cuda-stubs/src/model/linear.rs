@@ -8,7 +8,7 @@ use std::ffi::CString;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::ctx::Ctx;
 use super::device::ledger;
@@ -41,7 +41,7 @@ pub struct Alloc {
     pub ipc_fd: c_int,
 }
 
-static ALLOCS: Lazy<Mutex<BTreeMap<usize, Alloc>>> = Lazy::new(Default::default);
+static ALLOCS: LazyLock<Mutex<BTreeMap<usize, Alloc>>> = LazyLock::new(Default::default);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 fn allocs() -> std::sync::MutexGuard<'static, BTreeMap<usize, Alloc>> {

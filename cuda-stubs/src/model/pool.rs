@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::device::{cfg, ledger};
 use super::os::new_handle;
@@ -149,7 +149,7 @@ struct Pools {
     current: Vec<usize>,
 }
 
-static POOLS: Lazy<Mutex<Pools>> = Lazy::new(Default::default);
+static POOLS: LazyLock<Mutex<Pools>> = LazyLock::new(Default::default);
 
 fn pools() -> std::sync::MutexGuard<'static, Pools> {
     POOLS.lock().unwrap_or_else(|e| e.into_inner())

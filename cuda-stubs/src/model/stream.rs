@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::ctx::{Ctx, current};
 use super::device::cfg;
@@ -31,8 +31,8 @@ pub struct EventInfo {
     pub recorded: Option<Instant>,
 }
 
-static STREAMS: Lazy<Mutex<HashMap<usize, StreamInfo>>> = Lazy::new(Default::default);
-static EVENTS: Lazy<Mutex<HashMap<usize, EventInfo>>> = Lazy::new(Default::default);
+static STREAMS: LazyLock<Mutex<HashMap<usize, StreamInfo>>> = LazyLock::new(Default::default);
+static EVENTS: LazyLock<Mutex<HashMap<usize, EventInfo>>> = LazyLock::new(Default::default);
 
 /// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD.
 const SPECIAL_STREAMS: [usize; 3] = [0, 1, 2];

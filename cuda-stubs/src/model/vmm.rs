@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::ctx::current;
 use super::device::ledger;
@@ -128,7 +128,7 @@ struct Vmm {
     mappings: BTreeMap<usize, Mapping>,
 }
 
-static VMM: Lazy<Mutex<Vmm>> = Lazy::new(Default::default);
+static VMM: LazyLock<Mutex<Vmm>> = LazyLock::new(Default::default);
 
 fn vmm() -> std::sync::MutexGuard<'static, Vmm> {
     VMM.lock().unwrap_or_else(|e| e.into_inner())
