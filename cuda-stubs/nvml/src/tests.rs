@@ -7,6 +7,11 @@ use std::ptr::null_mut;
 use std::sync::Once;
 
 use super::*;
+use crate::abi::*;
+use crate::api::*;
+use crate::devices::*;
+use fake_gpu::shared::Shared;
+use libc::{c_char, c_uint};
 
 const GIB: u64 = 1 << 30;
 
