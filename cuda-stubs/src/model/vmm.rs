@@ -94,11 +94,12 @@ impl Arena {
 /// A fresh memfd of `size` bytes named after the physical device (so an importer can tell).
 fn own_memfd(phys: usize, size: usize) -> Option<c_int> {
     let name = std::ffi::CString::new(format!("fakecuda-vmm-d{phys}")).unwrap();
-    // SAFETY: memfd_create with a NUL-terminated name; sizing our own fd.
+    // SAFETY: memfd_create with a NUL-terminated name.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return None;
     }
+    // SAFETY: sizing the memfd just created.
     if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
         // SAFETY: closing our own fd.
         unsafe { libc::close(fd) };
