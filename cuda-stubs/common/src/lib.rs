@@ -14,6 +14,7 @@ pub mod stubs_doc;
 pub mod trace;
 
 // TODO(lead): gpucap-core. Byte sizes (FAKECUDA_TOTAL_MEM, FAKECUDA_CONTEXT_MEM) use gpucap's
-// size grammar; switch this to the `gpucap-core` dependency (`gpucap_core::size`) at merge.
+// size grammar: at merge, make `gpucap-core` a dependency and replace the next two lines with
+// `use gpucap_core::size;` (config.rs calls `crate::size::parse_size`).
 #[path = "../../../src/size.rs"]
 mod size;
