@@ -1,7 +1,7 @@
 //! Links libnvidia_ml.so with SONAME libnvidia-ml.so.1 and generates `$OUT_DIR/stubs.rs`: an
 //! NVML_ERROR_NOT_SUPPORTED export for every name in `src/names.txt` that no `src/*.rs`
 //! implements. An entry point counts as implemented when a line (trimmed) starts with
-//! `fn nvmlX(` (inside the `exports!` macro of src/lib.rs) or `pub extern "C" fn nvmlX(`.
+//! `fn nvmlX(` (inside the `exports!` macro, src/api.rs) or `pub extern "C" fn nvmlX(`.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

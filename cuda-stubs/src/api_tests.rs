@@ -4,15 +4,18 @@
 use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
-use crate::array::*;
-use crate::context::*;
-use crate::device::*;
-use crate::ffi::*;
-use crate::memory::*;
-use crate::pool::*;
+use crate::abi::types::*;
+use crate::abi::*;
+use crate::api::array::*;
+use crate::api::context::*;
+use crate::api::copy::*;
+use crate::api::device::*;
+use crate::api::memory::*;
+use crate::api::pool::*;
+use crate::api::procaddr::*;
+use crate::api::stream::*;
+use crate::api::vmm::*;
 use crate::procaddr::*;
-use crate::stream::*;
-use crate::vmm::*;
 
 pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -282,7 +285,7 @@ fn stubs_listing_matches_the_build() {
         .exports()
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    crate::stubs_doc::check(
+    fake_gpu::stubs_doc::check(
         std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/STUBS.md")),
         "libcuda.so.1",
         crate::generated::STUBS,

@@ -4,15 +4,19 @@
 use std::ptr::null_mut;
 use std::time::Instant;
 
+use crate::abi::types::*;
+use crate::abi::*;
+use crate::api::array::*;
+use crate::api::context::*;
+use crate::api::copy::*;
+use crate::api::ipc::*;
+use crate::api::memory::*;
+use crate::api::pool::*;
+use crate::api::stream::*;
+use crate::api::vmm::*;
 use crate::api_tests::{setup, used};
-use crate::array::*;
-use crate::context::*;
-use crate::ffi::*;
-use crate::ipc::*;
-use crate::memory::*;
-use crate::pool::*;
-use crate::stream::*;
-use crate::vmm::*;
+use crate::model::device::ledger;
+use crate::model::vmm::GRANULARITY;
 use libc::c_void;
 
 const MIB: usize = 1 << 20;

@@ -7,13 +7,15 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use crate::context::*;
-use crate::device::*;
-use crate::ffi::*;
-use crate::ipc::*;
-use crate::memory::*;
-use crate::pool::*;
-use crate::vmm::{CUmemAccessDesc, CUmemLocation};
+use crate::abi::types::*;
+use crate::abi::*;
+use crate::api::context::*;
+use crate::api::copy::*;
+use crate::api::device::*;
+use crate::api::ipc::*;
+use crate::api::memory::*;
+use crate::api::pool::*;
+use crate::model::device::ledger;
 use libc::c_int;
 use std::ptr::null;
 
@@ -215,24 +217,29 @@ struct Shell {
     out: BufReader<ChildStdout>,
 }
 
+/// A copy of this test binary that runs `shell` with `env` (and no other FAKECUDA_* variable).
+fn shell_command(env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "process_tests::shell",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FAKECUDA_") || k == "CUDA_VISIBLE_DEVICES" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("FAKECUDA_TEST_SHELL", "1")
+        .envs(env.iter().copied());
+    cmd
+}
+
 impl Shell {
     fn spawn(env: &[(&str, &str)]) -> Shell {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            "--exact",
-            "process_tests::shell",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ]);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("FAKECUDA_") || k == "CUDA_VISIBLE_DEVICES" {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("FAKECUDA_TEST_SHELL", "1")
-            .envs(env.iter().copied());
-        let mut child = cmd
+        let mut child = shell_command(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -373,7 +380,7 @@ fn shared_mode_processes_share_devices_and_dead_ones_give_back() {
     assert_eq!(stat(&js, 0, "peak_used"), 4 * GIB, "{js}");
     assert_eq!(stat(&js, 0, "shared_peak_used"), 4 * GIB, "{js}");
     // Everyone left: the file says nothing is in use.
-    let s = crate::shared::Shared::observe(&path).unwrap().unwrap();
+    let s = fake_gpu::shared::Shared::observe(&path).unwrap().unwrap();
     assert_eq!((s.used(0), s.used(1)), (0, 0));
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(&stats_b);
@@ -435,8 +442,8 @@ fn visible_devices_and_mig_identity() {
     ]);
     s.ok("init");
     assert_eq!(s.ok("count"), "2");
-    assert_eq!(s.ok("uuid 0"), hex(&crate::identity::gpu_uuid(2)));
-    assert_eq!(s.ok("uuid2 1"), hex(&crate::identity::gpu_uuid(0)));
+    assert_eq!(s.ok("uuid 0"), hex(&fake_gpu::identity::gpu_uuid(2)));
+    assert_eq!(s.ok("uuid2 1"), hex(&fake_gpu::identity::gpu_uuid(0)));
     assert_eq!(s.ok("pci 0"), "00000000:03:00.0");
     assert_eq!(s.ok("name 0"), "FakeCUDA Device 2");
     assert_eq!(s.cmd("uuid 2"), format!("101 {}", hex(&[0; 16])));
@@ -453,10 +460,10 @@ fn visible_devices_and_mig_identity() {
     ]);
     m.ok("init");
     assert_eq!(m.ok("count"), "1");
-    assert_eq!(m.ok("uuid2 0"), hex(&crate::identity::mig_uuid(1)));
+    assert_eq!(m.ok("uuid2 0"), hex(&fake_gpu::identity::mig_uuid(1)));
     assert_eq!(
         m.ok("uuid 0"),
-        hex(&crate::identity::gpu_uuid(1)),
+        hex(&fake_gpu::identity::gpu_uuid(1)),
         "v1 names the parent GPU"
     );
     assert_eq!(m.ok("name 0"), "FakeCUDA Device 1 MIG 7g.40gb");
@@ -627,4 +634,68 @@ fn pool_access_of_other_devices() {
     assert_eq!(s.cmd("poolgrant 1 5 3"), "1", "no such device");
     assert_eq!(s.cmd("poolaccess 1 1"), "0 3");
     s.exit();
+}
+
+/// FAKECUDA_TRACE=1: one `fakecuda:` line per call with its name, its arguments (sizes in
+/// decimal, pointers in hex), its result by name and, in brackets, what it handed out.
+#[test]
+fn trace_lines_name_the_call_its_arguments_and_result() {
+    let mut child = shell_command(&[("FAKECUDA_TRACE", "1")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"init\nctx 0\nalloc 4096\nalloc 0\nfree 0\nexit\n")
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("fakecuda: "))
+        .collect();
+    let find = |name: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with(&format!("{name}(")))
+            .collect()
+    };
+    assert_eq!(
+        find("cuInit"),
+        ["cuInit(flags=0) -> CUDA_SUCCESS"],
+        "{stderr}"
+    );
+    let retain = find("cuDevicePrimaryCtxRetain");
+    assert_eq!(retain.len(), 1, "{stderr}");
+    assert!(
+        retain[0].starts_with("cuDevicePrimaryCtxRetain(pctx=0x"),
+        "{stderr}"
+    );
+    assert!(
+        retain[0].contains(", dev=0) -> CUDA_SUCCESS [ctx=0x"),
+        "{stderr}"
+    );
+    let allocs = find("cuMemAlloc_v2");
+    assert_eq!(allocs.len(), 2, "{stderr}");
+    let ok = allocs[0];
+    assert!(ok.starts_with("cuMemAlloc_v2(dptr=0x"), "{ok}");
+    assert!(
+        ok.contains(", bytesize=4096) -> CUDA_SUCCESS [ptr=0x"),
+        "{ok}"
+    );
+    assert!(ok.ends_with(']'), "{ok}");
+    assert!(
+        allocs[1].ends_with(", bytesize=0) -> CUDA_ERROR_INVALID_VALUE"),
+        "{}",
+        allocs[1]
+    );
+    let free = find("cuMemFree_v2");
+    assert_eq!(free.len(), 1, "{stderr}");
+    let ptr = &ok[ok.find("[ptr=").unwrap() + 5..ok.len() - 1];
+    assert_eq!(free[0], format!("cuMemFree_v2(dptr={ptr}) -> CUDA_SUCCESS"));
 }

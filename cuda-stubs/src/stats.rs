@@ -2,7 +2,9 @@
 
 use std::sync::Once;
 
-use crate::memory::DevStats;
+use crate::model::device::ledger;
+use crate::model::ledger::DevStats;
+use crate::model::pool;
 
 static REGISTER: Once = Once::new();
 
@@ -18,25 +20,35 @@ pub fn register_at_exit() {
 
 extern "C" fn write_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        let Ok(cfg) = crate::config::get() else {
+        let Ok(cfg) = fake_gpu::config::get() else {
             return;
         };
         if let Some(path) = &cfg.stats_path
-            && let Err(e) = write_atomically(
-                path,
-                &to_json(std::process::id(), &crate::memory::all_stats()),
-            )
+            && let Err(e) = write_atomically(path, &to_json(std::process::id(), &all_stats()))
         {
-            crate::ffi::log(&format!(
+            crate::abi::log(&format!(
                 "cannot write FAKECUDA_STATS={}: {e}",
                 path.display()
             ));
         }
         // Give this process's memory back to the others sharing the devices.
-        if let Ok(l) = crate::memory::ledger() {
+        if let Ok(l) = ledger() {
             l.leave_shared();
         }
     });
+}
+
+/// Per-device stats for the stats file (none before cuInit).
+fn all_stats() -> Vec<DevStats> {
+    match ledger() {
+        Ok(l) => (0..l.devices())
+            .map(|d| DevStats {
+                pool_reserved: pool::reserved_of(d),
+                ..l.stats(d)
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// `{"pid":N,"devices":[{"ordinal":0,"physical":P,"total":B,"peak_used":B,"final_used":B,

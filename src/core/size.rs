@@ -1,10 +1,7 @@
 //! Byte sizes: parsing (`8Gi`, `512MiB`, `1.5G`, `1073741824`) and formatting (`1.5 GiB`).
 //!
-//! Standalone on purpose: no crate dependencies and no `crate::` paths, so that the
-//! shim (src/lib.rs), the CLI (src/main.rs) and the fake driver (cuda-stubs) can all
-//! include this file with `mod size;` / `#[path = ...] mod size;`. Each of them uses
-//! only part of it, hence the `allow(dead_code)`.
-#![allow(dead_code)]
+//! Used by the core's configuration, the shim's messages, the CLI and the fake GPU
+//! (`FAKECUDA_TOTAL_MEM=8Gi`, through the `fake-gpu` crate).
 
 /// The forms `parse_size` accepts, for error messages.
 pub const SIZE_FORMS: &str = "whole bytes (1073741824), or a number with a unit and no space: \

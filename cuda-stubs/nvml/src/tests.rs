@@ -7,6 +7,11 @@ use std::ptr::null_mut;
 use std::sync::Once;
 
 use super::*;
+use crate::abi::*;
+use crate::api::*;
+use crate::devices::*;
+use fake_gpu::shared::Shared;
+use libc::{c_char, c_uint};
 
 const GIB: u64 = 1 << 30;
 
@@ -315,7 +320,7 @@ fn stubs_listing_matches_the_build() {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    stubs_doc::check(
+    fake_gpu::stubs_doc::check(
         std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../STUBS.md")),
         "libnvidia-ml.so.1",
         generated::STUBS,

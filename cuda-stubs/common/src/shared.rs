@@ -11,8 +11,7 @@
 //! up the live slots and adds to the process's own slot if the total still fits. Giving
 //! memory back and reading the total take no file lock.
 //!
-//! Shared verbatim with the fake NVML (`nvml/`): std and libc only, no `crate::` paths.
-#![allow(dead_code)]
+//! The fake libcuda joins the file (`join`); the fake NVML only reads it (`observe`).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;

@@ -1,108 +1,28 @@
-//! Streams and events. All work is done synchronously when issued, so streams are always
-//! idle and events complete when recorded. Streams never capture: the capture queries answer
-//! as the driver does outside a capture.
+//! Streams and events (synchronous: work is done when issued), stream capture queries
+//! (streams never capture), host functions and stream callbacks (run at once).
 
-use std::collections::HashMap;
 use std::ptr::null_mut;
-use std::sync::Mutex;
-use std::time::Instant;
 
-use once_cell::sync::Lazy;
-
-use crate::context::{Ctx, current};
-use crate::device::cfg;
-use crate::ffi::*;
+use crate::abi::types::*;
+use crate::abi::*;
+use crate::model::ctx::{Ctx, current};
+use crate::model::device::cfg;
+use crate::model::pool;
+use crate::model::stream::{self, check, context_of};
 use libc::{c_int, c_uint, c_void};
-
-#[derive(Debug, Clone, Copy)]
-struct StreamInfo {
-    ctx: Ctx,
-    dev: usize,
-    flags: c_uint,
-    priority: c_int,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct EventInfo {
-    flags: c_uint,
-    /// The device of the context it was created in.
-    dev: usize,
-    recorded: Option<Instant>,
-}
-
-static STREAMS: Lazy<Mutex<HashMap<usize, StreamInfo>>> = Lazy::new(Default::default);
-static EVENTS: Lazy<Mutex<HashMap<usize, EventInfo>>> = Lazy::new(Default::default);
-
-/// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD.
-const SPECIAL_STREAMS: [usize; 3] = [0, 1, 2];
-
-fn streams() -> std::sync::MutexGuard<'static, HashMap<usize, StreamInfo>> {
-    STREAMS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn events() -> std::sync::MutexGuard<'static, HashMap<usize, EventInfo>> {
-    EVENTS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn new_handle() -> usize {
-    Box::into_raw(Box::new(0u64)) as usize
-}
-
-/// The context and device a stream belongs to (the current ones for the default streams).
-pub fn context_of(stream: usize) -> Result<(Ctx, usize), CUresult> {
-    if SPECIAL_STREAMS.contains(&stream) {
-        return current();
-    }
-    cfg()?;
-    streams()
-        .get(&stream)
-        .map(|s| (s.ctx, s.dev))
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)
-}
-
-/// Validates a stream handle.
-pub fn check(stream: usize) -> CuResult {
-    context_of(stream).map(|_| ())
-}
 
 fn create(ph: *mut usize, flags: c_uint, priority: c_int) -> CuResult {
     let (ctx, dev) = current()?;
     if ph.is_null() || flags > 1 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let h = new_handle();
-    streams().insert(
-        h,
-        StreamInfo {
-            ctx,
-            dev,
-            flags,
-            priority: priority.clamp(-5, 0),
-        },
-    );
+    let h = stream::create(ctx, dev, flags, priority);
     note(|| format!("stream={h:#x}"));
     out(ph, h)
 }
 
-fn event_check(event: usize) -> Result<EventInfo, CUresult> {
-    cfg()?;
-    events()
-        .get(&event)
-        .copied()
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)
-}
-
-fn record(event: usize, stream: usize) -> CuResult {
-    check(stream)?;
-    events()
-        .get_mut(&event)
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?
-        .recorded = Some(Instant::now());
-    Ok(())
-}
-
 fn elapsed(ms: *mut f32, start: usize, end: usize) -> CuResult {
-    let (s, e) = (event_check(start)?, event_check(end)?);
+    let (s, e) = (stream::event(start)?, stream::event(end)?);
     if ms.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -120,18 +40,6 @@ fn elapsed(ms: *mut f32, start: usize, end: usize) -> CuResult {
         }
         _ => Err(CUDA_ERROR_INVALID_HANDLE),
     }
-}
-
-/// CU_STREAM_CAPTURE_STATUS_NONE.
-pub const CAPTURE_STATUS_NONE: c_int = 0;
-/// CU_STREAM_CAPTURE_MODE_GLOBAL, the default mode of a thread.
-pub const CAPTURE_MODE_GLOBAL: c_int = 0;
-/// CU_STREAM_CAPTURE_MODE_RELAXED, the last valid mode.
-const CAPTURE_MODE_RELAXED: c_int = 2;
-
-thread_local! {
-    /// This thread's stream capture mode (cuThreadExchangeStreamCaptureMode).
-    static CAPTURE_MODE: std::cell::Cell<c_int> = const { std::cell::Cell::new(CAPTURE_MODE_GLOBAL) };
 }
 
 /// Writes `v` through an optional output pointer (NULL: nothing to write).
@@ -156,7 +64,7 @@ fn capture_info(
     if status.is_null() || (!edges.is_null() && deps.is_null()) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    out(status, CAPTURE_STATUS_NONE)?;
+    out(status, CU_STREAM_CAPTURE_STATUS_NONE)?;
     out_opt(id, 0)?;
     out_opt(graph, 0)?;
     out_opt(deps, std::ptr::null())?;
@@ -164,10 +72,7 @@ fn capture_info(
     out_opt(count, 0)
 }
 
-type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
-type StreamCallback = Option<unsafe extern "C" fn(usize, u32, *mut c_void)>;
-
-crate::ffi::exports! {
+crate::abi::exports! {
     fn cuStreamCreate(ph: *mut usize, flags: c_uint) {
         create(ph, flags, 0)
     }
@@ -178,12 +83,12 @@ crate::ffi::exports! {
 
     fn cuStreamDestroy | cuStreamDestroy_v2 (stream: usize) {
         cfg()?;
-        streams().remove(&stream).map(|_| ()).ok_or(CUDA_ERROR_INVALID_HANDLE)
+        stream::destroy(stream)
     }
 
     fn cuStreamSynchronize | cuStreamSynchronize_ptsz (stream: usize) {
         let (_, dev) = context_of(stream)?;
-        crate::pool::sync(Some(dev));
+        pool::sync(Some(dev));
         Ok(())
     }
 
@@ -194,17 +99,17 @@ crate::ffi::exports! {
     fn cuStreamWaitEvent | cuStreamWaitEvent_ptsz (stream: usize, event: usize, flags: c_uint) {
         let _ = flags;
         check(stream)?;
-        event_check(event).map(|_| ())
+        stream::event(event).map(|_| ())
     }
 
     fn cuStreamGetPriority | cuStreamGetPriority_ptsz (stream: usize, priority: *mut c_int) {
         check(stream)?;
-        out(priority, streams().get(&stream).map(|s| s.priority).unwrap_or(0))
+        out(priority, stream::get(stream).map(|s| s.priority).unwrap_or(0))
     }
 
     fn cuStreamGetFlags | cuStreamGetFlags_ptsz (stream: usize, flags: *mut c_uint) {
         check(stream)?;
-        out(flags, streams().get(&stream).map(|s| s.flags).unwrap_or(0))
+        out(flags, stream::get(stream).map(|s| s.flags).unwrap_or(0))
     }
 
     fn cuStreamGetCtx | cuStreamGetCtx_ptsz (stream: usize, pctx: *mut Ctx) {
@@ -230,7 +135,7 @@ crate::ffi::exports! {
 
     fn cuStreamIsCapturing | cuStreamIsCapturing_ptsz (stream: usize, status: *mut c_int) {
         check(stream)?;
-        out(status, CAPTURE_STATUS_NONE)
+        out(status, CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
     // CUDA 10.1: (status, id).
@@ -252,10 +157,10 @@ crate::ffi::exports! {
     fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) {
         cfg()?;
         let new = inp(mode.cast_const())?;
-        if !(CAPTURE_MODE_GLOBAL..=CAPTURE_MODE_RELAXED).contains(&new) {
+        if !(CU_STREAM_CAPTURE_MODE_GLOBAL..=CU_STREAM_CAPTURE_MODE_RELAXED).contains(&new) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let old = CAPTURE_MODE.with(|m| m.replace(new));
+        let old = stream::exchange_capture_mode(new);
         note(|| format!("old mode={old}"));
         out(mode, old)
     }
@@ -285,34 +190,33 @@ crate::ffi::exports! {
         if ph.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let h = new_handle();
-        events().insert(h, EventInfo { flags, dev, recorded: None });
+        let h = stream::create_event(flags, dev);
         note(|| format!("event={h:#x}"));
         out(ph, h)
     }
 
     fn cuEventRecord | cuEventRecord_ptsz (event: usize, stream: usize) {
-        record(event, stream)
+        stream::record(event, stream)
     }
 
     fn cuEventRecordWithFlags | cuEventRecordWithFlags_ptsz (event: usize, stream: usize, flags: c_uint) {
         let _ = flags;
-        record(event, stream)
+        stream::record(event, stream)
     }
 
     fn cuEventSynchronize(event: usize) {
-        let e = event_check(event)?;
-        crate::pool::sync(Some(e.dev));
+        let e = stream::event(event)?;
+        pool::sync(Some(e.dev));
         Ok(())
     }
 
     fn cuEventQuery(event: usize) {
-        event_check(event).map(|_| ())
+        stream::event(event).map(|_| ())
     }
 
     fn cuEventDestroy | cuEventDestroy_v2 (event: usize) {
         cfg()?;
-        events().remove(&event).map(|_| ()).ok_or(CUDA_ERROR_INVALID_HANDLE)
+        stream::destroy_event(event)
     }
 
     fn cuEventElapsedTime | cuEventElapsedTime_v2 (ms: *mut f32, start: usize, end: usize) {

@@ -1,7 +1,5 @@
 //! Who the fake devices are: UUIDs (GPU and MIG), names, PCI bus ids, and which of them
-//! `CUDA_VISIBLE_DEVICES` selects. Shared verbatim with the fake NVML (`nvml/`), so it
-//! only uses std: no `crate::` paths.
-#![allow(dead_code)]
+//! `CUDA_VISIBLE_DEVICES` selects. The fake libcuda and the fake NVML name them alike.
 
 /// At most this many physical devices (FAKECUDA_DEVICES).
 pub const MAX_DEVICES: usize = 64;
@@ -24,18 +22,9 @@ pub fn mig_uuid(phys: usize) -> [u8; 16] {
     u
 }
 
-/// `PREFIX-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (lowercase hex), as nvidia-smi prints.
-pub fn format_uuid(prefix: &str, b: &[u8; 16]) -> String {
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{prefix}-{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
+/// `PREFIX-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (lowercase hex), as nvidia-smi prints:
+/// the text gpucap's core reads UUIDs from, written by the same function.
+pub use gpucap_core::nvml::uuid_text as format_uuid;
 
 pub fn gpu_uuid_string(phys: usize) -> String {
     format_uuid("GPU", &gpu_uuid(phys))

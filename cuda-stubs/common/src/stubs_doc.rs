@@ -1,5 +1,5 @@
 //! Checks the listing of stubs in cuda-stubs/STUBS.md against the stubs a build actually
-//! has (the list build.rs generated). Test-only; shared with `nvml/` by path.
+//! has (the list build.rs generated). Called by the tests of both fake libraries.
 //!
 //! A library's section starts with its heading, `## <lib>: <n> of <total> exports are stubs`,
 //! and lists one stub a line as ``- `name` ``, sorted. With `FAKECUDA_UPDATE_STUBS=1` the

@@ -1,5 +1,9 @@
-//! The FFI edge: result codes, the `exports!` macro that wraps every exported entry point
-//! (no unwinding across the boundary, tracing), and raw-pointer helpers.
+//! The C ABI edge, at the bottom of the crate (it imports nothing of it): result codes, the
+//! `exports!` macro that wraps every exported entry point (no unwinding across the boundary,
+//! tracing), raw-pointer helpers, and in `types` the C types and enum values.
+
+pub mod errors;
+pub mod types;
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -22,19 +26,14 @@ pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
-static TRACE: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-    std::env::var("FAKECUDA_TRACE").is_ok_and(|v| !v.is_empty() && v != "0")
-});
-
+/// FAKECUDA_TRACE is on.
 pub fn tracing() -> bool {
-    *TRACE
+    fake_gpu::trace::enabled()
 }
 
-/// Writes one `fakecuda:` line to stderr (a single write, so lines of threads don't mix).
+/// Writes one `fakecuda:` line to stderr.
 pub fn log(msg: &str) {
-    use std::io::Write as _;
-    let line = format!("fakecuda: {msg}\n");
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    fake_gpu::trace::log("fakecuda", msg);
 }
 
 thread_local! {
@@ -76,7 +75,7 @@ pub fn call(
         let notes = if notes.is_empty() { notes } else { notes + "]" };
         log(&format!(
             "{name}({args}) -> {}{notes}",
-            crate::device::error_name(res).unwrap_or("?")
+            errors::error_name(res).unwrap_or("?")
         ));
     }
     res
@@ -139,19 +138,19 @@ pub fn fmt_args(pairs: &[(&str, &dyn TraceArg)]) -> String {
 /// which exports are implemented, so keep `fn` and the names on one line.
 macro_rules! exports {
     ($( fn $first:ident $(| $alias:ident)* ( $($args:tt)* ) $body:block )*) => {
-        $( $crate::ffi::exports!(@names [$first $($alias)*] ($($args)*) $body); )*
+        $( $crate::abi::exports!(@names [$first $($alias)*] ($($args)*) $body); )*
     };
     (@names [$($name:ident)*] $args:tt $body:block) => {
-        $( $crate::ffi::exports!(@one $name $args $body); )*
+        $( $crate::abi::exports!(@one $name $args $body); )*
     };
     (@one $name:ident ($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
         #[unsafe(no_mangle)]
         #[allow(clippy::missing_safety_doc, unused_unsafe)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::ffi::CUresult {
-            $crate::ffi::call(
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::abi::CUresult {
+            $crate::abi::call(
                 stringify!($name),
-                || $crate::ffi::fmt_args(&[$((stringify!($arg), &$arg as &dyn $crate::ffi::TraceArg)),*]),
-                move || -> $crate::ffi::CuResult { $body },
+                || $crate::abi::fmt_args(&[$((stringify!($arg), &$arg as &dyn $crate::abi::TraceArg)),*]),
+                move || -> $crate::abi::CuResult { $body },
             )
         }
     };
@@ -167,8 +166,8 @@ macro_rules! not_supported_stubs {
         pub(crate) const STUBS: &[&str] = &[$(stringify!($name)),*];
         $(
             #[unsafe(no_mangle)]
-            pub extern "C" fn $name() -> $crate::ffi::CUresult {
-                $crate::ffi::call(stringify!($name), || "...".to_string(), || Err($crate::ffi::CUDA_ERROR_NOT_SUPPORTED))
+            pub extern "C" fn $name() -> $crate::abi::CUresult {
+                $crate::abi::call(stringify!($name), || "...".to_string(), || Err($crate::abi::CUDA_ERROR_NOT_SUPPORTED))
             }
         )*
     };

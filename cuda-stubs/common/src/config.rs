@@ -1,7 +1,5 @@
-//! FAKECUDA_* environment variables (and CUDA_VISIBLE_DEVICES), read once. Shared with the
-//! fake NVML (`nvml/`), which reads the same variables: only `crate::size` and
-//! `crate::identity` are used here.
-#![allow(dead_code)]
+//! FAKECUDA_* environment variables (and CUDA_VISIBLE_DEVICES), read once. The fake libcuda
+//! and the fake NVML read the same variables through this module.
 
 use std::path::PathBuf;
 

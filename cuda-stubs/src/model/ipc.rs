@@ -1,6 +1,6 @@
-//! Legacy CUDA IPC: cuIpcGetMemHandle / cuIpcOpenMemHandle(_v2) / cuIpcCloseMemHandle.
+//! Legacy CUDA IPC handles (cuIpcGetMemHandle / cuIpcOpenMemHandle / cuIpcCloseMemHandle).
 //!
-//! Exporting a cuMemAlloc allocation moves it onto a memfd (memory::export_ipc); the
+//! Exporting a cuMemAlloc allocation moves it onto a memfd (linear::export_ipc); the
 //! 64-byte handle names the exporting process, that fd, the allocation id and its size.
 //! Opening maps `/proc/PID/fd/FD` (same user, as with the real driver), after checking that
 //! the fd still is that allocation's memfd. An opened mapping is not charged to this process:
@@ -11,45 +11,33 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
-use crate::context::current;
-use crate::device::cfg;
-use crate::ffi::*;
-use crate::memory::{CUdeviceptr, PtrInfo, ledger, unmap};
-use libc::c_uint;
-
-/// CUipcMemHandle: 64 opaque bytes.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct CUipcMemHandle {
-    pub reserved: [u8; 64],
-}
-
-impl TraceArg for CUipcMemHandle {
-    fn trace(&self, s: &mut String, _decimal: bool) {
-        match Contents::parse(self) {
-            Some(c) => s.push_str(&format!("{{pid {} alloc {}}}", c.pid, c.id)),
-            None => s.push_str("{?}"),
-        }
-    }
-}
+use super::os::unmap;
+use crate::abi::types::CUipcMemHandle;
+use crate::abi::*;
 
 const MAGIC: &[u8; 8] = b"FAKEIPC1";
 
 /// What a handle says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Contents {
-    pid: u32,
-    fd: i32,
-    size: u64,
-    len: u64,
-    phys: u32,
-    id: u64,
+pub struct Contents {
+    /// The exporting process.
+    pub pid: u32,
+    /// Its fd of the allocation's memfd.
+    pub fd: i32,
+    /// Bytes of the allocation.
+    pub size: u64,
+    /// Bytes mapped (size rounded up to pages).
+    pub len: u64,
+    /// The physical device it lives on.
+    pub phys: u32,
+    /// The allocation's id (linear::Alloc::id).
+    pub id: u64,
 }
 
 impl Contents {
-    fn encode(&self) -> CUipcMemHandle {
+    pub fn encode(&self) -> CUipcMemHandle {
         let mut b = [0u8; 64];
         b[0..8].copy_from_slice(MAGIC);
         b[8..12].copy_from_slice(&self.pid.to_le_bytes());
@@ -61,7 +49,7 @@ impl Contents {
         CUipcMemHandle { reserved: b }
     }
 
-    fn parse(h: &CUipcMemHandle) -> Option<Contents> {
+    pub fn parse(h: &CUipcMemHandle) -> Option<Contents> {
         let b = &h.reserved;
         if &b[0..8] != MAGIC {
             return None;
@@ -78,41 +66,37 @@ impl Contents {
         })
     }
 
-    /// The memfd name memory::export_ipc gives the allocation.
+    /// The memfd name linear::export_ipc gives the allocation.
     fn memfd_name(&self) -> String {
         format!("fakecuda-ipc-{}-{}", self.pid, self.id)
     }
 }
 
+/// An opened handle's mapping.
 #[derive(Debug, Clone, Copy)]
-struct Opened {
-    len: usize,
-    size: usize,
-    dev: usize,
+pub struct Opened {
+    /// Bytes mapped.
+    pub len: usize,
+    /// Bytes of the allocation.
+    pub size: usize,
+    /// The device (ordinal) it counts as.
+    pub dev: usize,
     refs: u32,
-    key: (u32, u64),
+    /// (exporter pid, allocation id).
+    pub key: (u32, u64),
 }
 
-static OPENED: Lazy<Mutex<BTreeMap<usize, Opened>>> = Lazy::new(Default::default);
+static OPENED: LazyLock<Mutex<BTreeMap<usize, Opened>>> = LazyLock::new(Default::default);
 
 fn opened() -> std::sync::MutexGuard<'static, BTreeMap<usize, Opened>> {
     OPENED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Pointer information of an opened IPC mapping containing `ptr`.
-pub fn lookup(ptr: usize) -> Option<PtrInfo> {
+/// The opened mapping containing `ptr`: (its start, the mapping).
+pub fn opened_at(ptr: usize) -> Option<(usize, Opened)> {
     let m = opened();
     let (&base, o) = m.range(..=ptr).next_back()?;
-    (ptr < base + o.len).then_some(PtrInfo {
-        base,
-        size: o.size,
-        dev: o.dev,
-        ctx: current().map(|c| c.0).unwrap_or(0),
-        managed: false,
-        pool: 0,
-        id: o.key.1,
-        host: false,
-    })
+    (ptr < base + o.len).then_some((base, *o))
 }
 
 fn open_mapping(c: &Contents) -> Result<usize, CUresult> {
@@ -150,57 +134,40 @@ fn open_mapping(c: &Contents) -> Result<usize, CUresult> {
     Ok(p as usize)
 }
 
-crate::ffi::exports! {
-    fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdeviceptr) {
-        let l = ledger()?;
-        if handle.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let (_, a) = crate::memory::export_ipc(dptr as usize)?;
-        let c = Contents {
-            pid: std::process::id(),
-            fd: a.ipc_fd,
-            size: a.size,
-            len: a.len as u64,
-            phys: l.phys(a.dev) as u32,
-            id: a.id,
-        };
-        out(handle, c.encode())
+/// Opens the handle `c` (cuIpcOpenMemHandle) as memory of device `dev`: (address, whether
+/// it was mapped now). A handle opened before gives the same address, one more reference.
+pub fn open(c: &Contents, dev: usize) -> Result<(usize, bool), CUresult> {
+    let key = (c.pid, c.id);
+    let mut m = opened();
+    if let Some((&base, o)) = m.iter_mut().find(|(_, o)| o.key == key) {
+        o.refs += 1;
+        return Ok((base, false));
     }
+    let base = open_mapping(c)?;
+    m.insert(
+        base,
+        Opened {
+            len: c.len as usize,
+            size: c.size as usize,
+            dev,
+            refs: 1,
+            key,
+        },
+    );
+    Ok((base, true))
+}
 
-    fn cuIpcOpenMemHandle | cuIpcOpenMemHandle_v2 (pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) {
-        let (_, cur_dev) = current()?;
-        let l = ledger()?;
-        if pdptr.is_null() || flags & !1 != 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let c = Contents::parse(&handle).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let key = (c.pid, c.id);
-        let mut m = opened();
-        if let Some((&base, o)) = m.iter_mut().find(|(_, o)| o.key == key) {
-            o.refs += 1;
-            return out(pdptr, base as CUdeviceptr);
-        }
-        let base = open_mapping(&c)?;
-        // The device the memory lives on if this process sees it, else the current one.
-        let dev = (0..l.devices()).find(|&d| l.phys(d) == c.phys as usize).unwrap_or(cur_dev);
-        m.insert(base, Opened { len: c.len as usize, size: c.size as usize, dev, refs: 1, key });
-        note(|| format!("ptr={base:#x}"));
-        out(pdptr, base as CUdeviceptr)
+/// Drops one reference to the mapping at `ptr` (cuIpcCloseMemHandle); unmaps it at the last.
+pub fn close(ptr: usize) -> CuResult {
+    let mut m = opened();
+    let o = m.get_mut(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    o.refs -= 1;
+    if o.refs == 0 {
+        let len = o.len;
+        m.remove(&ptr);
+        unmap(ptr, len);
     }
-
-    fn cuIpcCloseMemHandle(dptr: CUdeviceptr) {
-        cfg()?;
-        let mut m = opened();
-        let o = m.get_mut(&(dptr as usize)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        o.refs -= 1;
-        if o.refs == 0 {
-            let len = o.len;
-            m.remove(&(dptr as usize));
-            unmap(dptr as usize, len);
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 #[cfg(test)]

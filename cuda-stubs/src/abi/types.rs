@@ -1,0 +1,152 @@
+//! The C types and enum values of the driver API that the fake reads and writes (CUDA 12.9
+//! layouts, unchanged in 13.x): handles, descriptors, flags.
+
+use libc::{c_int, c_uint, c_void};
+
+/// CUdeviceptr: a device address (in the fake, the host address of the memory).
+pub type CUdeviceptr = u64;
+
+/// CUmemLocation.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUmemLocation {
+    pub type_: c_int,
+    pub id: c_int,
+}
+
+/// CUmemAllocationProp (CUDA 12.9 layout, 32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUmemAllocationProp {
+    pub type_: c_int,
+    pub requested_handle_types: c_int,
+    pub location: CUmemLocation,
+    pub win32_handle_meta_data: usize, // void*
+    pub compression_type: u8,
+    pub gpu_direct_rdma_capable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// CUmemAccessDesc.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: c_int,
+}
+
+const _: () = assert!(std::mem::size_of::<CUmemAllocationProp>() == 32);
+const _: () = assert!(std::mem::size_of::<CUmemAccessDesc>() == 12);
+
+// CUmemLocationType
+pub const CU_MEM_LOCATION_TYPE_NONE: c_int = 0;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+pub const CU_MEM_LOCATION_TYPE_HOST: c_int = 2;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 3;
+pub const CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN: c_int = 6;
+
+// CUmemAllocationType
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+pub const CU_MEM_ALLOCATION_TYPE_MANAGED: c_int = 2;
+
+/// CUmemAllocationHandleType: a POSIX file descriptor.
+pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_int = 1;
+
+// CUmemAccess_flags
+pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: c_int = 0;
+pub const CU_MEM_ACCESS_FLAGS_PROT_READ: c_int = 1;
+pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
+
+/// CUmemPoolProps (CUDA 12.9 layout, 88 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUmemPoolProps {
+    pub alloc_type: c_int,
+    pub handle_types: c_int,
+    pub location: CUmemLocation,
+    pub win32_security_attributes: usize, // void*
+    pub max_size: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+const _: () = assert!(std::mem::size_of::<CUmemPoolProps>() == 88);
+
+/// CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS (CUmemPoolProps.usage).
+pub const CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS: u16 = 2;
+
+// CUmemPool_attribute
+pub const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: c_int = 1;
+pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: c_int = 3;
+pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_int = 5;
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: c_int = 6;
+pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: c_int = 7;
+pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: c_int = 8;
+// Added by CUDA 13.2 (read-only): the pool's kind and where it lives.
+pub const CU_MEMPOOL_ATTR_ALLOCATION_TYPE: c_int = 9;
+pub const CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES: c_int = 10;
+pub const CU_MEMPOOL_ATTR_LOCATION_ID: c_int = 11;
+pub const CU_MEMPOOL_ATTR_LOCATION_TYPE: c_int = 12;
+pub const CU_MEMPOOL_ATTR_MAX_POOL_SIZE: c_int = 13;
+pub const CU_MEMPOOL_ATTR_HW_DECOMPRESS_ENABLED: c_int = 14;
+// Added by CUDA 13.4 (read-only): -1 when the pool is not localized.
+pub const CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID: c_int = 15;
+
+/// CUDA_ARRAY_DESCRIPTOR (v2).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaArrayDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+}
+
+/// CUDA_ARRAY3D_DESCRIPTOR (v2).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaArray3dDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+// CUDA_ARRAY3D_DESCRIPTOR flags
+pub const CUDA_ARRAY3D_LAYERED: c_uint = 0x01;
+pub const CUDA_ARRAY3D_CUBEMAP: c_uint = 0x04;
+pub const CUDA_ARRAY3D_DEFERRED_MAPPING: c_uint = 0x80;
+
+/// CUDA_ARRAY_MEMORY_REQUIREMENTS.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CudaArrayMemoryRequirements {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [c_uint; 4],
+}
+
+const _: () = assert!(std::mem::size_of::<CudaArrayMemoryRequirements>() == 32);
+
+/// CUipcMemHandle: 64 opaque bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUipcMemHandle {
+    pub reserved: [u8; 64],
+}
+
+/// CU_STREAM_CAPTURE_STATUS_NONE.
+pub const CU_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
+/// CU_STREAM_CAPTURE_MODE_GLOBAL, the default mode of a thread.
+pub const CU_STREAM_CAPTURE_MODE_GLOBAL: c_int = 0;
+/// CU_STREAM_CAPTURE_MODE_RELAXED, the last valid mode.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
+
+/// CUhostFn.
+pub type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
+/// CUstreamCallback: (stream, status, user data).
+pub type StreamCallback = Option<unsafe extern "C" fn(usize, u32, *mut c_void)>;

@@ -1,0 +1,13 @@
+//! The exported driver API, one family per file: each entry point (an `exports!` block)
+//! reads its C arguments, asks the model, and writes its outputs. Nothing below imports it.
+
+pub mod array;
+pub mod context;
+pub mod copy;
+pub mod device;
+pub mod ipc;
+pub mod memory;
+pub mod pool;
+pub mod procaddr;
+pub mod stream;
+pub mod vmm;

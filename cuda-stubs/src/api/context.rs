@@ -1,0 +1,235 @@
+//! Contexts (primary and created, the per-thread stack, usage counts), their limits and
+//! cache configuration, and the profiler calls.
+
+use crate::abi::*;
+use crate::model::ctx::{self, Ctx, current, device_of};
+use crate::model::device::{cfg, check_dev};
+use crate::model::pool;
+use crate::model::teardown;
+use libc::{c_char, c_int, c_uint, c_void};
+
+fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
+    let dev = check_dev(dev)?;
+    if pctx.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let ctx = ctx::create(dev, flags)?;
+    note(|| format!("ctx={ctx:#x}"));
+    out(pctx, ctx)
+}
+
+crate::abi::exports! {
+    fn cuDevicePrimaryCtxRetain(pctx: *mut Ctx, dev: c_int) {
+        let dev = check_dev(dev)?;
+        if pctx.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let ctx = ctx::retain_primary(dev)?;
+        note(|| format!("ctx={ctx:#x}"));
+        out(pctx, ctx)
+    }
+
+    fn cuDevicePrimaryCtxRelease | cuDevicePrimaryCtxRelease_v2 (dev: c_int) {
+        let dev = check_dev(dev)?;
+        if let Some(ended) = ctx::release_primary(dev)? {
+            teardown::end(ended);
+        }
+        Ok(())
+    }
+
+    fn cuDevicePrimaryCtxReset | cuDevicePrimaryCtxReset_v2 (dev: c_int) {
+        let dev = check_dev(dev)?;
+        teardown::end(ctx::reset_primary(dev));
+        Ok(())
+    }
+
+    fn cuDevicePrimaryCtxGetState(dev: c_int, flags: *mut c_uint, active: *mut c_int) {
+        let (f, a) = ctx::primary_state(check_dev(dev)?);
+        out(flags, f)?;
+        out(active, a as c_int)
+    }
+
+    fn cuDevicePrimaryCtxSetFlags | cuDevicePrimaryCtxSetFlags_v2 (dev: c_int, flags: c_uint) {
+        ctx::set_primary_flags(check_dev(dev)?, flags);
+        Ok(())
+    }
+
+    fn cuCtxCreate | cuCtxCreate_v2 (pctx: *mut Ctx, flags: c_uint, dev: c_int) {
+        create(pctx, flags, dev)
+    }
+
+    fn cuCtxCreate_v3(pctx: *mut Ctx, params: *mut c_void, num_params: c_int, flags: c_uint, dev: c_int) {
+        let _ = (params, num_params);
+        create(pctx, flags, dev)
+    }
+
+    fn cuCtxCreate_v4(pctx: *mut Ctx, params: *mut c_void, flags: c_uint, dev: c_int) {
+        let _ = params;
+        create(pctx, flags, dev)
+    }
+
+    fn cuCtxDestroy | cuCtxDestroy_v2 (ctx: Ctx) {
+        cfg()?;
+        teardown::end(ctx::destroy(ctx)?);
+        Ok(())
+    }
+
+    // Deprecated, still exported by CUDA 13: one more usage of the current context.
+    fn cuCtxAttach(pctx: *mut Ctx, flags: c_uint) {
+        cfg()?;
+        if pctx.is_null() || flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let ctx = ctx::attach()?;
+        note(|| format!("ctx={ctx:#x}"));
+        out(pctx, ctx)
+    }
+
+    // One usage less; the context is destroyed when none is left. (The header asks for `ctx`
+    // to be current; the fake does not insist.)
+    fn cuCtxDetach(ctx: Ctx) {
+        cfg()?;
+        if let Some(ended) = ctx::detach(ctx)? {
+            teardown::end(ended);
+        }
+        Ok(())
+    }
+
+    fn cuCtxSetCurrent(ctx: Ctx) {
+        cfg()?;
+        if ctx != 0 {
+            ctx::check_live(ctx)?;
+        }
+        ctx::set_top(ctx);
+        Ok(())
+    }
+
+    fn cuCtxGetCurrent(pctx: *mut Ctx) {
+        cfg()?;
+        out(pctx, ctx::top())
+    }
+
+    fn cuCtxPushCurrent | cuCtxPushCurrent_v2 (ctx: Ctx) {
+        cfg()?;
+        ctx::check_live(ctx)?;
+        ctx::push(ctx);
+        Ok(())
+    }
+
+    fn cuCtxPopCurrent | cuCtxPopCurrent_v2 (pctx: *mut Ctx) {
+        cfg()?;
+        let top = ctx::pop().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        if !pctx.is_null() {
+            out(pctx, top)?;
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetDevice(device: *mut c_int) {
+        out(device, current()?.1 as c_int)
+    }
+
+    fn cuCtxSynchronize() {
+        let (_, dev) = current()?;
+        pool::sync(Some(dev));
+        Ok(())
+    }
+
+    // CUDA 13.0: the given context (NULL: the current one).
+    fn cuCtxSynchronize_v2(ctx: Ctx) {
+        pool::sync(Some(device_of(ctx)?));
+        Ok(())
+    }
+
+    // CUDA 13.0: the device of the given context (NULL: the current one).
+    fn cuCtxGetDevice_v2(device: *mut c_int, ctx: Ctx) {
+        out(device, device_of(ctx)? as c_int)
+    }
+
+    fn cuCtxGetApiVersion(ctx: Ctx, version: *mut c_uint) {
+        device_of(ctx)?;
+        out(version, 3020)
+    }
+
+    fn cuCtxGetFlags(flags: *mut c_uint) {
+        let (ctx, _) = current()?;
+        out(flags, ctx::flags(ctx))
+    }
+
+    fn cuCtxSetFlags(flags: c_uint) {
+        let (ctx, _) = current()?;
+        ctx::set_flags(ctx, flags);
+        Ok(())
+    }
+
+    fn cuCtxGetId(ctx: Ctx, id: *mut u64) {
+        let ctx = if ctx == 0 { current()?.0 } else { ctx::check_live(ctx).map(|_| ctx)? };
+        out(id, ctx as u64)
+    }
+
+    fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {
+        current()?;
+        if !least.is_null() {
+            out(least, 0)?;
+        }
+        if !greatest.is_null() {
+            out(greatest, -5)?;
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetLimit(value: *mut usize, limit: c_int) {
+        current()?;
+        let default = match limit {
+            0 => 1024,           // STACK_SIZE
+            1 => 1 << 20,        // PRINTF_FIFO_SIZE
+            2 => 8 << 20,        // MALLOC_HEAP_SIZE
+            3 => 2,              // DEV_RUNTIME_SYNC_DEPTH
+            4 => 2048,           // DEV_RUNTIME_PENDING_LAUNCH_COUNT
+            5 => 32,             // MAX_L2_FETCH_GRANULARITY
+            6 => 0,              // PERSISTING_L2_CACHE_SIZE
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        };
+        let v = ctx::limit(limit).unwrap_or(default);
+        out(value, v)
+    }
+
+    fn cuCtxSetLimit(limit: c_int, value: usize) {
+        current()?;
+        if !(0..=6).contains(&limit) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        ctx::set_limit(limit, value);
+        Ok(())
+    }
+
+    // cudaProfiler.h. Deprecated: "starting with CUDA 12.0, it always returns
+    // CUDA_ERROR_NOT_SUPPORTED", so the fake does too when it reports a driver of 12.0 or later.
+    fn cuProfilerInitialize(config_file: *const c_char, output_file: *const c_char, output_mode: c_int) {
+        let _ = (config_file, output_file, output_mode);
+        if cfg()?.driver_version >= 12000 {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        Ok(())
+    }
+
+    // Profiling of the current context on/off: no profiler is attached to the fake.
+    fn cuProfilerStart() {
+        current().map(|_| ())
+    }
+
+    fn cuProfilerStop() {
+        current().map(|_| ())
+    }
+
+    fn cuCtxGetCacheConfig(config: *mut c_int) {
+        current()?;
+        out(config, 0)
+    }
+
+    fn cuCtxSetCacheConfig(config: c_int) {
+        current()?;
+        let _ = config;
+        Ok(())
+    }
+}

@@ -1,0 +1,177 @@
+//! Copies (cuMemcpy*) and memsets (cuMemset*): memmove and fill over ranges checked to be
+//! accessible memory. Streams are synchronous, so the async forms only check the stream.
+
+use crate::abi::types::CUdeviceptr;
+use crate::abi::*;
+use crate::model::address::check_range;
+use crate::model::ctx::Ctx;
+use crate::model::device::cfg;
+use crate::model::stream;
+use libc::c_void;
+
+fn copy(dst: usize, src: usize, n: usize) -> CuResult {
+    if n == 0 {
+        return Ok(());
+    }
+    if dst == 0 || src == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: both ranges were validated as accessible memory of n bytes (device ranges by
+    // check_range, host ranges are the caller's responsibility as with the real driver).
+    unsafe { libc::memmove(dst as *mut c_void, src as *const c_void, n) };
+    Ok(())
+}
+
+fn htod(dst: CUdeviceptr, src: *const c_void, n: usize) -> CuResult {
+    cfg()?;
+    check_range(dst, n, true)?;
+    copy(dst as usize, src as usize, n)
+}
+
+fn dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CuResult {
+    cfg()?;
+    check_range(src, n, false)?;
+    copy(dst as usize, src as usize, n)
+}
+
+fn dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult {
+    cfg()?;
+    check_range(src, n, false)?;
+    check_range(dst, n, true)?;
+    copy(dst as usize, src as usize, n)
+}
+
+/// Fills `count` elements of `E` at `dst`, rows of `width` elements `pitch` bytes apart.
+fn fill<E: Copy>(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: E,
+    width: usize,
+    height: usize,
+) -> CuResult {
+    cfg()?;
+    let esz = std::mem::size_of::<E>();
+    if !(dst as usize).is_multiple_of(esz) || !pitch.is_multiple_of(esz) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let row = width.checked_mul(esz).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if height == 0 || width == 0 {
+        return Ok(());
+    }
+    let span = pitch
+        .checked_mul(height - 1)
+        .and_then(|s| s.checked_add(row))
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    check_range(dst, span, true)?;
+    for r in 0..height {
+        let p = (dst as usize + r * pitch) as *mut E;
+        // SAFETY: the whole span was validated as writable device memory, p is aligned.
+        let s = unsafe { std::slice::from_raw_parts_mut(p, width) };
+        s.fill(value);
+    }
+    Ok(())
+}
+
+crate::abi::exports! {
+    fn cuMemcpy | cuMemcpy_ptds (dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
+        cfg()?;
+        copy(dst as usize, src as usize, n)
+    }
+
+    fn cuMemcpyAsync | cuMemcpyAsync_ptsz (dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: usize) {
+        stream::check(stream)?;
+        copy(dst as usize, src as usize, n)
+    }
+
+    fn cuMemcpyPeer | cuMemcpyPeer_ptds (dst: CUdeviceptr, dst_ctx: Ctx, src: CUdeviceptr, src_ctx: Ctx, n: usize) {
+        let _ = (dst_ctx, src_ctx);
+        dtod(dst, src, n)
+    }
+
+    fn cuMemcpyPeerAsync | cuMemcpyPeerAsync_ptsz (dst: CUdeviceptr, dst_ctx: Ctx, src: CUdeviceptr, src_ctx: Ctx, n: usize, stream: usize) {
+        let _ = (dst_ctx, src_ctx);
+        stream::check(stream)?;
+        dtod(dst, src, n)
+    }
+
+    fn cuMemcpyHtoD_v2 | cuMemcpyHtoD_v2_ptds (dst: CUdeviceptr, src: *const c_void, n: usize) {
+        htod(dst, src, n)
+    }
+
+    fn cuMemcpyDtoH_v2 | cuMemcpyDtoH_v2_ptds (dst: *mut c_void, src: CUdeviceptr, n: usize) {
+        dtoh(dst, src, n)
+    }
+
+    fn cuMemcpyDtoD_v2 | cuMemcpyDtoD_v2_ptds (dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
+        dtod(dst, src, n)
+    }
+
+    fn cuMemcpyHtoDAsync_v2 | cuMemcpyHtoDAsync_v2_ptsz (dst: CUdeviceptr, src: *const c_void, n: usize, stream: usize) {
+        stream::check(stream)?;
+        htod(dst, src, n)
+    }
+
+    fn cuMemcpyDtoHAsync_v2 | cuMemcpyDtoHAsync_v2_ptsz (dst: *mut c_void, src: CUdeviceptr, n: usize, stream: usize) {
+        stream::check(stream)?;
+        dtoh(dst, src, n)
+    }
+
+    fn cuMemcpyDtoDAsync_v2 | cuMemcpyDtoDAsync_v2_ptsz (dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: usize) {
+        stream::check(stream)?;
+        dtod(dst, src, n)
+    }
+
+    fn cuMemsetD8_v2 | cuMemsetD8_v2_ptds (dst: CUdeviceptr, value: u8, n: usize) {
+        fill(dst, 0, value, n, 1)
+    }
+
+    fn cuMemsetD16_v2 | cuMemsetD16_v2_ptds (dst: CUdeviceptr, value: u16, n: usize) {
+        fill(dst, 0, value, n, 1)
+    }
+
+    fn cuMemsetD32_v2 | cuMemsetD32_v2_ptds (dst: CUdeviceptr, value: u32, n: usize) {
+        fill(dst, 0, value, n, 1)
+    }
+
+    fn cuMemsetD8Async | cuMemsetD8Async_ptsz (dst: CUdeviceptr, value: u8, n: usize, stream: usize) {
+        stream::check(stream)?;
+        fill(dst, 0, value, n, 1)
+    }
+
+    fn cuMemsetD16Async | cuMemsetD16Async_ptsz (dst: CUdeviceptr, value: u16, n: usize, stream: usize) {
+        stream::check(stream)?;
+        fill(dst, 0, value, n, 1)
+    }
+
+    fn cuMemsetD32Async | cuMemsetD32Async_ptsz (dst: CUdeviceptr, value: u32, n: usize, stream: usize) {
+        stream::check(stream)?;
+        fill(dst, 0, value, n, 1)
+    }
+
+    fn cuMemsetD2D8_v2 | cuMemsetD2D8_v2_ptds (dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize) {
+        fill(dst, pitch, value, width, height)
+    }
+
+    fn cuMemsetD2D16_v2 | cuMemsetD2D16_v2_ptds (dst: CUdeviceptr, pitch: usize, value: u16, width: usize, height: usize) {
+        fill(dst, pitch, value, width, height)
+    }
+
+    fn cuMemsetD2D32_v2 | cuMemsetD2D32_v2_ptds (dst: CUdeviceptr, pitch: usize, value: u32, width: usize, height: usize) {
+        fill(dst, pitch, value, width, height)
+    }
+
+    fn cuMemsetD2D8Async | cuMemsetD2D8Async_ptsz (dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize, stream: usize) {
+        stream::check(stream)?;
+        fill(dst, pitch, value, width, height)
+    }
+
+    fn cuMemsetD2D16Async | cuMemsetD2D16Async_ptsz (dst: CUdeviceptr, pitch: usize, value: u16, width: usize, height: usize, stream: usize) {
+        stream::check(stream)?;
+        fill(dst, pitch, value, width, height)
+    }
+
+    fn cuMemsetD2D32Async | cuMemsetD2D32Async_ptsz (dst: CUdeviceptr, pitch: usize, value: u32, width: usize, height: usize, stream: usize) {
+        stream::check(stream)?;
+        fill(dst, pitch, value, width, height)
+    }
+}

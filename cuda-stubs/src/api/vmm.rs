@@ -1,0 +1,133 @@
+//! Virtual memory management (cuMemCreate, cuMemAddressReserve, cuMemMap, cuMemSetAccess ...)
+//! and shareable handles (cuMemExportToShareableHandle, cuMemImportFromShareableHandle).
+
+use crate::abi::types::*;
+use crate::abi::*;
+use crate::model::device::{cfg, check_dev, ledger};
+use crate::model::os::page_size;
+use crate::model::vmm::{self, GRANULARITY};
+use libc::{c_int, c_void};
+
+/// The device of a CUmemAllocationProp: pinned device memory of a visible device.
+fn check_alloc_prop(prop: &CUmemAllocationProp) -> Result<usize, CUresult> {
+    if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED
+        || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE
+    {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    check_dev(prop.location.id).map_err(|_| CUDA_ERROR_INVALID_DEVICE)
+}
+
+crate::abi::exports! {
+    fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: c_int) {
+        cfg()?;
+        check_alloc_prop(&inp(prop)?)?;
+        if !matches!(option, 0 | 1) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(granularity, GRANULARITY)
+    }
+
+    fn cuMemCreate(handle: *mut u64, size: usize, prop: *const CUmemAllocationProp, flags: u64) {
+        cfg()?;
+        let prop = inp(prop)?;
+        let dev = check_alloc_prop(&prop)?;
+        if handle.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = vmm::create(dev, size, prop)?;
+        note(|| format!("handle={h:#x}"));
+        out(handle, h)
+    }
+
+    fn cuMemRelease(handle: u64) {
+        cfg()?;
+        vmm::release(handle)
+    }
+
+    fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) {
+        cfg()?;
+        out(handle, vmm::retain(addr as usize)?)
+    }
+
+    fn cuMemGetAllocationPropertiesFromHandle(prop: *mut CUmemAllocationProp, handle: u64) {
+        cfg()?;
+        out(prop, vmm::properties(handle)?)
+    }
+
+    fn cuMemExportToShareableHandle(shareable: *mut c_void, handle: u64, handle_type: c_int, flags: u64) {
+        cfg()?;
+        if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags != 0 {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        if shareable.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(shareable.cast::<c_int>(), vmm::export_fd(handle)?)
+    }
+
+    fn cuMemImportFromShareableHandle(handle: *mut u64, os_handle: *mut c_void, handle_type: c_int) {
+        ledger()?;
+        if handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        if handle.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let (h, size) = vmm::import(os_handle as usize as c_int)?;
+        note(|| format!("handle={h:#x}, bytes={size}"));
+        out(handle, h)
+    }
+
+    fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, addr: CUdeviceptr, flags: u64) {
+        cfg()?;
+        let page = page_size();
+        if ptr.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(page) || (alignment != 0 && !alignment.is_power_of_two()) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let start = vmm::reserve(size, alignment.max(GRANULARITY), addr as usize)?;
+        note(|| format!("ptr={start:#x}"));
+        out(ptr, start as CUdeviceptr)
+    }
+
+    fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) {
+        cfg()?;
+        vmm::address_free(ptr as usize, size)
+    }
+
+    fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: u64, flags: u64) {
+        cfg()?;
+        vmm::map(ptr as usize, size, offset, handle, flags)
+    }
+
+    fn cuMemUnmap(ptr: CUdeviceptr, size: usize) {
+        cfg()?;
+        vmm::unmap_range(ptr as usize, size)
+    }
+
+    fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *const CUmemAccessDesc, count: usize) {
+        cfg()?;
+        if desc.is_null() || count == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut access = 0;
+        for i in 0..count {
+            // SAFETY: the caller passes an array of `count` descriptors.
+            let d = inp(unsafe { desc.add(i) })?;
+            if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || !matches!(d.flags, 0 | 1 | 3) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            check_dev(d.location.id).map_err(|_| CUDA_ERROR_INVALID_DEVICE)?;
+            access |= d.flags;
+        }
+        vmm::set_access(ptr as usize, size, access)
+    }
+
+    fn cuMemGetAccess(flags: *mut u64, location: *const CUmemLocation, ptr: CUdeviceptr) {
+        cfg()?;
+        let loc = inp(location)?;
+        let (_, m) = vmm::mapping_at(ptr as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let access = if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE { m.access } else { 0 };
+        out(flags, access as u64)
+    }
+}

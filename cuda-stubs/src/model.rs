@@ -1,0 +1,30 @@
+//! The fake device's state, below the exported API: what exists (contexts, streams,
+//! allocations, pools, VMM handles, IPC mappings, arrays) and how much memory it takes.
+//!
+//! Layers, bottom first: a module imports `abi` and modules of the layers above its own
+//! in this list, never its own layer's, never `api`.
+
+// The accounting of device memory.
+pub mod ledger;
+
+// The devices this process sees; pages and handles from the OS.
+pub mod device;
+pub mod os;
+
+// Contexts.
+pub mod ctx;
+
+// What lives in a context or device and needs no allocation of another kind.
+pub mod host;
+pub mod ipc;
+pub mod pool;
+pub mod stream;
+
+// Allocations: arrays, linear memory (pool allocations are linear), VMM.
+pub mod array;
+pub mod linear;
+pub mod vmm;
+
+// Across kinds: what an address is, and what goes when a context ends.
+pub mod address;
+pub mod teardown;
