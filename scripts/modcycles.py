@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""Fails on an import cycle between the top-level modules of a Rust crate.
+"""Fails on an import cycle between the modules of a Rust crate, at every level.
 
     scripts/modcycles.py DIR...     # each DIR: a crate (its Cargo.toml), searched below
 
-A crate's top-level modules are the files and folders beside its root file (lib.rs or
-main.rs, in src/ if there is one). Module A depends on module B when a file of A names
-`crate::B` (also inside `use crate::{B, ...}`). Unit tests are left out: `#[cfg(test)]
-mod x { ... }` blocks to the end of a file, and files named `tests.rs` or `*_tests.rs`.
-Prints each cycle and exits 1 if there is one; scripts/test.sh runs it.
+Every module that is a folder (the crate root too) is checked: its child modules must
+not import each other in a circle. A file's module path comes from where it lives
+(`src/model/ctx.rs` is `model::ctx`, `src/model.rs` and `src/model/mod.rs` are `model`).
+A file depends on what it names through `crate::a::b`, `super::x` and `self::x` paths,
+brace groups included (`use crate::model::{ctx, pool}`); naming `crate::model::ctx` from
+`api::memory` is the edge `api -> model` at the top level, naming `super::pool` from
+`model::ctx` the edge `ctx -> pool` inside `model`. Unit tests are left out:
+`#[cfg(test)] mod x { ... }` blocks to the end of a file, and files named `tests.rs` or
+`*_tests.rs`. Prints each cycle and exits 1 if there is one; scripts/test.sh runs it.
 """
 import pathlib
 import re
 import sys
 
-USE_GROUP = re.compile(r"\bcrate::\{([^}]*)\}")
-PATH = re.compile(r"\bcrate::(\w+)")
+GROUP = re.compile(r"\b(crate|super|self)((?:::\w+)*)::\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
+PATH = re.compile(r"\b(crate|super|self)((?:::\w+)+)")
 TESTS = re.compile(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{.*", re.S)
 
 
@@ -27,8 +31,8 @@ def crates(dirs):
             yield toml.parent, root
 
 
-def modules(root):
-    """Top-level module name -> its source files (other crates below are skipped)."""
+def files(root):
+    """Module path (a tuple) -> its source files (other crates below are skipped)."""
     mods = {}
     for f in root.rglob("*.rs"):
         rel = f.relative_to(root)
@@ -36,22 +40,54 @@ def modules(root):
             continue
         if "target" in rel.parts or f.name == "tests.rs" or f.name.endswith("_tests.rs"):
             continue
-        top = rel.parts[0].removesuffix(".rs")
-        if top in ("lib", "main", "mod", "build"):
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "mod" or (len(parts) == 1 and parts[0] in ("lib", "main")):
+            parts = parts[:-1]
+        if parts == ["build"]:
             continue
-        mods.setdefault(top, []).append(f)
+        mods.setdefault(tuple(parts), []).append(f)
     return mods
 
 
-def edges(mods):
-    out = {m: set() for m in mods}
-    for m, files in mods.items():
-        for f in files:
+def named_paths(module, text):
+    """The module paths a file of `module` names, as tuples from the crate root."""
+    def absolute(kind, rest):
+        if kind == "crate":
+            return tuple(rest)
+        base = module if kind == "self" else module[:-1]
+        return tuple(base) + tuple(rest)
+
+    out = set()
+    for kind, prefix, group in GROUP.findall(text):
+        head = [p for p in prefix.split("::") if p]
+        for item in re.sub(r"\{[^{}]*\}", "", group).split(","):
+            words = [w for w in item.strip().split("::") if w and re.fullmatch(r"\w+", w)]
+            if words:
+                out.add(absolute(kind, head + words))
+    for kind, rest in PATH.findall(text):
+        out.add(absolute(kind, [p for p in rest.split("::") if p]))
+    return out
+
+
+def graphs(mods):
+    """For each folder module (a tuple), the graph of its children's imports."""
+    children = {}
+    for m in mods:
+        for k in range(len(m)):
+            children.setdefault(m[:k], set()).add(m[k])
+    out = {folder: {c: set() for c in kids} for folder, kids in children.items()}
+    for m, fs in mods.items():
+        for f in fs:
             text = TESTS.sub("", f.read_text(errors="replace"))
-            names = set(PATH.findall(text))
-            for group in USE_GROUP.findall(text):
-                names |= {n.strip().split("::")[0] for n in group.split(",") if n.strip()}
-            out[m] |= {n for n in names if n in mods and n != m}
+            for p in named_paths(m, text):
+                k = 0
+                while k < len(m) and k < len(p) and m[k] == p[k]:
+                    k += 1
+                if k >= len(m) or k >= len(p):
+                    continue  # an ancestor, or the module itself
+                folder = m[:k]
+                if p[k] in out.get(folder, {}):
+                    out[folder][m[k]].add(p[k])
     return out
 
 
@@ -100,10 +136,12 @@ def main(dirs):
     n = 0
     for crate, root in crates(dirs or ["."]):
         n += 1
-        for comp in cycles(edges(modules(root))):
-            bad += 1
-            print(f"import cycle in {crate}: {' <-> '.join(comp)}")
-    print(f"modcycles: {bad} cycle(s) in {n} crate(s)")
+        for folder, graph in sorted(graphs(files(root)).items()):
+            for comp in cycles(graph):
+                bad += 1
+                where = "::".join(folder) or "the crate root"
+                print(f"import cycle in {crate}, in {where}: {' <-> '.join(comp)}")
+    print(f"modcycles: {bad} cycle(s) in {n} crate(s), every folder level checked")
     return 1 if bad else 0
 
 
