@@ -25,7 +25,8 @@ TESTS = re.compile(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{.*", re.S)
 def crates(dirs):
     for d in dirs:
         for toml in sorted(pathlib.Path(d).rglob("Cargo.toml")):
-            if "target" in toml.parts or "[package]" not in toml.read_text():
+            inside = toml.relative_to(d).parts
+            if "target" in inside or "[package]" not in toml.read_text():
                 continue
             root = toml.parent / "src" if (toml.parent / "src").is_dir() else toml.parent
             yield toml.parent, root
@@ -141,6 +142,9 @@ def main(dirs):
                 bad += 1
                 where = "::".join(folder) or "the crate root"
                 print(f"import cycle in {crate}, in {where}: {' <-> '.join(comp)}")
+    if n == 0:
+        print(f"modcycles: no crate (Cargo.toml with [package]) below {' '.join(dirs)}")
+        return 2
     print(f"modcycles: {bad} cycle(s) in {n} crate(s), every folder level checked")
     return 1 if bad else 0
 
