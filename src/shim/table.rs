@@ -135,7 +135,7 @@ hook_table! {
     cuMemMap = "cuMemMap" @ 10020 :
         (ptr: Dptr, size: usize, offset: usize, handle: u64, flags: u64) => imp::mem_map;
     cuMemUnmap = "cuMemUnmap" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_unmap;
-    cuMemAddressFree = "cuMemAddressFree" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_address_free;
+    cuMemAddressFree = "cuMemAddressFree" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_unmap;
     cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" @ 11000 :
         (handle: *mut u64, addr: *mut c_void) => imp::mem_retain_allocation_handle;
     cuMemGetAddressRange_v2 = "cuMemGetAddressRange" @ 3020 :

@@ -80,21 +80,9 @@ pub fn mem_map(
     })
 }
 
+/// `cuMemUnmap`, and `cuMemAddressFree`: freeing an address range takes the mappings
+/// still in it (where the driver allows that at all), credited as by `cuMemUnmap`.
 pub fn mem_unmap(
-    real: unsafe extern "C" fn(Dptr, usize) -> CuResult,
-    ptr: Dptr,
-    size: usize,
-) -> CuResult {
-    if let Err(rc) = shim() {
-        return rc;
-    }
-    // SAFETY (closure): forwarding the caller's arguments.
-    vmm_step(VMM.unmap(ptr, size as u64), || unsafe { real(ptr, size) })
-}
-
-/// Freeing an address range takes the mappings still in it (where the driver allows
-/// that at all): credited as by `cuMemUnmap`.
-pub fn mem_address_free(
     real: unsafe extern "C" fn(Dptr, usize) -> CuResult,
     ptr: Dptr,
     size: usize,
