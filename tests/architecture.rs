@@ -80,3 +80,63 @@ fn no_crate_includes_another_crates_files_by_path() {
     }
     assert!(found.is_empty(), "#[path] includes: {found:?}");
 }
+
+/// The image recipe (scripts/Dockerfile.example, and its copy in the README) builds
+/// exactly the shim and the CLI, by package names that exist, and never the fake GPU.
+#[test]
+fn the_dockerfile_builds_the_shim_and_the_cli_only() {
+    let recipe = std::fs::read_to_string(root().join("scripts/Dockerfile.example")).unwrap();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let run = recipe
+        .lines()
+        .find(|l| l.starts_with("RUN cargo build"))
+        .expect("a RUN cargo build line");
+    assert!(readme.contains(run), "README's Dockerfile differs: {run}");
+    let packages: Vec<&str> = run
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "-p")
+        .map(|w| w[1])
+        .collect();
+    let o = run_cmd_metadata();
+    let meta: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut built = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        if packages.contains(&p["name"].as_str().unwrap()) {
+            for t in p["targets"].as_array().unwrap() {
+                let kinds: Vec<&str> = t["kind"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|k| k.as_str().unwrap())
+                    .collect();
+                built.push(format!(
+                    "{}:{}",
+                    kinds.join("+"),
+                    t["name"].as_str().unwrap()
+                ));
+            }
+        }
+    }
+    built.sort();
+    assert_eq!(
+        built,
+        ["bin:gpucap", "cdylib:gpucap"],
+        "packages {packages:?} of `{run}`"
+    );
+}
+
+fn run_cmd_metadata() -> std::process::Output {
+    let o = run(Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(root()));
+    assert!(o.status.success(), "{}", dump(&o));
+    o
+}
