@@ -1,12 +1,17 @@
 //! Contexts end, and the cap gets back everything the driver freed with them: the
-//! context's own memory and every allocation, pool allocation and array still live in
-//! it, whichever call ended it (tests/c/ctxloop.c). A context the shim cannot measure
-//! is never passed silently.
+//! context's own memory and every allocation and array still live in it, whichever call
+//! ended it (tests/c/ctxloop.c). Not a stream-ordered pool allocation: it belongs to no
+//! context (cuCtxDestroy in cuda.h), so it outlives the context, still valid and still
+//! charged, until the program frees it. A context the shim cannot measure is never
+//! passed silently.
 //!
 //! Each loop runs 100 rounds with `FAKECUDA_CONTEXT_MEM` set, under a 1 GiB cap: a
 //! round that leaked its 64 MiB block (or its context) would exhaust the cap by the
-//! 16th round, and every round checks that `cuMemGetInfo_v2` shows the free memory of
-//! the start again. The fake driver's statistics confirm what it really held.
+//! 16th round. Every round checks that `cuMemGetInfo_v2` shows the free memory of the
+//! start less the pool allocation once the context ended (the control run without the
+//! shim checks the same of the fake), then, once another context of the device freed
+//! it, the free memory of the start again. The fake driver's statistics confirm what it
+//! really held.
 
 mod common;
 

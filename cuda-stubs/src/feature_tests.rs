@@ -845,3 +845,74 @@ fn pool_memory_freed_and_pools_destroyed_in_either_order() {
         assert_eq!(used(), before);
     }
 }
+
+/// cuCtxDestroy (or any other end of a context) leaves stream-ordered allocations alone:
+/// cuda.h says they belong to no context and must be freed explicitly. They stay valid,
+/// in use in their pool and on the device; the pool keeps its cache; freed later with
+/// another context of the device current, they go back to the pool as always.
+#[test]
+fn pool_allocations_outlive_the_context_that_made_them() {
+    let (_g, primary) = setup();
+    let before = used();
+    unsafe {
+        let mut default = 0;
+        assert_eq!(cuDeviceGetMemPool(&mut default, 0), 0);
+        for end in ["destroy", "detach", "reset"] {
+            let mut c = 0;
+            if end == "reset" {
+                // The primary context, with a created one current to observe from.
+                assert_eq!(cuCtxCreate_v2(&mut c, 0, 0), 0);
+                assert_eq!(cuCtxSetCurrent(primary), 0);
+            } else {
+                assert_eq!(cuCtxCreate_v2(&mut c, 0, 0), 0);
+            }
+            let (mut live, mut cached, mut plain) = (0, 0, 0);
+            assert_eq!(cuMemAllocAsync(&mut live, 4 * MIB, 0), 0);
+            assert_eq!(cuMemAllocAsync(&mut cached, 2 * MIB, 0), 0);
+            assert_eq!(cuMemFreeAsync(cached, 0), 0);
+            assert_eq!(cuMemAlloc_v2(&mut plain, MIB), 0);
+            assert_eq!(used() - before, 7 * MIB, "{end}");
+            match end {
+                "destroy" => assert_eq!(cuCtxDestroy_v2(c), 0),
+                "detach" => assert_eq!(cuCtxDetach(c), 0),
+                _ => assert_eq!(cuDevicePrimaryCtxReset_v2(0), 0),
+            }
+            // An observer of the same device: the primary context, or the created one.
+            let observer = if end == "reset" { c } else { primary };
+            if end == "reset" {
+                assert_eq!(cuDevicePrimaryCtxRetain(&mut 0, 0), 0);
+            }
+            assert_eq!(cuCtxSetCurrent(observer), 0);
+            // The plain allocation went with the context; the pool allocation and the
+            // pool's cache did not.
+            assert_eq!(used() - before, 6 * MIB, "{end}");
+            assert_eq!(
+                (pool_attr(default, RESERVED), pool_attr(default, USED)),
+                (6 << 20, 4 << 20),
+                "{end}"
+            );
+            let (mut base, mut size) = (0, 0);
+            assert_eq!(cuMemGetAddressRange_v2(&mut base, &mut size, live), 0);
+            assert_eq!((base, size), (live, 4 * MIB), "{end}: still valid");
+            let mut back = [0u8; 16];
+            assert_eq!(cuMemcpyHtoD_v2(live, [9u8; 16].as_ptr().cast(), 16), 0);
+            assert_eq!(cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), live, 16), 0);
+            assert_eq!(back, [9u8; 16], "{end}: still usable");
+            // Freed with another context of the device current: back to the pool, and
+            // released at the next synchronisation.
+            assert_eq!(cuMemFreeAsync(live, 0), 0, "{end}");
+            assert_eq!(
+                (pool_attr(default, RESERVED), pool_attr(default, USED)),
+                (6 << 20, 0),
+                "{end}"
+            );
+            assert_eq!(cuCtxSynchronize(), 0);
+            assert_eq!(used(), before, "{end}");
+            assert_eq!(cuMemFree_v2(live), CUDA_ERROR_INVALID_VALUE, "freed once");
+            if end == "reset" {
+                assert_eq!(cuCtxDestroy_v2(c), 0);
+                assert_eq!(cuCtxSetCurrent(primary), 0);
+            }
+        }
+    }
+}

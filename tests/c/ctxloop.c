@@ -1,8 +1,10 @@
 /*
  * ctxloop: every way a context ends, in a loop, with memory still live in it. The
  * driver frees a context's memory with the context (its own overhead, allocations,
- * stream-ordered pool allocations, arrays); the cap must get all of it back, or a
- * program that makes and ends contexts in a loop loses its cap round by round.
+ * arrays); the cap must get all of it back, or a program that makes and ends contexts
+ * in a loop loses its cap round by round. Stream-ordered pool allocations are not the
+ * context's (cuCtxDestroy in cuda.h: "not associated with any CUDA context"): they
+ * outlive it, still charged, until the program frees them.
  *
  *   ctxloop loop <how> <rounds> <block> <cap|-> <phys>
  *       <how>: destroy, destroy_v1 (cuCtxDestroy_v2 / cuCtxDestroy of a created
@@ -14,8 +16,11 @@
  *       primary context retained once, which the fake, like pycuda's use of it, takes
  *       as its release).
  *       Each round leaves live: cuMemAlloc_v2 of <block>, cuMemAllocAsync of <block>/4
- *       and a 1 MiB cuArrayCreate_v2. After each round, cuMemGetInfo_v2 (asked with a
- *       context that stays, an "observer") must show the free memory of the start.
+ *       and a 1 MiB cuArrayCreate_v2. After the context ended, cuMemGetInfo_v2 (asked
+ *       with a context of the device that stays, an "observer") must show the free
+ *       memory of the start minus the pool allocation, which is still valid; then the
+ *       observer frees it (cuMemFreeAsync, cuStreamSynchronize: the pool releases it)
+ *       and the free memory of the start is back.
  *       <cap>: the total cuMemGetInfo_v2 must show (the cap), "-" for <phys>.
  *
  *   ctxloop roomforone <create|retain> <refused|allowed>
@@ -41,6 +46,7 @@ CUresult cuCtxDetach(CUcontext ctx);
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
 
 static size_t g_start;
 
@@ -66,8 +72,8 @@ static int usable(CUdeviceptr p, size_t size) {
     return 1;
 }
 
-/* The memory a round leaves live in the current context. */
-static CUdeviceptr leave_live(int round, size_t block) {
+/* The memory a round leaves live in the current context; the pool allocation in *pool. */
+static CUdeviceptr leave_live(int round, size_t block, CUdeviceptr *pool) {
     CUdeviceptr p = 0, q = 0;
     CUarray a = NULL;
     CUDA_ARRAY_DESCRIPTOR d = {1024, 1024, CU_AD_FORMAT_UNSIGNED_INT8, 1};
@@ -79,15 +85,33 @@ static CUdeviceptr leave_live(int round, size_t block) {
               "round %d: cuMemAlloc_v2 -> %d, cuMemAllocAsync -> %d, cuArrayCreate_v2 -> %d", round, r1,
               r2, r3);
     if (!r2) MUST(cuStreamSynchronize(NULL));
+    *pool = r2 ? 0 : q;
     return r1 ? 0 : p;
 }
 
-static void round_trip_free(CUcontext observer, int round, const char *how) {
+/* After the context ended: only the pool allocation `q` of `qsize` bytes is still
+ * held, and valid; the observer frees it and the free memory of the start is back. */
+static void round_trip_free(CUcontext observer, int round, const char *how, CUdeviceptr q,
+                            size_t qsize) {
     size_t f = free_now(observer, NULL);
+    size_t want = g_start - qsize;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult rq = q ? cuMemGetAddressRange_v2(&base, &size, q) : CUDA_ERROR_INVALID_VALUE;
     /* Every round is checked; only failures and every 25th round are printed. */
+    if (f != want || rq || base != q || size != qsize || round % 25 == 0)
+        CHECK(f == want && !rq && base == q && size == qsize,
+              "round %d (%s): free %zu after the context ended, %zu at the start less the "
+              "pool allocation still live (cuMemGetAddressRange_v2 -> %d, size %zu)",
+              round, how, f, want, rq, size);
+    if (q) {
+        MUST(cuMemFreeAsync(q, NULL));
+        MUST(cuStreamSynchronize(NULL));
+    }
+    f = free_now(observer, NULL);
     if (f != g_start || round % 25 == 0)
-        CHECK(f == g_start, "round %d (%s): free %zu after the context ended, %zu at the start", round,
-              how, f, g_start);
+        CHECK(f == g_start, "round %d (%s): free %zu once the pool allocation was freed, %zu at the start",
+              round, how, f, g_start);
 }
 
 static void loop(const char *how, int rounds, size_t block, const char *cap, size_t phys) {
@@ -113,7 +137,8 @@ static void loop(const char *how, int rounds, size_t block, const char *cap, siz
         } else {
             MUST(cuCtxCreate_v2(&c, 0, 0)); /* current now */
         }
-        CUdeviceptr p = leave_live(r, block);
+        CUdeviceptr q = 0;
+        CUdeviceptr p = leave_live(r, block, &q);
         if (strcmp(how, "destroy") == 0) {
             MUST(cuCtxDestroy_v2(c));
         } else if (strcmp(how, "destroy_v1") == 0) {
@@ -154,7 +179,7 @@ static void loop(const char *how, int rounds, size_t block, const char *cap, siz
             fprintf(stderr, "unknown way to end a context: %s\n", how);
             exit(2);
         }
-        round_trip_free(observer, r, how);
+        round_trip_free(observer, r, how, q, block / 4);
     }
     if (primary) {
         MUST(cuCtxDestroy_v2(observer));

@@ -120,31 +120,25 @@ fn release(ptr: usize, a: Alloc, ledger: &Ledger, call: bool) {
     }
 }
 
-/// Frees every linear allocation of `ctx` (the context ended), not counted as free calls.
-/// Pool allocations go back to their pools, and the pools of the device release what they
-/// cache.
+/// Frees the linear allocations of `ctx` (the context ended), not counted as free calls.
+/// Pool allocations are not the context's (cuCtxDestroy's doc in cuda.h: memory from
+/// cuMemAllocAsync and cuMemAllocFromPoolAsync is "not associated with any CUDA context"):
+/// they stay valid and in use in their pools until freed.
 pub fn free_all_of_context(ctx: Ctx) {
     let Ok(ledger) = ledger() else { return };
     let victims: Vec<(usize, Alloc)> = {
         let mut m = allocs();
         let keys: Vec<usize> = m
             .iter()
-            .filter(|(_, a)| a.ctx == ctx)
+            .filter(|(_, a)| a.ctx == ctx && !matches!(a.kind, Kind::Pool(_)))
             .map(|(&p, _)| p)
             .collect();
         keys.into_iter()
             .filter_map(|p| m.remove(&p).map(|a| (p, a)))
             .collect()
     };
-    let mut pool_devs = Vec::new();
     for (p, a) in victims {
-        if matches!(a.kind, Kind::Pool(_)) && !pool_devs.contains(&a.dev) {
-            pool_devs.push(a.dev);
-        }
         release(p, a, ledger, false);
-    }
-    for dev in pool_devs {
-        pool::trim_device(dev);
     }
 }
 

@@ -223,20 +223,6 @@ pub fn sync(dev: Option<usize>) {
     }
 }
 
-/// Every pool of `dev` releases all it caches (context teardown).
-pub fn trim_device(dev: usize) {
-    let mut ps = pools();
-    let victims: Vec<usize> = ps
-        .pools
-        .iter()
-        .filter(|(_, p)| p.dev == dev)
-        .map(|(&h, _)| h)
-        .collect();
-    for h in victims {
-        ps.trim(h, 0);
-    }
-}
-
 /// Bytes the pools of `dev` hold reserved.
 pub fn reserved_of(dev: usize) -> u64 {
     pools()

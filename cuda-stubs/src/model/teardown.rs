@@ -1,6 +1,8 @@
 //! What goes when a context ends (destroyed, reset, released or detached to zero): its
-//! linear and pool allocations (pool memory goes back to its pools, and the pools of the
-//! device release what they cache), its arrays and mipmapped arrays, its context memory.
+//! linear allocations, its arrays and mipmapped arrays, its context memory. Not what
+//! belongs to no context (cuCtxDestroy's doc in cuda.h): stream-ordered (pool)
+//! allocations stay valid and in use, the pools keep what they cache (they release it at
+//! a synchronisation or trim, as at any other time), VMM handles stay.
 
 use super::ctx::Ended;
 use super::device::{cfg, ledger};
