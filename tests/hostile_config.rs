@@ -199,3 +199,33 @@ fn cuinit_under_the_shim_returns_0_or_800_for_every_value() {
     // The values are hostile: most of them are refused.
     assert!(refused > 60, "only {refused} values refused");
 }
+
+#[test]
+fn hami_variables_are_accepted_or_refused_for_every_value_never_a_crash() {
+    let dir = scratch("hostile-hami");
+    for var in ["CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0"] {
+        for value in hostile_values() {
+            let mut c = fake_cmd(cli(), &dir.join("stats.json"));
+            c.arg("check").env(var, &value);
+            let o = run(&mut c);
+            no_panic(&o, &value);
+            match o.status.code() {
+                Some(0) => assert!(
+                    stdout(&o).starts_with("gpucap: configuration OK\n"),
+                    "{var}={value:?}\n{}",
+                    dump(&o)
+                ),
+                Some(2) => {
+                    let err = stderr(&o);
+                    assert_eq!(err.lines().count(), 1, "{var}={value:?}\n{}", dump(&o));
+                    assert!(
+                        err.starts_with(&format!("gpucap: invalid {var}=")),
+                        "{var}={value:?}\n{}",
+                        dump(&o)
+                    );
+                }
+                _ => panic!("{var}={value:?}: exit status not 0 or 2\n{}", dump(&o)),
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::driver::{Device, Probe};
-use gpucap_core::config::{Config, DeviceKey, Limit, LimitSpec};
+use gpucap_core::config::{Config, DeviceKey, Limit, LimitFrom, LimitSpec};
 use gpucap_core::size::format_bytes;
 
 /// `8 GiB (8589934592 bytes)` or `50% of physical memory`.
@@ -131,6 +131,14 @@ pub fn check_report(
         ));
     }
     out.push(format!("limit: {}", describe_limit(config.limit.as_ref())));
+    if let Some(spec) = config
+        .limit
+        .as_ref()
+        .filter(|s| s.from != LimitFrom::Gpucap)
+    {
+        out.push(format!("limit source: from {}", spec.source()));
+    }
+    out.extend(config.notes.iter().cloned());
     out.push(format!("log: {}", config.log));
     out.push(growth_line(config.growth).to_string());
     out.push(report_line(config.report.as_deref()));
@@ -164,7 +172,13 @@ pub fn check_report(
                     .limit
                     .as_ref()
                     .and_then(|s| s.for_device(d.ordinal, d.uuid.as_ref()));
-                out.push(device_line(d, limit));
+                let mut line = device_line(d, limit);
+                if let Some(spec) = config.limit.as_ref().filter(|s| s.from == LimitFrom::Hami)
+                    && limit.is_some()
+                {
+                    line.push_str(&format!(" (from {})", spec.var_for_ordinal(d.ordinal)));
+                }
+                out.push(line);
             }
             if let Some(spec) = &config.limit {
                 out.extend(uuid_key_notes(spec, devices));

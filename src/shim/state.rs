@@ -79,6 +79,9 @@ impl Shim {
             match &result {
                 Ok((c, from)) => {
                     crate::log::LEVEL.store(c.log as u8, Relaxed);
+                    for note in &c.notes {
+                        log!(Info, "{note}");
+                    }
                     if let Some(file) = from {
                         log!(
                             Debug,

@@ -105,7 +105,11 @@ pub fn fake_cmd(program: impl AsRef<OsStr>, stats: &Path) -> Command {
     let mut cmd = Command::new(program);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        if k.starts_with("GPUCAP_") || k.starts_with("FAKECUDA_") || k == "LD_PRELOAD" {
+        if k.starts_with("GPUCAP_")
+            || k.starts_with("CUDA_DEVICE_MEMORY_")
+            || k.starts_with("FAKECUDA_")
+            || k == "LD_PRELOAD"
+        {
             cmd.env_remove(&k);
         }
     }

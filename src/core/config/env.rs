@@ -75,6 +75,9 @@ pub struct Config {
     /// `GPUCAP_LD_SO_PRELOAD`: the container entrypoint also installs the shim in
     /// `/etc/ld.so.preload`. Only scripts/docker-entrypoint.sh acts on it.
     pub ld_so_preload: bool,
+    /// HAMi-core variables that were set and that gpucap does not act on, one line
+    /// each (`gpucap check` prints them; the shim logs them at info).
+    pub notes: Vec<String>,
 }
 
 impl Default for Config {
@@ -85,6 +88,7 @@ impl Default for Config {
             growth: false,
             report: None,
             ld_so_preload: false,
+            notes: Vec::new(),
         }
     }
 }
@@ -149,10 +153,14 @@ pub(crate) const PREFIX: &str = "GPUCAP_";
 
 /// Builds the configuration from `(name, value)` pairs, e.g. `std::env::vars_os()`.
 ///
-/// Only variables whose name starts with `GPUCAP_` are looked at; other variables,
+/// Only variables whose name starts with `GPUCAP_`, HAMi-core's `CUDA_DEVICE_MEMORY_*`
+/// and the other HAMi-core names of [`HAMI_IGNORED`] are looked at; other variables,
 /// non-UTF-8 ones included, are ignored. A `GPUCAP_*` name not in [`KNOWN_VARS`], a
-/// non-UTF-8 value, an empty value or an invalid value is an error. When a name occurs
-/// twice, the first occurrence wins (as with `getenv`).
+/// `CUDA_DEVICE_MEMORY_*` name HAMi-core does not read (see [`hami_name`]), a non-UTF-8
+/// value, an empty value or an invalid value is an error. `CUDA_DEVICE_MEMORY_LIMIT`
+/// and `CUDA_DEVICE_MEMORY_LIMIT_<n>` give the limit when `GPUCAP_LIMIT` is unset
+/// (`<all>,<n>=<v>`), and must agree with it when it is set ([`check_agree`]).
+/// When a name occurs twice, the first occurrence wins (as with `getenv`).
 pub fn from_vars<I, K, V>(vars: I) -> Result<Config, ConfigError>
 where
     I: IntoIterator<Item = (K, V)>,
@@ -160,8 +168,19 @@ where
     V: AsRef<OsStr>,
 {
     let mut ours: Vec<(String, String)> = Vec::new();
+    let mut hami = Hami::default();
     for (k, v) in vars {
         let (k, v) = (k.as_ref(), v.as_ref());
+        if k.as_bytes().starts_with(HAMI_PREFIX.as_bytes()) {
+            hami.add(k, v)?;
+            continue;
+        }
+        if let Some(note) = hami_ignored_note(k) {
+            if !hami.notes.contains(&note) {
+                hami.notes.push(note);
+            }
+            continue;
+        }
         if !k.as_bytes().starts_with(PREFIX.as_bytes()) {
             continue;
         }
@@ -215,6 +234,22 @@ where
     if let Some(v) = raw("GPUCAP_LIMIT") {
         config.limit = Some(parse_limit_spec(v).map_err(|r| bad("GPUCAP_LIMIT", v, r))?);
     }
+    if let Some(from_hami) = hami.spec() {
+        config.limit = Some(match (config.limit.take(), raw("GPUCAP_LIMIT")) {
+            (Some(mut ours), Some(v)) => {
+                check_agree(&ours, &from_hami).map_err(|reason| ConfigError {
+                    var: "GPUCAP_LIMIT".into(),
+                    value: v.to_string(),
+                    reason: format!("{reason} (HAMi-core's: {})", hami.listing()),
+                    accepted: "",
+                })?;
+                ours.from = LimitFrom::Both;
+                ours
+            }
+            _ => from_hami,
+        });
+    }
+    config.notes = hami.notes;
     if let Some(v) = raw("GPUCAP_LOG") {
         config.log = parse_log_level(v).map_err(|r| bad("GPUCAP_LOG", v, r))?;
     }
@@ -230,6 +265,95 @@ where
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
     // emptiness was checked above.
     Ok(config)
+}
+
+/// HAMi-core's variables as read so far (first occurrence of each name).
+#[derive(Default)]
+struct Hami {
+    all: Option<(String, u64)>,
+    gpus: Vec<(u32, String, u64)>,
+    notes: Vec<String>,
+    seen: Vec<String>,
+}
+
+impl Hami {
+    /// Reads one `CUDA_DEVICE_MEMORY_*` variable.
+    fn add(&mut self, k: &OsStr, v: &OsStr) -> Result<(), ConfigError> {
+        let name = k.to_string_lossy().into_owned();
+        let bad = |reason: String, accepted: &'static str| ConfigError {
+            var: name.clone(),
+            value: v.to_string_lossy().into_owned(),
+            reason,
+            accepted,
+        };
+        let kind = hami_name(&name).map_err(|r| bad(r, ""))?;
+        let accepted = match kind {
+            HamiName::SharedCache => "a file path (HAMi-core's shared cache file)",
+            _ => HAMI_ACCEPTED,
+        };
+        let Some(value) = v.to_str() else {
+            return Err(bad("the value is not valid UTF-8".into(), accepted));
+        };
+        if self.seen.contains(&name) {
+            return Ok(()); // first occurrence wins, like getenv
+        }
+        self.seen.push(name.clone());
+        match kind {
+            HamiName::SharedCache => {
+                if value.is_empty() {
+                    return Err(bad("empty value".into(), accepted));
+                }
+                self.notes.push(format!(
+                    "note: {HAMI_SHARED_CACHE} is HAMi-core's file for a budget shared by the \
+                     container's processes; gpucap does not share one yet: each process gets \
+                     the whole cap"
+                ));
+            }
+            HamiName::All => {
+                let b = parse_hami_value(value).map_err(|r| bad(r, accepted))?;
+                self.all = Some((value.to_string(), b));
+            }
+            HamiName::Gpu(n) => {
+                let b = parse_hami_value(value).map_err(|r| bad(r, accepted))?;
+                self.gpus.push((n, value.to_string(), b));
+            }
+        }
+        Ok(())
+    }
+
+    /// The limit they give, if any limit variable was set.
+    fn spec(&self) -> Option<LimitSpec> {
+        if self.all.is_none() && self.gpus.is_empty() {
+            return None;
+        }
+        let gpus: Vec<(u32, u64)> = self.gpus.iter().map(|&(n, _, b)| (n, b)).collect();
+        Some(hami_spec(self.all.as_ref().map(|&(_, b)| b), &gpus))
+    }
+
+    /// `CUDA_DEVICE_MEMORY_LIMIT=8g, CUDA_DEVICE_MEMORY_LIMIT_1=4g`, for messages.
+    fn listing(&self) -> String {
+        let mut out: Vec<String> = Vec::new();
+        if let Some((v, _)) = &self.all {
+            out.push(format!("{HAMI_LIMIT}={v}"));
+        }
+        for (n, v, _) in &self.gpus {
+            out.push(format!("{HAMI_LIMIT}_{n}={v}"));
+        }
+        out.join(", ")
+    }
+}
+
+/// The note for a HAMi-core variable gpucap does not act on, if `k` is one.
+fn hami_ignored_note(k: &OsStr) -> Option<String> {
+    let name = k.to_str()?;
+    HAMI_IGNORED.iter().find_map(|&(var, what)| {
+        let matches = name == var
+            || (var == "CUDA_DEVICE_SM_LIMIT"
+                && name
+                    .strip_prefix("CUDA_DEVICE_SM_LIMIT_")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())));
+        matches.then(|| format!("note: {name} is {what}; gpucap ignores it"))
+    })
 }
 
 pub(crate) fn accepted_of(var: &str) -> &'static str {

@@ -21,15 +21,17 @@ pub const ENV_FILE_NAME: &str = "gpucap.env";
 /// Where the shim looks when there is no `gpucap.env` beside it.
 pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
 
-/// Does `vars` hold any `GPUCAP_*` variable (whatever its value)? If not, the shim
-/// falls back to the configuration file.
+/// Does `vars` hold any `GPUCAP_*` or HAMi-core `CUDA_DEVICE_MEMORY_*` variable
+/// (whatever its value)? If not, the shim falls back to the configuration file.
 pub fn has_gpucap_vars<I, K, V>(vars: I) -> bool
 where
     I: IntoIterator<Item = (K, V)>,
     K: AsRef<OsStr>,
 {
-    vars.into_iter()
-        .any(|(k, _)| k.as_ref().as_bytes().starts_with(PREFIX.as_bytes()))
+    vars.into_iter().any(|(k, _)| {
+        let k = k.as_ref().as_bytes();
+        k.starts_with(PREFIX.as_bytes()) || k.starts_with(HAMI_PREFIX.as_bytes())
+    })
 }
 
 /// The configuration of the first configuration file that exists: `gpucap.env` in
@@ -103,11 +105,35 @@ pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 /// The text of a `gpucap.env` file holding `vars` (the `GPUCAP_*` ones only, in
-/// order, first occurrence of each name). A value with a line break cannot be
-/// written (the format has no quoting): an error naming the variable.
+/// order, first occurrence of each name). A limit set by HAMi-core's
+/// `CUDA_DEVICE_MEMORY_LIMIT*` variables alone is written as the `GPUCAP_LIMIT` it
+/// resolves to, in bytes (the file holds `GPUCAP_*` variables only). A value with a
+/// line break cannot be written (the format has no quoting): an error naming the
+/// variable; so is a configuration [`from_vars`] refuses.
 pub fn format_env_file<I, K, V>(vars: I) -> Result<String, String>
 where
     I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
+    let vars: Vec<(K, V)> = vars.into_iter().collect();
+    let config = from_vars(vars.iter().map(|(k, v)| (k, v))).map_err(|e| e.to_string())?;
+    let mut text = format_gpucap_vars(&vars)?;
+    if let Some(spec) = config.limit.as_ref().filter(|s| s.from == LimitFrom::Hami) {
+        let value = spec
+            .to_gpucap_limit()
+            .ok_or("HAMi-core's limit has no byte value to write")?;
+        text.push_str(&format!(
+            "# from {} (HAMi-core's variables), in bytes\nGPUCAP_LIMIT={value}\n",
+            spec.source()
+        ));
+    }
+    Ok(text)
+}
+
+/// The header and the `GPUCAP_*` lines of [`format_env_file`].
+fn format_gpucap_vars<K, V>(vars: &[(K, V)]) -> Result<String, String>
+where
     K: AsRef<OsStr>,
     V: AsRef<OsStr>,
 {

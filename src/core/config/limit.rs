@@ -154,6 +154,18 @@ impl fmt::Display for DeviceKey {
     }
 }
 
+/// Which variables a limit was read from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LimitFrom {
+    /// `GPUCAP_LIMIT` (or `--limit`).
+    #[default]
+    Gpucap,
+    /// HAMi-core's `CUDA_DEVICE_MEMORY_LIMIT` and `CUDA_DEVICE_MEMORY_LIMIT_<n>`.
+    Hami,
+    /// `GPUCAP_LIMIT` and HAMi-core's variables, which agree (see `check_agree`).
+    Both,
+}
+
 /// A parsed `GPUCAP_LIMIT`: a default for every device, and per-device overrides.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LimitSpec {
@@ -161,9 +173,78 @@ pub struct LimitSpec {
     pub default: Option<Limit>,
     /// Per-device limits, in the order written; each device appears at most once.
     pub devices: Vec<(DeviceKey, Limit)>,
+    /// Where it was read from.
+    pub from: LimitFrom,
 }
 
 impl LimitSpec {
+    /// The variable that gives device `ordinal` its cap, for messages: `GPUCAP_LIMIT`,
+    /// or `CUDA_DEVICE_MEMORY_LIMIT_<n>` / `CUDA_DEVICE_MEMORY_LIMIT` for HAMi's.
+    pub fn var_for_ordinal(&self, ordinal: u32) -> String {
+        match self.from {
+            LimitFrom::Gpucap | LimitFrom::Both => "GPUCAP_LIMIT".to_string(),
+            LimitFrom::Hami => {
+                if self
+                    .devices
+                    .iter()
+                    .any(|(k, _)| *k == DeviceKey::Ordinal(ordinal))
+                {
+                    format!("CUDA_DEVICE_MEMORY_LIMIT_{ordinal}")
+                } else if self.default.is_some() {
+                    "CUDA_DEVICE_MEMORY_LIMIT".to_string()
+                } else {
+                    "no variable".to_string()
+                }
+            }
+        }
+    }
+
+    /// Where the limit came from, for `gpucap check`: `GPUCAP_LIMIT`,
+    /// `CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_MEMORY_LIMIT_1`, ...
+    pub fn source(&self) -> String {
+        let hami = || {
+            let mut names: Vec<String> = Vec::new();
+            if self.default.is_some() {
+                names.push("CUDA_DEVICE_MEMORY_LIMIT".to_string());
+            }
+            for (k, _) in &self.devices {
+                if let DeviceKey::Ordinal(n) = k {
+                    names.push(format!("CUDA_DEVICE_MEMORY_LIMIT_{n}"));
+                }
+            }
+            names.join(", ")
+        };
+        match self.from {
+            LimitFrom::Gpucap => "GPUCAP_LIMIT".to_string(),
+            LimitFrom::Hami => hami(),
+            LimitFrom::Both => {
+                "GPUCAP_LIMIT, which agrees with HAMi-core's CUDA_DEVICE_MEMORY_LIMIT*".to_string()
+            }
+        }
+    }
+
+    /// The same limit as a `GPUCAP_LIMIT` value (bytes as whole numbers, so that it
+    /// reads back exactly), or None when a device has a fraction (only byte caps are
+    /// written this way: HAMi's variables, for `gpucap.env`).
+    pub fn to_gpucap_limit(&self) -> Option<String> {
+        let text = |l: &Limit| match l {
+            Limit::Bytes(b) => Some(b.to_string()),
+            Limit::Fraction(_) => None,
+        };
+        let mut items = Vec::new();
+        if let Some(d) = &self.default {
+            items.push(text(d)?);
+        }
+        for (k, l) in &self.devices {
+            let key = match k {
+                DeviceKey::Ordinal(n) => n.to_string(),
+                DeviceKey::Uuid(u) => u.to_string(),
+            };
+            items.push(format!("{key}={}", text(l)?));
+        }
+        (!items.is_empty()).then(|| items.join(","))
+    }
+
     /// The limit of device `ordinal`: its own entry, else the default, else None (uncapped).
     pub fn for_ordinal(&self, ordinal: u32) -> Option<Limit> {
         self.devices
@@ -241,8 +322,9 @@ impl LimitSpec {
             };
             let Some(count) = count else {
                 return Err(format!(
-                    "gpucap: GPUCAP_LIMIT names {key}, but the driver could not say how many \
-                     GPUs are visible to CUDA"
+                    "gpucap: {} names {key}, but the driver could not say how many \
+                     GPUs are visible to CUDA",
+                    self.var_for_ordinal(n)
                 ));
             };
             if n as usize >= count {
@@ -252,8 +334,9 @@ impl LimitSpec {
                     c => format!("only {c} GPUs are visible to CUDA (GPU 0 to GPU {})", c - 1),
                 };
                 return Err(format!(
-                    "gpucap: GPUCAP_LIMIT names {key}, but {visible}; ordinals count the GPUs \
-                     CUDA_VISIBLE_DEVICES leaves visible, from 0"
+                    "gpucap: {} names {key}, but {visible}; ordinals count the GPUs \
+                     CUDA_VISIBLE_DEVICES leaves visible, from 0",
+                    self.var_for_ordinal(n)
                 ));
             }
         }

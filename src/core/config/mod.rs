@@ -10,10 +10,12 @@
 
 mod env;
 mod file;
+mod hami;
 mod limit;
 
 pub use env::*;
 pub use file::*;
+pub use hami::*;
 pub use limit::*;
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ mod tests {
                     (DeviceKey::Ordinal(0), Limit::Bytes(8 * GI)),
                     (DeviceKey::Ordinal(1), Limit::Fraction(0.5)),
                 ],
+                from: LimitFrom::Gpucap,
             }
         );
         assert_eq!(
@@ -57,6 +58,7 @@ mod tests {
             LimitSpec {
                 default: Some(Limit::Bytes(4 * GI)),
                 devices: vec![(DeviceKey::Ordinal(1), Limit::Bytes(8 * GI))],
+                from: LimitFrom::Gpucap,
             }
         );
         // The default may come anywhere; whitespace is trimmed everywhere.
@@ -464,6 +466,257 @@ mod tests {
     }
 }
 
+/// HAMi-core's variables (`CUDA_DEVICE_MEMORY_LIMIT*`) as strict aliases of GPUCAP_LIMIT.
+mod hami {
+    use super::super::*;
+
+    const MI: u64 = 1 << 20;
+    const GI: u64 = 1 << 30;
+
+    fn vars(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        from_vars(pairs.iter().map(|&(k, v)| (k, v)))
+    }
+
+    #[test]
+    fn values_hami_core_reads_the_same_way() {
+        assert_eq!(parse_hami_value("8192m"), Ok(8192 * MI));
+        assert_eq!(parse_hami_value("8192M"), Ok(8192 * MI));
+        assert_eq!(parse_hami_value("8g"), Ok(8 * GI));
+        assert_eq!(parse_hami_value("8G"), Ok(8 * GI));
+        assert_eq!(parse_hami_value("1048576k"), Ok(GI));
+        assert_eq!(parse_hami_value("1048576K"), Ok(GI));
+        assert_eq!(parse_hami_value("1073741824"), Ok(GI));
+        assert_eq!(parse_hami_value("1"), Ok(1));
+    }
+
+    #[test]
+    fn values_hami_core_reads_otherwise_are_refused_with_why() {
+        for (v, why) in [
+            ("1Gi", "1 byte there"),
+            ("8GiB", "8 bytes there"),
+            ("512MiB", "512 bytes there"),
+            ("8GB", "8 bytes there"),
+            ("1.5g", "whole numbers only"),
+            ("010m", "octal"),
+            ("0x10m", "hexadecimal"),
+            ("abc", "no limit"),
+            ("", "empty"),
+            ("0", "0 means no limit"),
+            ("0g", "0 means no limit"),
+            ("-1g", "negative"),
+            ("+1g", "sign"),
+            (" 8g", "spaces"),
+            ("8g ", "spaces"),
+            ("8 g", "spaces"),
+            ("1t", "no T unit"),
+            ("1T", "no T unit"),
+            ("1Ti", "no T unit"),
+            ("g", "not a number"),
+            ("18446744073709551616", "too large"),
+            ("17179869184g", "too large"),
+            ("8é", "last character"),
+        ] {
+            let e = parse_hami_value(v).expect_err(v);
+            assert!(e.contains(why), "{v:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(hami_name("CUDA_DEVICE_MEMORY_LIMIT"), Ok(HamiName::All));
+        assert_eq!(
+            hami_name("CUDA_DEVICE_MEMORY_LIMIT_0"),
+            Ok(HamiName::Gpu(0))
+        );
+        assert_eq!(
+            hami_name("CUDA_DEVICE_MEMORY_LIMIT_15"),
+            Ok(HamiName::Gpu(15))
+        );
+        assert_eq!(
+            hami_name("CUDA_DEVICE_MEMORY_SHARED_CACHE"),
+            Ok(HamiName::SharedCache)
+        );
+        for (n, why) in [
+            ("CUDA_DEVICE_MEMORY_LIMT", "a typo?"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_", "a typo?"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_A", "a typo?"),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT_01",
+                "CUDA_DEVICE_MEMORY_LIMIT_1, without",
+            ),
+            ("CUDA_DEVICE_MEMORY_LIMIT_16", "_15 only"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_99999999999", "_15 only"),
+        ] {
+            let e = hami_name(n).expect_err(n);
+            assert!(e.contains(why), "{n}: {e}");
+        }
+    }
+
+    #[test]
+    fn all_gpus_and_per_gpu_combine_like_a_gpucap_limit_list() {
+        let c = vars(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "4096m"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "8g"),
+        ])
+        .unwrap();
+        let spec = c.limit.unwrap();
+        assert_eq!(spec.from, LimitFrom::Hami);
+        assert_eq!(spec.for_ordinal(0), Some(Limit::Bytes(8 * GI)));
+        assert_eq!(spec.for_ordinal(1), Some(Limit::Bytes(4 * GI)));
+        assert_eq!(spec.for_ordinal(9), Some(Limit::Bytes(8 * GI)));
+        let same = parse_limit_spec("8Gi,1=4Gi").unwrap();
+        assert_eq!((spec.default, &spec.devices), (same.default, &same.devices));
+        assert_eq!(
+            spec.source(),
+            "CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_MEMORY_LIMIT_1"
+        );
+        assert_eq!(spec.var_for_ordinal(1), "CUDA_DEVICE_MEMORY_LIMIT_1");
+        assert_eq!(spec.var_for_ordinal(0), "CUDA_DEVICE_MEMORY_LIMIT");
+
+        // The device plugin's form: one GPU, in MiB; the others are not capped.
+        let spec = vars(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "8192m")])
+            .unwrap()
+            .limit
+            .unwrap();
+        assert_eq!(spec.for_ordinal(0), Some(Limit::Bytes(8 * GI)));
+        assert_eq!(spec.for_ordinal(1), None);
+    }
+
+    #[test]
+    fn a_bad_value_or_name_is_an_error_naming_it() {
+        let e = vars(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "1Gi")]).unwrap_err();
+        assert_eq!(e.var, "CUDA_DEVICE_MEMORY_LIMIT_0");
+        assert_eq!(e.value, "1Gi");
+        assert_eq!(e.accepted, HAMI_ACCEPTED);
+        let line = e.to_string();
+        assert!(
+            line.starts_with("gpucap: invalid CUDA_DEVICE_MEMORY_LIMIT_0=\"1Gi\": "),
+            "{line}"
+        );
+        let e = vars(&[("CUDA_DEVICE_MEMORY_LIMT", "8g")]).unwrap_err();
+        assert_eq!(e.var, "CUDA_DEVICE_MEMORY_LIMT");
+        assert!(e.reason.contains("CUDA_DEVICE_MEMORY_LIMIT_<n>"), "{e}");
+        let e = vars(&[("CUDA_DEVICE_MEMORY_LIMIT", "")]).unwrap_err();
+        assert!(e.reason.contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn gpucap_limit_and_hami_must_agree_on_every_gpu() {
+        // Agree: the same bytes for every ordinal.
+        for (ours, theirs) in [
+            ("8Gi", vec![("CUDA_DEVICE_MEMORY_LIMIT", "8g")]),
+            ("0=8Gi", vec![("CUDA_DEVICE_MEMORY_LIMIT_0", "8192m")]),
+            (
+                "4Gi,1=8Gi",
+                vec![
+                    ("CUDA_DEVICE_MEMORY_LIMIT", "4096m"),
+                    ("CUDA_DEVICE_MEMORY_LIMIT_1", "8g"),
+                ],
+            ),
+            ("8Gi,0=8Gi", vec![("CUDA_DEVICE_MEMORY_LIMIT", "8g")]),
+        ] {
+            let mut pairs = vec![("GPUCAP_LIMIT", ours)];
+            pairs.extend(theirs.iter().copied());
+            let c = vars(&pairs).unwrap_or_else(|e| panic!("{ours} {theirs:?}: {e}"));
+            let spec = c.limit.unwrap();
+            assert_eq!(spec.from, LimitFrom::Both);
+            assert_eq!(spec.devices, parse_limit_spec(ours).unwrap().devices);
+        }
+        // Disagree: some GPU gets another cap, or a cap from only one of them.
+        for (ours, theirs, why) in [
+            (
+                "8Gi",
+                vec![("CUDA_DEVICE_MEMORY_LIMIT", "4g")],
+                "GPU 0 gets 8 GiB",
+            ),
+            (
+                "8Gi",
+                vec![("CUDA_DEVICE_MEMORY_LIMIT_0", "8g")],
+                "GPU 1 gets 8 GiB",
+            ),
+            (
+                "0=8Gi",
+                vec![("CUDA_DEVICE_MEMORY_LIMIT", "8g")],
+                "GPU 1 gets no cap",
+            ),
+            ("8G", vec![("CUDA_DEVICE_MEMORY_LIMIT", "8g")], "GPU 0 gets"),
+            (
+                "50%",
+                vec![("CUDA_DEVICE_MEMORY_LIMIT", "8g")],
+                "share of its memory",
+            ),
+            (
+                "GPU-face0000-0000-0000-0000-000000000001=8Gi",
+                vec![("CUDA_DEVICE_MEMORY_LIMIT", "8g")],
+                "UUID",
+            ),
+        ] {
+            let mut pairs = vec![("GPUCAP_LIMIT", ours)];
+            pairs.extend(theirs.iter().copied());
+            let e = vars(&pairs).expect_err(ours);
+            assert_eq!(e.var, "GPUCAP_LIMIT");
+            assert!(e.reason.contains(why), "{ours} {theirs:?}: {e}");
+            assert!(e.reason.contains(theirs[0].0), "{e}");
+        }
+    }
+
+    #[test]
+    fn hami_keys_are_checked_against_the_visible_gpus_by_their_name() {
+        let spec = vars(&[("CUDA_DEVICE_MEMORY_LIMIT_1", "8g")])
+            .unwrap()
+            .limit
+            .unwrap();
+        let e = spec.check_visible(Some(1), || None).unwrap_err();
+        assert!(
+            e.starts_with("gpucap: CUDA_DEVICE_MEMORY_LIMIT_1 names GPU 1, but only 1 GPU"),
+            "{e}"
+        );
+        assert_eq!(spec.check_visible(Some(2), || None), Ok(()));
+    }
+
+    #[test]
+    fn other_hami_variables_are_noted_not_silently_ignored() {
+        let c = vars(&[
+            ("CUDA_DEVICE_SM_LIMIT", "50"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "30"),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu/x.cache"),
+            ("CUDA_TASK_PRIORITY", "1"),
+        ])
+        .unwrap();
+        assert_eq!(c.limit, None);
+        assert_eq!(c.notes.len(), 4, "{:?}", c.notes);
+        assert!(c.notes[0].contains("CUDA_DEVICE_SM_LIMIT") && c.notes[0].contains("memory only"));
+        assert!(c.notes[1].contains("CUDA_DEVICE_SM_LIMIT_1"));
+        assert!(c.notes[2].contains("each process gets the whole cap"));
+        assert!(vars(&[("PATH", "/bin")]).unwrap().notes.is_empty());
+    }
+
+    #[test]
+    fn the_env_file_gets_the_resolved_gpucap_limit() {
+        let pairs = [
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "8192m"),
+            ("GPUCAP_LOG", "info"),
+        ];
+        assert!(has_gpucap_vars(pairs[..1].iter().copied()));
+        let text = format_env_file(pairs.iter().copied()).unwrap();
+        assert!(
+            text.contains("GPUCAP_LIMIT=4294967296,1=8589934592\n"),
+            "{text}"
+        );
+        let from_file = from_vars(parse_env_file(&text).unwrap()).unwrap();
+        let direct = vars(&pairs).unwrap();
+        let (a, b) = (from_file.limit.unwrap(), direct.limit.unwrap());
+        assert_eq!((a.default, a.devices), (b.default, b.devices));
+        assert_eq!(from_file.log, LogLevel::Info);
+        // With GPUCAP_LIMIT set (and agreeing), it is written as it is, once.
+        let text =
+            format_env_file([("GPUCAP_LIMIT", "8Gi"), ("CUDA_DEVICE_MEMORY_LIMIT", "8g")]).unwrap();
+        assert_eq!(text.matches("GPUCAP_LIMIT=").count(), 1, "{text}");
+        assert!(text.contains("GPUCAP_LIMIT=8Gi\n"), "{text}");
+    }
+}
+
 /// Property tests: no input, of any characters or bytes, makes a parser panic (the shim
 /// would turn a panic into CUDA_ERROR_UNKNOWN on every call, the CLI into exit 101), and
 /// what is accepted is well formed. Case counts are bounded so these run in seconds.
@@ -611,6 +864,50 @@ mod properties {
                     prop_assert_eq!(e.var.as_str(), n);
                 }
                 prop_assert!(!e.to_string().contains(['\n', '\r']), "{e}");
+            }
+        }
+
+        #[test]
+        fn hami_value_of_any_string(s in prop_oneof!["\\PC*", hostile()]) {
+            match parse_hami_value(&s) {
+                Ok(b) => {
+                    prop_assert!(b > 0);
+                    // Only digits and one last unit letter are accepted.
+                    let digits = s.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G']);
+                    prop_assert!(digits.len() + 1 >= s.len());
+                    prop_assert!(digits.bytes().all(|c| c.is_ascii_digit()) && !digits.starts_with('0'));
+                }
+                Err(e) => prop_assert!(!e.is_empty() && !e.contains('\n'), "{e:?}"),
+            }
+        }
+
+        #[test]
+        fn any_bytes_in_any_hami_variable(
+            name in prop_oneof![
+                Just(b"CUDA_DEVICE_MEMORY_LIMIT".to_vec()),
+                (0u32..20).prop_map(|n| format!("CUDA_DEVICE_MEMORY_LIMIT_{n}").into_bytes()),
+                Just(b"CUDA_DEVICE_MEMORY_SHARED_CACHE".to_vec()),
+                Just(b"CUDA_DEVICE_SM_LIMIT".to_vec()),
+                prop::collection::vec(any::<u8>().prop_filter("no NUL or =", |b| *b != 0 && *b != b'='), 0..16)
+                    .prop_map(|tail| [b"CUDA_DEVICE_MEMORY_".as_slice(), &tail].concat()),
+            ],
+            value in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..40),
+                hostile().prop_map(String::into_bytes),
+            ],
+            ours in prop_oneof![Just(None), hostile().prop_map(Some)],
+        ) {
+            let mut pairs = vec![(OsStr::from_bytes(&name), OsStr::from_bytes(&value))];
+            if let Some(o) = &ours {
+                pairs.push((OsStr::new("GPUCAP_LIMIT"), OsStr::new(o.as_str())));
+            }
+            match from_vars(pairs) {
+                Ok(c) => {
+                    if let Some(spec) = &c.limit {
+                        well_formed(spec)?;
+                    }
+                }
+                Err(e) => prop_assert!(!e.to_string().contains(['\n', '\r']), "{e}"),
             }
         }
 
