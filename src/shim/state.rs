@@ -79,8 +79,10 @@ impl Shim {
             match &result {
                 Ok((c, from)) => {
                     crate::log::LEVEL.store(c.log as u8, Relaxed);
+                    // HAMi-core variables gpucap does not act on (a shared cache, SM
+                    // limits): said at warn level, so never silently ignored.
                     for note in &c.notes {
-                        log!(Info, "{note}");
+                        log!(Warn, "{note}");
                     }
                     if let Some(file) = from {
                         log!(
