@@ -36,22 +36,6 @@
 
 /* ---- declarations beyond fakecuda.h --------------------------------------- */
 
-typedef struct {
-    CUmemLocation location;
-    int flags; /* CUmemAccess_flags */
-} CUmemAccessDesc;
-#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
-
-typedef struct {
-    int allocType, handleTypes;
-    CUmemLocation location;
-    void *win32SecurityAttributes;
-    size_t maxSize;
-    unsigned short usage;
-    unsigned char reserved[54];
-} CUmemPoolProps;
-_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
-
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags);
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);

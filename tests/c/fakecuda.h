@@ -98,6 +98,23 @@ FAKECUDA_STATIC_ASSERT(sizeof(CUmemLocation) == 8, "CUmemLocation is 8 bytes");
 FAKECUDA_STATIC_ASSERT(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes");
 FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, location) == 8, "location at 8");
 FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, win32HandleMetaData) == 16, "metadata at 16");
+
+typedef struct {
+    CUmemLocation location;
+    int flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
+
+/* CUmemPoolProps: 4 + 4 + 8 + 8 + 8 + 2 + 54 = 88 bytes. */
+typedef struct {
+    int allocType, handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+FAKECUDA_STATIC_ASSERT(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
 FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, allocFlags) == 24, "allocFlags at 24");
 
 /* ---- cuGetProcAddress ----------------------------------------------------- */
