@@ -75,13 +75,6 @@ pub struct Charge {
     pub bytes: u64,
 }
 
-/// Which kind of key an allocation is recorded under: device pointers. (`cuMemCreate`
-/// handles are kept by `vmm`, which follows their references and mappings.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Pointer,
-}
-
 /// Bytes held for one device between the cap check and the driver's answer.
 #[must_use = "a reservation rolls back when dropped: commit it once the driver call succeeded"]
 pub struct Reservation<'a> {
@@ -91,12 +84,12 @@ pub struct Reservation<'a> {
 
 impl Reservation<'_> {
     /// The driver allocated: record the allocation under `key` so its free credits it.
-    pub fn commit(self, kind: Kind, key: u64) {
+    pub fn commit(self, key: u64) {
         let charge = self.charge;
         self.ledger.devices[charge.device]
             .allocs
             .fetch_add(1, Relaxed);
-        self.ledger.live(kind).insert(key, charge);
+        self.ledger.pointers.insert(key, charge);
         std::mem::forget(self);
     }
 
@@ -141,12 +134,6 @@ impl Ledger {
         self.devices
             .get(device)
             .ok_or(Refusal::NoSuchDevice { device })
-    }
-
-    fn live(&self, kind: Kind) -> &LiveMap {
-        match kind {
-            Kind::Pointer => &self.pointers,
-        }
     }
 
     /// Sets a device's cap (`None`: count only). Out-of-range devices are ignored.
@@ -211,22 +198,22 @@ impl Ledger {
     /// driver then fails, [`restore`](Self::restore) puts it back; if it succeeds,
     /// [`settle`](Self::settle) credits the cap. Taking it first means a concurrent
     /// allocation that the driver gives the same address cannot be confused with it.
-    pub fn take(&self, kind: Kind, key: u64) -> Option<Charge> {
-        self.live(kind).remove(key)
+    pub fn take(&self, key: u64) -> Option<Charge> {
+        self.pointers.remove(key)
     }
 
-    pub fn restore(&self, kind: Kind, key: u64, charge: Charge) {
-        self.live(kind).insert(key, charge);
+    pub fn restore(&self, key: u64, charge: Charge) {
+        self.pointers.insert(key, charge);
     }
 
     pub fn settle(&self, charge: Charge) {
         self.credit(charge);
     }
 
-    /// The live allocations of `kind` on `device`, for a context teardown to check
+    /// The live allocations on `device`, for a context teardown to check
     /// which of them the driver freed with the context.
-    pub fn live_on(&self, kind: Kind, device: usize) -> Vec<(u64, Charge)> {
-        self.live(kind).matching(|c| c.device == device)
+    pub fn live_on(&self, device: usize) -> Vec<(u64, Charge)> {
+        self.pointers.matching(|c| c.device == device)
     }
 
     /// Changes the bytes an existing reservation holds (a pitched allocation whose
@@ -470,7 +457,7 @@ mod tests {
     #[test]
     fn reserve_within_cap_and_refuse_over_it() {
         let l = ledger_with_cap(1000);
-        l.reserve(0, 600).unwrap().commit(Kind::Pointer, 1);
+        l.reserve(0, 600).unwrap().commit(1);
         let r = l.reserve(0, 500);
         assert_eq!(
             r.err(),
@@ -480,7 +467,7 @@ mod tests {
                 cap: 1000
             })
         );
-        l.reserve(0, 400).unwrap().commit(Kind::Pointer, 2);
+        l.reserve(0, 400).unwrap().commit(2);
         let u = l.usage(0).unwrap();
         assert_eq!(
             (u.used, u.peak, u.allocs, u.refusals, u.largest_refused),
@@ -505,16 +492,12 @@ mod tests {
     #[test]
     fn free_takes_then_settles_or_restores() {
         let l = ledger_with_cap(1000);
-        l.reserve(0, 300).unwrap().commit(Kind::Pointer, 0xdead);
-        let c = l.take(Kind::Pointer, 0xdead).unwrap();
-        assert_eq!(
-            l.take(Kind::Pointer, 0xdead),
-            None,
-            "a second take finds nothing"
-        );
-        l.restore(Kind::Pointer, 0xdead, c);
+        l.reserve(0, 300).unwrap().commit(0xdead);
+        let c = l.take(0xdead).unwrap();
+        assert_eq!(l.take(0xdead), None, "a second take finds nothing");
+        l.restore(0xdead, c);
         assert_eq!(l.usage(0).unwrap().used, 300, "restore keeps the charge");
-        let c = l.take(Kind::Pointer, 0xdead).unwrap();
+        let c = l.take(0xdead).unwrap();
         l.settle(c);
         assert_eq!(l.usage(0).unwrap().used, 0);
     }
@@ -532,10 +515,10 @@ mod tests {
     #[test]
     fn live_on_lists_one_device() {
         let l = Ledger::new();
-        l.reserve(0, 10).unwrap().commit(Kind::Pointer, 1);
-        l.reserve(1, 20).unwrap().commit(Kind::Pointer, 2);
+        l.reserve(0, 10).unwrap().commit(1);
+        l.reserve(1, 20).unwrap().commit(2);
         assert_eq!(
-            l.live_on(Kind::Pointer, 1),
+            l.live_on(1),
             vec![(
                 2,
                 Charge {
@@ -544,13 +527,13 @@ mod tests {
                 }
             )]
         );
-        assert!(l.live_on(Kind::Pointer, 2).is_empty());
+        assert!(l.live_on(2).is_empty());
     }
 
     #[test]
     fn no_wrap_near_u64_max() {
         let l = Ledger::new(); // no cap at all
-        l.reserve(0, 100).unwrap().commit(Kind::Pointer, 1);
+        l.reserve(0, 100).unwrap().commit(1);
         assert!(matches!(
             l.reserve(0, u64::MAX - 50),
             Err(Refusal::OverCap { .. })
@@ -568,7 +551,7 @@ mod tests {
     #[test]
     fn zero_bytes_is_a_valid_reservation() {
         let l = ledger_with_cap(10);
-        l.reserve(0, 10).unwrap().commit(Kind::Pointer, 1);
+        l.reserve(0, 10).unwrap().commit(1);
         assert!(l.reserve(0, 0).is_ok());
     }
 
@@ -590,7 +573,7 @@ mod tests {
         l.set_cap(0, Some(100));
         l.set_cap(1, Some(1000));
         assert!(l.reserve(0, 500).is_err());
-        l.reserve(1, 500).unwrap().commit(Kind::Pointer, 1);
+        l.reserve(1, 500).unwrap().commit(1);
         assert_eq!(l.usage(0).unwrap().used, 0);
         assert_eq!(l.usage(1).unwrap().used, 500);
     }
@@ -678,19 +661,19 @@ mod tests {
                         let size = 1 + (i * 7919 + t * 104_729) % 3000;
                         if let Ok(r) = l.reserve(0, size) {
                             let key = (t << 32) | i;
-                            r.commit(Kind::Pointer, key);
+                            r.commit(key);
                             held.push(key);
                             assert!(l.usage(0).unwrap().used <= 10_000);
                         }
                         if held.len() == 8 || i % 8 == 7 {
                             for key in held.drain(..) {
-                                let c = l.take(Kind::Pointer, key).unwrap();
+                                let c = l.take(key).unwrap();
                                 l.settle(c);
                             }
                         }
                     }
                     for key in held {
-                        let c = l.take(Kind::Pointer, key).unwrap();
+                        let c = l.take(key).unwrap();
                         l.settle(c);
                     }
                 });

@@ -31,7 +31,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
 use crate::config::MAX_DEVICES;
-use crate::ledger::{Charge, Kind, Ledger, Refusal, Reservation};
+use crate::ledger::{Charge, Ledger, Refusal, Reservation};
 
 /// What the book needs from the driver about one pool.
 pub trait PoolDriver {
@@ -254,7 +254,7 @@ impl PoolBook {
                 // The driver does not say what the pool reserves: the request is
                 // charged as a plain allocation, credited by its free.
                 self.remove(b, ledger, pool);
-                r.commit(Kind::Pointer, ptr);
+                r.commit(ptr);
                 return Ok(());
             };
             settle(b, ledger, pool, reserved, Some(r))?;
@@ -737,7 +737,7 @@ mod tests {
         assert!(book.allocated(&l, &drv, 42, 0, 0xabc, 100, r).is_ok());
         assert_eq!(used(&l), 100);
         assert!(!book.is_pool_ptr(0xabc));
-        let c = l.take(Kind::Pointer, 0xabc).unwrap();
+        let c = l.take(0xabc).unwrap();
         l.settle(c);
         assert_eq!(used(&l), 0);
         assert!(!book.any_on(0));

@@ -427,10 +427,7 @@ mod tests {
             "no cap: the driver's figures"
         );
         s.ledger.set_cap(0, Some(50));
-        s.ledger
-            .reserve(0, 20)
-            .unwrap()
-            .commit(gpucap_core::ledger::Kind::Pointer, 1);
+        s.ledger.reserve(0, 20).unwrap().commit(1);
         assert_eq!(s.mem_info(0, 70, 80, 0), (30, 50));
         assert_eq!(s.mem_info(0, 10, 80, 0), (10, 50), "physical free is lower");
         assert_eq!(

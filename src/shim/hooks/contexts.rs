@@ -89,9 +89,9 @@ pub(super) fn charge_context(
 /// with it (those it no longer knows), and re-reads the pools.
 pub(super) fn after_teardown(device: usize) {
     let ledger = &SHIM.ledger;
-    for (ptr, _) in ledger.live_on(Kind::Pointer, device) {
+    for (ptr, _) in ledger.live_on(device) {
         if !queries::pointer_alive(ptr)
-            && let Some(c) = ledger.take(Kind::Pointer, ptr)
+            && let Some(c) = ledger.take(ptr)
         {
             ledger.settle(c);
         }

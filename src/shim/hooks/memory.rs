@@ -30,7 +30,6 @@ pub fn mem_alloc(
         api,
         current_device(),
         size as u64,
-        Kind::Pointer,
         || unsafe { real(dptr, size) },
         || written(dptr),
     )
@@ -65,7 +64,6 @@ pub fn mem_alloc_managed(
         "cuMemAllocManaged",
         current_device(),
         size as u64,
-        Kind::Pointer,
         || unsafe { real(dptr, size, flags) },
         || written(dptr),
     )
@@ -109,7 +107,7 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
         }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    r.commit(Kind::Pointer, ptr);
+    r.commit(ptr);
     rc
 }
 
@@ -137,7 +135,6 @@ pub fn mem_alloc_v1(
         "cuMemAlloc",
         current_device(),
         size.into(),
-        Kind::Pointer,
         || unsafe { real(dptr, size) },
         || unsafe { u64::from(*dptr) },
     )

@@ -14,7 +14,7 @@ use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::contexts::{CtxDriver, Ending, Unmeasured, Verdict};
 use gpucap_core::growth::{self, GROWTH};
 use gpucap_core::identity;
-use gpucap_core::ledger::{Kind, Reservation};
+use gpucap_core::ledger::Reservation;
 use gpucap_core::pools::{PoolDriver, PoolLocation};
 use gpucap_core::vmm::Pending;
 
@@ -106,7 +106,6 @@ fn charged(
     api: &str,
     device: Option<c_int>,
     bytes: u64,
-    kind: Kind,
     call: impl FnOnce() -> CuResult,
     key: impl FnOnce() -> u64,
 ) -> CuResult {
@@ -116,7 +115,7 @@ fn charged(
     };
     let rc = call();
     if let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) {
-        r.commit(kind, key());
+        r.commit(key());
     }
     rc
 }
@@ -129,12 +128,12 @@ fn pointer_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
-    if let Some(c) = SHIM.ledger.take(Kind::Pointer, dptr) {
+    if let Some(c) = SHIM.ledger.take(dptr) {
         let rc = call();
         if rc == CUDA_SUCCESS {
             SHIM.ledger.settle(c);
         } else {
-            SHIM.ledger.restore(Kind::Pointer, dptr, c);
+            SHIM.ledger.restore(dptr, c);
         }
         return rc;
     }

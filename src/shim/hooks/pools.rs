@@ -126,7 +126,7 @@ pub(super) fn pool_charged(
     };
     let Some((pool, d)) = pool else {
         // No pool to read (the driver gave none): charged as a plain allocation.
-        r.commit(Kind::Pointer, written(dptr));
+        r.commit(written(dptr));
         return rc;
     };
     let ptr = written(dptr);
