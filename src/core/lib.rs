@@ -10,9 +10,11 @@
 //!   (last release and last unmap).
 //! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones.
 //! - `report`: the `GPUCAP_REPORT` JSON file (schema, merge, `%p`).
+//! - `budget`: the budget a `GPUCAP_POOL`'s processes share (its file's words).
 #![forbid(unsafe_code)]
 
 pub mod arrays;
+pub mod budget;
 pub mod config;
 pub mod contexts;
 pub mod growth;

@@ -1,0 +1,282 @@
+//! The pool file's words. Every field is a little-endian `u64` read and written as an
+//! atomic; the file is `POOL_FILE_BYTES` long:
+//!
+//! ```text
+//! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid
+//! GPUs     32 x 16    key (UUID folded), UUID, cap, used, peak, lock, refusals, largest refused
+//! members 256 x 176   state, pid, pid namespace, start, generation, command (64 bytes),
+//!                     then per GPU: used, peak, journal (target, pool used, target used), cap
+//! ```
+//!
+//! A member slot is live while its owner holds the kernel lock of the slot (see
+//! `member`); a GPU entry's `lock` word holds the slot (+1) of the member changing its
+//! `used`, whose journal says what the change writes.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
+pub const POOL_VERSION: u64 = 1;
+
+pub const HEADER_WORDS: usize = 16;
+pub const MAX_POOL_GPUS: usize = 32;
+pub const GPU_WORDS: usize = 16;
+pub const MAX_SLOTS: usize = 256;
+pub const SLOT_HEAD_WORDS: usize = 16;
+pub const PER_GPU_WORDS: usize = 6;
+pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
+pub const POOL_WORDS: usize = HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + MAX_SLOTS * SLOT_WORDS;
+pub const POOL_FILE_BYTES: usize = POOL_WORDS * 8;
+pub const COMMAND_BYTES: usize = 64;
+
+/// The geometry word: what a reader must agree on to read the rest.
+pub const GEOMETRY: u64 = (MAX_POOL_GPUS as u64)
+    | (MAX_SLOTS as u64) << 16
+    | (GPU_WORDS as u64) << 32
+    | (SLOT_WORDS as u64) << 48;
+
+// Header words.
+pub const H_MAGIC: usize = 0;
+pub const H_VERSION: usize = 1;
+pub const H_GEOMETRY: usize = 2;
+pub const H_BYTES: usize = 3;
+pub const H_CREATED: usize = 4;
+pub const H_UID: usize = 5;
+
+// GPU entry words.
+pub const G_KEY: usize = 0;
+pub const G_UUID: usize = 1; // and 2
+pub const G_CAP: usize = 3;
+pub const G_USED: usize = 4;
+pub const G_PEAK: usize = 5;
+pub const G_LOCK: usize = 6;
+pub const G_REFUSALS: usize = 7;
+pub const G_LARGEST_REFUSED: usize = 8;
+
+// Member slot words.
+pub const S_STATE: usize = 0;
+pub const S_PID: usize = 1;
+pub const S_PIDNS: usize = 2;
+pub const S_START_MS: usize = 3;
+pub const S_GENERATION: usize = 4;
+pub const S_COMMAND: usize = 5; // 8 words
+// Per GPU, at SLOT_HEAD_WORDS + g * PER_GPU_WORDS:
+pub const M_USED: usize = 0;
+pub const M_PEAK: usize = 1;
+/// 0: no change in flight; else the slot (+1) whose `M_USED` the change writes, with
+/// the pool's new `used` and that slot's new `used` in the two words below.
+pub const M_JOURNAL: usize = 2;
+pub const M_JOURNAL_POOL: usize = 3;
+pub const M_JOURNAL_OWN: usize = 4;
+/// The cap this member holds the GPU to (encoded as `G_CAP`; 0: the member does not use it).
+pub const M_CAP: usize = 5;
+
+pub const STATE_EMPTY: u64 = 0;
+pub const STATE_LIVE: u64 = 1;
+
+/// A GPU's cap as stored: 0 = not set yet, `u64::MAX` = no cap, else cap + 1.
+pub fn encode_cap(cap: Option<u64>) -> u64 {
+    match cap {
+        None => u64::MAX,
+        Some(c) => c.saturating_add(1),
+    }
+}
+
+/// The cap a stored word means (None: not set yet; Some(None): no cap).
+pub fn decode_cap(word: u64) -> Option<Option<u64>> {
+    match word {
+        0 => None,
+        u64::MAX => Some(None),
+        w => Some(Some(w - 1)),
+    }
+}
+
+/// The key of a GPU entry: the UUID folded into a word, never 0 (0 = empty entry).
+pub fn gpu_key(uuid: &[u8; 16]) -> u64 {
+    let lo = u64::from_le_bytes(uuid[..8].try_into().unwrap_or([0; 8]));
+    let hi = u64::from_le_bytes(uuid[8..].try_into().unwrap_or([0; 8]));
+    match lo ^ hi.rotate_left(17) {
+        0 => 1,
+        k => k,
+    }
+}
+
+/// Why a pool file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayoutError {
+    /// Too short or too long for this version.
+    Size { bytes: usize },
+    /// Not a gpucap pool file at all.
+    Magic { found: [u8; 8] },
+    /// A gpucap pool file of another version.
+    Version { found: u64 },
+    /// The right magic and version but words that cannot be: corrupted.
+    Corrupt { what: String },
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayoutError::Size { bytes } => write!(
+                f,
+                "it is {bytes} bytes long, a version {POOL_VERSION} pool file is {POOL_FILE_BYTES} \
+                 (not a gpucap pool file, or a truncated one)"
+            ),
+            LayoutError::Magic { found } => {
+                let shown: String = found
+                    .iter()
+                    .map(|&b| {
+                        if b.is_ascii_graphic() {
+                            (b as char).to_string()
+                        } else {
+                            format!("\\x{b:02x}")
+                        }
+                    })
+                    .collect();
+                write!(
+                    f,
+                    "it is not a gpucap pool file (it starts with \"{shown}\", a pool file with \
+                     \"GPUCAPPL\"; HAMi-core's cache file cannot be shared with gpucap)"
+                )
+            }
+            LayoutError::Version { found } => write!(
+                f,
+                "it is a version {found} pool file and this gpucap reads version {POOL_VERSION}: \
+                 every process of a pool must run the same gpucap (remove the file once no \
+                 process uses it)"
+            ),
+            LayoutError::Corrupt { what } => write!(
+                f,
+                "it is corrupted ({what}); remove it once no process uses it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LayoutError {}
+
+/// The words of a pool file, checked.
+#[derive(Clone, Copy)]
+pub struct Words<'a>(pub &'a [AtomicU64]);
+
+impl<'a> Words<'a> {
+    /// Writes the header of a new pool file (all other words must be zero).
+    pub fn init(words: &'a [AtomicU64], created_secs: u64, uid: u64) -> Result<Self, LayoutError> {
+        if words.len() != POOL_WORDS {
+            return Err(LayoutError::Size {
+                bytes: words.len() * 8,
+            });
+        }
+        words[H_VERSION].store(POOL_VERSION, Relaxed);
+        words[H_GEOMETRY].store(GEOMETRY, Relaxed);
+        words[H_BYTES].store(POOL_FILE_BYTES as u64, Relaxed);
+        words[H_CREATED].store(created_secs, Relaxed);
+        words[H_UID].store(uid, Relaxed);
+        words[H_MAGIC].store(MAGIC, Release);
+        Ok(Words(words))
+    }
+
+    /// Checks the header and every word whose values are bounded.
+    pub fn check(words: &'a [AtomicU64]) -> Result<Self, LayoutError> {
+        let first = |i: usize| words.get(i).map(|w| w.load(Acquire));
+        if let Some(magic) = first(H_MAGIC)
+            && magic != MAGIC
+        {
+            return Err(LayoutError::Magic {
+                found: magic.to_le_bytes(),
+            });
+        }
+        if words.len() < HEADER_WORDS {
+            return Err(LayoutError::Size {
+                bytes: words.len() * 8,
+            });
+        }
+        let version = words[H_VERSION].load(Relaxed);
+        if version != POOL_VERSION {
+            return Err(LayoutError::Version { found: version });
+        }
+        if words.len() != POOL_WORDS {
+            return Err(LayoutError::Size {
+                bytes: words.len() * 8,
+            });
+        }
+        let corrupt = |what: String| Err(LayoutError::Corrupt { what });
+        let geometry = words[H_GEOMETRY].load(Relaxed);
+        if geometry != GEOMETRY {
+            return corrupt(format!("geometry word {geometry:#x}, expected {GEOMETRY:#x}"));
+        }
+        let bytes = words[H_BYTES].load(Relaxed);
+        if bytes != POOL_FILE_BYTES as u64 {
+            return corrupt(format!("length word {bytes}, expected {POOL_FILE_BYTES}"));
+        }
+        let w = Words(words);
+        for g in 0..MAX_POOL_GPUS {
+            let key = w.gpu(g, G_KEY).load(Relaxed);
+            let lock = w.gpu(g, G_LOCK).load(Relaxed);
+            if lock > MAX_SLOTS as u64 {
+                return corrupt(format!("GPU entry {g} is locked by member {lock}, past {MAX_SLOTS}"));
+            }
+            if key == 0 && (w.gpu(g, G_USED).load(Relaxed) != 0 || lock != 0) {
+                return corrupt(format!("GPU entry {g} is empty but has memory in use"));
+            }
+        }
+        for s in 0..MAX_SLOTS {
+            let state = w.slot(s, S_STATE).load(Relaxed);
+            if state > STATE_LIVE {
+                return corrupt(format!("member slot {s} has state {state}"));
+            }
+            for g in 0..MAX_POOL_GPUS {
+                let j = w.member_gpu(s, g, M_JOURNAL).load(Relaxed);
+                if j > MAX_SLOTS as u64 {
+                    return corrupt(format!("member slot {s} has journal word {j} for GPU entry {g}"));
+                }
+            }
+        }
+        Ok(w)
+    }
+
+    pub fn header(&self, i: usize) -> &'a AtomicU64 {
+        &self.0[i]
+    }
+
+    pub fn gpu(&self, g: usize, i: usize) -> &'a AtomicU64 {
+        &self.0[HEADER_WORDS + g * GPU_WORDS + i]
+    }
+
+    pub fn slot(&self, s: usize, i: usize) -> &'a AtomicU64 {
+        &self.0[HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + s * SLOT_WORDS + i]
+    }
+
+    pub fn member_gpu(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
+        self.slot(s, SLOT_HEAD_WORDS + g * PER_GPU_WORDS + i)
+    }
+
+    pub fn uuid(&self, g: usize) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.gpu(g, G_UUID).load(Relaxed).to_le_bytes());
+        out[8..].copy_from_slice(&self.gpu(g, G_UUID + 1).load(Relaxed).to_le_bytes());
+        out
+    }
+
+    pub fn command(&self, s: usize) -> String {
+        let mut bytes = Vec::with_capacity(COMMAND_BYTES);
+        for i in 0..COMMAND_BYTES / 8 {
+            bytes.extend_from_slice(&self.slot(s, S_COMMAND + i).load(Relaxed).to_le_bytes());
+        }
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    }
+
+    pub fn set_command(&self, s: usize, command: &str) {
+        let mut bytes = [0u8; COMMAND_BYTES];
+        let mut n = command.len().min(COMMAND_BYTES - 1);
+        while !command.is_char_boundary(n) {
+            n -= 1;
+        }
+        bytes[..n].copy_from_slice(&command.as_bytes()[..n]);
+        for (i, chunk) in bytes.chunks(8).enumerate() {
+            let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+            self.slot(s, S_COMMAND + i).store(word, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Joining a pool, agreeing on caps, and taking back what a dead member held.
+//!
+//! A member owns a slot while its process holds the slot's kernel lock
+//! ([`MemberLocks`]: an open-file-description lock on the pool file, which the kernel
+//! drops when the process dies, however it dies). Whoever can take a live slot's lock
+//! knows its owner is dead: no pid is compared, so a recycled pid or another PID
+//! namespace cannot fool it. The taker finishes the dead member's half-done change (its
+//! journal), returns its bytes to the pool and empties the slot.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+
+use super::layout::*;
+use crate::config::MAX_DEVICES;
+
+/// The per-slot kernel locks, provided by the code that maps the file.
+pub trait MemberLocks: Sync {
+    /// Takes slot `s`'s lock without waiting. True: this process now holds it, so no
+    /// other process does (whoever held it is dead). False: another process holds it,
+    /// or another thread of this process is acting on that slot.
+    fn try_take(&self, s: usize) -> bool;
+    /// Gives back a lock taken with [`try_take`](Self::try_take).
+    fn give_back(&self, s: usize);
+    /// Whether a live process (this one included) holds slot `s`'s lock. Changes nothing.
+    fn held(&self, s: usize) -> bool;
+}
+
+/// A checked pool file.
+#[derive(Clone, Copy)]
+pub struct Pool<'a> {
+    pub(super) w: Words<'a>,
+}
+
+impl<'a> Pool<'a> {
+    /// Writes the header of a freshly made (all-zero) pool file.
+    pub fn create(
+        words: &'a [std::sync::atomic::AtomicU64],
+        created_secs: u64,
+        uid: u64,
+    ) -> Result<Self, LayoutError> {
+        Ok(Pool {
+            w: Words::init(words, created_secs, uid)?,
+        })
+    }
+
+    /// Checks an existing pool file: another version, layout or corrupted words are errors.
+    pub fn open(words: &'a [std::sync::atomic::AtomicU64]) -> Result<Self, LayoutError> {
+        Ok(Pool {
+            w: Words::check(words)?,
+        })
+    }
+
+    /// The uid of the process that created the file.
+    pub fn creator_uid(&self) -> u64 {
+        self.w.header(H_UID).load(Relaxed)
+    }
+}
+
+/// What a member tells the others about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub pid: u32,
+    /// The inode of the process's PID namespace (`/proc/self/ns/pid`), 0 if unknown.
+    pub pid_namespace: u64,
+    /// When it joined, in ms since the Unix epoch.
+    pub start_ms: u64,
+    pub command: String,
+}
+
+/// Why a process could not join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinError {
+    /// Every slot is held by a live process.
+    Full,
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::Full => write!(
+                f,
+                "the pool has {MAX_SLOTS} live members already, the most it can hold"
+            ),
+        }
+    }
+}
+
+/// Why a GPU could not be registered with its cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapMismatch {
+    /// Live members hold the GPU to another cap (None: no cap).
+    Differs { ours: Option<u64>, pool: Option<u64> },
+    /// The pool's GPU table is full.
+    TooManyGpus,
+}
+
+/// One process's membership of a pool.
+pub struct Member<'a> {
+    pub(super) w: Words<'a>,
+    pub(super) slot: usize,
+    pub(super) locks: &'a dyn MemberLocks,
+    /// The pool's GPU entry (+1) of each CUDA ordinal of this process (0: none yet).
+    pub(super) entry_of: [AtomicU32; MAX_DEVICES],
+    /// Set once the member gave its share back at exit: later changes are ignored.
+    pub(super) left: AtomicBool,
+}
+
+impl<'a> Member<'a> {
+    /// Joins `pool`: takes the first slot whose lock is free, finishing and taking back
+    /// what a dead owner left in it, then takes back every other dead member's share.
+    pub fn join(
+        pool: Pool<'a>,
+        locks: &'a dyn MemberLocks,
+        info: &MemberInfo,
+    ) -> Result<Self, JoinError> {
+        let w = pool.w;
+        for s in 0..MAX_SLOTS {
+            if !locks.try_take(s) {
+                continue;
+            }
+            let m = Member {
+                w,
+                slot: s,
+                locks,
+                entry_of: [const { AtomicU32::new(0) }; MAX_DEVICES],
+                left: AtomicBool::new(false),
+            };
+            if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
+                m.take_back(s);
+            }
+            w.slot(s, S_PID).store(u64::from(info.pid), Relaxed);
+            w.slot(s, S_PIDNS).store(info.pid_namespace, Relaxed);
+            w.slot(s, S_START_MS).store(info.start_ms, Relaxed);
+            w.set_command(s, &info.command);
+            w.slot(s, S_GENERATION).fetch_add(1, Relaxed);
+            for g in 0..MAX_POOL_GPUS {
+                w.member_gpu(s, g, M_PEAK).store(0, Relaxed);
+                w.member_gpu(s, g, M_CAP).store(0, Relaxed);
+            }
+            w.slot(s, S_STATE).store(STATE_LIVE, Release);
+            m.sweep();
+            return Ok(m);
+        }
+        Err(JoinError::Full)
+    }
+
+    /// This member's slot.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// Registers CUDA ordinal `device` (the GPU `uuid`) with this member's cap for it.
+    /// Every live member of the pool must hold a GPU to the same cap; once none does,
+    /// the next member's cap replaces the old one.
+    pub fn register_gpu(
+        &self,
+        device: usize,
+        uuid: &[u8; 16],
+        cap: Option<u64>,
+    ) -> Result<(), CapMismatch> {
+        let Some(slot_of_device) = self.entry_of.get(device) else {
+            return Err(CapMismatch::TooManyGpus);
+        };
+        let g = self.entry(uuid).ok_or(CapMismatch::TooManyGpus)?;
+        let ours = encode_cap(cap);
+        // Ours first, then the pool's: of two members registering different caps at
+        // once, at least one sees the other (both orders are sequentially consistent).
+        self.w.member_gpu(self.slot, g, M_CAP).store(ours, SeqCst);
+        let word = self.w.gpu(g, G_CAP);
+        let mut have = word.load(SeqCst);
+        loop {
+            if have == ours {
+                break;
+            }
+            if have != 0 && self.other_live_holder(g, have) {
+                self.w.member_gpu(self.slot, g, M_CAP).store(0, SeqCst);
+                return Err(CapMismatch::Differs {
+                    ours: cap,
+                    pool: decode_cap(have).flatten(),
+                });
+            }
+            // Not set yet, or set by members that are all gone: ours replaces it.
+            match word.compare_exchange(have, ours, SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => have = now,
+            }
+        }
+        slot_of_device.store(g as u32 + 1, Release);
+        Ok(())
+    }
+
+    /// Whether a live member other than this one holds GPU entry `g` to cap word `cap`.
+    fn other_live_holder(&self, g: usize, cap: u64) -> bool {
+        (0..MAX_SLOTS).any(|s| {
+            s != self.slot
+                && self.w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE
+                && self.w.member_gpu(s, g, M_CAP).load(SeqCst) == cap
+                && self.locks.held(s)
+        })
+    }
+
+    /// The entry of GPU `uuid`, added if the pool has not seen it.
+    fn entry(&self, uuid: &[u8; 16]) -> Option<usize> {
+        let key = gpu_key(uuid);
+        for g in 0..MAX_POOL_GPUS {
+            let k = self.w.gpu(g, G_KEY);
+            let found = match k.load(Acquire) {
+                cur if cur == key => true,
+                0 => match k.compare_exchange(0, key, AcqRel, Acquire) {
+                    Ok(_) => {
+                        let lo = u64::from_le_bytes(uuid[..8].try_into().unwrap_or([0; 8]));
+                        let hi = u64::from_le_bytes(uuid[8..].try_into().unwrap_or([0; 8]));
+                        self.w.gpu(g, G_UUID).store(lo, Relaxed);
+                        self.w.gpu(g, G_UUID + 1).store(hi, Relaxed);
+                        true
+                    }
+                    Err(other) => other == key,
+                },
+                _ => false,
+            };
+            if found {
+                return Some(g);
+            }
+        }
+        None
+    }
+
+    /// The pool's GPU entry of CUDA ordinal `device`, if registered.
+    #[inline]
+    pub(super) fn entry_of(&self, device: usize) -> Option<usize> {
+        match self.entry_of.get(device)?.load(Acquire) {
+            0 => None,
+            g => Some(g as usize - 1),
+        }
+    }
+
+    /// Takes back the share of every member whose process died. Returns how many.
+    pub fn sweep(&self) -> usize {
+        let mut taken = 0;
+        for s in 0..MAX_SLOTS {
+            if s != self.slot
+                && self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
+                && self.locks.try_take(s)
+            {
+                // Its owner died (or had just emptied it): we hold its lock now.
+                if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
+                    self.take_back(s);
+                    self.empty(s);
+                    taken += 1;
+                }
+                self.locks.give_back(s);
+            }
+        }
+        taken
+    }
+
+    /// Called holding dead slot `d`'s lock (or `d` is this member, adopting it): finishes
+    /// the change `d` had in flight on each GPU whose word lock it held, then returns
+    /// what `d` holds to the pool.
+    pub(super) fn take_back(&self, d: usize) {
+        let holder = d as u64 + 1;
+        for g in 0..MAX_POOL_GPUS {
+            let lock = self.w.gpu(g, G_LOCK);
+            if lock.load(Acquire) == holder {
+                self.redo(d, g);
+                let _ = lock.compare_exchange(holder, 0, Release, Relaxed);
+            }
+        }
+        for g in 0..MAX_POOL_GPUS {
+            if self.w.member_gpu(d, g, M_USED).load(Acquire) != 0 {
+                self.change(g, d, |pool, own| Some((pool.saturating_sub(own), 0)));
+            }
+        }
+    }
+
+    /// Clears dead slot `d` (its share already taken back).
+    pub(super) fn empty(&self, d: usize) {
+        for g in 0..MAX_POOL_GPUS {
+            self.w.member_gpu(d, g, M_CAP).store(0, Relaxed);
+            self.w.member_gpu(d, g, M_PEAK).store(0, Relaxed);
+        }
+        self.w.slot(d, S_STATE).store(STATE_EMPTY, Release);
+    }
+
+    /// At exit: gives this member's whole share back and empties its slot. Later
+    /// changes (frees made by other libraries' exit handlers) are ignored, later
+    /// reservations refused.
+    pub fn leave(&self) {
+        if self.left.swap(true, AcqRel) {
+            return;
+        }
+        for g in 0..MAX_POOL_GPUS {
+            if self.w.member_gpu(self.slot, g, M_USED).load(Acquire) != 0 {
+                self.change(g, self.slot, |pool, own| Some((pool.saturating_sub(own), 0)));
+            }
+        }
+        self.empty(self.slot);
+        self.locks.give_back(self.slot);
+    }
+
+    /// The pool's figures for CUDA ordinal `device`: (used by every member, cap, this
+    /// member's use), or None if the device is not registered.
+    pub fn usage(&self, device: usize) -> Option<(u64, Option<u64>, u64)> {
+        let g = self.entry_of(device)?;
+        Some((
+            self.w.gpu(g, G_USED).load(Relaxed),
+            decode_cap(self.w.gpu(g, G_CAP).load(Relaxed)).flatten(),
+            self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
+        ))
+    }
+
+    /// The pool itself, for a view.
+    pub fn pool(&self) -> Pool<'a> {
+        Pool { w: self.w }
+    }
+}

@@ -1,0 +1,28 @@
+//! The budget a pool's processes share (`GPUCAP_POOL`): one cap per GPU for every
+//! process that names the same pool file, kept in words of a shared memory-mapped file.
+//!
+//! This module is the protocol over those words, safe Rust over `&[AtomicU64]`; the
+//! file itself (where it lives, its permissions, the mapping, the per-member locks the
+//! kernel drops when a process dies) is `gpucap-pool-file`'s business, behind
+//! [`MemberLocks`].
+//!
+//! - `layout`: the file's words (magic, version, GPU entries, member slots) and the
+//!   checks that turn another version or corrupted content into a clear error.
+//! - `member`: joining (a slot held by a kernel lock), agreeing on each GPU's cap, and
+//!   taking back the share of a member that died.
+//! - `account`: reserving and crediting bytes: one step under a per-GPU word lock with a
+//!   redo journal, so a member killed at any instruction leaves nothing half done.
+//! - `view`: a snapshot for `gpucap status`, `gpucap top` and NVML's process list.
+
+mod account;
+mod layout;
+mod member;
+mod view;
+
+pub use account::PoolRefusal;
+pub use layout::{LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS};
+pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
+pub use view::{GpuView, MemberView, PoolView};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,366 @@
+//! The pool's protocol with processes played by lock owners: a "kill" drops every
+//! kernel lock of one owner, as the kernel does when a process dies.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+use super::layout::*;
+use super::*;
+
+/// Kernel locks of the slots, shared by all the "processes" of a test.
+struct Kernel {
+    owner: Mutex<[u32; MAX_SLOTS]>,
+}
+
+impl Kernel {
+    fn new() -> &'static Kernel {
+        Box::leak(Box::new(Kernel {
+            owner: Mutex::new([0; MAX_SLOTS]),
+        }))
+    }
+    /// The process `id` dies: the kernel drops its locks.
+    fn kill(&self, id: u32) {
+        for o in self.owner.lock().unwrap().iter_mut() {
+            if *o == id {
+                *o = 0;
+            }
+        }
+    }
+}
+
+/// One process's view of the kernel locks.
+struct Proc {
+    kernel: &'static Kernel,
+    id: u32,
+}
+
+impl MemberLocks for Proc {
+    fn try_take(&self, s: usize) -> bool {
+        let mut o = self.kernel.owner.lock().unwrap();
+        if o[s] == 0 {
+            o[s] = self.id;
+            true
+        } else {
+            false
+        }
+    }
+    fn give_back(&self, s: usize) {
+        let mut o = self.kernel.owner.lock().unwrap();
+        if o[s] == self.id {
+            o[s] = 0;
+        }
+    }
+    fn held(&self, s: usize) -> bool {
+        self.kernel.owner.lock().unwrap()[s] != 0
+    }
+}
+
+fn words() -> &'static [AtomicU64] {
+    let v: Vec<AtomicU64> = (0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect();
+    Box::leak(v.into_boxed_slice())
+}
+
+const GPU0: [u8; 16] = [7; 16];
+const GPU1: [u8; 16] = [9; 16];
+
+fn proc(kernel: &'static Kernel, id: u32) -> &'static Proc {
+    Box::leak(Box::new(Proc { kernel, id }))
+}
+
+fn member(pool: Pool<'static>, p: &'static Proc, cap: Option<u64>) -> Member<'static> {
+    let m = Member::join(
+        pool,
+        p,
+        &MemberInfo {
+            pid: p.id,
+            command: format!("proc {}", p.id),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    m.register_gpu(0, &GPU0, cap).unwrap();
+    m
+}
+
+fn setup() -> (Pool<'static>, &'static Kernel) {
+    (Pool::create(words(), 1, 1000).unwrap(), Kernel::new())
+}
+
+#[test]
+fn members_share_one_cap() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    a.reserve(0, 600).unwrap();
+    let r = b.reserve(0, 500).unwrap_err();
+    assert_eq!((r.used, r.cap, r.own, r.requested), (600, 1000, 0, 500));
+    b.reserve(0, 400).unwrap();
+    assert_eq!(a.usage(0), Some((1000, Some(1000), 600)));
+    assert_eq!(b.usage(0), Some((1000, Some(1000), 400)));
+    a.credit(0, 600);
+    b.reserve(0, 500).unwrap();
+    assert_eq!(b.usage(0), Some((900, Some(1000), 900)));
+    let v = pool.view(proc(k, 99));
+    assert_eq!(v.gpus[0].used, 900);
+    assert_eq!(v.gpus[0].peak, 1000);
+    assert_eq!(v.gpus[0].refusals, 1);
+    assert_eq!(v.members.len(), 2);
+}
+
+#[test]
+fn a_device_not_registered_is_not_charged_to_the_pool() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(10));
+    a.reserve(3, 1 << 40).unwrap();
+    assert_eq!(a.usage(3), None);
+}
+
+#[test]
+fn every_gpu_has_its_own_budget() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(100));
+    a.register_gpu(1, &GPU1, Some(50)).unwrap();
+    // Another process sees the two GPUs in the other order (CUDA_VISIBLE_DEVICES=1,0).
+    let b = Member::join(pool, proc(k, 2), &MemberInfo::default()).unwrap();
+    b.register_gpu(0, &GPU1, Some(50)).unwrap();
+    b.register_gpu(1, &GPU0, Some(100)).unwrap();
+    a.reserve(1, 40).unwrap();
+    assert!(b.reserve(0, 20).is_err(), "GPU1 has 10 bytes left");
+    b.reserve(1, 100).unwrap();
+    assert!(a.reserve(0, 1).is_err());
+}
+
+#[test]
+fn members_must_agree_on_the_cap_while_any_lives() {
+    let (pool, k) = setup();
+    let pa = proc(k, 1);
+    let a = member(pool, pa, Some(1000));
+    let b = Member::join(pool, proc(k, 2), &MemberInfo::default()).unwrap();
+    assert_eq!(
+        b.register_gpu(0, &GPU0, Some(2000)),
+        Err(CapMismatch::Differs {
+            ours: Some(2000),
+            pool: Some(1000)
+        })
+    );
+    assert_eq!(
+        b.register_gpu(0, &GPU0, None),
+        Err(CapMismatch::Differs {
+            ours: None,
+            pool: Some(1000)
+        })
+    );
+    // A refused registration charges nothing to the pool.
+    b.reserve(0, 5000).unwrap();
+    b.register_gpu(0, &GPU0, Some(1000)).unwrap();
+    // Once no live member holds the old cap, a new one replaces it.
+    a.leave();
+    b.leave();
+    let c = member(pool, proc(k, 3), Some(2000));
+    assert_eq!(c.usage(0), Some((0, Some(2000), 0)));
+    // Same when the last holder died instead of leaving.
+    let pd = proc(k, 4);
+    let _d = member(pool, pd, Some(2000));
+    c.leave();
+    k.kill(4);
+    let e = member(pool, proc(k, 5), Some(3000));
+    assert_eq!(e.usage(0).map(|u| u.1), Some(Some(3000)));
+}
+
+#[test]
+fn a_dead_members_share_is_taken_back_by_the_next_allocation_that_needs_it() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    a.reserve(0, 800).unwrap();
+    assert!(b.reserve(0, 500).is_err(), "A is alive: its 800 stay");
+    k.kill(1);
+    let v = pool.view(proc(k, 99));
+    assert_eq!(v.gpus[0].held_by_dead, 800);
+    assert!(!v.members.iter().find(|m| m.pid == 1).unwrap().alive);
+    b.reserve(0, 500).unwrap();
+    assert_eq!(b.usage(0), Some((500, Some(1000), 500)));
+    let v = pool.view(proc(k, 99));
+    assert_eq!(v.members.len(), 1, "the dead member's slot is empty again");
+    drop(a);
+}
+
+#[test]
+fn a_joiner_takes_back_dead_members() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.reserve(0, 700).unwrap();
+    k.kill(1);
+    // The new member reuses the dead one's slot (the first free lock) and sweeps.
+    let b = member(pool, proc(k, 2), Some(1000));
+    assert_eq!(b.slot(), a.slot());
+    assert_eq!(b.usage(0), Some((0, Some(1000), 0)));
+}
+
+/// Where a member can die inside one change of the pool's words.
+#[derive(Clone, Copy, Debug)]
+enum Crash {
+    LockTaken,
+    JournalValuesWritten,
+    JournalSet,
+    PoolWritten,
+    BothWritten,
+    JournalCleared,
+}
+
+/// Plays member `m` reserving `bytes` on GPU entry 0 up to `crash`, as `change` does.
+fn half_done_reserve(pool: Pool<'static>, m: &Member<'static>, bytes: u64, crash: Crash) {
+    let w = pool.w;
+    let s = m.slot();
+    let g = m.entry_of(0).unwrap();
+    w.gpu(g, G_LOCK).store(s as u64 + 1, SeqCst);
+    let used = w.gpu(g, G_USED).load(SeqCst);
+    let own = w.member_gpu(s, g, M_USED).load(SeqCst);
+    let steps: &[fn(Words<'static>, usize, usize, u64, u64)] = &[
+        |w, s, g, u, o| {
+            w.member_gpu(s, g, M_JOURNAL_POOL).store(u, SeqCst);
+            w.member_gpu(s, g, M_JOURNAL_OWN).store(o, SeqCst);
+        },
+        |w, s, g, _, _| w.member_gpu(s, g, M_JOURNAL).store(s as u64 + 1, SeqCst),
+        |w, _, g, u, _| w.gpu(g, G_USED).store(u, SeqCst),
+        |w, s, g, _, o| w.member_gpu(s, g, M_USED).store(o, SeqCst),
+        |w, s, g, _, _| w.member_gpu(s, g, M_JOURNAL).store(0, SeqCst),
+    ];
+    let n = crash as usize;
+    for step in &steps[..n] {
+        step(w, s, g, used + bytes, own + bytes);
+    }
+}
+
+#[test]
+fn a_member_killed_at_any_point_of_a_change_leaves_the_pool_consistent() {
+    for crash in [
+        Crash::LockTaken,
+        Crash::JournalValuesWritten,
+        Crash::JournalSet,
+        Crash::PoolWritten,
+        Crash::BothWritten,
+        Crash::JournalCleared,
+    ] {
+        let (pool, k) = setup();
+        let a = member(pool, proc(k, 1), Some(1000));
+        let b = member(pool, proc(k, 2), Some(1000));
+        a.reserve(0, 300).unwrap();
+        b.reserve(0, 100).unwrap();
+        half_done_reserve(pool, &a, 200, crash);
+        k.kill(1);
+        // B is not blocked by the dead holder's word lock, and gets A's share back.
+        b.reserve(0, 900).unwrap();
+        assert_eq!(
+            b.usage(0),
+            Some((1000, Some(1000), 1000)),
+            "after a crash at {crash:?}"
+        );
+        b.credit(0, 1000);
+        assert_eq!(b.usage(0), Some((0, Some(1000), 0)), "{crash:?}");
+    }
+}
+
+#[test]
+fn leaving_gives_everything_back_and_ignores_later_frees() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    a.reserve(0, 400).unwrap();
+    b.reserve(0, 100).unwrap();
+    a.leave();
+    a.credit(0, 400); // an exit handler's free after the library's destructor
+    assert_eq!(b.usage(0), Some((100, Some(1000), 100)));
+    assert!(a.reserve(0, 1).unwrap_err().left);
+}
+
+#[test]
+fn a_full_pool_refuses_to_join() {
+    let (pool, k) = setup();
+    for i in 0..MAX_SLOTS {
+        std::mem::forget(member(pool, proc(k, i as u32 + 1), None));
+    }
+    let extra = Member::join(pool, proc(k, 10_000), &MemberInfo::default());
+    assert_eq!(extra.err(), Some(JoinError::Full));
+}
+
+#[test]
+fn threads_of_many_members_never_take_the_pool_over_its_cap() {
+    let (pool, k) = setup();
+    const CAP: u64 = 10_000;
+    let members: Vec<Member<'static>> = (1..=6).map(|i| member(pool, proc(k, i), Some(CAP))).collect();
+    let members: &'static [Member<'static>] = Box::leak(members.into_boxed_slice());
+    let max_seen = &*Box::leak(Box::new(AtomicU64::new(0)));
+    let mut threads = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        for t in 0..3u64 {
+            threads.push(std::thread::spawn(move || {
+                let mut seed = (i as u64 + 1) * 7919 + t;
+                let mut held = Vec::new();
+                for _ in 0..3000 {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    if seed >> 62 != 0 || held.is_empty() {
+                        let bytes = 1 + (seed >> 33) % 900;
+                        if m.reserve(0, bytes).is_ok() {
+                            held.push(bytes);
+                            let (used, _, _) = m.usage(0).unwrap();
+                            max_seen.fetch_max(used, SeqCst);
+                        }
+                    } else {
+                        let b = held.swap_remove((seed >> 20) as usize % held.len());
+                        m.credit(0, b);
+                    }
+                }
+                for b in held {
+                    m.credit(0, b);
+                }
+            }));
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(max_seen.load(SeqCst) <= CAP);
+    assert!(max_seen.load(SeqCst) > CAP / 2, "the test made the members compete");
+    assert_eq!(members[0].usage(0).unwrap().0, 0, "every byte came back");
+    let v = pool.view(proc(k, 99));
+    assert!(v.members.iter().all(|m| m.gpus[0].used == 0));
+    assert!(v.gpus[0].peak <= CAP);
+}
+
+#[test]
+fn files_of_another_kind_are_clear_errors() {
+    let w = words();
+    w[H_MAGIC].store(u64::from_le_bytes(*b"\x01\x02HAMI\0\0"), SeqCst);
+    let e = Pool::open(w).err().unwrap();
+    assert!(matches!(e, LayoutError::Magic { .. }));
+    assert!(e.to_string().contains("not a gpucap pool file"), "{e}");
+
+    let w = words();
+    Pool::create(w, 1, 0).unwrap();
+    w[H_VERSION].store(2, SeqCst);
+    let e = Pool::open(w).err().unwrap();
+    assert_eq!(e, LayoutError::Version { found: 2 });
+    assert!(e.to_string().contains("version 2 pool file"), "{e}");
+
+    let w = words();
+    Pool::create(w, 1, 0).unwrap();
+    assert!(matches!(Pool::open(&w[..100]), Err(LayoutError::Size { bytes: 800 })));
+
+    let w = words();
+    let pool = Pool::create(w, 1, 0).unwrap();
+    pool.w.slot(3, S_STATE).store(77, SeqCst);
+    let e = Pool::open(w).err().unwrap();
+    assert!(e.to_string().contains("member slot 3 has state 77"), "{e}");
+
+    let w = words();
+    let pool = Pool::create(w, 1, 0).unwrap();
+    pool.w.gpu(0, G_USED).store(5, SeqCst);
+    assert!(matches!(Pool::open(w), Err(LayoutError::Corrupt { .. })));
+
+    let w = words();
+    Pool::create(w, 1, 0).unwrap();
+    assert!(Pool::open(w).is_ok());
+    let zero = words();
+    assert!(matches!(Pool::open(zero), Err(LayoutError::Magic { .. })), "an all-zero file");
+}
