@@ -11,6 +11,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
+use crate::budget::{Member, PoolRefusal};
 use crate::config::MAX_DEVICES;
 
 /// The cap of a device that has none.
@@ -66,6 +67,8 @@ pub enum Refusal {
     OverCap { requested: u64, used: u64, cap: u64 },
     /// The device index is beyond what the ledger tracks.
     NoSuchDevice { device: usize },
+    /// The pool the process shares its budget with (`GPUCAP_POOL`) has no room.
+    Pool(PoolRefusal),
 }
 
 /// What a live allocation is charged with.
@@ -110,10 +113,19 @@ impl Drop for Reservation<'_> {
     }
 }
 
-/// Per-device accounting plus the map of live allocations.
+/// The pool membership a ledger charges along with its own figures (None: not in a pool).
+pub type PoolOf = fn() -> Option<&'static Member<'static>>;
+
+fn no_pool() -> Option<&'static Member<'static>> {
+    None
+}
+
+/// Per-device accounting plus the map of live allocations, and, when the process is
+/// a member of a pool, the pool's budget: every reservation is checked against both.
 pub struct Ledger {
     devices: [Device; MAX_DEVICES],
     pointers: LiveMap,
+    pool: PoolOf,
 }
 
 impl Default for Ledger {
@@ -124,9 +136,15 @@ impl Default for Ledger {
 
 impl Ledger {
     pub const fn new() -> Self {
+        Self::with_pool(no_pool)
+    }
+
+    /// A ledger that also charges the pool `pool()` returns, once it returns one.
+    pub const fn with_pool(pool: PoolOf) -> Self {
         Ledger {
             devices: [const { Device::new() }; MAX_DEVICES],
             pointers: LiveMap::new(),
+            pool,
         }
     }
 
@@ -163,6 +181,14 @@ impl Ledger {
             };
             match d.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
                 Ok(_) => {
+                    if let Some(pool) = (self.pool)()
+                        && let Err(refusal) = pool.reserve(device, bytes)
+                    {
+                        self.credit_own(Charge { device, bytes });
+                        d.refusals.fetch_add(1, Relaxed);
+                        d.largest_refused.fetch_max(bytes, Relaxed);
+                        return Err(Refusal::Pool(refusal));
+                    }
                     // A plain load first: the peak rarely moves, and an atomic
                     // read-modify-write on every allocation would cost more.
                     if new > d.peak.load(Relaxed) {
@@ -186,6 +212,14 @@ impl Ledger {
     }
 
     fn credit(&self, charge: Charge) {
+        self.credit_own(charge);
+        if let Some(pool) = (self.pool)() {
+            pool.credit(charge.device, charge.bytes);
+        }
+    }
+
+    /// Credits this process's figures only (a reservation the pool refused).
+    fn credit_own(&self, charge: Charge) {
         if let Ok(d) = self.device(charge.device) {
             // Never below zero, even if a caller credited twice.
             let _ = d

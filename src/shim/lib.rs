@@ -7,6 +7,7 @@
 //!   the rows `dlsym` and the `cuGetProcAddress` answers use.
 //! - `hooks`: what each intercepted call does, one file per family.
 //! - `state`: every process-wide static; `log`: the log level and `log!`.
+//! - `membership`: this process's place in its pool (`GPUCAP_POOL`).
 //! - `driver`: the driver's C types, typed calls and queries.
 //! - `resolve`: the real `dlsym`, library handles, driver symbols by name.
 //! - `exit`: the `.fini_array` exit hook (final report and summary).
@@ -17,6 +18,7 @@
 #![cfg_attr(test, allow(dead_code, unused_imports))]
 
 mod log;
+mod membership;
 mod state;
 
 #[cfg(not(test))]

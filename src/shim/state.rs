@@ -27,7 +27,7 @@ pub struct Shim {
 }
 
 pub static SHIM: Shim = Shim {
-    ledger: Ledger::new(),
+    ledger: Ledger::with_pool(crate::membership::current),
     config: OnceLock::new(),
     cap_resolved: [const { AtomicBool::new(false) }; MAX_DEVICES],
 };
@@ -174,8 +174,11 @@ impl Shim {
     /// and the bytes the process retains unused in growth mode (free to it, though
     /// the driver counts them as used).
     pub fn mem_info(&self, device: usize, free: u64, total: u64, retained: u64) -> (u64, u64) {
-        let (free, total) = match self.ledger.usage(device) {
-            Some(u) if u.cap != NO_CAP => (free.min(u.headroom()), total.min(u.cap)),
+        // In a pool, the pool's figures: what every member holds counts against the cap.
+        let pooled = crate::membership::current().and_then(|m| m.usage(device));
+        let (free, total) = match (pooled, self.ledger.usage(device)) {
+            (Some((used, Some(cap), _)), _) => (free.min(cap.saturating_sub(used)), total.min(cap)),
+            (None, Some(u)) if u.cap != NO_CAP => (free.min(u.headroom()), total.min(u.cap)),
             _ => (free, total),
         };
         (free.saturating_add(retained).min(total), total)
@@ -276,6 +279,8 @@ impl Shim {
     /// At exit (from the library's destructor): the `GPUCAP_LOG=info` summary and the
     /// `GPUCAP_REPORT` file. Nothing for a process that never called into CUDA.
     pub fn at_exit(&self) {
+        // The pool gets this process's whole share back now, not when a member notices.
+        crate::membership::leave();
         if !self.own_process() {
             return;
         }
@@ -388,6 +393,18 @@ pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> S
             format_bytes(bytes),
             format_bytes(used),
             format_bytes(cap)
+        ),
+        Refusal::Pool(p) if p.left => format!(
+            "refused {api} of {} on GPU {device}: the process already left its pool (it is exiting)",
+            format_bytes(bytes)
+        ),
+        Refusal::Pool(p) => format!(
+            "refused {api} of {} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process (pool {})",
+            format_bytes(bytes),
+            format_bytes(p.used),
+            format_bytes(p.cap),
+            format_bytes(p.own),
+            crate::membership::path().map_or("?".into(), |p| p.display().to_string())
         ),
         Refusal::NoSuchDevice { .. } => format!(
             "refused {api} of {} on GPU {device}: gpucap tracks GPUs 0 to {}",

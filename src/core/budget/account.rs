@@ -99,8 +99,11 @@ impl Member<'_> {
         if self.left.load(Acquire) {
             return;
         }
+        // Never more than this member holds: a forked child freeing memory its parent
+        // allocated must not take it off the pool's count.
         self.change(g, self.slot, |pool, own| {
-            Some((pool.saturating_sub(bytes), own.saturating_sub(bytes)))
+            let bytes = bytes.min(own);
+            Some((pool.saturating_sub(bytes), own - bytes))
         });
     }
 

@@ -203,7 +203,9 @@ impl<'a> Words<'a> {
         let corrupt = |what: String| Err(LayoutError::Corrupt { what });
         let geometry = words[H_GEOMETRY].load(Relaxed);
         if geometry != GEOMETRY {
-            return corrupt(format!("geometry word {geometry:#x}, expected {GEOMETRY:#x}"));
+            return corrupt(format!(
+                "geometry word {geometry:#x}, expected {GEOMETRY:#x}"
+            ));
         }
         let bytes = words[H_BYTES].load(Relaxed);
         if bytes != POOL_FILE_BYTES as u64 {
@@ -214,7 +216,9 @@ impl<'a> Words<'a> {
             let key = w.gpu(g, G_KEY).load(Relaxed);
             let lock = w.gpu(g, G_LOCK).load(Relaxed);
             if lock > MAX_SLOTS as u64 {
-                return corrupt(format!("GPU entry {g} is locked by member {lock}, past {MAX_SLOTS}"));
+                return corrupt(format!(
+                    "GPU entry {g} is locked by member {lock}, past {MAX_SLOTS}"
+                ));
             }
             if key == 0 && (w.gpu(g, G_USED).load(Relaxed) != 0 || lock != 0) {
                 return corrupt(format!("GPU entry {g} is empty but has memory in use"));
@@ -228,7 +232,9 @@ impl<'a> Words<'a> {
             for g in 0..MAX_POOL_GPUS {
                 let j = w.member_gpu(s, g, M_JOURNAL).load(Relaxed);
                 if j > MAX_SLOTS as u64 {
-                    return corrupt(format!("member slot {s} has journal word {j} for GPU entry {g}"));
+                    return corrupt(format!(
+                        "member slot {s} has journal word {j} for GPU entry {g}"
+                    ));
                 }
             }
         }

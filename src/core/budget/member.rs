@@ -89,7 +89,10 @@ impl fmt::Display for JoinError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CapMismatch {
     /// Live members hold the GPU to another cap (None: no cap).
-    Differs { ours: Option<u64>, pool: Option<u64> },
+    Differs {
+        ours: Option<u64>,
+        pool: Option<u64>,
+    },
     /// The pool's GPU table is full.
     TooManyGpus,
 }
@@ -291,7 +294,9 @@ impl<'a> Member<'a> {
         }
         for g in 0..MAX_POOL_GPUS {
             if self.w.member_gpu(self.slot, g, M_USED).load(Acquire) != 0 {
-                self.change(g, self.slot, |pool, own| Some((pool.saturating_sub(own), 0)));
+                self.change(g, self.slot, |pool, own| {
+                    Some((pool.saturating_sub(own), 0))
+                });
             }
         }
         self.empty(self.slot);

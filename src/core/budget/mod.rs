@@ -20,7 +20,9 @@ mod member;
 mod view;
 
 pub use account::PoolRefusal;
-pub use layout::{LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS};
+pub use layout::{
+    LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
+};
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use view::{GpuView, MemberView, PoolView};
 

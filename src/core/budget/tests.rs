@@ -288,7 +288,9 @@ fn a_full_pool_refuses_to_join() {
 fn threads_of_many_members_never_take_the_pool_over_its_cap() {
     let (pool, k) = setup();
     const CAP: u64 = 10_000;
-    let members: Vec<Member<'static>> = (1..=6).map(|i| member(pool, proc(k, i), Some(CAP))).collect();
+    let members: Vec<Member<'static>> = (1..=6)
+        .map(|i| member(pool, proc(k, i), Some(CAP)))
+        .collect();
     let members: &'static [Member<'static>] = Box::leak(members.into_boxed_slice());
     let max_seen = &*Box::leak(Box::new(AtomicU64::new(0)));
     let mut threads = Vec::new();
@@ -298,7 +300,9 @@ fn threads_of_many_members_never_take_the_pool_over_its_cap() {
                 let mut seed = (i as u64 + 1) * 7919 + t;
                 let mut held = Vec::new();
                 for _ in 0..3000 {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     if seed >> 62 != 0 || held.is_empty() {
                         let bytes = 1 + (seed >> 33) % 900;
                         if m.reserve(0, bytes).is_ok() {
@@ -321,7 +325,10 @@ fn threads_of_many_members_never_take_the_pool_over_its_cap() {
         t.join().unwrap();
     }
     assert!(max_seen.load(SeqCst) <= CAP);
-    assert!(max_seen.load(SeqCst) > CAP / 2, "the test made the members compete");
+    assert!(
+        max_seen.load(SeqCst) > CAP / 2,
+        "the test made the members compete"
+    );
     assert_eq!(members[0].usage(0).unwrap().0, 0, "every byte came back");
     let v = pool.view(proc(k, 99));
     assert!(v.members.iter().all(|m| m.gpus[0].used == 0));
@@ -345,7 +352,10 @@ fn files_of_another_kind_are_clear_errors() {
 
     let w = words();
     Pool::create(w, 1, 0).unwrap();
-    assert!(matches!(Pool::open(&w[..100]), Err(LayoutError::Size { bytes: 800 })));
+    assert!(matches!(
+        Pool::open(&w[..100]),
+        Err(LayoutError::Size { bytes: 800 })
+    ));
 
     let w = words();
     let pool = Pool::create(w, 1, 0).unwrap();
@@ -362,5 +372,8 @@ fn files_of_another_kind_are_clear_errors() {
     Pool::create(w, 1, 0).unwrap();
     assert!(Pool::open(w).is_ok());
     let zero = words();
-    assert!(matches!(Pool::open(zero), Err(LayoutError::Magic { .. })), "an all-zero file");
+    assert!(
+        matches!(Pool::open(zero), Err(LayoutError::Magic { .. })),
+        "an all-zero file"
+    );
 }

@@ -18,11 +18,13 @@ pub const KNOWN_VARS: &[&str] = &[
     "GPUCAP_REPORT",
     "GPUCAP_LD_SO_PRELOAD",
     "GPUCAP_HOME",
+    "GPUCAP_POOL",
+    "GPUCAP_POOL_DIR",
 ];
 
 /// `KNOWN_VARS` as one line, for error messages (a test keeps the two in step).
 pub(crate) const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, \
-     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME";
+     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR";
 
 pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
@@ -31,6 +33,9 @@ pub const LIB_ACCEPTED: &str = "the path of libgpucap.so";
 pub const LD_SO_PRELOAD_ACCEPTED: &str = GROWTH_ACCEPTED;
 pub const HOME_ACCEPTED: &str =
     "the directory holding gpucap, libgpucap.so and docker-entrypoint.sh";
+pub const POOL_ACCEPTED: &str = "a pool name (1 to 64 of A-Z a-z 0-9 . _ -, not starting with '.'), \
+     or an absolute path of the pool file";
+pub const POOL_DIR_ACCEPTED: &str = "an absolute directory path (created if missing)";
 
 /// How much the shim logs (to stderr).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -78,6 +83,63 @@ pub struct Config {
     /// HAMi-core variables that were set and that gpucap does not act on, one line
     /// each (`gpucap check` prints them; the shim logs them at info).
     pub notes: Vec<String>,
+    /// `GPUCAP_POOL` (or HAMi-core's `CUDA_DEVICE_MEMORY_SHARED_CACHE`): the processes
+    /// naming the same pool share one budget per GPU. None: each process is capped alone.
+    pub pool: Option<PoolSpec>,
+    /// `GPUCAP_POOL_DIR`: where named pools' files live.
+    pub pool_dir: Option<PathBuf>,
+}
+
+/// Which pool a process joins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolSpec {
+    /// A name: the file `<name>.pool` in the pool directory.
+    Name(String),
+    /// The file itself.
+    Path(PathBuf),
+}
+
+impl fmt::Display for PoolSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolSpec::Name(n) => f.write_str(n),
+            PoolSpec::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Parses a `GPUCAP_POOL` value: a name, or an absolute path (it contains a `/`).
+pub fn parse_pool(value: &str) -> Result<PoolSpec, String> {
+    if value.contains('/') {
+        if !value.starts_with('/') {
+            return Err("a path must be absolute (every process must name the same file)".into());
+        }
+        if value.ends_with('/') {
+            return Err(
+                "a path must name a file, not a directory (set GPUCAP_POOL_DIR for \
+                        the directory and GPUCAP_POOL to a name)"
+                    .into(),
+            );
+        }
+        return Ok(PoolSpec::Path(PathBuf::from(value)));
+    }
+    let ok = (1..=64).contains(&value.len())
+        && !value.starts_with('.')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !ok {
+        return Err("not a pool name".into());
+    }
+    Ok(PoolSpec::Name(value.to_string()))
+}
+
+/// Parses a `GPUCAP_POOL_DIR` value.
+pub fn parse_pool_dir(value: &str) -> Result<PathBuf, String> {
+    if !value.starts_with('/') {
+        return Err("the directory must be an absolute path".into());
+    }
+    Ok(PathBuf::from(value))
 }
 
 impl Default for Config {
@@ -89,6 +151,8 @@ impl Default for Config {
             report: None,
             ld_so_preload: false,
             notes: Vec::new(),
+            pool: None,
+            pool_dir: None,
         }
     }
 }
@@ -262,6 +326,29 @@ where
     if let Some(v) = raw("GPUCAP_LD_SO_PRELOAD") {
         config.ld_so_preload = parse_bool(v).map_err(|r| bad("GPUCAP_LD_SO_PRELOAD", v, r))?;
     }
+    if let Some(v) = raw("GPUCAP_POOL") {
+        config.pool = Some(parse_pool(v).map_err(|r| bad("GPUCAP_POOL", v, r))?);
+    }
+    if let Some(v) = raw("GPUCAP_POOL_DIR") {
+        config.pool_dir = Some(parse_pool_dir(v).map_err(|r| bad("GPUCAP_POOL_DIR", v, r))?);
+    }
+    if let Some(cache) = hami.shared_cache {
+        let path = PoolSpec::Path(PathBuf::from(&cache));
+        match (&config.pool, raw("GPUCAP_POOL")) {
+            (Some(ours), Some(v)) if *ours != path => {
+                return Err(ConfigError {
+                    var: "GPUCAP_POOL".into(),
+                    value: v.to_string(),
+                    reason: format!(
+                        "it names another pool than {HAMI_SHARED_CACHE}={cache:?}; set one of \
+                         them, or both to the same absolute path"
+                    ),
+                    accepted: "",
+                });
+            }
+            _ => config.pool = Some(path),
+        }
+    }
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
     // emptiness was checked above.
     Ok(config)
@@ -274,6 +361,8 @@ struct Hami {
     gpus: Vec<(u32, String, u64)>,
     notes: Vec<String>,
     seen: Vec<String>,
+    /// `CUDA_DEVICE_MEMORY_SHARED_CACHE`: the pool's file.
+    shared_cache: Option<String>,
 }
 
 impl Hami {
@@ -288,7 +377,7 @@ impl Hami {
         };
         let kind = hami_name(&name).map_err(|r| bad(r, ""))?;
         let accepted = match kind {
-            HamiName::SharedCache => "a file path (HAMi-core's shared cache file)",
+            HamiName::SharedCache => "an absolute file path (the pool's file)",
             _ => HAMI_ACCEPTED,
         };
         let Some(value) = v.to_str() else {
@@ -303,11 +392,17 @@ impl Hami {
                 if value.is_empty() {
                     return Err(bad("empty value".into(), accepted));
                 }
-                self.notes.push(format!(
-                    "note: {HAMI_SHARED_CACHE} is HAMi-core's file for a budget shared by the \
-                     container's processes; gpucap does not share one yet: each process gets \
-                     the whole cap"
-                ));
+                match parse_pool(value) {
+                    Ok(PoolSpec::Path(_)) => self.shared_cache = Some(value.to_string()),
+                    Ok(PoolSpec::Name(_)) => {
+                        return Err(bad(
+                            "a path must be absolute (every process must name the same file)"
+                                .into(),
+                            accepted,
+                        ));
+                    }
+                    Err(r) => return Err(bad(r, accepted)),
+                }
             }
             HamiName::All => {
                 let b = parse_hami_value(value).map_err(|r| bad(r, accepted))?;
@@ -365,6 +460,8 @@ pub(crate) fn accepted_of(var: &str) -> &'static str {
         "GPUCAP_LIB" => LIB_ACCEPTED,
         "GPUCAP_LD_SO_PRELOAD" => LD_SO_PRELOAD_ACCEPTED,
         "GPUCAP_HOME" => HOME_ACCEPTED,
+        "GPUCAP_POOL" => POOL_ACCEPTED,
+        "GPUCAP_POOL_DIR" => POOL_DIR_ACCEPTED,
         _ => KNOWN_VARS_LIST,
     }
 }

@@ -14,7 +14,7 @@ use super::*;
 pub const HAMI_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";
 /// The prefix of the names gpucap checks for typos.
 pub const HAMI_PREFIX: &str = "CUDA_DEVICE_MEMORY_";
-/// HAMi-core's pool file: accepted, not yet used (each process is capped on its own).
+/// HAMi-core's file of the budget its processes share: gpucap's pool file (`GPUCAP_POOL`).
 pub const HAMI_SHARED_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
 /// HAMi-core reads the per-GPU variables of ordinals below this only.
 pub const HAMI_MAX_DEVICES: u32 = 16;

@@ -684,10 +684,14 @@ mod hami {
         ])
         .unwrap();
         assert_eq!(c.limit, None);
-        assert_eq!(c.notes.len(), 4, "{:?}", c.notes);
+        assert_eq!(c.notes.len(), 3, "{:?}", c.notes);
         assert!(c.notes[0].contains("CUDA_DEVICE_SM_LIMIT") && c.notes[0].contains("memory only"));
         assert!(c.notes[1].contains("CUDA_DEVICE_SM_LIMIT_1"));
-        assert!(c.notes[2].contains("each process gets the whole cap"));
+        assert_eq!(
+            c.pool,
+            Some(PoolSpec::Path("/tmp/vgpu/x.cache".into())),
+            "the pool's file"
+        );
         assert!(vars(&[("PATH", "/bin")]).unwrap().notes.is_empty());
     }
 
@@ -918,5 +922,63 @@ mod properties {
                 let _ = from_vars(pairs);
             }
         }
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        from_vars(pairs.iter().copied())
+    }
+
+    #[test]
+    fn pools_are_named_or_given_as_absolute_paths() {
+        let c = vars(&[("GPUCAP_POOL", "train-1.a_b")]).unwrap();
+        assert_eq!(c.pool, Some(PoolSpec::Name("train-1.a_b".into())));
+        let c = vars(&[
+            ("GPUCAP_POOL", "/run/gpucap/x.pool"),
+            ("GPUCAP_POOL_DIR", "/dev/shm/p"),
+        ])
+        .unwrap();
+        assert_eq!(c.pool, Some(PoolSpec::Path("/run/gpucap/x.pool".into())));
+        assert_eq!(c.pool_dir, Some("/dev/shm/p".into()));
+        for bad in [
+            "a/b",
+            "../x",
+            ".hidden",
+            "sp ace",
+            "x/",
+            "/x/",
+            "é",
+            &"n".repeat(65),
+        ] {
+            let e = vars(&[("GPUCAP_POOL", bad)]).unwrap_err();
+            assert_eq!(e.var, "GPUCAP_POOL", "{bad}");
+            assert!(e.to_string().contains("accepted: a pool name"), "{e}");
+        }
+        let e = vars(&[("GPUCAP_POOL_DIR", "rel/dir")]).unwrap_err();
+        assert!(e.to_string().contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn hamis_shared_cache_is_the_pool_file_and_must_agree_with_gpucap_pool() {
+        let c = vars(&[("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/cudevshr.cache")]).unwrap();
+        assert_eq!(c.pool, Some(PoolSpec::Path("/tmp/cudevshr.cache".into())));
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        let same = vars(&[
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/c"),
+            ("GPUCAP_POOL", "/tmp/c"),
+        ])
+        .unwrap();
+        assert_eq!(same.pool, Some(PoolSpec::Path("/tmp/c".into())));
+        let e = vars(&[
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/c"),
+            ("GPUCAP_POOL", "train"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("another pool than CUDA_DEVICE_MEMORY_SHARED_CACHE"),
+            "{e}"
+        );
+        let e = vars(&[("CUDA_DEVICE_MEMORY_SHARED_CACHE", "cache")]).unwrap_err();
+        assert!(e.to_string().contains("must be absolute"), "{e}");
     }
 }

@@ -1,6 +1,7 @@
 //! `cuInit`: the configuration is read and the limit's keys checked once the driver is up.
 
 use super::*;
+use gpucap_core::ledger::NO_CAP;
 
 pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult {
     let shim = match shim() {
@@ -26,5 +27,46 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
         eprintln!("{}", identity::latch(msg));
         return CUDA_ERROR_NOT_PERMITTED;
     }
+    if config.pool.is_some() && join_pool(shim, config).is_err() {
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
     rc
+}
+
+/// Joins the pool of `GPUCAP_POOL` with every visible GPU's UUID and cap (resolved
+/// now: members must agree on them). The message is printed once, whatever GPUCAP_LOG
+/// says; every later call fails closed.
+fn join_pool(shim: &Shim, config: &gpucap_core::config::Config) -> Result<(), ()> {
+    if crate::membership::current().is_some() {
+        return Ok(());
+    }
+    let already = crate::membership::failed().is_some();
+    let count = visible_count().unwrap_or(0).min(MAX_DEVICES);
+    let uuids = queries::visible_uuids().unwrap_or_default();
+    let mut gpus = Vec::with_capacity(count);
+    for d in 0..count {
+        shim.resolve_cap(d, || calls::physical_total(d));
+        let cap = shim.ledger.usage(d).map(|u| u.cap).filter(|&c| c != NO_CAP);
+        let Some(&uuid) = uuids.get(d) else {
+            eprintln!("gpucap: cannot join the pool: the driver did not give GPU {d}'s UUID");
+            return Err(());
+        };
+        gpus.push(crate::membership::Gpu { uuid, cap });
+    }
+    match crate::membership::join(config, &gpus) {
+        Ok(()) => {
+            log!(
+                Debug,
+                "joined the pool {}",
+                crate::membership::path().map_or(String::new(), |p| p.display().to_string())
+            );
+            Ok(())
+        }
+        Err(msg) => {
+            if !already {
+                eprintln!("{msg}");
+            }
+            Err(())
+        }
+    }
 }

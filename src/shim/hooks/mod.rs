@@ -42,7 +42,7 @@ pub use self::vmm::*;
 /// The shim, or the error every call gets when the configuration is invalid (or
 /// names a device UUID that is not visible).
 fn shim() -> Result<&'static Shim, CuResult> {
-    if identity::failed().is_some() {
+    if identity::failed().is_some() || crate::membership::failed().is_some() {
         return Err(CUDA_ERROR_NOT_PERMITTED);
     }
     SHIM.config()

@@ -1,0 +1,18 @@
+//! gpucap's pool file (`GPUCAP_POOL`): the FFI edge under `gpucap_core::budget`.
+//!
+//! - `location`: which file a pool name means, and the directory checks that keep other
+//!   users from changing or resetting a budget.
+//! - `mapping`: creating a file atomically (made whole, then linked into place), opening
+//!   and checking an existing one, mapping its words.
+//! - `locks`: the per-member open-file-description locks the kernel drops when a
+//!   process dies ([`gpucap_core::budget::MemberLocks`]).
+//!
+//! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
+
+mod location;
+mod locks;
+mod mapping;
+
+pub use location::{locate, own_uid};
+pub use locks::SlotLocks;
+pub use mapping::{PoolFile, open_member, open_reader};

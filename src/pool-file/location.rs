@@ -1,0 +1,135 @@
+//! Which file a pool is, and whether its directory is safe to keep a budget in.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use gpucap_core::config::PoolSpec;
+
+/// The effective uid of this process.
+pub fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The file of `spec`: a path as given, or `<name>.pool` in `gpucap-<uid>` under the
+/// pool directory (`GPUCAP_POOL_DIR`, else `$XDG_RUNTIME_DIR`, else `/dev/shm`, else
+/// `/tmp`). With `create`, the per-user directory is made (mode 0700) if missing.
+/// Either way its checks must pass: see [`check_dir`].
+pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<PathBuf, String> {
+    match spec {
+        PoolSpec::Path(p) => {
+            let parent = p.parent().unwrap_or(Path::new("/"));
+            check_parent(parent)?;
+            Ok(p.clone())
+        }
+        PoolSpec::Name(name) => {
+            let base = base_dir(pool_dir)?;
+            let dir = base.join(format!("gpucap-{}", own_uid()));
+            if create {
+                match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        return Err(format!(
+                            "cannot create the pool directory {}: {e}",
+                            dir.display()
+                        ));
+                    }
+                }
+            }
+            check_dir(&dir)?;
+            Ok(dir.join(format!("{name}.pool")))
+        }
+    }
+}
+
+/// The directory the per-user directories are made in.
+fn base_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(d) = pool_dir {
+        return match std::fs::metadata(d) {
+            Ok(m) if m.is_dir() => Ok(d.to_path_buf()),
+            Ok(_) => Err(format!(
+                "GPUCAP_POOL_DIR={} is not a directory",
+                d.display()
+            )),
+            Err(e) => Err(format!("GPUCAP_POOL_DIR={}: {e}", d.display())),
+        };
+    }
+    let candidates = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .into_iter()
+        .chain(["/dev/shm", "/tmp"].map(PathBuf::from));
+    for c in candidates {
+        if std::fs::metadata(&c).is_ok_and(|m| m.is_dir()) && writable(&c) {
+            return Ok(c);
+        }
+    }
+    Err(
+        "no directory for the pool file: none of $XDG_RUNTIME_DIR, /dev/shm, /tmp is a \
+         writable directory; set GPUCAP_POOL_DIR"
+            .into(),
+    )
+}
+
+fn writable(dir: &Path) -> bool {
+    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path; access only reads it.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+/// The per-user directory: a real directory (not a symbolic link), owned by this user,
+/// that nobody else may write in.
+fn check_dir(dir: &Path) -> Result<(), String> {
+    let m = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("the pool directory {}: {e}", dir.display()))?;
+    if !m.is_dir() {
+        return Err(format!(
+            "the pool directory {} is not a directory (a symbolic link or a file is refused)",
+            dir.display()
+        ));
+    }
+    if m.uid() != own_uid() {
+        return Err(format!(
+            "the pool directory {} belongs to uid {}, not to this process's uid {}: \
+             another user could change or reset the budget",
+            dir.display(),
+            m.uid(),
+            own_uid()
+        ));
+    }
+    if m.permissions().mode() & 0o022 != 0 {
+        return Err(format!(
+            "the pool directory {} is writable by group or others (mode {:o}): another user \
+             could replace the pool file; chmod 700 it",
+            dir.display(),
+            m.permissions().mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// The directory of a pool file given as a path: others may not write in it unless it
+/// is sticky (then they cannot remove or rename this user's file).
+fn check_parent(dir: &Path) -> Result<(), String> {
+    let m = std::fs::metadata(dir)
+        .map_err(|e| format!("the directory of the pool file, {}: {e}", dir.display()))?;
+    if !m.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let mode = m.permissions().mode();
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(format!(
+            "the directory of the pool file, {}, is writable by other users and not sticky \
+             (mode {:o}): another user could replace the pool file; give GPUCAP_POOL a \
+             name and GPUCAP_POOL_DIR that directory (a directory of your own is made in it)",
+            dir.display(),
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}

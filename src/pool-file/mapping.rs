@@ -1,0 +1,230 @@
+//! Opening a pool file: made whole under a temporary name and linked into place (no
+//! process ever sees a half-written header), or opened and checked; then mapped.
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+
+use gpucap_core::budget::{POOL_FILE_BYTES, POOL_WORDS, Pool};
+
+use crate::location::own_uid;
+use crate::locks::SlotLocks;
+
+/// An open, mapped, checked pool file. Never unmapped: members keep it for the life of
+/// the process.
+pub struct PoolFile {
+    pub path: PathBuf,
+    pub pool: Pool<'static>,
+    pub locks: SlotLocks,
+}
+
+fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| format!("the pool file path {} has a NUL byte", p.display()))
+}
+
+fn os_err(what: &str, p: &Path) -> String {
+    format!(
+        "{what} {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    )
+}
+
+/// Opens (creating it if missing) the pool file at `path` for a member.
+pub fn open_member(path: &Path) -> Result<PoolFile, String> {
+    let c = cstr(path)?;
+    let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    for _ in 0..3 {
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), flags) };
+        if fd >= 0 {
+            return finish(path, fd, true);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+            return Err(os_err("cannot open the pool file", path));
+        }
+        if create(path)? {
+            continue; // made (or made by another process at the same time): open it
+        }
+    }
+    Err(format!(
+        "cannot open the pool file {}: it keeps disappearing",
+        path.display()
+    ))
+}
+
+/// Opens the pool file at `path` to read it (`gpucap status`, NVML's process list).
+pub fn open_reader(path: &Path) -> Result<PoolFile, String> {
+    let c = cstr(path)?;
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
+    };
+    if fd < 0 {
+        return Err(os_err("cannot open the pool file", path));
+    }
+    finish(path, fd, false)
+}
+
+/// Makes a whole pool file under a temporary name and links it to `path` (true), or
+/// finds that another process did (true as well: the caller opens it).
+fn create(path: &Path) -> Result<bool, String> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.new", std::process::id()));
+    let ct = cstr(&tmp)?;
+    // SAFETY: a NUL-terminated path; O_EXCL never follows or reuses an existing entry.
+    let fd = unsafe {
+        libc::open(
+            ct.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(os_err("cannot create the pool file", &tmp));
+    }
+    let result = (|| {
+        // SAFETY: our descriptor; fchmod undoes a umask that would be stricter than 0600 only.
+        unsafe { libc::fchmod(fd, 0o600) };
+        // SAFETY: our descriptor.
+        if unsafe { libc::ftruncate(fd, POOL_FILE_BYTES as libc::off_t) } != 0 {
+            return Err(os_err("cannot size the pool file", &tmp));
+        }
+        let words = map(fd, true).ok_or_else(|| os_err("cannot map the pool file", &tmp))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Pool::create(words, now, u64::from(own_uid())).map_err(|e| e.to_string())?;
+        // SAFETY: the mapping made above, not used after this.
+        unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, POOL_FILE_BYTES) };
+        let cp = cstr(path)?;
+        // SAFETY: two NUL-terminated paths; link never replaces an existing file.
+        if unsafe { libc::link(ct.as_ptr(), cp.as_ptr()) } != 0
+            && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+        {
+            return Err(os_err("cannot link the new pool file to", path));
+        }
+        Ok(true)
+    })();
+    // SAFETY: our descriptor and our temporary name, both done with.
+    unsafe {
+        libc::close(fd);
+        libc::unlink(ct.as_ptr());
+    }
+    result
+}
+
+/// Maps the whole file as words (None: mmap failed).
+fn map(fd: RawFd, write: bool) -> Option<&'static [AtomicU64]> {
+    let prot = if write {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: a fresh shared mapping of a file at least POOL_FILE_BYTES long.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            POOL_FILE_BYTES,
+            prot,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: page-aligned, POOL_FILE_BYTES long, never unmapped; every access to it is
+    // atomic (other processes write it too).
+    Some(unsafe { std::slice::from_raw_parts(p as *const AtomicU64, POOL_WORDS) })
+}
+
+/// Checks what `fd` is, maps it and checks its words.
+fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
+    let fail = |msg: String| {
+        // SAFETY: our descriptor, given up on.
+        unsafe { libc::close(fd) };
+        Err(format!("the pool file {}: {msg}", path.display()))
+    };
+    // SAFETY: stat is plain data filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: our descriptor and a stat to fill.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return fail(std::io::Error::last_os_error().to_string());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return fail("it is not a regular file".into());
+    }
+    if member && st.st_uid != own_uid() {
+        return fail(format!(
+            "it belongs to uid {}, not to this process's uid {}: the members of a pool must \
+             run as the same user",
+            st.st_uid,
+            own_uid()
+        ));
+    }
+    if st.st_mode & 0o022 != 0 {
+        return fail(format!(
+            "it is writable by group or others (mode {:o}): another user could change or \
+             reset the budget; chmod 600 it (or remove it once no process uses it)",
+            st.st_mode & 0o7777
+        ));
+    }
+    if st.st_size as usize != POOL_FILE_BYTES {
+        // The first word says whether it is a pool file at all.
+        let mut magic = [0u8; 8];
+        // SAFETY: our descriptor and an 8-byte buffer.
+        let n = unsafe { libc::pread(fd, magic.as_mut_ptr() as *mut libc::c_void, 8, 0) };
+        let words: Vec<AtomicU64> = if n == 8 {
+            vec![AtomicU64::new(u64::from_le_bytes(magic))]
+        } else {
+            Vec::new()
+        };
+        let e = match Pool::open(&words) {
+            Err(gpucap_core::budget::LayoutError::Magic { found }) => {
+                gpucap_core::budget::LayoutError::Magic { found }
+            }
+            _ => gpucap_core::budget::LayoutError::Size {
+                bytes: st.st_size as usize,
+            },
+        };
+        return fail(e.to_string());
+    }
+    let Some(words) = map(fd, member) else {
+        return fail(format!(
+            "cannot map it: {}",
+            std::io::Error::last_os_error()
+        ));
+    };
+    let pool = match Pool::open(words) {
+        Ok(p) => p,
+        Err(e) => {
+            // SAFETY: the mapping made above, not used after this.
+            unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, POOL_FILE_BYTES) };
+            return fail(e.to_string());
+        }
+    };
+    let locks = SlotLocks::new(fd);
+    if let Err(e) = locks.probe() {
+        return fail(format!(
+            "its file system does not support open file description locks ({e}); put pools \
+             on a local file system such as /dev/shm or a tmpfs"
+        ));
+    }
+    Ok(PoolFile {
+        path: path.to_path_buf(),
+        pool,
+        locks,
+    })
+}

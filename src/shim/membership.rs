@@ -1,0 +1,159 @@
+//! This process's membership of its pool (`GPUCAP_POOL`): joined once CUDA is up,
+//! given back at exit, dropped in a forked child (which joins as its own member when
+//! it uses CUDA). Over `gpucap-pool-file`; no driver calls (the caller passes each
+//! visible GPU's UUID and cap).
+
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::{Mutex, Once, OnceLock};
+
+use gpucap_core::budget::{CapMismatch, Member, MemberInfo};
+use gpucap_core::config::{Config, PoolSpec};
+use gpucap_core::size::format_bytes;
+use gpucap_pool_file::PoolFile;
+
+struct Joined {
+    file: &'static PoolFile,
+    member: Member<'static>,
+}
+
+/// One membership per generation of forks that used CUDA (a child cannot reuse its
+/// parent's: the parent still holds that slot).
+const GENERATIONS: usize = 8;
+static MEMBERS: [OnceLock<Joined>; GENERATIONS] = [const { OnceLock::new() }; GENERATIONS];
+/// The index (+1) in `MEMBERS` of this process's membership; 0: none.
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+/// Set when joining failed: the message, and every later CUDA call fails closed.
+static FAILED: OnceLock<String> = OnceLock::new();
+static JOINING: Mutex<()> = Mutex::new(());
+static AT_FORK: Once = Once::new();
+
+/// The pool this process charges, if it joined one.
+#[inline]
+pub fn current() -> Option<&'static Member<'static>> {
+    match CURRENT.load(Acquire) {
+        0 => None,
+        i => MEMBERS.get(i - 1)?.get().map(|j| &j.member),
+    }
+}
+
+/// The pool's file, if this process joined one.
+pub fn path() -> Option<&'static std::path::Path> {
+    match CURRENT.load(Acquire) {
+        0 => None,
+        i => MEMBERS.get(i - 1)?.get().map(|j| j.file.path.as_path()),
+    }
+}
+
+/// Why joining failed, if it did.
+pub fn failed() -> Option<&'static str> {
+    FAILED.get().map(String::as_str)
+}
+
+/// What one visible GPU is held to.
+pub struct Gpu {
+    pub uuid: [u8; 16],
+    pub cap: Option<u64>,
+}
+
+/// Joins the configured pool (nothing without `GPUCAP_POOL`) and registers every
+/// visible GPU with its cap. An error is kept: every later CUDA call fails closed.
+pub fn join(config: &Config, gpus: &[Gpu]) -> Result<(), &'static str> {
+    let Some(spec) = &config.pool else {
+        return Ok(());
+    };
+    if let Some(e) = failed() {
+        return Err(e);
+    }
+    let _guard = JOINING.lock().unwrap_or_else(|p| p.into_inner());
+    if current().is_some() {
+        return Ok(());
+    }
+    match join_now(spec, config, gpus) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = FAILED.set(format!("gpucap: cannot join the pool {spec}: {e}"));
+            Err(failed().unwrap_or_default())
+        }
+    }
+}
+
+fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String> {
+    let index = MEMBERS
+        .iter()
+        .position(|m| m.get().is_none())
+        .ok_or_else(|| format!("{GENERATIONS} nested forks joined pools already"))?;
+    let path = gpucap_pool_file::locate(spec, config.pool_dir.as_deref(), true)?;
+    let file: &'static PoolFile = Box::leak(Box::new(gpucap_pool_file::open_member(&path)?));
+    let member = Member::join(file.pool, &file.locks, &own_info())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    for (ordinal, gpu) in gpus.iter().enumerate() {
+        if let Err(e) = member.register_gpu(ordinal, &gpu.uuid, gpu.cap) {
+            member.leave();
+            let shown = |c: Option<u64>| c.map_or("no cap".to_string(), format_bytes);
+            return Err(match e {
+                CapMismatch::Differs { ours, pool } => format!(
+                    "this process caps GPU {ordinal} at {}, the pool's live members at {} \
+                     (every member of a pool must set the same GPUCAP_LIMIT)",
+                    shown(ours),
+                    shown(pool)
+                ),
+                CapMismatch::TooManyGpus => format!(
+                    "GPU {ordinal}: a pool holds {} GPUs at most",
+                    gpucap_core::budget::MAX_POOL_GPUS
+                ),
+            });
+        }
+    }
+    if MEMBERS[index].set(Joined { file, member }).is_err() {
+        return Err("joined twice".into());
+    }
+    // SAFETY: registers a plain extern "C" function taking nothing, run in fork children.
+    AT_FORK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forget_in_child));
+    });
+    CURRENT.store(index + 1, Release);
+    Ok(())
+}
+
+/// What the other members and `gpucap status` see of this process.
+fn own_info() -> MemberInfo {
+    let command = std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let pid_namespace = std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap_or(0);
+    MemberInfo {
+        pid: std::process::id(),
+        pid_namespace,
+        start_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        command,
+    }
+}
+
+/// In a forked child: the parent's membership is the parent's. The child drops its
+/// copy of the file's descriptor (so the parent's death still frees its slot) and
+/// joins on its own when it initialises CUDA.
+extern "C" fn forget_in_child() {
+    let i = CURRENT.swap(0, AcqRel);
+    if i > 0
+        && let Some(j) = MEMBERS.get(i - 1).and_then(OnceLock::get)
+    {
+        j.file.locks.forget_in_child();
+    }
+}
+
+/// At exit: gives the whole share back to the pool.
+pub fn leave() {
+    if let Some(m) = current() {
+        m.leave();
+    }
+}
