@@ -158,7 +158,7 @@ impl Member<'_> {
                 std::hint::spin_loop();
                 continue;
             }
-            if holder != me && waits % YIELDS_PER_CHECK == 0 {
+            if holder != me && waits.is_multiple_of(YIELDS_PER_CHECK) {
                 let d = (holder - 1) as usize;
                 if d < MAX_SLOTS && self.locks.try_take(d) {
                     // The holder is dead, and we hold its slot now.
