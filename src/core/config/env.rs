@@ -34,7 +34,7 @@ pub const LD_SO_PRELOAD_ACCEPTED: &str = GROWTH_ACCEPTED;
 pub const HOME_ACCEPTED: &str =
     "the directory holding gpucap, libgpucap.so and docker-entrypoint.sh";
 pub const POOL_ACCEPTED: &str = "a pool name (1 to 64 of A-Z a-z 0-9 . _ -, not starting with '.'), \
-     or an absolute path of the pool file";
+     an absolute path of the pool file, or off (no pool)";
 pub const POOL_DIR_ACCEPTED: &str = "an absolute directory path (created if missing)";
 
 /// How much the shim logs (to stderr).
@@ -108,8 +108,16 @@ impl fmt::Display for PoolSpec {
     }
 }
 
-/// Parses a `GPUCAP_POOL` value: a name, or an absolute path (it contains a `/`).
-pub fn parse_pool(value: &str) -> Result<PoolSpec, String> {
+/// Parses a `GPUCAP_POOL` value: a name, an absolute path (it contains a `/`), or
+/// `off` (no pool: what turns off the container entrypoint's default).
+pub fn parse_pool(value: &str) -> Result<Option<PoolSpec>, String> {
+    if value == "off" {
+        return Ok(None);
+    }
+    parse_pool_spec(value).map(Some)
+}
+
+fn parse_pool_spec(value: &str) -> Result<PoolSpec, String> {
     if value.contains('/') {
         if !value.starts_with('/') {
             return Err("a path must be absolute (every process must name the same file)".into());
@@ -327,7 +335,7 @@ where
         config.ld_so_preload = parse_bool(v).map_err(|r| bad("GPUCAP_LD_SO_PRELOAD", v, r))?;
     }
     if let Some(v) = raw("GPUCAP_POOL") {
-        config.pool = Some(parse_pool(v).map_err(|r| bad("GPUCAP_POOL", v, r))?);
+        config.pool = parse_pool(v).map_err(|r| bad("GPUCAP_POOL", v, r))?;
     }
     if let Some(v) = raw("GPUCAP_POOL_DIR") {
         config.pool_dir = Some(parse_pool_dir(v).map_err(|r| bad("GPUCAP_POOL_DIR", v, r))?);
@@ -392,7 +400,7 @@ impl Hami {
                 if value.is_empty() {
                     return Err(bad("empty value".into(), accepted));
                 }
-                match parse_pool(value) {
+                match parse_pool_spec(value) {
                     Ok(PoolSpec::Path(_)) => self.shared_cache = Some(value.to_string()),
                     Ok(PoolSpec::Name(_)) => {
                         return Err(bad(
