@@ -145,6 +145,12 @@ fn map(fd: RawFd, write: bool) -> Option<&'static [AtomicU64]> {
     if p == libc::MAP_FAILED {
         return None;
     }
+    if write {
+        // A forked child must not inherit a member's mapping: it would keep the open
+        // file, and with it the member's locks, alive after the member died.
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(p, POOL_FILE_BYTES, libc::MADV_DONTFORK) };
+    }
     // SAFETY: page-aligned, POOL_FILE_BYTES long, never unmapped; every access to it is
     // atomic (other processes write it too).
     Some(unsafe { std::slice::from_raw_parts(p as *const AtomicU64, POOL_WORDS) })

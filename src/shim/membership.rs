@@ -140,8 +140,9 @@ fn own_info() -> MemberInfo {
 }
 
 /// In a forked child: the parent's membership is the parent's. The child drops its
-/// copy of the file's descriptor (so the parent's death still frees its slot) and
-/// joins on its own when it initialises CUDA.
+/// copy of the file's descriptor (the mapping is not inherited: `MADV_DONTFORK`), so
+/// the parent's death still frees its slot, and joins on its own when it initialises
+/// CUDA. Nothing reads the parent's membership in the child: `current()` is None.
 extern "C" fn forget_in_child() {
     let i = CURRENT.swap(0, AcqRel);
     if i > 0

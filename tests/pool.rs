@@ -1,0 +1,641 @@
+//! GPUCAP_POOL on the fake GPU, with several processes: one budget per GPU for every
+//! process of a pool, atomic across processes, crash-safe (SIGKILL at any point),
+//! fork- and PID-namespace-proof, and fail-closed on a bad pool file.
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+const OOM: &str = "2";
+
+fn script() -> PathBuf {
+    compile_c("script", "", &["-lcuda"])
+}
+
+/// A pool test: a scratch directory for the pool, the shared fake GPU and signals.
+struct Pool {
+    dir: PathBuf,
+}
+
+impl Pool {
+    fn new(tag: &str) -> Pool {
+        Pool { dir: scratch(tag) }
+    }
+
+    /// `program` as a member of the pool `t` with a 1 GiB cap, on a 4 GiB fake GPU
+    /// shared by every process of the test.
+    fn cmd(&self, program: impl AsRef<std::ffi::OsStr>, stats: &str) -> Command {
+        let mut c = fake_cmd(program, &self.dir.join(stats));
+        preload(&mut c)
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("FAKECUDA_SHARED", self.dir.join("fake-gpu"))
+            .env("GPUCAP_LIMIT", "1Gi")
+            .env("GPUCAP_POOL", "t")
+            .env("GPUCAP_POOL_DIR", &self.dir);
+        c
+    }
+
+    fn script(&self, stats: &str, steps: &[&str]) -> Command {
+        let mut c = self.cmd(script(), stats);
+        c.args(steps);
+        c
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// The pool file of pool `t`.
+    fn file(&self) -> PathBuf {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        self.dir.join(format!("gpucap-{uid}")).join("t.pool")
+    }
+
+    /// (used, peak) of the pool's first GPU entry, read from the file's words (the
+    /// layout is src/core/budget/layout.rs: 16 header words, then 16 per GPU).
+    fn used_peak(&self) -> (u64, u64) {
+        let bytes = std::fs::read(self.file()).expect("pool file");
+        let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+        (word(16 + 4), word(16 + 5))
+    }
+
+    /// Waits until `n` processes hold a member's lock on the pool file (a killed
+    /// process's locks go when the kernel has finished it off).
+    fn wait_live_members(&self, n: usize) {
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(self.file()).unwrap().ino();
+        let start = Instant::now();
+        loop {
+            let locks = std::fs::read_to_string("/proc/locks").unwrap();
+            let held = locks
+                .lines()
+                .filter(|l| l.contains("OFDLCK") && l.contains(&format!(":{ino} ")))
+                .count();
+            if held == n {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{held} members, not {n}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn wait_file(&self, name: &str) {
+        let p = self.dir.join(name);
+        let start = Instant::now();
+        while !p.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{name} never came"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn touch(&self, name: &str) {
+        std::fs::write(self.dir.join(name), b"").unwrap();
+    }
+
+    /// The fake GPU's highest total use by all processes, from a stats file.
+    fn shared_peak(&self, stats: &str) -> u64 {
+        let text = std::fs::read_to_string(self.dir.join(stats)).expect("stats");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["devices"][0]["shared_peak_used"]
+            .as_u64()
+            .expect("shared_peak_used")
+    }
+}
+
+fn spawn(c: &mut Command) -> Child {
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+fn finish(c: Child) -> Output {
+    c.wait_with_output().unwrap()
+}
+
+fn lines(o: &Output) -> Vec<String> {
+    stdout(o).lines().map(str::to_string).collect()
+}
+
+fn has(o: &Output, line: &str) -> bool {
+    stdout(o).lines().any(|l| l == line)
+}
+
+fn sigkill(c: &mut Child) {
+    c.kill().unwrap();
+    c.wait().unwrap();
+}
+
+#[test]
+fn processes_of_a_pool_share_one_cap() {
+    let p = Pool::new("pool-share");
+    let a = spawn(&mut p.script(
+        "a.json",
+        &[
+            "alloc:600Mi",
+            &format!("touch:{}", p.path("a")),
+            &format!("wait:{}", p.path("b")),
+            "free",
+        ],
+    ));
+    p.wait_file("a");
+    let b = run(&mut p.script(
+        "b.json",
+        &[
+            "alloc:600Mi",
+            "alloc:300Mi",
+            "info",
+            &format!("touch:{}", p.path("b")),
+        ],
+    ));
+    let a = finish(a);
+    assert_ok(&a);
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 600 * MIB)),
+        "the other member holds 600 MiB\n{}",
+        dump(&b)
+    );
+    assert!(has(&b, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&b));
+    assert!(
+        has(&b, &format!("info {} {}", (1024 - 900) * MIB, 1024 * MIB)),
+        "cuMemGetInfo shows the pool: free = cap - what every member holds\n{}",
+        dump(&b)
+    );
+    let refusal = refusals(&stderr(&b));
+    assert_eq!(refusal.len(), 1, "{}", dump(&b));
+    assert!(
+        refusal[0].contains("600 MiB of the pool's 1 GiB cap in use, 0 B of it by this process"),
+        "{}",
+        refusal[0]
+    );
+    assert!(p.shared_peak("a.json").max(p.shared_peak("b.json")) <= 1024 * MIB);
+    assert_eq!(p.used_peak(), (0, 900 * MIB), "both left: nothing held");
+}
+
+#[test]
+fn without_a_pool_each_process_has_the_whole_cap() {
+    // The control of the test above: the same two processes without GPUCAP_POOL.
+    let p = Pool::new("pool-none");
+    let a = spawn(
+        &mut p
+            .script(
+                "a.json",
+                &[
+                    "alloc:600Mi",
+                    &format!("touch:{}", p.path("a")),
+                    &format!("wait:{}", p.path("b")),
+                ],
+            )
+            .env_remove("GPUCAP_POOL"),
+    );
+    p.wait_file("a");
+    let b = run(&mut p
+        .script(
+            "b.json",
+            &["alloc:600Mi", &format!("touch:{}", p.path("b"))],
+        )
+        .env_remove("GPUCAP_POOL"));
+    assert_ok(&finish(a));
+    assert!(has(&b, &format!("alloc {} 0", 600 * MIB)), "{}", dump(&b));
+    assert!(!p.file().exists());
+}
+
+#[test]
+fn members_must_agree_on_the_cap() {
+    let p = Pool::new("pool-agree");
+    let a = spawn(&mut p.script(
+        "a.json",
+        &[
+            "alloc:1Mi",
+            &format!("touch:{}", p.path("a")),
+            &format!("wait:{}", p.path("b")),
+        ],
+    ));
+    p.wait_file("a");
+    let b = run(&mut p
+        .script("b.json", &["alloc:1Mi"])
+        .env("GPUCAP_LIMIT", "2Gi"));
+    p.touch("b");
+    assert_ok(&finish(a));
+    assert!(has(&b, "cuInit 800"), "refused at cuInit\n{}", dump(&b));
+    let err = stderr(&b);
+    assert_eq!(err.lines().count(), 1, "one line\n{}", dump(&b));
+    assert!(
+        err.contains("caps GPU 0 at 2 GiB, the pool's live members at 1 GiB"),
+        "names both values\n{}",
+        dump(&b)
+    );
+    // Once no member lives, a new cap replaces the old one.
+    let c = run(&mut p
+        .script("c.json", &["alloc:1500Mi"])
+        .env("GPUCAP_LIMIT", "2Gi"));
+    assert!(has(&c, &format!("alloc {} 0", 1500 * MIB)), "{}", dump(&c));
+}
+
+#[test]
+fn a_killed_members_share_comes_back_to_the_allocation_that_needs_it() {
+    let p = Pool::new("pool-kill");
+    let mut a = spawn(&mut p.script(
+        "a.json",
+        &[
+            "alloc:800Mi",
+            &format!("touch:{}", p.path("a")),
+            &format!("wait:{}", p.path("never")),
+        ],
+    ));
+    p.wait_file("a");
+    let b = spawn(&mut p.script(
+        "b.json",
+        &[
+            "alloc:600Mi",
+            &format!("touch:{}", p.path("b1")),
+            &format!("wait:{}", p.path("killed")),
+            "alloc:600Mi",
+            "info",
+        ],
+    ));
+    p.wait_file("b1");
+    sigkill(&mut a);
+    assert_eq!(
+        p.used_peak().0,
+        800 * MIB,
+        "nobody took the dead member's share back yet"
+    );
+    p.touch("killed");
+    let b = finish(b);
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 600 * MIB)),
+        "while A lived\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} 0", 600 * MIB)),
+        "the dead member's 800 MiB came back to the allocation that needed them\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("info {} {}", 424 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&b)
+    );
+    assert_eq!(p.used_peak().0, 0);
+}
+
+/// Runs the script with a pool file prepared by `prepare`; it must fail closed with
+/// one line containing `expect`.
+fn refused_with(tag: &str, prepare: impl FnOnce(&Pool), expect: &str) {
+    let p = Pool::new(tag);
+    let dir = p.file().parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    prepare(&p);
+    let o = run(&mut p.script("s.json", &["alloc:1Mi"]));
+    assert!(has(&o, "cuInit 800"), "{tag}: fail closed\n{}", dump(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{tag}: one line\n{}", dump(&o));
+    assert!(
+        err.contains("cannot join the pool t"),
+        "{tag}\n{}",
+        dump(&o)
+    );
+    assert!(err.contains(expect), "{tag}: says {expect:?}\n{}", dump(&o));
+}
+
+/// A good pool file, made by a member.
+fn made(p: &Pool) -> Vec<u8> {
+    assert_ok(&run(&mut p.script("m.json", &["alloc:1Mi"])));
+    std::fs::read(p.file()).unwrap()
+}
+
+#[test]
+fn a_bad_pool_file_fails_closed_with_a_clear_line() {
+    refused_with(
+        "pool-magic",
+        |p| std::fs::write(p.file(), b"\x00\x00HAMI-core shared region ....").unwrap(),
+        "not a gpucap pool file",
+    );
+    refused_with(
+        "pool-garbage",
+        |p| {
+            let n = made(p).len();
+            std::fs::write(p.file(), vec![0xA5; n]).unwrap()
+        },
+        "not a gpucap pool file",
+    );
+    refused_with(
+        "pool-version",
+        |p| {
+            let mut b = made(p);
+            b[8] = 2;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "version 2 pool file and this gpucap reads version 1",
+    );
+    refused_with(
+        "pool-corrupt",
+        |p| {
+            let mut b = made(p);
+            let slot0 = (16 + 32 * 16) * 8;
+            b[slot0] = 9;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "corrupted (member slot 0 has state 9)",
+    );
+    refused_with(
+        "pool-truncated",
+        |p| {
+            let b = made(p);
+            std::fs::write(p.file(), &b[..b.len() / 2]).unwrap()
+        },
+        "truncated",
+    );
+    refused_with(
+        "pool-mode",
+        |p| {
+            made(p);
+            std::fs::set_permissions(p.file(), std::fs::Permissions::from_mode(0o666)).unwrap()
+        },
+        "writable by group or others (mode 666)",
+    );
+    refused_with(
+        "pool-symlink",
+        |p| {
+            made(p);
+            let real = p.dir.join("elsewhere.pool");
+            std::fs::rename(p.file(), &real).unwrap();
+            std::os::unix::fs::symlink(&real, p.file()).unwrap()
+        },
+        "cannot open the pool file",
+    );
+    refused_with(
+        "pool-dir-mode",
+        |p| {
+            let dir = p.file().parent().unwrap().to_path_buf();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap()
+        },
+        "writable by group or others (mode 777)",
+    );
+}
+
+fn pool_fork() -> PathBuf {
+    compile_c("pool_fork", "", &["-lcuda"])
+}
+
+#[test]
+fn a_forked_child_does_not_carry_its_parents_membership_away() {
+    // The child exits through exit(): the shim's exit hook runs in it, and must not
+    // hand the parent's share back to the pool.
+    let p = Pool::new("pool-fork-exit");
+    let a =
+        spawn(
+            &mut p
+                .cmd(pool_fork(), "a.json")
+                .args(["exit", &p.path("ready"), &p.path("go")]),
+        );
+    p.wait_file("ready");
+    let b = run(&mut p.script("b.json", &["alloc:500Mi", "alloc:400Mi"]));
+    p.touch("go");
+    let a = finish(a);
+    assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 500 * MIB)),
+        "the parent's 600 MiB still count\n{}",
+        dump(&b)
+    );
+    assert!(has(&b, &format!("alloc {} 0", 400 * MIB)), "{}", dump(&b));
+}
+
+#[test]
+fn a_forked_child_that_uses_cuda_is_its_own_member() {
+    let p = Pool::new("pool-fork-cuda");
+    let a =
+        run(&mut p
+            .cmd(pool_fork(), "a.json")
+            .args(["cuda", &p.path("ready"), &p.path("ready")]));
+    assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
+    assert!(has(&a, "child cuInit 0"), "{}", dump(&a));
+    assert!(has(&a, "child alloc 300 0"), "{}", dump(&a));
+    assert!(
+        has(&a, &format!("child alloc 200 {OOM}")),
+        "600 + 300 + 200 MiB > 1 GiB\n{}",
+        dump(&a)
+    );
+    assert_eq!(p.used_peak(), (0, 900 * MIB));
+}
+
+#[test]
+fn a_dead_parent_releases_its_share_while_its_child_lives() {
+    let p = Pool::new("pool-fork-sleep");
+    let mut a = spawn(&mut p.cmd(pool_fork(), "a.json").args([
+        "sleep",
+        &p.path("ready"),
+        &p.path("never"),
+    ]));
+    p.wait_file("ready");
+    // Read up to the child's pid line only: the child keeps the pipe open.
+    let child: i32 = {
+        use std::io::BufRead;
+        let mut out = std::io::BufReader::new(a.stdout.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "no child pid line");
+            if let Some(pid) = line.trim().strip_prefix("child pid ") {
+                break pid.parse().unwrap();
+            }
+        }
+    };
+    sigkill(&mut a);
+    p.wait_live_members(0);
+    let b = run(&mut p.script("b.json", &["alloc:900Mi"]));
+    // SAFETY: a plain kill of the child this test made.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    assert!(
+        has(&b, &format!("alloc {} 0", 900 * MIB)),
+        "the parent's 600 MiB came back although its child (which holds its open files) lives\n{}",
+        dump(&b)
+    );
+}
+
+fn unshare_works() -> bool {
+    Command::new("unshare")
+        .args(["-pf", "--mount-proc", "--kill-child", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn members_in_other_pid_namespaces_share_the_pool_and_do_not_reap_each_other() {
+    if !unshare_works() {
+        eprintln!(
+            "SKIPPED: `unshare -pf --mount-proc` is not permitted here (needs root or user namespaces)"
+        );
+        return;
+    }
+    let p = Pool::new("pool-pidns");
+    // Two members, each PID 1 of its own namespace, as the entrypoint of a container is.
+    let in_ns = |stats: &str, steps: Vec<String>| {
+        let mut c = p.cmd("unshare", stats);
+        // --kill-child: the member (PID 1 of the namespace) dies with unshare.
+        c.args(["-pf", "--mount-proc", "--kill-child"])
+            .arg(script())
+            .args(steps);
+        spawn(&mut c)
+    };
+    let a = in_ns(
+        "a.json",
+        vec![
+            "alloc:400Mi".into(),
+            format!("touch:{}", p.path("a")),
+            format!("wait:{}", p.path("go")),
+        ],
+    );
+    p.wait_file("a");
+    let mut b = in_ns(
+        "b.json",
+        vec![
+            "alloc:400Mi".into(),
+            format!("touch:{}", p.path("b")),
+            format!("wait:{}", p.path("never")),
+        ],
+    );
+    p.wait_file("b");
+    // A third, in the test's namespace: both others are alive, whatever their pids.
+    let c = run(&mut p.script("c.json", &["alloc:400Mi", "alloc:200Mi"]));
+    assert!(
+        has(&c, &format!("alloc {} {OOM}", 400 * MIB)),
+        "{}",
+        dump(&c)
+    );
+    assert!(has(&c, &format!("alloc {} 0", 200 * MIB)), "{}", dump(&c));
+    // B dies (its namespace's PID 1): its share comes back; A's stays.
+    sigkill(&mut b);
+    p.wait_live_members(1);
+    let d = run(&mut p.script("d.json", &["alloc:500Mi", "alloc:200Mi"]));
+    p.touch("go");
+    assert_ok(&finish(a));
+    assert!(has(&d, &format!("alloc {} 0", 500 * MIB)), "{}", dump(&d));
+    assert!(
+        has(&d, &format!("alloc {} {OOM}", 200 * MIB)),
+        "A's 400 MiB still count\n{}",
+        dump(&d)
+    );
+}
+
+fn churn() -> PathBuf {
+    compile_c("pool_churn", "", &["-lcuda"])
+}
+
+#[test]
+fn eight_processes_of_sixteen_threads_never_take_the_pool_over_its_cap() {
+    let p = Pool::new("pool-churn");
+    let procs: Vec<Child> = (0..8)
+        .map(|i| {
+            spawn(
+                &mut p
+                    .cmd(churn(), &format!("s{i}.json"))
+                    .env("GPUCAP_LIMIT", "512Mi")
+                    .args([
+                        "16",
+                        "200",
+                        "48Mi",
+                        &p.path(&format!("ready{i}")),
+                        &p.path("go"),
+                    ]),
+            )
+        })
+        .collect();
+    for i in 0..8 {
+        p.wait_file(&format!("ready{i}"));
+    }
+    p.touch("go");
+    let mut refused = 0;
+    for (i, c) in procs.into_iter().enumerate() {
+        let o = finish(c);
+        assert_ok(&o);
+        let line = lines(&o)
+            .into_iter()
+            .find(|l| l.starts_with("churn "))
+            .unwrap();
+        refused += line
+            .split("refused=")
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+        let peak = p.shared_peak(&format!("s{i}.json"));
+        assert!(
+            peak <= 512 * MIB,
+            "the fake GPU held {peak} bytes at once, over the 512 MiB cap"
+        );
+    }
+    assert!(refused > 0, "the processes competed for the cap");
+    let (used, peak) = p.used_peak();
+    assert_eq!(used, 0, "every byte came back to the pool");
+    assert!(peak <= 512 * MIB && peak > 256 * MIB, "peak {peak}");
+}
+
+#[test]
+fn members_killed_at_random_points_block_nobody_and_leave_nothing_behind() {
+    let p = Pool::new("pool-massacre");
+    let start = || {
+        spawn(
+            p.cmd(churn(), "x.json")
+                .env("GPUCAP_LIMIT", "256Mi")
+                .args(["4", "100000", "16Mi"]),
+        )
+    };
+    let mut victims: Vec<Child> = (0..3).map(|_| start()).collect();
+    // Survivors: a fixed amount of work each, while others die around them.
+    let survivors: Vec<Child> = (0..2)
+        .map(|i| {
+            spawn(
+                &mut p
+                    .cmd(churn(), &format!("s{i}.json"))
+                    .env("GPUCAP_LIMIT", "256Mi")
+                    .args(["4", "1500", "16Mi"]),
+            )
+        })
+        .collect();
+    let mut seed = std::process::id() as u64;
+    for _ in 0..40 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(5 + (seed >> 59)));
+        let k = (seed >> 33) as usize % victims.len();
+        sigkill(&mut victims[k]);
+        victims[k] = start();
+    }
+    for v in &mut victims {
+        sigkill(v);
+    }
+    for (i, s) in survivors.into_iter().enumerate() {
+        let o = finish(s);
+        assert_ok(&o);
+        let peak = p.shared_peak(&format!("s{i}.json"));
+        assert!(
+            peak <= 256 * MIB,
+            "the fake GPU held {peak} bytes at once, over the cap"
+        );
+    }
+    // The dead left their shares behind; the next member takes them all back.
+    let o = run(&mut p
+        .script("last.json", &["alloc:256Mi"])
+        .env("GPUCAP_LIMIT", "256Mi"));
+    assert!(has(&o, &format!("alloc {} 0", 256 * MIB)), "{}", dump(&o));
+    assert_eq!(p.used_peak().0, 0, "nothing left behind");
+}
