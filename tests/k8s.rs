@@ -690,7 +690,7 @@ fn the_cap_comes_from_the_annotation_or_the_pod_does_not_start() {
         "metadata.annotations['gpucap.io/limit']"
     );
 
-    // The annotation and its cap agree: the same value given directly is the same cap.
+    // The value it resolves to is accepted, and caps the pod's GPU.
     let from_annotation = gpucap_check(&env, 1, 80 << 30, "k8s-annotation");
     assert_ok(&from_annotation);
     assert_eq!(caps(&from_annotation).len(), 1);
