@@ -6,7 +6,8 @@
 #   scripts/test.sh
 #
 # The Python clients live in target/venv-cb12 (cuda-bindings 12.x),
-# target/venv-cb13 (cuda-bindings 13.x) and target/venv-nvml (nvidia-ml-py); they are
+# target/venv-cb13 (cuda-bindings 13.x) and target/venv-nvml (nvidia-ml-py); the
+# Kubernetes examples' validator in target/venv-k8s (kubernetes-validate). They are
 # reused when already there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -93,9 +94,27 @@ fi
 v=$(target/venv-nvml/bin/python -c "$nvml_probe") || die "target/venv-nvml does not hold a working nvidia-ml-py"
 echo "target/venv-nvml: nvidia-ml-py $v"
 
+# The Kubernetes examples' validator (tests/k8s.rs): kubernetes-validate bundles the API's
+# OpenAPI schemas of every Kubernetes version it knows, so validation runs offline. Pinned,
+# with the two packages that decide what passes (the JSON-schema validator, the YAML parser).
+section "Kubernetes manifest validator (kubernetes-validate)"
+k8s_pins=(kubernetes-validate==1.37.0 jsonschema==4.26.0 PyYAML==6.0.3)
+k8s_probe='import sys; from importlib.metadata import version; import kubernetes_validate.utils, yaml; pins = [a.split("==") for a in sys.argv[1:]]; print(" ".join(f"{p}=={version(p)}" for p, _ in pins)); sys.exit(any(version(p) != v for p, v in pins))'
+if [ -x target/venv-k8s/bin/python ] && target/venv-k8s/bin/python -c "$k8s_probe" "${k8s_pins[@]}" >/dev/null 2>&1; then
+    echo "reusing target/venv-k8s"
+else
+    echo "creating target/venv-k8s with ${k8s_pins[*]}"
+    rm -rf target/venv-k8s
+    python3 -m venv target/venv-k8s
+    target/venv-k8s/bin/python -m pip install -q "${k8s_pins[@]}"
+fi
+v=$(target/venv-k8s/bin/python -c "$k8s_probe" "${k8s_pins[@]}") || die "target/venv-k8s does not hold ${k8s_pins[*]}"
+echo "target/venv-k8s: $v"
+
 section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
 export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
+export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 exec cargo test --release --workspace --no-fail-fast
