@@ -5,8 +5,8 @@
 #
 #   scripts/bench-instructions.sh [N]      # N pairs (default 2000), then 2N
 #
-# For each of raw driver and LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
-# is live): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their
+# For each of raw driver, LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
+# is live) and the same in a pool (GPUCAP_POOL): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their
 # difference / N is the cost of one pair with set-up and exit cancelled out. Prints
 # both and the difference; writes target/bench-instructions.json. Needs valgrind
 # (apt-get install valgrind) and a release build (cargo build --release).
@@ -27,10 +27,11 @@ cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# instructions PRELOAD PAIRS: total instructions (Ir) of one run.
+# instructions PRELOAD PAIRS [VAR=VALUE...]: total instructions (Ir) of one run.
 instructions() {
     local preload=$1 pairs=$2 out=$tmp/cg.$RANDOM
-    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi \
+    shift 2
+    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi "$@" \
         ${preload:+LD_PRELOAD=$preload} \
         valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" 1 "$pairs" >/dev/null 2>&1
     awk '/^summary:/ {print $2}' "$out"
@@ -38,7 +39,10 @@ instructions() {
 
 raw1=$(instructions "" "$N"); raw2=$(instructions "" $((2 * N)))
 shim1=$(instructions "$R/libgpucap.so" "$N"); shim2=$(instructions "$R/libgpucap.so" $((2 * N)))
-raw=$(((raw2 - raw1) / N)); shim=$(((shim2 - shim1) / N))
-printf 'instructions per pair (callgrind, N=%d): raw %d, gpucap %d, added %d\n' "$N" "$raw" "$shim" $((shim - raw))
-printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d}\n' \
-    "$N" "$raw" "$shim" $((shim - raw)) >"$PWD/target/bench-instructions.json"
+pool1=$(instructions "$R/libgpucap.so" "$N" GPUCAP_POOL=bench GPUCAP_POOL_DIR="$tmp")
+pool2=$(instructions "$R/libgpucap.so" $((2 * N)) GPUCAP_POOL=bench GPUCAP_POOL_DIR="$tmp")
+raw=$(((raw2 - raw1) / N)); shim=$(((shim2 - shim1) / N)); pool=$(((pool2 - pool1) / N))
+printf 'instructions per pair (callgrind, N=%d): raw %d, gpucap %d, added %d; in a pool (GPUCAP_POOL) %d, added %d\n' \
+    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw))
+printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d}\n' \
+    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) >"$PWD/target/bench-instructions.json"

@@ -14,6 +14,8 @@
 #    GPUCAP_GROWTH=1 (target/bench-growth.json).
 # 3. Process start: /bin/true without and with the shim preloaded, STARTUP_RUNS runs
 #    (hyperfine when installed, else a timed loop, REPS times): the ratio.
+# 4. The pool (GPUCAP_POOL): the same pairs without and with a pool, 1 and 2 threads
+#    and 2 processes of one pool (target/bench-pool.json).
 #
 # Prints a table and writes target/bench.json. Targets (reported, not enforced):
 # under 50 ns added per pair, under 15% slower process start.
@@ -164,6 +166,53 @@ for size in 1Mi 64Mi; do
 done
 echo '' >>"$GROWTH_JSON"; echo ']}' >>"$GROWTH_JSON"
 
+# ---- the pool (GPUCAP_POOL): what sharing one budget between processes adds --------------
+# The same 4 KiB pairs through the shim without a pool and as a member of a pool, with 1
+# and 2 threads in one process, and with 2 one-thread processes of the same pool at once
+# (their per-pair figures averaged), interleaved, REPS runs each. Reported: the medians
+# and the ns a pool adds per pair (target/bench-pool.json).
+POOL_DIR=$(mktemp -d)
+pool_run() { # pool_run <pool:0|1> <threads>: "wall_ns cpu_ns" per pair
+    local env=(LD_PRELOAD="$SHIM" GPUCAP_LIMIT="$LIMIT")
+    [ "$1" = 1 ] && env+=(GPUCAP_POOL=bench GPUCAP_POOL_DIR="$POOL_DIR")
+    env "${env[@]}" "$BENCH" "$2" "$PAIRS" 4Ki pair |
+        sed -n 's/.* ns_per_pair=\([0-9.]*\) cpu_ns_per_pair=\([0-9.]*\).*/\1 \2/p'
+}
+pool_two() { # pool_two <pool:0|1>: two processes at once, the mean of their "wall cpu"
+    local a b
+    a=$(mktemp) b=$(mktemp)
+    pool_run "$1" 1 >"$a" & pool_run "$1" 1 >"$b" & wait
+    cat "$a" "$b" | awk '{ w += $1; c += $2 } END { printf "%.2f %.2f\n", w / NR, c / NR }'
+    rm -f "$a" "$b"
+}
+POOL_JSON=$ROOT/target/bench-pool.json
+{
+    printf '\n%-30s %11s %11s %9s   %s\n' "pool: alloc+free 4 KiB" "no pool" "pool" "added" "per-thread CPU time"
+    printf '%-30s %11s %11s %9s   %s\n' "median of $REPS, N=$PAIRS" "ns/pair" "ns/pair" "ns/pair" "no pool / pool (added)"
+} >"$RESULTS.pool"
+echo '{"device": "fake driver (host memory), no GPU", "pairs": '"$PAIRS"', "limit": "'"$LIMIT"'", "cases": [' >"$POOL_JSON"
+first=1
+for case in "1 thread" "2 threads" "2 processes"; do
+    nw=() nc=() pw=() pc=()
+    for ((i = 1; i <= REPS; i++)); do
+        case $case in
+            "1 thread") read -r w c < <(pool_run 0 1); read -r W C < <(pool_run 1 1) ;;
+            "2 threads") read -r w c < <(pool_run 0 2); read -r W C < <(pool_run 1 2) ;;
+            *) read -r w c < <(pool_two 0); read -r W C < <(pool_two 1) ;;
+        esac
+        nw+=("$w") nc+=("$c") pw+=("$W") pc+=("$C")
+        echo "   pool $case rep=$i: no pool ${w} ns (cpu ${c}), pool ${W} ns (cpu ${C})" >&2
+    done
+    med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+    a=$(med "${nw[@]}") b=$(med "${pw[@]}") ac=$(med "${nc[@]}") bc=$(med "${pc[@]}")
+    awk -v k="$case" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "%-30s %11.1f %11.1f %9.1f   %.1f / %.1f (%+.1f)\n", k, a, b, b - a, ac, bc, bc - ac }' >>"$RESULTS.pool"
+    [ $first = 1 ] || echo ',' >>"$POOL_JSON"
+    first=0
+    awk -v k="$case" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "  {\"case\": \"%s\", \"no_pool_ns_per_pair\": %.2f, \"pool_ns_per_pair\": %.2f, \"added_ns_per_pair\": %.2f, \"no_pool_cpu_ns\": %.2f, \"pool_cpu_ns\": %.2f, \"added_cpu_ns\": %.2f}", k, a, b, b - a, ac, bc, bc - ac }' >>"$POOL_JSON"
+done
+echo '' >>"$POOL_JSON"; echo ']}' >>"$POOL_JSON"
+rm -rf "$POOL_DIR"
+
 # ---- report: a table on stdout, JSON in target/bench.json -----------------------------
 awk -v reps="$REPS" -v pairs="$PAIRS" -v calls="$CALLS" -v tool="$startup_tool" -v runs="$STARTUP_RUNS" \
     -v limit="$LIMIT" -v host="$(uname -m), $(nproc) cores" -v json="$ROOT/target/bench.json" '
@@ -213,6 +262,6 @@ END {
     printf "  \"targets\": {\"added_ns_per_pair_max\": 50, \"startup_ratio_max\": 1.15, \"added_ns_per_pair_1_thread\": %.2f, \"added_cpu_ns_per_pair_1_thread\": %.2f, \"startup_ratio\": %.4f, \"met_alloc\": %s, \"met_startup\": %s}\n}\n", added1, added1cpu, ss / sb, added1 < 50 ? "true" : "false", ss / sb < 1.15 ? "true" : "false" > json
     printf "\ntargets (not enforced): < 50 ns added per pair -> %.1f ns (CPU time: %+.1f ns); < 15%% slower start -> %+.1f%%\n", added1, added1cpu, (ss / sb - 1) * 100
 }' "$RESULTS"
-cat "$RESULTS.growth"
-rm -f "$RESULTS.growth"
-echo "wrote target/bench.json and target/bench-growth.json"
+cat "$RESULTS.growth" "$RESULTS.pool"
+rm -f "$RESULTS.growth" "$RESULTS.pool"
+echo "wrote target/bench.json, target/bench-growth.json and target/bench-pool.json"
