@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
 use crate::budget::{Member, PoolRefusal};
 use crate::config::MAX_DEVICES;
@@ -126,6 +126,9 @@ pub struct Ledger {
     devices: [Device; MAX_DEVICES],
     pointers: LiveMap,
     pool: PoolOf,
+    /// Set once the process joined a pool: until then a reservation does not even
+    /// ask `pool` (one load on the path of every allocation and free).
+    pooled: AtomicBool,
 }
 
 impl Default for Ledger {
@@ -145,6 +148,22 @@ impl Ledger {
             devices: [const { Device::new() }; MAX_DEVICES],
             pointers: LiveMap::new(),
             pool,
+            pooled: AtomicBool::new(false),
+        }
+    }
+
+    /// The process joined the pool `pool()` returns: charge it from now on.
+    pub fn set_pooled(&self) {
+        self.pooled.store(true, Release);
+    }
+
+    /// The pool to charge along with this process's figures (`pool()` synchronises).
+    #[inline]
+    fn pool(&self) -> Option<&'static Member<'static>> {
+        if self.pooled.load(Relaxed) {
+            (self.pool)()
+        } else {
+            None
         }
     }
 
@@ -181,7 +200,7 @@ impl Ledger {
             };
             match d.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
                 Ok(_) => {
-                    if let Some(pool) = (self.pool)()
+                    if let Some(pool) = self.pool()
                         && let Err(refusal) = pool.reserve(device, bytes)
                     {
                         self.credit_own(Charge { device, bytes });
@@ -213,7 +232,7 @@ impl Ledger {
 
     fn credit(&self, charge: Charge) {
         self.credit_own(charge);
-        if let Some(pool) = (self.pool)() {
+        if let Some(pool) = self.pool() {
             pool.credit(charge.device, charge.bytes);
         }
     }

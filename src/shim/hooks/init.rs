@@ -55,6 +55,7 @@ fn join_pool(shim: &Shim, config: &gpucap_core::config::Config) -> Result<(), ()
     }
     match crate::membership::join(config, &gpus) {
         Ok(()) => {
+            shim.ledger.set_pooled();
             log!(
                 Debug,
                 "joined the pool {}",
