@@ -207,21 +207,20 @@ fn check_and_run_refuse_disagreement_bad_values_and_invisible_gpus() {
 }
 
 /// HAMi-core variables gpucap does not act on are said in the program's stderr at the
-/// default log level, never passed over silently: the shared cache (each process still
-/// gets the whole cap) and the SM limit.
+/// default log level, never passed over silently: the SM limit. (The shared cache is
+/// the pool's file: tests/pool.rs.)
 #[test]
 fn variables_gpucap_does_not_act_on_are_said_at_the_default_level() {
     let dir = scratch("hami-notes");
     let stats = dir.join("s.json");
     let env = [
         ("CUDA_DEVICE_MEMORY_LIMIT", "64m"),
-        ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu/cache"),
         ("CUDA_DEVICE_SM_LIMIT", "50"),
     ];
     let o = capped(&stats, &env, &["fill:16777216"]);
     assert!(o.status.success(), "{}", dump(&o));
     let err = stderr(&o);
-    for name in ["CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_DEVICE_SM_LIMIT"] {
+    for name in ["CUDA_DEVICE_SM_LIMIT"] {
         assert_eq!(
             err.lines().filter(|l| l.contains(name)).count(),
             1,

@@ -639,3 +639,47 @@ fn members_killed_at_random_points_block_nobody_and_leave_nothing_behind() {
     assert!(has(&o, &format!("alloc {} 0", 256 * MIB)), "{}", dump(&o));
     assert_eq!(p.used_peak().0, 0, "nothing left behind");
 }
+
+#[test]
+fn hamis_shared_cache_variable_names_the_pool_file() {
+    // As HAMi-core's device plugin sets them: the limit in MiB and the cache file.
+    let p = Pool::new("pool-hami");
+    let file = p.dir.join("cudevshr.cache");
+    let hami = |c: &mut Command| {
+        c.env_remove("GPUCAP_LIMIT")
+            .env_remove("GPUCAP_POOL")
+            .env_remove("GPUCAP_POOL_DIR")
+            .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m")
+            .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &file);
+    };
+    let mut a = p.script(
+        "a.json",
+        &[
+            "alloc:600Mi",
+            &format!("touch:{}", p.path("a")),
+            &format!("wait:{}", p.path("b")),
+        ],
+    );
+    hami(&mut a);
+    let a = spawn(&mut a);
+    p.wait_file("a");
+    let mut b = p.script(
+        "b.json",
+        &[
+            "alloc:600Mi",
+            "alloc:400Mi",
+            &format!("touch:{}", p.path("b")),
+        ],
+    );
+    hami(&mut b);
+    let b = run(&mut b);
+    assert_ok(&finish(a));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 600 * MIB)),
+        "{}",
+        dump(&b)
+    );
+    assert!(has(&b, &format!("alloc {} 0", 400 * MIB)), "{}", dump(&b));
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the cache file is the pool's, made 0600");
+}
