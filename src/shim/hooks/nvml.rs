@@ -1,5 +1,7 @@
-//! NVML's memory figures, capped for the GPUs CUDA sees in this process.
+//! NVML's memory figures, capped for the GPUs CUDA sees in this process; in a pool,
+//! the pool's figures (`nvml_procs`: the pool read without joining it, and its processes).
 
+use super::nvml_procs::{nvml_pool_gpu, nvml_pool_reader};
 use super::*;
 use gpucap_core::nvml;
 
@@ -63,49 +65,81 @@ pub(super) fn nvml_cap_without_cuda(
         .map(|limit| limit.resolve(total))
 }
 
-/// `nvmlDeviceGetMemoryInfo` and `_v2`: the driver's answer, capped for a GPU that
-/// CUDA sees in this process; `NVML_ERROR_NO_PERMISSION` under an invalid configuration.
-pub fn nvml_memory_info<M: nvml::MemoryInfo>(
-    real: unsafe extern "C" fn(Handle, *mut M) -> CuResult,
-    device: Handle,
-    memory: *mut M,
-) -> CuResult {
+/// Whether the intercepted NVML calls must fail closed (`NVML_ERROR_NO_PERMISSION`): an
+/// invalid configuration, a limit key naming no GPU, a pool this process could not join.
+/// Else the configuration and whether the process initialised CUDA.
+pub(super) fn nvml_config() -> Result<(&'static gpucap_core::config::Config, bool), CuResult> {
     // Not a CUDA call: the process does not become a CUDA user by it.
     let Ok(config) = SHIM.config_quiet() else {
-        return NVML_ERROR_NO_PERMISSION;
+        return Err(NVML_ERROR_NO_PERMISSION);
     };
-    if identity::failed().is_some() {
-        return NVML_ERROR_NO_PERMISSION;
+    if identity::failed().is_some() || crate::membership::failed().is_some() {
+        return Err(NVML_ERROR_NO_PERMISSION);
     }
     let cuda = queries::cuda_initialised();
     if !cuda
         && let Some(spec) = &config.limit
         && !nvml_keys_match(spec)
     {
-        return NVML_ERROR_NO_PERMISSION;
+        return Err(NVML_ERROR_NO_PERMISSION);
     }
+    Ok((config, cuda))
+}
+
+/// `nvmlDeviceGetMemoryInfo` and `_v2`: the driver's answer, capped for a GPU that
+/// CUDA sees in this process; in a pool, a GPU of the pool shows the pool's used
+/// memory (every member's) within its cap. `NVML_ERROR_NO_PERMISSION`, writing
+/// nothing, under an invalid configuration or a pool file that cannot be read.
+pub fn nvml_memory_info<M: nvml::MemoryInfo>(
+    real: unsafe extern "C" fn(Handle, *mut M) -> CuResult,
+    device: Handle,
+    memory: *mut M,
+) -> CuResult {
+    let (config, cuda) = match nvml_config() {
+        Ok(c) => c,
+        Err(rc) => return rc,
+    };
+    // Read before the driver fills the caller's struct: a refusal writes nothing.
+    let Ok(pool) = nvml_pool_reader(config) else {
+        return NVML_ERROR_NO_PERMISSION;
+    };
     // SAFETY: forwarding the caller's arguments.
     let rc = unsafe { real(device, memory) };
-    if rc != 0 || memory.is_null() {
-        return rc;
+    if rc != 0 || memory.is_null() || (config.limit.is_none() && pool.is_none()) {
+        return rc; // no cap and no pool: the driver's figures
     }
-    let Some(spec) = config.limit.as_ref() else {
-        return rc; // no cap: the driver's figures
-    };
     // SAFETY: NVML succeeded and filled the caller's struct.
     let m = unsafe { &mut *memory };
     let (free, total) = m.free_total();
+    let pooled = pool.and_then(|p| nvml_pool_gpu(p, device));
     let shown = if cuda {
-        nvml_device(&SHIM, device).map(|d| {
-            let retained = if growth() {
-                growth::retained_bytes(d)
-            } else {
-                0
-            };
-            SHIM.mem_info(d, free, total, retained)
-        })
+        // A member: its own books say the pool's figures (`Shim::mem_info`).
+        nvml_device(&SHIM, device)
+            .map(|d| {
+                let retained = if growth() {
+                    growth::retained_bytes(d)
+                } else {
+                    0
+                };
+                SHIM.mem_info(d, free, total, retained)
+            })
+            .or_else(|| {
+                let g = pooled?;
+                Some(nvml::within_pool((free, total), g.cap?, g.used))
+            })
     } else {
-        nvml_cap_without_cuda(spec, device, total).map(|cap| nvml::within_cap((free, total), cap))
+        // Not a member (a monitor): the pool as its file says, else the configured cap.
+        let configured = config
+            .limit
+            .as_ref()
+            .and_then(|spec| nvml_cap_without_cuda(spec, device, total));
+        match pooled {
+            Some(g) => g
+                .cap
+                .or(configured)
+                .map(|cap| nvml::within_pool((free, total), cap, g.used)),
+            None => configured.map(|cap| nvml::within_cap((free, total), cap)),
+        }
     };
     if let Some(free_total) = shown {
         *m = m.capped(free_total);
