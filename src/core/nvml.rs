@@ -563,8 +563,8 @@ mod tests {
         let view = pool(&[
             (100, true, &[(g0, 300 * MI)]),
             (101, true, &[(g0, 200 * MI), (g1, 5 * MI)]),
-            (102, true, &[(g0, 0)]),          // a member holding nothing of it
-            (103, false, &[(g0, 50 * MI)]),   // died; not taken back yet
+            (102, true, &[(g0, 0)]),        // a member holding nothing of it
+            (103, false, &[(g0, 50 * MI)]), // died; not taken back yet
             (104, true, &[(g1, MI)]),
         ]);
         assert_eq!(
@@ -601,8 +601,15 @@ mod tests {
             within_pool((70 * GI, 80 * GI), 4 * GI, 0),
             within_cap((70 * GI, 80 * GI), 4 * GI)
         );
-        let v1 = capped(NvmlMemory::default(), within_pool((70 * GI, 80 * GI), GI, 500 * MI));
-        assert_eq!((v1.total, v1.used), (GI, 500 * MI), "v1 used = the pool's used");
+        let v1 = capped(
+            NvmlMemory::default(),
+            within_pool((70 * GI, 80 * GI), GI, 500 * MI),
+        );
+        assert_eq!(
+            (v1.total, v1.used),
+            (GI, 500 * MI),
+            "v1 used = the pool's used"
+        );
     }
 
     #[test]
@@ -613,8 +620,16 @@ mod tests {
         assert_eq!(listing(0, 0, true), Listing::Write(0));
         assert_eq!(listing(3, 2, true), Listing::TooSmall(3));
         assert_eq!(listing(3, 3, true), Listing::Write(3));
-        assert_eq!(listing(3, 9, true), Listing::Write(3), "*infoCount = the number written");
-        assert_eq!(listing(3, 9, false), Listing::TooSmall(3), "no array to write to");
+        assert_eq!(
+            listing(3, 9, true),
+            Listing::Write(3),
+            "*infoCount = the number written"
+        );
+        assert_eq!(
+            listing(3, 9, false),
+            Listing::TooSmall(3),
+            "no array to write to"
+        );
     }
 
     #[test]
@@ -626,7 +641,15 @@ mod tests {
             "0xFFFFFFFF outside MIG"
         );
         let p = <NvmlProcessV2 as ProcessInfo>::new(7, 9, Some((1, 0)));
-        assert_eq!((p.pid, p.used_gpu_memory, p.gpu_instance_id, p.compute_instance_id), (7, 9, 1, 0));
+        assert_eq!(
+            (
+                p.pid,
+                p.used_gpu_memory,
+                p.gpu_instance_id,
+                p.compute_instance_id
+            ),
+            (7, 9, 1, 0)
+        );
         assert_eq!(std::mem::offset_of!(NvmlProcessV2, used_gpu_memory), 8);
         assert_eq!(std::mem::offset_of!(NvmlProcessV2, gpu_instance_id), 16);
         assert_eq!(std::mem::offset_of!(NvmlProcessV2, compute_instance_id), 20);

@@ -4,8 +4,8 @@
 //! and mapped `PROT_READ`: reading NVML cannot change the pool (a dead member's share
 //! is taken back by members only).
 
-use std::sync::{Mutex, OnceLock};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 use super::nvml::{NVML_ERROR_NO_PERMISSION, nvml_config};
 use super::*;
