@@ -219,7 +219,7 @@ fn nvml_shows_the_pool_and_lists_its_processes() {
 
     // Two members and a process outside the pool, holding their memory until `done`.
     let done = dir.join("done");
-    let mut member = |name: &str, size: &str, started: &mut Started| {
+    let member = |name: &str, size: &str, started: &mut Started| {
         let ready = dir.join(name);
         let mut c = fake_cmd(&script, &stats(name));
         in_the_pool(&mut c, &dir).args([

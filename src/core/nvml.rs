@@ -504,7 +504,10 @@ mod tests {
         );
     }
 
-    fn pool(members: &[(u32, bool, &[([u8; 16], u64)])]) -> PoolView {
+    /// A member: pid, alive, (GPU, bytes) held.
+    type Held<'a> = (u32, bool, &'a [([u8; 16], u64)]);
+
+    fn pool(members: &[Held]) -> PoolView {
         use crate::budget::{GpuView, MemberGpuView, MemberView};
         let gpu = |raw: [u8; 16], cap: Option<u64>, used: u64| GpuView {
             uuid: uuid_text("GPU", &raw),
