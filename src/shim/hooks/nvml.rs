@@ -1,19 +1,23 @@
 //! NVML's memory figures, capped for the GPUs CUDA sees in this process; in a pool,
-//! the pool's figures (`nvml_procs`: the pool read without joining it, and its processes).
+//! the pool's figures and processes (`nvml_pool`: the pool read without joining it).
 
-use super::nvml_procs::{nvml_pool_gpu, nvml_pool_reader};
+use super::nvml_pool::{nvml_pool_gpu, nvml_pool_reader};
 use super::*;
-use gpucap_core::nvml;
+use gpucap_core::nvml::{self, Listing, ProcessInfo};
 
 // ---------------------------------------------------------------------------
 // NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID. NVML is never
 // a reason to initialise (or load) CUDA.
 
-pub use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2};
+pub use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
 
 /// `NVML_ERROR_NO_PERMISSION`: what every intercepted NVML call returns while the
 /// configuration is invalid (as the CUDA calls return `CUDA_ERROR_NOT_PERMITTED`).
 pub const NVML_ERROR_NO_PERMISSION: CuResult = 4;
+/// `NVML_SUCCESS`, `NVML_ERROR_INVALID_ARGUMENT`, `NVML_ERROR_INSUFFICIENT_SIZE`.
+const NVML_SUCCESS: CuResult = 0;
+const NVML_ERROR_INVALID_ARGUMENT: CuResult = 2;
+const NVML_ERROR_INSUFFICIENT_SIZE: CuResult = 7;
 
 /// The CUDA ordinal of an NVML device handle, with its cap resolved; None for a
 /// device CUDA does not see here, or one without a cap (shown as the driver says).
@@ -68,7 +72,7 @@ pub(super) fn nvml_cap_without_cuda(
 /// Whether the intercepted NVML calls must fail closed (`NVML_ERROR_NO_PERMISSION`): an
 /// invalid configuration, a limit key naming no GPU, a pool this process could not join.
 /// Else the configuration and whether the process initialised CUDA.
-pub(super) fn nvml_config() -> Result<(&'static gpucap_core::config::Config, bool), CuResult> {
+fn nvml_config() -> Result<(&'static gpucap_core::config::Config, bool), CuResult> {
     // Not a CUDA call: the process does not become a CUDA user by it.
     let Ok(config) = SHIM.config_quiet() else {
         return Err(NVML_ERROR_NO_PERMISSION);
@@ -145,4 +149,50 @@ pub fn nvml_memory_info<M: nvml::MemoryInfo>(
         *m = m.capped(free_total);
     }
     rc
+}
+
+/// `nvmlDeviceGetComputeRunningProcesses` (`nvmlProcessInfo_v1_t`), `_v2` and `_v3`
+/// (`nvmlProcessInfo_v2_t`): for a GPU of this process's pool, the pool's live members
+/// that hold memory of it, with their bytes, by NVML's count protocol ([`Listing`]);
+/// without a pool, or for another GPU, the driver's answer untouched.
+/// `NVML_ERROR_NO_PERMISSION` under an invalid configuration, as the memory figures.
+pub fn nvml_compute_processes<P: ProcessInfo>(
+    real: unsafe extern "C" fn(Handle, *mut u32, *mut P) -> CuResult,
+    device: Handle,
+    count: *mut u32,
+    infos: *mut P,
+) -> CuResult {
+    let config = match nvml_config() {
+        Ok((config, _)) => config,
+        Err(rc) => return rc,
+    };
+    let Ok(pool) = nvml_pool_reader(config) else {
+        return NVML_ERROR_NO_PERMISSION;
+    };
+    let Some(gpu) = pool.and_then(|p| nvml_pool_gpu(p, device)) else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real(device, count, infos) };
+    };
+    if count.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: the caller's non-null count.
+    let room = unsafe { *count };
+    match nvml::listing(gpu.processes.len(), room, !infos.is_null()) {
+        Listing::TooSmall(n) => {
+            // SAFETY: as above.
+            unsafe { *count = n };
+            NVML_ERROR_INSUFFICIENT_SIZE
+        }
+        Listing::Write(n) => {
+            let instance = queries::nvml_instance_ids(device);
+            for (i, &(pid, used)) in gpu.processes.iter().enumerate() {
+                // SAFETY: the caller's array holds `room` >= n entries (`listing`).
+                unsafe { infos.add(i).write_unaligned(P::new(pid, used, instance)) };
+            }
+            // SAFETY: as above.
+            unsafe { *count = n };
+            NVML_SUCCESS
+        }
+    }
 }
