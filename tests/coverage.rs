@@ -536,12 +536,21 @@ fn nvml_entry_points_are_reached_linked_and_by_dlsym() {
 #include <stdio.h>
 extern void nvmlDeviceGetMemoryInfo(void);
 extern void nvmlDeviceGetMemoryInfo_v2(void);
+extern void nvmlDeviceGetComputeRunningProcesses(void);
+extern void nvmlDeviceGetComputeRunningProcesses_v2(void);
+extern void nvmlDeviceGetComputeRunningProcesses_v3(void);
+#define N 5
 int main(int argc, char **argv) {
     void *shim = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
-    const char *names[2] = {"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"};
-    void *direct[2] = {(void *)&nvmlDeviceGetMemoryInfo, (void *)&nvmlDeviceGetMemoryInfo_v2};
+    const char *names[N] = {"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
+                            "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2",
+                            "nvmlDeviceGetComputeRunningProcesses_v3"};
+    void *direct[N] = {(void *)&nvmlDeviceGetMemoryInfo, (void *)&nvmlDeviceGetMemoryInfo_v2,
+                       (void *)&nvmlDeviceGetComputeRunningProcesses,
+                       (void *)&nvmlDeviceGetComputeRunningProcesses_v2,
+                       (void *)&nvmlDeviceGetComputeRunningProcesses_v3};
     int fails = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N; i++) {
         void *h = shim ? dlsym(shim, names[i]) : NULL;
         void *paths[4] = {direct[i], dlsym(dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL), names[i]),
                           dlsym(dlopen("libnvidia-ml.so", RTLD_NOW | RTLD_LOCAL), names[i]), dlsym(RTLD_DEFAULT, names[i])};
@@ -573,7 +582,7 @@ int main(int argc, char **argv) {
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert_eq!(
         stdout(&o).lines().filter(|l| l.starts_with("ok ")).count(),
-        8
+        5 * 4
     );
     let o = run(fake_cmd(&exe, &stats).arg(shim()));
     assert!(

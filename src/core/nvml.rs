@@ -12,6 +12,12 @@
 //! CUDA, the driver says which devices it sees. Otherwise [`cuda_view`] works out what
 //! CUDA would see from NVML's own enumeration and `CUDA_VISIBLE_DEVICES`, as the
 //! driver reads it; the approximation is CUDA's device order (see `cuda_view`).
+//!
+//! In a pool (`GPUCAP_POOL`), a GPU of the pool shows the pool's figures ([`within_pool`]:
+//! what every member holds counts as used) and `nvmlDeviceGetComputeRunningProcesses`
+//! lists the pool's live members holding memory of it ([`pool_gpu`], [`listing`]).
+
+use crate::budget::PoolView;
 
 /// `nvmlMemory_t`.
 #[repr(C)]
@@ -80,6 +86,122 @@ pub fn capped_v2(driver: NvmlMemoryV2, (free, total): (u64, u64)) -> NvmlMemoryV
         free,
         used: total - free - reserved,
     }
+}
+
+/// `nvmlProcessInfo_v1_t`: what `nvmlDeviceGetComputeRunningProcesses` fills (16 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvmlProcessV1 {
+    pub pid: u32,
+    pub used_gpu_memory: u64,
+}
+
+/// `nvmlProcessInfo_v2_t`: what `nvmlDeviceGetComputeRunningProcesses_v2` fills, and
+/// `_v3` too (its `nvmlProcessInfo_t` is the same 24 bytes; the r535 headers briefly
+/// gave it a fifth field, `usedGpuCcProtectedMemory`, since moved to
+/// `nvmlProcessDetail_v1_t`; `nvidia-ml-py` reads `_v3` with this layout).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvmlProcessV2 {
+    pub pid: u32,
+    pub used_gpu_memory: u64,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<NvmlProcessV1>() == 16);
+const _: () = assert!(std::mem::size_of::<NvmlProcessV2>() == 24);
+
+/// The GPU and compute instance ids NVML gives a process outside MIG (`0xFFFFFFFF`).
+pub const NO_INSTANCE: u32 = u32::MAX;
+
+/// An NVML process struct, made from a pid, its bytes and (on a MIG device) the GPU and
+/// compute instance ids.
+pub trait ProcessInfo: Copy {
+    fn new(pid: u32, used: u64, instance: Option<(u32, u32)>) -> Self;
+}
+
+impl ProcessInfo for NvmlProcessV1 {
+    fn new(pid: u32, used: u64, _instance: Option<(u32, u32)>) -> Self {
+        NvmlProcessV1 {
+            pid,
+            used_gpu_memory: used,
+        }
+    }
+}
+
+impl ProcessInfo for NvmlProcessV2 {
+    fn new(pid: u32, used: u64, instance: Option<(u32, u32)>) -> Self {
+        let (gi, ci) = instance.unwrap_or((NO_INSTANCE, NO_INSTANCE));
+        NvmlProcessV2 {
+            pid,
+            used_gpu_memory: used,
+            gpu_instance_id: gi,
+            compute_instance_id: ci,
+        }
+    }
+}
+
+/// What `nvmlDeviceGet*RunningProcesses` answers for `n` processes, given the caller's
+/// `*infoCount` (`room`) and whether it passed an array: NVML's protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// Write the `n` entries, `*infoCount = n`, `NVML_SUCCESS` (also for none, with or
+    /// without an array: "NVML_SUCCESS if none are running").
+    Write(u32),
+    /// `*infoCount = n`, `NVML_ERROR_INSUFFICIENT_SIZE`, nothing written: the array is
+    /// smaller than `n` (the size query passes `*infoCount = 0` and no array).
+    TooSmall(u32),
+}
+
+pub fn listing(n: usize, room: u32, array: bool) -> Listing {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    if n == 0 {
+        Listing::Write(0)
+    } else if !array || room < n {
+        Listing::TooSmall(n)
+    } else {
+        Listing::Write(n)
+    }
+}
+
+/// One GPU of a pool (`GPUCAP_POOL`) as NVML shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolGpu {
+    /// The cap every member holds it to (None: no cap).
+    pub cap: Option<u64>,
+    /// Bytes held by all members, including members that died and whose share no member
+    /// took back yet.
+    pub used: u64,
+    /// `(pid, bytes)` of each live member holding memory of it, as the member recorded
+    /// its pid (in its own PID namespace), in slot order.
+    pub processes: Vec<(u32, u64)>,
+}
+
+/// The GPU `uuid` of the pool `view`; None when the pool has no such GPU.
+pub fn pool_gpu(view: &PoolView, uuid: &[u8; 16]) -> Option<PoolGpu> {
+    let gpu = view.gpus.iter().find(|g| &g.raw_uuid == uuid)?;
+    let processes = view
+        .members
+        .iter()
+        .filter(|m| m.alive)
+        .filter_map(|m| {
+            let used = m.gpus.iter().find(|g| &g.raw_uuid == uuid)?.used;
+            (used > 0).then_some((m.pid, used))
+        })
+        .collect();
+    Some(PoolGpu {
+        cap: gpu.cap,
+        used: gpu.used,
+        processes,
+    })
+}
+
+/// `(free, total)` of a pool's GPU capped at `cap` of which the pool's members hold
+/// `pool_used`: total = min(physical, cap), free = min(physical free, cap - pool used).
+pub fn within_pool((free, total): (u64, u64), cap: u64, pool_used: u64) -> (u64, u64) {
+    let total = total.min(cap);
+    (free.min(cap.saturating_sub(pool_used)).min(total), total)
 }
 
 /// `nvmlPciInfo_t` (`nvmlDeviceGetPciInfo_v3`).
@@ -380,6 +502,161 @@ mod tests {
             Vec::<[u8; 16]>::new(),
             "ambiguous"
         );
+    }
+
+    /// A member: pid, alive, (GPU, bytes) held.
+    type Held<'a> = (u32, bool, &'a [([u8; 16], u64)]);
+
+    fn pool(members: &[Held]) -> PoolView {
+        use crate::budget::{GpuView, MemberGpuView, MemberView};
+        let gpu = |raw: [u8; 16], cap: Option<u64>, used: u64| GpuView {
+            uuid: uuid_text("GPU", &raw),
+            cap,
+            used,
+            peak: used,
+            refusals: 0,
+            largest_refused: 0,
+            held_by_dead: 0,
+            raw_uuid: raw,
+        };
+        let used_of = |raw: [u8; 16]| {
+            members
+                .iter()
+                .flat_map(|m| m.2.iter())
+                .filter(|g| g.0 == raw)
+                .map(|g| g.1)
+                .sum()
+        };
+        PoolView {
+            version: 1,
+            created: 0,
+            gpus: vec![
+                gpu(u(0, false), Some(GI), used_of(u(0, false))),
+                gpu(u(1, false), None, used_of(u(1, false))),
+            ],
+            members: members
+                .iter()
+                .enumerate()
+                .map(|(slot, &(pid, alive, gpus))| MemberView {
+                    slot,
+                    pid,
+                    pid_namespace: 0,
+                    command: String::new(),
+                    start_ms: 0,
+                    alive,
+                    gpus: gpus
+                        .iter()
+                        .map(|&(raw, used)| MemberGpuView {
+                            uuid: uuid_text("GPU", &raw),
+                            used,
+                            peak: used,
+                            raw_uuid: raw,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    const MI: u64 = 1 << 20;
+
+    #[test]
+    fn a_pool_gpu_lists_its_live_members_holding_memory() {
+        let (g0, g1) = (u(0, false), u(1, false));
+        let view = pool(&[
+            (100, true, &[(g0, 300 * MI)]),
+            (101, true, &[(g0, 200 * MI), (g1, 5 * MI)]),
+            (102, true, &[(g0, 0)]),        // a member holding nothing of it
+            (103, false, &[(g0, 50 * MI)]), // died; not taken back yet
+            (104, true, &[(g1, MI)]),
+        ]);
+        assert_eq!(
+            pool_gpu(&view, &g0),
+            Some(PoolGpu {
+                cap: Some(GI),
+                used: 550 * MI,
+                processes: vec![(100, 300 * MI), (101, 200 * MI)],
+            }),
+            "the dead member's bytes stay in used until taken back, but it is not listed"
+        );
+        assert_eq!(
+            pool_gpu(&view, &g1).map(|g| (g.cap, g.processes)),
+            Some((None, vec![(101, 5 * MI), (104, MI)]))
+        );
+        assert_eq!(pool_gpu(&view, &u(2, false)), None, "not a GPU of the pool");
+    }
+
+    #[test]
+    fn a_pool_gpu_shows_the_pool_used_within_the_cap() {
+        // Physical 80 GiB, 70 free; cap 4 GiB of which the pool holds 1.5.
+        assert_eq!(
+            within_pool((70 * GI, 80 * GI), 4 * GI, 3 * GI / 2),
+            (5 * GI / 2, 4 * GI)
+        );
+        // The physical GPU has less free than the cap leaves: that shows.
+        assert_eq!(within_pool((GI, 80 * GI), 4 * GI, GI), (GI, 4 * GI));
+        // Over the cap (a member died holding memory and the cap was lowered): 0 free.
+        assert_eq!(within_pool((70 * GI, 80 * GI), 4 * GI, 5 * GI), (0, 4 * GI));
+        // A GPU smaller than the cap.
+        assert_eq!(within_pool((GI, 2 * GI), 4 * GI, 0), (GI, 2 * GI));
+        // An empty pool shows what a process holding nothing sees.
+        assert_eq!(
+            within_pool((70 * GI, 80 * GI), 4 * GI, 0),
+            within_cap((70 * GI, 80 * GI), 4 * GI)
+        );
+        let v1 = capped(
+            NvmlMemory::default(),
+            within_pool((70 * GI, 80 * GI), GI, 500 * MI),
+        );
+        assert_eq!(
+            (v1.total, v1.used),
+            (GI, 500 * MI),
+            "v1 used = the pool's used"
+        );
+    }
+
+    #[test]
+    fn the_running_processes_count_protocol() {
+        // The size query: *infoCount = 0, no array.
+        assert_eq!(listing(2, 0, false), Listing::TooSmall(2));
+        assert_eq!(listing(0, 0, false), Listing::Write(0), "SUCCESS if none");
+        assert_eq!(listing(0, 0, true), Listing::Write(0));
+        assert_eq!(listing(3, 2, true), Listing::TooSmall(3));
+        assert_eq!(listing(3, 3, true), Listing::Write(3));
+        assert_eq!(
+            listing(3, 9, true),
+            Listing::Write(3),
+            "*infoCount = the number written"
+        );
+        assert_eq!(
+            listing(3, 9, false),
+            Listing::TooSmall(3),
+            "no array to write to"
+        );
+    }
+
+    #[test]
+    fn process_structs_as_nvml_lays_them_out() {
+        let p = <NvmlProcessV2 as ProcessInfo>::new(7, 9, None);
+        assert_eq!(
+            (p.gpu_instance_id, p.compute_instance_id),
+            (NO_INSTANCE, NO_INSTANCE),
+            "0xFFFFFFFF outside MIG"
+        );
+        let p = <NvmlProcessV2 as ProcessInfo>::new(7, 9, Some((1, 0)));
+        assert_eq!(
+            (
+                p.pid,
+                p.used_gpu_memory,
+                p.gpu_instance_id,
+                p.compute_instance_id
+            ),
+            (7, 9, 1, 0)
+        );
+        assert_eq!(std::mem::offset_of!(NvmlProcessV2, used_gpu_memory), 8);
+        assert_eq!(std::mem::offset_of!(NvmlProcessV2, gpu_instance_id), 16);
+        assert_eq!(std::mem::offset_of!(NvmlProcessV2, compute_instance_id), 20);
+        assert_eq!(std::mem::offset_of!(NvmlProcessV1, used_gpu_memory), 8);
     }
 
     #[test]

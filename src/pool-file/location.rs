@@ -45,6 +45,23 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<
     }
 }
 
+/// [`locate`] for a reader (NVML's figures in a process that never joins): creates
+/// nothing. `Ok(None)` when the pool's file (or its per-user directory) does not exist
+/// yet: no member joined, the pool is empty.
+pub fn locate_existing(
+    spec: &PoolSpec,
+    pool_dir: Option<&Path>,
+) -> Result<Option<PathBuf>, String> {
+    let missing = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    if let PoolSpec::Name(_) = spec
+        && missing(&base_dir(pool_dir)?.join(format!("gpucap-{}", own_uid())))
+    {
+        return Ok(None);
+    }
+    let path = locate(spec, pool_dir, false)?;
+    Ok((!missing(&path)).then_some(path))
+}
+
 /// The directory the per-user directories are made in.
 fn base_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(d) = pool_dir {

@@ -197,6 +197,13 @@ hook_table! {
         (device: Handle, memory: *mut imp::NvmlMemory) => imp::nvml_memory_info;
     nvmlDeviceGetMemoryInfo_v2 = "nvmlDeviceGetMemoryInfo_v2" @ 0 :
         (device: Handle, memory: *mut imp::NvmlMemoryV2) => imp::nvml_memory_info;
+    nvmlDeviceGetComputeRunningProcesses = "nvmlDeviceGetComputeRunningProcesses" @ 0 :
+        (device: Handle, count: *mut u32, infos: *mut imp::NvmlProcessV1) => imp::nvml_compute_processes;
+    nvmlDeviceGetComputeRunningProcesses_v2 = "nvmlDeviceGetComputeRunningProcesses_v2" @ 0 :
+        (device: Handle, count: *mut u32, infos: *mut imp::NvmlProcessV2) => imp::nvml_compute_processes;
+    // `_v3` fills the same 24-byte nvmlProcessInfo_t as `_v2` (see gpucap_core::nvml).
+    nvmlDeviceGetComputeRunningProcesses_v3 = "nvmlDeviceGetComputeRunningProcesses_v3" @ 0 :
+        (device: Handle, count: *mut u32, infos: *mut imp::NvmlProcessV2) => imp::nvml_compute_processes;
 }
 
 pub fn is_hook(p: *const c_void) -> bool {

@@ -6,14 +6,22 @@
  *                                 allocates <alloc> with CUDA on ordinal 0, then compares
  *                                 NVML's figures for the same GPU (found by UUID) with
  *                                 cuMemGetInfo_v2
- *   nvml denied <linked|dl>       NVML device 0's memory (v1 and v2) must be refused with
- *                                 NVML_ERROR_NO_PERMISSION (4): what gpucap answers under an
- *                                 invalid configuration
+ *   nvml denied <linked|dl>       NVML device 0's memory (v1 and v2) and processes (v1, v3)
+ *                                 must be refused with NVML_ERROR_NO_PERMISSION (4): what
+ *                                 gpucap answers under an invalid configuration
+ *   nvml procs <linked|dl> [cuda] every NVML device as `list` shows it, then its compute
+ *                                 processes by nvmlDeviceGetComputeRunningProcesses, _v2 and
+ *                                 _v3, each asked as clients ask (the size query with
+ *                                 *infoCount = 0 and no array, an array one too small, then
+ *                                 a larger one), NVML's count protocol checked on the way;
+ *                                 with `cuda`, after cuInit and a context on ordinal 0 (a
+ *                                 process that uses CUDA but allocates nothing)
  *
  * Output lines (list): "dev <nvml index>[.mig] uuid=<uuid> total=B free=B used=B
- * v2total=B v2reserved=B v2free=B v2used=B". "linked" calls the symbols this program
- * is linked with (-lnvidia-ml); "dl" dlopens libnvidia-ml.so.1 and uses dlsym, as
- * pynvml and frameworks do.
+ * v2total=B v2reserved=B v2free=B v2used=B"; procs adds "proc <nvml index> <v1|v2|v3>
+ * pid=P used=B gi=G ci=C" per process (gi, ci: 4294967295 outside MIG; v1 has neither).
+ * "linked" calls the symbols this program is linked with (-lnvidia-ml); "dl" dlopens
+ * libnvidia-ml.so.1 and uses dlsym, as pynvml and frameworks do.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -30,6 +38,18 @@ typedef struct {
     unsigned long long total, reserved, free, used;
 } nvmlMemory_v2_t;
 #define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+/* What _v2 and _v3 fill (nvmlProcessInfo_v2_t; _v3's nvmlProcessInfo_t is the same). */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
 
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlShutdown(void);
@@ -40,6 +60,12 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
                                                  nvmlDevice_t *mig);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *count,
+                                                  nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_v2_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_v2_t *infos);
 CUresult cuDeviceGetUuid_v2(unsigned char uuid[16], CUdevice dev);
 
 static struct {
@@ -50,6 +76,9 @@ static struct {
     nvmlReturn_t (*mem)(nvmlDevice_t, nvmlMemory_t *);
     nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *);
     nvmlReturn_t (*mig)(nvmlDevice_t, unsigned int, nvmlDevice_t *);
+    nvmlReturn_t (*procs1)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v1_t *);
+    nvmlReturn_t (*procs2)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v2_t *);
+    nvmlReturn_t (*procs3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v2_t *);
 } N;
 
 static void bind(const char *how) {
@@ -61,6 +90,9 @@ static void bind(const char *how) {
         N.mem = nvmlDeviceGetMemoryInfo;
         N.mem2 = nvmlDeviceGetMemoryInfo_v2;
         N.mig = nvmlDeviceGetMigDeviceHandleByIndex;
+        N.procs1 = nvmlDeviceGetComputeRunningProcesses;
+        N.procs2 = nvmlDeviceGetComputeRunningProcesses_v2;
+        N.procs3 = nvmlDeviceGetComputeRunningProcesses_v3;
         return;
     }
     void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -83,6 +115,9 @@ static void bind(const char *how) {
     SYM(mem, "nvmlDeviceGetMemoryInfo");
     SYM(mem2, "nvmlDeviceGetMemoryInfo_v2");
     SYM(mig, "nvmlDeviceGetMigDeviceHandleByIndex");
+    SYM(procs1, "nvmlDeviceGetComputeRunningProcesses");
+    SYM(procs2, "nvmlDeviceGetComputeRunningProcesses_v2");
+    SYM(procs3, "nvmlDeviceGetComputeRunningProcesses_v3");
 }
 
 static void show(const char *label, nvmlDevice_t d) {
@@ -170,6 +205,75 @@ static void consistent(size_t bytes) {
     if (p) MUST(cuMemFree_v2(p));
 }
 
+#define MAX_PROCS 64
+
+/* One version of the process query, asked as clients ask it; prints the processes. The
+   v1 array is read through the v2 struct's first two fields only. */
+static void procs_of(const char *label, nvmlDevice_t d, int version) {
+    nvmlProcessInfo_v1_t p1[MAX_PROCS];
+    nvmlProcessInfo_v2_t p2[MAX_PROCS];
+    /* Size query: *infoCount = 0, no array. */
+    unsigned int n = 0;
+    int rc = version == 1 ? N.procs1(d, &n, NULL) : version == 2 ? N.procs2(d, &n, NULL) : N.procs3(d, &n, NULL);
+    CHECK((rc == 0 && n == 0) || (rc == NVML_ERROR_INSUFFICIENT_SIZE && n > 0),
+          "%s v%d: the size query -> %d with count %u (SUCCESS for none, else INSUFFICIENT_SIZE "
+          "with the count)",
+          label, version, rc, n);
+    if (rc != 0 && rc != NVML_ERROR_INSUFFICIENT_SIZE) return;
+    CHECK(n < MAX_PROCS - 4, "%s v%d: %u processes", label, version, n);
+    if (n >= MAX_PROCS - 4) return;
+    /* One too small: INSUFFICIENT_SIZE, the count needed, nothing written. */
+    if (n > 0) {
+        unsigned int small = n - 1;
+        memset(p1, 0xab, sizeof p1);
+        memset(p2, 0xab, sizeof p2);
+        rc = version == 1 ? N.procs1(d, &small, p1) : version == 2 ? N.procs2(d, &small, p2) : N.procs3(d, &small, p2);
+        CHECK(rc == NVML_ERROR_INSUFFICIENT_SIZE && small == n,
+              "%s v%d: an array of %u -> %d, count %u (INSUFFICIENT_SIZE, count %u)", label, version,
+              n - 1, rc, small, n);
+        CHECK(p1[0].pid == 0xabababab && p2[0].pid == 0xabababab, "%s v%d: nothing written to a small array",
+              label, version);
+    }
+    /* Room for more: SUCCESS, the count written. */
+    unsigned int room = n + 4;
+    memset(p1, 0xab, sizeof p1);
+    memset(p2, 0xab, sizeof p2);
+    rc = version == 1 ? N.procs1(d, &room, p1) : version == 2 ? N.procs2(d, &room, p2) : N.procs3(d, &room, p2);
+    CHECK(rc == 0 && room == n, "%s v%d: an array of %u -> %d, count %u (SUCCESS, count %u)", label,
+          version, n + 4, rc, room, n);
+    if (rc != 0) return;
+    CHECK(p1[room].pid == 0xabababab && p2[room].pid == 0xabababab,
+          "%s v%d: nothing written past the count", label, version);
+    for (unsigned int i = 0; i < room; i++) {
+        if (version == 1)
+            printf("proc %s v1 pid=%u used=%llu\n", label, p1[i].pid, p1[i].usedGpuMemory);
+        else
+            printf("proc %s v%d pid=%u used=%llu gi=%u ci=%u\n", label, version, p2[i].pid,
+                   p2[i].usedGpuMemory, p2[i].gpuInstanceId, p2[i].computeInstanceId);
+    }
+}
+
+static void procs(int cuda) {
+    if (cuda) {
+        MUST(cuInit(0));
+        CUcontext ctx;
+        MUST(cuDevicePrimaryCtxRetain(&ctx, 0));
+        MUST(cuCtxSetCurrent(ctx));
+    }
+    unsigned int n = 0;
+    MUST(N.init());
+    MUST(N.count(&n));
+    printf("count %u\n", n);
+    for (unsigned int i = 0; i < n; i++) {
+        nvmlDevice_t d;
+        MUST(N.handle(i, &d));
+        char label[32];
+        snprintf(label, sizeof label, "%u", i);
+        show(label, d);
+        for (int v = 1; v <= 3; v++) procs_of(label, d, v);
+    }
+}
+
 static void denied(void) {
     nvmlDevice_t d;
     MUST(N.init());
@@ -178,9 +282,13 @@ static void denied(void) {
     nvmlMemory_v2_t m2 = {0};
     m2.version = NVML_MEMORY_V2;
     int r1 = N.mem(d, &m), r2 = N.mem2(d, &m2);
-    printf("denied v1=%d v2=%d total=%llu\n", r1, r2, m.total);
+    unsigned int n1 = 0, n3 = 0;
+    int r3 = N.procs1(d, &n1, NULL), r4 = N.procs3(d, &n3, NULL);
+    printf("denied v1=%d v2=%d procs=%d,%d total=%llu\n", r1, r2, r3, r4, m.total);
     CHECK(r1 == 4 && r2 == 4, "nvmlDeviceGetMemoryInfo/_v2 -> %d %d, expected NVML_ERROR_NO_PERMISSION (4)",
           r1, r2);
+    CHECK(r3 == 4 && r4 == 4 && n1 == 0 && n3 == 0,
+          "nvmlDeviceGetComputeRunningProcesses/_v3 -> %d %d, expected NVML_ERROR_NO_PERMISSION (4)", r3, r4);
     CHECK(m.total == 0 && m2.total == 0, "no figures written when refused");
 }
 
@@ -192,12 +300,16 @@ int main(int argc, char **argv) {
     } else if (argc == 3 && strcmp(argv[1], "denied") == 0) {
         bind(argv[2]);
         denied();
+    } else if ((argc == 3 || argc == 4) && strcmp(argv[1], "procs") == 0) {
+        bind(argv[2]);
+        procs(argc == 4 && strcmp(argv[3], "cuda") == 0);
     } else if (argc == 4 && strcmp(argv[1], "consistent") == 0) {
         bind(argv[2]);
         consistent(parse_size(argv[3]));
     } else {
         fprintf(stderr,
-                "usage: %s list <linked|dl> | consistent <linked|dl> <bytes> | denied <linked|dl>\n",
+                "usage: %s list <linked|dl> | consistent <linked|dl> <bytes> | denied <linked|dl> | "
+                "procs <linked|dl> [cuda]\n",
                 argv[0]);
         return 2;
     }

@@ -2,9 +2,12 @@
 
 Prints one line per device, as tests/c/nvml.c does:
     dev <index>[.mig] uuid=<uuid> total=B free=B used=B v2total=B v2reserved=B v2free=B v2used=B
+then one line per compute process (nvmlDeviceGetComputeRunningProcesses, which
+nvidia-ml-py asks of _v3 with NVML's count protocol):
+    proc <index>[.mig] v3 pid=P used=B gi=G ci=C
 or, when NVML refuses to report the memory,
     denied <index>[.mig] <NVML return code> <pynvml's exception class>
-then "done". Never initialises CUDA itself, like nvidia-smi.
+(and "procsdenied ..." for the processes), then "done". Never initialises CUDA itself, like nvidia-smi.
 """
 
 import pynvml
@@ -25,6 +28,17 @@ def show(label, handle):
         f"v2total={m2.total} v2reserved={m2.reserved} v2free={m2.free} v2used={m2.used}",
         flush=True,
     )
+    try:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except pynvml.NVMLError as e:
+        print(f"procsdenied {label} {e.value} {type(e).__name__}", flush=True)
+        return
+    for p in procs:
+        print(
+            f"proc {label} v3 pid={p.pid} used={p.usedGpuMemory} "
+            f"gi={p.gpuInstanceId} ci={p.computeInstanceId}",
+            flush=True,
+        )
 
 
 def main():

@@ -24,7 +24,7 @@ pub use layout::{
     LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
-pub use view::{GpuView, MemberView, PoolView};
+pub use view::{GpuView, MemberGpuView, MemberView, PoolView};
 
 #[cfg(test)]
 mod tests;

@@ -414,6 +414,17 @@ pub fn nvml_uuid(device: Handle) -> Option<[u8; 16]> {
     gpucap_core::identity::parse_uuid(&text.to_string_lossy())
 }
 
+/// The GPU and compute instance ids of a MIG device handle; None for a whole GPU.
+pub fn nvml_instance_ids(device: Handle) -> Option<(u32, u32)> {
+    let id = |f: Option<unsafe extern "C" fn(Handle, *mut u32) -> u32>| {
+        let mut v = 0u32;
+        // SAFETY: valid out-pointer; NVML refuses a handle that is no MIG device.
+        f.filter(|f| unsafe { f(device, &mut v) } == NVML_SUCCESS)
+            .map(|_| v)
+    };
+    id(calls::nvmlDeviceGetGpuInstanceId()).zip(id(calls::nvmlDeviceGetComputeInstanceId()))
+}
+
 /// `NVML_SUCCESS`, `NVML_DEVICE_MIG_ENABLE`.
 const NVML_SUCCESS: u32 = 0;
 const NVML_MIG_ENABLE: u32 = 1;

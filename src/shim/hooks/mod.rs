@@ -25,6 +25,7 @@ mod info;
 mod init;
 mod memory;
 mod nvml;
+mod nvml_pool;
 mod pools;
 mod sync;
 mod vmm;

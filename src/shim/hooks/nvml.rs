@@ -1,17 +1,23 @@
-//! NVML's memory figures, capped for the GPUs CUDA sees in this process.
+//! NVML's memory figures, capped for the GPUs CUDA sees in this process; in a pool,
+//! the pool's figures and processes (`nvml_pool`: the pool read without joining it).
 
+use super::nvml_pool::{nvml_pool_gpu, nvml_pool_reader};
 use super::*;
-use gpucap_core::nvml;
+use gpucap_core::nvml::{self, Listing, ProcessInfo};
 
 // ---------------------------------------------------------------------------
 // NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID. NVML is never
 // a reason to initialise (or load) CUDA.
 
-pub use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2};
+pub use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
 
 /// `NVML_ERROR_NO_PERMISSION`: what every intercepted NVML call returns while the
 /// configuration is invalid (as the CUDA calls return `CUDA_ERROR_NOT_PERMITTED`).
 pub const NVML_ERROR_NO_PERMISSION: CuResult = 4;
+/// `NVML_SUCCESS`, `NVML_ERROR_INVALID_ARGUMENT`, `NVML_ERROR_INSUFFICIENT_SIZE`.
+const NVML_SUCCESS: CuResult = 0;
+const NVML_ERROR_INVALID_ARGUMENT: CuResult = 2;
+const NVML_ERROR_INSUFFICIENT_SIZE: CuResult = 7;
 
 /// The CUDA ordinal of an NVML device handle, with its cap resolved; None for a
 /// device CUDA does not see here, or one without a cap (shown as the driver says).
@@ -63,52 +69,130 @@ pub(super) fn nvml_cap_without_cuda(
         .map(|limit| limit.resolve(total))
 }
 
-/// `nvmlDeviceGetMemoryInfo` and `_v2`: the driver's answer, capped for a GPU that
-/// CUDA sees in this process; `NVML_ERROR_NO_PERMISSION` under an invalid configuration.
-pub fn nvml_memory_info<M: nvml::MemoryInfo>(
-    real: unsafe extern "C" fn(Handle, *mut M) -> CuResult,
-    device: Handle,
-    memory: *mut M,
-) -> CuResult {
+/// Whether the intercepted NVML calls must fail closed (`NVML_ERROR_NO_PERMISSION`): an
+/// invalid configuration, a limit key naming no GPU, a pool this process could not join.
+/// Else the configuration and whether the process initialised CUDA.
+fn nvml_config() -> Result<(&'static gpucap_core::config::Config, bool), CuResult> {
     // Not a CUDA call: the process does not become a CUDA user by it.
     let Ok(config) = SHIM.config_quiet() else {
-        return NVML_ERROR_NO_PERMISSION;
+        return Err(NVML_ERROR_NO_PERMISSION);
     };
-    if identity::failed().is_some() {
-        return NVML_ERROR_NO_PERMISSION;
+    if identity::failed().is_some() || crate::membership::failed().is_some() {
+        return Err(NVML_ERROR_NO_PERMISSION);
     }
     let cuda = queries::cuda_initialised();
     if !cuda
         && let Some(spec) = &config.limit
         && !nvml_keys_match(spec)
     {
-        return NVML_ERROR_NO_PERMISSION;
+        return Err(NVML_ERROR_NO_PERMISSION);
     }
+    Ok((config, cuda))
+}
+
+/// `nvmlDeviceGetMemoryInfo` and `_v2`: the driver's answer, capped for a GPU that
+/// CUDA sees in this process; in a pool, a GPU of the pool shows the pool's used
+/// memory (every member's) within its cap. `NVML_ERROR_NO_PERMISSION`, writing
+/// nothing, under an invalid configuration or a pool file that cannot be read.
+pub fn nvml_memory_info<M: nvml::MemoryInfo>(
+    real: unsafe extern "C" fn(Handle, *mut M) -> CuResult,
+    device: Handle,
+    memory: *mut M,
+) -> CuResult {
+    let (config, cuda) = match nvml_config() {
+        Ok(c) => c,
+        Err(rc) => return rc,
+    };
+    // Read before the driver fills the caller's struct: a refusal writes nothing.
+    let Ok(pool) = nvml_pool_reader(config) else {
+        return NVML_ERROR_NO_PERMISSION;
+    };
     // SAFETY: forwarding the caller's arguments.
     let rc = unsafe { real(device, memory) };
-    if rc != 0 || memory.is_null() {
-        return rc;
+    if rc != 0 || memory.is_null() || (config.limit.is_none() && pool.is_none()) {
+        return rc; // no cap and no pool: the driver's figures
     }
-    let Some(spec) = config.limit.as_ref() else {
-        return rc; // no cap: the driver's figures
-    };
     // SAFETY: NVML succeeded and filled the caller's struct.
     let m = unsafe { &mut *memory };
     let (free, total) = m.free_total();
+    let pooled = pool.and_then(|p| nvml_pool_gpu(p, device));
     let shown = if cuda {
-        nvml_device(&SHIM, device).map(|d| {
-            let retained = if growth() {
-                growth::retained_bytes(d)
-            } else {
-                0
-            };
-            SHIM.mem_info(d, free, total, retained)
-        })
+        // A member: its own books say the pool's figures (`Shim::mem_info`).
+        nvml_device(&SHIM, device)
+            .map(|d| {
+                let retained = if growth() {
+                    growth::retained_bytes(d)
+                } else {
+                    0
+                };
+                SHIM.mem_info(d, free, total, retained)
+            })
+            .or_else(|| {
+                let g = pooled?;
+                Some(nvml::within_pool((free, total), g.cap?, g.used))
+            })
     } else {
-        nvml_cap_without_cuda(spec, device, total).map(|cap| nvml::within_cap((free, total), cap))
+        // Not a member (a monitor): the pool as its file says, else the configured cap.
+        let configured = config
+            .limit
+            .as_ref()
+            .and_then(|spec| nvml_cap_without_cuda(spec, device, total));
+        match pooled {
+            Some(g) => g
+                .cap
+                .or(configured)
+                .map(|cap| nvml::within_pool((free, total), cap, g.used)),
+            None => configured.map(|cap| nvml::within_cap((free, total), cap)),
+        }
     };
     if let Some(free_total) = shown {
         *m = m.capped(free_total);
     }
     rc
+}
+
+/// `nvmlDeviceGetComputeRunningProcesses` (`nvmlProcessInfo_v1_t`), `_v2` and `_v3`
+/// (`nvmlProcessInfo_v2_t`): for a GPU of this process's pool, the pool's live members
+/// that hold memory of it, with their bytes, by NVML's count protocol ([`Listing`]);
+/// without a pool, or for another GPU, the driver's answer untouched.
+/// `NVML_ERROR_NO_PERMISSION` under an invalid configuration, as the memory figures.
+pub fn nvml_compute_processes<P: ProcessInfo>(
+    real: unsafe extern "C" fn(Handle, *mut u32, *mut P) -> CuResult,
+    device: Handle,
+    count: *mut u32,
+    infos: *mut P,
+) -> CuResult {
+    let config = match nvml_config() {
+        Ok((config, _)) => config,
+        Err(rc) => return rc,
+    };
+    let Ok(pool) = nvml_pool_reader(config) else {
+        return NVML_ERROR_NO_PERMISSION;
+    };
+    let Some(gpu) = pool.and_then(|p| nvml_pool_gpu(p, device)) else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real(device, count, infos) };
+    };
+    if count.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: the caller's non-null count.
+    let room = unsafe { *count };
+    match nvml::listing(gpu.processes.len(), room, !infos.is_null()) {
+        Listing::TooSmall(n) => {
+            // SAFETY: as above.
+            unsafe { *count = n };
+            NVML_ERROR_INSUFFICIENT_SIZE
+        }
+        Listing::Write(n) => {
+            let instance = queries::nvml_instance_ids(device);
+            for (i, &(pid, used)) in gpu.processes.iter().enumerate() {
+                // SAFETY: the caller's array holds `room` >= n entries (`listing`).
+                unsafe { infos.add(i).write_unaligned(P::new(pid, used, instance)) };
+            }
+            // SAFETY: as above.
+            unsafe { *count = n };
+            NVML_SUCCESS
+        }
+    }
 }
