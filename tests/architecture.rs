@@ -53,8 +53,8 @@ fn no_module_cycle_in_the_shim_the_cli_the_core_or_the_fake_gpu() {
     let o = modcycles(&[&root().join("src"), &root().join("cuda-stubs")]);
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     assert!(
-        stdout(&o).contains("in 6 crate(s)"),
-        "core, shim, CLI, fake libcuda, fake NVML, their shared crate: {}",
+        stdout(&o).contains("in 7 crate(s)"),
+        "core, pool file, shim, CLI, fake libcuda, fake NVML, their shared crate: {}",
         dump(&o)
     );
 }

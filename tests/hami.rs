@@ -220,7 +220,8 @@ fn variables_gpucap_does_not_act_on_are_said_at_the_default_level() {
     let o = capped(&stats, &env, &["fill:16777216"]);
     assert!(o.status.success(), "{}", dump(&o));
     let err = stderr(&o);
-    for name in ["CUDA_DEVICE_SM_LIMIT"] {
+    {
+        let name = "CUDA_DEVICE_SM_LIMIT";
         assert_eq!(
             err.lines().filter(|l| l.contains(name)).count(),
             1,

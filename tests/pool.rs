@@ -189,19 +189,18 @@ fn without_a_pool_each_process_has_the_whole_cap() {
     // The control of the test above: the same two processes without GPUCAP_POOL.
     let p = Pool::new("pool-none");
     let a = spawn(
-        &mut p
-            .script(
-                "a.json",
-                &[
-                    "alloc:600Mi",
-                    &format!("touch:{}", p.path("a")),
-                    &format!("wait:{}", p.path("b")),
-                ],
-            )
-            .env_remove("GPUCAP_POOL"),
+        p.script(
+            "a.json",
+            &[
+                "alloc:600Mi",
+                &format!("touch:{}", p.path("a")),
+                &format!("wait:{}", p.path("b")),
+            ],
+        )
+        .env_remove("GPUCAP_POOL"),
     );
     p.wait_file("a");
-    let b = run(&mut p
+    let b = run(p
         .script(
             "b.json",
             &["alloc:600Mi", &format!("touch:{}", p.path("b"))],
@@ -224,7 +223,7 @@ fn members_must_agree_on_the_cap() {
         ],
     ));
     p.wait_file("a");
-    let b = run(&mut p
+    let b = run(p
         .script("b.json", &["alloc:1Mi"])
         .env("GPUCAP_LIMIT", "2Gi"));
     p.touch("b");
@@ -238,7 +237,7 @@ fn members_must_agree_on_the_cap() {
         dump(&b)
     );
     // Once no member lives, a new cap replaces the old one.
-    let c = run(&mut p
+    let c = run(p
         .script("c.json", &["alloc:1500Mi"])
         .env("GPUCAP_LIMIT", "2Gi"));
     assert!(has(&c, &format!("alloc {} 0", 1500 * MIB)), "{}", dump(&c));
@@ -398,12 +397,10 @@ fn a_forked_child_does_not_carry_its_parents_membership_away() {
     // The child exits through exit(): the shim's exit hook runs in it, and must not
     // hand the parent's share back to the pool.
     let p = Pool::new("pool-fork-exit");
-    let a =
-        spawn(
-            &mut p
-                .cmd(pool_fork(), "a.json")
-                .args(["exit", &p.path("ready"), &p.path("go")]),
-        );
+    let a = spawn(
+        p.cmd(pool_fork(), "a.json")
+            .args(["exit", &p.path("ready"), &p.path("go")]),
+    );
     p.wait_file("ready");
     let b = run(&mut p.script("b.json", &["alloc:500Mi", "alloc:400Mi"]));
     p.touch("go");
@@ -420,10 +417,9 @@ fn a_forked_child_does_not_carry_its_parents_membership_away() {
 #[test]
 fn a_forked_child_that_uses_cuda_is_its_own_member() {
     let p = Pool::new("pool-fork-cuda");
-    let a =
-        run(&mut p
-            .cmd(pool_fork(), "a.json")
-            .args(["cuda", &p.path("ready"), &p.path("ready")]));
+    let a = run(p
+        .cmd(pool_fork(), "a.json")
+        .args(["cuda", &p.path("ready"), &p.path("ready")]));
     assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
     assert!(has(&a, "child cuInit 0"), "{}", dump(&a));
     assert!(has(&a, "child alloc 300 0"), "{}", dump(&a));
@@ -438,11 +434,11 @@ fn a_forked_child_that_uses_cuda_is_its_own_member() {
 #[test]
 fn a_dead_parent_releases_its_share_while_its_child_lives() {
     let p = Pool::new("pool-fork-sleep");
-    let mut a = spawn(&mut p.cmd(pool_fork(), "a.json").args([
-        "sleep",
-        &p.path("ready"),
-        &p.path("never"),
-    ]));
+    let mut a =
+        spawn(
+            p.cmd(pool_fork(), "a.json")
+                .args(["sleep", &p.path("ready"), &p.path("never")]),
+        );
     p.wait_file("ready");
     // Read up to the child's pid line only: the child keeps the pipe open.
     let child: i32 = {
@@ -545,8 +541,7 @@ fn eight_processes_of_sixteen_threads_never_take_the_pool_over_its_cap() {
     let procs: Vec<Child> = (0..8)
         .map(|i| {
             spawn(
-                &mut p
-                    .cmd(churn(), &format!("s{i}.json"))
+                p.cmd(churn(), &format!("s{i}.json"))
                     .env("GPUCAP_LIMIT", "512Mi")
                     .args([
                         "16",
@@ -603,8 +598,7 @@ fn members_killed_at_random_points_block_nobody_and_leave_nothing_behind() {
     let survivors: Vec<Child> = (0..2)
         .map(|i| {
             spawn(
-                &mut p
-                    .cmd(churn(), &format!("s{i}.json"))
+                p.cmd(churn(), &format!("s{i}.json"))
                     .env("GPUCAP_LIMIT", "256Mi")
                     .args(["4", "1500", "16Mi"]),
             )
@@ -633,7 +627,7 @@ fn members_killed_at_random_points_block_nobody_and_leave_nothing_behind() {
         );
     }
     // The dead left their shares behind; the next member takes them all back.
-    let o = run(&mut p
+    let o = run(p
         .script("last.json", &["alloc:256Mi"])
         .env("GPUCAP_LIMIT", "256Mi"));
     assert!(has(&o, &format!("alloc {} 0", 256 * MIB)), "{}", dump(&o));

@@ -182,7 +182,11 @@ fn a_dead_members_share_is_taken_back_by_the_next_allocation_that_needs_it() {
     assert_eq!(b.usage(0), Some((500, Some(1000), 500)));
     let v = pool.view(proc(k, 99));
     assert_eq!(v.members.len(), 1, "the dead member's slot is empty again");
-    drop(a);
+    assert_eq!(
+        a.usage(0).map(|u| u.0),
+        Some(500),
+        "A's copy of the words sees B's use"
+    );
 }
 
 #[test]
@@ -216,7 +220,8 @@ fn half_done_reserve(pool: Pool<'static>, m: &Member<'static>, bytes: u64, crash
     w.gpu(g, G_LOCK).store(s as u64 + 1, SeqCst);
     let used = w.gpu(g, G_USED).load(SeqCst);
     let own = w.member_gpu(s, g, M_USED).load(SeqCst);
-    let steps: &[fn(Words<'static>, usize, usize, u64, u64)] = &[
+    type Step = fn(Words<'static>, usize, usize, u64, u64);
+    let steps: &[Step] = &[
         |w, s, g, u, o| {
             w.member_gpu(s, g, M_JOURNAL_POOL).store(u, SeqCst);
             w.member_gpu(s, g, M_JOURNAL_OWN).store(o, SeqCst);
@@ -278,7 +283,7 @@ fn leaving_gives_everything_back_and_ignores_later_frees() {
 fn a_full_pool_refuses_to_join() {
     let (pool, k) = setup();
     for i in 0..MAX_SLOTS {
-        std::mem::forget(member(pool, proc(k, i as u32 + 1), None));
+        let _live = member(pool, proc(k, i as u32 + 1), None);
     }
     let extra = Member::join(pool, proc(k, 10_000), &MemberInfo::default());
     assert_eq!(extra.err(), Some(JoinError::Full));
