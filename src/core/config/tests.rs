@@ -953,7 +953,11 @@ mod properties {
             assert_eq!(e.var, "GPUCAP_POOL", "{bad}");
             assert!(e.to_string().contains("accepted: a pool name"), "{e}");
         }
-        assert_eq!(vars(&[("GPUCAP_POOL", "off")]).unwrap().pool, None, "off: no pool");
+        assert_eq!(
+            vars(&[("GPUCAP_POOL", "off")]).unwrap().pool,
+            None,
+            "off: no pool"
+        );
         let e = vars(&[("GPUCAP_POOL_DIR", "rel/dir")]).unwrap_err();
         assert!(e.to_string().contains("absolute"), "{e}");
     }
