@@ -244,6 +244,18 @@ fn the_pool_comes_from_the_environment_as_for_the_shim() {
     .unwrap();
     let o = run(fake_cmd(home.join("gpucap"), &s.dir.join("s.json")).args(["status", "--json"]));
     assert_eq!(json(&o)["path"], file.to_str().unwrap());
+    // So does it when other GPUCAP_* variables are set but none names a pool: the
+    // container's configured environment, as `docker exec CONTAINER gpucap top` has it.
+    let o = run(fake_cmd(home.join("gpucap"), &s.dir.join("s.json"))
+        .args(["status", "--json"])
+        .env("GPUCAP_LIMIT", "1Gi"));
+    assert_eq!(json(&o)["path"], file.to_str().unwrap());
+    // But a pool the environment turns off is off.
+    let o = run(fake_cmd(home.join("gpucap"), &s.dir.join("s.json"))
+        .args(["status"])
+        .env("GPUCAP_POOL", "off"));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(stderr(&o).contains("no pool configured"), "{}", dump(&o));
     let _ = kill(a);
 }
 

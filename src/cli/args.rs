@@ -643,9 +643,11 @@ Shows a pool once (GPUCAP_POOL: the processes that name the same pool share one 
 per GPU): for each GPU its cap, the bytes in use, the peak, how many allocations the
 pool refused, and the bytes still held by members that died (the next allocation that
 needs them takes them back); for each member its pid, state (alive or dead), GPU,
-bytes, peak, start time (UTC) and command, the largest first. The pool is the one the
-environment names (GPUCAP_POOL, GPUCAP_POOL_DIR, CUDA_DEVICE_MEMORY_SHARED_CACHE; with
-no GPUCAP_* variable, the gpucap.env file the shim would read), or --pool's.
+bytes, peak, start time (UTC) and command, the largest first. The pool is --pool's,
+else the one the environment names (GPUCAP_POOL, GPUCAP_POOL_DIR, HAMi-core's
+CUDA_DEVICE_MEMORY_SHARED_CACHE), else the one of the gpucap.env file the shim reads
+(beside libgpucap.so, else /etc/gpucap/gpucap.env: what the container entrypoint
+wrote, so `docker exec CONTAINER gpucap top` shows the container's pool).
 Reading a pool never changes it: the file is opened read-only.
 
 options:
@@ -654,7 +656,7 @@ options:
   --json             print one JSON object: path, version, created, gpus [uuid, cap,
                      used, peak, refusals, largest_refused, held_by_dead], members
                      [slot, pid, pid_namespace, command, start_ms, alive, gpus [uuid,
-                     used, peak]] (see README.md, \"gpucap status\")
+                     used, peak]] (see README.md, \"Watching a pool\")
   -h, --help         show this help
 
 exit status: 0; 1 if the pool's file does not exist (no process has joined the pool

@@ -354,8 +354,12 @@ pub(crate) fn prepare(
 
 /// The configuration that names the pool `status` and `top` show: the environment
 /// with `--pool` applied (which then replaces HAMi-core's
-/// CUDA_DEVICE_MEMORY_SHARED_CACHE too), or, when it has no GPUCAP_* variable, the
-/// gpucap.env file the shim would read. Errors are printed; the exit status returned.
+/// CUDA_DEVICE_MEMORY_SHARED_CACHE too). When neither `--pool` nor the environment
+/// names a pool (GPUCAP_POOL, CUDA_DEVICE_MEMORY_SHARED_CACHE), the gpucap.env file the
+/// shim reads (beside libgpucap.so, else /etc/gpucap) names it: what the container
+/// entrypoint wrote, so that `docker exec CONTAINER gpucap top` shows the container's
+/// pool even with other GPUCAP_* variables set. Errors are printed; the exit status
+/// returned.
 fn pool_config(pool_flag: Option<String>) -> Result<Config, i32> {
     let flagged = pool_flag.is_some();
     let overrides = Overrides {
@@ -370,16 +374,22 @@ fn pool_config(pool_flag: Option<String>) -> Result<Config, i32> {
         eprintln!("{}", blame_flag(e, &overrides));
         EXIT_USAGE
     })?;
-    if config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v))) {
+    let named = lookup(&vars, "GPUCAP_POOL").is_some()
+        || lookup(&vars, config::HAMI_SHARED_CACHE).is_some();
+    if named {
         return Ok(config);
     }
+    // Without any GPUCAP_* variable the file is the configuration, as for the shim: its
+    // errors are errors here too. Otherwise only its pool is of interest.
+    let environment_only = config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v)));
     match config_file(library(&vars).ok().as_deref()) {
-        Ok(Some((c, _))) => Ok(c),
-        Ok(None) => Ok(config),
-        Err(e) => {
+        Ok(Some((c, _))) if !environment_only || c.pool.is_some() => Ok(c),
+        Ok(_) => Ok(config),
+        Err(e) if !environment_only => {
             eprintln!("{e}");
             Err(EXIT_USAGE)
         }
+        Err(_) => Ok(config),
     }
 }
 
