@@ -619,8 +619,9 @@ environment has no GPUCAP_* variable, it checks the gpucap.env file the shim wou
 read instead (beside libgpucap.so, else /etc/gpucap/gpucap.env), if there is one.
 With a pool (GPUCAP_POOL), it prints the pool's file and, if it exists, how many of
 its members are alive; a pool directory that others could write in, or a pool file
-that cannot be read as one, is an error (exit status 2). A directory or file that does
-not exist yet is fine: the first process that uses CUDA makes it.
+that cannot be read as one, is an error (exit status 2), and so is a GPUCAP_POOL_DIR
+that does not exist. A gpucap-UID directory or pool file that does not exist yet is
+fine: the first process that uses CUDA makes it.
 
 options:
   --limit SPEC       check this GPUCAP_LIMIT instead of the variable's
