@@ -381,11 +381,11 @@ fn pool_config(pool_flag: Option<String>) -> Result<Config, i32> {
     }
     // Without any GPUCAP_* variable the file is the configuration, as for the shim: its
     // errors are errors here too. Otherwise only its pool is of interest.
-    let environment_only = config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v)));
+    let env_has_vars = config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v)));
     match config_file(library(&vars).ok().as_deref()) {
-        Ok(Some((c, _))) if !environment_only || c.pool.is_some() => Ok(c),
+        Ok(Some((c, _))) if !env_has_vars || c.pool.is_some() => Ok(c),
         Ok(_) => Ok(config),
-        Err(e) if !environment_only => {
+        Err(e) if !env_has_vars => {
             eprintln!("{e}");
             Err(EXIT_USAGE)
         }
