@@ -692,3 +692,57 @@ fn top_prints_snapshots_separated_by_a_blank_line_when_not_on_a_terminal() {
     }
     let _ = kill(a);
 }
+
+/// A pseudo-terminal: (the master side, the path of the slave side).
+fn pty() -> (std::fs::File, PathBuf) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on a descriptor we own; ptsname's buffer is copied at once.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let name = std::ffi::CStr::from_ptr(libc::ptsname(master))
+            .to_string_lossy()
+            .into_owned();
+        (std::fs::File::from_raw_fd(master), PathBuf::from(name))
+    }
+}
+
+#[test]
+fn top_redraws_the_screen_on_a_terminal() {
+    use std::io::Read;
+    let s = Scratch::new("pool-top-tty");
+    let a = s.member("t", "a", &["alloc:32Mi"]);
+    let (mut master, slave) = pty();
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&slave)
+        .unwrap();
+    let o = s
+        .gpucap(&["top", "--pool", "t", "--iterations", "2", "--interval", "0.2"])
+        .stdout(tty)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", dump(&o));
+    // Everything it wrote is in the master's buffer (a few KiB); the slave is closed
+    // once gpucap exited, so reading ends with EIO after it.
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match master.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    let out = String::from_utf8_lossy(&out);
+    // Each snapshot starts by clearing the screen; none is separated by a blank line.
+    assert_eq!(out.matches("\x1b[H\x1b[2J").count(), 2, "{out:?}");
+    assert!(out.starts_with("\x1b[H\x1b[2Jgpucap top: "), "{out:?}");
+    assert!(out.contains("(Ctrl-C to quit)"), "{out:?}");
+    assert!(!out.contains("\n\n\x1b") && !out.contains("\r\n\r\n\x1b"), "{out:?}");
+    assert!(out.contains("32 MiB"), "{out:?}");
+    let _ = kill(a);
+}
