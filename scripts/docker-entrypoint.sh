@@ -20,8 +20,9 @@
 # 4. Writes the validated GPUCAP_* variables (the pool's included) to gpucap.env beside
 #    libgpucap.so. The shim reads that file when its environment has no GPUCAP_*
 #    variable at all, so processes started through ssh, `su -` or sudo (which drop the
-#    environment) stay capped, in the container's pool. If that directory is not writable (a non-root container), it warns and
-#    goes on, unless GPUCAP_LD_SO_PRELOAD asks for the system-wide install.
+#    environment) stay capped, in the container's pool. If that directory is not
+#    writable (a non-root container), it warns and goes on, unless
+#    GPUCAP_LD_SO_PRELOAD asks for the system-wide install.
 # 5. With GPUCAP_LD_SO_PRELOAD=1 (true/yes/on), adds libgpucap.so to /etc/ld.so.preload
 #    (once: the line is not added again), so that every process loads the shim even
 #    without LD_PRELOAD. GPUCAP_ETC replaces /etc for this (tests only); it is removed
