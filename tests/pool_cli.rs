@@ -699,7 +699,11 @@ fn pty() -> (std::fs::File, PathBuf) {
     // SAFETY: plain libc calls on a descriptor we own; ptsname's buffer is copied at once.
     unsafe {
         let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert!(
+            master >= 0,
+            "posix_openpt: {}",
+            std::io::Error::last_os_error()
+        );
         assert_eq!(libc::grantpt(master), 0);
         assert_eq!(libc::unlockpt(master), 0);
         let name = std::ffi::CStr::from_ptr(libc::ptsname(master))
@@ -721,7 +725,15 @@ fn top_redraws_the_screen_on_a_terminal() {
         .open(&slave)
         .unwrap();
     let o = s
-        .gpucap(&["top", "--pool", "t", "--iterations", "2", "--interval", "0.2"])
+        .gpucap(&[
+            "top",
+            "--pool",
+            "t",
+            "--iterations",
+            "2",
+            "--interval",
+            "0.2",
+        ])
         .stdout(tty)
         .stderr(Stdio::piped())
         .output()
@@ -742,7 +754,10 @@ fn top_redraws_the_screen_on_a_terminal() {
     assert_eq!(out.matches("\x1b[H\x1b[2J").count(), 2, "{out:?}");
     assert!(out.starts_with("\x1b[H\x1b[2Jgpucap top: "), "{out:?}");
     assert!(out.contains("(Ctrl-C to quit)"), "{out:?}");
-    assert!(!out.contains("\n\n\x1b") && !out.contains("\r\n\r\n\x1b"), "{out:?}");
+    assert!(
+        !out.contains("\n\n\x1b") && !out.contains("\r\n\r\n\x1b"),
+        "{out:?}"
+    );
     assert!(out.contains("32 MiB"), "{out:?}");
     let _ = kill(a);
 }
