@@ -7,18 +7,27 @@
 # 1. Finds gpucap and libgpucap.so: in $GPUCAP_HOME if set, else in this script's own
 #    directory (symlinks resolved) if they are there, else in /usr/local/lib/gpucap.
 #    GPUCAP_LIB, if set, names the library instead.
-# 2. Validates the GPUCAP_* configuration with `gpucap check`: a bad value stops the
-#    container with gpucap's message and exit status 2; the command never runs.
-# 3. Writes the validated GPUCAP_* variables to gpucap.env beside libgpucap.so. The
-#    shim reads that file when its environment has no GPUCAP_* variable at all, so
-#    processes started through ssh, `su -` or sudo (which drop the environment) stay
-#    capped. If that directory is not writable (a non-root container), it warns and
-#    goes on, unless GPUCAP_LD_SO_PRELOAD asks for the system-wide install.
-# 4. With GPUCAP_LD_SO_PRELOAD=1 (true/yes/on), adds libgpucap.so to /etc/ld.so.preload
+# 2. One budget for the whole container: unless GPUCAP_POOL (or HAMi-core's
+#    CUDA_DEVICE_MEMORY_SHARED_CACHE) is set, exports GPUCAP_POOL=container, so that
+#    every process of the container that uses CUDA draws on one cap per GPU (the pool
+#    file is container.pool in a gpucap-UID directory under GPUCAP_POOL_DIR, else
+#    $XDG_RUNTIME_DIR, /dev/shm or /tmp). GPUCAP_POOL=off gives each process its own
+#    cap instead; GPUCAP_POOL=NAME or an absolute path names another pool (a pool
+#    shared by the containers of a pod, in a memory-backed volume).
+# 3. Validates the GPUCAP_* configuration with `gpucap check`: a bad value (or a pool
+#    directory other users could write in) stops the container with gpucap's message
+#    and exit status 2; the command never runs.
+# 4. Writes the validated GPUCAP_* variables (the pool's included) to gpucap.env beside
+#    libgpucap.so. The shim reads that file when its environment has no GPUCAP_*
+#    variable at all, so processes started through ssh, `su -` or sudo (which drop the
+#    environment) stay capped, in the container's pool. If that directory is not
+#    writable (a non-root container), it warns and goes on, unless
+#    GPUCAP_LD_SO_PRELOAD asks for the system-wide install.
+# 5. With GPUCAP_LD_SO_PRELOAD=1 (true/yes/on), adds libgpucap.so to /etc/ld.so.preload
 #    (once: the line is not added again), so that every process loads the shim even
 #    without LD_PRELOAD. GPUCAP_ETC replaces /etc for this (tests only); it is removed
 #    from the environment before anything else sees it.
-# 5. Runs `exec gpucap run -- "$@"`: libgpucap.so is appended to LD_PRELOAD (what was
+# 6. Runs `exec gpucap run -- "$@"`: libgpucap.so is appended to LD_PRELOAD (what was
 #    there is kept) and gpucap execs the command, so the command ends up with this
 #    script's pid: signals reach it directly and its exit status is the container's.
 #    127: command not found; 126: not executable.
@@ -54,6 +63,12 @@ ld_so_preload=false
 case $(printf '%s' "${GPUCAP_LD_SO_PRELOAD:-0}" | tr '[:upper:]' '[:lower:]' | tr -d ' \t') in
     1 | true | yes | on) ld_so_preload=true ;;
 esac
+
+# One budget per container by default: the processes share one pool.
+if [ -z "${GPUCAP_POOL+set}" ] && [ -z "${CUDA_DEVICE_MEMORY_SHARED_CACHE+set}" ]; then
+    GPUCAP_POOL=container
+    export GPUCAP_POOL
+fi
 
 # Validate, and write gpucap.env beside the library when its directory is writable.
 env_file=$(dirname -- "$lib")/gpucap.env

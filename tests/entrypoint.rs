@@ -4,6 +4,8 @@
 //! Each test installs gpucap, a COPY of libgpucap.so and the entrypoint in a scratch
 //! "GPUCAP_HOME", so the gpucap.env the entrypoint writes beside the library stays
 //! there. /etc is never touched: GPUCAP_ETC points the ld.so.preload install elsewhere.
+//! The container's pool (GPUCAP_POOL=container by default) lives in the install's own
+//! pool directory (GPUCAP_POOL_DIR), so tests running at once do not share a budget.
 
 mod common;
 
@@ -15,10 +17,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// A scratch install: `<dir>/home/{gpucap,libgpucap.so,docker-entrypoint.sh}`.
+/// A scratch install: `<dir>/home/{gpucap,libgpucap.so,docker-entrypoint.sh}`, and
+/// `<dir>/pools` for the container's pool.
 struct Install {
     dir: PathBuf,
     home: PathBuf,
+    pools: PathBuf,
 }
 
 impl Install {
@@ -33,7 +37,9 @@ impl Install {
             home.join("docker-entrypoint.sh"),
         )
         .unwrap();
-        Install { dir, home }
+        let pools = dir.join("pools");
+        std::fs::create_dir_all(&pools).unwrap();
+        Install { dir, home, pools }
     }
 
     fn lib(&self) -> PathBuf {
@@ -51,7 +57,9 @@ impl Install {
             self.home.join("docker-entrypoint.sh"),
             &self.dir.join("stats.json"),
         );
-        c.args(args).env("FAKECUDA_TOTAL_MEM", "4Gi");
+        c.args(args)
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("GPUCAP_POOL_DIR", &self.pools);
         c
     }
 }
@@ -140,6 +148,7 @@ fn gpucap_home_names_the_install() {
     c.args([&client(), "600", "600"])
         .env("FAKECUDA_TOTAL_MEM", "4Gi")
         .env("GPUCAP_HOME", &inst.home)
+        .env("GPUCAP_POOL_DIR", &inst.pools)
         .env("GPUCAP_LIMIT", "1Gi");
     let o = run(&mut c);
     assert_ok(&o);
@@ -370,7 +379,11 @@ fn ld_so_preload_install_is_idempotent_and_keeps_other_lines() {
         // GPUCAP_ETC is the script's own knob: the command does not see it.
         assert_eq!(
             stdout(&o),
-            "GPUCAP_LD_SO_PRELOAD=1\nGPUCAP_LIMIT=1Gi\n",
+            format!(
+                "GPUCAP_LD_SO_PRELOAD=1\nGPUCAP_LIMIT=1Gi\nGPUCAP_POOL=container\n\
+                 GPUCAP_POOL_DIR={}\n",
+                inst.pools.display()
+            ),
             "{}",
             dump(&o)
         );
@@ -384,4 +397,120 @@ fn ld_so_preload_install_is_idempotent_and_keeps_other_lines() {
     let o = run(inst.entrypoint(&["true"]).env("GPUCAP_ETC", &etc2));
     assert_ok(&o);
     assert!(!etc2.join("ld.so.preload").exists());
+}
+
+/// Waits until `path` exists (a harness limit of 60 s, not a timing assertion).
+fn wait_for(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The `alloc SIZE rc` lines of tests/c/script.c's output.
+fn allocs(o: &Output) -> Vec<String> {
+    stdout(o)
+        .lines()
+        .filter(|l| l.starts_with("alloc "))
+        .map(String::from)
+        .collect()
+}
+
+/// Two containers' worth of processes through the entrypoint, capped at 1 GiB: the
+/// first holds 600 MiB while the second asks for 600 MiB, then 300 MiB. `env` is added
+/// to both. Returns the second's `alloc` lines.
+fn second_of_two(inst: &Install, tag: &str, env: &[(&str, &str)]) -> Vec<String> {
+    let script = compile_c("script", "", &["-lcuda"]);
+    let script = script.to_str().unwrap();
+    let (ready, go) = (
+        inst.dir.join(format!("{tag}.ready")),
+        inst.dir.join(format!("{tag}.go")),
+    );
+    let (ready_s, go_s) = (
+        format!("touch:{}", ready.display()),
+        format!("wait:{}", go.display()),
+    );
+    let mut first = inst.entrypoint(&[script, "alloc:600Mi", &ready_s, &go_s]);
+    first
+        .env("GPUCAP_LIMIT", "1Gi")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let first = first.spawn().unwrap();
+    wait_for(&ready);
+    let second = run(inst
+        .entrypoint(&[script, "alloc:600Mi", "alloc:300Mi"])
+        .env("GPUCAP_LIMIT", "1Gi")
+        .envs(env.iter().copied()));
+    std::fs::write(&go, "").unwrap();
+    let first = first.wait_with_output().unwrap();
+    assert_ok(&first);
+    assert_eq!(
+        allocs(&first),
+        [format!("alloc {} 0", 600 << 20)],
+        "{}",
+        dump(&first)
+    );
+    assert_ok(&second);
+    allocs(&second)
+}
+
+#[test]
+fn a_containers_processes_share_one_cap_by_default() {
+    let inst = Install::new("ep-pool");
+    // The entrypoint sets the default for the command, and writes it to gpucap.env.
+    let o = run(&mut inst.entrypoint(&["sh", "-c", "printf '%s\\n' \"$GPUCAP_POOL\""]));
+    assert_ok(&o);
+    assert_eq!(stdout(&o), "container\n", "{}", dump(&o));
+    let text = std::fs::read_to_string(inst.env_file()).unwrap();
+    assert!(text.lines().any(|l| l == "GPUCAP_POOL=container"), "{text}");
+    // Two processes share the 1 GiB: the second's 600 MiB is refused (600 + 600 >
+    // 1 GiB), its 300 MiB fits.
+    assert_eq!(
+        second_of_two(&inst, "default", &[]),
+        [
+            format!("alloc {} 2", 600 << 20), // CUDA_ERROR_OUT_OF_MEMORY
+            format!("alloc {} 0", 300 << 20),
+        ]
+    );
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    assert!(
+        inst.pools
+            .join(format!("gpucap-{uid}/container.pool"))
+            .exists()
+    );
+    // The user's own pool name is kept.
+    let o = run(inst
+        .entrypoint(&["sh", "-c", "printf '%s\\n' \"$GPUCAP_POOL\""])
+        .env("GPUCAP_POOL", "mine"));
+    assert_eq!(stdout(&o), "mine\n", "{}", dump(&o));
+    // HAMi-core's pool file is a pool too: no default is added beside it.
+    let cache = inst.dir.join("hami.cache");
+    let o = run(inst
+        .entrypoint(&["sh", "-c", "printf '%s\\n' \"${GPUCAP_POOL-unset}\""])
+        .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &cache));
+    assert_ok(&o);
+    assert_eq!(stdout(&o), "unset\n", "{}", dump(&o));
+}
+
+#[test]
+fn gpucap_pool_off_gives_each_process_its_own_cap() {
+    let inst = Install::new("ep-pool-off");
+    assert_eq!(
+        second_of_two(&inst, "off", &[("GPUCAP_POOL", "off")]),
+        [
+            format!("alloc {} 0", 600 << 20),
+            format!("alloc {} 0", 300 << 20),
+        ]
+    );
+    let text = std::fs::read_to_string(inst.env_file()).unwrap();
+    assert!(text.lines().any(|l| l == "GPUCAP_POOL=off"), "{text}");
+    // No pool file was made.
+    assert_eq!(std::fs::read_dir(&inst.pools).unwrap().count(), 0);
 }

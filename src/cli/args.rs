@@ -11,6 +11,8 @@ pub enum Topic {
     General,
     Run,
     Check,
+    Status,
+    Top,
 }
 
 /// Flags that override `GPUCAP_*` variables.
@@ -25,6 +27,8 @@ pub struct Overrides {
     pub growth: bool,
     /// `--report PATH`: sets GPUCAP_REPORT.
     pub report: Option<String>,
+    /// `--pool NAME|PATH|off`: sets GPUCAP_POOL.
+    pub pool: Option<String>,
 }
 
 /// What `gpucap run --growth` also sets, unless the user already set them: the
@@ -50,6 +54,9 @@ impl Overrides {
         if let Some(r) = &self.report {
             v.push(("GPUCAP_REPORT", r.as_str()));
         }
+        if let Some(p) = &self.pool {
+            v.push(("GPUCAP_POOL", p.as_str()));
+        }
         v
     }
 }
@@ -72,6 +79,22 @@ pub enum Command {
         /// `--write-env FILE`: also write the validated GPUCAP_* variables to FILE (the
         /// container entrypoint's `gpucap.env`).
         write_env: Option<OsString>,
+    },
+    /// `gpucap status [--pool NAME|PATH] [--json]`: one snapshot of a pool.
+    Status {
+        /// `--pool`: the pool to show instead of the one the environment names.
+        pool: Option<String>,
+        /// `--json`: the snapshot as one JSON object.
+        json: bool,
+    },
+    /// `gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]`: the
+    /// snapshot, refreshed.
+    Top {
+        pool: Option<String>,
+        /// `--interval`: between snapshots, in milliseconds (200 to 60000).
+        interval_ms: u64,
+        /// `--iterations`: how many snapshots (None: until interrupted).
+        iterations: Option<u64>,
     },
     /// `gpucap help [COMMAND]`, `--help`, `-h`
     Help(Topic),
@@ -127,6 +150,8 @@ where
     match first.to_str() {
         Some("run") => parse_run(parser),
         Some("check") => parse_check(parser),
+        Some("status") => parse_status(parser),
+        Some("top") => parse_top(parser),
         Some("help") => parse_help(parser),
         Some("version") => Ok(Command::Version),
         _ => {
@@ -137,7 +162,9 @@ where
             } else {
                 Err(usage(
                     Topic::General,
-                    format!("unknown command '{s}' (the commands are run, check and help)"),
+                    format!(
+                        "unknown command '{s}' (the commands are run, check, status, top and help)"
+                    ),
                 ))
             }
         }
@@ -176,7 +203,7 @@ fn lexopt_error(topic: Topic, e: lexopt::Error) -> UsageError {
     usage(topic, e.to_string())
 }
 
-/// `help [run|check]`: the words after `help`, taken raw (`help --help` names no topic).
+/// `help [run|check|status|top]`: the words after `help`, taken raw (`help --help` names no topic).
 fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
     let mut args = parser
         .raw_args()
@@ -186,12 +213,14 @@ fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
         Some(t) => match t.to_str() {
             Some("run") => Topic::Run,
             Some("check") => Topic::Check,
+            Some("status") => Topic::Status,
+            Some("top") => Topic::Top,
             Some("help") => Topic::General,
             _ => {
                 return Err(usage(
                     Topic::General,
                     format!(
-                        "no help for '{}' (try: help run, help check)",
+                        "no help for '{}' (try: help run, help check, help status, help top)",
                         t.to_string_lossy()
                     ),
                 ));
@@ -220,23 +249,61 @@ enum End {
     Done,
 }
 
-/// Everything the options of `run` and `check` set.
+/// Everything the options of `run`, `check`, `status` and `top` set.
 #[derive(Default)]
 struct Options {
     overrides: Overrides,
     measure: bool,
     write_env: Option<OsString>,
+    json: bool,
+    interval_ms: Option<u64>,
+    iterations: Option<u64>,
 }
 
-/// Reads the options of `run` or `check` up to the first word that is not one:
-/// `--limit SPEC`, `--log LEVEL`, `--report PATH` (also as `--name=value`), `--growth`,
-/// `-h`, `--help`, and for `run` `--measure`, for `check` `--write-env FILE`.
+/// What `--interval` accepts.
+pub const INTERVAL_ACCEPTED: &str = "a number of seconds from 0.2 to 60 (e.g. 1, 0.5, 2.5)";
+
+/// Parses an `--interval` value: seconds in [0.2, 60], as whole milliseconds.
+pub fn parse_interval(value: &str) -> Result<u64, String> {
+    let secs: f64 = value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|s: &f64| s.is_finite())
+        .ok_or_else(|| format!("invalid --interval {value:?}: {INTERVAL_ACCEPTED}"))?;
+    if !(0.2..=60.0).contains(&secs) {
+        return Err(format!(
+            "invalid --interval {value:?}: out of range; {INTERVAL_ACCEPTED}"
+        ));
+    }
+    Ok((secs * 1000.0).round() as u64)
+}
+
+/// Parses an `--iterations` value: a whole number, at least 1.
+pub fn parse_iterations(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "invalid --iterations {value:?}: a whole number of snapshots, at least 1"
+        )),
+    }
+}
+
+/// Reads the options of a command up to the first word that is not one: for `run`
+/// and `check`, `--limit SPEC`, `--log LEVEL`, `--report PATH` (also as
+/// `--name=value`), `--growth`, `--pool NAME|PATH`, and for `run` `--measure`, for
+/// `check` `--write-env FILE`; for `status`, `--pool` and `--json`; for `top`,
+/// `--pool`, `--interval SECS` and `--iterations N`; `-h`, `--help` for all.
 fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Result<End, UsageError> {
+    let config_flags = matches!(topic, Topic::Run | Topic::Check);
     loop {
-        if topic == Topic::Check && next_is_double_dash(parser) {
+        if topic != Topic::Run && next_is_double_dash(parser) {
             return Err(usage(
                 topic,
-                "unexpected argument '--' (check takes only options)",
+                format!(
+                    "unexpected argument '--' ({} takes only options)",
+                    topic_name(topic)
+                ),
             ));
         }
         let name = match parser.next().map_err(|e| lexopt_error(topic, e))? {
@@ -256,8 +323,9 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
         // Flags without a value.
         let flag = match (name.as_str(), topic) {
             ("--help", _) if attached.is_none() => return Ok(End::Help),
-            ("--growth", _) => Some(&mut opts.overrides.growth),
+            ("--growth", Topic::Run | Topic::Check) => Some(&mut opts.overrides.growth),
             ("--measure", Topic::Run) => Some(&mut opts.measure),
+            ("--json", Topic::Status) => Some(&mut opts.json),
             _ => None,
         };
         if let Some(flag) = flag {
@@ -287,10 +355,35 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
             opts.write_env = Some(value);
             continue;
         }
+        if topic == Topic::Top && (name == "--interval" || name == "--iterations") {
+            let given = if name == "--interval" {
+                opts.interval_ms.is_some()
+            } else {
+                opts.iterations.is_some()
+            };
+            if given {
+                return Err(usage(topic, format!("{name} given more than once")));
+            }
+            let what = if name == "--interval" { "SECS" } else { "N" };
+            let value = match attached {
+                Some(v) => v,
+                None => parser
+                    .value()
+                    .map_err(|_| usage(topic, format!("{name} needs a value: {name} {what}")))?,
+            };
+            let value = value.to_string_lossy();
+            if name == "--interval" {
+                opts.interval_ms = Some(parse_interval(&value).map_err(|m| usage(topic, m))?);
+            } else {
+                opts.iterations = Some(parse_iterations(&value).map_err(|m| usage(topic, m))?);
+            }
+            continue;
+        }
         let (slot, what) = match name.as_str() {
-            "--limit" => (&mut opts.overrides.limit, "SPEC (e.g. 8Gi)"),
-            "--log" => (&mut opts.overrides.log, "LEVEL"),
-            "--report" => (&mut opts.overrides.report, "PATH"),
+            "--limit" if config_flags => (&mut opts.overrides.limit, "SPEC (e.g. 8Gi)"),
+            "--log" if config_flags => (&mut opts.overrides.log, "LEVEL"),
+            "--report" if config_flags => (&mut opts.overrides.report, "PATH"),
+            "--pool" => (&mut opts.overrides.pool, "NAME|PATH"),
             _ => return Err(usage(topic, format!("unknown option '{name}'"))),
         };
         if slot.is_some() {
@@ -338,6 +431,55 @@ fn parse_run(mut parser: Parser) -> Result<Command, UsageError> {
     })
 }
 
+/// The command's name, for messages.
+fn topic_name(topic: Topic) -> &'static str {
+    match topic {
+        Topic::General => "gpucap",
+        Topic::Run => "run",
+        Topic::Check => "check",
+        Topic::Status => "status",
+        Topic::Top => "top",
+    }
+}
+
+/// The options of a command that takes nothing else (`status`, `top`).
+fn only_options(topic: Topic, parser: &mut Parser) -> Result<Option<Options>, UsageError> {
+    let mut opts = Options::default();
+    match parse_options(topic, parser, &mut opts)? {
+        End::Help => Ok(None),
+        End::Word(word) => Err(usage(
+            topic,
+            format!(
+                "unexpected argument '{}' ({} takes only options)",
+                word.to_string_lossy(),
+                topic_name(topic)
+            ),
+        )),
+        End::Done => Ok(Some(opts)),
+    }
+}
+
+fn parse_status(mut parser: Parser) -> Result<Command, UsageError> {
+    Ok(match only_options(Topic::Status, &mut parser)? {
+        None => Command::Help(Topic::Status),
+        Some(opts) => Command::Status {
+            pool: opts.overrides.pool,
+            json: opts.json,
+        },
+    })
+}
+
+fn parse_top(mut parser: Parser) -> Result<Command, UsageError> {
+    Ok(match only_options(Topic::Top, &mut parser)? {
+        None => Command::Help(Topic::Top),
+        Some(opts) => Command::Top {
+            pool: opts.overrides.pool,
+            interval_ms: opts.interval_ms.unwrap_or(1000),
+            iterations: opts.iterations,
+        },
+    })
+}
+
 fn parse_check(mut parser: Parser) -> Result<Command, UsageError> {
     let mut opts = Options::default();
     match parse_options(Topic::Check, &mut parser, &mut opts)? {
@@ -357,25 +499,36 @@ fn parse_check(mut parser: Parser) -> Result<Command, UsageError> {
 }
 
 pub const USAGE: &str = "\
-usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--] CMD [ARGS...]
+usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                  [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
-       gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--write-env FILE]
-       gpucap help [run|check]
+       gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                    [--write-env FILE]
+       gpucap status [--pool NAME|PATH] [--json]
+       gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
+       gpucap help [run|check|status|top]
        gpucap --version";
 
 const GENERAL_HELP: &str = "\
 gpucap: cap the GPU memory of unmodified CUDA programs.
 
-usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--] CMD [ARGS...]
+usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                  [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
-       gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--write-env FILE]
-       gpucap help [run|check]
+       gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                    [--write-env FILE]
+       gpucap status [--pool NAME|PATH] [--json]
+       gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
+       gpucap help [run|check|status|top]
        gpucap --version
 
 commands:
   run     run CMD with libgpucap.so preloaded, so that its CUDA allocations are capped
           (--measure: run it uncapped and suggest a --limit from its peak)
-  check   validate the configuration and show the cap of each visible GPU
+  check   validate the configuration and show the cap of each visible GPU and the pool
+  status  show a pool once: per GPU its cap, use and peak, per process its use
+          (--json: as one JSON object)
+  top     show a pool, refreshed every second (Ctrl-C ends it)
   help    show this help, or the help of a command
 
 environment:
@@ -388,6 +541,12 @@ environment:
                         program frees stays with the process and serves it again)
   GPUCAP_REPORT         a file path: write a JSON usage report there at exit (%p = the
                         process id; without %p, processes add their entries to one file)
+  GPUCAP_POOL           a name, an absolute file path, or off: the processes naming the
+                        same pool share one budget per GPU (the container entrypoint
+                        sets container unless it is set); unset or off = each process
+                        is capped alone
+  GPUCAP_POOL_DIR       the directory of named pools' files (default: $XDG_RUNTIME_DIR,
+                        else /dev/shm, else /tmp; a gpucap-UID directory is made in it)
   GPUCAP_LD_SO_PRELOAD  1/0...: the container entrypoint also installs libgpucap.so in
                         /etc/ld.so.preload
   GPUCAP_HOME           where the container entrypoint finds gpucap and libgpucap.so
@@ -406,10 +565,12 @@ limit SPEC:
   GPU-<uuid>=8Gi, MIG-<uuid>=4Gi  per GPU or MIG instance by UUID (nvidia-smi -L)
 
 exit status: that of CMD for run; 2 for a usage or configuration error;
-126 if CMD cannot be executed; 127 if CMD is not found.";
+126 if CMD cannot be executed; 127 if CMD is not found; 1 for status and top when
+the pool's file does not exist yet.";
 
 const RUN_HELP: &str = "\
-usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--] CMD [ARGS...]
+usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                  [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
 
 Runs CMD with libgpucap.so added to LD_PRELOAD, so that its CUDA allocations are
@@ -423,12 +584,15 @@ options:
                  so that TensorFlow and JAX grow on demand instead of preallocating
   --report PATH  set GPUCAP_REPORT: write a JSON usage report to PATH at exit (%p in
                  PATH = the process id); a relative PATH is made absolute here
+  --pool NAME|PATH
+                 set GPUCAP_POOL: CMD and every process that names the same pool share
+                 one budget per GPU (each must set the same cap); off: no pool
   --measure      run CMD without a cap (no --limit, no GPUCAP_LIMIT) as a child, wait
                  for it, then print the peak of each GPU and a suggested --limit: the
                  peak plus 20%, rounded up to a quarter of its power of two (at least
                  1Mi). Exits with CMD's status (128+N if killed by signal N). While
                  waiting, Ctrl-C and Ctrl-\\ reach CMD only; SIGTERM and SIGHUP are
-                 passed on to it.
+                 passed on to it. CMD is measured alone: not with --pool or GPUCAP_POOL.
   -h, --help     show this help
   --             end of options; everything after it is CMD and its arguments
 
@@ -443,7 +607,8 @@ exit status: CMD's; 2 for a usage or configuration error; 126 if CMD cannot be
 executed; 127 if CMD is not found.";
 
 const CHECK_HELP: &str = "\
-usage: gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--write-env FILE]
+usage: gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                    [--write-env FILE]
 
 Validates the GPUCAP_* environment (with the flags applied, as run would) and prints
 the effective configuration and the library that run would preload. If a CUDA driver
@@ -452,12 +617,18 @@ GPUCAP_LIMIT that the driver does not show is an error (exit status 2); if not, 
 line says so. When the
 environment has no GPUCAP_* variable, it checks the gpucap.env file the shim would
 read instead (beside libgpucap.so, else /etc/gpucap/gpucap.env), if there is one.
+With a pool (GPUCAP_POOL), it prints the pool's file and, if it exists, how many of
+its members are alive; a pool directory that others could write in, or a pool file
+that cannot be read as one, is an error (exit status 2), and so is a GPUCAP_POOL_DIR
+that does not exist. A gpucap-UID directory or pool file that does not exist yet is
+fine: the first process that uses CUDA makes it.
 
 options:
   --limit SPEC       check this GPUCAP_LIMIT instead of the variable's
   --log LEVEL        check this GPUCAP_LOG instead of the variable's
   --growth           check with GPUCAP_GROWTH=1
   --report PATH      check with this GPUCAP_REPORT
+  --pool NAME|PATH   check with this GPUCAP_POOL
   --write-env FILE   once valid, write the GPUCAP_* variables (flags applied) to FILE as
                      KEY=VALUE lines, atomically: the gpucap.env file the shim reads
                      when its environment has no GPUCAP_* variable (the container
@@ -466,12 +637,57 @@ options:
 
 exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.";
 
+const STATUS_HELP: &str = "\
+usage: gpucap status [--pool NAME|PATH] [--json]
+
+Shows a pool once (GPUCAP_POOL: the processes that name the same pool share one budget
+per GPU): for each GPU its cap, the bytes in use, the peak, how many allocations the
+pool refused, and the bytes still held by members that died (the next allocation that
+needs them takes them back); for each member its pid, state (alive or dead), GPU,
+bytes, peak, start time (UTC) and command, the largest first. The pool is --pool's,
+else the one the environment names (GPUCAP_POOL, GPUCAP_POOL_DIR, HAMi-core's
+CUDA_DEVICE_MEMORY_SHARED_CACHE), else the one of the gpucap.env file the shim reads
+(beside libgpucap.so, else /etc/gpucap/gpucap.env: what the container entrypoint
+wrote, so `docker exec CONTAINER gpucap top` shows the container's pool).
+Reading a pool never changes it: the file is opened read-only.
+
+options:
+  --pool NAME|PATH   show this pool (a name, in GPUCAP_POOL_DIR or the default
+                     directory, or the file's absolute path)
+  --json             print one JSON object: path, version, created, gpus [uuid, cap,
+                     used, peak, refusals, largest_refused, held_by_dead], members
+                     [slot, pid, pid_namespace, command, start_ms, alive, gpus [uuid,
+                     used, peak]] (see README.md, \"Watching a pool\")
+  -h, --help         show this help
+
+exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
+yet); 2 if no pool is configured, for a bad value, or a file that is not a pool file
+this gpucap can read.";
+
+const TOP_HELP: &str = "\
+usage: gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
+
+Shows what gpucap status shows, refreshed: on a terminal the screen is redrawn, else
+each snapshot is printed after a blank line. Ctrl-C ends it. Reading a pool never
+changes it.
+
+options:
+  --pool NAME|PATH   show this pool instead of the one the environment names
+  --interval SECS    seconds between snapshots, from 0.2 to 60 (default 1)
+  --iterations N     stop after N snapshots (default: run until interrupted)
+  -h, --help         show this help
+
+exit status: 0; 1 if the pool's file does not exist; 2 if no pool is configured or for
+a bad value.";
+
 /// The help text of `topic`.
 pub fn help(topic: Topic) -> &'static str {
     match topic {
         Topic::General => GENERAL_HELP,
         Topic::Run => RUN_HELP,
         Topic::Check => CHECK_HELP,
+        Topic::Status => STATUS_HELP,
+        Topic::Top => TOP_HELP,
     }
 }
 
@@ -769,6 +985,159 @@ mod tests {
                 .message
                 .contains("needs a file name")
         );
+    }
+
+    #[test]
+    fn status_and_top_forms() {
+        assert_eq!(
+            p(&["status"]),
+            Ok(Command::Status {
+                pool: None,
+                json: false
+            })
+        );
+        assert_eq!(
+            p(&["status", "--pool", "train", "--json"]),
+            Ok(Command::Status {
+                pool: Some("train".into()),
+                json: true
+            })
+        );
+        assert_eq!(
+            p(&["status", "--pool=/dev/shm/x.pool"]),
+            Ok(Command::Status {
+                pool: Some("/dev/shm/x.pool".into()),
+                json: false
+            })
+        );
+        assert_eq!(p(&["status", "-h"]), Ok(Command::Help(Topic::Status)));
+        assert_eq!(p(&["help", "status"]), Ok(Command::Help(Topic::Status)));
+        assert_eq!(p(&["help", "top"]), Ok(Command::Help(Topic::Top)));
+        assert_eq!(
+            p(&["top"]),
+            Ok(Command::Top {
+                pool: None,
+                interval_ms: 1000,
+                iterations: None
+            })
+        );
+        assert_eq!(
+            p(&["top", "--interval", "0.2", "--iterations=3", "--pool", "p"]),
+            Ok(Command::Top {
+                pool: Some("p".into()),
+                interval_ms: 200,
+                iterations: Some(3)
+            })
+        );
+        assert_eq!(
+            p(&["top", "--interval=60"]),
+            Ok(Command::Top {
+                pool: None,
+                interval_ms: 60_000,
+                iterations: None
+            })
+        );
+        assert_eq!(p(&["top", "--help"]), Ok(Command::Help(Topic::Top)));
+    }
+
+    #[test]
+    fn status_and_top_errors() {
+        for bad in ["0", "0.1", "61", "abc", "", "-1", "nan", "inf", "1s"] {
+            let e = err(&["top", "--interval", bad]);
+            assert_eq!(e.topic, Topic::Top);
+            assert!(
+                e.message
+                    .starts_with(&format!("invalid --interval {bad:?}"))
+                    && e.message.contains("from 0.2 to 60"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+        assert!(
+            err(&["top", "--interval"])
+                .message
+                .contains("needs a value")
+        );
+        for bad in ["0", "-2", "x", "1.5"] {
+            assert!(
+                err(&["top", "--iterations", bad])
+                    .message
+                    .starts_with(&format!("invalid --iterations {bad:?}")),
+                "{bad}"
+            );
+        }
+        assert!(
+            err(&["top", "--iterations", "1", "--iterations", "2"])
+                .message
+                .contains("more than once")
+        );
+        let e = err(&["status", "--bogus"]);
+        assert_eq!(
+            (e.topic, e.message.as_str()),
+            (Topic::Status, "unknown option '--bogus'")
+        );
+        // Each command has its own options.
+        assert_eq!(
+            err(&["status", "--interval", "1"]).message,
+            "unknown option '--interval'"
+        );
+        assert_eq!(err(&["top", "--json"]).message, "unknown option '--json'");
+        assert_eq!(
+            err(&["status", "--limit", "1Gi"]).message,
+            "unknown option '--limit'"
+        );
+        assert_eq!(
+            err(&["top", "--growth"]).message,
+            "unknown option '--growth'"
+        );
+        assert_eq!(
+            err(&["run", "--json", "x"]).message,
+            "unknown option '--json'"
+        );
+        assert_eq!(
+            err(&["status", "extra"]).message,
+            "unexpected argument 'extra' (status takes only options)"
+        );
+        assert_eq!(
+            err(&["top", "--"]).message,
+            "unexpected argument '--' (top takes only options)"
+        );
+        assert_eq!(
+            err(&["status", "--json=1"]).message,
+            "--json takes no value"
+        );
+        assert!(
+            err(&["status", "--pool"])
+                .message
+                .contains("--pool needs a value")
+        );
+        assert!(
+            err(&["status", "--pool", "a", "--pool", "b"])
+                .message
+                .contains("more than once")
+        );
+    }
+
+    #[test]
+    fn the_pool_flag_of_run_and_check() {
+        assert!(matches!(
+            p(&["run", "--pool", "train", "x"]),
+            Ok(Command::Run { overrides: Overrides { pool: Some(n), .. }, .. }) if n == "train"
+        ));
+        assert!(matches!(
+            p(&["check", "--pool=off"]),
+            Ok(Command::Check { overrides: Overrides { pool: Some(n), .. }, .. }) if n == "off"
+        ));
+        let o = Overrides {
+            pool: Some("t".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(o.vars(), vec![("GPUCAP_POOL", "t")]);
+        assert!(USAGE.contains("gpucap status") && USAGE.contains("gpucap top"));
+        for topic in [Topic::General, Topic::Status, Topic::Top] {
+            assert!(help(topic).contains("--pool NAME|PATH"), "{topic:?}");
+        }
+        assert!(help(Topic::General).contains("GPUCAP_POOL_DIR"));
     }
 
     /// Corners where lexopt alone would read the words differently; they keep the

@@ -1,4 +1,4 @@
-//! The `gpucap` command: `run`, `check`, `help`, `--version`. It uses the safe core
+//! The `gpucap` command: `run`, `check`, `status`, `top`, `help`, `--version`. It uses the safe core
 //! (`gpucap-core`: configuration, sizes, reports) and never links the shim's hooks, so
 //! this binary does not itself export dlsym or cu* symbols.
 //!
@@ -9,6 +9,7 @@
 pub mod args;
 pub mod driver;
 pub mod measure;
+pub mod pool;
 pub mod preload;
 pub mod report;
 
@@ -45,6 +46,8 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
                 Topic::General => "gpucap --help",
                 Topic::Run => "gpucap help run",
                 Topic::Check => "gpucap help check",
+                Topic::Status => "gpucap help status",
+                Topic::Top => "gpucap help top",
             };
             eprintln!("{}\n(see '{hint}')", args::USAGE);
             return EXIT_USAGE;
@@ -75,6 +78,12 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             program,
             args,
         } => measure::measure(&overrides, &program, &args),
+        Command::Status { pool, json } => status(pool, json),
+        Command::Top {
+            pool,
+            interval_ms,
+            iterations,
+        } => top(pool, interval_ms, iterations),
     }
 }
 
@@ -145,6 +154,7 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
         "GPUCAP_LOG" if overrides.log.is_some() => "--log",
         "GPUCAP_REPORT" if overrides.report.is_some() => "--report",
         "GPUCAP_GROWTH" if overrides.growth => "--growth",
+        "GPUCAP_POOL" if overrides.pool.is_some() => "--pool",
         _ => return e,
     };
     e.var = flag.to_string();
@@ -209,6 +219,13 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         eprintln!("{msg}");
         return EXIT_USAGE;
     }
+    let pool_line = match pool::check_line(config.pool.as_ref(), config.pool_dir.as_deref()) {
+        Ok(line) => line,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return EXIT_USAGE;
+        }
+    };
     let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
     let text = report::check_report(
         &config,
@@ -216,6 +233,7 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         &probe,
         preloaded,
         source.as_deref(),
+        &pool_line,
     );
     print_out(&text);
     if let Err(e) = lib {
@@ -224,6 +242,14 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
     }
     if let Some(file) = write_env {
         let file = Path::new(file);
+        let mut vars = vars;
+        // A pool named by HAMi-core's CUDA_DEVICE_MEMORY_SHARED_CACHE alone goes into the
+        // file as GPUCAP_POOL (the file holds GPUCAP_* variables only).
+        if let Some(config::PoolSpec::Path(p)) = &config.pool
+            && lookup(&vars, "GPUCAP_POOL").is_none()
+        {
+            vars.push(("GPUCAP_POOL".into(), p.clone().into_os_string()));
+        }
         let written = config::format_env_file(vars.iter().map(|(k, v)| (k, v))).and_then(|text| {
             gpucap_core::report::write_atomically(file, text.as_bytes(), Some(0o644))
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))
@@ -316,7 +342,105 @@ pub(crate) fn prepare(
         eprintln!("{msg}");
         EXIT_USAGE
     })?;
+    // A pool directory the shim would refuse: say so now rather than at cuInit.
+    if let Some(spec) = &config.pool
+        && let Err(e) = pool::locate(spec, config.pool_dir.as_deref())
+    {
+        eprintln!("gpucap: pool {spec}: {e}");
+        return Err(EXIT_USAGE);
+    }
     Ok(lib)
+}
+
+/// The configuration that names the pool `status` and `top` show: the environment
+/// with `--pool` applied (which then replaces HAMi-core's
+/// CUDA_DEVICE_MEMORY_SHARED_CACHE too). When neither `--pool` nor the environment
+/// names a pool (GPUCAP_POOL, CUDA_DEVICE_MEMORY_SHARED_CACHE), the gpucap.env file the
+/// shim reads (beside libgpucap.so, else /etc/gpucap) names it: what the container
+/// entrypoint wrote, so that `docker exec CONTAINER gpucap top` shows the container's
+/// pool even with other GPUCAP_* variables set. Errors are printed; the exit status
+/// returned.
+fn pool_config(pool_flag: Option<String>) -> Result<Config, i32> {
+    let flagged = pool_flag.is_some();
+    let overrides = Overrides {
+        pool: pool_flag,
+        ..Overrides::default()
+    };
+    let mut vars = dedup_first(apply_overrides(std::env::vars_os(), &overrides));
+    if flagged {
+        vars.retain(|(k, _)| k != config::HAMI_SHARED_CACHE);
+    }
+    let config = config::from_vars(vars.iter().map(|(k, v)| (k, v))).map_err(|e| {
+        eprintln!("{}", blame_flag(e, &overrides));
+        EXIT_USAGE
+    })?;
+    let named = lookup(&vars, "GPUCAP_POOL").is_some()
+        || lookup(&vars, config::HAMI_SHARED_CACHE).is_some();
+    if named {
+        return Ok(config);
+    }
+    // Without any GPUCAP_* variable the file is the configuration, as for the shim: its
+    // errors are errors here too. Otherwise only its pool is of interest.
+    let env_has_vars = config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v)));
+    match config_file(library(&vars).ok().as_deref()) {
+        Ok(Some((c, _))) if !env_has_vars || c.pool.is_some() => Ok(c),
+        Ok(_) => Ok(config),
+        Err(e) if !env_has_vars => {
+            eprintln!("{e}");
+            Err(EXIT_USAGE)
+        }
+        Err(_) => Ok(config),
+    }
+}
+
+/// Opens the pool `status` and `top` show (see [`pool_config`]), read-only.
+fn open_pool(pool_flag: Option<String>) -> Result<gpucap_pool_file::PoolFile, i32> {
+    let config = pool_config(pool_flag)?;
+    let Some(spec) = &config.pool else {
+        eprintln!(
+            "gpucap: no pool configured: name one with --pool NAME|PATH, or set GPUCAP_POOL \
+             (or CUDA_DEVICE_MEMORY_SHARED_CACHE) as the pool's processes have it"
+        );
+        return Err(EXIT_USAGE);
+    };
+    pool::open(spec, config.pool_dir.as_deref()).map_err(|(code, msg)| {
+        eprintln!("{msg}");
+        code
+    })
+}
+
+/// `gpucap status [--pool NAME|PATH] [--json]`.
+fn status(pool_flag: Option<String>, json: bool) -> i32 {
+    let file = match open_pool(pool_flag) {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    let view = file.pool.view(&file.locks);
+    if json {
+        print_out(&pool::json(&view, &file.path));
+    } else {
+        print_out(&pool::render(&view, &file.path, pool::own_pid_namespace()));
+    }
+    0
+}
+
+/// `gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]`.
+fn top(pool_flag: Option<String>, interval_ms: u64, iterations: Option<u64>) -> i32 {
+    let file = match open_pool(pool_flag) {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    // SAFETY: isatty only asks about descriptor 1.
+    let terminal = unsafe { libc::isatty(1) } == 1;
+    // A closed pipe (`gpucap top | head`) ends it quietly, as a pipeline expects.
+    let _ = pool::top(
+        &file,
+        interval_ms,
+        iterations,
+        &mut io::stdout().lock(),
+        terminal,
+    );
+    0
 }
 
 /// `gpucap run`.

@@ -235,6 +235,10 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         );
         return EXIT_USAGE;
     }
+    if overrides.pool.is_some() {
+        eprintln!("gpucap: --measure runs CMD alone, outside any pool: drop --pool");
+        return EXIT_USAGE;
+    }
     let (config, vars) = match load(overrides) {
         Ok(x) => x,
         Err(code) => return code,
@@ -245,6 +249,13 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
     }
     if config.report.is_some() {
         eprintln!("gpucap: --measure writes its own report: unset GPUCAP_REPORT");
+        return EXIT_USAGE;
+    }
+    if config.pool.is_some() {
+        eprintln!(
+            "gpucap: --measure runs CMD alone, outside any pool: set GPUCAP_POOL=off (or unset \
+             it) and unset CUDA_DEVICE_MEMORY_SHARED_CACHE"
+        );
         return EXIT_USAGE;
     }
     // Without a limit the driver check only says, in one line, when there is no driver

@@ -115,13 +115,15 @@ pub fn report_line(report: Option<&Path>) -> String {
 /// the library `run` would preload, or the error that says why none was found.
 /// `preloaded` says this process already runs under a libgpucap.so preload.
 /// `config_file` is the `gpucap.env` the configuration came from (the environment had
-/// no GPUCAP_* variable), as the shim would read it.
+/// no GPUCAP_* variable), as the shim would read it. `pool_line` is the `pool:` line
+/// (see `pool::check_line`).
 pub fn check_report(
     config: &Config,
     library: Result<&Path, &str>,
     probe: &Probe,
     preloaded: bool,
     config_file: Option<&Path>,
+    pool_line: &str,
 ) -> String {
     let mut out = vec!["gpucap: configuration OK".to_string()];
     if let Some(file) = config_file {
@@ -142,6 +144,7 @@ pub fn check_report(
     out.push(format!("log: {}", config.log));
     out.push(growth_line(config.growth).to_string());
     out.push(report_line(config.report.as_deref()));
+    out.push(pool_line.to_string());
     if config.ld_so_preload {
         out.push(
             "ld.so.preload: on (the container entrypoint installs libgpucap.so in /etc/ld.so.preload)"
@@ -271,6 +274,7 @@ mod tests {
             &Probe::NoDriver("libcuda.so.1: cannot open".into()),
             false,
             None,
+            "pool: none (each process is capped alone)",
         );
         assert_eq!(
             text,
@@ -279,6 +283,7 @@ mod tests {
              log: warn\n\
              growth: off\n\
              report: none\n\
+             pool: none (each process is capped alone)\n\
              library: /x/libgpucap.so\n\
              no NVIDIA driver: libcuda.so.1 cannot be loaded (libcuda.so.1: cannot open); to \
              try gpucap without a GPU, use its fake GPU: see \"Without a GPU\" under \"Using \
@@ -289,7 +294,7 @@ mod tests {
             limit: spec("4Gi,1=1Gi"),
             ..Config::default()
         };
-        let text = check_report(&config, Err("missing"), &probe, true, None);
+        let text = check_report(&config, Err("missing"), &probe, true, None, "pool: none");
         assert!(text.contains("library: NOT FOUND\n"));
         assert!(text.contains("devices: 2 visible to CUDA:\n"));
         assert!(text.contains("GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)\n"));
@@ -344,7 +349,7 @@ mod tests {
                 ..dev(1, 8 * GI)
             },
         ]);
-        let text = check_report(&config, Err("missing"), &probe, false, None);
+        let text = check_report(&config, Err("missing"), &probe, false, None, "pool: none");
         assert!(text.contains("GPU 0: no cap (counted only)"), "{text}");
         assert!(
             text.contains("GPU 1: cap 2147483648 bytes (2 GiB)"),
@@ -390,6 +395,7 @@ mod tests {
             &Probe::NoDriver("x".into()),
             false,
             Some(&file),
+            "pool: none",
         );
         assert!(text.contains("\nconfiguration: from /opt/gpucap/gpucap.env (the environment has no GPUCAP_* variable)\n"), "{text}");
         assert!(

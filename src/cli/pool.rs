@@ -1,0 +1,480 @@
+//! `gpucap status`, `gpucap top` and the pool lines of `gpucap check`: where a pool's
+//! file is, opening it read-only, and the snapshot as a table or as JSON.
+//!
+//! Reading never changes a pool: the file is opened with `open_reader` (read-only
+//! descriptor, read-only mapping) and `Pool::view` only loads words and asks the kernel
+//! which members' locks are held.
+
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use gpucap_core::budget::{MemberView, PoolView};
+use gpucap_core::config::PoolSpec;
+use gpucap_core::size::format_bytes;
+use gpucap_pool_file::PoolFile;
+
+/// Exit status when the pool's file does not exist (yet).
+pub const EXIT_NO_POOL_FILE: i32 = 1;
+
+/// Where a pool's file is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Located {
+    /// The file's path (it may or may not exist; its directory passed the checks).
+    File(PathBuf),
+    /// The path it will have: its per-user directory does not exist yet (the first
+    /// member makes it).
+    NotYet(PathBuf),
+}
+
+/// Finds the file of `spec` without creating anything: `gpucap_pool_file::locate`
+/// with `create = false`, except that a per-user directory that does not exist yet is
+/// not an error (no process has joined a pool there). A directory others could write
+/// in, or a `GPUCAP_POOL_DIR` that is missing or not a directory, is.
+pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<Located, String> {
+    match gpucap_pool_file::locate(spec, pool_dir, false) {
+        Ok(p) => Ok(Located::File(p)),
+        Err(e) => match spec {
+            PoolSpec::Name(name) => match per_user_dir(pool_dir) {
+                Some(dir) if missing(&dir) => Ok(Located::NotYet(dir.join(format!("{name}.pool")))),
+                _ => Err(e),
+            },
+            PoolSpec::Path(_) => Err(e),
+        },
+    }
+}
+
+fn missing(p: &Path) -> bool {
+    matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == io::ErrorKind::NotFound)
+}
+
+/// The per-user directory `locate` would check (`gpucap-UID` in the pool directory),
+/// when the pool directory itself exists. The same choice as gpucap-pool-file's:
+/// `GPUCAP_POOL_DIR`, else the first writable directory of `$XDG_RUNTIME_DIR`,
+/// `/dev/shm`, `/tmp`. Only used to name the file in "no pool file at ..." when that
+/// directory is missing.
+fn per_user_dir(pool_dir: Option<&Path>) -> Option<PathBuf> {
+    let base = match pool_dir {
+        Some(d) => Some(d.to_path_buf()).filter(|d| d.is_dir())?,
+        None => std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .into_iter()
+            .chain(["/dev/shm", "/tmp"].map(PathBuf::from))
+            .find(|c| c.is_dir() && writable(c))?,
+    };
+    Some(base.join(format!("gpucap-{}", gpucap_pool_file::own_uid())))
+}
+
+fn writable(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path; access only reads it.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+/// Opens the pool's file read-only. Errors: the exit status and the line to print
+/// (1: no file yet; 2: an unusable directory or a file that is not a readable pool).
+pub fn open(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PoolFile, (i32, String)> {
+    let path = match locate(spec, pool_dir).map_err(|e| (2, format!("gpucap: {e}")))? {
+        Located::NotYet(p) => return Err((EXIT_NO_POOL_FILE, no_file(&p))),
+        Located::File(p) => p,
+    };
+    gpucap_pool_file::open_reader(&path).map_err(|e| {
+        if missing(&path) {
+            (EXIT_NO_POOL_FILE, no_file(&path))
+        } else {
+            (2, format!("gpucap: {e}"))
+        }
+    })
+}
+
+fn no_file(path: &Path) -> String {
+    format!(
+        "gpucap: no pool file at {} (no process has joined it yet)",
+        path.display()
+    )
+}
+
+/// The `pool:` line of `gpucap check`, or the error that makes check fail.
+pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<String, String> {
+    let Some(spec) = spec else {
+        return Ok("pool: none (each process is capped alone)".to_string());
+    };
+    let cannot = |e: String| format!("gpucap: pool {spec}: {e}");
+    match locate(spec, pool_dir).map_err(cannot)? {
+        Located::NotYet(p) => Ok(not_made(spec, &p)),
+        Located::File(p) if missing(&p) => Ok(not_made(spec, &p)),
+        Located::File(p) => {
+            let file = gpucap_pool_file::open_reader(&p).map_err(cannot)?;
+            let view = file.pool.view(&file.locks);
+            let alive = view.members.iter().filter(|m| m.alive).count();
+            let dead = view.members.len() - alive;
+            Ok(format!(
+                "pool: {spec} (file {}: {alive} member{} alive, {dead} dead; processes that \
+                 name it share one budget per GPU)",
+                p.display(),
+                if alive == 1 { "" } else { "s" }
+            ))
+        }
+    }
+}
+
+fn not_made(spec: &PoolSpec, path: &Path) -> String {
+    format!(
+        "pool: {spec} (file {}: not made yet, the first process that uses CUDA makes it; \
+         processes that name it share one budget per GPU)",
+        path.display()
+    )
+}
+
+/// `gpucap status --json`: the view and the file's path, one object on one line.
+#[derive(Serialize)]
+struct StatusJson<'a> {
+    path: String,
+    #[serde(flatten)]
+    view: &'a PoolView,
+}
+
+pub fn json(view: &PoolView, path: &Path) -> String {
+    let doc = StatusJson {
+        path: path.to_string_lossy().into_owned(),
+        view,
+    };
+    let mut s = serde_json::to_string(&doc).unwrap_or_else(|e| format!("{{\"error\":{e:?}}}"));
+    s.push('\n');
+    s
+}
+
+/// The inode of this process's PID namespace (0: unknown).
+pub fn own_pid_namespace() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+/// `ms` since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The calendar date of day `days` since 1970-01-01 (proleptic Gregorian): the
+/// era/day-of-era decomposition, 400-year eras of 146097 days starting on March 1st.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468; // days since 0000-03-01
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+/// A command as stored by its member, safe to print: control characters (a terminal's
+/// escape sequences) become `?`.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+fn bytes(b: u64) -> String {
+    format_bytes(b)
+}
+
+/// A member's bytes on all GPUs.
+fn total(m: &MemberView) -> u64 {
+    m.gpus.iter().map(|g| g.used).sum()
+}
+
+/// The members, the largest users first (then by slot, which is stable).
+pub fn sorted_members(view: &PoolView) -> Vec<&MemberView> {
+    let mut members: Vec<&MemberView> = view.members.iter().collect();
+    members.sort_by(|a, b| total(b).cmp(&total(a)).then(a.slot.cmp(&b.slot)));
+    members
+}
+
+/// The snapshot as tables: the pool, its GPUs, its members (largest first).
+/// `own_pidns` marks the pids that are from another PID namespace.
+pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "pool {} (version {}, created {} UTC)\n",
+        path.display(),
+        view.version,
+        utc(view.created.saturating_mul(1000))
+    ));
+    if view.gpus.is_empty() {
+        out.push_str("GPUs: none yet (a member registers its GPUs when it initialises CUDA)\n");
+    } else {
+        out.push_str(&format!(
+            "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}\n",
+            "GPU", "CAP", "USED", "PEAK", "REFUSALS", "HELD BY DEAD"
+        ));
+        for g in &view.gpus {
+            out.push_str(&format!(
+                "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}\n",
+                g.uuid,
+                g.cap.map_or("none".to_string(), bytes),
+                bytes(g.used),
+                bytes(g.peak),
+                g.refusals,
+                bytes(g.held_by_dead)
+            ));
+        }
+    }
+    out.push('\n');
+    let alive = view.members.iter().filter(|m| m.alive).count();
+    if view.members.is_empty() {
+        out.push_str("members: none\n");
+        return out;
+    }
+    out.push_str(&format!(
+        "members: {} ({alive} alive, {} dead)\n",
+        view.members.len(),
+        view.members.len() - alive
+    ));
+    out.push_str(&format!(
+        "{:>8}  {:<5}  {:<40}  {:>10}  {:>10}  {:<19}  COMMAND\n",
+        "PID", "STATE", "GPU", "BYTES", "PEAK", "STARTED (UTC)"
+    ));
+    let mut foreign = false;
+    for m in sorted_members(view) {
+        let other_ns = own_pidns != 0 && m.pid_namespace != 0 && m.pid_namespace != own_pidns;
+        foreign |= other_ns;
+        let pid = format!("{}{}", m.pid, if other_ns { "*" } else { "" });
+        let state = if m.alive { "alive" } else { "dead" };
+        let command = printable(&m.command);
+        let started = utc(m.start_ms);
+        let rows: Vec<(String, u64, u64)> = if m.gpus.is_empty() {
+            vec![("-".to_string(), 0, 0)]
+        } else {
+            m.gpus
+                .iter()
+                .map(|g| (g.uuid.clone(), g.used, g.peak))
+                .collect()
+        };
+        for (uuid, used, peak) in rows {
+            out.push_str(&format!(
+                "{pid:>8}  {state:<5}  {uuid:<40}  {:>10}  {:>10}  {started:<19}  {command}\n",
+                bytes(used),
+                bytes(peak)
+            ));
+        }
+    }
+    if foreign {
+        out.push_str(
+            "* a pid in another PID namespace (another container, or a docker exec shell)\n",
+        );
+    }
+    out
+}
+
+/// `gpucap top`'s loop: `iterations` snapshots (None: until interrupted), `interval_ms`
+/// apart. On a terminal each one redraws the screen; else they are separated by a blank
+/// line. Stops at the first write error (a closed pipe).
+pub fn top(
+    file: &PoolFile,
+    interval_ms: u64,
+    iterations: Option<u64>,
+    out: &mut dyn Write,
+    terminal: bool,
+) -> io::Result<()> {
+    let own_ns = own_pid_namespace();
+    let mut n = 0u64;
+    loop {
+        let view = file.pool.view(&file.locks);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut frame = String::new();
+        if terminal {
+            frame.push_str("\x1b[H\x1b[2J");
+        } else if n > 0 {
+            frame.push('\n');
+        }
+        frame.push_str(&format!(
+            "gpucap top: {} UTC, every {}s{}\n",
+            utc(now),
+            interval_ms as f64 / 1000.0,
+            if terminal { " (Ctrl-C to quit)" } else { "" }
+        ));
+        frame.push_str(&render(&view, &file.path, own_ns));
+        out.write_all(frame.as_bytes())?;
+        out.flush()?;
+        n += 1;
+        if iterations.is_some_and(|max| n >= max) {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(interval_ms));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucap_core::budget::{MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+
+    const MIB: u64 = 1 << 20;
+    const UUID: [u8; 16] = [0x11; 16];
+
+    /// Slot locks in memory: "killing" a member drops its lock, as the kernel would.
+    struct Locks([AtomicBool; MAX_SLOTS]);
+
+    impl MemberLocks for Locks {
+        fn try_take(&self, s: usize) -> bool {
+            !self.0[s].swap(true, AcqRel)
+        }
+        fn give_back(&self, s: usize) {
+            self.0[s].store(false, Release);
+        }
+        fn held(&self, s: usize) -> bool {
+            self.0[s].load(Acquire)
+        }
+    }
+
+    /// A pool made through the pool's own protocol: a 1 GiB cap on one GPU, members
+    /// pid 10 (100 MiB, alive), 11 (200 MiB, killed), 12 (400 MiB, alive, in PID
+    /// namespace 9; the others in 7), and one refused request of 600 MiB.
+    fn view() -> PoolView {
+        let words: &'static [AtomicU64] =
+            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let locks: &'static Locks = Box::leak(Box::new(Locks(
+            [const { AtomicBool::new(false) }; MAX_SLOTS],
+        )));
+        let pool = Pool::create(words, 1_700_000_000, 0).unwrap();
+        let mut members = Vec::new();
+        for (pid, mib, ns) in [(10, 100, 7), (11, 200, 7), (12, 400, 9)] {
+            let info = MemberInfo {
+                pid,
+                pid_namespace: ns,
+                start_ms: 1_700_000_000_123,
+                command: format!("prog-{pid} --x"),
+            };
+            let m = Member::join(pool, locks, &info).unwrap();
+            m.register_gpu(0, &UUID, Some(1 << 30)).unwrap();
+            m.reserve(0, (mib + 1) * MIB).unwrap();
+            m.credit(0, MIB);
+            members.push(m);
+        }
+        assert!(members[2].reserve(0, 600 * MIB).is_err());
+        locks.give_back(members[1].slot()); // pid 11 is killed: its share stays
+        pool.view(locks)
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_700_000_000_123), "2023-11-14 22:13:20");
+        // Leap days, and a century's turn that is not a leap year (2100).
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_709_251_199_000), "2024-02-29 23:59:59");
+        assert_eq!(utc(4_107_542_400_000), "2100-03-01 00:00:00");
+    }
+
+    #[test]
+    fn members_largest_first() {
+        let v = view();
+        let pids: Vec<u32> = sorted_members(&v).iter().map(|m| m.pid).collect();
+        assert_eq!(pids, [12, 11, 10]);
+    }
+
+    #[test]
+    fn table_shows_gpus_members_and_the_dead() {
+        let text = render(&view(), Path::new("/p/x.pool"), 7);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "pool /p/x.pool (version 1, created 2023-11-14 22:13:20 UTC)"
+        );
+        let gpu = lines[2];
+        for part in [
+            "GPU-11111111-1111-1111-1111-111111111111",
+            "1 GiB",
+            "700 MiB",
+            "701 MiB", // 100 + 200 + 401 before the last credit
+            " 1 ",
+            "200 MiB",
+        ] {
+            assert!(gpu.contains(part), "{part:?} in {gpu:?}");
+        }
+        assert!(text.contains("members: 3 (2 alive, 1 dead)\n"), "{text}");
+        let rows: Vec<&str> = lines
+            .iter()
+            .copied()
+            .skip_while(|l| !l.trim_start().starts_with("PID"))
+            .skip(1)
+            .collect();
+        assert!(rows[0].trim_start().starts_with("12*  alive"), "{text}");
+        assert!(rows[1].trim_start().starts_with("11  dead"), "{text}");
+        assert!(
+            rows[1].contains("200 MiB") && rows[1].contains("201 MiB"),
+            "{text}"
+        );
+        assert!(
+            rows[1].contains("2023-11-14 22:13:20  prog-11 --x"),
+            "{text}"
+        );
+        assert!(rows[2].trim_start().starts_with("10  alive"), "{text}");
+        assert!(
+            rows[3].starts_with("* a pid in another PID namespace"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_empty_pool_and_a_hostile_command() {
+        let mut v = view();
+        v.gpus.clear();
+        v.members.clear();
+        let text = render(&v, Path::new("/p"), 0);
+        assert!(text.contains("GPUs: none yet"));
+        assert!(text.ends_with("members: none\n"));
+        let mut v = view();
+        v.members[0].command = "evil\x1b[2Jname\n".into();
+        let text = render(&v, Path::new("/p"), 0);
+        assert!(text.contains("evil?[2Jname?"), "{text}");
+        assert!(!text.contains('\x1b'));
+        assert!(!text.contains('*'), "pid namespaces unknown: no mark");
+    }
+
+    #[test]
+    fn json_is_the_view_and_the_path() {
+        let v = view();
+        let text = json(&v, Path::new("/p/x.pool"));
+        assert!(text.ends_with("}\n") && text.lines().count() == 1);
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(doc["path"], "/p/x.pool");
+        assert_eq!(doc["version"], 1);
+        assert_eq!(doc["created"], 1_700_000_000u64);
+        let gpu = &doc["gpus"][0];
+        assert_eq!(gpu["uuid"], "GPU-11111111-1111-1111-1111-111111111111");
+        assert_eq!(gpu["held_by_dead"], 200 * MIB);
+        assert_eq!(gpu["cap"], 1u64 << 30);
+        assert_eq!(gpu["used"], 700 * MIB);
+        assert_eq!(gpu["refusals"], 1);
+        assert_eq!(gpu["largest_refused"], 600 * MIB);
+        let m = &doc["members"][1];
+        assert_eq!(m["alive"], false);
+        assert_eq!(m["pid"], 11);
+        assert_eq!(m["slot"], 1);
+        assert_eq!(m["pid_namespace"], 7);
+        assert_eq!(m["start_ms"], 1_700_000_000_123u64);
+        assert_eq!(m["gpus"][0]["used"], 200 * MIB);
+        assert!(gpu.get("raw_uuid").is_none());
+    }
+}
