@@ -514,3 +514,62 @@ fn gpucap_pool_off_gives_each_process_its_own_cap() {
     // No pool file was made.
     assert_eq!(std::fs::read_dir(&inst.pools).unwrap().count(), 0);
 }
+
+/// `docker exec -e GPUCAP_LIMIT=1Gi CONTAINER prog`: a process that has variables of
+/// its own but not the GPUCAP_POOL the entrypoint exported still joins the container's
+/// pool, the one gpucap.env names.
+#[test]
+fn a_process_with_its_own_variables_but_no_pool_joins_the_containers_pool() {
+    let inst = Install::new("ep-exec");
+    let script = compile_c("script", "", &["-lcuda"]);
+    let script = script.to_str().unwrap();
+    let (ready, go) = (inst.dir.join("ready"), inst.dir.join("go"));
+    let mut first = inst.entrypoint(&[
+        script,
+        "alloc:600Mi",
+        &format!("touch:{}", ready.display()),
+        &format!("wait:{}", go.display()),
+    ]);
+    first
+        .env("GPUCAP_LIMIT", "1Gi")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let first = first.spawn().unwrap();
+    wait_for(&ready);
+    // As docker exec starts it: the library preloaded, the container's -e variables,
+    // not what the entrypoint exported.
+    let exec = |pool: Option<&str>| {
+        let mut c = fake_cmd(script, &inst.dir.join("exec.json"));
+        c.env("LD_PRELOAD", inst.lib())
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("GPUCAP_LIMIT", "1Gi")
+            .args(["alloc:600Mi", "alloc:300Mi"]);
+        if let Some(p) = pool {
+            c.env("GPUCAP_POOL", p);
+        }
+        run(&mut c)
+    };
+    let joined = exec(None);
+    let own = exec(Some("off"));
+    std::fs::write(&go, "").unwrap();
+    assert_ok(&first.wait_with_output().unwrap());
+    assert_ok(&joined);
+    assert_eq!(
+        allocs(&joined),
+        [
+            format!("alloc {} 2", 600 << 20),
+            format!("alloc {} 0", 300 << 20)
+        ],
+        "the container's pool holds 600 MiB already\n{}",
+        dump(&joined)
+    );
+    assert_eq!(
+        allocs(&own),
+        [
+            format!("alloc {} 0", 600 << 20),
+            format!("alloc {} 0", 300 << 20)
+        ],
+        "GPUCAP_POOL=off: its own 1 GiB\n{}",
+        dump(&own)
+    );
+}

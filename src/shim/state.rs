@@ -87,7 +87,7 @@ impl Shim {
                     if let Some(file) = from {
                         log!(
                             Debug,
-                            "configuration read from {} (the environment has no GPUCAP_* variable)",
+                            "configuration (or its pool) read from {}",
                             file.display()
                         );
                     }
@@ -194,15 +194,31 @@ impl Shim {
 
 /// The configuration: from the environment, or, when it has no `GPUCAP_*` variable
 /// at all (`ssh`, `su -`, `sudo`, `env -i` empty it), from `gpucap.env` beside this
-/// library or `/etc/gpucap/gpucap.env` (the container entrypoint writes them). Also
-/// returns the file it came from. A file that exists but cannot be read or is invalid
-/// is an error (fail closed): it is there to keep such processes capped.
+/// library or `/etc/gpucap/gpucap.env` (the container entrypoint writes them). An
+/// environment that names no pool takes the file's pool (and its directory), if the
+/// file names one. Also returns the file used. A file that exists but cannot be read or
+/// is invalid is an error (fail closed): it is there to keep such processes capped.
 fn load_config() -> Result<(Config, Option<PathBuf>), String> {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     if config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
-        return config::from_vars(env)
-            .map(|c| (c, None))
-            .map_err(|e| e.to_string());
+        let names_pool = env
+            .iter()
+            .any(|(k, _)| k == "GPUCAP_POOL" || k == gpucap_core::config::HAMI_SHARED_CACHE);
+        let mut c = config::from_vars(env).map_err(|e| e.to_string())?;
+        // A process that sets its own variables but names no pool (`docker exec -e
+        // GPUCAP_LIMIT=…`, a container's `ENV`, without the variables the entrypoint
+        // exported) still belongs to the container's pool: the one gpucap.env names.
+        if !names_pool
+            && let Some((file, path)) = config::from_env_files(own_dir().as_deref())?
+            && let Some(pool) = file.pool
+        {
+            c.pool = Some(pool);
+            if c.pool_dir.is_none() {
+                c.pool_dir = file.pool_dir;
+            }
+            return Ok((c, Some(path)));
+        }
+        return Ok((c, None));
     }
     Ok(match config::from_env_files(own_dir().as_deref())? {
         Some((c, file)) => (c, Some(file)),
