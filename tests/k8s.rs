@@ -43,10 +43,10 @@ const EXAMPLES: &[&str] = &[
 ];
 
 /// Variables the manifests set that `gpucap check` cannot validate yet on this branch.
-// TODO(pool): GPUCAP_POOL and GPUCAP_POOL_DIR (issue 12's shared pool) are refused as
-// unknown by `gpucap check` until the pool is merged; remove them from this list then, so
-// that they go through `gpucap check` like every other variable.
-const NOT_YET_CHECKED: &[&str] = &["GPUCAP_POOL", "GPUCAP_POOL_DIR"];
+/// Variables whose value is a path inside the pod (a volume's mount point): `gpucap
+/// check` gets a scratch directory instead, the same for every container of a pod, so
+/// their pool is checked as it will be resolved there (name, permissions, no file yet).
+const POD_PATHS: &[&str] = &["GPUCAP_POOL_DIR"];
 
 /// A lower bound of the memory of the GPUs the examples pin pods to (by the `nvidia.com/gpu.product`
 /// label of NVIDIA's GPU Feature Discovery): the size they are sold with, in decimal GB.
@@ -602,6 +602,7 @@ fn gpucap_accepts_what_the_manifests_set() {
                 .unwrap_or_else(|| panic!("{}: how much memory has a {p}?", pod.label))
                 .1
         });
+        let pod_dir = scratch("k8s-pod");
         for c in pod.spec["containers"].as_array().unwrap() {
             let what = format!("{} container {}", pod.label, c["name"]);
             assert!(
@@ -612,14 +613,28 @@ fn gpucap_accepts_what_the_manifests_set() {
                 .into_iter()
                 .filter(|(k, _)| is_gpucap_var(k))
                 .collect();
-            let (skipped, vars): (Vec<_>, Vec<_>) = vars
+            let vars: Vec<(String, String)> = vars
                 .into_iter()
-                .partition(|(k, _)| NOT_YET_CHECKED.contains(&k.as_str()));
-            for (k, _) in &skipped {
-                eprintln!("NOTE: {what}: {k} not checked by gpucap check yet (TODO(pool))");
-            }
+                .map(|(k, v)| {
+                    if POD_PATHS.contains(&k.as_str()) {
+                        assert!(v.starts_with('/'), "{what}: {k}={v} must be absolute");
+                        let d = pod_dir.join(v.trim_start_matches('/'));
+                        std::fs::create_dir_all(&d).unwrap();
+                        (k, d.display().to_string())
+                    } else {
+                        (k, v)
+                    }
+                })
+                .collect();
             let gpus = gpus(c);
             let o = gpucap_check(&vars, gpus, memory, "k8s-check");
+            if vars.iter().any(|(k, _)| k == "GPUCAP_POOL") {
+                assert!(
+                    stdout(&o).contains("pool:") && !stdout(&o).contains("pool: none"),
+                    "{what}: check shows the pool\n{}",
+                    dump(&o)
+                );
+            }
             assert_eq!(o.status.code(), Some(0), "{what}: {vars:?}\n{}", dump(&o));
             if gpus > 0 {
                 let caps = caps(&o);
@@ -642,7 +657,6 @@ fn gpucap_accepts_what_the_manifests_set() {
                 }
             }
             checked.extend(vars.into_iter().map(|(k, _)| k));
-            checked.extend(skipped.into_iter().map(|(k, _)| k));
             containers += 1;
         }
     }
