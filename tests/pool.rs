@@ -677,3 +677,20 @@ fn hamis_shared_cache_variable_names_the_pool_file() {
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the cache file is the pool's, made 0600");
 }
+
+#[test]
+fn an_exec_chain_starts_a_new_member_and_the_old_images_share_comes_back() {
+    // The process allocates 600 MiB, then execs a program that allocates 600 MiB: the
+    // old image's membership ended with it (its descriptor is close-on-exec, its
+    // mapping gone), so the new image, a new member under the same pid, gets it back.
+    let p = Pool::new("pool-exec");
+    let wrapper = p.dir.join("next.sh");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec {} alloc:600Mi alloc:300Mi alloc:200Mi\n", script().display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run(&mut p.cmd(pool_fork(), "a.json").args(["exec", wrapper.to_str().unwrap(), "unused"]));
+    assert!(has(&o, "parent alloc 0"), "{}", dump(&o));
+    assert!(has(&o, &format!("alloc {} 0", 600 * MIB)), "{}", dump(&o));
+    assert!(has(&o, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&o));
+    assert!(has(&o, &format!("alloc {} {OOM}", 200 * MIB)), "one pool, one cap\n{}", dump(&o));
+    assert_eq!(p.used_peak().0, 0);
+}

@@ -9,6 +9,9 @@
  *          200 MiB, printing "child alloc SIZE rc" for each, and exits;
  *   sleep  the child never uses CUDA and sleeps until killed (it keeps the parent's
  *          open files, as children of servers do).
+ * or, without forking:
+ *   exec   the process execs READY (a program) with GO as its one argument: the new
+ *          image starts afresh, with the 600 MiB of the old one gone.
  * The parent waits for the child (except in sleep mode), creates READY and waits
  * (up to 60 s) for GO, then exits. Prints "child pid N" in sleep mode.
  */
@@ -43,6 +46,11 @@ int main(int argc, char **argv) {
     MUST(cuCtxCreate_v2(&ctx, 0, dev));
     CUdeviceptr d;
     printf("parent alloc %d\n", cuMemAlloc_v2(&d, 600 * MIB));
+    if (strcmp(mode, "exec") == 0) {
+        execl(argv[2], argv[2], argv[3], (char *)NULL);
+        perror("execl");
+        return 3;
+    }
     pid_t child = fork();
     if (child == 0) {
         if (strcmp(mode, "exit") == 0) exit(0);
