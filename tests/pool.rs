@@ -685,12 +685,26 @@ fn an_exec_chain_starts_a_new_member_and_the_old_images_share_comes_back() {
     // mapping gone), so the new image, a new member under the same pid, gets it back.
     let p = Pool::new("pool-exec");
     let wrapper = p.dir.join("next.sh");
-    std::fs::write(&wrapper, format!("#!/bin/sh\nexec {} alloc:600Mi alloc:300Mi alloc:200Mi\n", script().display())).unwrap();
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} alloc:600Mi alloc:300Mi alloc:200Mi\n",
+            script().display()
+        ),
+    )
+    .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let o = run(&mut p.cmd(pool_fork(), "a.json").args(["exec", wrapper.to_str().unwrap(), "unused"]));
+    let o =
+        run(&mut p
+            .cmd(pool_fork(), "a.json")
+            .args(["exec", wrapper.to_str().unwrap(), "unused"]));
     assert!(has(&o, "parent alloc 0"), "{}", dump(&o));
     assert!(has(&o, &format!("alloc {} 0", 600 * MIB)), "{}", dump(&o));
     assert!(has(&o, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&o));
-    assert!(has(&o, &format!("alloc {} {OOM}", 200 * MIB)), "one pool, one cap\n{}", dump(&o));
+    assert!(
+        has(&o, &format!("alloc {} {OOM}", 200 * MIB)),
+        "one pool, one cap\n{}",
+        dump(&o)
+    );
     assert_eq!(p.used_peak().0, 0);
 }

@@ -203,18 +203,20 @@ static void *no_context_thread(void *arg) {
     rcs[0] = cuMemAlloc_v2(&d, MIB);
     rcs[1] = cuMemAllocAsync(&d, MIB, NULL);
     rcs[2] = cuMemGetInfo_v2(&f, &t);
+    /* More than the cap: still the driver's error (no context), not a refusal. */
+    rcs[3] = cuMemAlloc_v2(&d, g_cap + MIB);
     return NULL;
 }
 
 static void no_context(void) {
     size_t before = info_free();
-    CUresult rcs[3] = {-1, -1, -1};
+    CUresult rcs[4] = {-1, -1, -1, -1};
     pthread_t th;
     pthread_create(&th, NULL, no_context_thread, rcs);
     pthread_join(th, NULL);
-    const char *names[3] = {"cuMemAlloc_v2(no context)", "cuMemAllocAsync(no context)",
-                            "cuMemGetInfo_v2(no context)"};
-    for (int i = 0; i < 3; i++) {
+    const char *names[4] = {"cuMemAlloc_v2(no context)", "cuMemAllocAsync(no context)",
+                            "cuMemGetInfo_v2(no context)", "cuMemAlloc_v2(no context, over the cap)"};
+    for (int i = 0; i < 4; i++) {
         printf("rc %s %d\n", names[i], rcs[i]);
         CHECK(rcs[i] == CUDA_ERROR_INVALID_CONTEXT, "%s -> %d, expected 201", names[i], rcs[i]);
     }

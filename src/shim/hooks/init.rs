@@ -18,6 +18,7 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     let Ok(config) = shim.config() else {
         return CUDA_ERROR_NOT_PERMITTED;
     };
+    note_visible_gpus(visible_count());
     if let Some(spec) = config.limit.as_ref().filter(|s| !s.devices.is_empty())
         && let Err(msg) = identity::check_keys(spec, visible_count(), || {
             identity::visible(queries::visible_uuids)

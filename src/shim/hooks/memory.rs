@@ -9,7 +9,9 @@ pub fn mem_alloc(
 ) -> CuResult {
     let api = "cuMemAlloc";
     if growth() && !dptr.is_null() {
-        let Some(device) = current_device() else {
+        // Asked of the driver: the arena serves without calling it, so it must know
+        // that a context is current.
+        let Some(device) = context_device() else {
             // SAFETY: forwarding; without a context the driver answers with its error.
             return unsafe { real(dptr, size) };
         };

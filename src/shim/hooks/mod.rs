@@ -58,8 +58,23 @@ fn checked_device(shim: &Shim, device: c_int) -> Option<usize> {
     Some(d)
 }
 
-/// The device of the calling thread's current context.
+/// Set by `cuInit` when the driver shows this process exactly one GPU: then the device
+/// of any current context is 0, known without asking the driver.
+static ONE_GPU: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The device of the calling thread's current context (with one visible GPU: 0, not
+/// asked; whether a context is current at all is then the driver's to say when it
+/// gets the call, and [`reserve`] asks before refusing).
+#[inline]
 fn current_device() -> Option<c_int> {
+    if ONE_GPU.load(std::sync::atomic::Ordering::Relaxed) {
+        return Some(0);
+    }
+    context_device()
+}
+
+/// The device of the calling thread's current context, asked of the driver.
+fn context_device() -> Option<c_int> {
     let get = calls::cuCtxGetDevice()?;
     let mut dev: c_int = -1;
     // SAFETY: valid out-pointer.
@@ -88,9 +103,33 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
         return Err(CUDA_ERROR_INVALID_DEVICE);
     };
     reclaim_for(shim, d, bytes);
+    // With one GPU the device was not asked: a request the cap would refuse is first
+    // checked to have a current context at all, so that a call without one gets the
+    // driver's own error, as it would without the shortcut.
+    if ONE_GPU.load(std::sync::atomic::Ordering::Relaxed)
+        && would_refuse(shim, d, bytes)
+        && context_device().is_none()
+    {
+        return Ok(Target::Unknown);
+    }
     shim.reserve(api, d, bytes)
         .map(Target::Charged)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// Whether `bytes` more on `d` exceed this process's cap or its pool's (a hint: the
+/// reservation itself decides).
+fn would_refuse(shim: &Shim, d: usize, bytes: u64) -> bool {
+    let own = shim.ledger.usage(d).is_some_and(|u| u.headroom() < bytes);
+    let pooled = crate::membership::current()
+        .and_then(|m| m.usage(d))
+        .is_some_and(|(used, cap, _)| cap.is_some_and(|c| c.saturating_sub(used) < bytes));
+    own || pooled
+}
+
+/// Called by `cuInit` once the driver is up: how many GPUs this process sees.
+fn note_visible_gpus(count: Option<usize>) {
+    ONE_GPU.store(count == Some(1), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Before a request the cap cannot take: memory the process's own pools only cache
