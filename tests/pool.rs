@@ -708,3 +708,186 @@ fn an_exec_chain_starts_a_new_member_and_the_old_images_share_comes_back() {
     );
     assert_eq!(p.used_peak().0, 0);
 }
+
+// ---- GPUCAP_WAIT: waiting for memory instead of failing ---------------------------------
+
+impl Pool {
+    /// How many members wait on the pool's first GPU (the file's `waiters` word).
+    fn waiters(&self) -> u64 {
+        let bytes = std::fs::read(self.file()).expect("pool file");
+        u64::from_le_bytes(bytes[(16 + 9) * 8..(16 + 10) * 8].try_into().unwrap())
+    }
+
+    fn wait_waiters(&self, n: u64) {
+        let start = Instant::now();
+        while self.waiters() != n {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{} waiters, not {n}",
+                self.waiters()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn waiter(&self, stats: &str, steps: &[&str]) -> Child {
+        spawn(self.script(stats, steps).env("GPUCAP_WAIT", "60s"))
+    }
+}
+
+/// A member holding 800 MiB of the 1 GiB pool until `go` exists, then freeing it.
+fn holder(p: &Pool) -> Child {
+    let h = spawn(&mut p.script(
+        "h.json",
+        &[
+            "alloc:800Mi",
+            &format!("touch:{}", p.path("held")),
+            &format!("wait:{}", p.path("go")),
+            "free",
+        ],
+    ));
+    p.wait_file("held");
+    h
+}
+
+#[test]
+fn a_waiter_gets_the_memory_when_a_member_frees_it() {
+    let p = Pool::new("wait-served");
+    let h = holder(&p);
+    let w = p.waiter("w.json", &["alloc:500Mi", "info"]);
+    p.wait_waiters(1);
+    std::thread::sleep(Duration::from_millis(300));
+    p.touch("go");
+    assert_ok(&finish(h));
+    let w = finish(w);
+    assert!(has(&w, &format!("alloc {} 0", 500 * MIB)), "{}", dump(&w));
+    let err = stderr(&w);
+    assert!(
+        err.contains("waiting for 500 MiB on GPU 0: the pool has no room now"),
+        "{}",
+        dump(&w)
+    );
+    let waited: f64 = err
+        .split("after waiting ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no 'got ... after waiting' line\n{}", dump(&w)));
+    assert!(
+        waited >= 0.3,
+        "it could not get the memory before it was freed: {waited}"
+    );
+    assert_eq!(p.waiters(), 0);
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order_and_small_ones_do_not_jump_the_queue() {
+    let p = Pool::new("wait-fifo");
+    let h = holder(&p);
+    let w1 = p.waiter(
+        "1.json",
+        &[
+            "alloc:950Mi",
+            &format!("touch:{}", p.path("w1")),
+            &format!("wait:{}", p.path("w1free")),
+            "free",
+        ],
+    );
+    p.wait_waiters(1);
+    let w2 = p.waiter(
+        "2.json",
+        &["alloc:100Mi", &format!("touch:{}", p.path("w2"))],
+    );
+    p.wait_waiters(2);
+    let w3 = p.waiter(
+        "3.json",
+        &["alloc:50Mi", &format!("touch:{}", p.path("w3"))],
+    );
+    p.wait_waiters(3);
+    // 100 and 50 MiB fit beside the holder's 800 now, but the 950 MiB request came first.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !p.dir.join("w2").exists() && !p.dir.join("w3").exists(),
+        "a later, smaller request jumped the queue"
+    );
+    p.touch("go");
+    p.wait_file("w1");
+    // 50 MiB fit beside the 950 now, but the 100 MiB request came first.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !p.dir.join("w2").exists() && !p.dir.join("w3").exists(),
+        "served out of order"
+    );
+    p.touch("w1free");
+    for w in [w1, w2, w3] {
+        let o = finish(w);
+        assert_ok(&o);
+        assert!(
+            stdout(&o)
+                .lines()
+                .any(|l| l.starts_with("alloc ") && l.ends_with(" 0")),
+            "{}",
+            dump(&o)
+        );
+    }
+    assert_ok(&finish(h));
+    assert_eq!(p.waiters(), 0);
+}
+
+#[test]
+fn a_wait_that_times_out_is_refused_with_the_usual_line() {
+    let p = Pool::new("wait-timeout");
+    let h = holder(&p);
+    let w = run(&mut p
+        .script("w.json", &["alloc:500Mi"])
+        .env("GPUCAP_WAIT", "300ms"));
+    p.touch("go");
+    assert_ok(&finish(h));
+    assert!(
+        has(&w, &format!("alloc {} {OOM}", 500 * MIB)),
+        "{}",
+        dump(&w)
+    );
+    let r = refusals(&stderr(&w));
+    assert_eq!(r.len(), 1, "{}", dump(&w));
+    assert!(
+        r[0].contains("after waiting 0.3 s for members to free memory"),
+        "{}",
+        r[0]
+    );
+    assert_eq!(p.waiters(), 0);
+}
+
+#[test]
+fn a_killed_waiter_leaves_nothing_behind() {
+    let p = Pool::new("wait-killed");
+    let h = holder(&p);
+    let mut w1 = p.waiter("1.json", &["alloc:900Mi"]);
+    p.wait_waiters(1);
+    sigkill(&mut w1);
+    p.wait_live_members(1);
+    // 100 MiB fit; the dead waiter's ticket does not hold the request up.
+    let w2 = run(&mut p
+        .script("2.json", &["alloc:100Mi"])
+        .env("GPUCAP_WAIT", "60s"));
+    p.touch("go");
+    assert_ok(&finish(h));
+    assert!(has(&w2, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&w2));
+    assert_eq!(p.waiters(), 0, "the dead waiter's ticket was taken back");
+}
+
+#[test]
+fn a_waiter_whose_holder_is_killed_gets_the_memory() {
+    let p = Pool::new("wait-holder-killed");
+    let mut h = holder(&p);
+    let w = p.waiter("w.json", &["alloc:500Mi"]);
+    p.wait_waiters(1);
+    sigkill(&mut h);
+    let w = finish(w);
+    assert!(has(&w, &format!("alloc {} 0", 500 * MIB)), "{}", dump(&w));
+    assert!(
+        stderr(&w).contains("got 500 MiB on GPU 0 after waiting"),
+        "{}",
+        dump(&w)
+    );
+}

@@ -5,6 +5,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
+use std::time::Duration;
 
 use gpucap_core::budget::{MAX_SLOTS, MemberLocks};
 
@@ -85,6 +86,29 @@ impl MemberLocks for SlotLocks {
         self.mine[s / 64].fetch_and(!(1u64 << (s % 64)), AcqRel);
     }
 
+    fn sleep_on(&self, word: &AtomicU64, seen: u64, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: the word lives in the pool's shared mapping for the life of the
+        // process; FUTEX_WAIT (not private: other processes wake it) reads its low half.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                low_half(word),
+                libc::FUTEX_WAIT,
+                seen as u32,
+                &ts as *const libc::timespec,
+            )
+        };
+    }
+
+    fn wake(&self, word: &AtomicU64) {
+        // SAFETY: as in sleep_on; FUTEX_WAKE only reads the address.
+        unsafe { libc::syscall(libc::SYS_futex, low_half(word), libc::FUTEX_WAKE, i32::MAX) };
+    }
+
     fn held(&self, s: usize) -> bool {
         if self.mine[s / 64].load(Acquire) & (1u64 << (s % 64)) != 0 {
             return true;
@@ -92,5 +116,15 @@ impl MemberLocks for SlotLocks {
         let mut f = flock(libc::F_RDLCK, s);
         // A read lock could be placed unless someone holds the write lock.
         self.fcntl(libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK
+    }
+}
+
+/// The address of the low 32 bits of `word`, which a futex compares.
+fn low_half(word: &AtomicU64) -> *const u32 {
+    let p = word.as_ptr() as *const u32;
+    if cfg!(target_endian = "big") {
+        p.wrapping_add(1)
+    } else {
+        p
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::{Mutex, Once, OnceLock};
 
-use gpucap_core::budget::{CapMismatch, Member, MemberInfo};
+use gpucap_core::budget::{CapMismatch, Member, MemberInfo, WaitNote};
 use gpucap_core::config::{Config, PoolSpec};
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -85,7 +85,8 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     let path = gpucap_pool_file::locate(spec, config.pool_dir.as_deref(), true)?;
     let file: &'static PoolFile = Box::leak(Box::new(gpucap_pool_file::open_member(&path)?));
     let member = Member::join(file.pool, &file.locks, &own_info())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .waiting(config.wait, wait_note);
     for (ordinal, gpu) in gpus.iter().enumerate() {
         if let Err(e) = member.register_gpu(ordinal, &gpu.uuid, gpu.cap) {
             member.leave();
@@ -156,5 +157,32 @@ extern "C" fn forget_in_child() {
 pub fn leave() {
     if let Some(m) = current() {
         m.leave();
+    }
+}
+
+/// A wait for memory (`GPUCAP_WAIT`), said at warn level: when it starts and how it ended.
+fn wait_note(n: &WaitNote) {
+    use crate::log::log;
+    match *n {
+        WaitNote::Started {
+            device,
+            bytes,
+            ahead,
+        } => log!(
+            Warn,
+            "waiting for {} on GPU {device}: the pool has no room now ({ahead} waiting before this request)",
+            format_bytes(bytes)
+        ),
+        WaitNote::Served {
+            device,
+            bytes,
+            waited,
+        } => log!(
+            Warn,
+            "got {} on GPU {device} after waiting {:.3} s",
+            format_bytes(bytes),
+            waited.as_secs_f64()
+        ),
+        WaitNote::TimedOut { .. } => {} // the refusal line says it waited
     }
 }

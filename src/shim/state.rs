@@ -415,12 +415,20 @@ pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> S
             format_bytes(bytes)
         ),
         Refusal::Pool(p) => format!(
-            "refused {api} of {} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process (pool {})",
+            "refused {api} of {} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process (pool {}){}",
             format_bytes(bytes),
             format_bytes(p.used),
             format_bytes(p.cap),
             format_bytes(p.own),
-            crate::membership::path().map_or("?".into(), |p| p.display().to_string())
+            crate::membership::path().map_or("?".into(), |p| p.display().to_string()),
+            if p.waited_ms > 0 {
+                format!(
+                    ", after waiting {:.1} s for members to free memory",
+                    p.waited_ms as f64 / 1000.0
+                )
+            } else {
+                String::new()
+            }
         ),
         Refusal::NoSuchDevice { .. } => format!(
             "refused {api} of {} on GPU {device}: gpucap tracks GPUs 0 to {}",

@@ -30,6 +30,8 @@ pub struct PoolRefusal {
     pub own: u64,
     /// Set when the member left the pool (at exit).
     pub left: bool,
+    /// How long the request waited for memory first (`GPUCAP_WAIT`), in ms.
+    pub waited_ms: u64,
 }
 
 impl fmt::Display for PoolRefusal {
@@ -50,23 +52,25 @@ impl Member<'_> {
         let Some(g) = self.entry_of(device) else {
             return Ok(());
         };
+        if self.left.load(Acquire) {
+            return Err(PoolRefusal {
+                requested: bytes,
+                used: 0,
+                cap: 0,
+                own: 0,
+                left: true,
+                waited_ms: 0,
+            });
+        }
+        let cap = decode_cap(self.w.gpu(g, G_CAP).load(Relaxed))
+            .flatten()
+            .unwrap_or(u64::MAX);
         let mut swept = false;
         loop {
-            if self.left.load(Acquire) {
-                return Err(PoolRefusal {
-                    requested: bytes,
-                    used: 0,
-                    cap: 0,
-                    own: 0,
-                    left: true,
-                });
-            }
-            let cap = decode_cap(self.w.gpu(g, G_CAP).load(Relaxed))
-                .flatten()
-                .unwrap_or(u64::MAX);
-            let mut seen = (0, 0);
             let done = self.change(g, self.slot, |pool, own| {
-                seen = (pool, own);
+                if self.queue_first(g) {
+                    return None; // waiters first, in order
+                }
                 let new = pool.checked_add(bytes).filter(|&n| n <= cap)?;
                 Some((new, own.saturating_add(bytes)))
             });
@@ -79,14 +83,18 @@ impl Member<'_> {
                 swept = true;
                 continue;
             }
+            if self.wait.is_some() && bytes <= cap {
+                return self.wait_for(g, device, bytes, cap);
+            }
             self.w.gpu(g, G_REFUSALS).fetch_add(1, Relaxed);
             self.w.gpu(g, G_LARGEST_REFUSED).fetch_max(bytes, Relaxed);
             return Err(PoolRefusal {
                 requested: bytes,
-                used: seen.0,
+                used: self.w.gpu(g, G_USED).load(Relaxed),
                 cap,
-                own: seen.1,
+                own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
                 left: false,
+                waited_ms: 0,
             });
         }
     }
@@ -105,6 +113,17 @@ impl Member<'_> {
             let bytes = bytes.min(own);
             Some((pool.saturating_sub(bytes), own - bytes))
         });
+        if self.w.gpu(g, G_WAITERS).load(Acquire) > 0 {
+            self.wake_waiters(g);
+        }
+    }
+
+    /// Runs `f` holding GPU entry `g`'s word lock (changes that need no journal).
+    pub(super) fn locked<R>(&self, g: usize, f: impl FnOnce() -> R) -> R {
+        self.lock_gpu(g);
+        let r = f();
+        self.w.gpu(g, G_LOCK).store(0, Release);
+        r
     }
 
     /// One change of GPU entry `g`'s `used` and slot `target`'s use of it, under the

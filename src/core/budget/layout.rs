@@ -3,9 +3,11 @@
 //!
 //! ```text
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid
-//! GPUs     32 x 16    key (UUID folded), UUID, cap, used, peak, lock, refusals, largest refused
-//! members 256 x 176   state, pid, pid namespace, start, generation, command (64 bytes),
-//!                     then per GPU: used, peak, journal (target, pool used, target used), cap
+//! GPUs     32 x 16    key (UUID folded), UUID, cap, used, peak, lock, refusals, largest refused,
+//!                     waiters, tickets, wake word, waits, wait ms
+//! members 256 x 240   state, pid, pid namespace, start, generation, command (64 bytes),
+//!                     then per GPU: used, peak, journal (target, pool used, target used), cap,
+//!                     wait ticket
 //! ```
 //!
 //! A member slot is live while its owner holds the kernel lock of the slot (see
@@ -23,7 +25,7 @@ pub const MAX_POOL_GPUS: usize = 32;
 pub const GPU_WORDS: usize = 16;
 pub const MAX_SLOTS: usize = 256;
 pub const SLOT_HEAD_WORDS: usize = 16;
-pub const PER_GPU_WORDS: usize = 6;
+pub const PER_GPU_WORDS: usize = 7;
 pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
 pub const POOL_WORDS: usize = HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + MAX_SLOTS * SLOT_WORDS;
 pub const POOL_FILE_BYTES: usize = POOL_WORDS * 8;
@@ -52,6 +54,16 @@ pub const G_PEAK: usize = 5;
 pub const G_LOCK: usize = 6;
 pub const G_REFUSALS: usize = 7;
 pub const G_LARGEST_REFUSED: usize = 8;
+/// How many members wait for memory on this GPU (`GPUCAP_WAIT`): a hint read on the
+/// way of every credit (0: nobody to wake), recounted when a dead member is taken back.
+pub const G_WAITERS: usize = 9;
+/// The last ticket handed to a waiter: waiters are served in ticket order.
+pub const G_TICKET: usize = 10;
+/// The futex word waiters sleep on (its low 32 bits): bumped when memory is freed.
+pub const G_WAIT_SEQ: usize = 11;
+/// Waits that ended (served or timed out), and their total time in milliseconds.
+pub const G_WAITS: usize = 12;
+pub const G_WAIT_MS: usize = 13;
 
 // Member slot words.
 pub const S_STATE: usize = 0;
@@ -70,6 +82,8 @@ pub const M_JOURNAL_POOL: usize = 3;
 pub const M_JOURNAL_OWN: usize = 4;
 /// The cap this member holds the GPU to (encoded as `G_CAP`; 0: the member does not use it).
 pub const M_CAP: usize = 5;
+/// The ticket this member waits with on the GPU (0: not waiting).
+pub const M_WAIT: usize = 6;
 
 pub const STATE_EMPTY: u64 = 0;
 pub const STATE_LIVE: u64 = 1;

@@ -13,8 +13,24 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use super::layout::*;
 use crate::config::MAX_DEVICES;
 
-/// The per-slot kernel locks, provided by the code that maps the file.
+/// What a member needs of the kernel, provided by the code that maps the file: the
+/// per-slot locks, and sleeping on a word of the file until another process wakes it.
 pub trait MemberLocks: Sync {
+    /// Sleeps while `word` still holds `seen` (its low 32 bits), at most `timeout`, or
+    /// until [`wake`](Self::wake). May return early.
+    fn sleep_on(
+        &self,
+        word: &std::sync::atomic::AtomicU64,
+        seen: u64,
+        timeout: std::time::Duration,
+    ) {
+        let _ = (word, seen);
+        std::thread::sleep(timeout.min(std::time::Duration::from_millis(1)));
+    }
+    /// Wakes every process sleeping on `word`.
+    fn wake(&self, word: &std::sync::atomic::AtomicU64) {
+        let _ = word;
+    }
     /// Takes slot `s`'s lock without waiting. True: this process now holds it, so no
     /// other process does (whoever held it is dead). False: another process holds it,
     /// or another thread of this process is acting on that slot.
@@ -106,6 +122,10 @@ pub struct Member<'a> {
     pub(super) entry_of: [AtomicU32; MAX_DEVICES],
     /// Set once the member gave its share back at exit: later changes are ignored.
     pub(super) left: AtomicBool,
+    /// `GPUCAP_WAIT` and what to tell of a wait (see [`Member::waiting`]).
+    pub(super) wait: Option<(std::time::Duration, fn(&super::WaitNote))>,
+    /// One waiting thread per GPU of this process at a time; the others queue here.
+    pub(super) wait_turn: [std::sync::Mutex<()>; MAX_POOL_GPUS],
 }
 
 impl<'a> Member<'a> {
@@ -127,6 +147,8 @@ impl<'a> Member<'a> {
                 locks,
                 entry_of: [const { AtomicU32::new(0) }; MAX_DEVICES],
                 left: AtomicBool::new(false),
+                wait: None,
+                wait_turn: [const { std::sync::Mutex::new(()) }; MAX_POOL_GPUS],
             };
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
                 m.take_back(s);
@@ -139,12 +161,22 @@ impl<'a> Member<'a> {
             for g in 0..MAX_POOL_GPUS {
                 w.member_gpu(s, g, M_PEAK).store(0, Relaxed);
                 w.member_gpu(s, g, M_CAP).store(0, Relaxed);
+                w.member_gpu(s, g, M_WAIT).store(0, Relaxed);
             }
             w.slot(s, S_STATE).store(STATE_LIVE, Release);
             m.sweep();
             return Ok(m);
         }
         Err(JoinError::Full)
+    }
+
+    /// Allocations the pool cannot take now wait up to `max` for members to free memory
+    /// (`GPUCAP_WAIT`), in arrival order; `note` hears when a wait starts and ends.
+    pub fn waiting(mut self, max: std::time::Duration, note: fn(&super::WaitNote)) -> Self {
+        if !max.is_zero() {
+            self.wait = Some((max, note));
+        }
+        self
     }
 
     /// This member's slot.
@@ -273,6 +305,12 @@ impl<'a> Member<'a> {
             if self.w.member_gpu(d, g, M_USED).load(Acquire) != 0 {
                 self.change(g, d, |pool, own| Some((pool.saturating_sub(own), 0)));
             }
+            if self.w.member_gpu(d, g, M_WAIT).load(Acquire) != 0 {
+                // It died waiting: its ticket goes, the others may be next.
+                self.w.member_gpu(d, g, M_WAIT).store(0, Release);
+                self.recount_waiters(g);
+                self.wake_waiters(g);
+            }
         }
     }
 
@@ -281,6 +319,7 @@ impl<'a> Member<'a> {
         for g in 0..MAX_POOL_GPUS {
             self.w.member_gpu(d, g, M_CAP).store(0, Relaxed);
             self.w.member_gpu(d, g, M_PEAK).store(0, Relaxed);
+            self.w.member_gpu(d, g, M_WAIT).store(0, Relaxed);
         }
         self.w.slot(d, S_STATE).store(STATE_EMPTY, Release);
     }

@@ -12,12 +12,14 @@
 //!   taking back the share of a member that died.
 //! - `account`: reserving and crediting bytes: one step under a per-GPU word lock with a
 //!   redo journal, so a member killed at any instruction leaves nothing half done.
+//! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
 //! - `view`: a snapshot for `gpucap status`, `gpucap top` and NVML's process list.
 
 mod account;
 mod layout;
 mod member;
 mod view;
+mod wait;
 
 pub use account::PoolRefusal;
 pub use layout::{
@@ -25,6 +27,7 @@ pub use layout::{
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use view::{GpuView, MemberGpuView, MemberView, PoolView};
+pub use wait::WaitNote;
 
 #[cfg(test)]
 mod tests;

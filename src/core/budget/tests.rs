@@ -425,3 +425,101 @@ fn a_ledger_in_a_pool_charges_both_and_rolls_both_back() {
         (300, 0)
     );
 }
+
+fn quiet(_: &WaitNote) {}
+
+fn leak(m: Member<'static>) -> &'static Member<'static> {
+    Box::leak(Box::new(m))
+}
+
+#[test]
+fn a_waiter_gets_the_memory_a_member_frees() {
+    use std::time::{Duration, Instant};
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = leak(member(pool, proc(k, 2), Some(1000)).waiting(Duration::from_secs(10), quiet));
+    a.reserve(0, 800).unwrap();
+    let start = Instant::now();
+    let t = std::thread::spawn(move || b.reserve(0, 500));
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(b.usage(0).unwrap().2, 0, "still waiting");
+    a.credit(0, 800);
+    t.join().unwrap().unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(100));
+    assert_eq!(b.usage(0), Some((500, Some(1000), 500)));
+    let v = pool.view(proc(k, 99));
+    assert_eq!(v.gpus[0].refusals, 0);
+    assert_eq!(pool.w.gpu(0, G_WAITERS).load(SeqCst), 0);
+    assert_eq!(pool.w.gpu(0, G_WAITS).load(SeqCst), 1);
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order() {
+    use std::time::Duration;
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let big = leak(member(pool, proc(k, 2), Some(1000)).waiting(Duration::from_secs(10), quiet));
+    let small = leak(member(pool, proc(k, 3), Some(1000)).waiting(Duration::from_secs(10), quiet));
+    a.reserve(0, 800).unwrap();
+    let order = &*Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+    let t1 = std::thread::spawn(move || {
+        big.reserve(0, 900).unwrap();
+        order.lock().unwrap().push("big");
+    });
+    while pool.w.gpu(0, G_WAITERS).load(SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    // 100 would fit now (800 + 100), but the big request came first.
+    let t2 = std::thread::spawn(move || {
+        small.reserve(0, 100).unwrap();
+        order.lock().unwrap().push("small");
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "the small one queued behind the big one"
+    );
+    a.credit(0, 800);
+    t1.join().unwrap();
+    t2.join().unwrap();
+    assert_eq!(*order.lock().unwrap(), ["big", "small"]);
+    assert_eq!(a.usage(0).unwrap().0, 1000);
+}
+
+#[test]
+fn a_wait_times_out_with_nothing_left_behind() {
+    use std::time::Duration;
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000)).waiting(Duration::from_millis(60), quiet);
+    a.reserve(0, 800).unwrap();
+    let r = b.reserve(0, 500).unwrap_err();
+    assert!(r.waited_ms >= 60, "{r:?}");
+    assert_eq!(pool.w.gpu(0, G_WAITERS).load(SeqCst), 0);
+    assert_eq!(pool.w.member_gpu(b.slot(), 0, M_WAIT).load(SeqCst), 0);
+    // More than the cap never waits.
+    assert_eq!(b.reserve(0, 2000).unwrap_err().waited_ms, 0);
+}
+
+#[test]
+fn a_killed_waiter_does_not_hold_up_the_queue() {
+    use std::time::Duration;
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let dead = member(pool, proc(k, 2), Some(1000));
+    let c = member(pool, proc(k, 3), Some(1000)).waiting(Duration::from_secs(10), quiet);
+    a.reserve(0, 800).unwrap();
+    // The dead member had taken ticket 1 when it was killed.
+    pool.w.gpu(0, G_TICKET).store(1, SeqCst);
+    pool.w.gpu(0, G_WAITERS).store(1, SeqCst);
+    pool.w.member_gpu(dead.slot(), 0, M_WAIT).store(1, SeqCst);
+    k.kill(2);
+    // C queues (a waiter exists) though 100 fits, finds the one ahead dead, and goes.
+    c.reserve(0, 100).unwrap();
+    assert_eq!(
+        pool.w.gpu(0, G_WAITERS).load(SeqCst),
+        0,
+        "the dead ticket was taken back"
+    );
+    assert_eq!(c.usage(0).unwrap().0, 900);
+}

@@ -20,11 +20,12 @@ pub const KNOWN_VARS: &[&str] = &[
     "GPUCAP_HOME",
     "GPUCAP_POOL",
     "GPUCAP_POOL_DIR",
+    "GPUCAP_WAIT",
 ];
 
 /// `KNOWN_VARS` as one line, for error messages (a test keeps the two in step).
 pub(crate) const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, \
-     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR";
+     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR, GPUCAP_WAIT";
 
 pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
@@ -36,6 +37,8 @@ pub const HOME_ACCEPTED: &str =
 pub const POOL_ACCEPTED: &str = "a pool name (1 to 64 of A-Z a-z 0-9 . _ -, not starting with '.'), \
      an absolute path of the pool file, or off (no pool)";
 pub const POOL_DIR_ACCEPTED: &str = "an absolute directory path (created if missing)";
+pub const WAIT_ACCEPTED: &str =
+    "a duration up to 24h: 0, 500ms, 30s, 5m, 1h (a number and one of ms, s, m, h)";
 
 /// How much the shim logs (to stderr).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -88,6 +91,9 @@ pub struct Config {
     pub pool: Option<PoolSpec>,
     /// `GPUCAP_POOL_DIR`: where named pools' files live.
     pub pool_dir: Option<PathBuf>,
+    /// `GPUCAP_WAIT`: how long an allocation the pool cannot take now waits for members
+    /// to free memory (zero: refused at once).
+    pub wait: std::time::Duration,
 }
 
 /// Which pool a process joins.
@@ -142,6 +148,38 @@ fn parse_pool_spec(value: &str) -> Result<PoolSpec, String> {
     Ok(PoolSpec::Name(value.to_string()))
 }
 
+/// Parses a `GPUCAP_WAIT` value: `0`, or a whole number followed by `ms`, `s`, `m` or
+/// `h`, at most 24 hours.
+pub fn parse_wait(value: &str) -> Result<std::time::Duration, String> {
+    let v = value.trim();
+    if v == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    if digits.is_empty() {
+        return Err("not a duration".into());
+    }
+    if digits.len() > 1 && digits.starts_with('0') {
+        return Err("a leading zero".into());
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "a number too large".to_string())?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "" => return Err("no unit (0 is the only duration without one)".into()),
+        _ => return Err(format!("unknown unit {unit:?}")),
+    };
+    match ms {
+        Some(ms) if ms <= 86_400_000 => Ok(std::time::Duration::from_millis(ms)),
+        _ => Err("longer than 24h".into()),
+    }
+}
+
 /// Parses a `GPUCAP_POOL_DIR` value.
 pub fn parse_pool_dir(value: &str) -> Result<PathBuf, String> {
     if !value.starts_with('/') {
@@ -161,6 +199,7 @@ impl Default for Config {
             notes: Vec::new(),
             pool: None,
             pool_dir: None,
+            wait: std::time::Duration::ZERO,
         }
     }
 }
@@ -340,6 +379,9 @@ where
     if let Some(v) = raw("GPUCAP_POOL_DIR") {
         config.pool_dir = Some(parse_pool_dir(v).map_err(|r| bad("GPUCAP_POOL_DIR", v, r))?);
     }
+    if let Some(v) = raw("GPUCAP_WAIT") {
+        config.wait = parse_wait(v).map_err(|r| bad("GPUCAP_WAIT", v, r))?;
+    }
     if let Some(cache) = hami.shared_cache {
         let path = PoolSpec::Path(PathBuf::from(&cache));
         match (&config.pool, raw("GPUCAP_POOL")) {
@@ -356,6 +398,17 @@ where
             }
             _ => config.pool = Some(path),
         }
+    }
+    if !config.wait.is_zero() && config.pool.is_none() {
+        let v = raw("GPUCAP_WAIT").unwrap_or_default();
+        return Err(ConfigError {
+            var: "GPUCAP_WAIT".into(),
+            value: v.to_string(),
+            reason: "waiting needs a pool (GPUCAP_POOL): only other members of a pool free \
+                     memory an allocation could wait for"
+                .into(),
+            accepted: "",
+        });
     }
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
     // emptiness was checked above.
@@ -470,6 +523,7 @@ pub(crate) fn accepted_of(var: &str) -> &'static str {
         "GPUCAP_HOME" => HOME_ACCEPTED,
         "GPUCAP_POOL" => POOL_ACCEPTED,
         "GPUCAP_POOL_DIR" => POOL_DIR_ACCEPTED,
+        "GPUCAP_WAIT" => WAIT_ACCEPTED,
         _ => KNOWN_VARS_LIST,
     }
 }

@@ -986,4 +986,41 @@ mod properties {
         let e = vars(&[("CUDA_DEVICE_MEMORY_SHARED_CACHE", "cache")]).unwrap_err();
         assert!(e.to_string().contains("must be absolute"), "{e}");
     }
+
+    #[test]
+    fn wait_durations() {
+        use std::time::Duration;
+        for (v, ms) in [
+            ("0", 0),
+            ("500ms", 500),
+            ("30s", 30_000),
+            ("5m", 300_000),
+            ("1h", 3_600_000),
+            ("24h", 86_400_000),
+        ] {
+            assert_eq!(parse_wait(v), Ok(Duration::from_millis(ms)), "{v}");
+        }
+        for v in [
+            "",
+            "s",
+            "30",
+            "1.5s",
+            "-1s",
+            "30 s",
+            "030s",
+            "25h",
+            "1d",
+            "99999999999999999999s",
+            "0s0",
+        ] {
+            assert!(parse_wait(v).is_err(), "{v:?}");
+        }
+        let c = vars(&[("GPUCAP_WAIT", "30s"), ("GPUCAP_POOL", "p")]).unwrap();
+        assert_eq!(c.wait, Duration::from_secs(30));
+        let e = vars(&[("GPUCAP_WAIT", "30s")]).unwrap_err();
+        assert!(e.to_string().contains("waiting needs a pool"), "{e}");
+        assert_eq!(vars(&[("GPUCAP_WAIT", "0")]).unwrap().wait, Duration::ZERO);
+        let e = vars(&[("GPUCAP_WAIT", "soon"), ("GPUCAP_POOL", "p")]).unwrap_err();
+        assert!(e.to_string().contains("accepted: a duration"), "{e}");
+    }
 }

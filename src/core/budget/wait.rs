@@ -1,0 +1,171 @@
+//! Waiting for memory instead of failing (`GPUCAP_WAIT`): an allocation the pool cannot
+//! take now takes a ticket and sleeps on the GPU's wake word until members free
+//! memory; tickets are served in order, so a large request is not starved by a stream
+//! of small ones. Nothing is held while sleeping: a waiter killed by a signal leaves
+//! only its ticket, which the next member to notice its death takes back.
+
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+use super::account::PoolRefusal;
+use super::layout::*;
+use super::member::Member;
+
+/// The longest a waiter sleeps before it looks again (dead members, their tickets).
+const RECHECK: Duration = Duration::from_millis(50);
+
+/// What a wait tells the shim (for its log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitNote {
+    /// `bytes` on CUDA ordinal `device` do not fit now: waiting, behind `ahead` waiters.
+    Started {
+        device: usize,
+        bytes: u64,
+        ahead: usize,
+    },
+    /// Served after `waited`.
+    Served {
+        device: usize,
+        bytes: u64,
+        waited: Duration,
+    },
+    /// Not served within `GPUCAP_WAIT`.
+    TimedOut {
+        device: usize,
+        bytes: u64,
+        waited: Duration,
+    },
+}
+
+impl Member<'_> {
+    /// Whether this member waits (`GPUCAP_WAIT`) and other members wait on GPU entry `g`
+    /// now: then a new request queues behind them, however small.
+    #[inline]
+    pub(super) fn queue_first(&self, g: usize) -> bool {
+        self.wait.is_some() && self.w.gpu(g, G_WAITERS).load(Acquire) > 0
+    }
+
+    /// Waits for `bytes` on GPU entry `g` (CUDA ordinal `device`), up to `GPUCAP_WAIT`.
+    pub(super) fn wait_for(
+        &self,
+        g: usize,
+        device: usize,
+        bytes: u64,
+        cap: u64,
+    ) -> Result<(), PoolRefusal> {
+        let Some((max, note)) = self.wait else {
+            return Err(self.refusal(g, bytes, cap, Duration::ZERO));
+        };
+        let start = Instant::now();
+        // One waiting thread of this process per GPU; the others queue here first.
+        let _turn = self.wait_turn[g].lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = self.locked(g, || {
+            self.w.gpu(g, G_WAITERS).fetch_add(1, AcqRel);
+            let t = self.w.gpu(g, G_TICKET).fetch_add(1, AcqRel) + 1;
+            self.w.member_gpu(self.slot, g, M_WAIT).store(t, Release);
+            t
+        });
+        note(&WaitNote::Started {
+            device,
+            bytes,
+            ahead: self.ahead_of(g, ticket),
+        });
+        let word = self.w.gpu(g, G_WAIT_SEQ);
+        loop {
+            let seen = word.load(Acquire);
+            if self.ahead_of(g, ticket) == 0 {
+                let served = self
+                    .change(g, self.slot, |pool, own| {
+                        let new = pool.checked_add(bytes).filter(|&n| n <= cap)?;
+                        self.leave_queue(g);
+                        Some((new, own.saturating_add(bytes)))
+                    })
+                    .is_some();
+                if served {
+                    let waited = start.elapsed();
+                    self.wait_ended(g, waited);
+                    note(&WaitNote::Served {
+                        device,
+                        bytes,
+                        waited,
+                    });
+                    return Ok(());
+                }
+            }
+            let waited = start.elapsed();
+            if waited >= max {
+                self.locked(g, || self.leave_queue(g));
+                self.wait_ended(g, waited);
+                note(&WaitNote::TimedOut {
+                    device,
+                    bytes,
+                    waited,
+                });
+                self.w.gpu(g, G_REFUSALS).fetch_add(1, Relaxed);
+                self.w.gpu(g, G_LARGEST_REFUSED).fetch_max(bytes, Relaxed);
+                return Err(self.refusal(g, bytes, cap, waited));
+            }
+            // Dead members: their memory and their tickets come back.
+            self.sweep();
+            if word.load(Acquire) == seen {
+                self.locks.sleep_on(word, seen, (max - waited).min(RECHECK));
+            }
+        }
+    }
+
+    /// How many live members hold a ticket before `ticket` on GPU entry `g`. Tickets
+    /// only leave or come after, so none can appear ahead later.
+    fn ahead_of(&self, g: usize, ticket: u64) -> usize {
+        (0..MAX_SLOTS)
+            .filter(|&s| {
+                let t = self.w.member_gpu(s, g, M_WAIT).load(Acquire);
+                s != self.slot && t != 0 && t < ticket && self.locks.held(s)
+            })
+            .count()
+    }
+
+    /// Called holding GPU entry `g`'s word lock: this member stops waiting on it.
+    fn leave_queue(&self, g: usize) {
+        self.w.member_gpu(self.slot, g, M_WAIT).store(0, Release);
+        let waiters = self.w.gpu(g, G_WAITERS);
+        let _ = waiters.fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
+    }
+
+    /// A wait ended: counted, and the next waiter looks again.
+    fn wait_ended(&self, g: usize, waited: Duration) {
+        self.w.gpu(g, G_WAITS).fetch_add(1, Relaxed);
+        self.w
+            .gpu(g, G_WAIT_MS)
+            .fetch_add(waited.as_millis() as u64, Relaxed);
+        self.wake_waiters(g);
+    }
+
+    /// Wakes whoever waits on GPU entry `g` (after memory was freed).
+    pub(super) fn wake_waiters(&self, g: usize) {
+        let word = self.w.gpu(g, G_WAIT_SEQ);
+        word.fetch_add(1, AcqRel);
+        self.locks.wake(word);
+    }
+
+    /// Counts the waiting tickets on GPU entry `g` again (a member died between its
+    /// ticket and the count).
+    pub(super) fn recount_waiters(&self, g: usize) {
+        self.locked(g, || {
+            let n = (0..MAX_SLOTS)
+                .filter(|&s| self.w.member_gpu(s, g, M_WAIT).load(Acquire) != 0)
+                .count();
+            self.w.gpu(g, G_WAITERS).store(n as u64, Release);
+        });
+    }
+
+    fn refusal(&self, g: usize, bytes: u64, cap: u64, waited: Duration) -> PoolRefusal {
+        PoolRefusal {
+            requested: bytes,
+            used: self.w.gpu(g, G_USED).load(Relaxed),
+            cap,
+            own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
+            left: false,
+            waited_ms: waited.as_millis() as u64,
+        }
+    }
+}
