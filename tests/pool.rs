@@ -694,10 +694,9 @@ fn an_exec_chain_starts_a_new_member_and_the_old_images_share_comes_back() {
     )
     .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let o =
-        run(&mut p
-            .cmd(pool_fork(), "a.json")
-            .args(["exec", wrapper.to_str().unwrap(), "unused"]));
+    let o = run(p
+        .cmd(pool_fork(), "a.json")
+        .args(["exec", wrapper.to_str().unwrap(), "unused"]));
     assert!(has(&o, "parent alloc 0"), "{}", dump(&o));
     assert!(has(&o, &format!("alloc {} 0", 600 * MIB)), "{}", dump(&o));
     assert!(has(&o, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&o));
@@ -838,7 +837,7 @@ fn waiters_are_served_in_arrival_order_and_small_ones_do_not_jump_the_queue() {
 fn a_wait_that_times_out_is_refused_with_the_usual_line() {
     let p = Pool::new("wait-timeout");
     let h = holder(&p);
-    let w = run(&mut p
+    let w = run(p
         .script("w.json", &["alloc:500Mi"])
         .env("GPUCAP_WAIT", "300ms"));
     p.touch("go");
@@ -867,7 +866,7 @@ fn a_killed_waiter_leaves_nothing_behind() {
     sigkill(&mut w1);
     p.wait_live_members(1);
     // 100 MiB fit; the dead waiter's ticket does not hold the request up.
-    let w2 = run(&mut p
+    let w2 = run(p
         .script("2.json", &["alloc:100Mi"])
         .env("GPUCAP_WAIT", "60s"));
     p.touch("go");

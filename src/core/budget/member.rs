@@ -113,6 +113,9 @@ pub enum CapMismatch {
     TooManyGpus,
 }
 
+/// `GPUCAP_WAIT`, and what to tell of a wait.
+pub(super) type Waiting = (std::time::Duration, fn(&super::WaitNote));
+
 /// One process's membership of a pool.
 pub struct Member<'a> {
     pub(super) w: Words<'a>,
@@ -123,7 +126,7 @@ pub struct Member<'a> {
     /// Set once the member gave its share back at exit: later changes are ignored.
     pub(super) left: AtomicBool,
     /// `GPUCAP_WAIT` and what to tell of a wait (see [`Member::waiting`]).
-    pub(super) wait: Option<(std::time::Duration, fn(&super::WaitNote))>,
+    pub(super) wait: Option<Waiting>,
     /// One waiting thread per GPU of this process at a time; the others queue here.
     pub(super) wait_turn: [std::sync::Mutex<()>; MAX_POOL_GPUS],
 }
