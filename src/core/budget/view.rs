@@ -23,6 +23,11 @@ pub struct GpuView {
     /// Bytes held by members whose process died and that nobody took back yet (the
     /// next allocation that needs them does).
     pub held_by_dead: u64,
+    /// Requests waiting for memory now (`GPUCAP_WAIT`).
+    pub waiters: u64,
+    /// Waits that ended (served or timed out), and their total time in milliseconds.
+    pub waits: u64,
+    pub wait_ms: u64,
     #[serde(skip)]
     pub raw_uuid: [u8; 16],
 }
@@ -83,6 +88,9 @@ impl Pool<'_> {
                     refusals: w.gpu(g, G_REFUSALS).load(Relaxed),
                     largest_refused: w.gpu(g, G_LARGEST_REFUSED).load(Relaxed),
                     held_by_dead: 0,
+                    waiters: w.gpu(g, G_WAITERS).load(Relaxed),
+                    waits: w.gpu(g, G_WAITS).load(Relaxed),
+                    wait_ms: w.gpu(g, G_WAIT_MS).load(Relaxed),
                     raw_uuid: raw,
                 },
             ));
