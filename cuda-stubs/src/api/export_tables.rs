@@ -1,0 +1,684 @@
+//! `cuGetExportTable`: the driver's private tables that NVIDIA's libcudart (and libraries
+//! built on it: cuBLAS, cuDNN, ...) asks for by UUID. Each table is an array of words: most
+//! start with the table's byte size, the rest are function pointers ("slots"). The layouts
+//! were learnt from ZLUDA's reverse engineering (vosen/ZLUDA, `dark_api`) and from tracing
+//! what cudart calls (FAKECUDA_TRACE); nothing here is NVIDIA's or ZLUDA's code.
+//!
+//! Every slot is either implemented (below) or a stub that logs its call under
+//! FAKECUDA_TRACE (`fakecuda: TABLE[n](...) -> CUDA_ERROR_NOT_SUPPORTED`) and returns
+//! CUDA_ERROR_NOT_SUPPORTED; STUBS.md lists the stubs, README.md the tables. A UUID the fake
+//! does not know gets CUDA_ERROR_INVALID_VALUE and a NULL table (logged under trace).
+
+use crate::abi::*;
+use crate::api::device::attribute;
+use crate::api::module::load_module;
+use crate::integrity::{self, CheckDevice, CheckInput};
+use crate::model::ctx::{self, Ctx, current};
+use crate::model::device::{cfg, check_dev, uuid_v2};
+use crate::model::{cls, teardown};
+use libc::{c_char, c_int, c_uint, c_void};
+
+/// What a slot holds.
+#[derive(Clone, Copy)]
+pub enum Slot {
+    /// The table's size in bytes (slots x 8).
+    Size,
+    /// A word the fake leaves 0 (cudart reads it as "absent").
+    Null,
+    /// A size word of a sub-table of `n` slots (f8cff951 holds several sub-tables).
+    SubSize(usize),
+    /// An implemented function.
+    Fn(*const c_void),
+    /// A logging stub (returns CUDA_ERROR_NOT_SUPPORTED).
+    Stub(*const c_void),
+}
+
+/// A table as cudart reads it.
+#[repr(C)]
+pub struct Words<const N: usize>([*const c_void; N]);
+
+// SAFETY: the tables are immutable after compilation: function addresses and sizes.
+unsafe impl<const N: usize> Sync for Words<N> {}
+
+impl<const N: usize> Words<N> {
+    const fn build(slots: &[Slot; N]) -> Self {
+        let mut w = [std::ptr::null::<c_void>(); N];
+        let mut i = 0;
+        while i < N {
+            w[i] = match slots[i] {
+                Slot::Size => (N * 8) as *const c_void,
+                Slot::Null => std::ptr::null(),
+                Slot::SubSize(n) => (n * 8) as *const c_void,
+                Slot::Fn(f) | Slot::Stub(f) => f,
+            };
+            i += 1;
+        }
+        Words(w)
+    }
+
+    fn addr(&'static self) -> *const c_void {
+        self.0.as_ptr().cast()
+    }
+}
+
+/// One table: its name, UUID (as cudart passes it: 16 bytes), slots and words.
+pub struct Table {
+    pub name: &'static str,
+    pub uuid: [u8; 16],
+    pub slots: &'static [Slot],
+    words: fn() -> *const c_void,
+}
+
+// SAFETY: see Words.
+unsafe impl Sync for Table {}
+
+/// Defines a logging stub per (function name, "TABLE[n]").
+macro_rules! slot_stubs {
+    ($($f:ident = $label:literal),* $(,)?) => {$(
+        extern "C" fn $f() -> CUresult {
+            call($label, || "...".to_string(), || Err(CUDA_ERROR_NOT_SUPPORTED))
+        }
+    )*};
+}
+
+slot_stubs! {
+    cudart_3 = "CUDART_INTERFACE[3]", cudart_4 = "CUDART_INTERFACE[4]",
+    cudart_5 = "CUDART_INTERFACE[5]", cudart_9 = "CUDART_INTERFACE[9]",
+    cudart_10 = "CUDART_INTERFACE[10]", cudart_11 = "CUDART_INTERFACE[11]",
+    tls_1 = "TOOLS_TLS[1]", tls_3 = "TOOLS_TLS[3]",
+    hooks_1 = "TOOLS_RUNTIME_CALLBACK_HOOKS[1]", hooks_3 = "TOOLS_RUNTIME_CALLBACK_HOOKS[3]",
+    hooks_4 = "TOOLS_RUNTIME_CALLBACK_HOOKS[4]", hooks_5 = "TOOLS_RUNTIME_CALLBACK_HOOKS[5]",
+    cls_3 = "CONTEXT_LOCAL_STORAGE[3]",
+    checks_1 = "CONTEXT_CHECKS[1]",
+    integrity_2 = "INTEGRITY_CHECK[2]",
+    identity_1 = "CONTEXT_IDENTITY[1]", identity_2 = "CONTEXT_IDENTITY[2]",
+    identity_3 = "CONTEXT_IDENTITY[3]",
+    rt13_2 = "RUNTIME_13[2]", rt13_5 = "RUNTIME_13[5]", rt13_7 = "RUNTIME_13[7]",
+    rt13_8 = "RUNTIME_13[8]", rt13_9 = "RUNTIME_13[9]", rt13_11 = "RUNTIME_13[11]",
+    rt13_15 = "RUNTIME_13[15]", rt13_16 = "RUNTIME_13[16]", rt13_17 = "RUNTIME_13[17]",
+    rt13_18 = "RUNTIME_13[18]", rt13_19 = "RUNTIME_13[19]", rt13_20 = "RUNTIME_13[20]",
+    rt13_23 = "RUNTIME_13[23]", rt13_24 = "RUNTIME_13[24]", rt13_26 = "RUNTIME_13[26]",
+    rt13_27 = "RUNTIME_13[27]", rt13_28 = "RUNTIME_13[28]", rt13_29 = "RUNTIME_13[29]",
+    rt13_30 = "RUNTIME_13[30]", rt13_31 = "RUNTIME_13[31]", rt13_32 = "RUNTIME_13[32]",
+    rt13_33 = "RUNTIME_13[33]", rt13_34 = "RUNTIME_13[34]", rt13_35 = "RUNTIME_13[35]",
+    rt13_36 = "RUNTIME_13[36]",
+}
+
+/// Runs a slot body like an entry point (traced, no unwinding).
+fn slot(name: &str, args: impl FnOnce() -> String, body: impl FnOnce() -> CuResult) -> CUresult {
+    call(name, args, body)
+}
+
+// --- CUDART_INTERFACE (6bd5fb6c-5bf4-e74a-8987-d93912fd9df9) ------------------------------
+
+/// [1]: loads the fat binary a `__fatBinC_Wrapper_t` points at (cudart's registered kernels).
+unsafe extern "C" fn cudart_module_from_fatbin(
+    pmod: *mut usize,
+    wrapper: *const c_void,
+) -> CUresult {
+    slot(
+        "CUDART_INTERFACE[1]",
+        || fmt_args(&[("module", &pmod), ("wrapper", &wrapper)]),
+        || load_module(pmod, wrapper),
+    )
+}
+
+/// [2]: the primary context of a device, activated if it is not (cudart's context for the
+/// device). Takes no reference of its own once the context is active.
+unsafe extern "C" fn cudart_primary_context(pctx: *mut Ctx, dev: c_int) -> CUresult {
+    slot(
+        "CUDART_INTERFACE[2]",
+        || fmt_args(&[("pctx", &pctx), ("dev", &dev)]),
+        || {
+            let dev = check_dev(dev)?;
+            if pctx.is_null() {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            let (_, active) = ctx::primary_state(dev);
+            let c = ctx::retain_primary(dev)?;
+            if active && let Some(ended) = ctx::release_primary(dev)? {
+                teardown::end(ended);
+            }
+            note(|| format!("ctx={c:#x}"));
+            out(pctx, c)
+        },
+    )
+}
+
+/// [6]: as [1], with options the fake ignores.
+unsafe extern "C" fn cudart_module_from_fatbin_ex(
+    pmod: *mut usize,
+    wrapper: *const c_void,
+    a3: *mut c_void,
+    a4: *mut c_void,
+    a5: c_uint,
+) -> CUresult {
+    slot(
+        "CUDART_INTERFACE[6]",
+        || {
+            fmt_args(&[
+                ("module", &pmod),
+                ("wrapper", &wrapper),
+                ("a3", &a3),
+                ("a4", &a4),
+                ("a5", &a5),
+            ])
+        },
+        || load_module(pmod, wrapper),
+    )
+}
+
+/// [7]: called with one word; nothing to do.
+unsafe extern "C" fn cudart_7(arg: usize) -> CUresult {
+    slot(
+        "CUDART_INTERFACE[7]",
+        || fmt_args(&[("arg", &arg)]),
+        || Ok(()),
+    )
+}
+
+/// [8]: loads a fat binary given by its header (not a wrapper), options ignored.
+unsafe extern "C" fn cudart_module_from_fatbin_header(
+    header: *const c_void,
+    pmod: *mut usize,
+    a3: *mut c_void,
+    a4: *mut c_void,
+    a5: c_uint,
+) -> CUresult {
+    slot(
+        "CUDART_INTERFACE[8]",
+        || {
+            fmt_args(&[
+                ("header", &header),
+                ("module", &pmod),
+                ("a3", &a3),
+                ("a4", &a4),
+                ("a5", &a5),
+            ])
+        },
+        || load_module(pmod, header),
+    )
+}
+
+/// [12]: loads the PTX compiler and friends in a real driver; nothing to load here.
+unsafe extern "C" fn cudart_load_compilers() -> CUresult {
+    slot("CUDART_INTERFACE[12]", String::new, || Ok(()))
+}
+
+const CUDART_SLOTS: [Slot; 13] = [
+    Slot::Size,
+    Slot::Fn(cudart_module_from_fatbin as *const c_void),
+    Slot::Fn(cudart_primary_context as *const c_void),
+    Slot::Stub(cudart_3 as *const c_void),
+    Slot::Stub(cudart_4 as *const c_void),
+    Slot::Stub(cudart_5 as *const c_void),
+    Slot::Fn(cudart_module_from_fatbin_ex as *const c_void),
+    Slot::Fn(cudart_7 as *const c_void),
+    Slot::Fn(cudart_module_from_fatbin_header as *const c_void),
+    Slot::Stub(cudart_9 as *const c_void),
+    Slot::Stub(cudart_10 as *const c_void),
+    Slot::Stub(cudart_11 as *const c_void),
+    Slot::Fn(cudart_load_compilers as *const c_void),
+];
+static CUDART: Words<13> = Words::build(&CUDART_SLOTS);
+
+// --- TOOLS_TLS (42d85a81-23f6-cb47-8298-f6e78a3aecdc) -------------------------------------
+
+/// [2]: the calling thread's current context (NULL if none), as cuCtxGetCurrent.
+unsafe extern "C" fn tls_current_context(pctx: *mut Ctx) -> CUresult {
+    slot(
+        "TOOLS_TLS[2]",
+        || fmt_args(&[("pctx", &pctx)]),
+        || {
+            cfg()?;
+            out(pctx, ctx::top())
+        },
+    )
+}
+
+const TLS_SLOTS: [Slot; 4] = [
+    Slot::Size,
+    Slot::Stub(tls_1 as *const c_void),
+    Slot::Fn(tls_current_context as *const c_void),
+    Slot::Stub(tls_3 as *const c_void),
+];
+static TLS: Words<4> = Words::build(&TLS_SLOTS);
+
+// --- TOOLS_RUNTIME_CALLBACK_HOOKS (a094798c-2e74-2e74-93f2-0800200c0a66) -------------------
+
+/// Zeroed buffers the runtime reads its tool callbacks from (no tool is attached).
+struct HookBuffer<const N: usize>(std::cell::UnsafeCell<[u8; N]>);
+// SAFETY: the fake never reads or writes these; cudart owns their contents.
+unsafe impl<const N: usize> Sync for HookBuffer<N> {}
+static HOOKS_BUFFER_2: HookBuffer<1024> = HookBuffer(std::cell::UnsafeCell::new([0; 1024]));
+static HOOKS_BUFFER_6: HookBuffer<14> = HookBuffer(std::cell::UnsafeCell::new([0; 14]));
+
+fn hook_buffer<const N: usize>(
+    b: &'static HookBuffer<N>,
+    ptr: *mut *mut c_void,
+    size: *mut usize,
+) -> CuResult {
+    if !ptr.is_null() {
+        out(ptr, b.0.get().cast())?;
+    }
+    if !size.is_null() {
+        out(size, N)?;
+    }
+    Ok(())
+}
+
+/// [2]: a 1024-byte buffer and its size.
+unsafe extern "C" fn hooks_buffer_2(ptr: *mut *mut c_void, size: *mut usize) -> CUresult {
+    slot(
+        "TOOLS_RUNTIME_CALLBACK_HOOKS[2]",
+        || fmt_args(&[("ptr", &ptr), ("size", &size)]),
+        || hook_buffer(&HOOKS_BUFFER_2, ptr, size),
+    )
+}
+
+/// [6]: a 14-byte buffer and its size.
+unsafe extern "C" fn hooks_buffer_6(ptr: *mut *mut c_void, size: *mut usize) -> CUresult {
+    slot(
+        "TOOLS_RUNTIME_CALLBACK_HOOKS[6]",
+        || fmt_args(&[("ptr", &ptr), ("size", &size)]),
+        || hook_buffer(&HOOKS_BUFFER_6, ptr, size),
+    )
+}
+
+const HOOKS_SLOTS: [Slot; 7] = [
+    Slot::Size,
+    Slot::Stub(hooks_1 as *const c_void),
+    Slot::Fn(hooks_buffer_2 as *const c_void),
+    Slot::Stub(hooks_3 as *const c_void),
+    Slot::Stub(hooks_4 as *const c_void),
+    Slot::Stub(hooks_5 as *const c_void),
+    Slot::Fn(hooks_buffer_6 as *const c_void),
+];
+static HOOKS: Words<7> = Words::build(&HOOKS_SLOTS);
+
+// --- CONTEXT_LOCAL_STORAGE (c693336e-1121-df11-a8c3-68f355d89593): no size word -----------
+
+/// The context a slot acts on: the given one, or the current one for NULL.
+fn ctx_or_current(c: Ctx) -> Result<Ctx, CUresult> {
+    if c == 0 {
+        Ok(current()?.0)
+    } else {
+        ctx::check_live(c).map(|_| c)
+    }
+}
+
+/// [0]: stores `value` under `key` for the context, with a destructor called when it ends.
+unsafe extern "C" fn cls_put(c: Ctx, key: usize, value: usize, dtor: cls::Dtor) -> CUresult {
+    slot(
+        "CONTEXT_LOCAL_STORAGE[0]",
+        || {
+            fmt_args(&[
+                ("ctx", &c),
+                ("key", &key),
+                ("value", &value),
+                ("dtor", &dtor),
+            ])
+        },
+        || {
+            cls::put(ctx_or_current(c)?, key, value, dtor);
+            Ok(())
+        },
+    )
+}
+
+/// [1]: forgets `key` of the context.
+unsafe extern "C" fn cls_delete(c: Ctx, key: usize) -> CUresult {
+    slot(
+        "CONTEXT_LOCAL_STORAGE[1]",
+        || fmt_args(&[("ctx", &c), ("key", &key)]),
+        || {
+            cls::delete(ctx_or_current(c)?, key);
+            Ok(())
+        },
+    )
+}
+
+/// [2]: the value under `key` (CUDA_ERROR_INVALID_HANDLE if none: cudart then creates it).
+unsafe extern "C" fn cls_get(value: *mut usize, c: Ctx, key: usize) -> CUresult {
+    slot(
+        "CONTEXT_LOCAL_STORAGE[2]",
+        || fmt_args(&[("value", &value), ("ctx", &c), ("key", &key)]),
+        || {
+            let v = cls::get(ctx_or_current(c)?, key).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            out(value, v)
+        },
+    )
+}
+
+const CLS_SLOTS: [Slot; 4] = [
+    Slot::Fn(cls_put as *const c_void),
+    Slot::Fn(cls_delete as *const c_void),
+    Slot::Fn(cls_get as *const c_void),
+    Slot::Stub(cls_3 as *const c_void),
+];
+static CLS: Words<4> = Words::build(&CLS_SLOTS);
+
+// --- CONTEXT_CHECKS (263e8860-7cd2-6143-92f6-bbd5006dfa7e) ---------------------------------
+
+/// [2]: the context's check flags (always 0) and detail (NULL).
+unsafe extern "C" fn checks_context(
+    c: Ctx,
+    flags: *mut u32,
+    detail: *mut *const c_void,
+) -> CUresult {
+    slot(
+        "CONTEXT_CHECKS[2]",
+        || fmt_args(&[("ctx", &c), ("flags", &flags), ("detail", &detail)]),
+        || {
+            if !flags.is_null() {
+                out(flags, 0)?;
+            }
+            if !detail.is_null() {
+                out(detail, std::ptr::null())?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// [3]: a global check word: 0.
+unsafe extern "C" fn checks_global() -> u32 {
+    if tracing() {
+        log("CONTEXT_CHECKS[3]() -> 0");
+    }
+    0
+}
+
+const CHECKS_SLOTS: [Slot; 4] = [
+    Slot::Size,
+    Slot::Stub(checks_1 as *const c_void),
+    Slot::Fn(checks_context as *const c_void),
+    Slot::Fn(checks_global as *const c_void),
+];
+static CHECKS: Words<4> = Words::build(&CHECKS_SLOTS);
+
+// --- INTEGRITY_CHECK (d4082055-bde6-704b-8d34-ba123c66e1f2) --------------------------------
+
+/// [1]: the value cudart checks the driver with (crate::integrity).
+unsafe extern "C" fn integrity_check(
+    version: u32,
+    unix_seconds: u64,
+    result: *mut [u64; 2],
+) -> CUresult {
+    slot(
+        "INTEGRITY_CHECK[1]",
+        || {
+            fmt_args(&[
+                ("version", &version),
+                ("unix_seconds", &unix_seconds),
+                ("result", &result),
+            ])
+        },
+        || {
+            let cfg = cfg()?;
+            let devices: Vec<CheckDevice> = (0..cfg.visible.len())
+                .map(|dev| CheckDevice {
+                    uuid: uuid_v2(dev),
+                    pci_domain: attribute(50, dev),
+                    pci_bus: attribute(33, dev),
+                    pci_device: attribute(34, dev),
+                })
+                .collect();
+            let input = CheckInput {
+                driver_version: cfg.driver_version as u32,
+                version,
+                pid: std::process::id(),
+                // SAFETY: pthread_self has no preconditions.
+                thread: unsafe { libc::pthread_self() } as u32,
+                cudart_table: CUDART.addr() as usize,
+                integrity_table: INTEGRITY.addr() as usize,
+                function: integrity_check as *const c_void as usize,
+                unix_seconds,
+            };
+            out(result, integrity::check(&input, &devices))
+        },
+    )
+}
+
+const INTEGRITY_SLOTS: [Slot; 3] = [
+    Slot::Size,
+    Slot::Fn(integrity_check as *const c_void),
+    Slot::Stub(integrity_2 as *const c_void),
+];
+static INTEGRITY: Words<3> = Words::build(&INTEGRITY_SLOTS);
+
+// --- CONTEXT_IDENTITY (21318c60-9714-3248-8ca6-41ff7324c8f2) -------------------------------
+
+/// [4]: the context's unique id, as cuCtxGetId.
+unsafe extern "C" fn identity_ctx_id(c: Ctx, id: *mut u64) -> CUresult {
+    slot(
+        "CONTEXT_IDENTITY[4]",
+        || fmt_args(&[("ctx", &c), ("id", &id)]),
+        || out(id, ctx_or_current(c)? as u64),
+    )
+}
+
+const IDENTITY_SLOTS: [Slot; 5] = [
+    Slot::Size,
+    Slot::Stub(identity_1 as *const c_void),
+    Slot::Stub(identity_2 as *const c_void),
+    Slot::Stub(identity_3 as *const c_void),
+    Slot::Fn(identity_ctx_id as *const c_void),
+];
+static IDENTITY: Words<5> = Words::build(&IDENTITY_SLOTS);
+
+// --- RUNTIME_13 (f8cff951-2146-8b4e-b9e2-fb469e7c0dd9): CUDA 13 sub-tables -----------------
+
+/// [1]: a library reports a message: `(domain, severity, printf format, va_list)`. The
+/// format is shown under trace (its arguments are not formatted).
+unsafe extern "C" fn rt13_log(
+    domain: *const c_char,
+    severity: c_int,
+    format: *const c_char,
+    args: *mut c_void,
+) -> CUresult {
+    slot(
+        "RUNTIME_13[1]",
+        || fmt_args(&[("severity", &severity), ("args", &args)]),
+        || {
+            note(|| {
+                format!(
+                    "{}: {}",
+                    cstr(domain).unwrap_or("?"),
+                    cstr(format).unwrap_or("?")
+                )
+            });
+            Ok(())
+        },
+    )
+}
+
+/// [25] (slot 3 of the sub-table at 22): the runtime's requirements of the driver are met.
+unsafe extern "C" fn rt13_requirements(
+    requirement: c_uint,
+    state: *const c_void,
+    reqs: *const c_void,
+) -> CUresult {
+    slot(
+        "RUNTIME_13[25]",
+        || {
+            fmt_args(&[
+                ("requirement", &requirement),
+                ("state", &state),
+                ("reqs", &reqs),
+            ])
+        },
+        || Ok(()),
+    )
+}
+
+const RT13_SLOTS: [Slot; 37] = [
+    Slot::SubSize(3),
+    Slot::Fn(rt13_log as *const c_void),
+    Slot::Stub(rt13_2 as *const c_void),
+    Slot::Null,
+    Slot::SubSize(2),
+    Slot::Stub(rt13_5 as *const c_void),
+    Slot::SubSize(4),
+    Slot::Stub(rt13_7 as *const c_void),
+    Slot::Stub(rt13_8 as *const c_void),
+    Slot::Stub(rt13_9 as *const c_void),
+    Slot::SubSize(2),
+    Slot::Stub(rt13_11 as *const c_void),
+    Slot::Null,
+    Slot::Null,
+    Slot::SubSize(7),
+    Slot::Stub(rt13_15 as *const c_void),
+    Slot::Stub(rt13_16 as *const c_void),
+    Slot::Stub(rt13_17 as *const c_void),
+    Slot::Stub(rt13_18 as *const c_void),
+    Slot::Stub(rt13_19 as *const c_void),
+    Slot::Stub(rt13_20 as *const c_void),
+    Slot::Null,
+    Slot::SubSize(15),
+    Slot::Stub(rt13_23 as *const c_void),
+    Slot::Stub(rt13_24 as *const c_void),
+    Slot::Fn(rt13_requirements as *const c_void),
+    Slot::Stub(rt13_26 as *const c_void),
+    Slot::Stub(rt13_27 as *const c_void),
+    Slot::Stub(rt13_28 as *const c_void),
+    Slot::Stub(rt13_29 as *const c_void),
+    Slot::Stub(rt13_30 as *const c_void),
+    Slot::Stub(rt13_31 as *const c_void),
+    Slot::Stub(rt13_32 as *const c_void),
+    Slot::Stub(rt13_33 as *const c_void),
+    Slot::Stub(rt13_34 as *const c_void),
+    Slot::Stub(rt13_35 as *const c_void),
+    Slot::Stub(rt13_36 as *const c_void),
+];
+static RT13: Words<37> = Words::build(&RT13_SLOTS);
+
+const fn hex(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        _ => panic!("uuid: lower-case hex only"),
+    }
+}
+
+/// "6bd5fb6c-5bf4-e74a-8987-d93912fd9df9" as cudart passes it (the bytes in text order).
+const fn uuid(s: &str) -> [u8; 16] {
+    let b = s.as_bytes();
+    let mut out = [0u8; 16];
+    let (mut i, mut n) = (0, 0);
+    while i < b.len() {
+        if b[i] == b'-' {
+            i += 1;
+            continue;
+        }
+        out[n] = hex(b[i]) << 4 | hex(b[i + 1]);
+        n += 1;
+        i += 2;
+    }
+    out
+}
+
+/// Every table the fake answers.
+pub static TABLES: [Table; 8] = [
+    Table {
+        name: "RUNTIME_13",
+        uuid: uuid("f8cff951-2146-8b4e-b9e2-fb469e7c0dd9"),
+        slots: &RT13_SLOTS,
+        words: || RT13.addr(),
+    },
+    Table {
+        name: "CUDART_INTERFACE",
+        uuid: uuid("6bd5fb6c-5bf4-e74a-8987-d93912fd9df9"),
+        slots: &CUDART_SLOTS,
+        words: || CUDART.addr(),
+    },
+    Table {
+        name: "TOOLS_RUNTIME_CALLBACK_HOOKS",
+        uuid: uuid("a094798c-2e74-2e74-93f2-0800200c0a66"),
+        slots: &HOOKS_SLOTS,
+        words: || HOOKS.addr(),
+    },
+    Table {
+        name: "TOOLS_TLS",
+        uuid: uuid("42d85a81-23f6-cb47-8298-f6e78a3aecdc"),
+        slots: &TLS_SLOTS,
+        words: || TLS.addr(),
+    },
+    Table {
+        name: "CONTEXT_LOCAL_STORAGE",
+        uuid: uuid("c693336e-1121-df11-a8c3-68f355d89593"),
+        slots: &CLS_SLOTS,
+        words: || CLS.addr(),
+    },
+    Table {
+        name: "CONTEXT_CHECKS",
+        uuid: uuid("263e8860-7cd2-6143-92f6-bbd5006dfa7e"),
+        slots: &CHECKS_SLOTS,
+        words: || CHECKS.addr(),
+    },
+    Table {
+        name: "INTEGRITY_CHECK",
+        uuid: uuid("d4082055-bde6-704b-8d34-ba123c66e1f2"),
+        slots: &INTEGRITY_SLOTS,
+        words: || INTEGRITY.addr(),
+    },
+    Table {
+        name: "CONTEXT_IDENTITY",
+        uuid: uuid("21318c60-9714-3248-8ca6-41ff7324c8f2"),
+        slots: &IDENTITY_SLOTS,
+        words: || IDENTITY.addr(),
+    },
+];
+
+/// A UUID as text (`6bd5fb6c-5bf4-...`).
+pub fn uuid_text(u: &[u8; 16]) -> String {
+    let h: Vec<String> = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        h[..4].concat(),
+        h[4..6].concat(),
+        h[6..8].concat(),
+        h[8..10].concat(),
+        h[10..].concat()
+    )
+}
+
+/// The stub slots of every table, as `TABLE[n]` (STUBS.md lists them), and how many slots
+/// hold functions.
+pub fn stub_slots() -> (Vec<String>, usize) {
+    let mut stubs = Vec::new();
+    let mut functions = 0;
+    for t in &TABLES {
+        for (i, s) in t.slots.iter().enumerate() {
+            match s {
+                Slot::Stub(_) => {
+                    stubs.push(format!("{}[{i}]", t.name));
+                    functions += 1;
+                }
+                Slot::Fn(_) => functions += 1,
+                _ => {}
+            }
+        }
+    }
+    (stubs, functions)
+}
+
+crate::abi::exports! {
+    fn cuGetExportTable(table: *mut *const c_void, id: *const [u8; 16]) {
+        if table.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(table, std::ptr::null())?;
+        let id = inp(id)?;
+        match TABLES.iter().find(|t| t.uuid == id) {
+            Some(t) => {
+                note(|| format!("{} {}", uuid_text(&id), t.name));
+                out(table, (t.words)())
+            }
+            None => {
+                note(|| format!("{}: unknown table", uuid_text(&id)));
+                Err(CUDA_ERROR_INVALID_VALUE)
+            }
+        }
+    }
+}
