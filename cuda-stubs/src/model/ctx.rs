@@ -229,6 +229,11 @@ pub fn reset_primary(dev: usize) -> Ended {
     }
 }
 
+/// The primary context handle of `dev`, without taking a reference (it may be inactive).
+pub fn primary_handle(dev: usize) -> Ctx {
+    primary_of(&mut registry(), dev)
+}
+
 /// (flags, active) of the primary context of `dev`.
 pub fn primary_state(dev: usize) -> (u32, bool) {
     let mut reg = registry();
