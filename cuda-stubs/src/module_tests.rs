@@ -418,3 +418,33 @@ fn libraries_kernels_and_the_linker() {
         assert_eq!(cuLinkDestroy(state), CUDA_ERROR_INVALID_HANDLE);
     }
 }
+
+unsafe extern "C" fn log_callback() {}
+
+/// PyTorch registers a driver log callback at start-up (CUDA 12.9's cuLogs*).
+#[test]
+fn log_callbacks_register_and_unregister() {
+    let _g = setup();
+    use crate::api::device::*;
+    unsafe {
+        let mut h = 0usize;
+        assert_eq!(
+            cuLogsRegisterCallback(Some(log_callback), null_mut(), &mut h),
+            CUDA_SUCCESS
+        );
+        assert_ne!(h, 0);
+        assert_eq!(
+            cuLogsRegisterCallback(None, null_mut(), &mut h),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        let mut it = 7u32;
+        assert_eq!(cuLogsCurrent(&mut it, 0), CUDA_SUCCESS);
+        assert_eq!(it, 0);
+        assert_eq!(cuLogsUnregisterCallback(h), CUDA_SUCCESS);
+        assert_eq!(
+            cuLogsUnregisterCallback(h),
+            CUDA_ERROR_INVALID_VALUE,
+            "already gone"
+        );
+    }
+}

@@ -168,6 +168,27 @@ exports! {
         out(minor, phys as c_uint)
     }
 
+    // PCIe 5.0 x16, as an H100 PCIe card (PyTorch's and XLA's bandwidth estimates ask).
+    fn nvmlDeviceGetCurrPcieLinkGeneration(device: nvmlDevice_t, generation: *mut c_uint) {
+        dev(device)?;
+        out(generation, 5)
+    }
+
+    fn nvmlDeviceGetMaxPcieLinkGeneration(device: nvmlDevice_t, generation: *mut c_uint) {
+        dev(device)?;
+        out(generation, 5)
+    }
+
+    fn nvmlDeviceGetCurrPcieLinkWidth(device: nvmlDevice_t, width: *mut c_uint) {
+        dev(device)?;
+        out(width, 16)
+    }
+
+    fn nvmlDeviceGetMaxPcieLinkWidth(device: nvmlDevice_t, width: *mut c_uint) {
+        dev(device)?;
+        out(width, 16)
+    }
+
     fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) {
         let (phys, mig) = dev(device)?;
         out_str(name, length, &identity::device_name(phys, mig, cfg()?.total_mem))
