@@ -448,3 +448,33 @@ fn log_callbacks_register_and_unregister() {
         );
     }
 }
+
+/// PyTorch's cudaMallocAsync backend reads the graph memory figures: the fake holds none.
+#[test]
+fn graph_memory_attributes_are_zero() {
+    let _g = setup();
+    use crate::api::device::*;
+    unsafe {
+        for attr in 0..4 {
+            let mut v = 7u64;
+            assert_eq!(cuDeviceGetGraphMemAttribute(0, attr, &mut v), CUDA_SUCCESS);
+            assert_eq!(v, 0, "attribute {attr}");
+        }
+        let mut v = 0u64;
+        assert_eq!(
+            cuDeviceGetGraphMemAttribute(0, 4, &mut v),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuDeviceGetGraphMemAttribute(5, 0, &mut v),
+            101,
+            "CUDA_ERROR_INVALID_DEVICE"
+        );
+        assert_eq!(cuDeviceSetGraphMemAttribute(0, 1, &mut v), CUDA_SUCCESS);
+        assert_eq!(
+            cuDeviceSetGraphMemAttribute(0, 0, &mut v),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+    }
+}

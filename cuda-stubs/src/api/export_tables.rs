@@ -87,8 +87,7 @@ slot_stubs! {
     cudart_5 = "CUDART_INTERFACE[5]", cudart_9 = "CUDART_INTERFACE[9]",
     cudart_10 = "CUDART_INTERFACE[10]", cudart_11 = "CUDART_INTERFACE[11]",
     tls_1 = "TOOLS_TLS[1]", tls_3 = "TOOLS_TLS[3]",
-    hooks_1 = "TOOLS_RUNTIME_CALLBACK_HOOKS[1]", hooks_3 = "TOOLS_RUNTIME_CALLBACK_HOOKS[3]",
-    hooks_4 = "TOOLS_RUNTIME_CALLBACK_HOOKS[4]",
+    hooks_3 = "TOOLS_RUNTIME_CALLBACK_HOOKS[3]",
     cls_3 = "CONTEXT_LOCAL_STORAGE[3]",
     checks_1 = "CONTEXT_CHECKS[1]",
     integrity_2 = "INTEGRITY_CHECK[2]",
@@ -281,6 +280,24 @@ unsafe extern "C" fn hooks_buffer_6(ptr: *mut *mut c_void, size: *mut usize) -> 
     )
 }
 
+/// [1] and [4]: called in pairs by cudart around its API calls (tool callbacks): no tool is
+/// attached, nothing to do.
+unsafe extern "C" fn hooks_1(a0: usize, a1: usize, a2: usize) -> CUresult {
+    slot(
+        "TOOLS_RUNTIME_CALLBACK_HOOKS[1]",
+        || fmt_args(&[("a0", &a0), ("a1", &a1), ("a2", &a2)]),
+        || Ok(()),
+    )
+}
+
+unsafe extern "C" fn hooks_4(a0: usize, a1: usize, a2: usize) -> CUresult {
+    slot(
+        "TOOLS_RUNTIME_CALLBACK_HOOKS[4]",
+        || fmt_args(&[("a0", &a0), ("a1", &a1), ("a2", &a2)]),
+        || Ok(()),
+    )
+}
+
 /// [5]: called by cudart as the process exits (PyTorch's); no tool is attached: nothing to do.
 unsafe extern "C" fn hooks_5(a0: usize, a1: usize, a2: usize) -> CUresult {
     slot(
@@ -292,10 +309,10 @@ unsafe extern "C" fn hooks_5(a0: usize, a1: usize, a2: usize) -> CUresult {
 
 const HOOKS_SLOTS: [Slot; 7] = [
     Slot::Size,
-    Slot::Stub(hooks_1 as *const c_void),
+    Slot::Fn(hooks_1 as *const c_void),
     Slot::Fn(hooks_buffer_2 as *const c_void),
     Slot::Stub(hooks_3 as *const c_void),
-    Slot::Stub(hooks_4 as *const c_void),
+    Slot::Fn(hooks_4 as *const c_void),
     Slot::Fn(hooks_5 as *const c_void),
     Slot::Fn(hooks_buffer_6 as *const c_void),
 ];
