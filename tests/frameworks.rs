@@ -363,3 +363,28 @@ fn cupy_per_gpu_caps_follow_cuda_visible_devices() {
     assert_peak(&r, 1, 500 * MIB, 500 * MIB);
     assert_eq!(r.stats[0].total, 2 * GIB);
 }
+
+/// The context cudart makes is charged to the cap: with 300 MiB of context memory
+/// (FAKECUDA_CONTEXT_MEM) a 1 GiB cap leaves CuPy seven 100 MiB arrays, and memGetInfo
+/// shows what is left. cudart asks the private table for the primary context before it
+/// retains it; were the context activated there, gpucap would measure nothing at the
+/// retain and the driver would end above the cap.
+#[test]
+fn cupy_context_memory_counts_against_the_cap() {
+    let env = [
+        ("FAKECUDA_TOTAL_MEM", "2Gi"),
+        ("FAKECUDA_CONTEXT_MEM", "300MiB"),
+        ("GPUCAP_LIMIT", "1Gi"),
+    ];
+    let Some(r) = run_cupy(true, &env, &["meminfo", "fill:100"]) else {
+        return;
+    };
+    assert_eq!(r.mem_info(), [(GIB - 300 * MIB, GIB)], "{}", r.dump());
+    assert_eq!(
+        r.fills(),
+        [(7, "OutOfMemoryError".to_string())],
+        "{}",
+        r.dump()
+    );
+    assert_peak(&r, 0, GIB, GIB - 24 * MIB);
+}
