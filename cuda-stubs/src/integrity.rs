@@ -54,9 +54,9 @@ impl Default for Md2 {
 impl Md2 {
     /// The MD2 "compress" step of one 16-byte block (without the checksum update).
     fn compress(&mut self, block: &[u8; 16]) {
-        for j in 0..16 {
-            self.x[16 + j] = block[j];
-            self.x[32 + j] = block[j] ^ self.x[j];
+        for (j, &b) in block.iter().enumerate() {
+            self.x[16 + j] = b;
+            self.x[32 + j] = b ^ self.x[j];
         }
         let mut t = 0u8;
         for round in 0..18u8 {
@@ -70,9 +70,9 @@ impl Md2 {
 
     fn process_block(&mut self) {
         let block = self.block;
-        for j in 0..16 {
-            self.checksum[j] ^= PI_SUBST[(block[j] ^ self.last) as usize];
-            self.last = self.checksum[j];
+        for (c, &b) in self.checksum.iter_mut().zip(block.iter()) {
+            *c ^= PI_SUBST[(b ^ self.last) as usize];
+            self.last = *c;
         }
         self.compress(&block);
         self.filled = 0;

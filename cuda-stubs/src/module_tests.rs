@@ -13,7 +13,7 @@ use crate::image::build_elf;
 use crate::image::tests::tiny_fatbin;
 
 fn table(uuid: &str) -> (CUresult, *const usize) {
-    let mut t: *const c_void = 1 as *const c_void;
+    let mut t: *const c_void = std::ptr::dangling::<c_void>();
     let mut id = [0u8; 16];
     let hex: String = uuid.chars().filter(|c| *c != '-').collect();
     for (i, b) in id.iter_mut().enumerate() {
