@@ -10,11 +10,9 @@
 #   scripts/frameworks.sh            # both
 #   scripts/frameworks.sh torch      # or: jax
 #
-# JAX needs two things that are not the driver's: it looks for /dev/nvidiactl before it
-# tries CUDA at all, and its start-up version check calls cuptiGetVersion, which needs the
-# driver's CUPTI table that the fake does not serve (README, "Frameworks on the fake GPU").
-# So JAX runs in a private mount namespace (unshare, as root) where /dev holds an empty
-# nvidiactl beside the usual nodes, with JAX's own JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1.
+# JAX looks for /dev/nvidiactl (or /dev/nvidia0) before it tries CUDA at all, which is not
+# the driver's to answer (README, "Frameworks on the fake GPU"): JAX runs in a private mount
+# namespace (unshare, as root) where /dev holds an empty nvidiactl beside the usual nodes.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -236,7 +234,7 @@ if [[ $want == *" jax "* ]]; then
         PY=$ROOT/target/venv-jax/bin/python
         C=$ROOT/tests/clients/jax_client.py
         echo "jax $($PY -c "$jax_probe")"
-        J=(JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 JAX_PLATFORMS=cuda)
+        J=(JAX_PLATFORMS=cuda)
         NS=(unshare -m --propagation private "$FAKEDEV")
 
         run jax-plain "${J[@]}" FAKECUDA_TOTAL_MEM=4Gi -- "${NS[@]}" "$PY" "$C" info copy:64 fill:256
@@ -246,7 +244,7 @@ if [[ $want == *" jax "* ]]; then
         expect_line "^copy 64 ok$"
         expect_line "^alloc 256 err .* RESOURCE_EXHAUSTED$"
         expect_stats "d[0]['peak_used'] >= 3 << 30"
-        verdict "jax.devices(), preallocation of 75% of the device, device_put until RESOURCE_EXHAUSTED, real bytes back"
+        verdict "JAX's CUDA version checks (cuDNN, cuFFT, CUPTI, cuBLAS, cuSPARSE), jax.devices(), preallocation of 75% of the device, device_put until RESOURCE_EXHAUSTED, real bytes back"
 
         run jax-cap "${J[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi -- "${NS[@]}" "$PY" "$C" info fill:100
         expect_done
