@@ -6,9 +6,10 @@
 #   scripts/test.sh
 #
 # The Python clients live in target/venv-cb12 (cuda-bindings 12.x),
-# target/venv-cb13 (cuda-bindings 13.x) and target/venv-nvml (nvidia-ml-py); the
-# Kubernetes examples' validator in target/venv-k8s (kubernetes-validate). They are
-# reused when already there.
+# target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
+# target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
+# (kubernetes-validate). They are reused when already there. PyTorch and JAX are too
+# large for every run: scripts/frameworks.sh installs and checks them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -111,10 +112,28 @@ fi
 v=$(target/venv-k8s/bin/python -c "$k8s_probe" "${k8s_pins[@]}") || die "target/venv-k8s does not hold ${k8s_pins[*]}"
 echo "target/venv-k8s: $v"
 
+# CuPy (tests/frameworks.rs): cupy-cuda13x with NVIDIA's CUDA 13 runtime and NVRTC wheels,
+# pinned; about 300 MB to download. CuPy's own cudart is statically linked; NVRTC compiles
+# its kernels (which the fake GPU loads and does not run).
+section "Python CuPy client (cupy-cuda13x)"
+cupy_spec=(cupy-cuda13x==14.2.0 nvidia-cuda-runtime==13.5.37 nvidia-cuda-nvrtc==13.5.37 numpy==2.4.6)
+cupy_probe="from importlib.metadata import version; import cupy; print(version('cupy-cuda13x'))"
+if [ -x target/venv-cupy/bin/python ] && target/venv-cupy/bin/python -c "$cupy_probe" >/dev/null 2>&1; then
+    echo "reusing target/venv-cupy"
+else
+    echo "creating target/venv-cupy with ${cupy_spec[*]}"
+    rm -rf target/venv-cupy
+    python3 -m venv target/venv-cupy
+    target/venv-cupy/bin/python -m pip install -q "${cupy_spec[@]}"
+fi
+v=$(target/venv-cupy/bin/python -c "$cupy_probe") || die "target/venv-cupy does not hold a working CuPy"
+echo "target/venv-cupy: cupy-cuda13x $v"
+
 section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
 export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
 export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
+export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 exec cargo test --release --workspace --no-fail-fast

@@ -44,7 +44,9 @@ thread_local! {
 /// Adds `detail` (e.g. the returned pointer) to the current call's trace line.
 pub fn note(detail: impl FnOnce() -> String) {
     if tracing() {
-        NOTES.with(|n| {
+        // try_with: an entry point may be called from an exit handler, after this thread's
+        // locals are gone (cudart's clean-up at exit does).
+        let _ = NOTES.try_with(|n| {
             let mut n = n.borrow_mut();
             let sep = if n.is_empty() { " [" } else { ", " };
             n.push_str(sep);
@@ -71,7 +73,9 @@ pub fn call(
         }
     };
     if let Some(args) = args {
-        let notes = NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()));
+        let notes = NOTES
+            .try_with(|n| std::mem::take(&mut *n.borrow_mut()))
+            .unwrap_or_default();
         let notes = if notes.is_empty() { notes } else { notes + "]" };
         log(&format!(
             "{name}({args}) -> {}{notes}",

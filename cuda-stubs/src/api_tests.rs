@@ -245,7 +245,7 @@ fn get_proc_address_returns_the_exports() {
         );
         // An unimplemented entry point exists and says NOT_SUPPORTED.
         assert_eq!(
-            cuGetProcAddress(c"cuModuleLoad".as_ptr(), &mut f, 12000, 0),
+            cuGetProcAddress(c"cuCtxEnablePeerAccess".as_ptr(), &mut f, 12000, 0),
             0
         );
         let stub: extern "C" fn() -> CUresult = std::mem::transmute(f);

@@ -8,11 +8,14 @@
 
 #![allow(non_snake_case)]
 
-// Bottom to top: `abi` (the C edge: codes, types, the exports! macro) and `procaddr` (the
-// cuGetProcAddress table) import nothing; `model` (device state) imports `abi`; `api` (the
+// Bottom to top: `abi` (the C edge: codes, types, the exports! macro), `procaddr` (the
+// cuGetProcAddress table), `image` (names in module images) and `integrity` (cudart's
+// integrity check) import nothing; `model` (device state) imports `abi`; `api` (the
 // exported functions) and `stats` (the exit-time file) import both.
 mod abi;
 mod api;
+mod image;
+mod integrity;
 mod model;
 mod procaddr;
 mod stats;
@@ -21,6 +24,8 @@ mod stats;
 mod api_tests;
 #[cfg(test)]
 mod feature_tests;
+#[cfg(test)]
+mod module_tests;
 #[cfg(test)]
 mod process_tests;
 

@@ -15,6 +15,7 @@ pub mod os;
 pub mod ctx;
 
 // What lives in a context or device and needs no allocation of another kind.
+pub mod cls;
 pub mod host;
 pub mod ipc;
 pub mod pool;
@@ -24,6 +25,9 @@ pub mod stream;
 pub mod array;
 pub mod linear;
 pub mod vmm;
+
+// Modules, libraries and functions (their globals are linear allocations).
+pub mod module;
 
 // Across kinds: what an address is, and what goes when a context ends.
 pub mod address;

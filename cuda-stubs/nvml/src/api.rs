@@ -168,6 +168,48 @@ exports! {
         out(minor, phys as c_uint)
     }
 
+    // Not part of an NVLink fabric: the call succeeds with clusterUuid zero, status
+    // SUCCESS, cliqueId 0 and state NVML_GPU_FABRIC_STATE_NOT_SUPPORTED (0): bytes 4..29 of
+    // nvmlGpuFabricInfoV_t, after its version word (every version has them there).
+    fn nvmlDeviceGetGpuFabricInfoV(device: nvmlDevice_t, info: *mut u8) {
+        dev(device)?;
+        if info.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: the caller's struct is at least 29 bytes long (version, uuid, status,
+        // cliqueId, state).
+        unsafe { std::ptr::write_bytes(info.add(4), 0, 25) };
+        Ok(())
+    }
+
+    // No NVLink: the answer a PCIe card's NVML gives for every link.
+    fn nvmlDeviceGetNvLinkState(device: nvmlDevice_t, link: c_uint, active: *mut c_uint) {
+        dev(device)?;
+        let _ = (link, active);
+        Err(NVML_ERROR_NOT_SUPPORTED)
+    }
+
+    // PCIe 5.0 x16, as an H100 PCIe card (PyTorch's and XLA's bandwidth estimates ask).
+    fn nvmlDeviceGetCurrPcieLinkGeneration(device: nvmlDevice_t, generation: *mut c_uint) {
+        dev(device)?;
+        out(generation, 5)
+    }
+
+    fn nvmlDeviceGetMaxPcieLinkGeneration(device: nvmlDevice_t, generation: *mut c_uint) {
+        dev(device)?;
+        out(generation, 5)
+    }
+
+    fn nvmlDeviceGetCurrPcieLinkWidth(device: nvmlDevice_t, width: *mut c_uint) {
+        dev(device)?;
+        out(width, 16)
+    }
+
+    fn nvmlDeviceGetMaxPcieLinkWidth(device: nvmlDevice_t, width: *mut c_uint) {
+        dev(device)?;
+        out(width, 16)
+    }
+
     fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) {
         let (phys, mig) = dev(device)?;
         out_str(name, length, &identity::device_name(phys, mig, cfg()?.total_mem))

@@ -21,6 +21,9 @@ fn raise_fd_limit() {
     }
 }
 
+/// Handles of the callbacks registered with cuLogsRegisterCallback.
+static LOG_CALLBACKS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
 /// cuDeviceGetAttribute: an H100-like device with compute capability 9.0.
 pub fn attribute(attr: c_int, dev: usize) -> c_int {
     match attr {
@@ -182,6 +185,59 @@ crate::abi::exports! {
         check_dev(dst)?;
         let _ = attrib;
         out(value, 0)
+    }
+
+    // Graph memory (cuGraphAddMemAllocNode): the fake runs no graph, so it holds none;
+    // USED/RESERVED_MEM_CURRENT/HIGH (0..3) are 0. PyTorch's cudaMallocAsync backend reads them.
+    fn cuDeviceGetGraphMemAttribute(dev: c_int, attr: c_int, value: *mut u64) {
+        check_dev(dev)?;
+        if !(0..=3).contains(&attr) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(value, 0)
+    }
+
+    // Only the high-water marks (1, 3) may be reset, to 0.
+    fn cuDeviceSetGraphMemAttribute(dev: c_int, attr: c_int, value: *mut u64) {
+        check_dev(dev)?;
+        if attr != 1 && attr != 3 || inp(value)? != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    }
+
+    fn cuDeviceGraphMemTrim(dev: c_int) {
+        check_dev(dev).map(|_| ())
+    }
+
+    // CUDA 12.9 driver logs: the fake writes no log, so a registered callback is never
+    // called; registration hands out a handle that unregistering takes back.
+    fn cuLogsRegisterCallback(callback: Option<unsafe extern "C" fn()>, user_data: *mut libc::c_void, handle: *mut usize) {
+        cfg()?;
+        let _ = user_data;
+        if callback.is_none() || handle.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = crate::model::os::new_handle();
+        LOG_CALLBACKS.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+        out(handle, h)
+    }
+
+    fn cuLogsUnregisterCallback(handle: usize) {
+        cfg()?;
+        let mut cbs = LOG_CALLBACKS.lock().unwrap_or_else(|e| e.into_inner());
+        let i = cbs.iter().position(|&h| h == handle).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        cbs.remove(i);
+        Ok(())
+    }
+
+    // An iterator at the current end of the (empty) log.
+    fn cuLogsCurrent(iterator: *mut c_uint, flags: c_uint) {
+        cfg()?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(iterator, 0)
     }
 
     fn cuGetErrorString(error: c_uint, pstr: *mut *const c_char) {

@@ -104,7 +104,9 @@ fn primary_of(reg: &mut Registry, dev: usize) -> Ctx {
 pub fn current() -> Result<(Ctx, usize), CUresult> {
     cfg()?;
     let top = STACK
-        .with(|s| s.borrow().last().copied())
+        .try_with(|s| s.borrow().last().copied())
+        .ok()
+        .flatten()
         .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
     let generation = GENERATION.load(std::sync::atomic::Ordering::Acquire);
     let (ctx, dev, valid_in) = LAST.with(|l| l.get());
@@ -134,12 +136,14 @@ pub fn device_of(ctx: Ctx) -> Result<usize, CUresult> {
 
 /// The calling thread's top context (0 if its stack is empty).
 pub fn top() -> Ctx {
-    STACK.with(|s| s.borrow().last().copied().unwrap_or(0))
+    STACK
+        .try_with(|s| s.borrow().last().copied().unwrap_or(0))
+        .unwrap_or(0)
 }
 
 /// Replaces the top of the calling thread's stack with `ctx` (cuCtxSetCurrent; 0 pops).
 pub fn set_top(ctx: Ctx) {
-    STACK.with(|s| {
+    let _ = STACK.try_with(|s| {
         let mut s = s.borrow_mut();
         match (s.last_mut(), ctx) {
             (Some(_), 0) => {
@@ -154,12 +158,12 @@ pub fn set_top(ctx: Ctx) {
 
 /// Pushes `ctx` on the calling thread's stack.
 pub fn push(ctx: Ctx) {
-    STACK.with(|s| s.borrow_mut().push(ctx));
+    let _ = STACK.try_with(|s| s.borrow_mut().push(ctx));
 }
 
 /// Pops the calling thread's top context.
 pub fn pop() -> Option<Ctx> {
-    STACK.with(|s| s.borrow_mut().pop())
+    STACK.try_with(|s| s.borrow_mut().pop()).ok().flatten()
 }
 
 /// CUDA_ERROR_INVALID_CONTEXT unless `ctx` is a context handle this process made.
@@ -225,6 +229,11 @@ pub fn reset_primary(dev: usize) -> Ended {
     }
 }
 
+/// The primary context handle of `dev`, without taking a reference (it may be inactive).
+pub fn primary_handle(dev: usize) -> Ctx {
+    primary_of(&mut registry(), dev)
+}
+
 /// (flags, active) of the primary context of `dev`.
 pub fn primary_state(dev: usize) -> (u32, bool) {
     let mut reg = registry();
@@ -274,7 +283,7 @@ fn destroy_locked(
     reg.live.remove(&ctx);
     invalidate_current_caches();
     drop(reg);
-    STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
+    let _ = STACK.try_with(|s| s.borrow_mut().retain(|&c| c != ctx));
     Ok(Ended {
         ctx,
         dev,
@@ -311,7 +320,7 @@ pub fn detach(ctx: Ctx) -> Result<Option<Ended>, CUresult> {
         let ended = release_primary_locked(&mut reg, info.dev)?;
         drop(reg);
         if ended.is_some() {
-            STACK.with(|s| s.borrow_mut().retain(|&c| c != ctx));
+            let _ = STACK.try_with(|s| s.borrow_mut().retain(|&c| c != ctx));
         }
         return Ok(ended);
     }

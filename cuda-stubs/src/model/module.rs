@@ -1,0 +1,288 @@
+//! Modules, libraries, functions and kernels. The fake executes no kernel: a module is the
+//! list of names its image gives (crate::image), a function a handle naming one of them, and
+//! a launch of a valid function handle is a no-op (api/module.rs). A module's globals are
+//! real device memory: linear allocations of their size, made at the first
+//! cuModuleGetGlobal of each (charged to the device, freed at unload or when the context
+//! ends).
+//!
+//! A library (cuLibraryLoadData) is context-independent: it holds one module whose
+//! functions are its kernels' functions in every context.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use super::ctx::Ctx;
+use super::linear::{self, Kind};
+use super::os::new_handle;
+use crate::abi::types::CUdeviceptr;
+use crate::abi::*;
+use crate::image::Names;
+
+pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
+
+#[derive(Debug)]
+struct Module {
+    /// The context it was loaded in (0: a library's module).
+    ctx: Ctx,
+    names: Names,
+    /// name -> CUfunction handle (the same handle for the same name).
+    functions: HashMap<String, usize>,
+    /// name -> (device pointer, size) of the globals allocated so far.
+    globals: HashMap<String, (CUdeviceptr, u64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Function {
+    pub module: usize,
+    pub name: String,
+    /// Attributes set with cuFuncSetAttribute / cuKernelSetAttribute.
+    pub attrs: HashMap<i32, i32>,
+}
+
+#[derive(Debug, Clone)]
+struct Kernel {
+    library: usize,
+    name: String,
+}
+
+#[derive(Default)]
+struct Registry {
+    modules: HashMap<usize, Module>,
+    functions: HashMap<usize, Function>,
+    /// CUlibrary -> its module.
+    libraries: HashMap<usize, usize>,
+    kernels: HashMap<usize, Kernel>,
+}
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Loads a module with these names in `ctx`; returns the CUmodule.
+pub fn load(ctx: Ctx, names: Names) -> usize {
+    let m = new_handle();
+    note(|| {
+        format!(
+            "module={m:#x}, {} functions{}, {} globals",
+            names.functions.len(),
+            if names.open { " (and any name)" } else { "" },
+            names.globals.len()
+        )
+    });
+    registry().modules.insert(
+        m,
+        Module {
+            ctx,
+            names,
+            functions: HashMap::new(),
+            globals: HashMap::new(),
+        },
+    );
+    m
+}
+
+/// Unloads a module: its functions become invalid, its globals are freed.
+pub fn unload(module: usize) -> CuResult {
+    let m = {
+        let mut reg = registry();
+        let m = reg
+            .modules
+            .remove(&module)
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        reg.functions.retain(|_, f| f.module != module);
+        m
+    };
+    for (ptr, _) in m.globals.values() {
+        // Already gone if its context ended.
+        let _ = linear::free(*ptr);
+    }
+    Ok(())
+}
+
+/// The function `name` of `module` (the same handle each time); NOT_FOUND when the image
+/// does not name it (unless part of the image could not be read).
+pub fn function(module: usize, name: &str) -> Result<usize, CUresult> {
+    let mut reg = registry();
+    let m = reg
+        .modules
+        .get_mut(&module)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    if let Some(&f) = m.functions.get(name) {
+        return Ok(f);
+    }
+    if !m.names.open && !m.names.functions.iter().any(|n| n == name) {
+        return Err(CUDA_ERROR_NOT_FOUND);
+    }
+    let f = new_handle();
+    m.functions.insert(name.to_string(), f);
+    reg.functions.insert(
+        f,
+        Function {
+            module,
+            name: name.to_string(),
+            attrs: HashMap::new(),
+        },
+    );
+    Ok(f)
+}
+
+/// The names of the functions `module` is known to hold.
+pub fn function_names(module: usize) -> Result<Vec<String>, CUresult> {
+    let reg = registry();
+    let m = reg.modules.get(&module).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    Ok(m.names.functions.clone())
+}
+
+/// The global `name` of `module`: (device pointer, size), allocated on first use in `ctx`
+/// (on `dev`) and zero-filled. NOT_FOUND when the image does not name it.
+pub fn global(
+    module: usize,
+    name: &str,
+    ctx: Ctx,
+    dev: usize,
+) -> Result<(CUdeviceptr, u64), CUresult> {
+    let size = {
+        let reg = registry();
+        let m = reg.modules.get(&module).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        if let Some(&g) = m.globals.get(name) {
+            return Ok(g);
+        }
+        *m.names.globals.get(name).ok_or(CUDA_ERROR_NOT_FOUND)?
+    };
+    let ctx = if ctx == 0 {
+        registry().modules[&module].ctx
+    } else {
+        ctx
+    };
+    let ptr = linear::alloc(dev, ctx, size.max(1), Kind::Device)?;
+    let mut reg = registry();
+    match reg.modules.get_mut(&module) {
+        Some(m) => {
+            let g = *m.globals.entry(name.to_string()).or_insert((ptr, size));
+            if g.0 != ptr {
+                drop(reg);
+                let _ = linear::free(ptr);
+            }
+            Ok(g)
+        }
+        None => {
+            drop(reg);
+            let _ = linear::free(ptr);
+            Err(CUDA_ERROR_INVALID_HANDLE)
+        }
+    }
+}
+
+/// The function behind a CUfunction handle.
+pub fn get_function(f: usize) -> Option<Function> {
+    registry().functions.get(&f).cloned()
+}
+
+/// Sets an attribute of a function.
+pub fn set_attribute(f: usize, attr: i32, value: i32) -> CuResult {
+    let mut reg = registry();
+    let func = reg.functions.get_mut(&f).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    func.attrs.insert(attr, value);
+    Ok(())
+}
+
+/// A CUfunction or a CUkernel (CUDA 12 lets a kernel be launched as a function): the function.
+pub fn launchable(f: usize) -> Result<usize, CUresult> {
+    if registry().functions.contains_key(&f) {
+        return Ok(f);
+    }
+    kernel_function(f)
+}
+
+/// Loads a library (its module has no context).
+pub fn load_library(names: Names) -> usize {
+    let module = load(0, names);
+    let lib = new_handle();
+    registry().libraries.insert(lib, module);
+    lib
+}
+
+/// Unloads a library, its module and its kernels.
+pub fn unload_library(lib: usize) -> CuResult {
+    let module = {
+        let mut reg = registry();
+        let module = reg
+            .libraries
+            .remove(&lib)
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        reg.kernels.retain(|_, k| k.library != lib);
+        module
+    };
+    unload(module)
+}
+
+/// The module of a library.
+pub fn library_module(lib: usize) -> Result<usize, CUresult> {
+    registry()
+        .libraries
+        .get(&lib)
+        .copied()
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
+/// The kernel `name` of a library (a CUkernel handle, the same one each time).
+pub fn kernel(lib: usize, name: &str) -> Result<usize, CUresult> {
+    let module = library_module(lib)?;
+    let f = function(module, name)?;
+    // The kernel handle is the function handle's twin: one per (library, name).
+    let mut reg = registry();
+    if let Some((&k, _)) = reg
+        .kernels
+        .iter()
+        .find(|(_, k)| k.library == lib && k.name == name)
+    {
+        return Ok(k);
+    }
+    let _ = f;
+    let k = new_handle();
+    reg.kernels.insert(
+        k,
+        Kernel {
+            library: lib,
+            name: name.to_string(),
+        },
+    );
+    Ok(k)
+}
+
+/// The library and name of a kernel.
+pub fn kernel_info(k: usize) -> Result<(usize, String), CUresult> {
+    registry()
+        .kernels
+        .get(&k)
+        .map(|k| (k.library, k.name.clone()))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
+/// The function of a kernel (valid in every context).
+pub fn kernel_function(k: usize) -> Result<usize, CUresult> {
+    let (lib, name) = kernel_info(k)?;
+    function(library_module(lib)?, &name)
+}
+
+/// The context ended: the modules loaded in it go (their globals went with its allocations).
+pub fn end_context(ctx: Ctx) {
+    let mut reg = registry();
+    let gone: Vec<usize> = reg
+        .modules
+        .iter()
+        .filter(|(_, m)| m.ctx == ctx && ctx != 0)
+        .map(|(&h, _)| h)
+        .collect();
+    for h in &gone {
+        reg.modules.remove(h);
+    }
+    reg.functions.retain(|_, f| !gone.contains(&f.module));
+    // A library's module (context 0) stays; globals it allocated in this context are gone.
+    for m in reg.modules.values_mut() {
+        m.globals
+            .retain(|_, (ptr, _)| linear::lookup(*ptr as usize).is_some_and(|(_, a)| a.ctx != ctx));
+    }
+}

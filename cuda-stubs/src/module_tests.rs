@@ -1,0 +1,480 @@
+//! Unit tests of the private export tables (cuGetExportTable) and of modules, libraries,
+//! launches and the linker, calling the exports directly.
+
+use std::ffi::c_void;
+use std::ptr::{null, null_mut};
+
+use crate::abi::*;
+use crate::api::copy::*;
+use crate::api::export_tables::*;
+use crate::api::module::*;
+use crate::api_tests::{setup, used};
+use crate::image::build_elf;
+use crate::image::tests::tiny_fatbin;
+
+fn table(uuid: &str) -> (CUresult, *const usize) {
+    let mut t: *const c_void = std::ptr::dangling::<c_void>();
+    let mut id = [0u8; 16];
+    let hex: String = uuid.chars().filter(|c| *c != '-').collect();
+    for (i, b) in id.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    // SAFETY: valid pointers to locals.
+    let r = unsafe { cuGetExportTable(&mut t, &id) };
+    (r, t.cast())
+}
+
+/// Reads word `i` of a table.
+fn word(t: *const usize, i: usize) -> usize {
+    // SAFETY: `t` is one of the fake's static tables, longer than `i`.
+    unsafe { *t.add(i) }
+}
+
+#[test]
+fn every_known_table_is_answered_with_its_size_and_functions() {
+    let _g = setup();
+    for t in &TABLES {
+        let (r, words) = table(&uuid_text(&t.uuid));
+        assert_eq!(r, CUDA_SUCCESS, "{}", t.name);
+        assert!(!words.is_null());
+        for (i, s) in t.slots.iter().enumerate() {
+            let w = word(words, i);
+            match s {
+                Slot::Size => assert_eq!(w, t.slots.len() * 8, "{}[{i}]", t.name),
+                Slot::SubSize(n) => assert_eq!(w, n * 8, "{}[{i}]", t.name),
+                Slot::Null => assert_eq!(w, 0, "{}[{i}]", t.name),
+                Slot::Fn(f) | Slot::Stub(f) => assert_eq!(w, *f as usize, "{}[{i}]", t.name),
+            }
+        }
+    }
+    // The tables cudart cannot start without.
+    for must in [
+        "6bd5fb6c-5bf4-e74a-8987-d93912fd9df9",
+        "c693336e-1121-df11-a8c3-68f355d89593",
+        "d4082055-bde6-704b-8d34-ba123c66e1f2",
+    ] {
+        assert_eq!(table(must).0, CUDA_SUCCESS, "{must}");
+    }
+}
+
+#[test]
+fn an_unknown_table_is_refused_with_null() {
+    let _g = setup();
+    let (r, t) = table("00000000-1111-2222-3333-444444444444");
+    assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
+    assert!(t.is_null());
+    // SAFETY: NULL output pointer: refused, nothing written.
+    assert_eq!(
+        unsafe { cuGetExportTable(null_mut(), null()) },
+        CUDA_ERROR_INVALID_VALUE
+    );
+}
+
+#[test]
+fn export_table_listing_matches_the_build() {
+    let (stubs, functions) = stub_slots();
+    let stubs: Vec<&str> = stubs.iter().map(String::as_str).collect();
+    fake_gpu::stubs_doc::check(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/STUBS.md")),
+        "cuGetExportTable",
+        &stubs,
+        functions,
+    );
+}
+
+type ClsPut = unsafe extern "C" fn(
+    usize,
+    usize,
+    usize,
+    Option<unsafe extern "C" fn(usize, usize, usize)>,
+) -> CUresult;
+type ClsGet = unsafe extern "C" fn(*mut usize, usize, usize) -> CUresult;
+type ClsDel = unsafe extern "C" fn(usize, usize) -> CUresult;
+type Primary = unsafe extern "C" fn(*mut usize, i32) -> CUresult;
+
+#[test]
+fn context_local_storage_and_primary_context_slots() {
+    let (_g, ctx) = setup();
+    let (_, cls) = table("c693336e-1121-df11-a8c3-68f355d89593");
+    let (_, rt) = table("6bd5fb6c-5bf4-e74a-8987-d93912fd9df9");
+    // SAFETY: the slots hold functions of these signatures (export_tables.rs).
+    unsafe {
+        let put: ClsPut = std::mem::transmute(word(cls, 0));
+        let del: ClsDel = std::mem::transmute(word(cls, 1));
+        let get: ClsGet = std::mem::transmute(word(cls, 2));
+        let mut v = 0usize;
+        assert_eq!(
+            get(&mut v, 0, 0x51),
+            CUDA_ERROR_INVALID_HANDLE,
+            "nothing stored yet"
+        );
+        assert_eq!(put(0, 0x51, 0xabc, None), CUDA_SUCCESS);
+        assert_eq!(
+            get(&mut v, ctx, 0x51),
+            CUDA_SUCCESS,
+            "NULL means the current context"
+        );
+        assert_eq!(v, 0xabc);
+        assert_eq!(del(ctx, 0x51), CUDA_SUCCESS);
+        assert_eq!(get(&mut v, 0, 0x51), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(
+            put(0x1234, 1, 2, None),
+            CUDA_ERROR_INVALID_CONTEXT,
+            "not a context"
+        );
+
+        let primary: Primary = std::mem::transmute(word(rt, 2));
+        let mut p = 0;
+        assert_eq!(primary(&mut p, 0), CUDA_SUCCESS);
+        assert_eq!(p, ctx, "the device's primary context");
+        assert_eq!(primary(&mut p, 99), 101, "CUDA_ERROR_INVALID_DEVICE");
+    }
+}
+
+type Integrity = unsafe extern "C" fn(u32, u64, *mut [u64; 2]) -> CUresult;
+
+#[test]
+fn integrity_slot_answers_the_hmac_of_this_process() {
+    let _g = setup();
+    let (_, t) = table("d4082055-bde6-704b-8d34-ba123c66e1f2");
+    let (_, rt) = table("6bd5fb6c-5bf4-e74a-8987-d93912fd9df9");
+    // SAFETY: slot 1 holds the integrity function.
+    let f: Integrity = unsafe { std::mem::transmute(word(t, 1)) };
+    let mut got = [0u64; 2];
+    assert_eq!(unsafe { f(13022, 1_800_000_000, &mut got) }, CUDA_SUCCESS);
+    let want = crate::integrity::check(
+        &crate::integrity::CheckInput {
+            driver_version: 13050,
+            version: 13022,
+            pid: std::process::id(),
+            // SAFETY: no preconditions.
+            thread: unsafe { libc::pthread_self() } as u32,
+            cudart_table: rt as usize,
+            integrity_table: t as usize,
+            function: word(t, 1),
+            unix_seconds: 1_800_000_000,
+        },
+        &[crate::integrity::CheckDevice {
+            uuid: crate::model::device::uuid_v2(0),
+            pci_domain: 0,
+            pci_bus: 1,
+            pci_device: 0,
+        }],
+    );
+    assert_eq!(got, want);
+    let mut other = [0u64; 2];
+    assert_eq!(unsafe { f(13022, 1_800_000_001, &mut other) }, CUDA_SUCCESS);
+    assert_ne!(other, got, "the time is part of it");
+}
+
+#[test]
+fn modules_of_a_cubin_name_kernels_and_hold_real_globals() {
+    let _g = setup();
+    let elf = build_elf(&["vector_add"], &[("counter", 24)]);
+    let before = used();
+    unsafe {
+        let mut m = 0;
+        assert_eq!(cuModuleLoadData(&mut m, elf.as_ptr().cast()), CUDA_SUCCESS);
+        let mut f = 0;
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"vector_add".as_ptr()),
+            CUDA_SUCCESS
+        );
+        let mut again = 0;
+        assert_eq!(
+            cuModuleGetFunction(&mut again, m, c"vector_add".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(f, again, "one handle per name");
+        assert_eq!(
+            cuModuleGetFunction(&mut again, m, c"nope".as_ptr()),
+            CUDA_ERROR_NOT_FOUND
+        );
+
+        let (mut g, mut size) = (0u64, 0usize);
+        assert_eq!(
+            cuModuleGetGlobal_v2(&mut g, &mut size, m, c"counter".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(size, 24);
+        assert_eq!(used() - before, 24, "a global is device memory");
+        let data = [7u8; 24];
+        let mut back = [0u8; 24];
+        assert_eq!(cuMemcpyHtoD_v2(g, data.as_ptr().cast(), 24), CUDA_SUCCESS);
+        assert_eq!(
+            cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), g, 24),
+            CUDA_SUCCESS
+        );
+        assert_eq!(back, data);
+        assert_eq!(
+            cuModuleGetGlobal_v2(&mut g, &mut size, m, c"missing".as_ptr()),
+            CUDA_ERROR_NOT_FOUND
+        );
+
+        // Launches are no-ops on a valid handle and configuration.
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, 0, null_mut(), null_mut()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuLaunchKernel(f, 0, 1, 1, 256, 1, 1, 0, 0, null_mut(), null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, 0, null_mut(), null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuLaunchKernel(0x99, 1, 1, 1, 1, 1, 1, 0, 0, null_mut(), null_mut()),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, 0x77, null_mut(), null_mut()),
+            CUDA_ERROR_INVALID_HANDLE,
+            "bad stream"
+        );
+        let mut v = 0;
+        assert_eq!(cuFuncGetAttribute(&mut v, 0, f), CUDA_SUCCESS);
+        assert_eq!(v, 1024);
+        assert_eq!(cuFuncSetAttribute(f, 8, 65536), CUDA_SUCCESS);
+        assert_eq!(cuFuncGetAttribute(&mut v, 8, f), CUDA_SUCCESS);
+        assert_eq!(v, 65536);
+
+        assert_eq!(cuModuleUnload(m), CUDA_SUCCESS);
+        assert_eq!(used(), before, "unloading frees the globals");
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, 0, null_mut(), null_mut()),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+
+#[test]
+fn ptx_fatbins_wrappers_and_garbage() {
+    let _g = setup();
+    unsafe {
+        let mut m = 0;
+        let mut f = 0;
+        let ptx = c".version 8.0\n.target sm_90\n.visible .entry ptx_kernel(\n.param .u64 a\n)\n{\nret;\n}\n";
+        assert_eq!(
+            cuModuleLoadDataEx(&mut m, ptx.as_ptr().cast(), 0, null_mut(), null_mut()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"ptx_kernel".as_ptr()),
+            CUDA_SUCCESS
+        );
+
+        let fb = tiny_fatbin(&[(2, build_elf(&["in_fatbin"], &[]), 0x11)]);
+        assert_eq!(
+            cuModuleLoadFatBinary(&mut m, fb.as_ptr().cast()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"in_fatbin".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"other".as_ptr()),
+            CUDA_ERROR_NOT_FOUND
+        );
+
+        // A wrapper {magic, version, data, filename} as nvcc registers it.
+        let wrapper: [u64; 3] = [0x0000_0001_4662_43B1, fb.as_ptr() as u64, 0];
+        assert_eq!(
+            cuModuleLoadData(&mut m, wrapper.as_ptr().cast()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"in_fatbin".as_ptr()),
+            CUDA_SUCCESS
+        );
+
+        // A compressed entry: its names are unknown, any name is accepted.
+        let z = tiny_fatbin(&[(2, vec![1, 2, 3, 4], 0x2011)]);
+        assert_eq!(cuModuleLoadData(&mut m, z.as_ptr().cast()), CUDA_SUCCESS);
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"anything".as_ptr()),
+            CUDA_SUCCESS
+        );
+
+        let garbage = [
+            0x01u8, 0x02, 0x03, 0x04, 0x05, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(
+            cuModuleLoadData(&mut m, garbage.as_ptr().cast()),
+            200,
+            "CUDA_ERROR_INVALID_IMAGE"
+        );
+    }
+}
+
+#[test]
+fn libraries_kernels_and_the_linker() {
+    let _g = setup();
+    let elf = build_elf(&["lib_kernel"], &[("lib_global", 8)]);
+    unsafe {
+        let mut lib = 0;
+        assert_eq!(
+            cuLibraryLoadData(
+                &mut lib,
+                elf.as_ptr().cast(),
+                null_mut(),
+                null_mut(),
+                0,
+                null_mut(),
+                null_mut(),
+                0
+            ),
+            CUDA_SUCCESS
+        );
+        let mut k = 0;
+        assert_eq!(
+            cuLibraryGetKernel(&mut k, lib, c"lib_kernel".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuLibraryGetKernel(&mut k, lib, c"nope".as_ptr()),
+            CUDA_ERROR_NOT_FOUND
+        );
+        assert_eq!(
+            cuLibraryGetKernel(&mut k, lib, c"lib_kernel".as_ptr()),
+            CUDA_SUCCESS
+        );
+        let mut f = 0;
+        assert_eq!(cuKernelGetFunction(&mut f, k), CUDA_SUCCESS);
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, 0, null_mut(), null_mut()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, 0, null_mut(), null_mut()),
+            CUDA_SUCCESS,
+            "a kernel launches as a function"
+        );
+        let mut name: *const libc::c_char = null();
+        assert_eq!(cuFuncGetName(&mut name, f), CUDA_SUCCESS);
+        assert_eq!(
+            std::ffi::CStr::from_ptr(name).to_str().unwrap(),
+            "lib_kernel"
+        );
+        let (mut g, mut size) = (0u64, 0usize);
+        assert_eq!(
+            cuLibraryGetGlobal(&mut g, &mut size, lib, c"lib_global".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(size, 8);
+        assert_eq!(cuLibraryUnload(lib), CUDA_SUCCESS);
+        assert_eq!(cuKernelGetFunction(&mut f, k), CUDA_ERROR_INVALID_HANDLE);
+
+        // The linker completes into an image naming what was added.
+        let mut state = 0;
+        assert_eq!(
+            cuLinkCreate_v2(0, null_mut(), null_mut(), &mut state),
+            CUDA_SUCCESS
+        );
+        let ptx = b".version 8.0\n.entry linked_a()\n{\n}\n";
+        assert_eq!(
+            cuLinkAddData_v2(
+                state,
+                1,
+                ptx.as_ptr().cast(),
+                ptx.len(),
+                c"a.ptx".as_ptr(),
+                0,
+                null_mut(),
+                null_mut()
+            ),
+            CUDA_SUCCESS
+        );
+        let cubin = build_elf(&["linked_b"], &[]);
+        assert_eq!(
+            cuLinkAddData_v2(
+                state,
+                3,
+                cubin.as_ptr().cast(),
+                cubin.len(),
+                c"b.cubin".as_ptr(),
+                0,
+                null_mut(),
+                null_mut()
+            ),
+            CUDA_SUCCESS
+        );
+        let (mut out, mut out_size): (*const c_void, usize) = (null(), 0);
+        assert_eq!(cuLinkComplete(state, &mut out, &mut out_size), CUDA_SUCCESS);
+        assert!(out_size > 0);
+        let mut m = 0;
+        assert_eq!(cuModuleLoadData(&mut m, out), CUDA_SUCCESS);
+        for n in [c"linked_a", c"linked_b"] {
+            assert_eq!(
+                cuModuleGetFunction(&mut f, m, n.as_ptr()),
+                CUDA_SUCCESS,
+                "{n:?}"
+            );
+        }
+        assert_eq!(cuLinkDestroy(state), CUDA_SUCCESS);
+        assert_eq!(cuLinkDestroy(state), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+
+unsafe extern "C" fn log_callback() {}
+
+/// PyTorch registers a driver log callback at start-up (CUDA 12.9's cuLogs*).
+#[test]
+fn log_callbacks_register_and_unregister() {
+    let _g = setup();
+    use crate::api::device::*;
+    unsafe {
+        let mut h = 0usize;
+        assert_eq!(
+            cuLogsRegisterCallback(Some(log_callback), null_mut(), &mut h),
+            CUDA_SUCCESS
+        );
+        assert_ne!(h, 0);
+        assert_eq!(
+            cuLogsRegisterCallback(None, null_mut(), &mut h),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        let mut it = 7u32;
+        assert_eq!(cuLogsCurrent(&mut it, 0), CUDA_SUCCESS);
+        assert_eq!(it, 0);
+        assert_eq!(cuLogsUnregisterCallback(h), CUDA_SUCCESS);
+        assert_eq!(
+            cuLogsUnregisterCallback(h),
+            CUDA_ERROR_INVALID_VALUE,
+            "already gone"
+        );
+    }
+}
+
+/// PyTorch's cudaMallocAsync backend reads the graph memory figures: the fake holds none.
+#[test]
+fn graph_memory_attributes_are_zero() {
+    let _g = setup();
+    use crate::api::device::*;
+    unsafe {
+        for attr in 0..4 {
+            let mut v = 7u64;
+            assert_eq!(cuDeviceGetGraphMemAttribute(0, attr, &mut v), CUDA_SUCCESS);
+            assert_eq!(v, 0, "attribute {attr}");
+        }
+        let mut v = 0u64;
+        assert_eq!(
+            cuDeviceGetGraphMemAttribute(0, 4, &mut v),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuDeviceGetGraphMemAttribute(5, 0, &mut v),
+            101,
+            "CUDA_ERROR_INVALID_DEVICE"
+        );
+        assert_eq!(cuDeviceSetGraphMemAttribute(0, 1, &mut v), CUDA_SUCCESS);
+        assert_eq!(
+            cuDeviceSetGraphMemAttribute(0, 0, &mut v),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+    }
+}
