@@ -517,6 +517,9 @@ mod tests {
             refusals: 0,
             largest_refused: 0,
             held_by_dead: 0,
+            waiters: 0,
+            waits: 0,
+            wait_ms: 0,
             raw_uuid: raw,
         };
         let used_of = |raw: [u8; 16]| {
