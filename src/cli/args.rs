@@ -1300,6 +1300,146 @@ mod tests {
     }
 
     #[test]
+    fn prometheus_and_metrics_forms() {
+        let named = |v: &[&str]| PoolSet::Named(v.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            p(&["status", "--prometheus"]),
+            Ok(Command::StatusPrometheus {
+                pools: PoolSet::Configured
+            })
+        );
+        assert_eq!(
+            p(&[
+                "status",
+                "--pool",
+                "a",
+                "--prometheus",
+                "--pool=/x/b.pool",
+                "--pool",
+                "a"
+            ]),
+            Ok(Command::StatusPrometheus {
+                pools: named(&["a", "/x/b.pool"])
+            })
+        );
+        assert_eq!(
+            p(&["status", "--all", "--prometheus"]),
+            Ok(Command::StatusPrometheus {
+                pools: PoolSet::All
+            })
+        );
+        let listen = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            p(&["metrics", "--listen", "127.0.0.1:9400"]),
+            Ok(Command::Metrics {
+                listen: listen("127.0.0.1:9400"),
+                pools: PoolSet::Configured
+            })
+        );
+        assert_eq!(
+            p(&["metrics", "--pool", "a", "--listen=[::]:0", "--pool", "b"]),
+            Ok(Command::Metrics {
+                listen: listen("[::]:0"),
+                pools: named(&["a", "b"])
+            })
+        );
+        assert_eq!(
+            p(&["metrics", "--all", "--listen", "0.0.0.0:9400"]),
+            Ok(Command::Metrics {
+                listen: listen("0.0.0.0:9400"),
+                pools: PoolSet::All
+            })
+        );
+        assert_eq!(p(&["metrics", "-h"]), Ok(Command::Help(Topic::Metrics)));
+        assert_eq!(p(&["help", "metrics"]), Ok(Command::Help(Topic::Metrics)));
+        assert!(USAGE.contains("gpucap metrics --listen ADDR:PORT"));
+        assert!(help(Topic::Status).contains("--prometheus"));
+        assert!(help(Topic::General).contains("  metrics "));
+    }
+
+    #[test]
+    fn prometheus_and_metrics_errors() {
+        let e = err(&["metrics"]);
+        assert_eq!(e.topic, Topic::Metrics);
+        assert!(e.message.starts_with("no --listen: "), "{}", e.message);
+        for bad in [
+            "9400",
+            "localhost:9400",
+            "127.0.0.1",
+            "1.2.3.4:99999",
+            "",
+            ":9400",
+        ] {
+            let e = err(&["metrics", "--listen", bad]);
+            assert_eq!(
+                e.message,
+                format!("invalid --listen {bad:?}: {LISTEN_ACCEPTED}"),
+                "{bad}"
+            );
+        }
+        assert!(
+            err(&["metrics", "--listen"])
+                .message
+                .contains("--listen needs a value")
+        );
+        assert!(
+            err(&["metrics", "--listen", ":1", "--listen", ":2"])
+                .message
+                .starts_with("invalid --listen")
+        );
+        assert!(
+            err(&["metrics", "--listen", "[::]:1", "--listen", "[::]:2"])
+                .message
+                .contains("more than once")
+        );
+        assert_eq!(
+            err(&["metrics", "--listen", "[::]:1", "--all", "--pool", "a"]).message,
+            "--all and --pool exclude each other (--all: every pool of this user)"
+        );
+        assert_eq!(
+            err(&["status", "--prometheus", "--json"]).message,
+            "--json and --prometheus exclude each other"
+        );
+        assert!(
+            err(&["status", "--all"])
+                .message
+                .starts_with("--all goes with --prometheus")
+        );
+        assert!(
+            err(&["status", "--pool", "a", "--pool", "b", "--json"])
+                .message
+                .starts_with("--pool given more than once")
+        );
+        // Each command has its own options.
+        for (args, opt) in [
+            (&["metrics", "--listen", "[::]:1", "--json"][..], "--json"),
+            (
+                &["metrics", "--listen", "[::]:1", "--prometheus"],
+                "--prometheus",
+            ),
+            (&["status", "--listen", "[::]:1"], "--listen"),
+            (&["top", "--all"], "--all"),
+            (&["top", "--prometheus"], "--prometheus"),
+            (&["check", "--all"], "--all"),
+        ] {
+            assert_eq!(
+                err(args).message,
+                format!("unknown option '{opt}'"),
+                "{args:?}"
+            );
+        }
+        assert_eq!(
+            err(&["metrics", "--listen", "[::]:1", "x"]).message,
+            "unexpected argument 'x' (metrics takes only options)"
+        );
+        assert!(
+            err(&["top", "--pool", "a", "--pool", "b"])
+                .message
+                .contains("more than once")
+        );
+    }
+
+    #[test]
     fn the_pool_flag_of_run_and_check() {
         assert!(matches!(
             p(&["run", "--pool", "train", "x"]),
