@@ -768,6 +768,35 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
     kill(b);
 }
 
+/// One thread serves every request: a client that sends its request a byte at a time,
+/// never finishing it, is cut off (after 5 s in all), and a scrape waiting behind it
+/// is answered.
+#[test]
+fn a_slow_client_does_not_hold_the_server() {
+    let s = Scratch::new("metrics-slow");
+    let server = Server::start(&s, &["--pool", "p"]);
+    let addr = server.addr.clone();
+    // The slow client: a byte every 200 ms, for at most 60 s (a harness limit); true
+    // when the server closed the connection first.
+    let slow = std::thread::spawn(move || {
+        let mut c = TcpStream::connect(&addr).unwrap();
+        let head = b"GET /metrics HTTP/1.1\r\nX-Slow: ";
+        c.write_all(head).unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if c.write_all(b"a").is_err() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let body = server.scrape();
+    assert!(body.contains("gpucap_pool_up{pool=\"p\"} 0"), "{body}");
+    assert!(slow.join().unwrap(), "the slow client was never cut off");
+}
+
 /// Bad command lines and a port in use: exit status 2, one line.
 #[test]
 fn metrics_errors_say_what_is_wrong() {

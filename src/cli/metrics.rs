@@ -19,7 +19,7 @@ use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpucap_core::budget::PoolView;
 use gpucap_core::config::{self, PoolSpec};
@@ -500,16 +500,23 @@ pub fn response(status: &str, content_type: &str, body: &str, head_only: bool) -
 /// The longest request head read; a longer one is answered 400.
 const MAX_HEAD: usize = 16 * 1024;
 
-/// How long a client may take to send its request or read the answer: one thread
-/// serves every request, so a silent client may hold the others up this long.
+/// How long a client may take to send its whole request (and, separately, to read the
+/// answer): one thread serves every request, so a slow client holds the others up at
+/// most this long.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Reads a request head (up to the blank line). None: the client sent nothing usable
-/// (closed, timed out, too long).
+/// Reads a request head (up to the blank line) within [`CLIENT_TIMEOUT`] in all (a
+/// client sending a byte now and then is cut off too). None: the client sent nothing
+/// usable (closed, too slow, too long).
 fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
     let mut head = Vec::new();
     let mut buf = [0u8; 2048];
     loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())?;
+        stream.set_read_timeout(Some(left)).ok()?;
         let n = stream.read(&mut buf).ok()?;
         if n == 0 {
             return (!head.is_empty()).then_some(head);
@@ -526,7 +533,6 @@ fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
 
 /// Answers one connection.
 fn handle(mut stream: TcpStream, reader: &mut Reader, log: &mut Log) {
-    let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
     let Some(head) = read_head(&mut stream) else {
         return;
