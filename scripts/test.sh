@@ -8,8 +8,9 @@
 # The Python clients live in target/venv-cb12 (cuda-bindings 12.x),
 # target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
 # target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
-# (kubernetes-validate). They are reused when already there. PyTorch and JAX are too
-# large for every run: scripts/frameworks.sh installs and checks them.
+# (kubernetes-validate); Prometheus's promtool (tests/metrics.rs) in target/promtool,
+# taken from Debian's package prometheus. They are reused when already there. PyTorch
+# and JAX are too large for every run: scripts/frameworks.sh installs and checks them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -129,11 +130,49 @@ fi
 v=$(target/venv-cupy/bin/python -c "$cupy_probe") || die "target/venv-cupy does not hold a working CuPy"
 echo "target/venv-cupy: cupy-cuda13x $v"
 
+# Prometheus's own checker of the metrics exposition (tests/metrics.rs runs `promtool check
+# metrics` on gpucap's output). Debian's package prometheus ships promtool; only promtool is
+# taken from it (apt-get download, then unpacked into target/promtool): installing the package
+# would also install, enable and start a Prometheus server on the machine. A promtool already
+# on PATH is used as it is.
+section "promtool (from Debian's package prometheus)"
+promtool_works() {
+    "$1" --version >/dev/null 2>&1 &&
+        printf '# HELP x_bytes x\n# TYPE x_bytes gauge\nx_bytes 1\n' | "$1" check metrics >/dev/null 2>&1
+}
+PROMTOOL=$ROOT/target/promtool/usr/bin/promtool
+if command -v promtool >/dev/null && promtool_works "$(command -v promtool)"; then
+    PROMTOOL=$(command -v promtool)
+    echo "using $PROMTOOL"
+elif promtool_works "$PROMTOOL"; then
+    echo "reusing $PROMTOOL"
+else
+    command -v apt-get >/dev/null || die "no promtool, and no apt-get to fetch Debian's package prometheus"
+    deb_dir=$(mktemp -d)
+    if ! (cd "$deb_dir" && apt-get download -q prometheus >/dev/null 2>&1); then
+        sudo=()
+        if [ "$(id -u)" != 0 ]; then
+            command -v sudo >/dev/null || die "need root (or sudo) to apt-get update for promtool"
+            sudo=(sudo -n)
+        fi
+        "${sudo[@]}" apt-get update -q
+        (cd "$deb_dir" && apt-get download -q prometheus) || die "apt-get download prometheus failed"
+    fi
+    rm -rf target/promtool
+    mkdir -p target/promtool
+    dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -x -C target/promtool ./usr/bin/promtool
+    rm -rf "$deb_dir"
+    promtool_works "$PROMTOOL" || die "$PROMTOOL (from Debian's package prometheus) does not work"
+    echo "unpacked $PROMTOOL"
+fi
+echo "promtool: $("$PROMTOOL" --version 2>&1 | head -1)"
+
 section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
 export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
 export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
 export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
+export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 exec cargo test --release --workspace --no-fail-fast

@@ -14,7 +14,11 @@
 //!   the annotation its cap comes from is refused; the caps of the time-sliced pods fit the
 //!   GPU they are pinned to;
 //! - the containers of the shared-pool pod name one pool, in one memory-backed `emptyDir`
-//!   mounted where `GPUCAP_POOL_DIR` says, and run as one uid.
+//!   mounted where `GPUCAP_POOL_DIR` says, and run as one uid;
+//! - the metrics sidecar reads the trainer's pool (the same checks), listens on every
+//!   interface on the port the `prometheus.io/*` annotations and its liveness probe name,
+//!   and, run on the fake GPU with the environment the pod gives it, serves the pool of a
+//!   member started with the trainer's environment.
 //!
 //! The validator runs in the Python of `GPUCAP_TEST_PYTHON_K8S` (scripts/test.sh creates
 //! target/venv-k8s with pinned versions). When that is unset the tests print `SKIP: ...` and
@@ -37,6 +41,7 @@ const KUBERNETES_VERSION: &str = "1.32.0";
 const EXAMPLES: &[&str] = &[
     "pod-annotation.yaml",
     "pod-env.yaml",
+    "pod-metrics-sidecar.yaml",
     "pod-shared-pool.yaml",
     "three-pods-8gi.yaml",
     "time-slicing-configmap.yaml",
@@ -135,6 +140,7 @@ fn examples_are_valid_kubernetes_objects() {
     expect("pod-env.yaml", &["Pod"]);
     expect("pod-annotation.yaml", &["Pod"]);
     expect("pod-shared-pool.yaml", &["Pod"]);
+    expect("pod-metrics-sidecar.yaml", &["Pod"]);
     expect("time-slicing-configmap.yaml", &["ConfigMap"]);
     expect("three-pods-8gi.yaml", &["Deployment"]);
 }
@@ -661,8 +667,8 @@ fn gpucap_accepts_what_the_manifests_set() {
         }
     }
     assert!(
-        containers >= 5,
-        "{containers} containers: 1 + 1 + 2 + 1 expected"
+        containers >= 7,
+        "{containers} containers: 1 + 1 + 2 + 2 + 1 expected"
     );
 
     // Names in the text (comments too) are names a container sets, so checked above.
@@ -890,6 +896,302 @@ fn the_shared_pool_pod_has_one_directory_and_one_uid() {
         (
             "not mounted",
             broken(&|s| s["containers"][1]["volumeMounts"] = json!([])),
+        ),
+    ] {
+        assert!(result.is_err(), "{what}: accepted");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The metrics sidecar.
+
+/// The `gpucap metrics` container of a pod: the one whose args are `gpucap metrics ...`
+/// (run by gpucap's entrypoint, as every container). Checks that it shares the pool
+/// directory and uid of the pool's members ([`check_shared_pool`]), asks for no GPU,
+/// listens on every interface (Prometheus scrapes the pod's IP) on the port that its
+/// `metrics` containerPort, its liveness probe and the pod's `prometheus.io/*`
+/// annotations name. Returns the container's index and its `--listen` address.
+fn check_metrics_sidecar(
+    label: &str,
+    meta: &Value,
+    spec: &Value,
+) -> Result<(usize, std::net::SocketAddr), String> {
+    check_shared_pool(label, spec)?;
+    let containers = spec["containers"].as_array().unwrap();
+    let sidecars: Vec<usize> = (0..containers.len())
+        .filter(|&i| {
+            let args = &containers[i]["args"];
+            args[0] == "gpucap" && args[1] == "metrics"
+        })
+        .collect();
+    let [i] = sidecars[..] else {
+        return Err(format!(
+            "{} containers run `gpucap metrics`, not 1",
+            sidecars.len()
+        ));
+    };
+    let c = &containers[i];
+    let name = &c["name"];
+    if gpus(c) != 0 {
+        return Err(format!(
+            "container {name} asks for a GPU: it only reads the pool"
+        ));
+    }
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap_or(""))
+        .collect();
+    let listen = args
+        .iter()
+        .position(|a| *a == "--listen")
+        .and_then(|k| args.get(k + 1))
+        .copied()
+        .or_else(|| args.iter().find_map(|a| a.strip_prefix("--listen=")))
+        .ok_or(format!("container {name}: no --listen"))?;
+    let addr: std::net::SocketAddr = listen
+        .parse()
+        .map_err(|_| format!("container {name}: --listen {listen} is not ADDR:PORT"))?;
+    if !addr.ip().is_unspecified() {
+        return Err(format!(
+            "container {name} listens on {addr}: Prometheus scrapes the pod's IP, listen on \
+             0.0.0.0 or [::]"
+        ));
+    }
+    let port = addr.port();
+    let ports = c["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let named = ports
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .ok_or(format!("container {name}: no port named metrics"))?;
+    if named["containerPort"].as_u64() != Some(u64::from(port)) {
+        return Err(format!(
+            "container {name}: port metrics is {}, --listen says {port}",
+            named["containerPort"]
+        ));
+    }
+    let probe = &c["livenessProbe"]["httpGet"];
+    if probe["path"] != "/metrics"
+        || !(probe["port"] == "metrics" || probe["port"].as_u64() == Some(u64::from(port)))
+    {
+        return Err(format!(
+            "container {name}: the liveness probe is not GET /metrics on the metrics port: {probe}"
+        ));
+    }
+    let a = &meta["annotations"];
+    let want = [
+        ("prometheus.io/scrape", "true".to_string()),
+        ("prometheus.io/port", port.to_string()),
+        ("prometheus.io/path", "/metrics".to_string()),
+    ];
+    for (k, v) in want {
+        if a[k].as_str() != Some(v.as_str()) {
+            return Err(format!("annotation {k} is {}, not {v:?}", a[k]));
+        }
+    }
+    Ok((i, addr))
+}
+
+/// `GET /metrics` from `addr`: the body of a 200 answer.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    write!(c, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    body.to_string()
+}
+
+#[test]
+fn the_metrics_sidecar_serves_the_pods_pool() {
+    let Some(python) = k8s_python() else { return };
+    let docs = examples(&python);
+    let all = pods(&docs);
+    let pod = all
+        .iter()
+        .find(|p| p.label.starts_with("pod-metrics-sidecar.yaml"))
+        .unwrap();
+    let (i, _) = check_metrics_sidecar(&pod.label, pod.meta, pod.spec)
+        .unwrap_or_else(|e| panic!("{}: {e}", pod.label));
+    let containers = pod.spec["containers"].as_array().unwrap();
+    let trainer = containers
+        .iter()
+        .enumerate()
+        .find(|(k, _)| *k != i)
+        .map(|(_, c)| c)
+        .unwrap();
+    assert_eq!(gpus(trainer), 1, "the trainer uses the GPU");
+
+    // Run it: the sidecar's args (through gpucap, on loopback and any free port) with
+    // the environment the pod gives it, and a member with the trainer's environment;
+    // the pool directory is one scratch directory, as the emptyDir is one for the pod.
+    let dir = scratch("k8s-metrics");
+    let env = |c: &Value| -> Vec<(String, String)> {
+        container_env(pod, c)
+            .into_iter()
+            .map(|(k, v)| {
+                if POD_PATHS.contains(&k.as_str()) {
+                    let d = dir.join(v.trim_start_matches('/'));
+                    std::fs::create_dir_all(&d).unwrap();
+                    (k, d.display().to_string())
+                } else {
+                    (k, v)
+                }
+            })
+            .collect()
+    };
+    let sidecar = &containers[i];
+    let mut args: Vec<String> = sidecar["args"].as_array().unwrap()[1..]
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let k = args.iter().position(|a| a == "--listen").unwrap();
+    args[k + 1] = "127.0.0.1:0".into();
+    let log = dir.join("sidecar.log");
+    let mut server = fake_cmd(cli(), &dir.join("s.json"))
+        .args(&args)
+        .envs(env(sidecar))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let addr = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if let Some(a) = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("gpucap metrics: serving http://"))
+        {
+            break a.split_once("/metrics").unwrap().0.to_string();
+        }
+        assert!(
+            server.try_wait().unwrap().is_none(),
+            "the sidecar exited: {text}"
+        );
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "the sidecar printed no address"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let pool = env(sidecar)
+        .into_iter()
+        .find(|(k, _)| k == "GPUCAP_POOL")
+        .unwrap()
+        .1;
+    let up = format!("gpucap_pool_up{{pool=\"{pool}\"}}");
+    // Before the trainer's first CUDA call: up 0.
+    assert!(scrape(&addr).contains(&format!("{up} 0\n")));
+
+    let ready = dir.join("ready");
+    let script = compile_c("script", "", &["-lcuda"]);
+    let mut member = fake_cmd(cli(), &dir.join("m.json"))
+        .args(["run", "--"])
+        .arg(&script)
+        .args([
+            "alloc:100Mi".to_string(),
+            format!("touch:{}", ready.display()),
+            format!("wait:{}", dir.join("never").display()),
+        ])
+        .envs(env(trainer))
+        .env("FAKECUDA_TOTAL_MEM", "40Gi")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    while !ready.exists() {
+        assert!(member.try_wait().unwrap().is_none(), "the member exited");
+        assert!(start.elapsed().as_secs() < 60, "the member never got ready");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let body = scrape(&addr);
+    let limit = env(trainer)
+        .into_iter()
+        .find(|(k, _)| k == "GPUCAP_LIMIT")
+        .unwrap()
+        .1;
+    assert_eq!(limit, "12Gi", "the figure below");
+    let mine = |prefix: &str| {
+        body.lines()
+            .find(|l| l.starts_with(prefix) && l.contains(&format!("pool=\"{pool}\"")))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{body}"))
+            .rsplit_once(' ')
+            .unwrap()
+            .1
+            .to_string()
+    };
+    assert!(body.contains(&format!("{up} 1\n")), "{body}");
+    assert_eq!(mine("gpucap_pool_cap_bytes{"), (12u64 << 30).to_string());
+    assert_eq!(mine("gpucap_pool_used_bytes{"), (100u64 << 20).to_string());
+    let member_line = format!("pid=\"{}\"", member.id());
+    assert!(
+        body.lines().any(|l| l.starts_with("gpucap_member_alive{")
+            && l.contains(&member_line)
+            && l.ends_with(" 1")),
+        "{body}"
+    );
+    for child in [&mut member, &mut server] {
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+
+    // The check can fail: each of these makes a sidecar Prometheus cannot use.
+    let broken = |edit: &dyn Fn(&mut Value, &mut Value)| {
+        let (mut meta, mut spec) = (pod.meta.clone(), pod.spec.clone());
+        edit(&mut meta, &mut spec);
+        check_metrics_sidecar("broken", &meta, &spec)
+    };
+    fn nth(s: &mut Value, i: usize) -> &mut Value {
+        &mut s["containers"][i]
+    }
+    for (what, result) in [
+        (
+            "loopback only",
+            broken(&|_, s| nth(s, i)["args"][3] = json!("127.0.0.1:9400")),
+        ),
+        (
+            "another port in the annotation",
+            broken(&|m, _| m["annotations"]["prometheus.io/port"] = json!("9090")),
+        ),
+        (
+            "no scrape annotation",
+            broken(&|m, _| {
+                m["annotations"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("prometheus.io/scrape");
+            }),
+        ),
+        (
+            "another containerPort",
+            broken(&|_, s| nth(s, i)["ports"][0]["containerPort"] = json!(9401)),
+        ),
+        (
+            "the probe elsewhere",
+            broken(&|_, s| nth(s, i)["livenessProbe"]["httpGet"]["path"] = json!("/")),
+        ),
+        (
+            "no pool volume",
+            broken(&|_, s| nth(s, i)["volumeMounts"] = json!([])),
+        ),
+        (
+            "another uid",
+            broken(&|_, s| nth(s, i)["securityContext"]["runAsUser"] = json!(2000)),
+        ),
+        (
+            "a GPU",
+            broken(&|_, s| nth(s, i)["resources"]["limits"] = json!({"nvidia.com/gpu": 1})),
+        ),
+        (
+            "no sidecar",
+            broken(&|_, s| nth(s, i)["args"][1] = json!("status")),
         ),
     ] {
         assert!(result.is_err(), "{what}: accepted");

@@ -2,6 +2,7 @@
 //! words (`--name=value`, `--`, `-h`) and the help texts and messages our own.
 
 use std::ffi::{OsStr, OsString};
+use std::net::SocketAddr;
 
 use lexopt::{Arg, Parser};
 
@@ -13,6 +14,7 @@ pub enum Topic {
     Check,
     Status,
     Top,
+    Metrics,
 }
 
 /// Flags that override `GPUCAP_*` variables.
@@ -87,6 +89,12 @@ pub enum Command {
         /// `--json`: the snapshot as one JSON object.
         json: bool,
     },
+    /// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: pools once, in
+    /// Prometheus's text exposition format.
+    StatusPrometheus { pools: PoolSet },
+    /// `gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]`: an HTTP server
+    /// of that exposition.
+    Metrics { listen: SocketAddr, pools: PoolSet },
     /// `gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]`: the
     /// snapshot, refreshed.
     Top {
@@ -100,6 +108,18 @@ pub enum Command {
     Help(Topic),
     /// `gpucap --version`, `-V`, `version`
     Version,
+}
+
+/// The pools of `status --prometheus` and `metrics`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolSet {
+    /// The one `status` would show (the environment's, else gpucap.env's).
+    Configured,
+    /// `--pool` given once or more: these values (as given, not yet validated; repeats
+    /// dropped), in order.
+    Named(Vec<String>),
+    /// `--all`: every pool file in this user's pool directory, listed at each reading.
+    All,
 }
 
 /// A bad command line: the message, and the help topic to point at.
@@ -152,6 +172,7 @@ where
         Some("check") => parse_check(parser),
         Some("status") => parse_status(parser),
         Some("top") => parse_top(parser),
+        Some("metrics") => parse_metrics(parser),
         Some("help") => parse_help(parser),
         Some("version") => Ok(Command::Version),
         _ => {
@@ -163,7 +184,8 @@ where
                 Err(usage(
                     Topic::General,
                     format!(
-                        "unknown command '{s}' (the commands are run, check, status, top and help)"
+                        "unknown command '{s}' (the commands are run, check, status, top, \
+                         metrics and help)"
                     ),
                 ))
             }
@@ -203,7 +225,7 @@ fn lexopt_error(topic: Topic, e: lexopt::Error) -> UsageError {
     usage(topic, e.to_string())
 }
 
-/// `help [run|check|status|top]`: the words after `help`, taken raw (`help --help` names no topic).
+/// `help [run|check|status|top|metrics]`: the words after `help`, taken raw (`help --help` names no topic).
 fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
     let mut args = parser
         .raw_args()
@@ -215,12 +237,14 @@ fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
             Some("check") => Topic::Check,
             Some("status") => Topic::Status,
             Some("top") => Topic::Top,
+            Some("metrics") => Topic::Metrics,
             Some("help") => Topic::General,
             _ => {
                 return Err(usage(
                     Topic::General,
                     format!(
-                        "no help for '{}' (try: help run, help check, help status, help top)",
+                        "no help for '{}' (try: help run, help check, help status, help top, \
+                         help metrics)",
                         t.to_string_lossy()
                     ),
                 ));
@@ -258,6 +282,11 @@ struct Options {
     json: bool,
     interval_ms: Option<u64>,
     iterations: Option<u64>,
+    /// `--pool` of `status` and `metrics`, which may be given several times.
+    pools: Vec<String>,
+    all: bool,
+    prometheus: bool,
+    listen: Option<SocketAddr>,
 }
 
 /// What `--interval` accepts.
@@ -279,6 +308,17 @@ pub fn parse_interval(value: &str) -> Result<u64, String> {
     Ok((secs * 1000.0).round() as u64)
 }
 
+/// What `--listen` accepts.
+pub const LISTEN_ACCEPTED: &str = "an IP address and a port, e.g. 127.0.0.1:9400, 0.0.0.0:9400 or [::]:9400 (port 0: any free port)";
+
+/// Parses a `--listen` value: `IPv4:PORT` or `[IPv6]:PORT` (no host names: the address
+/// a server binds to is better said than looked up).
+pub fn parse_listen(value: &str) -> Result<SocketAddr, String> {
+    value
+        .parse()
+        .map_err(|_| format!("invalid --listen {value:?}: {LISTEN_ACCEPTED}"))
+}
+
 /// Parses an `--iterations` value: a whole number, at least 1.
 pub fn parse_iterations(value: &str) -> Result<u64, String> {
     match value.parse::<u64>() {
@@ -293,7 +333,9 @@ pub fn parse_iterations(value: &str) -> Result<u64, String> {
 /// and `check`, `--limit SPEC`, `--log LEVEL`, `--report PATH` (also as
 /// `--name=value`), `--growth`, `--pool NAME|PATH`, and for `run` `--measure`, for
 /// `check` `--write-env FILE`; for `status`, `--pool` and `--json`; for `top`,
-/// `--pool`, `--interval SECS` and `--iterations N`; `-h`, `--help` for all.
+/// `--pool`, `--interval SECS` and `--iterations N`; for `status`, also `--prometheus`
+/// and `--all`, and for `metrics` `--listen ADDR:PORT`, `--pool` and `--all` (both take
+/// `--pool` several times); `-h`, `--help` for all.
 fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Result<End, UsageError> {
     let config_flags = matches!(topic, Topic::Run | Topic::Check);
     loop {
@@ -326,6 +368,8 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
             ("--growth", Topic::Run | Topic::Check) => Some(&mut opts.overrides.growth),
             ("--measure", Topic::Run) => Some(&mut opts.measure),
             ("--json", Topic::Status) => Some(&mut opts.json),
+            ("--prometheus", Topic::Status) => Some(&mut opts.prometheus),
+            ("--all", Topic::Status | Topic::Metrics) => Some(&mut opts.all),
             _ => None,
         };
         if let Some(flag) = flag {
@@ -353,6 +397,35 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
                 return Err(usage(topic, format!("{name} needs a file name")));
             }
             opts.write_env = Some(value);
+            continue;
+        }
+        // `status` and `metrics` take `--pool` several times (several pools in one
+        // exposition); `parse_status` refuses a second one for the table and JSON.
+        if name == "--pool" && matches!(topic, Topic::Status | Topic::Metrics) {
+            let value = match attached {
+                Some(v) => v,
+                None => parser
+                    .value()
+                    .map_err(|_| usage(topic, format!("{name} needs a value: {name} NAME|PATH")))?,
+            };
+            let value = value
+                .into_string()
+                .map_err(|_| usage(topic, format!("the value of {name} is not valid UTF-8")))?;
+            opts.pools.push(value);
+            continue;
+        }
+        if name == "--listen" && topic == Topic::Metrics {
+            if opts.listen.is_some() {
+                return Err(usage(topic, format!("{name} given more than once")));
+            }
+            let value = match attached {
+                Some(v) => v,
+                None => parser
+                    .value()
+                    .map_err(|_| usage(topic, format!("{name} needs a value: {name} ADDR:PORT")))?,
+            };
+            opts.listen =
+                Some(parse_listen(&value.to_string_lossy()).map_err(|m| usage(topic, m))?);
             continue;
         }
         if topic == Topic::Top && (name == "--interval" || name == "--iterations") {
@@ -439,6 +512,7 @@ fn topic_name(topic: Topic) -> &'static str {
         Topic::Check => "check",
         Topic::Status => "status",
         Topic::Top => "top",
+        Topic::Metrics => "metrics",
     }
 }
 
@@ -459,13 +533,75 @@ fn only_options(topic: Topic, parser: &mut Parser) -> Result<Option<Options>, Us
     }
 }
 
+/// The pools `--pool` (several times) and `--all` name; they exclude each other.
+fn pool_set(topic: Topic, pools: Vec<String>, all: bool) -> Result<PoolSet, UsageError> {
+    if all && !pools.is_empty() {
+        return Err(usage(
+            topic,
+            "--all and --pool exclude each other (--all: every pool of this user)",
+        ));
+    }
+    if all {
+        return Ok(PoolSet::All);
+    }
+    if pools.is_empty() {
+        return Ok(PoolSet::Configured);
+    }
+    let mut unique: Vec<String> = Vec::new();
+    for p in pools {
+        if !unique.contains(&p) {
+            unique.push(p);
+        }
+    }
+    Ok(PoolSet::Named(unique))
+}
+
 fn parse_status(mut parser: Parser) -> Result<Command, UsageError> {
-    Ok(match only_options(Topic::Status, &mut parser)? {
-        None => Command::Help(Topic::Status),
-        Some(opts) => Command::Status {
-            pool: opts.overrides.pool,
-            json: opts.json,
-        },
+    let topic = Topic::Status;
+    let Some(mut opts) = only_options(topic, &mut parser)? else {
+        return Ok(Command::Help(topic));
+    };
+    if opts.prometheus {
+        if opts.json {
+            return Err(usage(topic, "--json and --prometheus exclude each other"));
+        }
+        return Ok(Command::StatusPrometheus {
+            pools: pool_set(topic, opts.pools, opts.all)?,
+        });
+    }
+    if opts.all {
+        return Err(usage(
+            topic,
+            "--all goes with --prometheus (the table and the JSON show one pool)",
+        ));
+    }
+    if opts.pools.len() > 1 {
+        return Err(usage(
+            topic,
+            "--pool given more than once (the table and the JSON show one pool; several \
+             with --prometheus)",
+        ));
+    }
+    Ok(Command::Status {
+        pool: opts.pools.pop(),
+        json: opts.json,
+    })
+}
+
+fn parse_metrics(mut parser: Parser) -> Result<Command, UsageError> {
+    let topic = Topic::Metrics;
+    let Some(opts) = only_options(topic, &mut parser)? else {
+        return Ok(Command::Help(topic));
+    };
+    let Some(listen) = opts.listen else {
+        return Err(usage(
+            topic,
+            format!("no --listen: where to serve, {LISTEN_ACCEPTED}"),
+        ));
+    };
+    Ok(Command::Metrics {
+        listen,
+        pools: pool_set(topic, opts.pools, opts.all)?,
     })
 }
 
@@ -505,8 +641,10 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
        gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
                     [--write-env FILE]
        gpucap status [--pool NAME|PATH] [--json]
+       gpucap status --prometheus [--pool NAME|PATH]... [--all]
        gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
-       gpucap help [run|check|status|top]
+       gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
+       gpucap help [run|check|status|top|metrics]
        gpucap --version";
 
 const GENERAL_HELP: &str = "\
@@ -518,8 +656,10 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
        gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
                     [--write-env FILE]
        gpucap status [--pool NAME|PATH] [--json]
+       gpucap status --prometheus [--pool NAME|PATH]... [--all]
        gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
-       gpucap help [run|check|status|top]
+       gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
+       gpucap help [run|check|status|top|metrics]
        gpucap --version
 
 commands:
@@ -527,8 +667,9 @@ commands:
           (--measure: run it uncapped and suggest a --limit from its peak)
   check   validate the configuration and show the cap of each visible GPU and the pool
   status  show a pool once: per GPU its cap, use and peak, per process its use
-          (--json: as one JSON object)
+          (--json: as one JSON object; --prometheus: pools in Prometheus's text format)
   top     show a pool, refreshed every second (Ctrl-C ends it)
+  metrics serve pools to Prometheus over HTTP (GET /metrics), read at each scrape
   help    show this help, or the help of a command
 
 environment:
@@ -639,6 +780,7 @@ exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.
 
 const STATUS_HELP: &str = "\
 usage: gpucap status [--pool NAME|PATH] [--json]
+       gpucap status --prometheus [--pool NAME|PATH]... [--all]
 
 Shows a pool once (GPUCAP_POOL: the processes that name the same pool share one budget
 per GPU): for each GPU its cap, the bytes in use, the peak, how many allocations the
@@ -658,11 +800,18 @@ options:
                      used, peak, refusals, largest_refused, held_by_dead], members
                      [slot, pid, pid_namespace, command, start_ms, alive, gpus [uuid,
                      used, peak]] (see README.md, \"Watching a pool\")
+  --prometheus       print Prometheus's text exposition format (version 0.0.4), for
+                     node_exporter's textfile collector: the series gpucap metrics
+                     serves (see README.md, \"Metrics\"); --pool may then be given
+                     several times, each pool's series labelled pool=\"NAME\"
+  --all              with --prometheus: every pool file (*.pool) in this user's pool
+                     directory (gpucap-UID in GPUCAP_POOL_DIR or the default)
   -h, --help         show this help
 
 exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
 yet); 2 if no pool is configured, for a bad value, or a file that is not a pool file
-this gpucap can read.";
+this gpucap can read. With --prometheus the exposition is printed all the same, with
+gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
 
 const TOP_HELP: &str = "\
 usage: gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
@@ -680,6 +829,37 @@ options:
 exit status: 0; 1 if the pool's file does not exist; 2 if no pool is configured or for
 a bad value.";
 
+const METRICS_HELP: &str = "\
+usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
+
+Serves pools to Prometheus: an HTTP/1.1 server where GET /metrics answers with
+Prometheus's text exposition format (version 0.0.4) of the pools, read again at each
+scrape: per GPU the cap, bytes used, peak, refusals, largest refused and bytes held
+by dead members; per member its pid, command, bytes and peak, and whether it lives
+(the series and their labels: README.md, \"Metrics\"). Any other path is 404. One
+request at a time, each answered then closed. It prints the address it listens on
+(useful with port 0) on stderr, then a line whenever a pool becomes readable or
+unreadable. Reading never changes a pool and never waits for its members: the file
+is opened read-only and only loaded from.
+
+Which pools: --pool's (several times for several), or with --all every pool file
+(*.pool) in this user's pool directory, listed again at each scrape, else the one
+gpucap status would show (GPUCAP_POOL, CUDA_DEVICE_MEMORY_SHARED_CACHE, gpucap.env).
+A pool that no process has joined yet, or whose file cannot be read, is served as
+gpucap_pool_up{pool=\"NAME\"} 0 until it can be.
+
+options:
+  --listen ADDR:PORT  the address to listen on: 127.0.0.1:9400 (this machine only),
+                      0.0.0.0:9400 or [::]:9400 (every interface: a sidecar scraped
+                      by Prometheus); port 0 picks a free port
+  --pool NAME|PATH    serve this pool (a name, in GPUCAP_POOL_DIR or the default
+                      directory, or the file's absolute path); may be repeated
+  --all               serve every pool of this user's pool directory
+  -h, --help          show this help
+
+exit status: 2 if no pool is configured, for a bad value, or when it cannot listen;
+otherwise it runs until killed (SIGTERM or Ctrl-C).";
+
 /// The help text of `topic`.
 pub fn help(topic: Topic) -> &'static str {
     match topic {
@@ -688,6 +868,7 @@ pub fn help(topic: Topic) -> &'static str {
         Topic::Check => CHECK_HELP,
         Topic::Status => STATUS_HELP,
         Topic::Top => TOP_HELP,
+        Topic::Metrics => METRICS_HELP,
     }
 }
 
@@ -1113,6 +1294,146 @@ mod tests {
         );
         assert!(
             err(&["status", "--pool", "a", "--pool", "b"])
+                .message
+                .contains("more than once")
+        );
+    }
+
+    #[test]
+    fn prometheus_and_metrics_forms() {
+        let named = |v: &[&str]| PoolSet::Named(v.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            p(&["status", "--prometheus"]),
+            Ok(Command::StatusPrometheus {
+                pools: PoolSet::Configured
+            })
+        );
+        assert_eq!(
+            p(&[
+                "status",
+                "--pool",
+                "a",
+                "--prometheus",
+                "--pool=/x/b.pool",
+                "--pool",
+                "a"
+            ]),
+            Ok(Command::StatusPrometheus {
+                pools: named(&["a", "/x/b.pool"])
+            })
+        );
+        assert_eq!(
+            p(&["status", "--all", "--prometheus"]),
+            Ok(Command::StatusPrometheus {
+                pools: PoolSet::All
+            })
+        );
+        let listen = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            p(&["metrics", "--listen", "127.0.0.1:9400"]),
+            Ok(Command::Metrics {
+                listen: listen("127.0.0.1:9400"),
+                pools: PoolSet::Configured
+            })
+        );
+        assert_eq!(
+            p(&["metrics", "--pool", "a", "--listen=[::]:0", "--pool", "b"]),
+            Ok(Command::Metrics {
+                listen: listen("[::]:0"),
+                pools: named(&["a", "b"])
+            })
+        );
+        assert_eq!(
+            p(&["metrics", "--all", "--listen", "0.0.0.0:9400"]),
+            Ok(Command::Metrics {
+                listen: listen("0.0.0.0:9400"),
+                pools: PoolSet::All
+            })
+        );
+        assert_eq!(p(&["metrics", "-h"]), Ok(Command::Help(Topic::Metrics)));
+        assert_eq!(p(&["help", "metrics"]), Ok(Command::Help(Topic::Metrics)));
+        assert!(USAGE.contains("gpucap metrics --listen ADDR:PORT"));
+        assert!(help(Topic::Status).contains("--prometheus"));
+        assert!(help(Topic::General).contains("  metrics "));
+    }
+
+    #[test]
+    fn prometheus_and_metrics_errors() {
+        let e = err(&["metrics"]);
+        assert_eq!(e.topic, Topic::Metrics);
+        assert!(e.message.starts_with("no --listen: "), "{}", e.message);
+        for bad in [
+            "9400",
+            "localhost:9400",
+            "127.0.0.1",
+            "1.2.3.4:99999",
+            "",
+            ":9400",
+        ] {
+            let e = err(&["metrics", "--listen", bad]);
+            assert_eq!(
+                e.message,
+                format!("invalid --listen {bad:?}: {LISTEN_ACCEPTED}"),
+                "{bad}"
+            );
+        }
+        assert!(
+            err(&["metrics", "--listen"])
+                .message
+                .contains("--listen needs a value")
+        );
+        assert!(
+            err(&["metrics", "--listen", ":1", "--listen", ":2"])
+                .message
+                .starts_with("invalid --listen")
+        );
+        assert!(
+            err(&["metrics", "--listen", "[::]:1", "--listen", "[::]:2"])
+                .message
+                .contains("more than once")
+        );
+        assert_eq!(
+            err(&["metrics", "--listen", "[::]:1", "--all", "--pool", "a"]).message,
+            "--all and --pool exclude each other (--all: every pool of this user)"
+        );
+        assert_eq!(
+            err(&["status", "--prometheus", "--json"]).message,
+            "--json and --prometheus exclude each other"
+        );
+        assert!(
+            err(&["status", "--all"])
+                .message
+                .starts_with("--all goes with --prometheus")
+        );
+        assert!(
+            err(&["status", "--pool", "a", "--pool", "b", "--json"])
+                .message
+                .starts_with("--pool given more than once")
+        );
+        // Each command has its own options.
+        for (args, opt) in [
+            (&["metrics", "--listen", "[::]:1", "--json"][..], "--json"),
+            (
+                &["metrics", "--listen", "[::]:1", "--prometheus"],
+                "--prometheus",
+            ),
+            (&["status", "--listen", "[::]:1"], "--listen"),
+            (&["top", "--all"], "--all"),
+            (&["top", "--prometheus"], "--prometheus"),
+            (&["check", "--all"], "--all"),
+        ] {
+            assert_eq!(
+                err(args).message,
+                format!("unknown option '{opt}'"),
+                "{args:?}"
+            );
+        }
+        assert_eq!(
+            err(&["metrics", "--listen", "[::]:1", "x"]).message,
+            "unexpected argument 'x' (metrics takes only options)"
+        );
+        assert!(
+            err(&["top", "--pool", "a", "--pool", "b"])
                 .message
                 .contains("more than once")
         );

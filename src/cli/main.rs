@@ -1,4 +1,4 @@
-//! The `gpucap` command: `run`, `check`, `status`, `top`, `help`, `--version`. It uses the safe core
+//! The `gpucap` command: `run`, `check`, `status`, `top`, `metrics`, `help`, `--version`. It uses the safe core
 //! (`gpucap-core`: configuration, sizes, reports) and never links the shim's hooks, so
 //! this binary does not itself export dlsym or cu* symbols.
 //!
@@ -9,6 +9,7 @@
 pub mod args;
 pub mod driver;
 pub mod measure;
+pub mod metrics;
 pub mod pool;
 pub mod preload;
 pub mod report;
@@ -18,7 +19,7 @@ use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-use args::{Command, Overrides, Topic};
+use args::{Command, Overrides, PoolSet, Topic};
 
 use gpucap_core::config::{self, Config, LogLevel};
 
@@ -48,6 +49,7 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
                 Topic::Check => "gpucap help check",
                 Topic::Status => "gpucap help status",
                 Topic::Top => "gpucap help top",
+                Topic::Metrics => "gpucap help metrics",
             };
             eprintln!("{}\n(see '{hint}')", args::USAGE);
             return EXIT_USAGE;
@@ -79,6 +81,8 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             args,
         } => measure::measure(&overrides, &program, &args),
         Command::Status { pool, json } => status(pool, json),
+        Command::StatusPrometheus { pools } => status_prometheus(pools),
+        Command::Metrics { listen, pools } => serve_metrics(listen, pools),
         Command::Top {
             pool,
             interval_ms,
@@ -393,14 +397,14 @@ fn pool_config(pool_flag: Option<String>) -> Result<Config, i32> {
     }
 }
 
+const NO_POOL_CONFIGURED: &str = "gpucap: no pool configured: name one with --pool NAME|PATH, \
+     or set GPUCAP_POOL (or CUDA_DEVICE_MEMORY_SHARED_CACHE) as the pool's processes have it";
+
 /// Opens the pool `status` and `top` show (see [`pool_config`]), read-only.
 fn open_pool(pool_flag: Option<String>) -> Result<gpucap_pool_file::PoolFile, i32> {
     let config = pool_config(pool_flag)?;
     let Some(spec) = &config.pool else {
-        eprintln!(
-            "gpucap: no pool configured: name one with --pool NAME|PATH, or set GPUCAP_POOL \
-             (or CUDA_DEVICE_MEMORY_SHARED_CACHE) as the pool's processes have it"
-        );
+        eprintln!("{NO_POOL_CONFIGURED}");
         return Err(EXIT_USAGE);
     };
     pool::open(spec, config.pool_dir.as_deref()).map_err(|(code, msg)| {
@@ -422,6 +426,105 @@ fn status(pool_flag: Option<String>, json: bool) -> i32 {
         print_out(&pool::render(&view, &file.path, pool::own_pid_namespace()));
     }
     0
+}
+
+/// The reader of the pools `status --prometheus` and `metrics` show: `--pool`'s
+/// (each validated as GPUCAP_POOL is), every pool of the pool directory (`--all`), or
+/// the one `status` would show. The pool directory is the one `status` would use.
+fn metrics_reader(pools: PoolSet) -> Result<metrics::Reader, i32> {
+    match pools {
+        PoolSet::Configured => {
+            let config = pool_config(None)?;
+            let Some(spec) = config.pool else {
+                eprintln!("{NO_POOL_CONFIGURED}");
+                return Err(EXIT_USAGE);
+            };
+            Ok(metrics::Reader::new(
+                metrics::Which::Pools(vec![spec]),
+                config.pool_dir,
+            ))
+        }
+        PoolSet::Named(values) => {
+            let config = pool_config(values.first().cloned())?;
+            let mut specs = Vec::new();
+            for v in values {
+                let overrides = Overrides {
+                    pool: Some(v.clone()),
+                    ..Overrides::default()
+                };
+                let vars = apply_overrides(Vec::new(), &overrides);
+                match config::from_vars(vars.iter().map(|(k, v)| (k, v))) {
+                    Ok(Config {
+                        pool: Some(spec), ..
+                    }) => specs.push(spec),
+                    Ok(_) => {
+                        eprintln!("gpucap: invalid --pool={v:?}: off names no pool");
+                        return Err(EXIT_USAGE);
+                    }
+                    Err(e) => {
+                        eprintln!("{}", blame_flag(e, &overrides));
+                        return Err(EXIT_USAGE);
+                    }
+                }
+            }
+            Ok(metrics::Reader::new(
+                metrics::Which::Pools(specs),
+                config.pool_dir,
+            ))
+        }
+        PoolSet::All => {
+            let config = pool_config(None)?;
+            Ok(metrics::Reader::new(metrics::Which::All, config.pool_dir))
+        }
+    }
+}
+
+/// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: the exposition, printed
+/// whatever could be read; the exit status is the worst pool's, as `status` gives it.
+fn status_prometheus(pools: PoolSet) -> i32 {
+    let mut reader = match metrics_reader(pools) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let readings = match reader.read() {
+        Ok(r) => r,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return EXIT_USAGE;
+        }
+    };
+    print_out(&metrics::exposition(&readings));
+    let mut code = 0;
+    for r in &readings {
+        if let Err((c, msg)) = &r.result {
+            eprintln!("{msg}");
+            code = code.max(*c);
+        }
+    }
+    code
+}
+
+/// `gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]`.
+fn serve_metrics(listen: std::net::SocketAddr, pools: PoolSet) -> i32 {
+    let reader = match metrics_reader(pools) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let listener = match std::net::TcpListener::bind(listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("gpucap: cannot listen on {listen}: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let addr = listener.local_addr().map_or(listen, |a| a);
+    eprintln!(
+        "gpucap metrics: serving http://{addr}/metrics ({})",
+        reader.describe()
+    );
+    let e = metrics::serve(listener, reader, &mut io::stderr());
+    eprintln!("gpucap: metrics: cannot accept connections on {addr}: {e}");
+    1
 }
 
 /// `gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]`.

@@ -324,7 +324,7 @@ pub fn top(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use gpucap_core::budget::{MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -350,7 +350,7 @@ mod tests {
     /// A pool made through the pool's own protocol: a 1 GiB cap on one GPU, members
     /// pid 10 (100 MiB, alive), 11 (200 MiB, killed), 12 (400 MiB, alive, in PID
     /// namespace 9; the others in 7), and one refused request of 600 MiB.
-    fn view() -> PoolView {
+    pub(crate) fn view() -> PoolView {
         let words: &'static [AtomicU64] =
             Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
         let locks: &'static Locks = Box::leak(Box::new(Locks(
