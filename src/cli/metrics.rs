@@ -68,8 +68,11 @@ const HELD_BY_DEAD: usize = 8;
 const MEMBER_ALIVE: usize = 9;
 const MEMBER_USED: usize = 10;
 const MEMBER_PEAK: usize = 11;
+const WAITERS: usize = 12;
+const WAITS: usize = 13;
+const WAIT_SECONDS: usize = 14;
 
-const FAMILIES: [Family; 12] = [
+const FAMILIES: [Family; 15] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -123,6 +126,20 @@ const FAMILIES: [Family; 12] = [
         "gpucap_member_peak_bytes",
         "The most bytes the member held on this GPU at once.",
     ),
+    gauge(
+        "gpucap_pool_waiters",
+        "Allocations waiting for memory on this GPU now (GPUCAP_WAIT).",
+    ),
+    Family {
+        name: "gpucap_pool_waits_total",
+        kind: Kind::Counter,
+        help: "Waits for memory on this GPU that ended, served or timed out (GPUCAP_WAIT).",
+    },
+    Family {
+        name: "gpucap_pool_wait_seconds_total",
+        kind: Kind::Counter,
+        help: "Seconds spent in those waits, summed.",
+    },
 ];
 
 /// One pool as read for an exposition.
@@ -176,6 +193,19 @@ impl Samples {
         self.0.push((
             family,
             format!("{}{labels} {value}\n", FAMILIES[family].name),
+        ));
+    }
+
+    /// A sample of milliseconds, shown in seconds (base units).
+    fn add_ms_as_seconds(&mut self, family: usize, labels: &str, ms: u64) {
+        self.0.push((
+            family,
+            format!(
+                "{}{labels} {}.{:03}\n",
+                FAMILIES[family].name,
+                ms / 1000,
+                ms % 1000
+            ),
         ));
     }
 
@@ -237,6 +267,9 @@ pub fn exposition(readings: &[Reading]) -> String {
             s.add(REFUSALS, &l, g.refusals);
             s.add(LARGEST_REFUSED, &l, g.largest_refused);
             s.add(HELD_BY_DEAD, &l, g.held_by_dead);
+            s.add(WAITERS, &l, g.waiters);
+            s.add(WAITS, &l, g.waits);
+            s.add_ms_as_seconds(WAIT_SECONDS, &l, g.wait_ms);
         }
         for m in &view.members {
             // The slot tells apart two members with one pid (pid 1 of two containers).
@@ -674,6 +707,32 @@ mod tests {
 
     const UUID: &str = "GPU-11111111-1111-1111-1111-111111111111";
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn waits_in_base_units() {
+        let mut v = view();
+        v.gpus[0].waiters = 1;
+        v.gpus[0].waits = 2;
+        v.gpus[0].wait_ms = 1_500;
+        let text = exposition(&[reading("t", v)]);
+        let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
+        assert_eq!(
+            samples(&text, "gpucap_pool_waiters"),
+            [format!("gpucap_pool_waiters{gpu} 1")]
+        );
+        assert_eq!(
+            samples(&text, "gpucap_pool_waits_total"),
+            [format!("gpucap_pool_waits_total{gpu} 2")]
+        );
+        assert_eq!(
+            samples(&text, "gpucap_pool_wait_seconds_total"),
+            [format!("gpucap_pool_wait_seconds_total{gpu} 1.500")]
+        );
+        assert!(
+            text.contains("# TYPE gpucap_pool_wait_seconds_total counter"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn every_series_of_a_pool() {
