@@ -52,6 +52,9 @@ impl Member<'_> {
         let Some(g) = self.entry_of(device) else {
             return Ok(());
         };
+        if bytes == 0 {
+            return Ok(()); // takes nothing: never refused, never queued behind waiters
+        }
         if self.left.load(Acquire) {
             return Err(PoolRefusal {
                 requested: bytes,

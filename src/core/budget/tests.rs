@@ -514,6 +514,9 @@ fn a_killed_waiter_does_not_hold_up_the_queue() {
     pool.w.gpu(0, G_WAITERS).store(1, SeqCst);
     pool.w.member_gpu(dead.slot(), 0, M_WAIT).store(1, SeqCst);
     k.kill(2);
+    // Nothing asked: never queued.
+    c.reserve(0, 0).unwrap();
+    assert_eq!(pool.w.gpu(0, G_WAITERS).load(SeqCst), 1);
     // C queues (a waiter exists) though 100 fits, finds the one ahead dead, and goes.
     c.reserve(0, 100).unwrap();
     assert_eq!(
