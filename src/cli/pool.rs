@@ -6,7 +6,6 @@
 //! which members' locks are held.
 
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -38,8 +37,8 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<Located, Strin
     match gpucap_pool_file::locate(spec, pool_dir, false) {
         Ok(p) => Ok(Located::File(p)),
         Err(e) => match spec {
-            PoolSpec::Name(name) => match per_user_dir(pool_dir) {
-                Some(dir) if missing(&dir) => Ok(Located::NotYet(dir.join(format!("{name}.pool")))),
+            PoolSpec::Name(_) => match gpucap_pool_file::path_of(spec, pool_dir) {
+                Ok(file) if file.parent().is_some_and(missing) => Ok(Located::NotYet(file)),
                 _ => Err(e),
             },
             PoolSpec::Path(_) => Err(e),
@@ -49,32 +48,6 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<Located, Strin
 
 fn missing(p: &Path) -> bool {
     matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == io::ErrorKind::NotFound)
-}
-
-/// The per-user directory `locate` would check (`gpucap-UID` in the pool directory),
-/// when the pool directory itself exists. The same choice as gpucap-pool-file's:
-/// `GPUCAP_POOL_DIR`, else the first writable directory of `$XDG_RUNTIME_DIR`,
-/// `/dev/shm`, `/tmp`. Only used to name the file in "no pool file at ..." when that
-/// directory is missing.
-fn per_user_dir(pool_dir: Option<&Path>) -> Option<PathBuf> {
-    let base = match pool_dir {
-        Some(d) => Some(d.to_path_buf()).filter(|d| d.is_dir())?,
-        None => std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .into_iter()
-            .chain(["/dev/shm", "/tmp"].map(PathBuf::from))
-            .find(|c| c.is_dir() && writable(c))?,
-    };
-    Some(base.join(format!("gpucap-{}", gpucap_pool_file::own_uid())))
-}
-
-fn writable(dir: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: a NUL-terminated path; access only reads it.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
 /// Opens the pool's file read-only. Errors: the exit status and the line to print

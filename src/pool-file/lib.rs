@@ -13,6 +13,6 @@ mod location;
 mod locks;
 mod mapping;
 
-pub use location::{locate, locate_existing, own_uid};
+pub use location::{locate, locate_existing, own_uid, path_of};
 pub use locks::SlotLocks;
 pub use mapping::{PoolFile, open_member, open_reader};

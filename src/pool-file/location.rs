@@ -25,8 +25,7 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<
             Ok(p.clone())
         }
         PoolSpec::Name(name) => {
-            let base = base_dir(pool_dir)?;
-            let dir = base.join(format!("gpucap-{}", own_uid()));
+            let dir = per_user_dir(pool_dir)?;
             if create {
                 match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
                     Ok(()) => {}
@@ -45,6 +44,20 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<
     }
 }
 
+/// The path `spec` names, without checking or creating anything (to name a file that
+/// does not exist yet).
+pub fn path_of(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PathBuf, String> {
+    Ok(match spec {
+        PoolSpec::Path(p) => p.clone(),
+        PoolSpec::Name(name) => per_user_dir(pool_dir)?.join(format!("{name}.pool")),
+    })
+}
+
+/// `gpucap-<uid>` in the pool directory.
+fn per_user_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
+    Ok(base_dir(pool_dir)?.join(format!("gpucap-{}", own_uid())))
+}
+
 /// [`locate`] for a reader (NVML's figures in a process that never joins): creates
 /// nothing. `Ok(None)` when the pool's file (or its per-user directory) does not exist
 /// yet: no member joined, the pool is empty.
@@ -54,7 +67,7 @@ pub fn locate_existing(
 ) -> Result<Option<PathBuf>, String> {
     let missing = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
     if let PoolSpec::Name(_) = spec
-        && missing(&base_dir(pool_dir)?.join(format!("gpucap-{}", own_uid())))
+        && missing(&per_user_dir(pool_dir)?)
     {
         return Ok(None);
     }
