@@ -1,5 +1,6 @@
 //! The ledger: per-device caps, bytes in use, peaks, and the size of every live
-//! allocation. Plain safe Rust, shared by every hook; nothing here knows about CUDA.
+//! allocation (in a [`LiveMap`], `live_map.rs`). Plain safe Rust, shared by every hook;
+//! nothing here knows about CUDA.
 //!
 //! Reservation is one atomic step: [`Ledger::reserve`] checks the cap and adds the
 //! bytes in a single compare-and-swap, and the returned [`Reservation`] rolls the
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
 use crate::budget::{Member, PoolRefusal};
 use crate::config::MAX_DEVICES;
-pub use crate::live_map::LiveMap;
+pub use crate::live_map::{Charge, LiveMap};
 
 /// The cap of a device that has none.
 pub const NO_CAP: u64 = u64::MAX;
@@ -67,13 +68,6 @@ pub enum Refusal {
     NoSuchDevice { device: usize },
     /// The pool the process shares its budget with (`GPUCAP_POOL`) has no room.
     Pool(PoolRefusal),
-}
-
-/// What a live allocation is charged with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Charge {
-    pub device: usize,
-    pub bytes: u64,
 }
 
 /// Bytes held for one device between the cap check and the driver's answer.

@@ -41,7 +41,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use crate::ledger::Charge;
+/// What a live allocation is charged with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub device: usize,
+    pub bytes: u64,
+}
 
 /// Slots per bucket: seven keys and the spill count fill one 64-byte line.
 const WAYS: usize = 7;
