@@ -3,16 +3,24 @@
 # valgrind's callgrind on the fake driver: deterministic, unlike wall-clock time on a
 # driver whose allocation is an mmap.
 #
-#   scripts/bench-instructions.sh [N]      # N pairs (default 2000), then 2N
+#   scripts/bench-instructions.sh [N] [LIVE...]   # N pairs (default 2000), then 2N;
+#                                                 # LIVE: allocations kept live
+#                                                 # (default 0 10000 1000000)
 #
 # For each of raw driver, LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
 # is live) and the same in a pool (GPUCAP_POOL): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their
-# difference / N is the cost of one pair with set-up and exit cancelled out. Prints
-# both and the difference; writes target/bench-instructions.json. Needs valgrind
-# (apt-get install valgrind) and a release build (cargo build --release).
+# difference / N is the cost of one pair with set-up and exit cancelled out. Then the
+# same without a pool with LIVE allocations made first and kept (`bench_alloc ... live=K`:
+# the live-allocation map holds K entries while the pairs run; 1,000,000 takes a few
+# minutes under valgrind). Prints both and the difference; writes
+# target/bench-instructions.json. Needs valgrind (apt-get install valgrind) and a
+# release build (cargo build --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
+shift || true
+LIVE=("$@")
+[ ${#LIVE[@]} -gt 0 ] || LIVE=(0 10000 1000000)
 R=$PWD/target/release
 command -v valgrind >/dev/null || { echo "bench-instructions: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
 for f in "$R/libgpucap.so" "$R/libcuda.so"; do
@@ -27,22 +35,35 @@ cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# instructions PRELOAD PAIRS [VAR=VALUE...]: total instructions (Ir) of one run.
+# instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run.
 instructions() {
-    local preload=$1 pairs=$2 out=$tmp/cg.$RANDOM
-    shift 2
+    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM
+    shift 3
     env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi "$@" \
         ${preload:+LD_PRELOAD=$preload} \
-        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" 1 "$pairs" >/dev/null 2>&1
+        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" 1 "$pairs" 4Ki pair "live=$live" >/dev/null 2>&1 ||
+        { echo "bench-instructions: bench_alloc 1 $pairs 4Ki pair live=$live failed" >&2; exit 1; }
     awk '/^summary:/ {print $2}' "$out"
 }
 
-raw1=$(instructions "" "$N"); raw2=$(instructions "" $((2 * N)))
-shim1=$(instructions "$R/libgpucap.so" "$N"); shim2=$(instructions "$R/libgpucap.so" $((2 * N)))
-pool1=$(instructions "$R/libgpucap.so" "$N" GPUCAP_POOL=bench GPUCAP_POOL_DIR="$tmp")
-pool2=$(instructions "$R/libgpucap.so" $((2 * N)) GPUCAP_POOL=bench GPUCAP_POOL_DIR="$tmp")
+raw1=$(instructions "" "$N" 0); raw2=$(instructions "" $((2 * N)) 0)
+shim1=$(instructions "$R/libgpucap.so" "$N" 0); shim2=$(instructions "$R/libgpucap.so" $((2 * N)) 0)
+pool1=$(instructions "$R/libgpucap.so" "$N" 0 GPUCAP_POOL=bench GPUCAP_POOL_DIR="$tmp")
+pool2=$(instructions "$R/libgpucap.so" $((2 * N)) 0 GPUCAP_POOL=bench GPUCAP_POOL_DIR="$tmp")
 raw=$(((raw2 - raw1) / N)); shim=$(((shim2 - shim1) / N)); pool=$(((pool2 - pool1) / N))
 printf 'instructions per pair (callgrind, N=%d): raw %d, gpucap %d, added %d; in a pool (GPUCAP_POOL) %d, added %d\n' \
     "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw))
-printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d}\n' \
-    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) >"$PWD/target/bench-instructions.json"
+live_json=
+for k in "${LIVE[@]}"; do
+    if [ "$k" = 0 ]; then
+        lraw=$raw; lshim=$shim
+    else
+        r1=$(instructions "" "$N" "$k"); r2=$(instructions "" $((2 * N)) "$k")
+        s1=$(instructions "$R/libgpucap.so" "$N" "$k"); s2=$(instructions "$R/libgpucap.so" $((2 * N)) "$k")
+        lraw=$(((r2 - r1) / N)); lshim=$(((s2 - s1) / N))
+    fi
+    printf 'with %d live allocations: raw %d, gpucap %d, added %d\n' "$k" "$lraw" "$lshim" $((lshim - lraw))
+    live_json+="${live_json:+,}{\"live\":$k,\"raw_per_pair\":$lraw,\"gpucap_per_pair\":$lshim,\"added_per_pair\":$((lshim - lraw))}"
+done
+printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"live":[%s]}\n' \
+    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) "$live_json" >"$PWD/target/bench-instructions.json"

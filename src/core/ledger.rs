@@ -1,18 +1,17 @@
 //! The ledger: per-device caps, bytes in use, peaks, and the size of every live
-//! allocation. Plain safe Rust, shared by every hook; nothing here knows about CUDA.
+//! allocation (in a [`LiveMap`], `live_map.rs`). Plain safe Rust, shared by every hook;
+//! nothing here knows about CUDA.
 //!
 //! Reservation is one atomic step: [`Ledger::reserve`] checks the cap and adds the
 //! bytes in a single compare-and-swap, and the returned [`Reservation`] rolls the
 //! bytes back when dropped unless the caller [`commit`](Reservation::commit)s it
 //! after the driver call succeeded.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
 use crate::budget::{Member, PoolRefusal};
 use crate::config::MAX_DEVICES;
+pub use crate::live_map::{Charge, LiveMap};
 
 /// The cap of a device that has none.
 pub const NO_CAP: u64 = u64::MAX;
@@ -69,13 +68,6 @@ pub enum Refusal {
     NoSuchDevice { device: usize },
     /// The pool the process shares its budget with (`GPUCAP_POOL`) has no room.
     Pool(PoolRefusal),
-}
-
-/// What a live allocation is charged with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Charge {
-    pub device: usize,
-    pub bytes: u64,
 }
 
 /// Bytes held for one device between the cap check and the driver's answer.
@@ -299,204 +291,6 @@ impl Ledger {
     }
 }
 
-const SHARDS: usize = 64;
-
-/// Multiplicative hash for addresses and handles: they are already well spread,
-/// and SipHash would cost more than the rest of a hook.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, k: u64) {
-        self.0 = (k ^ (k >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type Shard = Mutex<HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>>;
-
-/// Live allocations: a lock-free table answers the common case; a sharded map of
-/// mutexes takes what the table cannot (a full probe window, odd keys or sizes).
-///
-/// The table is open addressing over [`SLOTS`] slots, each a key and a packed
-/// charge (device in the top byte, bytes below). Keys are claimed with a CAS, so
-/// two threads never share a slot; a removed key leaves a tombstone that later
-/// inserts reuse, and no slot ever becomes empty again, so a search may stop at the
-/// first empty slot. A key is in the table or in the overflow map, never both: the
-/// hooks take an allocation out before the driver frees it, so the driver cannot
-/// hand the same address to another allocation while its entry is still here.
-pub struct LiveMap {
-    slots: [Slot; SLOTS],
-    /// Entries in `overflow`: zero lets a miss skip its locks.
-    overflowed: AtomicU64,
-    overflow: [Shard; SHARDS],
-}
-
-const SLOTS: usize = 4096;
-const PROBES: usize = 16;
-const EMPTY: u64 = 0;
-const TOMBSTONE: u64 = u64::MAX;
-/// A slot being filled: claimed, its charge not yet written.
-const FILLING: u64 = u64::MAX - 1;
-const BYTES_BITS: u32 = 56;
-
-struct Slot {
-    key: AtomicU64,
-    charge: AtomicU64,
-}
-
-fn pack(c: Charge) -> Option<u64> {
-    (c.device < 256 && c.bytes < 1 << BYTES_BITS)
-        .then_some((c.device as u64) << BYTES_BITS | c.bytes)
-}
-
-fn unpack(v: u64) -> Charge {
-    Charge {
-        device: (v >> BYTES_BITS) as usize,
-        bytes: v & ((1 << BYTES_BITS) - 1),
-    }
-}
-
-/// The probe window of `key`: device pointers are aligned, so the low bits carry
-/// nothing and are shifted out before mixing.
-fn window(key: u64) -> impl Iterator<Item = usize> {
-    let start = ((key >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
-    (0..PROBES).map(move |i| (start + i) % SLOTS)
-}
-
-impl Default for LiveMap {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl LiveMap {
-    pub const fn new() -> Self {
-        LiveMap {
-            slots: [const {
-                Slot {
-                    key: AtomicU64::new(EMPTY),
-                    charge: AtomicU64::new(0),
-                }
-            }; SLOTS],
-            overflowed: AtomicU64::new(0),
-            overflow: [const { Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())) };
-                SHARDS],
-        }
-    }
-
-    fn shard(
-        &self,
-        key: u64,
-    ) -> std::sync::MutexGuard<'_, HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>> {
-        let i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS;
-        // A poisoned shard only means a panic elsewhere while it was held; the map
-        // itself is still consistent (every operation is a single insert/remove).
-        self.overflow[i].lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn fits_table(key: u64) -> bool {
-        !matches!(key, EMPTY | TOMBSTONE | FILLING)
-    }
-
-    pub fn insert(&self, key: u64, charge: Charge) {
-        if let (true, Some(packed)) = (Self::fits_table(key), pack(charge)) {
-            for i in window(key) {
-                let slot = &self.slots[i];
-                let k = slot.key.load(Acquire);
-                if (k == EMPTY || k == TOMBSTONE)
-                    && slot
-                        .key
-                        .compare_exchange(k, FILLING, AcqRel, Relaxed)
-                        .is_ok()
-                {
-                    slot.charge.store(packed, Relaxed);
-                    slot.key.store(key, Release);
-                    return;
-                }
-            }
-        }
-        self.overflowed.fetch_add(1, Relaxed);
-        self.shard(key).insert(key, charge);
-    }
-
-    /// The table slot holding `key`, if any.
-    fn find(&self, key: u64) -> Option<&Slot> {
-        if !Self::fits_table(key) {
-            return None;
-        }
-        for i in window(key) {
-            let slot = &self.slots[i];
-            match slot.key.load(Acquire) {
-                k if k == key => return Some(slot),
-                EMPTY => return None,
-                _ => {}
-            }
-        }
-        None
-    }
-
-    pub fn remove(&self, key: u64) -> Option<Charge> {
-        if let Some(slot) = self.find(key) {
-            let v = slot.charge.load(Relaxed);
-            // Two frees of the same pointer racing: only one takes the entry.
-            if slot
-                .key
-                .compare_exchange(key, TOMBSTONE, AcqRel, Relaxed)
-                .is_ok()
-            {
-                return Some(unpack(v));
-            }
-            return None;
-        }
-        if self.overflowed.load(Relaxed) == 0 {
-            return None;
-        }
-        let removed = self.shard(key).remove(&key);
-        if removed.is_some() {
-            self.overflowed.fetch_sub(1, Relaxed);
-        }
-        removed
-    }
-
-    pub fn get(&self, key: u64) -> Option<Charge> {
-        if let Some(slot) = self.find(key) {
-            return Some(unpack(slot.charge.load(Relaxed)));
-        }
-        if self.overflowed.load(Relaxed) == 0 {
-            return None;
-        }
-        self.shard(key).get(&key).copied()
-    }
-
-    /// A snapshot of the entries whose charge satisfies `keep` (entries added or
-    /// removed meanwhile may or may not appear).
-    pub fn matching(&self, keep: impl Fn(&Charge) -> bool) -> Vec<(u64, Charge)> {
-        let mut out = Vec::new();
-        for slot in &self.slots {
-            let k = slot.key.load(Acquire);
-            if Self::fits_table(k) {
-                let c = unpack(slot.charge.load(Relaxed));
-                if keep(&c) {
-                    out.push((k, c));
-                }
-            }
-        }
-        for shard in &self.overflow {
-            let m = shard.lock().unwrap_or_else(|p| p.into_inner());
-            out.extend(m.iter().filter(|(_, c)| keep(c)).map(|(&k, &c)| (k, c)));
-        }
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -643,60 +437,6 @@ mod tests {
         assert_eq!(l.usage(0).unwrap().used, 300);
         drop(r);
         assert_eq!(l.usage(0).unwrap().used, 0);
-    }
-
-    #[test]
-    fn live_map_overflows_past_a_full_window_and_finds_everything() {
-        let m = LiveMap::new();
-        let c = |b| Charge {
-            device: 1,
-            bytes: b,
-        };
-        // Keys that share a probe window: same bits above the shift.
-        let keys: Vec<u64> = (0..40u64).map(|i| 0x7f00_0000_0000 + i).collect();
-        for (i, &k) in keys.iter().enumerate() {
-            m.insert(k, c(i as u64 + 1));
-        }
-        assert!(
-            m.overflowed.load(Relaxed) >= 40 - PROBES as u64,
-            "the window filled"
-        );
-        for (i, &k) in keys.iter().enumerate() {
-            assert_eq!(m.get(k), Some(c(i as u64 + 1)));
-        }
-        assert_eq!(m.matching(|_| true).len(), 40);
-        for (i, &k) in keys.iter().enumerate() {
-            assert_eq!(m.remove(k), Some(c(i as u64 + 1)));
-            assert_eq!(m.remove(k), None, "removed once");
-        }
-        assert_eq!(m.overflowed.load(Relaxed), 0);
-        // Tombstones are reused and do not hide later keys.
-        m.insert(keys[5], c(9));
-        assert_eq!(m.get(keys[5]), Some(c(9)));
-    }
-
-    #[test]
-    fn live_map_takes_keys_and_charges_the_table_cannot_hold() {
-        let m = LiveMap::new();
-        let huge = Charge {
-            device: 0,
-            bytes: u64::MAX - 1,
-        };
-        let far = Charge {
-            device: 300,
-            bytes: 5,
-        };
-        for (k, c) in [
-            (0, far),
-            (u64::MAX, far),
-            (u64::MAX - 1, far),
-            (0x1000, huge),
-        ] {
-            m.insert(k, c);
-            assert_eq!(m.get(k), Some(c));
-            assert_eq!(m.remove(k), Some(c));
-            assert_eq!(m.remove(k), None);
-        }
     }
 
     #[test]

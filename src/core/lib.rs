@@ -3,7 +3,8 @@
 //!
 //! - `size`: byte sizes, the Kubernetes quantity grammar, `format_bytes`.
 //! - `config`: the `GPUCAP_*` configuration and the `gpucap.env` file.
-//! - `ledger`: caps, reservations, live allocations, peaks.
+//! - `ledger`: caps, reservations, peaks; `live_map`: the live allocations (lock-free,
+//!   growable).
 //! - `growth`: growth-only mode's retained pages and mappings.
 //! - `pools`, `contexts`, `arrays`: what memory pools, contexts and CUDA arrays are
 //!   charged, behind small driver traits; `vmm`: when VMM handles stop being charged
@@ -20,6 +21,7 @@ pub mod contexts;
 pub mod growth;
 pub mod identity;
 pub mod ledger;
+pub mod live_map;
 pub mod nvml;
 pub mod pools;
 pub mod report;

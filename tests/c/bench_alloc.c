@@ -1,7 +1,11 @@
 /*
  * bench_alloc: cost of one cuMemAlloc_v2 + cuMemFree_v2 pair.
  *
- *   bench_alloc <threads> <pairs per thread> [size, default 4Ki] [pair|info]
+ *   bench_alloc <threads> <pairs per thread> [size, default 4Ki] [pair|info] [live=K]
+ *
+ * "live=K" first allocates K blocks of the same size and keeps them until exit, so the
+ * timed pairs run with K other allocations live (the shim's live-allocation map holds
+ * K entries plus the pair's own).
  *
  * "info" times cuMemGetInfo_v2 calls instead (one call per "pair"): a hooked call
  * whose driver side is nearly free, so the shim's own cost per call shows.
@@ -76,20 +80,41 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 5) {
-        fprintf(stderr, "usage: %s <threads> <pairs per thread> [size] [pair|info]\n", argv[0]);
+    if (argc < 3 || argc > 6) {
+        fprintf(stderr, "usage: %s <threads> <pairs per thread> [size] [pair|info] [live=K]\n", argv[0]);
         return 2;
     }
     int threads = atoi(argv[1]);
     g_pairs = atol(argv[2]);
     g_size = argc >= 4 ? parse_size(argv[3]) : 4 * KIB;
-    g_info = argc == 5 && strcmp(argv[4], "info") == 0;
+    g_info = argc >= 5 && strcmp(argv[4], "info") == 0;
+    if (argc >= 5 && !g_info && strcmp(argv[4], "pair") != 0) {
+        fprintf(stderr, "bench_alloc: mode %s: expected pair or info\n", argv[4]);
+        return 2;
+    }
+    long live = 0;
+    if (argc == 6) {
+        char *end = NULL;
+        if (strncmp(argv[5], "live=", 5) == 0) live = strtol(argv[5] + 5, &end, 10);
+        if (!end || *end != '\0' || live < 0) {
+            fprintf(stderr, "bench_alloc: %s: expected live=K with K >= 0\n", argv[5]);
+            return 2;
+        }
+    }
     if (threads < 1 || threads > 64 || g_pairs < 1) return 2;
 
     MUST(cuInit(0));
     CUdevice dev;
     MUST(cuDeviceGet(&dev, 0));
     MUST(cuCtxCreate_v2(&g_ctx, 0, dev));
+    for (long i = 0; i < live; i++) {
+        CUdeviceptr d; /* kept until exit */
+        CUresult rc = cuMemAlloc_v2(&d, g_size);
+        if (rc != CUDA_SUCCESS) {
+            fprintf(stderr, "bench_alloc: live allocation %ld of %ld: cuMemAlloc_v2 -> %d\n", i, live, rc);
+            return 1;
+        }
+    }
 
     pthread_t tids[64];
     pthread_barrier_init(&g_go, NULL, (unsigned)threads + 1);
