@@ -82,14 +82,24 @@ fn create(path: &Path) -> Result<bool, String> {
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.new", std::process::id()));
     let ct = cstr(&tmp)?;
-    // SAFETY: a NUL-terminated path; O_EXCL never follows or reuses an existing entry.
-    let fd = unsafe {
-        libc::open(
-            ct.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            0o600 as libc::c_uint,
-        )
+    let open_new = || {
+        // SAFETY: a NUL-terminated path; O_EXCL never follows or reuses an existing entry.
+        unsafe {
+            libc::open(
+                ct.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o600 as libc::c_uint,
+            )
+        }
     };
+    let mut fd = open_new();
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+        // Left by a creator that died before linking it, whose pid this process has now
+        // (the name is this pid's): nobody else uses that name.
+        // SAFETY: a NUL-terminated path in our own directory.
+        unsafe { libc::unlink(ct.as_ptr()) };
+        fd = open_new();
+    }
     if fd < 0 {
         return Err(os_err("cannot create the pool file", &tmp));
     }
