@@ -292,6 +292,98 @@ impl Ledger {
 }
 
 #[cfg(test)]
+mod pool_tests {
+    //! The ledger with a pool: both charged, both rolled back. (The pool's own protocol
+    //! is tested in `budget`.)
+
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{Mutex, OnceLock};
+
+    use super::*;
+    use crate::budget::{MemberInfo, MemberLocks, POOL_WORDS, Pool};
+
+    /// The kernel's slot locks, shared by the test's "processes" (owner ids).
+    static OWNERS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+    struct Proc(u32);
+
+    impl MemberLocks for Proc {
+        fn try_take(&self, s: usize) -> bool {
+            let mut o = OWNERS.lock().unwrap();
+            if o.len() <= s {
+                o.resize(s + 1, 0);
+            }
+            if o[s] == 0 {
+                o[s] = self.0;
+                true
+            } else {
+                false
+            }
+        }
+        fn give_back(&self, s: usize) {
+            let mut o = OWNERS.lock().unwrap();
+            if o.get(s) == Some(&self.0) {
+                o[s] = 0;
+            }
+        }
+        fn held(&self, s: usize) -> bool {
+            OWNERS.lock().unwrap().get(s).is_some_and(|&o| o != 0)
+        }
+    }
+
+    static MEMBER: OnceLock<Member<'static>> = OnceLock::new();
+
+    fn member() -> Option<&'static Member<'static>> {
+        MEMBER.get()
+    }
+
+    #[test]
+    fn a_ledger_in_a_pool_charges_both_and_rolls_both_back() {
+        let words: &'static [AtomicU64] =
+            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let pool = Pool::create(words, 1, 0).unwrap();
+        let join = |id: u32| {
+            let locks: &'static Proc = Box::leak(Box::new(Proc(id)));
+            let m = Member::join(pool, locks, &MemberInfo::default()).unwrap();
+            m.register_gpu(0, &[7; 16], Some(1000)).unwrap();
+            m
+        };
+        let other = join(1);
+        let _ = MEMBER.set(join(2));
+        let ledger = Ledger::with_pool(member);
+        ledger.set_cap(0, Some(1000));
+        other.reserve(0, 300).unwrap();
+        // Before the process says it joined, the pool is not asked.
+        ledger.reserve(0, 900).unwrap().commit(1);
+        assert_eq!(other.usage(0).unwrap().0, 300);
+        let c = ledger.take(1).unwrap();
+        ledger.settle(c);
+        ledger.set_pooled();
+        let r = ledger.reserve(0, 800).err().unwrap();
+        assert!(
+            matches!(r, Refusal::Pool(p) if p.used == 300 && p.cap == 1000),
+            "{r:?}"
+        );
+        assert_eq!(
+            ledger.usage(0).unwrap().used,
+            0,
+            "the process's own figures rolled back"
+        );
+        let held = ledger.reserve(0, 600).unwrap();
+        assert_eq!(other.usage(0).unwrap().0, 900);
+        drop(held); // the driver failed: both roll back
+        assert_eq!(other.usage(0).unwrap().0, 300);
+        ledger.reserve(0, 700).unwrap().commit(2);
+        let c = ledger.take(2).unwrap();
+        ledger.settle(c);
+        assert_eq!(
+            (other.usage(0).unwrap().0, ledger.usage(0).unwrap().used),
+            (300, 0)
+        );
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -383,49 +383,6 @@ fn files_of_another_kind_are_clear_errors() {
     );
 }
 
-static LEDGER_MEMBER: std::sync::OnceLock<Member<'static>> = std::sync::OnceLock::new();
-
-fn ledger_member() -> Option<&'static Member<'static>> {
-    LEDGER_MEMBER.get()
-}
-
-#[test]
-fn a_ledger_in_a_pool_charges_both_and_rolls_both_back() {
-    use crate::ledger::{Ledger, Refusal};
-    let (pool, k) = setup();
-    let other = member(pool, proc(k, 1), Some(1000));
-    let _ = LEDGER_MEMBER.set(member(pool, proc(k, 2), Some(1000)));
-    let ledger = Ledger::with_pool(ledger_member);
-    ledger.set_cap(0, Some(1000));
-    other.reserve(0, 300).unwrap();
-    // Before the process says it joined, the pool is not asked.
-    ledger.reserve(0, 900).unwrap().commit(1);
-    assert_eq!(other.usage(0).unwrap().0, 300);
-    assert_eq!(ledger.take(1).map(|c| ledger.settle(c)), Some(()));
-    ledger.set_pooled();
-    let r = ledger.reserve(0, 800).err().unwrap();
-    assert!(
-        matches!(r, Refusal::Pool(p) if p.used == 300 && p.cap == 1000),
-        "{r:?}"
-    );
-    assert_eq!(
-        ledger.usage(0).unwrap().used,
-        0,
-        "the process's own figures rolled back"
-    );
-    let held = ledger.reserve(0, 600).unwrap();
-    assert_eq!(other.usage(0).unwrap().0, 900);
-    drop(held); // the driver failed: both roll back
-    assert_eq!(other.usage(0).unwrap().0, 300);
-    ledger.reserve(0, 700).unwrap().commit(2);
-    let c = ledger.take(2).unwrap();
-    ledger.settle(c);
-    assert_eq!(
-        (other.usage(0).unwrap().0, ledger.usage(0).unwrap().used),
-        (300, 0)
-    );
-}
-
 fn quiet(_: &WaitNote) {}
 
 fn leak(m: Member<'static>) -> &'static Member<'static> {
