@@ -267,6 +267,20 @@ if [[ $want == *" jax "* ]]; then
         expect_stats "d[0]['peak_used'] <= 1 << 30"
         verdict "XLA_PYTHON_CLIENT_PREALLOCATE=false: allocations (VMM: cuMemCreate) grow until gpucap refuses at the cap"
 
+        run jax-fraction-cap "${J[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=25% FAKECUDA_TOTAL_MEM=4Gi -- "${NS[@]}" "$PY" "$C" info fill:100
+        expect_done
+        expect_line "^memory 0 limit=$((768 * MIB)) "
+        expect_line "^alloc 100 err .* RESOURCE_EXHAUSTED$"
+        expect_stats "d[0]['peak_used'] <= 1 << 30 and d[0]['peak_used'] >= 768 << 20"
+        verdict "a fraction cap (GPUCAP_LIMIT=25% of 4 GiB): XLA preallocates 75% of the 1 GiB it is shown"
+
+        run jax-growth "${J[@]}" FAKECUDA_TOTAL_MEM=4Gi -- "${NS[@]}" "$GPUCAP" run --growth --limit 1Gi -- "$PY" "$C" info fill:100
+        expect_done
+        expect_line "^memory 0 limit=$((768 * MIB)) "
+        expect_line "^alloc 100 err .* RESOURCE_EXHAUSTED$"
+        expect_stats "d[0]['peak_used'] <= 1 << 30 and d[0]['peak_used'] >= 768 << 20"
+        verdict "gpucap run --growth --limit 1Gi: XLA starts and preallocates 75% of the cap in growth mode, the cap holds"
+
         run jax-visible "${J[@]}" LD_PRELOAD="$SHIM" FAKECUDA_DEVICES=2 FAKECUDA_TOTAL_MEM=2Gi CUDA_VISIBLE_DEVICES=1,0 \
             GPUCAP_LIMIT=0=400MiB,1=800MiB -- "${NS[@]}" "$PY" "$C" info
         expect_done
