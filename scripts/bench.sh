@@ -14,7 +14,9 @@
 #    GPUCAP_GROWTH=1 (target/bench-growth.json).
 # 3. Process start: /bin/true without and with the shim preloaded, STARTUP_RUNS runs
 #    (hyperfine when installed, else a timed loop, REPS times): the ratio.
-# 4. The pool (GPUCAP_POOL): the same pairs without and with a pool, 1 and 2 threads
+# 4. The fake's arena mode (FAKECUDA_ARENA=1: no mmap/munmap per block): raw and through
+#    the shim, 1 and 2 threads: the shim's own ns per pair (target/bench-arena.json).
+# 5. The pool (GPUCAP_POOL): the same pairs without and with a pool, 1 and 2 threads
 #    and 2 processes of one pool (target/bench-pool.json).
 #
 # Prints a table and writes target/bench.json. Targets (reported, not enforced):
@@ -166,6 +168,40 @@ for size in 1Mi 64Mi; do
 done
 echo '' >>"$GROWTH_JSON"; echo ']}' >>"$GROWTH_JSON"
 
+# ---- the fake's arena mode: the shim's own nanoseconds ------------------------------------
+# FAKECUDA_ARENA=1: the fake keeps freed blocks mapped and hands them out again, so the
+# pair's time is no longer an mmap and a munmap whose noise drowns what the shim adds.
+# Raw and through the shim, 1 and 2 threads, interleaved, REPS runs (target/bench-arena.json).
+arena_run() { # arena_run <shim:0|1> <threads>: "wall_ns cpu_ns" per pair
+    local env=(FAKECUDA_ARENA=1)
+    [ "$1" = 1 ] && env+=(LD_PRELOAD="$SHIM" GPUCAP_LIMIT="$LIMIT")
+    env "${env[@]}" "$BENCH" "$2" "$ARENA_PAIRS" 4Ki pair |
+        sed -n 's/.* ns_per_pair=\([0-9.]*\) cpu_ns_per_pair=\([0-9.]*\).*/\1 \2/p'
+}
+ARENA_PAIRS=${ARENA_PAIRS:-2000000}
+ARENA_JSON=$ROOT/target/bench-arena.json
+{
+    printf '\n%-30s %11s %11s %9s   %s\n' "arena mode (FAKECUDA_ARENA=1)" "raw" "shim" "added" "per-thread CPU time"
+    printf '%-30s %11s %11s %9s   %s\n' "median of $REPS, N=$ARENA_PAIRS" "ns/pair" "ns/pair" "ns/pair" "raw / shim (added)"
+} >"$RESULTS.arena"
+echo '{"device": "fake driver, arena mode (no mmap per block)", "pairs": '"$ARENA_PAIRS"', "cases": [' >"$ARENA_JSON"
+first=1
+for threads in 1 2; do
+    rw=() rc=() sw=() sc=()
+    for ((i = 1; i <= REPS; i++)); do
+        read -r w c < <(arena_run 0 "$threads"); rw+=("$w") rc+=("$c")
+        read -r w c < <(arena_run 1 "$threads"); sw+=("$w") sc+=("$c")
+        echo "   arena threads=$threads rep=$i: raw ${rw[-1]} ns, shim ${sw[-1]} ns" >&2
+    done
+    med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+    a=$(med "${rw[@]}") b=$(med "${sw[@]}") ac=$(med "${rc[@]}") bc=$(med "${sc[@]}")
+    awk -v t="$threads thread(s)" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "%-30s %11.1f %11.1f %9.1f   %.1f / %.1f (%+.1f)\n", t, a, b, b - a, ac, bc, bc - ac }' >>"$RESULTS.arena"
+    [ $first = 1 ] || echo ',' >>"$ARENA_JSON"
+    first=0
+    awk -v t="$threads" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "  {\"threads\": %d, \"raw_ns_per_pair\": %.2f, \"shim_ns_per_pair\": %.2f, \"added_ns_per_pair\": %.2f, \"raw_cpu_ns\": %.2f, \"shim_cpu_ns\": %.2f, \"added_cpu_ns\": %.2f}", t, a, b, b - a, ac, bc, bc - ac }' >>"$ARENA_JSON"
+done
+echo '' >>"$ARENA_JSON"; echo ']}' >>"$ARENA_JSON"
+
 # ---- the pool (GPUCAP_POOL): what sharing one budget between processes adds --------------
 # The same 4 KiB pairs through the shim without a pool and as a member of a pool, with 1
 # and 2 threads in one process, and with 2 one-thread processes of the same pool at once
@@ -262,6 +298,6 @@ END {
     printf "  \"targets\": {\"added_ns_per_pair_max\": 50, \"startup_ratio_max\": 1.15, \"added_ns_per_pair_1_thread\": %.2f, \"added_cpu_ns_per_pair_1_thread\": %.2f, \"startup_ratio\": %.4f, \"met_alloc\": %s, \"met_startup\": %s}\n}\n", added1, added1cpu, ss / sb, added1 < 50 ? "true" : "false", ss / sb < 1.15 ? "true" : "false" > json
     printf "\ntargets (not enforced): < 50 ns added per pair -> %.1f ns (CPU time: %+.1f ns); < 15%% slower start -> %+.1f%%\n", added1, added1cpu, (ss / sb - 1) * 100
 }' "$RESULTS"
-cat "$RESULTS.growth" "$RESULTS.pool"
-rm -f "$RESULTS.growth" "$RESULTS.pool"
-echo "wrote target/bench.json, target/bench-growth.json and target/bench-pool.json"
+cat "$RESULTS.growth" "$RESULTS.arena" "$RESULTS.pool"
+rm -f "$RESULTS.growth" "$RESULTS.arena" "$RESULTS.pool"
+echo "wrote target/bench.json, target/bench-growth.json, target/bench-arena.json and target/bench-pool.json"

@@ -271,3 +271,31 @@ fn context_teardown_credits_the_ledger() {
     assert_passed(&with, "teardown with the shim");
     assert_eq!(read_stats(&stats)[0].final_used, 0);
 }
+
+/// FAKECUDA_ARENA=1 (for measuring the shim's own time): a freed block stays mapped and
+/// serves the next request of its length, so an alloc/free loop makes no `mmap`/`munmap`
+/// once warm; without it every pair maps and unmaps. Counted with strace when present.
+#[test]
+fn the_fakes_arena_mode_makes_no_system_call_per_pair() {
+    if std::process::Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: strace is not installed");
+        return;
+    }
+    let prog = compile_c("bench_alloc", "", &["-lcuda"]);
+    let munmaps = |arena: &str| {
+        let dir = scratch("arena");
+        let trace = dir.join("trace");
+        let mut c = fake_cmd("strace", &dir.join("s.json"));
+        c.args(["-f", "-qq", "-e", "trace=munmap", "-o"])
+            .arg(&trace)
+            .arg(&prog)
+            .args(["1", "2000", "64Ki", "pair"])
+            .env("FAKECUDA_ARENA", arena);
+        preload(&mut c).env("GPUCAP_LIMIT", "1Gi");
+        assert_ok(&run(&mut c));
+        std::fs::read_to_string(&trace).unwrap().lines().filter(|l| l.contains("munmap(")).count()
+    };
+    let (plain, arena) = (munmaps("0"), munmaps("1"));
+    assert!(plain >= 2000, "without the arena every free unmaps: {plain}");
+    assert!(arena < 100, "with the arena the loop does not unmap: {arena}");
+}

@@ -22,6 +22,10 @@ pub struct Config {
     pub context_mem: u64,
     /// FAKECUDA_MIG: each GPU is presented as one MIG instance.
     pub mig: bool,
+    /// FAKECUDA_ARENA: freed linear allocations stay mapped and serve the next request
+    /// of the same length, so the steady state of an alloc/free loop makes no system
+    /// call (for measuring the shim's own time).
+    pub arena: bool,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
 }
@@ -107,6 +111,11 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         Some("1") => true,
         Some(v) => return Err(format!("invalid FAKECUDA_MIG={v:?}: expected 0 or 1")),
     };
+    let arena = match var("FAKECUDA_ARENA").as_deref().map(str::trim) {
+        None | Some("" | "0") => false,
+        Some("1") => true,
+        Some(v) => return Err(format!("invalid FAKECUDA_ARENA={v:?}: expected 0 or 1")),
+    };
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -116,6 +125,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         shared,
         context_mem,
         mig,
+        arena,
         visible,
     })
 }
@@ -162,6 +172,7 @@ mod tests {
             Some(std::path::Path::new("/dev/shm/fakecuda-job-1"))
         );
         assert_eq!((c.context_mem, c.mig), (300 << 20, true));
+        assert!(!c.arena, "off unless asked");
         assert_eq!(c.visible, vec![2, 0]);
         let c = from_env(env(&[("FAKECUDA_SHARED", "/tmp/x/state")])).unwrap();
         assert_eq!(

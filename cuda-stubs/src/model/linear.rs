@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 
 use super::ctx::Ctx;
-use super::device::ledger;
+use super::device::{cfg, ledger};
 use super::ledger::Ledger;
 use super::os::{map_anonymous, page_size, unmap};
 use super::pool;
@@ -47,6 +47,45 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 fn allocs() -> std::sync::MutexGuard<'static, BTreeMap<usize, Alloc>> {
     ALLOCS.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// FAKECUDA_ARENA: freed blocks by mapped length, kept mapped for the next request of
+/// that length (no `mmap`/`munmap` in an alloc/free loop's steady state). Not zeroed
+/// when handed out again, as real device memory is not.
+static SPARE: LazyLock<Mutex<std::collections::HashMap<usize, Vec<usize>>>> =
+    LazyLock::new(Default::default);
+
+fn arena() -> bool {
+    cfg().is_ok_and(|c| c.arena)
+}
+
+/// Pages for a block of `len` bytes: a spare one in arena mode, else fresh ones.
+fn map_block(len: usize) -> Option<usize> {
+    if arena()
+        && let Some(p) = SPARE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&len)
+            .and_then(Vec::pop)
+    {
+        return Some(p);
+    }
+    map_anonymous(len)
+}
+
+/// Gives a block's pages back: kept as a spare in arena mode (unless it was re-backed
+/// for IPC), else unmapped.
+fn unmap_block(ptr: usize, len: usize, ipc: bool) {
+    if arena() && !ipc {
+        SPARE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(len)
+            .or_default()
+            .push(ptr);
+        return;
+    }
+    unmap(ptr, len);
+}
 /// Allocates `size` bytes of device `dev` for context `ctx`. Pool allocations take their
 /// bytes from the pool (which grows its reservation if it has too little cached).
 pub fn alloc(dev: usize, ctx: Ctx, size: u64, kind: Kind) -> Result<CUdeviceptr, CUresult> {
@@ -67,7 +106,7 @@ pub fn alloc(dev: usize, ctx: Ctx, size: u64, kind: Kind) -> Result<CUdeviceptr,
         .checked_add(page - 1)
         .map(|s| s / page * page)
         .filter(|&l| l <= isize::MAX as u64);
-    let Some(ptr) = len.and_then(|len| map_anonymous(len as usize)) else {
+    let Some(ptr) = len.and_then(|len| map_block(len as usize)) else {
         match kind {
             Kind::Pool(pool) => {
                 pool::give(pool, size);
@@ -104,7 +143,7 @@ pub fn free(ptr: CUdeviceptr) -> CuResult {
 }
 
 fn release(ptr: usize, a: Alloc, ledger: &Ledger, call: bool) {
-    unmap(ptr, a.len);
+    unmap_block(ptr, a.len, a.ipc_fd >= 0);
     if a.ipc_fd >= 0 {
         // SAFETY: the memfd this allocation was re-backed with for IPC; ours to close.
         unsafe { libc::close(a.ipc_fd) };
