@@ -277,7 +277,11 @@ fn context_teardown_credits_the_ledger() {
 /// once warm; without it every pair maps and unmaps. Counted with strace when present.
 #[test]
 fn the_fakes_arena_mode_makes_no_system_call_per_pair() {
-    if std::process::Command::new("strace").arg("-V").output().is_err() {
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
         eprintln!("SKIPPED: strace is not installed");
         return;
     }
@@ -293,9 +297,19 @@ fn the_fakes_arena_mode_makes_no_system_call_per_pair() {
             .env("FAKECUDA_ARENA", arena);
         preload(&mut c).env("GPUCAP_LIMIT", "1Gi");
         assert_ok(&run(&mut c));
-        std::fs::read_to_string(&trace).unwrap().lines().filter(|l| l.contains("munmap(")).count()
+        std::fs::read_to_string(&trace)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("munmap("))
+            .count()
     };
     let (plain, arena) = (munmaps("0"), munmaps("1"));
-    assert!(plain >= 2000, "without the arena every free unmaps: {plain}");
-    assert!(arena < 100, "with the arena the loop does not unmap: {arena}");
+    assert!(
+        plain >= 2000,
+        "without the arena every free unmaps: {plain}"
+    );
+    assert!(
+        arena < 100,
+        "with the arena the loop does not unmap: {arena}"
+    );
 }
