@@ -54,6 +54,8 @@ unset LD_PRELOAD
 export LD_LIBRARY_PATH=$FAKEDIR
 
 RESULTS=$(mktemp)
+# med VALUES...: the median
+med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 trap 'rm -f "$RESULTS"' EXIT
 
 # run_bench <shim:0|1> <threads> <pairs> [pair|info]: prints "wall_ns cpu_ns" per pair (call)
@@ -159,7 +161,6 @@ for size in 1Mi 64Mi; do
         read -r w _ < <(churn growth $size); growth+=("$w")
         echo "   churn $size rep=$i: raw ${raw[-1]} ns, shim ${shim[-1]} ns, growth ${growth[-1]} ns" >&2
     done
-    med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
     r=$(med "${raw[@]}"); s=$(med "${shim[@]}"); g=$(med "${growth[@]}")
     awk -v sz="$size" -v r="$r" -v s="$s" -v g="$g" 'BEGIN { printf "%-30s %11.1f %11.1f %11.1f %9.3f %9.3f\n", sz, r, s, g, s / r, g / r }' >>"$RESULTS.growth"
     [ $first = 1 ] || echo ',' >>"$GROWTH_JSON"
@@ -193,7 +194,6 @@ for threads in 1 2; do
         read -r w c < <(arena_run 1 "$threads"); sw+=("$w") sc+=("$c")
         echo "   arena threads=$threads rep=$i: raw ${rw[-1]} ns, shim ${sw[-1]} ns" >&2
     done
-    med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
     a=$(med "${rw[@]}") b=$(med "${sw[@]}") ac=$(med "${rc[@]}") bc=$(med "${sc[@]}")
     awk -v t="$threads thread(s)" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "%-30s %11.1f %11.1f %9.1f   %.1f / %.1f (%+.1f)\n", t, a, b, b - a, ac, bc, bc - ac }' >>"$RESULTS.arena"
     [ $first = 1 ] || echo ',' >>"$ARENA_JSON"
@@ -239,7 +239,6 @@ for case in "1 thread" "2 threads" "2 processes"; do
         nw+=("$w") nc+=("$c") pw+=("$W") pc+=("$C")
         echo "   pool $case rep=$i: no pool ${w} ns (cpu ${c}), pool ${W} ns (cpu ${C})" >&2
     done
-    med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
     a=$(med "${nw[@]}") b=$(med "${pw[@]}") ac=$(med "${nc[@]}") bc=$(med "${pc[@]}")
     awk -v k="$case" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "%-30s %11.1f %11.1f %9.1f   %.1f / %.1f (%+.1f)\n", k, a, b, b - a, ac, bc, bc - ac }' >>"$RESULTS.pool"
     [ $first = 1 ] || echo ',' >>"$POOL_JSON"

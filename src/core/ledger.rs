@@ -278,6 +278,15 @@ impl Ledger {
         Ok(())
     }
 
+    /// Bytes the cap of `device` still allows (two loads: for a check on the path of
+    /// every allocation; `usage` reads every figure).
+    #[inline]
+    pub fn headroom(&self, device: usize) -> u64 {
+        self.device(device).map_or(0, |d| {
+            d.cap.load(Relaxed).saturating_sub(d.used.load(Relaxed))
+        })
+    }
+
     pub fn usage(&self, device: usize) -> Option<Usage> {
         let d = self.device(device).ok()?;
         Some(Usage {
@@ -413,6 +422,9 @@ mod tests {
             (1000, 1000, 2, 1, 500)
         );
         assert_eq!(u.headroom(), 0);
+        assert_eq!(l.headroom(0), 0);
+        assert_eq!(Ledger::new().headroom(0), u64::MAX, "no cap: unbounded");
+        assert_eq!(l.headroom(MAX_DEVICES), 0, "no such device: nothing");
     }
 
     #[test]

@@ -120,7 +120,7 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
 /// Whether `bytes` more on `d` exceed this process's cap or its pool's (a hint: the
 /// reservation itself decides).
 fn would_refuse(shim: &Shim, d: usize, bytes: u64) -> bool {
-    let own = shim.ledger.usage(d).is_some_and(|u| u.headroom() < bytes);
+    let own = shim.ledger.headroom(d) < bytes;
     let pooled = crate::membership::current()
         .and_then(|m| m.usage(d))
         .is_some_and(|(used, cap, _)| cap.is_some_and(|c| c.saturating_sub(used) < bytes));
