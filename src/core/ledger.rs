@@ -16,15 +16,19 @@ pub use crate::live_map::{Charge, LiveMap};
 /// The cap of a device that has none.
 pub const NO_CAP: u64 = u64::MAX;
 
-/// What the ledger knows of one device.
+/// What the ledger knows of one device. The figures every allocation changes (`used`,
+/// and `peak` when it moves) share one cache line with the cap; the allocation count is
+/// spread over lines of its own ([`Counter`]), so that threads allocating at once share
+/// no written line but the cap's.
 #[derive(Debug)]
+#[repr(align(64))]
 pub struct Device {
     cap: AtomicU64,
     used: AtomicU64,
     peak: AtomicU64,
-    allocs: AtomicU64,
     refusals: AtomicU64,
     largest_refused: AtomicU64,
+    allocs: Counter,
 }
 
 impl Device {
@@ -33,10 +37,42 @@ impl Device {
             cap: AtomicU64::new(NO_CAP),
             used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
-            allocs: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
             largest_refused: AtomicU64::new(0),
+            allocs: Counter::new(),
         }
+    }
+}
+
+/// Lines a [`Counter`] is spread over.
+const COUNTER_LINES: usize = 8;
+
+/// A counter many threads add to at once: one cache line per part, a thread adding to the
+/// part its stack address picks (threads' stacks lie megabytes apart, so two threads
+/// rarely share a part; sharing one is only slower, never wrong). Read as the sum.
+#[derive(Debug)]
+struct Counter([Line; COUNTER_LINES]);
+
+#[derive(Debug)]
+#[repr(align(64))]
+struct Line(AtomicU64);
+
+impl Counter {
+    const fn new() -> Self {
+        Counter([const { Line(AtomicU64::new(0)) }; COUNTER_LINES])
+    }
+
+    #[inline]
+    fn add(&self, n: u64) {
+        let probe = 0u8;
+        // The calling thread's stack, in 2 MiB steps, hashed to a part.
+        let at = (std::ptr::addr_of!(probe) as usize as u64) >> 21;
+        let part = (at.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61) as usize % COUNTER_LINES;
+        self.0[part].0.fetch_add(n, Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.iter().map(|l| l.0.load(Relaxed)).sum()
     }
 }
 
@@ -81,9 +117,7 @@ impl Reservation<'_> {
     /// The driver allocated: record the allocation under `key` so its free credits it.
     pub fn commit(self, key: u64) {
         let charge = self.charge;
-        self.ledger.devices[charge.device]
-            .allocs
-            .fetch_add(1, Relaxed);
+        self.ledger.devices[charge.device].allocs.add(1);
         self.ledger.pointers.insert(key, charge);
         std::mem::forget(self);
     }
@@ -215,10 +249,39 @@ impl Ledger {
         }
     }
 
+    /// The short path of an allocation in a process outside any pool: checks the cap and
+    /// adds `bytes` in one step, as [`reserve`](Self::reserve), but a request the cap
+    /// cannot take (or a process in a pool) gets None with nothing counted: the caller
+    /// then takes the full path, which decides, counts and explains.
+    #[inline]
+    pub fn try_reserve(&self, device: usize, bytes: u64) -> Option<Reservation<'_>> {
+        let d = self.devices.get(device)?;
+        if self.pooled.load(Relaxed) {
+            return None;
+        }
+        let cap = d.cap.load(Relaxed);
+        let mut used = d.used.load(Relaxed);
+        loop {
+            let new = used.checked_add(bytes).filter(|&n| n <= cap)?;
+            match d.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
+                Ok(_) => {
+                    if new > d.peak.load(Relaxed) {
+                        d.peak.fetch_max(new, Relaxed);
+                    }
+                    return Some(Reservation {
+                        ledger: self,
+                        charge: Charge { device, bytes },
+                    });
+                }
+                Err(now) => used = now,
+            }
+        }
+    }
+
     /// Counts an allocation served without a reservation (from retained memory).
     pub fn count_alloc(&self, device: usize) {
         if let Ok(d) = self.device(device) {
-            d.allocs.fetch_add(1, Relaxed);
+            d.allocs.add(1);
         }
     }
 
@@ -232,10 +295,12 @@ impl Ledger {
     /// Credits this process's figures only (a reservation the pool refused).
     fn credit_own(&self, charge: Charge) {
         if let Ok(d) = self.device(charge.device) {
-            // Never below zero, even if a caller credited twice.
-            let _ = d
-                .used
-                .fetch_update(AcqRel, Relaxed, |u| Some(u.saturating_sub(charge.bytes)));
+            // One read-modify-write (a credit is never refused). Never below zero, even if
+            // a caller credited twice: what was taken beyond zero is put back.
+            let before = d.used.fetch_sub(charge.bytes, AcqRel);
+            if before < charge.bytes {
+                d.used.fetch_add(charge.bytes - before, AcqRel);
+            }
         }
     }
 
@@ -293,7 +358,7 @@ impl Ledger {
             cap: d.cap.load(Relaxed),
             used: d.used.load(Relaxed),
             peak: d.peak.load(Relaxed),
-            allocs: d.allocs.load(Relaxed),
+            allocs: d.allocs.get(),
             refusals: d.refusals.load(Relaxed),
             largest_refused: d.largest_refused.load(Relaxed),
         })
@@ -425,6 +490,56 @@ mod tests {
         assert_eq!(l.headroom(0), 0);
         assert_eq!(Ledger::new().headroom(0), u64::MAX, "no cap: unbounded");
         assert_eq!(l.headroom(MAX_DEVICES), 0, "no such device: nothing");
+    }
+
+    #[test]
+    fn the_short_path_reserves_like_the_full_one_but_counts_no_refusal() {
+        let l = ledger_with_cap(1000);
+        l.try_reserve(0, 600).unwrap().commit(1);
+        assert!(l.try_reserve(0, 500).is_none(), "over the cap");
+        let u = l.usage(0).unwrap();
+        assert_eq!((u.used, u.peak, u.allocs, u.refusals), (600, 600, 1, 0));
+        drop(l.try_reserve(0, 400).unwrap()); // the driver failed: rolled back
+        assert_eq!(l.usage(0).unwrap().used, 600);
+        assert!(l.try_reserve(MAX_DEVICES, 1).is_none());
+        assert!(
+            Ledger::new().try_reserve(0, u64::MAX).is_some(),
+            "no cap: anything that does not wrap"
+        );
+        assert!(ledger_with_cap(10).try_reserve(0, 11).is_none());
+        let pooled = ledger_with_cap(1000);
+        pooled.set_pooled();
+        assert!(
+            pooled.try_reserve(0, 1).is_none(),
+            "a pool member takes the full path"
+        );
+    }
+
+    #[test]
+    fn allocations_counted_from_many_threads_add_up() {
+        let l = Ledger::new();
+        std::thread::scope(|s| {
+            for _ in 0..6 {
+                s.spawn(|| {
+                    for _ in 0..10_000 {
+                        l.count_alloc(3);
+                    }
+                });
+            }
+        });
+        assert_eq!(l.usage(3).unwrap().allocs, 60_000);
+        assert_eq!(l.usage(2).unwrap().allocs, 0);
+    }
+
+    #[test]
+    fn a_credit_twice_never_goes_below_zero() {
+        let l = ledger_with_cap(1000);
+        l.reserve(0, 300).unwrap().commit(1);
+        let c = l.take(1).unwrap();
+        l.settle(c);
+        l.settle(c);
+        assert_eq!(l.usage(0).unwrap().used, 0);
+        l.reserve(0, 1000).unwrap().commit(2);
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     if config.pool.is_some() && join_pool(shim, config).is_err() {
         return CUDA_ERROR_NOT_PERMITTED;
     }
+    note_short_path(shim);
     rc
 }
 

@@ -8,7 +8,7 @@ pub fn mem_alloc(
     size: usize,
 ) -> CuResult {
     let api = "cuMemAlloc";
-    if growth() && !dptr.is_null() {
+    if !short_path() && growth() && !dptr.is_null() {
         // Asked of the driver: the arena serves without calling it, so it must know
         // that a context is current.
         let Some(device) = context_device() else {
@@ -30,7 +30,6 @@ pub fn mem_alloc(
     // SAFETY (closure): forwarding the caller's arguments.
     charged(
         api,
-        current_device(),
         size as u64,
         || unsafe { real(dptr, size) },
         || written(dptr),
@@ -64,7 +63,6 @@ pub fn mem_alloc_managed(
     // SAFETY (closure): forwarding the caller's arguments.
     charged(
         "cuMemAllocManaged",
-        current_device(),
         size as u64,
         || unsafe { real(dptr, size, flags) },
         || written(dptr),
@@ -116,7 +114,9 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
 /// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer). Stream-ordered
 /// (pool) memory may be freed this way too.
 pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
-    if let Some(rc) = growth_free(dptr.get()) {
+    if !short_path()
+        && let Some(rc) = growth_free(dptr.get())
+    {
         return rc;
     }
     // SAFETY (closure): forwarding the caller's argument.
@@ -135,7 +135,6 @@ pub fn mem_alloc_v1(
     // the driver succeeded.
     charged(
         "cuMemAlloc",
-        current_device(),
         size.into(),
         || unsafe { real(dptr, size) },
         || unsafe { u64::from(*dptr) },

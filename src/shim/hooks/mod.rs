@@ -62,6 +62,28 @@ fn checked_device(shim: &Shim, device: c_int) -> Option<usize> {
 /// of any current context is 0, known without asking the driver.
 static ONE_GPU: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Set by a successful `cuInit` when every allocation of linear memory may take the short
+/// path: the configuration is valid and nothing failed closed, growth mode is off, the
+/// process is in no pool and sees one GPU, whose cap is resolved. Everything [`reserve`]
+/// checks first was then checked once: an allocation is a compare-and-swap on device 0's
+/// figures and a map insert, and anything the cap cannot take goes the full way.
+static SHORT_PATH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[inline(always)]
+fn short_path() -> bool {
+    SHORT_PATH.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Called at the end of a successful `cuInit` (see [`SHORT_PATH`]).
+fn note_short_path(shim: &Shim) {
+    let short = ONE_GPU.load(std::sync::atomic::Ordering::Relaxed)
+        && self::shim().is_ok()
+        && !memory::growth()
+        && crate::membership::current().is_none()
+        && checked_device(shim, 0).is_some();
+    SHORT_PATH.store(short, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The device of the calling thread's current context (with one visible GPU: 0, not
 /// asked; whether a context is current at all is then the driver's to say when it
 /// gets the call, and [`reserve`] asks before refusing).
@@ -140,9 +162,30 @@ fn reclaim_for(shim: &Shim, d: usize, bytes: u64) {
     }
 }
 
-/// Calls the driver with a reservation held; commits under the key `key()` reads
-/// once the driver succeeded, rolls back otherwise.
+/// Calls the driver with a reservation on the current context's device held; commits
+/// under the key `key()` reads once the driver succeeded, rolls back otherwise.
+#[inline(always)]
 fn charged(
+    api: &str,
+    bytes: u64,
+    call: impl FnOnce() -> CuResult,
+    key: impl FnOnce() -> u64,
+) -> CuResult {
+    if short_path()
+        && let Some(r) = SHIM.ledger.try_reserve(0, bytes)
+    {
+        let rc = call();
+        if rc == CUDA_SUCCESS {
+            r.commit(key());
+        }
+        return rc;
+    }
+    charged_on(api, current_device(), bytes, call, key)
+}
+
+/// [`charged`] the full way, on `device`.
+#[inline]
+fn charged_on(
     api: &str,
     device: Option<c_int>,
     bytes: u64,
@@ -164,8 +207,11 @@ fn charged(
 /// crediting the cap only once the driver succeeded. A plain allocation is taken out
 /// of the ledger first (the common case, one lock-free lookup); pool memory goes back
 /// to its pool, which stays charged for what it reserves.
+#[inline(always)]
 fn pointer_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
-    if let Err(rc) = shim() {
+    if !short_path()
+        && let Err(rc) = shim()
+    {
         return rc;
     }
     if let Some(c) = SHIM.ledger.take(dptr) {
