@@ -136,6 +136,14 @@ impl Shim {
         flag.store(true, Release);
     }
 
+    /// Whether `device`'s cap was resolved (one load: for the allocation short path).
+    #[inline]
+    pub fn cap_known(&self, device: usize) -> bool {
+        self.cap_resolved
+            .get(device)
+            .is_some_and(|f| f.load(Acquire))
+    }
+
     /// Reserves `bytes` on `device` for `api`, or logs the refusal line.
     pub fn reserve(&self, api: &str, device: usize, bytes: u64) -> Option<Reservation<'_>> {
         self.reserve_for(api, device, bytes, bytes)

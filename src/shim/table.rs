@@ -174,6 +174,12 @@ hook_table! {
     cuCtxDestroy = "cuCtxDestroy" @ 2000 : (ctx: Handle) => imp::ctx_destroy;
     cuCtxDestroy_v2 = "cuCtxDestroy" @ 4000 : (ctx: Handle) => imp::ctx_destroy;
     cuCtxDetach = "cuCtxDetach" @ 2000 : (ctx: Handle) => imp::ctx_detach;
+    // What is current on a thread: the device its allocations are charged to.
+    cuCtxSetCurrent = "cuCtxSetCurrent" @ 4000 : (ctx: Handle) => imp::ctx_set_current;
+    cuCtxPushCurrent = "cuCtxPushCurrent" @ 2000 : (ctx: Handle) => imp::ctx_push_current;
+    cuCtxPushCurrent_v2 = "cuCtxPushCurrent" @ 4000 : (ctx: Handle) => imp::ctx_push_current;
+    cuCtxPopCurrent = "cuCtxPopCurrent" @ 2000 : (pctx: *mut Handle) => imp::ctx_pop_current;
+    cuCtxPopCurrent_v2 = "cuCtxPopCurrent" @ 4000 : (pctx: *mut Handle) => imp::ctx_pop_current;
     // The CUDA 2.x/3.0 variants with 32-bit sizes and pointers, still exported and still
     // what cuGetProcAddress answers for versions before 3020.
     cuMemAlloc = "cuMemAlloc" @ 2000 : (dptr: *mut u32, size: u32) => imp::mem_alloc_v1;

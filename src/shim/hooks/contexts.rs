@@ -170,17 +170,13 @@ pub fn primary_ctx_retain(
 }
 
 pub fn primary_ctx_release(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_int) -> CuResult {
-    primary_gone(dev, false, || {
-        // SAFETY: forwarding the caller's argument.
-        unsafe { real(dev) }
-    })
+    // SAFETY (closure): forwarding the caller's argument.
+    moves_current(|| primary_gone(dev, false, || unsafe { real(dev) }))
 }
 
 pub fn primary_ctx_reset(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_int) -> CuResult {
-    primary_gone(dev, true, || {
-        // SAFETY: forwarding the caller's argument.
-        unsafe { real(dev) }
-    })
+    // SAFETY (closure): forwarding the caller's argument.
+    moves_current(|| primary_gone(dev, true, || unsafe { real(dev) }))
 }
 
 /// A release (the context goes when its last reference does, as the driver says
@@ -259,8 +255,10 @@ pub fn ctx_create(
     dev: c_int,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    ctx_created("cuCtxCreate", pctx, dev, || unsafe {
-        real(pctx, flags, dev)
+    moves_current(|| {
+        ctx_created("cuCtxCreate", pctx, dev, || unsafe {
+            real(pctx, flags, dev)
+        })
     })
 }
 
@@ -273,8 +271,10 @@ pub fn ctx_create_v3(
     dev: c_int,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    ctx_created("cuCtxCreate_v3", pctx, dev, || unsafe {
-        real(pctx, params, count, flags, dev)
+    moves_current(|| {
+        ctx_created("cuCtxCreate_v3", pctx, dev, || unsafe {
+            real(pctx, params, count, flags, dev)
+        })
     })
 }
 
@@ -286,8 +286,10 @@ pub fn ctx_create_v4(
     dev: c_int,
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
-    ctx_created("cuCtxCreate_v4", pctx, dev, || unsafe {
-        real(pctx, params, flags, dev)
+    moves_current(|| {
+        ctx_created("cuCtxCreate_v4", pctx, dev, || unsafe {
+            real(pctx, params, flags, dev)
+        })
     })
 }
 
@@ -300,6 +302,10 @@ pub(super) fn lock_of_context(ctx: Handle) -> Option<gpucap_core::contexts::Devi
 }
 
 pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+    moves_current(|| destroyed(real, ctx))
+}
+
+fn destroyed(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
@@ -323,6 +329,10 @@ pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) 
 /// and the driver frees its memory, only with the last. Whether it did is asked of the
 /// driver afterwards.
 pub fn ctx_detach(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+    moves_current(|| detached(real, ctx))
+}
+
+fn detached(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }

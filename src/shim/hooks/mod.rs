@@ -21,6 +21,7 @@ use gpucap_core::vmm::Pending;
 mod arena;
 mod arrays;
 mod contexts;
+mod current;
 mod info;
 mod init;
 mod memory;
@@ -32,6 +33,10 @@ mod vmm;
 
 pub use self::arrays::*;
 pub use self::contexts::*;
+use self::current::{
+    context_device, current_device, known_device, moves_current, note_visible_gpus, one_gpu,
+};
+pub use self::current::{ctx_pop_current, ctx_push_current, ctx_set_current};
 pub use self::info::*;
 pub use self::init::*;
 pub use self::memory::*;
@@ -58,15 +63,12 @@ fn checked_device(shim: &Shim, device: c_int) -> Option<usize> {
     Some(d)
 }
 
-/// Set by `cuInit` when the driver shows this process exactly one GPU: then the device
-/// of any current context is 0, known without asking the driver.
-static ONE_GPU: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Set by a successful `cuInit` when every allocation of linear memory may take the short
-/// path: the configuration is valid and nothing failed closed, growth mode is off, the
-/// process is in no pool and sees one GPU, whose cap is resolved. Everything [`reserve`]
-/// checks first was then checked once: an allocation is a compare-and-swap on device 0's
-/// figures and a map insert, and anything the cap cannot take goes the full way.
+/// Set by a successful `cuInit` when allocations of linear memory may take the short
+/// path: the configuration is valid and nothing failed closed, growth mode is off and the
+/// process is in no pool. Everything [`reserve`] checks first was then checked once: an
+/// allocation on a device known without a driver call (see `current.rs`) whose cap is
+/// resolved is a compare-and-swap on that device's figures and a map insert; anything
+/// else, and anything the cap cannot take, goes the full way.
 static SHORT_PATH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[inline(always)]
@@ -76,31 +78,12 @@ fn short_path() -> bool {
 
 /// Called at the end of a successful `cuInit` (see [`SHORT_PATH`]).
 fn note_short_path(shim: &Shim) {
-    let short = ONE_GPU.load(std::sync::atomic::Ordering::Relaxed)
-        && self::shim().is_ok()
-        && !memory::growth()
-        && crate::membership::current().is_none()
-        && checked_device(shim, 0).is_some();
-    SHORT_PATH.store(short, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The device of the calling thread's current context (with one visible GPU: 0, not
-/// asked; whether a context is current at all is then the driver's to say when it
-/// gets the call, and [`reserve`] asks before refusing).
-#[inline]
-fn current_device() -> Option<c_int> {
-    if ONE_GPU.load(std::sync::atomic::Ordering::Relaxed) {
-        return Some(0);
+    let short = self::shim().is_ok() && !memory::growth() && crate::membership::current().is_none();
+    if short && one_gpu() {
+        // Resolved now rather than by the first allocation's full path.
+        checked_device(shim, 0);
     }
-    context_device()
-}
-
-/// The device of the calling thread's current context, asked of the driver.
-fn context_device() -> Option<c_int> {
-    let get = calls::cuCtxGetDevice()?;
-    let mut dev: c_int = -1;
-    // SAFETY: valid out-pointer.
-    (unsafe { get(&mut dev) } == CUDA_SUCCESS).then_some(dev)
+    SHORT_PATH.store(short, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Where an allocation is charged, or the error to return without calling the driver.
@@ -125,13 +108,11 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
         return Err(CUDA_ERROR_INVALID_DEVICE);
     };
     reclaim_for(shim, d, bytes);
-    // With one GPU the device was not asked: a request the cap would refuse is first
-    // checked to have a current context at all, so that a call without one gets the
+    // The device may not have been asked now (one GPU, or this thread's device known):
+    // a request the cap would refuse is first checked to have a current context at all,
+    // so that a call without one (or with a context destroyed meanwhile) gets the
     // driver's own error, as it would without the shortcut.
-    if ONE_GPU.load(std::sync::atomic::Ordering::Relaxed)
-        && would_refuse(shim, d, bytes)
-        && context_device().is_none()
-    {
+    if would_refuse(shim, d, bytes) && context_device().is_none() {
         return Ok(Target::Unknown);
     }
     shim.reserve(api, d, bytes)
@@ -147,11 +128,6 @@ fn would_refuse(shim: &Shim, d: usize, bytes: u64) -> bool {
         .and_then(|m| m.usage(d))
         .is_some_and(|(used, cap, _)| cap.is_some_and(|c| c.saturating_sub(used) < bytes));
     own || pooled
-}
-
-/// Called by `cuInit` once the driver is up: how many GPUs this process sees.
-fn note_visible_gpus(count: Option<usize>) {
-    ONE_GPU.store(count == Some(1), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Before a request the cap cannot take: memory the process's own pools only cache
@@ -172,7 +148,9 @@ fn charged(
     key: impl FnOnce() -> u64,
 ) -> CuResult {
     if short_path()
-        && let Some(r) = SHIM.ledger.try_reserve(0, bytes)
+        && let Some(d) = known_device()
+        && SHIM.cap_known(d)
+        && let Some(r) = SHIM.ledger.try_reserve(d, bytes)
     {
         let rc = call();
         if rc == CUDA_SUCCESS {
