@@ -12,7 +12,9 @@
 # difference / N is the cost of one pair with set-up and exit cancelled out. Then the
 # same without a pool with LIVE allocations made first and kept (`bench_alloc ... live=K`:
 # the live-allocation map holds K entries while the pairs run; 1,000,000 takes a few
-# minutes under valgrind). Prints both and the difference; writes
+# minutes under valgrind). Also: two visible GPUs (the device each thread remembers,
+# hooks/current.rs) and two threads (valgrind runs threads one at a time, so this counts
+# instructions, not contention: scripts/bench.sh measures that in ns). Prints both and the difference; writes
 # target/bench-instructions.json. Needs valgrind (apt-get install valgrind) and a
 # release build (cargo build --release).
 set -euo pipefail
@@ -35,14 +37,18 @@ cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run.
+# instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run
+# (THREADS=k among the variables: k threads of PAIRS pairs each).
 instructions() {
-    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM
+    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM threads=1 vars=()
     shift 3
-    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi "$@" \
+    for v in "$@"; do
+        case $v in THREADS=*) threads=${v#THREADS=} ;; *) vars+=("$v") ;; esac
+    done
+    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
         ${preload:+LD_PRELOAD=$preload} \
-        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" 1 "$pairs" 4Ki pair "live=$live" >/dev/null 2>&1 ||
-        { echo "bench-instructions: bench_alloc 1 $pairs 4Ki pair live=$live failed" >&2; exit 1; }
+        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" 4Ki pair "live=$live" >/dev/null 2>&1 ||
+        { echo "bench-instructions: bench_alloc $threads $pairs 4Ki pair live=$live failed" >&2; exit 1; }
     awk '/^summary:/ {print $2}' "$out"
 }
 
@@ -53,6 +59,20 @@ pool2=$(instructions "$R/libgpucap.so" $((2 * N)) 0 GPUCAP_POOL=bench GPUCAP_POO
 raw=$(((raw2 - raw1) / N)); shim=$(((shim2 - shim1) / N)); pool=$(((pool2 - pool1) / N))
 printf 'instructions per pair (callgrind, N=%d): raw %d, gpucap %d, added %d; in a pool (GPUCAP_POOL) %d, added %d\n' \
     "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw))
+# Two visible GPUs: the device of each allocation is the thread's remembered one
+# (hooks/current.rs), not 0 by default.
+g2raw1=$(instructions "" "$N" 0 FAKECUDA_DEVICES=2); g2raw2=$(instructions "" $((2 * N)) 0 FAKECUDA_DEVICES=2)
+g2shim1=$(instructions "$R/libgpucap.so" "$N" 0 FAKECUDA_DEVICES=2)
+g2shim2=$(instructions "$R/libgpucap.so" $((2 * N)) 0 FAKECUDA_DEVICES=2)
+g2raw=$(((g2raw2 - g2raw1) / N)); g2shim=$(((g2shim2 - g2shim1) / N))
+printf 'two visible GPUs: raw %d, gpucap %d, added %d\n' "$g2raw" "$g2shim" $((g2shim - g2raw))
+# Two threads (valgrind runs them one at a time: the instructions, not the contention):
+# 2 x N and 2 x 2N pairs.
+t2raw1=$(instructions "" "$N" 0 THREADS=2); t2raw2=$(instructions "" $((2 * N)) 0 THREADS=2)
+t2shim1=$(instructions "$R/libgpucap.so" "$N" 0 THREADS=2)
+t2shim2=$(instructions "$R/libgpucap.so" $((2 * N)) 0 THREADS=2)
+t2raw=$(((t2raw2 - t2raw1) / (2 * N))); t2shim=$(((t2shim2 - t2shim1) / (2 * N)))
+printf 'two threads: raw %d, gpucap %d, added %d\n' "$t2raw" "$t2shim" $((t2shim - t2raw))
 live_json=
 for k in "${LIVE[@]}"; do
     if [ "$k" = 0 ]; then
@@ -65,5 +85,5 @@ for k in "${LIVE[@]}"; do
     printf 'with %d live allocations: raw %d, gpucap %d, added %d\n' "$k" "$lraw" "$lshim" $((lshim - lraw))
     live_json+="${live_json:+,}{\"live\":$k,\"raw_per_pair\":$lraw,\"gpucap_per_pair\":$lshim,\"added_per_pair\":$((lshim - lraw))}"
 done
-printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"live":[%s]}\n' \
-    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) "$live_json" >"$PWD/target/bench-instructions.json"
+printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"two_gpus_added_per_pair":%d,"two_threads_added_per_pair":%d,"live":[%s]}\n' \
+    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) $((g2shim - g2raw)) $((t2shim - t2raw)) "$live_json" >"$PWD/target/bench-instructions.json"
