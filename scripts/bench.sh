@@ -15,7 +15,8 @@
 # 3. Process start: /bin/true without and with the shim preloaded, STARTUP_RUNS runs
 #    (hyperfine when installed, else a timed loop, REPS times): the ratio.
 # 4. The fake's arena mode (FAKECUDA_ARENA=1: no mmap/munmap per block): raw and through
-#    the shim, 1 and 2 threads: the shim's own ns per pair (target/bench-arena.json).
+#    the shim, 1 and 2 threads, and 1 thread with 10,000 and 1,000,000 allocations live:
+#    the shim's own ns per pair (target/bench-arena.json; ARENA_CASES="threads:live ...").
 # 5. The pool (GPUCAP_POOL): the same pairs without and with a pool, 1 and 2 threads
 #    and 2 processes of one pool (target/bench-pool.json).
 #
@@ -173,10 +174,10 @@ echo '' >>"$GROWTH_JSON"; echo ']}' >>"$GROWTH_JSON"
 # FAKECUDA_ARENA=1: the fake keeps freed blocks mapped and hands them out again, so the
 # pair's time is no longer an mmap and a munmap whose noise drowns what the shim adds.
 # Raw and through the shim, 1 and 2 threads, interleaved, REPS runs (target/bench-arena.json).
-arena_run() { # arena_run <shim:0|1> <threads>: "wall_ns cpu_ns" per pair
+arena_run() { # arena_run <shim:0|1> <threads> [live]: "wall_ns cpu_ns" per pair
     local env=(FAKECUDA_ARENA=1)
     [ "$1" = 1 ] && env+=(LD_PRELOAD="$SHIM" GPUCAP_LIMIT="$LIMIT")
-    env "${env[@]}" "$BENCH" "$2" "$ARENA_PAIRS" 4Ki pair |
+    env "${env[@]}" "$BENCH" "$2" "$ARENA_PAIRS" 4Ki pair "live=${3:-0}" |
         sed -n 's/.* ns_per_pair=\([0-9.]*\) cpu_ns_per_pair=\([0-9.]*\).*/\1 \2/p'
 }
 ARENA_PAIRS=${ARENA_PAIRS:-2000000}
@@ -187,18 +188,23 @@ ARENA_JSON=$ROOT/target/bench-arena.json
 } >"$RESULTS.arena"
 echo '{"device": "fake driver, arena mode (no mmap per block)", "pairs": '"$ARENA_PAIRS"', "cases": [' >"$ARENA_JSON"
 first=1
-for threads in 1 2; do
+# threads:live — 1 and 2 threads, then 1 thread with 10,000 and 1,000,000 other
+# allocations live (bench_alloc live=K: made before the timed pairs, kept).
+for tl in ${ARENA_CASES:-1:0 2:0 1:10000 1:1000000}; do
+    threads=${tl%%:*} live=${tl#*:}
     rw=() rc=() sw=() sc=()
     for ((i = 1; i <= REPS; i++)); do
-        read -r w c < <(arena_run 0 "$threads"); rw+=("$w") rc+=("$c")
-        read -r w c < <(arena_run 1 "$threads"); sw+=("$w") sc+=("$c")
-        echo "   arena threads=$threads rep=$i: raw ${rw[-1]} ns, shim ${sw[-1]} ns" >&2
+        read -r w c < <(arena_run 0 "$threads" "$live"); rw+=("$w") rc+=("$c")
+        read -r w c < <(arena_run 1 "$threads" "$live"); sw+=("$w") sc+=("$c")
+        echo "   arena threads=$threads live=$live rep=$i: raw ${rw[-1]} ns, shim ${sw[-1]} ns" >&2
     done
     a=$(med "${rw[@]}") b=$(med "${sw[@]}") ac=$(med "${rc[@]}") bc=$(med "${sc[@]}")
-    awk -v t="$threads thread(s)" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "%-30s %11.1f %11.1f %9.1f   %.1f / %.1f (%+.1f)\n", t, a, b, b - a, ac, bc, bc - ac }' >>"$RESULTS.arena"
+    label="$threads thread(s)"
+    [ "$live" = 0 ] || label="$label, $live live"
+    awk -v t="$label" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "%-30s %11.1f %11.1f %9.1f   %.1f / %.1f (%+.1f)\n", t, a, b, b - a, ac, bc, bc - ac }' >>"$RESULTS.arena"
     [ $first = 1 ] || echo ',' >>"$ARENA_JSON"
     first=0
-    awk -v t="$threads" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "  {\"threads\": %d, \"raw_ns_per_pair\": %.2f, \"shim_ns_per_pair\": %.2f, \"added_ns_per_pair\": %.2f, \"raw_cpu_ns\": %.2f, \"shim_cpu_ns\": %.2f, \"added_cpu_ns\": %.2f}", t, a, b, b - a, ac, bc, bc - ac }' >>"$ARENA_JSON"
+    awk -v t="$threads" -v l="$live" -v a="$a" -v b="$b" -v ac="$ac" -v bc="$bc" 'BEGIN { printf "  {\"threads\": %d, \"live\": %d, \"raw_ns_per_pair\": %.2f, \"shim_ns_per_pair\": %.2f, \"added_ns_per_pair\": %.2f, \"raw_cpu_ns\": %.2f, \"shim_cpu_ns\": %.2f, \"added_cpu_ns\": %.2f}", t, l, a, b, b - a, ac, bc, bc - ac }' >>"$ARENA_JSON"
 done
 echo '' >>"$ARENA_JSON"; echo ']}' >>"$ARENA_JSON"
 
