@@ -44,6 +44,33 @@ impl Device {
     }
 }
 
+/// Adds `bytes` to `d`'s use if its cap allows: one compare-and-swap (retried while
+/// other threads change the use). Ok: the new use; Err: the use and cap that refused.
+#[inline]
+fn add_within_cap(d: &Device, bytes: u64) -> Result<u64, (u64, u64)> {
+    let cap = d.cap.load(Relaxed);
+    let mut used = d.used.load(Relaxed);
+    loop {
+        let new = match used.checked_add(bytes) {
+            Some(n) if n <= cap => n,
+            _ => return Err((used, cap)),
+        };
+        match d.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
+            Ok(_) => return Ok(new),
+            Err(now) => used = now,
+        }
+    }
+}
+
+/// Raises `d`'s peak to `used` if it is higher. A plain load first: the peak rarely
+/// moves, and an atomic read-modify-write on every allocation would cost more.
+#[inline]
+fn note_peak(d: &Device, used: u64) {
+    if used > d.peak.load(Relaxed) {
+        d.peak.fetch_max(used, Relaxed);
+    }
+}
+
 /// Lines a [`Counter`] is spread over.
 const COUNTER_LINES: usize = 8;
 
@@ -209,44 +236,31 @@ impl Ledger {
     /// Checks the cap and adds `bytes` to the device's use in one atomic step.
     pub fn reserve(&self, device: usize, bytes: u64) -> Result<Reservation<'_>, Refusal> {
         let d = self.device(device)?;
-        let cap = d.cap.load(Relaxed);
-        let mut used = d.used.load(Relaxed);
-        loop {
-            let new = match used.checked_add(bytes) {
-                Some(n) if n <= cap => n,
-                _ => {
-                    d.refusals.fetch_add(1, Relaxed);
-                    d.largest_refused.fetch_max(bytes, Relaxed);
-                    return Err(Refusal::OverCap {
-                        requested: bytes,
-                        used,
-                        cap,
-                    });
-                }
-            };
-            match d.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
-                Ok(_) => {
-                    if let Some(pool) = self.pool()
-                        && let Err(refusal) = pool.reserve(device, bytes)
-                    {
-                        self.credit_own(Charge { device, bytes });
-                        d.refusals.fetch_add(1, Relaxed);
-                        d.largest_refused.fetch_max(bytes, Relaxed);
-                        return Err(Refusal::Pool(refusal));
-                    }
-                    // A plain load first: the peak rarely moves, and an atomic
-                    // read-modify-write on every allocation would cost more.
-                    if new > d.peak.load(Relaxed) {
-                        d.peak.fetch_max(new, Relaxed);
-                    }
-                    return Ok(Reservation {
-                        ledger: self,
-                        charge: Charge { device, bytes },
-                    });
-                }
-                Err(now) => used = now,
+        let new = match add_within_cap(d, bytes) {
+            Ok(new) => new,
+            Err((used, cap)) => {
+                d.refusals.fetch_add(1, Relaxed);
+                d.largest_refused.fetch_max(bytes, Relaxed);
+                return Err(Refusal::OverCap {
+                    requested: bytes,
+                    used,
+                    cap,
+                });
             }
+        };
+        if let Some(pool) = self.pool()
+            && let Err(refusal) = pool.reserve(device, bytes)
+        {
+            self.credit_own(Charge { device, bytes });
+            d.refusals.fetch_add(1, Relaxed);
+            d.largest_refused.fetch_max(bytes, Relaxed);
+            return Err(Refusal::Pool(refusal));
         }
+        note_peak(d, new);
+        Ok(Reservation {
+            ledger: self,
+            charge: Charge { device, bytes },
+        })
     }
 
     /// The short path of an allocation in a process outside any pool: checks the cap and
@@ -259,23 +273,12 @@ impl Ledger {
         if self.pooled.load(Relaxed) {
             return None;
         }
-        let cap = d.cap.load(Relaxed);
-        let mut used = d.used.load(Relaxed);
-        loop {
-            let new = used.checked_add(bytes).filter(|&n| n <= cap)?;
-            match d.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
-                Ok(_) => {
-                    if new > d.peak.load(Relaxed) {
-                        d.peak.fetch_max(new, Relaxed);
-                    }
-                    return Some(Reservation {
-                        ledger: self,
-                        charge: Charge { device, bytes },
-                    });
-                }
-                Err(now) => used = now,
-            }
-        }
+        let new = add_within_cap(d, bytes).ok()?;
+        note_peak(d, new);
+        Some(Reservation {
+            ledger: self,
+            charge: Charge { device, bytes },
+        })
     }
 
     /// Counts an allocation served without a reservation (from retained memory).

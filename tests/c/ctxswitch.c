@@ -40,63 +40,96 @@ static void check_all(const char *when) {
     }
 }
 
+struct block {
+    CUdeviceptr p;
+    int dev;
+    size_t bytes;
+};
+
+/* Phase 1's live blocks, and the context each was made in. */
+static struct block g_live[16];
+static CUcontext g_live_ctx[16];
+static int g_nlive;
+
 /* Allocates on whatever is current; expects GPU `dev` to be charged. */
-static CUdeviceptr alloc_on(int dev, size_t bytes, const char *when) {
+static void alloc_on(int dev, size_t bytes, const char *when) {
     CUdeviceptr p = 0;
+    CUcontext ctx = NULL;
     CUresult rc = cuMemAlloc_v2(&p, bytes);
     CHECK(rc == CUDA_SUCCESS, "%s: cuMemAlloc_v2(%zu) = %d", when, bytes, rc);
-    if (rc == CUDA_SUCCESS) g_expect[dev] += bytes;
+    if (rc == CUDA_SUCCESS) {
+        MUST(cuCtxGetCurrent(&ctx));
+        g_expect[dev] += bytes;
+        g_live[g_nlive] = (struct block){p, dev, bytes};
+        g_live_ctx[g_nlive++] = ctx;
+    }
     check_all(when);
-    return p;
 }
 
-static void free_from(int dev, CUdeviceptr p, size_t bytes, const char *when) {
-    MUST(cuMemFree_v2(p));
-    g_expect[dev] -= bytes;
-    check_all(when);
+/* The driver freed the blocks of a destroyed context: so must the figures. */
+static void context_gone(CUcontext ctx) {
+    for (int i = 0; i < g_nlive; i++)
+        if (g_live[i].p && g_live_ctx[i] == ctx) {
+            g_expect[g_live[i].dev] -= g_live[i].bytes;
+            g_live[i].p = 0;
+        }
 }
+
+enum op { SET, PUSH, POP };
+
+/* One step of phase 1: a context call, then (mib > 0) an allocation that GPU `dev`
+   must be charged for. */
+struct step {
+    enum op op;
+    CUcontext *ctx;
+    int dev;
+    size_t mib;
+    const char *what;
+};
+
+static CUcontext g_c2; /* a created context on GPU 2 */
 
 static void phase1(void) {
-    CUcontext c2 = NULL, c0 = NULL, popped = NULL;
-    CUdeviceptr a[12];
+    CUcontext c0 = NULL, popped = NULL;
+    CUresult rc;
     check_all("start");
 
-    MUST(cuCtxCreate_v2(&c2, 0, 2)); /* current now; popped again below */
+    MUST(cuCtxCreate_v2(&g_c2, 0, 2)); /* current now; popped again below */
     MUST(cuCtxPopCurrent_v2(&popped));
-    CHECK(popped == c2, "the created context was current");
+    CHECK(popped == g_c2, "the created context was current");
 
-    MUST(cuCtxSetCurrent(g_primary[0]));
-    a[0] = alloc_on(0, 1 * MIB, "set GPU 0");
-    MUST(cuCtxSetCurrent(g_primary[1]));
-    a[1] = alloc_on(1, 2 * MIB, "set GPU 1 after GPU 0");
-    MUST(cuCtxPushCurrent_v2(c2));
-    a[2] = alloc_on(2, 3 * MIB, "push a created context of GPU 2");
-    MUST(cuCtxPopCurrent_v2(NULL));
-    a[3] = alloc_on(1, 4 * MIB, "pop back to GPU 1");
-    MUST(cuCtxPushCurrent_v2(g_primary[0]));
-    MUST(cuCtxPushCurrent_v2(g_primary[2]));
-    a[4] = alloc_on(2, 5 * MIB, "two pushes: GPU 2 on top");
-    MUST(cuCtxPopCurrent_v2(NULL));
-    a[5] = alloc_on(0, 6 * MIB, "one pop: GPU 0");
-    MUST(cuCtxPopCurrent_v2(NULL));
-    a[6] = alloc_on(1, 7 * MIB, "second pop: GPU 1 again");
+    const struct step steps[] = {
+        {SET, &g_primary[0], 0, 1, "set GPU 0"},
+        {SET, &g_primary[1], 1, 2, "set GPU 1 after GPU 0"},
+        {PUSH, &g_c2, 2, 3, "push a created context of GPU 2"},
+        {POP, NULL, 1, 4, "pop back to GPU 1"},
+        {PUSH, &g_primary[0], 0, 0, "push GPU 0"},
+        {PUSH, &g_primary[2], 2, 5, "two pushes: GPU 2 on top"},
+        {POP, NULL, 0, 6, "one pop: GPU 0"},
+        {POP, NULL, 1, 7, "second pop: GPU 1 again"},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        const struct step *s = &steps[i];
+        if (s->op == SET) MUST(cuCtxSetCurrent(*s->ctx));
+        else if (s->op == PUSH) MUST(cuCtxPushCurrent_v2(*s->ctx));
+        else MUST(cuCtxPopCurrent_v2(NULL));
+        if (s->mib) alloc_on(s->dev, s->mib * MIB, s->what);
+    }
 
     /* No context current: the driver's own error, nothing charged anywhere. */
     MUST(cuCtxSetCurrent(NULL));
     CUdeviceptr none = 0;
-    CUresult rc = cuMemAlloc_v2(&none, MIB);
+    rc = cuMemAlloc_v2(&none, MIB);
     CHECK(rc == CUDA_ERROR_INVALID_CONTEXT, "no context current: cuMemAlloc_v2 = %d, expected 201", rc);
     check_all("no context current");
 
     /* A context made current and destroyed: whatever the driver makes of the thread then,
        an allocation is charged to the GPU of the context it runs in, or refused. */
-    MUST(cuCtxSetCurrent(c2));
-    a[7] = alloc_on(2, 1 * MIB, "set the created context of GPU 2");
-    MUST(cuCtxDestroy_v2(c2));
-    g_expect[2] -= 1 * MIB + 3 * MIB; /* the driver freed a[7] and a[2] with the context */
+    MUST(cuCtxSetCurrent(g_c2));
+    alloc_on(2, 1 * MIB, "set the created context of GPU 2");
+    MUST(cuCtxDestroy_v2(g_c2));
+    context_gone(g_c2); /* the driver freed its two blocks with it */
     check_all("the current context destroyed");
-    CUcontext now = NULL;
-    MUST(cuCtxGetCurrent(&now));
     rc = cuMemAlloc_v2(&none, MIB);
     if (rc == CUDA_SUCCESS) {
         CUdevice dev = -1;
@@ -111,12 +144,12 @@ static void phase1(void) {
 
     /* A context created on GPU 0 is current at once. */
     MUST(cuCtxCreate_v2(&c0, 0, 0));
-    a[8] = alloc_on(0, 8 * MIB, "a context created on GPU 0");
+    alloc_on(0, 8 * MIB, "a context created on GPU 0");
     MUST(cuCtxSetCurrent(g_primary[2]));
-    a[9] = alloc_on(2, 9 * MIB, "set GPU 2");
+    alloc_on(2, 9 * MIB, "set GPU 2");
     MUST(cuCtxDestroy_v2(c0)); /* not current here: GPU 2 stays current */
-    g_expect[0] -= 8 * MIB;
-    a[10] = alloc_on(2, 10 * MIB, "another context destroyed: GPU 2 still current");
+    context_gone(c0);
+    alloc_on(2, 10 * MIB, "another context destroyed: GPU 2 still current");
 
     /* Exactly the rest of each cap fits, not one MiB more. */
     for (int d = 0; d < GPUS; d++) {
@@ -131,24 +164,16 @@ static void phase1(void) {
         MUST(cuCtxPopCurrent_v2(NULL));
     }
 
-    /* Freed from another GPU's context: each credits its own GPU. */
+    /* Freed from GPU 1's context: each block credits its own GPU. */
     MUST(cuCtxSetCurrent(g_primary[1]));
-    free_from(0, a[0], 1 * MIB, "free GPU 0's block from GPU 1");
-    free_from(1, a[1], 2 * MIB, "free GPU 1's block");
-    free_from(1, a[3], 4 * MIB, "free GPU 1's block");
-    free_from(2, a[4], 5 * MIB, "free GPU 2's block from GPU 1");
-    free_from(0, a[5], 6 * MIB, "free GPU 0's block from GPU 1");
-    free_from(1, a[6], 7 * MIB, "free GPU 1's block");
-    free_from(2, a[9], 9 * MIB, "free GPU 2's block from GPU 1");
-    free_from(2, a[10], 10 * MIB, "free GPU 2's block from GPU 1");
+    for (int i = 0; i < g_nlive; i++)
+        if (g_live[i].p) {
+            MUST(cuMemFree_v2(g_live[i].p));
+            g_expect[g_live[i].dev] -= g_live[i].bytes;
+            check_all("a block freed from GPU 1's context");
+        }
     MUST(cuCtxSetCurrent(NULL));
 }
-
-struct block {
-    CUdeviceptr p;
-    int dev;
-    size_t bytes;
-};
 
 static struct block g_blocks[THREADS][ROUNDS];
 static size_t g_charged[THREADS][GPUS];
