@@ -392,3 +392,32 @@ fn a_context_that_cannot_be_measured_is_never_passed_silently() {
     let o = run(c.args(["roomforone", "create", "allowed"]));
     assert_passed(&o, "room for one context, without the shim");
 }
+
+/// The fake NVML answers as the real one, which the first-context measurement relies on:
+/// a GPU's used memory counts this process's contexts and allocations (the driver's
+/// own figures), with and without the shared device file. Without the shim.
+#[test]
+fn the_fake_nvml_counts_this_process_s_context_in_used_memory() {
+    common::fake_nvml();
+    let prog = compile_c("nvml", "", &["-lnvidia-ml", "-lcuda"]);
+    for shared in [false, true] {
+        let dir = scratch("nvml-ctx-used");
+        let mut c = fake_cmd(&prog, &dir.join("stats.json"));
+        c.env("FAKECUDA_TOTAL_MEM", PHYS)
+            .env("FAKECUDA_CONTEXT_MEM", "32Mi");
+        if shared {
+            c.env("FAKECUDA_SHARED", dir.join("devices"));
+        }
+        let o = run(c.args(["consistent", "dl", "64Mi"]));
+        assert_passed(&o, &format!("nvml consistent, shared {shared}"));
+        let line = stdout(&o)
+            .lines()
+            .find(|l| l.starts_with("cuda "))
+            .unwrap()
+            .to_string();
+        assert!(
+            line.ends_with(&format!("used={}", 96 * MIB)),
+            "shared {shared}: NVML's used is the context's 32 MiB and the 64 MiB block: {line}"
+        );
+    }
+}

@@ -24,12 +24,14 @@ const NVML_MIG_ENABLE: u32 = 1;
 type ByUuid = unsafe extern "C" fn(*const c_char, *mut Handle) -> u32;
 type MemoryInfo = unsafe extern "C" fn(Handle, *mut NvmlMemory) -> u32;
 type MigMode = unsafe extern "C" fn(Handle, *mut u32, *mut u32) -> u32;
+type IsMig = unsafe extern "C" fn(Handle, *mut u32) -> u32;
 
 /// The NVML functions the measurement uses.
 struct Nvml {
     by_uuid: ByUuid,
     memory: MemoryInfo,
     mig_mode: Option<MigMode>,
+    is_mig: Option<IsMig>,
 }
 
 static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
@@ -71,7 +73,7 @@ fn load() -> Result<Nvml, String> {
     };
     let init = sym(c"nvmlInit_v2")?;
     // SAFETY: each symbol is NVML's export of that name, with this C signature.
-    let (init, by_uuid, memory, mig_mode) = unsafe {
+    let (init, by_uuid, memory, mig_mode, is_mig) = unsafe {
         (
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(init),
             std::mem::transmute::<*mut c_void, ByUuid>(sym(c"nvmlDeviceGetHandleByUUID")?),
@@ -79,6 +81,9 @@ fn load() -> Result<Nvml, String> {
             sym(c"nvmlDeviceGetMigMode")
                 .ok()
                 .map(|p| std::mem::transmute::<*mut c_void, MigMode>(p)),
+            sym(c"nvmlDeviceIsMigDeviceHandle")
+                .ok()
+                .map(|p| std::mem::transmute::<*mut c_void, IsMig>(p)),
         )
     };
     // SAFETY: NVML's initialisation, no arguments.
@@ -90,6 +95,7 @@ fn load() -> Result<Nvml, String> {
         by_uuid,
         memory,
         mig_mode,
+        is_mig,
     })
 }
 
@@ -120,6 +126,13 @@ pub fn device_free(device: usize) -> Result<u64, String> {
         return Err(format!(
             "NVML has no GPU {uuid} (error {rc}; a MIG instance is not measured by NVML)"
         ));
+    }
+    if let Some(is_mig) = nvml.is_mig {
+        let mut mig = 0u32;
+        // SAFETY: a handle NVML gave, a valid out-pointer.
+        if unsafe { is_mig(h, &mut mig) } == NVML_SUCCESS && mig != 0 {
+            return Err(format!("{uuid} is a MIG instance"));
+        }
     }
     if let Some(mode) = nvml.mig_mode {
         let (mut current, mut pending) = (0u32, 0u32);
