@@ -15,6 +15,7 @@
 # Each context takes FAKECUDA_CONTEXT_MEM=300Mi on the fake (which costs it no time: on
 # a real GPU a context costs tens to hundreds of ms, which the temporary one doubled).
 # Prints a table (medians, microseconds) and writes target/bench-first.json.
+# BENCH_FIRST_SHIM=<path> measures another build of libgpucap.so (say, an older one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -26,7 +27,7 @@ if [ "${BENCH_FIRST_NO_BUILD:-0}" != 1 ]; then
     cargo build --release --workspace >&2
 fi
 R=$ROOT/target/release
-SHIM=$R/libgpucap.so
+SHIM=${BENCH_FIRST_SHIM:-$R/libgpucap.so}
 for f in "$SHIM" "$R/libcuda.so" "$R/libnvidia_ml.so"; do
     [ -f "$f" ] || { echo "bench-first: $f missing" >&2; exit 1; }
 done
