@@ -14,6 +14,9 @@
 #            with a temporary context beside it (gpucap before issue 14)
 # Each context takes FAKECUDA_CONTEXT_MEM=300Mi on the fake (which costs it no time: on
 # a real GPU a context costs tens to hundreds of ms, which the temporary one doubled).
+# With valgrind installed, also the instructions of the whole process (callgrind's
+# total: start, cuInit, the first context, the first allocation, exit), one run of each
+# way: deterministic, unlike the microseconds.
 # Prints a table (medians, microseconds) and writes target/bench-first.json.
 # BENCH_FIRST_SHIM=<path> measures another build of libgpucap.so (say, an older one).
 set -euo pipefail
@@ -52,12 +55,16 @@ export FAKECUDA_CONTEXT_MEM=300Mi
 STATS=$(mktemp)
 trap 'rm -f "$STATS"' EXIT
 # first <raw|nvml|no-nvml> <create|retain> [stats]: "init ctx alloc total" in us
-first() {
-    local env=(LD_LIBRARY_PATH="$WITH")
+way_env() { # way_env <raw|nvml|no-nvml>: the environment of that way, one per line
     case $1 in
-        nvml) env+=(LD_PRELOAD="$SHIM" GPUCAP_LIMIT="$LIMIT") ;;
-        no-nvml) env=(LD_LIBRARY_PATH="$WITHOUT" LD_PRELOAD="$SHIM" GPUCAP_LIMIT="$LIMIT") ;;
+        raw) printf '%s\n' "LD_LIBRARY_PATH=$WITH" ;;
+        nvml) printf '%s\n' "LD_LIBRARY_PATH=$WITH" "LD_PRELOAD=$SHIM" "GPUCAP_LIMIT=$LIMIT" ;;
+        no-nvml) printf '%s\n' "LD_LIBRARY_PATH=$WITHOUT" "LD_PRELOAD=$SHIM" "GPUCAP_LIMIT=$LIMIT" ;;
     esac
+}
+first() {
+    local env
+    mapfile -t env < <(way_env "$1")
     [ -n "${3:-}" ] && env+=(FAKECUDA_STATS="$3")
     env "${env[@]}" "$BENCH" "$2" |
         sed -n 's/^init_ns=\([0-9]*\) ctx_ns=\([0-9]*\) alloc_ns=\([0-9]*\) total_ns=\([0-9]*\)$/\1 \2 \3 \4/p' |
@@ -93,6 +100,23 @@ for call in create retain; do
         sep=$',\n'
     done
 done
+if command -v valgrind >/dev/null; then
+    printf '\n%-26s %12s\n' "whole process (callgrind)" "instructions" >>"$TABLE"
+    printf '],\n"instructions": [\n' >>"$JSON"
+    sep=''
+    for call in create retain; do
+        for way in raw nvml no-nvml; do
+            mapfile -t env < <(way_env "$way")
+            env "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$STATS.cg" "$BENCH" "$call" \
+                >/dev/null 2>"$STATS.log"
+            ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$STATS.log")
+            rm -f "$STATS.cg" "$STATS.log"
+            printf '%-26s %12s\n' "$call, $way" "$ir" >>"$TABLE"
+            printf '%s  {"call": "%s", "way": "%s", "instructions": %s}' "$sep" "$call" "$way" "$ir" >>"$JSON"
+            sep=$',\n'
+        done
+    done
+fi
 printf '\n]}\n' >>"$JSON"
 cat "$TABLE"
 echo "wrote target/bench-first.json"
