@@ -218,16 +218,18 @@ fn assert_charged_exactly(lines: &[(u64, u64, u64)], devices: usize, what: &str)
 /// and after the program's own call, so the driver makes exactly the contexts the
 /// program asked for (before, gpucap made a temporary one beside each first context),
 /// and the charge is still exactly the context's memory. With and without the shared
-/// device file (the fake NVML reads what all processes hold from it), and, for the
-/// control, without the shim.
+/// device file (the fake NVML reads what all processes hold from it), with CUDA's
+/// ordinals in another order than NVML's, and, for the control, without the shim.
 #[test]
 fn the_first_context_on_a_gpu_is_measured_without_another_context() {
     for call in ["create", "retain"] {
-        for shared in [false, true] {
+        for case in ["alone", "shared", "reordered"] {
             let file = scratch("first-shared").join("devices");
-            let env = match shared {
-                true => vec![("FAKECUDA_SHARED", file.to_str().unwrap())],
-                false => vec![],
+            let env = match case {
+                "shared" => vec![("FAKECUDA_SHARED", file.to_str().unwrap())],
+                // Ordinal 0 is physical GPU 1: NVML (physical order) is asked by UUID.
+                "reordered" => vec![("CUDA_VISIBLE_DEVICES", "1,0")],
+                _ => vec![],
             };
             let (made, lines, err) = first_use(Nvml::Present, call, 2, true, &env);
             let what = format!("{call} {env:?}");
