@@ -23,8 +23,9 @@
 //! memory later for a context (modules loaded lazily, a grown malloc heap): that is
 //! not measured.
 //!
-//! When the measurement fails (the driver would not answer, or there was no room for
-//! the temporary context), the context cannot be charged: under a cap it is undone and
+//! When the measurement fails (the driver would not answer, NVML answered before the
+//! call and not after it, or there was no room for the temporary context), the context
+//! cannot be charged: under a cap it is undone and
 //! the call refused; without a cap it is allowed, not counted, with an error line
 //! (see [`Unmeasured`]). Never silently.
 //!
