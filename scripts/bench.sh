@@ -19,6 +19,9 @@
 #    the shim's own ns per pair (target/bench-arena.json; ARENA_CASES="threads:live ...").
 # 5. The pool (GPUCAP_POOL): the same pairs without and with a pool, 1 and 2 threads
 #    and 2 processes of one pool (target/bench-pool.json).
+# 6. First use (scripts/bench-first.sh): cuInit, the first context and the first
+#    allocation timed raw and through the shim, with NVML and without it, and the
+#    contexts the driver made (target/bench-first.json).
 #
 # Prints a table and writes target/bench.json. Targets (reported, not enforced):
 # under 50 ns added per pair, under 15% slower process start.
@@ -306,3 +309,6 @@ END {
 cat "$RESULTS.growth" "$RESULTS.arena" "$RESULTS.pool"
 rm -f "$RESULTS.growth" "$RESULTS.arena" "$RESULTS.pool"
 echo "wrote target/bench.json, target/bench-growth.json, target/bench-arena.json and target/bench-pool.json"
+
+# ---- first use: cuInit, the first context, the first allocation ---------------------------
+BENCH_FIRST_NO_BUILD=1 BENCH_LIMIT=$LIMIT scripts/bench-first.sh

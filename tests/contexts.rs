@@ -96,12 +96,239 @@ fn a_primary_reset_gives_back_what_it_held() {
     loop_both_ways("reset_v1");
 }
 
-/// The first context of a device is measured with a temporary context beside it. On a
-/// device with room for only one context, gpucap must not make the program's context
-/// fail for want of room it took itself: the call is made again without the
-/// temporary context, which leaves nothing to measure with. Under a cap such a context
-/// is refused (gpucap cannot charge it), with one line at error level; without a cap
-/// it is allowed, with a line saying it is not counted.
+/// The fake driver's statistics as JSON: `contexts_created` is not in `DevStats`.
+fn contexts_created(stats: &std::path::Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(stats).expect("stats written");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("stats JSON");
+    v["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| {
+            d["contexts_created"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("contexts_created in {text}"))
+        })
+        .collect()
+}
+
+/// A directory with the fake libcuda only: no NVML on the library path.
+fn lib_dir_without_nvml() -> PathBuf {
+    let dir = profile_dir().join("fakecuda-no-nvml");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = fake_lib_dir().join("libcuda.so.1");
+    let target = std::fs::read_link(&fake).unwrap();
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).ok() != Some(target.clone()) {
+            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp).unwrap();
+            std::fs::rename(&tmp, &link).unwrap();
+        }
+    }
+    dir
+}
+
+/// How NVML is (not) there for a first-use run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Nvml {
+    /// The fake NVML on the library path.
+    Present,
+    /// No libnvidia-ml.so.1 to load.
+    Missing,
+    /// Its nvmlInit fails (`FAKECUDA_NVML_FAIL=1`).
+    InitFails,
+    /// Each GPU is one MIG instance (`FAKECUDA_MIG=1`): NVML's figure is not used.
+    Mig,
+}
+
+const CTX_MEM: u64 = 32 * MIB;
+
+/// `ctxloop first <call> <devices> 1Mi` on 2 GPUs of 8 GiB, each context taking
+/// CTX_MEM; with the shim (under 1 GiB per GPU, `GPUCAP_LOG=debug` unless `env` says) or
+/// without.
+/// Returns the fake's contexts made per device, the `first` lines (dev, free, total)
+/// and stderr.
+fn first_use(
+    nvml: Nvml,
+    call: &str,
+    devices: usize,
+    shim: bool,
+    env: &[(&str, &str)],
+) -> (Vec<u64>, Vec<(u64, u64, u64)>, String) {
+    let prog = ctxloop();
+    let stats = scratch(&format!("first-{call}")).join("stats.json");
+    let mut c = fake_cmd(&prog, &stats);
+    c.env("FAKECUDA_DEVICES", "2")
+        .env("FAKECUDA_TOTAL_MEM", PHYS)
+        .env("FAKECUDA_CONTEXT_MEM", "32Mi");
+    match nvml {
+        Nvml::Present => {}
+        Nvml::Missing => {
+            c.env("LD_LIBRARY_PATH", lib_dir_without_nvml());
+        }
+        Nvml::InitFails => {
+            c.env("FAKECUDA_NVML_FAIL", "1");
+        }
+        Nvml::Mig => {
+            c.env("FAKECUDA_MIG", "1");
+        }
+    }
+    if shim {
+        preload(&mut c)
+            .env("GPUCAP_LIMIT", CAP)
+            .env("GPUCAP_LOG", "debug");
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = run(c.args(["first", call, &devices.to_string(), "1Mi"]));
+    let what = format!("first use ({call}, {nvml:?}, shim {shim}, {env:?})");
+    assert_passed(&o, &what);
+    let lines = stdout(&o)
+        .lines()
+        .filter_map(|l| l.strip_prefix("first "))
+        .map(|l| {
+            let kv: std::collections::BTreeMap<&str, u64> = l
+                .split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k, v.parse().unwrap()))
+                .collect();
+            (kv["dev"], kv["free"], kv["total"])
+        })
+        .collect();
+    (contexts_created(&stats), lines, stderr(&o))
+}
+
+/// Under the cap, what each first context sees: the cap less its own context.
+#[track_caller]
+fn assert_charged_exactly(lines: &[(u64, u64, u64)], devices: usize, what: &str) {
+    assert_eq!(lines.len(), devices, "{what}: {lines:?}");
+    for &(dev, free, total) in lines {
+        assert_eq!(
+            (total, free),
+            (GIB, GIB - CTX_MEM),
+            "{what}: GPU {dev} shows the cap less its context's {CTX_MEM} bytes"
+        );
+    }
+}
+
+/// First use: the first context on each GPU is measured from NVML's free memory before
+/// and after the program's own call, so the driver makes exactly the contexts the
+/// program asked for (before, gpucap made a temporary one beside each first context),
+/// and the charge is still exactly the context's memory. With and without the shared
+/// device file (the fake NVML reads what all processes hold from it), with CUDA's
+/// ordinals in another order than NVML's, and, for the control, without the shim.
+#[test]
+fn the_first_context_on_a_gpu_is_measured_without_another_context() {
+    for call in ["create", "retain"] {
+        for case in ["alone", "shared", "reordered"] {
+            let file = scratch("first-shared").join("devices");
+            let env = match case {
+                "shared" => vec![("FAKECUDA_SHARED", file.to_str().unwrap())],
+                // Ordinal 0 is physical GPU 1: NVML (physical order) is asked by UUID.
+                "reordered" => vec![("CUDA_VISIBLE_DEVICES", "1,0")],
+                _ => vec![],
+            };
+            let (made, lines, err) = first_use(Nvml::Present, call, 2, true, &env);
+            let what = format!("{call} {env:?}");
+            assert_eq!(
+                made,
+                [1, 1],
+                "{what}: one context per GPU, the program's own:\n{err}"
+            );
+            assert_charged_exactly(&lines, 2, &what);
+            for d in 0..2 {
+                let api = if call == "create" {
+                    "cuCtxCreate"
+                } else {
+                    "cuDevicePrimaryCtxRetain"
+                };
+                let want = format!(
+                    "gpucap: {api}: the first context on GPU {d} is measured by NVML's free memory"
+                );
+                assert!(err.contains(&want), "{what}: no line {want:?}:\n{err}");
+            }
+            assert!(!err.contains("temporary context"), "{what}:\n{err}");
+        }
+        // Control: the program alone makes the same contexts.
+        let (made, lines, _) = first_use(Nvml::Present, call, 2, false, &[]);
+        assert_eq!(made, [1, 1], "{call} without the shim");
+        assert_eq!(lines.len(), 2);
+    }
+}
+
+/// Where NVML cannot be used (no libnvidia-ml.so.1, an nvmlInit that fails, a MIG
+/// instance), the first context is measured with a temporary context as before: the
+/// charge is still exact, the driver makes one context more, and a debug line says
+/// why.
+#[test]
+fn without_nvml_the_first_context_is_measured_with_a_temporary_context() {
+    for (nvml, why) in [
+        (Nvml::Missing, "libnvidia-ml.so.1 cannot be loaded"),
+        (Nvml::InitFails, "nvmlInit_v2 failed (error 9)"),
+        (Nvml::Mig, "NVML has no GPU GPU-face0001-"),
+    ] {
+        for call in ["create", "retain"] {
+            let what = format!("{call}, {nvml:?}");
+            let (made, lines, err) = first_use(nvml, call, 1, true, &[]);
+            assert_eq!(
+                made,
+                [2, 0],
+                "{what}: the program's context and the temporary one"
+            );
+            assert_charged_exactly(&lines, 1, &what);
+            let line = err
+                .lines()
+                .find(|l| l.contains("measured with a temporary context"))
+                .unwrap_or_else(|| panic!("{what}: no line on the temporary context:\n{err}"));
+            assert!(
+                line.starts_with("gpucap: ") && line.contains(why),
+                "{what}: {line:?} does not say {why:?}"
+            );
+        }
+    }
+    // A debug line: not shown at the default level.
+    let (_, _, err) = first_use(Nvml::Missing, "create", 1, true, &[("GPUCAP_LOG", "info")]);
+    assert!(!err.contains("temporary context"), "{err}");
+}
+
+/// The first context of a device is measured without another context: a device with
+/// room for exactly one context gets it, charged, under a cap (before, the temporary
+/// context left no room, so it could not be measured and was refused).
+#[test]
+fn with_nvml_a_gpu_with_room_for_one_context_gets_it_charged() {
+    let prog = ctxloop();
+    for call in ["create", "retain"] {
+        let stats = scratch("ctx-room-for-one-nvml").join("stats.json");
+        let mut c = fake_cmd(&prog, &stats);
+        c.env("FAKECUDA_TOTAL_MEM", "1Gi")
+            .env("FAKECUDA_CONTEXT_MEM", "600Mi")
+            .env("GPUCAP_LOG", "error");
+        preload(&mut c).env("GPUCAP_LIMIT", "1Gi");
+        let o = run(c.args(["first", call, "1", "1Mi"]));
+        assert_passed(&o, &format!("{call}: room for one context"));
+        assert!(
+            !stderr(&o).contains("gpucap:"),
+            "{call}: nothing refused:\n{}",
+            stderr(&o)
+        );
+        assert!(
+            stdout(&o).contains(&format!("free={} total={}", 424 * MIB, GIB)),
+            "{call}: the context's 600 MiB charged:\n{}",
+            stdout(&o)
+        );
+        assert_eq!(contexts_created(&stats), [1], "{call}");
+    }
+}
+
+/// The first context of a device is measured with a temporary context beside it when
+/// NVML cannot be used. On a device with room for only one context, gpucap must not
+/// make the program's context fail for want of room it took itself: the call is made
+/// again without the temporary context, which leaves nothing to measure with. Under a
+/// cap such a context is refused (gpucap cannot charge it), with one line at error
+/// level; without a cap it is allowed, with a line saying it is not counted.
 #[test]
 fn a_context_that_cannot_be_measured_is_never_passed_silently() {
     let prog = ctxloop();
@@ -111,6 +338,7 @@ fn a_context_that_cannot_be_measured_is_never_passed_silently() {
             let mut c = fake_cmd(&prog, &stats);
             c.env("FAKECUDA_TOTAL_MEM", "1Gi")
                 .env("FAKECUDA_CONTEXT_MEM", "600Mi")
+                .env("LD_LIBRARY_PATH", lib_dir_without_nvml())
                 .env("GPUCAP_LOG", "error");
             preload(&mut c);
             if let Some(l) = limit {
@@ -165,4 +393,33 @@ fn a_context_that_cannot_be_measured_is_never_passed_silently() {
         .env("FAKECUDA_CONTEXT_MEM", "600Mi");
     let o = run(c.args(["roomforone", "create", "allowed"]));
     assert_passed(&o, "room for one context, without the shim");
+}
+
+/// The fake NVML answers as the real one, which the first-context measurement relies on:
+/// a GPU's used memory counts this process's contexts and allocations (the driver's
+/// own figures), with and without the shared device file. Without the shim.
+#[test]
+fn the_fake_nvml_counts_this_process_s_context_in_used_memory() {
+    common::fake_nvml();
+    let prog = compile_c("nvml", "", &["-lnvidia-ml", "-lcuda"]);
+    for shared in [false, true] {
+        let dir = scratch("nvml-ctx-used");
+        let mut c = fake_cmd(&prog, &dir.join("stats.json"));
+        c.env("FAKECUDA_TOTAL_MEM", PHYS)
+            .env("FAKECUDA_CONTEXT_MEM", "32Mi");
+        if shared {
+            c.env("FAKECUDA_SHARED", dir.join("devices"));
+        }
+        let o = run(c.args(["consistent", "dl", "64Mi"]));
+        assert_passed(&o, &format!("nvml consistent, shared {shared}"));
+        let line = stdout(&o)
+            .lines()
+            .find(|l| l.starts_with("cuda "))
+            .unwrap()
+            .to_string();
+        assert!(
+            line.ends_with(&format!("used={}", 96 * MIB)),
+            "shared {shared}: NVML's used is the context's 32 MiB and the 64 MiB block: {line}"
+        );
+    }
 }

@@ -52,17 +52,17 @@ fn all_stats() -> Vec<DevStats> {
 }
 
 /// `{"pid":N,"devices":[{"ordinal":0,"physical":P,"total":B,"peak_used":B,"final_used":B,
-/// "alloc_calls":N,"free_calls":N,"failed_alloc_calls":N,"context_mem":B,"pool_reserved":B,
-/// "shared_peak_used":B}]}`
+/// "alloc_calls":N,"free_calls":N,"failed_alloc_calls":N,"context_mem":B,"contexts_created":N,
+/// "pool_reserved":B,"shared_peak_used":B}]}`
 pub fn to_json(pid: u32, devices: &[DevStats]) -> String {
     let devs: Vec<String> = devices
         .iter()
         .enumerate()
         .map(|(i, d)| {
             format!(
-                "{{\"ordinal\":{i},\"physical\":{},\"total\":{},\"peak_used\":{},\"final_used\":{},\"alloc_calls\":{},\"free_calls\":{},\"failed_alloc_calls\":{},\"context_mem\":{},\"pool_reserved\":{},\"shared_peak_used\":{}}}",
+                "{{\"ordinal\":{i},\"physical\":{},\"total\":{},\"peak_used\":{},\"final_used\":{},\"alloc_calls\":{},\"free_calls\":{},\"failed_alloc_calls\":{},\"context_mem\":{},\"contexts_created\":{},\"pool_reserved\":{},\"shared_peak_used\":{}}}",
                 d.phys, d.total, d.peak, d.used, d.alloc_calls, d.free_calls, d.failed_alloc_calls,
-                d.context_mem, d.pool_reserved, d.shared_peak
+                d.context_mem, d.contexts_created, d.pool_reserved, d.shared_peak
             )
         })
         .collect();
@@ -90,6 +90,7 @@ mod tests {
             free_calls: 2,
             failed_alloc_calls: 1,
             context_mem: 4,
+            contexts_created: 6,
             pool_reserved: 5,
             shared_peak: 70,
             phys: 2,
@@ -97,7 +98,7 @@ mod tests {
         assert_eq!(
             to_json(7, &[d]),
             "{\"pid\":7,\"devices\":[{\"ordinal\":0,\"physical\":2,\"total\":100,\"peak_used\":50,\"final_used\":10,\
-             \"alloc_calls\":3,\"free_calls\":2,\"failed_alloc_calls\":1,\"context_mem\":4,\"pool_reserved\":5,\
+             \"alloc_calls\":3,\"free_calls\":2,\"failed_alloc_calls\":1,\"context_mem\":4,\"contexts_created\":6,\"pool_reserved\":5,\
              \"shared_peak_used\":70}]}\n"
         );
     }

@@ -4,14 +4,18 @@
 //! driver's free memory on that device just before and just after the driver created
 //! it, and credits it when the context goes away.
 //!
-//! Measuring needs a context on the device to ask `cuMemGetInfo_v2` with (a
-//! "vantage"): one the process already has there (its primary context, or a context
-//! it created), pushed for the query and popped again; for the very first context on
-//! a device, a temporary context is created, kept floating (not current) while the
-//! new context is made, and destroyed afterwards. That temporary context costs one
-//! context creation, once per device per process.
+//! Where the process already has a context on the device (its primary context, or a
+//! context it created), that context is the "vantage": pushed, `cuMemGetInfo_v2`
+//! asked, popped again. For the first context on a device there is none, and the free
+//! memory is read without a context: NVML's device-wide figure
+//! (`nvmlDeviceGetMemoryInfo`), before and after (one source for both reads: NVML and
+//! `cuMemGetInfo_v2` do not count reserved memory alike, a difference of the two would
+//! not be the context). Only when NVML cannot be used (no library, no GPU with the
+//! device's UUID, a MIG instance, an error; the reason goes to a debug line) is a
+//! temporary context created, kept floating (not current) while the new context is
+//! made, and destroyed afterwards: one context creation more, once per device.
 //!
-//! Accuracy: `cuMemGetInfo_v2` is device-wide, so memory that anything else takes or
+//! Accuracy: both figures are device-wide, so memory that anything else takes or
 //! gives back on the device between the two reads (another process, or another thread
 //! of this one allocating at that moment) is counted in, or out of, the context's
 //! charge. Context operations are serialised per device, so two contexts created at
@@ -19,8 +23,9 @@
 //! memory later for a context (modules loaded lazily, a grown malloc heap): that is
 //! not measured.
 //!
-//! When the measurement fails (the driver would not answer, or there was no room for
-//! the temporary context), the context cannot be charged: under a cap it is undone and
+//! When the measurement fails (the driver would not answer, NVML answered before the
+//! call and not after it, or there was no room for the temporary context), the context
+//! cannot be charged: under a cap it is undone and
 //! the call refused; without a cap it is allowed, not counted, with an error line
 //! (see [`Unmeasured`]). Never silently.
 //!
@@ -41,15 +46,19 @@ use crate::ledger::{Charge, LiveMap};
 /// A `CUcontext`, as an integer.
 pub type Ctx = u64;
 
-/// `CUDA_SUCCESS`, `CUDA_ERROR_OUT_OF_MEMORY` (the FFI edge's constants are not compiled
-/// into the unit tests).
+/// `CUDA_SUCCESS`, `CUDA_ERROR_OUT_OF_MEMORY`, `CUDA_ERROR_UNKNOWN` (the FFI edge's
+/// constants are not compiled into the unit tests).
 const SUCCESS: u32 = 0;
 const OUT_OF_MEMORY: u32 = 2;
+const UNKNOWN: u32 = 999;
 
 /// What measuring needs from the driver. Failures carry the driver's error code.
 pub trait CtxDriver {
     /// The driver's free memory on `ctx`'s device, asked with `ctx` pushed current.
     fn free_with(&self, ctx: Ctx) -> Result<u64, u32>;
+    /// The free memory of `device` read without any context of the process (NVML's
+    /// device-wide figure), or why it cannot be read so (for a debug line).
+    fn free_without_context(&self, device: usize) -> Result<u64, String>;
     /// Creates a context on `device` and leaves it not current (a temporary vantage).
     fn create_floating(&self, device: usize) -> Result<Ctx, u32>;
     /// Destroys a context made by `create_floating`.
@@ -82,6 +91,21 @@ pub enum Step {
     /// `cuMemGetInfo_v2` before or after the call.
     FreeBefore,
     FreeAfter,
+    /// NVML's free memory, read before the call, could not be read after it.
+    DeviceFreeAfter,
+}
+
+/// How a context was measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Vantage {
+    /// With a context the process already has on the device (`cuMemGetInfo_v2`).
+    Context,
+    /// The first context on the device: NVML's free memory before and after, no other
+    /// context made.
+    Nvml,
+    /// The first context on the device, with a temporary context, because NVML could
+    /// not be used (why).
+    Temporary(String),
 }
 
 impl Unmeasured {
@@ -105,6 +129,10 @@ impl fmt::Display for Unmeasured {
             ),
             Step::FreeBefore => write!(f, "cuMemGetInfo_v2 failed before the call (error {rc})"),
             Step::FreeAfter => write!(f, "cuMemGetInfo_v2 failed after the call (error {rc})"),
+            Step::DeviceFreeAfter => write!(
+                f,
+                "NVML's free memory, read before the call, could not be read after it"
+            ),
         }
     }
 }
@@ -213,47 +241,35 @@ impl DeviceLock<'_> {
 
     /// Runs `call` (which creates a context) and returns its result with the device
     /// memory the context took: free before minus free after, or why it could not be
-    /// measured (meaningless when the call failed). If the call runs out of memory
-    /// while a temporary context is held for the measurement, the temporary context is
-    /// destroyed and the call made again without it: gpucap must not make a context
-    /// fail that the device has room for.
+    /// measured (meaningless when the call failed); and how it was measured. With no
+    /// context of the process on the device, the free memory is read without one
+    /// (NVML); only if that cannot be done, with a temporary context. If the call runs
+    /// out of memory while a temporary context is held for the measurement, the
+    /// temporary context is destroyed and the call made again without it: gpucap must
+    /// not make a context fail that the device has room for.
     pub fn measure(
         &self,
         drv: &impl CtxDriver,
-        mut call: impl FnMut() -> u32,
-    ) -> (u32, Result<u64, Unmeasured>) {
-        let (vantage, mut temporary) = match self.vantage() {
-            Some(v) => (Ok(v), None),
-            None => match drv.create_floating(self.device) {
-                Ok(t) => (Ok(t), Some(t)),
-                Err(rc) => (Err(Unmeasured::new(Step::Temporary, rc)), None),
-            },
-        };
-        let mut before = vantage.and_then(|v| {
-            drv.free_with(v)
-                .map(|free| (v, free))
-                .map_err(|rc| Unmeasured::new(Step::FreeBefore, rc))
-        });
-        let mut rc = call();
-        if rc == OUT_OF_MEMORY
-            && let Some(t) = temporary.take()
-        {
-            drv.destroy(t);
-            rc = call();
-            before = Err(Unmeasured::new(Step::NoRoom, OUT_OF_MEMORY));
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+        if let Some(v) = self.vantage() {
+            let (rc, taken) = with_vantage(drv, Ok(v), None, call);
+            return (rc, taken, Vantage::Context);
         }
-        let taken = before.and_then(|(v, b)| {
-            if rc != SUCCESS {
-                return Ok(0);
+        match drv.free_without_context(self.device) {
+            Ok(before) => {
+                let (rc, taken) = without_context(drv, self.device, before, call);
+                (rc, taken, Vantage::Nvml)
             }
-            drv.free_with(v)
-                .map(|a| b.saturating_sub(a))
-                .map_err(|rc| Unmeasured::new(Step::FreeAfter, rc))
-        });
-        if let Some(t) = temporary {
-            drv.destroy(t);
+            Err(why) => {
+                let (vantage, temporary) = match drv.create_floating(self.device) {
+                    Ok(t) => (Ok(t), Some(t)),
+                    Err(rc) => (Err(Unmeasured::new(Step::Temporary, rc)), None),
+                };
+                let (rc, taken) = with_vantage(drv, vantage, temporary, call);
+                (rc, taken, Vantage::Temporary(why))
+            }
         }
-        (rc, taken)
     }
 
     /// Whether the primary context is already active, so a retain creates nothing.
@@ -314,6 +330,59 @@ impl DeviceLock<'_> {
     }
 }
 
+/// Measures `call` from NVML's free memory of `device` (`before`, read already).
+fn without_context(
+    drv: &impl CtxDriver,
+    device: usize,
+    before: u64,
+    mut call: impl FnMut() -> u32,
+) -> (u32, Result<u64, Unmeasured>) {
+    let rc = call();
+    if rc != SUCCESS {
+        return (rc, Ok(0));
+    }
+    let taken = drv
+        .free_without_context(device)
+        .map(|after| before.saturating_sub(after))
+        .map_err(|_| Unmeasured::new(Step::DeviceFreeAfter, UNKNOWN));
+    (rc, taken)
+}
+
+/// Measures `call` with `cuMemGetInfo_v2` asked of `vantage` (a context of the process,
+/// or `temporary`, destroyed afterwards).
+fn with_vantage(
+    drv: &impl CtxDriver,
+    vantage: Result<Ctx, Unmeasured>,
+    mut temporary: Option<Ctx>,
+    mut call: impl FnMut() -> u32,
+) -> (u32, Result<u64, Unmeasured>) {
+    let mut before = vantage.and_then(|v| {
+        drv.free_with(v)
+            .map(|free| (v, free))
+            .map_err(|rc| Unmeasured::new(Step::FreeBefore, rc))
+    });
+    let mut rc = call();
+    if rc == OUT_OF_MEMORY
+        && let Some(t) = temporary.take()
+    {
+        drv.destroy(t);
+        rc = call();
+        before = Err(Unmeasured::new(Step::NoRoom, OUT_OF_MEMORY));
+    }
+    let taken = before.and_then(|(v, b)| {
+        if rc != SUCCESS {
+            return Ok(0);
+        }
+        drv.free_with(v)
+            .map(|a| b.saturating_sub(a))
+            .map_err(|rc| Unmeasured::new(Step::FreeAfter, rc))
+    });
+    if let Some(t) = temporary {
+        drv.destroy(t);
+    }
+    (rc, taken)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,6 +404,11 @@ mod tests {
         queries: Cell<usize>,
         /// Whether `exists` can tell.
         can_tell: bool,
+        /// Whether the free memory can be read without a context (NVML); the n-th
+        /// such read from which it fails (0: never).
+        nvml: bool,
+        fail_nvml_from: Cell<usize>,
+        nvml_reads: Cell<usize>,
     }
 
     impl Fake {
@@ -349,6 +423,9 @@ mod tests {
                 fail_free_from: Cell::new(0),
                 queries: Cell::new(0),
                 can_tell: true,
+                nvml: false,
+                fail_nvml_from: Cell::new(0),
+                nvml_reads: Cell::new(0),
             }
         }
         /// What the program's own create call does: OOM without room.
@@ -385,6 +462,18 @@ mod tests {
             }
             Ok(self.free.get())
         }
+        fn free_without_context(&self, device: usize) -> Result<u64, String> {
+            if !self.nvml {
+                return Err("no NVML here".into());
+            }
+            self.log.borrow_mut().push(format!("nvml@{device}"));
+            self.nvml_reads.set(self.nvml_reads.get() + 1);
+            let from = self.fail_nvml_from.get();
+            if from != 0 && self.nvml_reads.get() >= from {
+                return Err("NVML failed".into());
+            }
+            Ok(self.free.get())
+        }
         fn create_floating(&self, _device: usize) -> Result<Ctx, u32> {
             let c = self.make()?;
             self.log.borrow_mut().push(format!("temp {c}"));
@@ -416,12 +505,77 @@ mod tests {
     }
 
     #[test]
-    fn first_context_is_measured_with_a_temporary_one() {
+    fn first_context_is_measured_with_nvml_and_no_other_context() {
+        let book = ContextBook::new();
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        let mut lock = book.lock(2).unwrap();
+        let mut calls = 0;
+        let (rc, taken, how) = lock.measure(&drv, || {
+            calls += 1;
+            drv.call()
+        });
+        assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+        assert_eq!(calls, 1);
+        assert_eq!(*drv.log.borrow(), ["nvml@2", "nvml@2"]);
+        assert_eq!(drv.live.borrow().len(), 1, "no context but the program's");
+        // The next one is measured from the first (cuMemGetInfo_v2), not NVML.
+        let ctx = made(&drv);
+        lock.set_primary(ctx, 300);
+        drv.log.borrow_mut().clear();
+        let (_, taken, how) = lock.measure(&drv, || drv.call());
+        assert_eq!((taken, how), (Ok(300), Vantage::Context));
+        assert_eq!(
+            *drv.log.borrow(),
+            [format!("free@{ctx}"), format!("free@{ctx}")]
+        );
+    }
+
+    /// With NVML, a device with room for exactly one context gets it, measured.
+    #[test]
+    fn with_nvml_room_for_one_context_is_enough() {
+        let book = ContextBook::new();
+        let mut drv = Fake::new(500, 300);
+        drv.nvml = true;
+        let lock = book.lock(0).unwrap();
+        let (rc, taken, how) = lock.measure(&drv, || drv.call());
+        assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+        // A call that fails reads NVML once and charges nothing.
+        drv.log.borrow_mut().clear();
+        let (rc, taken, _) = lock.measure(&drv, || 999);
+        assert_eq!((rc, taken), (999, Ok(0)));
+        assert_eq!(*drv.log.borrow(), ["nvml@0"]);
+    }
+
+    #[test]
+    fn nvml_failing_after_the_call_is_never_a_charge_of_zero() {
+        let book = ContextBook::new();
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        drv.fail_nvml_from.set(2);
+        let lock = book.lock(0).unwrap();
+        let (rc, taken, how) = lock.measure(&drv, || drv.call());
+        assert_eq!((rc, how), (SUCCESS, Vantage::Nvml));
+        let why = taken.unwrap_err();
+        assert_eq!(
+            why,
+            Unmeasured {
+                step: Step::DeviceFreeAfter,
+                rc: UNKNOWN
+            }
+        );
+        assert!(why.to_string().contains("NVML"), "{why}");
+        assert_eq!(verdict(taken, true), Verdict::Refuse(UNKNOWN));
+    }
+
+    #[test]
+    fn without_nvml_the_first_context_is_measured_with_a_temporary_one() {
         let book = ContextBook::new();
         let drv = Fake::new(10_000, 300);
         let mut lock = book.lock(0).unwrap();
         assert!(!lock.primary_active(&drv));
-        let (rc, taken) = lock.measure(&drv, || drv.call());
+        let (rc, taken, how) = lock.measure(&drv, || drv.call());
+        assert_eq!(how, Vantage::Temporary("no NVML here".into()));
         let ctx = made(&drv);
         assert_eq!((rc, taken), (SUCCESS, Ok(300)));
         assert_eq!(
@@ -432,7 +586,7 @@ mod tests {
         assert!(lock.primary_active(&drv));
         // The next context is measured from the primary: no temporary one.
         drv.log.borrow_mut().clear();
-        let (_, taken) = lock.measure(&drv, || drv.call());
+        let (_, taken, _) = lock.measure(&drv, || drv.call());
         let c2 = made(&drv);
         assert_eq!(taken, Ok(300));
         assert_eq!(
@@ -464,11 +618,29 @@ mod tests {
     }
 
     #[test]
+    fn nvml_failing_before_the_call_falls_back_to_a_temporary_context() {
+        let book = ContextBook::new();
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        drv.fail_nvml_from.set(1);
+        let lock = book.lock(0).unwrap();
+        let (rc, taken, how) = lock.measure(&drv, || drv.call());
+        assert_eq!(
+            (rc, taken, how),
+            (SUCCESS, Ok(300), Vantage::Temporary("NVML failed".into()))
+        );
+        assert_eq!(
+            *drv.log.borrow(),
+            ["nvml@0", "temp 101", "free@101", "free@101", "destroy 101"]
+        );
+    }
+
+    #[test]
     fn a_failed_call_leaves_nothing_behind() {
         let book = ContextBook::new();
         let drv = Fake::new(10_000, 300);
         let lock = book.lock(3).unwrap();
-        let (rc, _) = lock.measure(&drv, || 999);
+        let (rc, _, _) = lock.measure(&drv, || 999);
         assert_eq!(rc, 999);
         assert_eq!(
             drv.free.get(),
@@ -483,7 +655,7 @@ mod tests {
         let book = ContextBook::new();
         let drv = Fake::new(10_000, 0);
         let lock = book.lock(0).unwrap();
-        let (_, taken) = lock.measure(&drv, || {
+        let (_, taken, _) = lock.measure(&drv, || {
             drv.free.set(20_000);
             SUCCESS
         });
@@ -496,7 +668,7 @@ mod tests {
         let drv = Fake::new(500, 300);
         let lock = book.lock(0).unwrap();
         let mut calls = 0;
-        let (rc, taken) = lock.measure(&drv, || {
+        let (rc, taken, _) = lock.measure(&drv, || {
             calls += 1;
             drv.call()
         });
@@ -526,7 +698,7 @@ mod tests {
 
         // No room at all: the temporary context fails, so does the call.
         let drv = Fake::new(100, 300);
-        let (rc, taken) = lock.measure(&drv, || drv.call());
+        let (rc, taken, _) = lock.measure(&drv, || drv.call());
         assert_eq!(rc, OUT_OF_MEMORY);
         assert_eq!(taken.unwrap_err().step, Step::Temporary);
     }
@@ -538,7 +710,7 @@ mod tests {
             let drv = Fake::new(10_000, 300);
             drv.fail_free_from.set(from);
             let lock = book.lock(1).unwrap();
-            let (rc, taken) = lock.measure(&drv, || drv.call());
+            let (rc, taken, _) = lock.measure(&drv, || drv.call());
             assert_eq!(rc, SUCCESS);
             assert_eq!(taken, Err(Unmeasured { step, rc: 201 }));
             assert_eq!(verdict(taken, true), Verdict::Refuse(201));

@@ -27,6 +27,12 @@
  *       the first context of the device (cuCtxCreate_v2 or cuDevicePrimaryCtxRetain)
  *       when the device has room for exactly one context: refused with
  *       CUDA_ERROR_OUT_OF_MEMORY, or allowed.
+ *
+ *   ctxloop first <create|retain> <devices> <block>
+ *       first use: cuInit, then on each of the first <devices> devices its first context
+ *       (cuCtxCreate_v2, or cuDevicePrimaryCtxRetain and cuCtxSetCurrent), the free memory
+ *       it sees printed as "first dev=D free=F total=T" (cuMemGetInfo_v2), and a
+ *       cuMemAlloc_v2 of <block> freed again; then every context ends.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -205,16 +211,42 @@ static void room_for_one(const char *call, int refused) {
     }
 }
 
+static void first_use(const char *call, int devices, size_t block) {
+    MUST(cuInit(0));
+    int create = strcmp(call, "create") == 0;
+    CUcontext ctx[16];
+    CHECK(devices > 0 && devices <= 16, "1 to 16 devices (%d)", devices);
+    for (int d = 0; d < devices; d++) {
+        if (create) {
+            MUST(cuCtxCreate_v2(&ctx[d], 0, d));
+        } else {
+            MUST(cuDevicePrimaryCtxRetain(&ctx[d], d));
+            MUST(cuCtxSetCurrent(ctx[d]));
+        }
+        size_t f = 0, t = 0;
+        MUST(cuMemGetInfo_v2(&f, &t));
+        printf("first dev=%d free=%zu total=%zu\n", d, f, t);
+        CUdeviceptr p = 0;
+        MUST(cuMemAlloc_v2(&p, block));
+        MUST(cuMemFree_v2(p));
+    }
+    for (int d = 0; d < devices; d++) {
+        MUST(create ? cuCtxDestroy_v2(ctx[d]) : cuDevicePrimaryCtxRelease_v2(d));
+    }
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 7 && strcmp(argv[1], "loop") == 0) {
         loop(argv[2], atoi(argv[3]), parse_size(argv[4]), argv[5], parse_size(argv[6]));
     } else if (argc == 4 && strcmp(argv[1], "roomforone") == 0) {
         room_for_one(argv[2], strcmp(argv[3], "refused") == 0);
+    } else if (argc == 5 && strcmp(argv[1], "first") == 0) {
+        first_use(argv[2], atoi(argv[3]), parse_size(argv[4]));
     } else {
         fprintf(stderr,
                 "usage: %s loop <how> <rounds> <block> <cap|-> <phys> | roomforone "
-                "<create|retain> <refused|allowed>\n",
+                "<create|retain> <refused|allowed> | first <create|retain> <devices> <block>\n",
                 argv[0]);
         return 2;
     }

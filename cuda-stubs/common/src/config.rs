@@ -26,6 +26,9 @@ pub struct Config {
     /// of the same length, so the steady state of an alloc/free loop makes no system
     /// call (for measuring the shim's own time).
     pub arena: bool,
+    /// FAKECUDA_NVML_FAIL: every nvmlInit of the fake NVML fails
+    /// (NVML_ERROR_DRIVER_NOT_LOADED), as on a machine whose NVML cannot reach the driver.
+    pub nvml_fail: bool,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
 }
@@ -116,6 +119,11 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         Some("1") => true,
         Some(v) => return Err(format!("invalid FAKECUDA_ARENA={v:?}: expected 0 or 1")),
     };
+    let nvml_fail = match var("FAKECUDA_NVML_FAIL").as_deref().map(str::trim) {
+        None | Some("" | "0") => false,
+        Some("1") => true,
+        Some(v) => return Err(format!("invalid FAKECUDA_NVML_FAIL={v:?}: expected 0 or 1")),
+    };
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -126,6 +134,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         context_mem,
         mig,
         arena,
+        nvml_fail,
         visible,
     })
 }
@@ -173,6 +182,12 @@ mod tests {
         );
         assert_eq!((c.context_mem, c.mig), (300 << 20, true));
         assert!(!c.arena, "off unless asked");
+        assert!(!c.nvml_fail, "off unless asked");
+        assert!(
+            from_env(env(&[("FAKECUDA_NVML_FAIL", "1")]))
+                .unwrap()
+                .nvml_fail
+        );
         assert_eq!(c.visible, vec![2, 0]);
         let c = from_env(env(&[("FAKECUDA_SHARED", "/tmp/x/state")])).unwrap();
         assert_eq!(
@@ -204,6 +219,7 @@ mod tests {
             ("FAKECUDA_SHARED", "a b"),
             ("FAKECUDA_CONTEXT_MEM", "-1"),
             ("FAKECUDA_MIG", "yes"),
+            ("FAKECUDA_NVML_FAIL", "yes"),
         ] {
             let err = from_env(env(&[(k, v)])).unwrap_err();
             assert!(err.contains(k), "{err}");

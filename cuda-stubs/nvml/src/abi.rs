@@ -14,6 +14,7 @@ pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;
 pub const NVML_ERROR_INVALID_ARGUMENT: nvmlReturn_t = 2;
 pub const NVML_ERROR_NOT_SUPPORTED: nvmlReturn_t = 3;
 pub const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
+pub const NVML_ERROR_DRIVER_NOT_LOADED: nvmlReturn_t = 9;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
 pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;

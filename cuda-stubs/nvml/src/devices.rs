@@ -160,12 +160,17 @@ pub fn driver_version(cuda: i32) -> &'static str {
     }
 }
 
-/// nvmlInit: checks the configuration and counts one initialisation more.
+/// nvmlInit: checks the configuration and counts one initialisation more
+/// (NVML_ERROR_DRIVER_NOT_LOADED with FAKECUDA_NVML_FAIL=1).
 pub fn init(flags: c_uint) -> Res {
     let _ = flags;
-    if let Err(msg) = config::get() {
-        log(msg);
-        return Err(NVML_ERROR_UNKNOWN);
+    match config::get() {
+        Err(msg) => {
+            log(msg);
+            return Err(NVML_ERROR_UNKNOWN);
+        }
+        Ok(c) if c.nvml_fail => return Err(NVML_ERROR_DRIVER_NOT_LOADED),
+        Ok(_) => {}
     }
     INIT_COUNT.fetch_add(1, Ordering::AcqRel);
     Ok(())

@@ -16,6 +16,7 @@ pub struct DevLedger {
     free_calls: AtomicU64,
     failed_alloc_calls: AtomicU64,
     context_mem: AtomicU64,
+    contexts_created: AtomicU64,
 }
 
 /// A snapshot of one device's counters (for cuMemGetInfo and the stats file).
@@ -31,6 +32,9 @@ pub struct DevStats {
     pub failed_alloc_calls: u64,
     /// Bytes held by this process's live contexts (FAKECUDA_CONTEXT_MEM each).
     pub context_mem: u64,
+    /// Contexts the driver made on the device: created ones and primary-context
+    /// activations (a retain of an inactive primary context).
+    pub contexts_created: u64,
     /// Bytes the memory pools of the device hold reserved (in use or cached).
     pub pool_reserved: u64,
     /// Highest total use of all processes (FAKECUDA_SHARED), else `peak`.
@@ -134,13 +138,15 @@ impl Ledger {
         d.failed_alloc_calls.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Takes the memory of a new context (not an allocation call).
+    /// Takes the memory of a new context (not an allocation call) and counts it.
     pub fn charge_context(&self, dev: usize, size: u64) -> CuResult {
-        if size == 0 {
-            return Ok(());
+        if size > 0 {
+            self.charge(dev, size)?;
+            self.devs[dev].context_mem.fetch_add(size, Ordering::AcqRel);
         }
-        self.charge(dev, size)?;
-        self.devs[dev].context_mem.fetch_add(size, Ordering::AcqRel);
+        self.devs[dev]
+            .contexts_created
+            .fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -172,6 +178,7 @@ impl Ledger {
             free_calls: d.free_calls.load(Ordering::Relaxed),
             failed_alloc_calls: d.failed_alloc_calls.load(Ordering::Relaxed),
             context_mem: d.context_mem.load(Ordering::Acquire),
+            contexts_created: d.contexts_created.load(Ordering::Relaxed),
             pool_reserved: 0,
             shared_peak: match &self.shared {
                 Some(sh) => sh.peak(self.phys[dev]),

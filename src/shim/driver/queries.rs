@@ -201,6 +201,10 @@ impl CtxDriver for Contexts {
         }
     }
 
+    fn free_without_context(&self, device: usize) -> Result<u64, String> {
+        super::nvml_direct::device_free(device)
+    }
+
     fn create_floating(&self, device: usize) -> Result<Ctx, u32> {
         let pop = calls::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?;
         let mut ctx: Handle = null_mut();

@@ -1,7 +1,7 @@
 //! Contexts (see `gpucap_core::contexts`).
 
 use super::*;
-use gpucap_core::contexts;
+use gpucap_core::contexts::{self, Vantage};
 
 // ---------------------------------------------------------------------------
 // Contexts (see `contexts`): charged what they take, credited when they go, and
@@ -85,6 +85,22 @@ pub(super) fn charge_context(
     }
 }
 
+/// Says at debug level how the first context on a device was measured: by NVML, or
+/// with a temporary context and why NVML could not be used.
+fn log_vantage(api: &str, d: usize, how: &Vantage) {
+    match how {
+        Vantage::Context => {}
+        Vantage::Nvml => log!(
+            Debug,
+            "{api}: the first context on GPU {d} is measured by NVML's free memory before and after (no other context made)"
+        ),
+        Vantage::Temporary(why) => log!(
+            Debug,
+            "{api}: the first context on GPU {d} is measured with a temporary context, as NVML cannot be used: {why}"
+        ),
+    }
+}
+
 /// After a context went away on `device`: credits the allocations the driver freed
 /// with it (those it no longer knows), and re-reads the pools.
 pub(super) fn after_teardown(device: usize) {
@@ -153,7 +169,8 @@ pub fn primary_ctx_retain(
     if pctx.is_null() || lock.primary_active(&queries::Contexts) {
         return call(); // nothing is created
     }
-    let (rc, measured) = lock.measure(&queries::Contexts, call);
+    let (rc, measured, how) = lock.measure(&queries::Contexts, call);
+    log_vantage("cuDevicePrimaryCtxRetain", lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
     }
@@ -231,7 +248,8 @@ pub(super) fn ctx_created(
     if pctx.is_null() {
         return call();
     }
-    let (rc, measured) = lock.measure(&queries::Contexts, call);
+    let (rc, measured, how) = lock.measure(&queries::Contexts, call);
+    log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
     }

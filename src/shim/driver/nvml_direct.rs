@@ -1,0 +1,157 @@
+//! NVML read directly, below the shim's own NVML hooks: a GPU's device-wide free memory
+//! without a CUDA context, to measure the first context on a device with
+//! (`gpucap_core::contexts`) instead of creating a temporary context.
+//!
+//! `libnvidia-ml.so.1` is loaded (`RTLD_LOCAL`) and initialised (`nvmlInit_v2`) once per
+//! process, lazily, when the first context on a device is measured; never on the
+//! `dlsym` path. Its functions are looked up on that handle with glibc's `dlsym`, so
+//! they are NVML's own, never gpucap's hooks (which would show the cap). NVML stays
+//! initialised until the process ends (its initialisations are counted: a program's own
+//! `nvmlInit`/`nvmlShutdown` pairs are not disturbed).
+
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::ptr::null_mut;
+use std::sync::OnceLock;
+
+use super::calls;
+use super::types::{CUDA_SUCCESS, Handle};
+use gpucap_core::nvml::NvmlMemory;
+
+/// `NVML_SUCCESS`, `NVML_DEVICE_MIG_ENABLE`.
+const NVML_SUCCESS: u32 = 0;
+const NVML_MIG_ENABLE: u32 = 1;
+
+type ByUuid = unsafe extern "C" fn(*const c_char, *mut Handle) -> u32;
+type MemoryInfo = unsafe extern "C" fn(Handle, *mut NvmlMemory) -> u32;
+type MigMode = unsafe extern "C" fn(Handle, *mut u32, *mut u32) -> u32;
+type IsMig = unsafe extern "C" fn(Handle, *mut u32) -> u32;
+
+/// The NVML functions the measurement uses.
+struct Nvml {
+    by_uuid: ByUuid,
+    memory: MemoryInfo,
+    mig_mode: Option<MigMode>,
+    is_mig: Option<IsMig>,
+}
+
+static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
+
+/// The last `dlerror()` text.
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        return "no reason given".into();
+    }
+    // SAFETY: non-null, NUL-terminated (above).
+    unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+}
+
+fn load() -> Result<Nvml, String> {
+    let dlsym = crate::resolve::real_dlsym().ok_or("glibc's dlsym was not found")?;
+    // SAFETY: dlopen with a constant name (not hooked); the handle is kept for the process.
+    let h = unsafe {
+        libc::dlopen(
+            c"libnvidia-ml.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_LOCAL,
+        )
+    };
+    if h.is_null() {
+        return Err(format!(
+            "libnvidia-ml.so.1 cannot be loaded ({})",
+            dl_error()
+        ));
+    }
+    let sym = |name: &CStr| -> Result<*mut c_void, String> {
+        // SAFETY: glibc's dlsym on NVML's own handle: NVML's export, never one of ours.
+        let p = unsafe { dlsym(h, name.as_ptr()) };
+        if p.is_null() {
+            Err(format!("NVML has no {}", name.to_string_lossy()))
+        } else {
+            Ok(p)
+        }
+    };
+    let init = sym(c"nvmlInit_v2")?;
+    // SAFETY: each symbol is NVML's export of that name, with this C signature.
+    let (init, by_uuid, memory, mig_mode, is_mig) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(init),
+            std::mem::transmute::<*mut c_void, ByUuid>(sym(c"nvmlDeviceGetHandleByUUID")?),
+            std::mem::transmute::<*mut c_void, MemoryInfo>(sym(c"nvmlDeviceGetMemoryInfo")?),
+            sym(c"nvmlDeviceGetMigMode")
+                .ok()
+                .map(|p| std::mem::transmute::<*mut c_void, MigMode>(p)),
+            sym(c"nvmlDeviceIsMigDeviceHandle")
+                .ok()
+                .map(|p| std::mem::transmute::<*mut c_void, IsMig>(p)),
+        )
+    };
+    // SAFETY: NVML's initialisation, no arguments.
+    let rc = unsafe { init() };
+    if rc != NVML_SUCCESS {
+        return Err(format!("nvmlInit_v2 failed (error {rc})"));
+    }
+    Ok(Nvml {
+        by_uuid,
+        memory,
+        mig_mode,
+        is_mig,
+    })
+}
+
+/// The UUID of CUDA device `device` as NVML names a whole GPU (`GPU-…`).
+fn gpu_uuid(device: usize) -> Result<String, String> {
+    let get = calls::cuDeviceGetUuid_v2()
+        .or_else(calls::cuDeviceGetUuid)
+        .ok_or("the driver has no cuDeviceGetUuid")?;
+    let mut u = [0u8; 16];
+    // SAFETY: valid out-pointer; an ordinal the shim checked.
+    let rc = unsafe { get(&mut u, device as i32) };
+    if rc != CUDA_SUCCESS {
+        return Err(format!("cuDeviceGetUuid failed (error {rc})"));
+    }
+    Ok(gpucap_core::nvml::uuid_text("GPU", &u))
+}
+
+/// The free memory of CUDA device `device` by NVML (device-wide, every process's use
+/// counted), or why NVML cannot say.
+pub fn device_free(device: usize) -> Result<u64, String> {
+    let nvml = NVML.get_or_init(load).as_ref().map_err(Clone::clone)?;
+    let uuid = gpu_uuid(device)?;
+    let text = CString::new(uuid.as_str()).map_err(|_| "a UUID with a NUL byte".to_string())?;
+    let mut h: Handle = null_mut();
+    // SAFETY: a NUL-terminated UUID and a valid out-pointer.
+    let rc = unsafe { (nvml.by_uuid)(text.as_ptr(), &mut h) };
+    if rc != NVML_SUCCESS {
+        return Err(format!(
+            "NVML has no GPU {uuid} (error {rc}; a MIG instance is not measured by NVML)"
+        ));
+    }
+    if let Some(is_mig) = nvml.is_mig {
+        let mut mig = 0u32;
+        // SAFETY: a handle NVML gave, a valid out-pointer.
+        if unsafe { is_mig(h, &mut mig) } == NVML_SUCCESS && mig != 0 {
+            return Err(format!("{uuid} is a MIG instance"));
+        }
+    }
+    if let Some(mode) = nvml.mig_mode {
+        let (mut current, mut pending) = (0u32, 0u32);
+        // SAFETY: a handle NVML gave, valid out-pointers.
+        if unsafe { mode(h, &mut current, &mut pending) } == NVML_SUCCESS
+            && current == NVML_MIG_ENABLE
+        {
+            return Err(format!(
+                "{uuid} is in MIG mode: its device-wide figure is not this instance's"
+            ));
+        }
+    }
+    let mut m = NvmlMemory::default();
+    // SAFETY: a handle NVML gave, a valid out-pointer of nvmlMemory_t's layout.
+    let rc = unsafe { (nvml.memory)(h, &mut m) };
+    if rc != NVML_SUCCESS {
+        return Err(format!(
+            "nvmlDeviceGetMemoryInfo failed for {uuid} (error {rc})"
+        ));
+    }
+    Ok(m.free)
+}
