@@ -14,6 +14,8 @@
  *   align          every kept pointer is 512-aligned; prints "align ok|bad"
  *   free           frees every kept block (last first); prints "freed K failed F"
  *   refree         frees the last pointer freed again; prints "refree RC"
+ *   free-interior  cuMemFree_v2 of the last kept block's base + 512; prints
+ *                  "free-interior RC" (the block stays kept)
  *   info           prints "info FREE TOTAL" (cuMemGetInfo_v2)
  *   mixed:SEED:OPS:BUDGET
  *                  a random workload (fixed seed): allocations of small (512 B to
@@ -213,6 +215,12 @@ int main(int argc, char **argv) {
             printf("freed %d failed %d\n", freed, failed);
         } else if (strcmp(step, "refree") == 0) {
             printf("refree %d\n", cuMemFree_v2(last_freed));
+        } else if (strcmp(step, "free-interior") == 0) {
+            if (n_held == 0) {
+                fprintf(stderr, "free-interior: no block kept\n");
+                return 3;
+            }
+            printf("free-interior %d\n", cuMemFree_v2(held[n_held - 1] + 512));
         } else if (strcmp(step, "info") == 0) {
             size_t f = 0, t = 0;
             MUST(cuMemGetInfo_v2(&f, &t));
