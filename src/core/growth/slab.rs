@@ -75,7 +75,7 @@ impl Slab {
     /// Carves `len` bytes (a multiple of [`ALIGN`]) from the first free run long
     /// enough; returns the block's address.
     pub fn carve(&mut self, len: u64) -> Option<u64> {
-        if len == 0 || len % ALIGN != 0 {
+        if len == 0 || !len.is_multiple_of(ALIGN) {
             return None;
         }
         let (&off, &run) = self.free.iter().find(|&(_, &run)| run >= len)?;
