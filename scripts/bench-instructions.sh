@@ -37,18 +37,19 @@ cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run
-# (THREADS=k among the variables: k threads of PAIRS pairs each).
+# instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run,
+# pairs of BSIZE bytes (default 4Ki) (THREADS=k among the variables: k threads of PAIRS
+# pairs each).
 instructions() {
-    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM threads=1 vars=()
+    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 vars=()
     shift 3
     for v in "$@"; do
         case $v in THREADS=*) threads=${v#THREADS=} ;; *) vars+=("$v") ;; esac
     done
     env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
         ${preload:+LD_PRELOAD=$preload} \
-        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" 4Ki pair "live=$live" >/dev/null 2>&1 ||
-        { echo "bench-instructions: bench_alloc $threads $pairs 4Ki pair live=$live failed" >&2; exit 1; }
+        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" "$size" pair "live=$live" >/dev/null 2>&1 ||
+        { echo "bench-instructions: bench_alloc $threads $pairs $size pair live=$live $* failed" >&2; exit 1; }
     awk '/^summary:/ {print $2}' "$out"
 }
 
@@ -85,5 +86,14 @@ for k in "${LIVE[@]}"; do
     printf 'with %d live allocations: raw %d, gpucap %d, added %d\n' "$k" "$lraw" "$lshim" $((lshim - lraw))
     live_json+="${live_json:+,}{\"live\":$k,\"raw_per_pair\":$lraw,\"gpucap_per_pair\":$lshim,\"added_per_pair\":$((lshim - lraw))}"
 done
-printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"two_gpus_added_per_pair":%d,"two_threads_added_per_pair":%d,"live":[%s]}\n' \
-    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) $((g2shim - g2raw)) $((t2shim - t2raw)) "$live_json" >"$PWD/target/bench-instructions.json"
+growth_json=
+for size in 64Ki 8Mi; do
+    r1=$(BSIZE=$size instructions "" "$N" 0); r2=$(BSIZE=$size instructions "" $((2 * N)) 0)
+    g1=$(BSIZE=$size instructions "$R/libgpucap.so" "$N" 0 GPUCAP_GROWTH=1)
+    g2=$(BSIZE=$size instructions "$R/libgpucap.so" $((2 * N)) 0 GPUCAP_GROWTH=1)
+    graw=$(((r2 - r1) / N)); gshim=$(((g2 - g1) / N))
+    printf 'growth mode (GPUCAP_GROWTH=1), %s blocks: raw %d, gpucap %d, added %d\n' "$size" "$graw" "$gshim" $((gshim - graw))
+    growth_json+="${growth_json:+,}{\"size\":\"$size\",\"raw_per_pair\":$graw,\"gpucap_per_pair\":$gshim,\"added_per_pair\":$((gshim - graw))}"
+done
+printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"two_gpus_added_per_pair":%d,"two_threads_added_per_pair":%d,"live":[%s],"growth":[%s]}\n' \
+    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) $((g2shim - g2raw)) $((t2shim - t2raw)) "$live_json" "$growth_json" >"$PWD/target/bench-instructions.json"

@@ -1,7 +1,8 @@
 //! Growth mode's driver side: serving `cuMemAlloc` from retained physical pages
 //! with the driver's virtual memory management, and taking frees back into them.
-//! The bookkeeping is `growth.rs`; this file only sequences driver calls and undoes
-//! what it did when one of them fails.
+//! The bookkeeping and the design are `gpucap_core::growth`; this file only
+//! sequences driver calls (never under one of its locks) and undoes what it did
+//! when one of them fails.
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -18,8 +19,9 @@ use crate::driver::types::{
     CuResult,
 };
 use crate::log::log;
-use crate::state::SHIM;
-use gpucap_core::growth::{GROWTH, Mapping, pages_for};
+use crate::state::{SHIM, Shim};
+use gpucap_core::growth::slab::is_small;
+use gpucap_core::growth::{self, GROWTH, Live, Mapping, pages_for};
 
 fn location(device: usize) -> CUmemLocation {
     CUmemLocation {
@@ -81,6 +83,27 @@ fn page_size(device: usize) -> Result<u64, CuResult> {
     }
     GROWTH.set_page(device, g as u64);
     Ok(GROWTH.page(device))
+}
+
+/// `(free, total)` as a program in growth mode sees them, from the driver's
+/// figures and the process's `retained` bytes: new memory in whole pages plus the
+/// retained bytes (`growth::free_figure`). `ask` lets the page size be asked of the
+/// driver if not yet known (a CUDA call with a context current); NVML's hook
+/// passes false.
+pub fn mem_info(
+    shim: &Shim,
+    device: usize,
+    (free, total): (u64, u64),
+    retained: u64,
+    ask: bool,
+) -> (u64, u64) {
+    let (f, t) = shim.mem_info(device, free, total, 0);
+    let page = if ask {
+        page_size(device).unwrap_or(0)
+    } else {
+        GROWTH.page(device)
+    };
+    (growth::free_figure(f, page, retained, t), t)
 }
 
 fn release_pages(pages: &[u64]) {
@@ -146,10 +169,13 @@ fn map(device: usize, page: u64, pages: &[u64]) -> Result<u64, CuResult> {
     Ok(base)
 }
 
-/// Serves an allocation of `size` bytes on `device`: retained pages first, new
-/// pages (charged to the cap) for the rest.
+/// Serves an allocation of `size` bytes on `device`: small ones from slabs, larger
+/// ones with whole pages (retained first, new pages charged to the cap for the rest).
 pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
     let page = page_size(device)?;
+    if is_small(size, page) {
+        return alloc_small(api, device, size, page);
+    }
     let n = pages_for(size, page).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     // Fast path: a freed allocation of the same page count, still mapped.
     if let Some((base, m)) = usize::try_from(n)
@@ -160,9 +186,13 @@ pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
         GROWTH.record(base, Mapping { size, ..m });
         return Ok(base);
     }
-    // Unmap cached allocations of other sizes until the loose pages suffice.
+    // Unmap cached allocations of other sizes, then empty slabs, until the loose
+    // pages suffice.
     while GROWTH.loose_pages(device) < n {
-        let Some((base, m)) = GROWTH.evict_cached(device) else {
+        let Some((base, m)) = GROWTH
+            .evict_cached(device)
+            .or_else(|| GROWTH.evict_empty_slab(device))
+        else {
             break;
         };
         unmap(base, &m);
@@ -198,6 +228,43 @@ pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
     }
 }
 
+/// Serves a small request from a slab; with no room in any, makes a new slab of
+/// one page: a loose page, else one of a cached mapping (unmapped), else a new one.
+fn alloc_small(api: &str, device: usize, size: u64, page: u64) -> Result<u64, CuResult> {
+    if let Some(ptr) = GROWTH.carve(device, size) {
+        SHIM.ledger.count_alloc(device);
+        return Ok(ptr);
+    }
+    let mut pages = GROWTH.take_pages(device, 1);
+    while pages.is_empty() {
+        let Some((base, m)) = GROWTH.evict_cached(device) else {
+            break;
+        };
+        unmap(base, &m);
+        pages = GROWTH.take_pages(device, 1);
+    }
+    if pages.is_empty() {
+        pages = grow(api, device, size, page, 1)?;
+    }
+    let base = match map(device, page, &pages) {
+        Ok(base) => base,
+        Err(rc) => {
+            GROWTH.give_back(device, pages);
+            return Err(rc);
+        }
+    };
+    GROWTH.add_slab(device, base, pages);
+    // The new slab has room (a small request is at most half a page), unless other
+    // threads filled it meanwhile: then take another page.
+    match GROWTH.carve(device, size) {
+        Some(ptr) => {
+            SHIM.ledger.count_alloc(device);
+            Ok(ptr)
+        }
+        None => alloc_small(api, device, size, page),
+    }
+}
+
 /// Unmaps a cached allocation and makes its pages loose. A range the driver will
 /// not unmap stays mapped and its pages are not reused (they stay charged).
 fn unmap(base: u64, m: &Mapping) {
@@ -213,14 +280,18 @@ fn unmap(base: u64, m: &Mapping) {
     GROWTH.give_back(m.device, m.pages.iter().copied());
 }
 
-/// Frees a growth allocation: `None` if `ptr` is not one. The allocation stays
-/// mapped, retained, for the next request of its size.
+/// Frees a growth allocation: `None` if `ptr` is not one. A page allocation stays
+/// mapped, retained, for the next request of its page count; a small block goes
+/// back to its slab.
 #[inline(never)]
 pub fn free(ptr: u64) -> Option<CuResult> {
-    let m = GROWTH.remove(ptr)?;
+    let live = GROWTH.remove(ptr)?;
     // cuMemFree waits for the device to finish with the memory; so must we before
     // it can serve another allocation.
     let _ = call!(cuCtxSynchronize());
-    GROWTH.cache(ptr, m);
+    match live {
+        Live::Pages(m) => GROWTH.cache(ptr, m),
+        Live::Block(b) => GROWTH.release_block(ptr, b),
+    }
     Some(CUDA_SUCCESS)
 }

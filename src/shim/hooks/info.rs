@@ -74,12 +74,11 @@ pub(super) fn capped_info(shim: &Shim, free: u64, total: u64) -> (u64, u64) {
     match current_device().and_then(|d| checked_device(shim, d)) {
         Some(d) => {
             refresh_pools(d);
-            let retained = if growth() {
-                growth::retained_bytes(d)
+            if growth() {
+                arena::mem_info(shim, d, (free, total), growth::retained_bytes(d), true)
             } else {
-                0
-            };
-            shim.mem_info(d, free, total, retained)
+                shim.mem_info(d, free, total, 0)
+            }
         }
         None => (free, total),
     }

@@ -120,12 +120,11 @@ pub fn nvml_memory_info<M: nvml::MemoryInfo>(
         // A member: its own books say the pool's figures (`Shim::mem_info`).
         nvml_device(&SHIM, device)
             .map(|d| {
-                let retained = if growth() {
-                    growth::retained_bytes(d)
+                if growth() {
+                    arena::mem_info(&SHIM, d, (free, total), growth::retained_bytes(d), false)
                 } else {
-                    0
-                };
-                SHIM.mem_info(d, free, total, retained)
+                    SHIM.mem_info(d, free, total, 0)
+                }
             })
             .or_else(|| {
                 let g = pooled?;
