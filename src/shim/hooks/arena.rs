@@ -231,37 +231,31 @@ pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
 /// Serves a small request from a slab; with no room in any, makes a new slab of
 /// one page: a loose page, else one of a cached mapping (unmapped), else a new one.
 fn alloc_small(api: &str, device: usize, size: u64, page: u64) -> Result<u64, CuResult> {
-    if let Some(ptr) = GROWTH.carve(device, size) {
-        SHIM.ledger.count_alloc(device);
-        return Ok(ptr);
-    }
-    let mut pages = GROWTH.take_pages(device, 1);
-    while pages.is_empty() {
-        let Some((base, m)) = GROWTH.evict_cached(device) else {
-            break;
-        };
-        unmap(base, &m);
-        pages = GROWTH.take_pages(device, 1);
-    }
-    if pages.is_empty() {
-        pages = grow(api, device, size, page, 1)?;
-    }
-    let base = match map(device, page, &pages) {
-        Ok(base) => base,
-        Err(rc) => {
-            GROWTH.give_back(device, pages);
-            return Err(rc);
-        }
-    };
-    GROWTH.add_slab(device, base, pages);
-    // The new slab has room (a small request is at most half a page), unless other
-    // threads filled it meanwhile: then take another page.
-    match GROWTH.carve(device, size) {
-        Some(ptr) => {
+    // Each round maps one more slab; the new slab has room (a small request is at most
+    // half a page) unless other threads filled it meanwhile: then another round.
+    loop {
+        if let Some(ptr) = GROWTH.carve(device, size) {
             SHIM.ledger.count_alloc(device);
-            Ok(ptr)
+            return Ok(ptr);
         }
-        None => alloc_small(api, device, size, page),
+        let mut pages = GROWTH.take_pages(device, 1);
+        while pages.is_empty() {
+            let Some((base, m)) = GROWTH.evict_cached(device) else {
+                break;
+            };
+            unmap(base, &m);
+            pages = GROWTH.take_pages(device, 1);
+        }
+        if pages.is_empty() {
+            pages = grow(api, device, size, page, 1)?;
+        }
+        match map(device, page, &pages) {
+            Ok(base) => GROWTH.add_slab(device, base, pages),
+            Err(rc) => {
+                GROWTH.give_back(device, pages);
+                return Err(rc);
+            }
+        }
     }
 }
 
