@@ -87,6 +87,18 @@ static uint64_t next(void) { /* xorshift64* */
     return rng * 2685821657736338717ULL;
 }
 
+/* Frees a random one of the n held blocks (its tags checked first) and forgets it;
+   returns how many of its tag check and its free went wrong (0 to 2). */
+static int drop_random(CUdeviceptr *ptr, size_t *len, int *n, size_t *live) {
+    int i = (int)(next() % (uint64_t)*n), bad = 0;
+    bad += !check_tags(ptr[i], len[i]);
+    if (cuMemFree_v2(ptr[i]) != CUDA_SUCCESS) bad++;
+    *live -= len[i];
+    ptr[i] = ptr[--*n];
+    len[i] = len[*n];
+    return bad;
+}
+
 static void mixed(uint64_t seed, long ops, size_t budget) {
     static CUdeviceptr ptr[MAX_HELD];
     static size_t len[MAX_HELD];
@@ -96,12 +108,7 @@ static void mixed(uint64_t seed, long ops, size_t budget) {
     rng = seed ? seed : 1;
     for (long op = 0; op < ops; op++) {
         if (n > 0 && (next() % 100 < 40 || n == MAX_HELD)) {
-            int i = (int)(next() % (uint64_t)n);
-            bad += !check_tags(ptr[i], len[i]);
-            if (cuMemFree_v2(ptr[i]) != CUDA_SUCCESS) bad++;
-            live -= len[i];
-            ptr[i] = ptr[--n];
-            len[i] = len[n];
+            bad += drop_random(ptr, len, &n, &live);
             continue;
         }
         size_t size;
@@ -113,14 +120,7 @@ static void mixed(uint64_t seed, long ops, size_t budget) {
         } else
             size = 1 * MIB + next() % (23 * MIB);
         if (next() % 4 == 0) size = (size & ~(size_t)4095) | 1; /* odd sizes too */
-        while (n > 0 && live + size > budget) {
-            int i = (int)(next() % (uint64_t)n);
-            bad += !check_tags(ptr[i], len[i]);
-            if (cuMemFree_v2(ptr[i]) != CUDA_SUCCESS) bad++;
-            live -= len[i];
-            ptr[i] = ptr[--n];
-            len[i] = len[n];
-        }
+        while (n > 0 && live + size > budget) bad += drop_random(ptr, len, &n, &live);
         size_t f = 0, t = 0;
         MUST(cuMemGetInfo_v2(&f, &t));
         CUdeviceptr d = 0;
