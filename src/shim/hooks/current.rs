@@ -6,7 +6,9 @@
 //! context's release and reset) goes through the hooks below or in `contexts.rs`, which
 //! forget it, before and after the driver's call, so the next allocation asks again.
 //! A context destroyed by another thread leaves this thread's device in place: the
-//! driver then refuses the allocation and its reservation is rolled back.
+//! driver then refuses the allocation and its reservation is rolled back. Not seen: the
+//! deprecated graphics-interop creators (`cuGLCtxCreate`, `cuVDPAUCtxCreate`), which
+//! make and push a context gpucap neither charges nor follows (README, coverage table).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
