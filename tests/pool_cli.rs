@@ -7,85 +7,12 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Output, Stdio};
 
+use common::pool_scratch::*;
 use common::*;
 
 const MIB: u64 = 1 << 20;
-
-/// A scratch directory with a pool directory in it.
-struct Scratch {
-    dir: PathBuf,
-    pools: PathBuf,
-}
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = scratch(tag);
-        let pools = dir.join("pools");
-        std::fs::create_dir_all(&pools).unwrap();
-        Scratch { dir, pools }
-    }
-
-    /// The file of pool `name`.
-    fn pool_file(&self, name: &str) -> PathBuf {
-        // SAFETY: geteuid has no preconditions.
-        let uid = unsafe { libc::geteuid() };
-        self.pools
-            .join(format!("gpucap-{uid}"))
-            .join(format!("{name}.pool"))
-    }
-
-    /// `gpucap ARGS` on the fake GPU with GPUCAP_POOL_DIR set to this scratch's.
-    fn gpucap(&self, args: &[&str]) -> Command {
-        let mut c = fake_cmd(cli(), &self.dir.join("stats.json"));
-        c.args(args)
-            .env("FAKECUDA_TOTAL_MEM", "4Gi")
-            .env("GPUCAP_POOL_DIR", &self.pools);
-        c
-    }
-
-    /// A member of pool `pool` (capped at 1 GiB) that runs the script `steps` and then
-    /// holds its memory until killed; returns once it has done its steps (waiting at
-    /// most 60 s: a harness limit, not a timing assertion).
-    fn member(&self, pool: &str, tag: &str, steps: &[&str]) -> Child {
-        let ready = self.dir.join(format!("{tag}.ready"));
-        let never = self.dir.join("never");
-        let script = compile_c("script", "", &["-lcuda"]);
-        let mut args: Vec<String> = ["run", "--limit", "1Gi", "--pool", pool, "--"]
-            .map(String::from)
-            .to_vec();
-        args.push(script.to_str().unwrap().into());
-        args.extend(steps.iter().map(|s| s.to_string()));
-        args.push(format!("touch:{}", ready.display()));
-        args.push(format!("wait:{}", never.display()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut child = self
-            .gpucap(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while !ready.exists() {
-            if child.try_wait().unwrap().is_some() {
-                let o = child.wait_with_output().unwrap();
-                panic!(
-                    "the member {tag} exited before its steps were done\n{}",
-                    dump(&o)
-                );
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "{} never appeared",
-                ready.display()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        child
-    }
-}
 
 /// SIGKILLs `child` and returns its output.
 fn kill(mut child: Child) -> Output {

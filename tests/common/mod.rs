@@ -3,6 +3,8 @@
 //! statistics. Every test binary includes this with `mod common;`.
 #![allow(dead_code)]
 
+pub mod pool_scratch;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,99 @@
+//! A scratch directory with a pool directory in it, and the pool members the pool
+//! tests start there (`tests/pool_cli.rs`, `tests/metrics.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+pub struct Scratch {
+    pub dir: PathBuf,
+    pub pools: PathBuf,
+}
+
+/// The C test program that runs a list of steps (`tests/c/script.c`).
+pub fn script() -> PathBuf {
+    compile_c("script", "", &["-lcuda"])
+}
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let dir = scratch(tag);
+        let pools = dir.join("pools");
+        std::fs::create_dir_all(&pools).unwrap();
+        Scratch { dir, pools }
+    }
+
+    /// The file of pool `name`.
+    pub fn pool_file(&self, name: &str) -> PathBuf {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        self.pools
+            .join(format!("gpucap-{uid}"))
+            .join(format!("{name}.pool"))
+    }
+
+    /// `gpucap ARGS` on the fake GPU with GPUCAP_POOL_DIR set to this scratch's.
+    pub fn gpucap(&self, args: &[&str]) -> Command {
+        let mut c = fake_cmd(cli(), &self.dir.join("stats.json"));
+        c.args(args)
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("GPUCAP_POOL_DIR", &self.pools);
+        c
+    }
+
+    /// A member of `pool` (capped at 1 GiB) running `program` (the script, or a link to
+    /// it) with `steps`, that then holds its memory until killed; returns once it has
+    /// done its steps (waiting at most 60 s: a harness limit, not a timing assertion).
+    pub fn member_as(&self, program: &Path, pool: &str, tag: &str, steps: &[&str]) -> Child {
+        let ready = self.dir.join(format!("{tag}.ready"));
+        let never = self.dir.join("never");
+        let mut args: Vec<String> = ["run", "--limit", "1Gi", "--pool", pool, "--"]
+            .map(String::from)
+            .to_vec();
+        args.push(program.to_str().unwrap().into());
+        args.extend(steps.iter().map(|s| s.to_string()));
+        args.push(format!("touch:{}", ready.display()));
+        args.push(format!("wait:{}", never.display()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut child = self
+            .gpucap(&args)
+            .current_dir(&self.dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while !ready.exists() {
+            if child.try_wait().unwrap().is_some() {
+                let o = child.wait_with_output().unwrap();
+                panic!(
+                    "the member {tag} exited before its steps were done\n{}",
+                    dump(&o)
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{} never appeared",
+                ready.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child
+    }
+
+    /// A member of `pool` running the script (see [`member_as`](Self::member_as)).
+    pub fn member(&self, pool: &str, tag: &str, steps: &[&str]) -> Child {
+        self.member_as(&script(), pool, tag, steps)
+    }
+
+    /// A process of `pool` that runs `steps` and exits.
+    pub fn once(&self, pool: &str, steps: &[&str]) -> Output {
+        let script = script();
+        let mut args = vec!["run", "--limit", "1Gi", "--pool", pool, "--"];
+        args.push(script.to_str().unwrap());
+        args.extend(steps);
+        run(&mut self.gpucap(&args))
+    }
+}
