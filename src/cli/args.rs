@@ -329,6 +329,23 @@ pub fn parse_iterations(value: &str) -> Result<u64, String> {
     }
 }
 
+/// The value of option `name`: attached (`--name=value`), else the next argument, even if
+/// it starts with a dash (`--log -x`); `what` names the value in the error.
+fn option_value(
+    topic: Topic,
+    parser: &mut Parser,
+    name: &str,
+    attached: Option<OsString>,
+    what: &str,
+) -> Result<OsString, UsageError> {
+    match attached {
+        Some(v) => Ok(v),
+        None => parser
+            .value()
+            .map_err(|_| usage(topic, format!("{name} needs a value: {name} {what}"))),
+    }
+}
+
 /// Reads the options of a command up to the first word that is not one: for `run`
 /// and `check`, `--limit SPEC`, `--log LEVEL`, `--report PATH` (also as
 /// `--name=value`), `--growth`, `--pool NAME|PATH`, and for `run` `--measure`, for
@@ -387,12 +404,7 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
                 return Err(usage(topic, format!("{name} given more than once")));
             }
             // An OsString: a non-UTF-8 path survives.
-            let value = match attached {
-                Some(v) => v,
-                None => parser
-                    .value()
-                    .map_err(|_| usage(topic, format!("{name} needs a value: {name} FILE")))?,
-            };
+            let value = option_value(topic, parser, &name, attached, "FILE")?;
             if value.is_empty() {
                 return Err(usage(topic, format!("{name} needs a file name")));
             }
@@ -402,12 +414,7 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
         // `status` and `metrics` take `--pool` several times (several pools in one
         // exposition); `parse_status` refuses a second one for the table and JSON.
         if name == "--pool" && matches!(topic, Topic::Status | Topic::Metrics) {
-            let value = match attached {
-                Some(v) => v,
-                None => parser
-                    .value()
-                    .map_err(|_| usage(topic, format!("{name} needs a value: {name} NAME|PATH")))?,
-            };
+            let value = option_value(topic, parser, &name, attached, "NAME|PATH")?;
             let value = value
                 .into_string()
                 .map_err(|_| usage(topic, format!("the value of {name} is not valid UTF-8")))?;
@@ -418,12 +425,7 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
             if opts.listen.is_some() {
                 return Err(usage(topic, format!("{name} given more than once")));
             }
-            let value = match attached {
-                Some(v) => v,
-                None => parser
-                    .value()
-                    .map_err(|_| usage(topic, format!("{name} needs a value: {name} ADDR:PORT")))?,
-            };
+            let value = option_value(topic, parser, &name, attached, "ADDR:PORT")?;
             opts.listen =
                 Some(parse_listen(&value.to_string_lossy()).map_err(|m| usage(topic, m))?);
             continue;
@@ -438,12 +440,7 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
                 return Err(usage(topic, format!("{name} given more than once")));
             }
             let what = if name == "--interval" { "SECS" } else { "N" };
-            let value = match attached {
-                Some(v) => v,
-                None => parser
-                    .value()
-                    .map_err(|_| usage(topic, format!("{name} needs a value: {name} {what}")))?,
-            };
+            let value = option_value(topic, parser, &name, attached, what)?;
             let value = value.to_string_lossy();
             if name == "--interval" {
                 opts.interval_ms = Some(parse_interval(&value).map_err(|m| usage(topic, m))?);
@@ -462,13 +459,7 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
         if slot.is_some() {
             return Err(usage(topic, format!("{name} given more than once")));
         }
-        // The next argument is the value even if it starts with a dash (`--log -x`).
-        let value = match attached {
-            Some(v) => v,
-            None => parser
-                .value()
-                .map_err(|_| usage(topic, format!("{name} needs a value: {name} {what}")))?,
-        };
+        let value = option_value(topic, parser, &name, attached, what)?;
         let value = value
             .into_string()
             .map_err(|_| usage(topic, format!("the value of {name} is not valid UTF-8")))?;
