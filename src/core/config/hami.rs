@@ -312,7 +312,7 @@ fn hami_as_gpucap_limit(hami: &LimitSpec) -> String {
 /// `b` bytes as a size GPUCAP_LIMIT reads back exactly: `8Gi`, `1536Mi`, `4Ki`, `1000B`.
 fn exact_size(b: u64) -> String {
     for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if b != 0 && b % (1u64 << shift) == 0 {
+        if b != 0 && b.is_multiple_of(1u64 << shift) {
             return format!("{}{unit}", b >> shift);
         }
     }
