@@ -21,6 +21,11 @@
 #   --out PATH        the benchmark JSON (default gpu-bench.json)
 #   --reps N          benchmark repetitions, raw and capped interleaved (default 5)
 #   --target-ms MS    length of one alloc/free benchmark run (default 300)
+#   --train-reps N    training benchmark runs per mode (default 3)
+#   --train-steps N   timed steps of one training run (default 50)
+#   --deadline EPOCH  a time budget (seconds since the epoch): no check starts later
+#                     than 30 s before it (SKIP: the time budget is spent) and none
+#                     runs past it. Each check's seconds go to LOGDIR/times.txt.
 #
 # Output: one line per check, `PASS <name>`, `FAIL <name>: <why>` (followed by the end of
 # its log) or `SKIP <name>: <reason>`, then `N passed, M failed, K skipped`. Exit status 1
@@ -38,7 +43,7 @@ PROBE=$ROOT/scripts/gpu/probe.py
 SRC_DIR=$ROOT/scripts/gpu
 
 LIB='' CLI='' GPU=0 CAP_MIB='' PY=python3 TIMEOUT=300 ONLY='' NO_FILL=0 LOGDIR=
-BENCH=0 OUT=gpu-bench.json REPS=5 TARGET_MS=300
+BENCH=0 OUT=gpu-bench.json REPS=5 TARGET_MS=300 DEADLINE=
 TRAIN_STEPS=50 TRAIN_WARMUP=10 TRAIN_BATCH=64 TRAIN_IMAGE=128 TRAIN_REPS=3 TRAIN_CAP=
 
 usage() {
@@ -74,7 +79,8 @@ while [ $# -gt 0 ]; do
         --bench) BENCH=1; shift; continue ;;
         --no-fill) NO_FILL=1; shift; continue ;;
         --*=*) val=${opt#*=}; opt=${opt%%=*}; shift ;;
-        --lib | --cli | --gpu | --cap-mib | --python | --timeout | --only | --logs | --out | --reps | --target-ms)
+        --lib | --cli | --gpu | --cap-mib | --python | --timeout | --only | --logs | --out | --reps | --target-ms | \
+            --train-reps | --train-steps | --deadline)
             [ $# -ge 2 ] || die_usage "$opt needs a value"
             val=$2; shift 2 ;;
         -*) die_usage "unknown option '$opt'" ;;
@@ -92,6 +98,9 @@ while [ $# -gt 0 ]; do
         --out) OUT=$(abspath "$val") ;;
         --reps) REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
         --target-ms) TARGET_MS=$(uint_at_least "$opt" "$val" 10) || exit 2 ;;
+        --train-reps) TRAIN_REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
+        --train-steps) TRAIN_STEPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
+        --deadline) DEADLINE=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
         *) die_usage "unknown option '$opt'" ;;
     esac
 done
@@ -107,6 +116,11 @@ CHECKS=(
     context-overhead
 )
 BENCHES=(bench-alloc bench-churn bench-torch-train)
+# The checks of what landed later, one file per job: each adds its names to CHECKS.
+for f in "$SRC_DIR"/checks/*.sh; do
+    # shellcheck source=/dev/null
+    . "$f"
+done
 
 # ---- results ---------------------------------------------------------------------------
 NPASS=0 NFAIL=0 NSKIP=0
@@ -383,7 +397,16 @@ report_ok() {
 # prints SKIP NAME and returns 1. Detected once, uncapped.
 declare -A FW_STATE=() FW_MSG=()
 needs_fw() {
-    local fw=$1 name=$2 out rc
+    if fw_available "$1"; then
+        return 0
+    fi
+    skip "$2" "${FW_MSG[$1]}"
+    return 1
+}
+
+# fw_available FW: 0 if framework FW works uncapped (detected once, quietly).
+fw_available() {
+    local fw=$1 out rc
     if [ -z "${FW_STATE[$fw]:-}" ]; then
         if [ "$PY_OK" != 1 ]; then
             FW_STATE[$fw]=no
@@ -403,11 +426,7 @@ needs_fw() {
             fi
         fi
     fi
-    if [ "${FW_STATE[$fw]}" = yes ]; then
-        return 0
-    fi
-    skip "$name" "${FW_MSG[$fw]}"
-    return 1
+    [ "${FW_STATE[$fw]}" = yes ]
 }
 
 NVCC=
@@ -779,19 +798,37 @@ if [ "${others:-0}" -gt 0 ]; then
     echo "gpu-check: note: $others other process(es) on this GPU; figures may be noisy"
 fi
 
-for name in "${CHECKS[@]}"; do
-    selected "$name" || continue
+# run_check NAME: the check, within the time budget; its seconds to times.txt.
+FULL_TIMEOUT=$TIMEOUT
+: >"$LOGDIR/times.txt"
+run_check() {
+    local name=$1 t0=$SECONDS left
     LOG=$LOGDIR/$name.log
     : >"$LOG"
+    TIMEOUT=$FULL_TIMEOUT
+    if [ -n "$DEADLINE" ]; then
+        left=$((DEADLINE - $(date +%s)))
+        if [ "$left" -lt 30 ]; then
+            skip "$name" "the time budget is spent (--deadline: ${left}s left)"
+            return
+        fi
+        if [ "$left" -lt "$TIMEOUT" ]; then
+            TIMEOUT=$left
+        fi
+    fi
     "check_${name//-/_}" "$name"
+    printf '%s %d\n' "$name" $((SECONDS - t0)) >>"$LOGDIR/times.txt"
+}
+
+for name in "${CHECKS[@]}"; do
+    selected "$name" || continue
+    run_check "$name"
 done
 
 if [ "$BENCH" = 1 ]; then
     for name in "${BENCHES[@]}"; do
         selected "$name" || continue
-        LOG=$LOGDIR/$name.log
-        : >"$LOG"
-        "check_${name//-/_}" "$name"
+        run_check "$name"
     done
     if [ -s "$BENCH_TSV" ]; then
         bench_summary
