@@ -503,8 +503,24 @@ cuda_check() { # NAME BIN
     pass "$name" "$msg"
 }
 
+# has_cudart GLOB: 0 when a CUDA runtime library (GLOB) is beside nvcc, else SKIP $name.
+has_cudart() {
+    local d
+    while read -r d; do
+        if compgen -G "$d/$2" >/dev/null; then
+            return 0
+        fi
+    done < <(cuda_lib_dirs)
+    if [ -n "$NVCC" ]; then
+        skip "$1" "no CUDA runtime ($2) in the lib folders of $NVCC"
+        return 1
+    fi
+    return 0 # build says nvcc is missing
+}
+
 check_cuda_static() {
     local bin=$BUILD/cap_check_static
+    has_cudart "$1" 'libcudart_static.a' || return
     build "$1" "$bin" "$SRC_DIR/cap_check.cu" || return
     # (not `ldd | grep -q`: with pipefail, grep quitting at the first match can make ldd
     # die of SIGPIPE and the pipeline false, so a shared cudart would go unnoticed)
@@ -519,6 +535,7 @@ check_cuda_static() {
 
 check_cuda_shared() {
     local bin=$BUILD/cap_check_shared rpath=() d
+    has_cudart "$1" 'libcudart.so*' || return
     while read -r d; do
         if compgen -G "$d/libcudart.so*" >/dev/null; then
             rpath=(-Xlinker -rpath -Xlinker "$d")
