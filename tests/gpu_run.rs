@@ -51,8 +51,9 @@ fn hooks(dir: &Path) -> (PathBuf, PathBuf) {
     (probe, hami)
 }
 
-/// gpu-run.sh OUT on a fake GPU of 16 GiB whose contexts take 300 MiB, shared between the
-/// run's processes, with the stand-ins first on PATH, quick benchmark settings.
+/// gpu-run.sh OUT on two fake GPUs of 16 GiB whose contexts take 300 MiB, shared between
+/// the run's processes, with the stand-ins first on PATH, quick benchmark settings. The
+/// checks see GPU 0 (gpu-check.sh sets CUDA_VISIBLE_DEVICES), but for another GPU's pool.
 fn on_fake_gpu(dir: &Path, out: &Path) -> Command {
     let _ = fake_nvml();
     let mut c = fake_cmd(script(), &dir.join("stats.json"));
@@ -62,6 +63,7 @@ fn on_fake_gpu(dir: &Path, out: &Path) -> Command {
     let (py, _) = python();
     c.env("PATH", std::env::join_paths(paths).unwrap())
         .env("FAKECUDA_TOTAL_MEM", "16Gi")
+        .env("FAKECUDA_DEVICES", "2")
         .env("FAKECUDA_CONTEXT_MEM", "300Mi")
         .env("FAKECUDA_SHARED", dir.join("fake-gpu.state"))
         .env_remove("CUDA_VISIBLE_DEVICES")
@@ -110,12 +112,13 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 11] = [
+const ON_THE_FAKE: [&str; 12] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
     "escape-vmm-release",
     "escape-pool-cumemfree",
+    "escape-pool-other-gpu",
     "accounting-driver",
     "pool",
     "pool-metrics",
@@ -212,7 +215,6 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     }
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    skipped("escape-pool-other-gpu", "one GPU visible");
     assert_eq!(checks.len(), 29, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
@@ -340,6 +342,23 @@ fn a_part_running_late_is_stopped_and_the_rest_skipped() {
         "{s} {why}"
     );
     assert_eq!(files(&out), ["logs.tar.gz", "results.json", "summary.txt"]);
+}
+
+#[test]
+fn another_gpus_pool_is_skipped_with_one_gpu() {
+    let dir = scratch("gpu-run-one-gpu");
+    let o = run(fake_cmd(cli(), &dir.join("stats.json"))
+        .args(["run", "--limit", "1Gi", "--", "python3"])
+        .arg(root().join("scripts/gpu/escapes.py"))
+        .args(["pool-other-gpu", "--cap", "1073741824"]));
+    assert_eq!(o.status.code(), Some(77), "{}", dump(&o));
+    assert!(
+        stdout(&o).ends_with(
+            "SKIP: one GPU visible (cuDeviceGetCount = 1): another GPU's pool needs two\n"
+        ),
+        "{}",
+        dump(&o)
+    );
 }
 
 #[test]

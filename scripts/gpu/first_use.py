@@ -18,6 +18,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def libcuda_path():
 def build(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     exe = os.path.join(out_dir, "bench_first")
-    cc = os.environ.get("CC", "cc")
+    cc = os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), "cc")
     cmd = [cc, "-O2", "-I", os.path.join(ROOT, "tests/c"), "-o", exe, os.path.join(ROOT, "tests/c/bench_first.c"),
            libcuda_path()]
     print("first-use: " + " ".join(cmd), flush=True)
