@@ -17,6 +17,9 @@
 #   --first-reps N  first-use runs per way (default 5)
 #   --probe-driver PATH, --bench-hami PATH   the hooks (default scripts/gpu/probe-driver.sh,
 #                   scripts/bench-hami.sh; a hook that is not there is SKIPped)
+#   --parts LIST    run only these parts (comma-separated; env and the packing always
+#                   run): a rerun of what failed, say `--parts checks --only 'pool'`
+#   --only REGEX    the checks part runs only the checks whose name matches (gpu-check.sh)
 #
 # Parts, in order, each with its seconds printed: env (what the machine is), checks
 # (gpu-check.sh), bench (gpu-check.sh --bench), probe-driver (scripts/gpu/probe-driver.sh
@@ -52,13 +55,14 @@ uint_at_least() { # OPTION VALUE MIN
 OUTDIR='' LIB=$ROOT/target/release/libgpucap.so CLI=$ROOT/target/release/gpucap PY=python3
 BUDGET=460 REPS=3 TARGET_MS=200 TRAIN_REPS=2 TRAIN_STEPS=30 FIRST_REPS=5
 PROBE_DRIVER=$ROOT/scripts/gpu/probe-driver.sh BENCH_HAMI=$ROOT/scripts/bench-hami.sh
+ALL_PARTS=env,checks,bench,probe-driver,bench-hami,first-use PARTS_WANTED=$ALL_PARTS ONLY=
 while [ $# -gt 0 ]; do
     opt=$1
     case $opt in
         -h | --help) sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         --*=*) val=${opt#*=}; opt=${opt%%=*}; shift ;;
         --lib | --cli | --python | --budget | --reps | --target-ms | --train-reps | --train-steps | --first-reps | \
-            --probe-driver | --bench-hami)
+            --probe-driver | --bench-hami | --parts | --only)
             [ $# -ge 2 ] || die_usage "$opt needs a value"
             val=$2; shift 2 ;;
         -*) die_usage "unknown option '$opt'" ;;
@@ -73,6 +77,13 @@ while [ $# -gt 0 ]; do
         --budget) BUDGET=$(uint_at_least "$opt" "$val" 30) || exit 2 ;;
         --probe-driver) PROBE_DRIVER=$(abspath "$val") ;;
         --bench-hami) BENCH_HAMI=$(abspath "$val") ;;
+        --parts)
+            IFS=, read -ra want <<<"$val"
+            for p in "${want[@]}"; do
+                [[ ,$ALL_PARTS, == *,"$p",* ]] || die_usage "--parts: no part '$p' (the parts: $ALL_PARTS)"
+            done
+            PARTS_WANTED=env,$val ;;
+        --only) ONLY=$val ;;
         --reps) REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
         --target-ms) TARGET_MS=$(uint_at_least "$opt" "$val" 10) || exit 2 ;;
         --train-reps) TRAIN_REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
@@ -101,6 +112,10 @@ FAILED=0
 part() {
     local name=$1 max=$2 min=$3 now left limit rc status detail t
     shift 3
+    if [[ ,$PARTS_WANTED, != *,"$name",* ]]; then
+        printf '%s\tSKIP\t0\tnot asked for (--parts %s)\n' "$name" "${PARTS_WANTED#env,}" >>"$PARTS"
+        return
+    fi
     now=$(date +%s)
     left=$((END - PACK_RESERVE - now))
     if [ "$left" -lt "$min" ]; then
@@ -176,7 +191,7 @@ EOF
 # gpu-check.sh with the run's budget (GPU_CHECK_ARGS: the common options)
 GPU_CHECK=("$ROOT/scripts/gpu-check.sh" --lib "$LIB" --cli "$CLI" --python "$PY" --timeout 120)
 part_checks() {
-    "${GPU_CHECK[@]}" --logs "$W/checks" --deadline "$PART_DEADLINE"
+    "${GPU_CHECK[@]}" --logs "$W/checks" --deadline "$PART_DEADLINE" ${ONLY:+--only "$ONLY"}
 }
 part_bench() {
     "${GPU_CHECK[@]}" --logs "$W/bench" --deadline "$PART_DEADLINE" --bench --only '^bench-' \
@@ -209,11 +224,11 @@ part env 20 5 part_env
 if [ "$(awk -F'\t' '$1 == "env" { print $2 }' "$PARTS")" = FAIL ]; then
     echo "gpu-run: no shim or gpucap at $LIB / $CLI: nothing can be checked"
 fi
-part checks 230 60 part_checks
-part bench 90 30 part_bench
+part checks 250 60 part_checks
+part bench 85 30 part_bench
 part probe-driver 45 10 hook "$PROBE_DRIVER" driver-answers.json
 part bench-hami 60 20 hook "$BENCH_HAMI" hami.json
-part first-use 25 10 part_first_use
+part first-use 20 10 part_first_use
 
 # ---- pack ------------------------------------------------------------------------------
 echo "== pack ($(($(date +%s) - T0))s into the run)"

@@ -378,6 +378,10 @@ fn a_bad_command_line_exits_2_naming_what_is_wrong() {
         ),
         (vec![dir_s.as_str(), "--frob"], "unknown option '--frob'"),
         (vec![dir_s.as_str(), "two"], "unexpected argument 'two'"),
+        (
+            vec![dir_s.as_str(), "--parts", "checks,nope"],
+            "--parts: no part 'nope'",
+        ),
     ] {
         let o = run(Command::new(script()).args(&args));
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", dump(&o));
