@@ -186,6 +186,12 @@ skip_all() { # REASON
     finish
 }
 
+# With --logs, even a run that skips everything keeps its verdicts there.
+if [ -n "$LOGDIR" ] && mkdir -p "$LOGDIR" 2>/dev/null; then
+    RESULTS_FILE=$LOGDIR/results.txt
+    : >"$RESULTS_FILE"
+fi
+
 # ---- is there a GPU? ---------------------------------------------------------------------
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     skip_all "no NVIDIA GPU (nvidia-smi not found)"

@@ -345,6 +345,43 @@ fn a_part_running_late_is_stopped_and_the_rest_skipped() {
 }
 
 #[test]
+fn without_a_gpu_every_check_and_the_first_use_skip() {
+    for d in ["/usr/bin", "/bin"] {
+        if Path::new(d).join("nvidia-smi").exists() {
+            eprintln!("SKIP: {d}/nvidia-smi exists: this machine has an NVIDIA driver");
+            return;
+        }
+    }
+    let dir = scratch("gpu-run-no-gpu");
+    let out = dir.join("out");
+    let o = run(Command::new(script())
+        .arg(&out)
+        .args(["--parts", "checks,first-use"])
+        .env("PATH", "/usr/bin:/bin")
+        .env("LD_LIBRARY_PATH", dir.join("no-driver")));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    let v = results(&out, &o);
+    let checks = statuses(&v, "checks");
+    assert_eq!(checks.len(), 26, "{checks:?}");
+    for (name, (s, why)) in &checks {
+        assert_eq!(
+            (s.as_str(), why.as_str()),
+            ("SKIP", "no NVIDIA GPU (nvidia-smi not found)"),
+            "{name}"
+        );
+    }
+    let parts = statuses(&v, "parts");
+    assert_eq!(parts["checks"].0, "PASS", "{parts:?}");
+    let log = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(log.contains("parts:"), "{log}");
+    let (s, why) = &parts["first-use"];
+    assert!(
+        s == "SKIP" && why.starts_with("SKIP: no NVIDIA driver (libcuda.so.1"),
+        "{s} {why}"
+    );
+}
+
+#[test]
 fn another_gpus_pool_is_skipped_with_one_gpu() {
     let dir = scratch("gpu-run-one-gpu");
     let o = run(fake_cmd(cli(), &dir.join("stats.json"))

@@ -30,8 +30,13 @@ FIELDS = ("init_ns", "ctx_ns", "alloc_ns", "total_ns")
 
 
 def libcuda_path():
-    """The file libcuda.so.1 resolves to in this process (its mapping)."""
-    ctypes.CDLL("libcuda.so.1")
+    """The file libcuda.so.1 resolves to in this process (its mapping); exits 77 (SKIP)
+    where there is no driver."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        print("SKIP: no NVIDIA driver (%s)" % e, flush=True)
+        sys.exit(77)
     with open("/proc/self/maps") as f:
         for line in f:
             path = line.split()[-1]
