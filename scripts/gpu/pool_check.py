@@ -89,8 +89,14 @@ class Pool:
     # ---- metrics -------------------------------------------------------------------
     def start_server(self):
         log = os.path.join(self.dir, "metrics.log")
-        self.server = subprocess.Popen([self.a.cli, "metrics", "--listen", "127.0.0.1:0", "--pool", self.name],
-                                       env=self.env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        # SIGTERM held while it starts: a stop then finds self.server set and stops it too
+        # (members need not: they exit at the end of their stdin)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            self.server = subprocess.Popen([self.a.cli, "metrics", "--listen", "127.0.0.1:0", "--pool", self.name],
+                                           env=self.env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             m = re.search(r"serving (http://\S+/metrics)", open(log).read())
@@ -335,6 +341,10 @@ def main(argv):
     ap.add_argument("--no-pidns", metavar="REASON", help="skip pool-pidns, saying why")
     a = ap.parse_args(argv)
     p = Pool(a)
+
+    def stopped(signum, _frame):  # stopped from outside (a time limit): members and server go too
+        raise Outcome("FAIL", "stopped by signal %d" % signum)
+    signal.signal(signal.SIGTERM, stopped)
     parts = {}
     try:
         parts["pool"] = ("OK", scenario(p, parts))
