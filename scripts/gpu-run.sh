@@ -240,7 +240,8 @@ if ! "$PY" "$ROOT/scripts/gpu/run_summary.py" --work "$W" --out "$OUTDIR" --budg
     echo "gpu-run: writing summary.txt and results.json failed" | tee "$OUTDIR/summary.txt"
     FAILED=1
 fi
-tar -C "$W" -czf "$OUTDIR/logs.tar.gz" --exclude='*.d/build' . 2>/dev/null ||
+# every log; not the programs the checks built (checks/build, bench/build, first-use.d)
+tar -C "$W" -czf "$OUTDIR/logs.tar.gz" --exclude='./*/build' --exclude='./first-use.d' . 2>/dev/null ||
     echo "gpu-run: packing the logs failed"
 n=$(find "$OUTDIR" -type f | wc -l)
 echo "gpu-run: $n files in $OUTDIR, $(($(date +%s) - T0))s in all"

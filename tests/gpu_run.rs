@@ -250,6 +250,8 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     let listed = stdout(&o);
     for f in [
         "./checks/pool.log",
+        "./checks/pool/scrape2.prom",
+        "./checks/pool/member0.err",
         "./checks/escape-vmm-release.log",
         "./bench/bench-alloc.log",
         "./driver-answers.json.d/probe.log",

@@ -6,6 +6,7 @@ PID namespace while they run.
 
   pool_check.py --cli GPUCAP --cap BYTES --client driver|torch [--python PY]
                 --uuid GPU-... [--smi nvidia-smi] [--timeout S] [--no-pidns REASON]
+                [--keep DIR]    (the members' stderr, the metrics server's log, the scrapes)
 
 Prints INFO lines, one `PART <name> OK|FAIL|SKIP: <detail>` line per check:
   pool          4 members share the cap; the 5th block past it is refused with the pool's
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -339,6 +341,7 @@ def main(argv):
     ap.add_argument("--uuid", required=True, help="the GPU's UUID (CUDA_VISIBLE_DEVICES names it too)")
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--no-pidns", metavar="REASON", help="skip pool-pidns, saying why")
+    ap.add_argument("--keep", metavar="DIR", help="copy the members' stderr and the scrapes there")
     a = ap.parse_args(argv)
     p = Pool(a)
 
@@ -358,6 +361,11 @@ def main(argv):
         status, msg = "FAIL", "unexpected %s: %s" % (type(e).__name__, e)
     finally:
         p.stop()
+        if a.keep:
+            os.makedirs(a.keep, exist_ok=True)
+            for f in os.listdir(p.dir):
+                if f.endswith((".err", ".prom", ".log")):
+                    shutil.copy(os.path.join(p.dir, f), a.keep)
     for name in PARTS:
         st, detail = parts.get(name, ("FAIL", "the pool run stopped before this part: %s" % msg))
         if name == "pool" and status != "OK":

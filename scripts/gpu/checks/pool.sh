@@ -36,7 +36,8 @@ pool_run() {
         pidns=(--no-pidns "unshare -pf --mount-proc is not permitted here (needs root or user namespaces)")
     fi
     run_logged "$POOL_OUT" "$PY" "$SRC_DIR/pool_check.py" --cli "$CLI" --cap "$cap" --client "$client" \
-        --python "$PY" --uuid "$GPU_UUID" --timeout $((TIMEOUT / 2)) ${pidns[@]+"${pidns[@]}"}
+        --python "$PY" --uuid "$GPU_UUID" --timeout $((TIMEOUT / 2)) --keep "$LOGDIR/pool" \
+        ${pidns[@]+"${pidns[@]}"}
 }
 
 # pool_part NAME: the verdict of one part of the pool run.
