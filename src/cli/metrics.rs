@@ -8,7 +8,8 @@
 //! - [`Reader`] (reader.rs): which pools (named ones, or every file of the user's pool
 //!   directory) and reading them read-only, each file opened once and kept while it
 //!   stays the same file.
-//! - [`serve`] (http.rs): the HTTP/1.1 server; `http::route` (pure) decides the answer.
+//! - [`serve`] (server.rs): the HTTP server, a thread per connection, their number
+//!   and time bounded; http.rs: one exchange, `http::route` (pure) decides the answer.
 //!
 //! Reading never changes a pool and never waits for its members: the file is opened
 //! with `open_reader` (read-only descriptor, read-only mapping), `Pool::view` only loads
@@ -16,13 +17,14 @@
 
 mod http;
 mod reader;
+mod server;
 
 use std::path::PathBuf;
 
 use gpucap_core::budget::PoolView;
 
-pub use http::serve;
 pub use reader::{Reader, Which};
+pub use server::serve;
 
 /// The Content-Type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

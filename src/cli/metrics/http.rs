@@ -1,11 +1,12 @@
-//! The HTTP/1.1 server of `gpucap metrics --listen`.
+//! One HTTP/1.1 exchange of `gpucap metrics --listen`: the request head read within
+//! a time, the answer (pure), written within a time. The connection closes after it
+//! (`Connection: close`: no keep-alive, so no idle connection to bound).
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use super::{CONTENT_TYPE, Reader, Reading, exposition};
+use super::CONTENT_TYPE;
 
 /// What a request gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,26 +67,35 @@ pub fn response(status: &str, content_type: &str, body: &str, head_only: bool) -
 }
 
 /// The longest request head read; a longer one is answered 400.
-const MAX_HEAD: usize = 16 * 1024;
+pub const MAX_HEAD: usize = 16 * 1024;
 
-/// How long a client may take to send its whole request (and, separately, to read the
-/// answer): one thread serves every request, so a slow client holds the others up at
-/// most this long.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its whole request head, from its connection on:
+/// a client that sends nothing, or a byte now and then, is cut off after this long.
+pub const REQUEST_TIME: Duration = Duration::from_secs(5);
 
-/// Reads a request head (up to the blank line) within [`CLIENT_TIMEOUT`] in all (a
-/// client sending a byte now and then is cut off too). None: the client sent nothing
-/// usable (closed, too slow, too long).
-fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
-    let deadline = Instant::now() + CLIENT_TIMEOUT;
+/// How long a client may take to read the whole answer.
+pub const ANSWER_TIME: Duration = Duration::from_secs(5);
+
+/// The time left before `deadline`; None once it passed.
+fn left(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
+
+/// Reads a request head (up to the blank line) before `deadline` (a client sending a
+/// byte now and then is cut off too). None: the client sent nothing usable (closed,
+/// too slow); a head longer than [`MAX_HEAD`] reads as an empty one (400).
+pub fn read_head(mut stream: &TcpStream, deadline: Instant) -> Option<Vec<u8>> {
     let mut head = Vec::new();
     let mut buf = [0u8; 2048];
     loop {
-        let left = deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())?;
-        stream.set_read_timeout(Some(left)).ok()?;
-        let n = stream.read(&mut buf).ok()?;
+        stream.set_read_timeout(Some(left(deadline)?)).ok()?;
+        let n = match stream.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        };
         if n == 0 {
             return (!head.is_empty()).then_some(head);
         }
@@ -99,18 +109,28 @@ fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
     }
 }
 
-/// Answers one connection.
-fn handle(mut stream: TcpStream, reader: &mut Reader, log: &mut Log) {
-    let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    let Some(head) = read_head(&mut stream) else {
-        return;
-    };
-    let text = "text/plain; charset=utf-8";
-    let answer = match route(&head) {
-        Route::Metrics { head } => {
-            let body = scrape(reader, log);
-            response("200 OK", CONTENT_TYPE, &body, head)
+/// Writes `bytes` before `deadline` (a client reading a byte now and then is cut off
+/// too).
+pub fn write_before(mut stream: &TcpStream, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let left = left(deadline).ok_or(io::ErrorKind::TimedOut)?;
+        stream.set_write_timeout(Some(left))?;
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// The answer to the request whose head is `head`; `scrape` gives the exposition
+/// (called for GET and HEAD /metrics only).
+pub fn answer(head: &[u8], scrape: impl FnOnce() -> String) -> Vec<u8> {
+    let text = "text/plain; charset=utf-8";
+    match route(head) {
+        Route::Metrics { head } => response("200 OK", CONTENT_TYPE, &scrape(), head),
         Route::NotFound => response(
             "404 Not Found",
             text,
@@ -124,104 +144,12 @@ fn handle(mut stream: TcpStream, reader: &mut Reader, log: &mut Log) {
             false,
         ),
         Route::BadRequest => response("400 Bad Request", text, "bad request\n", false),
-    };
-    let _ = stream.write_all(&answer);
-    let _ = stream.flush();
-}
-
-/// One reading of the pools as an exposition; what changed is logged.
-fn scrape(reader: &mut Reader, log: &mut Log) -> String {
-    match reader.read() {
-        Ok(readings) => {
-            log.note(&readings);
-            exposition(&readings)
-        }
-        Err(e) => {
-            log.line(&e);
-            String::new()
-        }
-    }
-}
-
-/// The server's log: a line when a pool becomes readable or unreadable (not at every
-/// scrape: a sidecar may wait a long time for the first member).
-pub struct Log<'a> {
-    out: &'a mut dyn Write,
-    /// Per pool label, the last error (None: readable).
-    last: HashMap<String, Option<String>>,
-    last_line: Option<String>,
-}
-
-impl<'a> Log<'a> {
-    pub fn new(out: &'a mut dyn Write) -> Log<'a> {
-        Log {
-            out,
-            last: HashMap::new(),
-            last_line: None,
-        }
-    }
-
-    fn note(&mut self, readings: &[Reading]) {
-        self.last_line = None;
-        for r in readings {
-            let now = r.result.as_ref().err().map(|(_, e)| e.clone());
-            let before = self.last.insert(r.label.clone(), now.clone());
-            if before.as_ref() == Some(&now) {
-                continue;
-            }
-            let line = match (&now, &r.result) {
-                (Some(e), _) => format!("{e} (served as gpucap_pool_up 0)"),
-                (None, Ok((path, _))) => format!(
-                    "gpucap metrics: pool {} readable (file {})",
-                    r.label,
-                    path.display()
-                ),
-                (None, Err(_)) => continue,
-            };
-            let _ = writeln!(self.out, "{line}");
-        }
-        let _ = self.out.flush();
-    }
-
-    fn line(&mut self, line: &str) {
-        if self.last_line.as_deref() != Some(line) {
-            let _ = writeln!(self.out, "{line}");
-            let _ = self.out.flush();
-            self.last_line = Some(line.to_string());
-        }
-    }
-}
-
-/// Serves `reader`'s pools on `listener` until the process is killed: one request at
-/// a time. Only returns if accepting keeps failing (the error).
-pub fn serve(listener: TcpListener, mut reader: Reader, out: &mut dyn Write) -> io::Error {
-    let mut log = Log::new(out);
-    let mut failures = 0u32;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                failures = 0;
-                handle(stream, &mut reader, &mut log);
-            }
-            // Out of descriptors, a connection reset before it was accepted...: wait a
-            // little and go on, unless it never stops.
-            Err(e) => {
-                failures += 1;
-                if failures > 1000 {
-                    return e;
-                }
-                log.line(&format!("gpucap metrics: accept: {e}"));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::tests::reading;
-    use crate::pool::tests::view;
 
     #[test]
     fn routes() {
@@ -262,29 +190,5 @@ mod tests {
         assert!(head.ends_with("Content-Length: 4\r\nConnection: close\r\n\r\n"));
         let no = String::from_utf8(response("405 Method Not Allowed", "t", "", false)).unwrap();
         assert!(no.contains("\r\nAllow: GET, HEAD\r\n"), "{no}");
-    }
-
-    #[test]
-    fn the_log_says_what_changed_once() {
-        let mut out = Vec::new();
-        {
-            let mut log = Log::new(&mut out);
-            let down = || Reading {
-                label: "p".into(),
-                result: Err((1, "gpucap: no pool file at /x".into())),
-            };
-            log.note(&[down()]);
-            log.note(&[down()]);
-            log.note(&[reading("p", view())]);
-            log.note(&[reading("p", view())]);
-            log.note(&[down()]);
-        }
-        let out = String::from_utf8(out).unwrap();
-        assert_eq!(
-            out,
-            "gpucap: no pool file at /x (served as gpucap_pool_up 0)\n\
-             gpucap metrics: pool p readable (file /p/p.pool)\n\
-             gpucap: no pool file at /x (served as gpucap_pool_up 0)\n"
-        );
     }
 }
