@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use super::http::{ANSWER_TIME, REQUEST_TIME, answer, read_head, write_before};
@@ -67,15 +67,38 @@ impl Open {
     }
 }
 
+/// What the server's threads share. The thread that accepts connections only ever
+/// waits for `open` (held for a few instructions), never for a scrape or the log.
+struct Shared<'a> {
+    reader: Mutex<Reader>,
+    log: Mutex<Log<'a>>,
+    open: Mutex<Open>,
+}
+
+impl Shared<'_> {
+    /// A line of the accepting thread: left out if the log is busy (a scrape writing
+    /// to it), so that accepting never waits on stderr.
+    fn say(&self, line: &str) {
+        match self.log.try_lock() {
+            Ok(mut log) => log.line(line),
+            Err(TryLockError::Poisoned(e)) => e.into_inner().line(line),
+            Err(TryLockError::WouldBlock) => {}
+        }
+    }
+}
+
 /// Serves `reader`'s pools on `listener` until the process is killed. Only returns if
 /// accepting keeps failing (the error).
 pub fn serve(listener: TcpListener, reader: Reader, out: &mut (dyn Write + Send)) -> io::Error {
     // SAFETY: listen on the listener's own descriptor, already listening: it only sets
     // the queue's length. A failure leaves std's 128.
     unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
-    let pools = Mutex::new((reader, Log::new(out)));
-    let open = Mutex::new(Open::default());
-    let (pools, open) = (&pools, &open);
+    let shared = Shared {
+        reader: Mutex::new(reader),
+        log: Mutex::new(Log::new(out)),
+        open: Mutex::new(Open::default()),
+    };
+    let shared = &shared;
     std::thread::scope(|scope| {
         let mut failures = 0u32;
         loop {
@@ -88,15 +111,15 @@ pub fn serve(listener: TcpListener, reader: Reader, out: &mut (dyn Write + Send)
                     if failures > 1000 {
                         return e;
                     }
-                    lock(pools).1.line(&format!("gpucap metrics: accept: {e}"));
+                    shared.say(&format!("gpucap metrics: accept: {e}"));
                     std::thread::sleep(Duration::from_millis(100));
                     continue;
                 }
             };
             failures = 0;
-            let (id, full) = lock(open).admit(Arc::clone(&stream), MAX_CONNECTIONS);
+            let (id, full) = lock(&shared.open).admit(Arc::clone(&stream), MAX_CONNECTIONS);
             if full {
-                lock(pools).1.line(&format!(
+                shared.say(&format!(
                     "gpucap metrics: {MAX_CONNECTIONS} connections open (the most it \
                      serves at once): closing the oldest for each new one"
                 ));
@@ -105,41 +128,36 @@ pub fn serve(listener: TcpListener, reader: Reader, out: &mut (dyn Write + Send)
                 .name("gpucap-metrics".into())
                 .stack_size(STACK)
                 .spawn_scoped(scope, move || {
-                    exchange(&stream, pools);
-                    lock(open).leave(id);
+                    exchange(&stream, shared);
+                    lock(&shared.open).leave(id);
                 });
             if let Err(e) = spawned {
-                lock(open).leave(id);
-                lock(pools)
-                    .1
-                    .line(&format!("gpucap metrics: cannot start a thread: {e}"));
+                lock(&shared.open).leave(id);
+                shared.say(&format!("gpucap metrics: cannot start a thread: {e}"));
             }
         }
     })
 }
 
 /// One request and its answer, each within its time.
-fn exchange(stream: &TcpStream, pools: &Mutex<(Reader, Log)>) {
+fn exchange(stream: &TcpStream, shared: &Shared) {
     let _ = stream.set_nodelay(true);
     let Some(head) = read_head(stream, Instant::now() + REQUEST_TIME) else {
         return;
     };
-    let answer = answer(&head, || {
-        let (reader, log) = &mut *lock(pools);
-        scrape(reader, log)
-    });
+    let answer = answer(&head, || scrape(&mut lock(&shared.reader), &shared.log));
     let _ = write_before(stream, &answer, Instant::now() + ANSWER_TIME);
 }
 
 /// One reading of the pools as an exposition; what changed is logged.
-fn scrape(reader: &mut Reader, log: &mut Log) -> String {
+fn scrape(reader: &mut Reader, log: &Mutex<Log>) -> String {
     match reader.read() {
         Ok(readings) => {
-            log.note(&readings);
+            lock(log).note(&readings);
             exposition(&readings)
         }
         Err(e) => {
-            log.line(&e);
+            lock(log).line(&e);
             String::new()
         }
     }
