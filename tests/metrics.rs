@@ -1,5 +1,5 @@
 //! Pools in Prometheus's text format: `gpucap status --prometheus` and the HTTP server
-//! `gpucap metrics --listen` (README.md, "Metrics").
+//! `gpucap metrics --listen` (docs/src/metrics.md).
 //!
 //! Members are tests/c/script.c processes started with `gpucap run --pool` on the fake
 //! GPU, each test with its own pool directory (GPUCAP_POOL_DIR). The samples are parsed
@@ -690,7 +690,7 @@ fn the_server_reads_the_pools_at_each_scrape() {
     let members = find(&m, "gpucap_member_alive", &[("pool", "p")]);
     assert_eq!(members.len(), 1, "{members:?}");
     assert_eq!(members[0].labels["pid"], pid_e);
-    // The replaced file's descriptor is closed (its mapping stays: README, Metrics).
+    // The replaced file's descriptor is closed (its mapping stays: docs/src/metrics.md).
     assert_eq!(server.open_files(&p_file).0, 1);
     kill(e);
 
