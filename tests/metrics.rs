@@ -164,8 +164,20 @@ fn promtool() -> Option<PathBuf> {
 
 /// `promtool check metrics` with `text` on its standard input.
 fn promtool_check(promtool: &Path, text: &str) -> Output {
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
+    checker(Command::new(promtool).args(["check", "metrics"]), text)
+}
+
+/// scripts/gpu/promcheck.py, the same rules for the real-GPU run (no promtool there),
+/// with `text` on its standard input.
+fn promcheck(text: &str) -> Output {
+    checker(
+        Command::new("python3").arg(root().join("scripts/gpu/promcheck.py")),
+        text,
+    )
+}
+
+fn checker(cmd: &mut Command, text: &str) -> Output {
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -182,9 +194,15 @@ fn promtool_check(promtool: &Path, text: &str) -> Output {
 
 /// Each series (name and labels) once in `text` (promtool 2.42 does not check this:
 /// Prometheus would drop the scrape's duplicates), and promtool accepts it (when there
-/// is a promtool).
+/// is a promtool), and so does scripts/gpu/promcheck.py.
 #[track_caller]
 fn assert_promtool_accepts(text: &str) {
+    let o = promcheck(text);
+    assert!(
+        o.status.success(),
+        "scripts/gpu/promcheck.py refused it\n{}\n--- input\n{text}",
+        dump(&o)
+    );
     let samples = parse(text);
     for (i, a) in samples.iter().enumerate() {
         assert!(
@@ -1027,10 +1045,12 @@ fn metrics_errors_say_what_is_wrong() {
 /// The negative control: promtool is not a rubber stamp. gpucap's own output passes,
 /// and the same output broken in the ways an exporter breaks it is refused: a label
 /// value with its line break or quote not escaped, a counter without `_total`, a family
-/// typed twice, a sample with no value, a metric without HELP.
+/// typed twice, a sample with no value, a metric without HELP. scripts/gpu/promcheck.py
+/// (the real-GPU run's checker, where there is no promtool) must agree on each, with or
+/// without a promtool here.
 #[test]
 fn promtool_rejects_a_broken_exposition() {
-    let Some(promtool) = promtool() else { return };
+    let promtool = promtool();
     let s = Scratch::new("metrics-promtool");
     let odd = "./a\"b\nc";
     std::os::unix::fs::symlink(script(), s.dir.join(odd)).unwrap();
@@ -1039,8 +1059,12 @@ fn promtool_rejects_a_broken_exposition() {
     assert_ok(&o);
     let good = stdout(&o);
     kill(a);
-    let o = promtool_check(&promtool, &good);
-    assert!(o.status.success(), "{}\n{good}", dump(&o));
+    if let Some(promtool) = &promtool {
+        let o = promtool_check(promtool, &good);
+        assert!(o.status.success(), "{}\n{good}", dump(&o));
+    }
+    let o = promcheck(&good);
+    assert!(o.status.success(), "promcheck.py: {}\n{good}", dump(&o));
 
     let must = |from: &str| {
         assert!(good.contains(from), "no {from:?} in\n{good}");
@@ -1083,7 +1107,14 @@ fn promtool_rejects_a_broken_exposition() {
     ];
     for (what, text) in &broken {
         assert_ne!(text, &good, "{what}: nothing was broken");
-        let o = promtool_check(&promtool, text);
+        let o = promcheck(text);
+        assert!(
+            !o.status.success() && stdout(&o).starts_with("FAIL: "),
+            "promcheck.py accepted {what}\n{}\n--- input\n{text}",
+            dump(&o)
+        );
+        let Some(promtool) = &promtool else { continue };
+        let o = promtool_check(promtool, text);
         assert!(
             !o.status.success(),
             "promtool accepted {what}\n{}\n--- input\n{text}",
