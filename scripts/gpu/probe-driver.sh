@@ -25,7 +25,7 @@ OUT=$1
 mkdir -p "$OUT"
 SHIM=${PROBE_SHIM:-$PWD/target/release/libgpucap.so}
 PY=${PROBE_PYTHON:-python3}
-CLIENTS=${PROBE_CLIENTS:-torch jax cupy cuda.bindings}
+CLIENTS=${PROBE_CLIENTS-torch jax cupy cuda.bindings}
 TIMEOUT=${PROBE_TIMEOUT:-120}
 LOG=$OUT/driver-probe.log
 : >"$LOG"
@@ -33,17 +33,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 say() { echo "probe-driver: $*" | tee -a "$LOG" >&2; }
 
-# The libcuda.so.1 the loader would take: LD_LIBRARY_PATH first, then the cache.
-driver=
-IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
-for d in ${dirs[@]+"${dirs[@]}"}; do
-    [ -e "$d/libcuda.so.1" ] && { driver=$d/libcuda.so.1; break; }
-done
-[ -n "$driver" ] || driver=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / { print $NF; exit }')
-[ -n "$driver" ] || { say "no libcuda.so.1 found (LD_LIBRARY_PATH, ldconfig)"; exit 1; }
+. scripts/bench-lib.sh
+driver=$(cuda_link_dir "$tmp/lib") || { say "no libcuda.so.1 found (LD_LIBRARY_PATH, ldconfig)"; exit 1; }
 say "driver library: $driver"
-mkdir -p "$tmp/lib"
-ln -s "$driver" "$tmp/lib/libcuda.so"
 cc -O1 -g -Wall -pthread -I tests/c -o "$tmp/driver_probe" tests/c/driver_probe.c -L "$tmp/lib" -lcuda -ldl
 
 # Each client's requests, under the shim.
