@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// The probe's groups: each must end with `GROUP.done` and none may crash.
-const GROUPS: [&str; 10] = [
+/// The probe's groups: each ends with `GROUP.done`, or `GROUP.crashed` (a crash is an
+/// answer, compared like the others: the fake must not crash where the driver answers).
+const GROUPS: [&str; 17] = [
     "init",
     "context",
     "alloc",
@@ -28,6 +29,13 @@ const GROUPS: [&str; 10] = [
     "vmm_bad",
     "module",
     "request",
+    "null.0",
+    "null.1",
+    "null.2",
+    "null.3",
+    "null.4",
+    "null.5",
+    "null.6",
 ];
 
 fn probe() -> PathBuf {
@@ -73,11 +81,11 @@ fn shape_errors(v: &Value) -> Vec<String> {
         None => e.push("answers is not an object".into()),
         Some(a) => {
             for g in GROUPS {
-                if a.get(&format!("{g}.done")) != Some(&Value::Bool(true)) {
-                    e.push(format!("group {g} did not finish (no {g}.done)"));
-                }
-                if let Some(why) = a.get(&format!("{g}.crashed")) {
-                    e.push(format!("group {g} crashed: {why}"));
+                let done = a.get(&format!("{g}.done")) == Some(&Value::Bool(true));
+                if done == a.contains_key(&format!("{g}.crashed")) {
+                    e.push(format!(
+                        "group {g}: expected either {g}.done or {g}.crashed"
+                    ));
                 }
             }
         }
@@ -206,6 +214,13 @@ fn the_fakes_answers_have_the_shape_the_comparison_needs() {
     std::fs::write(&req, SOME_REQUESTS).unwrap();
     let (v, err) = fake_answers(Some(&req), &[]);
     assert_eq!(shape_errors(&v), Vec::<String>::new(), "{err}");
+    let crashed: Vec<_> = v["answers"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.ends_with(".crashed"))
+        .collect();
+    assert!(crashed.is_empty(), "the fake crashed: {crashed:?}\n{err}");
     let r = &v["requests"];
     assert_eq!(r["procaddr cuMemAlloc 12000 0"]["rc"], 0, "{r}");
     assert_eq!(r["procaddr cuMemAlloc 12000 0"]["export"], "cuMemAlloc_v2");
@@ -320,14 +335,29 @@ fn a_planted_difference_fails_the_comparison() {
         "{errors:#?}"
     );
 
-    // A crashed group is a shape error.
-    planted["answers"]["vmm.crashed"] = json!("signal 11");
+    // A group that crashed on the real driver (where the fake answers) is a difference.
+    planted["accepted"].as_array_mut().unwrap().pop();
+    let answers = planted["answers"].as_object_mut().unwrap();
+    answers.remove("null.6.done");
+    answers.insert("null.6.crashed".into(), json!("signal 11"));
     write(&planted);
-    assert!(
-        compare_file(&file)
-            .iter()
-            .any(|e| e == "shape: group vmm crashed: \"signal 11\"")
+    let errors = compare_file(&file);
+    assert_eq!(
+        errors,
+        [
+            "answers.null.6.crashed: real Some(String(\"signal 11\")), fake None",
+            "answers.null.6.done: real None, fake Some(Bool(true))"
+        ],
+        "{errors:#?}"
     );
+    // Neither finished nor crashed: a shape error.
+    planted["answers"]
+        .as_object_mut()
+        .unwrap()
+        .remove("null.6.crashed");
+    write(&planted);
+    let want = "shape: group null.6: expected either null.6.done or null.6.crashed";
+    assert!(compare_file(&file).iter().any(|e| e == want));
 }
 
 /// `GPUCAP_LOG=debug` names each `cuGetProcAddress` and `cuGetExportTable` request and
