@@ -202,7 +202,8 @@ fn compare_file(path: &Path) -> Vec<String> {
 }
 
 /// Request lines most clients make, for the tests that have no real file to take them from.
-const SOME_REQUESTS: &str = "procaddr cuMemAlloc 12000 0 torch jax\n\
+const SOME_REQUESTS: &str = "procaddr \"\" 0 0 cudart\n\
+    procaddr cuMemAlloc 12000 0 torch jax\n\
     procaddr cuMemAllocAsync 12000 2 jax\n\
     procaddr cuGetProcAddress 12000 0 cudart\n\
     procaddr cuNoSuchEntryPoint 12000 0 probe\n\
@@ -233,6 +234,8 @@ fn the_fakes_answers_have_the_shape_the_comparison_needs() {
         "cuMemAllocAsync_ptsz"
     );
     assert_eq!(r["procaddr cuNoSuchEntryPoint 12000 0"]["rc"], 500);
+    // cudart's first request, the empty name (the key keeps it as "").
+    assert_eq!(r["procaddr \"\" 0 0"]["rc"], 500, "{r}");
     assert_eq!(r["export 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9"]["rc"], 0);
     // Per-machine figures are apart from the answers (never compared).
     let a = v["answers"].as_object().unwrap();
@@ -372,6 +375,7 @@ fn the_shim_names_the_drivers_requests_at_debug() {
     let (v, err) = fake_answers(Some(&req), &debug);
     assert_eq!(shape_errors(&v), Vec::<String>::new());
     for want in [
+        "gpucap: driver request: procaddr \"\" 0 0 -> 500",
         "gpucap: driver request: procaddr cuMemAlloc 12000 0 -> 0",
         "gpucap: driver request: procaddr cuMemAllocAsync 12000 2 -> 0",
         "gpucap: driver request: procaddr cuNoSuchEntryPoint 12000 0 -> 500",

@@ -270,6 +270,8 @@ fn log_procaddr(rc: CuResult, symbol: *const c_char, version: c_int, flags: u64)
     }
     // SAFETY: the caller's NUL-terminated symbol name (checked non-null).
     let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
+    // cudart asks for the empty name first: written "" so the line keeps its fields.
+    let name = if name.is_empty() { "\"\"".into() } else { name };
     crate::log::log!(
         Debug,
         "driver request: procaddr {name} {version} {flags} -> {rc}"

@@ -613,19 +613,20 @@ static void g_request(void) {
         char json[1024];
         char *rest = l + n;
         if (strcmp(kind, "procaddr") == 0) {
+            const char *symbol = strcmp(name, "\"\"") == 0 ? "" : name; /* cudart asks for "" */
             int version = 0, used = 0;
             unsigned long long flags = 0;
             if (sscanf(rest, "%d %llu%n", &version, &flags, &used) != 2) continue;
             rest += used;
             void *p = NULL;
             CUdriverProcAddressQueryResult status = 0;
-            CUresult rc = cuGetProcAddress_v2(name, &p, version, flags, &status);
+            CUresult rc = cuGetProcAddress_v2(symbol, &p, version, flags, &status);
             Dl_info info;
             const char *export = NULL;
             if (rc == CUDA_SUCCESS && p && dladdr(p, &info) && info.dli_saddr == p) export = info.dli_sname;
             snprintf(json, sizeof json, "{\"rc\":%d,\"status\":%d,\"export\":%s%s%s", rc, (int)status,
                      export ? "\"" : "", export ? export : "null", export ? "\"" : "");
-            printf("R procaddr %s %d %llu\t%s", name, version, flags, json);
+            printf("R procaddr %s %d %llu\t%s", name, version, flags, json); /* the key keeps "" */
         } else if (strcmp(kind, "export") == 0) {
             unsigned char id[16];
             const char *s = name;
@@ -687,10 +688,16 @@ static char *g_out[3]; /* answers, machine, requests */
 static size_t g_len[3];
 
 static void append(int which, const char *key, const char *json) {
-    size_t need = strlen(key) + strlen(json) + 16;
+    size_t need = 2 * strlen(key) + strlen(json) + 16;
     g_out[which] = realloc(g_out[which], g_len[which] + need);
-    g_len[which] += (size_t)sprintf(g_out[which] + g_len[which], "%s\n    \"%s\": %s",
-                                    g_len[which] ? "," : "", key, json);
+    char *o = g_out[which] + g_len[which];
+    o += sprintf(o, "%s\n    \"", g_len[which] ? "," : "");
+    for (const char *k = key; *k; k++) { /* the key as a JSON string: '"' and '\\' escaped */
+        if (*k == '"' || *k == '\\') *o++ = '\\';
+        *o++ = *k;
+    }
+    o += sprintf(o, "\": %s", json);
+    g_len[which] = (size_t)(o - g_out[which]);
 }
 
 static void run_group(const char *name, void (*fn)(void)) {
