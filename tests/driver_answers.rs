@@ -419,6 +419,24 @@ fn probe_driver_sh_writes_the_file_a_gpu_session_commits() {
         // cuda-bindings 13 asks for every entry point it wraps (ground truth:
         // shared/reference/procaddr/bindings13.procaddr.txt has 526).
         assert!(r.len() > 400, "{} requests\n{log}", r.len());
+        // Exactly the requests recorded from cuda-bindings 13 independently (the left
+        // side of ../shared/reference/procaddr/bindings13.procaddr.txt), where present.
+        let reference = root().join("../shared/reference/procaddr/bindings13.procaddr.txt");
+        if let Ok(text) = std::fs::read_to_string(&reference) {
+            let want: BTreeSet<String> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("cuGetProcAddress_v2(\""))
+                .filter_map(|l| {
+                    let (name, rest) = l.split_once("\", ver=")?;
+                    let (ver, rest) = rest.split_once(", flags=")?;
+                    let flags = rest.split_once(')')?.0;
+                    let name = if name.is_empty() { "\"\"" } else { name };
+                    Some(format!("procaddr {name} {ver} {flags}"))
+                })
+                .collect();
+            let got: BTreeSet<String> = r.keys().cloned().collect();
+            assert_eq!(got, want, "requests logged vs {}", reference.display());
+        }
         let m = &r["procaddr cuMemAlloc 3020 0"];
         assert_eq!(m["asked_by"], json!(["cuda.bindings"]), "{m}");
         assert_eq!(m["export"], "cuMemAlloc_v2", "{m}");
