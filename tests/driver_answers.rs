@@ -196,9 +196,31 @@ fn compare_file(path: &Path) -> Vec<String> {
         .collect();
     let req = scratch("driver-answers-req").join("requests.txt");
     std::fs::write(&req, request_lines(&real)).unwrap();
-    let (fake, _) = fake_answers(Some(&req), &[]);
+    let env = machine_env(&real);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (fake, _) = fake_answers(Some(&req), &env);
     errors.extend(differences(&real, &fake));
     errors
+}
+
+/// The fake configured as the recorded machine: its memory, its driver version, and what
+/// a context takes there (the answers about contexts depend on it).
+fn machine_env(real: &Value) -> Vec<(&'static str, String)> {
+    let m = &real["machine"];
+    let mut env = Vec::new();
+    if let Some(t) = m["total_mem"].as_u64() {
+        env.push(("FAKECUDA_TOTAL_MEM", t.to_string()));
+    }
+    if let Some(v) = m["driver_version"].as_u64() {
+        env.push(("FAKECUDA_DRIVER_VERSION", v.to_string()));
+    }
+    if let Some(c) = m["context.second_context_takes"]
+        .as_i64()
+        .filter(|c| *c > 0)
+    {
+        env.push(("FAKECUDA_CONTEXT_MEM", c.to_string()));
+    }
+    env
 }
 
 /// Request lines most clients make, for the tests that have no real file to take them from.
@@ -289,6 +311,25 @@ fn a_planted_difference_fails_the_comparison() {
         compare_file(&file),
         Vec::<String>::new(),
         "control: the fake against itself"
+    );
+
+    // The fake runs as the recorded machine: where a context takes 64 MiB, the answers
+    // about contexts are those of a fake whose contexts take 64 MiB.
+    planted["machine"]["context.second_context_takes"] = json!(64 << 20);
+    planted["answers"]["context.free_below_total"] = json!(true);
+    for k in [
+        "context.second_context_lowers_free",
+        "context.nvml.used_rises_with_context",
+        "context.nvml.after.own_pid_listed",
+        "context.nvml.alloc_256MiB.own_used_rises_by_at_least_256MiB",
+    ] {
+        planted["answers"][k] = json!(true);
+    }
+    write(&planted);
+    assert_eq!(
+        compare_file(&file),
+        Vec::<String>::new(),
+        "configured as the machine"
     );
 
     planted["answers"]["alloc.cuMemFree_v2(double)"] = json!(700);
