@@ -25,7 +25,7 @@
 # Output: one line per check, `PASS <name>`, `FAIL <name>: <why>` (followed by the end of
 # its log) or `SKIP <name>: <reason>`, then `N passed, M failed, K skipped`. Exit status 1
 # if any check failed, else 0; 2 for a bad command line. Without an NVIDIA GPU every check
-# is skipped. See README.md, "Proof on a real GPU", for what each check proves.
+# is skipped. See docs/src/real-gpu.md, "Proof on a real GPU", for what each check proves.
 
 # The checks are called by name ("check_${name//-/_}"), which shellcheck cannot follow:
 # shellcheck disable=SC2317
