@@ -8,9 +8,9 @@
 #
 #   scripts/gpu/probe-driver.sh OUTDIR
 #
-# Environment: PROBE_SHIM (default target/release/libgpucap.so), PROBE_PYTHON (default
+# Environment: PROBE_SHIM (default GPUCAP_LIB, else target/release/libgpucap.so), PROBE_PYTHON (default
 # python3), PROBE_CLIENTS (default "torch jax cupy cuda.bindings"), PROBE_TIMEOUT
-# (seconds per client, default 120). A client whose module does not import is skipped
+# (seconds per client, default 120; less under gpu-run.sh's GPU_RUN_DEADLINE). A client whose module does not import is skipped
 # (said in OUTDIR/driver-probe.log). Needs cc. Exit status: 0 when the probe's JSON was
 # written and every group of the probe finished (none crashed), 1 otherwise.
 #
@@ -23,10 +23,18 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=$1
 mkdir -p "$OUT"
-SHIM=${PROBE_SHIM:-$PWD/target/release/libgpucap.so}
+SHIM=${PROBE_SHIM:-${GPUCAP_LIB:-$PWD/target/release/libgpucap.so}}
 PY=${PROBE_PYTHON:-python3}
 CLIENTS=${PROBE_CLIENTS-torch jax cupy cuda.bindings}
 TIMEOUT=${PROBE_TIMEOUT:-120}
+# Under scripts/gpu-run.sh (GPU_RUN_DEADLINE, seconds since the epoch): each client gets
+# an equal share of what is left after the driver probe's ~15 s, at least 10 s.
+if [ -n "${GPU_RUN_DEADLINE:-}" ]; then
+    n=$(wc -w <<<"$CLIENTS")
+    share=$(((GPU_RUN_DEADLINE - $(date +%s) - 15) / (n > 0 ? n : 1)))
+    [ "$share" -lt 10 ] && share=10
+    [ "$share" -lt "$TIMEOUT" ] && TIMEOUT=$share
+fi
 LOG=$OUT/driver-probe.log
 : >"$LOG"
 tmp=$(mktemp -d)
