@@ -349,7 +349,7 @@ impl Shim {
     /// cache, as CuPy does) prints no second line: see `gpucap_core::repeats`.
     pub fn refused(&self, api: &str, device: usize, bytes: u64, refusal: Refusal) {
         let level = crate::log::LEVEL.load(Relaxed);
-        if level >= LogLevel::Debug as u8 || REPEATS.should_print(device, bytes, now_ms()) {
+        if level >= LogLevel::Debug as u8 || REPEATS.should_print(api, device, bytes, now_ms()) {
             log!(Warn, "{}", refusal_line(api, device, bytes, refusal));
         }
         self.after_refusal();
