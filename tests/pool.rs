@@ -431,6 +431,37 @@ fn a_forked_child_that_uses_cuda_is_its_own_member() {
     assert_eq!(p.used_peak(), (0, 900 * MIB));
 }
 
+/// A forked child that allocates without cuInit, in the context it inherited (the fake
+/// lets it), joins the pool as its own member at that first call: what it holds counts
+/// against the pool, so another member cannot take the pool over its cap.
+#[test]
+fn a_forked_child_that_allocates_without_cuinit_is_its_own_member() {
+    let p = Pool::new("pool-fork-nocuinit");
+    let a = spawn(
+        p.cmd(pool_fork(), "a.json")
+            .args(["nocuinit", &p.path("ready"), &p.path("go")]),
+    );
+    p.wait_file("ready");
+    assert_eq!(
+        p.used_peak().0,
+        900 * MIB,
+        "the parent's 600 MiB and the child's 300"
+    );
+    let b = run(&mut p.script("b.json", &["alloc:200Mi", "alloc:100Mi"]));
+    p.touch("go");
+    let a = finish(a);
+    assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
+    assert!(has(&a, "child alloc 300 0"), "{}", dump(&a));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 200 * MIB)),
+        "600 + 300 + 200 MiB > 1 GiB\n{}",
+        dump(&b)
+    );
+    assert!(has(&b, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&b));
+    assert!(p.shared_peak("b.json") <= 1024 * MIB);
+    assert_eq!(p.used_peak(), (0, 1000 * MIB));
+}
+
 #[test]
 fn a_dead_parent_releases_its_share_while_its_child_lives() {
     let p = Pool::new("pool-fork-sleep");

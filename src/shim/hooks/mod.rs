@@ -46,8 +46,12 @@ pub use self::sync::*;
 pub use self::vmm::*;
 
 /// The shim, or the error every call gets when the configuration is invalid (or
-/// names a device UUID that is not visible).
+/// names a device UUID that is not visible, or the pool could not be joined). A forked
+/// child of a pool member joins the pool as its own member first (`join_in_child`).
 fn shim() -> Result<&'static Shim, CuResult> {
+    if crate::membership::orphaned() {
+        join_in_child();
+    }
     if identity::failed().is_some() || crate::membership::failed().is_some() {
         return Err(CUDA_ERROR_NOT_PERMITTED);
     }
