@@ -614,6 +614,64 @@ fn eight_processes_of_sixteen_threads_never_take_the_pool_over_its_cap() {
     assert!(peak <= 512 * MIB && peak > 256 * MIB, "peak {peak}");
 }
 
+/// Contexts are charged to the pool (a primary retain has no current context): 32
+/// members of 2 threads each whose contexts take 16 MiB never take the fake GPU over
+/// the pool's 1 GiB cap. The first member makes its context alone (the pool then knows
+/// what a context takes); the 31 others start while it churns, so most make theirs
+/// when the pool is full: refused before the driver makes them (pool_churn then exits
+/// 3), never let through uncounted as before.
+#[test]
+fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool_cap() {
+    let p = Pool::new("pool-churn-ctx");
+    let member = |i: usize, ready: &[String]| {
+        spawn(
+            p.cmd(churn(), &format!("s{i}.json"))
+                .env("FAKECUDA_CONTEXT_MEM", "16Mi")
+                .args(["2", "1000", "8Mi"])
+                .args(ready),
+        )
+    };
+    let first = member(0, &[p.path("ready"), p.path("ready")]);
+    p.wait_file("ready");
+    let mut procs = vec![first];
+    procs.extend((1..32).map(|i| member(i, &[])));
+    let (mut churned, mut refused_contexts) = (0, 0);
+    for (i, c) in procs.into_iter().enumerate() {
+        let o = finish(c);
+        if o.status.code() == Some(3) {
+            // Its context was refused: with the line, and nothing else went wrong.
+            assert!(
+                lines(&o).iter().any(
+                    |l| l.starts_with("FATAL cuDevicePrimaryCtxRetain(&g_ctx, dev) returned 2")
+                ),
+                "{}",
+                dump(&o)
+            );
+            assert!(
+                String::from_utf8_lossy(&o.stderr).lines().any(|l| l
+                    .starts_with("gpucap: refused cuDevicePrimaryCtxRetain of 16 MiB on GPU 0: ")),
+                "{}",
+                dump(&o)
+            );
+            refused_contexts += 1;
+        } else {
+            assert_ok(&o);
+            churned += 1;
+        }
+        let peak = p.shared_peak(&format!("s{i}.json"));
+        assert!(
+            peak <= 1024 * MIB,
+            "member {i}: the fake GPU held {peak} bytes at once, over the pool's 1 GiB cap"
+        );
+    }
+    eprintln!("{churned} members churned, {refused_contexts} had their context refused");
+    assert!(
+        churned > 0,
+        "{churned} members churned, {refused_contexts} were refused"
+    );
+    assert_eq!(p.used_peak().0, 0, "every byte came back to the pool");
+}
+
 #[test]
 fn members_killed_at_random_points_block_nobody_and_leave_nothing_behind() {
     let p = Pool::new("pool-massacre");

@@ -33,15 +33,22 @@ pub(super) fn context_lock(
 }
 
 /// Reserves, before the driver makes a context on `lock`'s device, what it is expected
-/// to take (see `DeviceLock::expected`): on that device, whatever context is current
-/// (none, during a primary retain). Err (with gpucap's line) when the cap, or the pool's,
-/// cannot take it: the context is then not made.
+/// to take: what the last context measured there took (see `DeviceLock::expected`), or
+/// for the process's first, what the first one measured there by any member of its pool
+/// took. Charged to that device, whatever context is current (none, during a primary
+/// retain). Err (with gpucap's line) when the cap, or the pool's, cannot take it: the
+/// context is then not made.
 pub(super) fn reserve_context(
     shim: &'static Shim,
     api: &str,
     lock: &gpucap_core::contexts::DeviceLock<'_>,
 ) -> Result<Reservation<'static>, CuResult> {
-    reserve_on(shim, api, lock.device(), lock.expected())
+    let d = lock.device();
+    let expected = match lock.expected() {
+        0 => crate::membership::current().map_or(0, |m| m.context_bytes(d)),
+        own => own,
+    };
+    reserve_on(shim, api, d, expected)
 }
 
 /// Charges a context the driver just made on `lock`'s device (`measured`: the bytes it
@@ -62,7 +69,9 @@ pub(super) fn charge_context(
         .usage(d)
         .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
     let bytes = match contexts::verdict(measured, capped) {
-        Verdict::Charge(bytes) => bytes,
+        // Never less than was expected: the measurement is device-wide, and memory
+        // another process freed meanwhile would make it short of the context.
+        Verdict::Charge(bytes) => bytes.max(held.charge().bytes),
         Verdict::Refuse(rc) => {
             undo();
             drop(held);
@@ -85,7 +94,12 @@ pub(super) fn charge_context(
             return Ok(0);
         }
     };
-    lock.learn(bytes);
+    if let Ok(taken) = measured {
+        lock.learn(taken);
+        if let Some(m) = crate::membership::current() {
+            m.note_context_bytes(d, taken);
+        }
+    }
     if let Err(refusal) = SHIM.ledger.resize(&mut held, bytes) {
         // The driver frees the context before its room is given back.
         undo();
