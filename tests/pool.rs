@@ -462,6 +462,40 @@ fn a_forked_child_that_allocates_without_cuinit_is_its_own_member() {
     assert_eq!(p.used_peak(), (0, 1000 * MIB));
 }
 
+/// A forked child that cannot join the pool (here: its directory became writable by
+/// others after the parent joined) is refused with the line at its first driver call,
+/// never counted outside the pool.
+#[test]
+fn a_forked_child_that_cannot_join_the_pool_is_refused_with_a_line() {
+    let p = Pool::new("pool-fork-nojoin");
+    let a = spawn(p.cmd(pool_fork(), "a.json").args([
+        "nocuinit_late",
+        &p.path("ready"),
+        &p.path("go"),
+    ]));
+    p.wait_file("ready");
+    let dir = p.file().parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    p.touch("go");
+    let a = finish(a);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
+    assert!(
+        has(&a, "child alloc 300 800"),
+        "CUDA_ERROR_NOT_PERMITTED\n{}",
+        dump(&a)
+    );
+    let err = String::from_utf8_lossy(&a.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("gpucap: cannot join the pool t: ")
+                && l.contains("writable by group or others")),
+        "{}",
+        dump(&a)
+    );
+    assert_eq!(p.used_peak(), (0, 600 * MIB), "the child took nothing");
+}
+
 #[test]
 fn a_dead_parent_releases_its_share_while_its_child_lives() {
     let p = Pool::new("pool-fork-sleep");
@@ -664,7 +698,6 @@ fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool
             "member {i}: the fake GPU held {peak} bytes at once, over the pool's 1 GiB cap"
         );
     }
-    eprintln!("{churned} members churned, {refused_contexts} had their context refused");
     assert!(
         churned > 0,
         "{churned} members churned, {refused_contexts} were refused"
