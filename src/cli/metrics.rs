@@ -71,8 +71,9 @@ const MEMBER_PEAK: usize = 11;
 const WAITERS: usize = 12;
 const WAITS: usize = 13;
 const WAIT_SECONDS: usize = 14;
+const DRIFT: usize = 15;
 
-const FAMILIES: [Family; 15] = [
+const FAMILIES: [Family; 16] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -140,6 +141,11 @@ const FAMILIES: [Family; 15] = [
         kind: Kind::Counter,
         help: "Seconds spent in those waits, summed.",
     },
+    gauge(
+        "gpucap_pool_drift_bytes",
+        "The pool file's used bytes on this GPU minus what its members' slots hold: 0 \
+         unless another process wrote the file (the next refusal recounts it).",
+    ),
 ];
 
 /// One pool as read for an exposition.
@@ -189,7 +195,7 @@ fn labels(pairs: &[(&str, &str)]) -> String {
 struct Samples(Vec<(usize, String)>);
 
 impl Samples {
-    fn add(&mut self, family: usize, labels: &str, value: u64) {
+    fn add(&mut self, family: usize, labels: &str, value: impl std::fmt::Display) {
         self.0.push((
             family,
             format!("{}{labels} {value}\n", FAMILIES[family].name),
@@ -270,6 +276,7 @@ pub fn exposition(readings: &[Reading]) -> String {
             s.add(WAITERS, &l, g.waiters);
             s.add(WAITS, &l, g.waits);
             s.add_ms_as_seconds(WAIT_SECONDS, &l, g.wait_ms);
+            s.add(DRIFT, &l, g.drift);
         }
         for m in &view.members {
             // The slot tells apart two members with one pid (pid 1 of two containers).
@@ -396,7 +403,7 @@ impl Reader {
 
     /// The names of the pool files in this user's pool directory, sorted: regular
     /// files `NAME.pool` whose NAME is a valid pool name (a file being made is
-    /// `.NAME.PID.new`).
+    /// `.NAME.PID.RANDOM.new`).
     fn list(&self) -> Result<Vec<String>, String> {
         let dir = match self.user_dir().map_err(|e| format!("gpucap: --all: {e}"))? {
             Located::NotYet(_) => return Ok(Vec::new()),
