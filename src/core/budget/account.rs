@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use super::layout::*;
-use super::member::Member;
+use super::member::{Member, members_hold};
 
 /// Spins on a held gate or word lock before going to sleep on it.
 const SPINS: u32 = 64;
@@ -185,13 +185,9 @@ impl Member<'_> {
         }
     }
 
-    /// What the live members' slots hold on GPU entry `g` (the dead not taken back yet
-    /// included): what its `used` must say whenever no change is in flight.
+    /// What the members' slots hold on GPU entry `g` (see [`members_hold`]).
     pub(super) fn members_hold(&self, g: usize) -> u64 {
-        (0..MAX_SLOTS)
-            .filter(|&s| self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE)
-            .map(|s| self.w.member_gpu(s, g, M_USED).load(Relaxed))
-            .fold(0u64, u64::saturating_add)
+        members_hold(self.w, self.locks, g)
     }
 
     /// Under GPU entry `g`'s word lock: sets its `used` to what the members hold and

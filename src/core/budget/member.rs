@@ -41,6 +41,20 @@ pub trait MemberLocks: Sync {
     fn held(&self, s: usize) -> bool;
 }
 
+/// What the members' slots hold on GPU entry `g`: what its `used` must say whenever no
+/// change is in flight. A live slot counts (its owner dead or not: its share is in
+/// `used` until taken back), and so does a slot marked empty whose kernel lock a live
+/// process holds (a state word another process cleared: its owner's bytes are real).
+pub(super) fn members_hold(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> u64 {
+    (0..MAX_SLOTS)
+        .filter_map(|s| {
+            let used = w.member_gpu(s, g, M_USED).load(Acquire);
+            (used != 0 && (w.slot(s, S_STATE).load(Acquire) == STATE_LIVE || locks.held(s)))
+                .then_some(used)
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
 /// A checked pool file.
 #[derive(Clone, Copy)]
 pub struct Pool<'a> {

@@ -692,3 +692,19 @@ fn the_view_shows_who_holds_a_word_lock_and_since_when_others_wait() {
     t.join().unwrap().unwrap();
     assert_eq!(pool.view(proc(k, 99)).gpus[0].lock, None);
 }
+
+#[test]
+fn a_live_members_bytes_count_though_its_state_word_was_cleared() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    a.reserve(0, 600).unwrap();
+    // Another process marks A's slot empty and zeroes `used`: the next refusal's
+    // recount still counts A's 600 (A holds its slot's kernel lock).
+    pool.w.slot(a.slot(), S_STATE).store(STATE_EMPTY, SeqCst);
+    pool.w.gpu(0, G_USED).store(0, SeqCst);
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, -600);
+    b.reserve(0, 300).unwrap();
+    assert_eq!(b.reserve(0, 800).unwrap_err().used, 900);
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, 0);
+}

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::*;
 use serde::Serialize;
 
 use super::layout::*;
-use super::member::{MemberLocks, Pool};
+use super::member::{MemberLocks, Pool, members_hold};
 use crate::config::format_uuid;
 
 /// One GPU of the pool.
@@ -121,7 +121,7 @@ impl Pool<'_> {
             ));
         }
         for (g, gpu) in gpus.iter_mut() {
-            (gpu.members_hold, gpu.drift) = drift(w, *g);
+            (gpu.members_hold, gpu.drift) = drift(w, locks, *g);
             let cap = w.gpu(*g, G_CAP).load(Relaxed);
             gpu.cap_drift = (0..MAX_SLOTS).any(|s| {
                 let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
@@ -174,16 +174,11 @@ impl Pool<'_> {
     }
 }
 
-/// What the live slots hold on GPU entry `g`, and `used` minus that. Read with the word
+/// What the members' slots hold on GPU entry `g`, and `used` minus that. Read with the word
 /// lock free and `used` unchanged around it; a difference counts only if no one of
 /// three readings shows none (a change between two loads is not drift).
-fn drift(w: Words<'_>, g: usize) -> (u64, i64) {
-    let hold = || {
-        (0..MAX_SLOTS)
-            .filter(|&s| w.slot(s, S_STATE).load(Acquire) == STATE_LIVE)
-            .map(|s| w.member_gpu(s, g, M_USED).load(Acquire))
-            .fold(0u64, u64::saturating_add)
-    };
+fn drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, i64) {
+    let hold = || members_hold(w, locks, g);
     let mut last = (0, 0);
     for _ in 0..3 {
         let (lock, used) = (
