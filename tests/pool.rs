@@ -979,6 +979,7 @@ fn a_stopped_word_lock_holder_costs_the_blocked_members_no_processor_time() {
     let after: Vec<u64> = blocked.iter().map(|c| cpu_ticks(c.id())).collect();
     let wall_ticks = t0.elapsed().as_millis() as u64 / 10; // 100 ticks a second
     for (b, a) in before.iter().zip(&after) {
+        eprintln!("a blocked member used {} of {wall_ticks} ticks", a - b);
         assert!(
             (a - b) * 20 <= wall_ticks,
             "a blocked member burnt {} of {wall_ticks} ticks (over 5 %) on a stopped holder",

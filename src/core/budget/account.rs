@@ -276,8 +276,25 @@ impl Member<'_> {
     /// Bounded by the holder: each turn either takes the lock, frees it from a dead or
     /// impossible holder, or sleeps at most [`RECHECK`] while a live process holds it
     /// (a few instructions, unless that process is stopped: then as long as it is).
+    #[inline]
     fn lock_gpu(&self, g: usize) {
         self.enter_gate(g);
+        let me = self.slot as u64 + 1;
+        if self
+            .w
+            .gpu(g, G_LOCK)
+            .compare_exchange(0, me, Acquire, Relaxed)
+            .is_err()
+        {
+            self.lock_gpu_held(g);
+        }
+    }
+
+    /// [`lock_gpu`](Self::lock_gpu) once the word was found held (this thread holds the
+    /// gate).
+    #[cold]
+    #[inline(never)]
+    fn lock_gpu_held(&self, g: usize) {
         let me = self.slot as u64 + 1;
         let lock = self.w.gpu(g, G_LOCK);
         // After a sleep, taken with the waiting bit: others may sleep on it too.
@@ -339,10 +356,16 @@ impl Member<'_> {
     fn unlock_gpu(&self, g: usize) {
         let lock = self.w.gpu(g, G_LOCK);
         if lock.swap(0, Release) & LOCK_WAITING != 0 {
-            self.w.gpu(g, G_LOCK_SINCE).store(0, Relaxed);
-            self.locks.wake(lock);
+            self.wake_lock_sleepers(g);
         }
         self.leave_gate(g);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_lock_sleepers(&self, g: usize) {
+        self.w.gpu(g, G_LOCK_SINCE).store(0, Relaxed);
+        self.locks.wake(self.w.gpu(g, G_LOCK));
     }
 
     /// Frees GPU entry `g`'s word lock if it still holds `word` (a dead or impossible
