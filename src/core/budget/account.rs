@@ -301,6 +301,8 @@ impl Member<'_> {
         let mut take = me;
         let mut turns = 0u32;
         let mut recount = false;
+        // When the holder was last asked after (a system call): at most every RECHECK.
+        let mut asked: Option<std::time::Instant> = None;
         loop {
             let word = match lock.compare_exchange_weak(0, take, Acquire, Relaxed) {
                 Ok(_) => break,
@@ -325,7 +327,11 @@ impl Member<'_> {
                 continue;
             }
             let d = (holder - 1) as usize;
-            if self.locks.try_take(d) {
+            let ask = asked.is_none_or(|t| t.elapsed() >= RECHECK);
+            if ask {
+                asked = Some(std::time::Instant::now());
+            }
+            if ask && self.locks.try_take(d) {
                 // The holder is dead, and we hold its slot's kernel lock now.
                 if lock.load(Acquire) == word {
                     self.redo(d, g);
