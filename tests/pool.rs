@@ -718,17 +718,24 @@ fn members_killed_at_random_points_block_nobody_and_leave_nothing_behind() {
                 .args(["4", "100000", "16Mi"]),
         )
     };
-    let mut victims: Vec<Child> = (0..3).map(|_| start()).collect();
-    // Survivors: a fixed amount of work each, while others die around them.
+    // Survivors: a fixed amount of work each, while others die around them. Their
+    // contexts are made before the massacre starts: a context made while the pool is
+    // full may be refused (its measurement, device-wide, counts what others allocate
+    // meanwhile), which is not what this test is about.
     let survivors: Vec<Child> = (0..2)
         .map(|i| {
             spawn(
                 p.cmd(churn(), &format!("s{i}.json"))
                     .env("GPUCAP_LIMIT", "256Mi")
-                    .args(["4", "1500", "16Mi"]),
+                    .args(["4", "1500", "16Mi"])
+                    .args([p.path(&format!("ready{i}")), p.path("go")]),
             )
         })
         .collect();
+    p.wait_file("ready0");
+    p.wait_file("ready1");
+    let mut victims: Vec<Child> = (0..3).map(|_| start()).collect();
+    std::fs::write(p.path("go"), "").unwrap();
     let mut seed = std::process::id() as u64;
     for _ in 0..40 {
         seed = seed

@@ -259,6 +259,35 @@ impl DeviceLock<'_> {
         drv: &impl CtxDriver,
         call: impl FnMut() -> u32,
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+        self.measure_in_pool(drv, || None, call)
+    }
+
+    /// [`measure`](Self::measure) for a member of a pool: `pool_used` reads what the pool
+    /// has in use on this device. The driver's free figure is device-wide, so memory
+    /// other members freed while the context was made would be taken off the context's
+    /// bytes (and a context charged short lets the pool over-commit): what the pool's
+    /// `used` went down by over the same window is added back. What they allocated
+    /// meanwhile is left in (the context is charged more, never less: a member reserves
+    /// in `used` before the driver allocates, so subtracting a rise could take off bytes
+    /// the driver had not handed out yet). Memory of processes outside the pool still
+    /// shows; none of it can be told apart from the context's.
+    pub fn measure_in_pool(
+        &self,
+        drv: &impl CtxDriver,
+        pool_used: impl Fn() -> Option<u64>,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+        let before = pool_used();
+        let (rc, taken, how) = self.measure_device_wide(drv, call);
+        let taken = taken.map(|t| without_pool_change(t, before, pool_used()));
+        (rc, taken, how)
+    }
+
+    fn measure_device_wide(
+        &self,
+        drv: &impl CtxDriver,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
         if let Some(v) = self.vantage() {
             let (rc, taken) = with_vantage(drv, Ok(v), None, call);
             return (rc, taken, Vantage::Context);
@@ -352,6 +381,15 @@ impl DeviceLock<'_> {
 }
 
 /// Measures `call` from NVML's free memory of `device` (`before`, read already).
+/// A device-wide measurement `taken` plus what the pool's members freed meanwhile
+/// (`before`/`after`: the pool's `used`); a rise is left in (see `measure_in_pool`).
+fn without_pool_change(taken: u64, before: Option<u64>, after: Option<u64>) -> u64 {
+    match (before, after) {
+        (Some(b), Some(a)) => taken.saturating_add(b.saturating_sub(a)),
+        _ => taken,
+    }
+}
+
 fn without_context(
     drv: &impl CtxDriver,
     device: usize,
@@ -550,6 +588,48 @@ mod tests {
             *drv.log.borrow(),
             [format!("free@{ctx}"), format!("free@{ctx}")]
         );
+    }
+
+    /// In a pool, memory other members freed while the context was made does not make
+    /// it short: what the pool's `used` went down by is added back. What they allocated
+    /// is left in (charged more, never less).
+    #[test]
+    fn in_a_pool_the_members_frees_do_not_make_a_context_short() {
+        let book = ContextBook::new();
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        let used = Cell::new(1_000u64);
+        let lock = book.lock(0).unwrap();
+        // Another member allocates 700 while the context is made: left in.
+        let (rc, taken, _) = lock.measure_in_pool(
+            &drv,
+            || Some(used.get()),
+            || {
+                drv.free.set(drv.free.get() - 700);
+                used.set(used.get() + 700);
+                drv.call()
+            },
+        );
+        assert_eq!((rc, taken), (SUCCESS, Ok(1_000)));
+        // ...or frees 200 (more than the context takes): still the context's 300.
+        let lock = book.lock(1).unwrap();
+        let (_, taken, _) = lock.measure_in_pool(
+            &drv,
+            || Some(used.get()),
+            || {
+                drv.free.set(drv.free.get() + 200);
+                used.set(used.get() - 200);
+                drv.call()
+            },
+        );
+        assert_eq!(taken, Ok(300));
+        // Without a pool the same traffic is counted (nothing can tell it apart).
+        let lock = book.lock(2).unwrap();
+        let (_, taken, _) = lock.measure(&drv, || {
+            drv.free.set(drv.free.get() - 700);
+            drv.call()
+        });
+        assert_eq!(taken, Ok(1_000));
     }
 
     /// With NVML, a device with room for exactly one context gets it, measured.

@@ -5,7 +5,7 @@
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid
 //! GPUs     32 x 16    key (UUID folded), UUID, cap, used, peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
-//!                     first context bytes
+//!                     least context bytes
 //! members 256 x 240   state, pid, pid namespace, start, generation, command (64 bytes),
 //!                     then per GPU: used, peak, journal (target, pool used, target used), cap,
 //!                     wait ticket
@@ -56,9 +56,9 @@ pub const G_PEAK: usize = 5;
 pub const G_LOCK: usize = 6;
 pub const G_REFUSALS: usize = 7;
 pub const G_LARGEST_REFUSED: usize = 8;
-/// What the first context measured on this GPU by any member took (0: none yet): a
-/// member reserves it before the driver makes its own first context there, so that a
-/// context the pool cannot take is refused before it is made.
+/// The least a context measured on this GPU by any member took, stored inverted (`!bytes`;
+/// 0: none yet): a member reserves it before the driver makes its own first context
+/// there, so that a context the pool cannot take is refused before it is made.
 pub const G_CONTEXT_BYTES: usize = 15;
 /// How many members wait for memory on this GPU (`GPUCAP_WAIT`): a hint read on the
 /// way of every credit (0: nobody to wake), recounted when a dead member is taken back.

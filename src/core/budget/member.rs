@@ -429,21 +429,25 @@ impl<'a> Member<'a> {
         Pool { w: self.w }
     }
 
-    /// What the first context a member measured on `device` took (0: none yet, or the
-    /// GPU is not registered).
+    /// The least any member measured a context on `device` to take (0: none measured
+    /// yet, or the GPU is not registered): what a member reserves before its first
+    /// context there is made.
     pub fn context_bytes(&self, device: usize) -> u64 {
         self.entry_of(device)
-            .map_or(0, |g| self.w.gpu(g, G_CONTEXT_BYTES).load(Relaxed))
+            .map_or(0, |g| match self.w.gpu(g, G_CONTEXT_BYTES).load(Relaxed) {
+                0 => 0,
+                least => !least,
+            })
     }
 
-    /// A context this member made on `device` took `bytes` (measured): kept for every
-    /// member if none was measured there before (the first measurement stays).
+    /// A context this member made on `device` took `bytes` (measured). The word keeps
+    /// the least measurement (stored inverted, so that one `fetch_max` keeps it and 0
+    /// stays "none yet"): a measurement is device-wide and others' traffic can only be
+    /// taken out of it where the pool sees it, so a high one must not become what every
+    /// later member reserves and is charged at least.
     pub fn note_context_bytes(&self, device: usize, bytes: u64) {
         if let Some(g) = self.entry_of(device) {
-            let _ = self
-                .w
-                .gpu(g, G_CONTEXT_BYTES)
-                .compare_exchange(0, bytes, Relaxed, Relaxed);
+            self.w.gpu(g, G_CONTEXT_BYTES).fetch_max(!bytes, Relaxed);
         }
     }
 }

@@ -116,7 +116,7 @@ fn a_device_not_registered_is_not_charged_to_the_pool() {
 }
 
 #[test]
-fn the_first_context_measured_on_a_gpu_is_known_to_every_member() {
+fn the_least_context_measured_on_a_gpu_is_known_to_every_member() {
     let (pool, k) = setup();
     let a = member(pool, proc(k, 1), Some(1000));
     let b = member(pool, proc(k, 2), Some(1000));
@@ -124,7 +124,19 @@ fn the_first_context_measured_on_a_gpu_is_known_to_every_member() {
     a.note_context_bytes(0, 16);
     assert_eq!(b.context_bytes(0), 16);
     b.note_context_bytes(0, 40);
-    assert_eq!(a.context_bytes(0), 16, "the first measurement stays");
+    assert_eq!(
+        a.context_bytes(0),
+        16,
+        "a higher measurement does not replace it"
+    );
+    b.note_context_bytes(0, 0);
+    assert_eq!(
+        a.context_bytes(0),
+        0,
+        "the least measurement is kept, 0 included"
+    );
+    a.note_context_bytes(0, 16);
+    assert_eq!(b.context_bytes(0), 0);
     assert_eq!(a.context_bytes(1), 0, "a GPU the pool does not hold");
 }
 

@@ -32,9 +32,19 @@ pub(super) fn context_lock(
     }
 }
 
+/// What this process's pool has in use on `device` (None outside a pool): the context's
+/// measurement takes the other members' traffic out of the driver's device-wide figure.
+fn pool_used(device: usize) -> impl Fn() -> Option<u64> {
+    move || {
+        crate::membership::current()
+            .and_then(|m| m.usage(device))
+            .map(|(used, _, _)| used)
+    }
+}
+
 /// Reserves, before the driver makes a context on `lock`'s device, what it is expected
 /// to take: what the last context measured there took (see `DeviceLock::expected`), or
-/// for the process's first, what the first one measured there by any member of its pool
+/// for the process's first, the least any member of its pool measured there
 /// took. Charged to that device, whatever context is current (none, during a primary
 /// retain). Err (with gpucap's line) when the cap, or the pool's, cannot take it: the
 /// context is then not made.
@@ -205,7 +215,8 @@ pub fn primary_ctx_retain(
         Ok(r) => r,
         Err(rc) => return rc,
     };
-    let (rc, measured, how) = lock.measure(&queries::Contexts, call);
+    let (rc, measured, how) =
+        lock.measure_in_pool(&queries::Contexts, pool_used(lock.device()), call);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
@@ -288,7 +299,8 @@ pub(super) fn ctx_created(
         Ok(r) => r,
         Err(rc) => return rc,
     };
-    let (rc, measured, how) = lock.measure(&queries::Contexts, call);
+    let (rc, measured, how) =
+        lock.measure_in_pool(&queries::Contexts, pool_used(lock.device()), call);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
