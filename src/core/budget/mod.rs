@@ -13,11 +13,14 @@
 //! - `account`: reserving and crediting bytes: one step under a per-GPU word lock with a
 //!   redo journal, so a member killed at any instruction leaves nothing half done.
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
+//! - `shares`: guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`,
+//!   `GPUCAP_CEILING`): the policy, pure functions over plain numbers.
 //! - `view`: a snapshot for `gpucap status`, `gpucap top` and NVML's process list.
 
 mod account;
 mod layout;
 mod member;
+pub mod shares;
 mod view;
 mod wait;
 
