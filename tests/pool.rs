@@ -337,10 +337,21 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         "pool-version",
         |p| {
             let mut b = made(p);
-            b[8] = 2;
+            b[8] = 3;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 2 pool file and this gpucap reads version 1",
+        "version 3 pool file and this gpucap reads version 2",
+    );
+    // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
+    refused_with(
+        "pool-version-1",
+        |p| {
+            let mut b = made(p);
+            b.truncate(495_744);
+            b[8] = 1;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "version 1 pool file and this gpucap reads version 2",
     );
     refused_with(
         "pool-corrupt",

@@ -194,18 +194,19 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         out.push_str("GPUs: none yet (a member registers its GPUs when it initialises CUDA)\n");
     } else {
         out.push_str(&format!(
-            "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}\n",
-            "GPU", "CAP", "USED", "PEAK", "REFUSALS", "HELD BY DEAD"
+            "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}  {:>10}\n",
+            "GPU", "CAP", "USED", "PEAK", "REFUSALS", "HELD BY DEAD", "GUARANTEED"
         ));
         for g in &view.gpus {
             out.push_str(&format!(
-                "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}\n",
+                "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}  {:>10}\n",
                 g.uuid,
                 g.cap.map_or("none".to_string(), bytes),
                 bytes(g.used),
                 bytes(g.peak),
                 g.refusals,
-                bytes(g.held_by_dead)
+                bytes(g.held_by_dead),
+                bytes(g.guaranteed)
             ));
         }
     }
@@ -220,9 +221,29 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         view.members.len(),
         view.members.len() - alive
     ));
+    // Guarantees and ceilings (GPUCAP_GUARANTEE, GPUCAP_CEILING): columns of their
+    // own, shown when a member has either.
+    let shared = view
+        .members
+        .iter()
+        .flat_map(|m| &m.gpus)
+        .any(|g| g.guarantee > 0 || g.ceiling.is_some());
     out.push_str(&format!(
-        "{:>8}  {:<5}  {:<40}  {:>10}  {:>10}  {:<19}  COMMAND\n",
-        "PID", "STATE", "GPU", "BYTES", "PEAK", "STARTED (UTC)"
+        "{:>8}  {:<5}  {:<40}  {:>10}  {:>10}{}  {:<19}  COMMAND\n",
+        "PID",
+        "STATE",
+        "GPU",
+        "BYTES",
+        "PEAK",
+        if shared {
+            format!(
+                "  {:>10}  {:>10}  {:>10}",
+                "GUARANTEE", "CEILING", "BORROWED"
+            )
+        } else {
+            String::new()
+        },
+        "STARTED (UTC)"
     ));
     let mut foreign = false;
     for m in sorted_members(view) {
@@ -232,17 +253,17 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         let state = if m.alive { "alive" } else { "dead" };
         let command = printable(&m.command);
         let started = utc(m.start_ms);
-        let rows: Vec<(String, u64, u64)> = if m.gpus.is_empty() {
-            vec![("-".to_string(), 0, 0)]
+        let rows: Vec<(String, u64, u64, String)> = if m.gpus.is_empty() {
+            vec![("-".to_string(), 0, 0, String::new())]
         } else {
             m.gpus
                 .iter()
-                .map(|g| (g.uuid.clone(), g.used, g.peak))
+                .map(|g| (g.uuid.clone(), g.used, g.peak, share_columns(shared, g)))
                 .collect()
         };
-        for (uuid, used, peak) in rows {
+        for (uuid, used, peak, share) in rows {
             out.push_str(&format!(
-                "{pid:>8}  {state:<5}  {uuid:<40}  {:>10}  {:>10}  {started:<19}  {command}\n",
+                "{pid:>8}  {state:<5}  {uuid:<40}  {:>10}  {:>10}{share}  {started:<19}  {command}\n",
                 bytes(used),
                 bytes(peak)
             ));
@@ -254,6 +275,24 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         );
     }
     out
+}
+
+/// A member's guarantee, ceiling and borrowed bytes on one GPU, as columns (none when
+/// no member of the pool has a guarantee or a ceiling).
+fn share_columns(shared: bool, g: &gpucap_core::budget::MemberGpuView) -> String {
+    if !shared {
+        return String::new();
+    }
+    format!(
+        "  {:>10}  {:>10}  {:>10}",
+        if g.guarantee > 0 {
+            bytes(g.guarantee)
+        } else {
+            "-".to_string()
+        },
+        g.ceiling.map_or("cap".to_string(), bytes),
+        bytes(g.borrowed)
+    )
 }
 
 /// `gpucap top`'s loop: `iterations` snapshots (None: until interrupted), `interval_ms`

@@ -521,6 +521,7 @@ mod tests {
             waits: 0,
             wait_ms: 0,
             raw_uuid: raw,
+            guaranteed: 0,
         };
         let used_of = |raw: [u8; 16]| {
             members
@@ -554,6 +555,9 @@ mod tests {
                             used,
                             peak: used,
                             raw_uuid: raw,
+                            guarantee: 0,
+                            ceiling: None,
+                            borrowed: used,
                         })
                         .collect(),
                 })

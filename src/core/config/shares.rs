@@ -44,6 +44,37 @@ pub fn resolve_share(limit: Limit, cap: Option<u64>) -> Result<u64, String> {
     }
 }
 
+/// The guarantee and ceiling of the visible GPU `ordinal` (`uuid`) whose pool cap is
+/// `cap`, in bytes (None: not set), after checking the keys against the visible GPUs
+/// (`uuids`): a key naming no visible GPU is an error, as in `GPUCAP_LIMIT`.
+pub fn shares_for(
+    config: &Config,
+    ordinal: usize,
+    uuids: &[[u8; 16]],
+    cap: Option<u64>,
+) -> Result<(Option<u64>, Option<u64>), String> {
+    let one = |var: &str, spec: Option<&LimitSpec>| -> Result<Option<u64>, String> {
+        let Some(spec) = spec else {
+            return Ok(None);
+        };
+        spec.check_visible(Some(uuids.len()), || Some(uuids))
+            .map_err(|e| {
+                e.trim_start_matches("gpucap: ")
+                    .replace("GPUCAP_LIMIT", var)
+            })?;
+        match spec.for_device(ordinal as u32, uuids.get(ordinal)) {
+            None => Ok(None),
+            Some(l) => resolve_share(l, cap)
+                .map(Some)
+                .map_err(|e| format!("{var}: {e}")),
+        }
+    };
+    Ok((
+        one("GPUCAP_GUARANTEE", config.guarantee.as_ref())?,
+        one("GPUCAP_CEILING", config.ceiling.as_ref())?,
+    ))
+}
+
 /// Checks what can be checked before the GPUs are known: a pool is named, the guarantee
 /// is not above the ceiling nor the ceiling above the cap wherever both are bytes or
 /// both shares of the cap. The rest is checked when the process joins its pool
