@@ -338,7 +338,9 @@ pub fn top(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use gpucap_core::budget::{MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool};
+    use gpucap_core::budget::{
+        MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool, shares,
+    };
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
     const MIB: u64 = 1 << 20;
@@ -360,7 +362,7 @@ pub(crate) mod tests {
     }
 
     /// A pool made through the pool's own protocol: a 1 GiB cap on one GPU, members
-    /// pid 10 (100 MiB, alive), 11 (200 MiB, killed), 12 (400 MiB, alive, in PID
+    /// pid 10 (100 MiB, alive, 64 MiB guaranteed, a 512 MiB ceiling), 11 (200 MiB, killed), 12 (400 MiB, alive, in PID
     /// namespace 9; the others in 7), and one refused request of 600 MiB.
     pub(crate) fn view() -> PoolView {
         let words: &'static [AtomicU64] =
@@ -379,6 +381,11 @@ pub(crate) mod tests {
             };
             let m = Member::join(pool, locks, &info).unwrap();
             m.register_gpu(0, &UUID, Some(1 << 30)).unwrap();
+            if pid == 10 {
+                // A guarantee and a ceiling (GPUCAP_GUARANTEE, GPUCAP_CEILING).
+                let share = shares::check(Some(1 << 30), 64 * MIB, Some(512 * MIB)).unwrap();
+                m.claim(0, share).unwrap();
+            }
             m.reserve(0, (mib + 1) * MIB).unwrap();
             m.credit(0, MIB);
             members.push(m);
@@ -399,6 +406,44 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn guarantees_ceilings_and_borrowed_bytes_are_shown() {
+        let v = view();
+        assert_eq!(v.gpus[0].guaranteed, 64 * MIB);
+        let m10 = v.members.iter().find(|m| m.pid == 10).unwrap();
+        let g = &m10.gpus[0];
+        assert_eq!((g.guarantee, g.ceiling), (64 * MIB, Some(512 * MIB)));
+        assert_eq!(g.borrowed, 36 * MIB, "100 MiB held, 64 of them guaranteed");
+        let m12 = v.members.iter().find(|m| m.pid == 12).unwrap();
+        assert_eq!(
+            (m12.gpus[0].guarantee, m12.gpus[0].borrowed),
+            (0, 400 * MIB)
+        );
+        let text = render(&v, Path::new("/p/t.pool"), 7);
+        assert!(text.contains("GUARANTEED"), "{text}");
+        assert!(text.contains("GUARANTEE     CEILING    BORROWED"), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("10 "))
+            .unwrap();
+        assert!(row.contains("64 MiB     512 MiB      36 MiB"), "{row}");
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("12* "))
+            .unwrap();
+        assert!(row.contains("-         cap     400 MiB"), "{row}");
+        let doc: serde_json::Value = serde_json::from_str(&json(&v, Path::new("/p"))).unwrap();
+        assert_eq!(doc["gpus"][0]["guaranteed"], 64 * MIB);
+        let j10 = doc["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["pid"] == 10)
+            .unwrap();
+        assert_eq!(j10["gpus"][0]["ceiling"], 512 * MIB);
+        assert_eq!(j10["gpus"][0]["borrowed"], 36 * MIB);
+    }
+
+    #[test]
     fn members_largest_first() {
         let v = view();
         let pids: Vec<u32> = sorted_members(&v).iter().map(|m| m.pid).collect();
@@ -411,7 +456,7 @@ pub(crate) mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "pool /p/x.pool (version 1, created 2023-11-14 22:13:20 UTC)"
+            "pool /p/x.pool (version 2, created 2023-11-14 22:13:20 UTC)"
         );
         let gpu = lines[2];
         for part in [
@@ -471,7 +516,7 @@ pub(crate) mod tests {
         assert!(text.ends_with("}\n") && text.lines().count() == 1);
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(doc["path"], "/p/x.pool");
-        assert_eq!(doc["version"], 1);
+        assert_eq!(doc["version"], 2);
         assert_eq!(doc["created"], 1_700_000_000u64);
         let gpu = &doc["gpus"][0];
         assert_eq!(gpu["uuid"], "GPU-11111111-1111-1111-1111-111111111111");
