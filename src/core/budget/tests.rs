@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use super::layout::*;
 use super::*;
 
+mod shares_in_pool;
+
 /// Kernel locks of the slots, shared by all the "processes" of a test.
 struct Kernel {
     owner: Mutex<[u32; MAX_SLOTS]>,
