@@ -174,7 +174,7 @@ fn random_guarantees_never_over_commit_and_are_never_broken() {
     let threads: Vec<_> = (0..MEMBERS)
         .map(|i| {
             std::thread::spawn(move || {
-                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(i + 1) * 0x1234_5678;
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (u64::from(i + 1) * 0x1234_5678);
                 let mut rand = move |n: u64| {
                     seed ^= seed << 13;
                     seed ^= seed >> 7;
