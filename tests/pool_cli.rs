@@ -72,12 +72,12 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     assert!(ra.contains(" alive ") && ra.contains("300 MiB"), "{text}");
     assert!(rb.contains(" dead ") && rb.contains("200 MiB"), "{text}");
     assert!(rb.contains("script alloc:200Mi"), "the command\n{text}");
-    // The GPU row: cap, used, peak, refusals, held by dead.
+    // The GPU row: cap, used, peak, refusals, held by dead, guaranteed.
     let gpu = text.lines().nth(2).unwrap();
     let cols: Vec<&str> = gpu.split("  ").filter(|c| !c.is_empty()).collect();
     assert_eq!(
         cols[1..].iter().map(|c| c.trim()).collect::<Vec<_>>(),
-        ["1 GiB", "500 MiB", "500 MiB", "0", "200 MiB"],
+        ["1 GiB", "500 MiB", "500 MiB", "0", "200 MiB", "0 B"],
         "{text}"
     );
     // Sorted by bytes: the 300 MiB member comes first.
