@@ -29,30 +29,10 @@ command -v valgrind >/dev/null || { echo "bench-instructions: valgrind not found
 for f in "$R/libgpucap.so" "$R/libcuda.so"; do
     [ -f "$f" ] || { echo "bench-instructions: $f missing: run cargo build --release" >&2; exit 1; }
 done
-FAKEDIR=$R/fakecuda
-mkdir -p "$FAKEDIR" "$R/ctests"
-ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so.1"
-ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
-BIN=$R/ctests/bench_alloc_ir
-cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-# instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run,
-# pairs of BSIZE bytes (default 4Ki) (THREADS=k among the variables: k threads of PAIRS
-# pairs each).
-instructions() {
-    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 vars=()
-    shift 3
-    for v in "$@"; do
-        case $v in THREADS=*) threads=${v#THREADS=} ;; *) vars+=("$v") ;; esac
-    done
-    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
-        ${preload:+LD_PRELOAD=$preload} \
-        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" "$size" pair "live=$live" >/dev/null 2>&1 ||
-        { echo "bench-instructions: bench_alloc $threads $pairs $size pair live=$live $* failed" >&2; exit 1; }
-    awk '/^summary:/ {print $2}' "$out"
-}
+. scripts/bench-lib.sh
+bench_fake_setup
 
 raw1=$(instructions "" "$N" 0); raw2=$(instructions "" $((2 * N)) 0)
 shim1=$(instructions "$R/libgpucap.so" "$N" 0); shim2=$(instructions "$R/libgpucap.so" $((2 * N)) 0)

@@ -16,15 +16,16 @@
 #   --train-reps N  training benchmark runs per mode (default 2); --train-steps N (30)
 #   --first-reps N  first-use runs per way (default 5)
 #   --probe-driver PATH, --bench-hami PATH   the hooks (default scripts/gpu/probe-driver.sh,
-#                   scripts/bench-hami.sh; a hook that is not there is SKIPped)
+#                   scripts/gpu/bench-hami-hook.sh; a hook that is not there is SKIPped)
 #   --parts LIST    run only these parts (comma-separated; env and the packing always
 #                   run): a rerun of what failed, say `--parts checks --only 'pool'`
 #   --only REGEX    the checks part runs only the checks whose name matches (gpu-check.sh)
 #
 # Parts, in order, each with its seconds printed: env (what the machine is), checks
 # (gpu-check.sh), bench (gpu-check.sh --bench), probe-driver (scripts/gpu/probe-driver.sh
-# DIR, where it exists: writes DIR/driver-answers.json), bench-hami (scripts/bench-hami.sh
-# DIR, where it exists: writes DIR/hami.json), first-use (cuInit, first context, first
+# DIR, where it exists: writes DIR/driver-answers.json), bench-hami (scripts/gpu/bench-hami-hook.sh
+# DIR: scripts/bench-hami.sh on the HAMi-core build carried in target/hami, into
+# DIR/hami.json; SKIP without that build), first-use (cuInit, first context, first
 # allocation, raw and under gpucap). The hooks get GPUCAP_LIB, GPUCAP_CLI and
 # GPU_RUN_DEADLINE (seconds since the epoch by which they must be done) in their
 # environment.
@@ -54,7 +55,7 @@ uint_at_least() { # OPTION VALUE MIN
 
 OUTDIR='' LIB=$ROOT/target/release/libgpucap.so CLI=$ROOT/target/release/gpucap PY=python3
 BUDGET=460 REPS=3 TARGET_MS=200 TRAIN_REPS=2 TRAIN_STEPS=30 FIRST_REPS=5
-PROBE_DRIVER=$ROOT/scripts/gpu/probe-driver.sh BENCH_HAMI=$ROOT/scripts/bench-hami.sh
+PROBE_DRIVER=$ROOT/scripts/gpu/probe-driver.sh BENCH_HAMI=$ROOT/scripts/gpu/bench-hami-hook.sh
 ALL_PARTS=env,checks,bench,probe-driver,bench-hami,first-use PARTS_WANTED=$ALL_PARTS ONLY=
 while [ $# -gt 0 ]; do
     opt=$1
@@ -226,8 +227,8 @@ if [ "$(awk -F'\t' '$1 == "env" { print $2 }' "$PARTS")" = FAIL ]; then
 fi
 part checks 250 60 part_checks
 part bench 85 30 part_bench
-part probe-driver 45 10 hook "$PROBE_DRIVER" driver-answers.json
-part bench-hami 60 20 hook "$BENCH_HAMI" hami.json
+part probe-driver 90 10 hook "$PROBE_DRIVER" driver-answers.json
+part bench-hami 90 20 hook "$BENCH_HAMI" hami.json
 part first-use 20 10 part_first_use
 
 # ---- pack ------------------------------------------------------------------------------
