@@ -294,6 +294,13 @@ impl<'a> Words<'a> {
         &self.0[SHARES_AT + g * SHARE_BITS_WORDS + k]
     }
 
+    /// GPU entry `g`'s bits of the slots that hold a guarantee, all words at once.
+    #[inline]
+    pub fn share_bits_all(&self, g: usize) -> Option<&'a [AtomicU64; SHARE_BITS_WORDS]> {
+        let at = SHARES_AT + g * SHARE_BITS_WORDS;
+        self.0.get(at..at + SHARE_BITS_WORDS)?.try_into().ok()
+    }
+
     /// Slot `s`'s share word `i` for GPU entry `g`.
     pub fn share(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
         &self.0[SHARES_AT
