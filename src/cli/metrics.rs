@@ -70,12 +70,13 @@ const MEMBER_PEAK: usize = 11;
 const WAITERS: usize = 12;
 const WAITS: usize = 13;
 const WAIT_SECONDS: usize = 14;
-const GUARANTEED: usize = 15;
-const MEMBER_GUARANTEE: usize = 16;
-const MEMBER_CEILING: usize = 17;
-const MEMBER_BORROWED: usize = 18;
+const DRIFT: usize = 15;
+const GUARANTEED: usize = 16;
+const MEMBER_GUARANTEE: usize = 17;
+const MEMBER_CEILING: usize = 18;
+const MEMBER_BORROWED: usize = 19;
 
-const FAMILIES: [Family; 19] = [
+const FAMILIES: [Family; 20] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -144,6 +145,11 @@ const FAMILIES: [Family; 19] = [
         help: "Seconds spent in those waits, summed.",
     },
     gauge(
+        "gpucap_pool_drift_bytes",
+        "The pool file's used bytes on this GPU minus what its members' slots hold: 0 \
+         unless another process wrote the file (the next refusal recounts it).",
+    ),
+    gauge(
         "gpucap_pool_guaranteed_bytes",
         "Bytes of the cap guaranteed to live members on this GPU (GPUCAP_GUARANTEE), in all.",
     ),
@@ -208,7 +214,7 @@ fn labels(pairs: &[(&str, &str)]) -> String {
 struct Samples(Vec<(usize, String)>);
 
 impl Samples {
-    fn add(&mut self, family: usize, labels: &str, value: u64) {
+    fn add(&mut self, family: usize, labels: &str, value: impl std::fmt::Display) {
         self.0.push((
             family,
             format!("{}{labels} {value}\n", FAMILIES[family].name),
@@ -289,6 +295,7 @@ pub fn exposition(readings: &[Reading]) -> String {
             s.add(WAITERS, &l, g.waiters);
             s.add(WAITS, &l, g.waits);
             s.add_ms_as_seconds(WAIT_SECONDS, &l, g.wait_ms);
+            s.add(DRIFT, &l, g.drift);
             s.add(GUARANTEED, &l, g.guaranteed);
         }
         for m in &view.members {

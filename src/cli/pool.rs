@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use gpucap_core::budget::{MemberView, PoolView};
+use gpucap_core::budget::{GpuView, MemberView, PoolView};
 use gpucap_core::config::PoolSpec;
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -209,6 +209,9 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
                 bytes(g.guaranteed)
             ));
         }
+        for g in &view.gpus {
+            out.push_str(&gpu_notes(g));
+        }
     }
     out.push('\n');
     let alive = view.members.iter().filter(|m| m.alive).count();
@@ -293,6 +296,44 @@ fn share_columns(shared: bool, g: &gpucap_core::budget::MemberGpuView) -> String
         g.ceiling.map_or("cap".to_string(), bytes),
         bytes(g.borrowed)
     )
+}
+
+/// The lines under the GPU table that say something is wrong with one GPU: a held word
+/// lock (who, since when members wait for it), a `used` or cap word that differs from
+/// what the members hold.
+fn gpu_notes(g: &GpuView) -> String {
+    let mut out = String::new();
+    if let Some(l) = &g.lock {
+        out.push_str(&format!(
+            "word lock of {}: held by pid {} (slot {}), {}\n",
+            g.uuid,
+            l.pid,
+            l.slot,
+            l.since_ms
+                .map_or("no member waiting for it".to_string(), |ms| format!(
+                    "members waiting for it since {} UTC",
+                    utc(ms)
+                ))
+        ));
+    }
+    if g.drift != 0 {
+        out.push_str(&format!(
+            "drift on {}: the pool file counts {} in use, its members hold {} (another \
+             process wrote the file?); the next refusal recounts it\n",
+            g.uuid,
+            bytes(g.members_hold.saturating_add_signed(g.drift)),
+            bytes(g.members_hold)
+        ));
+    }
+    if g.cap_drift {
+        out.push_str(&format!(
+            "drift on {}: the pool file's cap is not the one its live members hold it to \
+             (another process wrote the file?); they keep their own, the next refusal \
+             writes it back\n",
+            g.uuid
+        ));
+    }
+    out
 }
 
 /// `gpucap top`'s loop: `iterations` snapshots (None: until interrupted), `interval_ms`

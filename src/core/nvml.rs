@@ -520,6 +520,10 @@ mod tests {
             waiters: 0,
             waits: 0,
             wait_ms: 0,
+            members_hold: used,
+            drift: 0,
+            cap_drift: false,
+            lock: None,
             raw_uuid: raw,
             guaranteed: 0,
         };

@@ -123,7 +123,7 @@ impl Member<'_> {
     }
 
     fn claim_now(&self, g: usize, share: Share) -> Result<(), ClaimRefusal> {
-        let cap = decode_cap(self.w.gpu(g, G_CAP).load(Relaxed))
+        let cap = decode_cap(self.caps[g].load(Relaxed))
             .flatten()
             .unwrap_or(u64::MAX);
         self.locked(g, || {
@@ -250,7 +250,7 @@ impl Member<'_> {
         shares::past_ceiling(own, ceiling, bytes).then(|| PoolRefusal {
             requested: bytes,
             used: self.w.gpu(g, G_USED).load(Relaxed),
-            cap: decode_cap(self.w.gpu(g, G_CAP).load(Relaxed))
+            cap: decode_cap(self.caps[g].load(Relaxed))
                 .flatten()
                 .unwrap_or(u64::MAX),
             own,
@@ -274,7 +274,7 @@ impl Member<'_> {
     /// reserve now, its ceiling or the cap), or None if the device is not registered.
     pub fn room(&self, device: usize) -> Option<(u64, Option<u64>)> {
         let g = self.entry_of(device)?;
-        let cap = decode_cap(self.w.gpu(g, G_CAP).load(Relaxed)).flatten();
+        let cap = decode_cap(self.caps[g].load(Relaxed)).flatten();
         let ceiling = self.ceiling(g);
         let used = self.w.gpu(g, G_USED).load(Relaxed);
         let own = self.w.member_gpu(self.slot, g, M_USED).load(Relaxed);
