@@ -16,7 +16,8 @@
 # hooks/current.rs) and two threads (valgrind runs threads one at a time, so this counts
 # instructions, not contention: scripts/bench.sh measures that in ns). Prints both and the difference; writes
 # target/bench-instructions.json. Needs valgrind (apt-get install valgrind) and a
-# release build (cargo build --release).
+# release build (cargo build --release). Also a pool member with a guarantee and a
+# ceiling, beside a live member holding a guarantee.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
@@ -40,6 +41,25 @@ pool2=$(instructions "$R/libgpucap.so" $((2 * N)) 0 GPUCAP_POOL=bench GPUCAP_POO
 raw=$(((raw2 - raw1) / N)); shim=$(((shim2 - shim1) / N)); pool=$(((pool2 - pool1) / N))
 printf 'instructions per pair (callgrind, N=%d): raw %d, gpucap %d, added %d; in a pool (GPUCAP_POOL) %d, added %d\n' \
     "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw))
+# A member with a guarantee and a ceiling (GPUCAP_GUARANTEE, GPUCAP_CEILING) beside another
+# live member holding a guarantee: each reservation also reads the pool's guarantee bits
+# and that member's guarantee and use (docs/src/pools.md, "Guarantees and ceilings").
+HOLD=$R/ctests/script_ir
+cc -O2 -o "$HOLD" tests/c/script.c -Itests/c -L"$FAKEDIR" -lcuda
+env LD_LIBRARY_PATH="$FAKEDIR" LD_PRELOAD="$R/libgpucap.so" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi \
+    GPUCAP_POOL=shares GPUCAP_POOL_DIR="$tmp" GPUCAP_GUARANTEE=4Gi \
+    "$HOLD" alloc:1Mi "touch:$tmp/held" "wait:$tmp/done" >/dev/null &
+holder=$!
+for _ in $(seq 6000); do [ -e "$tmp/held" ] && break; sleep 0.01; done
+[ -e "$tmp/held" ] || { echo "bench-instructions: the guaranteed neighbour did not start" >&2; exit 1; }
+shares_vars=(GPUCAP_POOL=shares GPUCAP_POOL_DIR="$tmp" GPUCAP_GUARANTEE=8Gi GPUCAP_CEILING=30Gi)
+sh1=$(instructions "$R/libgpucap.so" "$N" 0 "${shares_vars[@]}")
+sh2=$(instructions "$R/libgpucap.so" $((2 * N)) 0 "${shares_vars[@]}")
+touch "$tmp/done"
+wait "$holder"
+shares=$(((sh2 - sh1) / N))
+printf 'a pool member with a guarantee and a ceiling, beside a guaranteed member: %d, added %d\n' \
+    "$shares" $((shares - raw))
 # Two visible GPUs: the device of each allocation is the thread's remembered one
 # (hooks/current.rs), not 0 by default.
 g2raw1=$(instructions "" "$N" 0 FAKECUDA_DEVICES=2); g2raw2=$(instructions "" $((2 * N)) 0 FAKECUDA_DEVICES=2)
@@ -75,5 +95,5 @@ for size in 64Ki 8Mi; do
     printf 'growth mode (GPUCAP_GROWTH=1), %s blocks: raw %d, gpucap %d, added %d\n' "$size" "$graw" "$gshim" $((gshim - graw))
     growth_json+="${growth_json:+,}{\"size\":\"$size\",\"raw_per_pair\":$graw,\"gpucap_per_pair\":$gshim,\"added_per_pair\":$((gshim - graw))}"
 done
-printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"two_gpus_added_per_pair":%d,"two_threads_added_per_pair":%d,"live":[%s],"growth":[%s]}\n' \
-    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) $((g2shim - g2raw)) $((t2shim - t2raw)) "$live_json" "$growth_json" >"$PWD/target/bench-instructions.json"
+printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"shares_per_pair":%d,"shares_added_per_pair":%d,"two_gpus_added_per_pair":%d,"two_threads_added_per_pair":%d,"live":[%s],"growth":[%s]}\n' \
+    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) "$shares" $((shares - raw)) $((g2shim - g2raw)) $((t2shim - t2raw)) "$live_json" "$growth_json" >"$PWD/target/bench-instructions.json"

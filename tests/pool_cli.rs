@@ -64,7 +64,7 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     assert_ok(&o);
     let text = stdout(&o);
     assert!(
-        text.starts_with(&format!("pool {} (version 1, ", s.pool_file("t").display())),
+        text.starts_with(&format!("pool {} (version 2, ", s.pool_file("t").display())),
         "{text}"
     );
     assert!(text.contains("members: 2 (1 alive, 1 dead)"), "{text}");
@@ -72,12 +72,12 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     assert!(ra.contains(" alive ") && ra.contains("300 MiB"), "{text}");
     assert!(rb.contains(" dead ") && rb.contains("200 MiB"), "{text}");
     assert!(rb.contains("script alloc:200Mi"), "the command\n{text}");
-    // The GPU row: cap, used, peak, refusals, held by dead.
+    // The GPU row: cap, used, peak, refusals, held by dead, guaranteed.
     let gpu = text.lines().nth(2).unwrap();
     let cols: Vec<&str> = gpu.split("  ").filter(|c| !c.is_empty()).collect();
     assert_eq!(
         cols[1..].iter().map(|c| c.trim()).collect::<Vec<_>>(),
-        ["1 GiB", "500 MiB", "500 MiB", "0", "200 MiB"],
+        ["1 GiB", "500 MiB", "500 MiB", "0", "200 MiB", "0 B"],
         "{text}"
     );
     // Sorted by bytes: the 300 MiB member comes first.
@@ -85,7 +85,7 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
 
     let doc = json(&run(&mut s.gpucap(&["status", "--pool", "t", "--json"])));
     assert_eq!(doc["path"], s.pool_file("t").to_str().unwrap());
-    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["version"], 2);
     let g = &doc["gpus"][0];
     assert_eq!(g["cap"], 1u64 << 30);
     assert_eq!(g["used"], 500 * MIB);
@@ -268,7 +268,7 @@ fn a_file_that_is_not_a_readable_pool_is_an_error() {
         ),
         (
             damaged(&s, "version", |b| b[8] = 9),
-            "it is a version 9 pool file and this gpucap reads version 1",
+            "it is a version 9 pool file and this gpucap reads version 2",
         ),
         (
             damaged(&s, "corrupt", |b| b[16] ^= 0xff),

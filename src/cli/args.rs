@@ -31,6 +31,10 @@ pub struct Overrides {
     pub report: Option<String>,
     /// `--pool NAME|PATH|off`: sets GPUCAP_POOL.
     pub pool: Option<String>,
+    /// `--guarantee SPEC`: sets GPUCAP_GUARANTEE.
+    pub guarantee: Option<String>,
+    /// `--ceiling SPEC`: sets GPUCAP_CEILING.
+    pub ceiling: Option<String>,
 }
 
 /// What `gpucap run --growth` also sets, unless the user already set them: the
@@ -58,6 +62,12 @@ impl Overrides {
         }
         if let Some(p) = &self.pool {
             v.push(("GPUCAP_POOL", p.as_str()));
+        }
+        if let Some(g) = &self.guarantee {
+            v.push(("GPUCAP_GUARANTEE", g.as_str()));
+        }
+        if let Some(c) = &self.ceiling {
+            v.push(("GPUCAP_CEILING", c.as_str()));
         }
         v
     }
@@ -453,6 +463,8 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
             "--limit" if config_flags => (&mut opts.overrides.limit, "SPEC (e.g. 8Gi)"),
             "--log" if config_flags => (&mut opts.overrides.log, "LEVEL"),
             "--report" if config_flags => (&mut opts.overrides.report, "PATH"),
+            "--guarantee" if config_flags => (&mut opts.overrides.guarantee, "SPEC (e.g. 4Gi)"),
+            "--ceiling" if config_flags => (&mut opts.overrides.ceiling, "SPEC (e.g. 6Gi)"),
             "--pool" => (&mut opts.overrides.pool, "NAME|PATH"),
             _ => return Err(usage(topic, format!("unknown option '{name}'"))),
         };
@@ -627,10 +639,10 @@ fn parse_check(mut parser: Parser) -> Result<Command, UsageError> {
 
 pub const USAGE: &str = "\
 usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                  [--] CMD [ARGS...]
+                  [--guarantee SPEC] [--ceiling SPEC] [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
        gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                    [--write-env FILE]
+                    [--guarantee SPEC] [--ceiling SPEC] [--write-env FILE]
        gpucap status [--pool NAME|PATH] [--json]
        gpucap status --prometheus [--pool NAME|PATH]... [--all]
        gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
@@ -642,10 +654,10 @@ const GENERAL_HELP: &str = "\
 gpucap: cap the GPU memory of unmodified CUDA programs.
 
 usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                  [--] CMD [ARGS...]
+                  [--guarantee SPEC] [--ceiling SPEC] [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
        gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                    [--write-env FILE]
+                    [--guarantee SPEC] [--ceiling SPEC] [--write-env FILE]
        gpucap status [--pool NAME|PATH] [--json]
        gpucap status --prometheus [--pool NAME|PATH]... [--all]
        gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
@@ -679,6 +691,9 @@ environment:
                         is capped alone
   GPUCAP_POOL_DIR       the directory of named pools' files (default: $XDG_RUNTIME_DIR,
                         else /dev/shm, else /tmp; a gpucap-UID directory is made in it)
+  GPUCAP_GUARANTEE      in a pool: bytes the pool keeps for this process even before it
+                        allocates them (SPEC as below; a share is of the pool's cap)
+  GPUCAP_CEILING        in a pool: the most this process may hold (default: the cap)
   GPUCAP_LD_SO_PRELOAD  1/0...: the container entrypoint also installs libgpucap.so in
                         /etc/ld.so.preload
   GPUCAP_HOME           where the container entrypoint finds gpucap and libgpucap.so
@@ -702,7 +717,7 @@ the pool's file does not exist yet.";
 
 const RUN_HELP: &str = "\
 usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                  [--] CMD [ARGS...]
+                  [--guarantee SPEC] [--ceiling SPEC] [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
 
 Runs CMD with libgpucap.so added to LD_PRELOAD, so that its CUDA allocations are
@@ -719,6 +734,11 @@ options:
   --pool NAME|PATH
                  set GPUCAP_POOL: CMD and every process that names the same pool share
                  one budget per GPU (each must set the same cap); off: no pool
+  --guarantee SPEC
+                 set GPUCAP_GUARANTEE: in the pool, bytes kept for CMD even before it
+                 allocates them (4Gi, 25% of the pool's cap, 0=4Gi,1=2Gi); CMD is
+                 refused at cuInit if the live members' guarantees leave no room
+  --ceiling SPEC set GPUCAP_CEILING: the most CMD may hold of the pool (default: the cap)
   --measure      run CMD without a cap (no --limit, no GPUCAP_LIMIT) as a child, wait
                  for it, then print the peak of each GPU and a suggested --limit: the
                  peak plus 20%, rounded up to a quarter of its power of two (at least
@@ -740,7 +760,7 @@ executed; 127 if CMD is not found.";
 
 const CHECK_HELP: &str = "\
 usage: gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                    [--write-env FILE]
+                    [--guarantee SPEC] [--ceiling SPEC] [--write-env FILE]
 
 Validates the GPUCAP_* environment (with the flags applied, as run would) and prints
 the effective configuration and the library that run would preload. If a CUDA driver
@@ -761,6 +781,8 @@ options:
   --growth           check with GPUCAP_GROWTH=1
   --report PATH      check with this GPUCAP_REPORT
   --pool NAME|PATH   check with this GPUCAP_POOL
+  --guarantee SPEC   check with this GPUCAP_GUARANTEE
+  --ceiling SPEC     check with this GPUCAP_CEILING
   --write-env FILE   once valid, write the GPUCAP_* variables (flags applied) to FILE as
                      KEY=VALUE lines, atomically: the gpucap.env file the shim reads
                      when its environment has no GPUCAP_* variable (the container
@@ -928,6 +950,39 @@ mod tests {
         assert_eq!(
             p(&["run", "--log", "-x", "y"]),
             Ok(run(None, Some("-x"), "y", &[]))
+        );
+    }
+
+    #[test]
+    fn run_takes_a_guarantee_and_a_ceiling() {
+        let Ok(Command::Run { overrides, .. }) = p(&[
+            "run",
+            "--pool",
+            "p",
+            "--guarantee",
+            "4Gi",
+            "--ceiling=0=6Gi,1=50%",
+            "nb",
+        ]) else {
+            panic!("not a run");
+        };
+        assert_eq!(overrides.guarantee.as_deref(), Some("4Gi"));
+        assert_eq!(overrides.ceiling.as_deref(), Some("0=6Gi,1=50%"));
+        assert!(overrides.vars().contains(&("GPUCAP_GUARANTEE", "4Gi")));
+        assert!(
+            overrides
+                .vars()
+                .contains(&("GPUCAP_CEILING", "0=6Gi,1=50%"))
+        );
+        assert!(
+            err(&["run", "--guarantee", "1Gi", "--guarantee", "2Gi", "x"])
+                .message
+                .contains("more than once")
+        );
+        assert!(
+            err(&["status", "--guarantee", "1Gi"])
+                .message
+                .contains("unknown option")
         );
     }
 

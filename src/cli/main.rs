@@ -159,6 +159,8 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
         "GPUCAP_REPORT" if overrides.report.is_some() => "--report",
         "GPUCAP_GROWTH" if overrides.growth => "--growth",
         "GPUCAP_POOL" if overrides.pool.is_some() => "--pool",
+        "GPUCAP_GUARANTEE" if overrides.guarantee.is_some() => "--guarantee",
+        "GPUCAP_CEILING" if overrides.ceiling.is_some() => "--ceiling",
         _ => return e,
     };
     e.var = flag.to_string();

@@ -525,6 +525,7 @@ mod tests {
             cap_drift: false,
             lock: None,
             raw_uuid: raw,
+            guaranteed: 0,
         };
         let used_of = |raw: [u8; 16]| {
             members
@@ -558,6 +559,9 @@ mod tests {
                             used,
                             peak: used,
                             raw_uuid: raw,
+                            guarantee: 0,
+                            ceiling: None,
+                            borrowed: used,
                         })
                         .collect(),
                 })

@@ -228,19 +228,18 @@ fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
         ));
     }
     if st.st_size as usize != POOL_FILE_BYTES {
-        // The first word says whether it is a pool file at all.
-        let mut magic = [0u8; 8];
-        // SAFETY: our descriptor and an 8-byte buffer.
-        let n = unsafe { libc::pread(fd, magic.as_mut_ptr() as *mut libc::c_void, 8, 0) };
-        let words: Vec<AtomicU64> = if n == 8 {
-            vec![AtomicU64::new(u64::from_le_bytes(magic))]
-        } else {
-            Vec::new()
-        };
+        // The first word says whether it is a pool file at all, the second its version.
+        let mut head = [0u8; 16];
+        // SAFETY: our descriptor and a 16-byte buffer.
+        let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 16, 0) };
+        let words: Vec<AtomicU64> = head
+            .chunks(8)
+            .take(n.max(0) as usize / 8)
+            .map(|w| AtomicU64::new(u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))))
+            .collect();
         let e = match Pool::open(&words) {
-            Err(gpucap_core::budget::LayoutError::Magic { found }) => {
-                gpucap_core::budget::LayoutError::Magic { found }
-            }
+            Err(e @ gpucap_core::budget::LayoutError::Magic { .. })
+            | Err(e @ gpucap_core::budget::LayoutError::Version { .. }) => e,
             _ => gpucap_core::budget::LayoutError::Size {
                 bytes: st.st_size as usize,
             },

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, Once, OnceLock};
 
-use gpucap_core::budget::{CapMismatch, Member, MemberInfo, Repair, WaitNote};
+use gpucap_core::budget::{CapMismatch, Member, MemberInfo, Repair, WaitNote, shares};
 use gpucap_core::config::{Config, PoolSpec};
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -123,6 +123,13 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
             });
         }
     }
+    let uuids: Vec<[u8; 16]> = gpus.iter().map(|g| g.uuid).collect();
+    for (ordinal, gpu) in gpus.iter().enumerate() {
+        if let Err(e) = claim_share(&member, config, ordinal, &uuids, gpu.cap) {
+            member.leave();
+            return Err(format!("{}: GPU {ordinal}: {e}", path.display()));
+        }
+    }
     if MEMBERS[index].set(Joined { file, member }).is_err() {
         return Err("joined twice".into());
     }
@@ -133,6 +140,24 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     CURRENT.store(index + 1, Release);
     ORPHANED.store(false, Release);
     Ok(())
+}
+
+/// Claims this process's guarantee and ceiling (`GPUCAP_GUARANTEE`, `GPUCAP_CEILING`)
+/// on GPU `ordinal` of the pool, if it has either: checked against the pool's `cap`,
+/// then admitted (or waited for, with `GPUCAP_WAIT`) among the live members'.
+fn claim_share(
+    member: &Member<'_>,
+    config: &Config,
+    ordinal: usize,
+    uuids: &[[u8; 16]],
+    cap: Option<u64>,
+) -> Result<(), String> {
+    let (guarantee, ceiling) = gpucap_core::config::shares_for(config, ordinal, uuids, cap)?;
+    if guarantee.is_none() && ceiling.is_none() {
+        return Ok(());
+    }
+    let share = shares::check(cap, guarantee.unwrap_or(0), ceiling).map_err(|e| e.to_string())?;
+    member.claim(ordinal, share).map_err(|e| e.to_string())
 }
 
 /// What the other members and `gpucap status` see of this process.

@@ -85,6 +85,8 @@ pub struct PoolRefusal {
     pub left: bool,
     /// How long the request waited for memory first (`GPUCAP_WAIT`), in ms.
     pub waited_ms: u64,
+    /// Set when the member's own ceiling (`GPUCAP_CEILING`) refused it, not the pool.
+    pub ceiling: Option<u64>,
 }
 
 impl fmt::Display for PoolRefusal {
@@ -116,6 +118,7 @@ impl Member<'_> {
                 own: 0,
                 left: true,
                 waited_ms: 0,
+                ceiling: None,
             });
         }
         // The cap this member registered, kept in its own memory: a cap word another
@@ -130,11 +133,14 @@ impl Member<'_> {
                 if self.queue_first(g) || pool < own {
                     return None; // waiters first, in order; or a `used` that cannot be
                 }
-                let new = pool.checked_add(bytes).filter(|&n| n <= cap)?;
+                let new = self.fits(g, pool, own, bytes, cap)?;
                 Some((new, own.saturating_add(bytes)))
             });
             if done.is_some() {
                 return Ok(());
+            }
+            if let Some(refusal) = self.past_ceiling(g, bytes) {
+                return Err(refusal); // its own ceiling: no member's free would help
             }
             // Memory a dead member still holds is this request's first: take it back
             // once and try again.
@@ -162,6 +168,7 @@ impl Member<'_> {
                 own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
                 left: false,
                 waited_ms: 0,
+                ceiling: None,
             });
         }
     }

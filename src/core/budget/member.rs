@@ -383,6 +383,7 @@ impl<'a> Member<'a> {
                 self.wake_waiters(g);
             }
         }
+        self.forget_shares(d); // its guarantee returns with its bytes
     }
 
     /// Clears dead slot `d` (its share already taken back).
@@ -392,6 +393,7 @@ impl<'a> Member<'a> {
             self.w.member_gpu(d, g, M_PEAK).store(0, Relaxed);
             self.w.member_gpu(d, g, M_WAIT).store(0, Relaxed);
         }
+        self.forget_shares(d);
         self.w.slot(d, S_STATE).store(STATE_EMPTY, Release);
     }
 

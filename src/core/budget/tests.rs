@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use super::layout::*;
 use super::*;
 
+mod shares_in_pool;
+
 /// Kernel locks of the slots, shared by all the "processes" of a test.
 struct Kernel {
     owner: Mutex<[u32; MAX_SLOTS]>,
@@ -375,10 +377,18 @@ fn files_of_another_kind_are_clear_errors() {
 
     let w = words();
     Pool::create(w, 1, 0).unwrap();
-    w[H_VERSION].store(2, SeqCst);
+    w[H_VERSION].store(POOL_VERSION + 1, SeqCst);
     let e = Pool::open(w).err().unwrap();
-    assert_eq!(e, LayoutError::Version { found: 2 });
-    assert!(e.to_string().contains("version 2 pool file"), "{e}");
+    assert_eq!(
+        e,
+        LayoutError::Version {
+            found: POOL_VERSION + 1
+        }
+    );
+    assert!(e.to_string().contains("version 3 pool file"), "{e}");
+    // A version 1 file (shorter: no shares) is named as one, not as a short file.
+    let e = Pool::open(&w[..SHARES_AT]).err().unwrap();
+    assert_eq!(e, LayoutError::Version { found: 3 });
 
     let w = words();
     Pool::create(w, 1, 0).unwrap();

@@ -40,6 +40,8 @@ pub struct GpuView {
     pub lock: Option<LockView>,
     #[serde(skip)]
     pub raw_uuid: [u8; 16],
+    /// Bytes guaranteed to live members (`GPUCAP_GUARANTEE`), in all.
+    pub guaranteed: u64,
 }
 
 /// Who holds a GPU's word lock.
@@ -77,6 +79,12 @@ pub struct MemberGpuView {
     pub peak: u64,
     #[serde(skip)]
     pub raw_uuid: [u8; 16],
+    /// Bytes the pool keeps for the member (`GPUCAP_GUARANTEE`; 0: none).
+    pub guarantee: u64,
+    /// The most it may hold (`GPUCAP_CEILING`); None: the pool's cap.
+    pub ceiling: Option<u64>,
+    /// What it holds above its guarantee: lent by the pool.
+    pub borrowed: u64,
 }
 
 /// The whole pool.
@@ -117,6 +125,7 @@ impl Pool<'_> {
                     cap_drift: false,
                     lock: lock_view(w, g),
                     raw_uuid: raw,
+                    guaranteed: 0,
                 },
             ));
         }
@@ -145,6 +154,10 @@ impl Pool<'_> {
                 if used == 0 && peak == 0 && cap == 0 {
                     continue;
                 }
+                let guarantee = w.share(s, *g, SH_GUARANTEE).load(Relaxed);
+                if alive {
+                    gpu.guaranteed += guarantee;
+                }
                 if !alive {
                     gpu.held_by_dead += used;
                 }
@@ -153,6 +166,12 @@ impl Pool<'_> {
                     used,
                     peak,
                     raw_uuid: gpu.raw_uuid,
+                    guarantee,
+                    ceiling: match w.share(s, *g, SH_CEILING).load(Relaxed) {
+                        0 | u64::MAX => None,
+                        c => Some(c),
+                    },
+                    borrowed: super::shares::borrowed(guarantee, used),
                 });
             }
             members.push(MemberView {

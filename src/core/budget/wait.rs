@@ -76,7 +76,7 @@ impl Member<'_> {
             if self.ahead_of(g, ticket) == 0 {
                 let served = self
                     .change(g, self.slot, |pool, own| {
-                        let new = pool.checked_add(bytes).filter(|&n| n <= cap)?;
+                        let new = self.fits(g, pool, own, bytes, cap)?;
                         self.leave_queue(g);
                         Some((new, own.saturating_add(bytes)))
                     })
@@ -174,6 +174,7 @@ impl Member<'_> {
             own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
             left: false,
             waited_ms: waited.as_millis() as u64,
+            ceiling: None,
         }
     }
 }
