@@ -5,14 +5,18 @@
 #
 #   scripts/bench-instructions.sh [N] [LIVE...]   # N pairs (default 2000), then 2N;
 #                                                 # LIVE: allocations kept live
-#                                                 # (default 0 10000 1000000)
+#                                                 # (default 0 10000 100000 1000000)
+#   BSIZES="4Ki 1Mi" (default): the block sizes of the live cases
 #
 # For each of raw driver, LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
 # is live) and the same in a pool (GPUCAP_POOL): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their
 # difference / N is the cost of one pair with set-up and exit cancelled out. Then the
 # same without a pool with LIVE allocations made first and kept (`bench_alloc ... live=K`:
 # the live-allocation map holds K entries while the pairs run; 1,000,000 takes a few
-# minutes under valgrind). Also: two visible GPUs (the device each thread remembers,
+# minutes under valgrind), for each block size of BSIZES: the pair's block and the live
+# ones have that size, so their addresses are spaced by it (1 MiB blocks: 1 TiB of fake
+# GPU for 1,000,000 of them, which the fake only counts; a case whose live blocks would
+# map more than valgrind's 128 GiB of client address space is skipped and says so). Also: two visible GPUs (the device each thread remembers,
 # hooks/current.rs) and two threads (valgrind runs threads one at a time, so this counts
 # instructions, not contention: scripts/bench.sh measures that in ns). Prints both and the difference; writes
 # target/bench-instructions.json. Needs valgrind (apt-get install valgrind) and a
@@ -22,7 +26,8 @@ cd "$(dirname "$0")/.."
 N=${1:-2000}
 shift || true
 LIVE=("$@")
-[ ${#LIVE[@]} -gt 0 ] || LIVE=(0 10000 1000000)
+[ ${#LIVE[@]} -gt 0 ] || LIVE=(0 10000 100000 1000000)
+read -r -a BSIZES <<<"${BSIZES:-4Ki 1Mi}"
 R=$PWD/target/release
 command -v valgrind >/dev/null || { echo "bench-instructions: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
 for f in "$R/libgpucap.so" "$R/libcuda.so"; do
@@ -46,7 +51,7 @@ instructions() {
     for v in "$@"; do
         case $v in THREADS=*) threads=${v#THREADS=} ;; *) vars+=("$v") ;; esac
     done
-    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
+    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=4Ti GPUCAP_LIMIT=2Ti ${vars[@]+"${vars[@]}"} \
         ${preload:+LD_PRELOAD=$preload} \
         valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" "$size" pair "live=$live" >/dev/null 2>&1 ||
         { echo "bench-instructions: bench_alloc $threads $pairs $size pair live=$live $* failed" >&2; exit 1; }
@@ -74,17 +79,31 @@ t2shim1=$(instructions "$R/libgpucap.so" "$N" 0 THREADS=2)
 t2shim2=$(instructions "$R/libgpucap.so" $((2 * N)) 0 THREADS=2)
 t2raw=$(((t2raw2 - t2raw1) / (2 * N))); t2shim=$(((t2shim2 - t2shim1) / (2 * N)))
 printf 'two threads: raw %d, gpucap %d, added %d\n' "$t2raw" "$t2shim" $((t2shim - t2raw))
+# bytes SIZE: 4Ki, 1Mi, 2Gi or a plain number, in bytes.
+bytes() {
+    case $1 in
+        *Ki) echo $((${1%Ki} << 10)) ;; *Mi) echo $((${1%Mi} << 20)) ;; *Gi) echo $((${1%Gi} << 30)) ;;
+        *) echo "$1" ;;
+    esac
+}
 live_json=
-for k in "${LIVE[@]}"; do
-    if [ "$k" = 0 ]; then
-        lraw=$raw; lshim=$shim
-    else
-        r1=$(instructions "" "$N" "$k"); r2=$(instructions "" $((2 * N)) "$k")
-        s1=$(instructions "$R/libgpucap.so" "$N" "$k"); s2=$(instructions "$R/libgpucap.so" $((2 * N)) "$k")
-        lraw=$(((r2 - r1) / N)); lshim=$(((s2 - s1) / N))
-    fi
-    printf 'with %d live allocations: raw %d, gpucap %d, added %d\n' "$k" "$lraw" "$lshim" $((lshim - lraw))
-    live_json+="${live_json:+,}{\"live\":$k,\"raw_per_pair\":$lraw,\"gpucap_per_pair\":$lshim,\"added_per_pair\":$((lshim - lraw))}"
+for bs in "${BSIZES[@]}"; do
+    for k in "${LIVE[@]}"; do
+        if [ $((k * $(bytes "$bs"))) -gt $((120 << 30)) ]; then
+            printf 'with %d live allocations of %s: skipped (more than valgrind can map)\n' "$k" "$bs"
+            continue
+        fi
+        if [ "$k" = 0 ] && [ "$bs" = 4Ki ]; then
+            lraw=$raw; lshim=$shim
+        else
+            r1=$(BSIZE=$bs instructions "" "$N" "$k"); r2=$(BSIZE=$bs instructions "" $((2 * N)) "$k")
+            s1=$(BSIZE=$bs instructions "$R/libgpucap.so" "$N" "$k")
+            s2=$(BSIZE=$bs instructions "$R/libgpucap.so" $((2 * N)) "$k")
+            lraw=$(((r2 - r1) / N)); lshim=$(((s2 - s1) / N))
+        fi
+        printf 'with %d live allocations of %s: raw %d, gpucap %d, added %d\n' "$k" "$bs" "$lraw" "$lshim" $((lshim - lraw))
+        live_json+="${live_json:+,}{\"size\":\"$bs\",\"live\":$k,\"raw_per_pair\":$lraw,\"gpucap_per_pair\":$lshim,\"added_per_pair\":$((lshim - lraw))}"
+    done
 done
 growth_json=
 for size in 64Ki 8Mi; do

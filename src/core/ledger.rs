@@ -142,6 +142,7 @@ pub struct Reservation<'a> {
 
 impl Reservation<'_> {
     /// The driver allocated: record the allocation under `key` so its free credits it.
+    #[inline(always)]
     pub fn commit(self, key: u64) {
         let charge = self.charge;
         self.ledger.devices[charge.device].allocs.add(1);
@@ -311,6 +312,7 @@ impl Ledger {
     /// driver then fails, [`restore`](Self::restore) puts it back; if it succeeds,
     /// [`settle`](Self::settle) credits the cap. Taking it first means a concurrent
     /// allocation that the driver gives the same address cannot be confused with it.
+    #[inline(always)]
     pub fn take(&self, key: u64) -> Option<Charge> {
         self.pointers.remove(key)
     }

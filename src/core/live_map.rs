@@ -552,32 +552,52 @@ impl LiveMap {
 
     /// Inserts `key`, which must not be in the map (the hooks take an entry out before
     /// the driver can hand its address out again).
-    #[inline]
+    #[inline(always)]
     pub fn insert(&self, key: u64, charge: Charge) {
-        // The common case, in few instructions: one table, a free slot among the first
-        // ways of the home bucket.
+        // The common case, in few instructions: one table, no move running, a free slot
+        // in the home bucket. A home bucket that is full probes on (out of line, but
+        // still one table's probe); only a missing, sealed or full table and a key or
+        // charge the table cannot hold take the slow path.
         let state = self.state.load(Acquire);
         if fits_table(key)
             && let Some(packed) = pack(charge)
             && let Some(t) = self.only_table(state)
         {
             let b = t.home_bucket(key);
-            for way in 0..FAST_WAYS {
+            for way in 0..WAYS {
                 let slot = &b.keys[way];
                 if slot.load(Relaxed) == EMPTY
                     && slot.compare_exchange(EMPTY, BUSY, Acquire, Relaxed).is_ok()
                 {
                     b.charges[way].store(packed, Release);
                     slot.store(key, Release);
+                    if way >= FAST_WAYS {
+                        t.crowded.fetch_add(1, Relaxed);
+                        self.crowded(t, state & LEVELS_MASK);
+                    }
                     return;
                 }
             }
+            return self.insert_beyond_home(t, state, key, packed, charge);
+        }
+        self.insert_slow(key, charge)
+    }
+
+    /// An insert whose home bucket is full: the rest of the one table's probe.
+    #[inline(never)]
+    fn insert_beyond_home(&self, t: &Table, state: usize, key: u64, packed: u64, charge: Charge) {
+        if let Inserted::Done { crowded } = t.insert(key, packed) {
+            if crowded {
+                self.crowded(t, state & LEVELS_MASK);
+            }
+            return;
         }
         self.insert_slow(key, charge)
     }
 
     /// After a crowded insert into `t`, the newest of `levels`: grow if the table is
     /// getting full.
+    #[inline]
     fn crowded(&self, t: &Table, levels: usize) {
         if t.crowded.load(Relaxed) * GROW_AT > t.slots() {
             self.grow(levels);
@@ -589,6 +609,8 @@ impl LiveMap {
     #[cold]
     #[inline(never)]
     fn insert_slow(&self, key: u64, charge: Charge) {
+        #[cfg(test)]
+        tests::SLOW.with(|n| n.set(n.get() + 1));
         let (true, Some(packed)) = (fits_table(key), pack(charge)) else {
             return self.overflow.insert(key, charge);
         };
@@ -628,33 +650,52 @@ impl LiveMap {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn remove(&self, key: u64) -> Option<Charge> {
-        // The common case, in few instructions: one table, the entry among the first ways
-        // of its home bucket (so no spill counts to take back).
+        // The common case, in few instructions: one table, no move running, the entry
+        // in its home bucket. One that spilled further is taken by the rest of the
+        // probe (out of line); a key absent from the table, or being moved, is searched
+        // for the slow way.
         let state = self.state.load(Acquire);
         if fits_table(key)
             && let Some(t) = self.only_table(state)
         {
             let b = t.home_bucket(key);
-            for way in 0..FAST_WAYS {
+            for way in 0..WAYS {
                 let slot = &b.keys[way];
                 if slot.load(Relaxed) == key {
                     if slot.compare_exchange(key, BUSY, Acquire, Relaxed).is_ok() {
                         let v = b.charges[way].load(Relaxed);
                         slot.store(EMPTY, Release);
+                        if way >= FAST_WAYS {
+                            t.crowded.fetch_sub(1, Relaxed);
+                        }
                         return Some(unpack(v));
                     }
                     break;
                 }
             }
+            if b.spill.load(Acquire) != 0 {
+                return self.remove_beyond_home(t, key);
+            }
         }
         self.remove_slow(key)
+    }
+
+    /// A remove whose entry is not in its home bucket: the rest of the one table's probe.
+    #[inline(never)]
+    fn remove_beyond_home(&self, t: &Table, key: u64) -> Option<Charge> {
+        match t.take(key) {
+            Take::Taken(c) => Some(c),
+            _ => self.remove_slow(key),
+        }
     }
 
     #[cold]
     #[inline(never)]
     fn remove_slow(&self, key: u64) -> Option<Charge> {
+        #[cfg(test)]
+        tests::SLOW.with(|n| n.set(n.get() + 1));
         if !fits_table(key) {
             return self.overflow.remove(key);
         }
@@ -767,7 +808,63 @@ impl LiveMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
     use std::collections::HashSet;
+
+    thread_local! {
+        /// Calls of this thread into `insert_slow` or `remove_slow`.
+        pub(super) static SLOW: Cell<usize> = const { Cell::new(0) };
+    }
+
+    #[test]
+    fn no_slow_path_by_count_or_spacing() {
+        // Blocks 4 KiB, 1 MiB and 2 MiB apart, 10,000 and 100,000 of them live: freeing
+        // and allocating any one again (where the driver hands the same address back)
+        // stays on the one-table path, wherever its entry lies in the table (first or
+        // last ways of its home bucket, or spilled past it).
+        for (spacing, live) in [
+            (12, 10_000u64),
+            (20, 10_000),
+            (21, 10_000),
+            (12, 100_000),
+            (20, 100_000),
+        ] {
+            let m = LiveMap::new();
+            let key = |i: u64| 0x7f00_0000_0000 + (i << spacing);
+            for i in 0..live {
+                m.insert(key(i), c(0, 1 << spacing));
+            }
+            let churn = || {
+                for i in 0..live {
+                    assert_eq!(m.remove(key(i)), Some(c(0, 1 << spacing)), "key {i}");
+                    m.insert(key(i), c(0, 1 << spacing));
+                }
+            };
+            // Once: any move to a new level the last inserts began is finished.
+            churn();
+            assert_eq!(m.state.load(Acquire) & MOVE_RUNS, 0);
+            let (sizes, overflowed) = shape(&m);
+            let slow = SLOW.with(Cell::get);
+            churn();
+            assert_eq!(
+                SLOW.with(Cell::get) - slow,
+                0,
+                "{live} live, {spacing}-bit spacing"
+            );
+            assert_eq!(shape(&m), (sizes, overflowed), "no growth from churn");
+            let t = m.table(m.state.load(Acquire) - 1).unwrap();
+            let spilled = (0..live)
+                .filter(|&i| t.find(key(i)).is_some_and(|f| f.distance > 0))
+                .count();
+            let far_ways = (0..live)
+                .filter(|&i| t.find(key(i)).is_some_and(|f| f.way >= FAST_WAYS))
+                .count();
+            assert!(
+                spilled > 0 && far_ways > 0,
+                "the test covers spilled entries ({spilled}) and far ways ({far_ways})"
+            );
+        }
+    }
 
     fn c(device: usize, bytes: u64) -> Charge {
         Charge { device, bytes }

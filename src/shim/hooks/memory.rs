@@ -7,6 +7,26 @@ pub fn mem_alloc(
     dptr: *mut Dptr,
     size: usize,
 ) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments; `dptr` is read only after the
+    // driver succeeded.
+    match charged_short(
+        size as u64,
+        || unsafe { real(dptr, size) },
+        || written(dptr),
+    ) {
+        Ok(rc) => rc,
+        Err(_) => mem_alloc_full(real, dptr, size),
+    }
+}
+
+/// [`mem_alloc`] off the short path: growth mode's arena, or the full reservation.
+/// Out of line, so the short path's frame stays small.
+#[inline(never)]
+fn mem_alloc_full(
+    real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult,
+    dptr: *mut Dptr,
+    size: usize,
+) -> CuResult {
     let api = "cuMemAlloc";
     if !short_path() && growth() && !dptr.is_null() {
         // Asked of the driver: the arena serves without calling it, so it must know
@@ -28,8 +48,9 @@ pub fn mem_alloc(
         };
     }
     // SAFETY (closure): forwarding the caller's arguments.
-    charged(
+    charged_on(
         api,
+        current_device(),
         size as u64,
         || unsafe { real(dptr, size) },
         || written(dptr),
@@ -114,9 +135,25 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
 /// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer). Stream-ordered
 /// (pool) memory may be freed this way too.
 pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
-    if !short_path()
-        && let Some(rc) = growth_free(dptr.get())
+    if short_path()
+        && let Some(c) = SHIM.ledger.take(dptr.get())
     {
+        // SAFETY (closure): forwarding the caller's argument.
+        return charge_freed(dptr.get(), c, || unsafe { real(dptr) });
+    }
+    mem_free_full(real, dptr)
+}
+
+/// [`mem_free`] off the short path (or of a pointer the ledger does not hold). Out of
+/// line, so the short path's frame stays small.
+#[inline(never)]
+fn mem_free_full<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
+    if short_path() {
+        // The ledger was asked already: pool memory, or a pointer gpucap never charged.
+        // SAFETY (closure): forwarding the caller's argument.
+        return uncharged_freed(dptr.get(), || unsafe { real(dptr) });
+    }
+    if let Some(rc) = growth_free(dptr.get()) {
         return rc;
     }
     // SAFETY (closure): forwarding the caller's argument.
