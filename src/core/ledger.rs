@@ -1,5 +1,5 @@
 //! The ledger: per-device caps, bytes in use, peaks, and the size of every live
-//! allocation (in a [`LiveMap`], `live_map.rs`). Plain safe Rust, shared by every hook;
+//! allocation (in a [`LiveMap`], `live_map/`). Plain safe Rust, shared by every hook;
 //! nothing here knows about CUDA.
 //!
 //! Reservation is one atomic step: [`Ledger::reserve`] checks the cap and adds the
