@@ -144,10 +144,11 @@ impl Reservation<'_> {
     /// The driver allocated: record the allocation under `key` so its free credits it.
     #[inline(always)]
     pub fn commit(self, key: u64) {
-        let charge = self.charge;
-        self.ledger.devices[charge.device].allocs.add(1);
-        self.ledger.pointers.insert(key, charge);
-        std::mem::forget(self);
+        // Not dropped (no roll-back); its fields read in place, not copied out first.
+        let this = std::mem::ManuallyDrop::new(self);
+        let (ledger, charge) = (this.ledger, this.charge);
+        ledger.devices[charge.device].allocs.add(1);
+        ledger.pointers.insert(key, charge);
     }
 
     /// The driver allocated memory that the caller keeps for itself (growth mode's
@@ -315,6 +316,19 @@ impl Ledger {
     #[inline(always)]
     pub fn take(&self, key: u64) -> Option<Charge> {
         self.pointers.remove(key)
+    }
+
+    /// [`take`](Self::take)'s common case alone (see [`LiveMap::remove_quick`]): None
+    /// means only that `take` must look further.
+    #[inline(always)]
+    pub fn take_quick(&self, key: u64) -> Option<Charge> {
+        self.pointers.remove_quick(key)
+    }
+
+    /// The rest of a [`take`](Self::take) after [`take_quick`](Self::take_quick) found
+    /// nothing (see [`LiveMap::remove_rest`]).
+    pub fn take_rest(&self, key: u64) -> Option<Charge> {
+        self.pointers.remove_rest(key)
     }
 
     pub fn restore(&self, key: u64, charge: Charge) {

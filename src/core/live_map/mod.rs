@@ -191,15 +191,15 @@ impl LiveMap {
     #[inline(always)]
     pub fn insert(&self, key: u64, charge: Charge) {
         // The common case, in few instructions: one table, no move running, a free slot
-        // in the home bucket. A home bucket that is full probes on (out of line, but
-        // still one table's probe); only a missing, sealed or full table and a key or
-        // charge the table cannot hold take the slow path.
+        // in the home bucket or the next one. A fuller neighbourhood probes on (out of
+        // line, but still one table's probe); only a missing, sealed or full table and a
+        // key or charge the table cannot hold take the slow path.
         let state = self.state.load(Acquire);
         if fits_table(key)
             && let Some(packed) = pack(charge)
             && let Some(t) = self.only_table(state)
         {
-            let b = t.home_bucket(key);
+            let (b, next) = t.home_and_next(key);
             for way in 0..WAYS {
                 let slot = &b.keys[way];
                 if slot.load(Relaxed) == EMPTY
@@ -214,6 +214,22 @@ impl LiveMap {
                     return;
                 }
             }
+            // Spilled one bucket on: the home bucket counts it first, so that a search
+            // that misses it there goes on to `next`.
+            b.spill.fetch_add(1, Release);
+            for way in 0..WAYS {
+                let slot = &next.keys[way];
+                if slot.load(Relaxed) == EMPTY
+                    && slot.compare_exchange(EMPTY, BUSY, Acquire, Relaxed).is_ok()
+                {
+                    next.charges[way].store(packed, Release);
+                    slot.store(key, Release);
+                    t.crowded.fetch_add(1, Relaxed);
+                    self.crowded(t, state & LEVELS_MASK);
+                    return;
+                }
+            }
+            b.spill.fetch_sub(1, Release);
             return self.insert_beyond_home(t, state, key, packed, charge);
         }
         self.insert_slow(key, charge)
@@ -222,10 +238,8 @@ impl LiveMap {
     /// An insert whose home bucket is full: the rest of the one table's probe.
     #[inline(never)]
     fn insert_beyond_home(&self, t: &Table, state: usize, key: u64, packed: u64, charge: Charge) {
-        if let Inserted::Done { crowded } = t.insert(key, packed) {
-            if crowded {
-                self.crowded(t, state & LEVELS_MASK);
-            }
+        if let Inserted::Done { .. } = t.insert_spilled(key, packed) {
+            self.crowded(t, state & LEVELS_MASK);
             return;
         }
         self.insert_slow(key, charge)
@@ -288,43 +302,65 @@ impl LiveMap {
 
     #[inline(always)]
     pub fn remove(&self, key: u64) -> Option<Charge> {
-        // The common case, in few instructions: one table, no move running, the entry
-        // in its home bucket. One that spilled further is taken by the rest of the
-        // probe (out of line); a key absent from the table, or being moved, is searched
-        // for the slow way.
-        let state = self.state.load(Acquire);
-        if fits_table(key)
-            && let Some(t) = self.only_table(state)
-        {
-            let b = t.home_bucket(key);
-            for way in 0..WAYS {
-                let slot = &b.keys[way];
-                if slot.load(Relaxed) == key {
-                    if slot.compare_exchange(key, BUSY, Acquire, Relaxed).is_ok() {
-                        let v = b.charges[way].load(Relaxed);
-                        slot.store(EMPTY, Release);
-                        if way >= FAST_WAYS {
-                            t.crowded.fetch_sub(1, Relaxed);
-                        }
-                        return Some(unpack(v));
-                    }
-                    break;
-                }
-            }
-            if b.spill.load(Acquire) != 0 {
-                return self.remove_beyond_home(t, key);
-            }
+        match self.remove_quick(key) {
+            Some(c) => Some(c),
+            None => self.remove_rest(key),
         }
-        self.remove_slow(key)
     }
 
-    /// A remove whose entry is not in its home bucket: the rest of the one table's probe.
-    #[inline(never)]
-    fn remove_beyond_home(&self, t: &Table, key: u64) -> Option<Charge> {
-        match t.take(key) {
-            Take::Taken(c) => Some(c),
-            _ => self.remove_slow(key),
+    /// [`remove`](Self::remove)'s common case alone, in few instructions: the entry if
+    /// it lies in its home bucket of the one table (no move running), or in the next one. None means only
+    /// "not there": [`remove`](Self::remove) looks further. (A caller that branches on
+    /// this keeps the charge in registers; the full remove returns it through memory.)
+    #[inline(always)]
+    pub fn remove_quick(&self, key: u64) -> Option<Charge> {
+        let t = self
+            .only_table(self.state.load(Acquire))
+            .filter(|_| fits_table(key))?;
+        let (b, next) = t.home_and_next(key);
+        for way in 0..WAYS {
+            let slot = &b.keys[way];
+            if slot.load(Relaxed) == key {
+                slot.compare_exchange(key, BUSY, Acquire, Relaxed).ok()?;
+                let v = b.charges[way].load(Relaxed);
+                slot.store(EMPTY, Release);
+                if way >= FAST_WAYS {
+                    t.crowded.fetch_sub(1, Relaxed);
+                }
+                return Some(unpack(v));
+            }
         }
+        if b.spill.load(Acquire) == 0 {
+            return None;
+        }
+        for way in 0..WAYS {
+            let slot = &next.keys[way];
+            if slot.load(Relaxed) == key {
+                slot.compare_exchange(key, BUSY, Acquire, Relaxed).ok()?;
+                let v = next.charges[way].load(Acquire);
+                slot.store(EMPTY, Release);
+                // It spilled one bucket: the home bucket's count is taken back.
+                b.spill.fetch_sub(1, Release);
+                t.crowded.fetch_sub(1, Relaxed);
+                return Some(unpack(v));
+            }
+        }
+        None
+    }
+
+    /// The rest of a [`remove`](Self::remove) after [`remove_quick`](Self::remove_quick)
+    /// found nothing: the rest of the one table's probe if the entry spilled past its
+    /// home bucket, else the slow way (a key absent from the table, being moved, in the
+    /// locked map, or a table being moved).
+    #[inline(never)]
+    pub fn remove_rest(&self, key: u64) -> Option<Charge> {
+        if fits_table(key)
+            && let Some(t) = self.only_table(self.state.load(Acquire))
+            && let Some(c) = t.take_spilled(key)
+        {
+            return Some(c);
+        }
+        self.remove_slow(key)
     }
 
     #[cold]

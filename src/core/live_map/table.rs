@@ -94,9 +94,13 @@ impl Table {
         })
     }
 
+    /// The key's home bucket and the one after it (where nearly every entry that
+    /// spills lives).
     #[inline(always)]
-    pub(super) fn home_bucket(&self, key: u64) -> &Bucket {
-        &self.buckets[self.home(key)]
+    pub(super) fn home_and_next(&self, key: u64) -> (&Bucket, &Bucket) {
+        let home = self.home(key);
+        let next = (home + 1) & (self.buckets.len() - 1);
+        (&self.buckets[home], &self.buckets[next])
     }
 
     #[inline(always)]
@@ -152,6 +156,67 @@ impl Table {
         }
         self.unspill(home, self.buckets.len());
         Inserted::Full
+    }
+
+    /// Inserts `key` past its home bucket, which the caller saw full: [`insert`](Self::insert)
+    /// from the next bucket on, without scanning the home bucket again (an entry may
+    /// live past a bucket with room: the spill counts cover it).
+    #[inline]
+    pub(super) fn insert_spilled(&self, key: u64, packed: u64) -> Inserted {
+        let len = self.buckets.len();
+        let home = self.home(key);
+        let mut at = home;
+        for distance in 1..len {
+            self.buckets[at].spill.fetch_add(1, Release);
+            at = (at + 1) & (len - 1);
+            let b = &self.buckets[at];
+            for way in 0..WAYS {
+                let slot = &b.keys[way];
+                // Acquire: a sealed slot seen here means the newer level is visible.
+                let k = slot.load(Acquire);
+                if k == EMPTY && slot.compare_exchange(EMPTY, BUSY, Acquire, Relaxed).is_ok() {
+                    b.charges[way].store(packed, Release);
+                    slot.store(key, Release);
+                    self.crowded.fetch_add(1, Relaxed);
+                    return Inserted::Done { crowded: true };
+                }
+                if k == MOVED || (k == EMPTY && slot.load(Acquire) == MOVED) {
+                    self.unspill(home, distance);
+                    return Inserted::Sealed;
+                }
+            }
+        }
+        self.unspill(home, len - 1);
+        Inserted::Full
+    }
+
+    /// Takes `key` from past its home bucket, which the caller saw without it. None: not
+    /// taken here (absent, being moved, or taken meanwhile): the caller searches the
+    /// slow way, which tells these apart.
+    #[inline]
+    pub(super) fn take_spilled(&self, key: u64) -> Option<Charge> {
+        let len = self.buckets.len();
+        let home = self.home(key);
+        let mut at = home;
+        for distance in 1..len {
+            if self.buckets[at].spill.load(Acquire) == 0 {
+                return None;
+            }
+            at = (at + 1) & (len - 1);
+            let b = &self.buckets[at];
+            for way in 0..WAYS {
+                let slot = &b.keys[way];
+                if slot.load(Relaxed) == key {
+                    slot.compare_exchange(key, BUSY, Acquire, Relaxed).ok()?;
+                    let v = b.charges[way].load(Acquire);
+                    slot.store(EMPTY, Release);
+                    self.unspill(home, distance);
+                    self.crowded.fetch_sub(1, Relaxed);
+                    return Some(unpack(v));
+                }
+            }
+        }
+        None
     }
 
     /// Takes back the spill counts of an entry that lives `distance` buckets from `home`.

@@ -7,6 +7,9 @@ pub fn mem_alloc(
     dptr: *mut Dptr,
     size: usize,
 ) -> CuResult {
+    if !short_path() {
+        return mem_alloc_full(real, dptr, size);
+    }
     // SAFETY (closure): forwarding the caller's arguments; `dptr` is read only after the
     // driver succeeded.
     match charged_short(
@@ -135,28 +138,32 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
 /// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer). Stream-ordered
 /// (pool) memory may be freed this way too.
 pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
-    if short_path()
-        && let Some(c) = SHIM.ledger.take(dptr.get())
-    {
+    if !short_path() {
+        return mem_free_full(real, dptr);
+    }
+    if let Some(c) = SHIM.ledger.take_quick(dptr.get()) {
         // SAFETY (closure): forwarding the caller's argument.
         return charge_freed(dptr.get(), c, || unsafe { real(dptr) });
     }
     mem_free_full(real, dptr)
 }
 
-/// [`mem_free`] off the short path (or of a pointer the ledger does not hold). Out of
-/// line, so the short path's frame stays small.
+/// [`mem_free`] off the short path, or of a pointer whose entry is not where the short
+/// path looks first (spilled in the live map, or not there: pool memory, a pointer gpucap
+/// never charged). Out of line, so the short path's frame stays small.
 #[inline(never)]
 fn mem_free_full<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
+    // SAFETY (closures): forwarding the caller's argument.
     if short_path() {
-        // The ledger was asked already: pool memory, or a pointer gpucap never charged.
-        // SAFETY (closure): forwarding the caller's argument.
-        return uncharged_freed(dptr.get(), || unsafe { real(dptr) });
+        // The short path looked in the entry's home bucket: the rest of the map now.
+        return match SHIM.ledger.take_rest(dptr.get()) {
+            Some(c) => charge_freed(dptr.get(), c, || unsafe { real(dptr) }),
+            None => uncharged_freed(dptr.get(), || unsafe { real(dptr) }),
+        };
     }
     if let Some(rc) = growth_free(dptr.get()) {
         return rc;
     }
-    // SAFETY (closure): forwarding the caller's argument.
     pointer_freed(dptr.get(), || unsafe { real(dptr) })
 }
 
