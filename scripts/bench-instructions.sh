@@ -15,9 +15,9 @@
 # same without a pool with LIVE allocations made first and kept (`bench_alloc ... live=K`:
 # the live-allocation map holds K entries while the pairs run; 1,000,000 takes a few
 # minutes under valgrind), for each block size of BSIZES: the pair's block and the live
-# ones have that size, so their addresses are spaced by it (1 MiB blocks: 1 TiB of fake
-# GPU for 1,000,000 of them, which the fake only counts; a case whose live blocks would
-# map more than valgrind's 128 GiB of client address space is skipped and says so). Also: two visible GPUs (the device each thread remembers,
+# ones have that size, so their addresses are spaced by it (the fake GPU is made 4 TiB
+# for these, which it only counts; a case whose live blocks would map more than
+# valgrind's 128 GiB of client address space is skipped and says so). Also: two visible GPUs (the device each thread remembers,
 # hooks/current.rs) and two threads (valgrind runs threads one at a time, so this counts
 # instructions, not contention: scripts/bench.sh measures that in ns). Prints both and the difference; writes
 # target/bench-instructions.json. Needs valgrind (apt-get install valgrind) and a
@@ -35,30 +35,10 @@ command -v valgrind >/dev/null || { echo "bench-instructions: valgrind not found
 for f in "$SHIM" "$R/libcuda.so"; do
     [ -f "$f" ] || { echo "bench-instructions: $f missing: run cargo build --release" >&2; exit 1; }
 done
-FAKEDIR=$R/fakecuda
-mkdir -p "$FAKEDIR" "$R/ctests"
-ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so.1"
-ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
-BIN=$R/ctests/bench_alloc_ir
-cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-# instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run,
-# pairs of BSIZE bytes (default 4Ki) (THREADS=k among the variables: k threads of PAIRS
-# pairs each).
-instructions() {
-    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 vars=()
-    shift 3
-    for v in "$@"; do
-        case $v in THREADS=*) threads=${v#THREADS=} ;; *) vars+=("$v") ;; esac
-    done
-    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=4Ti GPUCAP_LIMIT=2Ti ${vars[@]+"${vars[@]}"} \
-        ${preload:+LD_PRELOAD=$preload} \
-        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" "$size" pair "live=$live" >/dev/null 2>&1 ||
-        { echo "bench-instructions: bench_alloc $threads $pairs $size pair live=$live $* failed" >&2; exit 1; }
-    awk '/^summary:/ {print $2}' "$out"
-}
+. scripts/bench-lib.sh
+bench_fake_setup
 
 raw1=$(instructions "" "$N" 0); raw2=$(instructions "" $((2 * N)) 0)
 shim1=$(instructions "$SHIM" "$N" 0); shim2=$(instructions "$SHIM" $((2 * N)) 0)
@@ -88,6 +68,7 @@ bytes() {
         *) echo "$1" ;;
     esac
 }
+BIG=(FAKECUDA_TOTAL_MEM=4Ti GPUCAP_LIMIT=2Ti)
 live_json=
 for bs in "${BSIZES[@]}"; do
     for k in "${LIVE[@]}"; do
@@ -98,9 +79,10 @@ for bs in "${BSIZES[@]}"; do
         if [ "$k" = 0 ] && [ "$bs" = 4Ki ]; then
             lraw=$raw; lshim=$shim
         else
-            r1=$(BSIZE=$bs instructions "" "$N" "$k"); r2=$(BSIZE=$bs instructions "" $((2 * N)) "$k")
-            s1=$(BSIZE=$bs instructions "$SHIM" "$N" "$k")
-            s2=$(BSIZE=$bs instructions "$SHIM" $((2 * N)) "$k")
+            r1=$(BSIZE=$bs instructions "" "$N" "$k" "${BIG[@]}")
+            r2=$(BSIZE=$bs instructions "" $((2 * N)) "$k" "${BIG[@]}")
+            s1=$(BSIZE=$bs instructions "$SHIM" "$N" "$k" "${BIG[@]}")
+            s2=$(BSIZE=$bs instructions "$SHIM" $((2 * N)) "$k" "${BIG[@]}")
             lraw=$(((r2 - r1) / N)); lshim=$(((s2 - s1) / N))
         fi
         printf 'with %d live allocations of %s: raw %d, gpucap %d, added %d\n' "$k" "$bs" "$lraw" "$lshim" $((lshim - lraw))

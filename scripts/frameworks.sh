@@ -11,7 +11,7 @@
 #   scripts/frameworks.sh torch      # or: jax
 #
 # JAX looks for /dev/nvidiactl (or /dev/nvidia0) before it tries CUDA at all, which is not
-# the driver's to answer (README, "Frameworks on the fake GPU"): JAX runs in a private mount
+# the driver's to answer (docs/src/fake-gpu.md, "Frameworks on the fake GPU"): JAX runs in a private mount
 # namespace (unshare, as root) where /dev holds an empty nvidiactl beside the usual nodes.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

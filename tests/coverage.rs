@@ -1,4 +1,4 @@
-//! Proof of coverage (README.md, section "What gpucap counts"):
+//! Proof of coverage (the book's page docs/src/counting.md, section "What gpucap counts"):
 //!
 //! * every entry point the table marks as hooked (counted, credits or figures) is reached
 //!   on every resolution path — linked, `dlsym` on `libcuda.so.1` and `libcuda.so`,
@@ -208,7 +208,10 @@ fn ipc_and_shareable_imports_are_the_exporters() {
 
 // ---- resolution paths -----------------------------------------------------------------
 
-/// One row of README.md's table.
+/// The page of the book that holds the coverage table.
+const COVERAGE_PAGE: &str = "docs/src/counting.md";
+
+/// One row of the coverage table (`COVERAGE_PAGE`).
 #[derive(Debug)]
 struct Row {
     bases: Vec<String>,
@@ -225,11 +228,11 @@ fn backticked(cell: &str) -> Vec<String> {
 }
 
 fn coverage_table() -> Vec<Row> {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let readme = std::fs::read_to_string(root().join(COVERAGE_PAGE)).expect(COVERAGE_PAGE);
     // The section "## What gpucap counts", up to the next section of that level.
     let start = readme
         .find("\n## What gpucap counts")
-        .expect("README.md: section 'What gpucap counts' not found");
+        .unwrap_or_else(|| panic!("{COVERAGE_PAGE}: section 'What gpucap counts' not found"));
     let section = &readme[start + 1..];
     let text = &section[..section.find("\n## ").unwrap_or(section.len())];
     let rows: Vec<Row> = text
@@ -242,7 +245,7 @@ fn coverage_table() -> Vec<Row> {
                 ["**yes**", "**credits**", "**figures**", "**tracked**"].contains(&counted);
             assert!(
                 hooked || counted == "no",
-                "README.md: unknown 'Counted' value {counted:?} in {l}"
+                "{COVERAGE_PAGE}: unknown 'Counted' value {counted:?} in {l}"
             );
             Row {
                 bases: backticked(cells[1]),
@@ -251,7 +254,7 @@ fn coverage_table() -> Vec<Row> {
             }
         })
         .collect();
-    assert!(rows.len() > 30, "README.md: table not found");
+    assert!(rows.len() > 30, "{COVERAGE_PAGE}: table not found");
     rows
 }
 
@@ -302,7 +305,7 @@ fn every_test_the_table_names_exists() {
                 .unwrap_or_else(|e| panic!("{t}: tests/{file}.rs: {e}"));
             assert!(
                 src.contains(&format!("fn {func}(")),
-                "README.md names {t}, which does not exist"
+                "{COVERAGE_PAGE} names {t}, which does not exist"
             );
         }
     }
@@ -429,7 +432,7 @@ fn every_counted_entry_point_is_reached_on_every_path() {
         for base in &row.bases {
             assert!(
                 table.contains_key(base),
-                "README.md names {base}, which cuda.h does not have"
+                "{COVERAGE_PAGE} names {base}, which cuda.h does not have"
             );
             if row.hooked {
                 hooked.push(base.clone())
@@ -466,7 +469,7 @@ fn every_counted_entry_point_is_reached_on_every_path() {
             .contains(&base.as_str());
         assert!(
             !allocates || hooked.contains(base) || untouched.contains(base),
-            "{base} takes device memory but README.md does not say whether it is counted"
+            "{base} takes device memory but {COVERAGE_PAGE} does not say whether it is counted"
         );
     }
     let dir = scratch("coverage-walk");

@@ -1,4 +1,4 @@
-//! The Kubernetes examples, `scripts/k8s/*.yaml` (README.md, "Kubernetes"):
+//! The Kubernetes examples, `scripts/k8s/*.yaml` (docs/src/kubernetes.md):
 //!
 //! - every document is a valid object of the Kubernetes API, version [`KUBERNETES_VERSION`],
 //!   checked strictly and offline by `scripts/k8s/validate.py` (the `kubernetes-validate`
@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 /// The Kubernetes version whose API schema the examples are validated against.
 const KUBERNETES_VERSION: &str = "1.32.0";
 
-/// The examples README.md describes; a missing one fails the tests.
+/// The examples docs/src/kubernetes.md describes; a missing one fails the tests.
 const EXAMPLES: &[&str] = &[
     "pod-annotation.yaml",
     "pod-env.yaml",
@@ -341,7 +341,10 @@ fn device_plugin_config(python: &Path, configmap: &Value) -> Value {
         .expect("the ConfigMap has data");
     assert_eq!(data.len(), 1, "one configuration, under one key: {data:?}");
     let (key, text) = data.iter().next().unwrap();
-    assert_eq!(key, "any", "the key the README and the helm command name");
+    assert_eq!(
+        key, "any",
+        "the key docs/src/kubernetes.md and the helm command name"
+    );
     let script = "import json, sys; sys.path.insert(0, sys.argv[1]); import yaml; \
                   from validate import StrictLoader; \
                   print(json.dumps(yaml.load(sys.argv[2], Loader=StrictLoader)))";

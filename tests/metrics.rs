@@ -1,5 +1,5 @@
 //! Pools in Prometheus's text format: `gpucap status --prometheus` and the HTTP server
-//! `gpucap metrics --listen` (README.md, "Metrics").
+//! `gpucap metrics --listen` (docs/src/metrics.md).
 //!
 //! Members are tests/c/script.c processes started with `gpucap run --pool` on the fake
 //! GPU, each test with its own pool directory (GPUCAP_POOL_DIR). The samples are parsed
@@ -164,8 +164,20 @@ fn promtool() -> Option<PathBuf> {
 
 /// `promtool check metrics` with `text` on its standard input.
 fn promtool_check(promtool: &Path, text: &str) -> Output {
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
+    checker(Command::new(promtool).args(["check", "metrics"]), text)
+}
+
+/// scripts/gpu/promcheck.py, the same rules for the real-GPU run (no promtool there),
+/// with `text` on its standard input.
+fn promcheck(text: &str) -> Output {
+    checker(
+        Command::new("python3").arg(root().join("scripts/gpu/promcheck.py")),
+        text,
+    )
+}
+
+fn checker(cmd: &mut Command, text: &str) -> Output {
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -182,9 +194,15 @@ fn promtool_check(promtool: &Path, text: &str) -> Output {
 
 /// Each series (name and labels) once in `text` (promtool 2.42 does not check this:
 /// Prometheus would drop the scrape's duplicates), and promtool accepts it (when there
-/// is a promtool).
+/// is a promtool), and so does scripts/gpu/promcheck.py.
 #[track_caller]
 fn assert_promtool_accepts(text: &str) {
+    let o = promcheck(text);
+    assert!(
+        o.status.success(),
+        "scripts/gpu/promcheck.py refused it\n{}\n--- input\n{text}",
+        dump(&o)
+    );
     let samples = parse(text);
     for (i, a) in samples.iter().enumerate() {
         assert!(
@@ -313,6 +331,71 @@ impl Server {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap()
+    }
+
+    /// The connections the server holds: its sockets but its listener.
+    fn connections(&self) -> usize {
+        let sockets = std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+            .filter(|t| t.to_str().is_some_and(|t| t.starts_with("socket:")))
+            .count();
+        sockets.saturating_sub(1)
+    }
+
+    /// The server's threads.
+    fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+            .unwrap()
+            .count()
+    }
+
+    /// Waits (at most `within`) until the server holds `n` connections; how many it
+    /// holds then.
+    fn await_connections(&self, n: usize, within: Duration) -> usize {
+        let start = Instant::now();
+        loop {
+            let now = self.connections();
+            if now == n || start.elapsed() > within {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `n` clients that connect and send nothing (each connection waits at most 1 s:
+    /// a server that does not take them stops it).
+    fn silent_clients(&self, n: usize) -> Vec<TcpStream> {
+        let addr = self.addr.parse().unwrap();
+        let mut out = Vec::new();
+        for _ in 0..n {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                Ok(c) => out.push(c),
+                Err(e) => {
+                    eprintln!("connection {} of {n}: {e}", out.len() + 1);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// `GET /metrics` on a new connection, each step within `within`: how long the
+    /// answer took (from connecting to the end of the answer), and the answer; Err when
+    /// it did not come in time.
+    fn scrape_within(&self, within: Duration) -> Result<(Duration, String), String> {
+        let start = Instant::now();
+        let addr = self.addr.parse().unwrap();
+        let mut c =
+            TcpStream::connect_timeout(&addr, within).map_err(|e| format!("connect: {e}"))?;
+        c.set_read_timeout(Some(within)).unwrap();
+        c.set_write_timeout(Some(within)).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .map_err(|e| format!("write: {e}"))?;
+        let mut bytes = Vec::new();
+        c.read_to_end(&mut bytes)
+            .map_err(|e| format!("no answer after {:?}: {e}", start.elapsed()))?;
+        Ok((start.elapsed(), String::from_utf8(bytes).unwrap()))
     }
 }
 
@@ -625,7 +708,7 @@ fn the_server_reads_the_pools_at_each_scrape() {
     let members = find(&m, "gpucap_member_alive", &[("pool", "p")]);
     assert_eq!(members.len(), 1, "{members:?}");
     assert_eq!(members[0].labels["pid"], pid_e);
-    // The replaced file's descriptor is closed (its mapping stays: README, Metrics).
+    // The replaced file's descriptor is closed (its mapping stays: docs/src/metrics.md).
     assert_eq!(server.open_files(&p_file).0, 1);
     kill(e);
 
@@ -684,9 +767,8 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
     kill(b);
 }
 
-/// One thread serves every request: a client that sends its request a byte at a time,
-/// never finishing it, is cut off (after 5 s in all), and a scrape waiting behind it
-/// is answered.
+/// A client that sends its request a byte at a time, never finishing it, is cut off
+/// (after 5 s in all), and a scrape meanwhile is answered.
 #[test]
 fn a_slow_client_does_not_hold_the_server() {
     let s = Scratch::new("metrics-slow");
@@ -711,6 +793,188 @@ fn a_slow_client_does_not_hold_the_server() {
     let body = server.scrape();
     assert!(body.contains("gpucap_pool_up{pool=\"p\"} 0"), "{body}");
     assert!(slow.join().unwrap(), "the slow client was never cut off");
+}
+
+/// Writes one byte to each of `clients` every 100 ms until `stop` (at most 60 s: a
+/// harness limit), ignoring the ones the server closed.
+fn trickle(clients: Vec<TcpStream>, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let start = Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+        && start.elapsed() < Duration::from_secs(60)
+    {
+        for mut c in &clients {
+            let _ = c.write_all(b"a");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// 200 slow clients connected at once (a third send nothing, a third a request line a
+/// byte every 100 ms, a third headers a byte every 100 ms) do not keep a scrape waiting:
+/// it is answered within 1 s (Prometheus gives up after 10 s); each slow client is cut
+/// off once its 5 s to send a request are up.
+#[test]
+fn a_scrape_is_answered_while_200_slow_clients_are_connected() {
+    const SLOW: usize = 200;
+    let s = Scratch::new("metrics-slow-200");
+    let a = s.member("p", "a", &["alloc:10Mi"]);
+    let server = Server::start(&s, &["--pool", "p"]);
+    let opened = Instant::now();
+    let mut clients = server.silent_clients(SLOW);
+    let mut trickling = Vec::new();
+    for (i, c) in clients.iter_mut().enumerate() {
+        match i % 3 {
+            0 => continue,
+            1 => c.write_all(b"GE").unwrap(),
+            _ => c.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ").unwrap(),
+        }
+        trickling.push(c.try_clone().unwrap());
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || trickle(trickling, stop))
+    };
+    let held = server.await_connections(SLOW, Duration::from_secs(3));
+
+    let scrape = server.scrape_within(Duration::from_secs(5));
+    let held_after = server.connections();
+    eprintln!(
+        "{SLOW} slow clients: {} connected, the server held {held}; scrape: {:?}",
+        clients.len(),
+        scrape.as_ref().map(|(t, _)| *t)
+    );
+    let (took, answer) = scrape.unwrap_or_else(|e| {
+        panic!("no answer to a scrape with {SLOW} slow clients connected: {e}")
+    });
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(answer.contains("gpucap_pool_up{pool=\"p\"} 1"), "{answer}");
+    assert!(
+        took < Duration::from_secs(1),
+        "a scrape with {SLOW} slow clients connected took {took:?}"
+    );
+    assert_eq!(clients.len(), SLOW, "connections taken");
+    assert_eq!(held, SLOW, "connections the server held");
+    assert!(
+        held_after >= SLOW,
+        "a slow client was dropped early: {held_after}"
+    );
+
+    // Each is cut off when its 5 s are up (the trickling ones too): all gone within
+    // 5 s of the last one, give or take a loaded machine.
+    let left = server.await_connections(0, Duration::from_secs(20));
+    let gone = opened.elapsed();
+    eprintln!("the {SLOW} slow clients cut off {gone:?} after the first connected");
+    assert_eq!(left, 0, "slow clients still connected after {gone:?}");
+    assert!(
+        gone >= Duration::from_secs(5),
+        "cut off before their 5 s: {gone:?}"
+    );
+    let mut buf = [0u8; 64];
+    for c in &mut clients {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // The server closed it: the end of the stream, or a reset (bytes were unread).
+        assert!(matches!(c.read(&mut buf), Ok(0) | Err(_)));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickler.join().unwrap();
+    drop(clients);
+    kill(a);
+}
+
+/// At most 256 connections are served at once: the 257th is taken all the same, and
+/// the oldest connection closed, unanswered, to make room; the 257th gets its answer;
+/// a scrape at the bound is answered within 1 s, the oldest making room again; the
+/// server has a thread per connection and one more.
+#[test]
+fn at_the_connection_bound_the_oldest_client_makes_room() {
+    const MAX: usize = 256;
+    let s = Scratch::new("metrics-bound");
+    let server = Server::start(&s, &["--pool", "p"]);
+    let first = Instant::now();
+    let mut clients = server.silent_clients(MAX);
+    assert_eq!(clients.len(), MAX, "connections taken");
+    assert_eq!(server.await_connections(MAX, Duration::from_secs(3)), MAX);
+    assert!(server.threads() <= MAX + 2, "{} threads", server.threads());
+
+    let mut extra = server
+        .silent_clients(1)
+        .pop()
+        .expect("the 257th connection");
+    // The oldest is closed: the end of its stream, well before its own 5 s are up.
+    clients[0]
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let closed = clients[0].read(&mut buf);
+    assert!(
+        matches!(closed, Ok(0)),
+        "the oldest connection: {closed:?} (no answer, closed)"
+    );
+    assert!(
+        first.elapsed() < Duration::from_secs(5),
+        "too slow to tell the bound from the time limit: {:?}",
+        first.elapsed()
+    );
+    // (Its descriptor closes when its thread sees the end.)
+    assert_eq!(server.await_connections(MAX, Duration::from_secs(3)), MAX);
+    // The others stay open.
+    for c in &clients[1..] {
+        c.set_nonblocking(true).unwrap();
+        let mut one = [0u8; 1];
+        assert_eq!(
+            (&*c).read(&mut one).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock
+        );
+    }
+
+    // The 257th is served.
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let asked = Instant::now();
+    extra
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    extra.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    eprintln!("the 257th connection answered in {:?}", asked.elapsed());
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(answer.contains("gpucap_pool_up{pool=\"p\"} 0"), "{answer}");
+
+    // The bound again (the 257th is done: one more client makes 256): a scrape is
+    // answered within 1 s, and the oldest left, client 1, makes room.
+    let newest = server.silent_clients(1);
+    assert_eq!(newest.len(), 1);
+    assert_eq!(server.await_connections(MAX, Duration::from_secs(3)), MAX);
+    let (took, answer) = server
+        .scrape_within(Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("no answer at the bound: {e}"));
+    eprintln!("a scrape at the connection bound: {took:?}");
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    clients[1].set_nonblocking(false).unwrap();
+    clients[1]
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let closed = clients[1].read(&mut buf);
+    assert!(matches!(closed, Ok(0)), "client 1: {closed:?}");
+    assert_eq!(
+        server.await_connections(MAX - 1, Duration::from_secs(3)),
+        MAX - 1
+    );
+    assert!(server.threads() <= MAX + 2, "{} threads", server.threads());
+    assert!(
+        server.log().contains(
+            "gpucap metrics: 256 connections open (the most it serves at once): \
+             closing the oldest for each new one"
+        ),
+        "{}",
+        server.log()
+    );
+    drop(clients);
+    drop(newest);
 }
 
 /// Bad command lines and a port in use: exit status 2, one line.
@@ -781,10 +1045,12 @@ fn metrics_errors_say_what_is_wrong() {
 /// The negative control: promtool is not a rubber stamp. gpucap's own output passes,
 /// and the same output broken in the ways an exporter breaks it is refused: a label
 /// value with its line break or quote not escaped, a counter without `_total`, a family
-/// typed twice, a sample with no value, a metric without HELP.
+/// typed twice, a sample with no value, a metric without HELP. scripts/gpu/promcheck.py
+/// (the real-GPU run's checker, where there is no promtool) must agree on each, with or
+/// without a promtool here.
 #[test]
 fn promtool_rejects_a_broken_exposition() {
-    let Some(promtool) = promtool() else { return };
+    let promtool = promtool();
     let s = Scratch::new("metrics-promtool");
     let odd = "./a\"b\nc";
     std::os::unix::fs::symlink(script(), s.dir.join(odd)).unwrap();
@@ -793,8 +1059,12 @@ fn promtool_rejects_a_broken_exposition() {
     assert_ok(&o);
     let good = stdout(&o);
     kill(a);
-    let o = promtool_check(&promtool, &good);
-    assert!(o.status.success(), "{}\n{good}", dump(&o));
+    if let Some(promtool) = &promtool {
+        let o = promtool_check(promtool, &good);
+        assert!(o.status.success(), "{}\n{good}", dump(&o));
+    }
+    let o = promcheck(&good);
+    assert!(o.status.success(), "promcheck.py: {}\n{good}", dump(&o));
 
     let must = |from: &str| {
         assert!(good.contains(from), "no {from:?} in\n{good}");
@@ -837,7 +1107,14 @@ fn promtool_rejects_a_broken_exposition() {
     ];
     for (what, text) in &broken {
         assert_ne!(text, &good, "{what}: nothing was broken");
-        let o = promtool_check(&promtool, text);
+        let o = promcheck(text);
+        assert!(
+            !o.status.success() && stdout(&o).starts_with("FAIL: "),
+            "promcheck.py accepted {what}\n{}\n--- input\n{text}",
+            dump(&o)
+        );
+        let Some(promtool) = &promtool else { continue };
+        let o = promtool_check(promtool, text);
         assert!(
             !o.status.success(),
             "promtool accepted {what}\n{}\n--- input\n{text}",

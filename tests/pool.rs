@@ -431,6 +431,71 @@ fn a_forked_child_that_uses_cuda_is_its_own_member() {
     assert_eq!(p.used_peak(), (0, 900 * MIB));
 }
 
+/// A forked child that allocates without cuInit, in the context it inherited (the fake
+/// lets it), joins the pool as its own member at that first call: what it holds counts
+/// against the pool, so another member cannot take the pool over its cap.
+#[test]
+fn a_forked_child_that_allocates_without_cuinit_is_its_own_member() {
+    let p = Pool::new("pool-fork-nocuinit");
+    let a = spawn(
+        p.cmd(pool_fork(), "a.json")
+            .args(["nocuinit", &p.path("ready"), &p.path("go")]),
+    );
+    p.wait_file("ready");
+    assert_eq!(
+        p.used_peak().0,
+        900 * MIB,
+        "the parent's 600 MiB and the child's 300"
+    );
+    let b = run(&mut p.script("b.json", &["alloc:200Mi", "alloc:100Mi"]));
+    p.touch("go");
+    let a = finish(a);
+    assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
+    assert!(has(&a, "child alloc 300 0"), "{}", dump(&a));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 200 * MIB)),
+        "600 + 300 + 200 MiB > 1 GiB\n{}",
+        dump(&b)
+    );
+    assert!(has(&b, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&b));
+    assert!(p.shared_peak("b.json") <= 1024 * MIB);
+    assert_eq!(p.used_peak(), (0, 1000 * MIB));
+}
+
+/// A forked child that cannot join the pool (here: its directory became writable by
+/// others after the parent joined) is refused with the line at its first driver call,
+/// never counted outside the pool.
+#[test]
+fn a_forked_child_that_cannot_join_the_pool_is_refused_with_a_line() {
+    let p = Pool::new("pool-fork-nojoin");
+    let a = spawn(p.cmd(pool_fork(), "a.json").args([
+        "nocuinit_late",
+        &p.path("ready"),
+        &p.path("go"),
+    ]));
+    p.wait_file("ready");
+    let dir = p.file().parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    p.touch("go");
+    let a = finish(a);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
+    assert!(
+        has(&a, "child alloc 300 800"),
+        "CUDA_ERROR_NOT_PERMITTED\n{}",
+        dump(&a)
+    );
+    let err = String::from_utf8_lossy(&a.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("gpucap: cannot join the pool t: ")
+                && l.contains("writable by group or others")),
+        "{}",
+        dump(&a)
+    );
+    assert_eq!(p.used_peak(), (0, 600 * MIB), "the child took nothing");
+}
+
 #[test]
 fn a_dead_parent_releases_its_share_while_its_child_lives() {
     let p = Pool::new("pool-fork-sleep");
@@ -581,6 +646,66 @@ fn eight_processes_of_sixteen_threads_never_take_the_pool_over_its_cap() {
     let (used, peak) = p.used_peak();
     assert_eq!(used, 0, "every byte came back to the pool");
     assert!(peak <= 512 * MIB && peak > 256 * MIB, "peak {peak}");
+}
+
+/// Contexts are charged to the pool (a primary retain has no current context): 32
+/// members of 2 threads each whose contexts take 16 MiB never take the fake GPU over
+/// the pool's 1 GiB cap. The first member makes its context alone (the pool then knows
+/// what a context takes); the 31 others start while it churns, so most make theirs
+/// when the pool is full: refused before the driver makes them (pool_churn then exits
+/// 3), never let through uncounted as before.
+#[test]
+fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool_cap() {
+    let p = Pool::new("pool-churn-ctx");
+    let member = |i: usize, ready: &[String]| {
+        spawn(
+            p.cmd(churn(), &format!("s{i}.json"))
+                .env("FAKECUDA_CONTEXT_MEM", "16Mi")
+                .args(["2", "1000", "8Mi"])
+                .args(ready),
+        )
+    };
+    let first = member(0, &[p.path("ready"), p.path("ready")]);
+    p.wait_file("ready");
+    let mut procs = vec![first];
+    procs.extend((1..32).map(|i| member(i, &[])));
+    let (mut churned, mut refused_contexts) = (0, 0);
+    for (i, c) in procs.into_iter().enumerate() {
+        let o = finish(c);
+        if o.status.code() == Some(3) {
+            // Its context was refused: with the line, and nothing else went wrong.
+            assert!(
+                lines(&o).iter().any(
+                    |l| l.starts_with("FATAL cuDevicePrimaryCtxRetain(&g_ctx, dev) returned 2")
+                ),
+                "{}",
+                dump(&o)
+            );
+            assert!(
+                // Of 16 MiB, or more when another member allocated while the context's
+                // memory was measured (the device's free memory, before and after).
+                String::from_utf8_lossy(&o.stderr).lines().any(|l| l
+                    .starts_with("gpucap: refused cuDevicePrimaryCtxRetain of ")
+                    && l.contains(" MiB on GPU 0: ")),
+                "{}",
+                dump(&o)
+            );
+            refused_contexts += 1;
+        } else {
+            assert_ok(&o);
+            churned += 1;
+        }
+        let peak = p.shared_peak(&format!("s{i}.json"));
+        assert!(
+            peak <= 1024 * MIB,
+            "member {i}: the fake GPU held {peak} bytes at once, over the pool's 1 GiB cap"
+        );
+    }
+    assert!(
+        churned > 0,
+        "{churned} members churned, {refused_contexts} were refused"
+    );
+    assert_eq!(p.used_peak().0, 0, "every byte came back to the pool");
 }
 
 #[test]

@@ -1,13 +1,18 @@
-//! README.md's links lead somewhere: every relative link names a file of the
-//! repository, and every `#anchor` a heading of the page it points into.
+//! The documentation's links lead somewhere: in the front page (README.md), the book
+//! (docs/src/*.md, an mdBook) and every other Markdown file of the repository, every
+//! relative link names a file of the repository and every `#anchor` a heading of the page
+//! it points into; every page of the book is in its SUMMARY.md; and the book builds with
+//! mdBook (`GPUCAP_TEST_MDBOOK`, which scripts/test.sh installs and sets).
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use common::*;
 
-/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to dashes.
+/// GitHub's anchor of a heading (mdBook makes the same): lower case, punctuation
+/// dropped, spaces to dashes.
 fn anchor(heading: &str) -> String {
     heading
         .trim()
@@ -40,11 +45,14 @@ fn anchors(markdown: &str) -> Vec<String> {
         .collect()
 }
 
-/// The targets of `[text](target)` links outside code blocks.
+/// The targets of `[text](target)` links outside code blocks and code spans.
 fn links(markdown: &str) -> Vec<String> {
     let mut out = Vec::new();
     for line in prose(markdown) {
-        let mut rest = line;
+        // Outside `code spans`: the even pieces between backticks.
+        let text: Vec<&str> = line.split('`').step_by(2).collect();
+        let text = text.join(" ");
+        let mut rest = text.as_str();
         while let Some(i) = rest.find("](") {
             rest = &rest[i + 2..];
             if let Some(end) = rest.find(')') {
@@ -56,9 +64,11 @@ fn links(markdown: &str) -> Vec<String> {
     out
 }
 
-fn check_page(page: &Path) -> Vec<String> {
+/// What is wrong with the links of `page`, a Markdown file inside `root`.
+fn check_page(root: &Path, page: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
     let dir = page.parent().unwrap();
+    let root = root.canonicalize().unwrap();
     let mut problems = Vec::new();
     for target in links(&text) {
         if target.starts_with("http://")
@@ -77,7 +87,7 @@ fn check_page(page: &Path) -> Vec<String> {
             problems.push(format!("{}: link ({target}) names no file", page.display()));
             continue;
         };
-        if !linked.starts_with(root().canonicalize().unwrap()) {
+        if !linked.starts_with(&root) {
             problems.push(format!(
                 "{}: link ({target}) leaves the repository",
                 page.display()
@@ -97,6 +107,64 @@ fn check_page(page: &Path) -> Vec<String> {
     problems
 }
 
+/// Every Markdown file under `dir`, build outputs (`target`) and hidden folders left out.
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with('.') || name == "target" {
+            continue;
+        }
+        if path.is_dir() {
+            markdown_files(&path, out);
+        } else if name.ends_with(".md") {
+            out.push(path);
+        }
+    }
+}
+
+/// The pages SUMMARY.md names, as written (`introduction.md`, ...).
+fn summary_pages(summary: &str) -> Vec<String> {
+    links(summary)
+        .into_iter()
+        .filter(|t| !t.starts_with("http"))
+        .map(|t| t.split('#').next().unwrap().to_string())
+        .collect()
+}
+
+/// What is wrong with the book under `book` (its `src/`): pages SUMMARY.md names that do
+/// not exist, pages that exist and SUMMARY.md does not name.
+fn check_summary(book: &Path) -> Vec<String> {
+    let src = book.join("src");
+    let summary = std::fs::read_to_string(src.join("SUMMARY.md")).expect("docs/src/SUMMARY.md");
+    let named = summary_pages(&summary);
+    let mut problems = Vec::new();
+    for page in &named {
+        if !src.join(page).is_file() {
+            problems.push(format!("SUMMARY.md names {page}, which does not exist"));
+        }
+    }
+    let mut pages = Vec::new();
+    markdown_files(&src, &mut pages);
+    for page in pages {
+        let rel = page
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if rel != "SUMMARY.md" && !named.contains(&rel) {
+            problems.push(format!(
+                "{rel} is not in SUMMARY.md: the book would leave it out"
+            ));
+        }
+    }
+    problems
+}
+
 #[test]
 fn anchors_are_made_as_github_makes_them() {
     assert_eq!(anchor(" Proof on a real GPU"), "proof-on-a-real-gpu");
@@ -105,16 +173,153 @@ fn anchors_are_made_as_github_makes_them() {
         "gpucap_loginfo-a-summary-at-exit"
     );
     assert_eq!(
-        links("see [a](b.md#c) and [d](#e)\n```\n[x](y)\n```"),
+        links("see [a](b.md#c) and [d](#e), not `f[g](h)`\n```\n[x](y)\n```"),
         ["b.md#c", "#e"]
     );
 }
 
+/// The checks find what they are for: a link to no file, to no heading, out of the
+/// repository; a SUMMARY.md entry without its page, a page without its entry.
 #[test]
-fn every_link_of_the_readmes_resolves() {
+fn the_checks_find_broken_links_and_pages() {
+    let dir = scratch("readme-broken");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/a.md"), "# A page\n\n## Its part\n").unwrap();
+    std::fs::write(dir.join("src/stray.md"), "# Not in the summary\n").unwrap();
+    std::fs::write(
+        dir.join("src/SUMMARY.md"),
+        "# Summary\n\n- [A](a.md)\n- [Gone](gone.md)\n",
+    )
+    .unwrap();
+    let page = dir.join("src/links.md");
+    std::fs::write(
+        &page,
+        "[fine](a.md#its-part) [fine too](#here) [no file](b.md) [no heading](a.md#nowhere) \
+         [out](../../../../../../../../../../../../etc/passwd)\n\n# Here\n",
+    )
+    .unwrap();
+    let problems = check_page(&dir, &page).join("\n");
+    assert!(problems.contains("link (b.md) names no file"), "{problems}");
+    assert!(
+        problems.contains("link (a.md#nowhere): no heading #nowhere"),
+        "{problems}"
+    );
+    assert!(problems.contains("leaves the repository"), "{problems}");
+    assert_eq!(problems.lines().count(), 3, "{problems}");
+    let problems = check_summary(&dir).join("\n");
+    assert!(problems.contains("SUMMARY.md names gone.md"), "{problems}");
+    assert!(
+        problems.contains("links.md is not in SUMMARY.md"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("stray.md is not in SUMMARY.md"),
+        "{problems}"
+    );
+    assert_eq!(problems.lines().count(), 3, "{problems}");
+}
+
+#[test]
+fn every_link_of_the_docs_resolves() {
+    let mut pages = Vec::new();
+    markdown_files(&root(), &mut pages);
+    for must in ["README.md", "docs/src/SUMMARY.md", "cuda-stubs/README.md"] {
+        assert!(pages.contains(&root().join(must)), "{must} not found");
+    }
     let mut problems = Vec::new();
-    for page in ["README.md", "cuda-stubs/README.md"] {
-        problems.extend(check_page(&root().join(page)));
+    for page in &pages {
+        problems.extend(check_page(&root(), page));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn every_page_of_the_book_is_in_its_summary() {
+    let problems = check_summary(&root().join("docs"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// mdBook, or `None` (after SKIP) outside CI when there is none.
+fn mdbook() -> Option<PathBuf> {
+    const VAR: &str = "GPUCAP_TEST_MDBOOK";
+    let required = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+        || std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() == Ok("1");
+    let found = std::env::var_os(VAR)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|d| d.join("mdbook"))
+                    .find(|p| p.is_file())
+            })
+        });
+    match found {
+        Some(p) => {
+            assert!(p.exists(), "{VAR}={} does not exist", p.display());
+            Some(p)
+        }
+        None => {
+            assert!(
+                !required,
+                "no mdbook ({VAR} unset, none on PATH) but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 \
+                 is set: run scripts/test.sh, which installs it"
+            );
+            eprintln!("SKIP: no mdbook ({VAR} unset, none on PATH); scripts/test.sh installs it");
+            None
+        }
+    }
+}
+
+/// `mdbook build BOOK --dest-dir DEST`.
+fn build_book(mdbook: &Path, book: &Path, dest: &Path) -> std::process::Output {
+    Command::new(mdbook)
+        .arg("build")
+        .arg(book)
+        .arg("--dest-dir")
+        .arg(dest)
+        .output()
+        .expect("run mdbook")
+}
+
+/// The book builds, with a page of HTML for every page SUMMARY.md names; and mdBook
+/// refuses a book whose SUMMARY.md names a page that does not exist (book.toml's
+/// `create-missing = false`), rather than making an empty one.
+#[test]
+fn the_book_builds() {
+    let Some(mdbook) = mdbook() else { return };
+    let dir = scratch("readme-book");
+    let o = build_book(&mdbook, &root().join("docs"), &dir.join("html"));
+    assert!(o.status.success(), "mdbook build docs failed\n{}", dump(&o));
+    let summary = std::fs::read_to_string(root().join("docs/src/SUMMARY.md")).unwrap();
+    let pages = summary_pages(&summary);
+    assert!(pages.len() > 10, "{pages:?}");
+    for page in pages {
+        let html = dir.join("html").join(page.replace(".md", ".html"));
+        assert!(html.is_file(), "mdbook made no {}", html.display());
+    }
+
+    // The negative control: a copy of the book whose summary names a missing page.
+    let copy = dir.join("broken");
+    std::fs::create_dir_all(copy.join("src")).unwrap();
+    std::fs::copy(root().join("docs/book.toml"), copy.join("book.toml")).unwrap();
+    for entry in std::fs::read_dir(root().join("docs/src")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, copy.join("src").join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        copy.join("src/SUMMARY.md"),
+        format!("{summary}- [Missing](missing.md)\n"),
+    )
+    .unwrap();
+    let o = build_book(&mdbook, &copy, &dir.join("broken-html"));
+    assert!(
+        !o.status.success(),
+        "mdbook built a book with a missing page\n{}",
+        dump(&o)
+    );
+    assert!(
+        !copy.join("src/missing.md").exists(),
+        "mdbook made the missing page"
+    );
 }

@@ -223,11 +223,11 @@ class Child:
     Reads the pipe with os.read and splits lines itself, so that select() never waits
     on a line already buffered."""
 
-    def __init__(self, cmd, timeout):
+    def __init__(self, cmd, timeout, **popen):
         info("starting: " + " ".join(cmd))
         self.timeout = timeout
         self.buf = b""
-        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, **popen)
         self.fd = self.p.stdout.fileno()
 
     def readline(self, deadline):

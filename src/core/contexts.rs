@@ -174,6 +174,8 @@ pub enum Ending {
 struct DevState {
     /// The primary context's handle and the bytes charged for it, while active.
     primary: Option<(Ctx, u64)>,
+    /// What the last context measured on this device took (0: none measured yet).
+    expected: u64,
 }
 
 /// The contexts the process made through the shim, with what each was charged.
@@ -200,7 +202,12 @@ pub struct DeviceLock<'a> {
 impl ContextBook {
     pub const fn new() -> Self {
         ContextBook {
-            devices: [const { Mutex::new(DevState { primary: None }) }; MAX_DEVICES],
+            devices: [const {
+                Mutex::new(DevState {
+                    primary: None,
+                    expected: 0,
+                })
+            }; MAX_DEVICES],
             created: LiveMap::new(),
         }
     }
@@ -270,6 +277,20 @@ impl DeviceLock<'_> {
                 (rc, taken, Vantage::Temporary(why))
             }
         }
+    }
+
+    /// The bytes the next context on this device is expected to take: what the last one
+    /// measured here took (0 before the first). The hooks reserve it before the driver
+    /// makes the context, so that one the cap cannot take is refused without being made
+    /// (the driver never holds more than the cap, even for a moment); the reservation is
+    /// then set to what the context really took.
+    pub fn expected(&self) -> u64 {
+        self.state.expected
+    }
+
+    /// A context on this device took `bytes` (measured): what the next is expected to take.
+    pub fn learn(&mut self, bytes: u64) {
+        self.state.expected = bytes;
     }
 
     /// Whether the primary context is already active, so a retain creates nothing.
@@ -766,5 +787,20 @@ mod tests {
         mute.drop_ctx(c);
         assert_eq!(lock.after_release(&mute, c, None), Ending::Unknown);
         assert_eq!(book.created_device(c), Some(0));
+    }
+
+    #[test]
+    fn the_next_context_is_expected_to_take_what_the_last_took_on_its_device() {
+        let book = ContextBook::new();
+        assert_eq!(book.lock(1).unwrap().expected(), 0, "nothing measured yet");
+        book.lock(1).unwrap().learn(16 << 20);
+        assert_eq!(book.lock(1).unwrap().expected(), 16 << 20);
+        assert_eq!(book.lock(0).unwrap().expected(), 0, "per device");
+        book.lock(1).unwrap().learn(8 << 20);
+        assert_eq!(
+            book.lock(1).unwrap().expected(),
+            8 << 20,
+            "the last measured"
+        );
     }
 }

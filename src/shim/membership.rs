@@ -1,9 +1,9 @@
 //! This process's membership of its pool (`GPUCAP_POOL`): joined once CUDA is up,
-//! given back at exit, dropped in a forked child (which joins as its own member when
-//! it uses CUDA). Over `gpucap-pool-file`; no driver calls (the caller passes each
-//! visible GPU's UUID and cap).
+//! given back at exit, dropped in a forked child, which joins as its own member at its
+//! first driver call, `cuInit` or not (see [`orphaned`]). Over `gpucap-pool-file`; no
+//! driver calls (the caller passes each visible GPU's UUID and cap).
 
-use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, Once, OnceLock};
 
 use gpucap_core::budget::{CapMismatch, Member, MemberInfo, WaitNote};
@@ -25,6 +25,9 @@ static CURRENT: AtomicUsize = AtomicUsize::new(0);
 /// Set when joining failed: the message, and every later CUDA call fails closed.
 static FAILED: OnceLock<String> = OnceLock::new();
 static JOINING: Mutex<()> = Mutex::new(());
+/// Set in a forked child of a member (its parent's membership dropped), until the child
+/// joined as its own member or failed to.
+static ORPHANED: AtomicBool = AtomicBool::new(false);
 static AT_FORK: Once = Once::new();
 
 /// The pool this process charges, if it joined one.
@@ -49,6 +52,23 @@ pub fn failed() -> Option<&'static str> {
     FAILED.get().map(String::as_str)
 }
 
+/// Whether this process is a forked child of a pool member that has not joined the
+/// pool itself yet: its next driver call must join (or fail closed) first, whether or
+/// not it calls `cuInit` (the driver may let a child use the context it inherited), so
+/// that nothing it allocates is counted outside the pool. One load.
+#[inline]
+pub fn orphaned() -> bool {
+    ORPHANED.load(Acquire)
+}
+
+/// Joining cannot even be tried (the driver would not say which GPUs there are):
+/// kept as [`join`]'s errors are, so every later CUDA call fails closed.
+pub fn fail(message: String) -> &'static str {
+    let _ = FAILED.set(message);
+    ORPHANED.store(false, Release);
+    failed().unwrap_or_default()
+}
+
 /// What one visible GPU is held to.
 pub struct Gpu {
     pub uuid: [u8; 16],
@@ -70,10 +90,7 @@ pub fn join(config: &Config, gpus: &[Gpu]) -> Result<(), &'static str> {
     }
     match join_now(spec, config, gpus) {
         Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = FAILED.set(format!("gpucap: cannot join the pool {spec}: {e}"));
-            Err(failed().unwrap_or_default())
-        }
+        Err(e) => Err(fail(format!("gpucap: cannot join the pool {spec}: {e}"))),
     }
 }
 
@@ -113,6 +130,7 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         libc::pthread_atfork(None, None, Some(forget_in_child));
     });
     CURRENT.store(index + 1, Release);
+    ORPHANED.store(false, Release);
     Ok(())
 }
 
@@ -142,14 +160,16 @@ fn own_info() -> MemberInfo {
 
 /// In a forked child: the parent's membership is the parent's. The child drops its
 /// copy of the file's descriptor (the mapping is not inherited: `MADV_DONTFORK`), so
-/// the parent's death still frees its slot, and joins on its own when it initialises
-/// CUDA. Nothing reads the parent's membership in the child: `current()` is None.
+/// the parent's death still frees its slot, and joins on its own at its first driver
+/// call ([`orphaned`]). Nothing reads the parent's membership in the child: `current()`
+/// is None.
 extern "C" fn forget_in_child() {
     let i = CURRENT.swap(0, AcqRel);
-    if i > 0
-        && let Some(j) = MEMBERS.get(i - 1).and_then(OnceLock::get)
-    {
-        j.file.locks.forget_in_child();
+    if i > 0 {
+        ORPHANED.store(true, Release);
+        if let Some(j) = MEMBERS.get(i - 1).and_then(OnceLock::get) {
+            j.file.locks.forget_in_child();
+        }
     }
 }
 

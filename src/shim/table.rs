@@ -155,6 +155,9 @@ hook_table! {
         (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) => get_proc_address_v1;
     cuGetProcAddress_v2 = "cuGetProcAddress" @ 12000 :
         (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) => get_proc_address_v2;
+    // Forwarded untouched; hooked only so `GPUCAP_LOG=debug` names the tables asked for.
+    cuGetExportTable = "cuGetExportTable" @ 3000 :
+        (table: *mut *const c_void, id: *const [u8; 16]) => get_export_table;
     // CUDA arrays.
     cuArrayCreate_v2 = "cuArrayCreate" @ 3020 :
         (handle: *mut Handle, desc: *const types::ArrayDescriptor) => imp::array_create;
@@ -242,6 +245,7 @@ fn get_proc_address_v1(
 ) -> CuResult {
     // SAFETY: forwarding the caller's own arguments to the driver.
     let rc = unsafe { real(symbol, pfn, version, flags) };
+    log_procaddr(rc, symbol, version, flags);
     substitute(rc, symbol, pfn, version, flags)
 }
 
@@ -255,7 +259,60 @@ fn get_proc_address_v2(
 ) -> CuResult {
     // SAFETY: forwarding the caller's own arguments to the driver.
     let rc = unsafe { real(symbol, pfn, version, flags, status) };
+    log_procaddr(rc, symbol, version, flags);
     substitute(rc, symbol, pfn, version, flags)
+}
+
+/// Whether `GPUCAP_LOG=debug`: reads the configuration (the environment) on the first
+/// request, which may come before any other hooked call. Only on the `cuGetProcAddress`
+/// and `cuGetExportTable` paths, called by the client, never from `dlsym`.
+fn debug_enabled() -> bool {
+    let _ = crate::state::SHIM.config_quiet();
+    crate::log::LEVEL.load(Relaxed) >= gpucap_core::config::LogLevel::Debug as u8
+}
+
+/// `gpucap: driver request: procaddr NAME VERSION FLAGS -> RC` at debug level: what the
+/// client asked for (scripts/gpu/probe-driver.sh asks the real driver the same).
+fn log_procaddr(rc: CuResult, symbol: *const c_char, version: c_int, flags: u64) {
+    if symbol.is_null() || !debug_enabled() {
+        return;
+    }
+    // SAFETY: the caller's NUL-terminated symbol name (checked non-null).
+    let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
+    // cudart asks for the empty name first: written "" so the line keeps its fields.
+    let name = if name.is_empty() { "\"\"".into() } else { name };
+    crate::log::log!(
+        Debug,
+        "driver request: procaddr {name} {version} {flags} -> {rc}"
+    );
+}
+
+fn get_export_table(
+    real: unsafe extern "C" fn(*mut *const c_void, *const [u8; 16]) -> CuResult,
+    table: *mut *const c_void,
+    id: *const [u8; 16],
+) -> CuResult {
+    // SAFETY: forwarding the caller's own arguments to the driver.
+    let rc = unsafe { real(table, id) };
+    if !id.is_null() && debug_enabled() {
+        // SAFETY: the caller's 16-byte UUID (checked non-null).
+        let u = unsafe { *id };
+        crate::log::log!(Debug, "driver request: export {} -> {rc}", uuid_text(&u));
+    }
+    rc
+}
+
+/// A UUID as the fake's trace and the probe write it: 8-4-4-4-12 hex digits, in byte order.
+fn uuid_text(u: &[u8; 16]) -> String {
+    let h: Vec<String> = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        h[..4].concat(),
+        h[4..6].concat(),
+        h[6..8].concat(),
+        h[8..10].concat(),
+        h[10..].concat()
+    )
 }
 
 /// After the driver answered `cuGetProcAddress`, replaces its pointer by the hook

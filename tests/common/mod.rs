@@ -239,8 +239,14 @@ pub fn compile_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join(format!("{name}{suffix}"));
     let fresh = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
-    let header = root().join("tests/c/fakecuda.h");
-    let newest_src = [fresh(&src), fresh(&header)].into_iter().flatten().max();
+    // Any header of tests/c may be included (fakecuda.h, driver_probe.h).
+    let headers = std::fs::read_dir(root().join("tests/c"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "h"));
+    let newest_src = headers.chain([src.clone()]).filter_map(|p| fresh(&p)).max();
     if let (Some(s), Some(o)) = (newest_src, fresh(&out))
         && o >= s
     {

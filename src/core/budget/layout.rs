@@ -54,6 +54,10 @@ pub const G_PEAK: usize = 5;
 pub const G_LOCK: usize = 6;
 pub const G_REFUSALS: usize = 7;
 pub const G_LARGEST_REFUSED: usize = 8;
+/// What the first context measured on this GPU by any member took (0: none yet): a
+/// member reserves it before the driver makes its own first context there, so that a
+/// context the pool cannot take is refused before it is made.
+pub const G_CONTEXT_BYTES: usize = 15;
 /// How many members wait for memory on this GPU (`GPUCAP_WAIT`): a hint read on the
 /// way of every credit (0: nobody to wake), recounted when a dead member is taken back.
 pub const G_WAITERS: usize = 9;

@@ -360,4 +360,22 @@ impl<'a> Member<'a> {
     pub fn pool(&self) -> Pool<'a> {
         Pool { w: self.w }
     }
+
+    /// What the first context a member measured on `device` took (0: none yet, or the
+    /// GPU is not registered).
+    pub fn context_bytes(&self, device: usize) -> u64 {
+        self.entry_of(device)
+            .map_or(0, |g| self.w.gpu(g, G_CONTEXT_BYTES).load(Relaxed))
+    }
+
+    /// A context this member made on `device` took `bytes` (measured): kept for every
+    /// member if none was measured there before (the first measurement stays).
+    pub fn note_context_bytes(&self, device: usize, bytes: u64) {
+        if let Some(g) = self.entry_of(device) {
+            let _ = self
+                .w
+                .gpu(g, G_CONTEXT_BYTES)
+                .compare_exchange(0, bytes, Relaxed, Relaxed);
+        }
+    }
 }

@@ -116,6 +116,19 @@ fn a_device_not_registered_is_not_charged_to_the_pool() {
 }
 
 #[test]
+fn the_first_context_measured_on_a_gpu_is_known_to_every_member() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    assert_eq!(b.context_bytes(0), 0, "none measured yet");
+    a.note_context_bytes(0, 16);
+    assert_eq!(b.context_bytes(0), 16);
+    b.note_context_bytes(0, 40);
+    assert_eq!(a.context_bytes(0), 16, "the first measurement stays");
+    assert_eq!(a.context_bytes(1), 0, "a GPU the pool does not hold");
+}
+
+#[test]
 fn every_gpu_has_its_own_budget() {
     let (pool, k) = setup();
     let a = member(pool, proc(k, 1), Some(100));

@@ -47,8 +47,12 @@ pub use self::sync::*;
 pub use self::vmm::*;
 
 /// The shim, or the error every call gets when the configuration is invalid (or
-/// names a device UUID that is not visible).
+/// names a device UUID that is not visible, or the pool could not be joined). A forked
+/// child of a pool member joins the pool as its own member first (`join_in_child`).
 fn shim() -> Result<&'static Shim, CuResult> {
+    if crate::membership::orphaned() {
+        join_in_child();
+    }
     if identity::failed().is_some() || crate::membership::failed().is_some() {
         return Err(CUDA_ERROR_NOT_PERMITTED);
     }
@@ -121,6 +125,8 @@ enum Target<'a> {
     Unknown,
 }
 
+/// Reserves `bytes` for a call that works in the calling thread's current context, on
+/// `device`: that context's device, or one the call names (None: nothing to charge).
 fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'static>, CuResult> {
     let shim = shim()?;
     let Some(device) = device else {
@@ -144,6 +150,19 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
     shim.reserve(api, d, bytes)
         .map(Target::Charged)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// Reserves `bytes` on `d`, a device the call makes something on itself (a context),
+/// needing no current context: charged there whatever is current on the thread, if
+/// anything. A refusal is logged with gpucap's line.
+fn reserve_on(
+    shim: &'static Shim,
+    api: &str,
+    d: usize,
+    bytes: u64,
+) -> Result<Reservation<'static>, CuResult> {
+    reclaim_for(shim, d, bytes);
+    shim.reserve(api, d, bytes).ok_or(CUDA_ERROR_OUT_OF_MEMORY)
 }
 
 /// Whether `bytes` more on `d` exceed this process's cap or its pool's (a hint: the

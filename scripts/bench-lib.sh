@@ -1,0 +1,71 @@
+# Helpers shared by the benchmark scripts (sourced, not run): scripts/bench-instructions.sh,
+# scripts/bench-hami.sh, scripts/gpu/probe-driver.sh.
+
+# bench_fake_setup [nvml]: the fake driver's links in $FAKEDIR (default
+# $R/fakecuda; with "nvml", the fake NVML beside it) and BIN, bench_alloc
+# built against it. Needs R (target/release).
+bench_fake_setup() {
+    FAKEDIR=${FAKEDIR:-$R/fakecuda}
+    mkdir -p "$FAKEDIR" "$R/ctests"
+    ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so.1"
+    ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
+    [ "${1:-}" = nvml ] && ln -sf "$R/libnvidia_ml.so" "$FAKEDIR/libnvidia-ml.so.1"
+    BIN=$R/ctests/bench_alloc_ir
+    cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
+}
+
+# cuda_link_dir DIR: DIR/libcuda.so -> the libcuda.so.1 the loader would take
+# (LD_LIBRARY_PATH first, then ldconfig's cache), so `cc -L DIR -lcuda` links to the
+# driver of this machine, real or fake. Fails with a message when there is none.
+cuda_link_dir() {
+    local driver='' d dirs
+    IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
+    for d in ${dirs[@]+"${dirs[@]}"}; do
+        [ -e "$d/libcuda.so.1" ] && { driver=$d/libcuda.so.1; break; }
+    done
+    [ -n "$driver" ] || driver=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / { print $NF; exit }')
+    [ -n "$driver" ] || { echo "no libcuda.so.1 found (LD_LIBRARY_PATH, ldconfig)" >&2; return 1; }
+    mkdir -p "$1"
+    ln -sfn "$driver" "$1/libcuda.so"
+    echo "$driver"
+}
+
+# instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run of
+# $BIN under callgrind, pairs of BSIZE bytes (default 4Ki) (THREADS=k among the
+# variables: k threads of PAIRS pairs each). Needs FAKEDIR, BIN and tmp.
+instructions() {
+    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 vars=()
+    shift 3
+    for v in "$@"; do
+        case $v in THREADS=*) threads=${v#THREADS=} ;; *) vars+=("$v") ;; esac
+    done
+    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
+        ${preload:+LD_PRELOAD=$preload} \
+        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" "$size" pair "live=$live" >/dev/null 2>&1 ||
+        { echo "bench: bench_alloc $threads $pairs $size pair live=$live $* failed" >&2; exit 1; }
+    awk '/^summary:/ {print $2}' "$out"
+    rm -f "$out"
+}
+
+# per_pair PRELOAD LIVE [VAR=VALUE...]: instructions of one pair (N vs 2N pairs, N=$N).
+per_pair() {
+    local preload=$1 live=$2 a b
+    shift 2
+    a=$(instructions "$preload" "$N" "$live" "$@")
+    b=$(instructions "$preload" $((2 * N)) "$live" "$@")
+    echo $(((b - a) / N))
+}
+
+# whole_instructions VAR=VALUE... -- CMD...: callgrind's total for one run of CMD.
+whole_instructions() {
+    local vars=() out=$tmp/cgw.$RANDOM
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done
+    shift
+    env ${vars[@]+"${vars[@]}"} valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >/dev/null 2>"$out.log" ||
+        { echo "bench: $* failed under valgrind" >&2; cat "$out.log" >&2; exit 1; }
+    sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$out.log"
+    rm -f "$out" "$out.log"
+}
+
+# med NUMBERS...: the median.
+med() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

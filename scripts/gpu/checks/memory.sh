@@ -1,0 +1,82 @@
+# shellcheck shell=bash
+# Checks of scripts/gpu-check.sh (sourced by it): growth mode's footprint, the escapes
+# of tests/c/escapes.c on this driver, and what gpucap charges against what the driver
+# counts for each process (NVML's per-process used memory). The driver-API versions
+# run anywhere (the fake GPU in CI); the PyTorch, JAX and CuPy ones where they work.
+# shellcheck disable=SC2317
+
+CHECKS+=(growth-footprint
+    escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu
+    accounting-driver accounting-torch accounting-jax accounting-cupy)
+
+ACCOUNTING=$SRC_DIR/accounting.py
+
+needs_py() { # NAME: 0 with a Python, else SKIP NAME
+    if [ "$PY_OK" = 1 ]; then
+        return 0
+    fi
+    skip "$1" "no Python 3 ('$PY' not found)"
+    return 1
+}
+
+# growth mode, PyTorch where it works: empty_cache() keeps the footprint, small blocks
+# take their size; else the same with cuMemAlloc_v2 / cuMemFree_v2.
+check_growth_footprint() {
+    needs_py "$1" || return
+    local g=("$CLI" run --growth --limit "$CAP" --)
+    if fw_available torch; then
+        probe "${g[@]}" "$PY" "$ACCOUNTING" growth --client torch --cap "$CAP" --part keep || {
+            verdict "$1"
+            return
+        }
+        local kept=$PROBE_MSG
+        probe env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "${g[@]}" "$PY" "$ACCOUNTING" growth --client torch \
+            --cap "$CAP" --part small || {
+            verdict "$1"
+            return
+        }
+        pass "$1" "$kept; ${PROBE_MSG#torch in growth mode: } (PYTORCH_NO_CUDA_MEMORY_CACHING=1)"
+        return
+    fi
+    probe "${g[@]}" "$PY" "$ACCOUNTING" growth --client driver --cap "$CAP" --part both
+    verdict "$1"
+}
+
+escape_check() { # NAME MODE [env -u CUDA_VISIBLE_DEVICES]
+    local name=$1 mode=$2
+    shift 2
+    needs_py "$name" || return
+    probe "$@" "$CLI" run --limit "$CAP" -- "$PY" "$SRC_DIR/escapes.py" "$mode" --cap "$CAP"
+    verdict "$name"
+}
+check_escape_vmm_release() { escape_check "$1" vmm-release; }
+check_escape_pool_cumemfree() { escape_check "$1" pool-cumemfree; }
+# every GPU visible: GPU 1's pool needs a GPU 1
+check_escape_pool_other_gpu() { escape_check "$1" pool-other-gpu env -u CUDA_VISIBLE_DEVICES; }
+
+# accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
+# first context was measured (the shim's debug line: by NVML, no temporary context).
+accounting_check() {
+    local name=$1 client=$2
+    needs_py "$name" || return
+    if [ "$client" != driver ]; then
+        needs_fw "$client" "$name" || return
+    fi
+    if ! probe env XLA_PYTHON_CLIENT_PREALLOCATE=false "$CLI" run --limit "$CAP" --log debug -- \
+        "$PY" "$ACCOUNTING" charge --client "$client" --cap "$CAP"; then
+        verdict "$name"
+        return
+    fi
+    local msg=$PROBE_MSG out=$LOGDIR/.out how
+    how=$(grep -m 1 'the first context on GPU 0 is measured' "$out" | sed 's/.*is measured //')
+    case $how in
+        "by NVML's free memory before and after (no other context made)")
+            pass "$name" "$msg; the first context measured by NVML, no temporary context" ;;
+        "") fail "$name" "the shim did not say how the first context was measured (GPUCAP_LOG=debug)" ;;
+        *) fail "$name" "the first context was measured $how" ;;
+    esac
+}
+check_accounting_driver() { accounting_check "$1" driver; }
+check_accounting_torch() { accounting_check "$1" torch; }
+check_accounting_jax() { accounting_check "$1" jax; }
+check_accounting_cupy() { accounting_check "$1" cupy; }

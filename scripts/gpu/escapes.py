@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""The escapes of tests/c/escapes.c, on whatever driver is there (the fake in CI, a real
+one on a GPU), through ctypes, sized from what the process can see under its cap (the
+CUDA context is charged too, and takes different memory on each GPU). Run under
+`gpucap run --limit CAP`; the driver's own figure for this process (NVML's
+per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass the cap.
+
+  escapes.py vmm-release --cap N     cuMemCreate -> map -> cuMemRelease at once (NVIDIA's
+                                     idiom), blocks of 0.4 x the room: the third is
+                                     refused, the mappings keep the charge; an unmap
+                                     gives one back
+  escapes.py pool-cumemfree --cap N  half the room from a created pool, freed with
+                                     cuMemFree_v2 and the pool destroyed: 3/4 of the room
+                                     is then there
+  escapes.py pool-other-gpu --cap N  (2 visible GPUs) GPU 1's default pool with GPU 0's
+                                     context current: charged to GPU 1 (0.6 x its room
+                                     twice: the second refused). One GPU: SKIP
+Each ends by filling the GPU with blocks until one is refused: the driver's figure
+then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
+OK:/FAIL:/SKIP: (exit 0/1/77).
+"""
+
+import ctypes
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from nvml_ctypes import Nvml, NvmlError  # noqa: E402
+from probe import Outcome, fail, info, mib, ok, skip, MiB  # noqa: E402
+
+u64, sz, c_int, vp = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p
+OOM = 2
+
+
+class Location(ctypes.Structure):
+    _fields_ = [("type", c_int), ("id", c_int)]
+
+
+class AllocProp(ctypes.Structure):  # CUmemAllocationProp, 32 bytes
+    _fields_ = [("type", c_int), ("handle_types", c_int), ("location", Location), ("win32", vp),
+                ("alloc_flags", ctypes.c_ubyte * 8)]
+
+
+class AccessDesc(ctypes.Structure):
+    _fields_ = [("location", Location), ("flags", c_int)]
+
+
+class PoolProps(ctypes.Structure):  # CUmemPoolProps, 88 bytes
+    _fields_ = [("alloc_type", c_int), ("handle_types", c_int), ("location", Location), ("win32", vp),
+                ("max_size", sz), ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
+
+
+class Driver:
+    def __init__(self):
+        self.L = ctypes.CDLL("libcuda.so.1")
+        for f in ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+                  "cuMemGetInfo_v2", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetAllocationGranularity",
+                  "cuMemCreate", "cuMemAddressReserve", "cuMemMap", "cuMemSetAccess", "cuMemRelease",
+                  "cuMemUnmap", "cuMemAddressFree", "cuMemPoolCreate", "cuMemPoolDestroy",
+                  "cuMemAllocFromPoolAsync", "cuDeviceGetDefaultMemPool", "cuCtxSynchronize",
+                  "cuDeviceGetUuid_v2"):
+            getattr(self.L, f).restype = c_int
+        self.L.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), sz]
+        self.L.cuMemFree_v2.argtypes = [u64]
+        self.L.cuMemCreate.argtypes = [ctypes.POINTER(u64), sz, ctypes.POINTER(AllocProp), ctypes.c_ulonglong]
+        self.L.cuMemAddressReserve.argtypes = [ctypes.POINTER(u64), sz, sz, u64, ctypes.c_ulonglong]
+        self.L.cuMemMap.argtypes = [u64, sz, sz, u64, ctypes.c_ulonglong]
+        self.L.cuMemSetAccess.argtypes = [u64, sz, ctypes.POINTER(AccessDesc), sz]
+        self.L.cuMemRelease.argtypes = [u64]
+        self.L.cuMemUnmap.argtypes = [u64, sz]
+        self.L.cuMemAddressFree.argtypes = [u64, sz]
+        self.L.cuMemAllocFromPoolAsync.argtypes = [ctypes.POINTER(u64), sz, vp, vp]
+        self.L.cuMemPoolDestroy.argtypes = [vp]
+        self.must("cuInit", 0)
+        n = c_int()
+        self.must("cuDeviceGetCount", ctypes.byref(n))
+        self.count = n.value
+        self.ctx = {}
+
+    def must(self, name, *args):
+        rc = getattr(self.L, name)(*args)
+        if rc != 0:
+            fail("%s -> %d" % (name, rc))
+
+    def use(self, dev):
+        if dev not in self.ctx:
+            ctx = vp()
+            self.must("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), c_int(dev))
+            self.ctx[dev] = ctx
+        self.must("cuCtxSetCurrent", self.ctx[dev])
+
+    def mem_info(self, dev):
+        self.use(dev)
+        free, total = sz(), sz()
+        self.must("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return free.value, total.value
+
+    def uuid(self, dev):
+        b = (ctypes.c_ubyte * 16)()
+        self.must("cuDeviceGetUuid_v2", b, c_int(dev))
+        h = bytes(b).hex()
+        return "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+
+    def alloc(self, n):
+        p = u64()
+        rc = self.L.cuMemAlloc_v2(ctypes.byref(p), n)
+        return rc, p.value
+
+
+class Witness:
+    """The driver's figure for this process on a GPU (NVML), and the highest seen."""
+
+    def __init__(self, drv, cap):
+        self.cap = cap
+        self.peak = 0
+        try:
+            self.nvml = Nvml()
+        except NvmlError as e:
+            fail("NVML: %s" % e)
+        self.handles = {}
+        self.drv = drv
+
+    def look(self, dev, when):
+        if dev not in self.handles:
+            self.handles[dev] = self.nvml.handle(self.drv.uuid(dev))
+        used = self.nvml.process_used(self.handles[dev], os.getpid())
+        if used is None:
+            skip("NVML does not list this process's used memory (pid %d; a PID namespace of its own?)" % os.getpid())
+        self.peak = max(self.peak, used)
+        info("%s: the driver counts %s for this process on GPU %d (cap %s)" % (when, mib(used), dev, mib(self.cap)))
+        if used > self.cap:
+            fail("%s: the driver counts %s for this process on GPU %d, past the %s cap"
+                 % (when, mib(used), dev, mib(self.cap)))
+        return used
+
+
+def room_of(drv, dev, cap):
+    free, total = drv.mem_info(dev)
+    if total != cap:
+        fail("cuMemGetInfo total on GPU %d is %d (%s), not the cap %d: not running under gpucap's cap"
+             % (dev, total, mib(total), cap))
+    return free
+
+
+def fill(drv, w, dev, cap, label):
+    """Blocks of cap/16 until one is refused; the driver's figure then."""
+    drv.use(dev)
+    blocks, block = [], max(cap // 16 // (2 * MiB) * (2 * MiB), 2 * MiB)
+    while len(blocks) < 10000:
+        rc, p = drv.alloc(block)
+        if rc == OOM:
+            break
+        if rc != 0:
+            fail("cuMemAlloc_v2(%s) while filling -> %d" % (mib(block), rc))
+        blocks.append(p)
+    used = w.look(dev, "%s: GPU %d filled to a refusal with %d blocks of %s" % (label, dev, len(blocks), mib(block)))
+    for p in blocks:
+        drv.must("cuMemFree_v2", u64(p))
+    return used
+
+
+def vmm_release(drv, w, cap):
+    room = room_of(drv, 0, cap)
+    prop = AllocProp(type=1, handle_types=0, location=Location(1, 0))
+    gran = sz()
+    drv.must("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(prop), c_int(0))
+    g = gran.value
+    size = int(room * 0.4) // g * g
+    if size < g:
+        fail("no room for two VMM blocks under the cap (%s free)" % mib(room))
+    access = AccessDesc(location=Location(1, 0), flags=3)
+    maps, made = [], 0
+    for i in range(8):
+        h = u64()
+        rc = drv.L.cuMemCreate(ctypes.byref(h), size, ctypes.byref(prop), 0)
+        if rc == OOM:
+            info("cuMemCreate #%d of %s refused (out of memory)" % (i + 1, mib(size)))
+            continue
+        if rc != 0:
+            fail("cuMemCreate #%d -> %d" % (i + 1, rc))
+        made += 1
+        va = u64()
+        drv.must("cuMemAddressReserve", ctypes.byref(va), size, 0, u64(0), 0)
+        drv.must("cuMemMap", va, size, 0, h, 0)
+        drv.must("cuMemSetAccess", va, size, ctypes.byref(access), 1)
+        drv.must("cuMemRelease", h)  # the idiom: the mapping keeps the memory
+        maps.append(va.value)
+    w.look(0, "%d mappings of %s, each handle released at once" % (len(maps), mib(size)))
+    if made != 2:
+        fail("%d of 8 cuMemCreate(%s) succeeded with %s free under the cap; 2 fit" % (made, mib(size), mib(room)))
+    drv.must("cuMemUnmap", u64(maps[0]), size)
+    drv.must("cuMemAddressFree", u64(maps[0]), size)
+    h = u64()
+    rc = drv.L.cuMemCreate(ctypes.byref(h), size, ctypes.byref(prop), 0)
+    if rc != 0:
+        fail("after unmapping a released handle, cuMemCreate(%s) -> %d: the unmap was not credited" % (mib(size), rc))
+    drv.must("cuMemRelease", h)
+    drv.must("cuMemUnmap", u64(maps[1]), size)
+    drv.must("cuMemAddressFree", u64(maps[1]), size)
+    used = fill(drv, w, 0, cap, "after the VMM blocks")
+    return ("VMM handles released while mapped stayed charged (2 of 8 blocks of %s, granularity %s); "
+            "the driver's figure peaked at %s of the %s cap" % (mib(size), mib(g), mib(max(w.peak, used)), mib(cap)))
+
+
+def pool_cumemfree(drv, w, cap):
+    room = room_of(drv, 0, cap)
+    props = PoolProps(alloc_type=1, handle_types=0, location=Location(1, 0))
+    pool = vp()
+    drv.must("cuMemPoolCreate", ctypes.byref(pool), ctypes.byref(props))
+    half = room // 2 // (2 * MiB) * (2 * MiB)
+    p = u64()
+    drv.must("cuMemAllocFromPoolAsync", ctypes.byref(p), half, pool, None)
+    drv.must("cuCtxSynchronize")
+    w.look(0, "%s from a created pool" % mib(half))
+    drv.must("cuMemFree_v2", p)  # legal for stream-ordered memory
+    drv.must("cuMemPoolDestroy", pool)
+    big = room * 3 // 4 // (2 * MiB) * (2 * MiB)
+    rc, q = drv.alloc(big)
+    if rc != 0:
+        fail("pool memory freed with cuMemFree_v2 and the pool destroyed: cuMemAlloc_v2(%s) -> %d (%s was free)"
+             % (mib(big), rc, mib(room)))
+    w.look(0, "%s with cuMemAlloc_v2 after the pool went" % mib(big))
+    drv.must("cuMemFree_v2", u64(q))
+    used = fill(drv, w, 0, cap, "after the pool")
+    return ("pool memory freed by cuMemFree_v2 was credited (3/4 of the room, %s, fitted after); the driver's "
+            "figure peaked at %s of the %s cap" % (mib(big), mib(max(w.peak, used)), mib(cap)))
+
+
+def pool_other_gpu(drv, w, cap):
+    if drv.count < 2:
+        skip("one GPU visible (cuDeviceGetCount = %d): another GPU's pool needs two" % drv.count)
+    room1 = room_of(drv, 1, cap)
+    room_of(drv, 0, cap)  # GPU 0's context current from here on
+    pool = vp()
+    drv.must("cuDeviceGetDefaultMemPool", ctypes.byref(pool), c_int(1))
+    size = int(room1 * 0.6) // (2 * MiB) * (2 * MiB)
+    got = []
+    for i in range(2):
+        p = u64()
+        rc = drv.L.cuMemAllocFromPoolAsync(ctypes.byref(p), size, pool, None)
+        drv.L.cuCtxSynchronize()
+        if rc == 0:
+            got.append(p.value)
+        elif rc != OOM:
+            fail("cuMemAllocFromPoolAsync #%d from GPU 1's default pool -> %d" % (i + 1, rc))
+    w.look(1, "%d block(s) of %s from GPU 1's default pool, GPU 0 current" % (len(got), mib(size)))
+    if len(got) != 1:
+        fail("%d of 2 blocks of %s (0.6 x GPU 1's room) from GPU 1's default pool succeeded with GPU 0's context "
+             "current; 1 fits" % (len(got), mib(size)))
+    for p in got:
+        drv.must("cuMemFree_v2", u64(p))
+    used = fill(drv, w, 1, cap, "GPU 1 after its pool")
+    return ("GPU 1's default pool, used with GPU 0 current, was charged to GPU 1; the driver's figure on GPU 1 "
+            "peaked at %s of the %s cap" % (mib(max(w.peak, used)), mib(cap)))
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] != "--cap":
+        print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu --cap BYTES", file=sys.stderr)
+        return 2
+    cap = int(argv[2])
+    modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu}
+    try:
+        if argv[0] not in modes:
+            fail("unknown mode %s" % argv[0])
+        drv = Driver()
+        ok(modes[argv[0]](drv, Witness(drv, cap), cap))
+    except Outcome as o:
+        print("%s: %s" % (o.status, o.message), flush=True)
+        return {"OK": 0, "FAIL": 1, "SKIP": 77}[o.status]
+    except Exception as e:  # noqa: BLE001
+        print("FAIL: unexpected %s: %s" % (type(e).__name__, e), flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Writes scripts/gpu-run.sh's summary.txt and results.json from its work folder.
+
+  run_summary.py --work W --out OUTDIR --budget S --started EPOCH --total S
+
+W holds parts.tsv (name, status, seconds, detail), env.log, checks/ and bench/ (the
+gpu-check.sh log folders: results.txt "STATUS name detail", times.txt "name seconds",
+figures.txt), gpu-bench.json and first-use.json where those parts ran.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def load_json(path):
+    text = read(path)
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return {"unreadable": path}
+
+
+def checks_of(folder, part):
+    times = {}
+    for line in read(os.path.join(folder, "times.txt")).splitlines():
+        name, _, secs = line.partition(" ")
+        if secs.isdigit():
+            times[name] = int(secs)
+    out = []
+    for line in read(os.path.join(folder, "results.txt")).splitlines():
+        status, _, rest = line.partition(" ")
+        name, _, detail = rest.partition(" ")
+        out.append({"name": name, "status": status, "detail": detail, "seconds": times.get(name), "part": part})
+    return out
+
+
+def figures_of(folder):
+    figs = {}
+    for line in read(os.path.join(folder, "figures.txt")).splitlines():
+        key, _, value = line.partition(" ")
+        try:
+            figs[key] = int(value)
+        except ValueError:
+            try:
+                figs[key] = float(value)
+            except ValueError:
+                figs[key] = value
+    return figs
+
+
+def main(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("--work", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--budget", type=int, required=True)
+    p.add_argument("--started", type=int, required=True)
+    p.add_argument("--total", type=int, required=True)
+    a = p.parse_args(argv)
+    w = a.work
+    parts = []
+    for line in read(os.path.join(w, "parts.tsv")).splitlines():
+        f = line.split("\t")
+        if len(f) >= 3:
+            parts.append({"name": f[0], "status": f[1], "seconds": int(f[2]), "detail": f[3] if len(f) > 3 else ""})
+    checks = checks_of(os.path.join(w, "checks"), "checks") + checks_of(os.path.join(w, "bench"), "bench")
+    env = read(os.path.join(w, "env.log"))
+    figures = figures_of(os.path.join(w, "checks"))
+    figures.update(figures_of(os.path.join(w, "bench")))
+    result = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(a.started)),
+        "budget_s": a.budget,
+        "total_s": a.total,
+        "env": env.splitlines(),
+        "parts": parts,
+        "checks": checks,
+        "figures": figures,
+        "bench": load_json(os.path.join(w, "gpu-bench.json")),
+        "first_use": load_json(os.path.join(w, "first-use.json")),
+        "counts": {s: sum(1 for c in checks if c["status"] == s) for s in ("PASS", "FAIL", "SKIP")},
+    }
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    lines = ["gpu-run: %s, %ds of a %ds budget" % (result["started"], a.total, a.budget)]
+    lines += ["  " + l for l in env.splitlines() if l.startswith(("GPU ", "gpucap:", "nvcc:", "host:", "python:"))
+              or ", GPU-" in l]
+    lines.append("")
+    lines.append("parts:")
+    for pt in parts:
+        lines.append("  %-13s %-4s %4ds  %s" % (pt["name"], pt["status"], pt["seconds"], pt["detail"]))
+    lines.append("")
+    lines.append("checks:")
+    for c in checks:
+        secs = "%4ds" % c["seconds"] if c["seconds"] is not None else "    -"
+        lines.append("%s %s (%s): %s" % (c["status"], c["name"], secs.strip(), c["detail"]))
+    n = result["counts"]
+    lines.append("")
+    lines.append("%d passed, %d failed, %d skipped; parts: %s" % (
+        n["PASS"], n["FAIL"], n["SKIP"], ", ".join("%s %s" % (pt["name"], pt["status"]) for pt in parts)))
+    with open(os.path.join(a.out, "summary.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

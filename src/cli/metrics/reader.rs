@@ -1,0 +1,185 @@
+//! Which pools a `gpucap metrics` server or `status --prometheus` reads, and reading
+//! them read-only (README.md, "Metrics").
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use gpucap_core::budget::PoolView;
+use gpucap_core::config::{self, PoolSpec};
+use gpucap_pool_file::PoolFile;
+
+use super::Reading;
+use crate::pool::{self, EXIT_NO_POOL_FILE, Located};
+
+/// Which pools a [`Reader`] reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Which {
+    /// These pools (labelled by their name, or path), in this order.
+    Pools(Vec<PoolSpec>),
+    /// Every `NAME.pool` file in this user's pool directory, labelled `NAME`, listed at
+    /// each reading.
+    All,
+}
+
+/// An open pool file, and which file it is.
+struct Opened {
+    id: (u64, u64),
+    file: PoolFile,
+}
+
+/// Reads pools, again at each [`Reader::read`]. A file is opened once and kept while
+/// its path names the same file (device and inode): a pool file is never unmapped
+/// (`PoolFile`), so opening it at every scrape would add a mapping per scrape. A file
+/// that is replaced or removed has its descriptor closed; its 420 KiB read-only mapping
+/// stays, one per file replaced while the server runs.
+pub struct Reader {
+    which: Which,
+    pool_dir: Option<PathBuf>,
+    open: HashMap<PathBuf, Opened>,
+}
+
+impl Reader {
+    pub fn new(which: Which, pool_dir: Option<PathBuf>) -> Reader {
+        Reader {
+            which,
+            pool_dir,
+            open: HashMap::new(),
+        }
+    }
+
+    /// What it reads, for the server's first line.
+    pub fn describe(&self) -> String {
+        match &self.which {
+            Which::Pools(specs) => {
+                let names: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+                format!(
+                    "pool{} {}",
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", ")
+                )
+            }
+            Which::All => match self.user_dir() {
+                Ok(Located::File(d) | Located::NotYet(d)) => {
+                    format!("every pool in {}", d.display())
+                }
+                Err(e) => format!("every pool of the pool directory ({e})"),
+            },
+        }
+    }
+
+    /// The pools, read now. Err: `--all`'s directory cannot be used (a line to print).
+    pub fn read(&mut self) -> Result<Vec<Reading>, String> {
+        let targets: Vec<(String, PoolSpec)> = match &self.which {
+            Which::Pools(specs) => specs.iter().map(|s| (s.to_string(), s.clone())).collect(),
+            Which::All => self
+                .list()?
+                .into_iter()
+                .map(|n| (n.clone(), PoolSpec::Name(n)))
+                .collect(),
+        };
+        let mut seen = Vec::new();
+        let readings = targets
+            .into_iter()
+            .map(|(label, spec)| {
+                let result = self.read_one(&spec, &mut seen);
+                Reading { label, result }
+            })
+            .collect();
+        // Files no longer read (removed, or replaced: reopened under the same path):
+        // close their descriptors.
+        self.open.retain(|path, o| {
+            let keep = seen.contains(path);
+            if !keep {
+                o.file.locks.forget_in_child();
+            }
+            keep
+        });
+        Ok(readings)
+    }
+
+    /// This user's pool directory (`gpucap-UID` in the pool directory), checked as a
+    /// member would check it; `NotYet` when no process made it yet.
+    fn user_dir(&self) -> Result<Located, String> {
+        let any = PoolSpec::Name("any".into());
+        match pool::locate(&any, self.pool_dir.as_deref())? {
+            Located::File(p) => Ok(Located::File(parent(&p))),
+            Located::NotYet(p) => Ok(Located::NotYet(parent(&p))),
+        }
+    }
+
+    /// The names of the pool files in this user's pool directory, sorted: regular
+    /// files `NAME.pool` whose NAME is a valid pool name (a file being made is
+    /// `.NAME.PID.new`).
+    fn list(&self) -> Result<Vec<String>, String> {
+        let dir = match self.user_dir().map_err(|e| format!("gpucap: --all: {e}"))? {
+            Located::NotYet(_) => return Ok(Vec::new()),
+            Located::File(d) => d,
+        };
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("gpucap: --all: {}: {e}", dir.display())),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let stem = name.strip_suffix(".pool")?;
+                matches!(config::parse_pool(stem), Ok(Some(PoolSpec::Name(_))))
+                    .then(|| stem.to_string())
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn read_one(
+        &mut self,
+        spec: &PoolSpec,
+        seen: &mut Vec<PathBuf>,
+    ) -> Result<(PathBuf, PoolView), (i32, String)> {
+        let path = match pool::locate(spec, self.pool_dir.as_deref())
+            .map_err(|e| (2, format!("gpucap: pool {spec}: {e}")))?
+        {
+            Located::NotYet(p) => return Err((EXIT_NO_POOL_FILE, no_file(&p))),
+            Located::File(p) => p,
+        };
+        let id = match std::fs::symlink_metadata(&path) {
+            Ok(m) => (m.dev(), m.ino()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err((EXIT_NO_POOL_FILE, no_file(&path)));
+            }
+            Err(e) => return Err((2, format!("gpucap: {}: {e}", path.display()))),
+        };
+        // The identity is taken before opening: if the file is replaced in between,
+        // the next reading sees another identity and opens it again.
+        if self.open.get(&path).is_none_or(|o| o.id != id) {
+            let file = gpucap_pool_file::open_reader(&path).map_err(|e| {
+                (
+                    if path.exists() { 2 } else { EXIT_NO_POOL_FILE },
+                    format!("gpucap: {e}"),
+                )
+            })?;
+            if let Some(old) = self.open.insert(path.clone(), Opened { id, file }) {
+                old.file.locks.forget_in_child();
+            }
+        }
+        seen.push(path.clone());
+        let o = &self.open[&path];
+        Ok((path, o.file.pool.view(&o.file.locks)))
+    }
+}
+
+fn parent(p: &Path) -> PathBuf {
+    p.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn no_file(path: &Path) -> String {
+    format!(
+        "gpucap: no pool file at {} (no process has joined it yet)",
+        path.display()
+    )
+}

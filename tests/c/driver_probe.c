@@ -1,0 +1,540 @@
+/*
+ * driver_probe: what the CUDA driver (and NVML) answer for what the fake GPU models,
+ * printed as one JSON document, so the answers of a real driver can be recorded
+ * (scripts/gpu/probe-driver.sh) and the fake held to them (tests/driver_answers.rs).
+ *
+ *   driver_probe [REQUESTS]
+ *
+ * REQUESTS (optional) is a file of lines "procaddr NAME VERSION FLAGS [CLIENT...]" and
+ * "export UUID [CLIENT...]": cuGetProcAddress_v2 / cuGetExportTable requests that real
+ * clients made (gpucap's GPUCAP_LOG=debug "driver request:" lines); each is asked of this
+ * driver and its answer recorded with the clients that asked.
+ *
+ * Output: {"schema":1, "machine":{...}, "answers":{...}, "requests":{...}, "accepted":[]}
+ *   machine   figures that legitimately differ per machine (names, totals, UUID-free
+ *             sizes of contexts and modules, timings): recorded, never compared;
+ *   answers   what must match between the real driver and the fake: return codes,
+ *             relations (true/false), architecture constants, attribute values;
+ *   requests  per request: {"rc", "status" (procaddr), "export" (the exported symbol the
+ *             pointer is, if any), "asked_by"};
+ *   accepted  empty here: in a committed real-driver file, the differences from the fake
+ *             that are accepted, each {"key": ..., "why": ...}.
+ *
+ * Each group of checks runs in its own child process (forked before any CUDA call, so
+ * each initialises CUDA itself): a crash or hang (60 s) in one group is recorded as
+ * "GROUP.crashed" (an answer like any other: the fake must not crash where a real driver
+ * answers) and the others still answer. A group that finished ends with "GROUP.done".
+ *
+ * Built on the fake by the tests (cc ... -lcuda -ldl against tests/c/fakecuda.h) and on a
+ * real machine by scripts/gpu/probe-driver.sh the same way, linked to the real libcuda.
+ */
+#define _GNU_SOURCE
+#include "driver_probe.h"
+
+/* ---- groups ----------------------------------------------------------------- */
+
+/* Before cuInit, without a context, the device and its figures. */
+static void g_init(void) {
+    CUdeviceptr d = 0;
+    size_t f = 0, t = 0;
+    int v = 0;
+    RC("init.before.cuMemAlloc_v2", cuMemAlloc_v2(&d, MIB));
+    RC("init.before.cuMemGetInfo_v2", cuMemGetInfo_v2(&f, &t));
+    RC("init.before.cuDriverGetVersion", cuDriverGetVersion(&v));
+    long long t0 = now_ns();
+    RC("init.cuInit", cuInit(0));
+    mach_int("init.cuInit_ns", now_ns() - t0);
+    MUST(cuDriverGetVersion(&v));
+    mach_int("driver_version", v);
+    int n = 0;
+    MUST(cuDeviceGetCount(&n));
+    mach_int("device_count", n);
+    CUdevice dev;
+    RC("init.cuDeviceGet(count)", cuDeviceGet(&dev, n));
+    RC("init.cuDeviceGet(-1)", cuDeviceGet(&dev, -1));
+    char name[256] = "";
+    MUST(cuDeviceGetName(name, sizeof name, 0));
+    mach_str("gpu", name);
+    int major = 0, minor = 0;
+    MUST(cuDeviceGetAttribute(&major, ATTR_CC_MAJOR, 0));
+    MUST(cuDeviceGetAttribute(&minor, ATTR_CC_MINOR, 0));
+    mach_int("compute_capability", major * 10 + minor);
+    size_t total = 0;
+    MUST(cuDeviceTotalMem_v2(&total, 0));
+    mach_int("total_mem", (long long)total);
+    RC("init.no_context.cuMemGetInfo_v2", cuMemGetInfo_v2(&f, &t));
+    RC("init.no_context.cuMemAlloc_v2", cuMemAlloc_v2(&d, MIB));
+    CUcontext c = (CUcontext)1;
+    RC("init.no_context.cuCtxGetCurrent", cuCtxGetCurrent(&c));
+    ans_bool("init.no_context.current_is_null", c == NULL);
+}
+
+/* Contexts: what a first and a second context take, and the wrong-context frees. */
+static void g_context(void) {
+    int have_nvml = nvml_open();
+    ans_bool("context.nvml_available", have_nvml);
+    unsigned long long used0 = have_nvml ? nvml_used() : 0;
+    char text[256] = "";
+    if (have_nvml && nv.driver && nv.driver(text, sizeof text) == 0) mach_str("nvml.driver_version", text);
+    if (have_nvml && nv.name && nv.name(nv.dev, text, sizeof text) == 0) mach_str("nvml.gpu", text);
+    if (have_nvml) ans_bool("context.nvml.before.own_pid_listed", nvml_own("context.nvml.before") >= 0);
+    MUST(cuInit(0));
+    long long t0 = now_ns();
+    CUcontext p = primary();
+    mach_int("context.primary_ns", now_ns() - t0);
+    size_t f1 = 0, total = 0, dev_total = 0;
+    MUST(cuMemGetInfo_v2(&f1, &total));
+    MUST(cuDeviceTotalMem_v2(&dev_total, 0));
+    ans_bool("context.cuMemGetInfo_total_is_cuDeviceTotalMem", total == dev_total);
+    ans_bool("context.free_below_total", f1 < total);
+    mach_int("context.primary.free", (long long)f1);
+    if (have_nvml) {
+        unsigned long long used1 = nvml_used();
+        mach_int("context.nvml.used_before_context", (long long)used0);
+        mach_int("context.nvml.used_after_context", (long long)used1);
+        ans_bool("context.nvml.used_rises_with_context", used1 > used0);
+        long long own = nvml_own("context.nvml.after");
+        ans_bool("context.nvml.after.own_pid_listed", own >= 0);
+        mach_int("context.nvml.own_used_after_context", own);
+        nvmlMemory_t m = {0};
+        MUST(nv.memory(nv.dev, &m));
+        ans_bool("context.nvml.total_is_cuDeviceTotalMem", m.total == dev_total);
+        ans_bool("context.nvml.free_plus_used_is_total", m.free + m.used == m.total);
+        mach_int("context.nvml.total", (long long)m.total);
+        nvmlMemory_v2_t m2 = {0};
+        m2.version = (unsigned int)sizeof m2 | 2u << 24;
+        RC("context.nvml.nvmlDeviceGetMemoryInfo_v2", nv.memory_v2(nv.dev, &m2));
+        ans_bool("context.nvml.v2.reserved_nonzero", m2.reserved > 0);
+        ans_bool("context.nvml.v2.free_plus_used_plus_reserved_is_total",
+                 m2.free + m2.used + m2.reserved == m2.total);
+        mach_int("context.nvml.v2.reserved", (long long)m2.reserved);
+        /* 256 MiB allocated: does NVML's per-process and device figure follow? */
+        CUdeviceptr big = 0;
+        MUST(cuMemAlloc_v2(&big, 256 * MIB));
+        ans_bool("context.nvml.alloc_256MiB.used_rises_by_at_least_256MiB",
+                 nvml_used() >= m.used + 256 * MIB);
+        long long own2 = nvml_own("context.nvml.alloc_256MiB");
+        ans_bool("context.nvml.alloc_256MiB.own_used_rises_by_at_least_256MiB",
+                 own >= 0 && own2 >= own + (long long)(256 * MIB));
+        MUST(cuMemFree_v2(big));
+    }
+    t0 = now_ns();
+    CUcontext b = NULL;
+    MUST(cuCtxCreate_v2(&b, 0, 0)); /* current now */
+    mach_int("context.second_ns", now_ns() - t0);
+    size_t f2 = info_free();
+    ans_bool("context.second_context_lowers_free", f2 < f1);
+    mach_int("context.second_context_takes", (long long)f1 - (long long)f2);
+    CUdeviceptr d = 0, d2 = 0;
+    MUST(cuMemAlloc_v2(&d, 2 * MIB));
+    MUST(cuMemAlloc_v2(&d2, 2 * MIB));
+    unsigned long long owner = 0;
+    MUST(cuPointerGetAttribute(&owner, 1 /* CONTEXT */, d));
+    ans_bool("context.pointer_context_is_the_allocating_one", owner == (unsigned long long)b);
+    MUST(cuCtxSetCurrent(p));
+    RC("context.wrong_context.cuMemFree_v2", cuMemFree_v2(d));
+    MUST(cuCtxDestroy_v2(b));
+    ans_bool("context.destroy_gives_back_its_allocations", info_free() >= f1 - 4 * MIB);
+    RC("context.destroyed.cuMemFree_v2(its allocation)", cuMemFree_v2(d2));
+    CUcontext cur = NULL;
+    MUST(cuCtxGetCurrent(&cur));
+    ans_bool("context.destroyed_other_leaves_current", cur == p);
+    RC("context.cuCtxDestroy_v2(NULL)", cuCtxDestroy_v2(NULL));
+}
+
+/* Allocation misuse in the primary context. */
+static void g_alloc(void) {
+    primary();
+    size_t total = 0;
+    MUST(cuDeviceTotalMem_v2(&total, 0));
+    CUdeviceptr d = 0, w = 0;
+    MUST(cuMemAlloc_v2(&w, MIB)); /* warm-up: the first allocation may set things up */
+    const size_t sizes[] = {1, 4 * KIB, 2 * MIB, 3 * MIB + 1};
+    const char *const names[] = {"1B", "4KiB", "2MiB", "3MiB+1"};
+    for (int i = 0; i < 4; i++) {
+        char k[96];
+        size_t before = info_free();
+        MUST(cuMemAlloc_v2(&d, sizes[i]));
+        snprintf(k, sizeof k, "alloc.%s.cuMemGetInfo_drop", names[i]);
+        ans_int(k, (long long)before - (long long)info_free());
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        MUST(cuMemGetAddressRange_v2(&base, &size, d));
+        snprintf(k, sizeof k, "alloc.%s.address_range_size", names[i]);
+        ans_int(k, (long long)size);
+        snprintf(k, sizeof k, "alloc.%s.aligned_to_512", names[i]);
+        ans_bool(k, d % 512 == 0);
+        MUST(cuMemFree_v2(d));
+    }
+    RC("alloc.cuMemFree_v2(NULL)", cuMemFree_v2(0));
+    RC("alloc.cuMemFree_v2(unknown)", cuMemFree_v2((CUdeviceptr)0xdead0000ULL));
+    MUST(cuMemAlloc_v2(&d, 2 * MIB));
+    RC("alloc.cuMemFree_v2(interior)", cuMemFree_v2(d + 4096));
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    RC("alloc.cuMemGetAddressRange_v2(interior)", cuMemGetAddressRange_v2(&base, &size, d + 4096));
+    ans_bool("alloc.address_range_of_interior_is_the_allocation", base == d && size == 2 * MIB);
+    RC("alloc.cuMemGetAddressRange_v2(unknown)",
+       cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)0xdead0000ULL));
+    MUST(cuMemFree_v2(d));
+    RC("alloc.cuMemFree_v2(double)", cuMemFree_v2(d));
+    RC("alloc.cuMemAlloc_v2(0)", cuMemAlloc_v2(&d, 0));
+    RC("alloc.cuMemAlloc_v2(2 x total)", cuMemAlloc_v2(&d, 2 * total));
+    RC("alloc.cuMemAlloc_v2(total + 1)", cuMemAlloc_v2(&d, total + 1));
+    RC("alloc.cuMemAlloc_v2(SIZE_MAX)", cuMemAlloc_v2(&d, SIZE_MAX));
+    RC("alloc.cuMemAllocManaged(0)", cuMemAllocManaged(&d, 0, CU_MEM_ATTACH_GLOBAL));
+    RC("alloc.cuMemAllocManaged(flags 0)", cuMemAllocManaged(&d, MIB, 0));
+    size_t pitch = 0;
+    RC("alloc.cuMemAllocPitch_v2(width 0)", cuMemAllocPitch_v2(&d, &pitch, 0, 16, 4));
+    RC("alloc.cuMemAllocPitch_v2(element 3)", cuMemAllocPitch_v2(&d, &pitch, 64, 16, 3));
+    if (cuMemAllocPitch_v2(&d, &pitch, 100, 3, 4) == CUDA_SUCCESS) {
+        ans_int("alloc.cuMemAllocPitch_v2(100 x 3).pitch", (long long)pitch);
+        cuMemFree_v2(d);
+    }
+    RC("alloc.cuMemAllocAsync(0)", cuMemAllocAsync(&d, 0, NULL));
+    MUST(cuMemAllocAsync(&d, MIB, NULL));
+    MUST(cuMemFreeAsync(d, NULL));
+    MUST(cuStreamSynchronize(NULL));
+    RC("alloc.cuMemFreeAsync(double)", cuMemFreeAsync(d, NULL));
+    RC("alloc.cuMemFree_v2(after cuMemFreeAsync)", cuMemFree_v2(d));
+    RC("alloc.cuMemFreeAsync(NULL)", cuMemFreeAsync(0, NULL));
+    MUST(cuMemFree_v2(w));
+}
+
+/* Pointer attributes of device, managed, host and unknown pointers. */
+static void g_pointer(void) {
+    CUcontext ctx = primary();
+    CUdeviceptr d = 0, m = 0;
+    MUST(cuMemAlloc_v2(&d, 2 * MIB));
+    static const struct {
+        int id;
+        const char *name;
+    } A[] = {{2, "MEMORY_TYPE"},       {6, "SYNC_MEMOPS"},  {8, "IS_MANAGED"},
+             {9, "DEVICE_ORDINAL"},    {10, "IS_LEGACY_CUDA_IPC_CAPABLE"},
+             {12, "RANGE_SIZE"},       {13, "MAPPED"},      {14, "ALLOWED_HANDLE_TYPES"},
+             {15, "IS_GPU_DIRECT_RDMA_CAPABLE"}, {16, "ACCESS_FLAGS"},
+             {18, "MAPPING_SIZE"},     {4, "HOST_POINTER"}, {17, "MEMPOOL_HANDLE"}};
+    char k[128];
+    for (size_t i = 0; i < sizeof A / sizeof *A; i++) {
+        snprintf(k, sizeof k, "pointer.device.%s", A[i].name);
+        ptr_attr(k, A[i].id, d);
+        snprintf(k, sizeof k, "pointer.device_interior.%s", A[i].name);
+        ptr_attr(k, A[i].id, d + 4096);
+    }
+    unsigned long long v = 0;
+    MUST(cuPointerGetAttribute(&v, 1, d));
+    ans_bool("pointer.device.CONTEXT_is_current", v == (unsigned long long)ctx);
+    MUST(cuPointerGetAttribute(&v, 3, d + 4096));
+    ans_bool("pointer.device_interior.DEVICE_POINTER_is_itself", v == d + 4096);
+    MUST(cuPointerGetAttribute(&v, 11, d + 4096));
+    ans_bool("pointer.device_interior.RANGE_START_ADDR_is_base", v == d);
+    MUST(cuPointerGetAttribute(&v, 19, d + 4096));
+    ans_bool("pointer.device_interior.MAPPING_BASE_ADDR_is_base", v == d);
+    ans_bool("pointer.device.BUFFER_ID_nonzero", cuPointerGetAttribute(&v, 7, d) == 0 && v != 0);
+    MUST(cuMemAllocManaged(&m, 2 * MIB, CU_MEM_ATTACH_GLOBAL));
+    ptr_attr("pointer.managed.MEMORY_TYPE", 2, m);
+    ptr_attr("pointer.managed.IS_MANAGED", 8, m);
+    ptr_attr("pointer.managed.MAPPED", 13, m);
+    void *host = malloc(4096);
+    ptr_attr("pointer.host_malloc.MEMORY_TYPE", 2, (CUdeviceptr)(uintptr_t)host);
+    ptr_attr("pointer.host_malloc.IS_MANAGED", 8, (CUdeviceptr)(uintptr_t)host);
+    free(host);
+    ptr_attr("pointer.unknown.MEMORY_TYPE", 2, (CUdeviceptr)0xdead0000ULL);
+    ptr_attr("pointer.null.MEMORY_TYPE", 2, 0);
+    ptr_attr("pointer.device.bad_attribute_9999", 9999, d);
+    MUST(cuMemFree_v2(d));
+    ptr_attr("pointer.freed.MEMORY_TYPE", 2, d);
+    MUST(cuMemFree_v2(m));
+}
+
+static int pool_attr(CUmemoryPool pool, const char *prefix) {
+    char k[128];
+    int ok = 1;
+    for (int a = 1; a <= POOL_ATTRS; a++) {
+        unsigned long long v = 0; /* int attributes fill the first 4 bytes (little-endian) */
+        CUresult rc = cuMemPoolGetAttribute(pool, a, &v);
+        snprintf(k, sizeof k, "%s.%s", prefix, POOL_ATTR_NAMES[a]);
+        if (rc == CUDA_SUCCESS) ans_int(k, (long long)(a <= 3 ? (unsigned int)v : v));
+        else {
+            snprintf(k, sizeof k, "%s.%s.rc", prefix, POOL_ATTR_NAMES[a]);
+            ans_int(k, rc);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+/* Stream-ordered pools: the default pool's attributes, what a pool reserves, and what
+ * cuMemGetInfo shows. */
+static void g_pool(void) {
+    primary();
+    CUmemoryPool def = NULL;
+    MUST(cuDeviceGetDefaultMemPool(&def, 0));
+    pool_attr(def, "pool.default.fresh");
+    size_t f0 = info_free();
+    CUdeviceptr d = 0;
+    MUST(cuMemAllocAsync(&d, MIB, NULL));
+    MUST(cuStreamSynchronize(NULL));
+    ans_int("pool.default.alloc_1MiB.cuMemGetInfo_drop", (long long)f0 - (long long)info_free());
+    pool_attr(def, "pool.default.alloc_1MiB");
+    unsigned long long h = 0;
+    MUST(cuPointerGetAttribute(&h, 17, d));
+    ans_bool("pool.default.pointer_MEMPOOL_HANDLE_is_the_pool", h == (unsigned long long)def);
+    ptr_attr("pool.default.pointer.MEMORY_TYPE", 2, d);
+    MUST(cuMemFreeAsync(d, NULL));
+    pool_attr(def, "pool.default.freed_before_sync");
+    MUST(cuStreamSynchronize(NULL));
+    pool_attr(def, "pool.default.freed_synced");
+    ans_int("pool.default.freed_synced.cuMemGetInfo_drop", (long long)f0 - (long long)info_free());
+    /* Pool memory freed by cuMemFree_v2 (not cuMemFreeAsync). */
+    MUST(cuMemAllocAsync(&d, MIB, NULL));
+    MUST(cuStreamSynchronize(NULL));
+    RC("pool.default.cuMemFree_v2(pool allocation)", cuMemFree_v2(d));
+    MUST(cuCtxSynchronize());
+    pool_attr(def, "pool.default.after_cuMemFree_v2");
+
+    /* An explicit pool, then used after its destruction. */
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CUmemoryPool pool = NULL;
+    RC("pool.create.cuMemPoolCreate", cuMemPoolCreate(&pool, &props));
+    pool_attr(pool, "pool.create.fresh");
+    f0 = info_free();
+    MUST(cuMemAllocFromPoolAsync(&d, MIB, pool, NULL));
+    MUST(cuStreamSynchronize(NULL));
+    ans_int("pool.create.alloc_1MiB.cuMemGetInfo_drop", (long long)f0 - (long long)info_free());
+    pool_attr(pool, "pool.create.alloc_1MiB");
+    RC("pool.create.cuMemPoolDestroy(while allocated)", cuMemPoolDestroy(pool));
+    RC("pool.create.cuMemFreeAsync(after destroy)", cuMemFreeAsync(d, NULL));
+    MUST(cuStreamSynchronize(NULL));
+    ans_int("pool.create.destroyed_and_freed.cuMemGetInfo_drop",
+            (long long)f0 - (long long)info_free());
+    CUmemPoolProps bad = props;
+    bad.location.id = 99;
+    RC("pool.create.cuMemPoolCreate(device 99)", cuMemPoolCreate(&pool, &bad));
+    bad = props;
+    bad.allocType = 0;
+    RC("pool.create.cuMemPoolCreate(type invalid)", cuMemPoolCreate(&pool, &bad));
+}
+
+/* A destroyed pool's handle used again (a group of its own: a driver may crash). */
+static void g_pool_freed(void) {
+    primary();
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CUmemoryPool pool = NULL;
+    MUST(cuMemPoolCreate(&pool, &props));
+    MUST(cuMemPoolDestroy(pool));
+    CUdeviceptr d = 0;
+    RC("pool_freed.cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync(&d, MIB, pool, NULL));
+    RC("pool_freed.cuMemPoolDestroy(again)", cuMemPoolDestroy(pool));
+}
+
+/* Virtual memory management: granularity, sizes, release while mapped. */
+static void g_vmm(void) {
+    primary();
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    size_t gmin = 0, grec = 0;
+    MUST(cuMemGetAllocationGranularity(&gmin, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    MUST(cuMemGetAllocationGranularity(&grec, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    ans_int("vmm.granularity.minimum", (long long)gmin);
+    ans_int("vmm.granularity.recommended", (long long)grec);
+    RC("vmm.cuMemGetAllocationGranularity(option 7)",
+       cuMemGetAllocationGranularity(&gmin, &prop, (CUmemAllocationGranularity_flags)7));
+    CUmemGenericAllocationHandle h = 0;
+    RC("vmm.cuMemCreate(0)", cuMemCreate(&h, 0, &prop, 0));
+    RC("vmm.cuMemCreate(granularity / 2)", cuMemCreate(&h, gmin / 2, &prop, 0));
+    RC("vmm.cuMemCreate(granularity + 4096)", cuMemCreate(&h, gmin + 4096, &prop, 0));
+    RC("vmm.cuMemCreate(flags 1)", cuMemCreate(&h, gmin, &prop, 1));
+    size_t f0 = info_free();
+    MUST(cuMemCreate(&h, 2 * gmin, &prop, 0));
+    ans_int("vmm.create_2_granules.cuMemGetInfo_drop", (long long)f0 - (long long)info_free());
+    CUdeviceptr va = 0;
+    MUST(cuMemAddressReserve(&va, 4 * gmin, 0, 0, 0));
+    CUresult unaligned = cuMemMap(va + 4096, 2 * gmin, 0, h, 0);
+    ans_int("vmm.cuMemMap(unaligned)", unaligned);
+    if (unaligned == CUDA_SUCCESS) MUST(cuMemUnmap(va + 4096, 2 * gmin));
+    RC("vmm.cuMemMap(offset past the handle)", cuMemMap(va, 2 * gmin, 2 * gmin, h, 0));
+    MUST(cuMemMap(va, 2 * gmin, 0, h, 0));
+    RC("vmm.cuMemMap(over a mapping)", cuMemMap(va, 2 * gmin, 0, h, 0));
+    CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    RC("vmm.cuMemSetAccess", cuMemSetAccess(va, 2 * gmin, &acc, 1));
+    ptr_attr("vmm.pointer.MEMORY_TYPE", 2, va);
+    ptr_attr("vmm.pointer.MAPPED", 13, va);
+    ptr_attr("vmm.pointer.RANGE_SIZE", 12, va);
+    ptr_attr("vmm.pointer.MAPPING_SIZE", 18, va);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    RC("vmm.cuMemGetAddressRange_v2(mapped)", cuMemGetAddressRange_v2(&base, &size, va + 4096));
+    ans_bool("vmm.address_range_is_the_mapping", base == va && size == 2 * gmin);
+    RC("vmm.cuMemFree_v2(mapped)", cuMemFree_v2(va));
+    RC("vmm.cuMemRelease(while mapped)", cuMemRelease(h));
+    ans_bool("vmm.release_while_mapped_keeps_the_memory",
+             (long long)f0 - (long long)info_free() >= (long long)(2 * gmin));
+    CUresult part = cuMemUnmap(va, gmin);
+    ans_int("vmm.cuMemUnmap(part of a mapping)", part);
+    if (part == CUDA_SUCCESS) RC("vmm.cuMemUnmap(the rest)", cuMemUnmap(va + gmin, gmin));
+    else RC("vmm.cuMemUnmap(whole, part refused)", cuMemUnmap(va, 2 * gmin));
+    ans_bool("vmm.unmap_after_release_gives_it_back", info_free() >= f0);
+    ptr_attr("vmm.unmapped.pointer.MAPPED", 13, va);
+    RC("vmm.cuMemAddressFree", cuMemAddressFree(va, 4 * gmin));
+}
+
+/* Bad VMM handles (a group of its own: a driver may crash). */
+static void g_vmm_bad(void) {
+    primary();
+    RC("vmm_bad.cuMemRelease(0)", cuMemRelease(0));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    size_t g = 0;
+    MUST(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CUmemGenericAllocationHandle h = 0;
+    MUST(cuMemCreate(&h, g, &prop, 0));
+    MUST(cuMemRelease(h));
+    RC("vmm_bad.cuMemRelease(double)", cuMemRelease(h));
+}
+
+/* A module: what loading it takes, its global, bad images. */
+static const char PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                          ".visible .global .align 4 .b8 probe_buf[1048576];\n"
+                          ".visible .entry probe_kernel()\n{\n\tret;\n}\n";
+static void g_module(void) {
+    primary();
+    CUdeviceptr w = 0;
+    MUST(cuMemAlloc_v2(&w, MIB));
+    size_t f0 = info_free();
+    CUmodule m = NULL;
+    long long t0 = now_ns();
+    RC("module.cuModuleLoadData(ptx)", cuModuleLoadData(&m, PTX));
+    mach_int("module.load_ns", now_ns() - t0);
+    size_t f1 = info_free();
+    ans_bool("module.load_lowers_free", f1 < f0);
+    mach_int("module.load_takes", (long long)f0 - (long long)f1);
+    CUfunction fn = NULL;
+    RC("module.cuModuleGetFunction(probe_kernel)", cuModuleGetFunction(&fn, m, "probe_kernel"));
+    RC("module.cuModuleGetFunction(absent)", cuModuleGetFunction(&fn, m, "absent"));
+    CUdeviceptr g = 0;
+    size_t bytes = 0;
+    RC("module.cuModuleGetGlobal_v2(probe_buf)", cuModuleGetGlobal_v2(&g, &bytes, m, "probe_buf"));
+    ans_int("module.global_bytes", (long long)bytes);
+    size_t f2 = info_free();
+    ans_bool("module.global_lowers_free_at_first_lookup", f2 < f1);
+    RC("module.cuModuleUnload", cuModuleUnload(m));
+    ans_bool("module.unload_gives_back_what_load_took", info_free() >= f0);
+    RC("module.cuModuleLoadData(garbage)", cuModuleLoadData(&m, "not an image"));
+    MUST(cuMemFree_v2(w));
+}
+
+/* The requests real clients made, asked of this driver (no context, as cudart asks). */
+static const char *g_requests;
+static void g_request(void) {
+    MUST(cuInit(0));
+    FILE *f = g_requests ? fopen(g_requests, "r") : NULL;
+    if (g_requests && !f) {
+        printf("FATAL cannot read %s\n", g_requests);
+        exit(3);
+    }
+    char l[1024];
+    while (f && fgets(l, sizeof l, f)) {
+        char kind[16], name[256];
+        int n = 0;
+        l[strcspn(l, "\n")] = 0;
+        if (sscanf(l, "%15s %255s%n", kind, name, &n) != 2) continue;
+        char json[1024];
+        char *rest = l + n;
+        if (strcmp(kind, "procaddr") == 0) {
+            const char *symbol = strcmp(name, "\"\"") == 0 ? "" : name; /* cudart asks for "" */
+            int version = 0, used = 0;
+            unsigned long long flags = 0;
+            if (sscanf(rest, "%d %llu%n", &version, &flags, &used) != 2) continue;
+            rest += used;
+            void *p = NULL;
+            CUdriverProcAddressQueryResult status = 0;
+            CUresult rc = cuGetProcAddress_v2(symbol, &p, version, flags, &status);
+            Dl_info info;
+            const char *export = NULL;
+            if (rc == CUDA_SUCCESS && p && dladdr(p, &info) && info.dli_saddr == p) export = info.dli_sname;
+            snprintf(json, sizeof json, "{\"rc\":%d,\"status\":%d,\"export\":%s%s%s", rc, (int)status,
+                     export ? "\"" : "", export ? export : "null", export ? "\"" : "");
+            printf("R procaddr %s %d %llu\t%s", name, version, flags, json); /* the key keeps "" */
+        } else if (strcmp(kind, "export") == 0) {
+            unsigned char id[16];
+            const char *s = name;
+            int ok = 1;
+            for (int i = 0; i < 16 && ok; i++) {
+                while (*s == '-') s++;
+                ok = sscanf(s, "%2hhx", &id[i]) == 1;
+                s += 2;
+            }
+            if (!ok) continue;
+            const void *t = NULL;
+            CUresult rc = cuGetExportTable(&t, id);
+            printf("R export %s\t{\"rc\":%d,\"table\":%s", name, rc, t ? "true" : "false");
+        } else {
+            continue;
+        }
+        /* The clients that asked, as a JSON list. */
+        printf(",\"asked_by\":[");
+        char *save = NULL, *c = strtok_r(rest, " \t", &save);
+        for (int i = 0; c; c = strtok_r(NULL, " \t", &save), i++) printf("%s\"%s\"", i ? "," : "", c);
+        printf("]}\n");
+    }
+    if (f) fclose(f);
+}
+
+/* NULL where the driver writes or reads: each call in a process of its own (a driver may
+ * crash on one; the crash is then that call's recorded answer). */
+static int g_null_case;
+static void g_null(void) {
+    primary();
+    size_t f = 0, g = 2 * MIB;
+    CUmemGenericAllocationHandle h = 0;
+    CUmemoryPool pool = NULL;
+    CUmodule m = NULL;
+    switch (g_null_case) {
+        case 0: RC("null.cuDeviceTotalMem_v2(NULL)", cuDeviceTotalMem_v2(NULL, 0)); break;
+        case 1: RC("null.cuMemAlloc_v2(NULL out)", cuMemAlloc_v2(NULL, MIB)); break;
+        case 2: RC("null.cuMemGetInfo_v2(NULL, NULL)", cuMemGetInfo_v2(NULL, NULL)); break;
+        case 3: RC("null.cuMemGetInfo_v2(free, NULL)", cuMemGetInfo_v2(&f, NULL)); break;
+        case 4: RC("null.cuMemPoolCreate(NULL props)", cuMemPoolCreate(&pool, NULL)); break;
+        case 5: RC("null.cuMemCreate(NULL prop)", cuMemCreate(&h, g, NULL, 0)); break;
+        case 6: RC("null.cuModuleLoadData(NULL)", cuModuleLoadData(&m, NULL)); break;
+    }
+}
+#define NULL_CASES 7
+
+/* ---- the groups, in order ------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} GROUPS[] = {{"init", g_init},     {"context", g_context},     {"alloc", g_alloc},
+              {"pointer", g_pointer}, {"pool", g_pool},          {"pool_freed", g_pool_freed},
+              {"vmm", g_vmm},       {"vmm_bad", g_vmm_bad},     {"module", g_module},
+              {"request", g_request}};
+
+int main(int argc, char **argv) {
+    if (argc > 2) {
+        fprintf(stderr, "usage: %s [REQUESTS]\n", argv[0]);
+        return 2;
+    }
+    g_requests = argc == 2 ? argv[1] : NULL;
+    for (size_t i = 0; i < sizeof GROUPS / sizeof *GROUPS; i++) run_group(GROUPS[i].name, GROUPS[i].run);
+    for (g_null_case = 0; g_null_case < NULL_CASES; g_null_case++) {
+        char name[32];
+        snprintf(name, sizeof name, "null.%d", g_null_case);
+        run_group(name, g_null);
+    }
+    print_document();
+    return 0;
+}

@@ -1,0 +1,433 @@
+//! scripts/gpu-run.sh, the one command of a device run, end to end on the fake GPU with
+//! the stand-ins of nvidia-smi and nvcc (tests/standins/, as tests/gpu_check.rs uses
+//! them): every part runs, the checks that need no framework PASS (the pool of four
+//! members, its metrics, NVML in a PID namespace, growth, the escapes, the accounting),
+//! the framework ones SKIP with the reason, the hooks' files come back, and everything
+//! fits in at most 8 files. The control (a `gpucap` that runs programs without the shim)
+//! must FAIL those checks; a part running past the budget is stopped and the rest
+//! skipped.
+//!
+//! The NVML check needs nvidia-ml-py (`GPUCAP_TEST_PYTHON_NVML`); without it, it SKIPs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use common::*;
+
+fn script() -> PathBuf {
+    root().join("scripts/gpu-run.sh")
+}
+
+fn python() -> (PathBuf, bool) {
+    match client_python("GPUCAP_TEST_PYTHON_NVML", "nvidia-ml-py") {
+        Some(p) => (p, true),
+        None => (PathBuf::from("python3"), false),
+    }
+}
+
+/// An executable shell script at `path`.
+fn write_script(path: &Path, body: &str) {
+    std::fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// Stand-in hooks: each writes its file (and a log line) into the folder it is given.
+fn hooks(dir: &Path) -> (PathBuf, PathBuf) {
+    let probe = dir.join("probe-driver.sh");
+    let hami = dir.join("bench-hami.sh");
+    write_script(
+        &probe,
+        "test -n \"$GPUCAP_LIB\" && test -n \"$GPU_RUN_DEADLINE\" || exit 3\n\
+         echo '{\"driver\": \"stand-in\"}' > \"$1/driver-answers.json\"; echo probed > \"$1/probe.log\"\n",
+    );
+    write_script(
+        &hami,
+        "echo '{\"hami\": \"stand-in\"}' > \"$1/hami.json\"\n",
+    );
+    (probe, hami)
+}
+
+/// gpu-run.sh OUT on two fake GPUs of 16 GiB whose contexts take 300 MiB, shared between
+/// the run's processes, with the stand-ins first on PATH, quick benchmark settings. The
+/// checks see GPU 0 (gpu-check.sh sets CUDA_VISIBLE_DEVICES), but for another GPU's pool.
+fn on_fake_gpu(dir: &Path, out: &Path) -> Command {
+    let _ = fake_nvml();
+    let mut c = fake_cmd(script(), &dir.join("stats.json"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut paths = vec![root().join("tests/standins/bin")];
+    paths.extend(std::env::split_paths(&path));
+    let (py, _) = python();
+    c.env("PATH", std::env::join_paths(paths).unwrap())
+        .env("FAKECUDA_TOTAL_MEM", "16Gi")
+        .env("FAKECUDA_DEVICES", "2")
+        .env("FAKECUDA_CONTEXT_MEM", "300Mi")
+        .env("FAKECUDA_SHARED", dir.join("fake-gpu.state"))
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .arg(out)
+        .arg("--lib")
+        .arg(shim())
+        .arg("--cli")
+        .arg(cli())
+        .arg("--python")
+        .arg(py)
+        .args(["--reps", "1", "--target-ms", "10", "--first-reps", "2"]);
+    c
+}
+
+fn results(out: &Path, o: &Output) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("results.json"))
+        .unwrap_or_else(|e| panic!("results.json: {e}\n{}", dump(o)));
+    serde_json::from_str(&text).expect("results.json")
+}
+
+/// name -> (status, detail) of the parts or the checks.
+fn statuses(v: &serde_json::Value, what: &str) -> BTreeMap<String, (String, String)> {
+    v[what]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {what} in {v}"))
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                (
+                    c["status"].as_str().unwrap().to_string(),
+                    c["detail"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn files(out: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The checks the fake GPU can run without a framework.
+const ON_THE_FAKE: [&str; 12] = [
+    "nvidia-smi",
+    "context-overhead",
+    "growth-footprint",
+    "escape-vmm-release",
+    "escape-pool-cumemfree",
+    "escape-pool-other-gpu",
+    "accounting-driver",
+    "pool",
+    "pool-metrics",
+    "pool-pidns",
+    "bench-alloc",
+    "bench-churn",
+];
+
+#[test]
+fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
+    let dir = scratch("gpu-run-fake");
+    let out = dir.join("out");
+    let (probe, hami) = hooks(&dir);
+    let (_, has_pynvml) = python();
+    let t = Instant::now();
+    let o = run(on_fake_gpu(&dir, &out)
+        .arg("--probe-driver")
+        .arg(&probe)
+        .arg("--bench-hami")
+        .arg(&hami));
+    eprintln!(
+        "gpu-run.sh on the fake GPU took {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    assert_eq!(
+        files(&out),
+        [
+            "driver-answers.json",
+            "first-use.json",
+            "gpu-bench.json",
+            "hami.json",
+            "logs.tar.gz",
+            "results.json",
+            "summary.txt"
+        ],
+        "{}",
+        dump(&o)
+    );
+    let v = results(&out, &o);
+    let parts = statuses(&v, "parts");
+    for name in [
+        "env",
+        "checks",
+        "bench",
+        "probe-driver",
+        "bench-hami",
+        "first-use",
+    ] {
+        assert_eq!(
+            parts[name].0,
+            "PASS",
+            "part {name}: {parts:?}\n{}",
+            dump(&o)
+        );
+        assert!(
+            stdout(&o).contains(&format!("== {name}: PASS in ")),
+            "the part's seconds: {}",
+            dump(&o)
+        );
+    }
+    let checks = statuses(&v, "checks");
+    for name in ON_THE_FAKE
+        .iter()
+        .chain(if has_pynvml { &["nvml"][..] } else { &[] })
+    {
+        assert_eq!(checks[*name].0, "PASS", "{name}: {checks:?}");
+    }
+    let skipped = |name: &str, why: &str| {
+        let (s, d) = &checks[name];
+        assert!(s == "SKIP" && d.contains(why), "{name}: {s} {d}");
+    };
+    for name in [
+        "torch-default",
+        "torch-expandable-segments",
+        "torch-cudaMallocAsync",
+        "torch-release",
+        "torch-growth",
+        "accounting-torch",
+        "bench-torch-train",
+    ] {
+        skipped(name, "PyTorch not importable");
+    }
+    for name in [
+        "jax-preallocate",
+        "jax-no-preallocate",
+        "jax-platform-allocator",
+        "accounting-jax",
+    ] {
+        skipped(name, "JAX not importable");
+    }
+    for name in ["cupy-default-pool", "cupy-async-pool", "accounting-cupy"] {
+        skipped(name, "CuPy not importable");
+    }
+    skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
+    skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
+    assert_eq!(checks.len(), 29, "{checks:?}");
+    assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
+    // what the checks said, in the figures they were asked for
+    let pool = &checks["pool"].1;
+    assert!(
+        pool.starts_with("4 driver members shared the 8192.0 MiB cap")
+            && pool.contains("the 5th block was refused with the pool's line"),
+        "{pool}"
+    );
+    assert!(
+        checks["pool-pidns"].1.contains("4 members' own pids"),
+        "{checks:?}"
+    );
+    assert!(
+        checks["accounting-driver"]
+            .1
+            .ends_with("the first context measured by NVML, no temporary context"),
+        "{checks:?}"
+    );
+    assert_eq!(
+        v["figures"]["accounting_driver_ctx_charge_bytes"],
+        300 * MIB
+    );
+    assert_eq!(v["bench"]["gpu"]["name"], "FakeCUDA Device 0");
+    assert_eq!(v["first_use"]["cases"].as_array().map(Vec::len), Some(6));
+    let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(
+        summary.contains("PASS pool (") && summary.contains("parts:"),
+        "{summary}"
+    );
+    // the logs: every check's, the hooks' own files
+    let o = run(Command::new("tar").arg("-tzf").arg(out.join("logs.tar.gz")));
+    let listed = stdout(&o);
+    for f in [
+        "./checks/pool.log",
+        "./checks/pool/scrape2.prom",
+        "./checks/pool/member0.err",
+        "./checks/escape-vmm-release.log",
+        "./bench/bench-alloc.log",
+        "./driver-answers.json.d/probe.log",
+        "./env.log",
+    ] {
+        assert!(listed.lines().any(|l| l == f), "{f} not in\n{listed}");
+    }
+}
+
+#[test]
+fn without_the_shim_the_checks_fail() {
+    // The control: `gpucap run` runs the program as it is (the other subcommands are the
+    // real gpucap's). Every check the fake can run must then FAIL, and the run exit 1.
+    let dir = scratch("gpu-run-uncapped");
+    let out = dir.join("out");
+    let fake_cli = dir.join("gpucap");
+    write_script(
+        &fake_cli,
+        &format!(
+            "# gpucap without the shim: run execs the program as it is\n\
+             if [ \"$1\" = run ]; then while [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"; fi\n\
+             exec '{}' \"$@\"\n",
+            cli().display()
+        ),
+    );
+    let (_, has_pynvml) = python();
+    let o = run(on_fake_gpu(&dir, &out).arg("--cli").arg(&fake_cli));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    let v = results(&out, &o);
+    let checks = statuses(&v, "checks");
+    let benches = ["bench-alloc", "bench-churn"]; // measure, do not judge the cap
+    for name in ON_THE_FAKE
+        .iter()
+        .chain(if has_pynvml { &["nvml"][..] } else { &[] })
+    {
+        let (s, why) = &checks[*name];
+        if benches.contains(name) {
+            assert_eq!(s, "PASS", "{name}: {why}");
+        } else {
+            assert_eq!(s, "FAIL", "{name} passed without the shim: {why}");
+        }
+    }
+    let why = |name: &str| checks[name].1.clone();
+    assert!(
+        why("escape-vmm-release").contains("not the cap"),
+        "{checks:?}"
+    );
+    assert!(
+        why("growth-footprint").contains("not the cap"),
+        "{checks:?}"
+    );
+    assert!(why("pool").contains("gpucap status --pool"), "{checks:?}");
+    assert_eq!(statuses(&v, "parts")["checks"].0, "FAIL");
+}
+
+#[test]
+fn a_part_running_late_is_stopped_and_the_rest_skipped() {
+    // A budget of 30 s leaves 20 s after packing's 10: the checks (60 s at least) and the
+    // benchmarks (30 s) are skipped, a hook that never ends is stopped at the budget, and
+    // the run still packs its files.
+    let dir = scratch("gpu-run-late");
+    let out = dir.join("out");
+    let hang = dir.join("hang.sh");
+    write_script(&hang, "echo started; exec sleep 600\n");
+    let t = Instant::now();
+    let o = run(on_fake_gpu(&dir, &out)
+        .args(["--budget", "30", "--probe-driver"])
+        .arg(&hang)
+        .arg("--bench-hami")
+        .arg(&hang));
+    let took = t.elapsed().as_secs();
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(
+        took < 45,
+        "the run took {took} s with a 30 s budget\n{}",
+        dump(&o)
+    );
+    let v = results(&out, &o);
+    let parts = statuses(&v, "parts");
+    for name in ["checks", "bench", "bench-hami", "first-use"] {
+        let (s, why) = &parts[name];
+        assert!(
+            s == "SKIP" && why.starts_with("the time budget is spent"),
+            "{name}: {s} {why}"
+        );
+    }
+    let (s, why) = &parts["probe-driver"];
+    assert!(
+        s == "FAIL" && why.starts_with("stopped after "),
+        "{s} {why}"
+    );
+    assert_eq!(files(&out), ["logs.tar.gz", "results.json", "summary.txt"]);
+}
+
+#[test]
+fn without_a_gpu_every_check_and_the_first_use_skip() {
+    for d in ["/usr/bin", "/bin"] {
+        if Path::new(d).join("nvidia-smi").exists() {
+            eprintln!("SKIP: {d}/nvidia-smi exists: this machine has an NVIDIA driver");
+            return;
+        }
+    }
+    let dir = scratch("gpu-run-no-gpu");
+    let out = dir.join("out");
+    let o = run(Command::new(script())
+        .arg(&out)
+        .args(["--parts", "checks,first-use"])
+        .env("PATH", "/usr/bin:/bin")
+        .env("LD_LIBRARY_PATH", dir.join("no-driver")));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    let v = results(&out, &o);
+    let checks = statuses(&v, "checks");
+    assert_eq!(checks.len(), 26, "{checks:?}");
+    for (name, (s, why)) in &checks {
+        assert_eq!(
+            (s.as_str(), why.as_str()),
+            ("SKIP", "no NVIDIA GPU (nvidia-smi not found)"),
+            "{name}"
+        );
+    }
+    let parts = statuses(&v, "parts");
+    assert_eq!(parts["checks"].0, "PASS", "{parts:?}");
+    let log = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(log.contains("parts:"), "{log}");
+    let (s, why) = &parts["first-use"];
+    assert!(
+        s == "SKIP" && why.starts_with("SKIP: no NVIDIA driver (libcuda.so.1"),
+        "{s} {why}"
+    );
+}
+
+#[test]
+fn another_gpus_pool_is_skipped_with_one_gpu() {
+    let dir = scratch("gpu-run-one-gpu");
+    let o = run(fake_cmd(cli(), &dir.join("stats.json"))
+        .args(["run", "--limit", "1Gi", "--", "python3"])
+        .arg(root().join("scripts/gpu/escapes.py"))
+        .args(["pool-other-gpu", "--cap", "1073741824"]));
+    assert_eq!(o.status.code(), Some(77), "{}", dump(&o));
+    assert!(
+        stdout(&o).ends_with(
+            "SKIP: one GPU visible (cuDeviceGetCount = 1): another GPU's pool needs two\n"
+        ),
+        "{}",
+        dump(&o)
+    );
+}
+
+#[test]
+fn a_bad_command_line_exits_2_naming_what_is_wrong() {
+    let dir = scratch("gpu-run-usage");
+    let full = dir.join("full");
+    std::fs::create_dir_all(&full).unwrap();
+    std::fs::write(full.join("old.txt"), "").unwrap();
+    let dir_s = dir.join("x").display().to_string();
+    let full_s = full.display().to_string();
+    for (args, expect) in [
+        (vec![], "give OUTDIR"),
+        (vec![full_s.as_str()], "is not empty"),
+        (
+            vec![dir_s.as_str(), "--budget", "5"],
+            "--budget wants a whole number, at least 30",
+        ),
+        (vec![dir_s.as_str(), "--frob"], "unknown option '--frob'"),
+        (vec![dir_s.as_str(), "two"], "unexpected argument 'two'"),
+        (
+            vec![dir_s.as_str(), "--parts", "checks,nope"],
+            "--parts: no part 'nope'",
+        ),
+    ] {
+        let o = run(Command::new(script()).args(&args));
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", dump(&o));
+        assert!(
+            stderr(&o).contains(expect),
+            "{args:?}: want {expect:?}: {}",
+            dump(&o)
+        );
+    }
+}
