@@ -1127,3 +1127,53 @@ fn promtool_rejects_a_broken_exposition() {
         );
     }
 }
+
+/// A FIFO at a pool's path (issue 22): the server opens it without waiting, refuses it
+/// with a line, and answers the scrape (a hang would leave the scrape unanswered: the
+/// request's 60 s read timeout fails the test).
+#[test]
+fn a_fifo_at_a_pools_path_does_not_hang_the_server() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("metrics-fifo");
+    let path = s.pool_file("fifo");
+    let dir = path.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let server = Server::start(&s, &["--pool", "fifo"]);
+    let start = Instant::now();
+    let body = server.scrape();
+    assert!(body.contains("gpucap_pool_up{pool=\"fifo\"} 0"), "{body}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "the scrape took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        server.log().contains("it is not a regular file"),
+        "{}",
+        server.log()
+    );
+    // `status --prometheus` too.
+    let mut c = s.gpucap(&["status", "--prometheus", "--pool", "fifo"]);
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            kill(child);
+            panic!("status --prometheus hangs on a FIFO");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        stderr(&o).contains("it is not a regular file"),
+        "{}",
+        dump(&o)
+    );
+}

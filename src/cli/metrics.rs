@@ -70,8 +70,9 @@ const MEMBER_PEAK: usize = 11;
 const WAITERS: usize = 12;
 const WAITS: usize = 13;
 const WAIT_SECONDS: usize = 14;
+const DRIFT: usize = 15;
 
-const FAMILIES: [Family; 15] = [
+const FAMILIES: [Family; 16] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -139,6 +140,11 @@ const FAMILIES: [Family; 15] = [
         kind: Kind::Counter,
         help: "Seconds spent in those waits, summed.",
     },
+    gauge(
+        "gpucap_pool_drift_bytes",
+        "The pool file's used bytes on this GPU minus what its members' slots hold: 0 \
+         unless another process wrote the file (the next refusal recounts it).",
+    ),
 ];
 
 /// One pool as read for an exposition.
@@ -188,7 +194,7 @@ fn labels(pairs: &[(&str, &str)]) -> String {
 struct Samples(Vec<(usize, String)>);
 
 impl Samples {
-    fn add(&mut self, family: usize, labels: &str, value: u64) {
+    fn add(&mut self, family: usize, labels: &str, value: impl std::fmt::Display) {
         self.0.push((
             family,
             format!("{}{labels} {value}\n", FAMILIES[family].name),
@@ -269,6 +275,7 @@ pub fn exposition(readings: &[Reading]) -> String {
             s.add(WAITERS, &l, g.waiters);
             s.add(WAITS, &l, g.waits);
             s.add_ms_as_seconds(WAIT_SECONDS, &l, g.wait_ms);
+            s.add(DRIFT, &l, g.drift);
         }
         for m in &view.members {
             // The slot tells apart two members with one pid (pid 1 of two containers).

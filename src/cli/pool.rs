@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use gpucap_core::budget::{MemberView, PoolView};
+use gpucap_core::budget::{GpuView, MemberView, PoolView};
 use gpucap_core::config::PoolSpec;
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -208,6 +208,9 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
                 bytes(g.held_by_dead)
             ));
         }
+        for g in &view.gpus {
+            out.push_str(&gpu_notes(g));
+        }
     }
     out.push('\n');
     let alive = view.members.iter().filter(|m| m.alive).count();
@@ -252,6 +255,44 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         out.push_str(
             "* a pid in another PID namespace (another container, or a docker exec shell)\n",
         );
+    }
+    out
+}
+
+/// The lines under the GPU table that say something is wrong with one GPU: a held word
+/// lock (who, since when members wait for it), a `used` or cap word that differs from
+/// what the members hold.
+fn gpu_notes(g: &GpuView) -> String {
+    let mut out = String::new();
+    if let Some(l) = &g.lock {
+        out.push_str(&format!(
+            "word lock of {}: held by pid {} (slot {}), {}\n",
+            g.uuid,
+            l.pid,
+            l.slot,
+            l.since_ms
+                .map_or("no member waiting for it".to_string(), |ms| format!(
+                    "members waiting for it since {} UTC",
+                    utc(ms)
+                ))
+        ));
+    }
+    if g.drift != 0 {
+        out.push_str(&format!(
+            "drift on {}: the pool file counts {} in use, its members hold {} (another \
+             process wrote the file?); the next refusal recounts it\n",
+            g.uuid,
+            bytes(g.members_hold.saturating_add_signed(g.drift)),
+            bytes(g.members_hold)
+        ));
+    }
+    if g.cap_drift {
+        out.push_str(&format!(
+            "drift on {}: the pool file's cap is not the one its live members hold it to \
+             (another process wrote the file?); they keep their own, the next refusal \
+             writes it back\n",
+            g.uuid
+        ));
     }
     out
 }

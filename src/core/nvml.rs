@@ -537,6 +537,10 @@ mod tests {
             waiters: 0,
             waits: 0,
             wait_ms: 0,
+            members_hold: used,
+            drift: 0,
+            cap_drift: false,
+            lock: None,
             raw_uuid: raw,
         };
         let used_of = |raw: [u8; 16]| {

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, Once, OnceLock};
 
-use gpucap_core::budget::{CapMismatch, Member, MemberInfo, WaitNote};
+use gpucap_core::budget::{CapMismatch, Member, MemberInfo, Repair, WaitNote};
 use gpucap_core::config::{Config, PoolSpec};
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -103,7 +103,8 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     let file: &'static PoolFile = Box::leak(Box::new(gpucap_pool_file::open_member(&path)?));
     let member = Member::join(file.pool, &file.locks, &own_info())
         .map_err(|e| format!("{}: {e}", path.display()))?
-        .waiting(config.wait, wait_note);
+        .waiting(config.wait, wait_note)
+        .noting(repair_note);
     for (ordinal, gpu) in gpus.iter().enumerate() {
         if let Err(e) = member.register_gpu(ordinal, &gpu.uuid, gpu.cap) {
             member.leave();
@@ -178,6 +179,12 @@ pub fn leave() {
     if let Some(m) = current() {
         m.leave();
     }
+}
+
+/// An impossible word of the pool file, found and repaired: one line at warn level.
+fn repair_note(r: &Repair) {
+    use crate::log::log;
+    log!(Warn, "{r}");
 }
 
 /// A wait for memory (`GPUCAP_WAIT`), said at warn level: when it starts and how it ended.

@@ -4,7 +4,8 @@
 //! ```text
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid
 //! GPUs     32 x 16    key (UUID folded), UUID, cap, used, peak, lock, refusals, largest refused,
-//!                     waiters, tickets, wake word, waits, wait ms
+//!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
+//!                     first context bytes
 //! members 256 x 240   state, pid, pid namespace, start, generation, command (64 bytes),
 //!                     then per GPU: used, peak, journal (target, pool used, target used), cap,
 //!                     wait ticket
@@ -12,7 +13,8 @@
 //!
 //! A member slot is live while its owner holds the kernel lock of the slot (see
 //! `member`); a GPU entry's `lock` word holds the slot (+1) of the member changing its
-//! `used`, whose journal says what the change writes.
+//! `used`, whose journal says what the change writes, and [`LOCK_WAITING`] while
+//! another member sleeps on it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
@@ -68,6 +70,15 @@ pub const G_WAIT_SEQ: usize = 11;
 /// Waits that ended (served or timed out), and their total time in milliseconds.
 pub const G_WAITS: usize = 12;
 pub const G_WAIT_MS: usize = 13;
+/// Since when the word lock's holder has kept a member waiting: the holder (+1) in the
+/// low 16 bits, ms since the Unix epoch above them (0: nobody waited for this holder).
+/// Written by the first member that goes to sleep on the lock, never by a holder.
+pub const G_LOCK_SINCE: usize = 14;
+
+/// The `lock` word: the holder's slot (+1) in the low 16 bits, and this bit while a
+/// member sleeps on the word (its release then wakes them).
+pub const LOCK_HOLDER: u64 = 0xffff;
+pub const LOCK_WAITING: u64 = 1 << 16;
 
 // Member slot words.
 pub const S_STATE: usize = 0;
@@ -233,7 +244,7 @@ impl<'a> Words<'a> {
         for g in 0..MAX_POOL_GPUS {
             let key = w.gpu(g, G_KEY).load(Relaxed);
             let lock = w.gpu(g, G_LOCK).load(Relaxed);
-            if lock > MAX_SLOTS as u64 {
+            if lock & !LOCK_WAITING > MAX_SLOTS as u64 {
                 return corrupt(format!(
                     "GPU entry {g} is locked by member {lock}, past {MAX_SLOTS}"
                 ));

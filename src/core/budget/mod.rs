@@ -21,12 +21,12 @@ mod member;
 mod view;
 mod wait;
 
-pub use account::PoolRefusal;
+pub use account::{PoolRefusal, Repair};
 pub use layout::{
     LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
-pub use view::{GpuView, MemberGpuView, MemberView, PoolView};
+pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};
 pub use wait::WaitNote;
 
 #[cfg(test)]
