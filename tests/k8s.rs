@@ -41,6 +41,7 @@ const KUBERNETES_VERSION: &str = "1.32.0";
 const EXAMPLES: &[&str] = &[
     "pod-annotation.yaml",
     "pod-env.yaml",
+    "pod-guarantees.yaml",
     "pod-metrics-sidecar.yaml",
     "pod-shared-pool.yaml",
     "three-pods-8gi.yaml",
@@ -140,6 +141,7 @@ fn examples_are_valid_kubernetes_objects() {
     expect("pod-env.yaml", &["Pod"]);
     expect("pod-annotation.yaml", &["Pod"]);
     expect("pod-shared-pool.yaml", &["Pod"]);
+    expect("pod-guarantees.yaml", &["Pod"]);
     expect("pod-metrics-sidecar.yaml", &["Pod"]);
     expect("time-slicing-configmap.yaml", &["ConfigMap"]);
     expect("three-pods-8gi.yaml", &["Deployment"]);
@@ -733,6 +735,156 @@ fn the_cap_comes_from_the_annotation_or_the_pod_does_not_start() {
     let o = gpucap_check(&env, 1, 80 << 30, "k8s-no-annotation");
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("GPUCAP_LIMIT"), "{}", dump(&o));
+}
+
+// ---------------------------------------------------------------------------
+// Guarantees and ceilings.
+
+/// `NGi` in bytes (the guarantees pod writes its figures so).
+fn gib(v: &str) -> u64 {
+    let n: u64 = v
+        .strip_suffix("Gi")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{v:?} is not a whole number of Gi"));
+    n << 30
+}
+
+/// The guarantees pod: one shared pool; each container's guarantee and ceiling come
+/// from its annotations, are accepted by `gpucap check` and fit the cap together; a pod
+/// without them does not start; and on the fake GPU, with the environment the pod gives
+/// them, the trainer bursts to all but the notebook's unused guarantee, which the
+/// notebook then gets.
+#[test]
+fn the_guarantees_pod_takes_its_figures_from_annotations_and_they_hold() {
+    let Some(python) = k8s_python() else { return };
+    let docs = examples(&python);
+    let all = pods(&docs);
+    let pod = all
+        .iter()
+        .find(|p| p.label.starts_with("pod-guarantees.yaml"))
+        .unwrap();
+    let n = check_shared_pool(&pod.label, pod.spec).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(n, 2);
+    let pool_dir = scratch("k8s-guarantees");
+    let mut given = 0;
+    let mut envs = BTreeMap::new();
+    for c in pod.spec["containers"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let env: Vec<(String, String)> = container_env(pod, c)
+            .into_iter()
+            .filter(|(k, _)| is_gpucap_var(k))
+            .map(|(k, v)| match k.as_str() {
+                "GPUCAP_POOL_DIR" => (k, pool_dir.display().to_string()),
+                _ => (k, v),
+            })
+            .collect();
+        let get = |var: &str| env.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone());
+        for (var, key) in [
+            ("GPUCAP_GUARANTEE", "guarantee"),
+            ("GPUCAP_CEILING", "ceiling"),
+        ] {
+            let annotation = pod.meta["annotations"][format!("gpucap.io/{key}.{name}")]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: no {key} annotation"));
+            assert_eq!(get(var).as_deref(), Some(annotation), "{name}: {var}");
+        }
+        let guarantee = gib(&get("GPUCAP_GUARANTEE").unwrap());
+        assert!(guarantee <= gib(&get("GPUCAP_CEILING").unwrap()));
+        assert!(gib(&get("GPUCAP_CEILING").unwrap()) <= gib(&get("GPUCAP_LIMIT").unwrap()));
+        given += guarantee;
+        let o = gpucap_check(&env, 1, 80 << 30, "k8s-guarantees-check");
+        assert_ok(&o);
+        assert!(
+            stdout(&o).contains(&format!("guarantee: {} GiB", guarantee >> 30)),
+            "{}",
+            dump(&o)
+        );
+        envs.insert(name.to_string(), env);
+    }
+    let cap = gib(&envs["notebook"]
+        .iter()
+        .find(|(k, _)| k == "GPUCAP_LIMIT")
+        .unwrap()
+        .1);
+    assert!(
+        given <= cap,
+        "the guarantees ({given}) fit the pool's cap ({cap})"
+    );
+
+    // Without its annotations a container does not start.
+    let bare_meta = json!({"name": pod.name});
+    let bare = PodShape {
+        label: pod.label.clone(),
+        name: pod.name.clone(),
+        replicas: 1,
+        meta: &bare_meta,
+        spec: pod.spec,
+    };
+    let env = container_env(&bare, &pod.spec["containers"][0]);
+    let o = gpucap_check(&env, 1, 80 << 30, "k8s-guarantees-bare");
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("invalid GPUCAP_GUARANTEE=\"\"")
+            || err.contains("invalid GPUCAP_CEILING=\"\""),
+        "{}",
+        dump(&o)
+    );
+
+    // On the fake GPU: the trainer first fills what it can, then the notebook takes its
+    // guarantee. The fake GPU has more than the cap: the pool is what limits them.
+    let script = compile_c("script", "", &["-lcuda"]);
+    let member = |name: &str, steps: &[&str]| {
+        let mut c = fake_cmd(&script, &pool_dir.join(format!("{name}.json")));
+        preload(&mut c)
+            .env("FAKECUDA_TOTAL_MEM", "24Gi")
+            .env("FAKECUDA_SHARED", pool_dir.join("fake-gpu"))
+            .envs(envs[name].iter().map(|(k, v)| (k, v)))
+            .args(steps);
+        c
+    };
+    let ready = pool_dir.join("notebook-in");
+    let full = pool_dir.join("trainer-full");
+    let notebook = member(
+        "notebook",
+        &[
+            &format!("touch:{}", ready.display()),
+            &format!("wait:{}", full.display()),
+            "alloc:4Gi",
+            "alloc:3Gi",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let start = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(start.elapsed().as_secs() < 60, "the notebook never joined");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let trainer = run(member(
+        "trainer",
+        &["fill:1Gi", &format!("touch:{}", full.display())],
+    )
+    .env("GPUCAP_WAIT", "0"));
+    let notebook = notebook.wait_with_output().unwrap();
+    assert!(
+        stdout(&trainer).lines().any(|l| l == "filled 12"),
+        "the trainer bursts to 16Gi less the notebook's unused 4Gi\n{}",
+        dump(&trainer)
+    );
+    let out = stdout(&notebook);
+    assert!(
+        out.lines().any(|l| l == format!("alloc {} 0", 4u64 << 30)),
+        "{}",
+        dump(&notebook)
+    );
+    assert!(
+        out.lines().any(|l| l == format!("alloc {} 2", 3u64 << 30)),
+        "past the notebook's guarantee, nothing is free (and its ceiling is 6Gi)\n{}",
+        dump(&notebook)
+    );
 }
 
 // ---------------------------------------------------------------------------

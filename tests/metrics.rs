@@ -443,7 +443,7 @@ fn status_prometheus_shows_what_the_members_did() {
     assert_eq!(value(&m, "gpucap_pool_up", &t), 1.0);
     let info = find(&m, "gpucap_pool_info", &t)[0];
     assert_eq!(info.labels["path"], s.pool_file("t").to_str().unwrap());
-    assert_eq!(info.labels["version"], "1");
+    assert_eq!(info.labels["version"], "2");
     let uuid = find(&m, "gpucap_pool_used_bytes", &t)[0].labels["gpu_uuid"].clone();
     assert!(uuid.starts_with("GPU-"), "{uuid}");
     let gpu = [("pool", "t"), ("gpu_uuid", uuid.as_str())];
@@ -1128,4 +1128,54 @@ fn promtool_rejects_a_broken_exposition() {
             dump(&o)
         );
     }
+}
+
+/// A FIFO at a pool's path (issue 22): the server opens it without waiting, refuses it
+/// with a line, and answers the scrape (a hang would leave the scrape unanswered: the
+/// request's 60 s read timeout fails the test).
+#[test]
+fn a_fifo_at_a_pools_path_does_not_hang_the_server() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("metrics-fifo");
+    let path = s.pool_file("fifo");
+    let dir = path.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let server = Server::start(&s, &["--pool", "fifo"]);
+    let start = Instant::now();
+    let body = server.scrape();
+    assert!(body.contains("gpucap_pool_up{pool=\"fifo\"} 0"), "{body}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "the scrape took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        server.log().contains("it is not a regular file"),
+        "{}",
+        server.log()
+    );
+    // `status --prometheus` too.
+    let mut c = s.gpucap(&["status", "--prometheus", "--pool", "fifo"]);
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            kill(child);
+            panic!("status --prometheus hangs on a FIFO");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        stderr(&o).contains("it is not a regular file"),
+        "{}",
+        dump(&o)
+    );
 }

@@ -337,10 +337,21 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         "pool-version",
         |p| {
             let mut b = made(p);
-            b[8] = 2;
+            b[8] = 3;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 2 pool file and this gpucap reads version 1",
+        "version 3 pool file and this gpucap reads version 2",
+    );
+    // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
+    refused_with(
+        "pool-version-1",
+        |p| {
+            let mut b = made(p);
+            b.truncate(495_744);
+            b[8] = 1;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "version 1 pool file and this gpucap reads version 2",
     );
     refused_with(
         "pool-corrupt",
@@ -429,6 +440,71 @@ fn a_forked_child_that_uses_cuda_is_its_own_member() {
         dump(&a)
     );
     assert_eq!(p.used_peak(), (0, 900 * MIB));
+}
+
+/// A forked child that allocates without cuInit, in the context it inherited (the fake
+/// lets it), joins the pool as its own member at that first call: what it holds counts
+/// against the pool, so another member cannot take the pool over its cap.
+#[test]
+fn a_forked_child_that_allocates_without_cuinit_is_its_own_member() {
+    let p = Pool::new("pool-fork-nocuinit");
+    let a = spawn(
+        p.cmd(pool_fork(), "a.json")
+            .args(["nocuinit", &p.path("ready"), &p.path("go")]),
+    );
+    p.wait_file("ready");
+    assert_eq!(
+        p.used_peak().0,
+        900 * MIB,
+        "the parent's 600 MiB and the child's 300"
+    );
+    let b = run(&mut p.script("b.json", &["alloc:200Mi", "alloc:100Mi"]));
+    p.touch("go");
+    let a = finish(a);
+    assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
+    assert!(has(&a, "child alloc 300 0"), "{}", dump(&a));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 200 * MIB)),
+        "600 + 300 + 200 MiB > 1 GiB\n{}",
+        dump(&b)
+    );
+    assert!(has(&b, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&b));
+    assert!(p.shared_peak("b.json") <= 1024 * MIB);
+    assert_eq!(p.used_peak(), (0, 1000 * MIB));
+}
+
+/// A forked child that cannot join the pool (here: its directory became writable by
+/// others after the parent joined) is refused with the line at its first driver call,
+/// never counted outside the pool.
+#[test]
+fn a_forked_child_that_cannot_join_the_pool_is_refused_with_a_line() {
+    let p = Pool::new("pool-fork-nojoin");
+    let a = spawn(p.cmd(pool_fork(), "a.json").args([
+        "nocuinit_late",
+        &p.path("ready"),
+        &p.path("go"),
+    ]));
+    p.wait_file("ready");
+    let dir = p.file().parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    p.touch("go");
+    let a = finish(a);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(has(&a, "parent alloc 0"), "{}", dump(&a));
+    assert!(
+        has(&a, "child alloc 300 800"),
+        "CUDA_ERROR_NOT_PERMITTED\n{}",
+        dump(&a)
+    );
+    let err = String::from_utf8_lossy(&a.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("gpucap: cannot join the pool t: ")
+                && l.contains("writable by group or others")),
+        "{}",
+        dump(&a)
+    );
+    assert_eq!(p.used_peak(), (0, 600 * MIB), "the child took nothing");
 }
 
 #[test]
@@ -583,6 +659,66 @@ fn eight_processes_of_sixteen_threads_never_take_the_pool_over_its_cap() {
     assert!(peak <= 512 * MIB && peak > 256 * MIB, "peak {peak}");
 }
 
+/// Contexts are charged to the pool (a primary retain has no current context): 32
+/// members of 2 threads each whose contexts take 16 MiB never take the fake GPU over
+/// the pool's 1 GiB cap. The first member makes its context alone (the pool then knows
+/// what a context takes); the 31 others start while it churns, so most make theirs
+/// when the pool is full: refused before the driver makes them (pool_churn then exits
+/// 3), never let through uncounted as before.
+#[test]
+fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool_cap() {
+    let p = Pool::new("pool-churn-ctx");
+    let member = |i: usize, ready: &[String]| {
+        spawn(
+            p.cmd(churn(), &format!("s{i}.json"))
+                .env("FAKECUDA_CONTEXT_MEM", "16Mi")
+                .args(["2", "1000", "8Mi"])
+                .args(ready),
+        )
+    };
+    let first = member(0, &[p.path("ready"), p.path("ready")]);
+    p.wait_file("ready");
+    let mut procs = vec![first];
+    procs.extend((1..32).map(|i| member(i, &[])));
+    let (mut churned, mut refused_contexts) = (0, 0);
+    for (i, c) in procs.into_iter().enumerate() {
+        let o = finish(c);
+        if o.status.code() == Some(3) {
+            // Its context was refused: with the line, and nothing else went wrong.
+            assert!(
+                lines(&o).iter().any(
+                    |l| l.starts_with("FATAL cuDevicePrimaryCtxRetain(&g_ctx, dev) returned 2")
+                ),
+                "{}",
+                dump(&o)
+            );
+            assert!(
+                // Of 16 MiB, or more when another member allocated while the context's
+                // memory was measured (the device's free memory, before and after).
+                String::from_utf8_lossy(&o.stderr).lines().any(|l| l
+                    .starts_with("gpucap: refused cuDevicePrimaryCtxRetain of ")
+                    && l.contains(" MiB on GPU 0: ")),
+                "{}",
+                dump(&o)
+            );
+            refused_contexts += 1;
+        } else {
+            assert_ok(&o);
+            churned += 1;
+        }
+        let peak = p.shared_peak(&format!("s{i}.json"));
+        assert!(
+            peak <= 1024 * MIB,
+            "member {i}: the fake GPU held {peak} bytes at once, over the pool's 1 GiB cap"
+        );
+    }
+    assert!(
+        churned > 0,
+        "{churned} members churned, {refused_contexts} were refused"
+    );
+    assert_eq!(p.used_peak().0, 0, "every byte came back to the pool");
+}
+
 #[test]
 fn members_killed_at_random_points_block_nobody_and_leave_nothing_behind() {
     let p = Pool::new("pool-massacre");
@@ -593,17 +729,24 @@ fn members_killed_at_random_points_block_nobody_and_leave_nothing_behind() {
                 .args(["4", "100000", "16Mi"]),
         )
     };
-    let mut victims: Vec<Child> = (0..3).map(|_| start()).collect();
-    // Survivors: a fixed amount of work each, while others die around them.
+    // Survivors: a fixed amount of work each, while others die around them. Their
+    // contexts are made before the massacre starts: a context made while the pool is
+    // full may be refused (its measurement, device-wide, counts what others allocate
+    // meanwhile), which is not what this test is about.
     let survivors: Vec<Child> = (0..2)
         .map(|i| {
             spawn(
                 p.cmd(churn(), &format!("s{i}.json"))
                     .env("GPUCAP_LIMIT", "256Mi")
-                    .args(["4", "1500", "16Mi"]),
+                    .args(["4", "1500", "16Mi"])
+                    .args([p.path(&format!("ready{i}")), p.path("go")]),
             )
         })
         .collect();
+    p.wait_file("ready0");
+    p.wait_file("ready1");
+    let mut victims: Vec<Child> = (0..3).map(|_| start()).collect();
+    std::fs::write(p.path("go"), "").unwrap();
     let mut seed = std::process::id() as u64;
     for _ in 0..40 {
         seed = seed
@@ -895,4 +1038,538 @@ fn a_waiter_whose_holder_is_killed_gets_the_memory() {
         "{}",
         dump(&w)
     );
+}
+
+// ---------------------------------------------------------------------------
+// Guarantees and ceilings inside a pool (GPUCAP_GUARANTEE, GPUCAP_CEILING; issue 24).
+
+#[test]
+fn a_guaranteed_member_gets_its_guarantee_though_a_neighbour_tried_to_take_everything() {
+    let p = Pool::new("share-floor");
+    let notebook = spawn(
+        p.script(
+            "n.json",
+            &[
+                &format!("touch:{}", p.path("n-in")),
+                &format!("wait:{}", p.path("t-full")),
+                "alloc:250Mi",
+                "alloc:150Mi",
+                "info",
+                &format!("touch:{}", p.path("n-done")),
+            ],
+        )
+        .env("GPUCAP_GUARANTEE", "400Mi"),
+    );
+    p.wait_file("n-in");
+    let trainer = run(&mut p.script(
+        "t.json",
+        &[
+            "alloc:1Gi",
+            "fill:64Mi",
+            "info",
+            &format!("touch:{}", p.path("t-full")),
+            &format!("wait:{}", p.path("n-done")),
+        ],
+    ));
+    let notebook = finish(notebook);
+    assert_ok(&notebook);
+    assert!(
+        has(&trainer, &format!("alloc {} {OOM}", 1024 * MIB)),
+        "{}",
+        dump(&trainer)
+    );
+    assert!(
+        has(&trainer, "filled 9"),
+        "the trainer got 9 x 64 MiB: 1 GiB less the notebook's 400 MiB\n{}",
+        dump(&trainer)
+    );
+    assert!(
+        has(&trainer, &format!("info {} {}", 48 * MIB, 1024 * MIB)),
+        "the trainer sees 48 MiB free: the 400 MiB kept for the notebook are not\n{}",
+        dump(&trainer)
+    );
+    for size in [250, 150] {
+        assert!(
+            has(&notebook, &format!("alloc {} 0", size * MIB)),
+            "{}",
+            dump(&notebook)
+        );
+    }
+    assert!(
+        has(&notebook, &format!("info {} {}", 48 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&notebook)
+    );
+    assert!(p.shared_peak("t.json").max(p.shared_peak("n.json")) <= 1024 * MIB);
+    assert_eq!(p.used_peak().0, 0, "both left: nothing held");
+}
+
+#[test]
+fn a_ceiling_refuses_past_it_with_the_members_own_line() {
+    let p = Pool::new("share-ceiling");
+    let o = run(p
+        .script(
+            "c.json",
+            &["alloc:200Mi", "alloc:200Mi", "info", "alloc:100Mi"],
+        )
+        .env("GPUCAP_CEILING", "300Mi"));
+    assert_ok(&o);
+    assert!(has(&o, &format!("alloc {} 0", 200 * MIB)), "{}", dump(&o));
+    assert!(
+        has(&o, &format!("alloc {} {OOM}", 200 * MIB)),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        has(&o, &format!("info {} {}", 100 * MIB, 300 * MIB)),
+        "total is the ceiling, free what is left of it\n{}",
+        dump(&o)
+    );
+    assert!(has(&o, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&o));
+    let refusal = refusals(&stderr(&o));
+    assert_eq!(refusal.len(), 1, "{}", dump(&o));
+    assert!(
+        refusal[0].contains("200 MiB of this process's 300 MiB ceiling in use (GPUCAP_CEILING")
+            && refusal[0].contains(&p.file().display().to_string()),
+        "{}",
+        refusal[0]
+    );
+}
+
+#[test]
+fn borrowed_bytes_return_to_the_pool_as_the_borrower_frees() {
+    let p = Pool::new("share-borrow");
+    let a = spawn(
+        p.script(
+            "a.json",
+            &[
+                &format!("touch:{}", p.path("a-in")),
+                &format!("wait:{}", p.path("b-took")),
+                "alloc:600Mi",
+                "alloc:300Mi",
+                &format!("touch:{}", p.path("a-full")),
+                &format!("wait:{}", p.path("b-freed")),
+                "alloc:300Mi",
+                "info",
+            ],
+        )
+        .env("GPUCAP_GUARANTEE", "600Mi"),
+    );
+    p.wait_file("a-in");
+    let b = run(&mut p.script(
+        "b.json",
+        &[
+            "alloc:400Mi",
+            "alloc:100Mi",
+            &format!("touch:{}", p.path("b-took")),
+            &format!("wait:{}", p.path("a-full")),
+            "free",
+            &format!("touch:{}", p.path("b-freed")),
+        ],
+    ));
+    let a = finish(a);
+    assert!(
+        has(&b, &format!("alloc {} 0", 400 * MIB)),
+        "B borrows\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 100 * MIB)),
+        "but not into A's unused 600 MiB\n{}",
+        dump(&b)
+    );
+    assert!(has(&a, &format!("alloc {} 0", 600 * MIB)), "{}", dump(&a));
+    assert!(
+        has(&a, &format!("alloc {} {OOM}", 300 * MIB)),
+        "B's borrowed 400 MiB are B's while it holds them\n{}",
+        dump(&a)
+    );
+    assert!(
+        has(&a, &format!("alloc {} 0", 300 * MIB)),
+        "B freed: A borrows them\n{}",
+        dump(&a)
+    );
+    assert!(
+        has(&a, &format!("info {} {}", 124 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&a)
+    );
+}
+
+/// A member holding a guarantee until `release` exists (its own file names it).
+fn guaranteed(p: &Pool, stats: &str, guarantee: &str, steps: &[&str], release: &str) -> Child {
+    let ready = format!("{stats}.in");
+    let mut all: Vec<String> = steps.iter().map(|s| s.to_string()).collect();
+    all.push(format!("touch:{}", p.path(&ready)));
+    all.push(format!("wait:{}", p.path(release)));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let c = spawn(p.script(stats, &refs).env("GPUCAP_GUARANTEE", guarantee));
+    p.wait_file(&ready);
+    c
+}
+
+#[test]
+fn a_guarantee_that_does_not_fit_is_refused_at_cuinit_naming_who_holds_the_others() {
+    let p = Pool::new("share-admit");
+    let a = guaranteed(&p, "a.json", "700Mi", &[], "a-go");
+    let b = run(p
+        .script("b.json", &["alloc:1Mi"])
+        .env("GPUCAP_GUARANTEE", "500Mi"));
+    assert!(has(&b, "cuInit 800"), "refused at cuInit\n{}", dump(&b));
+    let err = stderr(&b);
+    assert_eq!(err.lines().count(), 1, "one line\n{}", dump(&b));
+    for part in [
+        "cannot join the pool t",
+        &p.file().display().to_string(),
+        "a guarantee of 500 MiB does not fit: 700 MiB of the pool's 1 GiB cap is guaranteed already",
+        &format!("700 MiB to pid {}", a.id()),
+    ] {
+        assert!(err.contains(part), "{part:?} in\n{}", dump(&b));
+    }
+    // One that fits is admitted beside it.
+    let c = run(p
+        .script("c.json", &["alloc:300Mi"])
+        .env("GPUCAP_GUARANTEE", "300Mi"));
+    assert!(has(&c, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&c));
+    p.touch("a-go");
+    assert_ok(&finish(a));
+}
+
+#[test]
+fn a_guarantee_that_does_not_fit_waits_for_a_member_to_leave_with_gpucap_wait() {
+    let p = Pool::new("share-admit-wait");
+    let a = guaranteed(&p, "a.json", "700Mi", &[], "a-go");
+    let b = spawn(
+        p.script("b.json", &["alloc:500Mi"])
+            .env("GPUCAP_GUARANTEE", "500Mi")
+            .env("GPUCAP_WAIT", "30s"),
+    );
+    // B is a member (it holds its slot's lock) waiting to be admitted.
+    p.wait_live_members(2);
+    let left = Instant::now();
+    p.touch("a-go");
+    assert_ok(&finish(a));
+    let b = finish(b);
+    assert!(
+        has(&b, "cuInit 0") || !stdout(&b).contains("cuInit"),
+        "{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} 0", 500 * MIB)),
+        "admitted once A left\n{}",
+        dump(&b)
+    );
+    assert!(left.elapsed() < Duration::from_secs(30));
+    // Without anyone leaving, the wait ends with the refusal and says it waited.
+    let a = guaranteed(&p, "a2.json", "700Mi", &[], "a2-go");
+    let c = run(p
+        .script("c.json", &["alloc:1Mi"])
+        .env("GPUCAP_GUARANTEE", "500Mi")
+        .env("GPUCAP_WAIT", "300ms"));
+    assert!(has(&c, "cuInit 800"), "{}", dump(&c));
+    assert!(stderr(&c).contains("after waiting"), "{}", dump(&c));
+    p.touch("a2-go");
+    assert_ok(&finish(a));
+}
+
+#[test]
+fn a_killed_members_guarantee_and_bytes_come_back() {
+    let p = Pool::new("share-kill");
+    let mut a = guaranteed(&p, "a.json", "800Mi", &["alloc:100Mi"], "never");
+    let b = run(&mut p.script("b.json", &["alloc:300Mi", "info"]));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 300 * MIB)),
+        "A's unused 700 MiB are kept for it\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("info {} {}", 224 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&b)
+    );
+    sigkill(&mut a);
+    let killed = Instant::now();
+    // The next member needs both: a 900 MiB guarantee (admitted) and the bytes.
+    let c = run(p
+        .script("c.json", &["alloc:900Mi", "info"])
+        .env("GPUCAP_GUARANTEE", "900Mi"));
+    assert!(has(&c, &format!("alloc {} 0", 900 * MIB)), "{}", dump(&c));
+    assert!(
+        has(&c, &format!("info {} {}", 124 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&c)
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        killed.elapsed()
+    );
+    assert_eq!(p.used_peak().0, 0);
+}
+
+#[test]
+fn processes_of_sixteen_threads_with_random_guarantees_and_ceilings_never_over_commit() {
+    let p = Pool::new("share-churn");
+    // Guarantees 0..160 MiB each (five add up to at most the 512 MiB cap... less than
+    // it), ceilings between the guarantee and the cap.
+    let mut seed = 0x51_7cc1_b727_220au64;
+    let mut rand = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let shares: Vec<(u64, u64)> = (0..5)
+        .map(|_| {
+            let g = rand(100) * MIB;
+            (g, g + (1 + rand((512 * MIB - g) / MIB)) * MIB)
+        })
+        .collect();
+    let procs: Vec<Child> = shares
+        .iter()
+        .enumerate()
+        .map(|(i, &(g, c))| {
+            let mut cmd = p.cmd(churn(), &format!("s{i}.json"));
+            cmd.env("GPUCAP_LIMIT", "512Mi")
+                .env("GPUCAP_CEILING", c.to_string())
+                .args([
+                    "16",
+                    "200",
+                    "48Mi",
+                    &p.path(&format!("ready{i}")),
+                    &p.path("go"),
+                    &g.to_string(),
+                ]);
+            if g > 0 {
+                cmd.env("GPUCAP_GUARANTEE", g.to_string());
+            }
+            spawn(&mut cmd)
+        })
+        .collect();
+    for i in 0..shares.len() {
+        p.wait_file(&format!("ready{i}"));
+    }
+    p.touch("go");
+    let (mut refused, mut checked) = (0, 0);
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {line:?}"))
+    };
+    for (i, c) in procs.into_iter().enumerate() {
+        let o = finish(c);
+        assert_ok(&o);
+        let out = stdout(&o);
+        let churn = out.lines().find(|l| l.starts_with("churn ")).unwrap();
+        refused += field(churn, "refused");
+        if shares[i].0 > 0 {
+            let line = out.lines().find(|l| l.starts_with("checked=")).unwrap();
+            assert_eq!(
+                field(line, "broken"),
+                0,
+                "a live guarantee was broken\n{}",
+                dump(&o)
+            );
+            checked += field(line, "checked");
+        }
+        let peak = p.shared_peak(&format!("s{i}.json"));
+        assert!(
+            peak <= 512 * MIB,
+            "the fake GPU held {peak} bytes at once, over the cap"
+        );
+    }
+    assert!(refused > 0, "the processes competed for the cap");
+    assert!(checked > 0, "no request inside a guarantee was checked");
+    let (used, peak) = p.used_peak();
+    assert_eq!(used, 0, "every byte came back to the pool");
+    assert!(peak <= 512 * MIB && peak > 256 * MIB, "peak {peak}");
+}
+
+// ---- Hostile and unlucky states of the pool file (issue 22) ------------------------------
+
+/// Runs `c` and fails the test if it has not exited within `secs` (it is killed then):
+/// proof that nothing waits forever.
+fn run_within(c: &mut Command, secs: u64) -> Output {
+    let mut child = spawn(c);
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(secs) {
+            sigkill(&mut child);
+            panic!("{c:?} still ran after {secs} s: it hangs");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    finish(child)
+}
+
+/// Processor time (user + system) of process `pid` so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+impl Pool {
+    /// Writes word `i` of the pool file (as another process of the same user could).
+    fn write_word(&self, i: usize, value: u64) {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.file())
+            .unwrap();
+        f.write_all_at(&value.to_le_bytes(), i as u64 * 8).unwrap();
+    }
+
+    fn word(&self, i: usize) -> u64 {
+        let bytes = std::fs::read(self.file()).expect("pool file");
+        u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap())
+    }
+}
+
+/// GPU entry 0's lock word, and its waiting bit (src/core/budget/layout.rs).
+const G0_LOCK: usize = 16 + 6;
+const LOCK_WAITING: u64 = 1 << 16;
+
+#[test]
+fn a_stopped_word_lock_holder_costs_the_blocked_members_no_processor_time() {
+    let p = Pool::new("pool-sigstop");
+    // The holder: the pool's first member (slot 0), stopped inside a change of GPU 0's
+    // `used`, i.e. with its slot in the word lock (written here: no member stops there
+    // of its own accord).
+    let mut h = spawn(&mut p.script(
+        "h.json",
+        &[
+            "alloc:100Mi",
+            &format!("touch:{}", p.path("held")),
+            &format!("wait:{}", p.path("never")),
+        ],
+    ));
+    p.wait_file("held");
+    let hpid = h.id() as i32;
+    // SAFETY: signals to our own child.
+    unsafe { libc::kill(hpid, libc::SIGSTOP) };
+    p.write_word(G0_LOCK, 1);
+    let blocked: Vec<Child> = (0..2)
+        .map(|i| spawn(&mut p.script(&format!("b{i}.json"), &["alloc:100Mi"])))
+        .collect();
+    // Wait until a blocked member sleeps on the word (it sets the waiting bit; today's
+    // spinners never do, so fall back to a second of their spinning).
+    let start = Instant::now();
+    while p.word(G0_LOCK) & LOCK_WAITING == 0 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before: Vec<u64> = blocked.iter().map(|c| cpu_ticks(c.id())).collect();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let after: Vec<u64> = blocked.iter().map(|c| cpu_ticks(c.id())).collect();
+    let wall_ticks = t0.elapsed().as_millis() as u64 / 10; // 100 ticks a second
+    for (b, a) in before.iter().zip(&after) {
+        eprintln!("a blocked member used {} of {wall_ticks} ticks", a - b);
+        assert!(
+            (a - b) * 20 <= wall_ticks,
+            "a blocked member burnt {} of {wall_ticks} ticks (over 5 %) on a stopped holder",
+            a - b
+        );
+    }
+    // `gpucap status` says who holds the lock and since when members wait for it.
+    let mut st = fake_cmd(cli(), &p.dir.join("st.json"));
+    st.args(["status", "--pool", "t"])
+        .env("GPUCAP_POOL_DIR", &p.dir);
+    let o = run_within(&mut st, 30);
+    assert_ok(&o);
+    let text = stdout(&o);
+    assert!(
+        text.lines().any(|l| l.starts_with("word lock of GPU-")
+            && l.contains(&format!(
+                ": held by pid {hpid} (slot 0), members waiting for it since "
+            ))),
+        "{text}"
+    );
+    let o = run_within(st.arg("--json"), 30);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let lock = &doc["gpus"][0]["lock"];
+    assert_eq!(
+        (lock["pid"].as_i64(), lock["slot"].as_u64()),
+        (Some(hpid as i64), Some(0))
+    );
+    assert!(lock["since_ms"].as_u64().is_some(), "{doc}");
+    // The holder dies: the blocked members notice within their next look and go on.
+    sigkill(&mut h);
+    for b in blocked {
+        let o = finish(b);
+        assert!(has(&o, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&o));
+    }
+    assert_eq!(p.word(G0_LOCK), 0);
+}
+
+#[test]
+fn a_fifo_at_the_pools_path_fails_closed_at_once() {
+    let p = Pool::new("pool-fifo");
+    let dir = p.file().parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let c = std::ffi::CString::new(p.file().to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let o = run_within(&mut p.script("s.json", &["alloc:1Mi"]), 30);
+    assert!(has(&o, "cuInit 800"), "fail closed\n{}", dump(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{}", dump(&o));
+    assert!(
+        err.contains("cannot join the pool t") && err.contains("it is not a regular file"),
+        "{}",
+        dump(&o)
+    );
+}
+
+#[test]
+fn two_first_joiners_with_one_pid_do_not_remove_each_others_temporary_file() {
+    if !unshare_works() {
+        eprintln!(
+            "SKIPPED: `unshare -pf --mount-proc` is not permitted here (needs root or user namespaces)"
+        );
+        return;
+    }
+    let p = Pool::new("pool-tmpname");
+    let dir = p.file().parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Another first joiner, PID 1 of its namespace, is making the file: its temporary
+    // file has the name today's creator gives its own (the pid alone) and names to come.
+    let theirs = [dir.join(".t.pool.1.new")];
+    for f in &theirs {
+        std::fs::write(f, b"being made").unwrap();
+    }
+    // Two creators, each PID 1 of its own namespace.
+    let in_ns = |stats: &str| {
+        let mut c = p.cmd("unshare", stats);
+        c.args(["-pf", "--mount-proc", "--kill-child"])
+            .arg(script())
+            .arg("alloc:1Mi");
+        spawn(&mut c)
+    };
+    let (a, b) = (in_ns("a.json"), in_ns("b.json"));
+    for o in [finish(a), finish(b)] {
+        assert!(has(&o, &format!("alloc {} 0", MIB)), "{}", dump(&o));
+    }
+    for f in &theirs {
+        assert_eq!(
+            std::fs::read(f).ok().as_deref(),
+            Some(&b"being made"[..]),
+            "{} was removed by a creator in another PID namespace",
+            f.display()
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".new") && n != ".t.pool.1.new")
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
 }

@@ -64,7 +64,7 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     assert_ok(&o);
     let text = stdout(&o);
     assert!(
-        text.starts_with(&format!("pool {} (version 1, ", s.pool_file("t").display())),
+        text.starts_with(&format!("pool {} (version 2, ", s.pool_file("t").display())),
         "{text}"
     );
     assert!(text.contains("members: 2 (1 alive, 1 dead)"), "{text}");
@@ -73,12 +73,12 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     assert!(rb.contains(" dead ") && rb.contains("200 MiB"), "{text}");
     // The command shows the program's file name, whatever the checkout's path.
     assert!(rb.contains(" script alloc:200Mi "), "the command\n{text}");
-    // The GPU row: cap, used, peak, refusals, held by dead.
+    // The GPU row: cap, used, peak, refusals, held by dead, guaranteed.
     let gpu = text.lines().nth(2).unwrap();
     let cols: Vec<&str> = gpu.split("  ").filter(|c| !c.is_empty()).collect();
     assert_eq!(
         cols[1..].iter().map(|c| c.trim()).collect::<Vec<_>>(),
-        ["1 GiB", "500 MiB", "500 MiB", "0", "200 MiB"],
+        ["1 GiB", "500 MiB", "500 MiB", "0", "200 MiB", "0 B"],
         "{text}"
     );
     // Sorted by bytes: the 300 MiB member comes first.
@@ -86,7 +86,7 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
 
     let doc = json(&run(&mut s.gpucap(&["status", "--pool", "t", "--json"])));
     assert_eq!(doc["path"], s.pool_file("t").to_str().unwrap());
-    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["version"], 2);
     let g = &doc["gpus"][0];
     assert_eq!(g["cap"], 1u64 << 30);
     assert_eq!(g["used"], 500 * MIB);
@@ -275,7 +275,7 @@ fn a_file_that_is_not_a_readable_pool_is_an_error() {
         ),
         (
             damaged(&s, "version", |b| b[8] = 9),
-            "it is a version 9 pool file and this gpucap reads version 1",
+            "it is a version 9 pool file and this gpucap reads version 2",
         ),
         (
             damaged(&s, "corrupt", |b| b[16] ^= 0xff),
@@ -714,6 +714,11 @@ const STATUS_JSON_FIELDS: &[(&str, &[&str])] = &[
             "waiters",
             "waits",
             "wait_ms",
+            "members_hold",
+            "drift",
+            "cap_drift",
+            "lock",
+            "guaranteed",
         ],
     ),
     (
@@ -728,7 +733,10 @@ const STATUS_JSON_FIELDS: &[(&str, &[&str])] = &[
             "gpus",
         ],
     ),
-    ("members[].gpus[]", &["uuid", "used", "peak"]),
+    (
+        "members[].gpus[]",
+        &["uuid", "used", "peak", "guarantee", "ceiling", "borrowed"],
+    ),
 ];
 
 /// The keys of a JSON object, sorted.
@@ -853,4 +861,149 @@ fn a_refusal_by_the_members_own_cap_counts_in_the_pools_refusals() {
         .unwrap_or_default();
     assert!(line.ends_with(" 1"), "{line}\n{}", dump(&o));
     let _ = kill(a);
+}
+
+/// Runs `c` and fails the test if it has not exited within 30 s (it is killed then):
+/// proof that it does not hang.
+fn run_within_30s(c: &mut std::process::Command) -> Output {
+    use std::time::{Duration, Instant};
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(30) {
+            let o = kill(child);
+            panic!("{c:?} still ran after 30 s: it hangs\n{}", dump(&o));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_fifo_at_the_pools_path_is_refused_by_every_reader_without_waiting() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("pool-fifo-cli");
+    let path = s.pool_file("fifo");
+    let dir = path.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let what = format!(
+        "gpucap: the pool file {}: it is not a regular file",
+        path.display()
+    );
+    for args in [
+        &["status", "--pool", "fifo"][..],
+        &["status", "--json", "--pool", "fifo"],
+        &["top", "--iterations", "1", "--pool", "fifo"],
+    ] {
+        let o = run_within_30s(&mut s.gpucap(args));
+        assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", dump(&o));
+        assert_eq!(stderr(&o).trim_end(), what, "{args:?}\n{}", dump(&o));
+        assert_eq!(stdout(&o), "");
+    }
+    let o = run_within_30s(&mut s.gpucap(&["check", "--pool", "fifo"]));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("it is not a regular file"),
+        "{}",
+        dump(&o)
+    );
+    // The shim refuses it too: CUDA fails closed with one line.
+    let script = script();
+    let o = run_within_30s(&mut s.gpucap(&[
+        "run",
+        "--limit",
+        "1Gi",
+        "--pool",
+        "fifo",
+        "--",
+        script.to_str().unwrap(),
+        "alloc:1Mi",
+    ]));
+    assert!(stdout(&o).contains("cuInit 800"), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("it is not a regular file"),
+        "{}",
+        dump(&o)
+    );
+}
+
+/// Word `i` of pool file `path` (src/core/budget/layout.rs), written as another
+/// process of the same user could.
+fn write_word(path: &std::path::Path, i: usize, value: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&value.to_le_bytes(), i as u64 * 8).unwrap();
+}
+
+#[test]
+fn status_says_when_used_differs_from_what_the_members_hold_and_a_refusal_recounts_it() {
+    let s = Scratch::new("pool-drift");
+    let a = s.member("t", "a", &["alloc:300Mi"]);
+    let status = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--pool", "t"]);
+        run(&mut s.gpucap(&all))
+    };
+    let doc = json(&status(&["status", "--json"]));
+    assert_eq!(doc["gpus"][0]["drift"], 0, "{doc}");
+    assert_eq!(doc["gpus"][0]["members_hold"], 300 * MIB);
+    // Another process of the same user zeroes GPU 0's `used` (word 4 of its entry).
+    write_word(&s.pool_file("t"), 16 + 4, 0);
+    let o = status(&["status"]);
+    assert_ok(&o);
+    let uuid = doc["gpus"][0]["uuid"].as_str().unwrap();
+    assert!(
+        stdout(&o).contains(&format!(
+            "drift on {uuid}: the pool file counts 0 B in use, its members hold 300 MiB"
+        )),
+        "{}",
+        dump(&o)
+    );
+    let doc = json(&status(&["status", "--json"]));
+    assert_eq!(doc["gpus"][0]["drift"], -(300 * MIB as i64), "{doc}");
+    let o = status(&["status", "--prometheus"]);
+    assert!(
+        stdout(&o).contains(&format!(
+            "gpucap_pool_drift_bytes{{pool=\"t\",gpu_uuid=\"{uuid}\"}} -{}",
+            300 * MIB
+        )),
+        "{}",
+        dump(&o)
+    );
+    // Raised instead: the next refusal recounts it, with one line, and finds room.
+    write_word(&s.pool_file("t"), 16 + 4, 1 << 30);
+    let doc = json(&status(&["status", "--json"]));
+    assert_eq!(
+        doc["gpus"][0]["drift"],
+        (1 << 30) - 300 * MIB as i64,
+        "{doc}"
+    );
+    let o = s.once("t", &["alloc:100Mi"]);
+    assert!(
+        stdout(&o).contains(&format!("alloc {} 0", 100 * MIB)),
+        "{}",
+        dump(&o)
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "the pool file said {} bytes in use on GPU entry 0, its members hold {}: recounted",
+            1u64 << 30,
+            300 * MIB
+        )),
+        "{}",
+        dump(&o)
+    );
+    let doc = json(&status(&["status", "--json"]));
+    assert_eq!(doc["gpus"][0]["drift"], 0, "{doc}");
+    assert_eq!(doc["gpus"][0]["used"], 300 * MIB);
+    kill(a);
 }

@@ -388,3 +388,43 @@ fn nvml_before_the_pool_exists_and_with_a_bad_pool_file() {
         );
     }
 }
+
+/// A member with a guarantee and a ceiling (GPUCAP_GUARANTEE, GPUCAP_CEILING): NVML's
+/// memory info agrees with its `cuMemGetInfo`: total is its ceiling, free what it could
+/// take now (the rest of its ceiling, less another member's unused guarantee).
+#[test]
+fn nvml_shows_a_members_ceiling_and_what_it_could_take() {
+    let (nvml, script) = (nvml_prog(), script());
+    let dir = scratch("pool-nvml-shares");
+    std::fs::create_dir_all(dir.join("pools")).unwrap();
+    let mut started = Started(Vec::new());
+    // Another member holds a 700 MiB guarantee, 100 MiB of it used.
+    let (ready, done) = (dir.join("g"), dir.join("done"));
+    let mut c = fake_cmd(&script, &dir.join("g.json"));
+    in_the_pool(&mut c, &dir)
+        .env("GPUCAP_GUARANTEE", "700Mi")
+        .args([
+            "alloc:100Mi".to_string(),
+            format!("touch:{}", ready.display()),
+            format!("wait:{}", done.display()),
+        ]);
+    started.spawn("guaranteed", &mut c);
+    wait_for(&ready, &mut started);
+    for (ceiling, total, free) in [("800Mi", 800, 224), ("250Mi", 250, 150)] {
+        let mut c = fake_cmd(&nvml, &dir.join("n.json"));
+        let o = run(in_the_pool(&mut c, &dir)
+            .env("GPUCAP_CEILING", ceiling)
+            .args(["consistent", "dl", "100Mi"]));
+        assert_ok(&o);
+        let line = format!("total={} free={}", total * MIB, free * MIB);
+        assert!(
+            stdout(&o)
+                .lines()
+                .any(|l| l.starts_with("cuda ") && l.contains(&line)),
+            "{line}\n{}",
+            dump(&o)
+        );
+    }
+    std::fs::write(&done, b"").unwrap();
+    started.finish();
+}

@@ -97,7 +97,7 @@ fn context_local_storage_and_primary_context_slots() {
     let (_g, ctx) = setup();
     let (_, cls) = table("c693336e-1121-df11-a8c3-68f355d89593");
     let (_, rt) = table("6bd5fb6c-5bf4-e74a-8987-d93912fd9df9");
-    // SAFETY: the slots hold functions of these signatures (export_tables.rs).
+    // SAFETY: the slots hold functions of these signatures (export_tables/).
     unsafe {
         let put: ClsPut = std::mem::transmute(word(cls, 0));
         let del: ClsDel = std::mem::transmute(word(cls, 1));

@@ -24,6 +24,10 @@ pub struct Overrides {
     pub pool: Option<String>,
     /// `--wait DURATION`: sets GPUCAP_WAIT.
     pub wait: Option<String>,
+    /// `--guarantee SPEC`: sets GPUCAP_GUARANTEE.
+    pub guarantee: Option<String>,
+    /// `--ceiling SPEC`: sets GPUCAP_CEILING.
+    pub ceiling: Option<String>,
 }
 
 /// What `gpucap run --growth` also sets, unless the user already set them: the
@@ -54,6 +58,12 @@ impl Overrides {
         }
         if let Some(w) = &self.wait {
             v.push(("GPUCAP_WAIT", w.as_str()));
+        }
+        if let Some(g) = &self.guarantee {
+            v.push(("GPUCAP_GUARANTEE", g.as_str()));
+        }
+        if let Some(c) = &self.ceiling {
+            v.push(("GPUCAP_CEILING", c.as_str()));
         }
         v
     }
@@ -468,6 +478,8 @@ fn parse_options(topic: Topic, parser: &mut Parser, opts: &mut Options) -> Resul
             "--log" if config_flags => (&mut opts.overrides.log, "LEVEL"),
             "--report" if config_flags => (&mut opts.overrides.report, "PATH"),
             "--wait" if config_flags => (&mut opts.overrides.wait, "DURATION (e.g. 30s)"),
+            "--guarantee" if config_flags => (&mut opts.overrides.guarantee, "SPEC (e.g. 4Gi)"),
+            "--ceiling" if config_flags => (&mut opts.overrides.ceiling, "SPEC (e.g. 6Gi)"),
             "--pool" => (&mut opts.overrides.pool, "NAME|PATH"),
             _ => return Err(usage(topic, format!("unknown option '{name}'"))),
         };
@@ -706,6 +718,39 @@ mod tests {
         assert_eq!(
             p(&["run", "--log", "-x", "y"]),
             Ok(run(None, Some("-x"), "y", &[]))
+        );
+    }
+
+    #[test]
+    fn run_takes_a_guarantee_and_a_ceiling() {
+        let Ok(Command::Run { overrides, .. }) = p(&[
+            "run",
+            "--pool",
+            "p",
+            "--guarantee",
+            "4Gi",
+            "--ceiling=0=6Gi,1=50%",
+            "nb",
+        ]) else {
+            panic!("not a run");
+        };
+        assert_eq!(overrides.guarantee.as_deref(), Some("4Gi"));
+        assert_eq!(overrides.ceiling.as_deref(), Some("0=6Gi,1=50%"));
+        assert!(overrides.vars().contains(&("GPUCAP_GUARANTEE", "4Gi")));
+        assert!(
+            overrides
+                .vars()
+                .contains(&("GPUCAP_CEILING", "0=6Gi,1=50%"))
+        );
+        assert!(
+            err(&["run", "--guarantee", "1Gi", "--guarantee", "2Gi", "x"])
+                .message
+                .contains("more than once")
+        );
+        assert!(
+            err(&["status", "--guarantee", "1Gi"])
+                .message
+                .contains("unknown option")
         );
     }
 

@@ -15,10 +15,12 @@ const GENERAL_HELP: &str = "\
 gpucap: cap the GPU memory of unmodified CUDA programs.
 
 usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                  [--wait DURATION] [--] CMD [ARGS...]
+                  [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                  [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
        gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                    [--wait DURATION] [--write-env FILE]
+                    [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                    [--write-env FILE]
        gpucap status [--pool NAME|PATH] [--json]
        gpucap status --prometheus [--pool NAME|PATH]... [--all]
        gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
@@ -54,6 +56,9 @@ environment:
                         waits for its members to free memory before it is refused:
                         0 (default: refused at once), or a whole number with ms, s,
                         m or h (30s, 5m), at most 24h; an error without a pool
+  GPUCAP_GUARANTEE      in a pool: bytes the pool keeps for this process even before it
+                        allocates them (SPEC as below; a share is of the pool's cap)
+  GPUCAP_CEILING        in a pool: the most this process may hold (default: the cap)
   GPUCAP_POOL_DIR       an existing directory for named pools' files (default:
                         $XDG_RUNTIME_DIR, else /dev/shm, else /tmp; a gpucap-UID
                         directory is made in it); one that does not exist is an error
@@ -81,7 +86,8 @@ the pool's file does not exist yet.";
 
 const RUN_HELP: &str = "\
 usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                  [--wait DURATION] [--] CMD [ARGS...]
+                  [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                  [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
 
 Runs CMD with libgpucap.so added to LD_PRELOAD, so that its CUDA allocations are
@@ -102,6 +108,11 @@ options:
                  set GPUCAP_WAIT: with a pool, an allocation the pool cannot take now
                  waits up to DURATION (30s, 5m, ...; 0: refused at once) for members
                  to free memory; an error without a pool, as for the variable
+  --guarantee SPEC
+                 set GPUCAP_GUARANTEE: in the pool, bytes kept for CMD even before it
+                 allocates them (4Gi, 25% of the pool's cap, 0=4Gi,1=2Gi); CMD is
+                 refused at cuInit if the live members' guarantees leave no room
+  --ceiling SPEC set GPUCAP_CEILING: the most CMD may hold of the pool (default: the cap)
   --measure      run CMD without a cap (no --limit, no GPUCAP_LIMIT) as a child, wait
                  for it, then print the peak of each GPU and a suggested --limit: the
                  peak plus 20%, rounded up to a quarter of its power of two (at least
@@ -123,7 +134,8 @@ executed; 127 if CMD is not found.";
 
 const CHECK_HELP: &str = "\
 usage: gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                    [--wait DURATION] [--write-env FILE]
+                    [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                    [--write-env FILE]
 
 Validates the GPUCAP_* environment (with the flags applied, as run would) and prints
 the effective configuration and the library that run would preload. If a CUDA driver
@@ -145,6 +157,8 @@ options:
   --report PATH      check with this GPUCAP_REPORT
   --pool NAME|PATH   check with this GPUCAP_POOL
   --wait DURATION    check with this GPUCAP_WAIT
+  --guarantee SPEC   check with this GPUCAP_GUARANTEE
+  --ceiling SPEC     check with this GPUCAP_CEILING
   --write-env FILE   once valid, write the GPUCAP_* variables (flags applied) to FILE as
                      KEY=VALUE lines, atomically: the gpucap.env file the shim reads
                      when its environment has no GPUCAP_* variable (the container

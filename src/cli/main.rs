@@ -166,6 +166,8 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
         "GPUCAP_GROWTH" if overrides.growth => "--growth",
         "GPUCAP_POOL" if overrides.pool.is_some() => "--pool",
         "GPUCAP_WAIT" if overrides.wait.is_some() => "--wait",
+        "GPUCAP_GUARANTEE" if overrides.guarantee.is_some() => "--guarantee",
+        "GPUCAP_CEILING" if overrides.ceiling.is_some() => "--ceiling",
         _ => return e,
     };
     e.var = flag.to_string();

@@ -70,8 +70,13 @@ const MEMBER_PEAK: usize = 11;
 const WAITERS: usize = 12;
 const WAITS: usize = 13;
 const WAIT_SECONDS: usize = 14;
+const DRIFT: usize = 15;
+const GUARANTEED: usize = 16;
+const MEMBER_GUARANTEE: usize = 17;
+const MEMBER_CEILING: usize = 18;
+const MEMBER_BORROWED: usize = 19;
 
-const FAMILIES: [Family; 15] = [
+const FAMILIES: [Family; 20] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -139,6 +144,27 @@ const FAMILIES: [Family; 15] = [
         kind: Kind::Counter,
         help: "Seconds spent in those waits, summed.",
     },
+    gauge(
+        "gpucap_pool_drift_bytes",
+        "The pool file's used bytes on this GPU minus what its members' slots hold: 0 \
+         unless another process wrote the file (the next refusal recounts it).",
+    ),
+    gauge(
+        "gpucap_pool_guaranteed_bytes",
+        "Bytes of the cap guaranteed to live members on this GPU (GPUCAP_GUARANTEE), in all.",
+    ),
+    gauge(
+        "gpucap_member_guarantee_bytes",
+        "Bytes the pool keeps for the member on this GPU (GPUCAP_GUARANTEE; 0: none).",
+    ),
+    gauge(
+        "gpucap_member_ceiling_bytes",
+        "The most the member may hold on this GPU (GPUCAP_CEILING; no sample: the pool's cap).",
+    ),
+    gauge(
+        "gpucap_member_borrowed_bytes",
+        "Bytes the member holds above its guarantee on this GPU: lent by the pool.",
+    ),
 ];
 
 /// One pool as read for an exposition.
@@ -188,7 +214,7 @@ fn labels(pairs: &[(&str, &str)]) -> String {
 struct Samples(Vec<(usize, String)>);
 
 impl Samples {
-    fn add(&mut self, family: usize, labels: &str, value: u64) {
+    fn add(&mut self, family: usize, labels: &str, value: impl std::fmt::Display) {
         self.0.push((
             family,
             format!("{}{labels} {value}\n", FAMILIES[family].name),
@@ -269,6 +295,8 @@ pub fn exposition(readings: &[Reading]) -> String {
             s.add(WAITERS, &l, g.waiters);
             s.add(WAITS, &l, g.waits);
             s.add_ms_as_seconds(WAIT_SECONDS, &l, g.wait_ms);
+            s.add(DRIFT, &l, g.drift);
+            s.add(GUARANTEED, &l, g.guaranteed);
         }
         for m in &view.members {
             // The slot tells apart two members with one pid (pid 1 of two containers).
@@ -288,6 +316,11 @@ pub fn exposition(readings: &[Reading]) -> String {
                 let l = labels(&l);
                 s.add(MEMBER_USED, &l, g.used);
                 s.add(MEMBER_PEAK, &l, g.peak);
+                s.add(MEMBER_GUARANTEE, &l, g.guarantee);
+                if let Some(c) = g.ceiling {
+                    s.add(MEMBER_CEILING, &l, c);
+                }
+                s.add(MEMBER_BORROWED, &l, g.borrowed);
             }
         }
     }
@@ -347,6 +380,33 @@ mod tests {
     }
 
     #[test]
+    fn guarantees_and_ceilings_as_series() {
+        let text = exposition(&[reading("t", view())]);
+        let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
+        assert_eq!(
+            samples(&text, "gpucap_pool_guaranteed_bytes"),
+            [format!("gpucap_pool_guaranteed_bytes{gpu} {}", 64 << 20)]
+        );
+        let m10 = format!(
+            "{{pool=\"t\",slot=\"0\",pid=\"10\",command=\"prog-10 --x\",gpu_uuid=\"{UUID}\"}}"
+        );
+        for (name, value) in [
+            ("gpucap_member_guarantee_bytes", 64u64 << 20),
+            ("gpucap_member_ceiling_bytes", 512 << 20),
+            ("gpucap_member_borrowed_bytes", 36 << 20),
+        ] {
+            let line = format!("{name}{m10} {value}");
+            assert!(
+                samples(&text, name).contains(&line.as_str()),
+                "{line}\n{text}"
+            );
+        }
+        // A member without a ceiling has no ceiling sample (the pool's cap applies).
+        assert_eq!(samples(&text, "gpucap_member_ceiling_bytes").len(), 1);
+        assert_eq!(samples(&text, "gpucap_member_guarantee_bytes").len(), 3);
+    }
+
+    #[test]
     fn every_series_of_a_pool() {
         let text = exposition(&[reading("t", view())]);
         let one = |name: &str| {
@@ -358,7 +418,7 @@ mod tests {
         assert_eq!(one("gpucap_pool_up"), "gpucap_pool_up{pool=\"t\"} 1");
         assert_eq!(
             one("gpucap_pool_info"),
-            "gpucap_pool_info{pool=\"t\",path=\"/p/t.pool\",version=\"1\"} 1"
+            "gpucap_pool_info{pool=\"t\",path=\"/p/t.pool\",version=\"2\"} 1"
         );
         assert_eq!(
             one("gpucap_pool_cap_bytes"),

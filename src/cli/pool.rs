@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use gpucap_core::budget::{MemberView, PoolView};
+use gpucap_core::budget::{GpuView, MemberView, PoolView};
 use gpucap_core::config::PoolSpec;
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -194,19 +194,23 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         out.push_str("GPUs: none yet (a member registers its GPUs when it initialises CUDA)\n");
     } else {
         out.push_str(&format!(
-            "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}\n",
-            "GPU", "CAP", "USED", "PEAK", "REFUSALS", "HELD BY DEAD"
+            "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}  {:>10}\n",
+            "GPU", "CAP", "USED", "PEAK", "REFUSALS", "HELD BY DEAD", "GUARANTEED"
         ));
         for g in &view.gpus {
             out.push_str(&format!(
-                "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}\n",
+                "{:<40}  {:>10}  {:>10}  {:>10}  {:>8}  {:>12}  {:>10}\n",
                 g.uuid,
                 g.cap.map_or("none".to_string(), bytes),
                 bytes(g.used),
                 bytes(g.peak),
                 g.refusals,
-                bytes(g.held_by_dead)
+                bytes(g.held_by_dead),
+                bytes(g.guaranteed)
             ));
+        }
+        for g in &view.gpus {
+            out.push_str(&gpu_notes(g));
         }
     }
     out.push('\n');
@@ -220,9 +224,29 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         view.members.len(),
         view.members.len() - alive
     ));
+    // Guarantees and ceilings (GPUCAP_GUARANTEE, GPUCAP_CEILING): columns of their
+    // own, shown when a member has either.
+    let shared = view
+        .members
+        .iter()
+        .flat_map(|m| &m.gpus)
+        .any(|g| g.guarantee > 0 || g.ceiling.is_some());
     out.push_str(&format!(
-        "{:>8}  {:<5}  {:<40}  {:>10}  {:>10}  {:<19}  COMMAND\n",
-        "PID", "STATE", "GPU", "BYTES", "PEAK", "STARTED (UTC)"
+        "{:>8}  {:<5}  {:<40}  {:>10}  {:>10}{}  {:<19}  COMMAND\n",
+        "PID",
+        "STATE",
+        "GPU",
+        "BYTES",
+        "PEAK",
+        if shared {
+            format!(
+                "  {:>10}  {:>10}  {:>10}",
+                "GUARANTEE", "CEILING", "BORROWED"
+            )
+        } else {
+            String::new()
+        },
+        "STARTED (UTC)"
     ));
     let mut foreign = false;
     for m in sorted_members(view) {
@@ -232,17 +256,17 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         let state = if m.alive { "alive" } else { "dead" };
         let command = printable(&m.command);
         let started = utc(m.start_ms);
-        let rows: Vec<(String, u64, u64)> = if m.gpus.is_empty() {
-            vec![("-".to_string(), 0, 0)]
+        let rows: Vec<(String, u64, u64, String)> = if m.gpus.is_empty() {
+            vec![("-".to_string(), 0, 0, String::new())]
         } else {
             m.gpus
                 .iter()
-                .map(|g| (g.uuid.clone(), g.used, g.peak))
+                .map(|g| (g.uuid.clone(), g.used, g.peak, share_columns(shared, g)))
                 .collect()
         };
-        for (uuid, used, peak) in rows {
+        for (uuid, used, peak, share) in rows {
             out.push_str(&format!(
-                "{pid:>8}  {state:<5}  {uuid:<40}  {:>10}  {:>10}  {started:<19}  {command}\n",
+                "{pid:>8}  {state:<5}  {uuid:<40}  {:>10}  {:>10}{share}  {started:<19}  {command}\n",
                 bytes(used),
                 bytes(peak)
             ));
@@ -252,6 +276,62 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         out.push_str(
             "* a pid in another PID namespace (another container, or a docker exec shell)\n",
         );
+    }
+    out
+}
+
+/// A member's guarantee, ceiling and borrowed bytes on one GPU, as columns (none when
+/// no member of the pool has a guarantee or a ceiling).
+fn share_columns(shared: bool, g: &gpucap_core::budget::MemberGpuView) -> String {
+    if !shared {
+        return String::new();
+    }
+    format!(
+        "  {:>10}  {:>10}  {:>10}",
+        if g.guarantee > 0 {
+            bytes(g.guarantee)
+        } else {
+            "-".to_string()
+        },
+        g.ceiling.map_or("cap".to_string(), bytes),
+        bytes(g.borrowed)
+    )
+}
+
+/// The lines under the GPU table that say something is wrong with one GPU: a held word
+/// lock (who, since when members wait for it), a `used` or cap word that differs from
+/// what the members hold.
+fn gpu_notes(g: &GpuView) -> String {
+    let mut out = String::new();
+    if let Some(l) = &g.lock {
+        out.push_str(&format!(
+            "word lock of {}: held by pid {} (slot {}), {}\n",
+            g.uuid,
+            l.pid,
+            l.slot,
+            l.since_ms
+                .map_or("no member waiting for it".to_string(), |ms| format!(
+                    "members waiting for it since {} UTC",
+                    utc(ms)
+                ))
+        ));
+    }
+    if g.drift != 0 {
+        out.push_str(&format!(
+            "drift on {}: the pool file counts {} in use, its members hold {} (another \
+             process wrote the file?); the next refusal recounts it\n",
+            g.uuid,
+            bytes(g.members_hold.saturating_add_signed(g.drift)),
+            bytes(g.members_hold)
+        ));
+    }
+    if g.cap_drift {
+        out.push_str(&format!(
+            "drift on {}: the pool file's cap is not the one its live members hold it to \
+             (another process wrote the file?); they keep their own, the next refusal \
+             writes it back\n",
+            g.uuid
+        ));
     }
     out
 }
@@ -299,7 +379,9 @@ pub fn top(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use gpucap_core::budget::{MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool};
+    use gpucap_core::budget::{
+        MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool, shares,
+    };
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
     const MIB: u64 = 1 << 20;
@@ -321,7 +403,7 @@ pub(crate) mod tests {
     }
 
     /// A pool made through the pool's own protocol: a 1 GiB cap on one GPU, members
-    /// pid 10 (100 MiB, alive), 11 (200 MiB, killed), 12 (400 MiB, alive, in PID
+    /// pid 10 (100 MiB, alive, 64 MiB guaranteed, a 512 MiB ceiling), 11 (200 MiB, killed), 12 (400 MiB, alive, in PID
     /// namespace 9; the others in 7), and one refused request of 600 MiB.
     pub(crate) fn view() -> PoolView {
         let words: &'static [AtomicU64] =
@@ -340,6 +422,11 @@ pub(crate) mod tests {
             };
             let m = Member::join(pool, locks, &info).unwrap();
             m.register_gpu(0, &UUID, Some(1 << 30)).unwrap();
+            if pid == 10 {
+                // A guarantee and a ceiling (GPUCAP_GUARANTEE, GPUCAP_CEILING).
+                let share = shares::check(Some(1 << 30), 64 * MIB, Some(512 * MIB)).unwrap();
+                m.claim(0, share).unwrap();
+            }
             m.reserve(0, (mib + 1) * MIB).unwrap();
             m.credit(0, MIB);
             members.push(m);
@@ -360,6 +447,44 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn guarantees_ceilings_and_borrowed_bytes_are_shown() {
+        let v = view();
+        assert_eq!(v.gpus[0].guaranteed, 64 * MIB);
+        let m10 = v.members.iter().find(|m| m.pid == 10).unwrap();
+        let g = &m10.gpus[0];
+        assert_eq!((g.guarantee, g.ceiling), (64 * MIB, Some(512 * MIB)));
+        assert_eq!(g.borrowed, 36 * MIB, "100 MiB held, 64 of them guaranteed");
+        let m12 = v.members.iter().find(|m| m.pid == 12).unwrap();
+        assert_eq!(
+            (m12.gpus[0].guarantee, m12.gpus[0].borrowed),
+            (0, 400 * MIB)
+        );
+        let text = render(&v, Path::new("/p/t.pool"), 7);
+        assert!(text.contains("GUARANTEED"), "{text}");
+        assert!(text.contains("GUARANTEE     CEILING    BORROWED"), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("10 "))
+            .unwrap();
+        assert!(row.contains("64 MiB     512 MiB      36 MiB"), "{row}");
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("12* "))
+            .unwrap();
+        assert!(row.contains("-         cap     400 MiB"), "{row}");
+        let doc: serde_json::Value = serde_json::from_str(&json(&v, Path::new("/p"))).unwrap();
+        assert_eq!(doc["gpus"][0]["guaranteed"], 64 * MIB);
+        let j10 = doc["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["pid"] == 10)
+            .unwrap();
+        assert_eq!(j10["gpus"][0]["ceiling"], 512 * MIB);
+        assert_eq!(j10["gpus"][0]["borrowed"], 36 * MIB);
+    }
+
+    #[test]
     fn members_largest_first() {
         let v = view();
         let pids: Vec<u32> = sorted_members(&v).iter().map(|m| m.pid).collect();
@@ -372,7 +497,7 @@ pub(crate) mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "pool /p/x.pool (version 1, created 2023-11-14 22:13:20 UTC)"
+            "pool /p/x.pool (version 2, created 2023-11-14 22:13:20 UTC)"
         );
         let gpu = lines[2];
         for part in [
@@ -432,7 +557,7 @@ pub(crate) mod tests {
         assert!(text.ends_with("}\n") && text.lines().count() == 1);
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(doc["path"], "/p/x.pool");
-        assert_eq!(doc["version"], 1);
+        assert_eq!(doc["version"], 2);
         assert_eq!(doc["created"], 1_700_000_000u64);
         let gpu = &doc["gpus"][0];
         assert_eq!(gpu["uuid"], "GPU-11111111-1111-1111-1111-111111111111");

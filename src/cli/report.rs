@@ -39,6 +39,23 @@ pub fn describe_limit(spec: Option<&LimitSpec>) -> String {
     parts.join("; ")
 }
 
+/// A guarantee or ceiling as given: `4 GiB`, `GPU 1: 25%; other GPUs: 2 GiB`.
+fn share_text(spec: &LimitSpec) -> String {
+    let mut parts: Vec<String> = spec
+        .devices
+        .iter()
+        .map(|(k, l)| format!("{k}: {l}"))
+        .collect();
+    if let Some(l) = spec.default {
+        parts.push(if spec.devices.is_empty() {
+            l.to_string()
+        } else {
+            format!("other GPUs: {l}")
+        });
+    }
+    parts.join("; ")
+}
+
 /// One device's line, e.g. `GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)`.
 pub fn device_line(device: &Device, limit: Option<Limit>) -> String {
     let total = format!("{} ({})", device.total, format_bytes(device.total));
@@ -157,6 +174,25 @@ pub fn check_report(
     out.push(growth_line(config.growth).to_string());
     out.push(report_line(config.report.as_deref()));
     out.push(pool_line.to_string());
+    for (what, spec, meaning) in [
+        (
+            "guarantee",
+            &config.guarantee,
+            "kept for this process in its pool even before it allocates it",
+        ),
+        (
+            "ceiling",
+            &config.ceiling,
+            "the most this process may hold of its pool",
+        ),
+    ] {
+        if let Some(spec) = spec {
+            out.push(format!(
+                "{what}: {} ({meaning}; a % is of the pool's cap)",
+                share_text(spec)
+            ));
+        }
+    }
     if config.ld_so_preload {
         out.push(
             "ld.so.preload: on (the container entrypoint installs libgpucap.so in /etc/ld.so.preload)"

@@ -174,6 +174,8 @@ pub enum Ending {
 struct DevState {
     /// The primary context's handle and the bytes charged for it, while active.
     primary: Option<(Ctx, u64)>,
+    /// What the last context measured on this device took (0: none measured yet).
+    expected: u64,
 }
 
 /// The contexts the process made through the shim, with what each was charged.
@@ -200,7 +202,12 @@ pub struct DeviceLock<'a> {
 impl ContextBook {
     pub const fn new() -> Self {
         ContextBook {
-            devices: [const { Mutex::new(DevState { primary: None }) }; MAX_DEVICES],
+            devices: [const {
+                Mutex::new(DevState {
+                    primary: None,
+                    expected: 0,
+                })
+            }; MAX_DEVICES],
             created: LiveMap::new(),
         }
     }
@@ -252,6 +259,35 @@ impl DeviceLock<'_> {
         drv: &impl CtxDriver,
         call: impl FnMut() -> u32,
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+        self.measure_in_pool(drv, || None, call)
+    }
+
+    /// [`measure`](Self::measure) for a member of a pool: `pool_used` reads what the pool
+    /// has in use on this device. The driver's free figure is device-wide, so memory
+    /// other members freed while the context was made would be taken off the context's
+    /// bytes (and a context charged short lets the pool over-commit): what the pool's
+    /// `used` went down by over the same window is added back. What they allocated
+    /// meanwhile is left in (the context is charged more, never less: a member reserves
+    /// in `used` before the driver allocates, so subtracting a rise could take off bytes
+    /// the driver had not handed out yet). Memory of processes outside the pool still
+    /// shows; none of it can be told apart from the context's.
+    pub fn measure_in_pool(
+        &self,
+        drv: &impl CtxDriver,
+        pool_used: impl Fn() -> Option<u64>,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+        let before = pool_used();
+        let (rc, taken, how) = self.measure_device_wide(drv, call);
+        let taken = taken.map(|t| without_pool_change(t, before, pool_used()));
+        (rc, taken, how)
+    }
+
+    fn measure_device_wide(
+        &self,
+        drv: &impl CtxDriver,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
         if let Some(v) = self.vantage() {
             let (rc, taken) = with_vantage(drv, Ok(v), None, call);
             return (rc, taken, Vantage::Context);
@@ -270,6 +306,20 @@ impl DeviceLock<'_> {
                 (rc, taken, Vantage::Temporary(why))
             }
         }
+    }
+
+    /// The bytes the next context on this device is expected to take: what the last one
+    /// measured here took (0 before the first). The hooks reserve it before the driver
+    /// makes the context, so that one the cap cannot take is refused without being made
+    /// (the driver never holds more than the cap, even for a moment); the reservation is
+    /// then set to what the context really took.
+    pub fn expected(&self) -> u64 {
+        self.state.expected
+    }
+
+    /// A context on this device took `bytes` (measured): what the next is expected to take.
+    pub fn learn(&mut self, bytes: u64) {
+        self.state.expected = bytes;
     }
 
     /// Whether the primary context is already active, so a retain creates nothing.
@@ -331,6 +381,15 @@ impl DeviceLock<'_> {
 }
 
 /// Measures `call` from NVML's free memory of `device` (`before`, read already).
+/// A device-wide measurement `taken` plus what the pool's members freed meanwhile
+/// (`before`/`after`: the pool's `used`); a rise is left in (see `measure_in_pool`).
+fn without_pool_change(taken: u64, before: Option<u64>, after: Option<u64>) -> u64 {
+    match (before, after) {
+        (Some(b), Some(a)) => taken.saturating_add(b.saturating_sub(a)),
+        _ => taken,
+    }
+}
+
 fn without_context(
     drv: &impl CtxDriver,
     device: usize,
@@ -529,6 +588,48 @@ mod tests {
             *drv.log.borrow(),
             [format!("free@{ctx}"), format!("free@{ctx}")]
         );
+    }
+
+    /// In a pool, memory other members freed while the context was made does not make
+    /// it short: what the pool's `used` went down by is added back. What they allocated
+    /// is left in (charged more, never less).
+    #[test]
+    fn in_a_pool_the_members_frees_do_not_make_a_context_short() {
+        let book = ContextBook::new();
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        let used = Cell::new(1_000u64);
+        let lock = book.lock(0).unwrap();
+        // Another member allocates 700 while the context is made: left in.
+        let (rc, taken, _) = lock.measure_in_pool(
+            &drv,
+            || Some(used.get()),
+            || {
+                drv.free.set(drv.free.get() - 700);
+                used.set(used.get() + 700);
+                drv.call()
+            },
+        );
+        assert_eq!((rc, taken), (SUCCESS, Ok(1_000)));
+        // ...or frees 200 (more than the context takes): still the context's 300.
+        let lock = book.lock(1).unwrap();
+        let (_, taken, _) = lock.measure_in_pool(
+            &drv,
+            || Some(used.get()),
+            || {
+                drv.free.set(drv.free.get() + 200);
+                used.set(used.get() - 200);
+                drv.call()
+            },
+        );
+        assert_eq!(taken, Ok(300));
+        // Without a pool the same traffic is counted (nothing can tell it apart).
+        let lock = book.lock(2).unwrap();
+        let (_, taken, _) = lock.measure(&drv, || {
+            drv.free.set(drv.free.get() - 700);
+            drv.call()
+        });
+        assert_eq!(taken, Ok(1_000));
     }
 
     /// With NVML, a device with room for exactly one context gets it, measured.
@@ -766,5 +867,20 @@ mod tests {
         mute.drop_ctx(c);
         assert_eq!(lock.after_release(&mute, c, None), Ending::Unknown);
         assert_eq!(book.created_device(c), Some(0));
+    }
+
+    #[test]
+    fn the_next_context_is_expected_to_take_what_the_last_took_on_its_device() {
+        let book = ContextBook::new();
+        assert_eq!(book.lock(1).unwrap().expected(), 0, "nothing measured yet");
+        book.lock(1).unwrap().learn(16 << 20);
+        assert_eq!(book.lock(1).unwrap().expected(), 16 << 20);
+        assert_eq!(book.lock(0).unwrap().expected(), 0, "per device");
+        book.lock(1).unwrap().learn(8 << 20);
+        assert_eq!(
+            book.lock(1).unwrap().expected(),
+            8 << 20,
+            "the last measured"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! The ledger: per-device caps, bytes in use, peaks, and the size of every live
-//! allocation (in a [`LiveMap`], `live_map.rs`). Plain safe Rust, shared by every hook;
+//! allocation (in a [`LiveMap`], `live_map/`). Plain safe Rust, shared by every hook;
 //! nothing here knows about CUDA.
 //!
 //! Reservation is one atomic step: [`Ledger::reserve`] checks the cap and adds the
@@ -142,11 +142,13 @@ pub struct Reservation<'a> {
 
 impl Reservation<'_> {
     /// The driver allocated: record the allocation under `key` so its free credits it.
+    #[inline(always)]
     pub fn commit(self, key: u64) {
-        let charge = self.charge;
-        self.ledger.devices[charge.device].allocs.add(1);
-        self.ledger.pointers.insert(key, charge);
-        std::mem::forget(self);
+        // Not dropped (no roll-back); its fields read in place, not copied out first.
+        let this = std::mem::ManuallyDrop::new(self);
+        let (ledger, charge) = (this.ledger, this.charge);
+        ledger.devices[charge.device].allocs.add(1);
+        ledger.pointers.insert(key, charge);
     }
 
     /// The driver allocated memory that the caller keeps for itself (growth mode's
@@ -315,8 +317,22 @@ impl Ledger {
     /// driver then fails, [`restore`](Self::restore) puts it back; if it succeeds,
     /// [`settle`](Self::settle) credits the cap. Taking it first means a concurrent
     /// allocation that the driver gives the same address cannot be confused with it.
+    #[inline(always)]
     pub fn take(&self, key: u64) -> Option<Charge> {
         self.pointers.remove(key)
+    }
+
+    /// [`take`](Self::take)'s common case alone (see [`LiveMap::remove_quick`]): None
+    /// means only that `take` must look further.
+    #[inline(always)]
+    pub fn take_quick(&self, key: u64) -> Option<Charge> {
+        self.pointers.remove_quick(key)
+    }
+
+    /// The rest of a [`take`](Self::take) after [`take_quick`](Self::take_quick) found
+    /// nothing (see [`LiveMap::remove_rest`]).
+    pub fn take_rest(&self, key: u64) -> Option<Charge> {
+        self.pointers.remove_rest(key)
     }
 
     pub fn restore(&self, key: u64, charge: Charge) {

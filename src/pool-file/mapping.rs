@@ -33,10 +33,12 @@ fn os_err(what: &str, p: &Path) -> String {
     )
 }
 
-/// Opens (creating it if missing) the pool file at `path` for a member.
+/// Opens (creating it if missing) the pool file at `path` for a member. Never waits
+/// (`O_NONBLOCK`: a FIFO put at the path is refused, not waited on) and never follows a
+/// symbolic link; anything but a regular file is refused before it is read.
 pub fn open_member(path: &Path) -> Result<PoolFile, String> {
     let c = cstr(path)?;
-    let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     for _ in 0..3 {
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { libc::open(c.as_ptr(), flags) };
@@ -56,14 +58,15 @@ pub fn open_member(path: &Path) -> Result<PoolFile, String> {
     ))
 }
 
-/// Opens the pool file at `path` to read it (`gpucap status`, NVML's process list).
+/// Opens the pool file at `path` to read it (`gpucap status`, `top`, `metrics`,
+/// `check`, NVML's process list); like [`open_member`], never waits on what is there.
 pub fn open_reader(path: &Path) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     // SAFETY: a NUL-terminated path.
     let fd = unsafe {
         libc::open(
             c.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         )
     };
     if fd < 0 {
@@ -80,29 +83,39 @@ fn create(path: &Path) -> Result<bool, String> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.new", std::process::id()));
-    let ct = cstr(&tmp)?;
-    let open_new = || {
+    // A name no other creator uses: two first joiners can have the same pid (in two PID
+    // namespaces), so the pid alone is not enough. One that exists already is another
+    // creator's: never removed, another name is drawn (three tries).
+    let mut made = None;
+    for _ in 0..3 {
+        let tmp = dir.join(format!(
+            ".{name}.{}.{:016x}.new",
+            std::process::id(),
+            unique()
+        ));
+        let ct = cstr(&tmp)?;
         // SAFETY: a NUL-terminated path; O_EXCL never follows or reuses an existing entry.
-        unsafe {
+        let fd = unsafe {
             libc::open(
                 ct.as_ptr(),
                 libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
                 0o600 as libc::c_uint,
             )
+        };
+        if fd >= 0 {
+            made = Some((tmp, ct, fd));
+            break;
         }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            return Err(os_err("cannot create the pool file", &tmp));
+        }
+    }
+    let Some((tmp, ct, fd)) = made else {
+        return Err(format!(
+            "cannot create the pool file {}: three temporary names were taken",
+            path.display()
+        ));
     };
-    let mut fd = open_new();
-    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-        // Left by a creator that died before linking it, whose pid this process has now
-        // (the name is this pid's): nobody else uses that name.
-        // SAFETY: a NUL-terminated path in our own directory.
-        unsafe { libc::unlink(ct.as_ptr()) };
-        fd = open_new();
-    }
-    if fd < 0 {
-        return Err(os_err("cannot create the pool file", &tmp));
-    }
     let result = (|| {
         // SAFETY: our descriptor; fchmod undoes a umask that would be stricter than 0600 only.
         unsafe { libc::fchmod(fd, 0o600) };
@@ -132,6 +145,23 @@ fn create(path: &Path) -> Result<bool, String> {
         libc::unlink(ct.as_ptr());
     }
     result
+}
+
+/// 64 bits no other creator draws: the kernel's random bytes, else the clock's
+/// nanoseconds mixed with this process's stack address.
+fn unique() -> u64 {
+    let mut r = [0u8; 8];
+    // SAFETY: an 8-byte buffer; GRND_NONBLOCK never waits for the entropy pool.
+    let n = unsafe { libc::getrandom(r.as_mut_ptr().cast(), 8, libc::GRND_NONBLOCK) };
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let here = &r as *const _ as u64;
+    if n == 8 {
+        u64::from_le_bytes(r) ^ clock
+    } else {
+        clock ^ here.rotate_left(32)
+    }
 }
 
 /// Maps the whole file as words (None: mmap failed).
@@ -198,19 +228,18 @@ fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
         ));
     }
     if st.st_size as usize != POOL_FILE_BYTES {
-        // The first word says whether it is a pool file at all.
-        let mut magic = [0u8; 8];
-        // SAFETY: our descriptor and an 8-byte buffer.
-        let n = unsafe { libc::pread(fd, magic.as_mut_ptr() as *mut libc::c_void, 8, 0) };
-        let words: Vec<AtomicU64> = if n == 8 {
-            vec![AtomicU64::new(u64::from_le_bytes(magic))]
-        } else {
-            Vec::new()
-        };
+        // The first word says whether it is a pool file at all, the second its version.
+        let mut head = [0u8; 16];
+        // SAFETY: our descriptor and a 16-byte buffer.
+        let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 16, 0) };
+        let words: Vec<AtomicU64> = head
+            .chunks(8)
+            .take(n.max(0) as usize / 8)
+            .map(|w| AtomicU64::new(u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))))
+            .collect();
         let e = match Pool::open(&words) {
-            Err(gpucap_core::budget::LayoutError::Magic { found }) => {
-                gpucap_core::budget::LayoutError::Magic { found }
-            }
+            Err(e @ gpucap_core::budget::LayoutError::Magic { .. })
+            | Err(e @ gpucap_core::budget::LayoutError::Version { .. }) => e,
             _ => gpucap_core::budget::LayoutError::Size {
                 bytes: st.st_size as usize,
             },

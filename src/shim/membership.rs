@@ -1,12 +1,12 @@
 //! This process's membership of its pool (`GPUCAP_POOL`): joined once CUDA is up,
-//! given back at exit, dropped in a forked child (which joins as its own member when
-//! it uses CUDA). Over `gpucap-pool-file`; no driver calls (the caller passes each
-//! visible GPU's UUID and cap).
+//! given back at exit, dropped in a forked child, which joins as its own member at its
+//! first driver call, `cuInit` or not (see [`orphaned`]). Over `gpucap-pool-file`; no
+//! driver calls (the caller passes each visible GPU's UUID and cap).
 
-use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, Once, OnceLock};
 
-use gpucap_core::budget::{CapMismatch, Member, MemberInfo, WaitNote};
+use gpucap_core::budget::{CapMismatch, Member, MemberInfo, Repair, WaitNote, shares};
 use gpucap_core::config::{Config, PoolSpec};
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -25,6 +25,9 @@ static CURRENT: AtomicUsize = AtomicUsize::new(0);
 /// Set when joining failed: the message, and every later CUDA call fails closed.
 static FAILED: OnceLock<String> = OnceLock::new();
 static JOINING: Mutex<()> = Mutex::new(());
+/// Set in a forked child of a member (its parent's membership dropped), until the child
+/// joined as its own member or failed to.
+static ORPHANED: AtomicBool = AtomicBool::new(false);
 static AT_FORK: Once = Once::new();
 
 /// The pool this process charges, if it joined one.
@@ -49,6 +52,23 @@ pub fn failed() -> Option<&'static str> {
     FAILED.get().map(String::as_str)
 }
 
+/// Whether this process is a forked child of a pool member that has not joined the
+/// pool itself yet: its next driver call must join (or fail closed) first, whether or
+/// not it calls `cuInit` (the driver may let a child use the context it inherited), so
+/// that nothing it allocates is counted outside the pool. One load.
+#[inline]
+pub fn orphaned() -> bool {
+    ORPHANED.load(Acquire)
+}
+
+/// Joining cannot even be tried (the driver would not say which GPUs there are):
+/// kept as [`join`]'s errors are, so every later CUDA call fails closed.
+pub fn fail(message: String) -> &'static str {
+    let _ = FAILED.set(message);
+    ORPHANED.store(false, Release);
+    failed().unwrap_or_default()
+}
+
 /// What one visible GPU is held to.
 pub struct Gpu {
     pub uuid: [u8; 16],
@@ -70,10 +90,7 @@ pub fn join(config: &Config, gpus: &[Gpu]) -> Result<(), &'static str> {
     }
     match join_now(spec, config, gpus) {
         Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = FAILED.set(format!("gpucap: cannot join the pool {spec}: {e}"));
-            Err(failed().unwrap_or_default())
-        }
+        Err(e) => Err(fail(format!("gpucap: cannot join the pool {spec}: {e}"))),
     }
 }
 
@@ -86,7 +103,8 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     let file: &'static PoolFile = Box::leak(Box::new(gpucap_pool_file::open_member(&path)?));
     let member = Member::join(file.pool, &file.locks, &own_info())
         .map_err(|e| format!("{}: {e}", path.display()))?
-        .waiting(config.wait, wait_note);
+        .waiting(config.wait, wait_note)
+        .noting(repair_note);
     for (ordinal, gpu) in gpus.iter().enumerate() {
         if let Err(e) = member.register_gpu(ordinal, &gpu.uuid, gpu.cap) {
             member.leave();
@@ -105,6 +123,13 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
             });
         }
     }
+    let uuids: Vec<[u8; 16]> = gpus.iter().map(|g| g.uuid).collect();
+    for (ordinal, gpu) in gpus.iter().enumerate() {
+        if let Err(e) = claim_share(&member, config, ordinal, &uuids, gpu.cap) {
+            member.leave();
+            return Err(format!("{}: GPU {ordinal}: {e}", path.display()));
+        }
+    }
     if MEMBERS[index].set(Joined { file, member }).is_err() {
         return Err("joined twice".into());
     }
@@ -113,7 +138,26 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         libc::pthread_atfork(None, None, Some(forget_in_child));
     });
     CURRENT.store(index + 1, Release);
+    ORPHANED.store(false, Release);
     Ok(())
+}
+
+/// Claims this process's guarantee and ceiling (`GPUCAP_GUARANTEE`, `GPUCAP_CEILING`)
+/// on GPU `ordinal` of the pool, if it has either: checked against the pool's `cap`,
+/// then admitted (or waited for, with `GPUCAP_WAIT`) among the live members'.
+fn claim_share(
+    member: &Member<'_>,
+    config: &Config,
+    ordinal: usize,
+    uuids: &[[u8; 16]],
+    cap: Option<u64>,
+) -> Result<(), String> {
+    let (guarantee, ceiling) = gpucap_core::config::shares_for(config, ordinal, uuids, cap)?;
+    if guarantee.is_none() && ceiling.is_none() {
+        return Ok(());
+    }
+    let share = shares::check(cap, guarantee.unwrap_or(0), ceiling).map_err(|e| e.to_string())?;
+    member.claim(ordinal, share).map_err(|e| e.to_string())
 }
 
 /// What the other members and `gpucap status` see of this process.
@@ -136,14 +180,16 @@ fn own_info() -> MemberInfo {
 
 /// In a forked child: the parent's membership is the parent's. The child drops its
 /// copy of the file's descriptor (the mapping is not inherited: `MADV_DONTFORK`), so
-/// the parent's death still frees its slot, and joins on its own when it initialises
-/// CUDA. Nothing reads the parent's membership in the child: `current()` is None.
+/// the parent's death still frees its slot, and joins on its own at its first driver
+/// call ([`orphaned`]). Nothing reads the parent's membership in the child: `current()`
+/// is None.
 extern "C" fn forget_in_child() {
     let i = CURRENT.swap(0, AcqRel);
-    if i > 0
-        && let Some(j) = MEMBERS.get(i - 1).and_then(OnceLock::get)
-    {
-        j.file.locks.forget_in_child();
+    if i > 0 {
+        ORPHANED.store(true, Release);
+        if let Some(j) = MEMBERS.get(i - 1).and_then(OnceLock::get) {
+            j.file.locks.forget_in_child();
+        }
     }
 }
 
@@ -152,6 +198,12 @@ pub fn leave() {
     if let Some(m) = current() {
         m.leave();
     }
+}
+
+/// An impossible word of the pool file, found and repaired: one line at warn level.
+fn repair_note(r: &Repair) {
+    use crate::log::log;
+    log!(Warn, "{r}");
 }
 
 /// A wait for memory (`GPUCAP_WAIT`), said at warn level: when it starts and how it ended.

@@ -3,9 +3,9 @@
 //! library itself lives. Runs on the `dlsym` path: no allocation, no locks, no
 //! environment; state is lazily set atomics.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*};
 
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
@@ -144,8 +144,78 @@ pub fn remember_library(nvml: bool, handle: *mut c_void) {
 
 /// Whether `p` is in this library (one of our exports), asked of the loader: a
 /// driver lookup must never come back to a hook. Only on first resolution of a name.
+/// By this library's mapped range where glibc can say it (a comparison); else by
+/// `dladdr` on both addresses, which searches the object's symbols (thousands of
+/// instructions each, and a driver resolves dozens of names on first use).
 fn is_ours(p: *mut c_void) -> bool {
-    !p.is_null() && object_of(p).is_some_and(|o| Some(o) == object_of(is_ours as *mut c_void))
+    if p.is_null() {
+        return false;
+    }
+    if let Some((start, end)) = own_range() {
+        return (start..end).contains(&(p as usize));
+    }
+    object_of(p).is_some_and(|o| Some(o) == object_of(is_ours as *mut c_void))
+}
+
+/// This library's mapped range `[start, end)`, once found; `OWN_END` is 0 until then.
+static OWN_START: AtomicUsize = AtomicUsize::new(0);
+static OWN_END: AtomicUsize = AtomicUsize::new(0);
+/// Set once the range was looked for, found or not (not: glibc before 2.35).
+static OWN_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// glibc's `struct dl_find_object` (2.35+), with room to spare for later fields.
+#[repr(C)]
+struct DlFindObject {
+    flags: u64,
+    map_start: *mut c_void,
+    map_end: *mut c_void,
+    link_map: *mut c_void,
+    eh_frame: *mut c_void,
+    reserved: [u64; 16],
+}
+
+type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
+
+/// This library's mapped range, by glibc's `_dl_find_object` (lock-free, no symbol
+/// search; looked up at run time, so an older glibc still loads this library).
+fn own_range() -> Option<(usize, usize)> {
+    let end = OWN_END.load(Acquire);
+    if end != 0 {
+        return Some((OWN_START.load(Relaxed), end));
+    }
+    if OWN_ASKED.load(Acquire) {
+        return None;
+    }
+    let found = find_own_range();
+    if let Some((start, end)) = found {
+        OWN_START.store(start, Relaxed);
+        OWN_END.store(end, Release);
+    }
+    OWN_ASKED.store(true, Release);
+    found
+}
+
+fn find_own_range() -> Option<(usize, usize)> {
+    let dlsym = real_dlsym()?;
+    // SAFETY: glibc's dlsym with a constant NUL-terminated name.
+    let f = unsafe { dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: glibc's `_dl_find_object`, whose C signature FindObject is.
+    let find = unsafe { std::mem::transmute::<*mut c_void, FindObject>(f) };
+    let mut o = DlFindObject {
+        flags: 0,
+        map_start: null_mut(),
+        map_end: null_mut(),
+        link_map: null_mut(),
+        eh_frame: null_mut(),
+        reserved: [0; 16],
+    };
+    // SAFETY: an address of this library's code and a writable result of glibc's layout.
+    let rc = unsafe { find(is_ours as *mut c_void, &mut o) };
+    let (start, end) = (o.map_start as usize, o.map_end as usize);
+    (rc == 0 && start < end).then_some((start, end))
 }
 
 /// The base address of the loaded object that holds `p`.

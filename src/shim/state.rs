@@ -184,9 +184,10 @@ impl Shim {
     /// the driver counts them as used).
     pub fn mem_info(&self, device: usize, free: u64, total: u64, retained: u64) -> (u64, u64) {
         // In a pool, the pool's figures: what every member holds counts against the cap.
-        let pooled = crate::membership::current().and_then(|m| m.usage(device));
+        // A member with a guarantee or a ceiling: what it could reserve now, of its ceiling.
+        let pooled = crate::membership::current().and_then(|m| m.room(device));
         let (free, total) = match (pooled, self.ledger.usage(device)) {
-            (Some((used, Some(cap), _)), _) => (free.min(cap.saturating_sub(used)), total.min(cap)),
+            (Some((room, Some(cap))), _) => (free.min(room), total.min(cap)),
             (None, Some(u)) if u.cap != NO_CAP => (free.min(u.headroom()), total.min(u.cap)),
             _ => (free, total),
         };
@@ -438,6 +439,16 @@ pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> S
         Refusal::Pool(p) if p.left => format!(
             "refused {api} of {} on GPU {device}: the process already left its pool (it is exiting)",
             format_bytes(bytes)
+        ),
+        Refusal::Pool(p) if p.ceiling.is_some() => format!(
+            "refused {api} of {} on GPU {device}: {} of this process's {} ceiling in use \
+             (GPUCAP_CEILING; the pool {} has {} of {} in use)",
+            format_bytes(bytes),
+            format_bytes(p.own),
+            format_bytes(p.ceiling.unwrap_or_default()),
+            crate::membership::path().map_or("?".into(), |p| p.display().to_string()),
+            format_bytes(p.used),
+            format_bytes(p.cap),
         ),
         Refusal::Pool(p) => format!(
             "refused {api} of {} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process (pool {}){}",

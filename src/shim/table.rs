@@ -39,11 +39,20 @@ impl Hook {
     }
 
     /// The driver's function, resolved on first use.
+    #[inline(always)]
     pub fn real(&self) -> *mut c_void {
         let p = self.real.load(Acquire);
         if !p.is_null() {
             return p;
         }
+        self.resolve()
+    }
+
+    /// The first use: looks the driver's function up. Out of line, so that every hook's
+    /// frame is that of its own path, not of the lookup's.
+    #[cold]
+    #[inline(never)]
+    fn resolve(&self) -> *mut c_void {
         let found = driver_symbol(self.name);
         self.learn(found);
         self.real.load(Acquire)

@@ -2,7 +2,7 @@
  * pool_churn: threads allocating and freeing random sizes on GPU 0, to hammer a
  * pool shared by several processes.
  *
- *   pool_churn THREADS OPS MAXSIZE [READY GO]
+ *   pool_churn THREADS OPS MAXSIZE [READY GO [GUARANTEE]]
  *
  * With READY and GO, the process creates READY once its context exists and waits
  * (up to 60 s) for GO before churning: contexts are charged too, and a context
@@ -11,6 +11,12 @@
  * refusals are counted, any other error is fatal) or free one of its blocks; at the
  * end it frees everything it holds. Prints "churn ok=N refused=M". Exit 3 on an
  * unexpected error.
+ *
+ * With GUARANTEE (the process's GPUCAP_GUARANTEE in bytes), a quarter of the requests
+ * fit in what the process's threads hold below it, and a refusal that could only
+ * break the guarantee is counted: one made while no other thread of the process was
+ * allocating (so the process held at most what it held when the request started) and
+ * for no more than the guarantee left then. Also prints "checked=C broken=B".
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -24,6 +30,8 @@ static CUcontext g_ctx;
 static long g_ops;
 static size_t g_max;
 static long g_ok, g_refused;
+static size_t g_guarantee;
+static long g_seq, g_inflight, g_held, g_checked, g_broken;
 static volatile int g_failed;
 
 #define HELD 64
@@ -31,6 +39,7 @@ static volatile int g_failed;
 static void *worker(void *arg) {
     unsigned long long seed = (unsigned long long)(size_t)arg * 0x9E3779B97F4A7C15ull ^ (unsigned long long)getpid();
     CUdeviceptr held[HELD];
+    size_t held_size[HELD];
     int n = 0;
     long ok = 0, refused = 0;
     if (cuCtxSetCurrent(g_ctx) != CUDA_SUCCESS) {
@@ -41,26 +50,49 @@ static void *worker(void *arg) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         if (n == 0 || (n < HELD && (seed >> 62) != 0)) {
             size_t size = 1 + (size_t)((seed >> 20) % g_max);
+            __atomic_fetch_add(&g_inflight, 1, __ATOMIC_SEQ_CST);
+            long s0 = __atomic_add_fetch(&g_seq, 1, __ATOMIC_SEQ_CST);
+            int alone = __atomic_load_n(&g_inflight, __ATOMIC_SEQ_CST) == 1;
+            size_t held0 = (size_t)__atomic_load_n(&g_held, __ATOMIC_SEQ_CST);
+            if (g_guarantee > held0 && (seed >> 8) % 4 == 0)
+                size = 1 + (size_t)((seed >> 24) % (g_guarantee - held0));
             CUdeviceptr d = 0;
             CUresult rc = cuMemAlloc_v2(&d, size);
+            /* No other thread of this process reserved during the request: it held at
+             * most held0, so a request within the guarantee left must be served. */
+            int strict = alone && __atomic_load_n(&g_seq, __ATOMIC_SEQ_CST) == s0 &&
+                         held0 + size <= g_guarantee;
+            if (strict) __atomic_fetch_add(&g_checked, 1, __ATOMIC_RELAXED);
             if (rc == CUDA_SUCCESS) {
+                __atomic_fetch_add(&g_held, (long)size, __ATOMIC_SEQ_CST);
+                held_size[n] = size;
                 held[n++] = d;
                 ok++;
             } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
                 refused++;
+                if (strict) {
+                    __atomic_fetch_add(&g_broken, 1, __ATOMIC_RELAXED);
+                    fprintf(stderr, "guarantee broken: %zu refused holding %zu of %zu\n", size, held0, g_guarantee);
+                }
             } else {
                 fprintf(stderr, "cuMemAlloc_v2: %d\n", rc);
                 g_failed = 1;
+                __atomic_fetch_sub(&g_inflight, 1, __ATOMIC_SEQ_CST);
                 break;
             }
+            __atomic_fetch_sub(&g_inflight, 1, __ATOMIC_SEQ_CST);
         } else {
             int k = (int)((seed >> 33) % (unsigned long long)n);
             if (cuMemFree_v2(held[k]) != CUDA_SUCCESS) g_failed = 1;
+            __atomic_fetch_sub(&g_held, (long)held_size[k], __ATOMIC_SEQ_CST);
+            held_size[k] = held_size[n - 1];
             held[k] = held[--n];
         }
     }
     while (n > 0) {
-        if (cuMemFree_v2(held[--n]) != CUDA_SUCCESS) g_failed = 1;
+        n--;
+        if (cuMemFree_v2(held[n]) != CUDA_SUCCESS) g_failed = 1;
+        __atomic_fetch_sub(&g_held, (long)held_size[n], __ATOMIC_SEQ_CST);
     }
     __atomic_fetch_add(&g_ok, ok, __ATOMIC_RELAXED);
     __atomic_fetch_add(&g_refused, refused, __ATOMIC_RELAXED);
@@ -69,13 +101,14 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 4 && argc != 6) {
-        fprintf(stderr, "usage: pool_churn THREADS OPS MAXSIZE [READY GO]\n");
+    if (argc != 4 && argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: pool_churn THREADS OPS MAXSIZE [READY GO [GUARANTEE]]\n");
         return 3;
     }
     int threads = atoi(argv[1]);
     g_ops = atol(argv[2]);
     g_max = parse_size(argv[3]);
+    if (argc == 7) g_guarantee = parse_size(argv[6]);
     CUresult rc = cuInit(0);
     if (rc != CUDA_SUCCESS) {
         printf("cuInit %d\n", rc);
@@ -84,7 +117,7 @@ int main(int argc, char **argv) {
     CUdevice dev;
     MUST(cuDeviceGet(&dev, 0));
     MUST(cuDevicePrimaryCtxRetain(&g_ctx, dev));
-    if (argc == 6) {
+    if (argc >= 6) {
         int fd = open(argv[4], O_CREAT | O_WRONLY, 0644);
         if (fd >= 0) close(fd);
         struct timespec ts = {0, 5 * 1000 * 1000};
@@ -95,5 +128,6 @@ int main(int argc, char **argv) {
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)(size_t)(i + 1));
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
     printf("churn ok=%ld refused=%ld\n", g_ok, g_refused);
+    if (g_guarantee) printf("checked=%ld broken=%ld\n", g_checked, g_broken);
     return g_failed ? 3 : 0;
 }

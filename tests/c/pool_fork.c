@@ -8,7 +8,12 @@
  *   cuda   the child uses CUDA itself: cuInit, a context, then allocates 300 MiB and
  *          200 MiB, printing "child alloc SIZE rc" for each, and exits;
  *   sleep  the child never uses CUDA and sleeps until killed (it keeps the parent's
- *          open files, as children of servers do).
+ *          open files, as children of servers do);
+ *   nocuinit  the child allocates 300 MiB without cuInit, in the context it inherited
+ *          (the fake lets it; a real driver usually refuses), printing "child alloc
+ *          300 rc", creates READY and waits for GO before it exits;
+ *   nocuinit_late  the same, but the parent creates READY and waits for GO before it
+ *          forks (the test changes the pool's directory meanwhile).
  * or, without forking:
  *   exec   the process execs READY (a program) with GO as its one argument: the new
  *          image starts afresh, with the 600 MiB of the old one gone.
@@ -51,6 +56,10 @@ int main(int argc, char **argv) {
         perror("execl");
         return 3;
     }
+    if (strcmp(mode, "nocuinit_late") == 0) {
+        touch(argv[2]);
+        wait_for(argv[3]);
+    }
     pid_t child = fork();
     if (child == 0) {
         if (strcmp(mode, "exit") == 0) exit(0);
@@ -62,6 +71,13 @@ int main(int argc, char **argv) {
             CUdeviceptr a, b;
             printf("child alloc 300 %d\n", cuMemAlloc_v2(&a, 300 * MIB));
             printf("child alloc 200 %d\n", cuMemAlloc_v2(&b, 200 * MIB));
+            exit(0);
+        }
+        if (strncmp(mode, "nocuinit", 8) == 0) {
+            CUdeviceptr a;
+            printf("child alloc 300 %d\n", cuMemAlloc_v2(&a, 300 * MIB));
+            touch(argv[2]);
+            wait_for(argv[3]);
             exit(0);
         }
         for (;;) pause();

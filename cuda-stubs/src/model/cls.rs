@@ -1,5 +1,5 @@
 //! Context-local storage: the values NVIDIA's cudart keeps per context through the private
-//! table `c693336e-…` (api/export_tables.rs): `(context, key) -> value`, each with an
+//! table `c693336e-…` (api/export_tables/context.rs): `(context, key) -> value`, each with an
 //! optional destructor the driver calls when the context ends (cudart frees its per-context
 //! state there, e.g. at `cudaDeviceReset`).
 

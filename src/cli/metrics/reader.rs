@@ -111,7 +111,7 @@ impl Reader {
 
     /// The names of the pool files in this user's pool directory, sorted: regular
     /// files `NAME.pool` whose NAME is a valid pool name (a file being made is
-    /// `.NAME.PID.new`).
+    /// `.NAME.PID.RANDOM.new`).
     fn list(&self) -> Result<Vec<String>, String> {
         let dir = match self.user_dir().map_err(|e| format!("gpucap: --all: {e}"))? {
             Located::NotYet(_) => return Ok(Vec::new()),

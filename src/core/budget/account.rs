@@ -7,17 +7,70 @@
 //! (its slot's kernel lock can be taken) writes the same values again and frees the
 //! word lock, so a member killed at any instruction leaves the pool consistent and
 //! blocks nobody for longer than it takes to notice (a few milliseconds).
+//!
+//! Threads of one process pass an in-process gate per GPU first, so while a thread
+//! holds the gate no other thread of its process holds the word: a word naming this
+//! process's own slot then is impossible (a stale or forged word) and is repaired. A
+//! member that finds the word held sleeps on it (a futex on the shared word, the same
+//! `MemberLocks::sleep_on` the waits for memory use), looking every [`RECHECK`] whether
+//! the holder died: a stopped holder costs the others no processor time.
 
 use std::fmt;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::time::Duration;
 
 use super::layout::*;
-use super::member::Member;
+use super::member::{Member, members_hold};
 
-/// Spins on a held GPU lock before yielding the processor.
+/// Spins on a held gate or word lock before going to sleep on it.
 const SPINS: u32 = 64;
-/// Yields between two checks of whether the holder still lives.
-const YIELDS_PER_CHECK: u32 = 16;
+/// The longest a member sleeps on a held word lock before it asks whether the holder
+/// still lives (a killed holder wakes nobody).
+pub(super) const RECHECK: Duration = Duration::from_millis(10);
+
+/// A word of the pool file that could not be, found and repaired (for the shim's log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repair {
+    /// GPU entry `gpu`'s word lock named no member that could hold it (`word`): freed.
+    Lock { gpu: usize, word: u64 },
+    /// GPU entry `gpu`'s `used` said `found`, its members hold `members`: recounted.
+    Used {
+        gpu: usize,
+        found: u64,
+        members: u64,
+    },
+    /// GPU entry `gpu`'s cap word said `found` (encoded), this member holds it to
+    /// `ours`: written back.
+    Cap { gpu: usize, found: u64, ours: u64 },
+}
+
+impl fmt::Display for Repair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Repair::Lock { gpu, word } => write!(
+                f,
+                "the pool file's word lock of GPU entry {gpu} held {word:#x}, which no live \
+                 member can hold: freed it"
+            ),
+            Repair::Used {
+                gpu,
+                found,
+                members,
+            } => write!(
+                f,
+                "the pool file said {found} bytes in use on GPU entry {gpu}, its members hold \
+                 {members}: recounted (another process wrote the pool file?)"
+            ),
+            Repair::Cap { gpu, found, ours } => write!(
+                f,
+                "the pool file's cap word of GPU entry {gpu} said {:?}, its live members hold \
+                 it to {:?}: written back (another process wrote the pool file?)",
+                decode_cap(found).flatten(),
+                decode_cap(ours).flatten()
+            ),
+        }
+    }
+}
 
 /// A reservation the pool's cap does not allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +85,8 @@ pub struct PoolRefusal {
     pub left: bool,
     /// How long the request waited for memory first (`GPUCAP_WAIT`), in ms.
     pub waited_ms: u64,
+    /// Set when the member's own ceiling (`GPUCAP_CEILING`) refused it, not the pool.
+    pub ceiling: Option<u64>,
 }
 
 impl fmt::Display for PoolRefusal {
@@ -63,28 +118,43 @@ impl Member<'_> {
                 own: 0,
                 left: true,
                 waited_ms: 0,
+                ceiling: None,
             });
         }
-        let cap = decode_cap(self.w.gpu(g, G_CAP).load(Relaxed))
+        // The cap this member registered, kept in its own memory: a cap word another
+        // process zeroed or raised does not uncap it.
+        let cap = decode_cap(self.caps[g].load(Relaxed))
             .flatten()
             .unwrap_or(u64::MAX);
-        let mut swept = false;
+        let (mut swept, mut recounted) = (false, false);
+        // At most three turns: again after taking back the dead, again after a recount.
         loop {
             let done = self.change(g, self.slot, |pool, own| {
-                if self.queue_first(g) {
-                    return None; // waiters first, in order
+                if self.queue_first(g) || pool < own {
+                    return None; // waiters first, in order; or a `used` that cannot be
                 }
-                let new = pool.checked_add(bytes).filter(|&n| n <= cap)?;
+                let new = self.fits(g, pool, own, bytes, cap)?;
                 Some((new, own.saturating_add(bytes)))
             });
             if done.is_some() {
                 return Ok(());
+            }
+            if let Some(refusal) = self.past_ceiling(g, bytes) {
+                return Err(refusal); // its own ceiling: no member's free would help
             }
             // Memory a dead member still holds is this request's first: take it back
             // once and try again.
             if !swept && self.sweep() > 0 {
                 swept = true;
                 continue;
+            }
+            // A `used` or cap word that differs from what the members hold: recounted
+            // once, then tried again.
+            if !recounted {
+                recounted = true;
+                if self.recount(g) {
+                    continue;
+                }
             }
             if self.wait.is_some() && bytes <= cap {
                 return self.wait_for(g, device, bytes, cap);
@@ -98,6 +168,7 @@ impl Member<'_> {
                 own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
                 left: false,
                 waited_ms: 0,
+                ceiling: None,
             });
         }
     }
@@ -131,11 +202,52 @@ impl Member<'_> {
         }
     }
 
+    /// What the members' slots hold on GPU entry `g` (see [`members_hold`]).
+    pub(super) fn members_hold(&self, g: usize) -> u64 {
+        members_hold(self.w, self.locks, g)
+    }
+
+    /// Under GPU entry `g`'s word lock: sets its `used` to what the members hold and
+    /// its cap word to this member's cap if either differs (another process wrote the
+    /// file). True if anything changed; each repair is told to the member's note.
+    pub(super) fn recount(&self, g: usize) -> bool {
+        let repairs = self.locked(g, || {
+            let used = self.w.gpu(g, G_USED);
+            let (found, members) = (used.load(Relaxed), self.members_hold(g));
+            let mut out = [None, None];
+            if found != members {
+                used.store(members, Relaxed);
+                out[0] = Some(Repair::Used {
+                    gpu: g,
+                    found,
+                    members,
+                });
+            }
+            let (word, ours) = (self.w.gpu(g, G_CAP), self.caps[g].load(Relaxed));
+            let found = word.load(Relaxed);
+            if ours != 0 && found != ours {
+                word.store(ours, SeqCst);
+                out[1] = Some(Repair::Cap {
+                    gpu: g,
+                    found,
+                    ours,
+                });
+            }
+            out
+        });
+        let mut any = false;
+        for r in repairs.into_iter().flatten() {
+            (self.note)(&r);
+            any = true;
+        }
+        any
+    }
+
     /// Runs `f` holding GPU entry `g`'s word lock (changes that need no journal).
     pub(super) fn locked<R>(&self, g: usize, f: impl FnOnce() -> R) -> R {
         self.lock_gpu(g);
         let r = f();
-        self.w.gpu(g, G_LOCK).store(0, Release);
+        self.unlock_gpu(g);
         r
     }
 
@@ -169,43 +281,172 @@ impl Member<'_> {
                 own_peak.store(new_own, Relaxed);
             }
         }
-        self.w.gpu(g, G_LOCK).store(0, Release);
+        self.unlock_gpu(g);
         result
     }
 
-    /// Takes GPU entry `g`'s word lock. A holder found dead is taken over: its change
-    /// finished from its journal, its share taken back, its slot emptied.
+    /// Takes GPU entry `g`'s word lock (after this process's gate for it). A holder
+    /// found dead is taken over: its change finished from its journal, the lock freed
+    /// (its share is taken back by the next sweep). A word no live member can hold is
+    /// freed. A live holder is waited for asleep on the word.
+    ///
+    /// Bounded by the holder: each turn either takes the lock, frees it from a dead or
+    /// impossible holder, or sleeps at most [`RECHECK`] while a live process holds it
+    /// (a few instructions, unless that process is stopped: then as long as it is).
+    #[inline]
     fn lock_gpu(&self, g: usize) {
+        self.enter_gate(g);
+        let me = self.slot as u64 + 1;
+        if self
+            .w
+            .gpu(g, G_LOCK)
+            .compare_exchange(0, me, Acquire, Relaxed)
+            .is_err()
+        {
+            self.lock_gpu_held(g);
+        }
+    }
+
+    /// [`lock_gpu`](Self::lock_gpu) once the word was found held (this thread holds the
+    /// gate).
+    #[cold]
+    #[inline(never)]
+    fn lock_gpu_held(&self, g: usize) {
         let me = self.slot as u64 + 1;
         let lock = self.w.gpu(g, G_LOCK);
-        let mut waits = 0u32;
+        // After a sleep, taken with the waiting bit: others may sleep on it too.
+        let mut take = me;
+        let mut turns = 0u32;
+        let mut recount = false;
+        // When the holder was last asked after (a system call): at most every RECHECK.
+        let mut asked: Option<std::time::Instant> = None;
         loop {
-            let holder = match lock.compare_exchange_weak(0, me, Acquire, Relaxed) {
-                Ok(_) => return,
+            let word = match lock.compare_exchange_weak(0, take, Acquire, Relaxed) {
+                Ok(_) => break,
                 Err(0) => continue,
-                Err(h) => h,
+                Err(w) => w,
             };
-            waits += 1;
-            if waits < SPINS {
+            let holder = word & LOCK_HOLDER;
+            if holder == 0 || holder > MAX_SLOTS as u64 || holder == me || word >> 17 != 0 {
+                // Nobody can hold this: no slot, or this process's own (its threads
+                // are behind the gate). Its journal, if any, is finished first.
+                if holder == me {
+                    self.redo(self.slot, g);
+                }
+                if self.release_from(g, word) {
+                    (self.note)(&Repair::Lock { gpu: g, word });
+                }
+                continue;
+            }
+            turns += 1;
+            if turns < SPINS {
                 std::hint::spin_loop();
                 continue;
             }
-            if holder != me && waits.is_multiple_of(YIELDS_PER_CHECK) {
-                let d = (holder - 1) as usize;
-                if d < MAX_SLOTS && self.locks.try_take(d) {
-                    // The holder is dead, and we hold its slot now.
-                    if self.w.slot(d, S_STATE).load(Acquire) == STATE_LIVE {
-                        self.take_back(d);
-                        self.empty(d);
-                    } else if lock.load(Acquire) == holder {
-                        self.redo(d, g);
-                        let _ = lock.compare_exchange(holder, 0, Release, Relaxed);
-                    }
-                    self.locks.give_back(d);
-                    continue;
-                }
+            let d = (holder - 1) as usize;
+            let ask = asked.is_none_or(|t| t.elapsed() >= RECHECK);
+            if ask {
+                asked = Some(std::time::Instant::now());
             }
-            std::thread::yield_now();
+            if ask && self.locks.try_take(d) {
+                // The holder is dead, and we hold its slot's kernel lock now.
+                if lock.load(Acquire) == word {
+                    self.redo(d, g);
+                    self.release_from(g, word);
+                    recount = true; // it may have died inside the ticket step
+                }
+                self.locks.give_back(d);
+                continue;
+            }
+            if word & LOCK_WAITING == 0
+                && lock
+                    .compare_exchange(word, word | LOCK_WAITING, Relaxed, Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            self.stamp_since(g, holder);
+            self.locks.sleep_on(lock, word | LOCK_WAITING, RECHECK);
+            take = me | LOCK_WAITING;
+        }
+        if recount {
+            self.count_waiters(g);
+        }
+    }
+
+    /// Gives back GPU entry `g`'s word lock and this process's gate for it.
+    #[inline]
+    fn unlock_gpu(&self, g: usize) {
+        let lock = self.w.gpu(g, G_LOCK);
+        if lock.swap(0, Release) & LOCK_WAITING != 0 {
+            self.wake_lock_sleepers(g);
+        }
+        self.leave_gate(g);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_lock_sleepers(&self, g: usize) {
+        self.w.gpu(g, G_LOCK_SINCE).store(0, Relaxed);
+        self.locks.wake(self.w.gpu(g, G_LOCK));
+    }
+
+    /// Frees GPU entry `g`'s word lock if it still holds `word` (a dead or impossible
+    /// holder's), waking whoever sleeps on it. True if this call freed it.
+    pub(super) fn release_from(&self, g: usize, word: u64) -> bool {
+        let lock = self.w.gpu(g, G_LOCK);
+        if lock.compare_exchange(word, 0, Release, Relaxed).is_err() {
+            return false;
+        }
+        self.w.gpu(g, G_LOCK_SINCE).store(0, Relaxed);
+        self.locks.wake(lock);
+        true
+    }
+
+    /// Notes since when `holder` keeps this member waiting on GPU entry `g`'s word lock
+    /// (kept if already noted for that holder).
+    fn stamp_since(&self, g: usize, holder: u64) {
+        let since = self.w.gpu(g, G_LOCK_SINCE);
+        let seen = since.load(Relaxed);
+        if seen & LOCK_HOLDER != holder {
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let _ = since.compare_exchange(seen, ms << 16 | holder, Relaxed, Relaxed);
+        }
+    }
+
+    /// This process's gate of GPU entry `g`: one thread at a time goes on to the word
+    /// lock. Bounded like the word lock: the holder is a thread of this live process
+    /// inside a change of a few instructions, or waiting on the word itself.
+    #[inline]
+    fn enter_gate(&self, g: usize) {
+        let gate = &self.gate[g];
+        if gate.compare_exchange(0, 1, Acquire, Relaxed).is_ok() {
+            return;
+        }
+        self.enter_gate_slow(gate);
+    }
+
+    #[cold]
+    fn enter_gate_slow(&self, gate: &AtomicU64) {
+        for _ in 0..SPINS {
+            std::hint::spin_loop();
+            if gate.compare_exchange(0, 1, Acquire, Relaxed).is_ok() {
+                return;
+            }
+        }
+        // 2: taken, and threads sleep on it (the leaver wakes them).
+        while gate.swap(2, Acquire) != 0 {
+            self.locks.sleep_on(gate, 2, RECHECK);
+        }
+    }
+
+    #[inline]
+    fn leave_gate(&self, g: usize) {
+        let gate = &self.gate[g];
+        if gate.swap(0, Release) == 2 {
+            self.locks.wake(gate);
         }
     }
 
@@ -215,6 +456,7 @@ impl Member<'_> {
         let journal = |i| self.w.member_gpu(d, g, i);
         let target = journal(M_JOURNAL).load(Acquire);
         if target == 0 || target > MAX_SLOTS as u64 {
+            journal(M_JOURNAL).store(0, Release); // none, or naming no slot: nothing to redo
             return;
         }
         self.w

@@ -4,21 +4,26 @@
 //! ```text
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid
 //! GPUs     32 x 16    key (UUID folded), UUID, cap, used, peak, lock, refusals, largest refused,
-//!                     waiters, tickets, wake word, waits, wait ms
+//!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
+//!                     least context bytes
 //! members 256 x 240   state, pid, pid namespace, start, generation, command (64 bytes),
 //!                     then per GPU: used, peak, journal (target, pool used, target used), cap,
 //!                     wait ticket
+//! shares   32 x 4     (version 2) per GPU: which slots hold a guarantee (256 bits)
+//!          256 x 32 x 2  per member per GPU: guarantee, ceiling (`GPUCAP_GUARANTEE`,
+//!                     `GPUCAP_CEILING`; 0: none)
 //! ```
 //!
 //! A member slot is live while its owner holds the kernel lock of the slot (see
 //! `member`); a GPU entry's `lock` word holds the slot (+1) of the member changing its
-//! `used`, whose journal says what the change writes.
+//! `used`, whose journal says what the change writes, and [`LOCK_WAITING`] while
+//! another member sleeps on it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 1;
+pub const POOL_VERSION: u64 = 2;
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;
@@ -27,7 +32,12 @@ pub const MAX_SLOTS: usize = 256;
 pub const SLOT_HEAD_WORDS: usize = 16;
 pub const PER_GPU_WORDS: usize = 7;
 pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
-pub const POOL_WORDS: usize = HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + MAX_SLOTS * SLOT_WORDS;
+pub const SHARE_BITS_WORDS: usize = MAX_SLOTS / 64;
+pub const SHARE_WORDS: usize = 2;
+/// Where the shares start (appended in version 2: the words before are version 1's).
+pub const SHARES_AT: usize = HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + MAX_SLOTS * SLOT_WORDS;
+pub const POOL_WORDS: usize =
+    SHARES_AT + MAX_POOL_GPUS * SHARE_BITS_WORDS + MAX_SLOTS * MAX_POOL_GPUS * SHARE_WORDS;
 pub const POOL_FILE_BYTES: usize = POOL_WORDS * 8;
 pub const COMMAND_BYTES: usize = 64;
 
@@ -54,6 +64,10 @@ pub const G_PEAK: usize = 5;
 pub const G_LOCK: usize = 6;
 pub const G_REFUSALS: usize = 7;
 pub const G_LARGEST_REFUSED: usize = 8;
+/// The least a context measured on this GPU by any member took, stored inverted (`!bytes`;
+/// 0: none yet): a member reserves it before the driver makes its own first context
+/// there, so that a context the pool cannot take is refused before it is made.
+pub const G_CONTEXT_BYTES: usize = 15;
 /// How many members wait for memory on this GPU (`GPUCAP_WAIT`): a hint read on the
 /// way of every credit (0: nobody to wake), recounted when a dead member is taken back.
 pub const G_WAITERS: usize = 9;
@@ -64,6 +78,15 @@ pub const G_WAIT_SEQ: usize = 11;
 /// Waits that ended (served or timed out), and their total time in milliseconds.
 pub const G_WAITS: usize = 12;
 pub const G_WAIT_MS: usize = 13;
+/// Since when the word lock's holder has kept a member waiting: the holder (+1) in the
+/// low 16 bits, ms since the Unix epoch above them (0: nobody waited for this holder).
+/// Written by the first member that goes to sleep on the lock, never by a holder.
+pub const G_LOCK_SINCE: usize = 14;
+
+/// The `lock` word: the holder's slot (+1) in the low 16 bits, and this bit while a
+/// member sleeps on the word (its release then wakes them).
+pub const LOCK_HOLDER: u64 = 0xffff;
+pub const LOCK_WAITING: u64 = 1 << 16;
 
 // Member slot words.
 pub const S_STATE: usize = 0;
@@ -84,6 +107,10 @@ pub const M_JOURNAL_OWN: usize = 4;
 pub const M_CAP: usize = 5;
 /// The ticket this member waits with on the GPU (0: not waiting).
 pub const M_WAIT: usize = 6;
+
+// Share words, per member per GPU.
+pub const SH_GUARANTEE: usize = 0;
+pub const SH_CEILING: usize = 1;
 
 pub const STATE_EMPTY: u64 = 0;
 pub const STATE_LIVE: u64 = 1;
@@ -200,14 +227,16 @@ impl<'a> Words<'a> {
                 found: magic.to_le_bytes(),
             });
         }
+        // Before the length: another version may have another length.
+        if let Some(version) = first(H_VERSION)
+            && version != POOL_VERSION
+        {
+            return Err(LayoutError::Version { found: version });
+        }
         if words.len() < HEADER_WORDS {
             return Err(LayoutError::Size {
                 bytes: words.len() * 8,
             });
-        }
-        let version = words[H_VERSION].load(Relaxed);
-        if version != POOL_VERSION {
-            return Err(LayoutError::Version { found: version });
         }
         if words.len() != POOL_WORDS {
             return Err(LayoutError::Size {
@@ -229,7 +258,7 @@ impl<'a> Words<'a> {
         for g in 0..MAX_POOL_GPUS {
             let key = w.gpu(g, G_KEY).load(Relaxed);
             let lock = w.gpu(g, G_LOCK).load(Relaxed);
-            if lock > MAX_SLOTS as u64 {
+            if lock & !LOCK_WAITING > MAX_SLOTS as u64 {
                 return corrupt(format!(
                     "GPU entry {g} is locked by member {lock}, past {MAX_SLOTS}"
                 ));
@@ -269,6 +298,26 @@ impl<'a> Words<'a> {
 
     pub fn member_gpu(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
         self.slot(s, SLOT_HEAD_WORDS + g * PER_GPU_WORDS + i)
+    }
+
+    /// Word `k` of GPU entry `g`'s bits of the slots that hold a guarantee.
+    pub fn share_bits(&self, g: usize, k: usize) -> &'a AtomicU64 {
+        &self.0[SHARES_AT + g * SHARE_BITS_WORDS + k]
+    }
+
+    /// GPU entry `g`'s bits of the slots that hold a guarantee, all words at once.
+    #[inline]
+    pub fn share_bits_all(&self, g: usize) -> Option<&'a [AtomicU64; SHARE_BITS_WORDS]> {
+        let at = SHARES_AT + g * SHARE_BITS_WORDS;
+        self.0.get(at..at + SHARE_BITS_WORDS)?.try_into().ok()
+    }
+
+    /// Slot `s`'s share word `i` for GPU entry `g`.
+    pub fn share(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
+        &self.0[SHARES_AT
+            + MAX_POOL_GPUS * SHARE_BITS_WORDS
+            + (s * MAX_POOL_GPUS + g) * SHARE_WORDS
+            + i]
     }
 
     pub fn uuid(&self, g: usize) -> [u8; 16] {

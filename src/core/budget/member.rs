@@ -8,7 +8,7 @@
 //! journal), returns its bytes to the pool and empties the slot.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
 use super::layout::*;
 use crate::config::MAX_DEVICES;
@@ -39,6 +39,20 @@ pub trait MemberLocks: Sync {
     fn give_back(&self, s: usize);
     /// Whether a live process (this one included) holds slot `s`'s lock. Changes nothing.
     fn held(&self, s: usize) -> bool;
+}
+
+/// What the members' slots hold on GPU entry `g`: what its `used` must say whenever no
+/// change is in flight. A live slot counts (its owner dead or not: its share is in
+/// `used` until taken back), and so does a slot marked empty whose kernel lock a live
+/// process holds (a state word another process cleared: its owner's bytes are real).
+pub(super) fn members_hold(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> u64 {
+    (0..MAX_SLOTS)
+        .filter_map(|s| {
+            let used = w.member_gpu(s, g, M_USED).load(Acquire);
+            (used != 0 && (w.slot(s, S_STATE).load(Acquire) == STATE_LIVE || locks.held(s)))
+                .then_some(used)
+        })
+        .fold(0u64, u64::saturating_add)
 }
 
 /// A checked pool file.
@@ -129,7 +143,17 @@ pub struct Member<'a> {
     pub(super) wait: Option<Waiting>,
     /// One waiting thread per GPU of this process at a time; the others queue here.
     pub(super) wait_turn: [std::sync::Mutex<()>; MAX_POOL_GPUS],
+    /// Per GPU entry, the gate a thread of this process passes before its word lock
+    /// (0 free, 1 taken, 2 taken with threads asleep on it).
+    pub(super) gate: [AtomicU64; MAX_POOL_GPUS],
+    /// Per GPU entry, the cap this member registered (encoded as `G_CAP`; 0: none):
+    /// the cap it enforces, whatever the shared cap word says.
+    pub(super) caps: [AtomicU64; MAX_POOL_GPUS],
+    /// Hears of every impossible word found and repaired (see [`Member::noting`]).
+    pub(super) note: fn(&super::Repair),
 }
+
+fn no_note(_: &super::Repair) {}
 
 impl<'a> Member<'a> {
     /// Joins `pool`: takes the first slot whose lock is free, finishing and taking back
@@ -152,9 +176,27 @@ impl<'a> Member<'a> {
                 left: AtomicBool::new(false),
                 wait: None,
                 wait_turn: [const { std::sync::Mutex::new(()) }; MAX_POOL_GPUS],
+                gate: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
+                caps: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
+                note: no_note,
             };
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
                 m.take_back(s);
+            } else {
+                // An empty slot holds nothing: a word lock or a journal naming it, or
+                // bytes in it, are left by no member (a forged or corrupted file).
+                let holder = s as u64 + 1;
+                for g in 0..MAX_POOL_GPUS {
+                    let word = w.gpu(g, G_LOCK).load(Acquire);
+                    if word & LOCK_HOLDER == holder && m.release_from(g, word) {
+                        (m.note)(&super::Repair::Lock { gpu: g, word });
+                    }
+                    w.member_gpu(s, g, M_JOURNAL).store(0, Relaxed);
+                    w.member_gpu(s, g, M_USED).store(0, Relaxed);
+                }
+            }
+            for g in 0..MAX_POOL_GPUS {
+                w.member_gpu(s, g, M_JOURNAL).store(0, Relaxed);
             }
             w.slot(s, S_PID).store(u64::from(info.pid), Relaxed);
             w.slot(s, S_PIDNS).store(info.pid_namespace, Relaxed);
@@ -168,6 +210,13 @@ impl<'a> Member<'a> {
             }
             w.slot(s, S_STATE).store(STATE_LIVE, Release);
             m.sweep();
+            // Tickets of members killed inside the ticket step leave a count no slot
+            // explains: counted again from the live slots' tickets.
+            for g in 0..MAX_POOL_GPUS {
+                if w.gpu(g, G_KEY).load(Acquire) != 0 {
+                    m.recount_waiters(g);
+                }
+            }
             return Ok(m);
         }
         Err(JoinError::Full)
@@ -179,6 +228,13 @@ impl<'a> Member<'a> {
         if !max.is_zero() {
             self.wait = Some((max, note));
         }
+        self
+    }
+
+    /// Every impossible word this member finds and repairs (a word lock no member can
+    /// hold, a `used` or cap word another process changed) is told to `note`.
+    pub fn noting(mut self, note: fn(&super::Repair)) -> Self {
+        self.note = note;
         self
     }
 
@@ -201,39 +257,49 @@ impl<'a> Member<'a> {
         };
         let g = self.entry(uuid).ok_or(CapMismatch::TooManyGpus)?;
         let ours = encode_cap(cap);
-        // Ours first, then the pool's: of two members registering different caps at
+        // Ours first, then the others': of two members registering different caps at
         // once, at least one sees the other (both orders are sequentially consistent).
+        // The live members' own cap words decide, not the shared one: a cap word
+        // another process zeroed does not let a new cap in beside theirs.
         self.w.member_gpu(self.slot, g, M_CAP).store(ours, SeqCst);
         let word = self.w.gpu(g, G_CAP);
         let mut have = word.load(SeqCst);
-        loop {
+        // Bounded: each failed swap means another member registered meanwhile; after
+        // MAX_SLOTS of them the others' caps are known from their slots.
+        for _ in 0..=MAX_SLOTS {
             if have == ours {
                 break;
             }
-            if have != 0 && self.other_live_holder(g, have) {
+            if let Some(theirs) = self.other_live_cap(g, ours) {
                 self.w.member_gpu(self.slot, g, M_CAP).store(0, SeqCst);
                 return Err(CapMismatch::Differs {
                     ours: cap,
-                    pool: decode_cap(have).flatten(),
+                    pool: decode_cap(theirs).flatten(),
                 });
             }
-            // Not set yet, or set by members that are all gone: ours replaces it.
+            // Not set yet, set by members that are all gone, or not what the live
+            // members hold: ours replaces it.
             match word.compare_exchange(have, ours, SeqCst, SeqCst) {
                 Ok(_) => break,
                 Err(now) => have = now,
             }
         }
+        self.caps[g].store(ours, Relaxed);
         slot_of_device.store(g as u32 + 1, Release);
         Ok(())
     }
 
-    /// Whether a live member other than this one holds GPU entry `g` to cap word `cap`.
-    fn other_live_holder(&self, g: usize, cap: u64) -> bool {
-        (0..MAX_SLOTS).any(|s| {
-            s != self.slot
+    /// The cap of a live member other than this one that holds GPU entry `g` to
+    /// another cap than `ours`, if any.
+    fn other_live_cap(&self, g: usize, ours: u64) -> Option<u64> {
+        (0..MAX_SLOTS).find_map(|s| {
+            let theirs = self.w.member_gpu(s, g, M_CAP).load(SeqCst);
+            (s != self.slot
+                && theirs != 0
+                && theirs != ours
                 && self.w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE
-                && self.w.member_gpu(s, g, M_CAP).load(SeqCst) == cap
-                && self.locks.held(s)
+                && self.locks.held(s))
+            .then_some(theirs)
         })
     }
 
@@ -298,23 +364,26 @@ impl<'a> Member<'a> {
     pub(super) fn take_back(&self, d: usize) {
         let holder = d as u64 + 1;
         for g in 0..MAX_POOL_GPUS {
-            let lock = self.w.gpu(g, G_LOCK);
-            if lock.load(Acquire) == holder {
+            let word = self.w.gpu(g, G_LOCK).load(Acquire);
+            if word & LOCK_HOLDER == holder {
                 self.redo(d, g);
-                let _ = lock.compare_exchange(holder, 0, Release, Relaxed);
+                self.release_from(g, word);
             }
         }
         for g in 0..MAX_POOL_GPUS {
             if self.w.member_gpu(d, g, M_USED).load(Acquire) != 0 {
                 self.change(g, d, |pool, own| Some((pool.saturating_sub(own), 0)));
             }
-            if self.w.member_gpu(d, g, M_WAIT).load(Acquire) != 0 {
-                // It died waiting: its ticket goes, the others may be next.
-                self.w.member_gpu(d, g, M_WAIT).store(0, Release);
+            let ticket = self.w.member_gpu(d, g, M_WAIT).swap(0, AcqRel);
+            if ticket != 0 || self.w.gpu(g, G_WAITERS).load(Acquire) != 0 {
+                // It died waiting, or inside the ticket step (the count up, its ticket
+                // not written yet): the count comes from the live tickets again, and
+                // the others may be next.
                 self.recount_waiters(g);
                 self.wake_waiters(g);
             }
         }
+        self.forget_shares(d); // its guarantee returns with its bytes
     }
 
     /// Clears dead slot `d` (its share already taken back).
@@ -324,6 +393,7 @@ impl<'a> Member<'a> {
             self.w.member_gpu(d, g, M_PEAK).store(0, Relaxed);
             self.w.member_gpu(d, g, M_WAIT).store(0, Relaxed);
         }
+        self.forget_shares(d);
         self.w.slot(d, S_STATE).store(STATE_EMPTY, Release);
     }
 
@@ -351,7 +421,7 @@ impl<'a> Member<'a> {
         let g = self.entry_of(device)?;
         Some((
             self.w.gpu(g, G_USED).load(Relaxed),
-            decode_cap(self.w.gpu(g, G_CAP).load(Relaxed)).flatten(),
+            decode_cap(self.caps[g].load(Relaxed)).flatten(),
             self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
         ))
     }
@@ -359,5 +429,27 @@ impl<'a> Member<'a> {
     /// The pool itself, for a view.
     pub fn pool(&self) -> Pool<'a> {
         Pool { w: self.w }
+    }
+
+    /// The least any member measured a context on `device` to take (0: none measured
+    /// yet, or the GPU is not registered): what a member reserves before its first
+    /// context there is made.
+    pub fn context_bytes(&self, device: usize) -> u64 {
+        self.entry_of(device)
+            .map_or(0, |g| match self.w.gpu(g, G_CONTEXT_BYTES).load(Relaxed) {
+                0 => 0,
+                least => !least,
+            })
+    }
+
+    /// A context this member made on `device` took `bytes` (measured). The word keeps
+    /// the least measurement (stored inverted, so that one `fetch_max` keeps it and 0
+    /// stays "none yet"): a measurement is device-wide and others' traffic can only be
+    /// taken out of it where the pool sees it, so a high one must not become what every
+    /// later member reserves and is charged at least.
+    pub fn note_context_bytes(&self, device: usize, bytes: u64) {
+        if let Some(g) = self.entry_of(device) {
+            self.w.gpu(g, G_CONTEXT_BYTES).fetch_max(!bytes, Relaxed);
+        }
     }
 }

@@ -13,22 +13,28 @@
 //! - `account`: reserving and crediting bytes: one step under a per-GPU word lock with a
 //!   redo journal, so a member killed at any instruction leaves nothing half done.
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
+//! - `shares`: guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`,
+//!   `GPUCAP_CEILING`): the policy, pure functions over plain numbers.
+//!   `share_words` keeps them in the pool file's words.
 //! - `view`: a snapshot for `gpucap status`, `gpucap top` and NVML's process list.
 
 mod account;
 mod command;
 mod layout;
 mod member;
+mod share_words;
+pub mod shares;
 mod view;
 mod wait;
 
-pub use account::PoolRefusal;
+pub use account::{PoolRefusal, Repair};
 pub use command::member_command;
 pub use layout::{
     LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
-pub use view::{GpuView, MemberGpuView, MemberView, PoolView};
+pub use share_words::{ClaimRefusal, Holder};
+pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};
 pub use wait::WaitNote;
 
 #[cfg(test)]

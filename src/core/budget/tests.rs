@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use super::layout::*;
 use super::*;
 
+mod shares_in_pool;
+
 /// Kernel locks of the slots, shared by all the "processes" of a test.
 struct Kernel {
     owner: Mutex<[u32; MAX_SLOTS]>,
@@ -113,6 +115,31 @@ fn a_device_not_registered_is_not_charged_to_the_pool() {
     let a = member(pool, proc(k, 1), Some(10));
     a.reserve(3, 1 << 40).unwrap();
     assert_eq!(a.usage(3), None);
+}
+
+#[test]
+fn the_least_context_measured_on_a_gpu_is_known_to_every_member() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    assert_eq!(b.context_bytes(0), 0, "none measured yet");
+    a.note_context_bytes(0, 16);
+    assert_eq!(b.context_bytes(0), 16);
+    b.note_context_bytes(0, 40);
+    assert_eq!(
+        a.context_bytes(0),
+        16,
+        "a higher measurement does not replace it"
+    );
+    b.note_context_bytes(0, 0);
+    assert_eq!(
+        a.context_bytes(0),
+        0,
+        "the least measurement is kept, 0 included"
+    );
+    a.note_context_bytes(0, 16);
+    assert_eq!(b.context_bytes(0), 0);
+    assert_eq!(a.context_bytes(1), 0, "a GPU the pool does not hold");
 }
 
 #[test]
@@ -350,10 +377,18 @@ fn files_of_another_kind_are_clear_errors() {
 
     let w = words();
     Pool::create(w, 1, 0).unwrap();
-    w[H_VERSION].store(2, SeqCst);
+    w[H_VERSION].store(POOL_VERSION + 1, SeqCst);
     let e = Pool::open(w).err().unwrap();
-    assert_eq!(e, LayoutError::Version { found: 2 });
-    assert!(e.to_string().contains("version 2 pool file"), "{e}");
+    assert_eq!(
+        e,
+        LayoutError::Version {
+            found: POOL_VERSION + 1
+        }
+    );
+    assert!(e.to_string().contains("version 3 pool file"), "{e}");
+    // A version 1 file (shorter: no shares) is named as one, not as a short file.
+    let e = Pool::open(&w[..SHARES_AT]).err().unwrap();
+    assert_eq!(e, LayoutError::Version { found: 3 });
 
     let w = words();
     Pool::create(w, 1, 0).unwrap();
@@ -482,4 +517,229 @@ fn a_killed_waiter_does_not_hold_up_the_queue() {
         "the dead ticket was taken back"
     );
     assert_eq!(c.usage(0).unwrap().0, 900);
+}
+
+/// Runs `f` on a thread and fails the test if it has not returned within 10 s (a spin
+/// forever would otherwise hang the test run).
+fn within_10s<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("{what} did not return within 10 s"))
+}
+
+#[test]
+fn a_word_lock_naming_an_empty_slot_is_freed_by_the_slots_next_owner() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.leave();
+    // The file says slot 0 holds GPU entry 0's word lock (with someone asleep on it),
+    // and has a journal in flight, though slot 0 is empty: no member can have left that.
+    pool.w.gpu(0, G_LOCK).store(1 | LOCK_WAITING, SeqCst);
+    pool.w.member_gpu(0, 0, M_JOURNAL_POOL).store(777, SeqCst);
+    pool.w.member_gpu(0, 0, M_JOURNAL).store(1, SeqCst);
+    let b = within_10s("joining slot 0 and reserving", move || {
+        let b = member(pool, proc(k, 2), Some(1000));
+        b.reserve(0, 300).unwrap();
+        b
+    });
+    assert_eq!(b.slot(), 0, "the new member took the slot the word named");
+    assert_eq!(
+        b.usage(0),
+        Some((300, Some(1000), 300)),
+        "the journal was not redone"
+    );
+    assert_eq!(pool.w.gpu(0, G_LOCK).load(SeqCst), 0);
+}
+
+static LOCK_REPAIRS: AtomicU64 = AtomicU64::new(0);
+fn count_lock_repairs(r: &Repair) {
+    if matches!(r, Repair::Lock { .. }) {
+        LOCK_REPAIRS.fetch_add(1, SeqCst);
+    }
+}
+
+#[test]
+fn a_word_lock_no_live_member_can_hold_is_freed_after_joining_too() {
+    let (pool, k) = setup();
+    let a: &'static Member<'static> =
+        leak(member(pool, proc(k, 1), Some(1000)).noting(count_lock_repairs));
+    a.reserve(0, 100).unwrap();
+    // Written by another process while A is a member: A's own slot (A has no change in
+    // flight), a slot past the last, and bits no lock word has.
+    for word in [a.slot() as u64 + 1, MAX_SLOTS as u64 + 5, 1 << 40 | 2] {
+        pool.w.gpu(0, G_LOCK).store(word, SeqCst);
+        within_10s("reserving", move || a.reserve(0, 100).unwrap());
+    }
+    assert_eq!(a.usage(0), Some((400, Some(1000), 400)));
+    assert_eq!(LOCK_REPAIRS.load(SeqCst), 3, "each repair is told");
+}
+
+/// Where a waiter can die inside its ticket step (`wait_for`, under the word lock).
+#[derive(Clone, Copy, Debug)]
+enum TicketCrash {
+    LockTaken,
+    Counted,
+    TicketTaken,
+    TicketWritten,
+}
+
+#[test]
+fn a_waiter_killed_at_any_point_of_its_ticket_step_leaves_no_waiter_behind() {
+    for crash in [
+        TicketCrash::LockTaken,
+        TicketCrash::Counted,
+        TicketCrash::TicketTaken,
+        TicketCrash::TicketWritten,
+    ] {
+        let (pool, k) = setup();
+        let a = member(pool, proc(k, 1), Some(1000));
+        let d = member(pool, proc(k, 2), Some(1000));
+        let b = member(pool, proc(k, 3), Some(1000));
+        a.reserve(0, 800).unwrap();
+        // D plays wait_for's ticket step up to `crash`, then is killed.
+        let (w, s) = (pool.w, d.slot());
+        w.gpu(0, G_LOCK).store(s as u64 + 1, SeqCst);
+        if crash as usize >= 1 {
+            w.gpu(0, G_WAITERS).fetch_add(1, SeqCst);
+        }
+        if crash as usize >= 2 {
+            w.gpu(0, G_TICKET).fetch_add(1, SeqCst);
+        }
+        if crash as usize >= 3 {
+            w.member_gpu(s, 0, M_WAIT).store(1, SeqCst);
+        }
+        k.kill(2);
+        // The next member to find the dead holder frees the lock and counts again.
+        b.reserve(0, 100).unwrap();
+        assert_eq!(w.gpu(0, G_LOCK).load(SeqCst), 0, "{crash:?}");
+        let waiters = w.gpu(0, G_WAITERS).load(SeqCst);
+        let tickets = (0..MAX_SLOTS)
+            .filter(|&s| w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE)
+            .filter(|&s| w.member_gpu(s, 0, M_WAIT).load(SeqCst) != 0)
+            .count() as u64;
+        assert_eq!(
+            waiters, tickets,
+            "the count is the live slots' tickets, {crash:?}"
+        );
+        // Once D's slot is taken back, nobody waits.
+        b.sweep();
+        assert_eq!(w.gpu(0, G_WAITERS).load(SeqCst), 0, "{crash:?}");
+        // A count no slot explains is also counted again by the next joiner.
+        w.gpu(0, G_WAITERS).store(5, SeqCst);
+        let _e = member(pool, proc(k, 4), Some(1000));
+        assert_eq!(w.gpu(0, G_WAITERS).load(SeqCst), 0, "{crash:?}");
+    }
+}
+
+static DRIFT_REPAIRS: AtomicU64 = AtomicU64::new(0);
+fn count_drift_repairs(r: &Repair) {
+    if matches!(r, Repair::Used { .. } | Repair::Cap { .. }) {
+        DRIFT_REPAIRS.fetch_add(1, SeqCst);
+    }
+}
+
+#[test]
+fn a_used_word_another_process_zeroed_is_seen_and_recounted() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000)).noting(count_drift_repairs);
+    a.reserve(0, 600).unwrap();
+    b.reserve(0, 300).unwrap();
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, 0);
+    // Another process of the same user zeroes the pool's count.
+    pool.w.gpu(0, G_USED).store(0, SeqCst);
+    let v = pool.view(proc(k, 99));
+    assert_eq!((v.gpus[0].members_hold, v.gpus[0].drift), (900, -900));
+    // B's next request finds the count below its own share, recounts, and is refused:
+    // 900 + 200 is over the cap.
+    let r = b.reserve(0, 200).unwrap_err();
+    assert_eq!((r.used, r.cap), (900, 1000));
+    assert_eq!(DRIFT_REPAIRS.load(SeqCst), 1, "the recount is told once");
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, 0);
+    // Raised instead: the next refusal finds room after recounting.
+    pool.w.gpu(0, G_USED).store(1000, SeqCst);
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, 100);
+    b.reserve(0, 100).unwrap();
+    assert_eq!(b.usage(0), Some((1000, Some(1000), 400)));
+    assert_eq!(DRIFT_REPAIRS.load(SeqCst), 2);
+}
+
+#[test]
+fn a_cap_word_another_process_zeroed_uncaps_nobody() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.reserve(0, 600).unwrap();
+    pool.w.gpu(0, G_CAP).store(0, SeqCst); // "not set yet"
+    assert!(pool.view(proc(k, 99)).gpus[0].cap_drift);
+    assert!(a.reserve(0, 500).is_err(), "the member keeps its own cap");
+    assert_eq!(
+        pool.w.gpu(0, G_CAP).load(SeqCst),
+        encode_cap(Some(1000)),
+        "the refusal wrote it back"
+    );
+    assert!(!pool.view(proc(k, 99)).gpus[0].cap_drift);
+    // A joiner with another cap is refused though the word said "not set".
+    pool.w.gpu(0, G_CAP).store(0, SeqCst);
+    let b = Member::join(pool, proc(k, 2), &MemberInfo::default()).unwrap();
+    assert_eq!(
+        b.register_gpu(0, &GPU0, None),
+        Err(CapMismatch::Differs {
+            ours: None,
+            pool: Some(1000)
+        })
+    );
+}
+
+#[test]
+fn the_view_shows_who_holds_a_word_lock_and_since_when_others_wait() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = leak(member(pool, proc(k, 2), Some(1000)));
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].lock, None);
+    // A holds the word lock (as if stopped inside a change); B blocks on it.
+    pool.w.gpu(0, G_LOCK).store(a.slot() as u64 + 1, SeqCst);
+    let t = std::thread::spawn(move || b.reserve(0, 10));
+    let start = std::time::Instant::now();
+    let lock = loop {
+        let l = pool.view(proc(k, 99)).gpus[0].lock.clone().unwrap();
+        if l.since_ms.is_some() || start.elapsed().as_secs() > 10 {
+            break l;
+        }
+        std::thread::yield_now();
+    };
+    assert_eq!((lock.slot, lock.pid), (a.slot(), 1));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(lock.since_ms.unwrap().abs_diff(now) < 10_000, "{lock:?}");
+    assert_ne!(
+        pool.w.gpu(0, G_LOCK).load(SeqCst) & LOCK_WAITING,
+        0,
+        "B sleeps on it"
+    );
+    // A's release wakes B.
+    let word = pool.w.gpu(0, G_LOCK).swap(0, SeqCst);
+    assert_ne!(word & LOCK_WAITING, 0);
+    t.join().unwrap().unwrap();
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].lock, None);
+}
+
+#[test]
+fn a_live_members_bytes_count_though_its_state_word_was_cleared() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    a.reserve(0, 600).unwrap();
+    // Another process marks A's slot empty and zeroes `used`: the next refusal's
+    // recount still counts A's 600 (A holds its slot's kernel lock).
+    pool.w.slot(a.slot(), S_STATE).store(STATE_EMPTY, SeqCst);
+    pool.w.gpu(0, G_USED).store(0, SeqCst);
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, -600);
+    b.reserve(0, 300).unwrap();
+    assert_eq!(b.reserve(0, 800).unwrap_err().used, 900);
+    assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, 0);
 }

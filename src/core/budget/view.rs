@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::*;
 use serde::Serialize;
 
 use super::layout::*;
-use super::member::{MemberLocks, Pool};
+use super::member::{MemberLocks, Pool, members_hold};
 use crate::config::format_uuid;
 
 /// One GPU of the pool.
@@ -28,8 +28,31 @@ pub struct GpuView {
     /// Waits that ended (served or timed out), and their total time in milliseconds.
     pub waits: u64,
     pub wait_ms: u64,
+    /// What the members' slots hold on this GPU (live and dead not taken back yet).
+    pub members_hold: u64,
+    /// `used` minus `members_hold`, seen with no change in flight: 0 unless another
+    /// process wrote the file (or a bug). The next refusal recounts it.
+    pub drift: i64,
+    /// True when a live member holds this GPU to another cap than the cap word says
+    /// (another process wrote it; the members keep enforcing their own).
+    pub cap_drift: bool,
+    /// The member holding this GPU's word lock when read (None: free).
+    pub lock: Option<LockView>,
     #[serde(skip)]
     pub raw_uuid: [u8; 16],
+    /// Bytes guaranteed to live members (`GPUCAP_GUARANTEE`), in all.
+    pub guaranteed: u64,
+}
+
+/// Who holds a GPU's word lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockView {
+    pub slot: usize,
+    /// The holder's pid (in its PID namespace), from its slot.
+    pub pid: u32,
+    /// Since when it has kept another member waiting, in ms since the Unix epoch (None:
+    /// nobody has waited for it).
+    pub since_ms: Option<u64>,
 }
 
 /// One member of the pool.
@@ -56,6 +79,12 @@ pub struct MemberGpuView {
     pub peak: u64,
     #[serde(skip)]
     pub raw_uuid: [u8; 16],
+    /// Bytes the pool keeps for the member (`GPUCAP_GUARANTEE`; 0: none).
+    pub guarantee: u64,
+    /// The most it may hold (`GPUCAP_CEILING`); None: the pool's cap.
+    pub ceiling: Option<u64>,
+    /// What it holds above its guarantee: lent by the pool.
+    pub borrowed: u64,
 }
 
 /// The whole pool.
@@ -91,9 +120,25 @@ impl Pool<'_> {
                     waiters: w.gpu(g, G_WAITERS).load(Relaxed),
                     waits: w.gpu(g, G_WAITS).load(Relaxed),
                     wait_ms: w.gpu(g, G_WAIT_MS).load(Relaxed),
+                    members_hold: 0,
+                    drift: 0,
+                    cap_drift: false,
+                    lock: lock_view(w, g),
                     raw_uuid: raw,
+                    guaranteed: 0,
                 },
             ));
+        }
+        for (g, gpu) in gpus.iter_mut() {
+            (gpu.members_hold, gpu.drift) = drift(w, locks, *g);
+            let cap = w.gpu(*g, G_CAP).load(Relaxed);
+            gpu.cap_drift = (0..MAX_SLOTS).any(|s| {
+                let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
+                theirs != 0
+                    && theirs != cap
+                    && w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
+                    && locks.held(s)
+            });
         }
         let mut members = Vec::new();
         for s in 0..MAX_SLOTS {
@@ -109,6 +154,10 @@ impl Pool<'_> {
                 if used == 0 && peak == 0 && cap == 0 {
                     continue;
                 }
+                let guarantee = w.share(s, *g, SH_GUARANTEE).load(Relaxed);
+                if alive {
+                    gpu.guaranteed += guarantee;
+                }
                 if !alive {
                     gpu.held_by_dead += used;
                 }
@@ -117,6 +166,12 @@ impl Pool<'_> {
                     used,
                     peak,
                     raw_uuid: gpu.raw_uuid,
+                    guarantee,
+                    ceiling: match w.share(s, *g, SH_CEILING).load(Relaxed) {
+                        0 | u64::MAX => None,
+                        c => Some(c),
+                    },
+                    borrowed: super::shares::borrowed(guarantee, used),
                 });
             }
             members.push(MemberView {
@@ -136,4 +191,46 @@ impl Pool<'_> {
             members,
         }
     }
+}
+
+/// What the members' slots hold on GPU entry `g`, and `used` minus that. Read with the word
+/// lock free and `used` unchanged around it; a difference counts only if no one of
+/// three readings shows none (a change between two loads is not drift).
+fn drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, i64) {
+    let hold = || members_hold(w, locks, g);
+    let mut last = (0, 0);
+    for _ in 0..3 {
+        let (lock, used) = (
+            w.gpu(g, G_LOCK).load(Acquire),
+            w.gpu(g, G_USED).load(Acquire),
+        );
+        let members = hold();
+        let again = (
+            w.gpu(g, G_LOCK).load(Acquire),
+            w.gpu(g, G_USED).load(Acquire),
+        );
+        let diff = used.wrapping_sub(members) as i64;
+        if diff == 0 {
+            return (members, 0);
+        }
+        if lock == 0 && again == (0, used) {
+            last = (members, diff);
+        }
+    }
+    last
+}
+
+/// Who holds GPU entry `g`'s word lock now, and since when others wait for it.
+fn lock_view(w: Words<'_>, g: usize) -> Option<LockView> {
+    let holder = w.gpu(g, G_LOCK).load(Acquire) & LOCK_HOLDER;
+    if holder == 0 || holder > MAX_SLOTS as u64 {
+        return None;
+    }
+    let slot = holder as usize - 1;
+    let since = w.gpu(g, G_LOCK_SINCE).load(Relaxed);
+    Some(LockView {
+        slot,
+        pid: w.slot(slot, S_PID).load(Relaxed) as u32,
+        since_ms: (since != 0 && since & LOCK_HOLDER == holder).then_some(since >> 16),
+    })
 }

@@ -12,7 +12,7 @@ use super::layout::*;
 use super::member::Member;
 
 /// The longest a waiter sleeps before it looks again (dead members, their tickets).
-const RECHECK: Duration = Duration::from_millis(50);
+const RECHECK_WAIT: Duration = Duration::from_millis(50);
 
 /// What a wait tells the shim (for its log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,7 @@ impl Member<'_> {
             if self.ahead_of(g, ticket) == 0 {
                 let served = self
                     .change(g, self.slot, |pool, own| {
-                        let new = pool.checked_add(bytes).filter(|&n| n <= cap)?;
+                        let new = self.fits(g, pool, own, bytes, cap)?;
                         self.leave_queue(g);
                         Some((new, own.saturating_add(bytes)))
                     })
@@ -108,7 +108,8 @@ impl Member<'_> {
             // Dead members: their memory and their tickets come back.
             self.sweep();
             if word.load(Acquire) == seen {
-                self.locks.sleep_on(word, seen, (max - waited).min(RECHECK));
+                self.locks
+                    .sleep_on(word, seen, (max - waited).min(RECHECK_WAIT));
             }
         }
     }
@@ -150,12 +151,19 @@ impl Member<'_> {
     /// Counts the waiting tickets on GPU entry `g` again (a member died between its
     /// ticket and the count).
     pub(super) fn recount_waiters(&self, g: usize) {
-        self.locked(g, || {
-            let n = (0..MAX_SLOTS)
-                .filter(|&s| self.w.member_gpu(s, g, M_WAIT).load(Acquire) != 0)
-                .count();
-            self.w.gpu(g, G_WAITERS).store(n as u64, Release);
-        });
+        self.locked(g, || self.count_waiters(g));
+    }
+
+    /// Called holding GPU entry `g`'s word lock: the waiters count is the number of
+    /// live slots with a ticket.
+    pub(super) fn count_waiters(&self, g: usize) {
+        let n = (0..MAX_SLOTS)
+            .filter(|&s| {
+                self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
+                    && self.w.member_gpu(s, g, M_WAIT).load(Acquire) != 0
+            })
+            .count();
+        self.w.gpu(g, G_WAITERS).store(n as u64, Release);
     }
 
     fn refusal(&self, g: usize, bytes: u64, cap: u64, waited: Duration) -> PoolRefusal {
@@ -166,6 +174,7 @@ impl Member<'_> {
             own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
             left: false,
             waited_ms: waited.as_millis() as u64,
+            ceiling: None,
         }
     }
 }

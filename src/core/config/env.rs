@@ -21,11 +21,14 @@ pub const KNOWN_VARS: &[&str] = &[
     "GPUCAP_POOL",
     "GPUCAP_POOL_DIR",
     "GPUCAP_WAIT",
+    "GPUCAP_GUARANTEE",
+    "GPUCAP_CEILING",
 ];
 
 /// `KNOWN_VARS` as one line, for error messages (a test keeps the two in step).
 pub(crate) const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, \
-     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR, GPUCAP_WAIT";
+     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR, GPUCAP_WAIT, \
+     GPUCAP_GUARANTEE, GPUCAP_CEILING";
 
 pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
@@ -95,6 +98,12 @@ pub struct Config {
     /// `GPUCAP_WAIT`: how long an allocation the pool cannot take now waits for members
     /// to free memory (zero: refused at once).
     pub wait: std::time::Duration,
+    /// `GPUCAP_GUARANTEE`: bytes the pool keeps for this process (a fraction: of the
+    /// pool's cap). Only in a pool.
+    pub guarantee: Option<LimitSpec>,
+    /// `GPUCAP_CEILING`: the most this process may hold of the pool (a fraction: of the
+    /// pool's cap). Only in a pool.
+    pub ceiling: Option<LimitSpec>,
 }
 
 /// Which pool a process joins.
@@ -201,6 +210,8 @@ impl Default for Config {
             pool: None,
             pool_dir: None,
             wait: std::time::Duration::ZERO,
+            guarantee: None,
+            ceiling: None,
         }
     }
 }
@@ -411,6 +422,15 @@ where
             accepted: "",
         });
     }
+    for (var, field) in [
+        ("GPUCAP_GUARANTEE", &mut config.guarantee),
+        ("GPUCAP_CEILING", &mut config.ceiling),
+    ] {
+        if let Some(v) = raw(var) {
+            *field = Some(parse_share_spec(var, v).map_err(|r| bad(var, v, r))?);
+        }
+    }
+    check_shares(&config, |var| raw(var).map(str::to_string))?;
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
     // emptiness was checked above.
     Ok(config)
@@ -525,6 +545,8 @@ pub(crate) fn accepted_of(var: &str) -> &'static str {
         "GPUCAP_POOL" => POOL_ACCEPTED,
         "GPUCAP_POOL_DIR" => POOL_DIR_ACCEPTED,
         "GPUCAP_WAIT" => WAIT_ACCEPTED,
+        "GPUCAP_GUARANTEE" => GUARANTEE_ACCEPTED,
+        "GPUCAP_CEILING" => CEILING_ACCEPTED,
         _ => KNOWN_VARS_LIST,
     }
 }

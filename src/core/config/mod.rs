@@ -1,5 +1,6 @@
 //! gpucap's configuration: the `GPUCAP_*` environment variables, parsed and validated:
-//! `limit` (caps and device keys), `env` (the variables, `Config`), `file` (`gpucap.env`).
+//! `limit` (caps and device keys), `env` (the variables, `Config`), `file` (`gpucap.env`),
+//! `shares` (a pool member's guarantee and ceiling).
 //!
 //! Part of gpucap-core, used by the shim and the CLI: plain safe Rust that only needs
 //! `crate::size`. The variables are read by name from the pairs given (no envy: it
@@ -12,11 +13,13 @@ mod env;
 mod file;
 mod hami;
 mod limit;
+mod shares;
 
 pub use env::*;
 pub use file::*;
 pub use hami::*;
 pub use limit::*;
+pub use shares::*;
 
 #[cfg(test)]
 mod tests;

@@ -32,23 +32,59 @@ pub(super) fn context_lock(
     }
 }
 
-/// Charges a context the driver just made (`measured`: the bytes it took, or why
-/// they could not be measured); Err (the context already undone by `undo`) if the cap
-/// cannot take it, or if it could not be measured and the device has a cap.
+/// What this process's pool has in use on `device` (None outside a pool): the context's
+/// measurement takes the other members' traffic out of the driver's device-wide figure.
+fn pool_used(device: usize) -> impl Fn() -> Option<u64> {
+    move || {
+        crate::membership::current()
+            .and_then(|m| m.usage(device))
+            .map(|(used, _, _)| used)
+    }
+}
+
+/// Reserves, before the driver makes a context on `lock`'s device, what it is expected
+/// to take: what the last context measured there took (see `DeviceLock::expected`), or
+/// for the process's first, the least any member of its pool measured there
+/// took. Charged to that device, whatever context is current (none, during a primary
+/// retain). Err (with gpucap's line) when the cap, or the pool's, cannot take it: the
+/// context is then not made.
+pub(super) fn reserve_context(
+    shim: &'static Shim,
+    api: &str,
+    lock: &gpucap_core::contexts::DeviceLock<'_>,
+) -> Result<Reservation<'static>, CuResult> {
+    let d = lock.device();
+    let expected = match lock.expected() {
+        0 => crate::membership::current().map_or(0, |m| m.context_bytes(d)),
+        own => own,
+    };
+    reserve_on(shim, api, d, expected)
+}
+
+/// Charges a context the driver just made on `lock`'s device (`measured`: the bytes it
+/// took, or why they could not be measured), `held` being what [`reserve_context`]
+/// reserved for it before. Err (the context already undone by `undo`, then `held` given
+/// back) if the cap or the pool cannot take it, or if it could not be measured and the
+/// device has a cap.
 pub(super) fn charge_context(
     api: &str,
-    d: usize,
+    lock: &mut gpucap_core::contexts::DeviceLock<'_>,
     measured: Result<u64, Unmeasured>,
+    mut held: Reservation<'static>,
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
+    let d = lock.device();
     let capped = SHIM
         .ledger
         .usage(d)
         .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
     let bytes = match contexts::verdict(measured, capped) {
-        Verdict::Charge(bytes) => bytes,
+        // Never less than was expected: the measurement is device-wide, and memory
+        // another process freed meanwhile would make it short of the context.
+        Verdict::Charge(bytes) => bytes.max(held.charge().bytes),
         Verdict::Refuse(rc) => {
             undo();
+            drop(held);
             if let Err(why) = measured {
                 log!(
                     Error,
@@ -58,6 +94,7 @@ pub(super) fn charge_context(
             return Err(rc);
         }
         Verdict::Uncounted => {
+            drop(held);
             if let Err(why) = measured {
                 log!(
                     Error,
@@ -67,22 +104,26 @@ pub(super) fn charge_context(
             return Ok(0);
         }
     };
-    match reserve(api, Some(d as c_int), bytes) {
-        Ok(Target::Charged(r)) => {
-            r.keep();
-            log!(
-                Debug,
-                "{api}: the context takes {} on GPU {d}",
-                gpucap_core::size::format_bytes(bytes)
-            );
-            Ok(bytes)
-        }
-        Ok(Target::Unknown) => Ok(0),
-        Err(rc) => {
-            undo();
-            Err(rc)
+    if let Ok(taken) = measured {
+        lock.learn(taken);
+        if let Some(m) = crate::membership::current() {
+            m.note_context_bytes(d, taken);
         }
     }
+    if let Err(refusal) = SHIM.ledger.resize(&mut held, bytes) {
+        // The driver frees the context before its room is given back.
+        undo();
+        drop(held);
+        SHIM.refused(api, d, bytes, refusal);
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    held.keep();
+    log!(
+        Debug,
+        "{api}: the context takes {} on GPU {d}",
+        gpucap_core::size::format_bytes(bytes)
+    );
+    Ok(bytes)
 }
 
 /// Says at debug level how the first context on a device was measured: by NVML, or
@@ -169,12 +210,18 @@ pub fn primary_ctx_retain(
     if pctx.is_null() || lock.primary_active(&queries::Contexts) {
         return call(); // nothing is created
     }
-    let (rc, measured, how) = lock.measure(&queries::Contexts, call);
-    log_vantage("cuDevicePrimaryCtxRetain", lock.device(), &how);
+    let api = "cuDevicePrimaryCtxRetain";
+    let held = match reserve_context(shim, api, &lock) {
+        Ok(r) => r,
+        Err(rc) => return rc,
+    };
+    let (rc, measured, how) =
+        lock.measure_in_pool(&queries::Contexts, pool_used(lock.device()), call);
+    log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
     }
-    match charge_context("cuDevicePrimaryCtxRetain", lock.device(), measured, || {
+    match charge_context(api, &mut lock, measured, held, || {
         queries::release_primary(dev)
     }) {
         Ok(bytes) => {
@@ -240,7 +287,7 @@ pub(super) fn ctx_created(
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    let lock = match context_lock(shim, api, dev) {
+    let mut lock = match context_lock(shim, api, dev) {
         Ok(Some(lock)) => lock,
         Ok(None) => return call(),
         Err(rc) => return rc,
@@ -248,14 +295,19 @@ pub(super) fn ctx_created(
     if pctx.is_null() {
         return call();
     }
-    let (rc, measured, how) = lock.measure(&queries::Contexts, call);
+    let held = match reserve_context(shim, api, &lock) {
+        Ok(r) => r,
+        Err(rc) => return rc,
+    };
+    let (rc, measured, how) =
+        lock.measure_in_pool(&queries::Contexts, pool_used(lock.device()), call);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
     }
     // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
     let ctx = unsafe { *pctx };
-    match charge_context(api, lock.device(), measured, || {
+    match charge_context(api, &mut lock, measured, held, || {
         queries::destroy_context(ctx)
     }) {
         Ok(bytes) => {

@@ -35,6 +35,17 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     rc
 }
 
+/// In a forked child of a pool member, at its first driver call (`cuInit` or any
+/// other: a driver may let the child go on in the context it inherited): joins the pool
+/// as its own member. If it cannot (a driver that refuses CUDA in a forked child cannot
+/// say which GPUs there are), every call of the child fails closed with the line:
+/// nothing it does is counted outside the pool.
+pub(super) fn join_in_child() {
+    if let Ok(config) = SHIM.config() {
+        let _ = join_pool(&SHIM, config);
+    }
+}
+
 /// Joins the pool of `GPUCAP_POOL` with every visible GPU's UUID and cap (resolved
 /// now: members must agree on them). The message is printed once, whatever GPUCAP_LOG
 /// says; every later call fails closed.
@@ -43,15 +54,28 @@ fn join_pool(shim: &Shim, config: &gpucap_core::config::Config) -> Result<(), ()
         return Ok(());
     }
     let already = crate::membership::failed().is_some();
-    let count = visible_count().unwrap_or(0).min(MAX_DEVICES);
+    let refuse = |msg: String| {
+        let msg = crate::membership::fail(msg);
+        if !already {
+            eprintln!("{msg}");
+        }
+        Err(())
+    };
+    let Some(count) = visible_count() else {
+        return refuse(
+            "gpucap: cannot join the pool: the driver would not say how many GPUs it shows".into(),
+        );
+    };
+    let count = count.min(MAX_DEVICES);
     let uuids = queries::visible_uuids().unwrap_or_default();
     let mut gpus = Vec::with_capacity(count);
     for d in 0..count {
         shim.resolve_cap(d, || calls::physical_total(d));
         let cap = shim.ledger.usage(d).map(|u| u.cap).filter(|&c| c != NO_CAP);
         let Some(&uuid) = uuids.get(d) else {
-            eprintln!("gpucap: cannot join the pool: the driver did not give GPU {d}'s UUID");
-            return Err(());
+            return refuse(format!(
+                "gpucap: cannot join the pool: the driver did not give GPU {d}'s UUID"
+            ));
         };
         gpus.push(crate::membership::Gpu { uuid, cap });
     }

@@ -7,6 +7,31 @@ pub fn mem_alloc(
     dptr: *mut Dptr,
     size: usize,
 ) -> CuResult {
+    if !short_path() {
+        return mem_alloc_full(real, dptr, size);
+    }
+    // SAFETY (closure): forwarding the caller's arguments; `dptr` is read only after the
+    // driver succeeded.
+    match charged_short(
+        size as u64,
+        || unsafe { real(dptr, size) },
+        || written(dptr),
+    ) {
+        Ok(rc) => rc,
+        Err(_) => mem_alloc_full(real, dptr, size),
+    }
+}
+
+/// [`mem_alloc`] off the short path: growth mode's arena, or the full reservation.
+/// A function of its own, left to the compiler to inline: forced out of line, every
+/// call off the short path (growth mode, a pool) paid a second frame, ~25
+/// instructions; forced inline, the short path paid the full path's frame.
+#[inline]
+fn mem_alloc_full(
+    real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult,
+    dptr: *mut Dptr,
+    size: usize,
+) -> CuResult {
     let api = "cuMemAlloc";
     if !short_path() && growth() && !dptr.is_null() {
         // Asked of the driver: the arena serves without calling it, so it must know
@@ -28,8 +53,9 @@ pub fn mem_alloc(
         };
     }
     // SAFETY (closure): forwarding the caller's arguments.
-    charged(
+    charged_on(
         api,
+        current_device(),
         size as u64,
         || unsafe { real(dptr, size) },
         || written(dptr),
@@ -114,12 +140,32 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
 /// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer). Stream-ordered
 /// (pool) memory may be freed this way too.
 pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
-    if !short_path()
-        && let Some(rc) = growth_free(dptr.get())
-    {
+    if !short_path() {
+        return mem_free_full(real, dptr);
+    }
+    if let Some(c) = SHIM.ledger.take_quick(dptr.get()) {
+        // SAFETY (closure): forwarding the caller's argument.
+        return charge_freed(dptr.get(), c, || unsafe { real(dptr) });
+    }
+    mem_free_full(real, dptr)
+}
+
+/// [`mem_free`] off the short path, or of a pointer whose entry is not where the short
+/// path looks first (spilled in the live map, or not there: pool memory, a pointer gpucap
+/// never charged). Left to the compiler to inline, as [`mem_alloc_full`].
+#[inline]
+fn mem_free_full<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
+    // SAFETY (closures): forwarding the caller's argument.
+    if short_path() {
+        // The short path looked in the entry's home bucket: the rest of the map now.
+        return match SHIM.ledger.take_rest(dptr.get()) {
+            Some(c) => charge_freed(dptr.get(), c, || unsafe { real(dptr) }),
+            None => uncharged_freed(dptr.get(), || unsafe { real(dptr) }),
+        };
+    }
+    if let Some(rc) = growth_free(dptr.get()) {
         return rc;
     }
-    // SAFETY (closure): forwarding the caller's argument.
     pointer_freed(dptr.get(), || unsafe { real(dptr) })
 }
 

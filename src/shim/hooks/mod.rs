@@ -4,6 +4,7 @@
 //! this one holds what they share (the shim, the current device, reserve/charge/free).
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use crate::driver::types::*;
 use crate::driver::{calls, queries};
@@ -14,7 +15,7 @@ use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::contexts::{CtxDriver, Ending, Unmeasured, Verdict};
 use gpucap_core::growth::{self, GROWTH};
 use gpucap_core::identity;
-use gpucap_core::ledger::Reservation;
+use gpucap_core::ledger::{Charge, Reservation};
 use gpucap_core::pools::{PoolDriver, PoolLocation};
 use gpucap_core::vmm::Pending;
 
@@ -46,8 +47,12 @@ pub use self::sync::*;
 pub use self::vmm::*;
 
 /// The shim, or the error every call gets when the configuration is invalid (or
-/// names a device UUID that is not visible).
+/// names a device UUID that is not visible, or the pool could not be joined). A forked
+/// child of a pool member joins the pool as its own member first (`join_in_child`).
 fn shim() -> Result<&'static Shim, CuResult> {
+    if crate::membership::orphaned() {
+        join_in_child();
+    }
     if identity::failed().is_some() || crate::membership::failed().is_some() {
         return Err(CUDA_ERROR_NOT_PERMITTED);
     }
@@ -68,22 +73,47 @@ fn checked_device(shim: &Shim, device: c_int) -> Option<usize> {
 /// process is in no pool. Everything [`reserve`] checks first was then checked once: an
 /// allocation on a device known without a driver call (see `current.rs`) whose cap is
 /// resolved is a compare-and-swap on that device's figures and a map insert; anything
-/// else, and anything the cap cannot take, goes the full way.
-static SHORT_PATH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// else, and anything the cap cannot take, goes the full way. One byte, read once per
+/// call: [`SHORT_OFF`], [`SHORT_ON`] or [`SHORT_GPU0`].
+static SHORT_PATH: AtomicU8 = AtomicU8::new(SHORT_OFF);
+
+/// No short path: every call goes the full way.
+const SHORT_OFF: u8 = 0;
+/// The short path, on the device this thread remembers, once its cap is resolved.
+const SHORT_ON: u8 = 1;
+/// The short path with one visible GPU whose cap `cuInit` resolved: device 0, nothing
+/// to ask or check per call.
+const SHORT_GPU0: u8 = 2;
 
 #[inline(always)]
 fn short_path() -> bool {
-    SHORT_PATH.load(std::sync::atomic::Ordering::Relaxed)
+    SHORT_PATH.load(Relaxed) != SHORT_OFF
 }
 
 /// Called at the end of a successful `cuInit` (see [`SHORT_PATH`]).
 fn note_short_path(shim: &Shim) {
     let short = self::shim().is_ok() && !memory::growth() && crate::membership::current().is_none();
-    if short && one_gpu() {
+    let state = if !short {
+        SHORT_OFF
+    } else if one_gpu() {
         // Resolved now rather than by the first allocation's full path.
         checked_device(shim, 0);
+        SHORT_GPU0
+    } else {
+        SHORT_ON
+    };
+    SHORT_PATH.store(state, Relaxed);
+}
+
+/// The device an allocation on the short path is charged to, if it may take it: the
+/// one GPU, or the device this thread remembers once its cap is resolved.
+#[inline(always)]
+fn short_device() -> Option<usize> {
+    match SHORT_PATH.load(Relaxed) {
+        SHORT_GPU0 => Some(0),
+        SHORT_ON => known_device().filter(|&d| SHIM.cap_known(d)),
+        _ => None,
     }
-    SHORT_PATH.store(short, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Where an allocation is charged, or the error to return without calling the driver.
@@ -95,6 +125,8 @@ enum Target<'a> {
     Unknown,
 }
 
+/// Reserves `bytes` for a call that works in the calling thread's current context, on
+/// `device`: that context's device, or one the call names (None: nothing to charge).
 fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'static>, CuResult> {
     let shim = shim()?;
     let Some(device) = device else {
@@ -118,6 +150,19 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
     shim.reserve(api, d, bytes)
         .map(Target::Charged)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// Reserves `bytes` on `d`, a device the call makes something on itself (a context),
+/// needing no current context: charged there whatever is current on the thread, if
+/// anything. A refusal is logged with gpucap's line.
+fn reserve_on(
+    shim: &'static Shim,
+    api: &str,
+    d: usize,
+    bytes: u64,
+) -> Result<Reservation<'static>, CuResult> {
+    reclaim_for(shim, d, bytes);
+    shim.reserve(api, d, bytes).ok_or(CUDA_ERROR_OUT_OF_MEMORY)
 }
 
 /// Whether `bytes` more on `d` exceed this process's cap or its pool's (a hint: the
@@ -147,18 +192,30 @@ fn charged(
     call: impl FnOnce() -> CuResult,
     key: impl FnOnce() -> u64,
 ) -> CuResult {
-    if short_path()
-        && let Some(d) = known_device()
-        && SHIM.cap_known(d)
+    match charged_short(bytes, call, key) {
+        Ok(rc) => rc,
+        Err((call, key)) => charged_on(api, current_device(), bytes, call, key),
+    }
+}
+
+/// [`charged`] on the short path (see [`SHORT_PATH`]): the driver's answer, or the
+/// closures back when the full path must decide (nothing was counted then).
+#[inline(always)]
+fn charged_short<C: FnOnce() -> CuResult, K: FnOnce() -> u64>(
+    bytes: u64,
+    call: C,
+    key: K,
+) -> Result<CuResult, (C, K)> {
+    if let Some(d) = short_device()
         && let Some(r) = SHIM.ledger.try_reserve(d, bytes)
     {
         let rc = call();
         if rc == CUDA_SUCCESS {
             r.commit(key());
         }
-        return rc;
+        return Ok(rc);
     }
-    charged_on(api, current_device(), bytes, call, key)
+    Err((call, key))
 }
 
 /// [`charged`] the full way, on `device`.
@@ -193,14 +250,28 @@ fn pointer_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
         return rc;
     }
     if let Some(c) = SHIM.ledger.take(dptr) {
-        let rc = call();
-        if rc == CUDA_SUCCESS {
-            SHIM.ledger.settle(c);
-        } else {
-            SHIM.ledger.restore(dptr, c);
-        }
-        return rc;
+        return charge_freed(dptr, c, call);
     }
+    uncharged_freed(dptr, call)
+}
+
+/// Frees a plain allocation the ledger gave up (`c`): credited once the driver
+/// succeeded, put back if it failed.
+#[inline(always)]
+fn charge_freed(dptr: u64, c: Charge, call: impl FnOnce() -> CuResult) -> CuResult {
+    let rc = call();
+    if rc == CUDA_SUCCESS {
+        SHIM.ledger.settle(c);
+    } else {
+        SHIM.ledger.restore(dptr, c);
+    }
+    rc
+}
+
+/// Frees a pointer the ledger does not hold: pool memory back to its pool, anything
+/// else (an unknown or foreign pointer) only forwarded.
+#[inline]
+fn uncharged_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
     if let Some(t) = POOLS.take_freed(dptr) {
         let rc = call();
         if rc == CUDA_SUCCESS {

@@ -1,0 +1,294 @@
+//! A member's guarantee and ceiling in the pool file's words: claiming them at join
+//! (admission), the reservation check, the free figure a member sees. What is decided
+//! is `shares`'s (pure functions); this file only reads and writes the words.
+//!
+//! Per GPU entry, a bit per slot says which members hold a guarantee, so a reservation
+//! reads four words when nobody does, and one guarantee and one `used` per member that
+//! does. A member's guarantee and ceiling are written once, when it claims them under
+//! the GPU's word lock, and cleared when its share is taken back or given back (with
+//! its slot): a killed member's guarantee returns with its bytes.
+
+use std::fmt;
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+use super::account::PoolRefusal;
+use super::layout::*;
+use super::member::Member;
+use super::shares::{self, Admission, Share};
+use crate::size::format_bytes;
+
+/// How often a member waiting to be admitted (`GPUCAP_WAIT`) looks again.
+const ADMISSION_RECHECK: Duration = Duration::from_millis(50);
+
+/// A live member holding a guarantee, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    pub command: String,
+    pub guarantee: u64,
+}
+
+/// Why a guarantee was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRefusal {
+    pub guarantee: u64,
+    pub why: Admission,
+    /// The members that hold guarantees on the GPU.
+    pub holders: Vec<Holder>,
+    /// How long the process waited to be admitted (`GPUCAP_WAIT`).
+    pub waited: Duration,
+}
+
+impl fmt::Display for ClaimRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = format_bytes;
+        match self.why {
+            Admission::Promised { given, cap } => write!(
+                f,
+                "a guarantee of {} does not fit: {} of the pool's {} cap is guaranteed already",
+                b(self.guarantee),
+                b(given),
+                b(cap)
+            )?,
+            Admission::Borrowed { used, unused, cap } => write!(
+                f,
+                "a guarantee of {} is not free now: {} of the pool's {} cap in use and {} \
+                 kept for other members' guarantees",
+                b(self.guarantee),
+                b(used),
+                b(cap),
+                b(unused)
+            )?,
+        }
+        if !self.holders.is_empty() {
+            let list: Vec<String> = self
+                .holders
+                .iter()
+                .map(|h| format!("{} to pid {} ({})", b(h.guarantee), h.pid, h.command))
+                .collect();
+            write!(f, " (guaranteed: {})", list.join(", "))?;
+        }
+        if !self.waited.is_zero() {
+            write!(
+                f,
+                ", after waiting {:.1} s for members to leave",
+                self.waited.as_secs_f64()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Member<'_> {
+    /// Claims `share` on CUDA ordinal `device` (registered first): admitted if the live
+    /// members' guarantees and the memory in use leave room for its guarantee, checked
+    /// and written in one step under the GPU's word lock. With `GPUCAP_WAIT`, a refused
+    /// claim is tried again as members leave or free memory, up to that long.
+    pub fn claim(&self, device: usize, share: Share) -> Result<(), ClaimRefusal> {
+        let Some(g) = self.entry_of(device) else {
+            return Ok(()); // not in the pool: nothing to keep
+        };
+        let wait = self.wait.map_or(Duration::ZERO, |(max, _)| max);
+        let start = Instant::now();
+        let mut swept = false;
+        loop {
+            let refused = match self.claim_now(g, share) {
+                Ok(()) => return Ok(()),
+                Err(r) => r,
+            };
+            if !swept {
+                swept = true;
+                if self.sweep() > 0 {
+                    continue; // the dead's guarantees came back
+                }
+            }
+            let waited = start.elapsed();
+            if waited >= wait {
+                return Err(ClaimRefusal {
+                    waited: if wait.is_zero() {
+                        Duration::ZERO
+                    } else {
+                        waited
+                    },
+                    ..refused
+                });
+            }
+            let word = self.w.gpu(g, G_WAIT_SEQ);
+            let seen = word.load(Acquire);
+            self.locks
+                .sleep_on(word, seen, (wait - waited).min(ADMISSION_RECHECK));
+            self.sweep();
+        }
+    }
+
+    fn claim_now(&self, g: usize, share: Share) -> Result<(), ClaimRefusal> {
+        let cap = decode_cap(self.caps[g].load(Relaxed))
+            .flatten()
+            .unwrap_or(u64::MAX);
+        self.locked(g, || {
+            let (mut given, mut unused) = (0u64, 0u64);
+            for s in self.guaranteed(g) {
+                let gj = self.w.share(s, g, SH_GUARANTEE).load(Relaxed);
+                given = given.saturating_add(gj);
+                let held = self.w.member_gpu(s, g, M_USED).load(Relaxed);
+                unused = unused.saturating_add(shares::unused(gj, held));
+            }
+            let used = self.w.gpu(g, G_USED).load(Relaxed);
+            if let Err(why) = shares::admit(cap, given, used, unused, share.guarantee) {
+                return Err(ClaimRefusal {
+                    guarantee: share.guarantee,
+                    why,
+                    holders: self.holders(g),
+                    waited: Duration::ZERO,
+                });
+            }
+            let mine = |i| self.w.share(self.slot, g, i);
+            mine(SH_GUARANTEE).store(share.guarantee, Relaxed);
+            mine(SH_CEILING).store(share.ceiling, Relaxed);
+            let (k, bit) = (self.slot / 64, 1u64 << (self.slot % 64));
+            if share.guarantee > 0 {
+                self.w.share_bits(g, k).fetch_or(bit, Release);
+            } else {
+                self.w.share_bits(g, k).fetch_and(!bit, Release);
+            }
+            Ok(())
+        })
+    }
+
+    /// The slots other than this one holding a guarantee on GPU entry `g`.
+    fn guaranteed(&self, g: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..SHARE_BITS_WORDS).flat_map(move |k| {
+            let mut bits = self.w.share_bits(g, k).load(Acquire);
+            if k == self.slot / 64 {
+                bits &= !(1u64 << (self.slot % 64));
+            }
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                Some(k * 64 + b)
+            })
+        })
+    }
+
+    fn holders(&self, g: usize) -> Vec<Holder> {
+        self.guaranteed(g)
+            .map(|s| Holder {
+                pid: self.w.slot(s, S_PID).load(Relaxed) as u32,
+                command: self.w.command(s),
+                guarantee: self.w.share(s, g, SH_GUARANTEE).load(Relaxed),
+            })
+            .collect()
+    }
+
+    /// What the other members have left of their guarantees on GPU entry `g`: four
+    /// loads when nobody else holds a guarantee (on every reservation).
+    #[inline]
+    fn others_unused(&self, g: usize) -> u64 {
+        let Some(words) = self.w.share_bits_all(g) else {
+            return 0;
+        };
+        let mut bits = [0u64; SHARE_BITS_WORDS];
+        for (b, w) in bits.iter_mut().zip(words) {
+            *b = w.load(Acquire);
+        }
+        bits[self.slot / 64 % SHARE_BITS_WORDS] &= !(1u64 << (self.slot % 64));
+        if bits.iter().fold(0, |a, b| a | b) == 0 {
+            return 0;
+        }
+        self.unused_of(g, bits)
+    }
+
+    /// The unused guarantees of the slots in `bits` on GPU entry `g`.
+    #[cold]
+    fn unused_of(&self, g: usize, bits: [u64; SHARE_BITS_WORDS]) -> u64 {
+        let mut total = 0u64;
+        for (k, mut b) in bits.into_iter().enumerate() {
+            while b != 0 {
+                let s = k * 64 + b.trailing_zeros() as usize;
+                b &= b - 1;
+                let gj = self.w.share(s, g, SH_GUARANTEE).load(Relaxed);
+                let held = self.w.member_gpu(s, g, M_USED).load(Relaxed);
+                total = total.saturating_add(shares::unused(gj, held));
+            }
+        }
+        total
+    }
+
+    /// This member's ceiling on GPU entry `g` (`u64::MAX`: none of its own).
+    #[inline]
+    fn ceiling(&self, g: usize) -> u64 {
+        match self.w.share(self.slot, g, SH_CEILING).load(Relaxed) {
+            0 => u64::MAX,
+            c => c,
+        }
+    }
+
+    /// Called under GPU entry `g`'s word lock: the pool's new use if this member, holding
+    /// `own` while the pool uses `pool` of `cap`, may take `bytes` more (the reservation
+    /// rule of `shares::reserve`).
+    #[inline]
+    pub(super) fn fits(&self, g: usize, pool: u64, own: u64, bytes: u64, cap: u64) -> Option<u64> {
+        shares::reserve(
+            cap,
+            pool,
+            own,
+            self.ceiling(g),
+            bytes,
+            self.others_unused(g),
+        )
+    }
+
+    /// The refusal of `bytes` on GPU entry `g` if they would take this member past its
+    /// own ceiling (refused at once: waiting for other members would not help).
+    pub(super) fn past_ceiling(&self, g: usize, bytes: u64) -> Option<PoolRefusal> {
+        let ceiling = self.ceiling(g);
+        let own = self.w.member_gpu(self.slot, g, M_USED).load(Relaxed);
+        shares::past_ceiling(own, ceiling, bytes).then(|| PoolRefusal {
+            requested: bytes,
+            used: self.w.gpu(g, G_USED).load(Relaxed),
+            cap: decode_cap(self.caps[g].load(Relaxed))
+                .flatten()
+                .unwrap_or(u64::MAX),
+            own,
+            left: false,
+            waited_ms: 0,
+            ceiling: Some(ceiling),
+        })
+    }
+
+    /// Clears slot `d`'s guarantees and ceilings (its share was taken or given back).
+    pub(super) fn forget_shares(&self, d: usize) {
+        let (k, bit) = (d / 64, 1u64 << (d % 64));
+        for g in 0..MAX_POOL_GPUS {
+            self.w.share_bits(g, k).fetch_and(!bit, AcqRel);
+            self.w.share(d, g, SH_GUARANTEE).store(0, Relaxed);
+            self.w.share(d, g, SH_CEILING).store(0, Relaxed);
+        }
+    }
+
+    /// What this member sees of CUDA ordinal `device` in the pool: (what it could
+    /// reserve now, its ceiling or the cap), or None if the device is not registered.
+    pub fn room(&self, device: usize) -> Option<(u64, Option<u64>)> {
+        let g = self.entry_of(device)?;
+        let cap = decode_cap(self.caps[g].load(Relaxed)).flatten();
+        let ceiling = self.ceiling(g);
+        let used = self.w.gpu(g, G_USED).load(Relaxed);
+        let own = self.w.member_gpu(self.slot, g, M_USED).load(Relaxed);
+        let free = shares::free(
+            cap.unwrap_or(u64::MAX),
+            used,
+            own,
+            ceiling,
+            self.others_unused(g),
+        );
+        let total = match (cap, ceiling) {
+            (_, c) if c != u64::MAX => Some(c),
+            (cap, _) => cap,
+        };
+        Some((free, total))
+    }
+}

@@ -1,0 +1,418 @@
+//! Guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`, `GPUCAP_CEILING`): the
+//! policy, as pure functions over plain numbers (bytes of one GPU). The pool file's
+//! words are read and written elsewhere (`share_words`); everything that decides is here.
+//!
+//! Member *j* of a pool with cap `cap` has a guarantee `g_j` (bytes the pool keeps for it
+//! even before it allocates them), a ceiling `c_j` (the most it may hold; the pool's cap
+//! when unset) and holds `h_j`. Its *unused guarantee* is `max(0, g_j − h_j)`, its
+//! *borrowed* bytes `max(0, h_j − g_j)`.
+//!
+//! - Admission ([`admit`]): a member joins with guarantee `g` only if the live members'
+//!   guarantees plus `g` fit the cap, and `g` is free now (the pool's use plus every
+//!   unused guarantee plus `g` fit the cap): a guarantee admitted is one that can be
+//!   taken at once.
+//! - Reservation ([`reserve`]) of `r` bytes by member *i*: `h_i + r ≤ c_i`, and
+//!   `used + r + Σ_{j≠i} max(0, g_j − h_j) ≤ cap`.
+//!
+//! Together they keep one invariant: `Σ_j max(g_j, h_j) ≤ cap` (the pool's *commitment*).
+//! So the driver is never asked for more than the cap, and each live member can always
+//! take the rest of its guarantee (its unused guarantee is part of the commitment).
+
+use std::fmt;
+
+/// One member's share of one GPU, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// Bytes kept for the member (0: none).
+    pub guarantee: u64,
+    /// The most the member may hold (the pool's cap, or `u64::MAX` without one, if unset).
+    pub ceiling: u64,
+}
+
+/// A guarantee or ceiling that cannot be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareError {
+    /// The guarantee is above the ceiling.
+    GuaranteeAboveCeiling { guarantee: u64, ceiling: u64 },
+    /// The ceiling is above the pool's cap.
+    CeilingAboveCap { ceiling: u64, cap: u64 },
+    /// The guarantee is above the pool's cap.
+    GuaranteeAboveCap { guarantee: u64, cap: u64 },
+}
+
+impl fmt::Display for ShareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::size::format_bytes as b;
+        match *self {
+            ShareError::GuaranteeAboveCeiling { guarantee, ceiling } => write!(
+                f,
+                "the guarantee ({}) is above the ceiling ({}): a member cannot be kept more \
+                 than it may hold",
+                b(guarantee),
+                b(ceiling)
+            ),
+            ShareError::CeilingAboveCap { ceiling, cap } => write!(
+                f,
+                "the ceiling ({}) is above the pool's cap ({}, GPUCAP_LIMIT)",
+                b(ceiling),
+                b(cap)
+            ),
+            ShareError::GuaranteeAboveCap { guarantee, cap } => write!(
+                f,
+                "the guarantee ({}) is above the pool's cap ({}, GPUCAP_LIMIT)",
+                b(guarantee),
+                b(cap)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ShareError {}
+
+/// Checks one member's guarantee and ceiling against the pool's cap (None: no cap) and
+/// returns its share (an unset ceiling is the cap).
+pub fn check(cap: Option<u64>, guarantee: u64, ceiling: Option<u64>) -> Result<Share, ShareError> {
+    let limit = cap.unwrap_or(u64::MAX);
+    let ceiling_bytes = ceiling.unwrap_or(limit);
+    if let (Some(cap), Some(c)) = (cap, ceiling)
+        && c > cap
+    {
+        return Err(ShareError::CeilingAboveCap { ceiling: c, cap });
+    }
+    if let (Some(cap), None) = (cap, ceiling)
+        && guarantee > cap
+    {
+        return Err(ShareError::GuaranteeAboveCap { guarantee, cap });
+    }
+    if guarantee > ceiling_bytes {
+        return Err(ShareError::GuaranteeAboveCeiling {
+            guarantee,
+            ceiling: ceiling_bytes,
+        });
+    }
+    Ok(Share {
+        guarantee,
+        ceiling: ceiling_bytes,
+    })
+}
+
+/// The part of `guarantee` a member holding `held` has not taken yet.
+#[inline]
+pub fn unused(guarantee: u64, held: u64) -> u64 {
+    guarantee.saturating_sub(held)
+}
+
+/// What a member holding `held` holds above its guarantee (lent to it by the pool).
+#[inline]
+pub fn borrowed(guarantee: u64, held: u64) -> u64 {
+    held.saturating_sub(guarantee)
+}
+
+/// Why a guarantee is not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// The live members' guarantees (`given`) plus this one exceed the cap.
+    Promised { given: u64, cap: u64 },
+    /// The guarantees fit, but not the memory in use now: `used` by the pool plus the
+    /// others' `unused` guarantees leave less than this guarantee (members borrowed it).
+    Borrowed { used: u64, unused: u64, cap: u64 },
+}
+
+/// Admits a guarantee of `own` bytes into a pool with cap `cap` whose live members
+/// (this one excluded) were given `given` in all, use `used` in all, and have `unused`
+/// of their guarantees left (see [`unused`]).
+#[inline]
+pub fn admit(cap: u64, given: u64, used: u64, unused: u64, own: u64) -> Result<(), Admission> {
+    if own == 0 {
+        return Ok(()); // asks nothing of anyone
+    }
+    if given.checked_add(own).is_none_or(|t| t > cap) {
+        return Err(Admission::Promised { given, cap });
+    }
+    let committed = used.saturating_add(unused);
+    if committed.checked_add(own).is_none_or(|t| t > cap) {
+        return Err(Admission::Borrowed { used, unused, cap });
+    }
+    Ok(())
+}
+
+/// The reservation rule for member *i*: `request` more bytes, when it holds `held` with
+/// ceiling `ceiling`, the pool uses `used` of `cap`, and the other live members have
+/// `others_unused` of their guarantees left. Returns the pool's new use, or None.
+#[inline]
+pub fn reserve(
+    cap: u64,
+    used: u64,
+    held: u64,
+    ceiling: u64,
+    request: u64,
+    others_unused: u64,
+) -> Option<u64> {
+    if held.checked_add(request)? > ceiling {
+        return None;
+    }
+    let new = used.checked_add(request)?;
+    (new.checked_add(others_unused)? <= cap).then_some(new)
+}
+
+/// Whether `request` more bytes would take a member holding `held` past its ceiling.
+#[inline]
+pub fn past_ceiling(held: u64, ceiling: u64, request: u64) -> bool {
+    held.checked_add(request).is_none_or(|t| t > ceiling)
+}
+
+/// What member *i* could reserve now (its `cuMemGetInfo` free, before the physical
+/// free is taken into account): the rest of its ceiling, and the pool's room once the
+/// others' unused guarantees are kept for them.
+#[inline]
+pub fn free(cap: u64, used: u64, held: u64, ceiling: u64, others_unused: u64) -> u64 {
+    let own = ceiling.saturating_sub(held);
+    let pool = cap.saturating_sub(used).saturating_sub(others_unused);
+    own.min(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn check_orders_guarantee_ceiling_and_cap() {
+        let cap = Some(10 * GIB);
+        assert_eq!(
+            check(cap, 4 * GIB, Some(8 * GIB)),
+            Ok(Share {
+                guarantee: 4 * GIB,
+                ceiling: 8 * GIB
+            })
+        );
+        assert_eq!(check(cap, 0, None).unwrap().ceiling, 10 * GIB);
+        assert_eq!(check(None, 4 * GIB, None).unwrap().ceiling, u64::MAX);
+        assert_eq!(
+            check(cap, 9 * GIB, Some(8 * GIB)),
+            Err(ShareError::GuaranteeAboveCeiling {
+                guarantee: 9 * GIB,
+                ceiling: 8 * GIB
+            })
+        );
+        assert_eq!(
+            check(cap, 0, Some(11 * GIB)),
+            Err(ShareError::CeilingAboveCap {
+                ceiling: 11 * GIB,
+                cap: 10 * GIB
+            })
+        );
+        assert_eq!(
+            check(cap, 11 * GIB, None),
+            Err(ShareError::GuaranteeAboveCap {
+                guarantee: 11 * GIB,
+                cap: 10 * GIB
+            })
+        );
+        assert!(check(cap, 8 * GIB, Some(8 * GIB)).is_ok(), "equal is fine");
+        let shown = check(cap, 0, Some(11 * GIB)).unwrap_err().to_string();
+        assert!(
+            shown.contains("11 GiB") && shown.contains("10 GiB"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn unused_and_borrowed_split_what_is_held() {
+        assert_eq!((unused(4, 1), borrowed(4, 1)), (3, 0));
+        assert_eq!((unused(4, 4), borrowed(4, 4)), (0, 0));
+        assert_eq!((unused(4, 7), borrowed(4, 7)), (0, 3));
+        assert_eq!((unused(0, 7), borrowed(0, 7)), (0, 7));
+    }
+
+    #[test]
+    fn admission_counts_promises_and_memory_in_use() {
+        assert_eq!(admit(10, 6, 0, 6, 4), Ok(()));
+        assert_eq!(
+            admit(10, 6, 0, 6, 5),
+            Err(Admission::Promised { given: 6, cap: 10 })
+        );
+        // Nobody promised anything, but a neighbour holds 8 of 10: 4 cannot be kept now.
+        assert_eq!(
+            admit(10, 0, 8, 0, 4),
+            Err(Admission::Borrowed {
+                used: 8,
+                unused: 0,
+                cap: 10
+            })
+        );
+        assert_eq!(
+            admit(10, 0, 10, 0, 0),
+            Ok(()),
+            "no guarantee: always admitted"
+        );
+        assert!(admit(u64::MAX, u64::MAX, 0, 0, 1).is_err(), "no overflow");
+    }
+
+    #[test]
+    fn reservation_keeps_others_unused_guarantees() {
+        // cap 10; a notebook guaranteed 4 holds 1: 3 kept for it.
+        assert_eq!(reserve(10, 1, 0, 10, 6, 3), Some(7));
+        assert_eq!(reserve(10, 1, 0, 10, 7, 3), None);
+        // Its own guarantee is its own: the notebook takes its 3 even with the pool at 7.
+        assert_eq!(reserve(10, 7, 1, 10, 3, 0), Some(10));
+        // Ceiling.
+        assert_eq!(reserve(10, 0, 5, 6, 2, 0), None);
+        assert!(past_ceiling(5, 6, 2) && !past_ceiling(5, 6, 1));
+        assert_eq!(reserve(u64::MAX, u64::MAX, 0, u64::MAX, 1, 0), None);
+    }
+
+    #[test]
+    fn free_is_what_a_reservation_would_take() {
+        assert_eq!(free(10, 1, 0, 10, 3), 6);
+        assert_eq!(free(10, 1, 0, 4, 3), 4, "the ceiling first");
+        assert_eq!(free(10, 12, 0, 10, 3), 0, "saturates");
+        for request in 0..12 {
+            assert_eq!(
+                reserve(10, 1, 0, 10, request, 3).is_some(),
+                request <= free(10, 1, 0, 10, 3)
+            );
+        }
+    }
+
+    /// A pool of members driven by random operations through these functions only.
+    #[derive(Debug, Clone)]
+    struct Model {
+        cap: u64,
+        /// (guarantee, ceiling, held) of each live member.
+        members: Vec<(u64, u64, u64)>,
+    }
+
+    impl Model {
+        fn used(&self) -> u64 {
+            self.members.iter().map(|m| m.2).sum()
+        }
+        fn given(&self, except: Option<usize>) -> u64 {
+            self.members
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| Some(j) != except)
+                .map(|(_, m)| m.0)
+                .sum()
+        }
+        fn others_unused(&self, i: usize) -> u64 {
+            self.members
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, m)| unused(m.0, m.2))
+                .sum()
+        }
+        fn committed(&self) -> u64 {
+            self.members.iter().map(|m| m.0.max(m.2)).sum()
+        }
+        fn step(&mut self, op: Op) {
+            match op {
+                Op::Join { guarantee, ceiling } => {
+                    let Ok(s) = check(Some(self.cap), guarantee, Some(ceiling)) else {
+                        return;
+                    };
+                    let unused: u64 = self.members.iter().map(|m| unused(m.0, m.2)).sum();
+                    if admit(self.cap, self.given(None), self.used(), unused, s.guarantee).is_ok()
+                        && self.members.len() < 8
+                    {
+                        self.members.push((s.guarantee, s.ceiling, 0));
+                    }
+                }
+                Op::Leave { who } if !self.members.is_empty() => {
+                    let i = who % self.members.len();
+                    self.members.remove(i); // its bytes and its guarantee go with it
+                }
+                Op::Reserve { who, bytes } if !self.members.is_empty() => {
+                    let i = who % self.members.len();
+                    let (g, c, h) = self.members[i];
+                    let others = self.others_unused(i);
+                    let can = free(self.cap, self.used(), h, c, others);
+                    match reserve(self.cap, self.used(), h, c, bytes, others) {
+                        Some(new) => {
+                            assert!(bytes <= can, "reserved more than free said");
+                            assert_eq!(new, self.used() + bytes);
+                            self.members[i].2 += bytes;
+                        }
+                        None => {
+                            assert!(bytes > can, "refused what free said could be had");
+                            // A refusal inside the member's own guarantee (and ceiling)
+                            // would be a broken guarantee.
+                            assert!(h + bytes > g, "guarantee {g} broken at {h} + {bytes}");
+                        }
+                    }
+                }
+                Op::Free { who, bytes } if !self.members.is_empty() => {
+                    let i = who % self.members.len();
+                    let b = bytes.min(self.members[i].2);
+                    self.members[i].2 -= b;
+                }
+                _ => {}
+            }
+            assert!(self.used() <= self.cap, "over-committed: {self:?}");
+            assert!(
+                self.committed() <= self.cap,
+                "commitment above the cap: {self:?}"
+            );
+            assert!(self.given(None) <= self.cap);
+            for (i, &(g, c, h)) in self.members.iter().enumerate() {
+                assert!(h <= c, "member {i} past its ceiling");
+                // Every live member can take the rest of its guarantee now.
+                let rest = unused(g, h);
+                let others = self.others_unused(i);
+                assert!(
+                    reserve(self.cap, self.used(), h, c, rest, others).is_some(),
+                    "member {i} cannot take the rest of its guarantee: {self:?}"
+                );
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Join { guarantee: u64, ceiling: u64 },
+        Leave { who: usize },
+        Reserve { who: usize, bytes: u64 },
+        Free { who: usize, bytes: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..60, 1u64..101).prop_map(|(guarantee, ceiling)| Op::Join { guarantee, ceiling }),
+            (0usize..8).prop_map(|who| Op::Leave { who }),
+            (0usize..8, 0u64..70).prop_map(|(who, bytes)| Op::Reserve { who, bytes }),
+            (0usize..8, 0u64..70).prop_map(|(who, bytes)| Op::Free { who, bytes }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// Whatever members join, leave, reserve and free, the pool never holds more
+        /// than its cap and no live member's guarantee is ever out of its reach.
+        #[test]
+        fn never_over_commits_and_never_breaks_a_live_guarantee(
+            cap in 1u64..101,
+            ops in proptest::collection::vec(op(), 1..80),
+        ) {
+            let mut m = Model { cap, members: Vec::new() };
+            for o in ops {
+                m.step(o);
+            }
+        }
+
+        /// The rule is monotone: a request that fits, any smaller one fits too.
+        #[test]
+        fn smaller_requests_fit_when_larger_ones_do(
+            cap in 0u64..1000, used in 0u64..1000, held in 0u64..1000,
+            ceiling in 0u64..1000, others in 0u64..1000, r in 0u64..1000, s in 0u64..1000,
+        ) {
+            let (small, large) = (r.min(s), r.max(s));
+            if reserve(cap, used, held, ceiling, large, others).is_some() {
+                prop_assert!(reserve(cap, used, held, ceiling, small, others).is_some());
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! What the live map's tables cannot hold (keys 0, 1 and the top half, charges that do
+//! not pack, entries that find no room when growth is impossible): a small sharded map
+//! of mutexes, skipped while empty.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::{Mutex, MutexGuard};
+
+use super::entry::{Charge, hash};
+
+/// Multiplicative hash for the locked map's keys.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = hash(k);
+    }
+}
+
+type Shard = Mutex<HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>>;
+const SHARDS: usize = 16;
+
+/// What the tables cannot hold: a sharded map of mutexes, skipped while empty.
+pub(super) struct Overflow {
+    /// Entries in `shards`: zero lets a miss skip its locks.
+    pub(super) count: AtomicU64,
+    shards: [Shard; SHARDS],
+}
+
+impl Overflow {
+    pub(super) const fn new() -> Self {
+        Overflow {
+            count: AtomicU64::new(0),
+            shards: [const { Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS],
+        }
+    }
+
+    fn shard(
+        &self,
+        key: u64,
+    ) -> MutexGuard<'_, HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>> {
+        let i = (hash(key) >> 60) as usize % SHARDS;
+        // A poisoned shard only means a panic elsewhere while it was held; the map
+        // itself is still consistent (every operation is a single insert/remove).
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn insert(&self, key: u64, charge: Charge) {
+        self.count.fetch_add(1, AcqRel);
+        self.shard(key).insert(key, charge);
+    }
+
+    pub(super) fn remove(&self, key: u64) -> Option<Charge> {
+        if self.count.load(Acquire) == 0 {
+            return None;
+        }
+        let removed = self.shard(key).remove(&key);
+        if removed.is_some() {
+            self.count.fetch_sub(1, AcqRel);
+        }
+        removed
+    }
+
+    pub(super) fn get(&self, key: u64) -> Option<Charge> {
+        if self.count.load(Acquire) == 0 {
+            return None;
+        }
+        self.shard(key).get(&key).copied()
+    }
+
+    /// Appends the entries whose charge satisfies `keep` to `out`.
+    pub(super) fn matching(&self, keep: &impl Fn(&Charge) -> bool, out: &mut Vec<(u64, Charge)>) {
+        if self.count.load(Acquire) == 0 {
+            return;
+        }
+        for shard in &self.shards {
+            let m = shard.lock().unwrap_or_else(|p| p.into_inner());
+            out.extend(m.iter().filter(|(_, c)| keep(c)).map(|(&k, &c)| (k, c)));
+        }
+    }
+}

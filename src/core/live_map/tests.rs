@@ -1,0 +1,303 @@
+//! The live map: entries found wherever they lie, growth, moves and races.
+
+use super::*;
+use std::cell::Cell;
+use std::collections::HashSet;
+
+thread_local! {
+    /// Calls of this thread into `insert_slow` or `remove_slow`.
+    pub(super) static SLOW: Cell<usize> = const { Cell::new(0) };
+}
+
+#[test]
+fn no_slow_path_by_count_or_spacing() {
+    // Blocks 4 KiB, 1 MiB and 2 MiB apart, 10,000 and 100,000 of them live: freeing
+    // and allocating any one again (where the driver hands the same address back)
+    // stays on the one-table path, wherever its entry lies in the table (first or
+    // last ways of its home bucket, or spilled past it).
+    for (spacing, live) in [
+        (12, 10_000u64),
+        (20, 10_000),
+        (21, 10_000),
+        (12, 100_000),
+        (20, 100_000),
+    ] {
+        let m = LiveMap::new();
+        let key = |i: u64| 0x7f00_0000_0000 + (i << spacing);
+        for i in 0..live {
+            m.insert(key(i), c(0, 1 << spacing));
+        }
+        let churn = || {
+            for i in 0..live {
+                assert_eq!(m.remove(key(i)), Some(c(0, 1 << spacing)), "key {i}");
+                m.insert(key(i), c(0, 1 << spacing));
+            }
+        };
+        // Once: any move to a new level the last inserts began is finished.
+        churn();
+        assert_eq!(m.state.load(Acquire) & MOVE_RUNS, 0);
+        let (sizes, overflowed) = shape(&m);
+        let slow = SLOW.with(Cell::get);
+        churn();
+        assert_eq!(
+            SLOW.with(Cell::get) - slow,
+            0,
+            "{live} live, {spacing}-bit spacing"
+        );
+        assert_eq!(shape(&m), (sizes, overflowed), "no growth from churn");
+        let t = m.table(m.state.load(Acquire) - 1).unwrap();
+        let spilled = (0..live)
+            .filter(|&i| t.find(key(i)).is_some_and(|f| f.distance > 0))
+            .count();
+        let far_ways = (0..live)
+            .filter(|&i| t.find(key(i)).is_some_and(|f| f.way >= FAST_WAYS))
+            .count();
+        assert!(
+            spilled > 0 && far_ways > 0,
+            "the test covers spilled entries ({spilled}) and far ways ({far_ways})"
+        );
+    }
+}
+
+fn c(device: usize, bytes: u64) -> Charge {
+    Charge { device, bytes }
+}
+
+/// A device-pointer-like key: aligned, in the range drivers hand out.
+fn ptr(i: u64) -> u64 {
+    0x7f00_0000_0000 + (i << 9)
+}
+
+/// Buckets of all tables the map allocated, and whether the locked map is empty.
+fn shape(m: &LiveMap) -> (Vec<usize>, u64) {
+    let tops = m.state.load(Acquire) & LEVELS_MASK;
+    let sizes = (0..tops)
+        .map(|l| m.table(l).unwrap().buckets.len())
+        .collect();
+    (sizes, m.overflow.count.load(Acquire))
+}
+
+#[test]
+fn insert_get_remove_and_reinsert() {
+    let m = LiveMap::new();
+    assert_eq!(m.get(ptr(1)), None);
+    assert_eq!(m.remove(ptr(1)), None);
+    m.insert(ptr(1), c(0, 4096));
+    m.insert(ptr(2), c(3, 0));
+    assert_eq!(m.get(ptr(1)), Some(c(0, 4096)));
+    assert_eq!(m.get(ptr(2)), Some(c(3, 0)));
+    assert_eq!(m.remove(ptr(1)), Some(c(0, 4096)));
+    assert_eq!(m.remove(ptr(1)), None, "removed once");
+    assert_eq!(m.get(ptr(1)), None);
+    // The driver reuses addresses: the same key again, with another charge.
+    m.insert(ptr(1), c(1, 8192));
+    assert_eq!(m.get(ptr(1)), Some(c(1, 8192)));
+    let mut all = m.matching(|_| true);
+    all.sort_unstable_by_key(|e| e.0);
+    assert_eq!(all, vec![(ptr(1), c(1, 8192)), (ptr(2), c(3, 0))]);
+    assert_eq!(m.matching(|ch| ch.device == 3), vec![(ptr(2), c(3, 0))]);
+    assert_eq!(shape(&m), (vec![BASE_BUCKETS], 0), "one table, no lock");
+}
+
+#[test]
+fn keys_and_charges_the_table_cannot_hold_go_to_the_locked_map() {
+    let m = LiveMap::new();
+    let huge = c(0, u64::MAX - 1);
+    let far = c(300, 5);
+    for (k, ch) in [
+        (EMPTY, far),
+        (MOVED, far),
+        (BUSY, far),
+        (u64::MAX, far),
+        (MOVING | 0x1000, far),
+        (0x1000, huge),
+    ] {
+        m.insert(k, ch);
+        assert_eq!(m.get(k), Some(ch));
+        assert_eq!(m.matching(|_| true), vec![(k, ch)]);
+        assert_eq!(m.remove(k), Some(ch));
+        assert_eq!(m.remove(k), None);
+    }
+    assert_eq!(m.overflow.count.load(Acquire), 0);
+}
+
+#[test]
+fn keys_sharing_a_home_bucket_spill_and_are_all_found() {
+    let m = LiveMap::new();
+    m.insert(ptr(0), c(0, 1));
+    let t = m.table(0).unwrap();
+    let home = t.home(ptr(0));
+    // 20 keys with the same home bucket: nearly three buckets' worth.
+    let keys: Vec<u64> = (0..)
+        .map(ptr)
+        .filter(|&k| t.home(k) == home)
+        .take(20)
+        .collect();
+    assert_eq!(m.remove(ptr(0)), Some(c(0, 1)));
+    for (i, &k) in keys.iter().enumerate() {
+        m.insert(k, c(1, i as u64));
+    }
+    assert_eq!(t.crowded.load(Acquire), 20 - FAST_WAYS);
+    assert!(t.buckets[home].spill.load(Acquire) > 0);
+    for (i, &k) in keys.iter().enumerate() {
+        assert_eq!(m.get(k), Some(c(1, i as u64)));
+    }
+    // Removing the home bucket's entries leaves the spilled ones findable.
+    for (i, &k) in keys.iter().enumerate().take(WAYS) {
+        assert_eq!(m.remove(k), Some(c(1, i as u64)));
+    }
+    for (i, &k) in keys.iter().enumerate().skip(WAYS) {
+        assert_eq!(m.get(k), Some(c(1, i as u64)));
+    }
+    for (i, &k) in keys.iter().enumerate().skip(WAYS) {
+        assert_eq!(m.remove(k), Some(c(1, i as u64)));
+        assert_eq!(m.remove(k), None);
+    }
+    // Every spill count and crowded entry was taken back: nothing is left over.
+    assert!(t.buckets.iter().all(|b| b.spill.load(Acquire) == 0));
+    assert_eq!(t.crowded.load(Acquire), 0);
+    assert!(m.matching(|_| true).is_empty());
+}
+
+#[test]
+fn two_million_keys_grow_the_table_without_the_locked_map() {
+    const N: u64 = 2_000_000;
+    let m = LiveMap::new();
+    for i in 0..N {
+        m.insert(ptr(i), c((i % 4) as usize, i));
+    }
+    let (sizes, overflowed) = shape(&m);
+    assert_eq!(overflowed, 0, "every entry in a lock-free table");
+    // Each level doubles the last; the newest is at least a quarter full.
+    let newest = *sizes.last().unwrap();
+    assert!(sizes.windows(2).all(|w| w[1] == 2 * w[0]), "{sizes:?}");
+    assert!(newest * WAYS <= 4 * N as usize, "{sizes:?}");
+    for i in 0..N {
+        assert_eq!(m.get(ptr(i)), Some(c((i % 4) as usize, i)), "key {i}");
+    }
+    assert_eq!(m.matching(|_| true).len(), N as usize);
+    assert_eq!(m.matching(|ch| ch.device == 1).len(), N as usize / 4);
+    for i in 0..N {
+        assert_eq!(m.remove(ptr(i)), Some(c((i % 4) as usize, i)), "key {i}");
+    }
+    assert!(m.matching(|_| true).is_empty());
+    assert_eq!(m.get(ptr(7)), None);
+    // Churn of new addresses leaves no debris: the table does not grow again.
+    for i in N..N + 4 * N {
+        m.insert(ptr(i), c(0, 1));
+        assert_eq!(m.remove(ptr(i)), Some(c(0, 1)));
+    }
+    assert_eq!(shape(&m), (sizes, 0));
+}
+
+#[test]
+fn concurrent_inserts_and_removes_while_the_table_grows() {
+    const THREADS: u64 = 4;
+    const KEYS: u64 = 150_000;
+    let m = LiveMap::new();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let m = &m;
+            s.spawn(move || {
+                let key = |i: u64| ptr((t << 32) | i);
+                let mut live = Vec::new();
+                for i in 0..KEYS {
+                    m.insert(key(i), c(t as usize, i));
+                    live.push(i);
+                    // Every third step frees an older allocation; every fifth, the
+                    // driver hands the freed address out again at once.
+                    if i % 3 == 2 {
+                        let j = live.swap_remove((i as usize * 7919) % live.len());
+                        assert_eq!(m.remove(key(j)), Some(c(t as usize, j)), "key {j}");
+                        assert_eq!(m.get(key(j)), None);
+                        if i % 5 == 0 {
+                            m.insert(key(j), c(t as usize, j + 1));
+                            assert_eq!(m.remove(key(j)), Some(c(t as usize, j + 1)));
+                        }
+                    }
+                    if i % 1000 == 0 {
+                        for &j in &live {
+                            assert_eq!(m.get(key(j)), Some(c(t as usize, j)), "key {j}");
+                        }
+                    }
+                }
+                for &j in &live {
+                    assert_eq!(m.get(key(j)), Some(c(t as usize, j)), "key {j}");
+                }
+                live
+            });
+        }
+    });
+    let (sizes, overflowed) = shape(&m);
+    assert!(sizes.len() > 5, "the table grew while the threads ran");
+    assert_eq!(overflowed, 0);
+    let all = m.matching(|_| true);
+    let per_thread = KEYS - KEYS / 3;
+    assert_eq!(all.len() as u64, THREADS * per_thread);
+    for t in 0..THREADS {
+        let mine = m.matching(|ch| ch.device == t as usize);
+        assert_eq!(mine.len() as u64, per_thread);
+        for (k, ch) in mine {
+            assert_eq!(m.remove(k), Some(ch));
+        }
+    }
+    assert!(m.matching(|_| true).is_empty());
+}
+
+#[test]
+fn matching_sees_each_entry_once_while_others_grow_the_table() {
+    const STABLE: u64 = 3000;
+    let m = LiveMap::new();
+    for i in 0..STABLE {
+        m.insert(ptr(i), c(1, i));
+    }
+    let stable: HashSet<u64> = (0..STABLE).map(ptr).collect();
+    let done = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 1..=2u64 {
+            let (m, done) = (&m, &done);
+            s.spawn(move || {
+                for i in 0..200_000u64 {
+                    m.insert(ptr((t << 32) | i), c(0, i));
+                    if i % 2 == 1 {
+                        let j = i - 1;
+                        assert_eq!(m.remove(ptr((t << 32) | j)), Some(c(0, j)));
+                    }
+                }
+                done.fetch_add(1, Release);
+            });
+        }
+        let mut rounds = 0;
+        while done.load(Acquire) < 2 || rounds < 3 {
+            let seen = m.matching(|ch| ch.device == 1);
+            assert_eq!(seen.len() as u64, STABLE, "round {rounds}");
+            assert_eq!(seen.iter().map(|e| e.0).collect::<HashSet<_>>(), stable);
+            assert!(seen.iter().all(|&(k, ch)| k == ptr(ch.bytes)));
+            rounds += 1;
+        }
+    });
+    assert!(shape(&m).0.len() > 4, "the table grew meanwhile");
+}
+
+#[test]
+fn racing_removes_of_one_key_take_it_once() {
+    let m = LiveMap::new();
+    let taken = AtomicUsize::new(0);
+    for round in 0..2000u64 {
+        m.insert(ptr(round), c(0, round));
+        std::thread::scope(|s| {
+            for w in 0..2u64 {
+                let (m, taken) = (&m, &taken);
+                s.spawn(move || {
+                    if m.remove(ptr(round)).is_some() {
+                        taken.fetch_add(1, Relaxed);
+                    }
+                    // Each thread keeps allocating meanwhile, so tables grow and move.
+                    m.insert(ptr((1 << 32) + round * 2 + w), c(1, 0));
+                });
+            }
+        });
+    }
+    assert_eq!(taken.load(Relaxed), 2000);
+    assert_eq!(m.matching(|_| true).len(), 4000);
+}
