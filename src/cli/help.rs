@@ -289,7 +289,7 @@ mod tests {
         ] {
             let u = usage_of(topic).unwrap();
             assert!(u.starts_with(first), "{topic:?}: {u}");
-            assert!(u.lines().count() <= 3 && !u.contains("\n\n"), "{u}");
+            assert!(u.lines().count() <= 4 && !u.contains("\n\n"), "{u}");
             // Only this command's usage.
             for other in ["run", "check", "status", "top", "metrics"] {
                 if !first.contains(other) {
