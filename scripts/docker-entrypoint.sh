@@ -58,6 +58,10 @@ lib=${GPUCAP_LIB:-$home/libgpucap.so}
 [ -x "$gpucap" ] || die "cannot find gpucap at $gpucap (set GPUCAP_HOME to the directory that holds gpucap and libgpucap.so)"
 [ -f "$lib" ] || die "cannot find libgpucap.so at $lib (set GPUCAP_HOME, or GPUCAP_LIB to the library)"
 [ "$#" -gt 0 ] || die "no command to run (give the container a command, e.g. docker run IMAGE python train.py)"
+# LD_PRELOAD and /etc/ld.so.preload split their lists on spaces and colons, with no escape.
+case $lib in
+    *[[:space:]:]*) die "the path of libgpucap.so ($lib) contains a space or a colon, which LD_PRELOAD and /etc/ld.so.preload cannot express: install gpucap in a directory without them (GPUCAP_HOME), or set GPUCAP_LIB to such a path" ;;
+esac
 
 ld_so_preload=false
 case $(printf '%s' "${GPUCAP_LD_SO_PRELOAD:-0}" | tr '[:upper:]' '[:lower:]' | tr -d ' \t') in

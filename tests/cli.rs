@@ -635,11 +635,18 @@ fn without_a_driver_check_and_run_say_so_in_one_line() {
         gpucap(&[os("check"), os("--limit"), os("1Gi")], &stats).env("LD_LIBRARY_PATH", &empty)
     );
     assert_ok(&o);
-    let out = stdout(&o);
-    let about: Vec<&str> = out.lines().filter(|l| l.contains("libcuda")).collect();
-    assert_eq!(about.len(), 1, "{}", dump(&o));
-    assert_no_driver_line(about[0]);
-    assert_eq!(stderr(&o), "", "{}", dump(&o));
+    // check says it as run does: one line on stderr, with gpucap's prefix; its report
+    // (stdout) says only that the devices are unknown.
+    assert!(!stdout(&o).contains("libcuda"), "{}", dump(&o));
+    assert!(
+        stdout(&o).contains("\ndevices: unknown (no NVIDIA driver could be loaded)\n"),
+        "{}",
+        dump(&o)
+    );
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", dump(&o));
+    let line = one_gpucap_line(&o);
+    assert!(line.starts_with("gpucap: no NVIDIA driver: "), "{line}");
+    assert_no_driver_line(&line);
 
     // run: the line, then the program all the same (it may not need the GPU), with
     // or without GPUs named in the limit.

@@ -110,6 +110,34 @@ fn a_bad_configuration_stops_the_container() {
     assert!(stderr(&o).contains("cannot find gpucap"), "{}", dump(&o));
 }
 
+/// LD_PRELOAD (and /etc/ld.so.preload) split on spaces and colons: a library whose path
+/// has one cannot be preloaded, and the entrypoint says so in its own line before
+/// anything runs (not as a configuration error).
+#[test]
+fn a_library_path_with_a_space_or_a_colon_stops_the_container() {
+    let inst = Install::new("ep-space");
+    let marker = inst.dir.join("started");
+    for dir in ["lib dir", "lib:dir", "lib\tdir"] {
+        let odd = inst.dir.join(dir);
+        std::fs::create_dir_all(&odd).unwrap();
+        std::fs::copy(shim(), odd.join("libgpucap.so")).unwrap();
+        let o = run(inst
+            .entrypoint(&["sh", "-c", "touch \"$0\"", marker.to_str().unwrap()])
+            .env("GPUCAP_LIB", odd.join("libgpucap.so")));
+        assert_eq!(o.status.code(), Some(2), "{dir:?}\n{}", dump(&o));
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{dir:?}\n{}", dump(&o));
+        assert!(
+            err.starts_with("gpucap-entrypoint: the path of libgpucap.so (")
+                && err.contains("contains a space or a colon, which LD_PRELOAD"),
+            "{dir:?}\n{}",
+            dump(&o)
+        );
+        assert!(!marker.exists(), "the command ran\n{}", dump(&o));
+        assert!(!inst.env_file().exists(), "gpucap.env was written");
+    }
+}
+
 #[test]
 fn a_good_configuration_caps_a_real_client() {
     let inst = Install::new("ep-cap");
@@ -572,4 +600,80 @@ fn a_process_with_its_own_variables_but_no_pool_joins_the_containers_pool() {
         "GPUCAP_POOL=off: its own 1 GiB\n{}",
         dump(&own)
     );
+}
+
+/// Does the .dockerignore pattern `pattern` (Docker's syntax: path segments with `*`,
+/// `?` and `**`, a trailing `/` ignored, a leading `/` meaning the context's root)
+/// match `path`, or a directory above it (an excluded directory takes its contents)?
+fn docker_ignores(pattern: &str, path: &str) -> bool {
+    fn seg(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => seg(&p[1..], s) || (!s.is_empty() && seg(p, &s[1..])),
+            (Some(b'?'), Some(_)) => seg(&p[1..], &s[1..]),
+            (Some(a), Some(b)) if a == b => seg(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    fn segs(p: &[&str], s: &[&str]) -> bool {
+        match (p.first(), s.first()) {
+            (None, _) => true, // a directory matched: everything below it too
+            (Some(&"**"), _) => segs(&p[1..], s) || (!s.is_empty() && segs(p, &s[1..])),
+            (Some(a), Some(b)) => seg(a.as_bytes(), b.as_bytes()) && segs(&p[1..], &s[1..]),
+            (Some(_), None) => false,
+        }
+    }
+    let pattern = pattern.trim_matches('/');
+    let p: Vec<&str> = pattern.split('/').collect();
+    let s: Vec<&str> = path.split('/').collect();
+    segs(&p, &s)
+}
+
+/// The repository ships a .dockerignore, so that `docker build .` with
+/// scripts/Dockerfile.example (`COPY . .`) does not send target/ (past a gigabyte after
+/// the tests) or .git to the builder, and still sends every source the build needs.
+#[test]
+fn the_dockerignore_keeps_the_build_output_out_of_the_image_context() {
+    let text = std::fs::read_to_string(root().join(".dockerignore"))
+        .expect("a .dockerignore at the repository's root");
+    let patterns: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(
+        patterns.iter().all(|p| !p.starts_with('!')),
+        "no exceptions expected: {patterns:?}"
+    );
+    let ignored = |path: &str| patterns.iter().any(|p| docker_ignores(p, path));
+    for path in [
+        "target",
+        "target/release/libgpucap.so",
+        "target/venv-cupy/bin/python",
+        "tests/cudarc-client/target/debug/x",
+        ".git/HEAD",
+        ".venv/bin/python",
+        "tests/clients/__pycache__/x.pyc",
+    ] {
+        assert!(ignored(path), "{path} would be sent: {patterns:?}");
+    }
+    // What the Dockerfile's build stage needs is sent.
+    for path in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src/shim/lib.rs",
+        "src/cli/main.rs",
+        "cuda-stubs/Cargo.toml",
+        "tests/cudarc-client/Cargo.toml",
+        "scripts/docker-entrypoint.sh",
+    ] {
+        assert!(!ignored(path), "{path} would be left out: {patterns:?}");
+        assert!(
+            root().join(path).exists(),
+            "{path} is not in the repository"
+        );
+    }
+    // The Dockerfile still copies the whole context, which this file trims.
+    let dockerfile = std::fs::read_to_string(root().join("scripts/Dockerfile.example")).unwrap();
+    assert!(dockerfile.contains("COPY . ."), "{dockerfile}");
 }

@@ -57,7 +57,9 @@ fn count(lines: &[String], needle: &str) -> usize {
 #[test]
 fn vmm_memory_released_while_mapped_stays_charged() {
     for env in [&[][..], &[("GPUCAP_GROWTH", "1")][..]] {
-        let (o, s) = escapes(&["vmm-idiom", "1Gi"], 1, Some("1Gi"), env);
+        // At debug every refusal has its line (the same one repeated at once prints once).
+        let env = [env, &[("GPUCAP_LOG", "debug")][..]].concat();
+        let (o, s) = escapes(&["vmm-idiom", "1Gi"], 1, Some("1Gi"), &env);
         assert_passed(&o, &format!("vmm-idiom with the shim {env:?}"));
         assert!(
             s[0].peak_used <= GIB,
@@ -126,7 +128,11 @@ fn a_pool_of_another_gpu_is_charged_to_that_gpu() {
 #[track_caller]
 fn pool_of_another_gpu(version: &str) {
     let args = ["pool-other-gpu", "4Gi", "1Gi"];
-    let env = [("FAKECUDA_DRIVER_VERSION", version)];
+    // At debug every refusal has its line (the same one repeated at once prints once).
+    let env = [
+        ("FAKECUDA_DRIVER_VERSION", version),
+        ("GPUCAP_LOG", "debug"),
+    ];
     let (o, s) = escapes(&args, 2, Some("0=4Gi,1=1Gi"), &env);
     assert_passed(
         &o,

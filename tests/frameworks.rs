@@ -191,9 +191,10 @@ fn cupy_runs_on_the_fake_gpu() {
 }
 
 /// Under gpucap with a 600 MiB cap on a 1 GiB device: memGetInfo shows the cap, CuPy gets
-/// six 100 MiB arrays, then its own OutOfMemoryError with gpucap's line (CuPy retries after
-/// freeing its cache: one line per attempt), the driver never held more than the cap; copies
-/// still carry real bytes. The control run above got all of the device.
+/// six 100 MiB arrays, then its own OutOfMemoryError with gpucap's line, once (CuPy retries
+/// after freeing its cache: the same request refused again at once prints no second line;
+/// at GPUCAP_LOG=debug every attempt does), the driver never held more than the cap;
+/// copies still carry real bytes. The control run above got all of the device.
 #[test]
 fn cupy_is_capped_with_its_own_out_of_memory_error() {
     let env = [("FAKECUDA_TOTAL_MEM", "1Gi"), ("GPUCAP_LIMIT", "600MiB")];
@@ -208,18 +209,33 @@ fn cupy_is_capped_with_its_own_out_of_memory_error() {
         "{}",
         r.dump()
     );
-    let lines = r.refusals();
-    assert!(!lines.is_empty(), "gpucap said nothing\n{}", r.dump());
-    for l in &lines {
-        assert_eq!(
-            l,
-            "gpucap: refused cuMemAlloc of 100 MiB on GPU 0: 600 MiB of the 600 MiB cap in use",
-            "{}",
-            r.dump()
-        );
-    }
+    let line = "gpucap: refused cuMemAlloc of 100 MiB on GPU 0: 600 MiB of the 600 MiB cap in use";
+    assert_eq!(
+        r.refusals(),
+        [line],
+        "one OutOfMemoryError, one line\n{}",
+        r.dump()
+    );
     assert_eq!(r.lines("copy "), ["copy 16 ok"], "{}", r.dump());
     assert_peak(&r, 0, cap, cap);
+
+    // CuPy asked more than once: at debug every refusal has its line.
+    let debug = [env[0], env[1], ("GPUCAP_LOG", "debug")];
+    let Some(d) = run_cupy(true, &debug, &["fill:100"]) else {
+        return;
+    };
+    assert_eq!(
+        d.fills(),
+        [(6, "OutOfMemoryError".to_string())],
+        "{}",
+        d.dump()
+    );
+    let attempts = d.refusals();
+    assert!(
+        attempts.len() > 1 && attempts.iter().all(|l| l == line),
+        "CuPy retries: {attempts:?}\n{}",
+        d.dump()
+    );
 
     // The same without gpucap gets past the cap: the test fails if the shim does nothing.
     let Some(c) = run_cupy(false, &env, &["fill:100"]) else {

@@ -229,3 +229,64 @@ fn hami_variables_are_accepted_or_refused_for_every_value_never_a_crash() {
         }
     }
 }
+
+/// A bare number under 1 MiB (`8`: 8 bytes, surely 8 GiB meant) is refused in every
+/// door like any other bad value: `gpucap check` exits 2 with the unit it lacks, and
+/// under the shim `cuInit` fails closed (800), as do NVML's memory calls, with the same
+/// line, for `GPUCAP_LIMIT` (one value, per GPU, by UUID) and HAMi-core's variables.
+#[test]
+fn a_bare_number_under_a_mebibyte_fails_closed_in_every_door() {
+    let prog = identity_prog();
+    fake_nvml();
+    let nvml = compile_c("nvml", "", &["-lnvidia-ml", "-lcuda"]);
+    let dir = scratch("hostile-bare");
+    for (var, value, says) in [
+        ("GPUCAP_LIMIT", "8", "did you mean 8Gi?"),
+        ("GPUCAP_LIMIT", "0=8,1=4Gi", "did you mean 8Gi?"),
+        ("GPUCAP_LIMIT", "4Gi,0=512", "did you mean 512Gi?"),
+        (
+            "GPUCAP_LIMIT",
+            "GPU-face0000-0000-0000-0000-000000000001=4096",
+            "did you mean 4096Mi?",
+        ),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "8", "did you mean 8g?"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "8", "did you mean 8g?"),
+    ] {
+        let what = format!("{var}={value}");
+        let o = run(fake_cmd(cli(), &dir.join("stats.json"))
+            .arg("check")
+            .env(var, value));
+        assert_eq!(o.status.code(), Some(2), "{what}\n{}", dump(&o));
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{what}\n{}", dump(&o));
+        assert!(
+            err.starts_with(&format!("gpucap: invalid {var}=")) && err.contains(says),
+            "{what}\n{}",
+            dump(&o)
+        );
+
+        let mut c = fake_cmd(&prog, &dir.join("stats.json"));
+        preload(&mut c).env(var, value).arg("1048576");
+        let o = run(&mut c);
+        let out = stdout(&o);
+        assert!(
+            out.starts_with("init rc=800\n") && out.contains("after rc=800"),
+            "{what}\n{}",
+            dump(&o)
+        );
+        assert!(stderr(&o).contains(says), "{what}\n{}", dump(&o));
+
+        let mut c = fake_cmd(&nvml, &dir.join("stats.json"));
+        preload(&mut c).env(var, value).args(["denied", "dl"]);
+        let o = run(&mut c);
+        assert!(o.status.success(), "nvml under {what}\n{}", dump(&o));
+        assert!(stderr(&o).contains(says), "nvml under {what}\n{}", dump(&o));
+    }
+    // From 1 MiB a bare number is bytes, in every door.
+    let mut c = fake_cmd(&prog, &dir.join("stats.json"));
+    preload(&mut c)
+        .env("GPUCAP_LIMIT", "1048576")
+        .arg("1048576");
+    let o = run(&mut c);
+    assert!(stdout(&o).starts_with("init rc=0\n"), "{}", dump(&o));
+}

@@ -71,7 +71,8 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     let (ra, rb) = (row(&text, pid_a), row(&text, pid_b));
     assert!(ra.contains(" alive ") && ra.contains("300 MiB"), "{text}");
     assert!(rb.contains(" dead ") && rb.contains("200 MiB"), "{text}");
-    assert!(rb.contains("script alloc:200Mi"), "the command\n{text}");
+    // The command shows the program's file name, whatever the checkout's path.
+    assert!(rb.contains(" script alloc:200Mi "), "the command\n{text}");
     // The GPU row: cap, used, peak, refusals, held by dead, guaranteed.
     let gpu = text.lines().nth(2).unwrap();
     let cols: Vec<&str> = gpu.split("  ").filter(|c| !c.is_empty()).collect();
@@ -97,7 +98,13 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     assert_eq!(mb["gpus"][0]["used"], 200 * MIB);
     assert_eq!(mb["gpus"][0]["peak"], 200 * MIB);
     assert_eq!(mb["gpus"][0]["uuid"], g["uuid"]);
-    assert!(mb["command"].as_str().unwrap().contains("alloc:200Mi"));
+    assert!(
+        mb["command"]
+            .as_str()
+            .unwrap()
+            .starts_with("script alloc:200Mi touch:"),
+        "{mb}"
+    );
     assert!(mb["start_ms"].as_u64().unwrap() > 0);
 
     // Now every member is dead: nobody could take the shares back, so any change to
@@ -686,6 +693,173 @@ fn top_redraws_the_screen_on_a_terminal() {
         "{out:?}"
     );
     assert!(out.contains("32 MiB"), "{out:?}");
+    let _ = kill(a);
+}
+
+/// The stable fields of `gpucap status --json`, by object: the schema the documentation
+/// promises (the `--json` table of "Watching a pool"). Adding a field means adding it
+/// here and to that table.
+const STATUS_JSON_FIELDS: &[(&str, &[&str])] = &[
+    ("", &["path", "version", "created", "gpus", "members"]),
+    (
+        "gpus[]",
+        &[
+            "uuid",
+            "cap",
+            "used",
+            "peak",
+            "refusals",
+            "largest_refused",
+            "held_by_dead",
+            "waiters",
+            "waits",
+            "wait_ms",
+            "members_hold",
+            "drift",
+            "cap_drift",
+            "lock",
+            "guaranteed",
+        ],
+    ),
+    (
+        "members[]",
+        &[
+            "slot",
+            "pid",
+            "pid_namespace",
+            "command",
+            "start_ms",
+            "alive",
+            "gpus",
+        ],
+    ),
+    (
+        "members[].gpus[]",
+        &["uuid", "used", "peak", "guarantee", "ceiling", "borrowed"],
+    ),
+];
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &serde_json::Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+    k.sort();
+    k
+}
+
+/// The Markdown files that may hold the `--json` table: the README and the docs book.
+fn doc_files() -> Vec<PathBuf> {
+    let mut files = vec![root().join("README.md")];
+    let mut dirs = vec![root().join("docs")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                files.push(p);
+            }
+        }
+    }
+    files
+}
+
+/// `status --json` has exactly the documented fields, in every object, and the
+/// documentation's table names each of them in its row.
+#[test]
+fn status_json_fields_are_the_documented_schema() {
+    let s = Scratch::new("pool-schema");
+    let a = s.member("t", "a", &["alloc:64Mi"]);
+    let doc = json(&run(&mut s.gpucap(&["status", "--pool", "t", "--json"])));
+    let _ = kill(a);
+    let want = |group: &str| {
+        let mut f: Vec<String> = STATUS_JSON_FIELDS
+            .iter()
+            .find(|(g, _)| *g == group)
+            .unwrap()
+            .1
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        f.sort();
+        f
+    };
+    assert_eq!(keys(&doc), want(""), "{doc}");
+    assert_eq!(keys(&doc["gpus"][0]), want("gpus[]"), "{doc}");
+    assert_eq!(keys(&doc["members"][0]), want("members[]"), "{doc}");
+    assert_eq!(
+        keys(&doc["members"][0]["gpus"][0]),
+        want("members[].gpus[]"),
+        "{doc}"
+    );
+
+    // The table: a row per top-level field, `gpus[]` and `members[]` naming theirs.
+    let (file, text) = doc_files()
+        .into_iter()
+        .filter_map(|f| Some((f.clone(), std::fs::read_to_string(&f).ok()?)))
+        .find(|(_, t)| t.lines().any(|l| l.starts_with("| `members[]` |")))
+        .expect("a documentation table with a `members[]` row");
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("| `{name}` |")))
+            .unwrap_or_else(|| panic!("{}: no row for `{name}`", file.display()))
+            .to_string()
+    };
+    for field in want("") {
+        let name = if field == "gpus" || field == "members" {
+            format!("{field}[]")
+        } else {
+            field
+        };
+        row(&name);
+    }
+    let members = row("members[]");
+    for (row_text, group) in [
+        (row("gpus[]"), "gpus[]"),
+        (members.clone(), "members[]"),
+        (members, "members[].gpus[]"),
+    ] {
+        for field in want(group) {
+            assert!(
+                row_text.contains(&format!("`{field}`"))
+                    || row_text.contains(&format!("`{field}[]`")),
+                "{}: the {group} row does not name `{field}`:\n{row_text}",
+                file.display()
+            );
+        }
+    }
+}
+
+/// A request the member's own cap refuses (here larger than the cap) is a refusal the
+/// program sees like any other: the pool counts it, in `status` and in
+/// `gpucap_pool_refusals_total`.
+#[test]
+fn a_refusal_by_the_members_own_cap_counts_in_the_pools_refusals() {
+    let s = Scratch::new("pool-own-refusal");
+    let a = s.member("t", "a", &["alloc:64Mi"]);
+    // 1.5 GiB against a 1 GiB cap: refused before the pool is asked.
+    let o = s.once("t", &["alloc:1536Mi"]);
+    assert!(
+        stdout(&o).contains(&format!("alloc {} 2", 1536 * MIB)),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        stderr(&o).contains("refused cuMemAlloc of 1.5 GiB on GPU 0: 0 B of the 1 GiB cap in use"),
+        "{}",
+        dump(&o)
+    );
+    let doc = json(&run(&mut s.gpucap(&["status", "--pool", "t", "--json"])));
+    let g = &doc["gpus"][0];
+    assert_eq!(g["refusals"], 1, "{doc}");
+    assert_eq!(g["largest_refused"], 1536 * MIB, "{doc}");
+    let o = run(&mut s.gpucap(&["status", "--prometheus", "--pool", "t"]));
+    assert_ok(&o);
+    let line = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("gpucap_pool_refusals_total{"))
+        .map(String::from)
+        .unwrap_or_default();
+    assert!(line.ends_with(" 1"), "{line}\n{}", dump(&o));
     let _ = kill(a);
 }
 

@@ -196,6 +196,73 @@ fn freed_memory_is_not_in_use_at_exit_and_no_cap_is_null() {
     assert_eq!(d["largest_refused"], 0);
 }
 
+/// Growth mode: what the program freed stays with the process (`retained`), and is no
+/// longer `in_use` (allocated and not freed): 0 once every block was freed, page
+/// allocations and small blocks alike; the summary line says the same.
+#[test]
+fn in_growth_mode_freed_memory_is_retained_not_in_use() {
+    let dir = scratch("report-growth");
+    for (sizes, kept) in [
+        (&["256Mi", "64Mi", "1Ki", "300"][..], 0),
+        (&["keep", "256Mi", "64Mi"], 320 * MIB),
+    ] {
+        let report = dir.join(format!("r-{kept}.json"));
+        let o = run(under_shim(client(), &dir, &report)
+            .env("GPUCAP_LIMIT", "1Gi")
+            .env("GPUCAP_GROWTH", "1")
+            .env("GPUCAP_LOG", "info")
+            .args(sizes));
+        assert_ok(&o);
+        let d = &only_process(&report)["devices"][0];
+        assert_eq!(d["in_use"], kept, "{sizes:?}: {d}");
+        let retained = d["retained"].as_u64().unwrap();
+        if kept == 0 {
+            assert!(retained >= 320 * MIB, "{d}");
+        } else {
+            assert_eq!(retained, 0, "{d}");
+        }
+        let summary = format!(
+            ", {} in use at exit, ",
+            if kept == 0 { "0 B" } else { "320 MiB" }
+        );
+        assert!(stderr(&o).contains(&summary), "{summary}\n{}", dump(&o));
+    }
+}
+
+/// One line per refusal the program sees: the same request refused again at once (a
+/// program retrying after freeing its cache, as CuPy does) prints no second line, but
+/// every refusal is counted; another size has its own line; at debug every one does.
+#[test]
+fn the_same_refusal_again_at_once_prints_one_line_and_counts_each() {
+    let dir = scratch("report-repeats");
+    let sizes = ["600Mi", "600Mi", "600Mi", "600Mi", "700Mi", "keep"];
+    for (log, lines) in [("warn", 2), ("debug", 4)] {
+        let report = dir.join(format!("r-{log}.json"));
+        let o = run(under_shim(client(), &dir, &report)
+            .env("GPUCAP_LIMIT", "1Gi")
+            .env("GPUCAP_LOG", log)
+            .args(sizes));
+        assert_ok(&o);
+        let refused: Vec<String> = stderr(&o)
+            .lines()
+            .filter(|l| l.starts_with("gpucap: refused "))
+            .map(String::from)
+            .collect();
+        assert_eq!(refused.len(), lines, "{log}\n{}", dump(&o));
+        assert!(
+            refused[0].starts_with("gpucap: refused cuMemAlloc of 600 MiB"),
+            "{refused:?}"
+        );
+        assert!(
+            refused[lines - 1].starts_with("gpucap: refused cuMemAlloc of 700 MiB"),
+            "{refused:?}"
+        );
+        let d = &only_process(&report)["devices"][0];
+        assert_eq!(d["refusals"], 4, "{d}");
+        assert_eq!(d["largest_refused"], 700 * MIB, "{d}");
+    }
+}
+
 #[test]
 fn exit_from_another_thread_writes_the_report() {
     let dir = scratch("report-thread-exit");

@@ -8,6 +8,7 @@
 
 pub mod args;
 pub mod driver;
+pub mod help;
 pub mod measure;
 pub mod metrics;
 pub mod pool;
@@ -42,6 +43,8 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
     let command = match args::parse(argv.into_iter().skip(1)) {
         Ok(c) => c,
         Err(e) => {
+            // One line, and where to read the command's usage: the usage itself would
+            // bury the line that says what was wrong.
             eprintln!("gpucap: {}", e.message);
             let hint = match e.topic {
                 Topic::General => "gpucap --help",
@@ -51,13 +54,16 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
                 Topic::Top => "gpucap help top",
                 Topic::Metrics => "gpucap help metrics",
             };
-            eprintln!("{}\n(see '{hint}')", args::USAGE);
+            if let Some(usage) = help::usage_of(e.topic) {
+                eprintln!("{usage}");
+            }
+            eprintln!("(see '{hint}')");
             return EXIT_USAGE;
         }
     };
     match command {
         Command::Help(topic) => {
-            print_out(&format!("{}\n", args::help(topic)));
+            print_out(&format!("{}\n", help::help(topic)));
             0
         }
         Command::Version => {
@@ -159,6 +165,7 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
         "GPUCAP_REPORT" if overrides.report.is_some() => "--report",
         "GPUCAP_GROWTH" if overrides.growth => "--growth",
         "GPUCAP_POOL" if overrides.pool.is_some() => "--pool",
+        "GPUCAP_WAIT" if overrides.wait.is_some() => "--wait",
         "GPUCAP_GUARANTEE" if overrides.guarantee.is_some() => "--guarantee",
         "GPUCAP_CEILING" if overrides.ceiling.is_some() => "--ceiling",
         _ => return e,
@@ -232,6 +239,9 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if let Some(warning) = report::probe_warning(&probe) {
+        eprintln!("{warning}");
+    }
     let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
     let text = report::check_report(
         &config,

@@ -235,8 +235,13 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         );
         return EXIT_USAGE;
     }
-    if overrides.pool.is_some() {
-        eprintln!("gpucap: --measure runs CMD alone, outside any pool: drop --pool");
+    if overrides.pool.is_some() || overrides.wait.is_some() {
+        let flag = if overrides.pool.is_some() {
+            "--pool"
+        } else {
+            "--wait"
+        };
+        eprintln!("gpucap: --measure runs CMD alone, outside any pool: drop {flag}");
         return EXIT_USAGE;
     }
     let (config, vars) = match load(overrides) {

@@ -106,7 +106,7 @@ const FAMILIES: [Family; 20] = [
     Family {
         name: "gpucap_pool_refusals_total",
         kind: Kind::Counter,
-        help: "Allocations the pool refused on this GPU because they did not fit under its cap.",
+        help: "Allocations refused to the pool's members on this GPU: by the pool's cap, or by a member's own cap.",
     },
     gauge(
         "gpucap_pool_largest_refused_bytes",

@@ -128,6 +128,18 @@ pub fn report_line(report: Option<&Path>) -> String {
     }
 }
 
+/// The warning `gpucap check` prints on stderr when the driver could not be asked, as
+/// every command prints its warnings: `gpucap: no NVIDIA driver: ...`, as `run` does.
+pub fn probe_warning(probe: &Probe) -> Option<String> {
+    match probe {
+        Probe::NoDriver(why) => Some(format!("gpucap: {}", super::driver::no_driver_line(why))),
+        Probe::Failed(why) => Some(format!(
+            "gpucap: CUDA driver found but unusable: {why}; fractions resolve at run time"
+        )),
+        Probe::Devices(_) => None,
+    }
+}
+
 /// Everything `gpucap check` prints after validating the configuration. `library` is
 /// the library `run` would preload, or the error that says why none was found.
 /// `preloaded` says this process already runs under a libgpucap.so preload.
@@ -192,13 +204,12 @@ pub fn check_report(
         Err(_) => out.push("library: NOT FOUND".to_string()),
     }
     match probe {
-        Probe::NoDriver(why) => {
-            out.push(super::driver::no_driver_line(why));
+        // The reason is a warning, on stderr (see [`probe_warning`]), as `run` gives it.
+        Probe::NoDriver(_) => {
+            out.push("devices: unknown (no NVIDIA driver could be loaded)".to_string());
         }
-        Probe::Failed(why) => {
-            out.push(format!(
-                "CUDA driver found but unusable: {why}; fractions resolve at run time"
-            ));
+        Probe::Failed(_) => {
+            out.push("devices: unknown (the CUDA driver could not list them)".to_string());
         }
         Probe::Devices(devices) => {
             let n = devices.len();
@@ -321,10 +332,24 @@ mod tests {
              report: none\n\
              pool: none (each process is capped alone)\n\
              library: /x/libgpucap.so\n\
-             no NVIDIA driver: libcuda.so.1 cannot be loaded (libcuda.so.1: cannot open); to \
-             try gpucap without a GPU, use its fake GPU: see \"Without a GPU\" under \"Using \
-             it\" in README.md (scripts/fake-gpu.sh)\n"
+             devices: unknown (no NVIDIA driver could be loaded)\n"
         );
+        // The reason goes to stderr, with the prefix every warning has.
+        let warning = probe_warning(&Probe::NoDriver("libcuda.so.1: cannot open".into()));
+        assert_eq!(
+            warning.as_deref(),
+            Some(
+                "gpucap: no NVIDIA driver: libcuda.so.1 cannot be loaded (libcuda.so.1: cannot \
+                 open); to try gpucap without a GPU, use its fake GPU: see \"Without a GPU\" \
+                 under \"Using it\" in README.md (scripts/fake-gpu.sh)"
+            )
+        );
+        assert!(
+            probe_warning(&Probe::Failed("cuInit: 999".into()))
+                .unwrap()
+                .starts_with("gpucap: CUDA driver found but unusable: cuInit: 999")
+        );
+        assert_eq!(probe_warning(&Probe::Devices(Vec::new())), None);
         let probe = Probe::Devices(vec![dev(0, 80 * GI), dev(1, 80 * GI)]);
         let config = Config {
             limit: spec("4Gi,1=1Gi"),

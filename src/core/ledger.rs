@@ -243,6 +243,10 @@ impl Ledger {
             Err((used, cap)) => {
                 d.refusals.fetch_add(1, Relaxed);
                 d.largest_refused.fetch_max(bytes, Relaxed);
+                // The program sees this refusal as any other: its pool counts it too.
+                if let Some(pool) = self.pool() {
+                    pool.note_refused(device, bytes);
+                }
                 return Err(Refusal::OverCap {
                     requested: bytes,
                     used,
@@ -473,6 +477,14 @@ mod pool_tests {
             (other.usage(0).unwrap().0, ledger.usage(0).unwrap().used),
             (300, 0)
         );
+        // A refusal by the process's own cap is one the pool counts too.
+        let before = pool.view(&Proc(3)).gpus[0].refusals;
+        assert_eq!(before, 1, "the pool's own refusal above");
+        let r = ledger.reserve(0, 1500).err().unwrap();
+        assert!(matches!(r, Refusal::OverCap { .. }), "{r:?}");
+        let g = &pool.view(&Proc(3)).gpus[0];
+        assert_eq!((g.refusals, g.largest_refused), (2, 1500));
+        assert_eq!(ledger.usage(0).unwrap().refusals, 2);
     }
 }
 

@@ -24,6 +24,7 @@ pub mod ledger;
 pub mod live_map;
 pub mod nvml;
 pub mod pools;
+pub mod repeats;
 pub mod report;
 pub mod size;
 pub mod vmm;

@@ -163,13 +163,7 @@ fn claim_share(
 /// What the other members and `gpucap status` see of this process.
 fn own_info() -> MemberInfo {
     let command = std::fs::read("/proc/self/cmdline")
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
+        .map(|b| gpucap_core::budget::member_command(&b))
         .unwrap_or_default();
     let pid_namespace = std::fs::metadata("/proc/self/ns/pid")
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))

@@ -14,6 +14,7 @@ use gpucap_core::contexts::ContextBook;
 use gpucap_core::ledger::LiveMap;
 use gpucap_core::ledger::{Ledger, NO_CAP, Refusal, Reservation};
 use gpucap_core::pools::PoolBook;
+use gpucap_core::repeats::Repeats;
 use gpucap_core::report::{self, DeviceReport, ProcessReport};
 use gpucap_core::size::format_bytes;
 use gpucap_core::vmm::VmmBook;
@@ -276,18 +277,31 @@ static REFUSAL_WRITTEN_MS: AtomicU64 = AtomicU64::new(0);
 static REFUSAL_WRITTEN_LARGEST: AtomicU64 = AtomicU64::new(0);
 const REFUSAL_WRITE_INTERVAL_MS: u64 = 100;
 
+/// The last refusal line printed, so that the same refusal again at once prints none.
+static REPEATS: Repeats = Repeats::new();
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 impl Shim {
     /// This process's figures for each device it used.
     pub fn device_reports(&self) -> Vec<DeviceReport> {
         self.touched_devices()
             .filter_map(|d| {
                 let u = self.ledger.usage(d)?;
+                // In growth mode the cap is charged for retained memory too, which the
+                // program freed: in use is the rest (0 once every block was freed).
+                let retained = retained_bytes(d);
                 Some(DeviceReport {
                     ordinal: d as u32,
                     cap: (u.cap != NO_CAP).then_some(u.cap),
                     peak: u.peak,
-                    in_use: u.used,
-                    retained: retained_bytes(d),
+                    in_use: u.used.saturating_sub(retained),
+                    retained,
                     allocations: u.allocs,
                     refusals: u.refusals,
                     largest_refused: u.largest_refused,
@@ -332,8 +346,13 @@ impl Shim {
     /// without `exit()` (the usual crash after an out-of-memory error, a fatal signal)
     /// still leaves one, marked `"state":"running"`. No signal handler is installed.
     /// Reports a refused request: the one stderr line, and a refreshed report.
+    /// The same request refused again at once (a program retrying after freeing its
+    /// cache, as CuPy does) prints no second line: see `gpucap_core::repeats`.
     pub fn refused(&self, api: &str, device: usize, bytes: u64, refusal: Refusal) {
-        log!(Warn, "{}", refusal_line(api, device, bytes, refusal));
+        let level = crate::log::LEVEL.load(Relaxed);
+        if level >= LogLevel::Debug as u8 || REPEATS.should_print(api, device, bytes, now_ms()) {
+            log!(Warn, "{}", refusal_line(api, device, bytes, refusal));
+        }
         self.after_refusal();
     }
 
@@ -349,9 +368,7 @@ impl Shim {
         };
         let devices = self.device_reports();
         let largest = devices.iter().map(|d| d.largest_refused).max().unwrap_or(0);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now = now_ms();
         let last = REFUSAL_WRITTEN_MS.load(Relaxed);
         if last != 0
             && now.saturating_sub(last) < REFUSAL_WRITE_INTERVAL_MS

@@ -173,6 +173,16 @@ impl Member<'_> {
         }
     }
 
+    /// Counts a request of `bytes` on `device` that this member's own cap refused
+    /// before the pool was asked: a refusal the program saw, so the pool's refusals
+    /// (`gpucap status`, `gpucap_pool_refusals_total`) count it too.
+    pub fn note_refused(&self, device: usize, bytes: u64) {
+        if let Some(g) = self.entry_of(device) {
+            self.w.gpu(g, G_REFUSALS).fetch_add(1, Relaxed);
+            self.w.gpu(g, G_LARGEST_REFUSED).fetch_max(bytes, Relaxed);
+        }
+    }
+
     /// Gives `bytes` of this member's use on `device` back to the pool.
     pub fn credit(&self, device: usize, bytes: u64) {
         let Some(g) = self.entry_of(device) else {

@@ -19,6 +19,7 @@
 //! - `view`: a snapshot for `gpucap status`, `gpucap top` and NVML's process list.
 
 mod account;
+mod command;
 mod layout;
 mod member;
 mod share_words;
@@ -27,6 +28,7 @@ mod view;
 mod wait;
 
 pub use account::{PoolRefusal, Repair};
+pub use command::member_command;
 pub use layout::{
     LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };

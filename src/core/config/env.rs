@@ -39,7 +39,8 @@ pub const HOME_ACCEPTED: &str =
     "the directory holding gpucap, libgpucap.so and docker-entrypoint.sh";
 pub const POOL_ACCEPTED: &str = "a pool name (1 to 64 of A-Z a-z 0-9 . _ -, not starting with '.'), \
      an absolute path of the pool file, or off (no pool)";
-pub const POOL_DIR_ACCEPTED: &str = "an absolute directory path (created if missing)";
+pub const POOL_DIR_ACCEPTED: &str =
+    "the absolute path of an existing directory (gpucap makes its gpucap-UID directory in it)";
 pub const WAIT_ACCEPTED: &str =
     "a duration up to 24h: 0, 500ms, 30s, 5m, 1h (a number and one of ms, s, m, h)";
 

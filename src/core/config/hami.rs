@@ -6,7 +6,9 @@
 //! number is bytes, a leading `0` is octal, `0x` is hex, parsing stops at the first
 //! non-digit (`1Gi` is 1 byte), and a value it reads as 0 (`abc`, empty) means NO limit.
 //! It reads `CUDA_DEVICE_MEMORY_LIMIT_0` to `_15` (its 16 devices). gpucap accepts only
-//! the values both read the same way, and refuses the others with the reason.
+//! the values both read the same way, and refuses the others with the reason; it also
+//! refuses a bare number under 1 MiB (`8`: 8 bytes in both, surely `8g` meant), as it
+//! does in `GPUCAP_LIMIT`.
 
 use super::*;
 
@@ -41,7 +43,7 @@ pub const HAMI_IGNORED: &[(&str, &str)] = &[
 ];
 
 /// Accepted HAMi values, for error messages.
-pub const HAMI_ACCEPTED: &str = "decimal digits without a leading zero (bytes), optionally followed by \
+pub const HAMI_ACCEPTED: &str = "decimal digits without a leading zero (bytes, at least 1048576), optionally followed by \
      k, m or g in any case (KiB, MiB, GiB), e.g. 8192m, 8g, 1073741824";
 
 /// Accepted names, for the typo error.
@@ -143,6 +145,16 @@ pub fn parse_hami_value(v: &str) -> Result<u64, String> {
                         unset the variable to count without capping"
                     .into(),
             );
+        }
+        // A bare number is bytes in HAMi-core too: 8 would be a cap of 8 bytes there as
+        // here, which nobody means. Refused like GPUCAP_LIMIT=8 (both refuse everything
+        // with such a cap, so refusing loses nothing).
+        if scale == 1 && n < MIN_UNITLESS_BYTES {
+            return Err(unitless_message(
+                n,
+                ["g", "m"],
+                "a smaller cap needs the k unit",
+            ));
         }
         return n.checked_mul(scale).ok_or_else(|| {
             "too large (more than 64 bits of bytes; HAMi-core would read it as no limit)".into()
@@ -256,15 +268,53 @@ pub fn check_agree(gpucap: &LimitSpec, hami: &LimitSpec) -> Result<(), String> {
             ));
         }
         if a != b {
+            // Where GPU n's cap (or its lack of one) comes from among HAMi-core's.
+            let theirs = match b {
+                Some(_) => format!("{} from {}", show(b), hami.var_for_ordinal(n)),
+                None => format!(
+                    "no cap from HAMi-core's variables ({} set, which name{} no cap for GPU {n})",
+                    hami.source(),
+                    if hami.source().contains(", ") {
+                        ""
+                    } else {
+                        "s"
+                    }
+                ),
+            };
             return Err(format!(
                 "disagrees with HAMi-core's CUDA_DEVICE_MEMORY_LIMIT* variables: GPU {n} gets {} \
-                 from GPUCAP_LIMIT but {} from {}; set only one of them, or both to the same \
-                 cap for every GPU",
+                 from GPUCAP_LIMIT but {theirs}; set only one of them (GPUCAP_LIMIT={} alone \
+                 caps what HAMi-core's do), or both to the same cap for every GPU",
                 show(a),
-                show(b),
-                hami.var_for_ordinal(n)
+                hami_as_gpucap_limit(hami)
             ));
         }
     }
     Ok(())
+}
+
+/// HAMi-core's caps written as a `GPUCAP_LIMIT` (`8Gi`, `0=8Gi,1=512Mi`), with the
+/// largest binary unit that keeps each one exact, for messages.
+fn hami_as_gpucap_limit(hami: &LimitSpec) -> String {
+    let text = |l: &Limit| match *l {
+        Limit::Bytes(b) => exact_size(b),
+        Limit::Fraction(_) => l.to_string(),
+    };
+    let mut items: Vec<String> = hami.default.iter().map(text).collect();
+    for (k, l) in &hami.devices {
+        if let DeviceKey::Ordinal(n) = k {
+            items.push(format!("{n}={}", text(l)));
+        }
+    }
+    items.join(",")
+}
+
+/// `b` bytes as a size GPUCAP_LIMIT reads back exactly: `8Gi`, `1536Mi`, `4Ki`, `1000B`.
+fn exact_size(b: u64) -> String {
+    for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        if b != 0 && b.is_multiple_of(1u64 << shift) {
+            return format!("{}{unit}", b >> shift);
+        }
+    }
+    format!("{b}B")
 }

@@ -227,7 +227,9 @@ impl LimitSpec {
     /// reads back exactly), or None when a device has a fraction (only byte caps are
     /// written this way: HAMi's variables, for `gpucap.env`).
     pub fn to_gpucap_limit(&self) -> Option<String> {
+        // Below MIN_UNITLESS_BYTES a bare number is refused: those get their unit.
         let text = |l: &Limit| match l {
+            Limit::Bytes(b) if *b < MIN_UNITLESS_BYTES => Some(format!("{b}B")),
             Limit::Bytes(b) => Some(b.to_string()),
             Limit::Fraction(_) => None,
         };
@@ -397,6 +399,9 @@ pub(crate) fn parse_limit(v: &str) -> Result<Limit, String> {
         return Ok(Limit::Fraction(f));
     }
     // Everything else (including a plain integer: whole bytes) is a size.
+    if v.bytes().all(|b| b.is_ascii_digit()) {
+        unitless_bytes(v)?;
+    }
     let bytes = parse_size(v).map_err(|e| {
         // parse_size lists its accepted forms; ConfigError lists GPUCAP_LIMIT's own.
         let reason = e.split("; accepted: ").next().unwrap_or(&e);
@@ -410,6 +415,45 @@ pub(crate) fn parse_limit(v: &str) -> Result<Limit, String> {
         return Err(ZERO_CAP.into());
     }
     Ok(Limit::Bytes(bytes))
+}
+
+/// The least number of bytes a size may give without a unit: a bare number below it
+/// (`8`) is far more likely a cap in GiB with its unit forgotten than a cap of 8 bytes.
+pub const MIN_UNITLESS_BYTES: u64 = 1 << 20;
+
+/// The unit a bare number `n` was probably meant in, for the error's suggestion: Gi for
+/// the numbers GPUs have gigabytes of, Mi above.
+fn likely_unit(n: u64) -> &'static str {
+    if n < 1024 { "Gi" } else { "Mi" }
+}
+
+/// Checks a size written without a unit (`digits`, ASCII digits only): it is bytes, and
+/// must then be 0 (refused as [`ZERO_CAP`] by the caller) or at least
+/// [`MIN_UNITLESS_BYTES`]. The error suggests the unit (`did you mean 8Gi?`).
+pub(crate) fn unitless_bytes(digits: &str) -> Result<(), String> {
+    match digits.parse::<u64>() {
+        Ok(n) if n > 0 && n < MIN_UNITLESS_BYTES => Err(unitless_message(
+            n,
+            ["Gi", "Mi"],
+            &format!("write {n}B if you do mean bytes"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The error for a bare `n` under [`MIN_UNITLESS_BYTES`]: `units` are this variable's
+/// spellings of GiB and MiB, `bytes` says how to write a cap in bytes on purpose.
+pub(crate) fn unitless_message(n: u64, units: [&str; 2], bytes: &str) -> String {
+    let unit = if likely_unit(n) == "Gi" {
+        units[0]
+    } else {
+        units[1]
+    };
+    format!(
+        "{n} has no unit, so it would be a cap of {n} bytes: did you mean {n}{unit}? (a \
+         number without a unit is bytes and must be at least {MIN_UNITLESS_BYTES}, 1 MiB; \
+         {bytes})"
+    )
 }
 
 /// A device key: a CUDA ordinal below MAX_DEVICES, or a `GPU-…`/`MIG-…` UUID.
@@ -441,7 +485,8 @@ pub(crate) fn parse_device(k: &str) -> Result<DeviceKey, String> {
 /// `DEVICE=VALUE` (`0=8Gi,1=50%`) or a bare value, the default of the devices not listed
 /// (`4Gi,1=8Gi`; at most one). DEVICE is a CUDA ordinal < MAX_DEVICES or a device UUID
 /// (`GPU-…`, `MIG-…`; matched against the visible devices by the shim). VALUE is a size
-/// (see `parse_size`; a plain integer is bytes), a fraction in (0, 1] written with a dot
+/// (see `parse_size`; a plain integer is bytes, and must be at least 1 MiB: `8` is
+/// refused with `did you mean 8Gi?`), a fraction in (0, 1] written with a dot
 /// (`0.5`, `1.0`), or a percentage in (0%, 100%] (`50%`, `12.5%`). Zero is an error.
 /// Whitespace around items, keys and values is ignored.
 pub fn parse_limit_spec(value: &str) -> Result<LimitSpec, String> {

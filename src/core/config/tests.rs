@@ -28,7 +28,10 @@ mod tests {
         assert_eq!(single("8Gi"), Limit::Bytes(8 * GI));
         assert_eq!(single("512MiB"), Limit::Bytes(512 << 20));
         assert_eq!(single("1073741824"), Limit::Bytes(GI));
-        assert_eq!(single("1"), Limit::Bytes(1)); // a plain integer is bytes
+        // A plain integer is bytes, at least 1 MiB of them; a unit says bytes on purpose.
+        assert_eq!(single("1048576"), Limit::Bytes(1 << 20));
+        assert_eq!(single("1B"), Limit::Bytes(1));
+        assert_eq!(single("8B"), Limit::Bytes(8));
         assert_eq!(single("1.5Gi"), Limit::Bytes(1_610_612_736));
         assert_eq!(single("4G"), Limit::Bytes(4_000_000_000));
         assert_eq!(single("50%"), Limit::Fraction(0.5));
@@ -142,6 +145,56 @@ mod tests {
         assert_eq!(Limit::Fraction(0.125).to_string(), "12.5%");
         assert_eq!(Limit::Fraction(1.0).to_string(), "100%");
         assert_eq!(Limit::Fraction(1.0 / 3.0).to_string(), "33.33%");
+    }
+
+    #[test]
+    fn a_bare_number_under_a_mebibyte_is_refused_with_the_unit_it_lacks() {
+        for (input, suggestion) in [
+            ("8", "did you mean 8Gi?"),
+            ("1", "did you mean 1Gi?"),
+            ("80", "did you mean 80Gi?"),
+            ("1023", "did you mean 1023Gi?"),
+            ("1024", "did you mean 1024Mi?"),
+            ("512000", "did you mean 512000Mi?"),
+            ("1048575", "did you mean 1048575Mi?"),
+            (" 8 ", "did you mean 8Gi?"),
+            ("0=8,1=4Gi", "did you mean 8Gi?"),
+            ("4Gi,1=16", "did you mean 16Gi?"),
+            (
+                "GPU-face0000-0000-0000-0000-000000000002=8",
+                "did you mean 8Gi?",
+            ),
+            ("007", "did you mean 7Gi?"),
+        ] {
+            let e = spec_err(input);
+            assert!(
+                e.contains(suggestion) && e.contains("bytes") && !e.contains('\n'),
+                "{input:?}: {e:?} lacks {suggestion:?}"
+            );
+        }
+        // The error of an item names it.
+        assert!(spec_err("0=8,1=4Gi").starts_with("item 1 (\"0=8\"): 8 has no unit"));
+        // From 1 MiB a bare number is bytes; fractions and units are unchanged.
+        assert_eq!(single("1048576"), Limit::Bytes(1 << 20));
+        assert_eq!(single("0.5"), Limit::Fraction(0.5));
+        assert_eq!(single("1.0"), Limit::Fraction(1.0));
+        assert_eq!(single("50%"), Limit::Fraction(0.5));
+        assert_eq!(single("8Ki"), Limit::Bytes(8 << 10));
+        // Zero keeps its own error.
+        assert!(spec_err("0").contains("cap of 0 bytes"));
+        // Through the variable: the ConfigError names it.
+        let e = from_vars([("GPUCAP_LIMIT", "8")]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_LIMIT");
+        assert!(e.to_string().contains("did you mean 8Gi?"), "{e}");
+    }
+
+    #[test]
+    fn small_byte_caps_are_written_with_their_unit() {
+        // to_gpucap_limit (gpucap.env) writes what parse_limit_spec reads back.
+        let s = hami_spec(Some(512 << 10), &[(1, 2 << 30)]);
+        let text = s.to_gpucap_limit().unwrap();
+        assert_eq!(text, "524288B,1=2147483648");
+        assert_eq!(spec(&text).default, s.default);
     }
 
     #[test]
@@ -486,7 +539,25 @@ mod hami {
         assert_eq!(parse_hami_value("1048576k"), Ok(GI));
         assert_eq!(parse_hami_value("1048576K"), Ok(GI));
         assert_eq!(parse_hami_value("1073741824"), Ok(GI));
-        assert_eq!(parse_hami_value("1"), Ok(1));
+        assert_eq!(parse_hami_value("1048576"), Ok(MI));
+        assert_eq!(parse_hami_value("1k"), Ok(1024));
+    }
+
+    #[test]
+    fn a_bare_hami_number_under_a_mebibyte_is_refused_with_the_unit_it_lacks() {
+        // Bytes in HAMi-core as here: 8 would refuse everything in both.
+        for (v, suggestion) in [
+            ("1", "did you mean 1g?"),
+            ("8", "did you mean 8g?"),
+            ("4096", "did you mean 4096m?"),
+            ("1048575", "did you mean 1048575m?"),
+        ] {
+            let e = parse_hami_value(v).expect_err(v);
+            assert!(e.contains(suggestion), "{v:?}: {e}");
+        }
+        let e = vars(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "8")]).unwrap_err();
+        assert_eq!(e.var, "CUDA_DEVICE_MEMORY_LIMIT_0");
+        assert!(e.to_string().contains("did you mean 8g?"), "{e}");
     }
 
     #[test]
@@ -658,6 +729,44 @@ mod hami {
             assert!(e.reason.contains(why), "{ours} {theirs:?}: {e}");
             assert!(e.reason.contains(theirs[0].0), "{e}");
         }
+    }
+
+    #[test]
+    fn a_gpu_hami_does_not_cap_is_named_with_the_variables_that_were_set() {
+        // CUDA_DEVICE_MEMORY_LIMIT_0=8g caps GPU 0 only; GPUCAP_LIMIT=8Gi caps every GPU.
+        let e = vars(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "8g"),
+            ("GPUCAP_LIMIT", "8Gi"),
+        ])
+        .unwrap_err();
+        let line = e.to_string();
+        assert!(!line.contains("no variable"), "{line}");
+        assert!(
+            line.contains(
+                "GPU 1 gets 8 GiB from GPUCAP_LIMIT but no cap from HAMi-core's variables \
+                 (CUDA_DEVICE_MEMORY_LIMIT_0 set, which names no cap for GPU 1)"
+            ),
+            "{line}"
+        );
+        // The GPUCAP_LIMIT that says the same as HAMi-core's, exactly.
+        assert!(line.contains("GPUCAP_LIMIT=0=8Gi alone"), "{line}");
+        let e = vars(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "1536m"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_2", "1000k"),
+            ("GPUCAP_LIMIT", "0=1536Mi"),
+        ])
+        .unwrap_err();
+        let line = e.to_string();
+        assert!(
+            line.contains(
+                "GPU 2 gets no cap from GPUCAP_LIMIT but 1000 KiB from CUDA_DEVICE_MEMORY_LIMIT_2"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("GPUCAP_LIMIT=0=1536Mi,2=1000Ki alone"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -840,6 +949,26 @@ mod properties {
         }
 
         #[test]
+        fn a_bare_number_is_a_cap_only_from_a_mebibyte(n in 0u64..(4 << 20), hami in any::<bool>()) {
+            let text = n.to_string();
+            let got = if hami {
+                parse_hami_value(&text).map(Limit::Bytes)
+            } else {
+                parse_limit_spec(&text).map(|s| s.default.unwrap())
+            };
+            match got {
+                Ok(l) => {
+                    prop_assert!(n >= 1 << 20);
+                    prop_assert_eq!(l, Limit::Bytes(n));
+                }
+                Err(e) => {
+                    prop_assert!(n < 1 << 20);
+                    prop_assert!(n == 0 || e.contains(&format!("did you mean {n}")), "{e}");
+                }
+            }
+        }
+
+        #[test]
         fn sizes_round_trip(b in any::<u64>()) {
             prop_assert_eq!(parse_size(&b.to_string()), Ok(b));
             prop_assert!(!format_bytes(b).is_empty());
@@ -960,6 +1089,12 @@ mod properties {
         );
         let e = vars(&[("GPUCAP_POOL_DIR", "rel/dir")]).unwrap_err();
         assert!(e.to_string().contains("absolute"), "{e}");
+        // A missing directory is an error (tests/cli.rs): the message must not promise
+        // to make it.
+        assert!(
+            e.to_string().contains("an existing directory") && !e.to_string().contains("created"),
+            "{e}"
+        );
     }
 
     #[test]

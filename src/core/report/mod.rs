@@ -26,8 +26,10 @@
 //! - `time`: Unix seconds of the write. `growth`: growth mode was on.
 //! - `devices`: the GPUs the process used (CUDA ordinals as it saw them), each with
 //!   `cap` (bytes, `null` = none), `peak` (most bytes charged at once), `in_use`
-//!   (bytes still allocated when written), `retained` (growth mode: bytes freed by
-//!   the program but kept by the process), `allocations` (successful ones),
+//!   (bytes still allocated when written: allocated and not freed; in growth mode the
+//!   pages holding live allocations, so 0 once every block was freed), `retained`
+//!   (growth mode: bytes freed by the program but kept by the process; `in_use +
+//!   retained` is what the cap is charged), `allocations` (successful ones),
 //!   `refusals` and `largest_refused` (bytes of the largest refused request, 0 if none).
 //!   Bytes are those charged to the cap (pitch x height for pitched allocations).
 

@@ -1,0 +1,301 @@
+//! The help texts of `gpucap` and its commands (`gpucap help [COMMAND]`, `--help`).
+
+/// Which help text to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topic {
+    General,
+    Run,
+    Check,
+    Status,
+    Top,
+    Metrics,
+}
+
+const GENERAL_HELP: &str = "\
+gpucap: cap the GPU memory of unmodified CUDA programs.
+
+usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                  [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                  [--] CMD [ARGS...]
+       gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
+       gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                    [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                    [--write-env FILE]
+       gpucap status [--pool NAME|PATH] [--json]
+       gpucap status --prometheus [--pool NAME|PATH]... [--all]
+       gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
+       gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
+       gpucap help [run|check|status|top|metrics]
+       gpucap --version
+
+commands:
+  run     run CMD with libgpucap.so preloaded, so that its CUDA allocations are capped
+          (--measure: run it uncapped and suggest a --limit from its peak)
+  check   validate the configuration and show the cap of each visible GPU and the pool
+  status  show a pool once: per GPU its cap, use and peak, per process its use
+          (--json: as one JSON object; --prometheus: pools in Prometheus's text format)
+  top     show a pool, refreshed every second (Ctrl-C ends it)
+  metrics serve pools to Prometheus over HTTP (GET /metrics), read at each scrape
+  help    show this help, or the help of a command
+
+environment:
+  GPUCAP_LIMIT          the cap: one value for every GPU, or a comma list (see below);
+                        unset = allocations are counted, not capped
+  GPUCAP_LOG            off, error, warn (default), info (adds a summary per GPU at
+                        exit) or debug
+  GPUCAP_LIB            the path of libgpucap.so (default: beside the gpucap executable)
+  GPUCAP_GROWTH         1/0, true/false, yes/no, on/off: growth-only mode (memory the
+                        program frees stays with the process and serves it again)
+  GPUCAP_REPORT         a file path: write a JSON usage report there at exit (%p = the
+                        process id; without %p, processes add their entries to one file)
+  GPUCAP_POOL           a name, an absolute file path, or off: the processes naming the
+                        same pool share one budget per GPU (the container entrypoint
+                        sets container unless it is set); unset or off = each process
+                        is capped alone
+  GPUCAP_WAIT           with a pool: how long an allocation the pool cannot take now
+                        waits for its members to free memory before it is refused:
+                        0 (default: refused at once), or a whole number with ms, s,
+                        m or h (30s, 5m), at most 24h; an error without a pool
+  GPUCAP_GUARANTEE      in a pool: bytes the pool keeps for this process even before it
+                        allocates them (SPEC as below; a share is of the pool's cap)
+  GPUCAP_CEILING        in a pool: the most this process may hold (default: the cap)
+  GPUCAP_POOL_DIR       an existing directory for named pools' files (default:
+                        $XDG_RUNTIME_DIR, else /dev/shm, else /tmp; a gpucap-UID
+                        directory is made in it); one that does not exist is an error
+  GPUCAP_LD_SO_PRELOAD  1/0...: the container entrypoint also installs libgpucap.so in
+                        /etc/ld.so.preload
+  GPUCAP_HOME           where the container entrypoint finds gpucap and libgpucap.so
+  Any other GPUCAP_* variable is an error, to catch typos. A process whose environment
+  has no GPUCAP_* variable at all reads gpucap.env beside libgpucap.so, else
+  /etc/gpucap/gpucap.env (written by the container entrypoint).
+
+limit SPEC:
+  8Gi, 512Mi, 4GiB, 1.5G, 100MB   a size (Ki Mi Gi Ti KiB... binary; k K M G T KB... decimal)
+  1073741824                      whole bytes (without a unit: at least 1048576,
+                                  so that 8 is not taken for 8 bytes)
+  50%, 12.5%                      a share of the GPU's physical memory, in (0%, 100%]
+  0.5, 1.0                        the same as a fraction in (0, 1]
+  0=8Gi,1=50%                     per GPU (CUDA ordinals, after CUDA_VISIBLE_DEVICES;
+                                  each must be a GPU the process sees)
+  4Gi,1=8Gi                       GPU 1 gets 8Gi, every other GPU 4Gi
+  GPU-<uuid>=8Gi, MIG-<uuid>=4Gi  per GPU or MIG instance by UUID (nvidia-smi -L)
+
+exit status: that of CMD for run; 2 for a usage or configuration error;
+126 if CMD cannot be executed; 127 if CMD is not found; 1 for status and top when
+the pool's file does not exist yet.";
+
+const RUN_HELP: &str = "\
+usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                  [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                  [--] CMD [ARGS...]
+       gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
+
+Runs CMD with libgpucap.so added to LD_PRELOAD, so that its CUDA allocations are
+capped. gpucap replaces itself with CMD (exec): the exit status and signals are CMD's.
+
+options:
+  --limit SPEC   set GPUCAP_LIMIT (overrides the variable), e.g. 8Gi, 50%, 0=8Gi,1=50%
+  --log LEVEL    set GPUCAP_LOG: off, error, warn, info or debug
+  --growth       set GPUCAP_GROWTH=1 (growth-only mode), and, unless already set,
+                 TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false
+                 so that TensorFlow and JAX grow on demand instead of preallocating
+  --report PATH  set GPUCAP_REPORT: write a JSON usage report to PATH at exit (%p in
+                 PATH = the process id); a relative PATH is made absolute here
+  --pool NAME|PATH
+                 set GPUCAP_POOL: CMD and every process that names the same pool share
+                 one budget per GPU (each must set the same cap); off: no pool
+  --wait DURATION
+                 set GPUCAP_WAIT: with a pool, an allocation the pool cannot take now
+                 waits up to DURATION (30s, 5m, ...; 0: refused at once) for members
+                 to free memory; an error without a pool, as for the variable
+  --guarantee SPEC
+                 set GPUCAP_GUARANTEE: in the pool, bytes kept for CMD even before it
+                 allocates them (4Gi, 25% of the pool's cap, 0=4Gi,1=2Gi); CMD is
+                 refused at cuInit if the live members' guarantees leave no room
+  --ceiling SPEC set GPUCAP_CEILING: the most CMD may hold of the pool (default: the cap)
+  --measure      run CMD without a cap (no --limit, no GPUCAP_LIMIT) as a child, wait
+                 for it, then print the peak of each GPU and a suggested --limit: the
+                 peak plus 20%, rounded up to a quarter of its power of two (at least
+                 1Mi). Exits with CMD's status (128+N if killed by signal N). While
+                 waiting, Ctrl-C and Ctrl-\\ reach CMD only; SIGTERM and SIGHUP are
+                 passed on to it. CMD is measured alone: not with --pool or GPUCAP_POOL.
+  -h, --help     show this help
+  --             end of options; everything after it is CMD and its arguments
+
+The whole GPUCAP_* environment is validated before CMD starts: an error stops
+gpucap with exit status 2, and CMD never runs uncapped by mistake. GPUs that
+GPUCAP_LIMIT names must be ones the driver shows (checked when it can be loaded).
+Without a loadable libcuda.so.1, one line says so (and points to README.md,
+\"Without a GPU\", for gpucap's fake GPU); CMD then runs all the same.
+libgpucap.so is taken from GPUCAP_LIB if set, else from the directory of the gpucap
+executable; it is appended to an existing LD_PRELOAD (unless already there).
+exit status: CMD's; 2 for a usage or configuration error; 126 if CMD cannot be
+executed; 127 if CMD is not found.";
+
+const CHECK_HELP: &str = "\
+usage: gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
+                    [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                    [--write-env FILE]
+
+Validates the GPUCAP_* environment (with the flags applied, as run would) and prints
+the effective configuration and the library that run would preload. If a CUDA driver
+can be loaded, it also prints the cap in bytes of each visible GPU, and a GPU named in
+GPUCAP_LIMIT that the driver does not show is an error (exit status 2); if not, one
+line says so. When the
+environment has no GPUCAP_* variable, it checks the gpucap.env file the shim would
+read instead (beside libgpucap.so, else /etc/gpucap/gpucap.env), if there is one.
+With a pool (GPUCAP_POOL), it prints the pool's file and, if it exists, how many of
+its members are alive; a pool directory that others could write in, or a pool file
+that cannot be read as one, is an error (exit status 2), and so is a GPUCAP_POOL_DIR
+that does not exist. A gpucap-UID directory or pool file that does not exist yet is
+fine: the first process that uses CUDA makes it.
+
+options:
+  --limit SPEC       check this GPUCAP_LIMIT instead of the variable's
+  --log LEVEL        check this GPUCAP_LOG instead of the variable's
+  --growth           check with GPUCAP_GROWTH=1
+  --report PATH      check with this GPUCAP_REPORT
+  --pool NAME|PATH   check with this GPUCAP_POOL
+  --wait DURATION    check with this GPUCAP_WAIT
+  --guarantee SPEC   check with this GPUCAP_GUARANTEE
+  --ceiling SPEC     check with this GPUCAP_CEILING
+  --write-env FILE   once valid, write the GPUCAP_* variables (flags applied) to FILE as
+                     KEY=VALUE lines, atomically: the gpucap.env file the shim reads
+                     when its environment has no GPUCAP_* variable (the container
+                     entrypoint does this)
+  -h, --help         show this help
+
+exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.";
+
+const STATUS_HELP: &str = "\
+usage: gpucap status [--pool NAME|PATH] [--json]
+       gpucap status --prometheus [--pool NAME|PATH]... [--all]
+
+Shows a pool once (GPUCAP_POOL: the processes that name the same pool share one budget
+per GPU): for each GPU its cap, the bytes in use, the peak, how many allocations the
+pool refused, and the bytes still held by members that died (the next allocation that
+needs them takes them back); for each member its pid, state (alive or dead), GPU,
+bytes, peak, start time (UTC) and command, the largest first. The pool is --pool's,
+else the one the environment names (GPUCAP_POOL, GPUCAP_POOL_DIR, HAMi-core's
+CUDA_DEVICE_MEMORY_SHARED_CACHE), else the one of the gpucap.env file the shim reads
+(beside libgpucap.so, else /etc/gpucap/gpucap.env: what the container entrypoint
+wrote, so `docker exec CONTAINER gpucap top` shows the container's pool).
+Reading a pool never changes it: the file is opened read-only.
+
+options:
+  --pool NAME|PATH   show this pool (a name, in GPUCAP_POOL_DIR or the default
+                     directory, or the file's absolute path)
+  --json             print one JSON object: path, version, created, gpus [uuid, cap,
+                     used, peak, refusals, largest_refused, held_by_dead], members
+                     [slot, pid, pid_namespace, command, start_ms, alive, gpus [uuid,
+                     used, peak]] (see README.md, \"Watching a pool\")
+  --prometheus       print Prometheus's text exposition format (version 0.0.4), for
+                     node_exporter's textfile collector: the series gpucap metrics
+                     serves (see README.md, \"Metrics\"); --pool may then be given
+                     several times, each pool's series labelled pool=\"NAME\"
+  --all              with --prometheus: every pool file (*.pool) in this user's pool
+                     directory (gpucap-UID in GPUCAP_POOL_DIR or the default)
+  -h, --help         show this help
+
+exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
+yet); 2 if no pool is configured, for a bad value, or a file that is not a pool file
+this gpucap can read. With --prometheus the exposition is printed all the same, with
+gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
+
+const TOP_HELP: &str = "\
+usage: gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
+
+Shows what gpucap status shows, refreshed: on a terminal the screen is redrawn, else
+each snapshot is printed after a blank line. Ctrl-C ends it. Reading a pool never
+changes it.
+
+options:
+  --pool NAME|PATH   show this pool instead of the one the environment names
+  --interval SECS    seconds between snapshots, from 0.2 to 60 (default 1)
+  --iterations N     stop after N snapshots (default: run until interrupted)
+  -h, --help         show this help
+
+exit status: 0; 1 if the pool's file does not exist; 2 if no pool is configured or for
+a bad value.";
+
+const METRICS_HELP: &str = "\
+usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
+
+Serves pools to Prometheus: an HTTP/1.1 server where GET /metrics answers with
+Prometheus's text exposition format (version 0.0.4) of the pools, read again at each
+scrape: per GPU the cap, bytes used, peak, refusals, largest refused and bytes held
+by dead members; per member its pid, command, bytes and peak, and whether it lives
+(the series and their labels: README.md, \"Metrics\"). Any other path is 404. One
+request at a time, each answered then closed. It prints the address it listens on
+(useful with port 0) on stderr, then a line whenever a pool becomes readable or
+unreadable. Reading never changes a pool and never waits for its members: the file
+is opened read-only and only loaded from.
+
+Which pools: --pool's (several times for several), or with --all every pool file
+(*.pool) in this user's pool directory, listed again at each scrape, else the one
+gpucap status would show (GPUCAP_POOL, CUDA_DEVICE_MEMORY_SHARED_CACHE, gpucap.env).
+A pool that no process has joined yet, or whose file cannot be read, is served as
+gpucap_pool_up{pool=\"NAME\"} 0 until it can be.
+
+options:
+  --listen ADDR:PORT  the address to listen on: 127.0.0.1:9400 (this machine only),
+                      0.0.0.0:9400 or [::]:9400 (every interface: a sidecar scraped
+                      by Prometheus); port 0 picks a free port
+  --pool NAME|PATH    serve this pool (a name, in GPUCAP_POOL_DIR or the default
+                      directory, or the file's absolute path); may be repeated
+  --all               serve every pool of this user's pool directory
+  -h, --help          show this help
+
+exit status: 2 if no pool is configured, for a bad value, or when it cannot listen;
+otherwise it runs until killed (SIGTERM or Ctrl-C).";
+
+/// The help text of `topic`.
+pub fn help(topic: Topic) -> &'static str {
+    match topic {
+        Topic::General => GENERAL_HELP,
+        Topic::Run => RUN_HELP,
+        Topic::Check => CHECK_HELP,
+        Topic::Status => STATUS_HELP,
+        Topic::Top => TOP_HELP,
+        Topic::Metrics => METRICS_HELP,
+    }
+}
+
+/// The usage lines of a command (`usage: gpucap metrics --listen ...`), shown under a
+/// usage error; None for `gpucap` itself (its usage has a line per command).
+pub fn usage_of(topic: Topic) -> Option<&'static str> {
+    if topic == Topic::General {
+        return None;
+    }
+    let text = help(topic);
+    let start = text.find("usage: ")?;
+    let rest = &text[start..];
+    Some(rest.find("\n\n").map_or(rest, |end| &rest[..end]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_command_has_its_own_usage_lines() {
+        assert_eq!(usage_of(Topic::General), None);
+        for (topic, first) in [
+            (Topic::Run, "usage: gpucap run ["),
+            (Topic::Check, "usage: gpucap check ["),
+            (Topic::Status, "usage: gpucap status ["),
+            (Topic::Top, "usage: gpucap top ["),
+            (Topic::Metrics, "usage: gpucap metrics --listen"),
+        ] {
+            let u = usage_of(topic).unwrap();
+            assert!(u.starts_with(first), "{topic:?}: {u}");
+            assert!(u.lines().count() <= 4 && !u.contains("\n\n"), "{u}");
+            // Only this command's usage.
+            for other in ["run", "check", "status", "top", "metrics"] {
+                if !first.contains(other) {
+                    assert!(!u.contains(&format!("gpucap {other} ")), "{topic:?}: {u}");
+                }
+            }
+        }
+    }
+}
