@@ -236,9 +236,11 @@ impl Server {
     /// Starts `gpucap metrics --listen 127.0.0.1:0 ARGS` and reads the address it
     /// bound from its first line (waiting at most 60 s: a harness limit).
     fn start(s: &Scratch, args: &[&str]) -> Server {
-        let log = s
-            .dir
-            .join(format!("server-{}.log", args.join("_").replace('/', "_")));
+        // Numbered, not named by the arguments: those hold paths under the checkout, and
+        // a long checkout path made the name longer than a file name may be.
+        static SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = s.dir.join(format!("server-{n}.log"));
         let mut all = vec!["metrics", "--listen", "127.0.0.1:0"];
         all.extend(args);
         let mut child = s
