@@ -131,35 +131,12 @@ fn value(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f64 {
 
 /// Prometheus's promtool, or None (after SKIP) when there is none outside CI.
 fn promtool() -> Option<PathBuf> {
-    const VAR: &str = "GPUCAP_TEST_PROMTOOL";
-    let required = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
-        || std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() == Ok("1");
-    let found = std::env::var_os(VAR)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|path| {
-                std::env::split_paths(&path)
-                    .map(|d| d.join("promtool"))
-                    .find(|p| p.is_file())
-            })
-        });
-    match found {
-        Some(p) => {
-            assert!(p.exists(), "{VAR}={} does not exist", p.display());
-            Some(p)
-        }
-        None => {
-            assert!(
-                !required,
-                "no promtool ({VAR} unset, none on PATH) but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 \
-                 is set: the exposition must be checked by Prometheus's promtool; run \
-                 scripts/test.sh, which unpacks it from Debian's package prometheus"
-            );
-            eprintln!("SKIP: no promtool ({VAR} unset, none on PATH); scripts/test.sh sets it");
-            None
-        }
-    }
+    checker_tool(
+        "GPUCAP_TEST_PROMTOOL",
+        "promtool",
+        "the exposition must be checked by Prometheus's promtool; run scripts/test.sh, \
+         which unpacks it from Debian's package prometheus",
+    )
 }
 
 /// `promtool check metrics` with `text` on its standard input.

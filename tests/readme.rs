@@ -241,34 +241,11 @@ fn every_page_of_the_book_is_in_its_summary() {
 
 /// mdBook, or `None` (after SKIP) outside CI when there is none.
 fn mdbook() -> Option<PathBuf> {
-    const VAR: &str = "GPUCAP_TEST_MDBOOK";
-    let required = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
-        || std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() == Ok("1");
-    let found = std::env::var_os(VAR)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|path| {
-                std::env::split_paths(&path)
-                    .map(|d| d.join("mdbook"))
-                    .find(|p| p.is_file())
-            })
-        });
-    match found {
-        Some(p) => {
-            assert!(p.exists(), "{VAR}={} does not exist", p.display());
-            Some(p)
-        }
-        None => {
-            assert!(
-                !required,
-                "no mdbook ({VAR} unset, none on PATH) but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 \
-                 is set: run scripts/test.sh, which installs it"
-            );
-            eprintln!("SKIP: no mdbook ({VAR} unset, none on PATH); scripts/test.sh installs it");
-            None
-        }
-    }
+    checker_tool(
+        "GPUCAP_TEST_MDBOOK",
+        "mdbook",
+        "run scripts/test.sh, which installs it",
+    )
 }
 
 /// `mdbook build BOOK --dest-dir DEST`.

@@ -399,3 +399,36 @@ pub fn assert_failed(o: &Output, what: &str) {
         tail(&out, 40)
     );
 }
+
+/// A checker program the tests run (promtool, mdbook): the path in `var`, else `name` on
+/// PATH, else None after a SKIP line; with CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 set, a
+/// missing one fails (`why`: what it is for and where scripts/test.sh gets it).
+pub fn checker_tool(var: &str, name: &str, why: &str) -> Option<PathBuf> {
+    let required = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+        || std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() == Ok("1");
+    let found = std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|d| d.join(name))
+                    .find(|p| p.is_file())
+            })
+        });
+    match found {
+        Some(p) => {
+            assert!(p.exists(), "{var}={} does not exist", p.display());
+            Some(p)
+        }
+        None => {
+            assert!(
+                !required,
+                "no {name} ({var} unset, none on PATH) but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 \
+                 is set: {why}"
+            );
+            eprintln!("SKIP: no {name} ({var} unset, none on PATH); scripts/test.sh sets it");
+            None
+        }
+    }
+}
