@@ -236,7 +236,8 @@ pub struct NvmlMig {
     pub gi_ci: Option<(u32, u32)>,
 }
 
-/// `PREFIX-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase, as NVML prints UUIDs. Digit
+/// `PREFIX-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase, as NVML prints UUIDs (an
+/// empty prefix: the bare `xxxxxxxx-…`, as the driver's export tables are named). Digit
 /// by digit, not through `format!` (a tenth of the instructions: the first context's
 /// measurement formats one, and so does every NVML lookup by UUID on the fake GPU).
 pub fn uuid_text(prefix: &str, u: &[u8; 16]) -> String {
@@ -244,7 +245,7 @@ pub fn uuid_text(prefix: &str, u: &[u8; 16]) -> String {
     let mut s = String::with_capacity(prefix.len() + 37);
     s.push_str(prefix);
     for (i, b) in u.iter().enumerate() {
-        if matches!(i, 0 | 4 | 6 | 8 | 10) {
+        if matches!(i, 4 | 6 | 8 | 10) || (i == 0 && !prefix.is_empty()) {
             s.push('-');
         }
         s.push(DIGITS[usize::from(b >> 4)] as char);
@@ -362,6 +363,7 @@ mod tests {
             uuid_text("MIG", &[0xff; 16]),
             "MIG-ffffffff-ffff-ffff-ffff-ffffffffffff"
         );
+        assert_eq!(uuid_text("", &u), "00112233-4455-6677-8899-aabbccddeeff");
     }
 
     #[test]

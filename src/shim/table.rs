@@ -297,22 +297,13 @@ fn get_export_table(
     if !id.is_null() && debug_enabled() {
         // SAFETY: the caller's 16-byte UUID (checked non-null).
         let u = unsafe { *id };
-        crate::log::log!(Debug, "driver request: export {} -> {rc}", uuid_text(&u));
+        crate::log::log!(
+            Debug,
+            "driver request: export {} -> {rc}",
+            gpucap_core::nvml::uuid_text("", &u)
+        );
     }
     rc
-}
-
-/// A UUID as the fake's trace and the probe write it: 8-4-4-4-12 hex digits, in byte order.
-fn uuid_text(u: &[u8; 16]) -> String {
-    let h: Vec<String> = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        h[..4].concat(),
-        h[4..6].concat(),
-        h[6..8].concat(),
-        h[8..10].concat(),
-        h[10..].concat()
-    )
 }
 
 /// After the driver answered `cuGetProcAddress`, replaces its pointer by the hook

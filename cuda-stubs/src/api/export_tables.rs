@@ -181,15 +181,7 @@ pub static TABLES: [Table; 9] = [
 
 /// A UUID as text (`6bd5fb6c-5bf4-...`).
 pub fn uuid_text(u: &[u8; 16]) -> String {
-    let h: Vec<String> = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        h[..4].concat(),
-        h[4..6].concat(),
-        h[6..8].concat(),
-        h[8..10].concat(),
-        h[10..].concat()
-    )
+    fake_gpu::identity::format_uuid("", u)
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
