@@ -1114,15 +1114,8 @@ fn promtool_rejects_a_broken_exposition() {
 /// request's 60 s read timeout fails the test).
 #[test]
 fn a_fifo_at_a_pools_path_does_not_hang_the_server() {
-    use std::os::unix::fs::PermissionsExt;
     let s = Scratch::new("metrics-fifo");
-    let path = s.pool_file("fifo");
-    let dir = path.parent().unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    s.fifo_pool("fifo");
     let server = Server::start(&s, &["--pool", "fifo"]);
     let start = Instant::now();
     let body = server.scrape();

@@ -885,15 +885,8 @@ fn run_within_30s(c: &mut std::process::Command) -> Output {
 
 #[test]
 fn a_fifo_at_the_pools_path_is_refused_by_every_reader_without_waiting() {
-    use std::os::unix::fs::PermissionsExt;
     let s = Scratch::new("pool-fifo-cli");
-    let path = s.pool_file("fifo");
-    let dir = path.parent().unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let path = s.fifo_pool("fifo");
     let what = format!(
         "gpucap: the pool file {}: it is not a regular file",
         path.display()

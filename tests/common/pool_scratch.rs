@@ -34,6 +34,20 @@ impl Scratch {
             .join(format!("{name}.pool"))
     }
 
+    /// A FIFO where pool `name`'s file would be (its directory made as gpucap makes it,
+    /// 0700): its path.
+    pub fn fifo_pool(&self, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.pool_file(name);
+        let dir = path.parent().unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        path
+    }
+
     /// `gpucap ARGS` on the fake GPU with GPUCAP_POOL_DIR set to this scratch's.
     pub fn gpucap(&self, args: &[&str]) -> Command {
         let mut c = fake_cmd(cli(), &self.dir.join("stats.json"));
