@@ -29,7 +29,8 @@
 #   start           LD_PRELOAD=... /bin/true, STARTUP_RUNS (default 200) starts, median of
 #                   REPS rounds, as a ratio to no preload
 # On a real GPU (BENCH_HAMI_DRIVER=real, the default when ldconfig knows libcuda.so.1):
-# ns per pair of 4 KiB, 1 MiB and 256 MiB, with 10,000 live 1 MiB blocks, the 4-process
+# ns per pair of 4 KiB, 1 MiB and 256 MiB (PAIRS pairs, default 2000 there; 256 MiB a tenth),
+# with 10,000 live 1 MiB blocks, the 4-process
 # churn, first use (ns, tests/c/bench_first.c) and start; every way interleaved in each
 # of REPS rounds, medians. Prints a table, writes the JSON to --out (default
 # target/bench-hami.json). Every way is checked to cap (a 128 MiB allocation under a 64 MiB
@@ -101,7 +102,9 @@ SHIM=${BENCH_HAMI_SHIM:-$R/libgpucap.so}
 # ---- which driver ---------------------------------------------------------------------
 DRIVER=${BENCH_HAMI_DRIVER:-}
 [ -n "$DRIVER" ] || { ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && DRIVER=real || DRIVER=fake; }
-REPS=${REPS:-5} PAIRS=${PAIRS:-20000} STARTUP_RUNS=${STARTUP_RUNS:-200} N=${BENCH_HAMI_N:-2000}
+# A real driver's pair takes ~80 us (H200, driver 580): 2,000 pairs a figure there.
+[ "$DRIVER" = real ] && DEFAULT_PAIRS=2000 || DEFAULT_PAIRS=20000
+REPS=${REPS:-5} PAIRS=${PAIRS:-$DEFAULT_PAIRS} STARTUP_RUNS=${STARTUP_RUNS:-200} N=${BENCH_HAMI_N:-2000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for v in $(env | sed -n 's/^\(GPUCAP_[A-Za-z0-9_]*\|FAKECUDA_[A-Za-z0-9_]*\|CUDA_DEVICE_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done

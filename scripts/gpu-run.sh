@@ -26,9 +26,10 @@
 # DIR, where it exists: writes DIR/driver-answers.json), bench-hami (scripts/gpu/bench-hami-hook.sh
 # DIR: scripts/bench-hami.sh on the HAMi-core build carried in target/hami, into
 # DIR/hami.json; SKIP without that build), first-use (cuInit, first context, first
-# allocation, raw and under gpucap). The hooks get GPUCAP_LIB, GPUCAP_CLI and
+# allocation, raw and under gpucap). The hooks get GPUCAP_LIB, GPU_RUN_CLI and
 # GPU_RUN_DEADLINE (seconds since the epoch by which they must be done) in their
-# environment.
+# environment (GPU_RUN_CLI, not GPUCAP_CLI: the shim refuses a GPUCAP_ name it does not
+# know, and the hooks' capped children inherit it).
 #
 # OUTDIR gets at most 8 files: summary.txt, results.json (parts, checks, seconds,
 # figures), logs.tar.gz (every log), gpu-bench.json, first-use.json, and from the
@@ -208,7 +209,7 @@ hook() {
         return 77
     fi
     mkdir -p "$W/$file.d"
-    GPUCAP_LIB=$LIB GPUCAP_CLI=$CLI GPU_RUN_DEADLINE=$PART_DEADLINE "$script" "$W/$file.d" || return
+    GPUCAP_LIB=$LIB GPU_RUN_CLI=$CLI GPU_RUN_DEADLINE=$PART_DEADLINE "$script" "$W/$file.d" || return
     if [ ! -s "$W/$file.d/$file" ]; then
         echo "${script#"$ROOT"/} exited 0 but wrote no $file"
         return 1
@@ -226,7 +227,7 @@ if [ "$(awk -F'\t' '$1 == "env" { print $2 }' "$PARTS")" = FAIL ]; then
     echo "gpu-run: no shim or gpucap at $LIB / $CLI: nothing can be checked"
 fi
 part checks 250 60 part_checks
-part bench 85 30 part_bench
+part bench 130 30 part_bench
 part probe-driver 90 10 hook "$PROBE_DRIVER" driver-answers.json
 part bench-hami 90 20 hook "$BENCH_HAMI" hami.json
 part first-use 20 10 part_first_use

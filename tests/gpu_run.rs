@@ -36,12 +36,15 @@ fn write_script(path: &Path, body: &str) {
 }
 
 /// Stand-in hooks: each writes its file (and a log line) into the folder it is given.
+/// The probe's stand-in runs a capped program with the environment the hooks get (the
+/// first H200 run's hook passed GPUCAP_CLI, which every capped child refused).
 fn hooks(dir: &Path) -> (PathBuf, PathBuf) {
     let probe = dir.join("probe-driver.sh");
     let hami = dir.join("bench-hami.sh");
     write_script(
         &probe,
         "test -n \"$GPUCAP_LIB\" && test -n \"$GPU_RUN_DEADLINE\" || exit 3\n\
+         \"$GPU_RUN_CLI\" run --limit 1Gi -- true || exit 4\n\
          echo '{\"driver\": \"stand-in\"}' > \"$1/driver-answers.json\"; echo probed > \"$1/probe.log\"\n",
     );
     write_script(

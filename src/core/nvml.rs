@@ -1,7 +1,8 @@
 //! What NVML reports under a cap (`nvmlDeviceGetMemoryInfo`, `_v2`), so that
 //! `nvidia-smi`, `nvidia-ml-py`/`pynvml` and the frameworks that read NVML agree with
 //! `cuMemGetInfo`: the total is the cap, the free memory the same capped figure
-//! `cuMemGetInfo` shows for the device, and used (plus, in `_v2`, reserved) the rest.
+//! `cuMemGetInfo` shows for the device, and used the rest (`_v2`'s reserved is 0 under a
+//! cap: see [`capped_v2`]).
 //!
 //! The NVML device is matched to a CUDA ordinal by UUID (see `identity`); a GPU that
 //! CUDA does not see in this process, or one without a cap, is shown as the driver
@@ -74,17 +75,20 @@ pub fn capped(_driver: NvmlMemory, (free, total): (u64, u64)) -> NvmlMemory {
     }
 }
 
-/// The v2 figures: the driver's reserved memory stays reserved, as far as the capped
-/// total leaves room for it.
+/// The v2 figures: as v1's, with nothing reserved. The driver's reserved memory lies
+/// outside what gpucap charges, so inside a cap every byte that is not free is used by
+/// the program (or the pool): `used` agrees with v1's, with `cuMemGetInfo` and with the
+/// pool's figure. Keeping the driver's reserved (614 MiB on an H200, driver 580) made
+/// `nvidia-smi`, which reads `_v2`, show a pool's used that much below what its members
+/// hold (first H200 run, `pool-pidns`).
 pub fn capped_v2(driver: NvmlMemoryV2, (free, total): (u64, u64)) -> NvmlMemoryV2 {
     let free = free.min(total);
-    let reserved = driver.reserved.min(total - free);
     NvmlMemoryV2 {
         version: driver.version,
         total,
-        reserved,
+        reserved: 0,
         free,
-        used: total - free - reserved,
+        used: total - free,
     }
 }
 
@@ -385,7 +389,7 @@ mod tests {
     }
 
     #[test]
-    fn v2_keeps_reserved_within_the_cap() {
+    fn v2_reserves_nothing_inside_the_cap() {
         let driver = NvmlMemoryV2 {
             version: 0x0200_0028,
             total: 80 * GI,
@@ -399,17 +403,24 @@ mod tests {
             NvmlMemoryV2 {
                 version: 0x0200_0028,
                 total: 4 * GI,
-                reserved: GI / 2,
+                reserved: 0,
                 free: 3 * GI,
-                used: GI / 2
+                used: GI
             }
         );
-        assert_eq!(v.reserved + v.used + v.free, v.total);
-        let v = capped_v2(driver, (4 * GI, 4 * GI));
+        let v1 = capped(
+            NvmlMemory {
+                total: 80 * GI,
+                free: 70 * GI,
+                used: 10 * GI,
+            },
+            (3 * GI, 4 * GI),
+        );
+        assert_eq!(v.used, v1.used, "v1 and v2 agree on used");
         assert_eq!(
-            (v.reserved, v.used),
-            (0, 0),
-            "reserved never pushes used below zero"
+            capped_v2(driver, (5 * GI, 4 * GI)).used,
+            0,
+            "never negative"
         );
     }
 
