@@ -113,8 +113,29 @@ pub struct NvmlProcessV2 {
     pub compute_instance_id: u32,
 }
 
+/// `nvmlProcessDetail_v1_t`: an entry of `nvmlDeviceGetRunningProcessDetailList`'s
+/// list (r550 and later; `nvidia-smi` 580 lists a GPU's processes with it).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvmlProcessDetailV1 {
+    pub pid: u32,
+    pub used_gpu_memory: u64,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    pub used_gpu_cc_protected_memory: u64,
+}
+
+/// `nvmlProcessDetailList_v1_t`'s `version` (`NVML_STRUCT_VERSION(ProcessDetailList, 1)`:
+/// its size, 24, with 1 in the top byte).
+pub const PROCESS_DETAIL_LIST_V1: u32 = 0x0100_0018;
+/// `nvmlProcessMode_t`: `NVML_PROCESS_MODE_COMPUTE` and `NVML_PROCESS_MODE_ALL` are the
+/// modes that list compute processes (graphics and MPS are the others).
+pub const PROCESS_MODE_COMPUTE: u32 = 0;
+pub const PROCESS_MODE_ALL: u32 = 3;
+
 const _: () = assert!(std::mem::size_of::<NvmlProcessV1>() == 16);
 const _: () = assert!(std::mem::size_of::<NvmlProcessV2>() == 24);
+const _: () = assert!(std::mem::size_of::<NvmlProcessDetailV1>() == 32);
 
 /// The GPU and compute instance ids NVML gives a process outside MIG (`0xFFFFFFFF`).
 pub const NO_INSTANCE: u32 = u32::MAX;
@@ -142,6 +163,19 @@ impl ProcessInfo for NvmlProcessV2 {
             used_gpu_memory: used,
             gpu_instance_id: gi,
             compute_instance_id: ci,
+        }
+    }
+}
+
+impl ProcessInfo for NvmlProcessDetailV1 {
+    fn new(pid: u32, used: u64, instance: Option<(u32, u32)>) -> Self {
+        let (gi, ci) = instance.unwrap_or((NO_INSTANCE, NO_INSTANCE));
+        NvmlProcessDetailV1 {
+            pid,
+            used_gpu_memory: used,
+            gpu_instance_id: gi,
+            compute_instance_id: ci,
+            used_gpu_cc_protected_memory: 0,
         }
     }
 }

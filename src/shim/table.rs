@@ -222,6 +222,8 @@ hook_table! {
     // `_v3` fills the same 24-byte nvmlProcessInfo_t as `_v2` (see gpucap_core::nvml).
     nvmlDeviceGetComputeRunningProcesses_v3 = "nvmlDeviceGetComputeRunningProcesses_v3" @ 0 :
         (device: Handle, count: *mut u32, infos: *mut imp::NvmlProcessV2) => imp::nvml_compute_processes;
+    nvmlDeviceGetRunningProcessDetailList = "nvmlDeviceGetRunningProcessDetailList" @ 0 :
+        (device: Handle, list: *mut imp::NvmlProcessDetailList) => imp::nvml_process_detail_list;
 }
 
 pub fn is_hook(p: *const c_void) -> bool {

@@ -9,7 +9,9 @@ use gpucap_core::nvml::{self, Listing, ProcessInfo};
 // NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID. NVML is never
 // a reason to initialise (or load) CUDA.
 
-pub use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
+pub use gpucap_core::nvml::{
+    NvmlMemory, NvmlMemoryV2, NvmlProcessDetailV1, NvmlProcessV1, NvmlProcessV2,
+};
 
 /// `NVML_ERROR_NO_PERMISSION`: what every intercepted NVML call returns while the
 /// configuration is invalid (as the CUDA calls return `CUDA_ERROR_NOT_PERMITTED`).
@@ -161,26 +163,95 @@ pub fn nvml_compute_processes<P: ProcessInfo>(
     count: *mut u32,
     infos: *mut P,
 ) -> CuResult {
-    let config = match nvml_config() {
-        Ok((config, _)) => config,
-        Err(rc) => return rc,
-    };
-    let Ok(pool) = nvml_pool_reader(config) else {
-        return NVML_ERROR_NO_PERMISSION;
-    };
-    let Some(gpu) = pool.and_then(|p| nvml_pool_gpu(p, device)) else {
+    let gpu = match nvml_listed_pool_gpu(device) {
+        Ok(Some(gpu)) => gpu,
         // SAFETY: forwarding the caller's arguments.
-        return unsafe { real(device, count, infos) };
+        Ok(None) => return unsafe { real(device, count, infos) },
+        Err(rc) => return rc,
     };
     if count.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     // SAFETY: the caller's non-null count.
     let room = unsafe { *count };
+    // SAFETY: `count` is the caller's non-null count, `infos` its array of `*count`.
+    unsafe { write_listing(device, &gpu, room, infos, |n| *count = n) }
+}
+
+/// `nvmlProcessDetailList_v1_t`, which `nvmlDeviceGetRunningProcessDetailList` fills.
+#[repr(C)]
+pub struct NvmlProcessDetailList {
+    version: u32,
+    mode: u32,
+    num_proc_array_entries: u32,
+    proc_array: *mut NvmlProcessDetailV1,
+}
+
+/// `nvmlDeviceGetRunningProcessDetailList` (r550 and later; what `nvidia-smi
+/// --query-compute-apps` reads on driver 580): in the compute and all modes, for a GPU of
+/// this process's pool, the pool's members as [`nvml_compute_processes`] lists them,
+/// `numProcArrayEntries` the count; another version, mode or GPU, or no pool: the
+/// driver's answer untouched.
+pub fn nvml_process_detail_list(
+    real: unsafe extern "C" fn(Handle, *mut NvmlProcessDetailList) -> CuResult,
+    device: Handle,
+    list: *mut NvmlProcessDetailList,
+) -> CuResult {
+    let gpu = match nvml_listed_pool_gpu(device) {
+        Ok(Some(gpu)) => gpu,
+        // SAFETY: forwarding the caller's arguments.
+        Ok(None) => return unsafe { real(device, list) },
+        Err(rc) => return rc,
+    };
+    if list.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: the caller's non-null list struct, read field by field.
+    let (version, mode, room, array) = unsafe {
+        (
+            (*list).version,
+            (*list).mode,
+            (*list).num_proc_array_entries,
+            (*list).proc_array,
+        )
+    };
+    if version != nvml::PROCESS_DETAIL_LIST_V1
+        || !(mode == nvml::PROCESS_MODE_COMPUTE || mode == nvml::PROCESS_MODE_ALL)
+    {
+        // SAFETY: forwarding the caller's arguments (the driver judges them).
+        return unsafe { real(device, list) };
+    }
+    // SAFETY: `list` is the caller's non-null struct, `array` its array of `room`.
+    unsafe {
+        write_listing(device, &gpu, room, array, |n| {
+            (*list).num_proc_array_entries = n
+        })
+    }
+}
+
+/// The pool GPU whose members a process listing shows (None: no pool, or another GPU);
+/// `Err` with NVML's code under an invalid configuration.
+fn nvml_listed_pool_gpu(device: Handle) -> Result<Option<nvml::PoolGpu>, CuResult> {
+    let (config, _) = nvml_config()?;
+    let pool = nvml_pool_reader(config).map_err(|_| NVML_ERROR_NO_PERMISSION)?;
+    Ok(pool.and_then(|p| nvml_pool_gpu(p, device)))
+}
+
+/// Writes `gpu`'s members into `infos` by NVML's count protocol ([`Listing`]), telling
+/// the count to `set_count`.
+///
+/// # Safety
+/// `infos` is null or holds `room` entries; `set_count` writes the caller's count.
+unsafe fn write_listing<P: ProcessInfo>(
+    device: Handle,
+    gpu: &nvml::PoolGpu,
+    room: u32,
+    infos: *mut P,
+    set_count: impl FnOnce(u32),
+) -> CuResult {
     match nvml::listing(gpu.processes.len(), room, !infos.is_null()) {
         Listing::TooSmall(n) => {
-            // SAFETY: as above.
-            unsafe { *count = n };
+            set_count(n);
             NVML_ERROR_INSUFFICIENT_SIZE
         }
         Listing::Write(n) => {
@@ -189,8 +260,7 @@ pub fn nvml_compute_processes<P: ProcessInfo>(
                 // SAFETY: the caller's array holds `room` >= n entries (`listing`).
                 unsafe { infos.add(i).write_unaligned(P::new(pid, used, instance)) };
             }
-            // SAFETY: as above.
-            unsafe { *count = n };
+            set_count(n);
             NVML_SUCCESS
         }
     }
