@@ -173,6 +173,31 @@ impl Member<'_> {
         }
     }
 
+    /// The short path's [`reserve`](Self::reserve): true if the pool took `bytes` on
+    /// `device` at once (or does not charge it); false, with nothing counted or changed,
+    /// if anything more is needed (waiting, a sweep, a recount, a refusal): the caller
+    /// then goes the full way, [`reserve`](Self::reserve).
+    #[inline]
+    pub fn try_reserve(&self, device: usize, bytes: u64) -> bool {
+        let Some(g) = self.entry_of(device) else {
+            return true;
+        };
+        if self.left.load(Acquire) {
+            return false;
+        }
+        let cap = decode_cap(self.caps[g].load(Relaxed))
+            .flatten()
+            .unwrap_or(u64::MAX);
+        self.change(g, self.slot, |pool, own| {
+            if self.queue_first(g) || pool < own {
+                return None;
+            }
+            let new = self.fits(g, pool, own, bytes, cap)?;
+            Some((new, own.saturating_add(bytes)))
+        })
+        .is_some()
+    }
+
     /// Counts a request of `bytes` on `device` that this member's own cap refused
     /// before the pool was asked: a refusal the program saw, so the pool's refusals
     /// (`gpucap status`, `gpucap_pool_refusals_total`) count it too.
