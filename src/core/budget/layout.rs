@@ -321,6 +321,24 @@ impl<'a> Words<'a> {
         self.slot(s, SLOT_HEAD_WORDS + g * PER_GPU_WORDS + i)
     }
 
+    /// GPU entry `g`'s words, all at once (one bounds check for the lot).
+    #[inline]
+    pub fn gpu_all(&self, g: usize) -> Option<&'a [AtomicU64; GPU_WORDS]> {
+        let at = HEADER_WORDS + g * GPU_WORDS;
+        self.0.get(at..at + GPU_WORDS)?.try_into().ok()
+    }
+
+    /// Slot `s`'s words for GPU entry `g`, all at once.
+    #[inline]
+    pub fn member_gpu_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; PER_GPU_WORDS]> {
+        let at = HEADER_WORDS
+            + MAX_POOL_GPUS * GPU_WORDS
+            + s * SLOT_WORDS
+            + SLOT_HEAD_WORDS
+            + g * PER_GPU_WORDS;
+        self.0.get(at..at + PER_GPU_WORDS)?.try_into().ok()
+    }
+
     /// Word `k` of GPU entry `g`'s bits of the slots that hold a guarantee.
     pub fn share_bits(&self, g: usize, k: usize) -> &'a AtomicU64 {
         &self.0[SHARES_AT + g * SHARE_BITS_WORDS + k]

@@ -63,9 +63,11 @@ impl Member<'_> {
     /// gives the pool's new use (checked and added in one compare-and-swap). True if added.
     #[inline]
     pub(super) fn add(&self, g: usize, bytes: u64, rule: impl Fn(u64, u64) -> Option<u64>) -> bool {
-        let pending = self.w.member_gpu(self.slot, g, M_PENDING);
-        let own = self.w.member_gpu(self.slot, g, M_USED);
-        let used = self.w.gpu(g, G_USED);
+        let (Some(mine), Some(gpu)) = (self.w.member_gpu_all(self.slot, g), self.w.gpu_all(g))
+        else {
+            return false;
+        };
+        let (pending, own, used) = (&mine[M_PENDING], &mine[M_USED], &gpu[G_USED]);
         pending.fetch_add(bytes, SeqCst);
         let mut word = used.load(SeqCst);
         let new = loop {
@@ -79,15 +81,15 @@ impl Member<'_> {
                 Err(now) => word = now,
             }
         };
-        let mine = own.fetch_add(bytes, SeqCst).saturating_add(bytes);
+        let held_now = own.fetch_add(bytes, SeqCst).saturating_add(bytes);
         pending.fetch_sub(bytes, SeqCst);
-        let peak = self.w.gpu(g, G_PEAK);
+        let peak = &gpu[G_PEAK];
         if new > peak.load(Relaxed) {
             peak.fetch_max(new, Relaxed);
         }
-        let own_peak = self.w.member_gpu(self.slot, g, M_PEAK);
-        if mine > own_peak.load(Relaxed) {
-            own_peak.fetch_max(mine, Relaxed);
+        let own_peak = &mine[M_PEAK];
+        if held_now > own_peak.load(Relaxed) {
+            own_peak.fetch_max(held_now, Relaxed);
         }
         true
     }
@@ -97,15 +99,18 @@ impl Member<'_> {
     /// must not take it off the pool's count). Returns the bytes taken off.
     #[inline]
     pub(super) fn sub(&self, g: usize, bytes: u64) -> u64 {
-        let pending = self.w.member_gpu(self.slot, g, M_PENDING);
-        let own = self.w.member_gpu(self.slot, g, M_USED);
+        let (Some(mine), Some(gpu)) = (self.w.member_gpu_all(self.slot, g), self.w.gpu_all(g))
+        else {
+            return 0;
+        };
+        let (pending, own) = (&mine[M_PENDING], &mine[M_USED]);
         pending.fetch_add(bytes, SeqCst);
         let held = own
             .fetch_update(SeqCst, SeqCst, |o| Some(o - bytes.min(o)))
             .unwrap_or(0);
         let taken = bytes.min(held);
         if taken > 0 {
-            let used = self.w.gpu(g, G_USED);
+            let used = &gpu[G_USED];
             let mut word = used.load(SeqCst);
             while let Err(now) = used.compare_exchange_weak(
                 word,
