@@ -195,17 +195,20 @@ impl Member<'_> {
     /// (behind this process's gate if the member has a ceiling). True if taken.
     #[inline]
     fn take(&self, g: usize, bytes: u64, cap: u64) -> bool {
+        let Some(h) = self.hot(g) else {
+            return false;
+        };
         let rule = |pool: u64, own: u64| {
-            if self.queue_first(g) || pool < own {
+            if self.queue_first_at(h) || pool < own {
                 return None; // waiters first, in order; or a `used` that cannot be
             }
-            self.fits(g, pool, own, bytes, cap)
+            self.fits_at(h, g, pool, own, bytes, cap)
         };
-        if !self.has_ceiling(g) {
-            return self.add(g, bytes, rule);
+        if !h.has_ceiling() {
+            return self.add_at(h, bytes, rule);
         }
         self.enter_gate(g);
-        let done = self.add(g, bytes, rule);
+        let done = self.add_at(h, bytes, rule);
         self.leave_gate(g);
         done
     }
@@ -228,8 +231,11 @@ impl Member<'_> {
         if self.left.load(Acquire) {
             return;
         }
-        self.sub(g, bytes);
-        if self.w.gpu(g, G_WAITERS).load(Acquire) > 0 {
+        let Some(h) = self.hot(g) else {
+            return;
+        };
+        self.sub_at(h, bytes);
+        if h.gpu[G_WAITERS].load(Acquire) > 0 {
             self.wake_waiters(g);
         }
     }

@@ -10,6 +10,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
+use super::hot::Hot;
 use super::layout::*;
 use crate::config::MAX_DEVICES;
 
@@ -120,6 +121,9 @@ pub(super) type Waiting = (std::time::Duration, fn(&super::WaitNote));
 pub struct Member<'a> {
     pub(super) w: Words<'a>,
     pub(super) slot: usize,
+    /// Per GPU entry, the words this member's changes there touch (see `hot`): None
+    /// only past a layout the file check refused.
+    pub(super) hot: [Option<Hot<'a>>; MAX_POOL_GPUS],
     pub(super) locks: &'a dyn MemberLocks,
     /// The pool's GPU entry (+1) of each CUDA ordinal of this process (0: none yet).
     pub(super) entry_of: [AtomicU32; MAX_DEVICES],
@@ -157,6 +161,7 @@ impl<'a> Member<'a> {
             let m = Member {
                 w,
                 slot: s,
+                hot: std::array::from_fn(|g| Hot::of(w, s, g)),
                 locks,
                 entry_of: [const { AtomicU32::new(0) }; MAX_DEVICES],
                 left: AtomicBool::new(false),
@@ -313,6 +318,12 @@ impl<'a> Member<'a> {
             }
         }
         None
+    }
+
+    /// The words this member's changes on GPU entry `g` touch.
+    #[inline(always)]
+    pub(super) fn hot(&self, g: usize) -> Option<&Hot<'a>> {
+        self.hot.get(g)?.as_ref()
     }
 
     /// The pool's GPU entry of CUDA ordinal `device`, if registered.

@@ -10,6 +10,7 @@
 //!   checks that turn another version or corrupted content into a clear error.
 //! - `member`: joining (a slot held by a kernel lock), agreeing on each GPU's cap, and
 //!   taking back the share of a member that died.
+//! - `hot`: the words one member's changes on one GPU touch, found once at join.
 //! - `account`: reserving and crediting bytes: one compare-and-swap on the GPU's `used`
 //!   word, no lock on the way of an allocation the pool can take (`used`: the word and
 //!   its recount, so a member killed at any instruction leaves nothing held).
@@ -21,6 +22,7 @@
 
 mod account;
 mod command;
+mod hot;
 mod layout;
 mod member;
 mod share_words;

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 use super::account::PoolRefusal;
+use super::hot::Hot;
 use super::layout::*;
 use super::member::Member;
 use super::shares::{self, Admission, Share};
@@ -209,15 +210,17 @@ impl Member<'_> {
             .collect()
     }
 
-    /// What the other members have left of their guarantees on GPU entry `g`: four
-    /// loads when nobody else holds a guarantee (on every reservation).
-    #[inline]
+    /// What the other members have left of their guarantees on GPU entry `g`.
     fn others_unused(&self, g: usize) -> u64 {
-        let Some(words) = self.w.share_bits_all(g) else {
-            return 0;
-        };
+        self.hot(g).map_or(0, |h| self.others_unused_at(h, g))
+    }
+
+    /// [`others_unused`](Self::others_unused) with GPU entry `g`'s words `h`: four loads
+    /// when nobody else holds a guarantee (on every reservation).
+    #[inline]
+    fn others_unused_at(&self, h: &Hot<'_>, g: usize) -> u64 {
         let mut bits = [0u64; SHARE_BITS_WORDS];
-        for (b, w) in bits.iter_mut().zip(words) {
+        for (b, w) in bits.iter_mut().zip(h.bits) {
             *b = w.load(Acquire);
         }
         bits[self.slot / 64 % SHARE_BITS_WORDS] &= !(1u64 << (self.slot % 64));
@@ -243,33 +246,36 @@ impl Member<'_> {
         total
     }
 
-    /// Whether this member has a ceiling of its own on GPU entry `g`.
-    #[inline]
-    pub(super) fn has_ceiling(&self, g: usize) -> bool {
-        self.w.share(self.slot, g, SH_CEILING).load(Relaxed) != 0
-    }
-
     /// This member's ceiling on GPU entry `g` (`u64::MAX`: none of its own).
-    #[inline]
     fn ceiling(&self, g: usize) -> u64 {
-        match self.w.share(self.slot, g, SH_CEILING).load(Relaxed) {
-            0 => u64::MAX,
-            c => c,
-        }
+        self.hot(g).map_or(u64::MAX, Hot::ceiling)
     }
 
     /// The pool's new use if this member, holding
     /// `own` while the pool uses `pool` of `cap`, may take `bytes` more (the reservation
     /// rule of `shares::reserve`).
-    #[inline]
     pub(super) fn fits(&self, g: usize, pool: u64, own: u64, bytes: u64, cap: u64) -> Option<u64> {
+        self.fits_at(self.hot(g)?, g, pool, own, bytes, cap)
+    }
+
+    /// [`fits`](Self::fits) with GPU entry `g`'s words `h`.
+    #[inline]
+    pub(super) fn fits_at(
+        &self,
+        h: &Hot<'_>,
+        g: usize,
+        pool: u64,
+        own: u64,
+        bytes: u64,
+        cap: u64,
+    ) -> Option<u64> {
         shares::reserve(
             cap,
             pool,
             own,
-            self.ceiling(g),
+            h.ceiling(),
             bytes,
-            self.others_unused(g),
+            self.others_unused_at(h, g),
         )
     }
 

@@ -29,6 +29,7 @@
 
 use std::sync::atomic::Ordering::*;
 
+use super::hot::Hot;
 use super::layout::*;
 use super::member::{Member, MemberLocks};
 
@@ -63,11 +64,18 @@ impl Member<'_> {
     /// gives the pool's new use (checked and added in one compare-and-swap). True if added.
     #[inline]
     pub(super) fn add(&self, g: usize, bytes: u64, rule: impl Fn(u64, u64) -> Option<u64>) -> bool {
-        let (Some(mine), Some(gpu)) = (self.w.member_gpu_all(self.slot, g), self.w.gpu_all(g))
-        else {
-            return false;
-        };
-        let (pending, own, used) = (&mine[M_PENDING], &mine[M_USED], &gpu[G_USED]);
+        self.hot(g).is_some_and(|h| self.add_at(h, bytes, rule))
+    }
+
+    /// [`add`](Self::add) on the words `h` of one GPU entry.
+    #[inline]
+    pub(super) fn add_at(
+        &self,
+        h: &Hot<'_>,
+        bytes: u64,
+        rule: impl Fn(u64, u64) -> Option<u64>,
+    ) -> bool {
+        let (pending, own, used) = (&h.mine[M_PENDING], &h.mine[M_USED], &h.gpu[G_USED]);
         pending.fetch_add(bytes, SeqCst);
         let mut word = used.load(SeqCst);
         let new = loop {
@@ -83,11 +91,11 @@ impl Member<'_> {
         };
         let held_now = own.fetch_add(bytes, SeqCst).saturating_add(bytes);
         pending.fetch_sub(bytes, SeqCst);
-        let peak = &gpu[G_PEAK];
+        let peak = &h.gpu[G_PEAK];
         if new > peak.load(Relaxed) {
             peak.fetch_max(new, Relaxed);
         }
-        let own_peak = &mine[M_PEAK];
+        let own_peak = &h.mine[M_PEAK];
         if held_now > own_peak.load(Relaxed) {
             own_peak.fetch_max(held_now, Relaxed);
         }
@@ -99,11 +107,13 @@ impl Member<'_> {
     /// must not take it off the pool's count). Returns the bytes taken off.
     #[inline]
     pub(super) fn sub(&self, g: usize, bytes: u64) -> u64 {
-        let (Some(mine), Some(gpu)) = (self.w.member_gpu_all(self.slot, g), self.w.gpu_all(g))
-        else {
-            return 0;
-        };
-        let (pending, own) = (&mine[M_PENDING], &mine[M_USED]);
+        self.hot(g).map_or(0, |h| self.sub_at(h, bytes))
+    }
+
+    /// [`sub`](Self::sub) on the words `h` of one GPU entry.
+    #[inline]
+    pub(super) fn sub_at(&self, h: &Hot<'_>, bytes: u64) -> u64 {
+        let (pending, own, gpu) = (&h.mine[M_PENDING], &h.mine[M_USED], h.gpu);
         pending.fetch_add(bytes, SeqCst);
         let held = own
             .fetch_update(SeqCst, SeqCst, |o| Some(o - bytes.min(o)))

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 use super::account::PoolRefusal;
+use super::hot::Hot;
 use super::layout::*;
 use super::member::Member;
 
@@ -41,8 +42,8 @@ impl Member<'_> {
     /// Whether this member waits (`GPUCAP_WAIT`) and other members wait on GPU entry `g`
     /// now: then a new request queues behind them, however small.
     #[inline]
-    pub(super) fn queue_first(&self, g: usize) -> bool {
-        self.wait.is_some() && self.w.gpu(g, G_WAITERS).load(Acquire) > 0
+    pub(super) fn queue_first_at(&self, h: &Hot<'_>) -> bool {
+        self.wait.is_some() && h.gpu[G_WAITERS].load(Acquire) > 0
     }
 
     /// Waits for `bytes` on GPU entry `g` (CUDA ordinal `device`), up to `GPUCAP_WAIT`.

@@ -1,0 +1,47 @@
+//! The words a change of a member's use on one GPU entry touches, found once when the
+//! member joins: a reservation or a credit then pays one bounds check for all of them,
+//! not one (with its index arithmetic) per word.
+
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+use super::layout::*;
+
+/// Slot `slot`'s words and the pool's words for one GPU entry.
+#[derive(Clone, Copy)]
+pub(super) struct Hot<'a> {
+    /// The member's own words on the GPU (`M_USED`, `M_PEAK`, `M_PENDING`, ...).
+    pub mine: &'a [AtomicU64; PER_GPU_WORDS],
+    /// The GPU entry's words (`G_USED`, `G_PEAK`, `G_WAITERS`, ...).
+    pub gpu: &'a [AtomicU64; GPU_WORDS],
+    /// The GPU entry's bits of the slots that hold a guarantee.
+    pub bits: &'a [AtomicU64; SHARE_BITS_WORDS],
+    /// The member's own share words on the GPU (`SH_GUARANTEE`, `SH_CEILING`).
+    pub share: &'a [AtomicU64; SHARE_WORDS],
+}
+
+impl<'a> Hot<'a> {
+    /// Slot `s`'s words for GPU entry `g` (None: `s` or `g` past the layout's).
+    pub fn of(w: Words<'a>, s: usize, g: usize) -> Option<Self> {
+        Some(Hot {
+            mine: w.member_gpu_all(s, g)?,
+            gpu: w.gpu_all(g)?,
+            bits: w.share_bits_all(g)?,
+            share: w.share_all(s, g)?,
+        })
+    }
+
+    /// This member's ceiling on the GPU (`u64::MAX`: none of its own).
+    #[inline]
+    pub fn ceiling(&self) -> u64 {
+        match self.share[SH_CEILING].load(Relaxed) {
+            0 => u64::MAX,
+            c => c,
+        }
+    }
+
+    /// Whether this member has a ceiling of its own on the GPU.
+    #[inline]
+    pub fn has_ceiling(&self) -> bool {
+        self.share[SH_CEILING].load(Relaxed) != 0
+    }
+}
