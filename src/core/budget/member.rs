@@ -124,6 +124,8 @@ pub struct Member<'a> {
     /// Per GPU entry, the words this member's changes there touch (see `hot`): None
     /// only past a layout the file check refused.
     pub(super) hot: [Option<Hot<'a>>; MAX_POOL_GPUS],
+    /// Masks of the guarantee bits words (`share_bits_all`): every bit but this slot's.
+    pub(super) not_me: [u64; SHARE_BITS_WORDS],
     pub(super) locks: &'a dyn MemberLocks,
     /// The pool's GPU entry (+1) of each CUDA ordinal of this process (0: none yet).
     pub(super) entry_of: [AtomicU32; MAX_DEVICES],
@@ -162,6 +164,13 @@ impl<'a> Member<'a> {
                 w,
                 slot: s,
                 hot: std::array::from_fn(|g| Hot::of(w, s, g)),
+                not_me: std::array::from_fn(|k| {
+                    if k == s / 64 {
+                        !(1u64 << (s % 64))
+                    } else {
+                        u64::MAX
+                    }
+                }),
                 locks,
                 entry_of: [const { AtomicU32::new(0) }; MAX_DEVICES],
                 left: AtomicBool::new(false),

@@ -216,14 +216,11 @@ impl Member<'_> {
     }
 
     /// [`others_unused`](Self::others_unused) with GPU entry `g`'s words `h`: four loads
-    /// when nobody else holds a guarantee (on every reservation).
-    #[inline]
+    /// and masks when nobody else holds a guarantee (on every reservation).
+    #[inline(always)]
     fn others_unused_at(&self, h: &Hot<'_>, g: usize) -> u64 {
-        let mut bits = [0u64; SHARE_BITS_WORDS];
-        for (b, w) in bits.iter_mut().zip(h.bits) {
-            *b = w.load(Acquire);
-        }
-        bits[self.slot / 64 % SHARE_BITS_WORDS] &= !(1u64 << (self.slot % 64));
+        let bits: [u64; SHARE_BITS_WORDS] =
+            std::array::from_fn(|k| h.bits[k].load(Acquire) & self.not_me[k]);
         if bits.iter().fold(0, |a, b| a | b) == 0 {
             return 0;
         }
