@@ -38,10 +38,4 @@ impl<'a> Hot<'a> {
             c => c,
         }
     }
-
-    /// Whether this member has a ceiling of its own on the GPU.
-    #[inline]
-    pub fn has_ceiling(&self) -> bool {
-        self.share[SH_CEILING].load(Relaxed) != 0
-    }
 }

@@ -266,14 +266,23 @@ impl Member<'_> {
         bytes: u64,
         cap: u64,
     ) -> Option<u64> {
-        shares::reserve(
-            cap,
-            pool,
-            own,
-            h.ceiling(),
-            bytes,
-            self.others_unused_at(h, g),
-        )
+        self.fits_under(h, g, pool, own, bytes, cap, h.ceiling())
+    }
+
+    /// [`fits_at`](Self::fits_at) under `ceiling`, this member's ceiling read already.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fits_under(
+        &self,
+        h: &Hot<'_>,
+        g: usize,
+        pool: u64,
+        own: u64,
+        bytes: u64,
+        cap: u64,
+        ceiling: u64,
+    ) -> Option<u64> {
+        shares::reserve(cap, pool, own, ceiling, bytes, self.others_unused_at(h, g))
     }
 
     /// The refusal of `bytes` on GPU entry `g` if they would take this member past its
