@@ -282,7 +282,26 @@ impl Member<'_> {
         cap: u64,
         ceiling: u64,
     ) -> Option<u64> {
-        shares::reserve(cap, pool, own, ceiling, bytes, self.others_unused_at(h, g))
+        let others = if self.inside_guarantee(h, own) {
+            0
+        } else {
+            self.others_unused_at(h, g)
+        };
+        shares::reserve(cap, pool, own, ceiling, bytes, others)
+    }
+
+    /// Whether this member, holding `own` on the GPU of `h`, is inside its guarantee
+    /// with the change being made (called inside one: its `pending` holds the request's
+    /// bytes, and those of its other threads' changes in flight). Such a request needs
+    /// no look at the others' unused guarantees: every other member's reservation kept
+    /// this member's unused guarantee free (and errs high on it), so the pool's cap alone
+    /// decides. Weighing the others' would err high against this member: a neighbour
+    /// inside a credit (its own use taken down, `used` not yet) shows more unused
+    /// guarantee than it has, and a request inside a guarantee would be refused.
+    #[inline(always)]
+    fn inside_guarantee(&self, h: &Hot<'_>, own: u64) -> bool {
+        let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
+        guarantee != 0 && own.saturating_add(h.mine[M_PENDING].load(SeqCst)) <= guarantee
     }
 
     /// The refusal of `bytes` on GPU entry `g` if they would take this member past its

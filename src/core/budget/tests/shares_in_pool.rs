@@ -295,3 +295,31 @@ fn interleaved_members_never_break_a_guarantee() {
         "the test was not tight: {kept} refusals, {inside} inside"
     );
 }
+
+/// A request inside a member's guarantee is served while a guaranteed neighbour is
+/// stopped inside a credit (its own use taken down, the pool's `used` not yet): the
+/// neighbour then shows more unused guarantee than it has, which must not refuse it.
+#[test]
+fn a_guarantee_holds_beside_a_neighbour_stopped_inside_a_credit() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(CAP));
+    a.claim(0, share(400, None)).unwrap();
+    let b = member(pool, proc(k, 2), Some(CAP));
+    b.claim(0, share(400, None)).unwrap();
+    let c = member(pool, proc(k, 3), Some(CAP));
+    a.reserve(0, 400).unwrap();
+    c.reserve(0, 100).unwrap();
+    // A frees 300 and stops after taking its own use down, before it swaps `used`.
+    play(pool, &a, false, 300, 0..2);
+    // B's 400 fit before A's credit (500 used, nothing else kept) and after it.
+    b.reserve(0, 400).unwrap();
+    assert_eq!(pool.w.used(0), 900);
+    // Past its guarantee B borrows only what the others' guarantees leave: A's credit
+    // is still in flight, so its 300 are kept for it.
+    assert!(b.reserve(0, 1).is_err());
+    play(pool, &a, false, 300, 2..4);
+    assert_eq!(pool.w.used(0), 600);
+    // Now A's unused 300 are exact: B borrows the 100 left, not one byte more.
+    assert!(b.reserve(0, 101).is_err());
+    b.reserve(0, 100).unwrap();
+}
