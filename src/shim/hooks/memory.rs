@@ -7,9 +7,8 @@ pub fn mem_alloc(
     dptr: *mut Dptr,
     size: usize,
 ) -> CuResult {
-    if !short_path() {
-        return mem_alloc_full(real, dptr, size);
-    }
+    // Off the short path `charged_short` finds no device (one load of the short-path
+    // byte, not two) and hands the call back.
     // SAFETY (closure): forwarding the caller's arguments; `dptr` is read only after the
     // driver succeeded.
     match charged_short(
