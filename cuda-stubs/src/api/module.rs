@@ -50,8 +50,13 @@ fn read_image(p: *const c_void) -> Result<Names, CUresult> {
     match image::kind(&head) {
         Some(Kind::Ptx) => {
             // SAFETY: NUL-terminated PTX text.
-            let text = unsafe { std::ffi::CStr::from_ptr(p.cast()) };
-            Ok(image::ptx_names(&text.to_string_lossy()))
+            let text = unsafe { std::ffi::CStr::from_ptr(p.cast()) }.to_string_lossy();
+            // PTX begins with its `.version` directive: other text is not an image (the
+            // real driver answers CUDA_ERROR_INVALID_IMAGE for "not an image").
+            if !image::has_ptx_version(&text) {
+                return Err(CUDA_ERROR_INVALID_IMAGE);
+            }
+            Ok(image::ptx_names(&text))
         }
         Some(Kind::Elf) => {
             // SAFETY: an ELF image holds its 64-byte header.
