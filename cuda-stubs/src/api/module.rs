@@ -83,14 +83,21 @@ fn read_image(p: *const c_void) -> Result<Names, CUresult> {
     }
 }
 
-/// Loads the image at `image` as a module of the current context.
+/// Loads the image at `image` as a module of the current context. Its globals are device
+/// memory from the load on, as on the real driver (whose free memory drops at a module's
+/// load, not at a global's first lookup); a load they do not fit fails.
 pub fn load_module(pmod: *mut usize, image: *const c_void) -> CuResult {
-    let (ctx, _) = current()?;
+    let (ctx, dev) = current()?;
     if pmod.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let names = read_image(image)?;
-    out(pmod, module::load(ctx, names))
+    let m = module::load(ctx, names);
+    if let Err(e) = module::allocate_globals(m, ctx, dev) {
+        let _ = module::unload(m);
+        return Err(e);
+    }
+    out(pmod, m)
 }
 
 fn read_file(fname: *const c_char) -> Result<Vec<u8>, CUresult> {
