@@ -13,7 +13,7 @@
 #                   30). A part that would start too late is SKIPped, a part running
 #                   late is stopped (FAIL); the packing (10 s kept for it) always runs.
 #   --reps N        benchmark repetitions (default 3); --target-ms MS (default 200)
-#   --train-reps N  training benchmark runs per mode (default 2); --train-steps N (30)
+#   --train-reps N  training benchmark runs per mode (default 4); --train-steps N (100)
 #   --first-reps N  first-use runs per way (default 5)
 #   --probe-driver PATH, --bench-hami PATH   the hooks (default scripts/gpu/probe-driver.sh,
 #                   scripts/gpu/bench-hami-hook.sh; a hook that is not there is SKIPped)
@@ -55,7 +55,7 @@ uint_at_least() { # OPTION VALUE MIN
 }
 
 OUTDIR='' LIB=$ROOT/target/release/libgpucap.so CLI=$ROOT/target/release/gpucap PY=python3
-BUDGET=460 REPS=3 TARGET_MS=200 TRAIN_REPS=2 TRAIN_STEPS=30 FIRST_REPS=5
+BUDGET=460 REPS=3 TARGET_MS=200 TRAIN_REPS=4 TRAIN_STEPS=100 FIRST_REPS=5
 PROBE_DRIVER=$ROOT/scripts/gpu/probe-driver.sh BENCH_HAMI=$ROOT/scripts/gpu/bench-hami-hook.sh
 ALL_PARTS=env,checks,bench,probe-driver,bench-hami,first-use PARTS_WANTED=$ALL_PARTS ONLY=
 while [ $# -gt 0 ]; do
@@ -227,7 +227,7 @@ if [ "$(awk -F'\t' '$1 == "env" { print $2 }' "$PARTS")" = FAIL ]; then
     echo "gpu-run: no shim or gpucap at $LIB / $CLI: nothing can be checked"
 fi
 part checks 250 60 part_checks
-part bench 130 30 part_bench
+part bench 180 30 part_bench
 part probe-driver 90 10 hook "$PROBE_DRIVER" driver-answers.json
 part bench-hami 90 20 hook "$BENCH_HAMI" hami.json
 part first-use 20 10 part_first_use

@@ -62,7 +62,8 @@ impl Pool {
     fn used_peak(&self) -> (u64, u64) {
         let bytes = std::fs::read(self.file()).expect("pool file");
         let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
-        (word(16 + 4), word(16 + 5))
+        // GPU entry 0's `used` (bytes in its low 48 bits, a change count above) and peak.
+        (word(16 + 4) & ((1 << 48) - 1), word(16 + 5))
     }
 
     /// Waits until `n` processes hold a member's lock on the pool file (a killed
@@ -337,10 +338,21 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         "pool-version",
         |p| {
             let mut b = made(p);
-            b[8] = 3;
+            b[8] = 4;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 3 pool file and this gpucap reads version 2",
+        "version 4 pool file and this gpucap reads version 3",
+    );
+    // A file left by a gpucap of version 2 (a journal per member and GPU: longer).
+    refused_with(
+        "pool-version-2",
+        |p| {
+            let mut b = made(p);
+            b.resize(627_840, 0);
+            b[8] = 2;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "version 2 pool file and this gpucap reads version 3",
     );
     // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
     refused_with(
@@ -351,7 +363,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 1;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 1 pool file and this gpucap reads version 2",
+        "version 1 pool file and this gpucap reads version 3",
     );
     refused_with(
         "pool-corrupt",
@@ -1436,11 +1448,12 @@ const G0_LOCK: usize = 16 + 6;
 const LOCK_WAITING: u64 = 1 << 16;
 
 #[test]
-fn a_stopped_word_lock_holder_costs_the_blocked_members_no_processor_time() {
+fn a_stopped_word_lock_holder_blocks_no_allocation_and_costs_the_blocked_members_no_processor_time()
+{
     let p = Pool::new("pool-sigstop");
-    // The holder: the pool's first member (slot 0), stopped inside a change of GPU 0's
-    // `used`, i.e. with its slot in the word lock (written here: no member stops there
-    // of its own accord).
+    // The holder: the pool's first member (slot 0), stopped with its slot in GPU 0's
+    // word lock, as if inside a recount (written here: no member stops there of its
+    // own accord).
     let mut h = spawn(&mut p.script(
         "h.json",
         &[
@@ -1454,8 +1467,16 @@ fn a_stopped_word_lock_holder_costs_the_blocked_members_no_processor_time() {
     // SAFETY: signals to our own child.
     unsafe { libc::kill(hpid, libc::SIGSTOP) };
     p.write_word(G0_LOCK, 1);
-    let blocked: Vec<Child> = (0..2)
-        .map(|i| spawn(&mut p.script(&format!("b{i}.json"), &["alloc:100Mi"])))
+    // An allocation the pool can take takes no lock: it goes on (issue 23).
+    let o = run_within(
+        &mut p.script("free.json", &["alloc:100Mi", "free", "alloc:800Mi"]),
+        30,
+    );
+    assert!(has(&o, &format!("alloc {} 0", 800 * MIB)), "{}", dump(&o));
+    // One the pool cannot take (100 + 1000 MiB of 1 GiB) is recounted before it is
+    // refused, under the lock: it sleeps on it.
+    let blocked: Vec<Child> = (0..1)
+        .map(|i| spawn(&mut p.script(&format!("b{i}.json"), &["alloc:1000Mi"])))
         .collect();
     // Wait until a blocked member sleeps on the word (it sets the waiting bit; today's
     // spinners never do, so fall back to a second of their spinning).
@@ -1499,11 +1520,12 @@ fn a_stopped_word_lock_holder_costs_the_blocked_members_no_processor_time() {
         (Some(hpid as i64), Some(0))
     );
     assert!(lock["since_ms"].as_u64().is_some(), "{doc}");
-    // The holder dies: the blocked members notice within their next look and go on.
+    // The holder dies: the blocked member notices within its next look, takes the
+    // holder's share back and is served.
     sigkill(&mut h);
     for b in blocked {
         let o = finish(b);
-        assert!(has(&o, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&o));
+        assert!(has(&o, &format!("alloc {} 0", 1000 * MIB)), "{}", dump(&o));
     }
     assert_eq!(p.word(G0_LOCK), 0);
 }

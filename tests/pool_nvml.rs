@@ -5,7 +5,8 @@
 //! - an NVML-only process (a monitor: it never calls `cuInit`, never joins) sees total
 //!   1 GiB, used 500 MiB, and `nvmlDeviceGetComputeRunningProcesses` (`_v2`, `_v3`)
 //!   lists the two members with their bytes, NVML's count protocol kept
-//!   (tests/c/nvml.c `procs`, linked and through dlsym; `nvidia-ml-py` too);
+//!   (tests/c/nvml.c `procs`, linked and through dlsym; `nvidia-ml-py` too, which also
+//!   asks `nvmlDeviceGetRunningProcessDetailList`);
 //! - a member's own NVML view is the same;
 //! - reading changes nothing in the pool file;
 //! - once a member is SIGKILLed it is no longer listed; its bytes stay in `used` until a
@@ -313,7 +314,7 @@ fn nvml_shows_the_pool_and_lists_its_processes() {
             "pynvml: {}",
             dump(&o)
         );
-        seen(&stdout(&o), &["v3"])
+        seen(&stdout(&o), &["v3", "detail"])
     };
     if python.is_some() {
         let s = pynvml(&dir);

@@ -14,9 +14,10 @@ Prints INFO lines, one `PART <name> OK|FAIL|SKIP: <detail>` line per check:
                 with GPUCAP_WAIT=30s is served when a holder frees; the pool ends at 0
   pool-metrics  `gpucap metrics` scraped at each step: the exposition passes the rules of
                 scripts/gpu/promcheck.py and its figures are the pool's (gpucap status)
-  pool-pidns    nvidia-smi and NVML in `unshare -pf --mount-proc`, under the pool's
-                settings: memory.used is the pool's used, the processes are the members'
-                own pids with their bytes
+  pool-pidns    as in a container, a fifth member and the monitors share a new PID
+                namespace (`unshare -pf --mount-proc`, before the blocks): nvidia-smi's and
+                NVML's memory.used is the pool's used; NVML lists every member by its own
+                pid with its bytes; nvidia-smi lists at least the members of its namespace
 then `OK:`/`FAIL:` for the whole (exit 0/1). A part the run did not reach is FAIL with
 the reason the run stopped.
 """
@@ -175,41 +176,97 @@ def metrics_agree(p, when, st, dead=0, waiters=None):
     return s
 
 
-def pidns_view(p, st):
-    """nvidia-smi and NVML (ctypes) run in a new PID namespace under the pool's settings."""
-    g = p.gpu(st)
-    want_pids = {m["pid"]: sum(x["used"] for x in m["gpus"]) for m in st["members"]
-                 if m["alive"] and any(x["used"] for x in m["gpus"])}
-    pre = ["unshare", "-pf", "--mount-proc", p.a.cli, "run", "--limit", str(p.a.cap), "--pool", p.name, "--"]
-    smi = subprocess.run(pre + [p.a.smi, "-i", p.a.uuid, "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
-                         env=p.env, capture_output=True, text=True, timeout=60)
-    apps = subprocess.run(pre + [p.a.smi, "-i", p.a.uuid, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                          env=p.env, capture_output=True, text=True, timeout=60)
-    view = subprocess.run(pre + [p.a.python, os.path.join(HERE, "pool_check.py"), "--nvml-view", p.a.uuid],
-                          env=p.env, capture_output=True, text=True, timeout=60)
-    for what, o in (("nvidia-smi --query-gpu", smi), ("nvidia-smi --query-compute-apps", apps), ("NVML", view)):
-        info("in a new PID namespace, %s: exit %d: %s %s" % (what, o.returncode, o.stdout.strip().replace("\n", "; "),
-                                                           o.stderr.strip()[:300]))
-        if o.returncode != 0:
-            return "FAIL", "%s in a new PID namespace failed (exit %d): %s" % (what, o.returncode, o.stderr.strip()[:200])
-    used_mib, total_mib = [int(x) for x in smi.stdout.strip().splitlines()[-1].split(",")]
-    if abs(used_mib - g["used"] // MiB) > 1 or abs(total_mib - p.a.cap // MiB) > 1:
-        return "FAIL", ("nvidia-smi in a PID namespace shows memory.used %d MiB of %d MiB; the pool holds %s of %s"
-                        % (used_mib, total_mib, mib(g["used"]), mib(p.a.cap)))
-    smi_pids = {}
-    for line in apps.stdout.strip().splitlines():
-        pid, used = [x.strip() for x in line.split(",")]
-        smi_pids[int(pid)] = int(used)
-    if set(smi_pids) != set(want_pids) or any(abs(smi_pids[k] - want_pids[k] // MiB) > 1 for k in want_pids):
-        return "FAIL", ("nvidia-smi --query-compute-apps in a PID namespace lists %s (MiB); the pool's members are %s"
-                        % (smi_pids, {k: v // MiB for k, v in want_pids.items()}))
-    nv = json.loads(view.stdout.strip().splitlines()[-1])
-    nv_pids = {int(k): v for k, v in nv["processes"].items()}
-    if nv["used"] != g["used"] or nv["total"] != p.a.cap or nv_pids != want_pids:
-        return "FAIL", ("NVML in a PID namespace: used %s, total %s, processes %s; the pool: used %s, cap %s, members %s"
-                        % (nv["used"], nv["total"], nv_pids, g["used"], p.a.cap, want_pids))
-    return "OK", ("nvidia-smi and NVML in a new PID namespace show the pool's used %s of %s and its %d members' own pids %s"
-                  % (mib(g["used"]), mib(p.a.cap), len(want_pids), sorted(want_pids)))
+def pidns_view(p):
+    """pool-pidns: as in a container, a member and the monitors share one new PID
+    namespace (`unshare -pf --mount-proc`): pool_check.py --pidns-inner runs there."""
+    o = subprocess.run(["unshare", "-pf", "--mount-proc", p.a.python, os.path.abspath(__file__), "--pidns-inner",
+                        "--cli", p.a.cli, "--cap", str(p.a.cap), "--client", p.a.client, "--python", p.a.python,
+                        "--smi", p.a.smi, "--uuid", p.a.uuid, "--timeout", str(p.a.timeout), "--pool", p.name],
+                       env=p.env, capture_output=True, text=True, timeout=p.a.timeout + 60)
+    for line in o.stdout.splitlines():
+        if not line.startswith("PIDNS "):
+            print(line, flush=True)
+    for line in o.stderr.strip().splitlines()[-20:]:
+        info("pidns| " + line)
+    verdict = [ln for ln in o.stdout.splitlines() if ln.startswith("PIDNS ")]
+    if not verdict:
+        return "FAIL", "the run in a new PID namespace gave no verdict (exit %d): %s" % (o.returncode, o.stderr.strip()[-200:])
+    status, _, detail = verdict[-1][len("PIDNS "):].partition(": ")
+    return status, detail
+
+
+def pidns_inner(a):
+    """In a new PID namespace: one more member joins the pool and holds a block; then
+    nvidia-smi and NVML (ctypes), run under the pool's settings in this namespace, must
+    show the pool's used and list its members (each by the pid it has in its own
+    namespace: this member's is one of this namespace's, the others' are not)."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    pre = [a.cli, "run", "--limit", str(a.cap), "--pool", a.pool, "--"]
+    err = tempfile.NamedTemporaryFile("w+", prefix="gpucap-pidns-member.", suffix=".err")
+    m = Child(pre + [a.python, os.path.join(HERE, "member.py"), "--client", a.client], a.timeout,
+              stderr=err, env=env)
+    try:
+        m.expect("STARTED")
+        m.send("init")
+        info("member in this namespace: %s" % m.expect("READY"))
+        m.send("alloc %d" % (16 * MiB))
+        r = m.expect("ALLOC")
+        if not r.startswith("ok"):
+            err.seek(0)
+            return "FAIL", "a member in a new PID namespace could not hold 16 MiB of the pool: %s %s" % (r, err.read()[-200:])
+        out = subprocess.run([a.cli, "status", "--pool", a.pool, "--json"], env=env, capture_output=True,
+                             text=True, timeout=60)
+        st = json.loads(out.stdout)
+        g = st["gpus"][0]
+        want = {x["pid"]: sum(y["used"] for y in x["gpus"]) for x in st["members"]
+                if x["alive"] and any(y["used"] for y in x["gpus"])}
+        here = {pid for pid in want if os.path.exists("/proc/%d" % pid)}
+        if m.p.pid not in want:
+            return "FAIL", "the pool lists %s, not this namespace's member (pid %d)" % (sorted(want), m.p.pid)
+        smi = subprocess.run(pre + [a.smi, "-i", a.uuid, "--query-gpu=memory.used,memory.total",
+                                    "--format=csv,noheader,nounits"], env=env, capture_output=True, text=True, timeout=60)
+        apps = subprocess.run(pre + [a.smi, "-i", a.uuid, "--query-compute-apps=pid,used_memory",
+                                     "--format=csv,noheader,nounits"], env=env, capture_output=True, text=True, timeout=60)
+        view = subprocess.run(pre + [a.python, os.path.abspath(__file__), "--nvml-view", a.uuid], env=env,
+                              capture_output=True, text=True, timeout=60)
+        for what, o in (("nvidia-smi --query-gpu", smi), ("nvidia-smi --query-compute-apps", apps), ("NVML", view)):
+            info("in a new PID namespace, %s: exit %d: %s %s" % (what, o.returncode, o.stdout.strip().replace("\n", "; "),
+                                                               o.stderr.strip()[:300]))
+            if o.returncode != 0:
+                return "FAIL", "%s in a new PID namespace failed (exit %d): %s" % (what, o.returncode, o.stderr.strip()[:200])
+        used_mib, total_mib = [int(x) for x in smi.stdout.strip().splitlines()[-1].split(",")]
+        if abs(used_mib - g["used"] // MiB) > 1 or abs(total_mib - a.cap // MiB) > 1:
+            return "FAIL", ("nvidia-smi in a PID namespace shows memory.used %d MiB of %d MiB; the pool holds %s of %s"
+                            % (used_mib, total_mib, mib(g["used"]), mib(a.cap)))
+        nv = json.loads(view.stdout.strip().splitlines()[-1])
+        nv_pids = {int(k): v for k, v in nv["processes"].items()}
+        if nv["used"] != g["used"] or nv["total"] != a.cap or nv_pids != want:
+            return "FAIL", ("NVML in a PID namespace: used %s, total %s, processes %s; the pool: used %s, cap %s, members %s"
+                            % (nv["used"], nv["total"], nv_pids, g["used"], a.cap, want))
+        smi_pids = {}
+        for line in apps.stdout.strip().splitlines():
+            pid, used = [x.strip() for x in line.split(",")]
+            smi_pids[int(pid)] = int(used)
+        # nvidia-smi names each process it lists: the members of this namespace must be
+        # there with their bytes; the others' pids are not this namespace's (on driver
+        # 580 nvidia-smi listed none of them when all members were outside).
+        missing = {k: want[k] // MiB for k in here if abs(smi_pids.get(k, -10) - want[k] // MiB) > 1}
+        if missing:
+            return "FAIL", ("nvidia-smi --query-compute-apps in a PID namespace lists %s (MiB); this namespace's "
+                            "members are %s" % (smi_pids, {k: want[k] // MiB for k in here}))
+        return "OK", ("nvidia-smi and NVML in a new PID namespace show the pool's used %s of %s; NVML lists its %d "
+                      "members by their own pids %s, nvidia-smi this namespace's %s (and lists %s)"
+                      % (mib(g["used"]), mib(a.cap), len(want), sorted(want), sorted(here), sorted(smi_pids)))
+    finally:
+        # a clean exit empties its slot (a kill would leave a dead member to the next steps)
+        if m.p.poll() is None:
+            m.send("quit")
+            try:
+                m.p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                m.kill()
+        err.close()
 
 
 def nvml_view():
@@ -235,6 +292,8 @@ def scenario(p, parts):
         p.members[i][0].expect("STARTED")
     for i in range(4):  # one context at a time: each is measured alone
         info("member %d ready: %s" % (i, p.ask(i, "init", "READY")))
+    # before the blocks, while the pool has room for one more member's context
+    parts["pool-pidns"] = ("SKIP", a.no_pidns) if a.no_pidns else pidns_view(p)
     st = p.status()
     u0 = p.gpu(st)["used"]
     room = a.cap - u0
@@ -253,7 +312,6 @@ def scenario(p, parts):
     if used < u0 + 4 * block or used > a.cap:
         fail("after 4 blocks of %s the pool holds %s (contexts %s)" % (mib(block), mib(used), mib(u0)))
     metrics_agree(p, "4 members holding", st)
-    parts["pool-pidns"] = ("SKIP", a.no_pidns) if a.no_pidns else pidns_view(p, st)
     r = p.ask(0, "alloc %d" % block, "ALLOC")
     if not r.startswith("oom"):
         fail("the 5th block of %s went past the pool's %s cap (%s in use): %s" % (mib(block), mib(a.cap), mib(used), r))
@@ -332,6 +390,21 @@ def scenario(p, parts):
 def main(argv):
     if argv[:1] == ["--nvml-view"]:
         return nvml_view()
+    if argv[:1] == ["--pidns-inner"]:
+        ap = argparse.ArgumentParser()
+        for opt in ("--cli", "--client", "--python", "--smi", "--uuid", "--pool"):
+            ap.add_argument(opt, required=True)
+        ap.add_argument("--cap", type=int, required=True)
+        ap.add_argument("--timeout", type=int, required=True)
+        a = ap.parse_args(argv[1:])
+        try:
+            status, detail = pidns_inner(a)
+        except Outcome as o:
+            status, detail = o.status, o.message
+        except Exception as e:  # noqa: BLE001
+            status, detail = "FAIL", "unexpected %s: %s" % (type(e).__name__, e)
+        print("PIDNS %s: %s" % (status, detail), flush=True)
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
     ap.add_argument("--cap", type=int, required=True)

@@ -1015,15 +1015,19 @@ def cmd_train(a):
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    after = torch.cuda.memory_stats()
     value = float(loss)
     if not math.isfinite(value):
         fail("the loss is %r" % value)
-    info("loss %.4f, peak reserved %s" % (value, mib(torch.cuda.max_memory_reserved())))
+    # the driver allocations PyTorch made while timed (what gpucap's hooks could cost)
+    calls = ", ".join("%s %d" % (k, after.get(k, 0) - before.get(k, 0)) for k in ("num_device_alloc", "num_device_free"))
+    info("loss %.4f, peak reserved %s; during the timed steps: %s" % (value, mib(torch.cuda.max_memory_reserved()), calls))
     print("RESULT %.3f steps=%d batch=%d image=%d" % (dt * 1000 / a.steps, a.steps, a.batch, a.image), flush=True)
     ok("%.3f ms per step" % (dt * 1000 / a.steps))
 

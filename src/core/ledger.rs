@@ -269,22 +269,36 @@ impl Ledger {
         })
     }
 
-    /// The short path of an allocation in a process outside any pool: checks the cap and
-    /// adds `bytes` in one step, as [`reserve`](Self::reserve), but a request the cap
-    /// cannot take (or a process in a pool) gets None with nothing counted: the caller
-    /// then takes the full path, which decides, counts and explains.
-    #[inline]
+    /// The short path of an allocation: checks the cap (and the pool's, in a pool) and
+    /// adds `bytes` in one step, as [`reserve`](Self::reserve), but a request either cap
+    /// cannot take now gets None with nothing counted: the caller then takes the full
+    /// path, which decides (waits, recounts, takes back the dead), counts and explains.
+    /// So does a process in a pool whose membership is not there (a forked child that
+    /// has not joined as its own member yet).
+    #[inline(always)]
     pub fn try_reserve(&self, device: usize, bytes: u64) -> Option<Reservation<'_>> {
         let d = self.devices.get(device)?;
-        if self.pooled.load(Relaxed) {
+        let new = add_within_cap(d, bytes).ok()?;
+        if self.pooled.load(Relaxed) && !self.try_reserve_pool(device, bytes) {
             return None;
         }
-        let new = add_within_cap(d, bytes).ok()?;
         note_peak(d, new);
         Some(Reservation {
             ledger: self,
             charge: Charge { device, bytes },
         })
+    }
+
+    /// [`try_reserve`](Self::try_reserve)'s pool part, out of line (a process outside
+    /// any pool pays one load for it): false, with this process's own reservation of
+    /// `bytes` rolled back, if the pool did not take them at once.
+    #[inline(never)]
+    fn try_reserve_pool(&self, device: usize, bytes: u64) -> bool {
+        if (self.pool)().is_some_and(|p| p.try_reserve(device, bytes)) {
+            return true;
+        }
+        self.credit_own(Charge { device, bytes });
+        false
     }
 
     /// Counts an allocation served without a reservation (from retained memory).

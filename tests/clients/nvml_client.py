@@ -3,8 +3,10 @@
 Prints one line per device, as tests/c/nvml.c does:
     dev <index>[.mig] uuid=<uuid> total=B free=B used=B v2total=B v2reserved=B v2free=B v2used=B
 then one line per compute process (nvmlDeviceGetComputeRunningProcesses, which
-nvidia-ml-py asks of _v3 with NVML's count protocol):
+nvidia-ml-py asks of _v3 with NVML's count protocol), and again as
+nvmlDeviceGetRunningProcessDetailList lists them (compute mode):
     proc <index>[.mig] v3 pid=P used=B gi=G ci=C
+    proc <index>[.mig] detail pid=P used=B gi=G ci=C
 or, when NVML refuses to report the memory,
     denied <index>[.mig] <NVML return code> <pynvml's exception class>
 (and "procsdenied ..." for the processes), then "done". Never initialises CUDA itself, like nvidia-smi.
@@ -36,6 +38,20 @@ def show(label, handle):
     for p in procs:
         print(
             f"proc {label} v3 pid={p.pid} used={p.usedGpuMemory} "
+            f"gi={p.gpuInstanceId} ci={p.computeInstanceId}",
+            flush=True,
+        )
+    # The r550+ list (what nvidia-ml-py offers beside _v3), compute mode.
+    try:
+        detail = pynvml.nvmlDeviceGetRunningProcessDetailList(
+            handle, pynvml.nvmlProcessDetailList_v1, pynvml.NVML_PROCESS_MODE_COMPUTE
+        )
+    except pynvml.NVMLError as e:
+        print(f"procsdenied {label} {e.value} {type(e).__name__} detail", flush=True)
+        return
+    for p in detail:
+        print(
+            f"proc {label} detail pid={p.pid} used={p.usedGpuMemory} "
             f"gi={p.gpuInstanceId} ci={p.computeInstanceId}",
             flush=True,
         )

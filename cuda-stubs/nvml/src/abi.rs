@@ -74,7 +74,36 @@ pub struct nvmlProcessInfo_v2_t {
     pub compute_instance_id: c_uint,
 }
 
+/// nvmlProcessDetail_v1_t: an entry of nvmlDeviceGetRunningProcessDetailList's list.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlProcessDetail_v1_t {
+    pub pid: c_uint,
+    pub used_gpu_memory: u64,
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+    pub used_gpu_cc_protected_memory: u64,
+}
+
+/// nvmlProcessDetailList_v1_t: what nvmlDeviceGetRunningProcessDetailList fills.
+#[repr(C)]
+pub struct nvmlProcessDetailList_v1_t {
+    pub version: c_uint,
+    pub mode: c_uint,
+    pub num_proc_array_entries: c_uint,
+    pub proc_array: *mut nvmlProcessDetail_v1_t,
+}
+
+/// NVML_STRUCT_VERSION(ProcessDetailList, 1).
+pub const NVML_PROCESS_DETAIL_LIST_V1: c_uint =
+    std::mem::size_of::<nvmlProcessDetailList_v1_t>() as c_uint | (1 << 24);
+/// nvmlProcessMode_t: compute, graphics, MPS, all.
+pub const NVML_PROCESS_MODE_COMPUTE: c_uint = 0;
+pub const NVML_PROCESS_MODE_ALL: c_uint = 3;
+
 const _: () = assert!(std::mem::size_of::<nvmlMemory_t>() == 24);
+const _: () = assert!(NVML_PROCESS_DETAIL_LIST_V1 == 0x0100_0018);
+const _: () = assert!(std::mem::size_of::<nvmlProcessDetail_v1_t>() == 32);
 const _: () = assert!(NVML_MEMORY_V2 == 0x0200_0028);
 const _: () = assert!(std::mem::size_of::<nvmlPciInfo_t>() == 68);
 const _: () = assert!(std::mem::size_of::<nvmlProcessInfo_v1_t>() == 16);

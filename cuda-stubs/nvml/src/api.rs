@@ -293,6 +293,38 @@ exports! {
         processes(device, count, infos, process_v2)
     }
 
+    fn nvmlDeviceGetRunningProcessDetailList(device: nvmlDevice_t, list: *mut nvmlProcessDetailList_v1_t) {
+        if list.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: the caller's non-null list struct, read field by field.
+        let (version, mode, array) = unsafe { ((*list).version, (*list).mode, (*list).proc_array) };
+        if version != NVML_PROCESS_DETAIL_LIST_V1 {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        if mode > NVML_PROCESS_MODE_ALL {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: as above; the count field of the caller's struct.
+        let count = unsafe { &raw mut (*list).num_proc_array_entries };
+        if mode == NVML_PROCESS_MODE_COMPUTE || mode == NVML_PROCESS_MODE_ALL {
+            processes(device, count, array, |pid, used, mig| {
+                let v2 = process_v2(pid, used, mig);
+                nvmlProcessDetail_v1_t {
+                    pid,
+                    used_gpu_memory: used,
+                    gpu_instance_id: v2.gpu_instance_id,
+                    compute_instance_id: v2.compute_instance_id,
+                    used_gpu_cc_protected_memory: 0,
+                }
+            })
+        } else {
+            // The fake has no graphics or MPS processes.
+            dev(device)?;
+            out(count, 0)
+        }
+    }
+
     fn nvmlDeviceGetMigMode(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) {
         match dev(device)? {
             (_, false) => {

@@ -81,14 +81,18 @@ check_bench_churn() {
 
 check_bench_torch_train() {
     needs_fw torch "$1" || return
-    local rep mode cap=$CAP
+    local rep m mode cap=$CAP
     # twice the cap where the card allows: room for the CUDA context and cuDNN
     if [ $((2 * CAP_MIB)) -le $((TOTAL_MIB / 2)) ]; then
         cap=$((2 * CAP))
     fi
     TRAIN_CAP=$cap
+    local modes=(raw gpucap growth)
     for ((rep = 1; rep <= TRAIN_REPS; rep++)); do
-        for mode in raw gpucap growth; do
+        # each rep starts with another mode: no mode always runs first (on the first H200
+        # run raw always ran first, and the modes differed as much as their runs spread)
+        for ((m = 0; m < 3; m++)); do
+            mode=${modes[$(((rep - 1 + m) % 3))]}
             if ! BENCH_CAP=$cap bench_run train resnet18 "$mode" "$PY" "$PROBE" train --steps "$TRAIN_STEPS" \
                 --warmup "$TRAIN_WARMUP" --batch "$TRAIN_BATCH" --image "$TRAIN_IMAGE"; then
                 fail "$1" "$PROBE_MSG"

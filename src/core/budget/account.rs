@@ -1,26 +1,32 @@
 //! Reserving and crediting a member's bytes on one GPU of the pool.
 //!
-//! A change of a GPU's `used` is one step under that GPU's word lock (a compare-and-swap
-//! of the holder's slot into the `lock` word; never a process-shared mutex with an
-//! owner pid): check against the cap and add, together. Before writing, the holder
-//! writes what it is about to write in its journal; whoever finds the holder dead
-//! (its slot's kernel lock can be taken) writes the same values again and frees the
-//! word lock, so a member killed at any instruction leaves the pool consistent and
-//! blocks nobody for longer than it takes to notice (a few milliseconds).
+//! A reservation the pool can take, and every credit, is one compare-and-swap on the
+//! GPU's `used` word (check against the cap and add, together) with the member's own
+//! words around it (`used`: no lock, no journal), so a member stopped at any instruction
+//! blocks no other member's allocation, and one killed at any instruction leaves only
+//! its own words to clear and `used` to count again. Only what is not on that path
+//! takes the GPU's word lock (a compare-and-swap of the holder's slot into the `lock`
+//! word; never a process-shared mutex with an owner pid): a recount before a refusal
+//! or after a member died, a guarantee's admission, a waiter's ticket and its serving.
+//! Whoever finds the holder dead (its slot's kernel lock can be taken) frees the word
+//! lock: nothing the holder did needs finishing, every change it made to `used` was
+//! one swap.
 //!
 //! Threads of one process pass an in-process gate per GPU first, so while a thread
 //! holds the gate no other thread of its process holds the word: a word naming this
 //! process's own slot then is impossible (a stale or forged word) and is repaired. A
 //! member that finds the word held sleeps on it (a futex on the shared word, the same
 //! `MemberLocks::sleep_on` the waits for memory use), looking every [`RECHECK`] whether
-//! the holder died: a stopped holder costs the others no processor time.
+//! the holder died: a stopped holder costs the others no processor time. A member with
+//! a ceiling of its own reserves behind its gate (no other process waits on that), so
+//! that two of its threads cannot both pass the ceiling.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use super::layout::*;
-use super::member::{Member, members_hold};
+use super::member::Member;
 
 /// Spins on a held gate or word lock before going to sleep on it.
 const SPINS: u32 = 64;
@@ -129,32 +135,26 @@ impl Member<'_> {
         let (mut swept, mut recounted) = (false, false);
         // At most three turns: again after taking back the dead, again after a recount.
         loop {
-            let done = self.change(g, self.slot, |pool, own| {
-                if self.queue_first(g) || pool < own {
-                    return None; // waiters first, in order; or a `used` that cannot be
-                }
-                let new = self.fits(g, pool, own, bytes, cap)?;
-                Some((new, own.saturating_add(bytes)))
-            });
-            if done.is_some() {
+            if self.take(g, bytes, cap) {
                 return Ok(());
             }
             if let Some(refusal) = self.past_ceiling(g, bytes) {
                 return Err(refusal); // its own ceiling: no member's free would help
             }
-            // Memory a dead member still holds is this request's first: take it back
-            // once and try again.
-            if !swept && self.sweep() > 0 {
-                swept = true;
-                continue;
-            }
             // A `used` or cap word that differs from what the members hold: recounted
-            // once, then tried again.
+            // once (under the word lock), then tried again.
             if !recounted {
                 recounted = true;
                 if self.recount(g) {
                     continue;
                 }
+            }
+            // Memory a dead member still holds is this request's first: take it back
+            // once and try again. After the recount: a word lock holder found dead
+            // there is then taken back too.
+            if !swept && self.sweep() > 0 {
+                swept = true;
+                continue;
             }
             if self.wait.is_some() && bytes <= cap {
                 return self.wait_for(g, device, bytes, cap);
@@ -163,7 +163,7 @@ impl Member<'_> {
             self.w.gpu(g, G_LARGEST_REFUSED).fetch_max(bytes, Relaxed);
             return Err(PoolRefusal {
                 requested: bytes,
-                used: self.w.gpu(g, G_USED).load(Relaxed),
+                used: self.w.used(g),
                 cap,
                 own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
                 left: false,
@@ -171,6 +171,43 @@ impl Member<'_> {
                 ceiling: None,
             });
         }
+    }
+
+    /// The short path's [`reserve`](Self::reserve): true if the pool took `bytes` on
+    /// `device` at once (or does not charge it); false, with nothing counted or changed,
+    /// if anything more is needed (waiting, a sweep, a recount, a refusal): the caller
+    /// then goes the full way, [`reserve`](Self::reserve).
+    #[inline]
+    pub fn try_reserve(&self, device: usize, bytes: u64) -> bool {
+        let Some(g) = self.entry_of(device) else {
+            return true;
+        };
+        if self.left.load(Acquire) {
+            return false;
+        }
+        let cap = decode_cap(self.caps[g].load(Relaxed))
+            .flatten()
+            .unwrap_or(u64::MAX);
+        self.take(g, bytes, cap)
+    }
+
+    /// One try of a reservation of `bytes` on GPU entry `g` under `cap`, without a lock
+    /// (behind this process's gate if the member has a ceiling). True if taken.
+    #[inline]
+    fn take(&self, g: usize, bytes: u64, cap: u64) -> bool {
+        let rule = |pool: u64, own: u64| {
+            if self.queue_first(g) || pool < own {
+                return None; // waiters first, in order; or a `used` that cannot be
+            }
+            self.fits(g, pool, own, bytes, cap)
+        };
+        if !self.has_ceiling(g) {
+            return self.add(g, bytes, rule);
+        }
+        self.enter_gate(g);
+        let done = self.add(g, bytes, rule);
+        self.leave_gate(g);
+        done
     }
 
     /// Counts a request of `bytes` on `device` that this member's own cap refused
@@ -191,20 +228,10 @@ impl Member<'_> {
         if self.left.load(Acquire) {
             return;
         }
-        // Never more than this member holds: a forked child freeing memory its parent
-        // allocated must not take it off the pool's count.
-        self.change(g, self.slot, |pool, own| {
-            let bytes = bytes.min(own);
-            Some((pool.saturating_sub(bytes), own - bytes))
-        });
+        self.sub(g, bytes);
         if self.w.gpu(g, G_WAITERS).load(Acquire) > 0 {
             self.wake_waiters(g);
         }
-    }
-
-    /// What the members' slots hold on GPU entry `g` (see [`members_hold`]).
-    pub(super) fn members_hold(&self, g: usize) -> u64 {
-        members_hold(self.w, self.locks, g)
     }
 
     /// Under GPU entry `g`'s word lock: sets its `used` to what the members hold and
@@ -212,11 +239,8 @@ impl Member<'_> {
     /// file). True if anything changed; each repair is told to the member's note.
     pub(super) fn recount(&self, g: usize) -> bool {
         let repairs = self.locked(g, || {
-            let used = self.w.gpu(g, G_USED);
-            let (found, members) = (used.load(Relaxed), self.members_hold(g));
             let mut out = [None, None];
-            if found != members {
-                used.store(members, Relaxed);
+            if let Some((found, members)) = self.recount_used(g) {
                 out[0] = Some(Repair::Used {
                     gpu: g,
                     found,
@@ -251,43 +275,9 @@ impl Member<'_> {
         r
     }
 
-    /// One change of GPU entry `g`'s `used` and slot `target`'s use of it, under the
-    /// GPU's word lock: `f` gets both and returns both new values, or None to change
-    /// nothing. Returns what `f` returned. Peaks follow.
-    pub(super) fn change(
-        &self,
-        g: usize,
-        target: usize,
-        f: impl FnOnce(u64, u64) -> Option<(u64, u64)>,
-    ) -> Option<(u64, u64)> {
-        self.lock_gpu(g);
-        let used = self.w.gpu(g, G_USED);
-        let own = self.w.member_gpu(target, g, M_USED);
-        let result = f(used.load(Relaxed), own.load(Relaxed));
-        if let Some((new_pool, new_own)) = result {
-            let journal = |i| self.w.member_gpu(self.slot, g, i);
-            journal(M_JOURNAL_POOL).store(new_pool, Relaxed);
-            journal(M_JOURNAL_OWN).store(new_own, Relaxed);
-            journal(M_JOURNAL).store(target as u64 + 1, Release);
-            used.store(new_pool, Relaxed);
-            own.store(new_own, Relaxed);
-            journal(M_JOURNAL).store(0, Release);
-            let peak = self.w.gpu(g, G_PEAK);
-            if new_pool > peak.load(Relaxed) {
-                peak.store(new_pool, Relaxed);
-            }
-            let own_peak = self.w.member_gpu(target, g, M_PEAK);
-            if new_own > own_peak.load(Relaxed) {
-                own_peak.store(new_own, Relaxed);
-            }
-        }
-        self.unlock_gpu(g);
-        result
-    }
-
     /// Takes GPU entry `g`'s word lock (after this process's gate for it). A holder
-    /// found dead is taken over: its change finished from its journal, the lock freed
-    /// (its share is taken back by the next sweep). A word no live member can hold is
+    /// found dead is taken over: the lock freed (its share is taken back by the next
+    /// sweep; nothing it did under the lock needs finishing). A word no live member can hold is
     /// freed. A live holder is waited for asleep on the word.
     ///
     /// Bounded by the holder: each turn either takes the lock, frees it from a dead or
@@ -329,10 +319,7 @@ impl Member<'_> {
             let holder = word & LOCK_HOLDER;
             if holder == 0 || holder > MAX_SLOTS as u64 || holder == me || word >> 17 != 0 {
                 // Nobody can hold this: no slot, or this process's own (its threads
-                // are behind the gate). Its journal, if any, is finished first.
-                if holder == me {
-                    self.redo(self.slot, g);
-                }
+                // are behind the gate).
                 if self.release_from(g, word) {
                     (self.note)(&Repair::Lock { gpu: g, word });
                 }
@@ -351,7 +338,6 @@ impl Member<'_> {
             if ask && self.locks.try_take(d) {
                 // The holder is dead, and we hold its slot's kernel lock now.
                 if lock.load(Acquire) == word {
-                    self.redo(d, g);
                     self.release_from(g, word);
                     recount = true; // it may have died inside the ticket step
                 }
@@ -420,7 +406,7 @@ impl Member<'_> {
     /// lock. Bounded like the word lock: the holder is a thread of this live process
     /// inside a change of a few instructions, or waiting on the word itself.
     #[inline]
-    fn enter_gate(&self, g: usize) {
+    pub(super) fn enter_gate(&self, g: usize) {
         let gate = &self.gate[g];
         if gate.compare_exchange(0, 1, Acquire, Relaxed).is_ok() {
             return;
@@ -443,28 +429,10 @@ impl Member<'_> {
     }
 
     #[inline]
-    fn leave_gate(&self, g: usize) {
+    pub(super) fn leave_gate(&self, g: usize) {
         let gate = &self.gate[g];
         if gate.swap(0, Release) == 2 {
             self.locks.wake(gate);
         }
-    }
-
-    /// Writes again what dead member `d` had journaled for GPU entry `g` (it held the
-    /// GPU's word lock, so nothing else changed those words since).
-    pub(super) fn redo(&self, d: usize, g: usize) {
-        let journal = |i| self.w.member_gpu(d, g, i);
-        let target = journal(M_JOURNAL).load(Acquire);
-        if target == 0 || target > MAX_SLOTS as u64 {
-            journal(M_JOURNAL).store(0, Release); // none, or naming no slot: nothing to redo
-            return;
-        }
-        self.w
-            .gpu(g, G_USED)
-            .store(journal(M_JOURNAL_POOL).load(Relaxed), Relaxed);
-        self.w
-            .member_gpu(target as usize - 1, g, M_USED)
-            .store(journal(M_JOURNAL_OWN).load(Relaxed), Relaxed);
-        journal(M_JOURNAL).store(0, Release);
     }
 }

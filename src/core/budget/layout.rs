@@ -3,38 +3,43 @@
 //!
 //! ```text
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid
-//! GPUs     32 x 16    key (UUID folded), UUID, cap, used, peak, lock, refusals, largest refused,
+//! GPUs     32 x 16    key (UUID folded), UUID, cap, used (a change count in its top 16
+//!                     bits, bytes in the low 48), peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
 //!                     least context bytes
-//! members 256 x 240   state, pid, pid namespace, start, generation, command (64 bytes),
-//!                     then per GPU: used, peak, journal (target, pool used, target used), cap,
-//!                     wait ticket
-//! shares   32 x 4     (version 2) per GPU: which slots hold a guarantee (256 bits)
+//! members 256 x 176   state, pid, pid namespace, start, generation, command (64 bytes),
+//!                     then per GPU: used, peak, pending, cap, wait ticket
+//! shares   32 x 4     (since version 2) per GPU: which slots hold a guarantee (256 bits)
 //!          256 x 32 x 2  per member per GPU: guarantee, ceiling (`GPUCAP_GUARANTEE`,
 //!                     `GPUCAP_CEILING`; 0: none)
 //! ```
 //!
 //! A member slot is live while its owner holds the kernel lock of the slot (see
-//! `member`); a GPU entry's `lock` word holds the slot (+1) of the member changing its
-//! `used`, whose journal says what the change writes, and [`LOCK_WAITING`] while
-//! another member sleeps on it.
+//! `member`). A GPU entry's `used` changes only by compare-and-swap, each change counted
+//! in its top bits (see `used`: no lock, no journal); its `lock` word holds the slot (+1)
+//! of the member recounting `used`, claiming a guarantee or taking a waiter's ticket, and
+//! [`LOCK_WAITING`] while another member sleeps on it.
+//!
+//! Version 3 (issue 23) replaced version 2's per-GPU journal (three words) by one
+//! `pending` word and put the change count in `used`: a version 2 member would write
+//! `used` without it, so the versions cannot share a file.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 2;
+pub const POOL_VERSION: u64 = 3;
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;
 pub const GPU_WORDS: usize = 16;
 pub const MAX_SLOTS: usize = 256;
 pub const SLOT_HEAD_WORDS: usize = 16;
-pub const PER_GPU_WORDS: usize = 7;
+pub const PER_GPU_WORDS: usize = 5;
 pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
 pub const SHARE_BITS_WORDS: usize = MAX_SLOTS / 64;
 pub const SHARE_WORDS: usize = 2;
-/// Where the shares start (appended in version 2: the words before are version 1's).
+/// Where the shares start (appended in version 2 after the member slots).
 pub const SHARES_AT: usize = HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + MAX_SLOTS * SLOT_WORDS;
 pub const POOL_WORDS: usize =
     SHARES_AT + MAX_POOL_GPUS * SHARE_BITS_WORDS + MAX_SLOTS * MAX_POOL_GPUS * SHARE_WORDS;
@@ -59,6 +64,9 @@ pub const H_UID: usize = 5;
 pub const G_KEY: usize = 0;
 pub const G_UUID: usize = 1; // and 2
 pub const G_CAP: usize = 3;
+/// Bytes every member holds on the GPU (low [`USED_BITS`] bits) and a count of the
+/// changes (the bits above), so that a compare-and-swap fails after any change, even
+/// one that left the bytes as they were (no ABA). See `used`.
 pub const G_USED: usize = 4;
 pub const G_PEAK: usize = 5;
 pub const G_LOCK: usize = 6;
@@ -83,6 +91,22 @@ pub const G_WAIT_MS: usize = 13;
 /// Written by the first member that goes to sleep on the lock, never by a holder.
 pub const G_LOCK_SINCE: usize = 14;
 
+/// The bits of `used` that hold bytes (256 TiB); the 16 above count changes.
+pub const USED_BITS: u32 = 48;
+pub const USED_BYTES: u64 = (1 << USED_BITS) - 1;
+
+/// The bytes a `used` word holds.
+#[inline]
+pub fn used_bytes(word: u64) -> u64 {
+    word & USED_BYTES
+}
+
+/// The `used` word that follows `prev` when the bytes become `bytes`: one more change.
+#[inline]
+pub fn used_word(prev: u64, bytes: u64) -> u64 {
+    (prev & !USED_BYTES).wrapping_add(1 << USED_BITS) | bytes.min(USED_BYTES)
+}
+
 /// The `lock` word: the holder's slot (+1) in the low 16 bits, and this bit while a
 /// member sleeps on the word (its release then wakes them).
 pub const LOCK_HOLDER: u64 = 0xffff;
@@ -98,15 +122,14 @@ pub const S_COMMAND: usize = 5; // 8 words
 // Per GPU, at SLOT_HEAD_WORDS + g * PER_GPU_WORDS:
 pub const M_USED: usize = 0;
 pub const M_PEAK: usize = 1;
-/// 0: no change in flight; else the slot (+1) whose `M_USED` the change writes, with
-/// the pool's new `used` and that slot's new `used` in the two words below.
-pub const M_JOURNAL: usize = 2;
-pub const M_JOURNAL_POOL: usize = 3;
-pub const M_JOURNAL_OWN: usize = 4;
+/// Bytes of this member's changes of `used` in flight (added before the change, taken
+/// off after it): a recount counts them as held, so it never counts less than the
+/// pool's `used` holds for the member (see `used`).
+pub const M_PENDING: usize = 2;
 /// The cap this member holds the GPU to (encoded as `G_CAP`; 0: the member does not use it).
-pub const M_CAP: usize = 5;
+pub const M_CAP: usize = 3;
 /// The ticket this member waits with on the GPU (0: not waiting).
-pub const M_WAIT: usize = 6;
+pub const M_WAIT: usize = 4;
 
 // Share words, per member per GPU.
 pub const SH_GUARANTEE: usize = 0;
@@ -263,7 +286,7 @@ impl<'a> Words<'a> {
                     "GPU entry {g} is locked by member {lock}, past {MAX_SLOTS}"
                 ));
             }
-            if key == 0 && (w.gpu(g, G_USED).load(Relaxed) != 0 || lock != 0) {
+            if key == 0 && (w.used(g) != 0 || lock != 0) {
                 return corrupt(format!("GPU entry {g} is empty but has memory in use"));
             }
         }
@@ -272,20 +295,18 @@ impl<'a> Words<'a> {
             if state > STATE_LIVE {
                 return corrupt(format!("member slot {s} has state {state}"));
             }
-            for g in 0..MAX_POOL_GPUS {
-                let j = w.member_gpu(s, g, M_JOURNAL).load(Relaxed);
-                if j > MAX_SLOTS as u64 {
-                    return corrupt(format!(
-                        "member slot {s} has journal word {j} for GPU entry {g}"
-                    ));
-                }
-            }
         }
         Ok(w)
     }
 
     pub fn header(&self, i: usize) -> &'a AtomicU64 {
         &self.0[i]
+    }
+
+    /// The bytes GPU entry `g`'s `used` word says every member holds.
+    #[inline]
+    pub fn used(&self, g: usize) -> u64 {
+        used_bytes(self.gpu(g, G_USED).load(Acquire))
     }
 
     pub fn gpu(&self, g: usize, i: usize) -> &'a AtomicU64 {
@@ -298,6 +319,24 @@ impl<'a> Words<'a> {
 
     pub fn member_gpu(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
         self.slot(s, SLOT_HEAD_WORDS + g * PER_GPU_WORDS + i)
+    }
+
+    /// GPU entry `g`'s words, all at once (one bounds check for the lot).
+    #[inline]
+    pub fn gpu_all(&self, g: usize) -> Option<&'a [AtomicU64; GPU_WORDS]> {
+        let at = HEADER_WORDS + g * GPU_WORDS;
+        self.0.get(at..at + GPU_WORDS)?.try_into().ok()
+    }
+
+    /// Slot `s`'s words for GPU entry `g`, all at once.
+    #[inline]
+    pub fn member_gpu_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; PER_GPU_WORDS]> {
+        let at = HEADER_WORDS
+            + MAX_POOL_GPUS * GPU_WORDS
+            + s * SLOT_WORDS
+            + SLOT_HEAD_WORDS
+            + g * PER_GPU_WORDS;
+        self.0.get(at..at + PER_GPU_WORDS)?.try_into().ok()
     }
 
     /// Word `k` of GPU entry `g`'s bits of the slots that hold a guarantee.

@@ -4,8 +4,8 @@
 //! ([`MemberLocks`]: an open-file-description lock on the pool file, which the kernel
 //! drops when the process dies, however it dies). Whoever can take a live slot's lock
 //! knows its owner is dead: no pid is compared, so a recycled pid or another PID
-//! namespace cannot fool it. The taker finishes the dead member's half-done change (its
-//! journal), returns its bytes to the pool and empties the slot.
+//! namespace cannot fool it. The taker clears the dead member's words (its use and the
+//! bytes it had in flight), counts the pool's `used` again and empties the slot.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
@@ -39,20 +39,6 @@ pub trait MemberLocks: Sync {
     fn give_back(&self, s: usize);
     /// Whether a live process (this one included) holds slot `s`'s lock. Changes nothing.
     fn held(&self, s: usize) -> bool;
-}
-
-/// What the members' slots hold on GPU entry `g`: what its `used` must say whenever no
-/// change is in flight. A live slot counts (its owner dead or not: its share is in
-/// `used` until taken back), and so does a slot marked empty whose kernel lock a live
-/// process holds (a state word another process cleared: its owner's bytes are real).
-pub(super) fn members_hold(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> u64 {
-    (0..MAX_SLOTS)
-        .filter_map(|s| {
-            let used = w.member_gpu(s, g, M_USED).load(Acquire);
-            (used != 0 && (w.slot(s, S_STATE).load(Acquire) == STATE_LIVE || locks.held(s)))
-                .then_some(used)
-        })
-        .fold(0u64, u64::saturating_add)
 }
 
 /// A checked pool file.
@@ -183,20 +169,17 @@ impl<'a> Member<'a> {
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
                 m.take_back(s);
             } else {
-                // An empty slot holds nothing: a word lock or a journal naming it, or
-                // bytes in it, are left by no member (a forged or corrupted file).
+                // An empty slot holds nothing: a word lock naming it, or bytes in it,
+                // are left by no member (a forged or corrupted file).
                 let holder = s as u64 + 1;
                 for g in 0..MAX_POOL_GPUS {
                     let word = w.gpu(g, G_LOCK).load(Acquire);
                     if word & LOCK_HOLDER == holder && m.release_from(g, word) {
                         (m.note)(&super::Repair::Lock { gpu: g, word });
                     }
-                    w.member_gpu(s, g, M_JOURNAL).store(0, Relaxed);
-                    w.member_gpu(s, g, M_USED).store(0, Relaxed);
+                    w.member_gpu(s, g, M_PENDING).store(0, SeqCst);
+                    w.member_gpu(s, g, M_USED).store(0, SeqCst);
                 }
-            }
-            for g in 0..MAX_POOL_GPUS {
-                w.member_gpu(s, g, M_JOURNAL).store(0, Relaxed);
             }
             w.slot(s, S_PID).store(u64::from(info.pid), Relaxed);
             w.slot(s, S_PIDNS).store(info.pid_namespace, Relaxed);
@@ -211,9 +194,12 @@ impl<'a> Member<'a> {
             w.slot(s, S_STATE).store(STATE_LIVE, Release);
             m.sweep();
             // Tickets of members killed inside the ticket step leave a count no slot
-            // explains: counted again from the live slots' tickets.
+            // explains (always too high: the count goes up before a ticket is written
+            // and down after it is cleared): counted again from the live slots'
+            // tickets. Under the word lock, so only where there is a count: a stopped
+            // lock holder must not block a joiner where nobody waits.
             for g in 0..MAX_POOL_GPUS {
-                if w.gpu(g, G_KEY).load(Acquire) != 0 {
+                if w.gpu(g, G_KEY).load(Acquire) != 0 && w.gpu(g, G_WAITERS).load(Acquire) != 0 {
                     m.recount_waiters(g);
                 }
             }
@@ -358,21 +344,23 @@ impl<'a> Member<'a> {
         taken
     }
 
-    /// Called holding dead slot `d`'s lock (or `d` is this member, adopting it): finishes
-    /// the change `d` had in flight on each GPU whose word lock it held, then returns
-    /// what `d` holds to the pool.
+    /// Called holding dead slot `d`'s lock (or `d` is this member, adopting it): frees
+    /// each GPU's word lock `d` held, then returns what `d` holds to the pool: its words
+    /// cleared first (its bytes then stay in `used`, too many, never too few), then
+    /// `used` counted again from the others' (see `used`).
     pub(super) fn take_back(&self, d: usize) {
         let holder = d as u64 + 1;
         for g in 0..MAX_POOL_GPUS {
             let word = self.w.gpu(g, G_LOCK).load(Acquire);
             if word & LOCK_HOLDER == holder {
-                self.redo(d, g);
                 self.release_from(g, word);
             }
         }
         for g in 0..MAX_POOL_GPUS {
-            if self.w.member_gpu(d, g, M_USED).load(Acquire) != 0 {
-                self.change(g, d, |pool, own| Some((pool.saturating_sub(own), 0)));
+            let own = self.w.member_gpu(d, g, M_USED).swap(0, SeqCst);
+            let pending = self.w.member_gpu(d, g, M_PENDING).swap(0, SeqCst);
+            if own | pending != 0 {
+                self.locked(g, || self.recount_used(g));
             }
             let ticket = self.w.member_gpu(d, g, M_WAIT).swap(0, AcqRel);
             if ticket != 0 || self.w.gpu(g, G_WAITERS).load(Acquire) != 0 {
@@ -405,10 +393,9 @@ impl<'a> Member<'a> {
             return;
         }
         for g in 0..MAX_POOL_GPUS {
-            if self.w.member_gpu(self.slot, g, M_USED).load(Acquire) != 0 {
-                self.change(g, self.slot, |pool, own| {
-                    Some((pool.saturating_sub(own), 0))
-                });
+            let own = self.w.member_gpu(self.slot, g, M_USED).load(SeqCst);
+            if own != 0 {
+                self.sub(g, own);
             }
         }
         self.empty(self.slot);
@@ -420,7 +407,7 @@ impl<'a> Member<'a> {
     pub fn usage(&self, device: usize) -> Option<(u64, Option<u64>, u64)> {
         let g = self.entry_of(device)?;
         Some((
-            self.w.gpu(g, G_USED).load(Relaxed),
+            self.w.used(g),
             decode_cap(self.caps[g].load(Relaxed)).flatten(),
             self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
         ))

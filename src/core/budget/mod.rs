@@ -10,8 +10,9 @@
 //!   checks that turn another version or corrupted content into a clear error.
 //! - `member`: joining (a slot held by a kernel lock), agreeing on each GPU's cap, and
 //!   taking back the share of a member that died.
-//! - `account`: reserving and crediting bytes: one step under a per-GPU word lock with a
-//!   redo journal, so a member killed at any instruction leaves nothing half done.
+//! - `account`: reserving and crediting bytes: one compare-and-swap on the GPU's `used`
+//!   word, no lock on the way of an allocation the pool can take (`used`: the word and
+//!   its recount, so a member killed at any instruction leaves nothing held).
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
 //! - `shares`: guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`,
 //!   `GPUCAP_CEILING`): the policy, pure functions over plain numbers.
@@ -24,6 +25,7 @@ mod layout;
 mod member;
 mod share_words;
 pub mod shares;
+mod used;
 mod view;
 mod wait;
 

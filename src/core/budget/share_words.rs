@@ -126,34 +126,59 @@ impl Member<'_> {
         let cap = decode_cap(self.caps[g].load(Relaxed))
             .flatten()
             .unwrap_or(u64::MAX);
+        // Written first, then checked against `used`, whose word is then swapped for the
+        // next one (the same bytes, one more change): a reservation that read `used`
+        // before fails its swap and reads again, and then sees these words. Taken back
+        // if refused (meanwhile others only kept more for this member).
         self.locked(g, || {
-            let (mut given, mut unused) = (0u64, 0u64);
-            for s in self.guaranteed(g) {
-                let gj = self.w.share(s, g, SH_GUARANTEE).load(Relaxed);
-                given = given.saturating_add(gj);
-                let held = self.w.member_gpu(s, g, M_USED).load(Relaxed);
-                unused = unused.saturating_add(shares::unused(gj, held));
+            self.write_share(g, share);
+            let used = self.w.gpu(g, G_USED);
+            loop {
+                let word = used.load(SeqCst);
+                let (mut given, mut unused) = (0u64, 0u64);
+                for s in self.guaranteed(g) {
+                    let gj = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
+                    given = given.saturating_add(gj);
+                    let held = self.w.member_gpu(s, g, M_USED).load(SeqCst);
+                    unused = unused.saturating_add(shares::unused(gj, held));
+                }
+                let bytes = used_bytes(word);
+                if let Err(why) = shares::admit(cap, given, bytes, unused, share.guarantee) {
+                    self.write_share(
+                        g,
+                        Share {
+                            guarantee: 0,
+                            ceiling: 0,
+                        },
+                    );
+                    return Err(ClaimRefusal {
+                        guarantee: share.guarantee,
+                        why,
+                        holders: self.holders(g),
+                        waited: Duration::ZERO,
+                    });
+                }
+                if used
+                    .compare_exchange(word, used_word(word, bytes), SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    return Ok(());
+                }
             }
-            let used = self.w.gpu(g, G_USED).load(Relaxed);
-            if let Err(why) = shares::admit(cap, given, used, unused, share.guarantee) {
-                return Err(ClaimRefusal {
-                    guarantee: share.guarantee,
-                    why,
-                    holders: self.holders(g),
-                    waited: Duration::ZERO,
-                });
-            }
-            let mine = |i| self.w.share(self.slot, g, i);
-            mine(SH_GUARANTEE).store(share.guarantee, Relaxed);
-            mine(SH_CEILING).store(share.ceiling, Relaxed);
-            let (k, bit) = (self.slot / 64, 1u64 << (self.slot % 64));
-            if share.guarantee > 0 {
-                self.w.share_bits(g, k).fetch_or(bit, Release);
-            } else {
-                self.w.share_bits(g, k).fetch_and(!bit, Release);
-            }
-            Ok(())
         })
+    }
+
+    /// Writes this member's guarantee and ceiling on GPU entry `g`, and its bit.
+    fn write_share(&self, g: usize, share: Share) {
+        let mine = |i| self.w.share(self.slot, g, i);
+        mine(SH_GUARANTEE).store(share.guarantee, SeqCst);
+        mine(SH_CEILING).store(share.ceiling, SeqCst);
+        let (k, bit) = (self.slot / 64, 1u64 << (self.slot % 64));
+        if share.guarantee > 0 {
+            self.w.share_bits(g, k).fetch_or(bit, SeqCst);
+        } else {
+            self.w.share_bits(g, k).fetch_and(!bit, SeqCst);
+        }
     }
 
     /// The slots other than this one holding a guarantee on GPU entry `g`.
@@ -218,6 +243,12 @@ impl Member<'_> {
         total
     }
 
+    /// Whether this member has a ceiling of its own on GPU entry `g`.
+    #[inline]
+    pub(super) fn has_ceiling(&self, g: usize) -> bool {
+        self.w.share(self.slot, g, SH_CEILING).load(Relaxed) != 0
+    }
+
     /// This member's ceiling on GPU entry `g` (`u64::MAX`: none of its own).
     #[inline]
     fn ceiling(&self, g: usize) -> u64 {
@@ -227,7 +258,7 @@ impl Member<'_> {
         }
     }
 
-    /// Called under GPU entry `g`'s word lock: the pool's new use if this member, holding
+    /// The pool's new use if this member, holding
     /// `own` while the pool uses `pool` of `cap`, may take `bytes` more (the reservation
     /// rule of `shares::reserve`).
     #[inline]
@@ -249,7 +280,7 @@ impl Member<'_> {
         let own = self.w.member_gpu(self.slot, g, M_USED).load(Relaxed);
         shares::past_ceiling(own, ceiling, bytes).then(|| PoolRefusal {
             requested: bytes,
-            used: self.w.gpu(g, G_USED).load(Relaxed),
+            used: self.w.used(g),
             cap: decode_cap(self.caps[g].load(Relaxed))
                 .flatten()
                 .unwrap_or(u64::MAX),
@@ -276,7 +307,7 @@ impl Member<'_> {
         let g = self.entry_of(device)?;
         let cap = decode_cap(self.caps[g].load(Relaxed)).flatten();
         let ceiling = self.ceiling(g);
-        let used = self.w.gpu(g, G_USED).load(Relaxed);
+        let used = self.w.used(g);
         let own = self.w.member_gpu(self.slot, g, M_USED).load(Relaxed);
         let free = shares::free(
             cap.unwrap_or(u64::MAX),

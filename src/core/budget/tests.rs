@@ -228,69 +228,130 @@ fn a_joiner_takes_back_dead_members() {
     assert_eq!(b.usage(0), Some((0, Some(1000), 0)));
 }
 
-/// Where a member can die inside one change of the pool's words.
-#[derive(Clone, Copy, Debug)]
-enum Crash {
-    LockTaken,
-    JournalValuesWritten,
-    JournalSet,
-    PoolWritten,
-    BothWritten,
-    JournalCleared,
-}
+/// The steps of one change of a member's use (see `used`), in order: a reservation
+/// adds to `pending`, swaps `used`, adds to its own use and takes `pending` back; a
+/// credit adds to `pending`, takes its own use down, swaps `used` and takes `pending`
+/// back.
+const STEPS: usize = 4;
 
-/// Plays member `m` reserving `bytes` on GPU entry 0 up to `crash`, as `change` does.
-fn half_done_reserve(pool: Pool<'static>, m: &Member<'static>, bytes: u64, crash: Crash) {
+/// Plays member `m` changing its use on GPU entry 0 by `bytes` (a reservation if
+/// `add`, else a credit): its steps `from..to`, as `Member::add` and `Member::sub` do.
+fn play(
+    pool: Pool<'static>,
+    m: &Member<'static>,
+    add: bool,
+    bytes: u64,
+    steps: std::ops::Range<usize>,
+) {
     let w = pool.w;
-    let s = m.slot();
     let g = m.entry_of(0).unwrap();
-    w.gpu(g, G_LOCK).store(s as u64 + 1, SeqCst);
-    let used = w.gpu(g, G_USED).load(SeqCst);
-    let own = w.member_gpu(s, g, M_USED).load(SeqCst);
-    type Step = fn(Words<'static>, usize, usize, u64, u64);
-    let steps: &[Step] = &[
-        |w, s, g, u, o| {
-            w.member_gpu(s, g, M_JOURNAL_POOL).store(u, SeqCst);
-            w.member_gpu(s, g, M_JOURNAL_OWN).store(o, SeqCst);
-        },
-        |w, s, g, _, _| w.member_gpu(s, g, M_JOURNAL).store(s as u64 + 1, SeqCst),
-        |w, _, g, u, _| w.gpu(g, G_USED).store(u, SeqCst),
-        |w, s, g, _, o| w.member_gpu(s, g, M_USED).store(o, SeqCst),
-        |w, s, g, _, _| w.member_gpu(s, g, M_JOURNAL).store(0, SeqCst),
-    ];
-    let n = crash as usize;
-    for step in &steps[..n] {
-        step(w, s, g, used + bytes, own + bytes);
+    let pending = w.member_gpu(m.slot(), g, M_PENDING);
+    let own = w.member_gpu(m.slot(), g, M_USED);
+    let used = w.gpu(g, G_USED);
+    let swap = |delta: i64| {
+        let word = used.load(SeqCst);
+        let bytes = used_bytes(word).saturating_add_signed(delta);
+        used.store(used_word(word, bytes), SeqCst);
+    };
+    for step in steps {
+        match (add, step) {
+            (_, 0) => drop(pending.fetch_add(bytes, SeqCst)),
+            (true, 1) => swap(bytes as i64),
+            (true, 2) => drop(own.fetch_add(bytes, SeqCst)),
+            (false, 1) => drop(own.fetch_sub(bytes, SeqCst)),
+            (false, 2) => swap(-(bytes as i64)),
+            _ => drop(pending.fetch_sub(bytes, SeqCst)),
+        }
     }
 }
 
 #[test]
 fn a_member_killed_at_any_point_of_a_change_leaves_the_pool_consistent() {
-    for crash in [
-        Crash::LockTaken,
-        Crash::JournalValuesWritten,
-        Crash::JournalSet,
-        Crash::PoolWritten,
-        Crash::BothWritten,
-        Crash::JournalCleared,
-    ] {
-        let (pool, k) = setup();
-        let a = member(pool, proc(k, 1), Some(1000));
-        let b = member(pool, proc(k, 2), Some(1000));
-        a.reserve(0, 300).unwrap();
-        b.reserve(0, 100).unwrap();
-        half_done_reserve(pool, &a, 200, crash);
-        k.kill(1);
-        // B is not blocked by the dead holder's word lock, and gets A's share back.
-        b.reserve(0, 900).unwrap();
-        assert_eq!(
-            b.usage(0),
-            Some((1000, Some(1000), 1000)),
-            "after a crash at {crash:?}"
-        );
-        b.credit(0, 1000);
-        assert_eq!(b.usage(0), Some((0, Some(1000), 0)), "{crash:?}");
+    for add in [true, false] {
+        for steps in 0..=STEPS {
+            let (pool, k) = setup();
+            let a = member(pool, proc(k, 1), Some(1000));
+            let b = member(pool, proc(k, 2), Some(1000));
+            a.reserve(0, 300).unwrap();
+            b.reserve(0, 100).unwrap();
+            play(pool, &a, add, 200, 0..steps);
+            k.kill(1);
+            // B is blocked by nothing, and gets all of A's share back.
+            within_10s("reserving beside a killed member", move || {
+                b.reserve(0, 900).unwrap();
+                assert_eq!(
+                    b.usage(0),
+                    Some((1000, Some(1000), 1000)),
+                    "after {steps} steps of a {}",
+                    if add { "reservation" } else { "credit" }
+                );
+                b.credit(0, 1000);
+                assert_eq!(b.usage(0), Some((0, Some(1000), 0)));
+            });
+        }
     }
+}
+
+#[test]
+fn a_member_stopped_at_any_point_of_a_change_blocks_nobody_and_is_never_undercounted() {
+    for add in [true, false] {
+        for steps in 0..=STEPS {
+            let (pool, k) = setup();
+            let a = member(pool, proc(k, 1), Some(1000));
+            let b = leak(member(pool, proc(k, 2), Some(1000)));
+            a.reserve(0, 300).unwrap();
+            // A is stopped inside a change of 200, alive, and holds the word lock too
+            // (as if stopped in a recount).
+            play(pool, &a, add, 200, 0..steps);
+            let swapped = steps >= if add { 2 } else { 3 };
+            let a_in_used = match (add, swapped) {
+                (true, true) => 500,
+                (true, false) | (false, false) => 300,
+                (false, true) => 100,
+            };
+            assert_eq!(pool.w.used(0), a_in_used);
+            // B's allocations take no lock: they go on while A is stopped.
+            let lock = pool.w.gpu(0, G_LOCK);
+            lock.store(a.slot() as u64 + 1, SeqCst);
+            let room = 1000 - a_in_used;
+            within_10s("reserving beside a stopped member", move || {
+                b.reserve(0, room).unwrap();
+                b.credit(0, room);
+                b.reserve(0, room).unwrap();
+            });
+            lock.store(0, SeqCst);
+            // A refusal recounts: never below what A's change left in `used`.
+            assert!(b.reserve(0, 1).is_err(), "{add} {steps}");
+            assert!(pool.w.used(0) >= a_in_used + room, "{add} {steps}");
+            assert!(pool.w.used(0) <= 1000, "{add} {steps}");
+            b.credit(0, room);
+            // A goes on: its change completes, and then nothing is left in flight.
+            let left = if add { 500 } else { 100 };
+            play(pool, &a, add, 200, steps..STEPS);
+            assert_eq!(a.usage(0).map(|u| u.2), Some(left));
+            b.recount(0);
+            assert_eq!(pool.w.used(0), left, "{add} {steps}");
+        }
+    }
+}
+
+#[test]
+fn a_stopped_word_lock_holder_does_not_block_allocations_the_pool_can_take() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = leak(member(pool, proc(k, 2), Some(1000)));
+    a.reserve(0, 100).unwrap();
+    pool.w.gpu(0, G_LOCK).store(a.slot() as u64 + 1, SeqCst);
+    within_10s(
+        "allocating while another member holds the word lock",
+        move || {
+            for _ in 0..1000 {
+                b.reserve(0, 900).unwrap();
+                b.credit(0, 900);
+            }
+        },
+    );
+    assert_eq!(b.usage(0), Some((100, Some(1000), 0)));
 }
 
 #[test]
@@ -385,10 +446,10 @@ fn files_of_another_kind_are_clear_errors() {
             found: POOL_VERSION + 1
         }
     );
-    assert!(e.to_string().contains("version 3 pool file"), "{e}");
-    // A version 1 file (shorter: no shares) is named as one, not as a short file.
+    assert!(e.to_string().contains("version 4 pool file"), "{e}");
+    // A shorter file of another version is named as one, not as a short file.
     let e = Pool::open(&w[..SHARES_AT]).err().unwrap();
-    assert_eq!(e, LayoutError::Version { found: 3 });
+    assert_eq!(e, LayoutError::Version { found: 4 });
 
     let w = words();
     Pool::create(w, 1, 0).unwrap();
@@ -536,20 +597,20 @@ fn a_word_lock_naming_an_empty_slot_is_freed_by_the_slots_next_owner() {
     let a = member(pool, proc(k, 1), Some(1000));
     a.leave();
     // The file says slot 0 holds GPU entry 0's word lock (with someone asleep on it),
-    // and has a journal in flight, though slot 0 is empty: no member can have left that.
+    // and has bytes in flight, though slot 0 is empty: no member can have left that.
     pool.w.gpu(0, G_LOCK).store(1 | LOCK_WAITING, SeqCst);
-    pool.w.member_gpu(0, 0, M_JOURNAL_POOL).store(777, SeqCst);
-    pool.w.member_gpu(0, 0, M_JOURNAL).store(1, SeqCst);
+    pool.w.member_gpu(0, 0, M_PENDING).store(777, SeqCst);
     let b = within_10s("joining slot 0 and reserving", move || {
         let b = member(pool, proc(k, 2), Some(1000));
         b.reserve(0, 300).unwrap();
+        b.recount(0);
         b
     });
     assert_eq!(b.slot(), 0, "the new member took the slot the word named");
     assert_eq!(
         b.usage(0),
         Some((300, Some(1000), 300)),
-        "the journal was not redone"
+        "the bytes in flight were not counted"
     );
     assert_eq!(pool.w.gpu(0, G_LOCK).load(SeqCst), 0);
 }
@@ -568,10 +629,13 @@ fn a_word_lock_no_live_member_can_hold_is_freed_after_joining_too() {
         leak(member(pool, proc(k, 1), Some(1000)).noting(count_lock_repairs));
     a.reserve(0, 100).unwrap();
     // Written by another process while A is a member: A's own slot (A has no change in
-    // flight), a slot past the last, and bits no lock word has.
+    // flight), a slot past the last, and bits no lock word has. Found by the next
+    // refusal (its recount takes the lock; a reservation that fits takes none).
     for word in [a.slot() as u64 + 1, MAX_SLOTS as u64 + 5, 1 << 40 | 2] {
         pool.w.gpu(0, G_LOCK).store(word, SeqCst);
         within_10s("reserving", move || a.reserve(0, 100).unwrap());
+        within_10s("being refused", move || a.reserve(0, 5000).unwrap_err());
+        assert_eq!(pool.w.gpu(0, G_LOCK).load(SeqCst), 0);
     }
     assert_eq!(a.usage(0), Some((400, Some(1000), 400)));
     assert_eq!(LOCK_REPAIRS.load(SeqCst), 3, "each repair is told");
@@ -612,8 +676,10 @@ fn a_waiter_killed_at_any_point_of_its_ticket_step_leaves_no_waiter_behind() {
             w.member_gpu(s, 0, M_WAIT).store(1, SeqCst);
         }
         k.kill(2);
-        // The next member to find the dead holder frees the lock and counts again.
+        // A reservation that fits takes no lock; the next one the pool cannot take
+        // sweeps the dead holder first, which frees the lock and counts again.
         b.reserve(0, 100).unwrap();
+        b.reserve(0, 300).unwrap_err();
         assert_eq!(w.gpu(0, G_LOCK).load(SeqCst), 0, "{crash:?}");
         let waiters = w.gpu(0, G_WAITERS).load(SeqCst);
         let tickets = (0..MAX_SLOTS)
@@ -699,7 +765,9 @@ fn the_view_shows_who_holds_a_word_lock_and_since_when_others_wait() {
     let a = member(pool, proc(k, 1), Some(1000));
     let b = leak(member(pool, proc(k, 2), Some(1000)));
     assert_eq!(pool.view(proc(k, 99)).gpus[0].lock, None);
-    // A holds the word lock (as if stopped inside a change); B blocks on it.
+    // A holds the word lock (as if stopped inside a recount); B's request, which the
+    // pool cannot take, recounts before it is refused, and so blocks on it.
+    a.reserve(0, 995).unwrap();
     pool.w.gpu(0, G_LOCK).store(a.slot() as u64 + 1, SeqCst);
     let t = std::thread::spawn(move || b.reserve(0, 10));
     let start = std::time::Instant::now();
@@ -724,7 +792,7 @@ fn the_view_shows_who_holds_a_word_lock_and_since_when_others_wait() {
     // A's release wakes B.
     let word = pool.w.gpu(0, G_LOCK).swap(0, SeqCst);
     assert_ne!(word & LOCK_WAITING, 0);
-    t.join().unwrap().unwrap();
+    t.join().unwrap().unwrap_err();
     assert_eq!(pool.view(proc(k, 99)).gpus[0].lock, None);
 }
 

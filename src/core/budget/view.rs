@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering::*;
 use serde::Serialize;
 
 use super::layout::*;
-use super::member::{MemberLocks, Pool, members_hold};
+use super::member::{MemberLocks, Pool};
+use super::used::members_count;
 use crate::config::format_uuid;
 
 /// One GPU of the pool.
@@ -112,7 +113,7 @@ impl Pool<'_> {
                 GpuView {
                     uuid: format_uuid(false, &raw),
                     cap: decode_cap(w.gpu(g, G_CAP).load(Relaxed)).flatten(),
-                    used: w.gpu(g, G_USED).load(Relaxed),
+                    used: w.used(g),
                     peak: w.gpu(g, G_PEAK).load(Relaxed),
                     refusals: w.gpu(g, G_REFUSALS).load(Relaxed),
                     largest_refused: w.gpu(g, G_LARGEST_REFUSED).load(Relaxed),
@@ -193,27 +194,21 @@ impl Pool<'_> {
     }
 }
 
-/// What the members' slots hold on GPU entry `g`, and `used` minus that. Read with the word
-/// lock free and `used` unchanged around it; a difference counts only if no one of
-/// three readings shows none (a change between two loads is not drift).
+/// What the members' slots hold on GPU entry `g`, and `used` minus that. Read with
+/// nothing in flight (no member's `pending`) and `used` unchanged around it (its change
+/// count included); a difference counts only if no one of three readings shows none (a
+/// change between two loads is not drift).
 fn drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, i64) {
-    let hold = || members_hold(w, locks, g);
     let mut last = (0, 0);
     for _ in 0..3 {
-        let (lock, used) = (
-            w.gpu(g, G_LOCK).load(Acquire),
-            w.gpu(g, G_USED).load(Acquire),
-        );
-        let members = hold();
-        let again = (
-            w.gpu(g, G_LOCK).load(Acquire),
-            w.gpu(g, G_USED).load(Acquire),
-        );
-        let diff = used.wrapping_sub(members) as i64;
+        let word = w.gpu(g, G_USED).load(SeqCst);
+        let (members, pending) = members_count(w, locks, g);
+        let again = w.gpu(g, G_USED).load(SeqCst);
+        let diff = used_bytes(word).wrapping_sub(members) as i64;
         if diff == 0 {
             return (members, 0);
         }
-        if lock == 0 && again == (0, used) {
+        if pending == 0 && again == word {
             last = (members, diff);
         }
     }

@@ -74,13 +74,16 @@ impl Member<'_> {
         loop {
             let seen = word.load(Acquire);
             if self.ahead_of(g, ticket) == 0 {
-                let served = self
-                    .change(g, self.slot, |pool, own| {
-                        let new = self.fits(g, pool, own, bytes, cap)?;
+                // Under the word lock (and so this process's gate: no second gate for a
+                // ceiling): served and out of the queue in one step for the others.
+                let served = self.locked(g, || {
+                    let served =
+                        self.add(g, bytes, |pool, own| self.fits(g, pool, own, bytes, cap));
+                    if served {
                         self.leave_queue(g);
-                        Some((new, own.saturating_add(bytes)))
-                    })
-                    .is_some();
+                    }
+                    served
+                });
                 if served {
                     let waited = start.elapsed();
                     self.wait_ended(g, waited);
@@ -169,7 +172,7 @@ impl Member<'_> {
     fn refusal(&self, g: usize, bytes: u64, cap: u64, waited: Duration) -> PoolRefusal {
         PoolRefusal {
             requested: bytes,
-            used: self.w.gpu(g, G_USED).load(Relaxed),
+            used: self.w.used(g),
             cap,
             own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
             left: false,

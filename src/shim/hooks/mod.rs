@@ -69,11 +69,13 @@ fn checked_device(shim: &Shim, device: c_int) -> Option<usize> {
 }
 
 /// Set by a successful `cuInit` when allocations of linear memory may take the short
-/// path: the configuration is valid and nothing failed closed, growth mode is off and the
-/// process is in no pool. Everything [`reserve`] checks first was then checked once: an
+/// path: the configuration is valid and nothing failed closed (the pool, if any, joined),
+/// and growth mode is off. Everything [`reserve`] checks first was then checked once: an
 /// allocation on a device known without a driver call (see `current.rs`) whose cap is
-/// resolved is a compare-and-swap on that device's figures and a map insert; anything
-/// else, and anything the cap cannot take, goes the full way. One byte, read once per
+/// resolved is a compare-and-swap on that device's figures (and the pool's reservation,
+/// `Member::try_reserve`) and a map insert; anything else, and anything either cap
+/// cannot take now, goes the full way (a forked child of a pool member too: its ledger
+/// finds no membership until it joined). One byte, read once per
 /// call: [`SHORT_OFF`], [`SHORT_ON`] or [`SHORT_GPU0`].
 static SHORT_PATH: AtomicU8 = AtomicU8::new(SHORT_OFF);
 
@@ -92,7 +94,7 @@ fn short_path() -> bool {
 
 /// Called at the end of a successful `cuInit` (see [`SHORT_PATH`]).
 fn note_short_path(shim: &Shim) {
-    let short = self::shim().is_ok() && !memory::growth() && crate::membership::current().is_none();
+    let short = self::shim().is_ok() && !memory::growth();
     let state = if !short {
         SHORT_OFF
     } else if one_gpu() {

@@ -1,0 +1,161 @@
+//! A GPU's `used` word without a lock: every change of a member's use is a
+//! compare-and-swap on the word, bracketed by the member's own `pending` word, and a
+//! recount puts the word right after a member dies (or another process wrote it).
+//!
+//! The word holds the bytes (low 48 bits) and a count of its changes (the 16 bits
+//! above): a compare-and-swap fails after any change since its read, even one that
+//! left the bytes as they were, so a stale writer never undoes another's change.
+//!
+//! A member (only its own threads write its slot's words) changes its use of `bytes`:
+//!
+//! ```text
+//! reserve:  pending += bytes;  CAS used += bytes (if the rule allows);  own += bytes;  pending -= bytes
+//! credit:   pending += bytes;  own -= bytes;  CAS used -= bytes;                       pending -= bytes
+//! ```
+//!
+//! so its `own` is never more than what `used` holds for it: readers that weigh the
+//! others' use against their guarantees err on the safe side. A recount (`recount_used`)
+//! reads `used`, then each counted slot's `pending`, `own` and `pending` again, and
+//! swaps in `own + both pendings` only if `used` did not change meanwhile. For each
+//! member that is at least what `used` holds for it: a change whose swap came before
+//! the read of `used` left either `own` updated or its bytes in the first `pending`
+//! (reserve) or the second (credit, which takes them off `own` first); a change whose
+//! swap came later makes the recount's swap fail. So a recount never counts less than
+//! the members hold (never an over-commit), at most the bytes in flight more; it runs
+//! with nothing in flight when it can (a few looks), and a member killed at any
+//! instruction leaves at most its own words wrong, which the member that takes its
+//! slot back clears before it recounts. No journal is needed: nothing is ever
+//! redone, only counted again.
+
+use std::sync::atomic::Ordering::*;
+
+use super::layout::*;
+use super::member::{Member, MemberLocks};
+
+/// How often a recount looks again while changes are in flight or `used` keeps
+/// changing under it.
+const RECOUNT_TURNS: u32 = 64;
+
+/// What the counted slots hold on GPU entry `g`: (the sum of their `own`, the sum of
+/// their `pending` read before and after each `own`). A live slot counts (its owner dead
+/// or not: its share is in `used` until taken back), and so does a slot marked empty
+/// whose kernel lock a live process holds (a state word another process cleared: its
+/// owner's bytes are real).
+pub(super) fn members_count(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, u64) {
+    let (mut own, mut pending) = (0u64, 0u64);
+    for s in 0..MAX_SLOTS {
+        let p = w.member_gpu(s, g, M_PENDING);
+        let first = p.load(SeqCst);
+        let used = w.member_gpu(s, g, M_USED).load(SeqCst);
+        let second = p.load(SeqCst);
+        if (used | first | second) != 0
+            && (w.slot(s, S_STATE).load(Acquire) == STATE_LIVE || locks.held(s))
+        {
+            own = own.saturating_add(used);
+            pending = pending.saturating_add(first).saturating_add(second);
+        }
+    }
+    (own, pending)
+}
+
+impl Member<'_> {
+    /// Adds `bytes` to this member's use on GPU entry `g` if `rule(pool's use, own use)`
+    /// gives the pool's new use (checked and added in one compare-and-swap). True if added.
+    #[inline]
+    pub(super) fn add(&self, g: usize, bytes: u64, rule: impl Fn(u64, u64) -> Option<u64>) -> bool {
+        let (Some(mine), Some(gpu)) = (self.w.member_gpu_all(self.slot, g), self.w.gpu_all(g))
+        else {
+            return false;
+        };
+        let (pending, own, used) = (&mine[M_PENDING], &mine[M_USED], &gpu[G_USED]);
+        pending.fetch_add(bytes, SeqCst);
+        let mut word = used.load(SeqCst);
+        let new = loop {
+            let Some(new) = rule(used_bytes(word), own.load(SeqCst)).filter(|&n| n <= USED_BYTES)
+            else {
+                pending.fetch_sub(bytes, SeqCst);
+                return false;
+            };
+            match used.compare_exchange_weak(word, used_word(word, new), SeqCst, SeqCst) {
+                Ok(_) => break new,
+                Err(now) => word = now,
+            }
+        };
+        let held_now = own.fetch_add(bytes, SeqCst).saturating_add(bytes);
+        pending.fetch_sub(bytes, SeqCst);
+        let peak = &gpu[G_PEAK];
+        if new > peak.load(Relaxed) {
+            peak.fetch_max(new, Relaxed);
+        }
+        let own_peak = &mine[M_PEAK];
+        if held_now > own_peak.load(Relaxed) {
+            own_peak.fetch_max(held_now, Relaxed);
+        }
+        true
+    }
+
+    /// Takes up to `bytes` off this member's use on GPU entry `g` and the pool's: never
+    /// more than the member holds (a forked child freeing memory its parent allocated
+    /// must not take it off the pool's count). Returns the bytes taken off.
+    #[inline]
+    pub(super) fn sub(&self, g: usize, bytes: u64) -> u64 {
+        let (Some(mine), Some(gpu)) = (self.w.member_gpu_all(self.slot, g), self.w.gpu_all(g))
+        else {
+            return 0;
+        };
+        let (pending, own) = (&mine[M_PENDING], &mine[M_USED]);
+        pending.fetch_add(bytes, SeqCst);
+        let held = own
+            .fetch_update(SeqCst, SeqCst, |o| Some(o - bytes.min(o)))
+            .unwrap_or(0);
+        let taken = bytes.min(held);
+        if taken > 0 {
+            let used = &gpu[G_USED];
+            let mut word = used.load(SeqCst);
+            while let Err(now) = used.compare_exchange_weak(
+                word,
+                used_word(word, used_bytes(word).saturating_sub(taken)),
+                SeqCst,
+                SeqCst,
+            ) {
+                word = now;
+            }
+        }
+        pending.fetch_sub(bytes, SeqCst);
+        taken
+    }
+
+    /// Sets GPU entry `g`'s `used` to what the members hold (see the module's text), if
+    /// it says otherwise. Returns (what it said, what it says now) if it changed it.
+    /// With changes in flight at every look (a member stopped inside one), only a `used`
+    /// below what the members' own words hold is raised: the bytes in flight are counted
+    /// then, so it errs on the safe side.
+    pub(super) fn recount_used(&self, g: usize) -> Option<(u64, u64)> {
+        let used = self.w.gpu(g, G_USED);
+        for turn in 0..RECOUNT_TURNS {
+            let word = used.load(SeqCst);
+            let (own, pending) = members_count(self.w, self.locks, g);
+            let held = own.saturating_add(pending).min(USED_BYTES);
+            let found = used_bytes(word);
+            if pending != 0 {
+                if turn + 1 < RECOUNT_TURNS {
+                    std::thread::yield_now();
+                    continue;
+                }
+                if found >= own {
+                    return None; // nothing it can tell from the changes in flight
+                }
+            }
+            if found == held {
+                return None;
+            }
+            if used
+                .compare_exchange(word, used_word(word, held), SeqCst, SeqCst)
+                .is_ok()
+            {
+                return Some((found, held));
+            }
+        }
+        None
+    }
+}
