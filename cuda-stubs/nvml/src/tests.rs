@@ -291,7 +291,11 @@ fn mig_instances() {
         assert_eq!(by, mig);
         let mut m = nvmlMemory_t::default();
         assert_eq!(nvmlDeviceGetMemoryInfo(mig, &mut m), NVML_SUCCESS);
-        assert_eq!(m.used, 3 * GIB);
+        assert_eq!(
+            m.used,
+            3 * GIB + GIB / 2,
+            "its GPU's, the reserved 512 MiB included"
+        );
         let mut id = 9;
         assert_eq!(nvmlDeviceGetGpuInstanceId(mig, &mut id), NVML_SUCCESS);
         assert_eq!(id, 0);
