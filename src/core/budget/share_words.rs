@@ -261,8 +261,20 @@ impl Member<'_> {
     /// The pool's new use if this member, holding
     /// `own` while the pool uses `pool` of `cap`, may take `bytes` more (the reservation
     /// rule of `shares::reserve`).
+    ///
+    /// A request inside this member's own guarantee does not weigh the others' unused
+    /// guarantees (`shares::reserve_owed`): the pool keeps room for every unused
+    /// guarantee (each borrower leaves it), so such a request fits whenever the cap has
+    /// the room. It must not weigh them: another member's change in flight (its bytes
+    /// in `used` before its own word, or off its own word before `used`: see
+    /// `used.rs`) makes its unused guarantee look larger than it is, and a guaranteed
+    /// request would be refused. For a borrower that error errs on the safe side.
     #[inline]
     pub(super) fn fits(&self, g: usize, pool: u64, own: u64, bytes: u64, cap: u64) -> Option<u64> {
+        let guarantee = self.w.share(self.slot, g, SH_GUARANTEE).load(Relaxed);
+        if let Some(new) = shares::reserve_owed(cap, pool, own, guarantee, bytes) {
+            return Some(new);
+        }
         shares::reserve(
             cap,
             pool,
