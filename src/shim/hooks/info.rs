@@ -22,16 +22,19 @@ pub fn mem_get_info<W: Word>(
         let (mut f, mut t) = (W::put(0), W::put(0));
         // SAFETY: valid out-pointers of our own.
         let rc = unsafe { real(&mut f, &mut t) };
-        if rc == CUDA_SUCCESS {
-            let (f, t) = capped_info(shim, f.get(), t.get());
-            // SAFETY: the caller's out-pointers, each written only when non-NULL.
-            unsafe {
-                if let Some(free) = free.as_mut() {
-                    *free = W::put(f);
-                }
-                if let Some(total) = total.as_mut() {
-                    *total = W::put(t);
-                }
+        // The uncapped figure is never left: if the second ask failed, 0 and its error.
+        let (f, t) = if rc == CUDA_SUCCESS {
+            capped_info(shim, f.get(), t.get())
+        } else {
+            (0, 0)
+        };
+        // SAFETY: the caller's out-pointers, each written only when non-NULL.
+        unsafe {
+            if let Some(free) = free.as_mut() {
+                *free = W::put(f);
+            }
+            if let Some(total) = total.as_mut() {
+                *total = W::put(t);
             }
         }
         return rc;
