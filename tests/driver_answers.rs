@@ -255,9 +255,12 @@ fn the_fakes_answers_have_the_shape_the_comparison_needs() {
         r["procaddr cuMemAllocAsync 12000 2"]["export"],
         "cuMemAllocAsync_ptsz"
     );
-    assert_eq!(r["procaddr cuNoSuchEntryPoint 12000 0"]["rc"], 500);
+    // An unknown name: success, a NULL pointer and SYMBOL_NOT_FOUND (as CUDA 13.0 answers).
+    let unknown = &r["procaddr cuNoSuchEntryPoint 12000 0"];
+    assert_eq!((&unknown["rc"], &unknown["status"]), (&json!(0), &json!(1)));
+    assert_eq!(unknown["export"], Value::Null);
     // cudart's first request, the empty name (the key keeps it as "").
-    assert_eq!(r["procaddr \"\" 0 0"]["rc"], 500, "{r}");
+    assert_eq!(r["procaddr \"\" 0 0"]["status"], 1, "{r}");
     assert_eq!(r["export 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9"]["rc"], 0);
     // Per-machine figures are apart from the answers (never compared).
     let a = v["answers"].as_object().unwrap();
@@ -416,10 +419,10 @@ fn the_shim_names_the_drivers_requests_at_debug() {
     let (v, err) = fake_answers(Some(&req), &debug);
     assert_eq!(shape_errors(&v), Vec::<String>::new());
     for want in [
-        "gpucap: driver request: procaddr \"\" 0 0 -> 500",
+        "gpucap: driver request: procaddr \"\" 0 0 -> 0",
         "gpucap: driver request: procaddr cuMemAlloc 12000 0 -> 0",
         "gpucap: driver request: procaddr cuMemAllocAsync 12000 2 -> 0",
-        "gpucap: driver request: procaddr cuNoSuchEntryPoint 12000 0 -> 500",
+        "gpucap: driver request: procaddr cuNoSuchEntryPoint 12000 0 -> 0",
         "gpucap: driver request: export 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9 -> 0",
     ] {
         assert!(err.lines().any(|l| l == want), "no line {want:?} in\n{err}");

@@ -41,6 +41,8 @@ fn on_fake_gpu(dir: &Path) -> Command {
     let mut paths = vec![standins()];
     paths.extend(std::env::split_paths(&path));
     c.env("PATH", std::env::join_paths(paths).unwrap())
+        // NVML (so nvidia-smi) shows the card's 16 GiB plus what the driver reserves
+        // (FAKECUDA_NVML_RESERVED, by default 615 MiB as on an H200): 16999 MiB.
         .env("FAKECUDA_TOTAL_MEM", "16Gi")
         .env("FAKECUDA_CONTEXT_MEM", "300Mi")
         .env("FAKECUDA_SHARED", dir.join("fake-gpu.state"))
@@ -191,7 +193,7 @@ fn a_bad_command_line_exits_2_naming_what_is_wrong() {
     let o = run(on_fake_gpu(&dir).args(["--cap-mib", "12000", "--only", "nvidia-smi"]));
     assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
     assert!(
-        stdout(&o).contains("FAIL setup: --cap-mib 12000 is not well below the card's 16384 MiB"),
+        stdout(&o).contains("FAIL setup: --cap-mib 12000 is not well below the card's 16999 MiB"),
         "{}",
         dump(&o)
     );
@@ -232,7 +234,7 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
         (s.as_str(), detail.as_str()),
         (
             "PASS",
-            "nvidia-smi --query-gpu=memory.total inside gpucap run shows 2048 MiB (card: 16384 MiB)"
+            "nvidia-smi --query-gpu=memory.total inside gpucap run shows 2048 MiB (card: 16999 MiB)"
         ),
         "{}",
         dump(&o)
@@ -284,7 +286,7 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
         .unwrap_or_else(|e| panic!("{}: {e}\n{}", json.display(), dump(&o)));
     let v: serde_json::Value = serde_json::from_str(&text).expect("bench JSON");
     assert_eq!(v["gpu"]["name"], "FakeCUDA Device 0", "{text}");
-    assert_eq!(v["gpu"]["memory_total_mib"], 16384, "{text}");
+    assert_eq!(v["gpu"]["memory_total_mib"], 16999, "{text}");
     assert_eq!(v["cap_bytes"], 2147483648u64, "{text}");
     let sizes: Vec<u64> = v["alloc_free"]
         .as_array()
@@ -366,7 +368,7 @@ fn an_uncapped_run_fails_the_checks() {
         verdict_of(&o, "nvidia-smi"),
         (
             "FAIL".into(),
-            "nvidia-smi under gpucap shows memory.total 16384 MiB, not the 2048 MiB cap (card: 16384 MiB)".into()
+            "nvidia-smi under gpucap shows memory.total 16999 MiB, not the 2048 MiB cap (card: 16999 MiB)".into()
         )
     );
     let (s, why) = verdict_of(&o, "context-overhead");
@@ -381,7 +383,8 @@ fn an_uncapped_run_fails_the_checks() {
     if has_pynvml {
         assert_eq!(s, "FAIL");
         assert!(
-            why.starts_with("nvmlDeviceGetMemoryInfo total is 17179869184"),
+            // The card's 16 GiB and the driver's reserved 615 MiB (NVML's total).
+            why.starts_with("nvmlDeviceGetMemoryInfo total is 17824808960"),
             "{why}"
         );
     } else {

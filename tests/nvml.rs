@@ -37,8 +37,14 @@ struct Dev {
     free: u64,
     used: u64,
     v2total: u64,
+    v2reserved: u64,
     v2free: u64,
+    v2used: u64,
 }
+
+/// What the fake driver's NVML reserves on each GPU by default (FAKECUDA_NVML_RESERVED):
+/// in its total and v1's used, outside CUDA's total, as a real driver's NVML shows.
+const RESERVED: u64 = 644_939_776;
 
 fn devs(out: &str) -> BTreeMap<String, Dev> {
     let mut m = BTreeMap::new();
@@ -59,7 +65,9 @@ fn devs(out: &str) -> BTreeMap<String, Dev> {
                 free: num("free"),
                 used: num("used"),
                 v2total: num("v2total"),
+                v2reserved: num("v2reserved"),
                 v2free: num("v2free"),
+                v2used: num("v2used"),
             },
         );
     }
@@ -86,15 +94,54 @@ fn check_capped(d: &BTreeMap<String, Dev>, what: &str) {
         "GPU-face0000-0000-0000-0000-000000000002",
         "{what}"
     );
-    for (index, cap) in [("2", GIB), ("0", 2 * GIB), ("1", 8 * GIB)] {
+    for (index, cap) in [("2", GIB), ("0", 2 * GIB)] {
         let g = gpu(index);
         assert_eq!(
-            (g.total, g.free, g.used, g.v2total, g.v2free),
-            (cap, cap, 0, cap, cap),
-            "{what}: NVML device {index} (CUDA ordinal 0 is physical 2, 1 is physical 0, \
-             physical 1 is not visible)"
+            (
+                g.total,
+                g.free,
+                g.used,
+                g.v2total,
+                g.v2reserved,
+                g.v2free,
+                g.v2used
+            ),
+            (cap, cap, 0, cap, 0, cap, 0),
+            "{what}: NVML device {index} (CUDA ordinal 0 is physical 2, 1 is physical 0)"
         );
     }
+    assert_driver_figures(
+        gpu("1"),
+        8 * GIB,
+        &format!("{what}: physical 1 is not visible"),
+    );
+}
+
+/// An idle GPU of `cuda_total` as the driver's NVML shows it: its reserved memory in the
+/// total and in v1's used, not in v2's.
+#[track_caller]
+fn assert_driver_figures(g: &Dev, cuda_total: u64, what: &str) {
+    assert_eq!(
+        (
+            g.total,
+            g.free,
+            g.used,
+            g.v2total,
+            g.v2reserved,
+            g.v2free,
+            g.v2used
+        ),
+        (
+            cuda_total + RESERVED,
+            cuda_total,
+            RESERVED,
+            cuda_total + RESERVED,
+            RESERVED,
+            cuda_total,
+            0
+        ),
+        "{what}"
+    );
 }
 
 #[test]
@@ -109,17 +156,13 @@ fn nvml_shows_the_cap_of_each_visible_gpu_by_uuid() {
         assert_passed(&o, &format!("nvml list {how} with the shim"));
         check_capped(&devs(&stdout(&o)), &format!("nvml list {how}"));
 
-        // Control: without the shim every GPU shows its 8 GiB.
+        // Control: without the shim every GPU shows its 8 GiB (and what the driver reserves).
         let mut c = fake_cmd(&prog, &stats);
         three_gpus(&mut c);
         let o = run(c.args(["list", how]));
         assert_passed(&o, &format!("nvml list {how} without the shim"));
         for (i, g) in devs(&stdout(&o)) {
-            assert_eq!(
-                (g.total, g.free),
-                (8 * GIB, 8 * GIB),
-                "control, NVML device {i}"
-            );
+            assert_driver_figures(&g, 8 * GIB, &format!("control, NVML device {i}"));
         }
     }
 }
@@ -134,10 +177,9 @@ fn nvml_without_a_limit_shows_the_driver_figures() {
     assert_passed(&o, "nvml list without GPUCAP_LIMIT");
     let d = devs(&stdout(&o));
     assert_eq!(d.len(), 3);
-    assert!(
-        d.values().all(|g| g.total == 8 * GIB && g.free == 8 * GIB),
-        "{d:?}"
-    );
+    for (i, g) in &d {
+        assert_driver_figures(g, 8 * GIB, &format!("no limit, NVML device {i}"));
+    }
 }
 
 #[test]
@@ -187,7 +229,11 @@ fn nvml_mig_instances_are_capped_their_gpus_are_not_cuda_devices() {
             gpu.uuid.starts_with("GPU-") && mig.uuid.starts_with("MIG-"),
             "{d:?}"
         );
-        assert_eq!(gpu.total, 8 * GIB, "GPU {i} itself is no CUDA device here");
+        assert_driver_figures(
+            gpu,
+            8 * GIB,
+            &format!("GPU {i} itself is no CUDA device here"),
+        );
         assert_eq!(
             (mig.total, mig.free),
             (GIB, GIB),
@@ -230,11 +276,9 @@ fn pynvml_sees_the_cap() {
         "pynvml without the shim: {}",
         stderr(&o)
     );
-    assert!(
-        devs(&stdout(&o)).values().all(|g| g.total == 8 * GIB),
-        "control: {}",
-        stdout(&o)
-    );
+    for (i, g) in devs(&stdout(&o)) {
+        assert_driver_figures(&g, 8 * GIB, &format!("pynvml control, NVML device {i}"));
+    }
 
     // MIG: the instances are the CUDA devices.
     let mut c = fake_cmd(&python, &stats);
@@ -256,7 +300,7 @@ fn pynvml_sees_the_cap() {
     let d = devs(&stdout(&o));
     assert_eq!(
         (d["0"].total, d["0.mig"].total),
-        (8 * GIB, 3 * GIB),
+        (8 * GIB + RESERVED, 3 * GIB),
         "{d:?}"
     );
 }

@@ -48,30 +48,30 @@ fn pools_cache_freed_memory_until_a_synchronisation() {
         let (mut a, mut b) = (0, 0);
         assert_eq!(cuMemAllocAsync(&mut a, 8 * MIB, stream), 0);
         assert_eq!(cuMemFreeAsync(a, stream), 0);
-        // Freed to the pool, not to the device.
-        assert_eq!(used() - before, 8 * MIB);
+        // The pool grew by a 32 MiB chunk; freed to the pool, not to the device.
+        assert_eq!(used() - before, 32 * MIB);
         assert_eq!(
             (pool_attr(pool, RESERVED), pool_attr(pool, USED)),
-            (8 << 20, 0)
+            (32 << 20, 0)
         );
         // Reused first: 5 MiB come from the cache, the pool does not grow.
         assert_eq!(cuMemAllocAsync(&mut b, 5 * MIB, stream), 0);
-        assert_eq!(used() - before, 8 * MIB);
-        // 6 more MiB: 3 cached, 3 new.
-        assert_eq!(cuMemAllocFromPoolAsync(&mut a, 6 * MIB, pool, stream), 0);
-        assert_eq!(used() - before, 11 * MIB);
+        assert_eq!(used() - before, 32 * MIB);
+        // 30 more MiB: 27 cached, 3 missing: another chunk.
+        assert_eq!(cuMemAllocFromPoolAsync(&mut a, 30 * MIB, pool, stream), 0);
+        assert_eq!(used() - before, 64 * MIB);
         assert_eq!(
             (pool_attr(pool, RESERVED), pool_attr(pool, USED)),
-            (11 << 20, 11 << 20)
+            (64 << 20, 35 << 20)
         );
         assert_eq!(cuMemFreeAsync(a, stream), 0);
         assert_eq!(cuMemFreeAsync(b, stream), 0);
-        assert_eq!(pool_attr(pool, USED_HIGH), 11 << 20);
+        assert_eq!(pool_attr(pool, USED_HIGH), 35 << 20);
         // Release threshold 0: the next synchronisation gives it all back.
         assert_eq!(cuStreamSynchronize(stream), 0);
         assert_eq!(used(), before);
         assert_eq!(pool_attr(pool, RESERVED), 0);
-        assert_eq!(pool_attr(pool, RESERVED_HIGH), 11 << 20);
+        assert_eq!(pool_attr(pool, RESERVED_HIGH), 64 << 20);
         let mut zero = 0u64;
         assert_eq!(
             cuMemPoolSetAttribute(pool, RESERVED_HIGH, (&mut zero as *mut u64).cast()),
@@ -93,7 +93,11 @@ fn pools_cache_freed_memory_until_a_synchronisation() {
         // CUDA 13's cuCtxSynchronize_v2 (NULL: the current context) synchronises the same.
         assert_eq!(cuMemAllocAsync(&mut a, 6 * MIB, stream), 0);
         assert_eq!(cuMemFreeAsync(a, stream), 0);
-        assert_eq!(pool_attr(pool, RESERVED), 6 << 20);
+        assert_eq!(
+            pool_attr(pool, RESERVED),
+            36 << 20,
+            "4 cached, 2 missing: a chunk"
+        );
         assert_eq!(cuCtxSynchronize_v2(0), 0);
         assert_eq!(pool_attr(pool, RESERVED), 4 << 20);
         assert_eq!(cuCtxSynchronize_v2(0xdead_0000), CUDA_ERROR_INVALID_CONTEXT);
@@ -108,8 +112,8 @@ fn pools_cache_freed_memory_until_a_synchronisation() {
         assert_eq!(cuMemPoolTrimTo(pool, 0), 0);
         assert_eq!(
             pool_attr(pool, RESERVED),
-            3 << 20,
-            "memory in use is never trimmed"
+            4 << 20,
+            "memory in use is never trimmed (nor the rest of its chunk)"
         );
         assert_eq!(cuMemFreeAsync(a, stream), 0);
         assert_eq!(cuMemPoolTrimTo(pool, 1 << 20), 0);
@@ -126,7 +130,7 @@ fn pools_cache_freed_memory_until_a_synchronisation() {
         assert_eq!(cuMemAllocAsync(&mut a, MIB, stream), 0);
         assert_eq!(cuMemFreeAsync(a, stream), 0);
         assert_eq!(cuEventRecord(ev, stream), 0);
-        assert_eq!(used() - before, MIB);
+        assert_eq!(used() - before, 32 * MIB);
         assert_eq!(cuEventSynchronize(ev), 0);
         assert_eq!(cuEventDestroy_v2(ev), 0);
         assert_eq!(cuStreamDestroy_v2(stream), 0);
@@ -155,6 +159,7 @@ fn created_pools_max_size_set_and_destroy() {
         assert_eq!(cuDeviceGetMemPool(&mut cur, 0), 0);
         assert_eq!(cur, pool);
         assert_eq!(cuMemAllocAsync(&mut p, 3 * MIB, 0), 0);
+        assert_eq!(pool_attr(pool, RESERVED), 4 << 20, "a chunk cut to maxSize");
         let mut info = std::mem::zeroed::<[u64; 1]>();
         assert_eq!(cuPointerGetAttribute(info.as_mut_ptr().cast(), 17, p), 0);
         assert_eq!(info[0] as usize, pool);
@@ -164,7 +169,7 @@ fn created_pools_max_size_set_and_destroy() {
         let mut default = 0;
         assert_eq!(cuDeviceGetDefaultMemPool(&mut default, 0), 0);
         assert_eq!(cur, default);
-        assert_eq!(used() - before, 3 * MIB);
+        assert_eq!(used() - before, 4 * MIB);
         assert_eq!(cuMemsetD8_v2(p, 1, 3 * MIB), 0);
         assert_eq!(cuMemFreeAsync(p, 0), 0);
         assert_eq!(used(), before, "a destroyed pool keeps nothing");
@@ -805,10 +810,10 @@ fn pool_memory_freed_and_pools_destroyed_in_either_order() {
         assert_eq!(cuMemFree_v2(p), 0);
         assert_eq!(
             (pool_attr(default, RESERVED), pool_attr(default, USED)),
-            (3 << 20, 0),
-            "back in the pool, still reserved"
+            (32 << 20, 0),
+            "back in the pool, still reserved (a chunk)"
         );
-        assert_eq!(used() - before, 3 * MIB);
+        assert_eq!(used() - before, 32 * MIB);
         assert_eq!(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE, "freed once");
         assert_eq!(cuCtxSynchronize(), 0);
         assert_eq!(used(), before);
@@ -818,12 +823,13 @@ fn pool_memory_freed_and_pools_destroyed_in_either_order() {
         assert_eq!(cuMemPoolCreate(&mut pool, &device_pool_props(0, 0)), 0);
         assert_eq!(cuMemAllocFromPoolAsync(&mut p, 4 * MIB, pool, 0), 0);
         assert_eq!(cuMemFree_v2(p), 0);
-        assert_eq!(pool_attr(pool, RESERVED), 4 << 20);
-        assert_eq!(used() - before, 4 * MIB);
+        assert_eq!(pool_attr(pool, RESERVED), 32 << 20);
+        assert_eq!(used() - before, 32 * MIB);
         assert_eq!(cuMemPoolDestroy(pool), 0);
         assert_eq!(used(), before);
 
-        // Destroyed first, with two allocations out: released as each is freed.
+        // Destroyed first, with two allocations out (in one chunk): released once the
+        // chunk holds none.
         assert_eq!(cuMemPoolCreate(&mut pool, &device_pool_props(0, 0)), 0);
         let mut q = 0;
         assert_eq!(cuMemAllocFromPoolAsync(&mut p, 4 * MIB, pool, 0), 0);
@@ -833,9 +839,9 @@ fn pool_memory_freed_and_pools_destroyed_in_either_order() {
             cuMemAllocFromPoolAsync(&mut p, MIB, pool, 0),
             CUDA_ERROR_INVALID_VALUE
         );
-        assert_eq!(used() - before, 6 * MIB);
+        assert_eq!(used() - before, 32 * MIB);
         assert_eq!(cuMemFree_v2(p), 0);
-        assert_eq!(used() - before, 2 * MIB);
+        assert_eq!(used() - before, 32 * MIB, "q is still in the chunk");
         assert_eq!(
             cuMemcpyHtoD_v2(q, [7u8; 16].as_ptr().cast(), 16),
             0,
@@ -871,7 +877,7 @@ fn pool_allocations_outlive_the_context_that_made_them() {
             assert_eq!(cuMemAllocAsync(&mut cached, 2 * MIB, 0), 0);
             assert_eq!(cuMemFreeAsync(cached, 0), 0);
             assert_eq!(cuMemAlloc_v2(&mut plain, MIB), 0);
-            assert_eq!(used() - before, 7 * MIB, "{end}");
+            assert_eq!(used() - before, 33 * MIB, "{end}: a 32 MiB chunk and 1 MiB");
             match end {
                 "destroy" => assert_eq!(cuCtxDestroy_v2(c), 0),
                 "detach" => assert_eq!(cuCtxDetach(c), 0),
@@ -885,10 +891,10 @@ fn pool_allocations_outlive_the_context_that_made_them() {
             assert_eq!(cuCtxSetCurrent(observer), 0);
             // The plain allocation went with the context; the pool allocation and the
             // pool's cache did not.
-            assert_eq!(used() - before, 6 * MIB, "{end}");
+            assert_eq!(used() - before, 32 * MIB, "{end}");
             assert_eq!(
                 (pool_attr(default, RESERVED), pool_attr(default, USED)),
-                (6 << 20, 4 << 20),
+                (32 << 20, 4 << 20),
                 "{end}"
             );
             let (mut base, mut size) = (0, 0);
@@ -903,7 +909,7 @@ fn pool_allocations_outlive_the_context_that_made_them() {
             assert_eq!(cuMemFreeAsync(live, 0), 0, "{end}");
             assert_eq!(
                 (pool_attr(default, RESERVED), pool_attr(default, USED)),
-                (6 << 20, 0),
+                (32 << 20, 0),
                 "{end}"
             );
             assert_eq!(cuCtxSynchronize(), 0);

@@ -182,6 +182,12 @@ fn ptx_type_size(t: &str) -> Option<u64> {
     Some(bits.div_ceil(8))
 }
 
+/// Whether PTX text has the `.version` directive every PTX module starts with.
+pub fn has_ptx_version(text: &str) -> bool {
+    text.split(|c: char| c.is_whitespace())
+        .any(|w| w == ".version")
+}
+
 /// Kernels (`.entry NAME`) and globals (`.global [.align n] .type NAME[count]...;`) of PTX.
 pub fn ptx_names(text: &str) -> Names {
     let mut names = Names::default();

@@ -175,6 +175,11 @@ fn modules_of_a_cubin_name_kernels_and_hold_real_globals() {
     unsafe {
         let mut m = 0;
         assert_eq!(cuModuleLoadData(&mut m, elf.as_ptr().cast()), CUDA_SUCCESS);
+        assert_eq!(
+            used() - before,
+            24,
+            "a module's globals are device memory from its load"
+        );
         let mut f = 0;
         assert_eq!(
             cuModuleGetFunction(&mut f, m, c"vector_add".as_ptr()),
@@ -197,7 +202,7 @@ fn modules_of_a_cubin_name_kernels_and_hold_real_globals() {
             CUDA_SUCCESS
         );
         assert_eq!(size, 24);
-        assert_eq!(used() - before, 24, "a global is device memory");
+        assert_eq!(used() - before, 24, "the lookup allocates nothing more");
         let data = [7u8; 24];
         let mut back = [0u8; 24];
         assert_eq!(cuMemcpyHtoD_v2(g, data.as_ptr().cast(), 24), CUDA_SUCCESS);

@@ -331,6 +331,7 @@ pub fn exposition(readings: &[Reading]) -> String {
 mod tests {
     use super::*;
     use crate::pool::tests::view;
+    use gpucap_core::budget::POOL_VERSION;
 
     pub(super) fn reading(label: &str, view: PoolView) -> Reading {
         Reading {
@@ -418,7 +419,9 @@ mod tests {
         assert_eq!(one("gpucap_pool_up"), "gpucap_pool_up{pool=\"t\"} 1");
         assert_eq!(
             one("gpucap_pool_info"),
-            "gpucap_pool_info{pool=\"t\",path=\"/p/t.pool\",version=\"2\"} 1"
+            format!(
+                "gpucap_pool_info{{pool=\"t\",path=\"/p/t.pool\",version=\"{POOL_VERSION}\"}} 1"
+            )
         );
         assert_eq!(
             one("gpucap_pool_cap_bytes"),

@@ -380,7 +380,7 @@ pub fn top(
 pub(crate) mod tests {
     use super::*;
     use gpucap_core::budget::{
-        MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool, shares,
+        MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_VERSION, POOL_WORDS, Pool, shares,
     };
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
@@ -497,7 +497,7 @@ pub(crate) mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "pool /p/x.pool (version 2, created 2023-11-14 22:13:20 UTC)"
+            format!("pool /p/x.pool (version {POOL_VERSION}, created 2023-11-14 22:13:20 UTC)")
         );
         let gpu = lines[2];
         for part in [
@@ -557,7 +557,7 @@ pub(crate) mod tests {
         assert!(text.ends_with("}\n") && text.lines().count() == 1);
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(doc["path"], "/p/x.pool");
-        assert_eq!(doc["version"], 2);
+        assert_eq!(doc["version"], POOL_VERSION);
         assert_eq!(doc["created"], 1_700_000_000u64);
         let gpu = &doc["gpus"][0];
         assert_eq!(gpu["uuid"], "GPU-11111111-1111-1111-1111-111111111111");

@@ -33,6 +33,20 @@ use std::sync::atomic::{AtomicU32, Ordering::*};
 use crate::config::MAX_DEVICES;
 use crate::ledger::{Charge, Ledger, Refusal, Reservation};
 
+/// The most a pool may grow by to serve an allocation of `bytes`: a driver's pool grows
+/// by whole chunks, at least 32 MiB, in 2 MiB granules (an H200 with driver 580 reserved
+/// 32 MiB for a 1 MiB allocation: tests/driver-answers/h200-580.159.04.json). The hooks
+/// reserve this much before the driver is called (and settle to what the pool really
+/// reserved after), so the device never holds more than the cap, even for an instant.
+pub fn growth_bound(bytes: u64) -> u64 {
+    const CHUNK: u64 = 32 << 20;
+    const GRANULE: u64 = 2 << 20;
+    bytes
+        .checked_next_multiple_of(GRANULE)
+        .unwrap_or(u64::MAX)
+        .max(CHUNK)
+}
+
 /// What the book needs from the driver about one pool.
 pub trait PoolDriver {
     /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`; None if the driver does not answer (the
@@ -246,20 +260,24 @@ impl PoolBook {
         device: usize,
         ptr: u64,
         bytes: u64,
-        r: Reservation<'a>,
+        mut r: Reservation<'a>,
     ) -> Result<(), (Refusal, Reservation<'a>)> {
+        // What `begin` announced: the reservation as made (see `growth_bound`).
+        let announced = r.charge().bytes;
         self.with(|b| {
             self.add(b, pool, device);
             let Some(reserved) = drv.reserved(pool) else {
                 // The driver does not say what the pool reserves: the request is
                 // charged as a plain allocation, credited by its free.
                 self.remove(b, ledger, pool);
+                // Shrinking a reservation cannot be refused.
+                let _ = ledger.resize(&mut r, bytes);
                 r.commit(ptr);
                 return Ok(());
             };
             settle(b, ledger, pool, reserved, Some(r))?;
             if let Some(p) = b.pools.get_mut(&pool) {
-                p.inflight = p.inflight.saturating_sub(bytes);
+                p.inflight = p.inflight.saturating_sub(announced);
             }
             b.ptrs.insert(ptr, (pool, bytes));
             ledger.count_alloc(device);
@@ -526,6 +544,15 @@ fn settle<'a>(
 mod tests {
     use super::*;
     use std::cell::RefCell;
+
+    #[test]
+    fn a_pool_grows_by_at_least_a_chunk_in_granules() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(growth_bound(1), 32 * MIB);
+        assert_eq!(growth_bound(32 * MIB), 32 * MIB);
+        assert_eq!(growth_bound(32 * MIB + 1), 34 * MIB);
+        assert_eq!(growth_bound(u64::MAX), u64::MAX);
+    }
 
     /// A pool driver over a map: pool -> (reserved, used).
     #[derive(Default)]

@@ -273,9 +273,11 @@ static void *lookup_checked(const getter_t *g, const char *sym, int ver, cuuint6
               "%s(%s, %d, %llu) -> rc=%d pfn=%p status=%d", g->how, sym, ver,
               (unsigned long long)flags, rc, p, (int)st);
     } else {
-        CHECK(rc == CUDA_ERROR_NOT_FOUND && p == NULL &&
+        /* _v2 answers with the status (CUDA_SUCCESS, as CUDA 13.0 does); the status-less
+         * cuGetProcAddress with CUDA_ERROR_NOT_FOUND. */
+        CHECK(rc == (g->v2 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND) && p == NULL &&
                   (!g->v2 || st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT),
-              "%s(%s, %d, %llu) before %d -> rc=%d pfn=%p status=%d, expected 500, NULL, "
+              "%s(%s, %d, %llu) before %d -> rc=%d pfn=%p status=%d, expected 0 (_v2) or 500, NULL, "
               "VERSION_NOT_SUFFICIENT",
               g->how, sym, ver, (unsigned long long)flags, since, rc, p, (int)st);
     }
@@ -291,16 +293,21 @@ static void procaddr_errors(const getter_t *g) {
     (g->v2 ? ((PFN_cuGetProcAddress_v2)g->fn)(sym, pp, ver, fl, stp)                         \
            : ((PFN_cuGetProcAddress)g->fn)(sym, pp, ver, fl))
     rc = CALL("cuNoSuchFunction_gpucap", &p, 12000, 0, &st);
-    CHECK(rc == CUDA_ERROR_NOT_FOUND && p == NULL && (!g->v2 || st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND),
+    CHECK(rc == (g->v2 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND) && p == NULL &&
+              (!g->v2 || st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND),
           "%s(missing name) -> rc=%d pfn=%p status=%d", g->how, rc, p, (int)st);
+    p = (void *)1;
+    rc = CALL("cuMemAlloc", &p, 99990, 0, &st); /* newer than the driver */
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE && p == NULL,
+          "%s(cuMemAlloc, 99990) -> rc=%d pfn=%p (newer than the driver)", g->how, rc, p);
     p = (void *)1;
     rc = CALL("cuMemAlloc", &p, 12000, 8, &st); /* undefined flag bit */
     CHECK(rc == CUDA_ERROR_INVALID_VALUE && p == NULL,
           "%s(cuMemAlloc, bad flags) -> rc=%d pfn=%p (no hook handed out on error)", g->how, rc, p);
     p = (void *)1;
     rc = CALL("cuMemAllocAsync", &p, 11010, 0, &st); /* older than the function */
-    CHECK(rc == CUDA_ERROR_NOT_FOUND && p == NULL, "%s(cuMemAllocAsync, 11010) -> rc=%d pfn=%p", g->how,
-          rc, p);
+    CHECK(rc == (g->v2 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND) && p == NULL,
+          "%s(cuMemAllocAsync, 11010) -> rc=%d pfn=%p", g->how, rc, p);
     rc = CALL("cuMemAlloc", NULL, 12000, 0, &st);
     CHECK(rc == CUDA_ERROR_INVALID_VALUE, "%s(cuMemAlloc, pfn NULL) -> rc=%d", g->how, rc);
     p = (void *)1;

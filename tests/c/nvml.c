@@ -195,10 +195,16 @@ static void consistent(size_t bytes) {
             MUST(N.mem2(cands[c], &m2));
             printf("cuda free=%zu total=%zu nvml %s total=%llu free=%llu used=%llu\n", free, total,
                    uuid, m.total, m.free, m.used);
-            CHECK(m.total == total && m.free == free,
-                  "NVML %s (total %llu, free %llu) agrees with cuMemGetInfo_v2 (total %zu, free %zu)",
-                  uuid, m.total, m.free, total, free);
-            CHECK(m2.total == total && m2.free == free, "NVML v2 %s agrees with cuMemGetInfo_v2", uuid);
+            printf("nvml v2 %s total=%llu reserved=%llu free=%llu used=%llu\n", uuid, m2.total, m2.reserved,
+                   m2.free, m2.used);
+            /* As a real driver's NVML: the total is CUDA's plus what the driver reserves
+               (v2's reserved; 0 under a cap), which v1 counts as used; free is CUDA's. */
+            CHECK(m.total == total + m2.reserved && m.free == free,
+                  "NVML %s (total %llu, free %llu) agrees with cuMemGetInfo_v2 (total %zu + reserved %llu, free %zu)",
+                  uuid, m.total, m.free, total, m2.reserved, free);
+            CHECK(m2.total == m.total && m2.free == free && m2.used + m2.reserved == m.used &&
+                      m2.free + m2.used + m2.reserved == m2.total,
+                  "NVML v2 %s agrees with v1 and cuMemGetInfo_v2", uuid);
         }
     }
     CHECK(found, "an NVML device has CUDA ordinal 0's UUID %s", want);

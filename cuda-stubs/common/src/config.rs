@@ -29,6 +29,9 @@ pub struct Config {
     /// FAKECUDA_NVML_FAIL: every nvmlInit of the fake NVML fails
     /// (NVML_ERROR_DRIVER_NOT_LOADED), as on a machine whose NVML cannot reach the driver.
     pub nvml_fail: bool,
+    /// FAKECUDA_NVML_RESERVED: memory NVML shows reserved by the driver on each device,
+    /// outside what CUDA sees (default [`DEFAULT_NVML_RESERVED`]).
+    pub nvml_reserved: u64,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
 }
@@ -37,6 +40,10 @@ pub const DEFAULT_TOTAL_MEM: u64 = 80 << 30;
 /// CUDA 13.5, the version of the headers src/procaddr_table.txt was generated from (the
 /// newest CUDA the tests use).
 pub const DEFAULT_DRIVER_VERSION: i32 = 13050;
+/// What NVML reported reserved on an H200 with driver 580.159.04
+/// (tests/driver-answers/h200-580.159.04.json): NVML's total is `cuDeviceTotalMem` plus
+/// this, and v1's `used` includes it.
+pub const DEFAULT_NVML_RESERVED: u64 = 644_939_776;
 
 static CONFIG: std::sync::OnceLock<Result<Config, String>> = std::sync::OnceLock::new();
 
@@ -124,6 +131,11 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         Some("1") => true,
         Some(v) => return Err(format!("invalid FAKECUDA_NVML_FAIL={v:?}: expected 0 or 1")),
     };
+    let nvml_reserved = match var("FAKECUDA_NVML_RESERVED") {
+        None => DEFAULT_NVML_RESERVED,
+        Some(v) => parse_size(v.trim())
+            .map_err(|e| format!("invalid FAKECUDA_NVML_RESERVED={v:?}: {e}"))?,
+    };
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -135,6 +147,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         mig,
         arena,
         nvml_fail,
+        nvml_reserved,
         visible,
     })
 }
@@ -161,6 +174,7 @@ mod tests {
         assert!(c.stats_path.is_none());
         assert!(c.shared.is_none() && !c.mig);
         assert_eq!((c.context_mem, c.visible.clone()), (0, vec![0]));
+        assert_eq!(c.nvml_reserved, 644_939_776, "an H200's, driver 580");
     }
 
     #[test]
@@ -202,11 +216,12 @@ mod tests {
             ("FAKECUDA_DEVICES", "4"),
             ("FAKECUDA_TOTAL_MEM", "1.5Gi"),
             ("FAKECUDA_DRIVER_VERSION", "13000"),
+            ("FAKECUDA_NVML_RESERVED", "0"),
         ]))
         .unwrap();
         assert_eq!(
-            (c.devices, c.total_mem, c.driver_version),
-            (4, 3 << 29, 13000)
+            (c.devices, c.total_mem, c.driver_version, c.nvml_reserved),
+            (4, 3 << 29, 13000, 0)
         );
     }
 
@@ -220,6 +235,7 @@ mod tests {
             ("FAKECUDA_CONTEXT_MEM", "-1"),
             ("FAKECUDA_MIG", "yes"),
             ("FAKECUDA_NVML_FAIL", "yes"),
+            ("FAKECUDA_NVML_RESERVED", "some"),
         ] {
             let err = from_env(env(&[(k, v)])).unwrap_err();
             assert!(err.contains(k), "{err}");

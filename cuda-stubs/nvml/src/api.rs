@@ -15,10 +15,31 @@ fn handle_by_index(index: c_uint, device: *mut nvmlDevice_t) -> Res {
     out(device, gpu_handle(index as usize))
 }
 
-fn memory(h: nvmlDevice_t) -> Result<(u64, u64), nvmlReturn_t> {
+/// A device's memory as NVML counts it: what CUDA sees (total, used) plus what the
+/// driver reserves beside it (FAKECUDA_NVML_RESERVED), as a real driver's NVML shows.
+struct Memory {
+    cuda_total: u64,
+    used: u64,
+    reserved: u64,
+}
+
+impl Memory {
+    fn total(&self) -> u64 {
+        self.cuda_total.saturating_add(self.reserved)
+    }
+    fn free(&self) -> u64 {
+        self.cuda_total.saturating_sub(self.used)
+    }
+}
+
+fn memory(h: nvmlDevice_t) -> Result<Memory, nvmlReturn_t> {
     let (phys, _) = dev(h)?;
     let cfg = cfg()?;
-    Ok((cfg.total_mem, used_of(cfg, phys)))
+    Ok(Memory {
+        cuda_total: cfg.total_mem,
+        used: used_of(cfg, phys),
+        reserved: cfg.nvml_reserved,
+    })
 }
 
 fn pci_info(device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) -> Res {
@@ -242,12 +263,13 @@ exports! {
     }
 
     fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) {
-        let (total, used) = self::memory(device)?;
-        out(memory, nvmlMemory_t { total, free: total - used, used })
+        // v1's used includes the reserved memory (a real driver's answer).
+        let m = self::memory(device)?;
+        out(memory, nvmlMemory_t { total: m.total(), free: m.free(), used: m.used.saturating_add(m.reserved) })
     }
 
     fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) {
-        let (total, used) = self::memory(device)?;
+        let m = self::memory(device)?;
         if memory.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
@@ -256,7 +278,7 @@ exports! {
         if version != NVML_MEMORY_V2 {
             return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
-        out(memory, nvmlMemory_v2_t { version, total, reserved: 0, free: total - used, used })
+        out(memory, nvmlMemory_v2_t { version, total: m.total(), reserved: m.reserved, free: m.free(), used: m.used })
     }
 
     fn nvmlDeviceGetComputeRunningProcesses(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) {

@@ -27,6 +27,7 @@ fn setup() {
             std::env::set_var("FAKECUDA_TOTAL_MEM", "16Gi");
             std::env::set_var("FAKECUDA_MIG", "1");
             std::env::set_var("FAKECUDA_DRIVER_VERSION", "12090");
+            std::env::set_var("FAKECUDA_NVML_RESERVED", "512Mi");
             std::env::set_var("FAKECUDA_SHARED", &path);
             std::env::set_var("CUDA_VISIBLE_DEVICES", "1"); // NVML ignores it
         }
@@ -169,16 +170,19 @@ fn memory_comes_from_the_shared_file() {
     unsafe {
         let mut m = nvmlMemory_t::default();
         assert_eq!(nvmlDeviceGetMemoryInfo(handle(1), &mut m), NVML_SUCCESS);
+        // As a real driver's NVML: the total is CUDA's plus what the driver reserves
+        // (FAKECUDA_NVML_RESERVED), which v1 counts as used.
+        const RESERVED: u64 = GIB / 2;
         assert_eq!(
             m,
             nvmlMemory_t {
-                total: 16 * GIB,
+                total: 16 * GIB + RESERVED,
                 free: 13 * GIB,
-                used: 3 * GIB
+                used: 3 * GIB + RESERVED
             }
         );
         assert_eq!(nvmlDeviceGetMemoryInfo(handle(0), &mut m), NVML_SUCCESS);
-        assert_eq!(m.used, 0);
+        assert_eq!(m.used, RESERVED);
         let mut m2 = nvmlMemory_v2_t {
             version: NVML_MEMORY_V2,
             ..Default::default()
@@ -186,7 +190,7 @@ fn memory_comes_from_the_shared_file() {
         assert_eq!(nvmlDeviceGetMemoryInfo_v2(handle(1), &mut m2), NVML_SUCCESS);
         assert_eq!(
             (m2.total, m2.reserved, m2.free, m2.used),
-            (16 * GIB, 0, 13 * GIB, 3 * GIB)
+            (16 * GIB + RESERVED, RESERVED, 13 * GIB, 3 * GIB)
         );
         assert_eq!(m2.version, 0x0200_0028);
         m2.version = 2;
@@ -287,7 +291,11 @@ fn mig_instances() {
         assert_eq!(by, mig);
         let mut m = nvmlMemory_t::default();
         assert_eq!(nvmlDeviceGetMemoryInfo(mig, &mut m), NVML_SUCCESS);
-        assert_eq!(m.used, 3 * GIB);
+        assert_eq!(
+            m.used,
+            3 * GIB + GIB / 2,
+            "its GPU's, the reserved 512 MiB included"
+        );
         let mut id = 9;
         assert_eq!(nvmlDeviceGetGpuInstanceId(mig, &mut id), NVML_SUCCESS);
         assert_eq!(id, 0);

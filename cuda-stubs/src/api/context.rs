@@ -8,7 +8,7 @@ use crate::model::pool;
 use crate::model::teardown;
 use libc::{c_char, c_int, c_uint, c_void};
 
-fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
+pub(super) fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     let dev = check_dev(dev)?;
     if pctx.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -70,6 +70,10 @@ crate::abi::exports! {
 
     fn cuCtxDestroy | cuCtxDestroy_v2 (ctx: Ctx) {
         cfg()?;
+        if ctx == 0 {
+            // NULL is not "the current context" here: the real driver answers INVALID_VALUE.
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
         teardown::end(ctx::destroy(ctx)?);
         Ok(())
     }

@@ -33,14 +33,17 @@ fn write_attribute(data: *mut c_void, attr: c_int, ptr: usize, info: &PtrInfo) -
             data.cast::<u8>(),
             match attr {
                 8 => info.managed as u8,
+                10 | 15 => info.plain as u8, // IS_LEGACY_CUDA_IPC_CAPABLE, IS_GPU_DIRECT_RDMA_CAPABLE
                 13 => 1,
                 _ => 0,
             },
         ),
         7 | 20 => out(data.cast::<u64>(), info.id), // BUFFER_ID, MEMORY_BLOCK_ID
         9 => out(data.cast::<c_int>(), info.dev as c_int), // DEVICE_ORDINAL
-        11 | 19 => out(data.cast::<u64>(), info.base as u64), // RANGE_START_ADDR, MAPPING_BASE_ADDR
-        12 | 18 => out(data.cast::<usize>(), info.size), // RANGE_SIZE, MAPPING_SIZE
+        11 => out(data.cast::<u64>(), info.range.0 as u64), // RANGE_START_ADDR
+        12 => out(data.cast::<usize>(), info.range.1), // RANGE_SIZE
+        19 => out(data.cast::<u64>(), info.base as u64), // MAPPING_BASE_ADDR
+        18 => out(data.cast::<usize>(), info.size), // MAPPING_SIZE
         14 => out(data.cast::<u64>(), 0),           // ALLOWED_HANDLE_TYPES
         16 => out(data.cast::<c_uint>(), 3),        // ACCESS_FLAGS: read-write
         17 => out(data.cast::<usize>(), info.pool), // MEMPOOL_HANDLE
@@ -78,14 +81,24 @@ crate::abi::exports! {
     }
 
     fn cuMemFree_v2(dptr: CUdeviceptr) {
+        if dptr == 0 {
+            // Freeing NULL is a no-op on the real driver (once initialised).
+            return cfg().map(|_| ());
+        }
         linear::free(dptr)
     }
 
     fn cuMemGetInfo_v2(free_out: *mut usize, total_out: *mut usize) {
         let (_, dev) = current()?;
         let l = ledger()?;
-        out(free_out, l.total().saturating_sub(l.device_used(dev)) as usize)?;
-        out(total_out, l.total() as usize)
+        // NULL for either figure is not an error on the real driver: it is not written.
+        if !free_out.is_null() {
+            out(free_out, l.total().saturating_sub(l.device_used(dev)) as usize)?;
+        }
+        if !total_out.is_null() {
+            out(total_out, l.total() as usize)?;
+        }
+        Ok(())
     }
 
     fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr) {

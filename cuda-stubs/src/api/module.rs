@@ -50,8 +50,13 @@ fn read_image(p: *const c_void) -> Result<Names, CUresult> {
     match image::kind(&head) {
         Some(Kind::Ptx) => {
             // SAFETY: NUL-terminated PTX text.
-            let text = unsafe { std::ffi::CStr::from_ptr(p.cast()) };
-            Ok(image::ptx_names(&text.to_string_lossy()))
+            let text = unsafe { std::ffi::CStr::from_ptr(p.cast()) }.to_string_lossy();
+            // PTX begins with its `.version` directive: other text is not an image (the
+            // real driver answers CUDA_ERROR_INVALID_IMAGE for "not an image").
+            if !image::has_ptx_version(&text) {
+                return Err(CUDA_ERROR_INVALID_IMAGE);
+            }
+            Ok(image::ptx_names(&text))
         }
         Some(Kind::Elf) => {
             // SAFETY: an ELF image holds its 64-byte header.
@@ -78,14 +83,21 @@ fn read_image(p: *const c_void) -> Result<Names, CUresult> {
     }
 }
 
-/// Loads the image at `image` as a module of the current context.
+/// Loads the image at `image` as a module of the current context. Its globals are device
+/// memory from the load on, as on the real driver (whose free memory drops at a module's
+/// load, not at a global's first lookup); a load they do not fit fails.
 pub fn load_module(pmod: *mut usize, image: *const c_void) -> CuResult {
-    let (ctx, _) = current()?;
+    let (ctx, dev) = current()?;
     if pmod.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let names = read_image(image)?;
-    out(pmod, module::load(ctx, names))
+    let m = module::load(ctx, names);
+    if let Err(e) = module::allocate_globals(m, ctx, dev) {
+        let _ = module::unload(m);
+        return Err(e);
+    }
+    out(pmod, m)
 }
 
 fn read_file(fname: *const c_char) -> Result<Vec<u8>, CUresult> {

@@ -77,6 +77,10 @@ fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: 
         Some(p) => (p, pool::get(p)?.dev),
         None => (pool::current_of(sdev), sdev),
     };
+    if size == 0 {
+        // The real driver (13.0, H200) answers success for 0 bytes: nothing is allocated.
+        return out(dptr, 0);
+    }
     out(
         dptr,
         linear::alloc(dev, ctx, size as u64, Kind::Pool(pool))?,
@@ -215,6 +219,10 @@ crate::abi::exports! {
 
     fn cuMemFreeAsync | cuMemFreeAsync_ptsz (dptr: CUdeviceptr, stream: usize) {
         stream::check(stream)?;
+        if dptr == 0 {
+            // Freeing NULL is a no-op on the real driver.
+            return Ok(());
+        }
         linear::free(dptr)
     }
 }

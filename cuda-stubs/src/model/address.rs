@@ -13,12 +13,18 @@ use crate::abi::*;
 pub struct PtrInfo {
     pub base: usize,
     pub size: usize,
+    /// The address range the pointer is in (`RANGE_START_ADDR`, `RANGE_SIZE`): the
+    /// allocation, or for a VMM mapping its whole reservation (the real driver's answer).
+    pub range: (usize, usize),
     pub dev: usize,
     pub ctx: Ctx,
     pub managed: bool,
     pub pool: usize,
     pub id: u64,
     pub host: bool,
+    /// A plain `cuMemAlloc*` allocation: what the real driver calls legacy-IPC and
+    /// GPUDirect-RDMA capable (both 1 on an H200 with driver 580).
+    pub plain: bool,
 }
 
 /// The allocation, mapping or pinned range `ptr` lies in.
@@ -28,12 +34,14 @@ pub fn pointer_info(ptr: usize) -> Option<PtrInfo> {
         return Some(PtrInfo {
             base,
             size: a.size as usize,
+            range: (base, a.size as usize),
             dev: a.dev,
             ctx: a.ctx,
             managed: a.kind == Kind::Managed,
             pool,
             id: a.id,
             host: false,
+            plain: a.kind == Kind::Device,
         });
     }
     let current_ctx = || current().map(|c| c.0).unwrap_or(0);
@@ -41,35 +49,41 @@ pub fn pointer_info(ptr: usize) -> Option<PtrInfo> {
         return Some(PtrInfo {
             base,
             size: m.size,
+            range: vmm::reservation_at(ptr).unwrap_or((base, m.size)),
             dev: m.dev,
             ctx: current_ctx(),
             managed: false,
             pool: 0,
             id: m.handle,
             host: false,
+            plain: false,
         });
     }
     if let Some((base, o)) = ipc::opened_at(ptr) {
         return Some(PtrInfo {
             base,
             size: o.size,
+            range: (base, o.size),
             dev: o.dev,
             ctx: current_ctx(),
             managed: false,
             pool: 0,
             id: o.key.1,
             host: false,
+            plain: false,
         });
     }
     host::lookup(ptr).map(|(base, size)| PtrInfo {
         base,
         size,
+        range: (base, size),
         dev: 0,
         ctx: current_ctx(),
         managed: false,
         pool: 0,
         id: base as u64,
         host: true,
+        plain: false,
     })
 }
 

@@ -175,6 +175,19 @@ pub fn global(
     }
 }
 
+/// Allocates every global a module's image names (at its load).
+pub fn allocate_globals(module: usize, ctx: Ctx, dev: usize) -> CuResult {
+    let names: Vec<String> = registry()
+        .modules
+        .get(&module)
+        .map(|m| m.names.globals.keys().cloned().collect())
+        .unwrap_or_default();
+    for name in names {
+        global(module, &name, ctx, dev)?;
+    }
+    Ok(())
+}
+
 /// The function behind a CUfunction handle.
 pub fn get_function(f: usize) -> Option<Function> {
     registry().functions.get(&f).cloned()

@@ -11,7 +11,12 @@
 //!   0) at the next synchronisation of its device (cuStreamSynchronize, cuCtxSynchronize,
 //!   cuEventSynchronize), and down to `minBytesToKeep` at cuMemPoolTrimTo. It never
 //!   releases bytes in use.
-//! - Byte-exact: no rounding to pages or chunks, no fragmentation.
+//! - A pool grows in chunks, as the real driver's do: by at least [`CHUNK`] (32 MiB), and by
+//!   what is missing rounded up to the 2 MiB granularity beyond that (an H200 with driver
+//!   580 reserved 32 MiB for a 1 MiB allocation). A chunk that does not fit the device or
+//!   `maxSize` shrinks to what is missing, rounded up to 2 MiB where that fits. Released
+//!   down to what the chunks of the bytes in use hold ([`Pool::held`]): no fragmentation
+//!   beyond that, `used` stays byte-exact.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,6 +29,16 @@ use crate::abi::types::*;
 use crate::abi::*;
 use fake_gpu::identity::MAX_DEVICES;
 use libc::c_int;
+
+/// The least a pool grows by (what an H200 with driver 580 reserved for 1 MiB).
+pub const CHUNK: u64 = 32 << 20;
+/// The granularity of pool memory (the VMM granularity).
+const GRANULE: u64 = 2 << 20;
+
+/// `n` rounded up to whole granules (saturating).
+fn granules(n: u64) -> u64 {
+    n.checked_next_multiple_of(GRANULE).unwrap_or(u64::MAX)
+}
 
 /// The first driver versions that know attributes 9..=14 and 15.
 const LOCATION_ATTRS_SINCE: i32 = 13020;
@@ -107,24 +122,48 @@ impl Pool {
 
     /// Hands out `size` bytes: cached bytes first; `grow(n)` charges the device for the
     /// n bytes the pool has to add to its reservation.
-    pub fn take(&mut self, size: u64, grow: impl FnOnce(u64) -> CuResult) -> CuResult {
+    pub fn take(&mut self, size: u64, mut grow: impl FnMut(u64) -> CuResult) -> CuResult {
         let cached = self.reserved - self.used;
         if size > cached {
             let need = size - cached;
-            let reserved = self
-                .reserved
-                .checked_add(need)
-                .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-            if self.max_size != 0 && reserved > self.max_size {
+            // The room `maxSize` leaves (none: the device's).
+            let room = match self.max_size {
+                0 => u64::MAX - self.reserved,
+                m => m.saturating_sub(self.reserved),
+            };
+            if need > room {
                 return Err(CUDA_ERROR_OUT_OF_MEMORY);
             }
-            grow(need)?;
-            self.reserved = reserved;
+            // A whole chunk, else what is missing in granules, else exactly what is missing.
+            let mut tries = [granules(need).max(CHUNK), granules(need), need];
+            for t in &mut tries {
+                *t = (*t).min(room);
+            }
+            let mut grown = Err(CUDA_ERROR_OUT_OF_MEMORY);
+            for (i, &n) in tries.iter().enumerate() {
+                if i > 0 && n == tries[i - 1] {
+                    continue;
+                }
+                grown = grow(n).map(|()| n);
+                if grown.is_ok() {
+                    break;
+                }
+            }
+            self.reserved += grown?;
         }
         self.used += size;
         self.used_high = self.used_high.max(self.used);
         self.reserved_high = self.reserved_high.max(self.reserved);
         Ok(())
+    }
+
+    /// What a release keeps: the chunks the bytes in use lie in (a chunk, or the bytes
+    /// in use in whole granules), never more than is reserved.
+    pub fn held(&self) -> u64 {
+        match self.used {
+            0 => 0,
+            u => granules(u).max(CHUNK).min(self.reserved),
+        }
     }
 
     /// Takes back `size` handed-out bytes (they stay reserved).
@@ -135,7 +174,7 @@ impl Pool {
     /// Releases cached bytes until at most `keep` are reserved (never bytes in use);
     /// returns how many bytes to give back to the device.
     pub fn trim(&mut self, keep: u64) -> u64 {
-        let target = self.used.max(self.reserved.min(keep));
+        let target = self.held().max(self.reserved.min(keep));
         let freed = self.reserved - target;
         self.reserved = target;
         freed
@@ -320,6 +359,8 @@ pub fn trim_to(pool: usize, keep: u64) {
 mod tests {
     use super::*;
 
+    const MIB: u64 = 1 << 20;
+
     #[test]
     fn reuse_release_and_trim() {
         let mut device = 0u64;
@@ -328,35 +369,91 @@ mod tests {
             device += n;
             Ok(())
         };
-        p.take(100, &mut grow).unwrap();
-        p.give(100);
-        assert_eq!((p.reserved, p.used), (100, 0), "freed bytes stay reserved");
-        p.take(60, &mut grow).unwrap();
-        assert_eq!((p.reserved, p.used), (100, 60), "cached bytes are reused");
-        p.take(70, &mut grow).unwrap();
+        p.take(MIB, &mut grow).unwrap();
+        assert_eq!(
+            (p.reserved, p.used),
+            (32 * MIB, MIB),
+            "a 32 MiB chunk for 1 MiB"
+        );
+        p.give(MIB);
+        assert_eq!(
+            (p.reserved, p.used),
+            (32 * MIB, 0),
+            "freed bytes stay reserved"
+        );
+        p.take(20 * MIB, &mut grow).unwrap();
+        assert_eq!(
+            (p.reserved, p.used),
+            (32 * MIB, 20 * MIB),
+            "cached bytes are reused"
+        );
+        p.take(20 * MIB, &mut grow).unwrap();
         assert_eq!(
             (p.reserved, p.used, p.reserved_high),
-            (130, 130, 130),
-            "grows by what is missing"
+            (64 * MIB, 40 * MIB, 64 * MIB),
+            "grows by a chunk when 8 MiB are missing"
         );
-        assert_eq!(device, 130);
-        p.give(70);
-        assert_eq!(p.trim(100), 30, "keeps 100 of 130 (60 in use)");
-        assert_eq!(p.reserved, 100);
-        assert_eq!(p.trim(0), 40, "never below what is in use");
-        assert_eq!((p.reserved, p.used, p.used_high), (60, 60, 130));
+        p.take(60 * MIB + 1, &mut grow).unwrap();
+        assert_eq!(
+            p.reserved,
+            64 * MIB + 38 * MIB,
+            "36 MiB + 1 missing: 38 MiB of granules"
+        );
+        assert_eq!(device, p.reserved);
+        p.give(60 * MIB + 1);
+        assert_eq!(p.trim(50 * MIB), 52 * MIB, "keeps 50 MiB (40 in use)");
+        assert_eq!(p.reserved, 50 * MIB);
+        assert_eq!(p.trim(0), 10 * MIB, "never below the chunks in use");
+        assert_eq!(
+            (p.reserved, p.used, p.used_high),
+            (40 * MIB, 40 * MIB, 100 * MIB + 1)
+        );
+        p.give(39 * MIB);
+        assert_eq!(p.trim(0), 8 * MIB, "1 MiB in use keeps its chunk");
+        p.give(MIB);
+        assert_eq!(p.trim(0), 32 * MIB, "nothing in use: everything goes");
+        assert_eq!(p.reserved, 0);
     }
 
     #[test]
     fn max_size_and_device_refusals() {
-        let mut p = Pool::new(0, false, 100);
-        assert_eq!(p.take(101, |_| Ok(())), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        let mut p = Pool::new(0, false, 40 * MIB);
+        assert_eq!(p.take(41 * MIB, |_| Ok(())), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        p.take(MIB, |_| Ok(())).unwrap();
+        assert_eq!(p.reserved, 32 * MIB);
+        p.take(35 * MIB, |_| Ok(())).unwrap();
+        assert_eq!(
+            (p.reserved, p.used),
+            (40 * MIB, 36 * MIB),
+            "a chunk cut to maxSize"
+        );
+        assert_eq!(p.take(5 * MIB, |_| Ok(())), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        // A device without room for a chunk: what is missing, in granules, then exactly.
+        let mut p = Pool::new(0, false, 0);
+        p.take(MIB + 1, |n| {
+            if n <= 3 * MIB {
+                Ok(())
+            } else {
+                Err(CUDA_ERROR_OUT_OF_MEMORY)
+            }
+        })
+        .unwrap();
+        assert_eq!(p.reserved, 2 * MIB);
+        let mut p = Pool::new(0, false, 0);
+        p.take(MIB + 1, |n| {
+            if n <= MIB + 1 {
+                Ok(())
+            } else {
+                Err(CUDA_ERROR_OUT_OF_MEMORY)
+            }
+        })
+        .unwrap();
+        assert_eq!(p.reserved, MIB + 1);
         assert_eq!(
             p.take(50, |_| Err(CUDA_ERROR_OUT_OF_MEMORY)),
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         );
-        assert_eq!((p.reserved, p.used), (0, 0));
-        p.take(100, |_| Ok(())).unwrap();
+        assert_eq!((p.reserved, p.used), (MIB + 1, MIB + 1));
         assert_eq!(p.take(u64::MAX, |_| Ok(())), Err(CUDA_ERROR_OUT_OF_MEMORY));
     }
 }

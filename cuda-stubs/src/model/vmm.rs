@@ -255,6 +255,11 @@ pub fn mapping_at(ptr: usize) -> Option<(usize, Mapping)> {
     vmm().mapping_at(ptr)
 }
 
+/// The reservation containing `ptr`: (its start, its size).
+pub fn reservation_at(ptr: usize) -> Option<(usize, usize)> {
+    vmm().reservation_of(ptr, 1)
+}
+
 /// A new physical allocation of `size` bytes of `dev` (cuMemCreate), charged to the device:
 /// a range of the device's arena, or a memfd of its own if `prop` asks for an exportable
 /// handle.
@@ -469,16 +474,20 @@ pub fn map(ptr: usize, size: usize, offset: usize, handle: u64, flags: u64) -> C
     let p = v.phys.get(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     let (psize, dev) = (p.size, p.dev);
     let (fd, base_off) = v.fd_of(p).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    let page = page_size();
-    let fits = offset.checked_add(size).is_some_and(|e| e <= psize);
+    // Addresses, offsets and sizes in whole granules, as the real driver insists (a
+    // mapping one page off the granularity is CUDA_ERROR_INVALID_VALUE there).
+    let g = GRANULARITY;
     if flags != 0
         || size == 0
-        || !fits
-        || !ptr.is_multiple_of(page)
-        || !offset.is_multiple_of(page)
-        || !size.is_multiple_of(page)
+        || !ptr.is_multiple_of(g)
+        || !offset.is_multiple_of(g)
+        || !size.is_multiple_of(g)
     {
         return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // A range past the end of the handle: CUDA_ERROR_NOT_SUPPORTED on the real driver.
+    if offset.checked_add(size).is_none_or(|e| e > psize) {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
     v.reservation_of(ptr, size)
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;

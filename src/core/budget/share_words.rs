@@ -251,6 +251,14 @@ impl Member<'_> {
     /// The pool's new use if this member, holding
     /// `own` while the pool uses `pool` of `cap`, may take `bytes` more (the reservation
     /// rule of `shares::reserve`).
+    ///
+    /// A request inside this member's own guarantee does not weigh the others' unused
+    /// guarantees (`shares::reserve_owed`): the pool keeps room for every unused
+    /// guarantee (each borrower leaves it), so such a request fits whenever the cap has
+    /// the room. It must not weigh them: another member's change in flight (its bytes
+    /// in `used` before its own word, or off its own word before `used`: see
+    /// `used.rs`) makes its unused guarantee look larger than it is, and a guaranteed
+    /// request would be refused. For a borrower that error errs on the safe side.
     pub(super) fn fits(&self, g: usize, pool: u64, own: u64, bytes: u64, cap: u64) -> Option<u64> {
         self.fits_at(self.hot(g)?, g, pool, own, bytes, cap)
     }
@@ -282,26 +290,20 @@ impl Member<'_> {
         cap: u64,
         ceiling: u64,
     ) -> Option<u64> {
-        let others = if self.inside_guarantee(h, own) {
-            0
-        } else {
-            self.others_unused_at(h, g)
-        };
-        shares::reserve(cap, pool, own, ceiling, bytes, others)
-    }
-
-    /// Whether this member, holding `own` on the GPU of `h`, is inside its guarantee
-    /// with the change being made (called inside one: its `pending` holds the request's
-    /// bytes, and those of its other threads' changes in flight). Such a request needs
-    /// no look at the others' unused guarantees: every other member's reservation kept
-    /// this member's unused guarantee free (and errs high on it), so the pool's cap alone
-    /// decides. Weighing the others' would err high against this member: a neighbour
-    /// inside a credit (its own use taken down, `used` not yet) shows more unused
-    /// guarantee than it has, and a request inside a guarantee would be refused.
-    #[inline(always)]
-    fn inside_guarantee(&self, h: &Hot<'_>, own: u64) -> bool {
         let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
-        guarantee != 0 && own.saturating_add(h.mine[M_PENDING].load(SeqCst)) <= guarantee
+        if guarantee != 0 {
+            // Called inside a change (`Member::add`): `pending` holds this request's
+            // bytes and those of this process's other changes in flight. Those count as
+            // held: another thread's reservation may have swapped `used` and not yet
+            // raised `own`, and two threads must not each take the guarantee's rest
+            // without weighing the others' (a borrow that could break their guarantees).
+            let in_flight = h.mine[M_PENDING].load(SeqCst).saturating_sub(bytes);
+            let held = own.saturating_add(in_flight);
+            if let Some(new) = shares::reserve_owed(cap, pool, held, guarantee, bytes) {
+                return Some(new);
+            }
+        }
+        shares::reserve(cap, pool, own, ceiling, bytes, self.others_unused_at(h, g))
     }
 
     /// The refusal of `bytes` on GPU entry `g` if they would take this member past its

@@ -155,6 +155,20 @@ pub fn reserve(
     (new.checked_add(others_unused)? <= cap).then_some(new)
 }
 
+/// The reservation rule for a request inside member *i*'s own guarantee (`held +
+/// request <= guarantee`): the pool's new use if the cap has the room, whatever the
+/// others' unused guarantees (the borrowers left room for this one: see [`reserve`]);
+/// None for a request that is not inside the guarantee, or that the cap cannot take.
+/// A guarantee never exceeds a ceiling (admission), so the ceiling needs no check.
+#[inline]
+pub fn reserve_owed(cap: u64, used: u64, held: u64, guarantee: u64, request: u64) -> Option<u64> {
+    if held.checked_add(request)? > guarantee {
+        return None;
+    }
+    let new = used.checked_add(request)?;
+    (new <= cap).then_some(new)
+}
+
 /// Whether `request` more bytes would take a member holding `held` past its ceiling.
 #[inline]
 pub fn past_ceiling(held: u64, ceiling: u64, request: u64) -> bool {
@@ -177,6 +191,29 @@ mod tests {
     use proptest::prelude::*;
 
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn a_request_inside_the_guarantee_needs_only_the_caps_room() {
+        // 3 of a 4 guarantee held; the others' unused guarantees do not count.
+        assert_eq!(reserve_owed(10, 5, 3, 4, 1), Some(6));
+        assert_eq!(
+            reserve(10, 5, 3, u64::MAX, 1, 5),
+            None,
+            "the general rule would refuse"
+        );
+        assert_eq!(
+            reserve_owed(10, 5, 3, 4, 2),
+            None,
+            "past the guarantee: the general rule"
+        );
+        assert_eq!(reserve_owed(10, 10, 3, 4, 1), None, "never past the cap");
+        assert_eq!(reserve_owed(10, 0, 0, 0, 1), None, "no guarantee");
+        assert_eq!(
+            reserve_owed(u64::MAX, u64::MAX, 0, 4, 1),
+            None,
+            "no overflow"
+        );
+    }
 
     #[test]
     fn check_orders_guarantee_ceiling_and_cap() {

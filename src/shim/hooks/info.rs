@@ -13,7 +13,30 @@ pub fn mem_get_info<W: Word>(
     };
     // SAFETY: forwarding the caller's arguments.
     let rc = unsafe { real(free, total) };
-    if rc != CUDA_SUCCESS || free.is_null() || total.is_null() {
+    if rc != CUDA_SUCCESS {
+        return rc;
+    }
+    if free.is_null() || total.is_null() {
+        // A driver that takes a NULL figure (CUDA 13.0 does) wrote the other one
+        // uncapped: both are asked again into our own, and the caller's written capped.
+        let (mut f, mut t) = (W::put(0), W::put(0));
+        // SAFETY: valid out-pointers of our own.
+        let rc = unsafe { real(&mut f, &mut t) };
+        // The uncapped figure is never left: if the second ask failed, 0 and its error.
+        let (f, t) = if rc == CUDA_SUCCESS {
+            capped_info(shim, f.get(), t.get())
+        } else {
+            (0, 0)
+        };
+        // SAFETY: the caller's out-pointers, each written only when non-NULL.
+        unsafe {
+            if let Some(free) = free.as_mut() {
+                *free = W::put(f);
+            }
+            if let Some(total) = total.as_mut() {
+                *total = W::put(t);
+            }
+        }
         return rc;
     }
     // SAFETY: the driver succeeded and filled both out-pointers.

@@ -130,6 +130,17 @@ enum Target<'a> {
 /// Reserves `bytes` for a call that works in the calling thread's current context, on
 /// `device`: that context's device, or one the call names (None: nothing to charge).
 fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'static>, CuResult> {
+    reserve_for(api, device, bytes, bytes)
+}
+
+/// [`reserve`] of `bytes` to serve a request of `requested` bytes (a refusal names the
+/// request as the program made it).
+fn reserve_for(
+    api: &str,
+    device: Option<c_int>,
+    requested: u64,
+    bytes: u64,
+) -> Result<Target<'static>, CuResult> {
     let shim = shim()?;
     let Some(device) = device else {
         return Ok(Target::Unknown);
@@ -149,7 +160,7 @@ fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'stati
     if would_refuse(shim, d, bytes) && context_device().is_none() {
         return Ok(Target::Unknown);
     }
-    shim.reserve(api, d, bytes)
+    shim.reserve_for(api, d, requested, bytes)
         .map(Target::Charged)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
 }

@@ -102,30 +102,41 @@ pub(super) fn pool_charged(
     stream: Stream,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
-    // The whole request is reserved, even if the pool may serve it from its cache: the
-    // driver, not the shim, decides that, and a concurrent allocation may take the cache
-    // first. Near the cap the pools are trimmed instead (`reserve`), which is safe.
-    let target = match reserve(api, device, size as u64) {
+    if size == 0 {
+        // Nothing is allocated (a CUDA 13.0 driver answers success): the driver's answer,
+        // the ledger and the pools untouched.
+        return call();
+    }
+    let bytes = size as u64;
+    // What the pool may grow by is reserved, even if it may serve the request from its
+    // cache: the driver, not the shim, decides that, and a concurrent allocation may take
+    // the cache first. A pool grows by whole chunks (`growth_bound`: 32 MiB for 1 MiB on
+    // the real driver), so reserving only the request let the device hold more than the
+    // cap until the settle. Near the cap the pools are trimmed instead (`reserve`), which
+    // is safe.
+    let bound = gpucap_core::pools::growth_bound(bytes);
+    let target = match reserve_for(api, device, bytes, bound) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
-    let bytes = size as u64;
     let pool = match &target {
         Target::Charged(r) => pool.map(|p| (p, r.charge().device)),
         Target::Unknown => None,
     };
     if let Some((p, d)) = pool {
-        POOLS.begin(p, d, bytes);
+        POOLS.begin(p, d, bound);
     }
     let rc = call();
-    let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) else {
+    let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else {
         if let Some((p, _)) = pool {
-            POOLS.abandoned(p, bytes);
+            POOLS.abandoned(p, bound);
         }
         return rc;
     };
     let Some((pool, d)) = pool else {
-        // No pool to read (the driver gave none): charged as a plain allocation.
+        // No pool to read (the driver gave none): charged as a plain allocation (shrinking
+        // a reservation cannot be refused).
+        let _ = SHIM.ledger.resize(&mut r, bytes);
         r.commit(written(dptr));
         return rc;
     };
@@ -138,7 +149,7 @@ pub(super) fn pool_charged(
         SHIM.refused(api, d, bytes, refusal);
         queries::free_async(ptr, stream);
         POOLS.reclaim(&SHIM.ledger, &queries::Pools, d);
-        POOLS.abandoned(pool, bytes);
+        POOLS.abandoned(pool, bound);
         drop(r);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -323,3 +323,23 @@ fn a_guarantee_holds_beside_a_neighbour_stopped_inside_a_credit() {
     assert!(b.reserve(0, 101).is_err());
     b.reserve(0, 100).unwrap();
 }
+
+/// Two threads of one member cannot both take the rest of its guarantee unchecked: with
+/// one thread stopped inside a reservation (`used` swapped, its own use not raised yet),
+/// the other's request past the guarantee weighs the others' unused guarantees.
+#[test]
+fn a_member_s_change_in_flight_counts_against_its_own_guarantee() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(CAP));
+    a.claim(0, share(500, None)).unwrap();
+    let b = member(pool, proc(k, 2), Some(CAP));
+    b.claim(0, share(400, None)).unwrap();
+    // One of A's threads reserves 400 (inside its 500) and stops after the swap.
+    play(pool, &a, true, 400, 0..2);
+    assert_eq!(pool.w.used(0), 400);
+    // Another asks for 400 more: 800 is past A's guarantee, and B's 400 are kept.
+    assert!(a.reserve(0, 400).is_err());
+    b.reserve(0, 400).unwrap();
+    play(pool, &a, true, 400, 2..4);
+    assert_eq!(a.usage(0), Some((800, Some(CAP), 400)));
+}
