@@ -25,8 +25,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 
+use super::hot::Hot;
 use super::layout::*;
 use super::member::Member;
+use super::used::Rule;
 
 /// Spins on a held gate or word lock before going to sleep on it.
 const SPINS: u32 = 64;
@@ -102,6 +104,34 @@ impl fmt::Display for PoolRefusal {
             "{} requested, {} of {} in use by the pool",
             self.requested, self.used, self.cap
         )
+    }
+}
+
+/// The rule of one try of a reservation ([`Member::take`]).
+struct Take<'m, 'a> {
+    m: &'m Member<'a>,
+    h: &'m Hot<'a>,
+    g: usize,
+    bytes: u64,
+    cap: u64,
+    ceiling: u64,
+}
+
+impl Rule for Take<'_, '_> {
+    #[inline(always)]
+    fn apply(&self, pool: u64, own: u64) -> Option<u64> {
+        let Take {
+            m,
+            h,
+            g,
+            bytes,
+            cap,
+            ceiling,
+        } = *self;
+        if m.queue_first_at(h) || pool < own {
+            return None; // waiters first, in order; or a `used` that cannot be
+        }
+        m.fits_under(h, g, pool, own, bytes, cap, ceiling)
     }
 }
 
@@ -201,11 +231,13 @@ impl Member<'_> {
         };
         // This member's own (set when it claims its share, before its allocations).
         let ceiling = h.ceiling();
-        let rule = |pool: u64, own: u64| {
-            if self.queue_first_at(h) || pool < own {
-                return None; // waiters first, in order; or a `used` that cannot be
-            }
-            self.fits_under(h, g, pool, own, bytes, cap, ceiling)
+        let rule = Take {
+            m: self,
+            h,
+            g,
+            bytes,
+            cap,
+            ceiling,
         };
         if ceiling == u64::MAX {
             return self.add_at(h, bytes, rule);

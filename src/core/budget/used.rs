@@ -59,6 +59,21 @@ pub(super) fn members_count(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> 
     (own, pending)
 }
 
+/// What a change of a member's use may make of the pool's use: `apply(pool's use, own
+/// use)` gives the pool's new use, or None to refuse. A closure is one; the short path's
+/// rule (`account`) is a type of its own whose `apply` is inlined into the change's loop
+/// (a closure that large is left out of line: a frame per reservation).
+pub(super) trait Rule {
+    fn apply(&self, pool: u64, own: u64) -> Option<u64>;
+}
+
+impl<F: Fn(u64, u64) -> Option<u64>> Rule for F {
+    #[inline(always)]
+    fn apply(&self, pool: u64, own: u64) -> Option<u64> {
+        self(pool, own)
+    }
+}
+
 impl Member<'_> {
     /// Adds `bytes` to this member's use on GPU entry `g` if `rule(pool's use, own use)`
     /// gives the pool's new use (checked and added in one compare-and-swap). True if added.
@@ -70,17 +85,14 @@ impl Member<'_> {
     /// [`add`](Self::add) on the words `h` of one GPU entry. Inlined: a reservation's
     /// short path then keeps `rule`'s captures in registers and pays no second frame.
     #[inline(always)]
-    pub(super) fn add_at(
-        &self,
-        h: &Hot<'_>,
-        bytes: u64,
-        rule: impl Fn(u64, u64) -> Option<u64>,
-    ) -> bool {
+    pub(super) fn add_at(&self, h: &Hot<'_>, bytes: u64, rule: impl Rule) -> bool {
         let (pending, own, used) = (&h.mine[M_PENDING], &h.mine[M_USED], &h.gpu[G_USED]);
         pending.fetch_add(bytes, SeqCst);
         let mut word = used.load(SeqCst);
         let new = loop {
-            let Some(new) = rule(used_bytes(word), own.load(SeqCst)).filter(|&n| n <= USED_BYTES)
+            let Some(new) = rule
+                .apply(used_bytes(word), own.load(SeqCst))
+                .filter(|&n| n <= USED_BYTES)
             else {
                 pending.fetch_sub(bytes, SeqCst);
                 return false;
