@@ -15,6 +15,11 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
   escapes.py pool-other-gpu --cap N  (2 visible GPUs) GPU 1's default pool with GPU 0's
                                      context current: charged to GPU 1 (0.6 x its room
                                      twice: the second refused). One GPU: SKIP
+  escapes.py page-rounding --cap N   the driver takes whole 2 MiB pages (an H200 took 4 MiB
+                                     for 3 MiB + 1 byte) while gpucap charges the bytes
+                                     asked for: what the driver took for one block of each
+                                     of a few sizes, then the cap filled with blocks of
+                                     2 MiB + 4 KiB (half of each second page unused)
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -255,12 +260,48 @@ def pool_other_gpu(drv, w, cap):
             "peaked at %s of the %s cap" % (mib(max(w.peak, used)), mib(cap)))
 
 
+ROUNDING_SIZES = (4096, 1 * MiB, 2 * MiB, 2 * MiB + 4096, 3 * MiB + 1)
+
+
+def page_rounding(drv, w, cap):
+    drv.use(0)
+    room_of(drv, 0, cap)
+    took = []
+    for size in ROUNDING_SIZES:
+        before = w.look(0, "before %d bytes" % size)
+        rc, p = drv.alloc(size)
+        if rc != 0:
+            fail("cuMemAlloc_v2(%d) -> %d" % (size, rc))
+        after = w.look(0, "after %d bytes" % size)
+        drv.must("cuMemFree_v2", u64(p))
+        took.append("%d B: %s" % (size, mib(after - before)))
+    info("the driver took, per block: %s" % "; ".join(took))
+    block = 2 * MiB + 4096
+    blocks = []
+    while len(blocks) < 100000:
+        rc, p = drv.alloc(block)
+        if rc == OOM:
+            break
+        if rc != 0:
+            fail("cuMemAlloc_v2(%d) while filling -> %d" % (block, rc))
+        blocks.append(p)
+    used = w.look(0, "the cap filled with %d blocks of 2 MiB + 4 KiB (%s asked)"
+                  % (len(blocks), mib(len(blocks) * block)))
+    for p in blocks:
+        drv.must("cuMemFree_v2", u64(p))
+    return ("%d blocks of 2 MiB + 4 KiB (%s asked) filled the cap; the driver's figure peaked at %s of the "
+            "%s cap; per block the driver took %s" % (len(blocks), mib(len(blocks) * block), mib(max(w.peak, used)),
+                                                    mib(cap), "; ".join(took)))
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
-        print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu --cap BYTES", file=sys.stderr)
+        print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding --cap BYTES",
+              file=sys.stderr)
         return 2
     cap = int(argv[2])
-    modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu}
+    modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
+             "page-rounding": page_rounding}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

@@ -6,7 +6,7 @@
 # shellcheck disable=SC2317
 
 CHECKS+=(growth-footprint
-    escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu
+    escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
 ACCOUNTING=$SRC_DIR/accounting.py
@@ -53,6 +53,8 @@ check_escape_vmm_release() { escape_check "$1" vmm-release; }
 check_escape_pool_cumemfree() { escape_check "$1" pool-cumemfree; }
 # every GPU visible: GPU 1's pool needs a GPU 1
 check_escape_pool_other_gpu() { escape_check "$1" pool-other-gpu env -u CUDA_VISIBLE_DEVICES; }
+# the driver's 2 MiB pages against gpucap's charge of the bytes asked for
+check_escape_page_rounding() { escape_check "$1" page-rounding; }
 
 # accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
 # first context was measured (the shim's debug line: by NVML, no temporary context).
