@@ -283,6 +283,24 @@ fn run_compat(preloads: &[PathBuf], capped: bool, other: bool) -> Output {
     ]))
 }
 
+/// A program built without PIE that takes a hook's address: its PLT entry is that
+/// symbol's canonical address (what the loader binds every reference to, and what
+/// `dlsym(RTLD_DEFAULT)` answers). The shim must not take it for the driver's function.
+#[test]
+fn a_non_pie_program_taking_a_hooks_address_stays_capped() {
+    let prog = compile_c("nonpie", "", &["-lcuda", "-no-pie", "-fno-pie"]);
+    let stats = scratch("nonpie").join("stats.json");
+    let cap = (256u64 << 20).to_string();
+    let mut c = fake_cmd(&prog, &stats);
+    c.env("FAKECUDA_TOTAL_MEM", PHYS).arg(&cap);
+    let o = run(preload(&mut c).env("GPUCAP_LIMIT", &cap));
+    assert_passed(&o, "a non-PIE program under the shim");
+    // Control: without the shim nothing is refused.
+    let mut c = fake_cmd(&prog, &stats);
+    let o = run(c.env("FAKECUDA_TOTAL_MEM", PHYS).arg(&cap));
+    assert_failed(&o, "the non-PIE program without the shim");
+}
+
 #[test]
 fn dlsym_override_keeps_rtld_default_rtld_next_and_dlerror() {
     // Control: glibc's own dlsym gives what the checks expect.
