@@ -7,7 +7,7 @@ use std::ffi::{CStr, c_char, c_void};
 use std::ptr::null_mut;
 
 use crate::resolve::{is_nvml, real_dlsym, remember_library};
-use crate::table::{is_hook, row_named};
+use crate::table::{never_the_driver, row_named};
 
 #[repr(C)]
 struct Decision {
@@ -47,7 +47,7 @@ extern "C" fn dlsym_decide(handle: *mut c_void, symbol: *const c_char) -> Decisi
     // SAFETY: real dlsym on the caller's handle; the caller identity does not matter
     // for a handle lookup.
     let p = unsafe { real(handle, symbol) };
-    if p.is_null() || is_hook(p) {
+    if p.is_null() || never_the_driver(p) {
         return Decision {
             value: p,
             forward: null_mut(),

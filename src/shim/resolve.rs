@@ -157,6 +157,63 @@ fn is_ours(p: *mut c_void) -> bool {
     object_of(p).is_some_and(|o| Some(o) == object_of(is_ours as *mut c_void))
 }
 
+/// Whether `p` is in the main program's mapped range. A program built without PIE that
+/// takes a driver function's address makes its own PLT entry that function's canonical
+/// address: the loader binds every reference to it there (this library's too, unless
+/// bound at link time) and `dlsym` answers it. Such an address leads back to our hook,
+/// so it is never the driver's function. No lock, no allocation: the range comes from
+/// the program headers the kernel handed over (`getauxval`), read once.
+pub fn in_main_program(p: *const c_void) -> bool {
+    let p = p as usize;
+    let end = MAIN_END.load(Acquire);
+    if end != 0 {
+        return (MAIN_START.load(Relaxed)..end).contains(&p);
+    }
+    if MAIN_ASKED.load(Acquire) {
+        return false;
+    }
+    let found = main_program_range();
+    if let Some((start, end)) = found {
+        MAIN_START.store(start, Relaxed);
+        MAIN_END.store(end, Release);
+    }
+    MAIN_ASKED.store(true, Release);
+    found.is_some_and(|(start, end)| (start..end).contains(&p))
+}
+
+static MAIN_START: AtomicUsize = AtomicUsize::new(0);
+static MAIN_END: AtomicUsize = AtomicUsize::new(0);
+static MAIN_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// The main program's loaded range `[start, end)`: its `PT_LOAD` segments, moved by
+/// the load bias that its `PT_PHDR` gives (None without one).
+fn main_program_range() -> Option<(usize, usize)> {
+    const PT_LOAD: u32 = 1;
+    const PT_PHDR: u32 = 6;
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let (phdr, phnum) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_PHNUM),
+        )
+    };
+    if phdr == 0 || phnum == 0 || phnum > 4096 {
+        return None;
+    }
+    // SAFETY: AT_PHDR points at the main program's AT_PHNUM program headers, mapped for
+    // the life of the process.
+    let headers =
+        unsafe { std::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum as usize) };
+    let bias = headers
+        .iter()
+        .find(|h| h.p_type == PT_PHDR)
+        .map(|h| (phdr as usize).wrapping_sub(h.p_vaddr as usize))?;
+    let loads = headers.iter().filter(|h| h.p_type == PT_LOAD);
+    let start = loads.clone().map(|h| h.p_vaddr as usize).min()?;
+    let end = loads.map(|h| (h.p_vaddr + h.p_memsz) as usize).max()?;
+    Some((bias.wrapping_add(start), bias.wrapping_add(end)))
+}
+
 /// This library's mapped range `[start, end)`, once found; `OWN_END` is 0 until then.
 static OWN_START: AtomicUsize = AtomicUsize::new(0);
 static OWN_END: AtomicUsize = AtomicUsize::new(0);

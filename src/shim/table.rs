@@ -61,7 +61,7 @@ impl Hook {
     /// Records a driver address for this symbol found elsewhere (by a client's
     /// `dlsym` or `cuGetProcAddress`). Our own hooks are never taken for the driver.
     pub fn learn(&self, p: *mut c_void) {
-        if !p.is_null() && !is_hook(p) {
+        if !p.is_null() && !never_the_driver(p) {
             let _ = self.real.compare_exchange(null_mut(), p, AcqRel, Acquire);
         }
     }
@@ -230,6 +230,14 @@ pub fn is_hook(p: *const c_void) -> bool {
     HOOKS.iter().any(|h| h.hook == p)
 }
 
+/// Whether `p`, an answer of the loader or the driver, can never be the driver's own
+/// function: one of our hooks, or an address in the main program (a non-PIE program's
+/// canonical PLT entry of a hooked name, which leads back to the hook; see
+/// `resolve::in_main_program`).
+pub fn never_the_driver(p: *const c_void) -> bool {
+    is_hook(p) || crate::resolve::in_main_program(p)
+}
+
 /// The row for an exported variant name, without allocating.
 pub fn row_named(name: &[u8]) -> Option<&'static Hook> {
     HOOKS.iter().find(|h| h.name_bytes() == name)
@@ -333,7 +341,7 @@ fn substitute(
 
 /// Which hooked variant the driver returned for a request, if any.
 fn identify(name: &[u8], p: *mut c_void, version: c_int, flags: u64) -> Option<&'static Hook> {
-    if p.is_null() || is_hook(p) {
+    if p.is_null() || never_the_driver(p) {
         return None;
     }
     let candidates = || {
