@@ -1218,10 +1218,10 @@ fn the_metrics_sidecar_serves_the_pods_pool() {
     let start = std::time::Instant::now();
     let addr = loop {
         let text = std::fs::read_to_string(&log).unwrap();
+        // Only a whole line: the sidecar may be writing it while it is read.
         if let Some(a) = text
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("gpucap metrics: serving http://"))
+            .split_once('\n')
+            .and_then(|(l, _)| l.strip_prefix("gpucap metrics: serving http://"))
         {
             break a.split_once("/metrics").unwrap().0.to_string();
         }

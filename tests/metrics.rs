@@ -229,7 +229,9 @@ impl Server {
         let start = Instant::now();
         loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(line) = text.lines().next() {
+            // Only a whole line: the server may be writing it while it is read (a fresh
+            // clone's run once read "gpucap metrics: serving http://127.0").
+            if let Some((line, _)) = text.split_once('\n') {
                 let addr = line
                     .strip_prefix("gpucap metrics: serving http://")
                     .and_then(|r| r.split_once("/metrics "))
