@@ -260,24 +260,12 @@ impl Member<'_> {
     /// `used.rs`) makes its unused guarantee look larger than it is, and a guaranteed
     /// request would be refused. For a borrower that error errs on the safe side.
     pub(super) fn fits(&self, g: usize, pool: u64, own: u64, bytes: u64, cap: u64) -> Option<u64> {
-        self.fits_at(self.hot(g)?, g, pool, own, bytes, cap)
-    }
-
-    /// [`fits`](Self::fits) with GPU entry `g`'s words `h`.
-    #[inline]
-    pub(super) fn fits_at(
-        &self,
-        h: &Hot<'_>,
-        g: usize,
-        pool: u64,
-        own: u64,
-        bytes: u64,
-        cap: u64,
-    ) -> Option<u64> {
+        let h = self.hot(g)?;
         self.fits_under(h, g, pool, own, bytes, cap, h.ceiling())
     }
 
-    /// [`fits_at`](Self::fits_at) under `ceiling`, this member's ceiling read already.
+    /// [`fits`](Self::fits) with GPU entry `g`'s words `h`, under `ceiling` (this
+    /// member's ceiling, read already).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fits_under(
