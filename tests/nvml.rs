@@ -42,6 +42,21 @@ struct Dev {
     v2used: u64,
 }
 
+impl Dev {
+    /// (total, free, used, v2 total, v2 reserved, v2 free, v2 used).
+    fn figures(&self) -> (u64, u64, u64, u64, u64, u64, u64) {
+        (
+            self.total,
+            self.free,
+            self.used,
+            self.v2total,
+            self.v2reserved,
+            self.v2free,
+            self.v2used,
+        )
+    }
+}
+
 /// What the fake driver's NVML reserves on each GPU by default (FAKECUDA_NVML_RESERVED):
 /// in its total and v1's used, outside CUDA's total, as a real driver's NVML shows.
 const RESERVED: u64 = 644_939_776;
@@ -97,15 +112,7 @@ fn check_capped(d: &BTreeMap<String, Dev>, what: &str) {
     for (index, cap) in [("2", GIB), ("0", 2 * GIB)] {
         let g = gpu(index);
         assert_eq!(
-            (
-                g.total,
-                g.free,
-                g.used,
-                g.v2total,
-                g.v2reserved,
-                g.v2free,
-                g.v2used
-            ),
+            g.figures(),
             (cap, cap, 0, cap, 0, cap, 0),
             "{what}: NVML device {index} (CUDA ordinal 0 is physical 2, 1 is physical 0)"
         );
@@ -122,15 +129,7 @@ fn check_capped(d: &BTreeMap<String, Dev>, what: &str) {
 #[track_caller]
 fn assert_driver_figures(g: &Dev, cuda_total: u64, what: &str) {
     assert_eq!(
-        (
-            g.total,
-            g.free,
-            g.used,
-            g.v2total,
-            g.v2reserved,
-            g.v2free,
-            g.v2used
-        ),
+        g.figures(),
         (
             cuda_total + RESERVED,
             cuda_total,
