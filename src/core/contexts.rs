@@ -40,6 +40,7 @@
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
+use crate::budget::FreeMarks;
 use crate::config::MAX_DEVICES;
 use crate::ledger::{Charge, LiveMap};
 
@@ -262,24 +263,30 @@ impl DeviceLock<'_> {
         self.measure_in_pool(drv, || None, call)
     }
 
-    /// [`measure`](Self::measure) for a member of a pool: `pool_used` reads what the pool
-    /// has in use on this device. The driver's free figure is device-wide, so memory
-    /// other members freed while the context was made would be taken off the context's
-    /// bytes (and a context charged short lets the pool over-commit): what the pool's
-    /// `used` went down by over the same window is added back. What they allocated
-    /// meanwhile is left in (the context is charged more, never less: a member reserves
-    /// in `used` before the driver allocates, so subtracting a rise could take off bytes
-    /// the driver had not handed out yet). Memory of processes outside the pool still
-    /// shows; none of it can be told apart from the context's.
+    /// [`measure`](Self::measure) for a member of a pool: `marks` reads what the pool's
+    /// members had announced of their frees on this device (see `budget::frees`). The
+    /// driver's free figure is device-wide, so memory the members gave back while the
+    /// context was made would be taken off the context's bytes (and a context charged
+    /// short lets the pool over-commit): what they announced is added back, read before
+    /// the window (frees announced and not yet credited) and after it (frees announced
+    /// meanwhile). Every member announces a free before its driver call, so a free made
+    /// inside the window is in one of the two. What they allocated meanwhile is left in
+    /// (the context is charged more, never less: a member reserves in `used` before the
+    /// driver allocates, so subtracting a rise could take off bytes the driver had not
+    /// handed out yet). Memory of processes outside the pool still shows; none of it can
+    /// be told apart from the context's.
     pub fn measure_in_pool(
         &self,
         drv: &impl CtxDriver,
-        pool_used: impl Fn() -> Option<u64>,
+        marks: impl Fn() -> Option<FreeMarks>,
         call: impl FnMut() -> u32,
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
-        let before = pool_used();
+        let before = marks();
         let (rc, taken, how) = self.measure_device_wide(drv, call);
-        let taken = taken.map(|t| without_pool_change(t, before, pool_used()));
+        let taken = match (rc, before) {
+            (SUCCESS, Some(before)) => taken.map(|t| with_pool_frees(t, &before, marks())),
+            _ => taken,
+        };
         (rc, taken, how)
     }
 
@@ -380,16 +387,18 @@ impl DeviceLock<'_> {
     }
 }
 
-/// Measures `call` from NVML's free memory of `device` (`before`, read already).
-/// A device-wide measurement `taken` plus what the pool's members freed meanwhile
-/// (`before`/`after`: the pool's `used`); a rise is left in (see `measure_in_pool`).
-fn without_pool_change(taken: u64, before: Option<u64>, after: Option<u64>) -> u64 {
-    match (before, after) {
-        (Some(b), Some(a)) => taken.saturating_add(b.saturating_sub(a)),
-        _ => taken,
+/// A device-wide measurement `taken` plus what the pool's members gave back meanwhile
+/// (`before`, `after`: their announced frees around the window; see `measure_in_pool`).
+fn with_pool_frees(taken: u64, before: &FreeMarks, after: Option<FreeMarks>) -> u64 {
+    match after {
+        Some(after) => taken.saturating_add(before.given_back_until(&after)),
+        // Not the pool's device any more (cannot be: devices stay registered): the
+        // frees announced before the window at least.
+        None => taken.saturating_add(before.given_back_until(before)),
     }
 }
 
+/// Measures `call` from NVML's free memory of `device` (`before`, read already).
 fn without_context(
     drv: &impl CtxDriver,
     device: usize,
@@ -445,8 +454,10 @@ fn with_vantage(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::{MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool};
     use std::cell::{Cell, RefCell};
     use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicU64;
 
     /// A device with `free` bytes; each live context takes `per_ctx` (creating one
     /// without room fails with out-of-memory). Contexts live in `live`, by handle, with
@@ -590,46 +601,151 @@ mod tests {
         );
     }
 
-    /// In a pool, memory other members freed while the context was made does not make
-    /// it short: what the pool's `used` went down by is added back. What they allocated
-    /// is left in (charged more, never less).
-    #[test]
-    fn in_a_pool_the_members_frees_do_not_make_a_context_short() {
+    /// Slot locks for the members of one test's pool (a "process" per id).
+    struct Locks {
+        owner: &'static std::sync::Mutex<Vec<u32>>,
+        id: u32,
+    }
+
+    impl MemberLocks for Locks {
+        fn try_take(&self, s: usize) -> bool {
+            let mut o = self.owner.lock().unwrap();
+            (o[s] == 0).then(|| o[s] = self.id).is_some()
+        }
+        fn give_back(&self, s: usize) {
+            let mut o = self.owner.lock().unwrap();
+            if o[s] == self.id {
+                o[s] = 0;
+            }
+        }
+        fn held(&self, s: usize) -> bool {
+            self.owner.lock().unwrap()[s] != 0
+        }
+    }
+
+    /// `n` members of a fresh pool, each with GPU 0 registered (cap 1 MB), and the
+    /// slot owners (zero an owner to kill it).
+    fn members(n: u32) -> (Vec<Member<'static>>, &'static std::sync::Mutex<Vec<u32>>) {
+        let words: &'static [AtomicU64] =
+            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let pool = Pool::create(words, 1, 0).unwrap();
+        let owner = Box::leak(Box::new(std::sync::Mutex::new(vec![0u32; MAX_SLOTS])));
+        let all = (1..=n)
+            .map(|id| {
+                let locks = Box::leak(Box::new(Locks { owner, id }));
+                let m = Member::join(pool, locks, &MemberInfo::default()).unwrap();
+                m.register_gpu(0, &[7; 16], Some(1_000_000)).unwrap();
+                m
+            })
+            .collect();
+        (all, owner)
+    }
+
+    /// A pool member's context is measured by `a`, its window bracketed by the
+    /// pool's free marks.
+    fn in_pool(
+        a: &Member<'static>,
+        drv: &Fake,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
         let book = ContextBook::new();
+        let lock = book.lock(0).unwrap();
+        lock.measure_in_pool(drv, || a.free_marks(0), call)
+    }
+
+    /// Another member's free whose driver call falls inside the window and whose credit
+    /// comes after it: added back (the pool's `used` did not go down in the window).
+    #[test]
+    fn a_free_credited_after_the_window_does_not_make_a_context_short() {
+        let (m, _) = members(2);
+        let (a, b) = (&m[0], &m[1]);
         let mut drv = Fake::new(10_000, 300);
         drv.nvml = true;
-        let used = Cell::new(1_000u64);
-        let lock = book.lock(0).unwrap();
-        // Another member allocates 700 while the context is made: left in.
-        let (rc, taken, _) = lock.measure_in_pool(
-            &drv,
-            || Some(used.get()),
-            || {
-                drv.free.set(drv.free.get() - 700);
-                used.set(used.get() + 700);
-                drv.call()
-            },
-        );
-        assert_eq!((rc, taken), (SUCCESS, Ok(1_000)));
-        // ...or frees 200 (more than the context takes): still the context's 300.
-        let lock = book.lock(1).unwrap();
-        let (_, taken, _) = lock.measure_in_pool(
-            &drv,
-            || Some(used.get()),
-            || {
-                drv.free.set(drv.free.get() + 200);
-                used.set(used.get() - 200);
-                drv.call()
-            },
-        );
-        assert_eq!(taken, Ok(300));
-        // Without a pool the same traffic is counted (nothing can tell it apart).
-        let lock = book.lock(2).unwrap();
-        let (_, taken, _) = lock.measure(&drv, || {
-            drv.free.set(drv.free.get() - 700);
+        b.reserve(0, 500).unwrap();
+        let (rc, taken, _) = in_pool(a, &drv, || {
+            assert!(b.announce_free(0, 200));
+            drv.free.set(drv.free.get() + 200); // B's driver free
             drv.call()
         });
-        assert_eq!(taken, Ok(1_000));
+        b.complete_free(0, 200);
+        assert_eq!((rc, taken), (SUCCESS, Ok(300)));
+        assert_eq!(b.usage(0), Some((300, Some(1_000_000), 300)));
+
+        // Announced before the window, freed by the driver inside it, credited after.
+        assert!(b.announce_free(0, 100));
+        let (_, taken, _) = in_pool(a, &drv, || {
+            drv.free.set(drv.free.get() + 100);
+            drv.call()
+        });
+        b.complete_free(0, 100);
+        assert_eq!(taken, Ok(300));
+    }
+
+    /// A reservation inside the window whose driver allocation comes after it does not
+    /// hide another member's free made inside it (a net change of `used` would: +700
+    /// - 200 is no decrease). What the other members allocate in the window is left in.
+    #[test]
+    fn a_reservation_in_the_window_does_not_hide_another_members_free() {
+        let (m, _) = members(3);
+        let (a, b, c) = (&m[0], &m[1], &m[2]);
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        b.reserve(0, 500).unwrap();
+        let (rc, taken, _) = in_pool(a, &drv, || {
+            c.reserve(0, 700).unwrap(); // C's driver allocation comes after the window
+            assert!(b.announce_free(0, 200));
+            drv.free.set(drv.free.get() + 200);
+            b.complete_free(0, 200);
+            drv.call()
+        });
+        assert_eq!((rc, taken), (SUCCESS, Ok(300)));
+        // An allocation made inside the window is left in: charged more, never less.
+        let (_, taken, _) = in_pool(a, &drv, || {
+            c.reserve(0, 50).unwrap();
+            drv.free.set(drv.free.get() - 50);
+            drv.call()
+        });
+        assert_eq!(taken, Ok(350));
+        // Without a pool the same traffic is counted (nothing can tell it apart).
+        let book = ContextBook::new();
+        let (_, taken, _) = book.lock(1).unwrap().measure(&drv, || {
+            drv.free.set(drv.free.get() + 200);
+            drv.call()
+        });
+        assert_eq!(taken, Ok(100));
+    }
+
+    /// A free the driver refused still counts (more, never less); a free announced by a
+    /// member that then died is not added back to later contexts (its slot is not held),
+    /// and is cleared when its share is taken back; a failed call charges nothing.
+    #[test]
+    fn withdrawn_and_dead_members_announcements() {
+        let (m, owner) = members(3);
+        let (a, b, c) = (&m[0], &m[1], &m[2]);
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        b.reserve(0, 500).unwrap();
+        let (_, taken, _) = in_pool(a, &drv, || {
+            assert!(b.announce_free(0, 200));
+            b.withdraw_free(0, 200);
+            drv.call()
+        });
+        assert_eq!(taken, Ok(500));
+        assert!(b.announce_free(0, 400));
+        owner.lock().unwrap()[b.slot()] = 0; // B dies inside its free
+        let (_, taken, _) = in_pool(a, &drv, || drv.call());
+        assert_eq!(
+            taken,
+            Ok(300),
+            "a dead member's announcement is not counted"
+        );
+        assert_eq!(c.sweep(), 1);
+        assert_eq!(a.usage(0).map(|u| u.0), Some(0), "its share taken back");
+        let (rc, taken, _) = in_pool(a, &drv, || {
+            assert!(c.announce_free(0, 100));
+            999
+        });
+        assert_eq!((rc, taken), (999, Ok(0)));
     }
 
     /// With NVML, a device with room for exactly one context gets it, measured.

@@ -168,6 +168,14 @@ impl Drop for Reservation<'_> {
     }
 }
 
+/// A free announced before the driver call ([`Ledger::announce`]).
+#[must_use = "settle_announced once the driver freed it, withdraw if it refused"]
+pub struct Freeing {
+    charge: Charge,
+    /// The pool it was announced to (None: not in a pool, nothing announced).
+    pool: Option<&'static Member<'static>>,
+}
+
 /// The pool membership a ledger charges along with its own figures (None: not in a pool).
 pub type PoolOf = fn() -> Option<&'static Member<'static>>;
 
@@ -357,6 +365,43 @@ impl Ledger {
         self.credit(charge);
     }
 
+    /// Before the driver frees memory charged as `charge`: in a pool, the free is
+    /// announced to it (see `budget::frees`: a member measuring a context then does not
+    /// take these bytes off it). The driver freed it: [`settle_announced`](Self::settle_announced);
+    /// it refused: [`withdraw`](Self::withdraw). Outside a pool one load.
+    #[inline(always)]
+    pub fn announce(&self, charge: Charge) -> Freeing {
+        let pool = if self.pooled.load(Relaxed) {
+            self.announce_pool(charge)
+        } else {
+            None
+        };
+        Freeing { charge, pool }
+    }
+
+    /// [`announce`](Self::announce)'s pool part, out of line.
+    #[inline(never)]
+    fn announce_pool(&self, c: Charge) -> Option<&'static Member<'static>> {
+        (self.pool)().filter(|p| p.announce_free(c.device, c.bytes))
+    }
+
+    /// The driver freed what `f` announced: credited, as [`settle`](Self::settle).
+    #[inline(always)]
+    pub fn settle_announced(&self, f: Freeing) {
+        self.credit_own(f.charge);
+        if let Some(pool) = f.pool {
+            pool.complete_free(f.charge.device, f.charge.bytes);
+        }
+    }
+
+    /// The driver refused to free what `f` announced: nothing credited.
+    #[inline(always)]
+    pub fn withdraw(&self, f: Freeing) {
+        if let Some(pool) = f.pool {
+            pool.withdraw_free(f.charge.device, f.charge.bytes);
+        }
+    }
+
     /// The live allocations on `device`, for a context teardown to check
     /// which of them the driver freed with the context.
     pub fn live_on(&self, device: usize) -> Vec<(u64, Charge)> {
@@ -499,6 +544,27 @@ mod pool_tests {
         let g = &pool.view(&Proc(3)).gpus[0];
         assert_eq!((g.refusals, g.largest_refused), (2, 1500));
         assert_eq!(ledger.usage(0).unwrap().refusals, 2);
+
+        // A free is announced to the pool before the driver call (a member measuring a
+        // context sees it in flight), withdrawn if the driver refused, credited to both
+        // once it freed.
+        ledger.reserve(0, 400).unwrap().commit(3);
+        let start = other.free_marks(0).unwrap();
+        let c = ledger.take(3).unwrap();
+        let f = ledger.announce(c);
+        let now = other.free_marks(0).unwrap();
+        assert_eq!(now.given_back_until(&now), 400, "in flight");
+        ledger.withdraw(f);
+        ledger.restore(3, c);
+        let figures = || (other.usage(0).unwrap().0, ledger.usage(0).unwrap().used);
+        assert_eq!(figures(), (700, 400));
+        let c = ledger.take(3).unwrap();
+        let f = ledger.announce(c);
+        ledger.settle_announced(f);
+        assert_eq!(figures(), (300, 0));
+        let end = other.free_marks(0).unwrap();
+        assert_eq!(end.given_back_until(&end), 0, "nothing in flight");
+        assert_eq!(start.given_back_until(&end), 800, "both announcements");
     }
 }
 
@@ -598,6 +664,17 @@ mod tests {
         assert_eq!(l.usage(0).unwrap().allocs, 0);
         // The peak remembers the transient reservation: it did hold the bytes.
         assert_eq!(l.usage(0).unwrap().peak, 700);
+    }
+
+    #[test]
+    fn outside_a_pool_an_announced_free_is_a_plain_credit() {
+        let l = ledger_with_cap(1000);
+        l.reserve(0, 300).unwrap().commit(1);
+        let c = l.take(1).unwrap();
+        l.withdraw(l.announce(c));
+        assert_eq!(l.usage(0).unwrap().used, 300, "refused: still charged");
+        l.settle_announced(l.announce(c));
+        assert_eq!(l.usage(0).unwrap().used, 0);
     }
 
     #[test]

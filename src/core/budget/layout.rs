@@ -7,8 +7,8 @@
 //!                     bits, bytes in the low 48), peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
 //!                     least context bytes
-//! members 256 x 176   state, pid, pid namespace, start, generation, command (64 bytes),
-//!                     then per GPU: used, peak, pending, cap, wait ticket
+//! members 256 x 240   state, pid, pid namespace, start, generation, command (64 bytes),
+//!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed
 //! shares   32 x 4     (since version 2) per GPU: which slots hold a guarantee (256 bits)
 //!          256 x 32 x 2  per member per GPU: guarantee, ceiling (`GPUCAP_GUARANTEE`,
 //!                     `GPUCAP_CEILING`; 0: none)
@@ -22,20 +22,22 @@
 //!
 //! Version 3 (issue 23) replaced version 2's per-GPU journal (three words) by one
 //! `pending` word and put the change count in `used`: a version 2 member would write
-//! `used` without it, so the versions cannot share a file.
+//! `used` without it, so the versions cannot share a file. Version 4 added each
+//! member's `freeing` and `freed` words per GPU (frees announced before the driver call,
+//! see `frees`): a version 3 member would free without announcing.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 3;
+pub const POOL_VERSION: u64 = 4;
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;
 pub const GPU_WORDS: usize = 16;
 pub const MAX_SLOTS: usize = 256;
 pub const SLOT_HEAD_WORDS: usize = 16;
-pub const PER_GPU_WORDS: usize = 5;
+pub const PER_GPU_WORDS: usize = 7;
 pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
 pub const SHARE_BITS_WORDS: usize = MAX_SLOTS / 64;
 pub const SHARE_WORDS: usize = 2;
@@ -130,6 +132,12 @@ pub const M_PENDING: usize = 2;
 pub const M_CAP: usize = 3;
 /// The ticket this member waits with on the GPU (0: not waiting).
 pub const M_WAIT: usize = 4;
+/// Bytes of this member's frees announced and not yet credited or withdrawn: the
+/// driver may be freeing them now (see `frees`).
+pub const M_FREEING: usize = 5;
+/// Every byte this member (or an earlier owner of the slot) ever announced it frees:
+/// only goes up, never cleared (see `frees`).
+pub const M_FREED: usize = 6;
 
 // Share words, per member per GPU.
 pub const SH_GUARANTEE: usize = 0;

@@ -14,6 +14,8 @@
 //! - `account`: reserving and crediting bytes: one compare-and-swap on the GPU's `used`
 //!   word, no lock on the way of an allocation the pool can take (`used`: the word and
 //!   its recount, so a member killed at any instruction leaves nothing held).
+//! - `frees`: frees announced before the driver call, for measuring a context's memory
+//!   without the other members' frees in it.
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
 //! - `shares`: guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`,
 //!   `GPUCAP_CEILING`): the policy, pure functions over plain numbers.
@@ -22,6 +24,7 @@
 
 mod account;
 mod command;
+mod frees;
 mod hot;
 mod layout;
 mod member;
@@ -33,6 +36,7 @@ mod wait;
 
 pub use account::{PoolRefusal, Repair};
 pub use command::member_command;
+pub use frees::FreeMarks;
 pub use layout::{
     LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use super::layout::*;
 use super::*;
 
+mod frees;
 mod shares_in_pool;
 
 /// Kernel locks of the slots, shared by all the "processes" of a test.
@@ -446,10 +447,16 @@ fn files_of_another_kind_are_clear_errors() {
             found: POOL_VERSION + 1
         }
     );
-    assert!(e.to_string().contains("version 4 pool file"), "{e}");
+    let named = format!("version {} pool file", POOL_VERSION + 1);
+    assert!(e.to_string().contains(&named), "{e}");
     // A shorter file of another version is named as one, not as a short file.
     let e = Pool::open(&w[..SHARES_AT]).err().unwrap();
-    assert_eq!(e, LayoutError::Version { found: 4 });
+    assert_eq!(
+        e,
+        LayoutError::Version {
+            found: POOL_VERSION + 1
+        }
+    );
 
     let w = words();
     Pool::create(w, 1, 0).unwrap();

@@ -26,6 +26,13 @@
 //! instruction leaves at most its own words wrong, which the member that takes its
 //! slot back clears before it recounts. No journal is needed: nothing is ever
 //! redone, only counted again.
+//!
+//! A free is announced before its driver call (`frees`) in words of its own,
+//! `freeing` and `freed`, not in `pending`: its bytes stay in `own` until the credit
+//! above, so the recount's argument is untouched by it, and `pending` stays a few
+//! instructions long (a driver's free can take milliseconds: a `pending` held across
+//! it would make recounts give up, and a guarantee's holder would count the bytes it
+//! frees twice, see `fits_under`).
 
 use std::sync::atomic::Ordering::*;
 

@@ -1,0 +1,132 @@
+//! Frees announced before the driver call (`frees`): the words each step leaves, and a
+//! member killed or stopped at any step of an announced free.
+
+use std::sync::atomic::Ordering::*;
+
+use super::*;
+
+/// What member slot `s` announced on GPU entry 0: (`freeing`, `freed`).
+fn announced(pool: Pool<'static>, s: usize) -> (u64, u64) {
+    let w = pool.w;
+    (
+        w.member_gpu(s, 0, M_FREEING).load(SeqCst),
+        w.member_gpu(s, 0, M_FREED).load(SeqCst),
+    )
+}
+
+/// The bytes `m`'s view of the pool adds back for frees announced and not completed.
+fn in_flight(m: &Member<'static>) -> u64 {
+    let marks = m.free_marks(0).unwrap();
+    marks.given_back_until(&marks)
+}
+
+#[test]
+fn an_announced_free_is_credited_when_completed_and_stays_counted_when_withdrawn() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    a.reserve(0, 600).unwrap();
+    let before = b.free_marks(0).unwrap();
+    assert!(a.announce_free(0, 200));
+    // Announced: still held (in `used` and in A's own use) until the driver freed it.
+    assert_eq!(a.usage(0), Some((600, Some(1000), 600)));
+    assert_eq!(announced(pool, a.slot()), (200, 200));
+    assert_eq!(in_flight(&b), 200);
+    a.complete_free(0, 200);
+    assert_eq!(a.usage(0), Some((400, Some(1000), 400)));
+    assert_eq!(announced(pool, a.slot()), (0, 200));
+    assert_eq!(in_flight(&b), 0);
+    // The driver refused: nothing credited, `freed` keeps it (counted more, never less).
+    assert!(a.announce_free(0, 100));
+    a.withdraw_free(0, 100);
+    assert_eq!(a.usage(0), Some((400, Some(1000), 400)));
+    assert_eq!(announced(pool, a.slot()), (0, 300));
+    let after = b.free_marks(0).unwrap();
+    assert_eq!(before.given_back_until(&after), 300);
+    // A slot's `freed` that went down (another process wrote it): all of it counts.
+    pool.w.member_gpu(a.slot(), 0, M_FREED).store(50, SeqCst);
+    assert_eq!(after.given_back_until(&b.free_marks(0).unwrap()), 50);
+    // Nothing to announce: a device not the pool's, no bytes, a member that left.
+    assert!(!a.announce_free(1, 100));
+    assert!(!a.announce_free(0, 0));
+    a.leave();
+    assert!(!a.announce_free(0, 100));
+    assert_eq!(b.usage(0), Some((0, Some(1000), 0)));
+}
+
+/// The steps of an announced free (see `frees` and `used`), in order: announce
+/// (`freeing`, `freed`), the credit (`pending`, own use, `used`, `pending`), and the
+/// end of the announcement (`freeing`).
+const FREE_STEPS: usize = 7;
+
+/// Plays member `m` freeing `bytes` on GPU entry 0: its steps `from..to`.
+fn play_free(pool: Pool<'static>, m: &Member<'static>, bytes: u64, steps: std::ops::Range<usize>) {
+    let w = pool.w;
+    let word = |i| w.member_gpu(m.slot(), 0, i);
+    let used = w.gpu(0, G_USED);
+    for step in steps {
+        match step {
+            0 => drop(word(M_FREEING).fetch_add(bytes, SeqCst)),
+            1 => drop(word(M_FREED).fetch_add(bytes, SeqCst)),
+            2 => drop(word(M_PENDING).fetch_add(bytes, SeqCst)),
+            3 => drop(word(M_USED).fetch_sub(bytes, SeqCst)),
+            4 => {
+                let now = used.load(SeqCst);
+                used.store(used_word(now, used_bytes(now) - bytes), SeqCst);
+            }
+            5 => drop(word(M_PENDING).fetch_sub(bytes, SeqCst)),
+            _ => drop(word(M_FREEING).fetch_sub(bytes, SeqCst)),
+        }
+    }
+}
+
+#[test]
+fn a_member_killed_at_any_point_of_an_announced_free_leaves_the_pool_consistent() {
+    for steps in 0..=FREE_STEPS {
+        let (pool, k) = setup();
+        let a = member(pool, proc(k, 1), Some(1000));
+        let b = member(pool, proc(k, 2), Some(1000));
+        a.reserve(0, 300).unwrap();
+        b.reserve(0, 100).unwrap();
+        play_free(pool, &a, 200, 0..steps);
+        let slot = a.slot();
+        k.kill(1);
+        // A dead member's announcement is not added back (nothing of it is in flight).
+        assert_eq!(in_flight(&b), 0, "after {steps} steps");
+        within_10s("reserving beside a killed member", move || {
+            b.reserve(0, 900).unwrap();
+            assert_eq!(b.usage(0), Some((1000, Some(1000), 1000)), "{steps}");
+            assert_eq!(announced(pool, slot).0, 0, "{steps}: its `freeing` cleared");
+            b.credit(0, 1000);
+            assert_eq!(b.usage(0), Some((0, Some(1000), 0)));
+        });
+    }
+}
+
+#[test]
+fn a_member_stopped_at_any_point_of_an_announced_free_is_never_undercounted() {
+    for steps in 0..=FREE_STEPS {
+        let (pool, k) = setup();
+        let a = member(pool, proc(k, 1), Some(1000));
+        let b = member(pool, proc(k, 2), Some(1000));
+        a.reserve(0, 300).unwrap();
+        play_free(pool, &a, 200, 0..steps);
+        // What `used` holds for A: its 300 until the credit's swap.
+        let a_in_used = if steps >= 5 { 100 } else { 300 };
+        assert_eq!(pool.w.used(0), a_in_used, "{steps}");
+        // Announced and not ended: a measurement adds it back.
+        let counted = if (1..FREE_STEPS).contains(&steps) {
+            200
+        } else {
+            0
+        };
+        assert_eq!(in_flight(&b), counted, "{steps}");
+        // A recount while A is stopped never counts less than `used` holds for it.
+        b.recount(0);
+        assert!(pool.w.used(0) >= a_in_used, "{steps}");
+        play_free(pool, &a, 200, steps..FREE_STEPS);
+        b.recount(0);
+        assert_eq!(pool.w.used(0), 100, "{steps}");
+        assert_eq!(announced(pool, a.slot()), (0, 200), "{steps}");
+    }
+}
