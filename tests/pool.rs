@@ -338,12 +338,24 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         "pool-version",
         |p| {
             let mut b = made(p);
-            b[8] = 4;
+            b[8] = 5;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 4 pool file and this gpucap reads version 3",
+        "version 5 pool file and this gpucap reads version 4",
     );
-    // A file left by a gpucap of version 2 (a journal per member and GPU: longer).
+    // A file left by a gpucap of version 3 (no announced frees: shorter).
+    refused_with(
+        "pool-version-3",
+        |p| {
+            let mut b = made(p);
+            b.truncate(496_768);
+            b[8] = 3;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "version 3 pool file and this gpucap reads version 4",
+    );
+    // A file left by a gpucap of version 2 (a journal per member and GPU: as long as
+    // version 4, whose announced frees took the journal's words).
     refused_with(
         "pool-version-2",
         |p| {
@@ -352,7 +364,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 2;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 2 pool file and this gpucap reads version 3",
+        "version 2 pool file and this gpucap reads version 4",
     );
     // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
     refused_with(
@@ -363,7 +375,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 1;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 1 pool file and this gpucap reads version 3",
+        "version 1 pool file and this gpucap reads version 4",
     );
     refused_with(
         "pool-corrupt",

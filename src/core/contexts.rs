@@ -347,6 +347,23 @@ impl DeviceLock<'_> {
         })
     }
 
+    /// The charge of `ctx` (the primary context or a created one), if it has one here:
+    /// what a call that may end it announces to the pool before the driver frees it.
+    pub fn charge_of(&self, ctx: Ctx) -> Option<Charge> {
+        match self.state.primary {
+            Some((p, _)) if p == ctx => self.primary_charge(),
+            _ => self.book.created.get(ctx),
+        }
+    }
+
+    /// The primary context's charge, while it is active.
+    pub fn primary_charge(&self) -> Option<Charge> {
+        self.state.primary.map(|(_, bytes)| Charge {
+            device: self.device,
+            bytes,
+        })
+    }
+
     /// Records a created context's charge (its bytes already kept in the ledger).
     pub fn add_created(&self, ctx: Ctx, bytes: u64) {
         self.book.created.insert(

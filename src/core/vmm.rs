@@ -108,6 +108,19 @@ impl Book {
 #[derive(Debug)]
 pub struct Pending(Step);
 
+impl Pending {
+    /// The charges the driver frees if its call succeeds: a release's or an unmap's
+    /// handles that nothing else holds (what [`VmmBook::done`] then gives back), known
+    /// before the call so that a pool can be told first.
+    pub fn frees(&self) -> Vec<Charge> {
+        match &self.0 {
+            Step::Release { freed, .. } => freed.iter().map(|p| p.charge).collect(),
+            Step::Unmap { freed, .. } => freed.iter().map(|(_, p)| p.charge).collect(),
+            Step::Map { .. } | Step::Retain { .. } => Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Step {
     /// `cuMemRelease`: one reference dropped; the handle itself if that freed it.
@@ -327,8 +340,16 @@ mod tests {
         Charge { device: 0, bytes }
     }
 
+    /// The driver succeeded. What the step frees is known before the call (announced to a
+    /// pool then): `done` gives back exactly that, but for a map's stale mappings.
     fn ok(book: &VmmBook, p: Option<Pending>) -> Vec<Charge> {
-        book.done(p.expect("a pending step"))
+        let p = p.expect("a pending step");
+        let (said, is_map) = (p.frees(), matches!(p.0, Step::Map { .. }));
+        let freed = book.done(p);
+        if !is_map {
+            assert_eq!(freed, said, "what the step said it frees");
+        }
+        freed
     }
 
     fn bytes(credit: &[Charge]) -> u64 {

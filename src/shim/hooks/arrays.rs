@@ -60,10 +60,15 @@ pub(super) fn array_released(
     }
     let map = array_map(mipmapped);
     let taken = map.remove(handle as u64);
+    // Announced to the pool before the driver frees it (see `Ledger::announce`).
+    let freeing = taken.map(|c| SHIM.ledger.announce(c));
     let rc = call();
-    match (rc, taken) {
-        (CUDA_SUCCESS, Some(c)) => SHIM.ledger.settle(c),
-        (_, Some(c)) => map.insert(handle as u64, c),
+    match (rc, taken, freeing) {
+        (CUDA_SUCCESS, _, Some(f)) => SHIM.ledger.settle_announced(f),
+        (_, Some(c), Some(f)) => {
+            SHIM.ledger.withdraw(f);
+            map.insert(handle as u64, c);
+        }
         _ => {}
     }
     rc

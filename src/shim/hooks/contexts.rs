@@ -32,14 +32,11 @@ pub(super) fn context_lock(
     }
 }
 
-/// What this process's pool has in use on `device` (None outside a pool): the context's
-/// measurement takes the other members' traffic out of the driver's device-wide figure.
-fn pool_used(device: usize) -> impl Fn() -> Option<u64> {
-    move || {
-        crate::membership::current()
-            .and_then(|m| m.usage(device))
-            .map(|(used, _, _)| used)
-    }
+/// What this process's pool's members announced of their frees on `device` (None
+/// outside a pool): the context's measurement adds back what they gave back in its
+/// window (see `DeviceLock::measure_in_pool`).
+fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budget::FreeMarks> {
+    move || crate::membership::current().and_then(|m| m.free_marks(device))
 }
 
 /// Reserves, before the driver makes a context on `lock`'s device, what it is expected
@@ -170,17 +167,30 @@ pub(super) fn after_teardown(device: usize) {
     POOLS.refresh(ledger, &queries::Pools, device);
 }
 
-/// Settles what a call that may have ended a context found.
-pub(super) fn context_ended(api: &str, device: usize, ending: Ending) {
+/// Before a call that may end `ctx` on `lock`'s device: its charge announced to the
+/// pool (see `Ledger::announce`), the driver freeing the context's memory with it.
+fn announce_context(lock: &gpucap_core::contexts::DeviceLock<'_>, ctx: Handle) -> Option<Freeing> {
+    lock.charge_of(ctx as u64).map(|c| SHIM.ledger.announce(c))
+}
+
+/// Settles what a call that may have ended a context found; `announced` is its charge
+/// as announced before the call ([`announce_context`]).
+pub(super) fn context_ended(api: &str, device: usize, ending: Ending, announced: Option<Freeing>) {
+    let settle = |charge: Option<Charge>| match (charge, announced) {
+        // The same charge, under the same device lock.
+        (Some(_), Some(f)) => SHIM.ledger.settle_announced(f),
+        (Some(c), None) => SHIM.ledger.settle(c),
+        (None, Some(f)) => SHIM.ledger.withdraw(f),
+        (None, None) => {}
+    };
     match ending {
         Ending::Gone(charge) => {
-            if let Some(c) = charge {
-                SHIM.ledger.settle(c);
-            }
+            settle(charge);
             after_teardown(device);
         }
-        Ending::Alive => {}
+        Ending::Alive => settle(None),
         Ending::Unknown => {
+            settle(None);
             // What the driver freed is still found allocation by allocation.
             log!(
                 Warn,
@@ -216,7 +226,7 @@ pub fn primary_ctx_retain(
         Err(rc) => return rc,
     };
     let (rc, measured, how) =
-        lock.measure_in_pool(&queries::Contexts, pool_used(lock.device()), call);
+        lock.measure_in_pool(&queries::Contexts, pool_marks(lock.device()), call);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
@@ -253,8 +263,12 @@ pub(super) fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuRes
     let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else {
         return call();
     };
+    let announced = lock.primary_charge().map(|c| SHIM.ledger.announce(c));
     let rc = call();
     if rc != CUDA_SUCCESS {
+        if let Some(f) = announced {
+            SHIM.ledger.withdraw(f);
+        }
         return rc;
     }
     let d = lock.device();
@@ -272,7 +286,7 @@ pub(super) fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuRes
     } else {
         "cuDevicePrimaryCtxRelease"
     };
-    context_ended(api, d, ending);
+    context_ended(api, d, ending, announced);
     rc
 }
 
@@ -300,7 +314,7 @@ pub(super) fn ctx_created(
         Err(rc) => return rc,
     };
     let (rc, measured, how) =
-        lock.measure_in_pool(&queries::Contexts, pool_used(lock.device()), call);
+        lock.measure_in_pool(&queries::Contexts, pool_marks(lock.device()), call);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
@@ -385,12 +399,19 @@ fn destroyed(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuR
         return call();
     };
     // cuCtxDestroy ends the context whatever its usage count.
+    let announced = announce_context(&lock, ctx);
     let taken = lock.take_created(ctx as u64);
     let rc = call();
     match (rc, taken) {
-        (CUDA_SUCCESS, c) => context_ended("cuCtxDestroy", lock.device(), Ending::Gone(c)),
-        (_, Some(c)) => lock.restore_created(ctx as u64, c),
-        _ => {}
+        (CUDA_SUCCESS, c) => {
+            context_ended("cuCtxDestroy", lock.device(), Ending::Gone(c), announced)
+        }
+        (_, taken) => {
+            if let Some(c) = taken {
+                lock.restore_created(ctx as u64, c);
+            }
+            context_ended("cuCtxDestroy", lock.device(), Ending::Alive, announced);
+        }
     }
     rc
 }
@@ -412,10 +433,13 @@ fn detached(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuRe
         return call();
     };
     let id = queries::context_id(ctx);
+    let announced = announce_context(&lock, ctx);
     let rc = call();
-    if rc == CUDA_SUCCESS {
-        let ending = lock.after_release(&queries::Contexts, ctx as u64, id);
-        context_ended("cuCtxDetach", lock.device(), ending);
-    }
+    let ending = if rc == CUDA_SUCCESS {
+        lock.after_release(&queries::Contexts, ctx as u64, id)
+    } else {
+        Ending::Alive
+    };
+    context_ended("cuCtxDetach", lock.device(), ending, announced);
     rc
 }

@@ -15,7 +15,7 @@ use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::contexts::{CtxDriver, Ending, Unmeasured, Verdict};
 use gpucap_core::growth::{self, GROWTH};
 use gpucap_core::identity;
-use gpucap_core::ledger::{Charge, Reservation};
+use gpucap_core::ledger::{Charge, Freeing, Reservation};
 use gpucap_core::pools::{PoolDriver, PoolLocation};
 use gpucap_core::vmm::Pending;
 
@@ -268,14 +268,16 @@ fn pointer_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
     uncharged_freed(dptr, call)
 }
 
-/// Frees a plain allocation the ledger gave up (`c`): credited once the driver
-/// succeeded, put back if it failed.
+/// Frees a plain allocation the ledger gave up (`c`): announced to the pool first (see
+/// `Ledger::announce`), credited once the driver succeeded, put back if it failed.
 #[inline(always)]
 fn charge_freed(dptr: u64, c: Charge, call: impl FnOnce() -> CuResult) -> CuResult {
+    let freeing = SHIM.ledger.announce(c);
     let rc = call();
     if rc == CUDA_SUCCESS {
-        SHIM.ledger.settle(c);
+        SHIM.ledger.settle_announced(freeing);
     } else {
+        SHIM.ledger.withdraw(freeing);
         SHIM.ledger.restore(dptr, c);
     }
     rc

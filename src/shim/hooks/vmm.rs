@@ -39,18 +39,33 @@ pub fn mem_create(
 }
 
 /// Calls the driver for a VMM step prepared in the book, then finishes it (or takes it
-/// back if the driver failed), crediting what the driver freed.
+/// back if the driver failed), crediting what the driver freed. What the step frees if
+/// the driver succeeds (a last release or unmap) is announced to the pool first (see
+/// `Ledger::announce`).
 pub(super) fn vmm_step(pending: Option<Pending>, call: impl FnOnce() -> CuResult) -> CuResult {
+    let Some(p) = pending else {
+        return call();
+    };
+    let announced: Vec<_> = p
+        .frees()
+        .into_iter()
+        .map(|c| SHIM.ledger.announce(c))
+        .collect();
     let rc = call();
-    if let Some(p) = pending {
-        let freed = if rc == CUDA_SUCCESS {
-            VMM.done(p)
+    if rc == CUDA_SUCCESS {
+        let freed = VMM.done(p);
+        if announced.is_empty() {
+            // A map that found stale mappings the driver had replaced.
+            freed.into_iter().for_each(|c| SHIM.ledger.settle(c));
         } else {
-            VMM.undo(p)
-        };
-        for c in freed {
-            SHIM.ledger.settle(c);
+            // `done` gives back what `frees` said.
+            announced
+                .into_iter()
+                .for_each(|f| SHIM.ledger.settle_announced(f));
         }
+    } else {
+        announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
+        VMM.undo(p).into_iter().for_each(|c| SHIM.ledger.settle(c));
     }
     rc
 }
