@@ -354,8 +354,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         },
         "version 3 pool file and this gpucap reads version 4",
     );
-    // A file left by a gpucap of version 2 (a journal per member and GPU: as long as
-    // version 4, whose announced frees took the journal's words).
+    // A file left by a gpucap of version 2 (a journal per member and GPU: another length).
     refused_with(
         "pool-version-2",
         |p| {

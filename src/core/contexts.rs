@@ -40,7 +40,7 @@
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::budget::FreeMarks;
+use crate::budget::PoolMarks;
 use crate::config::MAX_DEVICES;
 use crate::ledger::{Charge, LiveMap};
 
@@ -264,37 +264,51 @@ impl DeviceLock<'_> {
     }
 
     /// [`measure`](Self::measure) for a member of a pool: `marks` reads what the pool's
-    /// members had announced of their frees on this device (see `budget::frees`). The
+    /// members marked of their traffic on this device (see `budget::traffic`). The
     /// driver's free figure is device-wide, so memory the members gave back while the
     /// context was made would be taken off the context's bytes (and a context charged
-    /// short lets the pool over-commit): what they announced is added back, read before
-    /// the window (frees announced and not yet credited) and after it (frees announced
-    /// meanwhile). Every member announces a free before its driver call, so a free made
-    /// inside the window is in one of the two. What they allocated meanwhile is left in
-    /// (the context is charged more, never less: a member reserves in `used` before the
-    /// driver allocates, so subtracting a rise could take off bytes the driver had not
-    /// handed out yet). Memory of processes outside the pool still shows; none of it can
-    /// be told apart from the context's.
+    /// short lets the pool over-commit), and memory they allocated meanwhile added to
+    /// them. Every member marks a free before its driver call and an allocation around
+    /// it: the frees that may fall inside the window (read before and after it) are added
+    /// back, the allocations that surely fall inside it (read just inside it) are taken
+    /// off. Whatever is unsure stays in: the context is charged more, never less. Memory
+    /// of processes outside the pool still shows; none of it can be told apart from the
+    /// context's.
     pub fn measure_in_pool(
         &self,
         drv: &impl CtxDriver,
-        marks: impl Fn() -> Option<FreeMarks>,
-        call: impl FnMut() -> u32,
+        marks: impl Fn() -> Option<PoolMarks>,
+        mut call: impl FnMut() -> u32,
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
-        let before = marks();
-        let (rc, taken, how) = self.measure_device_wide(drv, call);
-        let taken = match (rc, before) {
-            (SUCCESS, Some(before)) => taken.map(|t| with_pool_frees(t, &before, marks())),
-            _ => taken,
+        let Some(before) = marks() else {
+            let (rc, taken, how) = self.measure_device_wide(drv, call);
+            return (rc, taken.map(bytes), how);
         };
+        let mut inside = None;
+        let (rc, taken, how) = self.measure_device_wide(drv, || {
+            let first = marks();
+            let rc = call();
+            inside = first.zip(marks());
+            rc
+        });
+        if rc != SUCCESS {
+            return (rc, taken.map(bytes), how);
+        }
+        let taken = taken.map(|t| {
+            let given_back = marks().map_or(0, |after| before.given_back_until(&after));
+            let allocated = inside.map_or(0, |(first, last)| first.taken_until(&last));
+            bytes(t + i128::from(given_back) - i128::from(allocated))
+        });
         (rc, taken, how)
     }
 
+    /// The driver's free memory before the call minus after it (negative when more was
+    /// given back meanwhile than the context took).
     fn measure_device_wide(
         &self,
         drv: &impl CtxDriver,
         call: impl FnMut() -> u32,
-    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+    ) -> (u32, Result<i128, Unmeasured>, Vantage) {
         if let Some(v) = self.vantage() {
             let (rc, taken) = with_vantage(drv, Ok(v), None, call);
             return (rc, taken, Vantage::Context);
@@ -404,15 +418,10 @@ impl DeviceLock<'_> {
     }
 }
 
-/// A device-wide measurement `taken` plus what the pool's members gave back meanwhile
-/// (`before`, `after`: their announced frees around the window; see `measure_in_pool`).
-fn with_pool_frees(taken: u64, before: &FreeMarks, after: Option<FreeMarks>) -> u64 {
-    match after {
-        Some(after) => taken.saturating_add(before.given_back_until(&after)),
-        // Not the pool's device any more (cannot be: devices stay registered): the
-        // frees announced before the window at least.
-        None => taken.saturating_add(before.given_back_until(before)),
-    }
+/// A device-wide difference as a charge: memory given back meanwhile never makes it
+/// negative.
+fn bytes(delta: i128) -> u64 {
+    u64::try_from(delta.max(0)).unwrap_or(u64::MAX)
 }
 
 /// Measures `call` from NVML's free memory of `device` (`before`, read already).
@@ -421,14 +430,14 @@ fn without_context(
     device: usize,
     before: u64,
     mut call: impl FnMut() -> u32,
-) -> (u32, Result<u64, Unmeasured>) {
+) -> (u32, Result<i128, Unmeasured>) {
     let rc = call();
     if rc != SUCCESS {
         return (rc, Ok(0));
     }
     let taken = drv
         .free_without_context(device)
-        .map(|after| before.saturating_sub(after))
+        .map(|after| i128::from(before) - i128::from(after))
         .map_err(|_| Unmeasured::new(Step::DeviceFreeAfter, UNKNOWN));
     (rc, taken)
 }
@@ -440,7 +449,7 @@ fn with_vantage(
     vantage: Result<Ctx, Unmeasured>,
     mut temporary: Option<Ctx>,
     mut call: impl FnMut() -> u32,
-) -> (u32, Result<u64, Unmeasured>) {
+) -> (u32, Result<i128, Unmeasured>) {
     let mut before = vantage.and_then(|v| {
         drv.free_with(v)
             .map(|free| (v, free))
@@ -459,7 +468,7 @@ fn with_vantage(
             return Ok(0);
         }
         drv.free_with(v)
-            .map(|a| b.saturating_sub(a))
+            .map(|a| i128::from(b) - i128::from(a))
             .map_err(|rc| Unmeasured::new(Step::FreeAfter, rc))
     });
     if let Some(t) = temporary {
@@ -667,7 +676,7 @@ mod tests {
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
         let book = ContextBook::new();
         let lock = book.lock(0).unwrap();
-        lock.measure_in_pool(drv, || a.free_marks(0), call)
+        lock.measure_in_pool(drv, || a.marks(0), call)
     }
 
     /// Another member's free whose driver call falls inside the window and whose credit
@@ -730,6 +739,85 @@ mod tests {
             drv.call()
         });
         assert_eq!(taken, Ok(100));
+    }
+
+    /// Member `m` allocates `bytes` as the hooks do: reserved, marked started, the
+    /// driver (the fake's free memory), marked made.
+    fn allocate(m: &Member<'static>, drv: &Fake, bytes: u64) {
+        m.reserve(0, bytes).unwrap();
+        assert!(m.alloc_started(0, bytes));
+        drv.free.set(drv.free.get() - bytes);
+        m.alloc_ended(0, bytes, true);
+    }
+
+    /// ...and frees them: announced, the driver, credited.
+    fn free(m: &Member<'static>, drv: &Fake, bytes: u64) {
+        assert!(m.announce_free(0, bytes));
+        drv.free.set(drv.free.get() + bytes);
+        m.complete_free(0, bytes);
+    }
+
+    /// A member that frees and allocates again inside the window (a churning
+    /// allocator) leaves the context's charge as it is: each of its frees is added back,
+    /// each of its allocations taken off (a charge of the frees alone was seen at 1.67
+    /// GiB for a 16 MiB context under `pool::thirty_two_members...`).
+    #[test]
+    fn a_member_churning_inside_the_window_leaves_the_charge_as_it_is() {
+        let (m, _) = members(2);
+        let (a, b) = (&m[0], &m[1]);
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        allocate(b, &drv, 800);
+        let (rc, taken, _) = in_pool(a, &drv, || {
+            for _ in 0..10 {
+                free(b, &drv, 800);
+                allocate(b, &drv, 800);
+            }
+            free(b, &drv, 800);
+            drv.call()
+        });
+        assert_eq!((rc, taken), (SUCCESS, Ok(300)));
+        assert_eq!(b.usage(0).map(|u| u.2), Some(0));
+    }
+
+    /// Only allocations surely made inside the window are taken off: one whose driver
+    /// call came before it (marked made inside it), one whose driver call comes after it,
+    /// and one the driver refused are not.
+    #[test]
+    fn allocations_not_surely_inside_the_window_are_never_taken_off() {
+        let (m, _) = members(3);
+        let (a, b, c) = (&m[0], &m[1], &m[2]);
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        // Reserved, started and allocated before the window, marked made inside it.
+        b.reserve(0, 200).unwrap();
+        assert!(b.alloc_started(0, 200));
+        drv.free.set(drv.free.get() - 200);
+        let (_, taken, _) = in_pool(a, &drv, || {
+            b.alloc_ended(0, 200, true);
+            // Started inside, allocated by the driver after the window.
+            c.reserve(0, 100).unwrap();
+            assert!(c.alloc_started(0, 100));
+            // Started and refused inside.
+            c.reserve(0, 50).unwrap();
+            assert!(c.alloc_started(0, 50));
+            c.alloc_ended(0, 50, false);
+            drv.call()
+        });
+        assert_eq!(taken, Ok(300));
+        drv.free.set(drv.free.get() - 100);
+        c.alloc_ended(0, 100, true);
+        // Words that cannot be (`made` ahead of `started`: another process wrote them):
+        // nothing of that slot is taken off.
+        c.alloc_ended(0, 1_000, true);
+        let (_, taken, _) = in_pool(a, &drv, || {
+            c.reserve(0, 40).unwrap();
+            assert!(c.alloc_started(0, 40));
+            drv.free.set(drv.free.get() - 40);
+            c.alloc_ended(0, 40, true);
+            drv.call()
+        });
+        assert_eq!(taken, Ok(340));
     }
 
     /// A free the driver refused still counts (more, never less); a free announced by a

@@ -138,22 +138,55 @@ pub enum Refusal {
 pub struct Reservation<'a> {
     ledger: &'a Ledger,
     charge: Charge,
+    /// In a pool, the member that marked the allocation started (see `budget::traffic`):
+    /// its end is marked with the driver's answer.
+    pool: Option<&'static Member<'static>>,
 }
 
 impl Reservation<'_> {
     /// The driver allocated: record the allocation under `key` so its free credits it.
+    /// The device memory was taken in the call (see [`commit_unbacked`](Self::commit_unbacked)).
     #[inline(always)]
     pub fn commit(self, key: u64) {
+        self.commit_as(key, true);
+    }
+
+    /// [`commit`](Self::commit) of memory the driver may back only later (managed
+    /// memory, a stream-ordered pool's): a member measuring a context then never takes
+    /// it off the context's charge.
+    pub fn commit_unbacked(self, key: u64) {
+        self.commit_as(key, false);
+    }
+
+    #[inline(always)]
+    fn commit_as(self, key: u64, backed: bool) {
         // Not dropped (no roll-back); its fields read in place, not copied out first.
         let this = std::mem::ManuallyDrop::new(self);
         let (ledger, charge) = (this.ledger, this.charge);
+        if let Some(pool) = this.pool {
+            pool.alloc_ended(charge.device, charge.bytes, backed);
+        }
         ledger.devices[charge.device].allocs.add(1);
         ledger.pointers.insert(key, charge);
     }
 
     /// The driver allocated memory that the caller keeps for itself (growth mode's
-    /// retained pages): the bytes stay charged and no live entry is recorded.
+    /// retained pages, a context, a VMM handle, an array): the bytes stay charged and no
+    /// live entry is recorded. The device memory was taken in the call.
     pub fn keep(self) {
+        self.keep_as(true);
+    }
+
+    /// [`keep`](Self::keep) of memory the driver may back only later (a stream-ordered
+    /// pool's growth).
+    pub fn keep_unbacked(self) {
+        self.keep_as(false);
+    }
+
+    fn keep_as(self, backed: bool) {
+        if let Some(pool) = self.pool {
+            pool.alloc_ended(self.charge.device, self.charge.bytes, backed);
+        }
         std::mem::forget(self);
     }
 
@@ -164,6 +197,9 @@ impl Reservation<'_> {
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
+        if let Some(pool) = self.pool {
+            pool.alloc_ended(self.charge.device, self.charge.bytes, false);
+        }
         self.ledger.credit(self.charge);
     }
 }
@@ -262,18 +298,21 @@ impl Ledger {
                 });
             }
         };
-        if let Some(pool) = self.pool()
-            && let Err(refusal) = pool.reserve(device, bytes)
-        {
-            self.credit_own(Charge { device, bytes });
-            d.refusals.fetch_add(1, Relaxed);
-            d.largest_refused.fetch_max(bytes, Relaxed);
-            return Err(Refusal::Pool(refusal));
+        let mut marked = None;
+        if let Some(pool) = self.pool() {
+            if let Err(refusal) = pool.reserve(device, bytes) {
+                self.credit_own(Charge { device, bytes });
+                d.refusals.fetch_add(1, Relaxed);
+                d.largest_refused.fetch_max(bytes, Relaxed);
+                return Err(Refusal::Pool(refusal));
+            }
+            marked = pool.alloc_started(device, bytes).then_some(pool);
         }
         note_peak(d, new);
         Ok(Reservation {
             ledger: self,
             charge: Charge { device, bytes },
+            pool: marked,
         })
     }
 
@@ -287,26 +326,36 @@ impl Ledger {
     pub fn try_reserve(&self, device: usize, bytes: u64) -> Option<Reservation<'_>> {
         let d = self.devices.get(device)?;
         let new = add_within_cap(d, bytes).ok()?;
-        if self.pooled.load(Relaxed) && !self.try_reserve_pool(device, bytes) {
-            return None;
-        }
+        let pool = if self.pooled.load(Relaxed) {
+            self.try_reserve_pool(device, bytes)?
+        } else {
+            None
+        };
         note_peak(d, new);
         Some(Reservation {
             ledger: self,
             charge: Charge { device, bytes },
+            pool,
         })
     }
 
     /// [`try_reserve`](Self::try_reserve)'s pool part, out of line (a process outside
-    /// any pool pays one load for it): false, with this process's own reservation of
-    /// `bytes` rolled back, if the pool did not take them at once.
+    /// any pool pays one load for it): None, with this process's own reservation of
+    /// `bytes` rolled back, if the pool did not take them at once; else the member that
+    /// marked the allocation started, if it did (see `budget::traffic`).
     #[inline(never)]
-    fn try_reserve_pool(&self, device: usize, bytes: u64) -> bool {
-        if (self.pool)().is_some_and(|p| p.try_reserve(device, bytes)) {
-            return true;
+    fn try_reserve_pool(
+        &self,
+        device: usize,
+        bytes: u64,
+    ) -> Option<Option<&'static Member<'static>>> {
+        if let Some(p) = (self.pool)()
+            && p.try_reserve(device, bytes)
+        {
+            return Some(p.alloc_started(device, bytes).then_some(p));
         }
         self.credit_own(Charge { device, bytes });
-        false
+        None
     }
 
     /// Counts an allocation served without a reservation (from retained memory).
@@ -412,12 +461,20 @@ impl Ledger {
     /// real size is known only after the call). Growing is checked against the cap.
     pub fn resize(&self, r: &mut Reservation<'_>, bytes: u64) -> Result<(), Refusal> {
         let old = r.charge.bytes;
+        let device = r.charge.device;
         if bytes > old {
-            let extra = self.reserve(r.charge.device, bytes - old)?;
+            let extra = self.reserve(device, bytes - old)?;
+            // Its start is marked with `r`'s pool, if any: ended with `r`.
+            if let (Some(p), None) = (extra.pool, r.pool) {
+                p.alloc_ended(device, bytes - old, false);
+            }
             std::mem::forget(extra);
         } else {
+            if let Some(p) = r.pool {
+                p.alloc_ended(device, old - bytes, false);
+            }
             self.credit(Charge {
-                device: r.charge.device,
+                device,
                 bytes: old - bytes,
             });
         }
@@ -549,10 +606,10 @@ mod pool_tests {
         // context sees it in flight), withdrawn if the driver refused, credited to both
         // once it freed.
         ledger.reserve(0, 400).unwrap().commit(3);
-        let start = other.free_marks(0).unwrap();
+        let start = other.marks(0).unwrap();
         let c = ledger.take(3).unwrap();
         let f = ledger.announce(c);
-        let now = other.free_marks(0).unwrap();
+        let now = other.marks(0).unwrap();
         assert_eq!(now.given_back_until(&now), 400, "in flight");
         ledger.withdraw(f);
         ledger.restore(3, c);
@@ -562,9 +619,38 @@ mod pool_tests {
         let f = ledger.announce(c);
         ledger.settle_announced(f);
         assert_eq!(figures(), (300, 0));
-        let end = other.free_marks(0).unwrap();
+        let end = other.marks(0).unwrap();
         assert_eq!(end.given_back_until(&end), 0, "nothing in flight");
         assert_eq!(start.given_back_until(&end), 800, "both announcements");
+
+        // An allocation is marked started when reserved and made when committed (kept
+        // too); one rolled back, or shrunk, is not made for what it gave back.
+        let taken = |f: &dyn Fn()| {
+            let first = other.marks(0).unwrap();
+            f();
+            first.taken_until(&other.marks(0).unwrap())
+        };
+        assert_eq!(taken(&|| ledger.reserve(0, 100).unwrap().commit(5)), 100);
+        assert_eq!(taken(&|| ledger.try_reserve(0, 50).unwrap().keep()), 50);
+        assert_eq!(taken(&|| drop(ledger.reserve(0, 70).unwrap())), 0);
+        assert_eq!(
+            taken(&|| ledger.reserve(0, 70).unwrap().commit_unbacked(6)),
+            0
+        );
+        assert_eq!(
+            taken(&|| {
+                let mut r = ledger.reserve(0, 300).unwrap();
+                ledger.resize(&mut r, 200).unwrap();
+                r.commit(7);
+            }),
+            200
+        );
+        let first = other.marks(0).unwrap();
+        let r = ledger.reserve(0, 10).unwrap();
+        let inside = other.marks(0).unwrap();
+        r.commit(8);
+        assert_eq!(inside.taken_until(&other.marks(0).unwrap()), 0, "in flight");
+        assert_eq!(first.taken_until(&other.marks(0).unwrap()), 10);
     }
 }
 

@@ -272,7 +272,7 @@ impl PoolBook {
                 self.remove(b, ledger, pool);
                 // Shrinking a reservation cannot be refused.
                 let _ = ledger.resize(&mut r, bytes);
-                r.commit(ptr);
+                r.commit_unbacked(ptr);
                 return Ok(());
             };
             settle(b, ledger, pool, reserved, Some(r))?;
@@ -526,10 +526,12 @@ fn settle<'a>(
             if let Err(refusal) = ledger.resize(&mut r, take + extra) {
                 return Err((refusal, r));
             }
-            r.keep();
+            // Whether the pool's growth is backed at the call is the driver's business:
+            // never taken off a context measured meanwhile (see `Reservation::keep_unbacked`).
+            r.keep_unbacked();
         }
         None if extra > 0 => match ledger.reserve(device, extra) {
-            Ok(more) => more.keep(),
+            Ok(more) => more.keep_unbacked(),
             // Growth without an allocation through the shim (it cannot happen): charge
             // what the cap allows, never more than is there.
             Err(_) => return Ok(()),

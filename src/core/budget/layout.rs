@@ -7,8 +7,9 @@
 //!                     bits, bytes in the low 48), peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
 //!                     least context bytes
-//! members 256 x 240   state, pid, pid namespace, start, generation, command (64 bytes),
-//!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed
+//! members 256 x 336   state, pid, pid namespace, start, generation, command (64 bytes),
+//!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed,
+//!                     allocations started, made, not made
 //! shares   32 x 4     (since version 2) per GPU: which slots hold a guarantee (256 bits)
 //!          256 x 32 x 2  per member per GPU: guarantee, ceiling (`GPUCAP_GUARANTEE`,
 //!                     `GPUCAP_CEILING`; 0: none)
@@ -23,8 +24,8 @@
 //! Version 3 (issue 23) replaced version 2's per-GPU journal (three words) by one
 //! `pending` word and put the change count in `used`: a version 2 member would write
 //! `used` without it, so the versions cannot share a file. Version 4 added each
-//! member's `freeing` and `freed` words per GPU (frees announced before the driver call,
-//! see `frees`): a version 3 member would free without announcing.
+//! member's words of frees and allocations around the driver's calls (see `traffic`):
+//! a version 3 member would free and allocate without them.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
@@ -37,7 +38,7 @@ pub const MAX_POOL_GPUS: usize = 32;
 pub const GPU_WORDS: usize = 16;
 pub const MAX_SLOTS: usize = 256;
 pub const SLOT_HEAD_WORDS: usize = 16;
-pub const PER_GPU_WORDS: usize = 7;
+pub const PER_GPU_WORDS: usize = 10;
 pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
 pub const SHARE_BITS_WORDS: usize = MAX_SLOTS / 64;
 pub const SHARE_WORDS: usize = 2;
@@ -133,11 +134,17 @@ pub const M_CAP: usize = 3;
 /// The ticket this member waits with on the GPU (0: not waiting).
 pub const M_WAIT: usize = 4;
 /// Bytes of this member's frees announced and not yet credited or withdrawn: the
-/// driver may be freeing them now (see `frees`).
+/// driver may be freeing them now (see `traffic`).
 pub const M_FREEING: usize = 5;
-/// Every byte this member (or an earlier owner of the slot) ever announced it frees:
-/// only goes up, never cleared (see `frees`).
+/// Every byte this slot's members ever announced they free: only goes up, never
+/// cleared (see `traffic`; so do the next three).
 pub const M_FREED: usize = 6;
+/// Every byte of the slot's reservations made before their driver call...
+pub const M_STARTED: usize = 7;
+/// ...of those the driver allocated (marked after its call)...
+pub const M_MADE: usize = 8;
+/// ...and of those it did not (refused, rolled back, or memory the driver takes later).
+pub const M_UNMADE: usize = 9;
 
 // Share words, per member per GPU.
 pub const SH_GUARANTEE: usize = 0;

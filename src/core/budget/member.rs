@@ -193,7 +193,7 @@ impl<'a> Member<'a> {
                     }
                     w.member_gpu(s, g, M_PENDING).store(0, SeqCst);
                     w.member_gpu(s, g, M_USED).store(0, SeqCst);
-                    w.member_gpu(s, g, M_FREEING).store(0, SeqCst);
+                    m.close_traffic(s, g);
                 }
             }
             w.slot(s, S_PID).store(u64::from(info.pid), Relaxed);
@@ -380,8 +380,8 @@ impl<'a> Member<'a> {
         for g in 0..MAX_POOL_GPUS {
             let own = self.w.member_gpu(d, g, M_USED).swap(0, SeqCst);
             let pending = self.w.member_gpu(d, g, M_PENDING).swap(0, SeqCst);
-            // Frees it announced and never completed: its memory is the driver's now.
-            self.w.member_gpu(d, g, M_FREEING).store(0, SeqCst);
+            // Frees and allocations it had in flight: its memory is the driver's now.
+            self.close_traffic(d, g);
             if own | pending != 0 {
                 self.locked(g, || self.recount_used(g));
             }

@@ -14,8 +14,8 @@
 //! - `account`: reserving and crediting bytes: one compare-and-swap on the GPU's `used`
 //!   word, no lock on the way of an allocation the pool can take (`used`: the word and
 //!   its recount, so a member killed at any instruction leaves nothing held).
-//! - `frees`: frees announced before the driver call, for measuring a context's memory
-//!   without the other members' frees in it.
+//! - `traffic`: the members' frees and allocations marked around their driver calls,
+//!   so that a context's memory is measured without the others' traffic in it.
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
 //! - `shares`: guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`,
 //!   `GPUCAP_CEILING`): the policy, pure functions over plain numbers.
@@ -24,24 +24,24 @@
 
 mod account;
 mod command;
-mod frees;
 mod hot;
 mod layout;
 mod member;
 mod share_words;
 pub mod shares;
+mod traffic;
 mod used;
 mod view;
 mod wait;
 
 pub use account::{PoolRefusal, Repair};
 pub use command::member_command;
-pub use frees::FreeMarks;
 pub use layout::{
     LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use share_words::{ClaimRefusal, Holder};
+pub use traffic::PoolMarks;
 pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};
 pub use wait::WaitNote;
 

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use super::layout::*;
 use super::*;
 
-mod frees;
 mod shares_in_pool;
+mod traffic;
 
 /// Kernel locks of the slots, shared by all the "processes" of a test.
 struct Kernel {

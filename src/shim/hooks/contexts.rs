@@ -32,11 +32,11 @@ pub(super) fn context_lock(
     }
 }
 
-/// What this process's pool's members announced of their frees on `device` (None
-/// outside a pool): the context's measurement adds back what they gave back in its
-/// window (see `DeviceLock::measure_in_pool`).
-fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budget::FreeMarks> {
-    move || crate::membership::current().and_then(|m| m.free_marks(device))
+/// What this process's pool's members marked of their traffic on `device` (None
+/// outside a pool): the context's measurement takes what they gave back and allocated in
+/// its window out of the driver's device-wide figure (see `DeviceLock::measure_in_pool`).
+fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budget::PoolMarks> {
+    move || crate::membership::current().and_then(|m| m.marks(device))
 }
 
 /// Reserves, before the driver makes a context on `lock`'s device, what it is expected

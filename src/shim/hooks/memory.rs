@@ -85,13 +85,17 @@ pub fn mem_alloc_managed(
     size: usize,
     flags: u32,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    charged(
-        "cuMemAllocManaged",
-        size as u64,
-        || unsafe { real(dptr, size, flags) },
-        || written(dptr),
-    )
+    let target = match reserve("cuMemAllocManaged", current_device(), size as u64) {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    // SAFETY: forwarding the caller's arguments.
+    let rc = unsafe { real(dptr, size, flags) };
+    if let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) {
+        // Managed memory takes device memory as it is touched, not now.
+        r.commit_unbacked(written(dptr));
+    }
+    rc
 }
 
 /// Pitch alignment the reservation assumes before the driver says the real pitch.

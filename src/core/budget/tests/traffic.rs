@@ -16,7 +16,7 @@ fn announced(pool: Pool<'static>, s: usize) -> (u64, u64) {
 
 /// The bytes `m`'s view of the pool adds back for frees announced and not completed.
 fn in_flight(m: &Member<'static>) -> u64 {
-    let marks = m.free_marks(0).unwrap();
+    let marks = m.marks(0).unwrap();
     marks.given_back_until(&marks)
 }
 
@@ -26,7 +26,7 @@ fn an_announced_free_is_credited_when_completed_and_stays_counted_when_withdrawn
     let a = member(pool, proc(k, 1), Some(1000));
     let b = member(pool, proc(k, 2), Some(1000));
     a.reserve(0, 600).unwrap();
-    let before = b.free_marks(0).unwrap();
+    let before = b.marks(0).unwrap();
     assert!(a.announce_free(0, 200));
     // Announced: still held (in `used` and in A's own use) until the driver freed it.
     assert_eq!(a.usage(0), Some((600, Some(1000), 600)));
@@ -41,11 +41,11 @@ fn an_announced_free_is_credited_when_completed_and_stays_counted_when_withdrawn
     a.withdraw_free(0, 100);
     assert_eq!(a.usage(0), Some((400, Some(1000), 400)));
     assert_eq!(announced(pool, a.slot()), (0, 300));
-    let after = b.free_marks(0).unwrap();
+    let after = b.marks(0).unwrap();
     assert_eq!(before.given_back_until(&after), 300);
     // A slot's `freed` that went down (another process wrote it): all of it counts.
     pool.w.member_gpu(a.slot(), 0, M_FREED).store(50, SeqCst);
-    assert_eq!(after.given_back_until(&b.free_marks(0).unwrap()), 50);
+    assert_eq!(after.given_back_until(&b.marks(0).unwrap()), 50);
     // Nothing to announce: a device not the pool's, no bytes, a member that left.
     assert!(!a.announce_free(1, 100));
     assert!(!a.announce_free(0, 0));
@@ -128,5 +128,37 @@ fn a_member_stopped_at_any_point_of_an_announced_free_is_never_undercounted() {
         b.recount(0);
         assert_eq!(pool.w.used(0), 100, "{steps}");
         assert_eq!(announced(pool, a.slot()), (0, 200), "{steps}");
+    }
+}
+
+/// What slot `s` has in flight on GPU entry 0: `started - made - unmade`.
+fn allocating(pool: Pool<'static>, s: usize) -> u64 {
+    let word = |i| pool.w.member_gpu(s, 0, i).load(SeqCst);
+    word(M_STARTED) - word(M_MADE) - word(M_UNMADE)
+}
+
+#[test]
+fn a_member_killed_inside_an_allocation_leaves_nothing_in_flight() {
+    for made in [false, true] {
+        let (pool, k) = setup();
+        let a = member(pool, proc(k, 1), Some(1000));
+        let b = member(pool, proc(k, 2), Some(1000));
+        a.reserve(0, 300).unwrap();
+        assert!(a.alloc_started(0, 300));
+        if made {
+            a.alloc_ended(0, 300, true);
+        }
+        assert_eq!(allocating(pool, a.slot()), if made { 0 } else { 300 });
+        let slot = a.slot();
+        k.kill(1);
+        within_10s("reserving beside a killed member", move || {
+            b.reserve(0, 1000).unwrap();
+            assert_eq!(allocating(pool, slot), 0, "closed when taken back");
+            b.credit(0, 1000);
+        });
+        // Its slot's next owner starts with nothing in flight.
+        let c = member(pool, proc(k, 3), Some(1000));
+        assert_eq!(c.slot(), slot);
+        assert_eq!(allocating(pool, slot), 0);
     }
 }

@@ -1,0 +1,229 @@
+//! What the members give back and take around their driver calls, marked in words of
+//! their own, so that a member measuring what its new context took (the device's free
+//! memory before minus after, see `contexts`) can take the others' traffic out of the
+//! measurement: memory freed inside that window would be taken off the context's charge
+//! (and a context charged short lets the pool hold more than its cap); memory allocated
+//! inside it would be added to it.
+//!
+//! Per GPU entry, each member has these words, which only its own threads write:
+//! `freeing` (bytes of frees announced, not yet credited or withdrawn), and four that
+//! only go up and are never cleared (a slot's next owner counts on): `freed` (every byte
+//! announced), `started` (every byte reserved for an allocation, before its driver
+//! call), `made` (of those, every byte the driver allocated, after its call) and
+//! `unmade` (every byte it did not: refused, rolled back, or memory the driver backs
+//! later, such as managed memory):
+//!
+//! ```text
+//! free:   freeing += b;  freed += b;  driver;  credit (see `used`);  freeing -= b
+//!         (the driver refused: freeing -= b, `freed` keeps it)
+//! alloc:  reserve;  started += b;  driver;  made += b   (or unmade += b)
+//! ```
+//!
+//! A measurement reads every slot's marks before its window (before the device-wide
+//! "before" read: `freed`, then `freeing`), right after that read (`made`, `unmade`,
+//! then `started`), right before the "after" read (`made`) and after it (`freed`):
+//!
+//! - Frees: it adds back each slot's growth of `freed` and the `freeing` read first. A
+//!   free whose driver call falls inside the window was announced before that call:
+//!   either after the first read of `freed` (and so before the last), or before it, and
+//!   then its `freeing` rose before the read of `freeing` that follows and falls only
+//!   after the driver call, inside the window.
+//! - Allocations: it takes off, per slot, the growth of `made` between the two reads
+//!   inside the window, less what was in flight at the first (`started - made -
+//!   unmade`, read in that order). An allocation marked `made` in between whose
+//!   `started` came before that read is in flight then, and cancelled; one whose
+//!   `started` came after it had its driver call after the "before" read, and its `made`
+//!   before the "after" read: inside the window. So only allocations the device-wide
+//!   figure shows are taken off, and a reservation inside the window whose driver call
+//!   comes after it (in `used` already) cannot hide a free, as a net change of `used`
+//!   would.
+//!
+//! What is counted around the window but happened outside it is added back, never taken
+//! off: the context is charged more, never less. The marks leave `own` and `pending`
+//! alone, so a recount of `used` is untouched by them. A member killed inside a free
+//! leaves `freeing` set and inside an allocation `started` ahead: whoever takes its
+//! share back clears the one and closes the other (`unmade`); a measurement counts the
+//! `freeing` of live slots only. Left over: a member that dies inside another's window
+//! (the driver frees its memory, nothing announced it), memory the pool is credited for
+//! when it reads it (a stream-ordered pool that released memory, allocations freed with
+//! a context), and processes outside the pool.
+
+use std::sync::atomic::Ordering::*;
+
+use super::hot::Hot;
+use super::layout::*;
+use super::member::Member;
+
+/// Takes `bytes` off the member's `freeing` (never below zero: a word another process
+/// cleared is not wrapped round).
+#[inline]
+fn end_announcement(h: &Hot<'_>, bytes: u64) {
+    let freeing = &h.mine[M_FREEING];
+    let before = freeing.fetch_sub(bytes, SeqCst);
+    if before < bytes {
+        freeing.fetch_add(bytes - before, SeqCst);
+    }
+}
+
+/// What the members of a pool had marked of their traffic on one GPU, read at one
+/// moment ([`Member::marks`]). See the module's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolMarks {
+    /// Per slot: `freed`, `made`, and what was in flight (`started - made - unmade`;
+    /// None where the words cannot be: `started` behind).
+    freed: Vec<u64>,
+    made: Vec<u64>,
+    in_flight: Vec<Option<u64>>,
+    /// The `freeing` of the slots a live process holds.
+    freeing: u64,
+}
+
+impl PoolMarks {
+    /// The bytes the members may have given back to the driver between `self` (read
+    /// before a window) and `after` (read after it): each slot's `freed` growth (all of
+    /// `after`'s where the word went down: rewritten by another process), and the bytes
+    /// announced before the window and not yet credited.
+    pub fn given_back_until(&self, after: &PoolMarks) -> u64 {
+        let grown = self
+            .freed
+            .iter()
+            .zip(&after.freed)
+            .map(|(&b, &a)| if a >= b { a - b } else { a })
+            .fold(0u64, u64::saturating_add);
+        grown.saturating_add(self.freeing)
+    }
+
+    /// The bytes the members surely had the driver allocate between `self` (read
+    /// inside a window, after its "before" read) and `last` (read before its "after"
+    /// read): per slot, the growth of `made` less what was in flight at `self`.
+    pub fn taken_until(&self, last: &PoolMarks) -> u64 {
+        self.made
+            .iter()
+            .zip(&last.made)
+            .zip(&self.in_flight)
+            .map(|((&b, &a), &flight)| match flight {
+                Some(f) if a >= b => (a - b).saturating_sub(f),
+                _ => 0,
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+impl Member<'_> {
+    /// Before the driver frees `bytes` this member holds on `device`: announces them
+    /// (see the module's text). True if announced: the caller then calls
+    /// [`complete_free`](Self::complete_free) once the driver freed them, or
+    /// [`withdraw_free`](Self::withdraw_free) if it refused. False (nothing to do
+    /// later): the device is not the pool's, or the member left.
+    pub fn announce_free(&self, device: usize, bytes: u64) -> bool {
+        let Some(h) = self.entry_of(device).and_then(|g| self.hot(g)) else {
+            return false;
+        };
+        if bytes == 0 || self.left.load(Acquire) {
+            return false;
+        }
+        // `freeing` first: a measurement reads `freed`, then `freeing` (module text).
+        h.mine[M_FREEING].fetch_add(bytes, SeqCst);
+        h.mine[M_FREED].fetch_add(bytes, SeqCst);
+        true
+    }
+
+    /// The driver freed the `bytes` announced on `device`: credited to the pool (as
+    /// [`credit`](Self::credit)), then the announcement ends.
+    pub fn complete_free(&self, device: usize, bytes: u64) {
+        let Some(g) = self.entry_of(device) else {
+            return;
+        };
+        // After leaving, the slot is no longer this member's: whoever takes it clears it.
+        if self.left.load(Acquire) {
+            return;
+        }
+        let Some(h) = self.hot(g) else {
+            return;
+        };
+        self.sub_at(h, bytes);
+        end_announcement(h, bytes);
+        if h.gpu[G_WAITERS].load(Acquire) > 0 {
+            self.wake_waiters(g);
+        }
+    }
+
+    /// The driver refused to free the `bytes` announced on `device`: the announcement
+    /// ends, nothing is credited (`freed` keeps them: a measurement counts more, never
+    /// less).
+    pub fn withdraw_free(&self, device: usize, bytes: u64) {
+        if self.left.load(Acquire) {
+            return;
+        }
+        if let Some(h) = self.entry_of(device).and_then(|g| self.hot(g)) {
+            end_announcement(h, bytes);
+        }
+    }
+
+    /// After the pool reserved `bytes` on `device` for an allocation, before the driver
+    /// call: marks it started. True if marked: the caller then calls
+    /// [`alloc_ended`](Self::alloc_ended) once the driver answered.
+    #[inline]
+    pub fn alloc_started(&self, device: usize, bytes: u64) -> bool {
+        let Some(h) = self.entry_of(device).and_then(|g| self.hot(g)) else {
+            return false;
+        };
+        h.mine[M_STARTED].fetch_add(bytes, SeqCst);
+        true
+    }
+
+    /// The driver answered an allocation marked started: `made` if it allocated the
+    /// `bytes` on `device` in that call (device memory taken then), else not.
+    #[inline]
+    pub fn alloc_ended(&self, device: usize, bytes: u64, made: bool) {
+        // After leaving, the slot is no longer this member's (its `started` is closed
+        // by whoever takes it).
+        if self.left.load(Acquire) {
+            return;
+        }
+        if let Some(h) = self.entry_of(device).and_then(|g| self.hot(g)) {
+            let word = if made { M_MADE } else { M_UNMADE };
+            h.mine[word].fetch_add(bytes, SeqCst);
+        }
+    }
+
+    /// What the pool's members had marked of their traffic on `device`, now (None: the
+    /// device is not the pool's). See the module's text.
+    pub fn marks(&self, device: usize) -> Option<PoolMarks> {
+        let g = self.entry_of(device)?;
+        let mut marks = PoolMarks {
+            freed: Vec::with_capacity(MAX_SLOTS),
+            made: Vec::with_capacity(MAX_SLOTS),
+            in_flight: Vec::with_capacity(MAX_SLOTS),
+            freeing: 0,
+        };
+        for s in 0..MAX_SLOTS {
+            let word = |i| self.w.member_gpu(s, g, i).load(SeqCst);
+            // In the orders the module's text needs.
+            let (freed, freeing) = (word(M_FREED), word(M_FREEING));
+            let (made, unmade, started) = (word(M_MADE), word(M_UNMADE), word(M_STARTED));
+            marks.freed.push(freed);
+            marks.made.push(made);
+            let in_flight = started
+                .checked_sub(made)
+                .and_then(|f| f.checked_sub(unmade));
+            marks.in_flight.push(in_flight);
+            if freeing != 0 && self.locks.held(s) {
+                marks.freeing = marks.freeing.saturating_add(freeing);
+            }
+        }
+        Some(marks)
+    }
+
+    /// Called holding dead slot `d`'s lock: ends what it had in flight on GPU entry `g`
+    /// (its announced frees, and allocations whose driver call never answered).
+    pub(super) fn close_traffic(&self, d: usize, g: usize) {
+        let word = |i| self.w.member_gpu(d, g, i);
+        word(M_FREEING).store(0, SeqCst);
+        let open = word(M_STARTED)
+            .load(SeqCst)
+            .saturating_sub(word(M_MADE).load(SeqCst))
+            .saturating_sub(word(M_UNMADE).load(SeqCst));
+        word(M_UNMADE).fetch_add(open, SeqCst);
+    }
+}
