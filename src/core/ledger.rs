@@ -414,6 +414,19 @@ impl Ledger {
         self.credit(charge);
     }
 
+    /// Whether the process joined a pool (see [`announce`](Self::announce)).
+    #[inline(always)]
+    pub fn pooled(&self) -> bool {
+        self.pooled.load(Relaxed)
+    }
+
+    /// [`settle`](Self::settle) for a process outside any pool ([`pooled`](Self::pooled)
+    /// said so before the driver call): its own figures only.
+    #[inline(always)]
+    pub fn settle_alone(&self, charge: Charge) {
+        self.credit_own(charge);
+    }
+
     /// Before the driver frees memory charged as `charge`: in a pool, the free is
     /// announced to it (see `budget::frees`: a member measuring a context then does not
     /// take these bytes off it). The driver freed it: [`settle_announced`](Self::settle_announced);

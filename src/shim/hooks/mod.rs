@@ -268,10 +268,26 @@ fn pointer_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
     uncharged_freed(dptr, call)
 }
 
-/// Frees a plain allocation the ledger gave up (`c`): announced to the pool first (see
-/// `Ledger::announce`), credited once the driver succeeded, put back if it failed.
+/// Frees a plain allocation the ledger gave up (`c`): credited once the driver
+/// succeeded, put back if it failed; in a pool, announced to it first.
 #[inline(always)]
 fn charge_freed(dptr: u64, c: Charge, call: impl FnOnce() -> CuResult) -> CuResult {
+    if SHIM.ledger.pooled() {
+        return charge_freed_in_pool(dptr, c, call);
+    }
+    let rc = call();
+    if rc == CUDA_SUCCESS {
+        SHIM.ledger.settle_alone(c);
+    } else {
+        SHIM.ledger.restore(dptr, c);
+    }
+    rc
+}
+
+/// [`charge_freed`] in a pool: the free announced before the driver call (see
+/// `Ledger::announce`).
+#[inline(always)]
+fn charge_freed_in_pool(dptr: u64, c: Charge, call: impl FnOnce() -> CuResult) -> CuResult {
     let freeing = SHIM.ledger.announce(c);
     let rc = call();
     if rc == CUDA_SUCCESS {
