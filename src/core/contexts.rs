@@ -94,6 +94,8 @@ pub enum Step {
     FreeAfter,
     /// NVML's free memory, read before the call, could not be read after it.
     DeviceFreeAfter,
+    /// In a pool, NVML's free memory could not be read a second time before the call.
+    DeviceFreeBefore,
 }
 
 /// How a context was measured.
@@ -133,6 +135,10 @@ impl fmt::Display for Unmeasured {
             Step::DeviceFreeAfter => write!(
                 f,
                 "NVML's free memory, read before the call, could not be read after it"
+            ),
+            Step::DeviceFreeBefore => write!(
+                f,
+                "NVML's free memory, read once before the call, could not be read again"
             ),
         }
     }
@@ -280,42 +286,67 @@ impl DeviceLock<'_> {
         marks: impl Fn() -> Option<PoolMarks>,
         mut call: impl FnMut() -> u32,
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
-        let Some(before) = marks() else {
-            let (rc, taken, how) = self.measure_device_wide(drv, call);
+        if marks().is_none() {
+            let (rc, taken, how) = self.measure_device_wide(drv, call, None);
             return (rc, taken.map(bytes), how);
+        }
+        // Read right before the device-wide "before" read and right after the "after"
+        // read (`edge`), and right inside them (around the call): the frees counted
+        // around the window, the allocations taken off inside it.
+        let (mut before, mut after, mut inside) = (None, None, None);
+        let mut edge = |first: bool| match first {
+            true => before = marks(),
+            false => after = marks(),
         };
-        let mut inside = None;
-        let (rc, taken, how) = self.measure_device_wide(drv, || {
-            let first = marks();
-            let rc = call();
-            inside = first.zip(marks());
-            rc
-        });
+        let (rc, taken, how) = self.measure_device_wide(
+            drv,
+            || {
+                let first = marks();
+                let rc = call();
+                inside = first.zip(marks());
+                rc
+            },
+            Some(&mut edge),
+        );
         if rc != SUCCESS {
             return (rc, taken.map(bytes), how);
         }
-        let taken = taken.map(|t| {
-            let given_back = marks().map_or(0, |after| before.given_back_until(&after));
-            let allocated = inside.map_or(0, |(first, last)| first.taken_until(&last));
-            bytes(t + i128::from(given_back) - i128::from(allocated))
-        });
+        let given_back = match (before, after) {
+            (Some(b), Some(a)) => b.given_back_until(&a),
+            (Some(b), None) => b.given_back_until(&b), // cannot be: the device stays the pool's
+            _ => 0,
+        };
+        let allocated = inside.map_or(0, |(first, last)| first.taken_until(&last));
+        let taken = taken.map(|t| bytes(t + i128::from(given_back) - i128::from(allocated)));
         (rc, taken, how)
     }
 
     /// The driver's free memory before the call minus after it (negative when more was
-    /// given back meanwhile than the context took).
+    /// given back meanwhile than the context took). `edge`, if any, is called right
+    /// before the "before" read (true) and right after the "after" read (false).
     fn measure_device_wide(
         &self,
         drv: &impl CtxDriver,
         call: impl FnMut() -> u32,
+        mut edge: Option<&mut dyn FnMut(bool)>,
     ) -> (u32, Result<i128, Unmeasured>, Vantage) {
         if let Some(v) = self.vantage() {
-            let (rc, taken) = with_vantage(drv, Ok(v), None, call);
+            let (rc, taken) = with_vantage(drv, Ok(v), None, call, edge);
             return (rc, taken, Vantage::Context);
         }
         match drv.free_without_context(self.device) {
-            Ok(before) => {
-                let (rc, taken) = without_context(drv, self.device, before, call);
+            Ok(first) => {
+                // The first read may have loaded NVML (milliseconds): with an edge to
+                // mark, the window starts with a second read, right after it.
+                let before = match edge.as_mut() {
+                    Some(e) => {
+                        e(true);
+                        drv.free_without_context(self.device)
+                            .map_err(|_| Unmeasured::new(Step::DeviceFreeBefore, UNKNOWN))
+                    }
+                    None => Ok(first),
+                };
+                let (rc, taken) = without_context(drv, self.device, before, call, edge);
                 (rc, taken, Vantage::Nvml)
             }
             Err(why) => {
@@ -323,7 +354,7 @@ impl DeviceLock<'_> {
                     Ok(t) => (Ok(t), Some(t)),
                     Err(rc) => (Err(Unmeasured::new(Step::Temporary, rc)), None),
                 };
-                let (rc, taken) = with_vantage(drv, vantage, temporary, call);
+                let (rc, taken) = with_vantage(drv, vantage, temporary, call, edge);
                 (rc, taken, Vantage::Temporary(why))
             }
         }
@@ -428,29 +459,39 @@ fn bytes(delta: i128) -> u64 {
 fn without_context(
     drv: &impl CtxDriver,
     device: usize,
-    before: u64,
+    before: Result<u64, Unmeasured>,
     mut call: impl FnMut() -> u32,
+    edge: Option<&mut dyn FnMut(bool)>,
 ) -> (u32, Result<i128, Unmeasured>) {
     let rc = call();
     if rc != SUCCESS {
         return (rc, Ok(0));
     }
-    let taken = drv
-        .free_without_context(device)
-        .map(|after| i128::from(before) - i128::from(after))
-        .map_err(|_| Unmeasured::new(Step::DeviceFreeAfter, UNKNOWN));
+    let after = drv.free_without_context(device);
+    if let Some(e) = edge {
+        e(false);
+    }
+    let taken = before.and_then(|b| {
+        after
+            .map(|a| i128::from(b) - i128::from(a))
+            .map_err(|_| Unmeasured::new(Step::DeviceFreeAfter, UNKNOWN))
+    });
     (rc, taken)
 }
 
 /// Measures `call` with `cuMemGetInfo_v2` asked of `vantage` (a context of the process,
-/// or `temporary`, destroyed afterwards).
+/// or `temporary`, destroyed afterwards); `edge` as in `measure_device_wide`.
 fn with_vantage(
     drv: &impl CtxDriver,
     vantage: Result<Ctx, Unmeasured>,
     mut temporary: Option<Ctx>,
     mut call: impl FnMut() -> u32,
+    mut edge: Option<&mut dyn FnMut(bool)>,
 ) -> (u32, Result<i128, Unmeasured>) {
     let mut before = vantage.and_then(|v| {
+        if let Some(e) = edge.as_mut() {
+            e(true);
+        }
         drv.free_with(v)
             .map(|free| (v, free))
             .map_err(|rc| Unmeasured::new(Step::FreeBefore, rc))
@@ -467,7 +508,11 @@ fn with_vantage(
         if rc != SUCCESS {
             return Ok(0);
         }
-        drv.free_with(v)
+        let after = drv.free_with(v);
+        if let Some(e) = edge {
+            e(false);
+        }
+        after
             .map(|a| i128::from(b) - i128::from(a))
             .map_err(|rc| Unmeasured::new(Step::FreeAfter, rc))
     });
@@ -505,6 +550,8 @@ mod tests {
         nvml: bool,
         fail_nvml_from: Cell<usize>,
         nvml_reads: Cell<usize>,
+        /// Runs inside the first NVML read (as NVML loads).
+        on_first_nvml: RefCell<Option<Box<dyn FnOnce()>>>,
     }
 
     impl Fake {
@@ -522,6 +569,7 @@ mod tests {
                 nvml: false,
                 fail_nvml_from: Cell::new(0),
                 nvml_reads: Cell::new(0),
+                on_first_nvml: RefCell::default(),
             }
         }
         /// What the program's own create call does: OOM without room.
@@ -564,6 +612,9 @@ mod tests {
             }
             self.log.borrow_mut().push(format!("nvml@{device}"));
             self.nvml_reads.set(self.nvml_reads.get() + 1);
+            if let Some(f) = self.on_first_nvml.borrow_mut().take() {
+                f();
+            }
             let from = self.fail_nvml_from.get();
             if from != 0 && self.nvml_reads.get() >= from {
                 return Err("NVML failed".into());
@@ -778,6 +829,21 @@ mod tests {
         });
         assert_eq!((rc, taken), (SUCCESS, Ok(300)));
         assert_eq!(b.usage(0).map(|u| u.2), Some(0));
+    }
+
+    /// The window starts after NVML is loaded (its first read, milliseconds on a real
+    /// GPU): what the members give back while it loads is not added back.
+    #[test]
+    fn frees_while_nvml_loads_are_outside_the_window() {
+        let m: &'static [Member<'static>] = Box::leak(members(2).0.into_boxed_slice());
+        let mut fake = Fake::new(10_000, 300);
+        fake.nvml = true;
+        let drv: &'static Fake = Box::leak(Box::new(fake));
+        allocate(&m[1], drv, 800);
+        *drv.on_first_nvml.borrow_mut() = Some(Box::new(|| free(&m[1], drv, 800)));
+        let (rc, taken, how) = in_pool(&m[0], drv, || drv.call());
+        assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+        assert_eq!(drv.nvml_reads.get(), 3, "read again once loaded");
     }
 
     /// Only allocations surely made inside the window are taken off: one whose driver
