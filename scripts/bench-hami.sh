@@ -27,7 +27,9 @@
 #   first use       whole-process instructions of cuInit + first context + a pair
 #                   (tests/c/bench_first.c), as a ratio to raw
 #   start           LD_PRELOAD=... /bin/true, STARTUP_RUNS (default 200) starts, median of
-#                   REPS rounds, as a ratio to no preload
+#                   REPS rounds, as a ratio to no preload; also with an empty C library
+#                   preloaded (built here: one int, no code), the floor any preloaded
+#                   library pays (the loader's open, mappings and page faults)
 # On a real GPU (BENCH_HAMI_DRIVER=real, the default when ldconfig knows libcuda.so.1):
 # ns per pair of 4 KiB, 1 MiB and 256 MiB (PAIRS pairs, default 2000 there; 256 MiB a tenth),
 # with 10,000 live 1 MiB blocks, the 4-process
@@ -124,6 +126,9 @@ else
     DEVICE=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo "real GPU")
 fi
 FIRST=$tmp/bench_first
+# The floor of any preloaded library: one with nothing in it.
+printf 'int bench_hami_empty;\n' >"$tmp/empty.c"
+cc -shared -fPIC -O2 -o "$tmp/libempty.so" "$tmp/empty.c"
 cc -O2 -Wall -I tests/c -o "$FIRST" tests/c/bench_first.c -L "$LINKDIR" -lcuda
 
 WAYS=(raw hami gpucap pool)
@@ -132,6 +137,7 @@ way_env() {
     local gib=${2:-40}
     case $1 in
         raw) ;;
+        empty) printf '%s\n' "LD_PRELOAD=$tmp/libempty.so" ;;
         hami) printf '%s\n' "LD_PRELOAD=$SO" "CUDA_DEVICE_MEMORY_LIMIT=${gib}g" "LIBCUDA_LOG_LEVEL=0" \
             "CUDA_DEVICE_MEMORY_SHARED_CACHE=$tmp/hami-$gib.cache" ;;
         gpucap) printf '%s\n' "LD_PRELOAD=$SHIM" "GPUCAP_LIMIT=${gib}Gi" ;;
@@ -195,7 +201,9 @@ else
 fi
 for ((r = 1; r <= REPS; r++)); do
     for c in "${CASES[@]}"; do
-        for way in "${WAYS[@]}"; do
+        ways=("${WAYS[@]}")
+        [ "$c" = start ] && ways+=(empty)
+        for way in "${ways[@]}"; do
             case $c in
                 4Ki | 1Mi) v=$(ns_pair "$way" "$c") ;;
                 256Mi) v=$(PAIRS=$((PAIRS / 10)) ns_pair "$way" "$c") ;;
@@ -215,6 +223,8 @@ for c in "${CASES[@]}"; do for way in "${WAYS[@]}"; do
     # shellcheck disable=SC2086
     M[$c,$way]=$(med ${S[$c,$way]})
 done; done
+# shellcheck disable=SC2086
+M[start,empty]=$(med ${S[start,empty]})
 declare -A I # instructions (fake only)
 if [ "$DRIVER" = fake ]; then
     for way in "${WAYS[@]}"; do
@@ -264,6 +274,7 @@ row() { # row LABEL KIND(plus|ratio) KEY ARRAY: raw's figure, then each way agai
     fi
     row "LD_PRELOAD /bin/true start, µs" ratio start M
     echo
+    echo "start with an empty C library preloaded (the floor of any preloaded library): ×$(ratio "${M[start,empty]}" "${M[start,raw]}")"
     echo "medians of $REPS interleaved rounds; raw's column is its own figure, the others are added instructions (+) or a ratio to raw (×)"
 } | tee "$tmp/table" >&2
 json_way() { # json_way ARRAY KEY: {"raw": v, ...}
@@ -272,6 +283,7 @@ json_way() { # json_way ARRAY KEY: {"raw": v, ...}
         eval "v=\${$arr[\$key,\$w]}"
         s+="${s:+, }\"$w\": $v"
     done
+    [ "$key" = start ] && [ "$arr" = M ] && s+=", \"empty\": ${M[start,empty]}"
     echo "{$s}"
 }
 {

@@ -99,6 +99,18 @@ fn a_short_run_beside_hami_core_on_the_fake() {
         }
         assert!(v["medians"]["churn"][way].as_f64().unwrap() > 0.0, "{v}");
     }
+    // The floor any preloaded library pays at start, measured beside the ways.
+    assert!(
+        v["medians"]["start"]["empty"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert!(
+        v["table"]
+            .as_str()
+            .unwrap()
+            .contains("start with an empty C library preloaded"),
+        "{v}"
+    );
     assert!(
         v["table"]
             .as_str()

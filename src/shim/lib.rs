@@ -10,6 +10,7 @@
 //! - `membership`: this process's place in its pool (`GPUCAP_POOL`).
 //! - `driver`: the driver's C types, typed calls and queries.
 //! - `resolve`: the real `dlsym`, library handles, driver symbols by name.
+//! - `environ`: the environment variables the configuration reads, copied from `environ`.
 //! - `exit`: the `.fini_array` exit hook (final report and summary).
 
 // The unit-test build leaves out the FFI edge (it exports `dlsym` and the driver's
@@ -25,6 +26,8 @@ mod state;
 mod dlsym;
 #[cfg(not(test))]
 mod driver;
+#[cfg(not(test))]
+mod environ;
 #[cfg(not(test))]
 mod exit;
 #[cfg(not(test))]

@@ -209,7 +209,7 @@ impl Shim {
 /// file names one. Also returns the file used. A file that exists but cannot be read or
 /// is invalid is an error (fail closed): it is there to keep such processes capped.
 fn load_config() -> Result<(Config, Option<PathBuf>), String> {
-    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let env = config_vars();
     if config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
         let names_pool = env
             .iter()
@@ -246,6 +246,20 @@ fn visible_uuids() -> Option<Vec<[u8; 16]>> {
 #[cfg(test)]
 fn visible_uuids() -> Option<Vec<[u8; 16]>> {
     None
+}
+
+/// The environment variables the configuration reads (copied at the FFI edge).
+#[cfg(not(test))]
+fn config_vars() -> Vec<(OsString, OsString)> {
+    crate::environ::config_vars()
+}
+
+/// Unit tests: the same variables, through `std`.
+#[cfg(test)]
+fn config_vars() -> Vec<(OsString, OsString)> {
+    std::env::vars_os()
+        .filter(|(k, _)| config::looked_at(k.as_encoded_bytes()))
+        .collect()
 }
 
 /// The directory libgpucap.so was loaded from (asked of the loader at the FFI edge).

@@ -274,6 +274,16 @@ pub(crate) fn parse_bool(value: &str) -> Result<bool, String> {
 
 pub(crate) const PREFIX: &str = "GPUCAP_";
 
+/// Whether [`from_vars`] looks at a variable of this name: a caller reading a whole
+/// environment may pass only these (the shim copies just them, not every variable).
+pub fn looked_at(name: &[u8]) -> bool {
+    name.starts_with(PREFIX.as_bytes())
+        || name.starts_with(HAMI_PREFIX.as_bytes())
+        || HAMI_IGNORED
+            .iter()
+            .any(|(var, _)| name.starts_with(var.as_bytes()))
+}
+
 /// Builds the configuration from `(name, value)` pairs, e.g. `std::env::vars_os()`.
 ///
 /// Only variables whose name starts with `GPUCAP_`, HAMi-core's `CUDA_DEVICE_MEMORY_*`

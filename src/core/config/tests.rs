@@ -913,8 +913,49 @@ mod properties {
         Ok(())
     }
 
+    /// An environment's variable: a name made of the names and prefixes the
+    /// configuration reads, cut short or run on, and a value that is often valid.
+    fn env_var() -> impl Strategy<Value = (String, String)> {
+        let stems = prop::sample::select(vec![
+            "GPUCAP_LIMIT",
+            "GPUCAP_POOL",
+            "GPUCAP_LOG",
+            "GPUCAP_WAIT",
+            "GPUCAP_GROWTH",
+            "GPUCAP_",
+            "GPUCAP",
+            "GPUCA",
+            "CUDA_DEVICE_MEMORY_LIMIT",
+            "CUDA_DEVICE_MEMORY_LIMIT_0",
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+            "CUDA_DEVICE_MEMORY_",
+            "CUDA_DEVICE_SM_LIMIT",
+            "CUDA_DEVICE_SM_LIMIT_1",
+            "CUDA_TASK_PRIORITY",
+            "GPU_CORE_UTILIZATION_POLICY",
+            "ACTIVE_OOM_KILLER",
+            "CUDA_VISIBLE_DEVICES",
+            "PATH",
+            "HOME",
+            "gpucap_limit",
+        ]);
+        let tails = prop::sample::select(vec!["", "", "_", "0", "X", "_1", "S"]);
+        let values = prop::sample::select(vec![
+            "1Gi", "50%", "512m", "0", "", "yes", "p", "2s", "abc", "1,0=2Gi", "error",
+        ]);
+        (stems, tails, values).prop_map(|(s, t, v)| (format!("{s}{t}"), v.to_string()))
+    }
+
     proptest! {
         #![proptest_config(config(2000))]
+
+        /// The shim copies only the variables `looked_at` names: the configuration of
+        /// any environment must come out the same (errors and notes included).
+        #[test]
+        fn only_the_variables_looked_at_matter(env in prop::collection::vec(env_var(), 0..6)) {
+            let kept: Vec<_> = env.iter().filter(|(k, _)| looked_at(k.as_bytes())).cloned().collect();
+            prop_assert_eq!(from_vars(env.clone()), from_vars(kept));
+        }
 
         #[test]
         fn limit_spec_of_any_string(s in "\\PC*") {

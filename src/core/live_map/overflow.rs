@@ -27,7 +27,12 @@ impl Hasher for KeyHasher {
     }
 }
 
-type Shard = Mutex<HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>>;
+type Map = HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>;
+/// A shard's map, made at its first insert: an empty `HashMap` points at a static empty
+/// table, and every live map is a process-wide static of the shim, so 16 such pointers
+/// per map would be relocated (and their pages written) when the library is loaded;
+/// `None` is all zero bits.
+type Shard = Mutex<Option<Map>>;
 const SHARDS: usize = 16;
 
 /// What the tables cannot hold: a sharded map of mutexes, skipped while empty.
@@ -41,14 +46,11 @@ impl Overflow {
     pub(super) const fn new() -> Self {
         Overflow {
             count: AtomicU64::new(0),
-            shards: [const { Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS],
+            shards: [const { Mutex::new(None) }; SHARDS],
         }
     }
 
-    fn shard(
-        &self,
-        key: u64,
-    ) -> MutexGuard<'_, HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>> {
+    fn shard(&self, key: u64) -> MutexGuard<'_, Option<Map>> {
         let i = (hash(key) >> 60) as usize % SHARDS;
         // A poisoned shard only means a panic elsewhere while it was held; the map
         // itself is still consistent (every operation is a single insert/remove).
@@ -57,14 +59,16 @@ impl Overflow {
 
     pub(super) fn insert(&self, key: u64, charge: Charge) {
         self.count.fetch_add(1, AcqRel);
-        self.shard(key).insert(key, charge);
+        self.shard(key)
+            .get_or_insert_with(Map::default)
+            .insert(key, charge);
     }
 
     pub(super) fn remove(&self, key: u64) -> Option<Charge> {
         if self.count.load(Acquire) == 0 {
             return None;
         }
-        let removed = self.shard(key).remove(&key);
+        let removed = self.shard(key).as_mut().and_then(|m| m.remove(&key));
         if removed.is_some() {
             self.count.fetch_sub(1, AcqRel);
         }
@@ -75,7 +79,7 @@ impl Overflow {
         if self.count.load(Acquire) == 0 {
             return None;
         }
-        self.shard(key).get(&key).copied()
+        self.shard(key).as_ref().and_then(|m| m.get(&key).copied())
     }
 
     /// Appends the entries whose charge satisfies `keep` to `out`.
@@ -85,7 +89,8 @@ impl Overflow {
         }
         for shard in &self.shards {
             let m = shard.lock().unwrap_or_else(|p| p.into_inner());
-            out.extend(m.iter().filter(|(_, c)| keep(c)).map(|(&k, &c)| (k, c)));
+            let entries = m.iter().flat_map(|m| m.iter());
+            out.extend(entries.filter(|(_, c)| keep(c)).map(|(&k, &c)| (k, c)));
         }
     }
 }

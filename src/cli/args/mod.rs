@@ -1,0 +1,272 @@
+//! Command-line parsing: pure functions over `OsString`s, with `lexopt` splitting the
+//! words (`--name=value`, `--`, `-h`) and the help texts and messages our own.
+
+use std::ffi::{OsStr, OsString};
+use std::net::SocketAddr;
+
+use lexopt::{Arg, Parser};
+
+pub use super::help::Topic;
+
+/// Flags that override `GPUCAP_*` variables.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--limit SPEC`: sets GPUCAP_LIMIT.
+    pub limit: Option<String>,
+    /// `--log LEVEL`: sets GPUCAP_LOG.
+    pub log: Option<String>,
+    /// `--growth`: sets GPUCAP_GROWTH=1 (and, for `run`, the frameworks' own
+    /// grow-on-demand switches: see [`FRAMEWORK_GROWTH_VARS`]).
+    pub growth: bool,
+    /// `--report PATH`: sets GPUCAP_REPORT.
+    pub report: Option<String>,
+    /// `--pool NAME|PATH|off`: sets GPUCAP_POOL.
+    pub pool: Option<String>,
+    /// `--wait DURATION`: sets GPUCAP_WAIT.
+    pub wait: Option<String>,
+    /// `--guarantee SPEC`: sets GPUCAP_GUARANTEE.
+    pub guarantee: Option<String>,
+    /// `--ceiling SPEC`: sets GPUCAP_CEILING.
+    pub ceiling: Option<String>,
+}
+
+/// What `gpucap run --growth` also sets, unless the user already set them: the
+/// frameworks' switches that make them grow on demand instead of preallocating.
+pub const FRAMEWORK_GROWTH_VARS: &[(&str, &str)] = &[
+    ("TF_FORCE_GPU_ALLOW_GROWTH", "true"),
+    ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
+];
+
+impl Overrides {
+    /// The (variable, value) pairs these flags set.
+    pub fn vars(&self) -> Vec<(&'static str, &str)> {
+        let mut v = Vec::new();
+        if let Some(l) = &self.limit {
+            v.push(("GPUCAP_LIMIT", l.as_str()));
+        }
+        if let Some(l) = &self.log {
+            v.push(("GPUCAP_LOG", l.as_str()));
+        }
+        if self.growth {
+            v.push(("GPUCAP_GROWTH", "1"));
+        }
+        if let Some(r) = &self.report {
+            v.push(("GPUCAP_REPORT", r.as_str()));
+        }
+        if let Some(p) = &self.pool {
+            v.push(("GPUCAP_POOL", p.as_str()));
+        }
+        if let Some(w) = &self.wait {
+            v.push(("GPUCAP_WAIT", w.as_str()));
+        }
+        if let Some(g) = &self.guarantee {
+            v.push(("GPUCAP_GUARANTEE", g.as_str()));
+        }
+        if let Some(c) = &self.ceiling {
+            v.push(("GPUCAP_CEILING", c.as_str()));
+        }
+        v
+    }
+}
+
+/// A parsed command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `gpucap run [OPTIONS] [--] CMD ARGS...`
+    Run {
+        overrides: Overrides,
+        /// `--measure`: run CMD uncapped as a child, then print its peak per GPU and a
+        /// suggested `--limit`.
+        measure: bool,
+        program: OsString,
+        args: Vec<OsString>,
+    },
+    /// `gpucap check [OPTIONS]`
+    Check {
+        overrides: Overrides,
+        /// `--write-env FILE`: also write the validated GPUCAP_* variables to FILE (the
+        /// container entrypoint's `gpucap.env`).
+        write_env: Option<OsString>,
+    },
+    /// `gpucap status [--pool NAME|PATH] [--json]`: one snapshot of a pool.
+    Status {
+        /// `--pool`: the pool to show instead of the one the environment names.
+        pool: Option<String>,
+        /// `--json`: the snapshot as one JSON object.
+        json: bool,
+    },
+    /// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: pools once, in
+    /// Prometheus's text exposition format.
+    StatusPrometheus { pools: PoolSet },
+    /// `gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]`: an HTTP server
+    /// of that exposition.
+    Metrics { listen: SocketAddr, pools: PoolSet },
+    /// `gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]`: the
+    /// snapshot, refreshed.
+    Top {
+        pool: Option<String>,
+        /// `--interval`: between snapshots, in milliseconds (200 to 60000).
+        interval_ms: u64,
+        /// `--iterations`: how many snapshots (None: until interrupted).
+        iterations: Option<u64>,
+    },
+    /// `gpucap help [COMMAND]`, `--help`, `-h`
+    Help(Topic),
+    /// `gpucap --version`, `-V`, `version`
+    Version,
+}
+
+/// The pools of `status --prometheus` and `metrics`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolSet {
+    /// The one `status` would show (the environment's, else gpucap.env's).
+    Configured,
+    /// `--pool` given once or more: these values (as given, not yet validated; repeats
+    /// dropped), in order.
+    Named(Vec<String>),
+    /// `--all`: every pool file in this user's pool directory, listed at each reading.
+    All,
+}
+
+/// A bad command line: the message, and the help topic to point at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageError {
+    pub message: String,
+    pub topic: Topic,
+}
+
+fn usage(topic: Topic, message: impl Into<String>) -> UsageError {
+    UsageError {
+        message: message.into(),
+        topic,
+    }
+}
+
+/// Parses the arguments after the program name (`std::env::args_os().skip(1)`).
+pub fn parse<I>(args: I) -> Result<Command, UsageError>
+where
+    I: IntoIterator<Item = OsString>,
+{
+    let mut parser = Parser::from_args(args);
+    // `-h=x` stays one word in messages (lexopt would drop the `=`).
+    parser.set_short_equals(false);
+    // lexopt skips a `--`: here it is not a command, so say so.
+    if next_is_double_dash(&mut parser) {
+        return Err(usage(Topic::General, "unknown option '--'"));
+    }
+    let first = match parser.next().map_err(|e| lexopt_error(Topic::General, e))? {
+        None => return Err(usage(Topic::General, "no command given")),
+        Some(Arg::Value(word)) => word,
+        Some(option) => {
+            let name = option_name(&option);
+            let typed = with_attached(&mut parser, &name);
+            return match typed.as_str() {
+                "-h" | "--help" => nothing_after(parser, &typed, Command::Help(Topic::General)),
+                "-V" | "--version" => nothing_after(parser, &typed, Command::Version),
+                s if s.starts_with("--limit") || s.starts_with("--log") => Err(usage(
+                    Topic::General,
+                    format!(
+                        "unknown option '{s}' (options go after the command: gpucap run {s} ...)"
+                    ),
+                )),
+                s => Err(usage(Topic::General, format!("unknown option '{s}'"))),
+            };
+        }
+    };
+    match first.to_str() {
+        Some("run") => parse_run(parser),
+        Some("check") => parse_check(parser),
+        Some("status") => parse_status(parser),
+        Some("top") => parse_top(parser),
+        Some("metrics") => parse_metrics(parser),
+        Some("help") => parse_help(parser),
+        Some("version") => nothing_after(parser, "version", Command::Version),
+        _ => {
+            let s = first.to_string_lossy();
+            if s.starts_with('-') {
+                // Only `-` itself: lexopt calls it a value.
+                Err(usage(Topic::General, format!("unknown option '{s}'")))
+            } else {
+                Err(usage(
+                    Topic::General,
+                    format!(
+                        "unknown command '{s}' (the commands are run, check, status, top, \
+                         metrics and help)"
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+/// `command` when nothing follows `word` (`--version`, `--help`, `version`), else a
+/// usage error naming the first extra argument: `gpucap --version --bogus` is a mistake.
+fn nothing_after(mut parser: Parser, word: &str, command: Command) -> Result<Command, UsageError> {
+    let mut rest = parser
+        .raw_args()
+        .map_err(|e| lexopt_error(Topic::General, e))?;
+    match rest.next() {
+        None => Ok(command),
+        Some(extra) => Err(usage(
+            Topic::General,
+            format!(
+                "unexpected argument '{}' after {word} (it takes no arguments)",
+                extra.to_string_lossy()
+            ),
+        )),
+    }
+}
+
+/// Whether the next argument is exactly `--` (which lexopt would consume silently).
+fn next_is_double_dash(parser: &mut Parser) -> bool {
+    parser
+        .try_raw_args()
+        .is_some_and(|raw| raw.peek() == Some(OsStr::new("--")))
+}
+
+/// `-x` or `--name`, as typed (without any attached value).
+fn option_name(arg: &Arg<'_>) -> String {
+    match arg {
+        Arg::Short(c) => format!("-{c}"),
+        Arg::Long(name) => format!("--{name}"),
+        Arg::Value(v) => v.to_string_lossy().into_owned(),
+    }
+}
+
+/// The whole option word as typed: `name` with the value attached to it, if any
+/// (`--name=value`, or the rest of a short cluster such as `-hx`), which is consumed.
+fn with_attached(parser: &mut Parser, name: &str) -> String {
+    match parser.optional_value() {
+        None => name.to_string(),
+        Some(v) if name.starts_with("--") => format!("{name}={}", v.to_string_lossy()),
+        Some(v) => format!("{name}{}", v.to_string_lossy()),
+    }
+}
+
+/// A lexopt error as a usage error. The parsing below consumes every attached value,
+/// so lexopt has nothing to complain about; this only keeps its message if it does.
+fn lexopt_error(topic: Topic, e: lexopt::Error) -> UsageError {
+    usage(topic, e.to_string())
+}
+
+/// The command's name, for messages.
+fn topic_name(topic: Topic) -> &'static str {
+    match topic {
+        Topic::General => "gpucap",
+        Topic::Run => "run",
+        Topic::Check => "check",
+        Topic::Status => "status",
+        Topic::Top => "top",
+        Topic::Metrics => "metrics",
+    }
+}
+
+mod commands;
+mod options;
+#[cfg(test)]
+mod tests;
+
+use commands::*;
+pub use options::{
+    INTERVAL_ACCEPTED, LISTEN_ACCEPTED, parse_interval, parse_iterations, parse_listen,
+};
