@@ -428,7 +428,7 @@ impl Ledger {
     }
 
     /// Before the driver frees memory charged as `charge`: in a pool, the free is
-    /// announced to it (see `budget::frees`: a member measuring a context then does not
+    /// announced to it (see `budget::traffic`: a member measuring a context then does not
     /// take these bytes off it). The driver freed it: [`settle_announced`](Self::settle_announced);
     /// it refused: [`withdraw`](Self::withdraw). Outside a pool one load.
     #[inline(always)]

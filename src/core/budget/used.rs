@@ -27,12 +27,13 @@
 //! slot back clears before it recounts. No journal is needed: nothing is ever
 //! redone, only counted again.
 //!
-//! A free is announced before its driver call (`frees`) in words of its own,
+//! A free is announced before its driver call (`traffic`) in words of its own,
 //! `freeing` and `freed`, not in `pending`: its bytes stay in `own` until the credit
 //! above, so the recount's argument is untouched by it, and `pending` stays a few
 //! instructions long (a driver's free can take milliseconds: a `pending` held across
 //! it would make recounts give up, and a guarantee's holder would count the bytes it
-//! frees twice, see `fits_under`).
+//! frees twice, see `fits_under`). An allocation's marks (`started`, `made`, `unmade`)
+//! leave `own` and `pending` alone too.
 
 use std::sync::atomic::Ordering::*;
 

@@ -1,4 +1,4 @@
-//! Frees announced before the driver call (`frees`): the words each step leaves, and a
+//! Frees announced before the driver call (`traffic`): the words each step leaves, and a
 //! member killed or stopped at any step of an announced free.
 
 use std::sync::atomic::Ordering::*;
@@ -54,7 +54,7 @@ fn an_announced_free_is_credited_when_completed_and_stays_counted_when_withdrawn
     assert_eq!(b.usage(0), Some((0, Some(1000), 0)));
 }
 
-/// The steps of an announced free (see `frees` and `used`), in order: announce
+/// The steps of an announced free (see `traffic` and `used`), in order: announce
 /// (`freeing`, `freed`), the credit (`pending`, own use, `used`, `pending`), and the
 /// end of the announcement (`freeing`).
 const FREE_STEPS: usize = 7;
