@@ -418,6 +418,15 @@ impl<'a> Member<'a> {
         for g in 0..MAX_POOL_GPUS {
             let own = self.w.member_gpu(self.slot, g, M_USED).load(SeqCst);
             if own != 0 {
+                // The driver frees it when the process ends, after this credit: announced,
+                // so that a member measuring a context meanwhile adds it back (`traffic`;
+                // `freeing` is left to the slot's next owner to clear).
+                self.w
+                    .member_gpu(self.slot, g, M_FREEING)
+                    .fetch_add(own, SeqCst);
+                self.w
+                    .member_gpu(self.slot, g, M_FREED)
+                    .fetch_add(own, SeqCst);
                 self.sub(g, own);
             }
         }

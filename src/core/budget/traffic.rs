@@ -43,10 +43,12 @@
 //! alone, so a recount of `used` is untouched by them. A member killed inside a free
 //! leaves `freeing` set and inside an allocation `started` ahead: whoever takes its
 //! share back clears the one and closes the other (`unmade`); a measurement counts the
-//! `freeing` of live slots only. Left over: a member that dies inside another's window
-//! (the driver frees its memory, nothing announced it), memory the pool is credited for
-//! when it reads it (a stream-ordered pool that released memory, allocations freed with
-//! a context), and processes outside the pool.
+//! `freeing` of live slots only. A member leaving at exit announces what it still holds
+//! (the driver frees it when the process ends; counted if the exit falls in the window).
+//! Left over: a member killed inside another's window (the driver frees its memory,
+//! nothing announced it), memory the pool is credited for when it reads it again (a
+//! stream-ordered pool that released memory at a synchronisation or a trim), and
+//! processes outside the pool.
 
 use std::sync::atomic::Ordering::*;
 

@@ -167,16 +167,45 @@ pub(super) fn after_teardown(device: usize) {
     POOLS.refresh(ledger, &queries::Pools, device);
 }
 
-/// Before a call that may end `ctx` on `lock`'s device: its charge announced to the
-/// pool (see `Ledger::announce`), the driver freeing the context's memory with it.
-fn announce_context(lock: &gpucap_core::contexts::DeviceLock<'_>, ctx: Handle) -> Option<Freeing> {
-    lock.charge_of(ctx as u64).map(|c| SHIM.ledger.announce(c))
+/// What a call that may end a context announced to the pool before it (see
+/// `Ledger::announce`): the context's own charge, and the allocations the driver would
+/// free with it.
+pub(super) struct Announced {
+    context: Option<Freeing>,
+    with_it: Option<Freeing>,
 }
 
-/// Settles what a call that may have ended a context found; `announced` is its charge
-/// as announced before the call ([`announce_context`]).
-pub(super) fn context_ended(api: &str, device: usize, ending: Ending, announced: Option<Freeing>) {
-    let settle = |charge: Option<Charge>| match (charge, announced) {
+impl Announced {
+    /// Before a call that may end `charge` (a context's, if it has one here) on `device`.
+    /// The allocations on the device are announced together (in a pool only): those the
+    /// driver freed are credited one by one after it (`after_teardown`), and the
+    /// announcement is withdrawn once they are.
+    fn before(device: usize, charge: Option<Charge>) -> Announced {
+        let with_it = SHIM.ledger.pooled().then(|| {
+            let bytes = SHIM
+                .ledger
+                .live_on(device)
+                .iter()
+                .map(|(_, c)| c.bytes)
+                .sum();
+            SHIM.ledger.announce(Charge { device, bytes })
+        });
+        Announced {
+            context: charge.map(|c| SHIM.ledger.announce(c)),
+            with_it,
+        }
+    }
+}
+
+/// [`Announced::before`] a call that may end `ctx` on `lock`'s device.
+fn announce_context(lock: &gpucap_core::contexts::DeviceLock<'_>, ctx: Handle) -> Announced {
+    Announced::before(lock.device(), lock.charge_of(ctx as u64))
+}
+
+/// Settles what a call that may have ended a context found; `announced` is what was
+/// announced before the call ([`Announced::before`]).
+pub(super) fn context_ended(api: &str, device: usize, ending: Ending, announced: Announced) {
+    let settle = |charge: Option<Charge>| match (charge, announced.context) {
         // The same charge, under the same device lock.
         (Some(_), Some(f)) => SHIM.ledger.settle_announced(f),
         (Some(c), None) => SHIM.ledger.settle(c),
@@ -198,6 +227,9 @@ pub(super) fn context_ended(api: &str, device: usize, ending: Ending, announced:
             );
             after_teardown(device);
         }
+    }
+    if let Some(f) = announced.with_it {
+        SHIM.ledger.withdraw(f);
     }
 }
 
@@ -263,12 +295,10 @@ pub(super) fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuRes
     let Some(mut lock) = checked_device(shim, dev).and_then(|d| CONTEXTS.lock(d)) else {
         return call();
     };
-    let announced = lock.primary_charge().map(|c| SHIM.ledger.announce(c));
+    let announced = Announced::before(lock.device(), lock.primary_charge());
     let rc = call();
     if rc != CUDA_SUCCESS {
-        if let Some(f) = announced {
-            SHIM.ledger.withdraw(f);
-        }
+        context_ended("", lock.device(), Ending::Alive, announced);
         return rc;
     }
     let d = lock.device();

@@ -49,7 +49,10 @@ fn an_announced_free_is_credited_when_completed_and_stays_counted_when_withdrawn
     // Nothing to announce: a device not the pool's, no bytes, a member that left.
     assert!(!a.announce_free(1, 100));
     assert!(!a.announce_free(0, 0));
+    // Leaving (at exit) announces what it still holds: the driver frees it later.
+    let before = b.marks(0).unwrap();
     a.leave();
+    assert_eq!(before.given_back_until(&b.marks(0).unwrap()), 400);
     assert!(!a.announce_free(0, 100));
     assert_eq!(b.usage(0), Some((0, Some(1000), 0)));
 }
