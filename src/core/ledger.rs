@@ -306,6 +306,7 @@ impl Ledger {
         let new = add_within_cap(d, bytes).ok()?;
         let k = self.pool_at.load(Acquire);
         if k != 0 && !self.try_reserve_pool(k, device, bytes) {
+            self.roll_back_own(Charge { device, bytes });
             return None;
         }
         note_peak(d, new);
@@ -316,19 +317,22 @@ impl Ledger {
     }
 
     /// [`try_reserve`](Self::try_reserve)'s pool part (`k`: `pool_at`, not 0), out of
-    /// line (a process outside any pool pays one load for it): false, with this
-    /// process's own reservation of `bytes` rolled back, if the pool did not take them
-    /// at once.
+    /// line (a process outside any pool pays one load for it): true if the pool took
+    /// `bytes` at once. Nothing after the member's call: the call is the function's last
+    /// step (a jump, no second frame).
     #[inline(never)]
     fn try_reserve_pool(&self, k: usize, device: usize, bytes: u64) -> bool {
-        if self
-            .pool_of(k)
-            .is_some_and(|p| p.try_reserve(device, bytes))
-        {
-            return true;
+        match self.pool_of(k) {
+            Some(p) => p.try_reserve(device, bytes),
+            None => false,
         }
-        self.credit_own(Charge { device, bytes });
-        false
+    }
+
+    /// [`credit_own`](Self::credit_own) of a short path the pool refused, out of line.
+    #[cold]
+    #[inline(never)]
+    fn roll_back_own(&self, charge: Charge) {
+        self.credit_own(charge);
     }
 
     /// Counts an allocation served without a reservation (from retained memory).

@@ -114,6 +114,7 @@ struct Take<'m, 'a> {
     g: usize,
     bytes: u64,
     cap: u64,
+    guarantee: u64,
     ceiling: u64,
 }
 
@@ -126,12 +127,47 @@ impl Rule for Take<'_, '_> {
             g,
             bytes,
             cap,
+            guarantee,
             ceiling,
         } = *self;
         if m.queue_first_at(h) || pool < own {
             return None; // waiters first, in order; or a `used` that cannot be
         }
-        m.fits_under(h, g, pool, own, bytes, cap, ceiling)
+        m.fits_under(h, g, pool, own, bytes, cap, guarantee, ceiling)
+    }
+}
+
+/// The rule of one try of a reservation on the short path by a member that holds
+/// neither a guarantee nor a ceiling on the GPU ([`Member::try_reserve`]), while no other
+/// member holds a guarantee there: the pool's cap alone.
+/// If another member holds one, it refuses and says so in `shared`: the caller then
+/// tries again with [`Take`]'s whole rule, out of line (the loop makes no call).
+struct Plain<'m, 'a> {
+    m: &'m Member<'a>,
+    h: &'m Hot<'a>,
+    bytes: u64,
+    cap: u64,
+    shared: std::cell::Cell<bool>,
+}
+
+impl Rule for Plain<'_, '_> {
+    #[inline(always)]
+    fn apply(&self, pool: u64, own: u64) -> Option<u64> {
+        let Plain {
+            m, h, bytes, cap, ..
+        } = *self;
+        if m.queue_first_at(h) || pool < own {
+            return None; // waiters first, in order; or a `used` that cannot be
+        }
+        if h.bits.iter().fold(0, |a, b| a | b.load(Acquire)) != 0 {
+            // Some member holds a guarantee: its unused part is kept for it.
+            self.shared.set(true);
+            return None;
+        }
+        if bytes > cap.saturating_sub(pool) {
+            return None;
+        }
+        Some(pool + bytes) // at most `cap`: no overflow
     }
 }
 
@@ -207,7 +243,7 @@ impl Member<'_> {
     /// `device` at once (or does not charge it); false, with nothing counted or changed,
     /// if anything more is needed (waiting, a sweep, a recount, a refusal): the caller
     /// then goes the full way, [`reserve`](Self::reserve).
-    #[inline]
+    #[inline(always)]
     pub fn try_reserve(&self, device: usize, bytes: u64) -> bool {
         let Some(g) = self.entry_of(device) else {
             return true;
@@ -215,10 +251,56 @@ impl Member<'_> {
         if self.left.load(Acquire) {
             return false;
         }
+        let Some(h) = self.hot(g) else {
+            return false;
+        };
+        // A guarantee or a ceiling of its own (written when it claimed them, before its
+        // allocations): the whole rule, out of line.
+        let (guarantee, ceiling) = (
+            h.share[SH_GUARANTEE].load(Relaxed),
+            h.share[SH_CEILING].load(Relaxed),
+        );
+        if guarantee | ceiling != 0 {
+            return self.take_shared(h, bytes);
+        }
         let cap = decode_cap(self.caps[g].load(Relaxed))
             .flatten()
             .unwrap_or(u64::MAX);
-        self.take(g, bytes, cap)
+        self.reserve_plain(h, bytes, cap)
+    }
+
+    /// [`try_reserve`](Self::try_reserve) by a member without a guarantee or a ceiling of
+    /// its own on the GPU entry of words `h`, under `cap`: one try; anything else (a
+    /// guarantee of another member there, another change first) the whole rule.
+    #[inline(never)]
+    fn reserve_plain(&self, h: &Hot<'_>, bytes: u64, cap: u64) -> bool {
+        let rule = Plain {
+            m: self,
+            h,
+            bytes,
+            cap,
+            shared: std::cell::Cell::new(false),
+        };
+        match self.add_once(h, bytes, &rule) {
+            Some(true) => true,
+            // Another member holds a guarantee: the whole rule (nothing was counted).
+            Some(false) => rule.shared.get() && self.take_shared(h, bytes),
+            // Another change came first: the whole rule, in its loop.
+            None => self.take_shared(h, bytes),
+        }
+    }
+
+    /// [`take`](Self::take) on the short path, out of line: a member with a guarantee or
+    /// a ceiling of its own on the GPU entry of words `h`, or beside a member with a
+    /// guarantee there.
+    #[inline(never)]
+    fn take_shared(&self, h: &Hot<'_>, bytes: u64) -> bool {
+        let g = h.g;
+        let cap = decode_cap(self.caps.get(g).map_or(0, |c| c.load(Relaxed)))
+            .flatten()
+            .unwrap_or(u64::MAX);
+        let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
+        self.take_at(h, g, bytes, cap, guarantee, h.ceiling())
     }
 
     /// One try of a reservation of `bytes` on GPU entry `g` under `cap`, without a lock
@@ -226,24 +308,39 @@ impl Member<'_> {
     /// into the short path ([`try_reserve`](Self::try_reserve)): one frame, not two.
     #[inline(always)]
     fn take(&self, g: usize, bytes: u64, cap: u64) -> bool {
-        let Some(h) = self.hot(g) else {
-            return false;
-        };
-        // This member's own (set when it claims its share, before its allocations).
-        let ceiling = h.ceiling();
+        self.hot(g).is_some_and(|h| {
+            let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
+            self.take_at(h, g, bytes, cap, guarantee, h.ceiling())
+        })
+    }
+
+    /// [`take`](Self::take) with GPU entry `g`'s words `h`, this member's `guarantee`
+    /// and `ceiling` there (`u64::MAX`: none; both set when it claims its share, before
+    /// its allocations).
+    #[inline(always)]
+    fn take_at(
+        &self,
+        h: &Hot<'_>,
+        g: usize,
+        bytes: u64,
+        cap: u64,
+        guarantee: u64,
+        ceiling: u64,
+    ) -> bool {
         let rule = Take {
             m: self,
             h,
             g,
             bytes,
             cap,
+            guarantee,
             ceiling,
         };
         if ceiling == u64::MAX {
-            return self.add_at(h, bytes, rule);
+            return self.add_at(h, bytes, &rule);
         }
         self.enter_gate(g);
-        let done = self.add_at(h, bytes, rule);
+        let done = self.add_at(h, bytes, &rule);
         self.leave_gate(g);
         done
     }

@@ -17,6 +17,8 @@ pub(super) struct Hot<'a> {
     pub bits: &'a [AtomicU64; SHARE_BITS_WORDS],
     /// The member's own share words on the GPU (`SH_GUARANTEE`, `SH_CEILING`).
     pub share: &'a [AtomicU64; SHARE_WORDS],
+    /// The GPU entry.
+    pub g: usize,
 }
 
 impl<'a> Hot<'a> {
@@ -27,15 +29,22 @@ impl<'a> Hot<'a> {
             gpu: w.gpu_all(g)?,
             bits: w.share_bits_all(g)?,
             share: w.share_all(s, g)?,
+            g,
         })
     }
 
     /// This member's ceiling on the GPU (`u64::MAX`: none of its own).
     #[inline]
     pub fn ceiling(&self) -> u64 {
-        match self.share[SH_CEILING].load(Relaxed) {
-            0 => u64::MAX,
-            c => c,
-        }
+        ceiling_of(self.share[SH_CEILING].load(Relaxed))
+    }
+}
+
+/// The ceiling a `SH_CEILING` word means (`u64::MAX`: none).
+#[inline(always)]
+fn ceiling_of(word: u64) -> u64 {
+    match word {
+        0 => u64::MAX,
+        c => c,
     }
 }
