@@ -139,14 +139,15 @@ impl Rule for Take<'_, '_> {
 
 /// The rule of one try of a reservation on the short path by a member that holds
 /// neither a guarantee nor a ceiling on the GPU ([`Member::try_reserve`]), while no other
-/// member holds a guarantee there: the pool's cap alone.
+/// member holds a guarantee there: the pool's cap alone (`limit`: the cap, at most
+/// `USED_BYTES`).
 /// If another member holds one, it refuses and says so in `shared`: the caller then
 /// tries again with [`Take`]'s whole rule, out of line (the loop makes no call).
 struct Plain<'m, 'a> {
     m: &'m Member<'a>,
     h: &'m Hot<'a>,
     bytes: u64,
-    cap: u64,
+    limit: u64,
     shared: std::cell::Cell<bool>,
 }
 
@@ -154,7 +155,7 @@ impl Rule for Plain<'_, '_> {
     #[inline(always)]
     fn apply(&self, pool: u64, own: u64) -> Option<u64> {
         let Plain {
-            m, h, bytes, cap, ..
+            m, h, bytes, limit, ..
         } = *self;
         if m.queue_first_at(h) || pool < own {
             return None; // waiters first, in order; or a `used` that cannot be
@@ -164,10 +165,12 @@ impl Rule for Plain<'_, '_> {
             self.shared.set(true);
             return None;
         }
-        if bytes > cap.saturating_sub(pool) {
+        if bytes > limit {
             return None;
         }
-        Some(pool + bytes) // at most `cap`: no overflow
+        // No overflow: `pool` and `bytes` are each at most `USED_BYTES`.
+        let new = pool + bytes;
+        (new <= limit).then_some(new)
     }
 }
 
@@ -263,22 +266,20 @@ impl Member<'_> {
         if guarantee | ceiling != 0 {
             return self.take_shared(h, bytes);
         }
-        let cap = decode_cap(self.caps[g].load(Relaxed))
-            .flatten()
-            .unwrap_or(u64::MAX);
-        self.reserve_plain(h, bytes, cap)
+        self.reserve_plain(h, bytes, self.limit[g].load(Relaxed))
     }
 
     /// [`try_reserve`](Self::try_reserve) by a member without a guarantee or a ceiling of
-    /// its own on the GPU entry of words `h`, under `cap`: one try; anything else (a
-    /// guarantee of another member there, another change first) the whole rule.
+    /// its own on the GPU entry of words `h`, under `limit` (see [`Plain`]): one try;
+    /// anything else (a guarantee of another member there, another change first) the
+    /// whole rule.
     #[inline(never)]
-    fn reserve_plain(&self, h: &Hot<'_>, bytes: u64, cap: u64) -> bool {
+    fn reserve_plain(&self, h: &Hot<'_>, bytes: u64, limit: u64) -> bool {
         let rule = Plain {
             m: self,
             h,
             bytes,
-            cap,
+            limit,
             shared: std::cell::Cell::new(false),
         };
         match self.add_once(h, bytes, &rule) {

@@ -141,6 +141,9 @@ pub struct Member<'a> {
     /// Per GPU entry, the cap this member registered (encoded as `G_CAP`; 0: none):
     /// the cap it enforces, whatever the shared cap word says.
     pub(super) caps: [AtomicU64; MAX_POOL_GPUS],
+    /// Per GPU entry, the most the pool's use may reach, for the short path: the same
+    /// cap in bytes, never past what `used` can hold (`USED_BYTES`, also with no cap).
+    pub(super) limit: [AtomicU64; MAX_POOL_GPUS],
     /// Hears of every impossible word found and repaired (see [`Member::noting`]).
     pub(super) note: fn(&super::Repair),
 }
@@ -178,6 +181,7 @@ impl<'a> Member<'a> {
                 wait_turn: [const { std::sync::Mutex::new(()) }; MAX_POOL_GPUS],
                 gate: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
                 caps: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
+                limit: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
                 note: no_note,
             };
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
@@ -285,6 +289,7 @@ impl<'a> Member<'a> {
             }
         }
         self.caps[g].store(ours, Relaxed);
+        self.limit[g].store(cap.unwrap_or(USED_BYTES).min(USED_BYTES), Relaxed);
         slot_of_device.store(g as u32 + 1, Release);
         Ok(())
     }

@@ -59,6 +59,17 @@ fn a_plain_member_takes_what_the_cap_allows_and_nothing_past_it() {
 }
 
 #[test]
+fn with_no_cap_a_size_that_would_wrap_is_not_taken() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), None);
+    assert!(a.try_reserve(0, 100));
+    refused(pool, &a, u64::MAX - 10, "wraps past zero");
+    refused(pool, &a, USED_BYTES, "past what the pool's word holds");
+    assert!(a.try_reserve(0, USED_BYTES - 100), "up to it");
+    assert_eq!(a.usage(0), Some((USED_BYTES, None, USED_BYTES)));
+}
+
+#[test]
 fn a_plain_member_keeps_the_others_unused_guarantees() {
     let (pool, k) = setup();
     let a = member(pool, proc(k, 1), Some(CAP));
