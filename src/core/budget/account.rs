@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use super::hot::Hot;
 use super::layout::*;
-use super::member::Member;
+use super::member::{Member, OWN_SHARE};
 use super::used::Rule;
 
 /// Spins on a held gate or word lock before going to sleep on it.
@@ -248,6 +248,25 @@ impl Member<'_> {
     /// then goes the full way, [`reserve`](Self::reserve).
     #[inline(always)]
     pub fn try_reserve(&self, device: usize, bytes: u64) -> bool {
+        // The way (see `route`): one load tells it.
+        if let Some(r) = self.route.get(device) {
+            let r = r.load(Acquire);
+            let g = ((r & !OWN_SHARE) as usize).wrapping_sub(1);
+            if let (Some(Some(h)), Some(limit)) = (self.hot.get(g), self.limit.get(g)) {
+                if r & OWN_SHARE != 0 {
+                    return self.take_shared(h, bytes);
+                }
+                return self.reserve_plain(h, bytes, limit.load(Relaxed));
+            }
+        }
+        self.try_reserve_rest(device, bytes)
+    }
+
+    /// [`try_reserve`](Self::try_reserve) off its `route`: a device not registered, or a
+    /// member that left.
+    #[cold]
+    #[inline(never)]
+    fn try_reserve_rest(&self, device: usize, bytes: u64) -> bool {
         let Some(g) = self.entry_of(device) else {
             return true;
         };
@@ -257,8 +276,6 @@ impl Member<'_> {
         let Some(h) = self.hot(g) else {
             return false;
         };
-        // A guarantee or a ceiling of its own (written when it claimed them, before its
-        // allocations): the whole rule, out of line.
         let (guarantee, ceiling) = (
             h.share[SH_GUARANTEE].load(Relaxed),
             h.share[SH_CEILING].load(Relaxed),

@@ -180,6 +180,7 @@ impl Member<'_> {
         } else {
             self.w.share_bits(g, k).fetch_and(!bit, SeqCst);
         }
+        self.note_route(g);
     }
 
     /// The slots other than this one holding a guarantee on GPU entry `g`.
