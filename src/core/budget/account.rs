@@ -20,6 +20,12 @@
 //! the holder died: a stopped holder costs the others no processor time. A member with
 //! a ceiling of its own reserves behind its gate (no other process waits on that), so
 //! that two of its threads cannot both pass the ceiling.
+//!
+//! The short path ([`Member::try_reserve`]) finds its way in one word per CUDA ordinal
+//! (`Member::route`): a member with neither a guarantee nor a ceiling of its own there
+//! makes one try of the cap alone ([`Plain`]) while no member holds a guarantee on the
+//! GPU; anything else (its own share, another's guarantee, a swap lost to another
+//! change) takes the whole rule ([`Take`]), out of line.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
@@ -140,9 +146,9 @@ impl Rule for Take<'_, '_> {
 /// The rule of one try of a reservation on the short path by a member that holds
 /// neither a guarantee nor a ceiling on the GPU ([`Member::try_reserve`]), while no other
 /// member holds a guarantee there: the pool's cap alone (`limit`: the cap, at most
-/// `USED_BYTES`).
-/// If another member holds one, it refuses and says so in `shared`: the caller then
-/// tries again with [`Take`]'s whole rule, out of line (the loop makes no call).
+/// `USED_BYTES`). If another member holds one, it refuses and says so in `shared`: the
+/// caller then tries again with [`Take`]'s whole rule, out of line (the try makes no
+/// call, so it saves few registers).
 struct Plain<'m, 'a> {
     m: &'m Member<'a>,
     h: &'m Hot<'a>,
@@ -322,8 +328,8 @@ impl Member<'_> {
     }
 
     /// One try of a reservation of `bytes` on GPU entry `g` under `cap`, without a lock
-    /// (behind this process's gate if the member has a ceiling). True if taken. Inlined
-    /// into the short path ([`try_reserve`](Self::try_reserve)): one frame, not two.
+    /// (behind this process's gate if the member has a ceiling). True if taken. The full
+    /// path's; the short path's is [`try_reserve`](Self::try_reserve)'s way.
     #[inline(always)]
     fn take(&self, g: usize, bytes: u64, cap: u64) -> bool {
         self.hot(g).is_some_and(|h| {

@@ -36,15 +36,9 @@ impl<'a> Hot<'a> {
     /// This member's ceiling on the GPU (`u64::MAX`: none of its own).
     #[inline]
     pub fn ceiling(&self) -> u64 {
-        ceiling_of(self.share[SH_CEILING].load(Relaxed))
-    }
-}
-
-/// The ceiling a `SH_CEILING` word means (`u64::MAX`: none).
-#[inline(always)]
-fn ceiling_of(word: u64) -> u64 {
-    match word {
-        0 => u64::MAX,
-        c => c,
+        match self.share[SH_CEILING].load(Relaxed) {
+            0 => u64::MAX,
+            c => c,
+        }
     }
 }
