@@ -7,7 +7,8 @@
 //! bytes back when dropped unless the caller [`commit`](Reservation::commit)s it
 //! after the driver call succeeded.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 
 use crate::budget::{Member, PoolRefusal};
 use crate::config::MAX_DEVICES;
@@ -212,22 +213,27 @@ pub struct Freeing {
     pool: Option<&'static Member<'static>>,
 }
 
-/// The pool membership a ledger charges along with its own figures (None: not in a pool).
-pub type PoolOf = fn() -> Option<&'static Member<'static>>;
+/// How many memberships one process may have had, one per generation of forks that
+/// joined a pool (a forked child cannot reuse its parent's slot: the parent holds it).
+pub const POOL_GENERATIONS: usize = 8;
 
-fn no_pool() -> Option<&'static Member<'static>> {
-    None
-}
+/// [`Ledger`]'s `pool_at` while the process is a pool member whose membership is not
+/// there (a forked child of a member, until it joined as its own member).
+const POOL_ORPHANED: usize = usize::MAX;
 
 /// Per-device accounting plus the map of live allocations, and, when the process is
 /// a member of a pool, the pool's budget: every reservation is checked against both.
 pub struct Ledger {
     devices: [Device; MAX_DEVICES],
     pointers: LiveMap,
-    pool: PoolOf,
-    /// Set once the process joined a pool: until then a reservation does not even
-    /// ask `pool` (one load on the path of every allocation and free).
-    pooled: AtomicBool,
+    /// The memberships this process had, one per generation of forks (see
+    /// [`set_pool`](Self::set_pool)): kept here, so that a reservation or a credit finds
+    /// the member in a few loads, without a call.
+    members: [OnceLock<&'static Member<'static>>; POOL_GENERATIONS],
+    /// 0: not in a pool (a reservation does not even look further: one load on the
+    /// path of every allocation and free); k: the member in `members[k - 1]`;
+    /// [`POOL_ORPHANED`]: in a pool, with no membership of this process's own yet.
+    pool_at: AtomicUsize,
 }
 
 impl Default for Ledger {
@@ -238,32 +244,51 @@ impl Default for Ledger {
 
 impl Ledger {
     pub const fn new() -> Self {
-        Self::with_pool(no_pool)
-    }
-
-    /// A ledger that also charges the pool `pool()` returns, once it returns one.
-    pub const fn with_pool(pool: PoolOf) -> Self {
         Ledger {
             devices: [const { Device::new() }; MAX_DEVICES],
             pointers: LiveMap::new(),
-            pool,
-            pooled: AtomicBool::new(false),
+            members: [const { OnceLock::new() }; POOL_GENERATIONS],
+            pool_at: AtomicUsize::new(0),
         }
     }
 
-    /// The process joined the pool `pool()` returns: charge it from now on.
-    pub fn set_pooled(&self) {
-        self.pooled.store(true, Release);
+    /// The process joined a pool as `member`: charge it from now on, along with this
+    /// process's own figures. False, with nothing changed, if this process had
+    /// [`POOL_GENERATIONS`] memberships already.
+    pub fn set_pool(&self, member: &'static Member<'static>) -> bool {
+        for (k, slot) in self.members.iter().enumerate() {
+            if slot.get().is_some_and(|m| std::ptr::eq(*m, member)) || slot.set(member).is_ok() {
+                self.pool_at.store(k + 1, Release);
+                return true;
+            }
+        }
+        false
     }
 
-    /// The pool to charge along with this process's figures (`pool()` synchronises).
-    #[inline]
+    /// In a forked child of a pool member: the parent's membership is not this process's
+    /// (nor is its memory mapped here). Until [`set_pool`](Self::set_pool) gives the
+    /// child's own, no reservation takes the short path ([`try_reserve`](Self::try_reserve)
+    /// says None) and nothing is charged to or credited from a pool. Outside a pool
+    /// nothing changes. No allocation, no lock: callable in a fork handler.
+    pub fn orphan_pool(&self) {
+        if self.pool_at.load(Acquire) != 0 {
+            self.pool_at.store(POOL_ORPHANED, Release);
+        }
+    }
+
+    /// The pool to charge along with this process's figures.
+    #[inline(always)]
     fn pool(&self) -> Option<&'static Member<'static>> {
-        if self.pooled.load(Relaxed) {
-            (self.pool)()
-        } else {
-            None
+        match self.pool_at.load(Acquire) {
+            0 => None,
+            k => self.pool_of(k),
         }
+    }
+
+    /// The member `pool_at` names (`k`, not 0).
+    #[inline(always)]
+    fn pool_of(&self, k: usize) -> Option<&'static Member<'static>> {
+        self.members.get(k.wrapping_sub(1))?.get().copied()
     }
 
     fn device(&self, device: usize) -> Result<&Device, Refusal> {
@@ -326,11 +351,15 @@ impl Ledger {
     pub fn try_reserve(&self, device: usize, bytes: u64) -> Option<Reservation<'_>> {
         let d = self.devices.get(device)?;
         let new = add_within_cap(d, bytes).ok()?;
-        let pool = if self.pooled.load(Relaxed) {
-            self.try_reserve_pool(device, bytes)?
-        } else {
-            None
-        };
+        let k = self.pool_at.load(Acquire);
+        let mut pool = None;
+        if k != 0 {
+            if !self.try_reserve_pool(k, device, bytes) {
+                self.roll_back_own(Charge { device, bytes });
+                return None;
+            }
+            pool = self.started(k, device, bytes);
+        }
         note_peak(d, new);
         Some(Reservation {
             ledger: self,
@@ -339,23 +368,30 @@ impl Ledger {
         })
     }
 
-    /// [`try_reserve`](Self::try_reserve)'s pool part, out of line (a process outside
-    /// any pool pays one load for it): None, with this process's own reservation of
-    /// `bytes` rolled back, if the pool did not take them at once; else the member that
-    /// marked the allocation started, if it did (see `budget::traffic`).
+    /// [`try_reserve`](Self::try_reserve)'s pool part (`k`: `pool_at`, not 0), out of
+    /// line (a process outside any pool pays one load for it): true if the pool took
+    /// `bytes` at once. Nothing after the member's call: the call is the function's last
+    /// step (a jump, no second frame).
     #[inline(never)]
-    fn try_reserve_pool(
-        &self,
-        device: usize,
-        bytes: u64,
-    ) -> Option<Option<&'static Member<'static>>> {
-        if let Some(p) = (self.pool)()
-            && p.try_reserve(device, bytes)
-        {
-            return Some(p.alloc_started(device, bytes).then_some(p));
+    fn try_reserve_pool(&self, k: usize, device: usize, bytes: u64) -> bool {
+        match self.pool_of(k) {
+            Some(p) => p.try_reserve(device, bytes),
+            None => false,
         }
-        self.credit_own(Charge { device, bytes });
-        None
+    }
+
+    /// [`credit_own`](Self::credit_own) of a short path the pool refused, out of line.
+    #[cold]
+    #[inline(never)]
+    fn roll_back_own(&self, charge: Charge) {
+        self.credit_own(charge);
+    }
+
+    /// After the pool took an allocation on the short path (`k`: `pool_at`): marks it
+    /// started (see `budget::traffic`), and the member that did, to mark its end.
+    #[inline(never)]
+    fn started(&self, k: usize, device: usize, bytes: u64) -> Option<&'static Member<'static>> {
+        self.pool_of(k).filter(|p| p.alloc_started(device, bytes))
     }
 
     /// Counts an allocation served without a reservation (from retained memory).
@@ -417,7 +453,7 @@ impl Ledger {
     /// Whether the process joined a pool (see [`announce`](Self::announce)).
     #[inline(always)]
     pub fn pooled(&self) -> bool {
-        self.pooled.load(Relaxed)
+        self.pool_at.load(Relaxed) != 0
     }
 
     /// [`settle`](Self::settle) for a process outside any pool ([`pooled`](Self::pooled)
@@ -433,8 +469,9 @@ impl Ledger {
     /// it refused: [`withdraw`](Self::withdraw). Outside a pool one load.
     #[inline(always)]
     pub fn announce(&self, charge: Charge) -> Freeing {
-        let pool = if self.pooled.load(Relaxed) {
-            self.announce_pool(charge)
+        let k = self.pool_at.load(Acquire);
+        let pool = if k != 0 {
+            self.announce_pool(k, charge)
         } else {
             None
         };
@@ -443,8 +480,9 @@ impl Ledger {
 
     /// [`announce`](Self::announce)'s pool part, out of line.
     #[inline(never)]
-    fn announce_pool(&self, c: Charge) -> Option<&'static Member<'static>> {
-        (self.pool)().filter(|p| p.announce_free(c.device, c.bytes))
+    fn announce_pool(&self, k: usize, c: Charge) -> Option<&'static Member<'static>> {
+        self.pool_of(k)
+            .filter(|p| p.announce_free(c.device, c.bytes))
     }
 
     /// The driver freed what `f` announced: credited, as [`settle`](Self::settle).
@@ -559,10 +597,6 @@ mod pool_tests {
 
     static MEMBER: OnceLock<Member<'static>> = OnceLock::new();
 
-    fn member() -> Option<&'static Member<'static>> {
-        MEMBER.get()
-    }
-
     #[test]
     fn a_ledger_in_a_pool_charges_both_and_rolls_both_back() {
         let words: &'static [AtomicU64] =
@@ -576,7 +610,7 @@ mod pool_tests {
         };
         let other = join(1);
         let _ = MEMBER.set(join(2));
-        let ledger = Ledger::with_pool(member);
+        let ledger = Ledger::new();
         ledger.set_cap(0, Some(1000));
         other.reserve(0, 300).unwrap();
         // Before the process says it joined, the pool is not asked.
@@ -584,7 +618,7 @@ mod pool_tests {
         assert_eq!(other.usage(0).unwrap().0, 300);
         let c = ledger.take(1).unwrap();
         ledger.settle(c);
-        ledger.set_pooled();
+        assert!(ledger.set_pool(MEMBER.get().unwrap()));
         let r = ledger.reserve(0, 800).err().unwrap();
         assert!(
             matches!(r, Refusal::Pool(p) if p.used == 300 && p.cap == 1000),
@@ -665,6 +699,59 @@ mod pool_tests {
         assert_eq!(inside.taken_until(&other.marks(0).unwrap()), 0, "in flight");
         assert_eq!(first.taken_until(&other.marks(0).unwrap()), 10);
     }
+
+    /// A member's words, in a pool of its own.
+    fn lone_member(id: u32) -> &'static Member<'static> {
+        let words: &'static [AtomicU64] =
+            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let pool = Pool::create(words, 1, 0).unwrap();
+        let locks: &'static Proc = Box::leak(Box::new(Proc(id)));
+        let m = Member::join(pool, locks, &MemberInfo::default()).unwrap();
+        m.register_gpu(0, &[7; 16], Some(1000)).unwrap();
+        Box::leak(Box::new(m))
+    }
+
+    #[test]
+    fn a_forked_child_s_ledger_charges_no_pool_until_it_joined_its_own() {
+        let parent = lone_member(11);
+        let l = Ledger::new();
+        l.set_cap(0, Some(1000));
+        l.orphan_pool();
+        drop(
+            l.try_reserve(0, 1)
+                .expect("outside a pool: nothing to orphan"),
+        );
+        assert!(l.set_pool(parent));
+        l.try_reserve(0, 100).unwrap().commit(1);
+        assert_eq!(parent.usage(0).unwrap().0, 100);
+        // Forked: the parent's membership is not the child's.
+        l.orphan_pool();
+        assert!(
+            l.try_reserve(0, 1).is_none(),
+            "a pool member without its membership takes the full path"
+        );
+        assert_eq!(l.usage(0).unwrap().used, 100, "its own figure rolled back");
+        l.reserve(0, 50).unwrap().commit(2);
+        let c = l.take(1).unwrap();
+        l.settle(c);
+        assert_eq!(
+            parent.usage(0).unwrap().0,
+            100,
+            "the parent's pool untouched"
+        );
+        // Joined as its own member: charged there.
+        let child = lone_member(12);
+        assert!(l.set_pool(child));
+        l.try_reserve(0, 200).unwrap().commit(3);
+        assert_eq!(child.usage(0).unwrap().0, 200);
+        assert_eq!(parent.usage(0).unwrap().0, 100);
+        // As many generations as the ledger keeps, then no more.
+        for g in 2..POOL_GENERATIONS {
+            assert!(l.set_pool(lone_member(11 + g as u32)), "generation {g}");
+        }
+        assert!(!l.set_pool(lone_member(40)), "one generation too many");
+        assert!(l.set_pool(child), "a membership it keeps already");
+    }
 }
 
 #[cfg(test)]
@@ -717,12 +804,6 @@ mod tests {
             "no cap: anything that does not wrap"
         );
         assert!(ledger_with_cap(10).try_reserve(0, 11).is_none());
-        let pooled = ledger_with_cap(1000);
-        pooled.set_pooled();
-        assert!(
-            pooled.try_reserve(0, 1).is_none(),
-            "a pool member takes the full path"
-        );
     }
 
     #[test]

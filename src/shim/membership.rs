@@ -17,8 +17,8 @@ struct Joined {
 }
 
 /// One membership per generation of forks that used CUDA (a child cannot reuse its
-/// parent's: the parent still holds that slot).
-const GENERATIONS: usize = 8;
+/// parent's: the parent still holds that slot); the ledger keeps as many.
+const GENERATIONS: usize = gpucap_core::ledger::POOL_GENERATIONS;
 static MEMBERS: [OnceLock<Joined>; GENERATIONS] = [const { OnceLock::new() }; GENERATIONS];
 /// The index (+1) in `MEMBERS` of this process's membership; 0: none.
 static CURRENT: AtomicUsize = AtomicUsize::new(0);

@@ -28,7 +28,7 @@ pub struct Shim {
 }
 
 pub static SHIM: Shim = Shim {
-    ledger: Ledger::with_pool(crate::membership::current),
+    ledger: Ledger::new(),
     config: OnceLock::new(),
     cap_resolved: [const { AtomicBool::new(false) }; MAX_DEVICES],
 };

@@ -17,6 +17,8 @@ pub(super) struct Hot<'a> {
     pub bits: &'a [AtomicU64; SHARE_BITS_WORDS],
     /// The member's own share words on the GPU (`SH_GUARANTEE`, `SH_CEILING`).
     pub share: &'a [AtomicU64; SHARE_WORDS],
+    /// The GPU entry.
+    pub g: usize,
 }
 
 impl<'a> Hot<'a> {
@@ -27,6 +29,7 @@ impl<'a> Hot<'a> {
             gpu: w.gpu_all(g)?,
             bits: w.share_bits_all(g)?,
             share: w.share_all(s, g)?,
+            g,
         })
     }
 

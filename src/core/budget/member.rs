@@ -114,6 +114,9 @@ pub enum CapMismatch {
     TooManyGpus,
 }
 
+/// In a [`Member`]'s `route`: the member holds a guarantee or a ceiling there.
+pub(super) const OWN_SHARE: u32 = 1 << 31;
+
 /// `GPUCAP_WAIT`, and what to tell of a wait.
 pub(super) type Waiting = (std::time::Duration, fn(&super::WaitNote));
 
@@ -129,6 +132,10 @@ pub struct Member<'a> {
     pub(super) locks: &'a dyn MemberLocks,
     /// The pool's GPU entry (+1) of each CUDA ordinal of this process (0: none yet).
     pub(super) entry_of: [AtomicU32; MAX_DEVICES],
+    /// The short path's way for each CUDA ordinal of this process, once registered and
+    /// until the member left: its GPU entry (+1), with [`OWN_SHARE`] if this member holds
+    /// a guarantee or a ceiling there; 0: ask the rest (`try_reserve`).
+    pub(super) route: [AtomicU32; MAX_DEVICES],
     /// Set once the member gave its share back at exit: later changes are ignored.
     pub(super) left: AtomicBool,
     /// `GPUCAP_WAIT` and what to tell of a wait (see [`Member::waiting`]).
@@ -141,6 +148,9 @@ pub struct Member<'a> {
     /// Per GPU entry, the cap this member registered (encoded as `G_CAP`; 0: none):
     /// the cap it enforces, whatever the shared cap word says.
     pub(super) caps: [AtomicU64; MAX_POOL_GPUS],
+    /// Per GPU entry, the most the pool's use may reach, for the short path: the same
+    /// cap in bytes, never past what `used` can hold (`USED_BYTES`, also with no cap).
+    pub(super) limit: [AtomicU64; MAX_POOL_GPUS],
     /// Hears of every impossible word found and repaired (see [`Member::noting`]).
     pub(super) note: fn(&super::Repair),
 }
@@ -173,11 +183,13 @@ impl<'a> Member<'a> {
                 }),
                 locks,
                 entry_of: [const { AtomicU32::new(0) }; MAX_DEVICES],
+                route: [const { AtomicU32::new(0) }; MAX_DEVICES],
                 left: AtomicBool::new(false),
                 wait: None,
                 wait_turn: [const { std::sync::Mutex::new(()) }; MAX_POOL_GPUS],
                 gate: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
                 caps: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
+                limit: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
                 note: no_note,
             };
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
@@ -286,8 +298,25 @@ impl<'a> Member<'a> {
             }
         }
         self.caps[g].store(ours, Relaxed);
+        self.limit[g].store(cap.unwrap_or(USED_BYTES).min(USED_BYTES), Relaxed);
         slot_of_device.store(g as u32 + 1, Release);
+        self.note_route(g);
         Ok(())
+    }
+
+    /// Sets the short path's way (`route`) of every CUDA ordinal on GPU entry `g` from
+    /// this member's share words there: called when they change.
+    pub(super) fn note_route(&self, g: usize) {
+        let Some(h) = self.hot(g) else {
+            return;
+        };
+        let shared = h.share[SH_GUARANTEE].load(SeqCst) | h.share[SH_CEILING].load(SeqCst) != 0;
+        let route = (g as u32 + 1) | if shared { OWN_SHARE } else { 0 };
+        for (d, e) in self.entry_of.iter().enumerate() {
+            if e.load(Acquire) == g as u32 + 1 {
+                self.route[d].store(route, SeqCst);
+            }
+        }
     }
 
     /// The cap of a live member other than this one that holds GPU entry `g` to
@@ -414,6 +443,9 @@ impl<'a> Member<'a> {
     pub fn leave(&self) {
         if self.left.swap(true, AcqRel) {
             return;
+        }
+        for e in &self.route {
+            e.store(0, SeqCst);
         }
         for g in 0..MAX_POOL_GPUS {
             let own = self.w.member_gpu(self.slot, g, M_USED).load(SeqCst);

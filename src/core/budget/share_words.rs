@@ -180,6 +180,7 @@ impl Member<'_> {
         } else {
             self.w.share_bits(g, k).fetch_and(!bit, SeqCst);
         }
+        self.note_route(g);
     }
 
     /// The slots other than this one holding a guarantee on GPU entry `g`.
@@ -261,11 +262,12 @@ impl Member<'_> {
     /// request would be refused. For a borrower that error errs on the safe side.
     pub(super) fn fits(&self, g: usize, pool: u64, own: u64, bytes: u64, cap: u64) -> Option<u64> {
         let h = self.hot(g)?;
-        self.fits_under(h, g, pool, own, bytes, cap, h.ceiling())
+        let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
+        self.fits_under(h, g, pool, own, bytes, cap, guarantee, h.ceiling())
     }
 
-    /// [`fits`](Self::fits) with GPU entry `g`'s words `h`, under `ceiling` (this
-    /// member's ceiling, read already).
+    /// [`fits`](Self::fits) with GPU entry `g`'s words `h`, this member's `guarantee`
+    /// and `ceiling` read already.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fits_under(
@@ -276,9 +278,9 @@ impl Member<'_> {
         own: u64,
         bytes: u64,
         cap: u64,
+        guarantee: u64,
         ceiling: u64,
     ) -> Option<u64> {
-        let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
         if guarantee != 0 {
             // Called inside a change (`Member::add`): `pending` holds this request's
             // bytes and those of this process's other changes in flight. Those count as

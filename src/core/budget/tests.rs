@@ -8,6 +8,7 @@ use super::layout::*;
 use super::*;
 
 mod shares_in_pool;
+mod short_path;
 mod traffic;
 
 /// Kernel locks of the slots, shared by all the "processes" of a test.

@@ -87,13 +87,13 @@ impl Member<'_> {
     /// gives the pool's new use (checked and added in one compare-and-swap). True if added.
     #[inline]
     pub(super) fn add(&self, g: usize, bytes: u64, rule: impl Fn(u64, u64) -> Option<u64>) -> bool {
-        self.hot(g).is_some_and(|h| self.add_at(h, bytes, rule))
+        self.hot(g).is_some_and(|h| self.add_at(h, bytes, &rule))
     }
 
     /// [`add`](Self::add) on the words `h` of one GPU entry. Inlined: a reservation's
     /// short path then keeps `rule`'s captures in registers and pays no second frame.
     #[inline(always)]
-    pub(super) fn add_at(&self, h: &Hot<'_>, bytes: u64, rule: impl Rule) -> bool {
+    pub(super) fn add_at(&self, h: &Hot<'_>, bytes: u64, rule: &impl Rule) -> bool {
         let (pending, own, used) = (&h.mine[M_PENDING], &h.mine[M_USED], &h.gpu[G_USED]);
         pending.fetch_add(bytes, SeqCst);
         let mut word = used.load(SeqCst);
@@ -110,7 +110,44 @@ impl Member<'_> {
                 Err(now) => word = now,
             }
         };
-        let held_now = own.fetch_add(bytes, SeqCst).saturating_add(bytes);
+        self.added(h, bytes, new);
+        true
+    }
+
+    /// One try of [`add_at`](Self::add_at), without its loop: Some(true) if added,
+    /// Some(false) if `rule` refused, None if another change of `used` came between its
+    /// read and its swap. Nothing is changed unless it says Some(true). A straight line:
+    /// no loop keeps constants in registers that the caller must save.
+    #[inline(always)]
+    pub(super) fn add_once(&self, h: &Hot<'_>, bytes: u64, rule: &impl Rule) -> Option<bool> {
+        let (pending, own, used) = (&h.mine[M_PENDING], &h.mine[M_USED], &h.gpu[G_USED]);
+        pending.fetch_add(bytes, SeqCst);
+        let word = used.load(SeqCst);
+        let Some(new) = rule
+            .apply(used_bytes(word), own.load(SeqCst))
+            .filter(|&n| n <= USED_BYTES)
+        else {
+            pending.fetch_sub(bytes, SeqCst);
+            return Some(false);
+        };
+        if used
+            .compare_exchange(word, used_word(word, new), SeqCst, SeqCst)
+            .is_err()
+        {
+            pending.fetch_sub(bytes, SeqCst);
+            return None;
+        }
+        self.added(h, bytes, new);
+        Some(true)
+    }
+
+    /// The rest of a change that added `bytes` to the pool's use (now `new`) on the words
+    /// `h`: this member's own use, then its `pending` taken back, then the peaks.
+    #[inline(always)]
+    fn added(&self, h: &Hot<'_>, bytes: u64, new: u64) {
+        let (pending, own) = (&h.mine[M_PENDING], &h.mine[M_USED]);
+        // No overflow: the pool's `used` (at most `USED_BYTES`) holds both.
+        let held_now = own.fetch_add(bytes, SeqCst).wrapping_add(bytes);
         pending.fetch_sub(bytes, SeqCst);
         let peak = &h.gpu[G_PEAK];
         if new > peak.load(Relaxed) {
@@ -120,7 +157,6 @@ impl Member<'_> {
         if held_now > own_peak.load(Relaxed) {
             own_peak.fetch_max(held_now, Relaxed);
         }
-        true
     }
 
     /// Takes up to `bytes` off this member's use on GPU entry `g` and the pool's: never

@@ -1,7 +1,17 @@
 //! `cuInit`: the configuration is read and the limit's keys checked once the driver is up.
 
 use super::*;
-use gpucap_core::ledger::NO_CAP;
+use gpucap_core::ledger::{NO_CAP, POOL_GENERATIONS};
+
+/// The ledger's fork handler, registered once the process joined a pool.
+static LEDGER_AT_FORK: std::sync::Once = std::sync::Once::new();
+
+/// In a forked child of a pool member: its ledger charges no pool until the child
+/// joined as its own member (`Ledger::orphan_pool`; the membership's own handler drops
+/// the parent's, see `membership`). Two stores at most: no allocation, no lock.
+extern "C" fn orphan_ledger_in_child() {
+    SHIM.ledger.orphan_pool();
+}
 
 pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult {
     let shim = match shim() {
@@ -81,7 +91,18 @@ fn join_pool(shim: &Shim, config: &gpucap_core::config::Config) -> Result<(), ()
     }
     match crate::membership::join(config, &gpus) {
         Ok(()) => {
-            shim.ledger.set_pooled();
+            let joined = crate::membership::current();
+            if !joined.is_some_and(|m| shim.ledger.set_pool(m)) {
+                crate::membership::leave();
+                return refuse(format!(
+                    "gpucap: cannot join the pool: more than {POOL_GENERATIONS} nested forks joined pools"
+                ));
+            }
+            // SAFETY: registers a plain extern "C" function taking nothing, run in fork
+            // children.
+            LEDGER_AT_FORK.call_once(|| unsafe {
+                libc::pthread_atfork(None, None, Some(orphan_ledger_in_child));
+            });
             log!(
                 Debug,
                 "joined the pool {}",
