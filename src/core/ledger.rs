@@ -389,7 +389,7 @@ impl Ledger {
 
     /// After the pool took an allocation on the short path (`k`: `pool_at`): marks it
     /// started (see `budget::traffic`), and the member that did, to mark its end.
-    #[inline(never)]
+    #[inline(always)]
     fn started(&self, k: usize, device: usize, bytes: u64) -> Option<&'static Member<'static>> {
         self.pool_of(k).filter(|p| p.alloc_started(device, bytes))
     }
@@ -478,8 +478,8 @@ impl Ledger {
         Freeing { charge, pool }
     }
 
-    /// [`announce`](Self::announce)'s pool part, out of line.
-    #[inline(never)]
+    /// [`announce`](Self::announce)'s pool part.
+    #[inline(always)]
     fn announce_pool(&self, k: usize, c: Charge) -> Option<&'static Member<'static>> {
         self.pool_of(k)
             .filter(|p| p.announce_free(c.device, c.bytes))

@@ -54,7 +54,7 @@ use std::sync::atomic::Ordering::*;
 
 use super::hot::Hot;
 use super::layout::*;
-use super::member::Member;
+use super::member::{Member, OWN_SHARE};
 
 /// Takes `bytes` off the member's `freeing` (never below zero: a word another process
 /// cleared is not wrapped round).
@@ -112,16 +112,25 @@ impl PoolMarks {
 }
 
 impl Member<'_> {
+    /// GPU entry and words of CUDA ordinal `device` on the short path's `route`: None
+    /// if it is not the pool's, or the member left (which clears its routes first).
+    #[inline(always)]
+    fn routed(&self, device: usize) -> Option<(usize, &Hot<'_>)> {
+        let r = self.route.get(device)?.load(Acquire);
+        let g = ((r & !OWN_SHARE) as usize).wrapping_sub(1);
+        Some((g, self.hot.get(g)?.as_ref()?))
+    }
+
     /// Before the driver frees `bytes` this member holds on `device`: announces them
     /// (see the module's text). True if announced: the caller then calls
     /// [`complete_free`](Self::complete_free) once the driver freed them, or
     /// [`withdraw_free`](Self::withdraw_free) if it refused. False (nothing to do
     /// later): the device is not the pool's, or the member left.
     pub fn announce_free(&self, device: usize, bytes: u64) -> bool {
-        let Some(h) = self.entry_of(device).and_then(|g| self.hot(g)) else {
+        let Some((_, h)) = self.routed(device) else {
             return false;
         };
-        if bytes == 0 || self.left.load(Acquire) {
+        if bytes == 0 {
             return false;
         }
         // `freeing` first: a measurement reads `freed`, then `freeing` (module text).
@@ -133,14 +142,8 @@ impl Member<'_> {
     /// The driver freed the `bytes` announced on `device`: credited to the pool (as
     /// [`credit`](Self::credit)), then the announcement ends.
     pub fn complete_free(&self, device: usize, bytes: u64) {
-        let Some(g) = self.entry_of(device) else {
-            return;
-        };
         // After leaving, the slot is no longer this member's: whoever takes it clears it.
-        if self.left.load(Acquire) {
-            return;
-        }
-        let Some(h) = self.hot(g) else {
+        let Some((g, h)) = self.routed(device) else {
             return;
         };
         self.sub_at(h, bytes);
@@ -154,10 +157,7 @@ impl Member<'_> {
     /// ends, nothing is credited (`freed` keeps them: a measurement counts more, never
     /// less).
     pub fn withdraw_free(&self, device: usize, bytes: u64) {
-        if self.left.load(Acquire) {
-            return;
-        }
-        if let Some(h) = self.entry_of(device).and_then(|g| self.hot(g)) {
+        if let Some((_, h)) = self.routed(device) {
             end_announcement(h, bytes);
         }
     }
@@ -167,7 +167,7 @@ impl Member<'_> {
     /// [`alloc_ended`](Self::alloc_ended) once the driver answered.
     #[inline]
     pub fn alloc_started(&self, device: usize, bytes: u64) -> bool {
-        let Some(h) = self.entry_of(device).and_then(|g| self.hot(g)) else {
+        let Some((_, h)) = self.routed(device) else {
             return false;
         };
         h.mine[M_STARTED].fetch_add(bytes, SeqCst);
@@ -180,10 +180,7 @@ impl Member<'_> {
     pub fn alloc_ended(&self, device: usize, bytes: u64, made: bool) {
         // After leaving, the slot is no longer this member's (its `started` is closed
         // by whoever takes it).
-        if self.left.load(Acquire) {
-            return;
-        }
-        if let Some(h) = self.entry_of(device).and_then(|g| self.hot(g)) {
+        if let Some((_, h)) = self.routed(device) {
             let word = if made { M_MADE } else { M_UNMADE };
             h.mine[word].fetch_add(bytes, SeqCst);
         }
