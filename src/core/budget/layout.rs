@@ -62,6 +62,10 @@ pub const H_GEOMETRY: usize = 2;
 pub const H_BYTES: usize = 3;
 pub const H_CREATED: usize = 4;
 pub const H_UID: usize = 5;
+/// One more than the highest slot a member ever took (never lowered): the slots past it
+/// were never used, all their words zero, so a reading of every member's marks (see
+/// `traffic`) stops there instead of reading all [`MAX_SLOTS`].
+pub const H_SLOTS_SEEN: usize = 6;
 
 // GPU entry words.
 pub const G_KEY: usize = 0;

@@ -170,6 +170,8 @@ impl<'a> Member<'a> {
             if !locks.try_take(s) {
                 continue;
             }
+            // Before anything of this member's can be marked in the slot (`traffic`).
+            w.header(H_SLOTS_SEEN).fetch_max(s as u64 + 1, SeqCst);
             let m = Member {
                 w,
                 slot: s,

@@ -85,12 +85,17 @@ impl PoolMarks {
     /// before a window) and `after` (read after it): each slot's `freed` growth (all of
     /// `after`'s where the word went down: rewritten by another process), and the bytes
     /// announced before the window and not yet credited.
+    /// A slot `self` did not read (taken for the first time after it) counts from zero:
+    /// nothing was marked in it before.
     pub fn given_back_until(&self, after: &PoolMarks) -> u64 {
-        let grown = self
+        let grown = after
             .freed
             .iter()
-            .zip(&after.freed)
-            .map(|(&b, &a)| if a >= b { a - b } else { a })
+            .enumerate()
+            .map(|(s, &a)| {
+                let b = self.freed.get(s).copied().unwrap_or(0);
+                if a >= b { a - b } else { a }
+            })
             .fold(0u64, u64::saturating_add);
         grown.saturating_add(self.freeing)
     }
@@ -98,14 +103,18 @@ impl PoolMarks {
     /// The bytes the members surely had the driver allocate between `self` (read
     /// inside a window, after its "before" read) and `last` (read before its "after"
     /// read): per slot, the growth of `made` less what was in flight at `self`.
+    /// A slot `self` did not read (taken for the first time after it) had nothing in
+    /// flight then: its first allocation started after `self`.
     pub fn taken_until(&self, last: &PoolMarks) -> u64 {
-        self.made
+        last.made
             .iter()
-            .zip(&last.made)
-            .zip(&self.in_flight)
-            .map(|((&b, &a), &flight)| match flight {
-                Some(f) if a >= b => (a - b).saturating_sub(f),
-                _ => 0,
+            .enumerate()
+            .map(|(s, &a)| {
+                let b = self.made.get(s).copied().unwrap_or(0);
+                match self.in_flight.get(s).copied().unwrap_or(Some(0)) {
+                    Some(f) if a >= b => (a - b).saturating_sub(f),
+                    _ => 0,
+                }
             })
             .fold(0u64, u64::saturating_add)
     }
@@ -190,13 +199,17 @@ impl Member<'_> {
     /// device is not the pool's). See the module's text.
     pub fn marks(&self, device: usize) -> Option<PoolMarks> {
         let g = self.entry_of(device)?;
+        // The slots ever taken (a pool of a few members reads a few, not all 256); one
+        // taken later counts from zero (see `given_back_until`, `taken_until`).
+        let seen = usize::try_from(self.w.header(H_SLOTS_SEEN).load(SeqCst))
+            .map_or(MAX_SLOTS, |n| n.min(MAX_SLOTS));
         let mut marks = PoolMarks {
-            freed: Vec::with_capacity(MAX_SLOTS),
-            made: Vec::with_capacity(MAX_SLOTS),
-            in_flight: Vec::with_capacity(MAX_SLOTS),
+            freed: Vec::with_capacity(seen),
+            made: Vec::with_capacity(seen),
+            in_flight: Vec::with_capacity(seen),
             freeing: 0,
         };
-        for s in 0..MAX_SLOTS {
+        for s in 0..seen {
             let word = |i| self.w.member_gpu(s, g, i).load(SeqCst);
             // In the orders the module's text needs.
             let (freed, freeing) = (word(M_FREED), word(M_FREEING));

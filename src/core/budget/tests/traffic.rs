@@ -165,3 +165,29 @@ fn a_member_killed_inside_an_allocation_leaves_nothing_in_flight() {
         assert_eq!(allocating(pool, slot), 0);
     }
 }
+
+/// A measurement reads only the slots ever taken (`H_SLOTS_SEEN`): a member that takes a
+/// slot for the first time inside the window is counted from zero, its frees added back
+/// and its allocations taken off.
+#[test]
+fn a_member_that_joins_inside_the_window_is_counted_from_zero() {
+    let (pool, k) = setup();
+    let b = member(pool, proc(k, 1), Some(1000));
+    assert_eq!(pool.w.header(H_SLOTS_SEEN).load(SeqCst), 1);
+    let before = b.marks(0).unwrap();
+    let c = member(pool, proc(k, 2), Some(1000));
+    assert_eq!(pool.w.header(H_SLOTS_SEEN).load(SeqCst), 2);
+    c.reserve(0, 300).unwrap();
+    assert!(c.alloc_started(0, 300));
+    c.alloc_ended(0, 300, true);
+    assert!(c.announce_free(0, 100));
+    c.complete_free(0, 100);
+    let after = b.marks(0).unwrap();
+    assert_eq!(before.given_back_until(&after), 100, "C's free added back");
+    assert_eq!(before.taken_until(&after), 300, "C's allocation taken off");
+    // A slot given back keeps the count: the next member there reads what it left.
+    c.leave();
+    let d = member(pool, proc(k, 3), Some(1000));
+    assert_eq!(d.slot(), c.slot());
+    assert_eq!(pool.w.header(H_SLOTS_SEEN).load(SeqCst), 2);
+}
