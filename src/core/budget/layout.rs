@@ -309,10 +309,18 @@ impl<'a> Words<'a> {
                 return corrupt(format!("GPU entry {g} is empty but has memory in use"));
             }
         }
+        // A member raises the count of slots ever taken before it is marked live, so a
+        // live slot past it is a corrupted count (the traffic marks would skip it).
+        let seen = w.header(H_SLOTS_SEEN).load(Relaxed);
         for s in 0..MAX_SLOTS {
             let state = w.slot(s, S_STATE).load(Relaxed);
             if state > STATE_LIVE {
                 return corrupt(format!("member slot {s} has state {state}"));
+            }
+            if state == STATE_LIVE && s as u64 >= seen {
+                return corrupt(format!(
+                    "member slot {s} is live but only {seen} slots were ever taken"
+                ));
             }
         }
         Ok(w)

@@ -472,6 +472,20 @@ fn files_of_another_kind_are_clear_errors() {
     let e = Pool::open(w).err().unwrap();
     assert!(e.to_string().contains("member slot 3 has state 77"), "{e}");
 
+    // A live member past the count of slots ever taken (the marks would skip it).
+    let w = words();
+    let pool = Pool::create(w, 1, 0).unwrap();
+    pool.w.slot(2, S_STATE).store(STATE_LIVE, SeqCst);
+    pool.w.header(H_SLOTS_SEEN).store(2, SeqCst);
+    let e = Pool::open(w).err().unwrap();
+    assert!(
+        e.to_string()
+            .contains("member slot 2 is live but only 2 slots were ever taken"),
+        "{e}"
+    );
+    pool.w.header(H_SLOTS_SEEN).store(3, SeqCst);
+    assert!(Pool::open(w).is_ok());
+
     let w = words();
     let pool = Pool::create(w, 1, 0).unwrap();
     pool.w.gpu(0, G_USED).store(5, SeqCst);
