@@ -115,7 +115,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 13] = [
+const ON_THE_FAKE: [&str; 14] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -127,6 +127,7 @@ const ON_THE_FAKE: [&str; 13] = [
     "pool",
     "pool-metrics",
     "pool-pidns",
+    "pool-contexts",
     "bench-alloc",
     "bench-churn",
 ];
@@ -219,7 +220,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     }
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 30, "{checks:?}");
+    assert_eq!(checks.len(), 31, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -227,6 +228,14 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
         pool.starts_with("4 driver members shared the 8192.0 MiB cap")
             && pool.contains("the 5th block was refused with the pool's line"),
         "{pool}"
+    );
+    // a context made 300 MiB on the fake is charged at least that while the others churn
+    let contexts = &checks["pool-contexts"].1;
+    assert!(
+        contexts.contains("contexts made and destroyed")
+            && contexts.contains("the maker's charge with a context 300.0 MiB..")
+            && contexts.ends_with("(a context: 300.0 MiB)"),
+        "{contexts}"
     );
     // the fifth member, in the monitors' namespace, is pid 2 there (1: pool_check.py)
     let pidns = &checks["pool-pidns"].1;
@@ -311,6 +320,11 @@ fn without_the_shim_the_checks_fail() {
         "{checks:?}"
     );
     assert!(why("pool").contains("gpucap status --pool"), "{checks:?}");
+    // no pool without the shim: nothing refused, the churners take the GPU past the cap
+    assert!(
+        why("pool-contexts").contains("the driver's figure for the pool's members was over the"),
+        "{checks:?}"
+    );
     assert_eq!(statuses(&v, "parts")["checks"].0, "FAIL");
 }
 
@@ -371,7 +385,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 27, "{checks:?}");
+    assert_eq!(checks.len(), 28, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),

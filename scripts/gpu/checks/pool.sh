@@ -4,9 +4,12 @@
 # namespace (scripts/gpu/pool_check.py runs the members once; each check reports its
 # part). Members are PyTorch processes where PyTorch works, else the driver API
 # through ctypes (the fake GPU in CI): the same choreography either way.
+# pool-contexts (scripts/gpu/pool_contexts.py, the driver API through ctypes everywhere):
+# a member makes and destroys contexts while three others churn; its contexts are never
+# charged short, and the driver's figure for the pool never passes the cap.
 # shellcheck disable=SC2317
 
-POOL_CHECKS=(pool pool-metrics pool-pidns)
+POOL_CHECKS=(pool pool-metrics pool-pidns pool-contexts)
 CHECKS+=("${POOL_CHECKS[@]}")
 
 POOL_DONE=0 POOL_OUT=
@@ -55,3 +58,14 @@ pool_part() {
 check_pool() { pool_part "$1"; }
 check_pool_metrics() { pool_part "$1"; }
 check_pool_pidns() { pool_part "$1"; }
+
+# pool-contexts: its own pool, sized from what a context takes here; about 15 s.
+check_pool_contexts() {
+    if [ "$PY_OK" != 1 ]; then
+        skip "$1" "no Python 3 ('$PY' not found) to drive the members"
+        return
+    fi
+    probe "$PY" "$SRC_DIR/pool_contexts.py" --cli "$CLI" --seconds 10 --timeout $((TIMEOUT / 2)) \
+        --keep "$LOGDIR/pool-contexts"
+    verdict "$1"
+}
