@@ -1,7 +1,8 @@
 //! scripts/gpu-run.sh, the one command of a device run, end to end on the fake GPU with
 //! the stand-ins of nvidia-smi and nvcc (tests/standins/, as tests/gpu_check.rs uses
 //! them): every part runs, the checks that need no framework PASS (the pool of four
-//! members, its metrics, NVML in a PID namespace, growth, the escapes, the accounting),
+//! members, its metrics, NVML in a PID namespace, a member's contexts while others churn,
+//! growth, the escapes, the accounting),
 //! the framework ones SKIP with the reason, the hooks' files come back, and everything
 //! fits in at most 8 files. The control (a `gpucap` that runs programs without the shim)
 //! must FAIL those checks; a part running past the budget is stopped and the rest
