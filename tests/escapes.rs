@@ -176,3 +176,43 @@ fn pool_memory_freed_with_cu_mem_free_is_credited() {
         control_fails(&[mode, "1Gi"], 1);
     }
 }
+
+/// The driver backs an allocation above 1 MiB with whole 2 MiB pages (an H200 with
+/// driver 580 took 4 MiB for 3 MiB + 1 byte; the fake does the same): charged the bytes
+/// asked for, blocks of 2 MiB + 4 KiB got the driver to hold twice the cap. Charged in
+/// pages (`gpucap_core::linear`), the driver's own figure stays within the cap for
+/// cuMemAlloc_v2 and cuMemAllocPitch_v2 blocks just over a page, over 1 MiB, and over
+/// 3 MiB; the refusal names the bytes asked for.
+#[test]
+fn allocations_just_over_a_page_cannot_take_the_driver_past_the_cap() {
+    let (o, s) = escapes(&["page-rounding", "256Mi"], 1, Some("256Mi"), &[]);
+    assert_passed(&o, "page-rounding with the shim");
+    assert!(
+        s[0].peak_used <= 256 * MIB,
+        "the driver held more than the 256 MiB cap: {:?}",
+        s[0]
+    );
+    assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "cuMemAlloc_v2: 64 blocks of 2101248 bytes",
+        "cuMemAlloc_v2: 128 blocks of 1052672 bytes",
+        "cuMemAlloc_v2: 64 blocks of 3145729 bytes",
+        "cuMemAllocPitch_v2: 64 blocks of 2101248 bytes",
+    ] {
+        assert!(out.contains(line), "{line:?} in {out}");
+    }
+    let refused = refusals(&stderr(&o));
+    for line in [
+        "refused cuMemAlloc of 2 MiB (2101248 B, charged 4 MiB) on GPU 0: 256 MiB of the 256 MiB cap in use",
+        "refused cuMemAlloc of 1 MiB (1052672 B, charged 2 MiB) on GPU 0: 256 MiB of the 256 MiB cap in use",
+        "refused cuMemAllocPitch of 2 MiB (2101248 B, charged 4 MiB) on GPU 0: 256 MiB of the 256 MiB cap in use",
+    ] {
+        assert!(
+            refused.iter().any(|l| l.ends_with(line)),
+            "{line:?} in {refused:?}"
+        );
+    }
+    let s = control_fails(&["page-rounding", "256Mi"], 1);
+    assert!(s[0].peak_used > 256 * MIB, "{:?}", s[0]);
+}

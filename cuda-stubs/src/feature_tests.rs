@@ -384,11 +384,8 @@ fn ipc_handles_open_the_same_memory_without_charge() {
         let mut q = 0;
         assert_eq!(cuIpcOpenMemHandle_v2(&mut q, h, 1), 0);
         assert_ne!(q, p);
-        assert_eq!(
-            used() - before,
-            3 * MIB + 100,
-            "opening is not an allocation"
-        );
+        // 3 MiB + 100 takes two whole 2 MiB pages, as on the real driver.
+        assert_eq!(used() - before, 4 * MIB, "opening is not an allocation");
         let mut q2 = 0;
         assert_eq!(cuIpcOpenMemHandle(&mut q2, h, 0), 0);
         assert_eq!(q2, q, "opened again: same address");

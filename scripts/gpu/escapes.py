@@ -15,11 +15,14 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
   escapes.py pool-other-gpu --cap N  (2 visible GPUs) GPU 1's default pool with GPU 0's
                                      context current: charged to GPU 1 (0.6 x its room
                                      twice: the second refused). One GPU: SKIP
-  escapes.py page-rounding --cap N   the driver takes whole 2 MiB pages (an H200 took 4 MiB
-                                     for 3 MiB + 1 byte) while gpucap charges the bytes
-                                     asked for: what the driver took for one block of each
-                                     of a few sizes, then the cap filled with blocks of
-                                     2 MiB + 4 KiB (half of each second page unused)
+  escapes.py page-rounding --cap N   the driver takes whole 2 MiB pages for an allocation
+                                     above 1 MiB (an H200 took 4 MiB for 3 MiB + 1 byte),
+                                     which gpucap charges so (src/core/linear.rs): what the
+                                     driver took for one block of each of a few sizes, then
+                                     the cap filled with blocks of 2 MiB + 4 KiB (half of
+                                     each second page unused), of 1 MiB + 4 KiB, and of
+                                     1 MiB (charged as asked: FAILs if the driver gives
+                                     each its own page)
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -260,7 +263,8 @@ def pool_other_gpu(drv, w, cap):
             "peaked at %s of the %s cap" % (mib(max(w.peak, used)), mib(cap)))
 
 
-ROUNDING_SIZES = (4096, 1 * MiB, 2 * MiB, 2 * MiB + 4096, 3 * MiB + 1)
+ROUNDING_SIZES = (4096, 1 * MiB, 1 * MiB + 4096, 2 * MiB, 2 * MiB + 4096, 3 * MiB + 1)
+FILL_BLOCKS = ((2 * MiB + 4096, "2 MiB + 4 KiB"), (1 * MiB + 4096, "1 MiB + 4 KiB"), (1 * MiB, "1 MiB"))
 
 
 def page_rounding(drv, w, cap):
@@ -276,22 +280,24 @@ def page_rounding(drv, w, cap):
         drv.must("cuMemFree_v2", u64(p))
         took.append("%d B: %s" % (size, mib(after - before)))
     info("the driver took, per block: %s" % "; ".join(took))
-    block = 2 * MiB + 4096
-    blocks = []
-    while len(blocks) < 100000:
-        rc, p = drv.alloc(block)
-        if rc == OOM:
-            break
-        if rc != 0:
-            fail("cuMemAlloc_v2(%d) while filling -> %d" % (block, rc))
-        blocks.append(p)
-    used = w.look(0, "the cap filled with %d blocks of 2 MiB + 4 KiB (%s asked)"
-                  % (len(blocks), mib(len(blocks) * block)))
-    for p in blocks:
-        drv.must("cuMemFree_v2", u64(p))
-    return ("%d blocks of 2 MiB + 4 KiB (%s asked) filled the cap; the driver's figure peaked at %s of the "
-            "%s cap; per block the driver took %s" % (len(blocks), mib(len(blocks) * block), mib(max(w.peak, used)),
-                                                    mib(cap), "; ".join(took)))
+    filled = []
+    for block, name in FILL_BLOCKS:
+        blocks = []
+        while len(blocks) < 100000:
+            rc, p = drv.alloc(block)
+            if rc == OOM:
+                break
+            if rc != 0:
+                fail("cuMemAlloc_v2(%d) while filling -> %d" % (block, rc))
+            blocks.append(p)
+        used = w.look(0, "the cap filled with %d blocks of %s (%s asked)"
+                      % (len(blocks), name, mib(len(blocks) * block)))
+        for p in blocks:
+            drv.must("cuMemFree_v2", u64(p))
+        filled.append("%d blocks of %s (%s asked): the driver's figure %s" % (len(blocks), name,
+                                                                          mib(len(blocks) * block), mib(used)))
+    return ("filling the %s cap, %s; its peak %s; per block the driver took %s"
+            % (mib(cap), "; ".join(filled), mib(w.peak), "; ".join(took)))
 
 
 def main(argv):

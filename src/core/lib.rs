@@ -4,7 +4,7 @@
 //! - `size`: byte sizes, the Kubernetes quantity grammar, `format_bytes`.
 //! - `config`: the `GPUCAP_*` configuration and the `gpucap.env` file.
 //! - `ledger`: caps, reservations, peaks; `live_map`: the live allocations (lock-free,
-//!   growable).
+//!   growable); `linear`: what a linear allocation is charged (the driver's pages).
 //! - `growth`: growth-only mode's retained pages and mappings.
 //! - `pools`, `contexts`, `arrays`: what memory pools, contexts and CUDA arrays are
 //!   charged, behind small driver traits; `vmm`: when VMM handles stop being charged
@@ -21,6 +21,7 @@ pub mod contexts;
 pub mod growth;
 pub mod identity;
 pub mod ledger;
+pub mod linear;
 pub mod live_map;
 pub mod nvml;
 pub mod pools;

@@ -443,21 +443,19 @@ fn retained_bytes(_device: usize) -> u64 {
 
 /// The one line a refused request prints.
 pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> String {
+    let asked = asked(bytes, refusal);
     match refusal {
         Refusal::OverCap { used, cap, .. } => format!(
-            "refused {api} of {} on GPU {device}: {} of the {} cap in use",
-            format_bytes(bytes),
+            "refused {api} of {asked} on GPU {device}: {} of the {} cap in use",
             format_bytes(used),
             format_bytes(cap)
         ),
         Refusal::Pool(p) if p.left => format!(
-            "refused {api} of {} on GPU {device}: the process already left its pool (it is exiting)",
-            format_bytes(bytes)
+            "refused {api} of {asked} on GPU {device}: the process already left its pool (it is exiting)"
         ),
         Refusal::Pool(p) if p.ceiling.is_some() => format!(
-            "refused {api} of {} on GPU {device}: {} of this process's {} ceiling in use \
+            "refused {api} of {asked} on GPU {device}: {} of this process's {} ceiling in use \
              (GPUCAP_CEILING; the pool {} has {} of {} in use)",
-            format_bytes(bytes),
             format_bytes(p.own),
             format_bytes(p.ceiling.unwrap_or_default()),
             crate::membership::path().map_or("?".into(), |p| p.display().to_string()),
@@ -465,8 +463,7 @@ pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> S
             format_bytes(p.cap),
         ),
         Refusal::Pool(p) => format!(
-            "refused {api} of {} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process (pool {}){}",
-            format_bytes(bytes),
+            "refused {api} of {asked} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process (pool {}){}",
             format_bytes(p.used),
             format_bytes(p.cap),
             format_bytes(p.own),
@@ -481,10 +478,29 @@ pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> S
             }
         ),
         Refusal::NoSuchDevice { .. } => format!(
-            "refused {api} of {} on GPU {device}: gpucap tracks GPUs 0 to {}",
-            format_bytes(bytes),
+            "refused {api} of {asked} on GPU {device}: gpucap tracks GPUs 0 to {}",
             MAX_DEVICES - 1
         ),
+    }
+}
+
+/// The request as a refusal names it: the bytes the program asked for, and, where gpucap
+/// charged more for them (a linear allocation in the driver's whole 2 MiB pages, a pool's
+/// growth), the exact bytes and that charge.
+fn asked(bytes: u64, refusal: Refusal) -> String {
+    let charged = match refusal {
+        Refusal::OverCap { requested, .. } => requested,
+        Refusal::Pool(p) => p.requested,
+        Refusal::NoSuchDevice { .. } => bytes,
+    };
+    if charged > bytes {
+        format!(
+            "{} ({bytes} B, charged {})",
+            format_bytes(bytes),
+            format_bytes(charged)
+        )
+    } else {
+        format_bytes(bytes)
     }
 }
 
@@ -502,6 +518,19 @@ mod tests {
         assert_eq!(
             refusal_line("cuMemAlloc", 0, 600 << 20, r),
             "refused cuMemAlloc of 600 MiB on GPU 0: 512 MiB of the 1 GiB cap in use"
+        );
+    }
+
+    #[test]
+    fn a_refusal_charged_more_than_asked_says_both() {
+        let r = Refusal::OverCap {
+            requested: 4 << 20,
+            used: 254 << 20,
+            cap: 256 << 20,
+        };
+        assert_eq!(
+            refusal_line("cuMemAlloc", 0, (2 << 20) + 4096, r),
+            "refused cuMemAlloc of 2 MiB (2101248 B, charged 4 MiB) on GPU 0: 254 MiB of the 256 MiB cap in use"
         );
     }
 

@@ -223,7 +223,9 @@ static void arrays(void) {
     /* The estimate fits, the driver's padded size does not: destroyed and refused. */
     size_t used = s2 + s3 + rm.size;
     CUdeviceptr odd;
-    MUST(cuMemAlloc_v2(&odd, 1000)); /* leaves a headroom that is not a multiple of 512 */
+    /* Leaves a headroom that is not a multiple of 512: managed memory is charged the bytes
+       asked for (a cuMemAlloc of 1000 bytes is charged a whole 512-byte block, 1024). */
+    MUST(cuMemAllocManaged(&odd, 1000, CU_MEM_ATTACH_GLOBAL));
     used += 1000;
     size_t headroom = g_cap - used;
     CUDA_ARRAY_DESCRIPTOR dp = {headroom, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};

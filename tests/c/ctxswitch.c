@@ -59,8 +59,8 @@ static void alloc_on(int dev, size_t bytes, const char *when) {
     CHECK(rc == CUDA_SUCCESS, "%s: cuMemAlloc_v2(%zu) = %d", when, bytes, rc);
     if (rc == CUDA_SUCCESS) {
         MUST(cuCtxGetCurrent(&ctx));
-        g_expect[dev] += bytes;
-        g_live[g_nlive] = (struct block){p, dev, bytes};
+        g_expect[dev] += linear_charge(bytes);
+        g_live[g_nlive] = (struct block){p, dev, linear_charge(bytes)};
         g_live_ctx[g_nlive++] = ctx;
     }
     check_all(when);
@@ -151,16 +151,20 @@ static void phase1(void) {
     context_gone(c0);
     alloc_on(2, 10 * MIB, "another context destroyed: GPU 2 still current");
 
-    /* Exactly the rest of each cap fits, not one MiB more. */
+    /* Exactly the rest of each cap fits, not one MiB more: its whole 2 MiB pages in one
+       block, then the odd MiB (charged as asked) in another. */
     for (int d = 0; d < GPUS; d++) {
-        CUdeviceptr rest = 0, more = 0;
+        CUdeviceptr rest = 0, odd = 0, more = 0;
         MUST(cuCtxPushCurrent_v2(g_primary[d]));
-        size_t left = g_cap[d] - g_expect[d];
-        rc = cuMemAlloc_v2(&rest, left);
-        CHECK(rc == CUDA_SUCCESS, "GPU %d takes its last %zu bytes: %d", d, left, rc);
+        size_t left = g_cap[d] - g_expect[d], pages = left / (2 * MIB) * (2 * MIB);
+        rc = pages ? cuMemAlloc_v2(&rest, pages) : CUDA_SUCCESS;
+        CHECK(rc == CUDA_SUCCESS, "GPU %d takes its last %zu bytes of pages: %d", d, pages, rc);
+        rc = left > pages ? cuMemAlloc_v2(&odd, left - pages) : CUDA_SUCCESS;
+        CHECK(rc == CUDA_SUCCESS, "GPU %d takes its last %zu bytes: %d", d, left - pages, rc);
         rc = cuMemAlloc_v2(&more, MIB);
         CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "GPU %d full: one MiB more = %d, expected 2", d, rc);
         if (rest) MUST(cuMemFree_v2(rest));
+        if (odd) MUST(cuMemFree_v2(odd));
         MUST(cuCtxPopCurrent_v2(NULL));
     }
 

@@ -30,6 +30,13 @@
  *                  (legal for stream-ordered memory) and the pool destroyed, in either
  *                  order, with no trim or synchronisation: the driver holds nothing, so
  *                  a later cuMemAlloc_v2 of 3/4 of the cap succeeds.
+ * The driver's pages:
+ *   page-rounding  (cap <cap0>) the cap filled with cuMemAlloc_v2 blocks of 2 MiB + 4 KiB,
+ *                  then 1 MiB + 4 KiB, then 3 MiB + 1 byte, then cuMemAllocPitch_v2 rows
+ *                  of 2 MiB + 4 KiB, each until one is refused: what was asked stays
+ *                  within the cap, and once all is freed 3/4 of the cap fits. The real
+ *                  driver takes whole 2 MiB pages for each (an H200: 4 MiB for 3 MiB +
+ *                  1 byte), as the fake does: the test reads the fake's own figure.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -337,6 +344,40 @@ static void pool_free_destroy(int destroy_first) {
     IN_USE(0, 0, "default-pool memory freed with cuMemFree_v2, then a synchronisation");
 }
 
+/* ---- the driver's pages ------------------------------------------------------ */
+
+/* Fills the cap with blocks of `block` bytes (rows of a pitched allocation if `pitched`)
+ * until one is refused, checks what was asked, frees them. */
+static void fill_with(size_t block, int pitched) {
+    enum { MAX_BLOCKS = 100000 };
+    static CUdeviceptr got[MAX_BLOCKS];
+    size_t n = 0, pitch = 0;
+    CUresult rc = CUDA_SUCCESS;
+    while (n < MAX_BLOCKS) {
+        rc = pitched ? cuMemAllocPitch_v2(&got[n], &pitch, block, 1, 4) : cuMemAlloc_v2(&got[n], block);
+        if (rc != CUDA_SUCCESS) break;
+        n++;
+    }
+    const char *how = pitched ? "cuMemAllocPitch_v2" : "cuMemAlloc_v2";
+    printf("%s: %zu blocks of %zu bytes before a refusal\n", how, n, block);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "%s(%zu) ended with %d, expected 2", how, block, rc);
+    CHECK(n * block <= g_cap[0], "%s: %zu blocks of %zu bytes asked, %zu MiB of the %zu MiB cap", how, n,
+          block, n * block / MIB, g_cap[0] / MIB);
+    for (size_t i = 0; i < n; i++) MUST(cuMemFree_v2(got[i]));
+    CUdeviceptr big = 0;
+    rc = cuMemAlloc_v2(&big, g_cap[0] / 4 * 3);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc_v2(3/4 cap) after freeing the blocks of %zu bytes -> %d", block, rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(big));
+}
+
+static void page_rounding(void) {
+    one_context();
+    fill_with(2 * MIB + 4096, 0);
+    fill_with(MIB + 4096, 0);
+    fill_with(3 * MIB + 1, 0);
+    fill_with(2 * MIB + 4096, 1);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
@@ -354,6 +395,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "pool-other-gpu") == 0 && argc > 3) pool_other_gpu();
     else if (strcmp(mode, "pool-free-then-destroy") == 0) pool_free_destroy(0);
     else if (strcmp(mode, "pool-destroy-then-free") == 0) pool_free_destroy(1);
+    else if (strcmp(mode, "page-rounding") == 0) page_rounding();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

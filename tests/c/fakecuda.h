@@ -223,6 +223,14 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
 
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
+
+/* What gpucap charges a cuMemAlloc/cuMemAllocPitch of `bytes` (src/core/linear.rs):
+ * above 1 MiB whole 2 MiB pages, as the real driver and the fake take them; 1 MiB or
+ * less whole 512-byte blocks (the driver's alignment; the fake takes the bytes). */
+static inline size_t linear_charge(size_t bytes) {
+    size_t unit = bytes <= MIB ? 512 : 2 * MIB;
+    return (bytes + unit - 1) / unit * unit;
+}
 #define GIB ((size_t)1 << 30)
 
 static int g_failures __attribute__((unused));

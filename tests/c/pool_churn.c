@@ -16,7 +16,8 @@
  * fit in what the process's threads hold below it, and a refusal that could only
  * break the guarantee is counted: one made while no other thread of the process was
  * allocating (so the process held at most what it held when the request started) and
- * for no more than the guarantee left then. Also prints "checked=C broken=B".
+ * for no more than the guarantee left then (as charged: `linear_charge`). Also prints
+ * "checked=C broken=B".
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -61,11 +62,12 @@ static void *worker(void *arg) {
             /* No other thread of this process reserved during the request: it held at
              * most held0, so a request within the guarantee left must be served. */
             int strict = alone && __atomic_load_n(&g_seq, __ATOMIC_SEQ_CST) == s0 &&
-                         held0 + size <= g_guarantee;
+                         held0 + linear_charge(size) <= g_guarantee;
             if (strict) __atomic_fetch_add(&g_checked, 1, __ATOMIC_RELAXED);
             if (rc == CUDA_SUCCESS) {
-                __atomic_fetch_add(&g_held, (long)size, __ATOMIC_SEQ_CST);
-                held_size[n] = size;
+                /* Held as charged: above 1 MiB in whole 2 MiB pages. */
+                __atomic_fetch_add(&g_held, (long)linear_charge(size), __ATOMIC_SEQ_CST);
+                held_size[n] = linear_charge(size);
                 held[n++] = d;
                 ok++;
             } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {

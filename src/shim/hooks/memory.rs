@@ -12,7 +12,7 @@ pub fn mem_alloc(
     // SAFETY (closure): forwarding the caller's arguments; `dptr` is read only after the
     // driver succeeded.
     match charged_short(
-        size as u64,
+        linear::charge(size as u64),
         || unsafe { real(dptr, size) },
         || written(dptr),
     ) {
@@ -56,6 +56,7 @@ fn mem_alloc_full(
         api,
         current_device(),
         size as u64,
+        linear::charge(size as u64),
         || unsafe { real(dptr, size) },
         || written(dptr),
     )
@@ -116,7 +117,7 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
         .checked_next_multiple_of(PITCH_GUESS)
         .and_then(|w| w.checked_mul(height.get()))
         .unwrap_or(u64::MAX);
-    let target = match reserve(api, current_device(), guess) {
+    let target = match reserve_for(api, current_device(), guess, linear::charge(guess)) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
@@ -127,7 +128,7 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
     };
     // SAFETY: the driver succeeded and filled both out-pointers.
     let (ptr, actual) = unsafe { ((*dptr).get(), (*pitch).get().saturating_mul(height.get())) };
-    if let Err(refusal) = SHIM.ledger.resize(&mut r, actual) {
+    if let Err(refusal) = SHIM.ledger.resize(&mut r, linear::charge(actual)) {
         // The driver padded more than the cap allows: give it back and refuse.
         SHIM.refused(api, r.charge().device, actual, refusal);
         if let Some(free) = calls::cuMemFree_v2() {

@@ -16,6 +16,7 @@ use gpucap_core::contexts::{CtxDriver, Ending, Unmeasured, Verdict};
 use gpucap_core::growth::{self, GROWTH};
 use gpucap_core::identity;
 use gpucap_core::ledger::{Charge, Freeing, Reservation};
+use gpucap_core::linear;
 use gpucap_core::pools::{PoolDriver, PoolLocation};
 use gpucap_core::vmm::Pending;
 
@@ -196,18 +197,20 @@ fn reclaim_for(shim: &Shim, d: usize, bytes: u64) {
     }
 }
 
-/// Calls the driver with a reservation on the current context's device held; commits
-/// under the key `key()` reads once the driver succeeded, rolls back otherwise.
+/// Calls the driver for a linear allocation of `requested` bytes with its charge
+/// ([`linear::charge`]) reserved on the current context's device; commits under the key
+/// `key()` reads once the driver succeeded, rolls back otherwise.
 #[inline(always)]
 fn charged(
     api: &str,
-    bytes: u64,
+    requested: u64,
     call: impl FnOnce() -> CuResult,
     key: impl FnOnce() -> u64,
 ) -> CuResult {
+    let bytes = linear::charge(requested);
     match charged_short(bytes, call, key) {
         Ok(rc) => rc,
-        Err((call, key)) => charged_on(api, current_device(), bytes, call, key),
+        Err((call, key)) => charged_on(api, current_device(), requested, bytes, call, key),
     }
 }
 
@@ -231,16 +234,17 @@ fn charged_short<C: FnOnce() -> CuResult, K: FnOnce() -> u64>(
     Err((call, key))
 }
 
-/// [`charged`] the full way, on `device`.
+/// [`charged`] the full way, on `device`: `bytes` reserved for a request of `requested`.
 #[inline]
 fn charged_on(
     api: &str,
     device: Option<c_int>,
+    requested: u64,
     bytes: u64,
     call: impl FnOnce() -> CuResult,
     key: impl FnOnce() -> u64,
 ) -> CuResult {
-    let target = match reserve(api, device, bytes) {
+    let target = match reserve_for(api, device, requested, bytes) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
