@@ -88,6 +88,7 @@ fn unmap_block(ptr: usize, len: usize, ipc: bool) {
     }
     unmap(ptr, len);
 }
+
 /// The driver's page for device memory, and the largest allocation it packs into pages
 /// shared with others.
 const PAGE: u64 = 2 << 20;
