@@ -216,3 +216,39 @@ fn allocations_just_over_a_page_cannot_take_the_driver_past_the_cap() {
     let s = control_fails(&["page-rounding", "256Mi"], 1);
     assert!(s[0].peak_used > 256 * MIB, "{:?}", s[0]);
 }
+
+/// A module's `__device__` globals take device memory when the driver loads it (an H200
+/// with driver 580 took 2 MiB for a module with a 1 MiB global; the fake takes their
+/// size): no allocation call shows it. Measured around cuModuleLoadData and charged, a
+/// module holding 5/8 of a 256 MiB cap leaves no room for half the cap nor for a second
+/// such module (loaded, measured, unloaded and refused: the driver held it for that
+/// moment); cuModuleUnload and the end of the module's context give it back.
+#[test]
+fn a_modules_globals_are_charged_while_it_is_loaded() {
+    let dir = scratch("escapes-module-pool");
+    let pool_dir = dir.to_str().unwrap();
+    // Alone, then as a pool's only member (its own cap, the pool's, refuses first): the
+    // load measured with the pool's marks, charged to both, credited to both.
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "modules"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+    ] {
+        let (o, s) = escapes(&["module-globals", "256Mi"], 1, Some("256Mi"), env);
+        assert_passed(&o, &format!("module-globals with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        assert!(
+            s[0].peak_used <= 256 * MIB + 160 * MIB,
+            "beyond the cap only the refused module, for its moment: {:?}",
+            s[0]
+        );
+        let refused = refusals(&stderr(&o));
+        for api in ["cuMemAlloc of 128 MiB", "cuModuleLoadData of 160 MiB"] {
+            let line = format!("refused {api} on GPU 0: 160 MiB of the 256 MiB cap in use");
+            assert!(
+                refused.iter().any(|l| l.contains(&line)),
+                "{line:?} in {refused:?}"
+            );
+        }
+    }
+    control_fails(&["module-globals", "256Mi"], 1);
+}

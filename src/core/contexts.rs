@@ -284,10 +284,33 @@ impl DeviceLock<'_> {
         &self,
         drv: &impl CtxDriver,
         marks: impl Fn() -> Option<PoolMarks>,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+        self.measure_marked(drv, None, marks, call)
+    }
+
+    /// [`measure_in_pool`](Self::measure_in_pool) of a call made in context `ctx`, a
+    /// context of this device that stays there (a module loaded in it): the free memory
+    /// is read with `ctx` pushed current.
+    pub fn measure_in(
+        &self,
+        drv: &impl CtxDriver,
+        ctx: Ctx,
+        marks: impl Fn() -> Option<PoolMarks>,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+        self.measure_marked(drv, Some(ctx), marks, call)
+    }
+
+    fn measure_marked(
+        &self,
+        drv: &impl CtxDriver,
+        vantage: Option<Ctx>,
+        marks: impl Fn() -> Option<PoolMarks>,
         mut call: impl FnMut() -> u32,
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
         if marks().is_none() {
-            let (rc, taken, how) = self.measure_device_wide(drv, call, None);
+            let (rc, taken, how) = self.measure_device_wide(drv, vantage, call, None);
             return (rc, taken.map(bytes), how);
         }
         // Read right before the device-wide "before" read and right after the "after"
@@ -300,6 +323,7 @@ impl DeviceLock<'_> {
         };
         let (rc, taken, how) = self.measure_device_wide(
             drv,
+            vantage,
             || {
                 let first = marks();
                 let rc = call();
@@ -322,15 +346,17 @@ impl DeviceLock<'_> {
     }
 
     /// The driver's free memory before the call minus after it (negative when more was
-    /// given back meanwhile than the context took). `edge`, if any, is called right
-    /// before the "before" read (true) and right after the "after" read (false).
+    /// given back meanwhile than the context took), read with `vantage` pushed, else a
+    /// context of the process on this device. `edge`, if any, is called right before the
+    /// "before" read (true) and right after the "after" read (false).
     fn measure_device_wide(
         &self,
         drv: &impl CtxDriver,
+        vantage: Option<Ctx>,
         call: impl FnMut() -> u32,
         mut edge: Option<&mut dyn FnMut(bool)>,
     ) -> (u32, Result<i128, Unmeasured>, Vantage) {
-        if let Some(v) = self.vantage() {
+        if let Some(v) = vantage.or_else(|| self.vantage()) {
             let (rc, taken) = with_vantage(drv, Ok(v), None, call, edge);
             return (rc, taken, Vantage::Context);
         }

@@ -6,8 +6,8 @@
 //! - `ledger`: caps, reservations, peaks; `live_map`: the live allocations (lock-free,
 //!   growable); `linear`: what a linear allocation is charged (the driver's pages).
 //! - `growth`: growth-only mode's retained pages and mappings.
-//! - `pools`, `contexts`, `arrays`: what memory pools, contexts and CUDA arrays are
-//!   charged, behind small driver traits; `vmm`: when VMM handles stop being charged
+//! - `pools`, `contexts`, `arrays`, `modules`: what memory pools, contexts, CUDA arrays
+//!   and loaded modules are charged, behind small driver traits; `vmm`: when VMM handles stop being charged
 //!   (last release and last unmap).
 //! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones.
 //! - `report`: the `GPUCAP_REPORT` JSON file (schema, merge, `%p`).
@@ -23,6 +23,7 @@ pub mod identity;
 pub mod ledger;
 pub mod linear;
 pub mod live_map;
+pub mod modules;
 pub mod nvml;
 pub mod pools;
 pub mod repeats;

@@ -50,6 +50,9 @@ pub fn array_map(mipmapped: bool) -> &'static LiveMap {
 
 pub static CONTEXTS: ContextBook = ContextBook::new();
 
+/// Loaded modules and what each was charged.
+pub static MODULES: gpucap_core::modules::ModuleBook = gpucap_core::modules::ModuleBook::new();
+
 /// What CUDA would see in this process, worked out from NVML (read once).
 pub static NVML_VIEW: std::sync::OnceLock<Vec<[u8; 16]>> = std::sync::OnceLock::new();
 

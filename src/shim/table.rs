@@ -167,6 +167,15 @@ hook_table! {
     cuMipmappedArrayCreate = "cuMipmappedArrayCreate" @ 5000 :
         (handle: *mut Handle, desc: *const types::Array3DDescriptor, levels: u32) => imp::mipmapped_array_create;
     cuMipmappedArrayDestroy = "cuMipmappedArrayDestroy" @ 5000 : (handle: Handle) => imp::mipmapped_array_destroy;
+    // Modules: what loading one takes.
+    cuModuleLoad = "cuModuleLoad" @ 2000 : (module: *mut Handle, fname: *const c_char) => imp::module_load;
+    cuModuleLoadData = "cuModuleLoadData" @ 2000 :
+        (module: *mut Handle, image: *const c_void) => imp::module_load_data;
+    cuModuleLoadDataEx = "cuModuleLoadDataEx" @ 2010 :
+        (module: *mut Handle, image: *const c_void, count: u32, options: *mut c_int, values: *mut *mut c_void) => imp::module_load_data_ex;
+    cuModuleLoadFatBinary = "cuModuleLoadFatBinary" @ 2000 :
+        (module: *mut Handle, image: *const c_void) => imp::module_load_fat_binary;
+    cuModuleUnload = "cuModuleUnload" @ 2000 : (module: Handle) => imp::module_unload;
     // Pools.
     cuMemPoolDestroy = "cuMemPoolDestroy" @ 11020 : (pool: Handle) => imp::mem_pool_destroy;
     cuMemPoolTrimTo = "cuMemPoolTrimTo" @ 11020 : (pool: Handle, keep: usize) => imp::mem_pool_trim_to;

@@ -37,6 +37,12 @@
  *                  within the cap, and once all is freed 3/4 of the cap fits. The real
  *                  driver takes whole 2 MiB pages for each (an H200: 4 MiB for 3 MiB +
  *                  1 byte), as the fake does: the test reads the fake's own figure.
+ * Modules:
+ *   module-globals (cap <cap0>) a module whose __device__ global takes 5/8 of the cap
+ *                  (cuModuleLoadData, PTX): charged while loaded, so a cuMemAlloc_v2 of
+ *                  half the cap and a second such module are refused; cuModuleUnload
+ *                  gives it back; one loaded in a created context is given back when
+ *                  that context is destroyed.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -54,6 +60,9 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
 CUresult cuMemPoolDestroy(CUmemoryPool pool);
 CUresult cuCtxSynchronize(void);
+typedef struct CUmod_st *CUmodule;
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleUnload(CUmodule module);
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -378,6 +387,53 @@ static void page_rounding(void) {
     fill_with(2 * MIB + 4096, 1);
 }
 
+/* ---- modules ------------------------------------------------------------------- */
+
+/* PTX declaring one global of `bytes` bytes. */
+static const char *ptx_with_global(size_t bytes) {
+    static char ptx[256];
+    snprintf(ptx, sizeof ptx,
+             ".version 6.0\n.target sm_50\n.address_size 64\n"
+             ".visible .global .align 4 .b8 big[%zu];\n",
+             bytes);
+    return ptx;
+}
+
+static void module_globals(void) {
+    one_context();
+    size_t global = g_cap[0] / 8 * 5;
+    const char *ptx = ptx_with_global(global);
+    CUmodule m = NULL, m2 = NULL, m3 = NULL;
+    CUresult rc = cuModuleLoadData(&m, ptx);
+    CHECK(rc == CUDA_SUCCESS, "cuModuleLoadData(a global of 5/8 of the cap) -> %d", rc);
+    IN_USE(0, global, "a module holding 5/8 of the cap loaded");
+    CUdeviceptr half = 0;
+    rc = cuMemAlloc_v2(&half, g_cap[0] / 2);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2(cap/2) beside the module -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(half));
+    rc = cuModuleLoadData(&m2, ptx);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a second such module -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuModuleUnload(m2));
+    IN_USE(0, global, "the second module refused");
+    if (m) MUST(cuModuleUnload(m));
+    IN_USE(0, 0, "the module unloaded");
+    rc = cuMemAlloc_v2(&half, g_cap[0] / 2);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc_v2(cap/2) once it is unloaded -> %d", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(half));
+
+    /* A module of a created context goes with that context. */
+    CUcontext c = NULL;
+    MUST(cuCtxCreate_v2(&c, 0, 0));
+    rc = cuModuleLoadData(&m3, ptx);
+    CHECK(rc == CUDA_SUCCESS, "cuModuleLoadData in a created context -> %d", rc);
+    MUST(cuCtxDestroy_v2(c));
+    use(0);
+    IN_USE(0, 0, "the created context destroyed with its module");
+    rc = cuMemAlloc_v2(&half, g_cap[0] / 2);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc_v2(cap/2) after the context went -> %d", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(half));
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
@@ -396,6 +452,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "pool-free-then-destroy") == 0) pool_free_destroy(0);
     else if (strcmp(mode, "pool-destroy-then-free") == 0) pool_free_destroy(1);
     else if (strcmp(mode, "page-rounding") == 0) page_rounding();
+    else if (strcmp(mode, "module-globals") == 0) module_globals();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

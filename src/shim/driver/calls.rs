@@ -65,6 +65,8 @@ driver_fns! {
     cuCtxGetId: (Handle, *mut u64);
     cuCtxGetApiVersion: (Handle, *mut u32);
     cuMemGetAddressRange_v2: (*mut u64, *mut usize, u64);
+    // Modules: one the cap cannot take is unloaded again.
+    cuModuleUnload: (Handle);
     // Arrays.
     cuArrayGetMemoryRequirements: (*mut MemoryRequirements, Handle, c_int);
     cuMipmappedArrayGetMemoryRequirements: (*mut MemoryRequirements, Handle, c_int);

@@ -365,6 +365,27 @@ pub fn destroy_array(handle: Handle, mipmapped: bool) {
     }
 }
 
+/// The calling thread's current context (None: none, or the driver cannot say).
+pub fn current_context() -> Option<Handle> {
+    let get = calls::cuCtxGetCurrent()?;
+    let mut ctx: Handle = null_mut();
+    // SAFETY: valid out-pointer.
+    (unsafe { get(&mut ctx) } == CUDA_SUCCESS && !ctx.is_null()).then_some(ctx)
+}
+
+/// Whether a context the process had still exists (false only when the driver says so).
+pub fn context_gone(ctx: Handle, id: Option<u64>) -> bool {
+    Contexts.exists(ctx as Ctx, id) == Some(false)
+}
+
+/// Unloads a module the shim refuses after the fact.
+pub fn unload_module(module: Handle) {
+    if let Some(unload) = calls::cuModuleUnload() {
+        // SAFETY: the module the driver just loaded.
+        unsafe { unload(module) };
+    }
+}
+
 /// Destroys a context the shim refuses after the fact.
 pub fn destroy_context(ctx: Handle) {
     Contexts.destroy(ctx as Ctx);

@@ -35,7 +35,7 @@ pub(super) fn context_lock(
 /// What this process's pool's members marked of their traffic on `device` (None
 /// outside a pool): the context's measurement takes what they gave back and allocated in
 /// its window out of the driver's device-wide figure (see `DeviceLock::measure_in_pool`).
-fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budget::PoolMarks> {
+pub(super) fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budget::PoolMarks> {
     move || crate::membership::current().and_then(|m| m.marks(device))
 }
 
@@ -163,6 +163,7 @@ pub(super) fn after_teardown(device: usize) {
             }
         }
     }
+    modules::modules_gone(device);
     POOLS.drop_dead_ptrs(ledger, device, queries::pointer_alive);
     POOLS.refresh(ledger, &queries::Pools, device);
 }
@@ -177,9 +178,9 @@ pub(super) struct Announced {
 
 impl Announced {
     /// Before a call that may end `charge` (a context's, if it has one here) on `device`.
-    /// The allocations on the device are announced together (in a pool only): those the
-    /// driver freed are credited one by one after it (`after_teardown`), and the
-    /// announcement is withdrawn once they are.
+    /// The allocations and modules on the device are announced together (in a pool
+    /// only): those the driver freed are credited one by one after it (`after_teardown`),
+    /// and the announcement is withdrawn once they are.
     fn before(device: usize, charge: Option<Charge>) -> Announced {
         let with_it = SHIM.ledger.pooled().then(|| {
             let bytes = SHIM
@@ -187,7 +188,8 @@ impl Announced {
                 .live_on(device)
                 .iter()
                 .map(|(_, c)| c.bytes)
-                .sum();
+                .sum::<u64>()
+                + MODULES.bytes_on(device);
             SHIM.ledger.announce(Charge { device, bytes })
         });
         Announced {

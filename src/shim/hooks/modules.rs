@@ -1,0 +1,167 @@
+//! `cuModuleLoad*`, `cuModuleUnload`: the device memory a module takes at load (see
+//! `gpucap_core::modules`), measured around the load in the context it is loaded in,
+//! charged to that context's device, credited at unload or when the context is gone.
+
+use std::ffi::c_char;
+
+use super::contexts::{context_lock, pool_marks};
+use super::*;
+use gpucap_core::contexts;
+use gpucap_core::modules::Loaded;
+
+pub fn module_load(
+    real: unsafe extern "C" fn(*mut Handle, *const c_char) -> CuResult,
+    module: *mut Handle,
+    fname: *const c_char,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    module_loaded("cuModuleLoad", module, || unsafe { real(module, fname) })
+}
+
+pub fn module_load_data(
+    real: unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult,
+    module: *mut Handle,
+    image: *const c_void,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    module_loaded("cuModuleLoadData", module, || unsafe {
+        real(module, image)
+    })
+}
+
+pub fn module_load_data_ex(
+    real: unsafe extern "C" fn(
+        *mut Handle,
+        *const c_void,
+        u32,
+        *mut c_int,
+        *mut *mut c_void,
+    ) -> CuResult,
+    module: *mut Handle,
+    image: *const c_void,
+    count: u32,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    module_loaded("cuModuleLoadDataEx", module, || unsafe {
+        real(module, image, count, options, values)
+    })
+}
+
+pub fn module_load_fat_binary(
+    real: unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult,
+    module: *mut Handle,
+    image: *const c_void,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    module_loaded("cuModuleLoadFatBinary", module, || unsafe {
+        real(module, image)
+    })
+}
+
+/// Loads a module in the current context with what it takes measured (the driver's
+/// free memory on the device before and after, other members' traffic taken out in a
+/// pool), and charges it. What the cap cannot take is unloaded again and refused with
+/// `CUDA_ERROR_OUT_OF_MEMORY`, as a context is: the device held it only for that moment.
+/// A load that cannot be measured is refused under a cap, never passed uncounted.
+fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    // No context (or none the driver names): the driver answers the call itself.
+    let (Some(ctx), Some(device)) = (queries::current_context(), context_device()) else {
+        return call();
+    };
+    let lock = match context_lock(shim, api, device) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return call(),
+        Err(rc) => return rc,
+    };
+    let d = lock.device();
+    let (rc, measured, _) = lock.measure_in(&queries::Contexts, ctx as u64, pool_marks(d), call);
+    if rc != CUDA_SUCCESS || out.is_null() {
+        return rc;
+    }
+    // SAFETY: the driver succeeded and wrote the module handle.
+    let module = unsafe { *out };
+    let capped = shim
+        .ledger
+        .usage(d)
+        .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
+    let bytes = match contexts::verdict(measured, capped) {
+        Verdict::Charge(bytes) => bytes,
+        Verdict::Refuse(rc) => {
+            queries::unload_module(module);
+            if let Err(why) = measured {
+                log!(
+                    Error,
+                    "refused {api} on GPU {d}: the memory the module takes could not be measured ({why}), and a module gpucap cannot charge would escape the cap"
+                );
+            }
+            return rc;
+        }
+        Verdict::Uncounted => {
+            if let Err(why) = measured {
+                log!(
+                    Error,
+                    "{api} on GPU {d}: the memory the module takes could not be measured ({why}): not counted (GPU {d} has no cap)"
+                );
+            }
+            return rc;
+        }
+    };
+    if bytes == 0 {
+        return rc;
+    }
+    match reserve_on(shim, api, d, bytes) {
+        Ok(r) => {
+            r.keep();
+            let loaded = Loaded {
+                ctx: ctx as u64,
+                ctx_id: queries::context_id(ctx),
+                charge: Charge { device: d, bytes },
+            };
+            MODULES.add(module as u64, loaded);
+            log!(
+                Debug,
+                "{api}: the module takes {} on GPU {d}",
+                gpucap_core::size::format_bytes(bytes)
+            );
+            rc
+        }
+        Err(refused) => {
+            // The refusal's line is out; the driver gives the memory back.
+            queries::unload_module(module);
+            refused
+        }
+    }
+}
+
+/// `cuModuleUnload`: credits what the module was charged once the driver unloaded it
+/// (announced to the pool first, as a free), under its device's lock, so that no
+/// measurement on that device sees it go.
+pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Handle) -> CuResult {
+    // SAFETY (closures): forwarding the caller's argument.
+    let Some(loaded) = MODULES.take(module as u64) else {
+        return unsafe { real(module) };
+    };
+    let _lock = CONTEXTS.lock(loaded.charge.device);
+    let freeing = SHIM.ledger.announce(loaded.charge);
+    let rc = unsafe { real(module) };
+    if rc == CUDA_SUCCESS {
+        SHIM.ledger.settle_announced(freeing);
+    } else {
+        SHIM.ledger.withdraw(freeing);
+        MODULES.restore(module as u64, loaded);
+    }
+    rc
+}
+
+/// After a context went away on `device`: credits the modules the driver unloaded with it.
+pub(super) fn modules_gone(device: usize) {
+    for charge in MODULES.take_gone(device, |l| queries::context_gone(l.ctx as Handle, l.ctx_id)) {
+        SHIM.ledger.settle(charge);
+    }
+}
