@@ -116,7 +116,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 14] = [
+const ON_THE_FAKE: [&str; 15] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -124,6 +124,7 @@ const ON_THE_FAKE: [&str; 14] = [
     "escape-pool-cumemfree",
     "escape-pool-other-gpu",
     "escape-page-rounding",
+    "escape-module-globals",
     "accounting-driver",
     "pool",
     "pool-metrics",
@@ -221,7 +222,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     }
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 31, "{checks:?}");
+    assert_eq!(checks.len(), 32, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -386,7 +387,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 28, "{checks:?}");
+    assert_eq!(checks.len(), 29, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),

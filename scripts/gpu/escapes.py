@@ -23,6 +23,11 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      each second page unused), of 1 MiB + 4 KiB, and of
                                      1 MiB (charged as asked: FAILs if the driver gives
                                      each its own page)
+  escapes.py module-globals --cap N  a module (cuModuleLoadData, PTX JIT-compiled by the
+                                     driver) whose __device__ global takes 0.6 x the room:
+                                     charged while loaded (the room drops by at least the
+                                     global), a second one refused, cuModuleUnload gives it
+                                     back
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -67,7 +72,7 @@ class Driver:
                   "cuMemCreate", "cuMemAddressReserve", "cuMemMap", "cuMemSetAccess", "cuMemRelease",
                   "cuMemUnmap", "cuMemAddressFree", "cuMemPoolCreate", "cuMemPoolDestroy",
                   "cuMemAllocFromPoolAsync", "cuDeviceGetDefaultMemPool", "cuCtxSynchronize",
-                  "cuDeviceGetUuid_v2"):
+                  "cuDeviceGetUuid_v2", "cuModuleLoadData", "cuModuleUnload"):
             getattr(self.L, f).restype = c_int
         self.L.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), sz]
         self.L.cuMemFree_v2.argtypes = [u64]
@@ -80,6 +85,8 @@ class Driver:
         self.L.cuMemAddressFree.argtypes = [u64, sz]
         self.L.cuMemAllocFromPoolAsync.argtypes = [ctypes.POINTER(u64), sz, vp, vp]
         self.L.cuMemPoolDestroy.argtypes = [vp]
+        self.L.cuModuleLoadData.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
+        self.L.cuModuleUnload.argtypes = [vp]
         self.must("cuInit", 0)
         n = c_int()
         self.must("cuDeviceGetCount", ctypes.byref(n))
@@ -300,14 +307,47 @@ def page_rounding(drv, w, cap):
             % (mib(cap), "; ".join(filled), mib(w.peak), "; ".join(took)))
 
 
+def module_globals(drv, w, cap):
+    room = room_of(drv, 0, cap)
+    size = int(room * 0.6) // (2 * MiB) * (2 * MiB)
+    if size < 2 * MiB:
+        fail("no room for a module's global under the cap (%s free)" % mib(room))
+    ptx = (".version 6.0\n.target sm_50\n.address_size 64\n"
+           ".visible .global .align 4 .b8 big[%d];\n" % size).encode()
+    m = vp()
+    rc = drv.L.cuModuleLoadData(ctypes.byref(m), ptx)
+    if rc != 0:
+        fail("cuModuleLoadData(a global of %s) -> %d" % (mib(size), rc))
+    loaded = room_of(drv, 0, cap)
+    w.look(0, "a module with a global of %s loaded" % mib(size))
+    if room - loaded < size:
+        fail("a module with a global of %s lowered the room by %s only: not charged" % (mib(size), mib(room - loaded)))
+    m2 = vp()
+    rc = drv.L.cuModuleLoadData(ctypes.byref(m2), ptx)
+    if rc == 0:
+        drv.must("cuModuleUnload", m2)
+        fail("a second module with a global of %s loaded with %s free under the cap" % (mib(size), mib(loaded)))
+    if rc != OOM:
+        fail("a second module past the cap -> %d, expected %d" % (rc, OOM))
+    w.look(0, "a second such module refused")
+    drv.must("cuModuleUnload", m)
+    back = room_of(drv, 0, cap)
+    if back < room:
+        fail("after cuModuleUnload the room is %s, %s before the load" % (mib(back), mib(room)))
+    used = fill(drv, w, 0, cap, "after the module")
+    return ("a module with a global of %s was charged %s while loaded (a second refused), given back at unload; "
+            "the driver's figure peaked at %s of the %s cap" % (mib(size), mib(room - loaded), mib(max(w.peak, used)),
+                                                            mib(cap)))
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
-        print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding --cap BYTES",
+        print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
-             "page-rounding": page_rounding}
+             "page-rounding": page_rounding, "module-globals": module_globals}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

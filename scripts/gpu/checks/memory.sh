@@ -7,6 +7,7 @@
 
 CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
+    escape-module-globals
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
 ACCOUNTING=$SRC_DIR/accounting.py
@@ -55,6 +56,8 @@ check_escape_pool_cumemfree() { escape_check "$1" pool-cumemfree; }
 check_escape_pool_other_gpu() { escape_check "$1" pool-other-gpu env -u CUDA_VISIBLE_DEVICES; }
 # the driver's 2 MiB pages against gpucap's charge of the bytes asked for
 check_escape_page_rounding() { escape_check "$1" page-rounding; }
+# a module's __device__ globals, taken at load
+check_escape_module_globals() { escape_check "$1" module-globals; }
 
 # accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
 # first context was measured (the shim's debug line: by NVML, no temporary context).
