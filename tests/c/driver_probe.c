@@ -166,6 +166,25 @@ static void g_alloc(void) {
         ans_bool(k, d % 512 == 0);
         MUST(cuMemFree_v2(d));
     }
+    /* Recorded, not compared: where the driver stops packing small blocks into shared
+       pages (gpucap charges whole 2 MiB pages above 1 MiB: src/core/linear.rs), and how
+       far apart two 1-byte blocks lie (gpucap charges small ones in 512-byte blocks). */
+    const size_t around[] = {MIB + 4 * KIB, MIB + MIB / 2};
+    const char *const around_names[] = {"1MiB+4KiB", "1.5MiB"};
+    for (int i = 0; i < 2; i++) {
+        char k[96];
+        size_t before = info_free();
+        MUST(cuMemAlloc_v2(&d, around[i]));
+        snprintf(k, sizeof k, "alloc.%s.cuMemGetInfo_drop", around_names[i]);
+        mach_int(k, (long long)before - (long long)info_free());
+        MUST(cuMemFree_v2(d));
+    }
+    CUdeviceptr b1 = 0, b2 = 0;
+    MUST(cuMemAlloc_v2(&b1, 1));
+    MUST(cuMemAlloc_v2(&b2, 1));
+    mach_int("alloc.1B_then_1B.address_step", b2 > b1 ? (long long)(b2 - b1) : -(long long)(b1 - b2));
+    MUST(cuMemFree_v2(b2));
+    MUST(cuMemFree_v2(b1));
     RC("alloc.cuMemFree_v2(NULL)", cuMemFree_v2(0));
     RC("alloc.cuMemFree_v2(unknown)", cuMemFree_v2((CUdeviceptr)0xdead0000ULL));
     MUST(cuMemAlloc_v2(&d, 2 * MIB));
@@ -431,6 +450,23 @@ static void g_module(void) {
     ans_bool("module.global_lowers_free_at_first_lookup", f2 < f1);
     RC("module.cuModuleUnload", cuModuleUnload(m));
     ans_bool("module.unload_gives_back_what_load_took", info_free() >= f0);
+    /* Recorded, not compared: what raising a context's limits takes (not counted by
+       gpucap: docs/src/counting.md), right at the call. */
+    const struct {
+        int limit;
+        size_t value;
+        const char *name;
+    } limits[] = {{2 /* CU_LIMIT_MALLOC_HEAP_SIZE */, 64 * MIB, "limit.malloc_heap_64MiB"},
+                  {0 /* CU_LIMIT_STACK_SIZE */, 16 * KIB, "limit.stack_16KiB"}};
+    for (int i = 0; i < 2; i++) {
+        char k[96];
+        size_t before = info_free();
+        CUresult rc = cuCtxSetLimit(limits[i].limit, limits[i].value);
+        snprintf(k, sizeof k, "%s.rc", limits[i].name);
+        mach_int(k, rc);
+        snprintf(k, sizeof k, "%s.takes", limits[i].name);
+        mach_int(k, (long long)before - (long long)info_free());
+    }
     RC("module.cuModuleLoadData(garbage)", cuModuleLoadData(&m, "not an image"));
     MUST(cuMemFree_v2(w));
 }

@@ -37,6 +37,7 @@ CUresult cuModuleUnload(CUmodule module);
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const char *name);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxSetLimit(int limit, size_t value);
 CUresult cuGetExportTable(const void **table, const unsigned char *uuid);
 
 #define ATTR_CC_MAJOR 75
