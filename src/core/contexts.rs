@@ -678,6 +678,28 @@ mod tests {
     }
 
     #[test]
+    fn a_call_in_a_given_context_is_measured_there_not_with_nvml_or_a_temporary() {
+        // A module loaded in context 55, one the book never saw (made outside the shim):
+        // its memory is read with 55 pushed, even where NVML is there.
+        let book = ContextBook::new();
+        let mut drv = Fake::new(10_000, 300);
+        drv.nvml = true;
+        let lock = book.lock(0).unwrap();
+        let (rc, taken, how) = lock.measure_in(
+            &drv,
+            55,
+            || None,
+            || {
+                drv.free.set(drv.free.get() - 2048);
+                SUCCESS
+            },
+        );
+        assert_eq!((rc, taken, how), (SUCCESS, Ok(2048), Vantage::Context));
+        assert_eq!(*drv.log.borrow(), ["free@55", "free@55"]);
+        assert!(drv.live.borrow().is_empty(), "no temporary context");
+    }
+
+    #[test]
     fn first_context_is_measured_with_nvml_and_no_other_context() {
         let book = ContextBook::new();
         let mut drv = Fake::new(10_000, 300);
