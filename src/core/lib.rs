@@ -7,8 +7,8 @@
 //!   growable); `linear`: what a linear allocation is charged (the driver's pages).
 //! - `growth`: growth-only mode's retained pages and mappings.
 //! - `pools`, `contexts`, `arrays`, `modules`: what memory pools, contexts, CUDA arrays
-//!   and loaded modules are charged, behind small driver traits; `vmm`: when VMM handles stop being charged
-//!   (last release and last unmap).
+//!   and loaded modules are charged, behind small driver traits; `vmm`: when VMM
+//!   handles stop being charged (last release and last unmap).
 //! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones.
 //! - `report`: the `GPUCAP_REPORT` JSON file (schema, merge, `%p`).
 //! - `budget`: the budget a `GPUCAP_POOL`'s processes share (its file's words).
