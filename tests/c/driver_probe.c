@@ -450,6 +450,14 @@ static void g_module(void) {
     ans_bool("module.global_lowers_free_at_first_lookup", f2 < f1);
     RC("module.cuModuleUnload", cuModuleUnload(m));
     ans_bool("module.unload_gives_back_what_load_took", info_free() >= f0);
+    /* Recorded, not compared: what loading the same image as a library takes at the call
+       (gpucap charges modules, not libraries: docs/src/counting.md). */
+    CUlibrary lib = NULL;
+    size_t l0 = info_free();
+    CUresult lrc = cuLibraryLoadData(&lib, PTX, NULL, NULL, 0, NULL, NULL, 0);
+    mach_int("library.cuLibraryLoadData.rc", lrc);
+    mach_int("library.load_takes", (long long)l0 - (long long)info_free());
+    if (lrc == CUDA_SUCCESS) cuLibraryUnload(lib);
     /* Recorded, not compared: what raising a context's limits takes (not counted by
        gpucap: docs/src/counting.md), right at the call. */
     const struct {

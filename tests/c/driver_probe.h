@@ -38,6 +38,10 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const char *name);
 CUresult cuCtxSynchronize(void);
 CUresult cuCtxSetLimit(int limit, size_t value);
+typedef struct CUlib_st *CUlibrary;
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
+                           unsigned int num_jit, void *lib_options, void **lib_values, unsigned int num_lib);
+CUresult cuLibraryUnload(CUlibrary library);
 CUresult cuGetExportTable(const void **table, const unsigned char *uuid);
 
 #define ATTR_CC_MAJOR 75
