@@ -242,6 +242,11 @@ impl DeviceLock<'_> {
         self.device
     }
 
+    /// The device's primary context, while the process holds it.
+    pub fn primary(&self) -> Option<Ctx> {
+        self.state.primary.map(|(ctx, _)| ctx)
+    }
+
     /// A context of the process on this device to measure with, if any.
     fn vantage(&self) -> Option<Ctx> {
         self.state.primary.map(|(ctx, _)| ctx).or_else(|| {

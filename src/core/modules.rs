@@ -21,6 +21,9 @@ pub struct Loaded {
     /// The driver's unique id of that context (`cuCtxGetId`), if it gave one: a handle
     /// the driver hands out again for a later context is not taken for this one.
     pub ctx_id: Option<u64>,
+    /// Whether that context is the device's primary context: gone when the primary is
+    /// inactive (its last release, a reset), though its handle stays.
+    pub primary: bool,
     pub charge: Charge,
 }
 
@@ -99,6 +102,7 @@ mod tests {
         Loaded {
             ctx,
             ctx_id: Some(ctx + 100),
+            primary: false,
             charge: Charge { device, bytes },
         }
     }

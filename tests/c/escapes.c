@@ -42,7 +42,8 @@
  *                  (cuModuleLoadData, PTX): charged while loaded, so a cuMemAlloc_v2 of
  *                  half the cap and a second such module are refused; cuModuleUnload
  *                  gives it back; one loaded in a created context is given back when
- *                  that context is destroyed.
+ *                  that context is destroyed, one in the primary context at its last
+ *                  release.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -432,6 +433,15 @@ static void module_globals(void) {
     rc = cuMemAlloc_v2(&half, g_cap[0] / 2);
     CHECK(rc == CUDA_SUCCESS, "cuMemAlloc_v2(cap/2) after the context went -> %d", rc);
     if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(half));
+
+    /* And one of the primary context goes with its last release. */
+    rc = cuModuleLoadData(&m3, ptx);
+    CHECK(rc == CUDA_SUCCESS, "cuModuleLoadData in the primary context -> %d", rc);
+    IN_USE(0, global, "a module in the primary context");
+    MUST(cuDevicePrimaryCtxRelease_v2(0));
+    MUST(cuDevicePrimaryCtxRetain(&g_ctx[0], 0));
+    use(0);
+    IN_USE(0, 0, "the primary context released with its module, and retained again");
 }
 
 int main(int argc, char **argv) {

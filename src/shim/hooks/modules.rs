@@ -6,7 +6,7 @@ use std::ffi::c_char;
 
 use super::contexts::{context_lock, pool_marks};
 use super::*;
-use gpucap_core::contexts;
+use gpucap_core::contexts::{self, CtxDriver};
 use gpucap_core::modules::Loaded;
 
 pub fn module_load(
@@ -121,6 +121,7 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
             let loaded = Loaded {
                 ctx: ctx as u64,
                 ctx_id: queries::context_id(ctx),
+                primary: lock.primary() == Some(ctx as u64),
                 charge: Charge { device: d, bytes },
             };
             MODULES.add(module as u64, loaded);
@@ -159,9 +160,15 @@ pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Han
     rc
 }
 
-/// After a context went away on `device`: credits the modules the driver unloaded with it.
+/// After a context went away on `device`: credits the modules the driver unloaded with
+/// it (a created context that no longer exists, or is another context now; the primary
+/// context once inactive, or made anew).
 pub(super) fn modules_gone(device: usize) {
-    for charge in MODULES.take_gone(device, |l| queries::context_gone(l.ctx as Handle, l.ctx_id)) {
+    let primary_inactive = queries::Contexts.primary_active(device) == Some(false);
+    let gone = |l: &Loaded| {
+        (l.primary && primary_inactive) || queries::context_gone(l.ctx as Handle, l.ctx_id)
+    };
+    for charge in MODULES.take_gone(device, gone) {
         SHIM.ledger.settle(charge);
     }
 }
