@@ -14,7 +14,9 @@
 # difference / N is the cost of one pair with set-up and exit cancelled out. Then the
 # same without a pool with LIVE allocations made first and kept (`bench_alloc ... live=K`:
 # the live-allocation map holds K entries while the pairs run; 1,000,000 takes a few
-# minutes under valgrind), for each block size of BSIZES: the pair's block and the live
+# minutes under valgrind), and again with each pair freeing one of the live blocks and
+# making it again, round robin (`rotate`: the map met at many keys, not at one), for each
+# block size of BSIZES: the pair's block and the live
 # ones have that size, so their addresses are spaced by it (the fake GPU is made 4 TiB
 # for these, which it only counts; a case whose live blocks would map more than
 # valgrind's 128 GiB of client address space is skipped and says so). Also: two visible GPUs (the device each thread remembers,
@@ -106,7 +108,20 @@ for bs in "${BSIZES[@]}"; do
             lraw=$(((r2 - r1) / N)); lshim=$(((s2 - s1) / N))
         fi
         printf 'with %d live allocations of %s: raw %d, gpucap %d, added %d\n' "$k" "$bs" "$lraw" "$lshim" $((lshim - lraw))
-        live_json+="${live_json:+,}{\"size\":\"$bs\",\"live\":$k,\"raw_per_pair\":$lraw,\"gpucap_per_pair\":$lshim,\"added_per_pair\":$((lshim - lraw))}"
+        rot=
+        if [ "$k" != 0 ]; then
+            # The same live set, each pair freeing one of its blocks and making it again
+            # (bench_alloc's "rotate"): the map met at many keys, not at the one address
+            # the single block gets again and again.
+            r1=$(BSIZE=$bs instructions "" "$N" "$k" "${BIG[@]}" MODE=rotate)
+            r2=$(BSIZE=$bs instructions "" $((2 * N)) "$k" "${BIG[@]}" MODE=rotate)
+            s1=$(BSIZE=$bs instructions "$SHIM" "$N" "$k" "${BIG[@]}" MODE=rotate)
+            s2=$(BSIZE=$bs instructions "$SHIM" $((2 * N)) "$k" "${BIG[@]}" MODE=rotate)
+            rraw=$(((r2 - r1) / N)); rshim=$(((s2 - s1) / N))
+            printf '  rotating over them: raw %d, gpucap %d, added %d\n' "$rraw" "$rshim" $((rshim - rraw))
+            rot=",\"rotating_raw_per_pair\":$rraw,\"rotating_gpucap_per_pair\":$rshim,\"rotating_added_per_pair\":$((rshim - rraw))"
+        fi
+        live_json+="${live_json:+,}{\"size\":\"$bs\",\"live\":$k,\"raw_per_pair\":$lraw,\"gpucap_per_pair\":$lshim,\"added_per_pair\":$((lshim - lraw))$rot}"
     done
 done
 growth_json=

@@ -34,15 +34,15 @@ cuda_link_dir() {
 # $BIN under callgrind, pairs of BSIZE bytes (default 4Ki) (THREADS=k among the
 # variables: k threads of PAIRS pairs each). Needs FAKEDIR, BIN and tmp.
 instructions() {
-    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 vars=()
+    local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 mode=pair vars=()
     shift 3
     for v in "$@"; do
-        case $v in THREADS=*) threads=${v#THREADS=} ;; *) vars+=("$v") ;; esac
+        case $v in THREADS=*) threads=${v#THREADS=} ;; MODE=*) mode=${v#MODE=} ;; *) vars+=("$v") ;; esac
     done
     env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
         ${preload:+LD_PRELOAD=$preload} \
-        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" "$size" pair "live=$live" >/dev/null 2>&1 ||
-        { echo "bench: bench_alloc $threads $pairs $size pair live=$live $* failed" >&2; exit 1; }
+        valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" "$size" "$mode" "live=$live" >/dev/null 2>&1 ||
+        { echo "bench: bench_alloc $threads $pairs $size $mode live=$live $* failed" >&2; exit 1; }
     awk '/^summary:/ {print $2}' "$out"
     rm -f "$out"
 }

@@ -1,11 +1,16 @@
 /*
  * bench_alloc: cost of one cuMemAlloc_v2 + cuMemFree_v2 pair.
  *
- *   bench_alloc <threads> <pairs per thread> [size, default 4Ki] [pair|info] [live=K]
+ *   bench_alloc <threads> <pairs per thread> [size, default 4Ki] [pair|info|rotate] [live=K]
  *
  * "live=K" first allocates K blocks of the same size and keeps them until exit, so the
  * timed pairs run with K other allocations live (the shim's live-allocation map holds
  * K entries plus the pair's own).
+ *
+ * "rotate" (one thread, live=K with K >= 1): each pair frees one of the live blocks and
+ * allocates it again, round robin over them, so that the pairs meet the live map at K
+ * different keys rather than one ("pair" allocates and frees one block again and again:
+ * the driver hands it the same address, whose place in the map decides the cost).
  *
  * "info" times cuMemGetInfo_v2 calls instead (one call per "pair"): a hooked call
  * whose driver side is nearly free, so the shim's own cost per call shows.
@@ -32,6 +37,9 @@ static pthread_barrier_t g_go;
 static int g_failed;
 static long long g_cpu_ns; /* sum over threads */
 static int g_info;
+static int g_rotate;
+static CUdeviceptr *g_live;
+static long g_nlive;
 
 static long long clock_ns(clockid_t clock) {
     struct timespec ts;
@@ -48,6 +56,18 @@ static int pairs(long n) {
             CUresult rc = cuMemGetInfo_v2(&f, &t);
             if (rc != CUDA_SUCCESS) {
                 fprintf(stderr, "bench_alloc: cuMemGetInfo_v2 -> %d\n", rc);
+                return 1;
+            }
+        }
+        return 0;
+    }
+    if (g_rotate) {
+        static long next;
+        for (long i = 0; i < n; i++, next = (next + 1) % g_nlive) {
+            CUresult rc = cuMemFree_v2(g_live[next]);
+            if (rc == CUDA_SUCCESS) rc = cuMemAlloc_v2(&g_live[next], g_size);
+            if (rc != CUDA_SUCCESS) {
+                fprintf(stderr, "bench_alloc: rotating live block %ld -> %d\n", next, rc);
                 return 1;
             }
         }
@@ -81,15 +101,16 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 6) {
-        fprintf(stderr, "usage: %s <threads> <pairs per thread> [size] [pair|info] [live=K]\n", argv[0]);
+        fprintf(stderr, "usage: %s <threads> <pairs per thread> [size] [pair|info|rotate] [live=K]\n", argv[0]);
         return 2;
     }
     int threads = atoi(argv[1]);
     g_pairs = atol(argv[2]);
     g_size = argc >= 4 ? parse_size(argv[3]) : 4 * KIB;
     g_info = argc >= 5 && strcmp(argv[4], "info") == 0;
-    if (argc >= 5 && !g_info && strcmp(argv[4], "pair") != 0) {
-        fprintf(stderr, "bench_alloc: mode %s: expected pair or info\n", argv[4]);
+    g_rotate = argc >= 5 && strcmp(argv[4], "rotate") == 0;
+    if (argc >= 5 && !g_info && !g_rotate && strcmp(argv[4], "pair") != 0) {
+        fprintf(stderr, "bench_alloc: mode %s: expected pair, info or rotate\n", argv[4]);
         return 2;
     }
     long live = 0;
@@ -102,14 +123,22 @@ int main(int argc, char **argv) {
         }
     }
     if (threads < 1 || threads > 64 || g_pairs < 1) return 2;
+    if (g_rotate && (threads != 1 || live < 1)) {
+        fprintf(stderr, "bench_alloc: rotate needs one thread and live=K with K >= 1\n");
+        return 2;
+    }
+    g_live = calloc(live > 0 ? (size_t)live : 1, sizeof *g_live);
+    g_nlive = live;
+    if (!g_live) return 1;
 
     MUST(cuInit(0));
     CUdevice dev;
     MUST(cuDeviceGet(&dev, 0));
     MUST(cuCtxCreate_v2(&g_ctx, 0, dev));
     for (long i = 0; i < live; i++) {
-        CUdeviceptr d; /* kept until exit */
+        CUdeviceptr d; /* kept until exit ("rotate": freed and made again) */
         CUresult rc = cuMemAlloc_v2(&d, g_size);
+        g_live[i] = d;
         if (rc != CUDA_SUCCESS) {
             fprintf(stderr, "bench_alloc: live allocation %ld of %ld: cuMemAlloc_v2 -> %d\n", i, live, rc);
             return 1;
