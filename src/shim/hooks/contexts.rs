@@ -71,34 +71,15 @@ pub(super) fn charge_context(
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
     let d = lock.device();
-    let capped = SHIM
-        .ledger
-        .usage(d)
-        .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
-    let bytes = match contexts::verdict(measured, capped) {
+    let bytes = match judge_measured(api, "context", d, measured) {
         // Never less than was expected: the measurement is device-wide, and memory
         // another process freed meanwhile would make it short of the context.
-        Verdict::Charge(bytes) => bytes.max(held.charge().bytes),
-        Verdict::Refuse(rc) => {
+        Ok(Some(bytes)) => bytes.max(held.charge().bytes),
+        Ok(None) => return Ok(0),
+        Err(rc) => {
             undo();
             drop(held);
-            if let Err(why) = measured {
-                log!(
-                    Error,
-                    "refused {api} on GPU {d}: the memory the context takes could not be measured ({why}), and a context gpucap cannot charge would escape the cap"
-                );
-            }
             return Err(rc);
-        }
-        Verdict::Uncounted => {
-            drop(held);
-            if let Err(why) = measured {
-                log!(
-                    Error,
-                    "{api} on GPU {d}: the memory the context takes could not be measured ({why}): not counted (GPU {d} has no cap)"
-                );
-            }
-            return Ok(0);
         }
     };
     if let Ok(taken) = measured {
@@ -121,6 +102,43 @@ pub(super) fn charge_context(
         gpucap_core::size::format_bytes(bytes)
     );
     Ok(bytes)
+}
+
+/// What to charge for a `what` (a context, a module) the driver just made on device
+/// `d`, from its measurement: Ok(Some(bytes)) to charge; Ok(None) when it could not be
+/// measured and `d` has no cap (allowed, not counted, said at error level); Err when it
+/// could not be measured under a cap (said; the caller undoes it and refuses).
+pub(super) fn judge_measured(
+    api: &str,
+    what: &str,
+    d: usize,
+    measured: Result<u64, Unmeasured>,
+) -> Result<Option<u64>, CuResult> {
+    let capped = SHIM
+        .ledger
+        .usage(d)
+        .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
+    match (contexts::verdict(measured, capped), measured) {
+        (Verdict::Charge(bytes), _) => Ok(Some(bytes)),
+        (Verdict::Refuse(rc), m) => {
+            if let Err(why) = m {
+                log!(
+                    Error,
+                    "refused {api} on GPU {d}: the memory the {what} takes could not be measured ({why}), and a {what} gpucap cannot charge would escape the cap"
+                );
+            }
+            Err(rc)
+        }
+        (Verdict::Uncounted, m) => {
+            if let Err(why) = m {
+                log!(
+                    Error,
+                    "{api} on GPU {d}: the memory the {what} takes could not be measured ({why}): not counted (GPU {d} has no cap)"
+                );
+            }
+            Ok(None)
+        }
+    }
 }
 
 /// Says at debug level how the first context on a device was measured: by NVML, or

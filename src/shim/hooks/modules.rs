@@ -4,9 +4,9 @@
 
 use std::ffi::c_char;
 
-use super::contexts::{context_lock, pool_marks};
+use super::contexts::{context_lock, judge_measured, pool_marks};
 use super::*;
-use gpucap_core::contexts::{self, CtxDriver};
+use gpucap_core::contexts::CtxDriver;
 use gpucap_core::modules::Loaded;
 
 pub fn module_load(
@@ -86,30 +86,12 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
     }
     // SAFETY: the driver succeeded and wrote the module handle.
     let module = unsafe { *out };
-    let capped = shim
-        .ledger
-        .usage(d)
-        .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
-    let bytes = match contexts::verdict(measured, capped) {
-        Verdict::Charge(bytes) => bytes,
-        Verdict::Refuse(rc) => {
+    let bytes = match judge_measured(api, "module", d, measured) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return rc,
+        Err(refused) => {
             queries::unload_module(module);
-            if let Err(why) = measured {
-                log!(
-                    Error,
-                    "refused {api} on GPU {d}: the memory the module takes could not be measured ({why}), and a module gpucap cannot charge would escape the cap"
-                );
-            }
-            return rc;
-        }
-        Verdict::Uncounted => {
-            if let Err(why) = measured {
-                log!(
-                    Error,
-                    "{api} on GPU {d}: the memory the module takes could not be measured ({why}): not counted (GPU {d} has no cap)"
-                );
-            }
-            return rc;
+            return refused;
         }
     };
     if bytes == 0 {
