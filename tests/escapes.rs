@@ -252,3 +252,36 @@ fn a_modules_globals_are_charged_while_it_is_loaded() {
     }
     control_fails(&["module-globals", "256Mi"], 1);
 }
+
+/// A larger stack (`cuCtxSetLimit(CU_LIMIT_STACK_SIZE)`, `cudaDeviceSetLimit`) takes
+/// device memory at the call, which no allocation call shows: an H100 took 3.87 GiB for
+/// 16 KiB per thread. Measured around the call and charged, a stack of over half a
+/// 512 MiB cap leaves no room for half the cap; one the cap cannot take is refused with
+/// the old value kept; lowering it, and the end of its context, give it back.
+#[test]
+fn a_larger_stack_is_charged_while_the_context_has_it() {
+    let dir = scratch("escapes-stack-pool");
+    let pool_dir = dir.to_str().unwrap();
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "stacks"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+    ] {
+        let (o, s) = escapes(&["stack-limit", "512Mi"], 1, Some("512Mi"), env);
+        assert_passed(&o, &format!("stack-limit with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        assert!(
+            s[0].peak_used <= 512 * MIB + 528 * MIB,
+            "beyond the cap only the refused stack, for its moment: {:?}",
+            s[0]
+        );
+        let refused = refusals(&stderr(&o));
+        for api in ["cuMemAlloc of 256 MiB", "cuCtxSetLimit of 264 MiB"] {
+            let line = format!("refused {api} on GPU 0: 264 MiB of the 512 MiB cap in use");
+            assert!(
+                refused.iter().any(|l| l.contains(&line)),
+                "{line:?} in {refused:?}"
+            );
+        }
+    }
+    control_fails(&["stack-limit", "512Mi"], 1);
+}

@@ -116,7 +116,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 15] = [
+const ON_THE_FAKE: [&str; 16] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -125,6 +125,7 @@ const ON_THE_FAKE: [&str; 15] = [
     "escape-pool-other-gpu",
     "escape-page-rounding",
     "escape-module-globals",
+    "escape-stack-limit",
     "accounting-driver",
     "pool",
     "pool-metrics",
@@ -222,7 +223,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     }
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 32, "{checks:?}");
+    assert_eq!(checks.len(), 33, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -387,7 +388,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 29, "{checks:?}");
+    assert_eq!(checks.len(), 30, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),

@@ -18,6 +18,7 @@ pub mod ctx;
 pub mod cls;
 pub mod host;
 pub mod ipc;
+pub mod limit;
 pub mod pool;
 pub mod stream;
 

@@ -28,6 +28,11 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      charged while loaded (the room drops by at least the
                                      global), a second one refused, cuModuleUnload gives it
                                      back
+  escapes.py stack-limit --cap N     cuCtxSetLimit(CU_LIMIT_STACK_SIZE) raised so that the
+                                     stack takes over half the room (an H100 took 3.87 GiB
+                                     for 16 KiB per thread): charged as the driver took it,
+                                     twice that refused, lowering it gives back what the
+                                     driver gave back
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -340,14 +345,56 @@ def module_globals(drv, w, cap):
                                                             mib(cap)))
 
 
+def stack_limit(drv, w, cap):
+    room = room_of(drv, 0, cap)
+    sms, per_sm = c_int(), c_int()
+    drv.must("cuDeviceGetAttribute", ctypes.byref(sms), c_int(16), c_int(0))  # MULTIPROCESSOR_COUNT
+    drv.must("cuDeviceGetAttribute", ctypes.byref(per_sm), c_int(39), c_int(0))  # MAX_THREADS_PER_MULTIPROCESSOR
+    step = 512 * sms.value * per_sm.value  # 512 bytes more for every resident thread
+    k = max(1, -(-int(room * 0.55) // step))
+    old = sz()
+    drv.must("cuCtxGetLimit", ctypes.byref(old), c_int(0))
+    value = old.value + 512 * k
+    before = w.look(0, "before the stack is raised")
+    rc = drv.L.cuCtxSetLimit(c_int(0), sz(value))
+    if rc != 0:
+        fail("cuCtxSetLimit(STACK_SIZE, %d) with %s free under the cap -> %d" % (value, mib(room), rc))
+    raised = room_of(drv, 0, cap)
+    took = w.look(0, "a stack of %d bytes per thread (%d SMs x %d threads)" % (value, sms.value, per_sm.value)) - before
+    charged = room - raised
+    if charged + 2 * MiB < took:
+        fail("a stack of %d bytes per thread took %s of the driver, gpucap charged %s" % (value, mib(took), mib(charged)))
+    rc = drv.L.cuCtxSetLimit(c_int(0), sz(old.value + 1024 * k))
+    if rc == 0:
+        fail("a stack of %d bytes per thread was allowed with %s free under the cap" % (old.value + 1024 * k, mib(raised)))
+    if rc != OOM:
+        fail("a stack past the cap -> %d, expected %d" % (rc, OOM))
+    kept = sz()
+    drv.must("cuCtxGetLimit", ctypes.byref(kept), c_int(0))
+    if kept.value != value:
+        fail("after the refused stack the limit is %d, not %d" % (kept.value, value))
+    w.look(0, "twice that stack refused")
+    drv.must("cuCtxSetLimit", c_int(0), sz(old.value))
+    lowered = room_of(drv, 0, cap)
+    gave = took + before - w.look(0, "the stack lowered to %d" % old.value)
+    if (lowered - raised) + 2 * MiB < gave:
+        fail("lowering the stack gave %s back to the driver, gpucap credited %s" % (mib(gave), mib(lowered - raised)))
+    used = fill(drv, w, 0, cap, "after the stack")
+    return ("a stack of %d bytes per thread took %s of the driver and was charged %s (twice that refused); lowered "
+            "to %d: the driver gave back %s, gpucap credited %s; the driver's figure peaked at %s of the %s cap"
+            % (value, mib(took), mib(charged), old.value, mib(gave), mib(lowered - raised), mib(max(w.peak, used)),
+               mib(cap)))
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
-        print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals --cap BYTES",
+        print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
+              " --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
-             "page-rounding": page_rounding, "module-globals": module_globals}
+             "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

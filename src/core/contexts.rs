@@ -291,7 +291,8 @@ impl DeviceLock<'_> {
         marks: impl Fn() -> Option<PoolMarks>,
         call: impl FnMut() -> u32,
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
-        self.measure_marked(drv, None, marks, call)
+        let (rc, change, how) = self.measure_marked(drv, None, marks, call);
+        (rc, change.map(bytes), how)
     }
 
     /// [`measure_in_pool`](Self::measure_in_pool) of a call made in context `ctx`, a
@@ -304,19 +305,33 @@ impl DeviceLock<'_> {
         marks: impl Fn() -> Option<PoolMarks>,
         call: impl FnMut() -> u32,
     ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+        let (rc, change, how) = self.measure_marked(drv, Some(ctx), marks, call);
+        (rc, change.map(bytes), how)
+    }
+
+    /// [`measure_in`](Self::measure_in) of a call that may give memory back (a limit
+    /// lowered): the change in bytes, negative when the free memory grew. What is
+    /// unsure in a pool counts as taken, as there: given back is never overstated.
+    pub fn measure_change_in(
+        &self,
+        drv: &impl CtxDriver,
+        ctx: Ctx,
+        marks: impl Fn() -> Option<PoolMarks>,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<i128, Unmeasured>, Vantage) {
         self.measure_marked(drv, Some(ctx), marks, call)
     }
 
+    /// The signed change; the callers that charge what a call made take its positive part.
     fn measure_marked(
         &self,
         drv: &impl CtxDriver,
         vantage: Option<Ctx>,
         marks: impl Fn() -> Option<PoolMarks>,
         mut call: impl FnMut() -> u32,
-    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
+    ) -> (u32, Result<i128, Unmeasured>, Vantage) {
         if marks().is_none() {
-            let (rc, taken, how) = self.measure_device_wide(drv, vantage, call, None);
-            return (rc, taken.map(bytes), how);
+            return self.measure_device_wide(drv, vantage, call, None);
         }
         // Read right before the device-wide "before" read and right after the "after"
         // read (`edge`), and right inside them (around the call): the frees counted
@@ -338,7 +353,7 @@ impl DeviceLock<'_> {
             Some(&mut edge),
         );
         if rc != SUCCESS {
-            return (rc, taken.map(bytes), how);
+            return (rc, taken, how);
         }
         let given_back = match (before, after) {
             (Some(b), Some(a)) => b.given_back_until(&a),
@@ -346,7 +361,7 @@ impl DeviceLock<'_> {
             _ => 0,
         };
         let allocated = inside.map_or(0, |(first, last)| first.taken_until(&last));
-        let taken = taken.map(|t| bytes(t + i128::from(given_back) - i128::from(allocated)));
+        let taken = taken.map(|t| t + i128::from(given_back) - i128::from(allocated));
         (rc, taken, how)
     }
 

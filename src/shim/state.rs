@@ -53,6 +53,9 @@ pub static CONTEXTS: ContextBook = ContextBook::new();
 /// Loaded modules and what each was charged.
 pub static MODULES: gpucap_core::modules::ModuleBook = gpucap_core::modules::ModuleBook::new();
 
+/// The memory contexts' limits took (`cuCtxSetLimit`), by context and limit.
+pub static LIMITS: gpucap_core::limits::LimitBook = gpucap_core::limits::LimitBook::new();
+
 /// What CUDA would see in this process, worked out from NVML (read once).
 pub static NVML_VIEW: std::sync::OnceLock<Vec<[u8; 16]>> = std::sync::OnceLock::new();
 

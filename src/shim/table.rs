@@ -176,6 +176,8 @@ hook_table! {
     cuModuleLoadFatBinary = "cuModuleLoadFatBinary" @ 2000 :
         (module: *mut Handle, image: *const c_void) => imp::module_load_fat_binary;
     cuModuleUnload = "cuModuleUnload" @ 2000 : (module: Handle) => imp::module_unload;
+    // Limits: a larger stack takes device memory at the call.
+    cuCtxSetLimit = "cuCtxSetLimit" @ 3010 : (limit: c_int, value: usize) => imp::ctx_set_limit;
     // Pools.
     cuMemPoolDestroy = "cuMemPoolDestroy" @ 11020 : (pool: Handle) => imp::mem_pool_destroy;
     cuMemPoolTrimTo = "cuMemPoolTrimTo" @ 11020 : (pool: Handle, keep: usize) => imp::mem_pool_trim_to;

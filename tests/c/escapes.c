@@ -44,6 +44,15 @@
  *                  gives it back; one loaded in a created context is given back when
  *                  that context is destroyed, one in the primary context at its last
  *                  release.
+ * Limits:
+ *   stack-limit    (cap <cap0>) cuCtxSetLimit(CU_LIMIT_STACK_SIZE) raised so that the
+ *                  stack takes over half the cap (each 512 bytes more per thread take
+ *                  512 x SMs x threads per SM: 132 MiB on an H100 or the fake): charged,
+ *                  so a cuMemAlloc_v2 of half the cap is refused; a stack the cap cannot
+ *                  take is refused with CUDA_ERROR_OUT_OF_MEMORY and the old value kept;
+ *                  lowering it gives the memory back (raised and lowered three times,
+ *                  charged once); a created context's stack goes with that context, the
+ *                  primary context's with its last release.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -64,6 +73,9 @@ CUresult cuCtxSynchronize(void);
 typedef struct CUmod_st *CUmodule;
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleUnload(CUmodule module);
+CUresult cuCtxSetLimit(int limit, size_t value);
+CUresult cuCtxGetLimit(size_t *value, int limit);
+CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice dev);
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -444,6 +456,78 @@ static void module_globals(void) {
     IN_USE(0, 0, "the primary context released with its module, and retained again");
 }
 
+/* ---- limits ---------------------------------------------------------------- */
+
+#define CU_LIMIT_STACK_SIZE 0
+#define DEFAULT_STACK 1024
+
+/* The stack of `k` x 512 bytes more per thread than the default, and what it takes:
+   512 k for each resident thread (SMs x threads per SM), whole 2 MiB pages already. */
+static size_t stack_of(int k) { return DEFAULT_STACK + 512 * (size_t)k; }
+static size_t stack_takes(int k) {
+    int sms = 0, per_sm = 0;
+    MUST(cuDeviceGetAttribute(&sms, 16 /* MULTIPROCESSOR_COUNT */, 0));
+    MUST(cuDeviceGetAttribute(&per_sm, 39 /* MAX_THREADS_PER_MULTIPROCESSOR */, 0));
+    return 512 * (size_t)k * (size_t)sms * (size_t)per_sm;
+}
+
+static void stack_is(size_t want, const char *what) {
+    size_t v = 0;
+    MUST(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
+    CHECK(v == want, "%s: the stack limit is %zu, expected %zu", what, v, want);
+}
+
+static void stack_limit(void) {
+    one_context();
+    /* the least k whose stack takes more than half the cap */
+    int k = 1;
+    while (stack_takes(k) <= g_cap[0] / 2) k++;
+    size_t takes = stack_takes(k);
+    CHECK(takes < g_cap[0], "the test needs a stack of less than the cap (%zu MiB)", takes / MIB);
+    CUdeviceptr half = 0;
+    CUresult rc;
+    for (int round = 1; round <= 3; round++) {
+        rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_of(k));
+        CHECK(rc == CUDA_SUCCESS, "round %d: cuCtxSetLimit(STACK, %zu) -> %d", round, stack_of(k), rc);
+        IN_USE(0, takes, "round %d: a stack of %zu bytes per thread", round, stack_of(k));
+        rc = cuMemAlloc_v2(&half, g_cap[0] / 2);
+        CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "round %d: cuMemAlloc_v2(cap/2) beside the stack -> %d, expected 2",
+              round, rc);
+        if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(half));
+        rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_of(2 * k));
+        CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "round %d: a stack taking %zu MiB -> %d, expected 2", round,
+              stack_takes(2 * k) / MIB, rc);
+        stack_is(stack_of(k), "after the refused stack");
+        IN_USE(0, takes, "round %d: the larger stack refused", round);
+        MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+        IN_USE(0, 0, "round %d: the stack lowered to its default", round);
+    }
+    rc = cuMemAlloc_v2(&half, g_cap[0] / 2);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc_v2(cap/2) once the stack is lowered -> %d", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(half));
+
+    /* A created context's stack goes with it. */
+    CUcontext c = NULL;
+    MUST(cuCtxCreate_v2(&c, 0, 0));
+    size_t with_ctx = g_cap[0] - free_on(0);
+    rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_of(k));
+    CHECK(rc == CUDA_SUCCESS, "cuCtxSetLimit in a created context -> %d", rc);
+    IN_USE(0, with_ctx + takes, "a stack in a created context");
+    MUST(cuCtxDestroy_v2(c));
+    use(0);
+    IN_USE(0, 0, "the created context destroyed with its stack");
+
+    /* And the primary context's with its last release. */
+    rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_of(k));
+    CHECK(rc == CUDA_SUCCESS, "cuCtxSetLimit in the primary context -> %d", rc);
+    IN_USE(0, takes, "a stack in the primary context");
+    MUST(cuDevicePrimaryCtxRelease_v2(0));
+    MUST(cuDevicePrimaryCtxRetain(&g_ctx[0], 0));
+    use(0);
+    IN_USE(0, 0, "the primary context released with its stack, and retained again");
+    stack_is(DEFAULT_STACK, "the primary context made anew");
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
@@ -463,6 +547,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "pool-destroy-then-free") == 0) pool_free_destroy(1);
     else if (strcmp(mode, "page-rounding") == 0) page_rounding();
     else if (strcmp(mode, "module-globals") == 0) module_globals();
+    else if (strcmp(mode, "stack-limit") == 0) stack_limit();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

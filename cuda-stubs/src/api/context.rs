@@ -4,6 +4,7 @@
 use crate::abi::*;
 use crate::model::ctx::{self, Ctx, current, device_of};
 use crate::model::device::{cfg, check_dev};
+use crate::model::limit;
 use crate::model::pool;
 use crate::model::teardown;
 use libc::{c_char, c_int, c_uint, c_void};
@@ -183,28 +184,13 @@ crate::abi::exports! {
     }
 
     fn cuCtxGetLimit(value: *mut usize, limit: c_int) {
-        current()?;
-        let default = match limit {
-            0 => 1024,           // STACK_SIZE
-            1 => 1 << 20,        // PRINTF_FIFO_SIZE
-            2 => 8 << 20,        // MALLOC_HEAP_SIZE
-            3 => 2,              // DEV_RUNTIME_SYNC_DEPTH
-            4 => 2048,           // DEV_RUNTIME_PENDING_LAUNCH_COUNT
-            5 => 32,             // MAX_L2_FETCH_GRANULARITY
-            6 => 0,              // PERSISTING_L2_CACHE_SIZE
-            _ => return Err(CUDA_ERROR_INVALID_VALUE),
-        };
-        let v = ctx::limit(limit).unwrap_or(default);
-        out(value, v)
+        let (ctx, _) = current()?;
+        out(value, limit::get(ctx, limit)?)
     }
 
     fn cuCtxSetLimit(limit: c_int, value: usize) {
-        current()?;
-        if !(0..=6).contains(&limit) {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        ctx::set_limit(limit, value);
-        Ok(())
+        let (ctx, dev) = current()?;
+        limit::set(ctx, dev, limit, value)
     }
 
     // cudaProfiler.h. Deprecated: "starting with CUDA 12.0, it always returns

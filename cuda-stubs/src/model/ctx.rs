@@ -17,7 +17,6 @@ use std::sync::LazyLock;
 use super::device::{cfg, ledger};
 use super::os::new_handle;
 use crate::abi::*;
-use libc::c_int;
 
 /// CUcontext is the address of a leaked 8-byte box: unique and never reused.
 pub type Ctx = usize;
@@ -56,7 +55,6 @@ struct Registry {
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
-static LIMITS: LazyLock<Mutex<HashMap<c_int, usize>>> = LazyLock::new(Default::default);
 
 thread_local! {
     static STACK: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };
@@ -342,21 +340,4 @@ pub fn set_flags(ctx: Ctx, flags: u32) {
     if let Some(info) = registry().live.get_mut(&ctx) {
         info.flags = flags;
     }
-}
-
-/// The value cuCtxSetLimit stored for `limit`, if any.
-pub fn limit(limit: c_int) -> Option<usize> {
-    LIMITS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&limit)
-        .copied()
-}
-
-/// Stores the value of `limit` (cuCtxSetLimit).
-pub fn set_limit(limit: c_int, value: usize) {
-    LIMITS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(limit, value);
 }

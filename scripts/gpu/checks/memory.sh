@@ -7,7 +7,7 @@
 
 CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
-    escape-module-globals
+    escape-module-globals escape-stack-limit
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
 ACCOUNTING=$SRC_DIR/accounting.py
@@ -58,6 +58,8 @@ check_escape_pool_other_gpu() { escape_check "$1" pool-other-gpu env -u CUDA_VIS
 check_escape_page_rounding() { escape_check "$1" page-rounding; }
 # a module's __device__ globals, taken at load
 check_escape_module_globals() { escape_check "$1" module-globals; }
+# a larger stack (cuCtxSetLimit), taken at the call
+check_escape_stack_limit() { escape_check "$1" stack-limit; }
 
 # accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
 # first context was measured (the shim's debug line: by NVML, no temporary context).

@@ -67,6 +67,8 @@ driver_fns! {
     cuMemGetAddressRange_v2: (*mut u64, *mut usize, u64);
     // Modules: one the cap cannot take is unloaded again.
     cuModuleUnload: (Handle);
+    // Limits: the old value, set back when the cap cannot take the new one.
+    cuCtxGetLimit: (*mut usize, c_int);
     // Arrays.
     cuArrayGetMemoryRequirements: (*mut MemoryRequirements, Handle, c_int);
     cuMipmappedArrayGetMemoryRequirements: (*mut MemoryRequirements, Handle, c_int);

@@ -378,6 +378,14 @@ pub fn context_gone(ctx: Handle, id: Option<u64>) -> bool {
     Contexts.exists(ctx as Ctx, id) == Some(false)
 }
 
+/// The current context's value of `limit` (None: no context, or no such limit).
+pub fn context_limit(limit: c_int) -> Option<usize> {
+    let get = calls::cuCtxGetLimit()?;
+    let mut value = 0usize;
+    // SAFETY: valid out-pointer.
+    (unsafe { get(&mut value, limit) } == CUDA_SUCCESS).then_some(value)
+}
+
 /// Unloads a module the shim refuses after the fact.
 pub fn unload_module(module: Handle) {
     if let Some(unload) = calls::cuModuleUnload() {

@@ -1,7 +1,9 @@
 //! Contexts (see `gpucap_core::contexts`).
 
 use super::*;
+use crate::state::LIMITS;
 use gpucap_core::contexts::{self, Vantage};
+use gpucap_core::residents::Resident;
 
 // ---------------------------------------------------------------------------
 // Contexts (see `contexts`): charged what they take, credited when they go, and
@@ -181,7 +183,7 @@ pub(super) fn after_teardown(device: usize) {
             }
         }
     }
-    modules::modules_gone(device);
+    residents_gone(device);
     POOLS.drop_dead_ptrs(ledger, device, queries::pointer_alive);
     POOLS.refresh(ledger, &queries::Pools, device);
 }
@@ -207,7 +209,8 @@ impl Announced {
                 .iter()
                 .map(|(_, c)| c.bytes)
                 .sum::<u64>()
-                + MODULES.bytes_on(device);
+                + MODULES.bytes_on(device)
+                + LIMITS.bytes_on(device);
             SHIM.ledger.announce(Charge { device, bytes })
         });
         Announced {
@@ -492,4 +495,19 @@ fn detached(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuRe
     };
     context_ended("cuCtxDetach", lock.device(), ending, announced);
     rc
+}
+
+/// After a context went away on `device`: credits what lived in it beside allocations
+/// and the driver freed with it, its modules and the memory its limits took (a created
+/// context that no longer exists, or is another context now; the primary context once
+/// inactive, or made anew).
+fn residents_gone(device: usize) {
+    let primary_inactive = queries::Contexts.primary_active(device) == Some(false);
+    let gone = |r: &Resident| {
+        (r.primary && primary_inactive) || queries::context_gone(r.ctx as Handle, r.ctx_id)
+    };
+    let modules = MODULES.take_gone(device, gone);
+    for charge in modules.into_iter().chain(LIMITS.take_gone(device, gone)) {
+        SHIM.ledger.settle(charge);
+    }
 }

@@ -6,8 +6,7 @@ use std::ffi::c_char;
 
 use super::contexts::{context_lock, judge_measured, pool_marks};
 use super::*;
-use gpucap_core::contexts::CtxDriver;
-use gpucap_core::modules::Loaded;
+use gpucap_core::residents::Resident;
 
 pub fn module_load(
     real: unsafe extern "C" fn(*mut Handle, *const c_char) -> CuResult,
@@ -100,7 +99,7 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
     match reserve_on(shim, api, d, bytes) {
         Ok(r) => {
             r.keep();
-            let loaded = Loaded {
+            let loaded = Resident {
                 ctx: ctx as u64,
                 ctx_id: queries::context_id(ctx),
                 primary: lock.primary() == Some(ctx as u64),
@@ -140,17 +139,4 @@ pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Han
         MODULES.restore(module as u64, loaded);
     }
     rc
-}
-
-/// After a context went away on `device`: credits the modules the driver unloaded with
-/// it (a created context that no longer exists, or is another context now; the primary
-/// context once inactive, or made anew).
-pub(super) fn modules_gone(device: usize) {
-    let primary_inactive = queries::Contexts.primary_active(device) == Some(false);
-    let gone = |l: &Loaded| {
-        (l.primary && primary_inactive) || queries::context_gone(l.ctx as Handle, l.ctx_id)
-    };
-    for charge in MODULES.take_gone(device, gone) {
-        SHIM.ledger.settle(charge);
-    }
 }

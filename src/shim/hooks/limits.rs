@@ -1,0 +1,131 @@
+//! `cuCtxSetLimit` (and so `cudaDeviceSetLimit`): the device memory a limit takes or
+//! gives back at the call (see `gpucap_core::limits`), measured around the call in the
+//! current context, charged to that context's device, credited when the limit is
+//! lowered (what the driver gave back, at most the limit's charge) or the context is gone.
+
+use super::contexts::{context_lock, judge_measured, pool_marks};
+use super::*;
+use crate::state::LIMITS;
+use gpucap_core::limits;
+use gpucap_core::residents::Resident;
+
+pub fn ctx_set_limit(
+    real: unsafe extern "C" fn(c_int, usize) -> CuResult,
+    limit: c_int,
+    value: usize,
+) -> CuResult {
+    const API: &str = "cuCtxSetLimit";
+    // SAFETY (closures): forwarding the caller's arguments, or setting back the old value.
+    let set = |v: usize| unsafe { real(limit, v) };
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    // No context, or a limit the driver does not know: the driver answers itself.
+    let (Some(ctx), Some(device), Some(old)) = (
+        queries::current_context(),
+        context_device(),
+        queries::context_limit(limit),
+    ) else {
+        return set(value);
+    };
+    let lock = match context_lock(shim, API, device) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return set(value),
+        Err(rc) => return rc,
+    };
+    let d = lock.device();
+    let key = (ctx as u64, limit as u32);
+    let before = LIMITS.take(key);
+    let charged = before.map_or(0, |r| r.charge.bytes);
+    let lowered = value < old;
+    // A lowered limit may give memory back: announced to the pool first (as a free), and
+    // measured without the pool's marks (this announcement would count as another's).
+    let freeing = (lowered && charged > 0).then(|| {
+        SHIM.ledger.announce(Charge {
+            device: d,
+            bytes: charged,
+        })
+    });
+    let (rc, measured, _) = match freeing {
+        Some(_) => lock.measure_change_in(&queries::Contexts, ctx as u64, || None, || set(value)),
+        None => {
+            lock.measure_change_in(&queries::Contexts, ctx as u64, pool_marks(d), || set(value))
+        }
+    };
+    let restore = || {
+        if let Some(r) = before {
+            LIMITS.restore(key, r);
+        }
+    };
+    if rc != CUDA_SUCCESS {
+        if let Some(f) = freeing {
+            SHIM.ledger.withdraw(f);
+        }
+        restore();
+        return rc;
+    }
+    let verdict = judge_measured(
+        API,
+        "limit",
+        d,
+        measured.map(|t| u64::try_from(t.max(0)).unwrap_or(u64::MAX)),
+    );
+    let change = match (verdict, measured) {
+        (Ok(Some(_)), Ok(change)) => change,
+        (Ok(_), _) => {
+            // Not measured and no cap: allowed, counted as before (said by the judge).
+            if let Some(f) = freeing {
+                SHIM.ledger.withdraw(f);
+            }
+            restore();
+            return rc;
+        }
+        (Err(refused), _) => {
+            set(old);
+            if let Some(f) = freeing {
+                SHIM.ledger.withdraw(f);
+            }
+            restore();
+            return refused;
+        }
+    };
+    let now = limits::after_change(charged, change, lowered);
+    if let Some(f) = freeing {
+        SHIM.ledger.withdraw(f);
+    }
+    if now > charged {
+        match reserve_on(shim, API, d, now - charged) {
+            Ok(r) => r.keep(),
+            Err(refused) => {
+                // The refusal's line is out; the old value gives the memory back.
+                set(old);
+                restore();
+                return refused;
+            }
+        }
+    } else if now < charged {
+        SHIM.ledger.settle(Charge {
+            device: d,
+            bytes: charged - now,
+        });
+    }
+    if now > 0 {
+        let held = Resident {
+            ctx: ctx as u64,
+            ctx_id: queries::context_id(ctx),
+            primary: lock.primary() == Some(ctx as u64),
+            charge: Charge {
+                device: d,
+                bytes: now,
+            },
+        };
+        LIMITS.add(key, held);
+        log!(
+            Debug,
+            "{API}: limit {limit} = {value} holds {} on GPU {d}",
+            gpucap_core::size::format_bytes(now)
+        );
+    }
+    rc
+}
