@@ -21,7 +21,8 @@
 # for these, which it only counts; a case whose live blocks would map more than
 # valgrind's 128 GiB of client address space is skipped and says so). Also: two visible GPUs (the device each thread remembers,
 # hooks/current.rs) and two threads (valgrind runs threads one at a time, so this counts
-# instructions, not contention: scripts/bench.sh measures that in ns). Prints both and the difference; writes
+# instructions, not contention: scripts/bench.sh measures that in ns), and a kernel launch after
+# its first (bench_alloc's "launch"). Prints both and the difference; writes
 # target/bench-instructions.json. Needs valgrind (apt-get install valgrind) and a
 # release build (cargo build --release). Also a pool member with a guarantee and a
 # ceiling, beside a live member holding a guarantee.
@@ -83,6 +84,13 @@ t2shim1=$(instructions "$SHIM" "$N" 0 THREADS=2)
 t2shim2=$(instructions "$SHIM" $((2 * N)) 0 THREADS=2)
 t2raw=$(((t2raw2 - t2raw1) / (2 * N))); t2shim=$(((t2shim2 - t2shim1) / (2 * N)))
 printf 'two threads: raw %d, gpucap %d, added %d\n' "$t2raw" "$t2shim" $((t2shim - t2raw))
+# A kernel launch after its first (bench_alloc's "launch"): the lookup in the functions
+# seen, on every launch a program makes.
+lraw1=$(instructions "" "$N" 0 MODE=launch); lraw2=$(instructions "" $((2 * N)) 0 MODE=launch)
+lshim1=$(instructions "$SHIM" "$N" 0 MODE=launch); lshim2=$(instructions "$SHIM" $((2 * N)) 0 MODE=launch)
+launch_raw=$(((lraw2 - lraw1) / N)); launch_shim=$(((lshim2 - lshim1) / N))
+printf 'a kernel launch (after its first): raw %d, gpucap %d, added %d\n' "$launch_raw" "$launch_shim" \
+    $((launch_shim - launch_raw))
 # bytes SIZE: 4Ki, 1Mi, 2Gi or a plain number, in bytes.
 bytes() {
     case $1 in
@@ -133,5 +141,6 @@ for size in 64Ki 8Mi; do
     printf 'growth mode (GPUCAP_GROWTH=1), %s blocks: raw %d, gpucap %d, added %d\n' "$size" "$graw" "$gshim" $((gshim - graw))
     growth_json+="${growth_json:+,}{\"size\":\"$size\",\"raw_per_pair\":$graw,\"gpucap_per_pair\":$gshim,\"added_per_pair\":$((gshim - graw))}"
 done
-printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"shares_per_pair":%d,"shares_added_per_pair":%d,"two_gpus_added_per_pair":%d,"two_threads_added_per_pair":%d,"live":[%s],"growth":[%s]}\n' \
-    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) "$shares" $((shares - raw)) $((g2shim - g2raw)) $((t2shim - t2raw)) "$live_json" "$growth_json" >"$PWD/target/bench-instructions.json"
+printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"shares_per_pair":%d,"shares_added_per_pair":%d,"two_gpus_added_per_pair":%d,"two_threads_added_per_pair":%d,"launch_raw":%d,"launch_added":%d,"live":[%s],"growth":[%s]}\n' \
+    "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) "$shares" $((shares - raw)) $((g2shim - g2raw)) $((t2shim - t2raw)) \
+    "$launch_raw" $((launch_shim - launch_raw)) "$live_json" "$growth_json" >"$PWD/target/bench-instructions.json"

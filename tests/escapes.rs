@@ -285,3 +285,40 @@ fn a_larger_stack_is_charged_while_the_context_has_it() {
     }
     control_fails(&["stack-limit", "512Mi"], 1);
 }
+
+/// Kernels loaded lazily (CUDA's default): a library's kernels take device memory in a
+/// context at their first use there, inside the launch, which no allocation call shows
+/// (PyTorch's first kernel: 92 MiB on an H200). Measured at each function's first launch
+/// (or `cuKernelGetFunction`) and charged, past the cap if need be (a launch cannot be
+/// refused once made): allocations the cap cannot take beside them are refused; the
+/// context's end gives them back.
+#[test]
+fn kernels_loaded_at_a_first_launch_are_charged() {
+    let dir = scratch("escapes-lazy-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let lib = [("FAKECUDA_LIBRARY_MEM", "96Mi")];
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "lazy"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[("FAKECUDA_NVML_FAIL", "1")][..],
+    ] {
+        let env = [&lib[..], env].concat();
+        let (o, s) = escapes(&["lazy-kernels", "256Mi"], 1, Some("256Mi"), &env);
+        assert_passed(&o, &format!("lazy-kernels with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        let err = stderr(&o);
+        assert!(
+            err.contains("cuLaunchKernel: the kernels its first use loaded took 96 MiB on GPU 0, past the cap (320 MiB of 256 MiB in use)"),
+            "{env:?}: {err}"
+        );
+        let refused = refusals(&err);
+        assert!(
+            refused.iter().any(|l| l.contains(
+                "refused cuMemAlloc of 64 MiB on GPU 0: 224 MiB of the 256 MiB cap in use"
+            )),
+            "{refused:?}"
+        );
+    }
+    let (o, _) = escapes(&["lazy-kernels", "256Mi"], 1, None, &lib);
+    assert_failed(&o, "lazy-kernels without the shim");
+}

@@ -116,7 +116,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 16] = [
+const ON_THE_FAKE: [&str; 17] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -126,6 +126,7 @@ const ON_THE_FAKE: [&str; 16] = [
     "escape-page-rounding",
     "escape-module-globals",
     "escape-stack-limit",
+    "escape-lazy-kernels",
     "accounting-driver",
     "pool",
     "pool-metrics",
@@ -223,7 +224,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     }
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 33, "{checks:?}");
+    assert_eq!(checks.len(), 34, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -388,7 +389,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 30, "{checks:?}");
+    assert_eq!(checks.len(), 31, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),

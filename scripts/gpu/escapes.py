@@ -33,6 +33,11 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      for 16 KiB per thread): charged as the driver took it,
                                      twice that refused, lowering it gives back what the
                                      driver gave back
+  escapes.py lazy-kernels --cap N    a library (cuLibraryLoadData) whose __device__ global
+                                     takes 0.6 x the room: nothing at the load (lazy
+                                     loading); its kernel's first launch loads it into the
+                                     context, charged as the driver took it; 0.6 x the room
+                                     more refused; cuLibraryUnload gives it back
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -386,15 +391,59 @@ def stack_limit(drv, w, cap):
                mib(cap)))
 
 
+def lazy_kernels(drv, w, cap):
+    room = room_of(drv, 0, cap)
+    size = int(room * 0.6) // (2 * MiB) * (2 * MiB)
+    if size < 2 * MiB:
+        fail("no room for a library's global under the cap (%s free)" % mib(room))
+    ptx = (".version 6.0\n.target sm_50\n.address_size 64\n"
+           ".visible .global .align 4 .b8 big[%d];\n"
+           ".visible .entry k()\n{\n\tret;\n}\n" % size).encode()
+    lib, k = vp(), vp()
+    before = w.look(0, "before the library is loaded")
+    rc = drv.L.cuLibraryLoadData(ctypes.byref(lib), ptx, None, None, c_int(0), None, None, c_int(0))
+    if rc != 0:
+        fail("cuLibraryLoadData(a global of %s) -> %d" % (mib(size), rc))
+    at_load = w.look(0, "a library with a global of %s loaded" % mib(size)) - before
+    drv.must("cuLibraryGetKernel", ctypes.byref(k), lib, b"k")
+    rc = drv.L.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+    if rc != 0:
+        fail("the first launch of the library's kernel -> %d" % rc)
+    drv.must("cuCtxSynchronize")
+    launched = room_of(drv, 0, cap)
+    took = w.look(0, "its kernel launched once") - before
+    charged = room - launched
+    if charged + 2 * MiB < took:
+        fail("the library's first launch took %s of the driver (%s at its load), gpucap charged %s"
+             % (mib(took), mib(at_load), mib(charged)))
+    rc, p = drv.alloc(size)
+    if rc == 0:
+        drv.must("cuMemFree_v2", u64(p))
+        fail("%s more allocated beside the loaded library with %s free under the cap" % (mib(size), mib(launched)))
+    if rc != OOM:
+        fail("an allocation past the cap -> %d, expected %d" % (rc, OOM))
+    drv.must("cuLibraryUnload", lib)
+    back = room_of(drv, 0, cap)
+    gave = took + before - w.look(0, "the library unloaded")
+    if (back - launched) + 2 * MiB < gave:
+        fail("cuLibraryUnload gave %s back to the driver, gpucap credited %s" % (mib(gave), mib(back - launched)))
+    used = fill(drv, w, 0, cap, "after the library")
+    return ("a library with a global of %s took %s at its load and %s at its kernel's first launch, charged %s "
+            "(%s more refused); its unload gave back %s, credited %s; the driver's figure peaked at %s of the %s cap"
+            % (mib(size), mib(at_load), mib(took), mib(charged), mib(size), mib(gave), mib(back - launched),
+               mib(max(w.peak, used)), mib(cap)))
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
         print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
-              " --cap BYTES",
+              "|lazy-kernels --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
-             "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit}
+             "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit,
+             "lazy-kernels": lazy_kernels}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

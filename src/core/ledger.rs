@@ -341,6 +341,21 @@ impl Ledger {
         })
     }
 
+    /// Charges `bytes` the driver already took where no call could be refused (the
+    /// kernels a launch loaded): added without a check, so the device may stand past its
+    /// cap (and the pool past its own) until memory is given back; every request then
+    /// is refused. [`settle`](Self::settle) credits it.
+    pub fn force(&self, device: usize, bytes: u64) {
+        let Ok(d) = self.device(device) else {
+            return;
+        };
+        let new = d.used.fetch_add(bytes, AcqRel).saturating_add(bytes);
+        note_peak(d, new);
+        if let Some(pool) = self.pool() {
+            pool.force(device, bytes);
+        }
+    }
+
     /// The short path of an allocation: checks the cap (and the pool's, in a pool) and
     /// adds `bytes` in one step, as [`reserve`](Self::reserve), but a request either cap
     /// cannot take now gets None with nothing counted: the caller then takes the full
@@ -666,6 +681,20 @@ mod pool_tests {
         let f = ledger.announce(c);
         ledger.settle_announced(f);
         assert_eq!(figures(), (300, 0));
+
+        // Memory the driver already took (a launch's kernels) is charged to both without
+        // a check: the pool stands past its cap, every request is refused until it is
+        // given back.
+        ledger.force(0, 900);
+        assert_eq!(figures(), (1200, 900));
+        assert!(other.reserve(0, 1).is_err(), "the pool is past its cap");
+        assert!(ledger.reserve(0, 50).is_err());
+        assert!(ledger.try_reserve(0, 50).is_none());
+        ledger.settle(Charge {
+            device: 0,
+            bytes: 900,
+        });
+        assert_eq!(figures(), (300, 0));
         let end = other.marks(0).unwrap();
         assert_eq!(end.given_back_until(&end), 0, "nothing in flight");
         assert_eq!(start.given_back_until(&end), 800, "both announcements");
@@ -762,6 +791,23 @@ mod tests {
         let l = Ledger::new();
         l.set_cap(0, Some(cap));
         l
+    }
+
+    #[test]
+    fn a_forced_charge_may_pass_the_cap_and_refuses_everything_until_credited() {
+        let l = ledger_with_cap(1000);
+        l.reserve(0, 600).unwrap().commit(1);
+        l.force(0, 500);
+        let u = l.usage(0).unwrap();
+        assert_eq!((u.used, u.peak), (1100, 1100));
+        assert!(l.reserve(0, 1).is_err() && l.try_reserve(0, 1).is_none());
+        l.settle(Charge {
+            device: 0,
+            bytes: 500,
+        });
+        l.reserve(0, 400).unwrap().commit(2);
+        assert_eq!(l.usage(0).unwrap().used, 1000);
+        l.force(9, 1); // no such device: nothing
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod config;
 pub mod contexts;
 pub mod growth;
 pub mod identity;
+pub mod kernels;
 pub mod ledger;
 pub mod limits;
 pub mod linear;

@@ -63,6 +63,20 @@ impl<K: Copy + PartialEq> ResidentBook<K> {
         self.add(key, held);
     }
 
+    /// Takes out the entries whose key `pick` says (what an unload frees), with their keys.
+    pub fn take_keys(&self, pick: impl Fn(&K) -> bool) -> Vec<(K, Resident)> {
+        let mut l = self.list();
+        let mut out = Vec::new();
+        l.retain(|(k, r)| {
+            let picked = pick(k);
+            if picked {
+                out.push((*k, *r));
+            }
+            !picked
+        });
+        out
+    }
+
     /// The bytes the entries on `device` hold.
     pub fn bytes_on(&self, device: usize) -> u64 {
         self.list()
@@ -112,6 +126,25 @@ mod tests {
         b.restore(7, l);
         assert_eq!(b.take(7), Some(l));
         assert_eq!(b.take(8), None, "never loaded here");
+    }
+
+    #[test]
+    fn entries_are_taken_by_their_keys() {
+        let b = ResidentBook::<(u64, u64)>::new();
+        b.add((1, 7), held(1, 0, 2 << 20));
+        b.add((2, 7), held(2, 0, 4 << 20));
+        b.add((1, 8), held(1, 0, 8 << 20));
+        let mut taken = b.take_keys(|&(_, owner)| owner == 7);
+        taken.sort_by_key(|(k, _)| *k);
+        assert_eq!(
+            taken
+                .iter()
+                .map(|(k, r)| (*k, r.charge.bytes))
+                .collect::<Vec<_>>(),
+            vec![((1, 7), 2 << 20), ((2, 7), 4 << 20)]
+        );
+        assert_eq!(b.bytes_on(0), 8 << 20);
+        assert!(b.take_keys(|&(_, owner)| owner == 7).is_empty());
     }
 
     #[test]

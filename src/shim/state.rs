@@ -53,6 +53,12 @@ pub static CONTEXTS: ContextBook = ContextBook::new();
 /// Loaded modules and what each was charged.
 pub static MODULES: gpucap_core::modules::ModuleBook = gpucap_core::modules::ModuleBook::new();
 
+/// The functions launched (or loaded) once on a device, by `kernels::launch_key`.
+pub static LAUNCHED: gpucap_core::kernels::SeenSet = gpucap_core::kernels::SeenSet::new();
+
+/// What the kernels loaded at first launches took, by context and function.
+pub static KERNELS: gpucap_core::kernels::KernelBook = gpucap_core::kernels::KernelBook::new();
+
 /// The memory contexts' limits took (`cuCtxSetLimit`), by context and limit.
 pub static LIMITS: gpucap_core::limits::LimitBook = gpucap_core::limits::LimitBook::new();
 

@@ -176,6 +176,26 @@ hook_table! {
     cuModuleLoadFatBinary = "cuModuleLoadFatBinary" @ 2000 :
         (module: *mut Handle, image: *const c_void) => imp::module_load_fat_binary;
     cuModuleUnload = "cuModuleUnload" @ 2000 : (module: Handle) => imp::module_unload;
+    // Launches: the first of each function on a device loads its kernels.
+    cuLaunchKernel = "cuLaunchKernel" @ 4000 :
+        (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
+         params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel;
+    cuLaunchKernel_ptsz = "cuLaunchKernel" @ 7000 ptsz :
+        (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
+         params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel;
+    cuLaunchCooperativeKernel = "cuLaunchCooperativeKernel" @ 9000 :
+        (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
+         params: *mut *mut c_void) => imp::launch_cooperative_kernel;
+    cuLaunchCooperativeKernel_ptsz = "cuLaunchCooperativeKernel" @ 9000 ptsz :
+        (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
+         params: *mut *mut c_void) => imp::launch_cooperative_kernel;
+    cuLaunchKernelEx = "cuLaunchKernelEx" @ 11060 :
+        (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel_ex;
+    cuLaunchKernelEx_ptsz = "cuLaunchKernelEx" @ 11060 ptsz :
+        (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel_ex;
+    cuKernelGetFunction = "cuKernelGetFunction" @ 12000 :
+        (out: *mut Handle, kernel: Handle) => imp::kernel_get_function;
+    cuLibraryUnload = "cuLibraryUnload" @ 12000 : (lib: Handle) => imp::library_unload;
     // Limits: a larger stack takes device memory at the call.
     cuCtxSetLimit = "cuCtxSetLimit" @ 3010 : (limit: c_int, value: usize) => imp::ctx_set_limit;
     // Pools.

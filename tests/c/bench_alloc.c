@@ -1,7 +1,7 @@
 /*
  * bench_alloc: cost of one cuMemAlloc_v2 + cuMemFree_v2 pair.
  *
- *   bench_alloc <threads> <pairs per thread> [size, default 4Ki] [pair|info|rotate] [live=K]
+ *   bench_alloc <threads> <pairs per thread> [size, default 4Ki] [pair|info|rotate|launch] [live=K]
  *
  * "live=K" first allocates K blocks of the same size and keeps them until exit, so the
  * timed pairs run with K other allocations live (the shim's live-allocation map holds
@@ -14,6 +14,9 @@
  *
  * "info" times cuMemGetInfo_v2 calls instead (one call per "pair"): a hooked call
  * whose driver side is nearly free, so the shim's own cost per call shows.
+ *
+ * "launch" times cuLaunchKernel of a library's kernel launched before (one launch per
+ * "pair"): a launch after the first, the shim's path on every kernel a program runs.
  *
  * Each thread makes its context current, warms up (1000 pairs), waits at a barrier,
  * then runs its pairs. The wall time from the barrier to the last thread's end,
@@ -38,6 +41,15 @@ static int g_failed;
 static long long g_cpu_ns; /* sum over threads */
 static int g_info;
 static int g_rotate;
+static int g_launch;
+static void *g_kernel;
+
+typedef struct CUlib_st *CUlibrary;
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
+                           unsigned num_jit, void *lib_options, void **lib_values, unsigned num_lib);
+CUresult cuLibraryGetKernel(void **kernel, CUlibrary library, const char *name);
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream stream, void **params, void **extra);
 static CUdeviceptr *g_live;
 static long g_nlive;
 
@@ -56,6 +68,16 @@ static int pairs(long n) {
             CUresult rc = cuMemGetInfo_v2(&f, &t);
             if (rc != CUDA_SUCCESS) {
                 fprintf(stderr, "bench_alloc: cuMemGetInfo_v2 -> %d\n", rc);
+                return 1;
+            }
+        }
+        return 0;
+    }
+    if (g_launch) {
+        for (long i = 0; i < n; i++) {
+            CUresult rc = cuLaunchKernel(g_kernel, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+            if (rc != CUDA_SUCCESS) {
+                fprintf(stderr, "bench_alloc: cuLaunchKernel -> %d\n", rc);
                 return 1;
             }
         }
@@ -101,7 +123,8 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 6) {
-        fprintf(stderr, "usage: %s <threads> <pairs per thread> [size] [pair|info|rotate] [live=K]\n", argv[0]);
+        fprintf(stderr, "usage: %s <threads> <pairs per thread> [size] [pair|info|rotate|launch] [live=K]\n",
+                argv[0]);
         return 2;
     }
     int threads = atoi(argv[1]);
@@ -109,8 +132,9 @@ int main(int argc, char **argv) {
     g_size = argc >= 4 ? parse_size(argv[3]) : 4 * KIB;
     g_info = argc >= 5 && strcmp(argv[4], "info") == 0;
     g_rotate = argc >= 5 && strcmp(argv[4], "rotate") == 0;
-    if (argc >= 5 && !g_info && !g_rotate && strcmp(argv[4], "pair") != 0) {
-        fprintf(stderr, "bench_alloc: mode %s: expected pair, info or rotate\n", argv[4]);
+    g_launch = argc >= 5 && strcmp(argv[4], "launch") == 0;
+    if (argc >= 5 && !g_info && !g_rotate && !g_launch && strcmp(argv[4], "pair") != 0) {
+        fprintf(stderr, "bench_alloc: mode %s: expected pair, info, rotate or launch\n", argv[4]);
         return 2;
     }
     long live = 0;
@@ -135,6 +159,13 @@ int main(int argc, char **argv) {
     CUdevice dev;
     MUST(cuDeviceGet(&dev, 0));
     MUST(cuCtxCreate_v2(&g_ctx, 0, dev));
+    if (g_launch) {
+        static const char ptx[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                  ".visible .entry k()\n{\n\tret;\n}\n";
+        CUlibrary lib = NULL;
+        MUST(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
+        MUST(cuLibraryGetKernel(&g_kernel, lib, "k"));
+    }
     for (long i = 0; i < live; i++) {
         CUdeviceptr d; /* kept until exit ("rotate": freed and made again) */
         CUresult rc = cuMemAlloc_v2(&d, g_size);

@@ -53,6 +53,16 @@
  *                  lowering it gives the memory back (raised and lowered three times,
  *                  charged once); a created context's stack goes with that context, the
  *                  primary context's with its last release.
+ * Kernels loaded lazily (run with FAKECUDA_LIBRARY_MEM=<lib>, what a library takes in a
+ * context at its first use, as CUDA's lazy loading does):
+ *   lazy-kernels   (cap <cap0>, <lib> 3/8 of it) half the cap allocated, then a library's
+ *                  kernel launched: charged at its first launch (3/8 more), so a quarter
+ *                  of the cap is refused; a second launch charges nothing; a second
+ *                  library's first launch cannot be refused, is charged past the cap, and
+ *                  every allocation is refused until memory is given back; unloading
+ *                  that library gives its kernels back; a kernel loaded by
+ *                  cuKernelGetFunction in a created context goes with that context, the
+ *                  primary context's with its last release.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -74,6 +84,16 @@ typedef struct CUmod_st *CUmodule;
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleUnload(CUmodule module);
 CUresult cuCtxSetLimit(int limit, size_t value);
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef struct CUfunc_st *CUfunction;
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
+                           unsigned num_jit, void *lib_options, void **lib_values, unsigned num_lib);
+CUresult cuLibraryUnload(CUlibrary library);
+CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name);
+CUresult cuKernelGetFunction(CUfunction *func, CUkernel kernel);
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, CUstream stream, void **params, void **extra);
 CUresult cuCtxGetLimit(size_t *value, int limit);
 CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice dev);
 
@@ -528,6 +548,75 @@ static void stack_limit(void) {
     stack_is(DEFAULT_STACK, "the primary context made anew");
 }
 
+/* ---- kernels loaded lazily ------------------------------------------------------ */
+
+static const char LIB_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                              ".visible .entry k0()\n{\n\tret;\n}\n"
+                              ".visible .entry k1()\n{\n\tret;\n}\n";
+
+static CUkernel kernel_of(CUlibrary *lib, const char *name) {
+    CUkernel k = NULL;
+    MUST(cuLibraryLoadData(lib, LIB_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(&k, *lib, name));
+    return k;
+}
+
+static CUresult launch(CUkernel k) { return cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL); }
+
+static void lazy_kernels(void) {
+    one_context();
+    size_t lib = g_cap[0] / 8 * 3, half = g_cap[0] / 2;
+    CUlibrary l1 = NULL, l2 = NULL, l3 = NULL;
+    CUkernel k1 = kernel_of(&l1, "k0"), k1b = NULL, k2 = kernel_of(&l2, "k0");
+    MUST(cuLibraryGetKernel(&k1b, l1, "k1"));
+    IN_USE(0, 0, "two libraries loaded, no kernel used");
+    CUdeviceptr a = 0, b = 0;
+    MUST(cuMemAlloc_v2(&a, half));
+    CUresult rc = launch(k1);
+    CHECK(rc == CUDA_SUCCESS, "the first launch of a library's kernel -> %d", rc);
+    IN_USE(0, half + lib, "half the cap and a library's kernels loaded by a launch");
+    rc = cuMemAlloc_v2(&b, g_cap[0] / 4);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2(cap/4) beside the loaded kernels -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(b));
+    MUST(launch(k1));
+    MUST(launch(k1b));
+    IN_USE(0, half + lib, "the same library's kernels launched again");
+
+    /* A launch cannot be refused once made: charged past the cap. */
+    rc = launch(k2);
+    CHECK(rc == CUDA_SUCCESS, "the first launch of a second library's kernel -> %d", rc);
+    IN_USE(0, g_cap[0], "past the cap: nothing free");
+    rc = cuMemAlloc_v2(&b, 2 * MIB);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2(2 MiB) with the cap passed -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(b));
+    MUST(cuMemFree_v2(a));
+    IN_USE(0, 2 * lib, "the half freed: the two libraries' kernels");
+    MUST(cuLibraryUnload(l2));
+    IN_USE(0, lib, "the second library unloaded with its kernels");
+
+    /* Loaded by cuKernelGetFunction in a created context: goes with that context. */
+    CUcontext c = NULL;
+    MUST(cuCtxCreate_v2(&c, 0, 0));
+    size_t before = g_cap[0] - free_on(0);
+    CUkernel k3 = kernel_of(&l3, "k1");
+    CUfunction f3 = NULL;
+    rc = cuKernelGetFunction(&f3, k3);
+    CHECK(rc == CUDA_SUCCESS, "cuKernelGetFunction in a created context -> %d", rc);
+    IN_USE(0, before + lib, "a kernel loaded in a created context");
+    MUST(cuCtxDestroy_v2(c));
+    use(0);
+    MUST(cuLibraryUnload(l3));
+
+    /* And the primary context's go with its last release. */
+    MUST(cuDevicePrimaryCtxRelease_v2(0));
+    MUST(cuDevicePrimaryCtxRetain(&g_ctx[0], 0));
+    use(0);
+    IN_USE(0, 0, "the primary context released with its kernels, and retained again");
+    MUST(launch(k1));
+    IN_USE(0, lib, "the first launch in the new primary context loads again");
+    MUST(cuLibraryUnload(l1));
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
@@ -548,6 +637,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "page-rounding") == 0) page_rounding();
     else if (strcmp(mode, "module-globals") == 0) module_globals();
     else if (strcmp(mode, "stack-limit") == 0) stack_limit();
+    else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

@@ -20,6 +20,9 @@ pub struct Config {
     pub shared: Option<PathBuf>,
     /// FAKECUDA_CONTEXT_MEM: device memory each context takes (default 0).
     pub context_mem: u64,
+    /// FAKECUDA_LIBRARY_MEM: device memory a library (cuLibraryLoadData) takes in a
+    /// context when its first kernel is used there, as CUDA's lazy loading does (default 0).
+    pub library_mem: u64,
     /// FAKECUDA_MIG: each GPU is presented as one MIG instance.
     pub mig: bool,
     /// FAKECUDA_ARENA: freed linear allocations stay mapped and serve the next request
@@ -116,6 +119,12 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             parse_size(v.trim()).map_err(|e| format!("invalid FAKECUDA_CONTEXT_MEM={v:?}: {e}"))?
         }
     };
+    let library_mem = match var("FAKECUDA_LIBRARY_MEM") {
+        None => 0,
+        Some(v) => {
+            parse_size(v.trim()).map_err(|e| format!("invalid FAKECUDA_LIBRARY_MEM={v:?}: {e}"))?
+        }
+    };
     let mig = match var("FAKECUDA_MIG").as_deref().map(str::trim) {
         None | Some("" | "0") => false,
         Some("1") => true,
@@ -144,6 +153,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         stats_path,
         shared,
         context_mem,
+        library_mem,
         mig,
         arena,
         nvml_fail,
@@ -217,11 +227,18 @@ mod tests {
             ("FAKECUDA_TOTAL_MEM", "1.5Gi"),
             ("FAKECUDA_DRIVER_VERSION", "13000"),
             ("FAKECUDA_NVML_RESERVED", "0"),
+            ("FAKECUDA_LIBRARY_MEM", "92Mi"),
         ]))
         .unwrap();
         assert_eq!(
             (c.devices, c.total_mem, c.driver_version, c.nvml_reserved),
             (4, 3 << 29, 13000, 0)
+        );
+        assert_eq!(c.library_mem, 92 << 20);
+        assert_eq!(
+            from_env(env(&[])).unwrap().library_mem,
+            0,
+            "none unless asked"
         );
     }
 
@@ -233,6 +250,7 @@ mod tests {
             ("FAKECUDA_DRIVER_VERSION", "12.8"),
             ("FAKECUDA_SHARED", "a b"),
             ("FAKECUDA_CONTEXT_MEM", "-1"),
+            ("FAKECUDA_LIBRARY_MEM", "much"),
             ("FAKECUDA_MIG", "yes"),
             ("FAKECUDA_NVML_FAIL", "yes"),
             ("FAKECUDA_NVML_RESERVED", "some"),

@@ -159,7 +159,7 @@ fn func_attribute(f: &module::Function, attr: c_int) -> Result<c_int, CUresult> 
 /// A launch: a valid function (or kernel), grid and block, stream. Does nothing.
 #[allow(clippy::too_many_arguments)]
 fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> CuResult {
-    current()?;
+    let (ctx, dev) = current()?;
     let f = module::launchable(f)?;
     if grid.contains(&0) || block.contains(&0) {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -169,6 +169,7 @@ fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> C
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     stream::check(stream_h)?;
+    module::use_in_context(f, ctx, dev)?;
     note(|| {
         let name = module::get_function(f).map(|f| f.name).unwrap_or_default();
         format!("{name}: not executed")
@@ -351,8 +352,18 @@ crate::abi::exports! {
     }
 
     fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, library: usize, name: *const c_char) {
-        cfg()?;
-        global_out(dptr, bytes, module::library_module(library)?, name)
+        // The library is loaded into the current context for it (each context its own).
+        let (ctx, dev) = current()?;
+        let name = cstr(name).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let (ptr, size) = module::library_global(library, name, ctx, dev)?;
+        note(|| format!("ptr={ptr:#x}, size={size}"));
+        if !dptr.is_null() {
+            out(dptr, ptr)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, size as usize)?;
+        }
+        Ok(())
     }
 
     fn cuLibraryGetKernelCount(count: *mut c_uint, library: usize) {
@@ -374,8 +385,10 @@ crate::abi::exports! {
     }
 
     fn cuKernelGetFunction(pfunc: *mut usize, kernel: usize) {
-        current()?;
-        out(pfunc, module::kernel_function(kernel)?)
+        let (ctx, dev) = current()?;
+        let f = module::kernel_function(kernel)?;
+        module::use_in_context(f, ctx, dev)?;
+        out(pfunc, f)
     }
 
     fn cuKernelGetLibrary(plib: *mut usize, kernel: usize) {

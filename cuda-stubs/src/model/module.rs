@@ -6,12 +6,19 @@
 //! ends).
 //!
 //! A library (cuLibraryLoadData) is context-independent: it holds one module whose
-//! functions are its kernels' functions in every context.
+//! functions are its kernels' functions in every context. As CUDA's lazy loading (the
+//! default since CUDA 11.7) does, a library takes no device memory at its load (driver
+//! 580: 0 bytes) and takes it in a context only when it is first used there (a kernel
+//! launched or its function asked for, a global asked for): its globals (each context its
+//! own) and FAKECUDA_LIBRARY_MEM bytes for its code (default 0; PyTorch's first kernel took
+//! 92 MiB on an H200, docs/gpu-runs/2026-11-26-h100/torch-lazy-loading.txt), given back
+//! when the context ends or the library is unloaded.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use super::ctx::Ctx;
+use super::device::{cfg, ledger};
 use super::linear::{self, Kind};
 use super::os::new_handle;
 use crate::abi::types::CUdeviceptr;
@@ -52,6 +59,17 @@ struct Registry {
     /// CUlibrary -> its module.
     libraries: HashMap<usize, usize>,
     kernels: HashMap<usize, Kernel>,
+    /// (CUlibrary, context) -> what the library took there at its first use.
+    resident: HashMap<(usize, Ctx), InContext>,
+}
+
+/// A library loaded into a context: its code's bytes (FAKECUDA_LIBRARY_MEM) on device
+/// `dev`, and its globals there.
+#[derive(Debug, Default)]
+struct InContext {
+    dev: usize,
+    code: u64,
+    globals: HashMap<String, (CUdeviceptr, u64)>,
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
@@ -219,15 +237,16 @@ pub fn load_library(names: Names) -> usize {
 
 /// Unloads a library, its module and its kernels.
 pub fn unload_library(lib: usize) -> CuResult {
-    let module = {
+    let (module, loaded) = {
         let mut reg = registry();
         let module = reg
             .libraries
             .remove(&lib)
             .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         reg.kernels.retain(|_, k| k.library != lib);
-        module
+        (module, release_resident(&mut reg, |l, _| l == lib))
     };
+    loaded.into_iter().for_each(release);
     unload(module)
 }
 
@@ -280,9 +299,116 @@ pub fn kernel_function(k: usize) -> Result<usize, CUresult> {
     function(library_module(lib)?, &name)
 }
 
+/// Function `f` (launchable) is used in context `ctx` of device `dev`: if it is a
+/// library's, that library is loaded there (see [`library_in_context`]).
+pub fn use_in_context(f: usize, ctx: Ctx, dev: usize) -> CuResult {
+    let lib = {
+        let reg = registry();
+        let Some(module) = reg.functions.get(&f).map(|f| f.module) else {
+            return Ok(());
+        };
+        reg.libraries
+            .iter()
+            .find(|&(_, &m)| m == module)
+            .map(|(&l, _)| l)
+    };
+    match lib {
+        Some(lib) => library_in_context(lib, ctx, dev),
+        None => Ok(()), // a module's function: loaded with its module
+    }
+}
+
+/// Loads library `lib` into context `ctx` of device `dev` if it is not there yet: its
+/// code takes FAKECUDA_LIBRARY_MEM bytes, and each of its globals is allocated for
+/// `ctx` (CUDA_ERROR_OUT_OF_MEMORY, nothing kept, when the device has not got it).
+pub fn library_in_context(lib: usize, ctx: Ctx, dev: usize) -> CuResult {
+    let code = cfg()?.library_mem;
+    let wanted: Vec<(String, u64)> = {
+        let reg = registry();
+        if reg.resident.contains_key(&(lib, ctx)) {
+            return Ok(());
+        }
+        let module = *reg.libraries.get(&lib).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        reg.modules[&module]
+            .names
+            .globals
+            .iter()
+            .map(|(n, &s)| (n.clone(), s))
+            .collect()
+    };
+    let l = ledger()?;
+    if code > 0 {
+        l.charge(dev, code)?;
+    }
+    let mut here = InContext {
+        dev,
+        code,
+        globals: HashMap::new(),
+    };
+    for (name, size) in wanted {
+        match linear::alloc(dev, ctx, size.max(1), Kind::Device) {
+            Ok(ptr) => {
+                here.globals.insert(name, (ptr, size));
+            }
+            Err(e) => {
+                release(here);
+                return Err(e);
+            }
+        }
+    }
+    let mut reg = registry();
+    if reg.resident.contains_key(&(lib, ctx)) || !reg.libraries.contains_key(&lib) {
+        drop(reg);
+        release(here); // another thread loaded it first, or it was unloaded meanwhile
+        return Ok(());
+    }
+    reg.resident.insert((lib, ctx), here);
+    Ok(())
+}
+
+/// The global `name` of library `lib` in context `ctx` (the library loaded there first).
+pub fn library_global(
+    lib: usize,
+    name: &str,
+    ctx: Ctx,
+    dev: usize,
+) -> Result<(CUdeviceptr, u64), CUresult> {
+    library_in_context(lib, ctx, dev)?;
+    registry()
+        .resident
+        .get(&(lib, ctx))
+        .and_then(|r| r.globals.get(name).copied())
+        .ok_or(CUDA_ERROR_NOT_FOUND)
+}
+
+/// Gives back what a library took in a context (its globals: already gone if the
+/// context ended).
+fn release(here: InContext) {
+    for (ptr, _) in here.globals.values() {
+        let _ = linear::free(*ptr);
+    }
+    if here.code > 0
+        && let Ok(l) = ledger()
+    {
+        l.uncharge(here.dev, here.code);
+    }
+}
+
+/// Gives back what libraries took in the contexts `gone` names (library, context).
+fn release_resident(reg: &mut Registry, gone: impl Fn(usize, Ctx) -> bool) -> Vec<InContext> {
+    let keys: Vec<(usize, Ctx)> = reg
+        .resident
+        .keys()
+        .filter(|&&(l, c)| gone(l, c))
+        .copied()
+        .collect();
+    keys.iter().filter_map(|k| reg.resident.remove(k)).collect()
+}
+
 /// The context ended: the modules loaded in it go (their globals went with its allocations).
 pub fn end_context(ctx: Ctx) {
     let mut reg = registry();
+    let libraries = release_resident(&mut reg, |_, c| c == ctx);
     let gone: Vec<usize> = reg
         .modules
         .iter()
@@ -298,4 +424,7 @@ pub fn end_context(ctx: Ctx) {
         m.globals
             .retain(|_, (ptr, _)| linear::lookup(*ptr as usize).is_some_and(|(_, a)| a.ctx != ctx));
     }
+    drop(reg);
+    // Their globals went with the context's allocations; their code is given back.
+    libraries.into_iter().for_each(release);
 }

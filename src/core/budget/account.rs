@@ -248,6 +248,19 @@ impl Member<'_> {
         }
     }
 
+    /// Adds `bytes` the driver already took on `device` to the pool's and this member's
+    /// use without a check (see `Ledger::force`): the pool may stand past its cap until
+    /// memory is given back. A device not registered, or a member that left: nothing.
+    pub fn force(&self, device: usize, bytes: u64) {
+        let Some(g) = self.entry_of(device) else {
+            return;
+        };
+        if bytes == 0 || self.left.load(Acquire) {
+            return;
+        }
+        self.add(g, bytes, |pool, _| pool.checked_add(bytes));
+    }
+
     /// The short path's [`reserve`](Self::reserve): true if the pool took `bytes` on
     /// `device` at once (or does not charge it); false, with nothing counted or changed,
     /// if anything more is needed (waiting, a sweep, a recount, a refusal): the caller

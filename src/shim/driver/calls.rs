@@ -67,6 +67,10 @@ driver_fns! {
     cuMemGetAddressRange_v2: (*mut u64, *mut usize, u64);
     // Modules: one the cap cannot take is unloaded again.
     cuModuleUnload: (Handle);
+    // Kernels: which library or module a function loaded at its first launch comes from.
+    cuKernelGetLibrary: (*mut Handle, Handle);
+    cuFuncGetModule: (*mut Handle, Handle);
+    cuLibraryGetModule: (*mut Handle, Handle);
     // Limits: the old value, set back when the cap cannot take the new one.
     cuCtxGetLimit: (*mut usize, c_int);
     // Arrays.

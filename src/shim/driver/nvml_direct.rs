@@ -1,6 +1,8 @@
 //! NVML read directly, below the shim's own NVML hooks: a GPU's device-wide free memory
 //! without a CUDA context, to measure the first context on a device with
-//! (`gpucap_core::contexts`) instead of creating a temporary context.
+//! (`gpucap_core::contexts`) instead of creating a temporary context; and the driver's
+//! figure for this process on a GPU, to measure a kernel's first launch with (which
+//! other processes' traffic does not move).
 //!
 //! `libnvidia-ml.so.1` is loaded (`RTLD_LOCAL`) and initialised (`nvmlInit_v2`) once per
 //! process, lazily, when the first context on a device is measured; never on the
@@ -15,6 +17,7 @@ use std::sync::OnceLock;
 
 use super::calls;
 use super::types::{CUDA_SUCCESS, Handle};
+use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::nvml::NvmlMemory;
 
 /// `NVML_SUCCESS`, `NVML_DEVICE_MIG_ENABLE`.
@@ -25,13 +28,15 @@ type ByUuid = unsafe extern "C" fn(*const c_char, *mut Handle) -> u32;
 type MemoryInfo = unsafe extern "C" fn(Handle, *mut NvmlMemory) -> u32;
 type MigMode = unsafe extern "C" fn(Handle, *mut u32, *mut u32) -> u32;
 type IsMig = unsafe extern "C" fn(Handle, *mut u32) -> u32;
+type Processes = unsafe extern "C" fn(Handle, *mut u32, *mut NvmlProcessV2) -> u32;
 
-/// The NVML functions the measurement uses.
+/// The NVML functions the measurements use.
 struct Nvml {
     by_uuid: ByUuid,
     memory: MemoryInfo,
     mig_mode: Option<MigMode>,
     is_mig: Option<IsMig>,
+    processes: Option<Processes>,
 }
 
 static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
@@ -73,7 +78,7 @@ fn load() -> Result<Nvml, String> {
     };
     let init = sym(c"nvmlInit_v2")?;
     // SAFETY: each symbol is NVML's export of that name, with this C signature.
-    let (init, by_uuid, memory, mig_mode, is_mig) = unsafe {
+    let (init, by_uuid, memory, mig_mode, is_mig, processes) = unsafe {
         (
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(init),
             std::mem::transmute::<*mut c_void, ByUuid>(sym(c"nvmlDeviceGetHandleByUUID")?),
@@ -84,6 +89,9 @@ fn load() -> Result<Nvml, String> {
             sym(c"nvmlDeviceIsMigDeviceHandle")
                 .ok()
                 .map(|p| std::mem::transmute::<*mut c_void, IsMig>(p)),
+            sym(c"nvmlDeviceGetComputeRunningProcesses_v3")
+                .ok()
+                .map(|p| std::mem::transmute::<*mut c_void, Processes>(p)),
         )
     };
     // SAFETY: NVML's initialisation, no arguments.
@@ -96,6 +104,7 @@ fn load() -> Result<Nvml, String> {
         memory,
         mig_mode,
         is_mig,
+        processes,
     })
 }
 
@@ -113,9 +122,26 @@ fn gpu_uuid(device: usize) -> Result<String, String> {
     Ok(gpucap_core::nvml::uuid_text("GPU", &u))
 }
 
-/// The free memory of CUDA device `device` by NVML (device-wide, every process's use
-/// counted), or why NVML cannot say.
-pub fn device_free(device: usize) -> Result<u64, String> {
+/// Each device's [`find_whole_gpu`] answer, found once (a kernel's first launches ask
+/// it twice each).
+static WHOLE: [OnceLock<Result<(usize, String), String>>; MAX_DEVICES] =
+    [const { OnceLock::new() }; MAX_DEVICES];
+
+/// NVML, and its handle of CUDA device `device` as a whole GPU (not a MIG instance, not
+/// a GPU in MIG mode: there the device-wide figures are not the instance's), with its
+/// UUID; or why NVML cannot say.
+fn whole_gpu(device: usize) -> Result<(&'static Nvml, Handle, String), String> {
+    let nvml = NVML.get_or_init(load).as_ref().map_err(Clone::clone)?;
+    let found = WHOLE
+        .get(device)
+        .ok_or_else(|| format!("device {device} is beyond those gpucap tracks"))?
+        .get_or_init(|| find_whole_gpu(device).map(|(_, h, uuid)| (h as usize, uuid)));
+    let (h, uuid) = found.as_ref().map_err(Clone::clone)?;
+    Ok((nvml, *h as Handle, uuid.clone()))
+}
+
+/// [`whole_gpu`], asked of NVML.
+fn find_whole_gpu(device: usize) -> Result<(&'static Nvml, Handle, String), String> {
     let nvml = NVML.get_or_init(load).as_ref().map_err(Clone::clone)?;
     let uuid = gpu_uuid(device)?;
     let text = CString::new(uuid.as_str()).map_err(|_| "a UUID with a NUL byte".to_string())?;
@@ -145,6 +171,13 @@ pub fn device_free(device: usize) -> Result<u64, String> {
             ));
         }
     }
+    Ok((nvml, h, uuid))
+}
+
+/// The free memory of CUDA device `device` by NVML (device-wide, every process's use
+/// counted), or why NVML cannot say.
+pub fn device_free(device: usize) -> Result<u64, String> {
+    let (nvml, h, uuid) = whole_gpu(device)?;
     let mut m = NvmlMemory::default();
     // SAFETY: a handle NVML gave, a valid out-pointer of nvmlMemory_t's layout.
     let rc = unsafe { (nvml.memory)(h, &mut m) };
@@ -154,4 +187,46 @@ pub fn device_free(device: usize) -> Result<u64, String> {
         ));
     }
     Ok(m.free)
+}
+
+/// `nvmlProcessInfo_v2_t`, what `nvmlDeviceGetComputeRunningProcesses_v3` fills.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct NvmlProcessV2 {
+    pid: u32,
+    used: u64,
+    gpu_instance: u32,
+    compute_instance: u32,
+}
+
+/// NVML's "value not available" (a driver that does not say, some containers).
+const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+
+/// The device memory the driver counts for this process on CUDA device `device` (0 when
+/// NVML lists no memory of it there), or why NVML cannot say.
+pub fn own_used(device: usize) -> Result<u64, String> {
+    let (nvml, h, uuid) = whole_gpu(device)?;
+    let list = nvml
+        .processes
+        .ok_or("NVML has no nvmlDeviceGetComputeRunningProcesses_v3")?;
+    let mut infos = [NvmlProcessV2::default(); 64];
+    let mut n = infos.len() as u32;
+    // SAFETY: a handle NVML gave, an array of `n` entries of the v3 call's layout.
+    let rc = unsafe { list(h, &mut n, infos.as_mut_ptr()) };
+    if rc != NVML_SUCCESS {
+        return Err(format!(
+            "nvmlDeviceGetComputeRunningProcesses_v3 failed for {uuid} (error {rc})"
+        ));
+    }
+    let me = std::process::id();
+    match infos[..(n as usize).min(infos.len())]
+        .iter()
+        .find(|p| p.pid == me)
+    {
+        None => Ok(0),
+        Some(p) if p.used == NVML_VALUE_NOT_AVAILABLE => Err(format!(
+            "NVML does not say what this process uses on {uuid}"
+        )),
+        Some(p) => Ok(p.used),
+    }
 }

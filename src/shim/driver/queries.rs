@@ -378,6 +378,36 @@ pub fn context_gone(ctx: Handle, id: Option<u64>) -> bool {
     Contexts.exists(ctx as Ctx, id) == Some(false)
 }
 
+/// The library a kernel handle comes from, else the module of a function handle (0:
+/// the driver says neither).
+pub fn function_owner(f: Handle) -> u64 {
+    let ask = |call: Option<unsafe extern "C" fn(*mut Handle, Handle) -> u32>| {
+        let call = call?;
+        let mut owner: Handle = null_mut();
+        // SAFETY: a valid out-pointer; the driver checks the handle (an error if it is
+        // not of that kind).
+        (unsafe { call(&mut owner, f) } == CUDA_SUCCESS && !owner.is_null()).then_some(owner as u64)
+    };
+    ask(calls::cuKernelGetLibrary())
+        .or_else(|| ask(calls::cuFuncGetModule()))
+        .unwrap_or(0)
+}
+
+/// The module of a library (None: the driver does not say).
+pub fn library_module(lib: Handle) -> Option<u64> {
+    let call = calls::cuLibraryGetModule()?;
+    let mut module: Handle = null_mut();
+    // SAFETY: a valid out-pointer; the library is the caller's.
+    (unsafe { call(&mut module, lib) } == CUDA_SUCCESS && !module.is_null())
+        .then_some(module as u64)
+}
+
+/// The device memory the driver counts for this process on `device` (NVML), or why it
+/// cannot be read.
+pub fn own_used(device: usize) -> Result<u64, String> {
+    super::nvml_direct::own_used(device)
+}
+
 /// The current context's value of `limit` (None: no context, or no such limit).
 pub fn context_limit(limit: c_int) -> Option<usize> {
     let get = calls::cuCtxGetLimit()?;

@@ -1,7 +1,7 @@
 //! Contexts (see `gpucap_core::contexts`).
 
 use super::*;
-use crate::state::LIMITS;
+use crate::state::{KERNELS, LAUNCHED, LIMITS};
 use gpucap_core::contexts::{self, Vantage};
 use gpucap_core::residents::Resident;
 
@@ -210,7 +210,8 @@ impl Announced {
                 .map(|(_, c)| c.bytes)
                 .sum::<u64>()
                 + MODULES.bytes_on(device)
-                + LIMITS.bytes_on(device);
+                + LIMITS.bytes_on(device)
+                + KERNELS.bytes_on(device);
             SHIM.ledger.announce(Charge { device, bytes })
         });
         Announced {
@@ -497,17 +498,25 @@ fn detached(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuRe
     rc
 }
 
-/// After a context went away on `device`: credits what lived in it beside allocations
-/// and the driver freed with it, its modules and the memory its limits took (a created
-/// context that no longer exists, or is another context now; the primary context once
-/// inactive, or made anew).
+/// After a context may have gone away on `device`: credits what lived in it beside
+/// allocations and the driver freed with it, its modules, the memory its limits took and
+/// the kernels its first launches loaded (a created context that no longer exists, or is
+/// another context now; the primary context once inactive, or made anew). The functions
+/// seen on the device are forgotten: the next launch of each there is measured again
+/// (what a context that stayed already holds measures nothing).
 fn residents_gone(device: usize) {
     let primary_inactive = queries::Contexts.primary_active(device) == Some(false);
     let gone = |r: &Resident| {
         (r.primary && primary_inactive) || queries::context_gone(r.ctx as Handle, r.ctx_id)
     };
     let modules = MODULES.take_gone(device, gone);
-    for charge in modules.into_iter().chain(LIMITS.take_gone(device, gone)) {
+    let limits = LIMITS.take_gone(device, gone);
+    for charge in modules
+        .into_iter()
+        .chain(limits)
+        .chain(KERNELS.take_gone(device, gone))
+    {
         SHIM.ledger.settle(charge);
     }
+    LAUNCHED.clear();
 }

@@ -26,6 +26,7 @@ mod contexts;
 mod current;
 mod info;
 mod init;
+mod launches;
 mod limits;
 mod memory;
 mod modules;
@@ -43,6 +44,7 @@ use self::current::{
 pub use self::current::{ctx_pop_current, ctx_push_current, ctx_set_current};
 pub use self::info::*;
 pub use self::init::*;
+pub use self::launches::*;
 pub use self::limits::*;
 pub use self::memory::*;
 pub use self::modules::*;

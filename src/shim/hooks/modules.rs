@@ -123,15 +123,16 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
 
 /// `cuModuleUnload`: credits what the module was charged once the driver unloaded it
 /// (announced to the pool first, as a free), under its device's lock, so that no
-/// measurement on that device sees it go.
+/// measurement on that device sees it go; and what its functions' first launches loaded.
 pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Handle) -> CuResult {
+    let owners = [Some(module as u64)];
     // SAFETY (closures): forwarding the caller's argument.
     let Some(loaded) = MODULES.take(module as u64) else {
-        return unsafe { real(module) };
+        return super::launches::unloading(&owners, || unsafe { real(module) });
     };
     let _lock = CONTEXTS.lock(loaded.charge.device);
     let freeing = SHIM.ledger.announce(loaded.charge);
-    let rc = unsafe { real(module) };
+    let rc = super::launches::unloading(&owners, || unsafe { real(module) });
     if rc == CUDA_SUCCESS {
         SHIM.ledger.settle_announced(freeing);
     } else {
