@@ -440,7 +440,18 @@ static void g_module(void) {
     ans_bool("module.load_lowers_free", f1 < f0);
     mach_int("module.load_takes", (long long)f0 - (long long)f1);
     CUfunction fn = NULL;
+    /* Recorded, not compared: what a lazily loaded kernel takes when its function is asked
+       for, and at its first launch (gpucap measures the first launch, not the lookup). */
+    size_t fg0 = info_free();
     RC("module.cuModuleGetFunction(probe_kernel)", cuModuleGetFunction(&fn, m, "probe_kernel"));
+    mach_int("module.get_function_takes", (long long)fg0 - (long long)info_free());
+    if (fn) {
+        size_t fl0 = info_free();
+        CUresult lrc0 = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        if (lrc0 == CUDA_SUCCESS) cuCtxSynchronize();
+        mach_int("module.first_launch.rc", lrc0);
+        mach_int("module.first_launch_takes", (long long)fl0 - (long long)info_free());
+    }
     RC("module.cuModuleGetFunction(absent)", cuModuleGetFunction(&fn, m, "absent"));
     CUdeviceptr g = 0;
     size_t bytes = 0;

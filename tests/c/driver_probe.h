@@ -35,6 +35,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleUnload(CUmodule module);
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream stream, void **params, void **extra);
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const char *name);
 CUresult cuCtxSynchronize(void);
 CUresult cuCtxSetLimit(int limit, size_t value);
