@@ -112,7 +112,11 @@ const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
 fn global_out(dptr: *mut u64, bytes: *mut usize, module: usize, name: *const c_char) -> CuResult {
     let (ctx, dev) = current()?;
     let name = cstr(name).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let (ptr, size) = module::global(module, name, ctx, dev)?;
+    global_answer(dptr, bytes, module::global(module, name, ctx, dev)?)
+}
+
+/// Writes a global's address and size where the caller asked for them.
+fn global_answer(dptr: *mut u64, bytes: *mut usize, (ptr, size): (u64, u64)) -> CuResult {
     note(|| format!("ptr={ptr:#x}, size={size}"));
     if !dptr.is_null() {
         out(dptr, ptr)?;
@@ -355,15 +359,7 @@ crate::abi::exports! {
         // The library is loaded into the current context for it (each context its own).
         let (ctx, dev) = current()?;
         let name = cstr(name).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let (ptr, size) = module::library_global(library, name, ctx, dev)?;
-        note(|| format!("ptr={ptr:#x}, size={size}"));
-        if !dptr.is_null() {
-            out(dptr, ptr)?;
-        }
-        if !bytes.is_null() {
-            out(bytes, size as usize)?;
-        }
-        Ok(())
+        global_answer(dptr, bytes, module::library_global(library, name, ctx, dev)?)
     }
 
     fn cuLibraryGetKernelCount(count: *mut c_uint, library: usize) {
