@@ -101,6 +101,22 @@ pub fn launch_key(f: u64, device: usize) -> u64 {
     (handle | ((device as u64 & 0x3f) << HANDLE_BITS)) + 2
 }
 
+/// The key of the function `name` of module `module` asked for on `device`
+/// (`cuModuleGetFunction`, where CUDA's lazy loading loads a module's kernel) in the
+/// [`SeenSet`]: a hash of the three, with bit 62 set, apart from every [`launch_key`]
+/// (below 2^54). Two names of one module that hash alike would share a key, and the
+/// second's lookup go unmeasured (its first launch is measured all the same).
+pub fn name_key(module: u64, name: &[u8], device: usize) -> u64 {
+    // FNV-1a over the name, then the module and the device mixed in.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= module.rotate_left(17) ^ ((device as u64) << 56);
+    h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 2) | (1 << 62)
+}
+
 /// What a first use loaded, from the driver's figure for this process before and after
 /// it (`before`, `after`) and the process's own charges then (`own_before`,
 /// `own_after`): what the figure moved by, less what the process's other threads'
@@ -155,6 +171,19 @@ mod tests {
         assert!(same[..SEEN_PROBES].iter().all(|&k| s.insert(k)));
         assert!(!s.insert(same[SEEN_PROBES]));
         assert!(!s.contains(same[SEEN_PROBES]));
+    }
+
+    #[test]
+    fn a_name_has_one_key_per_module_and_device_apart_from_launch_keys() {
+        let k = name_key(0x7f00_0000_1000, b"fusion_3", 0);
+        assert_eq!(k, name_key(0x7f00_0000_1000, b"fusion_3", 0));
+        assert_ne!(k, name_key(0x7f00_0000_1000, b"fusion_4", 0));
+        assert_ne!(k, name_key(0x7f00_0000_2000, b"fusion_3", 0));
+        assert_ne!(k, name_key(0x7f00_0000_1000, b"fusion_3", 1));
+        for key in [k, name_key(0, b"", 0), name_key(u64::MAX, b"x", 63)] {
+            assert!(key >= 1 << 62 && key < 1 << 63, "{key:#x}");
+        }
+        assert!(launch_key(u64::MAX, 63) < 1 << 62);
     }
 
     #[test]

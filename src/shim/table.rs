@@ -193,6 +193,8 @@ hook_table! {
         (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel_ex;
     cuLaunchKernelEx_ptsz = "cuLaunchKernelEx" @ 11060 ptsz :
         (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel_ex;
+    cuModuleGetFunction = "cuModuleGetFunction" @ 2000 :
+        (out: *mut Handle, module: Handle, name: *const c_char) => imp::module_get_function;
     cuKernelGetFunction = "cuKernelGetFunction" @ 12000 :
         (out: *mut Handle, kernel: Handle) => imp::kernel_get_function;
     cuLibraryUnload = "cuLibraryUnload" @ 12000 : (lib: Handle) => imp::library_unload;

@@ -62,7 +62,10 @@
  *                  every allocation is refused until memory is given back; unloading
  *                  that library gives its kernels back; a kernel loaded by
  *                  cuKernelGetFunction in a created context goes with that context, the
- *                  primary context's with its last release.
+ *                  primary context's with its last release. With FAKECUDA_FUNCTION_MEM=
+ *                  <cap0>/8: a module's kernels are charged when their functions are
+ *                  first asked for (cuModuleGetFunction), once each, and go with the
+ *                  module.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -90,6 +93,7 @@ typedef struct CUfunc_st *CUfunction;
 CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
                            unsigned num_jit, void *lib_options, void **lib_values, unsigned num_lib);
 CUresult cuLibraryUnload(CUlibrary library);
+CUresult cuModuleGetFunction(CUfunction *func, CUmodule module, const char *name);
 CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name);
 CUresult cuKernelGetFunction(CUfunction *func, CUkernel kernel);
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -615,6 +619,23 @@ static void lazy_kernels(void) {
     MUST(launch(k1));
     IN_USE(0, lib, "the first launch in the new primary context loads again");
     MUST(cuLibraryUnload(l1));
+    IN_USE(0, 0, "the library unloaded");
+
+    /* A module's kernels are loaded at cuModuleGetFunction (FAKECUDA_FUNCTION_MEM each). */
+    size_t fn_mem = g_cap[0] / 8;
+    CUmodule m = NULL;
+    CUfunction f0 = NULL, f0b = NULL, f1 = NULL;
+    MUST(cuModuleLoadData(&m, LIB_PTX));
+    IN_USE(0, 0, "a module loaded, no function asked for");
+    MUST(cuModuleGetFunction(&f0, m, "k0"));
+    IN_USE(0, fn_mem, "a module's kernel asked for");
+    MUST(cuModuleGetFunction(&f0b, m, "k0"));
+    MUST(cuLaunchKernel(f0, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    IN_USE(0, fn_mem, "the same kernel asked for again and launched");
+    MUST(cuModuleGetFunction(&f1, m, "k1"));
+    IN_USE(0, 2 * fn_mem, "its second kernel asked for");
+    MUST(cuModuleUnload(m));
+    IN_USE(0, 0, "the module unloaded with its kernels");
 }
 
 int main(int argc, char **argv) {

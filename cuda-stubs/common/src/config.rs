@@ -23,6 +23,10 @@ pub struct Config {
     /// FAKECUDA_LIBRARY_MEM: device memory a library (cuLibraryLoadData) takes in a
     /// context when its first kernel is used there, as CUDA's lazy loading does (default 0).
     pub library_mem: u64,
+    /// FAKECUDA_FUNCTION_MEM: device memory a module's kernel takes when its function is
+    /// first asked for (cuModuleGetFunction: CUDA's lazy loading loads a module's kernels
+    /// there, not at the load) (default 0).
+    pub function_mem: u64,
     /// FAKECUDA_MIG: each GPU is presented as one MIG instance.
     pub mig: bool,
     /// FAKECUDA_ARENA: freed linear allocations stay mapped and serve the next request
@@ -125,6 +129,12 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             parse_size(v.trim()).map_err(|e| format!("invalid FAKECUDA_LIBRARY_MEM={v:?}: {e}"))?
         }
     };
+    let function_mem = match var("FAKECUDA_FUNCTION_MEM") {
+        None => 0,
+        Some(v) => {
+            parse_size(v.trim()).map_err(|e| format!("invalid FAKECUDA_FUNCTION_MEM={v:?}: {e}"))?
+        }
+    };
     let mig = match var("FAKECUDA_MIG").as_deref().map(str::trim) {
         None | Some("" | "0") => false,
         Some("1") => true,
@@ -154,6 +164,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         shared,
         context_mem,
         library_mem,
+        function_mem,
         mig,
         arena,
         nvml_fail,
@@ -228,13 +239,14 @@ mod tests {
             ("FAKECUDA_DRIVER_VERSION", "13000"),
             ("FAKECUDA_NVML_RESERVED", "0"),
             ("FAKECUDA_LIBRARY_MEM", "92Mi"),
+            ("FAKECUDA_FUNCTION_MEM", "2Mi"),
         ]))
         .unwrap();
         assert_eq!(
             (c.devices, c.total_mem, c.driver_version, c.nvml_reserved),
             (4, 3 << 29, 13000, 0)
         );
-        assert_eq!(c.library_mem, 92 << 20);
+        assert_eq!((c.library_mem, c.function_mem), (92 << 20, 2 << 20));
         assert_eq!(
             from_env(env(&[])).unwrap().library_mem,
             0,
@@ -251,6 +263,7 @@ mod tests {
             ("FAKECUDA_SHARED", "a b"),
             ("FAKECUDA_CONTEXT_MEM", "-1"),
             ("FAKECUDA_LIBRARY_MEM", "much"),
+            ("FAKECUDA_FUNCTION_MEM", "some"),
             ("FAKECUDA_MIG", "yes"),
             ("FAKECUDA_NVML_FAIL", "yes"),
             ("FAKECUDA_NVML_RESERVED", "some"),

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use super::ctx::Ctx;
+use super::ctx::{Ctx, device_of};
 use super::device::{cfg, ledger};
 use super::linear::{self, Kind};
 use super::os::new_handle;
@@ -36,6 +36,11 @@ struct Module {
     functions: HashMap<String, usize>,
     /// name -> (device pointer, size) of the globals allocated so far.
     globals: HashMap<String, (CUdeviceptr, u64)>,
+    /// What its kernels' code took on its context's device (FAKECUDA_FUNCTION_MEM for each
+    /// function asked for: CUDA's lazy loading loads a module's kernel at its
+    /// cuModuleGetFunction, NVIDIA's Lazy Loading guide), and that device.
+    code: u64,
+    code_dev: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +101,8 @@ pub fn load(ctx: Ctx, names: Names) -> usize {
             names,
             functions: HashMap::new(),
             globals: HashMap::new(),
+            code: 0,
+            code_dev: 0,
         },
     );
     m
@@ -116,7 +123,17 @@ pub fn unload(module: usize) -> CuResult {
         // Already gone if its context ended.
         let _ = linear::free(*ptr);
     }
+    release_code(&m);
     Ok(())
+}
+
+/// Gives back what a module's kernels' code took.
+fn release_code(m: &Module) {
+    if m.code > 0
+        && let Ok(l) = ledger()
+    {
+        l.uncharge(m.code_dev, m.code);
+    }
 }
 
 /// The function `name` of `module` (the same handle each time); NOT_FOUND when the image
@@ -132,6 +149,15 @@ pub fn function(module: usize, name: &str) -> Result<usize, CUresult> {
     }
     if !m.names.open && !m.names.functions.iter().any(|n| n == name) {
         return Err(CUDA_ERROR_NOT_FOUND);
+    }
+    // A module loaded in a context: its kernel is loaded now (a library's, at its first
+    // use in each context: `library_in_context`).
+    let code = cfg()?.function_mem;
+    if m.ctx != 0 && code > 0 {
+        let dev = device_of(m.ctx)?;
+        ledger()?.charge(dev, code)?;
+        m.code += code;
+        m.code_dev = dev;
     }
     let f = new_handle();
     m.functions.insert(name.to_string(), f);
@@ -415,9 +441,7 @@ pub fn end_context(ctx: Ctx) {
         .filter(|(_, m)| m.ctx == ctx && ctx != 0)
         .map(|(&h, _)| h)
         .collect();
-    for h in &gone {
-        reg.modules.remove(h);
-    }
+    let modules: Vec<Module> = gone.iter().filter_map(|h| reg.modules.remove(h)).collect();
     reg.functions.retain(|_, f| !gone.contains(&f.module));
     // A library's module (context 0) stays; globals it allocated in this context are gone.
     for m in reg.modules.values_mut() {
@@ -427,4 +451,5 @@ pub fn end_context(ctx: Ctx) {
     drop(reg);
     // Their globals went with the context's allocations; their code is given back.
     libraries.into_iter().for_each(release);
+    modules.iter().for_each(release_code);
 }

@@ -2,8 +2,11 @@
 //! each device is measured, as a module load is, and what the kernels it loaded took is
 //! charged to the launching context (past the cap if need be: a launch made cannot be
 //! taken back); later launches of it there pay one lookup in the map of functions seen.
-//! `cuKernelGetFunction` loads a library's kernel into the current context too, and is
+//! `cuKernelGetFunction` loads a library's kernel into the current context too, and
+//! `cuModuleGetFunction` a module's (lazy loading loads a module's kernels there): both
 //! measured the same way.
+
+use std::ffi::c_char;
 
 use super::contexts::{context_lock, pool_marks};
 use super::*;
@@ -45,7 +48,9 @@ pub fn launch_kernel(
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) };
     match first_on(f) {
         None => call(),
-        Some(d) => first_use("cuLaunchKernel", f, d, call),
+        Some(d) => first_use("cuLaunchKernel", launch_key(f as u64, d), d, call, || {
+            Some(f)
+        }),
     }
 }
 
@@ -79,7 +84,13 @@ pub fn launch_cooperative_kernel(
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
     match first_on(f) {
         None => call(),
-        Some(d) => first_use("cuLaunchCooperativeKernel", f, d, call),
+        Some(d) => first_use(
+            "cuLaunchCooperativeKernel",
+            launch_key(f as u64, d),
+            d,
+            call,
+            || Some(f),
+        ),
     }
 }
 
@@ -95,7 +106,9 @@ pub fn launch_kernel_ex(
     let call = || unsafe { real(config, f, params, extra) };
     match first_on(f) {
         None => call(),
-        Some(d) => first_use("cuLaunchKernelEx", f, d, call),
+        Some(d) => first_use("cuLaunchKernelEx", launch_key(f as u64, d), d, call, || {
+            Some(f)
+        }),
     }
 }
 
@@ -110,7 +123,13 @@ pub fn kernel_get_function(
     let call = || unsafe { real(out, kernel) };
     match first_on(kernel) {
         None => call(),
-        Some(d) => first_use("cuKernelGetFunction", kernel, d, call),
+        Some(d) => first_use(
+            "cuKernelGetFunction",
+            launch_key(kernel as u64, d),
+            d,
+            call,
+            || Some(kernel),
+        ),
     }
 }
 
@@ -125,13 +144,20 @@ fn first_on(f: Handle) -> Option<usize> {
     (!LAUNCHED.contains(launch_key(f as u64, d))).then_some(d)
 }
 
-/// The first use of function (or kernel) `f` on device `d`: measured around the call,
-/// in the current context, under the device's context lock (where a second thread's
-/// first use of `f` waits, then finds it seen), and charged. A use that cannot be
+/// The first use on device `d` of what `key` names (a function or kernel launched or
+/// asked for): measured around the call, in the current context, under the device's
+/// context lock (where a second thread's first use waits, then finds it seen), and
+/// charged to the function `function` says once the call is made. A use that cannot be
 /// measured is made all the same (it cannot be refused after the fact) and said.
 #[cold]
 #[inline(never)]
-fn first_use(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) -> CuResult {
+fn first_use(
+    api: &str,
+    key: u64,
+    d: usize,
+    mut call: impl FnMut() -> CuResult,
+    function: impl Fn() -> Option<Handle>,
+) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -144,7 +170,6 @@ fn first_use(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult)
         Ok(None) => return call(),
         Err(rc) => return rc,
     };
-    let key = launch_key(f as u64, d);
     if LAUNCHED.contains(key) {
         return call(); // another thread's first use came first
     }
@@ -172,6 +197,9 @@ fn first_use(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult)
         return rc; // not seen: the next use measures again
     }
     LAUNCHED.insert(key);
+    // The function asked for is loaded now: its first launch has nothing to load.
+    let f = function().unwrap_or(std::ptr::null_mut());
+    LAUNCHED.insert(launch_key(f as u64, d));
     match measured {
         Ok(0) => {}
         Ok(bytes) => {
@@ -220,6 +248,35 @@ fn first_use(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult)
         ),
     }
     rc
+}
+
+/// `cuModuleGetFunction`: CUDA's lazy loading loads a module's kernel here, not at
+/// the module's load (NVIDIA's Lazy Loading guide); measured once per (module, name)
+/// and device, as a first launch.
+pub fn module_get_function(
+    real: unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CuResult,
+    out: *mut Handle,
+    module: Handle,
+    name: *const c_char,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    let call = || unsafe { real(out, module, name) };
+    let Some(d) = known_device().or_else(|| current_device().and_then(|d| usize::try_from(d).ok()))
+    else {
+        return call();
+    };
+    if name.is_null() {
+        return call(); // the driver's own error
+    }
+    // SAFETY: a non-null, NUL-terminated name (the call's contract).
+    let text = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    let key = kernels::name_key(module as u64, text, d);
+    if LAUNCHED.contains(key) {
+        return call();
+    }
+    // SAFETY (closure): the driver wrote the function handle where the caller asked.
+    let function = || (!out.is_null()).then(|| unsafe { *out });
+    first_use("cuModuleGetFunction", key, d, call, function)
 }
 
 /// `cuLibraryUnload`: the kernels of the library its functions' first launches loaded go
