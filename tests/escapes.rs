@@ -296,7 +296,10 @@ fn a_larger_stack_is_charged_while_the_context_has_it() {
 fn kernels_loaded_at_a_first_launch_are_charged() {
     let dir = scratch("escapes-lazy-pool");
     let pool_dir = dir.to_str().unwrap();
-    let lib = [("FAKECUDA_LIBRARY_MEM", "96Mi"), ("FAKECUDA_FUNCTION_MEM", "32Mi")];
+    let lib = [
+        ("FAKECUDA_LIBRARY_MEM", "96Mi"),
+        ("FAKECUDA_FUNCTION_MEM", "32Mi"),
+    ];
     for env in [
         &[][..],
         &[("GPUCAP_POOL", "lazy"), ("GPUCAP_POOL_DIR", pool_dir)][..],
