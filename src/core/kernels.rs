@@ -181,7 +181,7 @@ mod tests {
         assert_ne!(k, name_key(0x7f00_0000_2000, b"fusion_3", 0));
         assert_ne!(k, name_key(0x7f00_0000_1000, b"fusion_3", 1));
         for key in [k, name_key(0, b"", 0), name_key(u64::MAX, b"x", 63)] {
-            assert!(key >= 1 << 62 && key < 1 << 63, "{key:#x}");
+            assert!((1 << 62..1 << 63).contains(&key), "{key:#x}");
         }
         assert!(launch_key(u64::MAX, 63) < 1 << 62);
     }
