@@ -184,6 +184,20 @@ impl Reservation<'_> {
         self.keep_as(false);
     }
 
+    /// The driver refused: the reservation rolled back (what dropping it does), out of
+    /// line and by its fields, so that the caller's success path keeps them in registers
+    /// rather than in a struct on the stack for a drop.
+    #[inline(always)]
+    pub fn roll_back(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        roll_back_parts(
+            this.ledger,
+            this.charge.device,
+            this.charge.bytes,
+            this.pool,
+        );
+    }
+
     fn keep_as(self, backed: bool) {
         if let Some(pool) = self.pool {
             pool.alloc_ended(self.charge.device, self.charge.bytes, backed);
@@ -196,12 +210,30 @@ impl Reservation<'_> {
     }
 }
 
+/// A reservation the driver did not use, given back: its end marked in the pool (not
+/// made), its bytes credited.
+#[cold]
+#[inline(never)]
+fn roll_back_parts(
+    ledger: &Ledger,
+    device: usize,
+    bytes: u64,
+    pool: Option<&'static Member<'static>>,
+) {
+    if let Some(pool) = pool {
+        pool.alloc_ended(device, bytes, false);
+    }
+    ledger.credit(Charge { device, bytes });
+}
+
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        if let Some(pool) = self.pool {
-            pool.alloc_ended(self.charge.device, self.charge.bytes, false);
-        }
-        self.ledger.credit(self.charge);
+        roll_back_parts(
+            self.ledger,
+            self.charge.device,
+            self.charge.bytes,
+            self.pool,
+        );
     }
 }
 
@@ -369,11 +401,11 @@ impl Ledger {
         let k = self.pool_at.load(Acquire);
         let mut pool = None;
         if k != 0 {
-            if !self.try_reserve_pool(k, device, bytes) {
+            let Some(member) = self.try_reserve_pool(k, device, bytes) else {
                 self.roll_back_own(Charge { device, bytes });
                 return None;
-            }
-            pool = self.started(k, device, bytes);
+            };
+            pool = member;
         }
         note_peak(d, new);
         Some(Reservation {
@@ -384,15 +416,20 @@ impl Ledger {
     }
 
     /// [`try_reserve`](Self::try_reserve)'s pool part (`k`: `pool_at`, not 0), out of
-    /// line (a process outside any pool pays one load for it): true if the pool took
-    /// `bytes` at once. Nothing after the member's call: the call is the function's last
-    /// step (a jump, no second frame).
+    /// line (a process outside any pool pays one load for it): None if the pool did not
+    /// take `bytes` at once; else the member that marked the allocation started (see
+    /// `budget::traffic`), to mark its end, if the device is the pool's. The member is
+    /// looked up once for both.
     #[inline(never)]
-    fn try_reserve_pool(&self, k: usize, device: usize, bytes: u64) -> bool {
-        match self.pool_of(k) {
-            Some(p) => p.try_reserve(device, bytes),
-            None => false,
-        }
+    fn try_reserve_pool(
+        &self,
+        k: usize,
+        device: usize,
+        bytes: u64,
+    ) -> Option<Option<&'static Member<'static>>> {
+        let p = self.pool_of(k)?;
+        p.try_reserve(device, bytes)
+            .map(|started| started.then_some(p))
     }
 
     /// [`credit_own`](Self::credit_own) of a short path the pool refused, out of line.
@@ -400,13 +437,6 @@ impl Ledger {
     #[inline(never)]
     fn roll_back_own(&self, charge: Charge) {
         self.credit_own(charge);
-    }
-
-    /// After the pool took an allocation on the short path (`k`: `pool_at`): marks it
-    /// started (see `budget::traffic`), and the member that did, to mark its end.
-    #[inline(always)]
-    fn started(&self, k: usize, device: usize, bytes: u64) -> Option<&'static Member<'static>> {
-        self.pool_of(k).filter(|p| p.alloc_started(device, bytes))
     }
 
     /// Counts an allocation served without a reservation (from retained memory).

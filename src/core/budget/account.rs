@@ -21,11 +21,8 @@
 //! a ceiling of its own reserves behind its gate (no other process waits on that), so
 //! that two of its threads cannot both pass the ceiling.
 //!
-//! The short path ([`Member::try_reserve`]) finds its way in one word per CUDA ordinal
-//! (`Member::route`): a member with neither a guarantee nor a ceiling of its own there
-//! makes one try of the cap alone ([`Plain`]) while no member holds a guarantee on the
-//! GPU; anything else (its own share, another's guarantee, a swap lost to another
-//! change) takes the whole rule ([`Take`]), out of line.
+//! The short path ([`Member::try_reserve`], `short_path`) makes one try of the cap with
+//! the same compare-and-swap and falls back here, to the whole rule ([`Take`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
@@ -33,7 +30,7 @@ use std::time::Duration;
 
 use super::hot::Hot;
 use super::layout::*;
-use super::member::{Member, OWN_SHARE};
+use super::member::Member;
 use super::used::Rule;
 
 /// Spins on a held gate or word lock before going to sleep on it.
@@ -143,43 +140,6 @@ impl Rule for Take<'_, '_> {
     }
 }
 
-/// The rule of one try of a reservation on the short path by a member that holds
-/// neither a guarantee nor a ceiling on the GPU ([`Member::try_reserve`]), while no other
-/// member holds a guarantee there: the pool's cap alone (`limit`: the cap, at most
-/// `USED_BYTES`). If another member holds one, it refuses and says so in `shared`: the
-/// caller then tries again with [`Take`]'s whole rule, out of line (the try makes no
-/// call, so it saves few registers).
-struct Plain<'m, 'a> {
-    m: &'m Member<'a>,
-    h: &'m Hot<'a>,
-    bytes: u64,
-    limit: u64,
-    shared: std::cell::Cell<bool>,
-}
-
-impl Rule for Plain<'_, '_> {
-    #[inline(always)]
-    fn apply(&self, pool: u64, own: u64) -> Option<u64> {
-        let Plain {
-            m, h, bytes, limit, ..
-        } = *self;
-        if m.queue_first_at(h) || pool < own {
-            return None; // waiters first, in order; or a `used` that cannot be
-        }
-        if h.bits.iter().fold(0, |a, b| a | b.load(Acquire)) != 0 {
-            // Some member holds a guarantee: its unused part is kept for it.
-            self.shared.set(true);
-            return None;
-        }
-        if bytes > limit {
-            return None;
-        }
-        // No overflow: `pool` and `bytes` are each at most `USED_BYTES`.
-        let new = pool + bytes;
-        (new <= limit).then_some(new)
-    }
-}
-
 impl Member<'_> {
     /// Checks the pool's cap on `device` and adds `bytes` to the pool's and this
     /// member's use, in one step. A device not registered with the pool is not
@@ -261,77 +221,11 @@ impl Member<'_> {
         self.add(g, bytes, |pool, _| pool.checked_add(bytes));
     }
 
-    /// The short path's [`reserve`](Self::reserve): true if the pool took `bytes` on
-    /// `device` at once (or does not charge it); false, with nothing counted or changed,
-    /// if anything more is needed (waiting, a sweep, a recount, a refusal): the caller
-    /// then goes the full way, [`reserve`](Self::reserve).
-    #[inline(always)]
-    pub fn try_reserve(&self, device: usize, bytes: u64) -> bool {
-        // The way (see `route`): one load tells it.
-        if let Some(r) = self.route.get(device) {
-            let r = r.load(Acquire);
-            let g = ((r & !OWN_SHARE) as usize).wrapping_sub(1);
-            if let (Some(Some(h)), Some(limit)) = (self.hot.get(g), self.limit.get(g)) {
-                if r & OWN_SHARE != 0 {
-                    return self.take_shared(h, bytes);
-                }
-                return self.reserve_plain(h, bytes, limit.load(Relaxed));
-            }
-        }
-        self.try_reserve_rest(device, bytes)
-    }
-
-    /// [`try_reserve`](Self::try_reserve) off its `route`: a device not registered, or a
-    /// member that left.
-    #[cold]
-    #[inline(never)]
-    fn try_reserve_rest(&self, device: usize, bytes: u64) -> bool {
-        let Some(g) = self.entry_of(device) else {
-            return true;
-        };
-        if self.left.load(Acquire) {
-            return false;
-        }
-        let Some(h) = self.hot(g) else {
-            return false;
-        };
-        let (guarantee, ceiling) = (
-            h.share[SH_GUARANTEE].load(Relaxed),
-            h.share[SH_CEILING].load(Relaxed),
-        );
-        if guarantee | ceiling != 0 {
-            return self.take_shared(h, bytes);
-        }
-        self.reserve_plain(h, bytes, self.limit[g].load(Relaxed))
-    }
-
-    /// [`try_reserve`](Self::try_reserve) by a member without a guarantee or a ceiling of
-    /// its own on the GPU entry of words `h`, under `limit` (see [`Plain`]): one try;
-    /// anything else (a guarantee of another member there, another change first) the
-    /// whole rule.
-    #[inline(never)]
-    fn reserve_plain(&self, h: &Hot<'_>, bytes: u64, limit: u64) -> bool {
-        let rule = Plain {
-            m: self,
-            h,
-            bytes,
-            limit,
-            shared: std::cell::Cell::new(false),
-        };
-        match self.add_once(h, bytes, &rule) {
-            Some(true) => true,
-            // Another member holds a guarantee: the whole rule (nothing was counted).
-            Some(false) => rule.shared.get() && self.take_shared(h, bytes),
-            // Another change came first: the whole rule, in its loop.
-            None => self.take_shared(h, bytes),
-        }
-    }
-
     /// [`take`](Self::take) on the short path, out of line: a member with a guarantee or
     /// a ceiling of its own on the GPU entry of words `h`, or beside a member with a
     /// guarantee there.
     #[inline(never)]
-    fn take_shared(&self, h: &Hot<'_>, bytes: u64) -> bool {
+    pub(super) fn take_shared(&self, h: &Hot<'_>, bytes: u64) -> bool {
         let g = h.g;
         let cap = decode_cap(self.caps.get(g).map_or(0, |c| c.load(Relaxed)))
             .flatten()

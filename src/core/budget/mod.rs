@@ -14,6 +14,8 @@
 //! - `account`: reserving and crediting bytes: one compare-and-swap on the GPU's `used`
 //!   word, no lock on the way of an allocation the pool can take (`used`: the word and
 //!   its recount, so a member killed at any instruction leaves nothing held).
+//! - `short_path`: a reservation in one try of the cap, marked started on the same
+//!   words (the way of nearly every allocation).
 //! - `traffic`: the members' frees and allocations marked around their driver calls,
 //!   so that a context's memory is measured without the others' traffic in it.
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
@@ -29,6 +31,7 @@ mod layout;
 mod member;
 mod share_words;
 pub mod shares;
+mod short_path;
 mod traffic;
 mod used;
 mod view;

@@ -234,6 +234,8 @@ fn charged_short<C: FnOnce() -> CuResult, K: FnOnce() -> u64>(
         let rc = call();
         if rc == CUDA_SUCCESS {
             r.commit(key());
+        } else {
+            r.roll_back();
         }
         return Ok(rc);
     }
