@@ -15,6 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
+[ $# -le 1 ] || { echo "bench-breakdown: one argument at most, N (got $#)" >&2; exit 2; }
+[[ $N =~ ^[1-9][0-9]{0,6}$ ]] || { echo "bench-breakdown: N must be a whole number of pairs, 1 to 9999999 (got '$N')" >&2; exit 2; }
 R=$PWD/target/release
 SHIM=$R/libgpucap.so
 for t in valgrind addr2line python3; do
@@ -51,12 +53,13 @@ ROLE = {
     "shim/hooks/mod.rs": "short-path checks, device, driver call, free's dispatch",
     "shim/hooks/memory.rs": "cuMemAlloc/cuMemFree hooks",
     "core/linear.rs": "size rounded to the driver's granularity",
-    "core/ledger.rs": "the process's ledger: cap check and add, peak, counter, credit",
+    "core/ledger.rs": "the process's ledger: cap check and add, peak, counter, credit; the pool's member",
     "core/live_map/mod.rs": "live-allocation map: insert and remove",
     "core/live_map/table.rs": "live-allocation map: buckets",
     "core/live_map/entry.rs": "live-allocation map: hash, packed charges",
     "core/budget/used.rs": "pool: the shared used word, own use, pending bracket, peaks",
-    "core/budget/account.rs": "pool: the reservation rule",
+    "core/budget/short_path.rs": "pool: the short path's route and one-try rule, the started mark",
+    "core/budget/account.rs": "pool: the whole reservation rule",
     "core/budget/traffic.rs": "pool: traffic marks (started/made, freeing/freed), credit",
     "core/budget/layout.rs": "pool: the shared file's words",
     "core/budget/hot.rs": "pool: the member's words",

@@ -2,7 +2,7 @@
 # gpucap's test command: builds everything, prepares the real clients and runs the
 # whole test suite on the fake GPU, then the pool and CLI tests again from a long path.
 # Needs no GPU. On a fresh Debian machine it
-# installs what is missing (C and C++ compilers, python3-venv) with apt-get.
+# installs what is missing (C and C++ compilers, python3-venv, valgrind) with apt-get.
 #
 #   scripts/test.sh
 #
@@ -45,6 +45,8 @@ if command -v cc >/dev/null && ! command -v c++ >/dev/null; then
     missing+=(g++)
 fi
 command -v python3 >/dev/null || missing+=(python3)
+# valgrind: the benchmark scripts count instructions with it (tests/bench_breakdown.rs)
+command -v valgrind >/dev/null || missing+=(valgrind)
 venv_probe=$(mktemp -d)
 if ! command -v python3 >/dev/null || ! python3 -m venv "$venv_probe/v" >/dev/null 2>&1; then
     missing+=(python3-venv)
