@@ -28,6 +28,7 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . scripts/bench-lib.sh
+bench_clean_env
 bench_fake_setup
 
 # run OUT PAIRS [VAR=VALUE...]: one callgrind run with per-instruction counts.
@@ -36,8 +37,8 @@ run() {
     shift 2
     env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi "$@" LD_PRELOAD="$SHIM" \
         valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out" \
-        "$BIN" 1 "$pairs" 4Ki pair live=0 >/dev/null 2>&1 ||
-        { echo "bench-breakdown: bench_alloc $pairs pairs failed under valgrind" >&2; exit 1; }
+        "$BIN" 1 "$pairs" 4Ki pair live=0 >/dev/null 2>"$out.log" ||
+        { echo "bench-breakdown: bench_alloc $pairs pairs failed under valgrind:" >&2; tail -20 "$out.log" >&2; exit 1; }
 }
 run "$tmp/alone.1" "$N"
 run "$tmp/alone.2" $((2 * N))

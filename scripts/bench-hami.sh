@@ -109,8 +109,7 @@ DRIVER=${BENCH_HAMI_DRIVER:-}
 REPS=${REPS:-5} PAIRS=${PAIRS:-$DEFAULT_PAIRS} STARTUP_RUNS=${STARTUP_RUNS:-200} N=${BENCH_HAMI_N:-2000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for v in $(env | sed -n 's/^\(GPUCAP_[A-Za-z0-9_]*\|FAKECUDA_[A-Za-z0-9_]*\|CUDA_DEVICE_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
-unset LD_PRELOAD
+bench_clean_env 'CUDA_DEVICE_[A-Za-z0-9_]*'
 if [ "$DRIVER" = fake ]; then
     FAKEDIR=$R/fakecuda-hami
     bench_fake_setup nvml

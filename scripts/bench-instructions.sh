@@ -42,6 +42,7 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . scripts/bench-lib.sh
+bench_clean_env
 bench_fake_setup
 
 raw1=$(instructions "" "$N" 0); raw2=$(instructions "" $((2 * N)) 0)

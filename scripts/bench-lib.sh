@@ -1,5 +1,17 @@
-# Helpers shared by the benchmark scripts (sourced, not run): scripts/bench-instructions.sh,
+# Helpers shared by the benchmark scripts (sourced, not run): scripts/bench-instructions.sh, scripts/bench-breakdown.sh,
 # scripts/bench-hami.sh, scripts/gpu/probe-driver.sh.
+
+# bench_clean_env [PATTERN]: unsets every GPUCAP_* and FAKECUDA_* variable of the caller's
+# environment (and those whose names match the extended regex PATTERN, say
+# 'CUDA_DEVICE_[A-Za-z0-9_]*'), and LD_PRELOAD: each way is measured with the variables
+# the script gives it, not with what the shell had (the shim refuses a GPUCAP_ name it
+# does not know, such as the test suite's GPUCAP_TEST_*).
+bench_clean_env() {
+    local pat='GPUCAP_[A-Za-z0-9_]*|FAKECUDA_[A-Za-z0-9_]*' v
+    [ -z "${1:-}" ] || pat="$pat|$1"
+    for v in $(env | sed -En "s/^($pat)=.*/\1/p"); do unset "$v"; done
+    unset LD_PRELOAD
+}
 
 # bench_fake_setup [nvml]: the fake driver's links in $FAKEDIR (default
 # $R/fakecuda; with "nvml", the fake NVML beside it) and BIN, bench_alloc
