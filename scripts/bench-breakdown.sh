@@ -19,17 +19,8 @@ N=${1:-2000}
 [[ $N =~ ^[1-9][0-9]{0,6}$ ]] || { echo "bench-breakdown: N must be a whole number of pairs, 1 to 9999999 (got '$N')" >&2; exit 2; }
 R=$PWD/target/release
 SHIM=$R/libgpucap.so
-for t in valgrind addr2line python3; do
-    command -v "$t" >/dev/null || { echo "bench-breakdown: $t not found" >&2; exit 1; }
-done
-for f in "$SHIM" "$R/libcuda.so"; do
-    [ -f "$f" ] || { echo "bench-breakdown: $f missing: run cargo build --release" >&2; exit 1; }
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . scripts/bench-lib.sh
-bench_clean_env
-bench_fake_setup
+bench_prepare bench-breakdown "$SHIM" valgrind addr2line python3
 
 # run OUT PAIRS [VAR=VALUE...]: one callgrind run with per-instruction counts.
 run() {

@@ -35,15 +35,8 @@ LIVE=("$@")
 read -r -a BSIZES <<<"${BSIZES:-4Ki 1Mi}"
 R=$PWD/target/release
 SHIM=${BENCH_SHIM:-$R/libgpucap.so}
-command -v valgrind >/dev/null || { echo "bench-instructions: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
-for f in "$SHIM" "$R/libcuda.so"; do
-    [ -f "$f" ] || { echo "bench-instructions: $f missing: run cargo build --release" >&2; exit 1; }
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . scripts/bench-lib.sh
-bench_clean_env
-bench_fake_setup
+bench_prepare bench-instructions "$SHIM" valgrind
 
 raw1=$(instructions "" "$N" 0); raw2=$(instructions "" $((2 * N)) 0)
 shim1=$(instructions "$SHIM" "$N" 0); shim2=$(instructions "$SHIM" $((2 * N)) 0)

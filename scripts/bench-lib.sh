@@ -13,6 +13,26 @@ bench_clean_env() {
     unset LD_PRELOAD
 }
 
+# bench_prepare NAME SHIM TOOL...: how each callgrind benchmark starts (NAME in its
+# messages): every TOOL on PATH, SHIM and the fake libcuda.so built, a scratch folder
+# $tmp removed at exit, a clean environment (bench_clean_env), the fake driver and
+# bench_alloc (bench_fake_setup). Needs R.
+bench_prepare() {
+    local name=$1 shim=$2 t f
+    shift 2
+    for t in "$@"; do
+        case $t in addr2line) f=binutils ;; *) f=$t ;; esac
+        command -v "$t" >/dev/null || { echo "$name: $t not found (apt-get install $f)" >&2; exit 1; }
+    done
+    for f in "$shim" "$R/libcuda.so"; do
+        [ -f "$f" ] || { echo "$name: $f missing: run cargo build --release" >&2; exit 1; }
+    done
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    bench_clean_env
+    bench_fake_setup
+}
+
 # bench_fake_setup [nvml]: the fake driver's links in $FAKEDIR (default
 # $R/fakecuda; with "nvml", the fake NVML beside it) and BIN, bench_alloc
 # built against it. Needs R (target/release).
