@@ -46,12 +46,7 @@ pub fn launch_kernel(
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) };
-    match first_on(f) {
-        None => call(),
-        Some(d) => first_use("cuLaunchKernel", launch_key(f as u64, d), d, call, || {
-            Some(f)
-        }),
-    }
+    launched("cuLaunchKernel", f, call)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -82,16 +77,7 @@ pub fn launch_cooperative_kernel(
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
-    match first_on(f) {
-        None => call(),
-        Some(d) => first_use(
-            "cuLaunchCooperativeKernel",
-            launch_key(f as u64, d),
-            d,
-            call,
-            || Some(f),
-        ),
-    }
+    launched("cuLaunchCooperativeKernel", f, call)
 }
 
 #[inline(always)]
@@ -104,12 +90,7 @@ pub fn launch_kernel_ex(
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
     let call = || unsafe { real(config, f, params, extra) };
-    match first_on(f) {
-        None => call(),
-        Some(d) => first_use("cuLaunchKernelEx", launch_key(f as u64, d), d, call, || {
-            Some(f)
-        }),
-    }
+    launched("cuLaunchKernelEx", f, call)
 }
 
 /// `cuKernelGetFunction`: the kernel is loaded into the current context here, if not
@@ -121,15 +102,17 @@ pub fn kernel_get_function(
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
     let call = || unsafe { real(out, kernel) };
-    match first_on(kernel) {
+    launched("cuKernelGetFunction", kernel, call)
+}
+
+/// A launch (or a lookup that loads) of function or kernel `f`, made by `call`: measured
+/// as its first use on the current context's device if it is one (`first_on`), else
+/// forwarded.
+#[inline(always)]
+fn launched(api: &str, f: Handle, mut call: impl FnMut() -> CuResult) -> CuResult {
+    match first_on(f) {
         None => call(),
-        Some(d) => first_use(
-            "cuKernelGetFunction",
-            launch_key(kernel as u64, d),
-            d,
-            call,
-            || Some(kernel),
-        ),
+        Some(d) => first_use(api, launch_key(f as u64, d), d, call, || Some(f)),
     }
 }
 
