@@ -100,9 +100,11 @@ def source_file(addrs):
             chains[cur].append(line)
     files = {}
     for a, chain in chains.items():
-        own = [l.split("/src/", 1)[1].split(":")[0] for l in chain
-               if "/src/" in l and "/rustc/" not in l and "/library/" not in l]
-        files[a] = own[0] if own else "(outside gpucap's sources)"
+        own = [l for l in chain if "/src/" in l and "/rustc/" not in l and "/library/" not in l]
+        # A location without a line ("file:?") is code the compiler merged from several
+        # places (a shared return value, say): the caller that has a line says more.
+        placed = [l for l in own if not l.endswith(":?")] or own
+        files[a] = placed[0].split("/src/", 1)[1].split(":")[0] if placed else "(outside gpucap's sources)"
     return files
 
 for way in ("alone", "pool"):

@@ -420,7 +420,7 @@ impl Ledger {
     /// take `bytes` at once; else the member that marked the allocation started (see
     /// `budget::traffic`), to mark its end, if the device is the pool's. The member is
     /// looked up once for both.
-    #[inline(never)]
+    #[inline(always)]
     fn try_reserve_pool(
         &self,
         k: usize,

@@ -108,7 +108,7 @@ impl Member<'_> {
     /// its own on the GPU entry of words `h`, under `limit` (see [`Plain`]): one try;
     /// anything else (a guarantee of another member there, another change first) the
     /// whole rule.
-    #[inline(never)]
+    #[inline(always)]
     fn reserve_plain(&self, h: &Hot<'_>, bytes: u64, limit: u64) -> bool {
         let rule = Plain {
             m: self,

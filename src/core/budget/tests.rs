@@ -755,6 +755,37 @@ fn a_used_word_another_process_zeroed_is_seen_and_recounted() {
     assert_eq!(DRIFT_REPAIRS.load(SeqCst), 2);
 }
 
+/// A credit takes its bytes off `used` in one add: off a word another process set below
+/// what the member holds, the bytes stop at zero (never wrapped round to a huge use that
+/// would refuse everybody) and the change is counted once, as a swap would.
+#[test]
+fn a_credit_off_a_used_word_set_too_low_stops_at_zero() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.reserve(0, 600).unwrap();
+    let used = pool.w.gpu(0, G_USED);
+    let count = |w: u64| w >> USED_BITS;
+    // Another process writes 100 bytes, keeping the change count.
+    let before = used.load(SeqCst);
+    used.store(used_word(before, 100) - (1 << USED_BITS), SeqCst);
+    let written = used.load(SeqCst);
+    assert_eq!((used_bytes(written), count(written)), (100, count(before)));
+    a.credit(0, 400);
+    let after = used.load(SeqCst);
+    assert_eq!(used_bytes(after), 0, "stopped at zero, not wrapped");
+    assert_eq!(count(after), count(written) + 1, "one change");
+    assert_eq!(a.usage(0), Some((0, Some(1000), 200)));
+    // The usual credit: bytes down, one change.
+    a.reserve(0, 300).unwrap();
+    let before = used.load(SeqCst);
+    a.credit(0, 100);
+    let after = used.load(SeqCst);
+    assert_eq!(
+        (used_bytes(after), count(after)),
+        (used_bytes(before) - 100, count(before) + 1)
+    );
+}
+
 #[test]
 fn a_cap_word_another_process_zeroed_uncaps_nobody() {
     let (pool, k) = setup();

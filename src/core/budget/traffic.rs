@@ -150,6 +150,7 @@ impl Member<'_> {
 
     /// The driver freed the `bytes` announced on `device`: credited to the pool (as
     /// [`credit`](Self::credit)), then the announcement ends.
+    #[inline(always)]
     pub fn complete_free(&self, device: usize, bytes: u64) {
         // After leaving, the slot is no longer this member's: whoever takes it clears it.
         let Some((g, h)) = self.routed(device) else {

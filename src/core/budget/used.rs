@@ -1,16 +1,18 @@
-//! A GPU's `used` word without a lock: every change of a member's use is a
-//! compare-and-swap on the word, bracketed by the member's own `pending` word, and a
-//! recount puts the word right after a member dies (or another process wrote it).
+//! A GPU's `used` word without a lock: every change of a member's use is one atomic
+//! change of the word (a compare-and-swap for a reservation, which the rule checks; an
+//! add for a credit), bracketed by the member's own `pending` word, and a recount puts
+//! the word right after a member dies (or another process wrote it).
 //!
 //! The word holds the bytes (low 48 bits) and a count of its changes (the 16 bits
-//! above): a compare-and-swap fails after any change since its read, even one that
-//! left the bytes as they were, so a stale writer never undoes another's change.
+//! above), which every change raises: a compare-and-swap fails after any change since
+//! its read, even one that left the bytes as they were, so a stale writer never undoes
+//! another's change.
 //!
 //! A member (only its own threads write its slot's words) changes its use of `bytes`:
 //!
 //! ```text
 //! reserve:  pending += bytes;  CAS used += bytes (if the rule allows);  own += bytes;  pending -= bytes
-//! credit:   pending += bytes;  own -= bytes;  CAS used -= bytes;                       pending -= bytes
+//! credit:   pending += bytes;  own -= bytes;  used -= bytes (one add);               pending -= bytes
 //! ```
 //!
 //! so its `own` is never more than what `used` holds for it: readers that weigh the
@@ -35,7 +37,7 @@
 //! frees twice, see `fits_under`). An allocation's marks (`started`, `made`, `unmade`)
 //! leave `own` and `pending` alone too.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicU64, Ordering::*};
 
 use super::hot::Hot;
 use super::layout::*;
@@ -44,6 +46,23 @@ use super::member::{Member, MemberLocks};
 /// How often a recount looks again while changes are in flight or `used` keeps
 /// changing under it.
 const RECOUNT_TURNS: u32 = 64;
+
+/// Takes `taken` (1..=`USED_BYTES`) off a `used` word and counts the change, in one
+/// atomic add rather than a compare-and-swap loop: a credit needs no check, and the add
+/// is one change of the word as a swap is (a recount's swap after it fails). `used`
+/// holds at least what the crediting member holds, so the bytes do not go below zero; a
+/// word another process wrote wrong could, and then the borrow is given back at once
+/// (the bytes end at zero and the count one up, as a saturating swap would have left
+/// them; meanwhile others read a `used` too high, never too low).
+#[inline(always)]
+fn take_off_used(used: &AtomicU64, taken: u64) {
+    // (1 << USED_BITS) - taken: the count one up, the bytes `taken` down.
+    let before = used.fetch_add((1 << USED_BITS) - taken, SeqCst);
+    let had = used_bytes(before);
+    if had < taken {
+        used.fetch_add(taken - had, SeqCst);
+    }
+}
 
 /// What the counted slots hold on GPU entry `g`: (the sum of their `own`, the sum of
 /// their `pending` read before and after each `own`). A live slot counts (its owner dead
@@ -177,16 +196,7 @@ impl Member<'_> {
             .unwrap_or(0);
         let taken = bytes.min(held);
         if taken > 0 {
-            let used = &gpu[G_USED];
-            let mut word = used.load(SeqCst);
-            while let Err(now) = used.compare_exchange_weak(
-                word,
-                used_word(word, used_bytes(word).saturating_sub(taken)),
-                SeqCst,
-                SeqCst,
-            ) {
-                word = now;
-            }
+            take_off_used(&gpu[G_USED], taken);
         }
         pending.fetch_sub(bytes, SeqCst);
         taken
