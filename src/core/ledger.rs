@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 
 use crate::budget::{Member, PoolRefusal};
 use crate::config::MAX_DEVICES;
+use crate::counter::Counter;
 pub use crate::live_map::{Charge, LiveMap};
 
 /// The cap of a device that has none.
@@ -69,38 +70,6 @@ fn add_within_cap(d: &Device, bytes: u64) -> Result<u64, (u64, u64)> {
 fn note_peak(d: &Device, used: u64) {
     if used > d.peak.load(Relaxed) {
         d.peak.fetch_max(used, Relaxed);
-    }
-}
-
-/// Lines a [`Counter`] is spread over.
-const COUNTER_LINES: usize = 8;
-
-/// A counter many threads add to at once: one cache line per part, a thread adding to the
-/// part its stack address picks (threads' stacks lie megabytes apart, so two threads
-/// rarely share a part; sharing one is only slower, never wrong). Read as the sum.
-#[derive(Debug)]
-struct Counter([Line; COUNTER_LINES]);
-
-#[derive(Debug)]
-#[repr(align(64))]
-struct Line(AtomicU64);
-
-impl Counter {
-    const fn new() -> Self {
-        Counter([const { Line(AtomicU64::new(0)) }; COUNTER_LINES])
-    }
-
-    #[inline]
-    fn add(&self, n: u64) {
-        let probe = 0u8;
-        // The calling thread's stack, in 2 MiB steps, hashed to a part.
-        let at = (std::ptr::addr_of!(probe) as usize as u64) >> 21;
-        let part = (at.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61) as usize % COUNTER_LINES;
-        self.0[part].0.fetch_add(n, Relaxed);
-    }
-
-    fn get(&self) -> u64 {
-        self.0.iter().map(|l| l.0.load(Relaxed)).sum()
     }
 }
 

@@ -18,6 +18,7 @@ pub mod arrays;
 pub mod budget;
 pub mod config;
 pub mod contexts;
+pub mod counter;
 pub mod growth;
 pub mod identity;
 pub mod kernels;
