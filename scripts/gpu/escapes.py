@@ -317,13 +317,21 @@ def page_rounding(drv, w, cap):
             % (mib(cap), "; ".join(filled), mib(w.peak), "; ".join(took)))
 
 
-def module_globals(drv, w, cap):
+def big_global(drv, cap, what, kernel=False):
+    """(room under the cap, size, PTX): a global `big` of 60 % of GPU 0's room under the cap
+    in whole 2 MiB pages, with an empty kernel `k` beside it if `kernel`."""
     room = room_of(drv, 0, cap)
     size = int(room * 0.6) // (2 * MiB) * (2 * MiB)
     if size < 2 * MiB:
-        fail("no room for a module's global under the cap (%s free)" % mib(room))
+        fail("no room for %s's global under the cap (%s free)" % (what, mib(room)))
     ptx = (".version 6.0\n.target sm_50\n.address_size 64\n"
-           ".visible .global .align 4 .b8 big[%d];\n" % size).encode()
+           ".visible .global .align 4 .b8 big[%d];\n" % size
+           + (".visible .entry k()\n{\n\tret;\n}\n" if kernel else "")).encode()
+    return room, size, ptx
+
+
+def module_globals(drv, w, cap):
+    room, size, ptx = big_global(drv, cap, "a module")
     m = vp()
     rc = drv.L.cuModuleLoadData(ctypes.byref(m), ptx)
     if rc != 0:
@@ -392,13 +400,7 @@ def stack_limit(drv, w, cap):
 
 
 def lazy_kernels(drv, w, cap):
-    room = room_of(drv, 0, cap)
-    size = int(room * 0.6) // (2 * MiB) * (2 * MiB)
-    if size < 2 * MiB:
-        fail("no room for a library's global under the cap (%s free)" % mib(room))
-    ptx = (".version 6.0\n.target sm_50\n.address_size 64\n"
-           ".visible .global .align 4 .b8 big[%d];\n"
-           ".visible .entry k()\n{\n\tret;\n}\n" % size).encode()
+    room, size, ptx = big_global(drv, cap, "a library", kernel=True)
     lib, k = vp(), vp()
     before = w.look(0, "before the library is loaded")
     rc = drv.L.cuLibraryLoadData(ctypes.byref(lib), ptx, None, None, c_int(0), None, None, c_int(0))
