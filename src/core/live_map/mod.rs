@@ -1,7 +1,13 @@
 //! The map of live allocations: device pointer (or handle) → [`Charge`], for any number
 //! of entries, without a lock or an allocation on the path of an insert or a remove.
 //!
-//! Entries live in a table of buckets, each bucket one cache line of keys (and a spill
+//! **The front** (`front.rs`): a fixed table of 1,024 slots, one per hash value, part of
+//! the map itself (no table to find, no bounds check). An entry whose slot is free lives
+//! there, inserted and removed with one compare-and-swap each: with the few live
+//! allocations programs hold, nearly every entry. The rest go to the levels below, and
+//! an insert or remove there pays one load and one comparison more for the front.
+//!
+//! **The levels.** Entries live in a table of buckets, each bucket one cache line of keys (and a spill
 //! count) and one of packed charges. A key's home bucket comes from its hash; when the
 //! home is full the entry goes to the next bucket with room, and every bucket it passed
 //! counts one more spilled entry, so a search stops at the first bucket whose spill count
@@ -13,8 +19,9 @@
 //! or missing, and what the table cannot hold, take the slow path.
 //!
 //! One file per job: `entry.rs` (the words of a slot: keys, packed charges, the hash),
-//! `table.rs` (one level's lock-free table), `overflow.rs` (the locked map for the rest),
-//! this one (the levels: growth, moving, and the map's operations).
+//! `front.rs` (the direct-mapped front), `table.rs` (one level's lock-free table),
+//! `overflow.rs` (the locked map for the rest), this one (the levels: growth, moving,
+//! and the map's operations).
 //!
 //! **Growth.** Tables come in levels, level `i` holding `BASE_BUCKETS << i` buckets,
 //! allocated once when needed and never freed (a reader may still hold an old one; each
@@ -35,13 +42,14 @@
 //! Empty slots of a table being moved are sealed too, so a late insert there notices
 //! and goes to the newest table.
 //!
-//! A key is unique in the map: the hooks take an allocation out before the driver
-//! frees it, so the driver cannot hand its address to another allocation while the
-//! entry is here. Keys the table cannot represent (0, 1 and the top half) and
+//! A key is unique in the map (in the front or in one level): the hooks take an
+//! allocation out before the driver frees it, so the driver cannot hand its address to
+//! another allocation while the entry is here. Keys the table cannot represent (0, 1 and the top half) and
 //! charges that do not pack into 64 bits go to a small locked map; so do entries that
 //! find no room when growth is impossible (out of memory or levels).
 
 mod entry;
+mod front;
 mod overflow;
 mod table;
 
@@ -50,6 +58,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 
 pub use entry::Charge;
 use entry::*;
+use front::Front;
 use overflow::Overflow;
 use table::*;
 
@@ -65,6 +74,8 @@ const GROW_AT: usize = 16;
 
 /// Live allocations by key; see the [module documentation](self).
 pub struct LiveMap {
+    /// Where an entry goes first (see `front.rs`).
+    front: Front,
     /// Level `l` at index `l + 1`; index 0 and those with [`MOVE_RUNS`] set stay empty,
     /// so `state` itself indexes the newest table when no move runs, and nothing
     /// otherwise: one masked load and one check, no bounds check.
@@ -92,6 +103,7 @@ impl Default for LiveMap {
 impl LiveMap {
     pub const fn new() -> Self {
         LiveMap {
+            front: Front::new(),
             tables: [const { OnceLock::new() }; 2 * MOVE_RUNS],
             state: AtomicUsize::new(0),
             growing: AtomicBool::new(false),
@@ -190,15 +202,19 @@ impl LiveMap {
     /// the driver can hand its address out again).
     #[inline(always)]
     pub fn insert(&self, key: u64, charge: Charge) {
-        // The common case, in few instructions: one table, no move running, a free slot
-        // in the home bucket or the next one. A fuller neighbourhood probes on (out of
-        // line, but still one table's probe); only a missing, sealed or full table and a
-        // key or charge the table cannot hold take the slow path.
+        // The common case, in few instructions: the key's front slot is free. Then, in
+        // the levels: one table, no move running, a free slot in the home bucket or the
+        // next one. A fuller neighbourhood probes on (out of line, but still one table's
+        // probe); only a missing, sealed or full table and a key or charge the table
+        // cannot hold take the slow path.
+        let (true, Some(packed)) = (fits_table(key), pack(charge)) else {
+            return self.insert_slow(key, charge);
+        };
+        if self.front.insert(key, packed) {
+            return;
+        }
         let state = self.state.load(Acquire);
-        if fits_table(key)
-            && let Some(packed) = pack(charge)
-            && let Some(t) = self.only_table(state)
-        {
+        if let Some(t) = self.only_table(state) {
             let (b, next) = t.home_and_next(key);
             for way in 0..WAYS {
                 let slot = &b.keys[way];
@@ -309,14 +325,19 @@ impl LiveMap {
     }
 
     /// [`remove`](Self::remove)'s common case alone, in few instructions: the entry if
-    /// it lies in its home bucket of the one table (no move running), or in the next one. None means only
-    /// "not there": [`remove`](Self::remove) looks further. (A caller that branches on
-    /// this keeps the charge in registers; the full remove returns it through memory.)
+    /// it lies in the front, or in its home bucket of the one table (no move running), or
+    /// in the next one. None means only "not there": [`remove`](Self::remove) looks
+    /// further. (A caller that branches on this keeps the charge in registers; the full
+    /// remove returns it through memory.)
     #[inline(always)]
     pub fn remove_quick(&self, key: u64) -> Option<Charge> {
-        let t = self
-            .only_table(self.state.load(Acquire))
-            .filter(|_| fits_table(key))?;
+        if !fits_table(key) {
+            return None;
+        }
+        if let Some(v) = self.front.take(key) {
+            return Some(unpack(v));
+        }
+        let t = self.only_table(self.state.load(Acquire))?;
         let (b, next) = t.home_and_next(key);
         for way in 0..WAYS {
             let slot = &b.keys[way];
@@ -349,9 +370,9 @@ impl LiveMap {
     }
 
     /// The rest of a [`remove`](Self::remove) after [`remove_quick`](Self::remove_quick)
-    /// found nothing: the rest of the one table's probe if the entry spilled past its
-    /// home bucket, else the slow way (a key absent from the table, being moved, in the
-    /// locked map, or a table being moved).
+    /// found nothing (so the key is not in the front): the rest of the one table's probe
+    /// if the entry spilled past its home bucket, else the slow way (a key absent from
+    /// the table, being moved, in the locked map, or a table being moved).
     #[inline(never)]
     pub fn remove_rest(&self, key: u64) -> Option<Charge> {
         if fits_table(key)
@@ -416,6 +437,9 @@ impl LiveMap {
         if !fits_table(key) {
             return self.overflow.get(key);
         }
+        if let Some(c) = self.front.get(key) {
+            return Some(c);
+        }
         let mut levels = self.state.load(Acquire) & LEVELS_MASK;
         if levels > 0 {
             let mut level = self.first_level(levels);
@@ -439,6 +463,7 @@ impl LiveMap {
     /// removed meanwhile may or may not appear; the others appear once each).
     pub fn matching(&self, keep: impl Fn(&Charge) -> bool) -> Vec<(u64, Charge)> {
         let mut out = Vec::new();
+        self.front.matching(&keep, &mut out);
         let levels = self.state.load(Acquire) & LEVELS_MASK;
         if levels > 0 {
             let mut level = self.first_level(levels);
@@ -463,10 +488,11 @@ impl LiveMap {
                     break;
                 }
             }
-            // An entry seen in the old level and again once moved counts once.
-            out.sort_unstable_by_key(|&(k, _)| k);
-            out.dedup_by_key(|&mut (k, _)| k);
         }
+        // An entry seen in the old level and again once moved counts once (and one
+        // taken from the front and put in a level meanwhile).
+        out.sort_unstable_by_key(|&(k, _)| k);
+        out.dedup_by_key(|&mut (k, _)| k);
         self.overflow.matching(&keep, &mut out);
         out
     }

@@ -96,7 +96,135 @@ fn insert_get_remove_and_reinsert() {
     all.sort_unstable_by_key(|e| e.0);
     assert_eq!(all, vec![(ptr(1), c(1, 8192)), (ptr(2), c(3, 0))]);
     assert_eq!(m.matching(|ch| ch.device == 3), vec![(ptr(2), c(3, 0))]);
-    assert_eq!(shape(&m), (vec![BASE_BUCKETS], 0), "one table, no lock");
+    assert_eq!(shape(&m), (vec![], 0), "in the front: no table, no lock");
+}
+
+/// The device of [`fill_front`]'s entries.
+const FILLER: usize = 200;
+
+/// Fills every slot of `m`'s front with an entry of device [`FILLER`], so that what is
+/// inserted next goes to the levels.
+fn fill_front(m: &LiveMap) {
+    let mut i = 0u64;
+    while !m.front.is_full() {
+        let k = 0x7e00_0000_0000 + (i << 9);
+        if m.front.has_room_for(k) {
+            m.insert(k, c(FILLER, 1));
+        }
+        i += 1;
+    }
+    assert_eq!(shape(m), (vec![], 0), "the filler all in the front");
+}
+
+#[test]
+fn few_entries_live_in_the_front_without_a_table_or_a_slow_path() {
+    let m = LiveMap::new();
+    let slow = SLOW.with(Cell::get);
+    // 500 keys, each with a free front slot when inserted (the others skipped).
+    let mut keys = Vec::new();
+    for k in (0..).map(ptr) {
+        if keys.len() == 500 {
+            break;
+        }
+        if m.front.has_room_for(k) {
+            m.insert(k, c(1, k));
+            keys.push(k);
+        }
+    }
+    assert_eq!(m.state.load(Acquire), 0, "no table was made");
+    for &k in &keys {
+        assert_eq!(m.get(k), Some(c(1, k)));
+    }
+    assert_eq!(m.matching(|_| true).len(), 500);
+    for &k in &keys {
+        assert_eq!(m.remove(k), Some(c(1, k)));
+    }
+    assert_eq!(SLOW.with(Cell::get) - slow, 0, "no slow path either way");
+    for &k in &keys {
+        assert_eq!(m.remove(k), None, "removed once");
+    }
+    assert!(m.matching(|_| true).is_empty());
+    assert_eq!(shape(&m), (vec![], 0));
+}
+
+#[test]
+fn keys_sharing_a_front_slot_go_to_the_levels_and_are_all_found() {
+    let m = LiveMap::new();
+    // Five keys whose front slot is the same: taken by the first, free again once
+    // it is removed.
+    let keys: Vec<u64> = {
+        let probe = LiveMap::new();
+        probe.insert(ptr(0), c(0, 0));
+        (0..)
+            .map(ptr)
+            .filter(|&k| !probe.front.has_room_for(k))
+            .take(5)
+            .collect()
+    };
+    for (i, &k) in keys.iter().enumerate() {
+        m.insert(k, c(0, i as u64));
+    }
+    assert_eq!(shape(&m), (vec![BASE_BUCKETS], 0), "four in the one table");
+    assert_eq!(
+        m.front.get(keys[0]),
+        Some(c(0, 0)),
+        "the first in the front"
+    );
+    for (i, &k) in keys.iter().enumerate() {
+        assert_eq!(m.get(k), Some(c(0, i as u64)));
+    }
+    assert_eq!(m.remove(keys[0]), Some(c(0, 0)));
+    // The slot is free again: the next key that hashes there takes it.
+    assert_eq!(m.remove(keys[3]), Some(c(0, 3)));
+    m.insert(keys[3], c(1, 3));
+    assert_eq!(m.front.get(keys[3]), Some(c(1, 3)), "back in the front");
+    let mut all = m.matching(|_| true);
+    all.sort_unstable_by_key(|e| e.0);
+    let mut want = vec![
+        (keys[1], c(0, 1)),
+        (keys[2], c(0, 2)),
+        (keys[3], c(1, 3)),
+        (keys[4], c(0, 4)),
+    ];
+    want.sort_unstable_by_key(|e| e.0);
+    assert_eq!(all, want);
+    for (k, ch) in want {
+        assert_eq!(m.remove(k), Some(ch));
+        assert_eq!(m.get(k), None);
+    }
+    assert!(m.matching(|_| true).is_empty());
+}
+
+#[test]
+fn racing_inserts_into_one_front_slot_place_each_key_once() {
+    // Rounds of two threads inserting two keys with the same front slot at once, then
+    // removing each other's: one key lands in the front, the other in a level, and
+    // each is found and taken exactly once.
+    let probe = LiveMap::new();
+    probe.insert(ptr(0), c(0, 0));
+    let twins: Vec<u64> = (1..)
+        .map(ptr)
+        .filter(|&k| !probe.front.has_room_for(k))
+        .take(2)
+        .collect();
+    let m = LiveMap::new();
+    for round in 0..2000u64 {
+        std::thread::scope(|s| {
+            for (w, &k) in twins.iter().enumerate() {
+                let m = &m;
+                s.spawn(move || m.insert(k, c(w, round)));
+            }
+        });
+        let in_front = twins.iter().filter(|&&k| m.front.get(k).is_some()).count();
+        assert_eq!(in_front, 1, "round {round}");
+        std::thread::scope(|s| {
+            for (w, &k) in twins.iter().enumerate().rev() {
+                let m = &m;
+                s.spawn(move || assert_eq!(m.remove(k), Some(c(w, round)), "round {round}"));
+            }
+        });
+        assert!(m.matching(|_| true).is_empty(), "round {round}");
+    }
 }
 
 #[test]
@@ -124,6 +252,7 @@ fn keys_and_charges_the_table_cannot_hold_go_to_the_locked_map() {
 #[test]
 fn keys_sharing_a_home_bucket_spill_and_are_all_found() {
     let m = LiveMap::new();
+    fill_front(&m);
     m.insert(ptr(0), c(0, 1));
     let t = m.table(0).unwrap();
     let home = t.home(ptr(0));
@@ -156,7 +285,7 @@ fn keys_sharing_a_home_bucket_spill_and_are_all_found() {
     // Every spill count and crowded entry was taken back: nothing is left over.
     assert!(t.buckets.iter().all(|b| b.spill.load(Acquire) == 0));
     assert_eq!(t.crowded.load(Acquire), 0);
-    assert!(m.matching(|_| true).is_empty());
+    assert!(m.matching(|ch| ch.device != FILLER).is_empty());
 }
 
 #[test]
