@@ -7,7 +7,9 @@
 #                                                 # LIVE: allocations kept live
 #                                                 # (default 0 10000 100000 1000000)
 #   BSIZES="4Ki 1Mi" (default): the block sizes of the live cases
-#   BENCH_SHIM=<path>: measure another build of libgpucap.so (say, an older one)
+#   BENCH_SHIM=<path>: measure another build of libgpucap.so (say, an older one): every
+#                      row, the pool's guaranteed neighbour too
+#   BENCH_JSON=<path>: where the figures go (default target/bench-instructions.json)
 #
 # For each of raw driver, LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
 # is live) and the same in a pool (GPUCAP_POOL): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their
@@ -35,6 +37,7 @@ LIVE=("$@")
 read -r -a BSIZES <<<"${BSIZES:-4Ki 1Mi}"
 R=$PWD/target/release
 SHIM=${BENCH_SHIM:-$R/libgpucap.so}
+JSON=${BENCH_JSON:-$PWD/target/bench-instructions.json}
 . scripts/bench-lib.sh
 bench_prepare bench-instructions "$SHIM" valgrind
 
@@ -50,15 +53,15 @@ printf 'instructions per pair (callgrind, N=%d): raw %d, gpucap %d, added %d; in
 # and that member's guarantee and use (docs/src/pools.md, "Guarantees and ceilings").
 HOLD=$R/ctests/script_ir
 cc -O2 -o "$HOLD" tests/c/script.c -Itests/c -L"$FAKEDIR" -lcuda
-env LD_LIBRARY_PATH="$FAKEDIR" LD_PRELOAD="$R/libgpucap.so" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi \
+env LD_LIBRARY_PATH="$FAKEDIR" LD_PRELOAD="$SHIM" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi \
     GPUCAP_POOL=shares GPUCAP_POOL_DIR="$tmp" GPUCAP_GUARANTEE=4Gi \
     "$HOLD" alloc:1Mi "touch:$tmp/held" "wait:$tmp/done" >/dev/null &
 holder=$!
 for _ in $(seq 6000); do [ -e "$tmp/held" ] && break; sleep 0.01; done
 [ -e "$tmp/held" ] || { echo "bench-instructions: the guaranteed neighbour did not start" >&2; exit 1; }
 shares_vars=(GPUCAP_POOL=shares GPUCAP_POOL_DIR="$tmp" GPUCAP_GUARANTEE=8Gi GPUCAP_CEILING=30Gi)
-sh1=$(instructions "$R/libgpucap.so" "$N" 0 "${shares_vars[@]}")
-sh2=$(instructions "$R/libgpucap.so" $((2 * N)) 0 "${shares_vars[@]}")
+sh1=$(instructions "$SHIM" "$N" 0 "${shares_vars[@]}")
+sh2=$(instructions "$SHIM" $((2 * N)) 0 "${shares_vars[@]}")
 touch "$tmp/done"
 wait "$holder"
 shares=$(((sh2 - sh1) / N))
@@ -137,4 +140,4 @@ for size in 64Ki 8Mi; do
 done
 printf '{"pairs":%d,"raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d,"shares_per_pair":%d,"shares_added_per_pair":%d,"two_gpus_added_per_pair":%d,"two_threads_added_per_pair":%d,"launch_raw":%d,"launch_added":%d,"live":[%s],"growth":[%s]}\n' \
     "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) "$shares" $((shares - raw)) $((g2shim - g2raw)) $((t2shim - t2raw)) \
-    "$launch_raw" $((launch_shim - launch_raw)) "$live_json" "$growth_json" >"$PWD/target/bench-instructions.json"
+    "$launch_raw" $((launch_shim - launch_raw)) "$live_json" "$growth_json" >"$JSON"
