@@ -34,8 +34,9 @@ fn every_row_measures_the_build_bench_shim_names() {
         return;
     }
     // A library that does nothing, in place of the shim: every row adds next to nothing
-    // to the raw driver. (Before, the pool's guarantee row measured target/release's
-    // libgpucap.so whatever BENCH_SHIM said: ~400 added here.)
+    // to the raw driver (200 pairs: with 20 the set-up's own variation left up to 22 per
+    // pair; gpucap adds 78 or more to every row). Before, the pool's guarantee row
+    // measured target/release's libgpucap.so whatever BENCH_SHIM said: ~400 added here.
     let dir = scratch("bench-instructions");
     std::fs::write(dir.join("empty.c"), "int bench_empty;\n").unwrap();
     let empty = dir.join("libempty.so");
@@ -45,7 +46,7 @@ fn every_row_measures_the_build_bench_shim_names() {
         .arg(dir.join("empty.c"))));
     let json = dir.join("out.json");
     let o = run(Command::new(root().join("scripts/bench-instructions.sh"))
-        .args(["20", "0"])
+        .args(["200", "0"])
         .env("BENCH_SHIM", &empty)
         .env("BENCH_JSON", &json)
         .env("BSIZES", "4Ki")
