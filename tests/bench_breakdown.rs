@@ -60,12 +60,7 @@ fn way<'a>(out: &'a str, name: &str) -> (u64, Vec<(u64, &'a str)>) {
 
 #[test]
 fn a_short_run_attributes_each_way_s_instructions_to_its_files() {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        eprintln!("valgrind not installed (scripts/test.sh installs it): skipped");
-        return;
-    }
-    if profile_dir().file_name().is_none_or(|p| p != "release") {
-        eprintln!("the script measures target/release; this is a debug build: skipped");
+    if !callgrind_benchmarks_run() {
         return;
     }
     let o = breakdown(&["200"]);

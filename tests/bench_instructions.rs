@@ -25,12 +25,7 @@ fn added_figures(out: &str) -> Vec<(i64, &str)> {
 
 #[test]
 fn every_row_measures_the_build_bench_shim_names() {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        eprintln!("valgrind not installed (scripts/test.sh installs it): skipped");
-        return;
-    }
-    if profile_dir().file_name().is_none_or(|p| p != "release") {
-        eprintln!("the script measures target/release; this is a debug build: skipped");
+    if !callgrind_benchmarks_run() {
         return;
     }
     // A library that does nothing, in place of the shim: every row adds next to nothing

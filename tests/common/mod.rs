@@ -87,6 +87,21 @@ fn unique() -> String {
     )
 }
 
+/// Whether the callgrind benchmarks (scripts/bench-instructions.sh, bench-breakdown.sh)
+/// can run here: valgrind installed (scripts/test.sh installs it) and a release build
+/// (they measure target/release). Says why not when they cannot.
+pub fn callgrind_benchmarks_run() -> bool {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("valgrind not installed (scripts/test.sh installs it): skipped");
+        return false;
+    }
+    if profile_dir().file_name().is_none_or(|p| p != "release") {
+        eprintln!("the script measures target/release; this is a debug build: skipped");
+        return false;
+    }
+    true
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
