@@ -7,16 +7,17 @@
 //! allocations programs hold, nearly every entry. The rest go to the levels below, and
 //! an insert or remove there pays one load and one comparison more for the front.
 //!
-//! **The levels.** Entries live in a table of buckets, each bucket one cache line of keys (and a spill
-//! count) and one of packed charges. A key's home bucket comes from its hash; when the
-//! home is full the entry goes to the next bucket with room, and every bucket it passed
-//! counts one more spilled entry, so a search stops at the first bucket whose spill count
-//! is zero. A removed entry's slot becomes empty again (no tombstones), and its spill
-//! counts are taken back: a table's occupancy is its live entries, however many keys
-//! came and went. The common case (one table, the entry in its home bucket) is a hash,
-//! a few loads and one compare-and-swap, inlined into the caller; an entry spilled past
-//! its home bucket is the rest of the same probe, out of line; only a table being moved
-//! or missing, and what the table cannot hold, take the slow path.
+//! **The levels.** Entries live in a table of buckets, each bucket one cache line of
+//! keys (and a spill count) and one of packed charges. A key's home bucket comes from
+//! its hash; when the home is full the entry goes to the next bucket with room, and
+//! every bucket it passed counts one more spilled entry, so a search stops at the first
+//! bucket whose spill count is zero. A removed entry's slot becomes empty again (no
+//! tombstones), and its spill counts are taken back: a table's occupancy is its live
+//! entries, however many keys came and went. The common case there (one table, the
+//! entry in its home bucket) is a hash, a few loads and one compare-and-swap, inlined
+//! into the caller; an entry spilled past its home bucket is the rest of the same probe,
+//! out of line; only a table being moved or missing, and what the table cannot hold,
+//! take the slow path.
 //!
 //! One file per job: `entry.rs` (the words of a slot: keys, packed charges, the hash),
 //! `front.rs` (the direct-mapped front), `table.rs` (one level's lock-free table),
@@ -44,9 +45,10 @@
 //!
 //! A key is unique in the map (in the front or in one level): the hooks take an
 //! allocation out before the driver frees it, so the driver cannot hand its address to
-//! another allocation while the entry is here. Keys the table cannot represent (0, 1 and the top half) and
-//! charges that do not pack into 64 bits go to a small locked map; so do entries that
-//! find no room when growth is impossible (out of memory or levels).
+//! another allocation while the entry is here. Keys the table cannot represent (0, 1
+//! and the top half) and charges that do not pack into 64 bits go to a small locked
+//! map; so do entries that find no room when growth is impossible (out of memory or
+//! levels).
 
 mod entry;
 mod front;
