@@ -8,11 +8,10 @@
 //! many entries are live the front is full and costs an insert or a remove one load
 //! and one comparison more.
 //!
-//! A slot is claimed by an insert (empty to [`BUSY`], the charge, then the key) and
-//! emptied by the remove of its key in one compare-and-swap (key to empty) after the
-//! charge was read: nothing moves a front entry, so a remove needs no busy mark. A key
-//! is in the front or in the levels, never both: the hooks insert a key once, and
-//! remove it only after its insert returned.
+//! A slot is claimed by an insert (empty to [`BUSY`], the charge, then the key) and by
+//! the remove of its key (key to [`BUSY`], the charge read, then empty): one
+//! compare-and-swap each. A key is in the front or in the levels, never both: the hooks
+//! insert a key once, and remove it only after its insert returned.
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
@@ -74,18 +73,19 @@ impl Front {
     #[inline(always)]
     pub(super) fn take(&self, key: u64) -> Option<u64> {
         let s = self.slot(key);
-        // Acquire: the charge written before the key is the one read.
-        if s.key.load(Acquire) != key {
+        if s.key.load(Relaxed) != key {
             return None;
         }
+        // Claimed first, the charge read under the claim: a racing remove of the same key
+        // (a program freeing a pointer twice at once) loses the swap and finds the key
+        // nowhere, and one that won after the address was handed out again reads the
+        // new entry's charge, never a stale one. Acquire: the charge written before the
+        // key is the one read.
+        s.key.compare_exchange(key, BUSY, Acquire, Relaxed).ok()?;
         let v = s.charge.load(Relaxed);
-        // Release: the charge was read before an insert can claim the slot again. A
-        // racing remove of the same key (a program freeing a pointer twice at once)
-        // loses the swap and finds the key nowhere.
-        s.key
-            .compare_exchange(key, EMPTY, Release, Relaxed)
-            .ok()
-            .map(|_| v)
+        // Release: the charge was read before an insert can claim the slot again.
+        s.key.store(EMPTY, Release);
+        Some(v)
     }
 
     /// The charge of `key`, if it is in the front.
