@@ -21,8 +21,9 @@ use super::entry::*;
 const FRONT_BITS: u32 = 10;
 const FRONT_SLOTS: usize = 1 << FRONT_BITS;
 
-/// A key (or [`EMPTY`], or [`BUSY`] while an insert writes the charge) and its charge,
-/// side by side: one cache line holds both.
+/// A key (or [`EMPTY`], or [`BUSY`] while an insert writes the charge or a remove reads
+/// it) and its charge, side by side: aligned to their size, one cache line holds both.
+#[repr(C, align(16))]
 struct Slot {
     key: AtomicU64,
     charge: AtomicU64,
