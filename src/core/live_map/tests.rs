@@ -148,6 +148,32 @@ fn few_entries_live_in_the_front_without_a_table_or_a_slow_path() {
 }
 
 #[test]
+fn evenly_spaced_blocks_of_any_size_mostly_find_a_front_slot() {
+    // 256 blocks live at once, evenly spaced by any multiple of 512 B up to 2 MiB (a
+    // driver's alignment; a caching allocator's block sizes) or by a power of two from
+    // 8 B: at least three in four go to the front, as keys spread like random ones
+    // would (88 %; the worst spacing here 82 %). Front slots picked by one multiply's
+    // top bits (12 instructions a pair fewer) would leave fewer than that in the front
+    // for 492 of these spacings, 10 of 256 for the worst: a slower path by size.
+    let spacings = (1..=4096u64)
+        .map(|k| k << 9)
+        .chain((3..22).map(|s| 1u64 << s));
+    for spacing in spacings {
+        let m = LiveMap::new();
+        let mut in_front = 0;
+        for i in 0..256 {
+            let k = 0x7f00_0000_0000 + i * spacing;
+            in_front += usize::from(m.front.has_room_for(k));
+            m.insert(k, c(0, spacing));
+        }
+        assert!(
+            in_front >= 192,
+            "{spacing}-byte spacing: {in_front} of 256 blocks in the front"
+        );
+    }
+}
+
+#[test]
 fn keys_sharing_a_front_slot_go_to_the_levels_and_are_all_found() {
     let m = LiveMap::new();
     // Five keys whose front slot is the same: taken by the first, free again once
