@@ -238,6 +238,31 @@ impl fmt::Display for LayoutError {
 
 impl std::error::Error for LayoutError {}
 
+/// The member slots' states, checked against `seen`, the count of slots ever taken as
+/// read before them. A member that joins while they are read raises the count before it
+/// is marked live (`Member::join`): a slot seen live past `seen` has the count read again
+/// (seeing the slot live with Acquire, that read sees the count its member raised), and
+/// only a live slot past that one is a corrupted count. (Read once, a process starting
+/// beside others took their pool file for a corrupted one and refused to join it.)
+pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError> {
+    let corrupt = |what: String| Err(LayoutError::Corrupt { what });
+    for s in 0..MAX_SLOTS {
+        let state = w.slot(s, S_STATE).load(Acquire);
+        if state > STATE_LIVE {
+            return corrupt(format!("member slot {s} has state {state}"));
+        }
+        if state == STATE_LIVE && s as u64 >= seen {
+            seen = w.header(H_SLOTS_SEEN).load(Acquire);
+            if s as u64 >= seen {
+                return corrupt(format!(
+                    "member slot {s} is live but only {seen} slots were ever taken"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The words of a pool file, checked.
 #[derive(Clone, Copy)]
 pub struct Words<'a>(pub &'a [AtomicU64]);
@@ -298,31 +323,24 @@ impl<'a> Words<'a> {
         }
         let w = Words(words);
         for g in 0..MAX_POOL_GPUS {
-            let key = w.gpu(g, G_KEY).load(Relaxed);
-            let lock = w.gpu(g, G_LOCK).load(Relaxed);
+            // The key last: a member counts memory on an entry or takes its word lock only
+            // once it found the entry's key, so what these reads see of a member that is
+            // registering the GPU right now shows its key too (Acquire).
+            let lock = w.gpu(g, G_LOCK).load(Acquire);
+            let used = w.used(g);
+            let key = w.gpu(g, G_KEY).load(Acquire);
             if lock & !LOCK_WAITING > MAX_SLOTS as u64 {
                 return corrupt(format!(
                     "GPU entry {g} is locked by member {lock}, past {MAX_SLOTS}"
                 ));
             }
-            if key == 0 && (w.used(g) != 0 || lock != 0) {
+            if key == 0 && (used != 0 || lock != 0) {
                 return corrupt(format!("GPU entry {g} is empty but has memory in use"));
             }
         }
         // A member raises the count of slots ever taken before it is marked live, so a
         // live slot past it is a corrupted count (the traffic marks would skip it).
-        let seen = w.header(H_SLOTS_SEEN).load(Relaxed);
-        for s in 0..MAX_SLOTS {
-            let state = w.slot(s, S_STATE).load(Relaxed);
-            if state > STATE_LIVE {
-                return corrupt(format!("member slot {s} has state {state}"));
-            }
-            if state == STATE_LIVE && s as u64 >= seen {
-                return corrupt(format!(
-                    "member slot {s} is live but only {seen} slots were ever taken"
-                ));
-            }
-        }
+        check_slots(w, w.header(H_SLOTS_SEEN).load(Acquire))?;
         Ok(w)
     }
 
