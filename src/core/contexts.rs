@@ -406,18 +406,29 @@ impl DeviceLock<'_> {
         }
     }
 
-    /// The bytes the next context on this device is expected to take: what the last one
-    /// measured here took (0 before the first). The hooks reserve it before the driver
-    /// makes the context, so that one the cap cannot take is refused without being made
-    /// (the driver never holds more than the cap, even for a moment); the reservation is
-    /// then set to what the context really took.
+    /// The bytes the next context on this device is expected to take: the least any
+    /// context measured here took (0 before the first). The hooks reserve it before the
+    /// driver makes the context, so that one the cap cannot take is refused without being
+    /// made (the driver never holds more than the cap, even for a moment); the
+    /// reservation is then set to what the context really took.
     pub fn expected(&self) -> u64 {
         self.state.expected
     }
 
-    /// A context on this device took `bytes` (measured): what the next is expected to take.
+    /// A context on this device took `bytes` (measured). A measurement errs only high
+    /// (memory others freed inside its window is counted in), so the least one is the
+    /// closest to what a context takes, as the pool's word keeps it
+    /// (`Member::note_context_bytes`). Kept as the last, one measurement inflated by a
+    /// burst of frees (a 300 MiB context measured at 2.35 GiB beside three churning
+    /// members) became what every later context of the process reserved first: over the
+    /// cap, none could be made again. A context that takes more than the least still
+    /// cannot pass the cap: the driver makes it, and it is undone when its measured bytes
+    /// do not fit.
     pub fn learn(&mut self, bytes: u64) {
-        self.state.expected = bytes;
+        self.state.expected = match self.state.expected {
+            0 => bytes,
+            least => least.min(bytes),
+        };
     }
 
     /// Whether the primary context is already active, so a retain creates nothing.
@@ -1225,17 +1236,21 @@ mod tests {
     }
 
     #[test]
-    fn the_next_context_is_expected_to_take_what_the_last_took_on_its_device() {
+    fn the_next_context_is_expected_to_take_the_least_a_context_took_on_its_device() {
         let book = ContextBook::new();
         assert_eq!(book.lock(1).unwrap().expected(), 0, "nothing measured yet");
         book.lock(1).unwrap().learn(16 << 20);
         assert_eq!(book.lock(1).unwrap().expected(), 16 << 20);
         assert_eq!(book.lock(0).unwrap().expected(), 0, "per device");
         book.lock(1).unwrap().learn(8 << 20);
+        assert_eq!(book.lock(1).unwrap().expected(), 8 << 20, "a lower one");
+        // One measured high (others' frees counted in) does not become what the next
+        // context reserves first.
+        book.lock(1).unwrap().learn(2400 << 20);
         assert_eq!(
             book.lock(1).unwrap().expected(),
             8 << 20,
-            "the last measured"
+            "the least measured"
         );
     }
 }
