@@ -415,6 +415,18 @@ impl DeviceLock<'_> {
         self.state.expected
     }
 
+    /// What the next context on this device reserves before the driver makes it: the
+    /// least a context measured here took, by this process ([`expected`](Self::expected))
+    /// or by any member of its pool (`pool`, 0 if none or outside a pool), whichever is
+    /// less: a first measurement of this process inflated by the other members' frees
+    /// must not outweigh theirs.
+    pub fn expected_beside(&self, pool: u64) -> u64 {
+        match (self.state.expected, pool) {
+            (own, 0) | (0, own) => own,
+            (own, pool) => own.min(pool),
+        }
+    }
+
     /// A context on this device took `bytes` (measured). A measurement errs only high
     /// (memory others freed inside its window is counted in), so the least one is the
     /// closest to what a context takes, as the pool's word keeps it
@@ -1252,5 +1264,19 @@ mod tests {
             8 << 20,
             "the least measured"
         );
+        // Beside a pool: the least of this process's and the pool's.
+        assert_eq!(book.lock(1).unwrap().expected_beside(0), 8 << 20);
+        assert_eq!(book.lock(1).unwrap().expected_beside(6 << 20), 6 << 20);
+        assert_eq!(book.lock(1).unwrap().expected_beside(9 << 20), 8 << 20);
+        assert_eq!(book.lock(0).unwrap().expected_beside(300 << 20), 300 << 20);
+    }
+
+    #[test]
+    fn a_first_context_measured_high_does_not_outweigh_the_pools_least() {
+        // This process's first context was measured at 2.35 GiB (other members freed
+        // inside its window); the pool's members measured 300 MiB: the next reserves 300.
+        let book = ContextBook::new();
+        book.lock(0).unwrap().learn(2400 << 20);
+        assert_eq!(book.lock(0).unwrap().expected_beside(300 << 20), 300 << 20);
     }
 }

@@ -42,22 +42,20 @@ pub(super) fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budg
 }
 
 /// Reserves, before the driver makes a context on `lock`'s device, what it is expected
-/// to take: what the last context measured there took (see `DeviceLock::expected`), or
-/// for the process's first, the least any member of its pool measured there
-/// took. Charged to that device, whatever context is current (none, during a primary
-/// retain). Err (with gpucap's line) when the cap, or the pool's, cannot take it: the
-/// context is then not made.
+/// to take: the least a context measured there took, by this process
+/// (`DeviceLock::expected`) or by any member of its pool, whichever is less (a
+/// measurement errs only high: one of this process's, inflated by the other members'
+/// frees, must not outweigh theirs). Charged to that device, whatever context is current
+/// (none, during a primary retain). Err (with gpucap's line) when the cap, or the
+/// pool's, cannot take it: the context is then not made.
 pub(super) fn reserve_context(
     shim: &'static Shim,
     api: &str,
     lock: &gpucap_core::contexts::DeviceLock<'_>,
 ) -> Result<Reservation<'static>, CuResult> {
     let d = lock.device();
-    let expected = match lock.expected() {
-        0 => crate::membership::current().map_or(0, |m| m.context_bytes(d)),
-        own => own,
-    };
-    reserve_on(shim, api, d, expected)
+    let pool = crate::membership::current().map_or(0, |m| m.context_bytes(d));
+    reserve_on(shim, api, d, lock.expected_beside(pool))
 }
 
 /// Charges a context the driver just made on `lock`'s device (`measured`: the bytes it
