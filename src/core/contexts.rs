@@ -409,8 +409,9 @@ impl DeviceLock<'_> {
     /// The bytes the next context on this device is expected to take: the least any
     /// context measured here took (0 before the first). The hooks reserve it before the
     /// driver makes the context, so that one the cap cannot take is refused without being
-    /// made (the driver never holds more than the cap, even for a moment); the
-    /// reservation is then set to what the context really took.
+    /// made (while contexts take what one took before, the driver never holds more than
+    /// the cap, even for a moment); the reservation is then set to what the context
+    /// really took.
     pub fn expected(&self) -> u64 {
         self.state.expected
     }
