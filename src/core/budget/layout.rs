@@ -238,6 +238,11 @@ impl fmt::Display for LayoutError {
 
 impl std::error::Error for LayoutError {}
 
+/// A corrupted pool file, saying what is wrong in it.
+fn corrupt<T>(what: String) -> Result<T, LayoutError> {
+    Err(LayoutError::Corrupt { what })
+}
+
 /// The member slots' states, checked against `seen`, the count of slots ever taken as
 /// read before them. A member that joins while they are read raises the count before it
 /// is marked live (`Member::join`): a slot seen live past `seen` has the count read again
@@ -245,7 +250,6 @@ impl std::error::Error for LayoutError {}
 /// only a live slot past that one is a corrupted count. (Read once, a process starting
 /// beside others took their pool file for a corrupted one and refused to join it.)
 pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError> {
-    let corrupt = |what: String| Err(LayoutError::Corrupt { what });
     for s in 0..MAX_SLOTS {
         let state = w.slot(s, S_STATE).load(Acquire);
         if state > STATE_LIVE {
@@ -310,7 +314,6 @@ impl<'a> Words<'a> {
                 bytes: words.len() * 8,
             });
         }
-        let corrupt = |what: String| Err(LayoutError::Corrupt { what });
         let geometry = words[H_GEOMETRY].load(Relaxed);
         if geometry != GEOMETRY {
             return corrupt(format!(
