@@ -39,6 +39,9 @@ pub struct Config {
     /// FAKECUDA_NVML_RESERVED: memory NVML shows reserved by the driver on each device,
     /// outside what CUDA sees (default [`DEFAULT_NVML_RESERVED`]).
     pub nvml_reserved: u64,
+    /// FAKECUDA_NVML_PID_OFFSET: NVML lists each process under its pid plus this (default
+    /// 0), as NVML does in a container, where it reports the host's pids.
+    pub nvml_pid_offset: u32,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
 }
@@ -155,6 +158,14 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         Some(v) => parse_size(v.trim())
             .map_err(|e| format!("invalid FAKECUDA_NVML_RESERVED={v:?}: {e}"))?,
     };
+    let nvml_pid_offset = match var("FAKECUDA_NVML_PID_OFFSET") {
+        None => 0,
+        Some(v) => v.trim().parse::<u32>().map_err(|_| {
+            format!(
+                "invalid FAKECUDA_NVML_PID_OFFSET={v:?}: expected a whole number (0 to 4294967295)"
+            )
+        })?,
+    };
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -169,6 +180,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         arena,
         nvml_fail,
         nvml_reserved,
+        nvml_pid_offset,
         visible,
     })
 }
@@ -196,6 +208,13 @@ mod tests {
         assert!(c.shared.is_none() && !c.mig);
         assert_eq!((c.context_mem, c.visible.clone()), (0, vec![0]));
         assert_eq!(c.nvml_reserved, 644_939_776, "an H200's, driver 580");
+        assert_eq!(c.nvml_pid_offset, 0);
+        let c = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "100000")])).unwrap();
+        assert_eq!(c.nvml_pid_offset, 100_000);
+        let e = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "-1")]))
+            .err()
+            .unwrap();
+        assert!(e.contains("FAKECUDA_NVML_PID_OFFSET"), "{e}");
     }
 
     #[test]

@@ -83,6 +83,8 @@ fn processes<T>(
         return Err(NVML_ERROR_INSUFFICIENT_SIZE);
     }
     for (i, &(pid, used)) in procs.iter().enumerate() {
+        // As in a container: the host's pid (FAKECUDA_NVML_PID_OFFSET).
+        let pid = pid.wrapping_add(cfg.nvml_pid_offset);
         // SAFETY: the caller's array holds `room` >= procs.len() entries.
         unsafe { infos.add(i).write_unaligned(make(pid, used, cfg.mig)) };
     }
