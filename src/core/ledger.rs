@@ -346,11 +346,18 @@ impl Ledger {
     /// kernels a launch loaded): added without a check, so the device may stand past its
     /// cap (and the pool past its own) until memory is given back; every request then
     /// is refused. [`settle`](Self::settle) credits it.
+    /// `bytes` is what the driver's own figure moved by, so the caller bounds it by the
+    /// device's memory; here the sum saturates (a figure near `u64::MAX` would otherwise
+    /// wrap the device's use round to a small number and uncap it).
     pub fn force(&self, device: usize, bytes: u64) {
         let Ok(d) = self.device(device) else {
             return;
         };
-        let new = d.used.fetch_add(bytes, AcqRel).saturating_add(bytes);
+        let old = d
+            .used
+            .fetch_update(AcqRel, Acquire, |u| Some(u.saturating_add(bytes)))
+            .unwrap_or_else(|u| u);
+        let new = old.saturating_add(bytes);
         note_peak(d, new);
         if let Some(pool) = self.pool() {
             pool.force(device, bytes);
@@ -808,6 +815,24 @@ mod tests {
         l.reserve(0, 400).unwrap().commit(2);
         assert_eq!(l.usage(0).unwrap().used, 1000);
         l.force(9, 1); // no such device: nothing
+    }
+
+    #[test]
+    fn a_forced_figure_near_the_top_of_u64_saturates_never_wraps_round() {
+        let l = ledger_with_cap(1000);
+        l.reserve(0, 600).unwrap().commit(1);
+        l.force(0, u64::MAX);
+        let u = l.usage(0).unwrap();
+        assert_eq!(
+            (u.used, u.peak),
+            (u64::MAX, u64::MAX),
+            "wrapped to {}",
+            u.used
+        );
+        assert!(
+            l.reserve(0, 1).is_err(),
+            "a wrapped figure would have uncapped it"
+        );
     }
 
     #[test]

@@ -43,12 +43,18 @@ impl<K: Copy + PartialEq> ResidentBook<K> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records `key`, charged as `held` says (a key seen again replaces the old entry:
-    /// a module handle the driver handed out again, its old module gone with its context).
-    pub fn add(&self, key: K, held: Resident) {
+    /// Records `key`, charged as `held` says. A key seen again replaces the old entry
+    /// (a module handle the driver handed out again, its old module gone with its
+    /// context), which is returned: its charge is the caller's to credit, never dropped.
+    #[must_use = "a replaced entry's charge must be credited"]
+    pub fn add(&self, key: K, held: Resident) -> Option<Resident> {
         let mut l = self.list();
-        l.retain(|(k, _)| *k != key);
+        let old = l
+            .iter()
+            .position(|(k, _)| *k == key)
+            .map(|i| l.swap_remove(i).1);
         l.push((key, held));
+        old
     }
 
     /// Takes `key` out (before the driver frees what it holds; None: not charged here).
@@ -59,8 +65,8 @@ impl<K: Copy + PartialEq> ResidentBook<K> {
     }
 
     /// Puts back what [`take`](Self::take) gave, the driver having refused the call.
-    pub fn restore(&self, key: K, held: Resident) {
-        self.add(key, held);
+    pub fn restore(&self, key: K, held: Resident) -> Option<Resident> {
+        self.add(key, held)
     }
 
     /// Takes out the entries whose key `pick` says (what an unload frees), with their keys.
@@ -75,6 +81,11 @@ impl<K: Copy + PartialEq> ResidentBook<K> {
             !picked
         });
         out
+    }
+
+    /// Whether an entry's key is one `pick` says.
+    pub fn any(&self, pick: impl Fn(&K) -> bool) -> bool {
+        self.list().iter().any(|(k, _)| pick(k))
     }
 
     /// The bytes the entries on `device` hold.
@@ -118,12 +129,12 @@ mod tests {
     #[test]
     fn an_entry_is_taken_once_and_restored_if_the_driver_refused() {
         let b = ResidentBook::<u64>::new();
-        b.add(7, held(1, 0, 2 << 20));
+        assert_eq!(b.add(7, held(1, 0, 2 << 20)), None);
         assert_eq!(b.bytes_on(0), 2 << 20);
         let l = b.take(7).unwrap();
         assert_eq!(b.take(7), None, "taken twice");
         assert_eq!(b.bytes_on(0), 0);
-        b.restore(7, l);
+        assert_eq!(b.restore(7, l), None);
         assert_eq!(b.take(7), Some(l));
         assert_eq!(b.take(8), None, "never loaded here");
     }
@@ -131,9 +142,9 @@ mod tests {
     #[test]
     fn entries_are_taken_by_their_keys() {
         let b = ResidentBook::<(u64, u64)>::new();
-        b.add((1, 7), held(1, 0, 2 << 20));
-        b.add((2, 7), held(2, 0, 4 << 20));
-        b.add((1, 8), held(1, 0, 8 << 20));
+        assert_eq!(b.add((1, 7), held(1, 0, 2 << 20)), None);
+        assert_eq!(b.add((2, 7), held(2, 0, 4 << 20)), None);
+        assert_eq!(b.add((1, 8), held(1, 0, 8 << 20)), None);
         let mut taken = b.take_keys(|&(_, owner)| owner == 7);
         taken.sort_by_key(|(k, _)| *k);
         assert_eq!(
@@ -148,10 +159,11 @@ mod tests {
     }
 
     #[test]
-    fn a_key_added_again_replaces_its_old_entry() {
+    fn a_key_added_again_replaces_its_old_entry_and_returns_it_to_credit() {
         let b = ResidentBook::<u64>::new();
-        b.add(7, held(1, 0, 4 << 20));
-        b.add(7, held(2, 0, 2 << 20));
+        assert_eq!(b.add(7, held(1, 0, 4 << 20)), None);
+        let old = b.add(7, held(2, 0, 2 << 20));
+        assert_eq!(old.map(|r| (r.ctx, r.charge.bytes)), Some((1, 4 << 20)));
         assert_eq!(b.bytes_on(0), 2 << 20);
         assert_eq!(b.take(7).map(|l| l.ctx), Some(2));
     }
@@ -159,10 +171,10 @@ mod tests {
     #[test]
     fn the_entries_of_a_gone_context_are_taken_on_their_device_only() {
         let b = ResidentBook::<u64>::new();
-        b.add(1, held(10, 0, 2 << 20));
-        b.add(2, held(10, 0, 4 << 20));
-        b.add(3, held(11, 0, 8 << 20));
-        b.add(4, held(10, 1, 16 << 20));
+        assert_eq!(b.add(1, held(10, 0, 2 << 20)), None);
+        assert_eq!(b.add(2, held(10, 0, 4 << 20)), None);
+        assert_eq!(b.add(3, held(11, 0, 8 << 20)), None);
+        assert_eq!(b.add(4, held(10, 1, 16 << 20)), None);
         let mut credited = b.take_gone(0, |l| l.ctx == 10);
         credited.sort_by_key(|c| c.bytes);
         assert_eq!(

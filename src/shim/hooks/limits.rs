@@ -55,7 +55,9 @@ pub fn ctx_set_limit(
     };
     let restore = || {
         if let Some(r) = before {
-            LIMITS.restore(key, r);
+            if let Some(replaced) = LIMITS.restore(key, r) {
+                SHIM.ledger.settle(replaced.charge);
+            }
         }
     };
     if rc != CUDA_SUCCESS {
@@ -120,7 +122,9 @@ pub fn ctx_set_limit(
                 bytes: now,
             },
         };
-        LIMITS.add(key, held);
+        if let Some(replaced) = LIMITS.add(key, held) {
+            SHIM.ledger.settle(replaced.charge); // another thread's, set meanwhile
+        }
         log!(
             Debug,
             "{API}: limit {limit} = {value} holds {} on GPU {d}",

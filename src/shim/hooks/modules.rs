@@ -105,7 +105,11 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
                 primary: lock.primary() == Some(ctx as u64),
                 charge: Charge { device: d, bytes },
             };
-            MODULES.add(module as u64, loaded);
+            // A handle the driver handed out again: the old module went with its
+            // context, and the driver freed what it held.
+            if let Some(replaced) = MODULES.add(module as u64, loaded) {
+                SHIM.ledger.settle(replaced.charge);
+            }
             log!(
                 Debug,
                 "{api}: the module takes {} on GPU {d}",
@@ -137,7 +141,9 @@ pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Han
         SHIM.ledger.settle_announced(freeing);
     } else {
         SHIM.ledger.withdraw(freeing);
-        MODULES.restore(module as u64, loaded);
+        if let Some(replaced) = MODULES.restore(module as u64, loaded) {
+            SHIM.ledger.settle(replaced.charge);
+        }
     }
     rc
 }
