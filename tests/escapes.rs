@@ -304,6 +304,8 @@ fn kernels_loaded_at_a_first_launch_are_charged() {
         &[][..],
         &[("GPUCAP_POOL", "lazy"), ("GPUCAP_POOL_DIR", pool_dir)][..],
         &[("FAKECUDA_NVML_FAIL", "1")][..],
+        // NVML lists the host's pids (a container): this process is not in its list.
+        &[("FAKECUDA_NVML_PID_OFFSET", "100000")][..],
     ] {
         let env = [&lib[..], env].concat();
         let (o, s) = escapes(&["lazy-kernels", "256Mi"], 1, Some("256Mi"), &env);
@@ -324,4 +326,46 @@ fn kernels_loaded_at_a_first_launch_are_charged() {
     }
     let (o, _) = escapes(&["lazy-kernels", "256Mi"], 1, None, &lib);
     assert_failed(&o, "lazy-kernels without the shim");
+}
+
+/// A library's kernel is loaded by the driver into every context that uses it (issue
+/// 34): a kernel handle launched (or asked for with `cuKernelGetFunction`) in five
+/// created contexts beside the primary is charged in each, so that a sixth copy past the
+/// cap is refused before the driver loads it, and the fake driver's own figure never
+/// passes the cap; each created context's copy is credited with it. Alone, in a pool,
+/// without NVML, and with NVML listing host pids as in a container (this process is not
+/// in its list: the measurement falls back to the context's free memory).
+#[test]
+fn a_librarys_kernels_are_charged_in_every_context_they_are_loaded_into() {
+    let dir = scratch("escapes-lazy-contexts-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let lib = [("FAKECUDA_LIBRARY_MEM", "200Mi")];
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "ctxs"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[("FAKECUDA_NVML_FAIL", "1")][..],
+        &[("FAKECUDA_NVML_PID_OFFSET", "100000")][..],
+    ] {
+        let env = [&lib[..], env].concat();
+        let (o, s) = escapes(&["lazy-contexts", "1000Mi"], 1, Some("1000Mi"), &env);
+        assert_passed(&o, &format!("lazy-contexts with the shim {env:?}"));
+        assert!(
+            s[0].peak_used <= 1000 << 20,
+            "{env:?}: the fake driver held {} MiB under a 1000 MiB cap",
+            s[0].peak_used >> 20
+        );
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        let err = stderr(&o);
+        assert!(
+            err.contains("cuLaunchKernel: refused before the driver loaded anything: a first use of this library or module in this context is expected to load 200 MiB on GPU 0"),
+            "{env:?}: {err}"
+        );
+    }
+    let (o, s) = escapes(&["lazy-contexts", "1000Mi"], 1, None, &lib);
+    assert_failed(&o, "lazy-contexts without the shim");
+    assert!(
+        s[0].peak_used >= 1200 << 20,
+        "six copies without the shim: {:?}",
+        s[0]
+    );
 }

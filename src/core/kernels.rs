@@ -86,35 +86,166 @@ impl SeenSet {
             s.store(0, Release);
         }
     }
+
+    /// Forgets the keys `forget` picks (those of one device: a context there ended),
+    /// keeping the others. The table is rebuilt (open addressing leaves no hole): a key
+    /// another thread records meanwhile may be forgotten too, and its next use is then
+    /// measured again, which finds nothing more loaded.
+    pub fn forget(&self, forget: impl Fn(u64) -> bool) {
+        let mut kept = Vec::new();
+        for s in &self.slots {
+            match s.load(Acquire) {
+                0 => {}
+                k if forget(k) => {}
+                k => kept.push(k),
+            }
+        }
+        self.clear();
+        for k in kept {
+            self.insert(k);
+        }
+    }
 }
 
-/// Bits of a function handle kept in its key: user-space addresses (x86-64, AArch64)
-/// fit in 48; the device goes above them.
+/// Bits of a handle (or of a hash) kept in a key: user-space addresses (x86-64,
+/// AArch64) fit in 48; the device goes above them, then the key's kind.
 const HANDLE_BITS: u32 = 48;
+const PAYLOAD: u64 = (1 << HANDLE_BITS) - 1;
+/// The kind bits of the three kinds of key (never 0: the [`SeenSet`]'s empty slot).
+const KIND_LAUNCH: u64 = 1 << 54;
+const KIND_NAME: u64 = 1 << 55;
+const KIND_CONTEXT: u64 = 1 << 56;
 
-/// The key of function `f` launched on `device` in the [`SeenSet`] (never 0). Two
-/// handles equal in their low 48 bits would share a key, and the second's first launch
-/// go unmeasured; driver handles are addresses, which differ there.
+#[inline(always)]
+fn key(payload: u64, device: usize, kind: u64) -> u64 {
+    (payload & PAYLOAD) | ((device as u64 & 0x3f) << HANDLE_BITS) | kind
+}
+
+/// The device a key of [`launch_key`], [`name_key`] or [`context_key`] was made for.
+pub fn key_device(key: u64) -> usize {
+    ((key >> HANDLE_BITS) & 0x3f) as usize
+}
+
+/// The key of function `f` launched on `device` in the [`SeenSet`] (never 0). A
+/// function handle (`CUfunction`) belongs to one context, so that one key per device
+/// is one per context. Two handles equal in their low 48 bits would share a key, and
+/// the second's first launch go unmeasured; driver handles are addresses, which differ
+/// there.
 #[inline(always)]
 pub fn launch_key(f: u64, device: usize) -> u64 {
-    let handle = f & ((1 << HANDLE_BITS) - 1);
-    (handle | ((device as u64 & 0x3f) << HANDLE_BITS)) + 2
+    key(f, device, KIND_LAUNCH)
+}
+
+/// The key of a *kernel* handle (`CUkernel`, `cuLibraryGetKernel`: one handle for every
+/// context) used in context `ctx` on `device`: the driver loads the kernel into each
+/// context where it is used, so each (kernel, context) is a first use of its own. A
+/// hash of the two, 48 bits kept.
+pub fn context_key(kernel: u64, ctx: u64, device: usize) -> u64 {
+    let h = (kernel ^ ctx.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    key(h >> 16, device, KIND_CONTEXT)
 }
 
 /// The key of the function `name` of module `module` asked for on `device`
 /// (`cuModuleGetFunction`, where CUDA's lazy loading loads a module's kernel) in the
-/// [`SeenSet`]: a hash of the three, with bit 62 set, apart from every [`launch_key`]
-/// (below 2^54). Two names of one module that hash alike would share a key, and the
-/// second's lookup go unmeasured (its first launch is measured all the same).
+/// [`SeenSet`]: a hash of the three, apart from every [`launch_key`]. A module lives in
+/// one context, so that this key is one per context too. Two names of one module that
+/// hash alike would share a key, and the second's lookup go unmeasured (its first
+/// launch is measured all the same).
 pub fn name_key(module: u64, name: &[u8], device: usize) -> u64 {
-    // FNV-1a over the name, then the module and the device mixed in.
+    // FNV-1a over the name, then the module mixed in.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in name {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    h ^= module.rotate_left(17) ^ ((device as u64) << 56);
+    h ^= module.rotate_left(17);
     h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (h >> 2) | (1 << 62)
+    key(h >> 16, device, KIND_NAME)
+}
+
+/// What the first uses of an owner's (a library's or a module's) functions took, to
+/// expect before the next one: a first use that can still be refused (a launch, a
+/// `cuKernelGetFunction` or `cuModuleGetFunction` before the driver loads) reserves it
+/// first, and is refused if the cap, the pool or another member's guarantee cannot take
+/// it. `first`: the most a first use took where the owner had nothing loaded in that
+/// context yet (its code, its globals: a library in each new context); `more`: the most
+/// a further function of it took in a context that held it already. An owner never seen
+/// is expected to take nothing: measured, then charged (past the cap only by what the
+/// measurement found beyond the reservation).
+pub struct LoadEstimates {
+    seen: std::sync::Mutex<Vec<(u64, Estimate)>>,
+}
+
+/// [`LoadEstimates`]' figures of one owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Estimate {
+    pub first: u64,
+    pub more: u64,
+}
+
+/// Owners remembered: the oldest are forgotten past it (expected to take nothing again).
+const ESTIMATED_OWNERS: usize = 4096;
+
+impl Default for LoadEstimates {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LoadEstimates {
+    pub const fn new() -> Self {
+        LoadEstimates {
+            seen: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Estimate)>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What a first use of a function of `owner` is expected to take in a context where
+    /// the owner already has something loaded (`loaded_there`) or not. 0 for owner 0
+    /// (the driver did not say) and for owners never measured.
+    pub fn expected(&self, owner: u64, loaded_there: bool) -> u64 {
+        if owner == 0 {
+            return 0;
+        }
+        self.list()
+            .iter()
+            .find(|(o, _)| *o == owner)
+            .map_or(0, |(_, e)| if loaded_there { e.more } else { e.first })
+    }
+
+    /// Records that a first use of `owner`'s function took `bytes` (see [`expected`]).
+    ///
+    /// [`expected`]: Self::expected
+    pub fn learn(&self, owner: u64, loaded_there: bool, bytes: u64) {
+        if owner == 0 {
+            return;
+        }
+        let mut l = self.list();
+        let i = match l.iter().position(|(o, _)| *o == owner) {
+            Some(i) => i,
+            None => {
+                if l.len() >= ESTIMATED_OWNERS {
+                    l.remove(0);
+                }
+                l.push((owner, Estimate::default()));
+                l.len() - 1
+            }
+        };
+        let e = &mut l[i].1;
+        let figure = if loaded_there {
+            &mut e.more
+        } else {
+            &mut e.first
+        };
+        *figure = (*figure).max(bytes);
+    }
+
+    /// Forgets `owner` (unloaded: the driver may hand its handle to another).
+    pub fn forget(&self, owner: u64) {
+        self.list().retain(|(o, _)| *o != owner);
+    }
 }
 
 /// What a first use loaded, from the driver's figure for this process before and after
@@ -180,10 +311,18 @@ mod tests {
         assert_ne!(k, name_key(0x7f00_0000_1000, b"fusion_4", 0));
         assert_ne!(k, name_key(0x7f00_0000_2000, b"fusion_3", 0));
         assert_ne!(k, name_key(0x7f00_0000_1000, b"fusion_3", 1));
-        for key in [k, name_key(0, b"", 0), name_key(u64::MAX, b"x", 63)] {
-            assert!((1 << 62..1 << 63).contains(&key), "{key:#x}");
+        for (key, d) in [
+            (k, 0),
+            (name_key(0, b"", 0), 0),
+            (name_key(u64::MAX, b"x", 63), 63),
+        ] {
+            assert_eq!(
+                key & (KIND_LAUNCH | KIND_NAME | KIND_CONTEXT),
+                KIND_NAME,
+                "{key:#x}"
+            );
+            assert_eq!(key_device(key), d);
         }
-        assert!(launch_key(u64::MAX, 63) < 1 << 62);
     }
 
     #[test]
@@ -195,5 +334,84 @@ mod tests {
             let k = launch_key(f, d);
             assert!((2..1 << 63).contains(&k), "{f:#x} on {d}: {k:#x}");
         }
+    }
+
+    #[test]
+    fn a_kernel_has_one_key_per_context_apart_from_function_keys() {
+        let (k, c1, c2) = (
+            0x7f00_0000_4000u64,
+            0x5555_0000_1000u64,
+            0x5555_0000_2000u64,
+        );
+        assert_ne!(context_key(k, c1, 0), context_key(k, c2, 0), "two contexts");
+        assert_ne!(
+            context_key(k, c1, 0),
+            context_key(k + 64, c1, 0),
+            "two kernels"
+        );
+        assert_ne!(context_key(k, c1, 0), launch_key(k, 0));
+        assert_eq!(context_key(k, c1, 0), context_key(k, c1, 0));
+        for d in [0, 1, 7, 63] {
+            for key in [
+                context_key(k, c1, d),
+                launch_key(k, d),
+                name_key(k, b"f", d),
+            ] {
+                assert_eq!(key_device(key), d, "{key:#x}");
+                assert_ne!(key, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn forgetting_one_devices_keys_keeps_the_others() {
+        let s = Box::new(SeenSet::new());
+        let on = |d: usize| -> Vec<u64> {
+            (0..500u64)
+                .map(|i| launch_key(0x7f00_0000_0000 + i * 64, d))
+                .chain((0..500u64).map(|i| context_key(0x6000 + i, 0x9000, d)))
+                .collect()
+        };
+        let (zero, one) = (on(0), on(1));
+        assert!(zero.iter().chain(&one).all(|&k| s.insert(k)));
+        s.forget(|k| key_device(k) == 1);
+        assert!(zero.iter().all(|&k| s.contains(k)), "device 0's kept");
+        assert!(one.iter().all(|&k| !s.contains(k)), "device 1's forgotten");
+    }
+
+    #[test]
+    fn an_owner_is_expected_to_take_what_it_took_in_another_context() {
+        let e = LoadEstimates::new();
+        assert_eq!(e.expected(7, false), 0, "never seen: nothing expected");
+        e.learn(7, false, 200 << 20);
+        e.learn(7, true, 2 << 20);
+        e.learn(7, false, 100 << 20);
+        assert_eq!(
+            e.expected(7, false),
+            200 << 20,
+            "the most a new context took"
+        );
+        assert_eq!(
+            e.expected(7, true),
+            2 << 20,
+            "a further kernel where it is loaded"
+        );
+        assert_eq!(e.expected(8, false), 0);
+        e.learn(0, false, 1 << 30);
+        assert_eq!(e.expected(0, false), 0, "an owner the driver did not name");
+        e.forget(7);
+        assert_eq!(e.expected(7, false), 0, "unloaded: forgotten");
+        for o in 1..=(ESTIMATED_OWNERS as u64 + 1) {
+            e.learn(o, false, o);
+        }
+        assert_eq!(
+            e.expected(1, false),
+            0,
+            "the oldest forgotten past the bound"
+        );
+        assert_eq!(
+            e.expected(ESTIMATED_OWNERS as u64 + 1, false),
+            ESTIMATED_OWNERS as u64 + 1
+        );
     }
 }

@@ -53,8 +53,18 @@ pub static CONTEXTS: ContextBook = ContextBook::new();
 /// Loaded modules and what each was charged.
 pub static MODULES: gpucap_core::modules::ModuleBook = gpucap_core::modules::ModuleBook::new();
 
-/// The functions launched (or loaded) once on a device, by `kernels::launch_key`.
+/// The functions launched (or loaded) once in a context: by `kernels::launch_key` (a
+/// function handle), `context_key` (a kernel handle in a context) or `name_key`.
 pub static LAUNCHED: gpucap_core::kernels::SeenSet = gpucap_core::kernels::SeenSet::new();
+
+/// The handles found to be kernel handles (`cuLibraryGetKernel`'s, one for every
+/// context), by `kernels::launch_key(handle, 0)`: looked up per context.
+pub static KERNEL_HANDLES: gpucap_core::kernels::SeenSet = gpucap_core::kernels::SeenSet::new();
+
+/// What the first uses of each library's or module's functions took, to reserve
+/// before the next one.
+pub static ESTIMATES: gpucap_core::kernels::LoadEstimates =
+    gpucap_core::kernels::LoadEstimates::new();
 
 /// What the kernels loaded at first launches took, by context and function.
 pub static KERNELS: gpucap_core::kernels::KernelBook = gpucap_core::kernels::KernelBook::new();

@@ -66,6 +66,12 @@
  *                  <cap0>/8: a module's kernels are charged when their functions are
  *                  first asked for (cuModuleGetFunction), once each, and go with the
  *                  module.
+ *   lazy-contexts  (cap <cap0>, <lib> 1/5 of it) a library's kernel launched in the
+ *                  primary context, then in five created contexts (launched in three,
+ *                  cuKernelGetFunction in two): the driver loads it into each context,
+ *                  so each is charged; the sixth copy (past the cap) is refused with
+ *                  CUDA_ERROR_OUT_OF_MEMORY before the driver loads it; each created
+ *                  context's copy goes with that context.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -638,6 +644,46 @@ static void lazy_kernels(void) {
     IN_USE(0, 0, "the module unloaded with its kernels");
 }
 
+/* A library's kernel used in six contexts: loaded (and charged) in each. */
+static void lazy_contexts(void) {
+    one_context();
+    size_t lib = g_cap[0] / 5;
+    CUlibrary l = NULL;
+    CUkernel k = kernel_of(&l, "k0");
+    IN_USE(0, 0, "a library loaded, no kernel used");
+    MUST(launch(k));
+    IN_USE(0, lib, "the kernel launched in the primary context");
+    CUcontext c[5] = {0};
+    for (int i = 0; i < 4; i++) {
+        MUST(cuCtxCreate_v2(&c[i], 0, 0));
+        CUresult rc;
+        if (i % 2 == 0) {
+            rc = launch(k);
+        } else {
+            CUfunction f = NULL;
+            rc = cuKernelGetFunction(&f, k);
+        }
+        CHECK(rc == CUDA_SUCCESS, "the kernel's first use in created context %d -> %d", i + 1, rc);
+        /* IN_USE asks in GPU 0's primary context, then makes c[i] current again. */
+        IN_USE(0, (size_t)(i + 2) * lib, "the kernel used in %d created contexts", i + 1);
+        MUST(cuCtxSetCurrent(c[i]));
+        MUST(launch(k));
+        IN_USE(0, (size_t)(i + 2) * lib, "launched again in created context %d", i + 1);
+    }
+    /* A sixth copy does not fit: refused before the driver loads it. */
+    MUST(cuCtxCreate_v2(&c[4], 0, 0));
+    CUresult rc = launch(k);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a sixth copy past the cap -> %d, expected 2", rc);
+    IN_USE(0, 5 * lib, "the sixth copy refused: nothing loaded");
+    for (int i = 4; i >= 0; i--) MUST(cuCtxDestroy_v2(c[i]));
+    use(0);
+    IN_USE(0, lib, "the created contexts destroyed with their copies");
+    MUST(launch(k));
+    IN_USE(0, lib, "the primary context's copy stays");
+    MUST(cuLibraryUnload(l));
+    IN_USE(0, 0, "the library unloaded");
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
@@ -659,6 +705,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "module-globals") == 0) module_globals();
     else if (strcmp(mode, "stack-limit") == 0) stack_limit();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
+    else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

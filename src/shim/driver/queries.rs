@@ -393,6 +393,15 @@ pub fn function_owner(f: Handle) -> u64 {
         .unwrap_or(0)
 }
 
+/// The library of a kernel handle (None: `f` is not one, e.g. a function handle).
+pub fn kernel_library(f: Handle) -> Option<u64> {
+    let call = calls::cuKernelGetLibrary()?;
+    let mut lib: Handle = null_mut();
+    // SAFETY: a valid out-pointer; the driver checks the handle (an error for any
+    // handle that is not a kernel's).
+    (unsafe { call(&mut lib, f) } == CUDA_SUCCESS && !lib.is_null()).then_some(lib as u64)
+}
+
 /// The module of a library (None: the driver does not say).
 pub fn library_module(lib: Handle) -> Option<u64> {
     let call = calls::cuLibraryGetModule()?;

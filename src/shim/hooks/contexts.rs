@@ -516,5 +516,5 @@ fn residents_gone(device: usize) {
     {
         SHIM.ledger.settle(charge);
     }
-    LAUNCHED.clear();
+    LAUNCHED.forget(|key| gpucap_core::kernels::key_device(key) == device);
 }

@@ -10,7 +10,7 @@ use std::ffi::c_char;
 
 use super::contexts::{context_lock, pool_marks};
 use super::*;
-use crate::state::{KERNELS, LAUNCHED};
+use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED};
 use gpucap_core::kernels::{self, launch_key};
 use gpucap_core::residents::Resident;
 
@@ -94,7 +94,8 @@ pub fn launch_kernel_ex(
 }
 
 /// `cuKernelGetFunction`: the kernel is loaded into the current context here, if not
-/// yet; measured once per kernel and device, as a first launch.
+/// yet; measured once per kernel and context, as a first launch, and the function it
+/// gives (that context's) is then seen.
 pub fn kernel_get_function(
     real: unsafe extern "C" fn(*mut Handle, Handle) -> CuResult,
     out: *mut Handle,
@@ -102,22 +103,38 @@ pub fn kernel_get_function(
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
     let call = || unsafe { real(out, kernel) };
-    launched("cuKernelGetFunction", kernel, call)
+    let Some(d) = known_device().or_else(|| current_device().and_then(|d| usize::try_from(d).ok()))
+    else {
+        return call();
+    };
+    let Some(ctx) = queries::current_context() else {
+        return call();
+    };
+    let key = kernels::context_key(kernel as u64, ctx as u64, d);
+    if LAUNCHED.contains(key) {
+        return call();
+    }
+    // SAFETY (closure): the driver wrote the function handle where the caller asked.
+    let function = || (!out.is_null()).then(|| unsafe { *out });
+    let owner = || queries::function_owner(kernel);
+    first_use("cuKernelGetFunction", key, d, call, function, owner)
 }
 
 /// A launch (or a lookup that loads) of function or kernel `f`, made by `call`: measured
-/// as its first use on the current context's device if it is one (`first_on`), else
-/// forwarded.
+/// as its first use in the current context if it is one, else forwarded. A function
+/// handle belongs to one context (one key per device is one per context, and a launch
+/// after the first costs one lookup); a kernel handle (`cuLibraryGetKernel`) is used in
+/// every context, and each context loads it anew: its key names the context too.
 #[inline(always)]
 fn launched(api: &str, f: Handle, mut call: impl FnMut() -> CuResult) -> CuResult {
     match first_on(f) {
         None => call(),
-        Some(d) => first_use(api, launch_key(f as u64, d), d, call, || Some(f)),
+        Some(d) => not_seen(api, f, d, call),
     }
 }
 
-/// The device of the current context if `f` was not used there yet (None: it was, or
-/// there is no context: the driver answers).
+/// The device of the current context if `f` was not used there yet as a function
+/// (None: it was, or there is no context: the driver answers).
 #[inline(always)]
 fn first_on(f: Handle) -> Option<usize> {
     let d = match known_device() {
@@ -127,11 +144,59 @@ fn first_on(f: Handle) -> Option<usize> {
     (!LAUNCHED.contains(launch_key(f as u64, d))).then_some(d)
 }
 
+/// `f` not seen as a function on device `d`: a kernel handle is looked up by its key in
+/// the current context; a function's first use is measured.
+#[cold]
+#[inline(never)]
+fn not_seen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) -> CuResult {
+    if !is_kernel(f) {
+        return first_use(
+            api,
+            launch_key(f as u64, d),
+            d,
+            call,
+            || Some(f),
+            || queries::function_owner(f),
+        );
+    }
+    let Some(ctx) = queries::current_context() else {
+        return call();
+    };
+    let key = kernels::context_key(f as u64, ctx as u64, d);
+    if LAUNCHED.contains(key) {
+        return call();
+    }
+    first_use(api, key, d, call, || None, || queries::function_owner(f))
+}
+
+/// Whether `f` is a kernel handle (the driver names its library), remembered once seen.
+fn is_kernel(f: Handle) -> bool {
+    let key = launch_key(f as u64, 0);
+    if KERNEL_HANDLES.contains(key) {
+        return true;
+    }
+    let kernel = queries::kernel_library(f).is_some();
+    if kernel {
+        KERNEL_HANDLES.insert(key);
+    }
+    kernel
+}
+
 /// The first use on device `d` of what `key` names (a function or kernel launched or
-/// asked for): measured around the call, in the current context, under the device's
-/// context lock (where a second thread's first use waits, then finds it seen), and
-/// charged to the function `function` says once the call is made. A use that cannot be
-/// measured is made all the same (it cannot be refused after the fact) and said.
+/// asked for, in the current context), which CUDA's lazy loading makes load code and
+/// data there. Under the device's context lock (where a second thread's first use
+/// waits, then finds it seen):
+/// 1. what a first use of its owner's functions took before (`owner()`: its library or
+///    module, see `kernels::LoadEstimates`) is reserved: if the cap, the pool or another
+///    member's guarantee cannot take it, the call is refused with
+///    `CUDA_ERROR_OUT_OF_MEMORY` before the driver loads anything, as the driver itself
+///    answers when lazy loading finds no memory;
+/// 2. the call is made and measured: by the driver's figure for this process (NVML),
+///    else by the context's free memory with the pool's traffic taken out;
+/// 3. the reservation becomes the measured figure; what the cap cannot take beyond it
+///    is charged by force (the driver holds it: past the cap, first out of this member's
+///    own guarantee; see `Ledger::force`), said at error level. A use that cannot be
+///    measured keeps what was reserved, and is said at error level under a cap.
 #[cold]
 #[inline(never)]
 fn first_use(
@@ -140,6 +205,7 @@ fn first_use(
     d: usize,
     mut call: impl FnMut() -> CuResult,
     function: impl Fn() -> Option<Handle>,
+    owner: impl Fn() -> u64,
 ) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
@@ -156,8 +222,31 @@ fn first_use(
     if LAUNCHED.contains(key) {
         return call(); // another thread's first use came first
     }
+    let owner = owner();
+    let loaded_there = owner != 0 && KERNELS.any(|&(c, _, o)| c == ctx as u64 && o == owner);
+    let expected = ESTIMATES.expected(owner, loaded_there);
+    let held = match expected {
+        0 => None,
+        bytes => match reserve_on(shim, api, d, bytes) {
+            Ok(r) => Some(r),
+            Err(rc) => {
+                log!(
+                    Warn,
+                    "{api}: refused before the driver loaded anything: a first use of this {} in this context is expected to load {} on GPU {d} (what one took before)",
+                    if loaded_there {
+                        "library's or module's further kernel"
+                    } else {
+                        "library or module"
+                    },
+                    gpucap_core::size::format_bytes(bytes)
+                );
+                return rc;
+            }
+        },
+    };
     // The driver's figure for this process (NVML), which other processes' traffic does
-    // not move; where NVML cannot say it, the device's free memory in the context (as a
+    // not move; where NVML cannot say it (no NVML, or it does not list this process:
+    // a container's pid namespace), the device's free memory in the context (as a
     // module load), the pool's traffic taken out.
     let own = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
     let (rc, measured) = match queries::own_used(d) {
@@ -177,60 +266,131 @@ fn first_use(
         }
     };
     if rc != CUDA_SUCCESS {
+        drop(held);
         return rc; // not seen: the next use measures again
     }
     LAUNCHED.insert(key);
     // The function asked for is loaded now: its first launch has nothing to load.
-    let f = function().unwrap_or(std::ptr::null_mut());
-    LAUNCHED.insert(launch_key(f as u64, d));
-    match measured {
-        Ok(0) => {}
+    if let Some(f) = function() {
+        LAUNCHED.insert(launch_key(f as u64, d));
+    }
+    let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
+    let bytes = match measured {
         Ok(bytes) => {
-            SHIM.ledger.force(d, bytes);
-            let held = Resident {
-                ctx: ctx as u64,
-                ctx_id: queries::context_id(ctx),
-                primary: lock.primary() == Some(ctx as u64),
-                charge: Charge { device: d, bytes },
-            };
-            // A function measured again (after a teardown) keeps what it held.
-            let key = (ctx as u64, f as u64, queries::function_owner(f));
-            let held = match KERNELS.take(key) {
-                Some(prev) if prev.ctx_id == held.ctx_id => Resident {
-                    charge: Charge {
-                        device: d,
-                        bytes: prev.charge.bytes + bytes,
-                    },
-                    ..held
-                },
-                Some(prev) => {
-                    // Its context is gone: that handle is another context's now.
-                    SHIM.ledger.settle(prev.charge);
-                    held
-                }
-                None => held,
-            };
-            KERNELS.add(key, held);
-            let taken = gpucap_core::size::format_bytes(bytes);
-            match SHIM.ledger.usage(d) {
-                Some(u) if u.used > u.cap => log!(
-                    Error,
-                    "{api}: the kernels its first use loaded took {taken} on GPU {d}, past the cap ({} of {} in use): charged; every allocation is refused until memory is given back",
-                    gpucap_core::size::format_bytes(u.used),
-                    gpucap_core::size::format_bytes(u.cap)
-                ),
-                _ => log!(
-                    Debug,
-                    "{api}: its first use loaded {taken} of kernels on GPU {d}"
-                ),
-            }
+            // Never more than the device holds: a figure past it is no measurement.
+            let bytes = bytes.min(calls::physical_total(d).unwrap_or(u64::MAX));
+            ESTIMATES.learn(owner, loaded_there, bytes);
+            bytes
         }
-        Err(why) => log!(
-            Warn,
-            "{api}: what its first use on GPU {d} loaded could not be measured ({why}): not counted"
+        Err(why) => {
+            let capped = SHIM
+                .ledger
+                .usage(d)
+                .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
+            let kept = gpucap_core::size::format_bytes(reserved);
+            if capped {
+                log!(
+                    Error,
+                    "{api}: what its first use on GPU {d} loaded could not be measured ({why}): charged what it was expected to take ({kept})"
+                );
+            } else {
+                log!(
+                    Warn,
+                    "{api}: what its first use on GPU {d} loaded could not be measured ({why}): charged {kept} (GPU {d} has no cap)"
+                );
+            }
+            reserved
+        }
+    };
+    let forced = charge_loaded(held, d, bytes);
+    if bytes > 0 {
+        book(
+            ctx,
+            f_key(&function, key),
+            owner,
+            &lock,
+            Charge { device: d, bytes },
+        );
+    }
+    let taken = gpucap_core::size::format_bytes(bytes);
+    match SHIM.ledger.usage(d) {
+        Some(u) if forced > 0 && u.used > u.cap => log!(
+            Error,
+            "{api}: the kernels its first use loaded took {taken} on GPU {d}, past the cap ({} of {} in use): charged; every allocation is refused until memory is given back",
+            gpucap_core::size::format_bytes(u.used),
+            gpucap_core::size::format_bytes(u.cap)
         ),
+        _ if bytes > 0 => log!(
+            Debug,
+            "{api}: its first use loaded {taken} of kernels on GPU {d}"
+        ),
+        _ => {}
     }
     rc
+}
+
+/// The handle the book keys a first use's charge by: the function asked for, else
+/// the key itself (a kernel handle's use in one context).
+fn f_key(function: &impl Fn() -> Option<Handle>, key: u64) -> u64 {
+    function().map_or(key, |f| f as u64)
+}
+
+/// Charges `bytes` a first use loaded on device `d`, `held` being what was reserved
+/// for it: the reservation grows (or shrinks) to it; what the cap cannot take beyond
+/// the reservation is charged by force. Returns the bytes forced.
+fn charge_loaded(held: Option<Reservation<'static>>, d: usize, bytes: u64) -> u64 {
+    let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
+    let forced = match held {
+        Some(mut r) => {
+            let forced = match SHIM.ledger.resize(&mut r, bytes) {
+                Ok(()) => 0,
+                Err(_) => bytes - reserved,
+            };
+            r.keep();
+            forced
+        }
+        None => bytes,
+    };
+    if forced > 0 {
+        SHIM.ledger.force(d, forced);
+    }
+    forced
+}
+
+/// Records `charge` under (context, function, owner), credited when the context goes
+/// or the owner is unloaded. A function measured again (after a teardown) keeps what it
+/// held; an entry of a context gone (its handle another context's now) is credited.
+fn book(
+    ctx: Handle,
+    f: u64,
+    owner: u64,
+    lock: &gpucap_core::contexts::DeviceLock<'_>,
+    charge: Charge,
+) {
+    let held = Resident {
+        ctx: ctx as u64,
+        ctx_id: queries::context_id(ctx),
+        primary: lock.primary() == Some(ctx as u64),
+        charge,
+    };
+    let key = (ctx as u64, f, owner);
+    let held = match KERNELS.take(key) {
+        Some(prev) if prev.ctx_id == held.ctx_id => Resident {
+            charge: Charge {
+                device: charge.device,
+                bytes: prev.charge.bytes.saturating_add(charge.bytes),
+            },
+            ..held
+        },
+        Some(prev) => {
+            SHIM.ledger.settle(prev.charge);
+            held
+        }
+        None => held,
+    };
+    if let Some(replaced) = KERNELS.add(key, held) {
+        SHIM.ledger.settle(replaced.charge); // another thread's, between take and add
+    }
 }
 
 /// `cuModuleGetFunction`: CUDA's lazy loading loads a module's kernel here, not at
@@ -259,7 +419,9 @@ pub fn module_get_function(
     }
     // SAFETY (closure): the driver wrote the function handle where the caller asked.
     let function = || (!out.is_null()).then(|| unsafe { *out });
-    first_use("cuModuleGetFunction", key, d, call, function)
+    first_use("cuModuleGetFunction", key, d, call, function, || {
+        module as u64
+    })
 }
 
 /// `cuLibraryUnload`: the kernels of the library its functions' first launches loaded go
@@ -285,11 +447,15 @@ pub(super) fn unloading(owners: &[Option<u64>], call: impl FnOnce() -> CuResult)
         freeing
             .into_iter()
             .for_each(|f| SHIM.ledger.settle_announced(f));
+        owners.iter().flatten().for_each(|&o| ESTIMATES.forget(o));
         LAUNCHED.clear();
+        KERNEL_HANDLES.clear();
     } else {
         freeing.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
         for (key, r) in taken {
-            KERNELS.restore(key, r);
+            if let Some(replaced) = KERNELS.restore(key, r) {
+                SHIM.ledger.settle(replaced.charge);
+            }
         }
     }
     rc
