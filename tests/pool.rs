@@ -1606,3 +1606,57 @@ fn two_first_joiners_with_one_pid_do_not_remove_each_others_temporary_file() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
+
+/// A neighbour's charge that could not be refused (issue 34): B holds 510 MiB of a
+/// 1 GiB pool, then its first use of a library (a launch) or of a module's function
+/// (`cuModuleGetFunction`) makes the driver load 256 MiB that nobody could foresee,
+/// charged by force. A holds a guarantee of 512 MiB and nothing yet: its 512 MiB, inside
+/// the guarantee, is served all the same (before, it was refused with "766 MiB of the
+/// pool's 1 GiB cap in use, 0 B of it by this process"). The fake driver then holds at
+/// most the cap plus what was forced past it (254 MiB), never more.
+#[test]
+fn a_forced_charge_never_eats_another_members_guarantee() {
+    for (step, var) in [
+        ("kernel", "FAKECUDA_LIBRARY_MEM"),
+        ("getfn", "FAKECUDA_FUNCTION_MEM"),
+    ] {
+        let p = Pool::new(&format!("forced-guarantee-{step}"));
+        let a = spawn(
+            p.script(
+                "a.json",
+                &[
+                    &format!("touch:{}", p.path("a-in")),
+                    &format!("wait:{}", p.path("b-loaded")),
+                    "alloc:512Mi",
+                    &format!("touch:{}", p.path("a-done")),
+                ],
+            )
+            .env("GPUCAP_GUARANTEE", "512Mi"),
+        );
+        p.wait_file("a-in");
+        let b = run(p
+            .script(
+                "b.json",
+                &[
+                    "alloc:510Mi",
+                    step,
+                    &format!("touch:{}", p.path("b-loaded")),
+                    &format!("wait:{}", p.path("a-done")),
+                ],
+            )
+            .env(var, "256Mi"));
+        let a = finish(a);
+        assert!(has(&b, &format!("{step} 0")), "{step}: {}", dump(&b));
+        assert!(
+            has(&a, &format!("alloc {} 0", 512 * MIB)),
+            "{step}: the guarantee was eaten by B's forced charge\n{}",
+            dump(&a)
+        );
+        let peak = p.shared_peak("b.json").max(p.shared_peak("a.json"));
+        assert!(
+            peak <= (1024 + 254) * MIB,
+            "{step}: the fake driver held {} MiB",
+            peak / MIB
+        );
+    }
+}

@@ -12,6 +12,11 @@
  *   info           prints "info FREE TOTAL" (cuMemGetInfo_v2)
  *   range          prints "range ok|bad" after cuMemGetAddressRange_v2 on each block's
  *                  interior returns its own base and size
+ *   kernel         loads a library (cuLibraryLoadData) and launches its kernel k0 for the
+ *                  first time (CUDA's lazy loading loads it then: FAKECUDA_LIBRARY_MEM);
+ *                  prints "kernel rc"
+ *   getfn          loads a module (cuModuleLoadData) and asks for its function k0 (lazy
+ *                  loading loads the kernel there: FAKECUDA_FUNCTION_MEM); prints "getfn rc"
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
  *
@@ -25,6 +30,20 @@
 #include <unistd.h>
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
+typedef struct CUmod_st *CUmodule;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef struct CUfunc_st *CUfunction;
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleGetFunction(CUfunction *func, CUmodule module, const char *name);
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
+                           unsigned num_jit, void *lib_options, void **lib_values, unsigned num_lib);
+CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name);
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, CUstream stream, void **params, void **extra);
+
+static const char PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                          ".visible .entry k0()\n{\n\tret;\n}\n";
 
 #define MAX_HELD 4096
 static CUdeviceptr held[MAX_HELD];
@@ -120,6 +139,17 @@ int main(int argc, char **argv) {
             }
             printf("range %s\n", ok ? "ok" : "bad");
             if (!ok) status = 1;
+        } else if (strcmp(step, "kernel") == 0) {
+            CUlibrary lib = NULL;
+            CUkernel k = NULL;
+            MUST(cuLibraryLoadData(&lib, PTX, NULL, NULL, 0, NULL, NULL, 0));
+            MUST(cuLibraryGetKernel(&k, lib, "k0"));
+            printf("kernel %d\n", cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+        } else if (strcmp(step, "getfn") == 0) {
+            CUmodule m = NULL;
+            CUfunction f = NULL;
+            MUST(cuModuleLoadData(&m, PTX));
+            printf("getfn %d\n", cuModuleGetFunction(&f, m, "k0"));
         } else if (strncmp(step, "touch:", 6) == 0) {
             int fd = open(step + 6, O_CREAT | O_WRONLY, 0644);
             if (fd >= 0) close(fd);

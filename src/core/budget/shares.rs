@@ -156,17 +156,57 @@ pub fn reserve(
 }
 
 /// The reservation rule for a request inside member *i*'s own guarantee (`held +
-/// request <= guarantee`): the pool's new use if the cap has the room, whatever the
-/// others' unused guarantees (the borrowers left room for this one: see [`reserve`]);
-/// None for a request that is not inside the guarantee, or that the cap cannot take.
+/// request <= guarantee`, a guarantee never above the cap): always served, whatever the
+/// pool's use and the others' unused guarantees. While the invariant holds (every
+/// reservation but a forced charge keeps it), `used + request <= cap` follows: the
+/// borrowers left room for it (see [`reserve`]). Once a charge that could not be refused
+/// took the pool past what it could hold ([`force`]), the guarantee still wins: the
+/// pool then stands past its cap by at most what was forced past it, never by a
+/// guarantee eaten. None for a request that is not inside the guarantee.
 /// A guarantee never exceeds a ceiling (admission), so the ceiling needs no check.
 #[inline]
 pub fn reserve_owed(cap: u64, used: u64, held: u64, guarantee: u64, request: u64) -> Option<u64> {
-    if held.checked_add(request)? > guarantee {
+    if held.checked_add(request)? > guarantee.min(cap) {
         return None;
     }
-    let new = used.checked_add(request)?;
-    (new <= cap).then_some(new)
+    used.checked_add(request)
+}
+
+/// Where a charge that cannot be refused falls (bytes the driver already took for
+/// member *i*: the kernels a launch loaded): first out of its own unused guarantee,
+/// then out of the pool's free room (the cap less the pool's use and the others' unused
+/// guarantees), the rest past the cap. The words simply add it; this says where it fell
+/// (for the member's line), and the model below checks the rule's promise: no other
+/// member's guarantee is ever eaten, and the pool passes its cap by at most `over`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Forced {
+    pub own_guarantee: u64,
+    pub free_room: u64,
+    pub over: u64,
+}
+
+/// [`Forced`] of `bytes` charged to a member holding `held` of its `guarantee`, the pool
+/// using `used` of `cap` and the others' unused guarantees being `others_unused`.
+pub fn force(
+    cap: u64,
+    used: u64,
+    held: u64,
+    guarantee: u64,
+    others_unused: u64,
+    bytes: u64,
+) -> Forced {
+    let own_guarantee = unused(guarantee, held).min(bytes);
+    // The room beyond every unused guarantee (this member's own counted apart).
+    let room = cap
+        .saturating_sub(used)
+        .saturating_sub(others_unused)
+        .saturating_sub(unused(guarantee, held));
+    let free_room = room.min(bytes - own_guarantee);
+    Forced {
+        own_guarantee,
+        free_room,
+        over: bytes - own_guarantee - free_room,
+    }
 }
 
 /// Whether `request` more bytes would take a member holding `held` past its ceiling.
@@ -206,12 +246,51 @@ mod tests {
             None,
             "past the guarantee: the general rule"
         );
-        assert_eq!(reserve_owed(10, 10, 3, 4, 1), None, "never past the cap");
+        assert_eq!(
+            reserve_owed(10, 10, 3, 4, 1),
+            Some(11),
+            "past the cap only where a forced charge put the pool there: the guarantee wins"
+        );
         assert_eq!(reserve_owed(10, 0, 0, 0, 1), None, "no guarantee");
+        assert_eq!(
+            reserve_owed(10, 0, 0, u64::MAX, 11),
+            None,
+            "never above the cap's worth"
+        );
         assert_eq!(
             reserve_owed(u64::MAX, u64::MAX, 0, 4, 1),
             None,
             "no overflow"
+        );
+    }
+
+    #[test]
+    fn a_forced_charge_falls_on_its_own_guarantee_then_free_room_then_past_the_cap() {
+        // cap 1024; B holds 510 of no guarantee, A's 512 unused: 2 free.
+        assert_eq!(
+            force(1024, 510, 510, 0, 512, 256),
+            Forced {
+                own_guarantee: 0,
+                free_room: 2,
+                over: 254
+            }
+        );
+        // B with a guarantee of 600 holding 510: 90 of it first.
+        assert_eq!(
+            force(1024, 510, 510, 600, 0, 256),
+            Forced {
+                own_guarantee: 90,
+                free_room: 166,
+                over: 0
+            }
+        );
+        assert_eq!(
+            force(10, 12, 12, 0, 0, 5),
+            Forced {
+                own_guarantee: 0,
+                free_room: 0,
+                over: 5
+            }
         );
     }
 
@@ -320,6 +399,10 @@ mod tests {
         cap: u64,
         /// (guarantee, ceiling, held) of each live member.
         members: Vec<(u64, u64, u64)>,
+        /// What forced charges took past the cap, all told.
+        over: u64,
+        /// Whether any charge was forced (it may pass its member's ceiling too).
+        forced: bool,
     }
 
     impl Model {
@@ -367,14 +450,22 @@ mod tests {
                     let (g, c, h) = self.members[i];
                     let others = self.others_unused(i);
                     let can = free(self.cap, self.used(), h, c, others);
-                    match reserve(self.cap, self.used(), h, c, bytes, others) {
+                    let rule = match reserve_owed(self.cap, self.used(), h, g, bytes) {
+                        Some(new) => Some(new),
+                        None => reserve(self.cap, self.used(), h, c, bytes, others),
+                    };
+                    match rule {
                         Some(new) => {
-                            assert!(bytes <= can, "reserved more than free said");
+                            assert!(
+                                bytes <= can || h + bytes <= g,
+                                "reserved more than free said"
+                            );
                             assert_eq!(new, self.used() + bytes);
                             self.members[i].2 += bytes;
                         }
                         None => {
-                            assert!(bytes > can, "refused what free said could be had");
+                            // (a member a forced charge took past its ceiling is refused even 0)
+                            assert!(bytes > can || h > c, "refused what free said could be had");
                             // A refusal inside the member's own guarantee (and ceiling)
                             // would be a broken guarantee.
                             assert!(h + bytes > g, "guarantee {g} broken at {h} + {bytes}");
@@ -386,23 +477,44 @@ mod tests {
                     let b = bytes.min(self.members[i].2);
                     self.members[i].2 -= b;
                 }
+                Op::Force { who, bytes } if !self.members.is_empty() => {
+                    let i = who % self.members.len();
+                    let (g, _, h) = self.members[i];
+                    let f = force(self.cap, self.used(), h, g, self.others_unused(i), bytes);
+                    assert_eq!(f.own_guarantee + f.free_room + f.over, bytes);
+                    self.over += f.over;
+                    self.forced = true;
+                    self.members[i].2 += bytes; // past its ceiling too, if need be
+                }
                 _ => {}
             }
-            assert!(self.used() <= self.cap, "over-committed: {self:?}");
             assert!(
-                self.committed() <= self.cap,
+                self.used() <= self.cap + self.over,
+                "over-committed: {self:?}"
+            );
+            assert!(
+                self.committed() <= self.cap + self.over,
                 "commitment above the cap: {self:?}"
             );
             assert!(self.given(None) <= self.cap);
             for (i, &(g, c, h)) in self.members.iter().enumerate() {
-                assert!(h <= c, "member {i} past its ceiling");
-                // Every live member can take the rest of its guarantee now.
+                assert!(h <= c || self.forced, "member {i} past its ceiling");
+                // Every live member can take the rest of its guarantee now, forced
+                // charges or not.
                 let rest = unused(g, h);
                 let others = self.others_unused(i);
                 assert!(
-                    reserve(self.cap, self.used(), h, c, rest, others).is_some(),
+                    reserve_owed(self.cap, self.used(), h, g, rest).is_some()
+                        || rest == 0
+                        || reserve(self.cap, self.used(), h, c, rest, others).is_some(),
                     "member {i} cannot take the rest of its guarantee: {self:?}"
                 );
+                if self.over == 0 && rest > 0 {
+                    assert!(
+                        reserve(self.cap, self.used(), h, c, rest, others).is_some(),
+                        "member {i}: no forced charge, yet the plain rule breaks its guarantee"
+                    );
+                }
             }
         }
     }
@@ -413,6 +525,7 @@ mod tests {
         Leave { who: usize },
         Reserve { who: usize, bytes: u64 },
         Free { who: usize, bytes: u64 },
+        Force { who: usize, bytes: u64 },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -421,20 +534,22 @@ mod tests {
             (0usize..8).prop_map(|who| Op::Leave { who }),
             (0usize..8, 0u64..70).prop_map(|(who, bytes)| Op::Reserve { who, bytes }),
             (0usize..8, 0u64..70).prop_map(|(who, bytes)| Op::Free { who, bytes }),
+            (0usize..8, 0u64..40).prop_map(|(who, bytes)| Op::Force { who, bytes }),
         ]
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
-        /// Whatever members join, leave, reserve and free, the pool never holds more
-        /// than its cap and no live member's guarantee is ever out of its reach.
+        /// Whatever members join, leave, reserve, free and are charged by force, the
+        /// pool never holds more than its cap plus what forced charges took past it,
+        /// and no live member's guarantee is ever out of its reach.
         #[test]
         fn never_over_commits_and_never_breaks_a_live_guarantee(
             cap in 1u64..101,
             ops in proptest::collection::vec(op(), 1..80),
         ) {
-            let mut m = Model { cap, members: Vec::new() };
+            let mut m = Model { cap, members: Vec::new(), over: 0, forced: false };
             for o in ops {
                 m.step(o);
             }
