@@ -538,7 +538,8 @@ fn an_ordinal_past_the_visible_gpus_stops_check_and_run_with_the_shims_message()
             .env("CUDA_VISIBLE_DEVICES", "1");
     };
     let expected = "gpucap: GPUCAP_LIMIT names GPU 1, but only 1 GPU is visible to CUDA \
-                    (GPU 0); ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0";
+                    (GPU 0); ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0; \
+                    accepted keys: 0 or GPU-face0000-0000-0000-0000-000000000001";
 
     let mut c = gpucap(&[os("check")], &stats);
     hide(c.env("GPUCAP_LIMIT", "0=1Gi,1=2Gi"));

@@ -240,7 +240,8 @@ fn an_ordinal_key_past_the_visible_gpus_fails_closed() {
         lines,
         [
             "gpucap: GPUCAP_LIMIT names GPU 1, but only 1 GPU is visible to CUDA (GPU 0); \
-          ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0"
+          ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0; accepted keys: \
+          0 or GPU-face0000-0000-0000-0000-000000000001"
         ],
         "one line naming the key and how many GPUs are visible"
     );

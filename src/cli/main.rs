@@ -225,9 +225,10 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         }
     }
     let probe = driver::probe();
-    // A key that names no visible GPU fails closed in the shim: say so now, the same way.
-    if let (Some(spec), driver::Probe::Devices(devices)) = (&config.limit, &probe)
-        && let Err(msg) = report::key_check(spec, devices)
+    // A key of any per-GPU variable that names no visible GPU fails closed in the shim:
+    // say so now, with the shim's own check, before anything (a pool) is looked at.
+    if let driver::Probe::Devices(devices) = &probe
+        && let Err(msg) = report::key_check(&config, devices)
     {
         eprintln!("{msg}");
         return EXIT_USAGE;
@@ -318,27 +319,26 @@ pub(crate) fn child_env(
 }
 
 /// Before `run` starts the program: without a loadable libcuda.so.1, one line says so
-/// (a warning: the program may not need the GPU; it runs all the same). When
-/// `GPUCAP_LIMIT` names GPUs, they are checked against the ones the driver shows, as
-/// the shim would at `cuInit`: the error is the shim's line. A driver that loads but
-/// cannot list its GPUs is left to the program (its own `cuInit` gets the same answer).
+/// (a warning: the program may not need the GPU; it runs all the same). When a per-GPU
+/// variable (`GPUCAP_LIMIT`, `GPUCAP_GUARANTEE`, `GPUCAP_CEILING`, HAMi-core's
+/// `CUDA_DEVICE_MEMORY_LIMIT_<n>`) names GPUs, they are checked against the ones the
+/// driver shows with the shim's own check at `cuInit`: the error is the shim's line. A
+/// driver that loads but cannot list its GPUs is left to the program (its own `cuInit`
+/// gets the same answer).
 pub(crate) fn check_driver(config: &Config) -> Result<(), String> {
     let warn_no_driver = |why: &str| {
         if config.log >= LogLevel::Warn {
             eprintln!("gpucap: {}", driver::no_driver_line(why));
         }
     };
-    match config.limit.as_ref().filter(|s| !s.devices.is_empty()) {
-        Some(spec) => match driver::probe() {
-            driver::Probe::Devices(devices) => report::key_check(spec, &devices)?,
+    if config::names_gpus(config) {
+        match driver::probe() {
+            driver::Probe::Devices(devices) => report::key_check(config, &devices)?,
             driver::Probe::NoDriver(why) => warn_no_driver(&why),
             driver::Probe::Failed(_) => {}
-        },
-        None => {
-            if let Err(why) = driver::loadable() {
-                warn_no_driver(&why);
-            }
         }
+    } else if let Err(why) = driver::loadable() {
+        warn_no_driver(&why);
     }
     Ok(())
 }

@@ -91,12 +91,13 @@ pub fn uuid_key_notes(spec: &LimitSpec, devices: &[Device]) -> Vec<String> {
         .collect()
 }
 
-/// Checks the keys of `spec` against the GPUs the driver listed, as the shim will at
-/// `cuInit`: the error is the very line the shim would print (`gpucap: GPUCAP_LIMIT
-/// names GPU 1, but only 1 GPU is visible ...`).
-pub fn key_check(spec: &LimitSpec, devices: &[Device]) -> Result<(), String> {
+/// Checks the keys of every per-GPU variable of `config` against the GPUs the driver
+/// listed, with the shim's own check at `cuInit` (`config::check_gpu_keys`): the error
+/// is the very line the shim would print (`gpucap: GPUCAP_GUARANTEE names GPU 1, but
+/// only 1 GPU is visible ...; accepted keys: 0 or GPU-…`).
+pub fn key_check(config: &Config, devices: &[Device]) -> Result<(), String> {
     let uuids: Option<Vec<[u8; 16]>> = devices.iter().map(|d| d.uuid).collect();
-    spec.check_visible(Some(devices.len()), || uuids.as_deref())
+    gpucap_core::config::check_gpu_keys(config, Some(devices.len()), || uuids.as_deref())
 }
 
 /// The `growth:` line of `gpucap check`.
@@ -363,26 +364,42 @@ mod tests {
         assert!(text.contains("may already be capped"));
     }
 
+    /// A configuration whose only setting is `GPUCAP_LIMIT=s`.
+    fn limited(s: &str) -> Config {
+        Config {
+            limit: spec(s),
+            ..Config::default()
+        }
+    }
+
     #[test]
     fn keys_past_the_visible_gpus_are_errors() {
         let two = [dev(0, 80 * GI), dev(1, 80 * GI)];
-        assert_eq!(key_check(&spec("4Gi,1=1Gi").unwrap(), &two), Ok(()));
-        assert_eq!(key_check(&spec("4Gi").unwrap(), &[]), Ok(()));
-        let e = key_check(&spec("4Gi,5=1Gi").unwrap(), &two).unwrap_err();
+        assert_eq!(key_check(&limited("4Gi,1=1Gi"), &two), Ok(()));
+        assert_eq!(key_check(&limited("4Gi"), &[]), Ok(()));
+        let e = key_check(&limited("4Gi,5=1Gi"), &two).unwrap_err();
         assert_eq!(
             e,
             "gpucap: GPUCAP_LIMIT names GPU 5, but only 2 GPUs are visible to CUDA (GPU 0 to \
-             GPU 1); ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0"
+             GPU 1); ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0; \
+             accepted keys: 0 to 1 (the driver could not list the GPUs' UUIDs)"
         );
-        let e = key_check(&spec("0=1Gi").unwrap(), &[]).unwrap_err();
+        let e = key_check(&limited("0=1Gi"), &[]).unwrap_err();
         assert!(
             e.starts_with("gpucap: GPUCAP_LIMIT names GPU 0, but no GPU is visible to CUDA;"),
             "{e}"
         );
         // A UUID key needs every visible GPU's UUID.
         let u = "GPU-face0000-0000-0000-0000-000000000001";
-        let e = key_check(&spec(&format!("{u}=1Gi")).unwrap(), &two).unwrap_err();
+        let e = key_check(&limited(&format!("{u}=1Gi")), &two).unwrap_err();
         assert!(e.contains("could not list the UUIDs"), "{e}");
+        // The keys of a guarantee and a ceiling are checked the same way.
+        for var in ["GPUCAP_GUARANTEE", "GPUCAP_CEILING"] {
+            let config =
+                gpucap_core::config::from_vars([("GPUCAP_POOL", "p"), (var, "5=1Gi")]).unwrap();
+            let e = key_check(&config, &two).unwrap_err();
+            assert!(e.starts_with(&format!("gpucap: {var} names GPU 5")), "{e}");
+        }
     }
 
     #[test]
@@ -432,7 +449,7 @@ mod tests {
                 ..dev(1, GI)
             },
         ];
-        let e = key_check(config.limit.as_ref().unwrap(), &listed).unwrap_err();
+        let e = key_check(&config, &listed).unwrap_err();
         assert!(
             e.starts_with(&format!(
                 "gpucap: GPUCAP_LIMIT names {U7}, which matches none of the 2 GPU(s)"

@@ -8,10 +8,11 @@
 //! `nvmlDeviceGetUUID` names. The 16 bytes are compared, so `GPU-…` and `MIG-…`
 //! spellings do not matter (a MIG instance's CUDA UUID is its `MIG-…` UUID).
 //!
-//! A `GPUCAP_LIMIT` key that matches no visible device (a UUID that is not visible, an
-//! ordinal past the visible GPUs) is an error: `cuInit` fails with
-//! `CUDA_ERROR_NOT_PERMITTED` and a message naming the key, and so does every later
-//! call (fail closed, as for an invalid configuration).
+//! A key of any per-GPU variable that matches no visible device (a UUID that is not
+//! visible, an ordinal past the visible GPUs) is an error (`config::check_gpu_keys`, the
+//! check `gpucap check`/`run` make too): `cuInit` fails with `CUDA_ERROR_NOT_PERMITTED`
+//! and a message naming the key, and so does every later call (fail closed, as for an
+//! invalid configuration); [`latch`] keeps the message.
 
 use std::sync::OnceLock;
 
@@ -20,7 +21,7 @@ use crate::config::{DeviceUuid, Limit, LimitSpec};
 /// The UUIDs of the visible CUDA devices, by ordinal (None: the driver did not answer).
 static VISIBLE: OnceLock<Option<Vec<[u8; 16]>>> = OnceLock::new();
 
-/// Set when the limit keys did not match the visible devices: the message.
+/// Set when the GPU keys did not match the visible devices: the message.
 #[cfg_attr(test, allow(dead_code))]
 static FAILED: OnceLock<String> = OnceLock::new();
 
@@ -41,25 +42,13 @@ pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     DeviceUuid::parse(text.trim()).ok().map(|u| u.bytes)
 }
 
-/// Checks the `GPUCAP_LIMIT` keys against the visible devices: `count` of them (None
-/// when the driver could not say), and their UUIDs from `visible` (asked only when a
-/// key is a UUID; None when the driver could not list them). The error is the line to
-/// print (see `LimitSpec::check_visible`, which `gpucap run`/`check` use too).
-pub fn check_keys<'a>(
-    spec: &LimitSpec,
-    count: Option<usize>,
-    visible: impl FnOnce() -> Option<&'a [[u8; 16]]>,
-) -> Result<(), String> {
-    spec.check_visible(count, visible)
-}
-
 /// Remembers that the keys did not match: every later call fails closed.
 #[cfg_attr(test, allow(dead_code))]
 pub fn latch(msg: String) -> &'static str {
     FAILED.get_or_init(|| msg).as_str()
 }
 
-/// The message, once the limit keys were found not to match the devices.
+/// The message, once the GPU keys were found not to match the devices.
 #[cfg_attr(test, allow(dead_code))]
 pub fn failed() -> Option<&'static str> {
     FAILED.get().map(String::as_str)
@@ -89,7 +78,15 @@ fn limit_among(spec: &LimitSpec, device: usize, visible: Option<&[[u8; 16]]>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_limit_spec;
+    use crate::config::{check_var_keys, parse_limit_spec};
+
+    fn check_keys_of<'a>(
+        spec: &LimitSpec,
+        count: Option<usize>,
+        visible: impl FnOnce() -> Option<&'a [[u8; 16]]>,
+    ) -> Result<(), String> {
+        check_var_keys("GPUCAP_LIMIT", spec, count, visible)
+    }
 
     const GI: u64 = 1 << 30;
 
@@ -137,26 +134,26 @@ mod tests {
             Some(Limit::Bytes(0)),
             "fails closed"
         );
-        assert!(check_keys(&spec, Some(2), || Some(&visible)).is_ok());
+        assert!(check_keys_of(&spec, Some(2), || Some(&visible)).is_ok());
         // Without UUID keys the driver is never asked for UUIDs.
         let plain = parse_limit_spec("1=2Gi").unwrap();
         assert_eq!(
             limit_for(&plain, 1, || panic!("not asked")),
             Some(Limit::Bytes(2 * GI))
         );
-        assert!(check_keys(&plain, Some(2), || panic!("not asked")).is_ok());
+        assert!(check_keys_of(&plain, Some(2), || panic!("not asked")).is_ok());
     }
 
     #[test]
     fn an_unmatched_key_is_an_error_naming_it() {
         let spec = parse_limit_spec("4Gi,MIG-face0000-0000-0000-0000-000000000009=1Gi").unwrap();
         let one = [uuid(0)];
-        let e = check_keys(&spec, Some(1), || Some(&one)).unwrap_err();
+        let e = check_keys_of(&spec, Some(1), || Some(&one)).unwrap_err();
         assert!(
             e.starts_with("gpucap: GPUCAP_LIMIT names MIG-face0000-0000-0000-0000-000000000009"),
             "{e}"
         );
-        let e = check_keys(&spec, Some(1), || None).unwrap_err();
+        let e = check_keys_of(&spec, Some(1), || None).unwrap_err();
         assert!(e.contains("could not list the UUIDs"), "{e}");
     }
 
@@ -164,15 +161,16 @@ mod tests {
     fn an_ordinal_past_the_visible_gpus_is_an_error_naming_it() {
         // CUDA_VISIBLE_DEVICES=1: one GPU visible, so `1=2Gi` would cap nothing.
         let spec = parse_limit_spec("0=1Gi,1=2Gi").unwrap();
-        let e = check_keys(&spec, Some(1), || panic!("not asked")).unwrap_err();
+        // The UUIDs are asked for to list what is accepted.
+        let e = check_keys_of(&spec, Some(1), || None).unwrap_err();
         assert!(
             e.starts_with("gpucap: GPUCAP_LIMIT names GPU 1, but only 1 GPU is visible"),
             "{e}"
         );
-        assert!(check_keys(&spec, Some(2), || panic!("not asked")).is_ok());
-        let e = check_keys(&spec, None, || panic!("not asked")).unwrap_err();
+        assert!(check_keys_of(&spec, Some(2), || panic!("not asked")).is_ok());
+        let e = check_keys_of(&spec, None, || panic!("not asked")).unwrap_err();
         assert!(e.contains("could not say how many"), "{e}");
         // A default alone names no GPU: nothing to check, even without a count.
-        assert!(check_keys(&parse_limit_spec("4Gi").unwrap(), None, || None).is_ok());
+        assert!(check_keys_of(&parse_limit_spec("4Gi").unwrap(), None, || None).is_ok());
     }
 }

@@ -1,6 +1,7 @@
 //! gpucap's configuration: the `GPUCAP_*` environment variables, parsed and validated:
 //! `limit` (caps and device keys), `env` (the variables, `Config`), `file` (`gpucap.env`),
-//! `shares` (a pool member's guarantee and ceiling).
+//! `shares` (a pool member's guarantee and ceiling), `keys` (every per-GPU variable's
+//! keys against the visible GPUs).
 //!
 //! Part of gpucap-core, used by the shim and the CLI: plain safe Rust that only needs
 //! `crate::size`. The variables are read by name from the pairs given (no envy: it
@@ -12,12 +13,14 @@
 mod env;
 mod file;
 mod hami;
+mod keys;
 mod limit;
 mod shares;
 
 pub use env::*;
 pub use file::*;
 pub use hami::*;
+pub use keys::*;
 pub use limit::*;
 pub use shares::*;
 

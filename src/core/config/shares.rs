@@ -46,22 +46,20 @@ pub fn resolve_share(limit: Limit, cap: Option<u64>) -> Result<u64, String> {
 
 /// The guarantee and ceiling of the visible GPU `ordinal` (`uuid`) whose pool cap is
 /// `cap`, in bytes (None: not set), after checking the keys against the visible GPUs
-/// (`uuids`): a key naming no visible GPU is an error, as in `GPUCAP_LIMIT`.
+/// (`uuids`): a key naming no visible GPU is an error ([`check_var_keys`]; the shim
+/// has checked them all at `cuInit` already, with [`check_gpu_keys`]).
 pub fn shares_for(
     config: &Config,
     ordinal: usize,
     uuids: &[[u8; 16]],
     cap: Option<u64>,
 ) -> Result<(Option<u64>, Option<u64>), String> {
-    let one = |var: &str, spec: Option<&LimitSpec>| -> Result<Option<u64>, String> {
+    let one = |var: &'static str, spec: Option<&LimitSpec>| -> Result<Option<u64>, String> {
         let Some(spec) = spec else {
             return Ok(None);
         };
-        spec.check_visible(Some(uuids.len()), || Some(uuids))
-            .map_err(|e| {
-                e.trim_start_matches("gpucap: ")
-                    .replace("GPUCAP_LIMIT", var)
-            })?;
+        check_var_keys(var, spec, Some(uuids.len()), || Some(uuids))
+            .map_err(|e| e.trim_start_matches("gpucap: ").to_string())?;
         match spec.for_device(ordinal as u32, uuids.get(ordinal)) {
             None => Ok(None),
             Some(l) => resolve_share(l, cap)

@@ -121,15 +121,18 @@ mod tests {
         );
         assert_eq!(s.uuid_keys().count(), 1);
         // Checking against the visible devices.
-        assert!(s.check_keys(&[u0, [9; 16], u2]).is_ok());
-        let e = s.check_keys(&[u0, [9; 16]]).unwrap_err();
+        let check = |s: &LimitSpec, v: &[[u8; 16]]| {
+            check_var_keys("GPUCAP_LIMIT", s, Some(v.len()), || Some(v))
+        };
+        assert!(check(&s, &[u0, [9; 16], u2]).is_ok());
+        let e = check(&s, &[u0, [9; 16]]).unwrap_err();
         assert!(
             e.contains(G2) && e.contains("matches none of the 2 GPU(s)"),
             "{e}"
         );
-        let e = s.check_keys(&[u0, u2]).unwrap_err();
+        let e = check(&s, &[u0, u2]).unwrap_err();
         assert!(e.contains("names GPU 1 twice") && e.contains(G2), "{e}");
-        assert!(spec("4Gi").check_keys(&[]).is_ok());
+        assert!(check(&spec("4Gi"), &[]).is_ok());
     }
 
     #[test]
@@ -775,12 +778,15 @@ mod hami {
             .unwrap()
             .limit
             .unwrap();
-        let e = spec.check_visible(Some(1), || None).unwrap_err();
+        let e = check_var_keys("GPUCAP_LIMIT", &spec, Some(1), || None).unwrap_err();
         assert!(
             e.starts_with("gpucap: CUDA_DEVICE_MEMORY_LIMIT_1 names GPU 1, but only 1 GPU"),
             "{e}"
         );
-        assert_eq!(spec.check_visible(Some(2), || None), Ok(()));
+        assert_eq!(
+            check_var_keys("GPUCAP_LIMIT", &spec, Some(2), || None),
+            Ok(())
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `cuInit`: the configuration is read and the limit's keys checked once the driver is up.
+//! `cuInit`: the configuration is read and the GPU keys checked once the driver is up.
 
 use super::*;
 use gpucap_core::ledger::{NO_CAP, POOL_GENERATIONS};
@@ -23,14 +23,16 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     if rc != CUDA_SUCCESS {
         return rc;
     }
-    // Every key of GPUCAP_LIMIT (ordinal or UUID) must name a visible device: checked
-    // now, fail closed. UUIDs are asked of the driver only when a key is one.
+    // Every key (ordinal or UUID) of every per-GPU variable (GPUCAP_LIMIT and HAMi-core's,
+    // GPUCAP_GUARANTEE, GPUCAP_CEILING) must name a visible device: checked now, before
+    // any pool is joined, by the check `gpucap check`/`run` make; fail closed. UUIDs are
+    // asked of the driver only when a key is one or an error lists them.
     let Ok(config) = shim.config() else {
         return CUDA_ERROR_NOT_PERMITTED;
     };
     note_visible_gpus(visible_count());
-    if let Some(spec) = config.limit.as_ref().filter(|s| !s.devices.is_empty())
-        && let Err(msg) = identity::check_keys(spec, visible_count(), || {
+    if gpucap_core::config::names_gpus(config)
+        && let Err(msg) = gpucap_core::config::check_gpu_keys(config, visible_count(), || {
             identity::visible(queries::visible_uuids)
         })
     {

@@ -44,13 +44,13 @@ pub(super) fn nvml_view() -> Option<&'static [[u8; 16]]> {
     Some(NVML_VIEW.get_or_init(|| view))
 }
 
-pub(super) fn nvml_keys_match(spec: &gpucap_core::config::LimitSpec) -> bool {
+pub(super) fn nvml_keys_match(config: &gpucap_core::config::Config) -> bool {
     let Some(view) = nvml_view() else {
         return true; // NVML cannot list its GPUs: nothing is capped here (below)
     };
     NVML_KEYS
         .get_or_init(|| {
-            identity::check_keys(spec, Some(view.len()), || Some(view))
+            gpucap_core::config::check_gpu_keys(config, Some(view.len()), || Some(view))
                 .inspect_err(|m| eprintln!("{m}"))
         })
         .is_ok()
@@ -83,10 +83,7 @@ fn nvml_config() -> Result<(&'static gpucap_core::config::Config, bool), CuResul
         return Err(NVML_ERROR_NO_PERMISSION);
     }
     let cuda = queries::cuda_initialised();
-    if !cuda
-        && let Some(spec) = &config.limit
-        && !nvml_keys_match(spec)
-    {
+    if !cuda && gpucap_core::config::names_gpus(config) && !nvml_keys_match(config) {
         return Err(NVML_ERROR_NO_PERMISSION);
     }
     Ok((config, cuda))
