@@ -181,9 +181,18 @@ pub enum Ending {
 struct DevState {
     /// The primary context's handle and the bytes charged for it, while active.
     primary: Option<(Ctx, u64)>,
-    /// What the last context measured on this device took (0: none measured yet).
-    expected: u64,
+    /// What the last [`RECENT`] contexts measured on this device took (0: an empty
+    /// entry), the oldest replaced first (`next`).
+    recent: [u64; RECENT],
+    next: usize,
 }
+
+/// How many measurements of contexts the next context's expectation is the least of.
+/// A measurement errs both ways (memory others freed inside its window counts in, what
+/// others outside the pool allocated there counts out): the least of the recent ones
+/// is near what a context takes, and one that erred low is forgotten after this many
+/// more, never a floor for good.
+pub const RECENT: usize = 8;
 
 /// The contexts the process made through the shim, with what each was charged.
 pub struct ContextBook {
@@ -212,7 +221,8 @@ impl ContextBook {
             devices: [const {
                 Mutex::new(DevState {
                     primary: None,
-                    expected: 0,
+                    recent: [0; RECENT],
+                    next: 0,
                 })
             }; MAX_DEVICES],
             created: LiveMap::new(),
@@ -406,42 +416,51 @@ impl DeviceLock<'_> {
         }
     }
 
-    /// The bytes the next context on this device is expected to take: the least any
-    /// context measured here took (0 before the first). The hooks reserve it before the
-    /// driver makes the context, so that one the cap cannot take is refused without being
-    /// made (while contexts take what one took before, the driver never holds more than
-    /// the cap, even for a moment); the reservation is then set to what the context
-    /// really took.
+    /// The bytes the next context on this device is expected to take: the least of what
+    /// the last [`RECENT`] contexts measured here took (0 before the first). The hooks
+    /// reserve it before the driver makes the context, so that one the cap cannot take
+    /// is refused without being made (while contexts take what one took before, the
+    /// driver never holds more than the cap, even for a moment); the reservation is then
+    /// set to what the context really took.
     pub fn expected(&self) -> u64 {
-        self.state.expected
+        self.state
+            .recent
+            .iter()
+            .copied()
+            .filter(|&b| b != 0)
+            .min()
+            .unwrap_or(0)
     }
 
     /// What the next context on this device reserves before the driver makes it: the
-    /// least a context measured here took, by this process ([`expected`](Self::expected))
-    /// or by any member of its pool (`pool`, 0 if none or outside a pool), whichever is
-    /// less: a first measurement of this process inflated by the other members' frees
-    /// must not outweigh theirs.
+    /// least of this process's recent measurements ([`expected`](Self::expected)) and the
+    /// pool's figure (`pool`, 0 if none or outside a pool), whichever is less: a first
+    /// measurement of this process inflated by the other members' frees must not
+    /// outweigh theirs.
     pub fn expected_beside(&self, pool: u64) -> u64 {
-        match (self.state.expected, pool) {
+        match (self.expected(), pool) {
             (own, 0) | (0, own) => own,
             (own, pool) => own.min(pool),
         }
     }
 
-    /// A context on this device took `bytes` (measured). A measurement errs only high
-    /// (memory others freed inside its window is counted in), so the least one is the
-    /// closest to what a context takes, as the pool's word keeps it
-    /// (`Member::note_context_bytes`). Kept as the last, one measurement inflated by a
-    /// burst of frees (a 300 MiB context measured at 2.35 GiB beside three churning
-    /// members) became what every later context of the process reserved first: over the
-    /// cap, none could be made again. A context that takes more than the least still
-    /// cannot pass the cap: the driver makes it, and it is undone when its measured bytes
-    /// do not fit.
+    /// A context on this device took `bytes` (measured). Kept among the last
+    /// [`RECENT`]: one measurement inflated by a burst of frees (a 300 MiB context
+    /// measured at 2.35 GiB beside three churning members) must not become what every
+    /// later context reserves first (over the cap, none could be made again), and one
+    /// that erred low (others outside the pool allocated inside its window) must not
+    /// lower the expectation for good. 0 is not a measurement of a context (every
+    /// context takes memory where the driver's figure moves at all): not kept, it would
+    /// switch the reservation off. A context that takes more than expected still cannot
+    /// pass the cap: the driver makes it, and it is undone when its measured bytes do
+    /// not fit.
     pub fn learn(&mut self, bytes: u64) {
-        self.state.expected = match self.state.expected {
-            0 => bytes,
-            least => least.min(bytes),
-        };
+        if bytes == 0 {
+            return;
+        }
+        let i = self.state.next % RECENT;
+        self.state.recent[i] = bytes;
+        self.state.next = (i + 1) % RECENT;
     }
 
     /// Whether the primary context is already active, so a retain creates nothing.
@@ -1270,6 +1289,29 @@ mod tests {
         assert_eq!(book.lock(1).unwrap().expected_beside(6 << 20), 6 << 20);
         assert_eq!(book.lock(1).unwrap().expected_beside(9 << 20), 8 << 20);
         assert_eq!(book.lock(0).unwrap().expected_beside(300 << 20), 300 << 20);
+    }
+
+    #[test]
+    fn a_measurement_that_erred_low_is_forgotten_and_zero_is_never_one() {
+        let book = ContextBook::new();
+        book.lock(0).unwrap().learn(300 << 20);
+        book.lock(0).unwrap().learn(0);
+        assert_eq!(
+            book.lock(0).unwrap().expected(),
+            300 << 20,
+            "0 would switch the reservation off for good"
+        );
+        // Others' allocations outside the pool inside the window: measured at 40 MiB.
+        book.lock(0).unwrap().learn(40 << 20);
+        assert_eq!(book.lock(0).unwrap().expected(), 40 << 20);
+        for _ in 0..RECENT {
+            book.lock(0).unwrap().learn(300 << 20);
+        }
+        assert_eq!(
+            book.lock(0).unwrap().expected(),
+            300 << 20,
+            "the low one forgotten after {RECENT} more: no floor that only erodes"
+        );
     }
 
     #[test]

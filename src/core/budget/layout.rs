@@ -6,7 +6,7 @@
 //! GPUs     32 x 16    key (UUID folded), UUID, cap, used (a change count in its top 16
 //!                     bits, bytes in the low 48), peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
-//!                     least context bytes
+//!                     recent least context bytes
 //! members 256 x 336   state, pid, pid namespace, start, generation, command (64 bytes),
 //!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed,
 //!                     allocations started, made, not made
@@ -79,8 +79,8 @@ pub const G_PEAK: usize = 5;
 pub const G_LOCK: usize = 6;
 pub const G_REFUSALS: usize = 7;
 pub const G_LARGEST_REFUSED: usize = 8;
-/// The least a context measured on this GPU by any member took, stored inverted (`!bytes`;
-/// 0: none yet): a member reserves it before the driver makes its own first context
+/// The least of the recent contexts the last member to measure one on this GPU measured
+/// (`Member::note_context_bytes`), stored inverted (`!bytes`; 0: none yet): a member reserves it before the driver makes its own first context
 /// there, so that a context the pool cannot take is refused before it is made.
 pub const G_CONTEXT_BYTES: usize = 15;
 /// How many members wait for memory on this GPU (`GPUCAP_WAIT`): a hint read on the

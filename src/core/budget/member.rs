@@ -495,14 +495,18 @@ impl<'a> Member<'a> {
             })
     }
 
-    /// A context this member made on `device` took `bytes` (measured). The word keeps
-    /// the least measurement (stored inverted, so that one `fetch_max` keeps it and 0
-    /// stays "none yet"): a measurement is device-wide and others' traffic can only be
-    /// taken out of it where the pool sees it, so a high one must not become what every
-    /// later member reserves and is charged at least.
-    pub fn note_context_bytes(&self, device: usize, bytes: u64) {
+    /// A context this member made on `device` was measured; `recent_least` is the least
+    /// of this member's recent measurements there (`DeviceLock::expected`). The word
+    /// holds the last such figure a member wrote (stored inverted; 0: none yet): a
+    /// measurement is device-wide and errs both ways, so a high one must not become what
+    /// every later member reserves and is charged at least, and a low one (or 0) must not
+    /// stay the pool's figure for good, as a least-ever word did. 0 is not written.
+    pub fn note_context_bytes(&self, device: usize, recent_least: u64) {
+        if recent_least == 0 {
+            return;
+        }
         if let Some(g) = self.entry_of(device) {
-            self.w.gpu(g, G_CONTEXT_BYTES).fetch_max(!bytes, Relaxed);
+            self.w.gpu(g, G_CONTEXT_BYTES).store(!recent_least, Relaxed);
         }
     }
 }

@@ -120,27 +120,25 @@ fn a_device_not_registered_is_not_charged_to_the_pool() {
 }
 
 #[test]
-fn the_least_context_measured_on_a_gpu_is_known_to_every_member() {
+fn the_recent_least_context_measured_on_a_gpu_is_known_to_every_member() {
     let (pool, k) = setup();
     let a = member(pool, proc(k, 1), Some(1000));
     let b = member(pool, proc(k, 2), Some(1000));
     assert_eq!(b.context_bytes(0), 0, "none measured yet");
     a.note_context_bytes(0, 16);
     assert_eq!(b.context_bytes(0), 16);
-    b.note_context_bytes(0, 40);
-    assert_eq!(
-        a.context_bytes(0),
-        16,
-        "a higher measurement does not replace it"
-    );
     b.note_context_bytes(0, 0);
     assert_eq!(
         a.context_bytes(0),
-        0,
-        "the least measurement is kept, 0 included"
+        16,
+        "0 is no measurement: it would switch every member's reservation off for good"
     );
-    a.note_context_bytes(0, 16);
-    assert_eq!(b.context_bytes(0), 0);
+    b.note_context_bytes(0, 40);
+    assert_eq!(
+        a.context_bytes(0),
+        40,
+        "the last member's recent least: a figure that erred low does not stay for good"
+    );
     assert_eq!(a.context_bytes(1), 0, "a GPU the pool does not hold");
 }
 
