@@ -40,19 +40,22 @@ pub fn ctx_set_limit(
     let charged = before.map_or(0, |r| r.charge.bytes);
     let lowered = value < old;
     // A lowered limit may give memory back: announced to the pool first (as a free), and
-    // measured without the pool's marks (this announcement would count as another's).
+    // measured with the pool's marks like any change (the other members' frees inside the
+    // window are not credited to it), this announcement's own bytes, which the marks count
+    // as given back by a member, taken out again.
     let freeing = (lowered && charged > 0).then(|| {
         SHIM.ledger.announce(Charge {
             device: d,
             bytes: charged,
         })
     });
-    let (rc, measured, _) = match freeing {
-        Some(_) => lock.measure_change_in(&queries::Contexts, ctx as u64, || None, || set(value)),
-        None => {
-            lock.measure_change_in(&queries::Contexts, ctx as u64, pool_marks(d), || set(value))
-        }
+    let (rc, measured, _) =
+        lock.measure_change_in(&queries::Contexts, ctx as u64, pool_marks(d), || set(value));
+    let own_announced = match (&freeing, crate::membership::current()) {
+        (Some(_), Some(_)) => i128::from(charged),
+        _ => 0,
     };
+    let measured = measured.map(|change| change - own_announced);
     let restore = || {
         if let Some(r) = before {
             if let Some(replaced) = LIMITS.restore(key, r) {
@@ -84,7 +87,7 @@ pub fn ctx_set_limit(
             return rc;
         }
         (Err(refused), _) => {
-            set(old);
+            set_back(set(old), limit, old, value, d);
             if let Some(f) = freeing {
                 SHIM.ledger.withdraw(f);
             }
@@ -100,8 +103,30 @@ pub fn ctx_set_limit(
         match reserve_on(shim, API, d, now - charged) {
             Ok(r) => r.keep(),
             Err(refused) => {
-                // The refusal's line is out; the old value gives the memory back.
-                set(old);
+                // The refusal's line is out; the old value gives the memory back. If the
+                // driver will not set it back, the memory stays taken: charged by force.
+                if !set_back(set(old), limit, old, value, d) {
+                    SHIM.ledger.force(d, now - charged);
+                    if let Some(replaced) = LIMITS.add(
+                        key,
+                        Resident {
+                            ctx: ctx as u64,
+                            ctx_id: queries::context_id(ctx),
+                            primary: lock.primary() == Some(ctx as u64),
+                            charge: Charge {
+                                device: d,
+                                bytes: now,
+                            },
+                        },
+                    ) {
+                        SHIM.ledger.settle(replaced.charge);
+                    }
+                    if let Some(r) = before {
+                        // Its bytes are part of `now`: the old entry is not restored.
+                        let _ = r;
+                    }
+                    return refused;
+                }
                 restore();
                 return refused;
             }
@@ -132,4 +157,18 @@ pub fn ctx_set_limit(
         );
     }
     rc
+}
+
+/// Whether the driver set limit `limit` back to `old` (`rc`, its answer) after gpucap
+/// refused `value`; if not, says so at error level: the memory the new value took stays
+/// with the context.
+fn set_back(rc: CuResult, limit: c_int, old: usize, value: usize, d: usize) -> bool {
+    if rc == CUDA_SUCCESS {
+        return true;
+    }
+    log!(
+        Error,
+        "cuCtxSetLimit: refused limit {limit} = {value} on GPU {d}, but the driver would not set it back to {old} (error {rc}): the memory it took stays, charged"
+    );
+    false
 }
