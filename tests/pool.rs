@@ -1659,4 +1659,101 @@ fn a_forced_charge_never_eats_another_members_guarantee() {
             peak / MIB
         );
     }
+
+/// Where the share words start (src/core/budget/layout.rs: 16 header words, 32 GPU
+/// entries of 16, 256 member slots of 16 + 32 x 10), GPU entry 0's first word of holder
+/// bits, and slot `s`'s guarantee word on GPU entry 0.
+const SHARES_AT: usize = 16 + 32 * 16 + 256 * (16 + 32 * 10);
+const G0_HOLDER_BITS: usize = SHARES_AT;
+fn g0_guarantee_word(s: usize) -> usize {
+    SHARES_AT + 32 * 4 + s * 32 * 2
+}
+
+/// `gpucap status --pool t --json` of pool `p`, and its text form.
+fn status_json(p: &Pool) -> (serde_json::Value, String) {
+    let mut st = fake_cmd(cli(), &p.dir.join("st.json"));
+    st.args(["status", "--pool", "t"])
+        .env("GPUCAP_POOL_DIR", &p.dir);
+    let text = stdout(&run_within(&mut st, 30));
+    let o = run_within(st.arg("--json"), 30);
+    (serde_json::from_str(&stdout(&o)).unwrap(), text)
+}
+
+#[test]
+fn impossible_guarantee_words_in_the_pool_file_are_repaired_and_stop_nobody() {
+    let p = Pool::new("pool-share-repair");
+    assert_ok(&run_within(&mut p.script("init.json", &["alloc:1Mi"]), 30));
+    // An empty slot's holder bit, with a guarantee of the whole cap.
+    p.write_word(G0_HOLDER_BITS, 1 << 7);
+    p.write_word(g0_guarantee_word(7), 1 << 30);
+    let (doc, text) = status_json(&p);
+    assert!(
+        doc["gpus"][0]["guaranteed"].as_u64() <= Some(1 << 30),
+        "{doc}"
+    );
+    assert_eq!(doc["gpus"][0]["share_drift"], true, "{doc}");
+    assert!(
+        text.contains("the next joiner or refusal repairs them"),
+        "{text}"
+    );
+    // A joiner with a 900 MiB guarantee: admitted and served, with one warn line.
+    let o = run_within(
+        p.script("j.json", &["alloc:900Mi"])
+            .env("GPUCAP_GUARANTEE", "900Mi"),
+        30,
+    );
+    assert!(has(&o, &format!("alloc {} 0", 900 * MIB)), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("with its holder bit set, but no live member holds the slot"),
+        "{}",
+        dump(&o)
+    );
+    assert_eq!(p.word(G0_HOLDER_BITS), 0);
+    // A live member's guarantee word set to 2^64 - 1.
+    let a = spawn(
+        p.script(
+            "a.json",
+            &[
+                &format!("touch:{}", p.path("a-in")),
+                &format!("wait:{}", p.path("a-go")),
+                "alloc:300Mi",
+            ],
+        )
+        .env("GPUCAP_GUARANTEE", "300Mi"),
+    );
+    p.wait_file("a-in");
+    p.write_word(g0_guarantee_word(0), u64::MAX);
+    let (doc, text) = status_json(&p);
+    assert!(
+        doc["gpus"][0]["guaranteed"].as_u64() <= Some(1 << 30),
+        "{doc}"
+    );
+    assert!(
+        doc["members"][0]["gpus"][0]["guarantee"].as_u64() <= Some(1 << 30),
+        "{doc}"
+    );
+    assert!(!text.contains("EiB"), "{text}");
+    // A neighbour borrows: served, the word repaired by its refusal, with a warn line.
+    let b = spawn(&mut p.script(
+        "b.json",
+        &[
+            "alloc:500Mi",
+            &format!("touch:{}", p.path("b-in")),
+            &format!("wait:{}", p.path("b-go")),
+        ],
+    ));
+    p.wait_file("b-in");
+    // The guaranteed member is served its guarantee beside it.
+    p.touch("a-go");
+    let a = finish(a);
+    assert!(has(&a, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&a));
+    p.touch("b-go");
+    let b = finish(b);
+    assert!(has(&b, &format!("alloc {} 0", 500 * MIB)), "{}", dump(&b));
+    assert!(
+        stderr(&b).contains("above the pool's 1073741824-byte cap"),
+        "{}",
+        dump(&b)
+    );
+    assert!(p.shared_peak("b.json") <= 1 << 30);
 }

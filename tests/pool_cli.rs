@@ -719,6 +719,7 @@ const STATUS_JSON_FIELDS: &[(&str, &[&str])] = &[
             "cap_drift",
             "lock",
             "guaranteed",
+            "share_drift",
         ],
     ),
     (

@@ -325,6 +325,14 @@ fn gpu_notes(g: &GpuView) -> String {
             bytes(g.members_hold)
         ));
     }
+    if g.share_drift {
+        out.push_str(&format!(
+            "drift on {}: the pool file holds guarantee or ceiling words no member could \
+             have been given (shown at most the cap); the next joiner or refusal repairs \
+             them\n",
+            g.uuid
+        ));
+    }
     if g.cap_drift {
         out.push_str(&format!(
             "drift on {}: the pool file's cap is not the one its live members hold it to \

@@ -590,6 +590,7 @@ mod tests {
             lock: None,
             raw_uuid: raw,
             guaranteed: 0,
+            share_drift: false,
         };
         let used_of = |raw: [u8; 16]| {
             members

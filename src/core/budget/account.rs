@@ -31,6 +31,7 @@ use std::time::Duration;
 use super::hot::Hot;
 use super::layout::*;
 use super::member::Member;
+use super::repair::Repair;
 use super::used::Rule;
 
 /// Spins on a held gate or word lock before going to sleep on it.
@@ -38,50 +39,6 @@ const SPINS: u32 = 64;
 /// The longest a member sleeps on a held word lock before it asks whether the holder
 /// still lives (a killed holder wakes nobody).
 pub(super) const RECHECK: Duration = Duration::from_millis(10);
-
-/// A word of the pool file that could not be, found and repaired (for the shim's log).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Repair {
-    /// GPU entry `gpu`'s word lock named no member that could hold it (`word`): freed.
-    Lock { gpu: usize, word: u64 },
-    /// GPU entry `gpu`'s `used` said `found`, its members hold `members`: recounted.
-    Used {
-        gpu: usize,
-        found: u64,
-        members: u64,
-    },
-    /// GPU entry `gpu`'s cap word said `found` (encoded), this member holds it to
-    /// `ours`: written back.
-    Cap { gpu: usize, found: u64, ours: u64 },
-}
-
-impl fmt::Display for Repair {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Repair::Lock { gpu, word } => write!(
-                f,
-                "the pool file's word lock of GPU entry {gpu} held {word:#x}, which no live \
-                 member can hold: freed it"
-            ),
-            Repair::Used {
-                gpu,
-                found,
-                members,
-            } => write!(
-                f,
-                "the pool file said {found} bytes in use on GPU entry {gpu}, its members hold \
-                 {members}: recounted (another process wrote the pool file?)"
-            ),
-            Repair::Cap { gpu, found, ours } => write!(
-                f,
-                "the pool file's cap word of GPU entry {gpu} said {:?}, its live members hold \
-                 it to {:?}: written back (another process wrote the pool file?)",
-                decode_cap(found).flatten(),
-                decode_cap(ours).flatten()
-            ),
-        }
-    }
-}
 
 /// A reservation the pool's cap does not allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +131,10 @@ impl Member<'_> {
                 return Ok(());
             }
             if let Some(refusal) = self.past_ceiling(g, bytes) {
-                return Err(refusal); // its own ceiling: no member's free would help
+                // Its own ceiling: no member's free would help. Its own share words
+                // are written back first if another process changed them.
+                self.repair_own_shares(g);
+                return Err(refusal);
             }
             // A `used` or cap word that differs from what the members hold: recounted
             // once (under the word lock), then tried again.
@@ -230,8 +190,8 @@ impl Member<'_> {
         let cap = decode_cap(self.caps.get(g).map_or(0, |c| c.load(Relaxed)))
             .flatten()
             .unwrap_or(u64::MAX);
-        let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
-        self.take_at(h, g, bytes, cap, guarantee, h.ceiling())
+        let (guarantee, ceiling) = self.own_share(g);
+        self.take_at(h, g, bytes, cap, guarantee, ceiling)
     }
 
     /// One try of a reservation of `bytes` on GPU entry `g` under `cap`, without a lock
@@ -240,8 +200,8 @@ impl Member<'_> {
     #[inline(always)]
     fn take(&self, g: usize, bytes: u64, cap: u64) -> bool {
         self.hot(g).is_some_and(|h| {
-            let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
-            self.take_at(h, g, bytes, cap, guarantee, h.ceiling())
+            let (guarantee, ceiling) = self.own_share(g);
+            self.take_at(h, g, bytes, cap, guarantee, ceiling)
         })
     }
 
@@ -305,12 +265,13 @@ impl Member<'_> {
 
     /// Under GPU entry `g`'s word lock: sets its `used` to what the members hold and
     /// its cap word to this member's cap if either differs (another process wrote the
-    /// file). True if anything changed; each repair is told to the member's note.
+    /// file), and repairs impossible share words (`repair`). True if anything changed;
+    /// each repair is told to the member's note.
     pub(super) fn recount(&self, g: usize) -> bool {
         let repairs = self.locked(g, || {
-            let mut out = [None, None];
+            let mut out = Vec::new();
             if let Some((found, members)) = self.recount_used(g) {
-                out[0] = Some(Repair::Used {
+                out.push(Repair::Used {
                     gpu: g,
                     found,
                     members,
@@ -320,20 +281,19 @@ impl Member<'_> {
             let found = word.load(Relaxed);
             if ours != 0 && found != ours {
                 word.store(ours, SeqCst);
-                out[1] = Some(Repair::Cap {
+                out.push(Repair::Cap {
                     gpu: g,
                     found,
                     ours,
                 });
             }
+            out.extend(self.fix_shares(g));
             out
         });
-        let mut any = false;
-        for r in repairs.into_iter().flatten() {
-            (self.note)(&r);
-            any = true;
+        for r in &repairs {
+            self.tell(r);
         }
-        any
+        !repairs.is_empty()
     }
 
     /// Runs `f` holding GPU entry `g`'s word lock (changes that need no journal).
@@ -390,7 +350,7 @@ impl Member<'_> {
                 // Nobody can hold this: no slot, or this process's own (its threads
                 // are behind the gate).
                 if self.release_from(g, word) {
-                    (self.note)(&Repair::Lock { gpu: g, word });
+                    self.tell(&Repair::Lock { gpu: g, word });
                 }
                 continue;
             }

@@ -2,7 +2,7 @@
 //! member joins: a reservation or a credit then pays one bounds check for all of them,
 //! not one (with its index arithmetic) per word.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::AtomicU64;
 
 use super::layout::*;
 
@@ -15,8 +15,6 @@ pub(super) struct Hot<'a> {
     pub gpu: &'a [AtomicU64; GPU_WORDS],
     /// The GPU entry's bits of the slots that hold a guarantee.
     pub bits: &'a [AtomicU64; SHARE_BITS_WORDS],
-    /// The member's own share words on the GPU (`SH_GUARANTEE`, `SH_CEILING`).
-    pub share: &'a [AtomicU64; SHARE_WORDS],
     /// The GPU entry.
     pub g: usize,
 }
@@ -28,17 +26,7 @@ impl<'a> Hot<'a> {
             mine: w.member_gpu_all(s, g)?,
             gpu: w.gpu_all(g)?,
             bits: w.share_bits_all(g)?,
-            share: w.share_all(s, g)?,
             g,
         })
-    }
-
-    /// This member's ceiling on the GPU (`u64::MAX`: none of its own).
-    #[inline]
-    pub fn ceiling(&self) -> u64 {
-        match self.share[SH_CEILING].load(Relaxed) {
-            0 => u64::MAX,
-            c => c,
-        }
     }
 }

@@ -399,14 +399,6 @@ impl<'a> Words<'a> {
         self.0.get(at..at + SHARE_BITS_WORDS)?.try_into().ok()
     }
 
-    /// Slot `s`'s share words for GPU entry `g`, all at once.
-    #[inline]
-    pub fn share_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; SHARE_WORDS]> {
-        let at =
-            SHARES_AT + MAX_POOL_GPUS * SHARE_BITS_WORDS + (s * MAX_POOL_GPUS + g) * SHARE_WORDS;
-        self.0.get(at..at + SHARE_WORDS)?.try_into().ok()
-    }
-
     /// Slot `s`'s share word `i` for GPU entry `g`.
     pub fn share(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
         &self.0[SHARES_AT

@@ -151,11 +151,16 @@ pub struct Member<'a> {
     /// Per GPU entry, the most the pool's use may reach, for the short path: the same
     /// cap in bytes, never past what `used` can hold (`USED_BYTES`, also with no cap).
     pub(super) limit: [AtomicU64; MAX_POOL_GPUS],
-    /// Hears of every impossible word found and repaired (see [`Member::noting`]).
-    pub(super) note: fn(&super::Repair),
+    /// Hears of every impossible word found and repaired (see [`Member::noting`]; None
+    /// until then: kept in `early`, told when it is set).
+    pub(super) note: Option<fn(&super::Repair)>,
+    /// Repairs made while joining, before [`Member::noting`] said whom to tell.
+    pub(super) early: std::sync::Mutex<Vec<super::Repair>>,
+    /// Per GPU entry, the guarantee and ceiling this member claimed (as its share words
+    /// hold them; 0: none), kept in its own memory: what it decides by, and what it
+    /// writes back over share words another process changed (see `repair`).
+    pub(super) own: [[AtomicU64; SHARE_WORDS]; MAX_POOL_GPUS],
 }
-
-fn no_note(_: &super::Repair) {}
 
 impl<'a> Member<'a> {
     /// Joins `pool`: takes the first slot whose lock is free, finishing and taking back
@@ -192,7 +197,9 @@ impl<'a> Member<'a> {
                 gate: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
                 caps: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
                 limit: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
-                note: no_note,
+                note: None,
+                early: std::sync::Mutex::new(Vec::new()),
+                own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],
             };
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
                 m.take_back(s);
@@ -203,12 +210,14 @@ impl<'a> Member<'a> {
                 for g in 0..MAX_POOL_GPUS {
                     let word = w.gpu(g, G_LOCK).load(Acquire);
                     if word & LOCK_HOLDER == holder && m.release_from(g, word) {
-                        (m.note)(&super::Repair::Lock { gpu: g, word });
+                        m.tell(&super::Repair::Lock { gpu: g, word });
                     }
                     w.member_gpu(s, g, M_PENDING).store(0, SeqCst);
                     w.member_gpu(s, g, M_USED).store(0, SeqCst);
                     m.close_traffic(s, g);
                 }
+                // Nor a guarantee or a ceiling: this member claims its own later.
+                m.clear_new_slot_shares();
             }
             w.slot(s, S_PID).store(u64::from(info.pid), Relaxed);
             w.slot(s, S_PIDNS).store(info.pid_namespace, Relaxed);
@@ -249,8 +258,24 @@ impl<'a> Member<'a> {
     /// Every impossible word this member finds and repairs (a word lock no member can
     /// hold, a `used` or cap word another process changed) is told to `note`.
     pub fn noting(mut self, note: fn(&super::Repair)) -> Self {
-        self.note = note;
+        self.note = Some(note);
+        let early = std::mem::take(&mut *self.early.lock().unwrap_or_else(|p| p.into_inner()));
+        for r in &early {
+            note(r);
+        }
         self
+    }
+
+    /// Tells `r` to the member's note, or keeps it until [`noting`](Self::noting).
+    pub(super) fn tell(&self, r: &super::Repair) {
+        match self.note {
+            Some(note) => note(r),
+            None => self
+                .early
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(*r),
+        }
     }
 
     /// This member's slot.
@@ -303,16 +328,18 @@ impl<'a> Member<'a> {
         self.limit[g].store(cap.unwrap_or(USED_BYTES).min(USED_BYTES), Relaxed);
         slot_of_device.store(g as u32 + 1, Release);
         self.note_route(g);
+        // The guarantees this joiner will be weighed against: none that cannot be.
+        self.repair_shares(g);
         Ok(())
     }
 
     /// Sets the short path's way (`route`) of every CUDA ordinal on GPU entry `g` from
-    /// this member's share words there: called when they change.
+    /// this member's share (as it claimed it, `own`): called when it changes.
     pub(super) fn note_route(&self, g: usize) {
-        let Some(h) = self.hot(g) else {
+        if self.hot(g).is_none() {
             return;
-        };
-        let shared = h.share[SH_GUARANTEE].load(SeqCst) | h.share[SH_CEILING].load(SeqCst) != 0;
+        }
+        let shared = self.own_word(g, SH_GUARANTEE) | self.own_word(g, SH_CEILING) != 0;
         let route = (g as u32 + 1) | if shared { OWN_SHARE } else { 0 };
         for (d, e) in self.entry_of.iter().enumerate() {
             if e.load(Acquire) == g as u32 + 1 {

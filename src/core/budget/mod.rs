@@ -22,6 +22,8 @@
 //! - `shares`: guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`,
 //!   `GPUCAP_CEILING`): the policy, pure functions over plain numbers.
 //!   `share_words` keeps them in the pool file's words.
+//! - `repair`: share words that cannot be (a guarantee of an empty slot, above the cap,
+//!   guarantees summing above it), repaired by the next joiner or refusal.
 //! - `view`: a snapshot for `gpucap status`, `gpucap top` and NVML's process list.
 
 mod account;
@@ -29,6 +31,7 @@ mod command;
 mod hot;
 mod layout;
 mod member;
+mod repair;
 mod share_words;
 pub mod shares;
 mod short_path;
@@ -37,12 +40,13 @@ mod used;
 mod view;
 mod wait;
 
-pub use account::{PoolRefusal, Repair};
+pub use account::PoolRefusal;
 pub use command::member_command;
 pub use layout::{
     LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
+pub use repair::{Repair, ShareFault, ShareRepair};
 pub use share_words::{ClaimRefusal, Holder};
 pub use traffic::PoolMarks;
 pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};

@@ -92,7 +92,7 @@ impl Member<'_> {
         };
         let wait = self.wait.map_or(Duration::ZERO, |(max, _)| max);
         let start = Instant::now();
-        let mut swept = false;
+        let (mut swept, mut repaired) = (false, false);
         loop {
             let refused = match self.claim_now(g, share) {
                 Ok(()) => return Ok(()),
@@ -102,6 +102,14 @@ impl Member<'_> {
                 swept = true;
                 if self.sweep() > 0 {
                     continue; // the dead's guarantees came back
+                }
+            }
+            // Guarantees no member could have been given (an empty slot's, one above
+            // the cap, ...) are cleared: this claim is tried against the rest.
+            if !repaired {
+                repaired = true;
+                if self.repair_shares(g) {
+                    continue;
                 }
             }
             let waited = start.elapsed();
@@ -120,6 +128,7 @@ impl Member<'_> {
             self.locks
                 .sleep_on(word, seen, (wait - waited).min(ADMISSION_RECHECK));
             self.sweep();
+            self.repair_shares(g);
         }
     }
 
@@ -169,8 +178,23 @@ impl Member<'_> {
         })
     }
 
-    /// Writes this member's guarantee and ceiling on GPU entry `g`, and its bit.
+    /// Writes this member's guarantee and ceiling on GPU entry `g`, and its bit, in its
+    /// own memory (what it decides by) and in the pool file (what the others read).
     fn write_share(&self, g: usize, share: Share) {
+        if let Some(own) = self.own.get(g) {
+            own[SH_GUARANTEE].store(share.guarantee, SeqCst);
+            own[SH_CEILING].store(share.ceiling, SeqCst);
+        }
+        self.write_own_words(g);
+    }
+
+    /// Writes this member's share on GPU entry `g` as it claimed it (`own`) into its
+    /// share words and its bit.
+    pub(super) fn write_own_words(&self, g: usize) {
+        let share = Share {
+            guarantee: self.own_word(g, SH_GUARANTEE),
+            ceiling: self.own_word(g, SH_CEILING),
+        };
         let mine = |i| self.w.share(self.slot, g, i);
         mine(SH_GUARANTEE).store(share.guarantee, SeqCst);
         mine(SH_CEILING).store(share.ceiling, SeqCst);
@@ -183,8 +207,30 @@ impl Member<'_> {
         self.note_route(g);
     }
 
+    /// Word `i` (`SH_GUARANTEE`, `SH_CEILING`) of the share this member claimed on GPU
+    /// entry `g`, from its own memory (0: none).
+    #[inline(always)]
+    pub(super) fn own_word(&self, g: usize, i: usize) -> u64 {
+        self.own
+            .get(g)
+            .and_then(|o| o.get(i))
+            .map_or(0, |w| w.load(Relaxed))
+    }
+
+    /// This member's guarantee and ceiling on GPU entry `g` as it claimed them (the
+    /// ceiling `u64::MAX`: none of its own), from its own memory: a share word another
+    /// process changed neither lifts nor lowers them.
+    #[inline(always)]
+    pub(super) fn own_share(&self, g: usize) -> (u64, u64) {
+        let ceiling = match self.own_word(g, SH_CEILING) {
+            0 => u64::MAX,
+            c => c,
+        };
+        (self.own_word(g, SH_GUARANTEE), ceiling)
+    }
+
     /// The slots other than this one holding a guarantee on GPU entry `g`.
-    fn guaranteed(&self, g: usize) -> impl Iterator<Item = usize> + '_ {
+    pub(super) fn guaranteed(&self, g: usize) -> impl Iterator<Item = usize> + '_ {
         (0..SHARE_BITS_WORDS).flat_map(move |k| {
             let mut bits = self.w.share_bits(g, k).load(Acquire);
             if k == self.slot / 64 {
@@ -246,7 +292,7 @@ impl Member<'_> {
 
     /// This member's ceiling on GPU entry `g` (`u64::MAX`: none of its own).
     fn ceiling(&self, g: usize) -> u64 {
-        self.hot(g).map_or(u64::MAX, Hot::ceiling)
+        self.own_share(g).1
     }
 
     /// The pool's new use if this member, holding
@@ -262,8 +308,8 @@ impl Member<'_> {
     /// request would be refused. For a borrower that error errs on the safe side.
     pub(super) fn fits(&self, g: usize, pool: u64, own: u64, bytes: u64, cap: u64) -> Option<u64> {
         let h = self.hot(g)?;
-        let guarantee = h.share[SH_GUARANTEE].load(Relaxed);
-        self.fits_under(h, g, pool, own, bytes, cap, guarantee, h.ceiling())
+        let (guarantee, ceiling) = self.own_share(g);
+        self.fits_under(h, g, pool, own, bytes, cap, guarantee, ceiling)
     }
 
     /// [`fits`](Self::fits) with GPU entry `g`'s words `h`, this member's `guarantee`
@@ -328,6 +374,8 @@ impl Member<'_> {
     /// reserve now, its ceiling or the cap), or None if the device is not registered.
     pub fn room(&self, device: usize) -> Option<(u64, Option<u64>)> {
         let g = self.entry_of(device)?;
+        // Its own words as it claimed them, if another process changed them.
+        self.repair_own_shares(g);
         let cap = decode_cap(self.caps[g].load(Relaxed)).flatten();
         let ceiling = self.ceiling(g);
         let used = self.w.used(g);

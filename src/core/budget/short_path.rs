@@ -92,10 +92,7 @@ impl Member<'_> {
             return None;
         }
         let h = self.hot(g)?;
-        let (guarantee, ceiling) = (
-            h.share[SH_GUARANTEE].load(Relaxed),
-            h.share[SH_CEILING].load(Relaxed),
-        );
+        let (guarantee, ceiling) = (self.own_word(g, SH_GUARANTEE), self.own_word(g, SH_CEILING));
         let taken = if guarantee | ceiling != 0 {
             self.take_shared(h, bytes)
         } else {

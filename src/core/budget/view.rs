@@ -41,8 +41,13 @@ pub struct GpuView {
     pub lock: Option<LockView>,
     #[serde(skip)]
     pub raw_uuid: [u8; 16],
-    /// Bytes guaranteed to live members (`GPUCAP_GUARANTEE`), in all.
+    /// Bytes guaranteed to live members (`GPUCAP_GUARANTEE`), in all: what the pool
+    /// keeps for them, each guarantee and the sum at most the cap (see `share_drift`).
     pub guaranteed: u64,
+    /// True when share words could not be (a guarantee's holder bit on a slot no member
+    /// holds, a guarantee or ceiling above the cap, guarantees summing above it): shown
+    /// clamped to the cap; the next joiner or refusal repairs them (`repair`).
+    pub share_drift: bool,
 }
 
 /// Who holds a GPU's word lock.
@@ -127,12 +132,22 @@ impl Pool<'_> {
                     lock: lock_view(w, g),
                     raw_uuid: raw,
                     guaranteed: 0,
+                    share_drift: false,
                 },
             ));
         }
+        // Per GPU, the most any figure of the pool's may show: the cap the live members
+        // hold it to (their own words; the cap word if none lives), at most what `used`
+        // can count.
+        let mut limits = [USED_BYTES; MAX_POOL_GPUS];
         for (g, gpu) in gpus.iter_mut() {
             (gpu.members_hold, gpu.drift) = drift(w, locks, *g);
             let cap = w.gpu(*g, G_CAP).load(Relaxed);
+            let live_cap = (0..MAX_SLOTS).find_map(|s| {
+                let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
+                (theirs != 0 && w.slot(s, S_STATE).load(Acquire) == STATE_LIVE && locks.held(s))
+                    .then_some(theirs)
+            });
             gpu.cap_drift = (0..MAX_SLOTS).any(|s| {
                 let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
                 theirs != 0
@@ -140,6 +155,14 @@ impl Pool<'_> {
                     && w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
                     && locks.held(s)
             });
+            let limit = decode_cap(live_cap.unwrap_or(cap))
+                .flatten()
+                .map_or(USED_BYTES, |c| c.min(USED_BYTES));
+            limits[*g] = limit;
+            // A `used` word above the cap shows as the cap, unless the members do hold
+            // more (charges the driver made without asking: `Member::force`).
+            gpu.used = gpu.used.min(limit.max(gpu.members_hold));
+            gpu.share_drift = share_drift(w, locks, *g, limit);
         }
         let mut members = Vec::new();
         for s in 0..MAX_SLOTS {
@@ -155,9 +178,15 @@ impl Pool<'_> {
                 if used == 0 && peak == 0 && cap == 0 {
                     continue;
                 }
-                let guarantee = w.share(s, *g, SH_GUARANTEE).load(Relaxed);
+                let limit = limits[*g];
+                // What the pool keeps for it: a guarantee its bit says, at most the cap.
+                let guarantee = if holds_guarantee(w, s, *g) {
+                    w.share(s, *g, SH_GUARANTEE).load(Relaxed).min(limit)
+                } else {
+                    0
+                };
                 if alive {
-                    gpu.guaranteed += guarantee;
+                    gpu.guaranteed = gpu.guaranteed.saturating_add(guarantee).min(limit);
                 }
                 if !alive {
                     gpu.held_by_dead += used;
@@ -170,7 +199,7 @@ impl Pool<'_> {
                     guarantee,
                     ceiling: match w.share(s, *g, SH_CEILING).load(Relaxed) {
                         0 | u64::MAX => None,
-                        c => Some(c),
+                        c => Some(c.min(limit)),
                     },
                     borrowed: super::shares::borrowed(guarantee, used),
                 });
@@ -213,6 +242,39 @@ fn drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, i64) {
         }
     }
     last
+}
+
+/// Whether slot `s`'s holder bit on GPU entry `g` is set.
+fn holds_guarantee(w: Words<'_>, s: usize, g: usize) -> bool {
+    w.share_bits(g, s / 64).load(Acquire) & 1 << (s % 64) != 0
+}
+
+/// Whether GPU entry `g`'s share words hold one that could not be, under the cap
+/// `limit` (the rules of `repair`, read only): a holder bit of an empty slot nobody
+/// holds, a bit and a guarantee that disagree, a guarantee or ceiling above the cap or
+/// a guarantee above its ceiling, live guarantees summing above the cap.
+fn share_drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize, limit: u64) -> bool {
+    let mut given = 0u64;
+    for s in 0..MAX_SLOTS {
+        let bit = holds_guarantee(w, s, g);
+        let guarantee = w.share(s, g, SH_GUARANTEE).load(Relaxed);
+        let ceiling = w.share(s, g, SH_CEILING).load(Relaxed);
+        if w.slot(s, S_STATE).load(Acquire) != STATE_LIVE {
+            if bit && !locks.held(s) {
+                return true;
+            }
+            continue;
+        }
+        if bit != (guarantee != 0)
+            || guarantee > limit
+            || ceiling > limit
+            || (ceiling != 0 && guarantee > ceiling)
+        {
+            return true;
+        }
+        given = given.saturating_add(guarantee);
+    }
+    given > limit
 }
 
 /// Who holds GPU entry `g`'s word lock now, and since when others wait for it.

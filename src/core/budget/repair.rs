@@ -1,0 +1,334 @@
+//! Share words that cannot be, found and repaired: a guarantee's holder bit on a slot
+//! no live member holds, a guarantee above the pool's cap or above its own ceiling
+//! word, live guarantees that sum above the cap, a ceiling above the cap, a bit and a
+//! guarantee word that disagree, and this member's own words changed under it.
+//!
+//! Who repairs: the next member to join (at its slot, and when it registers a GPU), the
+//! next refusal (with its recount, under the word lock), a guarantee's admission that
+//! was refused, and a member asking what it could reserve (`room`, `cuMemGetInfo`: its
+//! own words only, unless they are wrong). Never the allocation's short path.
+//!
+//! The rule, per GPU entry, deterministic and the same for every repairer:
+//!
+//! 1. The repairer's own words are written back from what it claimed, kept in its own
+//!    memory (`Member::own`: what it decides by in any case).
+//! 2. A holder bit of a slot that is empty and whose kernel lock nobody holds is
+//!    cleared with the slot's share words (a slot being joined, or a live member whose
+//!    state word was cleared, holds its lock: left to its owner).
+//! 3. For each other slot in use: a ceiling word above the cap is cleared ("none"); a
+//!    bit without a guarantee, or a guarantee without its bit, is cleared; a guarantee
+//!    above the cap or above the slot's own ceiling word is cleared.
+//! 4. The guarantees left must sum within the cap, as admission left them: the
+//!    repairer's own first (it knows it is true), then the others in the order their
+//!    members joined (start time, then slot). One that does not fit beside those before
+//!    it could not have been admitted, and is cleared.
+//!
+//! A cleared guarantee is no longer kept by the others; its member still decides by
+//! its own memory, so its requests inside the guarantee still need only the cap's room,
+//! and it writes its words back at its next refusal or `room` (if another member
+//! borrowed the room meanwhile, that comes back as the borrower frees).
+
+use std::fmt;
+use std::sync::atomic::Ordering::*;
+
+use super::layout::*;
+use super::member::Member;
+
+/// A word of the pool file that could not be, found and repaired (for the shim's log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repair {
+    /// GPU entry `gpu`'s word lock named no member that could hold it (`word`): freed.
+    Lock { gpu: usize, word: u64 },
+    /// GPU entry `gpu`'s `used` said `found`, its members hold `members`: recounted.
+    Used {
+        gpu: usize,
+        found: u64,
+        members: u64,
+    },
+    /// GPU entry `gpu`'s cap word said `found` (encoded), this member holds it to
+    /// `ours`: written back.
+    Cap { gpu: usize, found: u64, ours: u64 },
+    /// A slot's guarantee, ceiling or holder bit could not be (see `repair`): cleared,
+    /// or (this member's own) written back.
+    Share(ShareRepair),
+}
+
+impl fmt::Display for Repair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Repair::Lock { gpu, word } => write!(
+                f,
+                "the pool file's word lock of GPU entry {gpu} held {word:#x}, which no live \
+                 member can hold: freed it"
+            ),
+            Repair::Used {
+                gpu,
+                found,
+                members,
+            } => write!(
+                f,
+                "the pool file said {found} bytes in use on GPU entry {gpu}, its members hold \
+                 {members}: recounted (another process wrote the pool file?)"
+            ),
+            Repair::Cap { gpu, found, ours } => write!(
+                f,
+                "the pool file's cap word of GPU entry {gpu} said {:?}, its live members hold \
+                 it to {:?}: written back (another process wrote the pool file?)",
+                decode_cap(found).flatten(),
+                decode_cap(ours).flatten()
+            ),
+            Repair::Share(r) => r.fmt(f),
+        }
+    }
+}
+
+/// What was wrong with one slot's share words on one GPU entry (see the module's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareFault {
+    /// No live member holds the slot, yet its holder bit (or, for a slot just taken,
+    /// any share word) is set: cleared.
+    NoMember,
+    /// The holder bit without a guarantee, or a guarantee without the bit: cleared.
+    Bit,
+    /// The guarantee is above the pool's cap: cleared.
+    AboveCap,
+    /// The guarantee is above the slot's own ceiling word: cleared.
+    AboveCeiling,
+    /// The guarantee does not fit beside the `given` bytes kept for the members before
+    /// it (rule 4): cleared.
+    NoRoom { given: u64 },
+    /// The ceiling word is above the pool's cap: cleared (none: the cap).
+    CeilingAboveCap,
+    /// This member's own words differ from the `guarantee` and `ceiling` it claimed:
+    /// written back.
+    Own { guarantee: u64, ceiling: u64 },
+}
+
+/// A slot's share words as found, and what is wrong with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareRepair {
+    pub gpu: usize,
+    pub slot: usize,
+    /// The guarantee and ceiling words as found.
+    pub guarantee: u64,
+    pub ceiling: u64,
+    /// The cap the repairer holds the GPU to (`u64::MAX`: none).
+    pub cap: u64,
+    pub fault: ShareFault,
+}
+
+impl fmt::Display for ShareRepair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ShareRepair {
+            gpu,
+            slot,
+            guarantee,
+            ceiling,
+            cap,
+            fault,
+        } = *self;
+        let words = format!(
+            "the pool file's guarantee word of member slot {slot} on GPU entry {gpu} said \
+             {guarantee} bytes"
+        );
+        let cleared = "cleared it (its member, if it lives, writes back its own)";
+        match fault {
+            ShareFault::NoMember => write!(
+                f,
+                "{words} (ceiling {ceiling}) with its holder bit set, but no live member \
+                 holds the slot: cleared them"
+            ),
+            ShareFault::Bit => write!(f, "{words}, which its holder bit does not say: {cleared}"),
+            ShareFault::AboveCap => {
+                write!(f, "{words}, above the pool's {cap}-byte cap: {cleared}")
+            }
+            ShareFault::AboveCeiling => write!(
+                f,
+                "{words}, above the same member's ceiling of {ceiling} bytes: {cleared}"
+            ),
+            ShareFault::NoRoom { given } => write!(
+                f,
+                "{words}, which does not fit beside the {given} bytes guaranteed to the \
+                 members that joined before it in the pool's {cap}-byte cap (it could not \
+                 have been admitted): {cleared}"
+            ),
+            ShareFault::CeilingAboveCap => write!(
+                f,
+                "the pool file's ceiling word of member slot {slot} on GPU entry {gpu} said \
+                 {ceiling} bytes, above the pool's {cap}-byte cap: {cleared}"
+            ),
+            ShareFault::Own {
+                guarantee: g,
+                ceiling: c,
+            } => write!(
+                f,
+                "{words} and its ceiling word {ceiling}, this member's own slot, which \
+                 claimed a guarantee of {g} and a ceiling of {c} bytes: written back"
+            ),
+        }
+    }
+}
+
+impl Member<'_> {
+    /// Repairs the impossible share words on GPU entry `g` (see the module's rule) under
+    /// its word lock, if a look without the lock finds any; each repair is told to the
+    /// member's note. True if anything was repaired.
+    pub(super) fn repair_shares(&self, g: usize) -> bool {
+        if self.left.load(Acquire) || self.share_faults(g).is_empty() {
+            return false;
+        }
+        let repairs = self.locked(g, || self.fix_shares(g));
+        for r in &repairs {
+            self.tell(r);
+        }
+        !repairs.is_empty()
+    }
+
+    /// [`repair_shares`](Self::repair_shares) if this member's own share words on GPU
+    /// entry `g` differ from what it claimed (three loads otherwise).
+    pub(super) fn repair_own_shares(&self, g: usize) {
+        if !self.own_words_right(g) {
+            self.repair_shares(g);
+        }
+    }
+
+    /// Under GPU entry `g`'s word lock: finds the faults again and repairs them.
+    pub(super) fn fix_shares(&self, g: usize) -> Vec<Repair> {
+        if self.left.load(Acquire) {
+            return Vec::new();
+        }
+        let faults = self.share_faults(g);
+        for r in &faults {
+            if r.slot == self.slot {
+                self.write_own_words(g);
+                continue;
+            }
+            let (k, bit) = (r.slot / 64, 1u64 << (r.slot % 64));
+            let clear_guarantee = || {
+                self.w.share_bits(g, k).fetch_and(!bit, SeqCst);
+                self.w.share(r.slot, g, SH_GUARANTEE).store(0, SeqCst);
+            };
+            match r.fault {
+                ShareFault::NoMember => {
+                    clear_guarantee();
+                    self.w.share(r.slot, g, SH_CEILING).store(0, SeqCst);
+                }
+                ShareFault::CeilingAboveCap => {
+                    self.w.share(r.slot, g, SH_CEILING).store(0, SeqCst);
+                }
+                _ => clear_guarantee(),
+            }
+        }
+        faults.into_iter().map(Repair::Share).collect()
+    }
+
+    /// Whether this member's own share words and bit on GPU entry `g` say what it
+    /// claimed.
+    fn own_words_right(&self, g: usize) -> bool {
+        let (k, bit) = (self.slot / 64, 1u64 << (self.slot % 64));
+        let ours = [self.own_word(g, SH_GUARANTEE), self.own_word(g, SH_CEILING)];
+        let found = [
+            self.w.share(self.slot, g, SH_GUARANTEE).load(SeqCst),
+            self.w.share(self.slot, g, SH_CEILING).load(SeqCst),
+        ];
+        let bit_set = self.w.share_bits(g, k).load(SeqCst) & bit != 0;
+        found == ours && bit_set == (ours[0] != 0)
+    }
+
+    /// The impossible share words on GPU entry `g`, changing nothing (see the module's
+    /// rule; the order of the list is the order of the rule).
+    fn share_faults(&self, g: usize) -> Vec<ShareRepair> {
+        let cap = decode_cap(self.caps.get(g).map_or(0, |c| c.load(Relaxed)))
+            .flatten()
+            .unwrap_or(u64::MAX);
+        // No guarantee can be above what `used` can count, with a cap or without.
+        let limit = cap.min(USED_BYTES);
+        let mut out = Vec::new();
+        let found = |s: usize, fault| ShareRepair {
+            gpu: g,
+            slot: s,
+            guarantee: self.w.share(s, g, SH_GUARANTEE).load(SeqCst),
+            ceiling: self.w.share(s, g, SH_CEILING).load(SeqCst),
+            cap,
+            fault,
+        };
+        let own_guarantee = self.own_word(g, SH_GUARANTEE);
+        if !self.own_words_right(g) {
+            out.push(found(
+                self.slot,
+                ShareFault::Own {
+                    guarantee: own_guarantee,
+                    ceiling: self.own_word(g, SH_CEILING),
+                },
+            ));
+        }
+        // (join start, slot, guarantee) of the guarantees that pass rules 2 and 3.
+        let mut kept: Vec<(u64, usize, u64)> = Vec::new();
+        for s in (0..MAX_SLOTS).filter(|&s| s != self.slot) {
+            let bit = self.w.share_bits(g, s / 64).load(SeqCst) & 1 << (s % 64) != 0;
+            let guarantee = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
+            let ceiling = self.w.share(s, g, SH_CEILING).load(SeqCst);
+            if self.w.slot(s, S_STATE).load(Acquire) != STATE_LIVE {
+                // Empty: a bit there is no member's, unless a process holds the slot
+                // (joining it, or a live member whose state word was cleared).
+                if bit && !self.locks.held(s) {
+                    out.push(found(s, ShareFault::NoMember));
+                }
+                continue;
+            }
+            if ceiling > limit {
+                out.push(found(s, ShareFault::CeilingAboveCap));
+            }
+            let fault = if bit != (guarantee != 0) {
+                Some(ShareFault::Bit)
+            } else if guarantee > limit {
+                Some(ShareFault::AboveCap)
+            } else if ceiling != 0 && guarantee > ceiling {
+                Some(ShareFault::AboveCeiling)
+            } else {
+                None
+            };
+            match fault {
+                Some(f) => out.push(found(s, f)),
+                None if bit => {
+                    kept.push((self.w.slot(s, S_START_MS).load(Relaxed), s, guarantee));
+                }
+                None => {}
+            }
+        }
+        // Rule 4: this member's own first, then in the order the members joined.
+        kept.sort_unstable();
+        let mut given = own_guarantee;
+        for (_, s, guarantee) in kept {
+            match given.checked_add(guarantee).filter(|&t| t <= limit) {
+                Some(t) => given = t,
+                None => out.push(found(s, ShareFault::NoRoom { given })),
+            }
+        }
+        out
+    }
+
+    /// At join, on the empty slot just taken: share words or a holder bit left in it are
+    /// no member's (a forged file, or a bug): cleared, each told.
+    pub(super) fn clear_new_slot_shares(&self) {
+        let s = self.slot;
+        let (k, bit) = (s / 64, 1u64 << (s % 64));
+        for g in 0..MAX_POOL_GPUS {
+            let bits = self.w.share_bits(g, k).fetch_and(!bit, SeqCst);
+            let guarantee = self.w.share(s, g, SH_GUARANTEE).swap(0, SeqCst);
+            let ceiling = self.w.share(s, g, SH_CEILING).swap(0, SeqCst);
+            if bits & bit != 0 || guarantee != 0 || ceiling != 0 {
+                self.tell(&Repair::Share(ShareRepair {
+                    gpu: g,
+                    slot: s,
+                    guarantee,
+                    ceiling,
+                    cap: decode_cap(self.w.gpu(g, G_CAP).load(Relaxed))
+                        .flatten()
+                        .unwrap_or(u64::MAX),
+                    fault: ShareFault::NoMember,
+                }));
+            }
+        }
+    }
+}
