@@ -1659,6 +1659,7 @@ fn a_forced_charge_never_eats_another_members_guarantee() {
             peak / MIB
         );
     }
+}
 
 /// Where the share words start (src/core/budget/layout.rs: 16 header words, 32 GPU
 /// entries of 16, 256 member slots of 16 + 32 x 10), GPU entry 0's first word of holder
