@@ -181,9 +181,9 @@ pub enum Ending {
 struct DevState {
     /// The primary context's handle and the bytes charged for it, while active.
     primary: Option<(Ctx, u64)>,
-    /// What the last [`RECENT`] contexts measured on this device took (0: an empty
+    /// What the last [`RECENT`] contexts measured on this device took (None: an empty
     /// entry), the oldest replaced first (`next`).
-    recent: [u64; RECENT],
+    recent: [Option<u64>; RECENT],
     next: usize,
 }
 
@@ -221,7 +221,7 @@ impl ContextBook {
             devices: [const {
                 Mutex::new(DevState {
                     primary: None,
-                    recent: [0; RECENT],
+                    recent: [None; RECENT],
                     next: 0,
                 })
             }; MAX_DEVICES],
@@ -426,10 +426,17 @@ impl DeviceLock<'_> {
         self.state
             .recent
             .iter()
+            .flatten()
             .copied()
-            .filter(|&b| b != 0)
             .min()
             .unwrap_or(0)
+    }
+
+    /// Whether the last [`RECENT`] contexts on this device were all measured: then their
+    /// least may replace the pool's figure, not only lower it
+    /// (`Member::note_context_bytes`).
+    pub fn expectation_settled(&self) -> bool {
+        self.state.recent.iter().all(Option::is_some)
     }
 
     /// What the next context on this device reserves before the driver makes it: the
@@ -448,18 +455,13 @@ impl DeviceLock<'_> {
     /// [`RECENT`]: one measurement inflated by a burst of frees (a 300 MiB context
     /// measured at 2.35 GiB beside three churning members) must not become what every
     /// later context reserves first (over the cap, none could be made again), and one
-    /// that erred low (others outside the pool allocated inside its window) must not
-    /// lower the expectation for good. 0 is not a measurement of a context (every
-    /// context takes memory where the driver's figure moves at all): not kept, it would
-    /// switch the reservation off. A context that takes more than expected still cannot
-    /// pass the cap: the driver makes it, and it is undone when its measured bytes do
-    /// not fit.
+    /// that erred low (others outside the pool allocated inside its window; 0 included)
+    /// must not lower the expectation for good: forgotten after [`RECENT`] more. A
+    /// context that takes more than expected still cannot pass the cap: the driver makes
+    /// it, and it is undone when its measured bytes do not fit.
     pub fn learn(&mut self, bytes: u64) {
-        if bytes == 0 {
-            return;
-        }
         let i = self.state.next % RECENT;
-        self.state.recent[i] = bytes;
+        self.state.recent[i] = Some(bytes);
         self.state.next = (i + 1) % RECENT;
     }
 
@@ -1292,18 +1294,17 @@ mod tests {
     }
 
     #[test]
-    fn a_measurement_that_erred_low_is_forgotten_and_zero_is_never_one() {
+    fn a_measurement_that_erred_low_is_forgotten_zero_included() {
         let book = ContextBook::new();
         book.lock(0).unwrap().learn(300 << 20);
+        assert!(!book.lock(0).unwrap().expectation_settled());
+        // Others' allocations outside the pool inside the window: measured at 0.
         book.lock(0).unwrap().learn(0);
         assert_eq!(
             book.lock(0).unwrap().expected(),
-            300 << 20,
-            "0 would switch the reservation off for good"
+            0,
+            "a measurement like any"
         );
-        // Others' allocations outside the pool inside the window: measured at 40 MiB.
-        book.lock(0).unwrap().learn(40 << 20);
-        assert_eq!(book.lock(0).unwrap().expected(), 40 << 20);
         for _ in 0..RECENT {
             book.lock(0).unwrap().learn(300 << 20);
         }
@@ -1312,6 +1313,7 @@ mod tests {
             300 << 20,
             "the low one forgotten after {RECENT} more: no floor that only erodes"
         );
+        assert!(book.lock(0).unwrap().expectation_settled());
     }
 
     #[test]

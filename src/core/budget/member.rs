@@ -523,17 +523,21 @@ impl<'a> Member<'a> {
     }
 
     /// A context this member made on `device` was measured; `recent_least` is the least
-    /// of this member's recent measurements there (`DeviceLock::expected`). The word
-    /// holds the last such figure a member wrote (stored inverted; 0: none yet): a
-    /// measurement is device-wide and errs both ways, so a high one must not become what
-    /// every later member reserves and is charged at least, and a low one (or 0) must not
-    /// stay the pool's figure for good, as a least-ever word did. 0 is not written.
-    pub fn note_context_bytes(&self, device: usize, recent_least: u64) {
-        if recent_least == 0 {
-            return;
-        }
+    /// of this member's recent measurements there (`DeviceLock::expected`), `settled`
+    /// whether it has a full window of them (`DeviceLock::expectation_settled`). The
+    /// word (stored inverted; 0: none yet, so a measurement of 0 is a figure too) is
+    /// lowered by any member's figure, and replaced by a settled one: a measurement is
+    /// device-wide and errs both ways, so a high one must not become what every later
+    /// member reserves and is charged at least, and a low one (or 0) must not stay the
+    /// pool's figure for good, as the least-ever word did.
+    pub fn note_context_bytes(&self, device: usize, recent_least: u64, settled: bool) {
         if let Some(g) = self.entry_of(device) {
-            self.w.gpu(g, G_CONTEXT_BYTES).store(!recent_least, Relaxed);
+            let word = self.w.gpu(g, G_CONTEXT_BYTES);
+            if settled {
+                word.store(!recent_least, Relaxed);
+            } else {
+                word.fetch_max(!recent_least, Relaxed);
+            }
         }
     }
 }

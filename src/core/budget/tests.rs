@@ -126,19 +126,21 @@ fn the_recent_least_context_measured_on_a_gpu_is_known_to_every_member() {
     let a = member(pool, proc(k, 1), Some(1000));
     let b = member(pool, proc(k, 2), Some(1000));
     assert_eq!(b.context_bytes(0), 0, "none measured yet");
-    a.note_context_bytes(0, 16);
+    a.note_context_bytes(0, 16, false);
     assert_eq!(b.context_bytes(0), 16);
-    b.note_context_bytes(0, 0);
+    b.note_context_bytes(0, 40, false);
     assert_eq!(
         a.context_bytes(0),
         16,
-        "0 is no measurement: it would switch every member's reservation off for good"
+        "an unsettled higher figure does not replace it"
     );
-    b.note_context_bytes(0, 40);
+    b.note_context_bytes(0, 0, false);
+    assert_eq!(a.context_bytes(0), 0, "0 is a figure, not 'none yet'");
+    b.note_context_bytes(0, 40, true);
     assert_eq!(
         a.context_bytes(0),
         40,
-        "the last member's recent least: a figure that erred low does not stay for good"
+        "a settled figure replaces it: a low one does not stay for good"
     );
     assert_eq!(a.context_bytes(1), 0, "a GPU the pool does not hold");
 }

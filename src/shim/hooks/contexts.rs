@@ -85,7 +85,7 @@ pub(super) fn charge_context(
     if let Ok(taken) = measured {
         lock.learn(taken);
         if let Some(m) = crate::membership::current() {
-            m.note_context_bytes(d, lock.expected());
+            m.note_context_bytes(d, lock.expected(), lock.expectation_settled());
         }
     }
     if let Err(refusal) = SHIM.ledger.resize(&mut held, bytes) {
