@@ -92,6 +92,11 @@ fn unique() -> String {
 /// (they measure target/release). Says why not when they cannot.
 pub fn callgrind_benchmarks_run() -> bool {
     if Command::new("valgrind").arg("--version").output().is_err() {
+        assert!(
+            !required_here(),
+            "valgrind not installed, but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 is set: the \
+             instruction benchmarks must run (scripts/test.sh installs valgrind)"
+        );
         eprintln!("valgrind not installed (scripts/test.sh installs it): skipped");
         return false;
     }
