@@ -146,10 +146,7 @@ fn assert_gpucap_ways(v: &serde_json::Value) {
     for way in ["raw", "hami", "gpucap", "pool"] {
         for case in ["churn", "start"] {
             let ns = v["medians"][case][way].as_f64().unwrap();
-            assert!(
-                ns > 0.0 && ns < 1e9,
-                "{case} {way}: {ns} (ns or us): {v}"
-            );
+            assert!(ns > 0.0 && ns < 1e9, "{case} {way}: {ns} (ns or us): {v}");
         }
     }
     // The floor any preloaded library pays at start, measured beside the ways.

@@ -153,7 +153,11 @@ fn the_published_instruction_figures_are_this_trees() {
     );
     assert_eq!(cells.len(), 4, "raw, HAMi-core, alone, pool: {cells:?}");
     let (raw, alone, pool) = measure_pairs("1Mi");
-    check("README, 1 MiB pair, raw driver".into(), figure(cells[0]), raw);
+    check(
+        "README, 1 MiB pair, raw driver".into(),
+        figure(cells[0]),
+        raw,
+    );
     check(
         "README, 1 MiB pair, gpucap alone (added)".into(),
         figure(cells[2]),
@@ -174,7 +178,11 @@ fn the_published_instruction_figures_are_this_trees() {
         let cells = row(&book, label, "docs/src/performance.md");
         let file = "docs/src/performance.md, 4 KiB pair";
         check(format!("{file}, {what}: raw"), figure(cells[0]), raw);
-        check(format!("{file}, {what}: gpucap"), figure(cells[1]), measured);
+        check(
+            format!("{file}, {what}: gpucap"),
+            figure(cells[1]),
+            measured,
+        );
         check(
             format!("{file}, {what}: added"),
             figure(cells[2]),
