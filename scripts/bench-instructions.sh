@@ -10,6 +10,9 @@
 #   BENCH_SHIM=<path>: measure another build of libgpucap.so (say, an older one): every
 #                      row, the pool's guaranteed neighbour too
 #   BENCH_JSON=<path>: where the figures go (default target/bench-instructions.json)
+#   BENCH_ONLY=pair: only the first rows (raw, gpucap alone, in a pool), of blocks of
+#                    BSIZE (default 4Ki); the JSON has those figures only
+#                    (tests/bench_instructions.rs checks the published ones with it)
 #
 # For each of raw driver, LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
 # is live) and the same in a pool (GPUCAP_POOL): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their
@@ -48,6 +51,11 @@ pool2=$(instructions "$SHIM" $((2 * N)) 0 GPUCAP_POOL=bench GPUCAP_POOL_DIR="$tm
 raw=$(((raw2 - raw1) / N)); shim=$(((shim2 - shim1) / N)); pool=$(((pool2 - pool1) / N))
 printf 'instructions per pair (callgrind, N=%d): raw %d, gpucap %d, added %d; in a pool (GPUCAP_POOL) %d, added %d\n' \
     "$N" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw))
+if [ "${BENCH_ONLY:-}" = pair ]; then
+    printf '{"pairs":%d,"size":"%s","raw_per_pair":%d,"gpucap_per_pair":%d,"added_per_pair":%d,"pool_per_pair":%d,"pool_added_per_pair":%d}\n' \
+        "$N" "${BSIZE:-4Ki}" "$raw" "$shim" $((shim - raw)) "$pool" $((pool - raw)) >"$JSON"
+    exit 0
+fi
 # A member with a guarantee and a ceiling (GPUCAP_GUARANTEE, GPUCAP_CEILING) beside another
 # live member holding a guarantee: each reservation also reads the pool's guarantee bits
 # and that member's guarantee and use (docs/src/pools.md, "Guarantees and ceilings").

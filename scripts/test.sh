@@ -2,7 +2,7 @@
 # gpucap's test command: builds everything, prepares the real clients and runs the
 # whole test suite on the fake GPU, then the pool and CLI tests again from a long path.
 # Needs no GPU. On a fresh Debian machine it
-# installs what is missing (C and C++ compilers, python3-venv, valgrind) with apt-get.
+# installs what is missing (C and C++ compilers, python3-venv, valgrind, util-linux's unshare) with apt-get.
 #
 #   scripts/test.sh
 #
@@ -47,6 +47,9 @@ fi
 command -v python3 >/dev/null || missing+=(python3)
 # valgrind: the benchmark scripts count instructions with it (tests/bench_breakdown.rs)
 command -v valgrind >/dev/null || missing+=(valgrind)
+# unshare: the PID-namespace tests of tests/pool.rs (members as PID 1 of their own
+# namespace, as in containers); util-linux's, on Debian normally there
+command -v unshare >/dev/null || missing+=(util-linux)
 venv_probe=$(mktemp -d)
 if ! command -v python3 >/dev/null || ! python3 -m venv "$venv_probe/v" >/dev/null 2>&1; then
     missing+=(python3-venv)
@@ -56,6 +59,15 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
 fi
 echo "cc: $(command -v cc), c++: $(command -v c++)"
+# The PID-namespace tests need the right to make PID and mount namespaces (root, or
+# CAP_SYS_ADMIN in a container); under CI they fail, rather than skip, without it.
+if unshare_err=$(unshare -pf --mount-proc --kill-child true 2>&1); then
+    echo "PID namespaces: unshare -pf --mount-proc works"
+else
+    echo "PID namespaces: 'unshare -pf --mount-proc --kill-child true' fails here ($unshare_err):" \
+        "the PID-namespace tests of tests/pool.rs will fail; they need root (CAP_SYS_ADMIN," \
+        "in a container --privileged or --cap-add SYS_ADMIN with unshare allowed by seccomp)" >&2
+fi
 echo "python3: $(python3 --version 2>&1)"
 
 section "Module import cycles (scripts/modcycles.py)"

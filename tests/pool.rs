@@ -564,20 +564,41 @@ fn a_dead_parent_releases_its_share_while_its_child_lives() {
     );
 }
 
+/// Whether `unshare -pf --mount-proc --kill-child` (util-linux) runs here: false after a
+/// SKIPPED line naming what is missing, or a panic naming it where the test must run
+/// (CI, or GPUCAP_TEST_REQUIRE_CLIENTS=1: `required_here`). It needs the unshare program
+/// and the right to make PID and mount namespaces: root (CAP_SYS_ADMIN), which a
+/// container without privileges (Docker's default capabilities and seccomp profile)
+/// does not give.
 fn unshare_works() -> bool {
-    Command::new("unshare")
+    let why = match Command::new("unshare")
         .args(["-pf", "--mount-proc", "--kill-child", "true"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .output()
+    {
+        Ok(o) if o.status.success() => return true,
+        Ok(o) => format!(
+            "`unshare -pf --mount-proc --kill-child true` failed ({}: {}): making PID and \
+             mount namespaces needs root (CAP_SYS_ADMIN); a container must allow it \
+             (--privileged, or --cap-add SYS_ADMIN with a seccomp profile that allows unshare)",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!(
+            "no `unshare` ({e}): it is util-linux's (Debian: apt-get install util-linux; \
+             scripts/test.sh installs it)"
+        ),
+    };
+    assert!(
+        !required_here(),
+        "the PID-namespace tests must run in CI (CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 is set): {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    false
 }
 
 #[test]
 fn members_in_other_pid_namespaces_share_the_pool_and_do_not_reap_each_other() {
     if !unshare_works() {
-        eprintln!(
-            "SKIPPED: `unshare -pf --mount-proc` is not permitted here (needs root or user namespaces)"
-        );
         return;
     }
     let p = Pool::new("pool-pidns");
@@ -684,28 +705,50 @@ fn eight_processes_of_sixteen_threads_never_take_the_pool_over_its_cap() {
 
 /// Contexts are charged to the pool (a primary retain has no current context): 32
 /// members of 2 threads each whose contexts take 16 MiB never take the fake GPU over
-/// the pool's 1 GiB cap. The first member makes its context alone (the pool then knows
-/// what a context takes); the 31 others start while it churns, so most make theirs
-/// when the pool is full: refused before the driver makes them (pool_churn then exits
-/// 3), never let through uncounted as before.
+/// the pool's 384 MiB cap. The first member makes its context alone (the pool then knows
+/// what a context takes) and churns; the 31 others make theirs while it churns and hold
+/// them until all have tried (READY, then GO). 32 contexts take 512 MiB, more than the
+/// cap, so at least 8 must be refused before the driver makes them (pool_churn then
+/// exits 3), never let through uncounted as before.
 #[test]
 fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool_cap() {
+    const CAP_MIB: u64 = 384;
+    const MEMBERS: usize = 32;
     let p = Pool::new("pool-churn-ctx");
-    let member = |i: usize, ready: &[String]| {
+    let member = |i: usize, ready: &str, go: &str| {
         spawn(
             p.cmd(churn(), &format!("s{i}.json"))
+                .env("GPUCAP_LIMIT", format!("{CAP_MIB}Mi"))
                 .env("FAKECUDA_CONTEXT_MEM", "16Mi")
                 .args(["2", "1000", "8Mi"])
-                .args(ready),
+                .args([ready, go]),
         )
     };
-    let first = member(0, &[p.path("ready"), p.path("ready")]);
-    p.wait_file("ready");
-    let mut procs = vec![first];
-    procs.extend((1..32).map(|i| member(i, &[])));
+    // The first churns as soon as its context is made (GO is its own READY), so the
+    // others' contexts are measured while it allocates and frees.
+    let mut procs = vec![member(0, &p.path("ready0"), &p.path("ready0"))];
+    p.wait_file("ready0");
+    procs.extend((1..MEMBERS).map(|i| member(i, &p.path(&format!("ready{i}")), &p.path("go"))));
+    // Every other member either holds its context (READY) or was refused (it exited):
+    // only then do they churn, so the contexts that were made all live at once.
+    let start = Instant::now();
+    for (i, c) in procs.iter_mut().enumerate().skip(1) {
+        while !p.dir.join(format!("ready{i}")).exists() && c.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(50),
+                "member {i} neither made its context nor exited"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    p.touch("go");
     let (mut churned, mut refused_contexts) = (0, 0);
+    let mut said = String::new(); // every member's lines from gpucap, for a failure
     for (i, c) in procs.into_iter().enumerate() {
         let o = finish(c);
+        for l in String::from_utf8_lossy(&o.stderr).lines() {
+            said += &format!("member {i}: {l}\n");
+        }
         if o.status.code() == Some(3) {
             // Its context was refused: with the line, and nothing else went wrong.
             assert!(
@@ -731,10 +774,19 @@ fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool
         }
         let peak = p.shared_peak(&format!("s{i}.json"));
         assert!(
-            peak <= 1024 * MIB,
-            "member {i}: the fake GPU held {peak} bytes at once, over the pool's 1 GiB cap"
+            peak <= CAP_MIB * MIB,
+            "member {i}: the fake GPU held {peak} bytes at once, over the pool's {CAP_MIB} MiB \
+             cap; the members' lines so far:\n{said}"
         );
     }
+    eprintln!("{churned} members churned, {refused_contexts} contexts were refused");
+    // 32 x 16 MiB = 512 MiB of contexts, all alive at once before GO: the 384 MiB cap
+    // holds 24 of them at most, so 8 at least must have been refused.
+    assert!(
+        refused_contexts >= MEMBERS - (CAP_MIB / 16) as usize,
+        "{refused_contexts} of {MEMBERS} contexts of 16 MiB refused under a {CAP_MIB} MiB pool \
+         cap ({churned} members churned): the cap did not bind on contexts"
+    );
     assert!(
         churned > 0,
         "{churned} members churned, {refused_contexts} were refused"
@@ -1564,9 +1616,6 @@ fn a_fifo_at_the_pools_path_fails_closed_at_once() {
 #[test]
 fn two_first_joiners_with_one_pid_do_not_remove_each_others_temporary_file() {
     if !unshare_works() {
-        eprintln!(
-            "SKIPPED: `unshare -pf --mount-proc` is not permitted here (needs root or user namespaces)"
-        );
         return;
     }
     let p = Pool::new("pool-tmpname");

@@ -11,9 +11,11 @@ charge"). Here, on whatever driver is there (the fake GPU in CI, a real one on a
 
   - 3 churners in one GPUCAP_POOL each hold a block and cycle between 1 and 8 blocks
     (allocate until 8 are held or one is refused, then free down to 1) for SECONDS;
-  - 1 member makes and destroys contexts (cuCtxCreate_v2, held HOLD_MS, cuCtxDestroy_v2;
-    it holds no other context, so each is measured as a first context, by NVML) while
-    they churn; a refused context is counted and tried again;
+  - 1 member makes and destroys contexts (cuCtxCreate_v2, held HOLD_MS, every 16th
+    LONG_HOLD_MS, cuCtxDestroy_v2; it holds no other context, so each is measured as a
+    first context, by NVML) while they churn, and says when each context lived (from
+    cuCtxCreate_v2's return to cuCtxDestroy_v2's call, CLOCK_MONOTONIC); a refused
+    context is counted and tried again;
   - the cap is the 4 contexts plus 0.6 of what the churners want at most, so the pool is
     full (refusals) whenever a context lives and the churners are high, and a context
     charged short would let them fill it past the cap;
@@ -24,7 +26,11 @@ charge"). Here, on whatever driver is there (the fake GPU in CI, a real one on a
     pool started; and, in a thread, `gpucap status --pool NAME --json`.
 
 FAIL if the maker's charge (gpucap status, while its context lives) is ever short of
-what a context takes by the driver's count (an uncapped child's, measured first); if the
+what a context takes by the driver's count (an uncapped child's, measured first), 0
+included: a read of `gpucap status` made wholly while one of its contexts lived that
+shows the maker charged 0 is a context charged nothing (a context always takes memory;
+the maker holds nothing else, so between its contexts 0 is right and not judged); if no
+such read was made (nothing to judge); if the
 driver's figure is above the cap plus TOLERANCE in two samples in a row (one sample
 reads several processes' figures one after another: on the fake GPU a lone sample can
 add one member's figure from before a free to another's from after the allocation it
@@ -44,6 +50,7 @@ lines, then OK:/FAIL:/SKIP: (exit 0/1/77) as the probes of scripts/gpu/ do.
 """
 
 import argparse
+import bisect
 import ctypes
 import json
 import os
@@ -63,6 +70,7 @@ from probe import Child, Cuda, Outcome, fail, info, mib, ok, MiB  # noqa: E402
 CHURNERS = 3
 LOW, HIGH = 1, 8  # blocks a churner holds at its lowest and highest
 OOM = 2
+LONG_EVERY, LONG_HOLD_MS = 16, 200  # every 16th context lives at least 200 ms
 
 
 # ---- the members (run under gpucap run) ------------------------------------------------
@@ -113,22 +121,26 @@ def member_contexts(seconds, hold_ms):
     print("READY pid=%d" % os.getpid(), flush=True)
     sys.stdin.readline()
     rounds = refusals = 0
+    lived = []  # [made, ended] of each context: time.monotonic(), CLOCK_MONOTONIC
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         ctx = vp()
         rc = lib.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev.value)
+        made = time.monotonic()
         if rc == OOM:  # the pool is full: expected near the cap
             refusals += 1
             time.sleep(0.001)
             continue
         if rc != 0:
             fail("context maker: cuCtxCreate_v2 returned %d in round %d" % (rc, rounds + 1))
-        time.sleep(hold_ms / 1e3)
+        long = rounds % LONG_EVERY == LONG_EVERY - 1
+        time.sleep(max(hold_ms, LONG_HOLD_MS if long else 0) / 1e3)
+        lived.append([made, time.monotonic()])
         rc = lib.cuCtxDestroy_v2(ctx)
         if rc != 0:
             fail("context maker: cuCtxDestroy_v2 returned %d in round %d" % (rc, rounds + 1))
         rounds += 1
-    return dict(rounds=rounds, refusals=refusals)
+    return dict(rounds=rounds, refusals=refusals, lived=lived)
 
 
 def member_main(argv):
@@ -163,9 +175,11 @@ class StatusWatch(threading.Thread):
         self.error = None
         self.maker = None  # the context maker's pid: {its used: times seen}
         self.maker_charges = {}
+        self.maker_reads = []  # (started, ended, its used): time.monotonic() around the read
 
     def run(self):
         while not self.stop.is_set():
+            started = time.monotonic()
             try:
                 o = subprocess.run(self.cmd, env=self.env, capture_output=True, text=True, timeout=60)
                 st = json.loads(o.stdout) if o.returncode == 0 else None
@@ -182,7 +196,20 @@ class StatusWatch(threading.Thread):
                 if m["pid"] == self.maker:
                     used = sum(g["used"] for g in m["gpus"])
                     self.maker_charges[used] = self.maker_charges.get(used, 0) + 1
+                    self.maker_reads.append((started, time.monotonic(), used))
             self.reads += 1
+
+
+def reads_while_a_context_lived(reads, lived):
+    """The reads (started, ended, used) made wholly while one of the maker's contexts
+    lived (lived: [made, ended] pairs, in order)."""
+    made = [w[0] for w in lived]
+    inside = []
+    for r in reads:
+        i = bisect.bisect_right(made, r[0]) - 1  # the last context made before the read
+        if i >= 0 and r[1] <= lived[i][1]:
+            inside.append(r)
+    return inside
 
 
 def driver_figure(nvml, h, pids, baseline):
@@ -326,7 +353,15 @@ def check(a):
     print("FIGURE pool_contexts_max_driver_bytes %d" % worst, flush=True)
     print("FIGURE pool_contexts_cap_bytes %d" % cap, flush=True)
     short = sorted(k for k in watch.maker_charges if 0 < k < ctx - tolerance)
+    live_reads = reads_while_a_context_lived(watch.maker_reads, made["lived"])
+    zero = [r for r in live_reads if r[2] == 0]
+    info("gpucap status reads made wholly while a context of the maker lived: %d, of which it showed the "
+         "maker charged 0: %d" % (len(live_reads), len(zero)))
+    print("FIGURE pool_contexts_live_reads %d" % len(live_reads), flush=True)
     wrong = []
+    if zero:
+        wrong.append("the context maker was charged 0 B while one of its contexts lived (%d of %d status reads "
+                     "made wholly while a context lived): a context charged nothing" % (len(zero), len(live_reads)))
     if short:
         wrong.append("the context maker was charged %s while its context lived (seen %d times): short of the %s "
                      "a context takes" % (", ".join(mib(k) for k in short),
@@ -341,9 +376,10 @@ def check(a):
     if wrong:
         fail("%s (%d contexts made, %d samples, %d churn cycles)"
              % ("; ".join(wrong), made["rounds"], samples, cycles))
-    if made["rounds"] == 0 or samples < 100 or watch.reads == 0 or not any(watch.maker_charges):
-        fail("nothing to judge: %d contexts made, %d samples, %d status reads (%d with a context)"
-             % (made["rounds"], samples, watch.reads, sum(v for k, v in watch.maker_charges.items() if k)))
+    if made["rounds"] == 0 or samples < 100 or watch.reads == 0 or not any(watch.maker_charges) or not live_reads:
+        fail("nothing to judge: %d contexts made, %d samples, %d status reads (%d with a context, %d made wholly "
+             "while a context lived)" % (made["rounds"], samples, watch.reads,
+                                         sum(v for k, v in watch.maker_charges.items() if k), len(live_reads)))
     ok("%d contexts made and destroyed (%d refused) while 3 members churned blocks of %s (%d cycles, %d refused) "
        "for %.0f s: the driver's figure for the pool peaked at %s of the %s cap (%d samples, %d lone ones over "
        "it, tolerance %s), gpucap's at %s; the maker's charge with a context %s..%s (a context: %s)"

@@ -92,6 +92,11 @@ fn unique() -> String {
 /// (they measure target/release). Says why not when they cannot.
 pub fn callgrind_benchmarks_run() -> bool {
     if Command::new("valgrind").arg("--version").output().is_err() {
+        assert!(
+            !required_here(),
+            "valgrind not installed, but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 is set: the \
+             instruction benchmarks must run (scripts/test.sh installs valgrind)"
+        );
         eprintln!("valgrind not installed (scripts/test.sh installs it): skipped");
         return false;
     }
@@ -415,12 +420,19 @@ pub fn assert_failed(o: &Output, what: &str) {
     );
 }
 
+/// Whether what a test needs must be there: in CI (`CI` set, not "", "0" or "false": CI
+/// sets CI=true) or with GPUCAP_TEST_REQUIRE_CLIENTS=1 (scripts/test.sh sets it), a test
+/// that cannot run fails instead of printing SKIP and passing.
+pub fn required_here() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+        || std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() == Ok("1")
+}
+
 /// A checker program the tests run (promtool, mdbook): the path in `var`, else `name` on
 /// PATH, else None after a SKIP line; with CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 set, a
 /// missing one fails (`why`: what it is for and where scripts/test.sh gets it).
 pub fn checker_tool(var: &str, name: &str, why: &str) -> Option<PathBuf> {
-    let required = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
-        || std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() == Ok("1");
+    let required = required_here();
     let found = std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
