@@ -280,6 +280,8 @@ mod tests {
             (4, 3 << 29, 13000, 0)
         );
         assert_eq!((c.library_mem, c.function_mem), (92 << 20, 2 << 20));
+        let c = from_env(env(&[("FAKECUDA_NUMA_NODES", "2")])).unwrap();
+        assert_eq!(c.numa_nodes, 2);
         assert_eq!(
             from_env(env(&[])).unwrap().library_mem,
             0,
@@ -300,6 +302,8 @@ mod tests {
             ("FAKECUDA_MIG", "yes"),
             ("FAKECUDA_NVML_FAIL", "yes"),
             ("FAKECUDA_NVML_RESERVED", "some"),
+            ("FAKECUDA_NUMA_NODES", "0"),
+            ("FAKECUDA_NUMA_NODES", "65"),
         ] {
             let err = from_env(env(&[(k, v)])).unwrap_err();
             assert!(err.contains(k), "{err}");
