@@ -919,3 +919,86 @@ fn pool_allocations_outlive_the_context_that_made_them() {
         }
     }
 }
+
+/// cuMemCreate of host memory (CUDA 13.5's cuMemCreate: HOST ignores the id and takes no
+/// shareable handle types, HOST_NUMA names a node, HOST_NUMA_CURRENT ignores the id)
+/// takes no device memory; memory imported from another API neither, and its buffer is
+/// the other API's bytes, freed with cuMemFree.
+#[test]
+fn host_vmm_and_external_memory_take_no_device_memory() {
+    use crate::api::external::*;
+    let (_g, _) = setup();
+    let before = used();
+    let g = GRANULARITY;
+    let at = |type_, id, handle_types| {
+        let mut p = prop(handle_types);
+        p.location = CUmemLocation { type_, id };
+        p
+    };
+    unsafe {
+        let mut h = 0;
+        for p in [at(2, 7, 0), at(3, 0, 0), at(4, 9, 0)] {
+            assert_eq!(cuMemCreate(&mut h, 4 * g, &p, 0), 0);
+            assert_eq!(used(), before, "host memory is no device's");
+            assert_eq!(cuMemRelease(h), 0);
+        }
+        assert_eq!(
+            cuMemCreate(&mut h, g, &at(2, 0, 1), 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuMemCreate(&mut h, g, &at(3, 1, 0), 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuMemCreate(&mut h, g, &at(5, 0, 0), 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+
+        let name = c"other-api";
+        let fd = libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0 && libc::ftruncate(fd, (4 * g) as libc::off_t) == 0);
+        let mut d: CUDA_EXTERNAL_MEMORY_HANDLE_DESC = std::mem::zeroed();
+        d.type_ = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+        d.handle[0] = fd as u32 as u64;
+        d.size = (8 * g) as u64;
+        let mut ext = 0usize;
+        assert_eq!(
+            cuImportExternalMemory(&mut ext, &d),
+            CUDA_ERROR_INVALID_VALUE,
+            "too big"
+        );
+        d.size = (4 * g) as u64;
+        d.type_ = 2;
+        assert_eq!(
+            cuImportExternalMemory(&mut ext, &d),
+            CUDA_ERROR_NOT_SUPPORTED,
+            "Windows"
+        );
+        d.type_ = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+        assert_eq!(cuImportExternalMemory(&mut ext, &d), 0);
+        let mut b: CUDA_EXTERNAL_MEMORY_BUFFER_DESC = std::mem::zeroed();
+        b.offset = g as u64;
+        b.size = (4 * g) as u64;
+        let mut p = 0;
+        assert_eq!(
+            cuExternalMemoryGetMappedBuffer(&mut p, ext, &b),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        b.size = g as u64;
+        assert_eq!(cuExternalMemoryGetMappedBuffer(&mut p, ext, &b), 0);
+        assert_eq!(used(), before, "the other API's memory");
+        let x = 7u8;
+        assert_eq!(
+            libc::pwrite(fd, (&x as *const u8).cast(), 1, g as libc::off_t),
+            1
+        );
+        let mut y = 0u8;
+        assert_eq!(cuMemcpyDtoH_v2((&mut y as *mut u8).cast(), p, 1), 0);
+        assert_eq!(y, 7, "the buffer is the imported memory");
+        assert_eq!(cuDestroyExternalMemory(ext), 0);
+        assert_eq!(cuDestroyExternalMemory(ext), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(cuMemFree_v2(p), 0, "freed after the destroy");
+        assert_eq!(used(), before);
+    }
+}

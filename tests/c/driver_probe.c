@@ -564,9 +564,148 @@ static void g_null(void) {
         case 4: RC("null.cuMemPoolCreate(NULL props)", cuMemPoolCreate(&pool, NULL)); break;
         case 5: RC("null.cuMemCreate(NULL prop)", cuMemCreate(&h, g, NULL, 0)); break;
         case 6: RC("null.cuModuleLoadData(NULL)", cuModuleLoadData(&m, NULL)); break;
+        case 7: RC("null.cuMemGetInfo_v2(NULL, total)", cuMemGetInfo_v2(NULL, &f)); break;
     }
 }
-#define NULL_CASES 7
+#define NULL_CASES 8
+
+/* Edge cases of issue 34.6: cuMemCreate of host memory (does it lower the device's free
+ * memory?), memory imported with cuImportExternalMemory (an fd a cuMemCreate handle
+ * exported: does the import or its buffer take device memory again?), and multicast
+ * objects (supported here? does cuMulticastCreate take device memory itself?). */
+typedef struct CUextMemory_st *CUexternalMemory;
+typedef struct {
+    int type;
+    union {
+        int fd;
+        struct {
+            void *handle;
+            const void *name;
+        } win32;
+        const void *nvSciBufObject;
+    } handle;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+} ProbeExtMemDesc;
+typedef struct {
+    unsigned long long offset, size;
+    unsigned int flags;
+    unsigned int reserved[16];
+} ProbeExtBufferDesc;
+typedef struct {
+    unsigned int numDevices;
+    size_t size;
+    unsigned long long handleTypes, flags;
+} ProbeMulticastProp;
+CUresult cuImportExternalMemory(CUexternalMemory *ext, const ProbeExtMemDesc *desc);
+CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *dptr, CUexternalMemory ext,
+                                         const ProbeExtBufferDesc *desc);
+CUresult cuDestroyExternalMemory(CUexternalMemory ext);
+CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle h, int type,
+                                      unsigned long long flags);
+CUresult cuMulticastGetGranularity(size_t *g, const ProbeMulticastProp *prop, int option);
+CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mc, const ProbeMulticastProp *prop);
+CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mc, CUdevice dev);
+
+static void g_edges(void) {
+    primary();
+    static const struct {
+        const char *key;
+        int type, id;
+    } HOSTS[] = {{"host", 2, 0}, {"host_numa0", 3, 0}, {"host_numa_current", 4, 0}};
+    char k[128];
+    for (size_t i = 0; i < sizeof HOSTS / sizeof *HOSTS; i++) {
+        CUmemAllocationProp p;
+        memset(&p, 0, sizeof p);
+        p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.location.type = (CUmemLocationType)HOSTS[i].type;
+        p.location.id = HOSTS[i].id;
+        size_t g = 0;
+        snprintf(k, sizeof k, "edges.%s.cuMemGetAllocationGranularity", HOSTS[i].key);
+        RC(k, cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        if (g == 0) g = 2 * MIB;
+        CUmemGenericAllocationHandle h = 0;
+        size_t f0 = info_free();
+        snprintf(k, sizeof k, "edges.%s.cuMemCreate", HOSTS[i].key);
+        CUresult rc = cuMemCreate(&h, 32 * g, &p, 0);
+        ans_int(k, rc);
+        if (rc != CUDA_SUCCESS) continue;
+        snprintf(k, sizeof k, "edges.%s.cuMemGetInfo_drop", HOSTS[i].key);
+        ans_int(k, (long long)f0 - (long long)info_free());
+        MUST(cuMemRelease(h));
+    }
+    CUmemAllocationProp bad;
+    memset(&bad, 0, sizeof bad);
+    bad.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    bad.location.type = (CUmemLocationType)3;
+    bad.location.id = 4096;
+    CUmemGenericAllocationHandle hb = 0;
+    RC("edges.host_numa4096.cuMemCreate", cuMemCreate(&hb, 2 * MIB, &bad, 0));
+
+    /* External memory: a device handle exported as an fd, imported back. */
+    CUmemAllocationProp dp;
+    memset(&dp, 0, sizeof dp);
+    dp.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    dp.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    dp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CUmemGenericAllocationHandle h = 0;
+    const size_t size = 32 * MIB;
+    MUST(cuMemCreate(&h, size, &dp, 0));
+    int fd = -1;
+    MUST(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    ProbeExtMemDesc d;
+    memset(&d, 0, sizeof d);
+    d.type = 1; /* CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD */
+    d.handle.fd = fd;
+    d.size = size;
+    CUexternalMemory ext = NULL;
+    size_t f0 = info_free();
+    CUresult rc = cuImportExternalMemory(&ext, &d);
+    ans_int("edges.external.cuImportExternalMemory(exported fd)", rc);
+    if (rc == CUDA_SUCCESS) {
+        ans_int("edges.external.import.cuMemGetInfo_drop", (long long)f0 - (long long)info_free());
+        ProbeExtBufferDesc b;
+        memset(&b, 0, sizeof b);
+        b.size = size;
+        CUdeviceptr p = 0;
+        rc = cuExternalMemoryGetMappedBuffer(&p, ext, &b);
+        ans_int("edges.external.cuExternalMemoryGetMappedBuffer", rc);
+        if (rc == CUDA_SUCCESS) {
+            ans_int("edges.external.buffer.cuMemGetInfo_drop",
+                    (long long)f0 - (long long)info_free());
+            RC("edges.external.cuMemFree_v2(buffer)", cuMemFree_v2(p));
+        }
+        RC("edges.external.cuDestroyExternalMemory", cuDestroyExternalMemory(ext));
+        RC("edges.external.cuDestroyExternalMemory(again)", cuDestroyExternalMemory(ext));
+    } else {
+        close(fd);
+    }
+    MUST(cuMemRelease(h));
+
+    /* Multicast. */
+    int mc_supported = -1;
+    RC("edges.multicast.attribute_rc", cuDeviceGetAttribute(&mc_supported, 132, 0));
+    ans_int("edges.multicast.supported", mc_supported);
+    ProbeMulticastProp mp = {1, 0, 0, 0};
+    size_t mg = 0;
+    rc = cuMulticastGetGranularity(&mg, &mp, 0);
+    ans_int("edges.multicast.cuMulticastGetGranularity", rc);
+    if (rc == CUDA_SUCCESS) {
+        mach_int("edges.multicast.granularity", (long long)mg);
+        mp.size = 32 * mg;
+        CUmemGenericAllocationHandle mc = 0;
+        f0 = info_free();
+        rc = cuMulticastCreate(&mc, &mp);
+        ans_int("edges.multicast.cuMulticastCreate", rc);
+        if (rc == CUDA_SUCCESS) {
+            RC("edges.multicast.cuMulticastAddDevice", cuMulticastAddDevice(mc, 0));
+            /* What the object itself takes (recorded, the fake has no multicast). */
+            mach_int("edges.multicast.create_drop", (long long)f0 - (long long)info_free());
+            RC("edges.multicast.cuMemRelease", cuMemRelease(mc));
+        }
+    }
+}
 
 /* ---- the groups, in order ------------------------------------------------------ */
 
@@ -576,7 +715,7 @@ static const struct {
 } GROUPS[] = {{"init", g_init},     {"context", g_context},     {"alloc", g_alloc},
               {"pointer", g_pointer}, {"pool", g_pool},          {"pool_freed", g_pool_freed},
               {"vmm", g_vmm},       {"vmm_bad", g_vmm_bad},     {"module", g_module},
-              {"request", g_request}};
+              {"request", g_request}, {"edges", g_edges}};
 
 int main(int argc, char **argv) {
     if (argc > 2) {

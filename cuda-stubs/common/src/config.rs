@@ -42,6 +42,9 @@ pub struct Config {
     /// FAKECUDA_NVML_PID_OFFSET: NVML lists each process under its pid plus this (default
     /// 0), as NVML does in a container, where it reports the host's pids.
     pub nvml_pid_offset: u32,
+    /// FAKECUDA_NUMA_NODES: host NUMA nodes (1..64, default 1), the ids a host-NUMA
+    /// location (`CU_MEM_LOCATION_TYPE_HOST_NUMA`) may name.
+    pub numa_nodes: u32,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
 }
@@ -166,6 +169,15 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             )
         })?,
     };
+    let numa_nodes = match var("FAKECUDA_NUMA_NODES") {
+        None => 1,
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=64).contains(n))
+            .ok_or_else(|| format!("invalid FAKECUDA_NUMA_NODES={v:?}: expected 1 to 64"))?,
+    };
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -181,6 +193,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         nvml_fail,
         nvml_reserved,
         nvml_pid_offset,
+        numa_nodes,
         visible,
     })
 }
@@ -209,6 +222,7 @@ mod tests {
         assert_eq!((c.context_mem, c.visible.clone()), (0, vec![0]));
         assert_eq!(c.nvml_reserved, 644_939_776, "an H200's, driver 580");
         assert_eq!(c.nvml_pid_offset, 0);
+        assert_eq!(c.numa_nodes, 1);
         let c = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "100000")])).unwrap();
         assert_eq!(c.nvml_pid_offset, 100_000);
         let e = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "-1")]))
@@ -266,6 +280,8 @@ mod tests {
             (4, 3 << 29, 13000, 0)
         );
         assert_eq!((c.library_mem, c.function_mem), (92 << 20, 2 << 20));
+        let c = from_env(env(&[("FAKECUDA_NUMA_NODES", "2")])).unwrap();
+        assert_eq!(c.numa_nodes, 2);
         assert_eq!(
             from_env(env(&[])).unwrap().library_mem,
             0,
@@ -286,6 +302,8 @@ mod tests {
             ("FAKECUDA_MIG", "yes"),
             ("FAKECUDA_NVML_FAIL", "yes"),
             ("FAKECUDA_NVML_RESERVED", "some"),
+            ("FAKECUDA_NUMA_NODES", "0"),
+            ("FAKECUDA_NUMA_NODES", "65"),
         ] {
             let err = from_env(env(&[(k, v)])).unwrap_err();
             assert!(err.contains(k), "{err}");

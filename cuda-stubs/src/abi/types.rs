@@ -44,6 +44,7 @@ pub const CU_MEM_LOCATION_TYPE_NONE: c_int = 0;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 pub const CU_MEM_LOCATION_TYPE_HOST: c_int = 2;
 pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 3;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: c_int = 4;
 pub const CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN: c_int = 6;
 
 // CUmemAllocationType
@@ -150,3 +151,31 @@ pub const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 pub type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
 /// CUstreamCallback: (stream, status, user data).
 pub type StreamCallback = Option<unsafe extern "C" fn(usize, u32, *mut c_void)>;
+
+/// `CUexternalMemoryHandleType`: an fd (Linux), Windows handles, D3D resources, NvSciBuf.
+pub const CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD: c_int = 1;
+pub const CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF: c_int = 8;
+/// `CUDA_EXTERNAL_MEMORY_DEDICATED`, the one flag of a handle description.
+pub const CUDA_EXTERNAL_MEMORY_DEDICATED: u32 = 1;
+
+/// `CUDA_EXTERNAL_MEMORY_HANDLE_DESC`: the handle (at offset 8) is a union of an fd, a
+/// Windows (handle, name) pair and an NvSciBuf object; only the fd is read here.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
+    pub type_: c_int,
+    pub handle: [u64; 2],
+    pub size: u64,
+    pub flags: u32,
+    pub reserved: [u32; 16],
+}
+
+/// `CUDA_EXTERNAL_MEMORY_BUFFER_DESC`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
+    pub offset: u64,
+    pub size: u64,
+    pub flags: u32,
+    pub reserved: [u32; 16],
+}

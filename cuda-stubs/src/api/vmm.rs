@@ -8,14 +8,29 @@ use crate::model::os::page_size;
 use crate::model::vmm::{self, GRANULARITY};
 use libc::{c_int, c_void};
 
-/// The device of a CUmemAllocationProp: pinned device memory of a visible device.
-fn check_alloc_prop(prop: &CUmemAllocationProp) -> Result<usize, CUresult> {
-    if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED
-        || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE
-    {
+/// Where a CUmemAllocationProp puts its memory: pinned memory of a visible device (its
+/// ordinal), or of the host (`None`: never device memory, whatever `location.id` says).
+/// As CUDA 13.5's `cuMemCreate` documents: `HOST` ignores the id and takes no
+/// shareable handle types, `HOST_NUMA` names a host NUMA node (`FAKECUDA_NUMA_NODES`),
+/// `HOST_NUMA_CURRENT` ignores the id (the calling thread's node).
+fn check_alloc_prop(prop: &CUmemAllocationProp) -> Result<Option<usize>, CUresult> {
+    if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    check_dev(prop.location.id).map_err(|_| CUDA_ERROR_INVALID_DEVICE)
+    let nodes = cfg()?.numa_nodes;
+    match prop.location.type_ {
+        CU_MEM_LOCATION_TYPE_DEVICE => check_dev(prop.location.id)
+            .map(Some)
+            .map_err(|_| CUDA_ERROR_INVALID_DEVICE),
+        CU_MEM_LOCATION_TYPE_HOST if prop.requested_handle_types == 0 => Ok(None),
+        CU_MEM_LOCATION_TYPE_HOST_NUMA
+            if u32::try_from(prop.location.id).is_ok_and(|n| n < nodes) =>
+        {
+            Ok(None)
+        }
+        CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => Ok(None),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
 }
 
 crate::abi::exports! {

@@ -25,6 +25,9 @@ pub enum Kind {
     Managed,
     /// From a memory pool (cuMemAllocAsync / cuMemAllocFromPoolAsync): the CUmemoryPool.
     Pool(usize),
+    /// A buffer mapped onto memory imported from another API
+    /// (cuExternalMemoryGetMappedBuffer): that API's memory, so it takes nothing here.
+    External,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -168,6 +171,10 @@ pub fn free(ptr: CUdeviceptr) -> CuResult {
 }
 
 fn release(ptr: usize, a: Alloc, ledger: &Ledger, call: bool) {
+    if a.kind == Kind::External {
+        unmap(ptr, a.len);
+        return;
+    }
     unmap_block(ptr, a.len, a.ipc_fd >= 0);
     if a.ipc_fd >= 0 {
         // SAFETY: the memfd this allocation was re-backed with for IPC; ours to close.
@@ -182,6 +189,50 @@ fn release(ptr: usize, a: Alloc, ledger: &Ledger, call: bool) {
         }
         _ => ledger.release(a.dev, a.taken, call),
     }
+}
+
+/// Maps `size` bytes of `fd` from `offset` as a buffer of context `ctx` on `dev`
+/// (cuExternalMemoryGetMappedBuffer): freed by cuMemFree like an allocation, but it
+/// takes no device memory and is no allocation call (the other API allocated it).
+pub fn map_external(
+    dev: usize,
+    ctx: Ctx,
+    fd: c_int,
+    offset: u64,
+    size: u64,
+) -> Result<CUdeviceptr, CUresult> {
+    let page = page_size() as u64;
+    let len = size
+        .checked_add(page - 1)
+        .map(|s| s / page * page)
+        .filter(|&l| l <= isize::MAX as u64)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    // SAFETY: a fresh shared mapping of the imported fd; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            offset as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let a = Alloc {
+        dev,
+        ctx,
+        size,
+        taken: 0,
+        len: len as usize,
+        kind: Kind::External,
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        ipc_fd: -1,
+    };
+    allocs().insert(p as usize, a);
+    Ok(p as usize as CUdeviceptr)
 }
 
 /// Frees the linear allocations of `ctx` (the context ended), not counted as free calls.

@@ -42,6 +42,16 @@ struct Phys {
     mappings: u32,
     /// Imported from another handle's fd: the exporter pays for it, not this handle.
     imported: bool,
+    /// Host memory (a `CU_MEM_LOCATION_TYPE_HOST*` location): no device's memory, so
+    /// never charged to `dev` (which is then only the device its mappings name).
+    host: bool,
+}
+
+impl Phys {
+    /// Whether the handle's bytes are charged to its device by this process.
+    fn charged(&self) -> bool {
+        !self.imported && !self.host
+    }
 }
 
 /// One sparse memfd per device from which handles take ranges: the end only grows (a
@@ -93,7 +103,12 @@ impl Arena {
 
 /// A fresh memfd of `size` bytes named after the physical device (so an importer can tell).
 fn own_memfd(phys: usize, size: usize) -> Option<c_int> {
-    let name = std::ffi::CString::new(format!("fakecuda-vmm-d{phys}")).unwrap();
+    own_memfd_named(&format!("fakecuda-vmm-d{phys}"), size)
+}
+
+/// A memfd named `name`, of `size` bytes (sparse).
+fn own_memfd_named(name: &str, size: usize) -> Option<c_int> {
+    let name = std::ffi::CString::new(name).ok()?;
     // SAFETY: memfd_create with a NUL-terminated name.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -155,7 +170,7 @@ impl Vmm {
                     libc::close(fd);
                 },
             }
-            if !p.imported
+            if p.charged()
                 && let Ok(l) = ledger()
             {
                 l.release(p.dev, p.size as u64, false);
@@ -262,26 +277,35 @@ pub fn reservation_at(ptr: usize) -> Option<(usize, usize)> {
 
 /// A new physical allocation of `size` bytes of `dev` (cuMemCreate), charged to the device:
 /// a range of the device's arena, or a memfd of its own if `prop` asks for an exportable
-/// handle.
-pub fn create(dev: usize, size: usize, prop: CUmemAllocationProp) -> Result<u64, CUresult> {
+/// handle. `dev` None: host memory (a host or host-NUMA location), a memfd of its own
+/// charged to no device.
+pub fn create(dev: Option<usize>, size: usize, prop: CUmemAllocationProp) -> Result<u64, CUresult> {
     let ledger = ledger()?;
-    ledger.reserve(dev, size as u64)?;
     let mut v = vmm();
-    let backing = if prop.requested_handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR != 0 {
-        own_memfd(ledger.phys(dev), size).map(|fd| Backing::Own { fd })
-    } else {
-        if !v.arenas.contains_key(&dev)
-            && let Some(a) = Arena::new(ledger.phys(dev))
-        {
-            v.arenas.insert(dev, a);
+    let backing = match dev {
+        None => own_memfd_named("fakecuda-host", size).map(|fd| Backing::Own { fd }),
+        Some(dev) => {
+            ledger.reserve(dev, size as u64)?;
+            let b = if prop.requested_handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR != 0 {
+                own_memfd(ledger.phys(dev), size).map(|fd| Backing::Own { fd })
+            } else {
+                if !v.arenas.contains_key(&dev)
+                    && let Some(a) = Arena::new(ledger.phys(dev))
+                {
+                    v.arenas.insert(dev, a);
+                }
+                v.arenas
+                    .get_mut(&dev)
+                    .and_then(|a| a.take(size as u64))
+                    .map(|off| Backing::Arena { off })
+            };
+            if b.is_none() {
+                ledger.unreserve(dev, size as u64);
+            }
+            b
         }
-        v.arenas
-            .get_mut(&dev)
-            .and_then(|a| a.take(size as u64))
-            .map(|off| Backing::Arena { off })
     };
     let Some(backing) = backing else {
-        ledger.unreserve(dev, size as u64);
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     };
     v.next_handle += 1;
@@ -291,11 +315,12 @@ pub fn create(dev: usize, size: usize, prop: CUmemAllocationProp) -> Result<u64,
         Phys {
             backing,
             size,
-            dev,
+            dev: dev.unwrap_or(0),
             prop,
             handle_refs: 1,
             mappings: 0,
             imported: false,
+            host: dev.is_none(),
         },
     );
     Ok(h)
@@ -310,7 +335,7 @@ pub fn release(handle: u64) -> CuResult {
         .filter(|p| p.handle_refs > 0)
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     p.handle_refs -= 1;
-    if !p.imported
+    if p.charged()
         && let Ok(l) = ledger()
     {
         l.count_free_call(p.dev);
@@ -415,6 +440,7 @@ pub fn import(fd: c_int) -> Result<(u64, usize), CUresult> {
             handle_refs: 1,
             mappings: 0,
             imported: true,
+            host: false,
         },
     );
     Ok((h, size))
