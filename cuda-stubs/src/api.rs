@@ -6,6 +6,7 @@ pub mod context;
 pub mod copy;
 pub mod device;
 pub mod export_tables;
+pub mod graph;
 pub mod interop;
 pub mod ipc;
 pub mod memory;
