@@ -7,6 +7,7 @@ pub mod copy;
 pub mod device;
 pub mod export_tables;
 pub mod external;
+pub mod graph;
 pub mod interop;
 pub mod ipc;
 pub mod memory;

@@ -17,6 +17,7 @@ pub mod ctx;
 // What lives in a context or device and needs no allocation of another kind.
 pub mod cls;
 pub mod external;
+pub mod graph;
 pub mod host;
 pub mod ipc;
 pub mod limit;

@@ -454,32 +454,181 @@ fn log_callbacks_register_and_unregister() {
     }
 }
 
-/// PyTorch's cudaMallocAsync backend reads the graph memory figures: the fake holds none.
+/// Graph memory: reserved at instantiation, kept for reuse after the exec goes, given back
+/// at a trim; the figures PyTorch's cudaMallocAsync backend reads follow it.
 #[test]
-fn graph_memory_attributes_are_zero() {
+fn graph_memory_is_reserved_at_instantiation_and_given_back_at_a_trim() {
     let _g = setup();
-    use crate::api::device::*;
-    unsafe {
-        for attr in 0..4 {
-            let mut v = 7u64;
-            assert_eq!(cuDeviceGetGraphMemAttribute(0, attr, &mut v), CUDA_SUCCESS);
-            assert_eq!(v, 0, "attribute {attr}");
-        }
-        let mut v = 0u64;
+    use crate::abi::types::*;
+    use crate::api::graph::*;
+    use crate::api::pool::*;
+    use crate::api::stream::*;
+    const MIB: usize = 1 << 20;
+    let attr = |a| {
+        let mut v = 7u64;
         assert_eq!(
-            cuDeviceGetGraphMemAttribute(0, 4, &mut v),
+            unsafe { cuDeviceGetGraphMemAttribute(0, a, &mut v) },
+            CUDA_SUCCESS
+        );
+        v as usize
+    };
+    let props = |dev| CUmemPoolProps {
+        alloc_type: CU_MEM_ALLOCATION_TYPE_PINNED,
+        handle_types: 0,
+        location: CUmemLocation {
+            type_: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: dev,
+        },
+        win32_security_attributes: 0,
+        max_size: 0,
+        usage: 0,
+        reserved: [0; 54],
+    };
+    unsafe {
+        cuDeviceGraphMemTrim(0);
+        let base = used();
+        let (mut g, mut node, mut exec) = (0usize, 0usize, 0usize);
+        assert_eq!(cuGraphCreate(&mut g, 0), CUDA_SUCCESS);
+        let mut p = CudaMemAllocNodeParams {
+            pool_props: props(0),
+            access_descs: null(),
+            access_desc_count: 0,
+            bytesize: 100 * MIB + 1,
+            dptr: 0,
+        };
+        assert_eq!(
+            cuGraphAddMemAllocNode(&mut node, g, null(), 0, &mut p),
+            CUDA_SUCCESS
+        );
+        assert_ne!(p.dptr, 0);
+        let mut free = 0usize;
+        assert_eq!(
+            cuGraphAddMemFreeNode(&mut free, g, &node, 1, p.dptr),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuGraphAddMemFreeNode(&mut free, g, &node, 1, p.dptr),
+            CUDA_ERROR_INVALID_VALUE,
+            "freed twice"
+        );
+        assert_eq!(used(), base, "a node takes no memory");
+        let mut n = 0usize;
+        assert_eq!(cuGraphGetNodes(g, null_mut(), &mut n), CUDA_SUCCESS);
+        assert_eq!(n, 2);
+        let mut t = 0;
+        assert_eq!(cuGraphNodeGetType(node, &mut t), CUDA_SUCCESS);
+        assert_eq!(t, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+        assert_eq!(cuGraphInstantiateWithFlags(&mut exec, g, 0), CUDA_SUCCESS);
+        assert_eq!(used(), base + 102 * MIB, "reserved in whole 2 MiB granules");
+        assert_eq!(
+            (
+                attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
+                attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
+            ),
+            (102 * MIB, 0)
+        );
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_SUCCESS);
+        assert_eq!(
+            cuGraphLaunch(exec, 0),
+            CUDA_SUCCESS,
+            "freed in the graph: relaunchable"
+        );
+        assert_eq!(
+            (
+                attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
+                attr(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
+            ),
+            (0, 100 * MIB + 1)
+        );
+        assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        assert_eq!(
+            used(),
+            base + 102 * MIB,
+            "kept for reuse after the exec goes"
+        );
+        assert_eq!(cuGraphInstantiateWithFlags(&mut exec, g, 0), CUDA_SUCCESS);
+        assert_eq!(used(), base + 102 * MIB, "reused");
+        assert_eq!(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+        assert_eq!(used(), base, "an idle graph's memory goes at a trim");
+        assert_eq!(cuGraphUpload(exec, 0), CUDA_SUCCESS);
+        assert_eq!(used(), base + 102 * MIB, "and comes back at its upload");
+        // An allocation the graph does not free stays live after the launch.
+        let mut g2 = 0usize;
+        assert_eq!(cuGraphCreate(&mut g2, 0), CUDA_SUCCESS);
+        p.bytesize = 4 * MIB;
+        assert_eq!(
+            cuGraphAddMemAllocNode(&mut node, g2, null(), 0, &mut p),
+            CUDA_SUCCESS
+        );
+        let mut e2 = 0usize;
+        assert_eq!(cuGraphInstantiateWithFlags(&mut e2, g2, 0), CUDA_SUCCESS);
+        assert_eq!(cuGraphLaunch(e2, 0), CUDA_SUCCESS);
+        assert_eq!(attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), 4 * MIB);
+        assert_eq!(
+            cuGraphLaunch(e2, 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "its allocation is live"
+        );
+        assert_eq!(cuGraphExecDestroy(e2), CUDA_SUCCESS);
+        assert_eq!(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+        assert_eq!(used(), base + 4 * MIB, "a live allocation is never trimmed");
+        assert_eq!(cuMemFreeAsync(p.dptr, 0), CUDA_SUCCESS);
+        assert_eq!(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+        assert_eq!(used(), base);
+        // Stream capture of cuMemAllocAsync/cuMemFreeAsync makes the same nodes.
+        let mut s = 0usize;
+        assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
+        assert_eq!(
+            cuStreamBeginCapture_v2(0, 0),
+            900,
+            "the legacy stream cannot capture"
+        );
+        assert_eq!(cuStreamBeginCapture_v2(s, 0), CUDA_SUCCESS);
+        let mut st = 0;
+        assert_eq!(cuStreamIsCapturing(s, &mut st), CUDA_SUCCESS);
+        assert_eq!(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+        let mut d = 0u64;
+        assert_eq!(cuMemAllocAsync(&mut d, 8 * MIB, s), CUDA_SUCCESS);
+        assert_eq!(cuMemFreeAsync(d, s), CUDA_SUCCESS);
+        assert_eq!(used(), base, "captured: nothing allocated");
+        let mut cg = 0usize;
+        assert_eq!(cuStreamEndCapture(s, &mut cg), CUDA_SUCCESS);
+        assert_eq!(
+            cuStreamEndCapture(s, &mut cg),
+            401,
+            "CUDA_ERROR_ILLEGAL_STATE"
+        );
+        assert_eq!(cuGraphGetNodes(cg, null_mut(), &mut n), CUDA_SUCCESS);
+        assert_eq!(n, 2);
+        assert_eq!(cuGraphInstantiateWithFlags(&mut e2, cg, 0), CUDA_SUCCESS);
+        assert_eq!(used(), base + 8 * MIB);
+        let mut hi = 0u64;
+        assert_eq!(
+            cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &mut hi),
+            CUDA_SUCCESS
+        );
+        assert_eq!(attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH), 8 * MIB);
+        assert_eq!(
+            cuDeviceSetGraphMemAttribute(0, 0, &mut hi),
             CUDA_ERROR_INVALID_VALUE
         );
         assert_eq!(
-            cuDeviceGetGraphMemAttribute(5, 0, &mut v),
+            cuDeviceGetGraphMemAttribute(0, 4, &mut hi),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuDeviceGetGraphMemAttribute(5, 0, &mut hi),
             101,
             "CUDA_ERROR_INVALID_DEVICE"
         );
-        assert_eq!(cuDeviceSetGraphMemAttribute(0, 1, &mut v), CUDA_SUCCESS);
-        assert_eq!(
-            cuDeviceSetGraphMemAttribute(0, 0, &mut v),
-            CUDA_ERROR_INVALID_VALUE
-        );
+        for e in [exec, e2] {
+            assert_eq!(cuGraphExecDestroy(e), CUDA_SUCCESS);
+        }
+        for gr in [g, g2, cg] {
+            assert_eq!(cuGraphDestroy(gr), CUDA_SUCCESS);
+        }
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
         assert_eq!(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+        assert_eq!(used(), base);
     }
 }

@@ -6,7 +6,7 @@
 //! - `ledger`: caps, reservations, peaks; `live_map`: the live allocations (lock-free,
 //!   growable); `linear`: what a linear allocation is charged (the driver's pages).
 //! - `growth`: growth-only mode's retained pages and mappings.
-//! - `pools`, `contexts`, `arrays`, `modules`: what memory pools, contexts, CUDA arrays
+//! - `pools`, `contexts`, `arrays`, `modules`, `graphs`: what memory pools, contexts, CUDA arrays, graph memory
 //!   and loaded modules are charged, behind small driver traits; `vmm`: when VMM
 //!   handles stop being charged (last release and last unmap).
 //! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones.
@@ -19,6 +19,7 @@ pub mod budget;
 pub mod config;
 pub mod contexts;
 pub mod counter;
+pub mod graphs;
 pub mod growth;
 pub mod identity;
 pub mod kernels;

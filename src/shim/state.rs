@@ -72,6 +72,9 @@ pub static KERNELS: gpucap_core::kernels::KernelBook = gpucap_core::kernels::Ker
 /// The memory contexts' limits took (`cuCtxSetLimit`), by context and limit.
 pub static LIMITS: gpucap_core::limits::LimitBook = gpucap_core::limits::LimitBook::new();
 
+/// The executable graphs with memory nodes, and each device's graph memory charge.
+pub static GRAPHS: gpucap_core::graphs::GraphBook = gpucap_core::graphs::GraphBook::new();
+
 /// What CUDA would see in this process, worked out from NVML (read once).
 pub static NVML_VIEW: std::sync::OnceLock<Vec<[u8; 16]>> = std::sync::OnceLock::new();
 

@@ -243,6 +243,25 @@ hook_table! {
     cuCtxSynchronize = "cuCtxSynchronize" @ 2000 : () => imp::ctx_synchronize;
     cuCtxSynchronize_v2 = "cuCtxSynchronize" @ 13000 : (ctx: Handle) => imp::handle_synchronize;
     cuEventSynchronize = "cuEventSynchronize" @ 2000 : (event: Handle) => imp::handle_synchronize;
+    // CUDA graph memory (graph memory nodes): charged as the driver reserves it, around
+    // the calls that may move the device's figure. `cuGraphInstantiateWithFlags` is also
+    // what the driver hands out for `cuGraphInstantiate` from version 12000 on.
+    cuGraphInstantiate = "cuGraphInstantiate" @ 10000 :
+        (exec: *mut Handle, graph: Handle, err_node: *mut Handle, log: *mut c_char, size: usize) => imp::graph_instantiate;
+    cuGraphInstantiate_v2 = "cuGraphInstantiate" @ 11000 :
+        (exec: *mut Handle, graph: Handle, err_node: *mut Handle, log: *mut c_char, size: usize) => imp::graph_instantiate;
+    cuGraphInstantiateWithFlags = "cuGraphInstantiate" @ 12000 :
+        (exec: *mut Handle, graph: Handle, flags: u64) => imp::graph_instantiate_with_flags;
+    cuGraphInstantiateWithParams = "cuGraphInstantiateWithParams" @ 12000 :
+        (exec: *mut Handle, graph: Handle, params: *mut imp::InstantiateParams) => imp::graph_instantiate_with_params;
+    cuGraphInstantiateWithParams_ptsz = "cuGraphInstantiateWithParams" @ 12000 ptsz :
+        (exec: *mut Handle, graph: Handle, params: *mut imp::InstantiateParams) => imp::graph_instantiate_with_params;
+    cuGraphUpload = "cuGraphUpload" @ 11010 : (exec: Handle, stream: Stream) => imp::graph_upload;
+    cuGraphUpload_ptsz = "cuGraphUpload" @ 11010 ptsz : (exec: Handle, stream: Stream) => imp::graph_upload;
+    cuGraphLaunch = "cuGraphLaunch" @ 10000 : (exec: Handle, stream: Stream) => imp::graph_launch;
+    cuGraphLaunch_ptsz = "cuGraphLaunch" @ 10000 ptsz : (exec: Handle, stream: Stream) => imp::graph_launch;
+    cuGraphExecDestroy = "cuGraphExecDestroy" @ 10000 : (exec: Handle) => imp::graph_exec_destroy;
+    cuDeviceGraphMemTrim = "cuDeviceGraphMemTrim" @ 11040 : (dev: c_int) => imp::device_graph_mem_trim;
     // NVML (looked up with dlsym on libnvidia-ml; NVML has no cuGetProcAddress).
     nvmlDeviceGetMemoryInfo = "nvmlDeviceGetMemoryInfo" @ 0 :
         (device: Handle, memory: *mut imp::NvmlMemory) => imp::nvml_memory_info;

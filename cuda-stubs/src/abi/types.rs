@@ -179,3 +179,44 @@ pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
     pub flags: u32,
     pub reserved: [u32; 16],
 }
+/// CU_STREAM_CAPTURE_STATUS_ACTIVE.
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+
+/// CUDA_MEM_ALLOC_NODE_PARAMS (v1, 120 bytes): `dptr` is written by the driver.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaMemAllocNodeParams {
+    pub pool_props: CUmemPoolProps,
+    pub access_descs: *const CUmemAccessDesc,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaMemAllocNodeParams>() == 120);
+
+/// CUDA_GRAPH_INSTANTIATE_PARAMS (32 bytes): `err_node_out` and `result_out` are written.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaGraphInstantiateParams {
+    pub flags: u64,
+    pub upload_stream: usize,
+    pub err_node_out: usize,
+    pub result_out: c_int,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaGraphInstantiateParams>() == 32);
+
+// CUgraphNodeType: the memory nodes (the fake makes no other kind).
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
+
+// CUgraphInstantiate_flags
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+
+// CUgraphMem_attribute
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: c_int = 1;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;

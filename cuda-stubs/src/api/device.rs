@@ -187,29 +187,6 @@ crate::abi::exports! {
         out(value, 0)
     }
 
-    // Graph memory (cuGraphAddMemAllocNode): the fake runs no graph, so it holds none;
-    // USED/RESERVED_MEM_CURRENT/HIGH (0..3) are 0. PyTorch's cudaMallocAsync backend reads them.
-    fn cuDeviceGetGraphMemAttribute(dev: c_int, attr: c_int, value: *mut u64) {
-        check_dev(dev)?;
-        if !(0..=3).contains(&attr) {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        out(value, 0)
-    }
-
-    // Only the high-water marks (1, 3) may be reset, to 0.
-    fn cuDeviceSetGraphMemAttribute(dev: c_int, attr: c_int, value: *mut u64) {
-        check_dev(dev)?;
-        if attr != 1 && attr != 3 || inp(value)? != 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        Ok(())
-    }
-
-    fn cuDeviceGraphMemTrim(dev: c_int) {
-        check_dev(dev).map(|_| ())
-    }
-
     // CUDA 12.9 driver logs: the fake writes no log, so a registered callback is never
     // called; registration hands out a handle that unregistering takes back.
     fn cuLogsRegisterCallback(callback: Option<unsafe extern "C" fn()>, user_data: *mut libc::c_void, handle: *mut usize) {

@@ -4,6 +4,7 @@
 use crate::abi::types::*;
 use crate::abi::*;
 use crate::model::device::{cfg, check_dev};
+use crate::model::graph;
 use crate::model::linear::{self, Kind};
 use crate::model::pool::{self, Pool};
 use crate::model::stream;
@@ -80,6 +81,24 @@ fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: 
     if size == 0 {
         // The real driver (13.0, H200) answers success for 0 bytes: nothing is allocated.
         return out(dptr, 0);
+    }
+    if let Some((g, _)) = graph::capture_of(stream) {
+        // Captured: an alloc node of the graph, from the pool's device.
+        let _ = ctx;
+        let props = CUmemPoolProps {
+            alloc_type: CU_MEM_ALLOCATION_TYPE_PINNED,
+            handle_types: 0,
+            location: CUmemLocation {
+                type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                id: dev as c_int,
+            },
+            win32_security_attributes: 0,
+            max_size: 0,
+            usage: 0,
+            reserved: [0; 54],
+        };
+        let (_, p) = graph::add_alloc(g, dev, size as u64, props, Vec::new())?;
+        return out(dptr, p);
     }
     out(
         dptr,
@@ -222,6 +241,12 @@ crate::abi::exports! {
         if dptr == 0 {
             // Freeing NULL is a no-op on the real driver.
             return Ok(());
+        }
+        // Captured: a free node when it is graph memory.
+        if let Some((g, _)) = graph::capture_of(stream)
+            && let Some(rc) = graph::captured_free(g, dptr)
+        {
+            return rc;
         }
         linear::free(dptr)
     }

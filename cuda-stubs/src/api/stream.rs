@@ -1,5 +1,7 @@
-//! Streams and events (synchronous: work is done when issued), stream capture queries
-//! (streams never capture), host functions and stream callbacks (run at once).
+//! Streams and events (synchronous: work is done when issued), stream capture (of
+//! stream-ordered allocations and frees into a graph's memory nodes: see `model::graph`;
+//! other work on a capturing stream runs at once), host functions and stream callbacks
+//! (run at once).
 
 use std::ptr::null_mut;
 
@@ -7,6 +9,7 @@ use crate::abi::types::*;
 use crate::abi::*;
 use crate::model::ctx::{Ctx, current};
 use crate::model::device::cfg;
+use crate::model::graph;
 use crate::model::pool;
 use crate::model::stream::{self, check, context_of};
 use libc::{c_int, c_uint, c_void};
@@ -47,9 +50,10 @@ fn out_opt<T>(p: *mut T, v: T) -> CuResult {
     if p.is_null() { Ok(()) } else { out(p, v) }
 }
 
-/// cuStreamGetCaptureInfo (every version): the stream is valid and not capturing. The status
-/// is required; the other outputs are optional and written as the driver does when not
-/// capturing (id 0, no graph, no dependencies, no edge data). Edge data needs dependencies.
+/// cuStreamGetCaptureInfo (every version): whether the stream captures, its capture id and
+/// graph. The status is required; the other outputs are optional and written as the driver
+/// does when not capturing (id 0, no graph) and with no dependencies or edge data (the fake
+/// keeps none). Edge data needs dependencies.
 #[allow(clippy::too_many_arguments)]
 fn capture_info(
     stream: usize,
@@ -64,12 +68,29 @@ fn capture_info(
     if status.is_null() || (!edges.is_null() && deps.is_null()) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    out(status, CU_STREAM_CAPTURE_STATUS_NONE)?;
-    out_opt(id, 0)?;
-    out_opt(graph, 0)?;
+    let (status_now, (g, cid)) = match graph::capture_of(stream) {
+        Some(c) => (CU_STREAM_CAPTURE_STATUS_ACTIVE, c),
+        None => (CU_STREAM_CAPTURE_STATUS_NONE, (0, 0)),
+    };
+    out(status, status_now)?;
+    out_opt(id, cid)?;
+    out_opt(graph, g)?;
     out_opt(deps, std::ptr::null())?;
     out_opt(edges, std::ptr::null())?;
     out_opt(count, 0)
+}
+
+/// cuStreamBeginCapture: a created stream (not the legacy NULL stream) starts capturing
+/// into a new graph.
+fn begin_capture(stream: usize, mode: c_int) -> CuResult {
+    check(stream)?;
+    if !(0..=CU_STREAM_CAPTURE_MODE_RELAXED).contains(&mode) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if stream <= 1 {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    graph::begin_capture(stream)
 }
 
 crate::abi::exports! {
@@ -135,7 +156,25 @@ crate::abi::exports! {
 
     fn cuStreamIsCapturing | cuStreamIsCapturing_ptsz (stream: usize, status: *mut c_int) {
         check(stream)?;
-        out(status, CU_STREAM_CAPTURE_STATUS_NONE)
+        let capturing = graph::capture_of(stream).is_some();
+        out(status, if capturing { CU_STREAM_CAPTURE_STATUS_ACTIVE } else { CU_STREAM_CAPTURE_STATUS_NONE })
+    }
+
+    // CUDA 10.0: (stream), global mode.
+    fn cuStreamBeginCapture | cuStreamBeginCapture_ptsz (stream: usize) {
+        begin_capture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL)
+    }
+
+    fn cuStreamBeginCapture_v2 | cuStreamBeginCapture_v2_ptsz (stream: usize, mode: c_int) {
+        begin_capture(stream, mode)
+    }
+
+    fn cuStreamEndCapture | cuStreamEndCapture_ptsz (stream: usize, pgraph: *mut usize) {
+        check(stream)?;
+        if pgraph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(pgraph, graph::end_capture(stream)?)
     }
 
     // CUDA 10.1: (status, id).

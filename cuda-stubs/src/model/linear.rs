@@ -163,9 +163,14 @@ pub fn alloc(dev: usize, ctx: Ctx, size: u64, kind: Kind) -> Result<CUdeviceptr,
 /// A pool allocation goes back to its pool (still reserved until the pool releases it).
 pub fn free(ptr: CUdeviceptr) -> CuResult {
     let ledger = ledger()?;
-    let a = allocs()
-        .remove(&(ptr as usize))
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let Some(a) = allocs().remove(&(ptr as usize)) else {
+        // A graph allocation a launch left live goes back to the graph's pool.
+        return if super::graph::free_live(ptr) {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        };
+    };
     release(ptr as usize, a, ledger, true);
     Ok(())
 }

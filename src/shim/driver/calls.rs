@@ -99,6 +99,12 @@ driver_fns! {
     cuDevicePrimaryCtxRelease_v2: (c_int);
     cuArrayDestroy: (Handle);
     cuMipmappedArrayDestroy: (Handle);
+    cuDeviceGetGraphMemAttribute: (c_int, c_int, *mut c_void);
+    cuStreamIsCapturing: (Stream, *mut c_int);
+    cuGraphGetNodes: (Handle, *mut Handle, *mut usize);
+    cuGraphNodeGetType: (Handle, *mut c_int);
+    cuGraphMemAllocNodeGetParams: (Handle, *mut MemAllocNodeParams);
+    cuGraphChildGraphNodeGetGraph: (Handle, *mut Handle);
 }
 
 /// The physical total of `device`, from the driver.

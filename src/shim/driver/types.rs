@@ -91,3 +91,21 @@ pub struct LocationPrefix {
 pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
 pub const CU_MEM_LOCATION_TYPE_HOST: u32 = 2;
 pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: u32 = 4;
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1, 120 bytes): the pool's properties (88 bytes, the
+/// location first, as [`LocationPrefix`]), access descriptors, the size and the address.
+#[repr(C)]
+pub struct MemAllocNodeParams {
+    pub pool_props: LocationPrefix,
+    pub pool_props_rest: [u8; 72],
+    pub access_descs: *const c_void,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: Dptr,
+}
+
+const _: () = assert!(std::mem::size_of::<MemAllocNodeParams>() == 120);
+
+/// `CUgraphNodeType`: a child graph, a memory allocation.
+pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;

@@ -24,6 +24,7 @@ mod arena;
 mod arrays;
 mod contexts;
 mod current;
+mod graphs;
 mod info;
 mod init;
 mod launches;
@@ -42,6 +43,7 @@ use self::current::{
     context_device, current_device, known_device, moves_current, note_visible_gpus, one_gpu,
 };
 pub use self::current::{ctx_pop_current, ctx_push_current, ctx_set_current};
+pub use self::graphs::*;
 pub use self::info::*;
 pub use self::init::*;
 pub use self::launches::*;

@@ -108,13 +108,18 @@ pub(super) fn pool_charged(
         return call();
     }
     let bytes = size as u64;
+    let bound = gpucap_core::pools::growth_bound(bytes);
+    if captured_beyond_the_cap(device, bound, stream) {
+        // Captured into a graph: nothing is allocated now; the graph's memory is charged
+        // when it is instantiated (`graphs.rs`).
+        return call();
+    }
     // What the pool may grow by is reserved, even if it may serve the request from its
     // cache: the driver, not the shim, decides that, and a concurrent allocation may take
     // the cache first. A pool grows by whole chunks (`growth_bound`: 32 MiB for 1 MiB on
     // the real driver), so reserving only the request let the device hold more than the
     // cap until the settle. Near the cap the pools are trimmed instead (`reserve`), which
     // is safe.
-    let bound = gpucap_core::pools::growth_bound(bytes);
     let target = match reserve_for(api, device, bytes, bound) {
         Ok(t) => t,
         Err(rc) => return rc,
@@ -154,6 +159,17 @@ pub(super) fn pool_charged(
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     rc
+}
+
+/// Whether a stream-ordered allocation the cap would refuse is only being captured into a
+/// graph (the driver allocates nothing then). Asked of the driver only near the cap, so
+/// that other allocations pay nothing.
+fn captured_beyond_the_cap(device: Option<c_int>, bytes: u64, stream: Stream) -> bool {
+    let Ok(shim) = shim() else { return false };
+    device
+        .and_then(|dev| checked_device(shim, dev))
+        .is_some_and(|d| would_refuse(shim, d, bytes))
+        && crate::driver::graph_queries::capturing(stream)
 }
 
 pub fn mem_free_async(

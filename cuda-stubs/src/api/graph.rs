@@ -1,0 +1,218 @@
+//! CUDA graphs as far as their memory goes (see `model::graph`): graphs of memory alloc and
+//! free nodes, their executable graphs (instantiate, upload, launch, destroy), the nodes'
+//! queries, and each device's graph memory (attributes, trim). Stream capture is in
+//! `api/stream.rs` and `api/pool.rs`.
+
+use crate::abi::types::*;
+use crate::abi::*;
+use crate::model::ctx::current;
+use crate::model::device::{cfg, check_dev};
+use crate::model::graph::{self, Node};
+use crate::model::stream;
+use libc::{c_char, c_int, c_uint};
+
+/// Instantiation flags the driver knows: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
+/// USE_NODE_PRIORITY.
+const INSTANTIATE_FLAGS: u64 = 0xF;
+
+/// The dependencies of a new node: `n` nodes of `graph` (NULL only for none).
+fn check_deps(graph: usize, deps: *const usize, n: usize) -> CuResult {
+    if deps.is_null() && n > 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let nodes = graph::nodes(graph)?;
+    for i in 0..n {
+        // SAFETY: the caller passes an array of `n` node handles.
+        let d = inp(unsafe { deps.add(i) })?;
+        if !nodes.contains(&d) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+    }
+    Ok(())
+}
+
+/// cuGraphInstantiate* in the current context: the exec, or the error.
+fn instantiate(ph: *mut usize, graph: usize, flags: u64) -> CuResult {
+    current()?;
+    if ph.is_null() || flags & !INSTANTIATE_FLAGS != 0 || !graph::exists(graph) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let exec = graph::instantiate(graph, flags)?;
+    note(|| format!("exec={exec:#x}"));
+    out(ph, exec)
+}
+
+crate::abi::exports! {
+    fn cuGraphCreate(ph: *mut usize, flags: c_uint) {
+        cfg()?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let g = graph::create();
+        note(|| format!("graph={g:#x}"));
+        out(ph, g)
+    }
+
+    fn cuGraphDestroy(graph: usize) {
+        cfg()?;
+        graph::destroy(graph)
+    }
+
+    // Device memory of the pool's device; its address is fixed now, its memory taken when
+    // an exec of the graph is instantiated.
+    fn cuGraphAddMemAllocNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *mut CudaMemAllocNodeParams) {
+        cfg()?;
+        let p = inp(params)?;
+        if ph.is_null() || p.bytesize == 0 || p.pool_props.handle_types != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        check_deps(graph, deps, n)?;
+        let props = p.pool_props;
+        if props.alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED || props.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let dev = check_dev(props.location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        if p.access_desc_count > 0 && p.access_descs.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut access = Vec::with_capacity(p.access_desc_count);
+        for i in 0..p.access_desc_count {
+            // SAFETY: the caller passes an array of `access_desc_count` descriptors.
+            let d = inp(unsafe { p.access_descs.add(i) })?;
+            if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || check_dev(d.location.id).is_err() {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            access.push(d);
+        }
+        let (node, dptr) = graph::add_alloc(graph, dev, p.bytesize as u64, props, access)?;
+        note(|| format!("node={node:#x} dptr={dptr:#x}"));
+        // SAFETY: `params` was read above (not NULL); its `dptr` field is the output.
+        out(unsafe { std::ptr::addr_of_mut!((*params).dptr) }, dptr)?;
+        out(ph, node)
+    }
+
+    fn cuGraphAddMemFreeNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, dptr: CUdeviceptr) {
+        cfg()?;
+        if ph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        check_deps(graph, deps, n)?;
+        out(ph, graph::add_free(graph, dptr)?)
+    }
+
+    // NULL `nodes`: the count. Else up to `*count` nodes, the rest of the array NULL, and
+    // `*count` the number written.
+    fn cuGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) {
+        cfg()?;
+        let all = graph::nodes(graph)?;
+        if nodes.is_null() {
+            return out(count, all.len());
+        }
+        let room = inp(count)?;
+        for i in 0..room {
+            // SAFETY: the caller passes an array of `*count` node handles.
+            out(unsafe { nodes.add(i) }, all.get(i).copied().unwrap_or(0))?;
+        }
+        out(count, room.min(all.len()))
+    }
+
+    fn cuGraphNodeGetType(node: usize, t: *mut c_int) {
+        cfg()?;
+        out(t, graph::node(node)?.type_code())
+    }
+
+    // The access descriptors returned are the node's (valid while it lives).
+    fn cuGraphMemAllocNodeGetParams(node: usize, params: *mut CudaMemAllocNodeParams) {
+        cfg()?;
+        let Node::Alloc(a) = graph::node(node)? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        out(params, CudaMemAllocNodeParams {
+            pool_props: a.props,
+            access_descs: graph::access_of(node),
+            access_desc_count: a.access.len(),
+            bytesize: a.size as usize,
+            dptr: a.dptr,
+        })
+    }
+
+    fn cuGraphMemFreeNodeGetParams(node: usize, dptr: *mut CUdeviceptr) {
+        cfg()?;
+        let Node::Free(p) = graph::node(node)? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        out(dptr, p)
+    }
+
+    // CUDA 10.0 and 11.0: (exec, graph, error node, log buffer, its size).
+    fn cuGraphInstantiate | cuGraphInstantiate_v2 (ph: *mut usize, graph: usize, err_node: *mut usize, log: *mut c_char, size: usize) {
+        let _ = (err_node, log, size);
+        instantiate(ph, graph, 0)
+    }
+
+    fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flags: u64) {
+        if flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE); // only with params (an upload stream)
+        }
+        instantiate(ph, graph, flags)
+    }
+
+    fn cuGraphInstantiateWithParams | cuGraphInstantiateWithParams_ptsz (ph: *mut usize, graph: usize, params: *mut CudaGraphInstantiateParams) {
+        let p = inp(params)?;
+        if p.flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0 {
+            stream::check(p.upload_stream)?;
+        }
+        let rc = instantiate(ph, graph, p.flags);
+        // CUgraphInstantiateResult: SUCCESS (0) or ERROR (1); no error node.
+        // SAFETY: `params` was read above (not NULL); these fields are its outputs.
+        unsafe {
+            out(std::ptr::addr_of_mut!((*params).result_out), rc.is_err() as c_int)?;
+            out(std::ptr::addr_of_mut!((*params).err_node_out), 0)?;
+        }
+        rc
+    }
+
+    fn cuGraphUpload | cuGraphUpload_ptsz (exec: usize, stream: usize) {
+        stream::check(stream)?;
+        graph::upload(exec)
+    }
+
+    fn cuGraphLaunch | cuGraphLaunch_ptsz (exec: usize, stream: usize) {
+        stream::check(stream)?;
+        graph::launch(exec)
+    }
+
+    fn cuGraphExecDestroy(exec: usize) {
+        cfg()?;
+        graph::exec_destroy(exec)
+    }
+
+    // USED/RESERVED_MEM_CURRENT/HIGH (0..3) of the device's graph memory.
+    // PyTorch's cudaMallocAsync backend reads them.
+    fn cuDeviceGetGraphMemAttribute(dev: c_int, attr: c_int, value: *mut u64) {
+        let p = graph::pool(check_dev(dev)?);
+        let v = match attr {
+            CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT => p.used,
+            CU_GRAPH_MEM_ATTR_USED_MEM_HIGH => p.used_high,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT => p.reserved,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH => p.reserved_high,
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        };
+        out(value, v)
+    }
+
+    // Only the high-water marks (1, 3) may be reset, to 0: to the current figure.
+    fn cuDeviceSetGraphMemAttribute(dev: c_int, attr: c_int, value: *mut u64) {
+        let d = check_dev(dev)?;
+        if attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH || inp(value)? != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        graph::reset_high(d, attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
+        Ok(())
+    }
+
+    fn cuDeviceGraphMemTrim(dev: c_int) {
+        graph::trim(check_dev(dev)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,512 @@
+//! CUDA graphs as far as their memory goes: graphs of memory nodes (`cuGraphAddMemAllocNode`,
+//! `cuGraphAddMemFreeNode`, or `cuMemAllocAsync`/`cuMemFreeAsync` on a capturing stream),
+//! their executable graphs, and each device's graph memory pool, modelled on the driver:
+//!
+//! - An alloc node gets its address when it is made (fixed for the node's life); no
+//!   device memory is taken then.
+//! - An executable graph needs physical memory for its allocations: its footprint, the
+//!   sizes of its alloc nodes in whole 2 MiB granules, per device (no reuse between the
+//!   allocations of one graph). The device's graph pool reserves it at `cuGraphInstantiate`
+//!   (a program that instantiated a graph holds the memory until it trims: "CUDA graph
+//!   instantiation reserves per-device memory that survives cudaGraphExecDestroy", as users
+//!   of CUDA 13.2 report), taking first what the pool holds unbound, growing by the rest
+//!   (charged to the device: OUT_OF_MEMORY when it does not fit). A graph unbound by a trim
+//!   reserves again at its next `cuGraphUpload` or `cuGraphLaunch`.
+//! - A launch runs at once: its allocations are live together (`USED_MEM_HIGH`), and those
+//!   it frees are free again when it returns; an allocation the graph does not free stays
+//!   live (used) until `cuMemFree`/`cuMemFreeAsync`, a free node of a later launch, or the
+//!   next launch of an exec made with `AUTO_FREE_ON_LAUNCH`; relaunching before is an error.
+//! - `cuGraphExecDestroy` unbinds the exec's memory: it stays reserved (cached for other
+//!   graphs) until `cuDeviceGraphMemTrim`, which gives back every byte not bound to an
+//!   exec with live allocations (no graph runs while the fake returns).
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use super::device::ledger;
+use super::os::{map_anonymous, new_handle, unmap};
+use crate::abi::types::*;
+use crate::abi::*;
+use fake_gpu::identity::MAX_DEVICES;
+
+/// The granularity of graph memory (the VMM granularity).
+pub const GRANULE: u64 = 2 << 20;
+
+/// `n` in whole granules (saturating).
+pub fn granules(n: u64) -> u64 {
+    n.checked_next_multiple_of(GRANULE).unwrap_or(u64::MAX)
+}
+
+/// An alloc node's parameters (as `cuGraphMemAllocNodeGetParams` returns them).
+#[derive(Debug, Clone)]
+pub struct AllocNode {
+    pub dev: usize,
+    pub size: u64,
+    pub dptr: u64,
+    pub props: CUmemPoolProps,
+    /// Owned by the node: `cuGraphMemAllocNodeGetParams` hands out their address.
+    pub access: Vec<CUmemAccessDesc>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Node {
+    Alloc(AllocNode),
+    Free(u64),
+}
+
+impl Node {
+    pub fn type_code(&self) -> i32 {
+        match self {
+            Node::Alloc(_) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+            Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
+        }
+    }
+}
+
+/// One device's graph memory pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphPool {
+    /// Bytes of device memory the pool holds (charged to the device).
+    pub reserved: u64,
+    pub reserved_high: u64,
+    /// Bytes of graph allocations live now.
+    pub used: u64,
+    pub used_high: u64,
+    /// Bytes of `reserved` bound to executable graphs (or to their live allocations).
+    pub bound: u64,
+}
+
+impl GraphPool {
+    /// What binding `need` more bytes grows the reservation by: what the unbound part
+    /// cannot serve.
+    pub fn growth(&self, need: u64) -> u64 {
+        need.saturating_sub(self.reserved - self.bound)
+    }
+
+    /// Binds `need` bytes, the reservation having grown by `grown` ([`growth`](Self::growth)).
+    pub fn bind(&mut self, need: u64, grown: u64) {
+        self.reserved += grown;
+        self.bound += need;
+        self.reserved_high = self.reserved_high.max(self.reserved);
+    }
+
+    /// Gives back every byte not bound; returns how many.
+    pub fn trim(&mut self) -> u64 {
+        let freed = self.reserved - self.bound;
+        self.reserved = self.bound;
+        freed
+    }
+
+    pub fn allocated(&mut self, bytes: u64) {
+        self.used += bytes;
+        self.used_high = self.used_high.max(self.used);
+    }
+}
+
+#[derive(Debug)]
+struct Exec {
+    /// Bytes bound per device while `bound`.
+    footprint: Vec<(usize, u64)>,
+    /// The alloc and free nodes, copied at instantiation.
+    nodes: Vec<Node>,
+    bound: bool,
+    auto_free: bool,
+    /// Allocations a launch left live: (dptr, device, size).
+    live: Vec<(u64, usize, u64)>,
+}
+
+#[derive(Default)]
+struct Graphs {
+    /// Graph -> its nodes' handles, in order.
+    graphs: HashMap<usize, Vec<usize>>,
+    nodes: HashMap<usize, (usize, Node)>,
+    execs: HashMap<usize, Exec>,
+    /// Per device ordinal (MAX_DEVICES of them).
+    pools: Vec<GraphPool>,
+    /// Allocations left live by an exec destroyed since: dptr -> (device, granules).
+    orphans: HashMap<u64, (usize, u64, u64)>,
+    /// Capturing stream -> (graph, capture id).
+    capturing: HashMap<usize, (usize, u64)>,
+    next_capture_id: u64,
+}
+
+static GRAPHS: LazyLock<Mutex<Graphs>> = LazyLock::new(|| {
+    Mutex::new(Graphs {
+        pools: vec![GraphPool::default(); MAX_DEVICES],
+        ..Default::default()
+    })
+});
+
+fn graphs() -> MutexGuard<'static, Graphs> {
+    GRAPHS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Graphs {
+    fn alloc_node(&self, dptr: u64) -> Option<&AllocNode> {
+        self.nodes.values().find_map(|(_, n)| match n {
+            Node::Alloc(a) if a.dptr == dptr => Some(a),
+            _ => None,
+        })
+    }
+
+    fn add(&mut self, graph: usize, node: Node) -> Result<usize, CUresult> {
+        let list = self
+            .graphs
+            .get_mut(&graph)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let h = new_handle();
+        list.push(h);
+        self.nodes.insert(h, (graph, node));
+        Ok(h)
+    }
+
+    /// Binds `exec`'s footprint if it is not bound: all devices or none.
+    fn bind(&mut self, exec: usize) -> CuResult {
+        let l = ledger()?;
+        let e = self.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if e.bound {
+            return Ok(());
+        }
+        let footprint = e.footprint.clone();
+        let mut done: Vec<(usize, u64, u64)> = Vec::new();
+        for &(dev, need) in &footprint {
+            let grow = self.pools[dev].growth(need);
+            if grow > 0
+                && let Err(rc) = l.charge(dev, grow)
+            {
+                for &(d, n, g) in &done {
+                    let p = &mut self.pools[d];
+                    (p.bound, p.reserved) = (p.bound - n, p.reserved - g);
+                    l.uncharge(d, g);
+                }
+                return Err(rc);
+            }
+            self.pools[dev].bind(need, grow);
+            done.push((dev, need, grow));
+        }
+        self.execs.get_mut(&exec).expect("checked above").bound = true;
+        Ok(())
+    }
+
+    /// Frees a graph allocation left live by a launch; false if `dptr` is none.
+    fn free_live(&mut self, dptr: u64) -> bool {
+        if let Some((dev, size, held)) = self.orphans.remove(&dptr) {
+            let p = &mut self.pools[dev];
+            p.used -= size;
+            p.bound -= held;
+            return true;
+        }
+        for e in self.execs.values_mut() {
+            if let Some(i) = e.live.iter().position(|&(p, _, _)| p == dptr) {
+                let (_, dev, size) = e.live.swap_remove(i);
+                self.pools[dev].used -= size;
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// A new, empty graph.
+pub fn create() -> usize {
+    let h = new_handle();
+    graphs().graphs.insert(h, Vec::new());
+    h
+}
+
+/// Whether `graph` exists.
+pub fn exists(graph: usize) -> bool {
+    graphs().graphs.contains_key(&graph)
+}
+
+/// cuGraphDestroy: the graph and its nodes go (their addresses with them); executable
+/// graphs made from it stay.
+pub fn destroy(graph: usize) -> CuResult {
+    let mut g = graphs();
+    let nodes = g.graphs.remove(&graph).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    for h in nodes {
+        if let Some((_, Node::Alloc(a))) = g.nodes.remove(&h) {
+            unmap(a.dptr as usize, a.size as usize);
+        }
+    }
+    g.capturing.retain(|_, (gr, _)| *gr != graph);
+    Ok(())
+}
+
+/// An alloc node of `size` bytes on `dev`: its address is reserved now, no memory taken.
+pub fn add_alloc(
+    graph: usize,
+    dev: usize,
+    size: u64,
+    props: CUmemPoolProps,
+    access: Vec<CUmemAccessDesc>,
+) -> Result<(usize, u64), CUresult> {
+    let mut g = graphs();
+    if !g.graphs.contains_key(&graph) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let len = usize::try_from(size).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    let dptr = map_anonymous(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)? as u64;
+    let node = Node::Alloc(AllocNode {
+        dev,
+        size,
+        dptr,
+        props,
+        access,
+    });
+    Ok((g.add(graph, node)?, dptr))
+}
+
+/// A free node of a graph allocation (of this graph or another; once per graph).
+pub fn add_free(graph: usize, dptr: u64) -> Result<usize, CUresult> {
+    let mut g = graphs();
+    let list = g.graphs.get(&graph).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let twice = list
+        .iter()
+        .any(|h| matches!(g.nodes.get(h), Some((_, Node::Free(p))) if *p == dptr));
+    if twice || g.alloc_node(dptr).is_none() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    g.add(graph, Node::Free(dptr))
+}
+
+/// The nodes of `graph`, in the order they were added.
+pub fn nodes(graph: usize) -> Result<Vec<usize>, CUresult> {
+    graphs()
+        .graphs
+        .get(&graph)
+        .cloned()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// A node; CUDA_ERROR_INVALID_VALUE if there is no such node.
+pub fn node(node: usize) -> Result<Node, CUresult> {
+    graphs()
+        .nodes
+        .get(&node)
+        .map(|(_, n)| n.clone())
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// The address of an alloc node's access descriptors (owned by the node).
+pub fn access_of(node: usize) -> *const CUmemAccessDesc {
+    match graphs().nodes.get(&node) {
+        Some((_, Node::Alloc(a))) if !a.access.is_empty() => a.access.as_ptr(),
+        _ => std::ptr::null(),
+    }
+}
+
+/// cuGraphInstantiate*: an executable graph of `graph`, its memory reserved now.
+pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
+    let mut g = graphs();
+    let list = g.graphs.get(&graph).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let nodes: Vec<Node> = list
+        .iter()
+        .filter_map(|h| g.nodes.get(h))
+        .map(|(_, n)| n.clone())
+        .collect();
+    let mut footprint: Vec<(usize, u64)> = Vec::new();
+    for n in &nodes {
+        if let Node::Alloc(a) = n {
+            match footprint.iter_mut().find(|(d, _)| *d == a.dev) {
+                Some((_, b)) => *b = b.saturating_add(granules(a.size)),
+                None => footprint.push((a.dev, granules(a.size))),
+            }
+        }
+    }
+    let exec = new_handle();
+    let e = Exec {
+        footprint,
+        nodes,
+        bound: false,
+        auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
+        live: Vec::new(),
+    };
+    g.execs.insert(exec, e);
+    if let Err(rc) = g.bind(exec) {
+        g.execs.remove(&exec);
+        return Err(rc);
+    }
+    Ok(exec)
+}
+
+/// cuGraphUpload: the exec's memory reserved if it is not.
+pub fn upload(exec: usize) -> CuResult {
+    graphs().bind(exec)
+}
+
+/// cuGraphLaunch: reserved if not yet, then run at once.
+pub fn launch(exec: usize) -> CuResult {
+    let mut g = graphs();
+    let e = g.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if !e.live.is_empty() && !e.auto_free {
+        // Its allocations of the last launch are not freed yet.
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let stale: Vec<u64> = e.live.iter().map(|&(p, _, _)| p).collect();
+    for p in stale {
+        g.free_live(p);
+    }
+    g.bind(exec)?;
+    let nodes = g.execs[&exec].nodes.clone();
+    let own = |p: u64| {
+        nodes
+            .iter()
+            .any(|n| matches!(n, Node::Alloc(a) if a.dptr == p))
+    };
+    let freed: Vec<u64> = nodes
+        .iter()
+        .filter_map(|n| match n {
+            Node::Free(p) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    // Every allocation of the launch is live at once, then those it frees go.
+    let mut live = Vec::new();
+    for n in &nodes {
+        if let Node::Alloc(a) = n {
+            g.pools[a.dev].allocated(a.size);
+            live.push((a.dptr, a.dev, a.size));
+        }
+    }
+    for p in freed {
+        if own(p) {
+            if let Some(i) = live.iter().position(|&(q, _, _)| q == p) {
+                let (_, dev, size) = live.swap_remove(i);
+                g.pools[dev].used -= size;
+            }
+        } else {
+            g.free_live(p);
+        }
+    }
+    g.execs.get_mut(&exec).expect("checked above").live = live;
+    Ok(())
+}
+
+/// cuGraphExecDestroy: its memory stays reserved, unbound, but for allocations it left
+/// live, which stay bound until freed.
+pub fn exec_destroy(exec: usize) -> CuResult {
+    let mut g = graphs();
+    let e = g.execs.remove(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if e.bound {
+        for &(dev, need) in &e.footprint {
+            g.pools[dev].bound -= need;
+        }
+        for &(p, dev, size) in &e.live {
+            g.pools[dev].bound += granules(size);
+            g.orphans.insert(p, (dev, size, granules(size)));
+        }
+    }
+    Ok(())
+}
+
+/// cuMemFree/cuMemFreeAsync of a graph allocation a launch left live; false if `dptr` is
+/// not one.
+pub fn free_live(dptr: u64) -> bool {
+    graphs().free_live(dptr)
+}
+
+/// cuDeviceGraphMemTrim: every exec without live allocations is unbound, and what is not
+/// bound goes back to the device.
+pub fn trim(dev: usize) {
+    let mut g = graphs();
+    let mut unbound: Vec<(usize, u64)> = Vec::new();
+    for e in g.execs.values_mut() {
+        if e.bound && e.live.is_empty() && e.footprint.iter().any(|&(d, _)| d == dev) {
+            // Unbound on every device it holds memory of (cached there until their trim).
+            e.bound = false;
+            unbound.extend_from_slice(&e.footprint);
+        }
+    }
+    for (d, n) in unbound {
+        g.pools[d].bound -= n;
+    }
+    let freed = g.pools[dev].trim();
+    if freed > 0
+        && let Ok(l) = ledger()
+    {
+        l.uncharge(dev, freed);
+    }
+}
+
+/// A device's graph pool.
+pub fn pool(dev: usize) -> GraphPool {
+    graphs().pools[dev]
+}
+
+/// Resets a high-water mark to the current figure.
+pub fn reset_high(dev: usize, reserved: bool) {
+    let p = &mut graphs().pools[dev];
+    if reserved {
+        p.reserved_high = p.reserved;
+    } else {
+        p.used_high = p.used;
+    }
+}
+
+/// cuStreamBeginCapture: `stream` captures into a new graph. Already capturing:
+/// CUDA_ERROR_ILLEGAL_STATE.
+pub fn begin_capture(stream: usize) -> CuResult {
+    let mut g = graphs();
+    if g.capturing.contains_key(&stream) {
+        return Err(CUDA_ERROR_ILLEGAL_STATE);
+    }
+    let graph = new_handle();
+    g.graphs.insert(graph, Vec::new());
+    g.next_capture_id += 1;
+    let id = g.next_capture_id;
+    g.capturing.insert(stream, (graph, id));
+    Ok(())
+}
+
+/// cuStreamEndCapture: the graph captured; not capturing: CUDA_ERROR_ILLEGAL_STATE.
+pub fn end_capture(stream: usize) -> Result<usize, CUresult> {
+    graphs()
+        .capturing
+        .remove(&stream)
+        .map(|(g, _)| g)
+        .ok_or(CUDA_ERROR_ILLEGAL_STATE)
+}
+
+/// The graph and capture id of a capturing stream.
+pub fn capture_of(stream: usize) -> Option<(usize, u64)> {
+    graphs().capturing.get(&stream).copied()
+}
+
+/// A captured cuMemFreeAsync: a free node when `dptr` is a graph allocation (None when it
+/// is not: freed at once).
+pub fn captured_free(graph: usize, dptr: u64) -> Option<CuResult> {
+    let is_graph_memory = graphs().alloc_node(dptr).is_some();
+    is_graph_memory.then(|| add_free(graph, dptr).map(|_| ()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn binding_takes_unbound_memory_first_and_trim_gives_back_the_unbound() {
+        let mut p = GraphPool::default();
+        assert_eq!(p.growth(600 * MIB), 600 * MIB);
+        p.bind(600 * MIB, 600 * MIB);
+        assert_eq!(p.growth(100 * MIB), 100 * MIB, "all of it is bound");
+        p.bound -= 600 * MIB; // the exec is destroyed: cached
+        assert_eq!(p.growth(100 * MIB), 0, "served from the cache");
+        p.bind(100 * MIB, 0);
+        assert_eq!(p.growth(600 * MIB), 100 * MIB);
+        assert_eq!(p.trim(), 500 * MIB);
+        assert_eq!(
+            (p.reserved, p.bound, p.reserved_high),
+            (100 * MIB, 100 * MIB, 600 * MIB)
+        );
+    }
+
+    #[test]
+    fn graph_memory_is_granular() {
+        assert_eq!(granules(1), GRANULE);
+        assert_eq!(granules(3 * MIB), 4 * MIB);
+        assert_eq!(granules(u64::MAX), u64::MAX);
+    }
+}

@@ -1,0 +1,113 @@
+//! What the graph hooks ask the real driver (below the hooks): the alloc nodes of a graph,
+//! the device's graph memory figures, and whether a stream captures.
+
+use std::ffi::{c_int, c_void};
+use std::ptr::null_mut;
+
+use super::calls;
+use super::types::{
+    CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_MEM_LOCATION_TYPE_DEVICE,
+    CUDA_SUCCESS, Handle, MemAllocNodeParams,
+};
+
+/// `CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`, `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`.
+const USED_MEM_CURRENT: c_int = 0;
+const RESERVED_MEM_CURRENT: c_int = 2;
+
+/// How deep child graphs are followed.
+const MAX_DEPTH: u32 = 8;
+
+/// The alloc nodes of `graph` and of its child graphs: (CUDA ordinal, bytes). None when
+/// the driver cannot list them (the graph is invalid, or the driver has no graphs: its
+/// own answer to the call follows).
+pub fn graph_allocs(graph: Handle) -> Option<Vec<(usize, u64)>> {
+    let mut out = Vec::new();
+    allocs_into(graph, 0, &mut out)?;
+    Some(out)
+}
+
+fn allocs_into(graph: Handle, depth: u32, out: &mut Vec<(usize, u64)>) -> Option<()> {
+    let get_nodes = calls::cuGraphGetNodes()?;
+    let node_type = calls::cuGraphNodeGetType()?;
+    let mut count = 0usize;
+    // SAFETY: the driver writes the count through a valid out-pointer.
+    if unsafe { get_nodes(graph, null_mut(), &mut count) } != CUDA_SUCCESS {
+        return None;
+    }
+    let mut nodes: Vec<Handle> = vec![null_mut(); count];
+    // SAFETY: room for `count` handles; the driver writes at most that many.
+    if count > 0 && unsafe { get_nodes(graph, nodes.as_mut_ptr(), &mut count) } != CUDA_SUCCESS {
+        return None;
+    }
+    nodes.truncate(count);
+    for node in nodes {
+        let mut t: c_int = -1;
+        // SAFETY: a node the driver listed; valid out-pointer.
+        if unsafe { node_type(node, &mut t) } != CUDA_SUCCESS {
+            return None;
+        }
+        match t {
+            CU_GRAPH_NODE_TYPE_MEM_ALLOC => out.push(alloc_of(node)?),
+            CU_GRAPH_NODE_TYPE_GRAPH if depth < MAX_DEPTH => {
+                let child_of = calls::cuGraphChildGraphNodeGetGraph()?;
+                let mut child: Handle = null_mut();
+                // SAFETY: a child-graph node the driver listed; valid out-pointer.
+                if unsafe { child_of(node, &mut child) } != CUDA_SUCCESS {
+                    return None;
+                }
+                allocs_into(child, depth + 1, out)?;
+            }
+            _ => {}
+        }
+    }
+    Some(())
+}
+
+/// An alloc node's device and size.
+fn alloc_of(node: Handle) -> Option<(usize, u64)> {
+    let get = calls::cuGraphMemAllocNodeGetParams()?;
+    // SAFETY: plain old data, all-zero is a valid value.
+    let mut p: MemAllocNodeParams = unsafe { std::mem::zeroed() };
+    // SAFETY: an alloc node the driver listed; `p` has the driver's layout.
+    if unsafe { get(node, &mut p) } != CUDA_SUCCESS
+        || p.pool_props.location_type != CU_MEM_LOCATION_TYPE_DEVICE
+    {
+        return None;
+    }
+    Some((
+        usize::try_from(p.pool_props.location_id).ok()?,
+        p.bytesize as u64,
+    ))
+}
+
+/// The graph memory `device` holds reserved (`cuDeviceGetGraphMemAttribute`,
+/// `RESERVED_MEM_CURRENT`); None if the driver does not answer.
+pub fn graph_reserved(device: usize) -> Option<u64> {
+    attribute(device, RESERVED_MEM_CURRENT)
+}
+
+/// The graph memory `device` holds reserved, and what live graph allocations use of it.
+pub fn graph_figures(device: usize) -> Option<(u64, u64)> {
+    Some((
+        attribute(device, RESERVED_MEM_CURRENT)?,
+        attribute(device, USED_MEM_CURRENT)?,
+    ))
+}
+
+fn attribute(device: usize, attr: c_int) -> Option<u64> {
+    let get = calls::cuDeviceGetGraphMemAttribute()?;
+    let mut v = 0u64;
+    let dev = c_int::try_from(device).ok()?;
+    // SAFETY: the attribute is a 64-bit value written through a valid out-pointer.
+    (unsafe { get(dev, attr, (&mut v as *mut u64).cast::<c_void>()) } == CUDA_SUCCESS).then_some(v)
+}
+
+/// Whether `stream` is capturing (work on it goes into a graph, not to the device).
+pub fn capturing(stream: Handle) -> bool {
+    let Some(is) = calls::cuStreamIsCapturing() else {
+        return false;
+    };
+    let mut status: c_int = 0;
+    // SAFETY: the caller's stream; valid out-pointer.
+    unsafe { is(stream, &mut status) == CUDA_SUCCESS && status != 0 }
+}

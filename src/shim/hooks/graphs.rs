@@ -1,0 +1,237 @@
+//! CUDA graph memory (see `gpucap_core::graphs`): what graph memory nodes take, charged
+//! as the driver reserves it. Around `cuGraphInstantiate*`, `cuGraphUpload`,
+//! `cuGraphLaunch`, `cuGraphExecDestroy` and `cuDeviceGraphMemTrim` the device's graph
+//! memory figure is read from the driver and the device's one graph charge settled to it.
+//! Before a call that can still fail, what the exec may make the driver reserve is
+//! reserved against the cap (the process's and its pool's): one the cap cannot take is
+//! refused with `CUDA_ERROR_OUT_OF_MEMORY` and gpucap's line before the driver is called.
+
+use std::ffi::c_char;
+
+use super::*;
+use crate::driver::graph_queries;
+use crate::state::GRAPHS;
+use gpucap_core::graphs::{self, Settle};
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`: the flags come first; the rest the driver fills.
+#[repr(C)]
+pub struct InstantiateParams {
+    pub flags: u64,
+    pub upload_stream: Stream,
+    pub err_node_out: Handle,
+    pub result_out: c_int,
+}
+
+pub fn graph_instantiate(
+    real: unsafe extern "C" fn(*mut Handle, Handle, *mut Handle, *mut c_char, usize) -> CuResult,
+    exec: *mut Handle,
+    graph: Handle,
+    err_node: *mut Handle,
+    log_buffer: *mut c_char,
+    size: usize,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    instantiated("cuGraphInstantiate", exec, graph, || unsafe {
+        real(exec, graph, err_node, log_buffer, size)
+    })
+}
+
+pub fn graph_instantiate_with_flags(
+    real: unsafe extern "C" fn(*mut Handle, Handle, u64) -> CuResult,
+    exec: *mut Handle,
+    graph: Handle,
+    flags: u64,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    instantiated("cuGraphInstantiateWithFlags", exec, graph, || unsafe {
+        real(exec, graph, flags)
+    })
+}
+
+pub fn graph_instantiate_with_params(
+    real: unsafe extern "C" fn(*mut Handle, Handle, *mut InstantiateParams) -> CuResult,
+    exec: *mut Handle,
+    graph: Handle,
+    params: *mut InstantiateParams,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    instantiated("cuGraphInstantiateWithParams", exec, graph, || unsafe {
+        real(exec, graph, params)
+    })
+}
+
+pub fn graph_upload(
+    real: unsafe extern "C" fn(Handle, Stream) -> CuResult,
+    exec: Handle,
+    stream: Stream,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    let call = || unsafe { real(exec, stream) };
+    if !GRAPHS.any() {
+        return call();
+    }
+    run("cuGraphUpload", exec, call)
+}
+
+pub fn graph_launch(
+    real: unsafe extern "C" fn(Handle, Stream) -> CuResult,
+    exec: Handle,
+    stream: Stream,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    let call = || unsafe { real(exec, stream) };
+    // A process without graph memory pays one load per launch.
+    if !GRAPHS.any() {
+        return call();
+    }
+    run("cuGraphLaunch", exec, call)
+}
+
+pub fn graph_exec_destroy(
+    real: unsafe extern "C" fn(Handle) -> CuResult,
+    exec: Handle,
+) -> CuResult {
+    // SAFETY: forwarding the caller's argument.
+    let rc = unsafe { real(exec) };
+    if rc == CUDA_SUCCESS {
+        for d in GRAPHS.destroyed(exec as u64) {
+            settle(d, None);
+        }
+    }
+    rc
+}
+
+pub fn device_graph_mem_trim(
+    real: unsafe extern "C" fn(c_int) -> CuResult,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY: forwarding the caller's argument.
+    let rc = unsafe { real(dev) };
+    if rc == CUDA_SUCCESS
+        && let Ok(d) = usize::try_from(dev)
+    {
+        GRAPHS.trimmed(d);
+        settle(d, None);
+    }
+    rc
+}
+
+/// An instantiation: the graph's alloc nodes reserved first, the exec recorded after.
+fn instantiated(
+    api: &str,
+    exec: *mut Handle,
+    graph: Handle,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    // An invalid graph, or a driver without graphs: its own answer.
+    let need = graphs::footprint(graph_queries::graph_allocs(graph).unwrap_or_default());
+    if need.is_empty() {
+        return call();
+    }
+    let held = match reserve_expected(shim, api, None, &need) {
+        Ok(h) => h,
+        Err(rc) => return rc,
+    };
+    let rc = call();
+    if rc == CUDA_SUCCESS {
+        GRAPHS.instantiated(written(exec.cast()), need.clone());
+    }
+    settle_all(need.iter().map(|&(d, _)| d), held);
+    rc
+}
+
+/// An upload or launch of an exec with memory nodes: what it may reserve is reserved
+/// first (nothing while it holds its memory); the figure is settled after either way.
+fn run(api: &str, exec: Handle, call: impl FnOnce() -> CuResult) -> CuResult {
+    let devices = GRAPHS.devices(exec as u64);
+    if devices.is_empty() {
+        return call();
+    }
+    let shim = match shim() {
+        Ok(s) => s,
+        Err(rc) => return rc,
+    };
+    let held = match reserve_expected(shim, api, Some(exec as u64), &GRAPHS.expected(exec as u64)) {
+        Ok(h) => h,
+        Err(rc) => return rc,
+    };
+    let rc = call();
+    if rc == CUDA_SUCCESS {
+        GRAPHS.held(exec as u64);
+    }
+    settle_all(devices.into_iter(), held);
+    rc
+}
+
+/// Reserves what an exec (`exec`: None before it exists) whose memory needs `need` may
+/// make the driver reserve on each device: its footprint less the driver's graph memory
+/// that is surely idle there (see `graphs::expected_growth`). A device the cap cannot take
+/// it on refuses it with gpucap's line, and what was reserved on the others goes back.
+fn reserve_expected(
+    shim: &'static Shim,
+    api: &str,
+    exec: Option<u64>,
+    need: &[(usize, u64)],
+) -> Result<Vec<(usize, Reservation<'static>)>, CuResult> {
+    let mut held = Vec::with_capacity(need.len());
+    for &(dev, bytes) in need {
+        let d = c_int::try_from(dev)
+            .ok()
+            .and_then(|c| checked_device(shim, c))
+            .ok_or(CUDA_ERROR_INVALID_DEVICE)?;
+        let (reserved, used) = graph_queries::graph_figures(d).unwrap_or((0, 0));
+        let grow = graphs::expected_growth(bytes, reserved, used, GRAPHS.footprint_on(d, exec));
+        if grow > 0 {
+            held.push((d, reserve_on(shim, api, d, grow)?));
+        }
+    }
+    Ok(held)
+}
+
+fn settle_all(devices: impl Iterator<Item = usize>, mut held: Vec<(usize, Reservation<'static>)>) {
+    for d in devices {
+        let r = held
+            .iter()
+            .position(|(h, _)| *h == d)
+            .map(|i| held.swap_remove(i).1);
+        settle(d, r);
+    }
+}
+
+/// Moves `d`'s graph charge to the driver's figure. A rise is taken out of `r` (what was
+/// reserved for it); a rise beyond it was made by the driver already and is charged
+/// without a check, with a warning; what `r` does not cover is given back.
+fn settle(d: usize, r: Option<Reservation<'static>>) {
+    GRAPHS.settle(
+        d,
+        || graph_queries::graph_reserved(d),
+        |change| match change {
+            Settle::Charge(rise) => {
+                let reserved = r.as_ref().map_or(0, |r| r.charge().bytes);
+                let (kept, beyond) = graphs::split_rise(rise, reserved);
+                if let Some(mut r) = r {
+                    // Shrinking a reservation cannot be refused.
+                    let _ = SHIM.ledger.resize(&mut r, kept);
+                    r.keep();
+                }
+                if beyond > 0 {
+                    SHIM.ledger.force(d, beyond);
+                    log!(
+                        Warn,
+                        "the driver reserved {} more graph memory on GPU {d} than gpucap expected: charged",
+                        gpucap_core::size::format_bytes(beyond)
+                    );
+                }
+            }
+            Settle::Credit(n) => SHIM.ledger.settle(Charge {
+                device: d,
+                bytes: n,
+            }),
+            Settle::Same => {}
+        },
+    );
+}
