@@ -35,3 +35,10 @@ pub mod module;
 // Across kinds: what an address is, and what goes when a context ends.
 pub mod address;
 pub mod teardown;
+
+/// The model's maps: std's `HashMap` with SipHash's fixed keys instead of a random seed per
+/// process, so that the fake's instructions per call do not vary from run to run with the
+/// seed (scripts/bench-instructions.sh measures the shim against it: a launch's lookups
+/// moved the raw figure by up to 72 instructions between two runs).
+pub type HashMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<std::hash::DefaultHasher>>;

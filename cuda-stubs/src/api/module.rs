@@ -6,7 +6,7 @@
 //! computations are not meaningful, memory behaviour is. The linker gathers the names of
 //! what is added and completes into a small cubin naming them.
 
-use std::collections::HashMap;
+use crate::model::HashMap;
 use std::ffi::CString;
 use std::sync::{LazyLock, Mutex};
 

@@ -12,7 +12,7 @@
 //! - arrays created with CUDA_ARRAY3D_DEFERRED_MAPPING are not charged (no memory until
 //!   mapped, which the fake does not support), but report the same requirements.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::Mutex;
 
 use std::sync::LazyLock;

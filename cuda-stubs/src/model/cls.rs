@@ -3,7 +3,7 @@
 //! optional destructor the driver calls when the context ends (cudart frees its per-context
 //! state there, e.g. at `cudaDeviceReset`).
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::{LazyLock, Mutex};
 
 use super::ctx::Ctx;

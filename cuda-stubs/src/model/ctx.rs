@@ -9,7 +9,7 @@
 //! A context that ends is returned as `Ended`: what lived in it goes with it (teardown.rs).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::Mutex;
 
 use std::sync::LazyLock;

@@ -5,7 +5,7 @@
 //! succeeded, as CUDA's documentation of `CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD` says,
 //! and closes it at the destroy; buffers already mapped keep their own mapping.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::LazyLock;
 use std::sync::Mutex;
 

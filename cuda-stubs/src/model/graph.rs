@@ -20,7 +20,7 @@
 //!   graphs) until `cuDeviceGraphMemTrim`, which gives back every byte not bound to an
 //!   exec with live allocations (no graph runs while the fake returns).
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use super::device::ledger;

@@ -6,7 +6,7 @@
 //! the limit is lowered or the context ends. Raising the malloc heap took nothing at the
 //! call on that driver (it is taken later), and takes nothing here.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use libc::c_int;

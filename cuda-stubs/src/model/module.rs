@@ -14,7 +14,7 @@
 //! 92 MiB on an H200, docs/gpu-runs/2026-11-26-h100/torch-lazy-loading.txt), given back
 //! when the context ends or the library is unloaded.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use super::ctx::{Ctx, device_of};
@@ -99,8 +99,8 @@ pub fn load(ctx: Ctx, names: Names) -> usize {
         Module {
             ctx,
             names,
-            functions: HashMap::new(),
-            globals: HashMap::new(),
+            functions: HashMap::default(),
+            globals: HashMap::default(),
             code: 0,
             code_dev: 0,
         },
@@ -166,7 +166,7 @@ pub fn function(module: usize, name: &str) -> Result<usize, CUresult> {
         Function {
             module,
             name: name.to_string(),
-            attrs: HashMap::new(),
+            attrs: HashMap::default(),
         },
     );
     Ok(f)
@@ -369,7 +369,7 @@ pub fn library_in_context(lib: usize, ctx: Ctx, dev: usize) -> CuResult {
     let mut here = InContext {
         dev,
         code,
-        globals: HashMap::new(),
+        globals: HashMap::default(),
     };
     for (name, size) in wanted {
         match linear::alloc(dev, ctx, size.max(1), Kind::Device) {

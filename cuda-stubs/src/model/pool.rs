@@ -18,7 +18,7 @@
 //!   down to what the chunks of the bytes in use hold ([`Pool::held`]): no fragmentation
 //!   beyond that, `used` stays byte-exact.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::Mutex;
 
 use std::sync::LazyLock;

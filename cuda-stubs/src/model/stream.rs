@@ -2,7 +2,7 @@
 //! idle and events complete when recorded; streams never capture, and each thread keeps
 //! only its capture mode.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 

@@ -9,7 +9,9 @@
 //! into a PROT_NONE reservation, so several mappings alias the same bytes. Mappings stay
 //! PROT_NONE until cuMemSetAccess, as on a real GPU.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::HashMap;
 use std::sync::Mutex;
 
 use std::sync::LazyLock;
