@@ -1807,3 +1807,60 @@ fn impossible_guarantee_words_in_the_pool_file_are_repaired_and_stop_nobody() {
     );
     assert!(p.shared_peak("b.json") <= 1 << 30);
 }
+
+/// A library's kernel loaded into several contexts of two members (issue 34): each
+/// context's copy is charged to the pool, so that a 1 GiB pool of two members launching
+/// it in three contexts each (6 x 200 MiB) refuses the copies past its cap before the
+/// driver loads them, and the fake driver never holds more than the cap (before, the
+/// pool counted one copy per process: 400 MiB, while the driver held 1,200).
+#[test]
+fn a_librarys_kernels_in_every_context_of_every_member_are_charged_to_the_pool() {
+    let p = Pool::new("pool-kernel-contexts");
+    let member = |stats: &str, go: &str, done: &str| {
+        spawn(
+            p.script(
+                stats,
+                &[
+                    &format!("wait:{}", p.path(go)),
+                    "contexts:3",
+                    &format!("touch:{}", p.path(done)),
+                    &format!("wait:{}", p.path("end")),
+                ],
+            )
+            .env("FAKECUDA_LIBRARY_MEM", "200Mi"),
+        )
+    };
+    let a = member("a.json", "go-a", "a-done");
+    let b = member("b.json", "go-b", "b-done");
+    p.touch("go-a");
+    p.wait_file("a-done");
+    p.touch("go-b");
+    p.wait_file("b-done");
+    let (used, _) = p.used_peak();
+    p.touch("end");
+    let (a, b) = (finish(a), finish(b));
+    let served = |o: &Output| {
+        (1..=3)
+            .filter(|c| has(o, &format!("contexts {c} 0")))
+            .count()
+    };
+    assert_eq!(served(&a), 3, "{}", dump(&a));
+    assert_eq!(
+        served(&b),
+        2,
+        "B's third copy (past 1 GiB) must be refused\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("contexts 3 {OOM}")),
+        "refused with the driver's out-of-memory\n{}",
+        dump(&b)
+    );
+    assert_eq!(
+        used,
+        1000 * MIB,
+        "five copies of 200 MiB charged to the pool"
+    );
+    let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
+    assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
+}

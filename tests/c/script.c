@@ -15,6 +15,9 @@
  *   kernel         loads a library (cuLibraryLoadData) and launches its kernel k0 for the
  *                  first time (CUDA's lazy loading loads it then: FAKECUDA_LIBRARY_MEM);
  *                  prints "kernel rc"
+ *   contexts:N     loads a library and launches its kernel k0 in N contexts it creates (the
+ *                  driver loads it into each: FAKECUDA_LIBRARY_MEM each), keeping them;
+ *                  prints "contexts N rc" per context (rc of the launch)
  *   getfn          loads a module (cuModuleLoadData) and asks for its function k0 (lazy
  *                  loading loads the kernel there: FAKECUDA_FUNCTION_MEM); prints "getfn rc"
  *   touch:PATH     creates PATH
@@ -145,6 +148,19 @@ int main(int argc, char **argv) {
             MUST(cuLibraryLoadData(&lib, PTX, NULL, NULL, 0, NULL, NULL, 0));
             MUST(cuLibraryGetKernel(&k, lib, "k0"));
             printf("kernel %d\n", cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+        } else if (strncmp(step, "contexts:", 9) == 0) {
+            int n = atoi(step + 9);
+            CUlibrary lib = NULL;
+            CUkernel k = NULL;
+            MUST(cuLibraryLoadData(&lib, PTX, NULL, NULL, 0, NULL, NULL, 0));
+            MUST(cuLibraryGetKernel(&k, lib, "k0"));
+            for (int c = 0; c < n; c++) {
+                CUcontext extra = NULL;
+                MUST(cuCtxCreate_v2(&extra, 0, dev));
+                printf("contexts %d %d\n", c + 1,
+                       cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+            }
+            MUST(cuCtxSetCurrent(ctx));
         } else if (strcmp(step, "getfn") == 0) {
             CUmodule m = NULL;
             CUfunction f = NULL;
