@@ -57,10 +57,8 @@ pub fn ctx_set_limit(
     };
     let measured = measured.map(|change| change - own_announced);
     let restore = || {
-        if let Some(r) = before {
-            if let Some(replaced) = LIMITS.restore(key, r) {
-                SHIM.ledger.settle(replaced.charge);
-            }
+        if let Some(replaced) = before.and_then(|r| LIMITS.restore(key, r)) {
+            SHIM.ledger.settle(replaced.charge);
         }
     };
     if rc != CUDA_SUCCESS {
@@ -106,25 +104,9 @@ pub fn ctx_set_limit(
                 // The refusal's line is out; the old value gives the memory back. If the
                 // driver will not set it back, the memory stays taken: charged by force.
                 if !set_back(set(old), limit, old, value, d) {
+                    // The old entry's bytes are part of `now`: not restored.
                     SHIM.ledger.force(d, now - charged);
-                    if let Some(replaced) = LIMITS.add(
-                        key,
-                        Resident {
-                            ctx: ctx as u64,
-                            ctx_id: queries::context_id(ctx),
-                            primary: lock.primary() == Some(ctx as u64),
-                            charge: Charge {
-                                device: d,
-                                bytes: now,
-                            },
-                        },
-                    ) {
-                        SHIM.ledger.settle(replaced.charge);
-                    }
-                    if let Some(r) = before {
-                        // Its bytes are part of `now`: the old entry is not restored.
-                        let _ = r;
-                    }
+                    record(key, ctx, &lock, now);
                     return refused;
                 }
                 restore();
@@ -138,18 +120,7 @@ pub fn ctx_set_limit(
         });
     }
     if now > 0 {
-        let held = Resident {
-            ctx: ctx as u64,
-            ctx_id: queries::context_id(ctx),
-            primary: lock.primary() == Some(ctx as u64),
-            charge: Charge {
-                device: d,
-                bytes: now,
-            },
-        };
-        if let Some(replaced) = LIMITS.add(key, held) {
-            SHIM.ledger.settle(replaced.charge); // another thread's, set meanwhile
-        }
+        record(key, ctx, &lock, now);
         log!(
             Debug,
             "{API}: limit {limit} = {value} holds {} on GPU {d}",
@@ -157,6 +128,23 @@ pub fn ctx_set_limit(
         );
     }
     rc
+}
+
+/// Records that limit `key` of context `ctx` holds `bytes` on `lock`'s device (charged
+/// already), credited when the limit is lowered or the context goes.
+fn record(key: (u64, u32), ctx: Handle, lock: &gpucap_core::contexts::DeviceLock<'_>, bytes: u64) {
+    let held = Resident {
+        ctx: ctx as u64,
+        ctx_id: queries::context_id(ctx),
+        primary: lock.primary() == Some(ctx as u64),
+        charge: Charge {
+            device: lock.device(),
+            bytes,
+        },
+    };
+    if let Some(replaced) = LIMITS.add(key, held) {
+        SHIM.ledger.settle(replaced.charge); // another thread's, set meanwhile
+    }
 }
 
 /// Whether the driver set limit `limit` back to `old` (`rc`, its answer) after gpucap
