@@ -202,12 +202,13 @@ pub struct NvmlProcessV2 {
 /// NVML's "value not available" (a driver that does not say, some containers).
 const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
 
-/// The device memory the driver counts for this process on CUDA device `device`, or why
-/// NVML cannot say. A process NVML does not list is an error, never 0: in a container
-/// NVML lists the host's pids, so this process's own pid is absent although it holds
-/// memory (a context at least, by the time anything is measured): read as 0 before and
-/// after, a first launch would measure nothing and go uncharged for good.
-pub fn own_used(device: usize) -> Result<u64, String> {
+/// The device memory the driver counts for this process on CUDA device `device`: None
+/// when NVML does not list this process there, or why NVML cannot say. Not listed is
+/// never 0: in a container NVML lists the host's pids, so this process's own pid is
+/// absent although it holds memory; read as 0 before and after, a first launch would
+/// measure nothing and go uncharged for good. (A process that holds nothing yet is not
+/// listed either: the caller tells the two apart.)
+pub fn own_used(device: usize) -> Result<Option<u64>, String> {
     let (nvml, h, uuid) = whole_gpu(device)?;
     let list = nvml
         .processes
@@ -226,12 +227,10 @@ pub fn own_used(device: usize) -> Result<u64, String> {
         .iter()
         .find(|p| p.pid == me)
     {
-        None => Err(format!(
-            "NVML does not list this process (pid {me}) on {uuid}: its pids are another pid namespace's (a container's host pids?)"
-        )),
+        None => Ok(None),
         Some(p) if p.used == NVML_VALUE_NOT_AVAILABLE => Err(format!(
             "NVML does not say what this process uses on {uuid}"
         )),
-        Some(p) => Ok(p.used),
+        Some(p) => Ok(Some(p.used)),
     }
 }

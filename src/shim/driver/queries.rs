@@ -411,9 +411,9 @@ pub fn library_module(lib: Handle) -> Option<u64> {
         .then_some(module as u64)
 }
 
-/// The device memory the driver counts for this process on `device` (NVML), or why it
-/// cannot be read.
-pub fn own_used(device: usize) -> Result<u64, String> {
+/// The device memory the driver counts for this process on `device` (NVML; None: NVML
+/// does not list this process), or why it cannot be read.
+pub fn own_used(device: usize) -> Result<Option<u64>, String> {
     super::nvml_direct::own_used(device)
 }
 

@@ -245,24 +245,38 @@ fn first_use(
         },
     };
     // The driver's figure for this process (NVML), which other processes' traffic does
-    // not move; where NVML cannot say it (no NVML, or it does not list this process:
-    // a container's pid namespace), the device's free memory in the context (as a
-    // module load), the pool's traffic taken out.
+    // not move. Where NVML cannot say it, the device's free memory in the context (as a
+    // module load), the pool's traffic taken out. Where NVML does not list this process
+    // before the call, both are read: a process listed after it held nothing before
+    // (NVML lists those that hold memory); one not listed after it either is in another
+    // pid namespace than NVML's (a container: NVML lists the host's pids), never read as 0.
     let own = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
+    let own_before = own();
     let (rc, measured) = match queries::own_used(d) {
-        Ok(before) => {
-            let own_before = own();
+        Ok(Some(before)) => {
             let rc = call();
-            let after = queries::own_used(d);
+            let after = queries::own_used(d)
+                .and_then(|a| a.ok_or_else(|| "NVML no longer lists this process".to_string()));
             (
                 rc,
                 after.map(|a| kernels::loaded(before, a, own_before, own())),
             )
         }
-        Err(_) => {
-            let (rc, m, _) =
-                lock.measure_in(&queries::Contexts, ctx as u64, pool_marks(d), &mut call);
-            (rc, m.map_err(|why| why.to_string()))
+        listed => {
+            let mut after = None;
+            let (rc, m, _) = lock.measure_in(&queries::Contexts, ctx as u64, pool_marks(d), || {
+                let rc = call();
+                after = Some(queries::own_used(d));
+                rc
+            });
+            let by_nvml = match (listed, after) {
+                (Ok(None), Some(Ok(Some(a)))) => Some(kernels::loaded(0, a, own_before, own())),
+                _ => None,
+            };
+            (
+                rc,
+                by_nvml.map_or_else(|| m.map_err(|why| why.to_string()), Ok),
+            )
         }
     };
     if rc != CUDA_SUCCESS {
