@@ -42,7 +42,9 @@ bench_fake_setup() {
     ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so.1"
     ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
     [ "${1:-}" = nvml ] && ln -sf "$R/libnvidia_ml.so" "$FAKEDIR/libnvidia-ml.so.1"
-    BIN=$R/ctests/bench_alloc_ir
+    # Built into this run's own folder: two runs at once (the test suite's benchmark
+    # tests) must not write over the binary the other is running.
+    BIN=${tmp:-$R/ctests}/bench_alloc_ir
     cc -O2 -pthread -o "$BIN" tests/c/bench_alloc.c -Itests/c -L"$FAKEDIR" -lcuda
 }
 
