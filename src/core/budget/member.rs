@@ -40,6 +40,13 @@ pub trait MemberLocks: Sync {
     fn give_back(&self, s: usize);
     /// Whether a live process (this one included) holds slot `s`'s lock. Changes nothing.
     fn held(&self, s: usize) -> bool;
+    /// What the kernel shows of a dead member's process, `pid` in PID namespace
+    /// `pid_namespace` (0: unknown), which joined at `start_ms` (ms since the Unix
+    /// epoch): whether its teardown, device files included, is over (see `dying`).
+    fn exiting(&self, pid: u32, pid_namespace: u64, start_ms: u64) -> super::Exit {
+        let _ = (pid, pid_namespace, start_ms);
+        super::Exit::Done
+    }
 }
 
 /// A checked pool file.
@@ -202,6 +209,11 @@ impl<'a> Member<'a> {
                 own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],
             };
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
+                if !super::dying::released(w, locks, s) {
+                    // Its owner is dead but the driver may still hold its memory.
+                    locks.give_back(s);
+                    continue;
+                }
                 m.take_back(s);
             } else {
                 // An empty slot holds nothing: a word lock naming it, or bytes in it,
@@ -411,8 +423,11 @@ impl<'a> Member<'a> {
                 && self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
                 && self.locks.try_take(s)
             {
-                // Its owner died (or had just emptied it): we hold its lock now.
-                if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
+                // Its owner died (or had just emptied it): we hold its lock now. Its
+                // bytes come back once the driver released them (`dying`).
+                if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
+                    && super::dying::released(self.w, self.locks, s)
+                {
                     self.take_back(s);
                     self.empty(s);
                     taken += 1;
