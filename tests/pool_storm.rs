@@ -78,7 +78,6 @@ fn storm(n: usize, seed: &mut u64) -> Option<(usize, u64)> {
     if peak > CAP && over.is_none() {
         over = Some((40, peak));
     }
-    eprintln!("storm {n}: the fake GPU's peak {} MiB", peak / MIB);
     let _ = std::fs::remove_dir_all(&dir);
     over
 }
@@ -94,7 +93,10 @@ fn kill_storms_never_take_the_fake_gpu_past_the_pools_cap() {
     let mut over = Vec::new();
     for n in 0..storms {
         if let Some((step, peak)) = storm(n, &mut seed) {
-            eprintln!("storm {n}: step {step}: the fake GPU held {} MiB", peak / MIB);
+            eprintln!(
+                "storm {n}: step {step}: the fake GPU held {} MiB",
+                peak / MIB
+            );
             over.push((n, step, peak));
         }
     }

@@ -425,17 +425,36 @@ impl<'a> Member<'a> {
             {
                 // Its owner died (or had just emptied it): we hold its lock now. Its
                 // bytes come back once the driver released them (`dying`).
-                if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
-                    && super::dying::released(self.w, self.locks, s)
-                {
-                    self.take_back(s);
-                    self.empty(s);
-                    taken += 1;
+                if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
+                    if super::dying::released(self.w, self.locks, s) {
+                        self.take_back(s);
+                        self.empty(s);
+                        taken += 1;
+                    } else {
+                        // Its bytes wait; its word locks and tickets block nobody.
+                        self.unblock(s);
+                    }
                 }
                 self.locks.give_back(s);
             }
         }
         taken
+    }
+
+    /// Called holding dead slot `d`'s lock while its bytes are held back (`dying`):
+    /// frees each GPU's word lock `d` held and takes its waiting ticket out of the queue.
+    fn unblock(&self, d: usize) {
+        let holder = d as u64 + 1;
+        for g in 0..MAX_POOL_GPUS {
+            let word = self.w.gpu(g, G_LOCK).load(Acquire);
+            if word & LOCK_HOLDER == holder {
+                self.release_from(g, word);
+            }
+            if self.w.member_gpu(d, g, M_WAIT).swap(0, AcqRel) != 0 {
+                self.recount_waiters(g);
+                self.wake_waiters(g);
+            }
+        }
     }
 
     /// Called holding dead slot `d`'s lock (or `d` is this member, adopting it): frees
