@@ -13,7 +13,7 @@
 //!
 //! The process becomes a zombie (or vanishes, once reaped) only after its whole file
 //! teardown, device files included. So the taker asks the kernel
-//! ([`MemberLocks::exiting`]): while the dead member's process is still there and not a
+//! (`MemberLocks::exiting`): while the dead member's process is still there and not a
 //! zombie, its bytes stay in the pool's `used` and the slot is left for a later look
 //! (the next refusal, join or wait), up to [`EXIT_MAX`] since this process first found
 //! it so (a process stuck in its teardown, or a recycled pid taken for it). Where the
@@ -24,7 +24,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::layout::*;
-use super::member::MemberLocks;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// The longest a dead member's bytes are held back while its process is still seen
@@ -34,7 +33,7 @@ pub const EXIT_MAX: Duration = Duration::from_secs(10);
 /// How long a dead member's bytes are held back where its process cannot be seen.
 pub const EXIT_GRACE: Duration = Duration::from_millis(200);
 
-/// What [`MemberLocks::exiting`] finds of a dead member's process.
+/// What `MemberLocks::exiting` finds of a dead member's process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Gone, a zombie, or another process now has its pid: its files are all closed.
@@ -49,12 +48,13 @@ pub enum Exit {
 static HELD_BACK: Mutex<Vec<(usize, u64, u64, Instant)>> = Mutex::new(Vec::new());
 
 /// Called holding dead slot `s`'s lock: whether its bytes may be taken back now (the
-/// driver released them, or the wait for it is over).
-pub(super) fn released(w: Words<'_>, locks: &dyn MemberLocks, s: usize) -> bool {
+/// driver released them, or the wait for it is over). `exiting` asks the kernel
+/// (`MemberLocks::exiting`).
+pub(super) fn released(w: Words<'_>, exiting: impl Fn(u32, u64, u64) -> Exit, s: usize) -> bool {
     let pid = w.slot(s, S_PID).load(Relaxed);
     let generation = w.slot(s, S_GENERATION).load(Relaxed);
     let exit = match u32::try_from(pid) {
-        Ok(p) if p != 0 => locks.exiting(
+        Ok(p) if p != 0 => exiting(
             p,
             w.slot(s, S_PIDNS).load(Relaxed),
             w.slot(s, S_START_MS).load(Relaxed),

@@ -209,7 +209,7 @@ impl<'a> Member<'a> {
                 own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],
             };
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
-                if !super::dying::released(w, locks, s) {
+                if !super::dying::released(w, |p, n, t| locks.exiting(p, n, t), s) {
                     // Its owner is dead but the driver may still hold its memory.
                     locks.give_back(s);
                     continue;
@@ -426,7 +426,7 @@ impl<'a> Member<'a> {
                 // Its owner died (or had just emptied it): we hold its lock now. Its
                 // bytes come back once the driver released them (`dying`).
                 if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
-                    if super::dying::released(self.w, self.locks, s) {
+                    if super::dying::released(self.w, |p, n, t| self.locks.exiting(p, n, t), s) {
                         self.take_back(s);
                         self.empty(s);
                         taken += 1;
