@@ -143,6 +143,15 @@ fn exiting(pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
     if matches!(f.first(), Some(&"Z") | Some(&"X")) {
         return Exit::Done;
     }
+    // Not exiting (the kernel sets PF_EXITING at the start of its exit, before the
+    // teardown closes its files): the process exec'd (its device files, opened
+    // close-on-exec, closed with the pool file's) or left the pool itself.
+    if f.get(6)
+        .and_then(|t| t.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_EXITING == 0)
+    {
+        return Exit::Done;
+    }
     // A process that started well after the member joined has its pid, not its files.
     match (
         f.get(19).and_then(|t| t.parse::<u64>().ok()),
@@ -153,6 +162,10 @@ fn exiting(pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
         _ => Exit::Running,
     }
 }
+
+/// The kernel's `PF_EXITING`, in /proc/PID/stat's `flags` field: set when a task's exit
+/// begins.
+const PF_EXITING: u64 = 0x4;
 
 /// The error of a process start time worked out from /proc (boot time in whole seconds).
 const SLACK_MS: u64 = 2000;

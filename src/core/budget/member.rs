@@ -417,6 +417,26 @@ impl<'a> Member<'a> {
 
     /// Takes back the share of every member whose process died. Returns how many.
     pub fn sweep(&self) -> usize {
+        self.sweep_counting().0
+    }
+
+    /// [`sweep`](Self::sweep), then again every few ms while dead members' bytes are held
+    /// back for their teardown (`dying`: bounded) and nothing was taken back: a request
+    /// the dead members' bytes would serve waits for the driver to release them rather
+    /// than being refused meanwhile.
+    pub(super) fn sweep_waiting(&self) -> usize {
+        loop {
+            let (taken, held) = self.sweep_counting();
+            if taken > 0 || held == 0 {
+                return taken;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// [`sweep`](Self::sweep): (slots taken back, slots whose bytes are held back).
+    fn sweep_counting(&self) -> (usize, usize) {
+        let mut held = 0;
         let mut taken = 0;
         for s in 0..MAX_SLOTS {
             if s != self.slot
@@ -433,12 +453,13 @@ impl<'a> Member<'a> {
                     } else {
                         // Its bytes wait; its word locks and tickets block nobody.
                         self.unblock(s);
+                        held += 1;
                     }
                 }
                 self.locks.give_back(s);
             }
         }
-        taken
+        (taken, held)
     }
 
     /// Called holding dead slot `d`'s lock while its bytes are held back (`dying`):
