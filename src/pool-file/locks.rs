@@ -7,7 +7,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
-use gpucap_core::budget::{MAX_SLOTS, MemberLocks};
+use gpucap_core::budget::{Exit, MAX_SLOTS, MemberLocks};
 
 /// Where the slots' lock bytes start (past the file's end: locks need no data).
 const LOCK_BASE: i64 = 1 << 40;
@@ -109,6 +109,10 @@ impl MemberLocks for SlotLocks {
         unsafe { libc::syscall(libc::SYS_futex, low_half(word), libc::FUTEX_WAKE, i32::MAX) };
     }
 
+    fn exiting(&self, pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
+        exiting(pid, pid_namespace, start_ms)
+    }
+
     fn held(&self, s: usize) -> bool {
         if self.mine[s / 64].load(Acquire) & (1u64 << (s % 64)) != 0 {
             return true;
@@ -117,6 +121,67 @@ impl MemberLocks for SlotLocks {
         // A read lock could be placed unless someone holds the write lock.
         self.fcntl(libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK
     }
+}
+
+/// What /proc shows of a dead member's process (see `gpucap_core::budget::dying`): a
+/// process becomes a zombie only after its exit teardown closed all its files, the
+/// driver's device files included.
+fn exiting(pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
+    use std::os::unix::fs::MetadataExt;
+    let ours = std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino());
+    match ours {
+        Ok(ns) if pid_namespace != 0 && ns == pid_namespace => {}
+        _ => return Exit::Unknown,
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Exit::Done; // reaped
+    };
+    let Some(fields) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return Exit::Unknown;
+    };
+    let f: Vec<&str> = fields.split_whitespace().collect();
+    if matches!(f.first(), Some(&"Z") | Some(&"X")) {
+        return Exit::Done;
+    }
+    // Not exiting (the kernel sets PF_EXITING at the start of its exit, before the
+    // teardown closes its files): the process exec'd (its device files, opened
+    // close-on-exec, closed with the pool file's) or left the pool itself.
+    if f.get(6)
+        .and_then(|t| t.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_EXITING == 0)
+    {
+        return Exit::Done;
+    }
+    // A process that started well after the member joined has its pid, not its files.
+    match (
+        f.get(19).and_then(|t| t.parse::<u64>().ok()),
+        boot_ms(),
+        ticks(),
+    ) {
+        (Some(t), Some(boot), Some(hz)) if boot + t * 1000 / hz > start_ms + SLACK_MS => Exit::Done,
+        _ => Exit::Running,
+    }
+}
+
+/// The kernel's `PF_EXITING`, in /proc/PID/stat's `flags` field: set when a task's exit
+/// begins.
+const PF_EXITING: u64 = 0x4;
+
+/// The error of a process start time worked out from /proc (boot time in whole seconds).
+const SLACK_MS: u64 = 2000;
+
+/// When the system booted, ms since the Unix epoch (/proc/stat `btime`).
+fn boot_ms() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("btime "))?;
+    line[6..].trim().parse::<u64>().ok().map(|s| s * 1000)
+}
+
+/// Clock ticks per second, the unit of /proc/PID/stat's start time.
+fn ticks() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(hz).ok().filter(|&h| h > 0)
 }
 
 /// The address of the low 32 bits of `word`, which a futex compares.

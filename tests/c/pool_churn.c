@@ -18,10 +18,16 @@
  * allocating (so the process held at most what it held when the request started) and
  * for no more than the guarantee left then (as charged: `linear_charge`). Also prints
  * "checked=C broken=B".
+ *
+ * With CHURN_KINDS=mixed in the environment, each block is of a kind drawn at random:
+ * cuMemAlloc_v2, cuMemAllocAsync (freed with cuMemFreeAsync, then the stream synced),
+ * cuMemCreate (a VMM handle, freed with cuMemRelease) or cuMemAllocManaged.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,13 +40,53 @@ static long g_ok, g_refused;
 static size_t g_guarantee;
 static long g_seq, g_inflight, g_held, g_checked, g_broken;
 static volatile int g_failed;
+static int g_mixed;
 
 #define HELD 64
+
+/* A block of kind `kind` (0 plain, 1 stream-ordered, 2 VMM, 3 managed): its address or
+ * handle in *d. */
+static CUresult alloc_kind(int kind, CUdeviceptr *d, size_t size) {
+    switch (kind) {
+    case 1:
+        return cuMemAllocAsync(d, size, NULL);
+    case 2: {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        size_t gran = 2u << 20;
+        CUmemGenericAllocationHandle h = 0;
+        CUresult rc = cuMemCreate(&h, (size + gran - 1) / gran * gran, &prop, 0);
+        *d = (CUdeviceptr)h;
+        return rc;
+    }
+    case 3:
+        return cuMemAllocManaged(d, size, CU_MEM_ATTACH_GLOBAL);
+    default:
+        return cuMemAlloc_v2(d, size);
+    }
+}
+
+static CUresult free_kind(int kind, CUdeviceptr d) {
+    switch (kind) {
+    case 1: {
+        CUresult rc = cuMemFreeAsync(d, NULL);
+        return rc != CUDA_SUCCESS ? rc : cuStreamSynchronize(NULL);
+    }
+    case 2:
+        return cuMemRelease((CUmemGenericAllocationHandle)d);
+    default:
+        return cuMemFree_v2(d);
+    }
+}
 
 static void *worker(void *arg) {
     unsigned long long seed = (unsigned long long)(size_t)arg * 0x9E3779B97F4A7C15ull ^ (unsigned long long)getpid();
     CUdeviceptr held[HELD];
     size_t held_size[HELD];
+    int held_kind[HELD];
     int n = 0;
     long ok = 0, refused = 0;
     if (cuCtxSetCurrent(g_ctx) != CUDA_SUCCESS) {
@@ -58,7 +104,8 @@ static void *worker(void *arg) {
             if (g_guarantee > held0 && (seed >> 8) % 4 == 0)
                 size = 1 + (size_t)((seed >> 24) % (g_guarantee - held0));
             CUdeviceptr d = 0;
-            CUresult rc = cuMemAlloc_v2(&d, size);
+            int kind = g_mixed ? (int)((seed >> 4) % 4) : 0;
+            CUresult rc = alloc_kind(kind, &d, size);
             /* No other thread of this process reserved during the request: it held at
              * most held0, so a request within the guarantee left must be served. */
             int strict = alone && __atomic_load_n(&g_seq, __ATOMIC_SEQ_CST) == s0 &&
@@ -68,6 +115,7 @@ static void *worker(void *arg) {
                 /* Held as charged: above 1 MiB in whole 2 MiB pages. */
                 __atomic_fetch_add(&g_held, (long)linear_charge(size), __ATOMIC_SEQ_CST);
                 held_size[n] = linear_charge(size);
+                held_kind[n] = kind;
                 held[n++] = d;
                 ok++;
             } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -77,7 +125,7 @@ static void *worker(void *arg) {
                     fprintf(stderr, "guarantee broken: %zu refused holding %zu of %zu\n", size, held0, g_guarantee);
                 }
             } else {
-                fprintf(stderr, "cuMemAlloc_v2: %d\n", rc);
+                fprintf(stderr, "alloc (kind %d): %d\n", kind, rc);
                 g_failed = 1;
                 __atomic_fetch_sub(&g_inflight, 1, __ATOMIC_SEQ_CST);
                 break;
@@ -85,15 +133,16 @@ static void *worker(void *arg) {
             __atomic_fetch_sub(&g_inflight, 1, __ATOMIC_SEQ_CST);
         } else {
             int k = (int)((seed >> 33) % (unsigned long long)n);
-            if (cuMemFree_v2(held[k]) != CUDA_SUCCESS) g_failed = 1;
+            if (free_kind(held_kind[k], held[k]) != CUDA_SUCCESS) g_failed = 1;
             __atomic_fetch_sub(&g_held, (long)held_size[k], __ATOMIC_SEQ_CST);
             held_size[k] = held_size[n - 1];
+            held_kind[k] = held_kind[n - 1];
             held[k] = held[--n];
         }
     }
     while (n > 0) {
         n--;
-        if (cuMemFree_v2(held[n]) != CUDA_SUCCESS) g_failed = 1;
+        if (free_kind(held_kind[n], held[n]) != CUDA_SUCCESS) g_failed = 1;
         __atomic_fetch_sub(&g_held, (long)held_size[n], __ATOMIC_SEQ_CST);
     }
     __atomic_fetch_add(&g_ok, ok, __ATOMIC_RELAXED);
@@ -111,6 +160,8 @@ int main(int argc, char **argv) {
     g_ops = atol(argv[2]);
     g_max = parse_size(argv[3]);
     if (argc == 7) g_guarantee = parse_size(argv[6]);
+    const char *kinds = getenv("CHURN_KINDS");
+    g_mixed = kinds && strcmp(kinds, "mixed") == 0;
     CUresult rc = cuInit(0);
     if (rc != CUDA_SUCCESS) {
         printf("cuInit %d\n", rc);

@@ -2,10 +2,21 @@
 //!
 //! The file (created by the first process, under `flock`) holds a header (the device count
 //! and size it was made with, the highest total use seen per device) and one slot per
-//! process: its pid, its start time (so a recycled pid is not mistaken for it) and the bytes
-//! it holds on each physical device, all atomics. A slot whose process is gone (no
-//! /proc/PID, a zombie, or another start time) counts for nothing and is reused, so memory
-//! comes back when a process dies however it dies.
+//! process: its pid, its start time and the bytes it holds on each physical device, all
+//! atomics.
+//!
+//! A process's memory is released as the real driver releases it: when the last
+//! descriptor of its device file closes. The NVIDIA driver keeps a process's allocations
+//! in the client of its open `/dev/nvidia*` files and frees them when those files are
+//! released (their last close, so a forked child still holding them keeps the memory:
+//! NVIDIA/Megatron-LM#3684); a killed process's files close in the kernel's exit
+//! teardown (`exit_files`, one `fput` per descriptor), before it becomes a zombie, in an
+//! order of descriptors no other process can rely on. Here the device file is this file:
+//! each process holds an open-file-description lock (`F_OFD_SETLK`) on its slot's byte,
+//! which the kernel drops on that same last close, and a slot counts while its lock is
+//! held. So a killed process's memory stays counted until its descriptor of this file is
+//! closed, whatever other files (a pool file's locks) closed before it. A slot whose lock
+//! is free counts for nothing and is reused; a pid or start time is never compared.
 //!
 //! Taking memory locks the file (`flock`, dropped by the kernel if the holder dies), adds
 //! up the live slots and adds to the process's own slot if the total still fits. Giving
@@ -28,7 +39,9 @@ const MAGIC: u64 = u64::from_be_bytes(*b"FAKECUD1");
 #[repr(C)]
 struct Slot {
     pid: AtomicU32,
-    _pad: AtomicU32,
+    /// 1: a slot charged for another process by a test (`charge_for`), which holds no
+    /// lock: alive while its pid runs. 0: alive while its lock is held.
+    by_pid: AtomicU32,
     /// Start time of the process (/proc/PID/stat field 22), 0 when unknown.
     start: AtomicU64,
     used: [AtomicU64; MAX_DEV],
@@ -90,6 +103,28 @@ impl Drop for FileLock {
         // SAFETY: unlocking our own fd.
         unsafe { libc::flock(self.0, libc::LOCK_UN) };
     }
+}
+
+/// Where the slots' lock bytes start (past the file's end: locks need no data).
+const LOCK_BASE: i64 = 1 << 40;
+
+/// An OFD lock request of `kind` on slot `slot`'s byte.
+fn slot_lock(fd: c_int, cmd: c_int, kind: c_int, slot: usize) -> Option<libc::flock> {
+    // SAFETY: flock is plain data; all-zero is valid (l_pid must be 0 for OFD locks).
+    let mut f: libc::flock = unsafe { std::mem::zeroed() };
+    f.l_type = kind as _;
+    f.l_whence = libc::SEEK_SET as _;
+    f.l_start = LOCK_BASE + slot as i64;
+    f.l_len = 1;
+    // SAFETY: a valid flock for the duration of the call on our own fd.
+    (unsafe { libc::fcntl(fd, cmd, &mut f as *mut libc::flock) } == 0).then_some(f)
+}
+
+/// Whether another open file description holds slot `slot`'s lock: its process (or a
+/// forked child sharing the description) still has its device file open.
+fn lock_held(fd: c_int, slot: usize) -> bool {
+    slot_lock(fd, libc::F_OFD_GETLK, libc::F_RDLCK, slot)
+        .is_some_and(|f| c_int::from(f.l_type) != libc::F_UNLCK)
 }
 
 fn open_fd(path: &Path, create: bool) -> Result<Option<c_int>, String> {
@@ -252,15 +287,33 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether slot `i`, taken by `pid`, counts: this process's own, or one whose
+    /// process still has the file open (see the module's comment).
+    fn slot_live(&self, fd: c_int, i: usize, pid: u32) -> bool {
+        let s = &self.hdr.slots[i];
+        pid != 0
+            && (pid == std::process::id()
+                || if s.by_pid.load(SeqCst) != 0 {
+                    alive(pid, s.start.load(SeqCst))
+                } else {
+                    lock_held(fd, i)
+                })
+    }
+
+    fn fd(&self) -> c_int {
+        self.inner().fd
+    }
+
     /// Frees the slots of processes that are gone (call with the file lock held).
-    fn reap(&self) {
-        for s in &self.hdr.slots {
+    fn reap(&self, fd: c_int) {
+        for (i, s) in self.hdr.slots.iter().enumerate() {
             let pid = s.pid.load(SeqCst);
-            if pid != 0 && !alive(pid, s.start.load(SeqCst)) {
+            if pid != 0 && !self.slot_live(fd, i, pid) {
                 for u in &s.used {
                     u.store(0, SeqCst);
                 }
                 s.start.store(0, SeqCst);
+                s.by_pid.store(0, SeqCst);
                 s.pid.store(0, SeqCst);
             }
         }
@@ -268,13 +321,15 @@ impl Shared {
 
     fn claim_locked(&self, inner: &mut Inner) -> Result<usize, String> {
         let _lock = FileLock::new(inner.fd);
-        self.reap();
+        self.reap(inner.fd);
         let me = std::process::id();
-        let i = self
-            .hdr
-            .slots
-            .iter()
-            .position(|s| s.pid.load(SeqCst) == 0)
+        // A free slot whose lock this open file can take: held by this open file until
+        // its last descriptor closes.
+        let i = (0..MAX_SLOTS)
+            .find(|&i| {
+                self.hdr.slots[i].pid.load(SeqCst) == 0
+                    && slot_lock(inner.fd, libc::F_OFD_SETLK, libc::F_WRLCK, i).is_some()
+            })
             .ok_or_else(|| {
                 format!(
                     "FAKECUDA_SHARED: {} has no free process slot ({MAX_SLOTS} processes)",
@@ -286,6 +341,7 @@ impl Shared {
             u.store(0, SeqCst);
         }
         s.start.store(own_start(), SeqCst);
+        s.by_pid.store(0, SeqCst);
         s.pid.store(me, SeqCst);
         inner.pid = me;
         inner.slot = Some(i);
@@ -317,16 +373,13 @@ impl Shared {
         }
     }
 
-    fn live_used(&self, phys: usize) -> u64 {
-        let me = std::process::id();
+    fn live_used(&self, fd: c_int, phys: usize) -> u64 {
         self.hdr
             .slots
             .iter()
-            .filter(|s| {
-                let pid = s.pid.load(SeqCst);
-                pid != 0 && (pid == me || alive(pid, s.start.load(SeqCst)))
-            })
-            .map(|s| s.used[phys].load(SeqCst))
+            .enumerate()
+            .filter(|&(i, s)| self.slot_live(fd, i, s.pid.load(SeqCst)))
+            .map(|(_, s)| s.used[phys].load(SeqCst))
             .fold(0u64, u64::saturating_add)
     }
 
@@ -339,7 +392,7 @@ impl Shared {
             return false;
         };
         let _lock = FileLock::new(inner.fd);
-        let in_use = self.live_used(phys);
+        let in_use = self.live_used(inner.fd, phys);
         match in_use.checked_add(size).filter(|&n| n <= self.total) {
             Some(n) => {
                 self.hdr.slots[slot].used[phys].fetch_add(size, SeqCst);
@@ -348,7 +401,7 @@ impl Shared {
             }
             None => {
                 // Dead processes' memory is already left out of the sum; free their slots.
-                self.reap();
+                self.reap(inner.fd);
                 false
             }
         }
@@ -372,7 +425,7 @@ impl Shared {
         if phys >= MAX_DEV {
             return 0;
         }
-        self.live_used(phys)
+        self.live_used(self.fd(), phys)
     }
 
     /// Highest total use of `phys` seen since the file was created.
@@ -382,15 +435,15 @@ impl Shared {
 
     /// (pid, bytes) of each live process holding memory of `phys`.
     pub fn processes(&self, phys: usize) -> Vec<(u32, u64)> {
-        let me = std::process::id();
+        let fd = self.fd();
         self.hdr
             .slots
             .iter()
-            .filter_map(|s| {
+            .enumerate()
+            .filter_map(|(i, s)| {
                 let pid = s.pid.load(SeqCst);
                 let used = s.used.get(phys)?.load(SeqCst);
-                let live = pid != 0 && (pid == me || alive(pid, s.start.load(SeqCst)));
-                (live && used > 0).then_some((pid, used))
+                (used > 0 && self.slot_live(fd, i, pid)).then_some((pid, used))
             })
             .collect()
     }
@@ -413,6 +466,8 @@ impl Shared {
                     u.store(0, SeqCst);
                 }
                 s.pid.store(0, SeqCst);
+                // Its memory is released: the slot's lock too (fcntl: safe at exit).
+                let _ = slot_lock(inner.fd, libc::F_OFD_SETLK, libc::F_UNLCK, i);
             }
         }
     }
@@ -431,6 +486,7 @@ impl Shared {
             .unwrap();
         s.start
             .store(proc_stat(pid).map(|x| x.1).unwrap_or(0), SeqCst);
+        s.by_pid.store(1, SeqCst);
         s.pid.store(pid, SeqCst);
         s.used[phys].fetch_add(size, SeqCst);
     }

@@ -147,7 +147,7 @@ impl Member<'_> {
             // Memory a dead member still holds is this request's first: take it back
             // once and try again. After the recount: a word lock holder found dead
             // there is then taken back too.
-            if !swept && self.sweep() > 0 {
+            if !swept && self.sweep_waiting() > 0 {
                 swept = true;
                 continue;
             }

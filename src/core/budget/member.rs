@@ -40,6 +40,13 @@ pub trait MemberLocks: Sync {
     fn give_back(&self, s: usize);
     /// Whether a live process (this one included) holds slot `s`'s lock. Changes nothing.
     fn held(&self, s: usize) -> bool;
+    /// What the kernel shows of a dead member's process, `pid` in PID namespace
+    /// `pid_namespace` (0: unknown), which joined at `start_ms` (ms since the Unix
+    /// epoch): whether its teardown, device files included, is over (see `dying`).
+    fn exiting(&self, pid: u32, pid_namespace: u64, start_ms: u64) -> super::Exit {
+        let _ = (pid, pid_namespace, start_ms);
+        super::Exit::Done
+    }
 }
 
 /// A checked pool file.
@@ -202,6 +209,11 @@ impl<'a> Member<'a> {
                 own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],
             };
             if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
+                if !super::dying::released(w, |p, n, t| locks.exiting(p, n, t), s) {
+                    // Its owner is dead but the driver may still hold its memory.
+                    locks.give_back(s);
+                    continue;
+                }
                 m.take_back(s);
             } else {
                 // An empty slot holds nothing: a word lock naming it, or bytes in it,
@@ -405,22 +417,65 @@ impl<'a> Member<'a> {
 
     /// Takes back the share of every member whose process died. Returns how many.
     pub fn sweep(&self) -> usize {
+        self.sweep_counting().0
+    }
+
+    /// [`sweep`](Self::sweep), then again every few ms while dead members' bytes are held
+    /// back for their teardown (`dying`: bounded) and nothing was taken back: a request
+    /// the dead members' bytes would serve waits for the driver to release them rather
+    /// than being refused meanwhile.
+    pub(super) fn sweep_waiting(&self) -> usize {
+        loop {
+            let (taken, held) = self.sweep_counting();
+            if taken > 0 || held == 0 {
+                return taken;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// [`sweep`](Self::sweep): (slots taken back, slots whose bytes are held back).
+    fn sweep_counting(&self) -> (usize, usize) {
+        let mut held = 0;
         let mut taken = 0;
         for s in 0..MAX_SLOTS {
             if s != self.slot
                 && self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
                 && self.locks.try_take(s)
             {
-                // Its owner died (or had just emptied it): we hold its lock now.
+                // Its owner died (or had just emptied it): we hold its lock now. Its
+                // bytes come back once the driver released them (`dying`).
                 if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
-                    self.take_back(s);
-                    self.empty(s);
-                    taken += 1;
+                    if super::dying::released(self.w, |p, n, t| self.locks.exiting(p, n, t), s) {
+                        self.take_back(s);
+                        self.empty(s);
+                        taken += 1;
+                    } else {
+                        // Its bytes wait; its word locks and tickets block nobody.
+                        self.unblock(s);
+                        held += 1;
+                    }
                 }
                 self.locks.give_back(s);
             }
         }
-        taken
+        (taken, held)
+    }
+
+    /// Called holding dead slot `d`'s lock while its bytes are held back (`dying`):
+    /// frees each GPU's word lock `d` held and takes its waiting ticket out of the queue.
+    fn unblock(&self, d: usize) {
+        let holder = d as u64 + 1;
+        for g in 0..MAX_POOL_GPUS {
+            let word = self.w.gpu(g, G_LOCK).load(Acquire);
+            if word & LOCK_HOLDER == holder {
+                self.release_from(g, word);
+            }
+            if self.w.member_gpu(d, g, M_WAIT).swap(0, AcqRel) != 0 {
+                self.recount_waiters(g);
+                self.wake_waiters(g);
+            }
+        }
     }
 
     /// Called holding dead slot `d`'s lock (or `d` is this member, adopting it): frees

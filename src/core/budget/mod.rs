@@ -28,6 +28,7 @@
 
 mod account;
 mod command;
+mod dying;
 mod hot;
 mod layout;
 mod member;
@@ -42,6 +43,7 @@ mod wait;
 
 pub use account::PoolRefusal;
 pub use command::member_command;
+pub use dying::{EXIT_GRACE, EXIT_MAX, Exit};
 pub use layout::{
     LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };
