@@ -1834,10 +1834,13 @@ fn a_librarys_kernels_in_every_context_of_every_member_are_charged_to_the_pool()
             .env("FAKECUDA_LIBRARY_MEM", "200Mi"),
         )
     };
+    // B starts once A's copies are loaded: a context is measured device-wide, so B's own
+    // context made while A's kernels load would be charged A's loads too (counted in,
+    // never less: counting.md).
     let a = member("a.json", "go-a", "a-done");
-    let b = member("b.json", "go-b", "b-done");
     p.touch("go-a");
     p.wait_file("a-done");
+    let b = member("b.json", "go-b", "b-done");
     p.touch("go-b");
     p.wait_file("b-done");
     let (used, _) = p.used_peak();
