@@ -128,6 +128,9 @@ impl MemberLocks for SlotLocks {
 /// driver's device files included.
 fn exiting(pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
     use std::os::unix::fs::MetadataExt;
+    if pid == 0 {
+        return Exit::Done; // no process was recorded: nothing to wait for
+    }
     let ours = std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino());
     match ours {
         Ok(ns) if pid_namespace != 0 && ns == pid_namespace => {}

@@ -53,14 +53,13 @@ static HELD_BACK: Mutex<Vec<(usize, u64, u64, Instant)>> = Mutex::new(Vec::new()
 pub(super) fn released(w: Words<'_>, exiting: impl Fn(u32, u64, u64) -> Exit, s: usize) -> bool {
     let pid = w.slot(s, S_PID).load(Relaxed);
     let generation = w.slot(s, S_GENERATION).load(Relaxed);
-    let exit = match u32::try_from(pid) {
-        Ok(p) if p != 0 => exiting(
-            p,
-            w.slot(s, S_PIDNS).load(Relaxed),
-            w.slot(s, S_START_MS).load(Relaxed),
-        ),
-        _ => Exit::Unknown,
-    };
+    // A pid that cannot be one (0, or past 32 bits: a slot written by no member) names no
+    // process to wait for: the kernel's answer for pid 0 (none) decides.
+    let exit = exiting(
+        u32::try_from(pid).unwrap_or(0),
+        w.slot(s, S_PIDNS).load(Relaxed),
+        w.slot(s, S_START_MS).load(Relaxed),
+    );
     decide(exit, (s, generation, pid), Instant::now())
 }
 
