@@ -8,8 +8,8 @@
 //!
 //! A context that ends is returned as `Ended`: what lived in it goes with it (teardown.rs).
 
-use std::cell::RefCell;
 use super::HashMap;
+use std::cell::RefCell;
 use std::sync::Mutex;
 
 use std::sync::LazyLock;
