@@ -65,12 +65,7 @@ pub fn graph_upload(
     exec: Handle,
     stream: Stream,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(exec, stream) };
-    if !GRAPHS.any() {
-        return call();
-    }
-    run("cuGraphUpload", exec, call)
+    on_stream("cuGraphUpload", real, exec, stream)
 }
 
 pub fn graph_launch(
@@ -78,13 +73,24 @@ pub fn graph_launch(
     exec: Handle,
     stream: Stream,
 ) -> CuResult {
+    on_stream("cuGraphLaunch", real, exec, stream)
+}
+
+/// `cuGraphUpload` and `cuGraphLaunch`: an executable graph's memory reserved again if
+/// it does not hold it (see [`run`]). A process without graph memory pays one load.
+#[inline(always)]
+fn on_stream(
+    api: &str,
+    real: unsafe extern "C" fn(Handle, Stream) -> CuResult,
+    exec: Handle,
+    stream: Stream,
+) -> CuResult {
     // SAFETY (closure): forwarding the caller's arguments.
     let call = || unsafe { real(exec, stream) };
-    // A process without graph memory pays one load per launch.
     if !GRAPHS.any() {
         return call();
     }
-    run("cuGraphLaunch", exec, call)
+    run(api, exec, call)
 }
 
 pub fn graph_exec_destroy(
