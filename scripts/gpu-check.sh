@@ -14,6 +14,9 @@
 #   --python PATH     the Python with torch / jax / cupy / pynvml (default python3)
 #   --timeout S       per-check (and per benchmark run) time limit (default 300, min 60)
 #   --only REGEX      run only the checks whose name matches (bash =~)
+#   --except REGEX    leave out the checks whose name matches (after --only)
+#   --pool-members N  processes of the pool-64 check (default 64, at least 2)
+#   --step-rounds N   rounds of the bench-step benchmark (default 8, at least 3)
 #   --no-fill         torch-growth/torch-release: do not fill the GPU's free memory
 #                     for a moment (use on a GPU that other jobs share)
 #   --logs DIR        keep the per-check logs there (default: a new temp directory)
@@ -42,7 +45,8 @@ ROOT=$PWD
 PROBE=$ROOT/scripts/gpu/probe.py
 SRC_DIR=$ROOT/scripts/gpu
 
-LIB='' CLI='' GPU=0 CAP_MIB='' PY=python3 TIMEOUT=300 ONLY='' NO_FILL=0 LOGDIR=
+LIB='' CLI='' GPU=0 CAP_MIB='' PY=python3 TIMEOUT=300 ONLY='' EXCEPT='' NO_FILL=0 LOGDIR=
+POOL_MEMBERS=64 STEP_ROUNDS=8
 BENCH=0 OUT=gpu-bench.json REPS=5 TARGET_MS=300 DEADLINE=
 TRAIN_STEPS=50 TRAIN_WARMUP=10 TRAIN_BATCH=64 TRAIN_IMAGE=128 TRAIN_REPS=3 TRAIN_CAP=
 
@@ -80,7 +84,7 @@ while [ $# -gt 0 ]; do
         --no-fill) NO_FILL=1; shift; continue ;;
         --*=*) val=${opt#*=}; opt=${opt%%=*}; shift ;;
         --lib | --cli | --gpu | --cap-mib | --python | --timeout | --only | --logs | --out | --reps | --target-ms | \
-            --train-reps | --train-steps | --deadline)
+            --train-reps | --train-steps | --deadline | --except | --pool-members | --step-rounds)
             [ $# -ge 2 ] || die_usage "$opt needs a value"
             val=$2; shift 2 ;;
         -*) die_usage "unknown option '$opt'" ;;
@@ -94,6 +98,9 @@ while [ $# -gt 0 ]; do
         --python) case $val in */*) PY=$(abspath "$val") ;; *) PY=$val ;; esac ;;
         --timeout) TIMEOUT=$(uint_at_least "$opt" "$val" 60) || exit 2 ;;
         --only) ONLY=$val ;;
+        --except) EXCEPT=$val ;;
+        --pool-members) POOL_MEMBERS=$(uint_at_least "$opt" "$val" 2) || exit 2 ;;
+        --step-rounds) STEP_ROUNDS=$(uint_at_least "$opt" "$val" 3) || exit 2 ;;
         --logs) LOGDIR=$(abspath "$val") ;;
         --out) OUT=$(abspath "$val") ;;
         --reps) REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
@@ -159,7 +166,7 @@ skip() { # NAME REASON
     record SKIP "$1" "$2"
 }
 
-selected() { [ -z "$ONLY" ] || [[ $1 =~ $ONLY ]]; }
+selected() { { [ -z "$ONLY" ] || [[ $1 =~ $ONLY ]]; } && { [ -z "$EXCEPT" ] || ! [[ $1 =~ $EXCEPT ]]; }; }
 
 all_names() {
     printf '%s\n' "${CHECKS[@]}"

@@ -18,12 +18,23 @@
 #   --probe-driver PATH, --bench-hami PATH   the hooks (default scripts/gpu/probe-driver.sh,
 #                   scripts/gpu/bench-hami-hook.sh; a hook that is not there is SKIPped)
 #   --parts LIST    run only these parts (comma-separated; env and the packing always
-#                   run): a rerun of what failed, say `--parts checks --only 'pool'`
+#                   run): a rerun of what failed, say `--parts checks --only 'pool'`.
+#                   Two sets for a GPU lent for two commands: `--parts first` (the step
+#                   cost, the new checks, the re-checks, probe-driver) and `--parts rest`
+#                   (checks, bench, bench-hami, first-use); see docs/src/real-gpu.md
 #   --only REGEX    the checks part runs only the checks whose name matches (gpu-check.sh)
+#   --pool-members N  processes of the pool-64 check (default 64)
+#   --step-rounds N   rounds of the step-cost benchmark (default 8)
 #
-# Parts, in order, each with its seconds printed: env (what the machine is), checks
-# (gpu-check.sh), bench (gpu-check.sh --bench), probe-driver (scripts/gpu/probe-driver.sh
-# DIR, where it exists: writes DIR/driver-answers.json), bench-hami (scripts/gpu/bench-hami-hook.sh
+# Parts, in order (the step cost and the new checks first), each with its seconds
+# printed: env (what the machine is); step-cost (gpu-check.sh --bench --only bench-step:
+# raw, gpucap, a pool and HAMi-core where carried, 8 rotating rounds, into
+# step-cost.json); graphs, nccl, vllm-sizing, pool-64, kill-storm (those checks of
+# gpu-check.sh, one part each); recheck (pool-contexts and accounting-jax, the checks the
+# last run asked to repeat); probe-driver (scripts/gpu/probe-driver.sh
+# DIR, where it exists: writes DIR/driver-answers.json); checks (every other check of
+# gpu-check.sh: a check whose own part is asked for is left to it); bench (gpu-check.sh
+# --bench); bench-hami (scripts/gpu/bench-hami-hook.sh
 # DIR: scripts/bench-hami.sh on the HAMi-core build carried in target/hami, into
 # DIR/hami.json; SKIP without that build), first-use (cuInit, first context, first
 # allocation, raw and under gpucap). The hooks get GPUCAP_LIB, GPU_RUN_CLI and
@@ -32,8 +43,8 @@
 # know, and the hooks' capped children inherit it).
 #
 # OUTDIR gets at most 8 files: summary.txt, results.json (parts, checks, seconds,
-# figures), logs.tar.gz (every log), gpu-bench.json, first-use.json, and from the
-# hooks driver-answers.json and hami.json. Exit status 1 if any check or part failed,
+# figures, the step cost's ratios), logs.tar.gz (every log), step-cost.json,
+# gpu-bench.json, first-use.json, and from the hooks driver-answers.json and hami.json. Exit status 1 if any check or part failed,
 # 0 otherwise (a SKIP is not a failure), 2 for a bad command line.
 set -uo pipefail
 
@@ -57,14 +68,16 @@ uint_at_least() { # OPTION VALUE MIN
 OUTDIR='' LIB=$ROOT/target/release/libgpucap.so CLI=$ROOT/target/release/gpucap PY=python3
 BUDGET=460 REPS=3 TARGET_MS=200 TRAIN_REPS=4 TRAIN_STEPS=100 FIRST_REPS=5
 PROBE_DRIVER=$ROOT/scripts/gpu/probe-driver.sh BENCH_HAMI=$ROOT/scripts/gpu/bench-hami-hook.sh
-ALL_PARTS=env,checks,bench,probe-driver,bench-hami,first-use PARTS_WANTED=$ALL_PARTS ONLY=
+FIRST_PARTS=step-cost,graphs,nccl,vllm-sizing,pool-64,kill-storm,recheck,probe-driver
+REST_PARTS=checks,bench,bench-hami,first-use
+ALL_PARTS=env,$FIRST_PARTS,$REST_PARTS PARTS_WANTED=$ALL_PARTS ONLY= POOL_MEMBERS=64 STEP_ROUNDS=8
 while [ $# -gt 0 ]; do
     opt=$1
     case $opt in
         -h | --help) sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         --*=*) val=${opt#*=}; opt=${opt%%=*}; shift ;;
         --lib | --cli | --python | --budget | --reps | --target-ms | --train-reps | --train-steps | --first-reps | \
-            --probe-driver | --bench-hami | --parts | --only)
+            --probe-driver | --bench-hami | --parts | --only | --pool-members | --step-rounds)
             [ $# -ge 2 ] || die_usage "$opt needs a value"
             val=$2; shift 2 ;;
         -*) die_usage "unknown option '$opt'" ;;
@@ -81,11 +94,19 @@ while [ $# -gt 0 ]; do
         --bench-hami) BENCH_HAMI=$(abspath "$val") ;;
         --parts)
             IFS=, read -ra want <<<"$val"
+            val=
+            for p in "${want[@]}"; do
+                case $p in first) p=$FIRST_PARTS ;; rest) p=$REST_PARTS ;; esac
+                val+=${val:+,}$p
+            done
+            IFS=, read -ra want <<<"$val"
             for p in "${want[@]}"; do
                 [[ ,$ALL_PARTS, == *,"$p",* ]] || die_usage "--parts: no part '$p' (the parts: $ALL_PARTS)"
             done
             PARTS_WANTED=env,$val ;;
         --only) ONLY=$val ;;
+        --pool-members) POOL_MEMBERS=$(uint_at_least "$opt" "$val" 2) || exit 2 ;;
+        --step-rounds) STEP_ROUNDS=$(uint_at_least "$opt" "$val" 3) || exit 2 ;;
         --reps) REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
         --target-ms) TARGET_MS=$(uint_at_least "$opt" "$val" 10) || exit 2 ;;
         --train-reps) TRAIN_REPS=$(uint_at_least "$opt" "$val" 1) || exit 2 ;;
@@ -191,12 +212,34 @@ EOF
 }
 
 # gpu-check.sh with the run's budget (GPU_CHECK_ARGS: the common options)
-GPU_CHECK=("$ROOT/scripts/gpu-check.sh" --lib "$LIB" --cli "$CLI" --python "$PY" --timeout 120)
+GPU_CHECK=("$ROOT/scripts/gpu-check.sh" --lib "$LIB" --cli "$CLI" --python "$PY" --timeout 120
+    --pool-members "$POOL_MEMBERS" --step-rounds "$STEP_ROUNDS")
+# The checks with a part of their own, by part: left out of the checks part when their
+# part is asked for too.
+declare -A OWN=([graphs]='graphs|graphs-torch' [nccl]=nccl [vllm-sizing]=vllm-sizing [pool-64]=pool-64
+    [kill-storm]=kill-storm [recheck]='pool-contexts|accounting-jax')
+EXCEPT=
+for p in "${!OWN[@]}"; do
+    [[ ,$PARTS_WANTED, == *,"$p",* ]] && EXCEPT+="${EXCEPT:+|}${OWN[$p]}"
+done
 part_checks() {
-    "${GPU_CHECK[@]}" --logs "$W/checks" --deadline "$PART_DEADLINE" ${ONLY:+--only "$ONLY"}
+    "${GPU_CHECK[@]}" --logs "$W/checks" --deadline "$PART_DEADLINE" ${ONLY:+--only "$ONLY"} \
+        ${EXCEPT:+--except "^($EXCEPT)\$"}
+}
+# part_own NAME [TIMEOUT]: the checks of part NAME, in W/NAME
+part_own() {
+    "${GPU_CHECK[@]}" --logs "$W/$1" --deadline "$PART_DEADLINE" --only "^(${OWN[$1]})\$" ${2:+--timeout "$2"}
+}
+part_step_cost() {
+    "${GPU_CHECK[@]}" --logs "$W/step-cost" --deadline "$PART_DEADLINE" --bench --only '^bench-step$' \
+        --timeout 200 --out "$W/step-cost/gpu-bench.json" || return
+    if grep -q '^PASS bench-step' "$W/step-cost/results.txt" && [ ! -s "$W/step-cost/step-cost.json" ]; then
+        echo "bench-step passed but wrote no step-cost.json"
+        return 1
+    fi
 }
 part_bench() {
-    "${GPU_CHECK[@]}" --logs "$W/bench" --deadline "$PART_DEADLINE" --bench --only '^bench-' \
+    "${GPU_CHECK[@]}" --logs "$W/bench" --deadline "$PART_DEADLINE" --bench --only '^bench-' --except '^bench-step$' \
         --out "$W/gpu-bench.json" --reps "$REPS" --target-ms "$TARGET_MS" \
         --train-reps "$TRAIN_REPS" --train-steps "$TRAIN_STEPS"
 }
@@ -226,15 +269,26 @@ part env 20 5 part_env
 if [ "$(awk -F'\t' '$1 == "env" { print $2 }' "$PARTS")" = FAIL ]; then
     echo "gpu-run: no shim or gpucap at $LIB / $CLI: nothing can be checked"
 fi
+# the step cost and the new checks first; what is left of the budget goes to the rest
+part step-cost 200 60 part_step_cost
+# (a gpu-check.sh part needs its set-up, a few seconds, and starts no check with less
+# than 30 s left: 45 s at least)
+part graphs 60 45 part_own graphs
+part nccl 180 45 part_own nccl 180
+part vllm-sizing 60 45 part_own vllm-sizing
+part pool-64 120 45 part_own pool-64 120
+part kill-storm 75 45 part_own kill-storm
+part recheck 75 45 part_own recheck
+part probe-driver 90 10 hook "$PROBE_DRIVER" driver-answers.json
 part checks 250 60 part_checks
 part bench 180 30 part_bench
-part probe-driver 90 10 hook "$PROBE_DRIVER" driver-answers.json
 part bench-hami 90 20 hook "$BENCH_HAMI" hami.json
 part first-use 20 10 part_first_use
 
 # ---- pack ------------------------------------------------------------------------------
 echo "== pack ($(($(date +%s) - T0))s into the run)"
-for f in gpu-bench.json first-use.json driver-answers.json.d/driver-answers.json hami.json.d/hami.json; do
+for f in step-cost/step-cost.json gpu-bench.json first-use.json driver-answers.json.d/driver-answers.json \
+    hami.json.d/hami.json; do
     [ -s "$W/$f" ] && cp "$W/$f" "$OUTDIR/"
 done
 if ! "$PY" "$ROOT/scripts/gpu/run_summary.py" --work "$W" --out "$OUTDIR" --budget "$BUDGET" \

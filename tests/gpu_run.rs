@@ -78,7 +78,8 @@ fn on_fake_gpu(dir: &Path, out: &Path) -> Command {
         .arg(cli())
         .arg("--python")
         .arg(py)
-        .args(["--reps", "1", "--target-ms", "10", "--first-reps", "2"]);
+        .args(["--reps", "1", "--target-ms", "10", "--first-reps", "2"])
+        .args(["--pool-members", "16"]);
     c
 }
 
@@ -116,7 +117,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 17] = [
+const ON_THE_FAKE: [&str; 22] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -132,9 +133,18 @@ const ON_THE_FAKE: [&str; 17] = [
     "pool-metrics",
     "pool-pidns",
     "pool-contexts",
+    "graphs",
+    "nccl",
+    "vllm-sizing",
+    "pool-64",
+    "kill-storm",
     "bench-alloc",
     "bench-churn",
 ];
+
+/// The parts the first tests run: every part but the first set's own (tested below), so
+/// that the checks part runs every check, the new ones included.
+const OLD_PARTS: &str = "checks,bench,probe-driver,bench-hami,first-use";
 
 #[test]
 fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
@@ -144,6 +154,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     let (_, has_pynvml) = python();
     let t = Instant::now();
     let o = run(on_fake_gpu(&dir, &out)
+        .args(["--parts", OLD_PARTS])
         .arg("--probe-driver")
         .arg(&probe)
         .arg("--bench-hami")
@@ -211,6 +222,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     ] {
         skipped(name, "PyTorch not importable");
     }
+    skipped("graphs-torch", "PyTorch not importable");
     for name in [
         "jax-preallocate",
         "jax-no-preallocate",
@@ -224,7 +236,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     }
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 34, "{checks:?}");
+    assert_eq!(checks.len(), 40, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -298,7 +310,10 @@ fn without_the_shim_the_checks_fail() {
         ),
     );
     let (_, has_pynvml) = python();
-    let o = run(on_fake_gpu(&dir, &out).arg("--cli").arg(&fake_cli));
+    let o = run(on_fake_gpu(&dir, &out)
+        .args(["--parts", OLD_PARTS])
+        .arg("--cli")
+        .arg(&fake_cli));
     assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
@@ -389,7 +404,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 31, "{checks:?}");
+    assert_eq!(checks.len(), 37, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),
@@ -455,4 +470,177 @@ fn a_bad_command_line_exits_2_naming_what_is_wrong() {
             dump(&o)
         );
     }
+}
+
+/// The parts of the first set that run the new checks (the step cost, then one part a
+/// check), without the re-checks and the probe.
+const NEW_PARTS: &str = "step-cost,graphs,nccl,vllm-sizing,pool-64,kill-storm";
+
+/// What the new checks said on the fake GPU, by name.
+const NEW_CHECKS: [&str; 6] = [
+    "bench-step",
+    "graphs",
+    "nccl",
+    "vllm-sizing",
+    "pool-64",
+    "kill-storm",
+];
+
+#[test]
+fn the_first_set_passes_on_the_fake_gpu_and_writes_the_step_cost() {
+    // `--parts first`: the step cost, the new checks, the re-checks and the probe (its
+    // stand-in), each its own part; the checks part and the rest are not asked for.
+    let dir = scratch("gpu-run-first");
+    let out = dir.join("out");
+    let (probe, hami) = hooks(&dir);
+    let o = run(on_fake_gpu(&dir, &out)
+        .args(["--parts", "first", "--probe-driver"])
+        .arg(&probe)
+        .arg("--bench-hami")
+        .arg(&hami));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    assert_eq!(
+        files(&out),
+        [
+            "driver-answers.json",
+            "logs.tar.gz",
+            "results.json",
+            "step-cost.json",
+            "summary.txt"
+        ],
+        "{}",
+        dump(&o)
+    );
+    let v = results(&out, &o);
+    let parts = statuses(&v, "parts");
+    for name in NEW_PARTS
+        .split(',')
+        .chain(["env", "recheck", "probe-driver"])
+    {
+        assert_eq!(
+            parts[name].0,
+            "PASS",
+            "part {name}: {parts:?}\n{}",
+            dump(&o)
+        );
+    }
+    for name in ["checks", "bench", "bench-hami", "first-use"] {
+        let (s, why) = &parts[name];
+        assert!(
+            s == "SKIP" && why.starts_with("not asked for"),
+            "{name}: {s} {why}"
+        );
+    }
+    let checks = statuses(&v, "checks");
+    for name in NEW_CHECKS.iter().chain(&["pool-contexts"]) {
+        assert_eq!(checks[*name].0, "PASS", "{name}: {checks:?}");
+    }
+    assert_eq!(checks["graphs-torch"].0, "SKIP", "{checks:?}");
+    assert_eq!(checks["accounting-jax"].0, "SKIP", "{checks:?}");
+    assert_eq!(checks.len(), 9, "{checks:?}");
+    // the fake reserves graph memory at instantiation (cuda-stubs/README.md)
+    let graphs = &checks["graphs"].1;
+    assert!(
+        graphs.contains("the driver reserved its memory at instantiate")
+            && graphs.contains("refused at instantiate")
+            && graphs.contains("given back after trim"),
+        "{graphs}"
+    );
+    assert_eq!(v["figures"]["graphs_reserved_at"], "instantiate");
+    let pool = &checks["pool-64"].1;
+    assert!(
+        pool.starts_with("16 processes at once held their first block")
+            && pool.contains("member 17, past the room, was refused: gpucap: refused cuMemAlloc"),
+        "{pool}"
+    );
+    assert!(
+        checks["kill-storm"].1.contains("within the pool's"),
+        "{checks:?}"
+    );
+    assert!(
+        checks["nccl"].1.starts_with("NCCL (driver) world size 1: ")
+            && checks["nccl"]
+                .1
+                .contains("two members of a 4096.0 MiB pool"),
+        "{checks:?}"
+    );
+    assert!(
+        checks["vllm-sizing"].1.contains("with no out-of-memory"),
+        "{checks:?}"
+    );
+    // the step cost: 8 rounds of each driver-API loop (no PyTorch here), three ways (no
+    // HAMi-core build carried), ratios with their intervals, in the file and the results
+    let sc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("step-cost.json")).unwrap())
+            .unwrap();
+    assert_eq!(sc, v["step_cost"]);
+    assert_eq!(sc["ways"], serde_json::json!(["raw", "gpucap", "pool"]));
+    let workloads = sc["workloads"].as_object().unwrap();
+    assert_eq!(workloads.keys().collect::<Vec<_>>(), ["graph", "launch"]);
+    for (w, e) in workloads {
+        assert_eq!(e["rounds"].as_array().unwrap().len(), 8, "{w}: {e}");
+        for way in ["gpucap", "pool"] {
+            let r = &e["ratios"][way];
+            let (lo, med, hi) = (
+                r["low"].as_f64().unwrap(),
+                r["median"].as_f64().unwrap(),
+                r["high"].as_f64().unwrap(),
+            );
+            assert!(lo <= med && med <= hi && lo > 0.0, "{w} {way}: {r}");
+            assert_eq!(r["rounds"], 8, "{w} {way}: {r}");
+        }
+    }
+    let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(summary.contains("step cost: ratio to raw"), "{summary}");
+}
+
+#[test]
+fn without_the_shim_the_new_checks_fail() {
+    // The control of the test above: `gpucap run` runs the program as it is. Each new
+    // check must FAIL, the step cost among them (its "gpucap" ways were not capped).
+    let dir = scratch("gpu-run-first-uncapped");
+    let out = dir.join("out");
+    let fake_cli = dir.join("gpucap");
+    write_script(
+        &fake_cli,
+        &format!(
+            "if [ \"$1\" = run ]; then while [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"; fi\n\
+             exec '{}' \"$@\"\n",
+            cli().display()
+        ),
+    );
+    let o = run(on_fake_gpu(&dir, &out)
+        .args(["--parts", NEW_PARTS])
+        .arg("--cli")
+        .arg(&fake_cli));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    let v = results(&out, &o);
+    let checks = statuses(&v, "checks");
+    for name in NEW_CHECKS {
+        assert_eq!(
+            checks[name].0, "FAIL",
+            "{name} passed without the shim: {}",
+            checks[name].1
+        );
+    }
+    assert!(
+        checks["bench-step"]
+            .1
+            .contains("it was not capped, so it measures nothing"),
+        "{checks:?}"
+    );
+    assert!(checks["graphs"].1.contains("not the cap"), "{checks:?}");
+    assert!(checks["kill-storm"].1.contains("past its"), "{checks:?}");
+    assert!(!out.join("step-cost.json").exists());
+}
+
+#[test]
+fn the_step_cost_statistics_pass_their_unit_tests() {
+    // scripts/gpu/stats.py: medians, percentiles, the bootstrap interval, the rotation
+    let o = run(Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s"])
+        .arg(root().join("scripts/gpu"))
+        .args(["-p", "test_stats.py", "-v"]));
+    assert!(o.status.success(), "{}", dump(&o));
+    assert!(stderr(&o).contains("Ran 12 tests"), "{}", dump(&o));
 }

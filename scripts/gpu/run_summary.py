@@ -3,9 +3,10 @@
 
   run_summary.py --work W --out OUTDIR --budget S --started EPOCH --total S
 
-W holds parts.tsv (name, status, seconds, detail), env.log, checks/ and bench/ (the
-gpu-check.sh log folders: results.txt "STATUS name detail", times.txt "name seconds",
-figures.txt), gpu-bench.json and first-use.json where those parts ran.
+W holds parts.tsv (name, status, seconds, detail), env.log, a folder per part that ran
+gpu-check.sh (checks/, bench/, step-cost/, graphs/, ...: results.txt "STATUS name
+detail", times.txt "name seconds", figures.txt; step-cost/step-cost.json), gpu-bench.json,
+first-use.json and driver-answers.json.d/driver-answers.json where those parts ran.
 """
 
 import argparse
@@ -73,10 +74,14 @@ def main(argv):
         f = line.split("\t")
         if len(f) >= 3:
             parts.append({"name": f[0], "status": f[1], "seconds": int(f[2]), "detail": f[3] if len(f) > 3 else ""})
-    checks = checks_of(os.path.join(w, "checks"), "checks") + checks_of(os.path.join(w, "bench"), "bench")
+    # the gpu-check.sh folders of the parts, in the order they ran
+    folders = [pt["name"] for pt in parts if os.path.isdir(os.path.join(w, pt["name"]))]
+    checks, figures = [], {}
+    for name in folders:
+        checks += checks_of(os.path.join(w, name), name)
+        figures.update(figures_of(os.path.join(w, name)))
     env = read(os.path.join(w, "env.log"))
-    figures = figures_of(os.path.join(w, "checks"))
-    figures.update(figures_of(os.path.join(w, "bench")))
+    answers = (load_json(os.path.join(w, "driver-answers.json.d", "driver-answers.json")) or {}).get("answers") or {}
     result = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(a.started)),
         "budget_s": a.budget,
@@ -87,6 +92,10 @@ def main(argv):
         "figures": figures,
         "bench": load_json(os.path.join(w, "gpu-bench.json")),
         "first_use": load_json(os.path.join(w, "first-use.json")),
+        "step_cost": load_json(os.path.join(w, "step-cost", "step-cost.json")),
+        # the driver's answers the last run asked to see again (tests/c/driver_probe.c)
+        "rechecked_answers": {k: v for k, v in answers.items()
+                              if k.startswith("edges.") or k == "null.cuMemGetInfo_v2(NULL, total)"},
         "counts": {s: sum(1 for c in checks if c["status"] == s) for s in ("PASS", "FAIL", "SKIP")},
     }
     with open(os.path.join(a.out, "results.json"), "w") as f:
@@ -103,6 +112,18 @@ def main(argv):
     for c in checks:
         secs = "%4ds" % c["seconds"] if c["seconds"] is not None else "    -"
         lines.append("%s %s (%s): %s" % (c["status"], c["name"], secs.strip(), c["detail"]))
+    sc = result["step_cost"]
+    if sc and "workloads" in sc:
+        lines.append("")
+        lines.append("step cost: ratio to raw, median [95 % bootstrap interval] of per-round ratios")
+        for w, e in sc["workloads"].items():
+            said = ", ".join("%s %.4f [%.4f, %.4f]" % (way, r["median"], r["low"], r["high"])
+                             for way, r in e["ratios"].items() if r)
+            lines.append("  %-7s raw %.4g %s; %s (%d rounds)" % (w, e["raw_median"], e["unit"], said, len(e["rounds"])))
+    if result["rechecked_answers"]:
+        lines.append("")
+        lines.append("driver answers re-checked: " + "; ".join("%s = %s" % kv for kv in
+                                                              sorted(result["rechecked_answers"].items())))
     n = result["counts"]
     lines.append("")
     lines.append("%d passed, %d failed, %d skipped; parts: %s" % (
