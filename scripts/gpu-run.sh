@@ -21,7 +21,8 @@
 #                   run): a rerun of what failed, say `--parts checks --only 'pool'`.
 #                   Two sets for a GPU lent for two commands: `--parts first` (the step
 #                   cost, the new checks, the re-checks, probe-driver) and `--parts rest`
-#                   (checks, bench, bench-hami, first-use); see docs/src/real-gpu.md
+#                   (checks, bench, bench-hami, first-use; the checks part then leaves out
+#                   what `first` ran); see docs/src/real-gpu.md
 #   --only REGEX    the checks part runs only the checks whose name matches (gpu-check.sh)
 #   --pool-members N  processes of the pool-64 check (default 64)
 #   --step-rounds N   rounds of the step-cost benchmark (default 8)
@@ -70,7 +71,7 @@ BUDGET=460 REPS=3 TARGET_MS=200 TRAIN_REPS=4 TRAIN_STEPS=100 FIRST_REPS=5
 PROBE_DRIVER=$ROOT/scripts/gpu/probe-driver.sh BENCH_HAMI=$ROOT/scripts/gpu/bench-hami-hook.sh
 FIRST_PARTS=step-cost,graphs,nccl,vllm-sizing,pool-64,kill-storm,recheck,probe-driver
 REST_PARTS=checks,bench,bench-hami,first-use
-ALL_PARTS=env,$FIRST_PARTS,$REST_PARTS PARTS_WANTED=$ALL_PARTS ONLY= POOL_MEMBERS=64 STEP_ROUNDS=8
+ALL_PARTS=env,$FIRST_PARTS,$REST_PARTS PARTS_WANTED=$ALL_PARTS ONLY= POOL_MEMBERS=64 STEP_ROUNDS=8 REST_ALIAS=0
 while [ $# -gt 0 ]; do
     opt=$1
     case $opt in
@@ -96,7 +97,7 @@ while [ $# -gt 0 ]; do
             IFS=, read -ra want <<<"$val"
             val=
             for p in "${want[@]}"; do
-                case $p in first) p=$FIRST_PARTS ;; rest) p=$REST_PARTS ;; esac
+                case $p in first) p=$FIRST_PARTS ;; rest) p=$REST_PARTS REST_ALIAS=1 ;; esac
                 val+=${val:+,}$p
             done
             IFS=, read -ra want <<<"$val"
@@ -215,12 +216,14 @@ EOF
 GPU_CHECK=("$ROOT/scripts/gpu-check.sh" --lib "$LIB" --cli "$CLI" --python "$PY" --timeout 120
     --pool-members "$POOL_MEMBERS" --step-rounds "$STEP_ROUNDS")
 # The checks with a part of their own, by part: left out of the checks part when their
-# part is asked for too.
+# part is asked for too, or with `--parts rest` (the first command ran them).
 declare -A OWN=([graphs]='graphs|graphs-torch' [nccl]=nccl [vllm-sizing]=vllm-sizing [pool-64]=pool-64
     [kill-storm]=kill-storm [recheck]='pool-contexts|accounting-jax')
 EXCEPT=
 for p in "${!OWN[@]}"; do
-    [[ ,$PARTS_WANTED, == *,"$p",* ]] && EXCEPT+="${EXCEPT:+|}${OWN[$p]}"
+    if [ "$REST_ALIAS" = 1 ] || [[ ,$PARTS_WANTED, == *,"$p",* ]]; then
+        EXCEPT+="${EXCEPT:+|}${OWN[$p]}"
+    fi
 done
 part_checks() {
     "${GPU_CHECK[@]}" --logs "$W/checks" --deadline "$PART_DEADLINE" ${ONLY:+--only "$ONLY"} \

@@ -644,3 +644,52 @@ fn the_step_cost_statistics_pass_their_unit_tests() {
     assert!(o.status.success(), "{}", dump(&o));
     assert!(stderr(&o).contains("Ran 12 tests"), "{}", dump(&o));
 }
+
+#[test]
+fn the_rest_leaves_out_what_the_first_set_ran() {
+    // `--parts rest`, the second command of a lent GPU: its checks part runs every check
+    // but those of the first set's parts (run by `--parts first`). Without a GPU each
+    // check is listed, skipped, so the list is the checks part's selection.
+    for d in ["/usr/bin", "/bin"] {
+        if Path::new(d).join("nvidia-smi").exists() {
+            eprintln!("SKIP: {d}/nvidia-smi exists: this machine has an NVIDIA driver");
+            return;
+        }
+    }
+    let dir = scratch("gpu-run-rest");
+    let out = dir.join("out");
+    let o = run(Command::new(script())
+        .arg(&out)
+        .args(["--parts", "rest", "--budget", "120"])
+        .env("PATH", "/usr/bin:/bin")
+        .env("LD_LIBRARY_PATH", dir.join("no-driver")));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    let v = results(&out, &o);
+    let parts = statuses(&v, "parts");
+    for name in NEW_PARTS.split(',').chain(["recheck", "probe-driver"]) {
+        let (s, why) = &parts[name];
+        assert!(
+            s == "SKIP" && why.starts_with("not asked for"),
+            "{name}: {s} {why}"
+        );
+    }
+    let checks = statuses(&v, "checks");
+    for name in [
+        "graphs",
+        "graphs-torch",
+        "nccl",
+        "vllm-sizing",
+        "pool-64",
+        "kill-storm",
+        "pool-contexts",
+        "accounting-jax",
+        "bench-step",
+    ] {
+        assert!(!checks.contains_key(name), "{name} in the rest: {checks:?}");
+    }
+    assert!(
+        checks.contains_key("pool") && checks.contains_key("accounting-driver"),
+        "{checks:?}"
+    );
+    assert_eq!(checks.len(), 29 + 3, "{checks:?}");
+}

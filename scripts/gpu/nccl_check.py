@@ -73,8 +73,7 @@ def member_torch(a):
     torch.cuda.synchronize()
     free2, _ = torch.cuda.mem_get_info()
     out = dict(tensor=n * 4, refused=refused, charge=a.cap - free2, reserved=torch.cuda.memory_reserved())
-    dist.destroy_process_group()
-    return out
+    return out, dist.destroy_process_group  # the communicator lives until NVML was read
 
 
 def member_driver(a):
@@ -97,7 +96,7 @@ def member_driver(a):
         fail("the tensor of %s -> %d" % (mib(n), rc))
     rc, _ = drv.alloc(free)
     free2, _ = drv.mem_info(0)
-    return dict(tensor=n, refused=rc == 2, charge=a.cap - free2, reserved=n)
+    return dict(tensor=n, refused=rc == 2, charge=a.cap - free2, reserved=n), lambda: None
 
 
 def member(argv):
@@ -107,9 +106,10 @@ def member(argv):
     ap.add_argument("--client", required=True)
     a = ap.parse_args(argv)
     try:
-        out = member_torch(a) if a.client == "torch" else member_driver(a)
+        out, close = member_torch(a) if a.client == "torch" else member_driver(a)
         print("HOLD %s" % json.dumps(out), flush=True)
         sys.stdin.readline()  # held until the coordinator has read NVML
+        close()
     except Outcome as o:
         print("ERROR %s" % o.message, flush=True)
         return 1

@@ -37,7 +37,7 @@ check_nccl() {
     if fw_available torch; then
         client=torch
     fi
-    probe "$PY" "$SRC_DIR/nccl_check.py" --cli "$CLI" --cap "$CAP" --client "$client" --timeout $((TIMEOUT / 4))
+    probe "$PY" "$SRC_DIR/nccl_check.py" --cli "$CLI" --cap "$CAP" --client "$client" --timeout $((TIMEOUT / 2))
     verdict "$1"
 }
 
