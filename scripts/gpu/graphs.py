@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from escapes import Driver, Witness, fill, room_of, u64, sz, c_int, vp, OOM  # noqa: E402
 from nvml_ctypes import Nvml  # noqa: E402
-from probe import Outcome, fail, figure, info, mib, ok, skip, MiB  # noqa: E402
+from probe import concluded, fail, figure, info, mib, ok, skip, MiB  # noqa: E402
 
 USED_MEM_CURRENT, RESERVED_MEM_CURRENT = 0, 2
 SLACK = 2 * MiB
@@ -250,17 +250,14 @@ def main(argv):
         print("usage: graphs.py graphs|vllm|torch-graph --cap BYTES", file=sys.stderr)
         return 2
     cap = int(argv[2])
-    try:
+
+    def run():
         if argv[0] == "torch-graph":
             ok(torch_graph(cap))
         drv = Driver()
         ok({"graphs": graphs, "vllm": vllm}[argv[0]](drv, Witness(drv, cap), cap))
-    except Outcome as o:
-        print("%s: %s" % (o.status, o.message), flush=True)
-        return {"OK": 0, "FAIL": 1, "SKIP": 77}[o.status]
-    except Exception as e:  # noqa: BLE001
-        print("FAIL: unexpected %s: %s" % (type(e).__name__, e), flush=True)
-        return 1
+
+    return concluded(run)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from nvml_ctypes import Nvml  # noqa: E402
-from probe import Child, Outcome, fail, info, mib, ok, MiB  # noqa: E402
+from probe import Child, Outcome, concluded, fail, info, mib, ok, MiB  # noqa: E402
 
 TOLERANCE = 64 * MiB  # the driver's own per-process bookkeeping (JAX's gap was 30 MiB)
 SHARE = 0.4
@@ -238,14 +238,7 @@ def main(argv):
     ap.add_argument("--client", choices=("torch", "driver"), required=True)
     ap.add_argument("--timeout", type=int, default=120)
     a = ap.parse_args(argv)
-    try:
-        check(a)
-    except Outcome as o:
-        print("%s: %s" % (o.status, o.message), flush=True)
-        return {"OK": 0, "FAIL": 1, "SKIP": 77}[o.status]
-    except Exception as e:  # noqa: BLE001
-        print("FAIL: unexpected %s: %s" % (type(e).__name__, e), flush=True)
-        return 1
+    return concluded(lambda: check(a))
 
 
 if __name__ == "__main__":

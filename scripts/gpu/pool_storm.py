@@ -43,7 +43,7 @@ sys.path.insert(0, HERE)
 
 from nvml_ctypes import Nvml  # noqa: E402
 from pool_contexts import context_size  # noqa: E402
-from probe import Child, Outcome, fail, figure, info, mib, ok, MiB  # noqa: E402
+from probe import Child, concluded, fail, figure, info, mib, ok, MiB  # noqa: E402
 
 BLOCK = 64 * MiB
 SLACK = 2 * MiB  # per member: the driver's own bookkeeping
@@ -292,18 +292,16 @@ def main(argv):
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--timeout", type=int, default=120)
     a = ap.parse_args(argv)
-    s = None
+    made = []
+
+    def run():
+        made.append(Setting(a))
+        (pool_64 if a.which == "pool-64" else kill_storm)(made[0])
+
     try:
-        s = Setting(a)
-        (pool_64 if a.which == "pool-64" else kill_storm)(s)
-    except Outcome as o:
-        print("%s: %s" % (o.status, o.message), flush=True)
-        return {"OK": 0, "FAIL": 1, "SKIP": 77}[o.status]
-    except Exception as e:  # noqa: BLE001
-        print("FAIL: unexpected %s: %s" % (type(e).__name__, e), flush=True)
-        return 1
+        return concluded(run)
     finally:
-        if s is not None:
+        for s in made:
             shutil.rmtree(s.tmp, ignore_errors=True)
 
 

@@ -71,6 +71,21 @@ def info(msg):
     print("INFO: " + msg, flush=True)
 
 
+def concluded(run):
+    """Runs `run` (which ends with ok, fail or skip), prints its verdict line and returns
+    its exit status (0, 1, 77); an unexpected exception is a FAIL."""
+    try:
+        run()
+    except Outcome as o:
+        print("%s: %s" % (o.status, o.message), flush=True)
+        return {"OK": 0, "FAIL": 1, "SKIP": SKIP_RC}[o.status]
+    except Exception as e:  # noqa: BLE001
+        print("FAIL: unexpected %s: %s" % (type(e).__name__, e), flush=True)
+        return 1
+    print("FAIL: the check ended without a verdict", flush=True)
+    return 1
+
+
 def figure(key, value):
     print("FIGURE %s %s" % (key, value), flush=True)
 

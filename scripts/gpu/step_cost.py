@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import stats  # noqa: E402
-from probe import Child, Outcome, fail, info, mib, ok, parse_kv, skip  # noqa: E402
+from probe import Child, concluded, fail, info, mib, ok, parse_kv, skip  # noqa: E402
 
 GOALS = {"train": (1.005, 1.01), "launch": (1.01, None), "graph": (1.01, None)}
 UNITS = {"train": "ms per step", "launch": "ns per launch", "graph": "ns per replay"}
@@ -273,14 +273,7 @@ def main(argv):
     ap.add_argument("--deadline", type=float)
     ap.add_argument("--timeout", type=int, default=120)
     a = ap.parse_args(argv)
-    try:
-        check(a)
-    except Outcome as o:
-        print("%s: %s" % (o.status, o.message), flush=True)
-        return {"OK": 0, "FAIL": 1, "SKIP": 77}[o.status]
-    except Exception as e:  # noqa: BLE001
-        print("FAIL: unexpected %s: %s" % (type(e).__name__, e), flush=True)
-        return 1
+    return concluded(lambda: check(a))
 
 
 if __name__ == "__main__":
