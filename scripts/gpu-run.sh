@@ -276,12 +276,12 @@ fi
 part step-cost 200 60 part_step_cost
 # (a gpu-check.sh part needs its set-up, a few seconds, and starts no check with less
 # than 30 s left: 45 s at least)
-part graphs 60 45 part_own graphs
+part graphs 90 45 part_own graphs
 part nccl 180 45 part_own nccl 180
-part vllm-sizing 60 45 part_own vllm-sizing
+part vllm-sizing 90 45 part_own vllm-sizing
 part pool-64 120 45 part_own pool-64 120
-part kill-storm 75 45 part_own kill-storm
-part recheck 75 45 part_own recheck
+part kill-storm 90 45 part_own kill-storm
+part recheck 90 45 part_own recheck
 part probe-driver 90 10 hook "$PROBE_DRIVER" driver-answers.json
 part checks 250 60 part_checks
 part bench 180 30 part_bench

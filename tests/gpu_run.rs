@@ -494,7 +494,8 @@ fn the_first_set_passes_on_the_fake_gpu_and_writes_the_step_cost() {
     let out = dir.join("out");
     let (probe, hami) = hooks(&dir);
     let o = run(on_fake_gpu(&dir, &out)
-        .args(["--parts", "first", "--probe-driver"])
+        // a budget no loaded machine spends: every part runs
+        .args(["--parts", "first", "--budget", "1500", "--probe-driver"])
         .arg(&probe)
         .arg("--bench-hami")
         .arg(&hami));
@@ -610,7 +611,7 @@ fn without_the_shim_the_new_checks_fail() {
         ),
     );
     let o = run(on_fake_gpu(&dir, &out)
-        .args(["--parts", NEW_PARTS])
+        .args(["--parts", NEW_PARTS, "--budget", "1500"])
         .arg("--cli")
         .arg(&fake_cli));
     assert_eq!(o.status.code(), Some(1), "{}", dump(&o));

@@ -3,7 +3,7 @@
 step, against the raw driver, gpucap in a pool and HAMi-core (where its build is given).
 
 Ways: raw (nothing preloaded), gpucap (`gpucap run --limit CAP`), pool (`gpucap run
---limit CAP --pool NAME`, a pool of its own), hami (LD_PRELOAD=libvgpu.so with
+--limit CAP --pool NAME`, a pool of its own for each workload), hami (LD_PRELOAD=libvgpu.so with
 CUDA_DEVICE_MEMORY_LIMIT, where --hami names a build). Workloads:
 
   train   a ResNet-like PyTorch training step (probe.py's resnet18_like), STEPS steps after
@@ -111,14 +111,17 @@ class Ways:
             else:
                 info("no HAMi-core build at %s: the hami way is left out" % a.hami)
 
-    def prefix(self, way):
+    def prefix(self, way, workload):
+        """The command prefix of a way; in the pool way each workload has a pool of its own
+        (the training worker holds its memory while the loops run); HAMi-core's shared
+        cache file, which sums its processes, likewise."""
         if way == "gpucap":
             return [self.cli, "run", "--limit", str(self.cap), "--"]
         if way == "pool":
-            return [self.cli, "run", "--limit", str(self.cap), "--pool", self.pool, "--"]
+            return [self.cli, "run", "--limit", str(self.cap), "--pool", "%s%s" % (self.pool, workload), "--"]
         if way == "hami":
             return ["env", "LD_PRELOAD=" + self.hami, "CUDA_DEVICE_MEMORY_LIMIT=%dm" % (self.cap >> 20),
-                    "LIBCUDA_LOG_LEVEL=0", "CUDA_DEVICE_MEMORY_SHARED_CACHE=%s/hami.cache" % self.tmp]
+                    "LIBCUDA_LOG_LEVEL=0", "CUDA_DEVICE_MEMORY_SHARED_CACHE=%s/hami-%s.cache" % (self.tmp, workload)]
         return []
 
     def judge_total(self, way, total, where):
@@ -133,7 +136,7 @@ class Ways:
 def run_once(ways, way, cmd, timeout):
     """One launchbench run: (value, total)."""
     try:
-        o = subprocess.run(ways.prefix(way) + cmd, env=ways.env, capture_output=True, text=True, timeout=timeout,
+        o = subprocess.run(ways.prefix(way, cmd[1]) + cmd, env=ways.env, capture_output=True, text=True, timeout=timeout,
                            stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         fail("%s run of %s timed out after %d s" % (way, " ".join(cmd), timeout))
@@ -158,7 +161,7 @@ def start_workers(a, ways):
     """One training worker per way, started one after another (each context made alone)."""
     workers = {}
     for way in ways.names:
-        c = Child(ways.prefix(way) + [sys.executable, os.path.abspath(__file__), "worker", "--steps",
+        c = Child(ways.prefix(way, "train") + [sys.executable, os.path.abspath(__file__), "worker", "--steps",
                                       str(a.train_steps), "--warmup", str(a.warmup), "--batch", str(a.batch),
                                       "--image", str(a.image)], a.timeout, env=ways.env)
         workers[way] = c
