@@ -386,21 +386,30 @@ fn a_part_running_late_is_stopped_and_the_rest_skipped() {
     assert_eq!(files(&out), ["logs.tar.gz", "results.json", "summary.txt"]);
 }
 
-#[test]
-fn without_a_gpu_every_check_and_the_first_use_skip() {
+/// gpu-run.sh OUT ARGS with no NVIDIA driver (a PATH without nvidia-smi, no libcuda),
+/// or None where this machine has one.
+fn without_a_gpu(name: &str, args: &[&str]) -> Option<(PathBuf, Output)> {
     for d in ["/usr/bin", "/bin"] {
         if Path::new(d).join("nvidia-smi").exists() {
             eprintln!("SKIP: {d}/nvidia-smi exists: this machine has an NVIDIA driver");
-            return;
+            return None;
         }
     }
-    let dir = scratch("gpu-run-no-gpu");
+    let dir = scratch(name);
     let out = dir.join("out");
     let o = run(Command::new(script())
         .arg(&out)
-        .args(["--parts", "checks,first-use"])
+        .args(args)
         .env("PATH", "/usr/bin:/bin")
         .env("LD_LIBRARY_PATH", dir.join("no-driver")));
+    Some((out, o))
+}
+
+#[test]
+fn without_a_gpu_every_check_and_the_first_use_skip() {
+    let Some((out, o)) = without_a_gpu("gpu-run-no-gpu", &["--parts", "checks,first-use"]) else {
+        return;
+    };
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
@@ -651,19 +660,10 @@ fn the_rest_leaves_out_what_the_first_set_ran() {
     // `--parts rest`, the second command of a lent GPU: its checks part runs every check
     // but those of the first set's parts (run by `--parts first`). Without a GPU each
     // check is listed, skipped, so the list is the checks part's selection.
-    for d in ["/usr/bin", "/bin"] {
-        if Path::new(d).join("nvidia-smi").exists() {
-            eprintln!("SKIP: {d}/nvidia-smi exists: this machine has an NVIDIA driver");
-            return;
-        }
-    }
-    let dir = scratch("gpu-run-rest");
-    let out = dir.join("out");
-    let o = run(Command::new(script())
-        .arg(&out)
-        .args(["--parts", "rest", "--budget", "120"])
-        .env("PATH", "/usr/bin:/bin")
-        .env("LD_LIBRARY_PATH", dir.join("no-driver")));
+    let Some((out, o)) = without_a_gpu("gpu-run-rest", &["--parts", "rest", "--budget", "120"])
+    else {
+        return;
+    };
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let parts = statuses(&v, "parts");

@@ -13,42 +13,10 @@
 // iterations) and print "RESULT <ns per pair/op> iterations=N" as the last line.
 // Any driver error prints "FAIL: ..." and exits 1. Uses the primary context of device
 // 0 (CUDA_VISIBLE_DEVICES picks the GPU).
-#include <cuda.h>
-
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-static void check(CUresult rc, const char *what) {
-    if (rc != CUDA_SUCCESS) {
-        const char *name = nullptr;
-        if (cuGetErrorName(rc, &name) != CUDA_SUCCESS || name == nullptr) {
-            name = "?";
-        }
-        printf("FAIL: %s -> %s (%d)\n", what, name, int(rc));
-        fflush(stdout);
-        exit(1);
-    }
-}
-
-static CUcontext init_context() {
-    check(cuInit(0), "cuInit");
-    CUdevice dev = 0;
-    check(cuDeviceGet(&dev, 0), "cuDeviceGet(0)");
-    CUcontext ctx = nullptr;
-    check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-    return ctx;
-}
-
-static int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
+#include "drv_common.h"
 
 static unsigned long long parse_u64(const char *s, const char *what) {
     char *end = nullptr;

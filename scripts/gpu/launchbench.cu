@@ -13,31 +13,9 @@
 // total as this process sees it: under gpucap the cap) and "COUNTER <value> <expected>"
 // (the counter read back: a real GPU ran every launch; the fake GPU runs none). Any driver
 // error prints "FAIL: ..." and exits 1. Device 0's primary context.
-#include <cuda.h>
-
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
-static void check(CUresult rc, const char *what) {
-    if (rc != CUDA_SUCCESS) {
-        const char *name = nullptr;
-        if (cuGetErrorName(rc, &name) != CUDA_SUCCESS || name == nullptr) {
-            name = "?";
-        }
-        printf("FAIL: %s -> %s (%d)\n", what, name, int(rc));
-        fflush(stdout);
-        exit(1);
-    }
-}
-
-static int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
+#include "drv_common.h"
 
 static const char PTX[] =
     ".version 7.0\n"
@@ -66,12 +44,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "launchbench: bad count '%s' (a positive whole number)\n", argv[2]);
         return 2;
     }
-    check(cuInit(0), "cuInit");
-    CUdevice dev = 0;
-    check(cuDeviceGet(&dev, 0), "cuDeviceGet(0)");
-    CUcontext ctx = nullptr;
-    check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    init_context();
     size_t free_b = 0, total_b = 0;
     check(cuMemGetInfo(&free_b, &total_b), "cuMemGetInfo");
     printf("TOTAL %zu\n", total_b);

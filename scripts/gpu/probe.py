@@ -1011,14 +1011,15 @@ def resnet18_like(torch, num_classes=10):
     return nn.Sequential(*layers)
 
 
-def cmd_train(a):
-    import torch
+def training_step(torch, batch, image):
+    """One SGD step of resnet18_like on a fixed random batch (a function returning the
+    loss): the step both training benchmarks time (train, scripts/gpu/step_cost.py)."""
     torch.manual_seed(0)
     model = resnet18_like(torch).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.randn(a.batch, 3, a.image, a.image, device="cuda")
-    y = torch.randint(0, 10, (a.batch,), device="cuda")
+    x = torch.randn(batch, 3, image, image, device="cuda")
+    y = torch.randint(0, 10, (batch,), device="cuda")
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -1027,6 +1028,12 @@ def cmd_train(a):
         opt.step()
         return loss
 
+    return step
+
+
+def cmd_train(a):
+    import torch
+    step = training_step(torch, a.batch, a.image)
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()

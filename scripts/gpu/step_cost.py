@@ -58,31 +58,16 @@ def worker(argv):
     ap.add_argument("--image", type=int, required=True)
     a = ap.parse_args(argv)
     import torch
-    from probe import resnet18_like
+    from probe import training_step
     torch.zeros(1, device="cuda")
     free, total = torch.cuda.mem_get_info()
     print("CTX total=%d free=%d" % (total, free), flush=True)
-    torch.manual_seed(0)
-    model = resnet18_like(torch).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.randn(a.batch, 3, a.image, a.image, device="cuda")
-    y = torch.randint(0, 10, (a.batch,), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = training_step(torch, a.batch, a.image)
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
     print("READY total=%d" % total, flush=True)
-    for line in sys.stdin:
-        if line.strip() != "run":
-            break
+    while sys.stdin.readline().strip() == "run":
         t0 = time.perf_counter()
         for _ in range(a.steps):
             loss = step()
