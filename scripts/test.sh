@@ -10,7 +10,8 @@
 # target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
 # target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
 # (kubernetes-validate); Prometheus's promtool (tests/metrics.rs) in target/promtool,
-# taken from Debian's package prometheus; mdBook (the book under docs/) in target/venv-mdbook.
+# taken from Debian's package prometheus; mdBook (the book under docs/) in target/venv-mdbook;
+# maturin and auditwheel (the wheel, scripts/build-wheel.sh) in target/venv-maturin.
 # They are reused when already there. PyTorch and JAX are too large for every run:
 # scripts/frameworks.sh installs and checks them.
 set -euo pipefail
@@ -205,6 +206,14 @@ else
 fi
 echo "mdbook: $("$MDBOOK" --version)"
 
+# The wheel (tests/wheel.rs installs it into a fresh venv with no Rust on PATH):
+# scripts/build-wheel.sh, with maturin and auditwheel from PyPI in target/venv-maturin.
+section "Wheel (scripts/build-wheel.sh)"
+WHEEL=$(scripts/build-wheel.sh | tail -n 1)
+[ -f "$WHEEL" ] || die "scripts/build-wheel.sh built no wheel"
+WHEEL=$ROOT/$WHEEL
+echo "wheel: $WHEEL ($(stat -c %s "$WHEEL") bytes)"
+
 section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
@@ -213,6 +222,7 @@ export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
 export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
 export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
 export GPUCAP_TEST_MDBOOK="$MDBOOK"
+export GPUCAP_TEST_WHEEL="$WHEEL"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 status=0
 cargo test --release --workspace --no-fail-fast || status=$?

@@ -43,7 +43,8 @@ environment:
                         unset = allocations are counted, not capped
   GPUCAP_LOG            off, error, warn (default), info (adds a summary per GPU at
                         exit) or debug
-  GPUCAP_LIB            the path of libgpucap.so (default: beside the gpucap executable)
+  GPUCAP_LIB            the path of libgpucap.so (default: beside the gpucap executable,
+                        else in the gpucap Python package that pip installed with it)
   GPUCAP_GROWTH         1/0, true/false, yes/no, on/off: growth-only mode (memory the
                         program frees stays with the process and serves it again)
   GPUCAP_REPORT         a file path: write a JSON usage report there at exit (%p = the
