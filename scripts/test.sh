@@ -11,7 +11,8 @@
 # target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
 # (kubernetes-validate); Prometheus's promtool (tests/metrics.rs) in target/promtool,
 # taken from Debian's package prometheus; mdBook (the book under docs/) in target/venv-mdbook;
-# maturin and auditwheel (the wheel, scripts/build-wheel.sh) in target/venv-maturin.
+# maturin and auditwheel (the wheel, scripts/build-wheel.sh) in target/venv-maturin;
+# jupyter_client and ipykernel (capped kernels, tests/wheel.rs) in target/venv-jupyter.
 # They are reused when already there. PyTorch and JAX are too large for every run:
 # scripts/frameworks.sh installs and checks them.
 set -euo pipefail
@@ -206,6 +207,23 @@ else
 fi
 echo "mdbook: $("$MDBOOK" --version)"
 
+# Jupyter (tests/wheel.rs starts a kernel that `gpucap jupyter install` wrote): the
+# maintained jupyter_client and ipykernel, with cuda-bindings and nvidia-ml-py for the
+# kernel's GPU cells, pinned, in target/venv-jupyter.
+section "Jupyter (jupyter_client, ipykernel)"
+jupyter_pins=(jupyter-client==8.10.0 ipykernel==7.4.0 cuda-bindings==13.5.0 nvidia-ml-py==13.615.71)
+jupyter_probe='import sys; from importlib.metadata import version; import jupyter_client, ipykernel, pynvml; from cuda.bindings import driver; pins = [a.split("==") for a in sys.argv[1:]]; print(" ".join(f"{p}=={version(p)}" for p, _ in pins)); sys.exit(any(version(p) != v for p, v in pins))'
+if [ -x target/venv-jupyter/bin/python ] && target/venv-jupyter/bin/python -c "$jupyter_probe" "${jupyter_pins[@]}" >/dev/null 2>&1; then
+    echo "reusing target/venv-jupyter"
+else
+    echo "creating target/venv-jupyter with ${jupyter_pins[*]}"
+    rm -rf target/venv-jupyter
+    python3 -m venv target/venv-jupyter
+    target/venv-jupyter/bin/python -m pip install -q "${jupyter_pins[@]}"
+fi
+v=$(target/venv-jupyter/bin/python -c "$jupyter_probe" "${jupyter_pins[@]}") || die "target/venv-jupyter does not hold ${jupyter_pins[*]}"
+echo "target/venv-jupyter: $v"
+
 # The wheel (tests/wheel.rs installs it into a fresh venv with no Rust on PATH):
 # scripts/build-wheel.sh, with maturin and auditwheel from PyPI in target/venv-maturin.
 section "Wheel (scripts/build-wheel.sh)"
@@ -223,6 +241,7 @@ export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
 export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
 export GPUCAP_TEST_MDBOOK="$MDBOOK"
 export GPUCAP_TEST_WHEEL="$WHEEL"
+export GPUCAP_TEST_PYTHON_JUPYTER="$ROOT/target/venv-jupyter/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 status=0
 cargo test --release --workspace --no-fail-fast || status=$?

@@ -28,7 +28,11 @@ fn wheel() -> Option<PathBuf> {
         return None;
     };
     let w = PathBuf::from(w);
-    assert!(w.is_file(), "GPUCAP_TEST_WHEEL={} does not exist", w.display());
+    assert!(
+        w.is_file(),
+        "GPUCAP_TEST_WHEEL={} does not exist",
+        w.display()
+    );
     Some(w)
 }
 
@@ -37,7 +41,11 @@ fn wheel() -> Option<PathBuf> {
 pub fn path_without_rust() -> OsString {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let kept: Vec<PathBuf> = std::env::split_paths(&path)
-        .filter(|d| !["cargo", "rustc", "rustup"].iter().any(|t| d.join(t).exists()))
+        .filter(|d| {
+            !["cargo", "rustc", "rustup"]
+                .iter()
+                .any(|t| d.join(t).exists())
+        })
         .collect();
     std::env::join_paths(kept).unwrap()
 }
@@ -95,7 +103,9 @@ fn install(wheel: &Path) -> Installed {
         let found = std::env::split_paths(&rustless).find(|d| d.join(tool).exists());
         assert!(found.is_none(), "{tool} is still on the scrubbed PATH");
     }
-    let o = run(without_rust("python3", &rustless).args(["-m", "venv"]).arg(&venv));
+    let o = run(without_rust("python3", &rustless)
+        .args(["-m", "venv"])
+        .arg(&venv));
     assert_ok(&o);
     let o = run(without_rust(venv.join("bin/python"), &rustless)
         .args([
@@ -215,7 +225,15 @@ fn the_entrypoint_finds_pips_gpucap_and_its_library() {
     let dir = scratch("wheel-entrypoint");
     let target = dir.join("site");
     let o = run(without_rust(inst.bin("python"), &inst.path)
-        .args(["-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--target",
+        ])
         .arg(&target)
         .arg(&wheel));
     assert_ok(&o);
@@ -231,7 +249,11 @@ fn the_entrypoint_finds_pips_gpucap_and_its_library() {
     std::fs::copy(root().join("scripts/docker-entrypoint.sh"), &entrypoint).unwrap();
     let o = run(without_rust("sh", &path)
         .arg(&entrypoint)
-        .args(["sh", "-c", "printf '%s|%s' \"$LD_PRELOAD\" \"$GPUCAP_LIMIT\""])
+        .args([
+            "sh",
+            "-c",
+            "printf '%s|%s' \"$LD_PRELOAD\" \"$GPUCAP_LIMIT\"",
+        ])
         .env("GPUCAP_LIMIT", "2Gi")
         .env("GPUCAP_POOL_DIR", &pools));
     assert_ok(&o);
@@ -248,4 +270,145 @@ fn the_entrypoint_finds_pips_gpucap_and_its_library() {
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("unknown unit \"Gx\""), "{}", dump(&o));
     assert!(!stdout(&o).contains("ran"), "{}", dump(&o));
+}
+
+/// The environment of a Jupyter of its own: data, config, runtime and IPython
+/// directories in `dir`, nothing from this user's.
+fn jupyter_env(cmd: &mut Command, dir: &Path) {
+    for (var, sub) in [
+        ("HOME", "home"),
+        ("JUPYTER_DATA_DIR", "data"),
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("IPYTHONDIR", "ipython"),
+    ] {
+        cmd.env(var, dir.join(sub));
+    }
+    cmd.env_remove("JUPYTER_PATH")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("VIRTUAL_ENV");
+}
+
+#[test]
+fn a_kernel_installed_by_gpucap_jupyter_is_capped() {
+    let Some(inst) = installed() else { return };
+    let Some(python) = client_python(
+        "GPUCAP_TEST_PYTHON_JUPYTER",
+        "jupyter_client, ipykernel, cuda-bindings 13 and nvidia-ml-py",
+    ) else {
+        return;
+    };
+    let dir = scratch("wheel-jupyter");
+    // The installed gpucap first, then the Jupyter environment's jupyter (which
+    // `gpucap jupyter install` asks for the kernel to wrap), then no Rust.
+    let jupyter_bin = python.parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(
+        [inst.venv.join("bin"), jupyter_bin.clone()]
+            .into_iter()
+            .chain(std::env::split_paths(&path_without_rust())),
+    )
+    .unwrap();
+    let gpucap = |args: &[&str]| {
+        let mut cmd = without_rust("gpucap", &path);
+        jupyter_env(&mut cmd, &dir);
+        cmd.args(args);
+        run(&mut cmd)
+    };
+    let kernels = dir.join("data").join("kernels");
+
+    // A bad cap: gpucap's message, and nothing written.
+    let o = gpucap(&["jupyter", "install", "--limit", "8Gx"]);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(stderr(&o).contains("unknown unit \"Gx\""), "{}", dump(&o));
+    assert!(!kernels.exists(), "{} was written", kernels.display());
+
+    let o = gpucap(&["jupyter", "install", "--limit", "1Gi", "--name", "capped"]);
+    assert_ok(&o);
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(kernels.join("capped/kernel.json")).unwrap())
+            .unwrap();
+    let argv: Vec<&str> = spec["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let installed_gpucap = inst.bin("gpucap").canonicalize().unwrap();
+    assert_eq!(argv[0], installed_gpucap.to_str().unwrap(), "{spec}");
+    assert_eq!(argv[1..5], ["run", "--limit", "1Gi", "--"], "{spec}");
+    // The wrapped kernel: the Jupyter environment's own Python, running ipykernel.
+    assert!(
+        Path::new(argv[5]).starts_with(jupyter_bin.parent().unwrap()),
+        "{spec}"
+    );
+    assert!(argv.contains(&"{connection_file}"), "{spec}");
+    assert_eq!(spec["language"], "python", "{spec}");
+    assert_eq!(
+        spec["display_name"], "Python 3 (ipykernel) [gpucap 1Gi]",
+        "{spec}"
+    );
+    let o = gpucap(&["jupyter", "list"]);
+    assert_ok(&o);
+    assert!(stdout(&o).starts_with("capped\t"), "{}", dump(&o));
+    assert_eq!(stdout(&o).lines().count(), 1, "{}", dump(&o));
+
+    // Started by jupyter_client as a notebook server starts it, on the fake GPU.
+    let kernel_stderr = dir.join("kernel.stderr");
+    let mut cmd = without_rust(&python, &path);
+    jupyter_env(&mut cmd, &dir);
+    cmd.arg(root().join("tests/clients/jupyter_kernel_client.py"))
+        .arg("capped")
+        .arg(&kernel_stderr)
+        .args(["256", "900"])
+        .env("LD_LIBRARY_PATH", fake_lib_dir())
+        .env("FAKECUDA_TOTAL_MEM", "16Gi");
+    let o = run(&mut cmd);
+    let log = std::fs::read_to_string(&kernel_stderr).unwrap_or_default();
+    assert!(
+        o.status.success(),
+        "{}\n--- kernel's stderr\n{log}",
+        dump(&o)
+    );
+    let cells: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let cell = |name: &str, key: &str| cells[name][key].as_str().unwrap_or("").to_string();
+    for name in ["setup", "info", "under", "after"] {
+        assert_eq!(cell(name, "status"), "ok", "{name}: {cells:#}\n{log}");
+    }
+    // cuMemGetInfo and NVML inside the kernel show the cap.
+    let info = cell("info", "stdout");
+    assert!(
+        info.contains(&format!("mem_get_info free={GIB} total={GIB}\n")),
+        "{info}"
+    );
+    assert!(info.contains(&format!("nvml total={GIB} ")), "{info}");
+    assert_eq!(cell("under", "stdout"), "alloc 256 ok\n", "{cells:#}");
+    // Over the cap: the out-of-memory error in the reply, gpucap's line in the kernel's
+    // stderr (forwarded to the notebook, and in the kernel's log).
+    assert_eq!(cell("over", "status"), "error", "{cells:#}");
+    assert_eq!(cell("over", "ename"), "MemoryError", "{cells:#}");
+    assert!(
+        cell("over", "evalue").contains("CUDA_ERROR_OUT_OF_MEMORY"),
+        "{cells:#}"
+    );
+    let line = "gpucap: refused cuMemAlloc of 900 MiB on GPU 0";
+    assert!(cell("over", "stderr").contains(line), "{cells:#}");
+    assert!(log.contains(line), "the kernel's stderr:\n{log}");
+    // And the kernel is alive afterwards: a further cell runs, and allocates.
+    assert_eq!(
+        cell("after", "stdout"),
+        "alive 42\nalloc 256 ok\n",
+        "{cells:#}"
+    );
+    assert_eq!(cells["alive_at_end"], true, "{cells:#}");
+
+    // remove: gpucap's kernel only.
+    let o = gpucap(&["jupyter", "remove", "python3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(stderr(&o).contains("not written by gpucap"), "{}", dump(&o));
+    let o = gpucap(&["jupyter", "remove", "capped"]);
+    assert_ok(&o);
+    assert!(!kernels.join("capped").exists());
+    let o = gpucap(&["jupyter", "list"]);
+    assert_ok(&o);
+    assert_eq!(stdout(&o), "", "{}", dump(&o));
 }
