@@ -71,6 +71,16 @@ pub fn without_rust(program: impl AsRef<std::ffi::OsStr>, path: &OsString) -> Co
     cmd
 }
 
+/// `python -m pip install WHEEL` offline (the wheel has no dependencies), `extra` first.
+fn pip_install(python: &Path, path: &OsString, extra: &[&std::ffi::OsStr], wheel: &Path) {
+    let o = run(without_rust(python, path)
+        .args(["-m", "pip", "install", "-q", "--no-index", "--no-deps"])
+        .args(["--no-cache-dir", "--disable-pip-version-check"])
+        .args(extra)
+        .arg(wheel));
+    assert_ok(&o);
+}
+
 /// A fresh venv with the wheel installed by pip, without Rust on PATH.
 pub struct Installed {
     pub venv: PathBuf,
@@ -107,19 +117,7 @@ fn install(wheel: &Path) -> Installed {
         .args(["-m", "venv"])
         .arg(&venv));
     assert_ok(&o);
-    let o = run(without_rust(venv.join("bin/python"), &rustless)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--no-deps",
-            "--no-cache-dir",
-            "--disable-pip-version-check",
-        ])
-        .arg(wheel));
-    assert_ok(&o);
+    pip_install(&venv.join("bin/python"), &rustless, &[], wheel);
     let mut path = vec![venv.join("bin")];
     path.extend(std::env::split_paths(&rustless));
     Installed {
@@ -224,19 +222,12 @@ fn the_entrypoint_finds_pips_gpucap_and_its_library() {
     // entrypoint writes gpucap.env beside the library, which the shared venv must not get.
     let dir = scratch("wheel-entrypoint");
     let target = dir.join("site");
-    let o = run(without_rust(inst.bin("python"), &inst.path)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--no-deps",
-            "--target",
-        ])
-        .arg(&target)
-        .arg(&wheel));
-    assert_ok(&o);
+    pip_install(
+        &inst.bin("python"),
+        &inst.path,
+        &["--target".as_ref(), target.as_os_str()],
+        &wheel,
+    );
     let lib = target.join("gpucap").join("libgpucap.so");
     let path = std::env::join_paths(
         std::iter::once(target.join("bin")).chain(std::env::split_paths(&path_without_rust())),

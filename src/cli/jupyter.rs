@@ -435,3 +435,147 @@ pub fn remove(name: &str) -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot remove {}: {e}", k.resource_dir.display()))?;
     Ok(k.resource_dir.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn install(limit: &str, pool: Option<&str>) -> JupyterInstall {
+        JupyterInstall {
+            overrides: Overrides {
+                limit: Some(limit.into()),
+                pool: pool.map(Into::into),
+                ..Overrides::default()
+            },
+            kernel: "python3".into(),
+            name: None,
+            display_name: None,
+            scope: KernelScope::User,
+        }
+    }
+
+    #[test]
+    fn names_and_suffixes() {
+        let i = install("8Gi", None);
+        assert_eq!(default_name("python3", &i.overrides), "python3-gpucap-8gi");
+        assert_eq!(cap_suffix(&i.overrides), "[gpucap 8Gi]");
+        let i = install("0=8Gi,1=50%", Some("team"));
+        assert_eq!(
+            default_name("python3", &i.overrides),
+            "python3-gpucap-0-8gi-1-50"
+        );
+        assert_eq!(cap_suffix(&i.overrides), "[gpucap 0=8Gi,1=50%, pool team]");
+        assert!(crate::args::valid_kernel_name(&default_name(
+            "python3",
+            &i.overrides
+        )));
+        let mut o = i.overrides.clone();
+        o.growth = true;
+        o.guarantee = Some("2Gi".into());
+        assert_eq!(
+            run_flags(&o),
+            [
+                "--limit",
+                "0=8Gi,1=50%",
+                "--pool",
+                "team",
+                "--guarantee",
+                "2Gi",
+                "--growth"
+            ]
+        );
+    }
+
+    fn listed(argv: Value, dir: &Path) -> KernelSpec {
+        let json = json!({"kernelspecs": {"python3": {"resource_dir": dir, "spec": {
+            "argv": argv, "display_name": "Python 3 (ipykernel)", "language": "python",
+            "env": {"A": "1"}, "metadata": {"debugger": true}}}}});
+        parse_list(&json.to_string()).unwrap().remove(0)
+    }
+
+    #[test]
+    fn wrapping_a_kernel() {
+        let root = std::env::temp_dir().join(format!("gpucap-jupyter-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let dir = root.join("venv/share/jupyter/kernels/python3");
+        fs::create_dir_all(&dir).unwrap();
+        fs::create_dir_all(root.join("venv/bin")).unwrap();
+        fs::write(root.join("venv/bin/python"), b"").unwrap();
+        let k = listed(
+            json!([
+                "python",
+                "-m",
+                "ipykernel_launcher",
+                "-f",
+                "{connection_file}"
+            ]),
+            &dir,
+        );
+        let spec = wrap(&k, &install("1Gi", None), Path::new("/x/gpucap"), None).unwrap();
+        let python = root.join("venv/bin/python");
+        assert_eq!(
+            spec["argv"],
+            json!([
+                "/x/gpucap",
+                "run",
+                "--limit",
+                "1Gi",
+                "--",
+                python,
+                "-m",
+                "ipykernel_launcher",
+                "-f",
+                "{connection_file}"
+            ])
+        );
+        assert_eq!(spec["display_name"], "Python 3 (ipykernel) [gpucap 1Gi]");
+        assert_eq!(spec["language"], "python");
+        assert_eq!(spec["env"], json!({"A": "1"}));
+        assert_eq!(spec["metadata"]["debugger"], true);
+        assert_eq!(spec["metadata"]["gpucap"]["wraps"], "python3");
+        // An absolute interpreter stays as it is; a gpucap kernel is not wrapped again.
+        let k = listed(json!(["/opt/py/bin/python3", "-m", "ipykernel"]), &dir);
+        let spec = wrap(&k, &install("1Gi", None), Path::new("/x/gpucap"), None).unwrap();
+        assert_eq!(spec["argv"][5], "/opt/py/bin/python3");
+        let again = KernelSpec {
+            spec: spec.clone(),
+            ..k.clone()
+        };
+        let e = wrap(&again, &install("1Gi", None), Path::new("/x/gpucap"), None).unwrap_err();
+        assert!(e.contains("already one of gpucap's"), "{e}");
+        // No python to be found: the error says so.
+        let elsewhere = root.join("elsewhere/kernels/python3");
+        let k = listed(json!(["python3.99", "-m", "ipykernel"]), &elsewhere);
+        let e = wrap(&k, &install("1Gi", None), Path::new("/x/gpucap"), None).unwrap_err();
+        assert!(e.contains("python3.99"), "{e}");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn scanning_data_directories() {
+        let root = std::env::temp_dir().join(format!("gpucap-jscan-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        for (d, name, shown) in [("a", "k", "first"), ("b", "k", "second"), ("b", "m", "m")] {
+            let dir = root.join(d).join("kernels").join(name);
+            fs::create_dir_all(&dir).unwrap();
+            let spec = json!({"argv": ["x"], "display_name": shown, "language": "python"});
+            fs::write(dir.join("kernel.json"), spec.to_string()).unwrap();
+        }
+        let found = scan(&[root.join("a"), root.join("b")]);
+        let names: Vec<(&str, &str)> = found
+            .iter()
+            .map(|k| (k.name.as_str(), k.spec["display_name"].as_str().unwrap()))
+            .collect();
+        assert_eq!(names, [("k", "first"), ("m", "m")]);
+        let env = |k: &str| match k {
+            "HOME" => Some(OsString::from("/home/ada")),
+            _ => None,
+        };
+        assert_eq!(
+            user_data_dir(&env).unwrap(),
+            Path::new("/home/ada/.local/share/jupyter")
+        );
+        fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -33,7 +33,7 @@ pub struct JupyterInstall {
 /// `gpucap jupyter ...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JupyterCommand {
-    Install(JupyterInstall),
+    Install(Box<JupyterInstall>),
     /// `list`: the kernelspecs gpucap wrote.
     List,
     /// `remove NAME`: one of them.
@@ -245,13 +245,15 @@ fn parse_install(mut parser: Parser) -> Result<Command, UsageError> {
             ));
         }
     }
-    Ok(Command::Jupyter(JupyterCommand::Install(JupyterInstall {
-        overrides: o,
-        kernel: kernel.unwrap_or_else(|| "python3".to_string()),
-        name,
-        display_name,
-        scope: scope.unwrap_or(KernelScope::User),
-    })))
+    Ok(Command::Jupyter(JupyterCommand::Install(Box::new(
+        JupyterInstall {
+            overrides: o,
+            kernel: kernel.unwrap_or_else(|| "python3".to_string()),
+            name,
+            display_name,
+            scope: scope.unwrap_or(KernelScope::User),
+        },
+    ))))
 }
 
 #[cfg(test)]
