@@ -5,8 +5,10 @@
 #   CMD ["python", "train.py"]
 #
 # 1. Finds gpucap and libgpucap.so: in $GPUCAP_HOME if set, else in this script's own
-#    directory (symlinks resolved) if they are there, else in /usr/local/lib/gpucap.
-#    GPUCAP_LIB, if set, names the library instead.
+#    directory (symlinks resolved) if they are there, else in /usr/local/lib/gpucap if
+#    gpucap is there, else the gpucap on PATH (`pip install gpucap`: the library is in
+#    its Python package, where `gpucap check` finds it). GPUCAP_LIB, if set, names the
+#    library instead.
 # 2. One budget for the whole container: unless GPUCAP_POOL (or HAMi-core's
 #    CUDA_DEVICE_MEMORY_SHARED_CACHE) is set, exports GPUCAP_POOL=container, so that
 #    every process of the container that uses CUDA draws on one cap per GPU (the pool
@@ -49,15 +51,30 @@ if [ -n "${GPUCAP_HOME:-}" ]; then
     home=$GPUCAP_HOME
 elif [ -x "$here/gpucap" ] && [ -f "$here/libgpucap.so" ]; then
     home=$here
+elif [ ! -x /usr/local/lib/gpucap/gpucap ] && command -v gpucap >/dev/null 2>&1; then
+    home=
 else
     home=/usr/local/lib/gpucap
 fi
-gpucap=$home/gpucap
-lib=${GPUCAP_LIB:-$home/libgpucap.so}
+[ "$#" -gt 0 ] || die "no command to run (give the container a command, e.g. docker run IMAGE python train.py)"
+if [ -n "$home" ]; then
+    gpucap=$home/gpucap
+    lib=${GPUCAP_LIB:-$home/libgpucap.so}
+else
+    # pip's gpucap: it knows where its library is (the line "library: PATH" of check,
+    # which also validates the configuration, as below).
+    gpucap=$(command -v gpucap)
+    out=$("$gpucap" check 2>&1)
+    status=$?
+    if [ "$status" -ne 0 ]; then
+        printf '%s\n' "$out" >&2
+        die "the gpucap configuration is not valid (status $status): not starting $1"
+    fi
+    lib=$(printf '%s\n' "$out" | sed -n 's/^library: //p' | head -n 1)
+fi
 
 [ -x "$gpucap" ] || die "cannot find gpucap at $gpucap (set GPUCAP_HOME to the directory that holds gpucap and libgpucap.so)"
 [ -f "$lib" ] || die "cannot find libgpucap.so at $lib (set GPUCAP_HOME, or GPUCAP_LIB to the library)"
-[ "$#" -gt 0 ] || die "no command to run (give the container a command, e.g. docker run IMAGE python train.py)"
 # LD_PRELOAD and /etc/ld.so.preload split their lists on spaces and colons, with no escape.
 case $lib in
     *[[:space:]:]*) die "the path of libgpucap.so ($lib) contains a space or a colon, which LD_PRELOAD and /etc/ld.so.preload cannot express: install gpucap in a directory without them (GPUCAP_HOME), or set GPUCAP_LIB to such a path" ;;

@@ -10,7 +10,9 @@
 # target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
 # target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
 # (kubernetes-validate); Prometheus's promtool (tests/metrics.rs) in target/promtool,
-# taken from Debian's package prometheus; mdBook (the book under docs/) in target/venv-mdbook.
+# taken from Debian's package prometheus; mdBook (the book under docs/) in target/venv-mdbook;
+# maturin and auditwheel (the wheel, scripts/build-wheel.sh) in target/venv-maturin;
+# jupyter_client and ipykernel (capped kernels, tests/wheel.rs) in target/venv-jupyter.
 # They are reused when already there. PyTorch and JAX are too large for every run:
 # scripts/frameworks.sh installs and checks them.
 set -euo pipefail
@@ -94,6 +96,25 @@ make_venv() {
     echo "$dir: cuda-bindings $v"
 }
 
+# pinned_venv DIR IMPORTS NAME==VERSION...: a virtual environment in DIR with exactly these
+# packages, in which IMPORTS (Python import statements) work; reused when it already is.
+pinned_venv() {
+    local dir=$1 imports=$2
+    shift 2
+    local probe="import sys; from importlib.metadata import version; $imports; pins = [a.split('==') for a in sys.argv[1:]]; print(' '.join(f'{p}=={version(p)}' for p, _ in pins)); sys.exit(any(version(p) != v for p, v in pins))"
+    if [ -x "$dir/bin/python" ] && "$dir/bin/python" -c "$probe" "$@" >/dev/null 2>&1; then
+        echo "reusing $dir"
+    else
+        echo "creating $dir with $*"
+        rm -rf "$dir"
+        python3 -m venv "$dir"
+        "$dir/bin/python" -m pip install -q "$@"
+    fi
+    local v
+    v=$("$dir/bin/python" -c "$probe" "$@") || die "$dir does not hold $*"
+    echo "$dir: $v"
+}
+
 section "Python clients (cuda-bindings 12.x and 13.x)"
 make_venv target/venv-cb12 12 "cuda-bindings>=12,<13"
 make_venv target/venv-cb13 13 "cuda-bindings>=13,<14"
@@ -116,18 +137,8 @@ echo "target/venv-nvml: nvidia-ml-py $v"
 # OpenAPI schemas of every Kubernetes version it knows, so validation runs offline. Pinned,
 # with the two packages that decide what passes (the JSON-schema validator, the YAML parser).
 section "Kubernetes manifest validator (kubernetes-validate)"
-k8s_pins=(kubernetes-validate==1.37.0 jsonschema==4.26.0 PyYAML==6.0.3)
-k8s_probe='import sys; from importlib.metadata import version; import kubernetes_validate.utils, yaml; pins = [a.split("==") for a in sys.argv[1:]]; print(" ".join(f"{p}=={version(p)}" for p, _ in pins)); sys.exit(any(version(p) != v for p, v in pins))'
-if [ -x target/venv-k8s/bin/python ] && target/venv-k8s/bin/python -c "$k8s_probe" "${k8s_pins[@]}" >/dev/null 2>&1; then
-    echo "reusing target/venv-k8s"
-else
-    echo "creating target/venv-k8s with ${k8s_pins[*]}"
-    rm -rf target/venv-k8s
-    python3 -m venv target/venv-k8s
-    target/venv-k8s/bin/python -m pip install -q "${k8s_pins[@]}"
-fi
-v=$(target/venv-k8s/bin/python -c "$k8s_probe" "${k8s_pins[@]}") || die "target/venv-k8s does not hold ${k8s_pins[*]}"
-echo "target/venv-k8s: $v"
+pinned_venv target/venv-k8s "import kubernetes_validate.utils, yaml" \
+    kubernetes-validate==1.37.0 jsonschema==4.26.0 PyYAML==6.0.3
 
 # CuPy (tests/frameworks.rs): cupy-cuda13x with NVIDIA's CUDA 13 runtime and NVRTC wheels,
 # pinned; about 300 MB to download. CuPy's own cudart is statically linked; NVRTC compiles
@@ -205,6 +216,21 @@ else
 fi
 echo "mdbook: $("$MDBOOK" --version)"
 
+# Jupyter (tests/wheel.rs starts a kernel that `gpucap jupyter install` wrote): the
+# maintained jupyter_client and ipykernel, with cuda-bindings and nvidia-ml-py for the
+# kernel's GPU cells, pinned, in target/venv-jupyter.
+section "Jupyter (jupyter_client, ipykernel)"
+pinned_venv target/venv-jupyter "import jupyter_client, ipykernel, pynvml; from cuda.bindings import driver" \
+    jupyter-client==8.10.0 ipykernel==7.4.0 cuda-bindings==13.5.0 nvidia-ml-py==13.615.71
+
+# The wheel (tests/wheel.rs installs it into a fresh venv with no Rust on PATH):
+# scripts/build-wheel.sh, with maturin and auditwheel from PyPI in target/venv-maturin.
+section "Wheel (scripts/build-wheel.sh)"
+WHEEL=$(scripts/build-wheel.sh | tail -n 1)
+[ -f "$WHEEL" ] || die "scripts/build-wheel.sh built no wheel"
+WHEEL=$ROOT/$WHEEL
+echo "wheel: $WHEEL ($(stat -c %s "$WHEEL") bytes)"
+
 section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
@@ -213,6 +239,8 @@ export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
 export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
 export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
 export GPUCAP_TEST_MDBOOK="$MDBOOK"
+export GPUCAP_TEST_WHEEL="$WHEEL"
+export GPUCAP_TEST_PYTHON_JUPYTER="$ROOT/target/venv-jupyter/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 status=0
 cargo test --release --workspace --no-fail-fast || status=$?

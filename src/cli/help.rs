@@ -9,6 +9,7 @@ pub enum Topic {
     Status,
     Top,
     Metrics,
+    Jupyter,
 }
 
 const GENERAL_HELP: &str = "\
@@ -25,7 +26,9 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
        gpucap status --prometheus [--pool NAME|PATH]... [--all]
        gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
        gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
-       gpucap help [run|check|status|top|metrics]
+       gpucap jupyter install --limit SPEC [--pool NAME|PATH] [--name NAME] [--user|--sys-prefix]
+       gpucap jupyter list | remove NAME
+       gpucap help [run|check|status|top|metrics|jupyter]
        gpucap --version
 
 commands:
@@ -36,6 +39,7 @@ commands:
           (--json: as one JSON object; --prometheus: pools in Prometheus's text format)
   top     show a pool, refreshed every second (Ctrl-C ends it)
   metrics serve pools to Prometheus over HTTP (GET /metrics), read at each scrape
+  jupyter install a Jupyter kernel that starts under gpucap run (capped notebooks)
   help    show this help, or the help of a command
 
 environment:
@@ -43,7 +47,8 @@ environment:
                         unset = allocations are counted, not capped
   GPUCAP_LOG            off, error, warn (default), info (adds a summary per GPU at
                         exit) or debug
-  GPUCAP_LIB            the path of libgpucap.so (default: beside the gpucap executable)
+  GPUCAP_LIB            the path of libgpucap.so (default: beside the gpucap executable,
+                        else in the gpucap Python package that pip installed with it)
   GPUCAP_GROWTH         1/0, true/false, yes/no, on/off: growth-only mode (memory the
                         program frees stays with the process and serves it again)
   GPUCAP_REPORT         a file path: write a JSON usage report there at exit (%p = the
@@ -249,6 +254,40 @@ options:
 exit status: 2 if no pool is configured, for a bad value, or when it cannot listen;
 otherwise it runs until killed (SIGTERM or Ctrl-C).";
 
+const JUPYTER_HELP: &str = "\
+usage: gpucap jupyter install [--limit SPEC] [--pool NAME|PATH] [--guarantee SPEC] [--ceiling SPEC]
+                              [--wait DURATION] [--growth] [--log LEVEL] [--kernel NAME]
+                              [--name NAME] [--display-name TEXT] [--user|--sys-prefix|--prefix DIR]
+       gpucap jupyter list | remove NAME
+
+install writes a Jupyter kernelspec (kernel.json) that starts an existing kernel (--kernel,
+default python3) under `gpucap run` with these options: its argv, after
+`gpucap run OPTIONS --`, is the wrapped kernel's (a bare python in it is resolved to the
+interpreter of the kernel's environment), its language, env and metadata are copied, and
+its display name gets the cap appended. The wrapped kernel is found with
+`jupyter kernelspec list --json` (else in Jupyter's standard data directories). The
+options are validated first, as `gpucap check` would with them: on an error nothing is
+written. list shows the kernels gpucap installed; remove deletes one (only one that gpucap
+installed).
+
+options:
+  --limit, --pool, --guarantee, --ceiling, --wait, --growth, --log
+                     as for run (at least --limit or --pool)
+  --kernel NAME      the kernelspec to wrap (default: python3)
+  --name NAME        the new kernelspec's name (default: KERNEL-gpucap-LIMIT, e.g.
+                     python3-gpucap-8gi); letters, digits, '.', '_' and '-'
+  --display-name TEXT  the name shown in Jupyter (default: the wrapped kernel's, with
+                     the cap appended: \"Python 3 (ipykernel) [gpucap 8Gi]\")
+  --user             write it in this user's Jupyter data directory (the default:
+                     $JUPYTER_DATA_DIR, else ~/.local/share/jupyter)
+  --sys-prefix       write it in the environment of the jupyter on PATH
+                     (PREFIX/share/jupyter, where PREFIX/bin holds jupyter)
+  --prefix DIR       write it in DIR/share/jupyter
+  -h, --help         show this help
+
+exit status: 2 for a usage or configuration error, or when the kernel to wrap is not
+found or the kernelspec cannot be written; 0 otherwise.";
+
 /// The help text of `topic`.
 pub fn help(topic: Topic) -> &'static str {
     match topic {
@@ -258,6 +297,7 @@ pub fn help(topic: Topic) -> &'static str {
         Topic::Status => STATUS_HELP,
         Topic::Top => TOP_HELP,
         Topic::Metrics => METRICS_HELP,
+        Topic::Jupyter => JUPYTER_HELP,
     }
 }
 
@@ -286,12 +326,13 @@ mod tests {
             (Topic::Status, "usage: gpucap status ["),
             (Topic::Top, "usage: gpucap top ["),
             (Topic::Metrics, "usage: gpucap metrics --listen"),
+            (Topic::Jupyter, "usage: gpucap jupyter install"),
         ] {
             let u = usage_of(topic).unwrap();
             assert!(u.starts_with(first), "{topic:?}: {u}");
             assert!(u.lines().count() <= 4 && !u.contains("\n\n"), "{u}");
             // Only this command's usage.
-            for other in ["run", "check", "status", "top", "metrics"] {
+            for other in ["run", "check", "status", "top", "metrics", "jupyter"] {
                 if !first.contains(other) {
                     assert!(!u.contains(&format!("gpucap {other} ")), "{topic:?}: {u}");
                 }

@@ -1,4 +1,4 @@
-//! The `gpucap` command: `run`, `check`, `status`, `top`, `metrics`, `help`, `--version`. It uses the safe core
+//! The `gpucap` command: `run`, `check`, `status`, `top`, `metrics`, `jupyter`, `help`, `--version`. It uses the safe core
 //! (`gpucap-core`: configuration, sizes, reports) and never links the shim's hooks, so
 //! this binary does not itself export dlsym or cu* symbols.
 //!
@@ -9,6 +9,7 @@
 pub mod args;
 pub mod driver;
 pub mod help;
+pub mod jupyter;
 pub mod measure;
 pub mod metrics;
 pub mod pool;
@@ -20,7 +21,7 @@ use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-use args::{Command, Overrides, PoolSet, Topic};
+use args::{Command, JupyterCommand, Overrides, PoolSet, Topic};
 
 use gpucap_core::config::{self, Config, LogLevel};
 
@@ -53,6 +54,7 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
                 Topic::Status => "gpucap help status",
                 Topic::Top => "gpucap help top",
                 Topic::Metrics => "gpucap help metrics",
+                Topic::Jupyter => "gpucap help jupyter",
             };
             if let Some(usage) = help::usage_of(e.topic) {
                 eprintln!("{usage}");
@@ -94,6 +96,46 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             interval_ms,
             iterations,
         } => top(pool, interval_ms, iterations),
+        Command::Jupyter(command) => jupyter_command(command),
+    }
+}
+
+/// `gpucap jupyter install|list|remove`. install validates its options as `check` does
+/// (printing the same report) before anything is written.
+fn jupyter_command(command: JupyterCommand) -> i32 {
+    let done = match command {
+        JupyterCommand::Install(install) => {
+            let code = check(&install.overrides, None);
+            if code != 0 {
+                eprintln!("gpucap: no kernel installed: the options above are not valid");
+                return code;
+            }
+            let Ok(exe) = std::env::current_exe() else {
+                eprintln!("gpucap: cannot find the gpucap executable's path for the kernel");
+                return EXIT_USAGE;
+            };
+            jupyter::install(&install, &exe).map(|dir| {
+                format!(
+                    "installed kernel {} in {}\n",
+                    dir.file_name().unwrap_or_default().to_string_lossy(),
+                    dir.display()
+                )
+            })
+        }
+        JupyterCommand::List => jupyter::list(),
+        JupyterCommand::Remove { name } => {
+            jupyter::remove(&name).map(|dir| format!("removed {}\n", dir.display()))
+        }
+    };
+    match done {
+        Ok(text) => {
+            print_out(&text);
+            0
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            EXIT_USAGE
+        }
     }
 }
 

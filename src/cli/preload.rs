@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 pub const LIB_NAME: &str = "libgpucap.so";
 
 /// Where libgpucap.so is: `GPUCAP_LIB` if given (it must be an existing file), else the
-/// directory of the gpucap executable `exe`. The result is absolute (a relative path in
-/// LD_PRELOAD without a slash would be searched for in the library path instead).
-/// The error names where it looked.
+/// directory of the gpucap executable `exe`, else where `pip install gpucap` put it (see
+/// [`wheel_candidates`]). The result is absolute (a relative path in LD_PRELOAD without a
+/// slash would be searched for in the library path instead). The error names where it looked.
 pub fn locate_library(gpucap_lib: Option<&OsStr>, exe: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(lib) = gpucap_lib {
         let path = Path::new(lib);
@@ -38,14 +38,59 @@ pub fn locate_library(gpucap_lib: Option<&OsStr>, exe: Option<&Path>) -> Result<
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let candidate = dir.join(LIB_NAME);
     if candidate.is_file() {
-        Ok(candidate.canonicalize().unwrap_or(candidate))
-    } else {
-        Err(format!(
-            "cannot find {LIB_NAME}: looked for {} (beside the gpucap executable); \
-             set GPUCAP_LIB to the library's path",
-            candidate.display()
-        ))
+        return Ok(candidate.canonicalize().unwrap_or(candidate));
     }
+    if let Some(found) = wheel_candidates(dir).into_iter().next() {
+        return Ok(found.canonicalize().unwrap_or(found));
+    }
+    Err(format!(
+        "cannot find {LIB_NAME}: looked for {} (beside the gpucap executable) and in the \
+         gpucap Python package of {} (where pip installs it); set GPUCAP_LIB to the \
+         library's path",
+        candidate.display(),
+        dir.parent().unwrap_or(Path::new("/")).display()
+    ))
+}
+
+/// The copies of libgpucap.so that `pip install gpucap` put beside the `gpucap` it
+/// installed in `bin_dir`, best first. pip puts the command in the environment's bin/
+/// and the package in its site-packages: `../lib/pythonX.Y/site-packages/gpucap/`
+/// (a venv, `--user`, conda; `dist-packages` for Debian's system pip, `lib64` on some
+/// distributions), or `../gpucap/` for `pip install --target`. Where several Python
+/// versions hold one, those whose `gpucap-VERSION.dist-info` is this executable's
+/// version come first, then the newest Python.
+pub fn wheel_candidates(bin_dir: &Path) -> Vec<PathBuf> {
+    let Some(prefix) = bin_dir.parent() else {
+        return Vec::new();
+    };
+    let mut found: Vec<(bool, Vec<u32>, PathBuf)> = Vec::new();
+    let mut consider = |packages: &Path, python: Vec<u32>| {
+        let lib = packages.join("gpucap").join(LIB_NAME);
+        if lib.is_file() {
+            let dist_info = format!("gpucap-{}.dist-info", env!("CARGO_PKG_VERSION"));
+            let ours = packages.join(dist_info).is_dir();
+            found.push((ours, python, lib));
+        }
+    };
+    for lib_dir in ["lib", "lib64"] {
+        let Ok(entries) = std::fs::read_dir(prefix.join(lib_dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(version) = name.to_str().and_then(|n| n.strip_prefix("python")) else {
+                continue;
+            };
+            let python: Vec<u32> = version.split('.').filter_map(|p| p.parse().ok()).collect();
+            for packages in ["site-packages", "dist-packages"] {
+                consider(&entry.path().join(packages), python.clone());
+            }
+        }
+    }
+    consider(prefix, Vec::new());
+    // Ours first, then the newest Python; the order of read_dir is not.
+    found.sort_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)).then(a.2.cmp(&b.2)));
+    found.into_iter().map(|(_, _, lib)| lib).collect()
 }
 
 /// Can `path` be written in LD_PRELOAD? The loader splits the list on spaces and colons
@@ -238,5 +283,49 @@ mod tests {
                 .contains("GPUCAP_LIB")
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn locating_a_wheel_install() {
+        let root = std::env::temp_dir().join(format!("gpucap-wheel-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let bin = root.join("venv").join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        let exe = bin.join("gpucap");
+        let e = locate_library(None, Some(&exe)).unwrap_err();
+        assert!(e.contains("Python package"), "{e}");
+        // pip in a venv: bin/gpucap and lib/python3.X/site-packages/gpucap/libgpucap.so.
+        let package = |python: &str, packages: &str| {
+            let dir = root.join("venv").join("lib").join(python).join(packages);
+            fs::create_dir_all(dir.join("gpucap")).unwrap();
+            fs::write(dir.join("gpucap").join(LIB_NAME), b"").unwrap();
+            dir
+        };
+        let p311 = package("python3.11", "site-packages");
+        let lib311 = p311.join("gpucap").join(LIB_NAME).canonicalize().unwrap();
+        assert_eq!(locate_library(None, Some(&exe)).unwrap(), lib311);
+        // A newer Python's copy wins, unless only the older one is this version's.
+        let p312 = package("python3.12", "dist-packages");
+        let lib312 = p312.join("gpucap").join(LIB_NAME).canonicalize().unwrap();
+        assert_eq!(locate_library(None, Some(&exe)).unwrap(), lib312);
+        let dist_info = format!("gpucap-{}.dist-info", env!("CARGO_PKG_VERSION"));
+        fs::create_dir_all(p311.join(dist_info)).unwrap();
+        assert_eq!(locate_library(None, Some(&exe)).unwrap(), lib311);
+        // Beside the executable still comes first.
+        fs::write(bin.join(LIB_NAME), b"").unwrap();
+        assert_eq!(
+            locate_library(None, Some(&exe)).unwrap(),
+            bin.join(LIB_NAME).canonicalize().unwrap()
+        );
+        // pip install --target DIR: DIR/bin/gpucap and DIR/gpucap/libgpucap.so.
+        let target = root.join("target");
+        fs::create_dir_all(target.join("bin")).unwrap();
+        fs::create_dir_all(target.join("gpucap")).unwrap();
+        fs::write(target.join("gpucap").join(LIB_NAME), b"").unwrap();
+        assert_eq!(
+            locate_library(None, Some(&target.join("bin").join("gpucap"))).unwrap(),
+            target.join("gpucap").join(LIB_NAME).canonicalize().unwrap()
+        );
+        fs::remove_dir_all(&root).unwrap();
     }
 }

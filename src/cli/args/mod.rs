@@ -110,6 +110,8 @@ pub enum Command {
         /// `--iterations`: how many snapshots (None: until interrupted).
         iterations: Option<u64>,
     },
+    /// `gpucap jupyter install|list|remove ...`: capped Jupyter kernels.
+    Jupyter(JupyterCommand),
     /// `gpucap help [COMMAND]`, `--help`, `-h`
     Help(Topic),
     /// `gpucap --version`, `-V`, `version`
@@ -179,6 +181,7 @@ where
         Some("status") => parse_status(parser),
         Some("top") => parse_top(parser),
         Some("metrics") => parse_metrics(parser),
+        Some("jupyter") => parse_jupyter(parser),
         Some("help") => parse_help(parser),
         Some("version") => nothing_after(parser, "version", Command::Version),
         _ => {
@@ -191,7 +194,7 @@ where
                     Topic::General,
                     format!(
                         "unknown command '{s}' (the commands are run, check, status, top, \
-                         metrics and help)"
+                         metrics, jupyter and help)"
                     ),
                 ))
             }
@@ -258,15 +261,21 @@ fn topic_name(topic: Topic) -> &'static str {
         Topic::Status => "status",
         Topic::Top => "top",
         Topic::Metrics => "metrics",
+        Topic::Jupyter => "jupyter",
     }
 }
 
 mod commands;
+mod jupyter;
 mod options;
 #[cfg(test)]
 mod tests;
 
 use commands::*;
+use jupyter::parse_jupyter;
+pub use jupyter::{
+    JupyterCommand, JupyterInstall, KERNEL_NAME_ACCEPTED, KernelScope, valid_kernel_name,
+};
 pub use options::{
     INTERVAL_ACCEPTED, LISTEN_ACCEPTED, parse_interval, parse_iterations, parse_listen,
 };

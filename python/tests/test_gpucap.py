@@ -1,0 +1,176 @@
+"""Unit tests of the gpucap Python module, run by tests/wheel.rs with the Python of a
+fresh venv the wheel was installed into (scripts/test.sh):
+
+    VENV/bin/python -m unittest discover -s python/tests -v
+
+They run the installed ``gpucap`` command. With ``WHEEL_TEST_FAKE_LIBDIR`` (the fake
+GPU's libcuda) and ``WHEEL_TEST_CLIENT`` (target/release/cudarc-client) set, they also
+run a capped program on the fake GPU; without, those tests are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import gpucap
+
+
+def clean_environ() -> dict:
+    """This process's environment without gpucap's, the fake GPU's or LD_PRELOAD."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPUCAP_", "FAKECUDA_", "CUDA_DEVICE_MEMORY_")) and k != "LD_PRELOAD"
+    }
+
+
+class LibraryPath(unittest.TestCase):
+    def test_is_the_shim_in_the_package(self) -> None:
+        lib = gpucap.library_path()
+        self.assertTrue(lib.is_absolute())
+        self.assertTrue(lib.is_file())
+        self.assertEqual(lib.name, "libgpucap.so")
+        self.assertEqual(lib.parent, Path(gpucap.__file__).resolve().parent)
+        with open(lib, "rb") as f:
+            self.assertEqual(f.read(4), b"\x7fELF")
+
+    def test_the_command_finds_the_same_library(self) -> None:
+        out = subprocess.run(
+            [gpucap.executable(), "check"], env=clean_environ(), capture_output=True, text=True, check=True
+        ).stdout
+        self.assertIn(f"library: {gpucap.library_path()}\n", out)
+
+
+class MergeLdPreload(unittest.TestCase):
+    def test_merging(self) -> None:
+        lib = "/opt/gpucap/libgpucap.so"
+        m = gpucap.merge_ld_preload
+        self.assertEqual(m(None, lib), lib)
+        self.assertEqual(m("", lib), lib)
+        self.assertEqual(m("  ", lib), lib)
+        self.assertEqual(m("/a.so", lib), f"/a.so:{lib}")
+        self.assertEqual(m("/a.so /b.so", lib), f"/a.so /b.so:{lib}")
+        self.assertEqual(m("/a.so:", lib), f"/a.so:{lib}")
+        self.assertEqual(m("/a.so ", lib), f"/a.so {lib}")
+        self.assertEqual(m(f"{lib}:/a.so", lib), f"{lib}:/a.so")
+        self.assertEqual(m("/elsewhere/libgpucap.so", lib), f"/elsewhere/libgpucap.so:{lib}")
+
+    def test_the_same_file_by_another_path(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            real = Path(d, "real")
+            real.mkdir()
+            (real / "libgpucap.so").write_bytes(b"")
+            Path(d, "link").symlink_to(real)
+            via_link = str(Path(d, "link", "libgpucap.so"))
+            self.assertEqual(gpucap.merge_ld_preload(via_link, real / "libgpucap.so"), via_link)
+
+
+class Env(unittest.TestCase):
+    def test_sets_the_variables_and_preloads_the_library(self) -> None:
+        base = clean_environ()
+        base["LD_PRELOAD"] = "/usr/lib/other.so"
+        e = gpucap.env(limit="1Gi", pool="team", guarantee="256Mi", ceiling=0.5, base=base)
+        self.assertEqual(e["GPUCAP_LIMIT"], "1Gi")
+        self.assertEqual(e["GPUCAP_POOL"], "team")
+        self.assertEqual(e["GPUCAP_GUARANTEE"], "256Mi")
+        self.assertEqual(e["GPUCAP_CEILING"], "0.5")
+        self.assertEqual(e["LD_PRELOAD"], f"/usr/lib/other.so:{gpucap.library_path()}")
+        self.assertEqual(e["PATH"], base["PATH"])
+        # base is not modified
+        self.assertNotIn("GPUCAP_LIMIT", base)
+
+    def test_whole_bytes_and_growth(self) -> None:
+        e = gpucap.env(limit=2 << 30, growth=True, base=clean_environ())
+        self.assertEqual(e["GPUCAP_LIMIT"], str(2 << 30))
+        self.assertEqual(e["GPUCAP_GROWTH"], "1")
+        self.assertEqual(e["TF_FORCE_GPU_ALLOW_GROWTH"], "true")
+
+    def test_an_invalid_limit_raises_with_gpucaps_message(self) -> None:
+        with self.assertRaises(gpucap.GpucapError) as caught:
+            gpucap.env(limit="8Gx", base=clean_environ())
+        self.assertEqual(caught.exception.returncode, 2)
+        self.assertIn('unknown unit "Gx"', str(caught.exception))
+        self.assertTrue(str(caught.exception).startswith("gpucap"), str(caught.exception))
+
+    def test_a_guarantee_above_the_ceiling_raises(self) -> None:
+        with self.assertRaises(gpucap.GpucapError) as caught:
+            gpucap.env(limit="4Gi", pool="p", guarantee="2Gi", ceiling="1Gi", base=clean_environ())
+        self.assertIn("GPUCAP_GUARANTEE", str(caught.exception))
+
+    def test_an_unknown_gpucap_variable_in_base_raises(self) -> None:
+        base = clean_environ()
+        base["GPUCAP_LIMT"] = "1Gi"
+        with self.assertRaises(gpucap.GpucapError) as caught:
+            gpucap.env(limit="1Gi", base=base)
+        self.assertIn("GPUCAP_LIMT", str(caught.exception))
+
+    def test_a_bool_is_not_a_size(self) -> None:
+        with self.assertRaises(TypeError):
+            gpucap.env(limit=True, base=clean_environ())
+
+
+@unittest.skipUnless(
+    os.environ.get("WHEEL_TEST_FAKE_LIBDIR") and os.environ.get("WHEEL_TEST_CLIENT"),
+    "WHEEL_TEST_FAKE_LIBDIR and WHEEL_TEST_CLIENT not set (tests/wheel.rs sets them)",
+)
+class OnTheFakeGpu(unittest.TestCase):
+    def fake_environ(self) -> dict:
+        base = clean_environ()
+        base["LD_LIBRARY_PATH"] = os.environ["WHEEL_TEST_FAKE_LIBDIR"]
+        base["FAKECUDA_TOTAL_MEM"] = "16Gi"
+        return base
+
+    def test_a_program_started_with_env_is_capped(self) -> None:
+        e = gpucap.env(limit="1Gi", base=self.fake_environ())
+        p = subprocess.run(
+            [os.environ["WHEEL_TEST_CLIENT"], "256", "256", "600", "256"], env=e, capture_output=True, text=True
+        )
+        self.assertIn("device 0 total_mem=1073741824\n", p.stdout, p.stderr)
+        self.assertIn("alloc 600 err CUDA_ERROR_OUT_OF_MEMORY\n", p.stdout, p.stderr)
+        self.assertIn("gpucap: refused", p.stderr)
+
+    def test_status_of_a_pool(self) -> None:
+        with tempfile.TemporaryDirectory() as pool_dir:
+            pool = os.path.join(pool_dir, "team.pool")
+            # No process has joined it yet: gpucap's message.
+            with self.assertRaises(gpucap.GpucapError) as caught:
+                gpucap.status(pool=pool)
+            self.assertIn("no pool file", str(caught.exception))
+            e = gpucap.env(limit="1Gi", pool=pool, base=self.fake_environ())
+            p = subprocess.run([os.environ["WHEEL_TEST_CLIENT"], "256"], env=e, capture_output=True, text=True)
+            self.assertIn("alloc 256 ok", p.stdout, p.stderr)
+            s = gpucap.status(pool=pool)
+            self.assertEqual(s["path"], pool)
+            self.assertEqual(len(s["gpus"]), 1)
+            self.assertEqual(s["gpus"][0]["cap"], 1 << 30)
+            self.assertEqual(s["gpus"][0]["peak"], 256 << 20)
+            self.assertEqual(s["members"], [])
+
+
+class Main(unittest.TestCase):
+    def run_module(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "gpucap", *args], env=clean_environ(), capture_output=True, text=True
+        )
+
+    def test_python_m_gpucap_is_the_command(self) -> None:
+        direct = subprocess.run([gpucap.executable(), "--version"], capture_output=True, text=True)
+        via = self.run_module("--version")
+        self.assertEqual((via.returncode, via.stdout), (0, direct.stdout))
+        self.assertTrue(via.stdout.startswith("gpucap "), via.stdout)
+
+    def test_exit_status_and_message_are_the_commands(self) -> None:
+        via = self.run_module("check", "--limit", "8Gx")
+        self.assertEqual(via.returncode, 2)
+        self.assertIn('unknown unit "Gx"', via.stderr)
+        via = self.run_module("run", "--limit", "1Gi", "--", "sh", "-c", "exit 7")
+        self.assertEqual(via.returncode, 7, via.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
