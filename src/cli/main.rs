@@ -7,6 +7,7 @@
 //! wires them to the process environment.
 
 pub mod args;
+pub mod cdi;
 pub mod driver;
 pub mod help;
 pub mod measure;
@@ -53,6 +54,7 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
                 Topic::Status => "gpucap help status",
                 Topic::Top => "gpucap help top",
                 Topic::Metrics => "gpucap help metrics",
+                Topic::Cdi => "gpucap help cdi",
             };
             if let Some(usage) = help::usage_of(e.topic) {
                 eprintln!("{usage}");
@@ -94,6 +96,31 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             interval_ms,
             iterations,
         } => top(pool, interval_ms, iterations),
+        Command::Cdi(request) => cdi_generate(&request),
+    }
+}
+
+/// `gpucap cdi generate`: the device's files and the spec, from this gpucap and its
+/// libgpucap.so (GPUCAP_LIB names another).
+fn cdi_generate(request: &cdi::Request) -> i32 {
+    let exe = std::env::current_exe().ok();
+    let written = exe
+        .as_deref()
+        .ok_or_else(|| "cannot tell where the gpucap executable is".to_string())
+        .and_then(|exe| {
+            let lib =
+                preload::locate_library(std::env::var_os("GPUCAP_LIB").as_deref(), Some(exe))?;
+            cdi::generate(request, exe, &lib)
+        });
+    match written {
+        Ok(text) => {
+            print_out(&text);
+            0
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            EXIT_USAGE
+        }
     }
 }
 

@@ -110,6 +110,8 @@ pub enum Command {
         /// `--iterations`: how many snapshots (None: until interrupted).
         iterations: Option<u64>,
     },
+    /// `gpucap cdi generate --limit SPEC --output FILE [...]`
+    Cdi(super::cdi::Request),
     /// `gpucap help [COMMAND]`, `--help`, `-h`
     Help(Topic),
     /// `gpucap --version`, `-V`, `version`
@@ -179,6 +181,7 @@ where
         Some("status") => parse_status(parser),
         Some("top") => parse_top(parser),
         Some("metrics") => parse_metrics(parser),
+        Some("cdi") => parse_cdi(parser),
         Some("help") => parse_help(parser),
         Some("version") => nothing_after(parser, "version", Command::Version),
         _ => {
@@ -191,7 +194,7 @@ where
                     Topic::General,
                     format!(
                         "unknown command '{s}' (the commands are run, check, status, top, \
-                         metrics and help)"
+                         metrics, cdi and help)"
                     ),
                 ))
             }
@@ -258,14 +261,17 @@ fn topic_name(topic: Topic) -> &'static str {
         Topic::Status => "status",
         Topic::Top => "top",
         Topic::Metrics => "metrics",
+        Topic::Cdi => "cdi",
     }
 }
 
+mod cdi;
 mod commands;
 mod options;
 #[cfg(test)]
 mod tests;
 
+use cdi::parse_cdi;
 use commands::*;
 pub use options::{
     INTERVAL_ACCEPTED, LISTEN_ACCEPTED, parse_interval, parse_iterations, parse_listen,
