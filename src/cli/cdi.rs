@@ -144,8 +144,16 @@ pub fn spec(kind: &str, name: &str, device_dir: &Path) -> Value {
 /// The `gpucap.env` text of the request, validated as the shim will read it.
 pub fn env_file(limit: &str, pool: &str) -> Result<String, String> {
     let vars = [("GPUCAP_LIMIT", limit), ("GPUCAP_POOL", pool)];
-    config::from_vars(vars).map_err(|e| e.to_string())?;
-    config::format_env_file(vars)
+    // Its message starts with `gpucap: `, as main's does.
+    config::from_vars(vars)
+        .map_err(|e| e.to_string().trim_start_matches("gpucap: ").to_string())?;
+    let text = config::format_env_file(vars)?;
+    // The file's header names the entrypoint's command; this one is written here.
+    Ok(text.replacen(
+        "written by `gpucap check --write-env` (the container\n# entrypoint)",
+        "written by `gpucap cdi generate`",
+        1,
+    ))
 }
 
 /// `path` under `root` (`/host` + `/etc/cdi/x.json`).
@@ -321,8 +329,9 @@ mod tests {
         let text = env_file("8Gi", "container").unwrap();
         assert!(text.lines().any(|l| l == "GPUCAP_LIMIT=8Gi"), "{text}");
         assert!(text.lines().any(|l| l == "GPUCAP_POOL=container"), "{text}");
+        assert!(text.contains("written by `gpucap cdi generate`"), "{text}");
         let e = env_file("150%", "container").unwrap_err();
-        assert!(e.contains("GPUCAP_LIMIT"), "{e}");
+        assert!(e.starts_with("invalid GPUCAP_LIMIT"), "{e}");
         let e = env_file("8Gi", "a/b").unwrap_err();
         assert!(e.contains("GPUCAP_POOL"), "{e}");
     }
