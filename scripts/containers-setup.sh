@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepares a real container runtime for tests/containers.rs: podman (Debian's package,
 # with runc as its runtime), a configuration of the tests' own, and a base image made
-# without any registry (debootstrap --variant=minbase, imported). scripts/test.sh runs it;
-# run it alone to run the container tests by hand:
+# without any registry. scripts/test.sh runs it; run it alone to run the container tests
+# by hand:
 #
 #   eval "$(scripts/containers-setup.sh --env)"
 #   cargo test --release --test containers
@@ -12,16 +12,23 @@
 #                     this machine's hard limits (podman's own defaults ask for more
 #                     open files than a container without CAP_SYS_RESOURCE may have)
 #   storage.conf      the tests' own image store (target/containers/storage)
-#   minbase.tar       Debian's minbase root file system (the suite of this machine)
-#   the image localhost/gpucap-test-base:latest, imported from minbase.tar
-# Installs podman, runc and debootstrap with apt-get when missing. --env prints the
+#   base.tar          the base image's root file system: by default made by
+#                     scripts/containers-base.py from this machine's own Debian packages
+#                     (dash, coreutils, grep, ... and their dependencies: seconds, no
+#                     download); with GPUCAP_TEST_BASE=debootstrap, Debian's minbase made by
+#                     `debootstrap --variant=minbase` (minutes: it downloads the packages)
+#   the image localhost/gpucap-test-base:<host|debootstrap>, imported from base.tar
+# Installs podman and runc (and debootstrap) with apt-get when missing. --env prints the
 # variables tests/containers.rs reads (GPUCAP_TEST_PODMAN, GPUCAP_TEST_CONTAINERS_CONF,
 # GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE) instead of a summary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 DIR=$ROOT/target/containers
-IMAGE=localhost/gpucap-test-base:latest
+BASE=${GPUCAP_TEST_BASE:-host}
+case $BASE in host | debootstrap) ;; *) echo "GPUCAP_TEST_BASE=$BASE: host or debootstrap" >&2; exit 1 ;; esac
+IMAGE=localhost/gpucap-test-base:$BASE
+TAR=$DIR/base-$BASE.tar
 
 print_env=false
 [ "${1:-}" = --env ] && print_env=true
@@ -32,7 +39,9 @@ export DEBIAN_FRONTEND=noninteractive
 missing=()
 command -v podman >/dev/null || missing+=(podman)
 command -v runc >/dev/null || missing+=(runc)
-command -v debootstrap >/dev/null || [ -s "$DIR/minbase.tar" ] || missing+=(debootstrap)
+if [ "$BASE" = debootstrap ] && ! [ -s "$TAR" ]; then
+    command -v debootstrap >/dev/null || missing+=(debootstrap)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     sudo=()
     if [ "$(id -u)" != 0 ]; then
@@ -78,9 +87,11 @@ EOF
 mv -f "$storage.tmp" "$storage"
 export CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage
 
-# The base image: Debian's minbase of this machine's suite (glibc as new as the
-# binaries the tests mount), made once.
-if ! [ -s "$DIR/minbase.tar" ]; then
+# The base image's files, made once.
+if ! [ -s "$TAR" ] && [ "$BASE" = host ]; then
+    say "scripts/containers-base.py $TAR"
+    python3 scripts/containers-base.py "$TAR" >&2 || die "scripts/containers-base.py failed"
+elif ! [ -s "$TAR" ]; then
     suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
     [ -n "$suite" ] || die "cannot tell this machine's Debian suite (/etc/os-release has no VERSION_CODENAME)"
     mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
@@ -91,14 +102,16 @@ if ! [ -s "$DIR/minbase.tar" ]; then
         die "debootstrap failed (see $DIR/debootstrap.log)"
     # No package lists or caches: a smaller image, nothing the tests need.
     rm -rf "$DIR/rootfs/var/cache/apt/archives/"*.deb "$DIR/rootfs/var/lib/apt/lists/"*
-    tar -C "$DIR/rootfs" -cf "$DIR/minbase.tar.tmp" .
-    mv -f "$DIR/minbase.tar.tmp" "$DIR/minbase.tar"
+    tar -C "$DIR/rootfs" -cf "$TAR.tmp" .
+    mv -f "$TAR.tmp" "$TAR"
     rm -rf "$DIR/rootfs"
 fi
 if ! podman image exists "$IMAGE" 2>/dev/null; then
-    say "podman import $DIR/minbase.tar $IMAGE"
-    podman import --quiet "$DIR/minbase.tar" "$IMAGE" >/dev/null ||
-        die "podman import failed"
+    say "podman import $TAR $IMAGE"
+    podman import --quiet "$TAR" "$IMAGE" >/dev/null || {
+        rm -f "$TAR"
+        die "podman import failed (removed $TAR: the next run makes it again)"
+    }
 fi
 out=$(podman run --rm --pull=never "$IMAGE" sh -c 'echo ok' 2>&1) ||
     die "podman cannot run a container here: $out"

@@ -3,7 +3,7 @@
 # whole test suite on the fake GPU, then the pool and CLI tests again from a long path.
 # Needs no GPU. On a fresh Debian machine it
 # installs what is missing (C and C++ compilers, python3-venv, valgrind, util-linux's unshare,
-# and for the container tests podman, runc and debootstrap) with apt-get.
+# and for the container tests podman and runc) with apt-get.
 #
 #   scripts/test.sh
 #
@@ -208,9 +208,10 @@ echo "mdbook: $("$MDBOOK" --version)"
 
 # A real container runtime for tests/containers.rs: podman with runc, the tests' own
 # containers.conf (ulimits within this machine's hard limits) and image store, and a
-# Debian minbase image made with debootstrap and imported (no registry), all under
-# target/containers and reused. Under CI the container tests fail if this fails.
-section "Container runtime (scripts/containers-setup.sh: podman, runc, a minbase image)"
+# plain Debian base image made from this machine's own packages and imported (no
+# registry, no download), all under target/containers and reused. Under CI the container
+# tests fail if this fails.
+section "Container runtime (scripts/containers-setup.sh: podman, runc, a base image)"
 if containers_env=$(scripts/containers-setup.sh --env); then
     eval "$containers_env"
     echo "podman: $("$GPUCAP_TEST_PODMAN" --version), image $GPUCAP_TEST_CONTAINER_IMAGE"

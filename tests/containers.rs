@@ -1,5 +1,5 @@
-//! gpucap in a real container runtime: podman (runc), a plain Debian minbase image with
-//! no gpucap in it, and the fake GPU bind-mounted where NVIDIA's container toolkit mounts
+//! gpucap in a real container runtime: podman (runc), a plain Debian image with no gpucap
+//! in it, and the fake GPU bind-mounted where NVIDIA's container toolkit mounts
 //! the real driver (`/usr/lib/x86_64-linux-gnu/libcuda.so.1`, `libnvidia-ml.so.1`).
 //!
 //! - Each Kubernetes GPU driver's hand-over (docs/src/kubernetes.md), with exactly the
