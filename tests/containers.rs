@@ -147,6 +147,14 @@ impl Container {
         self
     }
 
+    /// tests/c/script.c with `steps`.
+    fn script(&mut self, steps: &[&str]) -> &mut Self {
+        self.command = std::iter::once(format!("{BIN}/script"))
+            .chain(steps.iter().map(|s| s.to_string()))
+            .collect();
+        self
+    }
+
     /// `sh -c SCRIPT` in the container.
     fn shell(&mut self, script: &str) -> &mut Self {
         self.command(&["sh", "-c", script])
@@ -214,6 +222,31 @@ fn wait_for(file: &Path, child: &mut Child, what: &str) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The holder's steps: 600 MiB, held until the others have run.
+const HOLD_600: &[&str] = &["alloc:600Mi", "touch:/sync/held", "wait:/sync/done"];
+
+/// Three containers of `make(name, group, steps)`, `sync` mounted at /sync in each: the
+/// first of group `same` holds 600 MiB ([`HOLD_600`]) while a second of `same`, then one of
+/// `other`, ask for 600 MiB; then the first lets go. Checks that the first got them, and
+/// returns what the second and the third printed.
+fn while_holding(
+    rt: &Runtime,
+    sync: &Path,
+    make: impl Fn(&str, &str, &[&str]) -> Container,
+    same: &str,
+    other: &str,
+) -> (Output, Output) {
+    let mut child = rt.spawn(&make("holder", same, HOLD_600));
+    wait_for(&sync.join("held"), &mut child, "the holding container");
+    let second = rt.run(&make("second", same, &["alloc:600Mi"]));
+    let third = rt.run(&make("third", other, &["alloc:600Mi"]));
+    std::fs::write(sync.join("done"), "").unwrap();
+    let held = child.wait_with_output().unwrap();
+    assert_ok(&held);
+    assert_eq!(script_allocs(&held), [(MIB600, 0)], "{}", dump(&held));
+    (second, third)
 }
 
 /// The script's `alloc` lines: (bytes, rc).
@@ -349,12 +382,7 @@ fn assert_capped_at_1gib(rt: &Runtime, c: &mut Container, check: &str, says: &st
     let parts: Vec<&str> = out.split("---\n").collect();
     assert!(o.status.success() && parts.len() == 3, "{}", dump(&o));
     let r = ClientReport::parse(parts[0]);
-    assert_eq!(
-        r.outcomes(),
-        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"],
-        "{}",
-        dump(&o)
-    );
+    assert_eq!(r.outcomes(), CAPPED, "{}", dump(&o));
     assert_eq!(r.total_mem, Some(GIB), "cuDeviceTotalMem\n{}", dump(&o));
     assert_eq!(
         r.mem_info.first().map(|m| m.1),
@@ -375,15 +403,27 @@ fn assert_capped_at_1gib(rt: &Runtime, c: &mut Container, check: &str, says: &st
     );
 }
 
+/// Checks that `o` ran cudarc-client `600 600` with these outcomes and this total memory.
+fn assert_600_600(o: &Output, outcomes: [&str; 2], total: u64) {
+    assert_ok(o);
+    let r = ClientReport::parse(&stdout(o));
+    assert_eq!(r.outcomes(), outcomes, "{}", dump(o));
+    assert_eq!(r.total_mem, Some(total), "{}", dump(o));
+}
+
+const CAPPED: [&str; 2] = ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"];
+const UNCAPPED: [&str; 2] = ["600 ok", "600 ok"];
+
+/// cudarc-client `600 600` in `c`.
+fn run_600_600(rt: &Runtime, c: &mut Container) -> Output {
+    c.command(&[&format!("{BIN}/cudarc-client"), "600", "600"]);
+    rt.run(c)
+}
+
 /// The same container without gpucap's library: nothing caps it (the negative control
 /// that shows the assertions above can fail).
 fn assert_uncapped(rt: &Runtime, c: &mut Container) {
-    c.command(&[&format!("{BIN}/cudarc-client"), "600", "600"]);
-    let o = rt.run(c);
-    assert_ok(&o);
-    let r = ClientReport::parse(&stdout(&o));
-    assert_eq!(r.outcomes(), ["600 ok", "600 ok"], "{}", dump(&o));
-    assert_eq!(r.total_mem, Some(4 * GIB), "{}", dump(&o));
+    assert_600_600(&run_600_600(rt, c), UNCAPPED, 4 * GIB);
 }
 
 #[test]
@@ -487,41 +527,22 @@ fn one_budget_per_claim(tag: &str, driver: fn(&mut Container, &Path, &str, u64))
     let container = |name: &str, claim: &str, steps: &[&str]| {
         let mut c = Container::new(name);
         driver(&mut c, &dir, claim, 1024);
-        c.mount(&sync, "/sync");
-        let mut words = vec![format!("{BIN}/script")];
-        words.extend(steps.iter().map(|s| s.to_string()));
-        c.command = words;
+        c.mount(&sync, "/sync").script(steps);
         c
     };
-    let a1 = container(
-        "a1",
-        "claim-a",
-        &["alloc:600Mi", "touch:/sync/a1", "wait:/sync/done"],
-    );
-    let mut holder = rt.spawn(&a1);
-    wait_for(
-        &sync.join("a1"),
-        &mut holder,
-        "the first container of claim A",
-    );
-    let a2 = rt.run(&container("a2", "claim-a", &["alloc:600Mi"]));
-    let b = rt.run(&container("b", "claim-b", &["alloc:600Mi"]));
-    std::fs::write(sync.join("done"), "").unwrap();
-    let held = holder.wait_with_output().unwrap();
-    assert_ok(&held);
-    assert_eq!(script_allocs(&held), [(MIB600, 0)], "{}", dump(&held));
+    let (a2, b) = &while_holding(&rt, &sync, container, "claim-a", "claim-b");
     assert_eq!(
-        script_allocs(&a2),
+        script_allocs(a2),
         [(MIB600, 2)],
         "claim A's second container was not refused: each container of a claim had its own \
          1 GiB\n{}",
-        dump(&a2)
+        dump(a2)
     );
     assert_eq!(
-        script_allocs(&b),
+        script_allocs(b),
         [(MIB600, 0)],
         "claim B's container\n{}",
-        dump(&b)
+        dump(b)
     );
 }
 
@@ -607,14 +628,7 @@ fn a_cdi_device_caps_a_container_and_no_other() {
         "test ! -e /etc/ld.so.preload && test ! -e /usr/local/lib/gpucap-cdi && \
          {BIN}/cudarc-client 600 600"
     ));
-    let o = rt.run(&plain);
-    assert_ok(&o);
-    assert_eq!(
-        ClientReport::parse(&stdout(&o)).outcomes(),
-        ["600 ok", "600 ok"],
-        "{}",
-        dump(&o)
-    );
+    assert_600_600(&rt.run(&plain), UNCAPPED, 4 * GIB);
 }
 
 /// Without `--limit`, the device injects the library alone: a DRA driver's variables
@@ -701,21 +715,11 @@ fn the_example_dockerfile_builds_and_caps() {
         .arg(&ctx));
     let mut c = Container::new("dockerfile");
     c.image = Some(image.clone());
-    c.env("GPUCAP_LIMIT", "1Gi")
-        .command(&[&format!("{BIN}/cudarc-client"), "600", "600"]);
-    let o = built.status.success().then(|| rt.run(&c));
+    c.env("GPUCAP_LIMIT", "1Gi");
+    let o = built.status.success().then(|| run_600_600(&rt, &mut c));
     let _ = run(rt.podman().args(["rmi", "-f", &image, &build_image]));
     assert_ok(&built);
-    let o = o.unwrap();
-    assert_ok(&o);
-    let r = ClientReport::parse(&stdout(&o));
-    assert_eq!(
-        r.outcomes(),
-        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"],
-        "{}",
-        dump(&o)
-    );
-    assert_eq!(r.total_mem, Some(GIB), "{}", dump(&o));
+    assert_600_600(&o.unwrap(), CAPPED, GIB);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -746,39 +750,23 @@ fn a_pool_directory_on_a_shared_volume_serves_each_user_its_pool() {
     let container = |name: &str, user: &str, steps: &[&str]| {
         let mut c = Container::new(name);
         pooled(&mut c, &dir, &pools, "train");
-        c.option(&format!("--user={user}")).mount(&sync, "/sync");
-        let mut words = vec![format!("{BIN}/script")];
-        words.extend(steps.iter().map(|s| s.to_string()));
-        c.command = words;
+        c.option(&format!("--user={user}"))
+            .mount(&sync, "/sync")
+            .script(steps);
         c
     };
-    let mut holder = rt.spawn(&container(
-        "u1000-holder",
-        "1000:1000",
-        &["alloc:600Mi", "touch:/sync/held", "wait:/sync/done"],
-    ));
-    wait_for(
-        &sync.join("held"),
-        &mut holder,
-        "user 1000's first container",
-    );
-    let same_user = rt.run(&container("u1000", "1000:1000", &["alloc:600Mi"]));
-    let other_user = rt.run(&container("u1001", "1001:1001", &["alloc:600Mi"]));
-    std::fs::write(sync.join("done"), "").unwrap();
-    let held = holder.wait_with_output().unwrap();
-    assert_ok(&held);
-    assert_eq!(script_allocs(&held), [(MIB600, 0)], "{}", dump(&held));
+    let (same_user, other_user) = &while_holding(&rt, &sync, container, "1000:1000", "1001:1001");
     assert_eq!(
-        script_allocs(&same_user),
+        script_allocs(same_user),
         [(MIB600, 2)],
         "{}",
-        dump(&same_user)
+        dump(same_user)
     );
     assert_eq!(
-        script_allocs(&other_user),
+        script_allocs(other_user),
         [(MIB600, 0)],
         "{}",
-        dump(&other_user)
+        dump(other_user)
     );
     use std::os::unix::fs::MetadataExt;
     for uid in [1000, 1001] {
@@ -828,15 +816,7 @@ fn a_read_only_root_and_a_non_root_user_are_capped() {
     let o = run(Command::new("chown").arg("1000:1000").arg(&claim));
     assert_ok(&o);
     h.option("--read-only").option("--user=1000:1000");
-    h.command(&[&format!("{BIN}/cudarc-client"), "600", "600"]);
-    let o = rt.run(&h);
-    assert_ok(&o);
-    assert_eq!(
-        ClientReport::parse(&stdout(&o)).outcomes(),
-        ["600 ok", "600 CUDA_ERROR_OUT_OF_MEMORY"],
-        "{}",
-        dump(&o)
-    );
+    assert_600_600(&run_600_600(&rt, &mut h), CAPPED, GIB);
 }
 
 /// A container killed by the runtime (`podman kill`: SIGKILL) while it holds 800 MiB of
@@ -853,10 +833,7 @@ fn a_container_killed_while_holding_gives_its_bytes_back() {
     let container = |name: &str, steps: &[&str]| {
         let mut c = Container::new(name);
         pooled(&mut c, &dir, &pools, "shared");
-        c.mount(&sync, "/sync");
-        let mut words = vec![format!("{BIN}/script")];
-        words.extend(steps.iter().map(|s| s.to_string()));
-        c.command = words;
+        c.mount(&sync, "/sync").script(steps);
         c
     };
     let victim = container(

@@ -350,7 +350,7 @@ fn the_hami_library_daemonset_installs_gpucap_as_libvgpu() {
             shim().to_str().unwrap(),
         )
         .replace("/host/", &format!("{}/", host.display()));
-    let mut child = Command::new("sh")
+    let child = Command::new("sh")
         .args(["-c", &script])
         .stdout(Stdio::piped())
         .spawn()
