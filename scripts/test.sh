@@ -2,7 +2,8 @@
 # gpucap's test command: builds everything, prepares the real clients and runs the
 # whole test suite on the fake GPU, then the pool and CLI tests again from a long path.
 # Needs no GPU. On a fresh Debian machine it
-# installs what is missing (C and C++ compilers, python3-venv, valgrind, util-linux's unshare) with apt-get.
+# installs what is missing (C and C++ compilers, python3-venv, valgrind, util-linux's unshare,
+# and for the container tests podman and runc) with apt-get.
 #
 #   scripts/test.sh
 #
@@ -230,6 +231,18 @@ WHEEL=$(scripts/build-wheel.sh | tail -n 1)
 [ -f "$WHEEL" ] || die "scripts/build-wheel.sh built no wheel"
 WHEEL=$ROOT/$WHEEL
 echo "wheel: $WHEEL ($(stat -c %s "$WHEEL") bytes)"
+# A real container runtime for tests/containers.rs: podman with runc, the tests' own
+# containers.conf (ulimits within this machine's hard limits) and image store, and a
+# plain Debian base image made from this machine's own packages and imported (no
+# registry, no download), all under target/containers and reused. Under CI the container
+# tests fail if this fails.
+section "Container runtime (scripts/containers-setup.sh: podman, runc, a base image)"
+if containers_env=$(scripts/containers-setup.sh --env); then
+    eval "$containers_env"
+    echo "podman: $("$GPUCAP_TEST_PODMAN" --version), image $GPUCAP_TEST_CONTAINER_IMAGE"
+else
+    echo "no container runtime: tests/containers.rs will fail (GPUCAP_TEST_REQUIRE_CLIENTS=1)" >&2
+fi
 
 section "Tests (cargo test --release --workspace --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"

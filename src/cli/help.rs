@@ -10,6 +10,7 @@ pub enum Topic {
     Top,
     Metrics,
     Jupyter,
+    Cdi,
 }
 
 const GENERAL_HELP: &str = "\
@@ -28,7 +29,9 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
        gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
        gpucap jupyter install --limit SPEC [--pool NAME|PATH] [--name NAME] [--user|--sys-prefix]
        gpucap jupyter list | remove NAME
-       gpucap help [run|check|status|top|metrics|jupyter]
+       gpucap cdi generate --output FILE [--limit SPEC [--pool NAME|PATH|off]] [--name NAME]
+                           [--kind VENDOR/CLASS] [--dir DIR] [--root DIR]
+       gpucap help [run|check|status|top|metrics|jupyter|cdi]
        gpucap --version
 
 commands:
@@ -40,6 +43,8 @@ commands:
   top     show a pool, refreshed every second (Ctrl-C ends it)
   metrics serve pools to Prometheus over HTTP (GET /metrics), read at each scrape
   jupyter install a Jupyter kernel that starts under gpucap run (capped notebooks)
+  cdi     write a CDI spec whose device caps a container (podman/docker run --device,
+          containerd and CRI-O with CDI on): no entrypoint needed
   help    show this help, or the help of a command
 
 environment:
@@ -287,6 +292,36 @@ options:
 
 exit status: 2 for a usage or configuration error, or when the kernel to wrap is not
 found or the kernelspec cannot be written; 0 otherwise.";
+const CDI_HELP: &str = "\
+gpucap cdi generate: write a Container Device Interface (CDI) spec with one device that
+caps the containers given it, with no change to their image or entrypoint.
+
+usage: gpucap cdi generate --output FILE [--limit SPEC [--pool NAME|PATH|off]] [--name NAME]
+                           [--kind VENDOR/CLASS] [--dir DIR] [--root DIR]
+
+It copies libgpucap.so and gpucap into DIR/NAME on the host with gpucap.env (the validated
+GPUCAP_LIMIT and GPUCAP_POOL, with --limit) and a file naming the library, and writes the
+spec FILE: its device mounts DIR/NAME read-only at /usr/local/lib/gpucap-cdi and that file
+at /etc/ld.so.preload, so every process of the container loads the shim and reads
+gpucap.env. A container without the device is untouched.
+
+  podman run --device gpucap.io/gpu=capped IMAGE CMD    (the spec in /etc/cdi or /var/run/cdi)
+
+options:
+  --output FILE         where the spec goes, e.g. /etc/cdi/gpucap.json; required
+  --limit SPEC          the cap, as GPUCAP_LIMIT (8Gi, 50%, 0=8Gi,1=4Gi, ...); without it
+                        no gpucap.env: the device injects the library alone, and the
+                        container's own variables (a DRA driver's, GPUCAP_*) set the cap
+  --pool NAME|PATH|off  GPUCAP_POOL (default container: the container's processes share
+                        the cap; off: each process has it alone); only with --limit
+  --name NAME           the device's name (default capped)
+  --kind VENDOR/CLASS   the device's kind (default gpucap.io/gpu)
+  --dir DIR             where the device's files go on the host (default /var/lib/gpucap/cdi)
+  --root DIR            the host's / as this command sees it (a DaemonSet's host mount):
+                        files are written under it, the spec names them without it
+  -h, --help            show this help
+
+exit status: 0 when written; 2 for a bad option or value, or a file it cannot write.";
 
 /// The help text of `topic`.
 pub fn help(topic: Topic) -> &'static str {
@@ -298,6 +333,7 @@ pub fn help(topic: Topic) -> &'static str {
         Topic::Top => TOP_HELP,
         Topic::Metrics => METRICS_HELP,
         Topic::Jupyter => JUPYTER_HELP,
+        Topic::Cdi => CDI_HELP,
     }
 }
 
@@ -327,12 +363,13 @@ mod tests {
             (Topic::Top, "usage: gpucap top ["),
             (Topic::Metrics, "usage: gpucap metrics --listen"),
             (Topic::Jupyter, "usage: gpucap jupyter install"),
+            (Topic::Cdi, "usage: gpucap cdi generate"),
         ] {
             let u = usage_of(topic).unwrap();
             assert!(u.starts_with(first), "{topic:?}: {u}");
             assert!(u.lines().count() <= 4 && !u.contains("\n\n"), "{u}");
             // Only this command's usage.
-            for other in ["run", "check", "status", "top", "metrics", "jupyter"] {
+            for other in ["run", "check", "status", "top", "metrics", "jupyter", "cdi"] {
                 if !first.contains(other) {
                     assert!(!u.contains(&format!("gpucap {other} ")), "{topic:?}: {u}");
                 }

@@ -7,6 +7,7 @@
 //! wires them to the process environment.
 
 pub mod args;
+pub mod cdi;
 pub mod driver;
 pub mod help;
 pub mod jupyter;
@@ -55,6 +56,7 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
                 Topic::Top => "gpucap help top",
                 Topic::Metrics => "gpucap help metrics",
                 Topic::Jupyter => "gpucap help jupyter",
+                Topic::Cdi => "gpucap help cdi",
             };
             if let Some(usage) = help::usage_of(e.topic) {
                 eprintln!("{usage}");
@@ -97,6 +99,7 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             iterations,
         } => top(pool, interval_ms, iterations),
         Command::Jupyter(command) => jupyter_command(command),
+        Command::Cdi(request) => cdi_generate(&request),
     }
 }
 
@@ -128,6 +131,30 @@ fn jupyter_command(command: JupyterCommand) -> i32 {
         }
     };
     match done {
+        Ok(text) => {
+            print_out(&text);
+            0
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+/// `gpucap cdi generate`: the device's files and the spec, from this gpucap and its
+/// libgpucap.so (GPUCAP_LIB names another).
+fn cdi_generate(request: &cdi::Request) -> i32 {
+    let exe = std::env::current_exe().ok();
+    let written = exe
+        .as_deref()
+        .ok_or_else(|| "cannot tell where the gpucap executable is".to_string())
+        .and_then(|exe| {
+            let lib =
+                preload::locate_library(std::env::var_os("GPUCAP_LIB").as_deref(), Some(exe))?;
+            cdi::generate(request, exe, &lib)
+        });
+    match written {
         Ok(text) => {
             print_out(&text);
             0

@@ -16,13 +16,14 @@ pub(super) fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
             Some("top") => Topic::Top,
             Some("metrics") => Topic::Metrics,
             Some("jupyter") => Topic::Jupyter,
+            Some("cdi") => Topic::Cdi,
             Some("help") => Topic::General,
             _ => {
                 return Err(usage(
                     Topic::General,
                     format!(
                         "no help for '{}' (try: help run, help check, help status, help top, \
-                         help metrics, help jupyter)",
+                         help metrics, help jupyter, help cdi)",
                         t.to_string_lossy()
                     ),
                 ));

@@ -112,6 +112,8 @@ pub enum Command {
     },
     /// `gpucap jupyter install|list|remove ...`: capped Jupyter kernels.
     Jupyter(JupyterCommand),
+    /// `gpucap cdi generate --limit SPEC --output FILE [...]`
+    Cdi(super::cdi::Request),
     /// `gpucap help [COMMAND]`, `--help`, `-h`
     Help(Topic),
     /// `gpucap --version`, `-V`, `version`
@@ -182,6 +184,7 @@ where
         Some("top") => parse_top(parser),
         Some("metrics") => parse_metrics(parser),
         Some("jupyter") => parse_jupyter(parser),
+        Some("cdi") => parse_cdi(parser),
         Some("help") => parse_help(parser),
         Some("version") => nothing_after(parser, "version", Command::Version),
         _ => {
@@ -194,7 +197,7 @@ where
                     Topic::General,
                     format!(
                         "unknown command '{s}' (the commands are run, check, status, top, \
-                         metrics, jupyter and help)"
+                         metrics, jupyter, cdi and help)"
                     ),
                 ))
             }
@@ -262,15 +265,18 @@ fn topic_name(topic: Topic) -> &'static str {
         Topic::Top => "top",
         Topic::Metrics => "metrics",
         Topic::Jupyter => "jupyter",
+        Topic::Cdi => "cdi",
     }
 }
 
+mod cdi;
 mod commands;
 mod jupyter;
 mod options;
 #[cfg(test)]
 mod tests;
 
+use cdi::parse_cdi;
 use commands::*;
 use jupyter::parse_jupyter;
 pub use jupyter::{

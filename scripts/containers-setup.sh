@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Prepares a real container runtime for tests/containers.rs: podman (Debian's package,
+# with runc as its runtime), a configuration of the tests' own, and a base image made
+# without any registry. scripts/test.sh runs it; run it alone to run the container tests
+# by hand:
+#
+#   eval "$(scripts/containers-setup.sh --env)"
+#   cargo test --release --test containers
+#
+# Everything lives under target/containers/ and is reused by later runs:
+#   containers.conf   runtime runc, cgroupfs, no network, default ulimits no higher than
+#                     this machine's hard limits (podman's own defaults ask for more
+#                     open files than a container without CAP_SYS_RESOURCE may have)
+#   storage.conf      the tests' own image store (target/containers/storage)
+#   base.tar          the base image's root file system: by default made by
+#                     scripts/containers-base.py from this machine's own Debian packages
+#                     (dash, coreutils, grep, ... and their dependencies: seconds, no
+#                     download); with GPUCAP_TEST_BASE=debootstrap, Debian's minbase made by
+#                     `debootstrap --variant=minbase` (minutes: it downloads the packages)
+#   the image localhost/gpucap-test-base:<host|debootstrap>, imported from base.tar
+# Installs podman and runc (and debootstrap) with apt-get when missing. --env prints the
+# variables tests/containers.rs reads (GPUCAP_TEST_PODMAN, GPUCAP_TEST_CONTAINERS_CONF,
+# GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE) instead of a summary.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+DIR=$ROOT/target/containers
+BASE=${GPUCAP_TEST_BASE:-host}
+case $BASE in host | debootstrap) ;; *) echo "GPUCAP_TEST_BASE=$BASE: host or debootstrap" >&2; exit 1 ;; esac
+IMAGE=localhost/gpucap-test-base:$BASE
+TAR=$DIR/base-$BASE.tar
+
+print_env=false
+[ "${1:-}" = --env ] && print_env=true
+say() { if $print_env; then echo "# $*" >&2; else echo "$*"; fi; }
+die() { printf 'scripts/containers-setup.sh: %s\n' "$*" >&2; exit 1; }
+
+export DEBIAN_FRONTEND=noninteractive
+missing=()
+command -v podman >/dev/null || missing+=(podman)
+command -v runc >/dev/null || missing+=(runc)
+if [ "$BASE" = debootstrap ] && ! [ -s "$TAR" ]; then
+    command -v debootstrap >/dev/null || missing+=(debootstrap)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=()
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install ${missing[*]}"
+        sudo=(sudo -n)
+    fi
+    command -v apt-get >/dev/null || die "missing ${missing[*]}, and no apt-get to install them"
+    say "installing with apt-get: ${missing[*]}"
+    "${sudo[@]}" apt-get update -q >&2
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+mkdir -p "$DIR"
+
+# Ulimits: the soft and hard limits of this shell, which a container may keep, except
+# that nproc is at most 32768 (measured: podman's conmon runs with 32768 processes here,
+# and runc, started under it, may not raise a limit without CAP_SYS_RESOURCE).
+min() { if [ "$1" = unlimited ] || { [ "$2" != unlimited ] && [ "$2" -lt "$1" ]; }; then echo "$2"; else echo "$1"; fi; }
+nofile_soft=$(ulimit -Sn) nofile_hard=$(ulimit -Hn)
+nproc_soft=$(min "$(ulimit -Su)" 32768) nproc_hard=$(min "$(ulimit -Hu)" 32768)
+nofile_soft=$(min "$nofile_soft" 1048576) nofile_hard=$(min "$nofile_hard" 1048576)
+conf=$DIR/containers.conf
+cat >"$conf.tmp" <<EOF
+# Written by scripts/containers-setup.sh for tests/containers.rs.
+[containers]
+default_ulimits = ["nofile=$nofile_soft:$nofile_hard", "nproc=$nproc_soft:$nproc_hard"]
+netns = "none"
+log_driver = "k8s-file"
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+EOF
+mv -f "$conf.tmp" "$conf"
+storage=$DIR/storage.conf
+cat >"$storage.tmp" <<EOF
+# Written by scripts/containers-setup.sh for tests/containers.rs.
+[storage]
+driver = "overlay"
+graphroot = "$DIR/storage"
+runroot = "$DIR/run"
+EOF
+mv -f "$storage.tmp" "$storage"
+export CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage
+
+# The base image's files, made once.
+if ! [ -s "$TAR" ] && [ "$BASE" = host ]; then
+    say "scripts/containers-base.py $TAR"
+    python3 scripts/containers-base.py "$TAR" >&2 || die "scripts/containers-base.py failed"
+elif ! [ -s "$TAR" ]; then
+    suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    [ -n "$suite" ] || die "cannot tell this machine's Debian suite (/etc/os-release has no VERSION_CODENAME)"
+    mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+    mirror=${mirror:-http://deb.debian.org/debian}
+    say "debootstrap --variant=minbase $suite ($mirror)"
+    rm -rf "$DIR/rootfs"
+    debootstrap --variant=minbase "$suite" "$DIR/rootfs" "$mirror" >"$DIR/debootstrap.log" 2>&1 ||
+        die "debootstrap failed (see $DIR/debootstrap.log)"
+    # No package lists or caches: a smaller image, nothing the tests need.
+    rm -rf "$DIR/rootfs/var/cache/apt/archives/"*.deb "$DIR/rootfs/var/lib/apt/lists/"*
+    tar -C "$DIR/rootfs" -cf "$TAR.tmp" .
+    mv -f "$TAR.tmp" "$TAR"
+    rm -rf "$DIR/rootfs"
+fi
+if ! podman image exists "$IMAGE" 2>/dev/null; then
+    say "podman import $TAR $IMAGE"
+    podman import --quiet "$TAR" "$IMAGE" >/dev/null || {
+        rm -f "$TAR"
+        die "podman import failed (removed $TAR: the next run makes it again)"
+    }
+fi
+out=$(podman run --rm --pull=never "$IMAGE" sh -c 'echo ok' 2>&1) ||
+    die "podman cannot run a container here: $out"
+[ "$out" = ok ] || die "podman run printed '$out', not ok"
+
+if $print_env; then
+    printf 'export GPUCAP_TEST_PODMAN=%q\n' "$(command -v podman)"
+    printf 'export GPUCAP_TEST_CONTAINERS_CONF=%q\n' "$conf"
+    printf 'export GPUCAP_TEST_CONTAINERS_STORAGE_CONF=%q\n' "$storage"
+    printf 'export GPUCAP_TEST_CONTAINER_IMAGE=%q\n' "$IMAGE"
+else
+    echo "podman: $(podman --version), runtime runc $(runc --version | head -1 | awk '{print $3}'), image $IMAGE"
+fi
