@@ -1002,3 +1002,28 @@ fn host_vmm_and_external_memory_take_no_device_memory() {
         assert_eq!(used(), before);
     }
 }
+
+/// cuDNN asks a side stream's green context (PyTorch's warm-up before a CUDA graph
+/// capture): NULL for a stream of an ordinary context. As a stub it failed the
+/// convolution with CUDNN_STATUS_INTERNAL_ERROR.
+#[test]
+fn a_stream_of_an_ordinary_context_has_no_green_context() {
+    let _g = setup();
+    unsafe {
+        let mut stream = 0;
+        assert_eq!(cuStreamCreate(&mut stream, 0), CUDA_SUCCESS);
+        let mut green = 7usize;
+        assert_eq!(cuStreamGetGreenCtx(stream, &mut green), CUDA_SUCCESS);
+        assert_eq!(green, 0);
+        assert_eq!(cuStreamGetGreenCtx(0, &mut green), CUDA_SUCCESS);
+        assert_eq!(
+            cuStreamGetGreenCtx(stream, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuStreamDestroy_v2(stream), CUDA_SUCCESS);
+        assert_eq!(
+            cuStreamGetGreenCtx(stream, &mut green),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+    }
+}

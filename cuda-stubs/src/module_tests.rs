@@ -424,6 +424,83 @@ fn libraries_kernels_and_the_linker() {
     }
 }
 
+/// cuBLAS asks at cublasCreate how many clusters of 1 to 16 blocks fit (PyTorch's first
+/// matrix product): it failed with CUBLAS_STATUS_NOT_INITIALIZED while these were stubs.
+#[test]
+fn occupancy_of_clusters_as_cublas_asks_it() {
+    let _g = setup();
+    /// CUlaunchConfig and CUlaunchAttribute as a C caller lays them out.
+    #[repr(C)]
+    struct Config {
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared: u32,
+        stream: usize,
+        attrs: *mut Attr,
+        num_attrs: u32,
+    }
+    #[repr(C)]
+    struct Attr {
+        id: u32,
+        pad: u32,
+        value: [u32; 16],
+    }
+    let elf = build_elf(&["clustered"], &[]);
+    unsafe {
+        let mut m = 0;
+        assert_eq!(cuModuleLoadData(&mut m, elf.as_ptr().cast()), CUDA_SUCCESS);
+        let mut f = 0;
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"clustered".as_ptr()),
+            CUDA_SUCCESS
+        );
+        let clusters = |x: u32, with_attr: bool| {
+            let mut value = [0u32; 16];
+            value[..3].copy_from_slice(&[x, 1, 1]);
+            let mut attr = Attr {
+                id: 4,
+                pad: 0,
+                value,
+            };
+            let c = Config {
+                grid: [x * 4, 32, 1],
+                block: [128, 1, 1],
+                shared: 0,
+                stream: 0,
+                attrs: &mut attr,
+                num_attrs: u32::from(with_attr),
+            };
+            let mut n = -1;
+            let rc = cuOccupancyMaxActiveClusters(&mut n, f, (&c as *const Config).cast());
+            (rc, n)
+        };
+        // 132 multiprocessors of 16 blocks of 128 threads: 2112 blocks, in clusters.
+        assert_eq!(clusters(1, true), (CUDA_SUCCESS, 2112));
+        assert_eq!(clusters(4, true), (CUDA_SUCCESS, 528));
+        assert_eq!(clusters(8, true), (CUDA_SUCCESS, 264));
+        assert_eq!(clusters(9, true).0, CUDA_ERROR_INVALID_CLUSTER_SIZE);
+        assert_eq!(clusters(4, false).0, CUDA_ERROR_INVALID_CLUSTER_SIZE);
+        let c = Config {
+            grid: [1, 1, 1],
+            block: [128, 1, 1],
+            shared: 0,
+            stream: 0,
+            attrs: null_mut(),
+            num_attrs: 0,
+        };
+        let mut size = 0;
+        assert_eq!(
+            cuOccupancyMaxPotentialClusterSize(&mut size, f, (&c as *const Config).cast()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(size, 8);
+        assert_eq!(
+            cuOccupancyMaxPotentialClusterSize(&mut size, 12345, (&c as *const Config).cast()),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+    }
+}
+
 unsafe extern "C" fn log_callback() {}
 
 /// PyTorch registers a driver log callback at start-up (CUDA 12.9's cuLogs*).

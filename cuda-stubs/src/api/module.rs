@@ -213,6 +213,51 @@ fn potential_block_size(
     out(block, size)
 }
 
+/// CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: the value holds the cluster's x, y, z in blocks.
+const LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: u32 = 4;
+
+/// CUlaunchAttribute: the id, padding, then a 64-byte value union.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LaunchAttribute {
+    id: u32,
+    pad: u32,
+    value: [u32; 16],
+}
+
+/// The largest cluster the fake (an H100, compute capability 9.0) runs without the
+/// non-portable cluster size attribute.
+const PORTABLE_CLUSTER_SIZE: c_int = 8;
+
+/// The blocks of one cluster that `config` asks for: its cluster dimension attribute, which
+/// a function without a cluster size fixed at compile time (the fake's have none) needs
+/// (CUDA_ERROR_INVALID_CLUSTER_SIZE without it, or beyond the portable size).
+fn cluster_blocks(config: *const c_void) -> Result<(LaunchConfig, c_int), CUresult> {
+    let c = inp(config.cast::<LaunchConfig>())?;
+    let mut dims = None;
+    for i in 0..c.num_attrs as usize {
+        let a = inp(c
+            .attrs
+            .cast::<LaunchAttribute>()
+            .wrapping_add(i)
+            .cast_const())?;
+        note(|| format!("attribute {} = {:?}", a.id, &a.value[..4]));
+        if a.id == LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION {
+            dims = Some([a.value[0], a.value[1], a.value[2]]);
+        }
+    }
+    note(|| format!("grid {:?}, block {:?}", c.grid, c.block));
+    let dims = dims.ok_or(CUDA_ERROR_INVALID_CLUSTER_SIZE)?;
+    let blocks = dims.iter().map(|&d| d as u64).product::<u64>();
+    if blocks == 0 || blocks > PORTABLE_CLUSTER_SIZE as u64 {
+        return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    }
+    if dims.iter().zip(c.grid).any(|(&d, g)| g % d != 0) {
+        return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    }
+    Ok((c, blocks as c_int))
+}
+
 /// Linker states: the names gathered so far, and the image handed out at completion.
 #[derive(Default)]
 struct Link {
@@ -359,6 +404,7 @@ crate::abi::exports! {
         // The library is loaded into the current context for it (each context its own).
         let (ctx, dev) = current()?;
         let name = cstr(name).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        note(|| name.to_string());
         global_answer(dptr, bytes, module::library_global(library, name, ctx, dev)?)
     }
 
@@ -504,6 +550,27 @@ crate::abi::exports! {
         cfg()?;
         let _ = (smem_fn, dyn_smem, flags);
         potential_block_size(min_grid, block_size, func, limit)
+    }
+
+    // The clusters of the config's size that fit on the fake's 132 multiprocessors at
+    // once, each holding blocks_per_sm blocks of the config's block size (cuBLAS asks at
+    // cublasCreate).
+    fn cuOccupancyMaxActiveClusters(num_clusters: *mut c_int, func: usize, config: *const c_void) {
+        cfg()?;
+        module::launchable(func)?;
+        let (c, blocks) = cluster_blocks(config)?;
+        let threads = c.block.iter().map(|&b| b as u64).product::<u64>();
+        let per_sm = blocks_per_sm(c_int::try_from(threads).map_err(|_| CUDA_ERROR_INVALID_VALUE)?)?;
+        note(|| format!("cluster of {blocks} blocks"));
+        out(num_clusters, per_sm * 132 / blocks)
+    }
+
+    // The portable maximum (8 blocks): the fake's functions allow no non-portable size.
+    fn cuOccupancyMaxPotentialClusterSize(cluster_size: *mut c_int, func: usize, config: *const c_void) {
+        cfg()?;
+        module::launchable(func)?;
+        inp(config.cast::<LaunchConfig>())?;
+        out(cluster_size, PORTABLE_CLUSTER_SIZE)
     }
 
     fn cuOccupancyAvailableDynamicSMemPerBlock(dyn_smem: *mut usize, func: usize, num_blocks: c_int, block_size: c_int) {

@@ -145,6 +145,13 @@ crate::abi::exports! {
         Ok(())
     }
 
+    // No stream of the fake belongs to a green context (it makes none): NULL, as the
+    // driver answers for a stream of an ordinary context (cuDNN asks of a side stream).
+    fn cuStreamGetGreenCtx(stream: usize, pgreen: *mut usize) {
+        context_of(stream)?;
+        out(pgreen, 0)
+    }
+
     fn cuStreamGetDevice | cuStreamGetDevice_ptsz (stream: usize, device: *mut c_int) {
         out(device, context_of(stream)?.1 as c_int)
     }

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""A PyTorch training step and a CUDA-graph inference step, whose driver calls
+scripts/step-profile.sh records on the fake GPU (FAKECUDA_TRACE) to write
+tests/fixtures/steps/*.json. An ordinary PyTorch program otherwise: it knows nothing of
+gpucap or of the fake.
+
+Usage: torch_steps.py train|graph WARMUP N [BATCH IMAGE]
+
+  train  the step scripts/gpu/probe.py's `train` times on a real GPU (bench-torch-train):
+         its ResNet-18-like net, SGD with momentum, zero_grad / forward / cross-entropy /
+         backward / step, batch BATCH (default 64) of 3 x IMAGE x IMAGE (default 128)
+         images, no synchronisation within the step.
+  graph  the same net in eval mode captured once with torch.cuda.graph (after warm-up
+         runs on a side stream, as PyTorch's documentation does it); a step copies a new
+         batch into the captured input (device to device), replays the graph and copies
+         the logits to the host (.cpu(), which waits for the stream).
+
+After WARMUP steps it writes `step-profile: begin` to stderr, runs N steps, writes
+`step-profile: mid`, runs N more and writes `step-profile: end`, each in one write(2)
+to fd 2, so that the markers fall in order among the fake driver's trace lines: what
+lies between begin and mid is N steps, between begin and end 2N. Prints
+`torch <version> cuda=<version>` and `done` on stdout.
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpu"))
+from probe import resnet18_like  # noqa: E402 - the real-GPU benchmark's net, not a copy
+
+
+def mark(what):
+    os.write(2, ("step-profile: %s\n" % what).encode())
+
+
+def train_step(batch, image):
+    model = resnet18_like(torch).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.randn(batch, 3, image, image, device="cuda")
+    y = torch.randint(0, 10, (batch,), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def graph_step(batch, image):
+    model = resnet18_like(torch).cuda().eval()
+    static_in = torch.randn(batch, 3, image, image, device="cuda")
+    batches = [torch.randn(batch, 3, image, image, device="cuda") for _ in range(2)]
+    with torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                model(static_in)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_out = model(static_in)
+    turn = [0]
+
+    def step():
+        static_in.copy_(batches[turn[0] % 2])
+        turn[0] += 1
+        g.replay()
+        static_out.cpu()
+
+    return step
+
+
+def main():
+    if len(sys.argv) not in (4, 6) or sys.argv[1] not in ("train", "graph"):
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    what, warmup, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    batch, image = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) == 6 else (64, 128)
+    print("torch %s cuda=%s" % (torch.__version__, torch.version.cuda), flush=True)
+    step = (train_step if what == "train" else graph_step)(batch, image)
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    mark("begin")
+    for _ in range(n):
+        step()
+    mark("mid")
+    for _ in range(n):
+        step()
+    mark("end")
+    torch.cuda.synchronize()
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
