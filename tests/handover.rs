@@ -55,7 +55,6 @@ fn hami_dra(root: &Path, uid: &str, container: &str) -> Vec<(String, String)> {
 fn vgpu_manager(root: &Path, uid: &str) -> Vec<(String, String)> {
     let dir = claim_dir(root, &format!("vgpu-manager/claims/{uid}/default/config"));
     [
-        ("LD_PRELOAD_IGNORED", ""),
         ("MANAGER_COMPATIBILITY_MODE", "37"),
         ("MANAGER_VISIBLE_DEVICES", ""),
         ("CUDA_MEM_RATIO", "1.00"),
@@ -68,7 +67,6 @@ fn vgpu_manager(root: &Path, uid: &str) -> Vec<(String, String)> {
         ("CUDA_MEM_LIMIT_3", "1024m"),
     ]
     .iter()
-    .filter(|(k, _)| *k != "LD_PRELOAD_IGNORED")
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .chain([("GPUCAP_CLAIM_DIR".to_string(), dir.display().to_string())])
     .collect()
@@ -410,9 +408,15 @@ fn agreeing_sources_are_fine() {
         ("MANAGER_VISIBLE_DEVICE_3", GPU0),
     ]);
     assert_ok(&o);
-    assert!(
-        stdout(&o).contains(&format!("GPU 0: cap {GIB} bytes (1 GiB) of")),
-        "{}",
-        dump(&o)
-    );
+    let out = stdout(&o);
+    // One cap, and every source that gives it named.
+    for want in [
+        format!("GPU 0: cap {GIB} bytes (1 GiB) of"),
+        "cap from GPUCAP_LIMIT=\"1Gi\"".to_string(),
+        "cap from NVIDIA_GPU_MEMORY_LIMIT=\"1024\" (NVIDIA container toolkit)".to_string(),
+        "cap from GPU_DEVICE_0_MEMORY=\"1Gi\" (DRA example driver)".to_string(),
+        format!("cap from CUDA_MEM_LIMIT_3=\"1024m\" (vgpu-manager), for {GPU0}"),
+    ] {
+        assert!(out.contains(&want), "missing {want:?}\n{}", dump(&o));
+    }
 }

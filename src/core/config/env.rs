@@ -509,7 +509,13 @@ where
                     accepted: "",
                 });
             }
-            _ => config.pool = Some(PoolSpec::Claim(dir)),
+            _ => {
+                let claim = PoolSpec::Claim(dir);
+                config
+                    .notes
+                    .push(claim_pool_note(&claim, "GPUCAP_CLAIM_DIR"));
+                config.pool = Some(claim);
+            }
         }
     }
     for (var, field) in [

@@ -48,6 +48,7 @@ pub(super) fn read(vars: &HandoverVars) -> Result<Handover, ConfigError> {
         .iter()
         .map(|(n, v, _)| format!("{n}={v:?}"))
         .collect();
+    let (var, value) = (amounts[0].0.clone(), amounts[0].1.clone());
     let origins = amounts
         .into_iter()
         .map(|(var, value, _)| Origin {
@@ -65,6 +66,8 @@ pub(super) fn read(vars: &HandoverVars) -> Result<Handover, ConfigError> {
     out.cap = Some((
         CapSource {
             name: format!("{} ({DRA_EXAMPLE})", names.join(", ")),
+            var,
+            value,
             spec,
         },
         origins,

@@ -65,6 +65,9 @@ impl Origin {
 pub struct CapSource {
     /// `NVIDIA_GPU_MEMORY_LIMIT="512" (NVIDIA container toolkit)`.
     pub name: String,
+    /// The first variable of it and its value, for the error's `invalid VAR="VALUE"`.
+    pub var: String,
+    pub value: String,
     pub spec: LimitSpec,
 }
 
@@ -118,6 +121,9 @@ pub struct Handover {
     pub request: Option<(LimitSpec, String)>,
     /// The directory every container of the claim shares, for its pool.
     pub claim_dir: Option<(std::path::PathBuf, String)>,
+    /// Why the driver's claim directory is not there (said unless GPUCAP_CLAIM_DIR
+    /// names one).
+    pub no_claim_dir: Option<String>,
     pub notes: Vec<String>,
 }
 
@@ -163,9 +169,20 @@ pub fn apply(
                 format!("{} ({driver})", vars.join(", "))
             }
         };
+        let (var, value) = match config.origins.iter().find(|o| o.driver != "gpucap") {
+            Some(o) if spec.from != LimitFrom::Gpucap && spec.from != LimitFrom::Both => {
+                (o.var.clone(), o.value.clone())
+            }
+            _ => (
+                "GPUCAP_LIMIT".to_string(),
+                raw("GPUCAP_LIMIT").unwrap_or_default(),
+            ),
+        };
         if config.cap_sources.is_empty() {
             config.cap_sources.push(CapSource {
                 name,
+                var,
+                value,
                 spec: spec.clone(),
             });
         }
@@ -173,6 +190,9 @@ pub fn apply(
     let pooled_with_own_cap = config.pool.is_some() && raw("GPUCAP_LIMIT").is_some();
     for d in drivers {
         config.notes.extend(d.notes);
+        if !explicit_claim_dir {
+            config.notes.extend(d.no_claim_dir);
+        }
         if let Some((spec, name)) = d.request {
             toolkit_shares(config, &d.cap, spec, &name, pooled_with_own_cap, raw)?;
             if pooled_with_own_cap {
@@ -220,20 +240,9 @@ fn disagree(
     cb: Option<Limit>,
 ) -> ConfigError {
     let show = |l: Option<Limit>| l.map_or("no cap".to_string(), |l| l.to_string());
-    let var = b.name.split('=').next().unwrap_or_default().to_string();
     ConfigError {
-        var,
-        value: b
-            .name
-            .split_once('=')
-            .map(|(_, v)| {
-                v.split(" (")
-                    .next()
-                    .unwrap_or(v)
-                    .trim_matches('"')
-                    .to_string()
-            })
-            .unwrap_or_default(),
+        var: b.var.clone(),
+        value: b.value.clone(),
         reason: format!(
             "two sources give {gpu} different caps: {} from {} but {} from {}; set only one of \
              them, or both to the same cap",

@@ -101,6 +101,8 @@ pub(super) fn read(vars: &HandoverVars) -> Result<Handover, ConfigError> {
     out.cap = Some((
         CapSource {
             name: format!("{NVIDIA_LIMIT}={l:?} ({NVIDIA_TOOLKIT})"),
+            var: NVIDIA_LIMIT.into(),
+            value: l.into(),
             spec: one(lb),
         },
         vec![origin(NVIDIA_LIMIT, l)],

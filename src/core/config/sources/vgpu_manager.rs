@@ -149,12 +149,21 @@ pub(super) fn read(vars: &HandoverVars) -> Result<Handover, ConfigError> {
         });
     }
     let name = format!("{} ({VGPU_MANAGER})", names.join(", "));
-    out.cap = Some((CapSource { name, spec }, origins));
+    let (var, value) = (origins[0].var.clone(), origins[0].value.clone());
+    out.cap = Some((
+        CapSource {
+            name,
+            var,
+            value,
+            spec,
+        },
+        origins,
+    ));
     let dir = std::path::PathBuf::from(VGPU_CONFIG_DIR);
     if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
         out.claim_dir = Some((dir, "vgpu-manager's per-claim directory".to_string()));
     } else {
-        out.notes.push(format!(
+        out.no_claim_dir = Some(format!(
             "note: no vgpu-manager claim directory at {VGPU_CONFIG_DIR} (each process is capped \
              alone; GPUCAP_CLAIM_DIR names one mounted elsewhere)"
         ));
