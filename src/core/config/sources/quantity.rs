@@ -60,7 +60,7 @@ pub fn parse_quantity(v: &str) -> Result<u64, String> {
             .ok_or_else(too_large)?;
     } else {
         let p = 10u128.checked_pow((-exp) as u32).unwrap_or(u128::MAX);
-        if n % p != 0 {
+        if !n.is_multiple_of(p) {
             return Err("a fraction of a byte".into());
         }
         n /= p;

@@ -135,7 +135,7 @@ pub(super) fn read(vars: &HandoverVars) -> Result<Handover, ConfigError> {
                 "",
             ));
         };
-        let key = DeviceKey::Uuid(uuid.clone());
+        let key = DeviceKey::Uuid(*uuid);
         if spec.devices.iter().any(|(k, _)| *k == key) {
             return Err(bad(&name, &value, format!("{uuid} is capped twice"), ""));
         }
