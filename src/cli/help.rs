@@ -72,6 +72,9 @@ environment:
   GPUCAP_POOL_DIR       an existing directory for named pools' files (default:
                         $XDG_RUNTIME_DIR, else /dev/shm, else /tmp; a gpucap-UID
                         directory is made in it); one that does not exist is an error
+  GPUCAP_CLAIM_DIR      the directory every container of one claim shares (read-write):
+                        the pool's file is made in it (default: HAMi's DRA plugin's claim
+                        directory, vgpu-manager's /etc/vgpu-manager/config)
   GPUCAP_LD_SO_PRELOAD  1/0...: the container entrypoint also installs libgpucap.so in
                         /etc/ld.so.preload
   GPUCAP_HOME           where the container entrypoint finds gpucap and libgpucap.so

@@ -336,6 +336,12 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         {
             vars.push(("GPUCAP_POOL".into(), p.clone().into_os_string()));
         }
+        // A claim's pool (HAMi's DRA plugin, vgpu-manager) as GPUCAP_CLAIM_DIR.
+        if let Some(config::PoolSpec::Claim(d)) = &config.pool
+            && lookup(&vars, "GPUCAP_CLAIM_DIR").is_none()
+        {
+            vars.push(("GPUCAP_CLAIM_DIR".into(), d.clone().into_os_string()));
+        }
         let written = config::format_env_file(vars.iter().map(|(k, v)| (k, v))).and_then(|text| {
             gpucap_core::report::write_atomically(file, text.as_bytes(), Some(0o644))
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))

@@ -41,7 +41,7 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<Located, Strin
                 Ok(file) if file.parent().is_some_and(missing) => Ok(Located::NotYet(file)),
                 _ => Err(e),
             },
-            PoolSpec::Path(_) => Err(e),
+            PoolSpec::Path(_) | PoolSpec::Claim(_) => Err(e),
         },
     }
 }

@@ -86,7 +86,11 @@ pub fn uuid_key_notes(spec: &LimitSpec, devices: &[Device]) -> Vec<String> {
     spec.uuid_keys()
         .filter_map(|key| {
             let d = devices.iter().find(|d| d.uuid == Some(key.bytes))?;
-            Some(format!("note: GPUCAP_LIMIT key {key} is GPU {}", d.ordinal))
+            let var = match spec.from {
+                gpucap_core::config::LimitFrom::Handover(vars) => vars,
+                _ => "GPUCAP_LIMIT",
+            };
+            Some(format!("note: {var} key {key} is GPU {}", d.ordinal))
         })
         .collect()
 }
@@ -170,6 +174,19 @@ pub fn check_report(
     {
         out.push(format!("limit source: from {}", spec.source()));
     }
+    if config
+        .limit
+        .as_ref()
+        .is_some_and(|s| s.from != LimitFrom::Gpucap)
+    {
+        for o in &config.origins {
+            let gpu = match &o.key {
+                None => "every GPU".to_string(),
+                Some(k) => k.to_string(),
+            };
+            out.push(format!("cap from {}, for {gpu}", o.text()));
+        }
+    }
     out.extend(config.notes.iter().cloned());
     out.push(format!("log: {}", config.log));
     out.push(growth_line(config.growth).to_string());
@@ -228,6 +245,21 @@ pub fn check_report(
                     && limit.is_some()
                 {
                     line.push_str(&format!(" (from {})", spec.var_for_ordinal(d.ordinal)));
+                } else if config
+                    .limit
+                    .as_ref()
+                    .is_some_and(|s| matches!(s.from, LimitFrom::Handover(_) | LimitFrom::Both))
+                    && limit.is_some()
+                {
+                    let from: Vec<String> = config
+                        .origins
+                        .iter()
+                        .filter(|o| o.covers(d.ordinal, d.uuid.as_ref()))
+                        .map(|o| o.text())
+                        .collect();
+                    if !from.is_empty() {
+                        line.push_str(&format!(" (from {})", from.join(", ")));
+                    }
                 }
                 out.push(line);
             }

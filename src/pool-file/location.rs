@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use gpucap_core::config::PoolSpec;
+use gpucap_core::config::{CLAIM_POOL_FILE, PoolSpec};
 
 /// The effective uid of this process.
 pub fn own_uid() -> u32 {
@@ -23,6 +23,10 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<
             let parent = p.parent().unwrap_or(Path::new("/"));
             check_parent(parent)?;
             Ok(p.clone())
+        }
+        PoolSpec::Claim(dir) => {
+            check_claim_dir(dir)?;
+            Ok(dir.join(CLAIM_POOL_FILE))
         }
         PoolSpec::Name(name) => {
             let dir = per_user_dir(pool_dir)?;
@@ -49,6 +53,7 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<
 pub fn path_of(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PathBuf, String> {
     Ok(match spec {
         PoolSpec::Path(p) => p.clone(),
+        PoolSpec::Claim(dir) => dir.join(CLAIM_POOL_FILE),
         PoolSpec::Name(name) => per_user_dir(pool_dir)?.join(format!("{name}.pool")),
     })
 }
@@ -162,4 +167,24 @@ fn check_parent(dir: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A claim's directory: the driver mounts it read-write in every container of the claim
+/// and nowhere else, commonly world-writable (HAMi's and vgpu-manager's are made 0777),
+/// so only its being a real directory is checked: the processes that may write in it
+/// are the claim's own (the pool file itself is still checked as any other).
+fn check_claim_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!(
+            "the claim's directory {} is not a directory (a symbolic link or a file is \
+             refused)",
+            dir.display()
+        )),
+        Err(e) => Err(format!(
+            "the claim's directory {}: {e} (the driver mounts it in every container of the \
+             claim)",
+            dir.display()
+        )),
+    }
 }

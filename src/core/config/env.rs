@@ -23,12 +23,13 @@ pub const KNOWN_VARS: &[&str] = &[
     "GPUCAP_WAIT",
     "GPUCAP_GUARANTEE",
     "GPUCAP_CEILING",
+    "GPUCAP_CLAIM_DIR",
 ];
 
 /// `KNOWN_VARS` as one line, for error messages (a test keeps the two in step).
 pub(crate) const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, \
      GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR, GPUCAP_WAIT, \
-     GPUCAP_GUARANTEE, GPUCAP_CEILING";
+     GPUCAP_GUARANTEE, GPUCAP_CEILING, GPUCAP_CLAIM_DIR";
 
 pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
@@ -41,6 +42,8 @@ pub const POOL_ACCEPTED: &str = "a pool name (1 to 64 of A-Z a-z 0-9 . _ -, not 
      an absolute path of the pool file, or off (no pool)";
 pub const POOL_DIR_ACCEPTED: &str =
     "the absolute path of an existing directory (gpucap makes its gpucap-UID directory in it)";
+pub const CLAIM_DIR_ACCEPTED: &str = "the absolute path of the directory every container of one claim \
+     shares, mounted read-write (the pool's file, gpucap.pool, is made in it)";
 pub const WAIT_ACCEPTED: &str =
     "a duration up to 24h: 0, 500ms, 30s, 5m, 1h (a number and one of ms, s, m, h)";
 
@@ -104,6 +107,11 @@ pub struct Config {
     /// `GPUCAP_CEILING`: the most this process may hold of the pool (a fraction: of the
     /// pool's cap). Only in a pool.
     pub ceiling: Option<LimitSpec>,
+    /// Every source of caps (`GPUCAP_LIMIT`, HAMi-core's, the drivers' of
+    /// `config::sources`), in that order; `limit` is the first one's, and they agree.
+    pub cap_sources: Vec<CapSource>,
+    /// The variables the caps came from, for `gpucap check`.
+    pub origins: Vec<Origin>,
 }
 
 /// Which pool a process joins.
@@ -113,13 +121,20 @@ pub enum PoolSpec {
     Name(String),
     /// The file itself.
     Path(PathBuf),
+    /// A claim's directory, which every container of the claim shares (mounted
+    /// read-write by its driver): the pool's file is [`CLAIM_POOL_FILE`] in it.
+    Claim(PathBuf),
 }
+
+/// The pool file's name in a claim's directory.
+pub const CLAIM_POOL_FILE: &str = "gpucap.pool";
 
 impl fmt::Display for PoolSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PoolSpec::Name(n) => f.write_str(n),
             PoolSpec::Path(p) => write!(f, "{}", p.display()),
+            PoolSpec::Claim(d) => write!(f, "{}", d.join(CLAIM_POOL_FILE).display()),
         }
     }
 }
@@ -212,6 +227,8 @@ impl Default for Config {
             wait: std::time::Duration::ZERO,
             guarantee: None,
             ceiling: None,
+            cap_sources: Vec::new(),
+            origins: Vec::new(),
         }
     }
 }
@@ -279,6 +296,7 @@ pub(crate) const PREFIX: &str = "GPUCAP_";
 pub fn looked_at(name: &[u8]) -> bool {
     name.starts_with(PREFIX.as_bytes())
         || name.starts_with(HAMI_PREFIX.as_bytes())
+        || is_handover_name(name)
         || HAMI_IGNORED
             .iter()
             .any(|(var, _)| name.starts_with(var.as_bytes()))
@@ -302,10 +320,24 @@ where
 {
     let mut ours: Vec<(String, String)> = Vec::new();
     let mut hami = Hami::default();
+    let mut handover = HandoverVars::default();
     for (k, v) in vars {
         let (k, v) = (k.as_ref(), v.as_ref());
         if k.as_bytes().starts_with(HAMI_PREFIX.as_bytes()) {
             hami.add(k, v)?;
+            continue;
+        }
+        if is_handover_name(k.as_bytes()) {
+            let name = k.to_string_lossy().into_owned();
+            let Some(value) = v.to_str() else {
+                return Err(ConfigError {
+                    var: name,
+                    value: v.to_string_lossy().into_owned(),
+                    reason: "the value is not valid UTF-8".into(),
+                    accepted: "",
+                });
+            };
+            handover.push(name, value.to_string());
             continue;
         }
         if let Some(note) = hami_ignored_note(k) {
@@ -367,7 +399,29 @@ where
     if let Some(v) = raw("GPUCAP_LIMIT") {
         config.limit = Some(parse_limit_spec(v).map_err(|r| bad("GPUCAP_LIMIT", v, r))?);
     }
-    if let Some(from_hami) = hami.spec() {
+    let hami_claim = hami.shared_cache.as_deref().and_then(hami_claim_dir);
+    let hami_driver = if hami_claim.is_some() {
+        HAMI_DRA
+    } else {
+        HAMI_CLASSIC
+    };
+    let mut origins = hami.origins(hami_driver);
+    if hami_claim.is_some() {
+        // The DRA plugin's indices name no GPU: one cap for every GPU.
+        for o in &mut origins {
+            o.key = None;
+        }
+    }
+    let hami_spec = hami.spec().map(|spec| match hami_claim {
+        Some(_) => {
+            let (mut spec, note) = hami_dra_spec(spec);
+            spec.from = LimitFrom::Handover("HAMi DRA's CUDA_DEVICE_MEMORY_LIMIT_<i>");
+            hami.notes.extend(note);
+            spec
+        }
+        None => spec,
+    });
+    if let Some(from_hami) = hami_spec {
         config.limit = Some(match (config.limit.take(), raw("GPUCAP_LIMIT")) {
             (Some(mut ours), Some(v)) => {
                 check_agree(&ours, &from_hami).map_err(|reason| ConfigError {
@@ -383,6 +437,19 @@ where
         });
     }
     config.notes = hami.notes;
+    if let Some(spec) = &config.limit {
+        if raw("GPUCAP_LIMIT").is_some() {
+            config.origins.push(Origin {
+                var: "GPUCAP_LIMIT".into(),
+                value: raw("GPUCAP_LIMIT").unwrap_or_default().to_string(),
+                driver: "gpucap",
+                key: None,
+            });
+        }
+        if spec.from != LimitFrom::Gpucap {
+            config.origins.extend(origins);
+        }
+    }
     if let Some(v) = raw("GPUCAP_LOG") {
         config.log = parse_log_level(v).map_err(|r| bad("GPUCAP_LOG", v, r))?;
     }
@@ -405,7 +472,15 @@ where
         config.wait = parse_wait(v).map_err(|r| bad("GPUCAP_WAIT", v, r))?;
     }
     if let Some(cache) = hami.shared_cache {
-        let path = PoolSpec::Path(PathBuf::from(&cache));
+        let path = match hami_claim {
+            Some(dir) => {
+                let claim = PoolSpec::Claim(dir);
+                let why = format!("the directory of {HAMI_SHARED_CACHE}, {HAMI_DRA}");
+                config.notes.push(claim_pool_note(&claim, &why));
+                claim
+            }
+            None => PoolSpec::Path(PathBuf::from(&cache)),
+        };
         match (&config.pool, raw("GPUCAP_POOL")) {
             (Some(ours), Some(v)) if *ours != path => {
                 return Err(ConfigError {
@@ -421,6 +496,43 @@ where
             _ => config.pool = Some(path),
         }
     }
+    if let Some(v) = raw("GPUCAP_CLAIM_DIR") {
+        let dir = parse_pool_dir(v).map_err(|r| bad("GPUCAP_CLAIM_DIR", v, r))?;
+        match &config.pool {
+            Some(p) if raw("GPUCAP_POOL").is_some() && *p != PoolSpec::Claim(dir.clone()) => {
+                return Err(ConfigError {
+                    var: "GPUCAP_POOL".into(),
+                    value: raw("GPUCAP_POOL").unwrap_or_default().to_string(),
+                    reason: format!(
+                        "it names another pool than GPUCAP_CLAIM_DIR={v:?}; set one of them"
+                    ),
+                    accepted: "",
+                });
+            }
+            _ => {
+                let claim = PoolSpec::Claim(dir);
+                config
+                    .notes
+                    .push(claim_pool_note(&claim, "GPUCAP_CLAIM_DIR"));
+                config.pool = Some(claim);
+            }
+        }
+    }
+    for (var, field) in [
+        ("GPUCAP_GUARANTEE", &mut config.guarantee),
+        ("GPUCAP_CEILING", &mut config.ceiling),
+    ] {
+        if let Some(v) = raw(var) {
+            *field = Some(parse_share_spec(var, v).map_err(|r| bad(var, v, r))?);
+        }
+    }
+    let raw_owned = |var: &str| raw(var).map(str::to_string);
+    apply(
+        &mut config,
+        &handover,
+        &raw_owned,
+        raw("GPUCAP_CLAIM_DIR").is_some(),
+    )?;
     if !config.wait.is_zero() && config.pool.is_none() {
         let v = raw("GPUCAP_WAIT").unwrap_or_default();
         return Err(ConfigError {
@@ -431,14 +543,6 @@ where
                 .into(),
             accepted: "",
         });
-    }
-    for (var, field) in [
-        ("GPUCAP_GUARANTEE", &mut config.guarantee),
-        ("GPUCAP_CEILING", &mut config.ceiling),
-    ] {
-        if let Some(v) = raw(var) {
-            *field = Some(parse_share_spec(var, v).map_err(|r| bad(var, v, r))?);
-        }
     }
     check_shares(&config, |var| raw(var).map(str::to_string))?;
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
@@ -486,7 +590,7 @@ impl Hami {
                 }
                 match parse_pool_spec(value) {
                     Ok(PoolSpec::Path(_)) => self.shared_cache = Some(value.to_string()),
-                    Ok(PoolSpec::Name(_)) => {
+                    Ok(PoolSpec::Name(_) | PoolSpec::Claim(_)) => {
                         return Err(bad(
                             "a path must be absolute (every process must name the same file)"
                                 .into(),
@@ -515,6 +619,28 @@ impl Hami {
         }
         let gpus: Vec<(u32, u64)> = self.gpus.iter().map(|&(n, _, b)| (n, b)).collect();
         Some(hami_spec(self.all.as_ref().map(|&(_, b)| b), &gpus))
+    }
+
+    /// The variables a cap came from, for `gpucap check`.
+    fn origins(&self, driver: &'static str) -> Vec<Origin> {
+        let mut out: Vec<Origin> = Vec::new();
+        if let Some((v, _)) = &self.all {
+            out.push(Origin {
+                var: HAMI_LIMIT.into(),
+                value: v.clone(),
+                driver,
+                key: None,
+            });
+        }
+        for (n, v, _) in &self.gpus {
+            out.push(Origin {
+                var: format!("{HAMI_LIMIT}_{n}"),
+                value: v.clone(),
+                driver,
+                key: Some(DeviceKey::Ordinal(*n)),
+            });
+        }
+        out
     }
 
     /// `CUDA_DEVICE_MEMORY_LIMIT=8g, CUDA_DEVICE_MEMORY_LIMIT_1=4g`, for messages.
@@ -557,6 +683,7 @@ pub(crate) fn accepted_of(var: &str) -> &'static str {
         "GPUCAP_WAIT" => WAIT_ACCEPTED,
         "GPUCAP_GUARANTEE" => GUARANTEE_ACCEPTED,
         "GPUCAP_CEILING" => CEILING_ACCEPTED,
+        "GPUCAP_CLAIM_DIR" => CLAIM_DIR_ACCEPTED,
         _ => KNOWN_VARS_LIST,
     }
 }

@@ -21,7 +21,8 @@ pub const ENV_FILE_NAME: &str = "gpucap.env";
 /// Where the shim looks when there is no `gpucap.env` beside it.
 pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
 
-/// Does `vars` hold any `GPUCAP_*` or HAMi-core `CUDA_DEVICE_MEMORY_*` variable
+/// Does `vars` hold any `GPUCAP_*`, HAMi-core `CUDA_DEVICE_MEMORY_*` or driver hand-over
+/// variable (`config::sources`)
 /// (whatever its value)? If not, the shim falls back to the configuration file.
 pub fn has_gpucap_vars<I, K, V>(vars: I) -> bool
 where
@@ -30,7 +31,9 @@ where
 {
     vars.into_iter().any(|(k, _)| {
         let k = k.as_ref().as_bytes();
-        k.starts_with(PREFIX.as_bytes()) || k.starts_with(HAMI_PREFIX.as_bytes())
+        k.starts_with(PREFIX.as_bytes())
+            || k.starts_with(HAMI_PREFIX.as_bytes())
+            || is_handover_name(k)
     })
 }
 
@@ -119,12 +122,20 @@ where
     let vars: Vec<(K, V)> = vars.into_iter().collect();
     let config = from_vars(vars.iter().map(|(k, v)| (k, v))).map_err(|e| e.to_string())?;
     let mut text = format_gpucap_vars(&vars)?;
-    if let Some(spec) = config.limit.as_ref().filter(|s| s.from == LimitFrom::Hami) {
+    if let Some(spec) = config
+        .limit
+        .as_ref()
+        .filter(|s| matches!(s.from, LimitFrom::Hami | LimitFrom::Handover(_)))
+    {
         let value = spec
             .to_gpucap_limit()
-            .ok_or("HAMi-core's limit has no byte value to write")?;
+            .ok_or("the drivers' limit has no byte value to write")?;
+        let whose = match spec.from {
+            LimitFrom::Hami => "HAMi-core's variables",
+            _ => "the driver's hand-over",
+        };
         text.push_str(&format!(
-            "# from {} (HAMi-core's variables), in bytes\nGPUCAP_LIMIT={value}\n",
+            "# from {} ({whose}), in bytes\nGPUCAP_LIMIT={value}\n",
             spec.source()
         ));
     }

@@ -31,7 +31,7 @@ fn keyed(config: &Config) -> impl Iterator<Item = (Var, &LimitSpec)> {
 /// Whether any per-GPU variable of `config` names a GPU (then the driver must be asked
 /// which GPUs there are before the keys can be checked).
 pub fn names_gpus(config: &Config) -> bool {
-    keyed(config).next().is_some()
+    keyed(config).next().is_some() || sources_need_gpus(config)
 }
 
 /// Checks the keys of every per-GPU variable of `config` against the GPUs visible to
@@ -48,6 +48,16 @@ pub fn check_gpu_keys<'a>(
     let mut visible = Visible::new(count, uuids);
     for (var, spec) in keyed(config) {
         check_spec(var, spec, &mut visible)?;
+    }
+    // Every other source of caps naming a GPU by UUID, against the visible GPUs; then
+    // the sources compared on each of them.
+    for source in config.cap_sources.iter().skip(1) {
+        if !source.spec.devices.is_empty() {
+            check_spec(Var::Limit, &source.spec, &mut visible)?;
+        }
+    }
+    if sources_need_gpus(config) {
+        check_sources_agree(config, visible.uuids())?;
     }
     Ok(())
 }
@@ -81,7 +91,10 @@ impl Var {
         match (self, key) {
             (Var::Named(v), _) => v.to_string(),
             (Var::Limit, DeviceKey::Ordinal(n)) => spec.var_for_ordinal(*n),
-            (Var::Limit, DeviceKey::Uuid(_)) => "GPUCAP_LIMIT".to_string(),
+            (Var::Limit, DeviceKey::Uuid(_)) => match spec.from {
+                LimitFrom::Handover(vars) => vars.to_string(),
+                _ => "GPUCAP_LIMIT".to_string(),
+            },
         }
     }
 }

@@ -164,6 +164,8 @@ pub enum LimitFrom {
     Hami,
     /// `GPUCAP_LIMIT` and HAMi-core's variables, which agree (see `check_agree`).
     Both,
+    /// A driver's hand-over (`config::sources`): the variables, for messages.
+    Handover(&'static str),
 }
 
 /// A parsed `GPUCAP_LIMIT`: a default for every device, and per-device overrides.
@@ -183,6 +185,7 @@ impl LimitSpec {
     pub fn var_for_ordinal(&self, ordinal: u32) -> String {
         match self.from {
             LimitFrom::Gpucap | LimitFrom::Both => "GPUCAP_LIMIT".to_string(),
+            LimitFrom::Handover(vars) => vars.to_string(),
             LimitFrom::Hami => {
                 if self
                     .devices
@@ -217,6 +220,7 @@ impl LimitSpec {
         match self.from {
             LimitFrom::Gpucap => "GPUCAP_LIMIT".to_string(),
             LimitFrom::Hami => hami(),
+            LimitFrom::Handover(vars) => vars.to_string(),
             LimitFrom::Both => {
                 "GPUCAP_LIMIT, which agrees with HAMi-core's CUDA_DEVICE_MEMORY_LIMIT*".to_string()
             }

@@ -1,7 +1,8 @@
 //! gpucap's configuration: the `GPUCAP_*` environment variables, parsed and validated:
 //! `limit` (caps and device keys), `env` (the variables, `Config`), `file` (`gpucap.env`),
 //! `shares` (a pool member's guarantee and ceiling), `keys` (every per-GPU variable's
-//! keys against the visible GPUs).
+//! keys against the visible GPUs), `sources` (the caps the cluster's GPU drivers hand a
+//! container, merged with the others by one resolver).
 //!
 //! Part of gpucap-core, used by the shim and the CLI: plain safe Rust that only needs
 //! `crate::size`. The variables are read by name from the pairs given (no envy: it
@@ -16,6 +17,7 @@ mod hami;
 mod keys;
 mod limit;
 mod shares;
+mod sources;
 
 pub use env::*;
 pub use file::*;
@@ -23,6 +25,7 @@ pub use hami::*;
 pub use keys::*;
 pub use limit::*;
 pub use shares::*;
+pub use sources::*;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,76 @@
+//! The Kubernetes DRA example driver (kubernetes-sigs/dra-example-driver, GPU profile):
+//! a claim's consumed `memory` capacity is handed over as
+//! `GPU_DEVICE_<ID>_MEMORY=<quantity>` (internal/profiles/gpu/gpu.go, `applyGpuConfig`),
+//! `<ID>` being the device's name without `gpu-`, upper-cased, `-` made `_` (`gpu-0` →
+//! `0`, `gpu-0-partition-1` → `0_PARTITION_1`); `GPU_DEVICE_<ID>=<device name>` names it.
+//! Nothing names the GPU's UUID or its CUDA ordinal, so the amount caps every GPU the
+//! container sees; with several different amounts, every GPU gets the smallest (never
+//! more than any one grant).
+
+use super::*;
+
+pub const DRA_EXAMPLE: &str = "DRA example driver";
+const PREFIX: &str = "GPU_DEVICE_";
+const SUFFIX: &str = "_MEMORY";
+
+pub(super) fn looks_at(name: &[u8]) -> bool {
+    name.starts_with(PREFIX.as_bytes()) && name.ends_with(SUFFIX.as_bytes())
+}
+
+/// Reads the DRA example driver's variables.
+pub(super) fn read(vars: &HandoverVars) -> Result<Handover, ConfigError> {
+    let mut out = Handover::default();
+    let mut amounts: Vec<(String, String, u64)> = Vec::new();
+    for (name, value) in vars.with_prefix(PREFIX) {
+        let id = &name[PREFIX.len()..name.len().saturating_sub(SUFFIX.len()).max(PREFIX.len())];
+        if !name.ends_with(SUFFIX)
+            || id.is_empty()
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            continue;
+        }
+        let b = parse_quantity(value).map_err(|r| bad(name, value, r, QUANTITY_ACCEPTED))?;
+        amounts.push((name.to_string(), value.to_string(), b));
+    }
+    let Some(&(_, _, least)) = amounts.iter().min_by_key(|a| a.2) else {
+        return Ok(out);
+    };
+    if amounts.iter().any(|a| a.2 != least) {
+        out.notes.push(format!(
+            "note: the DRA example driver's amounts differ and name no GPU; every GPU is \
+             capped at the smallest, {}",
+            Limit::Bytes(least)
+        ));
+    }
+    let names: Vec<String> = amounts
+        .iter()
+        .map(|(n, v, _)| format!("{n}={v:?}"))
+        .collect();
+    let (var, value) = (amounts[0].0.clone(), amounts[0].1.clone());
+    let origins = amounts
+        .into_iter()
+        .map(|(var, value, _)| Origin {
+            var,
+            value,
+            driver: DRA_EXAMPLE,
+            key: None,
+        })
+        .collect();
+    let spec = LimitSpec {
+        default: Some(Limit::Bytes(least)),
+        devices: Vec::new(),
+        from: LimitFrom::Handover("the DRA example driver's GPU_DEVICE_<ID>_MEMORY"),
+    };
+    out.cap = Some((
+        CapSource {
+            name: format!("{} ({DRA_EXAMPLE})", names.join(", ")),
+            var,
+            value,
+            spec,
+        },
+        origins,
+    ));
+    Ok(out)
+}
