@@ -15,13 +15,14 @@ pub(super) fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
             Some("status") => Topic::Status,
             Some("top") => Topic::Top,
             Some("metrics") => Topic::Metrics,
+            Some("pool") => Topic::Pool,
             Some("help") => Topic::General,
             _ => {
                 return Err(usage(
                     Topic::General,
                     format!(
                         "no help for '{}' (try: help run, help check, help status, help top, \
-                         help metrics)",
+                         help metrics, help pool)",
                         t.to_string_lossy()
                     ),
                 ));

@@ -28,6 +28,9 @@ pub struct Overrides {
     pub guarantee: Option<String>,
     /// `--ceiling SPEC`: sets GPUCAP_CEILING.
     pub ceiling: Option<String>,
+    /// `--quiet` (`run`): no line saying that the program runs with no cap. Sets no
+    /// variable.
+    pub quiet: bool,
 }
 
 /// What `gpucap run --growth` also sets, unless the user already set them: the
@@ -110,10 +113,21 @@ pub enum Command {
         /// `--iterations`: how many snapshots (None: until interrupted).
         iterations: Option<u64>,
     },
+    /// `gpucap pool list` / `gpucap pool clean [NAME]`: this user's pool files.
+    Pool(PoolAction),
     /// `gpucap help [COMMAND]`, `--help`, `-h`
     Help(Topic),
     /// `gpucap --version`, `-V`, `version`
     Version,
+}
+
+/// What `gpucap pool` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolAction {
+    /// `list`: every pool file with its members, held bytes and last use.
+    List,
+    /// `clean [NAME]`: remove the pools no process uses (or the one named).
+    Clean(Option<String>),
 }
 
 /// The pools of `status --prometheus` and `metrics`.
@@ -179,6 +193,7 @@ where
         Some("status") => parse_status(parser),
         Some("top") => parse_top(parser),
         Some("metrics") => parse_metrics(parser),
+        Some("pool") => pools::parse_pool(parser),
         Some("help") => parse_help(parser),
         Some("version") => nothing_after(parser, "version", Command::Version),
         _ => {
@@ -191,7 +206,7 @@ where
                     Topic::General,
                     format!(
                         "unknown command '{s}' (the commands are run, check, status, top, \
-                         metrics and help)"
+                         metrics, pool and help)"
                     ),
                 ))
             }
@@ -258,11 +273,13 @@ fn topic_name(topic: Topic) -> &'static str {
         Topic::Status => "status",
         Topic::Top => "top",
         Topic::Metrics => "metrics",
+        Topic::Pool => "pool",
     }
 }
 
 mod commands;
 mod options;
+mod pools;
 #[cfg(test)]
 mod tests;
 
