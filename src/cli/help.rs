@@ -11,6 +11,7 @@ pub enum Topic {
     Metrics,
     Jupyter,
     Cdi,
+    Pool,
 }
 
 const GENERAL_HELP: &str = "\
@@ -31,7 +32,8 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
        gpucap jupyter list | remove NAME
        gpucap cdi generate --output FILE [--limit SPEC [--pool NAME|PATH|off]] [--name NAME]
                            [--kind VENDOR/CLASS] [--dir DIR] [--root DIR]
-       gpucap help [run|check|status|top|metrics|jupyter|cdi]
+       gpucap pool list | gpucap pool clean [NAME]
+       gpucap help [run|check|status|top|metrics|jupyter|cdi|pool]
        gpucap --version
 
 commands:
@@ -45,11 +47,14 @@ commands:
   jupyter install a Jupyter kernel that starts under gpucap run (capped notebooks)
   cdi     write a CDI spec whose device caps a container (podman/docker run --device,
           containerd and CRI-O with CDI on): no entrypoint needed
+  pool    list this user's pools (members alive and dead, bytes held, last use), or
+          remove those no process uses (clean)
   help    show this help, or the help of a command
 
 environment:
   GPUCAP_LIMIT          the cap: one value for every GPU, or a comma list (see below);
-                        unset = allocations are counted, not capped
+                        unset or none = allocations are counted, not capped (run says
+                        so on stderr when unset; none is on purpose)
   GPUCAP_LOG            off, error, warn (default), info (adds a summary per GPU at
                         exit) or debug
   GPUCAP_LIB            the path of libgpucap.so (default: beside the gpucap executable,
@@ -78,15 +83,19 @@ environment:
   GPUCAP_LD_SO_PRELOAD  1/0...: the container entrypoint also installs libgpucap.so in
                         /etc/ld.so.preload
   GPUCAP_HOME           where the container entrypoint finds gpucap and libgpucap.so
-  Any other GPUCAP_* variable is an error, to catch typos. A process whose environment
+  Any other GPUCAP_* variable is an error, to catch typos, and so is one of these in
+  another case (gpucap_limit). A process whose environment
   has no GPUCAP_* variable at all reads gpucap.env beside libgpucap.so, else
   /etc/gpucap/gpucap.env (written by the container entrypoint).
 
 limit SPEC:
-  8Gi, 512Mi, 4GiB, 1.5G, 100MB   a size (Ki Mi Gi Ti KiB... binary; k K M G T KB... decimal)
+  8Gi, 512Mi, 4GiB, 1.5G, 100MB   a size (Ki Mi Gi Ti KiB... binary; k K M G T KB... decimal;
+                                  units ending in B in any case: 8gb = 8GB = 7.45 GiB, said
+                                  on a note line)
   1073741824                      whole bytes (without a unit: at least 1048576,
                                   so that 8 is not taken for 8 bytes)
   50%, 12.5%                      a share of the GPU's physical memory, in (0%, 100%]
+                                  (below 1% gets a note line)
   0.5, 1.0                        the same as a fraction in (0, 1]
   0=8Gi,1=50%                     per GPU (CUDA ordinals, after CUDA_VISIBLE_DEVICES;
                                   each must be a GPU the process sees)
@@ -99,7 +108,7 @@ the pool's file does not exist yet.";
 
 const RUN_HELP: &str = "\
 usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                  [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                  [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC] [--quiet]
                   [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
 
@@ -107,7 +116,10 @@ Runs CMD with libgpucap.so added to LD_PRELOAD, so that its CUDA allocations are
 capped. gpucap replaces itself with CMD (exec): the exit status and signals are CMD's.
 
 options:
-  --limit SPEC   set GPUCAP_LIMIT (overrides the variable), e.g. 8Gi, 50%, 0=8Gi,1=50%
+  --limit SPEC   set GPUCAP_LIMIT (overrides the variable), e.g. 8Gi, 50%, 0=8Gi,1=50%;
+                 none: no cap, on purpose (without any cap one line says CMD runs
+                 uncapped)
+  --quiet        no line saying that CMD runs with no cap
   --log LEVEL    set GPUCAP_LOG: off, error, warn, info or debug
   --growth       set GPUCAP_GROWTH=1 (growth-only mode), and, unless already set,
                  TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -325,6 +337,27 @@ options:
   -h, --help            show this help
 
 exit status: 0 when written; 2 for a bad option or value, or a file it cannot write.";
+const POOL_HELP: &str = "\
+usage: gpucap pool list
+       gpucap pool clean [NAME]
+
+list: every pool of this user's pool directory (GPUCAP_POOL_DIR, else
+$XDG_RUNTIME_DIR, /dev/shm or /tmp; in it gpucap-UID), with its members alive and
+dead, the bytes it counts as held (all of them, and those of dead members) and its
+last use (the file made or written, or a member joined; UTC).
+
+clean: removes every pool with no live member and nothing held; with NAME, that pool
+even if dead members still count bytes in it. A pool with a live member is never
+removed. A member is alive while its process holds its slot's lock in the file;
+clean takes every slot's lock before it removes a file, so a process joining at that
+moment either keeps the pool (it took its slot first) or notices the file was
+removed and joins a new one under the same name.
+
+options:
+  -h, --help     show this help
+
+exit status: 0; 1 when the pool named does not exist or is in use; 2 for a usage
+error or a pool directory that is not safe (another user's, or writable by others).";
 
 /// The help text of `topic`.
 pub fn help(topic: Topic) -> &'static str {
@@ -337,6 +370,7 @@ pub fn help(topic: Topic) -> &'static str {
         Topic::Metrics => METRICS_HELP,
         Topic::Jupyter => JUPYTER_HELP,
         Topic::Cdi => CDI_HELP,
+        Topic::Pool => POOL_HELP,
     }
 }
 
@@ -367,12 +401,13 @@ mod tests {
             (Topic::Metrics, "usage: gpucap metrics --listen"),
             (Topic::Jupyter, "usage: gpucap jupyter install"),
             (Topic::Cdi, "usage: gpucap cdi generate"),
+            (Topic::Pool, "usage: gpucap pool list"),
         ] {
             let u = usage_of(topic).unwrap();
             assert!(u.starts_with(first), "{topic:?}: {u}");
             assert!(u.lines().count() <= 4 && !u.contains("\n\n"), "{u}");
             // Only this command's usage.
-            for other in ["run", "check", "status", "top", "metrics", "jupyter", "cdi"] {
+            for other in ["run", "check", "status", "top", "metrics", "jupyter", "cdi", "pool"] {
                 if !first.contains(other) {
                     assert!(!u.contains(&format!("gpucap {other} ")), "{topic:?}: {u}");
                 }

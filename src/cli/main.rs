@@ -14,6 +14,7 @@ pub mod jupyter;
 pub mod measure;
 pub mod metrics;
 pub mod pool;
+pub mod pool_files;
 pub mod preload;
 pub mod report;
 
@@ -57,6 +58,7 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
                 Topic::Metrics => "gpucap help metrics",
                 Topic::Jupyter => "gpucap help jupyter",
                 Topic::Cdi => "gpucap help cdi",
+                Topic::Pool => "gpucap help pool",
             };
             if let Some(usage) = help::usage_of(e.topic) {
                 eprintln!("{usage}");
@@ -100,6 +102,7 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
         } => top(pool, interval_ms, iterations),
         Command::Jupyter(command) => jupyter_command(command),
         Command::Cdi(request) => cdi_generate(&request),
+        Command::Pool(action) => pools(action),
     }
 }
 
@@ -406,7 +409,8 @@ pub(crate) fn check_driver(config: &Config) -> Result<(), String> {
             eprintln!("gpucap: {}", driver::no_driver_line(why));
         }
     };
-    if config::names_gpus(config) {
+    let shares = config.pool.is_some() && (config.guarantee.is_some() || config.ceiling.is_some());
+    if config::names_gpus(config) || shares {
         match driver::probe() {
             driver::Probe::Devices(devices) => report::key_check(config, &devices)?,
             driver::Probe::NoDriver(why) => warn_no_driver(&why),
@@ -495,9 +499,58 @@ fn open_pool(pool_flag: Option<String>) -> Result<gpucap_pool_file::PoolFile, i3
         return Err(EXIT_USAGE);
     };
     pool::open(spec, config.pool_dir.as_deref()).map_err(|(code, msg)| {
-        eprintln!("{msg}");
+        // A name that names no pool: the nearest one there is (`did you mean train?`).
+        let hint = match pool::locate(spec, config.pool_dir.as_deref()) {
+            Ok(pool::Located::File(p)) if code == pool::EXIT_NO_POOL_FILE => {
+                pool_files::suggestion(&p)
+            }
+            _ => String::new(),
+        };
+        eprintln!("{msg}{hint}");
         code
     })
+}
+
+/// `gpucap pool list` and `gpucap pool clean [NAME]`, in the pool directory `status`
+/// would use.
+fn pools(action: args::PoolAction) -> i32 {
+    let config = match pool_config(None) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let dir = match gpucap_pool_file::user_dir(config.pool_dir.as_deref()) {
+        Ok(Some(dir)) => dir,
+        Ok(None) => {
+            print_out(
+                "no pools (no pool directory yet: the first member makes it)
+",
+            );
+            return match action {
+                args::PoolAction::Clean(Some(_)) => pool_files::EXIT_NOT_REMOVED,
+                _ => 0,
+            };
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    match action {
+        args::PoolAction::List => {
+            print_out(&pool_files::list_text(&dir, &pool_files::entries(&dir)));
+            0
+        }
+        args::PoolAction::Clean(name) => {
+            let (out, err, code) = pool_files::clean(&dir, name.as_deref());
+            for line in out {
+                print_out(&format!("{line}\n"));
+            }
+            for line in err {
+                eprintln!("{line}");
+            }
+            code
+        }
+    }
 }
 
 /// `gpucap status [--pool NAME|PATH] [--json]`.
@@ -633,6 +686,38 @@ fn top(pool_flag: Option<String>, interval_ms: u64, iterations: Option<u64>) -> 
     0
 }
 
+/// The line `run` prints when `program` would run with no cap from any source (no
+/// `--limit`, no GPUCAP_LIMIT nor HAMi-core's variables, no gpucap.env the shim would
+/// read instead): never silently uncapped. None when it is capped, or when the cap
+/// was set to `none` on purpose.
+pub(crate) fn uncapped_line(
+    config: &Config,
+    vars: &[(OsString, OsString)],
+    lib: &Path,
+    program: &OsStr,
+) -> Option<String> {
+    if config.limit.is_some()
+        || lookup(vars, "GPUCAP_LIMIT")
+            .and_then(OsStr::to_str)
+            .is_some_and(config::limit_is_none)
+    {
+        return None;
+    }
+    // With no GPUCAP_* variable the shim reads gpucap.env instead: its cap counts.
+    if !config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v)))
+        && let Ok(Some((file, _))) = config_file(Some(lib))
+        && file.limit.is_some()
+    {
+        return None;
+    }
+    Some(format!(
+        "gpucap: no cap is set, so {} runs uncapped (its allocations are only counted): \
+         set one with --limit (8Gi, 50%) or GPUCAP_LIMIT; --limit none or --quiet silences \
+         this line",
+        program.to_string_lossy()
+    ))
+}
+
 /// `gpucap run`.
 fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
     let (config, vars) = match load(overrides) {
@@ -643,6 +728,12 @@ fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
         Ok(lib) => lib,
         Err(code) => return code,
     };
+    if !overrides.quiet
+        && config.log >= LogLevel::Warn
+        && let Some(line) = uncapped_line(&config, &vars, &lib, program)
+    {
+        eprintln!("{line}");
+    }
     let ld_preload = preload::merge_ld_preload(lookup(&vars, "LD_PRELOAD"), &lib);
     if config.log >= LogLevel::Debug {
         eprintln!(

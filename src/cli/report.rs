@@ -99,9 +99,28 @@ pub fn uuid_key_notes(spec: &LimitSpec, devices: &[Device]) -> Vec<String> {
 /// listed, with the shim's own check at `cuInit` (`config::check_gpu_keys`): the error
 /// is the very line the shim would print (`gpucap: GPUCAP_GUARANTEE names GPU 1, but
 /// only 1 GPU is visible ...; accepted keys: 0 or GPU-…`).
+///
+/// In a pool, each GPU's guarantee and ceiling are then checked against its cap with
+/// the very function the shim claims them with when it joins (`budget::shares::for_gpu`):
+/// what the library would refuse at `cuInit` is refused here, before anything (a
+/// program, a pool file) is started or made.
 pub fn key_check(config: &Config, devices: &[Device]) -> Result<(), String> {
     let uuids: Option<Vec<[u8; 16]>> = devices.iter().map(|d| d.uuid).collect();
-    gpucap_core::config::check_gpu_keys(config, Some(devices.len()), || uuids.as_deref())
+    gpucap_core::config::check_gpu_keys(config, Some(devices.len()), || uuids.as_deref())?;
+    let Some(pool) = &config.pool else {
+        return Ok(());
+    };
+    let all: Vec<[u8; 16]> = devices.iter().map(|d| d.uuid.unwrap_or_default()).collect();
+    for d in devices {
+        let cap = config
+            .limit
+            .as_ref()
+            .and_then(|l| l.for_device(d.ordinal, d.uuid.as_ref()))
+            .map(|l| l.resolve(d.total));
+        gpucap_core::budget::shares::for_gpu(config, d.ordinal as usize, &all, cap)
+            .map_err(|e| format!("gpucap: pool {pool}: GPU {}: {e}", d.ordinal))?;
+    }
+    Ok(())
 }
 
 /// The `growth:` line of `gpucap check`.

@@ -307,15 +307,29 @@ impl Ledger {
 
     /// Checks the cap and adds `bytes` to the device's use in one atomic step.
     pub fn reserve(&self, device: usize, bytes: u64) -> Result<Reservation<'_>, Refusal> {
+        self.reserve_asked(device, bytes, bytes)
+    }
+
+    /// [`reserve`](Self::reserve) of `bytes` to serve a request of `asked` bytes: a
+    /// refusal records the larger of the two as the refused request's size (a request
+    /// partly served from memory kept for reuse is refused for all it asked, not for
+    /// the part that needed new memory; one rounded up to pages for its charge).
+    pub fn reserve_asked(
+        &self,
+        device: usize,
+        bytes: u64,
+        asked: u64,
+    ) -> Result<Reservation<'_>, Refusal> {
         let d = self.device(device)?;
+        let size = asked.max(bytes);
         let new = match add_within_cap(d, bytes) {
             Ok(new) => new,
             Err((used, cap)) => {
                 d.refusals.fetch_add(1, Relaxed);
-                d.largest_refused.fetch_max(bytes, Relaxed);
+                d.largest_refused.fetch_max(size, Relaxed);
                 // The program sees this refusal as any other: its pool counts it too.
                 if let Some(pool) = self.pool() {
-                    pool.note_refused(device, bytes);
+                    pool.note_refused(device, size);
                 }
                 return Err(Refusal::OverCap {
                     requested: bytes,
@@ -329,7 +343,7 @@ impl Ledger {
             if let Err(refusal) = pool.reserve(device, bytes) {
                 self.credit_own(Charge { device, bytes });
                 d.refusals.fetch_add(1, Relaxed);
-                d.largest_refused.fetch_max(bytes, Relaxed);
+                d.largest_refused.fetch_max(size, Relaxed);
                 return Err(Refusal::Pool(refusal));
             }
             marked = pool.alloc_started(device, bytes).then_some(pool);

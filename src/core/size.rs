@@ -7,10 +7,12 @@
 pub const SIZE_FORMS: &str = "whole bytes (1073741824), or a number with a unit and no space: \
      Ki Mi Gi Ti / KiB MiB GiB TiB (binary, 1Ki = 1024), \
      k K M G T / kB KB MB GB TB (decimal, 1K = 1000), B (bytes); \
+     the units ending in B in any case (8gb = 8GB); \
      decimals are allowed with a unit (1.5Gi)";
 
 /// The units `parse_size` accepts, for error messages.
-pub const UNITS_LIST: &str = "Ki Mi Gi Ti, KiB MiB GiB TiB, k K M G T, kB KB MB GB TB, B";
+pub const UNITS_LIST: &str =
+    "Ki Mi Gi Ti, KiB MiB GiB TiB, k K M G T, kB KB MB GB TB (those ending in B in any case), B";
 
 const KI: u64 = 1 << 10;
 const KILO: u64 = 1000;
@@ -40,8 +42,26 @@ const UNITS: &[(&str, u64)] = &[
     ("TiB", KI * KI * KI * KI),
 ];
 
+/// The multiplier of `unit`. The units that end in a `B` are read in any case (`gb`,
+/// `Gb` and `GB` are 10^9 bytes, `gib` is 2^30): only the bare letters keep their case,
+/// where it means something (`m` is milli in Kubernetes, and HAMi-core's `g` is binary).
 fn unit_multiplier(unit: &str) -> Option<u64> {
-    UNITS.iter().find(|(u, _)| *u == unit).map(|&(_, m)| m)
+    let exact = UNITS.iter().find(|(u, _)| *u == unit).map(|&(_, m)| m);
+    exact.or_else(|| {
+        let ends_in_b = unit.ends_with(['b', 'B']);
+        UNITS
+            .iter()
+            .find(|(u, _)| ends_in_b && u.eq_ignore_ascii_case(unit))
+            .map(|&(_, m)| m)
+    })
+}
+
+/// Whether size `s` (as [`parse_size`] reads it) is written in a decimal unit (`8GB`,
+/// `8G`, `500MB`, `1.5T`: powers of 1000), whose value in binary units is not the
+/// number written (`8GB` is 7.45 GiB).
+pub fn has_decimal_unit(s: &str) -> bool {
+    let (_, unit) = split_number(s.trim());
+    unit_multiplier(unit).is_some_and(|m| m > 1 && m % 1000 == 0)
 }
 
 /// Splits `s` into its leading number (digits and dots) and the rest. The split is
@@ -215,6 +235,29 @@ mod tests {
     }
 
     #[test]
+    fn units_ending_in_b_are_read_in_any_case() {
+        for (s, b) in [
+            ("8GB", 8_000_000_000),
+            ("8gb", 8_000_000_000),
+            ("8Gb", 8_000_000_000),
+            ("500mb", 500_000_000),
+            ("2tb", 2_000_000_000_000),
+            ("4kb", 4000),
+            ("8gib", 8 * GI),
+            ("8GIB", 8 * GI),
+            ("512mib", 512 << 20),
+            ("12b", 12),
+        ] {
+            assert_eq!(parse_size(s), Ok(b), "{s}");
+        }
+        assert!(has_decimal_unit("8GB") && has_decimal_unit("8gb") && has_decimal_unit("8G"));
+        assert!(has_decimal_unit(" 1.5T ") && has_decimal_unit("4k"));
+        for s in ["8Gi", "8gib", "1073741824", "12B", "8x"] {
+            assert!(!has_decimal_unit(s), "{s}");
+        }
+    }
+
+    #[test]
     fn decimals_round_down() {
         assert_eq!(parse_size("1.5Gi"), Ok(1_610_612_736));
         assert_eq!(parse_size("1.5G"), Ok(1_500_000_000));
@@ -245,8 +288,9 @@ mod tests {
         assert!(err("abc").contains("does not start with a number"));
         assert!(err("Gi").contains("does not start with a number"));
         assert!(err("+1Gi").contains("does not start with a number"));
-        assert!(err("8Gb").contains("unknown unit \"Gb\""));
         assert!(err("8gi").contains("unknown unit"));
+        assert!(err("8g").contains("unknown unit \"g\""));
+        assert!(err("8b8").contains("unknown unit"));
         assert!(err("8m").contains("unknown unit"));
         assert!(err("8Pi").contains("unknown unit"));
         assert!(err("1.2.3Gi").contains("not a number"));

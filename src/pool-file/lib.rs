@@ -6,13 +6,17 @@
 //!   and checking an existing one, mapping its words.
 //! - `locks`: the per-member open-file-description locks the kernel drops when a
 //!   process dies ([`gpucap_core::budget::MemberLocks`]).
+//! - `removal`: removing a file no member uses (`gpucap pool clean`), and a joiner's
+//!   check that the file it joined was not removed meanwhile.
 //!
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
 mod location;
 mod locks;
 mod mapping;
+mod removal;
 
-pub use location::{locate, locate_existing, own_uid, path_of};
+pub use location::{locate, locate_existing, own_uid, path_of, user_dir};
 pub use locks::SlotLocks;
 pub use mapping::{PoolFile, open_member, open_reader};
+pub use removal::{Removal, join_linked, remove_unused};

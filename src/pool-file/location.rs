@@ -63,6 +63,18 @@ fn per_user_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
     Ok(base_dir(pool_dir)?.join(format!("gpucap-{}", own_uid())))
 }
 
+/// This user's directory of named pools (`gpucap pool list`, `clean`), checked as
+/// [`locate`] checks it; `Ok(None)` when it does not exist yet (no pool was made).
+pub fn user_dir(pool_dir: Option<&Path>) -> Result<Option<PathBuf>, String> {
+    let dir = per_user_dir(pool_dir)?;
+    if matches!(std::fs::symlink_metadata(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    {
+        return Ok(None);
+    }
+    check_dir(&dir)?;
+    Ok(Some(dir))
+}
+
 /// [`locate`] for a reader (NVML's figures in a process that never joins): creates
 /// nothing. `Ok(None)` when the pool's file (or its per-user directory) does not exist
 /// yet: no member joined, the pool is empty.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use gpucap_core::budget::{Exit, MAX_SLOTS, MemberLocks};
 
 /// Where the slots' lock bytes start (past the file's end: locks need no data).
-const LOCK_BASE: i64 = 1 << 40;
+pub(crate) const LOCK_BASE: i64 = 1 << 40;
 
 /// The locks of one open pool file.
 pub struct SlotLocks {
@@ -21,12 +21,18 @@ pub struct SlotLocks {
 }
 
 fn flock(kind: i32, slot: usize) -> libc::flock {
+    flock_range(kind, LOCK_BASE + slot as i64, 1)
+}
+
+/// A lock request of `kind` over `len` bytes from `start` (a slot's byte, or every
+/// slot's at once: see `removal`).
+pub(crate) fn flock_range(kind: i32, start: i64, len: i64) -> libc::flock {
     // SAFETY: flock is plain data; all-zero is a valid value (l_pid must be 0 for OFD locks).
     let mut f: libc::flock = unsafe { std::mem::zeroed() };
     f.l_type = kind as _;
     f.l_whence = libc::SEEK_SET as _;
-    f.l_start = LOCK_BASE + slot as i64;
-    f.l_len = 1;
+    f.l_start = start;
+    f.l_len = len;
     f
 }
 
@@ -44,6 +50,11 @@ impl SlotLocks {
             -1 => Err(std::io::Error::last_os_error()),
             _ => Ok(()),
         }
+    }
+
+    /// The open file's descriptor (-1 once closed in a forked child).
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd.load(Relaxed)
     }
 
     /// Whether the file system supports these locks (asked once when the file opens).

@@ -100,11 +100,15 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         .position(|m| m.get().is_none())
         .ok_or_else(|| format!("{GENERATIONS} nested forks joined pools already"))?;
     let path = gpucap_pool_file::locate(spec, config.pool_dir.as_deref(), true)?;
-    let file: &'static PoolFile = Box::leak(Box::new(gpucap_pool_file::open_member(&path)?));
-    let member = Member::join(file.pool, &file.locks, &own_info())
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .waiting(config.wait, wait_note)
-        .noting(repair_note);
+    // A `gpucap pool clean` removing the file between its open and the slot taken is
+    // noticed, and the path opened again (see gpucap_pool_file's `removal`).
+    let info = own_info();
+    let (file, member) = gpucap_pool_file::join_linked(
+        &path,
+        |f| Member::join(f.pool, &f.locks, &info).map_err(|e| format!("{}: {e}", path.display())),
+        |m| m.leave(),
+    )?;
+    let member = member.waiting(config.wait, wait_note).noting(repair_note);
     for (ordinal, gpu) in gpus.iter().enumerate() {
         if let Err(e) = member.register_gpu(ordinal, &gpu.uuid, gpu.cap) {
             member.leave();
@@ -152,12 +156,10 @@ fn claim_share(
     uuids: &[[u8; 16]],
     cap: Option<u64>,
 ) -> Result<(), String> {
-    let (guarantee, ceiling) = gpucap_core::config::shares_for(config, ordinal, uuids, cap)?;
-    if guarantee.is_none() && ceiling.is_none() {
-        return Ok(());
+    match shares::for_gpu(config, ordinal, uuids, cap)? {
+        None => Ok(()),
+        Some(share) => member.claim(ordinal, share).map_err(|e| e.to_string()),
     }
-    let share = shares::check(cap, guarantee.unwrap_or(0), ceiling).map_err(|e| e.to_string())?;
-    member.claim(ordinal, share).map_err(|e| e.to_string())
 }
 
 /// What the other members and `gpucap status` see of this process.

@@ -146,7 +146,21 @@ impl Shim {
         };
         let cap = match limit {
             None => None,
-            Some(config::Limit::Bytes(b)) => Some(b),
+            // A cap above the GPU's memory never binds: said once, when the device is
+            // first used (the driver is asked its total once, as for a fraction).
+            Some(config::Limit::Bytes(b)) => {
+                if let Some(total) = physical_total()
+                    && b > total
+                {
+                    log!(
+                        Warn,
+                        "the cap of GPU {device}, {}, is more than the GPU has ({}): it never binds",
+                        format_bytes(b),
+                        format_bytes(total)
+                    );
+                }
+                Some(b)
+            }
             Some(limit) => match physical_total() {
                 Some(total) => Some(limit.resolve(total)),
                 None => {
@@ -185,10 +199,24 @@ impl Shim {
         requested: u64,
         bytes: u64,
     ) -> Option<Reservation<'_>> {
-        match self.ledger.reserve(device, bytes) {
+        self.reserve_kept(api, device, requested, bytes, 0)
+    }
+
+    /// [`reserve_for`](Self::reserve_for) in growth mode, where `in_hand` bytes of
+    /// pages kept for reuse were taken to serve the request already: a refusal line
+    /// says them (and what else is kept) apart from the memory in use.
+    pub fn reserve_kept(
+        &self,
+        api: &str,
+        device: usize,
+        requested: u64,
+        bytes: u64,
+        in_hand: u64,
+    ) -> Option<Reservation<'_>> {
+        match self.ledger.reserve_asked(device, bytes, requested) {
             Ok(r) => Some(r),
             Err(refusal) => {
-                self.refused(api, device, requested, refusal);
+                self.refused_kept(api, device, requested, refusal, in_hand);
                 None
             }
         }
@@ -388,9 +416,23 @@ impl Shim {
     /// The same request refused again at once (a program retrying after freeing its
     /// cache, as CuPy does) prints no second line: see `gpucap_core::repeats`.
     pub fn refused(&self, api: &str, device: usize, bytes: u64, refusal: Refusal) {
+        self.refused_kept(api, device, bytes, refusal, 0);
+    }
+
+    /// [`refused`](Self::refused), with `in_hand` bytes kept for reuse that the request
+    /// had taken already (growth mode).
+    fn refused_kept(&self, api: &str, device: usize, bytes: u64, refusal: Refusal, in_hand: u64) {
         let level = crate::log::LEVEL.load(Relaxed);
         if level >= LogLevel::Debug as u8 || REPEATS.should_print(api, device, bytes, now_ms()) {
-            log!(Warn, "{}", refusal_line(api, device, bytes, refusal));
+            // In growth mode the cap is charged for the pages kept for reuse too: the
+            // line says them apart from the memory in use.
+            let growth = self.config().is_ok_and(|c| c.growth);
+            let kept = if growth {
+                retained_bytes(device).saturating_add(in_hand)
+            } else {
+                0
+            };
+            log!(Warn, "{}", refusal_line(api, device, bytes, refusal, kept));
         }
         self.after_refusal();
     }
@@ -466,10 +508,17 @@ fn retained_bytes(_device: usize) -> u64 {
     0
 }
 
-/// The one line a refused request prints.
-pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> String {
+/// The one line a refused request prints. `kept`: bytes charged to the cap that the
+/// process keeps for reuse (growth mode; 0 otherwise), said apart from those in use.
+pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal, kept: u64) -> String {
     let asked = asked(bytes, refusal);
     match refusal {
+        Refusal::OverCap { used, cap, .. } if kept > 0 => format!(
+            "refused {api} of {asked} on GPU {device}: {} in use and {} kept for reuse of the {} cap",
+            format_bytes(used.saturating_sub(kept)),
+            format_bytes(kept.min(used)),
+            format_bytes(cap)
+        ),
         Refusal::OverCap { used, cap, .. } => format!(
             "refused {api} of {asked} on GPU {device}: {} of the {} cap in use",
             format_bytes(used),
@@ -488,10 +537,18 @@ pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal) -> S
             format_bytes(p.cap),
         ),
         Refusal::Pool(p) => format!(
-            "refused {api} of {asked} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process (pool {}){}",
+            "refused {api} of {asked} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process{} (pool {}){}",
             format_bytes(p.used),
             format_bytes(p.cap),
             format_bytes(p.own),
+            if kept > 0 {
+                format!(
+                    ", of which {} kept for reuse",
+                    format_bytes(kept.min(p.own))
+                )
+            } else {
+                String::new()
+            },
             crate::membership::path().map_or("?".into(), |p| p.display().to_string()),
             if p.waited_ms > 0 {
                 format!(
@@ -541,8 +598,21 @@ mod tests {
             cap: 1 << 30,
         };
         assert_eq!(
-            refusal_line("cuMemAlloc", 0, 600 << 20, r),
+            refusal_line("cuMemAlloc", 0, 600 << 20, r, 0),
             "refused cuMemAlloc of 600 MiB on GPU 0: 512 MiB of the 1 GiB cap in use"
+        );
+    }
+
+    #[test]
+    fn growth_says_kept_for_reuse_apart_from_in_use() {
+        let r = Refusal::OverCap {
+            requested: 200 << 20,
+            used: 900 << 20,
+            cap: 1 << 30,
+        };
+        assert_eq!(
+            refusal_line("cuMemAlloc", 0, 1100 << 20, r, 900 << 20),
+            "refused cuMemAlloc of 1.07 GiB on GPU 0: 0 B in use and 900 MiB kept for reuse of the 1 GiB cap"
         );
     }
 
@@ -554,7 +624,7 @@ mod tests {
             cap: 256 << 20,
         };
         assert_eq!(
-            refusal_line("cuMemAlloc", 0, (2 << 20) + 4096, r),
+            refusal_line("cuMemAlloc", 0, (2 << 20) + 4096, r, 0),
             "refused cuMemAlloc of 2 MiB (2101248 B, charged 4 MiB) on GPU 0: 254 MiB of the 256 MiB cap in use"
         );
     }

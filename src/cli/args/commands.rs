@@ -17,13 +17,14 @@ pub(super) fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
             Some("metrics") => Topic::Metrics,
             Some("jupyter") => Topic::Jupyter,
             Some("cdi") => Topic::Cdi,
+            Some("pool") => Topic::Pool,
             Some("help") => Topic::General,
             _ => {
                 return Err(usage(
                     Topic::General,
                     format!(
                         "no help for '{}' (try: help run, help check, help status, help top, \
-                         help metrics, help jupyter, help cdi)",
+                         help metrics, help jupyter, help cdi, help pool)",
                         t.to_string_lossy()
                     ),
                 ));

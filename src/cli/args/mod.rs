@@ -28,6 +28,9 @@ pub struct Overrides {
     pub guarantee: Option<String>,
     /// `--ceiling SPEC`: sets GPUCAP_CEILING.
     pub ceiling: Option<String>,
+    /// `--quiet` (`run`): no line saying that the program runs with no cap. Sets no
+    /// variable.
+    pub quiet: bool,
 }
 
 /// What `gpucap run --growth` also sets, unless the user already set them: the
@@ -114,10 +117,21 @@ pub enum Command {
     Jupyter(JupyterCommand),
     /// `gpucap cdi generate --limit SPEC --output FILE [...]`
     Cdi(super::cdi::Request),
+    /// `gpucap pool list` / `gpucap pool clean [NAME]`: this user's pool files.
+    Pool(PoolAction),
     /// `gpucap help [COMMAND]`, `--help`, `-h`
     Help(Topic),
     /// `gpucap --version`, `-V`, `version`
     Version,
+}
+
+/// What `gpucap pool` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolAction {
+    /// `list`: every pool file with its members, held bytes and last use.
+    List,
+    /// `clean [NAME]`: remove the pools no process uses (or the one named).
+    Clean(Option<String>),
 }
 
 /// The pools of `status --prometheus` and `metrics`.
@@ -185,6 +199,7 @@ where
         Some("metrics") => parse_metrics(parser),
         Some("jupyter") => parse_jupyter(parser),
         Some("cdi") => parse_cdi(parser),
+        Some("pool") => pools::parse_pool(parser),
         Some("help") => parse_help(parser),
         Some("version") => nothing_after(parser, "version", Command::Version),
         _ => {
@@ -197,7 +212,7 @@ where
                     Topic::General,
                     format!(
                         "unknown command '{s}' (the commands are run, check, status, top, \
-                         metrics, jupyter, cdi and help)"
+                         metrics, jupyter, cdi, pool and help)"
                     ),
                 ))
             }
@@ -266,6 +281,7 @@ fn topic_name(topic: Topic) -> &'static str {
         Topic::Metrics => "metrics",
         Topic::Jupyter => "jupyter",
         Topic::Cdi => "cdi",
+        Topic::Pool => "pool",
     }
 }
 
@@ -273,6 +289,7 @@ mod cdi;
 mod commands;
 mod jupyter;
 mod options;
+mod pools;
 #[cfg(test)]
 mod tests;
 

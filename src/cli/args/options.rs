@@ -126,6 +126,7 @@ pub(super) fn parse_options(
             ("--help", _) if attached.is_none() => return Ok(End::Help),
             ("--growth", Topic::Run | Topic::Check) => Some(&mut opts.overrides.growth),
             ("--measure", Topic::Run) => Some(&mut opts.measure),
+            ("--quiet", Topic::Run) => Some(&mut opts.overrides.quiet),
             ("--json", Topic::Status) => Some(&mut opts.json),
             ("--prometheus", Topic::Status) => Some(&mut opts.prometheus),
             ("--all", Topic::Status | Topic::Metrics) => Some(&mut opts.all),

@@ -746,3 +746,48 @@ fn non_utf8_values_and_option_names() {
         })
     );
 }
+
+#[test]
+fn pool_list_and_clean() {
+    assert_eq!(p(&["pool", "list"]), Ok(Command::Pool(PoolAction::List)));
+    assert_eq!(
+        p(&["pool", "clean"]),
+        Ok(Command::Pool(PoolAction::Clean(None)))
+    );
+    assert_eq!(
+        p(&["pool", "clean", "train"]),
+        Ok(Command::Pool(PoolAction::Clean(Some("train".into()))))
+    );
+    assert_eq!(p(&["pool", "--help"]), Ok(Command::Help(Topic::Pool)));
+    assert_eq!(p(&["help", "pool"]), Ok(Command::Help(Topic::Pool)));
+    for (args, says) in [
+        (&["pool"][..], "no action"),
+        (&["pool", "remove"], "unknown action 'remove'"),
+        (&["pool", "clean", "/tmp/x.pool"], "invalid pool name"),
+        (&["pool", "clean", "a", "b"], "unexpected argument 'b'"),
+        (&["pool", "list", "--all"], "unknown option '--all'"),
+    ] {
+        let e = err(args);
+        assert_eq!(e.topic, Topic::Pool, "{args:?}");
+        assert!(e.message.contains(says), "{args:?}: {}", e.message);
+    }
+}
+
+#[test]
+fn run_quiet_is_a_flag_of_run_only() {
+    let Ok(Command::Run { overrides, .. }) = p(&["run", "--quiet", "--", "prog"]) else {
+        panic!("run --quiet");
+    };
+    assert!(overrides.quiet);
+    assert!(overrides.vars().is_empty(), "--quiet sets no variable");
+    assert!(
+        err(&["check", "--quiet"])
+            .message
+            .contains("unknown option")
+    );
+    assert!(
+        err(&["run", "--quiet", "--quiet", "x"])
+            .message
+            .contains("more than once")
+    );
+}

@@ -179,7 +179,8 @@ fn parent(p: &Path) -> PathBuf {
 
 fn no_file(path: &Path) -> String {
     format!(
-        "gpucap: no pool file at {} (no process has joined it yet)",
-        path.display()
+        "gpucap: no pool file at {} (no process has joined it yet){}",
+        path.display(),
+        crate::pool_files::suggestion(path)
     )
 }

@@ -96,6 +96,26 @@ pub fn check(cap: Option<u64>, guarantee: u64, ceiling: Option<u64>) -> Result<S
     })
 }
 
+/// The share of visible GPU `ordinal` (`uuids`: every visible GPU's UUID) of a member
+/// configured by `config` whose cap there is `cap` (None: no cap): the guarantee and
+/// ceiling read for it ([`crate::config::shares_for`]) and checked ([`check`]); None
+/// when it has neither. One source of truth: the shim claims this share when it joins
+/// its pool, and `gpucap check` and `run` ask it of every GPU before anything starts.
+pub fn for_gpu(
+    config: &crate::config::Config,
+    ordinal: usize,
+    uuids: &[[u8; 16]],
+    cap: Option<u64>,
+) -> Result<Option<Share>, String> {
+    let (guarantee, ceiling) = crate::config::shares_for(config, ordinal, uuids, cap)?;
+    if guarantee.is_none() && ceiling.is_none() {
+        return Ok(None);
+    }
+    check(cap, guarantee.unwrap_or(0), ceiling)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 /// The part of `guarantee` a member holding `held` has not taken yet.
 #[inline]
 pub fn unused(guarantee: u64, held: u64) -> u64 {

@@ -291,10 +291,39 @@ pub(crate) fn parse_bool(value: &str) -> Result<bool, String> {
 
 pub(crate) const PREFIX: &str = "GPUCAP_";
 
+/// Whether `name` starts with `GPUCAP_` in any case (`gpucap_limit`, `Gpucap_Pool`):
+/// such a name is read, and one not spelled exactly as gpucap's is an error like a
+/// typo, never silently ignored (a cap set that way would not bind).
+pub(crate) fn gpucap_like(name: &[u8]) -> bool {
+    name.get(..PREFIX.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(PREFIX.as_bytes()))
+}
+
+/// The error for a `GPUCAP_*`-like name that is not one of [`KNOWN_VARS`]: in another
+/// case, the variable it means (`did you mean GPUCAP_LIMIT?`), else a typo.
+fn unknown_var(name: &str, value: &str) -> ConfigError {
+    let upper = name.to_ascii_uppercase();
+    let reason = match KNOWN_VARS.iter().find(|&&n| n == upper) {
+        Some(known) => format!(
+            "gpucap's variables are upper case, so this one would be ignored: did you mean \
+             {known}?"
+        ),
+        None => {
+            format!("unknown gpucap variable (a typo?); the known variables are {KNOWN_VARS_LIST}")
+        }
+    };
+    ConfigError {
+        var: name.to_string(),
+        value: value.to_string(),
+        reason,
+        accepted: "",
+    }
+}
+
 /// Whether [`from_vars`] looks at a variable of this name: a caller reading a whole
 /// environment may pass only these (the shim copies just them, not every variable).
 pub fn looked_at(name: &[u8]) -> bool {
-    name.starts_with(PREFIX.as_bytes())
+    gpucap_like(name)
         || name.starts_with(HAMI_PREFIX.as_bytes())
         || is_handover_name(name)
         || HAMI_IGNORED
@@ -346,19 +375,12 @@ where
             }
             continue;
         }
-        if !k.as_bytes().starts_with(PREFIX.as_bytes()) {
+        if !gpucap_like(k.as_bytes()) {
             continue;
         }
         let name = k.to_string_lossy();
         let Some(&known) = KNOWN_VARS.iter().find(|&&n| n == name) else {
-            return Err(ConfigError {
-                var: name.into_owned(),
-                value: v.to_string_lossy().into_owned(),
-                reason: format!(
-                    "unknown gpucap variable (a typo?); the known variables are {KNOWN_VARS_LIST}"
-                ),
-                accepted: "",
-            });
+            return Err(unknown_var(&name, &v.to_string_lossy()));
         };
         let Some(value) = v.to_str() else {
             return Err(ConfigError {
@@ -396,8 +418,20 @@ where
         accepted: accepted_of(var),
     };
     let mut config = Config::default();
-    if let Some(v) = raw("GPUCAP_LIMIT") {
+    let limit_none = raw("GPUCAP_LIMIT").is_some_and(limit_is_none);
+    if let Some(v) = raw("GPUCAP_LIMIT").filter(|_| !limit_none) {
         config.limit = Some(parse_limit_spec(v).map_err(|r| bad("GPUCAP_LIMIT", v, r))?);
+    }
+    if limit_none && hami.spec().is_some() {
+        return Err(ConfigError {
+            var: "GPUCAP_LIMIT".into(),
+            value: raw("GPUCAP_LIMIT").unwrap_or_default().to_string(),
+            reason: format!(
+                "none asks for no cap, and HAMi-core's variables set one ({}); unset one of them",
+                hami.listing()
+            ),
+            accepted: "",
+        });
     }
     let hami_claim = hami.shared_cache.as_deref().and_then(hami_claim_dir);
     let hami_driver = if hami_claim.is_some() {
@@ -449,6 +483,9 @@ where
         if spec.from != LimitFrom::Gpucap {
             config.origins.extend(origins);
         }
+    }
+    if let Some(v) = raw("GPUCAP_LIMIT").filter(|_| config.limit.is_some()) {
+        config.notes.extend(limit_notes("GPUCAP_LIMIT", v));
     }
     if let Some(v) = raw("GPUCAP_LOG") {
         config.log = parse_log_level(v).map_err(|r| bad("GPUCAP_LOG", v, r))?;

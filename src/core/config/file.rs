@@ -31,9 +31,7 @@ where
 {
     vars.into_iter().any(|(k, _)| {
         let k = k.as_ref().as_bytes();
-        k.starts_with(PREFIX.as_bytes())
-            || k.starts_with(HAMI_PREFIX.as_bytes())
-            || is_handover_name(k)
+        gpucap_like(k) || k.starts_with(HAMI_PREFIX.as_bytes()) || is_handover_name(k)
     })
 }
 

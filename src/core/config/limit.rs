@@ -9,8 +9,15 @@ use crate::size::{UNITS_LIST, format_bytes, parse_size};
 pub const MAX_DEVICES: usize = 64;
 
 /// Accepted forms of each variable, for error messages.
-pub const LIMIT_ACCEPTED: &str =
-    "8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi, GPU-<uuid>=8Gi, MIG-<uuid>=4Gi";
+pub const LIMIT_ACCEPTED: &str = "8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi, \
+     GPU-<uuid>=8Gi, MIG-<uuid>=4Gi, none (no cap, on purpose)";
+
+/// Whether a `GPUCAP_LIMIT` value is `none` (any case): no cap, said on purpose. The
+/// configuration then has no limit, as with the variable unset, but `gpucap run` does
+/// not warn that the program runs uncapped, and a `gpucap.env` file is not read instead.
+pub fn limit_is_none(value: &str) -> bool {
+    value.trim().eq_ignore_ascii_case("none")
+}
 
 /// A memory cap for one device.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -360,11 +367,18 @@ fn likely_unit(n: u64) -> &'static str {
 /// [`MIN_UNITLESS_BYTES`]. The error suggests the unit (`did you mean 8Gi?`).
 pub(crate) fn unitless_bytes(digits: &str) -> Result<(), String> {
     match digits.parse::<u64>() {
-        Ok(n) if n > 0 && n < MIN_UNITLESS_BYTES => Err(unitless_message(
-            n,
-            ["Gi", "Mi"],
-            &format!("write {n}B if you do mean bytes"),
-        )),
+        // Up to 100 it may as well be a percentage with its `%` forgotten: both are
+        // suggested (`did you mean 50Gi? (or 50%, a share of the GPU?)`).
+        Ok(n) if n > 0 && n < MIN_UNITLESS_BYTES => {
+            Err(
+                unitless_message(n, ["Gi", "Mi"], &format!("write {n}B if you do mean bytes"))
+                    .replacen(
+                        &format!("{n}Gi?"),
+                        &format!("{n}Gi? (or {n}%, a share of the GPU?)"),
+                        usize::from(n <= 100),
+                    ),
+            )
+        }
         _ => Ok(()),
     }
 }
@@ -405,6 +419,35 @@ pub(crate) fn parse_device(k: &str) -> Result<DeviceKey, String> {
             MAX_DEVICES - 1
         )),
     }
+}
+
+/// The notes a valid `GPUCAP_LIMIT` value (`value`, set as `var`) gets, one line each:
+/// a size in decimal units, whose bytes are not that many GiB (`8GB is 8000000000
+/// bytes, 7.45 GiB`), and a share below 1 % of the GPU (`0.5%`), almost never meant.
+/// The shim says them when it reads its configuration, `gpucap check` prints them.
+pub fn limit_notes(var: &str, value: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    for item in value.split(',') {
+        let v = item.split_once('=').map_or(item, |(_, v)| v).trim();
+        match parse_limit(v) {
+            Ok(Limit::Bytes(b)) if crate::size::has_decimal_unit(v) => {
+                let number = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+                let letter = v[number.len()..].chars().next().unwrap_or('G');
+                notes.push(format!(
+                    "note: {var}'s {v} is in decimal units: {b} bytes, {} (for binary units \
+                     write {number}{}i)",
+                    format_bytes(b),
+                    letter.to_ascii_uppercase()
+                ));
+            }
+            Ok(Limit::Fraction(f)) if f < 0.01 => notes.push(format!(
+                "note: {var}'s {v} is {} of the GPU's memory, below 1 %",
+                Limit::Fraction(f)
+            )),
+            _ => {}
+        }
+    }
+    notes
 }
 
 /// Parses a `GPUCAP_LIMIT` value.

@@ -19,7 +19,9 @@ pub fn parse_share_spec(var: &str, value: &str) -> Result<LimitSpec, String> {
                 &format!("0 bytes is no {}: leave {var} unset instead", what(var)),
             )
         } else {
-            reason.replace("GPUCAP_LIMIT", var)
+            reason
+                .replace("GPUCAP_LIMIT", var)
+                .replace("a share of the GPU", "a share of the pool's cap")
         }
     })
 }
@@ -150,6 +152,22 @@ pub fn check_shares(
                     Limit::Bytes(capb)
                 ),
             ));
+        }
+    }
+    // With no cap on any GPU, a share of the cap is a share of nothing: the pool has no
+    // cap. Said here, where the configuration is read (by the shim and by `gpucap check`
+    // and `run` alike), not first when the process joins its pool at cuInit.
+    if config.limit.is_none() {
+        for (var, spec) in [("GPUCAP_GUARANTEE", g), ("GPUCAP_CEILING", c)] {
+            let fraction = spec.and_then(|s| {
+                s.default
+                    .into_iter()
+                    .chain(s.devices.iter().map(|(_, l)| *l))
+                    .find(|l| matches!(l, Limit::Fraction(_)))
+            });
+            if let Some(l) = fraction {
+                return Err(bad(var, resolve_share(l, None).err().unwrap_or_default()));
+            }
         }
     }
     Ok(())

@@ -212,7 +212,7 @@ mod tests {
             ("abc%", "not a percentage"),
             ("%", "not a percentage"),
             ("-1Gi", "negative"),
-            ("8Gb", "unknown unit"),
+            ("8g", "unknown unit"),
             ("8XiB", "unknown unit"),
             ("8 Gi", "whitespace"),
             ("0", "cap of 0 bytes"),
@@ -343,7 +343,7 @@ mod tests {
             e.to_string(),
             "gpucap: invalid GPUCAP_LIMIT=\"150%\": a percentage must be in \
              (0%, 100%]; accepted: 8Gi, 512MiB, 1073741824, 50%, 0.5, 0=8Gi,1=50%, 4Gi,1=8Gi, \
-             GPU-<uuid>=8Gi, MIG-<uuid>=4Gi"
+             GPU-<uuid>=8Gi, MIG-<uuid>=4Gi, none (no cap, on purpose)"
         );
         assert!(!e.to_string().contains('\n'));
         let e = vars(&[("GPUCAP_LOG", "loud")]).unwrap_err();
@@ -368,8 +368,78 @@ mod tests {
             "GPUCAP_limit"
         );
         assert_eq!(vars(&[("GPUCAP_", "x")]).unwrap_err().var, "GPUCAP_");
-        // Only the GPUCAP_ prefix is ours.
-        assert!(vars(&[("GPUCAPLIMIT", "x"), ("gpucap_limit", "x")]).is_ok());
+        // Only the GPUCAP_ prefix is ours...
+        assert!(vars(&[("GPUCAPLIMIT", "x"), ("XGPUCAP_LIMIT", "x")]).is_ok());
+        // ...in any case: one of ours in another case would be ignored, so it is an
+        // error that names the variable meant.
+        for (name, meant) in [
+            ("gpucap_limit", "GPUCAP_LIMIT"),
+            ("Gpucap_Pool", "GPUCAP_POOL"),
+            ("GPUCAP_limit", "GPUCAP_LIMIT"),
+        ] {
+            let e = vars(&[(name, "1Gi")]).unwrap_err();
+            assert_eq!(e.var, name);
+            assert!(e.reason.ends_with(&format!("did you mean {meant}?")), "{e}");
+            assert!(looked_at(name.as_bytes()), "the shim copies {name}");
+        }
+        let e = vars(&[("gpucap_limt", "1Gi")]).unwrap_err();
+        assert!(e.reason.contains("unknown gpucap variable"), "{e}");
+    }
+
+    #[test]
+    fn limit_none_is_no_cap_on_purpose() {
+        for v in ["none", "None", " NONE "] {
+            let c = vars(&[("GPUCAP_LIMIT", v)]).unwrap();
+            assert_eq!(c.limit, None, "{v}");
+            assert!(limit_is_none(v));
+        }
+        assert!(!limit_is_none("8Gi"));
+        // A cap from HAMi-core's variable beside it contradicts it.
+        let e = vars(&[("GPUCAP_LIMIT", "none"), ("CUDA_DEVICE_MEMORY_LIMIT", "1g")]).unwrap_err();
+        assert!(e.reason.contains("CUDA_DEVICE_MEMORY_LIMIT=1g"), "{e}");
+        // Not a share: a guarantee of none is an error.
+        assert!(vars(&[("GPUCAP_POOL", "p"), ("GPUCAP_GUARANTEE", "none")]).is_err());
+    }
+
+    #[test]
+    fn decimal_units_and_tiny_shares_get_notes() {
+        let c = vars(&[("GPUCAP_LIMIT", "8GB,1=0.5%,2=8Gi")]).unwrap();
+        assert_eq!(
+            c.notes,
+            [
+                "note: GPUCAP_LIMIT's 8GB is in decimal units: 8000000000 bytes, 7.45 GiB (for \
+                 binary units write 8Gi)",
+                "note: GPUCAP_LIMIT's 0.5% is 0.5% of the GPU's memory, below 1 %",
+            ]
+        );
+        assert_eq!(vars(&[("GPUCAP_LIMIT", "1.5tb")]).unwrap().notes.len(), 1);
+        assert!(
+            vars(&[("GPUCAP_LIMIT", "8Gi,1=1%")])
+                .unwrap()
+                .notes
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_share_of_no_cap_is_refused_where_the_configuration_is_read() {
+        for (var, v) in [
+            ("GPUCAP_GUARANTEE", "50%"),
+            ("GPUCAP_CEILING", "0.5"),
+            ("GPUCAP_GUARANTEE", "1Gi,1=25%"),
+        ] {
+            let e = vars(&[("GPUCAP_POOL", "x"), (var, v)]).unwrap_err();
+            assert_eq!(e.var, var);
+            assert!(e.reason.contains("the pool has no cap"), "{e}");
+        }
+        // Bytes need no cap; with a cap a share is fine.
+        assert!(vars(&[("GPUCAP_POOL", "x"), ("GPUCAP_GUARANTEE", "1Gi")]).is_ok());
+        let ok = [
+            ("GPUCAP_POOL", "x"),
+            ("GPUCAP_LIMIT", "4Gi"),
+            ("GPUCAP_GUARANTEE", "50%"),
+        ];
+        assert!(vars(&ok).is_ok());
     }
 
     #[test]
@@ -518,7 +588,10 @@ mod tests {
             "GPUCAP_LIMT"
         );
         assert!(has_gpucap_vars([("GPUCAP_X", "")]));
-        assert!(!has_gpucap_vars([("PATH", "/bin"), ("gpucap_limit", "1")]));
+        assert!(!has_gpucap_vars([("PATH", "/bin"), ("GPUCAPLIMIT", "1")]));
+        // One of ours in another case is there (and an error): the file is not read
+        // in its place.
+        assert!(has_gpucap_vars([("PATH", "/bin"), ("gpucap_limit", "1")]));
     }
 }
 

@@ -112,14 +112,22 @@ fn release_pages(pages: &[u64]) {
     }
 }
 
-/// Creates `n` new pages on `device`, charging them to the cap for good.
-fn grow(api: &str, device: usize, requested: u64, page: u64, n: u64) -> Result<Vec<u64>, CuResult> {
+/// Creates `n` new pages on `device`, charging them to the cap for good, for a request
+/// of `requested` bytes that took `in_hand` pages kept for reuse already.
+fn grow(
+    api: &str,
+    device: usize,
+    requested: u64,
+    page: u64,
+    n: u64,
+    in_hand: u64,
+) -> Result<Vec<u64>, CuResult> {
     if n == 0 {
         return Ok(Vec::new());
     }
     let bytes = n.checked_mul(page).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     let reservation = SHIM
-        .reserve_for(api, device, requested, bytes)
+        .reserve_kept(api, device, requested, bytes, in_hand.saturating_mul(page))
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     let prop = page_prop(device);
     let mut pages = Vec::with_capacity(n as usize);
@@ -199,7 +207,7 @@ pub fn alloc(api: &str, device: usize, size: u64) -> Result<u64, CuResult> {
     }
     let mut pages = GROWTH.take_pages(device, n);
     let fresh = n - pages.len() as u64;
-    match grow(api, device, size, page, fresh) {
+    match grow(api, device, size, page, fresh, pages.len() as u64) {
         Ok(new) => pages.extend(new),
         Err(rc) => {
             GROWTH.give_back(device, pages);
@@ -247,7 +255,7 @@ fn alloc_small(api: &str, device: usize, size: u64, page: u64) -> Result<u64, Cu
             pages = GROWTH.take_pages(device, 1);
         }
         if pages.is_empty() {
-            pages = grow(api, device, size, page, 1)?;
+            pages = grow(api, device, size, page, 1, 0)?;
         }
         match map(device, page, &pages) {
             Ok(base) => GROWTH.add_slab(device, base, pages),

@@ -1,0 +1,55 @@
+//! `gpucap pool list` and `gpucap pool clean [NAME]`: the words after `pool`.
+
+use super::*;
+
+/// `pool list` | `pool clean [NAME]` (`-h`/`--help` anywhere: the help).
+pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
+    let topic = Topic::Pool;
+    let mut words: Vec<String> = Vec::new();
+    let args = parser
+        .raw_args()
+        .map_err(|e| lexopt_error(topic, e))?
+        .collect::<Vec<_>>();
+    for a in args {
+        let Some(w) = a.to_str() else {
+            return Err(usage(topic, "an argument is not valid UTF-8"));
+        };
+        if w == "-h" || w == "--help" {
+            return Ok(Command::Help(topic));
+        }
+        if w.starts_with('-') {
+            return Err(usage(topic, format!("unknown option '{w}'")));
+        }
+        words.push(w.to_string());
+    }
+    let mut words = words.into_iter();
+    let action = match words.next().as_deref() {
+        None => return Err(usage(topic, "no action given (list or clean)")),
+        Some("list") => PoolAction::List,
+        Some("clean") => match words.next() {
+            None => PoolAction::Clean(None),
+            Some(name) => match gpucap_core::config::parse_pool(&name) {
+                Ok(Some(gpucap_core::config::PoolSpec::Name(_))) => PoolAction::Clean(Some(name)),
+                _ => {
+                    return Err(usage(
+                        topic,
+                        format!(
+                            "invalid pool name {name:?}: the name of a pool of this user's pool \
+                             directory (as `gpucap pool list` shows it)"
+                        ),
+                    ));
+                }
+            },
+        },
+        Some(other) => {
+            return Err(usage(
+                topic,
+                format!("unknown action '{other}' (the actions are list and clean)"),
+            ));
+        }
+    };
+    if let Some(extra) = words.next() {
+        return Err(usage(topic, format!("unexpected argument '{extra}'")));
+    }
+    Ok(Command::Pool(action))
+}

@@ -1,0 +1,320 @@
+//! `gpucap pool list` and `gpucap pool clean`: the pool files of this user's pool
+//! directory, each with its members alive and dead, the bytes it holds and its last
+//! use; removing those no process uses. Also the nearest existing pool's name, for a
+//! `--pool` that names none (`did you mean train?`).
+//!
+//! Liveness is the members' own: a member holds its slot's lock while its process
+//! lives (`gpucap_pool_file`'s locks); removal takes every slot's lock first, so a
+//! pool in use is never removed, and a joiner arriving at the same moment is handled
+//! there (`gpucap_pool_file::remove_unused`).
+
+use std::path::{Path, PathBuf};
+
+use gpucap_core::config::{PoolSpec, parse_pool};
+use gpucap_core::size::format_bytes;
+use gpucap_pool_file::Removal;
+
+use crate::pool::utc;
+
+/// Exit status of `pool clean NAME` when the pool is in use or does not exist.
+pub const EXIT_NOT_REMOVED: i32 = 1;
+
+/// One pool file, as `pool list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub path: PathBuf,
+    /// The pids of the live members (as each sees itself).
+    pub alive: Vec<u32>,
+    pub dead: usize,
+    /// Bytes the pool counts as held, on all its GPUs (dead members' included).
+    pub held: u64,
+    /// Of them, bytes held by members whose process died.
+    pub held_by_dead: u64,
+    /// The last time anything was seen to happen: the file made, a member joined, the
+    /// file written (ms since the Unix epoch).
+    pub last_use_ms: u64,
+}
+
+/// Reads one pool file.
+pub fn entry(name: &str, path: &Path) -> Result<Entry, String> {
+    let file = gpucap_pool_file::open_reader(path)?;
+    let view = file.pool.view(&file.locks);
+    let mtime_ms = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64);
+    let joined = view.members.iter().map(|m| m.start_ms).max().unwrap_or(0);
+    Ok(Entry {
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        alive: view
+            .members
+            .iter()
+            .filter(|m| m.alive)
+            .map(|m| m.pid)
+            .collect(),
+        dead: view.members.iter().filter(|m| !m.alive).count(),
+        held: view.gpus.iter().map(|g| g.used).sum(),
+        held_by_dead: view.gpus.iter().map(|g| g.held_by_dead).sum(),
+        last_use_ms: (view.created.saturating_mul(1000))
+            .max(joined)
+            .max(mtime_ms),
+    })
+}
+
+/// The pools of `dir` by name (`NAME.pool`, not the hidden files of a pool being made
+/// or removed), sorted.
+pub fn pool_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| !n.starts_with('.'))
+                .filter_map(|n| n.strip_suffix(".pool").map(str::to_string))
+                .filter(|n| matches!(parse_pool(n), Ok(Some(PoolSpec::Name(_)))))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The edit distance between `a` and `b` (insertions, deletions, substitutions).
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
+/// The existing name nearest to `wanted`: a different case, or at most a third of its
+/// characters (at least 2) changed; None when nothing is that near.
+pub fn nearest<'a>(wanted: &str, names: &'a [String]) -> Option<&'a str> {
+    let most = (wanted.chars().count() / 3).max(2);
+    names
+        .iter()
+        .filter(|n| n.as_str() != wanted)
+        .map(|n| {
+            let d = if n.eq_ignore_ascii_case(wanted) {
+                0
+            } else {
+                distance(&wanted.to_ascii_lowercase(), &n.to_ascii_lowercase())
+            };
+            (d, n)
+        })
+        .filter(|&(d, _)| d <= most)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, n)| n.as_str())
+}
+
+/// What follows "no pool file at PATH" for a file that does not exist: the nearest
+/// pool of its directory, or the pools there are (`; did you mean train? (pools
+/// there: eval, train)`); empty when the directory has none.
+pub fn suggestion(path: &Path) -> String {
+    let (Some(dir), Some(stem)) = (
+        path.parent(),
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .map(|n| n.strip_suffix(".pool").unwrap_or(n)),
+    ) else {
+        return String::new();
+    };
+    let names = pool_names(dir);
+    if names.is_empty() {
+        return String::new();
+    }
+    let listed = if names.len() <= 8 {
+        names.join(", ")
+    } else {
+        format!("{}, … ({} in all)", names[..8].join(", "), names.len())
+    };
+    match nearest(stem, &names) {
+        Some(n) => format!("; did you mean {n}? (pools there: {listed})"),
+        None => format!("; the pools there: {listed} (gpucap pool list)"),
+    }
+}
+
+fn members_text(e: &Entry) -> String {
+    format!("{} alive, {} dead", e.alive.len(), e.dead)
+}
+
+/// `gpucap pool list`'s table.
+pub fn list_text(dir: &Path, entries: &[Result<Entry, (String, String)>]) -> String {
+    let mut out = format!("pool directory: {}\n", dir.display());
+    if entries.is_empty() {
+        out.push_str("no pools (a pool's file is made when its first member starts)\n");
+        return out;
+    }
+    out.push_str(&format!(
+        "{:<24}  {:<16}  {:>10}  {:>12}  {}\n",
+        "POOL", "MEMBERS", "HELD", "HELD BY DEAD", "LAST USE (UTC)"
+    ));
+    for e in entries {
+        match e {
+            Ok(e) => out.push_str(&format!(
+                "{:<24}  {:<16}  {:>10}  {:>12}  {}\n",
+                e.name,
+                members_text(e),
+                format_bytes(e.held),
+                format_bytes(e.held_by_dead),
+                utc(e.last_use_ms)
+            )),
+            Err((name, why)) => out.push_str(&format!("{name:<24}  unreadable: {why}\n")),
+        }
+    }
+    out
+}
+
+/// Every pool of `dir`, read.
+pub fn entries(dir: &Path) -> Vec<Result<Entry, (String, String)>> {
+    pool_names(dir)
+        .into_iter()
+        .map(|n| {
+            let path = dir.join(format!("{n}.pool"));
+            entry(&n, &path).map_err(|e| (n, e))
+        })
+        .collect()
+}
+
+/// What `pool clean` did with one pool: the line to print, and whether it is an error.
+fn removal_line(e: &Entry, named: bool) -> (String, bool) {
+    if !e.alive.is_empty() {
+        let pids: Vec<String> = e.alive.iter().map(u32::to_string).collect();
+        return (
+            format!(
+                "kept {}: in use by {} live member{} (pid {})",
+                e.name,
+                e.alive.len(),
+                if e.alive.len() == 1 { "" } else { "s" },
+                pids.join(", ")
+            ),
+            named,
+        );
+    }
+    if e.held > 0 && !named {
+        return (
+            format!(
+                "kept {}: {} still counted as held ({} by dead members); `gpucap pool clean {}` \
+                 removes it",
+                e.name,
+                format_bytes(e.held),
+                format_bytes(e.held_by_dead),
+                e.name
+            ),
+            false,
+        );
+    }
+    match gpucap_pool_file::remove_unused(&e.path) {
+        Ok(Removal::Removed) => (
+            format!(
+                "removed {} ({}, {})",
+                e.name,
+                e.path.display(),
+                members_text(e)
+            ),
+            false,
+        ),
+        Ok(Removal::InUse) => (
+            format!("kept {}: a member joined it just now", e.name),
+            named,
+        ),
+        Ok(Removal::Changed) => (
+            format!("kept {}: its file was replaced while being removed", e.name),
+            named,
+        ),
+        Err(why) => (format!("kept {}: {why}", e.name), true),
+    }
+}
+
+/// What `pool clean` printed and its exit status.
+#[derive(Default)]
+struct Cleaned {
+    out: Vec<String>,
+    err: Vec<String>,
+    code: i32,
+}
+
+impl Cleaned {
+    /// Removes the pool of `e` if it may be (see [`removal_line`]), and says so.
+    fn pool(&mut self, e: &Entry, named: bool) {
+        let (line, bad) = removal_line(e, named);
+        if bad {
+            self.err.push(format!("gpucap: {line}"));
+            self.code = EXIT_NOT_REMOVED;
+        } else {
+            self.out.push(line);
+        }
+    }
+}
+
+/// `gpucap pool clean [NAME]` in `dir`: the lines for stdout, the lines for stderr and
+/// the exit status. Without NAME, every pool with no live member and nothing held is
+/// removed; with NAME, that pool unless a member lives.
+pub fn clean(dir: &Path, name: Option<&str>) -> (Vec<String>, Vec<String>, i32) {
+    let mut c = Cleaned::default();
+    match name {
+        None => {
+            for e in entries(dir) {
+                match e {
+                    Ok(e) => c.pool(&e, false),
+                    Err((n, why)) => c.out.push(format!("kept {n}: {why}")),
+                }
+            }
+            if c.out.is_empty() && c.err.is_empty() {
+                c.out.push(format!("no pools in {}", dir.display()));
+            }
+        }
+        Some(name) => {
+            let path = dir.join(format!("{name}.pool"));
+            if !path.exists() {
+                c.err.push(format!(
+                    "gpucap: no pool {name} (no file {}){}",
+                    path.display(),
+                    suggestion(&path)
+                ));
+                c.code = EXIT_NOT_REMOVED;
+            } else {
+                match entry(name, &path) {
+                    Ok(e) => c.pool(&e, true),
+                    Err(why) => {
+                        c.err.push(format!("gpucap: {why}"));
+                        c.code = 2;
+                    }
+                }
+            }
+        }
+    }
+    (c.out, c.err, c.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_nearest_name_is_a_typo_away() {
+        let pools = names(&["eval", "train", "training-big"]);
+        assert_eq!(nearest("trian", &pools), Some("train"));
+        assert_eq!(nearest("Train", &pools), Some("train"));
+        assert_eq!(nearest("evl", &pools), Some("eval"));
+        assert_eq!(nearest("training-bog", &pools), Some("training-big"));
+        assert_eq!(nearest("inference", &pools), None);
+        assert_eq!(nearest("train", &pools), None, "itself is no suggestion");
+        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(distance("", "abc"), 3);
+    }
+}

@@ -1,0 +1,261 @@
+//! Removing a pool file no process uses (`gpucap pool clean`), safely against a member
+//! joining at the same moment.
+//!
+//! The race: a joiner opens the file by its path, then takes a member slot (its lock
+//! byte, [`crate::SlotLocks`]). A cleaner that saw no slot taken and unlinked the file
+//! between those two steps would leave the joiner in a file no later process finds:
+//! two budgets for one pool. Two rules close it:
+//!
+//! - The cleaner takes every slot's lock at once, in one `F_OFD_SETLK` over the whole
+//!   range: it succeeds only if no member holds a slot (a live member's lock is held
+//!   until its process dies), and while the cleaner holds it no joiner can take a slot.
+//!   Under that lock it renames the file away (so the path is free for the next pool at
+//!   once), checks that what it moved is the file it locked, and unlinks it.
+//! - A joiner, once it holds its slot (or found none free), checks that the path still
+//!   names the file it opened ([`PoolFile::is_linked`]); if not, it lets the slot go and
+//!   opens the path again ([`join_linked`]). A joiner that opened the file before the
+//!   rename thus either took its slot before the cleaner's lock (the cleaner fails: in
+//!   use) or after the unlink (it sees the path moved, and retries on a new file).
+//!
+//! Moving someone else's file (another cleaner removed ours and a joiner made a new one
+//! in between) is undone: it is linked back under the path, never over another file.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use gpucap_core::budget::MAX_SLOTS;
+
+use crate::locks::{LOCK_BASE, flock_range};
+use crate::mapping::PoolFile;
+
+/// What [`remove_unused`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// The file is gone.
+    Removed,
+    /// A member holds a slot: the file is in use and was left alone.
+    InUse,
+    /// The path named another file by the time it was locked (it was replaced, or
+    /// removed and made again): left alone.
+    Changed,
+}
+
+fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| format!("the pool file path {} has a NUL byte", p.display()))
+}
+
+fn last_err(what: &str, p: &Path) -> String {
+    format!(
+        "{what} {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    )
+}
+
+/// (device, inode) of `fd`, or of `path` without following a link.
+fn identity(fd: Option<i32>, path: &Path) -> Option<(u64, u64)> {
+    // SAFETY: stat is plain data filled by fstat/lstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = match fd {
+        // SAFETY: a descriptor of ours and a stat to fill.
+        Some(fd) => unsafe { libc::fstat(fd, &mut st) },
+        None => {
+            let c = cstr(path).ok()?;
+            // SAFETY: a NUL-terminated path and a stat to fill.
+            unsafe { libc::lstat(c.as_ptr(), &mut st) }
+        }
+    };
+    (rc == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Removes the pool file at `path` if no member holds a slot in it (see the module's
+/// doc for the race with a joiner). Errors: the file cannot be opened for writing (it
+/// is not this user's), or the rename or unlink failed.
+pub fn remove_unused(path: &Path) -> Result<Removal, String> {
+    let c = cstr(path)?;
+    // SAFETY: a NUL-terminated path; never follows a link nor waits on a FIFO.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return Err(last_err("cannot open the pool file", path));
+    }
+    let result = remove_locked(fd, path, &c);
+    // SAFETY: our descriptor; closing it drops the slot locks taken through it.
+    unsafe { libc::close(fd) };
+    result
+}
+
+fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
+    let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, MAX_SLOTS as i64);
+    // SAFETY: our descriptor and a valid flock for the call.
+    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut all as *mut libc::flock) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(Removal::InUse),
+            _ => Err(format!("cannot lock the pool file {}: {e}", path.display())),
+        };
+    }
+    let ours = identity(Some(fd), path).ok_or_else(|| last_err("cannot stat", path))?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let moved: PathBuf = dir.join(format!(".{name}.{}.removing", std::process::id()));
+    let m = cstr(&moved)?;
+    // SAFETY: two NUL-terminated paths.
+    if unsafe { libc::rename(c.as_ptr(), m.as_ptr()) } != 0 {
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+            return Ok(Removal::Changed);
+        }
+        return Err(last_err("cannot move away the pool file", path));
+    }
+    if identity(None, &moved) != Some(ours) {
+        // Another file than the one locked: put it back, never over a newer one.
+        // SAFETY: two NUL-terminated paths, then one.
+        unsafe {
+            libc::link(m.as_ptr(), c.as_ptr());
+            libc::unlink(m.as_ptr());
+        }
+        return Ok(Removal::Changed);
+    }
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::unlink(m.as_ptr()) } != 0 {
+        return Err(last_err("cannot remove the pool file", &moved));
+    }
+    Ok(Removal::Removed)
+}
+
+impl PoolFile {
+    /// Whether `self.path` still names this open file (a cleaner may have removed it
+    /// between this process's open and its taking a slot: see the module's doc).
+    pub fn is_linked(&self) -> bool {
+        let fd = self.locks.fd();
+        fd >= 0
+            && identity(Some(fd), &self.path)
+                .is_some_and(|id| identity(None, &self.path) == Some(id))
+    }
+}
+
+/// Opens the pool file at `path` as a member and runs `join` on it (taking a slot),
+/// then checks that the path still names the file; if a cleaner removed it meanwhile,
+/// `leave` gives the slot back, the file is closed and the path opened again (three
+/// tries). `join`'s error is returned as is when the file was not removed.
+pub fn join_linked<T>(
+    path: &Path,
+    join: impl Fn(&'static PoolFile) -> Result<T, String>,
+    leave: impl Fn(T),
+) -> Result<(&'static PoolFile, T), String> {
+    for _ in 0..3 {
+        let file: &'static PoolFile = Box::leak(Box::new(crate::open_member(path)?));
+        let joined = join(file);
+        if file.is_linked() {
+            return joined.map(|t| (file, t));
+        }
+        if let Ok(t) = joined {
+            leave(t);
+        }
+        // The slot (if any) was given back: closing drops the descriptor's locks. The
+        // mapping stays (never unmapped: 1 per removed file, in a rare race).
+        file.locks.forget_in_child();
+    }
+    Err(format!(
+        "the pool file {} was removed three times while joining (gpucap pool clean?)",
+        path.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucap_core::budget::{Member, MemberInfo};
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("gpucap-removal-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn info() -> MemberInfo {
+        MemberInfo {
+            pid: std::process::id(),
+            pid_namespace: 0,
+            start_ms: 1,
+            command: String::from("test"),
+        }
+    }
+
+    #[test]
+    fn a_pool_with_a_member_is_in_use_and_stays() {
+        let d = dir("inuse");
+        let path = d.join("p.pool");
+        let file = crate::open_member(&path).unwrap();
+        let member = Member::join(file.pool, &file.locks, &info()).unwrap();
+        assert_eq!(remove_unused(&path), Ok(Removal::InUse));
+        assert!(path.exists());
+        member.leave();
+        assert_eq!(remove_unused(&path), Ok(Removal::Removed));
+        assert!(!path.exists());
+        // Nothing of the cleaner's is left in the directory.
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_joiner_that_opened_the_file_before_it_was_removed_joins_a_new_one() {
+        // The cleaner runs between the joiner's open and its taking a slot: the
+        // joiner's first file is gone from the path, so it leaves it and joins the file
+        // the path names now, the one every later process joins.
+        let d = dir("race");
+        let path = d.join("p.pool");
+        drop(crate::open_member(&path).unwrap());
+        let tries = std::cell::Cell::new(0);
+        let (file, member) = join_linked(
+            &path,
+            |f| {
+                tries.set(tries.get() + 1);
+                if tries.get() == 1 {
+                    assert_eq!(remove_unused(&path), Ok(Removal::Removed));
+                }
+                Member::join(f.pool, &f.locks, &info()).map_err(|e| e.to_string())
+            },
+            |m| m.leave(),
+        )
+        .unwrap();
+        assert_eq!(tries.get(), 2, "the first join was undone and tried again");
+        assert!(file.is_linked());
+        // The pool the path names has this member: a cleaner now finds it in use.
+        assert_eq!(remove_unused(&path), Ok(Removal::InUse));
+        member.leave();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn while_the_cleaner_holds_the_slots_no_member_can_take_one() {
+        let d = dir("locked");
+        let path = d.join("p.pool");
+        let file = crate::open_member(&path).unwrap();
+        let c = cstr(&path).unwrap();
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        assert!(fd >= 0);
+        let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, MAX_SLOTS as i64);
+        // SAFETY: our descriptor and a valid flock.
+        assert_eq!(
+            unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut all as *mut libc::flock) },
+            0
+        );
+        assert!(Member::join(file.pool, &file.locks, &info()).is_err());
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        let m = Member::join(file.pool, &file.locks, &info()).unwrap();
+        m.leave();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
