@@ -7,9 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 
-use gpucap_core::budget::{
-    DEFAULT_SLOTS, LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, pool_file_bytes,
-};
+use gpucap_core::budget::{LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, pool_file_bytes};
 
 use crate::location::own_uid;
 use crate::locks::SlotLocks;
@@ -35,26 +33,12 @@ fn os_err(what: &str, p: &Path) -> String {
     )
 }
 
-/// The member count a new pool file is made with: `GPUCAP_POOL_MEMBERS` (1 to
-/// [`MAX_SLOTS`]), else [`DEFAULT_SLOTS`]. Read only by the process that makes the file;
-/// every later member takes the count the file says.
-pub fn members_wanted() -> Result<usize, String> {
-    let Some(v) = std::env::var_os("GPUCAP_POOL_MEMBERS") else {
-        return Ok(DEFAULT_SLOTS);
-    };
-    let v = v.to_string_lossy();
-    match v.trim().replace('_', "").parse::<usize>() {
-        Ok(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "GPUCAP_POOL_MEMBERS={v}: expected a member count from 1 to {MAX_SLOTS}"
-        )),
-    }
-}
-
 /// Opens (creating it if missing) the pool file at `path` for a member. Never waits
 /// (`O_NONBLOCK`: a FIFO put at the path is refused, not waited on) and never follows a
 /// symbolic link; anything but a regular file is refused before it is read.
-pub fn open_member(path: &Path) -> Result<PoolFile, String> {
+/// A file made here has `members` slots (`GPUCAP_POOL_MEMBERS`); one that exists keeps
+/// the count it was made with.
+pub fn open_member(path: &Path, members: usize) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     for _ in 0..3 {
@@ -66,7 +50,7 @@ pub fn open_member(path: &Path) -> Result<PoolFile, String> {
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
             return Err(os_err("cannot open the pool file", path));
         }
-        if create(path, members_wanted()?)? {
+        if create(path, members)? {
             continue; // made (or made by another process at the same time): open it
         }
     }

@@ -100,7 +100,12 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         .position(|m| m.get().is_none())
         .ok_or_else(|| format!("{GENERATIONS} nested forks joined pools already"))?;
     let path = gpucap_pool_file::locate(spec, config.pool_dir.as_deref(), true)?;
-    let file: &'static PoolFile = Box::leak(Box::new(gpucap_pool_file::open_member(&path)?));
+    let file: &'static PoolFile = Box::leak(Box::new(gpucap_pool_file::open_member(
+        &path,
+        config
+            .pool_members
+            .unwrap_or(gpucap_core::budget::DEFAULT_SLOTS),
+    )?));
     let member = Member::join_waiting(file.pool, &file.locks, &own_info(), config.wait)
         .map_err(|e| format!("{}: {e}", path.display()))?
         .waiting(config.wait, wait_note)
