@@ -229,7 +229,7 @@ fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
     // SAFETY: our descriptor and a 32-byte buffer.
     let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 32, 0) };
     let stated = head[24..].try_into().map_or(0, u64::from_le_bytes) as usize;
-    if n != 32 || size != stated || size % 8 != 0 || size > pool_file_bytes(MAX_SLOTS) {
+    if n != 32 || size != stated || !size.is_multiple_of(8) || size > pool_file_bytes(MAX_SLOTS) {
         let words: Vec<AtomicU64> = head
             .chunks(8)
             .take(n.max(0) as usize / 8)

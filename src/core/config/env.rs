@@ -413,7 +413,7 @@ where
             v.trim()
                 .parse::<usize>()
                 .ok()
-                .filter(|n| (1..=crate::budget::MAX_SLOTS).contains(n))
+                .filter(|n| (1..=4096).contains(n)) // budget::MAX_SLOTS (config does not use budget)
                 .ok_or_else(|| {
                     bad(
                         "GPUCAP_POOL_MEMBERS",
