@@ -338,10 +338,10 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         "pool-version",
         |p| {
             let mut b = made(p);
-            b[8] = 5;
+            b[8] = 6;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 5 pool file and this gpucap reads version 4",
+        "version 6 pool file and this gpucap reads versions 4 and 5",
     );
     // A file left by a gpucap of version 3 (no announced frees: shorter).
     refused_with(
@@ -352,7 +352,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 3;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 3 pool file and this gpucap reads version 4",
+        "version 3 pool file and this gpucap reads versions 4 and 5",
     );
     // A file left by a gpucap of version 2 (a journal per member and GPU: another length).
     refused_with(
@@ -363,7 +363,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 2;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 2 pool file and this gpucap reads version 4",
+        "version 2 pool file and this gpucap reads versions 4 and 5",
     );
     // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
     refused_with(
@@ -374,7 +374,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 1;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 1 pool file and this gpucap reads version 4",
+        "version 1 pool file and this gpucap reads versions 4 and 5",
     );
     refused_with(
         "pool-corrupt",

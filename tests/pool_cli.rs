@@ -64,7 +64,10 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     assert_ok(&o);
     let text = stdout(&o);
     assert!(
-        text.starts_with(&format!("pool {} (version 4, ", s.pool_file("t").display())),
+        text.starts_with(&format!(
+            "pool {} (version 5, 256 member slots, ",
+            s.pool_file("t").display()
+        )),
         "{text}"
     );
     assert!(text.contains("members: 2 (1 alive, 1 dead)"), "{text}");
@@ -86,7 +89,8 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
 
     let doc = json(&run(&mut s.gpucap(&["status", "--pool", "t", "--json"])));
     assert_eq!(doc["path"], s.pool_file("t").to_str().unwrap());
-    assert_eq!(doc["version"], 4);
+    assert_eq!(doc["version"], 5);
+    assert_eq!(doc["slots"], 256);
     let g = &doc["gpus"][0];
     assert_eq!(g["cap"], 1u64 << 30);
     assert_eq!(g["used"], 500 * MIB);
@@ -275,7 +279,7 @@ fn a_file_that_is_not_a_readable_pool_is_an_error() {
         ),
         (
             damaged(&s, "version", |b| b[8] = 9),
-            "it is a version 9 pool file and this gpucap reads version 4",
+            "it is a version 9 pool file and this gpucap reads versions 4 and 5",
         ),
         (
             damaged(&s, "corrupt", |b| b[16] ^= 0xff),
@@ -700,7 +704,10 @@ fn top_redraws_the_screen_on_a_terminal() {
 /// promises (the `--json` table of "Watching a pool"). Adding a field means adding it
 /// here and to that table.
 const STATUS_JSON_FIELDS: &[(&str, &[&str])] = &[
-    ("", &["path", "version", "created", "gpus", "members"]),
+    (
+        "",
+        &["path", "version", "slots", "created", "gpus", "members"],
+    ),
     (
         "gpus[]",
         &[

@@ -2,7 +2,10 @@
 //! (docs/src/*.md, an mdBook) and every other Markdown file of the repository, every
 //! relative link names a file of the repository and every `#anchor` a heading of the page
 //! it points into; every page of the book is in its SUMMARY.md; and the book builds with
-//! mdBook (`GPUCAP_TEST_MDBOOK`, which scripts/test.sh installs and sets).
+//! mdBook (`GPUCAP_TEST_MDBOOK`, which scripts/test.sh installs and sets), and every
+//! link of the built book's HTML leads to a file of the built book and an `id` in it
+//! (links to the repository's files outside the book are rewritten by
+//! scripts/book-repo-links.py, docs/book.toml's preprocessor).
 
 mod common;
 
@@ -277,13 +280,7 @@ fn the_book_builds() {
     }
 
     // The negative control: a copy of the book whose summary names a missing page.
-    let copy = dir.join("broken");
-    std::fs::create_dir_all(copy.join("src")).unwrap();
-    std::fs::copy(root().join("docs/book.toml"), copy.join("book.toml")).unwrap();
-    for entry in std::fs::read_dir(root().join("docs/src")).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, copy.join("src").join(path.file_name().unwrap())).unwrap();
-    }
+    let copy = copy_book(&dir.join("broken"), true);
     std::fs::write(
         copy.join("src/SUMMARY.md"),
         format!("{summary}- [Missing](missing.md)\n"),
@@ -299,4 +296,143 @@ fn the_book_builds() {
         !copy.join("src/missing.md").exists(),
         "mdbook made the missing page"
     );
+}
+
+/// A copy of the book (docs/) at `copy`, its preprocessor named by absolute path (it
+/// runs in the book's root); without it when `repo_links` is false.
+fn copy_book(copy: &Path, repo_links: bool) -> PathBuf {
+    std::fs::create_dir_all(copy.join("src")).unwrap();
+    let toml = std::fs::read_to_string(root().join("docs/book.toml")).unwrap();
+    let script = root().join("scripts/book-repo-links.py");
+    let toml = if repo_links {
+        toml.replace("../scripts/book-repo-links.py", &script.display().to_string())
+    } else {
+        let cut = toml.find("[preprocessor.repo-links]").expect("book.toml names the preprocessor");
+        toml[..cut].to_string()
+    };
+    std::fs::write(copy.join("book.toml"), toml).unwrap();
+    for entry in std::fs::read_dir(root().join("docs/src")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, copy.join("src").join(path.file_name().unwrap())).unwrap();
+    }
+    copy.to_path_buf()
+}
+
+/// Every `.html` file under `dir`.
+fn html_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            html_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "html") {
+            out.push(path);
+        }
+    }
+}
+
+/// The values of `attr="…"` in `html`, entities `&amp;` and `&quot;` undone.
+fn attr_values(html: &str, attr: &str) -> Vec<String> {
+    let key = format!(" {attr}=\"");
+    html.match_indices(&key)
+        .filter_map(|(i, _)| {
+            let rest = &html[i + key.len()..];
+            let end = rest.find('"')?;
+            Some(rest[..end].replace("&quot;", "\"").replace("&amp;", "&"))
+        })
+        .collect()
+}
+
+/// The links of the built book (`href` and `src` of every page) that lead nowhere: to
+/// no file of the book, or to an `#id` its page lacks. Links with a scheme (`https:`,
+/// `mailto:`) are not followed.
+fn dead_html_links(book: &Path) -> Vec<String> {
+    let mut pages = Vec::new();
+    html_files(book, &mut pages);
+    let ids: std::collections::HashMap<PathBuf, std::collections::HashSet<String>> = pages
+        .iter()
+        .map(|p| {
+            let html = std::fs::read_to_string(p).unwrap();
+            (p.clone(), attr_values(&html, "id").into_iter().collect())
+        })
+        .collect();
+    let mut dead = Vec::new();
+    for page in &pages {
+        let html = std::fs::read_to_string(page).unwrap();
+        let mut links = attr_values(&html, "href");
+        links.extend(attr_values(&html, "src"));
+        for link in links {
+            let scheme = link.split_once(':').is_some_and(|(s, _)| {
+                !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '+')
+            });
+            if scheme || link.starts_with("//") {
+                continue;
+            }
+            let (path, fragment) = link.split_once('#').unwrap_or((&link, ""));
+            let path = path.split('?').next().unwrap();
+            let target = if path.is_empty() {
+                page.clone()
+            } else {
+                let mut t = page.parent().unwrap().to_path_buf();
+                for part in path.split('/') {
+                    match part {
+                        "" | "." => {}
+                        ".." => {
+                            t.pop();
+                        }
+                        p => t.push(p),
+                    }
+                }
+                t
+            };
+            let name = page.strip_prefix(book).unwrap().display();
+            if !target.starts_with(book) || !target.exists() {
+                dead.push(format!("{name}: {link} (no such file in the book)"));
+            } else if !fragment.is_empty()
+                && ids.get(&target).is_some_and(|set| !set.contains(fragment))
+            {
+                dead.push(format!("{name}: {link} (no id {fragment:?} there)"));
+            }
+        }
+    }
+    dead
+}
+
+/// The built book has no dead link: a page's link to a file of the repository outside
+/// the book (`../../README.md`, right on GitHub) would be `../../README.html` there,
+/// so the preprocessor rewrites it. The control: the same book built without the
+/// preprocessor has such dead links, and the check finds them.
+#[test]
+fn the_built_books_links_all_resolve() {
+    let Some(mdbook) = mdbook() else { return };
+    let dir = scratch("readme-book-links");
+    let out = dir.join("html");
+    let o = build_book(&mdbook, &copy_book(&dir.join("book"), true), &out);
+    assert!(o.status.success(), "mdbook build failed\n{}", dump(&o));
+    let dead = dead_html_links(&out);
+    assert!(dead.is_empty(), "dead links in the built book:\n{}", dead.join("\n"));
+
+    let bare = dir.join("bare-html");
+    let o = build_book(&mdbook, &copy_book(&dir.join("bare"), false), &bare);
+    assert!(o.status.success(), "mdbook build failed\n{}", dump(&o));
+    let dead = dead_html_links(&bare);
+    assert!(
+        dead.iter().any(|d| d.starts_with("introduction.html: ../../README.html")),
+        "the check found no dead link in a book built without the preprocessor: {dead:?}"
+    );
+}
+
+/// scripts/k8s/README.md's table names every manifest of the folder (a new example
+/// that the table misses is not found by a reader of the folder).
+#[test]
+fn the_kubernetes_examples_readme_names_every_manifest() {
+    let dir = root().join("scripts/k8s");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".yaml") && !readme.contains(&format!("`{name}`")) {
+            missing.push(name);
+        }
+    }
+    assert!(missing.is_empty(), "scripts/k8s/README.md does not name {missing:?}");
 }

@@ -185,9 +185,10 @@ pub fn sorted_members(view: &PoolView) -> Vec<&MemberView> {
 pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "pool {} (version {}, created {} UTC)\n",
+        "pool {} (version {}, {} member slots, created {} UTC)\n",
         path.display(),
         view.version,
+        view.slots,
         utc(view.created.saturating_mul(1000))
     ));
     if view.gpus.is_empty() {
@@ -505,7 +506,9 @@ pub(crate) mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            format!("pool /p/x.pool (version {POOL_VERSION}, created 2023-11-14 22:13:20 UTC)")
+            format!(
+                "pool /p/x.pool (version {POOL_VERSION}, 256 member slots, created 2023-11-14 22:13:20 UTC)"
+            )
         );
         let gpu = lines[2];
         for part in [

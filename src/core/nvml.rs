@@ -601,6 +601,7 @@ mod tests {
                 .sum()
         };
         PoolView {
+            slots: 256,
             version: 1,
             created: 0,
             gpus: vec![

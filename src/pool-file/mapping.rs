@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 
-use gpucap_core::budget::{POOL_FILE_BYTES, POOL_WORDS, Pool};
+use gpucap_core::budget::{LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, pool_file_bytes};
 
 use crate::location::own_uid;
 use crate::locks::SlotLocks;
@@ -36,7 +36,9 @@ fn os_err(what: &str, p: &Path) -> String {
 /// Opens (creating it if missing) the pool file at `path` for a member. Never waits
 /// (`O_NONBLOCK`: a FIFO put at the path is refused, not waited on) and never follows a
 /// symbolic link; anything but a regular file is refused before it is read.
-pub fn open_member(path: &Path) -> Result<PoolFile, String> {
+/// A file made here has `members` slots (`GPUCAP_POOL_MEMBERS`); one that exists keeps
+/// the count it was made with.
+pub fn open_member(path: &Path, members: usize) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     for _ in 0..3 {
@@ -48,7 +50,7 @@ pub fn open_member(path: &Path) -> Result<PoolFile, String> {
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
             return Err(os_err("cannot open the pool file", path));
         }
-        if create(path)? {
+        if create(path, members)? {
             continue; // made (or made by another process at the same time): open it
         }
     }
@@ -75,9 +77,10 @@ pub fn open_reader(path: &Path) -> Result<PoolFile, String> {
     finish(path, fd, false)
 }
 
-/// Makes a whole pool file under a temporary name and links it to `path` (true), or
-/// finds that another process did (true as well: the caller opens it).
-fn create(path: &Path) -> Result<bool, String> {
+/// Makes a whole pool file of `slots` members under a temporary name and links it to
+/// `path` (true), or finds that another process did (true as well: the caller opens it).
+fn create(path: &Path, slots: usize) -> Result<bool, String> {
+    let bytes = pool_file_bytes(slots);
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path
         .file_name()
@@ -120,16 +123,16 @@ fn create(path: &Path) -> Result<bool, String> {
         // SAFETY: our descriptor; fchmod undoes a umask that would be stricter than 0600 only.
         unsafe { libc::fchmod(fd, 0o600) };
         // SAFETY: our descriptor.
-        if unsafe { libc::ftruncate(fd, POOL_FILE_BYTES as libc::off_t) } != 0 {
+        if unsafe { libc::ftruncate(fd, bytes as libc::off_t) } != 0 {
             return Err(os_err("cannot size the pool file", &tmp));
         }
-        let words = map(fd, true).ok_or_else(|| os_err("cannot map the pool file", &tmp))?;
+        let words = map(fd, bytes, true).ok_or_else(|| os_err("cannot map the pool file", &tmp))?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        Pool::create(words, now, u64::from(own_uid())).map_err(|e| e.to_string())?;
+        Pool::create_with(words, slots, now, u64::from(own_uid())).map_err(|e| e.to_string())?;
         // SAFETY: the mapping made above, not used after this.
-        unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, POOL_FILE_BYTES) };
+        unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, bytes) };
         let cp = cstr(path)?;
         // SAFETY: two NUL-terminated paths; link never replaces an existing file.
         if unsafe { libc::link(ct.as_ptr(), cp.as_ptr()) } != 0
@@ -164,24 +167,15 @@ fn unique() -> u64 {
     }
 }
 
-/// Maps the whole file as words (None: mmap failed).
-fn map(fd: RawFd, write: bool) -> Option<&'static [AtomicU64]> {
+/// Maps the whole file, `bytes` long (a multiple of 8), as words (None: mmap failed).
+fn map(fd: RawFd, bytes: usize, write: bool) -> Option<&'static [AtomicU64]> {
     let prot = if write {
         libc::PROT_READ | libc::PROT_WRITE
     } else {
         libc::PROT_READ
     };
-    // SAFETY: a fresh shared mapping of a file at least POOL_FILE_BYTES long.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            POOL_FILE_BYTES,
-            prot,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
+    // SAFETY: a fresh shared mapping of a file at least `bytes` long.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, prot, libc::MAP_SHARED, fd, 0) };
     if p == libc::MAP_FAILED {
         return None;
     }
@@ -189,11 +183,11 @@ fn map(fd: RawFd, write: bool) -> Option<&'static [AtomicU64]> {
         // A forked child must not inherit a member's mapping: it would keep the open
         // file, and with it the member's locks, alive after the member died.
         // SAFETY: advice on the mapping just made.
-        unsafe { libc::madvise(p, POOL_FILE_BYTES, libc::MADV_DONTFORK) };
+        unsafe { libc::madvise(p, bytes, libc::MADV_DONTFORK) };
     }
-    // SAFETY: page-aligned, POOL_FILE_BYTES long, never unmapped; every access to it is
-    // atomic (other processes write it too).
-    Some(unsafe { std::slice::from_raw_parts(p as *const AtomicU64, POOL_WORDS) })
+    // SAFETY: page-aligned, `bytes` long, never unmapped; every access to it is atomic
+    // (other processes write it too).
+    Some(unsafe { std::slice::from_raw_parts(p as *const AtomicU64, bytes / 8) })
 }
 
 /// Checks what `fd` is, maps it and checks its words.
@@ -227,26 +221,35 @@ fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
             st.st_mode & 0o7777
         ));
     }
-    if st.st_size as usize != POOL_FILE_BYTES {
-        // The first word says whether it is a pool file at all, the second its version.
-        let mut head = [0u8; 16];
-        // SAFETY: our descriptor and a 16-byte buffer.
-        let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 16, 0) };
+    // The length its header gives (its member count), checked against the file's before
+    // it is mapped: the first word says whether it is a pool file at all, the second
+    // its version, the third its geometry and the fourth its length.
+    let size = st.st_size as usize;
+    let mut head = [0u8; 32];
+    // SAFETY: our descriptor and a 32-byte buffer.
+    let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 32, 0) };
+    let stated = head[24..].try_into().map_or(0, u64::from_le_bytes) as usize;
+    if n != 32 || size != stated || !size.is_multiple_of(8) || size > pool_file_bytes(MAX_SLOTS) {
         let words: Vec<AtomicU64> = head
             .chunks(8)
             .take(n.max(0) as usize / 8)
+            .take(2)
             .map(|w| AtomicU64::new(u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))))
             .collect();
         let e = match Pool::open(&words) {
-            Err(e @ gpucap_core::budget::LayoutError::Magic { .. })
-            | Err(e @ gpucap_core::budget::LayoutError::Version { .. }) => e,
-            _ => gpucap_core::budget::LayoutError::Size {
-                bytes: st.st_size as usize,
+            Err(e @ LayoutError::Magic { .. }) | Err(e @ LayoutError::Version { .. }) => e,
+            _ => LayoutError::Size {
+                bytes: size,
+                expected: if (pool_file_bytes(1)..=pool_file_bytes(MAX_SLOTS)).contains(&stated) {
+                    stated
+                } else {
+                    POOL_FILE_BYTES
+                },
             },
         };
         return fail(e.to_string());
     }
-    let Some(words) = map(fd, member) else {
+    let Some(words) = map(fd, size, member) else {
         return fail(format!(
             "cannot map it: {}",
             std::io::Error::last_os_error()
@@ -256,7 +259,7 @@ fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
         Ok(p) => p,
         Err(e) => {
             // SAFETY: the mapping made above, not used after this.
-            unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, POOL_FILE_BYTES) };
+            unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, size) };
             return fail(e.to_string());
         }
     };

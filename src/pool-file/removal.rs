@@ -142,17 +142,18 @@ impl PoolFile {
     }
 }
 
-/// Opens the pool file at `path` as a member and runs `join` on it (taking a slot),
+/// Opens the pool file at `path` as a member (a new file made for `members`) and runs `join` on it (taking a slot),
 /// then checks that the path still names the file; if a cleaner removed it meanwhile,
 /// `leave` gives the slot back, the file is closed and the path opened again (three
 /// tries). `join`'s error is returned as is when the file was not removed.
 pub fn join_linked<T>(
     path: &Path,
+    members: usize,
     join: impl Fn(&'static PoolFile) -> Result<T, String>,
     leave: impl Fn(T),
 ) -> Result<(&'static PoolFile, T), String> {
     for _ in 0..3 {
-        let file: &'static PoolFile = Box::leak(Box::new(crate::open_member(path)?));
+        let file: &'static PoolFile = Box::leak(Box::new(crate::open_member(path, members)?));
         let joined = join(file);
         if file.is_linked() {
             return joined.map(|t| (file, t));
@@ -195,7 +196,7 @@ mod tests {
     fn a_pool_with_a_member_is_in_use_and_stays() {
         let d = dir("inuse");
         let path = d.join("p.pool");
-        let file = crate::open_member(&path).unwrap();
+        let file = crate::open_member(&path, gpucap_core::budget::DEFAULT_SLOTS).unwrap();
         let member = Member::join(file.pool, &file.locks, &info()).unwrap();
         assert_eq!(remove_unused(&path), Ok(Removal::InUse));
         assert!(path.exists());
@@ -214,10 +215,11 @@ mod tests {
         // the path names now, the one every later process joins.
         let d = dir("race");
         let path = d.join("p.pool");
-        drop(crate::open_member(&path).unwrap());
+        drop(crate::open_member(&path, gpucap_core::budget::DEFAULT_SLOTS).unwrap());
         let tries = std::cell::Cell::new(0);
         let (file, member) = join_linked(
             &path,
+            gpucap_core::budget::DEFAULT_SLOTS,
             |f| {
                 tries.set(tries.get() + 1);
                 if tries.get() == 1 {
@@ -240,7 +242,7 @@ mod tests {
     fn while_the_cleaner_holds_the_slots_no_member_can_take_one() {
         let d = dir("locked");
         let path = d.join("p.pool");
-        let file = crate::open_member(&path).unwrap();
+        let file = crate::open_member(&path, gpucap_core::budget::DEFAULT_SLOTS).unwrap();
         let c = cstr(&path).unwrap();
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };

@@ -103,9 +103,16 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     // A `gpucap pool clean` removing the file between its open and the slot taken is
     // noticed, and the path opened again (see gpucap_pool_file's `removal`).
     let info = own_info();
+    let members = config
+        .pool_members
+        .unwrap_or(gpucap_core::budget::DEFAULT_SLOTS);
     let (file, member) = gpucap_pool_file::join_linked(
         &path,
-        |f| Member::join(f.pool, &f.locks, &info).map_err(|e| format!("{}: {e}", path.display())),
+        members,
+        |f| {
+            Member::join_waiting(f.pool, &f.locks, &info, config.wait)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        },
         |m| m.leave(),
     )?;
     let member = member.waiting(config.wait, wait_note).noting(repair_note);

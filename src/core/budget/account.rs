@@ -346,7 +346,7 @@ impl Member<'_> {
                 Err(w) => w,
             };
             let holder = word & LOCK_HOLDER;
-            if holder == 0 || holder > MAX_SLOTS as u64 || holder == me || word >> 17 != 0 {
+            if holder == 0 || holder > self.w.slots() as u64 || holder == me || word >> 17 != 0 {
                 // Nobody can hold this: no slot, or this process's own (its threads
                 // are behind the gate).
                 if self.release_from(g, word) {

@@ -13,8 +13,10 @@ pub(super) struct Hot<'a> {
     pub mine: &'a [AtomicU64; PER_GPU_WORDS],
     /// The GPU entry's words (`G_USED`, `G_PEAK`, `G_WAITERS`, ...).
     pub gpu: &'a [AtomicU64; GPU_WORDS],
-    /// The GPU entry's bits of the slots that hold a guarantee.
-    pub bits: &'a [AtomicU64; SHARE_BITS_WORDS],
+    /// The GPU entry's bits of the first 256 slots that hold a guarantee...
+    pub bits: &'a [AtomicU64; SHARE_HEAD_WORDS],
+    /// ...and of the others' (empty in a pool of 256 members or fewer).
+    pub more: &'a [AtomicU64],
     /// The GPU entry.
     pub g: usize,
 }
@@ -25,7 +27,8 @@ impl<'a> Hot<'a> {
         Some(Hot {
             mine: w.member_gpu_all(s, g)?,
             gpu: w.gpu_all(g)?,
-            bits: w.share_bits_all(g)?,
+            bits: w.share_bits_split(g)?.0,
+            more: w.share_bits_split(g)?.1,
             g,
         })
     }

@@ -31,29 +31,78 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 4;
+pub const POOL_VERSION: u64 = 5;
+/// The version before member counts were chosen at creation: its files are read as
+/// version 5 files of [`DEFAULT_SLOTS`] members (the same words).
+pub const POOL_VERSION_256: u64 = 4;
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;
 pub const GPU_WORDS: usize = 16;
-pub const MAX_SLOTS: usize = 256;
+/// The member slots of a pool file whose creator chose no count (`GPUCAP_POOL_MEMBERS`).
+pub const DEFAULT_SLOTS: usize = 256;
+/// The most member slots a pool file may have (the count is chosen at creation).
+pub const MAX_SLOTS: usize = 4096;
 pub const SLOT_HEAD_WORDS: usize = 16;
 pub const PER_GPU_WORDS: usize = 10;
 pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
-pub const SHARE_BITS_WORDS: usize = MAX_SLOTS / 64;
+/// The words of a GPU's guarantee bits every file has (the first 256 slots'): the
+/// short path reads them as one fixed array, and the rest (more than 256 slots) apart.
+pub const SHARE_HEAD_WORDS: usize = 4;
 pub const SHARE_WORDS: usize = 2;
-/// Where the shares start (appended in version 2 after the member slots).
-pub const SHARES_AT: usize = HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + MAX_SLOTS * SLOT_WORDS;
-pub const POOL_WORDS: usize =
-    SHARES_AT + MAX_POOL_GPUS * SHARE_BITS_WORDS + MAX_SLOTS * MAX_POOL_GPUS * SHARE_WORDS;
-pub const POOL_FILE_BYTES: usize = POOL_WORDS * 8;
 pub const COMMAND_BYTES: usize = 64;
 
-/// The geometry word: what a reader must agree on to read the rest.
-pub const GEOMETRY: u64 = (MAX_POOL_GPUS as u64)
-    | (MAX_SLOTS as u64) << 16
-    | (GPU_WORDS as u64) << 32
-    | (SLOT_WORDS as u64) << 48;
+/// The words of one GPU's guarantee bits in a file of `slots` members: whole groups of
+/// 256 bits, at least one.
+pub const fn share_bits_words(slots: usize) -> usize {
+    let groups = slots.div_ceil(SHARE_HEAD_WORDS * 64);
+    if groups == 0 {
+        SHARE_HEAD_WORDS
+    } else {
+        groups * SHARE_HEAD_WORDS
+    }
+}
+
+/// Where the shares start (after the member slots) in a file of `slots` members.
+pub const fn shares_at(slots: usize) -> usize {
+    HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + slots * SLOT_WORDS
+}
+
+/// The words of a pool file of `slots` members.
+pub const fn pool_words(slots: usize) -> usize {
+    shares_at(slots) + MAX_POOL_GPUS * share_bits_words(slots) + slots * MAX_POOL_GPUS * SHARE_WORDS
+}
+
+/// The bytes of a pool file of `slots` members.
+pub const fn pool_file_bytes(slots: usize) -> usize {
+    pool_words(slots) * 8
+}
+
+/// The geometry word of a file of `slots` members: what a reader must agree on to read
+/// the rest (the member count in bits 16 to 31).
+pub const fn geometry(slots: usize) -> u64 {
+    (MAX_POOL_GPUS as u64)
+        | (slots as u64) << 16
+        | (GPU_WORDS as u64) << 32
+        | (SLOT_WORDS as u64) << 48
+}
+
+/// The member count a geometry word gives, if the rest of it is this layout's.
+pub const fn geometry_slots(word: u64) -> Option<usize> {
+    let slots = ((word >> 16) & 0xffff) as usize;
+    if word & !(0xffff << 16) == geometry(0) && slots >= 1 && slots <= MAX_SLOTS {
+        Some(slots)
+    } else {
+        None
+    }
+}
+
+/// The words and bytes of a pool file of [`DEFAULT_SLOTS`] members.
+pub const POOL_WORDS: usize = pool_words(DEFAULT_SLOTS);
+pub const POOL_FILE_BYTES: usize = POOL_WORDS * 8;
+/// Where the shares start in a file of [`DEFAULT_SLOTS`] members.
+#[cfg(test)]
+pub const SHARES_AT: usize = shares_at(DEFAULT_SLOTS);
 
 // Header words.
 pub const H_MAGIC: usize = 0;
@@ -66,6 +115,9 @@ pub const H_UID: usize = 5;
 /// were never used, all their words zero, so a reading of every member's marks (see
 /// `traffic`) stops there instead of reading all [`MAX_SLOTS`].
 pub const H_SLOTS_SEEN: usize = 6;
+/// Bumped (and woken) whenever a member empties a slot: a joiner that found every slot
+/// taken sleeps on it (`GPUCAP_WAIT`; a dead member's slot is found by a timed retry).
+pub const H_SLOT_FREED: usize = 7;
 
 // GPU entry words.
 pub const G_KEY: usize = 0;
@@ -187,8 +239,9 @@ pub fn gpu_key(uuid: &[u8; 16]) -> u64 {
 /// Why a pool file cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayoutError {
-    /// Too short or too long for this version.
-    Size { bytes: usize },
+    /// Too short or too long for this version (`expected`: the length its header
+    /// gives, or that of a file of [`DEFAULT_SLOTS`] members).
+    Size { bytes: usize, expected: usize },
     /// Not a gpucap pool file at all.
     Magic { found: [u8; 8] },
     /// A gpucap pool file of another version.
@@ -200,10 +253,10 @@ pub enum LayoutError {
 impl fmt::Display for LayoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LayoutError::Size { bytes } => write!(
+            LayoutError::Size { bytes, expected } => write!(
                 f,
-                "it is {bytes} bytes long, a version {POOL_VERSION} pool file is {POOL_FILE_BYTES} \
-                 (not a gpucap pool file, or a truncated one)"
+                "it is {bytes} bytes long, a version {POOL_VERSION} pool file of its members is \
+                 {expected} (not a gpucap pool file, or a truncated one)"
             ),
             LayoutError::Magic { found } => {
                 let shown: String = found
@@ -224,8 +277,8 @@ impl fmt::Display for LayoutError {
             }
             LayoutError::Version { found } => write!(
                 f,
-                "it is a version {found} pool file and this gpucap reads version {POOL_VERSION}: \
-                 every process of a pool must run the same gpucap (remove the file once no \
+                "it is a version {found} pool file and this gpucap reads versions \
+                 {POOL_VERSION_256} and {POOL_VERSION}: every process of a pool must run the same gpucap (remove the file once no \
                  process uses it)"
             ),
             LayoutError::Corrupt { what } => write!(
@@ -250,7 +303,7 @@ fn corrupt<T>(what: String) -> Result<T, LayoutError> {
 /// only a live slot past that one is a corrupted count. (Read once, a process starting
 /// beside others took their pool file for a corrupted one and refused to join it.)
 pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError> {
-    for s in 0..MAX_SLOTS {
+    for s in 0..w.slots() {
         let state = w.slot(s, S_STATE).load(Acquire);
         if state > STATE_LIVE {
             return corrupt(format!("member slot {s} has state {state}"));
@@ -267,25 +320,49 @@ pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError
     Ok(())
 }
 
-/// The words of a pool file, checked.
+/// The words of a pool file, checked, and where its parts are (they follow from its
+/// member count).
 #[derive(Clone, Copy)]
-pub struct Words<'a>(pub &'a [AtomicU64]);
+pub struct Words<'a> {
+    pub words: &'a [AtomicU64],
+    slots: usize,
+    bits: usize,
+    shares_at: usize,
+}
 
 impl<'a> Words<'a> {
-    /// Writes the header of a new pool file (all other words must be zero).
-    pub fn init(words: &'a [AtomicU64], created_secs: u64, uid: u64) -> Result<Self, LayoutError> {
-        if words.len() != POOL_WORDS {
+    /// The words of a file of `slots` members (`words` already checked to be as long).
+    fn of(words: &'a [AtomicU64], slots: usize) -> Self {
+        Words {
+            words,
+            slots,
+            bits: share_bits_words(slots),
+            shares_at: shares_at(slots),
+        }
+    }
+
+    /// Writes the header of a new pool file of `slots` members (all other words must be
+    /// zero).
+    pub fn init(
+        words: &'a [AtomicU64],
+        slots: usize,
+        created_secs: u64,
+        uid: u64,
+    ) -> Result<Self, LayoutError> {
+        let slots = slots.clamp(1, MAX_SLOTS);
+        if words.len() != pool_words(slots) {
             return Err(LayoutError::Size {
                 bytes: words.len() * 8,
+                expected: pool_file_bytes(slots),
             });
         }
         words[H_VERSION].store(POOL_VERSION, Relaxed);
-        words[H_GEOMETRY].store(GEOMETRY, Relaxed);
-        words[H_BYTES].store(POOL_FILE_BYTES as u64, Relaxed);
+        words[H_GEOMETRY].store(geometry(slots), Relaxed);
+        words[H_BYTES].store(pool_file_bytes(slots) as u64, Relaxed);
         words[H_CREATED].store(created_secs, Relaxed);
         words[H_UID].store(uid, Relaxed);
         words[H_MAGIC].store(MAGIC, Release);
-        Ok(Words(words))
+        Ok(Words::of(words, slots))
     }
 
     /// Checks the header and every word whose values are bounded.
@@ -299,32 +376,45 @@ impl<'a> Words<'a> {
             });
         }
         // Before the length: another version may have another length.
-        if let Some(version) = first(H_VERSION)
+        let version = first(H_VERSION);
+        if let Some(version) = version
             && version != POOL_VERSION
+            && version != POOL_VERSION_256
         {
             return Err(LayoutError::Version { found: version });
         }
         if words.len() < HEADER_WORDS {
             return Err(LayoutError::Size {
                 bytes: words.len() * 8,
+                expected: POOL_FILE_BYTES,
             });
         }
-        if words.len() != POOL_WORDS {
+        let found = words[H_GEOMETRY].load(Relaxed);
+        let slots = match geometry_slots(found) {
+            // Version 4 files have 256 members, no other count.
+            Some(n) if version == Some(POOL_VERSION) || n == DEFAULT_SLOTS => n,
+            _ => {
+                return corrupt(format!(
+                    "geometry word {found:#x}, expected {:#x} with a member count of 1 to \
+                     {MAX_SLOTS}",
+                    geometry(0)
+                ));
+            }
+        };
+        if words.len() != pool_words(slots) {
             return Err(LayoutError::Size {
                 bytes: words.len() * 8,
+                expected: pool_file_bytes(slots),
             });
         }
-        let geometry = words[H_GEOMETRY].load(Relaxed);
-        if geometry != GEOMETRY {
+        let bytes = words[H_BYTES].load(Relaxed);
+        if bytes != pool_file_bytes(slots) as u64 {
             return corrupt(format!(
-                "geometry word {geometry:#x}, expected {GEOMETRY:#x}"
+                "length word {bytes}, expected {}",
+                pool_file_bytes(slots)
             ));
         }
-        let bytes = words[H_BYTES].load(Relaxed);
-        if bytes != POOL_FILE_BYTES as u64 {
-            return corrupt(format!("length word {bytes}, expected {POOL_FILE_BYTES}"));
-        }
-        let w = Words(words);
+        let w = Words::of(words, slots);
         for g in 0..MAX_POOL_GPUS {
             // The key last: a member counts memory on an entry or takes its word lock only
             // once it found the entry's key, so what these reads see of a member that is
@@ -332,9 +422,9 @@ impl<'a> Words<'a> {
             let lock = w.gpu(g, G_LOCK).load(Acquire);
             let used = w.used(g);
             let key = w.gpu(g, G_KEY).load(Acquire);
-            if lock & !LOCK_WAITING > MAX_SLOTS as u64 {
+            if lock & !LOCK_WAITING > slots as u64 {
                 return corrupt(format!(
-                    "GPU entry {g} is locked by member {lock}, past {MAX_SLOTS}"
+                    "GPU entry {g} is locked by member {lock}, past {slots}"
                 ));
             }
             if key == 0 && (used != 0 || lock != 0) {
@@ -347,8 +437,19 @@ impl<'a> Words<'a> {
         Ok(w)
     }
 
+    /// The file's member slots (its creator's `GPUCAP_POOL_MEMBERS`).
+    #[inline]
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The file's version (4: a file made before member counts were chosen).
+    pub fn version(&self) -> u64 {
+        self.header(H_VERSION).load(Relaxed)
+    }
+
     pub fn header(&self, i: usize) -> &'a AtomicU64 {
-        &self.0[i]
+        &self.words[i]
     }
 
     /// The bytes GPU entry `g`'s `used` word says every member holds.
@@ -358,11 +459,11 @@ impl<'a> Words<'a> {
     }
 
     pub fn gpu(&self, g: usize, i: usize) -> &'a AtomicU64 {
-        &self.0[HEADER_WORDS + g * GPU_WORDS + i]
+        &self.words[HEADER_WORDS + g * GPU_WORDS + i]
     }
 
     pub fn slot(&self, s: usize, i: usize) -> &'a AtomicU64 {
-        &self.0[HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + s * SLOT_WORDS + i]
+        &self.words[HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + s * SLOT_WORDS + i]
     }
 
     pub fn member_gpu(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
@@ -373,7 +474,7 @@ impl<'a> Words<'a> {
     #[inline]
     pub fn gpu_all(&self, g: usize) -> Option<&'a [AtomicU64; GPU_WORDS]> {
         let at = HEADER_WORDS + g * GPU_WORDS;
-        self.0.get(at..at + GPU_WORDS)?.try_into().ok()
+        self.words.get(at..at + GPU_WORDS)?.try_into().ok()
     }
 
     /// Slot `s`'s words for GPU entry `g`, all at once.
@@ -384,27 +485,38 @@ impl<'a> Words<'a> {
             + s * SLOT_WORDS
             + SLOT_HEAD_WORDS
             + g * PER_GPU_WORDS;
-        self.0.get(at..at + PER_GPU_WORDS)?.try_into().ok()
+        self.words.get(at..at + PER_GPU_WORDS)?.try_into().ok()
     }
 
     /// Word `k` of GPU entry `g`'s bits of the slots that hold a guarantee.
     pub fn share_bits(&self, g: usize, k: usize) -> &'a AtomicU64 {
-        &self.0[SHARES_AT + g * SHARE_BITS_WORDS + k]
+        &self.share_bits_of(g)[k]
     }
 
-    /// GPU entry `g`'s bits of the slots that hold a guarantee, all words at once.
+    /// The words of GPU entry `g`'s bits of the slots that hold a guarantee (one bit
+    /// per slot, then zeros up to a whole 256).
+    pub fn share_bits_of(&self, g: usize) -> &'a [AtomicU64] {
+        let at = self.shares_at + g * self.bits;
+        &self.words[at..at + self.bits]
+    }
+
+    /// GPU entry `g`'s bits of the slots that hold a guarantee: the first 256 slots'
+    /// words at once, and the rest's (empty in a pool of 256 members or fewer).
     #[inline]
-    pub fn share_bits_all(&self, g: usize) -> Option<&'a [AtomicU64; SHARE_BITS_WORDS]> {
-        let at = SHARES_AT + g * SHARE_BITS_WORDS;
-        self.0.get(at..at + SHARE_BITS_WORDS)?.try_into().ok()
+    pub fn share_bits_split(
+        &self,
+        g: usize,
+    ) -> Option<(&'a [AtomicU64; SHARE_HEAD_WORDS], &'a [AtomicU64])> {
+        let at = self.shares_at + g * self.bits;
+        let all = self.words.get(at..at + self.bits)?;
+        let (head, rest) = all.split_at_checked(SHARE_HEAD_WORDS)?;
+        Some((head.try_into().ok()?, rest))
     }
 
     /// Slot `s`'s share word `i` for GPU entry `g`.
     pub fn share(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
-        &self.0[SHARES_AT
-            + MAX_POOL_GPUS * SHARE_BITS_WORDS
-            + (s * MAX_POOL_GPUS + g) * SHARE_WORDS
-            + i]
+        &self.words
+            [self.shares_at + MAX_POOL_GPUS * self.bits + (s * MAX_POOL_GPUS + g) * SHARE_WORDS + i]
     }
 
     pub fn uuid(&self, g: usize) -> [u8; 16] {

@@ -56,15 +56,37 @@ pub struct Pool<'a> {
 }
 
 impl<'a> Pool<'a> {
-    /// Writes the header of a freshly made (all-zero) pool file.
+    /// Writes the header of a freshly made (all-zero) pool file of [`DEFAULT_SLOTS`]
+    /// members.
     pub fn create(
         words: &'a [std::sync::atomic::AtomicU64],
         created_secs: u64,
         uid: u64,
     ) -> Result<Self, LayoutError> {
+        Self::create_with(words, DEFAULT_SLOTS, created_secs, uid)
+    }
+
+    /// Writes the header of a freshly made (all-zero) pool file of `slots` members
+    /// (`words` must be [`pool_words`]`(slots)` long).
+    pub fn create_with(
+        words: &'a [std::sync::atomic::AtomicU64],
+        slots: usize,
+        created_secs: u64,
+        uid: u64,
+    ) -> Result<Self, LayoutError> {
         Ok(Pool {
-            w: Words::init(words, created_secs, uid)?,
+            w: Words::init(words, slots, created_secs, uid)?,
         })
+    }
+
+    /// How many members the pool holds at most (chosen when the file was made).
+    pub fn slots(&self) -> usize {
+        self.w.slots()
+    }
+
+    /// The file's layout version.
+    pub fn version(&self) -> u64 {
+        self.w.version()
     }
 
     /// Checks an existing pool file: another version, layout or corrupted words are errors.
@@ -94,17 +116,36 @@ pub struct MemberInfo {
 /// Why a process could not join.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinError {
-    /// Every slot is held by a live process.
-    Full,
+    /// Every one of the pool's `slots` slots is held by a live process (after waiting
+    /// `waited`, under `GPUCAP_WAIT`).
+    Full {
+        slots: usize,
+        waited: std::time::Duration,
+    },
 }
 
 impl fmt::Display for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            JoinError::Full => write!(
-                f,
-                "the pool has {MAX_SLOTS} live members already, the most it can hold"
-            ),
+            JoinError::Full { slots, waited } => {
+                write!(
+                    f,
+                    "the pool has {slots} live members already, the most it can hold"
+                )?;
+                if !waited.is_zero() {
+                    write!(f, " (no slot freed within {} ms)", waited.as_millis())?;
+                }
+                write!(
+                    f,
+                    "; a pool holds the member count its file was made with: remove the \
+                     file once no process uses it and start the first member with \
+                     GPUCAP_POOL_MEMBERS=N (at most {MAX_SLOTS}; default {DEFAULT_SLOTS})"
+                )?;
+                if waited.is_zero() {
+                    write!(f, ", or set GPUCAP_WAIT to wait for a member to leave")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -134,8 +175,9 @@ pub struct Member<'a> {
     /// Per GPU entry, the words this member's changes there touch (see `hot`): None
     /// only past a layout the file check refused.
     pub(super) hot: [Option<Hot<'a>>; MAX_POOL_GPUS],
-    /// Masks of the guarantee bits words (`share_bits_all`): every bit but this slot's.
-    pub(super) not_me: [u64; SHARE_BITS_WORDS],
+    /// Masks of the first 256 slots' guarantee bits words (`Hot::bits`): every bit but
+    /// this slot's.
+    pub(super) not_me: [u64; SHARE_HEAD_WORDS],
     pub(super) locks: &'a dyn MemberLocks,
     /// The pool's GPU entry (+1) of each CUDA ordinal of this process (0: none yet).
     pub(super) entry_of: [AtomicU32; MAX_DEVICES],
@@ -178,7 +220,7 @@ impl<'a> Member<'a> {
         info: &MemberInfo,
     ) -> Result<Self, JoinError> {
         let w = pool.w;
-        for s in 0..MAX_SLOTS {
+        for s in 0..w.slots() {
             if !locks.try_take(s) {
                 continue;
             }
@@ -255,7 +297,40 @@ impl<'a> Member<'a> {
             }
             return Ok(m);
         }
-        Err(JoinError::Full)
+        Err(JoinError::Full {
+            slots: w.slots(),
+            waited: std::time::Duration::ZERO,
+        })
+    }
+
+    /// [`join`](Self::join), waiting up to `max` (`GPUCAP_WAIT`) for a slot while every
+    /// one is held: woken when a member leaves, and trying again at least every 50 ms
+    /// (a member that dies wakes nobody; its slot is taken back by the next try).
+    pub fn join_waiting(
+        pool: Pool<'a>,
+        locks: &'a dyn MemberLocks,
+        info: &MemberInfo,
+        max: std::time::Duration,
+    ) -> Result<Self, JoinError> {
+        let start = std::time::Instant::now();
+        let freed = pool.w.header(H_SLOT_FREED);
+        loop {
+            let seen = freed.load(Acquire);
+            match Self::join(pool, locks, info) {
+                Err(JoinError::Full { slots, .. }) => {
+                    let waited = start.elapsed();
+                    if waited >= max {
+                        return Err(JoinError::Full {
+                            slots,
+                            waited: if max.is_zero() { max } else { waited },
+                        });
+                    }
+                    let nap = (max - waited).min(std::time::Duration::from_millis(50));
+                    locks.sleep_on(freed, seen, nap);
+                }
+                joined => return joined,
+            }
+        }
     }
 
     /// Allocations the pool cannot take now wait up to `max` for members to free memory
@@ -317,8 +392,8 @@ impl<'a> Member<'a> {
         let word = self.w.gpu(g, G_CAP);
         let mut have = word.load(SeqCst);
         // Bounded: each failed swap means another member registered meanwhile; after
-        // MAX_SLOTS of them the others' caps are known from their slots.
-        for _ in 0..=MAX_SLOTS {
+        // as many as there are slots, the others' caps are known from their slots.
+        for _ in 0..=self.w.slots() {
             if have == ours {
                 break;
             }
@@ -363,7 +438,7 @@ impl<'a> Member<'a> {
     /// The cap of a live member other than this one that holds GPU entry `g` to
     /// another cap than `ours`, if any.
     fn other_live_cap(&self, g: usize, ours: u64) -> Option<u64> {
-        (0..MAX_SLOTS).find_map(|s| {
+        (0..self.w.slots()).find_map(|s| {
             let theirs = self.w.member_gpu(s, g, M_CAP).load(SeqCst);
             (s != self.slot
                 && theirs != 0
@@ -438,7 +513,7 @@ impl<'a> Member<'a> {
     fn sweep_counting(&self) -> (usize, usize) {
         let mut held = 0;
         let mut taken = 0;
-        for s in 0..MAX_SLOTS {
+        for s in 0..self.w.slots() {
             if s != self.slot
                 && self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
                 && self.locks.try_take(s)
@@ -457,6 +532,7 @@ impl<'a> Member<'a> {
                     }
                 }
                 self.locks.give_back(s);
+                self.slot_freed();
             }
         }
         (taken, held)
@@ -521,6 +597,13 @@ impl<'a> Member<'a> {
         self.w.slot(d, S_STATE).store(STATE_EMPTY, Release);
     }
 
+    /// Tells joiners waiting for a slot (`join_waiting`) that one may be free.
+    fn slot_freed(&self) {
+        let freed = self.w.header(H_SLOT_FREED);
+        freed.fetch_add(1, Release);
+        self.locks.wake(freed);
+    }
+
     /// At exit: gives this member's whole share back and empties its slot. Later
     /// changes (frees made by other libraries' exit handlers) are ignored, later
     /// reservations refused.
@@ -548,6 +631,7 @@ impl<'a> Member<'a> {
         }
         self.empty(self.slot);
         self.locks.give_back(self.slot);
+        self.slot_freed();
     }
 
     /// The pool's figures for CUDA ordinal `device`: (used by every member, cap, this

@@ -264,7 +264,7 @@ impl Member<'_> {
         }
         // (join start, slot, guarantee) of the guarantees that pass rules 2 and 3.
         let mut kept: Vec<(u64, usize, u64)> = Vec::new();
-        for s in (0..MAX_SLOTS).filter(|&s| s != self.slot) {
+        for s in (0..self.w.slots()).filter(|&s| s != self.slot) {
             let bit = self.w.share_bits(g, s / 64).load(SeqCst) & 1 << (s % 64) != 0;
             let guarantee = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
             let ceiling = self.w.share(s, g, SH_CEILING).load(SeqCst);

@@ -9,7 +9,7 @@
 //! its slot): a killed member's guarantee returns with its bytes.
 
 use std::fmt;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 use super::account::PoolRefusal;
@@ -231,20 +231,23 @@ impl Member<'_> {
 
     /// The slots other than this one holding a guarantee on GPU entry `g`.
     pub(super) fn guaranteed(&self, g: usize) -> impl Iterator<Item = usize> + '_ {
-        (0..SHARE_BITS_WORDS).flat_map(move |k| {
-            let mut bits = self.w.share_bits(g, k).load(Acquire);
-            if k == self.slot / 64 {
-                bits &= !(1u64 << (self.slot % 64));
-            }
-            std::iter::from_fn(move || {
-                if bits == 0 {
-                    return None;
+        let slots = self.w.slots();
+        (0..self.w.share_bits_of(g).len())
+            .flat_map(move |k| {
+                let mut bits = self.w.share_bits(g, k).load(Acquire);
+                if k == self.slot / 64 {
+                    bits &= !(1u64 << (self.slot % 64));
                 }
-                let b = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                Some(k * 64 + b)
+                std::iter::from_fn(move || {
+                    if bits == 0 {
+                        return None;
+                    }
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    Some(k * 64 + b)
+                })
             })
-        })
+            .filter(move |&s| s < slots) // bits past the slots: none a member sets
     }
 
     fn holders(&self, g: usize) -> Vec<Holder> {
@@ -266,22 +269,35 @@ impl Member<'_> {
     /// and masks when nobody else holds a guarantee (on every reservation).
     #[inline(always)]
     fn others_unused_at(&self, h: &Hot<'_>, g: usize) -> u64 {
-        let bits: [u64; SHARE_BITS_WORDS] =
+        let bits: [u64; SHARE_HEAD_WORDS] =
             std::array::from_fn(|k| h.bits[k].load(Acquire) & self.not_me[k]);
-        if bits.iter().fold(0, |a, b| a | b) == 0 {
+        if bits.iter().fold(0, |a, b| a | b) == 0 && h.more.is_empty() {
             return 0;
         }
-        self.unused_of(g, bits)
+        self.unused_of(g, bits, h.more)
     }
 
-    /// The unused guarantees of the slots in `bits` on GPU entry `g`.
+    /// The unused guarantees of the slots in `bits` (the first 256 slots) and `more`
+    /// (the others, this member's own bit masked) on GPU entry `g`.
     #[cold]
-    fn unused_of(&self, g: usize, bits: [u64; SHARE_BITS_WORDS]) -> u64 {
+    fn unused_of(&self, g: usize, bits: [u64; SHARE_HEAD_WORDS], more: &[AtomicU64]) -> u64 {
         let mut total = 0u64;
-        for (k, mut b) in bits.into_iter().enumerate() {
+        let rest = more.iter().enumerate().map(|(i, w)| {
+            let k = SHARE_HEAD_WORDS + i;
+            let mine = if k == self.slot / 64 {
+                1u64 << (self.slot % 64)
+            } else {
+                0
+            };
+            w.load(Acquire) & !mine
+        });
+        for (k, mut b) in bits.into_iter().chain(rest).enumerate() {
             while b != 0 {
                 let s = k * 64 + b.trailing_zeros() as usize;
                 b &= b - 1;
+                if s >= self.w.slots() {
+                    continue; // past the slots: no member sets it
+                }
                 let gj = self.w.share(s, g, SH_GUARANTEE).load(Relaxed);
                 let held = self.w.member_gpu(s, g, M_USED).load(Relaxed);
                 total = total.saturating_add(shares::unused(gj, held));

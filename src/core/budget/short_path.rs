@@ -36,7 +36,9 @@ impl Rule for Plain<'_, '_> {
         if m.queue_first_at(h) || pool < own {
             return None; // waiters first, in order; or a `used` that cannot be
         }
-        if h.bits.iter().fold(0, |a, b| a | b.load(Acquire)) != 0 {
+        if h.bits.iter().fold(0, |a, b| a | b.load(Acquire)) != 0
+            || !h.more.is_empty() && h.more.iter().any(|b| b.load(Acquire) != 0)
+        {
             // Some member holds a guarantee: its unused part is kept for it.
             self.shared.set(true);
             return None;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use super::layout::*;
 use super::*;
 
+mod member_count;
 mod repair_shares;
 mod shares_in_pool;
 mod short_path;
@@ -373,11 +374,17 @@ fn leaving_gives_everything_back_and_ignores_later_frees() {
 #[test]
 fn a_full_pool_refuses_to_join() {
     let (pool, k) = setup();
-    for i in 0..MAX_SLOTS {
+    for i in 0..DEFAULT_SLOTS {
         let _live = member(pool, proc(k, i as u32 + 1), None);
     }
     let extra = Member::join(pool, proc(k, 10_000), &MemberInfo::default());
-    assert_eq!(extra.err(), Some(JoinError::Full));
+    assert_eq!(
+        extra.err(),
+        Some(JoinError::Full {
+            slots: DEFAULT_SLOTS,
+            waited: std::time::Duration::ZERO
+        })
+    );
 }
 
 #[test]
@@ -464,7 +471,7 @@ fn files_of_another_kind_are_clear_errors() {
     Pool::create(w, 1, 0).unwrap();
     assert!(matches!(
         Pool::open(&w[..100]),
-        Err(LayoutError::Size { bytes: 800 })
+        Err(LayoutError::Size { bytes: 800, .. })
     ));
 
     let w = words();
@@ -716,7 +723,7 @@ fn a_waiter_killed_at_any_point_of_its_ticket_step_leaves_no_waiter_behind() {
         b.reserve(0, 300).unwrap_err();
         assert_eq!(w.gpu(0, G_LOCK).load(SeqCst), 0, "{crash:?}");
         let waiters = w.gpu(0, G_WAITERS).load(SeqCst);
-        let tickets = (0..MAX_SLOTS)
+        let tickets = (0..DEFAULT_SLOTS)
             .filter(|&s| w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE)
             .filter(|&s| w.member_gpu(s, 0, M_WAIT).load(SeqCst) != 0)
             .count() as u64;

@@ -203,7 +203,7 @@ impl Member<'_> {
         // The slots ever taken (a pool of a few members reads a few, not all 256); one
         // taken later counts from zero (see `given_back_until`, `taken_until`).
         let seen = usize::try_from(self.w.header(H_SLOTS_SEEN).load(SeqCst))
-            .map_or(MAX_SLOTS, |n| n.min(MAX_SLOTS));
+            .map_or(self.w.slots(), |n| n.min(self.w.slots()));
         let mut marks = PoolMarks {
             freed: Vec::with_capacity(seen),
             made: Vec::with_capacity(seen),

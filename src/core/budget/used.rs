@@ -71,7 +71,7 @@ fn take_off_used(used: &AtomicU64, taken: u64) {
 /// owner's bytes are real).
 pub(super) fn members_count(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, u64) {
     let (mut own, mut pending) = (0u64, 0u64);
-    for s in 0..MAX_SLOTS {
+    for s in 0..w.slots() {
         let p = w.member_gpu(s, g, M_PENDING);
         let first = p.load(SeqCst);
         let used = w.member_gpu(s, g, M_USED).load(SeqCst);

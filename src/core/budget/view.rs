@@ -97,6 +97,8 @@ pub struct MemberGpuView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PoolView {
     pub version: u64,
+    /// The most members it holds: the count it was made with (`GPUCAP_POOL_MEMBERS`).
+    pub slots: usize,
     /// When the file was made, in seconds since the Unix epoch.
     pub created: u64,
     pub gpus: Vec<GpuView>,
@@ -143,12 +145,12 @@ impl Pool<'_> {
         for (g, gpu) in gpus.iter_mut() {
             (gpu.members_hold, gpu.drift) = drift(w, locks, *g);
             let cap = w.gpu(*g, G_CAP).load(Relaxed);
-            let live_cap = (0..MAX_SLOTS).find_map(|s| {
+            let live_cap = (0..w.slots()).find_map(|s| {
                 let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
                 (theirs != 0 && w.slot(s, S_STATE).load(Acquire) == STATE_LIVE && locks.held(s))
                     .then_some(theirs)
             });
-            gpu.cap_drift = (0..MAX_SLOTS).any(|s| {
+            gpu.cap_drift = (0..w.slots()).any(|s| {
                 let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
                 theirs != 0
                     && theirs != cap
@@ -165,7 +167,7 @@ impl Pool<'_> {
             gpu.share_drift = share_drift(w, locks, *g, limit);
         }
         let mut members = Vec::new();
-        for s in 0..MAX_SLOTS {
+        for s in 0..w.slots() {
             if w.slot(s, S_STATE).load(Acquire) != STATE_LIVE {
                 continue;
             }
@@ -216,6 +218,7 @@ impl Pool<'_> {
         }
         PoolView {
             version: w.header(H_VERSION).load(Relaxed),
+            slots: w.slots(),
             created: w.header(H_CREATED).load(Relaxed),
             gpus: gpus.into_iter().map(|(_, g)| g).collect(),
             members,
@@ -255,7 +258,7 @@ fn holds_guarantee(w: Words<'_>, s: usize, g: usize) -> bool {
 /// a guarantee above its ceiling, live guarantees summing above the cap.
 fn share_drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize, limit: u64) -> bool {
     let mut given = 0u64;
-    for s in 0..MAX_SLOTS {
+    for s in 0..w.slots() {
         let bit = holds_guarantee(w, s, g);
         let guarantee = w.share(s, g, SH_GUARANTEE).load(Relaxed);
         let ceiling = w.share(s, g, SH_CEILING).load(Relaxed);
@@ -280,7 +283,7 @@ fn share_drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize, limit: u64) -> b
 /// Who holds GPU entry `g`'s word lock now, and since when others wait for it.
 fn lock_view(w: Words<'_>, g: usize) -> Option<LockView> {
     let holder = w.gpu(g, G_LOCK).load(Acquire) & LOCK_HOLDER;
-    if holder == 0 || holder > MAX_SLOTS as u64 {
+    if holder == 0 || holder > w.slots() as u64 {
         return None;
     }
     let slot = holder as usize - 1;

@@ -121,7 +121,7 @@ impl Member<'_> {
     /// How many live members hold a ticket before `ticket` on GPU entry `g`. Tickets
     /// only leave or come after, so none can appear ahead later.
     fn ahead_of(&self, g: usize, ticket: u64) -> usize {
-        (0..MAX_SLOTS)
+        (0..self.w.slots())
             .filter(|&s| {
                 let t = self.w.member_gpu(s, g, M_WAIT).load(Acquire);
                 s != self.slot && t != 0 && t < ticket && self.locks.held(s)
@@ -161,7 +161,7 @@ impl Member<'_> {
     /// Called holding GPU entry `g`'s word lock: the waiters count is the number of
     /// live slots with a ticket.
     pub(super) fn count_waiters(&self, g: usize) {
-        let n = (0..MAX_SLOTS)
+        let n = (0..self.w.slots())
             .filter(|&s| {
                 self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
                     && self.w.member_gpu(s, g, M_WAIT).load(Acquire) != 0

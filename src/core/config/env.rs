@@ -20,6 +20,7 @@ pub const KNOWN_VARS: &[&str] = &[
     "GPUCAP_HOME",
     "GPUCAP_POOL",
     "GPUCAP_POOL_DIR",
+    "GPUCAP_POOL_MEMBERS",
     "GPUCAP_WAIT",
     "GPUCAP_GUARANTEE",
     "GPUCAP_CEILING",
@@ -28,8 +29,8 @@ pub const KNOWN_VARS: &[&str] = &[
 
 /// `KNOWN_VARS` as one line, for error messages (a test keeps the two in step).
 pub(crate) const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, \
-     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR, GPUCAP_WAIT, \
-     GPUCAP_GUARANTEE, GPUCAP_CEILING, GPUCAP_CLAIM_DIR";
+     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR, \
+     GPUCAP_POOL_MEMBERS, GPUCAP_WAIT, GPUCAP_GUARANTEE, GPUCAP_CEILING, GPUCAP_CLAIM_DIR";
 
 pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
@@ -44,6 +45,8 @@ pub const POOL_DIR_ACCEPTED: &str =
     "the absolute path of an existing directory (gpucap makes its gpucap-UID directory in it)";
 pub const CLAIM_DIR_ACCEPTED: &str = "the absolute path of the directory every container of one claim \
      shares, mounted read-write (the pool's file, gpucap.pool, is made in it)";
+pub const POOL_MEMBERS_ACCEPTED: &str =
+    "a member count from 1 to 4096 (read by the process that makes the pool's file)";
 pub const WAIT_ACCEPTED: &str =
     "a duration up to 24h: 0, 500ms, 30s, 5m, 1h (a number and one of ms, s, m, h)";
 
@@ -101,6 +104,9 @@ pub struct Config {
     /// `GPUCAP_WAIT`: how long an allocation the pool cannot take now waits for members
     /// to free memory (zero: refused at once).
     pub wait: std::time::Duration,
+    /// `GPUCAP_POOL_MEMBERS`: the member slots of a pool file this process makes
+    /// (None: the default, 256). A file that exists keeps its own count.
+    pub pool_members: Option<usize>,
     /// `GPUCAP_GUARANTEE`: bytes the pool keeps for this process (a fraction: of the
     /// pool's cap). Only in a pool.
     pub guarantee: Option<LimitSpec>,
@@ -225,6 +231,7 @@ impl Default for Config {
             pool: None,
             pool_dir: None,
             wait: std::time::Duration::ZERO,
+            pool_members: None,
             guarantee: None,
             ceiling: None,
             cap_sources: Vec::new(),
@@ -505,6 +512,21 @@ where
     if let Some(v) = raw("GPUCAP_POOL_DIR") {
         config.pool_dir = Some(parse_pool_dir(v).map_err(|r| bad("GPUCAP_POOL_DIR", v, r))?);
     }
+    if let Some(v) = raw("GPUCAP_POOL_MEMBERS") {
+        config.pool_members = Some(
+            v.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=4096).contains(n)) // budget::MAX_SLOTS (config does not use budget)
+                .ok_or_else(|| {
+                    bad(
+                        "GPUCAP_POOL_MEMBERS",
+                        v,
+                        "not a count from 1 to 4096".into(),
+                    )
+                })?,
+        );
+    }
     if let Some(v) = raw("GPUCAP_WAIT") {
         config.wait = parse_wait(v).map_err(|r| bad("GPUCAP_WAIT", v, r))?;
     }
@@ -717,6 +739,7 @@ pub(crate) fn accepted_of(var: &str) -> &'static str {
         "GPUCAP_HOME" => HOME_ACCEPTED,
         "GPUCAP_POOL" => POOL_ACCEPTED,
         "GPUCAP_POOL_DIR" => POOL_DIR_ACCEPTED,
+        "GPUCAP_POOL_MEMBERS" => POOL_MEMBERS_ACCEPTED,
         "GPUCAP_WAIT" => WAIT_ACCEPTED,
         "GPUCAP_GUARANTEE" => GUARANTEE_ACCEPTED,
         "GPUCAP_CEILING" => CEILING_ACCEPTED,

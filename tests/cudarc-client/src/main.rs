@@ -6,6 +6,7 @@
 //!   `<MiB>`  allocate that many MiB (kept until exit), write a pattern, read it back
 //!   `free`   release the most recent allocation still held
 //!   `info`   print the memory information again
+//!   `sleep:<seconds>`  hold what is allocated that long (`sleep` done, then go on)
 //!
 //! Output, one fact per line:
 //!   `device 0 total_mem=<bytes>`          cuDeviceTotalMem
@@ -62,11 +63,17 @@ fn roundtrip(
     Ok(ok)
 }
 
+/// The seconds of a `sleep:<seconds>` step (0 to 3600).
+fn sleep_secs(step: &str) -> Option<f64> {
+    let secs: f64 = step.strip_prefix("sleep:")?.parse().ok()?;
+    (0.0..=3600.0).contains(&secs).then_some(secs)
+}
+
 fn main() -> ExitCode {
     let steps: Vec<String> = std::env::args().skip(1).collect();
     for s in &steps {
-        if s != "free" && s != "info" && s.parse::<usize>().is_err() {
-            eprintln!("cudarc-client: bad step {s:?}; expected <MiB>, `free` or `info`");
+        if s != "free" && s != "info" && s.parse::<usize>().is_err() && sleep_secs(s).is_none() {
+            eprintln!("cudarc-client: bad step {s:?}; expected <MiB>, `free`, `info` or `sleep:<seconds>`");
             return ExitCode::from(2);
         }
     }
@@ -105,6 +112,10 @@ fn run(ctx: &Arc<CudaContext>, steps: &[String]) -> Result<bool, DriverError> {
     for step in steps {
         match step.as_str() {
             "info" => info(ctx)?,
+            s if sleep_secs(s).is_some() => {
+                std::thread::sleep(std::time::Duration::from_secs_f64(sleep_secs(s).expect("checked")));
+                println!("sleep done");
+            }
             "free" => match held.pop() {
                 Some((mib, buf)) => {
                     drop(buf);

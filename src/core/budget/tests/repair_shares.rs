@@ -279,7 +279,7 @@ fn corrupted_pool(
         reserve_within_10s(joiner, CAP - used).unwrap();
     }
     // (2) the members never hold more than the cap.
-    let held: u64 = (0..MAX_SLOTS)
+    let held: u64 = (0..pool.slots())
         .map(|s| pool.w.member_gpu(s, 0, M_USED).load(SeqCst))
         .sum();
     assert!(held <= CAP, "the members hold {held} of a {CAP} pool");
