@@ -300,7 +300,11 @@ fn a_stack_the_driver_will_not_set_back_stays_charged() {
     let stuck = ("FAKECUDA_STACK_LOWER_FAILS", "1");
     for env in [
         &[stuck][..],
-        &[stuck, ("GPUCAP_POOL", "stuck"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[
+            stuck,
+            ("GPUCAP_POOL", "stuck"),
+            ("GPUCAP_POOL_DIR", pool_dir),
+        ][..],
     ] {
         let (o, s) = escapes(&["stuck-stack", "512Mi"], 1, Some("512Mi"), env);
         assert_passed(&o, &format!("stuck-stack with the shim {env:?}"));

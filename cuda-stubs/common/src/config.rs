@@ -255,7 +255,10 @@ mod tests {
         let e = from_env(env(&[("FAKECUDA_MULTICAST", "yes")]))
             .err()
             .unwrap();
-        assert!(e.contains("FAKECUDA_MULTICAST=\"yes\": expected 0 or 1"), "{e}");
+        assert!(
+            e.contains("FAKECUDA_MULTICAST=\"yes\": expected 0 or 1"),
+            "{e}"
+        );
         let c = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "100000")])).unwrap();
         assert_eq!(c.nvml_pid_offset, 100_000);
         let e = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "-1")]))
