@@ -9,6 +9,14 @@
 use super::vmm::vmm_step;
 use super::*;
 
+/// A bind or unbind: the book's step (taken once the shim is up), then the driver's call.
+fn bound(pending: impl FnOnce() -> Option<Pending>, call: impl FnOnce() -> CuResult) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    vmm_step(pending(), call)
+}
+
 /// A CUdevice as the ordinal the ledger keys by (None for a negative one: the driver's
 /// error).
 fn ordinal(dev: c_int) -> Option<usize> {
@@ -59,16 +67,14 @@ pub fn multicast_bind_mem(
     size: usize,
     flags: u64,
 ) -> CuResult {
-    if let Err(rc) = shim() {
-        return rc;
-    }
-    let pending = VMM.bind(handle, None, mc_offset as u64, mem, size as u64);
-    // SAFETY (closure): forwarding the caller's arguments.
-    vmm_step(pending, || unsafe {
-        real(handle, mc_offset, mem, mem_offset, size, flags)
-    })
+    bound(
+        || VMM.bind(handle, None, mc_offset as u64, mem, size as u64),
+        // SAFETY (closure): forwarding the caller's arguments.
+        || unsafe { real(handle, mc_offset, mem, mem_offset, size, flags) },
+    )
 }
 
+#[allow(clippy::too_many_arguments)] // the driver's seven, and its function
 pub fn multicast_bind_mem_v2(
     real: unsafe extern "C" fn(u64, c_int, usize, u64, usize, usize, u64) -> CuResult,
     handle: u64,
@@ -79,15 +85,11 @@ pub fn multicast_bind_mem_v2(
     size: usize,
     flags: u64,
 ) -> CuResult {
-    if let Err(rc) = shim() {
-        return rc;
-    }
-    let pending =
-        ordinal(dev).and_then(|d| VMM.bind(handle, Some(d), mc_offset as u64, mem, size as u64));
-    // SAFETY (closure): forwarding the caller's arguments.
-    vmm_step(pending, || unsafe {
-        real(handle, dev, mc_offset, mem, mem_offset, size, flags)
-    })
+    bound(
+        || ordinal(dev).and_then(|d| VMM.bind(handle, Some(d), mc_offset as u64, mem, size as u64)),
+        // SAFETY (closure): forwarding the caller's arguments.
+        || unsafe { real(handle, dev, mc_offset, mem, mem_offset, size, flags) },
+    )
 }
 
 pub fn multicast_bind_addr(
@@ -98,14 +100,11 @@ pub fn multicast_bind_addr(
     size: usize,
     flags: u64,
 ) -> CuResult {
-    if let Err(rc) = shim() {
-        return rc;
-    }
-    let pending = VMM.bind_addr(handle, None, mc_offset as u64, ptr as u64, size as u64);
-    // SAFETY (closure): forwarding the caller's arguments.
-    vmm_step(pending, || unsafe {
-        real(handle, mc_offset, ptr, size, flags)
-    })
+    bound(
+        || VMM.bind_addr(handle, None, mc_offset as u64, ptr, size as u64),
+        // SAFETY (closure): forwarding the caller's arguments.
+        || unsafe { real(handle, mc_offset, ptr, size, flags) },
+    )
 }
 
 pub fn multicast_bind_addr_v2(
@@ -117,15 +116,14 @@ pub fn multicast_bind_addr_v2(
     size: usize,
     flags: u64,
 ) -> CuResult {
-    if let Err(rc) = shim() {
-        return rc;
-    }
-    let pending = ordinal(dev)
-        .and_then(|d| VMM.bind_addr(handle, Some(d), mc_offset as u64, ptr as u64, size as u64));
-    // SAFETY (closure): forwarding the caller's arguments.
-    vmm_step(pending, || unsafe {
-        real(handle, dev, mc_offset, ptr, size, flags)
-    })
+    bound(
+        || {
+            ordinal(dev)
+                .and_then(|d| VMM.bind_addr(handle, Some(d), mc_offset as u64, ptr, size as u64))
+        },
+        // SAFETY (closure): forwarding the caller's arguments.
+        || unsafe { real(handle, dev, mc_offset, ptr, size, flags) },
+    )
 }
 
 /// `cuMulticastUnbind`: what the binding held is credited if nothing else holds it.
@@ -136,10 +134,9 @@ pub fn multicast_unbind(
     mc_offset: usize,
     size: usize,
 ) -> CuResult {
-    if let Err(rc) = shim() {
-        return rc;
-    }
-    let pending = ordinal(dev).and_then(|d| VMM.unbind(handle, d, mc_offset as u64, size as u64));
-    // SAFETY (closure): forwarding the caller's arguments.
-    vmm_step(pending, || unsafe { real(handle, dev, mc_offset, size) })
+    bound(
+        || ordinal(dev).and_then(|d| VMM.unbind(handle, d, mc_offset as u64, size as u64)),
+        // SAFETY (closure): forwarding the caller's arguments.
+        || unsafe { real(handle, dev, mc_offset, size) },
+    )
 }
