@@ -108,3 +108,39 @@ fn imported_external_memory_is_never_charged_and_always_destroyable() {
     let (o, _) = edges(&["external", "64Mi"], 1, None, &[]);
     assert_failed(&o, "external without the shim");
 }
+
+/// A multicast object (`FAKECUDA_MULTICAST=1`) takes no memory of its own, as NVIDIA
+/// documents it; memory bound to it is charged once, at its `cuMemCreate`, and held by
+/// the binding: released (and unmapped) while bound it stays charged, and what the cap
+/// cannot take beside it is refused, until it is unbound or the object is released.
+/// Alone and in a pool; the fake's own figure never passes the cap and ends at 0. A shim
+/// that credits a bound handle at its release serves the refused allocations (the fake
+/// then holds more than the cap); without multicast the calls answer
+/// `CUDA_ERROR_NOT_SUPPORTED` through the shim too.
+#[test]
+fn memory_bound_to_a_multicast_object_is_charged_once_while_bound() {
+    for env in setups("multicast") {
+        let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        env.push(("FAKECUDA_MULTICAST", "1"));
+        let (o, s) = edges(&["multicast", "1Gi"], 1, Some("1Gi"), &env);
+        assert_passed(&o, &format!("multicast with the shim {env:?}"));
+        // Both refusals (the program checks each) say the same, printed once.
+        let refused = refusals(&stderr(&o));
+        assert_eq!(
+            refused,
+            ["gpucap: refused cuMemAlloc of 514 MiB on GPU 0: 512 MiB of the 1 GiB cap in use"],
+            "only the allocations past the bound memory {env:?}"
+        );
+        assert!(s[0].peak_used <= 1 << 30, "{env:?}: {:?}", s[0]);
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+    }
+    let (o, _) = edges(&["multicast", "1Gi"], 1, Some("1Gi"), &[]);
+    assert_passed(&o, "multicast unsupported, with the shim");
+    let (o, _) = edges(
+        &["multicast", "1Gi"],
+        1,
+        None,
+        &[("FAKECUDA_MULTICAST", "1")],
+    );
+    assert_failed(&o, "multicast without the shim");
+}

@@ -286,6 +286,51 @@ fn a_larger_stack_is_charged_while_the_context_has_it() {
     control_fails(&["stack-limit", "512Mi"], 1);
 }
 
+/// A stack gpucap refused after the driver took it, which the driver will not set back
+/// (`FAKECUDA_STACK_LOWER_FAILS=1`), stays with the context: it stays charged (charged
+/// by force, past the cap for the moment half the cap is held beside it), the rest of the
+/// cap is served and no more, a lowering the driver refuses credits nothing, and the
+/// context's end gives it all back. Alone and in a pool. Charged as the driver's answer
+/// says, not as gpucap asked: a stack credited at the refusal lets the 2 MiB past the cap
+/// through.
+#[test]
+fn a_stack_the_driver_will_not_set_back_stays_charged() {
+    let dir = scratch("escapes-stuck-stack-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let stuck = ("FAKECUDA_STACK_LOWER_FAILS", "1");
+    for env in [
+        &[stuck][..],
+        &[
+            stuck,
+            ("GPUCAP_POOL", "stuck"),
+            ("GPUCAP_POOL_DIR", pool_dir),
+        ][..],
+    ] {
+        let (o, s) = escapes(&["stuck-stack", "512Mi"], 1, Some("512Mi"), env);
+        assert_passed(&o, &format!("stuck-stack with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        assert!(
+            s[0].peak_used <= 256 * MIB + 264 * MIB,
+            "beyond the cap only the stack the driver kept, beside the half: {:?}",
+            s[0]
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains("but the driver would not set it back to 1024 (error 999): the memory it took stays, charged"),
+            "{env:?}: {err}"
+        );
+        let refused = refusals(&err);
+        assert!(
+            refused
+                .iter()
+                .any(|l| l.contains("refused cuCtxSetLimit of 264 MiB on GPU 0")),
+            "{refused:?}"
+        );
+    }
+    let (o, _) = escapes(&["stuck-stack", "512Mi"], 1, None, &[stuck]);
+    assert_failed(&o, "stuck-stack without the shim");
+}
+
 /// Kernels loaded lazily (CUDA's default): a library's kernels take device memory in a
 /// context at their first use there, inside the launch, which no allocation call shows
 /// (PyTorch's first kernel: 92 MiB on an H200). Measured at each function's first launch

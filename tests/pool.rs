@@ -1871,3 +1871,61 @@ fn a_librarys_kernels_in_every_context_of_every_member_are_charged_to_the_pool()
     let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
     assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
 }
+
+/// A lowered stack limit gives back, to the pool, what the driver gave back (issue 34,
+/// part 9): A's stack takes 660 MiB of the 1 GiB pool (5 x 132 MiB on the fake), so B's
+/// 512 MiB is refused; A lowers it to 264 MiB, measured with the pool's marks (A's own
+/// announcement of the free taken out again), and B is then served exactly the rest:
+/// 760 MiB, and not 2 MiB more. A lowered limit left charged refuses B's 760 MiB; one
+/// credited twice (the announcement counted as given back too) serves the 2 MiB.
+#[test]
+fn a_lowered_stack_limit_gives_its_bytes_to_another_member() {
+    let p = Pool::new("pool-stack-lowered");
+    let a = spawn(&mut p.script(
+        "a.json",
+        &[
+            "stack:5",
+            &format!("touch:{}", p.path("a1")),
+            &format!("wait:{}", p.path("b1")),
+            "stack:2",
+            &format!("touch:{}", p.path("a2")),
+            &format!("wait:{}", p.path("end")),
+        ],
+    ));
+    let b = spawn(&mut p.script(
+        "b.json",
+        &[
+            &format!("wait:{}", p.path("a1")),
+            "alloc:512Mi",
+            &format!("touch:{}", p.path("b1")),
+            &format!("wait:{}", p.path("a2")),
+            "alloc:760Mi",
+            "alloc:2Mi",
+            &format!("touch:{}", p.path("b2")),
+            &format!("wait:{}", p.path("end")),
+        ],
+    ));
+    p.wait_file("b2");
+    let (used, _) = p.used_peak();
+    p.touch("end");
+    let (a, b) = (finish(a), finish(b));
+    assert!(has(&a, "stack 5 0") && has(&a, "stack 2 0"), "{}", dump(&a));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 512 * MIB)),
+        "B's 512 MiB beside A's 660 MiB stack must be refused\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} 0", 760 * MIB)),
+        "the 396 MiB the lowered stack gave back must serve B\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 2 * MIB)),
+        "A's 264 MiB stack must still be charged\n{}",
+        dump(&b)
+    );
+    assert_eq!(used, 1024 * MIB, "A's 264 MiB stack and B's 760 MiB");
+    let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
+    assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
+}

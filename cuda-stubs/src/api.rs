@@ -12,6 +12,7 @@ pub mod interop;
 pub mod ipc;
 pub mod memory;
 pub mod module;
+pub mod multicast;
 pub mod pool;
 pub mod procaddr;
 pub mod stream;

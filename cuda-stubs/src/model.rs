@@ -27,6 +27,7 @@ pub mod stream;
 // Allocations: arrays, linear memory (pool allocations are linear), VMM.
 pub mod array;
 pub mod linear;
+pub mod multicast;
 pub mod vmm;
 
 // Modules, libraries and functions (their globals are linear allocations).

@@ -17,20 +17,56 @@
 //! the driver is still mapping it; they are taken away before the call too, so the
 //! driver cannot hand the same handle value to a new allocation while the old one is
 //! still in the book. Plain safe Rust.
+//!
+//! Multicast objects (`cuMulticastCreate`) are handles too, charged nothing: NVIDIA
+//! documents an object's size as what can be bound to it per device, and a new object as
+//! having no physical memory. Memory bound to one (`cuMulticastBindMem`, or
+//! `cuMulticastBindAddr` by the address a handle is mapped at) is held by the binding as
+//! by a mapping: a bound handle released and unmapped stays charged until it is unbound
+//! (`cuMulticastUnbind`) or the object is freed (its last release and unmap), whose
+//! bindings go with it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use crate::ledger::Charge;
 
-/// One charged handle.
+/// One charged handle (or a multicast object, charged 0 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Phys {
     charge: Charge,
     /// References not yet released (`cuMemCreate`, `cuMemRetainAllocationHandle`).
     refs: u32,
-    /// Live mappings of (part of) it.
+    /// Live mappings of (part of) it, and multicast bindings of it.
     maps: u32,
+}
+
+/// Where memory is bound to a multicast object: (object, device, offset in the object).
+type BindKey = (u64, usize, u64);
+
+/// What a multicast binding holds: `size` bytes of a charged handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bound {
+    size: u64,
+    handle: u64,
+}
+
+/// Bindings taken out ahead of a driver call, and the handles that freed.
+#[derive(Debug, Default)]
+struct Unbound {
+    binds: Vec<(BindKey, Bound)>,
+    freed: Vec<(u64, Phys)>,
+}
+
+impl Unbound {
+    fn charges(&self) -> impl Iterator<Item = Charge> + '_ {
+        self.freed.iter().map(|(_, p)| p.charge)
+    }
+}
+
+/// The charges that are bytes (a multicast object's own is none).
+fn bytes_only(charges: impl IntoIterator<Item = Charge>) -> Vec<Charge> {
+    charges.into_iter().filter(|c| c.bytes > 0).collect()
 }
 
 /// One mapping of a charged handle: `[start, start + size)`.
@@ -45,29 +81,80 @@ struct Book {
     handles: HashMap<u64, Phys>,
     /// Mappings of charged handles by start address.
     maps: BTreeMap<u64, Mapping>,
+    /// Multicast bindings of charged handles.
+    binds: BTreeMap<BindKey, Bound>,
 }
 
 impl Book {
-    /// Drops one mapping of `handle`; the charge if that freed it.
-    fn unpin(&mut self, handle: u64) -> Option<Charge> {
-        let p = self.handles.get_mut(&handle)?;
+    /// Drops one mapping of `handle`; the charges that freed.
+    fn unpin(&mut self, handle: u64) -> Vec<Charge> {
+        let Some(p) = self.handles.get_mut(&handle) else {
+            return Vec::new();
+        };
         p.maps = p.maps.saturating_sub(1);
         self.free_if_done(handle)
     }
 
-    /// Drops one reference to `handle`; the charge if that freed it.
-    fn unref(&mut self, handle: u64) -> Option<Charge> {
-        let p = self.handles.get_mut(&handle)?;
+    /// Drops one reference to `handle`; the charges that freed.
+    fn unref(&mut self, handle: u64) -> Vec<Charge> {
+        let Some(p) = self.handles.get_mut(&handle) else {
+            return Vec::new();
+        };
         p.refs = p.refs.saturating_sub(1);
         self.free_if_done(handle)
     }
 
-    fn free_if_done(&mut self, handle: u64) -> Option<Charge> {
-        let p = self.handles.get(&handle)?;
-        if p.refs == 0 && p.maps == 0 {
-            self.handles.remove(&handle).map(|p| p.charge)
-        } else {
-            None
+    fn free_if_done(&mut self, handle: u64) -> Vec<Charge> {
+        match self.handles.get(&handle) {
+            Some(p) if p.refs == 0 && p.maps == 0 => {
+                let p = self.handles.remove(&handle).unwrap();
+                let unbound = self.unbind_object(handle);
+                std::iter::once(p.charge).chain(unbound.charges()).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Takes out the bindings at `keys`: each drops its hold on what it bound.
+    fn unbind(&mut self, keys: Vec<BindKey>) -> Unbound {
+        let mut out = Unbound::default();
+        for key in keys {
+            let Some(bound) = self.binds.remove(&key) else {
+                continue;
+            };
+            out.binds.push((key, bound));
+            if let Some(p) = self.handles.get_mut(&bound.handle) {
+                p.maps = p.maps.saturating_sub(1);
+                if p.refs == 0 && p.maps == 0 {
+                    let p = *p;
+                    self.handles.remove(&bound.handle);
+                    out.freed.push((bound.handle, p));
+                }
+            }
+        }
+        out
+    }
+
+    /// The multicast object `object` is freed: its bindings go with it.
+    fn unbind_object(&mut self, object: u64) -> Unbound {
+        let keys = self
+            .binds
+            .range((object, 0, 0)..=(object, usize::MAX, u64::MAX))
+            .map(|(&k, _)| k)
+            .collect();
+        self.unbind(keys)
+    }
+
+    /// Puts back bindings taken out for a driver call that failed.
+    fn rebind(&mut self, unbound: Unbound) {
+        for (handle, p) in unbound.freed {
+            self.handles.entry(handle).or_insert(p);
+        }
+        for (key, bound) in unbound.binds {
+            if let Some(p) = self.handles.get_mut(&bound.handle) {
+                p.maps += 1;
+                self.binds.insert(key, bound);
+            }
         }
     }
 
@@ -113,27 +200,46 @@ impl Pending {
     /// handles that nothing else holds (what [`VmmBook::done`] then gives back), known
     /// before the call so that a pool can be told first.
     pub fn frees(&self) -> Vec<Charge> {
-        match &self.0 {
-            Step::Release { freed, .. } => freed.iter().map(|p| p.charge).collect(),
-            Step::Unmap { freed, .. } => freed.iter().map(|(_, p)| p.charge).collect(),
-            Step::Map { .. } | Step::Retain { .. } => Vec::new(),
-        }
+        bytes_only(match &self.0 {
+            Step::Release { freed, unbound, .. } => freed
+                .iter()
+                .map(|p| p.charge)
+                .chain(unbound.charges())
+                .collect(),
+            Step::Unmap { freed, unbound, .. } => freed
+                .iter()
+                .map(|(_, p)| p.charge)
+                .chain(unbound.charges())
+                .collect(),
+            Step::Unbind(unbound) => unbound.charges().collect(),
+            Step::Map { .. } | Step::Retain { .. } | Step::Bind { .. } => Vec::new(),
+        })
     }
 }
 
 #[derive(Debug)]
 enum Step {
-    /// `cuMemRelease`: one reference dropped; the handle itself if that freed it.
-    Release { handle: u64, freed: Option<Phys> },
+    /// `cuMemRelease`: one reference dropped; the handle itself if that freed it, and
+    /// its multicast bindings then.
+    Release {
+        handle: u64,
+        freed: Option<Phys>,
+        unbound: Unbound,
+    },
     /// `cuMemMap`: the handle pinned by one more mapping, recorded at `ptr` once made.
     Map { ptr: u64, size: u64, handle: u64 },
     /// `cuMemUnmap`/`cuMemAddressFree`: the mappings taken out, and the handles that freed.
     Unmap {
         maps: Vec<(u64, Mapping)>,
         freed: Vec<(u64, Phys)>,
+        unbound: Unbound,
     },
     /// `cuMemRetainAllocationHandle`: one more reference to the handle mapped there.
     Retain { handle: u64 },
+    /// `cuMulticastBindMem`/`BindAddr`: the handle pinned, recorded at `key` once bound.
+    Bind { key: BindKey, bound: Bound },
+    /// `cuMulticastUnbind`: the bindings taken out, and the handles that freed.
+    Unbind(Unbound),
 }
 
 /// Every charged VMM handle, with its references and mappings.
@@ -192,7 +298,16 @@ impl VmmBook {
             } else {
                 None
             };
-            Some(Pending(Step::Release { handle, freed }))
+            let unbound = if freed.is_some() {
+                b.unbind_object(handle)
+            } else {
+                Unbound::default()
+            };
+            Some(Pending(Step::Release {
+                handle,
+                freed,
+                unbound,
+            }))
         })
     }
 
@@ -213,7 +328,7 @@ impl VmmBook {
                 return None;
             }
             let mut maps = Vec::with_capacity(starts.len());
-            let mut freed = Vec::new();
+            let mut freed: Vec<(u64, Phys)> = Vec::new();
             for start in starts {
                 let Some(m) = b.maps.remove(&start) else {
                     continue;
@@ -228,7 +343,17 @@ impl VmmBook {
                     }
                 }
             }
-            Some(Pending(Step::Unmap { maps, freed }))
+            let mut unbound = Unbound::default();
+            for &(handle, _) in &freed {
+                let u = b.unbind_object(handle);
+                unbound.binds.extend(u.binds);
+                unbound.freed.extend(u.freed);
+            }
+            Some(Pending(Step::Unmap {
+                maps,
+                freed,
+                unbound,
+            }))
         })
     }
 
@@ -260,10 +385,81 @@ impl VmmBook {
         credit
     }
 
+    /// `cuMulticastCreate` made `object` (or `cuMulticastAddDevice` was given one this
+    /// process imported): a handle charged nothing, whose last release and unmap free its
+    /// bindings.
+    pub fn multicast(&self, object: u64) {
+        self.with(|b| {
+            b.handles.entry(object).or_insert(Phys {
+                charge: Charge {
+                    device: 0,
+                    bytes: 0,
+                },
+                refs: 1,
+                maps: 0,
+            });
+        })
+    }
+
+    /// Before `cuMulticastBindMem(object, offset, handle, ..., size)` (`device`: the
+    /// `_v2`'s; None: the memory's own): the charged handle held by the binding; None for
+    /// memory the shim did not charge.
+    pub fn bind(
+        &self,
+        object: u64,
+        device: Option<usize>,
+        offset: u64,
+        handle: u64,
+        size: u64,
+    ) -> Option<Pending> {
+        self.with(|b| {
+            let p = b.handles.get_mut(&handle).filter(|p| p.charge.bytes > 0)?;
+            p.maps += 1;
+            let key = (object, device.unwrap_or(p.charge.device), offset);
+            Some(Pending(Step::Bind {
+                key,
+                bound: Bound { size, handle },
+            }))
+        })
+    }
+
+    /// Before `cuMulticastBindAddr(object, offset, ptr, size)`: as [`bind`](Self::bind)
+    /// for the charged handle mapped at `ptr`.
+    pub fn bind_addr(
+        &self,
+        object: u64,
+        device: Option<usize>,
+        offset: u64,
+        ptr: u64,
+        size: u64,
+    ) -> Option<Pending> {
+        let handle = self.with(|b| b.mapping_at(ptr).map(|m| m.handle))?;
+        self.bind(object, device, offset, handle, size)
+    }
+
+    /// Before `cuMulticastUnbind(object, device, offset, size)`: takes out the bindings
+    /// of charged handles inside the range; None if there are none.
+    pub fn unbind(&self, object: u64, device: usize, offset: u64, size: u64) -> Option<Pending> {
+        self.with(|b| {
+            let end = offset.saturating_add(size);
+            let keys: Vec<_> = b
+                .binds
+                .range((object, device, offset)..(object, device, end))
+                .filter(|((_, _, at), bound)| at.saturating_add(bound.size) <= end)
+                .map(|(&k, _)| k)
+                .collect();
+            (!keys.is_empty()).then(|| Pending(Step::Unbind(b.unbind(keys))))
+        })
+    }
+
     /// The driver call succeeded: the charges it freed, to credit.
     pub fn done(&self, pending: Pending) -> Vec<Charge> {
-        self.with(|b| match pending.0 {
-            Step::Release { freed, .. } => freed.map(|p| p.charge).into_iter().collect(),
+        let credit = self.with(|b| match pending.0 {
+            Step::Release { freed, unbound, .. } => freed
+                .map(|p| p.charge)
+                .into_iter()
+                .chain(unbound.charges())
+                .collect(),
             Step::Map { ptr, size, handle } => {
                 // The driver mapped the range, so nothing the book still has there is
                 // mapped any more (it went some way the shim did not see).
@@ -278,16 +474,39 @@ impl VmmBook {
                 }
                 credit
             }
-            Step::Unmap { freed, .. } => freed.into_iter().map(|(_, p)| p.charge).collect(),
+            Step::Unmap { freed, unbound, .. } => freed
+                .into_iter()
+                .map(|(_, p)| p.charge)
+                .chain(unbound.charges())
+                .collect(),
             Step::Retain { .. } => Vec::new(),
-        })
+            Step::Bind { key, bound } => {
+                // The driver bound it there, so nothing the book still has there is
+                // bound any more.
+                let mut credit = Vec::new();
+                if let Some(stale) = b.binds.remove(&key) {
+                    credit.extend(b.unpin(stale.handle));
+                }
+                if b.handles.contains_key(&bound.handle) {
+                    b.binds.insert(key, bound);
+                }
+                credit
+            }
+            Step::Unbind(unbound) => unbound.charges().collect(),
+        });
+        bytes_only(credit)
     }
 
     /// The driver call failed: the step is taken back; the charges freed meanwhile
     /// (a reference or mapping added for the call was the last thing holding them).
     pub fn undo(&self, pending: Pending) -> Vec<Charge> {
-        self.with(|b| match pending.0 {
-            Step::Release { handle, freed } => {
+        let credit = self.with(|b| match pending.0 {
+            Step::Release {
+                handle,
+                freed,
+                unbound,
+            } => {
+                b.rebind(unbound);
                 match freed {
                     Some(p) => {
                         b.handles.insert(handle, Phys { refs: 1, ..p });
@@ -300,8 +519,12 @@ impl VmmBook {
                 }
                 Vec::new()
             }
-            Step::Map { handle, .. } => b.unpin(handle).into_iter().collect(),
-            Step::Unmap { maps, freed } => {
+            Step::Map { handle, .. } => b.unpin(handle),
+            Step::Unmap {
+                maps,
+                freed,
+                unbound,
+            } => {
                 for (handle, p) in freed {
                     b.handles.entry(handle).or_insert(p);
                 }
@@ -311,10 +534,17 @@ impl VmmBook {
                         b.maps.insert(start, m);
                     }
                 }
+                b.rebind(unbound);
                 Vec::new()
             }
-            Step::Retain { handle } => b.unref(handle).into_iter().collect(),
-        })
+            Step::Retain { handle } => b.unref(handle),
+            Step::Bind { bound, .. } => b.unpin(bound.handle),
+            Step::Unbind(unbound) => {
+                b.rebind(unbound);
+                Vec::new()
+            }
+        });
+        bytes_only(credit)
     }
 
     /// Bytes charged to live handles on `device`.
@@ -569,6 +799,116 @@ mod tests {
                 device: 1,
                 bytes: 100
             }]
+        );
+    }
+
+    const MC: u64 = 0x77;
+
+    #[test]
+    fn a_multicast_object_is_charged_nothing_and_a_bind_nothing_more() {
+        let book = VmmBook::new();
+        book.multicast(MC);
+        assert_eq!(book.charged_on(0), 0);
+        book.created(1, charge(64 * MIB));
+        assert!(ok(&book, book.bind(MC, None, 0, 1, 64 * MIB)).is_empty());
+        assert_eq!(book.charged_on(0), 64 * MIB, "charged once, at cuMemCreate");
+        assert!(ok(&book, book.map(0x4000_0000, 64 * MIB, MC)).is_empty());
+        assert!(ok(&book, book.unmap(0x4000_0000, 64 * MIB)).is_empty());
+        assert!(ok(&book, book.unbind(MC, 0, 0, 64 * MIB)).is_empty());
+        assert_eq!(ok(&book, book.release(1)), vec![charge(64 * MIB)]);
+        assert!(
+            ok(&book, book.release(MC)).is_empty(),
+            "the object frees no bytes"
+        );
+        assert_eq!(book.charged_on(0), 0);
+    }
+
+    #[test]
+    fn a_bound_handle_released_and_unmapped_stays_charged_until_unbound() {
+        let book = VmmBook::new();
+        book.multicast(MC);
+        book.created(1, charge(64 * MIB));
+        assert!(ok(&book, book.map(0x1000_0000, 64 * MIB, 1)).is_empty());
+        // Bound by the address it is mapped at, on device 0.
+        assert!(ok(&book, book.bind_addr(MC, Some(0), 0, 0x1000_0000, 64 * MIB)).is_empty());
+        assert!(ok(&book, book.release(1)).is_empty());
+        assert!(ok(&book, book.unmap(0x1000_0000, 64 * MIB)).is_empty());
+        assert_eq!(book.charged_on(0), 64 * MIB, "the binding holds it");
+        assert!(
+            book.unbind(MC, 1, 0, 64 * MIB).is_none(),
+            "another device's"
+        );
+        assert!(
+            book.unbind(MC, 0, 64 * MIB, 64 * MIB).is_none(),
+            "another range"
+        );
+        assert_eq!(
+            ok(&book, book.unbind(MC, 0, 0, 64 * MIB)),
+            vec![charge(64 * MIB)]
+        );
+        assert!(
+            book.unbind(MC, 0, 0, 64 * MIB).is_none(),
+            "nothing left bound"
+        );
+    }
+
+    #[test]
+    fn an_objects_last_release_and_unmap_free_what_it_still_binds() {
+        let book = VmmBook::new();
+        book.multicast(MC);
+        book.created(1, charge(10));
+        book.created(2, charge(20));
+        assert!(ok(&book, book.bind(MC, None, 0, 1, 10)).is_empty());
+        assert!(ok(&book, book.bind(MC, None, 10, 2, 20)).is_empty());
+        assert!(ok(&book, book.release(1)).is_empty());
+        // The object mapped, then released: its mapping keeps it and its bindings.
+        assert!(ok(&book, book.map(0x8000, 30, MC)).is_empty());
+        assert!(ok(&book, book.release(MC)).is_empty());
+        assert_eq!(book.charged_on(0), 30);
+        // Its last unmap frees it, and handle 1, held by its binding only.
+        assert_eq!(ok(&book, book.unmap(0x8000, 30)), vec![charge(10)]);
+        assert_eq!(book.charged_on(0), 20);
+        assert!(book.unbind(MC, 0, 10, 20).is_none(), "the bindings went");
+        assert_eq!(ok(&book, book.release(2)), vec![charge(20)]);
+    }
+
+    #[test]
+    fn a_failed_bind_or_unbind_changes_nothing() {
+        let book = VmmBook::new();
+        book.multicast(MC);
+        book.created(1, charge(10));
+        let p = book.bind(MC, None, 0, 1, 10).unwrap();
+        assert!(book.undo(p).is_empty());
+        assert_eq!(ok(&book, book.release(1)), vec![charge(10)], "not held");
+        book.created(2, charge(20));
+        assert!(ok(&book, book.bind(MC, None, 0, 2, 20)).is_empty());
+        assert!(ok(&book, book.release(2)).is_empty());
+        let p = book.unbind(MC, 0, 0, 20).unwrap();
+        assert_eq!(p.frees(), vec![charge(20)]);
+        assert!(book.undo(p).is_empty());
+        assert_eq!(book.charged_on(0), 20, "still bound");
+        // A release of the object that the driver refused keeps its bindings too.
+        let p = book.release(MC).unwrap();
+        assert_eq!(p.frees(), vec![charge(20)]);
+        assert!(book.undo(p).is_empty());
+        assert_eq!(ok(&book, book.release(MC)), vec![charge(20)]);
+    }
+
+    #[test]
+    fn memory_the_shim_did_not_charge_is_not_bound() {
+        let book = VmmBook::new();
+        book.multicast(MC);
+        assert!(
+            book.bind(MC, None, 0, 5, 10).is_none(),
+            "an imported handle"
+        );
+        assert!(
+            book.bind(MC, None, 0, MC, 10).is_none(),
+            "the object itself"
+        );
+        assert!(
+            book.bind_addr(MC, None, 0, 0x1000, 10).is_none(),
+            "nothing mapped"
         );
     }
 }

@@ -147,6 +147,21 @@ hook_table! {
     cuMemAddressFree = "cuMemAddressFree" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_unmap;
     cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" @ 11000 :
         (handle: *mut u64, addr: *mut c_void) => imp::mem_retain_allocation_handle;
+    // Multicast objects: charged nothing; a binding holds what it binds, as a mapping does.
+    cuMulticastCreate = "cuMulticastCreate" @ 12010 :
+        (handle: *mut u64, prop: *const c_void) => imp::multicast_create;
+    cuMulticastAddDevice = "cuMulticastAddDevice" @ 12010 :
+        (handle: u64, dev: c_int) => imp::multicast_add_device;
+    cuMulticastBindMem = "cuMulticastBindMem" @ 12010 :
+        (handle: u64, mc_offset: usize, mem: u64, mem_offset: usize, size: usize, flags: u64) => imp::multicast_bind_mem;
+    cuMulticastBindMem_v2 = "cuMulticastBindMem" @ 13010 :
+        (handle: u64, dev: c_int, mc_offset: usize, mem: u64, mem_offset: usize, size: usize, flags: u64) => imp::multicast_bind_mem_v2;
+    cuMulticastBindAddr = "cuMulticastBindAddr" @ 12010 :
+        (handle: u64, mc_offset: usize, ptr: Dptr, size: usize, flags: u64) => imp::multicast_bind_addr;
+    cuMulticastBindAddr_v2 = "cuMulticastBindAddr" @ 13010 :
+        (handle: u64, dev: c_int, mc_offset: usize, ptr: Dptr, size: usize, flags: u64) => imp::multicast_bind_addr_v2;
+    cuMulticastUnbind = "cuMulticastUnbind" @ 12010 :
+        (handle: u64, dev: c_int, mc_offset: usize, size: usize) => imp::multicast_unbind;
     cuMemGetAddressRange_v2 = "cuMemGetAddressRange" @ 3020 :
         (base: *mut Dptr, size: *mut usize, dptr: Dptr) => imp::mem_get_address_range;
     cuMemGetInfo_v2 = "cuMemGetInfo" @ 3020 : (free: *mut usize, total: *mut usize) => imp::mem_get_info;

@@ -607,6 +607,9 @@ CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHan
 CUresult cuMulticastGetGranularity(size_t *g, const ProbeMulticastProp *prop, int option);
 CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mc, const ProbeMulticastProp *prop);
 CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mc, CUdevice dev);
+CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_offset, CUmemGenericAllocationHandle mem,
+                            size_t mem_offset, size_t size, unsigned long long flags);
+CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice dev, size_t mc_offset, size_t size);
 
 static void g_edges(void) {
     primary();
@@ -702,6 +705,22 @@ static void g_edges(void) {
             RC("edges.multicast.cuMulticastAddDevice", cuMulticastAddDevice(mc, 0));
             /* What the object itself takes (recorded, the fake has no multicast). */
             mach_int("edges.multicast.create_drop", (long long)f0 - (long long)info_free());
+            /* Memory bound to it, then released while bound: does the driver give it back at
+               the release (gpucap keeps it charged until the unbind), or at the unbind? */
+            dp.requestedHandleTypes = 0;
+            CUmemGenericAllocationHandle bound = 0;
+            if (cuMemCreate(&bound, mp.size, &dp, 0) == CUDA_SUCCESS) {
+                rc = cuMulticastBindMem(mc, 0, bound, 0, mp.size, 0);
+                ans_int("edges.multicast.cuMulticastBindMem", rc);
+                f0 = info_free();
+                RC("edges.multicast.cuMemRelease(bound)", cuMemRelease(bound));
+                mach_int("edges.multicast.bound_release_back", (long long)info_free() - (long long)f0);
+                if (rc == CUDA_SUCCESS) {
+                    f0 = info_free();
+                    RC("edges.multicast.cuMulticastUnbind", cuMulticastUnbind(mc, 0, 0, mp.size));
+                    mach_int("edges.multicast.unbind_back", (long long)info_free() - (long long)f0);
+                }
+            }
             RC("edges.multicast.cuMemRelease", cuMemRelease(mc));
         }
     }

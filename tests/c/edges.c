@@ -19,6 +19,14 @@
  *              holds for CUDA's own allocations; cuMemFree of each buffer and
  *              cuDestroyExternalMemory succeed and credit nothing, also in the other order
  *              (destroyed first, the buffer freed after).
+ *   multicast  (1 GPU, FAKECUDA_MULTICAST=1) a multicast object (cuMulticastCreate) and its
+ *              device (cuMulticastAddDevice) take nothing; cuMemCreate memory bound to it
+ *              (cuMulticastBindMem) is charged once, the object mapped adds nothing;
+ *              released while bound, the binding holds it: it stays in use and what the
+ *              cap cannot take beside it is refused, until cuMulticastUnbind frees it.
+ *              Bound by address (cuMulticastBindAddr), unmapped and released, it is freed
+ *              with the object's release. Without multicast (the attribute 0): the calls
+ *              answer CUDA_ERROR_NOT_SUPPORTED and nothing is charged.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -70,6 +78,26 @@ CUresult cuImportExternalMemory(CUexternalMemory *ext, const CUDA_EXTERNAL_MEMOR
 CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *dptr, CUexternalMemory ext,
                                          const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *desc);
 CUresult cuDestroyExternalMemory(CUexternalMemory ext);
+
+/* Multicast objects (cuda.h, CUDA 12.1 on). */
+typedef struct {
+    unsigned int numDevices;
+    size_t size;
+    unsigned long long handleTypes;
+    unsigned long long flags;
+} CUmulticastObjectProp;
+FAKECUDA_STATIC_ASSERT(sizeof(CUmulticastObjectProp) == 32, "multicast prop is 32 bytes");
+#define CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED 132
+CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice dev);
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, int option);
+CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mc, const CUmulticastObjectProp *prop);
+CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mc, CUdevice dev);
+CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_offset, CUmemGenericAllocationHandle mem,
+                            size_t mem_offset, size_t size, unsigned long long flags);
+CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mc, size_t mc_offset, CUdeviceptr ptr, size_t size,
+                             unsigned long long flags);
+CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice dev, size_t mc_offset, size_t size);
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -273,6 +301,106 @@ static void external(void) {
     MUST(cuMemFree_v2(mine));
 }
 
+/* ---- multicast ---------------------------------------------------------------- */
+
+/* GPU 0's figure of memory in use under its cap is `want`. */
+#define IN_USE(want, ...)                                                                        \
+    do {                                                                                         \
+        char what_[200];                                                                         \
+        snprintf(what_, sizeof what_, __VA_ARGS__);                                              \
+        size_t f_ = free_on(0), w_ = (want);                                                     \
+        CHECK(f_ + w_ == g_cap[0], "%s: GPU 0 free %zu MiB, expected %zu MiB (%zu MiB in use)", \
+              what_, f_ / MIB, (g_cap[0] - w_) / MIB, w_ / MIB);                               \
+    } while (0)
+
+/* A handle of `size` bytes of GPU 0 mapped read-write at a new reservation. */
+static CUdeviceptr mapped(CUmemGenericAllocationHandle h, size_t size) {
+    CUdeviceptr va = 0;
+    MUST(cuMemAddressReserve(&va, size, 0, 0, 0));
+    MUST(cuMemMap(va, size, 0, h, 0));
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location.id = 0;
+    acc.flags = 3;
+    MUST(cuMemSetAccess(va, size, &acc, 1));
+    return va;
+}
+
+static void unmapped(CUdeviceptr va, size_t size) {
+    MUST(cuMemUnmap(va, size));
+    MUST(cuMemAddressFree(va, size));
+}
+
+/* cuMemAlloc_v2 of `size` is refused (`refused`) or served and freed again. */
+static void alloc_is(size_t size, int refused, const char *what) {
+    CUdeviceptr d = 0;
+    CUresult rc = cuMemAlloc_v2(&d, size);
+    CHECK(rc == (refused ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS), "%s: cuMemAlloc_v2 of %zu MiB -> %d, expected %d",
+          what, size / MIB, rc, refused ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(d));
+}
+
+static void multicast(void) {
+    MUST(cuCtxSetCurrent(g_ctx[0]));
+    int supported = -1;
+    MUST(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 0));
+    const size_t half = g_cap[0] / 2;
+    CUmulticastObjectProp mp = {1, half, 0, 0};
+    size_t gran = 0;
+    CUresult rc = cuMulticastGetGranularity(&gran, &mp, 0 /* MINIMUM */);
+    CUmemGenericAllocationHandle mc = 0;
+    if (supported == 0) {
+        CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "cuMulticastGetGranularity without multicast -> %d, expected 801", rc);
+        rc = cuMulticastCreate(&mc, &mp);
+        CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "cuMulticastCreate without multicast -> %d, expected 801", rc);
+        NOTHING_CHARGED("no multicast");
+        return;
+    }
+    CHECK(supported == 1 && rc == CUDA_SUCCESS && gran > 0 && half % gran == 0,
+          "multicast: attribute %d, granularity rc %d, %zu", supported, rc, gran);
+    rc = cuMulticastCreate(&mc, &mp);
+    CHECK(rc == CUDA_SUCCESS, "cuMulticastCreate of %zu MiB per device -> %d", half / MIB, rc);
+    if (rc != CUDA_SUCCESS) return;
+    IN_USE(0, "a multicast object takes no memory of its own");
+    MUST(cuMulticastAddDevice(mc, 0));
+    IN_USE(0, "nor does adding a device to it");
+
+    /* Bound by handle: charged once, at cuMemCreate. */
+    CUmemAllocationProp p = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemGenericAllocationHandle a = 0, b = 0;
+    MUST(cuMemCreate(&a, half, &p, 0));
+    IN_USE(half, "cuMemCreate of half the cap");
+    rc = cuMulticastBindMem(mc, 0, a, 0, half, 0);
+    CHECK(rc == CUDA_SUCCESS, "cuMulticastBindMem -> %d", rc);
+    IN_USE(half, "bound to the object: nothing more");
+    CUdeviceptr va = mapped(mc, half);
+    IN_USE(half, "the object mapped: nothing more");
+    unmapped(va, half);
+    MUST(cuMemRelease(a));
+    IN_USE(half, "released while bound: the binding holds it");
+    alloc_is(half + gran, 1, "beside the bound memory");
+    alloc_is(half, 0, "the rest of the cap beside the bound memory");
+    rc = cuMulticastUnbind(mc, 0, 0, half);
+    CHECK(rc == CUDA_SUCCESS, "cuMulticastUnbind -> %d", rc);
+    IN_USE(0, "unbound: its memory is freed");
+    alloc_is(g_cap[0], 0, "the whole cap once unbound");
+
+    /* Bound by address, unmapped and released: freed with the object. */
+    MUST(cuMemCreate(&b, half, &p, 0));
+    va = mapped(b, half);
+    rc = cuMulticastBindAddr(mc, 0, va, half, 0);
+    CHECK(rc == CUDA_SUCCESS, "cuMulticastBindAddr -> %d", rc);
+    IN_USE(half, "bound by address: nothing more");
+    unmapped(va, half);
+    MUST(cuMemRelease(b));
+    IN_USE(half, "unmapped and released while bound");
+    alloc_is(half + gran, 1, "beside the memory bound by address");
+    MUST(cuMemRelease(mc));
+    IN_USE(0, "the object released with what it bound");
+    alloc_is(g_cap[0], 0, "the whole cap once the object is gone");
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
@@ -289,6 +417,8 @@ int main(int argc, char **argv) {
         host_vmm();
     } else if (strcmp(mode, "external") == 0) {
         external();
+    } else if (strcmp(mode, "multicast") == 0) {
+        multicast();
     } else {
         fprintf(stderr, "unknown mode %s (host-vmm needs 2 GPUs)\n", mode);
         return 2;

@@ -53,6 +53,13 @@
  *                  lowering it gives the memory back (raised and lowered three times,
  *                  charged once); a created context's stack goes with that context, the
  *                  primary context's with its last release.
+ *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
+ *                  stack) in a created context, half the cap allocated, then a stack of
+ *                  over half the cap: the driver takes it, gpucap refuses it
+ *                  (CUDA_ERROR_OUT_OF_MEMORY) and cannot set it back, so the stack stays
+ *                  and stays charged: with the half freed, it is in use, the rest of the
+ *                  cap is served and 2 MiB more refused; a lowering the driver refuses
+ *                  keeps the charge too; the context's end gives it all back.
  * Kernels loaded lazily (run with FAKECUDA_LIBRARY_MEM=<lib>, what a library takes in a
  * context at its first use, as CUDA's lazy loading does):
  *   lazy-kernels   (cap <cap0>, <lib> 3/8 of it) half the cap allocated, then a library's
@@ -558,6 +565,44 @@ static void stack_limit(void) {
     stack_is(DEFAULT_STACK, "the primary context made anew");
 }
 
+/* A stack the driver took and would not give back (FAKECUDA_STACK_LOWER_FAILS=1). */
+static void stuck_stack(void) {
+    one_context();
+    CUcontext c = NULL;
+    MUST(cuCtxCreate_v2(&c, 0, 0));
+    size_t with_ctx = g_cap[0] - free_on(0);
+    int k = 1;
+    while (stack_takes(k) <= g_cap[0] / 2) k++;
+    size_t takes = stack_takes(k);
+    CHECK(with_ctx + takes < g_cap[0], "the test needs a stack of less than the cap (%zu MiB)", takes / MIB);
+    CUdeviceptr half = 0, d = 0;
+    MUST(cuMemAlloc_v2(&half, g_cap[0] / 2));
+    CUresult rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_of(k));
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a stack of %zu MiB beside half the cap -> %d, expected 2", takes / MIB,
+          rc);
+    stack_is(stack_of(k), "the driver would not set the stack back");
+    MUST(cuMemFree_v2(half));
+    IN_USE(0, with_ctx + takes, "the stack the driver kept");
+    size_t rest = g_cap[0] - with_ctx - takes;
+    rc = cuMemAlloc_v2(&d, rest);
+    CHECK(rc == CUDA_SUCCESS, "the rest of the cap (%zu MiB) beside the kept stack -> %d", rest / MIB, rc);
+    CUdeviceptr more = 0;
+    CUresult rc2 = cuMemAlloc_v2(&more, 2 * MIB);
+    CHECK(rc2 == CUDA_ERROR_OUT_OF_MEMORY, "2 MiB past the cap beside the kept stack -> %d, expected 2", rc2);
+    if (rc2 == CUDA_SUCCESS) MUST(cuMemFree_v2(more));
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(d));
+    rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK);
+    CHECK(rc == 999 /* CUDA_ERROR_UNKNOWN */, "lowering a stack the driver keeps -> %d, expected 999", rc);
+    stack_is(stack_of(k), "the lowering refused");
+    IN_USE(0, with_ctx + takes, "the stack after a lowering the driver refused");
+    MUST(cuCtxDestroy_v2(c));
+    use(0);
+    IN_USE(0, 0, "the context destroyed with its stack");
+    rc = cuMemAlloc_v2(&half, g_cap[0] / 2);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc_v2(cap/2) once the context is gone -> %d", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(half));
+}
+
 /* ---- kernels loaded lazily ------------------------------------------------------ */
 
 static const char LIB_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
@@ -704,6 +749,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "page-rounding") == 0) page_rounding();
     else if (strcmp(mode, "module-globals") == 0) module_globals();
     else if (strcmp(mode, "stack-limit") == 0) stack_limit();
+    else if (strcmp(mode, "stuck-stack") == 0) stuck_stack();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else {

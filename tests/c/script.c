@@ -20,6 +20,8 @@
  *                  prints "contexts N rc" per context (rc of the launch)
  *   getfn          loads a module (cuModuleLoadData) and asks for its function k0 (lazy
  *                  loading loads the kernel there: FAKECUDA_FUNCTION_MEM); prints "getfn rc"
+ *   stack:K        cuCtxSetLimit(CU_LIMIT_STACK_SIZE) to the default 1 KiB plus K x 512 bytes
+ *                  per thread (the fake's stack then takes K x 132 MiB); prints "stack K rc"
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
  *
@@ -33,6 +35,7 @@
 #include <unistd.h>
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
+CUresult cuCtxSetLimit(int limit, size_t value);
 typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
@@ -166,6 +169,9 @@ int main(int argc, char **argv) {
             CUfunction f = NULL;
             MUST(cuModuleLoadData(&m, PTX));
             printf("getfn %d\n", cuModuleGetFunction(&f, m, "k0"));
+        } else if (strncmp(step, "stack:", 6) == 0) {
+            int k = atoi(step + 6);
+            printf("stack %d %d\n", k, cuCtxSetLimit(0 /* CU_LIMIT_STACK_SIZE */, 1024 + 512 * (size_t)k));
         } else if (strncmp(step, "touch:", 6) == 0) {
             int fd = open(step + 6, O_CREAT | O_WRONLY, 0644);
             if (fd >= 0) close(fd);

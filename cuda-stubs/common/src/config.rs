@@ -45,8 +45,26 @@ pub struct Config {
     /// FAKECUDA_NUMA_NODES: host NUMA nodes (1..64, default 1), the ids a host-NUMA
     /// location (`CU_MEM_LOCATION_TYPE_HOST_NUMA`) may name.
     pub numa_nodes: u32,
+    /// FAKECUDA_MULTICAST: the devices support multicast objects (`cuMulticastCreate`,
+    /// `CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` 1), as GPUs joined by NVLink switches do;
+    /// off (the default), the multicast calls answer `CUDA_ERROR_NOT_SUPPORTED`, as on the
+    /// single H100 and H200 recorded.
+    pub multicast: bool,
+    /// FAKECUDA_STACK_LOWER_FAILS: `cuCtxSetLimit(CU_LIMIT_STACK_SIZE)` to a smaller value
+    /// fails (`CUDA_ERROR_UNKNOWN`, the stack kept), so that tests can see what happens when
+    /// the driver will not set a limit back.
+    pub stack_lower_fails: bool,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
+}
+
+/// A 0/1 variable (unset or empty: 0).
+fn flag(var: &impl Fn(&str) -> Option<String>, name: &str) -> Result<bool, String> {
+    match var(name).as_deref().map(str::trim) {
+        None | Some("" | "0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => Err(format!("invalid {name}={v:?}: expected 0 or 1")),
+    }
 }
 
 pub const DEFAULT_TOTAL_MEM: u64 = 80 << 30;
@@ -178,6 +196,8 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             .filter(|n| (1..=64).contains(n))
             .ok_or_else(|| format!("invalid FAKECUDA_NUMA_NODES={v:?}: expected 1 to 64"))?,
     };
+    let multicast = flag(&var, "FAKECUDA_MULTICAST")?;
+    let stack_lower_fails = flag(&var, "FAKECUDA_STACK_LOWER_FAILS")?;
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -194,6 +214,8 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         nvml_reserved,
         nvml_pid_offset,
         numa_nodes,
+        multicast,
+        stack_lower_fails,
         visible,
     })
 }
@@ -223,6 +245,20 @@ mod tests {
         assert_eq!(c.nvml_reserved, 644_939_776, "an H200's, driver 580");
         assert_eq!(c.nvml_pid_offset, 0);
         assert_eq!(c.numa_nodes, 1);
+        assert!(!c.multicast && !c.stack_lower_fails, "off unless asked");
+        let c = from_env(env(&[
+            ("FAKECUDA_MULTICAST", "1"),
+            ("FAKECUDA_STACK_LOWER_FAILS", "1"),
+        ]))
+        .unwrap();
+        assert!(c.multicast && c.stack_lower_fails);
+        let e = from_env(env(&[("FAKECUDA_MULTICAST", "yes")]))
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("FAKECUDA_MULTICAST=\"yes\": expected 0 or 1"),
+            "{e}"
+        );
         let c = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "100000")])).unwrap();
         assert_eq!(c.nvml_pid_offset, 100_000);
         let e = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "-1")]))

@@ -12,7 +12,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use libc::c_int;
 
 use super::ctx::Ctx;
-use super::device::ledger;
+use super::device::{cfg, ledger};
 use crate::abi::*;
 
 pub const STACK_SIZE: c_int = 0;
@@ -71,6 +71,9 @@ pub fn set(ctx: Ctx, dev: usize, limit: c_int, value: usize) -> CuResult {
     let mut v = values();
     let old = v.get(&(ctx, limit)).copied().unwrap_or(default);
     if limit == STACK_SIZE {
+        if value < old && cfg()?.stack_lower_fails {
+            return Err(CUDA_ERROR_UNKNOWN);
+        }
         let (had, wants) = (stack_bytes(old), stack_bytes(value));
         let l = ledger()?;
         if wants > had {

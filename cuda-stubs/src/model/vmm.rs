@@ -34,25 +34,33 @@ enum Backing {
     Own { fd: c_int },
 }
 
-struct Phys {
+pub(super) struct Phys {
     backing: Backing,
-    size: usize,
-    dev: usize,
+    pub(super) size: usize,
+    pub(super) dev: usize,
     prop: CUmemAllocationProp,
-    /// cuMemCreate / cuMemRetainAllocationHandle / import references not yet released.
-    handle_refs: u32,
+    /// cuMemCreate / cuMemRetainAllocationHandle / import references not yet released,
+    /// and one per multicast binding of the memory (see `model::multicast`).
+    pub(super) handle_refs: u32,
     mappings: u32,
     /// Imported from another handle's fd: the exporter pays for it, not this handle.
     imported: bool,
     /// Host memory (a `CU_MEM_LOCATION_TYPE_HOST*` location): no device's memory, so
     /// never charged to `dev` (which is then only the device its mappings name).
     host: bool,
+    /// A multicast object (`model::multicast`): no memory of its own.
+    multicast: bool,
 }
 
 impl Phys {
     /// Whether the handle's bytes are charged to its device by this process.
     fn charged(&self) -> bool {
-        !self.imported && !self.host
+        !self.imported && !self.host && !self.multicast
+    }
+
+    /// Whether the handle is device memory a multicast object can bind.
+    pub(super) fn bindable(&self) -> bool {
+        !self.host && !self.multicast
     }
 }
 
@@ -135,25 +143,50 @@ pub struct Mapping {
     pub access: c_int,
 }
 
+/// Memory bound to a multicast object: `size` bytes of `handle`.
+pub(super) struct Bind {
+    pub(super) handle: u64,
+    pub(super) size: usize,
+}
+
+/// A multicast object's team: how many devices it was made for, and those added.
+pub(super) struct Team {
+    pub(super) devices: u32,
+    pub(super) added: Vec<usize>,
+}
+
 #[derive(Default)]
-struct Vmm {
-    phys: HashMap<u64, Phys>,
+pub(super) struct Vmm {
+    pub(super) phys: HashMap<u64, Phys>,
     /// Arena of each device ordinal.
     arenas: HashMap<usize, Arena>,
     next_handle: u64,
     /// Reserved ranges: start -> size.
     reserved: BTreeMap<usize, usize>,
     mappings: BTreeMap<usize, Mapping>,
+    /// Multicast bindings: (object, device, offset in the object) -> what is bound.
+    pub(super) binds: BTreeMap<(u64, usize, usize), Bind>,
+    /// Multicast objects' teams.
+    pub(super) teams: HashMap<u64, Team>,
 }
 
 static VMM: LazyLock<Mutex<Vmm>> = LazyLock::new(Default::default);
 
-fn vmm() -> std::sync::MutexGuard<'static, Vmm> {
+pub(super) fn vmm() -> std::sync::MutexGuard<'static, Vmm> {
     VMM.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Vmm {
-    /// Drops one reference (handle or mapping); frees the memory when none are left.
+    /// Drops one reference (a multicast binding's) to `handle`; frees it if none are left.
+    pub(super) fn unhold(&mut self, handle: u64) {
+        if let Some(p) = self.phys.get_mut(&handle) {
+            p.handle_refs = p.handle_refs.saturating_sub(1);
+        }
+        self.maybe_destroy(handle);
+    }
+
+    /// Drops one reference (handle or mapping); frees the memory when none are left (a
+    /// multicast object's bindings with it).
     fn maybe_destroy(&mut self, handle: u64) {
         let done = self
             .phys
@@ -161,6 +194,18 @@ impl Vmm {
             .is_some_and(|p| p.handle_refs == 0 && p.mappings == 0);
         if done {
             let p = self.phys.remove(&handle).unwrap();
+            if p.multicast {
+                self.teams.remove(&handle);
+                let bound: Vec<_> = self
+                    .binds
+                    .range((handle, 0, 0)..=(handle, usize::MAX, usize::MAX))
+                    .map(|(&k, _)| k)
+                    .collect();
+                for k in bound {
+                    let b = self.binds.remove(&k).unwrap();
+                    self.unhold(b.handle);
+                }
+            }
             match p.backing {
                 Backing::Arena { off } => {
                     if let Some(a) = self.arenas.get(&p.dev) {
@@ -323,6 +368,41 @@ pub fn create(dev: Option<usize>, size: usize, prop: CUmemAllocationProp) -> Res
             mappings: 0,
             imported: false,
             host: dev.is_none(),
+            multicast: false,
+        },
+    );
+    Ok(h)
+}
+
+/// A new multicast object of `size` bytes per device for a team of `devices`
+/// (`model::multicast`): a sparse memfd of its own, so that it can be mapped, charged to
+/// no device.
+pub(super) fn create_multicast(size: usize, devices: u32) -> Result<u64, CUresult> {
+    let fd = own_memfd_named("fakecuda-multicast", size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    let mut v = vmm();
+    v.next_handle += 1;
+    let h = 0xfac0_0000_0000 + v.next_handle;
+    // SAFETY: CUmemAllocationProp is plain data; all zeros is a valid value.
+    let prop: CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    v.phys.insert(
+        h,
+        Phys {
+            backing: Backing::Own { fd },
+            size,
+            dev: 0,
+            prop,
+            handle_refs: 1,
+            mappings: 0,
+            imported: false,
+            host: false,
+            multicast: true,
+        },
+    );
+    v.teams.insert(
+        h,
+        Team {
+            devices,
+            added: Vec::new(),
         },
     );
     Ok(h)
@@ -443,6 +523,7 @@ pub fn import(fd: c_int) -> Result<(u64, usize), CUresult> {
             mappings: 0,
             imported: true,
             host: false,
+            multicast: false,
         },
     );
     Ok((h, size))
