@@ -6,13 +6,18 @@
 //!   and checking an existing one, mapping its words.
 //! - `locks`: the per-member open-file-description locks the kernel drops when a
 //!   process dies ([`gpucap_core::budget::MemberLocks`]).
+//! - `lone`: the file of a process capped on its own (`gpucap_core::lone`): made and
+//!   mapped over the ledger's figures by the shim, read (and removed once its process
+//!   died) by the CLI.
 //!
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
 mod location;
 mod locks;
+mod lone;
 mod mapping;
 
-pub use location::{locate, locate_existing, own_uid, path_of};
+pub use location::{every_user_dir, locate, locate_existing, own_uid, path_of, user_dir};
+pub use lone::{Lone, LoneReading, read_lone_dir};
 pub use locks::SlotLocks;
 pub use mapping::{PoolFile, open_member, open_reader};

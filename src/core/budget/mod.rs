@@ -45,7 +45,7 @@ pub use account::PoolRefusal;
 pub use command::member_command;
 pub use dying::{EXIT_GRACE, EXIT_MAX, Exit};
 pub use layout::{
-    LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
+    COMMAND_BYTES, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use repair::{Repair, ShareFault, ShareRepair};
