@@ -532,7 +532,7 @@ fn status_prometheus(pools: PoolSet) -> i32 {
             return EXIT_USAGE;
         }
     };
-    print_out(&metrics::exposition(&readings));
+    print_out(&metrics::exposition(&readings, &reader.lone()));
     let mut code = 0;
     for r in &readings {
         if let Err((c, msg)) = &r.result {
