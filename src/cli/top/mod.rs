@@ -29,6 +29,7 @@ pub fn run(sources: &mut Sources, opts: &Options, out: &mut dyn Write) -> Result
     let terminal = crate::term::is_terminal() && !opts.once;
     let iterations = if opts.once { Some(1) } else { opts.iterations };
     let mut n = 0u64;
+    let mut last_size = None;
     loop {
         let s = crate::status::snapshot(sources, &gpus)?;
         let rows = select::select(&s.processes, &opts.filter, opts.sort);
@@ -49,21 +50,24 @@ pub fn run(sources: &mut Sources, opts: &Options, out: &mut dyn Write) -> Result
             }),
             now: crate::pool::utc(now),
         };
-        let (width, height) = crate::term::size();
+        let (mut width, height) = crate::term::size();
+        if terminal {
+            // The last column is left empty: a line that fills the window leaves the
+            // cursor waiting to wrap, and terminals then take the next line for its rest.
+            width = width.saturating_sub(1).max(1);
+        }
         let lines = render::lines(&frame, width, terminal.then_some(height));
         let mut text = String::new();
         if terminal {
             // Home, the frame, each line's rest and the screen's rest cleared (the
-            // whole screen first): no flicker. A line as wide as the window is not
-            // followed by an erase (with the cursor held at its last column, that
-            // would erase its last character).
-            text.push_str(if n == 0 { "\x1b[H\x1b[2J" } else { "\x1b[H" });
+            // whole screen first, and again after a resize: what the terminal rewrapped
+            // then is gone): no flicker.
+            let resized = last_size != Some((width, height));
+            last_size = Some((width, height));
+            text.push_str(if resized { "\x1b[H\x1b[2J" } else { "\x1b[H" });
             for l in &lines {
                 text.push_str(l);
-                if l.chars().count() < width {
-                    text.push_str("\x1b[K");
-                }
-                text.push('\n');
+                text.push_str("\x1b[K\n");
             }
             text.push_str("\x1b[J");
         } else {
