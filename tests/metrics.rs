@@ -763,8 +763,15 @@ fn a_process_capped_alone_is_exported_beside_a_pools_members() {
     ] {
         let m = parse(&text);
         let who = [("pid", pid.as_str())];
-        assert_eq!(value(&m, "gpucap_process_used_bytes", &who), (30 * MIB) as f64, "{text}");
-        assert_eq!(value(&m, "gpucap_process_cap_bytes", &who), (1u64 << 30) as f64);
+        assert_eq!(
+            value(&m, "gpucap_process_used_bytes", &who),
+            (30 * MIB) as f64,
+            "{text}"
+        );
+        assert_eq!(
+            value(&m, "gpucap_process_cap_bytes", &who),
+            (1u64 << 30) as f64
+        );
         assert_eq!(value(&m, "gpucap_process_refusals_total", &who), 1.0);
         assert_eq!(
             value(&m, "gpucap_process_largest_refused_bytes", &who),
@@ -772,7 +779,10 @@ fn a_process_capped_alone_is_exported_beside_a_pools_members() {
         );
         let s1 = find(&m, "gpucap_process_used_bytes", &who);
         assert!(s1[0].labels["gpu_uuid"].starts_with("GPU-"), "{text}");
-        assert!(s1[0].labels["command"].starts_with("script alloc:30Mi"), "{text}");
+        assert!(
+            s1[0].labels["command"].starts_with("script alloc:30Mi"),
+            "{text}"
+        );
         assert_eq!(
             value(&m, "gpucap_member_used_bytes", &[("pool", "one")]),
             (10 * MIB) as f64
@@ -781,7 +791,11 @@ fn a_process_capped_alone_is_exported_beside_a_pools_members() {
     }
     kill(lone);
     let o = run(&mut s.gpucap(&["status", "--prometheus", "--all"]));
-    assert!(find(&parse(&stdout(&o)), "gpucap_process_used_bytes", &[]).is_empty(), "{}", dump(&o));
+    assert!(
+        find(&parse(&stdout(&o)), "gpucap_process_used_bytes", &[]).is_empty(),
+        "{}",
+        dump(&o)
+    );
     kill(member);
 }
 

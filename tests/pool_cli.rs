@@ -190,7 +190,10 @@ fn the_pool_comes_from_the_environment_as_for_the_shim() {
         .env("GPUCAP_POOL", "off")
         .env("GPUCAP_POOL_DIR", &s.pools));
     let doc = json(&o);
-    assert!(doc.get("path").is_none() && doc["processes"].is_array(), "{doc}");
+    assert!(
+        doc.get("path").is_none() && doc["processes"].is_array(),
+        "{doc}"
+    );
     let _ = kill(a);
 }
 
@@ -202,7 +205,8 @@ fn status_errors_say_what_is_wrong() {
         let o = run(&mut s.gpucap(cmd));
         assert_ok(&o);
         assert!(
-            stdout(&o).contains("no capped process") || stdout(&o).contains(" 0 processes, 0 pools"),
+            stdout(&o).contains("no capped process")
+                || stdout(&o).contains(" 0 processes, 0 pools"),
             "{}",
             dump(&o)
         );
@@ -580,7 +584,10 @@ fn argument_errors_are_one_clear_line_and_status_2() {
         assert!(stdout(&o).contains(l), "{l}\n{}", dump(&o));
     }
     for (topic, first) in [
-        ("status", "usage: gpucap status [--pool NAME|PATH] [--json] [--uuid]"),
+        (
+            "status",
+            "usage: gpucap status [--pool NAME|PATH] [--json] [--uuid]",
+        ),
         (
             "top",
             "usage: gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]",

@@ -75,7 +75,10 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
     let words: Vec<&str> = header.split_whitespace().collect();
     assert_eq!(
         words,
-        ["GPU", "PID", "USER", "POOL", "CAP", "USED", "USE%", "FREE", "PEAK", "REFUSED", "COMMAND"],
+        [
+            "GPU", "PID", "USER", "POOL", "CAP", "USED", "USE%", "FREE", "PEAK", "REFUSED",
+            "COMMAND"
+        ],
         "{text}"
     );
     assert!(!text.contains("GPU-"), "no UUID unless asked\n{text}");
@@ -83,12 +86,23 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
     let cols: Vec<&str> = rl.split_whitespace().collect();
     // GPU 0, the pid, the user, no pool, its cap, use, share, room, peak, one refusal.
     assert_eq!(cols[0], "0", "{text}");
-    assert_eq!(&cols[3..10], ["-", "1.00Gi", "300Mi", "29%", "724Mi", "300Mi", "1"], "{text}");
+    assert_eq!(
+        &cols[3..10],
+        ["-", "1.00Gi", "300Mi", "29%", "724Mi", "300Mi", "1"],
+        "{text}"
+    );
     assert!(rl.contains(" script "), "{text}");
     let rm = row(&text, pm);
     let cols: Vec<&str> = rm.split_whitespace().collect();
-    assert_eq!(&cols[3..10], ["train", "1.00Gi", "200Mi", "20%", "824Mi", "200Mi", "-"], "{text}");
-    assert!(text.contains("\npool train GPU 0: 200Mi/1.00Gi used"), "{text}");
+    assert_eq!(
+        &cols[3..10],
+        ["train", "1.00Gi", "200Mi", "20%", "824Mi", "200Mi", "-"],
+        "{text}"
+    );
+    assert!(
+        text.contains("\npool train GPU 0: 200Mi/1.00Gi used"),
+        "{text}"
+    );
 
     // --uuid adds the GPU's UUID.
     let o = run(s.gpucap(&["status", "--uuid"]).env("COLUMNS", "120"));
@@ -105,14 +119,25 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
         .find(|p| p["pid"] == pl)
         .unwrap_or_else(|| panic!("{doc}"));
     assert_eq!(p["pool"], serde_json::Value::Null);
-    assert_eq!((p["used"].as_u64(), p["cap"].as_u64()), (Some(300 * MIB), Some(1 << 30)));
+    assert_eq!(
+        (p["used"].as_u64(), p["cap"].as_u64()),
+        (Some(300 * MIB), Some(1 << 30))
+    );
     assert_eq!(p["refusals"], 1);
     assert_eq!(p["gpu"], 0);
     assert!(p["gpu_uuid"].as_str().unwrap().starts_with("GPU-"));
     assert_eq!(doc["lone"][0]["gpus"][0]["largest_refused"], 900 * MIB);
     assert_eq!(doc["pools"][0]["name"], "train");
-    let m = doc["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pm).unwrap();
-    assert_eq!((m["pool"].as_str(), m["used"].as_u64()), (Some("train"), Some(200 * MIB)));
+    let m = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pm)
+        .unwrap();
+    assert_eq!(
+        (m["pool"].as_str(), m["used"].as_u64()),
+        (Some("train"), Some(200 * MIB))
+    );
 
     // top --once: both, with bars; --pool and --user choose; --sort orders.
     let o = run(&mut s.gpucap(&["top", "--once"]));
@@ -128,7 +153,10 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
     assert!(!stdout(&o).contains(" script "), "{}", dump(&o));
     let o = run(&mut s.gpucap(&["top", "--once", "--sort", "pid"]));
     let text = stdout(&o);
-    let (a, b) = (text.find(row(&text, pl)).unwrap(), text.find(row(&text, pm)).unwrap());
+    let (a, b) = (
+        text.find(row(&text, pl)).unwrap(),
+        text.find(row(&text, pm)).unwrap(),
+    );
     assert_eq!(a < b, pl < pm, "sorted by pid\n{text}");
 
     let _ = kill(member);
@@ -140,7 +168,14 @@ fn a_lone_process_file_goes_when_it_exits_or_dies() {
     let s = Scratch::new("watch-gone");
     // Exits: its file is removed at exit.
     let script = script();
-    let o = run(&mut s.gpucap(&["run", "--limit", "1Gi", "--", script.to_str().unwrap(), "alloc:1Mi"]));
+    let o = run(&mut s.gpucap(&[
+        "run",
+        "--limit",
+        "1Gi",
+        "--",
+        script.to_str().unwrap(),
+        "alloc:1Mi",
+    ]));
     assert_ok(&o);
     assert_eq!(lone_files(&s), Vec::<PathBuf>::new());
     // Killed: its file stays until a reader finds nobody holds it, then is removed.
@@ -150,7 +185,11 @@ fn a_lone_process_file_goes_when_it_exits_or_dies() {
     let o = run(&mut s.gpucap(&["status"]));
     row(&stdout(&o), pid);
     let _ = kill(a);
-    assert_eq!(lone_files(&s).len(), 1, "a killed process cannot remove its file");
+    assert_eq!(
+        lone_files(&s).len(),
+        1,
+        "a killed process cannot remove its file"
+    );
     let o = run(&mut s.gpucap(&["status"]));
     assert_ok(&o);
     assert!(
@@ -158,7 +197,11 @@ fn a_lone_process_file_goes_when_it_exits_or_dies() {
         "a dead process is not shown\n{}",
         dump(&o)
     );
-    assert_eq!(lone_files(&s), Vec::<PathBuf>::new(), "the reader removed it");
+    assert_eq!(
+        lone_files(&s),
+        Vec::<PathBuf>::new(),
+        "the reader removed it"
+    );
 }
 
 /// A tmux server of its own (its socket in the scratch directory).
@@ -194,7 +237,10 @@ impl Tmux {
             if ready(&s) {
                 return s;
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "never ready:\n{s}");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "never ready:\n{s}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -236,7 +282,10 @@ fn script_of(cmd: &Command, path: &Path) {
 /// header's words whole, both processes' rows, a bar.
 fn check_screen(screen: &str, width: usize, pids: [u32; 2]) {
     for l in screen.lines() {
-        assert!(l.chars().count() <= width, "{l:?} wider than {width}\n{screen}");
+        assert!(
+            l.chars().count() <= width,
+            "{l:?} wider than {width}\n{screen}"
+        );
     }
     let header = screen
         .lines()
@@ -278,19 +327,36 @@ fn top_in_a_real_terminal_fits_80x24_and_200x50_and_follows_a_resize() {
         bin,
     };
     t.cmd(&[
-        "-u", "-f", "/dev/null", "new-session", "-d", "-s", "w", "-x", "80", "-y", "24",
+        "-u",
+        "-f",
+        "/dev/null",
+        "new-session",
+        "-d",
+        "-s",
+        "w",
+        "-x",
+        "80",
+        "-y",
+        "24",
         launcher.to_str().unwrap(),
     ]);
-    let has_rows = |sc: &str| sc.contains("COMMAND") && pids.iter().all(|p| sc.contains(&format!(" {p} ")));
+    let has_rows =
+        |sc: &str| sc.contains("COMMAND") && pids.iter().all(|p| sc.contains(&format!(" {p} ")));
     let small = t.wait_for(has_rows);
     check_screen(&small, 80, pids);
     assert!(small.lines().count() <= 24, "{small}");
-    assert!(!small.contains("PEAK"), "PEAK is the first column to go at 80\n{small}");
+    assert!(
+        !small.contains("PEAK"),
+        "PEAK is the first column to go at 80\n{small}"
+    );
 
     t.cmd(&["resize-window", "-t", "w", "-x", "200", "-y", "50"]);
     let big = t.wait_for(|sc| has_rows(sc) && sc.contains("PEAK"));
     check_screen(&big, 200, pids);
-    assert!(big.lines().any(|l| l.chars().count() > 80), "the rows use the width\n{big}");
+    assert!(
+        big.lines().any(|l| l.chars().count() > 80),
+        "the rows use the width\n{big}"
+    );
 
     t.cmd(&["resize-window", "-t", "w", "-x", "80", "-y", "24"]);
     let again = t.wait_for(|sc| has_rows(sc) && !sc.contains("PEAK"));

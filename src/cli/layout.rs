@@ -86,7 +86,10 @@ impl Col {
 
     /// Numbers are right-aligned.
     pub fn right(self) -> bool {
-        matches!(self, Gpu | Pid | Cap | Used | UsePct | Free | Peak | Refused)
+        matches!(
+            self,
+            Gpu | Pid | Cap | Used | UsePct | Free | Peak | Refused
+        )
     }
 }
 
@@ -215,7 +218,9 @@ pub fn bar(used: u64, cap: Option<u64>, width: usize) -> String {
             let filled = if c == 0 {
                 if used > 0 { inner } else { 0 }
             } else {
-                ((used as f64 / c as f64) * inner as f64).round().min(inner as f64) as usize
+                ((used as f64 / c as f64) * inner as f64)
+                    .round()
+                    .min(inner as f64) as usize
             };
             format!("{}{}", "|".repeat(filled), " ".repeat(inner - filled))
         }
@@ -244,7 +249,10 @@ mod tests {
                 let header = l.header();
                 assert!(header.chars().count() <= width, "{width}: {header}");
                 for (c, w) in &l.cols {
-                    assert!(*w >= c.header().len(), "{width}: {c:?} narrower than its header");
+                    assert!(
+                        *w >= c.header().len(),
+                        "{width}: {c:?} narrower than its header"
+                    );
                     assert!(header.contains(c.header()), "{width}: {header}");
                 }
                 for must in [Pid, Gpu, Used, Command] {
@@ -266,7 +274,11 @@ mod tests {
         let names = |w: usize| -> Vec<Col> { fit(&ALL, w).cols.iter().map(|(c, _)| *c).collect() };
         assert_eq!(names(200).len(), ALL.len(), "all at 200");
         // At 80 the bar stays, PEAK is the first to go.
-        assert!(names(80).contains(&Bar) && !names(80).contains(&Peak), "{:?}", names(80));
+        assert!(
+            names(80).contains(&Bar) && !names(80).contains(&Peak),
+            "{:?}",
+            names(80)
+        );
         assert_eq!(names(40), [Gpu, Pid, Cap, Used, Command]);
         // --uuid: the UUID column comes before the optional ones.
         let with_uuid: Vec<Col> = ALL.iter().copied().chain([Uuid]).collect();

@@ -8,7 +8,8 @@ pub fn window() -> Option<(usize, usize)> {
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
     // SAFETY: descriptor 1 and a winsize to fill.
     let rc = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_col > 0 && ws.ws_row > 0).then(|| (usize::from(ws.ws_col), usize::from(ws.ws_row)))
+    (rc == 0 && ws.ws_col > 0 && ws.ws_row > 0)
+        .then(|| (usize::from(ws.ws_col), usize::from(ws.ws_row)))
 }
 
 /// Whether stdout is a terminal.

@@ -28,7 +28,9 @@ impl Default for Counter {
 
 impl Counter {
     pub const fn new() -> Self {
-        Counter([const { Line(AtomicU64::new(0), [const { AtomicU64::new(0) }; 7]) }; COUNTER_LINES])
+        Counter(
+            [const { Line(AtomicU64::new(0), [const { AtomicU64::new(0) }; 7]) }; COUNTER_LINES],
+        )
     }
 
     #[inline]

@@ -22,7 +22,7 @@ pub const NO_CAP: u64 = u64::MAX;
 /// and `peak` when it moves) share one cache line with the cap; the allocation count is
 /// spread over lines of its own ([`Counter`]), so that threads allocating at once share
 /// no written line but the cap's. `repr(C)`: a lone process's file holds these words as
-/// they are (`crate::lone`), read by [`usage_in`].
+/// they are (see the lone file of the core), read by [`usage_in`].
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Device {
@@ -53,7 +53,7 @@ impl Device {
 
 /// Every device's figures, alone in whole pages (64 KiB: any page size up to that): a
 /// process capped alone (no pool) maps its file over them, so that `gpucap status`,
-/// `top` and `metrics` read the words every allocation writes anyway (`crate::lone`).
+/// `top` and `metrics` read the words every allocation writes anyway (see the lone file of the core).
 #[derive(Debug)]
 #[repr(C, align(65536))]
 pub struct Devices {

@@ -83,16 +83,24 @@ pub fn write_header(words: &[AtomicU64], info: &LoneInfo) {
     words[H_FLAGS].store(if info.growth { FLAG_GROWTH } else { 0 }, Relaxed);
     for (g, u) in info.uuids.iter().take(gpus).enumerate() {
         let (a, b) = u.split_at(8);
-        words[H_UUIDS + 2 * g].store(u64::from_le_bytes(a.try_into().unwrap_or_default()), Relaxed);
-        words[H_UUIDS + 2 * g + 1]
-            .store(u64::from_le_bytes(b.try_into().unwrap_or_default()), Relaxed);
+        words[H_UUIDS + 2 * g].store(
+            u64::from_le_bytes(a.try_into().unwrap_or_default()),
+            Relaxed,
+        );
+        words[H_UUIDS + 2 * g + 1].store(
+            u64::from_le_bytes(b.try_into().unwrap_or_default()),
+            Relaxed,
+        );
     }
     let mut bytes = [0u8; COMMAND_WORDS * 8];
     let c = info.command.as_bytes();
     let n = c.len().min(bytes.len() - 1);
     bytes[..n].copy_from_slice(&c[..n]);
     for (i, w) in bytes.chunks(8).enumerate() {
-        words[H_COMMAND + i].store(u64::from_le_bytes(w.try_into().unwrap_or_default()), Relaxed);
+        words[H_COMMAND + i].store(
+            u64::from_le_bytes(w.try_into().unwrap_or_default()),
+            Relaxed,
+        );
     }
     words[H_MAGIC].store(LONE_MAGIC, Release);
 }

@@ -18,6 +18,6 @@ mod lone;
 mod mapping;
 
 pub use location::{every_user_dir, locate, locate_existing, own_uid, path_of, user_dir};
-pub use lone::{Lone, LoneReading, read_lone_dir};
 pub use locks::SlotLocks;
+pub use lone::{Lone, LoneReading, read_lone_dir};
 pub use mapping::{PoolFile, open_member, open_reader};

@@ -58,7 +58,8 @@ pub fn path_of(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PathBuf, Stri
 /// missing. `Ok(None)`: it does not exist (and `create` was not asked).
 pub fn user_dir(pool_dir: Option<&Path>, create: bool) -> Result<Option<PathBuf>, String> {
     let dir = per_user_dir(pool_dir)?;
-    if !create && matches!(std::fs::symlink_metadata(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    if !create
+        && matches!(std::fs::symlink_metadata(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
     {
         return Ok(None);
     }

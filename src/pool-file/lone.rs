@@ -18,7 +18,11 @@ fn cstr(p: &Path) -> Result<CString, String> {
 }
 
 fn os_err(what: &str, p: &Path) -> String {
-    format!("{what} {}: {}", p.display(), std::io::Error::last_os_error())
+    format!(
+        "{what} {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    )
 }
 
 /// A whole-file lock of `kind` (`F_WRLCK`, `F_RDLCK`, `F_UNLCK`).
@@ -79,7 +83,10 @@ impl Lone {
         let at = figures.as_ptr() as *mut u8;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
-        if figures.len() * 8 != DEVICES_BYTES || at as usize % page != 0 || DEVICES_BYTES % page != 0 {
+        if figures.len() * 8 != DEVICES_BYTES
+            || !(at as usize).is_multiple_of(page)
+            || !DEVICES_BYTES.is_multiple_of(page)
+        {
             return Err(format!(
                 "the ledger's figures are not whole pages of {page} bytes here"
             ));
@@ -172,7 +179,11 @@ impl Lone {
     /// At exit: the file is removed (a process that dies otherwise leaves it to the next
     /// reader). Its figures stay mapped: the exit path may still count.
     pub fn remove(&self) {
-        let name = if self.shown.load(Acquire) { &self.path } else { &self.tmp };
+        let name = if self.shown.load(Acquire) {
+            &self.path
+        } else {
+            &self.tmp
+        };
         // SAFETY: a NUL-terminated path.
         unsafe { libc::unlink(name.as_ptr()) };
     }

@@ -41,7 +41,10 @@ pub fn prepare(config: &Config, devices: &'static Devices) {
     // SAFETY: `Devices` is `repr(C)` and made of `AtomicU64`s only, no padding (its
     // size asserted in the core): DEVICES_BYTES / 8 words, static.
     let words: &'static [AtomicU64] = unsafe {
-        std::slice::from_raw_parts(devices as *const Devices as *const AtomicU64, DEVICES_BYTES / 8)
+        std::slice::from_raw_parts(
+            devices as *const Devices as *const AtomicU64,
+            DEVICES_BYTES / 8,
+        )
     };
     let made = gpucap_pool_file::user_dir(config.pool_dir.as_deref(), true).and_then(|dir| {
         let dir = dir.ok_or("no directory")?;
@@ -89,7 +92,10 @@ pub fn show(config: &Config, uuids: &[[u8; 16]]) {
     };
     gpucap_core::lone::write_header(lone.words(), &info);
     if let Err(e) = lone.show() {
-        log!(Warn, "this process will not show in gpucap status, top or metrics: {e}");
+        log!(
+            Warn,
+            "this process will not show in gpucap status, top or metrics: {e}"
+        );
     }
 }
 

@@ -435,10 +435,23 @@ fn status_and_top_forms() {
         })
     );
     let e = err(&["top", "--sort", "size"]);
-    assert!(e.message.starts_with("invalid --sort \"size\": used, peak"), "{}", e.message);
+    assert!(
+        e.message.starts_with("invalid --sort \"size\": used, peak"),
+        "{}",
+        e.message
+    );
     let e = err(&["top", "--once", "--iterations", "2"]);
-    assert!(e.message.starts_with("--once and --iterations exclude each other"), "{}", e.message);
-    assert!(err(&["status", "--once"]).message.contains("unknown option '--once'"));
+    assert!(
+        e.message
+            .starts_with("--once and --iterations exclude each other"),
+        "{}",
+        e.message
+    );
+    assert!(
+        err(&["status", "--once"])
+            .message
+            .contains("unknown option '--once'")
+    );
 }
 
 #[test]

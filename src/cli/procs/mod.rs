@@ -175,7 +175,12 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
             });
         }
     }
-    out.sort_by(|a, b| b.used.cmp(&a.used).then(a.pid.cmp(&b.pid)).then(a.gpu.cmp(&b.gpu)));
+    out.sort_by(|a, b| {
+        b.used
+            .cmp(&a.used)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.gpu.cmp(&b.gpu))
+    });
     out
 }
 
@@ -249,6 +254,9 @@ pub(crate) mod tests {
         l.view.gpus[0].refusals = 0;
         let r = rows(&[], &[l], 0, &Gpus::default());
         assert_eq!(r.len(), 1);
-        assert_eq!((r[0].gpu, r[0].cap, r[0].free, r[0].use_percent), (None, None, None, None));
+        assert_eq!(
+            (r[0].gpu, r[0].cap, r[0].free, r[0].use_percent),
+            (None, None, None, None)
+        );
     }
 }

@@ -11,6 +11,10 @@ use gpucap_pool_file::PoolFile;
 
 use super::{LoneReading, PoolReading, user_name};
 
+/// What one reading found: the pools, the lone processes, the files that could not be
+/// read (each with why).
+pub type Found = (Vec<PoolReading>, Vec<LoneReading>, Vec<String>);
+
 /// The directories read, and the pool files kept open.
 pub struct Sources {
     pool_dir: Option<PathBuf>,
@@ -50,7 +54,7 @@ impl Sources {
 
     /// Every pool and lone process, read now; the files that could not be read, each
     /// with why. Err: this user's directory cannot be used (a line to print).
-    pub fn read(&mut self) -> Result<(Vec<PoolReading>, Vec<LoneReading>, Vec<String>), String> {
+    pub fn read(&mut self) -> Result<Found, String> {
         let mut pools = Vec::new();
         let mut lone = Vec::new();
         let mut errors = Vec::new();
@@ -94,7 +98,8 @@ impl Sources {
     }
 
     fn read_pool(&mut self, path: &Path) -> Result<PoolReading, String> {
-        let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let meta =
+            std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let id = (meta.dev(), meta.ino());
         if self.open.get(path).is_none_or(|(i, _)| *i != id) {
             let file = gpucap_pool_file::open_reader(path)?;

@@ -4,7 +4,8 @@
 use crate::procs::Snapshot;
 
 pub fn render(s: &Snapshot) -> String {
-    let mut out = serde_json::to_string(s).unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e.to_string()));
+    let mut out =
+        serde_json::to_string(s).unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e.to_string()));
     out.push('\n');
     out
 }

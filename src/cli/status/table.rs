@@ -40,7 +40,9 @@ pub fn cell(r: &Row, c: Col, w: usize) -> String {
         Col::Cap => size(r.cap),
         Col::Used => layout::size(r.used),
         Col::Bar => layout::bar(r.used, r.cap, w),
-        Col::UsePct => r.use_percent.map_or("-".to_string(), |p| format!("{:.0}%", p)),
+        Col::UsePct => r
+            .use_percent
+            .map_or("-".to_string(), |p| format!("{:.0}%", p)),
         Col::Free => size(r.free),
         Col::Peak => layout::size(r.peak),
         Col::Refused => r.refusals.map_or("-".to_string(), |n| n.to_string()),
@@ -51,7 +53,9 @@ pub fn cell(r: &Row, c: Col, w: usize) -> String {
 
 /// The table's rows under `layout`.
 pub fn rows(layout: &Layout, rows: &[&Row]) -> Vec<String> {
-    rows.iter().map(|r| layout.row(|c, w| cell(r, c, w))).collect()
+    rows.iter()
+        .map(|r| layout.row(|c, w| cell(r, c, w)))
+        .collect()
 }
 
 /// One line per pool and GPU: its cap, use, peak, refusals, what the dead hold.
@@ -80,7 +84,10 @@ pub fn pool_lines(s: &Snapshot, width: usize) -> Vec<String> {
                 g.refusals,
             );
             if g.held_by_dead > 0 {
-                line.push_str(&format!(", {} held by the dead", layout::size(g.held_by_dead)));
+                line.push_str(&format!(
+                    ", {} held by the dead",
+                    layout::size(g.held_by_dead)
+                ));
             }
             out.push(layout::cut(&line, width));
         }
@@ -117,7 +124,10 @@ pub fn render(s: &Snapshot, width: usize, uuid: bool) -> String {
         }
     }
     if s.processes.iter().any(|r| r.other_namespace) {
-        out.push_str(&layout::cut("* a pid in another PID namespace (another container)", width));
+        out.push_str(&layout::cut(
+            "* a pid in another PID namespace (another container)",
+            width,
+        ));
         out.push('\n');
     }
     for e in &s.errors {
@@ -167,22 +177,42 @@ mod tests {
             assert!(l.chars().count() <= 80, "{l:?}\n{text}");
         }
         let header = text.lines().next().unwrap();
-        for h in ["GPU", "PID", "USER", "POOL", "CAP", "USED", "USE%", "FREE", "PEAK", "REFUSED", "COMMAND"] {
+        for h in [
+            "GPU", "PID", "USER", "POOL", "CAP", "USED", "USE%", "FREE", "PEAK", "REFUSED",
+            "COMMAND",
+        ] {
             assert!(header.split_whitespace().any(|w| w == h), "{h} in {header}");
         }
-        assert!(!text.contains("GPU-1111"), "no UUID column unless asked\n{text}");
+        assert!(
+            !text.contains("GPU-1111"),
+            "no UUID column unless asked\n{text}"
+        );
         let lone_row = text.lines().find(|l| l.contains("prog-99")).unwrap();
-        for part in [" 99 ", " alice ", " - ", "1.00Gi", "300Mi", "29%", "724Mi", "301Mi", " 2 "] {
+        for part in [
+            " 99 ", " alice ", " - ", "1.00Gi", "300Mi", "29%", "724Mi", "301Mi", " 2 ",
+        ] {
             assert!(lone_row.contains(part), "{part:?} in {lone_row:?}");
         }
         let member = text.lines().find(|l| l.contains("prog-10")).unwrap();
-        assert!(member.contains("train") && member.contains("512Mi"), "{member}");
-        let dead = text.lines().find(|l| l.split_whitespace().nth(1) == Some("11")).unwrap();
+        assert!(
+            member.contains("train") && member.contains("512Mi"),
+            "{member}"
+        );
+        let dead = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("11"))
+            .unwrap();
         assert!(dead.contains(" (dead) "), "{dead}");
         // Members first (pool by pool), then the processes capped alone.
         let at = |s: &str| text.find(s).unwrap();
-        assert!(at("prog-10") < at("prog-99") && at("(dead)") < at("prog-99"), "{text}");
-        assert!(text.contains("\npool train GPU 0: 700Mi/1.00Gi used, peak 701Mi, 1 re"), "{text}");
+        assert!(
+            at("prog-10") < at("prog-99") && at("(dead)") < at("prog-99"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\npool train GPU 0: 700Mi/1.00Gi used, peak 701Mi, 1 re"),
+            "{text}"
+        );
         let wide = render(&snapshot(), 120, false);
         assert!(
             wide.contains("\npool train GPU 0: 700Mi/1.00Gi used, peak 701Mi, 1 refused; 2 alive, 1 dead, 200Mi held by the dead\n"),
@@ -195,7 +225,10 @@ mod tests {
     fn uuid_on_demand() {
         let text = render(&snapshot(), 120, true);
         assert!(text.lines().next().unwrap().contains("GPU UUID"), "{text}");
-        assert!(text.contains("GPU-11111111-1111-1111-1111-111111111111"), "{text}");
+        assert!(
+            text.contains("GPU-11111111-1111-1111-1111-111111111111"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -79,7 +79,11 @@ pub fn run(sources: &mut Sources, opts: &Options, out: &mut dyn Write) -> Result
                 text.push('\n');
             }
         }
-        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
             return Ok(());
         }
         n += 1;

@@ -123,7 +123,10 @@ mod tests {
                 assert!(line.chars().count() <= w, "{w}x{h}: {line:?}");
             }
             assert!(l[1].contains("COMMAND"), "{w}x{h}: {:?}", l[1]);
-            assert!(l.iter().any(|x| x.starts_with("… ") && x.contains(" more")), "{w}x{h}: {l:#?}");
+            assert!(
+                l.iter().any(|x| x.starts_with("… ") && x.contains(" more")),
+                "{w}x{h}: {l:#?}"
+            );
         }
         // Bars at 80 columns.
         let l = frame_of(&s, 80, Some(24));

@@ -69,7 +69,12 @@ pub struct Filter {
 pub fn select<'a>(rows: &'a [Row], filter: &Filter, key: SortKey) -> Vec<&'a Row> {
     let mut v: Vec<&Row> = rows
         .iter()
-        .filter(|r| filter.pool.as_ref().is_none_or(|p| r.pool.as_ref() == Some(p)))
+        .filter(|r| {
+            filter
+                .pool
+                .as_ref()
+                .is_none_or(|p| r.pool.as_ref() == Some(p))
+        })
         .filter(|r| {
             filter
                 .user
@@ -107,21 +112,44 @@ mod tests {
     use crate::procs::{Gpus, rows};
 
     fn all() -> Vec<Row> {
-        rows(&[pool()], &[lone(99, 5 << 20, Some(1 << 30))], 7, &Gpus::default())
+        rows(
+            &[pool()],
+            &[lone(99, 5 << 20, Some(1 << 30))],
+            7,
+            &Gpus::default(),
+        )
     }
 
     #[test]
     fn sorted_and_filtered() {
         let r = all();
         let pids = |v: Vec<&Row>| v.iter().map(|r| r.pid).collect::<Vec<_>>();
-        assert_eq!(pids(select(&r, &Filter::default(), SortKey::Used)), [12, 11, 10, 99]);
-        assert_eq!(pids(select(&r, &Filter::default(), SortKey::Pid)), [10, 11, 12, 99]);
-        assert_eq!(pids(select(&r, &Filter::default(), SortKey::Refused))[0], 99);
-        let train = Filter { pool: Some("train".into()), user: None };
+        assert_eq!(
+            pids(select(&r, &Filter::default(), SortKey::Used)),
+            [12, 11, 10, 99]
+        );
+        assert_eq!(
+            pids(select(&r, &Filter::default(), SortKey::Pid)),
+            [10, 11, 12, 99]
+        );
+        assert_eq!(
+            pids(select(&r, &Filter::default(), SortKey::Refused))[0],
+            99
+        );
+        let train = Filter {
+            pool: Some("train".into()),
+            user: None,
+        };
         assert_eq!(pids(select(&r, &train, SortKey::Pid)), [10, 11, 12]);
-        let bob = Filter { pool: None, user: Some("bob".into()) };
+        let bob = Filter {
+            pool: None,
+            user: Some("bob".into()),
+        };
         assert!(select(&r, &bob, SortKey::Used).is_empty());
-        let alice = Filter { pool: None, user: Some("1000".into()) };
+        let alice = Filter {
+            pool: None,
+            user: Some("1000".into()),
+        };
         assert_eq!(select(&r, &alice, SortKey::Used).len(), 4);
     }
 
