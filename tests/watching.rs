@@ -222,18 +222,32 @@ impl Tmux {
         o
     }
 
-    /// The screen, wrapped lines joined (`-J`): a line the program wrapped shows
-    /// wider than the window.
-    fn screen(&self) -> String {
-        stdout(&self.cmd(&["capture-pane", "-p", "-J", "-t", "w"]))
+    /// [`cmd`](Self::cmd), None when tmux fails.
+    fn try_cmd(&self, args: &[&str]) -> Option<Output> {
+        let o = Command::new(&self.bin)
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap();
+        o.status.success().then_some(o)
     }
 
     /// Waits (at most 60 s: a harness limit, not a timing assertion) for a screen
-    /// `ready` accepts.
+    /// `ready` accepts: wrapped lines joined (`-J`), so a line the program wrapped
+    /// shows wider than the window.
     fn wait_for(&self, ready: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
         loop {
-            let s = self.screen();
+            let Some(o) = self.try_cmd(&["capture-pane", "-p", "-J", "-t", "w"]) else {
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "tmux never answered"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            };
+            let s = stdout(&o);
             if ready(&s) {
                 return s;
             }
@@ -272,7 +286,9 @@ fn script_of(cmd: &Command, path: &Path) {
         text.push(' ');
         text.push_str(&quote(a));
     }
-    text.push('\n');
+    // The pane stays when the command ends, saying how: a failure is on the screen.
+    text = text.replacen("exec env", "env", 1);
+    text.push_str("\necho \"gpucap top exited with status $?\"\nsleep 600\n");
     std::fs::write(path, text).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -322,8 +338,10 @@ fn top_in_a_real_terminal_fits_80x24_and_200x50_and_follows_a_resize() {
     top.env("LANG", "C.UTF-8");
     let launcher = s.dir.join("top.sh");
     script_of(&top, &launcher);
+    // A short socket path (a socket's path has at most 107 bytes; the scratch
+    // directory may be deep).
     let t = Tmux {
-        socket: s.dir.join("tmux.sock"),
+        socket: std::env::temp_dir().join(format!("gpucap-tmux-{}", std::process::id())),
         bin,
     };
     t.cmd(&[

@@ -59,11 +59,8 @@ const fn gauge(name: &'static str, help: &'static str) -> Family {
 const UP: usize = 0;
 const INFO: usize = 1;
 const MEMBERS: usize = 2;
+/// Then used, peak, refusals, largest refused (4 to 7: `Samples::add_figures`).
 const CAP: usize = 3;
-const USED: usize = 4;
-const PEAK: usize = 5;
-const REFUSALS: usize = 6;
-const LARGEST_REFUSED: usize = 7;
 const HELD_BY_DEAD: usize = 8;
 const MEMBER_ALIVE: usize = 9;
 const MEMBER_USED: usize = 10;
@@ -76,11 +73,8 @@ const GUARANTEED: usize = 16;
 const MEMBER_GUARANTEE: usize = 17;
 const MEMBER_CEILING: usize = 18;
 const MEMBER_BORROWED: usize = 19;
+/// Then used, peak, refusals, largest refused (21 to 24: `Samples::add_figures`).
 const PROCESS_CAP: usize = 20;
-const PROCESS_USED: usize = 21;
-const PROCESS_PEAK: usize = 22;
-const PROCESS_REFUSALS: usize = 23;
-const PROCESS_LARGEST_REFUSED: usize = 24;
 
 const FAMILIES: [Family; 25] = [
     gauge(
@@ -248,6 +242,23 @@ impl Samples {
         ));
     }
 
+    /// A cap's figures on one GPU: the families `cap` (no sample without a cap) and the
+    /// four after it (used, peak, refusals, largest refused), in that order.
+    fn add_figures(
+        &mut self,
+        cap_family: usize,
+        labels: &str,
+        cap: Option<u64>,
+        figures: [u64; 4],
+    ) {
+        if let Some(cap) = cap {
+            self.add(cap_family, labels, cap);
+        }
+        for (i, v) in figures.into_iter().enumerate() {
+            self.add(cap_family + 1 + i, labels, v);
+        }
+    }
+
     /// A sample of milliseconds, shown in seconds (base units).
     fn add_ms_as_seconds(&mut self, family: usize, labels: &str, ms: u64) {
         self.0.push((
@@ -299,13 +310,8 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView]) -> String {
                 ("command", &command),
                 ("gpu_uuid", &g.uuid),
             ]);
-            if let Some(cap) = g.cap {
-                s.add(PROCESS_CAP, &l, cap);
-            }
-            s.add(PROCESS_USED, &l, g.used);
-            s.add(PROCESS_PEAK, &l, g.peak);
-            s.add(PROCESS_REFUSALS, &l, g.refusals);
-            s.add(PROCESS_LARGEST_REFUSED, &l, g.largest_refused);
+            let figures = [g.used, g.peak, g.refusals, g.largest_refused];
+            s.add_figures(PROCESS_CAP, &l, g.cap, figures);
         }
     }
     for r in readings {
@@ -332,13 +338,12 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView]) -> String {
         s.add(MEMBERS, &labels(&[("pool", pool), ("state", "dead")]), dead);
         for g in &view.gpus {
             let l = labels(&[("pool", pool), ("gpu_uuid", &g.uuid)]);
-            if let Some(cap) = g.cap {
-                s.add(CAP, &l, cap);
-            }
-            s.add(USED, &l, g.used);
-            s.add(PEAK, &l, g.peak);
-            s.add(REFUSALS, &l, g.refusals);
-            s.add(LARGEST_REFUSED, &l, g.largest_refused);
+            s.add_figures(
+                CAP,
+                &l,
+                g.cap,
+                [g.used, g.peak, g.refusals, g.largest_refused],
+            );
             s.add(HELD_BY_DEAD, &l, g.held_by_dead);
             s.add(WAITERS, &l, g.waiters);
             s.add(WAITS, &l, g.waits);
