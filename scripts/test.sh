@@ -3,7 +3,7 @@
 # whole test suite on the fake GPU, then the pool and CLI tests again from a long path.
 # Needs no GPU. On a fresh Debian machine it
 # installs what is missing (C and C++ compilers, python3-venv, valgrind, util-linux's unshare,
-# and for the container tests podman and runc) with apt-get.
+# tmux, and for the container tests podman and runc) with apt-get.
 #
 #   scripts/test.sh
 #
@@ -53,6 +53,9 @@ command -v valgrind >/dev/null || missing+=(valgrind)
 # unshare: the PID-namespace tests of tests/pool.rs (members as PID 1 of their own
 # namespace, as in containers); util-linux's, on Debian normally there
 command -v unshare >/dev/null || missing+=(util-linux)
+# tmux: tests/watching.rs runs `gpucap top` in a real terminal (80x24, 200x50) and
+# captures its screen
+command -v tmux >/dev/null || missing+=(tmux)
 venv_probe=$(mktemp -d)
 if ! command -v python3 >/dev/null || ! python3 -m venv "$venv_probe/v" >/dev/null 2>&1; then
     missing+=(python3-venv)

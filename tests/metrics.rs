@@ -749,6 +749,56 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
     kill(b);
 }
 
+/// A process capped on its own (no pool) is exported with `--all` beside the pools'
+/// members (`gpucap_process_*`), until it dies.
+#[test]
+fn a_process_capped_alone_is_exported_beside_a_pools_members() {
+    let s = Scratch::new("metrics-lone");
+    let member = s.member("one", "a", &["alloc:10Mi"]);
+    let lone = s.lone("l", &["alloc:30Mi", "alloc:2Gi"]);
+    let pid = lone.id().to_string();
+    for text in [
+        Server::start(&s, &["--all"]).scrape(),
+        stdout(&run(&mut s.gpucap(&["status", "--prometheus", "--all"]))),
+    ] {
+        let m = parse(&text);
+        let who = [("pid", pid.as_str())];
+        assert_eq!(
+            value(&m, "gpucap_process_used_bytes", &who),
+            (30 * MIB) as f64,
+            "{text}"
+        );
+        assert_eq!(
+            value(&m, "gpucap_process_cap_bytes", &who),
+            (1u64 << 30) as f64
+        );
+        assert_eq!(value(&m, "gpucap_process_refusals_total", &who), 1.0);
+        assert_eq!(
+            value(&m, "gpucap_process_largest_refused_bytes", &who),
+            (2u64 << 30) as f64
+        );
+        let s1 = find(&m, "gpucap_process_used_bytes", &who);
+        assert!(s1[0].labels["gpu_uuid"].starts_with("GPU-"), "{text}");
+        assert!(
+            s1[0].labels["command"].starts_with("script alloc:30Mi"),
+            "{text}"
+        );
+        assert_eq!(
+            value(&m, "gpucap_member_used_bytes", &[("pool", "one")]),
+            (10 * MIB) as f64
+        );
+        assert_promtool_accepts(&text);
+    }
+    kill(lone);
+    let o = run(&mut s.gpucap(&["status", "--prometheus", "--all"]));
+    assert!(
+        find(&parse(&stdout(&o)), "gpucap_process_used_bytes", &[]).is_empty(),
+        "{}",
+        dump(&o)
+    );
+    kill(member);
+}
+
 /// A client that sends its request a byte at a time, never finishing it, is cut off
 /// (after 5 s in all), and a scrape meanwhile is answered.
 #[test]

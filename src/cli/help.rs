@@ -24,9 +24,10 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
        gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
                     [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
                     [--write-env FILE]
-       gpucap status [--pool NAME|PATH] [--json]
+       gpucap status [--pool NAME|PATH] [--json] [--uuid]
        gpucap status --prometheus [--pool NAME|PATH]... [--all]
-       gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
+       gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]
+                  [--interval SECS] [--iterations N | --once]
        gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
        gpucap jupyter install --limit SPEC [--pool NAME|PATH] [--name NAME] [--user|--sys-prefix]
        gpucap jupyter list | remove NAME
@@ -40,9 +41,10 @@ commands:
   run     run CMD with libgpucap.so preloaded, so that its CUDA allocations are capped
           (--measure: run it uncapped and suggest a --limit from its peak)
   check   validate the configuration and show the cap of each visible GPU and the pool
-  status  show a pool once: per GPU its cap, use and peak, per process its use
-          (--json: as one JSON object; --prometheus: pools in Prometheus's text format)
-  top     show a pool, refreshed every second (Ctrl-C ends it)
+  status  show every capped process once (pool members and processes capped alone),
+          or one pool in detail (--json: as one JSON object; --prometheus: pools in
+          Prometheus's text format)
+  top     show every capped process, refreshed every second (Ctrl-C ends it)
   metrics serve pools to Prometheus over HTTP (GET /metrics), read at each scrape
   jupyter install a Jupyter kernel that starts under gpucap run (capped notebooks)
   cdi     write a CDI spec whose device caps a container (podman/docker run --device,
@@ -193,10 +195,18 @@ options:
 exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.";
 
 const STATUS_HELP: &str = "\
-usage: gpucap status [--pool NAME|PATH] [--json]
+usage: gpucap status [--pool NAME|PATH] [--json] [--uuid]
        gpucap status --prometheus [--pool NAME|PATH]... [--all]
 
-Shows a pool once (GPUCAP_POOL: the processes that name the same pool share one budget
+With no pool named (no --pool, no GPUCAP_POOL, no gpucap.env naming one): every
+capped process of this user (root: of every user) once, one row per process and GPU,
+pool members and processes capped on their own alike: GPU index, pid, user, pool (-:
+capped alone), cap, used, used as a share of the cap, free (what it could still
+take), peak, refusals and command, fitted to the terminal's width (else COLUMNS,
+else 80 columns: the command is cut with …); then a line per pool and GPU. --uuid
+adds each GPU's UUID; --json prints it all (docs/src/watching.md lists the fields).
+
+With a pool named, shows that pool once (GPUCAP_POOL: the processes that name the same pool share one budget
 per GPU): for each GPU its cap, the bytes in use, the peak, how many allocations the
 pool refused, and the bytes still held by members that died (the next allocation that
 needs them takes them back); for each member its pid, state (alive or dead), GPU,
@@ -210,7 +220,9 @@ Reading a pool never changes it: the file is opened read-only.
 options:
   --pool NAME|PATH   show this pool (a name, in GPUCAP_POOL_DIR or the default
                      directory, or the file's absolute path)
-  --json             print one JSON object: path, version, created, gpus [uuid, cap,
+  --uuid             with no pool named: a column of each GPU's UUID
+  --json             with no pool named: processes, pools, lone (see
+                     docs/src/watching.md); with a pool, one JSON object: path, version, created, gpus [uuid, cap,
                      used, peak, refusals, largest_refused, held_by_dead], members
                      [slot, pid, pid_namespace, command, start_ms, alive, gpus [uuid,
                      used, peak]] (see README.md, \"Watching a pool\")
@@ -223,25 +235,34 @@ options:
   -h, --help         show this help
 
 exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
-yet); 2 if no pool is configured, for a bad value, or a file that is not a pool file
-this gpucap can read. With --prometheus the exposition is printed all the same, with
+yet); 2 for a bad value, or a file that is not a pool file this gpucap can read
+(with --prometheus, also if no pool is configured). With --prometheus the exposition is printed all the same, with
 gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
 
 const TOP_HELP: &str = "\
-usage: gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]
+usage: gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]
+                  [--interval SECS] [--iterations N | --once]
 
-Shows what gpucap status shows, refreshed: on a terminal the screen is redrawn, else
-each snapshot is printed after a blank line. Ctrl-C ends it. Reading a pool never
-changes it.
+Shows every capped process, as gpucap status does, with a bar of used/cap, refreshed:
+on a terminal the screen is redrawn to the window's size, asked at each refresh
+(columns drop as it narrows: PEAK first, then REFUSED, FREE, USER, POOL, USE%, the
+bar, CAP; commands are cut with …, never wrapped), as many rows as its height allows;
+else, or with --once, every row, each snapshot after a blank line. Ctrl-C ends it.
+Reading never changes a pool.
 
 options:
-  --pool NAME|PATH   show this pool instead of the one the environment names
+  --pool NAME|PATH   only this pool's members (its file must exist); without it, the
+                     pool the environment names, else every process
+  --user NAME|UID    only this user's processes
+  --sort KEY         the order of the rows: used (default), peak, cap, free, use,
+                     refused (the largest first), pid, gpu, pool, user, command
+  --uuid             a column of each GPU's UUID
   --interval SECS    seconds between snapshots, from 0.2 to 60 (default 1)
   --iterations N     stop after N snapshots (default: run until interrupted)
+  --once             one snapshot, every row, no screen codes (for a log)
   -h, --help         show this help
 
-exit status: 0; 1 if the pool's file does not exist; 2 if no pool is configured or for
-a bad value.";
+exit status: 0; 1 if the pool named does not exist; 2 for a bad value.";
 
 const METRICS_HELP: &str = "\
 usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]

@@ -11,12 +11,17 @@ pub mod cdi;
 pub mod driver;
 pub mod help;
 pub mod jupyter;
+pub mod layout;
 pub mod measure;
 pub mod metrics;
 pub mod pool;
 pub mod pool_files;
 pub mod preload;
+pub mod procs;
 pub mod report;
+pub mod status;
+pub mod term;
+pub mod top;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
@@ -92,14 +97,28 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             program,
             args,
         } => measure::measure(&overrides, &program, &args),
-        Command::Status { pool, json } => status(pool, json),
+        Command::Status { pool, json, uuid } => status(pool, json, uuid),
         Command::StatusPrometheus { pools } => status_prometheus(pools),
         Command::Metrics { listen, pools } => serve_metrics(listen, pools),
         Command::Top {
             pool,
             interval_ms,
             iterations,
-        } => top(pool, interval_ms, iterations),
+            user,
+            sort,
+            uuid,
+            once,
+        } => top(
+            pool,
+            top::Options {
+                filter: top::select::Filter { pool: None, user },
+                sort,
+                uuid,
+                interval_ms,
+                iterations,
+                once,
+            },
+        ),
         Command::Jupyter(command) => jupyter_command(command),
         Command::Cdi(request) => cdi_generate(&request),
         Command::Pool(action) => pools(action),
@@ -518,7 +537,7 @@ fn pools(action: args::PoolAction) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let dir = match gpucap_pool_file::user_dir(config.pool_dir.as_deref()) {
+    let dir = match gpucap_pool_file::user_dir(config.pool_dir.as_deref(), false) {
         Ok(Some(dir)) => dir,
         Ok(None) => {
             print_out(
@@ -553,8 +572,16 @@ fn pools(action: args::PoolAction) -> i32 {
     }
 }
 
-/// `gpucap status [--pool NAME|PATH] [--json]`.
-fn status(pool_flag: Option<String>, json: bool) -> i32 {
+/// `gpucap status [--pool NAME|PATH] [--json] [--uuid]`: the pool the flag or the
+/// environment names, in detail; else every pool and every process capped on its own.
+fn status(pool_flag: Option<String>, json: bool, uuid: bool) -> i32 {
+    let config = match pool_config(pool_flag.clone()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if config.pool.is_none() {
+        return status::everything(config.pool_dir, json, uuid);
+    }
     let file = match open_pool(pool_flag) {
         Ok(f) => f,
         Err(code) => return code,
@@ -633,7 +660,7 @@ fn status_prometheus(pools: PoolSet) -> i32 {
             return EXIT_USAGE;
         }
     };
-    print_out(&metrics::exposition(&readings));
+    print_out(&metrics::exposition(&readings, &reader.lone()));
     let mut code = 0;
     for r in &readings {
         if let Err((c, msg)) = &r.result {
@@ -667,23 +694,39 @@ fn serve_metrics(listen: std::net::SocketAddr, pools: PoolSet) -> i32 {
     1
 }
 
-/// `gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]`.
-fn top(pool_flag: Option<String>, interval_ms: u64, iterations: Option<u64>) -> i32 {
-    let file = match open_pool(pool_flag) {
-        Ok(f) => f,
+/// `gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid] [--interval SECS]
+/// [--iterations N | --once]`: every capped process, or the pool's members when the flag
+/// or the environment names a pool (whose file must then be readable: exit 1 or 2 as
+/// `status` gives).
+fn top(pool_flag: Option<String>, mut opts: top::Options) -> i32 {
+    let config = match pool_config(pool_flag.clone()) {
+        Ok(c) => c,
         Err(code) => return code,
     };
-    // SAFETY: isatty only asks about descriptor 1.
-    let terminal = unsafe { libc::isatty(1) } == 1;
+    let mut sources = procs::Sources::new(config.pool_dir.clone(), status::every_user());
+    if let Some(spec) = &config.pool {
+        let file = match open_pool(pool_flag) {
+            Ok(f) => f,
+            Err(code) => return code,
+        };
+        let name = file
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(|n| n.strip_suffix(".pool").unwrap_or(n).to_string())
+            .unwrap_or_else(|| spec.to_string());
+        opts.filter.pool = Some(name);
+        sources = sources.with_pool_file(file.path.clone());
+        file.locks.forget_in_child(); // closes its descriptor: `sources` reads it
+    }
     // A closed pipe (`gpucap top | head`) ends it quietly, as a pipeline expects.
-    let _ = pool::top(
-        &file,
-        interval_ms,
-        iterations,
-        &mut io::stdout().lock(),
-        terminal,
-    );
-    0
+    match top::run_to_stdout(&mut sources, &opts) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            EXIT_USAGE
+        }
+    }
 }
 
 /// The line `run` prints when `program` would run with no cap from any source (no

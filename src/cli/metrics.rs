@@ -22,6 +22,7 @@ mod server;
 use std::path::PathBuf;
 
 use gpucap_core::budget::PoolView;
+use gpucap_core::lone::LoneView;
 
 pub use reader::{Reader, Which};
 pub use server::serve;
@@ -58,11 +59,8 @@ const fn gauge(name: &'static str, help: &'static str) -> Family {
 const UP: usize = 0;
 const INFO: usize = 1;
 const MEMBERS: usize = 2;
+/// Then used, peak, refusals, largest refused (4 to 7: `Samples::add_figures`).
 const CAP: usize = 3;
-const USED: usize = 4;
-const PEAK: usize = 5;
-const REFUSALS: usize = 6;
-const LARGEST_REFUSED: usize = 7;
 const HELD_BY_DEAD: usize = 8;
 const MEMBER_ALIVE: usize = 9;
 const MEMBER_USED: usize = 10;
@@ -75,8 +73,10 @@ const GUARANTEED: usize = 16;
 const MEMBER_GUARANTEE: usize = 17;
 const MEMBER_CEILING: usize = 18;
 const MEMBER_BORROWED: usize = 19;
+/// Then used, peak, refusals, largest refused (21 to 24: `Samples::add_figures`).
+const PROCESS_CAP: usize = 20;
 
-const FAMILIES: [Family; 20] = [
+const FAMILIES: [Family; 25] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -165,6 +165,27 @@ const FAMILIES: [Family; 20] = [
         "gpucap_member_borrowed_bytes",
         "Bytes the member holds above its guarantee on this GPU: lent by the pool.",
     ),
+    gauge(
+        "gpucap_process_cap_bytes",
+        "The cap of a process capped on its own (no pool) on this GPU (no sample: no cap).",
+    ),
+    gauge(
+        "gpucap_process_used_bytes",
+        "Bytes a process capped on its own holds on this GPU now.",
+    ),
+    gauge(
+        "gpucap_process_peak_bytes",
+        "The most bytes a process capped on its own held on this GPU at once.",
+    ),
+    Family {
+        name: "gpucap_process_refusals_total",
+        kind: Kind::Counter,
+        help: "Allocations refused to a process capped on its own on this GPU.",
+    },
+    gauge(
+        "gpucap_process_largest_refused_bytes",
+        "The largest allocation refused to a process capped on its own on this GPU (0: none).",
+    ),
 ];
 
 /// One pool as read for an exposition.
@@ -221,6 +242,23 @@ impl Samples {
         ));
     }
 
+    /// A cap's figures on one GPU: the families `cap` (no sample without a cap) and the
+    /// four after it (used, peak, refusals, largest refused), in that order.
+    fn add_figures(
+        &mut self,
+        cap_family: usize,
+        labels: &str,
+        cap: Option<u64>,
+        figures: [u64; 4],
+    ) {
+        if let Some(cap) = cap {
+            self.add(cap_family, labels, cap);
+        }
+        for (i, v) in figures.into_iter().enumerate() {
+            self.add(cap_family + 1 + i, labels, v);
+        }
+    }
+
     /// A sample of milliseconds, shown in seconds (base units).
     fn add_ms_as_seconds(&mut self, family: usize, labels: &str, ms: u64) {
         self.0.push((
@@ -257,9 +295,25 @@ impl Samples {
 }
 
 /// The exposition of `readings`: `gpucap_pool_up` for every pool, the other series for
-/// the pools that were read. Families without a sample are left out.
-pub fn exposition(readings: &[Reading]) -> String {
+/// the pools that were read; then the processes capped on their own (`lone`, each
+/// labelled by pid, PID namespace and command). Families without a sample are left out.
+pub fn exposition(readings: &[Reading], lone: &[LoneView]) -> String {
     let mut s = Samples::default();
+    for p in lone {
+        let pid = p.pid.to_string();
+        let ns = p.pid_namespace.to_string();
+        let command = command_label(&p.command);
+        for g in &p.gpus {
+            let l = labels(&[
+                ("pid", &pid),
+                ("pid_namespace", &ns),
+                ("command", &command),
+                ("gpu_uuid", &g.uuid),
+            ]);
+            let figures = [g.used, g.peak, g.refusals, g.largest_refused];
+            s.add_figures(PROCESS_CAP, &l, g.cap, figures);
+        }
+    }
     for r in readings {
         let pool = r.label.as_str();
         let Ok((path, view)) = &r.result else {
@@ -284,13 +338,12 @@ pub fn exposition(readings: &[Reading]) -> String {
         s.add(MEMBERS, &labels(&[("pool", pool), ("state", "dead")]), dead);
         for g in &view.gpus {
             let l = labels(&[("pool", pool), ("gpu_uuid", &g.uuid)]);
-            if let Some(cap) = g.cap {
-                s.add(CAP, &l, cap);
-            }
-            s.add(USED, &l, g.used);
-            s.add(PEAK, &l, g.peak);
-            s.add(REFUSALS, &l, g.refusals);
-            s.add(LARGEST_REFUSED, &l, g.largest_refused);
+            s.add_figures(
+                CAP,
+                &l,
+                g.cap,
+                [g.used, g.peak, g.refusals, g.largest_refused],
+            );
             s.add(HELD_BY_DEAD, &l, g.held_by_dead);
             s.add(WAITERS, &l, g.waiters);
             s.add(WAITS, &l, g.waits);
@@ -360,7 +413,7 @@ mod tests {
         v.gpus[0].waiters = 1;
         v.gpus[0].waits = 2;
         v.gpus[0].wait_ms = 1_500;
-        let text = exposition(&[reading("t", v)]);
+        let text = exposition(&[reading("t", v)], &[]);
         let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
         assert_eq!(
             samples(&text, "gpucap_pool_waiters"),
@@ -382,7 +435,7 @@ mod tests {
 
     #[test]
     fn guarantees_and_ceilings_as_series() {
-        let text = exposition(&[reading("t", view())]);
+        let text = exposition(&[reading("t", view())], &[]);
         let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
         assert_eq!(
             samples(&text, "gpucap_pool_guaranteed_bytes"),
@@ -409,7 +462,7 @@ mod tests {
 
     #[test]
     fn every_series_of_a_pool() {
-        let text = exposition(&[reading("t", view())]);
+        let text = exposition(&[reading("t", view())], &[]);
         let one = |name: &str| {
             let s = samples(&text, name);
             assert_eq!(s.len(), 1, "{name}\n{text}");
@@ -484,14 +537,18 @@ mod tests {
     fn each_family_once_with_help_and_type_before_its_samples() {
         let mut second = view();
         second.gpus[0].cap = None;
-        let text = exposition(&[
-            reading("a", view()),
-            Reading {
-                label: "gone".into(),
-                result: Err((1, "gpucap: no pool file".into())),
-            },
-            reading("b", second),
-        ]);
+        let lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30)).view;
+        let text = exposition(
+            &[
+                reading("a", view()),
+                Reading {
+                    label: "gone".into(),
+                    result: Err((1, "gpucap: no pool file".into())),
+                },
+                reading("b", second),
+            ],
+            &[lone],
+        );
         let mut names_seen = Vec::new();
         let mut current = "";
         for line in text.lines() {
@@ -529,15 +586,26 @@ mod tests {
         assert!(caps[0].contains("pool=\"a\""));
         assert!(!text.contains("pool=\"gone\",") && !text.contains("+Inf"));
         assert_eq!(samples(&text, "gpucap_pool_used_bytes").len(), 2);
+        assert_eq!(
+            samples(&text, "gpucap_process_used_bytes"),
+            [format!(
+                "gpucap_process_used_bytes{{pid=\"99\",pid_namespace=\"7\",command=\"prog-99 --lone\",gpu_uuid=\"{UUID}\"}} {}",
+                5 << 20
+            )]
+        );
+        assert_eq!(samples(&text, "gpucap_process_refusals_total").len(), 1);
     }
 
     #[test]
     fn nothing_read_nothing_printed() {
-        assert_eq!(exposition(&[]), "");
-        let text = exposition(&[Reading {
-            label: "x".into(),
-            result: Err((1, String::new())),
-        }]);
+        assert_eq!(exposition(&[], &[]), "");
+        let text = exposition(
+            &[Reading {
+                label: "x".into(),
+                result: Err((1, String::new())),
+            }],
+            &[],
+        );
         assert_eq!(
             text,
             format!(
@@ -556,7 +624,7 @@ mod tests {
         assert_eq!(escape_label("café ✓"), "café ✓");
         let mut v = view();
         v.members[0].command = "evil\"} 1\ngpucap_x 2 \\".into();
-        let text = exposition(&[reading("t\"q", v)]);
+        let text = exposition(&[reading("t\"q", v)], &[]);
         let alive = samples(&text, "gpucap_member_alive");
         assert_eq!(
             alive[0],
@@ -567,7 +635,7 @@ mod tests {
         // A command longer than a member stores (a damaged file) is cut.
         let mut v = view();
         v.members[0].command = "é".repeat(100);
-        let text = exposition(&[reading("t", v)]);
+        let text = exposition(&[reading("t", v)], &[]);
         let line = samples(&text, "gpucap_member_alive")[0];
         assert!(
             line.contains(&format!("command=\"{}\"", "é".repeat(64))),

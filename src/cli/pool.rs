@@ -1,11 +1,11 @@
-//! `gpucap status`, `gpucap top` and the pool lines of `gpucap check`: where a pool's
+//! `gpucap status --pool` (one pool in detail) and the pool lines of `gpucap check`: where a pool's
 //! file is, opening it read-only, and the snapshot as a table or as JSON.
 //!
 //! Reading never changes a pool: the file is opened with `open_reader` (read-only
 //! descriptor, read-only mapping) and `Pool::view` only loads words and asks the kernel
 //! which members' locks are held.
 
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -343,46 +343,6 @@ fn gpu_notes(g: &GpuView) -> String {
         ));
     }
     out
-}
-
-/// `gpucap top`'s loop: `iterations` snapshots (None: until interrupted), `interval_ms`
-/// apart. On a terminal each one redraws the screen; else they are separated by a blank
-/// line. Stops at the first write error (a closed pipe).
-pub fn top(
-    file: &PoolFile,
-    interval_ms: u64,
-    iterations: Option<u64>,
-    out: &mut dyn Write,
-    terminal: bool,
-) -> io::Result<()> {
-    let own_ns = own_pid_namespace();
-    let mut n = 0u64;
-    loop {
-        let view = file.pool.view(&file.locks);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let mut frame = String::new();
-        if terminal {
-            frame.push_str("\x1b[H\x1b[2J");
-        } else if n > 0 {
-            frame.push('\n');
-        }
-        frame.push_str(&format!(
-            "gpucap top: {} UTC, every {}s{}\n",
-            utc(now),
-            interval_ms as f64 / 1000.0,
-            if terminal { " (Ctrl-C to quit)" } else { "" }
-        ));
-        frame.push_str(&render(&view, &file.path, own_ns));
-        out.write_all(frame.as_bytes())?;
-        out.flush()?;
-        n += 1;
-        if iterations.is_some_and(|max| n >= max) {
-            return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(interval_ms));
-    }
 }
 
 #[cfg(test)]

@@ -4,17 +4,21 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Lines a [`Counter`] is spread over.
-const COUNTER_LINES: usize = 8;
+pub const COUNTER_LINES: usize = 8;
+
+/// Bytes between two parts of a [`Counter`] (`repr(C)`: part k at k lines).
+pub const LINE_BYTES: usize = std::mem::size_of::<Line>();
 
 /// A counter many threads add to at once: one cache line per part, a thread adding to the
 /// part its stack address picks (threads' stacks lie megabytes apart, so two threads
 /// rarely share a part; sharing one is only slower, never wrong). Read as the sum.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Counter([Line; COUNTER_LINES]);
 
 #[derive(Debug)]
-#[repr(align(64))]
-struct Line(AtomicU64);
+#[repr(C, align(64))]
+struct Line(AtomicU64, [AtomicU64; 7]);
 
 impl Default for Counter {
     fn default() -> Self {
@@ -24,7 +28,9 @@ impl Default for Counter {
 
 impl Counter {
     pub const fn new() -> Self {
-        Counter([const { Line(AtomicU64::new(0)) }; COUNTER_LINES])
+        Counter(
+            [const { Line(AtomicU64::new(0), [const { AtomicU64::new(0) }; 7]) }; COUNTER_LINES],
+        )
     }
 
     #[inline]

@@ -21,15 +21,19 @@ pub const NO_CAP: u64 = u64::MAX;
 /// What the ledger knows of one device. The figures every allocation changes (`used`,
 /// and `peak` when it moves) share one cache line with the cap; the allocation count is
 /// spread over lines of its own ([`Counter`]), so that threads allocating at once share
-/// no written line but the cap's.
+/// no written line but the cap's. `repr(C)`: a lone process's file holds these words as
+/// they are (see the lone file of the core), read by [`usage_in`].
 #[derive(Debug)]
-#[repr(align(64))]
+#[repr(C, align(64))]
 pub struct Device {
     cap: AtomicU64,
     used: AtomicU64,
     peak: AtomicU64,
     refusals: AtomicU64,
     largest_refused: AtomicU64,
+    /// The rest of the first line, explicit: the file holds no padding (every byte of
+    /// [`Devices`] is a word).
+    _line: [AtomicU64; 3],
     allocs: Counter,
 }
 
@@ -41,9 +45,58 @@ impl Device {
             peak: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
             largest_refused: AtomicU64::new(0),
+            _line: [const { AtomicU64::new(0) }; 3],
             allocs: Counter::new(),
         }
     }
+}
+
+/// Every device's figures, alone in whole pages (64 KiB: any page size up to that): a
+/// process capped alone (no pool) maps its file over them, so that `gpucap status`,
+/// `top` and `metrics` read the words every allocation writes anyway (see the lone file of the core).
+#[derive(Debug)]
+#[repr(C, align(65536))]
+pub struct Devices {
+    devices: [Device; MAX_DEVICES],
+    /// The rest of the 64 KiB, explicit (no padding: every byte is a word).
+    _rest: [AtomicU64; DEVICES_REST],
+}
+
+/// The bytes of [`Devices`]: a whole number of pages.
+pub const DEVICES_BYTES: usize = 65536;
+const DEVICES_REST: usize = (DEVICES_BYTES - MAX_DEVICES * std::mem::size_of::<Device>()) / 8;
+const _: () = assert!(std::mem::size_of::<Devices>() == DEVICES_BYTES);
+const _: () = assert!(std::mem::size_of::<Device>() == 64 + 64 * crate::counter::COUNTER_LINES);
+
+impl std::ops::Deref for Devices {
+    type Target = [Device; MAX_DEVICES];
+    #[inline(always)]
+    fn deref(&self) -> &Self::Target {
+        &self.devices
+    }
+}
+
+/// Words of one [`Device`].
+pub const DEVICE_WORDS: usize = std::mem::size_of::<Device>() / 8;
+
+/// One device's figures read from `words`, a copy of [`Devices`]' bytes as words (a lone
+/// process's file): None when `device` is beyond them.
+pub fn usage_in(words: &[AtomicU64], device: usize) -> Option<Usage> {
+    use std::mem::offset_of;
+    let base = device.checked_mul(DEVICE_WORDS)?;
+    let d = words.get(base..base + DEVICE_WORDS)?;
+    let at = |offset: usize| d[offset / 8].load(Relaxed);
+    let allocs = (0..crate::counter::COUNTER_LINES)
+        .map(|l| at(offset_of!(Device, allocs) + l * crate::counter::LINE_BYTES))
+        .fold(0u64, u64::wrapping_add);
+    Some(Usage {
+        cap: at(offset_of!(Device, cap)),
+        used: at(offset_of!(Device, used)),
+        peak: at(offset_of!(Device, peak)),
+        allocs,
+        refusals: at(offset_of!(Device, refusals)),
+        largest_refused: at(offset_of!(Device, largest_refused)),
+    })
 }
 
 /// Adds `bytes` to `d`'s use if its cap allows: one compare-and-swap (retried while
@@ -225,7 +278,7 @@ const POOL_ORPHANED: usize = usize::MAX;
 /// Per-device accounting plus the map of live allocations, and, when the process is
 /// a member of a pool, the pool's budget: every reservation is checked against both.
 pub struct Ledger {
-    devices: [Device; MAX_DEVICES],
+    devices: Devices,
     pointers: LiveMap,
     /// The memberships this process had, one per generation of forks (see
     /// [`set_pool`](Self::set_pool)): kept here, so that a reservation or a credit finds
@@ -246,7 +299,10 @@ impl Default for Ledger {
 impl Ledger {
     pub const fn new() -> Self {
         Ledger {
-            devices: [const { Device::new() }; MAX_DEVICES],
+            devices: Devices {
+                devices: [const { Device::new() }; MAX_DEVICES],
+                _rest: [const { AtomicU64::new(0) }; DEVICES_REST],
+            },
             pointers: LiveMap::new(),
             members: [const { OnceLock::new() }; POOL_GENERATIONS],
             pool_at: AtomicUsize::new(0),
@@ -576,6 +632,11 @@ impl Ledger {
         self.device(device).map_or(0, |d| {
             d.cap.load(Relaxed).saturating_sub(d.used.load(Relaxed))
         })
+    }
+
+    /// Every device's figures, in whole pages of their own (see [`Devices`]).
+    pub fn devices(&self) -> &Devices {
+        &self.devices
     }
 
     pub fn usage(&self, device: usize) -> Option<Usage> {

@@ -12,6 +12,8 @@
 //! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones.
 //! - `report`: the `GPUCAP_REPORT` JSON file (schema, merge, `%p`).
 //! - `budget`: the budget a `GPUCAP_POOL`'s processes share (its file's words).
+//! - `lone`: the file a process capped on its own shows itself through (its ledger's
+//!   figures, mapped).
 #![forbid(unsafe_code)]
 
 pub mod arrays;
@@ -27,6 +29,7 @@ pub mod ledger;
 pub mod limits;
 pub mod linear;
 pub mod live_map;
+pub mod lone;
 pub mod modules;
 pub mod nvml;
 pub mod pools;

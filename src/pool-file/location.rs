@@ -58,21 +58,56 @@ pub fn path_of(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PathBuf, Stri
     })
 }
 
-/// `gpucap-<uid>` in the pool directory.
-fn per_user_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
-    Ok(base_dir(pool_dir)?.join(format!("gpucap-{}", own_uid())))
-}
-
-/// This user's directory of named pools (`gpucap pool list`, `clean`), checked as
-/// [`locate`] checks it; `Ok(None)` when it does not exist yet (no pool was made).
-pub fn user_dir(pool_dir: Option<&Path>) -> Result<Option<PathBuf>, String> {
+/// This user's directory of pools and lone processes (`gpucap-<uid>` in the pool
+/// directory), checked as [`locate`] checks it; with `create`, made (mode 0700) if
+/// missing. `Ok(None)`: it does not exist (and `create` was not asked).
+pub fn user_dir(pool_dir: Option<&Path>, create: bool) -> Result<Option<PathBuf>, String> {
     let dir = per_user_dir(pool_dir)?;
-    if matches!(std::fs::symlink_metadata(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    if !create
+        && matches!(std::fs::symlink_metadata(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
     {
         return Ok(None);
     }
-    check_dir(&dir)?;
-    Ok(Some(dir))
+    let file = locate(&PoolSpec::Name("lone".into()), pool_dir, create)?;
+    Ok(file.parent().map(Path::to_path_buf))
+}
+
+/// Every user's directory (`gpucap-<uid>`) where pools are made by default or in
+/// `pool_dir`: what root's `gpucap status` reads. The user's own first; each at most once.
+pub fn every_user_dir(pool_dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut bases: Vec<PathBuf> = Vec::new();
+    if let Some(d) = pool_dir {
+        bases.push(d.to_path_buf());
+    } else {
+        if let Ok(runs) = std::fs::read_dir("/run/user") {
+            bases.extend(runs.filter_map(Result::ok).map(|e| e.path()));
+        }
+        bases.extend(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from));
+        bases.extend(["/dev/shm", "/tmp"].map(PathBuf::from));
+    }
+    let mut dirs: Vec<PathBuf> = per_user_dir(pool_dir).into_iter().collect();
+    for b in bases {
+        let Ok(entries) = std::fs::read_dir(&b) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name();
+            let is_ours = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("gpucap-"))
+                .is_some_and(|uid| !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit()));
+            let path = e.path();
+            if is_ours && !dirs.contains(&path) && e.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(path);
+            }
+        }
+    }
+    dirs
+}
+
+/// `gpucap-<uid>` in the pool directory.
+fn per_user_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
+    Ok(base_dir(pool_dir)?.join(format!("gpucap-{}", own_uid())))
 }
 
 /// [`locate`] for a reader (NVML's figures in a process that never joins): creates

@@ -7,7 +7,8 @@
 //!   the rows `dlsym` and the `cuGetProcAddress` answers use.
 //! - `hooks`: what each intercepted call does, one file per family.
 //! - `state`: every process-wide static; `log`: the log level and `log!`.
-//! - `membership`: this process's place in its pool (`GPUCAP_POOL`).
+//! - `membership`: this process's place in its pool (`GPUCAP_POOL`); `lone`: the file
+//!   a process in no pool shows itself through (`gpucap status`, `top`, `metrics`).
 //! - `driver`: the driver's C types, typed calls and queries.
 //! - `resolve`: the real `dlsym`, library handles, driver symbols by name.
 //! - `environ`: the environment variables the configuration reads, copied from `environ`.
@@ -19,6 +20,7 @@
 #![cfg_attr(test, allow(dead_code, unused_imports))]
 
 mod log;
+mod lone;
 mod membership;
 mod state;
 

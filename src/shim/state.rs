@@ -387,6 +387,7 @@ impl Shim {
     pub fn at_exit(&self) {
         // The pool gets this process's whole share back now, not when a member notices.
         crate::membership::leave();
+        crate::lone::remove();
         if !self.own_process() {
             return;
         }

@@ -61,11 +61,23 @@ impl Scratch {
     /// it) with `steps`, that then holds its memory until killed; returns once it has
     /// done its steps (waiting at most 60 s: a harness limit, not a timing assertion).
     pub fn member_as(&self, program: &Path, pool: &str, tag: &str, steps: &[&str]) -> Child {
+        self.started(program, Some(pool), tag, steps)
+    }
+
+    /// A process capped at 1 GiB on its own (no pool) running the script with `steps`,
+    /// then holding its memory until killed (see [`member_as`](Self::member_as)).
+    pub fn lone(&self, tag: &str, steps: &[&str]) -> Child {
+        self.started(&script(), None, tag, steps)
+    }
+
+    fn started(&self, program: &Path, pool: Option<&str>, tag: &str, steps: &[&str]) -> Child {
         let ready = self.dir.join(format!("{tag}.ready"));
         let never = self.dir.join("never");
-        let mut args: Vec<String> = ["run", "--limit", "1Gi", "--pool", pool, "--"]
-            .map(String::from)
-            .to_vec();
+        let mut args: Vec<String> = ["run", "--limit", "1Gi"].map(String::from).to_vec();
+        if let Some(pool) = pool {
+            args.extend(["--pool".to_string(), pool.to_string()]);
+        }
+        args.push("--".into());
         args.push(program.to_str().unwrap().into());
         args.extend(steps.iter().map(|s| s.to_string()));
         args.push(format!("touch:{}", ready.display()));

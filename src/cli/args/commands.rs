@@ -139,6 +139,7 @@ pub(super) fn parse_status(mut parser: Parser) -> Result<Command, UsageError> {
     Ok(Command::Status {
         pool: opts.pools.pop(),
         json: opts.json,
+        uuid: opts.uuid,
     })
 }
 
@@ -162,11 +163,23 @@ pub(super) fn parse_metrics(mut parser: Parser) -> Result<Command, UsageError> {
 pub(super) fn parse_top(mut parser: Parser) -> Result<Command, UsageError> {
     Ok(match only_options(Topic::Top, &mut parser)? {
         None => Command::Help(Topic::Top),
-        Some(opts) => Command::Top {
-            pool: opts.overrides.pool,
-            interval_ms: opts.interval_ms.unwrap_or(1000),
-            iterations: opts.iterations,
-        },
+        Some(opts) => {
+            if opts.once && opts.iterations.is_some() {
+                return Err(usage(
+                    Topic::Top,
+                    "--once and --iterations exclude each other (--once: one frame)",
+                ));
+            }
+            Command::Top {
+                pool: opts.overrides.pool,
+                interval_ms: opts.interval_ms.unwrap_or(1000),
+                iterations: opts.iterations,
+                user: opts.user,
+                sort: opts.sort.unwrap_or_default(),
+                uuid: opts.uuid,
+                once: opts.once,
+            }
+        }
     })
 }
 

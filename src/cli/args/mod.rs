@@ -97,6 +97,8 @@ pub enum Command {
         pool: Option<String>,
         /// `--json`: the snapshot as one JSON object.
         json: bool,
+        /// `--uuid`: the GPU's UUID column too.
+        uuid: bool,
     },
     /// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: pools once, in
     /// Prometheus's text exposition format.
@@ -112,6 +114,14 @@ pub enum Command {
         interval_ms: u64,
         /// `--iterations`: how many snapshots (None: until interrupted).
         iterations: Option<u64>,
+        /// `--user`: that user's processes only (a name or a uid).
+        user: Option<String>,
+        /// `--sort`: the order of the rows.
+        sort: crate::top::select::SortKey,
+        /// `--uuid`: the GPU's UUID column too.
+        uuid: bool,
+        /// `--once`: one frame, every row, no screen codes.
+        once: bool,
     },
     /// `gpucap jupyter install|list|remove ...`: capped Jupyter kernels.
     Jupyter(JupyterCommand),

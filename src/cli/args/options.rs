@@ -25,6 +25,14 @@ pub(super) struct Options {
     pub(super) all: bool,
     pub(super) prometheus: bool,
     pub(super) listen: Option<SocketAddr>,
+    /// `--uuid` (status, top): the GPU's UUID column.
+    pub(super) uuid: bool,
+    /// `--once` (top): one frame for a log.
+    pub(super) once: bool,
+    /// `--sort KEY` (top).
+    pub(super) sort: Option<crate::top::select::SortKey>,
+    /// `--user NAME|UID` (top).
+    pub(super) user: Option<String>,
 }
 
 /// What `--interval` accepts.
@@ -130,6 +138,8 @@ pub(super) fn parse_options(
             ("--json", Topic::Status) => Some(&mut opts.json),
             ("--prometheus", Topic::Status) => Some(&mut opts.prometheus),
             ("--all", Topic::Status | Topic::Metrics) => Some(&mut opts.all),
+            ("--uuid", Topic::Status | Topic::Top) => Some(&mut opts.uuid),
+            ("--once", Topic::Top) => Some(&mut opts.once),
             _ => None,
         };
         if let Some(flag) = flag {
@@ -192,6 +202,16 @@ pub(super) fn parse_options(
             }
             continue;
         }
+        if topic == Topic::Top && name == "--sort" {
+            if opts.sort.is_some() {
+                return Err(usage(topic, format!("{name} given more than once")));
+            }
+            let value = option_value(topic, parser, &name, attached, "KEY")?;
+            let key = crate::top::select::SortKey::parse(&value.to_string_lossy())
+                .map_err(|m| usage(topic, m))?;
+            opts.sort = Some(key);
+            continue;
+        }
         let (slot, what) = match name.as_str() {
             "--limit" if config_flags => (&mut opts.overrides.limit, "SPEC (e.g. 8Gi)"),
             "--log" if config_flags => (&mut opts.overrides.log, "LEVEL"),
@@ -200,6 +220,7 @@ pub(super) fn parse_options(
             "--guarantee" if config_flags => (&mut opts.overrides.guarantee, "SPEC (e.g. 4Gi)"),
             "--ceiling" if config_flags => (&mut opts.overrides.ceiling, "SPEC (e.g. 6Gi)"),
             "--pool" => (&mut opts.overrides.pool, "NAME|PATH"),
+            "--user" if topic == Topic::Top => (&mut opts.user, "NAME|UID"),
             _ => return Err(usage(topic, format!("unknown option '{name}'"))),
         };
         if slot.is_some() {

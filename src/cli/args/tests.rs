@@ -2,6 +2,7 @@
 
 use super::super::help::help;
 use super::*;
+use crate::top::select::SortKey;
 use std::os::unix::ffi::OsStringExt;
 
 fn p(args: &[&str]) -> Result<Command, UsageError> {
@@ -353,21 +354,24 @@ fn status_and_top_forms() {
         p(&["status"]),
         Ok(Command::Status {
             pool: None,
-            json: false
+            json: false,
+            uuid: false
         })
     );
     assert_eq!(
         p(&["status", "--pool", "train", "--json"]),
         Ok(Command::Status {
             pool: Some("train".into()),
-            json: true
+            json: true,
+            uuid: false
         })
     );
     assert_eq!(
         p(&["status", "--pool=/dev/shm/x.pool"]),
         Ok(Command::Status {
             pool: Some("/dev/shm/x.pool".into()),
-            json: false
+            json: false,
+            uuid: false
         })
     );
     assert_eq!(p(&["status", "-h"]), Ok(Command::Help(Topic::Status)));
@@ -378,7 +382,11 @@ fn status_and_top_forms() {
         Ok(Command::Top {
             pool: None,
             interval_ms: 1000,
-            iterations: None
+            iterations: None,
+            user: None,
+            sort: SortKey::Used,
+            uuid: false,
+            once: false
         })
     );
     assert_eq!(
@@ -386,7 +394,11 @@ fn status_and_top_forms() {
         Ok(Command::Top {
             pool: Some("p".into()),
             interval_ms: 200,
-            iterations: Some(3)
+            iterations: Some(3),
+            user: None,
+            sort: SortKey::Used,
+            uuid: false,
+            once: false
         })
     );
     assert_eq!(
@@ -394,10 +406,52 @@ fn status_and_top_forms() {
         Ok(Command::Top {
             pool: None,
             interval_ms: 60_000,
-            iterations: None
+            iterations: None,
+            user: None,
+            sort: SortKey::Used,
+            uuid: false,
+            once: false
         })
     );
     assert_eq!(p(&["top", "--help"]), Ok(Command::Help(Topic::Top)));
+    assert_eq!(
+        p(&["top", "--once", "--sort", "peak", "--user=alice", "--uuid"]),
+        Ok(Command::Top {
+            pool: None,
+            interval_ms: 1000,
+            iterations: None,
+            user: Some("alice".into()),
+            sort: SortKey::Peak,
+            uuid: true,
+            once: true
+        })
+    );
+    assert_eq!(
+        p(&["status", "--uuid"]),
+        Ok(Command::Status {
+            pool: None,
+            json: false,
+            uuid: true
+        })
+    );
+    let e = err(&["top", "--sort", "size"]);
+    assert!(
+        e.message.starts_with("invalid --sort \"size\": used, peak"),
+        "{}",
+        e.message
+    );
+    let e = err(&["top", "--once", "--iterations", "2"]);
+    assert!(
+        e.message
+            .starts_with("--once and --iterations exclude each other"),
+        "{}",
+        e.message
+    );
+    assert!(
+        err(&["status", "--once"])
+            .message
+            .contains("unknown option '--once'")
+    );
 }
 
 #[test]

@@ -19,7 +19,7 @@ pub enum Which {
     /// These pools (labelled by their name, or path), in this order.
     Pools(Vec<PoolSpec>),
     /// Every `NAME.pool` file in this user's pool directory, labelled `NAME`, listed at
-    /// each reading.
+    /// each reading, and every process capped on its own there.
     All,
 }
 
@@ -97,6 +97,18 @@ impl Reader {
             keep
         });
         Ok(readings)
+    }
+
+    /// With `--all`: the processes capped on their own in this user's pool directory
+    /// (their `.lone` files; a dead one's removed), read now. Else none.
+    pub fn lone(&self) -> Vec<gpucap_core::lone::LoneView> {
+        match (&self.which, self.user_dir()) {
+            (Which::All, Ok(Located::File(d))) => gpucap_pool_file::read_lone_dir(&d)
+                .into_iter()
+                .map(|r| r.view)
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// This user's pool directory (`gpucap-UID` in the pool directory), checked as a

@@ -45,8 +45,8 @@ pub use account::PoolRefusal;
 pub use command::member_command;
 pub use dying::{EXIT_GRACE, EXIT_MAX, Exit};
 pub use layout::{
-    DEFAULT_SLOTS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION,
-    POOL_VERSION_256, POOL_WORDS, pool_file_bytes, pool_words,
+    COMMAND_BYTES, DEFAULT_SLOTS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES,
+    POOL_VERSION, POOL_VERSION_256, POOL_WORDS, pool_file_bytes, pool_words,
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use repair::{Repair, ShareFault, ShareRepair};

@@ -18,6 +18,11 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
         Ok(s) => s,
         Err(rc) => return rc,
     };
+    // A process alone (no pool) shows itself through a file mapped over its ledger's
+    // figures: made now, before the driver answers, when no allocation can be made yet.
+    if let Ok(config) = shim.config() {
+        crate::lone::prepare(config, shim.ledger.devices());
+    }
     // SAFETY: forwarding the caller's argument.
     let rc = unsafe { real(flags) };
     if rc != CUDA_SUCCESS {
@@ -42,6 +47,9 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     }
     if config.pool.is_some() && join_pool(shim, config).is_err() {
         return CUDA_ERROR_NOT_PERMITTED;
+    }
+    if crate::lone::pending() {
+        crate::lone::show(config, &queries::visible_uuids().unwrap_or_default());
     }
     note_short_path(shim);
     rc

@@ -1,0 +1,262 @@
+//! Every capped process of this user (root: of the machine), as rows like
+//! `nvidia-smi`'s process table: the members of every pool and the processes capped
+//! on their own (their `.lone` files, `gpucap_core::lone`). What `gpucap status` (no
+//! pool named), `gpucap top` and `status --json` show.
+//!
+//! - `sources.rs`: which directories, the pool files kept open between readings, the
+//!   lone files read (a dead process's removed).
+//! - `names.rs`: user names, GPU indexes by UUID.
+//! - this file: the rows, worked out from what was read (pure).
+
+mod names;
+mod sources;
+
+use serde::Serialize;
+
+use gpucap_core::budget::PoolView;
+use gpucap_core::lone::LoneView;
+
+pub use names::{Gpus, user_name};
+pub use sources::Sources;
+
+/// One pool, as read.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolReading {
+    /// The file name without `.pool`.
+    pub name: String,
+    pub path: String,
+    /// The file's owner (every member runs as it).
+    pub uid: u32,
+    pub user: String,
+    #[serde(flatten)]
+    pub view: PoolView,
+}
+
+/// One lone process, as read.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoneReading {
+    pub path: String,
+    pub user: String,
+    #[serde(flatten)]
+    pub view: LoneView,
+}
+
+/// One process on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// The GPU's index as this `gpucap` sees it (CUDA's ordinal), if the driver named it.
+    pub gpu: Option<u32>,
+    pub gpu_uuid: String,
+    pub pid: u32,
+    pub pid_namespace: u64,
+    /// The pid is from another PID namespace than this `gpucap`'s (another container).
+    pub other_namespace: bool,
+    pub uid: u32,
+    pub user: String,
+    /// The pool (None: capped on its own).
+    pub pool: Option<String>,
+    /// False: a pool member that died without leaving (its bytes still counted).
+    pub alive: bool,
+    pub command: String,
+    /// The most it may hold: its own cap, or its pool's (its ceiling when lower). None:
+    /// no cap.
+    pub cap: Option<u64>,
+    pub used: u64,
+    pub peak: u64,
+    /// What it could still take now: its cap less its use (in a pool, less what the
+    /// other members hold). None: no cap.
+    pub free: Option<u64>,
+    /// `used` as a share of `cap`, in per cent.
+    pub use_percent: Option<f64>,
+    /// Requests refused: its own (None for a pool member: its pool counts them, see the
+    /// pool's figures).
+    pub refusals: Option<u64>,
+    pub start_ms: u64,
+}
+
+/// What one reading found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    pub processes: Vec<Row>,
+    pub pools: Vec<PoolReading>,
+    pub lone: Vec<LoneReading>,
+    /// Files that could not be read, each with why.
+    pub errors: Vec<String>,
+    /// GPU indexes by UUID.
+    #[serde(skip)]
+    pub gpus: Gpus,
+}
+
+fn percent(used: u64, cap: Option<u64>) -> Option<f64> {
+    cap.map(|c| {
+        if c == 0 {
+            if used == 0 { 0.0 } else { 100.0 }
+        } else {
+            used as f64 * 100.0 / c as f64
+        }
+    })
+}
+
+/// The rows of `pools` and `lone` (`own_pidns`: this process's PID namespace; `gpus`
+/// names indexes), the largest users first.
+pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &Gpus) -> Vec<Row> {
+    let other = |ns: u64| own_pidns != 0 && ns != 0 && ns != own_pidns;
+    let mut out = Vec::new();
+    for p in pools {
+        for m in &p.view.members {
+            for g in &m.gpus {
+                let pool_gpu = p.view.gpus.iter().find(|x| x.raw_uuid == g.raw_uuid);
+                let pool_cap = pool_gpu.and_then(|x| x.cap);
+                let cap = match (pool_cap, g.ceiling) {
+                    (Some(c), Some(ceil)) => Some(c.min(ceil)),
+                    (c, None) => c,
+                    (None, Some(ceil)) => Some(ceil),
+                };
+                let pool_room = pool_cap
+                    .zip(pool_gpu)
+                    .map(|(c, x)| c.saturating_sub(x.used));
+                let own_room = cap.map(|c| c.saturating_sub(g.used));
+                let free = match (pool_room, own_room) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                out.push(Row {
+                    gpu: gpus.index(&g.raw_uuid),
+                    gpu_uuid: g.uuid.clone(),
+                    pid: m.pid,
+                    pid_namespace: m.pid_namespace,
+                    other_namespace: other(m.pid_namespace),
+                    uid: p.uid,
+                    user: p.user.clone(),
+                    pool: Some(p.name.clone()),
+                    alive: m.alive,
+                    command: m.command.clone(),
+                    cap,
+                    used: g.used,
+                    peak: g.peak,
+                    free,
+                    use_percent: percent(g.used, cap),
+                    refusals: None,
+                    start_ms: m.start_ms,
+                });
+            }
+        }
+    }
+    for l in lone {
+        let v = &l.view;
+        // The GPUs it used or was refused on; at least its first, so that it shows.
+        let mut shown: Vec<_> = v
+            .gpus
+            .iter()
+            .filter(|g| g.peak > 0 || g.refusals > 0)
+            .collect();
+        if shown.is_empty() {
+            shown.extend(v.gpus.first());
+        }
+        for g in shown {
+            out.push(Row {
+                gpu: gpus.index(&g.raw_uuid),
+                gpu_uuid: g.uuid.clone(),
+                pid: v.pid,
+                pid_namespace: v.pid_namespace,
+                other_namespace: other(v.pid_namespace),
+                uid: v.uid,
+                user: l.user.clone(),
+                pool: None,
+                alive: true,
+                command: v.command.clone(),
+                cap: g.cap,
+                used: g.used,
+                peak: g.peak,
+                free: g.cap.map(|c| c.saturating_sub(g.used)),
+                use_percent: percent(g.used, g.cap),
+                refusals: Some(g.refusals),
+                start_ms: v.start_ms,
+            });
+        }
+    }
+    out.sort_by(|a, b| {
+        b.used
+            .cmp(&a.used)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.gpu.cmp(&b.gpu))
+    });
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use gpucap_core::lone::{LoneGpuView, LoneView};
+
+    const MIB: u64 = 1 << 20;
+
+    pub(crate) fn lone(pid: u32, used: u64, cap: Option<u64>) -> LoneReading {
+        LoneReading {
+            path: format!("/p/{pid}-7.lone"),
+            user: "alice".into(),
+            view: LoneView {
+                pid,
+                pid_namespace: 7,
+                start_ms: 1_700_000_000_000,
+                uid: 1000,
+                growth: false,
+                command: format!("prog-{pid} --lone"),
+                gpus: vec![LoneGpuView {
+                    ordinal: 0,
+                    uuid: "GPU-11111111-1111-1111-1111-111111111111".into(),
+                    raw_uuid: [0x11; 16],
+                    cap,
+                    used,
+                    peak: used + MIB,
+                    refusals: 2,
+                    largest_refused: 600 * MIB,
+                    allocs: 3,
+                }],
+            },
+        }
+    }
+
+    pub(crate) fn pool() -> PoolReading {
+        PoolReading {
+            name: "train".into(),
+            path: "/p/train.pool".into(),
+            uid: 1000,
+            user: "alice".into(),
+            view: crate::pool::tests::view(),
+        }
+    }
+
+    #[test]
+    fn members_and_lone_processes_are_rows() {
+        let gpus = Gpus::from_uuids(vec![[0x11; 16]]);
+        let r = rows(&[pool()], &[lone(99, 300 * MIB, Some(1 << 30))], 7, &gpus);
+        let pids: Vec<u32> = r.iter().map(|r| r.pid).collect();
+        assert_eq!(pids, [12, 99, 11, 10], "largest first");
+        let l = &r[1];
+        assert_eq!((l.gpu, l.pool.as_deref()), (Some(0), None));
+        assert_eq!(l.free, Some((1 << 30) - 300 * MIB));
+        assert_eq!(l.refusals, Some(2));
+        assert!((l.use_percent.unwrap() - 29.296875).abs() < 1e-9);
+        // Member 10: a 512 MiB ceiling under the 1 GiB cap; the pool holds 700 MiB.
+        let m = r.iter().find(|r| r.pid == 10).unwrap();
+        assert_eq!(m.cap, Some(512 * MIB));
+        assert_eq!(m.free, Some(324 * MIB), "the pool's room, below its own");
+        assert_eq!(m.refusals, None);
+        assert!(r.iter().find(|r| r.pid == 12).unwrap().other_namespace);
+        assert!(!r.iter().find(|r| r.pid == 11).unwrap().alive);
+    }
+
+    #[test]
+    fn a_lone_process_with_nothing_used_still_shows() {
+        let mut l = lone(5, 0, None);
+        l.view.gpus[0].peak = 0;
+        l.view.gpus[0].refusals = 0;
+        let r = rows(&[], &[l], 0, &Gpus::default());
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            (r[0].gpu, r[0].cap, r[0].free, r[0].use_percent),
+            (None, None, None, None)
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! Where the rows come from: this user's pool directory (root: every user's), its
+//! pool files (each opened once and kept while it stays the same file: a pool file's
+//! mapping is never unmapped, so a refreshing `top` must not open it again each time)
+//! and its lone processes' files (a dead one's removed by `read_lone_dir`).
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use gpucap_pool_file::PoolFile;
+
+use super::{LoneReading, PoolReading, user_name};
+
+/// What one reading found: the pools, the lone processes, the files that could not be
+/// read (each with why).
+pub type Found = (Vec<PoolReading>, Vec<LoneReading>, Vec<String>);
+
+/// The directories read, and the pool files kept open.
+pub struct Sources {
+    pool_dir: Option<PathBuf>,
+    every_user: bool,
+    /// Pool files named by path, read beside the directories'.
+    extra: Vec<PathBuf>,
+    open: HashMap<PathBuf, ((u64, u64), PoolFile)>,
+}
+
+impl Sources {
+    /// This user's directory in `pool_dir` (`GPUCAP_POOL_DIR`, else the default); with
+    /// `every_user`, every user's (what root reads).
+    pub fn new(pool_dir: Option<PathBuf>, every_user: bool) -> Sources {
+        Sources {
+            pool_dir,
+            every_user,
+            extra: Vec::new(),
+            open: HashMap::new(),
+        }
+    }
+
+    /// Reads the pool file at `path` too (a pool named by its path, wherever it is).
+    pub fn with_pool_file(mut self, path: PathBuf) -> Sources {
+        self.extra.push(path);
+        self
+    }
+
+    /// The directories read now.
+    pub fn dirs(&self) -> Result<Vec<PathBuf>, String> {
+        if self.every_user {
+            return Ok(gpucap_pool_file::every_user_dir(self.pool_dir.as_deref()));
+        }
+        Ok(gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false)?
+            .into_iter()
+            .collect())
+    }
+
+    /// Every pool and lone process, read now; the files that could not be read, each
+    /// with why. Err: this user's directory cannot be used (a line to print).
+    pub fn read(&mut self) -> Result<Found, String> {
+        let mut pools = Vec::new();
+        let mut lone = Vec::new();
+        let mut errors = Vec::new();
+        let mut seen = Vec::new();
+        let extra: Vec<PathBuf> = self.extra.clone();
+        for path in extra {
+            if let Ok(p) = self.read_pool(&path) {
+                pools.push(p);
+            }
+            seen.push(path);
+        }
+        for dir in self.dirs()? {
+            for path in pool_files(&dir) {
+                if seen.contains(&path) {
+                    continue;
+                }
+                match self.read_pool(&path) {
+                    Ok(p) => pools.push(p),
+                    Err(e) => errors.push(e),
+                }
+                seen.push(path);
+            }
+            lone.extend(
+                gpucap_pool_file::read_lone_dir(&dir)
+                    .into_iter()
+                    .map(|r| LoneReading {
+                        path: r.path.to_string_lossy().into_owned(),
+                        user: user_name(r.owner),
+                        view: r.view,
+                    }),
+            );
+        }
+        self.open.retain(|path, (_, file)| {
+            let keep = seen.contains(path);
+            if !keep {
+                file.locks.forget_in_child(); // closes its descriptor
+            }
+            keep
+        });
+        Ok((pools, lone, errors))
+    }
+
+    fn read_pool(&mut self, path: &Path) -> Result<PoolReading, String> {
+        let meta =
+            std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let id = (meta.dev(), meta.ino());
+        if self.open.get(path).is_none_or(|(i, _)| *i != id) {
+            let file = gpucap_pool_file::open_reader(path)?;
+            if let Some((_, old)) = self.open.insert(path.to_path_buf(), (id, file)) {
+                old.locks.forget_in_child();
+            }
+        }
+        let (_, file) = &self.open[path];
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".pool"))
+            .unwrap_or_default()
+            .to_string();
+        Ok(PoolReading {
+            name,
+            path: path.to_string_lossy().into_owned(),
+            uid: meta.uid(),
+            user: user_name(meta.uid()),
+            view: file.pool.view(&file.locks),
+        })
+    }
+}
+
+/// The pool files of `dir` (`NAME.pool`, regular files; one being made is `.NAME….new`),
+/// sorted.
+fn pool_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| !n.starts_with('.') && n.len() > 5 && n.ends_with(".pool"))
+        })
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files
+}

@@ -1,0 +1,145 @@
+//! One frame of `gpucap top`: a title line, the process table fitted to the window's
+//! width with a used/cap bar (`layout`), as many rows as its height allows (then a
+//! line saying how many more), and a line per pool and GPU when there is room.
+
+use crate::layout;
+use crate::procs::{Row, Snapshot};
+use crate::status::table;
+
+use super::select::SortKey;
+
+/// What a frame says besides the rows.
+pub struct Frame<'a> {
+    pub snapshot: &'a Snapshot,
+    /// The rows to show, in order (filtered and sorted).
+    pub rows: &'a [&'a Row],
+    pub sort: SortKey,
+    pub uuid: bool,
+    /// "every 1s", or nothing (`--once`).
+    pub every: Option<String>,
+    pub now: String,
+}
+
+/// The frame's lines, none wider than `width`; at most `height - 1` of them when a
+/// height is given (a terminal: the last line is left empty, so nothing scrolls).
+pub fn lines(f: &Frame, width: usize, height: Option<usize>) -> Vec<String> {
+    let s = f.snapshot;
+    let mut title = format!(
+        "gpucap top  {} UTC  {} process{}, {} pool{}  sort: {}",
+        f.now,
+        f.rows.len(),
+        if f.rows.len() == 1 { "" } else { "es" },
+        s.pools.len(),
+        if s.pools.len() == 1 { "" } else { "s" },
+        f.sort.name()
+    );
+    if let Some(e) = &f.every {
+        title.push_str(&format!("  {e}"));
+    }
+    let mut out = vec![layout::cut(&title, width)];
+    let layout = layout::fit(&table::columns(f.uuid, true), width);
+    out.push(layout.header());
+    let rows = table::rows(&layout, f.rows);
+    let pools = table::pool_lines(s, width);
+    let Some(height) = height else {
+        out.extend(rows);
+        if !pools.is_empty() {
+            out.push(String::new());
+            out.extend(pools);
+        }
+        return out;
+    };
+    // Lines left under the title and the header, the last one of the window unused.
+    let room = height.saturating_sub(3);
+    let pool_room = if pools.is_empty() {
+        0
+    } else {
+        (pools.len() + 1).min(room / 3)
+    };
+    let row_room = room - pool_room;
+    if rows.len() <= row_room {
+        out.extend(rows.iter().cloned());
+    } else if row_room > 0 {
+        let shown = row_room - 1;
+        out.extend(rows.iter().take(shown).cloned());
+        out.push(layout::cut(
+            &format!(
+                "… {} more (--sort, --pool, --user choose which; a taller window shows more)",
+                rows.len() - shown
+            ),
+            width,
+        ));
+    }
+    if pool_room > 1 {
+        out.push(String::new());
+        out.extend(pools.into_iter().take(pool_room - 1));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procs::tests::{lone, pool};
+    use crate::procs::{Gpus, rows};
+
+    fn snapshot(extra_lone: u32) -> Snapshot {
+        let pools = vec![pool()];
+        let lone: Vec<_> = (0..=extra_lone)
+            .map(|i| lone(100 + i, (i as u64 + 1) << 20, Some(1 << 30)))
+            .collect();
+        Snapshot {
+            processes: rows(&pools, &lone, 7, &Gpus::from_uuids(vec![[0x11; 16]])),
+            pools,
+            lone,
+            errors: vec![],
+            gpus: Gpus::from_uuids(vec![[0x11; 16]]),
+        }
+    }
+
+    fn frame_of(s: &Snapshot, width: usize, height: Option<usize>) -> Vec<String> {
+        let sel: Vec<&Row> = s.processes.iter().collect();
+        lines(
+            &Frame {
+                snapshot: s,
+                rows: &sel,
+                sort: SortKey::Used,
+                uuid: false,
+                every: Some("every 1s".into()),
+                now: "2026-11-28 01:00:00".into(),
+            },
+            width,
+            height,
+        )
+    }
+
+    #[test]
+    fn a_frame_fits_its_window() {
+        let s = snapshot(60);
+        for (w, h) in [(40, 10), (80, 24), (120, 30), (200, 50), (250, 12)] {
+            let l = frame_of(&s, w, Some(h));
+            assert!(l.len() < h, "{w}x{h}: {} lines", l.len());
+            for line in &l {
+                assert!(line.chars().count() <= w, "{w}x{h}: {line:?}");
+            }
+            assert!(l[1].contains("COMMAND"), "{w}x{h}: {:?}", l[1]);
+            assert!(
+                l.iter().any(|x| x.starts_with("… ") && x.contains(" more")),
+                "{w}x{h}: {l:#?}"
+            );
+        }
+        // Bars at 80 columns.
+        let l = frame_of(&s, 80, Some(24));
+        assert!(l[1].contains("USED/CAP"), "{}", l[1]);
+        assert!(l.iter().skip(2).any(|x| x.contains("[|")), "{l:#?}");
+    }
+
+    #[test]
+    fn all_rows_without_a_height() {
+        let s = snapshot(30);
+        let l = frame_of(&s, 80, None);
+        // The title, the header, 34 rows, a blank line, the pool's line.
+        assert_eq!(l.len(), 2 + 34 + 2, "{l:#?}");
+        assert!(l.iter().any(|x| x.starts_with("pool train")), "{l:#?}");
+    }
+}

@@ -1,0 +1,163 @@
+//! Which rows `gpucap top` shows and in which order: `--pool`, `--user`, `--sort`.
+
+use crate::procs::Row;
+
+/// What `--sort` accepts.
+pub const SORT_ACCEPTED: &str =
+    "used, peak, cap, free, use (used/cap), refused, pid, gpu, pool, user or command";
+
+/// `--sort KEY`: the largest first for figures, A to Z (0 up) for the others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    #[default]
+    Used,
+    Peak,
+    Cap,
+    Free,
+    Use,
+    Refused,
+    Pid,
+    Gpu,
+    Pool,
+    User,
+    Command,
+}
+
+impl SortKey {
+    pub fn parse(value: &str) -> Result<SortKey, String> {
+        Ok(match value.trim().to_ascii_lowercase().as_str() {
+            "used" => SortKey::Used,
+            "peak" => SortKey::Peak,
+            "cap" => SortKey::Cap,
+            "free" => SortKey::Free,
+            "use" | "use%" => SortKey::Use,
+            "refused" | "refusals" => SortKey::Refused,
+            "pid" => SortKey::Pid,
+            "gpu" => SortKey::Gpu,
+            "pool" => SortKey::Pool,
+            "user" => SortKey::User,
+            "command" => SortKey::Command,
+            _ => return Err(format!("invalid --sort {value:?}: {SORT_ACCEPTED}")),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Used => "used",
+            SortKey::Peak => "peak",
+            SortKey::Cap => "cap",
+            SortKey::Free => "free",
+            SortKey::Use => "use",
+            SortKey::Refused => "refused",
+            SortKey::Pid => "pid",
+            SortKey::Gpu => "gpu",
+            SortKey::Pool => "pool",
+            SortKey::User => "user",
+            SortKey::Command => "command",
+        }
+    }
+}
+
+/// Which rows: a pool's members only (`pool`), a user's processes only (`user`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub pool: Option<String>,
+    pub user: Option<String>,
+}
+
+/// The rows `filter` keeps, ordered by `key` (then by pid and GPU, which is stable).
+pub fn select<'a>(rows: &'a [Row], filter: &Filter, key: SortKey) -> Vec<&'a Row> {
+    let mut v: Vec<&Row> = rows
+        .iter()
+        .filter(|r| {
+            filter
+                .pool
+                .as_ref()
+                .is_none_or(|p| r.pool.as_ref() == Some(p))
+        })
+        .filter(|r| {
+            filter
+                .user
+                .as_ref()
+                .is_none_or(|u| &r.user == u || r.uid.to_string() == *u)
+        })
+        .collect();
+    let big = |f: fn(&Row) -> u64| move |a: &&Row, b: &&Row| f(b).cmp(&f(a));
+    v.sort_by(|a, b| {
+        let first = match key {
+            SortKey::Used => big(|r| r.used)(a, b),
+            SortKey::Peak => big(|r| r.peak)(a, b),
+            SortKey::Cap => big(|r| r.cap.unwrap_or(u64::MAX))(a, b),
+            SortKey::Free => big(|r| r.free.unwrap_or(u64::MAX))(a, b),
+            SortKey::Use => b
+                .use_percent
+                .unwrap_or(-1.0)
+                .total_cmp(&a.use_percent.unwrap_or(-1.0)),
+            SortKey::Refused => big(|r| r.refusals.unwrap_or(0))(a, b),
+            SortKey::Pid => a.pid.cmp(&b.pid),
+            SortKey::Gpu => a.gpu.cmp(&b.gpu),
+            SortKey::Pool => (a.pool.is_none(), &a.pool).cmp(&(b.pool.is_none(), &b.pool)),
+            SortKey::User => a.user.cmp(&b.user),
+            SortKey::Command => a.command.cmp(&b.command),
+        };
+        first.then(a.pid.cmp(&b.pid)).then(a.gpu.cmp(&b.gpu))
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procs::tests::{lone, pool};
+    use crate::procs::{Gpus, rows};
+
+    fn all() -> Vec<Row> {
+        rows(
+            &[pool()],
+            &[lone(99, 5 << 20, Some(1 << 30))],
+            7,
+            &Gpus::default(),
+        )
+    }
+
+    #[test]
+    fn sorted_and_filtered() {
+        let r = all();
+        let pids = |v: Vec<&Row>| v.iter().map(|r| r.pid).collect::<Vec<_>>();
+        assert_eq!(
+            pids(select(&r, &Filter::default(), SortKey::Used)),
+            [12, 11, 10, 99]
+        );
+        assert_eq!(
+            pids(select(&r, &Filter::default(), SortKey::Pid)),
+            [10, 11, 12, 99]
+        );
+        assert_eq!(
+            pids(select(&r, &Filter::default(), SortKey::Refused))[0],
+            99
+        );
+        let train = Filter {
+            pool: Some("train".into()),
+            user: None,
+        };
+        assert_eq!(pids(select(&r, &train, SortKey::Pid)), [10, 11, 12]);
+        let bob = Filter {
+            pool: None,
+            user: Some("bob".into()),
+        };
+        assert!(select(&r, &bob, SortKey::Used).is_empty());
+        let alice = Filter {
+            pool: None,
+            user: Some("1000".into()),
+        };
+        assert_eq!(select(&r, &alice, SortKey::Used).len(), 4);
+    }
+
+    #[test]
+    fn keys_parse_or_say_what_is_accepted() {
+        assert_eq!(SortKey::parse("PEAK"), Ok(SortKey::Peak));
+        assert_eq!(SortKey::parse("use%"), Ok(SortKey::Use));
+        let e = SortKey::parse("size").unwrap_err();
+        assert!(e.contains("\"size\"") && e.contains(SORT_ACCEPTED), "{e}");
+    }
+}

@@ -1,0 +1,265 @@
+//! A process capped on its own (no `GPUCAP_POOL`) shows itself to `gpucap status`,
+//! `top` and `metrics` through a small file of its own, `PID-PIDNS.lone`, in the
+//! directory its pools would use (`gpucap-UID`). The file is:
+//!
+//! - first [`DEVICES_BYTES`] (64 KiB): the ledger's per-device figures themselves
+//!   ([`Devices`](crate::ledger::Devices)). The shim maps the file over them, so an
+//!   allocation writes the very words it always wrote: nothing is added to its path.
+//!   [`usage_in`](crate::ledger::usage_in) reads them.
+//! - then one page, the header: who the process is and which GPUs it sees
+//!   ([`LoneInfo`]), its magic word written last.
+//!
+//! The process holds an open-file-description lock on the file for its life (the
+//! kernel drops it when the process dies or execs): a file nobody holds is a dead
+//! process's, ignored and removed by the next reader that can (`gpucap-pool-file`).
+//! Pure: words in, words out.
+
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+use serde::Serialize;
+
+use crate::config::{MAX_DEVICES, format_uuid};
+pub use crate::ledger::DEVICES_BYTES;
+use crate::ledger::{NO_CAP, usage_in};
+
+/// The header's words (one 4 KiB page).
+pub const HEADER_WORDS: usize = 512;
+/// The whole file.
+pub const LONE_FILE_BYTES: usize = DEVICES_BYTES + HEADER_WORDS * 8;
+/// The file's words.
+pub const LONE_WORDS: usize = LONE_FILE_BYTES / 8;
+/// The first header word once the header is whole: "GPUCAPL1".
+pub const LONE_MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPL1");
+/// The name's ending.
+pub const LONE_SUFFIX: &str = ".lone";
+
+const H: usize = DEVICES_BYTES / 8;
+const H_MAGIC: usize = H;
+const H_PID: usize = H + 1;
+const H_PIDNS: usize = H + 2;
+const H_START: usize = H + 3;
+const H_UID: usize = H + 4;
+const H_GPUS: usize = H + 5;
+const H_FLAGS: usize = H + 6;
+const H_UUIDS: usize = H + 8;
+const H_COMMAND: usize = H_UUIDS + 2 * MAX_DEVICES;
+const COMMAND_WORDS: usize = crate::budget::COMMAND_BYTES / 8;
+const _: () = assert!(H_COMMAND + COMMAND_WORDS <= H + HEADER_WORDS);
+
+/// `flags`: the process runs in growth-only mode (`GPUCAP_GROWTH`).
+const FLAG_GROWTH: u64 = 1;
+
+/// The file name of process `pid` of PID namespace `pid_namespace` (its inode).
+pub fn file_name(pid: u32, pid_namespace: u64) -> String {
+    format!("{pid}-{pid_namespace}{LONE_SUFFIX}")
+}
+
+/// Who a lone process is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoneInfo {
+    pub pid: u32,
+    pub pid_namespace: u64,
+    /// When it registered, ms since the Unix epoch.
+    pub start_ms: u64,
+    pub uid: u32,
+    pub growth: bool,
+    /// As a pool member stores it ([`member_command`](crate::budget::member_command)).
+    pub command: String,
+    /// The UUID of each GPU it sees, by CUDA ordinal.
+    pub uuids: Vec<[u8; 16]>,
+}
+
+/// Writes the header into `words` (the whole file), the magic word last.
+pub fn write_header(words: &[AtomicU64], info: &LoneInfo) {
+    if words.len() < LONE_WORDS {
+        return;
+    }
+    words[H_PID].store(u64::from(info.pid), Relaxed);
+    words[H_PIDNS].store(info.pid_namespace, Relaxed);
+    words[H_START].store(info.start_ms, Relaxed);
+    words[H_UID].store(u64::from(info.uid), Relaxed);
+    let gpus = info.uuids.len().min(MAX_DEVICES);
+    words[H_GPUS].store(gpus as u64, Relaxed);
+    words[H_FLAGS].store(if info.growth { FLAG_GROWTH } else { 0 }, Relaxed);
+    for (g, u) in info.uuids.iter().take(gpus).enumerate() {
+        let (a, b) = u.split_at(8);
+        words[H_UUIDS + 2 * g].store(
+            u64::from_le_bytes(a.try_into().unwrap_or_default()),
+            Relaxed,
+        );
+        words[H_UUIDS + 2 * g + 1].store(
+            u64::from_le_bytes(b.try_into().unwrap_or_default()),
+            Relaxed,
+        );
+    }
+    let mut bytes = [0u8; COMMAND_WORDS * 8];
+    let c = info.command.as_bytes();
+    let n = c.len().min(bytes.len() - 1);
+    bytes[..n].copy_from_slice(&c[..n]);
+    for (i, w) in bytes.chunks(8).enumerate() {
+        words[H_COMMAND + i].store(
+            u64::from_le_bytes(w.try_into().unwrap_or_default()),
+            Relaxed,
+        );
+    }
+    words[H_MAGIC].store(LONE_MAGIC, Release);
+}
+
+/// One GPU of a lone process, as read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoneGpuView {
+    /// The CUDA ordinal in the process (after its `CUDA_VISIBLE_DEVICES`).
+    pub ordinal: usize,
+    /// The GPU's UUID, `GPU-…`.
+    pub uuid: String,
+    #[serde(skip)]
+    pub raw_uuid: [u8; 16],
+    /// The cap in bytes; None: no cap.
+    pub cap: Option<u64>,
+    pub used: u64,
+    pub peak: u64,
+    pub refusals: u64,
+    pub largest_refused: u64,
+    pub allocs: u64,
+}
+
+/// A lone process, as read from its file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoneView {
+    pub pid: u32,
+    pub pid_namespace: u64,
+    pub start_ms: u64,
+    pub uid: u32,
+    pub growth: bool,
+    pub command: String,
+    pub gpus: Vec<LoneGpuView>,
+}
+
+/// Why a file is not a lone process's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoneError {
+    /// Not this many words.
+    Size(usize),
+    /// The header is not whole yet (or not a lone file at all).
+    Magic,
+}
+
+impl std::fmt::Display for LoneError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoneError::Size(n) => write!(
+                f,
+                "{} bytes, not the {LONE_FILE_BYTES} of a lone process's file",
+                n * 8
+            ),
+            LoneError::Magic => write!(f, "not a lone process's file (no header)"),
+        }
+    }
+}
+
+/// Reads a lone process's file (`words`: the whole file), without changing it.
+pub fn read(words: &[AtomicU64]) -> Result<LoneView, LoneError> {
+    if words.len() != LONE_WORDS {
+        return Err(LoneError::Size(words.len()));
+    }
+    if words[H_MAGIC].load(Acquire) != LONE_MAGIC {
+        return Err(LoneError::Magic);
+    }
+    let w = |i: usize| words[i].load(Relaxed);
+    let mut bytes = Vec::with_capacity(COMMAND_WORDS * 8);
+    for i in 0..COMMAND_WORDS {
+        bytes.extend_from_slice(&w(H_COMMAND + i).to_le_bytes());
+    }
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let command = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    let gpus = (0..(w(H_GPUS) as usize).min(MAX_DEVICES))
+        .filter_map(|g| {
+            let u = usage_in(words, g)?;
+            let mut raw = [0u8; 16];
+            raw[..8].copy_from_slice(&w(H_UUIDS + 2 * g).to_le_bytes());
+            raw[8..].copy_from_slice(&w(H_UUIDS + 2 * g + 1).to_le_bytes());
+            Some(LoneGpuView {
+                ordinal: g,
+                uuid: format_uuid(false, &raw),
+                raw_uuid: raw,
+                cap: (u.cap != NO_CAP).then_some(u.cap),
+                used: u.used,
+                peak: u.peak,
+                refusals: u.refusals,
+                largest_refused: u.largest_refused,
+                allocs: u.allocs,
+            })
+        })
+        .collect();
+    Ok(LoneView {
+        pid: w(H_PID) as u32,
+        pid_namespace: w(H_PIDNS),
+        start_ms: w(H_START),
+        uid: w(H_UID) as u32,
+        growth: w(H_FLAGS) & FLAG_GROWTH != 0,
+        command,
+        gpus,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words() -> Vec<AtomicU64> {
+        (0..LONE_WORDS).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    fn info() -> LoneInfo {
+        LoneInfo {
+            pid: 42,
+            pid_namespace: 7,
+            start_ms: 1_700_000_000_123,
+            uid: 1000,
+            growth: true,
+            command: "python train.py --epochs 3".into(),
+            uuids: vec![[0x11; 16], [0x22; 16]],
+        }
+    }
+
+    #[test]
+    fn a_header_is_read_back() {
+        let w = words();
+        assert_eq!(read(&w), Err(LoneError::Magic), "no header yet");
+        write_header(&w, &info());
+        let v = read(&w).unwrap();
+        assert_eq!((v.pid, v.pid_namespace, v.uid), (42, 7, 1000));
+        assert_eq!(v.start_ms, 1_700_000_000_123);
+        assert!(v.growth);
+        assert_eq!(v.command, "python train.py --epochs 3");
+        assert_eq!(v.gpus.len(), 2);
+        assert_eq!(v.gpus[1].uuid, "GPU-22222222-2222-2222-2222-222222222222");
+        assert_eq!(v.gpus[1].ordinal, 1);
+        // Figures all zero: the cap word 0 is a cap of 0 bytes, not "none".
+        assert_eq!(v.gpus[0].cap, Some(0));
+        assert_eq!(read(&w[1..]), Err(LoneError::Size(LONE_WORDS - 1)));
+    }
+
+    #[test]
+    fn the_figures_are_the_ledgers_words() {
+        let w = words();
+        write_header(&w, &info());
+        // Device 1's cap and used, at the offsets the ledger's layout gives.
+        let per = crate::ledger::DEVICE_WORDS;
+        w[per].store(NO_CAP, Relaxed);
+        w[per + 1].store(5 << 20, Relaxed);
+        w[per + 2].store(6 << 20, Relaxed);
+        let v = read(&w).unwrap();
+        assert_eq!(v.gpus[1].cap, None);
+        assert_eq!((v.gpus[1].used, v.gpus[1].peak), (5 << 20, 6 << 20));
+    }
+
+    #[test]
+    fn a_long_command_keeps_its_last_nul() {
+        let w = words();
+        let mut i = info();
+        i.command = "x".repeat(200);
+        write_header(&w, &i);
+        assert_eq!(read(&w).unwrap().command.len(), COMMAND_WORDS * 8 - 1);
+    }
+}
