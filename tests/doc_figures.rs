@@ -28,7 +28,12 @@ fn pool_file(members: usize) -> (u64, u64) {
     let o = run(s.gpucap(&["status", "--pool", "figures", "--json"]));
     assert_ok(&o);
     let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    (bytes, json["version"].as_u64().expect("status --json has a version"))
+    (
+        bytes,
+        json["version"]
+            .as_u64()
+            .expect("status --json has a version"),
+    )
 }
 
 /// The documents that describe the pool file.
@@ -78,7 +83,10 @@ fn kib_figures(path: &Path, text: &str) -> Vec<(String, f64, String)> {
 
 #[test]
 fn the_documents_pool_file_figures_are_the_files_on_disk() {
-    let sizes: Vec<(usize, u64)> = [256, 1000, 4096].iter().map(|&m| (m, pool_file(m).0)).collect();
+    let sizes: Vec<(usize, u64)> = [256, 1000, 4096]
+        .iter()
+        .map(|&m| (m, pool_file(m).0))
+        .collect();
     let (default_bytes, version) = pool_file(256);
     assert_eq!(default_bytes, sizes[0].1);
     let kib = |b: u64| (b as f64 / 1024.0).round();
@@ -101,14 +109,20 @@ fn the_documents_pool_file_figures_are_the_files_on_disk() {
         // The truncated-file message's figure: "a version N pool file of its members is B".
         for (n, line) in text.lines().enumerate() {
             if let Some(i) = line.find("pool file of its members is ") {
-                let b: String = line[i + 28..].chars().take_while(char::is_ascii_digit).collect();
+                let b: String = line[i + 28..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
                 seen += 1;
                 if b.parse::<u64>() != Ok(default_bytes) {
                     wrong.push(format!("{}:{}: {b} bytes", doc.display(), n + 1));
                 }
             }
             if let Some(i) = line.find("the file's layout version (") {
-                let v: String = line[i + 27..].chars().take_while(char::is_ascii_digit).collect();
+                let v: String = line[i + 27..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
                 seen += 1;
                 if v.parse::<u64>() != Ok(version) {
                     wrong.push(format!("{}:{}: layout version {v}", doc.display(), n + 1));
@@ -116,12 +130,19 @@ fn the_documents_pool_file_figures_are_the_files_on_disk() {
             }
         }
     }
-    assert!(seen >= 8, "found only {seen} figures: the scan lost its documents");
+    assert!(
+        seen >= 8,
+        "found only {seen} figures: the scan lost its documents"
+    );
     assert!(
         wrong.is_empty(),
         "figures that are not the pool file's (on disk: {} for 256, 1,000, 4,096 members; \
          {per_member:.2} KiB per member; layout version {version}):\n{}",
-        sizes.iter().map(|&(m, b)| format!("{m}: {b} B = {} KiB", kib(b))).collect::<Vec<_>>().join(", "),
+        sizes
+            .iter()
+            .map(|&(m, b)| format!("{m}: {b} B = {} KiB", kib(b)))
+            .collect::<Vec<_>>()
+            .join(", "),
         wrong.join("\n")
     );
 }
@@ -133,7 +154,13 @@ fn the_figure_scan_reads_kib_figures_of_lines_about_the_file() {
     let got = kib_figures(&root().join("x.md"), text);
     let figures: Vec<f64> = got.iter().map(|g| g.1).collect();
     assert_eq!(figures, vec![613.0]);
-    let got = kib_figures(&root().join("x.md"), "the pool file is about 3.1 KiB per member: 3,133 KiB for 1,000");
-    let figures: Vec<(f64, bool)> = got.iter().map(|g| (g.1, g.2.starts_with(" per member"))).collect();
+    let got = kib_figures(
+        &root().join("x.md"),
+        "the pool file is about 3.1 KiB per member: 3,133 KiB for 1,000",
+    );
+    let figures: Vec<(f64, bool)> = got
+        .iter()
+        .map(|g| (g.1, g.2.starts_with(" per member")))
+        .collect();
     assert_eq!(figures, vec![(3.1, true), (3133.0, false)]);
 }

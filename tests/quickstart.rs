@@ -34,7 +34,10 @@ fn sh_blocks(markdown: &str) -> Vec<String> {
 fn the_quick_start_runs_as_written() {
     let page = std::fs::read_to_string(root().join("docs/src/quickstart.md")).unwrap();
     let blocks = sh_blocks(&page);
-    assert!(blocks.len() >= 6, "the quick start lost its commands: {blocks:?}");
+    assert!(
+        blocks.len() >= 6,
+        "the quick start lost its commands: {blocks:?}"
+    );
     let wait_for_holder = "until gpucap status --pool demo --json 2>/dev/null | \
         grep -q '\"used\":536870912'; do sleep 0.1; done";
     let script: String = blocks
@@ -51,7 +54,14 @@ fn the_quick_start_runs_as_written() {
         .arg("-c")
         .arg(&script)
         .current_dir(root())
-        .env("PATH", format!("{}:{}", profile_dir().display(), std::env::var("PATH").unwrap()))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                profile_dir().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
         .env_remove("LD_LIBRARY_PATH")
         .env_remove("LD_PRELOAD")
         .env("GPUCAP_POOL_DIR", &dir));
@@ -65,6 +75,9 @@ fn the_quick_start_runs_as_written() {
         "alloc 512 err CUDA_ERROR_OUT_OF_MEMORY",
         "cudarc-client 512 sleep:10",
     ] {
-        assert!(out.contains(expected), "the quick start did not print {expected:?}:\n{out}");
+        assert!(
+            out.contains(expected),
+            "the quick start did not print {expected:?}:\n{out}"
+        );
     }
 }

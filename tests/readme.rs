@@ -305,9 +305,14 @@ fn copy_book(copy: &Path, repo_links: bool) -> PathBuf {
     let toml = std::fs::read_to_string(root().join("docs/book.toml")).unwrap();
     let script = root().join("scripts/book-repo-links.py");
     let toml = if repo_links {
-        toml.replace("../scripts/book-repo-links.py", &script.display().to_string())
+        toml.replace(
+            "../scripts/book-repo-links.py",
+            &script.display().to_string(),
+        )
     } else {
-        let cut = toml.find("[preprocessor.repo-links]").expect("book.toml names the preprocessor");
+        let cut = toml
+            .find("[preprocessor.repo-links]")
+            .expect("book.toml names the preprocessor");
         toml[..cut].to_string()
     };
     std::fs::write(copy.join("book.toml"), toml).unwrap();
@@ -409,14 +414,19 @@ fn the_built_books_links_all_resolve() {
     let o = build_book(&mdbook, &copy_book(&dir.join("book"), true), &out);
     assert!(o.status.success(), "mdbook build failed\n{}", dump(&o));
     let dead = dead_html_links(&out);
-    assert!(dead.is_empty(), "dead links in the built book:\n{}", dead.join("\n"));
+    assert!(
+        dead.is_empty(),
+        "dead links in the built book:\n{}",
+        dead.join("\n")
+    );
 
     let bare = dir.join("bare-html");
     let o = build_book(&mdbook, &copy_book(&dir.join("bare"), false), &bare);
     assert!(o.status.success(), "mdbook build failed\n{}", dump(&o));
     let dead = dead_html_links(&bare);
     assert!(
-        dead.iter().any(|d| d.starts_with("introduction.html: ../../README.html")),
+        dead.iter()
+            .any(|d| d.starts_with("introduction.html: ../../README.html")),
         "the check found no dead link in a book built without the preprocessor: {dead:?}"
     );
 }
@@ -434,5 +444,8 @@ fn the_kubernetes_examples_readme_names_every_manifest() {
             missing.push(name);
         }
     }
-    assert!(missing.is_empty(), "scripts/k8s/README.md does not name {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "scripts/k8s/README.md does not name {missing:?}"
+    );
 }

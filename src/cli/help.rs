@@ -428,7 +428,9 @@ mod tests {
             assert!(u.starts_with(first), "{topic:?}: {u}");
             assert!(u.lines().count() <= 4 && !u.contains("\n\n"), "{u}");
             // Only this command's usage.
-            for other in ["run", "check", "status", "top", "metrics", "jupyter", "cdi", "pool"] {
+            for other in [
+                "run", "check", "status", "top", "metrics", "jupyter", "cdi", "pool",
+            ] {
                 if !first.contains(other) {
                     assert!(!u.contains(&format!("gpucap {other} ")), "{topic:?}: {u}");
                 }

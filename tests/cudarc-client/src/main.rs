@@ -73,7 +73,9 @@ fn main() -> ExitCode {
     let steps: Vec<String> = std::env::args().skip(1).collect();
     for s in &steps {
         if s != "free" && s != "info" && s.parse::<usize>().is_err() && sleep_secs(s).is_none() {
-            eprintln!("cudarc-client: bad step {s:?}; expected <MiB>, `free`, `info` or `sleep:<seconds>`");
+            eprintln!(
+                "cudarc-client: bad step {s:?}; expected <MiB>, `free`, `info` or `sleep:<seconds>`"
+            );
             return ExitCode::from(2);
         }
     }
@@ -113,7 +115,9 @@ fn run(ctx: &Arc<CudaContext>, steps: &[String]) -> Result<bool, DriverError> {
         match step.as_str() {
             "info" => info(ctx)?,
             s if sleep_secs(s).is_some() => {
-                std::thread::sleep(std::time::Duration::from_secs_f64(sleep_secs(s).expect("checked")));
+                std::thread::sleep(std::time::Duration::from_secs_f64(
+                    sleep_secs(s).expect("checked"),
+                ));
                 println!("sleep done");
             }
             "free" => match held.pop() {
