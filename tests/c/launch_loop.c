@@ -1,8 +1,9 @@
 /*
- * launch_loop <n>: a library's kernel (a CUkernel, as CUDA 13's runtime launches them)
- * used n times in each of two contexts: n cuLaunchKernel and n cuKernelGetFunction in
- * the first, then the second made current and n launches there, then the first again
- * and n launches. tests/escapes.rs counts the driver calls the shim adds (FAKECUDA_TRACE):
+ * launch_loop <n> [gl]: a library's kernel (a CUkernel, as CUDA 13's runtime launches
+ * them) used n times in each of two contexts: n cuLaunchKernel and n cuKernelGetFunction
+ * in the first, then the second made current and n launches there, then the first again
+ * and n launches. "gl": then a third context made and pushed by cuGLCtxCreate (the
+ * deprecated OpenGL-interop creator) and n launches there. tests/escapes.rs counts the driver calls the shim adds (FAKECUDA_TRACE):
  * what is asked once per context switch, not once per launch.
  */
 #include "fakecuda.h"
@@ -14,6 +15,7 @@ CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_optio
                            unsigned num_jit, void *lib_options, void **lib_values, unsigned num_lib);
 CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name);
 CUresult cuKernelGetFunction(CUfunction *func, CUkernel kernel);
+CUresult cuGLCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
 CUresult cuLaunchKernel(CUkernel f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shared, CUstream stream, void **params, void **extra);
 
@@ -22,8 +24,8 @@ static void launches(CUkernel k, long n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s <n>\n", argv[0]);
+    if (argc != 2 && !(argc == 3 && strcmp(argv[2], "gl") == 0)) {
+        fprintf(stderr, "usage: %s <n> [gl]\n", argv[0]);
         return 2;
     }
     long n = atol(argv[1]);
@@ -48,6 +50,11 @@ int main(int argc, char **argv) {
     launches(k, n);
     MUST(cuCtxSetCurrent(a));
     launches(k, n);
+    if (argc == 3) {
+        CUcontext g;
+        MUST(cuGLCtxCreate_v2(&g, 0, dev));
+        launches(k, n);
+    }
     printf("launch_loop: %ld launches in each of two contexts\n", n);
     return 0;
 }

@@ -3,12 +3,12 @@
 //! thread keeps the device it last asked the driver for; every call that can change
 //! what is current on a thread (`cuCtxSetCurrent`, `cuCtxPushCurrent`,
 //! `cuCtxPopCurrent`, `cuCtxCreate`, `cuCtxDestroy`, `cuCtxDetach`, the primary
-//! context's release and reset) goes through the hooks below or in `contexts.rs`, which
-//! forget it, before and after the driver's call, so the next allocation asks again.
-//! A context destroyed by another thread leaves this thread's device in place: the
-//! driver then refuses the allocation and its reservation is rolled back. Not seen: the
-//! deprecated graphics-interop creators (`cuGLCtxCreate`, `cuVDPAUCtxCreate`), which
-//! make and push a context gpucap neither charges nor follows (README, coverage table).
+//! context's release and reset, and the deprecated graphics-interop creators
+//! `cuGLCtxCreate` and `cuVDPAUCtxCreate`, which make and push a context gpucap does not
+//! charge) goes through the hooks below or in `contexts.rs`, which forget it, before and
+//! after the driver's call, so the next allocation asks again. A context destroyed by
+//! another thread leaves this thread's device in place: the driver then refuses the
+//! allocation and its reservation is rolled back.
 //!
 //! Each thread also keeps its current context once asked (`cuCtxGetCurrent`), forgotten
 //! by the same calls, with one GPU or several: a kernel handle's launch (one handle for
@@ -134,4 +134,28 @@ pub fn ctx_pop_current(
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's argument.
     moves_current(|| unsafe { real(pctx) })
+}
+
+/// `cuGLCtxCreate`: a context made and pushed, not charged (deprecated since CUDA 5.0).
+pub fn gl_ctx_create(
+    real: unsafe extern "C" fn(*mut Handle, u32, c_int) -> CuResult,
+    pctx: *mut Handle,
+    flags: u32,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    moves_current(|| unsafe { real(pctx, flags, dev) })
+}
+
+/// `cuVDPAUCtxCreate`: as `cuGLCtxCreate`.
+pub fn vdpau_ctx_create(
+    real: unsafe extern "C" fn(*mut Handle, u32, c_int, u32, *mut c_void) -> CuResult,
+    pctx: *mut Handle,
+    flags: u32,
+    dev: c_int,
+    vdp: u32,
+    get: *mut c_void,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    moves_current(|| unsafe { real(pctx, flags, dev, vdp, get) })
 }
