@@ -13,6 +13,8 @@
 #   BENCH_ONLY=pair: only the first rows (raw, gpucap alone, in a pool), of blocks of
 #                    BSIZE (default 4Ki); the JSON has those figures only
 #                    (tests/bench_instructions.rs checks the published ones with it)
+#   BENCH_ONLY=launch: only the kernel launch rows (raw, gpucap); the JSON has those
+#                    figures only (tests/bench_instructions.rs checks the book's)
 #
 # For each of raw driver, LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
 # is live) and the same in a pool (GPUCAP_POOL): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their
@@ -44,6 +46,21 @@ JSON=${BENCH_JSON:-$PWD/target/bench-instructions.json}
 . scripts/bench-lib.sh
 bench_prepare bench-instructions "$SHIM" valgrind
 
+# A kernel launch after its first (bench_alloc's "launch"): the lookup in the functions
+# seen, on every launch a program makes.
+launch_row() {
+    lraw1=$(instructions "" "$N" 0 MODE=launch); lraw2=$(instructions "" $((2 * N)) 0 MODE=launch)
+    lshim1=$(instructions "$SHIM" "$N" 0 MODE=launch); lshim2=$(instructions "$SHIM" $((2 * N)) 0 MODE=launch)
+    launch_raw=$(((lraw2 - lraw1) / N)); launch_shim=$(((lshim2 - lshim1) / N))
+    printf 'a kernel launch (after its first): raw %d, gpucap %d, added %d\n' "$launch_raw" "$launch_shim" \
+        $((launch_shim - launch_raw))
+}
+if [ "${BENCH_ONLY:-}" = launch ]; then
+    launch_row
+    printf '{"launches":%d,"launch_raw":%d,"launch_gpucap":%d,"launch_added":%d}\n' \
+        "$N" "$launch_raw" "$launch_shim" $((launch_shim - launch_raw)) >"$JSON"
+    exit 0
+fi
 raw1=$(instructions "" "$N" 0); raw2=$(instructions "" $((2 * N)) 0)
 shim1=$(instructions "$SHIM" "$N" 0); shim2=$(instructions "$SHIM" $((2 * N)) 0)
 pool1=$(instructions "$SHIM" "$N" 0 GPUCAP_POOL=bench GPUCAP_POOL_DIR="$tmp")
@@ -89,13 +106,7 @@ t2shim1=$(instructions "$SHIM" "$N" 0 THREADS=2)
 t2shim2=$(instructions "$SHIM" $((2 * N)) 0 THREADS=2)
 t2raw=$(((t2raw2 - t2raw1) / (2 * N))); t2shim=$(((t2shim2 - t2shim1) / (2 * N)))
 printf 'two threads: raw %d, gpucap %d, added %d\n' "$t2raw" "$t2shim" $((t2shim - t2raw))
-# A kernel launch after its first (bench_alloc's "launch"): the lookup in the functions
-# seen, on every launch a program makes.
-lraw1=$(instructions "" "$N" 0 MODE=launch); lraw2=$(instructions "" $((2 * N)) 0 MODE=launch)
-lshim1=$(instructions "$SHIM" "$N" 0 MODE=launch); lshim2=$(instructions "$SHIM" $((2 * N)) 0 MODE=launch)
-launch_raw=$(((lraw2 - lraw1) / N)); launch_shim=$(((lshim2 - lshim1) / N))
-printf 'a kernel launch (after its first): raw %d, gpucap %d, added %d\n' "$launch_raw" "$launch_shim" \
-    $((launch_shim - launch_raw))
+launch_row
 # bytes SIZE: 4Ki, 1Mi, 2Gi or a plain number, in bytes.
 bytes() {
     case $1 in

@@ -414,3 +414,60 @@ fn a_librarys_kernels_are_charged_in_every_context_they_are_loaded_into() {
         s[0]
     );
 }
+
+/// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
+/// (FAKECUDA_TRACE logs each call the fake driver gets).
+fn current_context_asks(n: u32) -> usize {
+    stderr(&launch_loop(&[&n.to_string()]))
+        .lines()
+        .filter(|l| l.starts_with("fakecuda: cuCtxGetCurrent("))
+        .count()
+}
+
+/// `launch_loop args` under the shim (a cap of 1 GiB, debug log), the fake driver
+/// tracing its calls and loading 64 MiB of the library at its first use in a context.
+fn launch_loop(args: &[&str]) -> Output {
+    let prog = compile_c("launch_loop", "", &["-lcuda"]);
+    let stats = scratch("escapes-launch-loop").join("stats.json");
+    let mut c = fake_cmd(prog, &stats);
+    c.env("FAKECUDA_TRACE", "1")
+        .env("FAKECUDA_LIBRARY_MEM", "64Mi");
+    preload(&mut c)
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_LOG", "debug");
+    let o = run(c.args(args));
+    assert_ok(&o);
+    o
+}
+
+/// A launch of a kernel handle (`cuLibraryGetKernel`, what CUDA 13's runtime launches)
+/// after its first use in the current context makes no driver call of the shim's: the
+/// context is the one this thread's context hooks last saw, not asked of the driver
+/// (`cuCtxGetCurrent`) at each launch and each `cuKernelGetFunction`. Before, a PyTorch
+/// step made 532 more driver calls under gpucap than without it, one per launch. What
+/// the shim asks grows with the context switches (two here), not with the launches.
+#[test]
+fn a_kernel_handles_later_launches_do_not_ask_the_driver_for_the_context() {
+    let (few, many) = (current_context_asks(5), current_context_asks(105));
+    assert_eq!(
+        few,
+        many,
+        "100 more launches and lookups in each context asked the driver for the current context {} more times",
+        many.saturating_sub(few)
+    );
+}
+
+/// A context `cuGLCtxCreate` makes and pushes (deprecated OpenGL interop) is followed: a
+/// kernel handle used before in another context is measured at its first launch there,
+/// not taken for the context this thread's hooks saw before (its library loaded into
+/// each of the three contexts: three first uses measured).
+#[test]
+fn a_kernel_handle_is_measured_in_a_context_cu_gl_ctx_create_made() {
+    let o = launch_loop(&["3", "gl"]);
+    let err = stderr(&o);
+    let measured: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("cuLaunchKernel: its first use loaded 64 MiB of kernels"))
+        .collect();
+    assert_eq!(measured.len(), 3, "{}", tail(&err, 4000));
+}

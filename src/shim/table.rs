@@ -240,6 +240,14 @@ hook_table! {
     cuCtxPushCurrent_v2 = "cuCtxPushCurrent" @ 4000 : (ctx: Handle) => imp::ctx_push_current;
     cuCtxPopCurrent = "cuCtxPopCurrent" @ 2000 : (pctx: *mut Handle) => imp::ctx_pop_current;
     cuCtxPopCurrent_v2 = "cuCtxPopCurrent" @ 4000 : (pctx: *mut Handle) => imp::ctx_pop_current;
+    // The deprecated graphics-interop creators make and push a context: followed (what is
+    // current on the thread is asked again), not charged.
+    cuGLCtxCreate = "cuGLCtxCreate" @ 2000 : (pctx: *mut Handle, flags: u32, dev: c_int) => imp::gl_ctx_create;
+    cuGLCtxCreate_v2 = "cuGLCtxCreate" @ 3020 : (pctx: *mut Handle, flags: u32, dev: c_int) => imp::gl_ctx_create;
+    cuVDPAUCtxCreate = "cuVDPAUCtxCreate" @ 3010 :
+        (pctx: *mut Handle, flags: u32, dev: c_int, vdp: u32, get: *mut c_void) => imp::vdpau_ctx_create;
+    cuVDPAUCtxCreate_v2 = "cuVDPAUCtxCreate" @ 3020 :
+        (pctx: *mut Handle, flags: u32, dev: c_int, vdp: u32, get: *mut c_void) => imp::vdpau_ctx_create;
     // The CUDA 2.x/3.0 variants with 32-bit sizes and pointers, still exported and still
     // what cuGetProcAddress answers for versions before 3020.
     cuMemAlloc = "cuMemAlloc" @ 2000 : (dptr: *mut u32, size: u32) => imp::mem_alloc_v1;

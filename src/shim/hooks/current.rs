@@ -3,12 +3,19 @@
 //! thread keeps the device it last asked the driver for; every call that can change
 //! what is current on a thread (`cuCtxSetCurrent`, `cuCtxPushCurrent`,
 //! `cuCtxPopCurrent`, `cuCtxCreate`, `cuCtxDestroy`, `cuCtxDetach`, the primary
-//! context's release and reset) goes through the hooks below or in `contexts.rs`, which
-//! forget it, before and after the driver's call, so the next allocation asks again.
-//! A context destroyed by another thread leaves this thread's device in place: the
-//! driver then refuses the allocation and its reservation is rolled back. Not seen: the
-//! deprecated graphics-interop creators (`cuGLCtxCreate`, `cuVDPAUCtxCreate`), which
-//! make and push a context gpucap neither charges nor follows (README, coverage table).
+//! context's release and reset, and the deprecated graphics-interop creators
+//! `cuGLCtxCreate` and `cuVDPAUCtxCreate`, which make and push a context gpucap does not
+//! charge) goes through the hooks below or in `contexts.rs`, which forget it, before and
+//! after the driver's call, so the next allocation asks again. A context destroyed by
+//! another thread leaves this thread's device in place: the driver then refuses the
+//! allocation and its reservation is rolled back.
+//!
+//! Each thread also keeps its current context once asked (`cuCtxGetCurrent`), forgotten
+//! by the same calls, with one GPU or several: a kernel handle's launch (one handle for
+//! every context, `launches.rs`) is looked up by (kernel, context), and asking the driver
+//! at each launch made one driver call per launch. A context destroyed by another thread
+//! leaves its handle here, as the driver leaves it current on this thread: the driver
+//! refuses the launch.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -25,6 +32,8 @@ const UNKNOWN: c_int = -1;
 thread_local! {
     /// The device of this thread's current context, as the driver last said.
     static DEVICE: Cell<c_int> = const { Cell::new(UNKNOWN) };
+    /// This thread's current context, as the driver last said (null: not known).
+    static CONTEXT: Cell<Handle> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 /// Called by `cuInit` once the driver is up: how many GPUs this process sees.
@@ -73,6 +82,20 @@ fn thread_device() -> c_int {
     DEVICE.with(Cell::get)
 }
 
+/// The calling thread's current context: the one it last asked the driver for since
+/// its context last changed, else asked now (None: none is current, asked again next
+/// time). No lock, no allocation: a launch's path.
+#[inline]
+pub(super) fn current_context() -> Option<Handle> {
+    let known = CONTEXT.with(Cell::get);
+    if !known.is_null() {
+        return Some(known);
+    }
+    let ctx = queries::current_context()?;
+    CONTEXT.with(|c| c.set(ctx));
+    Some(ctx)
+}
+
 /// The device of the calling thread's current context, asked of the driver.
 pub(super) fn context_device() -> Option<c_int> {
     let get = calls::cuCtxGetDevice()?;
@@ -92,6 +115,7 @@ pub(super) fn moves_current(call: impl FnOnce() -> CuResult) -> CuResult {
 
 fn forget() {
     DEVICE.with(|d| d.set(UNKNOWN));
+    CONTEXT.with(|c| c.set(std::ptr::null_mut()));
 }
 
 pub fn ctx_set_current(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
@@ -110,4 +134,28 @@ pub fn ctx_pop_current(
 ) -> CuResult {
     // SAFETY (closure): forwarding the caller's argument.
     moves_current(|| unsafe { real(pctx) })
+}
+
+/// `cuGLCtxCreate`: a context made and pushed, not charged (deprecated since CUDA 5.0).
+pub fn gl_ctx_create(
+    real: unsafe extern "C" fn(*mut Handle, u32, c_int) -> CuResult,
+    pctx: *mut Handle,
+    flags: u32,
+    dev: c_int,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    moves_current(|| unsafe { real(pctx, flags, dev) })
+}
+
+/// `cuVDPAUCtxCreate`: as `cuGLCtxCreate`.
+pub fn vdpau_ctx_create(
+    real: unsafe extern "C" fn(*mut Handle, u32, c_int, u32, *mut c_void) -> CuResult,
+    pctx: *mut Handle,
+    flags: u32,
+    dev: c_int,
+    vdp: u32,
+    get: *mut c_void,
+) -> CuResult {
+    // SAFETY (closure): forwarding the caller's arguments.
+    moves_current(|| unsafe { real(pctx, flags, dev, vdp, get) })
 }

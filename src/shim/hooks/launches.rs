@@ -107,7 +107,7 @@ pub fn kernel_get_function(
     else {
         return call();
     };
-    let Some(ctx) = queries::current_context() else {
+    let Some(ctx) = current_context() else {
         return call();
     };
     let key = kernels::context_key(kernel as u64, ctx as u64, d);
@@ -145,9 +145,10 @@ fn first_on(f: Handle) -> Option<usize> {
 }
 
 /// `f` not seen as a function on device `d`: a kernel handle is looked up by its key in
-/// the current context; a function's first use is measured.
-#[cold]
-#[inline(never)]
+/// the thread's current context (the one its context hooks last saw, `current.rs`: no
+/// driver call, every launch of a kernel handle comes here); a function's first use is
+/// measured.
+#[inline(always)]
 fn not_seen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) -> CuResult {
     if !is_kernel(f) {
         return first_use(
@@ -159,7 +160,7 @@ fn not_seen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) 
             || queries::function_owner(f),
         );
     }
-    let Some(ctx) = queries::current_context() else {
+    let Some(ctx) = current_context() else {
         return call();
     };
     let key = kernels::context_key(f as u64, ctx as u64, d);
@@ -170,6 +171,7 @@ fn not_seen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) 
 }
 
 /// Whether `f` is a kernel handle (the driver names its library), remembered once seen.
+#[inline]
 fn is_kernel(f: Handle) -> bool {
     let key = launch_key(f as u64, 0);
     if KERNEL_HANDLES.contains(key) {

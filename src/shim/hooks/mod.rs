@@ -41,9 +41,12 @@ mod vmm;
 pub use self::arrays::*;
 pub use self::contexts::*;
 use self::current::{
-    context_device, current_device, known_device, moves_current, note_visible_gpus, one_gpu,
+    context_device, current_context, current_device, known_device, moves_current,
+    note_visible_gpus, one_gpu,
 };
-pub use self::current::{ctx_pop_current, ctx_push_current, ctx_set_current};
+pub use self::current::{
+    ctx_pop_current, ctx_push_current, ctx_set_current, gl_ctx_create, vdpau_ctx_create,
+};
 pub use self::graphs::*;
 pub use self::info::*;
 pub use self::init::*;
