@@ -524,12 +524,15 @@ fn status_prometheus_shows_what_the_members_did() {
         1,
         "nothing but up for the missing pool"
     );
-    assert_eq!(
-        stderr(&o),
-        format!(
-            "gpucap: no pool file at {} (no process has joined it yet)\n",
+    // The line, then the pools there are (`gpucap pool list`'s hint).
+    let err = stderr(&o);
+    assert!(
+        err.starts_with(&format!(
+            "gpucap: no pool file at {} (no process has joined it yet)",
             s.pool_file("nobody").display()
-        )
+        )) && err.contains("the pools there: t, u")
+            && err.lines().count() == 1,
+        "{err}"
     );
     assert_promtool_accepts(&stdout(&o));
 

@@ -48,7 +48,16 @@ fn the_quick_start_runs_as_written() {
         .collect::<Vec<_>>()
         .join("\n");
     let dir = scratch("quickstart");
-    let o = run(Command::new("bash")
+    let mut bash = Command::new("bash");
+    // A new user's shell: no variable of gpucap's or the fake's from the test run
+    // (scripts/test.sh exports GPUCAP_TEST_*, which gpucap refuses as typos).
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("GPUCAP_") || k.starts_with("FAKECUDA_") {
+            bash.env_remove(&*k);
+        }
+    }
+    let o = run(bash
         .arg("-euo")
         .arg("pipefail")
         .arg("-c")

@@ -274,11 +274,14 @@ impl Drop for Tmux {
 fn script_of(cmd: &Command, path: &Path) {
     let quote = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"));
     let mut text = String::from("#!/bin/sh\nexec env");
+    // env's options (-u NAME) before its assignments: after one, `-u` would be the command.
     for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => text.push_str(&format!(" {}={}", k.to_string_lossy(), quote(v))),
-            None => text.push_str(&format!(" -u {}", k.to_string_lossy())),
+        if v.is_none() {
+            text.push_str(&format!(" -u {}", k.to_string_lossy()));
         }
+    }
+    for (k, v) in cmd.get_envs().filter_map(|(k, v)| Some((k, v?))) {
+        text.push_str(&format!(" {}={}", k.to_string_lossy(), quote(v)));
     }
     text.push(' ');
     text.push_str(&quote(cmd.get_program()));
