@@ -308,9 +308,12 @@ fn gpucap_check(env: &[(&str, &str)]) -> Output {
     run(&mut c)
 }
 
+/// A case: the environment, and what the one line must name.
+type Case<'a> = (Vec<(&'a str, &'a str)>, &'a [&'a str]);
+
 #[test]
 fn disagreeing_sources_and_malformed_values_fail_closed_with_one_line() {
-    let cases: Vec<(Vec<(&str, &str)>, &[&str])> = vec![
+    let cases: Vec<Case> = vec![
         (
             vec![
                 ("GPUCAP_LIMIT", "2Gi"),
