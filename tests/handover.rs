@@ -11,7 +11,6 @@ use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -222,20 +221,7 @@ fn holder(dir: &Path, env: &[(String, String)], tag: &str, steps: &[&str]) -> Ch
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while !ready.exists() {
-        if child.try_wait().unwrap().is_some() {
-            panic!(
-                "{tag} exited early\n{}",
-                dump(&child.wait_with_output().unwrap())
-            );
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{tag} never ready"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_ready(&mut child, &ready, tag);
     child
 }
 

@@ -459,3 +459,26 @@ pub fn checker_tool(var: &str, name: &str, why: &str) -> Option<PathBuf> {
         }
     }
 }
+
+/// Waits (at most 60 s) until `child` made its `ready` file; panics with its output if it
+/// exits first. `what` names it in the message.
+pub fn wait_ready(child: &mut std::process::Child, ready: &Path, what: &str) {
+    let start = std::time::Instant::now();
+    while !ready.exists() {
+        if child.try_wait().unwrap().is_some() {
+            let child =
+                std::mem::replace(child, std::process::Command::new("true").spawn().unwrap());
+            panic!(
+                "{what} exited before {} appeared\n{}",
+                ready.display(),
+                dump(&child.wait_with_output().unwrap())
+            );
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "{} never appeared",
+            ready.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

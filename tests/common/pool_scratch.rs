@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use super::*;
 
@@ -90,22 +89,7 @@ impl Scratch {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let start = Instant::now();
-        while !ready.exists() {
-            if child.try_wait().unwrap().is_some() {
-                let o = child.wait_with_output().unwrap();
-                panic!(
-                    "the member {tag} exited before its steps were done\n{}",
-                    dump(&o)
-                );
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "{} never appeared",
-                ready.display()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_ready(&mut child, &ready, &format!("the member {tag}"));
         child
     }
 
