@@ -165,15 +165,19 @@ pub(super) static TLS: Words<4> = Words::build(&TLS_SLOTS);
 
 // --- TOOLS_RUNTIME_CALLBACK_HOOKS (a094798c-2e74-2e74-93f2-0800200c0a66) -------------------
 
-/// Zeroed buffers the runtime reads its tool callbacks from (no tool is attached).
-struct HookBuffer<const N: usize>(std::cell::UnsafeCell<[u8; N]>);
+/// Zeroed buffers the runtime reads its tool callbacks from (no tool is attached): `N`
+/// elements of `T`, and `N` is the size the slot reports.
+struct HookBuffer<T, const N: usize>(std::cell::UnsafeCell<[T; N]>);
 // SAFETY: the fake never reads or writes these; cudart owns their contents.
-unsafe impl<const N: usize> Sync for HookBuffer<N> {}
-static HOOKS_BUFFER_2: HookBuffer<1024> = HookBuffer(std::cell::UnsafeCell::new([0; 1024]));
-static HOOKS_BUFFER_6: HookBuffer<14> = HookBuffer(std::cell::UnsafeCell::new([0; 14]));
+unsafe impl<T, const N: usize> Sync for HookBuffer<T, N> {}
+/// cudart 13 counts this one in 8-byte words: it reads a word at byte 0x750 (PyTorch's
+/// `cudaGetDriverEntryPointByVersion`), past the end of the 1024 bytes the fake once gave,
+/// which crashed when the fake's .bss ended there. 1024 words, as ZLUDA gives.
+static HOOKS_BUFFER_2: HookBuffer<u64, 1024> = HookBuffer(std::cell::UnsafeCell::new([0; 1024]));
+static HOOKS_BUFFER_6: HookBuffer<u8, 14> = HookBuffer(std::cell::UnsafeCell::new([0; 14]));
 
-fn hook_buffer<const N: usize>(
-    b: &'static HookBuffer<N>,
+fn hook_buffer<T, const N: usize>(
+    b: &'static HookBuffer<T, N>,
     ptr: *mut *mut c_void,
     size: *mut usize,
 ) -> CuResult {
@@ -186,7 +190,7 @@ fn hook_buffer<const N: usize>(
     Ok(())
 }
 
-/// [2]: a 1024-byte buffer and its size.
+/// [2]: a buffer of 1024 8-byte words and its size (1024).
 unsafe extern "C" fn hooks_buffer_2(ptr: *mut *mut c_void, size: *mut usize) -> CUresult {
     slot(
         "TOOLS_RUNTIME_CALLBACK_HOOKS[2]",
@@ -379,3 +383,26 @@ pub(super) const CUPTI_SLOTS: [Slot; 128] = [
     Slot::Stub(cupti_127 as *const c_void),
 ];
 pub(super) static CUPTI: Words<128> = Words::build(&CUPTI_SLOTS);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slot [2] hands cudart a buffer it reads as `size` 8-byte words (cudart 13 reads the
+    /// one at byte 0x750): all of them must be the fake's.
+    #[test]
+    fn the_hooks_buffer_holds_the_words_it_reports() {
+        let (mut ptr, mut size) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: both out-pointers are live locals.
+        let r = unsafe { hooks_buffer_2(&mut ptr, &mut size) };
+        assert_eq!(r, 0);
+        assert_eq!(ptr, HOOKS_BUFFER_2.0.get().cast());
+        let bytes = std::mem::size_of_val(&HOOKS_BUFFER_2);
+        assert!(
+            size * 8 <= bytes,
+            "{size} words reported, {bytes} bytes held"
+        );
+        assert!(0x750 + 8 <= bytes, "cudart reads the word at 0x750");
+        assert_eq!(ptr as usize % 8, 0, "word-aligned");
+    }
+}
