@@ -7,11 +7,14 @@
 //! Fat binary layout (as nvcc writes it; the same one ZLUDA documents): a header
 //! `{u32 magic 0xBA55ED50, u16 version, u16 header_size, u64 size of what follows}`, then
 //! entries `{u16 kind (1 PTX, 2 ELF), u16 version, u32 header_size, u32 payload_size, ...,
-//! u64 flags at offset 40}`, each followed (at `header_size`) by its payload. A payload
-//! compressed by nvcc (`flags` 0x2000 LZ4, 0x8000 Zstandard) is not read: its names are
-//! unknown, and a module holding one accepts any function or global name.
+//! u32 packed_size at 16, u64 flags at 40, u64 unpacked_size at 56}`, each followed (at
+//! `header_size`) by its payload. A payload compressed by nvcc (`flags` 0x2000 LZ4, 0x8000
+//! Zstandard) is unpacked first ([`crate::unpack`]); one that cannot be read leaves its
+//! names unknown, and a module holding it accepts any function name.
 
 use std::collections::BTreeMap;
+
+use crate::unpack;
 
 pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 /// `__fatBinC_Wrapper_t.magic`: `{u32 magic, u32 version, const u64 *data, void *}`.
@@ -256,11 +259,22 @@ pub fn fatbin_names(fatbin: &[u8]) -> Option<Names> {
         let payload = u32_at(fatbin, pos + 8)? as usize;
         let flags = u64_at(fatbin, pos + 40).unwrap_or(0);
         let start = pos.checked_add(header)?;
-        let body = fatbin.get(start..start.checked_add(payload)?)?;
+        let mut body = fatbin.get(start..start.checked_add(payload)?)?;
         if header == 0 {
             break;
         }
+        let unpacked;
         if flags & FLAG_COMPRESSED != 0 {
+            // The packed bytes (the payload is padded to 8) and their unpacked length.
+            let packed = match u32_at(fatbin, pos + 16) {
+                Some(n) if n > 0 && n as usize <= payload => n as usize,
+                _ => payload,
+            };
+            unpacked = u64_at(fatbin, pos + 56)
+                .and_then(|len| unpack::unpack(flags, &body[..packed], len));
+            body = unpacked.as_deref().unwrap_or_default();
+        }
+        if body.is_empty() && payload > 0 {
             names.open = true;
         } else {
             match kind {
@@ -333,16 +347,27 @@ pub mod tests {
 
     /// A fat binary holding `entries` (kind, payload, flags).
     pub fn tiny_fatbin(entries: &[(u16, Vec<u8>, u64)]) -> Vec<u8> {
+        let unpacked: Vec<_> = entries.iter().map(|(_, p, _)| p.len() as u64).collect();
+        packed_fatbin(entries, &unpacked)
+    }
+
+    /// A fat binary whose entries (kind, payload as stored, flags) state these unpacked
+    /// lengths; payloads are padded to 8 bytes as nvcc pads them.
+    pub fn packed_fatbin(entries: &[(u16, Vec<u8>, u64)], unpacked: &[u64]) -> Vec<u8> {
         let mut body = Vec::new();
-        for (kind, payload, flags) in entries {
+        for ((kind, payload, flags), unpacked) in entries.iter().zip(unpacked) {
+            let padded = payload.len().div_ceil(8) * 8;
             let mut h = vec![0u8; 64];
             h[0..2].copy_from_slice(&kind.to_le_bytes());
             h[2..4].copy_from_slice(&0x101u16.to_le_bytes());
             h[4..8].copy_from_slice(&64u32.to_le_bytes());
-            h[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+            h[8..12].copy_from_slice(&(padded as u32).to_le_bytes());
+            h[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
             h[40..48].copy_from_slice(&flags.to_le_bytes());
+            h[56..64].copy_from_slice(&unpacked.to_le_bytes());
             body.extend(h);
             body.extend(payload);
+            body.resize(body.len() + padded - payload.len(), 0);
         }
         let mut f = vec![0u8; 16];
         f[0..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
@@ -392,8 +417,41 @@ pub mod tests {
         let c = tiny_fatbin(&[(2, vec![1, 2, 3, 4], 0x2011)]);
         assert!(
             fatbin_names(&c).unwrap().open,
-            "LZ4-compressed: names unknown"
+            "LZ4 bytes that do not unpack: names unknown"
         );
         assert_eq!(kind(b"\x01\x02garbage"), None);
+    }
+
+    /// As cuBLAS 13 ships its kernels: each entry Zstandard-packed (and LZ4 as older nvcc
+    /// packed them): the names and globals' sizes are those of the unpacked images.
+    #[test]
+    fn packed_entries_are_read() {
+        let elf = build_elf(
+            &["gemm_kernel"],
+            &[("_ZN6cublas8internal15deviceConstantsE", 384)],
+        );
+        let ptx = b".version 8.0\n.global .u64 total;\n.entry k_ptx()\n{\n}\n\0".to_vec();
+        let zstd = |b: &[u8]| {
+            ruzstd::encoding::compress_to_vec(b, ruzstd::encoding::CompressionLevel::Fastest)
+        };
+        let f = packed_fatbin(
+            &[
+                (2, zstd(&elf), 0x8011),
+                (1, lz4_flex::block::compress(&ptx), 0x2011),
+            ],
+            &[elf.len() as u64, ptx.len() as u64],
+        );
+        assert_eq!(fatbin_len(&f), Some(f.len()));
+        let n = fatbin_names(&f).unwrap();
+        assert_eq!(n.functions, ["gemm_kernel", "k_ptx"]);
+        assert_eq!(
+            n.globals.get("_ZN6cublas8internal15deviceConstantsE"),
+            Some(&384)
+        );
+        assert_eq!(n.globals.get("total"), Some(&8));
+        assert!(!n.open);
+        // A wrong unpacked length: the entry is not read.
+        let bad = packed_fatbin(&[(2, zstd(&elf), 0x8011)], &[elf.len() as u64 + 8]);
+        assert!(fatbin_names(&bad).unwrap().open);
     }
 }

@@ -19,6 +19,7 @@ mod integrity;
 mod model;
 mod procaddr;
 mod stats;
+mod unpack;
 
 #[cfg(test)]
 mod api_tests;
