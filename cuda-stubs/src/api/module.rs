@@ -164,6 +164,7 @@ fn func_attribute(f: &module::Function, attr: c_int) -> Result<c_int, CUresult> 
 #[allow(clippy::too_many_arguments)]
 fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> CuResult {
     let (ctx, dev) = current()?;
+    let given = f;
     let f = module::launchable(f)?;
     if grid.contains(&0) || block.contains(&0) {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -176,7 +177,8 @@ fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> C
     module::use_in_context(f, ctx, dev)?;
     note(|| {
         let name = module::get_function(f).map(|f| f.name).unwrap_or_default();
-        format!("{name}: not executed")
+        let handle = if given == f { "function" } else { "kernel" };
+        format!("{name}: not executed; a {handle} handle")
     });
     Ok(())
 }
@@ -430,6 +432,7 @@ crate::abi::exports! {
         let (ctx, dev) = current()?;
         let f = module::kernel_function(kernel)?;
         module::use_in_context(f, ctx, dev)?;
+        note(|| format!("function={f:#x}"));
         out(pfunc, f)
     }
 
