@@ -424,6 +424,85 @@ fn libraries_kernels_and_the_linker() {
     }
 }
 
+/// A kernel launched on a capturing stream becomes a kernel node (PyTorch's
+/// `torch.cuda.graph` warned "The CUDA Graph is empty" while launches ran at once); one
+/// launched on another stream does not.
+#[test]
+fn launches_on_a_capturing_stream_are_kernel_nodes() {
+    let _g = setup();
+    use crate::api::graph::*;
+    use crate::api::stream::*;
+    let elf = build_elf(&["captured_kernel"], &[]);
+    unsafe {
+        let mut lib = 0;
+        assert_eq!(
+            cuLibraryLoadData(
+                &mut lib,
+                elf.as_ptr().cast(),
+                null_mut(),
+                null_mut(),
+                0,
+                null_mut(),
+                null_mut(),
+                0
+            ),
+            CUDA_SUCCESS
+        );
+        let (mut k, mut f) = (0, 0);
+        assert_eq!(
+            cuLibraryGetKernel(&mut k, lib, c"captured_kernel".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuKernelGetFunction(&mut f, k), CUDA_SUCCESS);
+        let (mut s, mut other) = (0usize, 0usize);
+        assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
+        assert_eq!(cuStreamCreate(&mut other, 1), CUDA_SUCCESS);
+        assert_eq!(cuStreamBeginCapture_v2(s, 2), CUDA_SUCCESS, "relaxed mode");
+        for h in [k, f] {
+            assert_eq!(
+                cuLaunchKernel(h, 1, 1, 1, 32, 1, 1, 0, s, null_mut(), null_mut()),
+                CUDA_SUCCESS
+            );
+        }
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, other, null_mut(), null_mut()),
+            CUDA_SUCCESS
+        );
+        let mut graph = 0usize;
+        assert_eq!(cuStreamEndCapture(s, &mut graph), CUDA_SUCCESS);
+        let mut n = 0usize;
+        assert_eq!(cuGraphGetNodes(graph, null_mut(), &mut n), CUDA_SUCCESS);
+        assert_eq!(n, 2, "the two launches on the capturing stream");
+        let mut nodes = [0usize; 2];
+        assert_eq!(
+            cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n),
+            CUDA_SUCCESS
+        );
+        for node in nodes {
+            let mut t = -1;
+            assert_eq!(cuGraphNodeGetType(node, &mut t), CUDA_SUCCESS);
+            assert_eq!(t, 0, "CU_GRAPH_NODE_TYPE_KERNEL");
+        }
+        let mut exec = 0usize;
+        assert_eq!(
+            cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_SUCCESS);
+        assert_eq!(
+            cuGraphLaunch(exec, 0),
+            CUDA_SUCCESS,
+            "kernels hold no memory"
+        );
+        assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        assert_eq!(cuGraphDestroy(graph), CUDA_SUCCESS);
+        for st in [s, other] {
+            assert_eq!(cuStreamDestroy_v2(st), CUDA_SUCCESS);
+        }
+        assert_eq!(cuLibraryUnload(lib), CUDA_SUCCESS);
+    }
+}
+
 /// cuBLAS asks at cublasCreate how many clusters of 1 to 16 blocks fit (PyTorch's first
 /// matrix product): it failed with CUBLAS_STATUS_NOT_INITIALIZED while these were stubs.
 #[test]

@@ -208,6 +208,7 @@ pub struct CudaGraphInstantiateParams {
 const _: () = assert!(std::mem::size_of::<CudaGraphInstantiateParams>() == 32);
 
 // CUgraphNodeType: the memory nodes (the fake makes no other kind).
+pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 

@@ -15,7 +15,7 @@ use crate::image::{self, Kind, Names};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
 use crate::model::module::{self, CUDA_ERROR_INVALID_IMAGE};
-use crate::model::stream;
+use crate::model::{graph, stream};
 use libc::{c_char, c_int, c_uint, c_void};
 
 /// Copies `len` bytes at `p`.
@@ -175,10 +175,18 @@ fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> C
     }
     stream::check(stream_h)?;
     module::use_in_context(f, ctx, dev)?;
+    // On a capturing stream the launch becomes a kernel node of the graph.
+    let captured = match graph::capture_of(stream_h) {
+        Some((g, _)) => Some(graph::add_kernel(g, f)?),
+        None => None,
+    };
     note(|| {
         let name = module::get_function(f).map(|f| f.name).unwrap_or_default();
         let handle = if given == f { "function" } else { "kernel" };
-        format!("{name}: not executed; a {handle} handle")
+        match captured {
+            Some(node) => format!("{name}: captured as node {node:#x}; a {handle} handle"),
+            None => format!("{name}: not executed; a {handle} handle"),
+        }
     });
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! CUDA graphs as far as their memory goes: graphs of memory nodes (`cuGraphAddMemAllocNode`,
-//! `cuGraphAddMemFreeNode`, or `cuMemAllocAsync`/`cuMemFreeAsync` on a capturing stream),
-//! their executable graphs, and each device's graph memory pool, modelled on the driver:
+//! `cuGraphAddMemFreeNode`, or `cuMemAllocAsync`/`cuMemFreeAsync` on a capturing stream) and
+//! of the kernels launched on a capturing stream (kernel nodes: a launch of the graph
+//! launches them, which runs nothing), their executable graphs, and each device's graph
+//! memory pool, modelled on the driver:
 //!
 //! - An alloc node gets its address when it is made (fixed for the node's life); no
 //!   device memory is taken then.
@@ -52,6 +54,8 @@ pub struct AllocNode {
 pub enum Node {
     Alloc(AllocNode),
     Free(u64),
+    /// A kernel launched on a capturing stream: the launchable function.
+    Kernel(usize),
 }
 
 impl Node {
@@ -59,6 +63,7 @@ impl Node {
         match self {
             Node::Alloc(_) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
+            Node::Kernel(_) => CU_GRAPH_NODE_TYPE_KERNEL,
         }
     }
 }
@@ -268,6 +273,11 @@ pub fn add_free(graph: usize, dptr: u64) -> Result<usize, CUresult> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     g.add(graph, Node::Free(dptr))
+}
+
+/// A kernel node of function `f` (a launch on a stream capturing into `graph`).
+pub fn add_kernel(graph: usize, f: usize) -> Result<usize, CUresult> {
+    graphs().add(graph, Node::Kernel(f))
 }
 
 /// The nodes of `graph`, in the order they were added.
