@@ -221,6 +221,19 @@ if [[ $want == *" torch "* ]]; then
         expect_count "^alloc 100 ok$" 8
         expect_stats "d[0]['physical'] == 2 and d[0]['peak_used'] == 300 << 20 and d[1]['peak_used'] == 500 << 20"
         verdict "per-GPU caps with CUDA_VISIBLE_DEVICES=2,0 (300 MiB and 500 MiB)"
+
+        T=$ROOT/tests/clients/torch_steps.py
+        run torch-train-step LD_PRELOAD="$SHIM" GPUCAP_LIMIT=3Gi FAKECUDA_TOTAL_MEM=8Gi -- "$PY" "$T" train 1 1 16 64
+        expect_done
+        expect_no_err "CUBLAS_STATUS|RuntimeError"
+        expect_stats "d[0]['peak_used'] <= 3 << 30 and d[0]['alloc_calls'] > 0"
+        verdict "a ResNet-18-like training step (cuDNN convolutions; the Linear head through cuBLAS, whose kernels are Zstandard-packed) under a 3 GiB cap"
+
+        run torch-graph-step LD_PRELOAD="$SHIM" GPUCAP_LIMIT=3Gi FAKECUDA_TOTAL_MEM=8Gi -- "$PY" "$T" graph 1 1 16 64
+        expect_done
+        expect_no_err "CUDA Graph is empty|RuntimeError"
+        expect_stats "d[0]['peak_used'] <= 3 << 30"
+        verdict "torch.cuda.graph captures the net's kernels (not an empty graph) and replays under a 3 GiB cap"
     else
         failed=$((failed + 1))
         results+=("FAIL torch: could not install ${TORCH_SPEC[*]}")
