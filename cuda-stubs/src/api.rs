@@ -10,6 +10,7 @@ pub mod external;
 pub mod graph;
 pub mod interop;
 pub mod ipc;
+pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod multicast;

@@ -7,6 +7,7 @@ use std::ptr::{null, null_mut};
 use crate::abi::*;
 use crate::api::copy::*;
 use crate::api::export_tables::*;
+use crate::api::launch::*;
 use crate::api::module::*;
 use crate::api_tests::{setup, used};
 use crate::image::build_elf;

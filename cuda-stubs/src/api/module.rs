@@ -1,4 +1,5 @@
-//! Modules, libraries, functions, kernels, launches, occupancy and the JIT linker.
+//! Modules, libraries, functions, kernels and the JIT linker (launches and occupancy:
+//! `launch.rs`).
 //!
 //! The fake executes no kernel. Images load (cubin, PTX, fat binaries, fat binary
 //! wrappers) and give the names they hold (crate::image); a launch of a valid function or
@@ -15,7 +16,6 @@ use crate::image::{self, Kind, Names};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
 use crate::model::module::{self, CUDA_ERROR_INVALID_IMAGE};
-use crate::model::{graph, stream};
 use libc::{c_char, c_int, c_uint, c_void};
 
 /// Copies `len` bytes at `p`.
@@ -158,114 +158,6 @@ fn func_attribute(f: &module::Function, attr: c_int) -> Result<c_int, CUresult> 
         16 => 0,      // CLUSTER_SCHEDULING_POLICY_PREFERENCE
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })
-}
-
-/// A launch: a valid function (or kernel), grid and block, stream. Does nothing.
-#[allow(clippy::too_many_arguments)]
-fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> CuResult {
-    let (ctx, dev) = current()?;
-    let given = f;
-    let f = module::launchable(f)?;
-    if grid.contains(&0) || block.contains(&0) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let threads = block.iter().map(|&b| b as u64).product::<u64>();
-    if threads > 1024 || block[2] > 64 || grid[1] > 65535 || grid[2] > 65535 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    stream::check(stream_h)?;
-    module::use_in_context(f, ctx, dev)?;
-    // On a capturing stream the launch becomes a kernel node of the graph.
-    let captured = match graph::capture_of(stream_h) {
-        Some((g, _)) => Some(graph::add_kernel(g, f)?),
-        None => None,
-    };
-    note(|| {
-        let name = module::get_function(f).map(|f| f.name).unwrap_or_default();
-        let handle = if given == f { "function" } else { "kernel" };
-        match captured {
-            Some(node) => format!("{name}: captured as node {node:#x}; a {handle} handle"),
-            None => format!("{name}: not executed; a {handle} handle"),
-        }
-    });
-    Ok(())
-}
-
-/// CUlaunchConfig (CUDA 12 layout): grid, block, shared memory, stream, attributes.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct LaunchConfig {
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared: c_uint,
-    stream: usize,
-    attrs: *mut c_void,
-    num_attrs: c_uint,
-}
-
-/// The fake's occupancy: 2048 threads per multiprocessor, at most 32 blocks.
-fn blocks_per_sm(block_size: c_int) -> Result<c_int, CUresult> {
-    if block_size <= 0 || block_size > 1024 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    Ok((2048 / block_size).min(32))
-}
-
-fn potential_block_size(
-    min_grid: *mut c_int,
-    block: *mut c_int,
-    f: usize,
-    limit: c_int,
-) -> CuResult {
-    module::launchable(f)?;
-    let size = if limit > 0 { limit.min(1024) } else { 1024 };
-    out(min_grid, blocks_per_sm(size)? * 132)?;
-    out(block, size)
-}
-
-/// CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: the value holds the cluster's x, y, z in blocks.
-const LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: u32 = 4;
-
-/// CUlaunchAttribute: the id, padding, then a 64-byte value union.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct LaunchAttribute {
-    id: u32,
-    pad: u32,
-    value: [u32; 16],
-}
-
-/// The largest cluster the fake (an H100, compute capability 9.0) runs without the
-/// non-portable cluster size attribute.
-const PORTABLE_CLUSTER_SIZE: c_int = 8;
-
-/// The blocks of one cluster that `config` asks for: its cluster dimension attribute, which
-/// a function without a cluster size fixed at compile time (the fake's have none) needs
-/// (CUDA_ERROR_INVALID_CLUSTER_SIZE without it, or beyond the portable size).
-fn cluster_blocks(config: *const c_void) -> Result<(LaunchConfig, c_int), CUresult> {
-    let c = inp(config.cast::<LaunchConfig>())?;
-    let mut dims = None;
-    for i in 0..c.num_attrs as usize {
-        let a = inp(c
-            .attrs
-            .cast::<LaunchAttribute>()
-            .wrapping_add(i)
-            .cast_const())?;
-        note(|| format!("attribute {} = {:?}", a.id, &a.value[..4]));
-        if a.id == LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION {
-            dims = Some([a.value[0], a.value[1], a.value[2]]);
-        }
-    }
-    note(|| format!("grid {:?}, block {:?}", c.grid, c.block));
-    let dims = dims.ok_or(CUDA_ERROR_INVALID_CLUSTER_SIZE)?;
-    let blocks = dims.iter().map(|&d| d as u64).product::<u64>();
-    if blocks == 0 || blocks > PORTABLE_CLUSTER_SIZE as u64 {
-        return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
-    }
-    if dims.iter().zip(c.grid).any(|(&d, g)| g % d != 0) {
-        return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
-    }
-    Ok((c, blocks as c_int))
 }
 
 /// Linker states: the names gathered so far, and the image handed out at completion.
@@ -518,77 +410,6 @@ crate::abi::exports! {
     fn cuFuncLoad(hfunc: usize) {
         cfg()?;
         module::launchable(hfunc).map(|_| ())
-    }
-
-    fn cuLaunchKernel | cuLaunchKernel_ptsz (f: usize, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, hstream: usize, params: *mut *mut c_void, extra: *mut *mut c_void) {
-        let _ = (shared_bytes, params, extra);
-        launch(f, [gx, gy, gz], [bx, by, bz], hstream)
-    }
-
-    fn cuLaunchCooperativeKernel | cuLaunchCooperativeKernel_ptsz (f: usize, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, hstream: usize, params: *mut *mut c_void) {
-        let _ = (shared_bytes, params);
-        launch(f, [gx, gy, gz], [bx, by, bz], hstream)
-    }
-
-    fn cuLaunchKernelEx | cuLaunchKernelEx_ptsz (config: *const c_void, f: usize, params: *mut *mut c_void, extra: *mut *mut c_void) {
-        let _ = (params, extra);
-        let c = inp(config.cast::<LaunchConfig>())?;
-        let _ = (c.shared, c.attrs, c.num_attrs);
-        launch(f, c.grid, c.block, c.stream)
-    }
-
-    fn cuOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks: *mut c_int, func: usize, block_size: c_int, dyn_smem: usize) {
-        cfg()?;
-        let _ = dyn_smem;
-        module::launchable(func)?;
-        out(num_blocks, blocks_per_sm(block_size)?)
-    }
-
-    fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks: *mut c_int, func: usize, block_size: c_int, dyn_smem: usize, flags: c_uint) {
-        cfg()?;
-        let _ = (dyn_smem, flags);
-        module::launchable(func)?;
-        out(num_blocks, blocks_per_sm(block_size)?)
-    }
-
-    fn cuOccupancyMaxPotentialBlockSize(min_grid: *mut c_int, block_size: *mut c_int, func: usize, smem_fn: *mut c_void, dyn_smem: usize, limit: c_int) {
-        cfg()?;
-        let _ = (smem_fn, dyn_smem);
-        potential_block_size(min_grid, block_size, func, limit)
-    }
-
-    fn cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid: *mut c_int, block_size: *mut c_int, func: usize, smem_fn: *mut c_void, dyn_smem: usize, limit: c_int, flags: c_uint) {
-        cfg()?;
-        let _ = (smem_fn, dyn_smem, flags);
-        potential_block_size(min_grid, block_size, func, limit)
-    }
-
-    // The clusters of the config's size that fit on the fake's 132 multiprocessors at
-    // once, each holding blocks_per_sm blocks of the config's block size (cuBLAS asks at
-    // cublasCreate).
-    fn cuOccupancyMaxActiveClusters(num_clusters: *mut c_int, func: usize, config: *const c_void) {
-        cfg()?;
-        module::launchable(func)?;
-        let (c, blocks) = cluster_blocks(config)?;
-        let threads = c.block.iter().map(|&b| b as u64).product::<u64>();
-        let per_sm = blocks_per_sm(c_int::try_from(threads).map_err(|_| CUDA_ERROR_INVALID_VALUE)?)?;
-        note(|| format!("cluster of {blocks} blocks"));
-        out(num_clusters, per_sm * 132 / blocks)
-    }
-
-    // The portable maximum (8 blocks): the fake's functions allow no non-portable size.
-    fn cuOccupancyMaxPotentialClusterSize(cluster_size: *mut c_int, func: usize, config: *const c_void) {
-        cfg()?;
-        module::launchable(func)?;
-        inp(config.cast::<LaunchConfig>())?;
-        out(cluster_size, PORTABLE_CLUSTER_SIZE)
-    }
-
-    fn cuOccupancyAvailableDynamicSMemPerBlock(dyn_smem: *mut usize, func: usize, num_blocks: c_int, block_size: c_int) {
-        cfg()?;
-        let _ = (num_blocks, block_size);
-        module::launchable(func)?;
-        out(dyn_smem, 232_448)
     }
 
     fn cuLinkCreate | cuLinkCreate_v2 (num_options: c_uint, options: *mut c_int, values: *mut *mut c_void, state: *mut usize) {

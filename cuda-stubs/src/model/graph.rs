@@ -54,8 +54,8 @@ pub struct AllocNode {
 pub enum Node {
     Alloc(AllocNode),
     Free(u64),
-    /// A kernel launched on a capturing stream: the launchable function.
-    Kernel(usize),
+    /// A kernel launched on a capturing stream (it takes no graph memory).
+    Kernel,
 }
 
 impl Node {
@@ -63,7 +63,7 @@ impl Node {
         match self {
             Node::Alloc(_) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
-            Node::Kernel(_) => CU_GRAPH_NODE_TYPE_KERNEL,
+            Node::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
         }
     }
 }
@@ -275,9 +275,9 @@ pub fn add_free(graph: usize, dptr: u64) -> Result<usize, CUresult> {
     g.add(graph, Node::Free(dptr))
 }
 
-/// A kernel node of function `f` (a launch on a stream capturing into `graph`).
-pub fn add_kernel(graph: usize, f: usize) -> Result<usize, CUresult> {
-    graphs().add(graph, Node::Kernel(f))
+/// A kernel node (a launch on a stream capturing into `graph`).
+pub fn add_kernel(graph: usize) -> Result<usize, CUresult> {
+    graphs().add(graph, Node::Kernel)
 }
 
 /// The nodes of `graph`, in the order they were added.
