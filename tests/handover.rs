@@ -347,6 +347,14 @@ fn disagreeing_sources_and_malformed_values_fail_closed_with_one_line() {
                 "accepted: a Kubernetes quantity",
             ],
         ),
+        // `none` beside a driver's grant: not uncapped, a conflict.
+        (
+            vec![("GPUCAP_LIMIT", "none"), ("GPU_DEVICE_0_MEMORY", "1Gi")],
+            &[
+                "gpucap: invalid GPUCAP_LIMIT=\"none\": none asks for no cap, and ",
+                "GPU_DEVICE_0_MEMORY=\"1Gi\" (DRA example driver) grants one",
+            ],
+        ),
         (
             vec![("CUDA_MEM_LIMIT_3", "1024m")],
             &[
@@ -408,4 +416,34 @@ fn agreeing_sources_are_fine() {
     ] {
         assert!(out.contains(&want), "missing {want:?}\n{}", dump(&o));
     }
+}
+
+/// `gpucap run --limit none` in a container the NVIDIA toolkit granted 1 GiB: the
+/// program does not start uncapped; one line names both.
+#[test]
+fn run_with_limit_none_beside_a_grant_does_not_start() {
+    let dir = scratch("handover-run-none");
+    let mut c = fake_cmd(cli(), &dir.join("stats.json"));
+    c.args(["run", "--limit", "none"])
+        .arg(script())
+        .arg("alloc:1048576")
+        .env("FAKECUDA_TOTAL_MEM", "4Gi");
+    for (k, v) in nvidia_toolkit() {
+        c.env(k, v);
+    }
+    let o = run(&mut c);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        !stdout(&o).contains("alloc "),
+        "the program ran\n{}",
+        dump(&o)
+    );
+    let err = stderr(&o);
+    assert!(
+        err.lines().any(|l| l
+            .starts_with("gpucap: invalid --limit=\"none\": none asks for no cap")
+            && l.contains("NVIDIA_GPU_MEMORY_LIMIT=\"1024\" (NVIDIA container toolkit)")),
+        "{}",
+        dump(&o)
+    );
 }

@@ -353,3 +353,53 @@ fn the_shim_copies_every_drivers_variable() {
         assert!(!looked_at(name.as_bytes()), "{name}");
     }
 }
+
+#[test]
+fn limit_none_beside_a_drivers_grant_is_a_conflict_naming_both() {
+    let hami_dra_cache = "/usr/local/vgpu/claims/abc-1/x.cache";
+    for (pairs, names) in [
+        (
+            vec![
+                ("CUDA_MEM_LIMIT_0", "1024m"),
+                ("MANAGER_VISIBLE_DEVICE_0", GPU0),
+            ],
+            "CUDA_MEM_LIMIT_0=\"1024m\" (vgpu-manager)",
+        ),
+        (
+            vec![("GPU_DEVICE_0_MEMORY", "1Gi")],
+            "GPU_DEVICE_0_MEMORY=\"1Gi\" (DRA example driver)",
+        ),
+        (
+            vec![
+                ("NVIDIA_GPU_MEMORY_LIMIT", "1024"),
+                ("NVIDIA_GPU_MEMORY_REQUEST", "512"),
+            ],
+            "NVIDIA_GPU_MEMORY_LIMIT=\"1024\" (NVIDIA container toolkit)",
+        ),
+        // In a pool, where the toolkit's limit would otherwise become a ceiling.
+        (
+            vec![
+                ("GPUCAP_POOL", "p"),
+                ("NVIDIA_GPU_MEMORY_LIMIT", "1024"),
+                ("NVIDIA_GPU_MEMORY_REQUEST", "512"),
+            ],
+            "NVIDIA_GPU_MEMORY_LIMIT=\"1024\" (NVIDIA container toolkit)",
+        ),
+        (
+            vec![
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
+                ("CUDA_DEVICE_MEMORY_SHARED_CACHE", hami_dra_cache),
+            ],
+            "CUDA_DEVICE_MEMORY_LIMIT_0",
+        ),
+    ] {
+        for none in ["none", " NONE "] {
+            let mut all = vec![("GPUCAP_LIMIT", none)];
+            all.extend(pairs.iter().copied());
+            let e = vars(&all).expect_err(&format!("{all:?} ran uncapped"));
+            assert_eq!((e.var.as_str(), e.value.as_str()), ("GPUCAP_LIMIT", none));
+            assert!(e.reason.starts_with("none asks for no cap, and "), "{e}");
+            assert!(e.reason.contains(names), "{names:?} not in {e}");
+        }
+    }
+}
