@@ -6,7 +6,8 @@
 //!   variables and mounts that driver gives a container, and gpucap's library where the
 //!   driver puts its own (HAMi, vgpu-manager) or injected by gpucap's CDI spec (the DRA
 //!   example driver, NVIDIA's toolkit): the program is capped at the granted amount.
-//! - One budget per claim: two containers of one claim and one of another, on one GPU.
+//! - One budget per claim: two containers of one claim and one of another, on one GPU,
+//!   each as another user; a claim shared by an fsGroup, and a user outside it refused.
 //! - `gpucap cdi generate`: podman's own CDI support (`--device gpucap.io/gpu=NAME`, the
 //!   spec in /var/run/cdi) caps a container with no entrypoint; one without the device is
 //!   untouched.
@@ -20,6 +21,10 @@
 //! GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE). Without them the
 //! tests print `SKIP: ...` and pass, unless `CI` or `GPUCAP_TEST_REQUIRE_CLIENTS=1` is set:
 //! then they fail.
+//!
+//! The tests are in tests/containers/: `runtime.rs` (podman, one `podman run` as a value,
+//! the shared helpers), `drivers.rs`, `claims.rs`, `cdi.rs`, `files.rs` (the Dockerfile,
+//! files and limits).
 
 mod common;
 
@@ -30,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use common::pool_scratch::script;
 use common::*;
+
 #[path = "containers/cdi.rs"]
 mod cdi;
 #[path = "containers/claims.rs"]

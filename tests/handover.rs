@@ -426,23 +426,14 @@ fn agreeing_sources_are_fine() {
 fn hamis_classic_caps_follow_their_gpus_uuid_not_cudas_order() {
     const GPU1: &str = "GPU-face0000-0000-0000-0000-000000000001";
     let visible = format!("{GPU1},{GPU0}");
-    let env: Vec<(String, String)> = [
+    let pairs = [
         ("NVIDIA_VISIBLE_DEVICES", visible.as_str()),
         ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
         ("CUDA_DEVICE_MEMORY_LIMIT_1", "2048m"),
         ("CUDA_DEVICE_SM_LIMIT", "50"),
         ("FAKECUDA_DEVICES", "2"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let dir = scratch("handover-hami-uuid");
-    let mut c = fake_cmd(cli(), &dir.join("stats.json"));
-    c.arg("check").env("FAKECUDA_TOTAL_MEM", "4Gi");
-    for (k, v) in &env {
-        c.env(k, v);
-    }
-    let o = run(&mut c);
+    ];
+    let o = gpucap_check(&pairs);
     assert_ok(&o);
     let out = stdout(&o);
     for want in [
@@ -452,6 +443,11 @@ fn hamis_classic_caps_follow_their_gpus_uuid_not_cudas_order() {
     ] {
         assert!(out.contains(&want), "missing {want:?}\n{}", dump(&o));
     }
+    let env: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let dir = scratch("handover-hami-uuid");
     let o = run(&mut under_shim(
         &nvml_prog(),
         &dir,

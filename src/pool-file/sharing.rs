@@ -181,41 +181,27 @@ mod tests {
 
     #[test]
     fn a_new_claim_file_is_shared_as_its_directory_is() {
+        let new = |mode, gid, uid| NewFile { mode, gid, uid };
         // HAMi's and vgpu-manager's 0777, and a sticky 1777: every user.
-        for mode in [0o777, 0o1777, 0o733] {
-            assert_eq!(
-                new_claim_file(d(0, 0, mode)),
-                NewFile {
-                    mode: 0o666,
-                    gid: None,
-                    uid: None
-                },
-                "{mode:o}"
-            );
-        }
         // fsGroup's 2770 (and a group-writable one without setgid): the group.
-        for mode in [0o2770, 0o2775, 0o770] {
-            assert_eq!(
-                new_claim_file(d(0, 5000, mode)),
-                NewFile {
-                    mode: 0o660,
-                    gid: Some(5000),
-                    uid: None
-                },
-                "{mode:o}"
-            );
-        }
         // Only its owner writes it: the owner's file.
-        for mode in [0o755, 0o700, 0o2755] {
-            assert_eq!(
-                new_claim_file(d(1000, 1000, mode)),
-                NewFile {
-                    mode: 0o600,
-                    gid: None,
-                    uid: Some(1000)
-                },
-                "{mode:o}"
-            );
+        for (modes, dir, file) in [
+            ([0o777, 0o1777, 0o733], d(0, 0, 0), new(0o666, None, None)),
+            (
+                [0o2770, 0o2775, 0o770],
+                d(0, 5000, 0),
+                new(0o660, Some(5000), None),
+            ),
+            (
+                [0o755, 0o700, 0o2755],
+                d(1000, 1000, 0),
+                new(0o600, None, Some(1000)),
+            ),
+        ] {
+            for mode in modes {
+                let dir = Owned { mode, ..dir };
+                assert_eq!(new_claim_file(dir), file, "{mode:o}");
+            }
         }
     }
 
