@@ -478,30 +478,7 @@ where
         _ => None,
     };
     if let Some(keyed) = by_uuid {
-        let listing = origins
-            .iter()
-            .map(|o| format!("{}={:?}", o.var, o.value))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let hami_source = CapSource {
-            name: format!("{listing} ({HAMI_CLASSIC})"),
-            var: origins[0].var.clone(),
-            value: origins[0].value.clone(),
-            spec: keyed.clone(),
-        };
-        match (config.limit.as_mut(), raw("GPUCAP_LIMIT")) {
-            (Some(ours), Some(v)) => {
-                config.cap_sources.push(CapSource {
-                    name: format!("GPUCAP_LIMIT={v:?}"),
-                    var: "GPUCAP_LIMIT".into(),
-                    value: v.to_string(),
-                    spec: ours.clone(),
-                });
-                config.cap_sources.push(hami_source);
-                ours.from = LimitFrom::Both;
-            }
-            _ => config.limit = Some(keyed),
-        }
+        merge_hami_by_uuid(&mut config, keyed, &origins, raw("GPUCAP_LIMIT"));
     } else if let Some(from_hami) = hami_spec {
         config.limit = Some(match (config.limit.take(), raw("GPUCAP_LIMIT")) {
             (Some(mut ours), Some(v)) => {

@@ -127,3 +127,38 @@ pub fn hami_classic_by_uuid(
     }
     Ok(Some(keyed))
 }
+
+/// Makes HAMi's caps keyed by UUID (`keyed`, from `origins`) the limit, or, beside
+/// `GPUCAP_LIMIT` (`gpucap_limit`, already the limit), a second cap source that is
+/// compared with it on the visible GPUs ([`check_sources_agree`]).
+pub fn merge_hami_by_uuid(
+    config: &mut Config,
+    keyed: LimitSpec,
+    origins: &[Origin],
+    gpucap_limit: Option<&str>,
+) {
+    let listing = origins
+        .iter()
+        .map(|o| format!("{}={:?}", o.var, o.value))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let hami_source = CapSource {
+        name: format!("{listing} ({HAMI_CLASSIC})"),
+        var: origins[0].var.clone(),
+        value: origins[0].value.clone(),
+        spec: keyed.clone(),
+    };
+    match (config.limit.as_mut(), gpucap_limit) {
+        (Some(ours), Some(v)) => {
+            config.cap_sources.push(CapSource {
+                name: format!("GPUCAP_LIMIT={v:?}"),
+                var: "GPUCAP_LIMIT".into(),
+                value: v.to_string(),
+                spec: ours.clone(),
+            });
+            config.cap_sources.push(hami_source);
+            ours.from = LimitFrom::Both;
+        }
+        _ => config.limit = Some(keyed),
+    }
+}
