@@ -151,14 +151,19 @@ pub fn a_read_only_root_and_a_non_root_user_are_capped() {
         "the pool's directory\n{}",
         dump(&o)
     );
-    // The HAMi DRA hand-over in the same conditions (the claim's directory is the user's).
+    // The HAMi DRA hand-over in the same conditions, the claim's directory the user's
+    // alone (0755): the claim's pool file is the user's, 0600.
     let mut h = Container::new("ro-hami");
     hami_dra(&mut h, &dir, "claim-ro", 1024);
     let claim = dir.join("claims/claim-ro");
     let o = run(Command::new("chown").arg("1000:1000").arg(&claim));
     assert_ok(&o);
+    set_mode(&claim, 0o755);
     h.option("--read-only").option("--user=1000:1000");
     assert_600_600(&run_600_600(&rt, &mut h), CAPPED, GIB);
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::metadata(claim.join("gpucap.pool")).unwrap();
+    assert_eq!((file.mode() & 0o7777, file.uid()), (0o600, 1000));
 }
 
 /// A container killed by the runtime (`podman kill`: SIGKILL) while it holds 800 MiB of
