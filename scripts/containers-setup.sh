@@ -11,7 +11,8 @@
 #   containers.conf   runtime runc, cgroupfs, no network, default ulimits no higher than
 #                     this machine's hard limits (podman's own defaults ask for more
 #                     open files than a container without CAP_SYS_RESOURCE may have)
-#   storage.conf      the tests' own image store (target/containers/storage)
+#   storage.conf      the tests' own image store (target/containers/storage; made anew
+#                     when it was made at another path: see below)
 #   base.tar          the base image's root file system: by default made by
 #                     scripts/containers-base.py from this machine's own Debian packages
 #                     (dash, coreutils, grep, ... and their dependencies: seconds, no
@@ -86,6 +87,16 @@ runroot = "$DIR/run"
 EOF
 mv -f "$storage.tmp" "$storage"
 export CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage
+# A store made at another path (target/ copied, or the checkout moved) keeps that path in
+# its database, and podman then uses the old store, whose containers' exits it no longer
+# sees: every `podman run` waits 20 s for conmon (measured). Such a store is made anew.
+if [ -d "$DIR/storage" ]; then
+    graphroot=$(podman info --format '{{.Store.GraphRoot}}' 2>/dev/null || true)
+    if [ "$graphroot" != "$DIR/storage" ]; then
+        say "the image store under $DIR was made at ${graphroot:-another path}: making it anew"
+        rm -rf "$DIR/storage" "$DIR/run"
+    fi
+fi
 
 # The base image's files, made once.
 if ! [ -s "$TAR" ] && [ "$BASE" = host ]; then

@@ -347,6 +347,14 @@ fn disagreeing_sources_and_malformed_values_fail_closed_with_one_line() {
                 "accepted: a Kubernetes quantity",
             ],
         ),
+        // `none` beside a driver's grant: not uncapped, a conflict.
+        (
+            vec![("GPUCAP_LIMIT", "none"), ("GPU_DEVICE_0_MEMORY", "1Gi")],
+            &[
+                "gpucap: invalid GPUCAP_LIMIT=\"none\": none asks for no cap, and ",
+                "GPU_DEVICE_0_MEMORY=\"1Gi\" (DRA example driver) grants one",
+            ],
+        ),
         (
             vec![("CUDA_MEM_LIMIT_3", "1024m")],
             &[
@@ -408,4 +416,82 @@ fn agreeing_sources_are_fine() {
     ] {
         assert!(out.contains(&want), "missing {want:?}\n{}", dump(&o));
     }
+}
+
+/// HAMi's classic device plugin numbers `CUDA_DEVICE_MEMORY_LIMIT_<i>` in the order of
+/// `NVIDIA_VISIBLE_DEVICES`; here it lists the fake's GPU 1 first, so `_0` (1 GiB) is GPU
+/// 1's and `_1` (2 GiB) GPU 0's, though CUDA numbers GPU 0 first: each cap follows its
+/// GPU's UUID, in `gpucap check` and in what NVML shows the program.
+#[test]
+fn hamis_classic_caps_follow_their_gpus_uuid_not_cudas_order() {
+    const GPU1: &str = "GPU-face0000-0000-0000-0000-000000000001";
+    let visible = format!("{GPU1},{GPU0}");
+    let pairs = [
+        ("NVIDIA_VISIBLE_DEVICES", visible.as_str()),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_1", "2048m"),
+        ("CUDA_DEVICE_SM_LIMIT", "50"),
+        ("FAKECUDA_DEVICES", "2"),
+    ];
+    let o = gpucap_check(&pairs);
+    assert_ok(&o);
+    let out = stdout(&o);
+    for want in [
+        format!("GPU 0: cap {} bytes (2 GiB) of", 2 * GIB),
+        format!("GPU 1: cap {GIB} bytes (1 GiB) of"),
+        format!("cap from CUDA_DEVICE_MEMORY_LIMIT_0=\"1024m\" (HAMi device plugin), for {GPU1}"),
+    ] {
+        assert!(out.contains(&want), "missing {want:?}\n{}", dump(&o));
+    }
+    let env: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let dir = scratch("handover-hami-uuid");
+    let o = run(&mut under_shim(
+        &nvml_prog(),
+        &dir,
+        &env,
+        &["list", "linked"],
+    ));
+    let out = stdout(&o);
+    for (n, total) in [(0, 2 * GIB), (1, GIB)] {
+        let dev = line_value(&out, &format!("dev {n} "))
+            .unwrap_or_else(|| panic!("no NVML device {n}\n{}", dump(&o)));
+        assert!(
+            dev.contains(&format!("total={total} ")),
+            "NVML's GPU {n}: {dev}\n{}",
+            dump(&o)
+        );
+    }
+}
+
+/// `gpucap run --limit none` in a container the NVIDIA toolkit granted 1 GiB: the
+/// program does not start uncapped; one line names both.
+#[test]
+fn run_with_limit_none_beside_a_grant_does_not_start() {
+    let dir = scratch("handover-run-none");
+    let mut c = fake_cmd(cli(), &dir.join("stats.json"));
+    c.args(["run", "--limit", "none"])
+        .arg(script())
+        .arg("alloc:1048576")
+        .env("FAKECUDA_TOTAL_MEM", "4Gi");
+    for (k, v) in nvidia_toolkit() {
+        c.env(k, v);
+    }
+    let o = run(&mut c);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        !stdout(&o).contains("alloc "),
+        "the program ran\n{}",
+        dump(&o)
+    );
+    let err = stderr(&o);
+    assert!(
+        err.lines().any(|l| l
+            .starts_with("gpucap: invalid --limit=\"none\": none asks for no cap")
+            && l.contains("NVIDIA_GPU_MEMORY_LIMIT=\"1024\" (NVIDIA container toolkit)")),
+        "{}",
+        dump(&o)
+    );
 }

@@ -18,8 +18,10 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -58,8 +60,13 @@ fn validate(python: &Path, version: &str, files: &[PathBuf]) -> (Output, Value) 
 }
 
 /// The documents, valid in Kubernetes 1.34 (the validity test checks every version), by
-/// file name.
-fn documents(python: &Path) -> BTreeMap<String, Vec<Value>> {
+/// file name; validated once for all the tests of this file.
+fn documents(python: &Path) -> &'static BTreeMap<String, Vec<Value>> {
+    static DOCS: OnceLock<BTreeMap<String, Vec<Value>>> = OnceLock::new();
+    DOCS.get_or_init(|| read_documents(python))
+}
+
+fn read_documents(python: &Path) -> BTreeMap<String, Vec<Value>> {
     let (o, report) = validate(python, VERSIONS[0], &dra_files());
     assert_eq!(
         o.status.code(),
@@ -170,7 +177,7 @@ fn each_claim_asks_for_memory_and_each_pod_uses_its_claim() {
     let Some(python) = python() else { return };
     let docs = documents(&python);
     let mut pods = 0;
-    for (file, docs) in &docs {
+    for (file, docs) in docs {
         let named = |kind: &str, name: &str| {
             docs.iter()
                 .any(|d| d["kind"] == kind && d["metadata"]["name"] == name)
@@ -350,9 +357,14 @@ fn the_hami_library_daemonset_installs_gpucap_as_libvgpu() {
             shim().to_str().unwrap(),
         )
         .replace("/host/", &format!("{}/", host.display()));
-    let child = Command::new("sh")
+    // Its output to a file, not a pipe: the `sleep 30` it leaves behind when SIGTERM ends
+    // it would hold a pipe open for 30 s. Its own process group, killed at the end as a
+    // container runtime kills what PID 1 leaves.
+    let out = host.join("install.out");
+    let mut child = Command::new("sh")
         .args(["-c", &script])
-        .stdout(Stdio::piped())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .process_group(0)
         .spawn()
         .unwrap();
     let installed = host.join("usr/local/vgpu/libvgpu.so");
@@ -369,6 +381,10 @@ fn the_hami_library_daemonset_installs_gpucap_as_libvgpu() {
     // SIGTERM: the script's trap ends it with status 0.
     // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let o = child.wait_with_output().unwrap();
-    assert!(stdout(&o).contains("installed"), "{}", dump(&o));
+    let status = child.wait().unwrap();
+    // SAFETY: as above; the group our child led (its sleep), signalled once.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let printed = std::fs::read_to_string(&out).unwrap();
+    assert!(status.success(), "{status}: {printed}");
+    assert!(printed.contains("installed"), "{printed}");
 }

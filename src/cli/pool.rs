@@ -14,7 +14,7 @@ use serde::Serialize;
 use gpucap_core::budget::{GpuView, MemberView, PoolView};
 use gpucap_core::config::PoolSpec;
 use gpucap_core::size::format_bytes;
-use gpucap_pool_file::PoolFile;
+use gpucap_pool_file::{PoolFile, Sharing};
 
 /// Exit status when the pool's file does not exist (yet).
 pub const EXIT_NO_POOL_FILE: i32 = 1;
@@ -57,7 +57,7 @@ pub fn open(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PoolFile, (i32, 
         Located::NotYet(p) => return Err((EXIT_NO_POOL_FILE, no_file(&p))),
         Located::File(p) => p,
     };
-    gpucap_pool_file::open_reader(&path).map_err(|e| {
+    gpucap_pool_file::open_reader(&path, Sharing::of(spec)).map_err(|e| {
         if missing(&path) {
             (EXIT_NO_POOL_FILE, no_file(&path))
         } else {
@@ -83,7 +83,7 @@ pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<St
         Located::NotYet(p) => Ok(not_made(spec, &p)),
         Located::File(p) if missing(&p) => Ok(not_made(spec, &p)),
         Located::File(p) => {
-            let file = gpucap_pool_file::open_reader(&p).map_err(cannot)?;
+            let file = gpucap_pool_file::open_reader(&p, Sharing::of(spec)).map_err(cannot)?;
             let view = file.pool.view(&file.locks);
             let alive = view.members.iter().filter(|m| m.alive).count();
             let dead = view.members.len() - alive;

@@ -8,6 +8,9 @@
 //!   process dies ([`gpucap_core::budget::MemberLocks`]).
 //! - `removal`: removing a file no member uses (`gpucap pool clean`), and a joiner's
 //!   check that the file it joined was not removed meanwhile.
+//! - `sharing`: who may use a pool file: its creator alone, or (a claim's) whoever may
+//!   write the claim's directory; the mode a new one gets and the check an existing one
+//!   must pass.
 //! - `lone`: the file of a process capped on its own (`gpucap_core::lone`): made and
 //!   mapped over the ledger's figures by the shim, read (and removed once its process
 //!   died) by the CLI.
@@ -19,9 +22,11 @@ mod locks;
 mod lone;
 mod mapping;
 mod removal;
+mod sharing;
 
 pub use location::{every_user_dir, locate, locate_existing, own_uid, path_of, user_dir};
 pub use locks::SlotLocks;
 pub use lone::{Lone, LoneReading, read_lone_dir};
 pub use mapping::{PoolFile, open_member, open_reader};
 pub use removal::{Removal, join_linked, remove_unused};
+pub use sharing::Sharing;

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use gpucap_core::config::{CLAIM_POOL_FILE, PoolSpec};
 
+use crate::sharing::{Owned, unwritable_claim_dir};
+
 /// The effective uid of this process.
 pub fn own_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -217,12 +219,18 @@ fn check_parent(dir: &Path) -> Result<(), String> {
 }
 
 /// A claim's directory: the driver mounts it read-write in every container of the claim
-/// and nowhere else, commonly world-writable (HAMi's and vgpu-manager's are made 0777),
-/// so only its being a real directory is checked: the processes that may write in it
-/// are the claim's own (the pool file itself is still checked as any other).
+/// and nowhere else, and its mode or group says who shares the claim's budget (see
+/// [`crate::sharing`]): it must be a real directory this process may write in, else the
+/// process could not share the claim's budget (refused with how to share it).
 fn check_claim_dir(dir: &Path) -> Result<(), String> {
     match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) if m.is_dir() => {
+            if may_write(dir) {
+                Ok(())
+            } else {
+                Err(unwritable_claim_dir(dir, Owned::of(&m), own_uid()))
+            }
+        }
         Ok(_) => Err(format!(
             "the claim's directory {} is not a directory (a symbolic link or a file is \
              refused)",
@@ -233,5 +241,21 @@ fn check_claim_dir(dir: &Path) -> Result<(), String> {
              claim)",
             dir.display()
         )),
+    }
+}
+
+/// Whether this process (its effective ids and groups) may make files in `dir`.
+fn may_write(dir: &Path) -> bool {
+    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path; faccessat only reads it.
+    unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        ) == 0
     }
 }

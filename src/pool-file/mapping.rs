@@ -11,6 +11,7 @@ use gpucap_core::budget::{LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, pool_fi
 
 use crate::location::own_uid;
 use crate::locks::SlotLocks;
+use crate::sharing::{Owned, Sharing, check_claim_file, new_claim_file};
 
 /// An open, mapped, checked pool file. Never unmapped: members keep it for the life of
 /// the process.
@@ -37,20 +38,22 @@ fn os_err(what: &str, p: &Path) -> String {
 /// (`O_NONBLOCK`: a FIFO put at the path is refused, not waited on) and never follows a
 /// symbolic link; anything but a regular file is refused before it is read.
 /// A file made here has `members` slots (`GPUCAP_POOL_MEMBERS`); one that exists keeps
-/// the count it was made with.
-pub fn open_member(path: &Path, members: usize) -> Result<PoolFile, String> {
+/// the count it was made with. `sharing` says who may use it ([`Sharing`]).
+pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     for _ in 0..3 {
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { libc::open(c.as_ptr(), flags) };
         if fd >= 0 {
-            return finish(path, fd, true);
+            return finish(path, fd, sharing, true);
         }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
-            return Err(os_err("cannot open the pool file", path));
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOENT) => {}
+            Some(libc::EACCES) if sharing == Sharing::Claim => return Err(not_ours(path)),
+            _ => return Err(os_err("cannot open the pool file", path)),
         }
-        if create(path, members)? {
+        if create(path, sharing, members)? {
             continue; // made (or made by another process at the same time): open it
         }
     }
@@ -62,7 +65,7 @@ pub fn open_member(path: &Path, members: usize) -> Result<PoolFile, String> {
 
 /// Opens the pool file at `path` to read it (`gpucap status`, `top`, `metrics`,
 /// `check`, NVML's process list); like [`open_member`], never waits on what is there.
-pub fn open_reader(path: &Path) -> Result<PoolFile, String> {
+pub fn open_reader(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     // SAFETY: a NUL-terminated path.
     let fd = unsafe {
@@ -74,12 +77,35 @@ pub fn open_reader(path: &Path) -> Result<PoolFile, String> {
     if fd < 0 {
         return Err(os_err("cannot open the pool file", path));
     }
-    finish(path, fd, false)
+    finish(path, fd, sharing, false)
+}
+
+/// The error of a claim's pool file this process may not open for writing.
+fn not_ours(path: &Path) -> String {
+    let file = std::fs::symlink_metadata(path).map(|m| Owned::of(&m));
+    let described = file.map_or(String::new(), |f| {
+        format!(" (mode {:o}, uid {}, gid {})", f.mode, f.uid, f.gid)
+    });
+    format!(
+        "the claim's pool file {}{described} may not be written by this process (uid {}), so \
+         it cannot share the claim's budget; remove it once no process of the claim uses it: \
+         the next one is made for every user who may write the directory",
+        path.display(),
+        own_uid()
+    )
+}
+
+/// The owner, group and mode of `path`'s directory.
+fn dir_of(path: &Path) -> Result<Owned, String> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    std::fs::symlink_metadata(dir)
+        .map(|m| Owned::of(&m))
+        .map_err(|e| format!("the claim's directory {}: {e}", dir.display()))
 }
 
 /// Makes a whole pool file of `slots` members under a temporary name and links it to
 /// `path` (true), or finds that another process did (true as well: the caller opens it).
-fn create(path: &Path, slots: usize) -> Result<bool, String> {
+fn create(path: &Path, sharing: Sharing, slots: usize) -> Result<bool, String> {
     let bytes = pool_file_bytes(slots);
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path
@@ -120,8 +146,7 @@ fn create(path: &Path, slots: usize) -> Result<bool, String> {
         ));
     };
     let result = (|| {
-        // SAFETY: our descriptor; fchmod undoes a umask that would be stricter than 0600 only.
-        unsafe { libc::fchmod(fd, 0o600) };
+        share(fd, &tmp, sharing)?;
         // SAFETY: our descriptor.
         if unsafe { libc::ftruncate(fd, bytes as libc::off_t) } != 0 {
             return Err(os_err("cannot size the pool file", &tmp));
@@ -148,6 +173,33 @@ fn create(path: &Path, slots: usize) -> Result<bool, String> {
         libc::unlink(ct.as_ptr());
     }
     result
+}
+
+/// Gives the new file `fd` (at `tmp`) the mode of its sharing, and for a claim the
+/// group or owner its directory asks ([`new_claim_file`]). fchmod undoes the umask.
+fn share(fd: RawFd, tmp: &Path, sharing: Sharing) -> Result<(), String> {
+    let new = match sharing {
+        Sharing::Private => None,
+        Sharing::Claim => Some(new_claim_file(dir_of(tmp)?)),
+    };
+    let mode = new.map_or(0o600, |n| n.mode);
+    let (uid, gid) = new.map_or((None, None), |n| (n.uid.filter(|_| own_uid() == 0), n.gid));
+    if uid.is_some() || gid.is_some() {
+        let [u, g] = [uid, gid].map(|i| i.unwrap_or(u32::MAX)); // -1: unchanged
+        // SAFETY: our descriptor.
+        if unsafe { libc::fchown(fd, u, g) } != 0 {
+            return Err(format!(
+                "cannot give the pool file {} the claim directory's {} ({}); make the \
+                 directory setgid (chmod g+s) so that new files take its group",
+                tmp.display(),
+                if gid.is_some() { "group" } else { "owner" },
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    // SAFETY: our descriptor.
+    unsafe { libc::fchmod(fd, mode as libc::mode_t) };
+    Ok(())
 }
 
 /// 64 bits no other creator draws: the kernel's random bytes, else the clock's
@@ -191,7 +243,7 @@ fn map(fd: RawFd, bytes: usize, write: bool) -> Option<&'static [AtomicU64]> {
 }
 
 /// Checks what `fd` is, maps it and checks its words.
-fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
+fn finish(path: &Path, fd: RawFd, sharing: Sharing, member: bool) -> Result<PoolFile, String> {
     let fail = |msg: String| {
         // SAFETY: our descriptor, given up on.
         unsafe { libc::close(fd) };
@@ -206,7 +258,20 @@ fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return fail("it is not a regular file".into());
     }
-    if member && st.st_uid != own_uid() {
+    if sharing == Sharing::Claim {
+        let dir = match dir_of(path) {
+            Ok(d) => d,
+            Err(e) => return fail(e),
+        };
+        let file = Owned {
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mode: st.st_mode & 0o7777,
+        };
+        if let Err(e) = check_claim_file(file, dir, own_uid()) {
+            return fail(e);
+        }
+    } else if member && st.st_uid != own_uid() {
         return fail(format!(
             "it belongs to uid {}, not to this process's uid {}: the members of a pool must \
              run as the same user",
@@ -214,7 +279,7 @@ fn finish(path: &Path, fd: RawFd, member: bool) -> Result<PoolFile, String> {
             own_uid()
         ));
     }
-    if st.st_mode & 0o022 != 0 {
+    if sharing == Sharing::Private && st.st_mode & 0o022 != 0 {
         return fail(format!(
             "it is writable by group or others (mode {:o}): another user could change or \
              reset the budget; chmod 600 it (or remove it once no process uses it)",

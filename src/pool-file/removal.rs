@@ -148,12 +148,14 @@ impl PoolFile {
 /// tries). `join`'s error is returned as is when the file was not removed.
 pub fn join_linked<T>(
     path: &Path,
+    sharing: crate::Sharing,
     members: usize,
     join: impl Fn(&'static PoolFile) -> Result<T, String>,
     leave: impl Fn(T),
 ) -> Result<(&'static PoolFile, T), String> {
     for _ in 0..3 {
-        let file: &'static PoolFile = Box::leak(Box::new(crate::open_member(path, members)?));
+        let file: &'static PoolFile =
+            Box::leak(Box::new(crate::open_member(path, sharing, members)?));
         let joined = join(file);
         if file.is_linked() {
             return joined.map(|t| (file, t));
@@ -196,7 +198,12 @@ mod tests {
     fn a_pool_with_a_member_is_in_use_and_stays() {
         let d = dir("inuse");
         let path = d.join("p.pool");
-        let file = crate::open_member(&path, gpucap_core::budget::DEFAULT_SLOTS).unwrap();
+        let file = crate::open_member(
+            &path,
+            crate::Sharing::Private,
+            gpucap_core::budget::DEFAULT_SLOTS,
+        )
+        .unwrap();
         let member = Member::join(file.pool, &file.locks, &info()).unwrap();
         assert_eq!(remove_unused(&path), Ok(Removal::InUse));
         assert!(path.exists());
@@ -215,10 +222,18 @@ mod tests {
         // the path names now, the one every later process joins.
         let d = dir("race");
         let path = d.join("p.pool");
-        drop(crate::open_member(&path, gpucap_core::budget::DEFAULT_SLOTS).unwrap());
+        drop(
+            crate::open_member(
+                &path,
+                crate::Sharing::Private,
+                gpucap_core::budget::DEFAULT_SLOTS,
+            )
+            .unwrap(),
+        );
         let tries = std::cell::Cell::new(0);
         let (file, member) = join_linked(
             &path,
+            crate::Sharing::Private,
             gpucap_core::budget::DEFAULT_SLOTS,
             |f| {
                 tries.set(tries.get() + 1);
@@ -242,7 +257,12 @@ mod tests {
     fn while_the_cleaner_holds_the_slots_no_member_can_take_one() {
         let d = dir("locked");
         let path = d.join("p.pool");
-        let file = crate::open_member(&path, gpucap_core::budget::DEFAULT_SLOTS).unwrap();
+        let file = crate::open_member(
+            &path,
+            crate::Sharing::Private,
+            gpucap_core::budget::DEFAULT_SLOTS,
+        )
+        .unwrap();
         let c = cstr(&path).unwrap();
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };

@@ -108,6 +108,7 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         .unwrap_or(gpucap_core::budget::DEFAULT_SLOTS);
     let (file, member) = gpucap_pool_file::join_linked(
         &path,
+        gpucap_pool_file::Sharing::of(spec),
         members,
         |f| {
             Member::join_waiting(f.pool, &f.locks, &info, config.wait)

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use gpucap_core::budget::PoolView;
 use gpucap_core::config::{self, PoolSpec};
-use gpucap_pool_file::PoolFile;
+use gpucap_pool_file::{PoolFile, Sharing};
 
 use super::Reading;
 use crate::pool::{self, EXIT_NO_POOL_FILE, Located};
@@ -169,7 +169,7 @@ impl Reader {
         // The identity is taken before opening: if the file is replaced in between,
         // the next reading sees another identity and opens it again.
         if self.open.get(&path).is_none_or(|o| o.id != id) {
-            let file = gpucap_pool_file::open_reader(&path).map_err(|e| {
+            let file = gpucap_pool_file::open_reader(&path, Sharing::of(spec)).map_err(|e| {
                 (
                     if path.exists() { 2 } else { EXIT_NO_POOL_FILE },
                     format!("gpucap: {e}"),

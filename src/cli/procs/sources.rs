@@ -102,7 +102,7 @@ impl Sources {
             std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let id = (meta.dev(), meta.ino());
         if self.open.get(path).is_none_or(|(i, _)| *i != id) {
-            let file = gpucap_pool_file::open_reader(path)?;
+            let file = gpucap_pool_file::open_reader(path, gpucap_pool_file::Sharing::Private)?;
             if let Some((_, old)) = self.open.insert(path.to_path_buf(), (id, file)) {
                 old.locks.forget_in_child();
             }

@@ -333,6 +333,7 @@ pub fn looked_at(name: &[u8]) -> bool {
     gpucap_like(name)
         || name.starts_with(HAMI_PREFIX.as_bytes())
         || is_handover_name(name)
+        || name == NVIDIA_VISIBLE_DEVICES.as_bytes()
         || HAMI_IGNORED
             .iter()
             .any(|(var, _)| name.starts_with(var.as_bytes()))
@@ -357,8 +358,14 @@ where
     let mut ours: Vec<(String, String)> = Vec::new();
     let mut hami = Hami::default();
     let mut handover = HandoverVars::default();
+    let mut visible: Option<String> = None;
     for (k, v) in vars {
         let (k, v) = (k.as_ref(), v.as_ref());
+        if k.as_bytes() == NVIDIA_VISIBLE_DEVICES.as_bytes() {
+            // Read only to key HAMi's per-index caps (never an error: not a cap).
+            visible.get_or_insert_with(|| v.to_string_lossy().into_owned());
+            continue;
+        }
         if k.as_bytes().starts_with(HAMI_PREFIX.as_bytes()) {
             hami.add(k, v)?;
             continue;
@@ -462,7 +469,17 @@ where
         }
         None => spec,
     });
-    if let Some(from_hami) = hami_spec {
+    // The classic plugin's indices follow NVIDIA_VISIBLE_DEVICES: keyed by UUID where
+    // it lists UUIDs, compared with GPUCAP_LIMIT on the visible GPUs (as vgpu-manager's).
+    let by_uuid = match (&hami_spec, &visible) {
+        (Some(spec), Some(v)) if hami_claim.is_none() => {
+            hami_classic_by_uuid(spec, &mut origins, v)?
+        }
+        _ => None,
+    };
+    if let Some(keyed) = by_uuid {
+        merge_hami_by_uuid(&mut config, keyed, &origins, raw("GPUCAP_LIMIT"));
+    } else if let Some(from_hami) = hami_spec {
         config.limit = Some(match (config.limit.take(), raw("GPUCAP_LIMIT")) {
             (Some(mut ours), Some(v)) => {
                 check_agree(&ours, &from_hami).map_err(|reason| ConfigError {

@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 use super::*;
 use gpucap_core::config::Config;
 use gpucap_core::nvml::{self, PoolGpu};
-use gpucap_pool_file::PoolFile;
+use gpucap_pool_file::{PoolFile, Sharing};
 
 /// The pool's file, opened read-only once it exists (kept for the life of the process).
 static READER: OnceLock<PoolFile> = OnceLock::new();
@@ -32,8 +32,11 @@ pub(super) fn nvml_pool_reader(config: &Config) -> Result<Option<&'static PoolFi
     if let Some(f) = READER.get() {
         return Ok(Some(f));
     }
-    let opened = gpucap_pool_file::locate_existing(spec, config.pool_dir.as_deref())
-        .and_then(|path| path.map(|p| gpucap_pool_file::open_reader(&p)).transpose());
+    let opened =
+        gpucap_pool_file::locate_existing(spec, config.pool_dir.as_deref()).and_then(|path| {
+            path.map(|p| gpucap_pool_file::open_reader(&p, Sharing::of(spec)))
+                .transpose()
+        });
     match opened {
         Ok(None) => Ok(None),
         Ok(Some(f)) => Ok(Some(READER.get_or_init(|| f))),

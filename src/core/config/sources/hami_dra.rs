@@ -10,6 +10,14 @@
 //!   "The idx here may not equals to the index in nvidia-smi"): `<i>` names no GPU. One
 //!   amount caps every GPU; several different ones cap every GPU at the smallest (never
 //!   more than any one grant).
+//!
+//! HAMi's classic device plugin (Project-HAMi/HAMi,
+//! pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go, `Allocate` and
+//! `getAllocateResponse`) numbers `CUDA_DEVICE_MEMORY_LIMIT_<i>` in the order of the
+//! container's devices, the order in which it lists them in `NVIDIA_VISIBLE_DEVICES`
+//! (their UUIDs by default). CUDA numbers the same GPUs in its own order (fastest first,
+//! or PCI bus order), which need not be that one, so where the list is of UUIDs each cap
+//! is keyed to its GPU's UUID ([`hami_classic_by_uuid`]).
 
 use std::path::{Path, PathBuf};
 
@@ -61,4 +69,96 @@ pub fn hami_dra_spec(spec: LimitSpec) -> (LimitSpec, Option<String>) {
         from: LimitFrom::Hami,
     };
     (spec, note)
+}
+
+/// The variable that lists the container's GPUs, set by the device plugins.
+pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+
+/// HAMi's classic per-index caps keyed by UUID: when `visible` (`NVIDIA_VISIBLE_DEVICES`)
+/// lists only UUIDs, `CUDA_DEVICE_MEMORY_LIMIT_<i>` caps the `<i>`th of them, whatever
+/// its CUDA ordinal. `Ok(None)`: the list is not of UUIDs (`all`, indices) or there is
+/// no per-index cap; the indices stay CUDA ordinals, as HAMi-core reads them. An index
+/// past the list is an error: the cap could not be placed.
+pub fn hami_classic_by_uuid(
+    spec: &LimitSpec,
+    origins: &mut [Origin],
+    visible: &str,
+) -> Result<Option<LimitSpec>, ConfigError> {
+    let uuids: Result<Vec<DeviceUuid>, String> = visible
+        .split(',')
+        .map(|u| DeviceUuid::parse(u.trim()))
+        .collect();
+    let Ok(uuids) = uuids else {
+        return Ok(None);
+    };
+    if spec.devices.is_empty() {
+        return Ok(None);
+    }
+    let mut keyed = LimitSpec {
+        default: spec.default,
+        devices: Vec::new(),
+        from: LimitFrom::Handover("HAMi's CUDA_DEVICE_MEMORY_LIMIT_<i>, by NVIDIA_VISIBLE_DEVICES"),
+    };
+    for (key, limit) in &spec.devices {
+        let DeviceKey::Ordinal(i) = key else {
+            return Ok(None);
+        };
+        let var = format!("{HAMI_LIMIT}_{i}");
+        let Some(uuid) = uuids.get(*i as usize) else {
+            let value = origins
+                .iter()
+                .find(|o| o.var == var)
+                .map_or(String::new(), |o| o.value.clone());
+            return Err(bad(
+                &var,
+                &value,
+                format!(
+                    "{NVIDIA_VISIBLE_DEVICES}={visible:?} lists {} GPU(s), so there is no GPU \
+                     {i} to cap (HAMi numbers its caps in that list's order)",
+                    uuids.len()
+                ),
+                "",
+            ));
+        };
+        keyed.devices.push((DeviceKey::Uuid(*uuid), *limit));
+        for o in origins.iter_mut().filter(|o| o.var == var) {
+            o.key = Some(DeviceKey::Uuid(*uuid));
+        }
+    }
+    Ok(Some(keyed))
+}
+
+/// Makes HAMi's caps keyed by UUID (`keyed`, from `origins`) the limit, or, beside
+/// `GPUCAP_LIMIT` (`gpucap_limit`, already the limit), a second cap source that is
+/// compared with it on the visible GPUs ([`check_sources_agree`]).
+pub fn merge_hami_by_uuid(
+    config: &mut Config,
+    keyed: LimitSpec,
+    origins: &[Origin],
+    gpucap_limit: Option<&str>,
+) {
+    let listing = origins
+        .iter()
+        .map(|o| format!("{}={:?}", o.var, o.value))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let hami_source = CapSource {
+        name: format!("{listing} ({HAMI_CLASSIC})"),
+        var: origins[0].var.clone(),
+        value: origins[0].value.clone(),
+        spec: keyed.clone(),
+    };
+    match (config.limit.as_mut(), gpucap_limit) {
+        (Some(ours), Some(v)) => {
+            config.cap_sources.push(CapSource {
+                name: format!("GPUCAP_LIMIT={v:?}"),
+                var: "GPUCAP_LIMIT".into(),
+                value: v.to_string(),
+                spec: ours.clone(),
+            });
+            config.cap_sources.push(hami_source);
+            ours.from = LimitFrom::Both;
+        }
+        _ => config.limit = Some(keyed),
+    }
 }

@@ -187,8 +187,12 @@ pub fn apply(
             });
         }
     }
+    let none = raw("GPUCAP_LIMIT").filter(|v| limit_is_none(v));
     let pooled_with_own_cap = config.pool.is_some() && raw("GPUCAP_LIMIT").is_some();
     for d in drivers {
+        if let (Some(v), Some((source, _))) = (&none, &d.cap) {
+            return Err(none_conflict(v, &source.name));
+        }
         config.notes.extend(d.notes);
         if !explicit_claim_dir {
             config.notes.extend(d.no_claim_dir);
@@ -209,6 +213,20 @@ pub fn apply(
         }
     }
     Ok(())
+}
+
+/// The error of `GPUCAP_LIMIT=none` (`v`) beside a driver's grant (`source`): the
+/// driver's library would have enforced the grant, so running uncapped is refused.
+pub(crate) fn none_conflict(v: &str, source: &str) -> ConfigError {
+    ConfigError {
+        var: "GPUCAP_LIMIT".into(),
+        value: v.to_string(),
+        reason: format!(
+            "none asks for no cap, and {source} grants one; unset one of them (the driver's \
+             grant is what the scheduler counted)"
+        ),
+        accepted: "",
+    }
 }
 
 /// Adds a cap source: it must agree with every one before it (where that can be told

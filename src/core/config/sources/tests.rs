@@ -345,11 +345,139 @@ fn the_shim_copies_every_drivers_variable() {
         assert!(looked_at(name.as_bytes()), "{name}");
         assert!(has_gpucap_vars([(name, "1")]), "{name}");
     }
-    for name in [
-        "GPU_DEVICE_0",
-        "NVIDIA_VISIBLE_DEVICES",
-        "CUDA_VISIBLE_DEVICES",
-    ] {
+    for name in ["GPU_DEVICE_0", "CUDA_VISIBLE_DEVICES"] {
         assert!(!looked_at(name.as_bytes()), "{name}");
+    }
+    // Copied to key HAMi's caps, but no cap: gpucap.env is still read beside it.
+    assert!(looked_at(b"NVIDIA_VISIBLE_DEVICES"));
+    assert!(!has_gpucap_vars([("NVIDIA_VISIBLE_DEVICES", GPU0)]));
+}
+
+#[test]
+fn hamis_classic_caps_follow_nvidia_visible_devices_by_uuid() {
+    // HAMi's device plugin lists GPU1 first: its CUDA_DEVICE_MEMORY_LIMIT_0 is GPU1's,
+    // though CUDA may number GPU0 first.
+    let pairs = [
+        (
+            "NVIDIA_VISIBLE_DEVICES",
+            "GPU-face0000-0000-0000-0000-000000000001,GPU-face0000-0000-0000-0000-000000000000",
+        ),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_1", "2048m"),
+        ("CUDA_DEVICE_SM_LIMIT", "50"),
+        (
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+            "/usr/local/vgpu/0b3f.cache",
+        ),
+    ];
+    let c = vars(&pairs).unwrap();
+    let l = c.limit.clone().unwrap();
+    assert_eq!(
+        l.for_device(0, Some(&uuid(GPU0))),
+        Some(Limit::Bytes(2 * GIB))
+    );
+    assert_eq!(l.for_device(1, Some(&uuid(GPU1))), Some(Limit::Bytes(GIB)));
+    let o: Vec<_> = c
+        .origins
+        .iter()
+        .map(|o| (o.var.as_str(), o.key.clone()))
+        .collect();
+    assert_eq!(
+        o,
+        [
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT_0",
+                Some(DeviceKey::Uuid(DeviceUuid::parse(GPU1).unwrap()))
+            ),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT_1",
+                Some(DeviceKey::Uuid(DeviceUuid::parse(GPU0).unwrap()))
+            ),
+        ]
+    );
+    assert_eq!(
+        o[0].1.as_ref().map(|_| c.origins[0].driver),
+        Some("HAMi device plugin")
+    );
+    // Beside GPUCAP_LIMIT, compared on the visible GPUs: 1 GiB for every GPU disagrees
+    // with GPU0's 2 GiB whatever CUDA's order.
+    let mut with_ours = pairs.to_vec();
+    with_ours.push(("GPUCAP_LIMIT", "1Gi"));
+    let c = vars(&with_ours).unwrap();
+    let seen = [uuid(GPU0), uuid(GPU1)];
+    let e = check_gpu_keys(&c, Some(2), || Some(&seen[..])).unwrap_err();
+    assert!(e.contains(&format!("GPU 0 ({GPU0})")), "{e}");
+    assert!(e.contains("2 GiB from CUDA_DEVICE_MEMORY_LIMIT_0=\"1024m\", CUDA_DEVICE_MEMORY_LIMIT_1=\"2048m\" (HAMi device plugin)"), "{e}");
+    assert!(e.contains("1 GiB from GPUCAP_LIMIT=\"1Gi\""), "{e}");
+    // Indices (or `all`) name no UUID: HAMi-core's CUDA ordinals, as before.
+    for v in ["1,0", "all"] {
+        let mut p = pairs.to_vec();
+        p[0].1 = v;
+        let l = vars(&p).unwrap().limit.unwrap();
+        assert_eq!(
+            l.for_device(0, Some(&uuid(GPU0))),
+            Some(Limit::Bytes(GIB)),
+            "{v}"
+        );
+    }
+    // A cap past the list cannot be placed.
+    let mut p = pairs.to_vec();
+    p[0].1 = GPU1;
+    let e = vars(&p).unwrap_err();
+    assert_eq!(e.var, "CUDA_DEVICE_MEMORY_LIMIT_1");
+    assert!(
+        e.reason
+            .contains("lists 1 GPU(s), so there is no GPU 1 to cap"),
+        "{e}"
+    );
+}
+
+#[test]
+fn limit_none_beside_a_drivers_grant_is_a_conflict_naming_both() {
+    let hami_dra_cache = "/usr/local/vgpu/claims/abc-1/x.cache";
+    for (pairs, names) in [
+        (
+            vec![
+                ("CUDA_MEM_LIMIT_0", "1024m"),
+                ("MANAGER_VISIBLE_DEVICE_0", GPU0),
+            ],
+            "CUDA_MEM_LIMIT_0=\"1024m\" (vgpu-manager)",
+        ),
+        (
+            vec![("GPU_DEVICE_0_MEMORY", "1Gi")],
+            "GPU_DEVICE_0_MEMORY=\"1Gi\" (DRA example driver)",
+        ),
+        (
+            vec![
+                ("NVIDIA_GPU_MEMORY_LIMIT", "1024"),
+                ("NVIDIA_GPU_MEMORY_REQUEST", "512"),
+            ],
+            "NVIDIA_GPU_MEMORY_LIMIT=\"1024\" (NVIDIA container toolkit)",
+        ),
+        // In a pool, where the toolkit's limit would otherwise become a ceiling.
+        (
+            vec![
+                ("GPUCAP_POOL", "p"),
+                ("NVIDIA_GPU_MEMORY_LIMIT", "1024"),
+                ("NVIDIA_GPU_MEMORY_REQUEST", "512"),
+            ],
+            "NVIDIA_GPU_MEMORY_LIMIT=\"1024\" (NVIDIA container toolkit)",
+        ),
+        (
+            vec![
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
+                ("CUDA_DEVICE_MEMORY_SHARED_CACHE", hami_dra_cache),
+            ],
+            "CUDA_DEVICE_MEMORY_LIMIT_0",
+        ),
+    ] {
+        for none in ["none", " NONE "] {
+            let mut all = vec![("GPUCAP_LIMIT", none)];
+            all.extend(pairs.iter().copied());
+            let e = vars(&all).expect_err(&format!("{all:?} ran uncapped"));
+            assert_eq!((e.var.as_str(), e.value.as_str()), ("GPUCAP_LIMIT", none));
+            assert!(e.reason.starts_with("none asks for no cap, and "), "{e}");
+            assert!(e.reason.contains(names), "{names:?} not in {e}");
+        }
     }
 }

@@ -1,0 +1,215 @@
+//! scripts/Dockerfile.example, and files and limits in containers.
+
+use super::*;
+
+/// The Dockerfile builds FROM the test's base image (its build arguments) and runs: the
+/// entrypoint caps the container's command. The build stage's `cargo` is a stand-in
+/// that checks it is asked for the shim and the CLI and finds them built (compiling them
+/// again in the container would take minutes); everything else is the Dockerfile's own.
+#[test]
+pub fn the_example_dockerfile_builds_and_caps() {
+    let Some(rt) = runtime() else { return };
+    let dir = host_dir("ctr-dockerfile");
+    let tag = unique("image");
+    // The build image: the base image with the stand-in cargo.
+    let build_ctx = dir.join("build-image");
+    std::fs::create_dir_all(&build_ctx).unwrap();
+    let cargo = write(
+        &build_ctx.join("cargo"),
+        "#!/bin/sh\n\
+         [ \"$*\" = 'build --release --locked -p gpucap-shim -p gpucap' ] || { echo \"cargo: unexpected: $*\" >&2; exit 1; }\n\
+         test -f target/release/libgpucap.so && test -x target/release/gpucap\n",
+    );
+    set_mode(&cargo, 0o755);
+    write(
+        &build_ctx.join("Containerfile"),
+        &format!("FROM {}\nCOPY cargo /usr/local/bin/cargo\n", rt.image),
+    );
+    let build_image = format!("localhost/{tag}-build");
+    let image = format!("localhost/{tag}");
+    let o = run(rt
+        .podman()
+        .args([
+            "build",
+            "--pull=never",
+            "--network=none",
+            "-q",
+            "-t",
+            &build_image,
+        ])
+        .arg(&build_ctx));
+    assert_ok(&o);
+    // The build context: what `COPY . .` needs, with the shim and the CLI already built.
+    let ctx = dir.join("context");
+    std::fs::create_dir_all(ctx.join("scripts")).unwrap();
+    std::fs::create_dir_all(ctx.join("target/release")).unwrap();
+    std::fs::copy(
+        root().join("scripts/docker-entrypoint.sh"),
+        ctx.join("scripts/docker-entrypoint.sh"),
+    )
+    .unwrap();
+    std::fs::copy(shim(), ctx.join("target/release/libgpucap.so")).unwrap();
+    std::fs::copy(cli(), ctx.join("target/release/gpucap")).unwrap();
+    let built = run(rt
+        .podman()
+        .args([
+            "build",
+            "--pull=never",
+            "--network=none",
+            "-q",
+            "-t",
+            &image,
+        ])
+        .arg(format!("--build-arg=BUILD_IMAGE={build_image}"))
+        .arg(format!("--build-arg=BASE_IMAGE={}", rt.image))
+        .arg("-f")
+        .arg(root().join("scripts/Dockerfile.example"))
+        .arg(&ctx));
+    let mut c = Container::new("dockerfile");
+    c.image = Some(image.clone());
+    c.env("GPUCAP_LIMIT", "1Gi");
+    let o = built.status.success().then(|| run_600_600(&rt, &mut c));
+    let _ = run(rt.podman().args(["rmi", "-f", &image, &build_image]));
+    assert_ok(&built);
+    assert_600_600(&o.unwrap(), CAPPED, GIB);
+}
+
+// ---------------------------------------------------------------------------------------
+// Files and limits.
+
+/// gpucap's library and a cap of 1 GiB in a pool named `pool` in `/pools` (a volume).
+pub fn pooled(c: &mut Container, dir: &Path, pools: &Path, pool: &str) {
+    gpucap_library(c, dir);
+    c.mount(pools, "/pools")
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_POOL", pool)
+        .env("GPUCAP_POOL_DIR", "/pools");
+}
+
+/// A pool directory on a volume that containers of two users share (mode 1777, as /tmp):
+/// each user's containers share that user's pool (a gpucap-UID directory each), and
+/// neither user's pool counts the other's.
+#[test]
+pub fn a_pool_directory_on_a_shared_volume_serves_each_user_its_pool() {
+    let Some(rt) = runtime() else { return };
+    let dir = host_dir("ctr-pool-users");
+    let pools = dir.join("pools");
+    let sync = dir.join("sync");
+    for d in [&pools, &sync] {
+        std::fs::create_dir_all(d).unwrap();
+        set_mode(d, 0o1777);
+    }
+    let container = |name: &str, user: &str, steps: &[&str]| {
+        let mut c = Container::new(name);
+        pooled(&mut c, &dir, &pools, "train");
+        c.option(&format!("--user={user}"))
+            .mount(&sync, "/sync")
+            .script(steps);
+        c
+    };
+    let (same_user, other_user) = &while_holding(&rt, &sync, container, "1000:1000", "1001:1001");
+    assert_eq!(script_allocs(same_user), SHARED, "{}", dump(same_user));
+    assert_eq!(script_allocs(other_user), OWN, "{}", dump(other_user));
+    use std::os::unix::fs::MetadataExt;
+    for uid in [1000, 1001] {
+        let file = pools.join(format!("gpucap-{uid}/train.pool"));
+        let meta = std::fs::metadata(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert_eq!(meta.uid(), uid, "{}", file.display());
+    }
+}
+
+/// `--read-only` and `--user 1000`: the CDI device caps the container, its processes
+/// share the default pool (in the container's own /dev/shm).
+#[test]
+pub fn a_read_only_root_and_a_non_root_user_are_capped() {
+    let Some(rt) = runtime() else { return };
+    let dir = host_dir("ctr-ro");
+    let spec = CdiSpec::generate(&dir, &["--limit", "1Gi"]);
+    let mut c = Container::new("ro");
+    c.option(&spec.device)
+        .option("--read-only")
+        .option("--user=1000:1000")
+        .shell(&format!(
+            "touch /probe 2>/dev/null && echo root-is-writable; \
+             {BIN}/script alloc:600Mi touch:/tmp/held wait:/tmp/done & \
+             while ! [ -e /tmp/held ]; do sleep 0.05; done; \
+             {BIN}/script alloc:600Mi; touch /tmp/done; wait; id -u; ls /dev/shm"
+        ));
+    let o = rt.run(&c);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(!out.contains("root-is-writable"), "{}", dump(&o));
+    assert_eq!(
+        script_allocs(&o),
+        [(MIB600, 0), (MIB600, 2)],
+        "{}",
+        dump(&o)
+    );
+    assert!(out.lines().any(|l| l == "1000"), "{}", dump(&o));
+    assert!(
+        out.lines().any(|l| l == "gpucap-1000"),
+        "the pool's directory\n{}",
+        dump(&o)
+    );
+    // The HAMi DRA hand-over in the same conditions, the claim's directory the user's
+    // alone (0755): the claim's pool file is the user's, 0600.
+    let mut h = Container::new("ro-hami");
+    hami_dra(&mut h, &dir, "claim-ro", 1024);
+    let claim = dir.join("claims/claim-ro");
+    let o = run(Command::new("chown").arg("1000:1000").arg(&claim));
+    assert_ok(&o);
+    set_mode(&claim, 0o755);
+    h.option("--read-only").option("--user=1000:1000");
+    assert_600_600(&run_600_600(&rt, &mut h), CAPPED, GIB);
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::metadata(claim.join("gpucap.pool")).unwrap();
+    assert_eq!((file.mode() & 0o7777, file.uid()), (0o600, 1000));
+}
+
+/// A container killed by the runtime (`podman kill`: SIGKILL) while it holds 800 MiB of
+/// a pool on a shared volume: its bytes come back to the other containers.
+#[test]
+pub fn a_container_killed_while_holding_gives_its_bytes_back() {
+    let Some(rt) = runtime() else { return };
+    let dir = host_dir("ctr-kill");
+    let pools = dir.join("pools");
+    let sync = dir.join("sync");
+    for d in [&pools, &sync] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let container = |name: &str, steps: &[&str]| {
+        let mut c = Container::new(name);
+        pooled(&mut c, &dir, &pools, "shared");
+        c.mount(&sync, "/sync").script(steps);
+        c
+    };
+    let victim = container(
+        "victim",
+        &["alloc:800Mi", "touch:/sync/held", "wait:/sync/never"],
+    );
+    let mut held = rt.spawn(&victim);
+    wait_for(&sync.join("held"), &mut held, "the holding container");
+    let before = rt.run(&container("before", &["alloc:600Mi"]));
+    let o = run(rt.podman().args(["kill", &victim.name]));
+    assert_ok(&o);
+    let killed = held.wait_with_output().unwrap();
+    assert_eq!(
+        killed.status.code(),
+        Some(137),
+        "killed by SIGKILL\n{}",
+        dump(&killed)
+    );
+    let after = rt.run(&container("after", &["alloc:600Mi"]));
+    assert_eq!(
+        script_allocs(&before),
+        [(MIB600, 2)],
+        "the pool is shared\n{}",
+        dump(&before)
+    );
+    assert_eq!(
+        script_allocs(&after),
+        [(MIB600, 0)],
+        "the killed container's 800 MiB did not come back\n{}",
+        dump(&after)
+    );
+}
