@@ -208,29 +208,17 @@ fn the_published_launch_figures_are_this_trees() {
     if !callgrind_benchmarks_run() {
         return;
     }
-    let book = std::fs::read_to_string(root().join("docs/src/performance.md")).unwrap();
-    let para = &book[book
-        .find("**Cost per kernel launch.**")
-        .expect("performance.md has the launch paragraph")..];
-    let text = &para[para.find("raw fake").expect("a raw figure")..];
-    let published: Vec<i64> = text
-        .split(|c: char| !c.is_ascii_digit() && c != ',')
-        .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
-        .take(3)
-        .map(figure)
-        .collect();
-    assert_eq!(published.len(), 3, "raw, gpucap, added: {published:?}");
-    let dir = scratch("bench-instructions-launch");
-    let json = dir.join("launch.json");
-    let o = run(Command::new(root().join("scripts/bench-instructions.sh"))
-        .arg("2000")
-        .env("BENCH_ONLY", "launch")
-        .env("BENCH_JSON", &json)
-        .env_remove("BENCH_SHIM")
-        .env_remove("LD_PRELOAD"));
-    assert_ok(&o);
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let published = book_figures(
+        "performance.md",
+        "**Cost per kernel launch.**",
+        "raw fake",
+        3,
+    );
+    let (o, v) = bench_json(
+        "bench-instructions.sh",
+        &["2000"],
+        &[("BENCH_ONLY", "launch")],
+    );
     let get = |k: &str| v[k].as_i64().unwrap_or_else(|| panic!("no {k} in {v}"));
     let measured = [get("launch_raw"), get("launch_gpucap"), get("launch_added")];
     for (what, (p, m)) in ["raw", "gpucap", "added"]

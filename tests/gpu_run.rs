@@ -558,8 +558,8 @@ fn the_first_set_passes_on_the_fake_gpu_and_writes_the_step_cost() {
     );
     assert_eq!(v["figures"]["graphs_reserved_at"], "instantiate");
     let pool = &checks["pool-64"].1;
-    // Members that start together may measure each other's contexts (charged more, never
-    // less): the 17th is then refused at its context, with the pool's line all the same.
+    // A member's measurement counts in what it cannot tell apart (charged more, never
+    // less): the 17th may then be refused at its context, with the pool's line all the same.
     assert!(
         pool.starts_with("16 processes at once held their first block")
             && (pool.contains("member 17, past the room, was refused: gpucap: refused cuMemAlloc")

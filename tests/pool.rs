@@ -1929,3 +1929,37 @@ fn a_lowered_stack_limit_gives_its_bytes_to_another_member() {
     let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
     assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
 }
+
+/// Two members whose contexts are made at the same moment (the fake's
+/// `FAKECUDA_CONTEXT_DELAY_MS`: a context takes its 100 MiB halfway through 2 s, as a real
+/// driver takes a while) are each charged their own context: the pool's context window
+/// serialises their measurements. Before it, each measurement (device-wide) counted the
+/// other member's context too: 400 MiB charged for 200 held (and 1 run in 3 of 16 members
+/// started together on a loaded machine was charged 2 contexts over NVML's sum).
+#[test]
+fn members_making_contexts_at_once_are_charged_their_own() {
+    let p = Pool::new("pool-ctx-window");
+    let member = |tag: &str| {
+        let mut c = p.script(
+            &format!("{tag}.json"),
+            &[&format!("touch:{}", p.path(tag)), &format!("wait:{}", p.path("go"))],
+        );
+        c.env("FAKECUDA_CONTEXT_MEM", "100Mi")
+            .env("FAKECUDA_CONTEXT_DELAY_MS", "2000");
+        spawn(&mut c)
+    };
+    let (a, b) = (member("a"), member("b"));
+    p.wait_file("a");
+    p.wait_file("b");
+    let (used, _) = p.used_peak();
+    p.touch("go");
+    for o in [finish(a), finish(b)] {
+        assert_ok(&o);
+    }
+    assert_eq!(
+        used,
+        200 * MIB,
+        "two 100 MiB contexts made at once: the pool charged {} MiB",
+        used / MIB
+    );
+}

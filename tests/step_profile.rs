@@ -186,31 +186,15 @@ fn the_published_step_figures_are_this_trees() {
     if !callgrind_benchmarks_run() {
         return;
     }
-    let book = std::fs::read_to_string(root().join("docs/src/performance.md")).unwrap();
-    let para = &book[book
-        .find("**Cost per step.**")
-        .expect("performance.md has the per-step paragraph")..];
-    let para = &para[..para.find("\n\n").unwrap_or(para.len())];
-    let dir = scratch("bench-step");
-    let json = dir.join("step.json");
-    let o = run(Command::new(root().join("scripts/bench-step.sh"))
-        .env("BENCH_JSON", &json)
-        .env_remove("BENCH_SHIM")
-        .env_remove("LD_PRELOAD"));
-    assert_ok(&o);
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (o, v) = bench_json("bench-step.sh", &[], &[]);
     for (name, tolerance) in [("train", TOLERANCE), ("graph", GRAPH_TOLERANCE)] {
         // "<name> step: raw A, gpucap B, added C; in a pool D, added E"
-        let at = para
-            .find(&format!("{name} step: raw"))
-            .unwrap_or_else(|| panic!("no '{name} step: raw' figures in:\n{para}"));
-        let published: Vec<i64> = para[at + name.len() + 10..]
-            .split(|c: char| !c.is_ascii_digit() && c != ',')
-            .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
-            .take(5)
-            .map(|w| w.replace(',', "").parse().unwrap())
-            .collect();
+        let published = book_figures(
+            "performance.md",
+            "**Cost per step.**",
+            &format!("{name} step: raw"),
+            5,
+        );
         let get = |k: &str| {
             v[name][k]
                 .as_i64()

@@ -316,25 +316,32 @@ fn ptx_fatbins_wrappers_and_garbage() {
     }
 }
 
+/// A library of `image` (no options), loaded.
+unsafe fn load_library(image: &[u8]) -> usize {
+    let mut lib = 0;
+    // SAFETY: `image` is a whole image; no options.
+    let rc = unsafe {
+        cuLibraryLoadData(
+            &mut lib,
+            image.as_ptr().cast(),
+            null_mut(),
+            null_mut(),
+            0,
+            null_mut(),
+            null_mut(),
+            0,
+        )
+    };
+    assert_eq!(rc, CUDA_SUCCESS);
+    lib
+}
+
 #[test]
 fn libraries_kernels_and_the_linker() {
     let _g = setup();
     let elf = build_elf(&["lib_kernel"], &[("lib_global", 8)]);
     unsafe {
-        let mut lib = 0;
-        assert_eq!(
-            cuLibraryLoadData(
-                &mut lib,
-                elf.as_ptr().cast(),
-                null_mut(),
-                null_mut(),
-                0,
-                null_mut(),
-                null_mut(),
-                0
-            ),
-            CUDA_SUCCESS
-        );
+        let lib = load_library(&elf);
         let mut k = 0;
         assert_eq!(
             cuLibraryGetKernel(&mut k, lib, c"lib_kernel".as_ptr()),
@@ -435,20 +442,7 @@ fn launches_on_a_capturing_stream_are_kernel_nodes() {
     use crate::api::stream::*;
     let elf = build_elf(&["captured_kernel"], &[]);
     unsafe {
-        let mut lib = 0;
-        assert_eq!(
-            cuLibraryLoadData(
-                &mut lib,
-                elf.as_ptr().cast(),
-                null_mut(),
-                null_mut(),
-                0,
-                null_mut(),
-                null_mut(),
-                0
-            ),
-            CUDA_SUCCESS
-        );
+        let lib = load_library(&elf);
         let (mut k, mut f) = (0, 0);
         assert_eq!(
             cuLibraryGetKernel(&mut k, lib, c"captured_kernel".as_ptr()),

@@ -11,10 +11,10 @@ members use the driver API through ctypes, this process watches uncapped (NVML).
       their block, each way. While they hold: the pool's figure (`gpucap status --pool
       NAME --json`) against NVML's sum over the members (at most the cap; the pool's figure
       short of NVML's by more than 2 MiB a member FAILs: memory not charged; above it is the
-      figure pool64_over_nvml_mib: members that start together measure each other's
-      contexts, charged more, never less); then one more member, whose block is its whole
-      room plus 64 MiB, is refused with the pool's line (at its block, or at its context
-      when the room does not hold that).
+      figure pool64_over_nvml_mib: what members' measurements counted in, which the pool's
+      context window keeps out of contexts made at once); then one more member, whose block
+      is its whole room plus 64 MiB, is refused with the pool's line (at its block, or at
+      its context when the room does not hold that).
   pool_storm.py kill-storm --cli GPUCAP [--seconds 6]
       A pool of 8: 4 holders each hold 4 blocks, 4 allocators allocate blocks until one is
       refused and free half, over and over; the holders are SIGKILLed one by one (every
@@ -204,8 +204,8 @@ def pool_64(s):
                                timeout=s.a.timeout)
         said = open(err).read()
         beyond = [ln for ln in o.stdout.splitlines() if ln.startswith("BEYOND ")]
-        # the pool's room may not hold even its context (members that started together
-        # measure each other's contexts: charged more, never less): refused there
+        # the pool's room may not hold even its context (a measurement counts in what it
+        # cannot tell apart: charged more, never less): refused there
         at_context = [ln for ln in o.stdout.splitlines() if ln.startswith("ERROR the context -> 2")]
     finally:
         for c in kids:

@@ -2,15 +2,20 @@
 //! open-file-description lock (`F_OFD_SETLK`). The kernel drops it when the last
 //! descriptor of the open file closes, so when the process dies, however it dies; it
 //! is not tied to a pid, so PID namespaces and recycled pids do not matter.
+//! Past the slots' bytes, one byte per device: the pool's context window there
+//! ([`SlotLocks::context_window`]).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpucap_core::budget::{Exit, MAX_SLOTS, MemberLocks};
 
 /// Where the slots' lock bytes start (past the file's end: locks need no data).
 pub(crate) const LOCK_BASE: i64 = 1 << 40;
+
+/// Where the devices' context-window bytes start: past every slot's.
+const CONTEXT_BASE: i64 = LOCK_BASE + MAX_SLOTS as i64;
 
 /// The locks of one open pool file.
 pub struct SlotLocks {
@@ -63,6 +68,47 @@ impl SlotLocks {
         self.fcntl(libc::F_OFD_GETLK, &mut f)
     }
 
+    /// The pool-wide window of context measurements on `device`: while a member holds
+    /// it, no other member makes a context there, so that a context's measurement
+    /// (device-wide: `gpucap_core::contexts`) does not count another member's context
+    /// made at the same moment (members that start together were charged each other's).
+    /// Waits for it, polling, at most `patience` (a member stopped inside its window must
+    /// not stop the others for good): past that, or where the file system refuses the
+    /// lock, the window is not held and the measurement counts in what it sees, as
+    /// before (more, never less). Threads of one process share the open file, so the
+    /// kernel lets them share the byte too: the process's own per-device lock orders them.
+    pub fn context_window(&self, device: usize, patience: Duration) -> ContextWindow<'_> {
+        let start = Instant::now();
+        let byte = CONTEXT_BASE + device as i64;
+        loop {
+            let mut f = flock_range(libc::F_WRLCK, byte, 1);
+            match self.fcntl(libc::F_OFD_SETLK, &mut f) {
+                Ok(()) => {
+                    return ContextWindow {
+                        locks: self,
+                        byte,
+                        held: true,
+                        waited: start.elapsed(),
+                    };
+                }
+                Err(e)
+                    if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES))
+                        && start.elapsed() < patience =>
+                {
+                    std::thread::sleep(Duration::from_micros(250));
+                }
+                Err(_) => {
+                    return ContextWindow {
+                        locks: self,
+                        byte,
+                        held: false,
+                        waited: start.elapsed(),
+                    };
+                }
+            }
+        }
+    }
+
     /// In a forked child: the open file is its parent's, so closing the child's copy
     /// keeps the parent's locks and lets the kernel drop them when the parent dies.
     pub fn forget_in_child(&self) {
@@ -73,6 +119,36 @@ impl SlotLocks {
         }
         for m in &self.mine {
             m.store(0, Relaxed);
+        }
+    }
+}
+
+/// A device's context window of the pool ([`SlotLocks::context_window`]), given back
+/// when dropped.
+pub struct ContextWindow<'a> {
+    locks: &'a SlotLocks,
+    byte: i64,
+    held: bool,
+    waited: Duration,
+}
+
+impl ContextWindow<'_> {
+    /// Whether the window is held (not: the patience ran out, or no lock could be taken).
+    pub fn held(&self) -> bool {
+        self.held
+    }
+
+    /// How long taking it waited.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+}
+
+impl Drop for ContextWindow<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            let mut f = flock_range(libc::F_UNLCK, self.byte, 1);
+            let _ = self.locks.fcntl(libc::F_OFD_SETLK, &mut f);
         }
     }
 }

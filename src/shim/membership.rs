@@ -39,6 +39,20 @@ pub fn current() -> Option<&'static Member<'static>> {
     }
 }
 
+/// How long a member waits for its pool's context window on a device before it makes
+/// its context without it (see [`context_window`]).
+const CONTEXT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// While this process makes and measures a context on `device`: its pool's window of
+/// context measurements there (None outside a pool), so that the members' contexts made
+/// at the same moment are not counted in each other's measurement
+/// (`SlotLocks::context_window`).
+pub fn context_window(device: usize) -> Option<gpucap_pool_file::ContextWindow<'static>> {
+    let i = CURRENT.load(Acquire).checked_sub(1)?;
+    let joined = MEMBERS.get(i)?.get()?;
+    Some(joined.file.locks.context_window(device, CONTEXT_PATIENCE))
+}
+
 /// The pool's file, if this process joined one.
 pub fn path() -> Option<&'static std::path::Path> {
     match CURRENT.load(Acquire) {

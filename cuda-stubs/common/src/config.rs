@@ -54,6 +54,11 @@ pub struct Config {
     /// fails (`CUDA_ERROR_UNKNOWN`, the stack kept), so that tests can see what happens when
     /// the driver will not set a limit back.
     pub stack_lower_fails: bool,
+    /// FAKECUDA_CONTEXT_DELAY_MS: making a context (`cuCtxCreate*`, the first
+    /// `cuDevicePrimaryCtxRetain`) takes this long (default 0), its memory taken halfway,
+    /// as a real driver takes a while: so that tests can make two processes' contexts
+    /// overlap.
+    pub context_delay_ms: u64,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
 }
@@ -198,6 +203,17 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     };
     let multicast = flag(&var, "FAKECUDA_MULTICAST")?;
     let stack_lower_fails = flag(&var, "FAKECUDA_STACK_LOWER_FAILS")?;
+    let context_delay_ms = match var("FAKECUDA_CONTEXT_DELAY_MS") {
+        None => 0,
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&ms| ms <= 60_000)
+            .ok_or_else(|| {
+                format!("invalid FAKECUDA_CONTEXT_DELAY_MS={v:?}: expected 0 to 60000 (milliseconds)")
+            })?,
+    };
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -216,6 +232,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         numa_nodes,
         multicast,
         stack_lower_fails,
+        context_delay_ms,
         visible,
     })
 }

@@ -9,12 +9,23 @@ use crate::model::pool;
 use crate::model::teardown;
 use libc::{c_char, c_int, c_uint, c_void};
 
+/// Half of FAKECUDA_CONTEXT_DELAY_MS, slept before and after a context takes its memory.
+fn half_delay() -> CuResult {
+    let ms = cfg()?.context_delay_ms;
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(ms * 500));
+    }
+    Ok(())
+}
+
 pub(super) fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     let dev = check_dev(dev)?;
     if pctx.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
+    half_delay()?;
     let ctx = ctx::create(dev, flags)?;
+    half_delay()?;
     note(|| format!("ctx={ctx:#x}"));
     out(pctx, ctx)
 }
@@ -25,7 +36,14 @@ crate::abi::exports! {
         if pctx.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let first = !ctx::primary_state(dev).1;
+        if first {
+            half_delay()?;
+        }
         let ctx = ctx::retain_primary(dev)?;
+        if first {
+            half_delay()?;
+        }
         note(|| format!("ctx={ctx:#x}"));
         out(pctx, ctx)
     }

@@ -41,6 +41,31 @@ pub(super) fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budg
     move || crate::membership::current().and_then(|m| m.marks(device))
 }
 
+/// In a pool: the pool's window of context measurements on `device`, held while the
+/// context is made and measured (see `membership::context_window`); said at debug level
+/// when it had to wait, at error level when it could not be had (the context is then
+/// measured beside the others', counted in: charged more, never less).
+pub(super) fn context_window(
+    api: &str,
+    device: usize,
+) -> Option<gpucap_pool_file::ContextWindow<'static>> {
+    let window = crate::membership::context_window(device)?;
+    if !window.held() {
+        log!(
+            Error,
+            "{api} on GPU {device}: the pool's context window was not free after {:.1} s; the context is measured without it (another member's context made meanwhile counts in its charge)",
+            window.waited().as_secs_f64()
+        );
+    } else if window.waited() > std::time::Duration::from_millis(1) {
+        log!(
+            Debug,
+            "{api} on GPU {device}: waited {:.3} s for the pool's context window",
+            window.waited().as_secs_f64()
+        );
+    }
+    Some(window)
+}
+
 /// Reserves, before the driver makes a context on `lock`'s device, what it is expected
 /// to take: the least a context measured there took, by this process
 /// (`DeviceLock::expected`) or by any member of its pool, whichever is less (a
@@ -279,8 +304,10 @@ pub fn primary_ctx_retain(
         Ok(r) => r,
         Err(rc) => return rc,
     };
+    let window = context_window(api, lock.device());
     let (rc, measured, how) =
         lock.measure_in_pool(&queries::Contexts, pool_marks(lock.device()), call);
+    drop(window);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
@@ -365,8 +392,10 @@ pub(super) fn ctx_created(
         Ok(r) => r,
         Err(rc) => return rc,
     };
+    let window = context_window(api, lock.device());
     let (rc, measured, how) =
         lock.measure_in_pool(&queries::Contexts, pool_marks(lock.device()), call);
+    drop(window);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
