@@ -1942,7 +1942,10 @@ fn members_making_contexts_at_once_are_charged_their_own() {
     let member = |tag: &str| {
         let mut c = p.script(
             &format!("{tag}.json"),
-            &[&format!("touch:{}", p.path(tag)), &format!("wait:{}", p.path("go"))],
+            &[
+                &format!("touch:{}", p.path(tag)),
+                &format!("wait:{}", p.path("go")),
+            ],
         );
         c.env("FAKECUDA_CONTEXT_MEM", "100Mi")
             .env("FAKECUDA_CONTEXT_DELAY_MS", "2000");

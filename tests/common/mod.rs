@@ -501,14 +501,22 @@ pub fn book_figures(page: &str, marker: &str, from: &str, n: usize) -> Vec<i64> 
         .take(n)
         .map(|w| w.replace(',', "").parse().unwrap())
         .collect();
-    assert_eq!(figures.len(), n, "{page}, {marker:?} after {from:?}: {figures:?}");
+    assert_eq!(
+        figures.len(),
+        n,
+        "{page}, {marker:?} after {from:?}: {figures:?}"
+    );
     figures
 }
 
 /// Runs a benchmark script of `scripts/` (with `args`, and `env` set) that writes its
 /// figures to `BENCH_JSON`, against this tree's build (no `BENCH_SHIM`, no
 /// `LD_PRELOAD`): its output and the figures.
-pub fn bench_json(script: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, serde_json::Value) {
+pub fn bench_json(
+    script: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, serde_json::Value) {
     let json = scratch(script).join("figures.json");
     let mut cmd = Command::new(root().join("scripts").join(script));
     cmd.args(args)

@@ -211,7 +211,9 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             .ok()
             .filter(|&ms| ms <= 60_000)
             .ok_or_else(|| {
-                format!("invalid FAKECUDA_CONTEXT_DELAY_MS={v:?}: expected 0 to 60000 (milliseconds)")
+                format!(
+                    "invalid FAKECUDA_CONTEXT_DELAY_MS={v:?}: expected 0 to 60000 (milliseconds)"
+                )
             })?,
     };
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
