@@ -1933,9 +1933,10 @@ fn a_lowered_stack_limit_gives_its_bytes_to_another_member() {
 /// Two members whose contexts are made at the same moment (the fake's
 /// `FAKECUDA_CONTEXT_DELAY_MS`: a context takes its 100 MiB halfway through 2 s, as a real
 /// driver takes a while) are each charged their own context: the pool's context window
-/// serialises their measurements. Before it, each measurement (device-wide) counted the
-/// other member's context too: 400 MiB charged for 200 held (and 1 run in 3 of 16 members
-/// started together on a loaded machine was charged 2 contexts over NVML's sum).
+/// serialises their measurements. Before it, each measurement (device-wide) saw the other
+/// member's context too, and the first charge made inside the other's window was taken off
+/// it as the pool's traffic: one member charged 200 MiB and the other 0 B (when the first
+/// left, the pool counted nothing for a context of 100 MiB still held), or both 200 MiB.
 #[test]
 fn members_making_contexts_at_once_are_charged_their_own() {
     let p = Pool::new("pool-ctx-window");
@@ -1944,7 +1945,7 @@ fn members_making_contexts_at_once_are_charged_their_own() {
             &format!("{tag}.json"),
             &[
                 &format!("touch:{}", p.path(tag)),
-                &format!("wait:{}", p.path("go")),
+                &format!("wait:{}", p.path(&format!("{tag}-go"))),
             ],
         );
         c.env("FAKECUDA_CONTEXT_MEM", "100Mi")
@@ -1954,15 +1955,16 @@ fn members_making_contexts_at_once_are_charged_their_own() {
     let (a, b) = (member("a"), member("b"));
     p.wait_file("a");
     p.wait_file("b");
-    let (used, _) = p.used_peak();
-    p.touch("go");
-    for o in [finish(a), finish(b)] {
-        assert_ok(&o);
-    }
+    let both = p.used_peak().0;
+    p.touch("a-go");
+    assert_ok(&finish(a));
+    let after_a = p.used_peak().0;
+    p.touch("b-go");
+    assert_ok(&finish(b));
     assert_eq!(
-        used,
-        200 * MIB,
-        "two 100 MiB contexts made at once: the pool charged {} MiB",
-        used / MIB
+        (both / MIB, after_a / MIB, p.used_peak().0),
+        (200, 100, 0),
+        "MiB the pool charged: both members holding their 100 MiB context, then the second \
+         alone, then none"
     );
 }
