@@ -8,7 +8,9 @@
 //! It reads `CUDA_DEVICE_MEMORY_LIMIT_0` to `_15` (its 16 devices). gpucap accepts only
 //! the values both read the same way, and refuses the others with the reason; it also
 //! refuses a bare number under 1 MiB (`8`: 8 bytes in both, surely `8g` meant), as it
-//! does in `GPUCAP_LIMIT`.
+//! does in `GPUCAP_LIMIT`. `Hami` gathers them as `from_vars` reads the environment.
+
+use std::ffi::OsStr;
 
 use super::*;
 
@@ -317,4 +319,123 @@ fn exact_size(b: u64) -> String {
         }
     }
     format!("{b}B")
+}
+
+/// HAMi-core's variables as read so far (first occurrence of each name).
+#[derive(Default)]
+pub(super) struct Hami {
+    all: Option<(String, u64)>,
+    gpus: Vec<(u32, String, u64)>,
+    pub(super) notes: Vec<String>,
+    seen: Vec<String>,
+    /// `CUDA_DEVICE_MEMORY_SHARED_CACHE`: the pool's file.
+    pub(super) shared_cache: Option<String>,
+}
+
+impl Hami {
+    /// Reads one `CUDA_DEVICE_MEMORY_*` variable.
+    pub(super) fn add(&mut self, k: &OsStr, v: &OsStr) -> Result<(), ConfigError> {
+        let name = k.to_string_lossy().into_owned();
+        let bad = |reason: String, accepted: &'static str| ConfigError {
+            var: name.clone(),
+            value: v.to_string_lossy().into_owned(),
+            reason,
+            accepted,
+        };
+        let kind = hami_name(&name).map_err(|r| bad(r, ""))?;
+        let accepted = match kind {
+            HamiName::SharedCache => "an absolute file path (the pool's file)",
+            _ => HAMI_ACCEPTED,
+        };
+        let Some(value) = v.to_str() else {
+            return Err(bad("the value is not valid UTF-8".into(), accepted));
+        };
+        if self.seen.contains(&name) {
+            return Ok(()); // first occurrence wins, like getenv
+        }
+        self.seen.push(name.clone());
+        match kind {
+            HamiName::SharedCache => {
+                if value.is_empty() {
+                    return Err(bad("empty value".into(), accepted));
+                }
+                match parse_pool_spec(value) {
+                    Ok(PoolSpec::Path(_)) => self.shared_cache = Some(value.to_string()),
+                    Ok(PoolSpec::Name(_) | PoolSpec::Claim(_)) => {
+                        return Err(bad(
+                            "a path must be absolute (every process must name the same file)"
+                                .into(),
+                            accepted,
+                        ));
+                    }
+                    Err(r) => return Err(bad(r, accepted)),
+                }
+            }
+            HamiName::All => {
+                let b = parse_hami_value(value).map_err(|r| bad(r, accepted))?;
+                self.all = Some((value.to_string(), b));
+            }
+            HamiName::Gpu(n) => {
+                let b = parse_hami_value(value).map_err(|r| bad(r, accepted))?;
+                self.gpus.push((n, value.to_string(), b));
+            }
+        }
+        Ok(())
+    }
+
+    /// The limit they give, if any limit variable was set.
+    pub(super) fn spec(&self) -> Option<LimitSpec> {
+        if self.all.is_none() && self.gpus.is_empty() {
+            return None;
+        }
+        let gpus: Vec<(u32, u64)> = self.gpus.iter().map(|&(n, _, b)| (n, b)).collect();
+        Some(hami_spec(self.all.as_ref().map(|&(_, b)| b), &gpus))
+    }
+
+    /// The variables a cap came from, for `gpucap check`.
+    pub(super) fn origins(&self, driver: &'static str) -> Vec<Origin> {
+        let mut out: Vec<Origin> = Vec::new();
+        if let Some((v, _)) = &self.all {
+            out.push(Origin {
+                var: HAMI_LIMIT.into(),
+                value: v.clone(),
+                driver,
+                key: None,
+            });
+        }
+        for (n, v, _) in &self.gpus {
+            out.push(Origin {
+                var: format!("{HAMI_LIMIT}_{n}"),
+                value: v.clone(),
+                driver,
+                key: Some(DeviceKey::Ordinal(*n)),
+            });
+        }
+        out
+    }
+
+    /// `CUDA_DEVICE_MEMORY_LIMIT=8g, CUDA_DEVICE_MEMORY_LIMIT_1=4g`, for messages.
+    pub(super) fn listing(&self) -> String {
+        let mut out: Vec<String> = Vec::new();
+        if let Some((v, _)) = &self.all {
+            out.push(format!("{HAMI_LIMIT}={v}"));
+        }
+        for (n, v, _) in &self.gpus {
+            out.push(format!("{HAMI_LIMIT}_{n}={v}"));
+        }
+        out.join(", ")
+    }
+}
+
+/// The note for a HAMi-core variable gpucap does not act on, if `k` is one.
+pub(super) fn hami_ignored_note(k: &OsStr) -> Option<String> {
+    let name = k.to_str()?;
+    HAMI_IGNORED.iter().find_map(|&(var, what)| {
+        let matches = name == var
+            || (var == "CUDA_DEVICE_SM_LIMIT"
+                && name
+                    .strip_prefix("CUDA_DEVICE_SM_LIMIT_")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())));
+        matches.then(|| format!("note: {name} is {what}; gpucap ignores it"))
+    })
 }

@@ -1,5 +1,6 @@
 //! gpucap's configuration: the `GPUCAP_*` environment variables, parsed and validated:
-//! `limit` (caps and device keys), `env` (the variables, `Config`), `file` (`gpucap.env`),
+//! `limit` (caps and device keys), `env` (the variables, `Config`), `pool_vars` (which pool,
+//! how long to wait for it, where), `file` (`gpucap.env`),
 //! `shares` (a pool member's guarantee and ceiling), `keys` (every per-GPU variable's
 //! keys against the visible GPUs), `sources` (the caps the cluster's GPU drivers hand a
 //! container, merged with the others by one resolver).
@@ -16,6 +17,7 @@ mod file;
 mod hami;
 mod keys;
 mod limit;
+mod pool_vars;
 mod shares;
 mod sources;
 
@@ -24,6 +26,7 @@ pub use file::*;
 pub use hami::*;
 pub use keys::*;
 pub use limit::*;
+pub use pool_vars::*;
 pub use shares::*;
 pub use sources::*;
 

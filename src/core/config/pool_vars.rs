@@ -1,0 +1,105 @@
+//! The pool variables' values: which pool a process joins (`GPUCAP_POOL`: a name, a
+//! file, or a claim's directory), how long a joiner waits (`GPUCAP_WAIT`) and where named
+//! pools' files live (`GPUCAP_POOL_DIR`).
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Which pool a process joins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolSpec {
+    /// A name: the file `<name>.pool` in the pool directory.
+    Name(String),
+    /// The file itself.
+    Path(PathBuf),
+    /// A claim's directory, which every container of the claim shares (mounted
+    /// read-write by its driver): the pool's file is [`CLAIM_POOL_FILE`] in it.
+    Claim(PathBuf),
+}
+
+/// The pool file's name in a claim's directory.
+pub const CLAIM_POOL_FILE: &str = "gpucap.pool";
+
+impl fmt::Display for PoolSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolSpec::Name(n) => f.write_str(n),
+            PoolSpec::Path(p) => write!(f, "{}", p.display()),
+            PoolSpec::Claim(d) => write!(f, "{}", d.join(CLAIM_POOL_FILE).display()),
+        }
+    }
+}
+
+/// Parses a `GPUCAP_POOL` value: a name, an absolute path (it contains a `/`), or
+/// `off` (no pool: what turns off the container entrypoint's default).
+pub fn parse_pool(value: &str) -> Result<Option<PoolSpec>, String> {
+    if value == "off" {
+        return Ok(None);
+    }
+    parse_pool_spec(value).map(Some)
+}
+
+pub(crate) fn parse_pool_spec(value: &str) -> Result<PoolSpec, String> {
+    if value.contains('/') {
+        if !value.starts_with('/') {
+            return Err("a path must be absolute (every process must name the same file)".into());
+        }
+        if value.ends_with('/') {
+            return Err(
+                "a path must name a file, not a directory (set GPUCAP_POOL_DIR for \
+                        the directory and GPUCAP_POOL to a name)"
+                    .into(),
+            );
+        }
+        return Ok(PoolSpec::Path(PathBuf::from(value)));
+    }
+    let ok = (1..=64).contains(&value.len())
+        && !value.starts_with('.')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !ok {
+        return Err("not a pool name".into());
+    }
+    Ok(PoolSpec::Name(value.to_string()))
+}
+
+/// Parses a `GPUCAP_WAIT` value: `0`, or a whole number followed by `ms`, `s`, `m` or
+/// `h`, at most 24 hours.
+pub fn parse_wait(value: &str) -> Result<std::time::Duration, String> {
+    let v = value.trim();
+    if v == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    if digits.is_empty() {
+        return Err("not a duration".into());
+    }
+    if digits.len() > 1 && digits.starts_with('0') {
+        return Err("a leading zero".into());
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "a number too large".to_string())?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "" => return Err("no unit (0 is the only duration without one)".into()),
+        _ => return Err(format!("unknown unit {unit:?}")),
+    };
+    match ms {
+        Some(ms) if ms <= 86_400_000 => Ok(std::time::Duration::from_millis(ms)),
+        _ => Err("longer than 24h".into()),
+    }
+}
+
+/// Parses a `GPUCAP_POOL_DIR` value.
+pub fn parse_pool_dir(value: &str) -> Result<PathBuf, String> {
+    if !value.starts_with('/') {
+        return Err("the directory must be an absolute path".into());
+    }
+    Ok(PathBuf::from(value))
+}
