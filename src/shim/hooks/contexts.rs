@@ -42,7 +42,7 @@ pub(super) fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budg
 }
 
 /// In a pool: the pool's window of context measurements on `device`, held while the
-/// context is made and measured (see `membership::context_window`); said at debug level
+/// context is made, measured and charged (see `membership::context_window`); said at debug level
 /// when it had to wait, at error level when it could not be had (the context is then
 /// measured beside the others', counted in: charged more, never less).
 pub(super) fn context_window(
@@ -304,10 +304,11 @@ pub fn primary_ctx_retain(
         Ok(r) => r,
         Err(rc) => return rc,
     };
-    let window = context_window(api, lock.device());
+    // Held until the context is charged: a charge made inside another member's window
+    // would be taken off that member's measurement as the pool's traffic.
+    let _window = context_window(api, lock.device());
     let (rc, measured, how) =
         lock.measure_in_pool(&queries::Contexts, pool_marks(lock.device()), call);
-    drop(window);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
@@ -392,10 +393,11 @@ pub(super) fn ctx_created(
         Ok(r) => r,
         Err(rc) => return rc,
     };
-    let window = context_window(api, lock.device());
+    // Held until the context is charged: a charge made inside another member's window
+    // would be taken off that member's measurement as the pool's traffic.
+    let _window = context_window(api, lock.device());
     let (rc, measured, how) =
         lock.measure_in_pool(&queries::Contexts, pool_marks(lock.device()), call);
-    drop(window);
     log_vantage(api, lock.device(), &how);
     if rc != CUDA_SUCCESS {
         return rc;
