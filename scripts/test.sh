@@ -259,7 +259,10 @@ export GPUCAP_TEST_WHEEL="$WHEEL"
 export GPUCAP_TEST_PYTHON_JUPYTER="$ROOT/target/venv-jupyter/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 status=0
-cargo test --release --workspace --no-fail-fast || status=$?
+# Every part's output also goes to a log, from which the run's last line is summed up.
+TEST_LOG=$ROOT/target/test-run.log
+: >"$TEST_LOG"
+cargo test --release --workspace --no-fail-fast 2>&1 | tee -a "$TEST_LOG" || status=1
 
 # CI clones the repository into a folder it chooses, and the suite must pass from any
 # path. The test binaries find what they run from their own location (target/release:
@@ -291,11 +294,19 @@ for line in sys.stdin:
     local exe rc=0 start=$SECONDS
     for exe in $exes; do
         cp -p "$exe" "$dir/deps/"
-        "$dir/deps/$(basename "$exe")" || rc=1
+        "$dir/deps/$(basename "$exe")" 2>&1 | tee -a "$TEST_LOG" || rc=1
     done
     echo "the long-path run took $((SECONDS - start)) s"
     rm -rf "$base"
     return $rc
 }
 long_tests || status=1
+
+# One line for the whole run: the tests of every part above, added up.
+read -r passed failed < <(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$TEST_LOG" |
+    awk '{p += $1; f += $2} END {print p + 0, f + 0}')
+if [ "$status" != 0 ] && [ "$failed" = 0 ]; then
+    echo "scripts/test.sh: a part failed without a failed test (a build, or a test binary that did not finish): see above" >&2
+fi
+echo "$passed passed, $failed failed"
 exit $status

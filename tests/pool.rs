@@ -57,13 +57,19 @@ impl Pool {
         self.dir.join(format!("gpucap-{uid}")).join("t.pool")
     }
 
-    /// (used, peak) of the pool's first GPU entry, read from the file's words (the
-    /// layout is src/core/budget/layout.rs: 16 header words, then 16 per GPU).
+    /// (used, peak) of the pool's first GPU entry, read from the file's words.
     fn used_peak(&self) -> (u64, u64) {
+        (self.gpu_word(0, 4) & ((1 << 48) - 1), self.gpu_word(0, 5))
+    }
+
+    /// Word `i` of GPU entry `g` of the pool file (the layout is
+    /// src/core/budget/layout.rs: 16 header words, then 24 per GPU entry; `used`, word 4,
+    /// holds bytes in its low 48 bits and a change count above; word 16 counts the
+    /// contexts in flight in its low 32 bits).
+    fn gpu_word(&self, g: usize, i: usize) -> u64 {
         let bytes = std::fs::read(self.file()).expect("pool file");
-        let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
-        // GPU entry 0's `used` (bytes in its low 48 bits, a change count above) and peak.
-        (word(16 + 4) & ((1 << 48) - 1), word(16 + 5))
+        let at = (16 + g * 24 + i) * 8;
+        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
     }
 
     /// Waits until `n` processes hold a member's lock on the pool file (a killed
@@ -338,10 +344,10 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         "pool-version",
         |p| {
             let mut b = made(p);
-            b[8] = 6;
+            b[8] = 7;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 6 pool file and this gpucap reads versions 4 and 5",
+        "version 7 pool file and this gpucap reads version 6",
     );
     // A file left by a gpucap of version 3 (no announced frees: shorter).
     refused_with(
@@ -352,7 +358,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 3;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 3 pool file and this gpucap reads versions 4 and 5",
+        "version 3 pool file and this gpucap reads version 6",
     );
     // A file left by a gpucap of version 2 (a journal per member and GPU: another length).
     refused_with(
@@ -363,7 +369,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 2;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 2 pool file and this gpucap reads versions 4 and 5",
+        "version 2 pool file and this gpucap reads version 6",
     );
     // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
     refused_with(
@@ -374,13 +380,24 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 1;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 1 pool file and this gpucap reads versions 4 and 5",
+        "version 1 pool file and this gpucap reads version 6",
+    );
+    // A file left by a gpucap of version 5 (16 words per GPU entry: shorter).
+    refused_with(
+        "pool-version-5",
+        |p| {
+            let mut b = made(p);
+            b.truncate(824_448);
+            b[8] = 5;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "version 5 pool file and this gpucap reads version 6",
     );
     refused_with(
         "pool-corrupt",
         |p| {
             let mut b = made(p);
-            let slot0 = (16 + 32 * 16) * 8;
+            let slot0 = (16 + 32 * 24) * 8;
             b[slot0] = 9;
             std::fs::write(p.file(), b).unwrap()
         },
@@ -1715,9 +1732,9 @@ fn a_forced_charge_never_eats_another_members_guarantee() {
 }
 
 /// Where the share words start (src/core/budget/layout.rs: 16 header words, 32 GPU
-/// entries of 16, 256 member slots of 16 + 32 x 10), GPU entry 0's first word of holder
+/// entries of 24, 256 member slots of 16 + 32 x 10), GPU entry 0's first word of holder
 /// bits, and slot `s`'s guarantee word on GPU entry 0.
-const SHARES_AT: usize = 16 + 32 * 16 + 256 * (16 + 32 * 10);
+const SHARES_AT: usize = 16 + 32 * 24 + 256 * (16 + 32 * 10);
 const G0_HOLDER_BITS: usize = SHARES_AT;
 fn g0_guarantee_word(s: usize) -> usize {
     SHARES_AT + 32 * 4 + s * 32 * 2
@@ -1966,5 +1983,148 @@ fn members_making_contexts_at_once_are_charged_their_own() {
         (200, 100, 0),
         "MiB the pool charged: both members holding their 100 MiB context, then the second \
          alone, then none"
+    );
+}
+
+/// A member of pool `t` that makes its context (`CONTEXT_MEM`, taking `delay_ms` to
+/// make), touches `<tag>` and holds it until `<tag>-go` exists.
+fn context_holder(p: &Pool, tag: &str, mem: &str, delay_ms: u64) -> Command {
+    let mut c = p.script(
+        &format!("{tag}.json"),
+        &[
+            &format!("touch:{}", p.path(tag)),
+            &format!("wait:{}", p.path(&format!("{tag}-go"))),
+        ],
+    );
+    c.env("FAKECUDA_CONTEXT_MEM", mem)
+        .env("FAKECUDA_CONTEXT_DELAY_MS", delay_ms.to_string())
+        .env("GPUCAP_LIMIT", "4Gi");
+    c
+}
+
+#[test]
+fn sixteen_members_making_slow_contexts_at_once_are_each_charged_their_context() {
+    // Started together, nobody's figure known yet: the first context is measured alone,
+    // the others in parallel beside each other, each charged one context, never less.
+    const N: usize = 16;
+    let p = Pool::new("pool-ctx-sixteen");
+    let procs: Vec<Child> = (0..N)
+        .map(|i| spawn(&mut context_holder(&p, &format!("m{i}"), "100Mi", 600)))
+        .collect();
+    for i in 0..N {
+        p.wait_file(&format!("m{i}"));
+    }
+    let held = p.used_peak().0;
+    for i in 0..N {
+        p.touch(&format!("m{i}-go"));
+    }
+    for c in procs {
+        assert_ok(&finish(c));
+    }
+    assert_eq!(
+        held,
+        N as u64 * 100 * MIB,
+        "the pool's charge while {N} members held a 100 MiB context each"
+    );
+    assert_eq!(p.used_peak().0, 0, "every context's charge came back");
+}
+
+#[test]
+fn a_member_stopped_while_making_its_context_holds_up_no_other_member() {
+    let p = Pool::new("pool-ctx-stopped");
+    // The pool's figure for a context is known (measured alone by the first member).
+    let a = spawn(&mut context_holder(&p, "a", "64Mi", 0));
+    p.wait_file("a");
+    // S makes a context that takes 6 s, and is stopped in the middle of it.
+    let s = spawn(&mut context_holder(&p, "s", "64Mi", 6000));
+    let start = Instant::now();
+    while p.gpu_word(0, 16) & 0xffff_ffff == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "S never began its context"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: kill has no memory-safety preconditions; S is our child.
+    assert_eq!(unsafe { libc::kill(s.id() as i32, libc::SIGSTOP) }, 0);
+    // T makes its context while S is stopped: it does not wait for S.
+    let t = spawn(&mut context_holder(&p, "t", "64Mi", 0));
+    let start = Instant::now();
+    while !p.dir.join("t").exists() {
+        // A hang guard, far above a context's making (the pool used to hold T 30 s).
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "T waited for the stopped member's context"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A's and T's contexts, and S's, reserved at the figure before the driver was called.
+    assert_eq!(
+        p.used_peak().0,
+        3 * 64 * MIB,
+        "the pool's charge with S stopped"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(s.id() as i32, libc::SIGCONT) }, 0);
+    p.wait_file("s");
+    for tag in ["a", "s", "t"] {
+        p.touch(&format!("{tag}-go"));
+    }
+    for c in [a, s, t] {
+        let o = finish(c);
+        assert_ok(&o);
+        assert!(
+            !stderr(&o).contains("was still being made"),
+            "nobody waited for a first context: {}",
+            dump(&o)
+        );
+    }
+    assert_eq!(p.used_peak().0, 0);
+}
+
+#[test]
+fn the_first_context_window_is_the_gpus_whatever_its_ordinal() {
+    // X sees the fake's second GPU as its ordinal 0, Y as its ordinal 1, Z sees the
+    // first GPU as its ordinal 0: all three make their first context at once, with
+    // nothing measured yet. X and Y share a GPU: one is measured alone, the other waits
+    // for its figure. Z is on another GPU: it waits for nobody.
+    let p = Pool::new("pool-ctx-ordinals");
+    let member = |tag: &str, visible: &str, ordinal: &str| {
+        let mut c = context_holder(&p, tag, "100Mi", 2000);
+        c.env("FAKECUDA_DEVICES", "2")
+            .env("CUDA_VISIBLE_DEVICES", visible)
+            .env("SCRIPT_DEVICE", ordinal)
+            .env("GPUCAP_LOG", "debug");
+        spawn(&mut c)
+    };
+    let x = member("x", "1", "0");
+    let y = member("y", "0,1", "1");
+    let z = member("z", "0", "0");
+    for tag in ["x", "y", "z"] {
+        p.wait_file(tag);
+    }
+    let held: u64 = (0..2).map(|g| p.gpu_word(g, 4) & ((1 << 48) - 1)).sum();
+    for tag in ["x", "y", "z"] {
+        p.touch(&format!("{tag}-go"));
+    }
+    let waited = |c: Child| {
+        let o = finish(c);
+        assert_ok(&o);
+        stderr(&o).contains("for the pool's first context figure")
+    };
+    let (x, y, z) = (waited(x), waited(y), waited(z));
+    assert!(
+        x != y,
+        "one of the two members on the second GPU waits for the other's figure (x waited: \
+         {x}, y waited: {y})"
+    );
+    assert!(
+        !z,
+        "the member on the first GPU waited for another GPU's context"
+    );
+    assert_eq!(
+        held,
+        300 * MIB,
+        "the pool's charge for three 100 MiB contexts on two GPUs"
     );
 }

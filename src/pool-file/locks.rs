@@ -2,8 +2,8 @@
 //! open-file-description lock (`F_OFD_SETLK`). The kernel drops it when the last
 //! descriptor of the open file closes, so when the process dies, however it dies; it
 //! is not tied to a pid, so PID namespaces and recycled pids do not matter.
-//! Past the slots' bytes, one byte per device: the pool's context window there
-//! ([`SlotLocks::context_window`]).
+//! Past the slots' bytes, one byte per GPU entry: the pool's window for the first
+//! context measured on that GPU ([`SlotLocks::first_context_window`]).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
@@ -14,7 +14,7 @@ use gpucap_core::budget::{Exit, MAX_SLOTS, MemberLocks};
 /// Where the slots' lock bytes start (past the file's end: locks need no data).
 pub(crate) const LOCK_BASE: i64 = 1 << 40;
 
-/// Where the devices' context-window bytes start: past every slot's.
+/// Where the GPU entries' first-context window bytes start: past every slot's.
 const CONTEXT_BASE: i64 = LOCK_BASE + MAX_SLOTS as i64;
 
 /// The locks of one open pool file.
@@ -68,44 +68,51 @@ impl SlotLocks {
         self.fcntl(libc::F_OFD_GETLK, &mut f)
     }
 
-    /// The pool-wide window of context measurements on `device`: while a member holds
-    /// it, no other member makes a context there, so that a context's measurement
-    /// (device-wide: `gpucap_core::contexts`) does not count another member's context
-    /// made at the same moment (members that start together were charged each other's).
-    /// Waits for it, polling, at most `patience` (a member stopped inside its window must
-    /// not stop the others for good): past that, or where the file system refuses the
-    /// lock, the window is not held and the measurement counts in what it sees, as
-    /// before (more, never less). Threads of one process share the open file, so the
+    /// The pool-wide window for the first context measured on GPU entry `entry`: while a
+    /// member holds it, no other member that also knows no figure for a context there
+    /// makes one, so the first measurement (device-wide: `gpucap_core::contexts`) is a
+    /// context's alone and becomes the figure every later member reserves and settles
+    /// against. Waits, sleeping a little longer each time (0.2 ms to 5 ms), until the
+    /// window is free, `known()` says a figure arrived meanwhile (the waiter goes on
+    /// without the window), or `patience` ran out (a member stopped inside the window
+    /// must not stop the others for good: the waiter goes on without it, and its
+    /// measurement, overlapped, is charged whole). Where the file system refuses the
+    /// lock, the window is not held. Threads of one process share the open file, so the
     /// kernel lets them share the byte too: the process's own per-device lock orders them.
-    pub fn context_window(&self, device: usize, patience: Duration) -> ContextWindow<'_> {
+    pub fn first_context_window(
+        &self,
+        entry: usize,
+        patience: Duration,
+        known: &dyn Fn() -> bool,
+    ) -> ContextWindow<'_> {
         let start = Instant::now();
-        let byte = CONTEXT_BASE + device as i64;
+        let byte = CONTEXT_BASE + entry as i64;
+        let mut nap = Duration::from_micros(200);
         loop {
             let mut f = flock_range(libc::F_WRLCK, byte, 1);
-            match self.fcntl(libc::F_OFD_SETLK, &mut f) {
-                Ok(()) => {
-                    return ContextWindow {
-                        locks: self,
-                        byte,
-                        held: true,
-                        waited: start.elapsed(),
-                    };
+            let outcome = match self.fcntl(libc::F_OFD_SETLK, &mut f) {
+                Ok(()) => Some(WindowOutcome::Held),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
+                    if known() {
+                        Some(WindowOutcome::FigureKnown)
+                    } else if start.elapsed() >= patience {
+                        Some(WindowOutcome::OutOfPatience)
+                    } else {
+                        None
+                    }
                 }
-                Err(e)
-                    if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES))
-                        && start.elapsed() < patience =>
-                {
-                    std::thread::sleep(Duration::from_micros(250));
-                }
-                Err(_) => {
-                    return ContextWindow {
-                        locks: self,
-                        byte,
-                        held: false,
-                        waited: start.elapsed(),
-                    };
-                }
+                Err(_) => Some(WindowOutcome::Unsupported),
+            };
+            if let Some(outcome) = outcome {
+                return ContextWindow {
+                    locks: self,
+                    byte,
+                    outcome,
+                    waited: start.elapsed(),
+                };
             }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(5));
         }
     }
 
@@ -123,22 +130,35 @@ impl SlotLocks {
     }
 }
 
-/// A device's context window of the pool ([`SlotLocks::context_window`]), given back
-/// when dropped.
+/// How [`SlotLocks::first_context_window`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowOutcome {
+    /// The window is this process's until dropped.
+    Held,
+    /// Another member measured a context there meanwhile: its figure is known.
+    FigureKnown,
+    /// The holder kept it past the patience.
+    OutOfPatience,
+    /// The file system refused the lock.
+    Unsupported,
+}
+
+/// A GPU's first-context window of the pool ([`SlotLocks::first_context_window`]),
+/// given back when dropped.
 pub struct ContextWindow<'a> {
     locks: &'a SlotLocks,
     byte: i64,
-    held: bool,
+    outcome: WindowOutcome,
     waited: Duration,
 }
 
 impl ContextWindow<'_> {
-    /// Whether the window is held (not: the patience ran out, or no lock could be taken).
-    pub fn held(&self) -> bool {
-        self.held
+    /// How waiting for the window ended.
+    pub fn outcome(&self) -> WindowOutcome {
+        self.outcome
     }
 
-    /// How long taking it waited.
+    /// How long it waited.
     pub fn waited(&self) -> Duration {
         self.waited
     }
@@ -146,7 +166,7 @@ impl ContextWindow<'_> {
 
 impl Drop for ContextWindow<'_> {
     fn drop(&mut self) {
-        if self.held {
+        if self.outcome == WindowOutcome::Held {
             let mut f = flock_range(libc::F_UNLCK, self.byte, 1);
             let _ = self.locks.fcntl(libc::F_OFD_SETLK, &mut f);
         }

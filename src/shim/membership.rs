@@ -39,18 +39,26 @@ pub fn current() -> Option<&'static Member<'static>> {
     }
 }
 
-/// How long a member waits for its pool's context window on a device before it makes
-/// its context without it (see [`context_window`]).
-const CONTEXT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a member that knows no context figure for a GPU waits for the member
+/// measuring the pool's first context there (see [`first_context_window`]): a real
+/// context takes 100 to 500 ms to make.
+const FIRST_CONTEXT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// While this process makes and measures a context on `device`: its pool's window of
-/// context measurements there (None outside a pool), so that the members' contexts made
-/// at the same moment are not counted in each other's measurement
-/// (`SlotLocks::context_window`).
-pub fn context_window(device: usize) -> Option<gpucap_pool_file::ContextWindow<'static>> {
+/// Before this process makes a context on `device` while its pool knows no figure for a
+/// context on that GPU: the pool's first-context window there (None outside a pool, or
+/// on a GPU the pool does not hold), so that the first figure is measured alone. Waiting
+/// ends as soon as another member's figure is known.
+pub fn first_context_window(device: usize) -> Option<gpucap_pool_file::ContextWindow<'static>> {
     let i = CURRENT.load(Acquire).checked_sub(1)?;
     let joined = MEMBERS.get(i)?.get()?;
-    Some(joined.file.locks.context_window(device, CONTEXT_PATIENCE))
+    let entry = joined.member.gpu_entry(device)?;
+    let known = || joined.member.context_figure(device).is_some();
+    Some(
+        joined
+            .file
+            .locks
+            .first_context_window(entry, FIRST_CONTEXT_PATIENCE, &known),
+    )
 }
 
 /// The pool's file, if this process joined one.

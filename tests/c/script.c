@@ -1,5 +1,5 @@
 /*
- * script: runs a list of steps on GPU 0, so that tests can choreograph one or two
+ * script: runs a list of steps on one GPU, so that tests can choreograph one or two
  * processes sharing a (fake) GPU.
  *
  *   script STEP...
@@ -25,6 +25,7 @@
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
  *
+ * The context the steps run in is made on ordinal $SCRIPT_DEVICE (0 when unset).
  * Exit 0 unless a step could not run (exit 3) or a verify/range failed (exit 1).
  */
 #define _GNU_SOURCE
@@ -98,7 +99,9 @@ int main(int argc, char **argv) {
     if (rc != CUDA_SUCCESS) return 3;
     CUdevice dev;
     CUcontext ctx;
-    MUST(cuDeviceGet(&dev, 0));
+    /* SCRIPT_DEVICE: the ordinal whose context the steps run in (0 if unset). */
+    const char *ordinal = getenv("SCRIPT_DEVICE");
+    MUST(cuDeviceGet(&dev, ordinal ? atoi(ordinal) : 0));
     MUST(cuCtxCreate_v2(&ctx, 0, dev));
     int status = 0;
     for (int i = 1; i < argc; i++) {

@@ -3,11 +3,12 @@
 //!
 //! ```text
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid
-//! GPUs     32 x 16    key (UUID folded), UUID, cap, used (a change count in its top 16
+//! GPUs     32 x 24    key (UUID folded), UUID, cap, used (a change count in its top 16
 //!                     bits, bytes in the low 48), peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
-//!                     recent least context bytes
+//!                     recent least context bytes, contexts in flight; 7 words spare
 //! members 256 x 336   state, pid, pid namespace, start, generation, command (64 bytes),
+//!                     GPU entries with a context in flight,
 //!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed,
 //!                     allocations started, made, not made
 //! shares   32 x 4     (since version 2) per GPU: which slots hold a guarantee (256 bits)
@@ -21,24 +22,19 @@
 //! of the member recounting `used`, claiming a guarantee or taking a waiter's ticket, and
 //! [`LOCK_WAITING`] while another member sleeps on it.
 //!
-//! Version 3 (issue 23) replaced version 2's per-GPU journal (three words) by one
-//! `pending` word and put the change count in `used`: a version 2 member would write
-//! `used` without it, so the versions cannot share a file. Version 4 added each
-//! member's words of frees and allocations around the driver's calls (see `traffic`):
-//! a version 3 member would free and allocate without them.
+//! Members of different versions cannot share a file (each version's members would
+//! miss words the others keep): a file of another version is refused with a line that
+//! says so.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 5;
-/// The version before member counts were chosen at creation: its files are read as
-/// version 5 files of [`DEFAULT_SLOTS`] members (the same words).
-pub const POOL_VERSION_256: u64 = 4;
+pub const POOL_VERSION: u64 = 6;
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;
-pub const GPU_WORDS: usize = 16;
+pub const GPU_WORDS: usize = 24;
 /// The member slots of a pool file whose creator chose no count (`GPUCAP_POOL_MEMBERS`).
 pub const DEFAULT_SLOTS: usize = 256;
 /// The most member slots a pool file may have (the count is chosen at creation).
@@ -149,6 +145,14 @@ pub const G_WAIT_MS: usize = 13;
 /// low 16 bits, ms since the Unix epoch above them (0: nobody waited for this holder).
 /// Written by the first member that goes to sleep on the lock, never by a holder.
 pub const G_LOCK_SINCE: usize = 14;
+/// The contexts the members are making on this GPU now (low 32 bits) and how many were
+/// ever started (the bits above, wrapping): read at a context's start and end, they
+/// tell whether another member's context was made inside its measurement (see
+/// `context_flight`).
+pub const G_CONTEXTS: usize = 16;
+/// One in flight, and one more started, in [`G_CONTEXTS`].
+pub const CONTEXT_STARTED: u64 = 1 | 1 << 32;
+pub const CONTEXTS_IN_FLIGHT: u64 = 0xffff_ffff;
 
 /// The bits of `used` that hold bytes (256 TiB); the 16 above count changes.
 pub const USED_BITS: u32 = 48;
@@ -178,6 +182,9 @@ pub const S_PIDNS: usize = 2;
 pub const S_START_MS: usize = 3;
 pub const S_GENERATION: usize = 4;
 pub const S_COMMAND: usize = 5; // 8 words
+/// The GPU entries (one bit each) on which this member is making a context now: counted
+/// in their [`G_CONTEXTS`], taken out of it by whoever takes a dead member's slot back.
+pub const S_CONTEXTS: usize = 13;
 // Per GPU, at SLOT_HEAD_WORDS + g * PER_GPU_WORDS:
 pub const M_USED: usize = 0;
 pub const M_PEAK: usize = 1;
@@ -277,8 +284,8 @@ impl fmt::Display for LayoutError {
             }
             LayoutError::Version { found } => write!(
                 f,
-                "it is a version {found} pool file and this gpucap reads versions \
-                 {POOL_VERSION_256} and {POOL_VERSION}: every process of a pool must run the same gpucap (remove the file once no \
+                "it is a version {found} pool file and this gpucap reads version \
+                 {POOL_VERSION}: every process of a pool must run the same gpucap (remove the file once no \
                  process uses it)"
             ),
             LayoutError::Corrupt { what } => write!(
@@ -379,7 +386,6 @@ impl<'a> Words<'a> {
         let version = first(H_VERSION);
         if let Some(version) = version
             && version != POOL_VERSION
-            && version != POOL_VERSION_256
         {
             return Err(LayoutError::Version { found: version });
         }
@@ -391,8 +397,7 @@ impl<'a> Words<'a> {
         }
         let found = words[H_GEOMETRY].load(Relaxed);
         let slots = match geometry_slots(found) {
-            // Version 4 files have 256 members, no other count.
-            Some(n) if version == Some(POOL_VERSION) || n == DEFAULT_SLOTS => n,
+            Some(n) => n,
             _ => {
                 return corrupt(format!(
                     "geometry word {found:#x}, expected {:#x} with a member count of 1 to \
@@ -443,7 +448,7 @@ impl<'a> Words<'a> {
         self.slots
     }
 
-    /// The file's version (4: a file made before member counts were chosen).
+    /// The file's version.
     pub fn version(&self) -> u64 {
         self.header(H_VERSION).load(Relaxed)
     }

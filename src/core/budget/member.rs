@@ -272,6 +272,9 @@ impl<'a> Member<'a> {
                 }
                 // Nor a guarantee or a ceiling: this member claims its own later.
                 m.clear_new_slot_shares();
+                // Its bits of contexts in flight are left by no member: cleared, the
+                // counts left as they are (too high errs on the safe side).
+                w.slot(s, S_CONTEXTS).store(0, SeqCst);
             }
             w.slot(s, S_PID).store(u64::from(info.pid), Relaxed);
             w.slot(s, S_PIDNS).store(info.pid_namespace, Relaxed);
@@ -584,6 +587,7 @@ impl<'a> Member<'a> {
             }
         }
         self.forget_shares(d); // its guarantee returns with its bytes
+        self.close_context_flights(d); // the driver ends its contexts with it
     }
 
     /// Clears dead slot `d` (its share already taken back).

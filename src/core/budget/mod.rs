@@ -16,6 +16,8 @@
 //!   its recount, so a member killed at any instruction leaves nothing held).
 //! - `short_path`: a reservation in one try of the cap, marked started on the same
 //!   words (the way of nearly every allocation).
+//! - `context_flight`: the contexts members are making on a GPU now, so that a
+//!   context's measurement knows whether another member's context is in it.
 //! - `traffic`: the members' frees and allocations marked around their driver calls,
 //!   so that a context's memory is measured without the others' traffic in it.
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
@@ -28,6 +30,7 @@
 
 mod account;
 mod command;
+mod context_flight;
 mod dying;
 mod hot;
 mod layout;
@@ -43,10 +46,11 @@ mod wait;
 
 pub use account::PoolRefusal;
 pub use command::member_command;
+pub use context_flight::{ContextFlight, Overlap};
 pub use dying::{EXIT_GRACE, EXIT_MAX, Exit};
 pub use layout::{
     COMMAND_BYTES, DEFAULT_SLOTS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES,
-    POOL_VERSION, POOL_VERSION_256, POOL_WORDS, pool_file_bytes, pool_words,
+    POOL_VERSION, POOL_WORDS, pool_file_bytes, pool_words,
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use repair::{Repair, ShareFault, ShareRepair};

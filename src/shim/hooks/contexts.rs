@@ -41,27 +41,32 @@ pub(super) fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budg
     move || crate::membership::current().and_then(|m| m.marks(device))
 }
 
-/// In a pool: the pool's window of context measurements on `device`, held while the
-/// context is made, measured and charged (see `membership::context_window`); said at debug level
-/// when it had to wait, at error level when it could not be had (the context is then
-/// measured beside the others', counted in: charged more, never less).
-pub(super) fn context_window(
+/// In a pool that knows no figure for a context on `device`'s GPU: waits for the pool's
+/// first-context window there, so that the first figure is measured alone (see
+/// `membership::first_context_window`); said at debug level when it waited, at warn
+/// level when it gave up (the context is then measured beside the others' and charged
+/// whole: more, never less).
+fn first_context_window(
     api: &str,
     device: usize,
 ) -> Option<gpucap_pool_file::ContextWindow<'static>> {
-    let window = crate::membership::context_window(device)?;
-    if !window.held() {
-        log!(
-            Error,
-            "{api} on GPU {device}: the pool's context window was not free after {:.1} s; the context is measured without it (another member's context made meanwhile counts in its charge)",
-            window.waited().as_secs_f64()
-        );
-    } else if window.waited() > std::time::Duration::from_millis(1) {
-        log!(
+    use gpucap_pool_file::WindowOutcome;
+    let window = crate::membership::first_context_window(device)?;
+    let waited = window.waited().as_secs_f64();
+    match window.outcome() {
+        WindowOutcome::OutOfPatience => log!(
+            Warn,
+            "{api} on GPU {device}: another member's first context there was still being made after {waited:.1} s; this one is measured beside it (charged whole)"
+        ),
+        WindowOutcome::Unsupported => log!(
+            Warn,
+            "{api} on GPU {device}: the pool's file system refused the first-context lock; this context is measured beside any other (charged whole)"
+        ),
+        _ if waited > 0.001 => log!(
             Debug,
-            "{api} on GPU {device}: waited {:.3} s for the pool's context window",
-            window.waited().as_secs_f64()
-        );
+            "{api} on GPU {device}: waited {waited:.3} s for the pool's first context figure"
+        ),
+        _ => {}
     }
     Some(window)
 }
@@ -85,21 +90,21 @@ pub(super) fn reserve_context(
 
 /// Charges a context the driver just made on `lock`'s device (`measured`: the bytes it
 /// took, or why they could not be measured), `held` being what [`reserve_context`]
-/// reserved for it before. Err (the context already undone by `undo`, then `held` given
-/// back) if the cap or the pool cannot take it, or if it could not be measured and the
-/// device has a cap.
-pub(super) fn charge_context(
+/// reserved for it before, with `others` contexts of other members of the pool made on
+/// the GPU at the same moment (see `contexts::settle`). Err (the context already undone
+/// by `undo`, then `held` given back) if the cap or the pool cannot take it, or if it
+/// could not be measured and the device has a cap.
+fn charge_context(
     api: &str,
     lock: &mut gpucap_core::contexts::DeviceLock<'_>,
     measured: Result<u64, Unmeasured>,
     mut held: Reservation<'static>,
+    others: u64,
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
     let d = lock.device();
-    let bytes = match judge_measured(api, "context", d, measured) {
-        // Never less than was expected: the measurement is device-wide, and memory
-        // another process freed meanwhile would make it short of the context.
-        Ok(Some(bytes)) => bytes.max(held.charge().bytes),
+    let measured_bytes = match judge_measured(api, "context", d, measured) {
+        Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(0),
         Err(rc) => {
             undo();
@@ -107,12 +112,14 @@ pub(super) fn charge_context(
             return Err(rc);
         }
     };
-    if let Ok(taken) = measured {
-        lock.learn(taken);
+    let settled = contexts::settle(measured_bytes, held.charge().bytes, others);
+    if settled.learn {
+        lock.learn(measured_bytes);
         if let Some(m) = crate::membership::current() {
             m.note_context_bytes(d, lock.expected(), lock.expectation_settled());
         }
     }
+    let bytes = settled.bytes;
     if let Err(refusal) = SHIM.ledger.resize(&mut held, bytes) {
         // The driver frees the context before its room is given back.
         undo();
@@ -123,10 +130,67 @@ pub(super) fn charge_context(
     held.keep();
     log!(
         Debug,
-        "{api}: the context takes {} on GPU {d}",
-        gpucap_core::size::format_bytes(bytes)
+        "{api}: the context takes {} on GPU {d} (measured {}{})",
+        gpucap_core::size::format_bytes(bytes),
+        gpucap_core::size::format_bytes(measured_bytes),
+        if others == 0 {
+            String::new()
+        } else {
+            format!(" while {others} other members made contexts there")
+        }
     );
     Ok(bytes)
+}
+
+/// Makes a context on `lock`'s device with `call` (the driver's creation or primary
+/// retain), measured and charged: reserved first at what a context there is expected
+/// to take (refused before it is made if the cap cannot take that), measured while the
+/// pool counts it in flight, then settled (`contexts::settle`) and undone with `undo`
+/// if the cap cannot take what it took. Members of a pool make their contexts in
+/// parallel; only while the pool knows no figure for a context on the GPU does one
+/// measure alone first (`first_context_window`). Ok(bytes charged) once the driver
+/// succeeded, else the driver's error or gpucap's refusal.
+fn make_context(
+    shim: &'static Shim,
+    api: &str,
+    lock: &mut gpucap_core::contexts::DeviceLock<'_>,
+    call: impl FnMut() -> CuResult,
+    undo: impl FnOnce(),
+) -> Result<u64, CuResult> {
+    let d = lock.device();
+    let member = crate::membership::current();
+    let knows = |m: &gpucap_core::budget::Member<'_>| {
+        lock.expectation_known() || m.context_figure(d).is_some()
+    };
+    let first = member.is_some_and(|m| !knows(m));
+    let mut held = reserve_context(shim, api, lock)?;
+    // Held until the context is charged: its figure is then the pool's.
+    let _window = if first {
+        first_context_window(api, d)
+    } else {
+        None
+    };
+    if first && let Some(m) = member {
+        // Another member's figure arrived while this one waited: reserved now.
+        let expected = lock.expected_beside(m.context_bytes(d));
+        if expected > held.charge().bytes
+            && let Err(refusal) = SHIM.ledger.resize(&mut held, expected)
+        {
+            SHIM.refused(api, d, expected, refusal);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+    }
+    let flight = member.and_then(|m| m.context_started(d));
+    let (rc, measured, how) = lock.measure_in_pool(&queries::Contexts, pool_marks(d), call);
+    let others = match (member, flight) {
+        (Some(m), Some(f)) => m.context_ended(f).others,
+        _ => 0,
+    };
+    log_vantage(api, d, &how);
+    if rc != CUDA_SUCCESS {
+        return Err(rc);
+    }
+    charge_context(api, lock, measured, held, others, undo)
 }
 
 /// What to charge for a `what` (a context, a module) the driver just made on device
@@ -300,26 +364,11 @@ pub fn primary_ctx_retain(
         return call(); // nothing is created
     }
     let api = "cuDevicePrimaryCtxRetain";
-    let held = match reserve_context(shim, api, &lock) {
-        Ok(r) => r,
-        Err(rc) => return rc,
-    };
-    // Held until the context is charged: a charge made inside another member's window
-    // would be taken off that member's measurement as the pool's traffic.
-    let _window = context_window(api, lock.device());
-    let (rc, measured, how) =
-        lock.measure_in_pool(&queries::Contexts, pool_marks(lock.device()), call);
-    log_vantage(api, lock.device(), &how);
-    if rc != CUDA_SUCCESS {
-        return rc;
-    }
-    match charge_context(api, &mut lock, measured, held, || {
-        queries::release_primary(dev)
-    }) {
+    match make_context(shim, api, &mut lock, call, || queries::release_primary(dev)) {
         Ok(bytes) => {
             // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
             lock.set_primary(unsafe { *pctx } as u64, bytes);
-            rc
+            CUDA_SUCCESS
         }
         Err(rc) => rc,
     }
@@ -389,27 +438,14 @@ pub(super) fn ctx_created(
     if pctx.is_null() {
         return call();
     }
-    let held = match reserve_context(shim, api, &lock) {
-        Ok(r) => r,
-        Err(rc) => return rc,
-    };
-    // Held until the context is charged: a charge made inside another member's window
-    // would be taken off that member's measurement as the pool's traffic.
-    let _window = context_window(api, lock.device());
-    let (rc, measured, how) =
-        lock.measure_in_pool(&queries::Contexts, pool_marks(lock.device()), call);
-    log_vantage(api, lock.device(), &how);
-    if rc != CUDA_SUCCESS {
-        return rc;
-    }
-    // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
-    let ctx = unsafe { *pctx };
-    match charge_context(api, &mut lock, measured, held, || {
-        queries::destroy_context(ctx)
-    }) {
+    // SAFETY (closure): called once the driver succeeded, which filled the out-pointer
+    // (checked non-null).
+    let undo = || queries::destroy_context(unsafe { *pctx });
+    match make_context(shim, api, &mut lock, call, undo) {
         Ok(bytes) => {
-            lock.add_created(ctx as u64, bytes);
-            rc
+            // SAFETY: as above.
+            lock.add_created(unsafe { *pctx } as u64, bytes);
+            CUDA_SUCCESS
         }
         Err(rc) => rc,
     }

@@ -1,7 +1,7 @@
 //! A pool's member count, chosen when its file is made (`GPUCAP_POOL_MEMBERS`): every
 //! slot of a file of more than 256 members can be joined and holds a guarantee the
 //! others see, a joiner past the count is refused naming it, or waits for a slot
-//! (`GPUCAP_WAIT`); a version 4 file is a file of 256 members.
+//! (`GPUCAP_WAIT`); a file of another version is refused.
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
@@ -102,18 +102,23 @@ fn a_joiner_past_the_count_waits_for_a_slot_and_is_served_when_one_leaves() {
 }
 
 #[test]
-fn a_version_4_file_is_a_file_of_256_members() {
+fn a_file_of_the_version_before_is_refused_naming_both_versions() {
     let w = words_of(256);
     Pool::create(w, 1, 0).unwrap();
-    w[H_VERSION].store(POOL_VERSION_256, SeqCst);
-    let pool = Pool::open(w).unwrap();
-    assert_eq!((pool.slots(), pool.version()), (256, 4));
-    // A version 4 file says 256 members, no other count.
-    let w = words_of(300);
-    Pool::create_with(w, 300, 1, 0).unwrap();
-    w[H_VERSION].store(POOL_VERSION_256, SeqCst);
+    w[H_VERSION].store(POOL_VERSION - 1, SeqCst);
     let e = Pool::open(w).err().unwrap();
-    assert!(e.to_string().contains("geometry word"), "{e}");
+    assert_eq!(
+        e,
+        LayoutError::Version {
+            found: POOL_VERSION - 1
+        }
+    );
+    let said = e.to_string();
+    assert!(
+        said.contains(&format!("version {} pool file", POOL_VERSION - 1))
+            && said.contains(&format!("reads version {POOL_VERSION}")),
+        "{said}"
+    );
     // A length that is not the header's count's.
     let w = words_of(300);
     Pool::create_with(w, 300, 1, 0).unwrap();

@@ -1,0 +1,167 @@
+//! What a context is charged from its measurement, given what was expected of it and
+//! whether other members of its pool made contexts on the same GPU at the same moment.
+//!
+//! The measurement is device-wide (free memory before minus after, the pool's own
+//! traffic taken out): with nobody else making a context meanwhile it is the context's
+//! own figure, and the expectation for the next contexts there is learned from it. With
+//! `others` contexts in flight beside it, it also holds whatever of theirs fell inside its
+//! window, up to the expectation each if they take what contexts there took before. So:
+//!
+//! - alone: the measurement, never less than the expectation reserved before the call
+//!   (a process outside the pool that freed memory in the window makes it short);
+//! - beside others, with an expectation: the measurement less the others' expectations,
+//!   never less than its own expectation; but a measurement above what every context in
+//!   flight could explain at its expectation is charged whole (a context larger than
+//!   expected is among them, and it may be this one);
+//! - beside others, with no expectation yet (none measured alone on the GPU): the
+//!   measurement whole.
+//!
+//! Charges err high, never low, while every context on a GPU takes at most the
+//! expectation (contexts made alike take alike); the property test below holds the
+//! pool's charges to the driver's figure over random interleavings.
+
+/// A context's charge, and whether its measurement may teach the expectation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    pub bytes: u64,
+    pub learn: bool,
+}
+
+/// Settles a context measured at `measured` bytes, `expected` having been reserved for it
+/// (0: nothing known yet), with `others` contexts of other members in flight beside it.
+pub fn settle(measured: u64, expected: u64, others: u64) -> Settled {
+    if others == 0 {
+        return Settled {
+            bytes: measured.max(expected),
+            learn: true,
+        };
+    }
+    let theirs = expected.saturating_mul(others);
+    let bytes = if expected == 0 || measured > theirs.saturating_add(expected) {
+        measured
+    } else {
+        measured.saturating_sub(theirs).max(expected)
+    };
+    Settled {
+        bytes,
+        learn: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn alone_the_measurement_is_charged_and_learned() {
+        assert_eq!(
+            settle(100 * MIB, 0, 0),
+            Settled {
+                bytes: 100 * MIB,
+                learn: true
+            }
+        );
+        // Short of the expectation (another process freed memory in the window).
+        assert_eq!(settle(60 * MIB, 100 * MIB, 0).bytes, 100 * MIB);
+    }
+
+    #[test]
+    fn beside_others_their_expected_contexts_come_off() {
+        // Two others' contexts fell in the window.
+        assert_eq!(
+            settle(300 * MIB, 100 * MIB, 2),
+            Settled {
+                bytes: 100 * MIB,
+                learn: false
+            }
+        );
+        // None of theirs fell in it: still at least its own expectation.
+        assert_eq!(settle(100 * MIB, 100 * MIB, 5).bytes, 100 * MIB);
+        // More than every context in flight explains: charged whole.
+        assert_eq!(settle(350 * MIB, 100 * MIB, 2).bytes, 350 * MIB);
+        // Nothing known yet: whole.
+        assert_eq!(settle(300 * MIB, 0, 2).bytes, 300 * MIB);
+    }
+
+    /// One member's context: when its window opens and closes (`a < t < b`, `t` when the
+    /// driver takes its `size`), in ticks.
+    #[derive(Debug, Clone)]
+    struct Made {
+        a: u32,
+        t: u32,
+        b: u32,
+        size: u64,
+    }
+
+    fn made(max_size: u64) -> impl Strategy<Value = Made> {
+        (0u32..1000, 1u32..400, 1u32..400, 1..=max_size).prop_map(move |(a, x, y, size)| Made {
+            a,
+            t: a + x.min(y),
+            b: a + x.max(y) + 1,
+            size,
+        })
+    }
+
+    /// Each context charged from a device-wide window: every take inside it, less what
+    /// processes outside the pool freed there (`noise`, never below 0), the others
+    /// counted as the flight words count them (in flight at its start, or started
+    /// before its end).
+    fn charges(all: &[Made], expected: u64, noise: u64) -> Vec<u64> {
+        all.iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let seen: u64 = all
+                    .iter()
+                    .filter(|o| o.t > m.a && o.t < m.b)
+                    .map(|o| o.size)
+                    .sum();
+                let others = all
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, o)| j != i && o.a < m.b && o.b > m.a)
+                    .count() as u64;
+                settle(seen.saturating_sub(noise), expected, others).bytes
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// Contexts made alike (each at most the expectation learned alone): the pool
+        /// charges each at least what the driver took for it, however they interleave.
+        #[test]
+        fn every_context_is_charged_at_least_its_size(
+            all in prop::collection::vec(made(100), 1..24),
+        ) {
+            let expected = 100;
+            for (m, charged) in all.iter().zip(charges(&all, expected, 0)) {
+                prop_assert!(charged >= m.size, "{m:?} charged {charged}");
+            }
+        }
+
+        /// Nothing known yet (the first contexts of a pool on a GPU): charged whole,
+        /// and the pool's sum at least the driver's.
+        #[test]
+        fn with_nothing_expected_the_sum_is_never_short(
+            all in prop::collection::vec(made(500), 1..24),
+        ) {
+            let total: u64 = all.iter().map(|m| m.size).sum();
+            let charged: u64 = charges(&all, 0, 0).iter().sum();
+            prop_assert!(charged >= total, "{charged} < {total}");
+        }
+
+        /// A process outside the pool freeing memory in the windows: never below the
+        /// expectation, so never below a context made alike.
+        #[test]
+        fn frees_outside_the_pool_never_take_a_context_below_its_expectation(
+            all in prop::collection::vec(made(100), 1..24),
+            noise in 0u64..1000,
+        ) {
+            for (m, charged) in all.iter().zip(charges(&all, 100, noise)) {
+                prop_assert!(charged >= m.size.min(100), "{m:?} charged {charged}");
+            }
+        }
+    }
+}

@@ -1,0 +1,711 @@
+//! The context book's measurements, against a fake driver.
+
+use super::*;
+use crate::budget::{MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
+/// A device with `free` bytes; each live context takes `per_ctx` (creating one
+/// without room fails with out-of-memory). Contexts live in `live`, by handle, with
+/// an id that is never reused.
+struct Fake {
+    free: Cell<u64>,
+    per_ctx: u64,
+    next: Cell<Ctx>,
+    log: RefCell<Vec<String>>,
+    active: Cell<bool>,
+    live: RefCell<BTreeMap<Ctx, u64>>,
+    /// Error of cuMemGetInfo_v2 from the n-th query on (0: never).
+    fail_free_from: Cell<usize>,
+    queries: Cell<usize>,
+    /// Whether `exists` can tell.
+    can_tell: bool,
+    /// Whether the free memory can be read without a context (NVML); the n-th
+    /// such read from which it fails (0: never).
+    nvml: bool,
+    fail_nvml_from: Cell<usize>,
+    nvml_reads: Cell<usize>,
+    /// Runs inside the first NVML read (as NVML loads).
+    on_first_nvml: RefCell<Option<Box<dyn FnOnce()>>>,
+}
+
+impl Fake {
+    fn new(free: u64, per_ctx: u64) -> Fake {
+        Fake {
+            free: Cell::new(free),
+            per_ctx,
+            next: Cell::new(100),
+            log: RefCell::default(),
+            active: Cell::new(false),
+            live: RefCell::default(),
+            fail_free_from: Cell::new(0),
+            queries: Cell::new(0),
+            can_tell: true,
+            nvml: false,
+            fail_nvml_from: Cell::new(0),
+            nvml_reads: Cell::new(0),
+            on_first_nvml: RefCell::default(),
+        }
+    }
+    /// What the program's own create call does: OOM without room.
+    fn make(&self) -> Result<Ctx, u32> {
+        if self.free.get() < self.per_ctx {
+            return Err(OUT_OF_MEMORY);
+        }
+        self.free.set(self.free.get() - self.per_ctx);
+        self.next.set(self.next.get() + 1);
+        let c = self.next.get();
+        self.live.borrow_mut().insert(c, c * 7);
+        Ok(c)
+    }
+    fn call(&self) -> u32 {
+        match self.make() {
+            Ok(_) => SUCCESS,
+            Err(rc) => rc,
+        }
+    }
+    fn drop_ctx(&self, ctx: Ctx) {
+        if self.live.borrow_mut().remove(&ctx).is_some() {
+            self.free.set(self.free.get() + self.per_ctx);
+        }
+    }
+}
+
+impl CtxDriver for Fake {
+    fn free_with(&self, ctx: Ctx) -> Result<u64, u32> {
+        self.log.borrow_mut().push(format!("free@{ctx}"));
+        self.queries.set(self.queries.get() + 1);
+        let from = self.fail_free_from.get();
+        if from != 0 && self.queries.get() >= from {
+            return Err(201);
+        }
+        Ok(self.free.get())
+    }
+    fn free_without_context(&self, device: usize) -> Result<u64, String> {
+        if !self.nvml {
+            return Err("no NVML here".into());
+        }
+        self.log.borrow_mut().push(format!("nvml@{device}"));
+        self.nvml_reads.set(self.nvml_reads.get() + 1);
+        if let Some(f) = self.on_first_nvml.borrow_mut().take() {
+            f();
+        }
+        let from = self.fail_nvml_from.get();
+        if from != 0 && self.nvml_reads.get() >= from {
+            return Err("NVML failed".into());
+        }
+        Ok(self.free.get())
+    }
+    fn create_floating(&self, _device: usize) -> Result<Ctx, u32> {
+        let c = self.make()?;
+        self.log.borrow_mut().push(format!("temp {c}"));
+        Ok(c)
+    }
+    fn destroy(&self, ctx: Ctx) {
+        self.drop_ctx(ctx);
+        self.log.borrow_mut().push(format!("destroy {ctx}"));
+    }
+    fn primary_active(&self, _device: usize) -> Option<bool> {
+        Some(self.active.get())
+    }
+    fn id(&self, ctx: Ctx) -> Option<u64> {
+        self.live.borrow().get(&ctx).copied()
+    }
+    fn exists(&self, ctx: Ctx, id: Option<u64>) -> Option<bool> {
+        if !self.can_tell {
+            return None;
+        }
+        Some(
+            self.id(ctx)
+                .is_some_and(|now| id.is_none_or(|was| was == now)),
+        )
+    }
+}
+
+fn made(drv: &Fake) -> Ctx {
+    drv.next.get()
+}
+
+#[test]
+fn a_call_in_a_given_context_is_measured_there_not_with_nvml_or_a_temporary() {
+    // A module loaded in context 55, one the book never saw (made outside the shim):
+    // its memory is read with 55 pushed, even where NVML is there.
+    let book = ContextBook::new();
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    let lock = book.lock(0).unwrap();
+    let (rc, taken, how) = lock.measure_in(
+        &drv,
+        55,
+        || None,
+        || {
+            drv.free.set(drv.free.get() - 2048);
+            SUCCESS
+        },
+    );
+    assert_eq!((rc, taken, how), (SUCCESS, Ok(2048), Vantage::Context));
+    assert_eq!(*drv.log.borrow(), ["free@55", "free@55"]);
+    assert!(drv.live.borrow().is_empty(), "no temporary context");
+}
+
+#[test]
+fn first_context_is_measured_with_nvml_and_no_other_context() {
+    let book = ContextBook::new();
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    let mut lock = book.lock(2).unwrap();
+    let mut calls = 0;
+    let (rc, taken, how) = lock.measure(&drv, || {
+        calls += 1;
+        drv.call()
+    });
+    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+    assert_eq!(calls, 1);
+    assert_eq!(*drv.log.borrow(), ["nvml@2", "nvml@2"]);
+    assert_eq!(drv.live.borrow().len(), 1, "no context but the program's");
+    // The next one is measured from the first (cuMemGetInfo_v2), not NVML.
+    let ctx = made(&drv);
+    lock.set_primary(ctx, 300);
+    drv.log.borrow_mut().clear();
+    let (_, taken, how) = lock.measure(&drv, || drv.call());
+    assert_eq!((taken, how), (Ok(300), Vantage::Context));
+    assert_eq!(
+        *drv.log.borrow(),
+        [format!("free@{ctx}"), format!("free@{ctx}")]
+    );
+}
+
+/// Slot locks for the members of one test's pool (a "process" per id).
+struct Locks {
+    owner: &'static std::sync::Mutex<Vec<u32>>,
+    id: u32,
+}
+
+impl MemberLocks for Locks {
+    fn try_take(&self, s: usize) -> bool {
+        let mut o = self.owner.lock().unwrap();
+        (o[s] == 0).then(|| o[s] = self.id).is_some()
+    }
+    fn give_back(&self, s: usize) {
+        let mut o = self.owner.lock().unwrap();
+        if o[s] == self.id {
+            o[s] = 0;
+        }
+    }
+    fn held(&self, s: usize) -> bool {
+        self.owner.lock().unwrap()[s] != 0
+    }
+}
+
+/// `n` members of a fresh pool, each with GPU 0 registered (cap 1 MB), and the
+/// slot owners (zero an owner to kill it).
+fn members(n: u32) -> (Vec<Member<'static>>, &'static std::sync::Mutex<Vec<u32>>) {
+    let words: &'static [AtomicU64] =
+        Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
+    let pool = Pool::create(words, 1, 0).unwrap();
+    let owner = Box::leak(Box::new(std::sync::Mutex::new(vec![0u32; MAX_SLOTS])));
+    let all = (1..=n)
+        .map(|id| {
+            let locks = Box::leak(Box::new(Locks { owner, id }));
+            let m = Member::join(pool, locks, &MemberInfo::default()).unwrap();
+            m.register_gpu(0, &[7; 16], Some(1_000_000)).unwrap();
+            m
+        })
+        .collect();
+    (all, owner)
+}
+
+/// A pool member's context is measured by `a`, its window bracketed by the
+/// pool's free marks.
+fn in_pool(
+    a: &Member<'static>,
+    drv: &Fake,
+    call: impl FnMut() -> u32,
+) -> (u32, Result<u64, Unmeasured>, Vantage) {
+    let book = ContextBook::new();
+    let lock = book.lock(0).unwrap();
+    lock.measure_in_pool(drv, || a.marks(0), call)
+}
+
+/// Another member's free whose driver call falls inside the window and whose credit
+/// comes after it: added back (the pool's `used` did not go down in the window).
+#[test]
+fn a_free_credited_after_the_window_does_not_make_a_context_short() {
+    let (m, _) = members(2);
+    let (a, b) = (&m[0], &m[1]);
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    b.reserve(0, 500).unwrap();
+    let (rc, taken, _) = in_pool(a, &drv, || {
+        assert!(b.announce_free(0, 200));
+        drv.free.set(drv.free.get() + 200); // B's driver free
+        drv.call()
+    });
+    b.complete_free(0, 200);
+    assert_eq!((rc, taken), (SUCCESS, Ok(300)));
+    assert_eq!(b.usage(0), Some((300, Some(1_000_000), 300)));
+
+    // Announced before the window, freed by the driver inside it, credited after.
+    assert!(b.announce_free(0, 100));
+    let (_, taken, _) = in_pool(a, &drv, || {
+        drv.free.set(drv.free.get() + 100);
+        drv.call()
+    });
+    b.complete_free(0, 100);
+    assert_eq!(taken, Ok(300));
+}
+
+/// A reservation inside the window whose driver allocation comes after it does not
+/// hide another member's free made inside it (a net change of `used` would: +700
+/// - 200 is no decrease). What the other members allocate in the window is left in.
+#[test]
+fn a_reservation_in_the_window_does_not_hide_another_members_free() {
+    let (m, _) = members(3);
+    let (a, b, c) = (&m[0], &m[1], &m[2]);
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    b.reserve(0, 500).unwrap();
+    let (rc, taken, _) = in_pool(a, &drv, || {
+        c.reserve(0, 700).unwrap(); // C's driver allocation comes after the window
+        assert!(b.announce_free(0, 200));
+        drv.free.set(drv.free.get() + 200);
+        b.complete_free(0, 200);
+        drv.call()
+    });
+    assert_eq!((rc, taken), (SUCCESS, Ok(300)));
+    // An allocation made inside the window is left in: charged more, never less.
+    let (_, taken, _) = in_pool(a, &drv, || {
+        c.reserve(0, 50).unwrap();
+        drv.free.set(drv.free.get() - 50);
+        drv.call()
+    });
+    assert_eq!(taken, Ok(350));
+    // Without a pool the same traffic is counted (nothing can tell it apart).
+    let book = ContextBook::new();
+    let (_, taken, _) = book.lock(1).unwrap().measure(&drv, || {
+        drv.free.set(drv.free.get() + 200);
+        drv.call()
+    });
+    assert_eq!(taken, Ok(100));
+}
+
+/// Member `m` allocates `bytes` as the hooks do: reserved, marked started, the
+/// driver (the fake's free memory), marked made.
+fn allocate(m: &Member<'static>, drv: &Fake, bytes: u64) {
+    m.reserve(0, bytes).unwrap();
+    assert!(m.alloc_started(0, bytes));
+    drv.free.set(drv.free.get() - bytes);
+    m.alloc_ended(0, bytes, true);
+}
+
+/// ...and frees them: announced, the driver, credited.
+fn free(m: &Member<'static>, drv: &Fake, bytes: u64) {
+    assert!(m.announce_free(0, bytes));
+    drv.free.set(drv.free.get() + bytes);
+    m.complete_free(0, bytes);
+}
+
+/// A member that frees and allocates again inside the window (a churning
+/// allocator) leaves the context's charge as it is: each of its frees is added back,
+/// each of its allocations taken off (a charge of the frees alone was seen at 1.67
+/// GiB for a 16 MiB context under `pool::thirty_two_members...`).
+#[test]
+fn a_member_churning_inside_the_window_leaves_the_charge_as_it_is() {
+    let (m, _) = members(2);
+    let (a, b) = (&m[0], &m[1]);
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    allocate(b, &drv, 800);
+    let (rc, taken, _) = in_pool(a, &drv, || {
+        for _ in 0..10 {
+            free(b, &drv, 800);
+            allocate(b, &drv, 800);
+        }
+        free(b, &drv, 800);
+        drv.call()
+    });
+    assert_eq!((rc, taken), (SUCCESS, Ok(300)));
+    assert_eq!(b.usage(0).map(|u| u.2), Some(0));
+}
+
+/// The window starts after NVML is loaded (its first read, milliseconds on a real
+/// GPU): what the members give back while it loads is not added back.
+#[test]
+fn frees_while_nvml_loads_are_outside_the_window() {
+    let m: &'static [Member<'static>] = Box::leak(members(2).0.into_boxed_slice());
+    let mut fake = Fake::new(10_000, 300);
+    fake.nvml = true;
+    let drv: &'static Fake = Box::leak(Box::new(fake));
+    allocate(&m[1], drv, 800);
+    *drv.on_first_nvml.borrow_mut() = Some(Box::new(|| free(&m[1], drv, 800)));
+    let (rc, taken, how) = in_pool(&m[0], drv, || drv.call());
+    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+    assert_eq!(drv.nvml_reads.get(), 3, "read again once loaded");
+}
+
+/// Only allocations surely made inside the window are taken off: one whose driver
+/// call came before it (marked made inside it), one whose driver call comes after it,
+/// and one the driver refused are not.
+#[test]
+fn allocations_not_surely_inside_the_window_are_never_taken_off() {
+    let (m, _) = members(3);
+    let (a, b, c) = (&m[0], &m[1], &m[2]);
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    // Reserved, started and allocated before the window, marked made inside it.
+    b.reserve(0, 200).unwrap();
+    assert!(b.alloc_started(0, 200));
+    drv.free.set(drv.free.get() - 200);
+    let (_, taken, _) = in_pool(a, &drv, || {
+        b.alloc_ended(0, 200, true);
+        // Started inside, allocated by the driver after the window.
+        c.reserve(0, 100).unwrap();
+        assert!(c.alloc_started(0, 100));
+        // Started and refused inside.
+        c.reserve(0, 50).unwrap();
+        assert!(c.alloc_started(0, 50));
+        c.alloc_ended(0, 50, false);
+        drv.call()
+    });
+    assert_eq!(taken, Ok(300));
+    drv.free.set(drv.free.get() - 100);
+    c.alloc_ended(0, 100, true);
+    // Words that cannot be (`made` ahead of `started`: another process wrote them):
+    // nothing of that slot is taken off.
+    c.alloc_ended(0, 1_000, true);
+    let (_, taken, _) = in_pool(a, &drv, || {
+        c.reserve(0, 40).unwrap();
+        assert!(c.alloc_started(0, 40));
+        drv.free.set(drv.free.get() - 40);
+        c.alloc_ended(0, 40, true);
+        drv.call()
+    });
+    assert_eq!(taken, Ok(340));
+}
+
+/// A free the driver refused still counts (more, never less); a free announced by a
+/// member that then died is not added back to later contexts (its slot is not held),
+/// and is cleared when its share is taken back; a failed call charges nothing.
+#[test]
+fn withdrawn_and_dead_members_announcements() {
+    let (m, owner) = members(3);
+    let (a, b, c) = (&m[0], &m[1], &m[2]);
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    b.reserve(0, 500).unwrap();
+    let (_, taken, _) = in_pool(a, &drv, || {
+        assert!(b.announce_free(0, 200));
+        b.withdraw_free(0, 200);
+        drv.call()
+    });
+    assert_eq!(taken, Ok(500));
+    assert!(b.announce_free(0, 400));
+    owner.lock().unwrap()[b.slot()] = 0; // B dies inside its free
+    let (_, taken, _) = in_pool(a, &drv, || drv.call());
+    assert_eq!(
+        taken,
+        Ok(300),
+        "a dead member's announcement is not counted"
+    );
+    assert_eq!(c.sweep(), 1);
+    assert_eq!(a.usage(0).map(|u| u.0), Some(0), "its share taken back");
+    let (rc, taken, _) = in_pool(a, &drv, || {
+        assert!(c.announce_free(0, 100));
+        999
+    });
+    assert_eq!((rc, taken), (999, Ok(0)));
+}
+
+/// With NVML, a device with room for exactly one context gets it, measured.
+#[test]
+fn with_nvml_room_for_one_context_is_enough() {
+    let book = ContextBook::new();
+    let mut drv = Fake::new(500, 300);
+    drv.nvml = true;
+    let lock = book.lock(0).unwrap();
+    let (rc, taken, how) = lock.measure(&drv, || drv.call());
+    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+    // A call that fails reads NVML once and charges nothing.
+    drv.log.borrow_mut().clear();
+    let (rc, taken, _) = lock.measure(&drv, || 999);
+    assert_eq!((rc, taken), (999, Ok(0)));
+    assert_eq!(*drv.log.borrow(), ["nvml@0"]);
+}
+
+#[test]
+fn nvml_failing_after_the_call_is_never_a_charge_of_zero() {
+    let book = ContextBook::new();
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    drv.fail_nvml_from.set(2);
+    let lock = book.lock(0).unwrap();
+    let (rc, taken, how) = lock.measure(&drv, || drv.call());
+    assert_eq!((rc, how), (SUCCESS, Vantage::Nvml));
+    let why = taken.unwrap_err();
+    assert_eq!(
+        why,
+        Unmeasured {
+            step: Step::DeviceFreeAfter,
+            rc: UNKNOWN
+        }
+    );
+    assert!(why.to_string().contains("NVML"), "{why}");
+    assert_eq!(verdict(taken, true), Verdict::Refuse(UNKNOWN));
+}
+
+#[test]
+fn without_nvml_the_first_context_is_measured_with_a_temporary_one() {
+    let book = ContextBook::new();
+    let drv = Fake::new(10_000, 300);
+    let mut lock = book.lock(0).unwrap();
+    assert!(!lock.primary_active(&drv));
+    let (rc, taken, how) = lock.measure(&drv, || drv.call());
+    assert_eq!(how, Vantage::Temporary("no NVML here".into()));
+    let ctx = made(&drv);
+    assert_eq!((rc, taken), (SUCCESS, Ok(300)));
+    assert_eq!(
+        *drv.log.borrow(),
+        ["temp 101", "free@101", "free@101", "destroy 101"]
+    );
+    lock.set_primary(ctx, 300);
+    assert!(lock.primary_active(&drv));
+    // The next context is measured from the primary: no temporary one.
+    drv.log.borrow_mut().clear();
+    let (_, taken, _) = lock.measure(&drv, || drv.call());
+    let c2 = made(&drv);
+    assert_eq!(taken, Ok(300));
+    assert_eq!(
+        *drv.log.borrow(),
+        [format!("free@{ctx}"), format!("free@{ctx}")]
+    );
+    lock.add_created(c2, 300);
+    assert_eq!(book.created_device(c2), Some(0));
+    assert_eq!(
+        lock.take_primary(),
+        Some(Charge {
+            device: 0,
+            bytes: 300
+        })
+    );
+    assert_eq!(lock.take_primary(), None);
+    // With the primary gone, the created context is the vantage.
+    drv.log.borrow_mut().clear();
+    let _ = lock.measure(&drv, || drv.call());
+    assert_eq!(drv.log.borrow()[0], format!("free@{c2}"));
+    assert_eq!(
+        lock.take_created(c2),
+        Some(Charge {
+            device: 0,
+            bytes: 300
+        })
+    );
+    assert_eq!(book.created_device(c2), None);
+}
+
+#[test]
+fn nvml_failing_before_the_call_falls_back_to_a_temporary_context() {
+    let book = ContextBook::new();
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    drv.fail_nvml_from.set(1);
+    let lock = book.lock(0).unwrap();
+    let (rc, taken, how) = lock.measure(&drv, || drv.call());
+    assert_eq!(
+        (rc, taken, how),
+        (SUCCESS, Ok(300), Vantage::Temporary("NVML failed".into()))
+    );
+    assert_eq!(
+        *drv.log.borrow(),
+        ["nvml@0", "temp 101", "free@101", "free@101", "destroy 101"]
+    );
+}
+
+#[test]
+fn a_failed_call_leaves_nothing_behind() {
+    let book = ContextBook::new();
+    let drv = Fake::new(10_000, 300);
+    let lock = book.lock(3).unwrap();
+    let (rc, _, _) = lock.measure(&drv, || 999);
+    assert_eq!(rc, 999);
+    assert_eq!(
+        drv.free.get(),
+        10_000,
+        "the temporary context was destroyed"
+    );
+    assert!(book.lock(MAX_DEVICES).is_none());
+}
+
+#[test]
+fn memory_given_back_meanwhile_never_makes_a_negative_charge() {
+    let book = ContextBook::new();
+    let drv = Fake::new(10_000, 0);
+    let lock = book.lock(0).unwrap();
+    let (_, taken, _) = lock.measure(&drv, || {
+        drv.free.set(20_000);
+        SUCCESS
+    });
+    assert_eq!(taken, Ok(0));
+}
+
+#[test]
+fn room_for_one_context_only_the_call_is_made_without_the_temporary_one() {
+    let book = ContextBook::new();
+    let drv = Fake::new(500, 300);
+    let lock = book.lock(0).unwrap();
+    let mut calls = 0;
+    let (rc, taken, _) = lock.measure(&drv, || {
+        calls += 1;
+        drv.call()
+    });
+    assert_eq!(rc, SUCCESS, "the device has room for the program's context");
+    assert_eq!(calls, 2);
+    assert_eq!(
+        drv.live.borrow().len(),
+        1,
+        "only the program's context is left"
+    );
+    let why = taken.unwrap_err();
+    assert_eq!(
+        why,
+        Unmeasured {
+            step: Step::NoRoom,
+            rc: OUT_OF_MEMORY
+        }
+    );
+    assert!(
+        why.to_string()
+            .contains("no room for the temporary context"),
+        "{why}"
+    );
+    assert_eq!(verdict(taken, true), Verdict::Refuse(OUT_OF_MEMORY));
+    assert_eq!(verdict(taken, false), Verdict::Uncounted);
+    assert_eq!(verdict(Ok(300), true), Verdict::Charge(300));
+
+    // No room at all: the temporary context fails, so does the call.
+    let drv = Fake::new(100, 300);
+    let (rc, taken, _) = lock.measure(&drv, || drv.call());
+    assert_eq!(rc, OUT_OF_MEMORY);
+    assert_eq!(taken.unwrap_err().step, Step::Temporary);
+}
+
+#[test]
+fn a_query_that_fails_is_never_a_charge_of_zero() {
+    let book = ContextBook::new();
+    for (from, step) in [(1, Step::FreeBefore), (2, Step::FreeAfter)] {
+        let drv = Fake::new(10_000, 300);
+        drv.fail_free_from.set(from);
+        let lock = book.lock(1).unwrap();
+        let (rc, taken, _) = lock.measure(&drv, || drv.call());
+        assert_eq!(rc, SUCCESS);
+        assert_eq!(taken, Err(Unmeasured { step, rc: 201 }));
+        assert_eq!(verdict(taken, true), Verdict::Refuse(201));
+        assert!(taken.unwrap_err().to_string().contains("error 201"));
+        assert_eq!(drv.live.borrow().len(), 1, "the temporary context is gone");
+    }
+}
+
+#[test]
+fn a_detach_credits_only_when_the_driver_says_the_context_is_gone() {
+    let book = ContextBook::new();
+    let drv = Fake::new(10_000, 300);
+    let mut lock = book.lock(0).unwrap();
+    let ctx = drv.make().unwrap();
+    lock.add_created(ctx, 300);
+    let id = drv.id(ctx);
+    // Another reference holds it.
+    assert_eq!(lock.after_release(&drv, ctx, id), Ending::Alive);
+    assert_eq!(book.created_device(ctx), Some(0));
+    // The last reference went: the driver no longer knows it.
+    drv.drop_ctx(ctx);
+    assert_eq!(
+        lock.after_release(&drv, ctx, id),
+        Ending::Gone(Some(Charge {
+            device: 0,
+            bytes: 300
+        }))
+    );
+    assert_eq!(book.created_device(ctx), None);
+    // A handle the driver gave to a new context is not the old one.
+    drv.live.borrow_mut().insert(ctx, 1);
+    assert_eq!(lock.after_release(&drv, ctx, id), Ending::Gone(None));
+
+    // The primary context: its state says.
+    let p = drv.make().unwrap();
+    lock.set_primary(p, 300);
+    drv.active.set(true);
+    assert_eq!(lock.after_release(&drv, p, drv.id(p)), Ending::Alive);
+    drv.active.set(false);
+    assert_eq!(
+        lock.after_release(&drv, p, drv.id(p)),
+        Ending::Gone(Some(Charge {
+            device: 0,
+            bytes: 300
+        }))
+    );
+
+    // A driver that cannot say: the charge is kept.
+    let mut mute = Fake::new(10_000, 300);
+    mute.can_tell = false;
+    let c = mute.make().unwrap();
+    lock.add_created(c, 300);
+    mute.drop_ctx(c);
+    assert_eq!(lock.after_release(&mute, c, None), Ending::Unknown);
+    assert_eq!(book.created_device(c), Some(0));
+}
+
+#[test]
+fn the_next_context_is_expected_to_take_the_least_a_context_took_on_its_device() {
+    let book = ContextBook::new();
+    assert_eq!(book.lock(1).unwrap().expected(), 0, "nothing measured yet");
+    book.lock(1).unwrap().learn(16 << 20);
+    assert_eq!(book.lock(1).unwrap().expected(), 16 << 20);
+    assert_eq!(book.lock(0).unwrap().expected(), 0, "per device");
+    book.lock(1).unwrap().learn(8 << 20);
+    assert_eq!(book.lock(1).unwrap().expected(), 8 << 20, "a lower one");
+    // One measured high (others' frees counted in) does not become what the next
+    // context reserves first.
+    book.lock(1).unwrap().learn(2400 << 20);
+    assert_eq!(
+        book.lock(1).unwrap().expected(),
+        8 << 20,
+        "the least measured"
+    );
+    // Beside a pool: the least of this process's and the pool's.
+    assert_eq!(book.lock(1).unwrap().expected_beside(0), 8 << 20);
+    assert_eq!(book.lock(1).unwrap().expected_beside(6 << 20), 6 << 20);
+    assert_eq!(book.lock(1).unwrap().expected_beside(9 << 20), 8 << 20);
+    assert_eq!(book.lock(0).unwrap().expected_beside(300 << 20), 300 << 20);
+}
+
+#[test]
+fn a_measurement_that_erred_low_is_forgotten_zero_included() {
+    let book = ContextBook::new();
+    book.lock(0).unwrap().learn(300 << 20);
+    assert!(!book.lock(0).unwrap().expectation_settled());
+    // Others' allocations outside the pool inside the window: measured at 0.
+    book.lock(0).unwrap().learn(0);
+    assert_eq!(
+        book.lock(0).unwrap().expected(),
+        0,
+        "a measurement like any"
+    );
+    for _ in 0..RECENT {
+        book.lock(0).unwrap().learn(300 << 20);
+    }
+    assert_eq!(
+        book.lock(0).unwrap().expected(),
+        300 << 20,
+        "the low one forgotten after {RECENT} more: no floor that only erodes"
+    );
+    assert!(book.lock(0).unwrap().expectation_settled());
+}
+
+#[test]
+fn a_first_context_measured_high_does_not_outweigh_the_pools_least() {
+    // This process's first context was measured at 2.35 GiB (other members freed
+    // inside its window); the pool's members measured 300 MiB: the next reserves 300.
+    let book = ContextBook::new();
+    book.lock(0).unwrap().learn(2400 << 20);
+    assert_eq!(book.lock(0).unwrap().expected_beside(300 << 20), 300 << 20);
+}
