@@ -85,7 +85,11 @@ fn a_graph_whose_nodes_cannot_be_listed_is_charged_what_the_driver_reserves() {
     let fail = ("FAKECUDA_GRAPH_NODES_FAIL", "1");
     for env in [
         &[fail][..],
-        &[fail, ("GPUCAP_POOL", "unlisted"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[
+            fail,
+            ("GPUCAP_POOL", "unlisted"),
+            ("GPUCAP_POOL_DIR", pool_dir),
+        ][..],
     ] {
         let (o, s) = graphs("unlisted", true, env);
         assert_passed(&o, &format!("unlisted with the shim {env:?}"));
@@ -96,9 +100,9 @@ fn a_graph_whose_nodes_cannot_be_listed_is_charged_what_the_driver_reserves() {
             "{env:?}: {err}"
         );
         assert!(
-            refusals(&err)
-                .iter()
-                .any(|l| l.contains("refused cuMemAlloc of 512 MiB on GPU 0: 640 MiB of the 1 GiB cap in use")),
+            refusals(&err).iter().any(|l| l.contains(
+                "refused cuMemAlloc of 512 MiB on GPU 0: 640 MiB of the 1 GiB cap in use"
+            )),
             "{env:?}: {err}"
         );
     }

@@ -69,7 +69,12 @@ fn a_pid_that_nvml_lists_for_another_process_is_never_taken_for_this_ones() {
     ];
     for env in [
         &collide[..],
-        &[collide[0], collide[1], ("GPUCAP_POOL", "pids"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[
+            collide[0],
+            collide[1],
+            ("GPUCAP_POOL", "pids"),
+            ("GPUCAP_POOL_DIR", pool_dir),
+        ][..],
         // No offset: NVML's pid 1 is the program's own number, still not provably its own.
         &[("FAKECUDA_NVML_EXTRA_PROCS", "0")][..],
     ] {
@@ -83,7 +88,10 @@ fn a_pid_that_nvml_lists_for_another_process_is_never_taken_for_this_ones() {
         );
         let lines = measured(&err);
         assert!(
-            !lines.is_empty() && lines.iter().all(|l| l.contains("by the device's free memory")),
+            !lines.is_empty()
+                && lines
+                    .iter()
+                    .all(|l| l.contains("by the device's free memory")),
             "{env:?}: {lines:?}"
         );
     }

@@ -35,10 +35,16 @@ fn probe_the_published_figures() {
 /// `GPUCAP_TEST_REQUIRE_CLIENTS` unless given).
 fn probe(name: &str, env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--ignored", "--exact", name, "--nocapture", "--test-threads=1"])
-        .env_remove("CI")
-        .env_remove("GPUCAP_TEST_REQUIRE_CLIENTS")
-        .env_remove(NEVER_SET);
+    c.args([
+        "--ignored",
+        "--exact",
+        name,
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env_remove("CI")
+    .env_remove("GPUCAP_TEST_REQUIRE_CLIENTS")
+    .env_remove(NEVER_SET);
     for (k, v) in env {
         c.env(k, v);
     }

@@ -107,6 +107,9 @@ mod tests {
             ),
             None
         );
-        assert_eq!(pid_in_nvml(None, 7, None, Some(INITIAL_PID_NAMESPACE)), None);
+        assert_eq!(
+            pid_in_nvml(None, 7, None, Some(INITIAL_PID_NAMESPACE)),
+            None
+        );
     }
 }

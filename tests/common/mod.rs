@@ -93,7 +93,9 @@ fn unique() -> String {
 /// failure where the published figures must be measured ([`skip`]).
 pub fn callgrind_benchmarks_run() -> bool {
     if Command::new("valgrind").arg("--version").output().is_err() {
-        skip("valgrind is not installed: the instruction benchmarks need it (scripts/test.sh installs it)");
+        skip(
+            "valgrind is not installed: the instruction benchmarks need it (scripts/test.sh installs it)",
+        );
         return false;
     }
     if profile_dir().file_name().is_none_or(|p| p != "release") {

@@ -315,7 +315,10 @@ mod tests {
             let e = from_env(env(&[("FAKECUDA_NVML_EXTRA_PROCS", bad)]))
                 .err()
                 .unwrap();
-            assert!(e.contains("FAKECUDA_NVML_EXTRA_PROCS") && e.contains("0 to 100000"), "{e}");
+            assert!(
+                e.contains("FAKECUDA_NVML_EXTRA_PROCS") && e.contains("0 to 100000"),
+                "{e}"
+            );
         }
         let c = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "100000")])).unwrap();
         assert_eq!(c.nvml_pid_offset, 100_000);

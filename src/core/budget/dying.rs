@@ -162,7 +162,11 @@ pub(super) fn released(w: Words<'_>, exiting: impl Fn(u32, u64, u64) -> Exit, s:
     let exit = exiting(pid32, pidns, w.slot(s, S_START_MS).load(Relaxed));
     let now = match exit {
         // A member of the initial PID namespace is listed by NVML under its pid.
-        Exit::Unknown => shown(w, s, (pidns == INITIAL_PID_NAMESPACE && pid32 != 0).then_some(pid32)),
+        Exit::Unknown => shown(
+            w,
+            s,
+            (pidns == INITIAL_PID_NAMESPACE && pid32 != 0).then_some(pid32),
+        ),
         _ => Vec::new(),
     };
     decide(exit, (s, generation, pid), &now, Instant::now())
@@ -223,7 +227,12 @@ mod tests {
         assert!(decide(Exit::Running, (902, 1, 7), &[], t0 + EXIT_MAX));
         // Not visible: a short grace.
         assert!(!decide(Exit::Unknown, (903, 1, 7), &[], t0));
-        assert!(!decide(Exit::Unknown, (903, 1, 7), &[], t0 + EXIT_GRACE / 2));
+        assert!(!decide(
+            Exit::Unknown,
+            (903, 1, 7),
+            &[],
+            t0 + EXIT_GRACE / 2
+        ));
         assert!(decide(Exit::Unknown, (903, 1, 7), &[], t0 + EXIT_GRACE));
         // Another member of the same slot is a new wait.
         assert!(!decide(Exit::Running, (904, 1, 7), &[], t0));
@@ -245,11 +254,21 @@ mod tests {
         let t0 = Instant::now();
         let soon = t0 + EXIT_GRACE / 4;
         // NVML no longer lists its process (its host pid known): at once.
-        assert!(decide(Exit::Unknown, (910, 1, 7), &[gpu(100 * MIB, Some(false), None)], t0));
+        assert!(decide(
+            Exit::Unknown,
+            (910, 1, 7),
+            &[gpu(100 * MIB, Some(false), None)],
+            t0
+        ));
         // Still listed: held back past the short bound, up to EXIT_MAX.
         let listed = [gpu(100 * MIB, Some(true), Some(900 * MIB))];
         assert!(!decide(Exit::Unknown, (911, 1, 7), &listed, t0));
-        assert!(!decide(Exit::Unknown, (911, 1, 7), &listed, t0 + EXIT_GRACE));
+        assert!(!decide(
+            Exit::Unknown,
+            (911, 1, 7),
+            &listed,
+            t0 + EXIT_GRACE
+        ));
         assert!(decide(Exit::Unknown, (911, 1, 7), &listed, t0 + EXIT_MAX));
         // The device's used figure fell by at least its bytes since first found dead.
         let at_first = [gpu(100 * MIB, None, Some(900 * MIB))];
