@@ -1,8 +1,11 @@
 //! NVML read directly, below the shim's own NVML hooks: a GPU's device-wide free memory
 //! without a CUDA context, to measure the first context on a device with
-//! (`gpucap_core::contexts`) instead of creating a temporary context; and the driver's
+//! (`gpucap_core::contexts`) instead of creating a temporary context; the driver's
 //! figure for this process on a GPU, to measure a kernel's first launch with (which
-//! other processes' traffic does not move).
+//! other processes' traffic does not move), where its pid in NVML's list is provably
+//! its own; and a GPU's process list and used figure, which show whether a dead pool
+//! member's memory was released (`gpucap_core::budget::dying`). Process lists are read
+//! whole, however many processes the GPU runs.
 //!
 //! `libnvidia-ml.so.1` is loaded (`RTLD_LOCAL`) and initialised (`nvmlInit_v2`) once per
 //! process, lazily, when the first context on a device is measured; never on the
