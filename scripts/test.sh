@@ -50,9 +50,11 @@ fi
 command -v python3 >/dev/null || missing+=(python3)
 # valgrind: the benchmark scripts count instructions with it (tests/bench_breakdown.rs)
 command -v valgrind >/dev/null || missing+=(valgrind)
-# unshare: the PID-namespace tests of tests/pool.rs (members as PID 1 of their own
-# namespace, as in containers); util-linux's, on Debian normally there
+# unshare: the PID-namespace tests of tests/pool.rs and tests/nvml_pids.rs (programs as
+# PID 1 of their own namespace, as in containers); util-linux's, on Debian normally there
 command -v unshare >/dev/null || missing+=(util-linux)
+# strace: tests/robustness.rs counts the fake's system calls with it (required under CI)
+command -v strace >/dev/null || missing+=(strace)
 # tmux: tests/watching.rs runs `gpucap top` in a real terminal (80x24, 200x50) and
 # captures its screen
 command -v tmux >/dev/null || missing+=(tmux)

@@ -18,14 +18,8 @@ use std::process::Output;
 const VAR: &str = "GPUCAP_TEST_PYTHON_CUPY";
 const WHAT: &str = "cupy-cuda13x";
 
-/// The CuPy Python, or None (SKIP) outside CI when it is not configured.
+/// The CuPy Python, or None (SKIP) where it is not configured and not required.
 fn cupy_python() -> Option<std::path::PathBuf> {
-    let set = std::env::var_os(VAR).is_some_and(|v| !v.is_empty());
-    assert!(
-        set || std::env::var_os("CI").is_none(),
-        "{VAR} is not set but CI is: CI must run the CuPy checks (scripts/test.sh creates \
-         target/venv-cupy and sets {VAR})"
-    );
     client_python(VAR, WHAT)
 }
 

@@ -73,3 +73,39 @@ fn graph_memory_is_charged_as_the_driver_reserves_it() {
         );
     }
 }
+
+/// A graph whose memory nodes the driver will not list (`FAKECUDA_GRAPH_NODES_FAIL=1`) is
+/// charged the graph memory the driver reserves for it after its instantiation and its
+/// launches, never taken as holding nothing: an allocation the cap cannot take beside it
+/// is refused. Alone and in a pool.
+#[test]
+fn a_graph_whose_nodes_cannot_be_listed_is_charged_what_the_driver_reserves() {
+    let dir = scratch("graphs-unlisted-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let fail = ("FAKECUDA_GRAPH_NODES_FAIL", "1");
+    for env in [
+        &[fail][..],
+        &[
+            fail,
+            ("GPUCAP_POOL", "unlisted"),
+            ("GPUCAP_POOL_DIR", pool_dir),
+        ][..],
+    ] {
+        let (o, s) = graphs("unlisted", true, env);
+        assert_passed(&o, &format!("unlisted with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        let err = stderr(&o);
+        assert!(
+            err.contains("cuGraphInstantiateWithFlags: the graph's memory nodes could not be listed: charged the graph memory the driver reserves for it"),
+            "{env:?}: {err}"
+        );
+        assert!(
+            refusals(&err).iter().any(|l| l.contains(
+                "refused cuMemAlloc of 512 MiB on GPU 0: 640 MiB of the 1 GiB cap in use"
+            )),
+            "{env:?}: {err}"
+        );
+    }
+    let (o, _) = graphs("unlisted", false, &[fail]);
+    assert_failed(&o, "unlisted without the shim");
+}

@@ -581,38 +581,6 @@ fn a_dead_parent_releases_its_share_while_its_child_lives() {
     );
 }
 
-/// Whether `unshare -pf --mount-proc --kill-child` (util-linux) runs here: false after a
-/// SKIPPED line naming what is missing, or a panic naming it where the test must run
-/// (CI, or GPUCAP_TEST_REQUIRE_CLIENTS=1: `required_here`). It needs the unshare program
-/// and the right to make PID and mount namespaces: root (CAP_SYS_ADMIN), which a
-/// container without privileges (Docker's default capabilities and seccomp profile)
-/// does not give.
-fn unshare_works() -> bool {
-    let why = match Command::new("unshare")
-        .args(["-pf", "--mount-proc", "--kill-child", "true"])
-        .output()
-    {
-        Ok(o) if o.status.success() => return true,
-        Ok(o) => format!(
-            "`unshare -pf --mount-proc --kill-child true` failed ({}: {}): making PID and \
-             mount namespaces needs root (CAP_SYS_ADMIN); a container must allow it \
-             (--privileged, or --cap-add SYS_ADMIN with a seccomp profile that allows unshare)",
-            o.status,
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => format!(
-            "no `unshare` ({e}): it is util-linux's (Debian: apt-get install util-linux; \
-             scripts/test.sh installs it)"
-        ),
-    };
-    assert!(
-        !required_here(),
-        "the PID-namespace tests must run in CI (CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 is set): {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    false
-}
-
 #[test]
 fn members_in_other_pid_namespaces_share_the_pool_and_do_not_reap_each_other() {
     if !unshare_works() {

@@ -282,7 +282,7 @@ fn the_fakes_arena_mode_makes_no_system_call_per_pair() {
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED: strace is not installed");
+        skip("strace is not installed (Debian: apt-get install strace)");
         return;
     }
     let prog = compile_c("bench_alloc", "", &["-lcuda"]);

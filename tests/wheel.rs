@@ -19,12 +19,10 @@ use std::sync::OnceLock;
 /// The built wheel, or None after a SKIP line.
 fn wheel() -> Option<PathBuf> {
     let Some(w) = std::env::var_os("GPUCAP_TEST_WHEEL").filter(|v| !v.is_empty()) else {
-        assert!(
-            !required_here(),
-            "GPUCAP_TEST_WHEEL is not set but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 is: \
-             scripts/test.sh builds the wheel with scripts/build-wheel.sh and sets it"
+        skip(
+            "GPUCAP_TEST_WHEEL is not set: scripts/test.sh builds the wheel with \
+             scripts/build-wheel.sh and sets it",
         );
-        eprintln!("SKIP: GPUCAP_TEST_WHEEL is not set (scripts/build-wheel.sh builds the wheel)");
         return None;
     };
     let w = PathBuf::from(w);

@@ -133,6 +133,20 @@ impl GraphBook {
         }
     }
 
+    /// A new exec whose memory nodes could not be listed, on `devices` (every device the
+    /// process sees): what it needs is not known, so nothing is expected of it before a
+    /// call, but it is kept so that its launches and its end settle those devices'
+    /// figures.
+    pub fn instantiated_unlisted(&self, exec: u64, devices: &[usize]) {
+        let exec_entry = Exec {
+            footprint: devices.iter().map(|&d| (d, 0)).collect(),
+            held: true,
+        };
+        if self.lock().execs.insert(exec, exec_entry).is_none() {
+            self.with_memory.fetch_add(1, AcqRel);
+        }
+    }
+
     /// The devices of `exec`'s memory (none: not an exec with memory nodes).
     pub fn devices(&self, exec: u64) -> Vec<usize> {
         self.lock()
@@ -283,6 +297,22 @@ mod tests {
         assert!(b.destroyed(1).is_empty(), "once");
         assert!(b.expected(99).is_empty(), "unknown exec");
         assert_eq!(b.destroyed(2), vec![1]);
+        assert!(!b.any());
+    }
+
+    #[test]
+    fn an_exec_whose_nodes_cannot_be_listed_is_kept_for_its_devices_figures() {
+        let b = GraphBook::new();
+        b.instantiated_unlisted(5, &[0, 1]);
+        assert!(b.any(), "kept: its launches and its end settle the figures");
+        assert_eq!(b.devices(5), vec![0, 1]);
+        assert_eq!(b.footprint_on(0, None), 0, "its needs are not known");
+        b.trimmed(0);
+        assert!(
+            b.expected(5).iter().all(|&(_, bytes)| bytes == 0),
+            "nothing to reserve before a launch: settled after it"
+        );
+        assert_eq!(b.destroyed(5), vec![0, 1]);
         assert!(!b.any());
     }
 

@@ -9,7 +9,8 @@
 //! - `pools`, `contexts`, `arrays`, `modules`, `graphs`: what memory pools, contexts, CUDA arrays, graph memory
 //!   and loaded modules are charged, behind small driver traits; `vmm`: when VMM
 //!   handles stop being charged (last release and last unmap).
-//! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones.
+//! - `identity`: GPU/MIG UUID keys to CUDA ordinals; `nvml`: NVML devices to CUDA ones;
+//!   `pid_namespace`: the pid NVML lists a process under, where provable.
 //! - `report`: the `GPUCAP_REPORT` JSON file (schema, merge, `%p`).
 //! - `budget`: the budget a `GPUCAP_POOL`'s processes share (its file's words).
 //! - `lone`: the file a process capped on its own shows itself through (its ledger's
@@ -32,6 +33,7 @@ pub mod live_map;
 pub mod lone;
 pub mod modules;
 pub mod nvml;
+pub mod pid_namespace;
 pub mod pools;
 pub mod repeats;
 pub mod report;

@@ -125,6 +125,10 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     // A `gpucap pool clean` removing the file between its open and the slot taken is
     // noticed, and the path opened again (see gpucap_pool_file's `removal`).
     let info = own_info();
+    // A dead member in another PID namespace: its bytes come back when the driver shows
+    // them released (`budget::dying`). (The unit tests have no driver.)
+    #[cfg(not(test))]
+    gpucap_core::budget::show_driver(crate::driver::nvml_direct::driver_shows);
     let members = config
         .pool_members
         .unwrap_or(gpucap_core::budget::DEFAULT_SLOTS);

@@ -9,6 +9,11 @@
  *
  *   nodes    graphs built with cuGraphAddMemAllocNode (+ cuGraphAddMemFreeNode)
  *   capture  graphs captured from cuMemAllocAsync/cuMemFreeAsync on a stream
+ *   unlisted graphs of alloc nodes whose nodes the driver will not list (the fake's
+ *            FAKECUDA_GRAPH_NODES_FAIL=1): A of 5/8 of the cap is charged as the driver
+ *            reserves it at its instantiation (never taken as nothing), so half the cap
+ *            beside it is refused; its launch after a trim is charged again; destroyed
+ *            and trimmed, it is given back.
  *
  * Both: graph A of 5/8 of the cap instantiated (charged: cuMemGetInfo shows it) and
  * launched twice; graph B of 5/8 refused at instantiation with CUDA_ERROR_OUT_OF_MEMORY;
@@ -143,15 +148,42 @@ static void run(void) {
     MUST(cuStreamDestroy_v2(g_stream));
 }
 
+/* A graph whose nodes the driver will not list: charged after each call, as reserved. */
+static void unlisted(void) {
+    MUST(cuStreamCreate(&g_stream, 1));
+    const size_t big = g_cap / 8 * 5;
+    CUgraph a = graph_of(big);
+    CUgraphExec ea = NULL;
+    CUresult rc = cuGraphInstantiateWithFlags(&ea, a, 0);
+    CHECK(rc == CUDA_SUCCESS, "graph A (nodes not listed) instantiated -> %d", rc);
+    IN_USE(big, "graph A's memory reserved at its instantiation, its nodes not listed");
+    CUdeviceptr half = 0;
+    rc = cuMemAlloc_v2(&half, g_cap / 2);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "half the cap beside graph A -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(half));
+    MUST(cuDeviceGraphMemTrim(0));
+    IN_USE(0, "graph A idle: trimmed");
+    rc = cuGraphLaunch(ea, g_stream);
+    CHECK(rc == CUDA_SUCCESS, "graph A's launch after a trim -> %d", rc);
+    IN_USE(big, "graph A's memory reserved again at its launch");
+    MUST(cuGraphExecDestroy(ea));
+    IN_USE(big, "graph A's exec destroyed: its memory stays reserved for reuse");
+    MUST(cuDeviceGraphMemTrim(0));
+    IN_USE(0, "all given back");
+    MUST(cuGraphDestroy(a));
+    MUST(cuStreamDestroy_v2(g_stream));
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s <nodes|capture> <cap>\n", argv[0]);
+        fprintf(stderr, "usage: %s <nodes|capture|unlisted> <cap>\n", argv[0]);
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     g_cap = parse_size(argv[2]);
+    int unlisted_graphs = strcmp(argv[1], "unlisted") == 0;
     if (strcmp(argv[1], "capture") == 0) g_capture = 1;
-    else if (strcmp(argv[1], "nodes") != 0) {
+    else if (strcmp(argv[1], "nodes") != 0 && !unlisted_graphs) {
         fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;
     }
@@ -159,6 +191,7 @@ int main(int argc, char **argv) {
     MUST(cuInit(0));
     MUST(cuDevicePrimaryCtxRetain(&ctx, 0));
     MUST(cuCtxSetCurrent(ctx));
-    run();
+    if (unlisted_graphs) unlisted();
+    else run();
     return finish();
 }

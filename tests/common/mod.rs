@@ -89,19 +89,17 @@ fn unique() -> String {
 
 /// Whether the callgrind benchmarks (scripts/bench-instructions.sh, bench-breakdown.sh)
 /// can run here: valgrind installed (scripts/test.sh installs it) and a release build
-/// (they measure target/release). Says why not when they cannot.
+/// (they measure target/release). Where they cannot: false after a SKIP line, or a
+/// failure where the published figures must be measured ([`skip`]).
 pub fn callgrind_benchmarks_run() -> bool {
     if Command::new("valgrind").arg("--version").output().is_err() {
-        assert!(
-            !required_here(),
-            "valgrind not installed, but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 is set: the \
-             instruction benchmarks must run (scripts/test.sh installs valgrind)"
+        skip(
+            "valgrind is not installed: the instruction benchmarks need it (scripts/test.sh installs it)",
         );
-        eprintln!("valgrind not installed (scripts/test.sh installs it): skipped");
         return false;
     }
     if profile_dir().file_name().is_none_or(|p| p != "release") {
-        eprintln!("the script measures target/release; this is a debug build: skipped");
+        skip("this is a debug build: the benchmarks measure target/release (cargo test --release)");
         return false;
     }
     true
@@ -156,16 +154,14 @@ pub fn dump(o: &Output) -> String {
 }
 
 /// The Python of a real client, from `var` (scripts/test.sh sets it to a virtual
-/// environment holding `what`). `None`, after printing SKIP, when unset — unless
-/// `GPUCAP_TEST_REQUIRE_CLIENTS=1`, when a missing client fails the test.
+/// environment holding `what`). `None`, after a SKIP line, when unset — unless the
+/// client is required here ([`skip`]), when a missing client fails the test.
 pub fn client_python(var: &str, what: &str) -> Option<PathBuf> {
     let Some(python) = std::env::var_os(var).filter(|v| !v.is_empty()) else {
-        assert!(
-            std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() != Ok("1"),
-            "{var} is not set but GPUCAP_TEST_REQUIRE_CLIENTS=1: run scripts/test.sh, which \
-             creates a virtual environment with {what}"
-        );
-        eprintln!("SKIP: {var} is not set (a Python with {what}); scripts/test.sh sets it");
+        skip(&format!(
+            "{var} is not set (a Python with {what}): scripts/test.sh creates a virtual \
+             environment with it and sets {var}"
+        ));
         return None;
     };
     let python = PathBuf::from(python);
@@ -424,15 +420,61 @@ pub fn assert_failed(o: &Output, what: &str) {
 /// sets CI=true) or with GPUCAP_TEST_REQUIRE_CLIENTS=1 (scripts/test.sh sets it), a test
 /// that cannot run fails instead of printing SKIP and passing.
 pub fn required_here() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
-        || std::env::var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() == Ok("1")
+    required_by(|k| std::env::var(k).ok())
+}
+
+/// [`required_here`] of the variables `var` gives.
+pub fn required_by(var: impl Fn(&str) -> Option<String>) -> bool {
+    var("CI").is_some_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+        || var("GPUCAP_TEST_REQUIRE_CLIENTS").as_deref() == Some("1")
+}
+
+/// The one skip rule, for every test that may not run for want of a tool, a virtual
+/// environment or a build (`why`: what is missing and where scripts/test.sh gets it):
+/// it prints `SKIP: why` and the test returns, passing; where the test is required
+/// ([`required_here`]: `CI=true`, or `GPUCAP_TEST_REQUIRE_CLIENTS=1`) it fails here,
+/// naming what is missing.
+#[track_caller]
+pub fn skip(why: &str) {
+    assert!(
+        !required_here(),
+        "this test must run here (CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 is set) but cannot: {why}"
+    );
+    eprintln!("SKIP: {why}");
+}
+
+/// Whether `unshare -pf --mount-proc --kill-child` (util-linux) runs here: false after a
+/// SKIP line naming what is missing, or a failure naming it where the test must run
+/// (CI, or GPUCAP_TEST_REQUIRE_CLIENTS=1: `skip`). It needs the unshare program
+/// and the right to make PID and mount namespaces: root (CAP_SYS_ADMIN), which a
+/// container without privileges (Docker's default capabilities and seccomp profile)
+/// does not give.
+pub fn unshare_works() -> bool {
+    let why = match Command::new("unshare")
+        .args(["-pf", "--mount-proc", "--kill-child", "true"])
+        .output()
+    {
+        Ok(o) if o.status.success() => return true,
+        Ok(o) => format!(
+            "`unshare -pf --mount-proc --kill-child true` failed ({}: {}): making PID and \
+             mount namespaces needs root (CAP_SYS_ADMIN); a container must allow it \
+             (--privileged, or --cap-add SYS_ADMIN with a seccomp profile that allows unshare)",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!(
+            "no `unshare` ({e}): it is util-linux's (Debian: apt-get install util-linux; \
+             scripts/test.sh installs it)"
+        ),
+    };
+    skip(&format!("the PID-namespace tests cannot run here: {why}"));
+    false
 }
 
 /// A checker program the tests run (promtool, mdbook): the path in `var`, else `name` on
 /// PATH, else None after a SKIP line; with CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 set, a
 /// missing one fails (`why`: what it is for and where scripts/test.sh gets it).
 pub fn checker_tool(var: &str, name: &str, why: &str) -> Option<PathBuf> {
-    let required = required_here();
     let found = std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -449,12 +491,7 @@ pub fn checker_tool(var: &str, name: &str, why: &str) -> Option<PathBuf> {
             Some(p)
         }
         None => {
-            assert!(
-                !required,
-                "no {name} ({var} unset, none on PATH) but CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 \
-                 is set: {why}"
-            );
-            eprintln!("SKIP: no {name} ({var} unset, none on PATH); scripts/test.sh sets it");
+            skip(&format!("no {name} ({var} unset, none on PATH): {why}"));
             None
         }
     }

@@ -42,6 +42,14 @@ pub struct Config {
     /// FAKECUDA_NVML_PID_OFFSET: NVML lists each process under its pid plus this (default
     /// 0), as NVML does in a container, where it reports the host's pids.
     pub nvml_pid_offset: u32,
+    /// FAKECUDA_NVML_EXTRA_PROCS: NVML lists this many more compute processes on each
+    /// device (default 0), under pids 1 to N (the host's other processes, no offset),
+    /// holding nothing the fake counts: for a GPU that runs more processes than a caller's
+    /// array holds, and for pids that collide with a containerised process's own.
+    pub nvml_extra_procs: u32,
+    /// FAKECUDA_GRAPH_NODES_FAIL: `cuGraphGetNodes` fails (`CUDA_ERROR_NOT_SUPPORTED`),
+    /// so that a graph's memory nodes cannot be listed; everything else about graphs works.
+    pub graph_nodes_fail: bool,
     /// FAKECUDA_NUMA_NODES: host NUMA nodes (1..64, default 1), the ids a host-NUMA
     /// location (`CU_MEM_LOCATION_TYPE_HOST_NUMA`) may name.
     pub numa_nodes: u32,
@@ -73,6 +81,8 @@ fn flag(var: &impl Fn(&str) -> Option<String>, name: &str) -> Result<bool, Strin
 }
 
 pub const DEFAULT_TOTAL_MEM: u64 = 80 << 30;
+/// The most FAKECUDA_NVML_EXTRA_PROCS lists.
+pub const MAX_EXTRA_PROCS: u32 = 100_000;
 /// CUDA 13.5, the version of the headers src/procaddr_table.txt was generated from (the
 /// newest CUDA the tests use).
 pub const DEFAULT_DRIVER_VERSION: i32 = 13050;
@@ -192,6 +202,20 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             )
         })?,
     };
+    let nvml_extra_procs = match var("FAKECUDA_NVML_EXTRA_PROCS") {
+        None => 0,
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n <= MAX_EXTRA_PROCS)
+            .ok_or_else(|| {
+                format!(
+                    "invalid FAKECUDA_NVML_EXTRA_PROCS={v:?}: expected a whole number (0 to {MAX_EXTRA_PROCS})"
+                )
+            })?,
+    };
+    let graph_nodes_fail = flag(&var, "FAKECUDA_GRAPH_NODES_FAIL")?;
     let numa_nodes = match var("FAKECUDA_NUMA_NODES") {
         None => 1,
         Some(v) => v
@@ -231,6 +255,8 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         nvml_fail,
         nvml_reserved,
         nvml_pid_offset,
+        nvml_extra_procs,
+        graph_nodes_fail,
         numa_nodes,
         multicast,
         stack_lower_fails,
@@ -278,6 +304,22 @@ mod tests {
             e.contains("FAKECUDA_MULTICAST=\"yes\": expected 0 or 1"),
             "{e}"
         );
+        assert_eq!((c.nvml_extra_procs, c.graph_nodes_fail), (0, false));
+        let c = from_env(env(&[
+            ("FAKECUDA_NVML_EXTRA_PROCS", "100"),
+            ("FAKECUDA_GRAPH_NODES_FAIL", "1"),
+        ]))
+        .unwrap();
+        assert_eq!((c.nvml_extra_procs, c.graph_nodes_fail), (100, true));
+        for bad in ["-1", "many", "100001"] {
+            let e = from_env(env(&[("FAKECUDA_NVML_EXTRA_PROCS", bad)]))
+                .err()
+                .unwrap();
+            assert!(
+                e.contains("FAKECUDA_NVML_EXTRA_PROCS") && e.contains("0 to 100000"),
+                "{e}"
+            );
+        }
         let c = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "100000")])).unwrap();
         assert_eq!(c.nvml_pid_offset, 100_000);
         let e = from_env(env(&[("FAKECUDA_NVML_PID_OFFSET", "-1")]))

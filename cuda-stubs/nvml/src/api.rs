@@ -72,7 +72,13 @@ fn processes<T>(
     if count.is_null() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
-    let procs = processes_of(cfg, phys);
+    // As in a container: the host's pid (FAKECUDA_NVML_PID_OFFSET); then the host's
+    // other processes (FAKECUDA_NVML_EXTRA_PROCS), pids 1 to N.
+    let procs: Vec<(u32, u64)> = processes_of(cfg, phys)
+        .into_iter()
+        .map(|(pid, used)| (pid.wrapping_add(cfg.nvml_pid_offset), used))
+        .chain((1..=cfg.nvml_extra_procs).map(|pid| (pid, 0)))
+        .collect();
     // SAFETY: non-null count from the caller.
     let room = unsafe { *count } as usize;
     out(count, procs.len() as c_uint)?;
@@ -83,8 +89,6 @@ fn processes<T>(
         return Err(NVML_ERROR_INSUFFICIENT_SIZE);
     }
     for (i, &(pid, used)) in procs.iter().enumerate() {
-        // As in a container: the host's pid (FAKECUDA_NVML_PID_OFFSET).
-        let pid = pid.wrapping_add(cfg.nvml_pid_offset);
         // SAFETY: the caller's array holds `room` >= procs.len() entries.
         unsafe { infos.add(i).write_unaligned(make(pid, used, cfg.mig)) };
     }

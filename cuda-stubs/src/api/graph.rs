@@ -102,8 +102,11 @@ crate::abi::exports! {
 
     // NULL `nodes`: the count. Else up to `*count` nodes, the rest of the array NULL, and
     // `*count` the number written.
+    // FAKECUDA_GRAPH_NODES_FAIL=1: a graph whose nodes cannot be listed.
     fn cuGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) {
-        cfg()?;
+        if cfg()?.graph_nodes_fail {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
         let all = graph::nodes(graph)?;
         if nodes.is_null() {
             return out(count, all.len());

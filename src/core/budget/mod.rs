@@ -47,7 +47,7 @@ mod wait;
 pub use account::PoolRefusal;
 pub use command::member_command;
 pub use context_flight::{ContextFlight, Overlap};
-pub use dying::{EXIT_GRACE, EXIT_MAX, Exit};
+pub use dying::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driver};
 pub use layout::{
     COMMAND_BYTES, DEFAULT_SLOTS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES,
     POOL_VERSION, POOL_WORDS, pool_file_bytes, pool_words,

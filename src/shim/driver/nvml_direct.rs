@@ -1,8 +1,11 @@
 //! NVML read directly, below the shim's own NVML hooks: a GPU's device-wide free memory
 //! without a CUDA context, to measure the first context on a device with
-//! (`gpucap_core::contexts`) instead of creating a temporary context; and the driver's
+//! (`gpucap_core::contexts`) instead of creating a temporary context; the driver's
 //! figure for this process on a GPU, to measure a kernel's first launch with (which
-//! other processes' traffic does not move).
+//! other processes' traffic does not move), where its pid in NVML's list is provably
+//! its own; and a GPU's process list and used figure, which show whether a dead pool
+//! member's memory was released (`gpucap_core::budget::dying`). Process lists are read
+//! whole, however many processes the GPU runs.
 //!
 //! `libnvidia-ml.so.1` is loaded (`RTLD_LOCAL`) and initialised (`nvmlInit_v2`) once per
 //! process, lazily, when the first context on a device is measured; never on the
@@ -201,36 +204,122 @@ pub struct NvmlProcessV2 {
 
 /// NVML's "value not available" (a driver that does not say, some containers).
 const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+/// `NVML_ERROR_INSUFFICIENT_SIZE`: the caller's array is too small (the count says how
+/// many there are).
+const NVML_ERROR_INSUFFICIENT_SIZE: u32 = 7;
+/// Processes asked for beyond the count NVML gave, for those that start meanwhile.
+const LIST_SLACK: usize = 16;
+/// Tries to read the whole list while processes keep starting.
+const LIST_TRIES: usize = 8;
 
-/// The device memory the driver counts for this process on CUDA device `device`: None
-/// when NVML does not list this process there, or why NVML cannot say. Not listed is
-/// never 0: in a container NVML lists the host's pids, so this process's own pid is
-/// absent although it holds memory; read as 0 before and after, a first launch would
-/// measure nothing and go uncharged for good. (A process that holds nothing yet is not
-/// listed either: the caller tells the two apart.)
-pub fn own_used(device: usize) -> Result<Option<u64>, String> {
-    let (nvml, h, uuid) = whole_gpu(device)?;
+/// Every compute process NVML lists on `h`, however many: the count asked first, the
+/// array grown and the call made again while NVML answers "insufficient size".
+fn all_processes(nvml: &Nvml, h: Handle, uuid: &str) -> Result<Vec<NvmlProcessV2>, String> {
     let list = nvml
         .processes
         .ok_or("NVML has no nvmlDeviceGetComputeRunningProcesses_v3")?;
-    let mut infos = [NvmlProcessV2::default(); 64];
-    let mut n = infos.len() as u32;
-    // SAFETY: a handle NVML gave, an array of `n` entries of the v3 call's layout.
-    let rc = unsafe { list(h, &mut n, infos.as_mut_ptr()) };
-    if rc != NVML_SUCCESS {
-        return Err(format!(
-            "nvmlDeviceGetComputeRunningProcesses_v3 failed for {uuid} (error {rc})"
-        ));
+    let mut n = 0u32;
+    // SAFETY: a handle NVML gave; a count of 0 with no array asks for the count.
+    let mut rc = unsafe { list(h, &mut n, null_mut()) };
+    for _ in 0..LIST_TRIES {
+        match rc {
+            NVML_SUCCESS if n == 0 => return Ok(Vec::new()),
+            NVML_SUCCESS | NVML_ERROR_INSUFFICIENT_SIZE => {}
+            _ => break,
+        }
+        let mut infos = vec![NvmlProcessV2::default(); n as usize + LIST_SLACK];
+        let mut room = u32::try_from(infos.len()).unwrap_or(u32::MAX);
+        // SAFETY: a handle NVML gave, an array of `room` entries of the v3 call's layout.
+        rc = unsafe { list(h, &mut room, infos.as_mut_ptr()) };
+        if rc == NVML_SUCCESS {
+            infos.truncate(room as usize);
+            return Ok(infos);
+        }
+        n = room;
     }
-    let me = std::process::id();
-    match infos[..(n as usize).min(infos.len())]
-        .iter()
-        .find(|p| p.pid == me)
-    {
+    Err(format!(
+        "nvmlDeviceGetComputeRunningProcesses_v3 failed for {uuid} (error {rc})"
+    ))
+}
+
+/// The pid NVML lists this process under, where it is provably this process's
+/// (`gpucap_core::pid_namespace`): None inside a PID namespace whose host pid is not
+/// known. Read each time (a cold path): a forked child has its own.
+fn pid_in_nvml() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ns = |path: &str| std::fs::metadata(path).ok().map(|m| m.ino());
+    let own = ns("/proc/self/ns/pid");
+    if own == Some(gpucap_core::pid_namespace::INITIAL_PID_NAMESPACE) {
+        return Some(std::process::id());
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok();
+    gpucap_core::pid_namespace::pid_in_nvml(
+        own,
+        std::process::id(),
+        status.as_deref(),
+        ns("/proc/1/ns/pid"),
+    )
+}
+
+/// The device memory the driver counts for this process on CUDA device `device`: None
+/// when NVML does not list this process there, or why NVML cannot say. Only where the
+/// pid NVML lists it under is provably its own ([`pid_in_nvml`]): in a container NVML
+/// lists the host's pids, and the same number there is another process (whose figure,
+/// unmoved by this process's load, would measure nothing and leave it uncharged for
+/// good); there this says why, and the caller measures device-wide. Not listed is
+/// never 0 either: a process that holds nothing yet is not listed (the caller tells
+/// the two apart).
+pub fn own_used(device: usize) -> Result<Option<u64>, String> {
+    let me = pid_in_nvml().ok_or(
+        "this process's pid as NVML lists it is not known (another PID namespace than the host's)",
+    )?;
+    let (nvml, h, uuid) = whole_gpu(device)?;
+    match all_processes(nvml, h, &uuid)?.iter().find(|p| p.pid == me) {
         None => Ok(None),
         Some(p) if p.used == NVML_VALUE_NOT_AVAILABLE => Err(format!(
             "NVML does not say what this process uses on {uuid}"
         )),
         Some(p) => Ok(Some(p.used)),
     }
+}
+
+/// What the driver shows of the GPU whose UUID is `uuid` (`gpucap_core::budget::show_driver`:
+/// a dead pool member's bytes in another PID namespace): the pids NVML lists on it, read
+/// whole, and its device-wide used memory. Each None where NVML cannot say (no NVML, a
+/// GPU it does not know by that UUID, a MIG instance: its device-wide figure is not the
+/// instance's).
+pub fn driver_shows(uuid: &[u8; 16]) -> gpucap_core::budget::DriverShows {
+    let Some((nvml, h, text)) = gpu_by_uuid(uuid) else {
+        return gpucap_core::budget::DriverShows::default();
+    };
+    let mut m = NvmlMemory::default();
+    // SAFETY: a handle NVML gave, a valid out-pointer of nvmlMemory_t's layout.
+    let used = (unsafe { (nvml.memory)(h, &mut m) } == NVML_SUCCESS).then_some(m.used);
+    let pids = all_processes(nvml, h, &text)
+        .ok()
+        .map(|l| l.iter().map(|p| p.pid).collect());
+    gpucap_core::budget::DriverShows { pids, used }
+}
+
+/// NVML and its handle of the whole GPU `uuid` names (not one in MIG mode), with the
+/// UUID's text.
+fn gpu_by_uuid(uuid: &[u8; 16]) -> Option<(&'static Nvml, Handle, String)> {
+    let nvml = NVML.get_or_init(load).as_ref().ok()?;
+    let text = gpucap_core::nvml::uuid_text("GPU", uuid);
+    let c = CString::new(text.as_str()).ok()?;
+    let mut h: Handle = null_mut();
+    // SAFETY: a NUL-terminated UUID and a valid out-pointer.
+    if unsafe { (nvml.by_uuid)(c.as_ptr(), &mut h) } != NVML_SUCCESS {
+        return None;
+    }
+    if let Some(mode) = nvml.mig_mode {
+        let (mut current, mut pending) = (0u32, 0u32);
+        // SAFETY: a handle NVML gave, valid out-pointers.
+        if unsafe { mode(h, &mut current, &mut pending) } == NVML_SUCCESS
+            && current == NVML_MIG_ENABLE
+        {
+            return None;
+        }
+    }
+    Some((nvml, h, text))
 }

@@ -11,6 +11,7 @@ use std::ffi::c_char;
 use super::*;
 use crate::driver::graph_queries;
 use crate::state::GRAPHS;
+use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::graphs::{self, Settle};
 
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS`: the flags come first; the rest the driver fills.
@@ -133,8 +134,10 @@ fn instantiated(
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    // An invalid graph, or a driver without graphs: its own answer.
-    let need = graphs::footprint(graph_queries::graph_allocs(graph).unwrap_or_default());
+    let Some(allocs) = graph_queries::graph_allocs(graph) else {
+        return unlisted(shim, api, exec, call);
+    };
+    let need = graphs::footprint(allocs);
     if need.is_empty() {
         return call();
     }
@@ -147,6 +150,37 @@ fn instantiated(
         GRAPHS.instantiated(written(exec.cast()), need.clone());
     }
     settle_all(need.iter().map(|&(d, _)| d), held);
+    rc
+}
+
+/// An instantiation of a graph whose memory nodes the driver would not list (an invalid
+/// graph, whose call then fails; or a driver that does not say): what it needs is not
+/// known, so nothing is reserved before the call. After it, the graph memory the driver
+/// holds reserved (`RESERVED_MEM_CURRENT`) on each device the process sees is charged,
+/// past the cap if need be (the driver took it already: said at warning level), never
+/// taken as 0; the exec is kept so that its launches and its end settle those devices
+/// again.
+fn unlisted(
+    shim: &'static Shim,
+    api: &str,
+    exec: *mut Handle,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    let rc = call();
+    if rc != CUDA_SUCCESS {
+        return rc;
+    }
+    let devices: Vec<usize> = (0..visible_count().unwrap_or(1).min(MAX_DEVICES))
+        .filter(|&d| checked_device(shim, d as c_int).is_some())
+        .collect();
+    log!(
+        Warn,
+        "{api}: the graph's memory nodes could not be listed: charged the graph memory the driver reserves for it"
+    );
+    GRAPHS.instantiated_unlisted(written(exec.cast()), &devices);
+    for d in devices {
+        settle(d, None);
+    }
     rc
 }
 

@@ -194,7 +194,9 @@ fn is_kernel(f: Handle) -> bool {
 ///    `CUDA_ERROR_OUT_OF_MEMORY` before the driver loads anything, as the driver itself
 ///    answers when lazy loading finds no memory;
 /// 2. the call is made and measured: by the driver's figure for this process (NVML),
-///    else by the context's free memory with the pool's traffic taken out;
+///    where the pid NVML lists it under is provably its own (not in a container: see
+///    `gpucap_core::pid_namespace`), else by the context's free memory with the pool's
+///    traffic taken out;
 /// 3. the reservation becomes the measured figure; what the cap cannot take beyond it
 ///    is charged by force (the driver holds it: past the cap, first out of this member's
 ///    own guarantee; see `Ledger::force`), said at error level. A use that cannot be
@@ -247,14 +249,15 @@ fn first_use(
         },
     };
     // The driver's figure for this process (NVML), which other processes' traffic does
-    // not move. Where NVML cannot say it, the device's free memory in the context (as a
+    // not move, where the pid NVML lists it under is provably its own (`own_used`: not
+    // inside a container, whose pid NVML's host pids may repeat for another process).
+    // Elsewhere, or where NVML cannot say, the device's free memory in the context (as a
     // module load), the pool's traffic taken out. Where NVML does not list this process
     // before the call, both are read: a process listed after it held nothing before
-    // (NVML lists those that hold memory); one not listed after it either is in another
-    // pid namespace than NVML's (a container: NVML lists the host's pids), never read as 0.
+    // (NVML lists those that hold memory).
     let own = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
     let own_before = own();
-    let (rc, measured) = match queries::own_used(d) {
+    let (rc, measured, how) = match queries::own_used(d) {
         Ok(Some(before)) => {
             let rc = call();
             let after = queries::own_used(d)
@@ -262,6 +265,7 @@ fn first_use(
             (
                 rc,
                 after.map(|a| kernels::loaded(before, a, own_before, own())),
+                BY_NVML,
             )
         }
         listed => {
@@ -275,10 +279,10 @@ fn first_use(
                 (Ok(None), Some(Ok(Some(a)))) => Some(kernels::loaded(0, a, own_before, own())),
                 _ => None,
             };
-            (
-                rc,
-                by_nvml.map_or_else(|| m.map_err(|why| why.to_string()), Ok),
-            )
+            match by_nvml {
+                Some(bytes) => (rc, Ok(bytes), BY_NVML),
+                None => (rc, m.map_err(|why| why.to_string()), BY_FREE),
+            }
         }
     };
     if rc != CUDA_SUCCESS {
@@ -338,12 +342,16 @@ fn first_use(
         ),
         _ if bytes > 0 => log!(
             Debug,
-            "{api}: its first use loaded {taken} of kernels on GPU {d}"
+            "{api}: its first use loaded {taken} of kernels on GPU {d} (measured {how})"
         ),
         _ => {}
     }
     rc
 }
+
+/// How a first use was measured, said at debug level.
+const BY_NVML: &str = "by the driver's figure for this process";
+const BY_FREE: &str = "by the device's free memory";
 
 /// The handle the book keys a first use's charge by: the function asked for, else
 /// the key itself (a kernel handle's use in one context).
