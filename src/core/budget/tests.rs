@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use super::layout::*;
 use super::*;
 
+mod join_hints;
 mod member_count;
 mod repair_shares;
 mod shares_in_pool;
