@@ -2,7 +2,9 @@
 //! atomic; the file is `POOL_FILE_BYTES` long:
 //!
 //! ```text
-//! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid
+//! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid,
+//!                     slots ever taken, slot freed (wake word), joining hints (next slot,
+//!                     slots freed, search cursor, last sweep)
 //! GPUs     32 x 24    key (UUID folded), UUID, cap, used (a change count in its top 16
 //!                     bits, bytes in the low 48), peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
@@ -114,6 +116,21 @@ pub const H_SLOTS_SEEN: usize = 6;
 /// Bumped (and woken) whenever a member empties a slot: a joiner that found every slot
 /// taken sleeps on it (`GPUCAP_WAIT`; a dead member's slot is found by a timed retry).
 pub const H_SLOT_FREED: usize = 7;
+/// The next slot never handed out to a joiner: a joiner takes the value it gives
+/// (`fetch_add`), so members started together each try a slot of their own (see `join`;
+/// a hint: a slot held all the same is passed over, and past the last slot a joiner
+/// tries every one).
+pub const H_JOIN_NEXT: usize = 8;
+/// Slots emptied (a member left, a dead member's slot taken back) and not taken again
+/// since, as far as anyone counted: while not 0, a joiner looks for an empty slot among
+/// those handed out before taking a new one (a hint).
+pub const H_JOIN_FREED: usize = 9;
+/// Where a joiner's search of the slots starts: each search moves it on by one, so
+/// joiners searching at once start apart.
+pub const H_JOIN_CURSOR: usize = 10;
+/// When a joiner of a large pool last swept it for dead members, ms since the Unix
+/// epoch: the others skip their sweep within `JOIN_SWEEP_EVERY_MS` of it.
+pub const H_JOIN_SWEPT_MS: usize = 11;
 
 // GPU entry words.
 pub const G_KEY: usize = 0;

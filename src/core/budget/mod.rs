@@ -8,8 +8,9 @@
 //!
 //! - `layout`: the file's words (magic, version, GPU entries, member slots) and the
 //!   checks that turn another version or corrupted content into a clear error.
-//! - `member`: joining (a slot held by a kernel lock), agreeing on each GPU's cap, and
-//!   taking back the share of a member that died.
+//! - `member`: a member (a slot held by a kernel lock) and agreeing on each GPU's cap.
+//! - `join`: joining, leaving, and taking back the share of a member that died, in work
+//!   that does not grow with the member count per joiner.
 //! - `hot`: the words one member's changes on one GPU touch, found once at join.
 //! - `account`: reserving and crediting bytes: one compare-and-swap on the GPU's `used`
 //!   word, no lock on the way of an allocation the pool can take (`used`: the word and
@@ -33,6 +34,7 @@ mod command;
 mod context_flight;
 mod dying;
 mod hot;
+mod join;
 mod layout;
 mod member;
 mod repair;
@@ -48,6 +50,7 @@ pub use account::PoolRefusal;
 pub use command::member_command;
 pub use context_flight::{ContextFlight, Overlap};
 pub use dying::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driver};
+pub use join::{JOIN_SWEEP_ALL, JOIN_SWEEP_EVERY_MS};
 pub use layout::{
     COMMAND_BYTES, DEFAULT_SLOTS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES,
     POOL_VERSION, POOL_WORDS, pool_file_bytes, pool_words,

@@ -8,6 +8,7 @@ use super::layout::*;
 use super::*;
 
 mod context_flight;
+mod join_hints;
 mod member_count;
 mod repair_shares;
 mod shares_in_pool;

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# How long N processes started at once take until every one holds a block, on the fake
+# driver (no GPU needed): raw (no shim), gpucap alone (GPUCAP_LIMIT), and gpucap in a
+# pool (GPUCAP_POOL, a fresh pool file each start), in interleaved rounds.
+#
+#   scripts/bench-start.sh [-n N]... [--rounds R] [--context-delay-ms MS] [--no-build]
+#
+#   -n N                 processes started at once (repeatable; default: 1 64 1000 4096)
+#   --rounds R           starts of each way for each N (default 3), interleaved: round r
+#                        runs raw, alone, pool in an order that turns with r
+#   --context-delay-ms   how long the fake takes to make each context
+#                        (FAKECUDA_CONTEXT_DELAY_MS; default 0)
+#   --no-build           use the release build as it is
+# BENCH_START_SHIM=<path> measures another build of libgpucap.so (say, an older one).
+#
+# Each start is tests/c/bench_start.c: it forks the N processes, each makes its primary
+# context and allocates 1 MiB, and reports when it holds it (a pipe, no polling); the
+# start's time is from the first fork to the last block held. Per N and way: the median
+# (and min-max) of the rounds' times, the median of each member's own time, and the
+# ratio to raw. Prints a table, then one JSON line (also written to
+# target/bench-start.json).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+NS=()
+ROUNDS=3
+DELAY=0
+BUILD=1
+need() { [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || { echo "gpucap bench-start: $1 needs a whole number (got '${2:-}')" >&2; exit 2; }; }
+while [ $# -gt 0 ]; do
+    case $1 in
+        -n | --members) need "$@"; NS+=("$2"); shift 2 ;;
+        --rounds) need "$@"; ROUNDS=$2; shift 2 ;;
+        --context-delay-ms) need "$@"; DELAY=$2; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpucap bench-start: unknown argument '$1' (accepted: -n N, --rounds R, --context-delay-ms MS, --no-build)" >&2; exit 2 ;;
+    esac
+done
+[ ${#NS[@]} -gt 0 ] || NS=(1 64 1000 4096)
+for n in "${NS[@]}"; do
+    if [ "$n" -lt 1 ] || [ "$n" -gt 4096 ]; then
+        echo "gpucap bench-start: -n $n: a pool holds 1 to 4096 members" >&2
+        exit 2
+    fi
+done
+[ "$ROUNDS" -ge 1 ] || { echo "gpucap bench-start: --rounds must be at least 1" >&2; exit 2; }
+
+if [ "$BUILD" = 1 ]; then
+    echo "== building (release)" >&2
+    cargo build --release >&2
+fi
+R=$ROOT/target/release
+SHIM=${BENCH_START_SHIM:-$R/libgpucap.so}
+for f in "$SHIM" "$R/libcuda.so"; do
+    [ -f "$f" ] || { echo "gpucap bench-start: $f missing: run cargo build --release" >&2; exit 1; }
+done
+command -v python3 >/dev/null || { echo "gpucap bench-start: python3 not found" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
+bench_clean_env
+FAKEDIR=$tmp/fakecuda
+mkdir -p "$FAKEDIR"
+ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so.1"
+ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
+BIN=$tmp/bench_start
+cc -O2 -Wall -Werror -I tests/c -o "$BIN" tests/c/bench_start.c -L "$FAKEDIR" -lcuda
+
+# start WAY N: one start of N processes; prints bench_start's line.
+start() {
+    local way=$1 n=$2 members
+    local vars=(LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi FAKECUDA_CONTEXT_DELAY_MS="$DELAY")
+    case $way in
+        raw) env "${vars[@]}" "$BIN" "$n" ;;
+        alone) env "${vars[@]}" GPUCAP_LIMIT=40Gi "$BIN" "$n" "$SHIM" ;;
+        pool)
+            members=$((n < 256 ? 256 : n))
+            rm -rf "$tmp/pools"
+            mkdir -p "$tmp/pools"
+            env "${vars[@]}" GPUCAP_LIMIT=40Gi GPUCAP_POOL=bench-start GPUCAP_POOL_DIR="$tmp/pools" \
+                GPUCAP_POOL_MEMBERS="$members" "$BIN" "$n" "$SHIM"
+            ;;
+    esac
+}
+
+ways=(raw alone pool)
+lines=$tmp/lines
+: >"$lines"
+for n in "${NS[@]}"; do
+    for ((r = 0; r < ROUNDS; r++)); do
+        for ((k = 0; k < 3; k++)); do
+            way=${ways[$(((k + r) % 3))]}
+            out=$(start "$way" "$n") || { echo "gpucap bench-start: $way start of $n failed: $out" >&2; exit 1; }
+            echo "n=$n round=$r $way: $out" >&2
+            echo "way=$way $out" >>"$lines"
+        done
+    done
+done
+
+python3 - "$lines" "$DELAY" "$ROUNDS" "$ROOT/target/bench-start.json" <<'EOF'
+import json, statistics, sys
+
+lines, delay, rounds, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+runs = {}
+for line in open(lines):
+    f = dict(kv.split("=", 1) for kv in line.split())
+    runs.setdefault((int(f["n"]), f["way"]), []).append(f)
+results = []
+print(f"{'N':>5} {'way':6} {'all hold (median, min-max)':>28} {'per member':>11} {'x raw':>6}")
+for n in sorted({n for n, _ in runs}):
+    raw = statistics.median(float(f["all_ms"]) for f in runs[(n, "raw")])
+    for way in ("raw", "alone", "pool"):
+        fs = runs[(n, way)]
+        alls = sorted(float(f["all_ms"]) for f in fs)
+        med = statistics.median(alls)
+        member = statistics.median(float(f["median_ms"]) for f in fs)
+        ratio = med / raw if raw > 0 else None
+        results.append({
+            "n": n, "way": way, "all_ms": alls, "all_ms_median": med,
+            "member_ms_median": member,
+            "member_ms_p90": statistics.median(float(f["p90_ms"]) for f in fs),
+            "ratio_to_raw": round(ratio, 3) if ratio else None,
+        })
+        spread = f"{med / 1e3:7.2f} s ({alls[0] / 1e3:.2f}-{alls[-1] / 1e3:.2f})"
+        print(f"{n:>5} {way:6} {spread:>28} {member:8.1f} ms {ratio:6.2f}")
+doc = {"bench": "start", "context_delay_ms": delay, "rounds": rounds, "results": results}
+open(path, "w").write(json.dumps(doc) + "\n")
+print(json.dumps(doc))
+EOF
