@@ -44,7 +44,7 @@ fn member(dir: &Path, i: usize, case: &Case) -> Child {
         .env("GPUCAP_LIMIT", "64Gi")
         .env("GPUCAP_POOL", "stress")
         .env("GPUCAP_POOL_DIR", dir);
-    if let Some(g) = case.guarantee.filter(|_| i % 2 == 0) {
+    if let Some(g) = case.guarantee.filter(|_| i.is_multiple_of(2)) {
         c.env("GPUCAP_GUARANTEE", g);
     }
     c.arg(case.threads.to_string())
