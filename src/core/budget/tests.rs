@@ -13,6 +13,7 @@ mod member_count;
 mod repair_shares;
 mod shares_in_pool;
 mod short_path;
+mod torn_reads;
 mod traffic;
 
 /// Kernel locks of the slots, shared by all the "processes" of a test.

@@ -36,6 +36,19 @@
 //! it would make recounts give up, and a guarantee's holder would count the bytes it
 //! frees twice, see `fits_under`). An allocation's marks (`started`, `made`, `unmade`)
 //! leave `own` and `pending` alone too.
+//!
+//! A reservation decides on two reads that are not one instant: `used`, then the
+//! member's own use (and, beside a guarantee, the others' own words). A change made
+//! between them (another thread of the member taking bytes: `own` already raised, the
+//! `used` read without them; another member's credit: its `own` lowered, the `used`
+//! read with its bytes) makes the figures disagree, and a rule deciding on them could
+//! refuse with room under the cap. Such a refusal stands only if `used` still holds
+//! the word it was decided on (its change count unchanged): every change since moves
+//! the count, so a decision on an unchanged word saw between its reads no change that
+//! `used` holds: it weighed the figures of one instant, but for changes still in
+//! flight (between their own word and `used`), which err on the safe side as above and
+//! only near the cap. Otherwise the rule decides again on the new word, as a lost swap
+//! does.
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
@@ -117,10 +130,18 @@ impl Member<'_> {
         pending.fetch_add(bytes, SeqCst);
         let mut word = used.load(SeqCst);
         let new = loop {
+            #[cfg(test)]
+            between_reads::run();
             let Some(new) = rule
                 .apply(used_bytes(word), own.load(SeqCst))
                 .filter(|&n| n <= USED_BYTES)
             else {
+                // Decided on figures of two moments: it stands only on the same word.
+                let now = used.load(SeqCst);
+                if now != word {
+                    word = now;
+                    continue;
+                }
                 pending.fetch_sub(bytes, SeqCst);
                 return false;
             };
@@ -134,20 +155,25 @@ impl Member<'_> {
     }
 
     /// One try of [`add_at`](Self::add_at), without its loop: Some(true) if added,
-    /// Some(false) if `rule` refused, None if another change of `used` came between its
-    /// read and its swap. Nothing is changed unless it says Some(true). A straight line:
-    /// no loop keeps constants in registers that the caller must save.
+    /// Some(false) if `rule` refused on a `used` that did not change meanwhile, None if
+    /// another change of `used` came between its read and its swap (or its refusal).
+    /// Nothing is changed unless it says Some(true). A straight line: no loop keeps
+    /// constants in registers that the caller must save.
     #[inline(always)]
     pub(super) fn add_once(&self, h: &Hot<'_>, bytes: u64, rule: &impl Rule) -> Option<bool> {
         let (pending, own, used) = (&h.mine[M_PENDING], &h.mine[M_USED], &h.gpu[G_USED]);
         pending.fetch_add(bytes, SeqCst);
         let word = used.load(SeqCst);
+        #[cfg(test)]
+        between_reads::run();
         let Some(new) = rule
             .apply(used_bytes(word), own.load(SeqCst))
             .filter(|&n| n <= USED_BYTES)
         else {
+            // As in `add_at`: a refusal stands only on the word it was decided on.
+            let same = used.load(SeqCst) == word;
             pending.fetch_sub(bytes, SeqCst);
-            return Some(false);
+            return same.then_some(false);
         };
         if used
             .compare_exchange(word, used_word(word, new), SeqCst, SeqCst)
@@ -234,5 +260,46 @@ impl Member<'_> {
             }
         }
         None
+    }
+}
+
+/// Tests put a change of another thread (or member) between a change's read of `used`
+/// and its read of the member's own use, where a preempted thread or a contended
+/// cache line puts it at random: each change runs the next step queued on its thread
+/// there (`queue`), if any. A step's own changes read straight through. Built in tests
+/// only.
+#[cfg(test)]
+pub(super) mod between_reads {
+    use std::cell::{Cell, RefCell};
+    use std::collections::VecDeque;
+
+    type Step = Box<dyn FnOnce()>;
+
+    thread_local! {
+        static STEPS: RefCell<VecDeque<Step>> = const { RefCell::new(VecDeque::new()) };
+        static RUNNING: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Queues `step` for the next change on this thread that reads `used`.
+    pub fn queue(step: impl FnOnce() + 'static) {
+        STEPS.with_borrow_mut(|s| s.push_back(Box::new(step)));
+    }
+
+    /// How many queued steps have not run yet (and forgets them).
+    pub fn clear() -> usize {
+        STEPS.with_borrow_mut(|s| std::mem::take(s).len())
+    }
+
+    /// Runs the next queued step, unless a step is running (its changes read through).
+    pub(in crate::budget) fn run() {
+        if RUNNING.get() {
+            return;
+        }
+        let Some(step) = STEPS.with_borrow_mut(|s| s.pop_front()) else {
+            return;
+        };
+        RUNNING.set(true);
+        step();
+        RUNNING.set(false);
     }
 }
