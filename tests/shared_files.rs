@@ -85,7 +85,11 @@ fn a_lone_process_on_a_full_tmpfs_runs_capped_without_its_file() {
     no_signal(&o);
     assert_ok(&o);
     let out = stdout(&o);
-    assert!(out.contains(&format!("alloc {} 0", 100 * MIB)), "{}", dump(&o));
+    assert!(
+        out.contains(&format!("alloc {} 0", 100 * MIB)),
+        "{}",
+        dump(&o)
+    );
     assert!(
         out.contains(&format!("alloc {} 2", 1 << 30)),
         "1 GiB refused under 256 MiB\n{}",
@@ -231,8 +235,11 @@ fn roots_status_reads_no_squatted_directory_and_follows_no_link() {
     std::os::unix::fs::symlink(own.parent().unwrap(), s.pools.join("gpucap-77")).unwrap();
     // Garbage, a truncated file and a huge sparse one, skipped with a note.
     std::fs::write(own.with_file_name("garbage.pool"), vec![0x5a; 8192]).unwrap();
-    std::fs::write(own.with_file_name("short.pool"), &std::fs::read(&own).unwrap()[..100])
-        .unwrap();
+    std::fs::write(
+        own.with_file_name("short.pool"),
+        &std::fs::read(&own).unwrap()[..100],
+    )
+    .unwrap();
     std::fs::File::create(own.with_file_name("huge.pool"))
         .unwrap()
         .set_len(1 << 40)
