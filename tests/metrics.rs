@@ -1206,3 +1206,27 @@ fn a_fifo_at_a_pools_path_does_not_hang_the_server() {
         dump(&o)
     );
 }
+
+#[test]
+fn a_pool_file_truncated_under_the_server_is_a_line_not_a_signal() {
+    let s = Scratch::new("metrics-truncated");
+    let server = Server::start(&s, &["--pool", "p"]);
+    let a = s.member("p", "a", &["alloc:300Mi"]);
+    let m = parse(&server.scrape());
+    assert_eq!(value(&m, "gpucap_pool_up", &[("pool", "p")]), 1.0);
+    // Another process that may write the file shrinks it while the server holds it open.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(s.pool_file("p"))
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let m = parse(&server.scrape());
+    assert_eq!(value(&m, "gpucap_pool_up", &[("pool", "p")]), 0.0);
+    assert!(
+        server.log().contains("4096 bytes now"),
+        "the server says why\n{}",
+        server.log()
+    );
+    kill(a);
+}
