@@ -658,10 +658,10 @@ fn the_server_reads_the_pools_at_each_scrape() {
         std::fs::read(s.pool_file("p")).unwrap() == before,
         "scraping changed the pool file"
     );
-    // The file is opened once, not at every scrape (a pool file is never unmapped: a
-    // mapping per scrape would pile up in a long-running server).
+    // The file is opened once, not at every scrape, and never mapped: it is read into
+    // the server's own memory (a file another process truncates is a line, not SIGBUS).
     let p_file = s.pool_file("p");
-    assert_eq!(server.open_files(&p_file), (1, 1), "descriptors, mappings");
+    assert_eq!(server.open_files(&p_file), (1, 0), "descriptors, mappings");
 
     // The file removed (no process uses it) then made again by a new member: the server
     // reads the new file, not the one it had open.
@@ -1205,4 +1205,28 @@ fn a_fifo_at_a_pools_path_does_not_hang_the_server() {
         "{}",
         dump(&o)
     );
+}
+
+#[test]
+fn a_pool_file_truncated_under_the_server_is_a_line_not_a_signal() {
+    let s = Scratch::new("metrics-truncated");
+    let server = Server::start(&s, &["--pool", "p"]);
+    let a = s.member("p", "a", &["alloc:300Mi"]);
+    let m = parse(&server.scrape());
+    assert_eq!(value(&m, "gpucap_pool_up", &[("pool", "p")]), 1.0);
+    // Another process that may write the file shrinks it while the server holds it open.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(s.pool_file("p"))
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let m = parse(&server.scrape());
+    assert_eq!(value(&m, "gpucap_pool_up", &[("pool", "p")]), 0.0);
+    assert!(
+        server.log().contains("4096 bytes now"),
+        "the server says why\n{}",
+        server.log()
+    );
+    kill(a);
 }

@@ -586,7 +586,13 @@ fn status(pool_flag: Option<String>, json: bool, uuid: bool) -> i32 {
         Ok(f) => f,
         Err(code) => return code,
     };
-    let view = file.pool.view(&file.locks);
+    let view = match file.view() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return 2;
+        }
+    };
     if json {
         print_out(&pool::json(&view, &file.path));
     } else {

@@ -84,7 +84,7 @@ pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<St
         Located::File(p) if missing(&p) => Ok(not_made(spec, &p)),
         Located::File(p) => {
             let file = gpucap_pool_file::open_reader(&p, Sharing::of(spec)).map_err(cannot)?;
-            let view = file.pool.view(&file.locks);
+            let view = file.view().map_err(cannot)?;
             let alive = view.members.iter().filter(|m| m.alive).count();
             let dead = view.members.len() - alive;
             Ok(format!(

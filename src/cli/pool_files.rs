@@ -39,7 +39,7 @@ pub struct Entry {
 /// Reads one pool file.
 pub fn entry(name: &str, path: &Path) -> Result<Entry, String> {
     let file = gpucap_pool_file::open_reader(path, gpucap_pool_file::Sharing::Private)?;
-    let view = file.pool.view(&file.locks);
+    let view = file.view()?;
     let mtime_ms = std::fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()

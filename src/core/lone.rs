@@ -2,12 +2,19 @@
 //! `top` and `metrics` through a small file of its own, `PID-PIDNS.lone`, in the
 //! directory its pools would use (`gpucap-UID`). The file is:
 //!
-//! - first [`DEVICES_BYTES`] (64 KiB): the ledger's per-device figures themselves
-//!   ([`Devices`](crate::ledger::Devices)). The shim maps the file over them, so an
-//!   allocation writes the very words it always wrote: nothing is added to its path.
+//! - first [`DEVICES_BYTES`] (64 KiB): the ledger's per-device figures
+//!   ([`Devices`](crate::ledger::Devices)), as they were when the process showed itself.
 //!   [`usage_in`](crate::ledger::usage_in) reads them.
 //! - then one page, the header: who the process is and which GPUs it sees
-//!   ([`LoneInfo`]), its magic word written last.
+//!   ([`LoneInfo`]), its magic word written last, and where its live figures are
+//!   ([`figures_fd`]).
+//!
+//! The live figures are not in that file: the process keeps them in a sealed memfd of
+//! the same layout mapped over the ledger's figures (an allocation writes the very words
+//! it always wrote: nothing is added to its path), which no other process can write,
+//! shrink or grow. Readers reach it as `/proc/PID/fd/N` and take its figures when its
+//! header names the same process ([`same_process`]). The visible file is a copy for
+//! display: what another process writes there changes nothing the shim decides.
 //!
 //! The process holds an open-file-description lock on the file for its life (the
 //! kernel drops it when the process dies or execs): a file nobody holds is a dead
@@ -41,6 +48,8 @@ const H_START: usize = H + 3;
 const H_UID: usize = H + 4;
 const H_GPUS: usize = H + 5;
 const H_FLAGS: usize = H + 6;
+/// The descriptor (+1) of the process's memfd of live figures; 0: none.
+const H_FIGURES: usize = H + 7;
 const H_UUIDS: usize = H + 8;
 const H_COMMAND: usize = H_UUIDS + 2 * MAX_DEVICES;
 const COMMAND_WORDS: usize = crate::budget::COMMAND_BYTES / 8;
@@ -103,6 +112,41 @@ pub fn write_header(words: &[AtomicU64], info: &LoneInfo) {
         );
     }
     words[H_MAGIC].store(LONE_MAGIC, Release);
+}
+
+/// Says in the header (`words`: the whole file) that the live figures are in the
+/// process's descriptor `fd`.
+pub fn set_figures_fd(words: &[AtomicU64], fd: i32) {
+    if let (Some(w), Ok(fd)) = (words.get(H_FIGURES), u64::try_from(fd)) {
+        w.store(fd + 1, Relaxed);
+    }
+}
+
+/// The descriptor of the process's live figures its header names, if any.
+pub fn figures_fd(words: &[AtomicU64]) -> Option<i32> {
+    let w = words.get(H_FIGURES)?.load(Relaxed);
+    i32::try_from(w.checked_sub(1)?).ok()
+}
+
+/// Whether two whole headers (`a`: the visible file's, `b`: the live figures') are of
+/// the same process: both whole, the same pid, PID namespace and start.
+pub fn same_process(a: &[AtomicU64], b: &[AtomicU64]) -> bool {
+    a.len() == LONE_WORDS
+        && b.len() == LONE_WORDS
+        && [H_MAGIC, H_PID, H_PIDNS, H_START]
+            .iter()
+            .all(|&i| a[i].load(Acquire) == b[i].load(Acquire))
+        && a[H_MAGIC].load(Relaxed) == LONE_MAGIC
+}
+
+/// The process's pid and PID namespace, as its header (`words`) says.
+pub fn who(words: &[AtomicU64]) -> Option<(u32, u64)> {
+    (words.len() == LONE_WORDS && words[H_MAGIC].load(Acquire) == LONE_MAGIC).then(|| {
+        (
+            words[H_PID].load(Relaxed) as u32,
+            words[H_PIDNS].load(Relaxed),
+        )
+    })
 }
 
 /// One GPU of a lone process, as read.
@@ -252,6 +296,26 @@ mod tests {
         let v = read(&w).unwrap();
         assert_eq!(v.gpus[1].cap, None);
         assert_eq!((v.gpus[1].used, v.gpus[1].peak), (5 << 20, 6 << 20));
+    }
+
+    #[test]
+    fn the_live_figures_are_taken_only_from_the_same_process() {
+        let (a, b) = (words(), words());
+        assert_eq!(figures_fd(&a), None);
+        set_figures_fd(&a, 0);
+        assert_eq!(figures_fd(&a), Some(0));
+        set_figures_fd(&a, 7);
+        assert_eq!(figures_fd(&a), Some(7));
+        assert!(!same_process(&a, &b), "no header yet");
+        write_header(&a, &info());
+        write_header(&b, &info());
+        assert!(same_process(&a, &b));
+        assert_eq!(who(&a), Some((42, 7)));
+        let mut other = info();
+        other.start_ms += 1; // a later process with the same pid
+        write_header(&b, &other);
+        assert!(!same_process(&a, &b));
+        assert!(!same_process(&a, &b[1..]));
     }
 
     #[test]

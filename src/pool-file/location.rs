@@ -76,6 +76,8 @@ pub fn user_dir(pool_dir: Option<&Path>, create: bool) -> Result<Option<PathBuf>
 
 /// Every user's directory (`gpucap-<uid>`) where pools are made by default or in
 /// `pool_dir`: what root's `gpucap status` reads. The user's own first; each at most once.
+/// Only a real directory (never a link to one) owned by the uid its name gives: one
+/// another user made under that name (a squatter) is not read.
 pub fn every_user_dir(pool_dir: Option<&Path>) -> Vec<PathBuf> {
     let mut bases: Vec<PathBuf> = Vec::new();
     if let Some(d) = pool_dir {
@@ -87,19 +89,27 @@ pub fn every_user_dir(pool_dir: Option<&Path>) -> Vec<PathBuf> {
         bases.extend(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from));
         bases.extend(["/dev/shm", "/tmp"].map(PathBuf::from));
     }
-    let mut dirs: Vec<PathBuf> = per_user_dir(pool_dir).into_iter().collect();
+    let mut dirs: Vec<PathBuf> = per_user_dir(pool_dir)
+        .into_iter()
+        .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == own_uid()))
+        .collect();
     for b in bases {
         let Ok(entries) = std::fs::read_dir(&b) else {
             continue;
         };
         for e in entries.filter_map(Result::ok) {
             let name = e.file_name();
-            let is_ours = name
+            let uid = name
                 .to_str()
                 .and_then(|n| n.strip_prefix("gpucap-"))
-                .is_some_and(|uid| !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit()));
+                .filter(|uid| !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|uid| uid.parse::<u32>().ok());
             let path = e.path();
-            if is_ours && !dirs.contains(&path) && e.file_type().is_ok_and(|t| t.is_dir()) {
+            // DirEntry::metadata does not follow a link.
+            let owned = e
+                .metadata()
+                .is_ok_and(|m| m.is_dir() && Some(m.uid()) == uid);
+            if owned && !dirs.contains(&path) {
                 dirs.push(path);
             }
         }

@@ -1,8 +1,10 @@
 //! The file of a process capped on its own (`gpucap_core::lone`): the shim makes it
-//! under a temporary name, locks it (an open-file-description lock the kernel drops
-//! when the process dies or execs), maps its first 64 KiB over the ledger's figures and
-//! names it once its header is whole; the CLI reads every such file of a directory and
-//! removes the ones nobody holds (their process died).
+//! under a temporary name, allocated whole, locks it (an open-file-description lock the
+//! kernel drops when the process dies or execs), maps a sealed memfd of the same layout
+//! over the ledger's figures (the live figures: no other process can write, shrink or
+//! grow it) and names the file, a copy, once its header is whole. The CLI reads every
+//! such file of a directory (read, never mapped), the live figures from the memfd
+//! (`/proc/PID/fd/N`), and removes the files nobody holds (their process died).
 
 use std::ffi::CString;
 use std::os::fd::RawFd;
@@ -11,7 +13,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 
-use gpucap_core::lone::{DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView};
+use gpucap_core::lone::{
+    DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView, figures_fd,
+};
 
 fn cstr(p: &Path) -> Result<CString, String> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
@@ -54,12 +58,15 @@ fn map(fd: RawFd, at: *mut u8, len: usize, write: bool) -> Option<*mut u8> {
 
 /// This process's own file, while it lives.
 pub struct Lone {
+    /// The visible file's descriptor (its lock says the process lives).
     fd: AtomicI32,
+    /// The sealed memfd of the live figures.
+    memfd: AtomicI32,
     /// The temporary name, then the file's name once shown.
     tmp: CString,
     path: CString,
     shown: std::sync::atomic::AtomicBool,
-    /// The whole file, mapped a second time: the header is written through it.
+    /// The memfd, mapped a second time whole: the header is written through it.
     words: &'static [AtomicU64],
     figures: *mut u8,
 }
@@ -70,11 +77,81 @@ unsafe impl Sync for Lone {}
 // SAFETY: as above.
 unsafe impl Send for Lone {}
 
+/// Puts a private copy of the figures at `figures` in place of what is mapped there (one
+/// `mremap`): they are this process's own memory again. Syscalls and a copy only.
+fn privatize(figures: *mut u8) {
+    // SAFETY: a fresh private anonymous mapping, filled from the figures (mapped and
+    // readable: a sealed memfd cannot shrink), then moved over them whole.
+    unsafe {
+        let copy = libc::mmap(
+            std::ptr::null_mut(),
+            DEVICES_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if copy != libc::MAP_FAILED {
+            std::ptr::copy_nonoverlapping(figures, copy.cast(), DEVICES_BYTES);
+            libc::mremap(
+                copy,
+                DEVICES_BYTES,
+                DEVICES_BYTES,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                figures,
+            );
+        }
+    }
+}
+
+/// Adds `seals` to the memfd `fd`.
+fn seal(fd: RawFd, seals: i32) -> bool {
+    // SAFETY: our descriptor; F_ADD_SEALS takes an int.
+    unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) == 0 }
+}
+
+/// A sealable memfd of the whole layout, every page allocated: the live figures.
+fn live_figures() -> Result<RawFd, String> {
+    // SAFETY: a NUL-terminated name.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"gpucap-lone".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "cannot make a memfd for the figures: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let sized = crate::mapping::allocate(fd, LONE_FILE_BYTES, Path::new("the figures' memfd"))
+        .and_then(|()| {
+            seal(fd, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW)
+                .then_some(())
+                .ok_or_else(|| {
+                    format!(
+                        "cannot seal the figures' memfd: {}",
+                        std::io::Error::last_os_error()
+                    )
+                })
+        });
+    if let Err(e) = sized {
+        // SAFETY: our descriptor, given up on.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    Ok(fd)
+}
+
 impl Lone {
-    /// Makes the file `name` will be in `dir` under a temporary name, locked, its
-    /// figures the ledger's (`figures`: the ledger's `Devices`, [`DEVICES_BYTES`] of
-    /// whole pages, which the file is then mapped over: their words from now on are the
-    /// file's). Nothing is shown until [`show`](Self::show).
+    /// Makes the file `name` will be in `dir` under a temporary name, every block
+    /// allocated (a full file system is an error here, never a fault later), locked; and
+    /// the live figures: a sealed memfd mapped over the ledger's (`figures`: its
+    /// `Devices`, [`DEVICES_BYTES`] of whole pages; their words from now on are the
+    /// memfd's, which no other process can write, shrink or grow). Nothing is shown
+    /// until [`show`](Self::show). On an error nothing is changed: the figures stay the
+    /// process's own memory, the cap holds, only the display is missing.
     ///
     /// The caller guarantees that no thread changes the figures while this runs (the
     /// shim calls it before the driver's first `cuInit` answered: no allocation can be
@@ -107,39 +184,55 @@ impl Lone {
         if fd < 0 {
             return Err(os_err("cannot create", &tmp));
         }
-        let fail = |msg: String| {
-            // SAFETY: our descriptor and our temporary name, given up on.
+        let mut memfd = -1;
+        let fail = |msg: String, memfd: RawFd| {
+            // SAFETY: our descriptors and our temporary name, given up on.
             unsafe {
                 libc::close(fd);
+                if memfd >= 0 {
+                    libc::close(memfd);
+                }
                 libc::unlink(ctmp.as_ptr());
             }
             Err(msg)
         };
-        let mut lock = whole(libc::F_WRLCK);
-        // SAFETY: our descriptor; fchmod undoes a stricter umask only; a flock for the call.
-        let ok = unsafe {
-            libc::fchmod(fd, 0o600);
-            libc::ftruncate(fd, LONE_FILE_BYTES as libc::off_t) == 0
-                && libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock as *mut libc::flock) == 0
-        };
-        if !ok {
-            return fail(os_err("cannot size or lock", &tmp));
+        // SAFETY: our descriptor; fchmod undoes a stricter umask only.
+        unsafe { libc::fchmod(fd, 0o600) };
+        if let Err(e) = crate::mapping::allocate(fd, LONE_FILE_BYTES, &tmp) {
+            return fail(e, memfd);
         }
-        let Some(whole_map) = map(fd, std::ptr::null_mut(), LONE_FILE_BYTES, true) else {
-            return fail(os_err("cannot map", &tmp));
+        let mut lock = whole(libc::F_WRLCK);
+        // SAFETY: our descriptor, a flock for the call.
+        if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock as *mut libc::flock) } != 0 {
+            return fail(os_err("cannot lock", &tmp), memfd);
+        }
+        memfd = match live_figures() {
+            Ok(m) => m,
+            Err(e) => return fail(e, memfd),
         };
-        // SAFETY: a fresh mapping of LONE_FILE_BYTES, page-aligned, never unmapped, only
-        // ever used atomically (readers map it too).
+        let Some(whole_map) = map(memfd, std::ptr::null_mut(), LONE_FILE_BYTES, true) else {
+            return fail(os_err("cannot map the figures' memfd for", &tmp), memfd);
+        };
+        // SAFETY: a fresh mapping of LONE_FILE_BYTES of a memfd that cannot shrink,
+        // page-aligned, never unmapped, only ever used atomically (readers read it too).
         let words: &'static [AtomicU64] =
             unsafe { std::slice::from_raw_parts(whole_map as *const AtomicU64, LONE_WORDS) };
         for (to, from) in words.iter().zip(figures) {
             to.store(from.load(Acquire), Relaxed);
         }
-        if map(fd, at, DEVICES_BYTES, true).is_none() {
-            return fail(os_err("cannot map the ledger's figures onto", &tmp));
+        if map(memfd, at, DEVICES_BYTES, true).is_none() {
+            return fail(os_err("cannot map the ledger's figures for", &tmp), memfd);
+        }
+        // From now on no other process may write it (the two mappings made above still
+        // may), nor add or remove seals.
+        if !seal(memfd, libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL) {
+            let e = std::io::Error::last_os_error();
+            privatize(at);
+            return fail(format!("cannot seal the figures' memfd: {e}"), memfd);
         }
         Ok(Lone {
             fd: AtomicI32::new(fd),
+            memfd: AtomicI32::new(memfd),
             tmp: ctmp,
             path: cpath,
             shown: false.into(),
@@ -148,7 +241,8 @@ impl Lone {
         })
     }
 
-    /// The whole file's words (to write the header with `gpucap_core::lone::write_header`).
+    /// The live figures' whole words (to write the header with
+    /// `gpucap_core::lone::write_header`).
     pub fn words(&self) -> &'static [AtomicU64] {
         self.words
     }
@@ -158,11 +252,35 @@ impl Lone {
         self.shown.load(Acquire)
     }
 
-    /// Names the file (its header written): readers find it from now on. A stale file
-    /// of the same name (a dead process with this pid) is replaced.
+    /// Names the file (the header written in [`words`](Self::words)): it gets a copy of
+    /// the live words, the memfd's descriptor in its header, and readers find it from
+    /// now on. A stale file of the same name (a dead process with this pid) is replaced.
     pub fn show(&self) -> Result<(), String> {
         if self.shown.load(Acquire) {
             return Ok(());
+        }
+        gpucap_core::lone::set_figures_fd(self.words, self.memfd.load(Relaxed));
+        let bytes: Vec<u8> = self
+            .words
+            .iter()
+            .flat_map(|w| w.load(Acquire).to_le_bytes())
+            .collect();
+        // SAFETY: our descriptor and a buffer of bytes.len() bytes (the file's blocks
+        // are allocated: no write here can find the file system full).
+        let n = unsafe {
+            libc::pwrite(
+                self.fd.load(Relaxed),
+                bytes.as_ptr() as *const libc::c_void,
+                bytes.len(),
+                0,
+            )
+        };
+        if n != bytes.len() as isize {
+            return Err(format!(
+                "cannot write {}: {}",
+                self.tmp.to_string_lossy(),
+                std::io::Error::last_os_error()
+            ));
         }
         // SAFETY: two NUL-terminated paths.
         if unsafe { libc::rename(self.tmp.as_ptr(), self.path.as_ptr()) } != 0 {
@@ -189,34 +307,16 @@ impl Lone {
     }
 
     /// In a forked child: the figures become the child's own again (a private copy of
-    /// them, put in place in one `mremap`) and its copy of the descriptor is closed, so
-    /// that the parent's death still drops the lock. Syscalls and a copy only: callable
-    /// in a fork handler.
+    /// them, put in place in one `mremap`) and its copies of the descriptors are closed,
+    /// so that the parent's death still drops the lock. Syscalls and a copy only:
+    /// callable in a fork handler.
     pub fn forget_in_child(&self) {
-        // SAFETY: a fresh private anonymous mapping, filled from the figures, then moved
-        // over them whole (the child has one thread now); our descriptor, closed once.
-        unsafe {
-            let copy = libc::mmap(
-                std::ptr::null_mut(),
-                DEVICES_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if copy != libc::MAP_FAILED {
-                std::ptr::copy_nonoverlapping(self.figures, copy.cast(), DEVICES_BYTES);
-                libc::mremap(
-                    copy,
-                    DEVICES_BYTES,
-                    DEVICES_BYTES,
-                    libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-                    self.figures,
-                );
-            }
-            let fd = self.fd.swap(-1, Relaxed);
+        privatize(self.figures);
+        for fd in [&self.fd, &self.memfd] {
+            let fd = fd.swap(-1, Relaxed);
             if fd >= 0 {
-                libc::close(fd);
+                // SAFETY: our descriptor, closed once.
+                unsafe { libc::close(fd) };
             }
         }
     }
@@ -285,20 +385,104 @@ fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
         if !shown {
             return None;
         }
-        let p = map(fd, std::ptr::null_mut(), LONE_FILE_BYTES, false)?;
-        // SAFETY: a fresh read-only mapping of LONE_FILE_BYTES, read atomically (its
-        // process writes it), unmapped below.
-        let words = unsafe { std::slice::from_raw_parts(p as *const AtomicU64, LONE_WORDS) };
-        let view = gpucap_core::lone::read(words).ok();
-        // SAFETY: the mapping made above, not used after this.
-        unsafe { libc::munmap(p.cast(), LONE_FILE_BYTES) };
+        // Read, never mapped: a file its owner truncates meanwhile is a short read.
+        let words = read_words(fd)?;
+        live_figures_into(&words, meta.uid());
+        let view = gpucap_core::lone::read(&words).ok()?;
         Some(LoneReading {
             path: path.to_path_buf(),
             owner: meta.uid(),
-            view: view?,
+            view,
         })
     })();
     // SAFETY: our descriptor, done with.
     unsafe { libc::close(fd) };
     result
+}
+
+/// The whole layout read from `fd` (None: not exactly [`LONE_FILE_BYTES`] now).
+fn read_words(fd: RawFd) -> Option<Vec<AtomicU64>> {
+    let mut bytes = vec![0u8; LONE_FILE_BYTES + 1];
+    // SAFETY: our descriptor and a buffer of bytes.len() bytes.
+    let n = unsafe { libc::pread(fd, bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    (n == LONE_FILE_BYTES as isize).then(|| {
+        bytes[..LONE_FILE_BYTES]
+            .chunks_exact(8)
+            .map(|b| AtomicU64::new(u64::from_le_bytes(b.try_into().unwrap_or_default())))
+            .collect()
+    })
+}
+
+/// Replaces the figures of `words` (a visible file, read) by the process's live ones,
+/// read from its memfd (`/proc/PID/fd/N`) when it can be reached and its header names
+/// the same process; else they stay the copy the file was shown with. Only a process of
+/// `owner` (the visible file's) is read, and only a regular file of the layout's size:
+/// what a file's header says never makes a reader (root) open anything else.
+fn live_figures_into(words: &[AtomicU64], owner: u32) {
+    let Some(((pid, pidns), n)) = gpucap_core::lone::who(words).zip(figures_fd(words)) else {
+        return;
+    };
+    let Some(here) = pid_here(pid, pidns) else {
+        return;
+    };
+    let link = format!("/proc/{here}/fd/{n}");
+    let target = std::fs::metadata(&link).ok().filter(|m| {
+        m.is_file()
+            && m.len() == LONE_FILE_BYTES as u64
+            && std::fs::metadata(format!("/proc/{here}")).is_ok_and(|p| p.uid() == owner)
+    });
+    let (Some(target), Ok(p)) = (target, CString::new(link)) else {
+        return;
+    };
+    // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose),
+    // read-only, never waits.
+    let fd = unsafe {
+        libc::open(
+            p.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return;
+    }
+    let live = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+        .ok()
+        .filter(|m| (m.dev(), m.ino()) == (target.dev(), target.ino()))
+        .and_then(|_| read_words(fd));
+    // SAFETY: our descriptor, done with.
+    unsafe { libc::close(fd) };
+    if let Some(live) = live.filter(|l| gpucap_core::lone::same_process(words, l)) {
+        for (to, from) in words.iter().zip(&live).take(DEVICES_BYTES / 8) {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+    }
+}
+
+/// The pid in this process's PID namespace of process `pid` of namespace `pidns` (its
+/// inode; 0: unknown, taken as this one's).
+fn pid_here(pid: u32, pidns: u64) -> Option<u32> {
+    let own = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+    if pidns == 0 || own == 0 || pidns == own {
+        return Some(pid);
+    }
+    let wanted = format!("pid:[{pidns}]");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(Result::ok)
+        .find_map(|e| {
+            let here: u32 = e.file_name().to_str()?.parse().ok()?;
+            let ns = std::fs::read_link(e.path().join("ns/pid")).ok()?;
+            if ns.to_str() != Some(wanted.as_str()) {
+                return None;
+            }
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            let inner = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))?
+                .split_whitespace()
+                .last()?
+                .parse::<u32>()
+                .ok()?;
+            (inner == pid).then_some(here)
+        })
 }

@@ -5,20 +5,41 @@ use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use gpucap_core::budget::{LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, pool_file_bytes};
+use gpucap_core::budget::{
+    LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView, pool_file_bytes,
+};
 
 use crate::location::own_uid;
 use crate::locks::SlotLocks;
 use crate::sharing::{Owned, Sharing, check_claim_file, new_claim_file};
 
-/// An open, mapped, checked pool file. Never unmapped: members keep it for the life of
-/// the process.
+/// An open, checked pool file. A member's is mapped, never unmapped: members keep it for
+/// the life of the process. A reader's is a copy in its own memory, read again by each
+/// [`view`](PoolFile::view): a file another process truncates or rewrites meanwhile is
+/// an error to report, never a fault (a reader maps nothing).
 pub struct PoolFile {
     pub path: PathBuf,
     pub pool: Pool<'static>,
     pub locks: SlotLocks,
+    /// A reader's copy of the file's words (None: a member's mapping).
+    copy: Option<&'static [AtomicU64]>,
+}
+
+impl PoolFile {
+    /// A snapshot of the pool for `gpucap status`, `top`, `metrics`, `check` and NVML's
+    /// process list: a reader reads the file again first (one `pread`); a file that
+    /// shrank, grew or no longer holds a pool's words is an error naming what was found.
+    pub fn view(&self) -> Result<PoolView, String> {
+        let Some(copy) = self.copy else {
+            return Ok(self.pool.view(&self.locks));
+        };
+        let fail = |msg: String| format!("the pool file {}: {msg}", self.path.display());
+        read_into(self.locks.fd(), copy).map_err(fail)?;
+        let pool = Pool::open(copy).map_err(|e| fail(e.to_string()))?;
+        Ok(pool.view(&self.locks))
+    }
 }
 
 fn cstr(p: &Path) -> Result<CString, String> {
@@ -147,10 +168,7 @@ fn create(path: &Path, sharing: Sharing, slots: usize) -> Result<bool, String> {
     };
     let result = (|| {
         share(fd, &tmp, sharing)?;
-        // SAFETY: our descriptor.
-        if unsafe { libc::ftruncate(fd, bytes as libc::off_t) } != 0 {
-            return Err(os_err("cannot size the pool file", &tmp));
-        }
+        allocate(fd, bytes, &tmp)?;
         let words = map(fd, bytes, true).ok_or_else(|| os_err("cannot map the pool file", &tmp))?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -173,6 +191,23 @@ fn create(path: &Path, sharing: Sharing, slots: usize) -> Result<bool, String> {
         libc::unlink(ct.as_ptr());
     }
     result
+}
+
+/// Gives the new file `fd` (at `tmp`) its `bytes`, every block allocated now
+/// (`posix_fallocate`): a full file system is an error here, at creation, never a fault
+/// at the first write through the mapping of a sparse file (SIGBUS on a full tmpfs).
+pub(crate) fn allocate(fd: RawFd, bytes: usize, tmp: &Path) -> Result<(), String> {
+    // SAFETY: our descriptor; posix_fallocate returns the error instead of setting errno.
+    let rc = unsafe { libc::posix_fallocate(fd, 0, bytes as libc::off_t) };
+    if rc != 0 {
+        return Err(format!(
+            "cannot allocate the {bytes} bytes of {}: {} (its file system is full or \
+             refuses them)",
+            tmp.display(),
+            std::io::Error::from_raw_os_error(rc)
+        ));
+    }
+    Ok(())
 }
 
 /// Gives the new file `fd` (at `tmp`) the mode of its sharing, and for a claim the
@@ -314,17 +349,32 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, member: bool) -> Result<Pool
         };
         return fail(e.to_string());
     }
-    let Some(words) = map(fd, size, member) else {
-        return fail(format!(
-            "cannot map it: {}",
-            std::io::Error::last_os_error()
-        ));
+    let copy = (!member).then(|| -> &'static [AtomicU64] {
+        Box::leak((0..size / 8).map(|_| AtomicU64::new(0)).collect())
+    });
+    let words = match copy {
+        // A reader maps nothing: its copy is read now, and again by every view.
+        Some(c) => match read_into(fd, c) {
+            Ok(()) => c,
+            Err(e) => return fail(e),
+        },
+        None => match map(fd, size, true) {
+            Some(w) => w,
+            None => {
+                return fail(format!(
+                    "cannot map it: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        },
     };
     let pool = match Pool::open(words) {
         Ok(p) => p,
         Err(e) => {
-            // SAFETY: the mapping made above, not used after this.
-            unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, size) };
+            if copy.is_none() {
+                // SAFETY: the mapping made above, not used after this.
+                unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, size) };
+            }
             return fail(e.to_string());
         }
     };
@@ -339,5 +389,32 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, member: bool) -> Result<Pool
         path: path.to_path_buf(),
         pool,
         locks,
+        copy,
     })
+}
+
+/// Reads the whole file `fd` into `copy` (one `pread`, one byte more than the copy
+/// holds to see a file that grew): an error if it is not exactly the copy's length.
+fn read_into(fd: RawFd, copy: &[AtomicU64]) -> Result<(), String> {
+    let mut bytes = vec![0u8; copy.len() * 8 + 1];
+    // SAFETY: our descriptor and a buffer of bytes.len() bytes.
+    let n = unsafe { libc::pread(fd, bytes.as_mut_ptr() as *mut libc::c_void, bytes.len(), 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    if n as usize != copy.len() * 8 {
+        return Err(format!(
+            "{n}{} bytes now, not the {} it had when opened (another process changed its \
+             size)",
+            if n as usize > copy.len() * 8 { "+" } else { "" },
+            copy.len() * 8
+        ));
+    }
+    for (w, b) in copy.iter().zip(bytes.chunks_exact(8)) {
+        w.store(
+            u64::from_le_bytes(b.try_into().unwrap_or_default()),
+            Relaxed,
+        );
+    }
+    Ok(())
 }

@@ -1,12 +1,15 @@
 //! This process's own file when it is capped alone, in no pool (`gpucap_core::lone`):
 //! `gpucap status`, `top` and `metrics` find it there. Made at the first `cuInit`,
-//! before the driver answers (no allocation can have been made yet), by mapping the
-//! file over the ledger's figures: an allocation then writes the words it always wrote,
-//! nothing more. Named once the driver said which GPUs there are; removed at exit; a
-//! forked child takes its figures back as its own and makes a file of its own at its
-//! next `cuInit`. Over `gpucap-pool-file`; no driver calls.
+//! before the driver answers (no allocation can have been made yet), allocated whole,
+//! with the live figures: a sealed memfd mapped over the ledger's figures (an
+//! allocation writes the words it always wrote, nothing more; no other process can
+//! write, shrink or grow them). The visible file is a copy for display: writing it
+//! changes nothing this process decides. Named once the driver said which GPUs there
+//! are; removed at exit; a forked child takes its figures back as its own and makes a
+//! file of its own at its next `cuInit`. Over `gpucap-pool-file`; no driver calls.
 //!
-//! Failing to show itself never stops the program: one line at warn level says why.
+//! Failing to show itself (a full file system, no memfd) never stops the program and
+//! never uncaps it: one line at warn level says why.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::*};
 use std::sync::{Mutex, Once};

@@ -181,7 +181,8 @@ impl Reader {
         }
         seen.push(path.clone());
         let o = &self.open[&path];
-        Ok((path, o.file.pool.view(&o.file.locks)))
+        let view = o.file.view().map_err(|e| (2, format!("gpucap: {e}")))?;
+        Ok((path, view))
     }
 }
 

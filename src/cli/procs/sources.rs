@@ -119,7 +119,7 @@ impl Sources {
             path: path.to_string_lossy().into_owned(),
             uid: meta.uid(),
             user: user_name(meta.uid()),
-            view: file.pool.view(&file.locks),
+            view: file.view()?,
         })
     }
 }

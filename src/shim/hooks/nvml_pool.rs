@@ -52,5 +52,13 @@ pub(super) fn nvml_pool_reader(config: &Config) -> Result<Option<&'static PoolFi
 /// The NVML device `device` as a GPU of the pool (matched by UUID), if it is one.
 pub(super) fn nvml_pool_gpu(file: &PoolFile, device: Handle) -> Option<PoolGpu> {
     let uuid = queries::nvml_uuid(device)?;
-    nvml::pool_gpu(&file.pool.view(&file.locks), &uuid)
+    match file.view() {
+        Ok(view) => nvml::pool_gpu(&view, &uuid),
+        Err(e) => {
+            if !SAID.swap(true, Relaxed) {
+                eprintln!("gpucap: cannot read the pool: {e}");
+            }
+            None
+        }
+    }
 }
