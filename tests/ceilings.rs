@@ -415,3 +415,62 @@ fn without_a_file_the_environment_alone_is_as_before() {
         assert!(!stderr(&o).contains("ceiling"), "{}", dump(&o));
     }
 }
+
+#[test]
+fn check_and_run_show_each_figure_where_it_came_from_and_the_ceiling_that_holds() {
+    let dir = scratch("ceiling-cli");
+    let home = dir.join("home");
+    let lib = library_in(&home, Some("GPUCAP_LIMIT=256Mi\n"));
+    let gpucap = home.join("gpucap");
+    std::fs::copy(cli(), &gpucap).unwrap();
+    let env_file = home.join("gpucap.env").display().to_string();
+    let cmd = |args: &[&str]| {
+        let mut c = fake_cmd(&gpucap, &dir.join("s.json"));
+        c.env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("FAKECUDA_SHARED", dir.join("fake-gpu"))
+            .env("GPUCAP_LIB", &lib)
+            .env("GPUCAP_LIMIT", "4Gi")
+            .args(args);
+        c
+    };
+    let o = run(&mut cmd(&["check"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    for want in [
+        format!("configuration: the environment's, under the ceiling of {env_file}"),
+        format!("ceiling: every GPU: 256 MiB (268435456 bytes) (from {env_file}"),
+        "asked: GPUCAP_LIMIT=\"4Gi\"".to_string(),
+        "limit: on each GPU the smaller of the ceiling and the environment's".to_string(),
+    ] {
+        assert!(out.contains(&want), "missing {want:?}\n{}", dump(&o));
+    }
+    let gpu0 = out
+        .lines()
+        .find(|l| l.starts_with("GPU 0: "))
+        .unwrap_or_default();
+    assert!(
+        gpu0.starts_with("GPU 0: cap 268435456 bytes (256 MiB) of 4294967296 (4 GiB)")
+            && gpu0.ends_with(&format!(
+                "(the ceiling from {env_file}, 256 MiB: GPUCAP_LIMIT=\"4Gi\" asks more)"
+            )),
+        "{}",
+        dump(&o)
+    );
+    // run: the ceiling and what was asked (at info), and the shim's one line.
+    let o = run(cmd(&["run", "--", script().to_str().unwrap()])
+        .arg(format!("alloc:{GIB}"))
+        .env("GPUCAP_LOG", "info"));
+    let err = stderr(&o);
+    assert_ne!(alloc_rc(&o, GIB).as_deref(), Some("0"), "{}", dump(&o));
+    for want in [
+        format!("gpucap: ceiling: every GPU: 256 MiB (268435456 bytes) (from {env_file}"),
+        "gpucap: asked: GPUCAP_LIMIT=\"4Gi\"".to_string(),
+        format!(
+            "gpucap: GPUCAP_LIMIT=\"4Gi\" asks more than the ceiling of GPU 0, 256 MiB (from \
+             {env_file}): the program runs at the ceiling"
+        ),
+    ] {
+        assert!(err.contains(&want), "missing {want:?}\n{}", dump(&o));
+    }
+    assert!(!err.contains("no cap is set"), "{}", dump(&o));
+}

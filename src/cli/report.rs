@@ -179,13 +179,26 @@ pub fn check_report(
     pool_line: &str,
 ) -> String {
     let mut out = vec!["gpucap: configuration OK".to_string()];
-    if let Some(file) = config_file {
-        out.push(format!(
+    match config_file {
+        Some(file) if config.bound.is_some() => out.push(format!(
+            "configuration: the environment's, under the ceiling of {}",
+            file.display()
+        )),
+        Some(file) => out.push(format!(
             "configuration: from {} (the environment has no GPUCAP_* variable)",
             file.display()
-        ));
+        )),
+        None => {}
     }
-    out.push(format!("limit: {}", describe_limit(config.limit.as_ref())));
+    if config.bound.is_some() {
+        out.push(
+            "limit: on each GPU the smaller of the ceiling and the environment's (below)"
+                .to_string(),
+        );
+    } else {
+        out.push(format!("limit: {}", describe_limit(config.limit.as_ref())));
+    }
+    out.extend(super::check::ceiling_lines(config));
     if let Some(spec) = config
         .limit
         .as_ref()
@@ -255,6 +268,10 @@ pub fn check_report(
                 if n == 0 { "" } else { ":" }
             ));
             for d in devices {
+                if let Some((cap, note)) = super::check::device_under_ceiling(config, d) {
+                    out.push(device_line(d, cap) + &note);
+                    continue;
+                }
                 let limit = config
                     .limit
                     .as_ref()

@@ -189,3 +189,176 @@ pub fn held_line(ceiling: &Ceiling, device: usize, cap: u64) -> String {
         ceiling.from
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The environment `env` under the file `file`, as the shim reads them.
+    fn merged(env: &[(&str, &str)], file: &[(&str, &str)]) -> Config {
+        let env = vars(env);
+        let raw = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let e = from_vars(env.iter().map(|(k, v)| (k, v))).unwrap();
+        let f = from_vars(vars(file)).unwrap();
+        under_file(e, &raw, f, Path::new("/lib/gpucap.env"))
+    }
+
+    /// GPU 0's cap in bytes (of a 4 GiB GPU) as the shim works it out.
+    fn cap0(c: &Config) -> Capped {
+        let b = c.bound.as_ref().expect("a ceiling");
+        let asked = if b.asked_none {
+            None
+        } else {
+            c.limit.as_ref().and_then(|s| s.for_ordinal(0))
+        };
+        cap_under(asked, b.spec.for_ordinal(0), Some(4 * GIB))
+    }
+
+    const FILE: &[(&str, &str)] = &[("GPUCAP_LIMIT", "256Mi")];
+
+    #[test]
+    fn the_smaller_cap_holds_and_a_raise_is_held_at_the_ceiling() {
+        for (env, cap, held) in [
+            (vec![], 256 * MIB, false),
+            (vec![("GPUCAP_LOG", "debug")], 256 * MIB, false),
+            (vec![("GPUCAP_LIMIT", "4Gi")], 256 * MIB, true),
+            (vec![("GPUCAP_LIMIT", "90%")], 256 * MIB, true),
+            (vec![("GPUCAP_LIMIT", "none")], 256 * MIB, true),
+            (vec![("GPUCAP_LIMIT", "0=4Gi")], 256 * MIB, true),
+            // GPU 0 left without a cap of its own: no cap asked there, held.
+            (vec![("GPUCAP_LIMIT", "1=4Gi")], 256 * MIB, true),
+            (vec![("GPUCAP_LIMIT", "128Mi")], 128 * MIB, false),
+            (vec![("GPUCAP_LIMIT", "5%")], 4 * GIB / 20, false),
+            (vec![("CUDA_DEVICE_MEMORY_LIMIT", "4096m")], 256 * MIB, true),
+            (vec![("CUDA_DEVICE_MEMORY_LIMIT", "100m")], 100 * MIB, false),
+            (vec![("GPU_DEVICE_0_MEMORY", "4Gi")], 256 * MIB, true),
+        ] {
+            let c = merged(&env, FILE);
+            let got = cap0(&c);
+            assert_eq!(got.cap, Some(cap), "{env:?}");
+            assert_eq!(got.held, held, "{env:?}");
+            let b = c.bound.as_ref().unwrap();
+            assert_eq!(b.from, "/lib/gpucap.env");
+            // Something was asked exactly where the environment set a cap (or none).
+            let asks = env.iter().any(|(k, _)| !k.starts_with("GPUCAP_LOG"));
+            assert_eq!(b.asked.is_some(), asks, "{env:?}: {:?}", b.asked);
+        }
+    }
+
+    #[test]
+    fn a_fraction_ceiling_is_compared_in_bytes() {
+        let c = merged(&[("GPUCAP_LIMIT", "3Gi")], &[("GPUCAP_LIMIT", "50%")]);
+        assert_eq!(
+            cap0(&c),
+            Capped {
+                cap: Some(2 * GIB),
+                held: true
+            }
+        );
+        let c = merged(&[("GPUCAP_LIMIT", "1Gi")], &[("GPUCAP_LIMIT", "50%")]);
+        assert_eq!(cap0(&c).cap, Some(GIB));
+    }
+
+    #[test]
+    fn cap_under_never_uncaps() {
+        let (b, f) = (Limit::Bytes, Limit::Fraction);
+        let c = |a, ceil, t| cap_under(a, ceil, t).cap;
+        assert_eq!(c(None, None, None), None);
+        assert_eq!(c(Some(b(5)), None, None), Some(5));
+        assert_eq!(c(None, Some(b(5)), None), Some(5));
+        assert_eq!(c(Some(b(3)), Some(b(5)), None), Some(3));
+        assert_eq!(c(Some(b(9)), Some(b(5)), None), Some(5));
+        // A fraction without the GPU's total is 0: never more than the ceiling.
+        assert_eq!(c(Some(f(0.5)), Some(b(5)), None), Some(0));
+        assert_eq!(c(Some(b(9)), Some(f(0.5)), None), Some(0));
+        assert_eq!(c(Some(f(0.5)), Some(f(0.25)), Some(100)), Some(25));
+        assert!(cap_under(None, Some(b(5)), None).held);
+        assert!(!cap_under(Some(b(5)), Some(b(5)), None).held);
+    }
+
+    #[test]
+    fn the_files_pool_binds_and_the_environment_picks_one_where_the_file_names_none() {
+        let file = &[
+            ("GPUCAP_LIMIT", "256Mi"),
+            ("GPUCAP_POOL", "ctr"),
+            ("GPUCAP_POOL_DIR", "/pools"),
+        ];
+        for env in [
+            vec![("GPUCAP_POOL", "off")],
+            vec![("GPUCAP_POOL", "mine")],
+            vec![("GPUCAP_POOL", "/x/y.pool")],
+            vec![("GPUCAP_CLAIM_DIR", "/claim")],
+            vec![("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/h.cache")],
+            vec![("GPUCAP_POOL_DIR", "/elsewhere")],
+            vec![("GPUCAP_POOL", "ctr"), ("GPUCAP_POOL_DIR", "/elsewhere")],
+        ] {
+            let c = merged(&env, file);
+            assert_eq!(c.pool, Some(PoolSpec::Name("ctr".into())), "{env:?}");
+            assert_eq!(c.pool_dir.as_deref(), Some(Path::new("/pools")), "{env:?}");
+            let lines: Vec<_> = c.notes.iter().filter(|n| n.contains("stays in")).collect();
+            assert_eq!(lines.len(), 1, "{env:?}: {:?}", c.notes);
+            assert!(lines[0].contains("/lib/gpucap.env"), "{lines:?}");
+        }
+        // The same pool, or nothing said about pools: no line.
+        for env in [vec![("GPUCAP_POOL", "ctr")], vec![("GPUCAP_LOG", "info")]] {
+            let c = merged(&env, file);
+            assert!(c.notes.iter().all(|n| !n.contains("stays in")), "{env:?}");
+        }
+        // A file without a pool: the environment's choice stands, under the ceiling.
+        let c = merged(
+            &[("GPUCAP_POOL", "mine"), ("GPUCAP_POOL_DIR", "/mine")],
+            FILE,
+        );
+        assert_eq!(c.pool, Some(PoolSpec::Name("mine".into())));
+        assert_eq!(c.pool_dir.as_deref(), Some(Path::new("/mine")));
+        assert_eq!(cap0(&c).cap, Some(256 * MIB));
+        let c = merged(&[("GPUCAP_POOL", "off")], FILE);
+        assert_eq!(c.pool, None);
+        assert_eq!(cap0(&c).cap, Some(256 * MIB));
+    }
+
+    #[test]
+    fn what_the_environment_leaves_unset_comes_from_the_file() {
+        let file = &[
+            ("GPUCAP_LIMIT", "256Mi"),
+            ("GPUCAP_LOG", "info"),
+            ("GPUCAP_GROWTH", "1"),
+            ("GPUCAP_REPORT", "/r.json"),
+        ];
+        let c = merged(&[("GPUCAP_LIMIT", "128Mi")], file);
+        assert_eq!(c.log, LogLevel::Info);
+        assert!(c.growth);
+        assert_eq!(c.report.as_deref(), Some(Path::new("/r.json")));
+        let c = merged(&[("GPUCAP_LOG", "off"), ("GPUCAP_GROWTH", "0")], file);
+        assert_eq!(c.log, LogLevel::Off);
+        assert!(!c.growth);
+    }
+
+    #[test]
+    fn a_file_without_a_cap_leaves_the_environments() {
+        let c = merged(&[("GPUCAP_LIMIT", "4Gi")], &[("GPUCAP_LOG", "info")]);
+        assert_eq!(c.bound, None);
+        assert_eq!(c.limit.unwrap().default, Some(Limit::Bytes(4 * GIB)));
+    }
+
+    #[test]
+    fn the_held_line_names_what_was_asked_the_ceiling_and_the_file() {
+        let c = merged(&[("GPUCAP_LIMIT", "4Gi")], FILE);
+        let line = held_line(c.bound.as_ref().unwrap(), 0, 256 * MIB);
+        assert_eq!(
+            line,
+            "gpucap: GPUCAP_LIMIT=\"4Gi\" asks more than the ceiling of GPU 0, 256 MiB (from \
+             /lib/gpucap.env): the program runs at the ceiling"
+        );
+    }
+}
