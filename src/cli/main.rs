@@ -783,7 +783,7 @@ fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
         && let Ok((c, _)) = check::as_the_shim_reads(config.clone(), &vars, Some(&lib))
         && c.log >= LogLevel::Info
     {
-        for line in check::ceiling_lines(&c) {
+        for line in report::ceiling_lines(&c) {
             eprintln!("gpucap: {line}");
         }
     }
