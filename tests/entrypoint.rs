@@ -560,7 +560,7 @@ fn pool_files_under(dir: &Path) -> Vec<PathBuf> {
 
 /// `docker exec -e GPUCAP_LIMIT=1Gi CONTAINER prog`: a process that has variables of
 /// its own but not the GPUCAP_POOL the entrypoint exported still joins the container's
-/// pool, the one gpucap.env names.
+/// pool, the one gpucap.env names; so does one that sets `GPUCAP_POOL=off`.
 #[test]
 fn a_process_with_its_own_variables_but_no_pool_joins_the_containers_pool() {
     let inst = Install::new("ep-exec");
@@ -606,13 +606,21 @@ fn a_process_with_its_own_variables_but_no_pool_joins_the_containers_pool() {
         "the container's pool holds 600 MiB already\n{}",
         dump(&joined)
     );
+    // The pool gpucap.env names binds (a ceiling: docs/src/configuration.md#ceilings):
+    // GPUCAP_POOL=off would give the process a 1 GiB of its own beside the container's.
+    assert_ok(&own);
     assert_eq!(
         allocs(&own),
         [
-            format!("alloc {} 0", 600 << 20),
+            format!("alloc {} 2", 600 << 20),
             format!("alloc {} 0", 300 << 20)
         ],
-        "GPUCAP_POOL=off: its own 1 GiB\n{}",
+        "GPUCAP_POOL=off stays in the container's pool\n{}",
+        dump(&own)
+    );
+    assert!(
+        stderr(&own).contains("GPUCAP_POOL=\"off\" would leave the pool container"),
+        "{}",
         dump(&own)
     );
 }

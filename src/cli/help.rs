@@ -88,7 +88,9 @@ environment:
   Any other GPUCAP_* variable is an error, to catch typos, and so is one of these in
   another case (gpucap_limit). A process whose environment
   has no GPUCAP_* variable at all reads gpucap.env beside libgpucap.so, else
-  /etc/gpucap/gpucap.env (written by the container entrypoint).
+  /etc/gpucap/gpucap.env (written by the container entrypoint); beside variables
+  that are set, the file's cap and pool are a ceiling: they may lower the cap, never
+  raise or remove it, nor leave the file's pool.
 
 limit SPEC:
   8Gi, 512Mi, 4GiB, 1.5G, 100MB   a size (Ki Mi Gi Ti KiB... binary; k K M G T KB... decimal;
@@ -170,7 +172,9 @@ can be loaded, it also prints the cap in bytes of each visible GPU, and a GPU na
 GPUCAP_LIMIT that the driver does not show is an error (exit status 2); if not, one
 line says so. When the
 environment has no GPUCAP_* variable, it checks the gpucap.env file the shim would
-read instead (beside libgpucap.so, else /etc/gpucap/gpucap.env), if there is one.
+read instead (beside libgpucap.so, else /etc/gpucap/gpucap.env), if there is one;
+when it has some, it shows the file's cap as the ceiling, what the environment asked
+and, per GPU, the cap that holds.
 With a pool (GPUCAP_POOL), it prints the pool's file and, if it exists, how many of
 its members are alive; a pool directory that others could write in, or a pool file
 that cannot be read as one, is an error (exit status 2), and so is a GPUCAP_POOL_DIR

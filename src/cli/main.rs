@@ -8,6 +8,7 @@
 
 pub mod args;
 pub mod cdi;
+pub mod check;
 pub mod driver;
 pub mod help;
 pub mod jupyter;
@@ -301,14 +302,14 @@ fn check(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
     let lib = library(&vars);
     // What the shim would do with an environment without GPUCAP_* variables; not when
     // writing that file (the environment is then the configuration to write).
+    // Beside variables of the environment, the file is a ceiling (check::as_the_shim_reads).
     let mut source = None;
-    if write_env.is_none() && !config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v))) {
-        match config_file(lib.as_deref().ok()) {
-            Ok(Some((c, file))) => {
+    if write_env.is_none() {
+        match check::as_the_shim_reads(config, &vars, lib.as_deref().ok()) {
+            Ok((c, file)) => {
                 config = c;
-                source = Some(file);
+                source = file;
             }
-            Ok(None) => {}
             Err(e) => {
                 eprintln!("{e}");
                 return EXIT_USAGE;
@@ -752,9 +753,8 @@ pub(crate) fn uncapped_line(
     {
         return None;
     }
-    // With no GPUCAP_* variable the shim reads gpucap.env instead: its cap counts.
-    if !config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v)))
-        && let Ok(Some((file, _))) = config_file(Some(lib))
+    // The shim reads gpucap.env too: its cap counts (alone, or as a ceiling).
+    if let Ok(Some((file, _))) = config_file(Some(lib))
         && file.limit.is_some()
     {
         return None;
@@ -782,6 +782,16 @@ fn run(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32 {
         && let Some(line) = uncapped_line(&config, &vars, &lib, program)
     {
         eprintln!("{line}");
+    }
+    // Under a file's ceiling, with GPUCAP_LOG=info: the ceiling and what was asked (the
+    // shim says a GPU held at the ceiling in one line, at warn).
+    if config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v)))
+        && let Ok((c, _)) = check::as_the_shim_reads(config.clone(), &vars, Some(&lib))
+        && c.log >= LogLevel::Info
+    {
+        for line in report::ceiling_lines(&c) {
+            eprintln!("gpucap: {line}");
+        }
     }
     let ld_preload = preload::merge_ld_preload(lookup(&vars, "LD_PRELOAD"), &lib);
     if config.log >= LogLevel::Debug {

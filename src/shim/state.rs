@@ -137,40 +137,50 @@ impl Shim {
         if flag.load(Acquire) {
             return;
         }
-        let limit = match self.config() {
-            Ok(c) => c
-                .limit
-                .as_ref()
-                .and_then(|l| gpucap_core::identity::limit_for(l, device, visible_uuids)),
-            Err(_) => return,
+        let Ok(config) = self.config() else {
+            return;
         };
-        let cap = match limit {
-            None => None,
-            // A cap above the GPU's memory never binds: said once, when the device is
-            // first used (the driver is asked its total once, as for a fraction).
-            Some(config::Limit::Bytes(b)) => {
-                if let Some(total) = physical_total()
-                    && b > total
+        let limit_of = |spec: &config::LimitSpec| {
+            gpucap_core::identity::limit_for(spec, device, visible_uuids)
+        };
+        // The driver is asked the GPU's total once, whichever limit needs it.
+        let mut physical_total = Some(physical_total);
+        let mut total_read: Option<Option<u64>> = None;
+        let mut total =
+            || *total_read.get_or_insert_with(|| physical_total.take().and_then(|f| f()));
+        let asked = match &config.bound {
+            Some(b) if b.asked_none => None,
+            _ => config.limit.as_ref().and_then(limit_of),
+        };
+        let cap = match &config.bound {
+            None => resolve_limit(device, asked, &mut total),
+            // Under a file's ceiling: the smaller of the two, in bytes.
+            Some(bound) => {
+                let ceiling = limit_of(&bound.spec);
+                let fraction =
+                    |l: Option<config::Limit>| matches!(l, Some(config::Limit::Fraction(_)));
+                let known = if fraction(asked) || fraction(ceiling) {
+                    let t = total();
+                    if t.is_none() {
+                        log!(
+                            Error,
+                            "cannot read the physical memory of GPU {device} to resolve its cap: allocations on it are refused"
+                        );
+                    }
+                    t
+                } else {
+                    None
+                };
+                let capped = config::cap_under(asked, ceiling, known);
+                if capped.held
+                    && bound.asked.is_some()
+                    && let Some(c) = capped.cap
                 {
-                    log!(
-                        Warn,
-                        "the cap of GPU {device}, {}, is more than the GPU has ({}): it never binds",
-                        format_bytes(b),
-                        format_bytes(total)
-                    );
+                    let line = config::held_line(bound, device, c);
+                    log!(Warn, "{}", line.trim_start_matches("gpucap: "));
                 }
-                Some(b)
+                capped.cap
             }
-            Some(limit) => match physical_total() {
-                Some(total) => Some(limit.resolve(total)),
-                None => {
-                    log!(
-                        Error,
-                        "cannot read the physical memory of GPU {device} to resolve the limit {limit}: allocations on it are refused"
-                    );
-                    Some(0)
-                }
-            },
         };
         self.ledger.set_cap(device, cap);
         flag.store(true, Release);
@@ -253,39 +263,73 @@ impl Shim {
     }
 }
 
+/// A GPU's limit in bytes: bytes as given (said once when above the GPU's memory: it
+/// never binds), a fraction of the GPU's total; a fraction whose total cannot be read
+/// caps the GPU at zero (never uncapped).
+fn resolve_limit(
+    device: usize,
+    limit: Option<config::Limit>,
+    total: &mut dyn FnMut() -> Option<u64>,
+) -> Option<u64> {
+    match limit {
+        None => None,
+        // A cap above the GPU's memory never binds: said once, when the device is
+        // first used (the driver is asked its total once, as for a fraction).
+        Some(config::Limit::Bytes(b)) => {
+            if let Some(t) = total()
+                && b > t
+            {
+                log!(
+                    Warn,
+                    "the cap of GPU {device}, {}, is more than the GPU has ({}): it never binds",
+                    format_bytes(b),
+                    format_bytes(t)
+                );
+            }
+            Some(b)
+        }
+        Some(limit) => match total() {
+            Some(t) => Some(limit.resolve(t)),
+            None => {
+                log!(
+                    Error,
+                    "cannot read the physical memory of GPU {device} to resolve the limit {limit}: allocations on it are refused"
+                );
+                Some(0)
+            }
+        },
+    }
+}
+
 // ---- configuration file ----------------------------------------------------------------
 
 /// The configuration: from the environment, or, when it has no `GPUCAP_*` variable
 /// at all (`ssh`, `su -`, `sudo`, `env -i` empty it), from `gpucap.env` beside this
-/// library or `/etc/gpucap/gpucap.env` (the container entrypoint writes them). An
-/// environment that names no pool takes the file's pool (and its directory), if the
-/// file names one. Also returns the file used. A file that exists but cannot be read or
-/// is invalid is an error (fail closed): it is there to keep such processes capped.
+/// library or `/etc/gpucap/gpucap.env` (the container entrypoint writes them). Where
+/// both are there, the environment's choices hold under the file's ceiling
+/// (`config::under_file`): its cap and its pool bind. Also returns the file used. A
+/// file that exists but cannot be read or is invalid is an error (fail closed): it is
+/// there to keep such processes capped.
 fn load_config() -> Result<(Config, Option<PathBuf>), String> {
     let env = config_vars();
-    if config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
-        let names_pool = env
-            .iter()
-            .any(|(k, _)| k == "GPUCAP_POOL" || k == gpucap_core::config::HAMI_SHARED_CACHE);
-        let mut c = config::from_vars(env).map_err(|e| e.to_string())?;
-        // A process that sets its own variables but names no pool (`docker exec -e
-        // GPUCAP_LIMIT=…`, a container's `ENV`, without the variables the entrypoint
-        // exported) still belongs to the container's pool: the one gpucap.env names.
-        if !names_pool
-            && let Some((file, path)) = config::from_env_files(own_dir().as_deref())?
-            && let Some(pool) = file.pool
-        {
-            c.pool = Some(pool);
-            if c.pool_dir.is_none() {
-                c.pool_dir = file.pool_dir;
-            }
-            return Ok((c, Some(path)));
-        }
-        return Ok((c, None));
+    let file = config::from_env_files(own_dir().as_deref())?;
+    if !config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
+        return Ok(match file {
+            Some((c, path)) => (c, Some(path)),
+            None => (Config::default(), None),
+        });
     }
-    Ok(match config::from_env_files(own_dir().as_deref())? {
-        Some((c, file)) => (c, Some(file)),
-        None => (Config::default(), None),
+    let c = config::from_vars(env.iter().map(|(k, v)| (k, v))).map_err(|e| e.to_string())?;
+    Ok(match file {
+        Some((file, path)) => {
+            let raw = |name: &str| {
+                env.iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.to_string_lossy().into_owned())
+            };
+            (config::under_file(c, &raw, file, &path), Some(path))
+        }
+        None => (c, None),
     })
 }
 

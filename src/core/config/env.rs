@@ -119,6 +119,9 @@ pub struct Config {
     pub cap_sources: Vec<CapSource>,
     /// The variables the caps came from, for `gpucap check`.
     pub origins: Vec<Origin>,
+    /// The configuration file's cap where the environment has variables of its own
+    /// ([`under_file`]): no GPU's cap is above it. None: no file, or no cap in it.
+    pub bound: Option<Ceiling>,
 }
 
 impl Default for Config {
@@ -138,6 +141,7 @@ impl Default for Config {
             ceiling: None,
             cap_sources: Vec::new(),
             origins: Vec::new(),
+            bound: None,
         }
     }
 }

@@ -11,9 +11,9 @@ use super::*;
 // still loads the shim (`/etc/ld.so.preload`, or an explicit LD_PRELOAD) must stay
 // capped. The container entrypoint therefore writes the validated `GPUCAP_*`
 // variables to `gpucap.env` beside libgpucap.so (`gpucap check --write-env FILE`), and
-// the shim reads that file, or else `/etc/gpucap/gpucap.env`, when its environment
-// has no `GPUCAP_*` variable at all. The file replaces the (empty) environment
-// configuration as a whole; it is never merged with variables that are set.
+// the shim reads that file, or else `/etc/gpucap/gpucap.env`. When its environment
+// has no `GPUCAP_*` variable at all, the file is the configuration; beside variables
+// that are set, its cap and pool are a ceiling (`super::ceiling`).
 
 /// The name of the configuration file the shim looks for beside itself.
 pub const ENV_FILE_NAME: &str = "gpucap.env";
@@ -23,7 +23,8 @@ pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
 
 /// Does `vars` hold any `GPUCAP_*`, HAMi-core `CUDA_DEVICE_MEMORY_*` or driver hand-over
 /// variable (`config::sources`)
-/// (whatever its value)? If not, the shim falls back to the configuration file.
+/// (whatever its value)? If not, the configuration file is the whole configuration;
+/// if so, the file is a ceiling over it ([`under_file`]).
 pub fn has_gpucap_vars<I, K, V>(vars: I) -> bool
 where
     I: IntoIterator<Item = (K, V)>,
@@ -148,7 +149,8 @@ where
 {
     let mut text = String::from(
         "# gpucap configuration, written by `gpucap check --write-env` (the container\n\
-         # entrypoint). The shim reads it when its environment has no GPUCAP_* variable.\n",
+         # entrypoint). The shim reads it when its environment has no GPUCAP_* variable;\n\
+         # beside variables that are set, its cap and pool are a ceiling they cannot lift.\n",
     );
     let mut seen: Vec<String> = Vec::new();
     for (k, v) in vars {

@@ -1,7 +1,8 @@
 //! gpucap's configuration: the `GPUCAP_*` environment variables, parsed and validated:
 //! `limit` (caps and device keys), `env` (the variables, `Config`), `pool_vars` (which pool,
 //! how long to wait for it, where), `file` (`gpucap.env`),
-//! `shares` (a pool member's guarantee and ceiling), `keys` (every per-GPU variable's
+//! `shares` (a pool member's guarantee and ceiling), `ceiling` (a file's cap, which the
+//! environment may lower but never raise), `keys` (every per-GPU variable's
 //! keys against the visible GPUs), `sources` (the caps the cluster's GPU drivers hand a
 //! container, merged with the others by one resolver).
 //!
@@ -12,6 +13,7 @@
 //! Any error is returned as a [`ConfigError`]; callers must fail closed (refuse to start,
 //! or refuse every allocation), never fall back to running uncapped.
 
+mod ceiling;
 mod env;
 mod file;
 mod hami;
@@ -21,6 +23,7 @@ mod pool_vars;
 mod shares;
 mod sources;
 
+pub use ceiling::*;
 pub use env::*;
 pub use file::*;
 pub use hami::*;

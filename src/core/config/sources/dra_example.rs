@@ -12,6 +12,7 @@ use super::*;
 pub const DRA_EXAMPLE: &str = "DRA example driver";
 const PREFIX: &str = "GPU_DEVICE_";
 const SUFFIX: &str = "_MEMORY";
+const DRA_NAME_ACCEPTED: &str = "GPU_DEVICE_<ID>_MEMORY, <ID> of A-Z 0-9 _ (GPU_DEVICE_0_MEMORY, GPU_DEVICE_0_PARTITION_1_MEMORY)";
 
 pub(super) fn looks_at(name: &[u8]) -> bool {
     name.starts_with(PREFIX.as_bytes()) && name.ends_with(SUFFIX.as_bytes())
@@ -23,13 +24,24 @@ pub(super) fn read(vars: &HandoverVars) -> Result<Handover, ConfigError> {
     let mut amounts: Vec<(String, String, u64)> = Vec::new();
     for (name, value) in vars.with_prefix(PREFIX) {
         let id = &name[PREFIX.len()..name.len().saturating_sub(SUFFIX.len()).max(PREFIX.len())];
-        if !name.ends_with(SUFFIX)
-            || id.is_empty()
+        if !name.ends_with(SUFFIX) {
+            continue;
+        }
+        // A name the driver never writes (`GPU_DEVICE_gpu-0_MEMORY`): its amount would
+        // cap nothing, so it fails closed rather than being passed over.
+        if id.is_empty()
             || !id
                 .bytes()
                 .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
         {
-            continue;
+            return Err(bad(
+                name,
+                value,
+                "not a name the DRA example driver writes: its <ID> is the device's name \
+                 without gpu-, upper-cased, - made _ (GPU_DEVICE_0_MEMORY for gpu-0)"
+                    .into(),
+                DRA_NAME_ACCEPTED,
+            ));
         }
         let b = parse_quantity(value).map_err(|r| bad(name, value, r, QUANTITY_ACCEPTED))?;
         amounts.push((name.to_string(), value.to_string(), b));

@@ -113,6 +113,18 @@ fn dra_example_amounts_are_kubernetes_quantities() {
     );
     // GPU_DEVICE_<ID> and its other variables place no cap.
     assert_eq!(vars(&[("GPU_DEVICE_0", "gpu-0")]).unwrap().limit, None);
+    // A name the driver never writes fails closed, naming the variable.
+    for name in [
+        "GPU_DEVICE_gpu-0_MEMORY",
+        "GPU_DEVICE__MEMORY",
+        "GPU_DEVICE_0.1_MEMORY",
+    ] {
+        let e = vars(&[(name, "4Gi")]).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("gpucap: invalid {name}=\"4Gi\": not a name")),
+            "{e}"
+        );
+    }
 }
 
 #[test]
