@@ -53,7 +53,7 @@ if [ "$BUILD" = 1 ]; then
 fi
 R=$ROOT/target/release
 SHIM=${BENCH_START_SHIM:-$R/libgpucap.so}
-for f in "$SHIM" "$R/libcuda.so"; do
+for f in "$SHIM" "$R/libcuda.so" "$R/libnvidia_ml.so"; do
     [ -f "$f" ] || { echo "gpucap bench-start: $f missing: run cargo build --release" >&2; exit 1; }
 done
 command -v python3 >/dev/null || { echo "gpucap bench-start: python3 not found" >&2; exit 1; }
@@ -67,6 +67,9 @@ FAKEDIR=$tmp/fakecuda
 mkdir -p "$FAKEDIR"
 ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so.1"
 ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
+# NVML beside it, as every driver ships it: gpucap measures a first context by NVML's
+# figures (without it, with a temporary context: one context creation more).
+ln -sf "$R/libnvidia_ml.so" "$FAKEDIR/libnvidia-ml.so.1"
 BIN=$tmp/bench_start
 cc -O2 -Wall -Werror -I tests/c -o "$BIN" tests/c/bench_start.c -L "$FAKEDIR" -lcuda
 

@@ -45,7 +45,7 @@ use crate::config::MAX_DEVICES;
 use crate::ledger::{Charge, LiveMap};
 
 mod settle;
-pub use settle::{Settled, settle};
+pub use settle::{Settled, settle, settle_own};
 
 /// A `CUcontext`, as an integer.
 pub type Ctx = u64;

@@ -19,6 +19,12 @@
 //! Charges err high, never low, while every context on a GPU takes at most the
 //! expectation (contexts made alike take alike); the property test below holds the
 //! pool's charges to the driver's figure over random interleavings.
+//!
+//! Where the driver also gives this process's own figure (NVML's per-process memory,
+//! where the pid it lists is provably this process's), [`settle_own`] uses it: other
+//! members' contexts do not move it, so it is this context's whatever else was in flight
+//! (the first context of a pool on a GPU needs no measurement alone then), and the
+//! charge is never below it.
 
 /// A context's charge, and whether its measurement may teach the expectation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +52,16 @@ pub fn settle(measured: u64, expected: u64, others: u64) -> Settled {
         bytes,
         learn: false,
     }
+}
+
+/// [`settle`] beside `own`, what the driver's figure for this process moved by in the
+/// call (less this process's other threads' charges meanwhile): the expectation is at
+/// least `own`, the charge never below it; what is learned is the device-wide
+/// measurement when nothing else was in flight, else `own`.
+pub fn settle_own(measured: u64, expected: u64, others: u64, own: u64) -> (u64, u64) {
+    let s = settle(measured, expected.max(own), others);
+    let learned = if others == 0 { measured } else { own };
+    (s.bytes.max(own), learned)
 }
 
 #[cfg(test)]
@@ -128,6 +144,22 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn the_processs_own_figure_settles_a_context_made_beside_others() {
+        // Nothing known yet, two others in the window: their contexts come off at this
+        // process's own figure.
+        assert_eq!(
+            settle_own(300 * MIB, 0, 2, 100 * MIB),
+            (100 * MIB, 100 * MIB)
+        );
+        // Alone: the device-wide figure, never below the process's own.
+        assert_eq!(
+            settle_own(100 * MIB, 0, 0, 100 * MIB),
+            (100 * MIB, 100 * MIB)
+        );
+        assert_eq!(settle_own(90 * MIB, 0, 0, 100 * MIB), (100 * MIB, 90 * MIB));
+    }
+
     proptest! {
         /// Contexts made alike (each at most the expectation learned alone): the pool
         /// charges each at least what the driver took for it, however they interleave.
@@ -137,6 +169,25 @@ mod tests {
         ) {
             let expected = 100;
             for (m, charged) in all.iter().zip(charges(&all, expected, 0)) {
+                prop_assert!(charged >= m.size, "{m:?} charged {charged}");
+            }
+        }
+
+        /// Nothing known yet, each process's own figure read: every context charged at
+        /// least its size, whatever the sizes.
+        #[test]
+        fn with_its_own_figure_every_context_is_charged_at_least_its_size(
+            all in prop::collection::vec(made(500), 1..24),
+        ) {
+            let plain = charges(&all, 0, 0);
+            for ((m, c), i) in all.iter().zip(&plain).zip(0..) {
+                // The same window's measurement, settled beside the process's own figure.
+                let others = all
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, o)| j != i && o.a < m.b && o.b > m.a)
+                    .count() as u64;
+                let (charged, _) = settle_own(*c, 0, others, m.size);
                 prop_assert!(charged >= m.size, "{m:?} charged {charged}");
             }
         }

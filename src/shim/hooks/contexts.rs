@@ -89,17 +89,20 @@ pub(super) fn reserve_context(
 }
 
 /// Charges a context the driver just made on `lock`'s device (`measured`: the bytes it
-/// took, or why they could not be measured), `held` being what [`reserve_context`]
-/// reserved for it before, with `others` contexts of other members of the pool made on
-/// the GPU at the same moment (see `contexts::settle`). Err (the context already undone
-/// by `undo`, then `held` given back) if the cap or the pool cannot take it, or if it
-/// could not be measured and the device has a cap.
+/// took device-wide, or why they could not be measured), `held` being what
+/// [`reserve_context`] reserved for it before, with `others` contexts of other members
+/// of the pool made on the GPU at the same moment, and `own` what the driver's figure
+/// for this process moved by, where it can be read (see `contexts::settle` and
+/// `settle_own`). Err (the context already undone by `undo`, then `held` given back) if
+/// the cap or the pool cannot take it, or if it could not be measured and the device
+/// has a cap.
 fn charge_context(
     api: &str,
     lock: &mut gpucap_core::contexts::DeviceLock<'_>,
     measured: Result<u64, Unmeasured>,
     mut held: Reservation<'static>,
     others: u64,
+    own: Option<u64>,
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
     let d = lock.device();
@@ -112,14 +115,23 @@ fn charge_context(
             return Err(rc);
         }
     };
-    let settled = contexts::settle(measured_bytes, held.charge().bytes, others);
-    if settled.learn {
-        lock.learn(measured_bytes);
+    let expected = held.charge().bytes;
+    let (bytes, learned) = match own {
+        Some(own) => {
+            let (bytes, learned) = contexts::settle_own(measured_bytes, expected, others, own);
+            (bytes, Some(learned))
+        }
+        None => {
+            let s = contexts::settle(measured_bytes, expected, others);
+            (s.bytes, s.learn.then_some(measured_bytes))
+        }
+    };
+    if let Some(figure) = learned {
+        lock.learn(figure);
         if let Some(m) = crate::membership::current() {
             m.note_context_bytes(d, lock.expected(), lock.expectation_settled());
         }
     }
-    let bytes = settled.bytes;
     if let Err(refusal) = SHIM.ledger.resize(&mut held, bytes) {
         // The driver frees the context before its room is given back.
         undo();
@@ -130,13 +142,17 @@ fn charge_context(
     held.keep();
     log!(
         Debug,
-        "{api}: the context takes {} on GPU {d} (measured {}{})",
+        "{api}: the context takes {} on GPU {d} (measured {} on the device{}{})",
         gpucap_core::size::format_bytes(bytes),
         gpucap_core::size::format_bytes(measured_bytes),
+        own.map_or(String::new(), |o| format!(
+            ", {} in NVML's figure for this process",
+            gpucap_core::size::format_bytes(o)
+        )),
         if others == 0 {
             String::new()
         } else {
-            format!(" while {others} other members made contexts there")
+            format!(", while {others} other members made contexts there")
         }
     );
     Ok(bytes)
@@ -147,22 +163,27 @@ fn charge_context(
 /// to take (refused before it is made if the cap cannot take that), measured while the
 /// pool counts it in flight, then settled (`contexts::settle`) and undone with `undo`
 /// if the cap cannot take what it took. Members of a pool make their contexts in
-/// parallel; only while the pool knows no figure for a context on the GPU does one
-/// measure alone first (`first_context_window`). Ok(bytes charged) once the driver
-/// succeeded, else the driver's error or gpucap's refusal.
+/// parallel. Where NVML gives this process's own figure (its pid provably its own), that
+/// figure settles the context whatever else was in flight; elsewhere, while the pool
+/// knows no figure for a context on the GPU, one member measures alone first
+/// (`first_context_window`). Ok(bytes charged) once the driver succeeded, else the
+/// driver's error or gpucap's refusal.
 fn make_context(
     shim: &'static Shim,
     api: &str,
     lock: &mut gpucap_core::contexts::DeviceLock<'_>,
-    call: impl FnMut() -> CuResult,
+    mut call: impl FnMut() -> CuResult,
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
     let d = lock.device();
     let member = crate::membership::current();
+    // This process's own figure before the call (None inside it: not listed, nothing
+    // held yet), where NVML gives it for a pid provably this process's.
+    let own_before = queries::own_used(d).ok();
     let knows = |m: &gpucap_core::budget::Member<'_>| {
         lock.expectation_known() || m.context_figure(d).is_some()
     };
-    let first = member.is_some_and(|m| !knows(m));
+    let first = own_before.is_none() && member.is_some_and(|m| !knows(m));
     let mut held = reserve_context(shim, api, lock)?;
     // Held until the context is charged: its figure is then the pool's.
     let _window = if first {
@@ -180,8 +201,17 @@ fn make_context(
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
     }
+    let charged = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
+    let charged_before = charged();
     let flight = member.and_then(|m| m.context_started(d));
-    let (rc, measured, how) = lock.measure_in_pool(&queries::Contexts, pool_marks(d), call);
+    let mut own_after = None;
+    let (rc, measured, how) = lock.measure_in_pool(&queries::Contexts, pool_marks(d), || {
+        let rc = call();
+        if own_before.is_some() && rc == CUDA_SUCCESS {
+            own_after = Some(queries::own_used(d));
+        }
+        rc
+    });
     let others = match (member, flight) {
         (Some(m), Some(f)) => m.context_ended(f).others,
         _ => 0,
@@ -190,7 +220,16 @@ fn make_context(
     if rc != CUDA_SUCCESS {
         return Err(rc);
     }
-    charge_context(api, lock, measured, held, others, undo)
+    let own = match (own_before, own_after) {
+        (Some(before), Some(Ok(Some(after)))) => Some(gpucap_core::kernels::loaded(
+            before.unwrap_or(0),
+            after,
+            charged_before,
+            charged(),
+        )),
+        _ => None,
+    };
+    charge_context(api, lock, measured, held, others, own, undo)
 }
 
 /// What to charge for a `what` (a context, a module) the driver just made on device
