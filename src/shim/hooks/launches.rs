@@ -391,12 +391,7 @@ fn book(
     lock: &gpucap_core::contexts::DeviceLock<'_>,
     charge: Charge,
 ) {
-    let held = Resident {
-        ctx: ctx as u64,
-        ctx_id: queries::context_id(ctx),
-        primary: lock.primary() == Some(ctx as u64),
-        charge,
-    };
+    let held = super::residents::resident_in(ctx, lock, charge);
     let key = (ctx as u64, f, owner);
     let held = match KERNELS.take(key) {
         Some(prev) if prev.ctx_id == held.ctx_id => Resident {
@@ -412,9 +407,8 @@ fn book(
         }
         None => held,
     };
-    if let Some(replaced) = KERNELS.add(key, held) {
-        SHIM.ledger.settle(replaced.charge); // another thread's, between take and add
-    }
+    // Another thread's, recorded between the take and this, is credited.
+    super::residents::record(&KERNELS, key, held);
 }
 
 /// `cuModuleGetFunction`: CUDA's lazy loading loads a module's kernel here, not at
@@ -477,9 +471,7 @@ pub(super) fn unloading(owners: &[Option<u64>], call: impl FnOnce() -> CuResult)
     } else {
         freeing.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
         for (key, r) in taken {
-            if let Some(replaced) = KERNELS.restore(key, r) {
-                SHIM.ledger.settle(replaced.charge);
-            }
+            super::residents::record(&KERNELS, key, r);
         }
     }
     rc

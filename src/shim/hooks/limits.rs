@@ -7,7 +7,6 @@ use super::contexts::{context_lock, judge_measured, pool_marks};
 use super::*;
 use crate::state::LIMITS;
 use gpucap_core::limits;
-use gpucap_core::residents::Resident;
 
 pub fn ctx_set_limit(
     real: unsafe extern "C" fn(c_int, usize) -> CuResult,
@@ -57,8 +56,8 @@ pub fn ctx_set_limit(
     };
     let measured = measured.map(|change| change - own_announced);
     let restore = || {
-        if let Some(replaced) = before.and_then(|r| LIMITS.restore(key, r)) {
-            SHIM.ledger.settle(replaced.charge);
+        if let Some(r) = before {
+            super::residents::record(&LIMITS, key, r);
         }
     };
     if rc != CUDA_SUCCESS {
@@ -133,18 +132,16 @@ pub fn ctx_set_limit(
 /// Records that limit `key` of context `ctx` holds `bytes` on `lock`'s device (charged
 /// already), credited when the limit is lowered or the context goes.
 fn record(key: (u64, u32), ctx: Handle, lock: &gpucap_core::contexts::DeviceLock<'_>, bytes: u64) {
-    let held = Resident {
-        ctx: ctx as u64,
-        ctx_id: queries::context_id(ctx),
-        primary: lock.primary() == Some(ctx as u64),
-        charge: Charge {
-            device: lock.device(),
-            bytes,
-        },
+    let charge = Charge {
+        device: lock.device(),
+        bytes,
     };
-    if let Some(replaced) = LIMITS.add(key, held) {
-        SHIM.ledger.settle(replaced.charge); // another thread's, set meanwhile
-    }
+    // Another thread's, set meanwhile, is credited.
+    super::residents::record(
+        &LIMITS,
+        key,
+        super::residents::resident_in(ctx, lock, charge),
+    );
 }
 
 /// Whether the driver set limit `limit` back to `old` (`rc`, its answer) after gpucap

@@ -35,6 +35,7 @@ mod multicast;
 mod nvml;
 mod nvml_pool;
 mod pools;
+mod residents;
 mod sync;
 mod vmm;
 

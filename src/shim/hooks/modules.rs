@@ -6,7 +6,6 @@ use std::ffi::c_char;
 
 use super::contexts::{context_lock, judge_measured, pool_marks};
 use super::*;
-use gpucap_core::residents::Resident;
 
 pub fn module_load(
     real: unsafe extern "C" fn(*mut Handle, *const c_char) -> CuResult,
@@ -99,17 +98,10 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
     match reserve_on(shim, api, d, bytes) {
         Ok(r) => {
             r.keep();
-            let loaded = Resident {
-                ctx: ctx as u64,
-                ctx_id: queries::context_id(ctx),
-                primary: lock.primary() == Some(ctx as u64),
-                charge: Charge { device: d, bytes },
-            };
+            let loaded = super::residents::resident_in(ctx, &lock, Charge { device: d, bytes });
             // A handle the driver handed out again: the old module went with its
             // context, and the driver freed what it held.
-            if let Some(replaced) = MODULES.add(module as u64, loaded) {
-                SHIM.ledger.settle(replaced.charge);
-            }
+            super::residents::record(&MODULES, module as u64, loaded);
             log!(
                 Debug,
                 "{api}: the module takes {} on GPU {d}",
@@ -141,9 +133,7 @@ pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Han
         SHIM.ledger.settle_announced(freeing);
     } else {
         SHIM.ledger.withdraw(freeing);
-        if let Some(replaced) = MODULES.restore(module as u64, loaded) {
-            SHIM.ledger.settle(replaced.charge);
-        }
+        super::residents::record(&MODULES, module as u64, loaded);
     }
     rc
 }
