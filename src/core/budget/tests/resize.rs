@@ -155,6 +155,14 @@ fn resizes_racing_joins_and_reservations_keep_used_under_the_cap_in_force() {
                 }
             });
         }
+        // Stops the others however this thread ends (a failed assertion included).
+        struct Stop<'s>(&'s AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
         let resizer = proc(k, 99);
         for _ in 0..200 {
             let low = pool.resize(&GPU0, Some(LOW), resizer).unwrap();
@@ -166,7 +174,6 @@ fn resizes_racing_joins_and_reservations_keep_used_under_the_cap_in_force() {
             pool.resize(&GPU0, Some(HIGH), resizer).unwrap();
             std::thread::yield_now();
         }
-        stop.store(true, Relaxed);
     });
     assert_eq!(first.usage(0), Some((0, Some(HIGH), 0)));
 }
