@@ -67,7 +67,10 @@ fn a_live_pool_is_resized_up_and_down() {
     // b waits for memory: 300 MiB do not fit beside a's 900 under 1 GiB.
     let mut b = member(&s, "b", "60s", &["alloc:300Mi"]);
     while status(&s)["gpus"][0]["waiters"] != 1 {
-        assert!(b.try_wait().unwrap().is_none(), "b ended instead of waiting");
+        assert!(
+            b.try_wait().unwrap().is_none(),
+            "b ended instead of waiting"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 
@@ -78,7 +81,11 @@ fn a_live_pool_is_resized_up_and_down() {
         "{}",
         dump(&o)
     );
-    wait_ready(&mut b, &s.dir.join("b.done"), "the waiter b, served by the raise");
+    wait_ready(
+        &mut b,
+        &s.dir.join("b.done"),
+        "the waiter b, served by the raise",
+    );
     assert_eq!(status(&s)["gpus"][0]["cap"], 1536 * MIB);
 
     // Started with the old GPUCAP_LIMIT: joins, under the pool's cap.
@@ -92,16 +99,27 @@ fn a_live_pool_is_resized_up_and_down() {
     // Lower than the 1.2 GiB in use: nothing taken back, the next allocation refused.
     let o = run(&mut s.gpucap(&["pool", "resize", "t", "1Gi"]));
     assert_ok(&o);
-    assert!(stdout(&o).contains("above the new cap"), "{}", dump(&o));
+    assert!(
+        stdout(&o).contains(": cap 1.5 GiB -> 1 GiB, 1.17 GiB in use; above the new cap"),
+        "{}",
+        dump(&o)
+    );
     let d = once(&s, &["alloc:1Mi"]);
-    assert!(!stdout(&d).contains(&format!("alloc {MIB} 0")), "{}", dump(&d));
+    assert!(
+        !stdout(&d).contains(&format!("alloc {MIB} 0")),
+        "{}",
+        dump(&d)
+    );
     assert!(
         dump(&d).contains("of the pool's 1 GiB cap in use"),
         "the pool's line\n{}",
         dump(&d)
     );
     let g = &status(&s)["gpus"][0];
-    assert_eq!((g["cap"].as_u64(), g["used"].as_u64()), (Some(1 << 30), Some(1200 * MIB)));
+    assert_eq!(
+        (g["cap"].as_u64(), g["used"].as_u64()),
+        (Some(1 << 30), Some(1200 * MIB))
+    );
 
     let (oa, ob) = (kill(a), kill(b));
     assert!(
