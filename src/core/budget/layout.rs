@@ -248,6 +248,15 @@ pub fn encode_cap(cap: Option<u64>) -> u64 {
     }
 }
 
+/// The short path's limit for a cap word (`G_CAP` encoding): the cap in bytes, never
+/// past what `used` can hold (also with no cap).
+pub fn limit_of(word: u64) -> u64 {
+    decode_cap(word)
+        .flatten()
+        .unwrap_or(USED_BYTES)
+        .min(USED_BYTES)
+}
+
 /// The cap a stored word means (None: not set yet; Some(None): no cap).
 pub fn decode_cap(word: u64) -> Option<Option<u64>> {
     match word {

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
 use super::hot::Hot;
 use super::layout::*;
-use super::resize::limit_of;
 use crate::config::MAX_DEVICES;
 
 /// What a member needs of the kernel, provided by the code that maps the file: the

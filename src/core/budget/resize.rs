@@ -101,15 +101,6 @@ impl fmt::Display for ResizeRefusal {
     }
 }
 
-/// The short path's limit for a cap word (`G_CAP` encoding): the cap in bytes, never
-/// past what `used` can hold.
-pub(super) fn limit_of(word: u64) -> u64 {
-    decode_cap(word)
-        .flatten()
-        .unwrap_or(USED_BYTES)
-        .min(USED_BYTES)
-}
-
 impl Pool<'_> {
     /// Sets the cap of the GPU `uuid` to `cap` (None: no cap) while members hold it (see
     /// the module's text). `locks` answers which members live and wakes the waiters.
