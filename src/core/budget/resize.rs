@@ -11,7 +11,8 @@
 //!    checks the cap word too: of the two, at least one sees the other);
 //! 2. if they do not fit, the old cap is written back and the resize refused, naming
 //!    the holders; else the generation is made even again (the new cap is in force);
-//! 3. the pool's `used` word is swapped for the next one (the same bytes, one more
+//! 3. every member's own cap word (`M_CAP`: what readers and joiners weigh) gets the
+//!    new cap, and the pool's `used` word is swapped for the next one (the same bytes, one more
 //!    change), so that a reservation that read `used` before the new cap was in force
 //!    fails its swap, reads again and sees the new generation;
 //! 4. the waiters are woken: a raise serves them at once.
@@ -156,6 +157,16 @@ impl Pool<'_> {
             });
         }
         generation.store(odd + 1, SeqCst);
+        // The members' own cap words, which readers (`view`) and joiners weigh: the new
+        // cap for every member holding the GPU (each writes the same when it takes it).
+        let new = encode_cap(cap);
+        for s in 0..w.slots() {
+            let theirs = w.member_gpu(s, g, M_CAP);
+            let now = theirs.load(SeqCst);
+            if now != 0 && now != new {
+                let _ = theirs.compare_exchange(now, new, SeqCst, SeqCst);
+            }
+        }
         // A reservation that read `used` before the new cap was in force swaps no more.
         let used = w.gpu(g, G_USED);
         let mut now = used.load(SeqCst);

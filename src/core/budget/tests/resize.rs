@@ -37,6 +37,10 @@ fn a_raise_serves_a_waiting_member() {
     a.alloc_ended(0, 100, true);
     assert_eq!(a.try_reserve(0, 1), None, "at the new cap");
     assert_eq!(cap_of(pool, k), Some(1500));
+    assert!(
+        !pool.view(proc(k, 99)).gpus[0].cap_drift,
+        "a resize is no drift"
+    );
 }
 
 #[test]
@@ -46,6 +50,8 @@ fn a_lower_refuses_new_growth_and_takes_nothing_back() {
     a.reserve(0, 800).unwrap();
     let r = pool.resize(&GPU0, Some(500), proc(k, 99)).unwrap();
     assert_eq!((r.old, r.new, r.used), (Some(1000), Some(500), 800));
+    let v = pool.view(proc(k, 99));
+    assert_eq!((v.gpus[0].cap, v.gpus[0].cap_drift), (Some(500), false));
     assert_eq!(
         a.try_reserve(0, 1),
         None,
