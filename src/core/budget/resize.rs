@@ -243,6 +243,9 @@ impl Member<'_> {
     /// Takes the cap word of GPU entry `g` as this member's cap if a resize came into
     /// force since it last read it. True if it did.
     pub(super) fn refresh_cap(&self, g: usize) -> bool {
+        if self.left.load(Acquire) {
+            return false; // the slot may be another member's now
+        }
         let generation = self.w.gpu(g, G_CAP_GEN);
         let e = generation.load(SeqCst);
         if e & 1 == 1 || e == self.cap_gen[g].load(Acquire) || self.caps[g].load(Relaxed) == 0 {
