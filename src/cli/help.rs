@@ -34,6 +34,7 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
        gpucap cdi generate --output FILE [--limit SPEC [--pool NAME|PATH|off]] [--name NAME]
                            [--kind VENDOR/CLASS] [--dir DIR] [--root DIR]
        gpucap pool list | gpucap pool clean [NAME]
+       gpucap pool resize NAME|PATH SIZE [--gpu N|UUID] [--dir DIR]
        gpucap help [run|check|status|top|metrics|jupyter|cdi|pool]
        gpucap --version
 
@@ -365,6 +366,8 @@ exit status: 0 when written; 2 for a bad option or value, or a file it cannot wr
 const POOL_HELP: &str = "\
 usage: gpucap pool list
        gpucap pool clean [NAME]
+       gpucap pool resize NAME|PATH SIZE [--gpu N|UUID] [--dir DIR]
+       gpucap pool resize --claim DIR SIZE [--gpu N|UUID]
 
 list: every pool of this user's pool directory (GPUCAP_POOL_DIR, else
 $XDG_RUNTIME_DIR, /dev/shm or /tmp; in it gpucap-UID), with its members alive and
@@ -378,11 +381,24 @@ clean takes every slot's lock before it removes a file, so a process joining at 
 moment either keeps the pool (it took its slot first) or notices the file was
 removed and joins a new one under the same name.
 
+resize: changes the cap of a pool while its members run (SIZE as GPUCAP_LIMIT takes
+it: 8Gi, 1.5GiB, 8G). A raise serves the members waiting for memory (GPUCAP_WAIT) at
+once; a lower below what is in use takes nothing back: new allocations are refused
+(or wait) until use falls under the new cap. A resize that would leave the live
+members' guarantees (GPUCAP_GUARANTEE) above the cap is refused, naming them. Once
+resized, the pool's cap is the one in force while members hold it: a member started
+later with another GPUCAP_LIMIT joins with the pool's cap.
+
 options:
+  --gpu N|UUID   resize one GPU of the pool: its number as `gpucap status --pool`
+                 lists them (from 0) or its UUID (default: every GPU of the pool)
+  --dir DIR      the pool directory (default: GPUCAP_POOL_DIR, else as list)
+  --claim DIR    a claim's pool: the directory its containers have as GPUCAP_CLAIM_DIR
   -h, --help     show this help
 
-exit status: 0; 1 when the pool named does not exist or is in use; 2 for a usage
-error or a pool directory that is not safe (another user's, or writable by others).";
+exit status: 0; 1 when the pool named does not exist or is in use (clean), or a
+resize was refused; 2 for a usage error or a pool directory that is not safe
+(another user's, or writable by others).";
 
 /// The help text of `topic`.
 pub fn help(topic: Topic) -> &'static str {

@@ -20,6 +20,7 @@ pub mod pool_files;
 pub mod preload;
 pub mod procs;
 pub mod report;
+pub mod resize;
 pub mod status;
 pub mod term;
 pub mod top;
@@ -538,6 +539,9 @@ fn pools(action: args::PoolAction) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if let args::PoolAction::Resize(r) = &action {
+        return resize::run(r, config.pool_dir.as_deref());
+    }
     let dir = match gpucap_pool_file::user_dir(config.pool_dir.as_deref(), false) {
         Ok(Some(dir)) => dir,
         Ok(None) => {
@@ -570,6 +574,7 @@ fn pools(action: args::PoolAction) -> i32 {
             }
             code
         }
+        args::PoolAction::Resize(r) => resize::run(&r, config.pool_dir.as_deref()),
     }
 }
 

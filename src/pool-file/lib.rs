@@ -27,6 +27,6 @@ mod sharing;
 pub use location::{every_user_dir, locate, locate_existing, own_uid, path_of, user_dir};
 pub use locks::{ContextWindow, SlotLocks, WindowOutcome};
 pub use lone::{Lone, LoneReading, read_lone_dir};
-pub use mapping::{PoolFile, open_member, open_reader};
+pub use mapping::{PoolFile, open_member, open_reader, open_writer};
 pub use removal::{Removal, join_linked, remove_unused};
 pub use sharing::Sharing;

@@ -101,6 +101,23 @@ pub fn open_reader(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
     finish(path, fd, sharing, false)
 }
 
+/// Opens the existing pool file at `path` to change its caps (`gpucap pool resize`):
+/// read and write, never made, with a member's checks (its owner, a claim's file).
+pub fn open_writer(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
+    let c = cstr(path)?;
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return Err(os_err("cannot open the pool file", path));
+    }
+    finish(path, fd, sharing, true)
+}
+
 /// The error of a claim's pool file this process may not open for writing.
 fn not_ours(path: &Path) -> String {
     let file = std::fs::symlink_metadata(path).map(|m| Owned::of(&m));

@@ -142,6 +142,8 @@ pub enum PoolAction {
     List,
     /// `clean [NAME]`: remove the pools no process uses (or the one named).
     Clean(Option<String>),
+    /// `resize NAME SIZE [--gpu N|UUID] [--dir DIR]`: change a live pool's cap.
+    Resize(crate::resize::Request),
 }
 
 /// The pools of `status --prometheus` and `metrics`.

@@ -1,4 +1,5 @@
-//! `gpucap pool list` and `gpucap pool clean [NAME]`: the words after `pool`.
+//! `gpucap pool list`, `gpucap pool clean [NAME]` and `gpucap pool resize …` (parsed in
+//! `resize`): the words after `pool`.
 
 use super::*;
 
@@ -10,6 +11,21 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
         .raw_args()
         .map_err(|e| lexopt_error(topic, e))?
         .collect::<Vec<_>>();
+    if args.first().and_then(|a| a.to_str()) == Some("resize") {
+        let mut words = Vec::new();
+        for a in &args[1..] {
+            let Some(w) = a.to_str() else {
+                return Err(usage(topic, "an argument is not valid UTF-8"));
+            };
+            if w == "-h" || w == "--help" {
+                return Ok(Command::Help(topic));
+            }
+            words.push(w.to_string());
+        }
+        return crate::resize::parse(&words)
+            .map(|r| Command::Pool(PoolAction::Resize(r)))
+            .map_err(|e| usage(topic, e));
+    }
     for a in args {
         let Some(w) = a.to_str() else {
             return Err(usage(topic, "an argument is not valid UTF-8"));
@@ -24,7 +40,7 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
     }
     let mut words = words.into_iter();
     let action = match words.next().as_deref() {
-        None => return Err(usage(topic, "no action given (list or clean)")),
+        None => return Err(usage(topic, "no action given (list, clean or resize)")),
         Some("list") => PoolAction::List,
         Some("clean") => match words.next() {
             None => PoolAction::Clean(None),
@@ -44,7 +60,7 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
         Some(other) => {
             return Err(usage(
                 topic,
-                format!("unknown action '{other}' (the actions are list and clean)"),
+                format!("unknown action '{other}' (the actions are list, clean and resize)"),
             ));
         }
     };

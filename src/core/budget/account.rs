@@ -67,6 +67,9 @@ impl fmt::Display for PoolRefusal {
     }
 }
 
+/// The turns a reservation takes again when a resize came into force during its try.
+const RESIZED_TURNS: u32 = 4;
+
 /// The rule of one try of a reservation ([`Member::take`]).
 struct Take<'m, 'a> {
     m: &'m Member<'a>,
@@ -74,6 +77,8 @@ struct Take<'m, 'a> {
     g: usize,
     bytes: u64,
     cap: u64,
+    /// The cap generation `cap` was read at (see `resize`).
+    seen: u64,
     guarantee: u64,
     ceiling: u64,
 }
@@ -87,10 +92,11 @@ impl Rule for Take<'_, '_> {
             g,
             bytes,
             cap,
+            seen,
             guarantee,
             ceiling,
         } = *self;
-        if m.queue_first_at(h) || pool < own {
+        if m.queue_first_at(h) || pool < own || m.cap_changed(h, seen) {
             return None; // waiters first, in order; or a `used` that cannot be
         }
         m.fits_under(h, g, pool, own, bytes, cap, guarantee, ceiling)
@@ -119,16 +125,19 @@ impl Member<'_> {
                 ceiling: None,
             });
         }
-        // The cap this member registered, kept in its own memory: a cap word another
-        // process zeroed or raised does not uncap it.
-        let cap = decode_cap(self.caps[g].load(Relaxed))
-            .flatten()
-            .unwrap_or(u64::MAX);
-        let (mut swept, mut recounted) = (false, false);
-        // At most three turns: again after taking back the dead, again after a recount.
+        let (mut swept, mut recounted, mut resized) = (false, false, 0);
+        // At most three turns: again after taking back the dead, again after a recount
+        // (and a few more if the pool is resized meanwhile).
         loop {
-            if self.take(g, bytes, cap) {
+            // The cap this member registered, kept in its own memory: a cap word another
+            // process zeroed or raised does not uncap it; a resize's does (`resize`).
+            let (cap, seen) = self.cap_now(g);
+            if self.take(g, bytes, cap, seen) {
                 return Ok(());
+            }
+            if resized < RESIZED_TURNS && self.hot(g).is_some_and(|h| self.cap_changed(h, seen)) {
+                resized += 1;
+                continue;
             }
             if let Some(refusal) = self.past_ceiling(g, bytes) {
                 // Its own ceiling: no member's free would help. Its own share words
@@ -187,21 +196,19 @@ impl Member<'_> {
     #[inline(never)]
     pub(super) fn take_shared(&self, h: &Hot<'_>, bytes: u64) -> bool {
         let g = h.g;
-        let cap = decode_cap(self.caps.get(g).map_or(0, |c| c.load(Relaxed)))
-            .flatten()
-            .unwrap_or(u64::MAX);
+        let (cap, seen) = self.cap_now(g);
         let (guarantee, ceiling) = self.own_share(g);
-        self.take_at(h, g, bytes, cap, guarantee, ceiling)
+        self.take_at(h, g, bytes, cap, seen, guarantee, ceiling)
     }
 
     /// One try of a reservation of `bytes` on GPU entry `g` under `cap`, without a lock
     /// (behind this process's gate if the member has a ceiling). True if taken. The full
     /// path's; the short path's is [`try_reserve`](Self::try_reserve)'s way.
     #[inline(always)]
-    fn take(&self, g: usize, bytes: u64, cap: u64) -> bool {
+    fn take(&self, g: usize, bytes: u64, cap: u64, seen: u64) -> bool {
         self.hot(g).is_some_and(|h| {
             let (guarantee, ceiling) = self.own_share(g);
-            self.take_at(h, g, bytes, cap, guarantee, ceiling)
+            self.take_at(h, g, bytes, cap, seen, guarantee, ceiling)
         })
     }
 
@@ -209,12 +216,14 @@ impl Member<'_> {
     /// and `ceiling` there (`u64::MAX`: none; both set when it claims its share, before
     /// its allocations).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn take_at(
         &self,
         h: &Hot<'_>,
         g: usize,
         bytes: u64,
         cap: u64,
+        seen: u64,
         guarantee: u64,
         ceiling: u64,
     ) -> bool {
@@ -224,6 +233,7 @@ impl Member<'_> {
             g,
             bytes,
             cap,
+            seen,
             guarantee,
             ceiling,
         };
@@ -277,9 +287,11 @@ impl Member<'_> {
                     members,
                 });
             }
+            // A cap word a resize wrote is taken, not repaired (`resize`).
+            self.refresh_cap(g);
             let (word, ours) = (self.w.gpu(g, G_CAP), self.caps[g].load(Relaxed));
-            let found = word.load(Relaxed);
-            if ours != 0 && found != ours {
+            let found = word.load(SeqCst);
+            if ours != 0 && found != ours && !self.cap_resized(g) {
                 word.store(ours, SeqCst);
                 out.push(Repair::Cap {
                     gpu: g,

@@ -178,6 +178,7 @@ impl<'a> Member<'a> {
             gate: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
             caps: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
             limit: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
+            cap_gen: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
             note: None,
             early: std::sync::Mutex::new(Vec::new()),
             own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],

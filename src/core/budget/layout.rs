@@ -8,7 +8,8 @@
 //! GPUs     32 x 24    key (UUID folded), UUID, cap, used (a change count in its top 16
 //!                     bits, bytes in the low 48), peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
-//!                     recent least context bytes, contexts in flight; 7 words spare
+//!                     recent least context bytes, contexts in flight, cap generation;
+//!                     6 words spare
 //! members 256 x 336   state, pid, pid namespace, start, generation, command (64 bytes),
 //!                     GPU entries with a context in flight,
 //!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed,
@@ -167,6 +168,12 @@ pub const G_LOCK_SINCE: usize = 14;
 /// tell whether another member's context was made inside its measurement (see
 /// `context_flight`).
 pub const G_CONTEXTS: usize = 16;
+/// How many times the cap word was changed by a resize (`gpucap pool resize`), times
+/// two: odd while a resize is under way, even once its cap is in force (see `resize`).
+/// A member that saw another value than the one it last read takes the cap word as its
+/// cap; with the value it last read, a cap word that differs is another process's
+/// damage, repaired.
+pub const G_CAP_GEN: usize = 17;
 /// One in flight, and one more started, in [`G_CONTEXTS`].
 pub const CONTEXT_STARTED: u64 = 1 | 1 << 32;
 pub const CONTEXTS_IN_FLIGHT: u64 = 0xffff_ffff;
@@ -239,6 +246,15 @@ pub fn encode_cap(cap: Option<u64>) -> u64 {
         None => u64::MAX,
         Some(c) => c.saturating_add(1),
     }
+}
+
+/// The short path's limit for a cap word (`G_CAP` encoding): the cap in bytes, never
+/// past what `used` can hold (also with no cap).
+pub fn limit_of(word: u64) -> u64 {
+    decode_cap(word)
+        .flatten()
+        .unwrap_or(USED_BYTES)
+        .min(USED_BYTES)
 }
 
 /// The cap a stored word means (None: not set yet; Some(None): no cap).

@@ -200,6 +200,9 @@ pub struct Member<'a> {
     /// Per GPU entry, the most the pool's use may reach, for the short path: the same
     /// cap in bytes, never past what `used` can hold (`USED_BYTES`, also with no cap).
     pub(super) limit: [AtomicU64; MAX_POOL_GPUS],
+    /// Per GPU entry, the cap generation (`G_CAP_GEN`) whose cap `caps` and `limit`
+    /// hold (see `resize`).
+    pub(super) cap_gen: [AtomicU64; MAX_POOL_GPUS],
     /// Hears of every impossible word found and repaired (see [`Member::noting`]; None
     /// until then: kept in `early`, told when it is set).
     pub(super) note: Option<fn(&super::Repair)>,
@@ -262,36 +265,51 @@ impl<'a> Member<'a> {
             return Err(CapMismatch::TooManyGpus);
         };
         let g = self.entry(uuid).ok_or(CapMismatch::TooManyGpus)?;
-        let ours = encode_cap(cap);
-        // Ours first, then the others': of two members registering different caps at
-        // once, at least one sees the other (both orders are sequentially consistent).
-        // The live members' own cap words decide, not the shared one: a cap word
-        // another process zeroed does not let a new cap in beside theirs.
-        self.w.member_gpu(self.slot, g, M_CAP).store(ours, SeqCst);
         let word = self.w.gpu(g, G_CAP);
-        let mut have = word.load(SeqCst);
-        // Bounded: each failed swap means another member registered meanwhile; after
-        // as many as there are slots, the others' caps are known from their slots.
-        for _ in 0..=self.w.slots() {
-            if have == ours {
-                break;
+        let own = encode_cap(cap);
+        let mut resized = 0;
+        let (ours, generation) = 'register: loop {
+            // A pool resized while members hold it keeps the cap it was resized to: a
+            // member started with another `GPUCAP_LIMIT` takes the pool's (`resize`).
+            let (ours, generation, seen) = self.cap_to_register(g, own);
+            let adopted = ours != own;
+            // Ours first, then the others': of two members registering different caps
+            // at once, at least one sees the other (both orders are sequentially
+            // consistent). The live members' own cap words decide, not the shared one:
+            // a cap word another process zeroed does not let a new cap in beside theirs.
+            self.w.member_gpu(self.slot, g, M_CAP).store(ours, SeqCst);
+            let mut have = word.load(SeqCst);
+            // Bounded: each failed swap means another member registered meanwhile;
+            // after as many as there are slots, the others' caps are known from their
+            // slots.
+            for _ in 0..=self.w.slots() {
+                if have == ours || adopted {
+                    break 'register (ours, generation);
+                }
+                if let Some(theirs) = self.other_live_cap(g, ours) {
+                    if resized < 4 && self.w.gpu(g, G_CAP_GEN).load(SeqCst) != seen {
+                        // Resized meanwhile: the others hold the resize's cap.
+                        resized += 1;
+                        continue 'register;
+                    }
+                    self.w.member_gpu(self.slot, g, M_CAP).store(0, SeqCst);
+                    return Err(CapMismatch::Differs {
+                        ours: cap,
+                        pool: decode_cap(theirs).flatten(),
+                    });
+                }
+                // Not set yet, set by members that are all gone, or not what the live
+                // members hold: ours replaces it.
+                match word.compare_exchange(have, ours, SeqCst, SeqCst) {
+                    Ok(_) => break 'register (ours, generation),
+                    Err(now) => have = now,
+                }
             }
-            if let Some(theirs) = self.other_live_cap(g, ours) {
-                self.w.member_gpu(self.slot, g, M_CAP).store(0, SeqCst);
-                return Err(CapMismatch::Differs {
-                    ours: cap,
-                    pool: decode_cap(theirs).flatten(),
-                });
-            }
-            // Not set yet, set by members that are all gone, or not what the live
-            // members hold: ours replaces it.
-            match word.compare_exchange(have, ours, SeqCst, SeqCst) {
-                Ok(_) => break,
-                Err(now) => have = now,
-            }
-        }
+            break (ours, generation);
+        };
         self.caps[g].store(ours, Relaxed);
-        self.limit[g].store(cap.unwrap_or(USED_BYTES).min(USED_BYTES), Relaxed);
+        self.limit[g].store(limit_of(ours), Relaxed);
+        self.cap_gen[g].store(generation, Relaxed);
         slot_of_device.store(g as u32 + 1, Release);
         self.note_route(g);
         // The guarantees this joiner will be weighed against: none that cannot be.
@@ -373,6 +391,7 @@ impl<'a> Member<'a> {
     /// member's use), or None if the device is not registered.
     pub fn usage(&self, device: usize) -> Option<(u64, Option<u64>, u64)> {
         let g = self.entry_of(device)?;
+        self.refresh_cap(g);
         Some((
             self.w.used(g),
             decode_cap(self.caps[g].load(Relaxed)).flatten(),

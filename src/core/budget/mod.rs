@@ -27,6 +27,8 @@
 //!   `share_words` keeps them in the pool file's words.
 //! - `repair`: share words that cannot be (a guarantee of an empty slot, above the cap,
 //!   guarantees summing above it), repaired by the next joiner or refusal.
+//! - `resize`: a GPU's cap changed while members hold it (`gpucap pool resize`),
+//!   and how each member learns it.
 //! - `view`: a snapshot for `gpucap status`, `gpucap top` and NVML's process list.
 
 mod account;
@@ -38,6 +40,7 @@ mod join;
 mod layout;
 mod member;
 mod repair;
+mod resize;
 mod share_words;
 pub mod shares;
 mod short_path;
@@ -57,6 +60,7 @@ pub use layout::{
 };
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use repair::{Repair, ShareFault, ShareRepair};
+pub use resize::{RESIZE_TAKEOVER, ResizeRefusal, Resized};
 pub use share_words::{ClaimRefusal, Holder};
 pub use traffic::PoolMarks;
 pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};

@@ -133,15 +133,18 @@ impl Member<'_> {
     }
 
     fn claim_now(&self, g: usize, share: Share) -> Result<(), ClaimRefusal> {
-        let cap = decode_cap(self.caps[g].load(Relaxed))
-            .flatten()
-            .unwrap_or(u64::MAX);
         // Written first, then checked against `used`, whose word is then swapped for the
         // next one (the same bytes, one more change): a reservation that read `used`
         // before fails its swap and reads again, and then sees these words. Taken back
         // if refused (meanwhile others only kept more for this member).
         self.locked(g, || {
             self.write_share(g, share);
+            // After the share words: a resize under way now sees them, or its cap word
+            // is seen here (the lower of the two caps decides).
+            let pool = decode_cap(self.w.gpu(g, G_CAP).load(SeqCst))
+                .flatten()
+                .unwrap_or(u64::MAX);
+            let cap = self.cap_now(g).0.min(pool);
             let used = self.w.gpu(g, G_USED);
             loop {
                 let word = used.load(SeqCst);
@@ -392,6 +395,7 @@ impl Member<'_> {
         let g = self.entry_of(device)?;
         // Its own words as it claimed them, if another process changed them.
         self.repair_own_shares(g);
+        self.refresh_cap(g);
         let cap = decode_cap(self.caps[g].load(Relaxed)).flatten();
         let ceiling = self.ceiling(g);
         let used = self.w.used(g);

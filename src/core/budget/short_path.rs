@@ -16,24 +16,24 @@ use super::used::Rule;
 /// The rule of one try of a reservation on the short path by a member that holds
 /// neither a guarantee nor a ceiling on the GPU ([`Member::try_reserve`]), while no other
 /// member holds a guarantee there: the pool's cap alone (`limit`: the cap, at most
-/// `USED_BYTES`). If another member holds one, it refuses and says so in `shared`: the
+/// `USED_BYTES`), as long as no resize came into force since the member read it. If another member holds one, it refuses and says so in `shared`: the
 /// caller then tries again with the whole rule, out of line (the try makes no call, so
 /// it saves few registers).
 struct Plain<'m, 'a> {
     m: &'m Member<'a>,
     h: &'m Hot<'a>,
     bytes: u64,
-    limit: u64,
     shared: std::cell::Cell<bool>,
 }
 
 impl Rule for Plain<'_, '_> {
     #[inline(always)]
     fn apply(&self, pool: u64, own: u64) -> Option<u64> {
-        let Plain {
-            m, h, bytes, limit, ..
-        } = *self;
-        if m.queue_first_at(h) || pool < own {
+        let Plain { m, h, bytes, .. } = *self;
+        // The limit read after its generation: a resize in force since sends the
+        // reservation the full way, which takes the new cap.
+        let seen = m.cap_gen[h.g].load(Acquire);
+        if m.queue_first_at(h) || pool < own || m.cap_changed(h, seen) {
             return None; // waiters first, in order; or a `used` that cannot be
         }
         if h.bits.iter().fold(0, |a, b| a | b.load(Acquire)) != 0
@@ -43,6 +43,7 @@ impl Rule for Plain<'_, '_> {
             self.shared.set(true);
             return None;
         }
+        let limit = m.limit[h.g].load(Relaxed);
         if bytes > limit {
             return None;
         }
@@ -65,11 +66,11 @@ impl Member<'_> {
         if let Some(r) = self.route.get(device) {
             let r = r.load(Acquire);
             let g = ((r & !OWN_SHARE) as usize).wrapping_sub(1);
-            if let (Some(Some(h)), Some(limit)) = (self.hot.get(g), self.limit.get(g)) {
+            if let Some(Some(h)) = self.hot.get(g) {
                 let taken = if r & OWN_SHARE != 0 {
                     self.take_shared(h, bytes)
                 } else {
-                    self.reserve_plain(h, bytes, limit.load(Relaxed))
+                    self.reserve_plain(h, bytes)
                 };
                 if !taken {
                     return None;
@@ -98,22 +99,21 @@ impl Member<'_> {
         let taken = if guarantee | ceiling != 0 {
             self.take_shared(h, bytes)
         } else {
-            self.reserve_plain(h, bytes, self.limit[g].load(Relaxed))
+            self.reserve_plain(h, bytes)
         };
         taken.then_some(false)
     }
 
     /// [`try_reserve`](Self::try_reserve) by a member without a guarantee or a ceiling of
-    /// its own on the GPU entry of words `h`, under `limit` (see [`Plain`]): one try;
+    /// its own on the GPU entry of words `h`, under its limit (see [`Plain`]): one try;
     /// anything else (a guarantee of another member there, another change first) the
     /// whole rule.
     #[inline(always)]
-    fn reserve_plain(&self, h: &Hot<'_>, bytes: u64, limit: u64) -> bool {
+    fn reserve_plain(&self, h: &Hot<'_>, bytes: u64) -> bool {
         let rule = Plain {
             m: self,
             h,
             bytes,
-            limit,
             shared: std::cell::Cell::new(false),
         };
         match self.add_once(h, bytes, &rule) {

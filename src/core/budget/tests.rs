@@ -11,6 +11,7 @@ mod context_flight;
 mod join_hints;
 mod member_count;
 mod repair_shares;
+mod resize;
 mod shares_in_pool;
 mod short_path;
 mod torn_reads;

@@ -74,12 +74,19 @@ impl Member<'_> {
         let word = self.w.gpu(g, G_WAIT_SEQ);
         loop {
             let seen = word.load(Acquire);
+            // A resize's cap, once in force, serves the queue (or keeps it waiting).
+            let (cap, cap_seen) = self.cap_now(g);
             if self.ahead_of(g, ticket) == 0 {
                 // Under the word lock (and so this process's gate: no second gate for a
                 // ceiling): served and out of the queue in one step for the others.
                 let served = self.locked(g, || {
-                    let served =
-                        self.add(g, bytes, |pool, own| self.fits(g, pool, own, bytes, cap));
+                    let served = self.add(g, bytes, |pool, own| {
+                        let h = self.hot(g)?;
+                        if self.cap_changed(h, cap_seen) {
+                            return None; // resized meanwhile: looked at again
+                        }
+                        self.fits(g, pool, own, bytes, cap)
+                    });
                     if served {
                         self.leave_queue(g);
                     }

@@ -1,0 +1,238 @@
+//! `gpucap pool resize NAME SIZE [--gpu N|UUID] [--dir DIR]`: changes the cap of a pool
+//! while its members run (`Pool::resize`). NAME is a pool's name, its file's absolute
+//! path; `--claim DIR` names a claim's pool instead (as `GPUCAP_CLAIM_DIR`); `--dir` is
+//! the pool directory (as `GPUCAP_POOL_DIR`).
+//! Without `--gpu`, every GPU of the pool gets the new cap.
+
+use std::path::{Path, PathBuf};
+
+use gpucap_core::budget::GpuView;
+use gpucap_core::config::{PoolSpec, parse_pool};
+use gpucap_core::size::{format_bytes, parse_size};
+
+use crate::pool::{EXIT_NO_POOL_FILE, Located, locate};
+
+/// A parsed `pool resize`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub pool: PoolSpec,
+    /// The pool as typed (for the lines printed).
+    pub name: String,
+    pub size: u64,
+    /// `--gpu`: the GPU's number in `gpucap status --pool` or its UUID (None: every GPU).
+    pub gpu: Option<String>,
+    /// `--dir`: the pool directory.
+    pub dir: Option<PathBuf>,
+}
+
+/// Parses the words after `pool resize`.
+pub fn parse(words: &[String]) -> Result<Request, String> {
+    let (mut plain, mut gpu, mut dir, mut claim) = (Vec::new(), None, None, None);
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
+        let (flag, inline) = match w.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (w.as_str(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or(format!("{name} needs a value"))
+        };
+        match flag {
+            "--gpu" => gpu = Some(value("--gpu N|UUID")?),
+            "--dir" => dir = Some(PathBuf::from(value("--dir DIR")?)),
+            "--claim" => claim = Some(value("--claim DIR")?),
+            f if f.starts_with('-') && f.len() > 1 => {
+                return Err(format!(
+                    "unknown option '{f}' of pool resize (the options are --gpu, --dir and --claim)"
+                ));
+            }
+            _ => plain.push(w.clone()),
+        }
+    }
+    let (name, size, claimed) = match (plain.as_slice(), claim) {
+        ([name, size], None) => (name.clone(), size, None),
+        ([size], Some(dir)) if dir.starts_with('/') => (
+            format!("--claim {dir}"),
+            size,
+            Some(PoolSpec::Claim(dir.into())),
+        ),
+        ([_], Some(dir)) => {
+            return Err(format!(
+                "--claim {dir}: the absolute path of the claim's directory (as its containers \
+                 have GPUCAP_CLAIM_DIR)"
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "pool resize takes a pool and a size (gpucap pool resize NAME SIZE, or \
+                 gpucap pool resize --claim DIR SIZE), {} given",
+                plain.len()
+            ));
+        }
+    };
+    let pool = match claimed.map_or_else(|| parse_pool(&name), |c| Ok(Some(c))) {
+        Ok(Some(spec)) => spec,
+        Ok(None) | Err(_) => {
+            return Err(format!(
+                "invalid pool {name:?}: a pool's name, its file's absolute path, or a claim's \
+                 pool (claim:ID)"
+            ));
+        }
+    };
+    let size = match parse_size(size) {
+        Ok(0) => return Err("the size of pool resize must be more than 0".to_string()),
+        Ok(s) => s,
+        Err(e) => return Err(format!("invalid size {size:?} of pool resize: {e}")),
+    };
+    Ok(Request {
+        pool,
+        name,
+        size,
+        gpu,
+        dir,
+    })
+}
+
+/// The GPUs of the pool `gpu` picks: by number (from 0, as `gpucap status --pool`
+/// lists them) or by UUID; every one without it.
+pub fn pick<'v>(gpus: &'v [GpuView], gpu: Option<&str>) -> Result<Vec<&'v GpuView>, String> {
+    let Some(want) = gpu else {
+        return Ok(gpus.iter().collect());
+    };
+    let found = match want.parse::<usize>() {
+        Ok(n) => gpus.get(n),
+        Err(_) => gpus.iter().find(|g| {
+            let (a, b) = (g.uuid.to_ascii_lowercase(), want.to_ascii_lowercase());
+            a == b || a.strip_prefix("gpu-") == Some(b.as_str())
+        }),
+    };
+    found.map(|g| vec![g]).ok_or_else(|| {
+        let have: Vec<String> = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| format!("{i} ({})", g.uuid))
+            .collect();
+        format!(
+            "--gpu {want}: the pool has no such GPU; it has {}",
+            if have.is_empty() {
+                "none yet".to_string()
+            } else {
+                have.join(", ")
+            }
+        )
+    })
+}
+
+/// Runs a `pool resize` (`pool_dir`: the environment's pool directory, if `--dir` was
+/// not given). Exit status: 0 resized, 1 refused or no such pool, 2 unusable.
+pub fn run(r: &Request, pool_dir: Option<&Path>) -> i32 {
+    let dir = r.dir.as_deref().or(pool_dir);
+    let path = match locate(&r.pool, dir) {
+        Ok(Located::File(p)) if p.exists() => p,
+        Ok(Located::File(p) | Located::NotYet(p)) => {
+            eprintln!(
+                "gpucap: no pool file at {} (no process has joined {} yet)",
+                p.display(),
+                r.name
+            );
+            return EXIT_NO_POOL_FILE;
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return 2;
+        }
+    };
+    let file = match gpucap_pool_file::open_writer(&path, gpucap_pool_file::Sharing::of(&r.pool)) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return 2;
+        }
+    };
+    let view = match file.view() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return 2;
+        }
+    };
+    let gpus = match pick(&view.gpus, r.gpu.as_deref()) {
+        Ok(g) if !g.is_empty() => g,
+        Ok(_) => {
+            eprintln!(
+                "gpucap: pool {}: no member has used a GPU yet: nothing to resize",
+                r.name
+            );
+            return 1;
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return 1;
+        }
+    };
+    let mut code = 0;
+    for g in gpus {
+        match file.pool.resize(&g.raw_uuid, Some(r.size), &file.locks) {
+            Ok(done) => println!("{}", resized_line(&r.name, &g.uuid, &done)),
+            Err(e) => {
+                eprintln!("gpucap: pool {} {}: not resized: {e}", r.name, g.uuid);
+                code = 1;
+            }
+        }
+    }
+    code
+}
+
+/// What a resize done prints.
+pub fn resized_line(name: &str, uuid: &str, r: &gpucap_core::budget::Resized) -> String {
+    let cap = |c: Option<u64>| c.map_or("no cap".to_string(), format_bytes);
+    let mut line = format!(
+        "pool {name} {uuid}: cap {} -> {}, {} in use",
+        cap(r.old),
+        cap(r.new),
+        format_bytes(r.used)
+    );
+    if r.new.is_some_and(|c| r.used > c) {
+        line.push_str(
+            "; above the new cap: new allocations are refused (or wait) until use falls \
+             under it, nothing is taken back",
+        );
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(words: &[&str]) -> Result<Request, String> {
+        parse(&words.iter().map(|w| w.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_resize_names_a_pool_and_a_size() {
+        let r = p(&["train", "8Gi", "--gpu", "1", "--dir=/tmp/pools"]).unwrap();
+        assert_eq!(r.size, 8 << 30);
+        assert_eq!(r.gpu.as_deref(), Some("1"));
+        assert_eq!(r.dir, Some(PathBuf::from("/tmp/pools")));
+        assert_eq!(r.pool, PoolSpec::Name("train".into()));
+        let r = p(&["--claim", "/claims/5f0c", "2Gi"]).unwrap();
+        assert_eq!(r.pool, PoolSpec::Claim("/claims/5f0c".into()));
+        for (words, says) in [
+            (&["train"][..], "a pool and a size"),
+            (&["train", "0"], "more than 0"),
+            (&["train", "8X"], "invalid size \"8X\""),
+            (&["train", "1Gi", "--gpu"], "--gpu N|UUID needs a value"),
+            (&["train", "1Gi", "--force"], "unknown option '--force'"),
+            (&["a b", "1Gi"], "invalid pool"),
+            (&["--claim", "rel", "1Gi"], "--claim rel: the absolute path"),
+            (&["train", "--claim", "/c", "1Gi"], "a pool and a size"),
+        ] {
+            let e = p(words).unwrap_err();
+            assert!(e.contains(says), "{words:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Resizing a live pool (`gpucap pool resize`): the cap word of a GPU entry changed
+//! while members hold it, and how each member learns the new cap.
+//!
+//! Every member keeps its own copy of the cap (`Member::caps`, and `limit` for the
+//! short path), so that a cap word another process damaged does not uncap it. A resize
+//! is told apart from damage by the entry's cap generation (`G_CAP_GEN`):
+//!
+//! 1. the resizer makes the generation odd (one resize at a time; a resizer that died
+//!    half-way is taken over after [`RESIZE_TAKEOVER`]), writes the cap word, and checks
+//!    the live members' guarantees against it (a guarantee claimed at the same time
+//!    checks the cap word too: of the two, at least one sees the other);
+//! 2. if they do not fit, the old cap is written back and the resize refused, naming
+//!    the holders; else the generation is made even again (the new cap is in force);
+//! 3. every member's own cap word (`M_CAP`: what readers and joiners weigh) gets the
+//!    new cap, and the pool's `used` word is swapped for the next one (the same bytes, one more
+//!    change), so that a reservation that read `used` before the new cap was in force
+//!    fails its swap, reads again and sees the new generation;
+//! 4. the waiters are woken: a raise serves them at once.
+//!
+//! A member checks the generation inside each reservation's rule (one load): another
+//! even value than the one its cap was read at sends the reservation to the full path,
+//! which takes the cap word as the member's cap ([`Member::refresh_cap`]). While the
+//! generation is odd, the cap in force is the old one. A recount repairs a cap word
+//! only when the generation is the one the member read its cap at.
+//!
+//! A lower cap takes nothing back: the memory held stays held, new reservations are
+//! refused (or wait) until use falls under the new cap. Once a pool was resized, the
+//! cap word is authoritative while members hold the GPU: a member started later with
+//! another `GPUCAP_LIMIT` joins with the pool's cap. Once no member holds it, the next
+//! member's cap replaces it, as for a pool never resized.
+
+use std::fmt;
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+use super::hot::Hot;
+use super::layout::*;
+use super::member::{Member, MemberLocks, Pool};
+use super::share_words::Holder;
+
+/// How long a resize waits for another one under way before taking it over (its
+/// resizer died half-way: a resize takes a few microseconds).
+pub const RESIZE_TAKEOVER: Duration = Duration::from_secs(1);
+
+/// A resize done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    /// The cap before and after (None: no cap).
+    pub old: Option<u64>,
+    pub new: Option<u64>,
+    /// What the members held when the new cap came into force.
+    pub used: u64,
+}
+
+/// Why a resize was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResizeRefusal {
+    /// The pool has no entry for the GPU (no member registered it yet).
+    NoGpu,
+    /// The live members' guarantees on the GPU sum to more than the new cap.
+    Guarantees {
+        cap: u64,
+        guaranteed: u64,
+        holders: Vec<Holder>,
+    },
+}
+
+impl fmt::Display for ResizeRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResizeRefusal::NoGpu => write!(f, "no member of the pool has used that GPU yet"),
+            ResizeRefusal::Guarantees {
+                cap,
+                guaranteed,
+                holders,
+            } => {
+                let size = crate::size::format_bytes;
+                write!(
+                    f,
+                    "the new cap {} is below the {} guaranteed to live members (",
+                    size(*cap),
+                    size(*guaranteed)
+                )?;
+                for (i, h) in holders.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(
+                        f,
+                        "{sep}pid {} {} guarantees {}",
+                        h.pid,
+                        h.command,
+                        size(h.guarantee)
+                    )?;
+                }
+                write!(
+                    f,
+                    "); the cap was not changed: resize to at least {} or end a member \
+                     that holds a guarantee first",
+                    size(*guaranteed)
+                )
+            }
+        }
+    }
+}
+
+impl Pool<'_> {
+    /// Sets the cap of the GPU `uuid` to `cap` (None: no cap) while members hold it (see
+    /// the module's text). `locks` answers which members live and wakes the waiters.
+    pub fn resize(
+        &self,
+        uuid: &[u8; 16],
+        cap: Option<u64>,
+        locks: &dyn MemberLocks,
+    ) -> Result<Resized, ResizeRefusal> {
+        let w = self.w;
+        let key = gpu_key(uuid);
+        let g = (0..MAX_POOL_GPUS)
+            .find(|&g| w.gpu(g, G_KEY).load(Acquire) == key)
+            .ok_or(ResizeRefusal::NoGpu)?;
+        let generation = w.gpu(g, G_CAP_GEN);
+        // One resize at a time: the generation made odd is this resize's turn.
+        let start = Instant::now();
+        let odd = loop {
+            let e = generation.load(SeqCst);
+            if e & 1 == 1 {
+                if start.elapsed() < RESIZE_TAKEOVER {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                // Its resizer died half-way: this resize finishes the turn.
+                if generation.compare_exchange(e, e, SeqCst, SeqCst).is_ok() {
+                    break e;
+                }
+                continue;
+            }
+            if generation
+                .compare_exchange(e, e + 1, SeqCst, SeqCst)
+                .is_ok()
+            {
+                break e + 1;
+            }
+        };
+        let word = w.gpu(g, G_CAP);
+        let old = word.swap(encode_cap(cap), SeqCst);
+        let limit = cap.unwrap_or(u64::MAX);
+        // After the cap word: a guarantee claimed now sees the new cap, or is seen here.
+        let holders = self.guarantees(g, locks);
+        let guaranteed = holders
+            .iter()
+            .fold(0u64, |a, h| a.saturating_add(h.guarantee));
+        if guaranteed > limit {
+            word.store(old, SeqCst);
+            generation.store(odd + 1, SeqCst);
+            return Err(ResizeRefusal::Guarantees {
+                cap: limit,
+                guaranteed,
+                holders,
+            });
+        }
+        generation.store(odd + 1, SeqCst);
+        // The members' own cap words, which readers (`view`) and joiners weigh: the new
+        // cap for every member holding the GPU (each writes the same when it takes it).
+        let new = encode_cap(cap);
+        for s in 0..w.slots() {
+            let theirs = w.member_gpu(s, g, M_CAP);
+            let now = theirs.load(SeqCst);
+            if now != 0 && now != new {
+                let _ = theirs.compare_exchange(now, new, SeqCst, SeqCst);
+            }
+        }
+        // A reservation that read `used` before the new cap was in force swaps no more.
+        let used = w.gpu(g, G_USED);
+        let mut now = used.load(SeqCst);
+        while let Err(w) =
+            used.compare_exchange_weak(now, used_word(now, used_bytes(now)), SeqCst, SeqCst)
+        {
+            now = w;
+        }
+        let seq = w.gpu(g, G_WAIT_SEQ);
+        seq.fetch_add(1, AcqRel);
+        locks.wake(seq);
+        Ok(Resized {
+            old: decode_cap(old).flatten(),
+            new: cap,
+            used: used_bytes(now),
+        })
+    }
+
+    /// The guarantees live members hold on GPU entry `g`.
+    fn guarantees(&self, g: usize, locks: &dyn MemberLocks) -> Vec<Holder> {
+        let w = self.w;
+        (0..w.slots())
+            .filter_map(|s| {
+                let guarantee = w.share(s, g, SH_GUARANTEE).load(SeqCst);
+                (guarantee != 0 && w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE && locks.held(s))
+                    .then(|| Holder {
+                        pid: w.slot(s, S_PID).load(Relaxed) as u32,
+                        command: w.command(s),
+                        guarantee,
+                    })
+            })
+            .collect()
+    }
+}
+
+impl Member<'_> {
+    /// The cap word (`G_CAP` encoding) and generation a joiner registers GPU entry `g`
+    /// with, its own cap being `ours`: the pool's cap word if the pool was resized and
+    /// another live member holds the GPU, else its own; and the generation read (the
+    /// last even one, and as read).
+    pub(super) fn cap_to_register(&self, g: usize, ours: u64) -> (u64, u64, u64) {
+        let generation = self.w.gpu(g, G_CAP_GEN).load(SeqCst);
+        let pool = self.w.gpu(g, G_CAP).load(SeqCst);
+        let held = generation != 0
+            && pool != 0
+            && (0..self.w.slots()).any(|s| {
+                s != self.slot
+                    && self.w.member_gpu(s, g, M_CAP).load(SeqCst) != 0
+                    && self.w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE
+                    && self.locks.held(s)
+            });
+        // While a resize is under way (odd), the member looks again once it ends.
+        (if held { pool } else { ours }, generation & !1, generation)
+    }
+
+    /// Whether a resize of GPU entry `h.g` came into force since generation `seen`.
+    #[inline(always)]
+    pub(super) fn cap_changed(&self, h: &Hot<'_>, seen: u64) -> bool {
+        let e = h.gpu[G_CAP_GEN].load(Relaxed);
+        e != seen && e & 1 == 0
+    }
+
+    /// The cap this member enforces on GPU entry `g` (`u64::MAX`: none) and the
+    /// generation it was read at, after taking a resize's cap if one came into force.
+    pub(super) fn cap_now(&self, g: usize) -> (u64, u64) {
+        self.refresh_cap(g);
+        let seen = self.cap_gen[g].load(Acquire);
+        let cap = decode_cap(self.caps[g].load(Relaxed))
+            .flatten()
+            .unwrap_or(u64::MAX);
+        (cap, seen)
+    }
+
+    /// Takes the cap word of GPU entry `g` as this member's cap if a resize came into
+    /// force since it last read it. True if it did.
+    pub(super) fn refresh_cap(&self, g: usize) -> bool {
+        if self.left.load(Acquire) {
+            return false; // the slot may be another member's now
+        }
+        let generation = self.w.gpu(g, G_CAP_GEN);
+        let e = generation.load(SeqCst);
+        if e & 1 == 1 || e == self.cap_gen[g].load(Acquire) || self.caps[g].load(Relaxed) == 0 {
+            return false;
+        }
+        let word = self.w.gpu(g, G_CAP).load(SeqCst);
+        if word == 0 || generation.load(SeqCst) != e {
+            return false; // another resize began: taken once it ends
+        }
+        self.caps[g].store(word, Relaxed);
+        self.limit[g].store(limit_of(word), Relaxed);
+        self.w.member_gpu(self.slot, g, M_CAP).store(word, SeqCst);
+        self.cap_gen[g].store(e, Release);
+        true
+    }
+
+    /// Whether the cap word of GPU entry `g` is one a resize wrote (in force or under
+    /// way) rather than another process's damage: the generation moved since this
+    /// member read its cap.
+    pub(super) fn cap_resized(&self, g: usize) -> bool {
+        self.w.gpu(g, G_CAP_GEN).load(SeqCst) != self.cap_gen[g].load(Acquire)
+    }
+}

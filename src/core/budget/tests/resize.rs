@@ -1,0 +1,206 @@
+//! Resizing a live pool (`resize`): members learn the new cap, a raise serves the
+//! waiters, a lower takes nothing back, guarantees that no longer fit refuse it.
+
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::time::Duration;
+
+use super::*;
+use crate::budget::shares::{Share, check};
+
+fn quiet(_: &WaitNote) {}
+
+fn cap_of(pool: Pool<'static>, k: &'static Kernel) -> Option<u64> {
+    pool.view(proc(k, 99)).gpus[0].cap
+}
+
+#[test]
+fn a_raise_serves_a_waiting_member() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.reserve(0, 900).unwrap();
+    let b = member(pool, proc(k, 2), Some(1000)).waiting(Duration::from_secs(60), quiet);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| b.reserve(0, 300));
+        while pool.view(proc(k, 99)).gpus[0].waiters == 0 {
+            std::thread::yield_now();
+        }
+        let r = pool.resize(&GPU0, Some(1500), proc(k, 99)).unwrap();
+        assert_eq!((r.old, r.new, r.used), (Some(1000), Some(1500), 900));
+        waiter.join().unwrap().expect("served by the raise");
+    });
+    assert_eq!(b.usage(0), Some((1200, Some(1500), 300)));
+    // A member that held the old cap: its first reservation since goes the full way
+    // and takes the new cap, its short path then holds it too.
+    assert_eq!(a.try_reserve(0, 100), None, "a resize since: the full way");
+    a.reserve(0, 200).unwrap();
+    assert_eq!(a.try_reserve(0, 100), Some(true));
+    a.alloc_ended(0, 100, true);
+    assert_eq!(a.try_reserve(0, 1), None, "at the new cap");
+    assert_eq!(cap_of(pool, k), Some(1500));
+    assert!(
+        !pool.view(proc(k, 99)).gpus[0].cap_drift,
+        "a resize is no drift"
+    );
+}
+
+#[test]
+fn a_lower_refuses_new_growth_and_takes_nothing_back() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.reserve(0, 800).unwrap();
+    let r = pool.resize(&GPU0, Some(500), proc(k, 99)).unwrap();
+    assert_eq!((r.old, r.new, r.used), (Some(1000), Some(500), 800));
+    let v = pool.view(proc(k, 99));
+    assert_eq!((v.gpus[0].cap, v.gpus[0].cap_drift), (Some(500), false));
+    assert_eq!(
+        a.try_reserve(0, 1),
+        None,
+        "the short path refuses past the new cap"
+    );
+    let e = a.reserve(0, 1).unwrap_err();
+    assert_eq!(
+        (e.used, e.cap, e.own),
+        (800, 500, 800),
+        "nothing taken back"
+    );
+    // A member started later with the old GPUCAP_LIMIT joins, and holds the new cap.
+    let b = member(pool, proc(k, 2), Some(1000));
+    assert_eq!(b.usage(0), Some((800, Some(500), 0)));
+    assert!(b.reserve(0, 1).is_err());
+    a.credit(0, 400);
+    b.reserve(0, 100).unwrap();
+    assert!(b.reserve(0, 1).is_err(), "500 in use: the new cap");
+    // A recount does not write the old cap back.
+    a.recount(0);
+    assert_eq!(cap_of(pool, k), Some(500));
+}
+
+#[test]
+fn a_guarantee_that_no_longer_fits_refuses_the_resize() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let share = |g| -> Share { check(Some(1000), g, None).unwrap() };
+    a.claim(0, share(600)).unwrap();
+    let e = pool.resize(&GPU0, Some(500), proc(k, 99)).unwrap_err();
+    match &e {
+        ResizeRefusal::Guarantees {
+            cap,
+            guaranteed,
+            holders,
+        } => {
+            assert_eq!((*cap, *guaranteed), (500, 600));
+            assert_eq!((holders[0].pid, holders[0].guarantee), (1, 600));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("pid 1 proc 1 guarantees"), "{e}");
+    assert_eq!(cap_of(pool, k), Some(1000), "the cap was not changed");
+    a.reserve(0, 1000).unwrap();
+    pool.resize(&GPU0, Some(600), proc(k, 99)).unwrap();
+    assert_eq!(a.usage(0), Some((1000, Some(600), 1000)));
+}
+
+#[test]
+fn a_gpu_no_member_used_cannot_be_resized() {
+    let (pool, k) = setup();
+    let _a = member(pool, proc(k, 1), Some(1000));
+    assert_eq!(
+        pool.resize(&GPU1, Some(5), proc(k, 99)),
+        Err(ResizeRefusal::NoGpu)
+    );
+}
+
+/// Members reserving and freeing, others joining and leaving with the pool's first
+/// cap, while the cap goes down and up: in each low phase, no reservation takes `used`
+/// past the low cap or what was held when it came into force.
+#[test]
+fn resizes_racing_joins_and_reservations_keep_used_under_the_cap_in_force() {
+    const HIGH: u64 = 1 << 20;
+    const LOW: u64 = 1 << 16;
+    const CHUNK: u64 = 4096;
+    let (pool, k) = setup();
+    let first = member(pool, proc(k, 1), Some(HIGH));
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for id in 2..6 {
+            let stop = &stop;
+            s.spawn(move || {
+                let m = member(pool, proc(k, id), Some(HIGH));
+                let mut held = 0u64;
+                while !stop.load(Relaxed) {
+                    let taken = match m.try_reserve(0, CHUNK) {
+                        Some(true) => {
+                            m.alloc_ended(0, CHUNK, true);
+                            true
+                        }
+                        _ => m.reserve(0, CHUNK).is_ok(),
+                    };
+                    if taken {
+                        held += CHUNK;
+                    }
+                    if !taken || held >= 8 * CHUNK {
+                        m.credit(0, held);
+                        held = 0;
+                    }
+                }
+                m.credit(0, held);
+            });
+        }
+        for id in 10..12 {
+            let stop = &stop;
+            s.spawn(move || {
+                let mut n = 0;
+                while !stop.load(Relaxed) {
+                    // Joiners with the first GPUCAP_LIMIT: never refused for it.
+                    let m = member(pool, proc(k, id * 1000 + n), Some(HIGH));
+                    if m.reserve(0, CHUNK).is_ok() {
+                        m.credit(0, CHUNK);
+                    }
+                    m.leave();
+                    n += 1;
+                }
+            });
+        }
+        // Stops the others however this thread ends (a failed assertion included).
+        struct Stop<'s>(&'s AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        let resizer = proc(k, 99);
+        for _ in 0..200 {
+            let low = pool.resize(&GPU0, Some(LOW), resizer).unwrap();
+            let bound = low.used.max(LOW);
+            for _ in 0..200 {
+                let used = pool.view(resizer).gpus[0].used;
+                assert!(used <= bound, "{used} in use past {bound} in a low phase");
+            }
+            pool.resize(&GPU0, Some(HIGH), resizer).unwrap();
+            std::thread::yield_now();
+        }
+    });
+    assert_eq!(first.usage(0), Some((0, Some(HIGH), 0)));
+}
+
+#[test]
+fn concurrent_resizes_leave_one_cap_every_member_holds() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    std::thread::scope(|s| {
+        for cap in [2000, 3000] {
+            s.spawn(move || {
+                for _ in 0..500 {
+                    pool.resize(&GPU0, Some(cap), proc(k, 99)).unwrap();
+                }
+            });
+        }
+    });
+    let cap = cap_of(pool, k).unwrap();
+    assert!(cap == 2000 || cap == 3000);
+    a.reserve(0, 1).unwrap();
+    assert_eq!(a.usage(0), Some((1, Some(cap), 1)));
+    let b = member(pool, proc(k, 2), Some(1000));
+    assert_eq!(b.usage(0).unwrap().1, Some(cap));
+}
