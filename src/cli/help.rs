@@ -239,8 +239,9 @@ options:
   -h, --help         show this help
 
 exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
-yet); 2 for a bad value, or a file that is not a pool file this gpucap can read
-(with --prometheus, also if no pool is configured). With --prometheus the exposition is printed all the same, with
+yet); 2 for a bad value, or a file that is not a pool file this gpucap can read.
+With --prometheus and no pool named or configured: every pool and every process capped
+alone, as gpucap status shows them (as --all). With --prometheus the exposition is printed all the same, with
 gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
 
 const TOP_HELP: &str = "\

@@ -605,11 +605,17 @@ fn status(pool_flag: Option<String>, json: bool, uuid: bool) -> i32 {
 /// The reader of the pools `status --prometheus` and `metrics` show: `--pool`'s
 /// (each validated as GPUCAP_POOL is), every pool of the pool directory (`--all`), or
 /// the one `status` would show. The pool directory is the one `status` would use.
-fn metrics_reader(pools: PoolSet) -> Result<metrics::Reader, i32> {
+/// With no pool configured, `everything` says what is read: every pool and every
+/// process capped alone, as `status` shows them (`status --prometheus`), or nothing
+/// (`metrics`, a server, names what it serves: the error line).
+fn metrics_reader(pools: PoolSet, everything: bool) -> Result<metrics::Reader, i32> {
     match pools {
         PoolSet::Configured => {
             let config = pool_config(None)?;
             let Some(spec) = config.pool else {
+                if everything {
+                    return Ok(metrics::Reader::new(metrics::Which::All, config.pool_dir));
+                }
                 eprintln!("{NO_POOL_CONFIGURED}");
                 return Err(EXIT_USAGE);
             };
@@ -656,7 +662,7 @@ fn metrics_reader(pools: PoolSet) -> Result<metrics::Reader, i32> {
 /// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: the exposition, printed
 /// whatever could be read; the exit status is the worst pool's, as `status` gives it.
 fn status_prometheus(pools: PoolSet) -> i32 {
-    let mut reader = match metrics_reader(pools) {
+    let mut reader = match metrics_reader(pools, true) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -680,7 +686,7 @@ fn status_prometheus(pools: PoolSet) -> i32 {
 
 /// `gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]`.
 fn serve_metrics(listen: std::net::SocketAddr, pools: PoolSet) -> i32 {
-    let reader = match metrics_reader(pools) {
+    let reader = match metrics_reader(pools, false) {
         Ok(r) => r,
         Err(code) => return code,
     };
