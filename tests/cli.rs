@@ -223,6 +223,15 @@ fn unknown_variable_stops_before_the_program() {
     let var = Some(("GPUCAP_LIMT", os("1Gi")));
     let (o, marker) = run_touch("cli-unknown", &["--limit", "1Gi"], var);
     assert_config_error(&o, &marker, "GPUCAP_LIMT", "1Gi");
+    // One line, naming the variable meant.
+    let err = stderr(&o);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("GPUCAP_LIMT")).collect();
+    assert_eq!(said.len(), 1, "{}", dump(&o));
+    assert!(
+        said[0].contains("did you mean GPUCAP_LIMIT?"),
+        "{}",
+        dump(&o)
+    );
 }
 
 #[test]
@@ -355,6 +364,21 @@ fn check_rejects_bad_configuration() {
     let o = run(gpucap(&[os("check")], &dir.join("s.json")).env("GPUCAP_LIMT", "1Gi"));
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("GPUCAP_LIMT"), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("did you mean GPUCAP_LIMIT?"),
+        "{}",
+        dump(&o)
+    );
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limt"), os("1Gi")],
+        &dir.join("s.json"),
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("unknown option '--limt' (did you mean --limit?)"),
+        "{}",
+        dump(&o)
+    );
 }
 
 #[test]

@@ -141,11 +141,11 @@ fn run_errors() {
     );
     assert_eq!(
         err(&["run", "--lmit", "8Gi", "x"]).message,
-        "unknown option '--lmit'"
+        "unknown option '--lmit' (did you mean --limit?)"
     );
     assert_eq!(
         err(&["run", "--lmit=8Gi", "x"]).message,
-        "unknown option '--lmit'"
+        "unknown option '--lmit' (did you mean --limit?)"
     );
     assert_eq!(
         err(&["run", "-l", "8Gi", "x"]).message,
@@ -844,4 +844,41 @@ fn run_quiet_is_a_flag_of_run_only() {
             .message
             .contains("more than once")
     );
+}
+
+#[test]
+fn a_misspelt_option_names_the_nearest() {
+    for (args, line) in [
+        (
+            &["run", "--limt", "8Gi", "x"][..],
+            "unknown option '--limt' (did you mean --limit?)",
+        ),
+        (
+            &["check", "--limt=8Gi"],
+            "unknown option '--limt' (did you mean --limit?)",
+        ),
+        (
+            &["check", "--write-evn", "f"],
+            "unknown option '--write-evn' (did you mean --write-env?)",
+        ),
+        (
+            &["status", "--prometeus"],
+            "unknown option '--prometeus' (did you mean --prometheus?)",
+        ),
+        (
+            &["top", "--usr", "x"],
+            "unknown option '--usr' (did you mean --user?)",
+        ),
+        (
+            &["metrics", "--lsten", "127.0.0.1:1"],
+            "unknown option '--lsten' (did you mean --listen?)",
+        ),
+        // Nothing near: no guess.
+        (
+            &["run", "--frobnicate", "x"],
+            "unknown option '--frobnicate'",
+        ),
+    ] {
+        assert_eq!(err(args).message, line, "{args:?}");
+    }
 }

@@ -387,6 +387,33 @@ mod tests {
     }
 
     #[test]
+    fn a_misspelt_variable_names_the_nearest() {
+        for (typed, meant) in [
+            ("GPUCAP_LIMT", "GPUCAP_LIMIT"),
+            ("GPUCAP_LIMITT", "GPUCAP_LIMIT"),
+            ("GPUCAP_POL", "GPUCAP_POOL"),
+            ("gpucap_limt", "GPUCAP_LIMIT"),
+        ] {
+            let e = vars(&[(typed, "8Gi")]).unwrap_err();
+            assert_eq!(e.var, typed);
+            assert!(
+                e.reason
+                    .starts_with(&format!("unknown gpucap variable: did you mean {meant}?")),
+                "{e}"
+            );
+            assert_eq!(e.to_string().lines().count(), 1, "{e}");
+        }
+        // Nothing within 2 edits: no guess.
+        let e = vars(&[("GPUCAP_FROBNICATE", "1")]).unwrap_err();
+        assert!(!e.reason.contains("did you mean"), "{e}");
+        assert_eq!(
+            nearest_name("--limt", &["--limit", "--pool"]),
+            Some("--limit")
+        );
+        assert_eq!(nearest_name("--xyzzy", &["--limit", "--pool"]), None);
+    }
+
+    #[test]
     fn limit_none_is_no_cap_on_purpose() {
         for v in ["none", "None", " NONE "] {
             let c = vars(&[("GPUCAP_LIMIT", v)]).unwrap();
