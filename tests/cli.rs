@@ -830,3 +830,26 @@ fn the_readme_headline_example_is_what_gpucap_prints() {
     assert_eq!(refusals(&printed).len(), 1, "{}", dump(&o));
     assert!(expected.iter().any(|l| l.starts_with("gpucap: refused ")));
 }
+
+/// HAMi-core's lowercase `g` is GiB in `--limit` and `GPUCAP_LIMIT`; Kubernetes' `m`
+/// (milli) is refused with a line saying what to write.
+#[test]
+fn hamis_g_is_accepted_and_kubernetes_m_refused() {
+    let dir = scratch("cli-units");
+    let stats = dir.join("s.json");
+    let o = run(&mut gpucap(&[os("check"), os("--limit"), os("8g")], &stats));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    assert!(
+        stdout(&o).contains("limit: every GPU: 8 GiB (8589934592 bytes)"),
+        "{}",
+        dump(&o)
+    );
+    let o = run(gpucap(&[os("check")], &stats).env("GPUCAP_LIMIT", "8m"));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("m is milli in Kubernetes")
+            && stderr(&o).contains("write 8Mi for mebibytes"),
+        "{}",
+        dump(&o)
+    );
+}
