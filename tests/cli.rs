@@ -853,3 +853,45 @@ fn hamis_g_is_accepted_and_kubernetes_m_refused() {
         dump(&o)
     );
 }
+
+/// A message about a value given by a flag names the flag typed, not its variable:
+/// `check --limit 8GB`'s note, `cdi generate --limit 150%`'s error.
+#[test]
+fn messages_name_the_flag_typed() {
+    let dir = scratch("cli-flagnames");
+    let stats = dir.join("s.json");
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("8GB")],
+        &stats,
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        all.contains("note: --limit's 8GB is in decimal units"),
+        "{}",
+        dump(&o)
+    );
+    assert!(!all.contains("GPUCAP_LIMIT"), "{}", dump(&o));
+    let out = dir.join("cdi.json");
+    let cdi_dir = dir.join("cdi");
+    let o = run(&mut gpucap(
+        &[
+            os("cdi"),
+            os("generate"),
+            os("--output"),
+            out.as_os_str(),
+            os("--dir"),
+            cdi_dir.as_os_str(),
+            os("--limit"),
+            os("150%"),
+        ],
+        &stats,
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).starts_with("gpucap: invalid --limit=\"150%\""),
+        "{}",
+        dump(&o)
+    );
+    assert!(!out.exists());
+}

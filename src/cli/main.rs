@@ -251,7 +251,16 @@ pub(crate) fn lookup<'a>(vars: &'a [(OsString, OsString)], name: &str) -> Option
 /// A ConfigError about a variable that a flag set names the flag instead
 /// (`gpucap: invalid --limit="150%": ...`): that is what the user typed.
 pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::ConfigError {
-    let flag = match e.var.as_str() {
+    if let Some(flag) = flag_of(&e.var, overrides) {
+        e.var = flag.to_string();
+    }
+    e
+}
+
+/// The flag that set variable `var`, if one did (`--limit` for GPUCAP_LIMIT when
+/// `--limit` was typed): messages name what the user typed.
+fn flag_of(var: &str, overrides: &Overrides) -> Option<&'static str> {
+    Some(match var {
         "GPUCAP_LIMIT" if overrides.limit.is_some() => "--limit",
         "GPUCAP_LOG" if overrides.log.is_some() => "--log",
         "GPUCAP_REPORT" if overrides.report.is_some() => "--report",
@@ -260,10 +269,21 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
         "GPUCAP_WAIT" if overrides.wait.is_some() => "--wait",
         "GPUCAP_GUARANTEE" if overrides.guarantee.is_some() => "--guarantee",
         "GPUCAP_CEILING" if overrides.ceiling.is_some() => "--ceiling",
-        _ => return e,
-    };
-    e.var = flag.to_string();
-    e
+        _ => return None,
+    })
+}
+
+/// The configuration's `note:` lines with a variable set by a flag named as the flag
+/// (`note: --limit's 8GB is in decimal units ...`).
+fn blame_flag_notes(mut config: Config, overrides: &Overrides) -> Config {
+    for note in &mut config.notes {
+        for var in config::KNOWN_VARS {
+            if let Some(flag) = flag_of(var, overrides) {
+                *note = note.replace(&format!("{var}'s "), &format!("{flag}'s "));
+            }
+        }
+    }
+    config
 }
 
 /// Validates the environment with the flags applied. On error prints the one-line
@@ -271,7 +291,7 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
 pub(crate) fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i32> {
     let vars = dedup_first(apply_overrides(std::env::vars_os(), overrides));
     match config::from_vars(vars.iter().map(|(k, v)| (k, v))) {
-        Ok(c) => Ok((c, vars)),
+        Ok(c) => Ok((blame_flag_notes(c, overrides), vars)),
         Err(e) => {
             eprintln!("{}", blame_flag(e, overrides));
             Err(EXIT_USAGE)
