@@ -146,11 +146,20 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
     assert!(!text.contains('\x1b'), "{text}");
     assert!(row(&text, pl).contains("[|"), "a bar\n{text}");
     row(&text, pm);
+    let other = s.member("other", "other", &["alloc:10Mi"]);
+    let o = run(&mut s.gpucap(&["top", "--once"]));
+    assert!(stdout(&o).contains("pool other "), "{}", dump(&o));
     let o = run(&mut s.gpucap(&["top", "--once", "--pool", "train"]));
     assert!(!stdout(&o).contains(&format!(" {pl} ")), "{}", dump(&o));
     row(&stdout(&o), pm);
+    // The pool lines are filtered as the rows are: the pool chosen's only.
+    assert!(stdout(&o).contains("pool train "), "{}", dump(&o));
+    assert!(!stdout(&o).contains("pool other"), "{}", dump(&o));
+    assert!(stdout(&o).contains(", 1 pool "), "{}", dump(&o));
     let o = run(&mut s.gpucap(&["top", "--once", "--user", "nobody-here"]));
     assert!(!stdout(&o).contains(" script "), "{}", dump(&o));
+    assert!(!stdout(&o).contains("pool train"), "{}", dump(&o));
+    let _ = kill(other);
     let o = run(&mut s.gpucap(&["top", "--once", "--sort", "pid"]));
     let text = stdout(&o);
     let (a, b) = (
