@@ -98,7 +98,12 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             program,
             args,
         } => measure::measure(&overrides, &program, &args),
-        Command::Status { pool, json, uuid } => status(pool, json, uuid),
+        Command::Status {
+            pool,
+            json,
+            uuid,
+            all,
+        } => status(pool, json, uuid, all),
         Command::StatusPrometheus { pools } => status_prometheus(pools),
         Command::Metrics { listen, pools } => serve_metrics(listen, pools),
         Command::Top {
@@ -595,13 +600,13 @@ fn pools(action: args::PoolAction) -> i32 {
 
 /// `gpucap status [--pool NAME|PATH] [--json] [--uuid]`: the pool the flag or the
 /// environment names, in detail; else every pool and every process capped on its own.
-fn status(pool_flag: Option<String>, json: bool, uuid: bool) -> i32 {
+fn status(pool_flag: Option<String>, json: bool, uuid: bool, all: bool) -> i32 {
     let config = match pool_config(pool_flag.clone()) {
         Ok(c) => c,
         Err(code) => return code,
     };
     if config.pool.is_none() {
-        return status::everything(config.pool_dir, json, uuid);
+        return status::everything(config.pool_dir, json, uuid, all);
     }
     let file = match open_pool(pool_flag) {
         Ok(f) => f,

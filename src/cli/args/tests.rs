@@ -355,7 +355,8 @@ fn status_and_top_forms() {
         Ok(Command::Status {
             pool: None,
             json: false,
-            uuid: false
+            uuid: false,
+            all: false
         })
     );
     assert_eq!(
@@ -363,7 +364,8 @@ fn status_and_top_forms() {
         Ok(Command::Status {
             pool: Some("train".into()),
             json: true,
-            uuid: false
+            uuid: false,
+            all: false
         })
     );
     assert_eq!(
@@ -371,7 +373,8 @@ fn status_and_top_forms() {
         Ok(Command::Status {
             pool: Some("/dev/shm/x.pool".into()),
             json: false,
-            uuid: false
+            uuid: false,
+            all: false
         })
     );
     assert_eq!(p(&["status", "-h"]), Ok(Command::Help(Topic::Status)));
@@ -431,7 +434,8 @@ fn status_and_top_forms() {
         Ok(Command::Status {
             pool: None,
             json: false,
-            uuid: true
+            uuid: true,
+            all: false
         })
     );
     let e = err(&["top", "--sort", "size"]);
@@ -633,10 +637,19 @@ fn prometheus_and_metrics_errors() {
         err(&["status", "--prometheus", "--json"]).message,
         "--json and --prometheus exclude each other"
     );
+    assert_eq!(
+        p(&["status", "--all"]),
+        Ok(Command::Status {
+            pool: None,
+            json: false,
+            uuid: false,
+            all: true
+        })
+    );
     assert!(
-        err(&["status", "--all"])
+        err(&["status", "--all", "--pool", "a"])
             .message
-            .starts_with("--all goes with --prometheus")
+            .starts_with("--all and --pool exclude each other")
     );
     assert!(
         err(&["status", "--pool", "a", "--pool", "b", "--json"])
