@@ -223,6 +223,15 @@ fn unknown_variable_stops_before_the_program() {
     let var = Some(("GPUCAP_LIMT", os("1Gi")));
     let (o, marker) = run_touch("cli-unknown", &["--limit", "1Gi"], var);
     assert_config_error(&o, &marker, "GPUCAP_LIMT", "1Gi");
+    // One line, naming the variable meant.
+    let err = stderr(&o);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("GPUCAP_LIMT")).collect();
+    assert_eq!(said.len(), 1, "{}", dump(&o));
+    assert!(
+        said[0].contains("did you mean GPUCAP_LIMIT?"),
+        "{}",
+        dump(&o)
+    );
 }
 
 #[test]
@@ -355,6 +364,21 @@ fn check_rejects_bad_configuration() {
     let o = run(gpucap(&[os("check")], &dir.join("s.json")).env("GPUCAP_LIMT", "1Gi"));
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("GPUCAP_LIMT"), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("did you mean GPUCAP_LIMIT?"),
+        "{}",
+        dump(&o)
+    );
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limt"), os("1Gi")],
+        &dir.join("s.json"),
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("unknown option '--limt' (did you mean --limit?)"),
+        "{}",
+        dump(&o)
+    );
 }
 
 #[test]
@@ -805,4 +829,69 @@ fn the_readme_headline_example_is_what_gpucap_prints() {
     // The refusal line is the shim's own (tests/common's `refusals` finds it).
     assert_eq!(refusals(&printed).len(), 1, "{}", dump(&o));
     assert!(expected.iter().any(|l| l.starts_with("gpucap: refused ")));
+}
+
+/// HAMi-core's lowercase `g` is GiB in `--limit` and `GPUCAP_LIMIT`; Kubernetes' `m`
+/// (milli) is refused with a line saying what to write.
+#[test]
+fn hamis_g_is_accepted_and_kubernetes_m_refused() {
+    let dir = scratch("cli-units");
+    let stats = dir.join("s.json");
+    let o = run(&mut gpucap(&[os("check"), os("--limit"), os("8g")], &stats));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    assert!(
+        stdout(&o).contains("limit: every GPU: 8 GiB (8589934592 bytes)"),
+        "{}",
+        dump(&o)
+    );
+    let o = run(gpucap(&[os("check")], &stats).env("GPUCAP_LIMIT", "8m"));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("m is milli in Kubernetes")
+            && stderr(&o).contains("write 8Mi for mebibytes"),
+        "{}",
+        dump(&o)
+    );
+}
+
+/// A message about a value given by a flag names the flag typed, not its variable:
+/// `check --limit 8GB`'s note, `cdi generate --limit 150%`'s error.
+#[test]
+fn messages_name_the_flag_typed() {
+    let dir = scratch("cli-flagnames");
+    let stats = dir.join("s.json");
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("8GB")],
+        &stats,
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        all.contains("note: --limit's 8GB is in decimal units"),
+        "{}",
+        dump(&o)
+    );
+    assert!(!all.contains("GPUCAP_LIMIT"), "{}", dump(&o));
+    let out = dir.join("cdi.json");
+    let cdi_dir = dir.join("cdi");
+    let o = run(&mut gpucap(
+        &[
+            os("cdi"),
+            os("generate"),
+            os("--output"),
+            out.as_os_str(),
+            os("--dir"),
+            cdi_dir.as_os_str(),
+            os("--limit"),
+            os("150%"),
+        ],
+        &stats,
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).starts_with("gpucap: invalid --limit=\"150%\""),
+        "{}",
+        dump(&o)
+    );
+    assert!(!out.exists());
 }

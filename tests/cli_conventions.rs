@@ -44,7 +44,7 @@ fn a_usage_error_is_one_line_then_the_commands_own_usage_and_a_hint() {
         &o,
         &[
             "gpucap: unexpected argument 'now' (status takes only options)",
-            "usage: gpucap status [--pool NAME|PATH] [--json] [--uuid]",
+            "usage: gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]",
             "       gpucap status --prometheus [--pool NAME|PATH]... [--all]",
             "(see 'gpucap help status')",
         ],

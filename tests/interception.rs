@@ -246,6 +246,23 @@ fn invalid_limit_fails_cuinit_with_a_message() {
     }
 }
 
+/// A misspelt variable stops the shim as a bad value does, with one line naming the
+/// variable meant.
+#[test]
+fn a_misspelt_variable_names_the_one_meant() {
+    let stats = scratch("misspelt").join("stats.json");
+    let mut c = fake_cmd(simple(), &stats);
+    preload(&mut c).env("GPUCAP_LIMT", "1Gi");
+    let o = run(c.args(["1Mi"]));
+    assert_ok(&o);
+    assert_eq!(stdout(&o).trim(), "cuInit 800");
+    let err = stderr(&o);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("GPUCAP_LIMT")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].starts_with("gpucap: invalid GPUCAP_LIMT="), "{err}");
+    assert!(said[0].contains("did you mean GPUCAP_LIMIT?"), "{err}");
+}
+
 // ---- (d) the dlsym override and other interposers ------------------------------------
 
 fn dlsym_compat() -> PathBuf {

@@ -760,9 +760,12 @@ fn a_process_capped_alone_is_exported_beside_a_pools_members() {
     let member = s.member("one", "a", &["alloc:10Mi"]);
     let lone = s.lone("l", &["alloc:30Mi", "alloc:2Gi"]);
     let pid = lone.id().to_string();
+    // With no pool configured, `status --prometheus` shows what `status` shows: every
+    // pool and every process capped alone, as `--all` does.
     for text in [
         Server::start(&s, &["--all"]).scrape(),
         stdout(&run(&mut s.gpucap(&["status", "--prometheus", "--all"]))),
+        stdout(&run(&mut s.gpucap(&["status", "--prometheus"]))),
     ] {
         let m = parse(&text);
         let who = [("pid", pid.as_str())];

@@ -580,7 +580,7 @@ fn argument_errors_are_one_clear_line_and_status_2() {
     let o = run(&mut s.gpucap(&["--help"]));
     assert_ok(&o);
     for l in [
-        "gpucap status [--pool NAME|PATH] [--json] [--uuid]",
+        "gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]",
         "gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]",
         "GPUCAP_POOL ",
         "GPUCAP_POOL_DIR ",
@@ -590,7 +590,7 @@ fn argument_errors_are_one_clear_line_and_status_2() {
     for (topic, first) in [
         (
             "status",
-            "usage: gpucap status [--pool NAME|PATH] [--json] [--uuid]",
+            "usage: gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]",
         ),
         (
             "top",

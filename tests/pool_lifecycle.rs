@@ -60,6 +60,22 @@ fn list_shows_each_pool_and_clean_removes_only_those_nobody_uses() {
         "{text}"
     );
 
+    // status leaves out the pool no process uses (no live member, nothing held), which
+    // clean removes; --all shows it.
+    let o = run(&mut s.gpucap(&["status"]));
+    assert_ok(&o);
+    assert!(!stdout(&o).contains("pool idle"), "{}", dump(&o));
+    assert!(
+        stdout(&o).contains("pool busy") && stdout(&o).contains("pool stale"),
+        "{}",
+        dump(&o)
+    );
+    let o = run(&mut s.gpucap(&["status", "--json"]));
+    assert!(!stdout(&o).contains("idle.pool"), "{}", dump(&o));
+    let o = run(&mut s.gpucap(&["status", "--all"]));
+    assert_ok(&o);
+    assert!(stdout(&o).contains("pool idle"), "{}", dump(&o));
+
     // clean: the idle pool goes; the busy one is in use; the stale one still counts
     // bytes (a dead member's), so it stays unless named.
     let o = run(&mut s.gpucap(&["pool", "clean"]));

@@ -64,7 +64,8 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
     let (pl, pm) = (lone.id(), member.id());
     let _guard = Killed(vec![pl, pm]);
 
-    // `status` with no pool: one table, 80 columns, both processes.
+    // `status` with no pool: one table, 80 columns, both processes; PEAK gone so that
+    // each command keeps 16 characters.
     let o = run(&mut s.gpucap(&["status"]));
     assert_ok(&o);
     let text = stdout(&o);
@@ -76,12 +77,16 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
     assert_eq!(
         words,
         [
-            "GPU", "PID", "USER", "POOL", "CAP", "USED", "USE%", "FREE", "PEAK", "REFUSED",
-            "COMMAND"
+            "GPU", "PID", "USER", "POOL", "CAP", "USED", "USE%", "FREE", "REFUSED", "COMMAND"
         ],
         "{text}"
     );
+    assert!(row(&text, pl).contains("script alloc:300"), "{text}");
     assert!(!text.contains("GPU-"), "no UUID unless asked\n{text}");
+    // At 100 columns PEAK is back: the figures.
+    let o = run(s.gpucap(&["status"]).env("COLUMNS", "100"));
+    assert_ok(&o);
+    let text = stdout(&o);
     let rl = row(&text, pl);
     let cols: Vec<&str> = rl.split_whitespace().collect();
     // GPU 0, the pid, the user, no pool, its cap, use, share, room, peak, one refusal.
@@ -146,11 +151,20 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
     assert!(!text.contains('\x1b'), "{text}");
     assert!(row(&text, pl).contains("[|"), "a bar\n{text}");
     row(&text, pm);
+    let other = s.member("other", "other", &["alloc:10Mi"]);
+    let o = run(&mut s.gpucap(&["top", "--once"]));
+    assert!(stdout(&o).contains("pool other "), "{}", dump(&o));
     let o = run(&mut s.gpucap(&["top", "--once", "--pool", "train"]));
     assert!(!stdout(&o).contains(&format!(" {pl} ")), "{}", dump(&o));
     row(&stdout(&o), pm);
+    // The pool lines are filtered as the rows are: the pool chosen's only.
+    assert!(stdout(&o).contains("pool train "), "{}", dump(&o));
+    assert!(!stdout(&o).contains("pool other"), "{}", dump(&o));
+    assert!(stdout(&o).contains(", 1 pool "), "{}", dump(&o));
     let o = run(&mut s.gpucap(&["top", "--once", "--user", "nobody-here"]));
     assert!(!stdout(&o).contains(" script "), "{}", dump(&o));
+    assert!(!stdout(&o).contains("pool train"), "{}", dump(&o));
+    let _ = kill(other);
     let o = run(&mut s.gpucap(&["top", "--once", "--sort", "pid"]));
     let text = stdout(&o);
     let (a, b) = (
@@ -370,6 +384,10 @@ fn top_in_a_real_terminal_fits_80x24_and_200x50_and_follows_a_resize() {
         !small.contains("PEAK"),
         "PEAK is the first column to go at 80\n{small}"
     );
+    // Each command keeps 16 characters: the processes can be told apart.
+    for (p, command) in pids.iter().zip(["script alloc:300", "script alloc:200"]) {
+        assert!(row(&small, *p).contains(command), "{command}\n{small}");
+    }
 
     t.cmd(&["resize-window", "-t", "w", "-x", "200", "-y", "50"]);
     let big = t.wait_for(|sc| has_rows(sc) && sc.contains("PEAK"));

@@ -144,9 +144,16 @@ pub fn spec(kind: &str, name: &str, device_dir: &Path) -> Value {
 /// The `gpucap.env` text of the request, validated as the shim will read it.
 pub fn env_file(limit: &str, pool: &str) -> Result<String, String> {
     let vars = [("GPUCAP_LIMIT", limit), ("GPUCAP_POOL", pool)];
-    // Its message starts with `gpucap: `, as main's does.
-    config::from_vars(vars)
-        .map_err(|e| e.to_string().trim_start_matches("gpucap: ").to_string())?;
+    // The message names the flag typed (`--limit`, `--pool`), as `check`'s does; it
+    // starts with `gpucap: `, as main's does.
+    config::from_vars(vars).map_err(|mut e| {
+        e.var = match e.var.as_str() {
+            "GPUCAP_LIMIT" => "--limit".to_string(),
+            "GPUCAP_POOL" => "--pool".to_string(),
+            _ => e.var,
+        };
+        e.to_string().trim_start_matches("gpucap: ").to_string()
+    })?;
     let text = config::format_env_file(vars)?;
     // The file's header names the entrypoint's command; this one is written here.
     Ok(text.replacen(
@@ -331,9 +338,9 @@ mod tests {
         assert!(text.lines().any(|l| l == "GPUCAP_POOL=container"), "{text}");
         assert!(text.contains("written by `gpucap cdi generate`"), "{text}");
         let e = env_file("150%", "container").unwrap_err();
-        assert!(e.starts_with("invalid GPUCAP_LIMIT"), "{e}");
+        assert!(e.starts_with("invalid --limit=\"150%\""), "{e}");
         let e = env_file("8Gi", "a/b").unwrap_err();
-        assert!(e.contains("GPUCAP_POOL"), "{e}");
+        assert!(e.starts_with("invalid --pool=\"a/b\""), "{e}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
        gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
                     [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
                     [--write-env FILE]
-       gpucap status [--pool NAME|PATH] [--json] [--uuid]
+       gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]
        gpucap status --prometheus [--pool NAME|PATH]... [--all]
        gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]
                   [--interval SECS] [--iterations N | --once]
@@ -200,7 +200,7 @@ options:
 exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.";
 
 const STATUS_HELP: &str = "\
-usage: gpucap status [--pool NAME|PATH] [--json] [--uuid]
+usage: gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]
        gpucap status --prometheus [--pool NAME|PATH]... [--all]
 
 With no pool named (no --pool, no GPUCAP_POOL, no gpucap.env naming one): every
@@ -235,13 +235,16 @@ options:
                      node_exporter's textfile collector: the series gpucap metrics
                      serves (see README.md, \"Metrics\"); --pool may then be given
                      several times, each pool's series labelled pool=\"NAME\"
-  --all              with --prometheus: every pool file (*.pool) in this user's pool
+  --all              with no pool named: the pools no process uses (no live member,
+                     nothing held; gpucap pool clean removes them) too, which are
+                     left out otherwise; with --prometheus: every pool file (*.pool) in this user's pool
                      directory (gpucap-UID in GPUCAP_POOL_DIR or the default)
   -h, --help         show this help
 
 exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
-yet); 2 for a bad value, or a file that is not a pool file this gpucap can read
-(with --prometheus, also if no pool is configured). With --prometheus the exposition is printed all the same, with
+yet); 2 for a bad value, or a file that is not a pool file this gpucap can read.
+With --prometheus and no pool named or configured: every pool and every process capped
+alone, as gpucap status shows them (as --all). With --prometheus the exposition is printed all the same, with
 gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
 
 const TOP_HELP: &str = "\

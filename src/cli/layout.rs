@@ -4,7 +4,9 @@
 //! Columns are given room in a stated order of importance ([`IMPORTANCE`]): a column
 //! is shown when its least width still fits beside the ones before it, so the last
 //! ones drop first as the window narrows (PEAK, then REFUSED, FREE, USER, POOL, USE%,
-//! the bar, CAP; PID, GPU, USED and COMMAND always stay). What is left over widens
+//! the bar, CAP; PID, GPU, USED and COMMAND always stay). The command keeps
+//! [`COMMAND_KEPT`] columns (16 characters and `…`) before any of the optional columns is shown (at 80
+//! columns: PEAK and REFUSED go so that it does). What is left over widens
 //! POOL and USER a little, the command, then the bar ([`GROWTH`]). A column is never
 //! narrower than its header, so a header is never cut; a cell longer than its column
 //! (a command, a user, a pool) is cut with `…`, never wrapped.
@@ -39,6 +41,11 @@ const ORDER: [Col; 13] = [
 pub const IMPORTANCE: [Col; 13] = [
     Pid, Gpu, Used, Command, Uuid, Cap, Bar, UsePct, Pool, User, Free, Refused, Peak,
 ];
+
+/// The command's width kept before the optional columns get room: 16 characters of a
+/// longer command and its `…`, enough to tell processes apart (`python train.py …`),
+/// where the window allows.
+pub const COMMAND_KEPT: usize = 17;
 
 /// Where the room left over goes, in turn: (column, up to this width).
 const GROWTH: [(Col, usize); 9] = [
@@ -142,8 +149,19 @@ pub fn fit(wanted: &[Col], width: usize) -> Layout {
     let mut used = 0usize;
     let mut full = false;
     for c in IMPORTANCE.iter().copied().filter(|c| wanted.contains(c)) {
-        let need = c.min() + usize::from(!chosen.is_empty());
-        let always = matches!(c, Pid | Gpu | Used | Command);
+        let sep = usize::from(!chosen.is_empty());
+        if c == Command {
+            // The command keeps COMMAND_KEPT characters before any optional column is
+            // given room (less in a window too narrow for it beside PID, GPU, USED).
+            let w = COMMAND_KEPT
+                .min(width.saturating_sub(used + sep))
+                .max(c.min());
+            chosen.push((c, w));
+            used += w + sep;
+            continue;
+        }
+        let need = c.min() + sep;
+        let always = matches!(c, Pid | Gpu | Used);
         if always || (!full && used + need <= width) {
             chosen.push((c, c.min()));
             used += need;
@@ -279,10 +297,30 @@ mod tests {
             "{:?}",
             names(80)
         );
-        assert_eq!(names(40), [Gpu, Pid, Cap, Used, Command]);
+        // At 40 the command's 17 columns leave no room for CAP; at 44 it fits.
+        assert_eq!(names(40), [Gpu, Pid, Used, Command]);
+        assert_eq!(names(44), [Gpu, Pid, Cap, Used, Command]);
         // --uuid: the UUID column comes before the optional ones.
         let with_uuid: Vec<Col> = ALL.iter().copied().chain([Uuid]).collect();
         assert!(fit(&with_uuid, 80).cols.iter().any(|(c, _)| *c == Uuid));
+    }
+
+    #[test]
+    fn the_command_keeps_16_characters_from_47_columns() {
+        for width in 47..=250 {
+            let l = fit(&ALL, width);
+            let command = l.cols.iter().find(|(c, _)| *c == Command).unwrap().1;
+            assert!(command >= COMMAND_KEPT, "{width}: {l:?}");
+        }
+        // At 80 (79 in a terminal) the first optional columns to go make the room.
+        for width in [79, 80] {
+            let names: Vec<Col> = fit(&ALL, width).cols.iter().map(|(c, _)| *c).collect();
+            assert!(
+                !names.contains(&Peak) && !names.contains(&Refused),
+                "{names:?}"
+            );
+            assert!(names.contains(&Bar) && names.contains(&Free), "{names:?}");
+        }
     }
 
     #[test]

@@ -99,7 +99,12 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             program,
             args,
         } => measure::measure(&overrides, &program, &args),
-        Command::Status { pool, json, uuid } => status(pool, json, uuid),
+        Command::Status {
+            pool,
+            json,
+            uuid,
+            all,
+        } => status(pool, json, uuid, all),
         Command::StatusPrometheus { pools } => status_prometheus(pools),
         Command::Metrics { listen, pools } => serve_metrics(listen, pools),
         Command::Top {
@@ -252,7 +257,16 @@ pub(crate) fn lookup<'a>(vars: &'a [(OsString, OsString)], name: &str) -> Option
 /// A ConfigError about a variable that a flag set names the flag instead
 /// (`gpucap: invalid --limit="150%": ...`): that is what the user typed.
 pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::ConfigError {
-    let flag = match e.var.as_str() {
+    if let Some(flag) = flag_of(&e.var, overrides) {
+        e.var = flag.to_string();
+    }
+    e
+}
+
+/// The flag that set variable `var`, if one did (`--limit` for GPUCAP_LIMIT when
+/// `--limit` was typed): messages name what the user typed.
+fn flag_of(var: &str, overrides: &Overrides) -> Option<&'static str> {
+    Some(match var {
         "GPUCAP_LIMIT" if overrides.limit.is_some() => "--limit",
         "GPUCAP_LOG" if overrides.log.is_some() => "--log",
         "GPUCAP_REPORT" if overrides.report.is_some() => "--report",
@@ -261,10 +275,21 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
         "GPUCAP_WAIT" if overrides.wait.is_some() => "--wait",
         "GPUCAP_GUARANTEE" if overrides.guarantee.is_some() => "--guarantee",
         "GPUCAP_CEILING" if overrides.ceiling.is_some() => "--ceiling",
-        _ => return e,
-    };
-    e.var = flag.to_string();
-    e
+        _ => return None,
+    })
+}
+
+/// The configuration's `note:` lines with a variable set by a flag named as the flag
+/// (`note: --limit's 8GB is in decimal units ...`).
+fn blame_flag_notes(mut config: Config, overrides: &Overrides) -> Config {
+    for note in &mut config.notes {
+        for var in config::KNOWN_VARS {
+            if let Some(flag) = flag_of(var, overrides) {
+                *note = note.replace(&format!("{var}'s "), &format!("{flag}'s "));
+            }
+        }
+    }
+    config
 }
 
 /// Validates the environment with the flags applied. On error prints the one-line
@@ -272,7 +297,7 @@ pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::
 pub(crate) fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i32> {
     let vars = dedup_first(apply_overrides(std::env::vars_os(), overrides));
     match config::from_vars(vars.iter().map(|(k, v)| (k, v))) {
-        Ok(c) => Ok((c, vars)),
+        Ok(c) => Ok((blame_flag_notes(c, overrides), vars)),
         Err(e) => {
             eprintln!("{}", blame_flag(e, overrides));
             Err(EXIT_USAGE)
@@ -580,13 +605,13 @@ fn pools(action: args::PoolAction) -> i32 {
 
 /// `gpucap status [--pool NAME|PATH] [--json] [--uuid]`: the pool the flag or the
 /// environment names, in detail; else every pool and every process capped on its own.
-fn status(pool_flag: Option<String>, json: bool, uuid: bool) -> i32 {
+fn status(pool_flag: Option<String>, json: bool, uuid: bool, all: bool) -> i32 {
     let config = match pool_config(pool_flag.clone()) {
         Ok(c) => c,
         Err(code) => return code,
     };
     if config.pool.is_none() {
-        return status::everything(config.pool_dir, json, uuid);
+        return status::everything(config.pool_dir, json, uuid, all);
     }
     let file = match open_pool(pool_flag) {
         Ok(f) => f,
@@ -610,11 +635,17 @@ fn status(pool_flag: Option<String>, json: bool, uuid: bool) -> i32 {
 /// The reader of the pools `status --prometheus` and `metrics` show: `--pool`'s
 /// (each validated as GPUCAP_POOL is), every pool of the pool directory (`--all`), or
 /// the one `status` would show. The pool directory is the one `status` would use.
-fn metrics_reader(pools: PoolSet) -> Result<metrics::Reader, i32> {
+/// With no pool configured, `everything` says what is read: every pool and every
+/// process capped alone, as `status` shows them (`status --prometheus`), or nothing
+/// (`metrics`, a server, names what it serves: the error line).
+fn metrics_reader(pools: PoolSet, everything: bool) -> Result<metrics::Reader, i32> {
     match pools {
         PoolSet::Configured => {
             let config = pool_config(None)?;
             let Some(spec) = config.pool else {
+                if everything {
+                    return Ok(metrics::Reader::new(metrics::Which::All, config.pool_dir));
+                }
                 eprintln!("{NO_POOL_CONFIGURED}");
                 return Err(EXIT_USAGE);
             };
@@ -661,7 +692,7 @@ fn metrics_reader(pools: PoolSet) -> Result<metrics::Reader, i32> {
 /// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: the exposition, printed
 /// whatever could be read; the exit status is the worst pool's, as `status` gives it.
 fn status_prometheus(pools: PoolSet) -> i32 {
-    let mut reader = match metrics_reader(pools) {
+    let mut reader = match metrics_reader(pools, true) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -685,7 +716,7 @@ fn status_prometheus(pools: PoolSet) -> i32 {
 
 /// `gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]`.
 fn serve_metrics(listen: std::net::SocketAddr, pools: PoolSet) -> i32 {
-    let reader = match metrics_reader(pools) {
+    let reader = match metrics_reader(pools, false) {
         Ok(r) => r,
         Err(code) => return code,
     };

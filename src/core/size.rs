@@ -6,19 +6,21 @@
 /// The forms `parse_size` accepts, for error messages.
 pub const SIZE_FORMS: &str = "whole bytes (1073741824), or a number with a unit and no space: \
      Ki Mi Gi Ti / KiB MiB GiB TiB (binary, 1Ki = 1024), \
-     k K M G T / kB KB MB GB TB (decimal, 1K = 1000), B (bytes); \
-     the units ending in B in any case (8gb = 8GB); \
+     k K M G T / kB KB MB GB TB (decimal, 1K = 1000), g t (binary, as HAMi-core reads \
+     them: 8g = 8Gi), B (bytes); the units ending in B in any case (8gb = 8GB); \
      decimals are allowed with a unit (1.5Gi)";
 
 /// The units `parse_size` accepts, for error messages.
-pub const UNITS_LIST: &str =
-    "Ki Mi Gi Ti, KiB MiB GiB TiB, k K M G T, kB KB MB GB TB (those ending in B in any case), B";
+pub const UNITS_LIST: &str = "Ki Mi Gi Ti, KiB MiB GiB TiB, k K M G T, kB KB MB GB TB \
+     (those ending in B in any case), g t (binary, as HAMi-core: 8g = 8Gi), B";
 
 const KI: u64 = 1 << 10;
 const KILO: u64 = 1000;
 
-/// (suffix, multiplier). Case is significant: `m` (milli in Kubernetes) and `g` are not
-/// accepted; lowercase `k` is, because Kubernetes writes decimal kilo that way.
+/// (suffix, multiplier). Case is significant: the Kubernetes quantities keep their
+/// meaning (`k` and `K` decimal kilo, `G` 10^9), `m` (milli in Kubernetes) is refused,
+/// and the lowercase `g` and `t`, which Kubernetes does not define, are binary as
+/// HAMi-core reads them (`CUDA_DEVICE_MEMORY_LIMIT=8g` is 8 GiB).
 const UNITS: &[(&str, u64)] = &[
     ("", 1),
     ("B", 1),
@@ -27,6 +29,8 @@ const UNITS: &[(&str, u64)] = &[
     ("M", KILO * KILO),
     ("G", KILO * KILO * KILO),
     ("T", KILO * KILO * KILO * KILO),
+    ("g", KI * KI * KI),
+    ("t", KI * KI * KI * KI),
     ("kB", KILO),
     ("KB", KILO),
     ("MB", KILO * KILO),
@@ -154,6 +158,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let Some((int, frac)) = decimal_parts(num) else {
         return fail(format!("{num:?} is not a number"));
     };
+    if unit == "m" {
+        return fail(format!(
+            "unknown unit \"m\" in {s:?}: m is milli in Kubernetes (a thousandth of a \
+             byte); write {num}Mi for mebibytes (HAMi-core's {num}m) or {num}M for megabytes"
+        ));
+    }
     let Some(mult) = unit_multiplier(unit) else {
         return fail(format!("unknown unit {unit:?} in {s:?}"));
     };
@@ -289,9 +299,10 @@ mod tests {
         assert!(err("Gi").contains("does not start with a number"));
         assert!(err("+1Gi").contains("does not start with a number"));
         assert!(err("8gi").contains("unknown unit"));
-        assert!(err("8g").contains("unknown unit \"g\""));
         assert!(err("8b8").contains("unknown unit"));
-        assert!(err("8m").contains("unknown unit"));
+        assert!(err("8m").starts_with("unknown unit \"m\" in \"8m\": m is milli"));
+        assert!(err("8m").contains("write 8Mi for mebibytes"));
+        assert!(err("8T8").contains("unknown unit"));
         assert!(err("8Pi").contains("unknown unit"));
         assert!(err("1.2.3Gi").contains("not a number"));
         assert!(err("1.Gi").contains("not a number"));
@@ -299,6 +310,17 @@ mod tests {
         assert!(err("1.5").contains("no unit"));
         assert!(err("1e9").contains("unknown unit"));
         assert!(err("0x10").contains("unknown unit"));
+    }
+
+    #[test]
+    fn hamis_lowercase_g_and_t_are_binary() {
+        assert_eq!(parse_size("8g"), Ok(8 << 30));
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_size("2t"), Ok(2 << 40));
+        // Kubernetes' own letters keep their meaning.
+        assert_eq!(parse_size("8G"), Ok(8_000_000_000));
+        assert_eq!(parse_size("8k"), Ok(8_000));
+        assert_eq!(parse_size("8Gi"), Ok(8 << 30));
     }
 
     #[test]

@@ -123,10 +123,11 @@ pub(super) fn parse_status(mut parser: Parser) -> Result<Command, UsageError> {
             pools: pool_set(topic, opts.pools, opts.all)?,
         });
     }
-    if opts.all {
+    if opts.all && !opts.pools.is_empty() {
         return Err(usage(
             topic,
-            "--all goes with --prometheus (the table and the JSON show one pool)",
+            "--all and --pool exclude each other (--all shows every pool; several --pool \
+             with --prometheus)",
         ));
     }
     if opts.pools.len() > 1 {
@@ -140,6 +141,7 @@ pub(super) fn parse_status(mut parser: Parser) -> Result<Command, UsageError> {
         pool: opts.pools.pop(),
         json: opts.json,
         uuid: opts.uuid,
+        all: opts.all,
     })
 }
 

@@ -99,6 +99,8 @@ pub enum Command {
         json: bool,
         /// `--uuid`: the GPU's UUID column too.
         uuid: bool,
+        /// `--all`: the pools no process uses (no live member, nothing held) too.
+        all: bool,
     },
     /// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: pools once, in
     /// Prometheus's text exposition format.

@@ -221,7 +221,7 @@ pub(super) fn parse_options(
             "--ceiling" if config_flags => (&mut opts.overrides.ceiling, "SPEC (e.g. 6Gi)"),
             "--pool" => (&mut opts.overrides.pool, "NAME|PATH"),
             "--user" if topic == Topic::Top => (&mut opts.user, "NAME|UID"),
-            _ => return Err(usage(topic, format!("unknown option '{name}'"))),
+            _ => return Err(usage(topic, unknown_option(topic, &name))),
         };
         if slot.is_some() {
             return Err(usage(topic, format!("{name} given more than once")));
@@ -231,5 +231,76 @@ pub(super) fn parse_options(
             .into_string()
             .map_err(|_| usage(topic, format!("the value of {name} is not valid UTF-8")))?;
         *slot = Some(value);
+    }
+}
+
+/// The long options each command reads (`parse_options`), for "did you mean".
+fn options_of(topic: Topic) -> &'static [&'static str] {
+    const CONFIG: [&str; 8] = [
+        "--limit",
+        "--log",
+        "--report",
+        "--wait",
+        "--guarantee",
+        "--ceiling",
+        "--pool",
+        "--growth",
+    ];
+    match topic {
+        Topic::Run => &[
+            CONFIG[0],
+            CONFIG[1],
+            CONFIG[2],
+            CONFIG[3],
+            CONFIG[4],
+            CONFIG[5],
+            CONFIG[6],
+            CONFIG[7],
+            "--measure",
+            "--quiet",
+            "--help",
+        ],
+        Topic::Check => &[
+            CONFIG[0],
+            CONFIG[1],
+            CONFIG[2],
+            CONFIG[3],
+            CONFIG[4],
+            CONFIG[5],
+            CONFIG[6],
+            CONFIG[7],
+            "--write-env",
+            "--help",
+        ],
+        Topic::Status => &[
+            "--pool",
+            "--json",
+            "--prometheus",
+            "--all",
+            "--uuid",
+            "--help",
+        ],
+        Topic::Metrics => &["--listen", "--pool", "--all", "--help"],
+        Topic::Top => &[
+            "--pool",
+            "--user",
+            "--sort",
+            "--interval",
+            "--iterations",
+            "--uuid",
+            "--once",
+            "--help",
+        ],
+        _ => &["--help"],
+    }
+}
+
+/// "unknown option '--limt' (did you mean --limit?)": the nearest option of this
+/// command within 2 edits, if any.
+fn unknown_option(topic: Topic, name: &str) -> String {
+    match gpucap_core::config::nearest_name(name, options_of(topic)) {
+        // `--help=x` is itself a known name, refused for its value: no guess.
+        Some(near) if near != name => format!("unknown option '{name}' (did you mean {near}?)"),
+        _ => format!("unknown option '{name}'"),
     }
 }

@@ -141,11 +141,11 @@ fn run_errors() {
     );
     assert_eq!(
         err(&["run", "--lmit", "8Gi", "x"]).message,
-        "unknown option '--lmit'"
+        "unknown option '--lmit' (did you mean --limit?)"
     );
     assert_eq!(
         err(&["run", "--lmit=8Gi", "x"]).message,
-        "unknown option '--lmit'"
+        "unknown option '--lmit' (did you mean --limit?)"
     );
     assert_eq!(
         err(&["run", "-l", "8Gi", "x"]).message,
@@ -355,7 +355,8 @@ fn status_and_top_forms() {
         Ok(Command::Status {
             pool: None,
             json: false,
-            uuid: false
+            uuid: false,
+            all: false
         })
     );
     assert_eq!(
@@ -363,7 +364,8 @@ fn status_and_top_forms() {
         Ok(Command::Status {
             pool: Some("train".into()),
             json: true,
-            uuid: false
+            uuid: false,
+            all: false
         })
     );
     assert_eq!(
@@ -371,7 +373,8 @@ fn status_and_top_forms() {
         Ok(Command::Status {
             pool: Some("/dev/shm/x.pool".into()),
             json: false,
-            uuid: false
+            uuid: false,
+            all: false
         })
     );
     assert_eq!(p(&["status", "-h"]), Ok(Command::Help(Topic::Status)));
@@ -431,7 +434,8 @@ fn status_and_top_forms() {
         Ok(Command::Status {
             pool: None,
             json: false,
-            uuid: true
+            uuid: true,
+            all: false
         })
     );
     let e = err(&["top", "--sort", "size"]);
@@ -633,10 +637,19 @@ fn prometheus_and_metrics_errors() {
         err(&["status", "--prometheus", "--json"]).message,
         "--json and --prometheus exclude each other"
     );
+    assert_eq!(
+        p(&["status", "--all"]),
+        Ok(Command::Status {
+            pool: None,
+            json: false,
+            uuid: false,
+            all: true
+        })
+    );
     assert!(
-        err(&["status", "--all"])
+        err(&["status", "--all", "--pool", "a"])
             .message
-            .starts_with("--all goes with --prometheus")
+            .starts_with("--all and --pool exclude each other")
     );
     assert!(
         err(&["status", "--pool", "a", "--pool", "b", "--json"])
@@ -844,4 +857,41 @@ fn run_quiet_is_a_flag_of_run_only() {
             .message
             .contains("more than once")
     );
+}
+
+#[test]
+fn a_misspelt_option_names_the_nearest() {
+    for (args, line) in [
+        (
+            &["run", "--limt", "8Gi", "x"][..],
+            "unknown option '--limt' (did you mean --limit?)",
+        ),
+        (
+            &["check", "--limt=8Gi"],
+            "unknown option '--limt' (did you mean --limit?)",
+        ),
+        (
+            &["check", "--write-evn", "f"],
+            "unknown option '--write-evn' (did you mean --write-env?)",
+        ),
+        (
+            &["status", "--prometeus"],
+            "unknown option '--prometeus' (did you mean --prometheus?)",
+        ),
+        (
+            &["top", "--usr", "x"],
+            "unknown option '--usr' (did you mean --user?)",
+        ),
+        (
+            &["metrics", "--lsten", "127.0.0.1:1"],
+            "unknown option '--lsten' (did you mean --listen?)",
+        ),
+        // Nothing near: no guess.
+        (
+            &["run", "--frobnicate", "x"],
+            "unknown option '--frobnicate'",
+        ),
+    ] {
+        assert_eq!(err(args).message, line, "{args:?}");
+    }
 }

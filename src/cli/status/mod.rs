@@ -26,16 +26,34 @@ pub fn every_user() -> bool {
     gpucap_pool_file::own_uid() == 0
 }
 
-/// `gpucap status [--json] [--uuid]` with no pool: printed; the exit status.
-pub fn everything(pool_dir: Option<PathBuf>, json: bool, uuid: bool) -> i32 {
+/// Whether a pool is one no process uses: no live member and nothing held (what
+/// `gpucap pool clean` removes without being named).
+pub fn unused(p: &crate::procs::PoolReading) -> bool {
+    p.view.members.iter().all(|m| !m.alive) && p.view.gpus.iter().all(|g| g.used == 0)
+}
+
+/// `gpucap status [--json] [--uuid] [--all]` with no pool: printed; the exit status.
+/// The pools no process uses ([`unused`]) are left out unless `all`.
+pub fn everything(pool_dir: Option<PathBuf>, json: bool, uuid: bool, all: bool) -> i32 {
     let mut sources = Sources::new(pool_dir, every_user());
-    let s = match snapshot(&mut sources, &Gpus::probe()) {
+    let mut s = match snapshot(&mut sources, &Gpus::probe()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("gpucap: {e}");
             return crate::EXIT_USAGE;
         }
     };
+    if !all {
+        let hidden: Vec<String> = s
+            .pools
+            .iter()
+            .filter(|p| unused(p))
+            .map(|p| p.name.clone())
+            .collect();
+        s.pools.retain(|p| !hidden.contains(&p.name));
+        s.processes
+            .retain(|r| r.pool.as_ref().is_none_or(|n| !hidden.contains(n)));
+    }
     let text = if json {
         json::render(&s)
     } else {

@@ -31,7 +31,8 @@ pub fn run(sources: &mut Sources, opts: &Options, out: &mut dyn Write) -> Result
     let mut n = 0u64;
     let mut last_size = None;
     loop {
-        let s = crate::status::snapshot(sources, &gpus)?;
+        let mut s = crate::status::snapshot(sources, &gpus)?;
+        s.pools.retain(|p| opts.filter.keeps_pool(p));
         let rows = select::select(&s.processes, &opts.filter, opts.sort);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -65,6 +65,19 @@ pub struct Filter {
     pub user: Option<String>,
 }
 
+impl Filter {
+    /// Whether the pool's summary line is shown: the pool named (`--pool`), the pools
+    /// owned by the user named (`--user`, a name or a uid: every member runs as the
+    /// file's owner), as the rows are chosen.
+    pub fn keeps_pool(&self, p: &crate::procs::PoolReading) -> bool {
+        self.pool.as_ref().is_none_or(|n| &p.name == n)
+            && self
+                .user
+                .as_ref()
+                .is_none_or(|u| &p.user == u || p.uid.to_string() == *u)
+    }
+}
+
 /// The rows `filter` keeps, ordered by `key` (then by pid and GPU, which is stable).
 pub fn select<'a>(rows: &'a [Row], filter: &Filter, key: SortKey) -> Vec<&'a Row> {
     let mut v: Vec<&Row> = rows

@@ -221,9 +221,15 @@ fn unknown_var(name: &str, value: &str) -> ConfigError {
             "gpucap's variables are upper case, so this one would be ignored: did you mean \
              {known}?"
         ),
-        None => {
-            format!("unknown gpucap variable (a typo?); the known variables are {KNOWN_VARS_LIST}")
-        }
+        None => match nearest_name(name, KNOWN_VARS) {
+            Some(near) => format!(
+                "unknown gpucap variable: did you mean {near}? (the known variables are \
+                 {KNOWN_VARS_LIST})"
+            ),
+            None => format!(
+                "unknown gpucap variable (a typo?); the known variables are {KNOWN_VARS_LIST}"
+            ),
+        },
     };
     ConfigError {
         var: name.to_string(),
@@ -231,6 +237,33 @@ fn unknown_var(name: &str, value: &str) -> ConfigError {
         reason,
         accepted: "",
     }
+}
+
+/// The one of `names` nearest to `typed` by edit distance (insertions, deletions,
+/// substitutions; ASCII case ignored), if at most 2 edits away: a typo's "did you mean".
+/// On a tie, the first of `names`.
+pub fn nearest_name<'a>(typed: &str, names: &[&'a str]) -> Option<&'a str> {
+    let typed: Vec<u8> = typed.bytes().map(|b| b.to_ascii_uppercase()).collect();
+    let mut best: Option<(usize, &'a str)> = None;
+    for &name in names {
+        let mut row: Vec<usize> = (0..=typed.len()).collect();
+        for (i, c) in name.bytes().map(|b| b.to_ascii_uppercase()).enumerate() {
+            let mut diagonal = row[0];
+            row[0] = i + 1;
+            for (j, &t) in typed.iter().enumerate() {
+                let above = row[j + 1];
+                row[j + 1] = (diagonal + usize::from(c != t))
+                    .min(row[j] + 1)
+                    .min(above + 1);
+                diagonal = above;
+            }
+        }
+        let d = row[typed.len()];
+        if d <= 2 && best.is_none_or(|(b, _)| d < b) {
+            best = Some((d, name));
+        }
+    }
+    best.map(|(_, name)| name)
 }
 
 /// Whether [`from_vars`] looks at a variable of this name: a caller reading a whole

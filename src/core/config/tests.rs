@@ -212,7 +212,7 @@ mod tests {
             ("abc%", "not a percentage"),
             ("%", "not a percentage"),
             ("-1Gi", "negative"),
-            ("8g", "unknown unit"),
+            ("8m", "m is milli in Kubernetes"),
             ("8XiB", "unknown unit"),
             ("8 Gi", "whitespace"),
             ("0", "cap of 0 bytes"),
@@ -384,6 +384,49 @@ mod tests {
         }
         let e = vars(&[("gpucap_limt", "1Gi")]).unwrap_err();
         assert!(e.reason.contains("unknown gpucap variable"), "{e}");
+    }
+
+    #[test]
+    fn hamis_unit_spellings_in_gpucap_limit() {
+        let c = vars(&[("GPUCAP_LIMIT", "8g")]).unwrap();
+        assert_eq!(c.limit, Some(spec("8Gi")));
+        let c = vars(&[("GPUCAP_LIMIT", "1t")]).unwrap();
+        assert_eq!(c.limit, Some(spec("1Ti")));
+        // Kubernetes' G stays decimal.
+        let c = vars(&[("GPUCAP_LIMIT", "8G")]).unwrap();
+        assert_eq!(c.limit, Some(spec("8000000000")));
+        let e = vars(&[("GPUCAP_LIMIT", "8m")]).unwrap_err();
+        assert_eq!(e.var, "GPUCAP_LIMIT");
+        assert!(e.reason.contains("m is milli in Kubernetes"), "{e}");
+        assert!(e.reason.contains("write 8Mi"), "{e}");
+        assert_eq!(e.to_string().lines().count(), 1, "{e}");
+    }
+
+    #[test]
+    fn a_misspelt_variable_names_the_nearest() {
+        for (typed, meant) in [
+            ("GPUCAP_LIMT", "GPUCAP_LIMIT"),
+            ("GPUCAP_LIMITT", "GPUCAP_LIMIT"),
+            ("GPUCAP_POL", "GPUCAP_POOL"),
+            ("gpucap_limt", "GPUCAP_LIMIT"),
+        ] {
+            let e = vars(&[(typed, "8Gi")]).unwrap_err();
+            assert_eq!(e.var, typed);
+            assert!(
+                e.reason
+                    .starts_with(&format!("unknown gpucap variable: did you mean {meant}?")),
+                "{e}"
+            );
+            assert_eq!(e.to_string().lines().count(), 1, "{e}");
+        }
+        // Nothing within 2 edits: no guess.
+        let e = vars(&[("GPUCAP_FROBNICATE", "1")]).unwrap_err();
+        assert!(!e.reason.contains("did you mean"), "{e}");
+        assert_eq!(
+            nearest_name("--limt", &["--limit", "--pool"]),
+            Some("--limit")
+        );
+        assert_eq!(nearest_name("--xyzzy", &["--limit", "--pool"]), None);
     }
 
     #[test]
