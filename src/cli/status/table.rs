@@ -178,18 +178,21 @@ mod tests {
         }
         let header = text.lines().next().unwrap();
         for h in [
-            "GPU", "PID", "USER", "POOL", "CAP", "USED", "USE%", "FREE", "PEAK", "REFUSED",
-            "COMMAND",
+            "GPU", "PID", "USER", "POOL", "CAP", "USED", "USE%", "FREE", "REFUSED", "COMMAND",
         ] {
             assert!(header.split_whitespace().any(|w| w == h), "{h} in {header}");
         }
+        // PEAK goes first, so that the command keeps 16 characters; wider, it is back.
+        assert!(!header.contains("PEAK"), "{header}");
+        let wide = render(&snapshot(), 120, false);
+        assert!(wide.lines().next().unwrap().contains("PEAK"), "{wide}");
         assert!(
             !text.contains("GPU-1111"),
             "no UUID column unless asked\n{text}"
         );
         let lone_row = text.lines().find(|l| l.contains("prog-99")).unwrap();
         for part in [
-            " 99 ", " alice ", " - ", "1.00Gi", "300Mi", "29%", "724Mi", "301Mi", " 2 ",
+            " 99 ", " alice ", " - ", "1.00Gi", "300Mi", "29%", "724Mi", " 2 ",
         ] {
             assert!(lone_row.contains(part), "{part:?} in {lone_row:?}");
         }
