@@ -169,6 +169,26 @@ echo "target/venv-cupy: cupy-cuda13x $v"
 # taken from it (apt-get download, then unpacked into target/promtool): installing the package
 # would also install, enable and start a Prometheus server on the machine. A promtool already
 # on PATH is used as it is.
+# from_prometheus_deb NAME: usr/bin/NAME unpacked from Debian's package prometheus into
+# target/NAME (apt-get download, then dpkg-deb: the package itself is never installed).
+from_prometheus_deb() {
+    local name=$1 deb_dir sudo=()
+    command -v apt-get >/dev/null || die "no $name, and no apt-get to fetch Debian's package prometheus"
+    deb_dir=$(mktemp -d)
+    if ! (cd "$deb_dir" && apt-get download -q prometheus >/dev/null 2>&1); then
+        if [ "$(id -u)" != 0 ]; then
+            command -v sudo >/dev/null || die "need root (or sudo) to apt-get update for $name"
+            sudo=(sudo -n)
+        fi
+        "${sudo[@]}" apt-get update -q
+        (cd "$deb_dir" && apt-get download -q prometheus) || die "apt-get download prometheus failed"
+    fi
+    rm -rf "target/$name"
+    mkdir -p "target/$name"
+    dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -x -C "target/$name" "./usr/bin/$name"
+    rm -rf "$deb_dir"
+}
+
 section "promtool (from Debian's package prometheus)"
 promtool_works() {
     "$1" --version >/dev/null 2>&1 &&
@@ -181,21 +201,7 @@ if command -v promtool >/dev/null && promtool_works "$(command -v promtool)"; th
 elif promtool_works "$PROMTOOL"; then
     echo "reusing $PROMTOOL"
 else
-    command -v apt-get >/dev/null || die "no promtool, and no apt-get to fetch Debian's package prometheus"
-    deb_dir=$(mktemp -d)
-    if ! (cd "$deb_dir" && apt-get download -q prometheus >/dev/null 2>&1); then
-        sudo=()
-        if [ "$(id -u)" != 0 ]; then
-            command -v sudo >/dev/null || die "need root (or sudo) to apt-get update for promtool"
-            sudo=(sudo -n)
-        fi
-        "${sudo[@]}" apt-get update -q
-        (cd "$deb_dir" && apt-get download -q prometheus) || die "apt-get download prometheus failed"
-    fi
-    rm -rf target/promtool
-    mkdir -p target/promtool
-    dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -x -C target/promtool ./usr/bin/promtool
-    rm -rf "$deb_dir"
+    from_prometheus_deb promtool
     promtool_works "$PROMTOOL" || die "$PROMTOOL (from Debian's package prometheus) does not work"
     echo "unpacked $PROMTOOL"
 fi
@@ -215,21 +221,7 @@ if command -v prometheus >/dev/null && prometheus_works "$(command -v prometheus
 elif prometheus_works "$PROMETHEUS"; then
     echo "reusing $PROMETHEUS"
 else
-    command -v apt-get >/dev/null || die "no prometheus, and no apt-get to fetch Debian's package prometheus"
-    deb_dir=$(mktemp -d)
-    if ! (cd "$deb_dir" && apt-get download -q prometheus >/dev/null 2>&1); then
-        sudo=()
-        if [ "$(id -u)" != 0 ]; then
-            command -v sudo >/dev/null || die "need root (or sudo) to apt-get update for prometheus"
-            sudo=(sudo -n)
-        fi
-        "${sudo[@]}" apt-get update -q
-        (cd "$deb_dir" && apt-get download -q prometheus) || die "apt-get download prometheus failed"
-    fi
-    rm -rf target/prometheus
-    mkdir -p target/prometheus
-    dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -x -C target/prometheus ./usr/bin/prometheus
-    rm -rf "$deb_dir"
+    from_prometheus_deb prometheus
     prometheus_works "$PROMETHEUS" || die "$PROMETHEUS (from Debian's package prometheus) does not work"
     echo "unpacked $PROMETHEUS"
 fi
