@@ -15,12 +15,19 @@
  * Kernels are numbered from 0 in order of first use; the program loads one library with
  * as many kernels as the highest number + 1 and takes each kernel's function once, as
  * cudart does, in the primary context made current (PyTorch's). One step runs first as a
- * warm-up (each kernel's first use in the context), then STEPS steps. Prints
+ * warm-up (each kernel's first use in the context), then STEPS steps: under callgrind run
+ * with --collect-atstart=no, only these are counted (set-up, warm-up and exit are not,
+ * whatever they did). Prints
  * "steps=N calls_per_step=C ns_per_step=T" (T: the steps' wall time, CLOCK_MONOTONIC);
  * exits 1 on a driver error, 2 on a bad sequence file.
  */
 #define _GNU_SOURCE
 #include <time.h>
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_TOGGLE_COLLECT
+#endif
 
 #include "fakecuda.h"
 
@@ -177,8 +184,10 @@ int main(int argc, char **argv) {
     if (step(calls, n)) return 1; /* warm-up: each kernel's first use */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    CALLGRIND_TOGGLE_COLLECT;
     for (long s = 0; s < steps; s++)
         if (step(calls, n)) return 1;
+    CALLGRIND_TOGGLE_COLLECT;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
     printf("steps=%ld calls_per_step=%ld ns_per_step=%.0f\n", steps, n, ns / (double)steps);

@@ -55,6 +55,9 @@ pub struct Function {
 struct Kernel {
     library: usize,
     name: String,
+    /// Its twin function handle (the library's module's `name`): a launch of the kernel
+    /// finds it by handle, with no name to hash and compare.
+    function: usize,
 }
 
 #[derive(Default)]
@@ -298,13 +301,13 @@ pub fn kernel(lib: usize, name: &str) -> Result<usize, CUresult> {
     {
         return Ok(k);
     }
-    let _ = f;
     let k = new_handle();
     reg.kernels.insert(
         k,
         Kernel {
             library: lib,
             name: name.to_string(),
+            function: f,
         },
     );
     Ok(k)
@@ -321,8 +324,11 @@ pub fn kernel_info(k: usize) -> Result<(usize, String), CUresult> {
 
 /// The function of a kernel (valid in every context).
 pub fn kernel_function(k: usize) -> Result<usize, CUresult> {
-    let (lib, name) = kernel_info(k)?;
-    function(library_module(lib)?, &name)
+    registry()
+        .kernels
+        .get(&k)
+        .map(|k| k.function)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
 }
 
 /// Function `f` (launchable) is used in context `ctx` of device `dev`: if it is a
