@@ -11,6 +11,11 @@
 #   --context-delay-ms   how long the fake takes to make each context
 #                        (FAKECUDA_CONTEXT_DELAY_MS; default 0)
 #   --no-build           use the release build as it is
+#   --instructions       instead: the instructions of one process's start (cuInit, its
+#                        context, 1 MiB allocated and freed, exit) counted by callgrind,
+#                        raw, alone and in a fresh pool: deterministic, so the book's
+#                        figures are held to this tree (tests/bench_start.rs); JSON in
+#                        target/bench-start-instructions.json (BENCH_JSON overrides)
 # BENCH_START_SHIM=<path> measures another build of libgpucap.so (say, an older one).
 #
 # Each start is tests/c/bench_start.c: it forks the N processes, each makes its primary
@@ -27,6 +32,7 @@ NS=()
 ROUNDS=3
 DELAY=0
 BUILD=1
+INSTRUCTIONS=0
 need() { [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || { echo "gpucap bench-start: $1 needs a whole number (got '${2:-}')" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -34,8 +40,9 @@ while [ $# -gt 0 ]; do
         --rounds) need "$@"; ROUNDS=$2; shift 2 ;;
         --context-delay-ms) need "$@"; DELAY=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
+        --instructions) INSTRUCTIONS=1; shift ;;
         -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "gpucap bench-start: unknown argument '$1' (accepted: -n N, --rounds R, --context-delay-ms MS, --no-build)" >&2; exit 2 ;;
+        *) echo "gpucap bench-start: unknown argument '$1' (accepted: -n N, --rounds R, --context-delay-ms MS, --no-build, --instructions)" >&2; exit 2 ;;
     esac
 done
 [ ${#NS[@]} -gt 0 ] || NS=(1 64 1000 4096)
@@ -72,6 +79,44 @@ ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
 ln -sf "$R/libnvidia_ml.so" "$FAKEDIR/libnvidia-ml.so.1"
 BIN=$tmp/bench_start
 cc -O2 -Wall -Werror -I tests/c -o "$BIN" tests/c/bench_start.c -L "$FAKEDIR" -lcuda
+
+if [ "$INSTRUCTIONS" = 1 ]; then
+    VALGRIND=$(command -v valgrind) || { echo "gpucap bench-start: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
+    # Everything the process loads and names at fixed paths of its own (a folder of a
+    # fixed length under /tmp, run from there): the loader's and the shim's work on
+    # paths then does not vary with where the checkout lies.
+    lay=$(mktemp -d /tmp/gpucap-bench-start.XXXXXXXX)
+    trap 'rm -rf "$tmp" "$lay"' EXIT
+    cp "$SHIM" "$lay/libgpucap.so"
+    cp "$R/libcuda.so" "$lay/libcuda.so.1"
+    ln -s libcuda.so.1 "$lay/libcuda.so"
+    cp "$R/libnvidia_ml.so" "$lay/libnvidia-ml.so.1"
+    cc -O2 -Wall -Werror -I tests/c -o "$lay/bench_start" tests/c/bench_start.c -L "$lay" -lcuda
+    # counted WAY: the instructions of one start, set-up and exit included.
+    counted() {
+        local way=$1 out vars=(PATH=/usr/bin:/bin LD_LIBRARY_PATH="$lay" FAKECUDA_TOTAL_MEM=80Gi)
+        out=$lay/cg.$way
+        rm -rf "$lay/pools"
+        mkdir "$lay/pools"
+        case $way in
+            alone) vars+=(GPUCAP_LIMIT=40Gi LD_PRELOAD="$lay/libgpucap.so") ;;
+            pool) vars+=(GPUCAP_LIMIT=40Gi GPUCAP_POOL=bench-start GPUCAP_POOL_DIR="$lay/pools"
+                GPUCAP_POOL_MEMBERS=256 LD_PRELOAD="$lay/libgpucap.so") ;;
+        esac
+        # A fixed environment (env -i): the loader, the fake and the shim each read the
+        # environment, at a cost that grows with its size.
+        (cd "$lay" && env -i "${vars[@]}" "$VALGRIND" --tool=callgrind --callgrind-out-file="$out" \
+            ./bench_start once) >"$lay/log.$way" 2>&1 ||
+            { echo "gpucap bench-start: $way start failed under callgrind:" >&2; cat "$lay/log.$way" >&2; exit 1; }
+        awk '/^summary:/ {print $2}' "$out"
+    }
+    raw=$(counted raw); alone=$(counted alone); pool=$(counted pool)
+    printf "a process's start (cuInit, context, 1 MiB allocated and freed, exit): raw %d instructions, gpucap %d, added %d; in a pool %d, added %d\n" \
+        "$raw" "$alone" $((alone - raw)) "$pool" $((pool - raw))
+    printf '{"raw":%d,"gpucap":%d,"added":%d,"pool":%d,"pool_added":%d}\n' \
+        "$raw" "$alone" $((alone - raw)) "$pool" $((pool - raw)) >"${BENCH_JSON:-$ROOT/target/bench-start-instructions.json}"
+    exit 0
+fi
 
 # start WAY N: one start of N processes; prints bench_start's line.
 start() {

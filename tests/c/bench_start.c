@@ -16,6 +16,12 @@
  * member's own time from its fork until it holds its block. Exit 1 if any member failed.
  * With BENCH_START_HOLD=1 the members keep their blocks, once the line is printed, until
  * a line (or the end) on the launcher's standard input (a test looks at the pool then).
+ *
+ *   bench_start once
+ *
+ * One member's start alone, in this process (no fork, no pipe): cuInit, the primary
+ * context made current, 1 MiB allocated and freed; exit 0 if all succeeded. What
+ * `scripts/bench-start.sh --instructions` counts under callgrind.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -54,11 +60,25 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* One start in this process: see "bench_start once" above. */
+static int once(void) {
+    CUcontext ctx = NULL;
+    CUdeviceptr d = 0;
+    CUresult rc = cuInit(0);
+    if (rc == CUDA_SUCCESS) rc = cuDevicePrimaryCtxRetain(&ctx, 0);
+    if (rc == CUDA_SUCCESS) rc = cuCtxSetCurrent(ctx);
+    if (rc == CUDA_SUCCESS) rc = cuMemAlloc_v2(&d, MIB);
+    if (rc == CUDA_SUCCESS) rc = cuMemFree_v2(d);
+    if (rc != CUDA_SUCCESS) fprintf(stderr, "bench_start once: driver error %d\n", rc);
+    return rc == CUDA_SUCCESS ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "once") == 0) return once();
     if (argc == 5 && strcmp(argv[1], "member") == 0)
         return member(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
     if (argc < 2 || argc > 3 || atoi(argv[1]) < 1) {
-        fprintf(stderr, "usage: %s N [PRELOAD]\n", argv[0]);
+        fprintf(stderr, "usage: %s N [PRELOAD] | %s once\n", argv[0], argv[0]);
         return 2;
     }
     int n = atoi(argv[1]);
