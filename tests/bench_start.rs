@@ -54,6 +54,12 @@ fn the_published_start_instructions_are_this_trees() {
         return;
     }
     let published = book_figures("performance.md", "**Start instructions.**", "raw ", 5);
+    // The front page repeats the added figure from the book.
+    assert!(
+        readme_states(published[2], "]"),
+        "README.md does not state the book's start figure ({})",
+        thousands(published[2])
+    );
     let count = |dir: &std::path::Path, extra: &[(&str, &str)]| {
         let json = scratch("start-instructions").join("figures.json");
         let mut cmd = Command::new(root().join("scripts/bench-start.sh"));

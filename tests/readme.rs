@@ -449,3 +449,32 @@ fn the_kubernetes_examples_readme_names_every_manifest() {
         "scripts/k8s/README.md does not name {missing:?}"
     );
 }
+
+/// The README is a front page: at most 250 lines, and its set-up table has exactly two
+/// rows, the main job (`scripts/demo.sh`) and the tests (`scripts/test.sh`), each short.
+#[test]
+fn the_readme_is_a_front_page_with_two_set_up_commands() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines: a front page has at most 250"
+    );
+    let setup = &readme[readme
+        .find("\n## Set-up: two commands\n")
+        .expect("README.md has a \"Set-up: two commands\" section")..];
+    let setup = &setup[..setup[1..].find("\n## ").map_or(setup.len(), |i| i + 1)];
+    let rows: Vec<&str> = setup
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("| ---") && !l.starts_with("| what"))
+        .collect();
+    assert_eq!(rows.len(), 2, "the set-up table's rows: {rows:#?}");
+    for (row, command) in rows.iter().zip(["`scripts/demo.sh`", "`scripts/test.sh`"]) {
+        assert!(row.trim_end().ends_with(&format!("| {command} |")), "{row}");
+        assert!(
+            row.len() <= 300,
+            "a set-up row of {} characters: {row}",
+            row.len()
+        );
+    }
+}

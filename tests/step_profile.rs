@@ -187,6 +187,13 @@ fn the_published_step_figures_are_this_trees() {
         return;
     }
     let (o, v) = bench_json("bench-step.sh", &[], &[]);
+    // The front page repeats the train step's added figure from the book.
+    let train_added = book_figures("performance.md", "**Cost per step.**", "train step: raw", 3)[2];
+    assert!(
+        readme_states(train_added, " instructions"),
+        "README.md does not state the book's train step figure ({} instructions)",
+        thousands(train_added)
+    );
     for (name, tolerance) in [("train", TOLERANCE), ("graph", GRAPH_TOLERANCE)] {
         // "<name> step: raw A, gpucap B, added C; in a pool D, added E"
         let published = book_figures(

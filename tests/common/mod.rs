@@ -546,6 +546,26 @@ pub fn book_figures(page: &str, marker: &str, from: &str, n: usize) -> Vec<i64> 
     figures
 }
 
+/// `n` as the documents write it: thousands separated by commas (61,431).
+pub fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+/// Whether README.md states `figure` (as the documents write it, `thousands`) followed by
+/// `after`: a figure the front page repeats from the page that owns it.
+pub fn readme_states(figure: i64, after: &str) -> bool {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    readme.contains(&format!("{}{after}", thousands(figure)))
+}
+
 /// Runs a benchmark script of `scripts/` (with `args`, and `env` set) that writes its
 /// figures to `BENCH_JSON`, against this tree's build (no `BENCH_SHIM`, no
 /// `LD_PRELOAD`): its output and the figures.
