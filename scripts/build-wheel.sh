@@ -33,14 +33,14 @@ else
 fi
 
 cargo build --release -p gpucap-shim >&2
-install -m 755 target/release/libgpucap.so python/gpucap/libgpucap.so
+install -m 755 "${CARGO_TARGET_DIR:-target}/release/libgpucap.so" python/gpucap/libgpucap.so
 strip --strip-debug python/gpucap/libgpucap.so
 
 # The tag maturin would give from the executable alone may be too new for the shim:
 # auditwheel reads both, and the wheel is tagged with what it says.
 # maturin builds the executable in a target directory of its own: its flags (--strip)
 # differ from the workspace's, and sharing target/release would rebuild both in turn.
-export CARGO_TARGET_DIR=$PWD/target/wheel-build
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}/wheel-build
 out=target/wheels
 rm -f "$out"/gpucap-*.whl
 (cd python && "../$VENV/bin/maturin" build --release --strip --compatibility linux -o "../$out" >&2)

@@ -263,6 +263,14 @@ WHEEL=$(scripts/build-wheel.sh | tail -n 1)
 [ -f "$WHEEL" ] || die "scripts/build-wheel.sh built no wheel"
 WHEEL=$ROOT/$WHEEL
 echo "wheel: $WHEEL ($(stat -c %s "$WHEEL") bytes)"
+# `pip install ./python`, as a Python user installs from a checkout: the package's build
+# backend builds the shim, maturin the command (tests/wheel.rs runs what it installed).
+# The library copied by build-wheel.sh is removed first: the backend must make it.
+section "pip install ./python"
+rm -rf target/venv-source python/gpucap/libgpucap.so
+python3 -m venv target/venv-source
+target/venv-source/bin/python -m pip install -q --disable-pip-version-check ./python ||
+    die "pip install ./python failed"
 # A real container runtime for tests/containers.rs: podman with runc, the tests' own
 # containers.conf (ulimits within this machine's hard limits) and image store, and a
 # plain Debian base image made from this machine's own packages and imported (no
@@ -286,6 +294,7 @@ export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
 export GPUCAP_TEST_PROMETHEUS="$PROMETHEUS"
 export GPUCAP_TEST_MDBOOK="$MDBOOK"
 export GPUCAP_TEST_WHEEL="$WHEEL"
+export GPUCAP_TEST_SOURCE_VENV="$ROOT/target/venv-source"
 export GPUCAP_TEST_PYTHON_JUPYTER="$ROOT/target/venv-jupyter/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1
 status=0

@@ -5,7 +5,8 @@
 //! pip's gpucap and its library.
 //!
 //! The wheel comes from `GPUCAP_TEST_WHEEL` (scripts/test.sh builds it with
-//! scripts/build-wheel.sh); unset, the tests print SKIP, unless
+//! scripts/build-wheel.sh), and a venv where `pip install ./python` built and installed
+//! gpucap from this checkout from `GPUCAP_TEST_SOURCE_VENV`; unset, the tests print SKIP, unless
 //! GPUCAP_TEST_REQUIRE_CLIENTS=1 or CI is set, when they fail.
 
 mod common;
@@ -135,6 +136,34 @@ fn installed() -> Option<&'static Installed> {
 #[test]
 fn the_installed_command_caps_the_demo_without_rust() {
     let Some(inst) = installed() else { return };
+    caps_the_demo(inst);
+}
+
+/// `pip install ./python` (scripts/test.sh made `GPUCAP_TEST_SOURCE_VENV` so, from this
+/// checkout, with the library the wheel script copies removed first): the package's build
+/// backend built the shim and maturin the command, and the installed command caps the
+/// demo as the wheel's does, run without Rust on PATH.
+#[test]
+fn pip_install_of_the_source_folder_installs_a_command_that_caps() {
+    let Some(venv) = std::env::var_os("GPUCAP_TEST_SOURCE_VENV").filter(|v| !v.is_empty()) else {
+        skip(
+            "GPUCAP_TEST_SOURCE_VENV is not set: scripts/test.sh makes it with \
+             pip install ./python",
+        );
+        return;
+    };
+    let venv = PathBuf::from(venv);
+    let mut path = vec![venv.join("bin")];
+    path.extend(std::env::split_paths(&path_without_rust()));
+    caps_the_demo(&Installed {
+        venv,
+        path: std::env::join_paths(path).unwrap(),
+    });
+}
+
+/// The installed `gpucap` caps the demo program on the fake GPU with the package's
+/// library (not one beside the command).
+fn caps_the_demo(inst: &Installed) {
     let gpucap = inst.bin("gpucap");
     assert!(gpucap.is_file(), "pip installed no {}", gpucap.display());
     // The library is in the package, not beside the command.
