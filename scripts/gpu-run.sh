@@ -36,7 +36,7 @@
 # DIR, where it exists: writes DIR/driver-answers.json); checks (every other check of
 # gpu-check.sh: a check whose own part is asked for is left to it); bench (gpu-check.sh
 # --bench); bench-hami (scripts/gpu/bench-hami-hook.sh
-# DIR: scripts/bench-hami.sh on the HAMi-core build carried in target/hami, into
+# DIR: scripts/bench/bench-hami.sh on the HAMi-core build carried in target/hami, into
 # DIR/hami.json; SKIP without that build), first-use (cuInit, first context, first
 # allocation, raw and under gpucap). The hooks get GPUCAP_LIB, GPU_RUN_CLI and
 # GPU_RUN_DEADLINE (seconds since the epoch by which they must be done) in their

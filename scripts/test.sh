@@ -16,7 +16,7 @@
 # maturin and auditwheel (the wheel, scripts/build-wheel.sh) in target/venv-maturin;
 # jupyter_client and ipykernel (capped kernels, tests/wheel.rs) in target/venv-jupyter.
 # They are reused when already there. PyTorch and JAX are too large for every run:
-# scripts/frameworks.sh installs and checks them.
+# scripts/dev/frameworks.sh installs and checks them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -79,9 +79,9 @@ else
 fi
 echo "python3: $(python3 --version 2>&1)"
 
-section "Module import cycles (scripts/modcycles.py)"
+section "Module import cycles (scripts/dev/modcycles.py)"
 # Data flows one way in every crate (docs/src/how-it-works.md, Map of the code): a new cycle fails the run.
-python3 scripts/modcycles.py src cuda-stubs
+python3 scripts/dev/modcycles.py src cuda-stubs
 
 section "Build (cargo build --release --workspace --all-targets)"
 cargo build --release --workspace --all-targets
@@ -276,8 +276,8 @@ target/venv-source/bin/python -m pip install -q --disable-pip-version-check ./py
 # plain Debian base image made from this machine's own packages and imported (no
 # registry, no download), all under target/containers and reused. Under CI the container
 # tests fail if this fails.
-section "Container runtime (scripts/containers-setup.sh: podman, runc, a base image)"
-if containers_env=$(scripts/containers-setup.sh --env); then
+section "Container runtime (scripts/dev/containers-setup.sh: podman, runc, a base image)"
+if containers_env=$(scripts/dev/containers-setup.sh --env); then
     eval "$containers_env"
     echo "podman: $("$GPUCAP_TEST_PODMAN" --version), image $GPUCAP_TEST_CONTAINER_IMAGE"
 else

@@ -1,5 +1,5 @@
 //! The shape of the code (docs/src/how-it-works.md, "Map of the code"): data flows one way in every crate,
-//! checked by scripts/modcycles.py, and no crate borrows another's files by `#[path]`.
+//! checked by scripts/dev/modcycles.py, and no crate borrows another's files by `#[path]`.
 
 mod common;
 
@@ -10,7 +10,7 @@ use common::*;
 
 fn modcycles(dirs: &[&Path]) -> std::process::Output {
     run(Command::new("python3")
-        .arg(root().join("scripts/modcycles.py"))
+        .arg(root().join("scripts/dev/modcycles.py"))
         .args(dirs))
 }
 

@@ -1,4 +1,4 @@
-//! scripts/bench-breakdown.sh: a bad N is named, and (with valgrind, which scripts/test.sh
+//! scripts/bench/bench-breakdown.sh: a bad N is named, and (with valgrind, which scripts/test.sh
 //! installs) a short run on the fake GPU attributes the shim's instructions per pair to
 //! its source files, the pool's share to the pool's files.
 
@@ -8,7 +8,7 @@ use common::*;
 use std::process::{Command, Output};
 
 fn breakdown(args: &[&str]) -> Output {
-    let mut c = Command::new(root().join("scripts/bench-breakdown.sh"));
+    let mut c = Command::new(root().join("scripts/bench/bench-breakdown.sh"));
     c.args(args).env_remove("LD_PRELOAD");
     run(&mut c)
 }

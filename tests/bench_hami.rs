@@ -1,4 +1,4 @@
-//! scripts/bench-hami.sh: bad input is named, a "HAMi-core" that does not cap stops the
+//! scripts/bench/bench-hami.sh: bad input is named, a "HAMi-core" that does not cap stops the
 //! comparison; a short run on the fake GPU (valgrind) with gpucap in HAMi-core's place
 //! measures all four ways within bounds, everywhere, CI included; and with
 //! GPUCAP_TEST_HAMI_SRC (a HAMi-core source folder: CI has none, no registry it reaches
@@ -11,7 +11,7 @@ use common::*;
 use std::process::{Command, Output};
 
 fn bench(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(root().join("scripts/bench-hami.sh"));
+    let mut c = Command::new(root().join("scripts/bench/bench-hami.sh"));
     c.args(args)
         .env("BENCH_HAMI_SHIM", shim())
         .env("BENCH_HAMI_DRIVER", "fake")

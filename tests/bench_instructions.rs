@@ -1,4 +1,4 @@
-//! scripts/bench-instructions.sh: (with valgrind, which scripts/test.sh installs) a short
+//! scripts/bench/bench-instructions.sh: (with valgrind, which scripts/test.sh installs) a short
 //! run measures the build `BENCH_SHIM` names in every row, so that an older build can be
 //! measured beside the current one.
 
@@ -40,7 +40,7 @@ fn every_row_measures_the_build_bench_shim_names() {
         .arg(&empty)
         .arg(dir.join("empty.c"))));
     let json = dir.join("out.json");
-    let o = run(Command::new(root().join("scripts/bench-instructions.sh"))
+    let o = run(Command::new(root().join("scripts/bench/bench-instructions.sh"))
         .args(["200", "0"])
         .env("BENCH_SHIM", &empty)
         .env("BENCH_JSON", &json)
@@ -64,7 +64,7 @@ fn every_row_measures_the_build_bench_shim_names() {
 
 /// How far a published instruction figure may be from what the tree measures, in
 /// instructions per pair: runs of the same tree agree within 3, and the README's pool
-/// figure (scripts/bench-hami.sh's run) and the book's (scripts/bench-instructions.sh's)
+/// figure (scripts/bench/bench-hami.sh's run) and the book's (scripts/bench/bench-instructions.sh's)
 /// differ by 5; a change to the path of an allocation of more than this must update them.
 const TOLERANCE: i64 = 10;
 
@@ -93,12 +93,12 @@ fn row<'a>(text: &'a str, label: &str, file: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// scripts/bench-instructions.sh's first rows (BENCH_ONLY=pair), 2,000 vs 4,000 pairs of
+/// scripts/bench/bench-instructions.sh's first rows (BENCH_ONLY=pair), 2,000 vs 4,000 pairs of
 /// `size` blocks: (raw, gpucap alone, gpucap in a pool) per pair.
 fn measure_pairs(size: &str) -> (i64, i64, i64) {
     let dir = scratch("bench-instructions-published");
     let json = dir.join("pair.json");
-    let o = run(Command::new(root().join("scripts/bench-instructions.sh"))
+    let o = run(Command::new(root().join("scripts/bench/bench-instructions.sh"))
         .arg("2000")
         .env("BENCH_ONLY", "pair")
         .env("BSIZE", size)
@@ -192,7 +192,7 @@ fn the_published_instruction_figures_are_this_trees() {
     assert!(
         wrong.is_empty(),
         "published instruction figures off by more than {TOLERANCE} per pair from this tree \
-         (measure with scripts/bench-instructions.sh and update README.md's Performance \
+         (measure with scripts/bench/bench-instructions.sh and update README.md's Performance \
          table and docs/src/performance.md):\n{}",
         wrong.join("\n")
     );
@@ -228,7 +228,7 @@ fn the_published_launch_figures_are_this_trees() {
         assert!(
             (p - m).abs() <= TOLERANCE,
             "docs/src/performance.md, kernel launch, {what}: published {p}, this tree measures {m} \
-             (scripts/bench-instructions.sh's launch row; update the book)\n{}",
+             (scripts/bench/bench-instructions.sh's launch row; update the book)\n{}",
             stdout(&o)
         );
     }

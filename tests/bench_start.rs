@@ -1,4 +1,4 @@
-//! scripts/bench-start.sh, whose figures docs/src/performance.md publishes ("Starting many
+//! scripts/bench/bench-start.sh, whose figures docs/src/performance.md publishes ("Starting many
 //! processes"), runs on this tree: every way (raw, gpucap alone, a pool) starts its
 //! processes and each holds its block, with and without a context delay; and the book's
 //! start instructions (`--instructions`, counted by callgrind) are this tree's.
@@ -10,7 +10,7 @@ use std::process::Command;
 use common::*;
 
 fn bench(args: &[&str]) -> serde_json::Value {
-    let o = run(Command::new(root().join("scripts/bench-start.sh"))
+    let o = run(Command::new(root().join("scripts/bench/bench-start.sh"))
         .args(["--no-build", "--rounds", "1"])
         .args(args)
         .env_remove("LD_PRELOAD")
@@ -46,7 +46,7 @@ fn the_start_benchmark_starts_every_way_and_reports_it() {
 const START_TOLERANCE: i64 = 3_000;
 
 /// The book's start instructions (docs/src/performance.md, "**Start instructions.**": raw,
-/// gpucap, added, pool, added) are what `scripts/bench-start.sh --instructions` counts on
+/// gpucap, added, pool, added) are what `scripts/bench/bench-start.sh --instructions` counts on
 /// this tree, and the count does not depend on the caller's environment or directory.
 #[test]
 fn the_published_start_instructions_are_this_trees() {
@@ -62,7 +62,7 @@ fn the_published_start_instructions_are_this_trees() {
     );
     let count = |dir: &std::path::Path, extra: &[(&str, &str)]| {
         let json = scratch("start-instructions").join("figures.json");
-        let mut cmd = Command::new(root().join("scripts/bench-start.sh"));
+        let mut cmd = Command::new(root().join("scripts/bench/bench-start.sh"));
         cmd.args(["--no-build", "--instructions"])
             .current_dir(dir)
             .env("BENCH_JSON", &json)
@@ -95,7 +95,7 @@ fn the_published_start_instructions_are_this_trees() {
         assert!(
             (p - m).abs() <= START_TOLERANCE,
             "docs/src/performance.md, start instructions, {what}: published {p}, this tree \
-             counts {m} (scripts/bench-start.sh --instructions; update the book)\n{out}"
+             counts {m} (scripts/bench/bench-start.sh --instructions; update the book)\n{out}"
         );
     }
     // Another directory, a larger environment, a deep TMPDIR: the same count.

@@ -16,7 +16,7 @@
 //!   read-only root file system with a non-root user, and a container killed by the
 //!   runtime while it holds memory (its bytes come back to the others).
 //!
-//! The runtime comes from scripts/containers-setup.sh (scripts/test.sh runs it and exports
+//! The runtime comes from scripts/dev/containers-setup.sh (scripts/test.sh runs it and exports
 //! its variables: GPUCAP_TEST_PODMAN, GPUCAP_TEST_CONTAINERS_CONF,
 //! GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE). Without them the
 //! tests print `SKIP: ...` and pass, unless `CI` or `GPUCAP_TEST_REQUIRE_CLIENTS=1` is set:

@@ -135,7 +135,7 @@ fn a_pool_of_4096_members_takes_4096_started_at_once() {
         let _ = std::io::BufReader::new(out).read_line(&mut line);
         let _ = tx.send(line);
     });
-    // A guard against a hang only (this is no timing test; see scripts/bench-start.sh):
+    // A guard against a hang only (this is no timing test; see scripts/bench/bench-start.sh):
     // a joiner that tried a lock per member took over ten minutes for all to hold.
     let Ok(line) = rx.recv_timeout(Duration::from_secs(600)) else {
         let _ = launcher.kill(); // its members see the end of their pipe and exit

@@ -1,7 +1,7 @@
 //! What gpucap costs one step of a real program, deterministically: the driver calls of a
 //! PyTorch training step and of a CUDA-graph inference step, recorded on the fake GPU
-//! (`tests/fixtures/steps/*.json`, written by `scripts/step-profile.py record`), replayed
-//! by `tests/c/step_replay.c`, counted by `scripts/bench-step.sh` under callgrind. These
+//! (`tests/fixtures/steps/*.json`, written by `scripts/bench/step-profile.py record`), replayed
+//! by `tests/c/step_replay.c`, counted by `scripts/bench/bench-step.sh` under callgrind. These
 //! tests hold the three together: the fixture's hooked calls are the ones this shim
 //! hooks, the replay makes exactly those calls through the shim, and the book's per-step
 //! figures are this tree's.
@@ -70,7 +70,7 @@ fn word_of(entry: &str) -> Option<&'static [&'static str]> {
 /// Every call of a recorded step that this shim hooks is in the fixture's hooked calls
 /// and replayed as often as it was made: a hook added to the shim for a call the step
 /// makes, or a fixture recorded against another shim, fails here until the replay and
-/// the fixture cover it (`scripts/step-profile.py record`).
+/// the fixture cover it (`scripts/bench/step-profile.py record`).
 #[test]
 fn every_hooked_call_of_a_step_is_replayed() {
     let hooks = hooked();
@@ -119,12 +119,12 @@ fn every_hooked_call_of_a_step_is_replayed() {
     }
 }
 
-/// The sequence file of a fixture, as scripts/bench-step.sh writes it.
+/// The sequence file of a fixture, as scripts/bench/bench-step.sh writes it.
 fn sequence(name: &str, dir: &Path) -> PathBuf {
     let seq = dir.join(format!("{name}.seq"));
     let fixture = root().join(format!("tests/fixtures/steps/{name}.json"));
     assert_ok(&run(Command::new("python3")
-        .arg(root().join("scripts/step-profile.py"))
+        .arg(root().join("scripts/bench/step-profile.py"))
         .arg("sequence")
         .arg(&fixture)
         .arg(&seq)));
@@ -180,7 +180,7 @@ fn a_replayed_step_makes_the_recorded_hooked_calls() {
 }
 
 /// The figures of `**Cost per step.**` in docs/src/performance.md (per fixture: raw,
-/// gpucap, added, pool, added) are what scripts/bench-step.sh measures on this tree.
+/// gpucap, added, pool, added) are what scripts/bench/bench-step.sh measures on this tree.
 #[test]
 fn the_published_step_figures_are_this_trees() {
     if !callgrind_benchmarks_run() {
@@ -221,7 +221,7 @@ fn the_published_step_figures_are_this_trees() {
             assert!(
                 (p - m).abs() <= tolerance,
                 "docs/src/performance.md, {name} step, {what}: published {p}, this tree measures \
-                 {m} (scripts/bench-step.sh; update the book)\n{}",
+                 {m} (scripts/bench/bench-step.sh; update the book)\n{}",
                 stdout(&o)
             );
         }

@@ -41,7 +41,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 say() { echo "probe-driver: $*" | tee -a "$LOG" >&2; }
 
-. scripts/bench-lib.sh
+. scripts/bench/bench-lib.sh
 driver=$(cuda_link_dir "$tmp/lib") || { say "no libcuda.so.1 found (LD_LIBRARY_PATH, ldconfig)"; exit 1; }
 say "driver library: $driver"
 cc -O1 -g -Wall -pthread -I tests/c -o "$tmp/driver_probe" tests/c/driver_probe.c -L "$tmp/lib" -lcuda -ldl

@@ -25,7 +25,7 @@
  * (CLOCK_THREAD_CPUTIME_ID), averaged, gives cpu_ns_per_pair: less sensitive to
  * other processes on a busy machine. Prints one line:
  *   threads=T pairs=N size=S elapsed_ns=E ns_per_pair=X cpu_ns_per_pair=Y
- * Used by scripts/bench.sh with and without the shim; exits 1 on any driver error.
+ * Used by scripts/bench/bench.sh with and without the shim; exits 1 on any driver error.
  */
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -8,7 +8,7 @@
  * cuCtxSetCurrent (as the runtime API does). Then a cuMemAlloc_v2 of 4 KiB and its
  * cuMemFree_v2. Prints one line:
  *   init_ns=I ctx_ns=C alloc_ns=A total_ns=T
- * Used by scripts/bench.sh ("first use") with and without the shim; exits 1 on any
+ * Used by scripts/bench/bench.sh ("first use") with and without the shim; exits 1 on any
  * driver error. Nothing is torn down: the process exits as programs do.
  */
 #define _GNU_SOURCE

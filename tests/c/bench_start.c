@@ -1,6 +1,6 @@
 /*
  * bench_start: N processes started at once, each making its CUDA context and taking one
- * block; how long until every one holds its block (scripts/bench-start.sh).
+ * block; how long until every one holds its block (scripts/bench/bench-start.sh).
  *
  *   bench_start N [PRELOAD]
  *
@@ -21,7 +21,7 @@
  *
  * One member's start alone, in this process (no fork, no pipe): cuInit, the primary
  * context made current, 1 MiB allocated and freed; exit 0 if all succeeded. What
- * `scripts/bench-start.sh --instructions` counts under callgrind.
+ * `scripts/bench/bench-start.sh --instructions` counts under callgrind.
  */
 #define _GNU_SOURCE
 #include <errno.h>

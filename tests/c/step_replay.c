@@ -1,13 +1,13 @@
 /*
  * step_replay: replays the driver calls gpucap hooks in one recorded step of a real
  * program (a PyTorch training step, a CUDA-graph inference step), STEPS times, so that
- * callgrind can count what gpucap adds per step (scripts/bench-instructions.sh, N vs 2N
+ * callgrind can count what gpucap adds per step (scripts/bench/bench-instructions.sh, N vs 2N
  * steps) without PyTorch.
  *
  *   step_replay <sequence file> <steps>
  *
  * The sequence file (written from tests/fixtures/steps/<name>.json by
- * scripts/step-profile.py --sequence) holds one call per line, in the step's order:
+ * scripts/bench/step-profile.py --sequence) holds one call per line, in the step's order:
  *   L i    cuLaunchKernel of kernel handle i          X i    cuLaunchKernelEx of kernel i
  *   LF i   cuLaunchKernel of kernel i's function      XF i   cuLaunchKernelEx of its function
  *   G i    cuKernelGetFunction of kernel i            S      cuStreamSynchronize(NULL)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An ordinary JAX program (jax[cuda13] from PyPI). It knows nothing about gpucap or the fake
-GPU: scripts/frameworks.sh runs it on the fake GPU, with and without the shim.
+GPU: scripts/dev/frameworks.sh runs it on the fake GPU, with and without the shim.
 
 Usage: jax_client.py [STEP...] where each STEP is
   info         jax.devices() and each device's memory_stats()

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An ordinary PyTorch program (the CUDA build of torch from PyPI). It knows nothing about
-gpucap or the fake GPU: scripts/frameworks.sh runs it on the fake GPU, with and without the
+gpucap or the fake GPU: scripts/dev/frameworks.sh runs it on the fake GPU, with and without the
 shim, and reads its output.
 
 Usage: torch_client.py [STEP...] where each STEP is

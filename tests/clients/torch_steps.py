@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A PyTorch training step and a CUDA-graph inference step, whose driver calls
-scripts/step-profile.py records on the fake GPU (FAKECUDA_TRACE) to write
+scripts/bench/step-profile.py records on the fake GPU (FAKECUDA_TRACE) to write
 tests/fixtures/steps/*.json. An ordinary PyTorch program otherwise: it knows nothing of
 gpucap or of the fake.
 

@@ -87,7 +87,7 @@ fn unique() -> String {
     )
 }
 
-/// Whether the callgrind benchmarks (scripts/bench-instructions.sh, bench-breakdown.sh)
+/// Whether the callgrind benchmarks (scripts/bench/bench-instructions.sh, bench-breakdown.sh)
 /// can run here: valgrind installed (scripts/test.sh installs it) and a release build
 /// (they measure target/release). Where they cannot: false after a SKIP line, or a
 /// failure where the published figures must be measured ([`skip`]).
@@ -566,7 +566,7 @@ pub fn readme_states(figure: i64, after: &str) -> bool {
     readme.contains(&format!("{}{after}", thousands(figure)))
 }
 
-/// Runs a benchmark script of `scripts/` (with `args`, and `env` set) that writes its
+/// Runs a benchmark script of `scripts/bench/` (with `args`, and `env` set) that writes its
 /// figures to `BENCH_JSON`, against this tree's build (no `BENCH_SHIM`, no
 /// `LD_PRELOAD`): its output and the figures.
 pub fn bench_json(
@@ -575,7 +575,7 @@ pub fn bench_json(
     env: &[(&str, &str)],
 ) -> (Output, serde_json::Value) {
     let json = scratch(script).join("figures.json");
-    let mut cmd = Command::new(root().join("scripts").join(script));
+    let mut cmd = Command::new(root().join("scripts/bench").join(script));
     cmd.args(args)
         .env("BENCH_JSON", &json)
         .env_remove("BENCH_SHIM")

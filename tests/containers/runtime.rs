@@ -1,4 +1,4 @@
-//! The container runtime: podman as scripts/containers-setup.sh prepared it, one
+//! The container runtime: podman as scripts/dev/containers-setup.sh prepared it, one
 //! `podman run` as a value, and the helpers every test uses.
 
 use super::*;
@@ -12,7 +12,7 @@ pub const GPU0: &str = "GPU-face0000-0000-0000-0000-000000000000";
 /// 600 MiB in bytes, as the script prints an allocation.
 pub const MIB600: u64 = 600 * MIB;
 
-/// podman, configured by scripts/containers-setup.sh.
+/// podman, configured by scripts/dev/containers-setup.sh.
 pub struct Runtime {
     pub podman: PathBuf,
     pub conf: PathBuf,
@@ -31,8 +31,8 @@ pub fn runtime() -> Option<Runtime> {
     ) else {
         skip(
             "no container runtime prepared (GPUCAP_TEST_PODMAN & co. unset): scripts/test.sh \
-             runs scripts/containers-setup.sh, which installs podman and makes the base image \
-             (by hand: `eval \"$(scripts/containers-setup.sh --env)\"`)",
+             runs scripts/dev/containers-setup.sh, which installs podman and makes the base image \
+             (by hand: `eval \"$(scripts/dev/containers-setup.sh --env)\"`)",
         );
         return None;
     };

@@ -58,7 +58,7 @@ static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0);
 /// they allocated before (the length of a library's path, an environment's), and so
 /// would the probes of every table keyed by it, the fake's and the shim's; at fixed
 /// addresses, the same calls give the same handles wherever and however the program is
-/// started, with or without the shim (`scripts/bench-step.sh` counts what the shim adds
+/// started, with or without the shim (`scripts/bench/bench-step.sh` counts what the shim adds
 /// to a step to within a few instructions: a checkout's path once moved it by 2,400).
 /// No lock: a fork never finds one held.
 pub fn new_handle() -> usize {

@@ -2,7 +2,7 @@
 # The two-thread pair loop in a pool, K times: counts the runs that were refused an
 # allocation (and the refusals) far below the pool's cap. On the fake driver, no GPU.
 #
-#   scripts/stress-pool-alloc.sh            # STRESS_RUNS=100 runs of 2 x 200000 pairs
+#   scripts/bench/stress-pool-alloc.sh            # STRESS_RUNS=100 runs of 2 x 200000 pairs
 #
 # Each run is one process of a fresh pool (GPUCAP_POOL, its own GPUCAP_POOL_DIR) whose
 # STRESS_THREADS threads (2) each allocate and free 1 MiB STRESS_PAIRS times
@@ -15,7 +15,7 @@
 # STRESS_SHIM=<path> runs another build of libgpucap.so (an older one, say);
 # STRESS_NO_BUILD=1 skips the release build.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 RUNS=${STRESS_RUNS:-100}
 THREADS=${STRESS_THREADS:-2}

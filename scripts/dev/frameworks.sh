@@ -7,14 +7,14 @@
 # and what the fake driver recorded (FAKECUDA_STATS). Prints one line per check and a
 # summary; exits 1 if any check failed.
 #
-#   scripts/frameworks.sh            # both
-#   scripts/frameworks.sh torch      # or: jax
+#   scripts/dev/frameworks.sh            # both
+#   scripts/dev/frameworks.sh torch      # or: jax
 #
 # JAX looks for /dev/nvidiactl (or /dev/nvidia0) before it tries CUDA at all, which is not
 # the driver's to answer (docs/src/fake-gpu.md, "Frameworks on the fake GPU"): JAX runs in a private mount
 # namespace (unshare, as root) where /dev holds an empty nvidiactl beside the usual nodes.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 

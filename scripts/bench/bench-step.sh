@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Instructions gpucap adds to one step of a real program: the hooked driver calls of a
 # PyTorch training step and of a CUDA-graph inference step, recorded on the fake GPU
-# (tests/fixtures/steps/*.json, scripts/step-profile.py), replayed by tests/c/step_replay.c
+# (tests/fixtures/steps/*.json, scripts/bench/step-profile.py), replayed by tests/c/step_replay.c
 # under valgrind's callgrind, N and 2N steps: the difference / N is one step, set-up and
 # exit cancelled out. Deterministic, unlike wall-clock time. N replays at least CALLS
 # hooked calls (default 10000: 19 training steps, 5,000 graph steps), so that what a pool
 # member does now and then (its periodic look at the pool) averages out.
 #
-#   scripts/bench-step.sh [CALLS]
+#   scripts/bench/bench-step.sh [CALLS]
 #   BENCH_SHIM=<path>: measure another build of libgpucap.so
 #   BENCH_JSON=<path>: where the figures go (default target/bench-step.json)
 #
@@ -16,12 +16,12 @@
 # added, and the hooked calls per step; writes the JSON. Needs valgrind and a release
 # build (cargo build --release).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 CALLS=${1:-10000}
 R=$PWD/target/release
 SHIM=${BENCH_SHIM:-$R/libgpucap.so}
 JSON=${BENCH_JSON:-$PWD/target/bench-step.json}
-. scripts/bench-lib.sh
+. scripts/bench/bench-lib.sh
 bench_prepare bench-step "$SHIM" valgrind python3
 # Everything the replay's process loads and names lies at fixed paths of its own (in a
 # folder of a fixed length under /tmp, run from there): the loader keeps each library's
@@ -53,7 +53,7 @@ rows=()
 for fixture in tests/fixtures/steps/*.json; do
     name=$(basename "$fixture" .json)
     seq=$lay/$name.seq
-    python3 scripts/step-profile.py sequence "$fixture" "$seq"
+    python3 scripts/bench/step-profile.py sequence "$fixture" "$seq"
     calls=$(grep -c . "$seq")
     N=$(((CALLS + calls - 1) / calls))
     raw1=$(replayed "" "$seq" "$N"); raw2=$(replayed "" "$seq" $((2 * N)))

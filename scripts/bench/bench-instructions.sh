@@ -3,7 +3,7 @@
 # valgrind's callgrind on the fake driver: deterministic, unlike wall-clock time on a
 # driver whose allocation is an mmap.
 #
-#   scripts/bench-instructions.sh [N] [LIVE...]   # N pairs (default 2000), then 2N;
+#   scripts/bench/bench-instructions.sh [N] [LIVE...]   # N pairs (default 2000), then 2N;
 #                                                 # LIVE: allocations kept live
 #                                                 # (default 0 10000 100000 1000000)
 #   BSIZES="4Ki 1Mi" (default): the block sizes of the live cases
@@ -28,13 +28,13 @@
 # for these, which it only counts; a case whose live blocks would map more than
 # valgrind's 128 GiB of client address space is skipped and says so). Also: two visible GPUs (the device each thread remembers,
 # hooks/current.rs) and two threads (valgrind runs threads one at a time, so this counts
-# instructions, not contention: scripts/bench.sh measures that in ns), and a kernel launch after
+# instructions, not contention: scripts/bench/bench.sh measures that in ns), and a kernel launch after
 # its first (bench_alloc's "launch"). Prints both and the difference; writes
 # target/bench-instructions.json. Needs valgrind (apt-get install valgrind) and a
 # release build (cargo build --release). Also a pool member with a guarantee and a
 # ceiling, beside a live member holding a guarantee.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 N=${1:-2000}
 shift || true
 LIVE=("$@")
@@ -43,7 +43,7 @@ read -r -a BSIZES <<<"${BSIZES:-4Ki 1Mi}"
 R=$PWD/target/release
 SHIM=${BENCH_SHIM:-$R/libgpucap.so}
 JSON=${BENCH_JSON:-$PWD/target/bench-instructions.json}
-. scripts/bench-lib.sh
+. scripts/bench/bench-lib.sh
 bench_prepare bench-instructions "$SHIM" valgrind
 
 # A kernel launch after its first (bench_alloc's "launch"): the lookup in the functions

@@ -7,7 +7,7 @@ only docs/src. In the book such a link becomes the file's path as code (`scripts
 or a link to it under `url` when book.toml gives one:
 
     [preprocessor.repo-links]
-    command = "python3 ../scripts/book-repo-links.py"
+    command = "python3 ../scripts/dev/book-repo-links.py"
     url = "https://github.com/OWNER/gpucap/blob/main"   # optional
 
 Links inside the book, to anchors and to the web are left as they are. Code blocks and

@@ -2,7 +2,7 @@
 # gpucap beside HAMi-core, in one run: the raw driver, HAMi-core (libvgpu.so), gpucap alone
 # and gpucap in a pool (GPUCAP_POOL), on the same allocations.
 #
-#   scripts/bench-hami.sh [HAMI_SRC | --so LIBVGPU.so] [--out FILE.json] [--build-only]
+#   scripts/bench/bench-hami.sh [HAMI_SRC | --so LIBVGPU.so] [--out FILE.json] [--build-only]
 #
 # HAMI_SRC is a HAMi-core source folder you provide (github.com/Project-HAMi/HAMi-core;
 # this script fetches nothing). It is built as HAMi-core's own build.sh builds it (its
@@ -38,7 +38,7 @@
 # target/bench-hami.json). Every way is checked to cap (a 128 MiB allocation under a 64 MiB
 # limit must fail) before it is measured.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 R=$ROOT/target/release
 SRC='' SO='' OUTFILE=$ROOT/target/bench-hami.json BUILD_ONLY=0
@@ -53,7 +53,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 say() { echo "bench-hami: $*" >&2; }
-. scripts/bench-lib.sh
+. scripts/bench/bench-lib.sh
 
 # ---- HAMi-core, built from HAMI_SRC ---------------------------------------------------
 headers() { # the folder with cuda.h and nvml.h

@@ -4,7 +4,7 @@
 # without any registry. scripts/test.sh runs it; run it alone to run the container tests
 # by hand:
 #
-#   eval "$(scripts/containers-setup.sh --env)"
+#   eval "$(scripts/dev/containers-setup.sh --env)"
 #   cargo test --release --test containers
 #
 # Everything lives under target/containers/ and is reused by later runs:
@@ -14,7 +14,7 @@
 #   storage.conf      the tests' own image store (target/containers/storage; made anew
 #                     when it was made at another path: see below)
 #   base.tar          the base image's root file system: by default made by
-#                     scripts/containers-base.py from this machine's own Debian packages
+#                     scripts/dev/containers-base.py from this machine's own Debian packages
 #                     (dash, coreutils, grep, ... and their dependencies: seconds, no
 #                     download); with GPUCAP_TEST_BASE=debootstrap, Debian's minbase made by
 #                     `debootstrap --variant=minbase` (minutes: it downloads the packages)
@@ -23,7 +23,7 @@
 # variables tests/containers.rs reads (GPUCAP_TEST_PODMAN, GPUCAP_TEST_CONTAINERS_CONF,
 # GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE) instead of a summary.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
 DIR=$ROOT/target/containers
 BASE=${GPUCAP_TEST_BASE:-host}
@@ -34,7 +34,7 @@ TAR=$DIR/base-$BASE.tar
 print_env=false
 [ "${1:-}" = --env ] && print_env=true
 say() { if $print_env; then echo "# $*" >&2; else echo "$*"; fi; }
-die() { printf 'scripts/containers-setup.sh: %s\n' "$*" >&2; exit 1; }
+die() { printf 'scripts/dev/containers-setup.sh: %s\n' "$*" >&2; exit 1; }
 
 export DEBIAN_FRONTEND=noninteractive
 missing=()
@@ -65,7 +65,7 @@ nproc_soft=$(min "$(ulimit -Su)" 32768) nproc_hard=$(min "$(ulimit -Hu)" 32768)
 nofile_soft=$(min "$nofile_soft" 1048576) nofile_hard=$(min "$nofile_hard" 1048576)
 conf=$DIR/containers.conf
 cat >"$conf.tmp" <<EOF
-# Written by scripts/containers-setup.sh for tests/containers.rs.
+# Written by scripts/dev/containers-setup.sh for tests/containers.rs.
 [containers]
 default_ulimits = ["nofile=$nofile_soft:$nofile_hard", "nproc=$nproc_soft:$nproc_hard"]
 netns = "none"
@@ -79,7 +79,7 @@ EOF
 mv -f "$conf.tmp" "$conf"
 storage=$DIR/storage.conf
 cat >"$storage.tmp" <<EOF
-# Written by scripts/containers-setup.sh for tests/containers.rs.
+# Written by scripts/dev/containers-setup.sh for tests/containers.rs.
 [storage]
 driver = "overlay"
 graphroot = "$DIR/storage"
@@ -100,8 +100,8 @@ fi
 
 # The base image's files, made once.
 if ! [ -s "$TAR" ] && [ "$BASE" = host ]; then
-    say "scripts/containers-base.py $TAR"
-    python3 scripts/containers-base.py "$TAR" >&2 || die "scripts/containers-base.py failed"
+    say "scripts/dev/containers-base.py $TAR"
+    python3 scripts/dev/containers-base.py "$TAR" >&2 || die "scripts/dev/containers-base.py failed"
 elif ! [ -s "$TAR" ]; then
     suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
     [ -n "$suite" ] || die "cannot tell this machine's Debian suite (/etc/os-release has no VERSION_CODENAME)"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What the shim costs, measured on the fake driver (no GPU needed).
 #
-#   scripts/bench.sh                 # REPS=7 STARTUP_RUNS=200 TARGET_MS=500 by default
-#   REPS=11 scripts/bench.sh
+#   scripts/bench/bench.sh                 # REPS=7 STARTUP_RUNS=200 TARGET_MS=500 by default
+#   REPS=11 scripts/bench/bench.sh
 #
 # 1. cuMemAlloc_v2 + cuMemFree_v2 pairs of 4 KiB (tests/c/bench_alloc.c) with 1 and 2
 #    threads, without and with LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the
@@ -19,14 +19,14 @@
 #    the shim's own ns per pair (target/bench-arena.json; ARENA_CASES="threads:live ...").
 # 5. The pool (GPUCAP_POOL): the same pairs without and with a pool, 1 and 2 threads
 #    and 2 processes of one pool (target/bench-pool.json).
-# 6. First use (scripts/bench-first.sh): cuInit, the first context and the first
+# 6. First use (scripts/bench/bench-first.sh): cuInit, the first context and the first
 #    allocation timed raw and through the shim, with NVML and without it, and the
 #    contexts the driver made (target/bench-first.json).
 #
 # Prints a table and writes target/bench.json. Targets (reported, not enforced):
 # under 50 ns added per pair, under 15% slower process start.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 
 REPS=${REPS:-7}
@@ -311,4 +311,4 @@ rm -f "$RESULTS.growth" "$RESULTS.arena" "$RESULTS.pool"
 echo "wrote target/bench.json, target/bench-growth.json, target/bench-arena.json and target/bench-pool.json"
 
 # ---- first use: cuInit, the first context, the first allocation ---------------------------
-BENCH_FIRST_NO_BUILD=1 BENCH_LIMIT=$LIMIT scripts/bench-first.sh
+BENCH_FIRST_NO_BUILD=1 BENCH_LIMIT=$LIMIT scripts/bench/bench-first.sh

@@ -3,7 +3,7 @@
 # driver (no GPU needed): raw (no shim), gpucap alone (GPUCAP_LIMIT), and gpucap in a
 # pool (GPUCAP_POOL, a fresh pool file each start), in interleaved rounds.
 #
-#   scripts/bench-start.sh [-n N]... [--rounds R] [--context-delay-ms MS] [--no-build]
+#   scripts/bench/bench-start.sh [-n N]... [--rounds R] [--context-delay-ms MS] [--no-build]
 #
 #   -n N                 processes started at once (repeatable; default: 1 64 1000 4096)
 #   --rounds R           starts of each way for each N (default 3), interleaved: round r
@@ -25,7 +25,7 @@
 # ratio to raw. Prints a table, then one JSON line (also written to
 # target/bench-start.json).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 
 NS=()
@@ -67,8 +67,8 @@ command -v python3 >/dev/null || { echo "gpucap bench-start: python3 not found" 
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck source=scripts/bench-lib.sh
-. scripts/bench-lib.sh
+# shellcheck source=scripts/bench/bench-lib.sh
+. scripts/bench/bench-lib.sh
 bench_clean_env
 FAKEDIR=$tmp/fakecuda
 mkdir -p "$FAKEDIR"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails on an import cycle between the modules of a Rust crate, at every level.
 
-    scripts/modcycles.py DIR...     # each DIR: a crate (its Cargo.toml), searched below
+    scripts/dev/modcycles.py DIR...     # each DIR: a crate (its Cargo.toml), searched below
 
 Every module that is a folder (the crate root too) is checked: its child modules must
 not import each other in a circle. A file's module path comes from where it lives

@@ -2,7 +2,7 @@
 """The driver calls of one step of a real program, recorded on the fake GPU, and the
 sequence that tests/c/step_replay.c replays from them.
 
-  scripts/step-profile.py record NAME [--python PY] [--warmup W] [--steps N]
+  scripts/bench/step-profile.py record NAME [--python PY] [--warmup W] [--steps N]
                                       [--batch B] [--image I] [--out FILE]
       runs `PY tests/clients/torch_steps.py NAME W N B I` (NAME: train or graph; PY: a
       Python with PyTorch, default target/venv-torch/bin/python) on the fake GPU with
@@ -13,7 +13,7 @@ sequence that tests/c/step_replay.c replays from them.
       and `mid` markers and the N between `mid` and `end` must make the same calls, and
       the first N must be N times one step's sequence: a step that is not steady is an
       error. Needs `cargo build --release` (the fake and libgpucap.so).
-  scripts/step-profile.py sequence FIXTURE OUT
+  scripts/bench/step-profile.py sequence FIXTURE OUT
       writes FIXTURE's `step` to OUT, one call per line: step_replay's input.
 
 Kernels are numbered in order of first use in the step; a launch of a function handle
@@ -28,7 +28,7 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LINE = re.compile(r"^fakecuda: ([A-Za-z_0-9]+(?:\[\d+\])?)\((.*?)\) -> (\S+)(?: \[(.*)\])?$")
 ARG = re.compile(r"(\w+)=(0x[0-9a-f]+|-?\d+)")
 # The hooked calls step_replay replays, by entry point (the _ptsz forms alike).
@@ -121,7 +121,7 @@ def record(args):
     step = words[: len(words) // n]
     fixture = {
         "what": "the driver calls of one step of tests/clients/torch_steps.py %s on the fake GPU" % args.name,
-        "regenerate": "scripts/step-profile.py record %s (then cargo test --release --test step_profile)" % args.name,
+        "regenerate": "scripts/bench/step-profile.py record %s (then cargo test --release --test step_profile)" % args.name,
         "client": run.stdout.split("\n")[0],
         "command": "torch_steps.py %s %d %d %d %d" % (args.name, args.warmup, n, args.batch, args.image),
         "steps_compared": n,

@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
 # Where the shim's instructions per cuMemAlloc_v2 + cuMemFree_v2 pair go, by source file:
-# callgrind on the fake driver (as scripts/bench-instructions.sh), N vs 2N pairs of 4 KiB,
+# callgrind on the fake driver (as scripts/bench/bench-instructions.sh), N vs 2N pairs of 4 KiB,
 # every instruction of libgpucap.so counted at its address (--dump-instr=yes), the
 # difference / N attributed to the innermost source file of gpucap's own that the
 # instruction was inlined from (addr2line -i; the release build keeps debug lines).
 #
-#   scripts/bench-breakdown.sh [N]        # N pairs (default 2000), then 2N
+#   scripts/bench/bench-breakdown.sh [N]        # N pairs (default 2000), then 2N
 #
 # Two ways: alone (GPUCAP_LIMIT) and in a pool (GPUCAP_POOL). Prints, per way, the
 # instructions per pair in libgpucap.so and their share by file, with what each file
 # does on this path. Needs valgrind, addr2line (binutils), python3 and a release build.
-# Read beside scripts/bench-instructions.sh, whose totals also count what the shim's
+# Read beside scripts/bench/bench-instructions.sh, whose totals also count what the shim's
 # calls cost outside its own code (the C library's, the loader's): a few per pair.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 N=${1:-2000}
 [ $# -le 1 ] || { echo "bench-breakdown: one argument at most, N (got $#)" >&2; exit 2; }
 [[ $N =~ ^[1-9][0-9]{0,6}$ ]] || { echo "bench-breakdown: N must be a whole number of pairs, 1 to 9999999 (got '$N')" >&2; exit 2; }
 R=$PWD/target/release
 SHIM=$R/libgpucap.so
-. scripts/bench-lib.sh
+. scripts/bench/bench-lib.sh
 bench_prepare bench-breakdown "$SHIM" valgrind addr2line python3
 
 # run OUT PAIRS [VAR=VALUE...]: one callgrind run with per-instruction counts.

@@ -1,5 +1,5 @@
-# Helpers shared by the benchmark scripts (sourced, not run): scripts/bench-instructions.sh, scripts/bench-breakdown.sh,
-# scripts/bench-hami.sh, scripts/gpu/probe-driver.sh.
+# Helpers shared by the benchmark scripts (sourced, not run): scripts/bench/bench-instructions.sh, scripts/bench/bench-breakdown.sh,
+# scripts/bench/bench-hami.sh, scripts/gpu/probe-driver.sh.
 
 # bench_clean_env [PATTERN]: unsets every GPUCAP_* and FAKECUDA_* variable of the caller's
 # environment (and those whose names match the extended regex PATTERN, say

@@ -3,7 +3,7 @@
 # context, the first allocation (tests/c/bench_first.c times each in the process), and
 # how many contexts the driver made (the fake's FAKECUDA_STATS "contexts_created").
 #
-#   scripts/bench-first.sh             # FIRST_REPS=21 by default; scripts/bench.sh runs it
+#   scripts/bench/bench-first.sh             # FIRST_REPS=21 by default; scripts/bench/bench.sh runs it
 #
 # Three ways, interleaved, FIRST_REPS runs each, for cuCtxCreate_v2 and for
 # cuDevicePrimaryCtxRetain (the runtime API's way):
@@ -20,7 +20,7 @@
 # Prints a table (medians, microseconds) and writes target/bench-first.json.
 # BENCH_FIRST_SHIM=<path> measures another build of libgpucap.so (say, an older one).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 REPS=${FIRST_REPS:-21}
 LIMIT=${BENCH_LIMIT:-40Gi}

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Writes a base image's root file system as a tar file, from this Debian machine's own
 installed packages: the files of a few packages (dash, coreutils, grep, and what they
-depend on, recursively) with no download, in seconds. scripts/containers-setup.sh imports
+depend on, recursively) with no download, in seconds. scripts/dev/containers-setup.sh imports
 it with `podman import`; it is a plain Debian user space with no gpucap in it, with the
 machine's glibc (the binaries the tests mount need no newer).
 
-    python3 scripts/containers-base.py OUT.tar
+    python3 scripts/dev/containers-base.py OUT.tar
 
 Documentation, manual pages and locales are left out. The layout is /usr-merged (bin, sbin,
 lib, lib64 are links into usr/), as Debian's since bookworm.
