@@ -5,7 +5,7 @@
 //! mdBook (`GPUCAP_TEST_MDBOOK`, which scripts/test.sh installs and sets), and every
 //! link of the built book's HTML leads to a file of the built book and an `id` in it
 //! (links to the repository's files outside the book are rewritten by
-//! scripts/book-repo-links.py, docs/book.toml's preprocessor).
+//! scripts/dev/book-repo-links.py, docs/book.toml's preprocessor).
 
 mod common;
 
@@ -303,10 +303,10 @@ fn the_book_builds() {
 fn copy_book(copy: &Path, repo_links: bool) -> PathBuf {
     std::fs::create_dir_all(copy.join("src")).unwrap();
     let toml = std::fs::read_to_string(root().join("docs/book.toml")).unwrap();
-    let script = root().join("scripts/book-repo-links.py");
+    let script = root().join("scripts/dev/book-repo-links.py");
     let toml = if repo_links {
         toml.replace(
-            "../scripts/book-repo-links.py",
+            "../scripts/dev/book-repo-links.py",
             &script.display().to_string(),
         )
     } else {
@@ -477,4 +477,46 @@ fn the_readme_is_a_front_page_with_two_set_up_commands() {
             row.len()
         );
     }
+}
+
+/// Every script under scripts/ says what it is for in a comment at its top (after a
+/// shebang), and scripts/README.md names every script and folder at the top level.
+#[test]
+fn every_script_says_what_it_is_for_and_the_index_names_it() {
+    let dir = root().join("scripts");
+    let index = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let mut missing = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name != "README.md" && !index.contains(&format!("`{name}")) {
+            missing.push(format!("scripts/README.md does not name {name}"));
+        }
+    }
+    let mut scripts = Vec::new();
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "sh" || x == "py") {
+                scripts.push(p);
+            }
+        }
+    }
+    for p in scripts {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let first = text
+            .lines()
+            .filter(|l| !l.starts_with("#!") && !l.trim().is_empty())
+            .find(|l| !l.starts_with("# shellcheck"));
+        let says = first.is_some_and(|l| {
+            let words = l.trim_start_matches(['#', '"', ' ']).split_whitespace().count();
+            (l.starts_with('#') || l.starts_with("\"\"\"")) && words >= 3
+        });
+        if !says {
+            missing.push(format!("{} begins with no comment of purpose: {first:?}", p.display()));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
