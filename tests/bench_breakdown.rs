@@ -88,7 +88,7 @@ fn a_short_run_attributes_each_way_s_instructions_to_its_files() {
         "a lone process runs no pool code\n{out}"
     );
     // In a pool: the pool's own files too, and more instructions in all.
-    for f in ["core/budget/used.rs", "core/budget/traffic.rs"] {
+    for f in ["core/budget/used.rs", "core/budget/marks.rs"] {
         assert!(files(&pool_rows).contains(&f.to_string()), "{f}\n{out}");
     }
     assert!(pool > alone, "{pool} vs {alone}\n{out}");

@@ -40,12 +40,14 @@ fn every_row_measures_the_build_bench_shim_names() {
         .arg(&empty)
         .arg(dir.join("empty.c"))));
     let json = dir.join("out.json");
-    let o = run(Command::new(root().join("scripts/bench/bench-instructions.sh"))
-        .args(["200", "0"])
-        .env("BENCH_SHIM", &empty)
-        .env("BENCH_JSON", &json)
-        .env("BSIZES", "4Ki")
-        .env_remove("LD_PRELOAD"));
+    let o = run(
+        Command::new(root().join("scripts/bench/bench-instructions.sh"))
+            .args(["200", "0"])
+            .env("BENCH_SHIM", &empty)
+            .env("BENCH_JSON", &json)
+            .env("BSIZES", "4Ki")
+            .env_remove("LD_PRELOAD"),
+    );
     assert_ok(&o);
     let out = stdout(&o);
     let figures = added_figures(&out);
@@ -98,13 +100,15 @@ fn row<'a>(text: &'a str, label: &str, file: &str) -> Vec<&'a str> {
 fn measure_pairs(size: &str) -> (i64, i64, i64) {
     let dir = scratch("bench-instructions-published");
     let json = dir.join("pair.json");
-    let o = run(Command::new(root().join("scripts/bench/bench-instructions.sh"))
-        .arg("2000")
-        .env("BENCH_ONLY", "pair")
-        .env("BSIZE", size)
-        .env("BENCH_JSON", &json)
-        .env_remove("BENCH_SHIM")
-        .env_remove("LD_PRELOAD"));
+    let o = run(
+        Command::new(root().join("scripts/bench/bench-instructions.sh"))
+            .arg("2000")
+            .env("BENCH_ONLY", "pair")
+            .env("BSIZE", size)
+            .env("BENCH_JSON", &json)
+            .env_remove("BENCH_SHIM")
+            .env_remove("LD_PRELOAD"),
+    );
     assert_ok(&o);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();

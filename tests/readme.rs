@@ -511,11 +511,17 @@ fn every_script_says_what_it_is_for_and_the_index_names_it() {
             .filter(|l| !l.starts_with("#!") && !l.trim().is_empty())
             .find(|l| !l.starts_with("# shellcheck"));
         let says = first.is_some_and(|l| {
-            let words = l.trim_start_matches(['#', '"', ' ']).split_whitespace().count();
+            let words = l
+                .trim_start_matches(['#', '"', ' '])
+                .split_whitespace()
+                .count();
             (l.starts_with('#') || l.starts_with("\"\"\"")) && words >= 3
         });
         if !says {
-            missing.push(format!("{} begins with no comment of purpose: {first:?}", p.display()));
+            missing.push(format!(
+                "{} begins with no comment of purpose: {first:?}",
+                p.display()
+            ));
         }
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));

@@ -35,7 +35,7 @@ pub mod modules;
 pub mod nvml;
 pub mod pid_namespace;
 pub mod pools;
-pub mod repeats;
+pub mod refusal_lines;
 pub mod report;
 pub mod residents;
 pub mod size;

@@ -8,7 +8,7 @@
 //! host. A pid match is taken as proof only where the host pid is known: the process is
 //! in the initial namespace, or /proc is the initial namespace's (then `NSpid` in
 //! /proc/self/status lists the pid there first). Everywhere else the caller measures
-//! some other way (see `kernels`, `budget::dying`).
+//! some other way (see `kernels`, `budget::reclaim`).
 
 /// The inode number of the initial PID namespace (`PROC_PID_INIT_INO`, fixed by the
 /// kernel since Linux 3.8); every other namespace gets one from the dynamic range

@@ -230,7 +230,7 @@ impl MemberLocks for SlotLocks {
     }
 }
 
-/// What /proc shows of a dead member's process (see `gpucap_core::budget::dying`): a
+/// What /proc shows of a dead member's process (see `gpucap_core::budget::reclaim`): a
 /// process becomes a zombie only after its exit teardown closed all its files, the
 /// driver's device files included.
 fn exiting(pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {

@@ -126,7 +126,7 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     // noticed, and the path opened again (see gpucap_pool_file's `removal`).
     let info = own_info();
     // A dead member in another PID namespace: its bytes come back when the driver shows
-    // them released (`budget::dying`). (The unit tests have no driver.)
+    // them released (`budget::reclaim`). (The unit tests have no driver.)
     #[cfg(not(test))]
     gpucap_core::budget::show_driver(crate::driver::nvml_direct::driver_shows);
     let members = config

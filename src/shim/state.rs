@@ -14,7 +14,7 @@ use gpucap_core::contexts::ContextBook;
 use gpucap_core::ledger::LiveMap;
 use gpucap_core::ledger::{Ledger, NO_CAP, Refusal, Reservation};
 use gpucap_core::pools::PoolBook;
-use gpucap_core::repeats::Repeats;
+use gpucap_core::refusal_lines::RefusalLines;
 use gpucap_core::report::{self, DeviceReport, ProcessReport};
 use gpucap_core::size::format_bytes;
 use gpucap_core::vmm::VmmBook;
@@ -389,7 +389,7 @@ static REFUSAL_WRITTEN_LARGEST: AtomicU64 = AtomicU64::new(0);
 const REFUSAL_WRITE_INTERVAL_MS: u64 = 100;
 
 /// The last refusal line printed, so that the same refusal again at once prints none.
-static REPEATS: Repeats = Repeats::new();
+static REFUSAL_LINES: RefusalLines = RefusalLines::new();
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 fn now_ms() -> u64 {
@@ -459,7 +459,7 @@ impl Shim {
     /// still leaves one, marked `"state":"running"`. No signal handler is installed.
     /// Reports a refused request: the one stderr line, and a refreshed report.
     /// The same request refused again at once (a program retrying after freeing its
-    /// cache, as CuPy does) prints no second line: see `gpucap_core::repeats`.
+    /// cache, as CuPy does) prints no second line: see `gpucap_core::refusal_lines`.
     pub fn refused(&self, api: &str, device: usize, bytes: u64, refusal: Refusal) {
         self.refused_kept(api, device, bytes, refusal, 0);
     }
@@ -468,7 +468,9 @@ impl Shim {
     /// had taken already (growth mode).
     fn refused_kept(&self, api: &str, device: usize, bytes: u64, refusal: Refusal, in_hand: u64) {
         let level = crate::log::LEVEL.load(Relaxed);
-        if level >= LogLevel::Debug as u8 || REPEATS.should_print(api, device, bytes, now_ms()) {
+        if level >= LogLevel::Debug as u8
+            || REFUSAL_LINES.should_print(api, device, bytes, now_ms())
+        {
             // In growth mode the cap is charged for the pages kept for reuse too: the
             // line says them apart from the memory in use.
             let growth = self.config().is_ok_and(|c| c.growth);

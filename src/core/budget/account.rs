@@ -28,7 +28,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use super::member::Member;
 use super::repair::Repair;
@@ -73,7 +73,7 @@ const RESIZED_TURNS: u32 = 4;
 /// The rule of one try of a reservation ([`Member::take`]).
 struct Take<'m, 'a> {
     m: &'m Member<'a>,
-    h: &'m Hot<'a>,
+    h: &'m GpuWords<'a>,
     g: usize,
     bytes: u64,
     cap: u64,
@@ -194,7 +194,7 @@ impl Member<'_> {
     /// a ceiling of its own on the GPU entry of words `h`, or beside a member with a
     /// guarantee there.
     #[inline(never)]
-    pub(super) fn take_shared(&self, h: &Hot<'_>, bytes: u64) -> bool {
+    pub(super) fn take_shared(&self, h: &GpuWords<'_>, bytes: u64) -> bool {
         let g = h.g;
         let (cap, seen) = self.cap_now(g);
         let (guarantee, ceiling) = self.own_share(g);
@@ -219,7 +219,7 @@ impl Member<'_> {
     #[allow(clippy::too_many_arguments)]
     fn take_at(
         &self,
-        h: &Hot<'_>,
+        h: &GpuWords<'_>,
         g: usize,
         bytes: u64,
         cap: u64,

@@ -33,7 +33,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use super::member::{JoinError, Member, MemberInfo, MemberLocks, Pool};
 use crate::config::MAX_DEVICES;
@@ -146,7 +146,7 @@ impl<'a> Member<'a> {
 
     /// Takes slot `s` if its lock is free, finishing and taking back what a dead owner
     /// left in it, and marks it this member's (None: its lock is held, or its dead
-    /// owner's bytes wait for the driver: `dying`).
+    /// owner's bytes wait for the driver: `reclaim`).
     fn take_slot(
         w: Words<'a>,
         locks: &'a dyn MemberLocks,
@@ -161,7 +161,7 @@ impl<'a> Member<'a> {
         let m = Member {
             w,
             slot: s,
-            hot: std::array::from_fn(|g| Hot::of(w, s, g)),
+            hot: std::array::from_fn(|g| GpuWords::of(w, s, g)),
             not_me: std::array::from_fn(|k| {
                 if k == s / 64 {
                     !(1u64 << (s % 64))
@@ -184,7 +184,7 @@ impl<'a> Member<'a> {
             own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],
         };
         if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
-            if !super::dying::released(w, |p, n, t| locks.exiting(p, n, t), s) {
+            if !super::reclaim::released(w, |p, n, t| locks.exiting(p, n, t), s) {
                 // Its owner is dead but the driver may still hold its memory.
                 locks.give_back(s);
                 return None;
@@ -280,7 +280,7 @@ impl<'a> Member<'a> {
     }
 
     /// [`sweep`](Self::sweep), then again every few ms while dead members' bytes are held
-    /// back for their teardown (`dying`: bounded) and nothing was taken back: a request
+    /// back for their teardown (`reclaim`: bounded) and nothing was taken back: a request
     /// the dead members' bytes would serve waits for the driver to release them rather
     /// than being refused meanwhile.
     pub(super) fn sweep_waiting(&self) -> usize {
@@ -303,9 +303,9 @@ impl<'a> Member<'a> {
                 && self.locks.try_take(s)
             {
                 // Its owner died (or had just emptied it): we hold its lock now. Its
-                // bytes come back once the driver released them (`dying`).
+                // bytes come back once the driver released them (`reclaim`).
                 if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
-                    if super::dying::released(self.w, |p, n, t| self.locks.exiting(p, n, t), s) {
+                    if super::reclaim::released(self.w, |p, n, t| self.locks.exiting(p, n, t), s) {
                         self.take_back(s);
                         self.empty(s);
                         self.w.header(H_JOIN_FREED).fetch_add(1, Release);
@@ -323,7 +323,7 @@ impl<'a> Member<'a> {
         (taken, held)
     }
 
-    /// Called holding dead slot `d`'s lock while its bytes are held back (`dying`):
+    /// Called holding dead slot `d`'s lock while its bytes are held back (`reclaim`):
     /// frees each GPU's word lock `d` held and takes its waiting ticket out of the queue.
     fn unblock(&self, d: usize) {
         let holder = d as u64 + 1;

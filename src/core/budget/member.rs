@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use crate::config::MAX_DEVICES;
 
@@ -42,7 +42,7 @@ pub trait MemberLocks: Sync {
     fn held(&self, s: usize) -> bool;
     /// What the kernel shows of a dead member's process, `pid` in PID namespace
     /// `pid_namespace` (0: unknown), which joined at `start_ms` (ms since the Unix
-    /// epoch): whether its teardown, device files included, is over (see `dying`).
+    /// epoch): whether its teardown, device files included, is over (see `reclaim`).
     fn exiting(&self, pid: u32, pid_namespace: u64, start_ms: u64) -> super::Exit {
         let _ = (pid, pid_namespace, start_ms);
         super::Exit::Done
@@ -174,8 +174,8 @@ pub struct Member<'a> {
     pub(super) slot: usize,
     /// Per GPU entry, the words this member's changes there touch (see `hot`): None
     /// only past a layout the file check refused.
-    pub(super) hot: [Option<Hot<'a>>; MAX_POOL_GPUS],
-    /// Masks of the first 256 slots' guarantee bits words (`Hot::bits`): every bit but
+    pub(super) hot: [Option<GpuWords<'a>>; MAX_POOL_GPUS],
+    /// Masks of the first 256 slots' guarantee bits words (`GpuWords::bits`): every bit but
     /// this slot's.
     pub(super) not_me: [u64; SHARE_HEAD_WORDS],
     pub(super) locks: &'a dyn MemberLocks,
@@ -374,7 +374,7 @@ impl<'a> Member<'a> {
 
     /// The words this member's changes on GPU entry `g` touch.
     #[inline(always)]
-    pub(super) fn hot(&self, g: usize) -> Option<&Hot<'a>> {
+    pub(super) fn hot(&self, g: usize) -> Option<&GpuWords<'a>> {
         self.hot.get(g)?.as_ref()
     }
 

@@ -34,17 +34,17 @@
 mod account;
 mod command;
 mod context_flight;
-mod dying;
-mod hot;
+mod gpu_words;
 mod join;
 mod layout;
+mod marks;
 mod member;
+mod reclaim;
 mod repair;
 mod resize;
 mod share_words;
 pub mod shares;
 mod short_path;
-mod traffic;
 mod used;
 mod view;
 mod wait;
@@ -52,17 +52,17 @@ mod wait;
 pub use account::PoolRefusal;
 pub use command::member_command;
 pub use context_flight::{ContextFlight, Overlap};
-pub use dying::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driver};
 pub use join::{JOIN_SWEEP_ALL, JOIN_SWEEP_EVERY_MS};
 pub use layout::{
     COMMAND_BYTES, DEFAULT_SLOTS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES,
     POOL_VERSION, POOL_WORDS, pool_file_bytes, pool_words,
 };
+pub use marks::PoolMarks;
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
+pub use reclaim::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driver};
 pub use repair::{Repair, ShareFault, ShareRepair};
 pub use resize::{RESIZE_TAKEOVER, ResizeRefusal, Resized};
 pub use share_words::{ClaimRefusal, Holder};
-pub use traffic::PoolMarks;
 pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};
 pub use wait::WaitNote;
 

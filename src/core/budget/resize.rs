@@ -33,7 +33,7 @@ use std::fmt;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use super::member::{Member, MemberLocks, Pool};
 use super::share_words::Holder;
@@ -224,7 +224,7 @@ impl Member<'_> {
 
     /// Whether a resize of GPU entry `h.g` came into force since generation `seen`.
     #[inline(always)]
-    pub(super) fn cap_changed(&self, h: &Hot<'_>, seen: u64) -> bool {
+    pub(super) fn cap_changed(&self, h: &GpuWords<'_>, seen: u64) -> bool {
         let e = h.gpu[G_CAP_GEN].load(Relaxed);
         e != seen && e & 1 == 0
     }

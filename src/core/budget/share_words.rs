@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 use super::account::PoolRefusal;
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use super::member::Member;
 use super::shares::{self, Admission, Share};
@@ -271,7 +271,7 @@ impl Member<'_> {
     /// [`others_unused`](Self::others_unused) with GPU entry `g`'s words `h`: four loads
     /// and masks when nobody else holds a guarantee (on every reservation).
     #[inline(always)]
-    fn others_unused_at(&self, h: &Hot<'_>, g: usize) -> u64 {
+    fn others_unused_at(&self, h: &GpuWords<'_>, g: usize) -> u64 {
         let bits: [u64; SHARE_HEAD_WORDS] =
             std::array::from_fn(|k| h.bits[k].load(Acquire) & self.not_me[k]);
         if bits.iter().fold(0, |a, b| a | b) == 0 && h.more.is_empty() {
@@ -337,7 +337,7 @@ impl Member<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fits_under(
         &self,
-        h: &Hot<'_>,
+        h: &GpuWords<'_>,
         g: usize,
         pool: u64,
         own: u64,

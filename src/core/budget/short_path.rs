@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering::*;
 
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use super::member::{Member, OWN_SHARE};
 use super::used::Rule;
@@ -21,7 +21,7 @@ use super::used::Rule;
 /// it saves few registers).
 struct Plain<'m, 'a> {
     m: &'m Member<'a>,
-    h: &'m Hot<'a>,
+    h: &'m GpuWords<'a>,
     bytes: u64,
     shared: std::cell::Cell<bool>,
 }
@@ -109,7 +109,7 @@ impl Member<'_> {
     /// anything else (a guarantee of another member there, another change first) the
     /// whole rule.
     #[inline(always)]
-    fn reserve_plain(&self, h: &Hot<'_>, bytes: u64) -> bool {
+    fn reserve_plain(&self, h: &GpuWords<'_>, bytes: u64) -> bool {
         let rule = Plain {
             m: self,
             h,

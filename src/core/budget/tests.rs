@@ -9,13 +9,13 @@ use super::*;
 
 mod context_flight;
 mod join_hints;
+mod marks;
 mod member_count;
 mod repair_shares;
 mod resize;
 mod shares_in_pool;
 mod short_path;
 mod torn_reads;
-mod traffic;
 
 /// Kernel locks of the slots, shared by all the "processes" of a test.
 struct Kernel {

@@ -52,7 +52,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use super::member::{Member, MemberLocks};
 
@@ -125,7 +125,7 @@ impl Member<'_> {
     /// [`add`](Self::add) on the words `h` of one GPU entry. Inlined: a reservation's
     /// short path then keeps `rule`'s captures in registers and pays no second frame.
     #[inline(always)]
-    pub(super) fn add_at(&self, h: &Hot<'_>, bytes: u64, rule: &impl Rule) -> bool {
+    pub(super) fn add_at(&self, h: &GpuWords<'_>, bytes: u64, rule: &impl Rule) -> bool {
         let (pending, own, used) = (&h.mine[M_PENDING], &h.mine[M_USED], &h.gpu[G_USED]);
         pending.fetch_add(bytes, SeqCst);
         let mut word = used.load(SeqCst);
@@ -160,7 +160,7 @@ impl Member<'_> {
     /// Nothing is changed unless it says Some(true). A straight line: no loop keeps
     /// constants in registers that the caller must save.
     #[inline(always)]
-    pub(super) fn add_once(&self, h: &Hot<'_>, bytes: u64, rule: &impl Rule) -> Option<bool> {
+    pub(super) fn add_once(&self, h: &GpuWords<'_>, bytes: u64, rule: &impl Rule) -> Option<bool> {
         let (pending, own, used) = (&h.mine[M_PENDING], &h.mine[M_USED], &h.gpu[G_USED]);
         pending.fetch_add(bytes, SeqCst);
         let word = used.load(SeqCst);
@@ -189,7 +189,7 @@ impl Member<'_> {
     /// The rest of a change that added `bytes` to the pool's use (now `new`) on the words
     /// `h`: this member's own use, then its `pending` taken back, then the peaks.
     #[inline(always)]
-    fn added(&self, h: &Hot<'_>, bytes: u64, new: u64) {
+    fn added(&self, h: &GpuWords<'_>, bytes: u64, new: u64) {
         let (pending, own) = (&h.mine[M_PENDING], &h.mine[M_USED]);
         // No overflow: the pool's `used` (at most `USED_BYTES`) holds both.
         let held_now = own.fetch_add(bytes, SeqCst).wrapping_add(bytes);
@@ -214,7 +214,7 @@ impl Member<'_> {
 
     /// [`sub`](Self::sub) on the words `h` of one GPU entry.
     #[inline]
-    pub(super) fn sub_at(&self, h: &Hot<'_>, bytes: u64) -> u64 {
+    pub(super) fn sub_at(&self, h: &GpuWords<'_>, bytes: u64) -> u64 {
         let (pending, own, gpu) = (&h.mine[M_PENDING], &h.mine[M_USED], h.gpu);
         pending.fetch_add(bytes, SeqCst);
         let held = own

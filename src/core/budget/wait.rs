@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 use super::account::PoolRefusal;
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use super::member::Member;
 
@@ -42,7 +42,7 @@ impl Member<'_> {
     /// Whether this member waits (`GPUCAP_WAIT`) and other members wait on GPU entry `g`
     /// now: then a new request queues behind them, however small.
     #[inline]
-    pub(super) fn queue_first_at(&self, h: &Hot<'_>) -> bool {
+    pub(super) fn queue_first_at(&self, h: &GpuWords<'_>) -> bool {
         self.wait.is_some() && h.gpu[G_WAITERS].load(Acquire) > 0
     }
 

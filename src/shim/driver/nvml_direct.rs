@@ -4,7 +4,7 @@
 //! figure for this process on a GPU, to measure a kernel's first launch with (which
 //! other processes' traffic does not move), where its pid in NVML's list is provably
 //! its own; and a GPU's process list and used figure, which show whether a dead pool
-//! member's memory was released (`gpucap_core::budget::dying`). Process lists are read
+//! member's memory was released (`gpucap_core::budget::reclaim`). Process lists are read
 //! whole, however many processes the GPU runs.
 //!
 //! `libnvidia-ml.so.1` is loaded (`RTLD_LOCAL`) and initialised (`nvmlInit_v2`) once per

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub const REPEAT_WINDOW_MS: u64 = 1000;
 
 /// The last refusal line printed: what it was about, and when.
-pub struct Repeats {
+pub struct RefusalLines {
     /// The device of the last printed line, plus 1 (0: none yet).
     device: AtomicU64,
     /// A hash of its entry point's name.
@@ -24,15 +24,15 @@ pub struct Repeats {
     at_ms: AtomicU64,
 }
 
-impl Default for Repeats {
+impl Default for RefusalLines {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Repeats {
-    pub const fn new() -> Repeats {
-        Repeats {
+impl RefusalLines {
+    pub const fn new() -> RefusalLines {
+        RefusalLines {
             device: AtomicU64::new(0),
             api: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn the_same_request_again_at_once_is_quiet_another_is_not() {
-        let r = Repeats::new();
+        let r = RefusalLines::new();
         assert!(r.should_print("cuMemAlloc", 0, 100 << 20, 10_000));
         assert!(
             !r.should_print("cuMemAlloc", 0, 100 << 20, 10_001),
@@ -107,6 +107,6 @@ mod tests {
         // A clock that went back prints: never quiet for longer than the window.
         assert!(r.should_print("cuMemAllocAsync", 0, 200 << 20, 9_000));
         // The first refusal prints, whatever the clock says.
-        assert!(Repeats::new().should_print("cuMemAlloc", 0, 0, 0));
+        assert!(RefusalLines::new().should_print("cuMemAlloc", 0, 0, 0));
     }
 }

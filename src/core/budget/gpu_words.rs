@@ -8,7 +8,7 @@ use super::layout::*;
 
 /// Slot `slot`'s words and the pool's words for one GPU entry.
 #[derive(Clone, Copy)]
-pub(super) struct Hot<'a> {
+pub(super) struct GpuWords<'a> {
     /// The member's own words on the GPU (`M_USED`, `M_PEAK`, `M_PENDING`, ...).
     pub mine: &'a [AtomicU64; PER_GPU_WORDS],
     /// The GPU entry's words (`G_USED`, `G_PEAK`, `G_WAITERS`, ...).
@@ -21,10 +21,10 @@ pub(super) struct Hot<'a> {
     pub g: usize,
 }
 
-impl<'a> Hot<'a> {
+impl<'a> GpuWords<'a> {
     /// Slot `s`'s words for GPU entry `g` (None: `s` or `g` past the layout's).
     pub fn of(w: Words<'a>, s: usize, g: usize) -> Option<Self> {
-        Some(Hot {
+        Some(GpuWords {
             mine: w.member_gpu_all(s, g)?,
             gpu: w.gpu_all(g)?,
             bits: w.share_bits_split(g)?.0,

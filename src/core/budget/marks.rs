@@ -52,14 +52,14 @@
 
 use std::sync::atomic::Ordering::*;
 
-use super::hot::Hot;
+use super::gpu_words::GpuWords;
 use super::layout::*;
 use super::member::{Member, OWN_SHARE};
 
 /// Takes `bytes` off the member's `freeing` (never below zero: a word another process
 /// cleared is not wrapped round).
 #[inline]
-fn end_announcement(h: &Hot<'_>, bytes: u64) {
+fn end_announcement(h: &GpuWords<'_>, bytes: u64) {
     let freeing = &h.mine[M_FREEING];
     let before = freeing.fetch_sub(bytes, SeqCst);
     if before < bytes {
@@ -124,7 +124,7 @@ impl Member<'_> {
     /// GPU entry and words of CUDA ordinal `device` on the short path's `route`: None
     /// if it is not the pool's, or the member left (which clears its routes first).
     #[inline(always)]
-    fn routed(&self, device: usize) -> Option<(usize, &Hot<'_>)> {
+    fn routed(&self, device: usize) -> Option<(usize, &GpuWords<'_>)> {
         let r = self.route.get(device)?.load(Acquire);
         let g = ((r & !OWN_SHARE) as usize).wrapping_sub(1);
         Some((g, self.hot.get(g)?.as_ref()?))
