@@ -431,7 +431,7 @@ fn run_without_a_program_is_a_usage_error() {
     assert!(!o.status.success(), "{}", dump(&o));
 }
 
-// ---- issue 3: --report, --growth, check's growth/report lines -----------------------------
+// ---- --report, --growth, check's growth/report lines --------------------------------------
 
 #[test]
 fn run_report_flag_writes_the_report_relative_to_the_current_directory() {

@@ -1,5 +1,4 @@
-//! Driver-level edge cases HAMi-core's users reported (issue 34, part 6;
-//! tests/c/edges.c): host-located VMM memory and memory imported from another API are
+//! Driver-level edge cases HAMi-core's users reported (tests/c/edges.c): host-located VMM memory and memory imported from another API are
 //! neither refused nor charged to a GPU, and stay destroyable; device memory is still
 //! charged beside them. Each runs alone and in a pool, with the shim; without it the
 //! program's checks of the cap fail (its refusals and capped figures are gpucap's).

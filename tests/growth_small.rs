@@ -1,4 +1,4 @@
-//! Growth-only mode's small allocations (GPUCAP_GROWTH=1, issue 14): requests of at
+//! Growth-only mode's small allocations (GPUCAP_GROWTH=1): requests of at
 //! most half a page are carved from shared pages ("slabs"), so many small blocks fit
 //! under a cap that whole pages per block would exhaust; the footprint still never
 //! shrinks, a page whose blocks are all freed serves a large request again, and the

@@ -1167,7 +1167,7 @@ fn promtool_rejects_a_broken_exposition() {
     }
 }
 
-/// A FIFO at a pool's path (issue 22): the server opens it without waiting, refuses it
+/// A FIFO at a pool's path: the server opens it without waiting, refuses it
 /// with a line, and answers the scrape (a hang would leave the scrape unanswered: the
 /// request's 60 s read timeout fails the test).
 #[test]

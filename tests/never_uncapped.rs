@@ -1,4 +1,4 @@
-//! Never silently uncapped (issue 38, part 4): `gpucap run` with no cap says so, a
+//! Never silently uncapped: `gpucap run` with no cap says so, a
 //! gpucap variable in another case is an error, a cap above the GPU is one warning
 //! line, and `check` and `run` refuse what the library would refuse at `cuInit` (pool
 //! shares of no cap included), making nothing (no pool file) when they do.

@@ -761,7 +761,7 @@ fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool
         // A context is reserved before it is made at what contexts measured lately; one
         // measured low (another member's free in its window) lets the next be made past
         // the cap for the moment it is measured, then undone and refused (counting.md: a
-        // known residual, issue 34). Never by more than that one context.
+        // known residual). Never by more than that one context.
         assert!(
             peak <= (CAP_MIB + 16) * MIB,
             "member {i}: the fake GPU held {peak} bytes at once, over the pool's {CAP_MIB} MiB \
@@ -1105,7 +1105,7 @@ fn a_waiter_whose_holder_is_killed_gets_the_memory() {
 }
 
 // ---------------------------------------------------------------------------
-// Guarantees and ceilings inside a pool (GPUCAP_GUARANTEE, GPUCAP_CEILING; issue 24).
+// Guarantees and ceilings inside a pool (GPUCAP_GUARANTEE, GPUCAP_CEILING).
 
 #[test]
 fn a_guaranteed_member_gets_its_guarantee_though_a_neighbour_tried_to_take_everything() {
@@ -1452,7 +1452,7 @@ fn processes_of_sixteen_threads_with_random_guarantees_and_ceilings_never_over_c
     assert!(peak <= 512 * MIB && peak > 256 * MIB, "peak {peak}");
 }
 
-// ---- Hostile and unlucky states of the pool file (issue 22) ------------------------------
+// ---- Hostile and unlucky states of the pool file -----------------------------------------
 
 /// Runs `c` and fails the test if it has not exited within `secs` (it is killed then):
 /// proof that nothing waits forever.
@@ -1519,7 +1519,7 @@ fn a_stopped_word_lock_holder_blocks_no_allocation_and_costs_the_blocked_members
     // SAFETY: signals to our own child.
     unsafe { libc::kill(hpid, libc::SIGSTOP) };
     p.write_word(G0_LOCK, 1);
-    // An allocation the pool can take takes no lock: it goes on (issue 23).
+    // An allocation the pool can take takes no lock: it goes on.
     let o = run_within(
         &mut p.script("free.json", &["alloc:100Mi", "free", "alloc:800Mi"]),
         30,
@@ -1645,7 +1645,7 @@ fn two_first_joiners_with_one_pid_do_not_remove_each_others_temporary_file() {
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
 
-/// A neighbour's charge that could not be refused (issue 34): B holds 510 MiB of a
+/// A neighbour's charge that could not be refused: B holds 510 MiB of a
 /// 1 GiB pool, then its first use of a library (a launch) or of a module's function
 /// (`cuModuleGetFunction`) makes the driver load 256 MiB that nobody could foresee,
 /// charged by force. A holds a guarantee of 512 MiB and nothing yet: its 512 MiB, inside
@@ -1797,7 +1797,7 @@ fn impossible_guarantee_words_in_the_pool_file_are_repaired_and_stop_nobody() {
     assert!(p.shared_peak("b.json") <= 1 << 30);
 }
 
-/// A library's kernel loaded into several contexts of two members (issue 34): each
+/// A library's kernel loaded into several contexts of two members: each
 /// context's copy is charged to the pool, so that a 1 GiB pool of two members launching
 /// it in three contexts each (6 x 200 MiB) refuses the copies past its cap before the
 /// driver loads them, and the fake driver never holds more than the cap (before, the
@@ -1857,8 +1857,7 @@ fn a_librarys_kernels_in_every_context_of_every_member_are_charged_to_the_pool()
     assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
 }
 
-/// A lowered stack limit gives back, to the pool, what the driver gave back (issue 34,
-/// part 9): A's stack takes 660 MiB of the 1 GiB pool (5 x 132 MiB on the fake), so B's
+/// A lowered stack limit gives back, to the pool, what the driver gave back: A's stack takes 660 MiB of the 1 GiB pool (5 x 132 MiB on the fake), so B's
 /// 512 MiB is refused; A lowers it to 264 MiB, measured with the pool's marks (A's own
 /// announcement of the free taken out again), and B is then served exactly the rest:
 /// 760 MiB, and not 2 MiB more. A lowered limit left charged refuses B's 760 MiB; one

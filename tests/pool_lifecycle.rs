@@ -1,4 +1,4 @@
-//! A pool's life (issue 38, part 3): `gpucap pool list` shows every pool of the user's
+//! A pool's life: `gpucap pool list` shows every pool of the user's
 //! pool directory with its members alive and dead, the bytes held and its last use;
 //! `gpucap pool clean` removes the pools no process uses and never one in use; a
 //! `--pool` naming no pool suggests the nearest one. The race of a cleaner with a

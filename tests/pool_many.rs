@@ -1,4 +1,4 @@
-//! Many members in one pool (issue 34.7): a pool made with `GPUCAP_POOL_MEMBERS`
+//! Many members in one pool: a pool made with `GPUCAP_POOL_MEMBERS`
 //! holds that many processes started at once, each holding a block; a joiner past the
 //! count waits for a slot under `GPUCAP_WAIT` and is served when a member leaves, and
 //! without it is refused with the count and how to raise it.

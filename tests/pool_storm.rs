@@ -1,4 +1,4 @@
-//! Kill storms (issue 34.8): members of a 1 GiB pool churning on a shared fake GPU are
+//! Kill storms: members of a 1 GiB pool churning on a shared fake GPU are
 //! SIGKILLed at random and respawned; the fake driver's own figure for the pool's
 //! processes (its shared peak) must never pass the cap, at any step of any storm. A
 //! killed member's bytes may be handed out again only once the driver released them.

@@ -1,4 +1,4 @@
-//! Words that mean what they say (issue 38, part 5): growth mode's refusal line says
+//! Words that mean what they say: growth mode's refusal line says
 //! what is in use apart from what is kept for reuse; the exit summary and the report
 //! name the refused request's real size; `--limit 50` suggests 50Gi and 50%; sizes in
 //! decimal units are read as documented (`8GB` and `8gb` alike: 10^9 bytes each) and

@@ -80,7 +80,7 @@ pub fn capped(_driver: NvmlMemory, (free, total): (u64, u64)) -> NvmlMemory {
 /// the program (or the pool): `used` agrees with v1's, with `cuMemGetInfo` and with the
 /// pool's figure. Keeping the driver's reserved (614 MiB on an H200, driver 580) made
 /// `nvidia-smi`, which reads `_v2`, show a pool's used that much below what its members
-/// hold (first H200 run, `pool-pidns`).
+/// hold (seen on an H200 by the real-GPU check `pool-pidns`).
 pub fn capped_v2(driver: NvmlMemoryV2, (free, total): (u64, u64)) -> NvmlMemoryV2 {
     let free = free.min(total);
     NvmlMemoryV2 {

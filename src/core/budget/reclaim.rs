@@ -8,8 +8,8 @@
 //! nothing fixes, and the driver may even defer the release (or a forked child may
 //! still hold the device files). So a free slot lock says the member is dead, not that
 //! its memory is free: taking its bytes back at once lets another member allocate them
-//! while the driver still holds them, and the GPU holds more than the cap (issue 34.8:
-//! 1,360 MiB in a 1 GiB pool in a kill storm).
+//! while the driver still holds them, and the GPU holds more than the cap (a kill storm
+//! once put 1,360 MiB in a 1 GiB pool).
 //!
 //! The process becomes a zombie (or vanishes, once reaped) only after its whole file
 //! teardown, device files included. So the taker asks the kernel
