@@ -22,7 +22,7 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
     let lib = library(&vars);
     // What the shim would do with an environment without GPUCAP_* variables; not when
     // writing that file (the environment is then the configuration to write).
-    // Beside variables of the environment, the file is a ceiling (check::as_the_shim_reads).
+    // Beside variables of the environment, the file is a ceiling (environment::as_the_shim_reads).
     let mut source = None;
     if write_env.is_none() {
         match as_the_shim_reads(config, &vars, lib.as_deref().ok()) {
