@@ -11,8 +11,11 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering::*};
 
-use super::args::Overrides;
-use super::{EXIT_USAGE, child_env, exec_failure, load, preload, prepare, set_var};
+use crate::args::Overrides;
+use crate::environment::{load, lookup, set_var};
+use crate::exit::{EXIT_USAGE, exec_failure};
+use crate::launch::{child_env, prepare};
+use crate::preload;
 use gpucap_core::report::{ProcessReport, read_report};
 use gpucap_core::size::format_bytes;
 
@@ -277,7 +280,7 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         }
     };
     let report = dir.join("report.json");
-    let ld_preload = preload::merge_ld_preload(super::lookup(&vars, "LD_PRELOAD"), &lib);
+    let ld_preload = preload::merge_ld_preload(lookup(&vars, "LD_PRELOAD"), &lib);
     let mut env = child_env(overrides, vars, ld_preload);
     set_var(&mut env, "GPUCAP_REPORT", report.clone().into_os_string());
 

@@ -4,7 +4,8 @@
 //! - [`exposition`] (pure): the series of a list of pool readings, with HELP and TYPE
 //!   lines, label values escaped. A GPU without a cap has no `gpucap_pool_cap_bytes`
 //!   sample (rather than `+Inf`: "no cap" is not a size, and `used / cap` then gives
-//!   nothing instead of a misleading 0).
+//!   nothing instead of a misleading 0). The families are families.rs's; the text
+//!   format (escaping, samples grouped by family) text_format.rs's.
 //! - [`Reader`] (reader.rs): which pools (named ones, or every file of the user's pool
 //!   directory) and reading them read-only, each file opened once and kept while it
 //!   stays the same file.
@@ -15,17 +16,25 @@
 //! with `open_reader` (read-only descriptor, read-only mapping), `Pool::view` only loads
 //! words and asks the kernel which members' locks are held.
 
+mod families;
 mod http;
 mod reader;
 mod server;
+mod text_format;
 
 use std::path::PathBuf;
 
 use gpucap_core::budget::PoolView;
 use gpucap_core::lone::LoneView;
 
+use families::{
+    CAP, DRIFT, GUARANTEED, HELD_BY_DEAD, INFO, MEMBER_ALIVE, MEMBER_BORROWED, MEMBER_CEILING,
+    MEMBER_GUARANTEE, MEMBER_PEAK, MEMBER_USED, MEMBERS, PROCESS_CAP, UP, WAIT_SECONDS, WAITERS,
+    WAITS,
+};
 pub use reader::{Reader, Which};
 pub use server::serve;
+use text_format::{Samples, command_label, labels};
 
 /// The Content-Type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -34,160 +43,6 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// bytes of its command line; this only bounds what a damaged file could show).
 pub const COMMAND_LABEL_CHARS: usize = 64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Gauge,
-    Counter,
-}
-
-/// One metric family: name, type, HELP text.
-struct Family {
-    name: &'static str,
-    kind: Kind,
-    help: &'static str,
-}
-
-const fn gauge(name: &'static str, help: &'static str) -> Family {
-    Family {
-        name,
-        kind: Kind::Gauge,
-        help,
-    }
-}
-
-// The families, in the order they are printed. Indices into FAMILIES below.
-const UP: usize = 0;
-const INFO: usize = 1;
-const MEMBERS: usize = 2;
-/// Then used, peak, refusals, largest refused (4 to 7: `Samples::add_figures`).
-const CAP: usize = 3;
-const HELD_BY_DEAD: usize = 8;
-const MEMBER_ALIVE: usize = 9;
-const MEMBER_USED: usize = 10;
-const MEMBER_PEAK: usize = 11;
-const WAITERS: usize = 12;
-const WAITS: usize = 13;
-const WAIT_SECONDS: usize = 14;
-const DRIFT: usize = 15;
-const GUARANTEED: usize = 16;
-const MEMBER_GUARANTEE: usize = 17;
-const MEMBER_CEILING: usize = 18;
-const MEMBER_BORROWED: usize = 19;
-/// Then used, peak, refusals, largest refused (21 to 24: `Samples::add_figures`).
-const PROCESS_CAP: usize = 20;
-
-const FAMILIES: [Family; 25] = [
-    gauge(
-        "gpucap_pool_up",
-        "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
-         a file this gpucap cannot read).",
-    ),
-    gauge(
-        "gpucap_pool_info",
-        "Always 1: the pool's file (path) and its layout version.",
-    ),
-    gauge(
-        "gpucap_pool_members",
-        "Member slots in use, by state: alive, or dead (the process died and its share \
-         was not taken back yet).",
-    ),
-    gauge(
-        "gpucap_pool_cap_bytes",
-        "The pool's cap on this GPU in bytes, shared by all its members (no sample: no cap).",
-    ),
-    gauge(
-        "gpucap_pool_used_bytes",
-        "Bytes the pool's members hold on this GPU now, dead members' included.",
-    ),
-    gauge(
-        "gpucap_pool_peak_bytes",
-        "The highest used bytes the pool has recorded on this GPU.",
-    ),
-    Family {
-        name: "gpucap_pool_refusals_total",
-        kind: Kind::Counter,
-        help: "Allocations refused to the pool's members on this GPU: by the pool's cap, or by a member's own cap.",
-    },
-    gauge(
-        "gpucap_pool_largest_refused_bytes",
-        "The largest allocation the pool refused on this GPU, in bytes (0: none).",
-    ),
-    gauge(
-        "gpucap_pool_held_by_dead_bytes",
-        "Bytes of the used bytes held by dead members (the next allocation that needs \
-         them takes them back).",
-    ),
-    gauge(
-        "gpucap_member_alive",
-        "1 if the member process lives, 0 if it died without leaving (its share is still \
-         counted).",
-    ),
-    gauge(
-        "gpucap_member_used_bytes",
-        "Bytes the member holds on this GPU now.",
-    ),
-    gauge(
-        "gpucap_member_peak_bytes",
-        "The most bytes the member held on this GPU at once.",
-    ),
-    gauge(
-        "gpucap_pool_waiters",
-        "Allocations waiting for memory on this GPU now (GPUCAP_WAIT).",
-    ),
-    Family {
-        name: "gpucap_pool_waits_total",
-        kind: Kind::Counter,
-        help: "Waits for memory on this GPU that ended, served or timed out (GPUCAP_WAIT).",
-    },
-    Family {
-        name: "gpucap_pool_wait_seconds_total",
-        kind: Kind::Counter,
-        help: "Seconds spent in those waits, summed.",
-    },
-    gauge(
-        "gpucap_pool_drift_bytes",
-        "The pool file's used bytes on this GPU minus what its members' slots hold: 0 \
-         unless another process wrote the file (the next refusal recounts it).",
-    ),
-    gauge(
-        "gpucap_pool_guaranteed_bytes",
-        "Bytes of the cap guaranteed to live members on this GPU (GPUCAP_GUARANTEE), in all.",
-    ),
-    gauge(
-        "gpucap_member_guarantee_bytes",
-        "Bytes the pool keeps for the member on this GPU (GPUCAP_GUARANTEE; 0: none).",
-    ),
-    gauge(
-        "gpucap_member_ceiling_bytes",
-        "The most the member may hold on this GPU (GPUCAP_CEILING; no sample: the pool's cap).",
-    ),
-    gauge(
-        "gpucap_member_borrowed_bytes",
-        "Bytes the member holds above its guarantee on this GPU: lent by the pool.",
-    ),
-    gauge(
-        "gpucap_process_cap_bytes",
-        "The cap of a process capped on its own (no pool) on this GPU (no sample: no cap).",
-    ),
-    gauge(
-        "gpucap_process_used_bytes",
-        "Bytes a process capped on its own holds on this GPU now.",
-    ),
-    gauge(
-        "gpucap_process_peak_bytes",
-        "The most bytes a process capped on its own held on this GPU at once.",
-    ),
-    Family {
-        name: "gpucap_process_refusals_total",
-        kind: Kind::Counter,
-        help: "Allocations refused to a process capped on its own on this GPU.",
-    },
-    gauge(
-        "gpucap_process_largest_refused_bytes",
-        "The largest allocation refused to a process capped on its own on this GPU (0: none).",
-    ),
-];
-
 /// One pool as read for an exposition.
 pub struct Reading {
     /// The `pool` label: the name, or the file's path when the pool was named by path.
@@ -195,103 +50,6 @@ pub struct Reading {
     /// The file and its view, or why it could not be read: the exit status `status`
     /// would give (1: no file yet; 2: unusable) and the line to print.
     pub result: Result<(PathBuf, PoolView), (i32, String)>,
-}
-
-/// A label value as the text format wants it: backslash, double quote and line feed
-/// escaped (`\\`, `\"`, `\n`); other control characters, which a member's command
-/// could hold and which would reach a terminal through `curl`, become `?`.
-pub fn escape_label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c if c.is_control() => out.push('?'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The `command` label: the member's command line as it stored it, at most
-/// [`COMMAND_LABEL_CHARS`] characters.
-fn command_label(command: &str) -> String {
-    command.chars().take(COMMAND_LABEL_CHARS).collect()
-}
-
-/// `{name="value",...}`, values escaped.
-fn labels(pairs: &[(&str, &str)]) -> String {
-    let inner: Vec<String> = pairs
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
-        .collect();
-    format!("{{{}}}", inner.join(","))
-}
-
-/// The samples of an exposition, collected by family (the format wants each family's
-/// samples together, after its HELP and TYPE lines).
-#[derive(Default)]
-struct Samples(Vec<(usize, String)>);
-
-impl Samples {
-    fn add(&mut self, family: usize, labels: &str, value: impl std::fmt::Display) {
-        self.0.push((
-            family,
-            format!("{}{labels} {value}\n", FAMILIES[family].name),
-        ));
-    }
-
-    /// A cap's figures on one GPU: the families `cap` (no sample without a cap) and the
-    /// four after it (used, peak, refusals, largest refused), in that order.
-    fn add_figures(
-        &mut self,
-        cap_family: usize,
-        labels: &str,
-        cap: Option<u64>,
-        figures: [u64; 4],
-    ) {
-        if let Some(cap) = cap {
-            self.add(cap_family, labels, cap);
-        }
-        for (i, v) in figures.into_iter().enumerate() {
-            self.add(cap_family + 1 + i, labels, v);
-        }
-    }
-
-    /// A sample of milliseconds, shown in seconds (base units).
-    fn add_ms_as_seconds(&mut self, family: usize, labels: &str, ms: u64) {
-        self.0.push((
-            family,
-            format!(
-                "{}{labels} {}.{:03}\n",
-                FAMILIES[family].name,
-                ms / 1000,
-                ms % 1000
-            ),
-        ));
-    }
-
-    fn render(mut self) -> String {
-        // Stable: within a family, samples keep the order they were added in.
-        self.0.sort_by_key(|(f, _)| *f);
-        let mut out = String::new();
-        let mut current = None;
-        for (f, line) in self.0 {
-            if current != Some(f) {
-                let fam = &FAMILIES[f];
-                let kind = match fam.kind {
-                    Kind::Gauge => "gauge",
-                    Kind::Counter => "counter",
-                };
-                out.push_str(&format!("# HELP {} {}\n", fam.name, fam.help));
-                out.push_str(&format!("# TYPE {} {kind}\n", fam.name));
-                current = Some(f);
-            }
-            out.push_str(&line);
-        }
-        out
-    }
 }
 
 /// The exposition of `readings`: `gpucap_pool_up` for every pool, the other series for
@@ -382,6 +140,8 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::families::FAMILIES;
+    use super::text_format::escape_label;
     use super::*;
     use crate::pool::tests::view;
     use gpucap_core::budget::POOL_VERSION;

@@ -1,7 +1,6 @@
 //! `gpucap pool list` and `gpucap pool clean`: the pool files of this user's pool
 //! directory, each with its members alive and dead, the bytes it holds and its last
-//! use; removing those no process uses. Also the nearest existing pool's name, for a
-//! `--pool` that names none (`did you mean train?`).
+//! use; removing those no process uses.
 //!
 //! Liveness is the members' own: a member holds its slot's lock while its process
 //! lives (`gpucap_pool_file`'s locks); removal takes every slot's lock first, so a
@@ -10,11 +9,11 @@
 
 use std::path::{Path, PathBuf};
 
-use gpucap_core::config::{PoolSpec, parse_pool};
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::Removal;
 
 use crate::pool::utc;
+use crate::pool_names::{pool_names, suggestion};
 
 /// Exit status of `pool clean NAME` when the pool is in use or does not exist.
 pub const EXIT_NOT_REMOVED: i32 = 1;
@@ -62,86 +61,6 @@ pub fn entry(name: &str, path: &Path) -> Result<Entry, String> {
             .max(joined)
             .max(mtime_ms),
     })
-}
-
-/// The pools of `dir` by name (`NAME.pool`, not the hidden files of a pool being made
-/// or removed), sorted.
-pub fn pool_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| !n.starts_with('.'))
-                .filter_map(|n| n.strip_suffix(".pool").map(str::to_string))
-                .filter(|n| matches!(parse_pool(n), Ok(Some(PoolSpec::Name(_)))))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// The edit distance between `a` and `b` (insertions, deletions, substitutions).
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let here = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(here + 1);
-            prev = here;
-        }
-    }
-    row[b.len()]
-}
-
-/// The existing name nearest to `wanted`: a different case, or at most a third of its
-/// characters (at least 2) changed; None when nothing is that near.
-pub fn nearest<'a>(wanted: &str, names: &'a [String]) -> Option<&'a str> {
-    let most = (wanted.chars().count() / 3).max(2);
-    names
-        .iter()
-        .filter(|n| n.as_str() != wanted)
-        .map(|n| {
-            let d = if n.eq_ignore_ascii_case(wanted) {
-                0
-            } else {
-                distance(&wanted.to_ascii_lowercase(), &n.to_ascii_lowercase())
-            };
-            (d, n)
-        })
-        .filter(|&(d, _)| d <= most)
-        .min_by_key(|&(d, _)| d)
-        .map(|(_, n)| n.as_str())
-}
-
-/// What follows "no pool file at PATH" for a file that does not exist: the nearest
-/// pool of its directory, or the pools there are (`; did you mean train? (pools
-/// there: eval, train)`); empty when the directory has none.
-pub fn suggestion(path: &Path) -> String {
-    let (Some(dir), Some(stem)) = (
-        path.parent(),
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .map(|n| n.strip_suffix(".pool").unwrap_or(n)),
-    ) else {
-        return String::new();
-    };
-    let names = pool_names(dir);
-    if names.is_empty() {
-        return String::new();
-    }
-    let listed = if names.len() <= 8 {
-        names.join(", ")
-    } else {
-        format!("{}, … ({} in all)", names[..8].join(", "), names.len())
-    };
-    match nearest(stem, &names) {
-        Some(n) => format!("; did you mean {n}? (pools there: {listed})"),
-        None => format!("; the pools there: {listed} (gpucap pool list)"),
-    }
 }
 
 fn members_text(e: &Entry) -> String {
@@ -295,26 +214,4 @@ pub fn clean(dir: &Path, name: Option<&str>) -> (Vec<String>, Vec<String>, i32) 
         }
     }
     (c.out, c.err, c.code)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn names(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn the_nearest_name_is_a_typo_away() {
-        let pools = names(&["eval", "train", "training-big"]);
-        assert_eq!(nearest("trian", &pools), Some("train"));
-        assert_eq!(nearest("Train", &pools), Some("train"));
-        assert_eq!(nearest("evl", &pools), Some("eval"));
-        assert_eq!(nearest("training-bog", &pools), Some("training-big"));
-        assert_eq!(nearest("inference", &pools), None);
-        assert_eq!(nearest("train", &pools), None, "itself is no suggestion");
-        assert_eq!(distance("kitten", "sitting"), 3);
-        assert_eq!(distance("", "abc"), 3);
-    }
 }

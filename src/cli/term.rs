@@ -1,6 +1,9 @@
-//! The size of the terminal `gpucap status` and `top` write to: asked of the kernel at
-//! each frame (a resized window is seen at the next refresh; no signal handler), else
+//! Stdout, where every command writes: written ignoring a closed pipe, and the size of
+//! the terminal `gpucap status` and `top` write to: asked of the kernel at each frame (a
+//! resized window is seen at the next refresh; no signal handler), else
 //! `COLUMNS`/`LINES`, else 80×24.
+
+use std::io::{self, Write};
 
 /// Columns and lines of the terminal on stdout, if it is one.
 pub fn window() -> Option<(usize, usize)> {
@@ -30,4 +33,9 @@ pub fn size() -> (usize, usize) {
         };
         (env("COLUMNS", 80), env("LINES", 24))
     })
+}
+
+/// Writes to stdout, ignoring a closed pipe (`gpucap check | head -1`).
+pub fn print_out(s: &str) {
+    let _ = io::stdout().lock().write_all(s.as_bytes());
 }

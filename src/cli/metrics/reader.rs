@@ -194,6 +194,6 @@ fn no_file(path: &Path) -> String {
     format!(
         "gpucap: no pool file at {} (no process has joined it yet){}",
         path.display(),
-        crate::pool_files::suggestion(path)
+        crate::pool_names::suggestion(path)
     )
 }

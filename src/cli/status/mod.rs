@@ -7,7 +7,9 @@ pub mod table;
 
 use std::path::PathBuf;
 
+use crate::exit::EXIT_USAGE;
 use crate::procs::{Gpus, Snapshot, Sources};
+use crate::term::print_out;
 
 /// Reads everything once. Err: a line to print (the pool directory cannot be used).
 pub fn snapshot(sources: &mut Sources, gpus: &Gpus) -> Result<Snapshot, String> {
@@ -40,7 +42,7 @@ pub fn everything(pool_dir: Option<PathBuf>, json: bool, uuid: bool, all: bool) 
         Ok(s) => s,
         Err(e) => {
             eprintln!("gpucap: {e}");
-            return crate::EXIT_USAGE;
+            return EXIT_USAGE;
         }
     };
     if !all {
@@ -59,6 +61,6 @@ pub fn everything(pool_dir: Option<PathBuf>, json: bool, uuid: bool, all: bool) 
     } else {
         table::render(&s, crate::term::size().0, uuid)
     };
-    crate::print_out(&text);
+    print_out(&text);
     0
 }

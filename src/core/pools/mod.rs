@@ -26,66 +26,16 @@
 //! Plain safe Rust over a [`PoolDriver`] (the attribute reads and the trim) and a
 //! [`PoolLocator`]; the hooks pass the real driver, the tests a fake.
 
-use std::collections::{HashMap, HashSet};
+mod book;
+mod driver;
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
 use crate::config::MAX_DEVICES;
 use crate::ledger::{Charge, Ledger, Refusal, Reservation};
-
-/// The most a pool may grow by to serve an allocation of `bytes`: a driver's pool grows
-/// by whole chunks, at least 32 MiB, in 2 MiB granules (an H200 with driver 580 reserved
-/// 32 MiB for a 1 MiB allocation: tests/driver-answers/h200-580.159.04.json). The hooks
-/// reserve this much before the driver is called (and settle to what the pool really
-/// reserved after), so the device never holds more than the cap, even for an instant.
-pub fn growth_bound(bytes: u64) -> u64 {
-    const CHUNK: u64 = 32 << 20;
-    const GRANULE: u64 = 2 << 20;
-    bytes
-        .checked_next_multiple_of(GRANULE)
-        .unwrap_or(u64::MAX)
-        .max(CHUNK)
-}
-
-/// What the book needs from the driver about one pool.
-pub trait PoolDriver {
-    /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`; None if the driver does not answer (the
-    /// pool is gone).
-    fn reserved(&self, pool: u64) -> Option<u64>;
-    /// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
-    fn used(&self, pool: u64) -> Option<u64>;
-    /// `cuMemPoolTrimTo(pool, keep)`.
-    fn trim_to(&self, pool: u64, keep: u64);
-}
-
-/// Where a pool's memory is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolLocation {
-    /// Device memory of this CUDA ordinal.
-    Device(usize),
-    /// Host memory (pinned, or of a NUMA node): not device memory, not counted.
-    Host,
-}
-
-/// What the driver says of a pool's own location.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocationAnswer {
-    At(PoolLocation),
-    /// A pool this process cannot see the memory of (imported from elsewhere).
-    Invisible,
-    /// The driver does not answer (no such attribute before CUDA 13).
-    Silent,
-}
-
-/// What the book asks the driver to locate a pool the shim did not see created.
-pub trait PoolLocator {
-    /// `CU_MEMPOOL_ATTR_LOCATION_TYPE` and `_ID` (CUDA 13).
-    fn location(&self, pool: u64) -> LocationAnswer;
-    /// The number of CUDA devices.
-    fn device_count(&self) -> usize;
-    /// Whether `pool` is `device`'s default pool or its current pool.
-    fn is_device_pool(&self, device: usize, pool: u64) -> bool;
-}
+use book::{Book, Pool, pools_on, settle};
+pub use driver::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator, growth_bound};
 
 /// A pool allocation taken out of the book while the driver frees it: settled
 /// ([`PoolBook::settle_freed`]) once it did, restored ([`PoolBook::restore_freed`]) if not.
@@ -95,28 +45,6 @@ pub struct TakenPtr {
     ptr: u64,
     pool: u64,
     bytes: u64,
-}
-
-#[derive(Debug, Default)]
-struct Pool {
-    device: usize,
-    /// Bytes of the ledger charged to this pool.
-    charged: u64,
-    /// Bytes reserved for allocations from this pool that the driver is making now: the
-    /// pool may already have grown by them, so they count as covering its growth.
-    inflight: u64,
-    /// `cuMemPoolDestroy` succeeded while allocations were outstanding: the charge is
-    /// those allocations', credited as they are freed.
-    destroyed: bool,
-}
-
-#[derive(Default)]
-struct Book {
-    pools: HashMap<u64, Pool>,
-    /// Live pool allocations: pointer -> (pool, bytes asked for).
-    ptrs: HashMap<u64, (u64, u64)>,
-    /// Pools of host memory the program made or allocated from: never charged.
-    hosts: HashSet<u64>,
 }
 
 /// Every pool the process allocated from or created, with its charge.
@@ -474,78 +402,11 @@ impl PoolBook {
     }
 }
 
-fn pools_on(b: &Book, device: usize) -> Vec<u64> {
-    b.pools
-        .iter()
-        .filter(|(_, p)| p.device == device && !p.destroyed)
-        .map(|(&h, _)| h)
-        .collect()
-}
-
-/// The growth would break the cap: the refusal, and the allocation's reservation, still
-/// held.
-type Unsettled<'a> = (Refusal, Reservation<'a>);
-
-/// Sets the pool's charge towards its reserved size `reserved`.
-///
-/// Invariant: the pool's charge plus the reservations of its allocations in flight
-/// cover what it reserves (so the device never holds more than the ledger). Growth is
-/// charged first to `r` (the reservation of the allocation just made, up to its size),
-/// then left to the other allocations in flight (up to their reservations: they settle
-/// it), and only the rest needs new room under the cap; without room the allocation is
-/// refused. A pool that shrank is credited.
-fn settle<'a>(
-    b: &mut Book,
-    ledger: &Ledger,
-    pool: u64,
-    reserved: u64,
-    r: Option<Reservation<'a>>,
-) -> Result<(), Unsettled<'a>> {
-    let Some(p) = b.pools.get_mut(&pool) else {
-        return Ok(());
-    };
-    if p.destroyed {
-        return Ok(());
-    }
-    let device = p.device;
-    if reserved <= p.charged {
-        ledger.settle(Charge {
-            device,
-            bytes: p.charged - reserved,
-        });
-        p.charged = reserved;
-        return Ok(()); // `r`, if any, rolls back on drop
-    }
-    let growth = reserved - p.charged;
-    let mine = r.as_ref().map_or(0, |r| r.charge().bytes);
-    let take = growth.min(mine);
-    let others = p.inflight.saturating_sub(mine);
-    let extra = (growth - take).saturating_sub(others);
-    match r {
-        Some(mut r) => {
-            if let Err(refusal) = ledger.resize(&mut r, take + extra) {
-                return Err((refusal, r));
-            }
-            // Whether the pool's growth is backed at the call is the driver's business:
-            // never taken off a context measured meanwhile (see `Reservation::keep_unbacked`).
-            r.keep_unbacked();
-        }
-        None if extra > 0 => match ledger.reserve(device, extra) {
-            Ok(more) => more.keep_unbacked(),
-            // Growth without an allocation through the shim (it cannot happen): charge
-            // what the cap allows, never more than is there.
-            Err(_) => return Ok(()),
-        },
-        None => {}
-    }
-    p.charged += take + extra;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::cell::RefCell;
+    use std::collections::HashMap;
 
     #[test]
     fn a_pool_grows_by_at_least_a_chunk_in_granules() {

@@ -1,127 +1,22 @@
 //! The text `gpucap check` prints: pure functions of the configuration and the probe.
+//! The lines of a cap are `limits.rs`'s, those under a file's ceiling `ceiling.rs`'s;
+//! `keys.rs` checks the per-GPU keys against the GPUs listed.
+
+mod ceiling;
+mod keys;
+mod limits;
 
 use std::path::Path;
 
-use super::driver::{Device, Probe};
-use gpucap_core::config::{self, Config, DeviceKey, Limit, LimitFrom, LimitSpec};
-use gpucap_core::size::format_bytes;
+use gpucap_core::config::{Config, LimitFrom};
 
-/// `8 GiB (8589934592 bytes)` or `50% of physical memory`.
-pub fn limit_text(limit: Limit) -> String {
-    match limit {
-        Limit::Bytes(b) => format!("{} ({b} bytes)", format_bytes(b)),
-        Limit::Fraction(_) => format!("{limit} of physical memory"),
-    }
-}
+pub use ceiling::ceiling_lines;
+pub use keys::key_check;
 
-/// The `limit:` line's text, e.g.
-/// `GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory`.
-pub fn describe_limit(spec: Option<&LimitSpec>) -> String {
-    let Some(spec) = spec else {
-        return "none (GPUCAP_LIMIT unset: allocations are counted, not capped)".to_string();
-    };
-    let mut parts: Vec<String> = spec
-        .devices
-        .iter()
-        .map(|(key, limit)| match key {
-            DeviceKey::Ordinal(_) | DeviceKey::Uuid(_) => format!("{key}: {}", limit_text(*limit)),
-        })
-        .collect();
-    let others = if spec.devices.is_empty() {
-        "every GPU"
-    } else {
-        "other GPUs"
-    };
-    match spec.default {
-        Some(limit) => parts.push(format!("{others}: {}", limit_text(limit))),
-        None => parts.push(format!("{others}: not capped (counted only)")),
-    }
-    parts.join("; ")
-}
+use ceiling::device_under_ceiling;
+use limits::{describe_limit, device_line, share_text, uuid_key_notes};
 
-/// A guarantee or ceiling as given: `4 GiB`, `GPU 1: 25%; other GPUs: 2 GiB`.
-fn share_text(spec: &LimitSpec) -> String {
-    let mut parts: Vec<String> = spec
-        .devices
-        .iter()
-        .map(|(k, l)| format!("{k}: {l}"))
-        .collect();
-    if let Some(l) = spec.default {
-        parts.push(if spec.devices.is_empty() {
-            l.to_string()
-        } else {
-            format!("other GPUs: {l}")
-        });
-    }
-    parts.join("; ")
-}
-
-/// One device's line, e.g. `GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)`.
-pub fn device_line(device: &Device, limit: Option<Limit>) -> String {
-    let total = format!("{} ({})", device.total, format_bytes(device.total));
-    let mut line = match limit {
-        None => format!("GPU {}: no cap (counted only) of {total}", device.ordinal),
-        Some(limit) => {
-            let cap = limit.resolve(device.total);
-            let mut l = format!(
-                "GPU {}: cap {cap} bytes ({}) of {total}",
-                device.ordinal,
-                format_bytes(cap)
-            );
-            if cap > device.total {
-                l.push_str("; more than the GPU has, so it never binds");
-            }
-            l
-        }
-    };
-    if let Some(name) = &device.name {
-        line.push_str(&format!(" [{name}]"));
-    }
-    line
-}
-
-/// For each UUID key of `GPUCAP_LIMIT`, which visible GPU it names (a key that names
-/// none is an error, found by [`key_check`] before the report is made).
-pub fn uuid_key_notes(spec: &LimitSpec, devices: &[Device]) -> Vec<String> {
-    spec.uuid_keys()
-        .filter_map(|key| {
-            let d = devices.iter().find(|d| d.uuid == Some(key.bytes))?;
-            let var = match spec.from {
-                gpucap_core::config::LimitFrom::Handover(vars) => vars,
-                _ => "GPUCAP_LIMIT",
-            };
-            Some(format!("note: {var} key {key} is GPU {}", d.ordinal))
-        })
-        .collect()
-}
-
-/// Checks the keys of every per-GPU variable of `config` against the GPUs the driver
-/// listed, with the shim's own check at `cuInit` (`config::check_gpu_keys`): the error
-/// is the very line the shim would print (`gpucap: GPUCAP_GUARANTEE names GPU 1, but
-/// only 1 GPU is visible ...; accepted keys: 0 or GPU-…`).
-///
-/// In a pool, each GPU's guarantee and ceiling are then checked against its cap with
-/// the very function the shim claims them with when it joins (`budget::shares::for_gpu`):
-/// what the library would refuse at `cuInit` is refused here, before anything (a
-/// program, a pool file) is started or made.
-pub fn key_check(config: &Config, devices: &[Device]) -> Result<(), String> {
-    let uuids: Option<Vec<[u8; 16]>> = devices.iter().map(|d| d.uuid).collect();
-    gpucap_core::config::check_gpu_keys(config, Some(devices.len()), || uuids.as_deref())?;
-    let Some(pool) = &config.pool else {
-        return Ok(());
-    };
-    let all: Vec<[u8; 16]> = devices.iter().map(|d| d.uuid.unwrap_or_default()).collect();
-    for d in devices {
-        let cap = config
-            .limit
-            .as_ref()
-            .and_then(|l| l.for_device(d.ordinal, d.uuid.as_ref()))
-            .map(|l| l.resolve(d.total));
-        gpucap_core::budget::shares::for_gpu(config, d.ordinal as usize, &all, cap)
-            .map_err(|e| format!("gpucap: pool {pool}: GPU {}: {e}", d.ordinal))?;
-    }
-    Ok(())
-}
+use crate::driver::{self, Probe};
 
 /// The `growth:` line of `gpucap check`.
 pub fn growth_line(on: bool) -> &'static str {
@@ -156,7 +51,7 @@ pub fn report_line(report: Option<&Path>) -> String {
 /// every command prints its warnings: `gpucap: no NVIDIA driver: ...`, as `run` does.
 pub fn probe_warning(probe: &Probe) -> Option<String> {
     match probe {
-        Probe::NoDriver(why) => Some(format!("gpucap: {}", super::driver::no_driver_line(why))),
+        Probe::NoDriver(why) => Some(format!("gpucap: {}", driver::no_driver_line(why))),
         Probe::Failed(why) => Some(format!(
             "gpucap: CUDA driver found but unusable: {why}; fractions resolve at run time"
         )),
@@ -316,85 +211,20 @@ pub fn check_report(
     text
 }
 
-/// The lines of a file's ceiling: the ceiling and its file, and what the environment
-/// asked (empty without a ceiling).
-pub fn ceiling_lines(config: &Config) -> Vec<String> {
-    let Some(b) = &config.bound else {
-        return Vec::new();
-    };
-    let mut out = vec![format!(
-        "ceiling: {} (from {}: the environment may lower it, never raise or remove it)",
-        describe_limit(Some(&b.spec)),
-        b.from
-    )];
-    if let Some(asked) = &b.asked {
-        out.push(format!(
-            "asked: {asked} (the environment's; on each GPU the smaller of it and the ceiling \
-             holds)"
-        ));
-    }
-    out
-}
-
-/// GPU `d`'s cap in bytes under a ceiling, and what to add to its line: where the cap
-/// came from. None without a ceiling.
-pub fn device_under_ceiling(config: &Config, d: &Device) -> Option<(Option<Limit>, String)> {
-    let b = config.bound.as_ref()?;
-    let asked = if b.asked_none {
-        None
-    } else {
-        config
-            .limit
-            .as_ref()
-            .and_then(|s| s.for_device(d.ordinal, d.uuid.as_ref()))
-    };
-    let ceiling = b.spec.for_device(d.ordinal, d.uuid.as_ref());
-    let capped = config::cap_under(asked, ceiling, Some(d.total));
-    let note = match (&b.asked, capped.held, capped.cap) {
-        (Some(asked), true, Some(cap)) => format!(
-            " (the ceiling from {}, {}: {asked} asks more)",
-            b.from,
-            format_bytes(cap)
-        ),
-        (Some(asked), false, Some(_)) => {
-            format!(" (from {asked}, under the ceiling of {})", b.from)
-        }
-        (None, _, Some(_)) => format!(" (from {})", b.from),
-        (_, _, None) => String::new(),
-    };
-    Some((capped.cap.map(Limit::Bytes), note))
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use gpucap_core::config::{LogLevel, parse_limit_spec};
+    use crate::driver::Device;
+    use gpucap_core::config::{LimitSpec, LogLevel, parse_limit_spec};
     use std::path::PathBuf;
 
-    const GI: u64 = 1 << 30;
+    pub(crate) const GI: u64 = 1 << 30;
 
-    fn spec(s: &str) -> Option<LimitSpec> {
+    pub(crate) fn spec(s: &str) -> Option<LimitSpec> {
         Some(parse_limit_spec(s).unwrap())
     }
 
-    #[test]
-    fn limit_lines() {
-        assert_eq!(
-            describe_limit(spec("0=8Gi,50%").as_ref()),
-            "GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory"
-        );
-        assert_eq!(
-            describe_limit(spec("8Gi").as_ref()),
-            "every GPU: 8 GiB (8589934592 bytes)"
-        );
-        assert_eq!(
-            describe_limit(spec("1=12.5%").as_ref()),
-            "GPU 1: 12.5% of physical memory; other GPUs: not capped (counted only)"
-        );
-        assert!(describe_limit(None).starts_with("none"));
-    }
-
-    fn dev(ordinal: u32, total: u64) -> Device {
+    pub(crate) fn dev(ordinal: u32, total: u64) -> Device {
         Device {
             ordinal,
             total,
@@ -403,26 +233,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn device_lines() {
-        assert_eq!(
-            device_line(&dev(0, 80 * GI), Some(Limit::Bytes(4 * GI))),
-            "GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)"
-        );
-        assert_eq!(
-            device_line(&dev(1, 80 * GI), Some(Limit::Fraction(0.5))),
-            "GPU 1: cap 42949672960 bytes (40 GiB) of 85899345920 (80 GiB)"
-        );
-        assert_eq!(
-            device_line(&dev(2, 16 * GI), None),
-            "GPU 2: no cap (counted only) of 17179869184 (16 GiB)"
-        );
-        assert!(device_line(&dev(0, GI), Some(Limit::Bytes(2 * GI))).contains("never binds"));
-        let named = Device {
-            name: Some("Fake GPU".into()),
-            ..dev(0, GI)
-        };
-        assert!(device_line(&named, None).ends_with(" [Fake GPU]"));
+    /// A configuration whose only setting is `GPUCAP_LIMIT=s`.
+    pub(crate) fn limited(s: &str) -> Config {
+        Config {
+            limit: spec(s),
+            ..Config::default()
+        }
     }
 
     #[test]
@@ -479,44 +295,6 @@ mod tests {
         assert!(text.contains("GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)\n"));
         assert!(text.contains("GPU 1: cap 1073741824 bytes"));
         assert!(text.contains("may already be capped"));
-    }
-
-    /// A configuration whose only setting is `GPUCAP_LIMIT=s`.
-    fn limited(s: &str) -> Config {
-        Config {
-            limit: spec(s),
-            ..Config::default()
-        }
-    }
-
-    #[test]
-    fn keys_past_the_visible_gpus_are_errors() {
-        let two = [dev(0, 80 * GI), dev(1, 80 * GI)];
-        assert_eq!(key_check(&limited("4Gi,1=1Gi"), &two), Ok(()));
-        assert_eq!(key_check(&limited("4Gi"), &[]), Ok(()));
-        let e = key_check(&limited("4Gi,5=1Gi"), &two).unwrap_err();
-        assert_eq!(
-            e,
-            "gpucap: GPUCAP_LIMIT names GPU 5, but only 2 GPUs are visible to CUDA (GPU 0 to \
-             GPU 1); ordinals count the GPUs CUDA_VISIBLE_DEVICES leaves visible, from 0; \
-             accepted keys: 0 to 1 (the driver could not list the GPUs' UUIDs)"
-        );
-        let e = key_check(&limited("0=1Gi"), &[]).unwrap_err();
-        assert!(
-            e.starts_with("gpucap: GPUCAP_LIMIT names GPU 0, but no GPU is visible to CUDA;"),
-            "{e}"
-        );
-        // A UUID key needs every visible GPU's UUID.
-        let u = "GPU-face0000-0000-0000-0000-000000000001";
-        let e = key_check(&limited(&format!("{u}=1Gi")), &two).unwrap_err();
-        assert!(e.contains("could not list the UUIDs"), "{e}");
-        // The keys of a guarantee and a ceiling are checked the same way.
-        for var in ["GPUCAP_GUARANTEE", "GPUCAP_CEILING"] {
-            let config =
-                gpucap_core::config::from_vars([("GPUCAP_POOL", "p"), (var, "5=1Gi")]).unwrap();
-            let e = key_check(&config, &two).unwrap_err();
-            assert!(e.starts_with(&format!("gpucap: {var} names GPU 5")), "{e}");
-        }
     }
 
     #[test]
@@ -608,66 +386,5 @@ mod tests {
             report_line(Some(Path::new("/r.json"))),
             "report: /r.json (JSON usage report at exit; processes sharing it add their entries)"
         );
-    }
-}
-
-#[cfg(test)]
-mod ceiling_tests {
-    use super::*;
-    use gpucap_core::config::{Ceiling, parse_limit_spec};
-
-    fn dev(total: u64) -> Device {
-        Device {
-            ordinal: 0,
-            total,
-            name: None,
-            uuid: None,
-        }
-    }
-
-    fn under(asked: Option<&str>, none: bool) -> Config {
-        Config {
-            limit: Some(parse_limit_spec(asked.unwrap_or("256Mi")).unwrap()),
-            bound: Some(Ceiling {
-                spec: parse_limit_spec("256Mi").unwrap(),
-                from: "/x/gpucap.env".into(),
-                asked: asked
-                    .map(|a| format!("GPUCAP_LIMIT={a:?}"))
-                    .or(none.then(|| "GPUCAP_LIMIT=\"none\"".into())),
-                asked_none: none,
-            }),
-            ..Config::default()
-        }
-    }
-
-    #[test]
-    fn a_device_shows_the_figure_that_holds_and_where_it_came_from() {
-        const MIB: u64 = 1 << 20;
-        let gpu = dev(4 << 30);
-        let (cap, note) = device_under_ceiling(&under(Some("4Gi"), false), &gpu).unwrap();
-        assert_eq!(cap, Some(Limit::Bytes(256 * MIB)));
-        assert!(
-            note.contains("the ceiling from /x/gpucap.env, 256 MiB"),
-            "{note}"
-        );
-        assert!(note.contains("GPUCAP_LIMIT=\"4Gi\" asks more"), "{note}");
-        let (cap, note) = device_under_ceiling(&under(Some("50%"), false), &gpu).unwrap();
-        assert_eq!(cap, Some(Limit::Bytes(256 * MIB)), "{note}");
-        let (cap, note) = device_under_ceiling(&under(Some("3%"), false), &gpu).unwrap();
-        assert_eq!(cap, Some(Limit::Bytes((4u64 << 30) * 3 / 100)));
-        assert!(note.contains("under the ceiling"), "{note}");
-        let (cap, note) = device_under_ceiling(&under(None, true), &gpu).unwrap();
-        assert_eq!(cap, Some(Limit::Bytes(256 * MIB)));
-        assert!(note.contains("GPUCAP_LIMIT=\"none\" asks more"), "{note}");
-        let lines = ceiling_lines(&under(Some("4Gi"), false));
-        assert!(
-            lines[0].starts_with("ceiling: every GPU: 256 MiB"),
-            "{lines:?}"
-        );
-        assert!(
-            lines[1].starts_with("asked: GPUCAP_LIMIT=\"4Gi\""),
-            "{lines:?}"
-        );
-        assert!(ceiling_lines(&Config::default()).is_empty());
     }
 }

@@ -1,0 +1,52 @@
+//! A multicast object as VMM memory (`model::multicast` is the API's side): a handle
+//! with a memfd of its own and no device memory, the team of devices it was made for,
+//! and the memory bound to it.
+
+use super::physical::{Backing, Phys, new_handle, own_memfd_named};
+use super::vmm;
+use crate::abi::types::*;
+use crate::abi::*;
+
+/// Memory bound to a multicast object: `size` bytes of `handle`.
+pub(in crate::model) struct Bind {
+    pub(in crate::model) handle: u64,
+    pub(in crate::model) size: usize,
+}
+
+/// A multicast object's team: how many devices it was made for, and those added.
+pub(in crate::model) struct Team {
+    pub(in crate::model) devices: u32,
+    pub(in crate::model) added: Vec<usize>,
+}
+
+/// A new multicast object of `size` bytes per device for a team of `devices`
+/// (`model::multicast`): a sparse memfd of its own, so that it can be mapped, charged to
+/// no device.
+pub(in crate::model) fn create_multicast(size: usize, devices: u32) -> Result<u64, CUresult> {
+    let fd = own_memfd_named("fakecuda-multicast", size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    let mut v = vmm();
+    // SAFETY: CUmemAllocationProp is plain data; all zeros is a valid value.
+    let prop: CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    let h = new_handle(
+        &mut v,
+        Phys {
+            backing: Backing::Own { fd },
+            size,
+            dev: 0,
+            prop,
+            handle_refs: 1,
+            mappings: 0,
+            imported: false,
+            host: false,
+            multicast: true,
+        },
+    );
+    v.teams.insert(
+        h,
+        Team {
+            devices,
+            added: Vec::new(),
+        },
+    );
+    Ok(h)
+}

@@ -1,0 +1,101 @@
+//! `gpucap check [--write-env FILE]`: the configuration validated as the shim would read
+//! it, printed (the text is `report`'s, the pool's line `pool`'s), and optionally
+//! written as a `gpucap.env`.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use gpucap_core::config;
+
+use crate::args::Overrides;
+use crate::environment::{as_the_shim_reads, library, load, lookup};
+use crate::exit::EXIT_USAGE;
+use crate::term::print_out;
+use crate::{driver, pool, preload, report};
+
+/// `gpucap check [--write-env FILE]`.
+pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
+    let (mut config, vars) = match load(overrides) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let lib = library(&vars);
+    // What the shim would do with an environment without GPUCAP_* variables; not when
+    // writing that file (the environment is then the configuration to write).
+    // Beside variables of the environment, the file is a ceiling (environment::as_the_shim_reads).
+    let mut source = None;
+    if write_env.is_none() {
+        match as_the_shim_reads(config, &vars, lib.as_deref().ok()) {
+            Ok((c, file)) => {
+                config = c;
+                source = file;
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    let probe = driver::probe();
+    // A key of any per-GPU variable that names no visible GPU fails closed in the shim:
+    // say so now, with the shim's own check, before anything (a pool) is looked at.
+    if let driver::Probe::Devices(devices) = &probe
+        && let Err(msg) = report::key_check(&config, devices)
+    {
+        eprintln!("{msg}");
+        return EXIT_USAGE;
+    }
+    let pool_line = match pool::check_line(config.pool.as_ref(), config.pool_dir.as_deref()) {
+        Ok(line) => line,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return EXIT_USAGE;
+        }
+    };
+    if let Some(warning) = report::probe_warning(&probe) {
+        eprintln!("{warning}");
+    }
+    let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
+    let text = report::check_report(
+        &config,
+        lib.as_deref().map_err(String::as_str),
+        &probe,
+        preloaded,
+        source.as_deref(),
+        &pool_line,
+    );
+    print_out(&text);
+    if let Err(e) = lib {
+        eprintln!("gpucap: {e}");
+        return EXIT_USAGE;
+    }
+    if let Some(file) = write_env {
+        let file = Path::new(file);
+        let mut vars = vars;
+        // A pool named by HAMi-core's CUDA_DEVICE_MEMORY_SHARED_CACHE alone goes into the
+        // file as GPUCAP_POOL (the file holds GPUCAP_* variables only).
+        if let Some(config::PoolSpec::Path(p)) = &config.pool
+            && lookup(&vars, "GPUCAP_POOL").is_none()
+        {
+            vars.push(("GPUCAP_POOL".into(), p.clone().into_os_string()));
+        }
+        // A claim's pool (HAMi's DRA plugin, vgpu-manager) as GPUCAP_CLAIM_DIR.
+        if let Some(config::PoolSpec::Claim(d)) = &config.pool
+            && lookup(&vars, "GPUCAP_CLAIM_DIR").is_none()
+        {
+            vars.push(("GPUCAP_CLAIM_DIR".into(), d.clone().into_os_string()));
+        }
+        let written = config::format_env_file(vars.iter().map(|(k, v)| (k, v))).and_then(|text| {
+            gpucap_core::report::write_atomically(file, text.as_bytes(), Some(0o644))
+                .map_err(|e| format!("cannot write {}: {e}", file.display()))
+        });
+        match written {
+            Ok(()) => print_out(&format!("wrote {}\n", file.display())),
+            Err(e) => {
+                eprintln!("gpucap: {e}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    0
+}

@@ -1,0 +1,46 @@
+//! `gpucap jupyter install|list|remove`: the kernelspecs `crate::jupyter` writes, lists
+//! and removes, with the lines printed.
+
+use crate::args::JupyterCommand;
+use crate::exit::EXIT_USAGE;
+use crate::jupyter;
+use crate::term::print_out;
+
+/// `gpucap jupyter install|list|remove`. install validates its options as `check` does
+/// (printing the same report) before anything is written.
+pub fn command(command: JupyterCommand) -> i32 {
+    let done = match command {
+        JupyterCommand::Install(install) => {
+            let code = super::check::command(&install.overrides, None);
+            if code != 0 {
+                eprintln!("gpucap: no kernel installed: the options above are not valid");
+                return code;
+            }
+            let Ok(exe) = std::env::current_exe() else {
+                eprintln!("gpucap: cannot find the gpucap executable's path for the kernel");
+                return EXIT_USAGE;
+            };
+            jupyter::install(&install, &exe).map(|dir| {
+                format!(
+                    "installed kernel {} in {}\n",
+                    dir.file_name().unwrap_or_default().to_string_lossy(),
+                    dir.display()
+                )
+            })
+        }
+        JupyterCommand::List => jupyter::list(),
+        JupyterCommand::Remove { name } => {
+            jupyter::remove(&name).map(|dir| format!("removed {}\n", dir.display()))
+        }
+    };
+    match done {
+        Ok(text) => {
+            print_out(&text);
+            0
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            EXIT_USAGE
+        }
+    }
+}
