@@ -40,6 +40,8 @@ use common::*;
 mod cdi;
 #[path = "containers/claims.rs"]
 mod claims;
+#[path = "containers/docker.rs"]
+mod docker;
 #[path = "containers/drivers.rs"]
 mod drivers;
 #[path = "containers/files.rs"]
@@ -49,4 +51,5 @@ mod runtime;
 
 use cdi::*;
 use drivers::*;
+use files::*;
 use runtime::*;
