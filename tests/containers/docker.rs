@@ -289,7 +289,8 @@ fn sync_dir(tag: &str) -> PathBuf {
 }
 
 /// The example image's entrypoint caps the container's command: of two 600 MiB under
-/// 1 GiB the second is refused, and the program sees a 1 GiB GPU. The negative control:
+/// 1 GiB the second is refused, and the program sees a 1 GiB GPU; a misspelt `GPUCAP_*`
+/// variable stops the container before the program starts. The negative control:
 /// the same command with the entrypoint bypassed and the image's LD_PRELOAD emptied is
 /// not capped.
 #[test]
@@ -300,6 +301,13 @@ pub fn docker_runs_the_example_image_capped_through_its_entrypoint() {
         CAPPED,
         GIB,
     );
+    // A misspelt variable stops the container (status 2) before the program starts.
+    let mut typo = d.capped("docker-typo");
+    typo.env("GPUCAP_LIMT", "1Gi");
+    let o = run_600_600_in(&d, &mut typo);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(stderr(&o).contains("GPUCAP_LIMT"), "{}", dump(&o));
+    assert_eq!(stdout(&o), "", "the program ran\n{}", dump(&o));
     let mut bare = d.capped("docker-bare");
     bare.option("--entrypoint=").env("LD_PRELOAD", "");
     assert_600_600(&run_600_600_in(&d, &mut bare), UNCAPPED, 4 * GIB);
@@ -361,7 +369,7 @@ pub fn docker_stop_delivers_sigterm_to_the_program() {
     ));
     let mut child = d.spawn(&c);
     wait_for(&sync.join("held"), &mut child, "the container");
-    let o = run(d.cmd().args(["stop", "--time=60", &c.name]));
+    let o = run(d.cmd().args(["stop", "--time=30", &c.name]));
     assert_ok(&o);
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
