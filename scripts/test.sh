@@ -263,15 +263,17 @@ WHEEL=$(scripts/build-wheel.sh | tail -n 1)
 [ -f "$WHEEL" ] || die "scripts/build-wheel.sh built no wheel"
 WHEEL=$ROOT/$WHEEL
 echo "wheel: $WHEEL ($(stat -c %s "$WHEEL") bytes)"
-# A real container runtime for tests/containers.rs: podman with runc, the tests' own
+# Real container runtimes for tests/containers.rs: podman with runc, the tests' own
 # containers.conf (ulimits within this machine's hard limits) and image store, and a
 # plain Debian base image made from this machine's own packages and imported (no
-# registry, no download), all under target/containers and reused. Under CI the container
-# tests fail if this fails.
-section "Container runtime (scripts/containers-setup.sh: podman, runc, a base image)"
+# registry, no download), all under target/containers and reused; and Debian's docker.io,
+# whose dockerd the Docker tests start and stop themselves. Under CI the container tests
+# fail if this fails.
+section "Container runtime (scripts/containers-setup.sh: podman, runc, docker.io, a base image)"
 if containers_env=$(scripts/containers-setup.sh --env); then
     eval "$containers_env"
     echo "podman: $("$GPUCAP_TEST_PODMAN" --version), image $GPUCAP_TEST_CONTAINER_IMAGE"
+    echo "docker: $("$GPUCAP_TEST_DOCKERD" --version) (started by the tests)"
 else
     echo "no container runtime: tests/containers.rs will fail (GPUCAP_TEST_REQUIRE_CLIENTS=1)" >&2
 fi
