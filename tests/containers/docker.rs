@@ -21,14 +21,25 @@ pub struct Docker {
     /// The exec root, the socket, the pid file, the client's configuration, the log.
     run_dir: PathBuf,
     data_root: PathBuf,
-    /// `sh` that started dockerd in the background and stops it (SIGTERM, then waits for
-    /// it) when its standard input closes.
+    /// [`KEEPER`], the shell that started dockerd: it ends when dockerd does, and stops
+    /// dockerd when its standard input closes.
     keeper: Option<Child>,
     /// The base image, as imported.
     pub base: String,
     /// scripts/Dockerfile.example built FROM the base image, once per daemon.
     example: OnceLock<Result<String, String>>,
 }
+
+/// The shell that runs dockerd (`sh -c KEEPER sh LOG DOCKERD ARGS...`): it ends when
+/// dockerd does, and a reader of its standard input sends dockerd SIGTERM when that input
+/// closes (the test's [`Drop`], or the test process's end, however it ends).
+const KEEPER: &str = r#"log=$1; shift
+exec 3<&0
+"$@" </dev/null >"$log" 2>&1 3<&- &
+d=$!
+{ read -r _ <&3; kill -TERM "$d" 2>/dev/null; } &
+exec 3<&-
+wait "$d""#;
 
 /// The daemon the tests share, or None (after SKIP) where Docker is not prepared and not
 /// required. Panics with a clear line where it is prepared but cannot start.
@@ -61,6 +72,7 @@ impl Docker {
             );
             return None;
         };
+        remove_stale_run_dirs();
         let data_root = scratch("dockerd");
         let run_dir = PathBuf::from(format!("/tmp/{}", unique("dockerd")));
         let _ = std::fs::remove_dir_all(&run_dir);
@@ -73,9 +85,7 @@ impl Docker {
         let log = run_dir.join("dockerd.log");
         let mut keeper = Command::new("sh")
             .arg("-c")
-            .arg(
-                r#"log=$1; shift; "$@" >"$log" 2>&1 & d=$!; read -r _; kill -TERM "$d"; wait "$d""#,
-            )
+            .arg(KEEPER)
             .arg("sh")
             .arg(&log)
             .arg(&dockerd)
@@ -105,7 +115,8 @@ impl Docker {
         loop {
             if let Some(status) = keeper.try_wait().unwrap() {
                 panic!(
-                    "dockerd ended ({status}) before it answered\n{}",
+                    "{} ended ({status}) before it answered; its log:\n{}",
+                    Path::new(&dockerd).display(),
                     std::fs::read_to_string(&log).unwrap_or_default()
                 );
             }
@@ -118,7 +129,7 @@ impl Docker {
             if start.elapsed() > Duration::from_secs(60) {
                 d.keeper = Some(keeper);
                 panic!(
-                    "dockerd did not answer on {} within 60 s\n{}",
+                    "dockerd did not answer on {} within 60 s; its log:\n{}",
                     d.host,
                     std::fs::read_to_string(&log).unwrap_or_default()
                 );
@@ -242,8 +253,8 @@ impl Docker {
 
 impl Drop for Docker {
     /// Stops dockerd (its containers and its containerd with it): the keeper's standard
-    /// input closes, it sends SIGTERM and waits. Killed where it is not gone within 60 s;
-    /// then the daemon's directories are removed.
+    /// input closes, its reader sends SIGTERM, the keeper ends with dockerd. Killed where
+    /// it is not gone within 60 s; then the daemon's directories are removed.
     fn drop(&mut self) {
         let (dockerd, containerd) = (self.daemon_pid(), self.containerd_pid());
         if let Some(mut keeper) = self.keeper.take() {
@@ -266,6 +277,24 @@ impl Drop for Docker {
         }
         let _ = std::fs::remove_dir_all(&self.run_dir);
         let _ = std::fs::remove_dir_all(&self.data_root);
+    }
+}
+
+/// Removes the /tmp directories of daemons whose test process is gone (killed before its
+/// `Drop` ran: the keeper stopped dockerd, nothing removed the directory).
+fn remove_stale_run_dirs() {
+    let Ok(entries) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("gpucap-test-dockerd-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !alive(p)) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
