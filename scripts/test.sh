@@ -271,15 +271,17 @@ rm -rf target/venv-source python/gpucap/libgpucap.so
 python3 -m venv target/venv-source
 target/venv-source/bin/python -m pip install -q --disable-pip-version-check ./python ||
     die "pip install ./python failed"
-# A real container runtime for tests/containers.rs: podman with runc, the tests' own
+# Real container runtimes for tests/containers.rs: podman with runc, the tests' own
 # containers.conf (ulimits within this machine's hard limits) and image store, and a
 # plain Debian base image made from this machine's own packages and imported (no
-# registry, no download), all under target/containers and reused. Under CI the container
-# tests fail if this fails.
-section "Container runtime (scripts/dev/containers-setup.sh: podman, runc, a base image)"
+# registry, no download), all under target/containers and reused; and Debian's docker.io,
+# whose dockerd the Docker tests start and stop themselves. Under CI the container tests
+# fail if this fails.
+section "Container runtime (scripts/dev/containers-setup.sh: podman, runc, docker.io, a base image)"
 if containers_env=$(scripts/dev/containers-setup.sh --env); then
     eval "$containers_env"
     echo "podman: $("$GPUCAP_TEST_PODMAN" --version), image $GPUCAP_TEST_CONTAINER_IMAGE"
+    echo "docker: $("$GPUCAP_TEST_DOCKERD" --version) (started by the tests)"
 else
     echo "no container runtime: tests/containers.rs will fail (GPUCAP_TEST_REQUIRE_CLIENTS=1)" >&2
 fi

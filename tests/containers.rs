@@ -15,16 +15,19 @@
 //! - Files and limits: a pool directory on a volume shared by containers of two users, a
 //!   read-only root file system with a non-root user, and a container killed by the
 //!   runtime while it holds memory (its bytes come back to the others).
+//! - Docker: the example image built by `docker build` and run by a dockerd the tests
+//!   start and stop (docker.rs).
 //!
 //! The runtime comes from scripts/dev/containers-setup.sh (scripts/test.sh runs it and exports
 //! its variables: GPUCAP_TEST_PODMAN, GPUCAP_TEST_CONTAINERS_CONF,
-//! GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE). Without them the
+//! GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE; for Docker
+//! GPUCAP_TEST_DOCKERD, GPUCAP_TEST_DOCKER, GPUCAP_TEST_CONTAINER_BASE_TAR). Without them the
 //! tests print `SKIP: ...` and pass, unless `CI` or `GPUCAP_TEST_REQUIRE_CLIENTS=1` is set:
 //! then they fail.
 //!
 //! The tests are in tests/containers/: `runtime.rs` (podman, one `podman run` as a value,
 //! the shared helpers), `drivers.rs`, `claims.rs`, `cdi.rs`, `files.rs` (the Dockerfile,
-//! files and limits).
+//! files and limits), `docker.rs` (Docker).
 
 mod common;
 
@@ -40,6 +43,8 @@ use common::*;
 mod cdi;
 #[path = "containers/claims.rs"]
 mod claims;
+#[path = "containers/docker.rs"]
+mod docker;
 #[path = "containers/drivers.rs"]
 mod drivers;
 #[path = "containers/files.rs"]
@@ -49,4 +54,5 @@ mod runtime;
 
 use cdi::*;
 use drivers::*;
+use files::*;
 use runtime::*;

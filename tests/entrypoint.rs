@@ -4,7 +4,8 @@
 //! Each test installs gpucap, a COPY of libgpucap.so and the entrypoint in a scratch
 //! "GPUCAP_HOME", so the gpucap.env the entrypoint writes beside the library stays
 //! there. /etc is never touched: GPUCAP_ETC points the ld.so.preload install elsewhere.
-//! The container's pool (GPUCAP_POOL=container by default) lives in the install's own
+//! The container's pool (GPUCAP_POOL=container-N by default, N the inode of the mount
+//! namespace, the same for every process of a container) lives in the install's own
 //! pool directory (GPUCAP_POOL_DIR), so tests running at once do not share a budget.
 
 mod common;
@@ -408,8 +409,9 @@ fn ld_so_preload_install_is_idempotent_and_keeps_other_lines() {
         assert_eq!(
             stdout(&o),
             format!(
-                "GPUCAP_LD_SO_PRELOAD=1\nGPUCAP_LIMIT=1Gi\nGPUCAP_POOL=container\n\
+                "GPUCAP_LD_SO_PRELOAD=1\nGPUCAP_LIMIT=1Gi\nGPUCAP_POOL={}\n\
                  GPUCAP_POOL_DIR={}\n",
+                default_pool(),
                 inst.pools.display()
             ),
             "{}",
@@ -488,15 +490,24 @@ fn second_of_two(inst: &Install, tag: &str, env: &[(&str, &str)]) -> Vec<String>
     allocs(&second)
 }
 
+/// The entrypoint's default pool: `container-N`, N the inode of the mount namespace
+/// (one per container; here the test's own).
+fn default_pool() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
+    format!("container-{ino}")
+}
+
 #[test]
 fn a_containers_processes_share_one_cap_by_default() {
     let inst = Install::new("ep-pool");
     // The entrypoint sets the default for the command, and writes it to gpucap.env.
     let o = run(&mut inst.entrypoint(&["sh", "-c", "printf '%s\\n' \"$GPUCAP_POOL\""]));
     assert_ok(&o);
-    assert_eq!(stdout(&o), "container\n", "{}", dump(&o));
+    assert_eq!(stdout(&o), format!("{}\n", default_pool()), "{}", dump(&o));
     let text = std::fs::read_to_string(inst.env_file()).unwrap();
-    assert!(text.lines().any(|l| l == "GPUCAP_POOL=container"), "{text}");
+    let line = format!("GPUCAP_POOL={}", default_pool());
+    assert!(text.lines().any(|l| l == line), "{text}");
     // Two processes share the 1 GiB: the second's 600 MiB is refused (600 + 600 >
     // 1 GiB), its 300 MiB fits.
     assert_eq!(
@@ -510,7 +521,7 @@ fn a_containers_processes_share_one_cap_by_default() {
     let uid = unsafe { libc::geteuid() };
     assert!(
         inst.pools
-            .join(format!("gpucap-{uid}/container.pool"))
+            .join(format!("gpucap-{uid}/{}.pool", default_pool()))
             .exists()
     );
     // The user's own pool name is kept.
@@ -619,7 +630,10 @@ fn a_process_with_its_own_variables_but_no_pool_joins_the_containers_pool() {
         dump(&own)
     );
     assert!(
-        stderr(&own).contains("GPUCAP_POOL=\"off\" would leave the pool container"),
+        stderr(&own).contains(&format!(
+            "GPUCAP_POOL=\"off\" would leave the pool {}",
+            default_pool()
+        )),
         "{}",
         dump(&own)
     );

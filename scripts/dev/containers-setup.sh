@@ -19,9 +19,16 @@
 #                     download); with GPUCAP_TEST_BASE=debootstrap, Debian's minbase made by
 #                     `debootstrap --variant=minbase` (minutes: it downloads the packages)
 #   the image localhost/gpucap-test-base:<host|debootstrap>, imported from base.tar
-# Installs podman and runc (and debootstrap) with apt-get when missing. --env prints the
-# variables tests/containers.rs reads (GPUCAP_TEST_PODMAN, GPUCAP_TEST_CONTAINERS_CONF,
-# GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE) instead of a summary.
+# Installs podman and runc (and debootstrap) with apt-get when missing, and Debian's
+# docker.io (dockerd, its docker client, containerd) when there is no dockerd: the Docker
+# tests (tests/containers/docker.rs) start a dockerd of their own, `docker import`
+# base.tar into it and stop it when they end; nothing of Docker runs after this script
+# (Debian's policy-rc.d, where there is one, keeps apt-get from starting the service;
+# where there is none, a docker service apt-get started is left as it is).
+# --env prints the variables tests/containers.rs reads (GPUCAP_TEST_PODMAN,
+# GPUCAP_TEST_CONTAINERS_CONF, GPUCAP_TEST_CONTAINERS_STORAGE_CONF,
+# GPUCAP_TEST_CONTAINER_IMAGE, and for Docker GPUCAP_TEST_DOCKERD, GPUCAP_TEST_DOCKER,
+# GPUCAP_TEST_CONTAINER_BASE_TAR) instead of a summary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
@@ -40,6 +47,7 @@ export DEBIAN_FRONTEND=noninteractive
 missing=()
 command -v podman >/dev/null || missing+=(podman)
 command -v runc >/dev/null || missing+=(runc)
+command -v dockerd >/dev/null || missing+=(docker.io)
 if [ "$BASE" = debootstrap ] && ! [ -s "$TAR" ]; then
     command -v debootstrap >/dev/null || missing+=(debootstrap)
 fi
@@ -52,8 +60,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     command -v apt-get >/dev/null || die "missing ${missing[*]}, and no apt-get to install them"
     say "installing with apt-get: ${missing[*]}"
     "${sudo[@]}" apt-get update -q >&2
-    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+    # Other builds on this machine may hold dpkg's lock for a while: wait for it.
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 \
+        "${missing[@]}" >&2
 fi
+dockerd=$(command -v dockerd) || die "no dockerd after installing docker.io"
+# The client of dockerd's own package (docker.io's /usr/bin/docker), not another one
+# earlier on PATH: a newer client builds with BuildKit's buildx plugin, which Debian's
+# docker.io does not have.
+pkg=$(dpkg-query -S "$(readlink -f "$dockerd")" 2>/dev/null | head -n 1 | cut -d: -f1) || true
+docker=$( [ -n "$pkg" ] && dpkg-query -L "$pkg" | grep -m 1 '/bin/docker$' || true)
+[ -x "$docker" ] || docker=$(command -v docker) || die "dockerd at $dockerd but no docker client"
+
 mkdir -p "$DIR"
 
 # Ulimits: the soft and hard limits of this shell, which a container may keep, except
@@ -133,6 +151,10 @@ if $print_env; then
     printf 'export GPUCAP_TEST_CONTAINERS_CONF=%q\n' "$conf"
     printf 'export GPUCAP_TEST_CONTAINERS_STORAGE_CONF=%q\n' "$storage"
     printf 'export GPUCAP_TEST_CONTAINER_IMAGE=%q\n' "$IMAGE"
+    printf 'export GPUCAP_TEST_DOCKERD=%q\n' "$dockerd"
+    printf 'export GPUCAP_TEST_DOCKER=%q\n' "$docker"
+    printf 'export GPUCAP_TEST_CONTAINER_BASE_TAR=%q\n' "$TAR"
 else
     echo "podman: $(podman --version), runtime runc $(runc --version | head -1 | awk '{print $3}'), image $IMAGE"
+    echo "docker: $("$dockerd" --version) ($dockerd, client $docker), base $TAR"
 fi

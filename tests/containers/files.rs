@@ -11,20 +11,7 @@ pub fn the_example_dockerfile_builds_and_caps() {
     let Some(rt) = runtime() else { return };
     let dir = host_dir("ctr-dockerfile");
     let tag = unique("image");
-    // The build image: the base image with the stand-in cargo.
-    let build_ctx = dir.join("build-image");
-    std::fs::create_dir_all(&build_ctx).unwrap();
-    let cargo = write(
-        &build_ctx.join("cargo"),
-        "#!/bin/sh\n\
-         [ \"$*\" = 'build --release --locked -p gpucap-shim -p gpucap' ] || { echo \"cargo: unexpected: $*\" >&2; exit 1; }\n\
-         test -f target/release/libgpucap.so && test -x target/release/gpucap\n",
-    );
-    set_mode(&cargo, 0o755);
-    write(
-        &build_ctx.join("Containerfile"),
-        &format!("FROM {}\nCOPY cargo /usr/local/bin/cargo\n", rt.image),
-    );
+    let (build_ctx, ctx) = example_contexts(&dir, &rt.image);
     let build_image = format!("localhost/{tag}-build");
     let image = format!("localhost/{tag}");
     let o = run(rt
@@ -39,17 +26,6 @@ pub fn the_example_dockerfile_builds_and_caps() {
         ])
         .arg(&build_ctx));
     assert_ok(&o);
-    // The build context: what `COPY . .` needs, with the shim and the CLI already built.
-    let ctx = dir.join("context");
-    std::fs::create_dir_all(ctx.join("scripts")).unwrap();
-    std::fs::create_dir_all(ctx.join("target/release")).unwrap();
-    std::fs::copy(
-        root().join("scripts/docker-entrypoint.sh"),
-        ctx.join("scripts/docker-entrypoint.sh"),
-    )
-    .unwrap();
-    std::fs::copy(shim(), ctx.join("target/release/libgpucap.so")).unwrap();
-    std::fs::copy(cli(), ctx.join("target/release/gpucap")).unwrap();
     let built = run(rt
         .podman()
         .args([
@@ -72,6 +48,38 @@ pub fn the_example_dockerfile_builds_and_caps() {
     let _ = run(rt.podman().args(["rmi", "-f", &image, &build_image]));
     assert_ok(&built);
     assert_600_600(&o.unwrap(), CAPPED, GIB);
+}
+
+/// The two build contexts of scripts/Dockerfile.example's test build, in `dir`: the build
+/// image's (`base` with a stand-in `cargo` that checks it is asked for the shim and the
+/// CLI and finds them built: compiling them again in the container would take minutes),
+/// and the example's own (what `COPY . .` needs, with the shim and the CLI already
+/// built). Returns (build image's context, example's context).
+pub fn example_contexts(dir: &Path, base: &str) -> (PathBuf, PathBuf) {
+    let build_ctx = dir.join("build-image");
+    std::fs::create_dir_all(&build_ctx).unwrap();
+    let cargo = write(
+        &build_ctx.join("cargo"),
+        "#!/bin/sh\n\
+         [ \"$*\" = 'build --release --locked -p gpucap-shim -p gpucap' ] || { echo \"cargo: unexpected: $*\" >&2; exit 1; }\n\
+         test -f target/release/libgpucap.so && test -x target/release/gpucap\n",
+    );
+    set_mode(&cargo, 0o755);
+    write(
+        &build_ctx.join("Dockerfile"),
+        &format!("FROM {base}\nCOPY cargo /usr/local/bin/cargo\n"),
+    );
+    let ctx = dir.join("context");
+    std::fs::create_dir_all(ctx.join("scripts")).unwrap();
+    std::fs::create_dir_all(ctx.join("target/release")).unwrap();
+    std::fs::copy(
+        root().join("scripts/docker-entrypoint.sh"),
+        ctx.join("scripts/docker-entrypoint.sh"),
+    )
+    .unwrap();
+    std::fs::copy(shim(), ctx.join("target/release/libgpucap.so")).unwrap();
+    std::fs::copy(cli(), ctx.join("target/release/gpucap")).unwrap();
+    (build_ctx, ctx)
 }
 
 // ---------------------------------------------------------------------------------------
