@@ -12,7 +12,6 @@ use super::contexts::{context_lock, pool_marks};
 use super::*;
 use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED};
 use gpucap_core::kernels::{self, launch_key};
-use gpucap_core::residents::Resident;
 
 type Params = *mut *mut c_void;
 
@@ -270,11 +269,13 @@ fn first_use(
         }
         listed => {
             let mut after = None;
-            let (rc, m, _) = lock.measure_in(&queries::Contexts, ctx as u64, pool_marks(d), || {
-                let rc = call();
-                after = Some(queries::own_used(d));
-                rc
-            });
+            let (rc, m, _) =
+                lock.measure(&queries::Contexts, Some(ctx as u64), pool_marks(d), || {
+                    let rc = call();
+                    after = Some(queries::own_used(d));
+                    rc
+                });
+            let m = m.map(gpucap_core::residents::taken);
             let by_nvml = match (listed, after) {
                 (Ok(None), Some(Ok(Some(a)))) => Some(kernels::loaded(0, a, own_before, own())),
                 _ => None,
@@ -322,7 +323,7 @@ fn first_use(
             reserved
         }
     };
-    let forced = charge_loaded(held, d, bytes);
+    let forced = super::residents::charge_done(d, held, bytes);
     if bytes > 0 {
         book(
             ctx,
@@ -359,28 +360,6 @@ fn f_key(function: &impl Fn() -> Option<Handle>, key: u64) -> u64 {
     function().map_or(key, |f| f as u64)
 }
 
-/// Charges `bytes` a first use loaded on device `d`, `held` being what was reserved
-/// for it: the reservation grows (or shrinks) to it; what the cap cannot take beyond
-/// the reservation is charged by force. Returns the bytes forced.
-fn charge_loaded(held: Option<Reservation<'static>>, d: usize, bytes: u64) -> u64 {
-    let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
-    let forced = match held {
-        Some(mut r) => {
-            let forced = match SHIM.ledger.resize(&mut r, bytes) {
-                Ok(()) => 0,
-                Err(_) => bytes - reserved,
-            };
-            r.keep();
-            forced
-        }
-        None => bytes,
-    };
-    if forced > 0 {
-        SHIM.ledger.force(d, forced);
-    }
-    forced
-}
-
 /// Records `charge` under (context, function, owner), credited when the context goes
 /// or the owner is unloaded. A function measured again (after a teardown) keeps what it
 /// held; an entry of a context gone (its handle another context's now) is credited.
@@ -392,23 +371,7 @@ fn book(
     charge: Charge,
 ) {
     let held = super::residents::resident_in(ctx, lock, charge);
-    let key = (ctx as u64, f, owner);
-    let held = match KERNELS.take(key) {
-        Some(prev) if prev.ctx_id == held.ctx_id => Resident {
-            charge: Charge {
-                device: charge.device,
-                bytes: prev.charge.bytes.saturating_add(charge.bytes),
-            },
-            ..held
-        },
-        Some(prev) => {
-            SHIM.ledger.settle(prev.charge);
-            held
-        }
-        None => held,
-    };
-    // Another thread's, recorded between the take and this, is credited.
-    super::residents::record(&KERNELS, key, held);
+    super::residents::record_more(&KERNELS, (ctx as u64, f, owner), held);
 }
 
 /// `cuModuleGetFunction`: CUDA's lazy loading loads a module's kernel here, not at
