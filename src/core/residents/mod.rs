@@ -14,9 +14,11 @@
 //! it the reservation is settled to the measured figure, refused (the caller undoes the
 //! call) where the call can be undone and the figure does not fit, charged by force where
 //! it cannot (never out of another member's guarantee). One measurement of the device's
-//! free memory serves every kind measured device-wide (`contexts::DeviceLock::measure`,
-//! over the driver trait the shim implements; [`taken`] makes its signed change a
-//! charge), and one [`ResidentBook`] per kind records what each holds and in which
+//! free memory serves every kind measured device-wide (`contexts::DeviceLock::measure`;
+//! [`taken`] makes its signed change a charge), the driver's figure for the process
+//! measures a first use where it can be read ([`measure_loaded`]), and the driver's graph
+//! attribute graph memory: all read through one trait the shim implements ([`Gauge`]),
+//! and one [`ResidentBook`] per kind records what each holds and in which
 //! context, so that a context's end credits all of it.
 //!
 //! The shim only measures and calls the driver: each hook hands its kind's figure to
@@ -24,9 +26,11 @@
 
 mod book;
 mod charge;
+mod gauge;
 
 pub use book::{Resident, ResidentBook};
 pub use charge::{Charged, Refused, Undo, charge, charge_done, reserve_expected};
+pub use gauge::{By, Gauge, loaded, measure_loaded};
 
 /// A measured change of the device's free memory (bytes taken; negative: given back)
 /// as a charge: memory given back meanwhile never makes it negative.

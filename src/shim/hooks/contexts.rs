@@ -3,7 +3,7 @@
 use super::*;
 use crate::state::{KERNELS, LAUNCHED, LIMITS};
 use gpucap_core::contexts::{self, Vantage};
-use gpucap_core::residents::Resident;
+use gpucap_core::residents::{Gauge, Resident};
 
 // ---------------------------------------------------------------------------
 // Contexts (see `contexts`): charged what they take, credited when they go, and
@@ -172,7 +172,7 @@ fn make_context(
     let member = crate::membership::current();
     // This process's own figure before the call (None inside it: not listed, nothing
     // held yet), where NVML gives it for a pid provably this process's.
-    let own_before = queries::own_used(d).ok();
+    let own_before = queries::Contexts.own_used(d).ok();
     let knows = |m: &gpucap_core::budget::Member<'_>| {
         lock.expectation_known() || m.context_figure(d).is_some()
     };
@@ -201,7 +201,7 @@ fn make_context(
     let (rc, measured, how) = lock.measure(&queries::Contexts, None, pool_marks(d), || {
         let rc = call();
         if own_before.is_some() && rc == CUDA_SUCCESS {
-            own_after = Some(queries::own_used(d));
+            own_after = Some(queries::Contexts.own_used(d));
         }
         rc
     });
@@ -214,7 +214,7 @@ fn make_context(
         return Err(rc);
     }
     let own = match (own_before, own_after) {
-        (Some(before), Some(Ok(Some(after)))) => Some(gpucap_core::kernels::loaded(
+        (Some(before), Some(Ok(Some(after)))) => Some(gpucap_core::residents::loaded(
             before.unwrap_or(0),
             after,
             charged_before,

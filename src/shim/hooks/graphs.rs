@@ -13,6 +13,7 @@ use crate::driver::graph_queries;
 use crate::state::GRAPHS;
 use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::graphs::{self, Settle};
+use gpucap_core::residents::Gauge;
 
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS`: the flags come first; the rest the driver fills.
 #[repr(C)]
@@ -249,7 +250,7 @@ fn settle_all(devices: impl Iterator<Item = usize>, mut held: Vec<(usize, Reserv
 fn settle(d: usize, r: Option<Reservation<'static>>) {
     GRAPHS.settle(
         d,
-        || graph_queries::graph_reserved(d),
+        || queries::Contexts.graph_reserved(d),
         |change| match change {
             Settle::Charge(rise) => {
                 let reserved = r.as_ref().map_or(0, |r| r.charge().bytes);

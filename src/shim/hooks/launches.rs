@@ -247,45 +247,18 @@ fn first_use(
             }
         },
     };
-    // The driver's figure for this process (NVML), which other processes' traffic does
-    // not move, where the pid NVML lists it under is provably its own (`own_used`: not
-    // inside a container, whose pid NVML's host pids may repeat for another process).
-    // Elsewhere, or where NVML cannot say, the device's free memory in the context (as a
-    // module load), the pool's traffic taken out. Where NVML does not list this process
-    // before the call, both are read: a process listed after it held nothing before
-    // (NVML lists those that hold memory).
-    let own = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
-    let own_before = own();
-    let (rc, measured, how) = match queries::own_used(d) {
-        Ok(Some(before)) => {
-            let rc = call();
-            let after = queries::own_used(d)
-                .and_then(|a| a.ok_or_else(|| "NVML no longer lists this process".to_string()));
-            (
-                rc,
-                after.map(|a| kernels::loaded(before, a, own_before, own())),
-                BY_NVML,
-            )
-        }
-        listed => {
-            let mut after = None;
-            let (rc, m, _) =
-                lock.measure(&queries::Contexts, Some(ctx as u64), pool_marks(d), || {
-                    let rc = call();
-                    after = Some(queries::own_used(d));
-                    rc
-                });
-            let m = m.map(gpucap_core::residents::taken);
-            let by_nvml = match (listed, after) {
-                (Ok(None), Some(Ok(Some(a)))) => Some(kernels::loaded(0, a, own_before, own())),
-                _ => None,
-            };
-            match by_nvml {
-                Some(bytes) => (rc, Ok(bytes), BY_NVML),
-                None => (rc, m.map_err(|why| why.to_string()), BY_FREE),
-            }
-        }
-    };
+    // The driver's figure for this process where its pid is provably its own (not inside
+    // a container, whose pid NVML's host pids may repeat for another process), else the
+    // free memory in the context, the pool's traffic taken out (`residents::measure_loaded`).
+    let charged = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
+    let (rc, measured, how) = gpucap_core::residents::measure_loaded(
+        &lock,
+        &queries::Contexts,
+        ctx as u64,
+        pool_marks(d),
+        charged,
+        call,
+    );
     if rc != CUDA_SUCCESS {
         drop(held);
         return rc; // not seen: the next use measures again
@@ -343,16 +316,13 @@ fn first_use(
         ),
         _ if bytes > 0 => log!(
             Debug,
-            "{api}: its first use loaded {taken} of kernels on GPU {d} (measured {how})"
+            "{api}: its first use loaded {taken} of kernels on GPU {d} (measured {})",
+            how.says()
         ),
         _ => {}
     }
     rc
 }
-
-/// How a first use was measured, said at debug level.
-const BY_NVML: &str = "by the driver's figure for this process";
-const BY_FREE: &str = "by the device's free memory";
 
 /// The handle the book keys a first use's charge by: the function asked for, else
 /// the key itself (a kernel handle's use in one context).
