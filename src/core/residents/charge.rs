@@ -276,5 +276,45 @@ mod tests {
                 }
             }
         }
+
+        /// Random interleavings of residents taken and given back on one ledger (a
+        /// first load, a context, kernels loaded past the cap, an unload): the device's
+        /// charge is always the sum of what the residents alive measured, never below
+        /// it, and an undoable call is refused only when its figure does not fit.
+        #[test]
+        fn over_interleavings_the_charge_is_the_sum_of_the_residents_alive(
+            steps in prop::collection::vec((call(), any::<bool>(), any::<prop::sample::Index>()), 1..48),
+        ) {
+            const CAP: u64 = 100;
+            let l = capped(CAP);
+            let mut alive: Vec<u64> = Vec::new();
+            for (c, unload, which) in steps {
+                if unload && !alive.is_empty() {
+                    let bytes = alive.swap_remove(which.index(alive.len()));
+                    l.settle(crate::ledger::Charge { device: DEV, bytes });
+                } else {
+                    let before = used(&l);
+                    let held = match reserve_expected(&l, DEV, c.expected) {
+                        Ok(h) => h,
+                        Err(_) => {
+                            prop_assert!(before + c.expected > CAP, "{c:?} refused up front at {before}");
+                            continue;
+                        }
+                    };
+                    let fits = c.measured == 0 || before + c.measured <= CAP;
+                    match charge(&l, DEV, held, c.measured, c.undo) {
+                        Ok(charged) => {
+                            prop_assert!(fits || c.undo == Undo::Impossible, "{c:?} not refused at {before}");
+                            alive.push(charged.bytes);
+                        }
+                        Err(refused) => {
+                            prop_assert!(!fits, "{c:?} refused with room at {before}");
+                            drop(refused.held);
+                        }
+                    }
+                }
+                prop_assert_eq!(used(&l), alive.iter().sum::<u64>());
+            }
+        }
     }
 }
