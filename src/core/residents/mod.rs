@@ -27,10 +27,12 @@
 mod book;
 mod charge;
 mod gauge;
+mod ledgered;
 
 pub use book::{Resident, ResidentBook};
 pub use charge::{Charged, Refused, Undo, charge, charge_done, reserve_expected};
 pub use gauge::{By, Gauge, loaded, measure_loaded};
+pub use ledgered::{given_back, record, record_more};
 
 /// A measured change of the device's free memory (bytes taken; negative: given back)
 /// as a charge: memory given back meanwhile never makes it negative.

@@ -389,23 +389,11 @@ pub fn library_unload(real: unsafe extern "C" fn(Handle) -> CuResult, lib: Handl
 /// driver may hand their handles to new functions), to be measured again.
 pub(super) fn unloading(owners: &[Option<u64>], call: impl FnOnce() -> CuResult) -> CuResult {
     let taken = KERNELS.take_keys(|&(_, _, owner)| owner != 0 && owners.contains(&Some(owner)));
-    let freeing: Vec<Freeing> = taken
-        .iter()
-        .map(|(_, r)| SHIM.ledger.announce(r.charge))
-        .collect();
-    let rc = call();
+    let rc = super::residents::given_back(&KERNELS, taken, call);
     if rc == CUDA_SUCCESS {
-        freeing
-            .into_iter()
-            .for_each(|f| SHIM.ledger.settle_announced(f));
         owners.iter().flatten().for_each(|&o| ESTIMATES.forget(o));
         LAUNCHED.clear();
         KERNEL_HANDLES.clear();
-    } else {
-        freeing.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
-        for (key, r) in taken {
-            super::residents::record(&KERNELS, key, r);
-        }
     }
     rc
 }

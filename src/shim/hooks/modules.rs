@@ -124,13 +124,9 @@ pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Han
         return super::launches::unloading(&owners, || unsafe { real(module) });
     };
     let _lock = CONTEXTS.lock(loaded.charge.device);
-    let freeing = SHIM.ledger.announce(loaded.charge);
-    let rc = super::launches::unloading(&owners, || unsafe { real(module) });
-    if rc == CUDA_SUCCESS {
-        SHIM.ledger.settle_announced(freeing);
-    } else {
-        SHIM.ledger.withdraw(freeing);
-        super::residents::record(&MODULES, module as u64, loaded);
-    }
-    rc
+    let taken = vec![(module as u64, loaded)];
+    // SAFETY (closure): forwarding the caller's argument.
+    super::residents::given_back(&MODULES, taken, || {
+        super::launches::unloading(&owners, || unsafe { real(module) })
+    })
 }

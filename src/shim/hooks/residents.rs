@@ -23,20 +23,25 @@ pub(super) fn resident_in(
     }
 }
 
-/// Records `held` under `key` in `book`; an entry it replaces (a handle the driver
-/// handed out again, or another thread's record made meanwhile) is credited: the driver
-/// freed what it held, and a charge is never dropped.
+/// Records `held` under `key` in `book` (`residents::record`: an entry it replaces is
+/// credited).
 pub(super) fn record<K: Copy + PartialEq>(book: &ResidentBook<K>, key: K, held: Resident) {
-    if let Some(replaced) = book.add(key, held) {
-        SHIM.ledger.settle(replaced.charge);
-    }
+    residents::record(&SHIM.ledger, book, key, held);
 }
 
-/// [`record`], adding to what `key` holds in the same context (see `ResidentBook::add_to`).
+/// [`record`], adding to what `key` holds in the same context (`residents::record_more`).
 pub(super) fn record_more<K: Copy + PartialEq>(book: &ResidentBook<K>, key: K, held: Resident) {
-    if let Some(replaced) = book.add_to(key, held) {
-        SHIM.ledger.settle(replaced.charge);
-    }
+    residents::record_more(&SHIM.ledger, book, key, held);
+}
+
+/// Runs `call`, the unload that frees the entries `taken` out of `book`
+/// (`residents::given_back`: credited once the driver freed them, put back if not).
+pub(super) fn given_back<K: Copy + PartialEq>(
+    book: &ResidentBook<K>,
+    taken: Vec<(K, Resident)>,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    residents::given_back(&SHIM.ledger, book, taken, call)
 }
 
 /// Charges `bytes`, what a call `api` made on device `d` took (measured), `held` being
