@@ -63,13 +63,6 @@ pub fn expected_growth(footprint: u64, reserved: u64, used: u64, others: u64) ->
     footprint.saturating_sub(idle)
 }
 
-/// Of a rise of `rise` bytes, with `reserved` bytes reserved for it beforehand: the part
-/// the reservation covers (kept), and the part beyond it (charged without a check: the
-/// driver took it already).
-pub fn split_rise(rise: u64, reserved: u64) -> (u64, u64) {
-    (rise.min(reserved), rise.saturating_sub(reserved))
-}
-
 #[derive(Debug, Clone)]
 struct Exec {
     footprint: Vec<(usize, u64)>,
@@ -254,10 +247,6 @@ mod tests {
         assert_eq!(settle(0, 600 * MIB), Settle::Charge(600 * MIB));
         assert_eq!(settle(600 * MIB, 0), Settle::Credit(600 * MIB));
         assert_eq!(settle(5, 5), Settle::Same);
-        assert_eq!(split_rise(600 * MIB, 600 * MIB), (600 * MIB, 0));
-        assert_eq!(split_rise(10 * MIB, 600 * MIB), (10 * MIB, 0));
-        assert_eq!(split_rise(700 * MIB, 600 * MIB), (600 * MIB, 100 * MIB));
-        assert_eq!(split_rise(5, 0), (0, 5));
     }
 
     #[test]

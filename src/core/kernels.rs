@@ -248,30 +248,9 @@ impl LoadEstimates {
     }
 }
 
-/// What a first use loaded, from the driver's figure for this process before and after
-/// it (`before`, `after`) and the process's own charges then (`own_before`,
-/// `own_after`): what the figure moved by, less what the process's other threads'
-/// charges moved by meanwhile (their allocations and frees show in the figure too).
-pub fn loaded(before: u64, after: u64, own_before: u64, own_after: u64) -> u64 {
-    let figure = i128::from(after) - i128::from(before);
-    let own = i128::from(own_after) - i128::from(own_before);
-    u64::try_from((figure - own).max(0)).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn what_a_first_use_loaded_leaves_out_the_other_threads_allocations() {
-        const MIB: u64 = 1 << 20;
-        assert_eq!(loaded(534 * MIB, 626 * MIB, 539 * MIB, 539 * MIB), 92 * MIB);
-        assert_eq!(loaded(534 * MIB, 626 * MIB, 539 * MIB, 559 * MIB), 72 * MIB);
-        // another thread's free meanwhile lowered the figure: added back
-        assert_eq!(loaded(534 * MIB, 500 * MIB, 539 * MIB, 443 * MIB), 62 * MIB);
-        assert_eq!(loaded(534 * MIB, 534 * MIB, 0, 64 * MIB), 0);
-        assert_eq!(loaded(534 * MIB, 500 * MIB, 539 * MIB, 539 * MIB), 0);
-    }
 
     #[test]
     fn the_seen_set_holds_what_it_recorded_until_cleared() {

@@ -271,80 +271,41 @@ impl DeviceLock<'_> {
         })
     }
 
-    /// Runs `call` (which creates a context) and returns its result with the device
-    /// memory the context took: free before minus free after, or why it could not be
-    /// measured (meaningless when the call failed); and how it was measured. With no
-    /// context of the process on the device, the free memory is read without one
-    /// (NVML); only if that cannot be done, with a temporary context. If the call runs
-    /// out of memory while a temporary context is held for the measurement, the
-    /// temporary context is destroyed and the call made again without it: gpucap must
-    /// not make a context fail that the device has room for.
+    /// Runs `call` (which makes the driver take memory on this device: a context, a
+    /// module, a limit's memory, a kernel's lazy load) and returns its result with the
+    /// change in the device's free memory it made, in bytes (free before minus free
+    /// after: negative when more was given back meanwhile; `residents::taken` makes it a
+    /// charge), or why it could not be measured (meaningless when the call failed); and
+    /// how it was measured. This is the one device-wide measurement every kind of
+    /// resident shares.
+    ///
+    /// `on`: the context the call is made in, when it stays there (a module loaded in
+    /// it): the free memory is read with it pushed current. None (a context being made):
+    /// with a context of the process on the device, if any; else without one (NVML); only
+    /// if that cannot be done, with a temporary context. If the call runs out of memory
+    /// while a temporary context is held for the measurement, the temporary context is
+    /// destroyed and the call made again without it: gpucap must not make a context fail
+    /// that the device has room for.
+    ///
+    /// `marks` reads what the members of this process's pool marked of their traffic on
+    /// this device (None outside a pool; see `budget::traffic`). The driver's free figure
+    /// is device-wide, so memory the members gave back while the call ran would be taken
+    /// off its bytes (and a resident charged short lets the pool over-commit), and memory
+    /// they allocated meanwhile added to them. Every member marks a free before its driver
+    /// call and an allocation around it: the frees that may fall inside the window (read
+    /// before and after it) are added back, the allocations that surely fall inside it
+    /// (read just inside it) are taken off. Whatever is unsure stays in: the call is
+    /// charged more, never less (given back is never overstated). Memory of processes
+    /// outside the pool still shows; none of it can be told apart from the call's.
     pub fn measure(
         &self,
         drv: &impl CtxDriver,
-        call: impl FnMut() -> u32,
-    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
-        self.measure_in_pool(drv, || None, call)
-    }
-
-    /// [`measure`](Self::measure) for a member of a pool: `marks` reads what the pool's
-    /// members marked of their traffic on this device (see `budget::traffic`). The
-    /// driver's free figure is device-wide, so memory the members gave back while the
-    /// context was made would be taken off the context's bytes (and a context charged
-    /// short lets the pool over-commit), and memory they allocated meanwhile added to
-    /// them. Every member marks a free before its driver call and an allocation around
-    /// it: the frees that may fall inside the window (read before and after it) are added
-    /// back, the allocations that surely fall inside it (read just inside it) are taken
-    /// off. Whatever is unsure stays in: the context is charged more, never less. Memory
-    /// of processes outside the pool still shows; none of it can be told apart from the
-    /// context's.
-    pub fn measure_in_pool(
-        &self,
-        drv: &impl CtxDriver,
-        marks: impl Fn() -> Option<PoolMarks>,
-        call: impl FnMut() -> u32,
-    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
-        let (rc, change, how) = self.measure_marked(drv, None, marks, call);
-        (rc, change.map(bytes), how)
-    }
-
-    /// [`measure_in_pool`](Self::measure_in_pool) of a call made in context `ctx`, a
-    /// context of this device that stays there (a module loaded in it): the free memory
-    /// is read with `ctx` pushed current.
-    pub fn measure_in(
-        &self,
-        drv: &impl CtxDriver,
-        ctx: Ctx,
-        marks: impl Fn() -> Option<PoolMarks>,
-        call: impl FnMut() -> u32,
-    ) -> (u32, Result<u64, Unmeasured>, Vantage) {
-        let (rc, change, how) = self.measure_marked(drv, Some(ctx), marks, call);
-        (rc, change.map(bytes), how)
-    }
-
-    /// [`measure_in`](Self::measure_in) of a call that may give memory back (a limit
-    /// lowered): the change in bytes, negative when the free memory grew. What is
-    /// unsure in a pool counts as taken, as there: given back is never overstated.
-    pub fn measure_change_in(
-        &self,
-        drv: &impl CtxDriver,
-        ctx: Ctx,
-        marks: impl Fn() -> Option<PoolMarks>,
-        call: impl FnMut() -> u32,
-    ) -> (u32, Result<i128, Unmeasured>, Vantage) {
-        self.measure_marked(drv, Some(ctx), marks, call)
-    }
-
-    /// The signed change; the callers that charge what a call made take its positive part.
-    fn measure_marked(
-        &self,
-        drv: &impl CtxDriver,
-        vantage: Option<Ctx>,
+        on: Option<Ctx>,
         marks: impl Fn() -> Option<PoolMarks>,
         mut call: impl FnMut() -> u32,
     ) -> (u32, Result<i128, Unmeasured>, Vantage) {
         if marks().is_none() {
-            return self.measure_device_wide(drv, vantage, call, None);
+            return self.measure_device_wide(drv, on, call, None);
         }
         // Read right before the device-wide "before" read and right after the "after"
         // read (`edge`), and right inside them (around the call): the frees counted
@@ -356,7 +317,7 @@ impl DeviceLock<'_> {
         };
         let (rc, taken, how) = self.measure_device_wide(
             drv,
-            vantage,
+            on,
             || {
                 let first = marks();
                 let rc = call();
@@ -547,12 +508,6 @@ impl DeviceLock<'_> {
             Some(false) => Ending::Gone(self.take_created(ctx)),
         }
     }
-}
-
-/// A device-wide difference as a charge: memory given back meanwhile never makes it
-/// negative.
-fn bytes(delta: i128) -> u64 {
-    u64::try_from(delta.max(0)).unwrap_or(u64::MAX)
 }
 
 /// Measures `call` from NVML's free memory of `device` (`before`, read already).

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::budget::{MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool};
+use crate::residents::taken as taken_bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -135,9 +136,9 @@ fn a_call_in_a_given_context_is_measured_there_not_with_nvml_or_a_temporary() {
     let mut drv = Fake::new(10_000, 300);
     drv.nvml = true;
     let lock = book.lock(0).unwrap();
-    let (rc, taken, how) = lock.measure_in(
+    let (rc, taken, how) = lock.measure(
         &drv,
-        55,
+        Some(55),
         || None,
         || {
             drv.free.set(drv.free.get() - 2048);
@@ -156,7 +157,7 @@ fn first_context_is_measured_with_nvml_and_no_other_context() {
     drv.nvml = true;
     let mut lock = book.lock(2).unwrap();
     let mut calls = 0;
-    let (rc, taken, how) = lock.measure(&drv, || {
+    let (rc, taken, how) = measure(&lock, &drv, || {
         calls += 1;
         drv.call()
     });
@@ -168,7 +169,7 @@ fn first_context_is_measured_with_nvml_and_no_other_context() {
     let ctx = made(&drv);
     lock.set_primary(ctx, 300);
     drv.log.borrow_mut().clear();
-    let (_, taken, how) = lock.measure(&drv, || drv.call());
+    let (_, taken, how) = measure(&lock, &drv, || drv.call());
     assert_eq!((taken, how), (Ok(300), Vantage::Context));
     assert_eq!(
         *drv.log.borrow(),
@@ -225,7 +226,8 @@ fn in_pool(
 ) -> (u32, Result<u64, Unmeasured>, Vantage) {
     let book = ContextBook::new();
     let lock = book.lock(0).unwrap();
-    lock.measure_in_pool(drv, || a.marks(0), call)
+    let (rc, taken, how) = lock.measure(drv, None, || a.marks(0), call);
+    (rc, taken.map(taken_bytes), how)
 }
 
 /// Another member's free whose driver call falls inside the window and whose credit
@@ -283,7 +285,7 @@ fn a_reservation_in_the_window_does_not_hide_another_members_free() {
     assert_eq!(taken, Ok(350));
     // Without a pool the same traffic is counted (nothing can tell it apart).
     let book = ContextBook::new();
-    let (_, taken, _) = book.lock(1).unwrap().measure(&drv, || {
+    let (_, taken, _) = measure(&book.lock(1).unwrap(), &drv, || {
         drv.free.set(drv.free.get() + 200);
         drv.call()
     });
@@ -424,11 +426,11 @@ fn with_nvml_room_for_one_context_is_enough() {
     let mut drv = Fake::new(500, 300);
     drv.nvml = true;
     let lock = book.lock(0).unwrap();
-    let (rc, taken, how) = lock.measure(&drv, || drv.call());
+    let (rc, taken, how) = measure(&lock, &drv, || drv.call());
     assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
     // A call that fails reads NVML once and charges nothing.
     drv.log.borrow_mut().clear();
-    let (rc, taken, _) = lock.measure(&drv, || 999);
+    let (rc, taken, _) = measure(&lock, &drv, || 999);
     assert_eq!((rc, taken), (999, Ok(0)));
     assert_eq!(*drv.log.borrow(), ["nvml@0"]);
 }
@@ -440,7 +442,7 @@ fn nvml_failing_after_the_call_is_never_a_charge_of_zero() {
     drv.nvml = true;
     drv.fail_nvml_from.set(2);
     let lock = book.lock(0).unwrap();
-    let (rc, taken, how) = lock.measure(&drv, || drv.call());
+    let (rc, taken, how) = measure(&lock, &drv, || drv.call());
     assert_eq!((rc, how), (SUCCESS, Vantage::Nvml));
     let why = taken.unwrap_err();
     assert_eq!(
@@ -460,7 +462,7 @@ fn without_nvml_the_first_context_is_measured_with_a_temporary_one() {
     let drv = Fake::new(10_000, 300);
     let mut lock = book.lock(0).unwrap();
     assert!(!lock.primary_active(&drv));
-    let (rc, taken, how) = lock.measure(&drv, || drv.call());
+    let (rc, taken, how) = measure(&lock, &drv, || drv.call());
     assert_eq!(how, Vantage::Temporary("no NVML here".into()));
     let ctx = made(&drv);
     assert_eq!((rc, taken), (SUCCESS, Ok(300)));
@@ -472,7 +474,7 @@ fn without_nvml_the_first_context_is_measured_with_a_temporary_one() {
     assert!(lock.primary_active(&drv));
     // The next context is measured from the primary: no temporary one.
     drv.log.borrow_mut().clear();
-    let (_, taken, _) = lock.measure(&drv, || drv.call());
+    let (_, taken, _) = measure(&lock, &drv, || drv.call());
     let c2 = made(&drv);
     assert_eq!(taken, Ok(300));
     assert_eq!(
@@ -491,7 +493,7 @@ fn without_nvml_the_first_context_is_measured_with_a_temporary_one() {
     assert_eq!(lock.take_primary(), None);
     // With the primary gone, the created context is the vantage.
     drv.log.borrow_mut().clear();
-    let _ = lock.measure(&drv, || drv.call());
+    let _ = measure(&lock, &drv, || drv.call());
     assert_eq!(drv.log.borrow()[0], format!("free@{c2}"));
     assert_eq!(
         lock.take_created(c2),
@@ -510,7 +512,7 @@ fn nvml_failing_before_the_call_falls_back_to_a_temporary_context() {
     drv.nvml = true;
     drv.fail_nvml_from.set(1);
     let lock = book.lock(0).unwrap();
-    let (rc, taken, how) = lock.measure(&drv, || drv.call());
+    let (rc, taken, how) = measure(&lock, &drv, || drv.call());
     assert_eq!(
         (rc, taken, how),
         (SUCCESS, Ok(300), Vantage::Temporary("NVML failed".into()))
@@ -526,7 +528,7 @@ fn a_failed_call_leaves_nothing_behind() {
     let book = ContextBook::new();
     let drv = Fake::new(10_000, 300);
     let lock = book.lock(3).unwrap();
-    let (rc, _, _) = lock.measure(&drv, || 999);
+    let (rc, _, _) = measure(&lock, &drv, || 999);
     assert_eq!(rc, 999);
     assert_eq!(
         drv.free.get(),
@@ -541,7 +543,7 @@ fn memory_given_back_meanwhile_never_makes_a_negative_charge() {
     let book = ContextBook::new();
     let drv = Fake::new(10_000, 0);
     let lock = book.lock(0).unwrap();
-    let (_, taken, _) = lock.measure(&drv, || {
+    let (_, taken, _) = measure(&lock, &drv, || {
         drv.free.set(20_000);
         SUCCESS
     });
@@ -554,7 +556,7 @@ fn room_for_one_context_only_the_call_is_made_without_the_temporary_one() {
     let drv = Fake::new(500, 300);
     let lock = book.lock(0).unwrap();
     let mut calls = 0;
-    let (rc, taken, _) = lock.measure(&drv, || {
+    let (rc, taken, _) = measure(&lock, &drv, || {
         calls += 1;
         drv.call()
     });
@@ -584,7 +586,7 @@ fn room_for_one_context_only_the_call_is_made_without_the_temporary_one() {
 
     // No room at all: the temporary context fails, so does the call.
     let drv = Fake::new(100, 300);
-    let (rc, taken, _) = lock.measure(&drv, || drv.call());
+    let (rc, taken, _) = measure(&lock, &drv, || drv.call());
     assert_eq!(rc, OUT_OF_MEMORY);
     assert_eq!(taken.unwrap_err().step, Step::Temporary);
 }
@@ -596,7 +598,7 @@ fn a_query_that_fails_is_never_a_charge_of_zero() {
         let drv = Fake::new(10_000, 300);
         drv.fail_free_from.set(from);
         let lock = book.lock(1).unwrap();
-        let (rc, taken, _) = lock.measure(&drv, || drv.call());
+        let (rc, taken, _) = measure(&lock, &drv, || drv.call());
         assert_eq!(rc, SUCCESS);
         assert_eq!(taken, Err(Unmeasured { step, rc: 201 }));
         assert_eq!(verdict(taken, true), Verdict::Refuse(201));
@@ -708,4 +710,14 @@ fn a_first_context_measured_high_does_not_outweigh_the_pools_least() {
     let book = ContextBook::new();
     book.lock(0).unwrap().learn(2400 << 20);
     assert_eq!(book.lock(0).unwrap().expected_beside(300 << 20), 300 << 20);
+}
+
+/// A call measured outside a pool, in no given context, as a charge.
+fn measure(
+    lock: &DeviceLock<'_>,
+    drv: &impl CtxDriver,
+    call: impl FnMut() -> u32,
+) -> (u32, Result<u64, Unmeasured>, Vantage) {
+    let (rc, taken, how) = lock.measure(drv, None, || None, call);
+    (rc, taken.map(taken_bytes), how)
 }

@@ -411,10 +411,16 @@ pub fn library_module(lib: Handle) -> Option<u64> {
         .then_some(module as u64)
 }
 
-/// The device memory the driver counts for this process on `device` (NVML; None: NVML
-/// does not list this process), or why it cannot be read.
-pub fn own_used(device: usize) -> Result<Option<u64>, String> {
-    super::nvml_direct::own_used(device)
+impl gpucap_core::residents::Gauge for Contexts {
+    /// The device memory the driver counts for this process on `device` (NVML; None:
+    /// NVML does not list this process), or why it cannot be read.
+    fn own_used(&self, device: usize) -> Result<Option<u64>, String> {
+        super::nvml_direct::own_used(device)
+    }
+
+    fn graph_reserved(&self, device: usize) -> Option<u64> {
+        super::graph_queries::graph_reserved(device)
+    }
 }
 
 /// The current context's value of `limit` (None: no context, or no such limit).

@@ -3,7 +3,7 @@
 use super::*;
 use crate::state::{KERNELS, LAUNCHED, LIMITS};
 use gpucap_core::contexts::{self, Vantage};
-use gpucap_core::residents::Resident;
+use gpucap_core::residents::{Gauge, Resident};
 
 // ---------------------------------------------------------------------------
 // Contexts (see `contexts`): charged what they take, credited when they go, and
@@ -100,13 +100,13 @@ fn charge_context(
     api: &str,
     lock: &mut gpucap_core::contexts::DeviceLock<'_>,
     measured: Result<u64, Unmeasured>,
-    mut held: Reservation<'static>,
+    held: Reservation<'static>,
     others: u64,
     own: Option<u64>,
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
     let d = lock.device();
-    let measured_bytes = match judge_measured(api, "context", d, measured) {
+    let measured_bytes = match super::residents::judge_measured(api, "context", d, measured) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(0),
         Err(rc) => {
@@ -132,14 +132,7 @@ fn charge_context(
             m.note_context_bytes(d, lock.expected(), lock.expectation_settled());
         }
     }
-    if let Err(refusal) = SHIM.ledger.resize(&mut held, bytes) {
-        // The driver frees the context before its room is given back.
-        undo();
-        drop(held);
-        SHIM.refused(api, d, bytes, refusal);
-        return Err(CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    held.keep();
+    let bytes = super::residents::charge_undoable(api, d, Some(held), bytes, undo)?;
     log!(
         Debug,
         "{api}: the context takes {} on GPU {d} (measured {} on the device{}{})",
@@ -179,7 +172,7 @@ fn make_context(
     let member = crate::membership::current();
     // This process's own figure before the call (None inside it: not listed, nothing
     // held yet), where NVML gives it for a pid provably this process's.
-    let own_before = queries::own_used(d).ok();
+    let own_before = queries::Contexts.own_used(d).ok();
     let knows = |m: &gpucap_core::budget::Member<'_>| {
         lock.expectation_known() || m.context_figure(d).is_some()
     };
@@ -205,10 +198,10 @@ fn make_context(
     let charged_before = charged();
     let flight = member.and_then(|m| m.context_started(d));
     let mut own_after = None;
-    let (rc, measured, how) = lock.measure_in_pool(&queries::Contexts, pool_marks(d), || {
+    let (rc, measured, how) = lock.measure(&queries::Contexts, None, pool_marks(d), || {
         let rc = call();
         if own_before.is_some() && rc == CUDA_SUCCESS {
-            own_after = Some(queries::own_used(d));
+            own_after = Some(queries::Contexts.own_used(d));
         }
         rc
     });
@@ -221,7 +214,7 @@ fn make_context(
         return Err(rc);
     }
     let own = match (own_before, own_after) {
-        (Some(before), Some(Ok(Some(after)))) => Some(gpucap_core::kernels::loaded(
+        (Some(before), Some(Ok(Some(after)))) => Some(gpucap_core::residents::loaded(
             before.unwrap_or(0),
             after,
             charged_before,
@@ -229,44 +222,8 @@ fn make_context(
         )),
         _ => None,
     };
+    let measured = measured.map(gpucap_core::residents::taken);
     charge_context(api, lock, measured, held, others, own, undo)
-}
-
-/// What to charge for a `what` (a context, a module) the driver just made on device
-/// `d`, from its measurement: Ok(Some(bytes)) to charge; Ok(None) when it could not be
-/// measured and `d` has no cap (allowed, not counted, said at error level); Err when it
-/// could not be measured under a cap (said; the caller undoes it and refuses).
-pub(super) fn judge_measured(
-    api: &str,
-    what: &str,
-    d: usize,
-    measured: Result<u64, Unmeasured>,
-) -> Result<Option<u64>, CuResult> {
-    let capped = SHIM
-        .ledger
-        .usage(d)
-        .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
-    match (contexts::verdict(measured, capped), measured) {
-        (Verdict::Charge(bytes), _) => Ok(Some(bytes)),
-        (Verdict::Refuse(rc), m) => {
-            if let Err(why) = m {
-                log!(
-                    Error,
-                    "refused {api} on GPU {d}: the memory the {what} takes could not be measured ({why}), and a {what} gpucap cannot charge would escape the cap"
-                );
-            }
-            Err(rc)
-        }
-        (Verdict::Uncounted, m) => {
-            if let Err(why) = m {
-                log!(
-                    Error,
-                    "{api} on GPU {d}: the memory the {what} takes could not be measured ({why}): not counted (GPU {d} has no cap)"
-                );
-            }
-            Ok(None)
-        }
-    }
 }
 
 /// Says at debug level how the first context on a device was measured: by NVML, or

@@ -13,6 +13,7 @@ use crate::driver::graph_queries;
 use crate::state::GRAPHS;
 use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::graphs::{self, Settle};
+use gpucap_core::residents::Gauge;
 
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS`: the flags come first; the rest the driver fills.
 #[repr(C)]
@@ -244,22 +245,18 @@ fn settle_all(devices: impl Iterator<Item = usize>, mut held: Vec<(usize, Reserv
 
 /// Moves `d`'s graph charge to the driver's figure. A rise is taken out of `r` (what was
 /// reserved for it); a rise beyond it was made by the driver already and is charged
-/// without a check, with a warning; what `r` does not cover is given back.
+/// whatever the cap says (`residents::charge_done`), with a warning; what `r` does not
+/// cover is given back.
 fn settle(d: usize, r: Option<Reservation<'static>>) {
     GRAPHS.settle(
         d,
-        || graph_queries::graph_reserved(d),
+        || queries::Contexts.graph_reserved(d),
         |change| match change {
             Settle::Charge(rise) => {
                 let reserved = r.as_ref().map_or(0, |r| r.charge().bytes);
-                let (kept, beyond) = graphs::split_rise(rise, reserved);
-                if let Some(mut r) = r {
-                    // Shrinking a reservation cannot be refused.
-                    let _ = SHIM.ledger.resize(&mut r, kept);
-                    r.keep();
-                }
+                let beyond = rise.saturating_sub(reserved);
+                super::residents::charge_done(d, r, rise);
                 if beyond > 0 {
-                    SHIM.ledger.force(d, beyond);
                     log!(
                         Warn,
                         "the driver reserved {} more graph memory on GPU {d} than gpucap expected: charged",

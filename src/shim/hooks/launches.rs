@@ -12,7 +12,6 @@ use super::contexts::{context_lock, pool_marks};
 use super::*;
 use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED};
 use gpucap_core::kernels::{self, launch_key};
-use gpucap_core::residents::Resident;
 
 type Params = *mut *mut c_void;
 
@@ -248,43 +247,18 @@ fn first_use(
             }
         },
     };
-    // The driver's figure for this process (NVML), which other processes' traffic does
-    // not move, where the pid NVML lists it under is provably its own (`own_used`: not
-    // inside a container, whose pid NVML's host pids may repeat for another process).
-    // Elsewhere, or where NVML cannot say, the device's free memory in the context (as a
-    // module load), the pool's traffic taken out. Where NVML does not list this process
-    // before the call, both are read: a process listed after it held nothing before
-    // (NVML lists those that hold memory).
-    let own = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
-    let own_before = own();
-    let (rc, measured, how) = match queries::own_used(d) {
-        Ok(Some(before)) => {
-            let rc = call();
-            let after = queries::own_used(d)
-                .and_then(|a| a.ok_or_else(|| "NVML no longer lists this process".to_string()));
-            (
-                rc,
-                after.map(|a| kernels::loaded(before, a, own_before, own())),
-                BY_NVML,
-            )
-        }
-        listed => {
-            let mut after = None;
-            let (rc, m, _) = lock.measure_in(&queries::Contexts, ctx as u64, pool_marks(d), || {
-                let rc = call();
-                after = Some(queries::own_used(d));
-                rc
-            });
-            let by_nvml = match (listed, after) {
-                (Ok(None), Some(Ok(Some(a)))) => Some(kernels::loaded(0, a, own_before, own())),
-                _ => None,
-            };
-            match by_nvml {
-                Some(bytes) => (rc, Ok(bytes), BY_NVML),
-                None => (rc, m.map_err(|why| why.to_string()), BY_FREE),
-            }
-        }
-    };
+    // The driver's figure for this process where its pid is provably its own (not inside
+    // a container, whose pid NVML's host pids may repeat for another process), else the
+    // free memory in the context, the pool's traffic taken out (`residents::measure_loaded`).
+    let charged = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
+    let (rc, measured, how) = gpucap_core::residents::measure_loaded(
+        &lock,
+        &queries::Contexts,
+        ctx as u64,
+        pool_marks(d),
+        charged,
+        call,
+    );
     if rc != CUDA_SUCCESS {
         drop(held);
         return rc; // not seen: the next use measures again
@@ -322,7 +296,7 @@ fn first_use(
             reserved
         }
     };
-    let forced = charge_loaded(held, d, bytes);
+    let forced = super::residents::charge_done(d, held, bytes);
     if bytes > 0 {
         book(
             ctx,
@@ -342,43 +316,18 @@ fn first_use(
         ),
         _ if bytes > 0 => log!(
             Debug,
-            "{api}: its first use loaded {taken} of kernels on GPU {d} (measured {how})"
+            "{api}: its first use loaded {taken} of kernels on GPU {d} (measured {})",
+            how.says()
         ),
         _ => {}
     }
     rc
 }
 
-/// How a first use was measured, said at debug level.
-const BY_NVML: &str = "by the driver's figure for this process";
-const BY_FREE: &str = "by the device's free memory";
-
 /// The handle the book keys a first use's charge by: the function asked for, else
 /// the key itself (a kernel handle's use in one context).
 fn f_key(function: &impl Fn() -> Option<Handle>, key: u64) -> u64 {
     function().map_or(key, |f| f as u64)
-}
-
-/// Charges `bytes` a first use loaded on device `d`, `held` being what was reserved
-/// for it: the reservation grows (or shrinks) to it; what the cap cannot take beyond
-/// the reservation is charged by force. Returns the bytes forced.
-fn charge_loaded(held: Option<Reservation<'static>>, d: usize, bytes: u64) -> u64 {
-    let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
-    let forced = match held {
-        Some(mut r) => {
-            let forced = match SHIM.ledger.resize(&mut r, bytes) {
-                Ok(()) => 0,
-                Err(_) => bytes - reserved,
-            };
-            r.keep();
-            forced
-        }
-        None => bytes,
-    };
-    if forced > 0 {
-        SHIM.ledger.force(d, forced);
-    }
-    forced
 }
 
 /// Records `charge` under (context, function, owner), credited when the context goes
@@ -392,23 +341,7 @@ fn book(
     charge: Charge,
 ) {
     let held = super::residents::resident_in(ctx, lock, charge);
-    let key = (ctx as u64, f, owner);
-    let held = match KERNELS.take(key) {
-        Some(prev) if prev.ctx_id == held.ctx_id => Resident {
-            charge: Charge {
-                device: charge.device,
-                bytes: prev.charge.bytes.saturating_add(charge.bytes),
-            },
-            ..held
-        },
-        Some(prev) => {
-            SHIM.ledger.settle(prev.charge);
-            held
-        }
-        None => held,
-    };
-    // Another thread's, recorded between the take and this, is credited.
-    super::residents::record(&KERNELS, key, held);
+    super::residents::record_more(&KERNELS, (ctx as u64, f, owner), held);
 }
 
 /// `cuModuleGetFunction`: CUDA's lazy loading loads a module's kernel here, not at
@@ -456,23 +389,11 @@ pub fn library_unload(real: unsafe extern "C" fn(Handle) -> CuResult, lib: Handl
 /// driver may hand their handles to new functions), to be measured again.
 pub(super) fn unloading(owners: &[Option<u64>], call: impl FnOnce() -> CuResult) -> CuResult {
     let taken = KERNELS.take_keys(|&(_, _, owner)| owner != 0 && owners.contains(&Some(owner)));
-    let freeing: Vec<Freeing> = taken
-        .iter()
-        .map(|(_, r)| SHIM.ledger.announce(r.charge))
-        .collect();
-    let rc = call();
+    let rc = super::residents::given_back(&KERNELS, taken, call);
     if rc == CUDA_SUCCESS {
-        freeing
-            .into_iter()
-            .for_each(|f| SHIM.ledger.settle_announced(f));
         owners.iter().flatten().for_each(|&o| ESTIMATES.forget(o));
         LAUNCHED.clear();
         KERNEL_HANDLES.clear();
-    } else {
-        freeing.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
-        for (key, r) in taken {
-            super::residents::record(&KERNELS, key, r);
-        }
     }
     rc
 }

@@ -3,7 +3,8 @@
 //! current context, charged to that context's device, credited when the limit is
 //! lowered (what the driver gave back, at most the limit's charge) or the context is gone.
 
-use super::contexts::{context_lock, judge_measured, pool_marks};
+use super::contexts::{context_lock, pool_marks};
+use super::residents::{charge_done, charge_undoable, judge_measured};
 use super::*;
 use crate::state::LIMITS;
 use gpucap_core::limits;
@@ -49,7 +50,9 @@ pub fn ctx_set_limit(
         })
     });
     let (rc, measured, _) =
-        lock.measure_change_in(&queries::Contexts, ctx as u64, pool_marks(d), || set(value));
+        lock.measure(&queries::Contexts, Some(ctx as u64), pool_marks(d), || {
+            set(value)
+        });
     let own_announced = match (&freeing, crate::membership::current()) {
         (Some(_), Some(_)) => i128::from(charged),
         _ => 0,
@@ -67,12 +70,7 @@ pub fn ctx_set_limit(
         restore();
         return rc;
     }
-    let verdict = judge_measured(
-        API,
-        "limit",
-        d,
-        measured.map(|t| u64::try_from(t.max(0)).unwrap_or(u64::MAX)),
-    );
+    let verdict = judge_measured(API, "limit", d, measured.map(gpucap_core::residents::taken));
     let change = match (verdict, measured) {
         (Ok(Some(_)), Ok(change)) => change,
         (Ok(_), _) => {
@@ -97,20 +95,19 @@ pub fn ctx_set_limit(
         SHIM.ledger.withdraw(f);
     }
     if now > charged {
-        match reserve_on(shim, API, d, now - charged) {
-            Ok(r) => r.keep(),
-            Err(refused) => {
-                // The refusal's line is out; the old value gives the memory back. If the
-                // driver will not set it back, the memory stays taken: charged by force.
-                if !set_back(set(old), limit, old, value, d) {
-                    // The old entry's bytes are part of `now`: not restored.
-                    SHIM.ledger.force(d, now - charged);
-                    record(key, ctx, &lock, now);
-                    return refused;
-                }
-                restore();
+        // The old value gives the memory back; if the driver will not set it back, the
+        // memory stays taken: charged by force.
+        let set_back_ok = std::cell::Cell::new(true);
+        let undo = || set_back_ok.set(set_back(set(old), limit, old, value, d));
+        if let Err(refused) = charge_undoable(API, d, None, now - charged, undo) {
+            if !set_back_ok.get() {
+                // The old entry's bytes are part of `now`: not restored.
+                charge_done(d, None, now - charged);
+                record(key, ctx, &lock, now);
                 return refused;
             }
+            restore();
+            return refused;
         }
     } else if now < charged {
         SHIM.ledger.settle(Charge {

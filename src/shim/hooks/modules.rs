@@ -4,7 +4,8 @@
 
 use std::ffi::c_char;
 
-use super::contexts::{context_lock, judge_measured, pool_marks};
+use super::contexts::{context_lock, pool_marks};
+use super::residents::{charge_undoable, judge_measured};
 use super::*;
 
 pub fn module_load(
@@ -78,43 +79,39 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
         Err(rc) => return rc,
     };
     let d = lock.device();
-    let (rc, measured, _) = lock.measure_in(&queries::Contexts, ctx as u64, pool_marks(d), call);
+    let (rc, measured, _) = lock.measure(&queries::Contexts, Some(ctx as u64), pool_marks(d), call);
     if rc != CUDA_SUCCESS || out.is_null() {
         return rc;
     }
     // SAFETY: the driver succeeded and wrote the module handle.
     let module = unsafe { *out };
+    let unload = || queries::unload_module(module);
+    let measured = measured.map(gpucap_core::residents::taken);
     let bytes = match judge_measured(api, "module", d, measured) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return rc,
         Err(refused) => {
-            queries::unload_module(module);
+            unload();
             return refused;
         }
     };
     if bytes == 0 {
         return rc;
     }
-    match reserve_on(shim, api, d, bytes) {
-        Ok(r) => {
-            r.keep();
-            let loaded = super::residents::resident_in(ctx, &lock, Charge { device: d, bytes });
-            // A handle the driver handed out again: the old module went with its
-            // context, and the driver freed what it held.
-            super::residents::record(&MODULES, module as u64, loaded);
-            log!(
-                Debug,
-                "{api}: the module takes {} on GPU {d}",
-                gpucap_core::size::format_bytes(bytes)
-            );
-            rc
-        }
-        Err(refused) => {
-            // The refusal's line is out; the driver gives the memory back.
-            queries::unload_module(module);
-            refused
-        }
+    // What the cap cannot take is unloaded again; the driver gives the memory back.
+    if let Err(refused) = charge_undoable(api, d, None, bytes, unload) {
+        return refused;
     }
+    let loaded = super::residents::resident_in(ctx, &lock, Charge { device: d, bytes });
+    // A handle the driver handed out again: the old module went with its context, and
+    // the driver freed what it held.
+    super::residents::record(&MODULES, module as u64, loaded);
+    log!(
+        Debug,
+        "{api}: the module takes {} on GPU {d}",
+        gpucap_core::size::format_bytes(bytes)
+    );
+    rc
 }
 
 /// `cuModuleUnload`: credits what the module was charged once the driver unloaded it
@@ -127,13 +124,9 @@ pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Han
         return super::launches::unloading(&owners, || unsafe { real(module) });
     };
     let _lock = CONTEXTS.lock(loaded.charge.device);
-    let freeing = SHIM.ledger.announce(loaded.charge);
-    let rc = super::launches::unloading(&owners, || unsafe { real(module) });
-    if rc == CUDA_SUCCESS {
-        SHIM.ledger.settle_announced(freeing);
-    } else {
-        SHIM.ledger.withdraw(freeing);
-        super::residents::record(&MODULES, module as u64, loaded);
-    }
-    rc
+    let taken = vec![(module as u64, loaded)];
+    // SAFETY (closure): forwarding the caller's argument.
+    super::residents::given_back(&MODULES, taken, || {
+        super::launches::unloading(&owners, || unsafe { real(module) })
+    })
 }

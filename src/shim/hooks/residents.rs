@@ -1,9 +1,12 @@
-//! What a context holds beside its allocations (modules, a limit's memory, kernels a
-//! first launch loaded): recorded in a book of `gpucap_core::residents` with the context
-//! it lives in, credited when its key goes or its context does.
+//! What the driver takes on its own (see `gpucap_core::residents`): the shim's side of
+//! the one policy. The hooks measure (the core's device-wide measurement over the real
+//! driver, NVML's figure for this process, the driver's graph attribute) and make the
+//! driver call; what is charged, refused or forced is the core's `residents::charge`,
+//! and what each resident holds is recorded in its kind's book with the context it lives
+//! in, credited when its key goes or its context does.
 
 use super::*;
-use gpucap_core::residents::{Resident, ResidentBook};
+use gpucap_core::residents::{self, Resident, ResidentBook, Undo};
 
 /// `charge` held in context `ctx` on `lock`'s device: with the context's driver id (a
 /// handle handed out again is another context) and whether it is the primary.
@@ -20,11 +23,97 @@ pub(super) fn resident_in(
     }
 }
 
-/// Records `held` under `key` in `book`; an entry it replaces (a handle the driver
-/// handed out again, or another thread's record made meanwhile) is credited: the driver
-/// freed what it held, and a charge is never dropped.
+/// Records `held` under `key` in `book` (`residents::record`: an entry it replaces is
+/// credited).
 pub(super) fn record<K: Copy + PartialEq>(book: &ResidentBook<K>, key: K, held: Resident) {
-    if let Some(replaced) = book.add(key, held) {
-        SHIM.ledger.settle(replaced.charge);
+    residents::record(&SHIM.ledger, book, key, held);
+}
+
+/// [`record`], adding to what `key` holds in the same context (`residents::record_more`).
+pub(super) fn record_more<K: Copy + PartialEq>(book: &ResidentBook<K>, key: K, held: Resident) {
+    residents::record_more(&SHIM.ledger, book, key, held);
+}
+
+/// Runs `call`, the unload that frees the entries `taken` out of `book`
+/// (`residents::given_back`: credited once the driver freed them, put back if not).
+pub(super) fn given_back<K: Copy + PartialEq>(
+    book: &ResidentBook<K>,
+    taken: Vec<(K, Resident)>,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    residents::given_back(&SHIM.ledger, book, taken, call)
+}
+
+/// Charges `bytes`, what a call `api` made on device `d` took (measured), `held` being
+/// what was reserved for it before the call, where the call can be undone: Ok(bytes)
+/// charged; if the cap (or the pool) cannot take them, `undo` undoes the call, the
+/// reservation goes back after it, gpucap's refusal line is said and Err carries
+/// `CUDA_ERROR_OUT_OF_MEMORY`. Memory the process's own pools only cache is trimmed
+/// first, as for an allocation.
+pub(super) fn charge_undoable(
+    api: &str,
+    d: usize,
+    held: Option<Reservation<'static>>,
+    bytes: u64,
+    undo: impl FnOnce(),
+) -> Result<u64, CuResult> {
+    let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
+    if bytes > reserved {
+        reclaim_for(&SHIM, d, bytes - reserved);
+    }
+    match residents::charge(&SHIM.ledger, d, held, bytes, Undo::Possible) {
+        Ok(c) => Ok(c.bytes),
+        Err(refused) => {
+            // The driver frees the memory before its room is given back.
+            undo();
+            drop(refused.held);
+            SHIM.refused(api, d, refused.bytes, refused.refusal);
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        }
+    }
+}
+
+/// Charges `bytes` a call that cannot be undone took on device `d` (kernels loaded,
+/// graph memory reserved), `held` being what was reserved for it before the call:
+/// whatever the cap says. Returns the bytes charged without a check (0 where there was
+/// room).
+pub(super) fn charge_done(d: usize, held: Option<Reservation<'static>>, bytes: u64) -> u64 {
+    residents::charge_done(&SHIM.ledger, d, held, bytes).forced
+}
+
+/// What to charge for a `what` (a context, a module) the driver just made on device
+/// `d`, from its measurement: Ok(Some(bytes)) to charge; Ok(None) when it could not be
+/// measured and `d` has no cap (allowed, not counted, said at error level); Err when it
+/// could not be measured under a cap (said; the caller undoes it and refuses).
+pub(super) fn judge_measured(
+    api: &str,
+    what: &str,
+    d: usize,
+    measured: Result<u64, Unmeasured>,
+) -> Result<Option<u64>, CuResult> {
+    let capped = SHIM
+        .ledger
+        .usage(d)
+        .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
+    match (gpucap_core::contexts::verdict(measured, capped), measured) {
+        (Verdict::Charge(bytes), _) => Ok(Some(bytes)),
+        (Verdict::Refuse(rc), m) => {
+            if let Err(why) = m {
+                log!(
+                    Error,
+                    "refused {api} on GPU {d}: the memory the {what} takes could not be measured ({why}), and a {what} gpucap cannot charge would escape the cap"
+                );
+            }
+            Err(rc)
+        }
+        (Verdict::Uncounted, m) => {
+            if let Err(why) = m {
+                log!(
+                    Error,
+                    "{api} on GPU {d}: the memory the {what} takes could not be measured ({why}): not counted (GPU {d} has no cap)"
+                );
+            }
+            Ok(None)
+        }
     }
 }

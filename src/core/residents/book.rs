@@ -1,7 +1,8 @@
-//! What a context holds beside its allocations, by key, with the charge of each: the
-//! modules loaded in it (`modules`), the memory its limits took (`limits`). An entry is
-//! credited when its key goes (an unload, a limit lowered) or once its context is gone
-//! (the driver frees all of it with the context). Such events are rare: a lock and a list.
+//! The book of residents: what a context holds beside its allocations, by key, with the
+//! charge of each (the modules loaded in it, the memory its limits took, the kernels its
+//! first uses loaded). An entry is credited when its key goes (an unload, a limit
+//! lowered) or once its context is gone (the driver frees all of it with the context).
+//! Such events are rare: a lock and a list.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -55,6 +56,26 @@ impl<K: Copy + PartialEq> ResidentBook<K> {
             .map(|i| l.swap_remove(i).1);
         l.push((key, held));
         old
+    }
+
+    /// Adds `held` to what `key` holds when its entry lives in the same context (a
+    /// function measured again after a teardown keeps what it held), else records it as
+    /// [`add`](Self::add) does: an entry of a context gone (its handle another context's
+    /// now) is returned, its charge the caller's to credit.
+    #[must_use = "a replaced entry's charge must be credited"]
+    pub fn add_to(&self, key: K, held: Resident) -> Option<Resident> {
+        let mut l = self.list();
+        match l.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, prev)) if prev.ctx == held.ctx && prev.ctx_id == held.ctx_id => {
+                prev.charge.bytes = prev.charge.bytes.saturating_add(held.charge.bytes);
+                None
+            }
+            Some((_, prev)) => Some(std::mem::replace(prev, held)),
+            None => {
+                l.push((key, held));
+                None
+            }
+        }
     }
 
     /// Takes `key` out (before the driver frees what it holds; None: not charged here).
@@ -166,6 +187,18 @@ mod tests {
         assert_eq!(old.map(|r| (r.ctx, r.charge.bytes)), Some((1, 4 << 20)));
         assert_eq!(b.bytes_on(0), 2 << 20);
         assert_eq!(b.take(7).map(|l| l.ctx), Some(2));
+    }
+
+    #[test]
+    fn a_key_added_to_in_its_own_context_grows_and_in_another_is_replaced() {
+        let b = ResidentBook::<u64>::new();
+        assert_eq!(b.add_to(7, held(1, 0, 4 << 20)), None);
+        assert_eq!(b.add_to(7, held(1, 0, 2 << 20)), None, "the same context");
+        assert_eq!(b.bytes_on(0), 6 << 20);
+        // The handle is another context's now: the old entry comes back to credit.
+        let old = b.add_to(7, held(2, 0, 1 << 20));
+        assert_eq!(old.map(|r| (r.ctx, r.charge.bytes)), Some((1, 6 << 20)));
+        assert_eq!(b.bytes_on(0), 1 << 20);
     }
 
     #[test]
