@@ -19,6 +19,10 @@
  * for no more than the guarantee left then (as charged: `linear_charge`). Also prints
  * "checked=C broken=B".
  *
+ * With CHURN_HOLD=PATH in the environment, the process keeps its context after
+ * churning until PATH exists (up to 60 s), so that it counts beside contexts made
+ * later, however fast it churned.
+ *
  * With CHURN_KINDS=mixed in the environment, each block is of a kind drawn at random:
  * cuMemAlloc_v2, cuMemAllocAsync (freed with cuMemFreeAsync, then the stream synced),
  * cuMemCreate (a VMM handle, freed with cuMemRelease) or cuMemAllocManaged.
@@ -182,5 +186,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
     printf("churn ok=%ld refused=%ld\n", g_ok, g_refused);
     if (g_guarantee) printf("checked=%ld broken=%ld\n", g_checked, g_broken);
+    const char *hold = getenv("CHURN_HOLD");
+    if (hold) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        for (int i = 0; i < 12000 && access(hold, F_OK) != 0; i++) nanosleep(&ts, NULL);
+    }
     return g_failed ? 3 : 0;
 }
