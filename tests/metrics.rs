@@ -1233,3 +1233,57 @@ fn a_pool_file_truncated_under_the_server_is_a_line_not_a_signal() {
     );
     kill(a);
 }
+
+/// `--hami`: HAMi's monitor series beside gpucap's, the names HAMi's vGPU dashboard
+/// queries (`hami_vgpu_memory_used_bytes`, `hami_vgpu_memory_limit_bytes`, labelled
+/// namespace, pod, container, vdevice_index, device_uuid): a pool's live members as one
+/// container (outside Kubernetes: empty names) holding their sum under the pool's cap,
+/// a process capped alone under its own; promtool accepts it; without `--hami`, none.
+#[test]
+fn hami_names_show_a_pools_use_and_cap_and_a_lone_processs() {
+    let s = Scratch::new("metrics-hami");
+    let a = s.member("t", "a", &["alloc:300Mi"]);
+    let b = s.member("t", "b", &["alloc:200Mi"]);
+    let lone = s.lone("l", &["alloc:64Mi"]);
+    let o = run(&mut s.gpucap(&["status", "--prometheus", "--all", "--hami"]));
+    assert_ok(&o);
+    let text = stdout(&o);
+    let m = parse(&text);
+    let pool = [("pool", "t")];
+    let used = find(&m, "hami_vgpu_memory_used_bytes", &pool);
+    assert_eq!(used.len(), 1, "one series for the pool's GPU\n{text}");
+    let l = &used[0].labels;
+    for (k, v) in [
+        ("namespace", ""),
+        ("pod", ""),
+        ("container", ""),
+        ("vdevice_index", "0"),
+    ] {
+        assert_eq!(l[k], v, "{k}\n{text}");
+    }
+    assert!(l["device_uuid"].starts_with("GPU-"), "{text}");
+    assert_eq!(used[0].value, (500 * MIB) as f64, "{text}");
+    assert_eq!(
+        value(&m, "hami_vgpu_memory_limit_bytes", &pool),
+        GIB as f64,
+        "{text}"
+    );
+    let pid = lone.id().to_string();
+    let alone = [("pid", pid.as_str())];
+    assert_eq!(
+        value(&m, "hami_vgpu_memory_used_bytes", &alone),
+        (64 * MIB) as f64,
+        "{text}"
+    );
+    assert!(
+        !find(&m, "hami_vgpu_memory_limit_bytes", &alone).is_empty(),
+        "{text}"
+    );
+    assert_promtool_accepts(&text);
+    let o = run(&mut s.gpucap(&["status", "--prometheus", "--all"]));
+    assert_ok(&o);
+    assert!(!stdout(&o).contains("hami_"), "{}", stdout(&o));
+    for c in [a, b, lone] {
+        kill(c);
+    }
+}

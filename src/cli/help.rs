@@ -25,10 +25,10 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
                     [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
                     [--write-env FILE]
        gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]
-       gpucap status --prometheus [--pool NAME|PATH]... [--all]
+       gpucap status --prometheus [--pool NAME|PATH]... [--all] [--hami]
        gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]
                   [--interval SECS] [--iterations N | --once]
-       gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
+       gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all] [--hami]
        gpucap jupyter install --limit SPEC [--pool NAME|PATH] [--name NAME] [--user|--sys-prefix]
        gpucap jupyter list | remove NAME
        gpucap cdi generate --output FILE [--limit SPEC [--pool NAME|PATH|off]] [--name NAME]
@@ -201,7 +201,7 @@ exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.
 
 const STATUS_HELP: &str = "\
 usage: gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]
-       gpucap status --prometheus [--pool NAME|PATH]... [--all]
+       gpucap status --prometheus [--pool NAME|PATH]... [--all] [--hami]
 
 With no pool named (no --pool, no GPUCAP_POOL, no gpucap.env naming one): every
 capped process of this user (root: of every user) once, one row per process and GPU,
@@ -239,6 +239,9 @@ options:
                      nothing held; gpucap pool clean removes them) too, which are
                      left out otherwise; with --prometheus: every pool file (*.pool) in this user's pool
                      directory (gpucap-UID in GPUCAP_POOL_DIR or the default)
+  --hami             with --prometheus: HAMi's monitor series too
+                     (hami_vgpu_memory_used_bytes, hami_vgpu_memory_limit_bytes), so
+                     HAMi's dashboards read gpucap (docs/src/metrics.md)
   -h, --help         show this help
 
 exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
@@ -273,7 +276,7 @@ options:
 exit status: 0; 1 if the pool named does not exist; 2 for a bad value.";
 
 const METRICS_HELP: &str = "\
-usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]
+usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all] [--hami]
 
 Serves pools to Prometheus: an HTTP/1.1 server where GET /metrics answers with
 Prometheus's text exposition format (version 0.0.4) of the pools, read again at each
@@ -298,6 +301,9 @@ options:
   --pool NAME|PATH    serve this pool (a name, in GPUCAP_POOL_DIR or the default
                       directory, or the file's absolute path); may be repeated
   --all               serve every pool of this user's pool directory
+  --hami              HAMi's monitor series too (hami_vgpu_memory_used_bytes,
+                      hami_vgpu_memory_limit_bytes), so HAMi's dashboards read
+                      gpucap (docs/src/metrics.md)
   -h, --help          show this help
 
 exit status: 2 if no pool is configured, for a bad value, or when it cannot listen;

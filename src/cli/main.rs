@@ -101,8 +101,12 @@ pub fn run_command_line(argv: impl IntoIterator<Item = OsString>) -> i32 {
             uuid,
             all,
         } => commands::status::command(pool, json, uuid, all),
-        Command::StatusPrometheus { pools } => commands::status::prometheus(pools),
-        Command::Metrics { listen, pools } => commands::metrics::command(listen, pools),
+        Command::StatusPrometheus { pools, hami } => commands::status::prometheus(pools, hami),
+        Command::Metrics {
+            listen,
+            pools,
+            hami,
+        } => commands::metrics::command(listen, pools, hami),
         Command::Top {
             pool,
             interval_ms,

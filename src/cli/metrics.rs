@@ -17,10 +17,12 @@
 //! words and asks the kernel which members' locks are held.
 
 mod families;
+mod hami;
 mod http;
 mod reader;
 mod server;
 mod text_format;
+mod workload;
 
 use std::path::PathBuf;
 
@@ -35,6 +37,7 @@ use families::{
 pub use reader::{Reader, Which};
 pub use server::serve;
 use text_format::{Samples, command_label, labels};
+pub use workload::Identify;
 
 /// The Content-Type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -54,9 +57,13 @@ pub struct Reading {
 
 /// The exposition of `readings`: `gpucap_pool_up` for every pool, the other series for
 /// the pools that were read; then the processes capped on their own (`lone`, each
-/// labelled by pid, PID namespace and command). Families without a sample are left out.
-pub fn exposition(readings: &[Reading], lone: &[LoneView]) -> String {
+/// labelled by pid, PID namespace and command); with `hami`, HAMi's monitor series of
+/// both (`hami.rs`), its processes named by it. Families without a sample are left out.
+pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Identify>) -> String {
     let mut s = Samples::default();
+    if let Some(who) = hami {
+        hami::add(&mut s, readings, lone, who);
+    }
     for p in lone {
         let pid = p.pid.to_string();
         let ns = p.pid_namespace.to_string();
@@ -173,7 +180,7 @@ mod tests {
         v.gpus[0].waiters = 1;
         v.gpus[0].waits = 2;
         v.gpus[0].wait_ms = 1_500;
-        let text = exposition(&[reading("t", v)], &[]);
+        let text = exposition(&[reading("t", v)], &[], None);
         let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
         assert_eq!(
             samples(&text, "gpucap_pool_waiters"),
@@ -195,7 +202,7 @@ mod tests {
 
     #[test]
     fn guarantees_and_ceilings_as_series() {
-        let text = exposition(&[reading("t", view())], &[]);
+        let text = exposition(&[reading("t", view())], &[], None);
         let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
         assert_eq!(
             samples(&text, "gpucap_pool_guaranteed_bytes"),
@@ -222,7 +229,7 @@ mod tests {
 
     #[test]
     fn every_series_of_a_pool() {
-        let text = exposition(&[reading("t", view())], &[]);
+        let text = exposition(&[reading("t", view())], &[], None);
         let one = |name: &str| {
             let s = samples(&text, name);
             assert_eq!(s.len(), 1, "{name}\n{text}");
@@ -308,6 +315,7 @@ mod tests {
                 reading("b", second),
             ],
             &[lone],
+            Some(&TwoContainers),
         );
         let mut names_seen = Vec::new();
         let mut current = "";
@@ -358,13 +366,14 @@ mod tests {
 
     #[test]
     fn nothing_read_nothing_printed() {
-        assert_eq!(exposition(&[], &[]), "");
+        assert_eq!(exposition(&[], &[], None), "");
         let text = exposition(
             &[Reading {
                 label: "x".into(),
                 result: Err((1, String::new())),
             }],
             &[],
+            None,
         );
         assert_eq!(
             text,
@@ -384,7 +393,7 @@ mod tests {
         assert_eq!(escape_label("café ✓"), "café ✓");
         let mut v = view();
         v.members[0].command = "evil\"} 1\ngpucap_x 2 \\".into();
-        let text = exposition(&[reading("t\"q", v)], &[]);
+        let text = exposition(&[reading("t\"q", v)], &[], None);
         let alive = samples(&text, "gpucap_member_alive");
         assert_eq!(
             alive[0],
@@ -395,12 +404,72 @@ mod tests {
         // A command longer than a member stores (a damaged file) is cut.
         let mut v = view();
         v.members[0].command = "é".repeat(100);
-        let text = exposition(&[reading("t", v)], &[]);
+        let text = exposition(&[reading("t", v)], &[], None);
         let line = samples(&text, "gpucap_member_alive")[0];
         assert!(
             line.contains(&format!("command=\"{}\"", "é".repeat(64))),
             "{line}"
         );
         assert!(!line.contains(&"é".repeat(65)), "{line}");
+    }
+
+    /// Names pid 11 and 12 as two containers of one pod, everything else as unknown.
+    struct TwoContainers;
+    impl Identify for TwoContainers {
+        fn workload(&self, pid: u32, _: u64) -> workload::Workload {
+            let container = match pid {
+                11 => "aaaaaaaaaaaa",
+                12 => "bbbbbbbbbbbb",
+                _ => return workload::Workload::default(),
+            };
+            workload::Workload {
+                namespace: "team-a".into(),
+                pod: "trainer-0".into(),
+                container: container.into(),
+            }
+        }
+    }
+
+    #[test]
+    fn hamis_series_show_each_containers_use_of_a_pool_and_the_pools_cap() {
+        let mut v = view();
+        v.members.truncate(1);
+        let mut second = v.members[0].clone();
+        v.members[0].pid = 11;
+        v.members[0].gpus[0].used = 3 << 20;
+        second.slot += 1;
+        second.pid = 12;
+        second.gpus[0].used = 5 << 20;
+        v.members.push(second.clone());
+        second.slot += 1;
+        second.pid = 12;
+        second.gpus[0].used = 7 << 20;
+        v.members.push(second);
+        let uuid = v.gpus[0].uuid.clone();
+        let cap = v.gpus[0].cap.unwrap();
+        let lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30)).view;
+        let text = exposition(&[reading("t", v)], &[lone], Some(&TwoContainers));
+        let line = |name: &str, labels: &str| -> String {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{name}{{{labels}")))
+                .unwrap_or_else(|| panic!("no {name}{{{labels}...}} in\n{text}"))
+                .to_string()
+        };
+        let a = format!(
+            "namespace=\"team-a\",pod=\"trainer-0\",container=\"aaaaaaaaaaaa\",vdevice_index=\"0\",device_uuid=\"{uuid}\",pool=\"t\""
+        );
+        let b = a.replace("aaaaaaaaaaaa", "bbbbbbbbbbbb");
+        assert!(line("hami_vgpu_memory_used_bytes", &a).ends_with(&format!(" {}", 3 << 20)));
+        // Two processes of one container: one series, their sum.
+        assert!(line("hami_vgpu_memory_used_bytes", &b).ends_with(&format!(" {}", 12 << 20)));
+        assert!(line("hami_vgpu_memory_limit_bytes", &b).ends_with(&format!(" {cap}")));
+        // A process capped alone, outside Kubernetes: empty names, its own cap.
+        let alone = "namespace=\"\",pod=\"\",container=\"\",vdevice_index=\"0\"";
+        assert!(line("hami_vgpu_memory_limit_bytes", alone).ends_with(&format!(" {}", 1u64 << 30)));
+        assert!(line("hami_vgpu_memory_used_bytes", alone).contains("pid=\"99\""));
+        // Without --hami, none of it.
+        let mut plain = view();
+        plain.members.truncate(1);
+        assert!(!exposition(&[reading("t", plain)], &[], None).contains("hami_"));
     }
 }

@@ -121,7 +121,14 @@ pub(super) fn parse_status(mut parser: Parser) -> Result<Command, UsageError> {
         }
         return Ok(Command::StatusPrometheus {
             pools: pool_set(topic, opts.pools, opts.all)?,
+            hami: opts.hami,
         });
+    }
+    if opts.hami {
+        return Err(usage(
+            topic,
+            "--hami adds HAMi's series to --prometheus's exposition: give --prometheus too",
+        ));
     }
     if opts.all && !opts.pools.is_empty() {
         return Err(usage(
@@ -159,6 +166,7 @@ pub(super) fn parse_metrics(mut parser: Parser) -> Result<Command, UsageError> {
     Ok(Command::Metrics {
         listen,
         pools: pool_set(topic, opts.pools, opts.all)?,
+        hami: opts.hami,
     })
 }
 

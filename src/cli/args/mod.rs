@@ -104,10 +104,19 @@ pub enum Command {
     },
     /// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: pools once, in
     /// Prometheus's text exposition format.
-    StatusPrometheus { pools: PoolSet },
+    StatusPrometheus {
+        pools: PoolSet,
+        /// `--hami`: HAMi's monitor series too (`metrics::hami`).
+        hami: bool,
+    },
     /// `gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]`: an HTTP server
     /// of that exposition.
-    Metrics { listen: SocketAddr, pools: PoolSet },
+    Metrics {
+        listen: SocketAddr,
+        pools: PoolSet,
+        /// `--hami`: HAMi's monitor series too (`metrics::hami`).
+        hami: bool,
+    },
     /// `gpucap top [--pool NAME|PATH] [--interval SECS] [--iterations N]`: the
     /// snapshot, refreshed.
     Top {

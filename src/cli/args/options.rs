@@ -24,6 +24,8 @@ pub(super) struct Options {
     pub(super) pools: Vec<String>,
     pub(super) all: bool,
     pub(super) prometheus: bool,
+    /// `--hami` (status --prometheus, metrics): HAMi's monitor series too.
+    pub(super) hami: bool,
     pub(super) listen: Option<SocketAddr>,
     /// `--uuid` (status, top): the GPU's UUID column.
     pub(super) uuid: bool,
@@ -138,6 +140,7 @@ pub(super) fn parse_options(
             ("--json", Topic::Status) => Some(&mut opts.json),
             ("--prometheus", Topic::Status) => Some(&mut opts.prometheus),
             ("--all", Topic::Status | Topic::Metrics) => Some(&mut opts.all),
+            ("--hami", Topic::Status | Topic::Metrics) => Some(&mut opts.hami),
             ("--uuid", Topic::Status | Topic::Top) => Some(&mut opts.uuid),
             ("--once", Topic::Top) => Some(&mut opts.once),
             _ => None,
@@ -276,11 +279,12 @@ fn options_of(topic: Topic) -> &'static [&'static str] {
             "--pool",
             "--json",
             "--prometheus",
+            "--hami",
             "--all",
             "--uuid",
             "--help",
         ],
-        Topic::Metrics => &["--listen", "--pool", "--all", "--help"],
+        Topic::Metrics => &["--listen", "--pool", "--all", "--hami", "--help"],
         Topic::Top => &[
             "--pool",
             "--user",

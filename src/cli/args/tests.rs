@@ -542,7 +542,8 @@ fn prometheus_and_metrics_forms() {
     assert_eq!(
         p(&["status", "--prometheus"]),
         Ok(Command::StatusPrometheus {
-            pools: PoolSet::Configured
+            pools: PoolSet::Configured,
+            hami: false
         })
     );
     assert_eq!(
@@ -556,13 +557,15 @@ fn prometheus_and_metrics_forms() {
             "a"
         ]),
         Ok(Command::StatusPrometheus {
-            pools: named(&["a", "/x/b.pool"])
+            pools: named(&["a", "/x/b.pool"]),
+            hami: false
         })
     );
     assert_eq!(
         p(&["status", "--all", "--prometheus"]),
         Ok(Command::StatusPrometheus {
-            pools: PoolSet::All
+            pools: PoolSet::All,
+            hami: false
         })
     );
     let listen = |s: &str| s.parse::<SocketAddr>().unwrap();
@@ -570,23 +573,47 @@ fn prometheus_and_metrics_forms() {
         p(&["metrics", "--listen", "127.0.0.1:9400"]),
         Ok(Command::Metrics {
             listen: listen("127.0.0.1:9400"),
-            pools: PoolSet::Configured
+            pools: PoolSet::Configured,
+            hami: false
         })
     );
     assert_eq!(
         p(&["metrics", "--pool", "a", "--listen=[::]:0", "--pool", "b"]),
         Ok(Command::Metrics {
             listen: listen("[::]:0"),
-            pools: named(&["a", "b"])
+            pools: named(&["a", "b"]),
+            hami: false
         })
     );
     assert_eq!(
         p(&["metrics", "--all", "--listen", "0.0.0.0:9400"]),
         Ok(Command::Metrics {
             listen: listen("0.0.0.0:9400"),
-            pools: PoolSet::All
+            pools: PoolSet::All,
+            hami: false
         })
     );
+    assert_eq!(
+        p(&["status", "--prometheus", "--hami"]),
+        Ok(Command::StatusPrometheus {
+            pools: PoolSet::Configured,
+            hami: true
+        })
+    );
+    assert_eq!(
+        p(&["metrics", "--hami", "--listen", "0.0.0.0:9400"]),
+        Ok(Command::Metrics {
+            listen: listen("0.0.0.0:9400"),
+            pools: PoolSet::Configured,
+            hami: true
+        })
+    );
+    assert!(
+        err(&["status", "--hami"])
+            .message
+            .contains("give --prometheus too")
+    );
+    assert!(help(Topic::Metrics).contains("--hami"));
     assert_eq!(p(&["metrics", "-h"]), Ok(Command::Help(Topic::Metrics)));
     assert_eq!(p(&["help", "metrics"]), Ok(Command::Help(Topic::Metrics)));
     assert!(help(Topic::General).contains("gpucap metrics --listen ADDR:PORT"));

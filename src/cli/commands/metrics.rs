@@ -68,10 +68,10 @@ pub fn pools_reader(pools: PoolSet, everything: bool) -> Result<metrics::Reader,
     }
 }
 
-/// `gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]`.
-pub fn command(listen: std::net::SocketAddr, pools: PoolSet) -> i32 {
+/// `gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all] [--hami]`.
+pub fn command(listen: std::net::SocketAddr, pools: PoolSet, hami: bool) -> i32 {
     let reader = match pools_reader(pools, false) {
-        Ok(r) => r,
+        Ok(r) => r.with_hami(hami),
         Err(code) => return code,
     };
     let listener = match std::net::TcpListener::bind(listen) {

@@ -40,9 +40,9 @@ pub fn command(pool_flag: Option<String>, json: bool, uuid: bool, all: bool) -> 
 
 /// `gpucap status --prometheus [--pool NAME|PATH]... [--all]`: the exposition, printed
 /// whatever could be read; the exit status is the worst pool's, as `status` gives it.
-pub fn prometheus(pools: PoolSet) -> i32 {
+pub fn prometheus(pools: PoolSet, hami: bool) -> i32 {
     let mut reader = match pools_reader(pools, true) {
-        Ok(r) => r,
+        Ok(r) => r.with_hami(hami),
         Err(code) => return code,
     };
     let readings = match reader.read() {
@@ -52,7 +52,11 @@ pub fn prometheus(pools: PoolSet) -> i32 {
             return EXIT_USAGE;
         }
     };
-    print_out(&metrics::exposition(&readings, &reader.lone()));
+    print_out(&metrics::exposition(
+        &readings,
+        &reader.lone(),
+        reader.hami(),
+    ));
     let mut code = 0;
     for r in &readings {
         if let Err((c, msg)) = &r.result {

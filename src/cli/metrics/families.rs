@@ -42,8 +42,11 @@ pub const MEMBER_CEILING: usize = 18;
 pub const MEMBER_BORROWED: usize = 19;
 /// Then used, peak, refusals, largest refused (21 to 24: `Samples::add_figures`).
 pub const PROCESS_CAP: usize = 20;
+/// HAMi's monitor names (`--hami`, `super::hami`): used and limit.
+pub const HAMI_USED: usize = 25;
+pub const HAMI_LIMIT: usize = 26;
 
-pub const FAMILIES: [Family; 25] = [
+pub const FAMILIES: [Family; 27] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -152,5 +155,15 @@ pub const FAMILIES: [Family; 25] = [
     gauge(
         "gpucap_process_largest_refused_bytes",
         "The largest allocation refused to a process capped on its own on this GPU (0: none).",
+    ),
+    gauge(
+        "hami_vgpu_memory_used_bytes",
+        "HAMi's name (gpucap --hami): bytes a container's capped processes hold on this GPU, \
+         those of one gpucap pool (label pool) or one process capped alone (label pid).",
+    ),
+    gauge(
+        "hami_vgpu_memory_limit_bytes",
+        "HAMi's name (gpucap --hami): the cap those processes share on this GPU (the pool's, \
+         or the process's own).",
     ),
 ];

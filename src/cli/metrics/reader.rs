@@ -38,6 +38,8 @@ pub struct Reader {
     which: Which,
     pool_dir: Option<PathBuf>,
     open: HashMap<PathBuf, Opened>,
+    /// HAMi's series too (`--hami`): who each process is in Kubernetes, from /proc.
+    hami: Option<super::workload::FromProc>,
 }
 
 impl Reader {
@@ -46,7 +48,21 @@ impl Reader {
             which,
             pool_dir,
             open: HashMap::new(),
+            hami: None,
         }
+    }
+
+    /// With `hami`, the expositions carry HAMi's monitor series too (`super::hami`).
+    pub fn with_hami(mut self, hami: bool) -> Reader {
+        self.hami = hami.then(super::workload::FromProc::new);
+        self
+    }
+
+    /// How to name the processes in HAMi's series, if they are exported.
+    pub fn hami(&self) -> Option<&dyn super::workload::Identify> {
+        self.hami
+            .as_ref()
+            .map(|h| h as &dyn super::workload::Identify)
     }
 
     /// What it reads, for the server's first line.

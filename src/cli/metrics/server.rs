@@ -154,7 +154,7 @@ fn scrape(reader: &mut Reader, log: &Mutex<Log>) -> String {
     match reader.read() {
         Ok(readings) => {
             lock(log).note(&readings);
-            exposition(&readings, &reader.lone())
+            exposition(&readings, &reader.lone(), reader.hami())
         }
         Err(e) => {
             lock(log).line(&e);

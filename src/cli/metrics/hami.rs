@@ -1,0 +1,91 @@
+//! HAMi's monitor series (`--hami`), so that HAMi's Grafana dashboard
+//! (hami-vgpu-dashboard, grafana.com 21833) and queries written for HAMi read gpucap:
+//! `hami_vgpu_memory_used_bytes` and `hami_vgpu_memory_limit_bytes`, labelled
+//! `namespace`, `pod`, `container`, `vdevice_index`, `device_uuid` as HAMi's
+//! vGPUmonitor (v2.9 and later) labels them. HAMi's names before v2.9
+//! (`vGPU_device_memory_usage_in_bytes`, off by default in HAMi since) are not
+//! exported: they are not snake_case, and promtool's lint refuses them.
+//!
+//! HAMi shows one series per container and GPU: what the container's processes use
+//! and the limit they share. gpucap's budgets are pools and processes capped alone:
+//! a pool's live members are grouped by their Kubernetes names (`workload`), each
+//! group's use summed, the pool's cap its limit, with a `pool` label; a process capped
+//! alone is one series with a `pid` label. `vdevice_index` is the GPU's place in the
+//! pool's (or the process's) list of GPUs, as HAMi numbers a container's devices.
+
+use std::collections::BTreeMap;
+
+use gpucap_core::lone::LoneView;
+
+use super::Reading;
+use super::families::{HAMI_LIMIT, HAMI_USED};
+use super::text_format::{Samples, labels};
+use super::workload::{Identify, Workload};
+
+/// Adds the HAMi series of `readings` and `lone` to `s`.
+pub fn add(s: &mut Samples, readings: &[Reading], lone: &[LoneView], who: &dyn Identify) {
+    for r in readings {
+        let Ok((_, view)) = &r.result else { continue };
+        let mut groups: BTreeMap<Workload, Vec<&gpucap_core::budget::MemberView>> = BTreeMap::new();
+        for m in view.members.iter().filter(|m| m.alive) {
+            groups
+                .entry(who.workload(m.pid, m.pid_namespace))
+                .or_default()
+                .push(m);
+        }
+        for (index, g) in view.gpus.iter().enumerate() {
+            if groups.is_empty() {
+                // No live member: what the dead still hold, under no one's name.
+                series(
+                    s,
+                    &Workload::default(),
+                    index,
+                    &g.uuid,
+                    ("pool", &r.label),
+                    g.used,
+                    g.cap,
+                );
+            }
+            for (workload, members) in &groups {
+                let used = members
+                    .iter()
+                    .flat_map(|m| m.gpus.iter().filter(|mg| mg.uuid == g.uuid))
+                    .map(|mg| mg.used)
+                    .sum();
+                series(s, workload, index, &g.uuid, ("pool", &r.label), used, g.cap);
+            }
+        }
+    }
+    for p in lone {
+        let workload = who.workload(p.pid, p.pid_namespace);
+        let pid = p.pid.to_string();
+        for (index, g) in p.gpus.iter().enumerate() {
+            series(s, &workload, index, &g.uuid, ("pid", &pid), g.used, g.cap);
+        }
+    }
+}
+
+/// One container's (or group's) used and limit on one GPU.
+fn series(
+    s: &mut Samples,
+    w: &Workload,
+    index: usize,
+    uuid: &str,
+    budget: (&str, &str),
+    used: u64,
+    cap: Option<u64>,
+) {
+    let index = index.to_string();
+    let current = labels(&[
+        ("namespace", &w.namespace),
+        ("pod", &w.pod),
+        ("container", &w.container),
+        ("vdevice_index", &index),
+        ("device_uuid", uuid),
+        budget,
+    ]);
+    s.add(HAMI_USED, &current, used);
+    if let Some(cap) = cap {
+        s.add(HAMI_LIMIT, &current, cap);
+    }
+}
