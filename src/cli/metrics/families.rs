@@ -42,7 +42,7 @@ pub const MEMBER_CEILING: usize = 18;
 pub const MEMBER_BORROWED: usize = 19;
 /// Then used, peak, refusals, largest refused (21 to 24: `Samples::add_figures`).
 pub const PROCESS_CAP: usize = 20;
-/// HAMi's monitor names (`--hami`, `super::hami`): used and limit.
+/// HAMi's monitor names (`--hami`, hami.rs): used and limit.
 pub const HAMI_USED: usize = 25;
 pub const HAMI_LIMIT: usize = 26;
 

@@ -52,7 +52,7 @@ impl Reader {
         }
     }
 
-    /// With `hami`, the expositions carry HAMi's monitor series too (`super::hami`).
+    /// With `hami`, the expositions carry HAMi's monitor series too (hami.rs).
     pub fn with_hami(mut self, hami: bool) -> Reader {
         self.hami = hami.then(super::workload::FromProc::new);
         self

@@ -1,4 +1,4 @@
-//! Who a capped process is in Kubernetes, for HAMi's series (`super::hami`): its
+//! Who a capped process is in Kubernetes, for HAMi's series (hami.rs): its
 //! namespace, pod and container, where /proc tells them. A container's processes run in
 //! a cgroup under `kubepods` whose path names the pod's UID and the container's ID
 //! (`.../kubepods-burstable-pod<UID>.slice/cri-containerd-<ID>.scope` with systemd,
