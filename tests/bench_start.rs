@@ -110,8 +110,13 @@ fn the_published_start_instructions_are_this_trees() {
         .collect();
     extra.push(("TMPDIR", deep.to_str().unwrap()));
     let (elsewhere, out) = count(&deep, &extra);
-    assert_eq!(
-        elsewhere, measured,
-        "the start's count moved with the caller's directory and environment\n{out}"
-    );
+    // Within a few hundred: the process's pid is printed into names and files (its
+    // digits, and so the work of formatting them, change from run to run).
+    for (a, b) in measured.iter().zip(elsewhere) {
+        assert!(
+            (a - b).abs() <= 500,
+            "the start's count moved with the caller's directory and environment: \
+             {measured:?} here, {elsewhere:?} there\n{out}"
+        );
+    }
 }

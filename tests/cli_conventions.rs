@@ -35,7 +35,7 @@ fn a_usage_error_is_one_line_then_the_commands_own_usage_and_a_hint() {
         &o,
         &[
             "gpucap: unknown option '--bogus'",
-            "usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all]",
+            "usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all] [--hami]",
             "(see 'gpucap help metrics')",
         ],
     );
@@ -45,7 +45,7 @@ fn a_usage_error_is_one_line_then_the_commands_own_usage_and_a_hint() {
         &[
             "gpucap: unexpected argument 'now' (status takes only options)",
             "usage: gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]",
-            "       gpucap status --prometheus [--pool NAME|PATH]... [--all]",
+            "       gpucap status --prometheus [--pool NAME|PATH]... [--all] [--hami]",
             "(see 'gpucap help status')",
         ],
     );

@@ -39,13 +39,19 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int member(int index, int ready_fd, int go_fd) {
+/* A member's start: cuInit, the primary context made current, 1 MiB in *d. */
+static CUresult start(CUdeviceptr *d) {
     CUcontext ctx = NULL;
-    CUdeviceptr d = 0;
     CUresult rc = cuInit(0);
     if (rc == CUDA_SUCCESS) rc = cuDevicePrimaryCtxRetain(&ctx, 0);
     if (rc == CUDA_SUCCESS) rc = cuCtxSetCurrent(ctx);
-    if (rc == CUDA_SUCCESS) rc = cuMemAlloc_v2(&d, MIB);
+    if (rc == CUDA_SUCCESS) rc = cuMemAlloc_v2(d, MIB);
+    return rc;
+}
+
+static int member(int index, int ready_fd, int go_fd) {
+    CUdeviceptr d = 0;
+    CUresult rc = start(&d);
     int32_t word = rc == CUDA_SUCCESS ? index : -1 - index;
     if (write(ready_fd, &word, sizeof word) != (ssize_t)sizeof word) return 3;
     char c;
@@ -62,12 +68,8 @@ static int cmp(const void *a, const void *b) {
 
 /* One start in this process: see "bench_start once" above. */
 static int once(void) {
-    CUcontext ctx = NULL;
     CUdeviceptr d = 0;
-    CUresult rc = cuInit(0);
-    if (rc == CUDA_SUCCESS) rc = cuDevicePrimaryCtxRetain(&ctx, 0);
-    if (rc == CUDA_SUCCESS) rc = cuCtxSetCurrent(ctx);
-    if (rc == CUDA_SUCCESS) rc = cuMemAlloc_v2(&d, MIB);
+    CUresult rc = start(&d);
     if (rc == CUDA_SUCCESS) rc = cuMemFree_v2(d);
     if (rc != CUDA_SUCCESS) fprintf(stderr, "bench_start once: driver error %d\n", rc);
     return rc == CUDA_SUCCESS ? 0 : 1;

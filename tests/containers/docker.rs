@@ -164,34 +164,6 @@ impl Docker {
         std::fs::read_to_string(file).ok()?.trim().parse().ok()
     }
 
-    /// `docker run` of `c` (the base image unless `c.image`), removed when it ends, no
-    /// pull, no network.
-    pub fn run_command(&self, c: &Container) -> Command {
-        let mut cmd = self.cmd();
-        cmd.args(["run", "--rm", "--pull=never", "--network=none", "--name"])
-            .arg(&c.name)
-            .args(&c.options);
-        for (k, v) in &c.env {
-            cmd.arg(format!("--env={k}={v}"));
-        }
-        cmd.arg(c.image.as_deref().unwrap_or(&self.base))
-            .args(&c.command);
-        cmd
-    }
-
-    pub fn run(&self, c: &Container) -> Output {
-        run(&mut self.run_command(c))
-    }
-
-    /// Starts `c` attached: the child ends when the container does, with its status.
-    pub fn spawn(&self, c: &Container) -> Child {
-        self.run_command(c)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-
     /// scripts/Dockerfile.example built FROM the base image (both stages' build
     /// arguments), once per daemon: its tag.
     pub fn example(&self) -> String {
@@ -485,35 +457,7 @@ pub fn docker_kill_gives_a_containers_bytes_back() {
             .script(steps);
         c
     };
-    let victim = container(
-        "docker-victim",
-        &["alloc:800Mi", "touch:/sync/held", "wait:/sync/never"],
-    );
-    let mut held = d.spawn(&victim);
-    wait_for(&sync.join("held"), &mut held, "the holding container");
-    let before = d.run(&container("docker-before", &["alloc:600Mi"]));
-    let o = run(d.cmd().args(["kill", &victim.name]));
-    assert_ok(&o);
-    let killed = held.wait_with_output().unwrap();
-    assert_eq!(
-        killed.status.code(),
-        Some(137),
-        "killed by SIGKILL\n{}",
-        dump(&killed)
-    );
-    let after = d.run(&container("docker-after", &["alloc:600Mi"]));
-    assert_eq!(
-        script_allocs(&before),
-        [(MIB600, 2)],
-        "the pool is shared\n{}",
-        dump(&before)
-    );
-    assert_eq!(
-        script_allocs(&after),
-        [(MIB600, 0)],
-        "the killed container's 800 MiB did not come back\n{}",
-        dump(&after)
-    );
+    killed_container_gives_its_bytes_back(&*d, &sync, "docker-", container);
 }
 
 /// A daemon of its own, with a container running, stopped: dockerd, its containerd and
@@ -560,5 +504,15 @@ impl Drop for RemoveOnDrop {
         for f in &self.0 {
             let _ = std::fs::remove_file(f);
         }
+    }
+}
+
+impl Engine for Docker {
+    fn cli(&self) -> Command {
+        self.cmd()
+    }
+
+    fn base_image(&self) -> &str {
+        &self.base
     }
 }

@@ -191,33 +191,5 @@ pub fn a_container_killed_while_holding_gives_its_bytes_back() {
         c.mount(&sync, "/sync").script(steps);
         c
     };
-    let victim = container(
-        "victim",
-        &["alloc:800Mi", "touch:/sync/held", "wait:/sync/never"],
-    );
-    let mut held = rt.spawn(&victim);
-    wait_for(&sync.join("held"), &mut held, "the holding container");
-    let before = rt.run(&container("before", &["alloc:600Mi"]));
-    let o = run(rt.podman().args(["kill", &victim.name]));
-    assert_ok(&o);
-    let killed = held.wait_with_output().unwrap();
-    assert_eq!(
-        killed.status.code(),
-        Some(137),
-        "killed by SIGKILL\n{}",
-        dump(&killed)
-    );
-    let after = rt.run(&container("after", &["alloc:600Mi"]));
-    assert_eq!(
-        script_allocs(&before),
-        [(MIB600, 2)],
-        "the pool is shared\n{}",
-        dump(&before)
-    );
-    assert_eq!(
-        script_allocs(&after),
-        [(MIB600, 0)],
-        "the killed container's 800 MiB did not come back\n{}",
-        dump(&after)
-    );
+    killed_container_gives_its_bytes_back(&rt, &sync, "", container);
 }

@@ -136,33 +136,93 @@ impl Runtime {
             .env("CONTAINERS_STORAGE_CONF", &self.storage);
         c
     }
+}
 
-    pub fn run_command(&self, c: &Container) -> Command {
-        let mut cmd = self.podman();
+impl Engine for Runtime {
+    fn cli(&self) -> Command {
+        self.podman()
+    }
+
+    fn base_image(&self) -> &str {
+        &self.image
+    }
+}
+
+/// A container engine: podman and Docker take the same `run`, `kill` options.
+pub trait Engine {
+    /// The engine's command, configured for the tests.
+    fn cli(&self) -> Command;
+
+    /// The image a container runs when it names none.
+    fn base_image(&self) -> &str;
+
+    /// `run` of `c`, removed when it ends, no pull, no network.
+    fn run_command(&self, c: &Container) -> Command {
+        let mut cmd = self.cli();
         cmd.args(["run", "--rm", "--pull=never", "--network=none", "--name"])
             .arg(&c.name)
             .args(&c.options);
         for (k, v) in &c.env {
             cmd.arg(format!("--env={k}={v}"));
         }
-        cmd.arg(c.image.as_deref().unwrap_or(&self.image))
+        cmd.arg(c.image.as_deref().unwrap_or(self.base_image()))
             .args(&c.command);
         cmd
     }
 
     /// Runs the container to its end.
-    pub fn run(&self, c: &Container) -> Output {
+    fn run(&self, c: &Container) -> Output {
         run(&mut self.run_command(c))
     }
 
     /// Starts the container; it runs until its command ends or it is killed.
-    pub fn spawn(&self, c: &Container) -> Child {
+    fn spawn(&self, c: &Container) -> Child {
         self.run_command(c)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     }
+}
+
+/// A container killed by the engine (`kill`: SIGKILL) while it holds 800 MiB of a pool:
+/// its bytes come back to the other containers. `container(name, steps)` is a container
+/// of that pool with `sync` mounted at /sync.
+pub fn killed_container_gives_its_bytes_back(
+    engine: &dyn Engine,
+    sync: &Path,
+    prefix: &str,
+    container: impl Fn(&str, &[&str]) -> Container,
+) {
+    let victim = container(
+        &format!("{prefix}victim"),
+        &["alloc:800Mi", "touch:/sync/held", "wait:/sync/never"],
+    );
+    let mut held = engine.spawn(&victim);
+    wait_for(&sync.join("held"), &mut held, "the holding container");
+    let before = engine.run(&container(&format!("{prefix}before"), &["alloc:600Mi"]));
+    let o = run(engine.cli().args(["kill", &victim.name]));
+    assert_ok(&o);
+    let killed = held.wait_with_output().unwrap();
+    assert_eq!(
+        killed.status.code(),
+        Some(137),
+        "killed by SIGKILL\n{}",
+        dump(&killed)
+    );
+    let after = engine.run(&container(&format!("{prefix}after"), &["alloc:600Mi"]));
+    assert_eq!(
+        script_allocs(&before),
+        [(MIB600, 2)],
+        "the pool is shared\n{}",
+        dump(&before)
+    );
+    assert_eq!(
+        script_allocs(&after),
+        [(MIB600, 0)],
+        "the killed container's 800 MiB did not come back\n{}",
+        dump(&after)
+    );
 }
 
 /// tests/c/nvml.c, built against the fake NVML and libcuda.
