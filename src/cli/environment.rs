@@ -159,10 +159,11 @@ pub fn as_the_shim_reads(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pairs(v: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+    /// Environment pairs from string pairs (also for launch.rs's tests).
+    pub(crate) fn pairs(v: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
         v.iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v)))
             .collect()

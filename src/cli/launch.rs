@@ -81,12 +81,7 @@ pub(crate) fn prepare(config: &Config, vars: &[(OsString, OsString)]) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pairs(v: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
-        v.iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-            .collect()
-    }
+    use crate::environment::tests::pairs;
 
     #[test]
     fn growth_sets_the_framework_switches_unless_set() {
