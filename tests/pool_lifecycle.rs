@@ -75,6 +75,14 @@ fn list_shows_each_pool_and_clean_removes_only_those_nobody_uses() {
     let o = run(&mut s.gpucap(&["status", "--all"]));
     assert_ok(&o);
     assert!(stdout(&o).contains("pool idle"), "{}", dump(&o));
+    // top leaves it out too, unless it is the pool named.
+    let o = run(&mut s.gpucap(&["top", "--once"]));
+    assert_ok(&o);
+    assert!(!stdout(&o).contains("pool idle"), "{}", dump(&o));
+    assert!(stdout(&o).contains("pool busy"), "{}", dump(&o));
+    let o = run(&mut s.gpucap(&["top", "--once", "--pool", "idle"]));
+    assert_ok(&o);
+    assert!(stdout(&o).contains("pool idle"), "{}", dump(&o));
 
     // clean: the idle pool goes; the busy one is in use; the stale one still counts
     // bytes (a dead member's), so it stays unless named.

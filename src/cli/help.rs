@@ -259,7 +259,8 @@ on a terminal the screen is redrawn to the window's size, asked at each refresh
 (columns drop as it narrows: PEAK first, then REFUSED, FREE, USER, POOL, USE%, the
 bar, CAP; commands are cut with …, never wrapped), as many rows as its height allows;
 else, or with --once, every row, each snapshot after a blank line. Ctrl-C ends it.
-Reading never changes a pool.
+The pools no process uses (no live member, nothing held) are left out unless --pool
+names one. Reading never changes a pool.
 
 options:
   --pool NAME|PATH   only this pool's members (its file must exist); without it, the

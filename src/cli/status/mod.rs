@@ -34,6 +34,20 @@ pub fn unused(p: &crate::procs::PoolReading) -> bool {
     p.view.members.iter().all(|m| !m.alive) && p.view.gpus.iter().all(|g| g.used == 0)
 }
 
+/// Leaves out of `s` the pools no process uses ([`unused`]) and their rows (what `status`
+/// without `--all` and `top` without `--pool` show).
+pub fn hide_unused(s: &mut Snapshot) {
+    let hidden: Vec<String> = s
+        .pools
+        .iter()
+        .filter(|p| unused(p))
+        .map(|p| p.name.clone())
+        .collect();
+    s.pools.retain(|p| !hidden.contains(&p.name));
+    s.processes
+        .retain(|r| r.pool.as_ref().is_none_or(|n| !hidden.contains(n)));
+}
+
 /// `gpucap status [--json] [--uuid] [--all]` with no pool: printed; the exit status.
 /// The pools no process uses ([`unused`]) are left out unless `all`.
 pub fn everything(pool_dir: Option<PathBuf>, json: bool, uuid: bool, all: bool) -> i32 {
@@ -46,15 +60,7 @@ pub fn everything(pool_dir: Option<PathBuf>, json: bool, uuid: bool, all: bool) 
         }
     };
     if !all {
-        let hidden: Vec<String> = s
-            .pools
-            .iter()
-            .filter(|p| unused(p))
-            .map(|p| p.name.clone())
-            .collect();
-        s.pools.retain(|p| !hidden.contains(&p.name));
-        s.processes
-            .retain(|r| r.pool.as_ref().is_none_or(|n| !hidden.contains(n)));
+        hide_unused(&mut s);
     }
     let text = if json {
         json::render(&s)

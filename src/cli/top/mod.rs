@@ -32,6 +32,11 @@ pub fn run(sources: &mut Sources, opts: &Options, out: &mut dyn Write) -> Result
     let mut last_size = None;
     loop {
         let mut s = crate::status::snapshot(sources, &gpus)?;
+        // A pool no process uses is shown only when named, as `status` shows it only
+        // with --all.
+        if opts.filter.pool.is_none() {
+            crate::status::hide_unused(&mut s);
+        }
         s.pools.retain(|p| opts.filter.keeps_pool(p));
         let rows = select::select(&s.processes, &opts.filter, opts.sort);
         let now = std::time::SystemTime::now()
