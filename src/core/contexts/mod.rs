@@ -274,7 +274,7 @@ impl DeviceLock<'_> {
     /// Runs `call` (which makes the driver take memory on this device: a context, a
     /// module, a limit's memory, a kernel's lazy load) and returns its result with the
     /// change in the device's free memory it made, in bytes (free before minus free
-    /// after: negative when more was given back meanwhile; `residents::taken` makes it a
+    /// after: negative when more was given back meanwhile; `taken` (core residents, charge.rs) makes it a
     /// charge), or why it could not be measured (meaningless when the call failed); and
     /// how it was measured. This is the one device-wide measurement every kind of
     /// resident shares.
