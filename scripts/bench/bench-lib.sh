@@ -33,6 +33,23 @@ bench_prepare() {
     bench_fake_setup
 }
 
+# bench_fixed_layout NAME SHIM [nvml]: a folder of a fixed length under /tmp ($lay,
+# removed at exit with $tmp) holding the shim (libgpucap.so), the fake driver
+# (libcuda.so.1, and libcuda.so for linking) and with "nvml" the fake NVML
+# (libnvidia-ml.so.1, which the shim then loads to measure contexts), for callgrind counts
+# that must not depend on where the checkout lies: the loader keeps each library's path
+# in memory it allocates, and where that memory ends moves what the process allocates
+# after it, and so the probes of tables keyed by what it allocated. Run the counted
+# process from $lay with LD_LIBRARY_PATH=$lay. Needs R.
+bench_fixed_layout() {
+    lay=$(mktemp -d "/tmp/gpucap-$1.XXXXXXXX")
+    trap 'rm -rf "${tmp:-}" "$lay"' EXIT
+    cp "$2" "$lay/libgpucap.so"
+    cp "$R/libcuda.so" "$lay/libcuda.so.1"
+    ln -s libcuda.so.1 "$lay/libcuda.so"
+    [ "${3:-}" != nvml ] || cp "$R/libnvidia_ml.so" "$lay/libnvidia-ml.so.1"
+}
+
 # bench_fake_setup [nvml]: the fake driver's links in $FAKEDIR (default
 # $R/fakecuda; with "nvml", the fake NVML beside it) and BIN, bench_alloc
 # built against it. Needs R (target/release).

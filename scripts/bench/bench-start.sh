@@ -82,15 +82,9 @@ cc -O2 -Wall -Werror -I tests/c -o "$BIN" tests/c/bench_start.c -L "$FAKEDIR" -l
 
 if [ "$INSTRUCTIONS" = 1 ]; then
     VALGRIND=$(command -v valgrind) || { echo "gpucap bench-start: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
-    # Everything the process loads and names at fixed paths of its own (a folder of a
-    # fixed length under /tmp, run from there): the loader's and the shim's work on
-    # paths then does not vary with where the checkout lies.
-    lay=$(mktemp -d /tmp/gpucap-bench-start.XXXXXXXX)
-    trap 'rm -rf "$tmp" "$lay"' EXIT
-    cp "$SHIM" "$lay/libgpucap.so"
-    cp "$R/libcuda.so" "$lay/libcuda.so.1"
-    ln -s libcuda.so.1 "$lay/libcuda.so"
-    cp "$R/libnvidia_ml.so" "$lay/libnvidia-ml.so.1"
+    # Everything the process loads and names at fixed paths of its own: the loader's and
+    # the shim's work on paths then does not vary with where the checkout lies.
+    bench_fixed_layout bench-start "$SHIM" nvml
     cc -O2 -Wall -Werror -I tests/c -o "$lay/bench_start" tests/c/bench_start.c -L "$lay" -lcuda
     # counted WAY: the instructions of one start, set-up and exit included.
     counted() {

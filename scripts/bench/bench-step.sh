@@ -23,18 +23,11 @@ SHIM=${BENCH_SHIM:-$R/libgpucap.so}
 JSON=${BENCH_JSON:-$PWD/target/bench-step.json}
 . scripts/bench/bench-lib.sh
 bench_prepare bench-step "$SHIM" valgrind python3
-# Everything the replay's process loads and names lies at fixed paths of its own (in a
-# folder of a fixed length under /tmp, run from there): the loader keeps each library's
-# path in memory it allocates, and where that memory ends moves what the process
-# allocates after it, and so the probes of the fake's and the shim's tables. With the
-# shim at the checkout's path, a 200-character checkout counted the pooled train step
-# 2,235 instructions short (tests/step_profile.rs holds the figures to where the
-# checkout lies).
-lay=$(mktemp -d /tmp/gpucap-bench-step.XXXXXXXX)
-trap 'rm -rf "$tmp" "$lay"' EXIT
-cp "$SHIM" "$lay/libgpucap.so"
-cp "$R/libcuda.so" "$lay/libcuda.so.1"
-ln -s libcuda.so.1 "$lay/libcuda.so"
+# Everything the replay's process loads and names at fixed paths of its own
+# (bench_fixed_layout): with the shim at the checkout's path, a 200-character checkout
+# counted the pooled train step 2,235 instructions short (tests/step_profile.rs holds
+# the figures to where the checkout lies).
+bench_fixed_layout bench-step "$SHIM"
 SHIM=$lay/libgpucap.so FAKEDIR=$lay REPLAY=$lay/step_replay
 cc -O2 -o "$REPLAY" tests/c/step_replay.c -Itests/c -L"$FAKEDIR" -lcuda
 
