@@ -122,6 +122,16 @@ pub fn set_figures_fd(words: &[AtomicU64], fd: i32) {
     }
 }
 
+/// The bytes at the start of the file that hold the figures of the GPUs the header
+/// (`words`: the whole file) names: the part of [`DEVICES_BYTES`] a visible copy must
+/// hold (readers read no other device's figures).
+pub fn named_figure_bytes(words: &[AtomicU64]) -> usize {
+    let gpus = words
+        .get(H_GPUS)
+        .map_or(0, |w| (w.load(Relaxed) as usize).min(MAX_DEVICES));
+    gpus * crate::ledger::DEVICE_WORDS * 8
+}
+
 /// The descriptor of the process's live figures its header names, if any.
 pub fn figures_fd(words: &[AtomicU64]) -> Option<i32> {
     let w = words.get(H_FIGURES)?.load(Relaxed);

@@ -17,6 +17,7 @@
 //!
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
+mod identity;
 mod location;
 mod locks;
 mod lone;
@@ -24,7 +25,8 @@ mod mapping;
 mod removal;
 mod sharing;
 
-pub use location::{every_user_dir, locate, locate_existing, own_uid, path_of, user_dir};
+pub use identity::{own_pid_namespace, own_uid};
+pub use location::{every_user_dir, locate, locate_existing, path_of, user_dir};
 pub use locks::{ContextWindow, SlotLocks, WindowOutcome};
 pub use lone::{Lone, LoneReading, read_lone_dir};
 pub use mapping::{PoolFile, open_member, open_reader, open_writer};

@@ -7,13 +7,8 @@ use std::path::{Path, PathBuf};
 
 use gpucap_core::config::{CLAIM_POOL_FILE, PoolSpec};
 
+use crate::identity::own_uid;
 use crate::sharing::{Owned, unwritable_claim_dir};
-
-/// The effective uid of this process.
-pub fn own_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
 
 /// The file of `spec`: a path as given, or `<name>.pool` in `gpucap-<uid>` under the
 /// pool directory (`GPUCAP_POOL_DIR`, else `$XDG_RUNTIME_DIR`, else `/dev/shm`, else
@@ -32,22 +27,28 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<
         }
         PoolSpec::Name(name) => {
             let dir = per_user_dir(pool_dir)?;
-            if create {
-                match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => {
-                        return Err(format!(
-                            "cannot create the pool directory {}: {e}",
-                            dir.display()
-                        ));
-                    }
-                }
-            }
-            check_dir(&dir)?;
+            made_and_checked(&dir, create)?;
             Ok(dir.join(format!("{name}.pool")))
         }
     }
+}
+
+/// The per-user directory `dir`, made (mode 0700) first with `create`, then checked
+/// ([`check_dir`]).
+fn made_and_checked(dir: &Path, create: bool) -> Result<(), String> {
+    if create {
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot create the pool directory {}: {e}",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    check_dir(dir)
 }
 
 /// The path `spec` names, without checking or creating anything (to name a file that
@@ -70,8 +71,8 @@ pub fn user_dir(pool_dir: Option<&Path>, create: bool) -> Result<Option<PathBuf>
     {
         return Ok(None);
     }
-    let file = locate(&PoolSpec::Name("lone".into()), pool_dir, create)?;
-    Ok(file.parent().map(Path::to_path_buf))
+    made_and_checked(&dir, create)?;
+    Ok(Some(dir))
 }
 
 /// Every user's directory (`gpucap-<uid>`) where pools are made by default or in

@@ -234,13 +234,11 @@ impl MemberLocks for SlotLocks {
 /// process becomes a zombie only after its exit teardown closed all its files, the
 /// driver's device files included.
 fn exiting(pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
-    use std::os::unix::fs::MetadataExt;
     if pid == 0 {
         return Exit::Done; // no process was recorded: nothing to wait for
     }
-    let ours = std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino());
-    match ours {
-        Ok(ns) if pid_namespace != 0 && ns == pid_namespace => {}
+    match crate::identity::own_pid_namespace() {
+        ns if pid_namespace != 0 && ns == pid_namespace => {}
         _ => return Exit::Unknown,
     }
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

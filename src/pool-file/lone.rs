@@ -1,5 +1,5 @@
 //! The file of a process capped on its own (`gpucap_core::lone`): the shim makes it
-//! under a temporary name, allocated whole, locks it (an open-file-description lock the
+//! under a temporary name, empty, locks it (an open-file-description lock the
 //! kernel drops when the process dies or execs), maps a sealed memfd of the same layout
 //! over the ledger's figures (the live figures: no other process can write, shrink or
 //! grow it) and names the file, a copy, once its header is whole. The CLI reads every
@@ -110,7 +110,9 @@ fn seal(fd: RawFd, seals: i32) -> bool {
     unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) == 0 }
 }
 
-/// A sealable memfd of the whole layout, every page allocated: the live figures.
+/// A sealable memfd of the whole layout: the live figures. Its pages are taken as they
+/// are first written: a memfd lives on the kernel's internal shared-memory mount, which
+/// has no size limit (a full `/dev/shm` is no concern), so writing one never faults.
 fn live_figures() -> Result<RawFd, String> {
     // SAFETY: a NUL-terminated name.
     let fd = unsafe {
@@ -125,7 +127,15 @@ fn live_figures() -> Result<RawFd, String> {
             std::io::Error::last_os_error()
         ));
     }
-    let sized = crate::mapping::allocate(fd, LONE_FILE_BYTES, Path::new("the figures' memfd"))
+    // SAFETY: our descriptor; sets the size only, allocates nothing.
+    let sized = (unsafe { libc::ftruncate(fd, LONE_FILE_BYTES as libc::off_t) } == 0)
+        .then_some(())
+        .ok_or_else(|| {
+            format!(
+                "cannot size the figures' memfd: {}",
+                std::io::Error::last_os_error()
+            )
+        })
         .and_then(|()| {
             seal(fd, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW)
                 .then_some(())
@@ -145,8 +155,9 @@ fn live_figures() -> Result<RawFd, String> {
 }
 
 impl Lone {
-    /// Makes the file `name` will be in `dir` under a temporary name, every block
-    /// allocated (a full file system is an error here, never a fault later), locked; and
+    /// Makes the file `name` will be in `dir` under a temporary name, empty and locked
+    /// (it is written, never mapped: a full file system is an error of
+    /// [`show`](Self::show)'s write, never a fault); and
     /// the live figures: a sealed memfd mapped over the ledger's (`figures`: its
     /// `Devices`, [`DEVICES_BYTES`] of whole pages; their words from now on are the
     /// memfd's, which no other process can write, shrink or grow). Nothing is shown
@@ -198,9 +209,6 @@ impl Lone {
         };
         // SAFETY: our descriptor; fchmod undoes a stricter umask only.
         unsafe { libc::fchmod(fd, 0o600) };
-        if let Err(e) = crate::mapping::allocate(fd, LONE_FILE_BYTES, &tmp) {
-            return fail(e, memfd);
-        }
         let mut lock = whole(libc::F_WRLCK);
         // SAFETY: our descriptor, a flock for the call.
         if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock as *mut libc::flock) } != 0 {
@@ -255,32 +263,17 @@ impl Lone {
     /// Names the file (the header written in [`words`](Self::words)): it gets a copy of
     /// the live words, the memfd's descriptor in its header, and readers find it from
     /// now on. A stale file of the same name (a dead process with this pid) is replaced.
+    /// The copy holds the figures of the GPUs the header names and the header; the other
+    /// devices' figures, which no reader reads, stay a hole (a start writes two pages,
+    /// not seventeen).
     pub fn show(&self) -> Result<(), String> {
         if self.shown.load(Acquire) {
             return Ok(());
         }
         gpucap_core::lone::set_figures_fd(self.words, self.memfd.load(Relaxed));
-        let bytes: Vec<u8> = self
-            .words
-            .iter()
-            .flat_map(|w| w.load(Acquire).to_le_bytes())
-            .collect();
-        // SAFETY: our descriptor and a buffer of bytes.len() bytes (the file's blocks
-        // are allocated: no write here can find the file system full).
-        let n = unsafe {
-            libc::pwrite(
-                self.fd.load(Relaxed),
-                bytes.as_ptr() as *const libc::c_void,
-                bytes.len(),
-                0,
-            )
-        };
-        if n != bytes.len() as isize {
-            return Err(format!(
-                "cannot write {}: {}",
-                self.tmp.to_string_lossy(),
-                std::io::Error::last_os_error()
-            ));
+        let named = gpucap_core::lone::named_figure_bytes(self.words).min(DEVICES_BYTES);
+        for range in [0..named, DEVICES_BYTES..LONE_FILE_BYTES] {
+            self.write_copy(range)?;
         }
         // SAFETY: two NUL-terminated paths.
         if unsafe { libc::rename(self.tmp.as_ptr(), self.path.as_ptr()) } != 0 {
@@ -291,6 +284,35 @@ impl Lone {
             ));
         }
         self.shown.store(true, Release);
+        Ok(())
+    }
+
+    /// Writes the live words' bytes `range` at the same place of the visible file.
+    fn write_copy(&self, range: std::ops::Range<usize>) -> Result<(), String> {
+        let bytes: Vec<u8> = self.words[range.start / 8..range.end / 8]
+            .iter()
+            .flat_map(|w| w.load(Acquire).to_le_bytes())
+            .collect();
+        // SAFETY: our descriptor and a buffer of bytes.len() bytes.
+        let n = unsafe {
+            libc::pwrite(
+                self.fd.load(Relaxed),
+                bytes.as_ptr() as *const libc::c_void,
+                bytes.len(),
+                range.start as libc::off_t,
+            )
+        };
+        if n != bytes.len() as isize {
+            return Err(format!(
+                "cannot write {}: {}",
+                self.tmp.to_string_lossy(),
+                if n < 0 {
+                    std::io::Error::last_os_error().to_string()
+                } else {
+                    format!("{n} of {} bytes written", bytes.len())
+                }
+            ));
+        }
         Ok(())
     }
 
@@ -369,9 +391,11 @@ fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
     }
     let result = (|| {
         let meta = std::fs::metadata(format!("/proc/self/fd/{fd}")).ok()?;
-        if !meta.is_file() || meta.len() != LONE_FILE_BYTES as u64 {
+        if !meta.is_file() {
             return None;
         }
+        // A file nobody holds is a dead process's, whatever its size (one that died
+        // before it showed itself left an empty one).
         if !held(fd) {
             // Dead: removed, unless the name now holds another file (a new process
             // with this pid replaced it since).
@@ -382,7 +406,7 @@ fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
             }
             return None;
         }
-        if !shown {
+        if !shown || meta.len() != LONE_FILE_BYTES as u64 {
             return None;
         }
         // Read, never mapped: a file its owner truncates meanwhile is a short read.
@@ -461,7 +485,7 @@ fn live_figures_into(words: &[AtomicU64], owner: u32) {
 /// The pid in this process's PID namespace of process `pid` of namespace `pidns` (its
 /// inode; 0: unknown, taken as this one's).
 fn pid_here(pid: u32, pidns: u64) -> Option<u32> {
-    let own = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+    let own = crate::identity::own_pid_namespace();
     if pidns == 0 || own == 0 || pidns == own {
         return Some(pid);
     }
@@ -485,4 +509,94 @@ fn pid_here(pid: u32, pidns: u64) -> Option<u32> {
                 .ok()?;
             (inner == pid).then_some(here)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucap_core::ledger::{DEVICE_WORDS, Devices, Ledger};
+    use gpucap_core::lone::{LoneInfo, write_header};
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("gpucap-lone-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A ledger's figures of its own, as the shim's static ones: whole pages, never freed.
+    fn figures() -> &'static [AtomicU64] {
+        let devices: &'static Devices = Box::leak(Box::new(Ledger::new())).devices();
+        // SAFETY: `Devices` is `repr(C)`, AtomicU64s only, DEVICES_BYTES long (asserted
+        // in the core), and leaked.
+        unsafe {
+            std::slice::from_raw_parts(
+                devices as *const Devices as *const AtomicU64,
+                DEVICES_BYTES / 8,
+            )
+        }
+    }
+
+    #[test]
+    fn a_shown_file_holds_its_gpus_figures_and_the_header_and_no_other_page() {
+        let d = dir("shown");
+        let figures = figures();
+        let lone = Lone::prepare(&d, "9-9.lone", figures).unwrap();
+        // The live words are the memfd's now: what the ledger writes, readers read.
+        figures[0].store(256 << 20, Relaxed); // GPU 0's cap
+        figures[1].store(3 << 20, Relaxed); // and use
+        write_header(
+            lone.words(),
+            &LoneInfo {
+                pid: std::process::id(),
+                pid_namespace: crate::own_pid_namespace(),
+                start_ms: 1,
+                uid: crate::own_uid(),
+                growth: false,
+                command: "test".into(),
+                uuids: vec![[7; 16]],
+            },
+        );
+        lone.show().unwrap();
+        let path = d.join("9-9.lone");
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!(m.len(), LONE_FILE_BYTES as u64);
+        assert!(
+            m.blocks() * 512 <= 4 * 4096,
+            "the copy takes {} bytes on disk: more than its GPU's figures and its header",
+            m.blocks() * 512
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!(
+            (word(0), word(1)),
+            (256 << 20, 3 << 20),
+            "GPU 0's figures copied"
+        );
+        assert_eq!(
+            word(DEVICE_WORDS * 8),
+            0,
+            "a device the header does not name is a hole"
+        );
+        let read = read_lone_dir(&d);
+        assert_eq!(read.len(), 1);
+        let gpus = &read[0].view.gpus;
+        assert_eq!(gpus.len(), 1);
+        assert_eq!((gpus[0].cap, gpus[0].used), (Some(256 << 20), 3 << 20));
+        lone.remove();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn an_empty_file_of_a_process_that_died_before_it_showed_itself_is_removed() {
+        let d = dir("unshown");
+        let stale = d.join(".4242-1.lone.1092.new");
+        std::fs::write(&stale, b"").unwrap();
+        assert!(read_lone_dir(&d).is_empty());
+        assert!(
+            !stale.exists(),
+            "nobody holds it: a dead process's, removed"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

@@ -11,7 +11,7 @@ use gpucap_core::budget::{
     LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView, pool_file_bytes,
 };
 
-use crate::location::own_uid;
+use crate::identity::own_uid;
 use crate::locks::SlotLocks;
 use crate::sharing::{Owned, Sharing, check_claim_file, new_claim_file};
 
@@ -213,7 +213,7 @@ fn create(path: &Path, sharing: Sharing, slots: usize) -> Result<bool, String> {
 /// Gives the new file `fd` (at `tmp`) its `bytes`, every block allocated now
 /// (`posix_fallocate`): a full file system is an error here, at creation, never a fault
 /// at the first write through the mapping of a sparse file (SIGBUS on a full tmpfs).
-pub(crate) fn allocate(fd: RawFd, bytes: usize, tmp: &Path) -> Result<(), String> {
+fn allocate(fd: RawFd, bytes: usize, tmp: &Path) -> Result<(), String> {
     // SAFETY: our descriptor; posix_fallocate returns the error instead of setting errno.
     let rc = unsafe { libc::posix_fallocate(fd, 0, bytes as libc::off_t) };
     if rc != 0 {

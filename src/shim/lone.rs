@@ -1,7 +1,7 @@
 //! This process's own file when it is capped alone, in no pool (`gpucap_core::lone`):
 //! `gpucap status`, `top` and `metrics` find it there. Made at the first `cuInit`,
-//! before the driver answers (no allocation can have been made yet), allocated whole,
-//! with the live figures: a sealed memfd mapped over the ledger's figures (an
+//! before the driver answers (no allocation can have been made yet), empty until it is
+//! shown, with the live figures: a sealed memfd mapped over the ledger's figures (an
 //! allocation writes the words it always wrote, nothing more; no other process can
 //! write, shrink or grow them). The visible file is a copy for display: writing it
 //! changes nothing this process decides. Named once the driver said which GPUs there
@@ -17,7 +17,7 @@ use std::sync::{Mutex, Once};
 use gpucap_core::config::Config;
 use gpucap_core::ledger::Devices;
 use gpucap_core::lone::{DEVICES_BYTES, LoneInfo};
-use gpucap_pool_file::Lone;
+use gpucap_pool_file::{Lone, own_pid_namespace};
 
 use crate::log::log;
 
@@ -121,8 +121,4 @@ extern "C" fn forget_in_child() {
     if let Some(lone) = unsafe { p.as_ref() } {
         lone.forget_in_child();
     }
-}
-
-fn own_pid_namespace() -> u64 {
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m))
 }

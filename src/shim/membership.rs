@@ -201,9 +201,7 @@ fn own_info() -> MemberInfo {
     let command = std::fs::read("/proc/self/cmdline")
         .map(|b| gpucap_core::budget::member_command(&b))
         .unwrap_or_default();
-    let pid_namespace = std::fs::metadata("/proc/self/ns/pid")
-        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-        .unwrap_or(0);
+    let pid_namespace = gpucap_pool_file::own_pid_namespace();
     MemberInfo {
         pid: std::process::id(),
         pid_namespace,

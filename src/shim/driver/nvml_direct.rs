@@ -248,7 +248,7 @@ fn all_processes(nvml: &Nvml, h: Handle, uuid: &str) -> Result<Vec<NvmlProcessV2
 fn pid_in_nvml() -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let ns = |path: &str| std::fs::metadata(path).ok().map(|m| m.ino());
-    let own = ns("/proc/self/ns/pid");
+    let own = Some(gpucap_pool_file::own_pid_namespace()).filter(|&n| n != 0);
     if own == Some(gpucap_core::pid_namespace::INITIAL_PID_NAMESPACE) {
         return Some(std::process::id());
     }

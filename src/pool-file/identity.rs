@@ -1,0 +1,47 @@
+//! Who this process is, as the files record it: its effective uid and its PID namespace.
+
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+
+/// The effective uid of this process.
+pub fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The pid the cached namespace was read by (0: none yet) and the namespace's inode.
+static NAMESPACE_OF: AtomicU32 = AtomicU32::new(0);
+static NAMESPACE: AtomicU64 = AtomicU64::new(0);
+
+/// The inode of this process's PID namespace (`/proc/self/ns/pid`; 0: unknown). A
+/// process never changes its own PID namespace, so it is read once per pid: a `stat`
+/// of a /proc namespace file is one of the dearer calls of a start, and a start asks
+/// several times (the lone file's name and header, NVML's pid, a member's record). A
+/// forked child has another pid and reads its own (it may be in a namespace its parent
+/// made with `unshare`).
+pub fn own_pid_namespace() -> u64 {
+    let pid = std::process::id();
+    if NAMESPACE_OF.load(Acquire) == pid {
+        return NAMESPACE.load(Relaxed);
+    }
+    let ns = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+    if ns != 0 {
+        // Two threads may both read it: they store the same figure.
+        NAMESPACE.store(ns, Relaxed);
+        NAMESPACE_OF.store(pid, Release);
+    }
+    ns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_namespace_is_the_one_proc_shows_and_stays() {
+        let proc = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+        assert_ne!(proc, 0, "/proc/self/ns/pid unreadable here");
+        assert_eq!(own_pid_namespace(), proc);
+        assert_eq!(own_pid_namespace(), proc, "the cached figure differs");
+    }
+}
