@@ -8,8 +8,17 @@
 //! `/proc/PID/root`). Outside Kubernetes, or where a file cannot be read, the labels are
 //! empty. A process in another PID namespace than the reader's is not looked up: its
 //! pid names another process here.
+//!
+//! On a node (a metrics sidecar with the host's /var/log), the kubelet's links name
+//! every container: `/var/log/containers/<pod>_<namespace>_<container>-<ID>.log`.
+//! Where the container's ID is found there, its three names come from that link (the
+//! container's name, which /proc does not hold; the pod's real name, whatever
+//! `hostname` the pod set); elsewhere the container is named by its ID's first 12
+//! characters.
 
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// A process's Kubernetes names; empty strings where unknown.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,11 +33,17 @@ pub trait Identify {
     fn workload(&self, pid: u32, pid_namespace: u64) -> Workload;
 }
 
-/// The pod's UID and the container's ID in a `/proc/PID/cgroup` text, if it is a
-/// Kubernetes container's (a path under `kubepods`).
+/// The kubelet's folder of links to its containers' logs.
+const KUBELET_LOG_LINKS: &str = "/var/log/containers";
+
+/// The pod's UID and the container's ID (whole, as the cgroup holds it) in a
+/// `/proc/PID/cgroup` text, if it is a Kubernetes container's (a path under `kubepods`).
+/// A line that is not `ID:CONTROLLERS:PATH` is passed over.
 pub fn pod_and_container(cgroup: &str) -> Option<(String, String)> {
     for line in cgroup.lines() {
-        let path = line.splitn(3, ':').nth(2)?;
+        let Some(path) = line.splitn(3, ':').nth(2) else {
+            continue;
+        };
         if !path.contains("kubepods") {
             continue;
         }
@@ -45,13 +60,36 @@ pub fn pod_and_container(cgroup: &str) -> Option<(String, String)> {
         let last = last.strip_suffix(".scope").unwrap_or(last);
         let id = last.rsplit_once('-').map_or(last, |(_, id)| id);
         let container = if id.len() >= 12 && id.chars().all(|c| c.is_ascii_hexdigit()) {
-            id[..12].to_string()
+            id.to_ascii_lowercase()
         } else {
             String::new()
         };
         return Some((pod, container));
     }
     None
+}
+
+/// The names in the kubelet's link to container `id`'s log, among `names` (the entries
+/// of its folder): `<pod>_<namespace>_<container>-<id>.log`. Kubernetes' names hold no
+/// `_` (DNS labels and subdomains), so the three split apart.
+pub fn names_in_log_links<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    id: &str,
+) -> Option<Workload> {
+    if id.is_empty() {
+        return None;
+    }
+    let tail = format!("-{id}.log");
+    names.into_iter().find_map(|name| {
+        let front = name.strip_suffix(&tail)?;
+        let (pod, rest) = front.split_once('_')?;
+        let (namespace, container) = rest.split_once('_')?;
+        (![pod, namespace, container].iter().any(|n| n.is_empty())).then(|| Workload {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            container: container.to_string(),
+        })
+    })
 }
 
 /// `HOSTNAME` in a `/proc/PID/environ` (NUL-separated `NAME=value`).
@@ -63,18 +101,49 @@ pub fn hostname(environ: &[u8]) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// Looks processes up in this machine's /proc.
+/// Looks processes up in this machine's /proc (and the kubelet's log links).
 pub struct FromProc {
     own_pid_namespace: u64,
     proc: PathBuf,
+    log_links: PathBuf,
+    /// The log links' names and when they were read: read again when a container is
+    /// not among them and they are older than [`LINKS_FRESH`] (a server scrapes for
+    /// days; containers come and go).
+    links: Mutex<Option<(Instant, Vec<String>)>>,
 }
+
+/// How long a reading of the kubelet's log links names new containers.
+const LINKS_FRESH: Duration = Duration::from_secs(1);
 
 impl FromProc {
     pub fn new() -> FromProc {
         FromProc {
             own_pid_namespace: crate::pool::own_pid_namespace(),
             proc: PathBuf::from("/proc"),
+            log_links: PathBuf::from(KUBELET_LOG_LINKS),
+            links: Mutex::new(None),
         }
+    }
+
+    /// Container `id`'s names in the kubelet's log links, if it has one.
+    fn named(&self, id: &str) -> Option<Workload> {
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((read, names)) = links.as_ref() {
+            let found = names_in_log_links(names.iter().map(String::as_str), id);
+            if found.is_some() || read.elapsed() < LINKS_FRESH {
+                return found;
+            }
+        }
+        let names: Vec<String> = std::fs::read_dir(&self.log_links)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let found = names_in_log_links(names.iter().map(String::as_str), id);
+        *links = Some((Instant::now(), names));
+        found
     }
 }
 
@@ -84,12 +153,16 @@ impl Identify for FromProc {
             return Workload::default();
         }
         let dir = self.proc.join(pid.to_string());
-        let Some((uid, container)) = std::fs::read_to_string(dir.join("cgroup"))
+        let Some((uid, id)) = std::fs::read_to_string(dir.join("cgroup"))
             .ok()
             .and_then(|t| pod_and_container(&t))
         else {
             return Workload::default();
         };
+        if let Some(named) = self.named(&id) {
+            return named;
+        }
+        let container = id.get(..12).unwrap_or_default().to_string();
         let pod = std::fs::read(dir.join("environ"))
             .ok()
             .and_then(|e| hostname(&e))
@@ -118,7 +191,7 @@ mod tests {
             pod_and_container(cg),
             Some((
                 "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901".into(),
-                "0123456789ab".into()
+                "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into()
             ))
         );
     }
@@ -130,7 +203,7 @@ mod tests {
             pod_and_container(cg),
             Some((
                 "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b".into(),
-                "fedcba987654".into()
+                "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210".into()
             ))
         );
     }
@@ -146,6 +219,91 @@ mod tests {
             None
         );
         assert_eq!(pod_and_container(""), None);
+    }
+
+    #[test]
+    fn a_malformed_line_is_passed_over_not_the_end_of_the_search() {
+        let cg = "garbage\n0::/kubepods/besteffort/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/fedcba9876543210\n";
+        assert_eq!(
+            pod_and_container(cg).map(|(pod, _)| pod),
+            Some("0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b".into())
+        );
+    }
+
+    #[test]
+    fn the_kubelets_log_link_names_the_container() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let links = [
+            "other-pod_default_web-fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210.log".to_string(),
+            format!("trainer-7d9f_ml-team_worker-{id}.log"),
+        ];
+        assert_eq!(
+            names_in_log_links(links.iter().map(String::as_str), id),
+            Some(Workload {
+                namespace: "ml-team".into(),
+                pod: "trainer-7d9f".into(),
+                container: "worker".into(),
+            })
+        );
+        // Another container's ID, no ID, or a name that is not the kubelet's: no names.
+        assert_eq!(
+            names_in_log_links(links.iter().map(String::as_str), "00aa"),
+            None
+        );
+        assert_eq!(
+            names_in_log_links(links.iter().map(String::as_str), ""),
+            None
+        );
+        assert_eq!(
+            names_in_log_links([format!("x-{id}.log").as_str()], id),
+            None
+        );
+    }
+
+    #[test]
+    fn a_process_is_named_by_the_kubelets_link_where_there_is_one_else_by_proc() {
+        let root = std::env::temp_dir().join(format!("gpucap-workload-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let proc_dir = root.join("proc/4242");
+        std::fs::create_dir_all(&proc_dir).unwrap();
+        std::fs::create_dir_all(root.join("logs")).unwrap();
+        std::fs::write(
+            proc_dir.join("cgroup"),
+            format!("0::/kubepods/burstable/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/{id}\n"),
+        )
+        .unwrap();
+        std::fs::write(proc_dir.join("environ"), b"HOSTNAME=custom-host\0").unwrap();
+        let from = FromProc {
+            own_pid_namespace: 7,
+            proc: root.join("proc"),
+            log_links: root.join("logs"),
+            links: Mutex::new(None),
+        };
+        let by_proc = from.workload(4242, 7);
+        assert_eq!(
+            (by_proc.pod.as_str(), by_proc.container.as_str()),
+            ("custom-host", "0123456789ab")
+        );
+        // The kubelet links the container's log: read again (after LINKS_FRESH) for a
+        // container it did not know.
+        std::fs::write(
+            root.join(format!("logs/trainer-7d9f_ml-team_worker-{id}.log")),
+            b"",
+        )
+        .unwrap();
+        std::thread::sleep(LINKS_FRESH);
+        assert_eq!(
+            from.workload(4242, 7),
+            Workload {
+                namespace: "ml-team".into(),
+                pod: "trainer-7d9f".into(),
+                container: "worker".into(),
+            }
+        );
+        // Another PID namespace's pid is not looked up.
+        assert_eq!(from.workload(4242, 8), Workload::default());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
