@@ -9,30 +9,6 @@ use std::path::PathBuf;
 use super::hami::{Hami, hami_ignored_note};
 use super::*;
 
-/// The `GPUCAP_*` variables the shim and the CLI understand. Any other variable whose name
-/// starts with `GPUCAP_` is an error (it is most likely a typo such as `GPUCAP_LIMT`).
-pub const KNOWN_VARS: &[&str] = &[
-    "GPUCAP_LIMIT",
-    "GPUCAP_LOG",
-    "GPUCAP_LIB",
-    "GPUCAP_GROWTH",
-    "GPUCAP_REPORT",
-    "GPUCAP_LD_SO_PRELOAD",
-    "GPUCAP_HOME",
-    "GPUCAP_POOL",
-    "GPUCAP_POOL_DIR",
-    "GPUCAP_POOL_MEMBERS",
-    "GPUCAP_WAIT",
-    "GPUCAP_GUARANTEE",
-    "GPUCAP_CEILING",
-    "GPUCAP_CLAIM_DIR",
-];
-
-/// `KNOWN_VARS` as one line, for error messages (a test keeps the two in step).
-pub(crate) const KNOWN_VARS_LIST: &str = "GPUCAP_LIMIT, GPUCAP_LOG, GPUCAP_LIB, GPUCAP_GROWTH, \
-     GPUCAP_REPORT, GPUCAP_LD_SO_PRELOAD, GPUCAP_HOME, GPUCAP_POOL, GPUCAP_POOL_DIR, \
-     GPUCAP_POOL_MEMBERS, GPUCAP_WAIT, GPUCAP_GUARANTEE, GPUCAP_CEILING, GPUCAP_CLAIM_DIR";
-
 pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
 pub const REPORT_ACCEPTED: &str = "a file path, e.g. /tmp/gpucap-report.json";
@@ -224,10 +200,12 @@ fn unknown_var(name: &str, value: &str) -> ConfigError {
         None => match nearest_name(name, KNOWN_VARS) {
             Some(near) => format!(
                 "unknown gpucap variable: did you mean {near}? (the known variables are \
-                 {KNOWN_VARS_LIST})"
+                 {})",
+                known_vars_list()
             ),
             None => format!(
-                "unknown gpucap variable (a typo?); the known variables are {KNOWN_VARS_LIST}"
+                "unknown gpucap variable (a typo?); the known variables are {}",
+                known_vars_list()
             ),
         },
     };
@@ -450,41 +428,10 @@ where
     if let Some(v) = raw("GPUCAP_LIMIT").filter(|_| config.limit.is_some()) {
         config.notes.extend(limit_notes("GPUCAP_LIMIT", v));
     }
-    if let Some(v) = raw("GPUCAP_LOG") {
-        config.log = parse_log_level(v).map_err(|r| bad("GPUCAP_LOG", v, r))?;
-    }
-    if let Some(v) = raw("GPUCAP_GROWTH") {
-        config.growth = parse_bool(v).map_err(|r| bad("GPUCAP_GROWTH", v, r))?;
-    }
-    if let Some(v) = raw("GPUCAP_REPORT") {
-        config.report = Some(PathBuf::from(v));
-    }
-    if let Some(v) = raw("GPUCAP_LD_SO_PRELOAD") {
-        config.ld_so_preload = parse_bool(v).map_err(|r| bad("GPUCAP_LD_SO_PRELOAD", v, r))?;
-    }
-    if let Some(v) = raw("GPUCAP_POOL") {
-        config.pool = parse_pool(v).map_err(|r| bad("GPUCAP_POOL", v, r))?;
-    }
-    if let Some(v) = raw("GPUCAP_POOL_DIR") {
-        config.pool_dir = Some(parse_pool_dir(v).map_err(|r| bad("GPUCAP_POOL_DIR", v, r))?);
-    }
-    if let Some(v) = raw("GPUCAP_POOL_MEMBERS") {
-        config.pool_members = Some(
-            v.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=4096).contains(n)) // budget::MAX_SLOTS (config does not use budget)
-                .ok_or_else(|| {
-                    bad(
-                        "GPUCAP_POOL_MEMBERS",
-                        v,
-                        "not a count from 1 to 4096".into(),
-                    )
-                })?,
-        );
-    }
-    if let Some(v) = raw("GPUCAP_WAIT") {
-        config.wait = parse_wait(v).map_err(|r| bad("GPUCAP_WAIT", v, r))?;
+    for var in VARS {
+        if let (Some(set), Some(v)) = (var.set, raw(var.name)) {
+            set(&mut config, v).map_err(|r| bad(var.name, v, r))?;
+        }
     }
     if let Some(cache) = hami.shared_cache {
         let path = match hami_claim {
@@ -533,14 +480,6 @@ where
             }
         }
     }
-    for (var, field) in [
-        ("GPUCAP_GUARANTEE", &mut config.guarantee),
-        ("GPUCAP_CEILING", &mut config.ceiling),
-    ] {
-        if let Some(v) = raw(var) {
-            *field = Some(parse_share_spec(var, v).map_err(|r| bad(var, v, r))?);
-        }
-    }
     let raw_owned = |var: &str| raw(var).map(str::to_string);
     apply(
         &mut config,
@@ -563,26 +502,6 @@ where
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
     // emptiness was checked above.
     Ok(config)
-}
-
-pub(crate) fn accepted_of(var: &str) -> &'static str {
-    match var {
-        "GPUCAP_LIMIT" => LIMIT_ACCEPTED,
-        "GPUCAP_LOG" => LOG_ACCEPTED,
-        "GPUCAP_GROWTH" => GROWTH_ACCEPTED,
-        "GPUCAP_REPORT" => REPORT_ACCEPTED,
-        "GPUCAP_LIB" => LIB_ACCEPTED,
-        "GPUCAP_LD_SO_PRELOAD" => LD_SO_PRELOAD_ACCEPTED,
-        "GPUCAP_HOME" => HOME_ACCEPTED,
-        "GPUCAP_POOL" => POOL_ACCEPTED,
-        "GPUCAP_POOL_DIR" => POOL_DIR_ACCEPTED,
-        "GPUCAP_POOL_MEMBERS" => POOL_MEMBERS_ACCEPTED,
-        "GPUCAP_WAIT" => WAIT_ACCEPTED,
-        "GPUCAP_GUARANTEE" => GUARANTEE_ACCEPTED,
-        "GPUCAP_CEILING" => CEILING_ACCEPTED,
-        "GPUCAP_CLAIM_DIR" => CLAIM_DIR_ACCEPTED,
-        _ => KNOWN_VARS_LIST,
-    }
 }
 
 /// `from_vars(std::env::vars_os())`.

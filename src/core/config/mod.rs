@@ -22,6 +22,7 @@ mod limit;
 mod pool_vars;
 mod shares;
 mod sources;
+mod vars;
 
 pub use ceiling::*;
 pub use env::*;
@@ -32,6 +33,7 @@ pub use limit::*;
 pub use pool_vars::*;
 pub use shares::*;
 pub use sources::*;
+pub use vars::*;
 
 #[cfg(test)]
 mod tests;

@@ -286,11 +286,6 @@ mod tests {
     }
 
     #[test]
-    fn known_vars_list_matches() {
-        assert_eq!(KNOWN_VARS.join(", "), KNOWN_VARS_LIST);
-    }
-
-    #[test]
     fn defaults_when_unset() {
         let c = vars(&[("PATH", "/usr/bin"), ("HOME", "/root")]).unwrap();
         assert_eq!(c, Config::default());

@@ -212,7 +212,8 @@ mod pool_tests {
 }
 
 #[cfg(test)]
-mod tests {
+mod alone {
+    //! The ledger of a process capped alone (no pool).
     use crate::config::MAX_DEVICES;
     use crate::ledger::*;
 
