@@ -1,5 +1,5 @@
 //! scripts/gpu-run.sh, the one command of a device run, end to end on the fake GPU with
-//! the stand-ins of nvidia-smi and nvcc (tests/standins/, as tests/gpu_check.rs uses
+//! the stand-ins of nvidia-smi and nvcc (tests/standins/, as tests/bench/gpu_check.rs uses
 //! them): every part runs, the checks that need no framework PASS (the pool of four
 //! members, its metrics, NVML in a PID namespace, a member's contexts while others churn,
 //! growth, the escapes, the accounting),

@@ -1,6 +1,6 @@
 //! The command line's conventions: a usage error is one line, the command's own usage
 //! and where to read more; `--version`/`--help` take nothing after them; warnings go to
-//! stderr with `gpucap:` first (see tests/cli.rs for the no-driver line); `run --wait`
+//! stderr with `gpucap:` first (see tests/cli/cli.rs for the no-driver line); `run --wait`
 //! is `GPUCAP_WAIT`; a size without a unit under 1 MiB is refused with the unit it
 //! lacks; a library whose path LD_PRELOAD cannot hold is refused; messages say what
 //! the program does (a missing GPUCAP_POOL_DIR, HAMi-core's per-GPU variables).

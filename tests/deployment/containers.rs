@@ -25,7 +25,7 @@
 //! tests print `SKIP: ...` and pass, unless `CI` or `GPUCAP_TEST_REQUIRE_CLIENTS=1` is set:
 //! then they fail.
 //!
-//! The tests are in tests/containers/: `runtime.rs` (podman, one `podman run` as a value,
+//! The tests are in tests/deployment/containers/: `runtime.rs` (podman, one `podman run` as a value,
 //! the shared helpers), `drivers.rs`, `claims.rs`, `cdi.rs`, `files.rs` (the Dockerfile,
 //! files and limits), `docker.rs` (Docker).
 
