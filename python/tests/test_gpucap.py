@@ -1,4 +1,4 @@
-"""Unit tests of the gpucap Python module, run by tests/wheel.rs with the Python of a
+"""Unit tests of the gpucap Python module, run by tests/deployment/wheel.rs with the Python of a
 fresh venv the wheel was installed into (scripts/test.sh):
 
     VENV/bin/python -m unittest discover -s python/tests -v
@@ -116,7 +116,7 @@ class Env(unittest.TestCase):
 
 @unittest.skipUnless(
     os.environ.get("WHEEL_TEST_FAKE_LIBDIR") and os.environ.get("WHEEL_TEST_CLIENT"),
-    "WHEEL_TEST_FAKE_LIBDIR and WHEEL_TEST_CLIENT not set (tests/wheel.rs sets them)",
+    "WHEEL_TEST_FAKE_LIBDIR and WHEEL_TEST_CLIENT not set (tests/deployment/wheel.rs sets them)",
 )
 class OnTheFakeGpu(unittest.TestCase):
     def fake_environ(self) -> dict:

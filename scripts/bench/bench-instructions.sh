@@ -12,9 +12,9 @@
 #   BENCH_JSON=<path>: where the figures go (default target/bench-instructions.json)
 #   BENCH_ONLY=pair: only the first rows (raw, gpucap alone, in a pool), of blocks of
 #                    BSIZE (default 4Ki); the JSON has those figures only
-#                    (tests/bench_instructions.rs checks the published ones with it)
+#                    (tests/bench/bench_instructions.rs checks the published ones with it)
 #   BENCH_ONLY=launch: only the kernel launch rows (raw, gpucap); the JSON has those
-#                    figures only (tests/bench_instructions.rs checks the book's)
+#                    figures only (tests/bench/bench_instructions.rs checks the book's)
 #
 # For each of raw driver, LD_PRELOAD=libgpucap.so (GPUCAP_LIMIT set, so the ledger
 # is live) and the same in a pool (GPUCAP_POOL): total instructions of `bench_alloc 1 N` and `bench_alloc 1 2N`; their

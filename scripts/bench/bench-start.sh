@@ -14,7 +14,7 @@
 #   --instructions       instead: the instructions of one process's start (cuInit, its
 #                        context, 1 MiB allocated and freed, exit) counted by callgrind,
 #                        raw, alone and in a fresh pool: deterministic, so the book's
-#                        figures are held to this tree (tests/bench_start.rs); JSON in
+#                        figures are held to this tree (tests/bench/bench_start.rs); JSON in
 #                        target/bench-start-instructions.json (BENCH_JSON overrides)
 # BENCH_START_SHIM=<path> measures another build of libgpucap.so (say, an older one).
 #

@@ -25,7 +25,7 @@ JSON=${BENCH_JSON:-$PWD/target/bench-step.json}
 bench_prepare bench-step "$SHIM" valgrind python3
 # Everything the replay's process loads and names at fixed paths of its own
 # (bench_fixed_layout): with the shim at the checkout's path, a 200-character checkout
-# counted the pooled train step 2,235 instructions short (tests/step_profile.rs holds
+# counted the pooled train step 2,235 instructions short (tests/bench/step_profile.rs holds
 # the figures to where the checkout lies).
 bench_fixed_layout bench-step "$SHIM"
 SHIM=$lay/libgpucap.so FAKEDIR=$lay REPLAY=$lay/step_replay

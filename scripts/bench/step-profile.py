@@ -121,7 +121,7 @@ def record(args):
     step = words[: len(words) // n]
     fixture = {
         "what": "the driver calls of one step of tests/clients/torch_steps.py %s on the fake GPU" % args.name,
-        "regenerate": "scripts/bench/step-profile.py record %s (then cargo test --release --test step_profile)" % args.name,
+        "regenerate": "scripts/bench/step-profile.py record %s (then cargo test --release --test bench step_profile::)" % args.name,
         "client": run.stdout.split("\n")[0],
         "command": "torch_steps.py %s %d %d %d %d" % (args.name, args.warmup, n, args.batch, args.image),
         "steps_compared": n,

@@ -11,7 +11,7 @@ or a link to it under `url` when book.toml gives one:
     url = "https://github.com/OWNER/gpucap/blob/main"   # optional
 
 Links inside the book, to anchors and to the web are left as they are. Code blocks and
-inline code are left alone. tests/readme.rs builds the book and checks every link of
+inline code are left alone. tests/documents/readme.rs builds the book and checks every link of
 its HTML.
 """
 import json

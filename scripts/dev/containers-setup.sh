@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Prepares a real container runtime for tests/containers.rs: podman (Debian's package,
+# Prepares a real container runtime for tests/deployment/containers.rs: podman (Debian's package,
 # with runc as its runtime), a configuration of the tests' own, and a base image made
 # without any registry. scripts/test.sh runs it; run it alone to run the container tests
 # by hand:
 #
 #   eval "$(scripts/dev/containers-setup.sh --env)"
-#   cargo test --release --test containers
+#   cargo test --release --test deployment containers::
 #
 # Everything lives under target/containers/ and is reused by later runs:
 #   containers.conf   runtime runc, cgroupfs, no network, default ulimits no higher than
@@ -21,11 +21,11 @@
 #   the image localhost/gpucap-test-base:<host|debootstrap>, imported from base.tar
 # Installs podman and runc (and debootstrap) with apt-get when missing, and Debian's
 # docker.io (dockerd, its docker client, containerd) when there is no dockerd: the Docker
-# tests (tests/containers/docker.rs) start a dockerd of their own, `docker import`
+# tests (tests/deployment/containers/docker.rs) start a dockerd of their own, `docker import`
 # base.tar into it and stop it when they end; nothing of Docker runs after this script
 # (Debian's policy-rc.d, where there is one, keeps apt-get from starting the service;
 # where there is none, a docker service apt-get started is left as it is).
-# --env prints the variables tests/containers.rs reads (GPUCAP_TEST_PODMAN,
+# --env prints the variables tests/deployment/containers.rs reads (GPUCAP_TEST_PODMAN,
 # GPUCAP_TEST_CONTAINERS_CONF, GPUCAP_TEST_CONTAINERS_STORAGE_CONF,
 # GPUCAP_TEST_CONTAINER_IMAGE, and for Docker GPUCAP_TEST_DOCKERD, GPUCAP_TEST_DOCKER,
 # GPUCAP_TEST_CONTAINER_BASE_TAR) instead of a summary.
@@ -83,7 +83,7 @@ nproc_soft=$(min "$(ulimit -Su)" 32768) nproc_hard=$(min "$(ulimit -Hu)" 32768)
 nofile_soft=$(min "$nofile_soft" 1048576) nofile_hard=$(min "$nofile_hard" 1048576)
 conf=$DIR/containers.conf
 cat >"$conf.tmp" <<EOF
-# Written by scripts/dev/containers-setup.sh for tests/containers.rs.
+# Written by scripts/dev/containers-setup.sh for tests/deployment/containers.rs.
 [containers]
 default_ulimits = ["nofile=$nofile_soft:$nofile_hard", "nproc=$nproc_soft:$nproc_hard"]
 netns = "none"
@@ -97,7 +97,7 @@ EOF
 mv -f "$conf.tmp" "$conf"
 storage=$DIR/storage.conf
 cat >"$storage.tmp" <<EOF
-# Written by scripts/dev/containers-setup.sh for tests/containers.rs.
+# Written by scripts/dev/containers-setup.sh for tests/deployment/containers.rs.
 [storage]
 driver = "overlay"
 graphroot = "$DIR/storage"

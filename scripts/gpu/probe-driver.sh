@@ -15,7 +15,7 @@
 # written and every group of the probe finished (none crashed), 1 otherwise.
 #
 # On a GPU: commit the JSON as tests/driver-answers/<gpu>-<driver>.json (machine.gpu and
-# machine.nvml.driver_version name them); tests/driver_answers.rs then compares the fake
+# machine.nvml.driver_version name them); tests/real_clients/driver_answers.rs then compares the fake
 # with it in CI, and each difference is fixed in the fake or listed in the file's
 # "accepted" with why.
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a Prometheus text exposition (format 0.0.4) by the rules gpucap's tests hold
-`gpucap metrics` to (tests/metrics.rs: Prometheus's `promtool check metrics`, and each
-series once), for machines without promtool (the real-GPU run). tests/gpu_run.rs proves
+`gpucap metrics` to (tests/cli/metrics.rs: Prometheus's `promtool check metrics`, and each
+series once), for machines without promtool (the real-GPU run). tests/bench/gpu_run.rs proves
 this checker refuses what promtool refuses, on the same broken expositions.
 
   promcheck.py [FILE]      (stdin without FILE) -> "OK: N families, M samples" exit 0,

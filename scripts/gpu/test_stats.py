@@ -1,5 +1,5 @@
 """Unit tests of scripts/gpu/stats.py: python3 -m unittest discover -s scripts/gpu -p 'test_stats.py'
-(tests/gpu_run.rs runs them in CI)."""
+(tests/bench/gpu_run.rs runs them in CI)."""
 
 import os
 import sys

@@ -1,7 +1,7 @@
 /*
  * driver_probe: what the CUDA driver (and NVML) answer for what the fake GPU models,
  * printed as one JSON document, so the answers of a real driver can be recorded
- * (scripts/gpu/probe-driver.sh) and the fake held to them (tests/driver_answers.rs).
+ * (scripts/gpu/probe-driver.sh) and the fake held to them (tests/real_clients/driver_answers.rs).
  *
  *   driver_probe [REQUESTS]
  *

@@ -1,6 +1,6 @@
 /*
  * growth_small: many small and mixed-size allocations on GPU 0, for growth mode's
- * sub-allocation (tests/growth_small.rs).
+ * sub-allocation (tests/cap/growth_small.rs).
  *
  *   growth_small STEP...
  *

@@ -3,7 +3,7 @@
  * them) used n times in each of two contexts: n cuLaunchKernel and n cuKernelGetFunction
  * in the first, then the second made current and n launches there, then the first again
  * and n launches. "gl": then a third context made and pushed by cuGLCtxCreate (the
- * deprecated OpenGL-interop creator) and n launches there. tests/escapes.rs counts the driver calls the shim adds (FAKECUDA_TRACE):
+ * deprecated OpenGL-interop creator) and n launches there. tests/cap/escapes.rs counts the driver calls the shim adds (FAKECUDA_TRACE):
  * what is asked once per context switch, not once per launch.
  */
 #include "fakecuda.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Starts a Jupyter kernel by its kernelspec name with jupyter_client, as a notebook
 server does, and runs cells in it that use the GPU through cuda-bindings and NVML
-(pynvml). tests/wheel.rs runs it with a kernel that `gpucap jupyter install` wrote.
+(pynvml). tests/deployment/wheel.rs runs it with a kernel that `gpucap jupyter install` wrote.
 
 Usage: jupyter_kernel_client.py KERNEL_NAME STDERR_FILE UNDER_MIB OVER_MIB
 

@@ -288,7 +288,7 @@ pub fn compile_c(name: &str, suffix: &str, extra: &[&str]) -> PathBuf {
 
 // ---------------------------------------------------------------------------
 // Real clients (tests/cudarc-client, tests/clients/bindings_client.py): shared by
-// tests/real_clients.rs and tests/cli.rs.
+// tests/real_clients/real_clients.rs and tests/cli/cli.rs.
 
 /// `target/<profile>/cudarc-client`, an unmodified cudarc program.
 pub fn cudarc_client() -> PathBuf {

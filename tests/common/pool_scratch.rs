@@ -1,5 +1,5 @@
 //! A scratch directory with a pool directory in it, and the pool members the pool
-//! tests start there (`tests/pool_cli.rs`, `tests/metrics.rs`).
+//! tests start there (`tests/pool/pool_cli.rs`, `tests/cli/metrics.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,476 @@
+//! Ceilings: a 256 MiB cap in a configuration file (`gpucap.env` beside a copy of the
+//! library, or `/etc/gpucap/gpucap.env`) holds whatever ONE more variable of the
+//! program's environment says. Each row of the table of doors sets one variable (every
+//! `GPUCAP_*` one, HAMi-core's, each driver's hand-over, and malformed names) and runs a
+//! program on the fake GPU (4 GiB) that allocates 200 MiB, then 1 GiB: the 1 GiB is
+//! never served, and the row's line is said. `/etc` is never written: the `/etc/gpucap`
+//! rows run in a mount namespace (`unshare -rm`) where an overlay adds the file.
+
+use super::common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The fake's GPU 0 (cuda-stubs/common/src/identity.rs).
+const GPU0: &str = "GPU-face0000-0000-0000-0000-000000000000";
+const SMALL: u64 = 200 * MIB;
+
+fn script() -> PathBuf {
+    compile_c("script", "", &["-lcuda"])
+}
+
+/// What a row must show, besides the 1 GiB refused.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// The file's cap holds, nothing to say: 200 MiB served.
+    Holds,
+    /// The environment asked more (the text of what it asked): held at the ceiling,
+    /// said in one line; 200 MiB served.
+    Held(&'static str),
+    /// The environment lowered the cap below 200 MiB: refused too, no ceiling line.
+    Lowered,
+    /// The file's pool binds: the line says the process stays in it.
+    StaysInPool,
+    /// The configuration fails closed with a line naming the variable.
+    Fails(&'static str),
+    /// The process is refused at `cuInit` with this line.
+    Refused(&'static str),
+}
+
+/// Every door: one variable of the environment each, against the file's 256 MiB.
+fn doors(dir: &Path) -> Vec<(Vec<(String, String)>, Expect)> {
+    let d = dir.display().to_string();
+    let pools = dir.join("pools");
+    std::fs::create_dir_all(&pools).unwrap();
+    let p = pools.display().to_string();
+    let rows: Vec<(Vec<(&str, String)>, Expect)> = vec![
+        (vec![], Expect::Holds),
+        (vec![("GPUCAP_LOG", "warn".into())], Expect::Holds),
+        (vec![("GPUCAP_LOG", "debug".into())], Expect::Holds),
+        (vec![("GPUCAP_LOG", "info".into())], Expect::Holds),
+        (vec![("GPUCAP_POOL_DIR", p.clone())], Expect::Holds),
+        (vec![("GPUCAP_POOL", "off".into())], Expect::Holds),
+        (
+            vec![
+                ("GPUCAP_POOL", "mine".into()),
+                ("GPUCAP_POOL_DIR", p.clone()),
+            ],
+            Expect::Holds,
+        ),
+        (
+            vec![("GPUCAP_POOL", format!("{p}/abs.pool"))],
+            Expect::Holds,
+        ),
+        (vec![("GPUCAP_CLAIM_DIR", p.clone())], Expect::Holds),
+        (
+            vec![("CUDA_DEVICE_MEMORY_SHARED_CACHE", format!("{p}/hami.cache"))],
+            Expect::Holds,
+        ),
+        (vec![("GPUCAP_GROWTH", "1".into())], Expect::Holds),
+        (
+            vec![("GPUCAP_REPORT", format!("{d}/r.json"))],
+            Expect::Holds,
+        ),
+        (vec![("GPUCAP_POOL_MEMBERS", "8".into())], Expect::Holds),
+        (vec![("GPUCAP_LD_SO_PRELOAD", "1".into())], Expect::Holds),
+        (vec![("GPUCAP_HOME", d.clone())], Expect::Holds),
+        (
+            vec![("GPUCAP_LIB", format!("{d}/libgpucap.so"))],
+            Expect::Holds,
+        ),
+        (
+            vec![
+                ("GPUCAP_POOL", "shares".into()),
+                ("GPUCAP_POOL_DIR", p.clone()),
+                ("GPUCAP_CEILING", "4Gi".into()),
+            ],
+            Expect::Refused("the ceiling (4 GiB) is above the pool's cap (256 MiB"),
+        ),
+        (
+            vec![
+                ("GPUCAP_POOL", "shares".into()),
+                ("GPUCAP_POOL_DIR", p.clone()),
+                ("GPUCAP_CEILING", "100Mi".into()),
+            ],
+            Expect::Lowered,
+        ),
+        (
+            vec![
+                ("GPUCAP_POOL", "waits".into()),
+                ("GPUCAP_POOL_DIR", p.clone()),
+                ("GPUCAP_WAIT", "0".into()),
+                ("GPUCAP_GUARANTEE", "100Mi".into()),
+            ],
+            Expect::Holds,
+        ),
+        (
+            vec![("GPUCAP_LIMIT", "4Gi".into())],
+            Expect::Held("GPUCAP_LIMIT=\"4Gi\""),
+        ),
+        (
+            vec![("GPUCAP_LIMIT", "90%".into())],
+            Expect::Held("GPUCAP_LIMIT=\"90%\""),
+        ),
+        (
+            vec![("GPUCAP_LIMIT", "none".into())],
+            Expect::Held("GPUCAP_LIMIT=\"none\""),
+        ),
+        (
+            vec![("GPUCAP_LIMIT", "0=4Gi".into())],
+            Expect::Held("GPUCAP_LIMIT=\"0=4Gi\""),
+        ),
+        (
+            vec![("GPUCAP_LIMIT", format!("{GPU0}=4Gi"))],
+            Expect::Held("GPUCAP_LIMIT="),
+        ),
+        (
+            vec![
+                ("GPUCAP_LIMIT", "4Gi".into()),
+                ("GPUCAP_POOL", "off".into()),
+            ],
+            Expect::Held("GPUCAP_LIMIT=\"4Gi\""),
+        ),
+        (vec![("GPUCAP_LIMIT", "128Mi".into())], Expect::Lowered),
+        (vec![("GPUCAP_LIMIT", "3%".into())], Expect::Lowered),
+        (
+            vec![("CUDA_DEVICE_MEMORY_LIMIT", "4096m".into())],
+            Expect::Held("CUDA_DEVICE_MEMORY_LIMIT=\"4096m\""),
+        ),
+        (
+            vec![("CUDA_DEVICE_MEMORY_LIMIT_0", "4g".into())],
+            Expect::Held("CUDA_DEVICE_MEMORY_LIMIT_0=\"4g\""),
+        ),
+        (
+            vec![
+                ("NVIDIA_GPU_MEMORY_LIMIT", "4096".into()),
+                ("NVIDIA_GPU_MEMORY_REQUEST", "1024".into()),
+            ],
+            Expect::Held("NVIDIA_GPU_MEMORY_LIMIT=\"4096\""),
+        ),
+        (
+            vec![("NVIDIA_GPU_MEMORY_LIMIT", "4096".into())],
+            Expect::Fails("NVIDIA_GPU_MEMORY_LIMIT"),
+        ),
+        (
+            vec![("CUDA_MEM_LIMIT", "4096m".into())],
+            Expect::Held("CUDA_MEM_LIMIT=\"4096m\""),
+        ),
+        (
+            vec![("GPU_DEVICE_0_MEMORY", "4Gi".into())],
+            Expect::Held("GPU_DEVICE_0_MEMORY=\"4Gi\""),
+        ),
+        (
+            vec![("GPU_DEVICE_gpu-0_MEMORY", "4Gi".into())],
+            Expect::Fails("GPU_DEVICE_gpu-0_MEMORY"),
+        ),
+        (
+            vec![("CUDA_DEVICE_MEMORY_LIMIT_00", "4g".into())],
+            Expect::Fails("CUDA_DEVICE_MEMORY_LIMIT_00"),
+        ),
+        (
+            vec![("CUDA_MEM_LIMIT_x", "4096m".into())],
+            Expect::Fails("CUDA_MEM_LIMIT_x"),
+        ),
+        (
+            vec![("NVIDIA_GPU_MEMORY_LIMITS", "4096".into())],
+            Expect::Fails("NVIDIA_GPU_MEMORY_LIMITS"),
+        ),
+        (
+            vec![("gpucap_limit", "4Gi".into())],
+            Expect::Fails("gpucap_limit"),
+        ),
+        (
+            vec![("GPUCAP_LIMT", "4Gi".into())],
+            Expect::Fails("GPUCAP_LIMT"),
+        ),
+        (
+            vec![("GPUCAP_LOG", "loud".into())],
+            Expect::Fails("GPUCAP_LOG"),
+        ),
+    ];
+    rows.into_iter()
+        .map(|(vars, e)| {
+            (
+                vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                e,
+            )
+        })
+        .collect()
+}
+
+/// A copy of the library in `home`, with `gpucap.env` holding `file` if given.
+fn library_in(home: &Path, file: Option<&str>) -> PathBuf {
+    std::fs::create_dir_all(home).unwrap();
+    let lib = home.join("libgpucap.so");
+    std::fs::copy(shim(), &lib).unwrap();
+    if let Some(text) = file {
+        std::fs::write(home.join("gpucap.env"), text).unwrap();
+    }
+    lib
+}
+
+/// Where the file lies.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    BesideLibrary,
+    Etc,
+}
+
+/// The script under the library `lib`, with `vars`; for [`Place::Etc`], inside a mount
+/// namespace whose `/etc/gpucap/gpucap.env` is `etc_file` (an overlay on a tmpfs).
+fn under(
+    lib: &Path,
+    dir: &Path,
+    vars: &[(String, String)],
+    place: Place,
+    etc_file: &Path,
+) -> Output {
+    let args = [format!("alloc:{SMALL}"), format!("alloc:{GIB}")];
+    let mut c = match place {
+        Place::BesideLibrary => {
+            let mut c = fake_cmd(script(), &dir.join("stats.json"));
+            c.env("LD_PRELOAD", lib).args(&args);
+            c
+        }
+        Place::Etc => {
+            let tmp = dir.join("etc-overlay");
+            std::fs::create_dir_all(&tmp).unwrap();
+            let mut c = fake_cmd("unshare", &dir.join("stats.json"));
+            c.args(["-rm", "sh", "-c"]).arg(
+                "set -e; t=$1; f=$2; lib=$3; shift 3; \
+                 mount -t tmpfs none \"$t\"; mkdir -p \"$t/u/gpucap\" \"$t/w\"; \
+                 cp \"$f\" \"$t/u/gpucap/gpucap.env\"; \
+                 mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
+                 exec env LD_PRELOAD=\"$lib\" \"$@\"",
+            );
+            // The variables go through env(1): a shell drops a name it cannot hold
+            // (`GPU_DEVICE_gpu-0_MEMORY`).
+            c.arg("sh").arg(&tmp).arg(etc_file).arg(lib);
+            c.args(vars.iter().map(|(k, v)| format!("{k}={v}")));
+            c.arg(script()).args(&args);
+            c
+        }
+    };
+    c.env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("FAKECUDA_SHARED", dir.join("fake-gpu"));
+    if let Place::BesideLibrary = place {
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+    }
+    run(&mut c)
+}
+
+fn alloc_rc(o: &Output, size: u64) -> Option<String> {
+    stdout(o)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("alloc {size} ")))
+        .map(|s| s.trim().to_string())
+}
+
+/// Whether `unshare -rm` with an overlay on /etc runs here; under CI it must.
+fn etc_overlay_works(dir: &Path) -> bool {
+    let t = dir.join("probe-overlay");
+    std::fs::create_dir_all(&t).unwrap();
+    let o = Command::new("unshare")
+        .args(["-rm", "sh", "-c"])
+        .arg(
+            "set -e; t=$1; mount -t tmpfs none \"$t\"; mkdir -p \"$t/u/gpucap\" \"$t/w\"; \
+             mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
+             test -d /etc/gpucap",
+        )
+        .arg("sh")
+        .arg(&t)
+        .output();
+    let why = match o {
+        Ok(o) if o.status.success() => return true,
+        Ok(o) => format!("it failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => format!("no unshare ({e}; util-linux)"),
+    };
+    assert!(
+        !required_here(),
+        "the /etc/gpucap rows need `unshare -rm` and an overlay mount on /etc: {why}"
+    );
+    eprintln!("SKIP the /etc/gpucap rows: `unshare -rm` with an overlay on /etc: {why}");
+    false
+}
+
+fn check_row(o: &Output, vars: &[(String, String)], expect: Expect, place: Place) {
+    let row = format!("{place:?} {vars:?} ({expect:?})\n{}", dump(o));
+    let err = stderr(o);
+    assert_ne!(
+        alloc_rc(o, GIB).as_deref(),
+        Some("0"),
+        "1 GiB served under the file's 256 MiB: {row}"
+    );
+    let ceiling_line = "asks more than the ceiling of GPU 0, 256 MiB";
+    match expect {
+        Expect::Holds | Expect::StaysInPool | Expect::Held(_) => {
+            assert_eq!(alloc_rc(o, SMALL).as_deref(), Some("0"), "200 MiB: {row}");
+        }
+        Expect::Lowered | Expect::Refused(_) => {
+            assert_ne!(alloc_rc(o, SMALL).as_deref(), Some("0"), "200 MiB: {row}");
+        }
+        Expect::Fails(_) => {}
+    }
+    match expect {
+        Expect::Held(asked) => {
+            let lines: Vec<&str> = err.lines().filter(|l| l.contains(ceiling_line)).collect();
+            assert_eq!(lines.len(), 1, "one ceiling line: {row}");
+            assert!(lines[0].contains(asked), "the line names {asked}: {row}");
+            assert!(
+                lines[0].contains("gpucap.env"),
+                "the line names the file: {row}"
+            );
+        }
+        Expect::StaysInPool => {
+            assert!(err.contains("the process stays in"), "{row}");
+        }
+        Expect::Fails(var) => {
+            assert!(
+                err.lines()
+                    .any(|l| l.starts_with("gpucap: invalid ") && l.contains(var)),
+                "a line naming {var}: {row}"
+            );
+        }
+        Expect::Refused(line) => {
+            assert!(err.contains(line), "{row}");
+        }
+        Expect::Holds | Expect::Lowered => {
+            assert!(!err.contains(ceiling_line), "no ceiling line: {row}");
+        }
+    }
+}
+
+#[test]
+fn no_variable_of_the_environment_lifts_a_files_cap_beside_the_library_or_in_etc() {
+    let dir = scratch("ceilings");
+    let file = "GPUCAP_LIMIT=256Mi\n";
+    let beside = library_in(&dir.join("beside"), Some(file));
+    let bare = library_in(&dir.join("bare"), None);
+    let etc_file = dir.join("etc-gpucap.env");
+    std::fs::write(&etc_file, file).unwrap();
+    let etc = etc_overlay_works(&dir);
+    for (vars, expect) in doors(&dir) {
+        let o = under(&beside, &dir, &vars, Place::BesideLibrary, &etc_file);
+        check_row(&o, &vars, expect, Place::BesideLibrary);
+        if etc {
+            let o = under(&bare, &dir, &vars, Place::Etc, &etc_file);
+            check_row(&o, &vars, expect, Place::Etc);
+        }
+    }
+}
+
+#[test]
+fn a_pool_the_file_names_binds_and_a_pool_chosen_under_the_ceiling_holds_it() {
+    let dir = scratch("ceiling-pools");
+    let pools = dir.join("pools");
+    std::fs::create_dir_all(&pools).unwrap();
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let file = format!(
+        "GPUCAP_LIMIT=256Mi\nGPUCAP_POOL=ctr\nGPUCAP_POOL_DIR={}\n",
+        pools.display()
+    );
+    let lib = library_in(&dir.join("home"), Some(&file));
+    let etc_file = dir.join("unused");
+    let s = |v: &[(&str, String)]| -> Vec<(String, String)> {
+        v.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    };
+    for vars in [
+        s(&[("GPUCAP_POOL", "off".into())]),
+        s(&[("GPUCAP_POOL", "mine".into())]),
+        s(&[
+            ("GPUCAP_POOL", "ctr".into()),
+            ("GPUCAP_POOL_DIR", other.display().to_string()),
+        ]),
+        s(&[("GPUCAP_POOL_DIR", other.display().to_string())]),
+        s(&[("GPUCAP_CLAIM_DIR", other.display().to_string())]),
+    ] {
+        let o = under(&lib, &dir, &vars, Place::BesideLibrary, &etc_file);
+        check_row(&o, &vars, Expect::StaysInPool, Place::BesideLibrary);
+        assert!(
+            !other.join("gpucap-0").exists() && !other.join("gpucap.pool").exists(),
+            "{vars:?}: a pool file was made in the other directory\n{}",
+            dump(&o)
+        );
+    }
+}
+
+#[test]
+fn without_a_file_the_environment_alone_is_as_before() {
+    let dir = scratch("ceiling-none");
+    let lib = library_in(&dir.join("home"), None);
+    let etc_file = dir.join("unused");
+    for (limit, served) in [("4Gi", true), ("none", true), ("256Mi", false)] {
+        let vars = vec![("GPUCAP_LIMIT".to_string(), limit.to_string())];
+        let o = under(&lib, &dir, &vars, Place::BesideLibrary, &etc_file);
+        assert_eq!(
+            alloc_rc(&o, GIB).as_deref() == Some("0"),
+            served,
+            "GPUCAP_LIMIT={limit}\n{}",
+            dump(&o)
+        );
+        assert!(!stderr(&o).contains("ceiling"), "{}", dump(&o));
+    }
+}
+
+#[test]
+fn check_and_run_show_each_figure_where_it_came_from_and_the_ceiling_that_holds() {
+    let dir = scratch("ceiling-cli");
+    let home = dir.join("home");
+    let lib = library_in(&home, Some("GPUCAP_LIMIT=256Mi\n"));
+    let gpucap = home.join("gpucap");
+    std::fs::copy(cli(), &gpucap).unwrap();
+    let env_file = home.join("gpucap.env").display().to_string();
+    let cmd = |args: &[&str]| {
+        let mut c = fake_cmd(&gpucap, &dir.join("s.json"));
+        c.env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("FAKECUDA_SHARED", dir.join("fake-gpu"))
+            .env("GPUCAP_LIB", &lib)
+            .env("GPUCAP_LIMIT", "4Gi")
+            .args(args);
+        c
+    };
+    let o = run(&mut cmd(&["check"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    for want in [
+        format!("configuration: the environment's, under the ceiling of {env_file}"),
+        format!("ceiling: every GPU: 256 MiB (268435456 bytes) (from {env_file}"),
+        "asked: GPUCAP_LIMIT=\"4Gi\"".to_string(),
+        "limit: on each GPU the smaller of the ceiling and the environment's".to_string(),
+    ] {
+        assert!(out.contains(&want), "missing {want:?}\n{}", dump(&o));
+    }
+    let gpu0 = out
+        .lines()
+        .find(|l| l.starts_with("GPU 0: "))
+        .unwrap_or_default();
+    assert!(
+        gpu0.starts_with("GPU 0: cap 268435456 bytes (256 MiB) of 4294967296 (4 GiB)")
+            && gpu0.ends_with(&format!(
+                "(the ceiling from {env_file}, 256 MiB: GPUCAP_LIMIT=\"4Gi\" asks more)"
+            )),
+        "{}",
+        dump(&o)
+    );
+    // run: the ceiling and what was asked (at info), and the shim's one line.
+    let o = run(cmd(&["run", "--", script().to_str().unwrap()])
+        .arg(format!("alloc:{GIB}"))
+        .env("GPUCAP_LOG", "info"));
+    let err = stderr(&o);
+    assert_ne!(alloc_rc(&o, GIB).as_deref(), Some("0"), "{}", dump(&o));
+    for want in [
+        format!("gpucap: ceiling: every GPU: 256 MiB (268435456 bytes) (from {env_file}"),
+        "gpucap: asked: GPUCAP_LIMIT=\"4Gi\"".to_string(),
+        format!(
+            "gpucap: GPUCAP_LIMIT=\"4Gi\" asks more than the ceiling of GPU 0, 256 MiB (from \
+             {env_file}): the program runs at the ceiling"
+        ),
+    ] {
+        assert!(err.contains(&want), "missing {want:?}\n{}", dump(&o));
+    }
+    assert!(!err.contains("no cap is set"), "{}", dump(&o));
+}

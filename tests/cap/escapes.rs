@@ -1,0 +1,473 @@
+//! Escapes users found: ways a program got the driver to hold more than its cap
+//! through VMM handles and stream-ordered pools (tests/c/escapes.c). Each runs as the
+//! user hit it, with the shim (the program's own checks must pass, the fake driver's
+//! recorded peak must stay within the cap, gpucap must have refused) and without it
+//! (the same checks must fail: the escape is real).
+
+use super::common;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use common::*;
+
+fn prog() -> PathBuf {
+    compile_c("escapes", "", &["-lcuda"])
+}
+
+/// Runs `escapes args` on `devices` fake GPUs of 8 GiB, with the shim and
+/// `GPUCAP_LIMIT=limit` when `limit` is given; `env` goes to the run too.
+fn escapes(
+    args: &[&str],
+    devices: u32,
+    limit: Option<&str>,
+    env: &[(&str, &str)],
+) -> (Output, Vec<DevStats>) {
+    let stats = scratch(&format!("escapes-{}", args[0])).join("stats.json");
+    let mut c = fake_cmd(prog(), &stats);
+    c.env("FAKECUDA_TOTAL_MEM", "8Gi")
+        .env("FAKECUDA_DEVICES", devices.to_string());
+    if let Some(limit) = limit {
+        preload(&mut c).env("GPUCAP_LIMIT", limit);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = run(c.args(args));
+    let s = read_stats(&stats);
+    (o, s)
+}
+
+/// The escape without the shim: the program's checks of the cap fail.
+#[track_caller]
+fn control_fails(args: &[&str], devices: u32) -> Vec<DevStats> {
+    let (o, s) = escapes(args, devices, None, &[]);
+    assert_failed(&o, &format!("{} without the shim", args[0]));
+    s
+}
+
+#[track_caller]
+fn count(lines: &[String], needle: &str) -> usize {
+    lines.iter().filter(|l| l.contains(needle)).count()
+}
+
+/// cuMemCreate -> cuMemAddressReserve -> cuMemMap -> cuMemSetAccess -> cuMemRelease at
+/// once (NVIDIA's documented idiom), 8 x 512 MiB under a 1 GiB cap: the mapping keeps
+/// the memory, so the cap stays charged until the last unmap.
+#[test]
+fn vmm_memory_released_while_mapped_stays_charged() {
+    for env in [&[][..], &[("GPUCAP_GROWTH", "1")][..]] {
+        // At debug every refusal has its line (the same one repeated at once prints once).
+        let env = [env, &[("GPUCAP_LOG", "debug")][..]].concat();
+        let (o, s) = escapes(&["vmm-idiom", "1Gi"], 1, Some("1Gi"), &env);
+        assert_passed(&o, &format!("vmm-idiom with the shim {env:?}"));
+        assert!(
+            s[0].peak_used <= GIB,
+            "the driver held more than the 1 GiB cap {env:?}: {:?}",
+            s[0]
+        );
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        let refused = refusals(&stderr(&o));
+        assert_eq!(
+            count(
+                &refused,
+                "refused cuMemCreate of 512 MiB on GPU 0: 1 GiB of the 1 GiB cap in use"
+            ),
+            6,
+            "the third to eighth rounds were refused {env:?}: {refused:?}"
+        );
+    }
+    let s = control_fails(&["vmm-idiom", "1Gi"], 1);
+    assert_eq!(
+        s[0].peak_used,
+        4 * GIB,
+        "without the shim the driver holds all eight: {:?}",
+        s[0]
+    );
+}
+
+/// One handle mapped twice; a reference added by cuMemRetainAllocationHandle; one
+/// cuMemUnmap over two mappings, one the driver refuses, a cuMemAddressFree that takes
+/// a mapping with it: charged exactly while the driver holds the memory.
+#[test]
+fn vmm_memory_is_credited_at_the_last_unmap_and_the_last_reference() {
+    for mode in ["vmm-aliases", "vmm-retain", "vmm-unmap-many"] {
+        let (o, s) = escapes(&[mode, "1Gi"], 1, Some("1Gi"), &[]);
+        assert_passed(&o, &format!("{mode} with the shim"));
+        assert!(s[0].peak_used <= GIB, "{mode}: {:?}", s[0]);
+        assert_eq!(s[0].final_used, 0, "{mode}: {:?}", s[0]);
+        let refused = refusals(&stderr(&o));
+        let want = match mode {
+            "vmm-unmap-many" => 0,
+            _ => 1,
+        };
+        assert_eq!(
+            count(
+                &refused,
+                "refused cuMemCreate of 768 MiB on GPU 0: 512 MiB of the 1 GiB cap in use"
+            ),
+            want,
+            "{mode}: {refused:?}"
+        );
+        control_fails(&[mode, "1Gi"], 1);
+    }
+}
+
+/// GPU 0's context current, GPU 1's default pool: `cuMemAllocFromPoolAsync` x3 of 1 GiB
+/// under `0=4Gi,1=1Gi`. The pool is GPU 1's, and so is the charge. Likewise a pool
+/// created on GPU 1, and `cuMemAllocAsync` on a stream of GPU 1.
+#[test]
+fn a_pool_of_another_gpu_is_charged_to_that_gpu() {
+    // A CUDA 13.2+ driver answers the pool's location attributes; an older one does
+    // not, and the pool is found among the devices' default and current pools.
+    for version in ["13050", "12080"] {
+        pool_of_another_gpu(version);
+    }
+}
+
+#[track_caller]
+fn pool_of_another_gpu(version: &str) {
+    let args = ["pool-other-gpu", "4Gi", "1Gi"];
+    // At debug every refusal has its line (the same one repeated at once prints once).
+    let env = [
+        ("FAKECUDA_DRIVER_VERSION", version),
+        ("GPUCAP_LOG", "debug"),
+    ];
+    let (o, s) = escapes(&args, 2, Some("0=4Gi,1=1Gi"), &env);
+    assert_passed(
+        &o,
+        &format!("pool-other-gpu with the shim, driver {version}"),
+    );
+    assert!(s[1].peak_used <= GIB, "GPU 1 over its cap: {:?}", s[1]);
+    assert_eq!(s[0].peak_used, 0, "GPU 0 holds nothing: {:?}", s[0]);
+    assert_eq!((s[0].final_used, s[1].final_used), (0, 0));
+    let refused = refusals(&stderr(&o));
+    assert_eq!(
+        count(
+            &refused,
+            "refused cuMemAllocFromPoolAsync of 1 GiB on GPU 1: 1 GiB of the 1 GiB cap in use"
+        ),
+        3,
+        "two from the default pool, one from the created pool: {refused:?}"
+    );
+    assert_eq!(
+        count(
+            &refused,
+            "refused cuMemAllocAsync of 1 GiB on GPU 1: 1 GiB of the 1 GiB cap in use"
+        ),
+        1,
+        "one on GPU 1's stream: {refused:?}"
+    );
+    let s = control_fails(&args, 2);
+    assert!(s[1].peak_used >= 3 * GIB, "{:?}", s[1]);
+}
+
+/// Pool memory freed with cuMemFree_v2 and its pool destroyed, in either order, with no
+/// trim: nothing stays charged, so a later 768 MiB cuMemAlloc fits a 1 GiB cap.
+#[test]
+fn pool_memory_freed_with_cu_mem_free_is_credited() {
+    for mode in ["pool-free-then-destroy", "pool-destroy-then-free"] {
+        let (o, s) = escapes(&[mode, "1Gi"], 1, Some("1Gi"), &[]);
+        assert_passed(&o, &format!("{mode} with the shim"));
+        assert!(s[0].peak_used <= GIB, "{mode}: {:?}", s[0]);
+        assert_eq!(s[0].final_used, 0, "{mode}: {:?}", s[0]);
+        let refused = refusals(&stderr(&o));
+        assert!(refused.is_empty(), "{mode}: {refused:?}");
+        control_fails(&[mode, "1Gi"], 1);
+    }
+}
+
+/// The driver backs an allocation above 1 MiB with whole 2 MiB pages (an H200 with
+/// driver 580 took 4 MiB for 3 MiB + 1 byte; the fake does the same): charged the bytes
+/// asked for, blocks of 2 MiB + 4 KiB got the driver to hold twice the cap. Charged in
+/// pages (`gpucap_core::linear`), the driver's own figure stays within the cap for
+/// cuMemAlloc_v2 and cuMemAllocPitch_v2 blocks just over a page, over 1 MiB, and over
+/// 3 MiB; the refusal names the bytes asked for.
+#[test]
+fn allocations_just_over_a_page_cannot_take_the_driver_past_the_cap() {
+    let (o, s) = escapes(&["page-rounding", "256Mi"], 1, Some("256Mi"), &[]);
+    assert_passed(&o, "page-rounding with the shim");
+    assert!(
+        s[0].peak_used <= 256 * MIB,
+        "the driver held more than the 256 MiB cap: {:?}",
+        s[0]
+    );
+    assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "cuMemAlloc_v2: 64 blocks of 2101248 bytes",
+        "cuMemAlloc_v2: 128 blocks of 1052672 bytes",
+        "cuMemAlloc_v2: 64 blocks of 3145729 bytes",
+        "cuMemAllocPitch_v2: 64 blocks of 2101248 bytes",
+    ] {
+        assert!(out.contains(line), "{line:?} in {out}");
+    }
+    let refused = refusals(&stderr(&o));
+    for line in [
+        "refused cuMemAlloc of 2 MiB (2101248 B, charged 4 MiB) on GPU 0: 256 MiB of the 256 MiB cap in use",
+        "refused cuMemAlloc of 1 MiB (1052672 B, charged 2 MiB) on GPU 0: 256 MiB of the 256 MiB cap in use",
+        "refused cuMemAllocPitch of 2 MiB (2101248 B, charged 4 MiB) on GPU 0: 256 MiB of the 256 MiB cap in use",
+    ] {
+        assert!(
+            refused.iter().any(|l| l.ends_with(line)),
+            "{line:?} in {refused:?}"
+        );
+    }
+    let s = control_fails(&["page-rounding", "256Mi"], 1);
+    assert!(s[0].peak_used > 256 * MIB, "{:?}", s[0]);
+}
+
+/// A module's `__device__` globals take device memory when the driver loads it (an H200
+/// with driver 580 took 2 MiB for a module with a 1 MiB global; the fake takes their
+/// size): no allocation call shows it. Measured around cuModuleLoadData and charged, a
+/// module holding 5/8 of a 256 MiB cap leaves no room for half the cap nor for a second
+/// such module (loaded, measured, unloaded and refused: the driver held it for that
+/// moment); cuModuleUnload and the end of the module's context give it back.
+#[test]
+fn a_modules_globals_are_charged_while_it_is_loaded() {
+    let dir = scratch("escapes-module-pool");
+    let pool_dir = dir.to_str().unwrap();
+    // Alone, then as a pool's only member (its own cap, the pool's, refuses first): the
+    // load measured with the pool's marks, charged to both, credited to both.
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "modules"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+    ] {
+        let (o, s) = escapes(&["module-globals", "256Mi"], 1, Some("256Mi"), env);
+        assert_passed(&o, &format!("module-globals with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        assert!(
+            s[0].peak_used <= 256 * MIB + 160 * MIB,
+            "beyond the cap only the refused module, for its moment: {:?}",
+            s[0]
+        );
+        let refused = refusals(&stderr(&o));
+        for api in ["cuMemAlloc of 128 MiB", "cuModuleLoadData of 160 MiB"] {
+            let line = format!("refused {api} on GPU 0: 160 MiB of the 256 MiB cap in use");
+            assert!(
+                refused.iter().any(|l| l.contains(&line)),
+                "{line:?} in {refused:?}"
+            );
+        }
+    }
+    control_fails(&["module-globals", "256Mi"], 1);
+}
+
+/// A larger stack (`cuCtxSetLimit(CU_LIMIT_STACK_SIZE)`, `cudaDeviceSetLimit`) takes
+/// device memory at the call, which no allocation call shows: an H100 took 3.87 GiB for
+/// 16 KiB per thread. Measured around the call and charged, a stack of over half a
+/// 512 MiB cap leaves no room for half the cap; one the cap cannot take is refused with
+/// the old value kept; lowering it, and the end of its context, give it back.
+#[test]
+fn a_larger_stack_is_charged_while_the_context_has_it() {
+    let dir = scratch("escapes-stack-pool");
+    let pool_dir = dir.to_str().unwrap();
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "stacks"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+    ] {
+        let (o, s) = escapes(&["stack-limit", "512Mi"], 1, Some("512Mi"), env);
+        assert_passed(&o, &format!("stack-limit with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        assert!(
+            s[0].peak_used <= 512 * MIB + 528 * MIB,
+            "beyond the cap only the refused stack, for its moment: {:?}",
+            s[0]
+        );
+        let refused = refusals(&stderr(&o));
+        for api in ["cuMemAlloc of 256 MiB", "cuCtxSetLimit of 264 MiB"] {
+            let line = format!("refused {api} on GPU 0: 264 MiB of the 512 MiB cap in use");
+            assert!(
+                refused.iter().any(|l| l.contains(&line)),
+                "{line:?} in {refused:?}"
+            );
+        }
+    }
+    control_fails(&["stack-limit", "512Mi"], 1);
+}
+
+/// A stack gpucap refused after the driver took it, which the driver will not set back
+/// (`FAKECUDA_STACK_LOWER_FAILS=1`), stays with the context: it stays charged (charged
+/// by force, past the cap for the moment half the cap is held beside it), the rest of the
+/// cap is served and no more, a lowering the driver refuses credits nothing, and the
+/// context's end gives it all back. Alone and in a pool. Charged as the driver's answer
+/// says, not as gpucap asked: a stack credited at the refusal lets the 2 MiB past the cap
+/// through.
+#[test]
+fn a_stack_the_driver_will_not_set_back_stays_charged() {
+    let dir = scratch("escapes-stuck-stack-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let stuck = ("FAKECUDA_STACK_LOWER_FAILS", "1");
+    for env in [
+        &[stuck][..],
+        &[
+            stuck,
+            ("GPUCAP_POOL", "stuck"),
+            ("GPUCAP_POOL_DIR", pool_dir),
+        ][..],
+    ] {
+        let (o, s) = escapes(&["stuck-stack", "512Mi"], 1, Some("512Mi"), env);
+        assert_passed(&o, &format!("stuck-stack with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        assert!(
+            s[0].peak_used <= 256 * MIB + 264 * MIB,
+            "beyond the cap only the stack the driver kept, beside the half: {:?}",
+            s[0]
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains("but the driver would not set it back to 1024 (error 999): the memory it took stays, charged"),
+            "{env:?}: {err}"
+        );
+        let refused = refusals(&err);
+        assert!(
+            refused
+                .iter()
+                .any(|l| l.contains("refused cuCtxSetLimit of 264 MiB on GPU 0")),
+            "{refused:?}"
+        );
+    }
+    let (o, _) = escapes(&["stuck-stack", "512Mi"], 1, None, &[stuck]);
+    assert_failed(&o, "stuck-stack without the shim");
+}
+
+/// Kernels loaded lazily (CUDA's default): a library's kernels take device memory in a
+/// context at their first use there, inside the launch, which no allocation call shows
+/// (PyTorch's first kernel: 92 MiB on an H200). Measured at each function's first launch
+/// (or `cuKernelGetFunction`) and charged, past the cap if need be (a launch cannot be
+/// refused once made): allocations the cap cannot take beside them are refused; the
+/// context's end gives them back.
+#[test]
+fn kernels_loaded_at_a_first_launch_are_charged() {
+    let dir = scratch("escapes-lazy-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let lib = [
+        ("FAKECUDA_LIBRARY_MEM", "96Mi"),
+        ("FAKECUDA_FUNCTION_MEM", "32Mi"),
+    ];
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "lazy"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[("FAKECUDA_NVML_FAIL", "1")][..],
+        // NVML lists the host's pids (a container): this process is not in its list.
+        &[("FAKECUDA_NVML_PID_OFFSET", "100000")][..],
+    ] {
+        let env = [&lib[..], env].concat();
+        let (o, s) = escapes(&["lazy-kernels", "256Mi"], 1, Some("256Mi"), &env);
+        assert_passed(&o, &format!("lazy-kernels with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        let err = stderr(&o);
+        assert!(
+            err.contains("cuLaunchKernel: the kernels its first use loaded took 96 MiB on GPU 0, past the cap (320 MiB of 256 MiB in use)"),
+            "{env:?}: {err}"
+        );
+        let refused = refusals(&err);
+        assert!(
+            refused.iter().any(|l| l.contains(
+                "refused cuMemAlloc of 64 MiB on GPU 0: 224 MiB of the 256 MiB cap in use"
+            )),
+            "{refused:?}"
+        );
+    }
+    let (o, _) = escapes(&["lazy-kernels", "256Mi"], 1, None, &lib);
+    assert_failed(&o, "lazy-kernels without the shim");
+}
+
+/// A library's kernel is loaded by the driver into every context that uses it (issue
+/// 34): a kernel handle launched (or asked for with `cuKernelGetFunction`) in five
+/// created contexts beside the primary is charged in each, so that a sixth copy past the
+/// cap is refused before the driver loads it, and the fake driver's own figure never
+/// passes the cap; each created context's copy is credited with it. Alone, in a pool,
+/// without NVML, and with NVML listing host pids as in a container (this process is not
+/// in its list: the measurement falls back to the context's free memory).
+#[test]
+fn a_librarys_kernels_are_charged_in_every_context_they_are_loaded_into() {
+    let dir = scratch("escapes-lazy-contexts-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let lib = [("FAKECUDA_LIBRARY_MEM", "200Mi")];
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "ctxs"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[("FAKECUDA_NVML_FAIL", "1")][..],
+        &[("FAKECUDA_NVML_PID_OFFSET", "100000")][..],
+    ] {
+        let env = [&lib[..], env].concat();
+        let (o, s) = escapes(&["lazy-contexts", "1000Mi"], 1, Some("1000Mi"), &env);
+        assert_passed(&o, &format!("lazy-contexts with the shim {env:?}"));
+        assert!(
+            s[0].peak_used <= 1000 << 20,
+            "{env:?}: the fake driver held {} MiB under a 1000 MiB cap",
+            s[0].peak_used >> 20
+        );
+        assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
+        let err = stderr(&o);
+        assert!(
+            err.contains("cuLaunchKernel: refused before the driver loaded anything: a first use of this library or module in this context is expected to load 200 MiB on GPU 0"),
+            "{env:?}: {err}"
+        );
+    }
+    let (o, s) = escapes(&["lazy-contexts", "1000Mi"], 1, None, &lib);
+    assert_failed(&o, "lazy-contexts without the shim");
+    assert!(
+        s[0].peak_used >= 1200 << 20,
+        "six copies without the shim: {:?}",
+        s[0]
+    );
+}
+
+/// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
+/// (FAKECUDA_TRACE logs each call the fake driver gets).
+fn current_context_asks(n: u32) -> usize {
+    stderr(&launch_loop(&[&n.to_string()]))
+        .lines()
+        .filter(|l| l.starts_with("fakecuda: cuCtxGetCurrent("))
+        .count()
+}
+
+/// `launch_loop args` under the shim (a cap of 1 GiB, debug log), the fake driver
+/// tracing its calls and loading 64 MiB of the library at its first use in a context.
+fn launch_loop(args: &[&str]) -> Output {
+    let prog = compile_c("launch_loop", "", &["-lcuda"]);
+    let stats = scratch("escapes-launch-loop").join("stats.json");
+    let mut c = fake_cmd(prog, &stats);
+    c.env("FAKECUDA_TRACE", "1")
+        .env("FAKECUDA_LIBRARY_MEM", "64Mi");
+    preload(&mut c)
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_LOG", "debug");
+    let o = run(c.args(args));
+    assert_ok(&o);
+    o
+}
+
+/// A launch of a kernel handle (`cuLibraryGetKernel`, what CUDA 13's runtime launches)
+/// after its first use in the current context makes no driver call of the shim's: the
+/// context is the one this thread's context hooks last saw, not asked of the driver
+/// (`cuCtxGetCurrent`) at each launch and each `cuKernelGetFunction`. Before, a PyTorch
+/// step made 532 more driver calls under gpucap than without it, one per launch. What
+/// the shim asks grows with the context switches (two here), not with the launches.
+#[test]
+fn a_kernel_handles_later_launches_do_not_ask_the_driver_for_the_context() {
+    let (few, many) = (current_context_asks(5), current_context_asks(105));
+    assert_eq!(
+        few,
+        many,
+        "100 more launches and lookups in each context asked the driver for the current context {} more times",
+        many.saturating_sub(few)
+    );
+}
+
+/// A context `cuGLCtxCreate` makes and pushes (deprecated OpenGL interop) is followed: a
+/// kernel handle used before in another context is measured at its first launch there,
+/// not taken for the context this thread's hooks saw before (its library loaded into
+/// each of the three contexts: three first uses measured).
+#[test]
+fn a_kernel_handle_is_measured_in_a_context_cu_gl_ctx_create_made() {
+    let o = launch_loop(&["3", "gl"]);
+    let err = stderr(&o);
+    let measured: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("cuLaunchKernel: its first use loaded 64 MiB of kernels"))
+        .collect();
+    assert_eq!(measured.len(), 3, "{}", tail(&err, 4000));
+}

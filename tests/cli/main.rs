@@ -1,0 +1,17 @@
+//! The `gpucap` command line: `run`, `check`, its conventions and GPU keys, `status`,
+//! `top`, usage reports, and the metrics in Prometheus's format with the monitoring
+//! files that read them.
+//!
+//! One test binary of the suite (docs/src/fake-gpu.md, "The test suite"); each module is
+//! a file of this folder, and its tests are named `<module>::<test>`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cli;
+mod cli_conventions;
+mod cli_gpu_keys;
+mod metrics;
+mod monitoring;
+mod report;
+mod watching;

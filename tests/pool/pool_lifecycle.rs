@@ -1,0 +1,163 @@
+//! A pool's life: `gpucap pool list` shows every pool of the user's
+//! pool directory with its members alive and dead, the bytes held and its last use;
+//! `gpucap pool clean` removes the pools no process uses and never one in use; a
+//! `--pool` naming no pool suggests the nearest one. The race of a cleaner with a
+//! joiner is tested where it is handled (src/pool-file/removal.rs).
+
+use super::common;
+
+use std::process::{Child, Output};
+
+use common::pool_scratch::*;
+use common::*;
+
+fn kill(mut child: Child) -> Output {
+    // SAFETY: kill on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    child.wait_with_output().unwrap()
+}
+
+/// The row of pool `name` in `pool list`'s output.
+fn row<'a>(text: &'a str, name: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row for {name} in\n{text}"))
+}
+
+#[test]
+fn list_shows_each_pool_and_clean_removes_only_those_nobody_uses() {
+    let s = Scratch::new("pool-lifecycle");
+    // busy: a live member. idle: its only member exited. stale: its member was killed
+    // holding 200 MiB.
+    let busy = s.member("busy", "a", &["alloc:300Mi"]);
+    let o = s.once("idle", &["alloc:100Mi"]);
+    assert_ok(&o);
+    let killed = s.member("stale", "b", &["alloc:200Mi"]);
+    kill(killed);
+
+    let o = run(&mut s.gpucap(&["pool", "list"]));
+    assert_ok(&o);
+    let text = stdout(&o);
+    let b = row(&text, "busy");
+    assert!(
+        b.contains("1 alive, 0 dead") && b.contains("300 MiB"),
+        "{text}"
+    );
+    let i = row(&text, "idle");
+    assert!(
+        i.contains("0 alive, 0 dead") && i.contains(" 0 B "),
+        "{text}"
+    );
+    let st = row(&text, "stale");
+    assert!(
+        st.contains("0 alive, 1 dead") && st.contains("200 MiB"),
+        "{text}"
+    );
+    // The last use is a UTC time.
+    assert!(
+        b.trim_end().ends_with(|c: char| c.is_ascii_digit()),
+        "{text}"
+    );
+
+    // status leaves out the pool no process uses (no live member, nothing held), which
+    // clean removes; --all shows it.
+    let o = run(&mut s.gpucap(&["status"]));
+    assert_ok(&o);
+    assert!(!stdout(&o).contains("pool idle"), "{}", dump(&o));
+    assert!(
+        stdout(&o).contains("pool busy") && stdout(&o).contains("pool stale"),
+        "{}",
+        dump(&o)
+    );
+    let o = run(&mut s.gpucap(&["status", "--json"]));
+    assert!(!stdout(&o).contains("idle.pool"), "{}", dump(&o));
+    let o = run(&mut s.gpucap(&["status", "--all"]));
+    assert_ok(&o);
+    assert!(stdout(&o).contains("pool idle"), "{}", dump(&o));
+    // top leaves it out too, unless it is the pool named.
+    let o = run(&mut s.gpucap(&["top", "--once"]));
+    assert_ok(&o);
+    assert!(!stdout(&o).contains("pool idle"), "{}", dump(&o));
+    assert!(stdout(&o).contains("pool busy"), "{}", dump(&o));
+    let o = run(&mut s.gpucap(&["top", "--once", "--pool", "idle"]));
+    assert_ok(&o);
+    assert!(stdout(&o).contains("pool idle"), "{}", dump(&o));
+
+    // clean: the idle pool goes; the busy one is in use; the stale one still counts
+    // bytes (a dead member's), so it stays unless named.
+    let o = run(&mut s.gpucap(&["pool", "clean"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("removed idle"), "{}", dump(&o));
+    assert!(
+        out.contains("kept busy: in use by 1 live member"),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        out.contains("kept stale") && out.contains("gpucap pool clean stale"),
+        "{}",
+        dump(&o)
+    );
+    assert!(!s.pool_file("idle").exists());
+    assert!(s.pool_file("busy").exists() && s.pool_file("stale").exists());
+
+    // Named: the stale pool goes; the busy one is refused (exit 1) and stays.
+    let o = run(&mut s.gpucap(&["pool", "clean", "stale"]));
+    assert_ok(&o);
+    assert!(stdout(&o).contains("removed stale"), "{}", dump(&o));
+    assert!(!s.pool_file("stale").exists());
+    let o = run(&mut s.gpucap(&["pool", "clean", "busy"]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("in use by 1 live member"),
+        "{}",
+        dump(&o)
+    );
+    assert!(s.pool_file("busy").exists());
+    // The member is unharmed: status still reads its pool.
+    let o = run(&mut s.gpucap(&["status", "--pool", "busy"]));
+    assert_ok(&o);
+    // A name that is no pool: the nearest one.
+    let o = run(&mut s.gpucap(&["pool", "clean", "bussy"]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(stderr(&o).contains("did you mean busy?"), "{}", dump(&o));
+
+    // Once the member is gone, the pool is idle and clean removes it; a new member
+    // then makes a new file under the same name.
+    kill(busy);
+    let o = run(&mut s.gpucap(&["pool", "clean", "busy"]));
+    assert_ok(&o);
+    assert!(!s.pool_file("busy").exists());
+    assert_ok(&s.once("busy", &["alloc:1Mi"]));
+    assert!(s.pool_file("busy").exists());
+}
+
+#[test]
+fn a_pool_name_that_names_no_pool_gets_the_nearest_one() {
+    let s = Scratch::new("pool-didyoumean");
+    assert_ok(&s.once("train", &["alloc:1Mi"]));
+    assert_ok(&s.once("eval", &["alloc:1Mi"]));
+    for args in [
+        vec!["status", "--pool", "trian"],
+        vec!["top", "--pool", "trian", "--iterations", "1"],
+        vec!["status", "--prometheus", "--pool", "trian"],
+        vec!["status", "--pool", "Train"],
+    ] {
+        let o = run(&mut s.gpucap(&args));
+        assert_eq!(o.status.code(), Some(1), "{args:?}\n{}", dump(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("did you mean train?"),
+            "{args:?}\n{}",
+            dump(&o)
+        );
+        assert!(err.contains("eval, train"), "the pools there\n{}", dump(&o));
+    }
+    // Nothing near: the pools there are listed.
+    let o = run(&mut s.gpucap(&["status", "--pool", "inference"]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(!stderr(&o).contains("did you mean"), "{}", dump(&o));
+    assert!(stderr(&o).contains("eval, train"), "{}", dump(&o));
+}

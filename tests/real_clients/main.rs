@@ -1,0 +1,12 @@
+//! Real, unmodified clients on the fake GPU (cudarc, cuda-bindings, CuPy), and the fake
+//! GPU held to a real driver's recorded answers.
+//!
+//! One test binary of the suite (docs/src/fake-gpu.md, "The test suite"); each module is
+//! a file of this folder, and its tests are named `<module>::<test>`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod driver_answers;
+mod frameworks;
+mod real_clients;
