@@ -83,8 +83,15 @@ section "Module import cycles (scripts/dev/modcycles.py)"
 # Data flows one way in every crate (docs/src/how-it-works.md, Map of the code): a new cycle fails the run.
 python3 scripts/dev/modcycles.py src cuda-stubs
 
-section "Build (cargo build --release --workspace --all-targets)"
-cargo build --release --workspace --all-targets
+# The shim, the CLI, the fake GPU and the crates' own tests with the release profile; the
+# integration tests (tests/<area>/, the package gpucap-tests) with the profile test-release
+# (Cargo.toml: the release profile without link-time optimisation, a cheaper link of
+# seven large test binaries). They run target/release's shim, CLI and fake GPU all the same
+# (tests/common's profile_dir), the build whose figures the documents publish.
+TEST_PROFILE=(--profile test-release -p gpucap-tests)
+section "Build (cargo build --release --workspace --all-targets --exclude gpucap-tests, cargo test ${TEST_PROFILE[*]} --no-run)"
+cargo build --release --workspace --all-targets --exclude gpucap-tests
+cargo test "${TEST_PROFILE[@]}" --no-run
 
 # make_venv DIR MAJOR SPEC: a virtual environment with cuda-bindings MAJOR.x.
 make_venv() {
@@ -286,7 +293,7 @@ else
     echo "no container runtime: tests/deployment/containers.rs will fail (GPUCAP_TEST_REQUIRE_CLIENTS=1)" >&2
 fi
 
-section "Tests (cargo test --release --workspace --no-fail-fast)"
+section "Tests (cargo test --release --workspace --exclude gpucap-tests, then cargo test ${TEST_PROFILE[*]}; --no-fail-fast)"
 export GPUCAP_TEST_PYTHON_CB12="$ROOT/target/venv-cb12/bin/python"
 export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
 export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
@@ -303,7 +310,8 @@ status=0
 # Every part's output also goes to a log, from which the run's last line is summed up.
 TEST_LOG=$ROOT/target/test-run.log
 : >"$TEST_LOG"
-cargo test --release --workspace --no-fail-fast 2>&1 | tee -a "$TEST_LOG" || status=1
+cargo test --release --workspace --exclude gpucap-tests --no-fail-fast 2>&1 | tee -a "$TEST_LOG" || status=1
+cargo test "${TEST_PROFILE[@]}" --no-fail-fast 2>&1 | tee -a "$TEST_LOG" || status=1
 
 # CI clones the repository into a folder it chooses, and the suite must pass from any
 # path. The test binaries find what they run from their own location (target/release:
@@ -327,7 +335,7 @@ long_tests() {
     done
     echo "profile directory: ${#dir} characters"
     local exes
-    exes=$(cargo test --release --no-run --message-format=json \
+    exes=$(cargo test "${TEST_PROFILE[@]}" --no-run --message-format=json \
         --test pool --test cli 2>/dev/null |
         python3 -c 'import json, sys
 for line in sys.stdin:

@@ -22,10 +22,12 @@ mkdir -p "$dir"
 export CARGO_TARGET_DIR=$dir
 times=$dir.time
 
-# The build commands of scripts/test.sh, in its order.
+# The build commands of scripts/test.sh, in its order: the workspace with the release
+# profile, the integration tests (the package gpucap-tests) with the profile test-release.
 build() {
-    cargo build --release --workspace --all-targets
-    cargo test --release --workspace --no-run
+    cargo build --release --workspace --all-targets --exclude gpucap-tests
+    cargo test --release --workspace --exclude gpucap-tests --no-run
+    cargo test --profile test-release -p gpucap-tests --no-run
 }
 
 echo "building from clean in $dir ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -35,7 +37,10 @@ read -r user sys wall <"$times"
 rm -f "$times"
 
 # Test binaries: the integration test targets (tests/) and the unit tests of the crates.
-read -r integration units < <(cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
+read -r integration units < <({
+    cargo test --release --workspace --exclude gpucap-tests --no-run --message-format=json
+    cargo test --profile test-release -p gpucap-tests --no-run --message-format=json
+} 2>/dev/null |
     python3 -c 'import json, sys
 integration = units = 0
 for line in sys.stdin:

@@ -18,13 +18,24 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `target/<profile>`: the directory that holds this test binary's `deps/`.
+/// The profile the test binaries are built with by scripts/test.sh (Cargo.toml): the
+/// release profile without link-time optimisation, in `target/test-release`.
+pub const TEST_PROFILE: &str = "test-release";
+
+/// `target/<profile>`: the directory that holds this test binary's `deps/`, whose shim,
+/// CLI and fake GPU the tests run. A test binary built with [`TEST_PROFILE`] runs those
+/// of `target/release` beside it: the release build whose figures the documents publish.
 pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
+    let dir = exe
+        .parent()
         .and_then(Path::parent)
-        .expect("test binary lives in target/<profile>/deps")
-        .to_path_buf()
+        .expect("test binary lives in target/<profile>/deps");
+    if dir.file_name().is_some_and(|p| p == TEST_PROFILE) {
+        dir.with_file_name("release")
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 fn built(name: &str) -> PathBuf {

@@ -12,3 +12,4 @@ mod doc_figures;
 mod quickstart;
 mod readme;
 mod skip_rule;
+mod test_profile;
