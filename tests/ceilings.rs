@@ -474,3 +474,139 @@ fn check_and_run_show_each_figure_where_it_came_from_and_the_ceiling_that_holds(
     }
     assert!(!err.contains("no cap is set"), "{}", dump(&o));
 }
+
+/// The script under `lib` in pool `pool` of `pools` (the fake GPU of 8 GiB shared in
+/// `dir`) with `vars` and `steps`, started in the background.
+fn pool_process(
+    dir: &Path,
+    lib: &Path,
+    pool: &str,
+    vars: &[(&str, &str)],
+    steps: &[String],
+) -> std::process::Child {
+    let mut c = fake_cmd(script(), &dir.join(format!("{pool}-stats.json")));
+    c.env("LD_PRELOAD", lib)
+        .env("FAKECUDA_TOTAL_MEM", "8Gi")
+        .env("FAKECUDA_SHARED", dir.join("fake-gpu"))
+        .env("GPUCAP_POOL", pool)
+        .env("GPUCAP_POOL_DIR", dir.join("pools"))
+        .args(steps)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
+}
+
+/// A pool `pool` made by a member without a file at `cap` (it holds `first`, waits for
+/// the joiner to be done, then allocates `then`), and the joiner (the script under `lib`
+/// with `vars` doing `steps`, started once the maker is in). Their outputs: maker, joiner.
+fn maker_and_joiner(
+    dir: &Path,
+    pool: &str,
+    cap: &str,
+    (first, then): (u64, u64),
+    lib: &Path,
+    vars: &[(&str, &str)],
+    steps: &[String],
+) -> (Output, Output) {
+    let bare = dir.join("bare").join("libgpucap.so");
+    if !bare.exists() {
+        library_in(&dir.join("bare"), None);
+    }
+    let ready = dir.join(format!("{pool}-maker-ready"));
+    let done = dir.join(format!("{pool}-joiner-done"));
+    let mut maker = pool_process(
+        dir,
+        &bare,
+        pool,
+        &[("GPUCAP_LIMIT", cap)],
+        &[
+            format!("alloc:{first}"),
+            format!("touch:{}", ready.display()),
+            format!("wait:{}", done.display()),
+            format!("alloc:{then}"),
+        ],
+    );
+    // The joiner joins at its cuInit: once the maker made the pool.
+    wait_ready(&mut maker, &ready, "the pool's maker");
+    let joiner = pool_process(dir, lib, pool, vars, steps)
+        .wait_with_output()
+        .unwrap();
+    // The joiner may have been refused at cuInit: the maker goes on all the same.
+    std::fs::write(&done, "").unwrap();
+    (maker.wait_with_output().unwrap(), joiner)
+}
+
+#[test]
+fn a_process_under_a_files_ceiling_joins_a_larger_pool_held_at_its_ceiling() {
+    let dir = scratch("ceiling-join");
+    std::fs::create_dir_all(dir.join("pools")).unwrap();
+    let lib = library_in(&dir.join("home"), Some("GPUCAP_LIMIT=256Mi\n"));
+    let env_file = dir.join("home").join("gpucap.env").display().to_string();
+    let steps = [format!("alloc:{SMALL}"), format!("alloc:{}", 300 * MIB)];
+    // Nothing more in the environment than the pool, or a raise as well.
+    for (i, vars) in [vec![], vec![("GPUCAP_LIMIT", "4Gi")]].iter().enumerate() {
+        let pool = format!("big{i}");
+        let (maker, joiner) =
+            maker_and_joiner(&dir, &pool, "4Gi", (GIB, 2 * GIB), &lib, vars, &steps);
+        let both = format!(
+            "{vars:?}\nmaker:\n{}\njoiner:\n{}",
+            dump(&maker),
+            dump(&joiner)
+        );
+        assert_eq!(alloc_rc(&joiner, SMALL).as_deref(), Some("0"), "{both}");
+        assert_ne!(alloc_rc(&joiner, 300 * MIB).as_deref(), Some("0"), "{both}");
+        let want = format!(
+            "gpucap: the pool {pool} holds GPU 0 to 4 GiB, more than this process may hold \
+             under the ceiling of {env_file}: it joins the pool held at 256 MiB"
+        );
+        let err = stderr(&joiner);
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.contains("joins the pool held at"))
+                .count(),
+            1,
+            "{both}"
+        );
+        assert!(err.lines().any(|l| l == want), "missing {want:?}\n{both}");
+        // The other member still gets its memory: the pool's cap is its.
+        assert_eq!(alloc_rc(&maker, GIB).as_deref(), Some("0"), "{both}");
+        assert_eq!(alloc_rc(&maker, 2 * GIB).as_deref(), Some("0"), "{both}");
+    }
+}
+
+#[test]
+fn under_a_ceiling_a_smaller_pool_cap_holds_and_without_a_file_the_caps_must_agree() {
+    let dir = scratch("ceiling-join-small");
+    std::fs::create_dir_all(dir.join("pools")).unwrap();
+    let lib = library_in(&dir.join("home"), Some("GPUCAP_LIMIT=256Mi\n"));
+    // A pool of 128 MiB: its cap holds for a process whose ceiling is 256 MiB.
+    let steps = [format!("alloc:{}", 32 * MIB), format!("alloc:{SMALL}")];
+    let (maker, joiner) = maker_and_joiner(&dir, "small", "128Mi", (0, 0), &lib, &[], &steps);
+    let both = format!("maker:\n{}\njoiner:\n{}", dump(&maker), dump(&joiner));
+    assert_eq!(alloc_rc(&joiner, 32 * MIB).as_deref(), Some("0"), "{both}");
+    assert_ne!(alloc_rc(&joiner, SMALL).as_deref(), Some("0"), "{both}");
+    assert!(
+        !stderr(&joiner).contains("joins the pool held at"),
+        "{both}"
+    );
+    // Without a file, a member capped at 256 MiB may not join a pool of 4 GiB.
+    let bare = dir.join("bare").join("libgpucap.so");
+    let (_, joiner) = maker_and_joiner(
+        &dir,
+        "agree",
+        "4Gi",
+        (0, 0),
+        &bare,
+        &[("GPUCAP_LIMIT", "256Mi")],
+        &steps,
+    );
+    assert!(
+        stderr(&joiner).contains("every member of a pool must set the same GPUCAP_LIMIT"),
+        "{}",
+        dump(&joiner)
+    );
+    assert_eq!(alloc_rc(&joiner, 32 * MIB), None, "{}", dump(&joiner));
+}
