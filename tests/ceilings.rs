@@ -610,3 +610,126 @@ fn under_a_ceiling_a_smaller_pool_cap_holds_and_without_a_file_the_caps_must_agr
     );
     assert_eq!(alloc_rc(&joiner, 32 * MIB), None, "{}", dump(&joiner));
 }
+
+/// Touches a file when dropped: the processes waiting for it go on, even when a test
+/// fails first.
+struct Release(PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}
+
+#[test]
+fn status_marks_a_process_held_at_a_ceiling_handed_down_and_says_where_from() {
+    let dir = scratch("ceiling-status");
+    let pools = dir.join("pools");
+    std::fs::create_dir_all(&pools).unwrap();
+    let lib = library_in(&dir.join("home"), Some("GPUCAP_LIMIT=256Mi\n"));
+    let bare = library_in(&dir.join("bare"), None);
+    let done = Release(dir.join("status-done"));
+    let hold = |tag: &str| {
+        [
+            format!("alloc:{}", 100 * MIB),
+            format!("touch:{}", dir.join(tag).display()),
+            format!("wait:{}", done.0.display()),
+        ]
+    };
+    let pool_dir = pools.display().to_string();
+    let mut started = Vec::new();
+    let mut start = |tag: &str, lib: &Path, pool: Option<&str>, vars: &[(&str, &str)]| {
+        let mut steps = hold(tag).to_vec();
+        if let Some(cap) = pool.map(|_| 4 * GIB) {
+            // The pool's maker: past what the other member may hold.
+            steps.insert(0, format!("alloc:{}", cap / 4));
+        }
+        let mut c = fake_cmd(script(), &dir.join(format!("{tag}.json")));
+        c.env("LD_PRELOAD", lib)
+            .env("FAKECUDA_TOTAL_MEM", "8Gi")
+            .env("FAKECUDA_SHARED", dir.join("fake-gpu"))
+            .env("GPUCAP_POOL_DIR", &pool_dir)
+            .args(&steps)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        wait_ready(&mut child, &dir.join(tag), tag);
+        let pid = child.id();
+        started.push(child);
+        pid
+    };
+    let maker = start(
+        "maker",
+        &bare,
+        Some("p"),
+        &[("GPUCAP_LIMIT", "4Gi"), ("GPUCAP_POOL", "p")],
+    );
+    let member = start("member", &lib, None, &[("GPUCAP_POOL", "p")]);
+    let alone = start("alone", &lib, None, &[]);
+    let lowered = start("lowered", &lib, None, &[("GPUCAP_LIMIT", "128Mi")]);
+    let hami = start("hami", &bare, None, &[("CUDA_DEVICE_MEMORY_LIMIT", "512m")]);
+    let own = start("own", &bare, None, &[("GPUCAP_LIMIT", "1Gi")]);
+    let status = |args: &[&str]| {
+        let mut c = fake_cmd(cli(), &dir.join("status.json"));
+        c.env("GPUCAP_POOL_DIR", &pools)
+            .env("COLUMNS", "200")
+            .env("FAKECUDA_TOTAL_MEM", "8Gi")
+            .args(args);
+        let o = run(&mut c);
+        assert_ok(&o);
+        stdout(&o)
+    };
+    let json = status(&["status", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let of = |pid: u32| {
+        let rows: Vec<&serde_json::Value> = doc["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["pid"] == pid)
+            .collect();
+        assert_eq!(rows.len(), 1, "pid {pid}: {json}");
+        (rows[0]["cap"].as_u64(), rows[0]["ceiling_from"].as_str())
+    };
+    let beside = Some("gpucap.env beside the library");
+    assert_eq!(of(member), (Some(256 * MIB), beside), "{json}");
+    assert_eq!(of(alone), (Some(256 * MIB), beside), "{json}");
+    assert_eq!(
+        of(hami),
+        (Some(512 * MIB), Some("HAMi device plugin's hand-over")),
+        "{json}"
+    );
+    assert_eq!(of(lowered), (Some(128 * MIB), None), "{json}");
+    assert_eq!(of(own), (Some(GIB), None), "{json}");
+    assert_eq!(of(maker), (Some(4 * GIB), None), "{json}");
+    // The table: the cap marked, and a line per place ceilings came from.
+    let text = status(&["status"]);
+    let row = |pid: u32| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("no row for pid {pid}\n{text}"))
+            .to_string()
+    };
+    assert!(row(member).contains(" 256Mi^ "), "{text}");
+    assert!(row(alone).contains(" 256Mi^ "), "{text}");
+    assert!(row(hami).contains(" 512Mi^ "), "{text}");
+    assert!(
+        !row(lowered).contains('^') && !row(own).contains('^'),
+        "{text}"
+    );
+    let (a, m) = (alone.min(member), alone.max(member));
+    for want in [
+        format!("^ the cap is a ceiling from gpucap.env beside the library (pid {a}, {m})"),
+        format!("^ the cap is a ceiling from HAMi device plugin's hand-over (pid {hami})"),
+    ] {
+        assert!(text.lines().any(|l| l == want), "missing {want:?}\n{text}");
+    }
+    drop(done);
+    for c in started {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", dump(&o));
+    }
+}

@@ -294,6 +294,37 @@ impl Lone {
         Ok(())
     }
 
+    /// Copies the header (as written in [`words`](Self::words) since [`show`](Self::show))
+    /// into the named file again, for its readers; nothing before `show` (which copies
+    /// it whole). Its figures are left as they are: readers take them live.
+    pub fn rewrite_header(&self) -> Result<(), String> {
+        if !self.shown.load(Acquire) {
+            return Ok(());
+        }
+        let bytes: Vec<u8> = self.words[DEVICES_BYTES / 8..]
+            .iter()
+            .flat_map(|w| w.load(Acquire).to_le_bytes())
+            .collect();
+        // SAFETY: our descriptor and a buffer of bytes.len() bytes, inside the file's
+        // allocated blocks.
+        let n = unsafe {
+            libc::pwrite(
+                self.fd.load(Relaxed),
+                bytes.as_ptr() as *const libc::c_void,
+                bytes.len(),
+                DEVICES_BYTES as libc::off_t,
+            )
+        };
+        if n != bytes.len() as isize {
+            return Err(format!(
+                "cannot write {}: {}",
+                self.path.to_string_lossy(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+
     /// At exit: the file is removed (a process that dies otherwise leaves it to the next
     /// reader). Its figures stay mapped: the exit path may still count.
     pub fn remove(&self) {

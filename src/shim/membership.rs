@@ -3,7 +3,7 @@
 //! first driver call, `cuInit` or not (see [`orphaned`]). Over `gpucap-pool-file`; no
 //! driver calls (the caller passes each visible GPU's UUID and cap).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, Once, OnceLock};
 
 use gpucap_core::budget::shares::{self, UnderCeiling};
@@ -98,6 +98,18 @@ pub struct Gpu {
     pub cap: Option<u64>,
 }
 
+/// The CUDA ordinals (one bit each) whose cap is a ceiling handed down to this process
+/// (a configuration file's or a driver's), not lowered by its environment: told by the
+/// shim as it works each cap out, before joining, and recorded in the slot at join.
+static AT_CEILING: AtomicU64 = AtomicU64::new(0);
+
+/// GPU `device`'s cap is a ceiling handed down to this process (see [`AT_CEILING`]).
+pub fn note_at_ceiling(device: usize) {
+    if device < 64 {
+        AT_CEILING.fetch_or(1 << device, Relaxed);
+    }
+}
+
 /// Joins the configured pool (nothing without `GPUCAP_POOL`) and registers every
 /// visible GPU with its cap. An error is kept: every later CUDA call fails closed.
 pub fn join(config: &Config, gpus: &[Gpu]) -> Result<(), &'static str> {
@@ -162,6 +174,22 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
             member.leave();
             return Err(format!("{}: GPU {ordinal}: {e}", path.display()));
         }
+    }
+    // What `gpucap status` shows: the GPUs on which this process is held at a ceiling
+    // handed down to it, and where that came from.
+    if let Some(handed) = gpucap_core::config::HandedDown::of(config) {
+        // Not where the pool's smaller cap holds instead.
+        let at_ceiling = AT_CEILING.load(Relaxed);
+        let at: Vec<usize> = gpus
+            .iter()
+            .zip(&registered)
+            .enumerate()
+            .filter(|(d, (g, (cap, held)))| {
+                at_ceiling & 1 << d != 0 && (held.is_some() || *cap == g.cap)
+            })
+            .map(|(d, _)| d)
+            .collect();
+        member.mark_handed_down(handed.word(), &at);
     }
     if MEMBERS[index].set(Joined { file, member }).is_err() {
         return Err("joined twice".into());
