@@ -190,7 +190,8 @@ impl Shim {
                     let line = config::held_line(bound, device, c);
                     log!(Warn, "{}", line.trim_start_matches("gpucap: "));
                 }
-                capped.cap
+                // In bytes now: said once if above the GPU's memory, as any cap.
+                resolve_limit(device, capped.cap.map(config::Limit::Bytes), &mut total)
             }
         };
         self.ledger.set_cap(device, cap);
