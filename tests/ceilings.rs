@@ -727,6 +727,25 @@ fn status_marks_a_process_held_at_a_ceiling_handed_down_and_says_where_from() {
     ] {
         assert!(text.lines().any(|l| l == want), "missing {want:?}\n{text}");
     }
+    // The metrics: a series per process held at a ceiling handed down, with its source.
+    let prom = status(&["status", "--prometheus", "--all"]);
+    let series: Vec<&str> = prom
+        .lines()
+        .filter(|l| l.starts_with("gpucap_ceiling_handed_down_bytes{"))
+        .collect();
+    for (pid, from, bytes) in [
+        (member, "gpucap.env beside the library", 256 * MIB),
+        (alone, "gpucap.env beside the library", 256 * MIB),
+        (hami, "HAMi device plugin's hand-over", 512 * MIB),
+    ] {
+        assert!(
+            series.iter().any(|l| l.contains(&format!("pid=\"{pid}\""))
+                && l.contains(&format!("from=\"{from}\""))
+                && l.ends_with(&format!(" {bytes}"))),
+            "pid {pid}: {series:#?}\n{prom}"
+        );
+    }
+    assert_eq!(series.len(), 3, "{prom}");
     drop(done);
     for c in started {
         let o = c.wait_with_output().unwrap();
