@@ -626,29 +626,27 @@ fn status_marks_a_process_held_at_a_ceiling_handed_down_and_says_where_from() {
     let dir = scratch("ceiling-status");
     let pools = dir.join("pools");
     std::fs::create_dir_all(&pools).unwrap();
-    let lib = library_in(&dir.join("home"), Some("GPUCAP_LIMIT=256Mi\n"));
+    let pool_dir = pools.display().to_string();
+    // The file names the pool directory too: a process with no variable of its own (the
+    // file alone) shows itself there.
+    let file = format!("GPUCAP_LIMIT=256Mi\nGPUCAP_POOL_DIR={pool_dir}\n");
+    let lib = library_in(&dir.join("home"), Some(&file));
     let bare = library_in(&dir.join("bare"), None);
     let done = Release(dir.join("status-done"));
-    let hold = |tag: &str| {
-        [
+    let mut started = Vec::new();
+    // The script under `lib` with `vars` (`first`: allocated before the rest), holding
+    // 100 MiB until the test is done.
+    let mut start = |tag: &str, lib: &Path, first: Option<u64>, vars: &[(&str, &str)]| {
+        let mut steps: Vec<String> = first.map(|b| format!("alloc:{b}")).into_iter().collect();
+        steps.extend([
             format!("alloc:{}", 100 * MIB),
             format!("touch:{}", dir.join(tag).display()),
             format!("wait:{}", done.0.display()),
-        ]
-    };
-    let pool_dir = pools.display().to_string();
-    let mut started = Vec::new();
-    let mut start = |tag: &str, lib: &Path, pool: Option<&str>, vars: &[(&str, &str)]| {
-        let mut steps = hold(tag).to_vec();
-        if let Some(cap) = pool.map(|_| 4 * GIB) {
-            // The pool's maker: past what the other member may hold.
-            steps.insert(0, format!("alloc:{}", cap / 4));
-        }
+        ]);
         let mut c = fake_cmd(script(), &dir.join(format!("{tag}.json")));
         c.env("LD_PRELOAD", lib)
             .env("FAKECUDA_TOTAL_MEM", "8Gi")
             .env("FAKECUDA_SHARED", dir.join("fake-gpu"))
-            .env("GPUCAP_POOL_DIR", &pool_dir)
             .args(&steps)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -661,17 +659,24 @@ fn status_marks_a_process_held_at_a_ceiling_handed_down_and_says_where_from() {
         started.push(child);
         pid
     };
+    let in_dir = ("GPUCAP_POOL_DIR", pool_dir.as_str());
+    // The pool's maker holds 1 GiB: past what the other member may hold.
     let maker = start(
         "maker",
         &bare,
-        Some("p"),
-        &[("GPUCAP_LIMIT", "4Gi"), ("GPUCAP_POOL", "p")],
+        Some(GIB),
+        &[("GPUCAP_LIMIT", "4Gi"), ("GPUCAP_POOL", "p"), in_dir],
     );
     let member = start("member", &lib, None, &[("GPUCAP_POOL", "p")]);
     let alone = start("alone", &lib, None, &[]);
     let lowered = start("lowered", &lib, None, &[("GPUCAP_LIMIT", "128Mi")]);
-    let hami = start("hami", &bare, None, &[("CUDA_DEVICE_MEMORY_LIMIT", "512m")]);
-    let own = start("own", &bare, None, &[("GPUCAP_LIMIT", "1Gi")]);
+    let hami = start(
+        "hami",
+        &bare,
+        None,
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "512m"), in_dir],
+    );
+    let own = start("own", &bare, None, &[("GPUCAP_LIMIT", "1Gi"), in_dir]);
     let status = |args: &[&str]| {
         let mut c = fake_cmd(cli(), &dir.join("status.json"));
         c.env("GPUCAP_POOL_DIR", &pools)

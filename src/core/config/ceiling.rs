@@ -91,7 +91,9 @@ pub fn under_file(
             }
         }
         None => {
-            if c.pool.is_some() && c.pool_dir.is_none() {
+            // A pool of the environment's, or a lone process's file, goes where the
+            // file says unless the environment says otherwise.
+            if c.pool_dir.is_none() {
                 c.pool_dir = file.pool_dir;
             }
         }
@@ -464,6 +466,12 @@ mod tests {
         let c = merged(&[("GPUCAP_LOG", "off"), ("GPUCAP_GROWTH", "0")], file);
         assert_eq!(c.log, LogLevel::Off);
         assert!(!c.growth);
+        // The pool directory too (where a lone process shows itself).
+        let f = &[("GPUCAP_LIMIT", "256Mi"), ("GPUCAP_POOL_DIR", "/pools")];
+        let c = merged(&[("GPUCAP_LOG", "debug")], f);
+        assert_eq!(c.pool_dir.as_deref(), Some(Path::new("/pools")));
+        let c = merged(&[("GPUCAP_POOL_DIR", "/mine")], f);
+        assert_eq!(c.pool_dir.as_deref(), Some(Path::new("/mine")));
     }
 
     #[test]
