@@ -575,6 +575,18 @@ fn a_process_under_a_files_ceiling_joins_a_larger_pool_held_at_its_ceiling() {
         assert_eq!(alloc_rc(&maker, GIB).as_deref(), Some("0"), "{both}");
         assert_eq!(alloc_rc(&maker, 2 * GIB).as_deref(), Some("0"), "{both}");
     }
+    // An environment that lowered the cap under the ceiling joins held at its own cap.
+    let steps = [format!("alloc:{}", 100 * MIB), format!("alloc:{SMALL}")];
+    let vars = [("GPUCAP_LIMIT", "128Mi")];
+    let (maker, joiner) = maker_and_joiner(&dir, "big2", "4Gi", (GIB, GIB), &lib, &vars, &steps);
+    let both = format!("maker:\n{}\njoiner:\n{}", dump(&maker), dump(&joiner));
+    assert_eq!(alloc_rc(&joiner, 100 * MIB).as_deref(), Some("0"), "{both}");
+    assert_ne!(alloc_rc(&joiner, SMALL).as_deref(), Some("0"), "{both}");
+    assert!(
+        stderr(&joiner).contains("it joins the pool held at 128 MiB"),
+        "{both}"
+    );
+    assert_eq!(alloc_rc(&maker, GIB).as_deref(), Some("0"), "{both}");
 }
 
 #[test]
