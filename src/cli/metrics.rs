@@ -30,9 +30,9 @@ use gpucap_core::budget::PoolView;
 use gpucap_core::lone::LoneView;
 
 use families::{
-    CAP, DRIFT, GUARANTEED, HELD_BY_DEAD, INFO, MEMBER_ALIVE, MEMBER_BORROWED, MEMBER_CEILING,
-    MEMBER_GUARANTEE, MEMBER_PEAK, MEMBER_USED, MEMBERS, PROCESS_CAP, UP, WAIT_SECONDS, WAITERS,
-    WAITS,
+    CAP, DRIFT, GUARANTEED, HANDED_DOWN, HELD_BY_DEAD, INFO, MEMBER_ALIVE, MEMBER_BORROWED,
+    MEMBER_CEILING, MEMBER_GUARANTEE, MEMBER_PEAK, MEMBER_USED, MEMBERS, PROCESS_CAP, UP,
+    WAIT_SECONDS, WAITERS, WAITS,
 };
 pub use reader::{Reader, Which};
 pub use server::serve;
@@ -77,6 +77,16 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Ide
             ]);
             let figures = [g.used, g.peak, g.refusals, g.largest_refused];
             s.add_figures(PROCESS_CAP, &l, g.cap, figures);
+            if let (Some(from), Some(cap)) = (&g.ceiling_from, g.cap) {
+                let l = labels(&[
+                    ("pid", &pid),
+                    ("pid_namespace", &ns),
+                    ("command", &command),
+                    ("gpu_uuid", &g.uuid),
+                    ("from", from),
+                ]);
+                s.add(HANDED_DOWN, &l, cap);
+            }
         }
     }
     for r in readings {
@@ -116,6 +126,7 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Ide
             s.add(DRIFT, &l, g.drift);
             s.add(GUARANTEED, &l, g.guaranteed);
         }
+        let pool_cap = |uuid: &str| view.gpus.iter().find(|g| g.uuid == uuid)?.cap;
         for m in &view.members {
             // The slot tells apart two members with one pid (pid 1 of two containers).
             let slot = m.slot.to_string();
@@ -139,6 +150,12 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Ide
                     s.add(MEMBER_CEILING, &l, c);
                 }
                 s.add(MEMBER_BORROWED, &l, g.borrowed);
+                let held = g.ceiling.or_else(|| pool_cap(&g.uuid));
+                if let (Some(from), Some(c)) = (&g.ceiling_from, held) {
+                    let mut l = member.to_vec();
+                    l.extend([("gpu_uuid", g.uuid.as_str()), ("from", from.as_str())]);
+                    s.add(HANDED_DOWN, &labels(&l), c);
+                }
             }
         }
     }
@@ -225,6 +242,38 @@ mod tests {
         // A member without a ceiling has no ceiling sample (the pool's cap applies).
         assert_eq!(samples(&text, "gpucap_member_ceiling_bytes").len(), 1);
         assert_eq!(samples(&text, "gpucap_member_guarantee_bytes").len(), 3);
+        assert!(samples(&text, "gpucap_ceiling_handed_down_bytes").is_empty());
+    }
+
+    #[test]
+    fn a_ceiling_handed_down_is_a_series_with_where_it_came_from() {
+        let mut v = view();
+        // Member 10 held at its 512 MiB ceiling, member 12 at the pool's 1 GiB cap.
+        for m in v.members.iter_mut().filter(|m| m.pid != 11) {
+            m.gpus[0].ceiling_from = Some("gpucap.env beside the library".into());
+        }
+        let mut lone = crate::procs::tests::lone(99, 5 << 20, Some(256 << 20)).view;
+        lone.gpus[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
+        let text = exposition(&[reading("t", v)], &[lone], None);
+        let got = samples(&text, "gpucap_ceiling_handed_down_bytes");
+        assert_eq!(got.len(), 3, "{text}");
+        for want in [
+            format!(
+                "gpucap_ceiling_handed_down_bytes{{pool=\"t\",slot=\"0\",pid=\"10\",command=\"prog-10 --x\",gpu_uuid=\"{UUID}\",from=\"gpucap.env beside the library\"}} {}",
+                512 << 20
+            ),
+            format!(
+                "gpucap_ceiling_handed_down_bytes{{pid=\"99\",pid_namespace=\"7\",command=\"prog-99 --lone\",gpu_uuid=\"{UUID}\",from=\"/etc/gpucap/gpucap.env\"}} {}",
+                256 << 20
+            ),
+        ] {
+            assert!(got.contains(&want.as_str()), "{want}\n{text}");
+        }
+        assert!(
+            got.iter()
+                .any(|l| l.contains("pid=\"12\"") && l.ends_with(&format!(" {}", 1u64 << 30))),
+            "{text}"
+        );
     }
 
     #[test]
@@ -304,7 +353,8 @@ mod tests {
     fn each_family_once_with_help_and_type_before_its_samples() {
         let mut second = view();
         second.gpus[0].cap = None;
-        let lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30)).view;
+        let mut lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30)).view;
+        lone.gpus[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
         let text = exposition(
             &[
                 reading("a", view()),

@@ -53,7 +53,11 @@ const H_FIGURES: usize = H + 7;
 const H_UUIDS: usize = H + 8;
 const H_COMMAND: usize = H_UUIDS + 2 * MAX_DEVICES;
 const COMMAND_WORDS: usize = crate::budget::COMMAND_BYTES / 8;
-const _: () = assert!(H_COMMAND + COMMAND_WORDS <= H + HEADER_WORDS);
+/// Where a ceiling handed down to the process came from (`config::HandedDown`'s word;
+/// 0: none), and the CUDA ordinals (one bit each) whose cap is that ceiling.
+const H_HANDED: usize = H_COMMAND + COMMAND_WORDS;
+const H_HANDED_GPUS: usize = H_HANDED + 1;
+const _: () = assert!(H_HANDED_GPUS < H + HEADER_WORDS);
 
 /// `flags`: the process runs in growth-only mode (`GPUCAP_GROWTH`).
 const FLAG_GROWTH: u64 = 1;
@@ -132,6 +136,16 @@ pub fn named_figure_bytes(words: &[AtomicU64]) -> usize {
     gpus * crate::ledger::DEVICE_WORDS * 8
 }
 
+/// Says in the header (`words`: the whole file) that GPU `device`'s cap is a ceiling
+/// handed down to the process, from where `handed` (`config::HandedDown`'s word) says.
+pub fn mark_handed_down(words: &[AtomicU64], handed: u64, device: usize) {
+    if words.len() < LONE_WORDS || device >= 64 {
+        return;
+    }
+    words[H_HANDED_GPUS].fetch_or(1 << device, Relaxed);
+    words[H_HANDED].store(handed, Relaxed);
+}
+
 /// The descriptor of the process's live figures its header names, if any.
 pub fn figures_fd(words: &[AtomicU64]) -> Option<i32> {
     let w = words.get(H_FIGURES)?.load(Relaxed);
@@ -175,6 +189,9 @@ pub struct LoneGpuView {
     pub refusals: u64,
     pub largest_refused: u64,
     pub allocs: u64,
+    /// Where its cap came from when it is a ceiling handed down to the process
+    /// (`/etc/gpucap/gpucap.env`, a driver's hand-over); None: its own environment's.
+    pub ceiling_from: Option<String>,
 }
 
 /// A lone process, as read from its file.
@@ -226,6 +243,8 @@ pub fn read(words: &[AtomicU64]) -> Result<LoneView, LoneError> {
     }
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     let command = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    let handed = crate::config::HandedDown::from_word(w(H_HANDED));
+    let handed_gpus = w(H_HANDED_GPUS);
     let gpus = (0..(w(H_GPUS) as usize).min(MAX_DEVICES))
         .filter_map(|g| {
             let u = usage_in(words, g)?;
@@ -242,6 +261,9 @@ pub fn read(words: &[AtomicU64]) -> Result<LoneView, LoneError> {
                 refusals: u.refusals,
                 largest_refused: u.largest_refused,
                 allocs: u.allocs,
+                ceiling_from: handed
+                    .filter(|_| handed_gpus & 1 << g != 0)
+                    .map(|h| h.text()),
             })
         })
         .collect();
@@ -292,6 +314,29 @@ mod tests {
         // Figures all zero: the cap word 0 is a cap of 0 bytes, not "none".
         assert_eq!(v.gpus[0].cap, Some(0));
         assert_eq!(read(&w[1..]), Err(LoneError::Size(LONE_WORDS - 1)));
+    }
+
+    #[test]
+    fn a_ceiling_handed_down_is_read_back_per_gpu() {
+        let w = words();
+        write_header(&w, &info());
+        assert_eq!(read(&w).unwrap().gpus[0].ceiling_from, None);
+        mark_handed_down(&w, crate::config::HandedDown::Etc.word(), 1);
+        let v = read(&w).unwrap();
+        assert_eq!(v.gpus[0].ceiling_from, None);
+        assert_eq!(
+            v.gpus[1].ceiling_from.as_deref(),
+            Some("/etc/gpucap/gpucap.env")
+        );
+        // A word no gpucap writes shows nothing.
+        mark_handed_down(&w, 0x77, 0);
+        assert!(
+            read(&w)
+                .unwrap()
+                .gpus
+                .iter()
+                .all(|g| g.ceiling_from.is_none())
+        );
     }
 
     #[test]

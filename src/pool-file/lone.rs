@@ -287,6 +287,16 @@ impl Lone {
         Ok(())
     }
 
+    /// Copies the header (as written in [`words`](Self::words) since [`show`](Self::show))
+    /// into the named file again, for its readers; nothing before `show` (which copies
+    /// it). Its figures are left as they are: readers take them live.
+    pub fn rewrite_header(&self) -> Result<(), String> {
+        if !self.shown.load(Acquire) {
+            return Ok(());
+        }
+        self.write_copy(DEVICES_BYTES..LONE_FILE_BYTES)
+    }
+
     /// Writes the live words' bytes `range` at the same place of the visible file.
     fn write_copy(&self, range: std::ops::Range<usize>) -> Result<(), String> {
         let bytes: Vec<u8> = self.words[range.start / 8..range.end / 8]
@@ -303,9 +313,14 @@ impl Lone {
             )
         };
         if n != bytes.len() as isize {
+            let name = if self.shown.load(Acquire) {
+                &self.path
+            } else {
+                &self.tmp
+            };
             return Err(format!(
                 "cannot write {}: {}",
-                self.tmp.to_string_lossy(),
+                name.to_string_lossy(),
                 if n < 0 {
                     std::io::Error::last_os_error().to_string()
                 } else {

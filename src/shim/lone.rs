@@ -102,6 +102,22 @@ pub fn show(config: &Config, uuids: &[[u8; 16]]) {
     }
 }
 
+/// GPU `device`'s cap is a ceiling handed down to this process, from where `handed`
+/// (`config::HandedDown`'s word) says: written in the header for `gpucap status`.
+pub fn mark_handed_down(handed: u64, device: usize) {
+    let Some(lone) = current() else {
+        return;
+    };
+    let _guard = MAKING.lock().unwrap_or_else(|p| p.into_inner());
+    gpucap_core::lone::mark_handed_down(lone.words(), handed, device);
+    if let Err(e) = lone.rewrite_header() {
+        log!(
+            Warn,
+            "gpucap status will not show this process's ceiling: {e}"
+        );
+    }
+}
+
 /// Whether a file was made and not named yet ([`show`] has work to do).
 pub fn pending() -> bool {
     current().is_some_and(|l| !l.is_shown())

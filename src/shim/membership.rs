@@ -3,10 +3,11 @@
 //! first driver call, `cuInit` or not (see [`orphaned`]). Over `gpucap-pool-file`; no
 //! driver calls (the caller passes each visible GPU's UUID and cap).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, Once, OnceLock};
 
-use gpucap_core::budget::{CapMismatch, Member, MemberInfo, Repair, WaitNote, shares};
+use gpucap_core::budget::shares::{self, UnderCeiling};
+use gpucap_core::budget::{CapMismatch, Member, MemberInfo, Repair, WaitNote};
 use gpucap_core::config::{Config, PoolSpec};
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -97,6 +98,18 @@ pub struct Gpu {
     pub cap: Option<u64>,
 }
 
+/// The CUDA ordinals (one bit each) whose cap is a ceiling handed down to this process
+/// (a configuration file's or a driver's), not lowered by its environment: told by the
+/// shim as it works each cap out, before joining, and recorded in the slot at join.
+static AT_CEILING: AtomicU64 = AtomicU64::new(0);
+
+/// GPU `device`'s cap is a ceiling handed down to this process (see [`AT_CEILING`]).
+pub fn note_at_ceiling(device: usize) {
+    if device < 64 {
+        AT_CEILING.fetch_or(1 << device, Relaxed);
+    }
+}
+
 /// Joins the configured pool (nothing without `GPUCAP_POOL`) and registers every
 /// visible GPU with its cap. An error is kept: every later CUDA call fails closed.
 pub fn join(config: &Config, gpus: &[Gpu]) -> Result<(), &'static str> {
@@ -143,30 +156,40 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         |m| m.leave(),
     )?;
     let member = member.waiting(config.wait, wait_note).noting(repair_note);
+    // Per GPU: the cap the pool holds it to, and what this process may hold of it where
+    // that is less (its ceiling handed down).
+    let mut registered = Vec::with_capacity(gpus.len());
     for (ordinal, gpu) in gpus.iter().enumerate() {
-        if let Err(e) = member.register_gpu(ordinal, &gpu.uuid, gpu.cap) {
-            member.leave();
-            let shown = |c: Option<u64>| c.map_or("no cap".to_string(), format_bytes);
-            return Err(match e {
-                CapMismatch::Differs { ours, pool } => format!(
-                    "this process caps GPU {ordinal} at {}, the pool's live members at {} \
-                     (every member of a pool must set the same GPUCAP_LIMIT)",
-                    shown(ours),
-                    shown(pool)
-                ),
-                CapMismatch::TooManyGpus => format!(
-                    "GPU {ordinal}: a pool holds {} GPUs at most",
-                    gpucap_core::budget::MAX_POOL_GPUS
-                ),
-            });
+        match register(&member, spec, config, ordinal, gpu) {
+            Ok(r) => registered.push(r),
+            Err(e) => {
+                member.leave();
+                return Err(e);
+            }
         }
     }
     let uuids: Vec<[u8; 16]> = gpus.iter().map(|g| g.uuid).collect();
-    for (ordinal, gpu) in gpus.iter().enumerate() {
-        if let Err(e) = claim_share(&member, config, ordinal, &uuids, gpu.cap) {
+    for (ordinal, &(cap, held)) in registered.iter().enumerate() {
+        if let Err(e) = claim_share(&member, config, ordinal, &uuids, cap, held) {
             member.leave();
             return Err(format!("{}: GPU {ordinal}: {e}", path.display()));
         }
+    }
+    // What `gpucap status` shows: the GPUs on which this process is held at a ceiling
+    // handed down to it, and where that came from.
+    if let Some(handed) = gpucap_core::config::HandedDown::of(config) {
+        // Not where the pool's smaller cap holds instead.
+        let at_ceiling = AT_CEILING.load(Relaxed);
+        let at: Vec<usize> = gpus
+            .iter()
+            .zip(&registered)
+            .enumerate()
+            .filter(|(d, (g, (cap, held)))| {
+                at_ceiling & 1 << d != 0 && (held.is_some() || *cap == g.cap)
+            })
+            .map(|(d, _)| d)
+            .collect();
+        member.mark_handed_down(handed.word(), &at);
     }
     if MEMBERS[index].set(Joined { file, member }).is_err() {
         return Err("joined twice".into());
@@ -180,17 +203,91 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     Ok(())
 }
 
+/// Registers visible GPU `ordinal` with its cap. Every member of a pool must hold a GPU
+/// to the same cap, except one whose cap there is a ceiling handed down to it (a
+/// configuration file's): it joins a pool with a larger cap (or none) held at its own,
+/// said in one line, and one with a smaller cap at the pool's, which holds. Returns the
+/// cap registered and, where less, what this process may hold (None: all of it).
+fn register(
+    member: &Member<'_>,
+    spec: &PoolSpec,
+    config: &Config,
+    ordinal: usize,
+    gpu: &Gpu,
+) -> Result<(Option<u64>, Option<u64>), String> {
+    let mismatch = |e: CapMismatch| {
+        let shown = |c: Option<u64>| c.map_or("no cap".to_string(), format_bytes);
+        match e {
+            CapMismatch::Differs { ours, pool } => format!(
+                "this process caps GPU {ordinal} at {}, the pool's live members at {} \
+                 (every member of a pool must set the same GPUCAP_LIMIT)",
+                shown(ours),
+                shown(pool)
+            ),
+            CapMismatch::TooManyGpus => format!(
+                "GPU {ordinal}: a pool holds {} GPUs at most",
+                gpucap_core::budget::MAX_POOL_GPUS
+            ),
+        }
+    };
+    let mut cap = gpu.cap;
+    // A resize between two tries changes the pool's cap again: tried a few times.
+    for _ in 0..4 {
+        let e = match member.register_gpu(ordinal, &gpu.uuid, cap) {
+            Ok(()) => {
+                // The cap it holds the GPU to (a pool resized meanwhile keeps its own).
+                let pool = member.usage(ordinal).map_or(cap, |(_, c, _)| c);
+                let Some(bound) = config.bound.as_ref().filter(|_| pool != gpu.cap) else {
+                    return Ok((cap, None));
+                };
+                let Some(UnderCeiling::Held(held)) = shares::under_ceiling(gpu.cap, pool) else {
+                    return Ok((pool, None));
+                };
+                let line = gpucap_core::config::pool_held_line(
+                    bound,
+                    &spec.to_string(),
+                    ordinal,
+                    pool,
+                    held,
+                );
+                crate::log::log!(Warn, "{}", line.trim_start_matches("gpucap: "));
+                return Ok((pool, Some(held)));
+            }
+            Err(e) => e,
+        };
+        match e {
+            CapMismatch::Differs { pool, .. }
+                if config.bound.is_some() && shares::under_ceiling(gpu.cap, pool).is_some() =>
+            {
+                cap = pool;
+            }
+            e => return Err(mismatch(e)),
+        }
+    }
+    Err(mismatch(CapMismatch::Differs {
+        ours: gpu.cap,
+        pool: cap,
+    }))
+}
+
 /// Claims this process's guarantee and ceiling (`GPUCAP_GUARANTEE`, `GPUCAP_CEILING`)
-/// on GPU `ordinal` of the pool, if it has either: checked against the pool's `cap`,
-/// then admitted (or waited for, with `GPUCAP_WAIT`) among the live members'.
+/// on GPU `ordinal` of the pool, if it has either or is `held` below the pool's `cap`:
+/// checked against the pool's `cap`, then admitted (or waited for, with `GPUCAP_WAIT`)
+/// among the live members'.
 fn claim_share(
     member: &Member<'_>,
     config: &Config,
     ordinal: usize,
     uuids: &[[u8; 16]],
     cap: Option<u64>,
+    held: Option<u64>,
 ) -> Result<(), String> {
-    match shares::for_gpu(config, ordinal, uuids, cap)? {
+    let share = shares::for_gpu(config, ordinal, uuids, cap)?;
+    let share = match held {
+        Some(h) => Some(shares::held_share(share, cap, h).map_err(|e| e.to_string())?),
+        None => share,
+    };
+    match share {
         None => Ok(()),
         Some(share) => member.claim(ordinal, share).map_err(|e| e.to_string()),
     }

@@ -153,7 +153,13 @@ impl Shim {
             _ => config.limit.as_ref().and_then(limit_of),
         };
         let cap = match &config.bound {
-            None => resolve_limit(device, asked, &mut total),
+            None => {
+                let cap = resolve_limit(device, asked, &mut total);
+                if cap.is_some() {
+                    handed_down(config, device); // a driver's hand-over, if it is one
+                }
+                cap
+            }
             // Under a file's ceiling: the smaller of the two, in bytes.
             Some(bound) => {
                 let ceiling = limit_of(&bound.spec);
@@ -172,6 +178,11 @@ impl Shim {
                     None
                 };
                 let capped = config::cap_under(asked, ceiling, known);
+                // At the ceiling (held there, or asked just as much), not lowered below it.
+                if capped.cap.is_some() && capped.cap == config::cap_under(None, ceiling, known).cap
+                {
+                    handed_down(config, device);
+                }
                 if capped.held
                     && bound.asked.is_some()
                     && let Some(c) = capped.cap
@@ -179,7 +190,8 @@ impl Shim {
                     let line = config::held_line(bound, device, c);
                     log!(Warn, "{}", line.trim_start_matches("gpucap: "));
                 }
-                capped.cap
+                // In bytes now: said once if above the GPU's memory, as any cap.
+                resolve_limit(device, capped.cap.map(config::Limit::Bytes), &mut total)
             }
         };
         self.ledger.set_cap(device, cap);
@@ -263,6 +275,16 @@ impl Shim {
     }
 }
 
+/// GPU `device`'s cap is a ceiling handed down to this process (a configuration file's or
+/// a driver's; nothing where its cap is its environment's own): its pool slot or its
+/// visible file says so, for `gpucap status`.
+fn handed_down(config: &Config, device: usize) {
+    if let Some(h) = config::HandedDown::of(config) {
+        crate::membership::note_at_ceiling(device);
+        crate::lone::mark_handed_down(h.word(), device);
+    }
+}
+
 /// A GPU's limit in bytes: bytes as given (said once when above the GPU's memory: it
 /// never binds), a fraction of the GPU's total; a fraction whose total cannot be read
 /// caps the GPU at zero (never uncapped).
@@ -315,7 +337,7 @@ fn load_config() -> Result<(Config, Option<PathBuf>), String> {
     let file = config::from_env_files(own_dir().as_deref())?;
     if !config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
         return Ok(match file {
-            Some((c, path)) => (c, Some(path)),
+            Some((c, path)) => (config::from_file_alone(c, &path), Some(path)),
             None => (Config::default(), None),
         });
     }

@@ -474,3 +474,298 @@ fn check_and_run_show_each_figure_where_it_came_from_and_the_ceiling_that_holds(
     }
     assert!(!err.contains("no cap is set"), "{}", dump(&o));
 }
+
+/// The script under `lib` in pool `pool` of `pools` (the fake GPU of 8 GiB shared in
+/// `dir`) with `vars` and `steps`, started in the background.
+fn pool_process(
+    dir: &Path,
+    lib: &Path,
+    pool: &str,
+    vars: &[(&str, &str)],
+    steps: &[String],
+) -> std::process::Child {
+    let mut c = fake_cmd(script(), &dir.join(format!("{pool}-stats.json")));
+    c.env("LD_PRELOAD", lib)
+        .env("FAKECUDA_TOTAL_MEM", "8Gi")
+        .env("FAKECUDA_SHARED", dir.join("fake-gpu"))
+        .env("GPUCAP_POOL", pool)
+        .env("GPUCAP_POOL_DIR", dir.join("pools"))
+        .args(steps)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
+}
+
+/// A pool `pool` made by a member without a file at `cap` (it holds `first`, waits for
+/// the joiner to be done, then allocates `then`), and the joiner (the script under `lib`
+/// with `vars` doing `steps`, started once the maker is in). Their outputs: maker, joiner.
+fn maker_and_joiner(
+    dir: &Path,
+    pool: &str,
+    cap: &str,
+    (first, then): (u64, u64),
+    lib: &Path,
+    vars: &[(&str, &str)],
+    steps: &[String],
+) -> (Output, Output) {
+    let bare = dir.join("bare").join("libgpucap.so");
+    if !bare.exists() {
+        library_in(&dir.join("bare"), None);
+    }
+    let ready = dir.join(format!("{pool}-maker-ready"));
+    let done = dir.join(format!("{pool}-joiner-done"));
+    let mut maker = pool_process(
+        dir,
+        &bare,
+        pool,
+        &[("GPUCAP_LIMIT", cap)],
+        &[
+            format!("alloc:{first}"),
+            format!("touch:{}", ready.display()),
+            format!("wait:{}", done.display()),
+            format!("alloc:{then}"),
+        ],
+    );
+    // The joiner joins at its cuInit: once the maker made the pool.
+    wait_ready(&mut maker, &ready, "the pool's maker");
+    let joiner = pool_process(dir, lib, pool, vars, steps)
+        .wait_with_output()
+        .unwrap();
+    // The joiner may have been refused at cuInit: the maker goes on all the same.
+    std::fs::write(&done, "").unwrap();
+    (maker.wait_with_output().unwrap(), joiner)
+}
+
+#[test]
+fn a_process_under_a_files_ceiling_joins_a_larger_pool_held_at_its_ceiling() {
+    let dir = scratch("ceiling-join");
+    std::fs::create_dir_all(dir.join("pools")).unwrap();
+    let lib = library_in(&dir.join("home"), Some("GPUCAP_LIMIT=256Mi\n"));
+    let env_file = dir.join("home").join("gpucap.env").display().to_string();
+    let steps = [format!("alloc:{SMALL}"), format!("alloc:{}", 300 * MIB)];
+    // Nothing more in the environment than the pool, or a raise as well.
+    for (i, vars) in [vec![], vec![("GPUCAP_LIMIT", "4Gi")]].iter().enumerate() {
+        let pool = format!("big{i}");
+        let (maker, joiner) =
+            maker_and_joiner(&dir, &pool, "4Gi", (GIB, 2 * GIB), &lib, vars, &steps);
+        let both = format!(
+            "{vars:?}\nmaker:\n{}\njoiner:\n{}",
+            dump(&maker),
+            dump(&joiner)
+        );
+        assert_eq!(alloc_rc(&joiner, SMALL).as_deref(), Some("0"), "{both}");
+        assert_ne!(alloc_rc(&joiner, 300 * MIB).as_deref(), Some("0"), "{both}");
+        let want = format!(
+            "gpucap: the pool {pool} holds GPU 0 to 4 GiB, more than this process may hold \
+             under the ceiling of {env_file}: it joins the pool held at 256 MiB"
+        );
+        let err = stderr(&joiner);
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.contains("joins the pool held at"))
+                .count(),
+            1,
+            "{both}"
+        );
+        assert!(err.lines().any(|l| l == want), "missing {want:?}\n{both}");
+        // The other member still gets its memory: the pool's cap is its.
+        assert_eq!(alloc_rc(&maker, GIB).as_deref(), Some("0"), "{both}");
+        assert_eq!(alloc_rc(&maker, 2 * GIB).as_deref(), Some("0"), "{both}");
+    }
+    // An environment that lowered the cap under the ceiling joins held at its own cap.
+    let steps = [format!("alloc:{}", 100 * MIB), format!("alloc:{SMALL}")];
+    let vars = [("GPUCAP_LIMIT", "128Mi")];
+    let (maker, joiner) = maker_and_joiner(&dir, "big2", "4Gi", (GIB, GIB), &lib, &vars, &steps);
+    let both = format!("maker:\n{}\njoiner:\n{}", dump(&maker), dump(&joiner));
+    assert_eq!(alloc_rc(&joiner, 100 * MIB).as_deref(), Some("0"), "{both}");
+    assert_ne!(alloc_rc(&joiner, SMALL).as_deref(), Some("0"), "{both}");
+    assert!(
+        stderr(&joiner).contains("it joins the pool held at 128 MiB"),
+        "{both}"
+    );
+    assert_eq!(alloc_rc(&maker, GIB).as_deref(), Some("0"), "{both}");
+}
+
+#[test]
+fn under_a_ceiling_a_smaller_pool_cap_holds_and_without_a_file_the_caps_must_agree() {
+    let dir = scratch("ceiling-join-small");
+    std::fs::create_dir_all(dir.join("pools")).unwrap();
+    let lib = library_in(&dir.join("home"), Some("GPUCAP_LIMIT=256Mi\n"));
+    // A pool of 128 MiB: its cap holds for a process whose ceiling is 256 MiB.
+    let steps = [format!("alloc:{}", 32 * MIB), format!("alloc:{SMALL}")];
+    let (maker, joiner) = maker_and_joiner(&dir, "small", "128Mi", (0, 0), &lib, &[], &steps);
+    let both = format!("maker:\n{}\njoiner:\n{}", dump(&maker), dump(&joiner));
+    assert_eq!(alloc_rc(&joiner, 32 * MIB).as_deref(), Some("0"), "{both}");
+    assert_ne!(alloc_rc(&joiner, SMALL).as_deref(), Some("0"), "{both}");
+    assert!(
+        !stderr(&joiner).contains("joins the pool held at"),
+        "{both}"
+    );
+    // Without a file, a member capped at 256 MiB may not join a pool of 4 GiB.
+    let bare = dir.join("bare").join("libgpucap.so");
+    let (_, joiner) = maker_and_joiner(
+        &dir,
+        "agree",
+        "4Gi",
+        (0, 0),
+        &bare,
+        &[("GPUCAP_LIMIT", "256Mi")],
+        &steps,
+    );
+    assert!(
+        stderr(&joiner).contains("every member of a pool must set the same GPUCAP_LIMIT"),
+        "{}",
+        dump(&joiner)
+    );
+    assert_eq!(alloc_rc(&joiner, 32 * MIB), None, "{}", dump(&joiner));
+}
+
+/// Touches a file when dropped: the processes waiting for it go on, even when a test
+/// fails first.
+struct Release(PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}
+
+#[test]
+fn status_marks_a_process_held_at_a_ceiling_handed_down_and_says_where_from() {
+    let dir = scratch("ceiling-status");
+    let pools = dir.join("pools");
+    std::fs::create_dir_all(&pools).unwrap();
+    let pool_dir = pools.display().to_string();
+    // The file names the pool directory too: a process with no variable of its own (the
+    // file alone) shows itself there.
+    let file = format!("GPUCAP_LIMIT=256Mi\nGPUCAP_POOL_DIR={pool_dir}\n");
+    let lib = library_in(&dir.join("home"), Some(&file));
+    let bare = library_in(&dir.join("bare"), None);
+    let done = Release(dir.join("status-done"));
+    let mut started = Vec::new();
+    // The script under `lib` with `vars` (`first`: allocated before the rest), holding
+    // 100 MiB until the test is done.
+    let mut start = |tag: &str, lib: &Path, first: Option<u64>, vars: &[(&str, &str)]| {
+        let mut steps: Vec<String> = first.map(|b| format!("alloc:{b}")).into_iter().collect();
+        steps.extend([
+            format!("alloc:{}", 100 * MIB),
+            format!("touch:{}", dir.join(tag).display()),
+            format!("wait:{}", done.0.display()),
+        ]);
+        let mut c = fake_cmd(script(), &dir.join(format!("{tag}.json")));
+        c.env("LD_PRELOAD", lib)
+            .env("FAKECUDA_TOTAL_MEM", "8Gi")
+            .env("FAKECUDA_SHARED", dir.join("fake-gpu"))
+            .args(&steps)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        wait_ready(&mut child, &dir.join(tag), tag);
+        let pid = child.id();
+        started.push(child);
+        pid
+    };
+    let in_dir = ("GPUCAP_POOL_DIR", pool_dir.as_str());
+    // The pool's maker holds 1 GiB: past what the other member may hold.
+    let maker = start(
+        "maker",
+        &bare,
+        Some(GIB),
+        &[("GPUCAP_LIMIT", "4Gi"), ("GPUCAP_POOL", "p"), in_dir],
+    );
+    let member = start("member", &lib, None, &[("GPUCAP_POOL", "p")]);
+    let alone = start("alone", &lib, None, &[]);
+    let lowered = start("lowered", &lib, None, &[("GPUCAP_LIMIT", "128Mi")]);
+    let hami = start(
+        "hami",
+        &bare,
+        None,
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "512m"), in_dir],
+    );
+    let own = start("own", &bare, None, &[("GPUCAP_LIMIT", "1Gi"), in_dir]);
+    let status = |args: &[&str]| {
+        let mut c = fake_cmd(cli(), &dir.join("status.json"));
+        c.env("GPUCAP_POOL_DIR", &pools)
+            .env("COLUMNS", "200")
+            .env("FAKECUDA_TOTAL_MEM", "8Gi")
+            .args(args);
+        let o = run(&mut c);
+        assert_ok(&o);
+        stdout(&o)
+    };
+    let json = status(&["status", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let of = |pid: u32| {
+        let rows: Vec<&serde_json::Value> = doc["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["pid"] == pid)
+            .collect();
+        assert_eq!(rows.len(), 1, "pid {pid}: {json}");
+        (rows[0]["cap"].as_u64(), rows[0]["ceiling_from"].as_str())
+    };
+    let beside = Some("gpucap.env beside the library");
+    assert_eq!(of(member), (Some(256 * MIB), beside), "{json}");
+    assert_eq!(of(alone), (Some(256 * MIB), beside), "{json}");
+    assert_eq!(
+        of(hami),
+        (Some(512 * MIB), Some("HAMi device plugin's hand-over")),
+        "{json}"
+    );
+    assert_eq!(of(lowered), (Some(128 * MIB), None), "{json}");
+    assert_eq!(of(own), (Some(GIB), None), "{json}");
+    assert_eq!(of(maker), (Some(4 * GIB), None), "{json}");
+    // The table: the cap marked, and a line per place ceilings came from.
+    let text = status(&["status"]);
+    let row = |pid: u32| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("no row for pid {pid}\n{text}"))
+            .to_string()
+    };
+    assert!(row(member).contains(" 256Mi^ "), "{text}");
+    assert!(row(alone).contains(" 256Mi^ "), "{text}");
+    assert!(row(hami).contains(" 512Mi^ "), "{text}");
+    assert!(
+        !row(lowered).contains('^') && !row(own).contains('^'),
+        "{text}"
+    );
+    let (a, m) = (alone.min(member), alone.max(member));
+    for want in [
+        format!("^ the cap is a ceiling from gpucap.env beside the library (pid {a}, {m})"),
+        format!("^ the cap is a ceiling from HAMi device plugin's hand-over (pid {hami})"),
+    ] {
+        assert!(text.lines().any(|l| l == want), "missing {want:?}\n{text}");
+    }
+    // The metrics: a series per process held at a ceiling handed down, with its source.
+    let prom = status(&["status", "--prometheus", "--all"]);
+    let series: Vec<&str> = prom
+        .lines()
+        .filter(|l| l.starts_with("gpucap_ceiling_handed_down_bytes{"))
+        .collect();
+    for (pid, from, bytes) in [
+        (member, "gpucap.env beside the library", 256 * MIB),
+        (alone, "gpucap.env beside the library", 256 * MIB),
+        (hami, "HAMi device plugin's hand-over", 512 * MIB),
+    ] {
+        assert!(
+            series.iter().any(|l| l.contains(&format!("pid=\"{pid}\""))
+                && l.contains(&format!("from=\"{from}\""))
+                && l.ends_with(&format!(" {bytes}"))),
+            "pid {pid}: {series:#?}\n{prom}"
+        );
+    }
+    assert_eq!(series.len(), 3, "{prom}");
+    drop(done);
+    for c in started {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", dump(&o));
+    }
+}

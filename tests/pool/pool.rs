@@ -344,10 +344,21 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         "pool-version",
         |p| {
             let mut b = made(p);
-            b[8] = 7;
+            b[8] = 8;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 7 pool file and this gpucap reads version 6",
+        "version 8 pool file and this gpucap reads version 7",
+    );
+    // A file left by a gpucap of version 6 (no record of a ceiling handed down: the
+    // same length, its slots' last two words left unwritten).
+    refused_with(
+        "pool-version-6",
+        |p| {
+            let mut b = made(p);
+            b[8] = 6;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "version 6 pool file and this gpucap reads version 7",
     );
     // A file left by a gpucap of version 3 (no announced frees: shorter).
     refused_with(
@@ -358,7 +369,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 3;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 3 pool file and this gpucap reads version 6",
+        "version 3 pool file and this gpucap reads version 7",
     );
     // A file left by a gpucap of version 2 (a journal per member and GPU: another length).
     refused_with(
@@ -369,7 +380,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 2;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 2 pool file and this gpucap reads version 6",
+        "version 2 pool file and this gpucap reads version 7",
     );
     // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
     refused_with(
@@ -380,7 +391,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 1;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 1 pool file and this gpucap reads version 6",
+        "version 1 pool file and this gpucap reads version 7",
     );
     // A file left by a gpucap of version 5 (16 words per GPU entry: shorter).
     refused_with(
@@ -391,7 +402,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 5;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 5 pool file and this gpucap reads version 6",
+        "version 5 pool file and this gpucap reads version 7",
     );
     refused_with(
         "pool-corrupt",

@@ -42,11 +42,13 @@ pub const MEMBER_CEILING: usize = 18;
 pub const MEMBER_BORROWED: usize = 19;
 /// Then used, peak, refusals, largest refused (21 to 24: `Samples::add_figures`).
 pub const PROCESS_CAP: usize = 20;
+/// A pool member's or a lone process's cap that is a ceiling handed down to it.
+pub const HANDED_DOWN: usize = 25;
 /// HAMi's monitor names (`--hami`, hami.rs): used and limit.
-pub const HAMI_USED: usize = 25;
-pub const HAMI_LIMIT: usize = 26;
+pub const HAMI_USED: usize = 26;
+pub const HAMI_LIMIT: usize = 27;
 
-pub const FAMILIES: [Family; 27] = [
+pub const FAMILIES: [Family; 28] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -155,6 +157,12 @@ pub const FAMILIES: [Family; 27] = [
     gauge(
         "gpucap_process_largest_refused_bytes",
         "The largest allocation refused to a process capped on its own on this GPU (0: none).",
+    ),
+    gauge(
+        "gpucap_ceiling_handed_down_bytes",
+        "The most a process may hold on this GPU when that is a ceiling handed down to it (a \
+         gpucap.env file's or a driver's hand-over, label from), which its environment cannot \
+         raise; no sample: its cap is its environment's own (or its pool's).",
     ),
     gauge(
         "hami_vgpu_memory_used_bytes",

@@ -72,6 +72,10 @@ pub struct Row {
     /// pool's figures).
     pub refusals: Option<u64>,
     pub start_ms: u64,
+    /// Where `cap` came from when it is a ceiling handed down to the process (a
+    /// configuration file, `/etc/gpucap/gpucap.env`, or a driver's hand-over), which its
+    /// environment cannot raise. None: its cap is its own environment's (or its pool's).
+    pub ceiling_from: Option<String>,
 }
 
 /// What one reading found.
@@ -138,6 +142,7 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                     use_percent: percent(g.used, cap),
                     refusals: None,
                     start_ms: m.start_ms,
+                    ceiling_from: g.ceiling_from.clone(),
                 });
             }
         }
@@ -172,6 +177,7 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                 use_percent: percent(g.used, g.cap),
                 refusals: Some(g.refusals),
                 start_ms: v.start_ms,
+                ceiling_from: g.ceiling_from.clone(),
             });
         }
     }
@@ -212,6 +218,7 @@ pub(crate) mod tests {
                     refusals: 2,
                     largest_refused: 600 * MIB,
                     allocs: 3,
+                    ceiling_from: None,
                 }],
             },
         }

@@ -37,7 +37,10 @@ pub fn cell(r: &Row, c: Col, w: usize) -> String {
         Col::Pid => format!("{}{}", r.pid, if r.other_namespace { "*" } else { "" }),
         Col::User => r.user.clone(),
         Col::Pool => r.pool.clone().unwrap_or_else(|| "-".to_string()),
-        Col::Cap => size(r.cap),
+        Col::Cap => match (&r.ceiling_from, r.cap) {
+            (Some(_), Some(cap)) => marked_size(cap),
+            _ => size(r.cap),
+        },
         Col::Used => layout::size(r.used),
         Col::Bar => layout::bar(r.used, r.cap, w),
         Col::UsePct => r
@@ -49,6 +52,51 @@ pub fn cell(r: &Row, c: Col, w: usize) -> String {
         Col::Command if !r.alive => format!("(dead) {}", r.command),
         Col::Command => r.command.clone(),
     }
+}
+
+/// Marks a cap that is a ceiling handed down (see [`ceiling_notes`]).
+pub const HANDED_DOWN: char = '^';
+
+/// A cap handed down, marked, in the column's width: `256Mi^`, `1.5Gi^`.
+fn marked_size(b: u64) -> String {
+    let mut s = layout::size(b);
+    if s.chars().count() >= layout::SIZE_WIDTH {
+        // One character for the mark: a decimal less, or the unit's `i`.
+        s = match s.find('.') {
+            Some(dot) if s.len() - dot > 3 => format!("{}{}", &s[..s.len() - 3], &s[s.len() - 2..]),
+            _ => s.trim_end_matches('i').to_string(),
+        };
+    }
+    format!("{s}{HANDED_DOWN}")
+}
+
+/// One line per place ceilings were handed down from, under the table: which processes'
+/// caps (marked [`HANDED_DOWN`]) are a ceiling their environment cannot raise.
+pub fn ceiling_notes(rows: &[Row], width: usize) -> Vec<String> {
+    let mut from: Vec<(&str, Vec<u32>)> = Vec::new();
+    for r in rows {
+        let Some(f) = r.ceiling_from.as_deref() else {
+            continue;
+        };
+        match from.iter_mut().find(|(x, _)| *x == f) {
+            Some((_, pids)) if !pids.contains(&r.pid) => pids.push(r.pid),
+            Some(_) => {}
+            None => from.push((f, vec![r.pid])),
+        }
+    }
+    from.into_iter()
+        .map(|(f, mut pids)| {
+            pids.sort_unstable();
+            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+            layout::cut(
+                &format!(
+                    "{HANDED_DOWN} the cap is a ceiling from {f} (pid {})",
+                    pids.join(", ")
+                ),
+                width,
+            )
+        })
+        .collect()
 }
 
 /// The table's rows under `layout`.
@@ -122,6 +170,10 @@ pub fn render(s: &Snapshot, width: usize, uuid: bool) -> String {
             out.push_str(&l);
             out.push('\n');
         }
+    }
+    for l in ceiling_notes(&s.processes, width) {
+        out.push_str(&l);
+        out.push('\n');
     }
     if s.processes.iter().any(|r| r.other_namespace) {
         out.push_str(&layout::cut(
@@ -222,6 +274,33 @@ mod tests {
             "{wide}"
         );
         assert!(text.contains("* a pid in another PID namespace"));
+    }
+
+    #[test]
+    fn a_cap_handed_down_is_marked_with_where_it_came_from() {
+        let mut s = snapshot();
+        for r in s
+            .processes
+            .iter_mut()
+            .filter(|r| r.pid == 99 || r.pid == 10)
+        {
+            r.ceiling_from = Some("/etc/gpucap/gpucap.env".into());
+        }
+        let text = render(&s, 80, false);
+        let lone_row = text.lines().find(|l| l.contains("prog-99")).unwrap();
+        assert!(lone_row.contains(" 1.0Gi^ "), "{lone_row:?}");
+        let member = text.lines().find(|l| l.contains("prog-10")).unwrap();
+        assert!(member.contains(" 512Mi^ "), "{member:?}");
+        let notes: Vec<&str> = text.lines().filter(|l| l.starts_with("^ ")).collect();
+        assert_eq!(
+            notes,
+            ["^ the cap is a ceiling from /etc/gpucap/gpucap.env (pid 10, 99)"],
+            "{text}"
+        );
+        assert!(!render(&snapshot(), 80, false).contains('^'));
+        assert_eq!(marked_size(256 << 20), "256Mi^");
+        assert_eq!(marked_size(1000 << 20), "1000M^");
+        assert_eq!(marked_size(3 << 39), "1.5Ti^");
     }
 
     #[test]

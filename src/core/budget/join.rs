@@ -214,6 +214,8 @@ impl<'a> Member<'a> {
         w.slot(s, S_START_MS).store(info.start_ms, Relaxed);
         w.set_command(s, &info.command);
         w.slot(s, S_GENERATION).fetch_add(1, Relaxed);
+        w.slot(s, S_HANDED).store(0, Relaxed);
+        w.slot(s, S_HANDED_GPUS).store(0, Relaxed);
         for g in 0..MAX_POOL_GPUS {
             w.member_gpu(s, g, M_PEAK).store(0, Relaxed);
             w.member_gpu(s, g, M_CAP).store(0, Relaxed);

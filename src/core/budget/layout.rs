@@ -11,7 +11,9 @@
 //!                     recent least context bytes, contexts in flight, cap generation;
 //!                     6 words spare
 //! members 256 x 336   state, pid, pid namespace, start, generation, command (64 bytes),
-//!                     GPU entries with a context in flight,
+//!                     GPU entries with a context in flight, (since version 7) where a
+//!                     ceiling handed down to the member came from and the GPU entries
+//!                     it is held at it on (for `gpucap status`),
 //!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed,
 //!                     allocations started, made, not made
 //! shares   32 x 4     (since version 2) per GPU: which slots hold a guarantee (256 bits)
@@ -33,7 +35,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 6;
+pub const POOL_VERSION: u64 = 7;
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;
@@ -209,6 +211,11 @@ pub const S_COMMAND: usize = 5; // 8 words
 /// The GPU entries (one bit each) on which this member is making a context now: counted
 /// in their [`G_CONTEXTS`], taken out of it by whoever takes a dead member's slot back.
 pub const S_CONTEXTS: usize = 13;
+/// Where a ceiling handed down to the member came from (`config::HandedDown`'s word;
+/// 0: none), and the GPU entries (one bit each) on which it is held at that ceiling:
+/// what `gpucap status` shows. Written once at join, read by nobody that decides.
+pub const S_HANDED: usize = 14;
+pub const S_HANDED_GPUS: usize = 15;
 // Per GPU, at SLOT_HEAD_WORDS + g * PER_GPU_WORDS:
 pub const M_USED: usize = 0;
 pub const M_PEAK: usize = 1;

@@ -399,6 +399,20 @@ impl<'a> Member<'a> {
         ))
     }
 
+    /// Records for `gpucap status` that this member is held at a ceiling handed down to
+    /// it (`word`: where it came from, `config::HandedDown`'s word) on each of the CUDA
+    /// ordinals `devices` it registered.
+    pub fn mark_handed_down(&self, word: u64, devices: &[usize]) {
+        let gpus = devices
+            .iter()
+            .filter_map(|&d| self.entry_of(d))
+            .fold(0u64, |m, g| m | 1 << g);
+        self.w.slot(self.slot, S_HANDED_GPUS).store(gpus, Relaxed);
+        self.w
+            .slot(self.slot, S_HANDED)
+            .store(if gpus == 0 { 0 } else { word }, Relaxed);
+    }
+
     /// The pool itself, for a view.
     pub fn pool(&self) -> Pool<'a> {
         Pool { w: self.w }

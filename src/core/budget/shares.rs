@@ -116,6 +116,38 @@ pub fn for_gpu(
         .map_err(|e| e.to_string())
 }
 
+/// How a member whose own cap on a GPU is a ceiling handed down to it (a configuration
+/// file's, `held` bytes) meets a pool that holds the GPU to another cap (`pool`; None:
+/// no cap). Members without such a ceiling must hold a GPU to the pool's cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnderCeiling {
+    /// The pool's cap is above the ceiling: the member joins at the pool's cap, its own
+    /// share held at the ceiling (its share's ceiling, [`held_share`]).
+    Held(u64),
+    /// The pool's cap is below the ceiling: the member joins at the pool's cap, which
+    /// holds; nothing to add.
+    PoolHolds,
+}
+
+/// See [`UnderCeiling`]; None where the member has no cap of its own there (`held`
+/// None: it may not join a capped pool any more than a member without a ceiling).
+pub fn under_ceiling(held: Option<u64>, pool: Option<u64>) -> Option<UnderCeiling> {
+    let held = held?;
+    Some(match pool {
+        Some(p) if p <= held => UnderCeiling::PoolHolds,
+        _ => UnderCeiling::Held(held),
+    })
+}
+
+/// The share of a member held at `held` bytes in a pool whose cap is `cap`: its own
+/// guarantee and ceiling (`share`, [`for_gpu`] against the pool's cap; None: neither
+/// set), its ceiling lowered to `held`, checked again ([`check`]: a guarantee above
+/// `held` cannot be).
+pub fn held_share(share: Option<Share>, cap: Option<u64>, held: u64) -> Result<Share, ShareError> {
+    let (guarantee, ceiling) = share.map_or((0, held), |s| (s.guarantee, s.ceiling.min(held)));
+    check(cap, guarantee, Some(ceiling))
+}
+
 /// The part of `guarantee` a member holding `held` has not taken yet.
 #[inline]
 pub fn unused(guarantee: u64, held: u64) -> u64 {
@@ -311,6 +343,57 @@ mod tests {
                 free_room: 0,
                 over: 5
             }
+        );
+    }
+
+    #[test]
+    fn a_member_under_a_ceiling_joins_a_larger_pool_held_at_it() {
+        const MIB: u64 = 1 << 20;
+        let ceiling = Some(256 * MIB);
+        assert_eq!(
+            under_ceiling(ceiling, Some(4 * GIB)),
+            Some(UnderCeiling::Held(256 * MIB))
+        );
+        assert_eq!(
+            under_ceiling(ceiling, None),
+            Some(UnderCeiling::Held(256 * MIB)),
+            "a pool without a cap: held all the same"
+        );
+        assert_eq!(
+            under_ceiling(ceiling, Some(128 * MIB)),
+            Some(UnderCeiling::PoolHolds)
+        );
+        assert_eq!(under_ceiling(None, Some(4 * GIB)), None);
+        // Its share: the ceiling lowered to what it may hold, the guarantee kept.
+        let cap = Some(4 * GIB);
+        assert_eq!(
+            held_share(None, cap, 256 * MIB),
+            Ok(Share {
+                guarantee: 0,
+                ceiling: 256 * MIB
+            })
+        );
+        let own = check(cap, 100 * MIB, Some(GIB)).ok();
+        assert_eq!(
+            held_share(own, cap, 256 * MIB),
+            Ok(Share {
+                guarantee: 100 * MIB,
+                ceiling: 256 * MIB
+            })
+        );
+        let own = check(cap, 0, Some(200 * MIB)).ok();
+        assert_eq!(held_share(own, cap, 256 * MIB).unwrap().ceiling, 200 * MIB);
+        let own = check(cap, 300 * MIB, None).ok();
+        assert_eq!(
+            held_share(own, cap, 256 * MIB),
+            Err(ShareError::GuaranteeAboveCeiling {
+                guarantee: 300 * MIB,
+                ceiling: 256 * MIB
+            })
+        );
+        assert_eq!(
+            held_share(None, None, 256 * MIB).unwrap().ceiling,
+            256 * MIB
         );
     }
 

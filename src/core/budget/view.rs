@@ -91,6 +91,10 @@ pub struct MemberGpuView {
     pub ceiling: Option<u64>,
     /// What it holds above its guarantee: lent by the pool.
     pub borrowed: u64,
+    /// Where the ceiling it is held at on this GPU came from, when handed down to it
+    /// (`/etc/gpucap/gpucap.env`, a driver's hand-over); its ceiling is then `ceiling`,
+    /// or the pool's cap. None: not held at a ceiling handed down.
+    pub ceiling_from: Option<String>,
 }
 
 /// The whole pool.
@@ -172,6 +176,8 @@ impl Pool<'_> {
                 continue;
             }
             let alive = locks.held(s);
+            let handed = crate::config::HandedDown::from_word(w.slot(s, S_HANDED).load(Relaxed));
+            let handed_gpus = w.slot(s, S_HANDED_GPUS).load(Relaxed);
             let mut mine = Vec::new();
             for (g, gpu) in gpus.iter_mut() {
                 let used = w.member_gpu(s, *g, M_USED).load(Relaxed);
@@ -204,6 +210,9 @@ impl Pool<'_> {
                         c => Some(c.min(limit)),
                     },
                     borrowed: super::shares::borrowed(guarantee, used),
+                    ceiling_from: handed
+                        .filter(|_| handed_gpus & 1 << *g != 0)
+                        .map(|h| h.text()),
                 });
             }
             members.push(MemberView {

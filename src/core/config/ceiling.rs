@@ -91,7 +91,9 @@ pub fn under_file(
             }
         }
         None => {
-            if c.pool.is_some() && c.pool_dir.is_none() {
+            // A pool of the environment's, or a lone process's file, goes where the
+            // file says unless the environment says otherwise.
+            if c.pool_dir.is_none() {
                 c.pool_dir = file.pool_dir;
             }
         }
@@ -188,6 +190,128 @@ pub fn held_line(ceiling: &Ceiling, device: usize, cap: u64) -> String {
         crate::size::format_bytes(cap),
         ceiling.from
     )
+}
+
+/// The line of a process under a ceiling joining a pool that holds GPU `device` to more
+/// (`pool_cap`; None: no cap): it joins held at `held` bytes, what it may hold there.
+pub fn pool_held_line(
+    ceiling: &Ceiling,
+    pool: &str,
+    device: usize,
+    pool_cap: Option<u64>,
+    held: u64,
+) -> String {
+    let cap = pool_cap.map_or("no cap".to_string(), crate::size::format_bytes);
+    format!(
+        "gpucap: the pool {pool} holds GPU {device} to {cap}, more than this process may hold \
+         under the ceiling of {}: it joins the pool held at {}",
+        ceiling.from,
+        crate::size::format_bytes(held)
+    )
+}
+
+/// The configuration of a process whose environment has no variable of its own, read
+/// from the file `path` alone: its cap is the file's, a ceiling handed down as under
+/// [`under_file`] (nothing was asked instead).
+pub fn from_file_alone(mut file: Config, path: &Path) -> Config {
+    if file.bound.is_none()
+        && let Some(spec) = file.limit.clone()
+    {
+        file.bound = Some(Ceiling {
+            spec,
+            from: path.display().to_string(),
+            asked: None,
+            asked_none: false,
+        });
+    }
+    file
+}
+
+/// The drivers whose hand-over [`HandedDown::Driver`] names, by index.
+const HANDOVER_DRIVERS: [&str; 6] = [
+    HAMI_CLASSIC,
+    HAMI_DRA,
+    VGPU_MANAGER,
+    DRA_EXAMPLE,
+    NVIDIA_TOOLKIT,
+    "HAMi-core",
+];
+
+/// Where the ceiling a process is held at came from, as its pool slot or its visible
+/// file records it for `gpucap status`, `top` and `metrics`: one word
+/// ([`word`](Self::word), 0: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandedDown {
+    /// `gpucap.env` beside the library.
+    BesideLibrary,
+    /// `/etc/gpucap/gpucap.env`.
+    Etc,
+    /// A GPU driver's hand-over in the environment, by its index in the drivers known.
+    Driver(u8),
+}
+
+/// The low byte of a [`HandedDown`] word says which; the next, the driver.
+const HANDED_BESIDE: u64 = 1;
+const HANDED_ETC: u64 = 2;
+const HANDED_DRIVER: u64 = 3;
+
+impl HandedDown {
+    /// Where `config`'s ceiling came from: its file's, or else the driver whose
+    /// hand-over gave its cap (None: its cap is its own environment's, or none).
+    pub fn of(config: &Config) -> Option<HandedDown> {
+        if let Some(b) = &config.bound {
+            return Some(if b.from == ETC_ENV_FILE {
+                HandedDown::Etc
+            } else {
+                HandedDown::BesideLibrary
+            });
+        }
+        config.limit.as_ref()?;
+        let driver = config.origins.iter().find(|o| o.driver != "gpucap")?.driver;
+        let i = HANDOVER_DRIVERS
+            .iter()
+            .position(|&d| d == driver)
+            .unwrap_or(HANDOVER_DRIVERS.len() - 1);
+        Some(HandedDown::Driver(i as u8))
+    }
+
+    /// As a word of the pool file or the visible file (never 0).
+    pub fn word(self) -> u64 {
+        match self {
+            HandedDown::BesideLibrary => HANDED_BESIDE,
+            HandedDown::Etc => HANDED_ETC,
+            HandedDown::Driver(i) => HANDED_DRIVER | u64::from(i) << 8,
+        }
+    }
+
+    /// What a word says (None: 0, or a word no gpucap writes).
+    pub fn from_word(word: u64) -> Option<HandedDown> {
+        let driver = (word >> 8) as usize;
+        match word & 0xff {
+            HANDED_BESIDE if driver == 0 => Some(HandedDown::BesideLibrary),
+            HANDED_ETC if driver == 0 => Some(HandedDown::Etc),
+            HANDED_DRIVER if driver < HANDOVER_DRIVERS.len() => {
+                Some(HandedDown::Driver(driver as u8))
+            }
+            _ => None,
+        }
+    }
+
+    /// Where it came from, for `status` and `top`: `/etc/gpucap/gpucap.env`,
+    /// `gpucap.env beside the library`, `HAMi device plugin's hand-over`.
+    pub fn text(self) -> String {
+        match self {
+            HandedDown::BesideLibrary => format!("{ENV_FILE_NAME} beside the library"),
+            HandedDown::Etc => ETC_ENV_FILE.to_string(),
+            HandedDown::Driver(i) => format!(
+                "{}'s hand-over",
+                HANDOVER_DRIVERS
+                    .get(usize::from(i))
+                    .copied()
+                    .unwrap_or("a driver")
+            ),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -342,6 +466,12 @@ mod tests {
         let c = merged(&[("GPUCAP_LOG", "off"), ("GPUCAP_GROWTH", "0")], file);
         assert_eq!(c.log, LogLevel::Off);
         assert!(!c.growth);
+        // The pool directory too (where a lone process shows itself).
+        let f = &[("GPUCAP_LIMIT", "256Mi"), ("GPUCAP_POOL_DIR", "/pools")];
+        let c = merged(&[("GPUCAP_LOG", "debug")], f);
+        assert_eq!(c.pool_dir.as_deref(), Some(Path::new("/pools")));
+        let c = merged(&[("GPUCAP_POOL_DIR", "/mine")], f);
+        assert_eq!(c.pool_dir.as_deref(), Some(Path::new("/mine")));
     }
 
     #[test]
@@ -359,6 +489,64 @@ mod tests {
             line,
             "gpucap: GPUCAP_LIMIT=\"4Gi\" asks more than the ceiling of GPU 0, 256 MiB (from \
              /lib/gpucap.env): the program runs at the ceiling"
+        );
+    }
+
+    #[test]
+    fn the_pool_line_names_the_pool_the_file_and_what_the_process_holds() {
+        let c = merged(&[("GPUCAP_POOL", "p")], FILE);
+        let b = c.bound.as_ref().unwrap();
+        assert_eq!(
+            pool_held_line(b, "p", 0, Some(4 * GIB), 256 * MIB),
+            "gpucap: the pool p holds GPU 0 to 4 GiB, more than this process may hold under \
+             the ceiling of /lib/gpucap.env: it joins the pool held at 256 MiB"
+        );
+        assert!(pool_held_line(b, "p", 1, None, MIB).contains("GPU 1 to no cap"));
+    }
+
+    #[test]
+    fn a_file_alone_is_a_ceiling_with_nothing_asked() {
+        let f = from_vars(vars(FILE)).unwrap();
+        let c = from_file_alone(f, Path::new("/etc/gpucap/gpucap.env"));
+        let b = c.bound.as_ref().unwrap();
+        assert_eq!((b.asked.as_ref(), b.asked_none), (None, false));
+        assert_eq!(
+            cap0(&c),
+            Capped {
+                cap: Some(256 * MIB),
+                held: false
+            }
+        );
+        assert_eq!(HandedDown::of(&c), Some(HandedDown::Etc));
+        // A file without a cap hands none down.
+        let f = from_vars(vars(&[("GPUCAP_LOG", "info")])).unwrap();
+        assert_eq!(from_file_alone(f, Path::new("/x")).bound, None);
+    }
+
+    #[test]
+    fn where_a_ceiling_came_from_is_one_word() {
+        assert_eq!(
+            HandedDown::of(&merged(&[("GPUCAP_LOG", "info")], FILE)),
+            Some(HandedDown::BesideLibrary)
+        );
+        let env = vars(&[("CUDA_DEVICE_MEMORY_LIMIT", "256m")]);
+        let hami = from_vars(env.iter().map(|(k, v)| (k, v))).unwrap();
+        let handed = HandedDown::of(&hami).expect("a driver's hand-over");
+        assert_eq!(handed.text(), "HAMi device plugin's hand-over");
+        let own = from_vars(vars(&[("GPUCAP_LIMIT", "4Gi")])).unwrap();
+        assert_eq!(HandedDown::of(&own), None, "the environment's own cap");
+        assert_eq!(HandedDown::of(&Config::default()), None);
+        for h in [HandedDown::BesideLibrary, HandedDown::Etc, handed] {
+            assert_ne!(h.word(), 0);
+            assert_eq!(HandedDown::from_word(h.word()), Some(h));
+        }
+        for w in [0, 4, 0x101, 0x903, u64::MAX] {
+            assert_eq!(HandedDown::from_word(w), None, "{w:#x}");
+        }
+        assert_eq!(HandedDown::Etc.text(), "/etc/gpucap/gpucap.env");
+        assert_eq!(
+            HandedDown::BesideLibrary.text(),
+            "gpucap.env beside the library"
         );
     }
 }

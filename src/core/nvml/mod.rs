@@ -280,6 +280,7 @@ mod tests {
                             guarantee: 0,
                             ceiling: None,
                             borrowed: used,
+                            ceiling_from: None,
                         })
                         .collect(),
                 })
