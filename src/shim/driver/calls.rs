@@ -1,26 +1,35 @@
-//! Typed calls of the driver's functions that the hooks use without intercepting
+//! Typed calls of the driver's functions that the shim uses without intercepting
 //! them (and growth mode's VMM calls): each resolved once, through `resolve`, and
-//! `None` when the driver lacks it.
+//! `None` when the driver lacks it. The hooked ones the shim calls itself are
+//! `hooked::real`, typed by the hook table's rows.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering::*};
 
+use super::forward::Real;
+use super::hooked::real;
 use super::types::*;
 use crate::resolve::driver_symbol;
 
-/// Declares driver functions the hooks call but do not intercept.
+/// The driver's export `name` (NUL-terminated), looked up once into `slot`.
+fn resolved(slot: &AtomicPtr<c_void>, name: &'static str) -> *mut c_void {
+    let mut p = slot.load(Acquire);
+    if p.is_null() {
+        p = driver_symbol(name);
+        slot.store(p, Release);
+    }
+    p
+}
+
+/// Declares driver functions the shim calls but does not intercept.
 macro_rules! driver_fns {
     ($( $name:ident : ($($ty:ty),*); )*) => {
         $(
                 #[allow(non_snake_case)]
                 pub fn $name() -> Option<unsafe extern "C" fn($($ty),*) -> CuResult> {
                     static P: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
-                    let mut p = P.load(Acquire);
-                    if p.is_null() {
-                        p = driver_symbol(concat!(stringify!($name), "\0"));
-                        P.store(p, Release);
-                    }
+                    let p = resolved(&P, concat!(stringify!($name), "\0"));
                     // SAFETY: the driver's export of this name has this C signature.
                     (!p.is_null()).then(|| unsafe {
                         std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> CuResult>(p)
@@ -30,23 +39,35 @@ macro_rules! driver_fns {
     };
 }
 
+/// Declares driver functions the hooks call but do not intercept, as safe calls: the
+/// pointer arguments typed (`Out`, `In`), `None` when the driver lacks the function.
+macro_rules! safe_fns {
+    ($( $name:ident : ($($arg:ident : $ty:ty),*); )*) => {
+        $(
+                #[allow(non_snake_case)]
+                pub fn $name($($arg: $ty),*) -> Option<CuResult> {
+                    static P: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+                    let p = resolved(&P, concat!(stringify!($name), "\0"));
+                    // SAFETY: the driver's export of this name has this C signature.
+                    (!p.is_null()).then(|| unsafe { Real::<($($ty,)*)>::from_raw(p) }.call($($arg),*))
+                }
+        )*
+    };
+}
+
 use cudarc::driver::sys::{CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp};
 
+safe_fns! {
+    cuCtxGetDevice: (dev: Out<c_int>);
+    cuDeviceGetCount: (count: Out<c_int>);
+    cuMemGetAllocationGranularity:
+        (granularity: Out<usize>, prop: In<CUmemAllocationProp>, option: CUmemAllocationGranularity_flags);
+    cuMemAddressReserve: (ptr: Out<u64>, size: usize, alignment: usize, addr: u64, flags: u64);
+    cuMemSetAccess: (ptr: u64, size: usize, desc: In<CUmemAccessDesc>, count: usize);
+}
+
 driver_fns! {
-    cuDeviceTotalMem_v2: (*mut usize, c_int);
-    cuCtxGetDevice: (*mut c_int);
-    cuCtxSynchronize: ();
-    cuMemFree_v2: (u64);
-    cuMemCreate: (*mut u64, usize, *const CUmemAllocationProp, u64);
-    cuMemRelease: (u64);
-    cuMemGetAllocationGranularity: (*mut usize, *const CUmemAllocationProp, CUmemAllocationGranularity_flags);
-    cuMemAddressReserve: (*mut u64, usize, usize, u64, u64);
-    cuMemAddressFree: (u64, usize);
-    cuMemMap: (u64, usize, usize, u64, u64);
-    cuMemUnmap: (u64, usize);
-    cuMemSetAccess: (u64, usize, *const CUmemAccessDesc, usize);
     // Device identity.
-    cuDeviceGetCount: (*mut c_int);
     cuDeviceGetUuid_v2: (*mut [u8; 16], c_int);
     cuDeviceGetUuid: (*mut [u8; 16], c_int);
     // Pools.
@@ -56,17 +77,10 @@ driver_fns! {
     cuStreamGetCtx: (Stream, *mut Handle);
     cuCtxGetCurrent: (*mut Handle);
     cuMemPoolGetAttribute: (Handle, c_int, *mut c_void);
-    cuMemFreeAsync: (u64, Stream);
     // Contexts: measuring and tearing down.
-    cuMemGetInfo_v2: (*mut usize, *mut usize);
-    cuCtxPushCurrent_v2: (Handle);
-    cuCtxPopCurrent_v2: (*mut Handle);
     cuDevicePrimaryCtxGetState: (c_int, *mut u32, *mut c_int);
     cuCtxGetId: (Handle, *mut u64);
     cuCtxGetApiVersion: (Handle, *mut u32);
-    cuMemGetAddressRange_v2: (*mut u64, *mut usize, u64);
-    // Modules: one the cap cannot take is unloaded again.
-    cuModuleUnload: (Handle);
     // Kernels: which library or module a function loaded at its first launch comes from.
     cuKernelGetLibrary: (*mut Handle, Handle);
     cuFuncGetModule: (*mut Handle, Handle);
@@ -89,16 +103,7 @@ driver_fns! {
     nvmlDeviceGetPciInfo_v3: (Handle, *mut gpucap_core::nvml::PciInfo);
     nvmlDeviceGetGpuInstanceId: (Handle, *mut u32);
     nvmlDeviceGetComputeInstanceId: (Handle, *mut u32);
-    // Hooked entry points the shim itself calls on the driver (to measure, or to undo
-    // a call it refuses after the fact).
-    cuInit: (u32);
-    cuMemPoolTrimTo: (Handle, usize);
-    cuCtxCreate_v2: (*mut Handle, u32, c_int);
-    cuCtxCreate_v4: (*mut Handle, *mut c_void, u32, c_int);
-    cuCtxDestroy_v2: (Handle);
-    cuDevicePrimaryCtxRelease_v2: (c_int);
-    cuArrayDestroy: (Handle);
-    cuMipmappedArrayDestroy: (Handle);
+    // Graphs: the memory figures, whether a stream captures, a graph's alloc nodes.
     cuDeviceGetGraphMemAttribute: (c_int, c_int, *mut c_void);
     cuStreamIsCapturing: (Stream, *mut c_int);
     cuGraphGetNodes: (Handle, *mut Handle, *mut usize);
@@ -109,8 +114,7 @@ driver_fns! {
 
 /// The physical total of `device`, from the driver.
 pub fn physical_total(device: usize) -> Option<u64> {
-    let f = cuDeviceTotalMem_v2()?;
     let mut total = 0usize;
-    // SAFETY: valid out-pointer; the device index was bounds-checked by the caller.
-    (unsafe { f(&mut total, device as c_int) } == CUDA_SUCCESS).then_some(total as u64)
+    let rc = real::cuDeviceTotalMem_v2(Out::from(&mut total), device as c_int)?;
+    (rc == CUDA_SUCCESS).then_some(total as u64)
 }

@@ -7,9 +7,10 @@ use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 
 use super::calls;
+use super::hooked::{Row, SLOTS, real};
 use super::types::{
     Array3DDescriptor, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, Handle,
-    MemoryRequirements,
+    MemoryRequirements, Out,
 };
 use gpucap_core::contexts::{Ctx, CtxDriver};
 use gpucap_core::nvml::{NvmlGpu, NvmlMig, PciInfo};
@@ -35,15 +36,15 @@ const LOCATION_INVISIBLE: c_int = 5;
 /// The UUIDs of the visible CUDA devices, by ordinal. Calls `cuInit(0)` first (it is
 /// idempotent); NVML hooks reach this only when the program initialised CUDA itself.
 pub fn visible_uuids() -> Option<Vec<[u8; 16]>> {
-    let init = calls::cuInit()?;
-    let count = calls::cuDeviceGetCount()?;
     let uuid = calls::cuDeviceGetUuid_v2().or_else(calls::cuDeviceGetUuid)?;
     let mut n: c_int = 0;
+    if real::cuInit(0)? != CUDA_SUCCESS
+        || calls::cuDeviceGetCount(Out::from(&mut n))? != CUDA_SUCCESS
+    {
+        return None;
+    }
     // SAFETY: plain driver calls with valid out-pointers.
     unsafe {
-        if init(0) != CUDA_SUCCESS || count(&mut n) != CUDA_SUCCESS {
-            return None;
-        }
         (0..n.max(0))
             .map(|d| {
                 let mut u = [0u8; 16];
@@ -70,11 +71,7 @@ pub fn stream_device(stream: Handle) -> Option<c_int> {
         return (unsafe { get(stream, &mut dev) } == CUDA_SUCCESS).then_some(dev);
     }
     // Before CUDA 12.8: the stream's context, and its device.
-    let (get_ctx, current, get_dev) = (
-        calls::cuStreamGetCtx()?,
-        calls::cuCtxGetCurrent()?,
-        calls::cuCtxGetDevice()?,
-    );
+    let (get_ctx, current) = (calls::cuStreamGetCtx()?, calls::cuCtxGetCurrent()?);
     let (mut ctx, mut cur): (Handle, Handle) = (null_mut(), null_mut());
     // SAFETY: valid out-pointers; the caller's stream.
     unsafe {
@@ -82,7 +79,8 @@ pub fn stream_device(stream: Handle) -> Option<c_int> {
             return None;
         }
         if current(&mut cur) == CUDA_SUCCESS && cur == ctx {
-            return (get_dev(&mut dev) == CUDA_SUCCESS).then_some(dev);
+            let rc = calls::cuCtxGetDevice(Out::from(&mut dev))?;
+            return (rc == CUDA_SUCCESS).then_some(dev);
         }
     }
     context_device(ctx).and_then(|d| c_int::try_from(d).ok())
@@ -98,10 +96,8 @@ fn default_pool(device: c_int) -> Option<u64> {
 
 /// Frees a pool allocation the shim refuses after the fact.
 pub fn free_async(ptr: u64, stream: *mut c_void) {
-    if let Some(free) = calls::cuMemFreeAsync() {
-        // SAFETY: freeing the allocation the driver just made, on the caller's stream.
-        unsafe { free(ptr, stream) };
-    }
+    // Freeing the allocation the driver just made, on the caller's stream.
+    let _ = real::cuMemFreeAsync(ptr, stream);
 }
 
 /// The driver's pools.
@@ -140,12 +136,8 @@ impl PoolLocator for Pools {
     }
 
     fn device_count(&self) -> usize {
-        let Some(count) = calls::cuDeviceGetCount() else {
-            return 0;
-        };
         let mut n: c_int = 0;
-        // SAFETY: valid out-pointer.
-        if unsafe { count(&mut n) } != CUDA_SUCCESS {
+        if calls::cuDeviceGetCount(Out::from(&mut n)) != Some(CUDA_SUCCESS) {
             return 0;
         }
         usize::try_from(n).unwrap_or(0)
@@ -165,10 +157,8 @@ impl PoolDriver for Pools {
         pool_attribute(pool, USED_MEM_CURRENT)
     }
     fn trim_to(&self, pool: u64, keep: u64) {
-        if let Some(trim) = calls::cuMemPoolTrimTo() {
-            // SAFETY: a pool handle the driver gave the program.
-            unsafe { trim(pool as Handle, keep as usize) };
-        }
+        // A pool handle the driver gave the program.
+        let _ = real::cuMemPoolTrimTo(pool as Handle, keep as usize);
     }
 }
 
@@ -177,27 +167,31 @@ pub struct Contexts;
 
 impl CtxDriver for Contexts {
     fn free_with(&self, ctx: Ctx) -> Result<u64, u32> {
-        let (push, pop, info) = (
-            calls::cuCtxPushCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
-            calls::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
-            calls::cuMemGetInfo_v2().ok_or(CUDA_ERROR_NOT_FOUND)?,
-        );
+        if [
+            Row::cuCtxPushCurrent_v2,
+            Row::cuCtxPopCurrent_v2,
+            Row::cuMemGetInfo_v2,
+        ]
+        .iter()
+        .any(|&r| SLOTS[r as usize].real().is_null())
+        {
+            return Err(CUDA_ERROR_NOT_FOUND);
+        }
         let (mut free, mut total) = (0usize, 0usize);
         let mut popped: Handle = null_mut();
-        // SAFETY: `ctx` is a live context of this process; it is popped again right
-        // after the query, leaving the thread's stack as it was.
-        unsafe {
-            let rc = push(ctx as Handle);
-            if rc != CUDA_SUCCESS {
-                return Err(rc);
-            }
-            let rc = info(&mut free, &mut total);
-            pop(&mut popped);
-            if rc == CUDA_SUCCESS {
-                Ok(free as u64)
-            } else {
-                Err(rc)
-            }
+        // `ctx` is a live context of this process; it is popped again right after the
+        // query, leaving the thread's stack as it was.
+        let rc = real::cuCtxPushCurrent_v2(ctx as Handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
+        }
+        let rc = real::cuMemGetInfo_v2(Out::from(&mut free), Out::from(&mut total))
+            .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        let _ = real::cuCtxPopCurrent_v2(Out::from(&mut popped));
+        if rc == CUDA_SUCCESS {
+            Ok(free as u64)
+        } else {
+            Err(rc)
         }
     }
 
@@ -206,32 +200,28 @@ impl CtxDriver for Contexts {
     }
 
     fn create_floating(&self, device: usize) -> Result<Ctx, u32> {
-        let pop = calls::cuCtxPopCurrent_v2().ok_or(CUDA_ERROR_NOT_FOUND)?;
+        if SLOTS[Row::cuCtxPopCurrent_v2 as usize].real().is_null() {
+            return Err(CUDA_ERROR_NOT_FOUND);
+        }
         let mut ctx: Handle = null_mut();
         let mut popped: Handle = null_mut();
         let dev = device as c_int;
-        // SAFETY: valid out-pointers (cuCtxCreate_v4 takes NULL parameters); the new
-        // context is pushed by the driver and popped at once, so the thread's stack is
-        // unchanged. _v4 is for drivers that no longer export _v2.
-        unsafe {
-            let rc = match (calls::cuCtxCreate_v2(), calls::cuCtxCreate_v4()) {
-                (Some(create), _) => create(&mut ctx, 0, dev),
-                (None, Some(create)) => create(&mut ctx, null_mut(), 0, dev),
-                (None, None) => CUDA_ERROR_NOT_FOUND,
-            };
-            if rc != CUDA_SUCCESS {
-                return Err(rc);
-            }
-            pop(&mut popped);
+        // cuCtxCreate_v4 takes NULL parameters; the new context is pushed by the driver
+        // and popped at once, so the thread's stack is unchanged. _v4 is for drivers
+        // that no longer export _v2.
+        let rc = real::cuCtxCreate_v2(Out::from(&mut ctx), 0, dev)
+            .or_else(|| real::cuCtxCreate_v4(Out::from(&mut ctx), null_mut(), 0, dev))
+            .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
         }
+        let _ = real::cuCtxPopCurrent_v2(Out::from(&mut popped));
         Ok(ctx as Ctx)
     }
 
     fn destroy(&self, ctx: Ctx) {
-        if let Some(destroy) = calls::cuCtxDestroy_v2() {
-            // SAFETY: a context `create_floating` made, not current anywhere.
-            unsafe { destroy(ctx as Handle) };
-        }
+        // A context `create_floating` made, not current anywhere.
+        let _ = real::cuCtxDestroy_v2(ctx as Handle);
     }
 
     fn primary_active(&self, device: usize) -> Option<bool> {
@@ -303,12 +293,11 @@ fn unknown_to_driver(rc: u32) -> bool {
 /// Whether the driver may still hold `ptr` as the start of a linear allocation (after
 /// a context teardown). Anything but a clear "unknown" counts as alive.
 pub fn pointer_alive(ptr: u64) -> bool {
-    let Some(range) = calls::cuMemGetAddressRange_v2() else {
+    let (mut base, mut size) = (0u64, 0usize);
+    let Some(rc) = real::cuMemGetAddressRange_v2(Out::from(&mut base), Out::from(&mut size), ptr)
+    else {
         return true;
     };
-    let (mut base, mut size) = (0u64, 0usize);
-    // SAFETY: valid out-pointers.
-    let rc = unsafe { range(&mut base, &mut size, ptr) };
     if rc == CUDA_SUCCESS {
         base == ptr
     } else {
@@ -354,15 +343,12 @@ pub fn array_size(handle: Handle, device: c_int, mipmapped: bool) -> Option<u64>
 
 /// Destroys an array the shim refuses after the fact.
 pub fn destroy_array(handle: Handle, mipmapped: bool) {
-    let destroy = if mipmapped {
-        calls::cuMipmappedArrayDestroy()
+    // The handle the driver just made.
+    let _ = if mipmapped {
+        real::cuMipmappedArrayDestroy(handle)
     } else {
-        calls::cuArrayDestroy()
+        real::cuArrayDestroy(handle)
     };
-    if let Some(destroy) = destroy {
-        // SAFETY: the handle the driver just made.
-        unsafe { destroy(handle) };
-    }
 }
 
 /// The calling thread's current context (None: none, or the driver cannot say).
@@ -433,10 +419,8 @@ pub fn context_limit(limit: c_int) -> Option<usize> {
 
 /// Unloads a module the shim refuses after the fact.
 pub fn unload_module(module: Handle) {
-    if let Some(unload) = calls::cuModuleUnload() {
-        // SAFETY: the module the driver just loaded.
-        unsafe { unload(module) };
-    }
+    // The module the driver just loaded.
+    let _ = real::cuModuleUnload(module);
 }
 
 /// Destroys a context the shim refuses after the fact.
@@ -451,32 +435,29 @@ pub fn context_id(ctx: Handle) -> Option<u64> {
 
 /// Releases a primary context retained by a call the shim refuses after the fact.
 pub fn release_primary(device: c_int) {
-    if let Some(release) = calls::cuDevicePrimaryCtxRelease_v2() {
-        // SAFETY: undoing the retain the driver just did.
-        unsafe { release(device) };
-    }
+    // Undoing the retain the driver just did.
+    let _ = real::cuDevicePrimaryCtxRelease_v2(device);
 }
 
 /// The device of a context (pushed for the question).
 pub fn context_device(ctx: Handle) -> Option<usize> {
-    let (push, pop, get) = (
-        calls::cuCtxPushCurrent_v2()?,
-        calls::cuCtxPopCurrent_v2()?,
-        calls::cuCtxGetDevice()?,
-    );
+    if [Row::cuCtxPushCurrent_v2, Row::cuCtxPopCurrent_v2]
+        .iter()
+        .any(|&r| SLOTS[r as usize].real().is_null())
+    {
+        return None;
+    }
     let mut dev: c_int = -1;
     let mut popped: Handle = null_mut();
-    // SAFETY: the caller's context, pushed and popped again.
-    unsafe {
-        if push(ctx) != CUDA_SUCCESS {
-            return None;
-        }
-        let rc = get(&mut dev);
-        pop(&mut popped);
-        (rc == CUDA_SUCCESS)
-            .then(|| usize::try_from(dev).ok())
-            .flatten()
+    // The caller's context, pushed and popped again.
+    if real::cuCtxPushCurrent_v2(ctx)? != CUDA_SUCCESS {
+        return None;
     }
+    let rc = calls::cuCtxGetDevice(Out::from(&mut dev));
+    let _ = real::cuCtxPopCurrent_v2(Out::from(&mut popped));
+    (rc == Some(CUDA_SUCCESS))
+        .then(|| usize::try_from(dev).ok())
+        .flatten()
 }
 
 /// The UUID NVML gives a device handle.
@@ -590,10 +571,6 @@ pub fn cuda_initialised() -> bool {
     if !crate::resolve::cuda_loaded() {
         return false;
     }
-    let Some(count) = calls::cuDeviceGetCount() else {
-        return false;
-    };
     let mut n: c_int = 0;
-    // SAFETY: valid out-pointer.
-    unsafe { count(&mut n) == CUDA_SUCCESS }
+    calls::cuDeviceGetCount(Out::from(&mut n)) == Some(CUDA_SUCCESS)
 }

@@ -10,7 +10,8 @@
 //! error — would be undefined behaviour in Rust before the driver ever saw it. The
 //! CUDA 2.x `_v1` descriptors (32-bit sizes) are not in cudarc at all.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::marker::PhantomData;
 
 /// `CUresult` as the hooks return it: a plain integer, so an unknown code from the
 /// driver is passed through rather than being undefined behaviour.
@@ -109,3 +110,161 @@ const _: () = assert!(std::mem::size_of::<MemAllocNodeParams>() == 120);
 /// `CUgraphNodeType`: a child graph, a memory allocation.
 pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`: the flags come first; the rest the driver fills.
+#[repr(C)]
+pub struct InstantiateParams {
+    pub flags: u64,
+    pub upload_stream: Stream,
+    pub err_node_out: Handle,
+    pub result_out: c_int,
+}
+
+/// `nvmlProcessDetailList_v1_t`, which `nvmlDeviceGetRunningProcessDetailList` fills:
+/// the program sets the version, the mode, the room and the array; the count comes back
+/// in `num_proc_array_entries`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NvmlProcessDetailList<'a> {
+    pub version: u32,
+    pub mode: u32,
+    pub num_proc_array_entries: u32,
+    pub proc_array: OutArray<'a, gpucap_core::nvml::NvmlProcessDetailV1>,
+}
+
+// ---------------------------------------------------------------------------
+// Pointer arguments, typed. The hooks receive the program's pointers as these types
+// (each `repr(transparent)` over the raw pointer, so the exported symbols keep their C
+// signature) and read or write through them without `unsafe`: each access checks for
+// null, and the one `unsafe` inside states the driver API's contract it relies on.
+
+/// An out-parameter: where the driver, or a hook in its place, writes one `T`. Made by
+/// the program (an argument of a hooked call) or by the shim from `&mut T`.
+#[repr(transparent)]
+pub struct Out<'a, T>(*mut T, PhantomData<&'a mut T>);
+
+impl<T> Clone for Out<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Out<'_, T> {}
+
+impl<'a, T> From<&'a mut T> for Out<'a, T> {
+    fn from(r: &'a mut T) -> Self {
+        Out(r, PhantomData)
+    }
+}
+
+impl<T> Out<'_, T> {
+    pub fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+
+    /// Writes `v`; false (nothing written) when the pointer is null.
+    pub fn set(self, v: T) -> bool {
+        if self.0.is_null() {
+            return false;
+        }
+        // SAFETY: a non-null out-pointer of the driver API points to a writable `T`
+        // (the program's contract with the driver), or is the shim's own `&mut T`.
+        unsafe { self.0.write(v) };
+        true
+    }
+}
+
+impl<T: Copy> Out<'_, T> {
+    /// What the pointer holds now (what the driver wrote, read after it succeeded; or
+    /// what the program put there for an in-out parameter); None when null.
+    #[inline(always)]
+    pub fn get(self) -> Option<T> {
+        // SAFETY: as in `set`: a non-null out-pointer points to a `T`, which the hook
+        // reads only where the driver has written it or the API has the program fill it.
+        (!self.0.is_null()).then(|| unsafe { self.0.read() })
+    }
+}
+
+/// An array the driver, or a hook in its place, fills: `room` entries, a figure the
+/// program gives beside the pointer (NVML's count protocol).
+#[repr(transparent)]
+pub struct OutArray<'a, T>(*mut T, PhantomData<&'a mut T>);
+
+impl<T> Clone for OutArray<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for OutArray<'_, T> {}
+
+impl<T> OutArray<'_, T> {
+    pub fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+
+    /// Writes `items` from the first entry on, at most `room` of them (the room the
+    /// program said the array has); how many were written. Nothing when null.
+    pub fn fill(self, room: u32, items: impl IntoIterator<Item = T>) -> u32 {
+        if self.0.is_null() {
+            return 0;
+        }
+        let mut n = 0;
+        for item in items.into_iter().take(room as usize) {
+            // SAFETY: the program's array holds `room` entries (the API's count
+            // protocol); `n < room`. Unaligned: written as the driver would, byte-wise
+            // where the program's struct is packed.
+            unsafe { self.0.add(n as usize).write_unaligned(item) };
+            n += 1;
+        }
+        n
+    }
+}
+
+/// A descriptor the program passes for the hook (and the driver) to read.
+#[repr(transparent)]
+pub struct In<'a, T>(*const T, PhantomData<&'a T>);
+
+impl<T> Clone for In<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for In<'_, T> {}
+
+impl<'a, T> From<&'a T> for In<'a, T> {
+    fn from(r: &'a T) -> Self {
+        In(r, PhantomData)
+    }
+}
+
+impl<'a, T> In<'a, T> {
+    /// The descriptor; None when null.
+    pub fn get(self) -> Option<&'a T> {
+        // SAFETY: a non-null descriptor pointer of the driver API points to a valid,
+        // aligned `T` that the program keeps for the call (the driver reads it too).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+/// `CUmemAllocationProp`, which the shim fills itself, seen through its leading fields
+/// (the argument type of the hooked `cuMemCreate`).
+impl<'a> From<&'a cudarc::driver::sys::CUmemAllocationProp> for In<'a, LocationPrefix> {
+    fn from(prop: &'a cudarc::driver::sys::CUmemAllocationProp) -> Self {
+        // `CUmemAllocationProp` begins with `LocationPrefix`'s fields (two enums, then
+        // the `CUmemLocation`), so a pointer to it points to a valid prefix.
+        In(std::ptr::from_ref(prop).cast(), PhantomData)
+    }
+}
+
+/// A NUL-terminated string the program passes (a symbol or file name).
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub struct CText<'a>(*const c_char, PhantomData<&'a CStr>);
+
+impl<'a> CText<'a> {
+    /// Its bytes, without the NUL; None when null.
+    pub fn bytes(self) -> Option<&'a [u8]> {
+        // SAFETY: a non-null string argument of the driver API is NUL-terminated and
+        // kept by the program for the call.
+        (!self.0.is_null()).then(|| unsafe { CStr::from_ptr(self.0) }.to_bytes())
+    }
+}

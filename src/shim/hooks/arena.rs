@@ -13,10 +13,13 @@ use cudarc::driver::sys::{
     CUmemAllocationType, CUmemLocation, CUmemLocationType,
 };
 
-use crate::driver::calls as driver;
+use crate::driver::calls::{cuMemAddressReserve, cuMemGetAllocationGranularity, cuMemSetAccess};
+use crate::driver::hooked::real::{
+    cuCtxSynchronize, cuMemAddressFree, cuMemCreate, cuMemMap, cuMemRelease, cuMemUnmap,
+};
 use crate::driver::types::{
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
-    CuResult,
+    CuResult, In, Out,
 };
 use crate::log::log;
 use crate::state::{SHIM, Shim};
@@ -46,14 +49,10 @@ fn page_prop(device: usize) -> CUmemAllocationProp {
     }
 }
 
+/// A driver call; `CUDA_ERROR_NOT_FOUND` when the driver lacks the function.
 macro_rules! call {
     ($f:ident($($arg:expr),*)) => {
-        match driver::$f() {
-            // SAFETY: the driver's own entry point, called with arguments built
-            // here to its documented C signature.
-            Some(f) => unsafe { f($($arg),*) },
-            None => CUDA_ERROR_NOT_FOUND,
-        }
+        $f($($arg),*).unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
 }
 
@@ -66,8 +65,8 @@ fn page_size(device: usize) -> Result<u64, CuResult> {
     let prop = page_prop(device);
     let mut g = 0usize;
     let rc = call!(cuMemGetAllocationGranularity(
-        &mut g,
-        &prop,
+        Out::from(&mut g),
+        In::from(&prop),
         CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
     ));
     if rc != CUDA_SUCCESS || g == 0 {
@@ -133,7 +132,12 @@ fn grow(
     let mut pages = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let mut h = 0u64;
-        let rc = call!(cuMemCreate(&mut h, page as usize, &prop, 0));
+        let rc = call!(cuMemCreate(
+            Out::from(&mut h),
+            page as usize,
+            In::from(&prop),
+            0
+        ));
         if rc != CUDA_SUCCESS {
             release_pages(&pages);
             return Err(rc); // the reservation rolls back as it drops
@@ -148,7 +152,13 @@ fn grow(
 fn map(device: usize, page: u64, pages: &[u64]) -> Result<u64, CuResult> {
     let bytes = page * pages.len() as u64;
     let mut base = 0u64;
-    let rc = call!(cuMemAddressReserve(&mut base, bytes as usize, 0, 0, 0));
+    let rc = call!(cuMemAddressReserve(
+        Out::from(&mut base),
+        bytes as usize,
+        0,
+        0,
+        0
+    ));
     if rc != CUDA_SUCCESS {
         return Err(rc);
     }
@@ -169,7 +179,7 @@ fn map(device: usize, page: u64, pages: &[u64]) -> Result<u64, CuResult> {
         location: location(device),
         flags: CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
-    let rc = call!(cuMemSetAccess(base, bytes as usize, &access, 1));
+    let rc = call!(cuMemSetAccess(base, bytes as usize, In::from(&access), 1));
     if rc != CUDA_SUCCESS {
         undo(pages.len());
         return Err(rc);

@@ -13,7 +13,7 @@ pub(super) fn array_charged(
     shape: Option<Shape>,
     levels: u32,
     mipmapped: bool,
-    handle: *mut Handle,
+    handle: Out<Handle>,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
     let Some(shape) = shape.filter(|s| !s.takes_no_memory()) else {
@@ -33,8 +33,11 @@ pub(super) fn array_charged(
     let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else {
         return rc;
     };
-    // SAFETY: the driver succeeded and filled the handle.
-    let h = unsafe { *handle };
+    // The driver succeeded and filled the handle (a driver that wrote none: nothing
+    // to charge it to).
+    let Some(h) = handle.get() else {
+        return rc;
+    };
     let dev = r.charge().device;
     if let Some(actual) = queries::array_size(h, dev as c_int, mipmapped)
         && let Err(refusal) = SHIM.ledger.resize(&mut r, actual)
@@ -74,9 +77,8 @@ pub(super) fn array_released(
     rc
 }
 
-pub(super) fn shape_2d(desc: *const ArrayDescriptor) -> Option<Shape> {
-    // SAFETY: a non-null descriptor is the caller's CUDA_ARRAY_DESCRIPTOR.
-    unsafe { desc.as_ref() }.map(|d| Shape {
+pub(super) fn shape_2d(desc: In<ArrayDescriptor>) -> Option<Shape> {
+    desc.get().map(|d| Shape {
         width: d.width as u64,
         height: d.height as u64,
         depth: 0,
@@ -86,9 +88,8 @@ pub(super) fn shape_2d(desc: *const ArrayDescriptor) -> Option<Shape> {
     })
 }
 
-pub(super) fn shape_3d(desc: *const Array3DDescriptor) -> Option<Shape> {
-    // SAFETY: a non-null descriptor is the caller's CUDA_ARRAY3D_DESCRIPTOR.
-    unsafe { desc.as_ref() }.map(|d| Shape {
+pub(super) fn shape_3d(desc: In<Array3DDescriptor>) -> Option<Shape> {
+    desc.get().map(|d| Shape {
         width: d.width as u64,
         height: d.height as u64,
         depth: d.depth as u64,
@@ -99,44 +100,31 @@ pub(super) fn shape_3d(desc: *const Array3DDescriptor) -> Option<Shape> {
 }
 
 pub fn array_create(
-    real: unsafe extern "C" fn(*mut Handle, *const ArrayDescriptor) -> CuResult,
-    handle: *mut Handle,
-    desc: *const ArrayDescriptor,
+    real: Real<(Out<Handle>, In<ArrayDescriptor>)>,
+    handle: Out<Handle>,
+    desc: In<ArrayDescriptor>,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    array_charged(
-        "cuArrayCreate",
-        shape_2d(desc),
-        1,
-        false,
-        handle,
-        || unsafe { real(handle, desc) },
-    )
+    array_charged("cuArrayCreate", shape_2d(desc), 1, false, handle, || {
+        real.call(handle, desc)
+    })
 }
 
 pub fn array_3d_create(
-    real: unsafe extern "C" fn(*mut Handle, *const Array3DDescriptor) -> CuResult,
-    handle: *mut Handle,
-    desc: *const Array3DDescriptor,
+    real: Real<(Out<Handle>, In<Array3DDescriptor>)>,
+    handle: Out<Handle>,
+    desc: In<Array3DDescriptor>,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    array_charged(
-        "cuArray3DCreate",
-        shape_3d(desc),
-        1,
-        false,
-        handle,
-        || unsafe { real(handle, desc) },
-    )
+    array_charged("cuArray3DCreate", shape_3d(desc), 1, false, handle, || {
+        real.call(handle, desc)
+    })
 }
 
 pub fn array_create_v1(
-    real: unsafe extern "C" fn(*mut Handle, *const ArrayDescriptorV1) -> CuResult,
-    handle: *mut Handle,
-    desc: *const ArrayDescriptorV1,
+    real: Real<(Out<Handle>, In<ArrayDescriptorV1>)>,
+    handle: Out<Handle>,
+    desc: In<ArrayDescriptorV1>,
 ) -> CuResult {
-    // SAFETY: a non-null descriptor is the caller's CUDA_ARRAY_DESCRIPTOR_v1.
-    let shape = unsafe { desc.as_ref() }.map(|d| Shape {
+    let shape = desc.get().map(|d| Shape {
         width: d.width.into(),
         height: d.height.into(),
         depth: 0,
@@ -144,19 +132,17 @@ pub fn array_create_v1(
         channels: d.channels,
         flags: 0,
     });
-    // SAFETY (closure): forwarding the caller's arguments.
-    array_charged("cuArrayCreate", shape, 1, false, handle, || unsafe {
-        real(handle, desc)
+    array_charged("cuArrayCreate", shape, 1, false, handle, || {
+        real.call(handle, desc)
     })
 }
 
 pub fn array_3d_create_v1(
-    real: unsafe extern "C" fn(*mut Handle, *const Array3DDescriptorV1) -> CuResult,
-    handle: *mut Handle,
-    desc: *const Array3DDescriptorV1,
+    real: Real<(Out<Handle>, In<Array3DDescriptorV1>)>,
+    handle: Out<Handle>,
+    desc: In<Array3DDescriptorV1>,
 ) -> CuResult {
-    // SAFETY: a non-null descriptor is the caller's CUDA_ARRAY3D_DESCRIPTOR_v1.
-    let shape = unsafe { desc.as_ref() }.map(|d| Shape {
+    let shape = desc.get().map(|d| Shape {
         width: d.width.into(),
         height: d.height.into(),
         depth: d.depth.into(),
@@ -164,38 +150,31 @@ pub fn array_3d_create_v1(
         channels: d.channels,
         flags: d.flags,
     });
-    // SAFETY (closure): forwarding the caller's arguments.
-    array_charged("cuArray3DCreate", shape, 1, false, handle, || unsafe {
-        real(handle, desc)
+    array_charged("cuArray3DCreate", shape, 1, false, handle, || {
+        real.call(handle, desc)
     })
 }
 
-pub fn array_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, handle: Handle) -> CuResult {
-    // SAFETY (closure): forwarding the caller's argument.
-    array_released(false, handle, || unsafe { real(handle) })
+pub fn array_destroy(real: Real<(Handle,)>, handle: Handle) -> CuResult {
+    array_released(false, handle, || real.call(handle))
 }
 
 pub fn mipmapped_array_create(
-    real: unsafe extern "C" fn(*mut Handle, *const Array3DDescriptor, u32) -> CuResult,
-    handle: *mut Handle,
-    desc: *const Array3DDescriptor,
+    real: Real<(Out<Handle>, In<Array3DDescriptor>, u32)>,
+    handle: Out<Handle>,
+    desc: In<Array3DDescriptor>,
     levels: u32,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
     array_charged(
         "cuMipmappedArrayCreate",
         shape_3d(desc),
         levels,
         true,
         handle,
-        || unsafe { real(handle, desc, levels) },
+        || real.call(handle, desc, levels),
     )
 }
 
-pub fn mipmapped_array_destroy(
-    real: unsafe extern "C" fn(Handle) -> CuResult,
-    handle: Handle,
-) -> CuResult {
-    // SAFETY (closure): forwarding the caller's argument.
-    array_released(true, handle, || unsafe { real(handle) })
+pub fn mipmapped_array_destroy(real: Real<(Handle,)>, handle: Handle) -> CuResult {
+    array_released(true, handle, || real.call(handle))
 }

@@ -341,16 +341,15 @@ pub(super) fn context_ended(api: &str, device: usize, ending: Ending, announced:
 }
 
 pub fn primary_ctx_retain(
-    real: unsafe extern "C" fn(*mut Handle, c_int) -> CuResult,
-    pctx: *mut Handle,
+    real: Real<(Out<Handle>, c_int)>,
+    pctx: Out<Handle>,
     dev: c_int,
 ) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(pctx, dev) };
+    let call = || real.call(pctx, dev);
     let mut lock = match context_lock(shim, "cuDevicePrimaryCtxRetain", dev) {
         Ok(Some(lock)) => lock,
         Ok(None) => return call(),
@@ -362,22 +361,20 @@ pub fn primary_ctx_retain(
     let api = "cuDevicePrimaryCtxRetain";
     match make_context(shim, api, &mut lock, call, || queries::release_primary(dev)) {
         Ok(bytes) => {
-            // SAFETY: the driver succeeded and filled the out-pointer (checked non-null).
-            lock.set_primary(unsafe { *pctx } as u64, bytes);
+            // The driver succeeded and filled the out-pointer (checked non-null).
+            lock.set_primary(written_handle(pctx) as u64, bytes);
             CUDA_SUCCESS
         }
         Err(rc) => rc,
     }
 }
 
-pub fn primary_ctx_release(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_int) -> CuResult {
-    // SAFETY (closure): forwarding the caller's argument.
-    moves_current(|| primary_gone(dev, false, || unsafe { real(dev) }))
+pub fn primary_ctx_release(real: Real<(c_int,)>, dev: c_int) -> CuResult {
+    moves_current(|| primary_gone(dev, false, || real.call(dev)))
 }
 
-pub fn primary_ctx_reset(real: unsafe extern "C" fn(c_int) -> CuResult, dev: c_int) -> CuResult {
-    // SAFETY (closure): forwarding the caller's argument.
-    moves_current(|| primary_gone(dev, true, || unsafe { real(dev) }))
+pub fn primary_ctx_reset(real: Real<(c_int,)>, dev: c_int) -> CuResult {
+    moves_current(|| primary_gone(dev, true, || real.call(dev)))
 }
 
 /// A release (the context goes when its last reference does, as the driver says
@@ -418,7 +415,7 @@ pub(super) fn primary_gone(dev: c_int, reset: bool, call: impl FnOnce() -> CuRes
 /// A created context: measured, charged, undone if the cap cannot take it.
 pub(super) fn ctx_created(
     api: &str,
-    pctx: *mut Handle,
+    pctx: Out<Handle>,
     dev: c_int,
     call: impl Fn() -> CuResult,
 ) -> CuResult {
@@ -434,13 +431,11 @@ pub(super) fn ctx_created(
     if pctx.is_null() {
         return call();
     }
-    // SAFETY (closure): called once the driver succeeded, which filled the out-pointer
-    // (checked non-null).
-    let undo = || queries::destroy_context(unsafe { *pctx });
+    // Called once the driver succeeded, which filled the out-pointer (checked non-null).
+    let undo = || queries::destroy_context(written_handle(pctx));
     match make_context(shim, api, &mut lock, call, undo) {
         Ok(bytes) => {
-            // SAFETY: as above.
-            lock.add_created(unsafe { *pctx } as u64, bytes);
+            lock.add_created(written_handle(pctx) as u64, bytes);
             CUDA_SUCCESS
         }
         Err(rc) => rc,
@@ -448,46 +443,39 @@ pub(super) fn ctx_created(
 }
 
 pub fn ctx_create(
-    real: unsafe extern "C" fn(*mut Handle, u32, c_int) -> CuResult,
-    pctx: *mut Handle,
+    real: Real<(Out<Handle>, u32, c_int)>,
+    pctx: Out<Handle>,
     flags: u32,
     dev: c_int,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    moves_current(|| {
-        ctx_created("cuCtxCreate", pctx, dev, || unsafe {
-            real(pctx, flags, dev)
-        })
-    })
+    moves_current(|| ctx_created("cuCtxCreate", pctx, dev, || real.call(pctx, flags, dev)))
 }
 
 pub fn ctx_create_v3(
-    real: unsafe extern "C" fn(*mut Handle, *mut c_void, c_int, u32, c_int) -> CuResult,
-    pctx: *mut Handle,
+    real: Real<(Out<Handle>, *mut c_void, c_int, u32, c_int)>,
+    pctx: Out<Handle>,
     params: *mut c_void,
     count: c_int,
     flags: u32,
     dev: c_int,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
     moves_current(|| {
-        ctx_created("cuCtxCreate_v3", pctx, dev, || unsafe {
-            real(pctx, params, count, flags, dev)
+        ctx_created("cuCtxCreate_v3", pctx, dev, || {
+            real.call(pctx, params, count, flags, dev)
         })
     })
 }
 
 pub fn ctx_create_v4(
-    real: unsafe extern "C" fn(*mut Handle, *mut c_void, u32, c_int) -> CuResult,
-    pctx: *mut Handle,
+    real: Real<(Out<Handle>, *mut c_void, u32, c_int)>,
+    pctx: Out<Handle>,
     params: *mut c_void,
     flags: u32,
     dev: c_int,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
     moves_current(|| {
-        ctx_created("cuCtxCreate_v4", pctx, dev, || unsafe {
-            real(pctx, params, flags, dev)
+        ctx_created("cuCtxCreate_v4", pctx, dev, || {
+            real.call(pctx, params, flags, dev)
         })
     })
 }
@@ -500,16 +488,15 @@ pub(super) fn lock_of_context(ctx: Handle) -> Option<gpucap_core::contexts::Devi
         .and_then(|d| CONTEXTS.lock(d))
 }
 
-pub fn ctx_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+pub fn ctx_destroy(real: Real<(Handle,)>, ctx: Handle) -> CuResult {
     moves_current(|| destroyed(real, ctx))
 }
 
-fn destroyed(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+fn destroyed(real: Real<(Handle,)>, ctx: Handle) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
-    // SAFETY (closure): forwarding the caller's argument.
-    let call = || unsafe { real(ctx) };
+    let call = || real.call(ctx);
     let Some(lock) = lock_of_context(ctx) else {
         return call();
     };
@@ -534,16 +521,15 @@ fn destroyed(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuR
 /// `cuCtxDetach`: drops one usage count (`cuCtxAttach` added one); the context ends,
 /// and the driver frees its memory, only with the last. Whether it did is asked of the
 /// driver afterwards.
-pub fn ctx_detach(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+pub fn ctx_detach(real: Real<(Handle,)>, ctx: Handle) -> CuResult {
     moves_current(|| detached(real, ctx))
 }
 
-fn detached(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
+fn detached(real: Real<(Handle,)>, ctx: Handle) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
-    // SAFETY (closure): forwarding the caller's argument.
-    let call = || unsafe { real(ctx) };
+    let call = || real.call(ctx);
     let Some(mut lock) = lock_of_context(ctx) else {
         return call();
     };

@@ -98,10 +98,8 @@ pub(super) fn current_context() -> Option<Handle> {
 
 /// The device of the calling thread's current context, asked of the driver.
 pub(super) fn context_device() -> Option<c_int> {
-    let get = calls::cuCtxGetDevice()?;
     let mut dev: c_int = -1;
-    // SAFETY: valid out-pointer.
-    (unsafe { get(&mut dev) } == CUDA_SUCCESS).then_some(dev)
+    (calls::cuCtxGetDevice(Out::from(&mut dev))? == CUDA_SUCCESS).then_some(dev)
 }
 
 /// Runs a driver call that may change the calling thread's current context: the device
@@ -118,44 +116,36 @@ fn forget() {
     CONTEXT.with(|c| c.set(std::ptr::null_mut()));
 }
 
-pub fn ctx_set_current(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
-    // SAFETY (closure): forwarding the caller's argument.
-    moves_current(|| unsafe { real(ctx) })
+pub fn ctx_set_current(real: Real<(Handle,)>, ctx: Handle) -> CuResult {
+    moves_current(|| real.call(ctx))
 }
 
-pub fn ctx_push_current(real: unsafe extern "C" fn(Handle) -> CuResult, ctx: Handle) -> CuResult {
-    // SAFETY (closure): forwarding the caller's argument.
-    moves_current(|| unsafe { real(ctx) })
+pub fn ctx_push_current(real: Real<(Handle,)>, ctx: Handle) -> CuResult {
+    moves_current(|| real.call(ctx))
 }
 
-pub fn ctx_pop_current(
-    real: unsafe extern "C" fn(*mut Handle) -> CuResult,
-    pctx: *mut Handle,
-) -> CuResult {
-    // SAFETY (closure): forwarding the caller's argument.
-    moves_current(|| unsafe { real(pctx) })
+pub fn ctx_pop_current(real: Real<(Out<Handle>,)>, pctx: Out<Handle>) -> CuResult {
+    moves_current(|| real.call(pctx))
 }
 
 /// `cuGLCtxCreate`: a context made and pushed, not charged (deprecated since CUDA 5.0).
 pub fn gl_ctx_create(
-    real: unsafe extern "C" fn(*mut Handle, u32, c_int) -> CuResult,
-    pctx: *mut Handle,
+    real: Real<(Out<Handle>, u32, c_int)>,
+    pctx: Out<Handle>,
     flags: u32,
     dev: c_int,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    moves_current(|| unsafe { real(pctx, flags, dev) })
+    moves_current(|| real.call(pctx, flags, dev))
 }
 
 /// `cuVDPAUCtxCreate`: as `cuGLCtxCreate`.
 pub fn vdpau_ctx_create(
-    real: unsafe extern "C" fn(*mut Handle, u32, c_int, u32, *mut c_void) -> CuResult,
-    pctx: *mut Handle,
+    real: Real<(Out<Handle>, u32, c_int, u32, *mut c_void)>,
+    pctx: Out<Handle>,
     flags: u32,
     dev: c_int,
     vdp: u32,
     get: *mut c_void,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    moves_current(|| unsafe { real(pctx, flags, dev, vdp, get) })
+    moves_current(|| real.call(pctx, flags, dev, vdp, get))
 }

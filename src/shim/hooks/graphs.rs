@@ -15,92 +15,66 @@ use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::graphs::{self, Settle};
 use gpucap_core::residents::Gauge;
 
-/// `CUDA_GRAPH_INSTANTIATE_PARAMS`: the flags come first; the rest the driver fills.
-#[repr(C)]
-pub struct InstantiateParams {
-    pub flags: u64,
-    pub upload_stream: Stream,
-    pub err_node_out: Handle,
-    pub result_out: c_int,
-}
+/// `cuGraphInstantiate`'s arguments: the exec, the graph, the error node, the log
+/// buffer and its size.
+type InstantiateArgs<'a> = (Out<'a, Handle>, Handle, Out<'a, Handle>, *mut c_char, usize);
 
 pub fn graph_instantiate(
-    real: unsafe extern "C" fn(*mut Handle, Handle, *mut Handle, *mut c_char, usize) -> CuResult,
-    exec: *mut Handle,
+    real: Real<InstantiateArgs>,
+    exec: Out<Handle>,
     graph: Handle,
-    err_node: *mut Handle,
+    err_node: Out<Handle>,
     log_buffer: *mut c_char,
     size: usize,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    instantiated("cuGraphInstantiate", exec, graph, || unsafe {
-        real(exec, graph, err_node, log_buffer, size)
+    instantiated("cuGraphInstantiate", exec, graph, || {
+        real.call(exec, graph, err_node, log_buffer, size)
     })
 }
 
 pub fn graph_instantiate_with_flags(
-    real: unsafe extern "C" fn(*mut Handle, Handle, u64) -> CuResult,
-    exec: *mut Handle,
+    real: Real<(Out<Handle>, Handle, u64)>,
+    exec: Out<Handle>,
     graph: Handle,
     flags: u64,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    instantiated("cuGraphInstantiateWithFlags", exec, graph, || unsafe {
-        real(exec, graph, flags)
+    instantiated("cuGraphInstantiateWithFlags", exec, graph, || {
+        real.call(exec, graph, flags)
     })
 }
 
 pub fn graph_instantiate_with_params(
-    real: unsafe extern "C" fn(*mut Handle, Handle, *mut InstantiateParams) -> CuResult,
-    exec: *mut Handle,
+    real: Real<(Out<Handle>, Handle, *mut InstantiateParams)>,
+    exec: Out<Handle>,
     graph: Handle,
     params: *mut InstantiateParams,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    instantiated("cuGraphInstantiateWithParams", exec, graph, || unsafe {
-        real(exec, graph, params)
+    instantiated("cuGraphInstantiateWithParams", exec, graph, || {
+        real.call(exec, graph, params)
     })
 }
 
-pub fn graph_upload(
-    real: unsafe extern "C" fn(Handle, Stream) -> CuResult,
-    exec: Handle,
-    stream: Stream,
-) -> CuResult {
+pub fn graph_upload(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
     on_stream("cuGraphUpload", real, exec, stream)
 }
 
-pub fn graph_launch(
-    real: unsafe extern "C" fn(Handle, Stream) -> CuResult,
-    exec: Handle,
-    stream: Stream,
-) -> CuResult {
+pub fn graph_launch(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
     on_stream("cuGraphLaunch", real, exec, stream)
 }
 
 /// `cuGraphUpload` and `cuGraphLaunch`: an executable graph's memory reserved again if
 /// it does not hold it (see [`run`]). A process without graph memory pays one load.
 #[inline(always)]
-fn on_stream(
-    api: &str,
-    real: unsafe extern "C" fn(Handle, Stream) -> CuResult,
-    exec: Handle,
-    stream: Stream,
-) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(exec, stream) };
+fn on_stream(api: &str, real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
+    let call = || real.call(exec, stream);
     if !GRAPHS.any() {
         return call();
     }
     run(api, exec, call)
 }
 
-pub fn graph_exec_destroy(
-    real: unsafe extern "C" fn(Handle) -> CuResult,
-    exec: Handle,
-) -> CuResult {
-    // SAFETY: forwarding the caller's argument.
-    let rc = unsafe { real(exec) };
+pub fn graph_exec_destroy(real: Real<(Handle,)>, exec: Handle) -> CuResult {
+    let rc = real.call(exec);
     if rc == CUDA_SUCCESS {
         for d in GRAPHS.destroyed(exec as u64) {
             settle(d, None);
@@ -109,12 +83,8 @@ pub fn graph_exec_destroy(
     rc
 }
 
-pub fn device_graph_mem_trim(
-    real: unsafe extern "C" fn(c_int) -> CuResult,
-    dev: c_int,
-) -> CuResult {
-    // SAFETY: forwarding the caller's argument.
-    let rc = unsafe { real(dev) };
+pub fn device_graph_mem_trim(real: Real<(c_int,)>, dev: c_int) -> CuResult {
+    let rc = real.call(dev);
     if rc == CUDA_SUCCESS
         && let Ok(d) = usize::try_from(dev)
     {
@@ -127,7 +97,7 @@ pub fn device_graph_mem_trim(
 /// An instantiation: the graph's alloc nodes reserved first, the exec recorded after.
 fn instantiated(
     api: &str,
-    exec: *mut Handle,
+    exec: Out<Handle>,
     graph: Handle,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
@@ -148,7 +118,7 @@ fn instantiated(
     };
     let rc = call();
     if rc == CUDA_SUCCESS {
-        GRAPHS.instantiated(written(exec.cast()), need.clone());
+        GRAPHS.instantiated(written_handle(exec) as u64, need.clone());
     }
     settle_all(need.iter().map(|&(d, _)| d), held);
     rc
@@ -164,7 +134,7 @@ fn instantiated(
 fn unlisted(
     shim: &'static Shim,
     api: &str,
-    exec: *mut Handle,
+    exec: Out<Handle>,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
     let rc = call();
@@ -178,7 +148,7 @@ fn unlisted(
         Warn,
         "{api}: the graph's memory nodes could not be listed: charged the graph memory the driver reserves for it"
     );
-    GRAPHS.instantiated_unlisted(written(exec.cast()), &devices);
+    GRAPHS.instantiated_unlisted(written_handle(exec) as u64, &devices);
     for d in devices {
         settle(d, None);
     }

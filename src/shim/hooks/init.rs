@@ -13,7 +13,7 @@ extern "C" fn orphan_ledger_in_child() {
     SHIM.ledger.orphan_pool();
 }
 
-pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult {
+pub fn init(real: Real<(u32,)>, flags: u32) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -23,8 +23,7 @@ pub fn init(real: unsafe extern "C" fn(u32) -> CuResult, flags: u32) -> CuResult
     if let Ok(config) = shim.config() {
         crate::lone::prepare(config, shim.ledger.devices());
     }
-    // SAFETY: forwarding the caller's argument.
-    let rc = unsafe { real(flags) };
+    let rc = real.call(flags);
     if rc != CUDA_SUCCESS {
         return rc;
     }
@@ -108,8 +107,11 @@ fn join_pool(shim: &Shim, config: &gpucap_core::config::Config) -> Result<(), ()
                     "gpucap: cannot join the pool: more than {POOL_GENERATIONS} nested forks joined pools"
                 ));
             }
+            // Allowed: `pthread_atfork` has no safe wrapper, and a fork handler is
+            // registered here, where the pool is joined.
             // SAFETY: registers a plain extern "C" function taking nothing, run in fork
             // children.
+            #[allow(unsafe_code)]
             LEDGER_AT_FORK.call_once(|| unsafe {
                 libc::pthread_atfork(None, None, Some(orphan_ledger_in_child));
             });

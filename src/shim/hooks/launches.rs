@@ -6,31 +6,34 @@
 //! `cuModuleGetFunction` a module's (lazy loading loads a module's kernels there): both
 //! measured the same way.
 
-use std::ffi::c_char;
-
 use super::contexts::{context_lock, pool_marks};
 use super::*;
 use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED};
 use gpucap_core::kernels::{self, launch_key};
 
 type Params = *mut *mut c_void;
+/// `cuLaunchKernel`'s arguments: the function, the grid and block sizes, the shared
+/// memory, the stream, the kernel's parameters and the extra options.
+type LaunchArgs = (
+    Handle,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    Stream,
+    Params,
+    Params,
+);
+/// `cuLaunchCooperativeKernel`'s: as [`LaunchArgs`] without the extra options.
+type CooperativeArgs = (Handle, u32, u32, u32, u32, u32, u32, u32, Stream, Params);
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn launch_kernel(
-    real: unsafe extern "C" fn(
-        Handle,
-        u32,
-        u32,
-        u32,
-        u32,
-        u32,
-        u32,
-        u32,
-        Stream,
-        Params,
-        Params,
-    ) -> CuResult,
+    real: Real<LaunchArgs>,
     f: Handle,
     gx: u32,
     gy: u32,
@@ -43,26 +46,14 @@ pub fn launch_kernel(
     params: Params,
     extra: Params,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) };
+    let call = || real.call(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
     launched("cuLaunchKernel", f, call)
 }
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn launch_cooperative_kernel(
-    real: unsafe extern "C" fn(
-        Handle,
-        u32,
-        u32,
-        u32,
-        u32,
-        u32,
-        u32,
-        u32,
-        Stream,
-        Params,
-    ) -> CuResult,
+    real: Real<CooperativeArgs>,
     f: Handle,
     gx: u32,
     gy: u32,
@@ -74,21 +65,19 @@ pub fn launch_cooperative_kernel(
     stream: Stream,
     params: Params,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
+    let call = || real.call(f, gx, gy, gz, bx, by, bz, shared, stream, params);
     launched("cuLaunchCooperativeKernel", f, call)
 }
 
 #[inline(always)]
 pub fn launch_kernel_ex(
-    real: unsafe extern "C" fn(*const c_void, Handle, Params, Params) -> CuResult,
+    real: Real<(*const c_void, Handle, Params, Params)>,
     config: *const c_void,
     f: Handle,
     params: Params,
     extra: Params,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(config, f, params, extra) };
+    let call = || real.call(config, f, params, extra);
     launched("cuLaunchKernelEx", f, call)
 }
 
@@ -96,12 +85,11 @@ pub fn launch_kernel_ex(
 /// yet; measured once per kernel and context, as a first launch, and the function it
 /// gives (that context's) is then seen.
 pub fn kernel_get_function(
-    real: unsafe extern "C" fn(*mut Handle, Handle) -> CuResult,
-    out: *mut Handle,
+    real: Real<(Out<Handle>, Handle)>,
+    out: Out<Handle>,
     kernel: Handle,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(out, kernel) };
+    let call = || real.call(out, kernel);
     let Some(d) = known_device().or_else(|| current_device().and_then(|d| usize::try_from(d).ok()))
     else {
         return call();
@@ -113,8 +101,8 @@ pub fn kernel_get_function(
     if LAUNCHED.contains(key) {
         return call();
     }
-    // SAFETY (closure): the driver wrote the function handle where the caller asked.
-    let function = || (!out.is_null()).then(|| unsafe { *out });
+    // The driver wrote the function handle where the caller asked.
+    let function = || out.get();
     let owner = || queries::function_owner(kernel);
     first_use("cuKernelGetFunction", key, d, call, function, owner)
 }
@@ -348,28 +336,25 @@ fn book(
 /// the module's load (NVIDIA's Lazy Loading guide); measured once per (module, name)
 /// and device, as a first launch.
 pub fn module_get_function(
-    real: unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CuResult,
-    out: *mut Handle,
+    real: Real<(Out<Handle>, Handle, CText)>,
+    out: Out<Handle>,
     module: Handle,
-    name: *const c_char,
+    name: CText,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(out, module, name) };
+    let call = || real.call(out, module, name);
     let Some(d) = known_device().or_else(|| current_device().and_then(|d| usize::try_from(d).ok()))
     else {
         return call();
     };
-    if name.is_null() {
-        return call(); // the driver's own error
-    }
-    // SAFETY: a non-null, NUL-terminated name (the call's contract).
-    let text = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    let Some(text) = name.bytes() else {
+        return call(); // no name: the driver's own error
+    };
     let key = kernels::name_key(module as u64, text, d);
     if LAUNCHED.contains(key) {
         return call();
     }
-    // SAFETY (closure): the driver wrote the function handle where the caller asked.
-    let function = || (!out.is_null()).then(|| unsafe { *out });
+    // The driver wrote the function handle where the caller asked.
+    let function = || out.get();
     first_use("cuModuleGetFunction", key, d, call, function, || {
         module as u64
     })
@@ -377,10 +362,9 @@ pub fn module_get_function(
 
 /// `cuLibraryUnload`: the kernels of the library its functions' first launches loaded go
 /// with it, in every context (see [`unloading`]).
-pub fn library_unload(real: unsafe extern "C" fn(Handle) -> CuResult, lib: Handle) -> CuResult {
+pub fn library_unload(real: Real<(Handle,)>, lib: Handle) -> CuResult {
     let owners = [Some(lib as u64), queries::library_module(lib)];
-    // SAFETY (closure): forwarding the caller's argument.
-    unloading(&owners, || unsafe { real(lib) })
+    unloading(&owners, || real.call(lib))
 }
 
 /// Runs `call`, the unload of the library or module `owners` name: what their functions'

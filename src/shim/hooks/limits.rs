@@ -9,14 +9,9 @@ use super::*;
 use crate::state::LIMITS;
 use gpucap_core::limits;
 
-pub fn ctx_set_limit(
-    real: unsafe extern "C" fn(c_int, usize) -> CuResult,
-    limit: c_int,
-    value: usize,
-) -> CuResult {
+pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> CuResult {
     const API: &str = "cuCtxSetLimit";
-    // SAFETY (closures): forwarding the caller's arguments, or setting back the old value.
-    let set = |v: usize| unsafe { real(limit, v) };
+    let set = |v: usize| real.call(limit, v);
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,

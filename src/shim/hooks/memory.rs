@@ -2,18 +2,12 @@
 
 use super::*;
 
-pub fn mem_alloc(
-    real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult,
-    dptr: *mut Dptr,
-    size: usize,
-) -> CuResult {
+pub fn mem_alloc(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -> CuResult {
     // Off the short path `charged_short` finds no device (one load of the short-path
     // byte, not two) and hands the call back.
-    // SAFETY (closure): forwarding the caller's arguments; `dptr` is read only after the
-    // driver succeeded.
     match charged_short(
         linear::charge(size as u64),
-        || unsafe { real(dptr, size) },
+        || real.call(dptr, size),
         || written(dptr),
     ) {
         Ok(rc) => rc,
@@ -26,38 +20,33 @@ pub fn mem_alloc(
 /// call off the short path (growth mode, a pool) paid a second frame, ~25
 /// instructions; forced inline, the short path paid the full path's frame.
 #[inline]
-fn mem_alloc_full(
-    real: unsafe extern "C" fn(*mut Dptr, usize) -> CuResult,
-    dptr: *mut Dptr,
-    size: usize,
-) -> CuResult {
+fn mem_alloc_full(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -> CuResult {
     let api = "cuMemAlloc";
     if !short_path() && growth() && !dptr.is_null() {
         // Asked of the driver: the arena serves without calling it, so it must know
         // that a context is current.
         let Some(device) = context_device() else {
-            // SAFETY: forwarding; without a context the driver answers with its error.
-            return unsafe { real(dptr, size) };
+            // Without a context the driver answers with its error.
+            return real.call(dptr, size);
         };
         let Some(d) = checked_device(&SHIM, device) else {
             return CUDA_ERROR_INVALID_DEVICE;
         };
         return match arena::alloc(api, d, size as u64) {
             Ok(base) => {
-                // SAFETY: the caller's out-pointer, checked non-null above.
-                unsafe { *dptr = base };
+                // The caller's out-pointer, checked non-null above.
+                dptr.set(base);
                 CUDA_SUCCESS
             }
             Err(rc) => rc,
         };
     }
-    // SAFETY (closure): forwarding the caller's arguments.
     charged_on(
         api,
         current_device(),
         size as u64,
         linear::charge(size as u64),
-        || unsafe { real(dptr, size) },
+        || real.call(dptr, size),
         || written(dptr),
     )
 }
@@ -81,8 +70,8 @@ pub(super) fn growth_free(dptr: Dptr) -> Option<CuResult> {
 }
 
 pub fn mem_alloc_managed(
-    real: unsafe extern "C" fn(*mut Dptr, usize, u32) -> CuResult,
-    dptr: *mut Dptr,
+    real: Real<(Out<Dptr>, usize, u32)>,
+    dptr: Out<Dptr>,
     size: usize,
     flags: u32,
 ) -> CuResult {
@@ -90,8 +79,7 @@ pub fn mem_alloc_managed(
         Ok(t) => t,
         Err(rc) => return rc,
     };
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(dptr, size, flags) };
+    let rc = real.call(dptr, size, flags);
     if let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) {
         // Managed memory takes device memory as it is touched, not now.
         r.commit_unbacked(written(dptr));
@@ -102,11 +90,15 @@ pub fn mem_alloc_managed(
 /// Pitch alignment the reservation assumes before the driver says the real pitch.
 pub(super) const PITCH_GUESS: u64 = 512;
 
+/// `cuMemAllocPitch`'s arguments: the pointer and pitch written, the width and height
+/// asked, the element size.
+type PitchArgs<'a, P, W> = (Out<'a, P>, Out<'a, W>, W, W, u32);
+
 /// `cuMemAllocPitch_v2`, and the CUDA 2.x `cuMemAllocPitch` (32-bit pointer and sizes).
 pub fn mem_alloc_pitch<P: Word, W: Word>(
-    real: unsafe extern "C" fn(*mut P, *mut W, W, W, u32) -> CuResult,
-    dptr: *mut P,
-    pitch: *mut W,
+    real: Real<PitchArgs<P, W>>,
+    dptr: Out<P>,
+    pitch: Out<W>,
     width: W,
     height: W,
     elem: u32,
@@ -121,20 +113,19 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
         Ok(t) => t,
         Err(rc) => return rc,
     };
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(dptr, pitch, width, height, elem) };
+    let rc = real.call(dptr, pitch, width, height, elem);
     let (CUDA_SUCCESS, Target::Charged(mut r)) = (rc, target) else {
         return rc;
     };
-    // SAFETY: the driver succeeded and filled both out-pointers.
-    let (ptr, actual) = unsafe { ((*dptr).get(), (*pitch).get().saturating_mul(height.get())) };
+    // The driver succeeded and filled both out-pointers.
+    let ptr = written(dptr);
+    let actual = pitch
+        .get()
+        .map_or(0, |p| p.get().saturating_mul(height.get()));
     if let Err(refusal) = SHIM.ledger.resize(&mut r, linear::charge(actual)) {
         // The driver padded more than the cap allows: give it back and refuse.
         SHIM.refused(api, r.charge().device, actual, refusal);
-        if let Some(free) = calls::cuMemFree_v2() {
-            // SAFETY: freeing the allocation the driver just made.
-            unsafe { free(ptr) };
-        }
+        let _ = real::cuMemFree_v2(ptr);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     r.commit(ptr);
@@ -143,13 +134,12 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
 
 /// `cuMemFree_v2`, and the CUDA 2.x `cuMemFree` (32-bit pointer). Stream-ordered
 /// (pool) memory may be freed this way too.
-pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
+pub fn mem_free<P: Word>(real: Real<(P,)>, dptr: P) -> CuResult {
     if !short_path() {
         return mem_free_full(real, dptr);
     }
     if let Some(c) = SHIM.ledger.take_quick(dptr.get()) {
-        // SAFETY (closure): forwarding the caller's argument.
-        return charge_freed(dptr.get(), c, || unsafe { real(dptr) });
+        return charge_freed(dptr.get(), c, || real.call(dptr));
     }
     mem_free_full(real, dptr)
 }
@@ -158,35 +148,28 @@ pub fn mem_free<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> 
 /// path looks first (spilled in the live map, or not there: pool memory, a pointer gpucap
 /// never charged). Left to the compiler to inline, as [`mem_alloc_full`].
 #[inline]
-fn mem_free_full<P: Word>(real: unsafe extern "C" fn(P) -> CuResult, dptr: P) -> CuResult {
-    // SAFETY (closures): forwarding the caller's argument.
+fn mem_free_full<P: Word>(real: Real<(P,)>, dptr: P) -> CuResult {
     if short_path() {
         // The short path looked in the entry's home bucket: the rest of the map now.
         return match SHIM.ledger.take_rest(dptr.get()) {
-            Some(c) => charge_freed(dptr.get(), c, || unsafe { real(dptr) }),
-            None => uncharged_freed(dptr.get(), || unsafe { real(dptr) }),
+            Some(c) => charge_freed(dptr.get(), c, || real.call(dptr)),
+            None => uncharged_freed(dptr.get(), || real.call(dptr)),
         };
     }
     if let Some(rc) = growth_free(dptr.get()) {
         return rc;
     }
-    pointer_freed(dptr.get(), || unsafe { real(dptr) })
+    pointer_freed(dptr.get(), || real.call(dptr))
 }
 
 // ---------------------------------------------------------------------------
 // The CUDA 2.x variants (32-bit pointers and sizes), counted like their _v2.
 
-pub fn mem_alloc_v1(
-    real: unsafe extern "C" fn(*mut u32, u32) -> CuResult,
-    dptr: *mut u32,
-    size: u32,
-) -> CuResult {
-    // SAFETY (closures): forwarding the caller's arguments; `dptr` is read only after
-    // the driver succeeded.
+pub fn mem_alloc_v1(real: Real<(Out<u32>, u32)>, dptr: Out<u32>, size: u32) -> CuResult {
     charged(
         "cuMemAlloc",
         size.into(),
-        || unsafe { real(dptr, size) },
-        || unsafe { u64::from(*dptr) },
+        || real.call(dptr, size),
+        || written(dptr),
     )
 }

@@ -1,11 +1,19 @@
 //! What each hook does: find the device, ask the ledger, call the driver, record.
 //! Each function receives the driver's real function as its first argument (the
-//! table looks it up) followed by the C arguments, untouched. One file per family;
-//! this one holds what they share (the shim, the current device, reserve/charge/free).
+//! table looks it up: a [`Real`], called as `real.call(..)`) followed by the C
+//! arguments, pointers typed (`Out`, `In`, `OutArray`, `CText` in `driver::types`):
+//! the hooks read and write the program's memory only through those, and hold no
+//! `unsafe` code (but `init.rs`'s registration of a fork handler). One file per
+//! family; this one holds what they share (the shim, the current device,
+//! reserve/charge/free).
+
+#![deny(unsafe_code)]
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
+use crate::driver::forward::Real;
+use crate::driver::hooked::real;
 use crate::driver::types::*;
 use crate::driver::{calls, queries};
 use crate::log::log;
@@ -337,19 +345,24 @@ fn uncharged_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
     call()
 }
 
-/// Reads the pointer the driver wrote (only after it succeeded).
-fn written(dptr: *mut Dptr) -> u64 {
-    // SAFETY: called only after the driver returned success for this out-pointer.
-    unsafe { *dptr }
+/// Reads the pointer the driver wrote (only after it succeeded); 0 where the
+/// program passed none.
+#[inline(always)]
+fn written<P: Word>(dptr: Out<P>) -> u64 {
+    dptr.get().map_or(0, Word::get)
+}
+
+/// Reads the handle the driver wrote (only after it succeeded); null where the
+/// program passed no out-pointer.
+fn written_handle(out: Out<Handle>) -> Handle {
+    out.get().unwrap_or(std::ptr::null_mut())
 }
 
 /// How many GPUs the driver shows this process (after `CUDA_VISIBLE_DEVICES`), or None
 /// when it cannot say. Asked after a successful `cuInit`, for the key check.
 fn visible_count() -> Option<usize> {
-    let count = calls::cuDeviceGetCount()?;
     let mut n: c_int = 0;
-    // SAFETY: a plain driver call with a valid out-pointer.
-    (unsafe { count(&mut n) } == CUDA_SUCCESS)
+    (calls::cuDeviceGetCount(Out::from(&mut n))? == CUDA_SUCCESS)
         .then(|| usize::try_from(n).ok())
         .flatten()
 }

@@ -2,61 +2,51 @@
 //! `gpucap_core::modules`), measured around the load in the context it is loaded in,
 //! charged to that context's device, credited at unload or when the context is gone.
 
-use std::ffi::c_char;
-
 use super::contexts::{context_lock, pool_marks};
 use super::residents::{charge_undoable, judge_measured};
 use super::*;
 
 pub fn module_load(
-    real: unsafe extern "C" fn(*mut Handle, *const c_char) -> CuResult,
-    module: *mut Handle,
-    fname: *const c_char,
+    real: Real<(Out<Handle>, CText)>,
+    module: Out<Handle>,
+    fname: CText,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    module_loaded("cuModuleLoad", module, || unsafe { real(module, fname) })
+    module_loaded("cuModuleLoad", module, || real.call(module, fname))
 }
 
 pub fn module_load_data(
-    real: unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult,
-    module: *mut Handle,
+    real: Real<(Out<Handle>, *const c_void)>,
+    module: Out<Handle>,
     image: *const c_void,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    module_loaded("cuModuleLoadData", module, || unsafe {
-        real(module, image)
-    })
+    module_loaded("cuModuleLoadData", module, || real.call(module, image))
 }
 
 pub fn module_load_data_ex(
-    real: unsafe extern "C" fn(
-        *mut Handle,
+    real: Real<(
+        Out<Handle>,
         *const c_void,
         u32,
         *mut c_int,
         *mut *mut c_void,
-    ) -> CuResult,
-    module: *mut Handle,
+    )>,
+    module: Out<Handle>,
     image: *const c_void,
     count: u32,
     options: *mut c_int,
     values: *mut *mut c_void,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    module_loaded("cuModuleLoadDataEx", module, || unsafe {
-        real(module, image, count, options, values)
+    module_loaded("cuModuleLoadDataEx", module, || {
+        real.call(module, image, count, options, values)
     })
 }
 
 pub fn module_load_fat_binary(
-    real: unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult,
-    module: *mut Handle,
+    real: Real<(Out<Handle>, *const c_void)>,
+    module: Out<Handle>,
     image: *const c_void,
 ) -> CuResult {
-    // SAFETY (closure): forwarding the caller's arguments.
-    module_loaded("cuModuleLoadFatBinary", module, || unsafe {
-        real(module, image)
-    })
+    module_loaded("cuModuleLoadFatBinary", module, || real.call(module, image))
 }
 
 /// Loads a module in the current context with what it takes measured (the driver's
@@ -64,7 +54,7 @@ pub fn module_load_fat_binary(
 /// pool), and charges it. What the cap cannot take is unloaded again and refused with
 /// `CUDA_ERROR_OUT_OF_MEMORY`, as a context is: the device held it only for that moment.
 /// A load that cannot be measured is refused under a cap, never passed uncounted.
-fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult) -> CuResult {
+fn module_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResult) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -80,11 +70,10 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
     };
     let d = lock.device();
     let (rc, measured, _) = lock.measure(&queries::Contexts, Some(ctx as u64), pool_marks(d), call);
-    if rc != CUDA_SUCCESS || out.is_null() {
+    // The driver succeeded and wrote the module handle.
+    let (CUDA_SUCCESS, Some(module)) = (rc, out.get()) else {
         return rc;
-    }
-    // SAFETY: the driver succeeded and wrote the module handle.
-    let module = unsafe { *out };
+    };
     let unload = || queries::unload_module(module);
     let measured = measured.map(gpucap_core::residents::taken);
     let bytes = match judge_measured(api, "module", d, measured) {
@@ -117,16 +106,14 @@ fn module_loaded(api: &str, out: *mut Handle, mut call: impl FnMut() -> CuResult
 /// `cuModuleUnload`: credits what the module was charged once the driver unloaded it
 /// (announced to the pool first, as a free), under its device's lock, so that no
 /// measurement on that device sees it go; and what its functions' first launches loaded.
-pub fn module_unload(real: unsafe extern "C" fn(Handle) -> CuResult, module: Handle) -> CuResult {
+pub fn module_unload(real: Real<(Handle,)>, module: Handle) -> CuResult {
     let owners = [Some(module as u64)];
-    // SAFETY (closures): forwarding the caller's argument.
     let Some(loaded) = MODULES.take(module as u64) else {
-        return super::launches::unloading(&owners, || unsafe { real(module) });
+        return super::launches::unloading(&owners, || real.call(module));
     };
     let _lock = CONTEXTS.lock(loaded.charge.device);
     let taken = vec![(module as u64, loaded)];
-    // SAFETY (closure): forwarding the caller's argument.
     super::residents::given_back(&MODULES, taken, || {
-        super::launches::unloading(&owners, || unsafe { real(module) })
+        super::launches::unloading(&owners, || real.call(module))
     })
 }

@@ -24,34 +24,28 @@ fn ordinal(dev: c_int) -> Option<usize> {
 }
 
 pub fn multicast_create(
-    real: unsafe extern "C" fn(*mut u64, *const c_void) -> CuResult,
-    handle: *mut u64,
+    real: Real<(Out<u64>, *const c_void)>,
+    handle: Out<u64>,
     prop: *const c_void,
 ) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(handle, prop) };
-    if rc == CUDA_SUCCESS && !handle.is_null() {
-        // SAFETY: the driver succeeded and filled the (non-null) out-pointer.
-        VMM.multicast(unsafe { *handle });
+    let rc = real.call(handle, prop);
+    // The driver succeeded and filled the out-pointer.
+    if let (CUDA_SUCCESS, Some(h)) = (rc, handle.get()) {
+        VMM.multicast(h);
     }
     rc
 }
 
 /// `cuMulticastAddDevice`: an object imported from another process is first seen here
 /// (every device is added before memory is bound or the object mapped).
-pub fn multicast_add_device(
-    real: unsafe extern "C" fn(u64, c_int) -> CuResult,
-    handle: u64,
-    dev: c_int,
-) -> CuResult {
+pub fn multicast_add_device(real: Real<(u64, c_int)>, handle: u64, dev: c_int) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(handle, dev) };
+    let rc = real.call(handle, dev);
     if rc == CUDA_SUCCESS {
         VMM.multicast(handle);
     }
@@ -59,7 +53,7 @@ pub fn multicast_add_device(
 }
 
 pub fn multicast_bind_mem(
-    real: unsafe extern "C" fn(u64, usize, u64, usize, usize, u64) -> CuResult,
+    real: Real<(u64, usize, u64, usize, usize, u64)>,
     handle: u64,
     mc_offset: usize,
     mem: u64,
@@ -69,14 +63,13 @@ pub fn multicast_bind_mem(
 ) -> CuResult {
     bound(
         || VMM.bind(handle, None, mc_offset as u64, mem, size as u64),
-        // SAFETY (closure): forwarding the caller's arguments.
-        || unsafe { real(handle, mc_offset, mem, mem_offset, size, flags) },
+        || real.call(handle, mc_offset, mem, mem_offset, size, flags),
     )
 }
 
 #[allow(clippy::too_many_arguments)] // the driver's seven, and its function
 pub fn multicast_bind_mem_v2(
-    real: unsafe extern "C" fn(u64, c_int, usize, u64, usize, usize, u64) -> CuResult,
+    real: Real<(u64, c_int, usize, u64, usize, usize, u64)>,
     handle: u64,
     dev: c_int,
     mc_offset: usize,
@@ -87,13 +80,12 @@ pub fn multicast_bind_mem_v2(
 ) -> CuResult {
     bound(
         || ordinal(dev).and_then(|d| VMM.bind(handle, Some(d), mc_offset as u64, mem, size as u64)),
-        // SAFETY (closure): forwarding the caller's arguments.
-        || unsafe { real(handle, dev, mc_offset, mem, mem_offset, size, flags) },
+        || real.call(handle, dev, mc_offset, mem, mem_offset, size, flags),
     )
 }
 
 pub fn multicast_bind_addr(
-    real: unsafe extern "C" fn(u64, usize, Dptr, usize, u64) -> CuResult,
+    real: Real<(u64, usize, Dptr, usize, u64)>,
     handle: u64,
     mc_offset: usize,
     ptr: Dptr,
@@ -102,13 +94,12 @@ pub fn multicast_bind_addr(
 ) -> CuResult {
     bound(
         || VMM.bind_addr(handle, None, mc_offset as u64, ptr, size as u64),
-        // SAFETY (closure): forwarding the caller's arguments.
-        || unsafe { real(handle, mc_offset, ptr, size, flags) },
+        || real.call(handle, mc_offset, ptr, size, flags),
     )
 }
 
 pub fn multicast_bind_addr_v2(
-    real: unsafe extern "C" fn(u64, c_int, usize, Dptr, usize, u64) -> CuResult,
+    real: Real<(u64, c_int, usize, Dptr, usize, u64)>,
     handle: u64,
     dev: c_int,
     mc_offset: usize,
@@ -121,14 +112,13 @@ pub fn multicast_bind_addr_v2(
             ordinal(dev)
                 .and_then(|d| VMM.bind_addr(handle, Some(d), mc_offset as u64, ptr, size as u64))
         },
-        // SAFETY (closure): forwarding the caller's arguments.
-        || unsafe { real(handle, dev, mc_offset, ptr, size, flags) },
+        || real.call(handle, dev, mc_offset, ptr, size, flags),
     )
 }
 
 /// `cuMulticastUnbind`: what the binding held is credited if nothing else holds it.
 pub fn multicast_unbind(
-    real: unsafe extern "C" fn(u64, c_int, usize, usize) -> CuResult,
+    real: Real<(u64, c_int, usize, usize)>,
     handle: u64,
     dev: c_int,
     mc_offset: usize,
@@ -136,7 +126,6 @@ pub fn multicast_unbind(
 ) -> CuResult {
     bound(
         || ordinal(dev).and_then(|d| VMM.unbind(handle, d, mc_offset as u64, size as u64)),
-        // SAFETY (closure): forwarding the caller's arguments.
-        || unsafe { real(handle, dev, mc_offset, size) },
+        || real.call(handle, dev, mc_offset, size),
     )
 }

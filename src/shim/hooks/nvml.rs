@@ -9,10 +9,6 @@ use gpucap_core::nvml::{self, Listing, ProcessInfo};
 // NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID. NVML is never
 // a reason to initialise (or load) CUDA.
 
-pub use gpucap_core::nvml::{
-    NvmlMemory, NvmlMemoryV2, NvmlProcessDetailV1, NvmlProcessV1, NvmlProcessV2,
-};
-
 /// `NVML_ERROR_NO_PERMISSION`: what every intercepted NVML call returns while the
 /// configuration is invalid (as the CUDA calls return `CUDA_ERROR_NOT_PERMITTED`).
 pub const NVML_ERROR_NO_PERMISSION: CuResult = 4;
@@ -94,9 +90,9 @@ fn nvml_config() -> Result<(&'static gpucap_core::config::Config, bool), CuResul
 /// memory (every member's) within its cap. `NVML_ERROR_NO_PERMISSION`, writing
 /// nothing, under an invalid configuration or a pool file that cannot be read.
 pub fn nvml_memory_info<M: nvml::MemoryInfo>(
-    real: unsafe extern "C" fn(Handle, *mut M) -> CuResult,
+    real: Real<(Handle, Out<M>)>,
     device: Handle,
-    memory: *mut M,
+    memory: Out<M>,
 ) -> CuResult {
     let (config, cuda) = match nvml_config() {
         Ok(c) => c,
@@ -106,13 +102,14 @@ pub fn nvml_memory_info<M: nvml::MemoryInfo>(
     let Ok(pool) = nvml_pool_reader(config) else {
         return NVML_ERROR_NO_PERMISSION;
     };
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(device, memory) };
-    if rc != 0 || memory.is_null() || (config.limit.is_none() && pool.is_none()) {
+    let rc = real.call(device, memory);
+    if rc != 0 || (config.limit.is_none() && pool.is_none()) {
         return rc; // no cap and no pool: the driver's figures
     }
-    // SAFETY: NVML succeeded and filled the caller's struct.
-    let m = unsafe { &mut *memory };
+    // NVML succeeded and filled the caller's struct.
+    let Some(m) = memory.get() else {
+        return rc;
+    };
     let (free, total) = m.free_total();
     let pooled = pool.and_then(|p| nvml_pool_gpu(p, device));
     let shown = if cuda {
@@ -144,7 +141,7 @@ pub fn nvml_memory_info<M: nvml::MemoryInfo>(
         }
     };
     if let Some(free_total) = shown {
-        *m = m.capped(free_total);
+        memory.set(m.capped(free_total));
     }
     rc
 }
@@ -155,33 +152,23 @@ pub fn nvml_memory_info<M: nvml::MemoryInfo>(
 /// without a pool, or for another GPU, the driver's answer untouched.
 /// `NVML_ERROR_NO_PERMISSION` under an invalid configuration, as the memory figures.
 pub fn nvml_compute_processes<P: ProcessInfo>(
-    real: unsafe extern "C" fn(Handle, *mut u32, *mut P) -> CuResult,
+    real: Real<(Handle, Out<u32>, OutArray<P>)>,
     device: Handle,
-    count: *mut u32,
-    infos: *mut P,
+    count: Out<u32>,
+    infos: OutArray<P>,
 ) -> CuResult {
     let gpu = match nvml_listed_pool_gpu(device) {
         Ok(Some(gpu)) => gpu,
-        // SAFETY: forwarding the caller's arguments.
-        Ok(None) => return unsafe { real(device, count, infos) },
+        Ok(None) => return real.call(device, count, infos),
         Err(rc) => return rc,
     };
-    if count.is_null() {
+    // The caller's count: the room `infos` has, and where the count goes back.
+    let Some(room) = count.get() else {
         return NVML_ERROR_INVALID_ARGUMENT;
-    }
-    // SAFETY: the caller's non-null count.
-    let room = unsafe { *count };
-    // SAFETY: `count` is the caller's non-null count, `infos` its array of `*count`.
-    unsafe { write_listing(device, &gpu, room, infos, |n| *count = n) }
-}
-
-/// `nvmlProcessDetailList_v1_t`, which `nvmlDeviceGetRunningProcessDetailList` fills.
-#[repr(C)]
-pub struct NvmlProcessDetailList {
-    version: u32,
-    mode: u32,
-    num_proc_array_entries: u32,
-    proc_array: *mut NvmlProcessDetailV1,
+    };
+    write_listing(device, &gpu, room, infos, |n| {
+        count.set(n);
+    })
 }
 
 /// `nvmlDeviceGetRunningProcessDetailList` (r550 and later; what `nvidia-smi
@@ -189,41 +176,32 @@ pub struct NvmlProcessDetailList {
 /// this process's pool, the pool's members as [`nvml_compute_processes`] lists them,
 /// `numProcArrayEntries` the count; another version, mode or GPU, or no pool: the
 /// driver's answer untouched.
-pub fn nvml_process_detail_list(
-    real: unsafe extern "C" fn(Handle, *mut NvmlProcessDetailList) -> CuResult,
+pub fn nvml_process_detail_list<'a>(
+    real: Real<(Handle, Out<NvmlProcessDetailList<'a>>)>,
     device: Handle,
-    list: *mut NvmlProcessDetailList,
+    list: Out<NvmlProcessDetailList<'a>>,
 ) -> CuResult {
     let gpu = match nvml_listed_pool_gpu(device) {
         Ok(Some(gpu)) => gpu,
-        // SAFETY: forwarding the caller's arguments.
-        Ok(None) => return unsafe { real(device, list) },
+        Ok(None) => return real.call(device, list),
         Err(rc) => return rc,
     };
-    if list.is_null() {
+    // The caller's struct: the version, mode, room and array it set.
+    let Some(l) = list.get() else {
         return NVML_ERROR_INVALID_ARGUMENT;
-    }
-    // SAFETY: the caller's non-null list struct, read field by field.
-    let (version, mode, room, array) = unsafe {
-        (
-            (*list).version,
-            (*list).mode,
-            (*list).num_proc_array_entries,
-            (*list).proc_array,
-        )
     };
-    if version != nvml::PROCESS_DETAIL_LIST_V1
-        || !(mode == nvml::PROCESS_MODE_COMPUTE || mode == nvml::PROCESS_MODE_ALL)
+    if l.version != nvml::PROCESS_DETAIL_LIST_V1
+        || !(l.mode == nvml::PROCESS_MODE_COMPUTE || l.mode == nvml::PROCESS_MODE_ALL)
     {
-        // SAFETY: forwarding the caller's arguments (the driver judges them).
-        return unsafe { real(device, list) };
+        // Forwarding the caller's arguments (the driver judges them).
+        return real.call(device, list);
     }
-    // SAFETY: `list` is the caller's non-null struct, `array` its array of `room`.
-    unsafe {
-        write_listing(device, &gpu, room, array, |n| {
-            (*list).num_proc_array_entries = n
-        })
-    }
+    write_listing(device, &gpu, l.num_proc_array_entries, l.proc_array, |n| {
+        list.set(NvmlProcessDetailList {
+            num_proc_array_entries: n,
+            ..l
+        });
+    })
 }
 
 /// The pool GPU whose members a process listing shows (None: no pool, or another GPU);
@@ -234,16 +212,13 @@ fn nvml_listed_pool_gpu(device: Handle) -> Result<Option<nvml::PoolGpu>, CuResul
     Ok(pool.and_then(|p| nvml_pool_gpu(p, device)))
 }
 
-/// Writes `gpu`'s members into `infos` by NVML's count protocol ([`Listing`]), telling
-/// the count to `set_count`.
-///
-/// # Safety
-/// `infos` is null or holds `room` entries; `set_count` writes the caller's count.
-unsafe fn write_listing<P: ProcessInfo>(
+/// Writes `gpu`'s members into `infos` (which has `room` entries) by NVML's count
+/// protocol ([`Listing`]), telling the count to `set_count`.
+fn write_listing<P: ProcessInfo>(
     device: Handle,
     gpu: &nvml::PoolGpu,
     room: u32,
-    infos: *mut P,
+    infos: OutArray<P>,
     set_count: impl FnOnce(u32),
 ) -> CuResult {
     match nvml::listing(gpu.processes.len(), room, !infos.is_null()) {
@@ -253,10 +228,12 @@ unsafe fn write_listing<P: ProcessInfo>(
         }
         Listing::Write(n) => {
             let instance = queries::nvml_instance_ids(device);
-            for (i, &(pid, used)) in gpu.processes.iter().enumerate() {
-                // SAFETY: the caller's array holds `room` >= n entries (`listing`).
-                unsafe { infos.add(i).write_unaligned(P::new(pid, used, instance)) };
-            }
+            // `listing` answers Write only with n <= room, so every member fits.
+            let members = gpu.processes.iter();
+            infos.fill(
+                room,
+                members.map(|&(pid, used)| P::new(pid, used, instance)),
+            );
             set_count(n);
             NVML_SUCCESS
         }

@@ -3,8 +3,8 @@
 use super::*;
 
 pub fn mem_alloc_async(
-    real: unsafe extern "C" fn(*mut Dptr, usize, Stream) -> CuResult,
-    dptr: *mut Dptr,
+    real: Real<(Out<Dptr>, usize, Stream)>,
+    dptr: Out<Dptr>,
     size: usize,
     stream: Stream,
 ) -> CuResult {
@@ -16,28 +16,20 @@ pub fn mem_alloc_async(
         queries::stream_device(stream).or_else(current_device)
     };
     let pool = device.and_then(queries::current_pool);
-    // SAFETY (closure): forwarding the caller's arguments.
-    pool_charged(
-        "cuMemAllocAsync",
-        device,
-        pool,
-        size,
-        dptr,
-        stream,
-        || unsafe { real(dptr, size, stream) },
-    )
+    pool_charged("cuMemAllocAsync", device, pool, size, dptr, stream, || {
+        real.call(dptr, size, stream)
+    })
 }
 
 pub fn mem_alloc_from_pool_async(
-    real: unsafe extern "C" fn(*mut Dptr, usize, Handle, Stream) -> CuResult,
-    dptr: *mut Dptr,
+    real: Real<(Out<Dptr>, usize, Handle, Stream)>,
+    dptr: Out<Dptr>,
     size: usize,
     pool: Handle,
     stream: Stream,
 ) -> CuResult {
     let api = "cuMemAllocFromPoolAsync";
-    // SAFETY (closure): forwarding the caller's arguments.
-    let call = || unsafe { real(dptr, size, pool, stream) };
+    let call = || real.call(dptr, size, pool, stream);
     if pool.is_null() {
         // No pool: the driver's own error. Charged to the current device should it
         // allocate anyway.
@@ -65,7 +57,7 @@ pub(super) fn unlocated_pool(
     api: &str,
     pool: u64,
     size: usize,
-    dptr: *mut Dptr,
+    dptr: Out<Dptr>,
     stream: Stream,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
@@ -98,7 +90,7 @@ pub(super) fn pool_charged(
     device: Option<c_int>,
     pool: Option<u64>,
     size: usize,
-    dptr: *mut Dptr,
+    dptr: Out<Dptr>,
     stream: Stream,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
@@ -172,30 +164,23 @@ fn captured_beyond_the_cap(device: Option<c_int>, bytes: u64, stream: Stream) ->
         && crate::driver::graph_queries::capturing(stream)
 }
 
-pub fn mem_free_async(
-    real: unsafe extern "C" fn(Dptr, Stream) -> CuResult,
-    dptr: Dptr,
-    stream: Stream,
-) -> CuResult {
+pub fn mem_free_async(real: Real<(Dptr, Stream)>, dptr: Dptr, stream: Stream) -> CuResult {
     if let Some(rc) = growth_free(dptr) {
         return rc;
     }
     // A plain allocation freed stream-ordered is credited when the free is enqueued,
     // as the program sees it.
-    // SAFETY (closure): forwarding the caller's arguments.
-    pointer_freed(dptr, || unsafe { real(dptr, stream) })
+    pointer_freed(dptr, || real.call(dptr, stream))
 }
 
 pub fn mem_pool_create(
-    real: unsafe extern "C" fn(*mut Handle, *const LocationPrefix) -> CuResult,
-    pool: *mut Handle,
-    props: *const LocationPrefix,
+    real: Real<(Out<Handle>, In<LocationPrefix>)>,
+    pool: Out<Handle>,
+    props: In<LocationPrefix>,
 ) -> CuResult {
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(pool, props) };
-    if rc == CUDA_SUCCESS {
-        // SAFETY: the driver accepted `props` and filled `pool`.
-        let (loc, handle) = unsafe { (&*props, *pool) };
+    let rc = real.call(pool, props);
+    // The driver accepted `props` and filled `pool`.
+    if let (CUDA_SUCCESS, Some(loc), Some(handle)) = (rc, props.get(), pool.get()) {
         match loc.location_type {
             CU_MEM_LOCATION_TYPE_DEVICE => {
                 if let Ok(device) = usize::try_from(loc.location_id) {
@@ -212,22 +197,16 @@ pub fn mem_pool_create(
     rc
 }
 
-pub fn mem_pool_destroy(real: unsafe extern "C" fn(Handle) -> CuResult, pool: Handle) -> CuResult {
-    // SAFETY: forwarding the caller's argument.
-    let rc = unsafe { real(pool) };
+pub fn mem_pool_destroy(real: Real<(Handle,)>, pool: Handle) -> CuResult {
+    let rc = real.call(pool);
     if rc == CUDA_SUCCESS {
         POOLS.destroyed(&SHIM.ledger, pool as u64);
     }
     rc
 }
 
-pub fn mem_pool_trim_to(
-    real: unsafe extern "C" fn(Handle, usize) -> CuResult,
-    pool: Handle,
-    keep: usize,
-) -> CuResult {
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(pool, keep) };
+pub fn mem_pool_trim_to(real: Real<(Handle, usize)>, pool: Handle, keep: usize) -> CuResult {
+    let rc = real.call(pool, keep);
     if rc == CUDA_SUCCESS {
         POOLS.refresh_pool(&SHIM.ledger, &queries::Pools, pool as u64);
     }

@@ -11,24 +11,15 @@ pub(super) fn synchronized(rc: CuResult) -> CuResult {
     rc
 }
 
-pub fn stream_synchronize(
-    real: unsafe extern "C" fn(Stream) -> CuResult,
-    stream: Stream,
-) -> CuResult {
-    // SAFETY: forwarding the caller's argument.
-    synchronized(unsafe { real(stream) })
+pub fn stream_synchronize(real: Real<(Stream,)>, stream: Stream) -> CuResult {
+    synchronized(real.call(stream))
 }
 
-pub fn ctx_synchronize(real: unsafe extern "C" fn() -> CuResult) -> CuResult {
-    // SAFETY: forwarding the call.
-    synchronized(unsafe { real() })
+pub fn ctx_synchronize(real: Real<()>) -> CuResult {
+    synchronized(real.call())
 }
 
 /// `cuEventSynchronize(event)` and CUDA 13's `cuCtxSynchronize_v2(ctx)`.
-pub fn handle_synchronize(
-    real: unsafe extern "C" fn(Handle) -> CuResult,
-    handle: Handle,
-) -> CuResult {
-    // SAFETY: forwarding the caller's argument.
-    synchronized(unsafe { real(handle) })
+pub fn handle_synchronize(real: Real<(Handle,)>, handle: Handle) -> CuResult {
+    synchronized(real.call(handle))
 }

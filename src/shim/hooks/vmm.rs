@@ -8,14 +8,14 @@ use super::*;
 // are made with the driver's functions directly and never pass here.
 
 pub fn mem_create(
-    real: unsafe extern "C" fn(*mut u64, usize, *const LocationPrefix, u64) -> CuResult,
-    handle: *mut u64,
+    real: Real<(Out<u64>, usize, In<LocationPrefix>, u64)>,
+    handle: Out<u64>,
     size: usize,
-    prop: *const LocationPrefix,
+    prop: In<LocationPrefix>,
     flags: u64,
 ) -> CuResult {
-    // SAFETY: a non-null prop is the caller's CUmemAllocationProp.
-    let device = unsafe { prop.as_ref() }
+    let device = prop
+        .get()
         .filter(|p| p.location_type == CU_MEM_LOCATION_TYPE_DEVICE)
         .map(|p| p.location_id);
     // Host-located physical memory takes no device memory: forwarded uncounted.
@@ -23,11 +23,9 @@ pub fn mem_create(
         Ok(t) => t,
         Err(rc) => return rc,
     };
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(handle, size, prop, flags) };
-    if let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) {
-        // SAFETY: the driver succeeded and filled the out-pointer.
-        let h = unsafe { *handle };
+    let rc = real.call(handle, size, prop, flags);
+    // The driver succeeded and filled the out-pointer.
+    if let (CUDA_SUCCESS, Target::Charged(r), Some(h)) = (rc, target, handle.get()) {
         let charge = r.charge();
         r.keep();
         SHIM.ledger.count_alloc(charge.device);
@@ -70,16 +68,15 @@ pub(super) fn vmm_step(pending: Option<Pending>, call: impl FnOnce() -> CuResult
     rc
 }
 
-pub fn mem_release(real: unsafe extern "C" fn(u64) -> CuResult, handle: u64) -> CuResult {
+pub fn mem_release(real: Real<(u64,)>, handle: u64) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
-    // SAFETY (closure): forwarding the caller's argument.
-    vmm_step(VMM.release(handle), || unsafe { real(handle) })
+    vmm_step(VMM.release(handle), || real.call(handle))
 }
 
 pub fn mem_map(
-    real: unsafe extern "C" fn(Dptr, usize, usize, u64, u64) -> CuResult,
+    real: Real<(Dptr, usize, usize, u64, u64)>,
     ptr: Dptr,
     size: usize,
     offset: usize,
@@ -89,40 +86,33 @@ pub fn mem_map(
     if let Err(rc) = shim() {
         return rc;
     }
-    // SAFETY (closure): forwarding the caller's arguments.
-    vmm_step(VMM.map(ptr, size as u64, handle), || unsafe {
-        real(ptr, size, offset, handle, flags)
+    vmm_step(VMM.map(ptr, size as u64, handle), || {
+        real.call(ptr, size, offset, handle, flags)
     })
 }
 
 /// `cuMemUnmap`, and `cuMemAddressFree`: freeing an address range takes the mappings
 /// still in it (where the driver allows that at all), credited as by `cuMemUnmap`.
-pub fn mem_unmap(
-    real: unsafe extern "C" fn(Dptr, usize) -> CuResult,
-    ptr: Dptr,
-    size: usize,
-) -> CuResult {
+pub fn mem_unmap(real: Real<(Dptr, usize)>, ptr: Dptr, size: usize) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
-    // SAFETY (closure): forwarding the caller's arguments.
-    vmm_step(VMM.unmap(ptr, size as u64), || unsafe { real(ptr, size) })
+    vmm_step(VMM.unmap(ptr, size as u64), || real.call(ptr, size))
 }
 
 pub fn mem_retain_allocation_handle(
-    real: unsafe extern "C" fn(*mut u64, *mut c_void) -> CuResult,
-    handle: *mut u64,
+    real: Real<(Out<u64>, *mut c_void)>,
+    handle: Out<u64>,
     addr: *mut c_void,
 ) -> CuResult {
     if let Err(rc) = shim() {
         return rc;
     }
     let pending = VMM.retain(addr as u64);
-    // SAFETY: forwarding the caller's arguments.
-    let rc = unsafe { real(handle, addr) };
-    let freed = if rc == CUDA_SUCCESS && !handle.is_null() {
-        // SAFETY: the driver succeeded and filled the (non-null) out-pointer.
-        VMM.retained(pending, unsafe { *handle })
+    let rc = real.call(handle, addr);
+    // The driver succeeded and filled the out-pointer.
+    let freed = if let (CUDA_SUCCESS, Some(h)) = (rc, handle.get()) {
+        VMM.retained(pending, h)
     } else {
         pending.map(|p| VMM.undo(p)).unwrap_or_default()
     };
