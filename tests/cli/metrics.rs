@@ -849,8 +849,10 @@ fn trickle(clients: Vec<TcpStream>, stop: std::sync::Arc<std::sync::atomic::Atom
 
 /// 200 slow clients connected at once (a third send nothing, a third a request line a
 /// byte every 100 ms, a third headers a byte every 100 ms) do not keep a scrape waiting:
-/// it is answered within 1 s (Prometheus gives up after 10 s); each slow client is cut
-/// off once its 5 s to send a request are up.
+/// it is answered while every one of them is still connected (a server that served
+/// them in turn would answer only once their 5 s were up and they were cut off; how
+/// fast is the benchmark's business, not a test's); each slow client is cut off once
+/// its 5 s to send a request are up.
 #[test]
 fn a_scrape_is_answered_while_200_slow_clients_are_connected() {
     const SLOW: usize = 200;
@@ -887,15 +889,12 @@ fn a_scrape_is_answered_while_200_slow_clients_are_connected() {
     });
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
     assert!(answer.contains("gpucap_pool_up{pool=\"p\"} 1"), "{answer}");
-    assert!(
-        took < Duration::from_secs(1),
-        "a scrape with {SLOW} slow clients connected took {took:?}"
-    );
     assert_eq!(clients.len(), SLOW, "connections taken");
     assert_eq!(held, SLOW, "connections the server held");
     assert!(
         held_after >= SLOW,
-        "a slow client was dropped early: {held_after}"
+        "the scrape ({took:?}) was answered only after slow clients were cut off: \
+         {held_after} of {SLOW} still connected"
     );
 
     // Each is cut off when its 5 s are up (the trickling ones too): all gone within
