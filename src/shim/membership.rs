@@ -255,6 +255,17 @@ fn wait_note(n: &WaitNote) {
             "waiting for {} on GPU {device}: the pool has no room now ({ahead} waiting before this request)",
             format_bytes(bytes)
         ),
+        WaitNote::AtCeiling {
+            device,
+            bytes,
+            ceiling,
+        } => log!(
+            Warn,
+            "waiting for {} on GPU {device}: past this process's {} ceiling (GPUCAP_CEILING); \
+             its own frees or a raise (gpucap pool set) serve it",
+            format_bytes(bytes),
+            format_bytes(ceiling)
+        ),
         WaitNote::Served {
             device,
             bytes,

@@ -209,6 +209,11 @@ pub const S_COMMAND: usize = 5; // 8 words
 /// The GPU entries (one bit each) on which this member is making a context now: counted
 /// in their [`G_CONTEXTS`], taken out of it by whoever takes a dead member's slot back.
 pub const S_CONTEXTS: usize = 13;
+/// How many times `gpucap pool set` changed this member's guarantee or ceiling (on any
+/// GPU entry): the member takes its share words as its own share only when this moved
+/// since it last looked (see `share_set`); other changes of its words are damage,
+/// written back.
+pub const S_SHARE_GEN: usize = 14;
 // Per GPU, at SLOT_HEAD_WORDS + g * PER_GPU_WORDS:
 pub const M_USED: usize = 0;
 pub const M_PEAK: usize = 1;

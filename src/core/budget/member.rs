@@ -212,6 +212,9 @@ pub struct Member<'a> {
     /// hold them; 0: none), kept in its own memory: what it decides by, and what it
     /// writes back over share words another process changed (see `repair`).
     pub(super) own: [[AtomicU64; SHARE_WORDS]; MAX_POOL_GPUS],
+    /// Per GPU entry, the slot's share change count (`S_SHARE_GEN`) when this member
+    /// last took its share words there as its own (see `share_set`).
+    pub(super) share_seen: [AtomicU64; MAX_POOL_GPUS],
 }
 
 impl<'a> Member<'a> {
