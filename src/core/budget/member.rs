@@ -281,6 +281,8 @@ impl<'a> Member<'a> {
             // consistent). The live members' own cap words decide, not the shared one:
             // a cap word another process zeroed does not let a new cap in beside theirs.
             self.w.member_gpu(self.slot, g, M_CAP).store(ours, SeqCst);
+            #[cfg(test)]
+            super::used::between_reads::run();
             let mut have = word.load(SeqCst);
             // Bounded: each failed swap means another member registered meanwhile;
             // after as many as there are slots, the others' caps are known from their
@@ -300,6 +302,13 @@ impl<'a> Member<'a> {
                         ours: cap,
                         pool: decode_cap(theirs).flatten(),
                     });
+                }
+                // A resize under way or in force since this member read the cap: its
+                // cap word is not to be replaced (the live members may not hold it
+                // yet), the pool's cap is read again.
+                if resized < 4 && self.w.gpu(g, G_CAP_GEN).load(SeqCst) != seen {
+                    resized += 1;
+                    continue 'register;
                 }
                 // Not set yet, set by members that are all gone, or not what the live
                 // members hold: ours replaces it.

@@ -266,8 +266,9 @@ impl Member<'_> {
 /// Tests put a change of another thread (or member) between a change's read of `used`
 /// and its read of the member's own use, where a preempted thread or a contended
 /// cache line puts it at random: each change runs the next step queued on its thread
-/// there (`queue`), if any. A step's own changes read straight through. Built in tests
-/// only.
+/// there (`queue`), if any; so does a member registering a GPU, between its read of
+/// the pool's cap and its look at the cap word (`register_gpu`). A step's own changes
+/// read straight through. Built in tests only.
 #[cfg(test)]
 pub(super) mod between_reads {
     use std::cell::{Cell, RefCell};
