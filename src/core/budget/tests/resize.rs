@@ -285,7 +285,11 @@ fn a_joiner_never_writes_its_cap_over_a_resize_under_way() {
         pool.w.gpu(0, G_CAP).store(encode_cap(Some(500)), SeqCst);
     });
     let b = member(pool, proc(k, 2), Some(1000));
-    assert_eq!(crate::budget::used::between_reads::clear(), 0, "the step ran");
+    assert_eq!(
+        crate::budget::used::between_reads::clear(),
+        0,
+        "the step ran"
+    );
     assert_eq!(
         cap_of(pool, k),
         Some(500),
