@@ -252,9 +252,8 @@ fn a_live_members_ceiling_and_guarantee_are_changed() {
     let o = run(&mut s.gpucap(&["pool", "set", "t", &pid.to_string(), "--guarantee", "500Mi"]));
     assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
     assert!(
-        stderr(&o).contains(&format!(
-            "gpucap: pool t GPU-"
-        )) && stderr(&o).contains(&format!(
+        stderr(&o).contains("gpucap: pool t GPU-")
+            && stderr(&o).contains(&format!(
             ": pid {pid} not changed: the guarantee 500 MiB does not fit: 600 MiB of the pool's \
              1 GiB cap is guaranteed to the other members already"
         )),

@@ -282,7 +282,7 @@ impl<'a> Member<'a> {
             // a cap word another process zeroed does not let a new cap in beside theirs.
             self.w.member_gpu(self.slot, g, M_CAP).store(ours, SeqCst);
             #[cfg(test)]
-            super::used::between_reads::run();
+            self.queued_step();
             let mut have = word.load(SeqCst);
             // Bounded: each failed swap means another member registered meanwhile;
             // after as many as there are slots, the others' caps are known from their

@@ -204,6 +204,13 @@ impl Member<'_> {
         }
     }
 
+    /// Runs the next step a test queued on this thread (`between_reads`), where
+    /// `register_gpu` has read the pool's cap and not yet its cap word.
+    #[cfg(test)]
+    pub(super) fn queued_step(&self) {
+        between_reads::run();
+    }
+
     /// Takes up to `bytes` off this member's use on GPU entry `g` and the pool's: never
     /// more than the member holds (a forked child freeing memory its parent allocated
     /// must not take it off the pool's count). Returns the bytes taken off.
