@@ -271,6 +271,7 @@ impl<'a> Member<'a> {
         let word = self.w.gpu(g, G_CAP);
         let own = encode_cap(cap);
         let mut resized = 0;
+        let started = std::time::Instant::now();
         let (ours, generation) = 'register: loop {
             // A pool resized while members hold it keeps the cap it was resized to: a
             // member started with another `GPUCAP_LIMIT` takes the pool's (`resize`).
@@ -303,10 +304,16 @@ impl<'a> Member<'a> {
                         pool: decode_cap(theirs).flatten(),
                     });
                 }
-                // A resize under way or in force since this member read the cap: its
+                // A resize under way when this member read the cap, or begun since: its
                 // cap word is not to be replaced (the live members may not hold it
-                // yet), the pool's cap is read again.
-                if resized < 4 && self.w.gpu(g, G_CAP_GEN).load(SeqCst) != seen {
+                // yet), the pool's cap is read again once it is in force (a resizer
+                // that died half-way is waited for as long as the next one would).
+                let now = self.w.gpu(g, G_CAP_GEN).load(SeqCst);
+                if now & 1 == 1 && started.elapsed() < super::RESIZE_TAKEOVER {
+                    std::thread::yield_now();
+                    continue 'register;
+                }
+                if resized < 4 && now != seen {
                     resized += 1;
                     continue 'register;
                 }
