@@ -29,8 +29,10 @@ pub const DEFAULT_NAME: &str = "capped";
 /// The default `--dir`: where the device's files are put on the host.
 pub const DEFAULT_DIR: &str = "/var/lib/gpucap/cdi";
 /// The default `--pool`: the container's processes share one cap per GPU, as under
-/// gpucap's entrypoint (the pool file is in the container's own `/dev/shm`).
-pub const DEFAULT_POOL: &str = "container";
+/// gpucap's entrypoint: the shim reads the `-mntns` suffix as the number of the
+/// container's mount namespace (`container-4026532178`, the entrypoint's name), so
+/// containers that share `/dev/shm` (`--ipc=host`) keep their own pools.
+pub const DEFAULT_POOL: &str = "container-mntns";
 
 /// What `gpucap cdi generate` was asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -333,9 +335,12 @@ mod tests {
 
     #[test]
     fn the_configuration_is_validated() {
-        let text = env_file("8Gi", "container").unwrap();
+        let text = env_file("8Gi", DEFAULT_POOL).unwrap();
         assert!(text.lines().any(|l| l == "GPUCAP_LIMIT=8Gi"), "{text}");
-        assert!(text.lines().any(|l| l == "GPUCAP_POOL=container"), "{text}");
+        assert!(
+            text.lines().any(|l| l == "GPUCAP_POOL=container-mntns"),
+            "{text}"
+        );
         assert!(text.contains("written by `gpucap cdi generate`"), "{text}");
         let e = env_file("150%", "container").unwrap_err();
         assert!(e.starts_with("invalid --limit=\"150%\""), "{e}");

@@ -35,6 +35,7 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
                            [--kind VENDOR/CLASS] [--dir DIR] [--root DIR]
        gpucap pool list | gpucap pool clean [NAME]
        gpucap pool resize NAME|PATH SIZE [--gpu N|UUID] [--dir DIR]
+       gpucap pool set NAME|PATH PID [--guarantee SIZE] [--ceiling SIZE|none]
        gpucap help [run|check|status|top|metrics|jupyter|cdi|pool]
        gpucap --version
 
@@ -50,8 +51,9 @@ commands:
   jupyter install a Jupyter kernel that starts under gpucap run (capped notebooks)
   cdi     write a CDI spec whose device caps a container (podman/docker run --device,
           containerd and CRI-O with CDI on): no entrypoint needed
-  pool    list this user's pools (members alive and dead, bytes held, last use), or
-          remove those no process uses (clean)
+  pool    list this user's pools (members alive and dead, bytes held, last use),
+          remove those no process uses (clean), change a live pool's cap (resize) or
+          a live member's guarantee and ceiling (set)
   help    show this help, or the help of a command
 
 environment:
@@ -374,10 +376,10 @@ options:
 
 exit status: 0 when written; 2 for a bad option or value, or a file it cannot write.";
 const POOL_HELP: &str = "\
-usage: gpucap pool list
-       gpucap pool clean [NAME]
-       gpucap pool resize NAME|PATH SIZE [--gpu N|UUID] [--dir DIR]
-       gpucap pool resize --claim DIR SIZE [--gpu N|UUID]
+usage: gpucap pool list | gpucap pool clean [NAME]
+       gpucap pool resize NAME|PATH|--claim DIR SIZE [--gpu N|UUID] [--dir DIR]
+       gpucap pool set NAME|PATH|--claim DIR PID [--guarantee SIZE] [--ceiling SIZE|none]
+                       [--gpu N|UUID] [--dir DIR]
 
 list: every pool of this user's pool directory (GPUCAP_POOL_DIR, else
 $XDG_RUNTIME_DIR, /dev/shm or /tmp; in it gpucap-UID), with its members alive and
@@ -399,15 +401,26 @@ members' guarantees (GPUCAP_GUARANTEE) above the cap is refused, naming them. On
 resized, the pool's cap is the one in force while members hold it: a member started
 later with another GPUCAP_LIMIT joins with the pool's cap.
 
+set: changes the guarantee (GPUCAP_GUARANTEE) or the ceiling (GPUCAP_CEILING) of the
+member PID (as gpucap status shows it) while it runs. A raised ceiling serves the
+member's request waiting at its old ceiling (GPUCAP_WAIT) at once; a ceiling lowered
+below what the member holds takes nothing back: its new allocations are refused (or
+wait) until it holds less. A guarantee is admitted as at start: refused, with the
+figures, when the live members' guarantees would sum above the cap, when it is above
+the member's ceiling, or when the memory in use leaves no room for it now.
+
 options:
-  --gpu N|UUID   resize one GPU of the pool: its number as `gpucap status --pool`
-                 lists them (from 0) or its UUID (default: every GPU of the pool)
+  --guarantee SIZE  set: the member's new guarantee (0: none)
+  --ceiling SIZE    set: the member's new ceiling (none: the pool's cap)
+  --gpu N|UUID   resize (set) one GPU of the pool (the member uses): its number as
+                 `gpucap status --pool` lists them (from 0) or its UUID (default:
+                 every GPU of the pool; of the member's)
   --dir DIR      the pool directory (default: GPUCAP_POOL_DIR, else as list)
   --claim DIR    a claim's pool: the directory its containers have as GPUCAP_CLAIM_DIR
   -h, --help     show this help
 
 exit status: 0; 1 when the pool named does not exist or is in use (clean), or a
-resize was refused; 2 for a usage error or a pool directory that is not safe
+resize or set was refused (or named no live member); 2 for a usage error or a pool directory that is not safe
 (another user's, or writable by others).";
 
 /// The help text of `topic`.

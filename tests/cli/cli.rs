@@ -895,3 +895,117 @@ fn messages_name_the_flag_typed() {
     );
     assert!(!out.exists());
 }
+
+/// `cmd` run in a mount namespace of its own (`unshare -m`: another container's), with
+/// the same arguments, environment and directory.
+fn in_own_mount_namespace(cmd: &Command) -> Command {
+    let mut c = Command::new("unshare");
+    c.arg("-m").arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        c.current_dir(d);
+    }
+    c
+}
+
+/// The CDI device's default pool (`gpucap cdi generate` without `--pool`) is one per
+/// container: processes in two mount namespaces (`unshare -m`, as two containers that
+/// share `/dev/shm` with `--ipc=host`) get a pool each, and two processes in one mount
+/// namespace share one, named as the entrypoint names it (`container-N`).
+#[test]
+fn the_cdi_devices_default_pool_is_one_per_mount_namespace() {
+    use common::pool_scratch::{Scratch, script};
+    use std::process::Stdio;
+    let s = Scratch::new("cdi-mntns");
+    let o = run(Command::new(cli())
+        .args(["cdi", "generate", "--limit", "1Gi", "--output"])
+        .arg(s.dir.join("cdi.json"))
+        .arg("--dir")
+        .arg(s.dir.join("cdi")));
+    assert_ok(&o);
+    let env = std::fs::read_to_string(s.dir.join("cdi/capped/gpucap.env")).unwrap();
+    let pool = env
+        .lines()
+        .find_map(|l| l.strip_prefix("GPUCAP_POOL="))
+        .unwrap_or_else(|| panic!("no GPUCAP_POOL in\n{env}"));
+    assert_eq!(pool, "container-mntns");
+    let script = script();
+    let never = s.dir.join("never");
+    // A process of the device's pool holding 600 MiB of its 1 GiB: in a mount namespace
+    // of its own, or in this test's.
+    let holder = |tag: &str, own_namespace: bool| {
+        let ready = s.dir.join(format!("{tag}.ready"));
+        let args = [
+            "run".to_string(),
+            "--limit".into(),
+            "1Gi".into(),
+            "--pool".into(),
+            pool.into(),
+            "--".into(),
+            script.to_str().unwrap().into(),
+            "alloc:600Mi".into(),
+            format!("touch:{}", ready.display()),
+            format!("wait:{}", never.display()),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut c = s.gpucap(&args);
+        if own_namespace {
+            c = in_own_mount_namespace(&c);
+        }
+        let mut child = c
+            .current_dir(&s.dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_ready(&mut child, &ready, tag);
+        child
+    };
+    let (a, b, c) = (holder("a", true), holder("b", true), holder("c", false));
+    // Beside c, in its namespace: 600 MiB more do not fit the pool's 1 GiB.
+    let d = s.once(pool, &["alloc:600Mi"]);
+    let alloc = format!("alloc {} ", 600u64 << 20);
+    assert!(
+        stdout(&d).contains(&alloc) && !stdout(&d).contains(&format!("{alloc}0")),
+        "the same namespace, the same pool: refused\n{}",
+        dump(&d)
+    );
+    let dir = s.pool_file("any");
+    let mut pools: Vec<String> = std::fs::read_dir(dir.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".pool"))
+        .collect();
+    pools.sort();
+    let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let ours: String = ours
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    assert_eq!(pools.len(), 3, "a pool per namespace: {pools:?}");
+    assert!(
+        pools
+            .iter()
+            .all(|p| p.starts_with("container-") && !p.contains("mntns")),
+        "{pools:?}"
+    );
+    assert!(
+        pools.contains(&format!("container-{ours}.pool")),
+        "{pools:?}"
+    );
+    for mut p in [a, b, c] {
+        let _ = p.kill();
+        let o = p.wait_with_output().unwrap();
+        assert!(
+            stdout(&o).contains(&format!("alloc {} 0", 600u64 << 20)),
+            "each held its 600 MiB in its own pool\n{}",
+            dump(&o)
+        );
+    }
+}

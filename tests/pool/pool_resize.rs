@@ -148,3 +148,131 @@ fn a_resize_errors_name_what_is_wrong() {
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(dump(&o).contains("invalid size \"8X\""), "{}", dump(&o));
 }
+
+/// A member of pool `t` (GPUCAP_LIMIT 1 GiB, GPUCAP_WAIT 60 s) with `flags` (its
+/// guarantee or ceiling) running `steps`, then holding its memory until killed; its
+/// stderr goes to `TAG.err`.
+fn member_with(s: &Scratch, tag: &str, flags: &[&str], steps: &[String]) -> Child {
+    let script = script();
+    let mut args: Vec<String> = ["run", "--limit", "1Gi", "--pool", "t"]
+        .map(String::from)
+        .to_vec();
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args.push("--".into());
+    args.push(script.to_str().unwrap().into());
+    args.extend(steps.iter().cloned());
+    args.push(format!("wait:{}", s.dir.join("never").display()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut c = on_shared_gpu(s, s.gpucap(&args));
+    let err = std::fs::File::create(s.dir.join(format!("{tag}.err"))).unwrap();
+    c.env("GPUCAP_WAIT", "60s")
+        .stdout(Stdio::piped())
+        .stderr(err);
+    c.spawn().unwrap()
+}
+
+/// The JSON of member `pid`'s first GPU in `gpucap status --pool t --json`.
+fn member_gpu(s: &Scratch, pid: u64) -> serde_json::Value {
+    let v = status(s);
+    let m = v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["pid"] == pid)
+        .cloned()
+        .unwrap_or_else(|| panic!("no member {pid}: {v}"));
+    m["gpus"][0].clone()
+}
+
+#[test]
+fn a_live_members_ceiling_and_guarantee_are_changed() {
+    let s = Scratch::new("pool-set");
+    let file = |n: &str| s.dir.join(n).display().to_string();
+    // a: at its 300 MiB ceiling, then asks 100 MiB more: it waits (GPUCAP_WAIT).
+    let mut a = member_with(
+        &s,
+        "a",
+        &["--ceiling", "300Mi"],
+        &[
+            "alloc:300Mi".into(),
+            format!("touch:{}", file("a.first")),
+            "alloc:100Mi".into(),
+            format!("touch:{}", file("a.done")),
+        ],
+    );
+    wait_ready(&mut a, &s.dir.join("a.first"), "the member a");
+    let a_err = s.dir.join("a.err");
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(&a_err)
+        .unwrap_or_default()
+        .contains("past this process's 300 MiB ceiling")
+    {
+        assert!(
+            a.try_wait().unwrap().is_none(),
+            "a ended instead of waiting"
+        );
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "a never waited at its ceiling"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let pid = status(&s)["members"][0]["pid"].as_u64().unwrap();
+    assert_eq!(member_gpu(&s, pid)["ceiling"], 300 * MIB);
+
+    // The raise serves it at once.
+    let o = run(&mut s.gpucap(&["pool", "set", "t", &pid.to_string(), "--ceiling", "600Mi"]));
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains(&format!("pid {pid} (script alloc:300Mi touch:"))
+            && stdout(&o)
+                .contains("guarantee 0 B -> 0 B, ceiling 300 MiB -> 600 MiB, 300 MiB held"),
+        "{}",
+        dump(&o)
+    );
+    wait_ready(
+        &mut a,
+        &s.dir.join("a.done"),
+        "the member a, served by the raise",
+    );
+    let g = member_gpu(&s, pid);
+    assert_eq!(
+        (g["ceiling"].as_u64(), g["used"].as_u64()),
+        (Some(600 * MIB), Some(400 * MIB))
+    );
+
+    // b holds a guarantee of 600 MiB: 500 MiB more for a do not fit the 1 GiB cap.
+    let mut b = member_with(
+        &s,
+        "b",
+        &["--guarantee", "600Mi"],
+        &[format!("touch:{}", file("b.done"))],
+    );
+    wait_ready(&mut b, &s.dir.join("b.done"), "the member b");
+    let o = run(&mut s.gpucap(&["pool", "set", "t", &pid.to_string(), "--guarantee", "500Mi"]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("gpucap: pool t GPU-")
+            && stderr(&o).contains(&format!(
+            ": pid {pid} not changed: the guarantee 500 MiB does not fit: 600 MiB of the pool's \
+             1 GiB cap is guaranteed to the other members already"
+        )),
+        "{}",
+        dump(&o)
+    );
+    assert_eq!(member_gpu(&s, pid)["guarantee"], 0, "nothing changed");
+    // 400 MiB fit beside b's 600 MiB; status shows them.
+    let o = run(&mut s.gpucap(&["pool", "set", "t", &pid.to_string(), "--guarantee", "400Mi"]));
+    assert_ok(&o);
+    assert_eq!(member_gpu(&s, pid)["guarantee"], 400 * MIB);
+    assert_eq!(status(&s)["gpus"][0]["guaranteed"], 1000 * MIB);
+    let o = run(&mut s.gpucap(&["pool", "set", "t", "1", "--guarantee", "1Mi"]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(
+        dump(&o).contains("has no live member with pid 1"),
+        "{}",
+        dump(&o)
+    );
+    kill(a);
+    kill(b);
+}

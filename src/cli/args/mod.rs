@@ -155,6 +155,9 @@ pub enum PoolAction {
     Clean(Option<String>),
     /// `resize NAME SIZE [--gpu N|UUID] [--dir DIR]`: change a live pool's cap.
     Resize(crate::resize::Request),
+    /// `set NAME PID [--guarantee SIZE] [--ceiling SIZE|none] ...`: change a live
+    /// member's guarantee and ceiling.
+    Set(pool_set::Request),
 }
 
 /// The pools of `status --prometheus` and `metrics`.
@@ -312,6 +315,7 @@ mod cdi;
 mod commands;
 mod jupyter;
 mod options;
+pub mod pool_set;
 mod pools;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,5 @@
-//! `gpucap pool list`, `gpucap pool clean [NAME]` and `gpucap pool resize …` (parsed in
-//! `resize`): the words after `pool`.
+//! `gpucap pool list`, `gpucap pool clean [NAME]`, `gpucap pool resize …` (parsed in
+//! `resize`) and `gpucap pool set …` (`pool_set`): the words after `pool`.
 
 use super::*;
 
@@ -11,7 +11,8 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
         .raw_args()
         .map_err(|e| lexopt_error(topic, e))?
         .collect::<Vec<_>>();
-    if args.first().and_then(|a| a.to_str()) == Some("resize") {
+    let action = args.first().and_then(|a| a.to_str());
+    if action == Some("resize") || action == Some("set") {
         let mut words = Vec::new();
         for a in &args[1..] {
             let Some(w) = a.to_str() else {
@@ -22,9 +23,12 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
             }
             words.push(w.to_string());
         }
-        return crate::resize::parse(&words)
-            .map(|r| Command::Pool(PoolAction::Resize(r)))
-            .map_err(|e| usage(topic, e));
+        let parsed = if action == Some("set") {
+            super::pool_set::parse(&words).map(PoolAction::Set)
+        } else {
+            crate::resize::parse(&words).map(PoolAction::Resize)
+        };
+        return parsed.map(Command::Pool).map_err(|e| usage(topic, e));
     }
     for a in args {
         let Some(w) = a.to_str() else {
@@ -40,7 +44,7 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
     }
     let mut words = words.into_iter();
     let action = match words.next().as_deref() {
-        None => return Err(usage(topic, "no action given (list, clean or resize)")),
+        None => return Err(usage(topic, "no action given (list, clean, resize or set)")),
         Some("list") => PoolAction::List,
         Some("clean") => match words.next() {
             None => PoolAction::Clean(None),
@@ -60,7 +64,7 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
         Some(other) => {
             return Err(usage(
                 topic,
-                format!("unknown action '{other}' (the actions are list, clean and resize)"),
+                format!("unknown action '{other}' (the actions are list, clean, resize and set)"),
             ));
         }
     };

@@ -1,8 +1,17 @@
-//! `gpucap pool list|clean|resize`, in the pool directory `status` would use (the
-//! lines are `pool_files`'s and `resize`'s).
+//! `gpucap pool list|clean|resize|set`, in the pool directory `status` would use (the
+//! lines are `pool_files`'s and `resize`'s; `set`'s are here).
+
+use std::path::Path;
+
+use gpucap_core::budget::{
+    GpuView, Member, MemberInfo, MemberView, PoolView, ShareChange, ShareSet,
+};
+use gpucap_core::size::format_bytes;
 
 use crate::args::PoolAction;
+use crate::args::pool_set::Request;
 use crate::exit::EXIT_USAGE;
+use crate::pool::{EXIT_NO_POOL_FILE, Located, locate, own_pid_namespace};
 use crate::pool_files::{EXIT_NOT_REMOVED, clean, entries, list_text};
 use crate::resize;
 use crate::shown_pool::pool_config;
@@ -14,8 +23,10 @@ pub fn command(action: PoolAction) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if let PoolAction::Resize(r) = &action {
-        return resize::run(r, config.pool_dir.as_deref());
+    match &action {
+        PoolAction::Resize(r) => return resize::run(r, config.pool_dir.as_deref()),
+        PoolAction::Set(r) => return set(r, config.pool_dir.as_deref()),
+        _ => {}
     }
     let dir = match gpucap_pool_file::user_dir(config.pool_dir.as_deref(), false) {
         Ok(Some(dir)) => dir,
@@ -47,5 +58,169 @@ pub fn command(action: PoolAction) -> i32 {
             code
         }
         PoolAction::Resize(r) => resize::run(&r, config.pool_dir.as_deref()),
+        PoolAction::Set(r) => set(&r, config.pool_dir.as_deref()),
     }
+}
+
+/// Runs a `pool set` (`pool_dir`: the environment's pool directory, if `--dir` was not
+/// given): joins the pool for the change (a member's slot, so that it may take the
+/// GPU's word lock: `budget::share_set`), changes the member's share on each GPU, and
+/// leaves. Exit status: 0 changed, 1 refused or no such pool or member, 2 unusable.
+fn set(r: &Request, pool_dir: Option<&Path>) -> i32 {
+    let dir = r.dir.as_deref().or(pool_dir);
+    let path = match locate(&r.pool, dir) {
+        Ok(Located::File(p)) if p.exists() => p,
+        Ok(Located::File(p) | Located::NotYet(p)) => {
+            eprintln!(
+                "gpucap: no pool file at {} (no process has joined {} yet)",
+                p.display(),
+                r.name
+            );
+            return EXIT_NO_POOL_FILE;
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let file = match gpucap_pool_file::open_writer(&path, gpucap_pool_file::Sharing::of(&r.pool)) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let view = match file.view() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let member = match find_member(&view, r) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return 1;
+        }
+    };
+    let theirs: Vec<GpuView> = view
+        .gpus
+        .iter()
+        .filter(|g| member.gpus.iter().any(|m| m.raw_uuid == g.raw_uuid))
+        .cloned()
+        .collect();
+    let gpus = match resize::pick(&theirs, r.gpu.as_deref()) {
+        Ok(g) if !g.is_empty() => g,
+        Ok(_) => {
+            eprintln!(
+                "gpucap: pool {}: pid {} has used no GPU yet: nothing to change",
+                r.name, r.pid
+            );
+            return 1;
+        }
+        Err(e) => {
+            eprintln!("gpucap: {e} (of those pid {} uses)", r.pid);
+            return 1;
+        }
+    };
+    let info = MemberInfo {
+        pid: std::process::id(),
+        pid_namespace: own_pid_namespace(),
+        start_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        command: "gpucap pool set".to_string(),
+    };
+    let changer = match Member::join(file.pool, &file.locks, &info) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("gpucap: pool {}: {e}", r.name);
+            return 1;
+        }
+    };
+    let change = ShareChange {
+        guarantee: r.guarantee,
+        ceiling: r.ceiling,
+    };
+    let mut code = 0;
+    for g in gpus {
+        match changer.set_share(member.slot, &g.raw_uuid, change) {
+            Ok(done) => print_out(&format!("{}\n", set_line(&r.name, &g.uuid, &done))),
+            Err(e) => {
+                eprintln!(
+                    "gpucap: pool {} {}: pid {} not changed: {e}",
+                    r.name, g.uuid, r.pid
+                );
+                code = 1;
+            }
+        }
+    }
+    changer.leave();
+    code
+}
+
+/// The live member `r.pid` names (its pid as it sees itself; in this process's PID
+/// namespace first where two namespaces have it).
+fn find_member<'v>(view: &'v PoolView, r: &Request) -> Result<&'v MemberView, String> {
+    let found: Vec<&MemberView> = view
+        .members
+        .iter()
+        .filter(|m| m.alive && m.pid == r.pid)
+        .collect();
+    let ours: Vec<&MemberView> = found
+        .iter()
+        .copied()
+        .filter(|m| m.pid_namespace == own_pid_namespace())
+        .collect();
+    match (found.as_slice(), ours.as_slice()) {
+        ([one], _) | (_, [one]) => Ok(one),
+        ([], _) => {
+            let live: Vec<String> = view
+                .members
+                .iter()
+                .filter(|m| m.alive)
+                .map(|m| format!("{} ({})", m.pid, m.command))
+                .collect();
+            Err(format!(
+                "pool {} has no live member with pid {}; its members: {}",
+                r.name,
+                r.pid,
+                if live.is_empty() {
+                    "none".to_string()
+                } else {
+                    live.join(", ")
+                }
+            ))
+        }
+        _ => Err(format!(
+            "pool {}: pid {} names members in {} PID namespaces, none of them this one's: \
+             run gpucap pool set from the member's own namespace",
+            r.name,
+            r.pid,
+            found.len()
+        )),
+    }
+}
+
+/// What a change done prints.
+pub fn set_line(name: &str, uuid: &str, s: &ShareSet) -> String {
+    let ceiling = |c: Option<u64>| c.map_or("none (the cap)".to_string(), format_bytes);
+    let mut line = format!(
+        "pool {name} {uuid}: pid {} ({}): guarantee {} -> {}, ceiling {} -> {}, {} held",
+        s.pid,
+        s.command,
+        format_bytes(s.old.0),
+        format_bytes(s.new.0),
+        ceiling(s.old.1),
+        ceiling(s.new.1),
+        format_bytes(s.held)
+    );
+    if s.new.1.is_some_and(|c| s.held > c) {
+        line.push_str(
+            "; above the new ceiling: its new allocations are refused (or wait) until it \
+             holds less, nothing is taken back",
+        );
+    }
+    line
 }

@@ -126,13 +126,19 @@ impl Member<'_> {
             });
         }
         let (mut swept, mut recounted, mut resized) = (false, false, 0);
+        // When this request began waiting at the member's own ceiling (once at most).
+        let mut at_ceiling: Option<std::time::Instant> = None;
         // At most three turns: again after taking back the dead, again after a recount
-        // (and a few more if the pool is resized meanwhile).
+        // (and a few more if the pool is resized meanwhile), and one after a wait at
+        // the ceiling.
         loop {
             // The cap this member registered, kept in its own memory: a cap word another
             // process zeroed or raised does not uncap it; a resize's does (`resize`).
             let (cap, seen) = self.cap_now(g);
             if self.take(g, bytes, cap, seen) {
+                if let Some(since) = at_ceiling {
+                    self.ceiling_served(device, bytes, since);
+                }
                 return Ok(());
             }
             if resized < RESIZED_TURNS && self.hot(g).is_some_and(|h| self.cap_changed(h, seen)) {
@@ -140,10 +146,16 @@ impl Member<'_> {
                 continue;
             }
             if let Some(refusal) = self.past_ceiling(g, bytes) {
-                // Its own ceiling: no member's free would help. Its own share words
-                // are written back first if another process changed them.
+                // Its own ceiling: no other member's free would help. Its own share
+                // words are written back first if another process changed them.
                 self.repair_own_shares(g);
-                return Err(refusal);
+                // With `GPUCAP_WAIT`, its own frees or a raise of its ceiling
+                // (`gpucap pool set`) would: it waits for them, then goes on.
+                if at_ceiling.is_some() || self.wait.is_none() || bytes > cap {
+                    return Err(refusal);
+                }
+                at_ceiling = Some(self.wait_at_ceiling(g, device, bytes, refusal)?);
+                continue;
             }
             // A `used` or cap word that differs from what the members hold: recounted
             // once (under the word lock), then tried again.

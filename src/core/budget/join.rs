@@ -182,6 +182,7 @@ impl<'a> Member<'a> {
             note: None,
             early: std::sync::Mutex::new(Vec::new()),
             own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],
+            share_seen: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
         };
         if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
             if !super::reclaim::released(w, |p, n, t| locks.exiting(p, n, t), s) {
@@ -214,8 +215,8 @@ impl<'a> Member<'a> {
         w.slot(s, S_START_MS).store(info.start_ms, Relaxed);
         w.set_command(s, &info.command);
         w.slot(s, S_GENERATION).fetch_add(1, Relaxed);
+        w.slot(s, S_SHARE_GEN).store(0, Relaxed);
         w.slot(s, S_HANDED).store(0, Relaxed);
-        w.slot(s, S_HANDED_GPUS).store(0, Relaxed);
         for g in 0..MAX_POOL_GPUS {
             w.member_gpu(s, g, M_PEAK).store(0, Relaxed);
             w.member_gpu(s, g, M_CAP).store(0, Relaxed);

@@ -211,11 +211,16 @@ pub const S_COMMAND: usize = 5; // 8 words
 /// The GPU entries (one bit each) on which this member is making a context now: counted
 /// in their [`G_CONTEXTS`], taken out of it by whoever takes a dead member's slot back.
 pub const S_CONTEXTS: usize = 13;
-/// Where a ceiling handed down to the member came from (`config::HandedDown`'s word;
-/// 0: none), and the GPU entries (one bit each) on which it is held at that ceiling:
-/// what `gpucap status` shows. Written once at join, read by nobody that decides.
-pub const S_HANDED: usize = 14;
-pub const S_HANDED_GPUS: usize = 15;
+/// How many times `gpucap pool set` changed this member's guarantee or ceiling (on any
+/// GPU entry): the member takes its share words as its own share only when this moved
+/// since it last looked (see `share_set`); other changes of its words are damage,
+/// written back.
+pub const S_SHARE_GEN: usize = 14;
+/// Where a ceiling handed down to the member came from (`config::HandedDown`'s word,
+/// in the high 32 bits; 0: none) and the GPU entries (one bit each, the low 32 bits) on
+/// which it is held at that ceiling: what `gpucap status` shows. Written once at join,
+/// read by nobody that decides.
+pub const S_HANDED: usize = 15;
 // Per GPU, at SLOT_HEAD_WORDS + g * PER_GPU_WORDS:
 pub const M_USED: usize = 0;
 pub const M_PEAK: usize = 1;

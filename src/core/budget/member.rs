@@ -212,6 +212,9 @@ pub struct Member<'a> {
     /// hold them; 0: none), kept in its own memory: what it decides by, and what it
     /// writes back over share words another process changed (see `repair`).
     pub(super) own: [[AtomicU64; SHARE_WORDS]; MAX_POOL_GPUS],
+    /// Per GPU entry, the slot's share change count (`S_SHARE_GEN`) when this member
+    /// last took its share words there as its own (see `share_set`).
+    pub(super) share_seen: [AtomicU64; MAX_POOL_GPUS],
 }
 
 impl<'a> Member<'a> {
@@ -268,6 +271,7 @@ impl<'a> Member<'a> {
         let word = self.w.gpu(g, G_CAP);
         let own = encode_cap(cap);
         let mut resized = 0;
+        let started = std::time::Instant::now();
         let (ours, generation) = 'register: loop {
             // A pool resized while members hold it keeps the cap it was resized to: a
             // member started with another `GPUCAP_LIMIT` takes the pool's (`resize`).
@@ -278,6 +282,8 @@ impl<'a> Member<'a> {
             // consistent). The live members' own cap words decide, not the shared one:
             // a cap word another process zeroed does not let a new cap in beside theirs.
             self.w.member_gpu(self.slot, g, M_CAP).store(ours, SeqCst);
+            #[cfg(test)]
+            self.queued_step();
             let mut have = word.load(SeqCst);
             // Bounded: each failed swap means another member registered meanwhile;
             // after as many as there are slots, the others' caps are known from their
@@ -297,6 +303,19 @@ impl<'a> Member<'a> {
                         ours: cap,
                         pool: decode_cap(theirs).flatten(),
                     });
+                }
+                // A resize under way when this member read the cap, or begun since: its
+                // cap word is not to be replaced (the live members may not hold it
+                // yet), the pool's cap is read again once it is in force (a resizer
+                // that died half-way is waited for as long as the next one would).
+                let now = self.w.gpu(g, G_CAP_GEN).load(SeqCst);
+                if now & 1 == 1 && started.elapsed() < super::RESIZE_TAKEOVER {
+                    std::thread::yield_now();
+                    continue 'register;
+                }
+                if resized < 4 && now != seen {
+                    resized += 1;
+                    continue 'register;
                 }
                 // Not set yet, set by members that are all gone, or not what the live
                 // members hold: ours replaces it.
@@ -407,10 +426,9 @@ impl<'a> Member<'a> {
             .iter()
             .filter_map(|&d| self.entry_of(d))
             .fold(0u64, |m, g| m | 1 << g);
-        self.w.slot(self.slot, S_HANDED_GPUS).store(gpus, Relaxed);
         self.w
             .slot(self.slot, S_HANDED)
-            .store(if gpus == 0 { 0 } else { word }, Relaxed);
+            .store(if gpus == 0 { 0 } else { word << 32 | gpus }, Relaxed);
     }
 
     /// The pool itself, for a view.

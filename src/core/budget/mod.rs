@@ -25,6 +25,8 @@
 //! - `shares`: guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`,
 //!   `GPUCAP_CEILING`): the policy, pure functions over plain numbers.
 //!   `share_words` keeps them in the pool file's words.
+//! - `share_set`: a live member's guarantee and ceiling changed (`gpucap pool set`),
+//!   and how the member tells the change from damage.
 //! - `repair`: share words that cannot be (a guarantee of an empty slot, above the cap,
 //!   guarantees summing above it), repaired by the next joiner or refusal.
 //! - `resize`: a GPU's cap changed while members hold it (`gpucap pool resize`),
@@ -42,6 +44,7 @@ mod member;
 mod reclaim;
 mod repair;
 mod resize;
+mod share_set;
 mod share_words;
 pub mod shares;
 mod short_path;
@@ -62,6 +65,7 @@ pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use reclaim::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driver};
 pub use repair::{Repair, ShareFault, ShareRepair};
 pub use resize::{RESIZE_TAKEOVER, ResizeRefusal, Resized};
+pub use share_set::{ShareChange, ShareRefusal, ShareSet};
 pub use share_words::{ClaimRefusal, Holder};
 pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};
 pub use wait::WaitNote;

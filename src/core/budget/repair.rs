@@ -197,6 +197,9 @@ impl Member<'_> {
         if self.left.load(Acquire) {
             return Vec::new();
         }
+        // Words `gpucap pool set` wrote are this member's share, not damage
+        // (`share_set`): taken before its own are compared.
+        self.refresh_cap(g);
         let faults = self.share_faults(g);
         for r in &faults {
             if r.slot == self.slot {
@@ -253,7 +256,10 @@ impl Member<'_> {
             fault,
         };
         let own_guarantee = self.own_word(g, SH_GUARANTEE);
-        if !self.own_words_right(g) {
+        // While a change is under way (the generation odd), this member's words may be
+        // the change's (`share_set`): taken once it ends, never written back before.
+        let changing = self.w.gpu(g, G_CAP_GEN).load(SeqCst) & 1 == 1;
+        if !changing && !self.own_words_right(g) {
             out.push(found(
                 self.slot,
                 ShareFault::Own {

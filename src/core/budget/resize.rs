@@ -102,6 +102,35 @@ impl fmt::Display for ResizeRefusal {
     }
 }
 
+/// Takes GPU entry `g`'s turn to change its cap or a member's share: makes its cap
+/// generation odd (one resize or `pool set` at a time; one whose process died half-way
+/// is taken over after [`RESIZE_TAKEOVER`]). Returns the odd value: storing it + 1
+/// ends the turn and puts the change in force.
+pub(super) fn take_turn(w: Words<'_>, g: usize) -> u64 {
+    let generation = w.gpu(g, G_CAP_GEN);
+    let start = Instant::now();
+    loop {
+        let e = generation.load(SeqCst);
+        if e & 1 == 1 {
+            if start.elapsed() < RESIZE_TAKEOVER {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            // Its process died half-way: this change finishes the turn.
+            if generation.compare_exchange(e, e, SeqCst, SeqCst).is_ok() {
+                return e;
+            }
+            continue;
+        }
+        if generation
+            .compare_exchange(e, e + 1, SeqCst, SeqCst)
+            .is_ok()
+        {
+            return e + 1;
+        }
+    }
+}
+
 impl Pool<'_> {
     /// Sets the cap of the GPU `uuid` to `cap` (None: no cap) while members hold it (see
     /// the module's text). `locks` answers which members live and wakes the waiters.
@@ -117,28 +146,7 @@ impl Pool<'_> {
             .find(|&g| w.gpu(g, G_KEY).load(Acquire) == key)
             .ok_or(ResizeRefusal::NoGpu)?;
         let generation = w.gpu(g, G_CAP_GEN);
-        // One resize at a time: the generation made odd is this resize's turn.
-        let start = Instant::now();
-        let odd = loop {
-            let e = generation.load(SeqCst);
-            if e & 1 == 1 {
-                if start.elapsed() < RESIZE_TAKEOVER {
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
-                }
-                // Its resizer died half-way: this resize finishes the turn.
-                if generation.compare_exchange(e, e, SeqCst, SeqCst).is_ok() {
-                    break e;
-                }
-                continue;
-            }
-            if generation
-                .compare_exchange(e, e + 1, SeqCst, SeqCst)
-                .is_ok()
-            {
-                break e + 1;
-            }
-        };
+        let odd = take_turn(w, g);
         let word = w.gpu(g, G_CAP);
         let old = word.swap(encode_cap(cap), SeqCst);
         let limit = cap.unwrap_or(u64::MAX);
@@ -240,8 +248,9 @@ impl Member<'_> {
         (cap, seen)
     }
 
-    /// Takes the cap word of GPU entry `g` as this member's cap if a resize came into
-    /// force since it last read it. True if it did.
+    /// Takes the cap word of GPU entry `g` as this member's cap if a resize (or a
+    /// `gpucap pool set`) came into force since it last read it, and its share words as
+    /// its own share if `gpucap pool set` changed them (`share_set`). True if it did.
     pub(super) fn refresh_cap(&self, g: usize) -> bool {
         if self.left.load(Acquire) {
             return false; // the slot may be another member's now
@@ -252,12 +261,18 @@ impl Member<'_> {
             return false;
         }
         let word = self.w.gpu(g, G_CAP).load(SeqCst);
+        // The share words as `gpucap pool set` left them, read before the generation is
+        // checked again: a change begun since is taken once it ends.
+        let share = self.share_to_take(g);
         if word == 0 || generation.load(SeqCst) != e {
             return false; // another resize began: taken once it ends
         }
         self.caps[g].store(word, Relaxed);
         self.limit[g].store(limit_of(word), Relaxed);
         self.w.member_gpu(self.slot, g, M_CAP).store(word, SeqCst);
+        if let Some(share) = share {
+            self.take_share(g, share, word);
+        }
         self.cap_gen[g].store(e, Release);
         true
     }

@@ -346,6 +346,13 @@ impl Member<'_> {
         guarantee: u64,
         ceiling: u64,
     ) -> Option<u64> {
+        // A guarantee `gpucap pool set` lowered counts at once, before this member takes
+        // its words: the others lend out the rest from then (`share_set`).
+        let guarantee = if guarantee != 0 {
+            guarantee.min(self.w.share(self.slot, g, SH_GUARANTEE).load(SeqCst))
+        } else {
+            0
+        };
         if guarantee != 0 {
             // Called inside a change (`Member::add`): `pending` holds this request's
             // bytes and those of this process's other changes in flight. Those count as
@@ -393,9 +400,10 @@ impl Member<'_> {
     /// reserve now, its ceiling or the cap), or None if the device is not registered.
     pub fn room(&self, device: usize) -> Option<(u64, Option<u64>)> {
         let g = self.entry_of(device)?;
-        // Its own words as it claimed them, if another process changed them.
-        self.repair_own_shares(g);
+        // A change `gpucap pool set` made is taken first; then its own words as it
+        // claimed them, if another process changed them.
         self.refresh_cap(g);
+        self.repair_own_shares(g);
         let cap = decode_cap(self.caps[g].load(Relaxed)).flatten();
         let ceiling = self.ceiling(g);
         let used = self.w.used(g);

@@ -188,6 +188,33 @@ pub fn admit(cap: u64, given: u64, used: u64, unused: u64, own: u64) -> Result<(
     Ok(())
 }
 
+/// Admits raising a live member's guarantee to `guarantee` (`gpucap pool set`) while it
+/// holds `held`, in a pool with cap `cap` whose other live members were given `given`
+/// and have `unused` of their guarantees left, the pool using `used` (the member's
+/// bytes in it): as [`admit`], the guarantees must fit the cap, and the raise must be
+/// free now: `used + unused + (guarantee - held)` within the cap (the commitment).
+#[inline]
+pub fn admit_raise(
+    cap: u64,
+    given: u64,
+    used: u64,
+    unused: u64,
+    held: u64,
+    guarantee: u64,
+) -> Result<(), Admission> {
+    if given.checked_add(guarantee).is_none_or(|t| t > cap) {
+        return Err(Admission::Promised { given, cap });
+    }
+    let committed = used.saturating_add(unused);
+    if committed
+        .checked_add(self::unused(guarantee, held))
+        .is_none_or(|t| t > cap)
+    {
+        return Err(Admission::Borrowed { used, unused, cap });
+    }
+    Ok(())
+}
+
 /// The reservation rule for member *i*: `request` more bytes, when it holds `held` with
 /// ceiling `ceiling`, the pool uses `used` of `cap`, and the other live members have
 /// `others_unused` of their guarantees left. Returns the pool's new use, or None.
@@ -468,6 +495,34 @@ mod tests {
             "no guarantee: always admitted"
         );
         assert!(admit(u64::MAX, u64::MAX, 0, 0, 1).is_err(), "no overflow");
+    }
+
+    #[test]
+    fn a_raised_guarantee_counts_what_its_member_holds() {
+        // cap 10; the others were given 4 and have 2 of it left; 6 in use, 3 of them the
+        // member's: raising its guarantee to 5 asks 2 more.
+        assert_eq!(admit_raise(10, 4, 6, 2, 3, 5), Ok(()));
+        assert_eq!(
+            admit_raise(10, 4, 6, 2, 3, 7),
+            Err(Admission::Promised { given: 4, cap: 10 })
+        );
+        assert_eq!(
+            admit_raise(10, 4, 7, 2, 3, 5),
+            Err(Admission::Borrowed {
+                used: 7,
+                unused: 2,
+                cap: 10
+            })
+        );
+        assert_eq!(
+            admit_raise(10, 0, 9, 0, 9, 6),
+            Ok(()),
+            "held already: nothing more kept"
+        );
+        assert!(
+            admit_raise(u64::MAX, 1, 0, 0, 0, u64::MAX).is_err(),
+            "no overflow"
+        );
     }
 
     #[test]

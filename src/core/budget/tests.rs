@@ -13,6 +13,7 @@ mod marks;
 mod member_count;
 mod repair_shares;
 mod resize;
+mod share_set;
 mod shares_in_pool;
 mod short_path;
 mod torn_reads;

@@ -204,6 +204,13 @@ impl Member<'_> {
         }
     }
 
+    /// Runs the next step a test queued on this thread (`between_reads`), where
+    /// `register_gpu` has read the pool's cap and not yet its cap word.
+    #[cfg(test)]
+    pub(super) fn queued_step(&self) {
+        between_reads::run();
+    }
+
     /// Takes up to `bytes` off this member's use on GPU entry `g` and the pool's: never
     /// more than the member holds (a forked child freeing memory its parent allocated
     /// must not take it off the pool's count). Returns the bytes taken off.
@@ -266,8 +273,9 @@ impl Member<'_> {
 /// Tests put a change of another thread (or member) between a change's read of `used`
 /// and its read of the member's own use, where a preempted thread or a contended
 /// cache line puts it at random: each change runs the next step queued on its thread
-/// there (`queue`), if any. A step's own changes read straight through. Built in tests
-/// only.
+/// there (`queue`), if any; so does a member registering a GPU, between its read of
+/// the pool's cap and its look at the cap word (`register_gpu`). A step's own changes
+/// read straight through. Built in tests only.
 #[cfg(test)]
 pub(super) mod between_reads {
     use std::cell::{Cell, RefCell};

@@ -176,8 +176,9 @@ impl Pool<'_> {
                 continue;
             }
             let alive = locks.held(s);
-            let handed = crate::config::HandedDown::from_word(w.slot(s, S_HANDED).load(Relaxed));
-            let handed_gpus = w.slot(s, S_HANDED_GPUS).load(Relaxed);
+            let handed_word = w.slot(s, S_HANDED).load(Relaxed);
+            let handed = crate::config::HandedDown::from_word(handed_word >> 32);
+            let handed_gpus = handed_word & 0xffff_ffff;
             let mut mine = Vec::new();
             for (g, gpu) in gpus.iter_mut() {
                 let used = w.member_gpu(s, *g, M_USED).load(Relaxed);

@@ -30,6 +30,13 @@ pub enum WaitNote {
         bytes: u64,
         waited: Duration,
     },
+    /// `bytes` on CUDA ordinal `device` would take the member past its own `ceiling`:
+    /// waiting for its own frees or a raise of the ceiling (`gpucap pool set`).
+    AtCeiling {
+        device: usize,
+        bytes: u64,
+        ceiling: u64,
+    },
     /// Not served within `GPUCAP_WAIT`.
     TimedOut {
         device: usize,
@@ -76,6 +83,22 @@ impl Member<'_> {
             let seen = word.load(Acquire);
             // A resize's cap, once in force, serves the queue (or keeps it waiting).
             let (cap, cap_seen) = self.cap_now(g);
+            // A ceiling lowered meanwhile (`gpucap pool set`) that this request is past
+            // now: out of the queue, where it would hold up the others.
+            if let Some(refusal) = self.past_ceiling(g, bytes) {
+                let waited = start.elapsed();
+                self.locked(g, || self.leave_queue(g));
+                self.wait_ended(g, waited);
+                note(&WaitNote::TimedOut {
+                    device,
+                    bytes,
+                    waited,
+                });
+                return Err(PoolRefusal {
+                    waited_ms: waited.as_millis() as u64,
+                    ..refusal
+                });
+            }
             if self.ahead_of(g, ticket) == 0 {
                 // Under the word lock (and so this process's gate: no second gate for a
                 // ceiling): served and out of the queue in one step for the others.
@@ -122,6 +145,67 @@ impl Member<'_> {
                 self.locks
                     .sleep_on(word, seen, (max - waited).min(RECHECK_WAIT));
             }
+        }
+    }
+
+    /// Waits, up to `GPUCAP_WAIT`, until `bytes` on GPU entry `g` (CUDA ordinal
+    /// `device`) no longer take this member past its own ceiling (`refusal` says so):
+    /// its own frees, or a raise of the ceiling (`gpucap pool set`, which wakes the GPU's
+    /// waiters). Without a ticket: only this member can end such a wait, so it holds up
+    /// no other member's request. Ok(when it began): under the ceiling now, the caller
+    /// goes on; Err: the refusal, after waiting.
+    pub(super) fn wait_at_ceiling(
+        &self,
+        g: usize,
+        device: usize,
+        bytes: u64,
+        refusal: PoolRefusal,
+    ) -> Result<Instant, PoolRefusal> {
+        let Some((max, note)) = self.wait else {
+            return Err(refusal);
+        };
+        let start = Instant::now();
+        note(&WaitNote::AtCeiling {
+            device,
+            bytes,
+            ceiling: refusal.ceiling.unwrap_or(u64::MAX),
+        });
+        let word = self.w.gpu(g, G_WAIT_SEQ);
+        loop {
+            let seen = word.load(Acquire);
+            // A change of its ceiling, once in force, is taken here.
+            self.refresh_cap(g);
+            let Some(now) = self.past_ceiling(g, bytes) else {
+                return Ok(start);
+            };
+            let waited = start.elapsed();
+            if waited >= max {
+                note(&WaitNote::TimedOut {
+                    device,
+                    bytes,
+                    waited,
+                });
+                self.wait_ended(g, waited);
+                return Err(PoolRefusal {
+                    waited_ms: waited.as_millis() as u64,
+                    ..now
+                });
+            }
+            if word.load(Acquire) == seen {
+                self.locks
+                    .sleep_on(word, seen, (max - waited).min(RECHECK_WAIT));
+            }
+        }
+    }
+
+    /// A request that waited at its member's ceiling since `since` was served.
+    pub(super) fn ceiling_served(&self, device: usize, bytes: u64, since: Instant) {
+        if let Some((_, note)) = self.wait {
+            note(&WaitNote::Served {
+                device,
+                bytes,
+                waited: since.elapsed(),
+            });
         }
     }
 

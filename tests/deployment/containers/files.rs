@@ -13,6 +13,7 @@ pub fn the_example_dockerfile_builds_and_caps() {
     let tag = unique("image");
     let (build_ctx, ctx) = example_contexts(&dir, &rt.image);
     let build_image = format!("localhost/{tag}-build");
+    let python_image = format!("localhost/{tag}-python");
     let image = format!("localhost/{tag}");
     let o = run(rt
         .podman()
@@ -26,6 +27,18 @@ pub fn the_example_dockerfile_builds_and_caps() {
         ])
         .arg(&build_ctx));
     assert_ok(&o);
+    let o = run(rt
+        .podman()
+        .args([
+            "build",
+            "--pull=never",
+            "--network=none",
+            "-q",
+            "-t",
+            &python_image,
+        ])
+        .arg(python_base_context(&dir, &rt.image)));
+    assert_ok(&o);
     let built = run(rt
         .podman()
         .args([
@@ -37,7 +50,7 @@ pub fn the_example_dockerfile_builds_and_caps() {
             &image,
         ])
         .arg(format!("--build-arg=BUILD_IMAGE={build_image}"))
-        .arg(format!("--build-arg=BASE_IMAGE={}", rt.image))
+        .arg(format!("--build-arg=BASE_IMAGE={python_image}"))
         .arg("-f")
         .arg(root().join("scripts/Dockerfile.example"))
         .arg(&ctx));
@@ -45,9 +58,86 @@ pub fn the_example_dockerfile_builds_and_caps() {
     c.image = Some(image.clone());
     c.env("GPUCAP_LIMIT", "1Gi");
     let o = built.status.success().then(|| run_600_600(&rt, &mut c));
-    let _ = run(rt.podman().args(["rmi", "-f", &image, &build_image]));
+    let _ = run(rt
+        .podman()
+        .args(["rmi", "-f", &image, &build_image, &python_image]));
     assert_ok(&built);
     assert_600_600(&o.unwrap(), CAPPED, GIB);
+}
+
+/// The build context of an image `FROM base` with this machine's own Python (Debian's
+/// `python3.X-minimal` and what it needs beyond the base's libc: its files, copied from
+/// the host, no download) and `python` naming it: the application's image the example's
+/// runtime stage is built on in the tests, where `apt-get` has no network. Fails (never
+/// skips) where the host has no Debian `python3-minimal`.
+pub fn python_base_context(dir: &Path, base: &str) -> PathBuf {
+    let ctx = dir.join("python-base");
+    let rootfs = ctx.join("rootfs");
+    std::fs::create_dir_all(&rootfs).unwrap();
+    let query = |args: &[&str]| {
+        let o = run(Command::new("dpkg-query").args(args));
+        assert_ok(&o);
+        stdout(&o)
+    };
+    let python =
+        std::fs::canonicalize("/usr/bin/python3").expect("no /usr/bin/python3 on the host");
+    let version = python.file_name().unwrap().to_str().unwrap().to_string(); // python3.11
+    let packages = [
+        format!("{version}-minimal"),
+        format!("lib{version}-minimal"),
+        "libexpat1".to_string(),
+        "zlib1g".to_string(),
+    ];
+    for pkg in &packages {
+        for path in query(&["-L", pkg]).lines() {
+            let p = Path::new(path);
+            if path.starts_with("/usr/share/") || p.is_dir() || !p.exists() {
+                continue;
+            }
+            // The base is /usr-merged: /lib/x.so is /usr/lib/x.so there.
+            let merged = ["/lib/", "/lib64/", "/bin/", "/sbin/"]
+                .iter()
+                .any(|m| path.starts_with(m));
+            let to = rootfs.join(if merged {
+                format!("usr{path}")
+            } else {
+                path.trim_start_matches('/').to_string()
+            });
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            let _ = std::fs::remove_file(&to);
+            match std::fs::read_link(p) {
+                Ok(target) => std::os::unix::fs::symlink(target, &to).unwrap(),
+                Err(_) => {
+                    std::fs::copy(p, &to).unwrap();
+                }
+            }
+        }
+    }
+    let link = rootfs.join("usr/bin/python");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&version, &link).unwrap();
+    write(
+        &ctx.join("Dockerfile"),
+        &format!("FROM {base}\nCOPY rootfs/ /\n"),
+    );
+    ctx
+}
+
+/// `python train.py`, as docs/src/container.md runs it in the example's image: a
+/// `train.py` (in `dir`, mounted at `/app`, the working directory) whose CUDA program is
+/// `cudarc-client 600 600`, which it runs in its place.
+pub fn train_py(c: &mut Container, dir: &Path) {
+    let app = dir.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    write(
+        &app.join("train.py"),
+        &format!(
+            "import os\nos.execv(\"{BIN}/cudarc-client\", [\"cudarc-client\", \"600\", \"600\"])\n"
+        ),
+    );
+    c.mount(&app, "/app")
+        .option("--workdir=/app")
+        .command(&["python", "train.py"]);
 }
 
 /// The two build contexts of scripts/Dockerfile.example's test build, in `dir`: the build
