@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod pool;
 pub mod pool_files;
 pub mod pool_names;
+pub mod pool_operands;
 pub mod preload;
 pub mod procs;
 pub mod report;

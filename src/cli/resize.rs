@@ -52,27 +52,12 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
             _ => plain.push(w.clone()),
         }
     }
-    let (name, size, claimed) = match (plain.as_slice(), claim) {
-        ([name, size], None) => (name.clone(), size, None),
-        ([size], Some(dir)) if dir.starts_with('/') => (
-            format!("--claim {dir}"),
-            size,
-            Some(PoolSpec::Claim(dir.into())),
-        ),
-        ([_], Some(dir)) => {
-            return Err(format!(
-                "--claim {dir}: the absolute path of the claim's directory (as its containers \
-                 have GPUCAP_CLAIM_DIR)"
-            ));
-        }
-        _ => {
-            return Err(format!(
-                "pool resize takes a pool and a size (gpucap pool resize NAME SIZE, or \
-                 gpucap pool resize --claim DIR SIZE), {} given",
-                plain.len()
-            ));
-        }
-    };
+    let (name, size, claimed) = crate::pool_operands::pool_and_value(
+        &plain,
+        claim,
+        "pool resize takes a pool and a size (gpucap pool resize NAME SIZE, or \
+         gpucap pool resize --claim DIR SIZE)",
+    )?;
     let pool = match claimed.map_or_else(|| parse_pool(&name), |c| Ok(Some(c))) {
         Ok(Some(spec)) => spec,
         Ok(None) | Err(_) => {

@@ -78,7 +78,11 @@ fn a_short_run_attributes_each_way_s_instructions_to_its_files() {
         );
     }
     // Alone: the hooks, the ledger and the live map, nothing of a pool's.
-    for f in ["shim/table.rs", "core/ledger/device.rs", "core/live_map/front.rs"] {
+    for f in [
+        "shim/table.rs",
+        "core/ledger/device.rs",
+        "core/live_map/front.rs",
+    ] {
         assert!(files(&alone_rows).contains(&f.to_string()), "{f}\n{out}");
     }
     assert!(

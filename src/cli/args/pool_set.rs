@@ -80,28 +80,12 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
             _ => plain.push(w.clone()),
         }
     }
-    let (name, pid, claimed) = match (plain.as_slice(), claim) {
-        ([name, pid], None) => (name.clone(), pid, None),
-        ([pid], Some(dir)) if dir.starts_with('/') => (
-            format!("--claim {dir}"),
-            pid,
-            Some(PoolSpec::Claim(dir.into())),
-        ),
-        ([_], Some(dir)) => {
-            return Err(format!(
-                "--claim {dir}: the absolute path of the claim's directory (as its containers \
-                 have GPUCAP_CLAIM_DIR)"
-            ));
-        }
-        _ => {
-            return Err(format!(
-                "pool set takes a pool and a member's PID (gpucap pool set NAME PID \
-                 --guarantee SIZE --ceiling SIZE, or gpucap pool set --claim DIR PID ...), {} \
-                 given",
-                plain.len()
-            ));
-        }
-    };
+    let (name, pid, claimed) = crate::pool_operands::pool_and_value(
+        &plain,
+        claim,
+        "pool set takes a pool and a member's PID (gpucap pool set NAME PID \
+         --guarantee SIZE --ceiling SIZE, or gpucap pool set --claim DIR PID ...)",
+    )?;
     let pool = match claimed.map_or_else(|| parse_pool(&name), |c| Ok(Some(c))) {
         Ok(Some(spec)) => spec,
         Ok(None) | Err(_) => {
