@@ -72,7 +72,7 @@ fn marked_size(b: u64) -> String {
 
 /// One line per place ceilings were handed down from, under the table: which processes'
 /// caps (marked [`HANDED_DOWN`]) are a ceiling their environment cannot raise.
-pub fn ceiling_notes(rows: &[Row], width: usize) -> Vec<String> {
+pub fn ceiling_notes<'a>(rows: impl IntoIterator<Item = &'a Row>, width: usize) -> Vec<String> {
     let mut from: Vec<(&str, Vec<u32>)> = Vec::new();
     for r in rows {
         let Some(f) = r.ceiling_from.as_deref() else {

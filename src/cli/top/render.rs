@@ -1,6 +1,8 @@
 //! One frame of `gpucap top`: a title line, the process table fitted to the window's
 //! width with a used/cap bar (`layout`), as many rows as its height allows (then a
-//! line saying how many more), and a line per pool and GPU when there is room.
+//! line saying how many more), a line per pool and GPU when there is room, and, as
+//! `gpucap status` says them, the lines that explain a cap marked as a ceiling handed
+//! down (`^`) where there is room left.
 
 use crate::layout;
 use crate::procs::{Row, Snapshot};
@@ -41,8 +43,10 @@ pub fn lines(f: &Frame, width: usize, height: Option<usize>) -> Vec<String> {
     out.push(layout.header());
     let rows = table::rows(&layout, f.rows);
     let pools = table::pool_lines(s, width);
+    let notes = table::ceiling_notes(f.rows.iter().copied(), width);
     let Some(height) = height else {
         out.extend(rows);
+        out.extend(notes);
         if !pools.is_empty() {
             out.push(String::new());
             out.extend(pools);
@@ -74,6 +78,9 @@ pub fn lines(f: &Frame, width: usize, height: Option<usize>) -> Vec<String> {
         out.push(String::new());
         out.extend(pools.into_iter().take(pool_room - 1));
     }
+    // The ceilings' lines where the window has lines left (its last one stays empty).
+    let left = height.saturating_sub(1).saturating_sub(out.len());
+    out.extend(notes.into_iter().take(left));
     out
 }
 
@@ -132,6 +139,32 @@ mod tests {
         let l = frame_of(&s, 80, Some(24));
         assert!(l[1].contains("USED/CAP"), "{}", l[1]);
         assert!(l.iter().skip(2).any(|x| x.contains("[|")), "{l:#?}");
+    }
+
+    #[test]
+    fn a_cap_handed_down_is_explained_under_the_rows_where_there_is_room() {
+        let mut s = snapshot(2);
+        s.processes[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
+        let pid = s.processes[0].pid;
+        let said = |l: &[String]| {
+            l.iter().any(|x| {
+                x.starts_with("^ the cap is a ceiling from /etc/gpucap/gpucap.env")
+                    && x.contains(&pid.to_string())
+            })
+        };
+        let l = frame_of(&s, 120, Some(30));
+        assert!(said(&l), "{l:#?}");
+        assert!(l.len() < 30, "{l:#?}");
+        assert!(said(&frame_of(&s, 120, None)));
+        // No room: the rows first, the window never overflows.
+        let l = frame_of(&snapshot(60), 80, Some(10));
+        assert!(l.len() < 10, "{l:#?}");
+        // Nobody held at a ceiling: no such line.
+        assert!(
+            !frame_of(&snapshot(2), 120, None)
+                .iter()
+                .any(|x| x.starts_with('^'))
+        );
     }
 
     #[test]
