@@ -274,7 +274,7 @@ impl DeviceLock<'_> {
     /// Runs `call` (which makes the driver take memory on this device: a context, a
     /// module, a limit's memory, a kernel's lazy load) and returns its result with the
     /// change in the device's free memory it made, in bytes (free before minus free
-    /// after: negative when more was given back meanwhile; `taken` (core residents, charge.rs) makes it a
+    /// after: negative when more was given back meanwhile; [`taken`] makes it a
     /// charge), or why it could not be measured (meaningless when the call failed); and
     /// how it was measured. This is the one device-wide measurement every kind of
     /// resident shares.
@@ -575,6 +575,12 @@ fn with_vantage(
         drv.destroy(t);
     }
     (rc, taken)
+}
+
+/// A measured change of the device's free memory (bytes taken; negative: given back)
+/// as a charge: memory given back meanwhile never makes it negative.
+pub fn taken(change: i128) -> u64 {
+    u64::try_from(change.max(0)).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! The context book's measurements, against a fake driver.
 
+use super::taken as taken_bytes;
 use super::*;
 use crate::budget::{MAX_SLOTS, Member, MemberInfo, MemberLocks, POOL_WORDS, Pool};
-use crate::residents::taken as taken_bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;

@@ -34,11 +34,8 @@ pub use charge::{Charged, Refused, Undo, charge, charge_done, reserve_expected};
 pub use gauge::{By, Gauge, loaded, measure_loaded};
 pub use ledgered::{given_back, record, record_more};
 
-/// A measured change of the device's free memory (bytes taken; negative: given back)
-/// as a charge: memory given back meanwhile never makes it negative.
-pub fn taken(change: i128) -> u64 {
-    u64::try_from(change.max(0)).unwrap_or(u64::MAX)
-}
+/// A measured change as a charge (it lives beside the measurement it converts).
+pub use crate::contexts::taken;
 
 #[cfg(test)]
 mod tests {
