@@ -6,10 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
-use gpucap_core::budget::GpuView;
+use gpucap_core::budget::{GpuView, PoolView};
 use gpucap_core::config::{PoolSpec, parse_pool};
 use gpucap_core::size::{format_bytes, parse_size};
 
+use crate::exit::EXIT_USAGE;
 use crate::pool::{EXIT_NO_POOL_FILE, Located, locate};
 
 /// A parsed `pool resize`.
@@ -111,38 +112,43 @@ pub fn pick<'v>(gpus: &'v [GpuView], gpu: Option<&str>) -> Result<Vec<&'v GpuVie
     })
 }
 
+/// Opens pool `pool` (typed as `name`) in `dir` to change it, and reads it (`pool
+/// resize`, `pool set`): Err(exit status), its line said: 1 where no process joined it
+/// yet, 2 where it cannot be used.
+pub fn open_pool(
+    pool: &PoolSpec,
+    name: &str,
+    dir: Option<&Path>,
+) -> Result<(gpucap_pool_file::PoolFile, PoolView), i32> {
+    let said = |e: String, code: i32| {
+        eprintln!("gpucap: {e}");
+        code
+    };
+    let path = match locate(pool, dir) {
+        Ok(Located::File(p)) if p.exists() => p,
+        Ok(Located::File(p) | Located::NotYet(p)) => {
+            return Err(said(
+                format!(
+                    "no pool file at {} (no process has joined {name} yet)",
+                    p.display()
+                ),
+                EXIT_NO_POOL_FILE,
+            ));
+        }
+        Err(e) => return Err(said(e, EXIT_USAGE)),
+    };
+    let file = gpucap_pool_file::open_writer(&path, gpucap_pool_file::Sharing::of(pool))
+        .map_err(|e| said(e, EXIT_USAGE))?;
+    let view = file.view().map_err(|e| said(e, EXIT_USAGE))?;
+    Ok((file, view))
+}
+
 /// Runs a `pool resize` (`pool_dir`: the environment's pool directory, if `--dir` was
 /// not given). Exit status: 0 resized, 1 refused or no such pool, 2 unusable.
 pub fn run(r: &Request, pool_dir: Option<&Path>) -> i32 {
-    let dir = r.dir.as_deref().or(pool_dir);
-    let path = match locate(&r.pool, dir) {
-        Ok(Located::File(p)) if p.exists() => p,
-        Ok(Located::File(p) | Located::NotYet(p)) => {
-            eprintln!(
-                "gpucap: no pool file at {} (no process has joined {} yet)",
-                p.display(),
-                r.name
-            );
-            return EXIT_NO_POOL_FILE;
-        }
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            return 2;
-        }
-    };
-    let file = match gpucap_pool_file::open_writer(&path, gpucap_pool_file::Sharing::of(&r.pool)) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            return 2;
-        }
-    };
-    let view = match file.view() {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            return 2;
-        }
+    let (file, view) = match open_pool(&r.pool, &r.name, r.dir.as_deref().or(pool_dir)) {
+        Ok(opened) => opened,
+        Err(code) => return code,
     };
     let gpus = match pick(&view.gpus, r.gpu.as_deref()) {
         Ok(g) if !g.is_empty() => g,

@@ -11,7 +11,7 @@ use gpucap_core::size::format_bytes;
 use crate::args::PoolAction;
 use crate::args::pool_set::Request;
 use crate::exit::EXIT_USAGE;
-use crate::pool::{EXIT_NO_POOL_FILE, Located, locate, own_pid_namespace};
+use crate::pool::own_pid_namespace;
 use crate::pool_files::{EXIT_NOT_REMOVED, clean, entries, list_text};
 use crate::resize;
 use crate::shown_pool::pool_config;
@@ -67,35 +67,9 @@ pub fn command(action: PoolAction) -> i32 {
 /// GPU's word lock: `budget::share_set`), changes the member's share on each GPU, and
 /// leaves. Exit status: 0 changed, 1 refused or no such pool or member, 2 unusable.
 fn set(r: &Request, pool_dir: Option<&Path>) -> i32 {
-    let dir = r.dir.as_deref().or(pool_dir);
-    let path = match locate(&r.pool, dir) {
-        Ok(Located::File(p)) if p.exists() => p,
-        Ok(Located::File(p) | Located::NotYet(p)) => {
-            eprintln!(
-                "gpucap: no pool file at {} (no process has joined {} yet)",
-                p.display(),
-                r.name
-            );
-            return EXIT_NO_POOL_FILE;
-        }
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            return EXIT_USAGE;
-        }
-    };
-    let file = match gpucap_pool_file::open_writer(&path, gpucap_pool_file::Sharing::of(&r.pool)) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            return EXIT_USAGE;
-        }
-    };
-    let view = match file.view() {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("gpucap: {e}");
-            return EXIT_USAGE;
-        }
+    let (file, view) = match resize::open_pool(&r.pool, &r.name, r.dir.as_deref().or(pool_dir)) {
+        Ok(opened) => opened,
+        Err(code) => return code,
     };
     let member = match find_member(&view, r) {
         Ok(m) => m,
