@@ -31,16 +31,12 @@ pub fn ceiling_lines(config: &Config) -> Vec<String> {
 /// came from. None without a ceiling.
 pub fn device_under_ceiling(config: &Config, d: &Device) -> Option<(Option<Limit>, String)> {
     let b = config.bound.as_ref()?;
-    let asked = if b.asked_none {
-        None
-    } else {
-        config
-            .limit
-            .as_ref()
-            .and_then(|s| s.for_device(d.ordinal, d.uuid.as_ref()))
-    };
-    let ceiling = b.spec.for_device(d.ordinal, d.uuid.as_ref());
-    let capped = config::cap_under(asked, ceiling, Some(d.total));
+    let capped = config::device_cap(
+        config,
+        d.ordinal as usize,
+        |s| s.for_device(d.ordinal, d.uuid.as_ref()),
+        || Some(d.total),
+    );
     let note = match (&b.asked, capped.held, capped.cap) {
         (Some(asked), true, Some(cap)) => format!(
             " (the ceiling from {}, {}: {asked} asks more)",

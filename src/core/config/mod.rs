@@ -2,7 +2,7 @@
 //! `limit` (caps and device keys), `env` (the variables, `Config`), `pool_vars` (which pool,
 //! how long to wait for it, where), `file` (`gpucap.env`),
 //! `shares` (a pool member's guarantee and ceiling), `ceiling` (a file's cap, which the
-//! environment may lower but never raise), `keys` (every per-GPU variable's
+//! environment may lower but never raise), `device_cap` (one GPU's cap in bytes under it), `keys` (every per-GPU variable's
 //! keys against the visible GPUs), `sources` (the caps the cluster's GPU drivers hand a
 //! container, merged with the others by one resolver).
 //!
@@ -14,6 +14,7 @@
 //! or refuse every allocation), never fall back to running uncapped.
 
 mod ceiling;
+mod device_cap;
 mod env;
 mod file;
 mod hami;
@@ -25,6 +26,7 @@ mod sources;
 mod vars;
 
 pub use ceiling::*;
+pub use device_cap::*;
 pub use env::*;
 pub use file::*;
 pub use hami::*;

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering::*;
 
 use gpucap_core::config::{self, Config};
-use gpucap_core::size::format_bytes;
 
 use crate::log::log;
 
@@ -54,9 +53,9 @@ impl Shim {
         loaded.as_ref().map_err(|_| Misconfigured)
     }
 
-    /// Makes sure `device`'s cap is known, computing a fraction from the device's
-    /// physical total (asked of the driver through `physical_total` only once).
-    /// A fraction that cannot be resolved caps the device at zero: never uncapped.
+    /// Makes sure `device`'s cap is known ([`config::device_cap`]: the rule lives in core),
+    /// asking the driver the device's physical total through `physical_total` at most
+    /// once. A fraction that cannot be resolved caps the device at zero: never uncapped.
     pub fn resolve_cap(&self, device: usize, physical_total: impl FnOnce() -> Option<u64>) {
         let Some(flag) = self.cap_resolved.get(device) else {
             return;
@@ -67,110 +66,23 @@ impl Shim {
         let Ok(config) = self.config() else {
             return;
         };
-        let limit_of = |spec: &config::LimitSpec| {
-            gpucap_core::identity::limit_for(spec, device, visible_uuids)
-        };
-        // The driver is asked the GPU's total once, whichever limit needs it.
-        let mut physical_total = Some(physical_total);
-        let mut total_read: Option<Option<u64>> = None;
-        let mut total =
-            || *total_read.get_or_insert_with(|| physical_total.take().and_then(|f| f()));
-        let asked = match &config.bound {
-            Some(b) if b.asked_none => None,
-            _ => config.limit.as_ref().and_then(limit_of),
-        };
-        let cap = match &config.bound {
-            None => {
-                let cap = resolve_limit(device, asked, &mut total);
-                if cap.is_some() {
-                    handed_down(config, device); // a driver's hand-over, if it is one
-                }
-                cap
+        let limit_of =
+            |spec: &config::LimitSpec| gpucap_core::identity::limit_for(spec, device, visible_uuids);
+        let resolved = config::device_cap(config, device, limit_of, physical_total);
+        for note in &resolved.notes {
+            if note.is_error() {
+                log!(Error, "{}", note.text(device));
+            } else {
+                log!(Warn, "{}", note.text(device));
             }
-            // Under a file's ceiling: the smaller of the two, in bytes.
-            Some(bound) => {
-                let ceiling = limit_of(&bound.spec);
-                let fraction =
-                    |l: Option<config::Limit>| matches!(l, Some(config::Limit::Fraction(_)));
-                let known = if fraction(asked) || fraction(ceiling) {
-                    let t = total();
-                    if t.is_none() {
-                        log!(
-                            Error,
-                            "cannot read the physical memory of GPU {device} to resolve its cap: allocations on it are refused"
-                        );
-                    }
-                    t
-                } else {
-                    None
-                };
-                let capped = config::cap_under(asked, ceiling, known);
-                // At the ceiling (held there, or asked just as much), not lowered below it.
-                if capped.cap.is_some() && capped.cap == config::cap_under(None, ceiling, known).cap
-                {
-                    handed_down(config, device);
-                }
-                if capped.held
-                    && bound.asked.is_some()
-                    && let Some(c) = capped.cap
-                {
-                    let line = config::held_line(bound, device, c);
-                    log!(Warn, "{}", line.trim_start_matches("gpucap: "));
-                }
-                // In bytes now: said once if above the GPU's memory, as any cap.
-                resolve_limit(device, capped.cap.map(config::Limit::Bytes), &mut total)
-            }
-        };
-        self.ledger.set_cap(device, cap);
-        flag.store(true, Release);
-    }
-}
-
-/// GPU `device`'s cap is a ceiling handed down to this process (a configuration file's or
-/// a driver's; nothing where its cap is its environment's own): its pool slot or its
-/// visible file says so, for `gpucap status`.
-fn handed_down(config: &Config, device: usize) {
-    if let Some(h) = config::HandedDown::of(config) {
-        crate::membership::note_at_ceiling(device);
-        crate::lone::mark_handed_down(h.word(), device);
-    }
-}
-
-/// A GPU's limit in bytes: bytes as given (said once when above the GPU's memory: it
-/// never binds), a fraction of the GPU's total; a fraction whose total cannot be read
-/// caps the GPU at zero (never uncapped).
-fn resolve_limit(
-    device: usize,
-    limit: Option<config::Limit>,
-    total: &mut dyn FnMut() -> Option<u64>,
-) -> Option<u64> {
-    match limit {
-        None => None,
-        // A cap above the GPU's memory never binds: said once, when the device is
-        // first used (the driver is asked its total once, as for a fraction).
-        Some(config::Limit::Bytes(b)) => {
-            if let Some(t) = total()
-                && b > t
-            {
-                log!(
-                    Warn,
-                    "the cap of GPU {device}, {}, is more than the GPU has ({}): it never binds",
-                    format_bytes(b),
-                    format_bytes(t)
-                );
-            }
-            Some(b)
         }
-        Some(limit) => match total() {
-            Some(t) => Some(limit.resolve(t)),
-            None => {
-                log!(
-                    Error,
-                    "cannot read the physical memory of GPU {device} to resolve the limit {limit}: allocations on it are refused"
-                );
-                Some(0)
-            }
-        },
+        if let Some(h) = resolved.handed_down {
+            // Its pool slot or its visible file says so, for `gpucap status`.
+            crate::membership::note_at_ceiling(device);
+            crate::lone::mark_handed_down(h.word(), device);
+        }
+        self.ledger.set_cap(device, resolved.cap);
+        flag.store(true, Release);
     }
 }
 

@@ -1,0 +1,270 @@
+//! One GPU's cap in bytes: the limit the configuration asks for that GPU, under the
+//! ceiling handed down in a file, turned into bytes with the GPU's total. The shim
+//! applies it when a GPU is first used; `gpucap check` prints it. One rule for both.
+
+use super::{Config, HandedDown, Limit, LimitSpec, cap_under, held_line};
+use crate::size::format_bytes;
+
+/// A GPU's cap, and what to say about it once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceCap {
+    /// The cap in bytes (None: uncapped, counted only).
+    pub cap: Option<u64>,
+    /// The environment asked more than a file's ceiling: the cap is held at the ceiling.
+    pub held: bool,
+    /// Where the cap was handed down from, when the cap is that ceiling (a file's, held
+    /// there or asked just as much; a GPU driver's hand-over). None: the cap is the
+    /// environment's own, or lower than the ceiling, or there is none.
+    pub handed_down: Option<HandedDown>,
+    /// What the shim says, once, when the GPU is first used.
+    pub notes: Vec<CapNote>,
+}
+
+/// Something to say about a GPU's cap.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CapNote {
+    /// A cap in bytes above the GPU's memory: it never binds.
+    AboveTotal { cap: u64, total: u64 },
+    /// The GPU's total could not be read to resolve a fraction, so the GPU is capped at
+    /// zero (never uncapped). `limit`: the fraction (None: a fraction in the ceiling or
+    /// under it).
+    TotalUnreadable { limit: Option<Limit> },
+    /// The environment asked more than the ceiling (gpucap's line, for warn level).
+    Held(String),
+}
+
+impl CapNote {
+    /// Whether the note is an error (the GPU refuses every allocation) rather than a warning.
+    pub fn is_error(&self) -> bool {
+        matches!(self, CapNote::TotalUnreadable { .. })
+    }
+
+    /// The line, without the `gpucap: ` prefix, for GPU `device`.
+    pub fn text(&self, device: usize) -> String {
+        match self {
+            CapNote::AboveTotal { cap, total } => format!(
+                "the cap of GPU {device}, {}, is more than the GPU has ({}): it never binds",
+                format_bytes(*cap),
+                format_bytes(*total)
+            ),
+            CapNote::TotalUnreadable { limit: Some(l) } => format!(
+                "cannot read the physical memory of GPU {device} to resolve the limit {l}: \
+                 allocations on it are refused"
+            ),
+            CapNote::TotalUnreadable { limit: None } => format!(
+                "cannot read the physical memory of GPU {device} to resolve its cap: \
+                 allocations on it are refused"
+            ),
+            CapNote::Held(line) => line.trim_start_matches("gpucap: ").to_string(),
+        }
+    }
+}
+
+/// GPU `device`'s cap under `config`: `limit_of` picks the GPU's limit out of a spec (by
+/// ordinal or UUID), `total` reads the GPU's memory (asked at most once, and only where
+/// a fraction needs it or a cap in bytes may exceed it).
+///
+/// Without a file's ceiling the limit asked is the cap. Under one, the smaller of the
+/// two, in bytes; `GPUCAP_LIMIT=none` asks for none, which leaves the ceiling. A fraction
+/// whose total cannot be read caps the GPU at zero.
+pub fn device_cap(
+    config: &Config,
+    device: usize,
+    limit_of: impl Fn(&LimitSpec) -> Option<Limit>,
+    total: impl FnOnce() -> Option<u64>,
+) -> DeviceCap {
+    let mut read = Some(total);
+    let mut total_read: Option<Option<u64>> = None;
+    let mut total = || *total_read.get_or_insert_with(|| read.take().and_then(|f| f()));
+    let mut notes = Vec::new();
+    let asked = match &config.bound {
+        Some(b) if b.asked_none => None,
+        _ => config.limit.as_ref().and_then(&limit_of),
+    };
+    let Some(bound) = &config.bound else {
+        let cap = in_bytes(asked, &mut total, &mut notes);
+        return DeviceCap {
+            cap,
+            held: false,
+            handed_down: cap.and(HandedDown::of(config)),
+            notes,
+        };
+    };
+    let ceiling = limit_of(&bound.spec);
+    let fraction = |l: Option<Limit>| matches!(l, Some(Limit::Fraction(_)));
+    let known = if fraction(asked) || fraction(ceiling) {
+        let t = total();
+        if t.is_none() {
+            notes.push(CapNote::TotalUnreadable { limit: None });
+        }
+        t
+    } else {
+        None
+    };
+    let capped = cap_under(asked, ceiling, known);
+    // At the ceiling (held there, or asked just as much), not lowered below it.
+    let at_ceiling = capped.cap.is_some() && capped.cap == cap_under(None, ceiling, known).cap;
+    if capped.held
+        && bound.asked.is_some()
+        && let Some(c) = capped.cap
+    {
+        notes.push(CapNote::Held(held_line(bound, device, c)));
+    }
+    let cap = in_bytes(capped.cap.map(Limit::Bytes), &mut total, &mut notes);
+    DeviceCap {
+        cap,
+        held: capped.held,
+        handed_down: if at_ceiling {
+            HandedDown::of(config)
+        } else {
+            None
+        },
+        notes,
+    }
+}
+
+/// A limit in bytes: bytes as given (noted when above the GPU's memory: it never binds),
+/// a fraction of the GPU's total; a fraction whose total cannot be read is zero.
+fn in_bytes(
+    limit: Option<Limit>,
+    total: &mut impl FnMut() -> Option<u64>,
+    notes: &mut Vec<CapNote>,
+) -> Option<u64> {
+    match limit? {
+        Limit::Bytes(b) => {
+            if let Some(t) = total()
+                && b > t
+            {
+                notes.push(CapNote::AboveTotal { cap: b, total: t });
+            }
+            Some(b)
+        }
+        limit => Some(match total() {
+            Some(t) => limit.resolve(t),
+            None => {
+                notes.push(CapNote::TotalUnreadable { limit: Some(limit) });
+                0
+            }
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Ceiling, parse_limit_spec};
+
+    const MI: u64 = 1 << 20;
+    const GI: u64 = 1 << 30;
+
+    fn env(limit: Option<&str>) -> Config {
+        Config {
+            limit: limit.map(|l| parse_limit_spec(l).unwrap()),
+            ..Config::default()
+        }
+    }
+
+    /// `asked` under a file's ceiling of `ceiling` (`none`: GPUCAP_LIMIT=none).
+    fn under(asked: Option<&str>, ceiling: &str) -> Config {
+        let none = asked == Some("none");
+        Config {
+            limit: match asked {
+                Some(a) if !none => Some(parse_limit_spec(a).unwrap()),
+                _ => Some(parse_limit_spec(ceiling).unwrap()),
+            },
+            bound: Some(Ceiling {
+                spec: parse_limit_spec(ceiling).unwrap(),
+                from: "/x/gpucap.env".into(),
+                asked: asked.map(|a| format!("GPUCAP_LIMIT={a:?}")),
+                asked_none: none,
+            }),
+            ..Config::default()
+        }
+    }
+
+    fn cap_of(config: &Config, total: Option<u64>) -> DeviceCap {
+        device_cap(config, 0, |s| s.for_ordinal(0), || total)
+    }
+
+    #[test]
+    fn the_environment_alone_gives_bytes_and_fractions_of_the_total() {
+        assert_eq!(cap_of(&env(None), Some(80 * GI)).cap, None);
+        let c = cap_of(&env(Some("4Gi")), Some(80 * GI));
+        assert_eq!((c.cap, c.held, c.handed_down), (Some(4 * GI), false, None));
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        assert_eq!(cap_of(&env(Some("25%")), Some(80 * GI)).cap, Some(20 * GI));
+    }
+
+    #[test]
+    fn a_fraction_without_a_total_caps_at_zero_with_an_error() {
+        let c = cap_of(&env(Some("50%")), None);
+        assert_eq!(c.cap, Some(0));
+        assert_eq!(c.notes.len(), 1);
+        assert!(c.notes[0].is_error());
+        assert!(c.notes[0].text(0).contains("to resolve the limit 50%"), "{:?}", c.notes);
+        // Under a ceiling too, whichever side is the fraction.
+        let c = cap_of(&under(Some("50%"), "1Gi"), None);
+        assert_eq!(c.cap, Some(0));
+        assert!(c.notes.iter().any(CapNote::is_error), "{:?}", c.notes);
+        assert_eq!(cap_of(&under(Some("1Gi"), "50%"), None).cap, Some(0));
+    }
+
+    #[test]
+    fn bytes_above_the_total_are_said_and_kept() {
+        let c = cap_of(&env(Some("100Gi")), Some(80 * GI));
+        assert_eq!(c.cap, Some(100 * GI));
+        assert_eq!(
+            c.notes,
+            [CapNote::AboveTotal {
+                cap: 100 * GI,
+                total: 80 * GI
+            }]
+        );
+        assert!(!c.notes[0].is_error());
+    }
+
+    #[test]
+    fn under_a_ceiling_the_smaller_holds_and_a_raise_is_held_with_a_line() {
+        // Lowered: the environment's, not handed down.
+        let c = cap_of(&under(Some("128Mi"), "256Mi"), Some(80 * GI));
+        assert_eq!((c.cap, c.held, c.handed_down), (Some(128 * MI), false, None));
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        // Raised, removed: held at the ceiling, said once, handed down from the file.
+        for asked in ["4Gi", "90%", "none"] {
+            let c = cap_of(&under(Some(asked), "256Mi"), Some(80 * GI));
+            assert_eq!(c.cap, Some(256 * MI), "{asked}");
+            assert_eq!(c.handed_down, Some(HandedDown::BesideLibrary), "{asked}");
+            if asked != "none" {
+                assert!(c.held, "{asked}");
+                assert!(
+                    matches!(&c.notes[..], [CapNote::Held(l)] if l.contains("256 MiB")),
+                    "{asked}: {:?}",
+                    c.notes
+                );
+            }
+        }
+        // Asked just as much: at the ceiling, nothing to say.
+        let c = cap_of(&under(Some("256Mi"), "256Mi"), Some(80 * GI));
+        assert_eq!((c.cap, c.held), (Some(256 * MI), false));
+        assert_eq!(c.handed_down, Some(HandedDown::BesideLibrary));
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        // No variable of its own: the file's cap.
+        let c = cap_of(&under(None, "25%"), Some(80 * GI));
+        assert_eq!(c.cap, Some(20 * GI));
+        assert_eq!(c.handed_down, Some(HandedDown::BesideLibrary));
+    }
+
+    #[test]
+    fn the_total_is_read_once_and_only_when_needed() {
+        let reads = std::cell::Cell::new(0);
+        let read = || {
+            reads.set(reads.get() + 1);
+            Some(80 * GI)
+        };
+        device_cap(&under(Some("50%"), "25%"), 0, |s| s.for_ordinal(0), read);
+        assert_eq!(reads.get(), 1);
+        reads.set(0);
+        device_cap(&env(None), 0, |s| s.for_ordinal(0), read);
+        assert_eq!(reads.get(), 0, "no cap needs no total");
+    }
+}
