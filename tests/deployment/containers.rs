@@ -9,7 +9,7 @@
 //! - One budget per claim: two containers of one claim and one of another, on one GPU,
 //!   each as another user; a claim shared by an fsGroup, and a user outside it refused.
 //! - `gpucap cdi generate`: podman's own CDI support (`--device gpucap.io/gpu=NAME`, the
-//!   spec in /var/run/cdi) caps a container with no entrypoint; one without the device is
+//!   spec in a directory of the test's own, mounted over /run/cdi for that run) caps a container with no entrypoint; one without the device is
 //!   untouched.
 //! - scripts/Dockerfile.example builds (FROM the test's base image) and runs.
 //! - Files and limits: a pool directory on a volume shared by containers of two users, a

@@ -2,16 +2,21 @@
 
 use super::*;
 
-/// A CDI spec in podman's spec directory, removed at the end of the test.
+/// A CDI spec in a spec directory of the test's own: podman reads specs only from
+/// /etc/cdi and /run/cdi (4.3 has no option for another), so a container that names the
+/// device ([`Container::cdi`]) is run in a mount namespace of its own where that
+/// directory is mounted over /run/cdi. Nothing is written into the system's directory.
 pub struct CdiSpec {
     pub file: PathBuf,
+    pub dir: PathBuf,
     pub device: String,
 }
 
 impl CdiSpec {
     pub fn generate(dir: &Path, extra: &[&str]) -> CdiSpec {
         let name = unique("cdi");
-        let file = PathBuf::from(format!("/var/run/cdi/{name}.json"));
+        let specs = scratch(&format!("{name}-specs"));
+        let file = specs.join(format!("{name}.json"));
         let mut c = Command::new(cli());
         c.args(["cdi", "generate", "--name", &name, "--dir"])
             .arg(dir)
@@ -22,14 +27,17 @@ impl CdiSpec {
         assert_ok(&o);
         CdiSpec {
             file,
+            dir: specs,
             device: format!("--device=gpucap.io/gpu={name}"),
         }
     }
 }
 
-impl Drop for CdiSpec {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
+impl Container {
+    /// The container gets `spec`'s device, podman reading the spec from its own directory.
+    pub fn cdi(&mut self, spec: &CdiSpec) -> &mut Self {
+        self.cdi_specs = Some(spec.dir.clone());
+        self.option(&spec.device)
     }
 }
 
@@ -42,7 +50,7 @@ pub fn a_cdi_device_caps_a_container_and_no_other() {
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(json["cdiVersion"], "0.3.0", "{text}");
     let mut c = Container::new("cdi");
-    c.option(&spec.device);
+    c.cdi(&spec);
     assert_capped_at_1gib(
         &rt,
         &mut c,
@@ -83,7 +91,7 @@ pub fn a_library_only_cdi_device_takes_the_cap_from_the_containers_variables() {
     let dir = host_dir("ctr-cdi-lib");
     let spec = CdiSpec::generate(&dir, &[]);
     let mut c = Container::new("cdi-lib");
-    c.option(&spec.device)
+    c.cdi(&spec)
         .env("NVIDIA_VISIBLE_DEVICES", GPU0)
         .env("NVIDIA_GPU_MEMORY_LIMIT", "1024")
         .env("NVIDIA_GPU_MEMORY_REQUEST", "1024");

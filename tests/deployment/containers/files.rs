@@ -224,7 +224,7 @@ pub fn a_read_only_root_and_a_non_root_user_are_capped() {
     let dir = host_dir("ctr-ro");
     let spec = CdiSpec::generate(&dir, &["--limit", "1Gi"]);
     let mut c = Container::new("ro");
-    c.option(&spec.device)
+    c.cdi(&spec)
         .option("--read-only")
         .option("--user=1000:1000")
         .shell(&format!(

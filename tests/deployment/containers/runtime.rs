@@ -62,6 +62,8 @@ pub struct Container {
     pub options: Vec<String>,
     pub env: Vec<(String, String)>,
     pub command: Vec<String>,
+    /// A CDI spec directory of the test's own, seen by the engine as /run/cdi.
+    pub cdi_specs: Option<PathBuf>,
 }
 
 impl Container {
@@ -75,6 +77,7 @@ impl Container {
             options: Vec::new(),
             env: Vec::new(),
             command: Vec::new(),
+            cdi_specs: None,
         };
         let fake = profile_dir().join("libcuda.so");
         c.mount_ro(&fake, &format!("{LIBDIR}/libcuda.so.1"))
@@ -167,7 +170,10 @@ pub trait Engine {
         }
         cmd.arg(c.image.as_deref().unwrap_or(self.base_image()))
             .args(&c.command);
-        cmd
+        match &c.cdi_specs {
+            Some(dir) => with_cdi_specs(&cmd, dir),
+            None => cmd,
+        }
     }
 
     /// Runs the container to its end.
@@ -183,6 +189,24 @@ pub trait Engine {
             .spawn()
             .unwrap()
     }
+}
+
+/// `cmd` run in a mount namespace of its own in which `dir` is mounted over /run/cdi,
+/// the spec directory podman reads (an empty mount point is made if the system has none).
+fn with_cdi_specs(cmd: &Command, dir: &Path) -> Command {
+    let mut w = Command::new("unshare");
+    w.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mkdir -p /run/cdi && mount --bind "$0" /run/cdi && exec "$@""#)
+        .arg(dir)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => w.env(k, v),
+            None => w.env_remove(k),
+        };
+    }
+    w
 }
 
 /// A container killed by the engine (`kill`: SIGKILL) while it holds 800 MiB of a pool:
