@@ -51,7 +51,7 @@ fi
 command -v python3 >/dev/null || missing+=(python3)
 # valgrind: the benchmark scripts count instructions with it (tests/bench/bench_breakdown.rs)
 command -v valgrind >/dev/null || missing+=(valgrind)
-# unshare: the PID-namespace tests of tests/pool/pool.rs and tests/cap/nvml_pids.rs (programs as
+# unshare: the PID-namespace tests of tests/pool/pool/ and tests/cap/nvml_pids.rs (programs as
 # PID 1 of their own namespace, as in containers); util-linux's, on Debian normally there
 command -v unshare >/dev/null || missing+=(util-linux)
 # strace: tests/cap/robustness.rs counts the fake's system calls with it (required under CI)
@@ -74,7 +74,7 @@ if unshare_err=$(unshare -pf --mount-proc --kill-child true 2>&1); then
     echo "PID namespaces: unshare -pf --mount-proc works"
 else
     echo "PID namespaces: 'unshare -pf --mount-proc --kill-child true' fails here ($unshare_err):" \
-        "the PID-namespace tests of tests/pool/pool.rs will fail; they need root (CAP_SYS_ADMIN," \
+        "the PID-namespace tests of tests/pool/pool/ will fail; they need root (CAP_SYS_ADMIN," \
         "in a container --privileged or --cap-add SYS_ADMIN with unshare allowed by seccomp)" >&2
 fi
 echo "python3: $(python3 --version 2>&1)"

@@ -1,0 +1,427 @@
+//! Memory the driver takes on its own in a pool: contexts made at once, slow or stopped, libraries' kernels in every context, a lowered stack limit.
+
+use super::*;
+
+/// Contexts are charged to the pool (a primary retain has no current context): 32
+/// members of 2 threads each whose contexts take 16 MiB never take the fake GPU over
+/// the pool's 384 MiB cap. The first member makes its context alone (the pool then knows
+/// what a context takes) and churns; the 31 others make theirs while it churns and hold
+/// them until all have tried (READY, then GO). 32 contexts take 512 MiB, more than the
+/// cap, so at least 8 must be refused before the driver makes them (pool_churn then
+/// exits 3), never let through uncounted as before.
+#[test]
+fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool_cap() {
+    const CAP_MIB: u64 = 384;
+    const MEMBERS: usize = 32;
+    let p = Pool::new("pool-churn-ctx");
+    let member = |i: usize, ready: &str, go: &str| {
+        let mut c = p.cmd(churn(), &format!("s{i}.json"));
+        c.env("GPUCAP_LIMIT", format!("{CAP_MIB}Mi"))
+            .env("FAKECUDA_CONTEXT_MEM", "16Mi")
+            .args(["2", "1000", "8Mi"])
+            .args([ready, go]);
+        if i == 0 {
+            c.env("CHURN_HOLD", p.path("go"));
+        }
+        spawn(&mut c)
+    };
+    // The first churns as soon as its context is made (GO is its own READY), so the
+    // others' contexts are measured while it allocates and frees; it keeps its context
+    // until GO (CHURN_HOLD), so that it counts beside all the others' however soon its
+    // churn ends (on a loaded machine it ended before the others' contexts were made,
+    // its context went, and one more fitted).
+    let mut procs = vec![member(0, &p.path("ready0"), &p.path("ready0"))];
+    p.wait_file("ready0");
+    procs.extend((1..MEMBERS).map(|i| member(i, &p.path(&format!("ready{i}")), &p.path("go"))));
+    // Every other member either holds its context (READY) or was refused (it exited):
+    // only then do they churn, so the contexts that were made all live at once.
+    let start = Instant::now();
+    for (i, c) in procs.iter_mut().enumerate().skip(1) {
+        while !p.dir.join(format!("ready{i}")).exists() && c.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(50),
+                "member {i} neither made its context nor exited"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    p.touch("go");
+    let (mut churned, mut refused_contexts) = (0, 0);
+    let mut said = String::new(); // every member's lines from gpucap, for a failure
+    for (i, c) in procs.into_iter().enumerate() {
+        let o = finish(c);
+        for l in String::from_utf8_lossy(&o.stderr).lines() {
+            said += &format!("member {i}: {l}\n");
+        }
+        if o.status.code() == Some(3) {
+            // Its context was refused: with the line, and nothing else went wrong.
+            assert!(
+                lines(&o).iter().any(
+                    |l| l.starts_with("FATAL cuDevicePrimaryCtxRetain(&g_ctx, dev) returned 2")
+                ),
+                "{}",
+                dump(&o)
+            );
+            assert!(
+                // Of 16 MiB, or more when another member allocated while the context's
+                // memory was measured (the device's free memory, before and after).
+                String::from_utf8_lossy(&o.stderr).lines().any(|l| l
+                    .starts_with("gpucap: refused cuDevicePrimaryCtxRetain of ")
+                    && l.contains(" MiB on GPU 0: ")),
+                "{}",
+                dump(&o)
+            );
+            refused_contexts += 1;
+        } else {
+            assert_ok(&o);
+            churned += 1;
+        }
+        let peak = p.shared_peak(&format!("s{i}.json"));
+        // A context is reserved before it is made at what contexts measured lately; one
+        // measured low (another member's free in its window) lets the next be made past
+        // the cap for the moment it is measured, then undone and refused (counting.md: a
+        // known residual). Never by more than that one context.
+        assert!(
+            peak <= (CAP_MIB + 16) * MIB,
+            "member {i}: the fake GPU held {peak} bytes at once, over the pool's {CAP_MIB} MiB \
+             cap by more than one context; the members' lines so far:\n{said}"
+        );
+    }
+    eprintln!("{churned} members churned, {refused_contexts} contexts were refused");
+    // 32 x 16 MiB = 512 MiB of contexts, all alive at once before GO: the 384 MiB cap
+    // holds 24 of them at most, so 8 at least must have been refused.
+    assert!(
+        refused_contexts >= MEMBERS - (CAP_MIB / 16) as usize,
+        "{refused_contexts} of {MEMBERS} contexts of 16 MiB refused under a {CAP_MIB} MiB pool \
+         cap ({churned} members churned): the cap did not bind on contexts"
+    );
+    assert!(
+        churned > 0,
+        "{churned} members churned, {refused_contexts} were refused"
+    );
+    assert_eq!(p.used_peak().0, 0, "every byte came back to the pool");
+}
+
+/// A library's kernel loaded into several contexts of two members: each
+/// context's copy is charged to the pool, so that a 1 GiB pool of two members launching
+/// it in three contexts each (6 x 200 MiB) refuses the copies past its cap before the
+/// driver loads them, and the fake driver never holds more than the cap (before, the
+/// pool counted one copy per process: 400 MiB, while the driver held 1,200).
+#[test]
+fn a_librarys_kernels_in_every_context_of_every_member_are_charged_to_the_pool() {
+    let p = Pool::new("pool-kernel-contexts");
+    let member = |stats: &str, go: &str, done: &str| {
+        spawn(
+            p.script(
+                stats,
+                &[
+                    &format!("wait:{}", p.path(go)),
+                    "contexts:3",
+                    &format!("touch:{}", p.path(done)),
+                    &format!("wait:{}", p.path("end")),
+                ],
+            )
+            .env("FAKECUDA_LIBRARY_MEM", "200Mi"),
+        )
+    };
+    // B starts once A's copies are loaded: a context is measured device-wide, so B's own
+    // context made while A's kernels load would be charged A's loads too (counted in,
+    // never less: counting.md).
+    let a = member("a.json", "go-a", "a-done");
+    p.touch("go-a");
+    p.wait_file("a-done");
+    let b = member("b.json", "go-b", "b-done");
+    p.touch("go-b");
+    p.wait_file("b-done");
+    let (used, _) = p.used_peak();
+    p.touch("end");
+    let (a, b) = (finish(a), finish(b));
+    let served = |o: &Output| {
+        (1..=3)
+            .filter(|c| has(o, &format!("contexts {c} 0")))
+            .count()
+    };
+    assert_eq!(served(&a), 3, "{}", dump(&a));
+    assert_eq!(
+        served(&b),
+        2,
+        "B's third copy (past 1 GiB) must be refused\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("contexts 3 {OOM}")),
+        "refused with the driver's out-of-memory\n{}",
+        dump(&b)
+    );
+    assert_eq!(
+        used,
+        1000 * MIB,
+        "five copies of 200 MiB charged to the pool"
+    );
+    let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
+    assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
+}
+
+/// A lowered stack limit gives back, to the pool, what the driver gave back: A's stack takes 660 MiB of the 1 GiB pool (5 x 132 MiB on the fake), so B's
+/// 512 MiB is refused; A lowers it to 264 MiB, measured with the pool's marks (A's own
+/// announcement of the free taken out again), and B is then served exactly the rest:
+/// 760 MiB, and not 2 MiB more. A lowered limit left charged refuses B's 760 MiB; one
+/// credited twice (the announcement counted as given back too) serves the 2 MiB.
+#[test]
+fn a_lowered_stack_limit_gives_its_bytes_to_another_member() {
+    let p = Pool::new("pool-stack-lowered");
+    let a = spawn(&mut p.script(
+        "a.json",
+        &[
+            "stack:5",
+            &format!("touch:{}", p.path("a1")),
+            &format!("wait:{}", p.path("b1")),
+            "stack:2",
+            &format!("touch:{}", p.path("a2")),
+            &format!("wait:{}", p.path("end")),
+        ],
+    ));
+    let b = spawn(&mut p.script(
+        "b.json",
+        &[
+            &format!("wait:{}", p.path("a1")),
+            "alloc:512Mi",
+            &format!("touch:{}", p.path("b1")),
+            &format!("wait:{}", p.path("a2")),
+            "alloc:760Mi",
+            "alloc:2Mi",
+            &format!("touch:{}", p.path("b2")),
+            &format!("wait:{}", p.path("end")),
+        ],
+    ));
+    p.wait_file("b2");
+    let (used, _) = p.used_peak();
+    p.touch("end");
+    let (a, b) = (finish(a), finish(b));
+    assert!(has(&a, "stack 5 0") && has(&a, "stack 2 0"), "{}", dump(&a));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 512 * MIB)),
+        "B's 512 MiB beside A's 660 MiB stack must be refused\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} 0", 760 * MIB)),
+        "the 396 MiB the lowered stack gave back must serve B\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 2 * MIB)),
+        "A's 264 MiB stack must still be charged\n{}",
+        dump(&b)
+    );
+    assert_eq!(used, 1024 * MIB, "A's 264 MiB stack and B's 760 MiB");
+    let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
+    assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
+}
+
+/// Two members whose contexts are made at the same moment (the fake's
+/// `FAKECUDA_CONTEXT_DELAY_MS`: a context takes its 100 MiB halfway through 2 s, as a real
+/// driver takes a while) are each charged their own context: the pool's context window
+/// serialises their measurements. Before it, each measurement (device-wide) saw the other
+/// member's context too, and the first charge made inside the other's window was taken off
+/// it as the pool's traffic: one member charged 200 MiB and the other 0 B (when the first
+/// left, the pool counted nothing for a context of 100 MiB still held), or both 200 MiB.
+#[test]
+fn members_making_contexts_at_once_are_charged_their_own() {
+    let p = Pool::new("pool-ctx-window");
+    let member = |tag: &str| {
+        let mut c = p.script(
+            &format!("{tag}.json"),
+            &[
+                &format!("touch:{}", p.path(tag)),
+                &format!("wait:{}", p.path(&format!("{tag}-go"))),
+            ],
+        );
+        c.env("FAKECUDA_CONTEXT_MEM", "100Mi")
+            .env("FAKECUDA_CONTEXT_DELAY_MS", "2000");
+        spawn(&mut c)
+    };
+    let (a, b) = (member("a"), member("b"));
+    p.wait_file("a");
+    p.wait_file("b");
+    let both = p.used_peak().0;
+    p.touch("a-go");
+    assert_ok(&finish(a));
+    let after_a = p.used_peak().0;
+    p.touch("b-go");
+    assert_ok(&finish(b));
+    assert_eq!(
+        (both / MIB, after_a / MIB, p.used_peak().0),
+        (200, 100, 0),
+        "MiB the pool charged: both members holding their 100 MiB context, then the second \
+         alone, then none"
+    );
+}
+
+/// A member of pool `t` that makes its context (`CONTEXT_MEM`, taking `delay_ms` to
+/// make), touches `<tag>` and holds it until `<tag>-go` exists.
+fn context_holder(p: &Pool, tag: &str, mem: &str, delay_ms: u64) -> Command {
+    let mut c = p.cmd(script(), &format!("{tag}.json"));
+    context_steps(p, &mut c, tag, mem, delay_ms);
+    c
+}
+
+/// [`context_holder`] as PID 1 of a PID namespace of its own with its own /proc, as in a
+/// container: NVML's pids are not provably its own there, so its context is measured
+/// device-wide only.
+fn context_holder_in_pidns(p: &Pool, tag: &str, mem: &str, delay_ms: u64) -> Command {
+    let mut c = p.cmd("unshare", &format!("{tag}.json"));
+    c.args(["-pf", "--mount-proc", "--kill-child"])
+        .arg(script());
+    context_steps(p, &mut c, tag, mem, delay_ms);
+    c
+}
+
+fn context_steps(p: &Pool, c: &mut Command, tag: &str, mem: &str, delay_ms: u64) {
+    c.arg(format!("touch:{}", p.path(tag)))
+        .arg(format!("wait:{}", p.path(&format!("{tag}-go"))))
+        .env("FAKECUDA_CONTEXT_MEM", mem)
+        .env("FAKECUDA_CONTEXT_DELAY_MS", delay_ms.to_string())
+        .env("GPUCAP_LIMIT", "4Gi");
+}
+
+#[test]
+fn sixteen_members_making_slow_contexts_at_once_are_each_charged_their_context() {
+    // Started together, nobody's figure known yet, each charged one context, never less:
+    // measured by NVML's figure for each process on the host; in PID namespaces (where
+    // that figure is not provably theirs) the first context is measured alone and the
+    // others beside each other.
+    sixteen_slow_contexts("pool-ctx-sixteen", context_holder);
+    if unshare_works() {
+        sixteen_slow_contexts("pool-ctx-sixteen-ns", context_holder_in_pidns);
+    }
+}
+
+fn sixteen_slow_contexts(tag: &str, holder: fn(&Pool, &str, &str, u64) -> Command) {
+    const N: usize = 16;
+    let p = Pool::new(tag);
+    let procs: Vec<Child> = (0..N)
+        .map(|i| spawn(&mut holder(&p, &format!("m{i}"), "100Mi", 600)))
+        .collect();
+    for i in 0..N {
+        p.wait_file(&format!("m{i}"));
+    }
+    let held = p.used_peak().0;
+    for i in 0..N {
+        p.touch(&format!("m{i}-go"));
+    }
+    for c in procs {
+        assert_ok(&finish(c));
+    }
+    assert_eq!(
+        held,
+        N as u64 * 100 * MIB,
+        "{tag}: the pool's charge while {N} members held a 100 MiB context each"
+    );
+    assert_eq!(p.used_peak().0, 0, "every context's charge came back");
+}
+
+#[test]
+fn a_member_stopped_while_making_its_context_holds_up_no_other_member() {
+    let p = Pool::new("pool-ctx-stopped");
+    // The pool's figure for a context is known (measured alone by the first member).
+    let a = spawn(&mut context_holder(&p, "a", "64Mi", 0));
+    p.wait_file("a");
+    // S makes a context that takes 6 s, and is stopped in the middle of it.
+    let s = spawn(&mut context_holder(&p, "s", "64Mi", 6000));
+    let start = Instant::now();
+    while p.gpu_word(0, 16) & 0xffff_ffff == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "S never began its context"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: kill has no memory-safety preconditions; S is our child.
+    assert_eq!(unsafe { libc::kill(s.id() as i32, libc::SIGSTOP) }, 0);
+    // T makes its context while S is stopped: it does not wait for S.
+    let t = spawn(&mut context_holder(&p, "t", "64Mi", 0));
+    let start = Instant::now();
+    while !p.dir.join("t").exists() {
+        // A hang guard, far above a context's making (the pool used to hold T 30 s).
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "T waited for the stopped member's context"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A's and T's contexts, and S's, reserved at the figure before the driver was called.
+    assert_eq!(
+        p.used_peak().0,
+        3 * 64 * MIB,
+        "the pool's charge with S stopped"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(s.id() as i32, libc::SIGCONT) }, 0);
+    p.wait_file("s");
+    for tag in ["a", "s", "t"] {
+        p.touch(&format!("{tag}-go"));
+    }
+    for c in [a, s, t] {
+        let o = finish(c);
+        assert_ok(&o);
+        assert!(
+            !stderr(&o).contains("was still being made"),
+            "nobody waited for a first context: {}",
+            dump(&o)
+        );
+    }
+    assert_eq!(p.used_peak().0, 0);
+}
+
+#[test]
+fn the_first_context_window_is_the_gpus_whatever_its_ordinal() {
+    // X sees the fake's second GPU as its ordinal 0, Y as its ordinal 1, Z sees the
+    // first GPU as its ordinal 0: all three make their first context at once, with
+    // nothing measured yet. X and Y share a GPU: one is measured alone, the other waits
+    // for its figure. Z is on another GPU: it waits for nobody.
+    // In PID namespaces, as in containers: NVML's figure for each process is not
+    // provably its own there, so the first context is measured alone.
+    if !unshare_works() {
+        return;
+    }
+    let p = Pool::new("pool-ctx-ordinals");
+    let member = |tag: &str, visible: &str, ordinal: &str| {
+        let mut c = context_holder_in_pidns(&p, tag, "100Mi", 2000);
+        c.env("FAKECUDA_DEVICES", "2")
+            .env("CUDA_VISIBLE_DEVICES", visible)
+            .env("SCRIPT_DEVICE", ordinal)
+            .env("GPUCAP_LOG", "debug");
+        spawn(&mut c)
+    };
+    let x = member("x", "1", "0");
+    let y = member("y", "0,1", "1");
+    let z = member("z", "0", "0");
+    for tag in ["x", "y", "z"] {
+        p.wait_file(tag);
+    }
+    let held: u64 = (0..2).map(|g| p.gpu_word(g, 4) & ((1 << 48) - 1)).sum();
+    for tag in ["x", "y", "z"] {
+        p.touch(&format!("{tag}-go"));
+    }
+    let waited = |c: Child| {
+        let o = finish(c);
+        assert_ok(&o);
+        stderr(&o).contains("for the pool's first context figure")
+    };
+    let (x, y, z) = (waited(x), waited(y), waited(z));
+    assert!(
+        x != y,
+        "one of the two members on the second GPU waits for the other's figure (x waited: \
+         {x}, y waited: {y})"
+    );
+    assert!(
+        !z,
+        "the member on the first GPU waited for another GPU's context"
+    );
+    assert_eq!(
+        held,
+        300 * MIB,
+        "the pool's charge for three 100 MiB contexts on two GPUs"
+    );
+}

@@ -1,0 +1,505 @@
+//! Guarantees and ceilings (GPUCAP_GUARANTEE, GPUCAP_CEILING): a member gets its guarantee, is held at its ceiling, borrowed bytes return; impossible words are repaired.
+
+use super::*;
+
+// ---------------------------------------------------------------------------
+// Guarantees and ceilings inside a pool (GPUCAP_GUARANTEE, GPUCAP_CEILING).
+
+#[test]
+fn a_guaranteed_member_gets_its_guarantee_though_a_neighbour_tried_to_take_everything() {
+    let p = Pool::new("share-floor");
+    let notebook = spawn(
+        p.script(
+            "n.json",
+            &[
+                &format!("touch:{}", p.path("n-in")),
+                &format!("wait:{}", p.path("t-full")),
+                "alloc:250Mi",
+                "alloc:150Mi",
+                "info",
+                &format!("touch:{}", p.path("n-done")),
+            ],
+        )
+        .env("GPUCAP_GUARANTEE", "400Mi"),
+    );
+    p.wait_file("n-in");
+    let trainer = run(&mut p.script(
+        "t.json",
+        &[
+            "alloc:1Gi",
+            "fill:64Mi",
+            "info",
+            &format!("touch:{}", p.path("t-full")),
+            &format!("wait:{}", p.path("n-done")),
+        ],
+    ));
+    let notebook = finish(notebook);
+    assert_ok(&notebook);
+    assert!(
+        has(&trainer, &format!("alloc {} {OOM}", 1024 * MIB)),
+        "{}",
+        dump(&trainer)
+    );
+    assert!(
+        has(&trainer, "filled 9"),
+        "the trainer got 9 x 64 MiB: 1 GiB less the notebook's 400 MiB\n{}",
+        dump(&trainer)
+    );
+    assert!(
+        has(&trainer, &format!("info {} {}", 48 * MIB, 1024 * MIB)),
+        "the trainer sees 48 MiB free: the 400 MiB kept for the notebook are not\n{}",
+        dump(&trainer)
+    );
+    for size in [250, 150] {
+        assert!(
+            has(&notebook, &format!("alloc {} 0", size * MIB)),
+            "{}",
+            dump(&notebook)
+        );
+    }
+    assert!(
+        has(&notebook, &format!("info {} {}", 48 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&notebook)
+    );
+    assert!(p.shared_peak("t.json").max(p.shared_peak("n.json")) <= 1024 * MIB);
+    assert_eq!(p.used_peak().0, 0, "both left: nothing held");
+}
+
+#[test]
+fn a_ceiling_refuses_past_it_with_the_members_own_line() {
+    let p = Pool::new("share-ceiling");
+    let o = run(p
+        .script(
+            "c.json",
+            &["alloc:200Mi", "alloc:200Mi", "info", "alloc:100Mi"],
+        )
+        .env("GPUCAP_CEILING", "300Mi"));
+    assert_ok(&o);
+    assert!(has(&o, &format!("alloc {} 0", 200 * MIB)), "{}", dump(&o));
+    assert!(
+        has(&o, &format!("alloc {} {OOM}", 200 * MIB)),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        has(&o, &format!("info {} {}", 100 * MIB, 300 * MIB)),
+        "total is the ceiling, free what is left of it\n{}",
+        dump(&o)
+    );
+    assert!(has(&o, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&o));
+    let refusal = refusals(&stderr(&o));
+    assert_eq!(refusal.len(), 1, "{}", dump(&o));
+    assert!(
+        refusal[0].contains("200 MiB of this process's 300 MiB ceiling in use (GPUCAP_CEILING")
+            && refusal[0].contains(&p.file().display().to_string()),
+        "{}",
+        refusal[0]
+    );
+}
+
+#[test]
+fn borrowed_bytes_return_to_the_pool_as_the_borrower_frees() {
+    let p = Pool::new("share-borrow");
+    let a = spawn(
+        p.script(
+            "a.json",
+            &[
+                &format!("touch:{}", p.path("a-in")),
+                &format!("wait:{}", p.path("b-took")),
+                "alloc:600Mi",
+                "alloc:300Mi",
+                &format!("touch:{}", p.path("a-full")),
+                &format!("wait:{}", p.path("b-freed")),
+                "alloc:300Mi",
+                "info",
+            ],
+        )
+        .env("GPUCAP_GUARANTEE", "600Mi"),
+    );
+    p.wait_file("a-in");
+    let b = run(&mut p.script(
+        "b.json",
+        &[
+            "alloc:400Mi",
+            "alloc:100Mi",
+            &format!("touch:{}", p.path("b-took")),
+            &format!("wait:{}", p.path("a-full")),
+            "free",
+            &format!("touch:{}", p.path("b-freed")),
+        ],
+    ));
+    let a = finish(a);
+    assert!(
+        has(&b, &format!("alloc {} 0", 400 * MIB)),
+        "B borrows\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 100 * MIB)),
+        "but not into A's unused 600 MiB\n{}",
+        dump(&b)
+    );
+    assert!(has(&a, &format!("alloc {} 0", 600 * MIB)), "{}", dump(&a));
+    assert!(
+        has(&a, &format!("alloc {} {OOM}", 300 * MIB)),
+        "B's borrowed 400 MiB are B's while it holds them\n{}",
+        dump(&a)
+    );
+    assert!(
+        has(&a, &format!("alloc {} 0", 300 * MIB)),
+        "B freed: A borrows them\n{}",
+        dump(&a)
+    );
+    assert!(
+        has(&a, &format!("info {} {}", 124 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&a)
+    );
+}
+
+/// A member holding a guarantee until `release` exists (its own file names it).
+fn guaranteed(p: &Pool, stats: &str, guarantee: &str, steps: &[&str], release: &str) -> Child {
+    let ready = format!("{stats}.in");
+    let mut all: Vec<String> = steps.iter().map(|s| s.to_string()).collect();
+    all.push(format!("touch:{}", p.path(&ready)));
+    all.push(format!("wait:{}", p.path(release)));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let c = spawn(p.script(stats, &refs).env("GPUCAP_GUARANTEE", guarantee));
+    p.wait_file(&ready);
+    c
+}
+
+#[test]
+fn a_guarantee_that_does_not_fit_is_refused_at_cuinit_naming_who_holds_the_others() {
+    let p = Pool::new("share-admit");
+    let a = guaranteed(&p, "a.json", "700Mi", &[], "a-go");
+    let b = run(p
+        .script("b.json", &["alloc:1Mi"])
+        .env("GPUCAP_GUARANTEE", "500Mi"));
+    assert!(has(&b, "cuInit 800"), "refused at cuInit\n{}", dump(&b));
+    let err = stderr(&b);
+    assert_eq!(err.lines().count(), 1, "one line\n{}", dump(&b));
+    for part in [
+        "cannot join the pool t",
+        &p.file().display().to_string(),
+        "a guarantee of 500 MiB does not fit: 700 MiB of the pool's 1 GiB cap is guaranteed already",
+        &format!("700 MiB to pid {}", a.id()),
+    ] {
+        assert!(err.contains(part), "{part:?} in\n{}", dump(&b));
+    }
+    // One that fits is admitted beside it.
+    let c = run(p
+        .script("c.json", &["alloc:300Mi"])
+        .env("GPUCAP_GUARANTEE", "300Mi"));
+    assert!(has(&c, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&c));
+    p.touch("a-go");
+    assert_ok(&finish(a));
+}
+
+#[test]
+fn a_guarantee_that_does_not_fit_waits_for_a_member_to_leave_with_gpucap_wait() {
+    let p = Pool::new("share-admit-wait");
+    let a = guaranteed(&p, "a.json", "700Mi", &[], "a-go");
+    let b = spawn(
+        p.script("b.json", &["alloc:500Mi"])
+            .env("GPUCAP_GUARANTEE", "500Mi")
+            .env("GPUCAP_WAIT", "30s"),
+    );
+    // B is a member (it holds its slot's lock) waiting to be admitted.
+    p.wait_live_members(2);
+    let left = Instant::now();
+    p.touch("a-go");
+    assert_ok(&finish(a));
+    let b = finish(b);
+    assert!(
+        has(&b, "cuInit 0") || !stdout(&b).contains("cuInit"),
+        "{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} 0", 500 * MIB)),
+        "admitted once A left\n{}",
+        dump(&b)
+    );
+    assert!(left.elapsed() < Duration::from_secs(30));
+    // Without anyone leaving, the wait ends with the refusal and says it waited.
+    let a = guaranteed(&p, "a2.json", "700Mi", &[], "a2-go");
+    let c = run(p
+        .script("c.json", &["alloc:1Mi"])
+        .env("GPUCAP_GUARANTEE", "500Mi")
+        .env("GPUCAP_WAIT", "300ms"));
+    assert!(has(&c, "cuInit 800"), "{}", dump(&c));
+    assert!(stderr(&c).contains("after waiting"), "{}", dump(&c));
+    p.touch("a2-go");
+    assert_ok(&finish(a));
+}
+
+#[test]
+fn a_killed_members_guarantee_and_bytes_come_back() {
+    let p = Pool::new("share-kill");
+    let mut a = guaranteed(&p, "a.json", "800Mi", &["alloc:100Mi"], "never");
+    let b = run(&mut p.script("b.json", &["alloc:300Mi", "info"]));
+    assert!(
+        has(&b, &format!("alloc {} {OOM}", 300 * MIB)),
+        "A's unused 700 MiB are kept for it\n{}",
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("info {} {}", 224 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&b)
+    );
+    sigkill(&mut a);
+    let killed = Instant::now();
+    // The next member needs both: a 900 MiB guarantee (admitted) and the bytes.
+    let c = run(p
+        .script("c.json", &["alloc:900Mi", "info"])
+        .env("GPUCAP_GUARANTEE", "900Mi"));
+    assert!(has(&c, &format!("alloc {} 0", 900 * MIB)), "{}", dump(&c));
+    assert!(
+        has(&c, &format!("info {} {}", 124 * MIB, 1024 * MIB)),
+        "{}",
+        dump(&c)
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        killed.elapsed()
+    );
+    assert_eq!(p.used_peak().0, 0);
+}
+
+#[test]
+fn processes_of_sixteen_threads_with_random_guarantees_and_ceilings_never_over_commit() {
+    let p = Pool::new("share-churn");
+    // Guarantees 0..160 MiB each (five add up to at most the 512 MiB cap... less than
+    // it), ceilings between the guarantee and the cap.
+    let mut seed = 0x51_7cc1_b727_220au64;
+    let mut rand = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let shares: Vec<(u64, u64)> = (0..5)
+        .map(|_| {
+            let g = rand(100) * MIB;
+            (g, g + (1 + rand((512 * MIB - g) / MIB)) * MIB)
+        })
+        .collect();
+    let procs: Vec<Child> = shares
+        .iter()
+        .enumerate()
+        .map(|(i, &(g, c))| {
+            let mut cmd = p.cmd(churn(), &format!("s{i}.json"));
+            cmd.env("GPUCAP_LIMIT", "512Mi")
+                .env("GPUCAP_CEILING", c.to_string())
+                .args([
+                    "16",
+                    "200",
+                    "48Mi",
+                    &p.path(&format!("ready{i}")),
+                    &p.path("go"),
+                    &g.to_string(),
+                ]);
+            if g > 0 {
+                cmd.env("GPUCAP_GUARANTEE", g.to_string());
+            }
+            spawn(&mut cmd)
+        })
+        .collect();
+    for i in 0..shares.len() {
+        p.wait_file(&format!("ready{i}"));
+    }
+    p.touch("go");
+    let (mut refused, mut checked) = (0, 0);
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {line:?}"))
+    };
+    for (i, c) in procs.into_iter().enumerate() {
+        let o = finish(c);
+        assert_ok(&o);
+        let out = stdout(&o);
+        let churn = out.lines().find(|l| l.starts_with("churn ")).unwrap();
+        refused += field(churn, "refused");
+        if shares[i].0 > 0 {
+            let line = out.lines().find(|l| l.starts_with("checked=")).unwrap();
+            assert_eq!(
+                field(line, "broken"),
+                0,
+                "a live guarantee was broken\n{}",
+                dump(&o)
+            );
+            checked += field(line, "checked");
+        }
+        let peak = p.shared_peak(&format!("s{i}.json"));
+        assert!(
+            peak <= 512 * MIB,
+            "the fake GPU held {peak} bytes at once, over the cap"
+        );
+    }
+    assert!(refused > 0, "the processes competed for the cap");
+    assert!(checked > 0, "no request inside a guarantee was checked");
+    let (used, peak) = p.used_peak();
+    assert_eq!(used, 0, "every byte came back to the pool");
+    assert!(peak <= 512 * MIB && peak > 256 * MIB, "peak {peak}");
+}
+
+/// A neighbour's charge that could not be refused: B holds 510 MiB of a
+/// 1 GiB pool, then its first use of a library (a launch) or of a module's function
+/// (`cuModuleGetFunction`) makes the driver load 256 MiB that nobody could foresee,
+/// charged by force. A holds a guarantee of 512 MiB and nothing yet: its 512 MiB, inside
+/// the guarantee, is served all the same (before, it was refused with "766 MiB of the
+/// pool's 1 GiB cap in use, 0 B of it by this process"). The fake driver then holds at
+/// most the cap plus what was forced past it (254 MiB), never more.
+#[test]
+fn a_forced_charge_never_eats_another_members_guarantee() {
+    for (step, var) in [
+        ("kernel", "FAKECUDA_LIBRARY_MEM"),
+        ("getfn", "FAKECUDA_FUNCTION_MEM"),
+    ] {
+        let p = Pool::new(&format!("forced-guarantee-{step}"));
+        let a = spawn(
+            p.script(
+                "a.json",
+                &[
+                    &format!("touch:{}", p.path("a-in")),
+                    &format!("wait:{}", p.path("b-loaded")),
+                    "alloc:512Mi",
+                    &format!("touch:{}", p.path("a-done")),
+                ],
+            )
+            .env("GPUCAP_GUARANTEE", "512Mi"),
+        );
+        p.wait_file("a-in");
+        let b = run(p
+            .script(
+                "b.json",
+                &[
+                    "alloc:510Mi",
+                    step,
+                    &format!("touch:{}", p.path("b-loaded")),
+                    &format!("wait:{}", p.path("a-done")),
+                ],
+            )
+            .env(var, "256Mi"));
+        let a = finish(a);
+        assert!(has(&b, &format!("{step} 0")), "{step}: {}", dump(&b));
+        assert!(
+            has(&a, &format!("alloc {} 0", 512 * MIB)),
+            "{step}: the guarantee was eaten by B's forced charge\n{}",
+            dump(&a)
+        );
+        let peak = p.shared_peak("b.json").max(p.shared_peak("a.json"));
+        assert!(
+            peak <= (1024 + 254) * MIB,
+            "{step}: the fake driver held {} MiB",
+            peak / MIB
+        );
+    }
+}
+
+/// Where the share words start (src/core/budget/layout.rs: 16 header words, 32 GPU
+/// entries of 24, 256 member slots of 16 + 32 x 10), GPU entry 0's first word of holder
+/// bits, and slot `s`'s guarantee word on GPU entry 0.
+const SHARES_AT: usize = 16 + 32 * 24 + 256 * (16 + 32 * 10);
+
+const G0_HOLDER_BITS: usize = SHARES_AT;
+
+fn g0_guarantee_word(s: usize) -> usize {
+    SHARES_AT + 32 * 4 + s * 32 * 2
+}
+
+/// `gpucap status --pool t --json` of pool `p`, and its text form.
+fn status_json(p: &Pool) -> (serde_json::Value, String) {
+    let mut st = fake_cmd(cli(), &p.dir.join("st.json"));
+    st.args(["status", "--pool", "t"])
+        .env("GPUCAP_POOL_DIR", &p.dir);
+    let text = stdout(&run_within(&mut st, 30));
+    let o = run_within(st.arg("--json"), 30);
+    (serde_json::from_str(&stdout(&o)).unwrap(), text)
+}
+
+#[test]
+fn impossible_guarantee_words_in_the_pool_file_are_repaired_and_stop_nobody() {
+    let p = Pool::new("pool-share-repair");
+    assert_ok(&run_within(&mut p.script("init.json", &["alloc:1Mi"]), 30));
+    // An empty slot's holder bit, with a guarantee of the whole cap.
+    p.write_word(G0_HOLDER_BITS, 1 << 7);
+    p.write_word(g0_guarantee_word(7), 1 << 30);
+    let (doc, text) = status_json(&p);
+    assert!(
+        doc["gpus"][0]["guaranteed"].as_u64() <= Some(1 << 30),
+        "{doc}"
+    );
+    assert_eq!(doc["gpus"][0]["share_drift"], true, "{doc}");
+    assert!(
+        text.contains("the next joiner or refusal repairs them"),
+        "{text}"
+    );
+    // A joiner with a 900 MiB guarantee: admitted and served, with one warn line.
+    let o = run_within(
+        p.script("j.json", &["alloc:900Mi"])
+            .env("GPUCAP_GUARANTEE", "900Mi"),
+        30,
+    );
+    assert!(has(&o, &format!("alloc {} 0", 900 * MIB)), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("with its holder bit set, but no live member holds the slot"),
+        "{}",
+        dump(&o)
+    );
+    assert_eq!(p.word(G0_HOLDER_BITS), 0);
+    // A live member's guarantee word set to 2^64 - 1.
+    let a = spawn(
+        p.script(
+            "a.json",
+            &[
+                &format!("touch:{}", p.path("a-in")),
+                &format!("wait:{}", p.path("a-go")),
+                "alloc:300Mi",
+            ],
+        )
+        .env("GPUCAP_GUARANTEE", "300Mi"),
+    );
+    p.wait_file("a-in");
+    p.write_word(g0_guarantee_word(0), u64::MAX);
+    let (doc, text) = status_json(&p);
+    assert!(
+        doc["gpus"][0]["guaranteed"].as_u64() <= Some(1 << 30),
+        "{doc}"
+    );
+    assert!(
+        doc["members"][0]["gpus"][0]["guarantee"].as_u64() <= Some(1 << 30),
+        "{doc}"
+    );
+    assert!(!text.contains("EiB"), "{text}");
+    // A neighbour borrows: served, the word repaired by its refusal, with a warn line.
+    let b = spawn(&mut p.script(
+        "b.json",
+        &[
+            "alloc:500Mi",
+            &format!("touch:{}", p.path("b-in")),
+            &format!("wait:{}", p.path("b-go")),
+        ],
+    ));
+    p.wait_file("b-in");
+    // The guaranteed member is served its guarantee beside it.
+    p.touch("a-go");
+    let a = finish(a);
+    assert!(has(&a, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&a));
+    p.touch("b-go");
+    let b = finish(b);
+    assert!(has(&b, &format!("alloc {} 0", 500 * MIB)), "{}", dump(&b));
+    assert!(
+        stderr(&b).contains("above the pool's 1073741824-byte cap"),
+        "{}",
+        dump(&b)
+    );
+    assert!(p.shared_peak("b.json") <= 1 << 30);
+}
