@@ -1,4 +1,5 @@
-//! Many members at once: threads and processes never take the pool past its cap, members killed at random block nobody, a stopped lock holder blocks no allocation.
+//! Many members at once: threads and processes never take the pool past its cap, members
+//! killed at random block nobody, a stopped lock holder blocks no allocation.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Memory the driver takes on its own in a pool: contexts made at once, slow or stopped, libraries' kernels in every context, a lowered stack limit.
+//! Memory the driver takes on its own in a pool: contexts made at once, slow or stopped,
+//! libraries' kernels in every context, a lowered stack limit.
 
 use super::*;
 

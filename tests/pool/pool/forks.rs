@@ -1,4 +1,5 @@
-//! Forks, exec chains and PID namespaces: a child is its own member, a dead parent's share comes back, members in other namespaces share the pool without reaping each other.
+//! Forks, exec chains and PID namespaces: a child is its own member, a dead parent's share
+//! comes back, members in other namespaces share the pool without reaping each other.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Guarantees and ceilings (GPUCAP_GUARANTEE, GPUCAP_CEILING): a member gets its guarantee, is held at its ceiling, borrowed bytes return; impossible words are repaired.
+//! Guarantees and ceilings (GPUCAP_GUARANTEE, GPUCAP_CEILING): a member gets its guarantee,
+//! is held at its ceiling, borrowed bytes return; impossible words are repaired.
 
 use super::*;
 

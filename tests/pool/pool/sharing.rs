@@ -1,4 +1,5 @@
-//! One cap for every process of a pool: members share it, agree on it, get a killed member's share back; a bad pool file fails closed.
+//! One cap for every process of a pool: members share it, agree on it, get a killed
+//! member's share back; a bad pool file fails closed.
 
 use super::*;
 

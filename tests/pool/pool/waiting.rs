@@ -1,4 +1,5 @@
-//! Waiting for memory (GPUCAP_WAIT): served when a member frees, in arrival order, refused after the timeout, nothing left behind by a killed waiter or holder.
+//! Waiting for memory (GPUCAP_WAIT): served when a member frees, in arrival order, refused
+//! after the timeout, nothing left behind by a killed waiter or holder.
 
 use super::*;
 
