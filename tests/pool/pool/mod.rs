@@ -231,9 +231,9 @@ impl Pool {
     }
 }
 
-mod sharing;
-mod forks;
 mod concurrency;
-mod waiting;
-mod shares;
 mod contexts;
+mod forks;
+mod shares;
+mod sharing;
+mod waiting;
