@@ -201,7 +201,11 @@ mod tests {
         assert_eq!(c.cap, Some(0));
         assert_eq!(c.notes.len(), 1);
         assert!(c.notes[0].is_error());
-        assert!(c.notes[0].text(0).contains("to resolve the limit 50%"), "{:?}", c.notes);
+        assert!(
+            c.notes[0].text(0).contains("to resolve the limit 50%"),
+            "{:?}",
+            c.notes
+        );
         // Under a ceiling too, whichever side is the fraction.
         let c = cap_of(&under(Some("50%"), "1Gi"), None);
         assert_eq!(c.cap, Some(0));
@@ -227,7 +231,10 @@ mod tests {
     fn under_a_ceiling_the_smaller_holds_and_a_raise_is_held_with_a_line() {
         // Lowered: the environment's, not handed down.
         let c = cap_of(&under(Some("128Mi"), "256Mi"), Some(80 * GI));
-        assert_eq!((c.cap, c.held, c.handed_down), (Some(128 * MI), false, None));
+        assert_eq!(
+            (c.cap, c.held, c.handed_down),
+            (Some(128 * MI), false, None)
+        );
         assert!(c.notes.is_empty(), "{:?}", c.notes);
         // Raised, removed: held at the ceiling, said once, handed down from the file.
         for asked in ["4Gi", "90%", "none"] {

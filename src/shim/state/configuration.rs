@@ -66,8 +66,9 @@ impl Shim {
         let Ok(config) = self.config() else {
             return;
         };
-        let limit_of =
-            |spec: &config::LimitSpec| gpucap_core::identity::limit_for(spec, device, visible_uuids);
+        let limit_of = |spec: &config::LimitSpec| {
+            gpucap_core::identity::limit_for(spec, device, visible_uuids)
+        };
         let resolved = config::device_cap(config, device, limit_of, physical_total);
         for note in &resolved.notes {
             if note.is_error() {
