@@ -252,6 +252,37 @@ fn a_member_held_at_a_ceiling_handed_down_is_marked_in_every_view_of_its_pool() 
         assert!(!row(&text, pm).contains('^'), "{args:?}\n{text}");
         assert!(text.lines().any(|l| l == note), "{args:?}\n{text}");
     }
+    // `pool set` may lower that ceiling, never raise it: the process holds itself to it
+    // whatever the pool file says, so the views would show a figure that does not hold.
+    let ceiling_shown = || {
+        let o = run(&mut s.gpucap(&["status", "--pool", "train", "--json"]));
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let m = doc["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["pid"] == ph)
+            .unwrap()
+            .clone();
+        m["gpus"][0]["ceiling"].as_u64()
+    };
+    let pid = ph.to_string();
+    for raise in ["512Mi", "none"] {
+        let o = run(&mut s.gpucap(&["pool", "set", "train", &pid, "--ceiling", raise]));
+        assert_eq!(o.status.code(), Some(1), "{raise}: {}", dump(&o));
+        assert!(
+            stderr(&o).contains(&format!(
+                "pid {ph} not changed: its ceiling, 256 MiB, was handed down to it by gpucap.env \
+                 beside the library, which nothing raises"
+            )),
+            "{raise}: {}",
+            dump(&o)
+        );
+        assert_eq!(ceiling_shown(), Some(256 * MIB), "{raise}");
+    }
+    let o = run(&mut s.gpucap(&["pool", "set", "train", &pid, "--ceiling", "128Mi"]));
+    assert_ok(&o);
+    assert_eq!(ceiling_shown(), Some(128 * MIB));
     let _ = kill(held);
     let _ = kill(maker);
 }
