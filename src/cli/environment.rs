@@ -107,6 +107,20 @@ fn blame_flag_notes(mut config: Config, overrides: &Overrides) -> Config {
     config
 }
 
+/// Under a file's ceiling (see [`as_the_shim_reads`]), what the environment asked with a
+/// variable set by a flag named as the flag: `--limit="4Gi"`, as typed. (The notes are
+/// left as they are: the file's own name its variables.)
+pub(crate) fn blame_flag_asked(mut config: Config, overrides: &Overrides) -> Config {
+    if let Some(asked) = config.bound.as_mut().and_then(|b| b.asked.as_mut()) {
+        for var in config::KNOWN_VARS {
+            if let Some(flag) = flag_of(var, overrides) {
+                *asked = asked.replace(&format!("{var}=\""), &format!("{flag}=\""));
+            }
+        }
+    }
+    config
+}
+
 /// Validates the environment with the flags applied. On error prints the one-line
 /// ConfigError to stderr.
 pub(crate) fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i32> {
@@ -167,6 +181,30 @@ pub(crate) mod tests {
         v.iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v)))
             .collect()
+    }
+
+    #[test]
+    fn what_was_asked_under_a_ceiling_names_the_flag_typed() {
+        let config = |asked: &str| Config {
+            bound: Some(config::Ceiling {
+                spec: config::parse_limit_spec("256Mi").unwrap(),
+                from: "/x/gpucap.env".into(),
+                asked: Some(asked.into()),
+                asked_none: false,
+            }),
+            notes: vec!["note: GPUCAP_LIMIT's 8GB is in decimal units".into()],
+            ..Config::default()
+        };
+        let flag = Overrides {
+            limit: Some("4Gi".into()),
+            ..Overrides::default()
+        };
+        let c = blame_flag_asked(config("GPUCAP_LIMIT=\"4Gi\""), &flag);
+        assert_eq!(c.bound.unwrap().asked.unwrap(), "--limit=\"4Gi\"");
+        // The notes are the file's or the environment's own: left as they are.
+        assert_eq!(c.notes, ["note: GPUCAP_LIMIT's 8GB is in decimal units"]);
+        let c = blame_flag_asked(config("GPUCAP_LIMIT=\"4Gi\""), &Overrides::default());
+        assert_eq!(c.bound.unwrap().asked.unwrap(), "GPUCAP_LIMIT=\"4Gi\"");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod commands;
 pub mod driver;
 pub mod environment;
 pub mod exit;
+pub mod handed_down;
 pub mod help;
 pub mod jupyter;
 pub mod launch;

@@ -16,6 +16,8 @@ use gpucap_core::config::PoolSpec;
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::{PoolFile, Sharing};
 
+use crate::handed_down;
+
 /// Exit status when the pool's file does not exist (yet).
 pub const EXIT_NO_POOL_FILE: i32 = 1;
 
@@ -253,13 +255,13 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         view.members.len(),
         view.members.len() - alive
     ));
-    // Guarantees and ceilings (GPUCAP_GUARANTEE, GPUCAP_CEILING): columns of their
-    // own, shown when a member has either.
+    // Guarantees and ceilings (GPUCAP_GUARANTEE, GPUCAP_CEILING, or a ceiling handed
+    // down): columns of their own, shown when a member has one.
     let shared = view
         .members
         .iter()
         .flat_map(|m| &m.gpus)
-        .any(|g| g.guarantee > 0 || g.ceiling.is_some());
+        .any(|g| g.guarantee > 0 || g.ceiling.is_some() || g.ceiling_from.is_some());
     out.push_str(&format!(
         "{:>8}  {:<5}  {:<40}  {:>10}  {:>10}{}  {:<19}  COMMAND\n",
         "PID",
@@ -301,6 +303,16 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
             ));
         }
     }
+    // Where each ceiling marked as handed down came from, as `gpucap status` says it.
+    let handed = sorted_members(view).into_iter().flat_map(|m| {
+        m.gpus
+            .iter()
+            .filter_map(move |g| Some((g.ceiling_from.as_deref()?, m.pid)))
+    });
+    for line in handed_down::notes(handed) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     if foreign {
         out.push_str(
             "* a pid in another PID namespace (another container, or a docker exec shell)\n",
@@ -310,10 +322,15 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
 }
 
 /// A member's guarantee, ceiling and borrowed bytes on one GPU, as columns (none when
-/// no member of the pool has a guarantee or a ceiling).
+/// no member of the pool has a guarantee or a ceiling). A ceiling handed down to the
+/// member (its own, or the pool's cap it is held at) is marked `^`.
 fn share_columns(shared: bool, g: &gpucap_core::budget::MemberGpuView) -> String {
     if !shared {
         return String::new();
+    }
+    let mut ceiling = g.ceiling.map_or("cap".to_string(), bytes);
+    if g.ceiling_from.is_some() {
+        ceiling.push(handed_down::MARK);
     }
     format!(
         "  {:>10}  {:>10}  {:>10}",
@@ -322,7 +339,7 @@ fn share_columns(shared: bool, g: &gpucap_core::budget::MemberGpuView) -> String
         } else {
             "-".to_string()
         },
-        g.ceiling.map_or("cap".to_string(), bytes),
+        ceiling,
         bytes(g.borrowed)
     )
 }
@@ -479,6 +496,41 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(j10["gpus"][0]["ceiling"], 512 * MIB);
         assert_eq!(j10["gpus"][0]["borrowed"], 36 * MIB);
+    }
+
+    #[test]
+    fn a_ceiling_handed_down_is_marked_with_where_it_came_from() {
+        let mut v = view();
+        for m in v.members.iter_mut().filter(|m| m.pid != 11) {
+            m.gpus[0].ceiling_from = Some("gpucap.env beside the library".into());
+        }
+        let text = render(&v, Path::new("/p/t.pool"), 7);
+        let row = |pid: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(pid))
+                .unwrap_or_else(|| panic!("no {pid}\n{text}"))
+        };
+        // pid 10's own ceiling, pid 12 held at the pool's cap; pid 11 not marked.
+        assert!(row("10 ").contains("  512 MiB^  "), "{text}");
+        assert!(row("12* ").contains("  cap^  "), "{text}");
+        assert!(!row("11 ").contains('^'), "{text}");
+        let notes: Vec<&str> = text.lines().filter(|l| l.starts_with("^ ")).collect();
+        assert_eq!(
+            notes,
+            ["^ the cap is a ceiling from gpucap.env beside the library (pid 10, 12)"],
+            "{text}"
+        );
+        // Without a guarantee or a ceiling of their own, the columns are shown for it.
+        let mut v = view();
+        for m in v.members.iter_mut() {
+            m.gpus[0].guarantee = 0;
+            m.gpus[0].ceiling = None;
+        }
+        assert!(!render(&v, Path::new("/p"), 7).contains("CEILING"));
+        v.members[0].gpus[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
+        let text = render(&v, Path::new("/p"), 7);
+        assert!(text.contains("CEILING") && text.contains("cap^"), "{text}");
+        assert!(!render(&view(), Path::new("/p"), 7).contains('^'));
     }
 
     #[test]

@@ -451,7 +451,7 @@ fn check_and_run_show_each_figure_where_it_came_from_and_the_ceiling_that_holds(
     assert!(
         gpu0.starts_with("GPU 0: cap 268435456 bytes (256 MiB) of 4294967296 (4 GiB)")
             && gpu0.ends_with(&format!(
-                "(the ceiling from {env_file}, 256 MiB: GPUCAP_LIMIT=\"4Gi\" asks more)"
+                "(the ceiling from {env_file}, 256 MiB: GPUCAP_LIMIT=\"4Gi\" asks more, 4 GiB)"
             )),
         "{}",
         dump(&o)

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod check_ceilings;
 mod cli;
 mod cli_conventions;
 mod cli_gpu_keys;

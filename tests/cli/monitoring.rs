@@ -73,6 +73,27 @@ fn alert_names() -> Vec<String> {
         .collect()
 }
 
+/// The `expr` of alert `name` in the rules file (a folded `>-` block joined by spaces).
+fn alert_expr(name: &str) -> String {
+    let text = std::fs::read_to_string(repo(RULES)).unwrap();
+    let mut lines = text
+        .lines()
+        .skip_while(|l| l.trim() != format!("- alert: {name}"))
+        .skip(1)
+        .skip_while(|l| !l.trim_start().starts_with("expr:"));
+    let first = lines.next().unwrap_or_else(|| panic!("no alert {name}"));
+    let indent = first.len() - first.trim_start().len();
+    let value = first.trim_start()["expr:".len()..].trim();
+    if value != ">-" {
+        return value.to_string();
+    }
+    lines
+        .take_while(|l| l.len() - l.trim_start().len() > indent)
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Every query of the dashboard's panels, with the dashboard's variables given the
 /// values Grafana gives them for "All" (`$pool`: `.*`).
 fn dashboard_queries() -> Vec<(String, String)> {
@@ -303,6 +324,13 @@ fn prometheus_answers_every_dashboard_query_and_runs_the_rules() {
         return;
     };
     let queries = dashboard_queries();
+    // A panel shows the ceilings handed down (checked for series below, as every query).
+    assert!(
+        queries
+            .iter()
+            .any(|(_, q)| q.contains("gpucap_ceiling_handed_down_bytes")),
+        "no panel shows gpucap_ceiling_handed_down_bytes: {queries:#?}"
+    );
     let alerts = alert_names();
     let s = Scratch::new("monitoring");
     // A pool with a member holding memory, one with a guarantee and a ceiling, one
@@ -317,6 +345,18 @@ fn prometheus_answers_every_dashboard_query_and_runs_the_rules() {
     );
     drop(member_with(&s, "train", "c", &[], &["alloc:50Mi"]));
     let _lone = Killed(s.lone("l", &["alloc:30Mi", "alloc:2Gi"]));
+    // Held at ceilings handed down: a member of a pool of 1 GiB whose library has a
+    // gpucap.env of 256 MiB beside it, holding 250 MiB of it; a process capped alone by
+    // HAMi's device plugin's hand-over (512 MiB).
+    let _maker = member_with(&s, "shared", "m", &[], &["alloc:10Mi"]);
+    let lib = s.library_with_env_file("home", "GPUCAP_LIMIT=256Mi\n");
+    let held = Killed(s.preloaded(&lib, "held", &[("GPUCAP_POOL", "shared")], &["alloc:250Mi"]));
+    let hami = Killed(s.preloaded(
+        &shim(),
+        "hami",
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "512m")],
+        &["alloc:20Mi"],
+    ));
     let (_server, target) = metrics_server(&s);
     let (_prom, addr) = start_prometheus(&prometheus, &s, &target);
 
@@ -335,9 +375,55 @@ fn prometheus_answers_every_dashboard_query_and_runs_the_rules() {
     let used = query(&addr, "gpucap_pool_used_bytes{pool=\"train\"}");
     assert_eq!(used.len(), 1, "{used:?}");
     assert_eq!(used[0]["value"][1], (550u64 << 20).to_string(), "{used:?}");
-    let ceilings = query(&addr, "gpucap_member_ceiling_bytes");
+    let ceilings = query(&addr, "gpucap_member_ceiling_bytes{pool=\"train\"}");
     assert_eq!(ceilings.len(), 1, "{ceilings:?}");
     assert_eq!(ceilings[0]["value"][1], (512u64 << 20).to_string());
+    // The ceilings handed down: each process held at one, with where it came from.
+    let mut handed: Vec<(String, String, String)> =
+        query(&addr, "gpucap_ceiling_handed_down_bytes")
+            .iter()
+            .map(|r| {
+                let m = &r["metric"];
+                (
+                    m["pid"].as_str().unwrap().to_string(),
+                    m["from"].as_str().unwrap().to_string(),
+                    r["value"][1].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+    handed.sort();
+    let mut want = vec![
+        (
+            held.0.id().to_string(),
+            "gpucap.env beside the library".to_string(),
+            (256u64 << 20).to_string(),
+        ),
+        (
+            hami.0.id().to_string(),
+            "HAMi device plugin's hand-over".to_string(),
+            (512u64 << 20).to_string(),
+        ),
+    ];
+    want.sort();
+    assert_eq!(handed, want);
+    // The alerts' expressions on what gpucap exports: the member held at 250 MiB of its
+    // 256 MiB ceiling handed down is GpucapAtHandedDownCeiling's (with its source), and
+    // not GpucapMemberAtCeiling's although it has a member ceiling of 256 MiB too.
+    let at = query(&addr, &alert_expr("GpucapAtHandedDownCeiling"));
+    assert_eq!(at.len(), 1, "{at:?}");
+    assert_eq!(at[0]["metric"]["pid"], held.0.id().to_string(), "{at:?}");
+    assert_eq!(at[0]["metric"]["pool"], "shared", "{at:?}");
+    assert_eq!(
+        at[0]["metric"]["from"], "gpucap.env beside the library",
+        "{at:?}"
+    );
+    let own = query(&addr, &alert_expr("GpucapMemberAtCeiling"));
+    assert_eq!(own, Vec::<serde_json::Value>::new());
+    let members = query(
+        &addr,
+        &format!("gpucap_member_ceiling_bytes{{pid=\"{}\"}}", held.0.id()),
+    );
+    assert_eq!(members.len(), 1, "{members:?}");
 
     // The rules file loaded: every alert there, each evaluated without error.
     await_until("rules not loaded healthy", || {

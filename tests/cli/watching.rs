@@ -1,6 +1,7 @@
 //! Watching every capped process: a process capped on its own (no pool) shows in
 //! `gpucap status` and `gpucap top` beside a pool's members (its `.lone` file, gone when
-//! it exits, ignored and removed once it died), and `top` in a real terminal (tmux) at
+//! it exits, ignored and removed once it died), a member held at a ceiling handed down
+//! marked in every view of its pool, and `top` in a real terminal (tmux) at
 //! 80×24 and 200×50, resized between the two.
 //!
 //! Processes are tests/c/script.c started with `gpucap run` on the fake GPU, in a
@@ -175,6 +176,115 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
 
     let _ = kill(member);
     let _ = kill(lone);
+}
+
+#[test]
+fn a_member_held_at_a_ceiling_handed_down_is_marked_in_every_view_of_its_pool() {
+    let s = Scratch::new("watch-handed-down");
+    // A pool of 1 GiB (its maker's cap), joined by a process whose library has a
+    // gpucap.env of 256 MiB beside it: it is held at that ceiling.
+    let maker = s.member("train", "maker", &["alloc:100Mi"]);
+    let lib = s.library_with_env_file("home", "GPUCAP_LIMIT=256Mi\n");
+    let held = s.preloaded(&lib, "held", &[("GPUCAP_POOL", "train")], &["alloc:50Mi"]);
+    let (pm, ph) = (maker.id(), held.id());
+    let _guard = Killed(vec![pm, ph]);
+    let note = format!("^ the cap is a ceiling from gpucap.env beside the library (pid {ph})");
+
+    // status --pool: the member's ceiling marked, the line under the members.
+    let o = run(&mut s.gpucap(&["status", "--pool", "train"]));
+    assert_ok(&o);
+    let text = stdout(&o);
+    let member_row = |pid: u32| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("no row for pid {pid} in\n{text}"))
+    };
+    assert!(member_row(ph).contains(" 256 MiB^ "), "{text}");
+    assert!(!member_row(pm).contains('^'), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("^ "))
+            .collect::<Vec<_>>(),
+        [note.as_str()],
+        "{text}"
+    );
+    // Its JSON says where from, per GPU.
+    let o = run(&mut s.gpucap(&["status", "--pool", "train", "--json"]));
+    assert_ok(&o);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let from = |pid: u32| {
+        doc["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["pid"] == pid)
+            .unwrap_or_else(|| panic!("{doc}"))["gpus"][0]["ceiling_from"]
+            .clone()
+    };
+    assert_eq!(from(ph), "gpucap.env beside the library", "{doc}");
+    assert_eq!(from(pm), serde_json::Value::Null, "{doc}");
+    // status and top, of every pool and of this one: the cap marked, the same line.
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["top", "--once"],
+        &["top", "--once", "--pool", "train"],
+    ] {
+        let o = run(s.gpucap(args).env("COLUMNS", "120"));
+        assert_ok(&o);
+        let text = stdout(&o);
+        if args.contains(&"--json") {
+            let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let p = doc["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["pid"] == ph)
+                .unwrap_or_else(|| panic!("{doc}"));
+            assert_eq!(
+                (p["cap"].as_u64(), p["ceiling_from"].as_str()),
+                (Some(256 * MIB), Some("gpucap.env beside the library")),
+                "{doc}"
+            );
+            continue;
+        }
+        assert!(row(&text, ph).contains(" 256Mi^ "), "{args:?}\n{text}");
+        assert!(!row(&text, pm).contains('^'), "{args:?}\n{text}");
+        assert!(text.lines().any(|l| l == note), "{args:?}\n{text}");
+    }
+    // `pool set` may lower that ceiling, never raise it: the process holds itself to it
+    // whatever the pool file says, so the views would show a figure that does not hold.
+    let ceiling_shown = || {
+        let o = run(&mut s.gpucap(&["status", "--pool", "train", "--json"]));
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let m = doc["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["pid"] == ph)
+            .unwrap()
+            .clone();
+        m["gpus"][0]["ceiling"].as_u64()
+    };
+    let pid = ph.to_string();
+    for raise in ["512Mi", "none"] {
+        let o = run(&mut s.gpucap(&["pool", "set", "train", &pid, "--ceiling", raise]));
+        assert_eq!(o.status.code(), Some(1), "{raise}: {}", dump(&o));
+        assert!(
+            stderr(&o).contains(&format!(
+                "pid {ph} not changed: its ceiling, 256 MiB, was handed down to it by gpucap.env \
+                 beside the library, which nothing raises"
+            )),
+            "{raise}: {}",
+            dump(&o)
+        );
+        assert_eq!(ceiling_shown(), Some(256 * MIB), "{raise}");
+    }
+    let o = run(&mut s.gpucap(&["pool", "set", "train", &pid, "--ceiling", "128Mi"]));
+    assert_ok(&o);
+    assert_eq!(ceiling_shown(), Some(128 * MIB));
+    let _ = kill(held);
+    let _ = kill(maker);
 }
 
 #[test]

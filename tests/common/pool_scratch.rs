@@ -98,6 +98,39 @@ impl Scratch {
         self.member_as(&script(), pool, tag, steps)
     }
 
+    /// A copy of the library in this scratch's `home` folder with `gpucap.env` beside
+    /// it holding `file`: a process preloading it is held at the file's ceiling.
+    pub fn library_with_env_file(&self, home: &str, file: &str) -> PathBuf {
+        let home = self.dir.join(home);
+        std::fs::create_dir_all(&home).unwrap();
+        let lib = home.join("libgpucap.so");
+        std::fs::copy(shim(), &lib).unwrap();
+        std::fs::write(home.join("gpucap.env"), file).unwrap();
+        lib
+    }
+
+    /// The script with `steps` preloading `lib` directly (no `gpucap run`), with `vars`
+    /// and this scratch's GPUCAP_POOL_DIR, then holding its memory until killed (see
+    /// [`member_as`](Self::member_as)).
+    pub fn preloaded(&self, lib: &Path, tag: &str, vars: &[(&str, &str)], steps: &[&str]) -> Child {
+        let ready = self.dir.join(format!("{tag}.ready"));
+        let never = self.dir.join("never");
+        let mut c = fake_cmd(script(), &self.dir.join("stats.json"));
+        c.env("LD_PRELOAD", lib)
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("GPUCAP_POOL_DIR", &self.pools)
+            .envs(vars.iter().copied())
+            .args(steps)
+            .arg(format!("touch:{}", ready.display()))
+            .arg(format!("wait:{}", never.display()))
+            .current_dir(&self.dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        wait_ready(&mut child, &ready, &format!("the process {tag}"));
+        child
+    }
+
     /// A process of `pool` that runs `steps` and exits.
     pub fn once(&self, pool: &str, steps: &[&str]) -> Output {
         let script = script();

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use gpucap_core::budget::{
-    GpuView, Member, MemberInfo, MemberView, PoolView, ShareChange, ShareSet,
+    GpuView, Member, MemberGpuView, MemberInfo, MemberView, PoolView, ShareChange, ShareSet,
 };
 use gpucap_core::size::format_bytes;
 
@@ -119,6 +119,15 @@ fn set(r: &Request, pool_dir: Option<&Path>) -> i32 {
     };
     let mut code = 0;
     for g in gpus {
+        let theirs = member.gpus.iter().find(|m| m.raw_uuid == g.raw_uuid);
+        if let Some(why) = theirs.and_then(|m| raises_handed_down(m, g.cap, change)) {
+            eprintln!(
+                "gpucap: pool {} {}: pid {} not changed: {why}",
+                r.name, g.uuid, r.pid
+            );
+            code = 1;
+            continue;
+        }
         match changer.set_share(member.slot, &g.raw_uuid, change) {
             Ok(done) => print_out(&format!("{}\n", set_line(&r.name, &g.uuid, &done))),
             Err(e) => {
@@ -132,6 +141,28 @@ fn set(r: &Request, pool_dir: Option<&Path>) -> i32 {
     }
     changer.leave();
     code
+}
+
+/// Why `change` is refused for a member held at a ceiling handed down to it on a GPU
+/// (`m`; the pool's cap there `pool_cap`): it would raise that ceiling, which the member
+/// keeps enforcing with its own cap whatever the pool file says, so the file would only
+/// show a figure that does not hold. Lowering it, or a guarantee, is a change like any.
+fn raises_handed_down(
+    m: &MemberGpuView,
+    pool_cap: Option<u64>,
+    change: ShareChange,
+) -> Option<String> {
+    let from = m.ceiling_from.as_deref()?;
+    let new = change.ceiling?.or(pool_cap);
+    let held = m.ceiling.or(pool_cap)?;
+    if new.is_some_and(|n| n <= held) {
+        return None;
+    }
+    Some(format!(
+        "its ceiling, {}, was handed down to it by {from}, which nothing raises (the process \
+         holds itself to it); lower it, or change the ceiling where it was set",
+        format_bytes(held)
+    ))
 }
 
 /// The live member `r.pid` names (its pid as it sees itself; in this process's PID
@@ -197,4 +228,63 @@ pub fn set_line(name: &str, uuid: &str, s: &ShareSet) -> String {
         );
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn gpu(ceiling: Option<u64>, from: Option<&str>) -> MemberGpuView {
+        MemberGpuView {
+            uuid: "GPU-1".into(),
+            used: 100 * MIB,
+            peak: 100 * MIB,
+            raw_uuid: [1; 16],
+            guarantee: 0,
+            ceiling,
+            borrowed: 100 * MIB,
+            ceiling_from: from.map(String::from),
+        }
+    }
+
+    fn ceiling(c: Option<u64>) -> ShareChange {
+        ShareChange {
+            guarantee: None,
+            ceiling: Some(c),
+        }
+    }
+
+    #[test]
+    fn a_ceiling_handed_down_may_be_lowered_never_raised() {
+        let cap = Some(1024 * MIB);
+        let held = gpu(Some(256 * MIB), Some("/etc/gpucap/gpucap.env"));
+        for raise in [Some(512 * MIB), None] {
+            let why = raises_handed_down(&held, cap, ceiling(raise)).unwrap();
+            assert!(
+                why.starts_with(
+                    "its ceiling, 256 MiB, was handed down to it by /etc/gpucap/gpucap.env"
+                ),
+                "{why}"
+            );
+        }
+        for fine in [
+            ceiling(Some(128 * MIB)),
+            ceiling(Some(256 * MIB)),
+            ShareChange {
+                guarantee: Some(64 * MIB),
+                ceiling: None,
+            },
+        ] {
+            assert_eq!(raises_handed_down(&held, cap, fine), None);
+        }
+        // Held at the pool's cap (no ceiling word): none raises it past the cap.
+        let at_cap = gpu(None, Some("gpucap.env beside the library"));
+        assert_eq!(raises_handed_down(&at_cap, cap, ceiling(None)), None);
+        assert!(raises_handed_down(&at_cap, cap, ceiling(Some(2048 * MIB))).is_some());
+        // A ceiling of the member's own (GPUCAP_CEILING) is raised as always.
+        let own = gpu(Some(256 * MIB), None);
+        assert_eq!(raises_handed_down(&own, cap, ceiling(None)), None);
+    }
 }

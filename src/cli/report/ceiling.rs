@@ -1,7 +1,7 @@
 //! The lines of a configuration under a `gpucap.env` file's ceiling: the ceiling and
 //! what the environment asked, and each GPU's cap with where it came from.
 
-use gpucap_core::config::{self, Config, Limit};
+use gpucap_core::config::{self, Config, Limit, LimitFrom};
 use gpucap_core::size::format_bytes;
 
 use super::limits::describe_limit;
@@ -19,9 +19,15 @@ pub fn ceiling_lines(config: &Config) -> Vec<String> {
         b.from
     )];
     if let Some(asked) = &b.asked {
+        // A driver's grant in the environment is a ceiling handed down too.
+        let whose = match config.limit.as_ref().map(|l| l.from) {
+            Some(LimitFrom::Hami | LimitFrom::Handover(_)) if !b.asked_none => {
+                "a driver's hand-over, a ceiling too"
+            }
+            _ => "the environment's",
+        };
         out.push(format!(
-            "asked: {asked} (the environment's; on each GPU the smaller of it and the ceiling \
-             holds)"
+            "asked: {asked} ({whose}; on each GPU the smaller of it and the ceiling holds)"
         ));
     }
     out
@@ -37,15 +43,23 @@ pub fn device_under_ceiling(config: &Config, d: &Device) -> Option<(Option<Limit
         |s| s.for_device(d.ordinal, d.uuid.as_ref()),
         || Some(d.total),
     );
+    let (asked, ceiling) = (capped.asked, capped.ceiling);
+    // Both figures of this GPU in bytes (a fraction resolved against its total), so
+    // that the line shows which one holds and by how much.
+    let bytes =
+        |l: Option<Limit>| l.map_or("no cap".to_string(), |l| format_bytes(l.resolve(d.total)));
     let note = match (&b.asked, capped.held, capped.cap) {
-        (Some(asked), true, Some(cap)) => format!(
-            " (the ceiling from {}, {}: {asked} asks more)",
+        (Some(text), true, Some(cap)) => format!(
+            " (the ceiling from {}, {}: {text} asks more, {})",
             b.from,
-            format_bytes(cap)
+            format_bytes(cap),
+            bytes(asked)
         ),
-        (Some(asked), false, Some(_)) => {
-            format!(" (from {asked}, under the ceiling of {})", b.from)
-        }
+        (Some(text), false, Some(_)) => format!(
+            " (from {text}, under the ceiling of {}, {})",
+            b.from,
+            bytes(ceiling)
+        ),
         (None, _, Some(_)) => format!(" (from {})", b.from),
         (_, _, None) => String::new(),
     };
@@ -110,5 +124,43 @@ mod tests {
             "{lines:?}"
         );
         assert!(ceiling_lines(&Config::default()).is_empty());
+    }
+
+    #[test]
+    fn both_figures_of_a_gpu_in_bytes_and_a_drivers_grant_is_a_ceiling_too() {
+        let gpu = dev(4 << 30);
+        let note = |c: &Config| device_under_ceiling(c, &gpu).unwrap().1;
+        assert_eq!(
+            note(&under(Some("4Gi"), false)),
+            " (the ceiling from /x/gpucap.env, 256 MiB: GPUCAP_LIMIT=\"4Gi\" asks more, 4 GiB)"
+        );
+        assert_eq!(
+            note(&under(Some("50%"), false)),
+            " (the ceiling from /x/gpucap.env, 256 MiB: GPUCAP_LIMIT=\"50%\" asks more, 2 GiB)"
+        );
+        assert_eq!(
+            note(&under(None, true)),
+            " (the ceiling from /x/gpucap.env, 256 MiB: GPUCAP_LIMIT=\"none\" asks more, no cap)"
+        );
+        assert_eq!(
+            note(&under(Some("100Mi"), false)),
+            " (from GPUCAP_LIMIT=\"100Mi\", under the ceiling of /x/gpucap.env, 256 MiB)"
+        );
+        // A fractional ceiling, resolved on this GPU.
+        let mut c = under(Some("1Gi"), false);
+        c.bound.as_mut().unwrap().spec = parse_limit_spec("50%").unwrap();
+        assert_eq!(
+            note(&c),
+            " (from GPUCAP_LIMIT=\"1Gi\", under the ceiling of /x/gpucap.env, 2 GiB)"
+        );
+        // What a driver's grant asked is a ceiling handed down too.
+        let mut c = under(Some("100Mi"), false);
+        c.limit.as_mut().unwrap().from = LimitFrom::Hami;
+        let lines = ceiling_lines(&c);
+        assert!(
+            lines[1].contains("(a driver's hand-over, a ceiling too; "),
+            "{lines:?}"
+        );
+        assert!(ceiling_lines(&under(Some("100Mi"), false))[1].contains("(the environment's; "));
     }
 }

@@ -1,6 +1,7 @@
 //! `gpucap status` without a pool: every capped process as one table fitted to the
 //! width (see `layout`), then a line per pool and GPU with the pool's own figures.
 
+use crate::handed_down;
 use crate::layout::{self, Col, Layout};
 use crate::procs::{Row, Snapshot};
 
@@ -55,7 +56,7 @@ pub fn cell(r: &Row, c: Col, w: usize) -> String {
 }
 
 /// Marks a cap that is a ceiling handed down (see [`ceiling_notes`]).
-pub const HANDED_DOWN: char = '^';
+pub const HANDED_DOWN: char = handed_down::MARK;
 
 /// A cap handed down, marked, in the column's width: `256Mi^`, `1.5Gi^`.
 fn marked_size(b: u64) -> String {
@@ -73,30 +74,13 @@ fn marked_size(b: u64) -> String {
 /// One line per place ceilings were handed down from, under the table: which processes'
 /// caps (marked [`HANDED_DOWN`]) are a ceiling their environment cannot raise.
 pub fn ceiling_notes<'a>(rows: impl IntoIterator<Item = &'a Row>, width: usize) -> Vec<String> {
-    let mut from: Vec<(&str, Vec<u32>)> = Vec::new();
-    for r in rows {
-        let Some(f) = r.ceiling_from.as_deref() else {
-            continue;
-        };
-        match from.iter_mut().find(|(x, _)| *x == f) {
-            Some((_, pids)) if !pids.contains(&r.pid) => pids.push(r.pid),
-            Some(_) => {}
-            None => from.push((f, vec![r.pid])),
-        }
-    }
-    from.into_iter()
-        .map(|(f, mut pids)| {
-            pids.sort_unstable();
-            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-            layout::cut(
-                &format!(
-                    "{HANDED_DOWN} the cap is a ceiling from {f} (pid {})",
-                    pids.join(", ")
-                ),
-                width,
-            )
-        })
-        .collect()
+    handed_down::notes(
+        rows.into_iter()
+            .filter_map(|r| Some((r.ceiling_from.as_deref()?, r.pid))),
+    )
+    .iter()
+    .map(|l| layout::cut(l, width))
+    .collect()
 }
 
 /// The table's rows under `layout`.

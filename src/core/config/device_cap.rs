@@ -10,6 +10,11 @@ use crate::size::format_bytes;
 pub struct DeviceCap {
     /// The cap in bytes (None: uncapped, counted only).
     pub cap: Option<u64>,
+    /// The limit the environment asked for this GPU (None: none, or `GPUCAP_LIMIT=none`
+    /// under a ceiling).
+    pub asked: Option<Limit>,
+    /// The file's ceiling for this GPU (None: no file's ceiling, or none for this GPU).
+    pub ceiling: Option<Limit>,
     /// The environment asked more than a file's ceiling: the cap is held at the ceiling.
     pub held: bool,
     /// Where the cap was handed down from, when the cap is that ceiling (a file's, held
@@ -85,6 +90,8 @@ pub fn device_cap(
         let cap = in_bytes(asked, &mut total, &mut notes);
         return DeviceCap {
             cap,
+            asked,
+            ceiling: None,
             held: false,
             handed_down: cap.and(HandedDown::of(config)),
             notes,
@@ -113,6 +120,8 @@ pub fn device_cap(
     let cap = in_bytes(capped.cap.map(Limit::Bytes), &mut total, &mut notes);
     DeviceCap {
         cap,
+        asked,
+        ceiling,
         held: capped.held,
         handed_down: if at_ceiling {
             HandedDown::of(config)

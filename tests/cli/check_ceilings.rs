@@ -1,0 +1,128 @@
+//! `gpucap check` and `gpucap run` under a ceiling handed down (a `gpucap.env` beside the
+//! library): on each GPU both figures in bytes (the ceiling's and what was asked, a
+//! fraction resolved against the GPU's total), where each came from, which one holds,
+//! a driver's grant called a ceiling too, and a flag named as typed (`--limit`).
+//! On the fake GPU of 4 GiB; the library is a copy in the scratch (GPUCAP_LIB).
+
+use super::common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A copy of the library in `dir/home` with `gpucap.env` holding `file`: the library and
+/// the file's path as printed.
+fn library_with(dir: &Path, file: &str) -> (PathBuf, String) {
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let lib = home.join("libgpucap.so");
+    std::fs::copy(shim(), &lib).unwrap();
+    std::fs::write(home.join("gpucap.env"), file).unwrap();
+    (lib, home.join("gpucap.env").display().to_string())
+}
+
+/// `gpucap ARGS` with the library `lib` and `vars`.
+fn gpucap(dir: &Path, lib: &Path, vars: &[(&str, &str)], args: &[&str]) -> Command {
+    let mut c = fake_cmd(cli(), &dir.join("s.json"));
+    c.env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_LIB", lib)
+        .envs(vars.iter().copied())
+        .args(args);
+    c
+}
+
+/// The line of `gpucap check`'s output that starts with `prefix`.
+fn line<'a>(o: &'a Output, out: &'a str, prefix: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", dump(o)))
+}
+
+#[test]
+fn check_under_a_ceiling_shows_both_figures_per_gpu_where_each_came_from_and_which_holds() {
+    // The file's 256 MiB against --limit 50% (2 GiB of this GPU): the ceiling holds.
+    let dir = scratch("check-ceiling-bytes");
+    let (lib, file) = library_with(&dir, "GPUCAP_LIMIT=256Mi\n");
+    let o = run(&mut gpucap(&dir, &lib, &[], &["check", "--limit", "50%"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&o, &out, "asked: "),
+        "asked: --limit=\"50%\" (the environment's; on each GPU the smaller of it and the \
+         ceiling holds)"
+    );
+    assert_eq!(
+        line(&o, &out, "GPU 0: "),
+        format!(
+            "GPU 0: cap 268435456 bytes (256 MiB) of 4294967296 (4 GiB) [FakeCUDA Device 0] \
+             (the ceiling from {file}, 256 MiB: --limit=\"50%\" asks more, 2 GiB)"
+        )
+    );
+
+    // The file's 50% (2 GiB here) against GPUCAP_LIMIT=1Gi: the environment's holds.
+    let dir = scratch("check-ceiling-fraction");
+    let (lib, file) = library_with(&dir, "GPUCAP_LIMIT=50%\n");
+    let o = run(&mut gpucap(
+        &dir,
+        &lib,
+        &[("GPUCAP_LIMIT", "1Gi")],
+        &["check"],
+    ));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&o, &out, "GPU 0: "),
+        format!(
+            "GPU 0: cap 1073741824 bytes (1 GiB) of 4294967296 (4 GiB) [FakeCUDA Device 0] \
+             (from GPUCAP_LIMIT=\"1Gi\", under the ceiling of {file}, 2 GiB)"
+        )
+    );
+
+    // Two ceilings, the file's and HAMi's grant: the grant is called a ceiling too, and
+    // the smaller (the grant's 100 MiB) holds.
+    let dir = scratch("check-ceiling-grant");
+    let (lib, file) = library_with(&dir, "GPUCAP_LIMIT=256Mi\n");
+    let vars = [("CUDA_DEVICE_MEMORY_LIMIT", "100m")];
+    let o = run(&mut gpucap(&dir, &lib, &vars, &["check"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        line(&o, &out, "asked: ").starts_with(
+            "asked: CUDA_DEVICE_MEMORY_LIMIT=\"100m\" (HAMi device plugin) (a driver's \
+             hand-over, a ceiling too; "
+        ),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        line(&o, &out, "GPU 0: ").ends_with(&format!(
+            "(from CUDA_DEVICE_MEMORY_LIMIT=\"100m\" (HAMi device plugin), under the ceiling \
+             of {file}, 256 MiB)"
+        )),
+        "{}",
+        dump(&o)
+    );
+
+    // run at info: what was asked is the flag typed.
+    let script = compile_c("script", "", &["-lcuda"]);
+    let dir = scratch("run-ceiling-flag");
+    let (lib, file) = library_with(&dir, "GPUCAP_LIMIT=256Mi\n");
+    let o = run(&mut gpucap(
+        &dir,
+        &lib,
+        &[("GPUCAP_LOG", "info")],
+        &["run", "--limit", "4Gi", "--", script.to_str().unwrap()],
+    ));
+    assert_ok(&o);
+    let err = stderr(&o);
+    for want in [
+        format!("gpucap: ceiling: every GPU: 256 MiB (268435456 bytes) (from {file}"),
+        "gpucap: asked: --limit=\"4Gi\" (the environment's;".to_string(),
+    ] {
+        assert!(
+            err.lines().any(|l| l.starts_with(&want)),
+            "missing {want:?}\n{}",
+            dump(&o)
+        );
+    }
+}
