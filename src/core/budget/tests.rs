@@ -500,7 +500,7 @@ fn files_of_another_kind_are_clear_errors() {
     assert!(Pool::open(w).is_ok());
     // A member that joined while the slots were read: the count was read (2) before it
     // took slot 2, raised the count and was marked live. Not a corrupted count: read
-    // again, it says 3. (Read once, a process starting beside 31 others refused to join.)
+    // again, it says 3. (Read once, a process joining beside others would refuse to join.)
     assert!(check_slots(pool.w, 2).is_ok());
     pool.w.header(H_SLOTS_SEEN).store(2, SeqCst);
     let e = check_slots(pool.w, 2).unwrap_err();

@@ -17,8 +17,8 @@ pub fn mem_alloc(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -
 
 /// [`mem_alloc`] off the short path: growth mode's arena, or the full reservation.
 /// A function of its own, left to the compiler to inline: forced out of line, every
-/// call off the short path (growth mode, a pool) paid a second frame, ~25
-/// instructions; forced inline, the short path paid the full path's frame.
+/// call off the short path (growth mode, a pool) would pay a second frame; forced
+/// inline, the short path would pay the full path's frame.
 #[inline]
 fn mem_alloc_full(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -> CuResult {
     let api = "cuMemAlloc";
