@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::state::{KERNELS, LAUNCHED, LIMITS};
-use gpucap_core::contexts::{self, Vantage};
+use gpucap_core::contexts::{self, MeasuredBy};
 use gpucap_core::residents::{Gauge, Resident};
 
 // ---------------------------------------------------------------------------
@@ -209,7 +209,7 @@ fn make_context(
         (Some(m), Some(f)) => m.context_ended(f).others,
         _ => 0,
     };
-    log_vantage(api, d, &how);
+    log_how_measured(api, d, &how);
     if rc != CUDA_SUCCESS {
         return Err(rc);
     }
@@ -228,14 +228,14 @@ fn make_context(
 
 /// Says at debug level how the first context on a device was measured: by NVML, or
 /// with a temporary context and why NVML could not be used.
-fn log_vantage(api: &str, d: usize, how: &Vantage) {
+fn log_how_measured(api: &str, d: usize, how: &MeasuredBy) {
     match how {
-        Vantage::Context => {}
-        Vantage::Nvml => log!(
+        MeasuredBy::Context => {}
+        MeasuredBy::Nvml => log!(
             Debug,
             "{api}: the first context on GPU {d} is measured by NVML's free memory before and after (no other context made)"
         ),
-        Vantage::Temporary(why) => log!(
+        MeasuredBy::Temporary(why) => log!(
             Debug,
             "{api}: the first context on GPU {d} is measured with a temporary context, as NVML cannot be used: {why}"
         ),
