@@ -8,7 +8,7 @@ pub fn mem_alloc(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -
     match charged_short(
         linear::charge(size as u64),
         || real.call(dptr, size),
-        || written(dptr),
+        || written_pointer(dptr),
     ) {
         Ok(rc) => rc,
         Err(_) => mem_alloc_full(real, dptr, size),
@@ -47,7 +47,7 @@ fn mem_alloc_full(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) 
         size as u64,
         linear::charge(size as u64),
         || real.call(dptr, size),
-        || written(dptr),
+        || written_pointer(dptr),
     )
 }
 
@@ -82,7 +82,7 @@ pub fn mem_alloc_managed(
     let rc = real.call(dptr, size, flags);
     if let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) {
         // Managed memory takes device memory as it is touched, not now.
-        r.commit_unbacked(written(dptr));
+        r.commit_unbacked(written_pointer(dptr));
     }
     rc
 }
@@ -118,7 +118,7 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
         return rc;
     };
     // The driver succeeded and filled both out-pointers.
-    let ptr = written(dptr);
+    let ptr = written_pointer(dptr);
     let actual = pitch
         .get()
         .map_or(0, |p| p.get().saturating_mul(height.get()));
@@ -170,6 +170,6 @@ pub fn mem_alloc_v1(real: Real<(Out<u32>, u32)>, dptr: Out<u32>, size: u32) -> C
         "cuMemAlloc",
         size.into(),
         || real.call(dptr, size),
-        || written(dptr),
+        || written_pointer(dptr),
     )
 }

@@ -145,9 +145,9 @@ fn short_device() -> Option<usize> {
 enum Target<'a> {
     /// Reserved: call the driver, then commit.
     Charged(Reservation<'a>),
-    /// No device to charge (no current context): the driver will answer the call
-    /// itself, with its own error or success, and nothing is recorded.
-    Unknown,
+    /// No device to charge (no current context): let the driver answer the call
+    /// itself, with its own error or success; nothing is reserved or recorded.
+    Uncharged,
 }
 
 /// Reserves `bytes` for a call that works in the calling thread's current context, on
@@ -166,7 +166,7 @@ fn reserve_for(
 ) -> Result<Target<'static>, CuResult> {
     let shim = shim()?;
     let Some(device) = device else {
-        return Ok(Target::Unknown);
+        return Ok(Target::Uncharged);
     };
     let Some(d) = checked_device(shim, device) else {
         log!(
@@ -181,7 +181,7 @@ fn reserve_for(
     // so that a call without one (or with a context destroyed meanwhile) gets the
     // driver's own error, as it would without the shortcut.
     if would_refuse(shim, d, bytes) && context_device().is_none() {
-        return Ok(Target::Unknown);
+        return Ok(Target::Uncharged);
     }
     shim.reserve_for(api, d, requested, bytes)
         .map(Target::Charged)
@@ -346,10 +346,10 @@ fn uncharged_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
     call()
 }
 
-/// Reads the pointer the driver wrote (only after it succeeded); 0 where the
-/// program passed none.
+/// The device pointer the driver wrote to the program's out-pointer `dptr` (read only
+/// after the driver succeeded); 0 where the program passed no out-pointer.
 #[inline(always)]
-fn written<P: Word>(dptr: Out<P>) -> u64 {
+fn written_pointer<P: Word>(dptr: Out<P>) -> u64 {
     dptr.get().map_or(0, Word::get)
 }
 

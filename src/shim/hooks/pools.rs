@@ -67,7 +67,7 @@ pub(super) fn unlocated_pool(
             return rc;
         }
         // The driver allocated from it after all: given back, and refused.
-        queries::free_async(written(dptr), stream);
+        queries::free_async(written_pointer(dptr), stream);
     }
     log!(
         Warn,
@@ -118,7 +118,7 @@ pub(super) fn pool_charged(
     };
     let pool = match &target {
         Target::Charged(r) => pool.map(|p| (p, r.charge().device)),
-        Target::Unknown => None,
+        Target::Uncharged => None,
     };
     if let Some((p, d)) = pool {
         POOLS.begin(p, d, bound);
@@ -134,10 +134,10 @@ pub(super) fn pool_charged(
         // No pool to read (the driver gave none): charged as a plain allocation (shrinking
         // a reservation cannot be refused).
         let _ = SHIM.ledger.resize(&mut r, bytes);
-        r.commit(written(dptr));
+        r.commit(written_pointer(dptr));
         return rc;
     };
-    let ptr = written(dptr);
+    let ptr = written_pointer(dptr);
     if let Err((refusal, r)) =
         POOLS.allocated(&SHIM.ledger, &queries::Pools, pool, d, ptr, bytes, r)
     {
