@@ -190,9 +190,9 @@ impl Member<'_> {
     }
 
     /// Adds `bytes` the driver already took on `device` to the pool's and this member's
-    /// use without a check (see `Ledger::force`): the pool may stand past its cap until
+    /// use without a check (see `Ledger::charge_past_cap`): the pool may stand past its cap until
     /// memory is given back. A device not registered, or a member that left: nothing.
-    pub fn force(&self, device: usize, bytes: u64) {
+    pub fn charge_past_cap(&self, device: usize, bytes: u64) {
         let Some(g) = self.entry_of(device) else {
             return;
         };

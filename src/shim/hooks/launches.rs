@@ -186,7 +186,7 @@ fn is_kernel(f: Handle) -> bool {
 ///    traffic taken out;
 /// 3. the reservation becomes the measured figure; what the cap cannot take beyond it
 ///    is charged by force (the driver holds it: past the cap, first out of this member's
-///    own guarantee; see `Ledger::force`), said at error level. A use that cannot be
+///    own guarantee; see `Ledger::charge_past_cap`), said at error level. A use that cannot be
 ///    measured keeps what was reserved, and is said at error level under a cap.
 #[cold]
 #[inline(never)]
