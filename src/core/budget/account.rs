@@ -315,7 +315,7 @@ impl Member<'_> {
             out
         });
         for r in &repairs {
-            self.tell(r);
+            self.report_repair(r);
         }
         !repairs.is_empty()
     }
@@ -374,7 +374,7 @@ impl Member<'_> {
                 // Nobody can hold this: no slot, or this process's own (its threads
                 // are behind the gate).
                 if self.release_from(g, word) {
-                    self.tell(&Repair::Lock { gpu: g, word });
+                    self.report_repair(&Repair::Lock { gpu: g, word });
                 }
                 continue;
             }

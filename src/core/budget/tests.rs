@@ -672,7 +672,7 @@ fn count_lock_repairs(r: &Repair) {
 fn a_word_lock_no_live_member_can_hold_is_freed_after_joining_too() {
     let (pool, k) = setup();
     let a: &'static Member<'static> =
-        leak(member(pool, proc(k, 1), Some(1000)).noting(count_lock_repairs));
+        leak(member(pool, proc(k, 1), Some(1000)).on_repair(count_lock_repairs));
     a.reserve(0, 100).unwrap();
     // Written by another process while A is a member: A's own slot (A has no change in
     // flight), a slot past the last, and bits no lock word has. Found by the next
@@ -757,7 +757,7 @@ fn count_drift_repairs(r: &Repair) {
 fn a_used_word_another_process_zeroed_is_seen_and_recounted() {
     let (pool, k) = setup();
     let a = member(pool, proc(k, 1), Some(1000));
-    let b = member(pool, proc(k, 2), Some(1000)).noting(count_drift_repairs);
+    let b = member(pool, proc(k, 2), Some(1000)).on_repair(count_drift_repairs);
     a.reserve(0, 600).unwrap();
     b.reserve(0, 300).unwrap();
     assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, 0);
