@@ -1,8 +1,19 @@
 //! Contexts (see `gpucap_core::contexts`).
 
-use super::*;
-use crate::state::{KERNELS, LAUNCHED, LIMITS};
-use gpucap_core::contexts::{self, MeasuredBy};
+use std::ffi::{c_int, c_void};
+
+use super::current::moves_current;
+use super::{checked_device, reserve_on, shim, written_handle};
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Handle, Out,
+};
+use crate::log::log;
+use crate::state::{CONTEXTS, KERNELS, LAUNCHED, LIMITS, MODULES, POOLS, SHIM, Shim, array_map};
+use gpucap_core::config::MAX_DEVICES;
+use gpucap_core::contexts::{self, CtxDriver, Ending, MeasuredBy, Unmeasured};
+use gpucap_core::ledger::{Charge, Freeing, Reservation};
 use gpucap_core::residents::{Gauge, Resident};
 
 // ---------------------------------------------------------------------------

@@ -6,10 +6,18 @@
 //! `cuModuleGetFunction` a module's (lazy loading loads a module's kernels there): both
 //! measured the same way.
 
+use std::ffi::{c_int, c_void};
+
 use super::contexts::{context_lock, pool_marks};
-use super::*;
-use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED};
+use super::current::{current_context, current_device, known_device};
+use super::{reserve_on, shim};
+use crate::driver::forward::Real;
+use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out, Stream};
+use crate::driver::{calls, queries};
+use crate::log::log;
+use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED, SHIM};
 use gpucap_core::kernels::{self, launch_key};
+use gpucap_core::ledger::Charge;
 
 type Params = *mut *mut c_void;
 /// `cuLaunchKernel`'s arguments: the function, the grid and block sizes, the shared

@@ -1,6 +1,18 @@
 //! `cuMemAlloc*`, `cuMemFree*`: linear device memory, charged per pointer.
 
-use super::*;
+use super::current::{context_device, current_device};
+use super::{
+    Target, Word, arena, charge_freed, charged, charged_on, charged_short, checked_device,
+    pointer_freed, reserve, reserve_for, short_path, uncharged_freed, written_pointer,
+};
+use crate::driver::forward::Real;
+use crate::driver::hooked::real;
+use crate::driver::types::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Dptr, Out,
+};
+use crate::state::SHIM;
+use gpucap_core::growth::GROWTH;
+use gpucap_core::linear;
 
 pub fn mem_alloc(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -> CuResult {
     // Off the short path `charged_short` finds no device (one load of the short-path

@@ -9,24 +9,19 @@
 
 #![deny(unsafe_code)]
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-use crate::driver::forward::Real;
-use crate::driver::hooked::real;
-use crate::driver::types::*;
+use crate::driver::types::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
+    CuResult, Handle, Out,
+};
 use crate::driver::{calls, queries};
 use crate::log::log;
-use crate::state::{CONTEXTS, MODULES, NVML_KEYS, NVML_VIEW, POOLS, SHIM, Shim, VMM, array_map};
-use gpucap_core::arrays::Shape;
+use crate::state::{POOLS, SHIM, Shim};
 use gpucap_core::config::MAX_DEVICES;
-use gpucap_core::contexts::{CtxDriver, Ending, Unmeasured, Verdict};
-use gpucap_core::growth::{self, GROWTH};
-use gpucap_core::identity;
-use gpucap_core::ledger::{Charge, Freeing, Reservation};
-use gpucap_core::linear;
-use gpucap_core::pools::{PoolDriver, PoolLocation};
-use gpucap_core::vmm::Pending;
+use gpucap_core::ledger::{Charge, Reservation};
+use gpucap_core::{identity, linear};
 
 mod arena;
 mod arrays;
@@ -49,10 +44,7 @@ mod vmm;
 
 pub use self::arrays::*;
 pub use self::contexts::*;
-use self::current::{
-    context_device, current_context, current_device, known_device, moves_current,
-    note_visible_gpus, one_gpu,
-};
+use self::current::{context_device, current_device, known_device, one_gpu};
 pub use self::current::{
     ctx_pop_current, ctx_push_current, ctx_set_current, gl_ctx_create, vdpau_ctx_create,
 };

@@ -1,6 +1,22 @@
 //! Stream-ordered allocation and memory pools (see `gpucap_core::pools`).
 
-use super::*;
+use std::ffi::c_int;
+
+use super::current::current_device;
+use super::memory::growth_free;
+use super::{
+    Target, checked_device, pointer_freed, reserve_for, shim, would_refuse, written_pointer,
+};
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT,
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Dptr, Handle, In, LocationPrefix, Out,
+    Stream,
+};
+use crate::log::log;
+use crate::state::{POOLS, SHIM};
+use gpucap_core::pools::{PoolDriver, PoolLocation};
 
 pub fn mem_alloc_async(
     real: Real<(Out<Dptr>, usize, Stream)>,
