@@ -1,17 +1,21 @@
 //! What each hook does: find the device, ask the ledger, call the driver, record.
 //! Each function receives the driver's real function as its first argument (the
-//! table looks it up: a [`Real`], called as `real.call(..)`) followed by the C
-//! arguments, pointers typed (`Out`, `In`, `OutArray`, `CText` in `driver::types`):
+//! table looks it up: a [`Real`](crate::driver::forward::Real), called as
+//! `real.call(..)`) followed by the C arguments, pointers typed (`Out`, `In`, `OutArray`, `CText` in `driver::types`):
 //! the hooks read and write the program's memory only through those, and hold no
 //! `unsafe` code (but `init.rs`'s registration of a fork handler). One file per
 //! family; this one holds what they share (the shim, the current device,
-//! reserve/charge/free).
+//! reserve/charge/free). The list of hooked functions (`driver/hooked.rs`) names each
+//! hook by its family (`hooks::memory::mem_alloc`), so the families the table reaches
+//! are `pub(crate)`; `arena`, `nvml_pool` and `residents` serve the others only.
 
 #![deny(unsafe_code)]
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
+use self::current::{context_device, current_device, known_device, one_gpu};
+use self::init::join_in_child;
 use crate::driver::types::{
     CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
     CuResult, Handle, Out,
@@ -24,42 +28,23 @@ use gpucap_core::ledger::{Charge, Reservation};
 use gpucap_core::{identity, linear};
 
 mod arena;
-mod arrays;
-mod contexts;
-mod current;
-mod graphs;
-mod info;
-mod init;
-mod launches;
-mod limits;
-mod memory;
-mod modules;
-mod multicast;
-mod nvml;
+pub(crate) mod arrays;
+pub(crate) mod contexts;
+pub(crate) mod current;
+pub(crate) mod graphs;
+pub(crate) mod info;
+pub(crate) mod init;
+pub(crate) mod launches;
+pub(crate) mod limits;
+pub(crate) mod memory;
+pub(crate) mod modules;
+pub(crate) mod multicast;
+pub(crate) mod nvml;
 mod nvml_pool;
-mod pools;
+pub(crate) mod pools;
 mod residents;
-mod sync;
-mod vmm;
-
-pub use self::arrays::*;
-pub use self::contexts::*;
-use self::current::{context_device, current_device, known_device, one_gpu};
-pub use self::current::{
-    ctx_pop_current, ctx_push_current, ctx_set_current, gl_ctx_create, vdpau_ctx_create,
-};
-pub use self::graphs::*;
-pub use self::info::*;
-pub use self::init::*;
-pub use self::launches::*;
-pub use self::limits::*;
-pub use self::memory::*;
-pub use self::modules::*;
-pub use self::multicast::*;
-pub use self::nvml::*;
-pub use self::pools::*;
-pub use self::sync::*;
-pub use self::vmm::*;
+pub(crate) mod sync;
+pub(crate) mod vmm;
 
 /// The shim, or the error every call gets when the configuration is invalid (or
 /// names a device UUID that is not visible, or the pool could not be joined). A forked
