@@ -39,7 +39,7 @@ pub mod teardown;
 
 /// The model's maps: std's `HashMap` with SipHash's fixed keys instead of a random seed per
 /// process, so that the fake's instructions per call do not vary from run to run with the
-/// seed (scripts/bench/bench-instructions.sh measures the shim against it: a launch's lookups
-/// moved the raw figure by up to 72 instructions between two runs).
+/// seed (scripts/bench/bench-instructions.sh measures the shim against it: with a random
+/// seed, a launch's lookups would move the raw figure from one run to the next).
 pub type HashMap<K, V> =
     std::collections::HashMap<K, V, std::hash::BuildHasherDefault<std::hash::DefaultHasher>>;

@@ -6,7 +6,7 @@
 //! first launch of each function on each device, as a module load is measured, and
 //! charge what it took to the launching context (a launch cannot be refused once made:
 //! the charge may stand past the cap, and every request is refused until memory is given
-//! back, `Ledger::force`); the unload of its library or module, or the context's end,
+//! back, `Ledger::charge_past_cap`); the unload of its library or module, or the context's end,
 //! credits it. Later launches of the same function there pay one lookup in the map of
 //! functions seen.
 

@@ -27,7 +27,7 @@ pub const BLOCK: u64 = 512;
 #[inline(always)]
 pub fn charge(bytes: u64) -> u64 {
     // Powers of two: masks, not a division, on every allocation's path. A branch, not one
-    // mask chosen for both: +5 instructions per allocation measured, against +11.
+    // mask chosen for both: the branch is the shorter path per allocation.
     if bytes <= SMALL {
         (bytes + (BLOCK - 1)) & !(BLOCK - 1)
     } else {

@@ -3,9 +3,8 @@
 //!
 //! Rust's std asks the linker for `-lgcc_s`, so a Rust cdylib pulls
 //! libgcc_s.so.1 into every process it is preloaded into. Loading that second
-//! library costs about 120 us per process start (measured here: /bin/true goes
-//! from +29% to +12% with it gone), and the shim is preloaded into every process
-//! of a container. This puts a directory first on the library search path in
+//! library lengthens every process start, and the shim is preloaded into every
+//! process of a container. This puts a directory first on the library search path in
 //! which `libgcc_s.a` is gcc's static unwinder, `libgcc_eh.a` (what
 //! `gcc -static-libgcc` uses), so `-lgcc_s` resolves to it. catch_unwind keeps
 //! working. If the compiler does not know libgcc_eh.a, nothing changes.

@@ -156,7 +156,9 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         },
         |m| m.leave(),
     )?;
-    let member = member.waiting(config.wait, wait_note).noting(repair_note);
+    let member = member
+        .waiting(config.wait, wait_note)
+        .on_repair(repair_note);
     // Per GPU: the cap the pool holds it to, and what this process may hold of it where
     // that is less (its ceiling handed down).
     let mut registered = Vec::with_capacity(gpus.len());

@@ -18,7 +18,7 @@ use crate::driver::types::{
     InstantiateParams, LocationPrefix, NvmlProcessDetailList, Out, OutArray,
     PER_THREAD_DEFAULT_STREAM, Stream,
 };
-use crate::hooks as imp;
+use crate::hooks;
 use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
 
 /// One hooked driver symbol: its row of the list (names, the driver's function) and
@@ -57,7 +57,7 @@ impl Hook {
 /// [`Real`], with the arguments to the hook, inside a panic guard. The same rows fill
 /// [`HOOKS`].
 macro_rules! hook_table {
-    ($( $sym:ident = $base:literal @ $since:literal $($ptsz:ident)? : ($($arg:ident : $ty:ty),*) => $imp:path; )*) => {
+    ($( $sym:ident = $base:literal @ $since:literal $($ptsz:ident)? : ($($arg:ident : $ty:ty),*) => $hook:path; )*) => {
         pub static HOOKS: [Hook; ROWS] = [$(
             Hook {
                 slot: &SLOTS[Row::$sym as usize],
@@ -74,7 +74,7 @@ macro_rules! hook_table {
                 // signature is the one this row declares.
                 let real = (!p.is_null()).then(|| unsafe { Real::<($($ty,)*)>::from_raw(p) });
                 guard(|| match real {
-                    Some(real) => $imp(real, $($arg),*),
+                    Some(real) => $hook(real, $($arg),*),
                     None => CUDA_ERROR_NOT_FOUND,
                 })
             }

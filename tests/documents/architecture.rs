@@ -1,5 +1,7 @@
 //! The shape of the code (docs/src/how-it-works.md, "Map of the code"): data flows one way in every crate,
-//! checked by scripts/dev/modcycles.py, and no crate borrows another's files by `#[path]`.
+//! checked by scripts/dev/modcycles.py, no crate borrows another's files by `#[path]`, and
+//! the map names every folder of `src/` and every file at the top of a crate, and nothing
+//! that is not there.
 
 use super::common;
 
@@ -141,4 +143,142 @@ fn run_cmd_metadata() -> std::process::Output {
         .current_dir(root()));
     assert!(o.status.success(), "{}", dump(&o));
     o
+}
+
+/// The rows of the map of the code (docs/src/how-it-works.md, "Map of the code"): for each
+/// row, the paths its first cell names (braces expanded: `src/core/{a,b}.rs`) and every
+/// span in backticks of the whole row.
+fn map_rows(page: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let section = page
+        .split("\n## Map of the code\n")
+        .nth(1)
+        .expect("how-it-works.md has a \"Map of the code\" section");
+    let section = section.split("\n## ").next().unwrap();
+    let mut rows = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let (first, _) = line[1..].split_once('|').unwrap();
+        let heads = in_backticks(first)
+            .into_iter()
+            .flat_map(|s| expand(&s))
+            .collect();
+        let spans = in_backticks(line)
+            .into_iter()
+            .flat_map(|s| expand(&s))
+            .collect();
+        rows.push((heads, spans));
+    }
+    rows
+}
+
+fn in_backticks(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// `a/{x,y}.rs` as `a/x.rs`, `a/y.rs` (every brace group, left to right).
+fn expand(s: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (s.find('{'), s.find('}')) else {
+        return vec![s.to_string()];
+    };
+    s[open + 1..close]
+        .split(',')
+        .flat_map(|alt| expand(&format!("{}{alt}{}", &s[..open], &s[close + 1..])))
+        .collect()
+}
+
+/// Every path the map of the code names, in full: the spans that begin with `src/`, and
+/// the spans that read as a file or folder (`x.rs`, `x/`, `x/y.rs`) joined to a folder
+/// of the row's first cell (the `ledger/` row's `device.rs` names
+/// `src/core/ledger/device.rs`).
+fn map_names(page: &str) -> (Vec<String>, std::collections::BTreeSet<String>) {
+    let mut full = Vec::new();
+    let mut named = std::collections::BTreeSet::new();
+    for (heads, spans) in map_rows(page) {
+        let folders: Vec<&String> = heads.iter().filter(|h| h.ends_with('/')).collect();
+        for s in spans {
+            if s.starts_with("src/") {
+                full.push(s.clone());
+                named.insert(s);
+            } else if !s.contains(' ') && (s.ends_with(".rs") || s.ends_with('/')) {
+                named.extend(folders.iter().map(|f| format!("{f}{s}")));
+            }
+        }
+    }
+    (full, named)
+}
+
+/// The folders of `src/` and the files at the top of each crate's folder that the map must
+/// name: every folder but test data (`proptest-regressions/`) and test modules
+/// (`tests/`), and every `.rs` file beside a `Cargo.toml` but the crate root `lib.rs`.
+fn to_be_mapped() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root().join("src")];
+    while let Some(d) = stack.pop() {
+        let rel = d.strip_prefix(root()).unwrap().display().to_string();
+        if rel != "src" {
+            out.push(format!("{rel}/"));
+        }
+        let crate_root = d.join("Cargo.toml").exists();
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_str().unwrap().to_string();
+            if p.is_dir() && !["tests", "proptest-regressions", "target"].contains(&name.as_str()) {
+                stack.push(p);
+            } else if crate_root && name.ends_with(".rs") && name != "lib.rs" {
+                out.push(format!("{rel}/{name}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The map of the code names only paths that exist, and names every folder of `src/` and
+/// every file at the top of each crate: a folder or file added or removed without the map
+/// fails here.
+#[test]
+fn the_map_of_the_code_matches_the_tree() {
+    let page = std::fs::read_to_string(root().join("docs/src/how-it-works.md")).unwrap();
+    let (full, named) = map_names(&page);
+    assert!(full.len() > 20, "the map's paths were not found: {full:?}");
+    let missing: Vec<&String> = full
+        .iter()
+        .filter(|p| {
+            let path = root().join(p);
+            if p.ends_with('/') {
+                !path.is_dir()
+            } else {
+                !path.is_file()
+            }
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the map names paths that do not exist: {missing:?}"
+    );
+    let unmapped: Vec<String> = to_be_mapped()
+        .into_iter()
+        .filter(|p| !named.contains(p))
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "not on the map of the code (docs/src/how-it-works.md): {unmapped:?}"
+    );
+}
+
+#[test]
+fn the_map_reader_expands_braces_and_joins_a_row_s_names_to_its_folder() {
+    let page = "# x\n\n## Map of the code\n\n| path | what |\n| --- | --- |\n\
+                | `src/a/`, `src/{b,c}.rs` | `d.rs` the d, `e/`, `not a path`, `f::g` |\n\n## Next\n\
+                | `src/after.rs` | not the map |\n";
+    let (full, named) = map_names(page);
+    assert_eq!(full, ["src/a/", "src/b.rs", "src/c.rs"]);
+    let named: Vec<&str> = named.iter().map(String::as_str).collect();
+    assert_eq!(
+        named,
+        ["src/a/", "src/a/d.rs", "src/a/e/", "src/b.rs", "src/c.rs"]
+    );
 }

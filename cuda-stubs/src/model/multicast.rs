@@ -4,7 +4,7 @@
 //! `CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` is 0, as on a GPU without NVLink multicast).
 //!
 //! As NVIDIA's driver API documents it: the object is a handle (released with
-//! `cuMemRelease`, mapped with `cuMemMap` once every device of its team was added) whose
+//! `cuMemRelease`, mapped with `cuMemMap` once every device it was made for was added) whose
 //! `size` is "the maximum amount of memory that can be bound to this multicast object per
 //! device"; the programming guide's example says of a new object "this has no devices and
 //! no physical memory associated yet". So the object, and adding a device to it, take no
@@ -20,7 +20,7 @@
 //! memory), and a bind before every device was added fails with
 //! `CUDA_ERROR_INVALID_VALUE` where the driver would wait for the other processes.
 
-use super::vmm::{Bind, Team, vmm};
+use super::vmm::{MulticastBinding, MulticastDevices, vmm};
 use crate::abi::*;
 
 /// Whether every value is a whole number of granules.
@@ -38,24 +38,30 @@ pub fn create(devices: u32, size: usize) -> Result<u64, CUresult> {
     super::vmm::create_multicast(size, devices)
 }
 
-/// Adds device `dev` to object `mc`'s team (no memory taken).
+/// Adds device `dev` to the devices of object `mc` (no memory taken).
 pub fn add_device(mc: u64, dev: usize) -> CuResult {
     let mut v = vmm();
-    let team = v.teams.get_mut(&mc).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if team.added.contains(&dev) || team.added.len() >= team.devices as usize {
+    let devices = v
+        .multicast_devices
+        .get_mut(&mc)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if devices.added.contains(&dev) || devices.added.len() >= devices.made_for as usize {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    team.added.push(dev);
+    devices.added.push(dev);
     Ok(())
 }
 
-/// The object's team once complete, and its size.
-fn complete(teams: &super::HashMap<u64, Team>, mc: u64) -> Result<&Team, CUresult> {
-    let team = teams.get(&mc).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if team.added.len() < team.devices as usize {
+/// The devices of object `mc`, once every device it was made for was added.
+fn complete(
+    all: &super::HashMap<u64, MulticastDevices>,
+    mc: u64,
+) -> Result<&MulticastDevices, CUresult> {
+    let devices = all.get(&mc).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if devices.added.len() < devices.made_for as usize {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    Ok(team)
+    Ok(devices)
 }
 
 /// Binds `size` bytes of handle `mem` from `mem_offset` at `mc_offset` of object `mc` for
@@ -69,7 +75,7 @@ pub fn bind(
     size: usize,
 ) -> CuResult {
     let mut v = vmm();
-    let team = complete(&v.teams, mc)?;
+    let devices = complete(&v.multicast_devices, mc)?;
     let mc_size = v.phys.get(&mc).ok_or(CUDA_ERROR_INVALID_VALUE)?.size;
     let p = v
         .phys
@@ -77,7 +83,7 @@ pub fn bind(
         .filter(|p| p.bindable())
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let dev = dev.unwrap_or(p.dev);
-    if !team.added.contains(&dev) || !team.added.contains(&p.dev) {
+    if !devices.added.contains(&dev) || !devices.added.contains(&p.dev) {
         return Err(CUDA_ERROR_INVALID_DEVICE);
     }
     let fits = mem_offset.checked_add(size).is_some_and(|e| e <= p.size)
@@ -87,14 +93,14 @@ pub fn bind(
     }
     let end = mc_offset + size;
     let overlaps = v
-        .binds
+        .bindings
         .range((mc, dev, 0)..(mc, dev, end))
         .any(|(&(_, _, off), b)| off + b.size > mc_offset);
     if overlaps {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    v.binds
-        .insert((mc, dev, mc_offset), Bind { handle: mem, size });
+    v.bindings
+        .insert((mc, dev, mc_offset), MulticastBinding { handle: mem, size });
     v.phys.get_mut(&mem).unwrap().handle_refs += 1;
     Ok(())
 }
@@ -118,12 +124,14 @@ pub fn bind_addr(
 /// memory of a handle nothing else holds is freed.
 pub fn unbind(mc: u64, dev: usize, mc_offset: usize, size: usize) -> CuResult {
     let mut v = vmm();
-    v.teams.get(&mc).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    v.multicast_devices
+        .get(&mc)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let end = mc_offset
         .checked_add(size)
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let keys: Vec<_> = v
-        .binds
+        .bindings
         .range((mc, dev, mc_offset)..(mc, dev, end))
         .filter(|((_, _, off), b)| off + b.size <= end)
         .map(|(&k, _)| k)
@@ -132,7 +140,7 @@ pub fn unbind(mc: u64, dev: usize, mc_offset: usize, size: usize) -> CuResult {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     for k in keys {
-        let b = v.binds.remove(&k).unwrap();
+        let b = v.bindings.remove(&k).unwrap();
         v.unhold(b.handle);
     }
     Ok(())

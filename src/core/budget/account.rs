@@ -190,9 +190,9 @@ impl Member<'_> {
     }
 
     /// Adds `bytes` the driver already took on `device` to the pool's and this member's
-    /// use without a check (see `Ledger::force`): the pool may stand past its cap until
+    /// use without a check (see `Ledger::charge_past_cap`): the pool may stand past its cap until
     /// memory is given back. A device not registered, or a member that left: nothing.
-    pub fn force(&self, device: usize, bytes: u64) {
+    pub fn charge_past_cap(&self, device: usize, bytes: u64) {
         let Some(g) = self.entry_of(device) else {
             return;
         };
@@ -315,7 +315,7 @@ impl Member<'_> {
             out
         });
         for r in &repairs {
-            self.tell(r);
+            self.report_repair(r);
         }
         !repairs.is_empty()
     }
@@ -374,7 +374,7 @@ impl Member<'_> {
                 // Nobody can hold this: no slot, or this process's own (its threads
                 // are behind the gate).
                 if self.release_from(g, word) {
-                    self.tell(&Repair::Lock { gpu: g, word });
+                    self.report_repair(&Repair::Lock { gpu: g, word });
                 }
                 continue;
             }

@@ -198,7 +198,7 @@ impl<'a> Member<'a> {
             for g in 0..MAX_POOL_GPUS {
                 let word = w.gpu(g, G_LOCK).load(Acquire);
                 if word & LOCK_HOLDER == holder && m.release_from(g, word) {
-                    m.tell(&super::Repair::Lock { gpu: g, word });
+                    m.report_repair(&super::Repair::Lock { gpu: g, word });
                 }
                 w.member_gpu(s, g, M_PENDING).store(0, SeqCst);
                 w.member_gpu(s, g, M_USED).store(0, SeqCst);

@@ -352,8 +352,8 @@ fn corrupt<T>(what: String) -> Result<T, LayoutError> {
 /// read before them. A member that joins while they are read raises the count before it
 /// is marked live (`Member::join`): a slot seen live past `seen` has the count read again
 /// (seeing the slot live with Acquire, that read sees the count its member raised), and
-/// only a live slot past that one is a corrupted count. (Read once, a process starting
-/// beside others took their pool file for a corrupted one and refused to join it.)
+/// only a live slot past that one is a corrupted count. (Read once, a process joining
+/// beside others would take their pool file for a corrupted one and refuse to join it.)
 pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError> {
     for s in 0..w.slots() {
         let state = w.slot(s, S_STATE).load(Acquire);

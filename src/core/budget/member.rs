@@ -203,10 +203,10 @@ pub struct Member<'a> {
     /// Per GPU entry, the cap generation (`G_CAP_GEN`) whose cap `caps` and `limit`
     /// hold (see `resize`).
     pub(super) cap_gen: [AtomicU64; MAX_POOL_GPUS],
-    /// Hears of every impossible word found and repaired (see [`Member::noting`]; None
+    /// Hears of every impossible word found and repaired (see [`Member::on_repair`]; None
     /// until then: kept in `early`, told when it is set).
     pub(super) note: Option<fn(&super::Repair)>,
-    /// Repairs made while joining, before [`Member::noting`] said whom to tell.
+    /// Repairs made while joining, before [`Member::on_repair`] said whom to tell.
     pub(super) early: std::sync::Mutex<Vec<super::Repair>>,
     /// Per GPU entry, the guarantee and ceiling this member claimed (as its share words
     /// hold them; 0: none), kept in its own memory: what it decides by, and what it
@@ -228,8 +228,9 @@ impl<'a> Member<'a> {
     }
 
     /// Every impossible word this member finds and repairs (a word lock no member can
-    /// hold, a `used` or cap word another process changed) is told to `note`.
-    pub fn noting(mut self, note: fn(&super::Repair)) -> Self {
+    /// hold, a `used` or cap word another process changed) is reported to `note`; repairs
+    /// made before (while joining) are reported now.
+    pub fn on_repair(mut self, note: fn(&super::Repair)) -> Self {
         self.note = Some(note);
         let early = std::mem::take(&mut *self.early.lock().unwrap_or_else(|p| p.into_inner()));
         for r in &early {
@@ -238,8 +239,9 @@ impl<'a> Member<'a> {
         self
     }
 
-    /// Tells `r` to the member's note, or keeps it until [`noting`](Self::noting).
-    pub(super) fn tell(&self, r: &super::Repair) {
+    /// Reports repair `r` to the member's note, or keeps it until
+    /// [`on_repair`](Self::on_repair) names one.
+    pub(super) fn report_repair(&self, r: &super::Repair) {
         match self.note {
             Some(note) => note(r),
             None => self

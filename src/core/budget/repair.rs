@@ -179,7 +179,7 @@ impl Member<'_> {
         }
         let repairs = self.locked(g, || self.fix_shares(g));
         for r in &repairs {
-            self.tell(r);
+            self.report_repair(r);
         }
         !repairs.is_empty()
     }
@@ -324,7 +324,7 @@ impl Member<'_> {
             let guarantee = self.w.share(s, g, SH_GUARANTEE).swap(0, SeqCst);
             let ceiling = self.w.share(s, g, SH_CEILING).swap(0, SeqCst);
             if bits & bit != 0 || guarantee != 0 || ceiling != 0 {
-                self.tell(&Repair::Share(ShareRepair {
+                self.report_repair(&Repair::Share(ShareRepair {
                     gpu: g,
                     slot: s,
                     guarantee,

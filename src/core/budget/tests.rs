@@ -500,7 +500,7 @@ fn files_of_another_kind_are_clear_errors() {
     assert!(Pool::open(w).is_ok());
     // A member that joined while the slots were read: the count was read (2) before it
     // took slot 2, raised the count and was marked live. Not a corrupted count: read
-    // again, it says 3. (Read once, a process starting beside 31 others refused to join.)
+    // again, it says 3. (Read once, a process joining beside others would refuse to join.)
     assert!(check_slots(pool.w, 2).is_ok());
     pool.w.header(H_SLOTS_SEEN).store(2, SeqCst);
     let e = check_slots(pool.w, 2).unwrap_err();
@@ -672,7 +672,7 @@ fn count_lock_repairs(r: &Repair) {
 fn a_word_lock_no_live_member_can_hold_is_freed_after_joining_too() {
     let (pool, k) = setup();
     let a: &'static Member<'static> =
-        leak(member(pool, proc(k, 1), Some(1000)).noting(count_lock_repairs));
+        leak(member(pool, proc(k, 1), Some(1000)).on_repair(count_lock_repairs));
     a.reserve(0, 100).unwrap();
     // Written by another process while A is a member: A's own slot (A has no change in
     // flight), a slot past the last, and bits no lock word has. Found by the next
@@ -757,7 +757,7 @@ fn count_drift_repairs(r: &Repair) {
 fn a_used_word_another_process_zeroed_is_seen_and_recounted() {
     let (pool, k) = setup();
     let a = member(pool, proc(k, 1), Some(1000));
-    let b = member(pool, proc(k, 2), Some(1000)).noting(count_drift_repairs);
+    let b = member(pool, proc(k, 2), Some(1000)).on_repair(count_drift_repairs);
     a.reserve(0, 600).unwrap();
     b.reserve(0, 300).unwrap();
     assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, 0);

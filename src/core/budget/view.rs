@@ -166,7 +166,7 @@ impl Pool<'_> {
                 .map_or(USED_BYTES, |c| c.min(USED_BYTES));
             limits[*g] = limit;
             // A `used` word above the cap shows as the cap, unless the members do hold
-            // more (charges the driver made without asking: `Member::force`).
+            // more (charges the driver made without asking: `Member::charge_past_cap`).
             gpu.used = gpu.used.min(limit.max(gpu.members_hold));
             gpu.share_drift = share_drift(w, locks, *g, limit);
         }

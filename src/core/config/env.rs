@@ -65,7 +65,7 @@ pub struct Config {
     /// `GPUCAP_GROWTH` (reserved; validated, not yet used), default false.
     pub growth: bool,
     /// `GPUCAP_REPORT`: where the shim writes its JSON usage report at exit (`%p` is
-    /// replaced by the process id). See src/report.rs.
+    /// replaced by the process id). See `crate::report`.
     pub report: Option<PathBuf>,
     /// `GPUCAP_LD_SO_PRELOAD`: the container entrypoint also installs the shim in
     /// `/etc/ld.so.preload`. Only scripts/docker-entrypoint.sh acts on it.

@@ -101,9 +101,10 @@ pub enum Step {
     DeviceFreeBefore,
 }
 
-/// How a context was measured.
+/// How a context's size was measured: whose free memory was read before and after the
+/// call that made it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Vantage {
+pub enum MeasuredBy {
     /// With a context the process already has on the device (`cuMemGetInfo_v2`).
     Context,
     /// The first context on the device: NVML's free memory before and after, no other
@@ -303,7 +304,7 @@ impl DeviceLock<'_> {
         on: Option<Ctx>,
         marks: impl Fn() -> Option<PoolMarks>,
         mut call: impl FnMut() -> u32,
-    ) -> (u32, Result<i128, Unmeasured>, Vantage) {
+    ) -> (u32, Result<i128, Unmeasured>, MeasuredBy) {
         if marks().is_none() {
             return self.measure_device_wide(drv, on, call, None);
         }
@@ -349,10 +350,10 @@ impl DeviceLock<'_> {
         vantage: Option<Ctx>,
         call: impl FnMut() -> u32,
         mut edge: Option<&mut dyn FnMut(bool)>,
-    ) -> (u32, Result<i128, Unmeasured>, Vantage) {
+    ) -> (u32, Result<i128, Unmeasured>, MeasuredBy) {
         if let Some(v) = vantage.or_else(|| self.vantage()) {
             let (rc, taken) = with_vantage(drv, Ok(v), None, call, edge);
-            return (rc, taken, Vantage::Context);
+            return (rc, taken, MeasuredBy::Context);
         }
         match drv.free_without_context(self.device) {
             Ok(first) => {
@@ -367,7 +368,7 @@ impl DeviceLock<'_> {
                     None => Ok(first),
                 };
                 let (rc, taken) = without_context(drv, self.device, before, call, edge);
-                (rc, taken, Vantage::Nvml)
+                (rc, taken, MeasuredBy::Nvml)
             }
             Err(why) => {
                 let (vantage, temporary) = match drv.create_floating(self.device) {
@@ -375,7 +376,7 @@ impl DeviceLock<'_> {
                     Err(rc) => (Err(Unmeasured::new(Step::Temporary, rc)), None),
                 };
                 let (rc, taken) = with_vantage(drv, vantage, temporary, call, edge);
-                (rc, taken, Vantage::Temporary(why))
+                (rc, taken, MeasuredBy::Temporary(why))
             }
         }
     }

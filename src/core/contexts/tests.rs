@@ -145,7 +145,7 @@ fn a_call_in_a_given_context_is_measured_there_not_with_nvml_or_a_temporary() {
             SUCCESS
         },
     );
-    assert_eq!((rc, taken, how), (SUCCESS, Ok(2048), Vantage::Context));
+    assert_eq!((rc, taken, how), (SUCCESS, Ok(2048), MeasuredBy::Context));
     assert_eq!(*drv.log.borrow(), ["free@55", "free@55"]);
     assert!(drv.live.borrow().is_empty(), "no temporary context");
 }
@@ -161,7 +161,7 @@ fn first_context_is_measured_with_nvml_and_no_other_context() {
         calls += 1;
         drv.call()
     });
-    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), MeasuredBy::Nvml));
     assert_eq!(calls, 1);
     assert_eq!(*drv.log.borrow(), ["nvml@2", "nvml@2"]);
     assert_eq!(drv.live.borrow().len(), 1, "no context but the program's");
@@ -170,7 +170,7 @@ fn first_context_is_measured_with_nvml_and_no_other_context() {
     lock.set_primary(ctx, 300);
     drv.log.borrow_mut().clear();
     let (_, taken, how) = measure(&lock, &drv, || drv.call());
-    assert_eq!((taken, how), (Ok(300), Vantage::Context));
+    assert_eq!((taken, how), (Ok(300), MeasuredBy::Context));
     assert_eq!(
         *drv.log.borrow(),
         [format!("free@{ctx}"), format!("free@{ctx}")]
@@ -223,7 +223,7 @@ fn in_pool(
     a: &Member<'static>,
     drv: &Fake,
     call: impl FnMut() -> u32,
-) -> (u32, Result<u64, Unmeasured>, Vantage) {
+) -> (u32, Result<u64, Unmeasured>, MeasuredBy) {
     let book = ContextBook::new();
     let lock = book.lock(0).unwrap();
     let (rc, taken, how) = lock.measure(drv, None, || a.marks(0), call);
@@ -342,7 +342,7 @@ fn frees_while_nvml_loads_are_outside_the_window() {
     allocate(&m[1], drv, 800);
     *drv.on_first_nvml.borrow_mut() = Some(Box::new(|| free(&m[1], drv, 800)));
     let (rc, taken, how) = in_pool(&m[0], drv, || drv.call());
-    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), MeasuredBy::Nvml));
     assert_eq!(drv.nvml_reads.get(), 3, "read again once loaded");
 }
 
@@ -427,7 +427,7 @@ fn with_nvml_room_for_one_context_is_enough() {
     drv.nvml = true;
     let lock = book.lock(0).unwrap();
     let (rc, taken, how) = measure(&lock, &drv, || drv.call());
-    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), Vantage::Nvml));
+    assert_eq!((rc, taken, how), (SUCCESS, Ok(300), MeasuredBy::Nvml));
     // A call that fails reads NVML once and charges nothing.
     drv.log.borrow_mut().clear();
     let (rc, taken, _) = measure(&lock, &drv, || 999);
@@ -443,7 +443,7 @@ fn nvml_failing_after_the_call_is_never_a_charge_of_zero() {
     drv.fail_nvml_from.set(2);
     let lock = book.lock(0).unwrap();
     let (rc, taken, how) = measure(&lock, &drv, || drv.call());
-    assert_eq!((rc, how), (SUCCESS, Vantage::Nvml));
+    assert_eq!((rc, how), (SUCCESS, MeasuredBy::Nvml));
     let why = taken.unwrap_err();
     assert_eq!(
         why,
@@ -463,7 +463,7 @@ fn without_nvml_the_first_context_is_measured_with_a_temporary_one() {
     let mut lock = book.lock(0).unwrap();
     assert!(!lock.primary_active(&drv));
     let (rc, taken, how) = measure(&lock, &drv, || drv.call());
-    assert_eq!(how, Vantage::Temporary("no NVML here".into()));
+    assert_eq!(how, MeasuredBy::Temporary("no NVML here".into()));
     let ctx = made(&drv);
     assert_eq!((rc, taken), (SUCCESS, Ok(300)));
     assert_eq!(
@@ -515,7 +515,11 @@ fn nvml_failing_before_the_call_falls_back_to_a_temporary_context() {
     let (rc, taken, how) = measure(&lock, &drv, || drv.call());
     assert_eq!(
         (rc, taken, how),
-        (SUCCESS, Ok(300), Vantage::Temporary("NVML failed".into()))
+        (
+            SUCCESS,
+            Ok(300),
+            MeasuredBy::Temporary("NVML failed".into())
+        )
     );
     assert_eq!(
         *drv.log.borrow(),
@@ -717,7 +721,7 @@ fn measure(
     lock: &DeviceLock<'_>,
     drv: &impl CtxDriver,
     call: impl FnMut() -> u32,
-) -> (u32, Result<u64, Unmeasured>, Vantage) {
+) -> (u32, Result<u64, Unmeasured>, MeasuredBy) {
     let (rc, taken, how) = lock.measure(drv, None, || None, call);
     (rc, taken.map(taken_bytes), how)
 }

@@ -171,7 +171,7 @@ impl Ledger {
     /// `bytes` is what the driver's own figure moved by, so the caller bounds it by the
     /// device's memory; here the sum saturates (a figure near `u64::MAX` would otherwise
     /// wrap the device's use round to a small number and uncap it).
-    pub fn force(&self, device: usize, bytes: u64) {
+    pub fn charge_past_cap(&self, device: usize, bytes: u64) {
         let Ok(d) = self.device(device) else {
             return;
         };
@@ -182,7 +182,7 @@ impl Ledger {
         let new = old.saturating_add(bytes);
         note_peak(d, new);
         if let Some(pool) = self.pool() {
-            pool.force(device, bytes);
+            pool.charge_past_cap(device, bytes);
         }
     }
 

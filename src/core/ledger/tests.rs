@@ -113,7 +113,7 @@ mod pool_tests {
         // Memory the driver already took (a launch's kernels) is charged to both without
         // a check: the pool stands past its cap, every request is refused until it is
         // given back.
-        ledger.force(0, 900);
+        ledger.charge_past_cap(0, 900);
         assert_eq!(figures(), (1200, 900));
         assert!(other.reserve(0, 1).is_err(), "the pool is past its cap");
         assert!(ledger.reserve(0, 50).is_err());
@@ -227,7 +227,7 @@ mod alone {
     fn a_forced_charge_may_pass_the_cap_and_refuses_everything_until_credited() {
         let l = ledger_with_cap(1000);
         l.reserve(0, 600).unwrap().commit(1);
-        l.force(0, 500);
+        l.charge_past_cap(0, 500);
         let u = l.usage(0).unwrap();
         assert_eq!((u.used, u.peak), (1100, 1100));
         assert!(l.reserve(0, 1).is_err() && l.try_reserve(0, 1).is_none());
@@ -237,14 +237,14 @@ mod alone {
         });
         l.reserve(0, 400).unwrap().commit(2);
         assert_eq!(l.usage(0).unwrap().used, 1000);
-        l.force(9, 1); // no such device: nothing
+        l.charge_past_cap(9, 1); // no such device: nothing
     }
 
     #[test]
     fn a_forced_figure_near_the_top_of_u64_saturates_never_wraps_round() {
         let l = ledger_with_cap(1000);
         l.reserve(0, 600).unwrap().commit(1);
-        l.force(0, u64::MAX);
+        l.charge_past_cap(0, u64::MAX);
         let u = l.usage(0).unwrap();
         assert_eq!(
             (u.used, u.peak),

@@ -153,7 +153,7 @@ fn evenly_spaced_blocks_of_any_size_mostly_find_a_front_slot() {
     // driver's alignment; a caching allocator's block sizes) or by a power of two from
     // 8 B: at least three in four go to the front, as keys spread like random ones
     // would (88 %; the worst spacing here 82 %). Front slots picked by one multiply's
-    // top bits (12 instructions a pair fewer) would leave fewer than that in the front
+    // top bits (a cheaper hash) would leave fewer than that in the front
     // for 492 of these spacings, 10 of 256 for the worst: a slower path by size.
     let spacings = (1..=4096u64)
         .map(|k| k << 9)

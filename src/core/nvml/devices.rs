@@ -35,7 +35,7 @@ pub struct NvmlMig {
 
 /// `PREFIX-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase, as NVML prints UUIDs (an
 /// empty prefix: the bare `xxxxxxxx-…`, as the driver's export tables are named). Digit
-/// by digit, not through `format!` (a tenth of the instructions: the first context's
+/// by digit, not through `format!` (far fewer instructions: the first context's
 /// measurement formats one, and so does every NVML lookup by UUID on the fake GPU).
 pub fn uuid_text(prefix: &str, u: &[u8; 16]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

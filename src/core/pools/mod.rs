@@ -26,16 +26,16 @@
 //! Plain safe Rust over a [`PoolDriver`] (the attribute reads and the trim) and a
 //! [`PoolLocator`]; the hooks pass the real driver, the tests a fake.
 
-mod book;
 mod driver;
+mod records;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
 use crate::config::MAX_DEVICES;
 use crate::ledger::{Charge, Ledger, Refusal, Reservation};
-use book::{Book, Pool, pools_on, settle};
 pub use driver::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator, growth_bound};
+use records::{Pool, PoolRecords, pools_on, settle};
 
 /// A pool allocation taken out of the book while the driver frees it: settled
 /// ([`PoolBook::settle_freed`]) once it did, restored ([`PoolBook::restore_freed`]) if not.
@@ -49,7 +49,7 @@ pub struct TakenPtr {
 
 /// Every pool the process allocated from or created, with its charge.
 pub struct PoolBook {
-    book: Mutex<Option<Book>>,
+    records: Mutex<Option<PoolRecords>>,
     /// Pools per device, so that devices without pools cost nothing.
     count: [AtomicU32; MAX_DEVICES],
     /// Pools in all, so that a process without pools pays one load per sync.
@@ -65,22 +65,22 @@ impl Default for PoolBook {
 impl PoolBook {
     pub const fn new() -> Self {
         PoolBook {
-            book: Mutex::new(None),
+            records: Mutex::new(None),
             count: [const { AtomicU32::new(0) }; MAX_DEVICES],
             total: AtomicU32::new(0),
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Book) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut PoolRecords) -> T) -> T {
         // A poisoned lock only means a panic elsewhere while it was held; every
         // operation leaves the book consistent before it can panic.
-        let mut g = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        f(g.get_or_insert_with(Book::default))
+        let mut g = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        f(g.get_or_insert_with(PoolRecords::default))
     }
 
-    fn add(&self, book: &mut Book, pool: u64, device: usize) {
-        if device < MAX_DEVICES && !book.pools.contains_key(&pool) {
-            book.pools.insert(
+    fn add(&self, records: &mut PoolRecords, pool: u64, device: usize) {
+        if device < MAX_DEVICES && !records.pools.contains_key(&pool) {
+            records.pools.insert(
                 pool,
                 Pool {
                     device,
@@ -92,8 +92,8 @@ impl PoolBook {
         }
     }
 
-    fn remove(&self, book: &mut Book, ledger: &Ledger, pool: u64) {
-        if let Some(p) = book.pools.remove(&pool) {
+    fn remove(&self, records: &mut PoolRecords, ledger: &Ledger, pool: u64) {
+        if let Some(p) = records.pools.remove(&pool) {
             self.count[p.device].fetch_sub(1, Relaxed);
             self.total.fetch_sub(1, Relaxed);
             ledger.settle(Charge {
@@ -375,7 +375,7 @@ impl PoolBook {
 impl PoolBook {
     /// Re-reads a pool: [`settle`] without an allocation, dropping a pool the driver
     /// no longer knows (None).
-    fn settle_one(&self, b: &mut Book, ledger: &Ledger, pool: u64, reserved: Option<u64>) {
+    fn settle_one(&self, b: &mut PoolRecords, ledger: &Ledger, pool: u64, reserved: Option<u64>) {
         let Some(reserved) = reserved else {
             self.remove(b, ledger, pool);
             return;

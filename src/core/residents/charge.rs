@@ -12,7 +12,7 @@
 //!   reservation back. Where it cannot (a launch that loaded kernels, graph memory the
 //!   driver reserved), the figure is charged whatever the cap says: the reserved part
 //!   from the reservation, the rest from the room left if there is any, else by force
-//!   (`Ledger::force`: past the cap, the pool's share taken first out of this member's
+//!   (`Ledger::charge_past_cap`: past the cap, the pool's share taken first out of this member's
 //!   own guarantee, never out of another member's).
 //!
 //! Invariants (property-tested below): a charge is never below the measured figure
@@ -123,7 +123,7 @@ pub fn charge_done<'a>(
             0
         }
         None => {
-            ledger.force(device, beyond);
+            ledger.charge_past_cap(device, beyond);
             beyond
         }
     };
@@ -243,7 +243,7 @@ mod tests {
             const CAP: u64 = 100;
             for c in calls {
                 let l = capped(CAP);
-                l.force(DEV, c.before);
+                l.charge_past_cap(DEV, c.before);
                 let held = match reserve_expected(&l, DEV, c.expected) {
                     Ok(h) => h,
                     Err(_) => {

@@ -78,7 +78,7 @@ mod tests {
     #[test]
     fn an_entry_replaced_is_credited_never_dropped() {
         let (l, b) = (Ledger::new(), ResidentBook::<u64>::new());
-        l.force(0, 6);
+        l.charge_past_cap(0, 6);
         record(&l, &b, 7, held(1, 4));
         record(&l, &b, 7, held(2, 2));
         assert_eq!((used(&l), b.bytes_on(0)), (2, 2));
@@ -89,7 +89,7 @@ mod tests {
     #[test]
     fn what_an_unload_frees_is_credited_only_if_the_driver_freed_it() {
         let (l, b) = (Ledger::new(), ResidentBook::<u64>::new());
-        l.force(0, 6);
+        l.charge_past_cap(0, 6);
         record(&l, &b, 7, held(1, 4));
         record(&l, &b, 8, held(1, 2));
         let taken = b.take_keys(|&k| k == 7);

@@ -26,12 +26,12 @@
 //! (`cuMulticastUnbind`) or the object is freed (its last release and unmap), whose
 //! bindings go with it.
 
-mod book;
+mod records;
 
 use std::sync::Mutex;
 
 use crate::ledger::Charge;
-use book::{BindKey, Book, Bound, Mapping, Phys, Unbound};
+use records::{BindKey, Bound, HandleRecords, Mapping, Phys, Unbound};
 
 /// The charges that are bytes (a multicast object's own is none).
 fn bytes_only(charges: impl IntoIterator<Item = Charge>) -> Vec<Charge> {
@@ -92,7 +92,7 @@ enum Step {
 
 /// Every charged VMM handle, with its references and mappings.
 pub struct VmmBook {
-    book: Mutex<Option<Book>>,
+    records: Mutex<Option<HandleRecords>>,
 }
 
 impl Default for VmmBook {
@@ -104,15 +104,15 @@ impl Default for VmmBook {
 impl VmmBook {
     pub const fn new() -> Self {
         VmmBook {
-            book: Mutex::new(None),
+            records: Mutex::new(None),
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Book) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut HandleRecords) -> T) -> T {
         // A poisoned lock only means a panic elsewhere while it was held; every
         // operation leaves the book consistent before it can panic.
-        let mut g = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        f(g.get_or_insert_with(Book::default))
+        let mut g = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        f(g.get_or_insert_with(HandleRecords::default))
     }
 
     /// `cuMemCreate` made `handle`, charged `charge`: one reference, no mapping. Returns

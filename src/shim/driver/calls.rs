@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicPtr, Ordering::*};
 
 use super::forward::Real;
 use super::hooked::real;
-use super::types::*;
+use super::types::{
+    Array3DDescriptor, CUDA_SUCCESS, CuResult, Handle, In, MemAllocNodeParams, MemoryRequirements,
+    Out, Stream,
+};
 use crate::resolve::driver_symbol;
 
 /// The driver's export `name` (NUL-terminated), looked up once into `slot`.

@@ -7,8 +7,9 @@
 //! [`hooked!`] hands the rows to a macro. The hook table (`table.rs`) makes the exported
 //! functions from them; here they make [`SLOTS`], the driver's function of each row once
 //! known, and [`real`], a typed call of each that the shim itself makes (to measure, or
-//! to undo a call it refuses after the fact). A row's hook is a path the table resolves;
-//! this module only passes it on.
+//! to undo a call it refuses after the fact). A row's hook is named by its family's path
+//! (`hooks::memory::mem_alloc`: the file of `hooks/` it lives in), which the table
+//! resolves; this module only passes it on.
 //!
 //! Nothing here may allocate, lock or read the environment: the `dlsym` override reads
 //! the slots, before any constructor and re-entrantly.
@@ -29,53 +30,53 @@ use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
 macro_rules! hooked {
     ($then:ident) => {
         $then! {
-            cuInit = "cuInit" @ 2000 : (flags: u32) => imp::init;
-            cuMemAlloc_v2 = "cuMemAlloc" @ 3020 : (dptr: Out<Dptr>, size: usize) => imp::mem_alloc;
+            cuInit = "cuInit" @ 2000 : (flags: u32) => hooks::init::init;
+            cuMemAlloc_v2 = "cuMemAlloc" @ 3020 : (dptr: Out<Dptr>, size: usize) => hooks::memory::mem_alloc;
             cuMemAllocPitch_v2 = "cuMemAllocPitch" @ 3020 :
-                (dptr: Out<Dptr>, pitch: Out<usize>, width: usize, height: usize, elem: u32) => imp::mem_alloc_pitch;
+                (dptr: Out<Dptr>, pitch: Out<usize>, width: usize, height: usize, elem: u32) => hooks::memory::mem_alloc_pitch;
             cuMemAllocManaged = "cuMemAllocManaged" @ 6000 :
-                (dptr: Out<Dptr>, size: usize, flags: u32) => imp::mem_alloc_managed;
-            cuMemFree_v2 = "cuMemFree" @ 3020 : (dptr: Dptr) => imp::mem_free;
+                (dptr: Out<Dptr>, size: usize, flags: u32) => hooks::memory::mem_alloc_managed;
+            cuMemFree_v2 = "cuMemFree" @ 3020 : (dptr: Dptr) => hooks::memory::mem_free;
             cuMemAllocAsync = "cuMemAllocAsync" @ 11020 :
-                (dptr: Out<Dptr>, size: usize, stream: Stream) => imp::mem_alloc_async;
+                (dptr: Out<Dptr>, size: usize, stream: Stream) => hooks::pools::mem_alloc_async;
             cuMemAllocAsync_ptsz = "cuMemAllocAsync" @ 11020 ptsz :
-                (dptr: Out<Dptr>, size: usize, stream: Stream) => imp::mem_alloc_async;
+                (dptr: Out<Dptr>, size: usize, stream: Stream) => hooks::pools::mem_alloc_async;
             cuMemAllocFromPoolAsync = "cuMemAllocFromPoolAsync" @ 11020 :
-                (dptr: Out<Dptr>, size: usize, pool: Handle, stream: Stream) => imp::mem_alloc_from_pool_async;
+                (dptr: Out<Dptr>, size: usize, pool: Handle, stream: Stream) => hooks::pools::mem_alloc_from_pool_async;
             cuMemAllocFromPoolAsync_ptsz = "cuMemAllocFromPoolAsync" @ 11020 ptsz :
-                (dptr: Out<Dptr>, size: usize, pool: Handle, stream: Stream) => imp::mem_alloc_from_pool_async;
-            cuMemFreeAsync = "cuMemFreeAsync" @ 11020 : (dptr: Dptr, stream: Stream) => imp::mem_free_async;
-            cuMemFreeAsync_ptsz = "cuMemFreeAsync" @ 11020 ptsz : (dptr: Dptr, stream: Stream) => imp::mem_free_async;
+                (dptr: Out<Dptr>, size: usize, pool: Handle, stream: Stream) => hooks::pools::mem_alloc_from_pool_async;
+            cuMemFreeAsync = "cuMemFreeAsync" @ 11020 : (dptr: Dptr, stream: Stream) => hooks::pools::mem_free_async;
+            cuMemFreeAsync_ptsz = "cuMemFreeAsync" @ 11020 ptsz : (dptr: Dptr, stream: Stream) => hooks::pools::mem_free_async;
             cuMemPoolCreate = "cuMemPoolCreate" @ 11020 :
-                (pool: Out<Handle>, props: In<LocationPrefix>) => imp::mem_pool_create;
+                (pool: Out<Handle>, props: In<LocationPrefix>) => hooks::pools::mem_pool_create;
             cuMemCreate = "cuMemCreate" @ 10020 :
-                (handle: Out<u64>, size: usize, prop: In<LocationPrefix>, flags: u64) => imp::mem_create;
-            cuMemRelease = "cuMemRelease" @ 10020 : (handle: u64) => imp::mem_release;
+                (handle: Out<u64>, size: usize, prop: In<LocationPrefix>, flags: u64) => hooks::vmm::mem_create;
+            cuMemRelease = "cuMemRelease" @ 10020 : (handle: u64) => hooks::vmm::mem_release;
             cuMemMap = "cuMemMap" @ 10020 :
-                (ptr: Dptr, size: usize, offset: usize, handle: u64, flags: u64) => imp::mem_map;
-            cuMemUnmap = "cuMemUnmap" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_unmap;
-            cuMemAddressFree = "cuMemAddressFree" @ 10020 : (ptr: Dptr, size: usize) => imp::mem_unmap;
+                (ptr: Dptr, size: usize, offset: usize, handle: u64, flags: u64) => hooks::vmm::mem_map;
+            cuMemUnmap = "cuMemUnmap" @ 10020 : (ptr: Dptr, size: usize) => hooks::vmm::mem_unmap;
+            cuMemAddressFree = "cuMemAddressFree" @ 10020 : (ptr: Dptr, size: usize) => hooks::vmm::mem_unmap;
             cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" @ 11000 :
-                (handle: Out<u64>, addr: *mut c_void) => imp::mem_retain_allocation_handle;
+                (handle: Out<u64>, addr: *mut c_void) => hooks::vmm::mem_retain_allocation_handle;
             // Multicast objects: charged nothing; a binding holds what it binds, as a mapping does.
             cuMulticastCreate = "cuMulticastCreate" @ 12010 :
-                (handle: Out<u64>, prop: *const c_void) => imp::multicast_create;
+                (handle: Out<u64>, prop: *const c_void) => hooks::multicast::multicast_create;
             cuMulticastAddDevice = "cuMulticastAddDevice" @ 12010 :
-                (handle: u64, dev: c_int) => imp::multicast_add_device;
+                (handle: u64, dev: c_int) => hooks::multicast::multicast_add_device;
             cuMulticastBindMem = "cuMulticastBindMem" @ 12010 :
-                (handle: u64, mc_offset: usize, mem: u64, mem_offset: usize, size: usize, flags: u64) => imp::multicast_bind_mem;
+                (handle: u64, mc_offset: usize, mem: u64, mem_offset: usize, size: usize, flags: u64) => hooks::multicast::multicast_bind_mem;
             cuMulticastBindMem_v2 = "cuMulticastBindMem" @ 13010 :
-                (handle: u64, dev: c_int, mc_offset: usize, mem: u64, mem_offset: usize, size: usize, flags: u64) => imp::multicast_bind_mem_v2;
+                (handle: u64, dev: c_int, mc_offset: usize, mem: u64, mem_offset: usize, size: usize, flags: u64) => hooks::multicast::multicast_bind_mem_v2;
             cuMulticastBindAddr = "cuMulticastBindAddr" @ 12010 :
-                (handle: u64, mc_offset: usize, ptr: Dptr, size: usize, flags: u64) => imp::multicast_bind_addr;
+                (handle: u64, mc_offset: usize, ptr: Dptr, size: usize, flags: u64) => hooks::multicast::multicast_bind_addr;
             cuMulticastBindAddr_v2 = "cuMulticastBindAddr" @ 13010 :
-                (handle: u64, dev: c_int, mc_offset: usize, ptr: Dptr, size: usize, flags: u64) => imp::multicast_bind_addr_v2;
+                (handle: u64, dev: c_int, mc_offset: usize, ptr: Dptr, size: usize, flags: u64) => hooks::multicast::multicast_bind_addr_v2;
             cuMulticastUnbind = "cuMulticastUnbind" @ 12010 :
-                (handle: u64, dev: c_int, mc_offset: usize, size: usize) => imp::multicast_unbind;
+                (handle: u64, dev: c_int, mc_offset: usize, size: usize) => hooks::multicast::multicast_unbind;
             cuMemGetAddressRange_v2 = "cuMemGetAddressRange" @ 3020 :
-                (base: Out<Dptr>, size: Out<usize>, dptr: Dptr) => imp::mem_get_address_range;
-            cuMemGetInfo_v2 = "cuMemGetInfo" @ 3020 : (free: Out<usize>, total: Out<usize>) => imp::mem_get_info;
-            cuDeviceTotalMem_v2 = "cuDeviceTotalMem" @ 3020 : (bytes: Out<usize>, dev: c_int) => imp::device_total_mem;
+                (base: Out<Dptr>, size: Out<usize>, dptr: Dptr) => hooks::info::mem_get_address_range;
+            cuMemGetInfo_v2 = "cuMemGetInfo" @ 3020 : (free: Out<usize>, total: Out<usize>) => hooks::info::mem_get_info;
+            cuDeviceTotalMem_v2 = "cuDeviceTotalMem" @ 3020 : (bytes: Out<usize>, dev: c_int) => hooks::info::device_total_mem;
             cuGetProcAddress = "cuGetProcAddress" @ 11030 :
                 (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) => get_proc_address_v1;
             cuGetProcAddress_v2 = "cuGetProcAddress" @ 12000 :
@@ -85,130 +86,130 @@ macro_rules! hooked {
                 (table: *mut *const c_void, id: *const [u8; 16]) => get_export_table;
             // CUDA arrays.
             cuArrayCreate_v2 = "cuArrayCreate" @ 3020 :
-                (handle: Out<Handle>, desc: In<ArrayDescriptor>) => imp::array_create;
+                (handle: Out<Handle>, desc: In<ArrayDescriptor>) => hooks::arrays::array_create;
             cuArray3DCreate_v2 = "cuArray3DCreate" @ 3020 :
-                (handle: Out<Handle>, desc: In<Array3DDescriptor>) => imp::array_3d_create;
-            cuArrayDestroy = "cuArrayDestroy" @ 2000 : (handle: Handle) => imp::array_destroy;
+                (handle: Out<Handle>, desc: In<Array3DDescriptor>) => hooks::arrays::array_3d_create;
+            cuArrayDestroy = "cuArrayDestroy" @ 2000 : (handle: Handle) => hooks::arrays::array_destroy;
             cuMipmappedArrayCreate = "cuMipmappedArrayCreate" @ 5000 :
-                (handle: Out<Handle>, desc: In<Array3DDescriptor>, levels: u32) => imp::mipmapped_array_create;
-            cuMipmappedArrayDestroy = "cuMipmappedArrayDestroy" @ 5000 : (handle: Handle) => imp::mipmapped_array_destroy;
+                (handle: Out<Handle>, desc: In<Array3DDescriptor>, levels: u32) => hooks::arrays::mipmapped_array_create;
+            cuMipmappedArrayDestroy = "cuMipmappedArrayDestroy" @ 5000 : (handle: Handle) => hooks::arrays::mipmapped_array_destroy;
             // Modules: what loading one takes.
-            cuModuleLoad = "cuModuleLoad" @ 2000 : (module: Out<Handle>, fname: CText) => imp::module_load;
+            cuModuleLoad = "cuModuleLoad" @ 2000 : (module: Out<Handle>, fname: CText) => hooks::modules::module_load;
             cuModuleLoadData = "cuModuleLoadData" @ 2000 :
-                (module: Out<Handle>, image: *const c_void) => imp::module_load_data;
+                (module: Out<Handle>, image: *const c_void) => hooks::modules::module_load_data;
             cuModuleLoadDataEx = "cuModuleLoadDataEx" @ 2010 :
-                (module: Out<Handle>, image: *const c_void, count: u32, options: *mut c_int, values: *mut *mut c_void) => imp::module_load_data_ex;
+                (module: Out<Handle>, image: *const c_void, count: u32, options: *mut c_int, values: *mut *mut c_void) => hooks::modules::module_load_data_ex;
             cuModuleLoadFatBinary = "cuModuleLoadFatBinary" @ 2000 :
-                (module: Out<Handle>, image: *const c_void) => imp::module_load_fat_binary;
-            cuModuleUnload = "cuModuleUnload" @ 2000 : (module: Handle) => imp::module_unload;
+                (module: Out<Handle>, image: *const c_void) => hooks::modules::module_load_fat_binary;
+            cuModuleUnload = "cuModuleUnload" @ 2000 : (module: Handle) => hooks::modules::module_unload;
             // Launches: the first of each function on a device loads its kernels.
             cuLaunchKernel = "cuLaunchKernel" @ 4000 :
                 (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
-                 params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel;
+                 params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel;
             cuLaunchKernel_ptsz = "cuLaunchKernel" @ 7000 ptsz :
                 (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
-                 params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel;
+                 params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel;
             cuLaunchCooperativeKernel = "cuLaunchCooperativeKernel" @ 9000 :
                 (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
-                 params: *mut *mut c_void) => imp::launch_cooperative_kernel;
+                 params: *mut *mut c_void) => hooks::launches::launch_cooperative_kernel;
             cuLaunchCooperativeKernel_ptsz = "cuLaunchCooperativeKernel" @ 9000 ptsz :
                 (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
-                 params: *mut *mut c_void) => imp::launch_cooperative_kernel;
+                 params: *mut *mut c_void) => hooks::launches::launch_cooperative_kernel;
             cuLaunchKernelEx = "cuLaunchKernelEx" @ 11060 :
-                (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel_ex;
+                (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
             cuLaunchKernelEx_ptsz = "cuLaunchKernelEx" @ 11060 ptsz :
-                (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => imp::launch_kernel_ex;
+                (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
             cuModuleGetFunction = "cuModuleGetFunction" @ 2000 :
-                (out: Out<Handle>, module: Handle, name: CText) => imp::module_get_function;
+                (out: Out<Handle>, module: Handle, name: CText) => hooks::launches::module_get_function;
             cuKernelGetFunction = "cuKernelGetFunction" @ 12000 :
-                (out: Out<Handle>, kernel: Handle) => imp::kernel_get_function;
-            cuLibraryUnload = "cuLibraryUnload" @ 12000 : (lib: Handle) => imp::library_unload;
+                (out: Out<Handle>, kernel: Handle) => hooks::launches::kernel_get_function;
+            cuLibraryUnload = "cuLibraryUnload" @ 12000 : (lib: Handle) => hooks::launches::library_unload;
             // Limits: a larger stack takes device memory at the call.
-            cuCtxSetLimit = "cuCtxSetLimit" @ 3010 : (limit: c_int, value: usize) => imp::ctx_set_limit;
+            cuCtxSetLimit = "cuCtxSetLimit" @ 3010 : (limit: c_int, value: usize) => hooks::limits::ctx_set_limit;
             // Pools.
-            cuMemPoolDestroy = "cuMemPoolDestroy" @ 11020 : (pool: Handle) => imp::mem_pool_destroy;
-            cuMemPoolTrimTo = "cuMemPoolTrimTo" @ 11020 : (pool: Handle, keep: usize) => imp::mem_pool_trim_to;
+            cuMemPoolDestroy = "cuMemPoolDestroy" @ 11020 : (pool: Handle) => hooks::pools::mem_pool_destroy;
+            cuMemPoolTrimTo = "cuMemPoolTrimTo" @ 11020 : (pool: Handle, keep: usize) => hooks::pools::mem_pool_trim_to;
             // Contexts.
             cuDevicePrimaryCtxRetain = "cuDevicePrimaryCtxRetain" @ 7000 :
-                (pctx: Out<Handle>, dev: c_int) => imp::primary_ctx_retain;
-            cuDevicePrimaryCtxRelease = "cuDevicePrimaryCtxRelease" @ 7000 : (dev: c_int) => imp::primary_ctx_release;
-            cuDevicePrimaryCtxRelease_v2 = "cuDevicePrimaryCtxRelease" @ 11000 : (dev: c_int) => imp::primary_ctx_release;
-            cuDevicePrimaryCtxReset = "cuDevicePrimaryCtxReset" @ 7000 : (dev: c_int) => imp::primary_ctx_reset;
-            cuDevicePrimaryCtxReset_v2 = "cuDevicePrimaryCtxReset" @ 11000 : (dev: c_int) => imp::primary_ctx_reset;
-            cuCtxCreate = "cuCtxCreate" @ 2000 : (pctx: Out<Handle>, flags: u32, dev: c_int) => imp::ctx_create;
-            cuCtxCreate_v2 = "cuCtxCreate" @ 3020 : (pctx: Out<Handle>, flags: u32, dev: c_int) => imp::ctx_create;
+                (pctx: Out<Handle>, dev: c_int) => hooks::contexts::primary_ctx_retain;
+            cuDevicePrimaryCtxRelease = "cuDevicePrimaryCtxRelease" @ 7000 : (dev: c_int) => hooks::contexts::primary_ctx_release;
+            cuDevicePrimaryCtxRelease_v2 = "cuDevicePrimaryCtxRelease" @ 11000 : (dev: c_int) => hooks::contexts::primary_ctx_release;
+            cuDevicePrimaryCtxReset = "cuDevicePrimaryCtxReset" @ 7000 : (dev: c_int) => hooks::contexts::primary_ctx_reset;
+            cuDevicePrimaryCtxReset_v2 = "cuDevicePrimaryCtxReset" @ 11000 : (dev: c_int) => hooks::contexts::primary_ctx_reset;
+            cuCtxCreate = "cuCtxCreate" @ 2000 : (pctx: Out<Handle>, flags: u32, dev: c_int) => hooks::contexts::ctx_create;
+            cuCtxCreate_v2 = "cuCtxCreate" @ 3020 : (pctx: Out<Handle>, flags: u32, dev: c_int) => hooks::contexts::ctx_create;
             cuCtxCreate_v3 = "cuCtxCreate" @ 11040 :
-                (pctx: Out<Handle>, params: *mut c_void, count: c_int, flags: u32, dev: c_int) => imp::ctx_create_v3;
+                (pctx: Out<Handle>, params: *mut c_void, count: c_int, flags: u32, dev: c_int) => hooks::contexts::ctx_create_v3;
             cuCtxCreate_v4 = "cuCtxCreate" @ 12050 :
-                (pctx: Out<Handle>, params: *mut c_void, flags: u32, dev: c_int) => imp::ctx_create_v4;
-            cuCtxDestroy = "cuCtxDestroy" @ 2000 : (ctx: Handle) => imp::ctx_destroy;
-            cuCtxDestroy_v2 = "cuCtxDestroy" @ 4000 : (ctx: Handle) => imp::ctx_destroy;
-            cuCtxDetach = "cuCtxDetach" @ 2000 : (ctx: Handle) => imp::ctx_detach;
+                (pctx: Out<Handle>, params: *mut c_void, flags: u32, dev: c_int) => hooks::contexts::ctx_create_v4;
+            cuCtxDestroy = "cuCtxDestroy" @ 2000 : (ctx: Handle) => hooks::contexts::ctx_destroy;
+            cuCtxDestroy_v2 = "cuCtxDestroy" @ 4000 : (ctx: Handle) => hooks::contexts::ctx_destroy;
+            cuCtxDetach = "cuCtxDetach" @ 2000 : (ctx: Handle) => hooks::contexts::ctx_detach;
             // What is current on a thread: the device its allocations are charged to.
-            cuCtxSetCurrent = "cuCtxSetCurrent" @ 4000 : (ctx: Handle) => imp::ctx_set_current;
-            cuCtxPushCurrent = "cuCtxPushCurrent" @ 2000 : (ctx: Handle) => imp::ctx_push_current;
-            cuCtxPushCurrent_v2 = "cuCtxPushCurrent" @ 4000 : (ctx: Handle) => imp::ctx_push_current;
-            cuCtxPopCurrent = "cuCtxPopCurrent" @ 2000 : (pctx: Out<Handle>) => imp::ctx_pop_current;
-            cuCtxPopCurrent_v2 = "cuCtxPopCurrent" @ 4000 : (pctx: Out<Handle>) => imp::ctx_pop_current;
+            cuCtxSetCurrent = "cuCtxSetCurrent" @ 4000 : (ctx: Handle) => hooks::current::ctx_set_current;
+            cuCtxPushCurrent = "cuCtxPushCurrent" @ 2000 : (ctx: Handle) => hooks::current::ctx_push_current;
+            cuCtxPushCurrent_v2 = "cuCtxPushCurrent" @ 4000 : (ctx: Handle) => hooks::current::ctx_push_current;
+            cuCtxPopCurrent = "cuCtxPopCurrent" @ 2000 : (pctx: Out<Handle>) => hooks::current::ctx_pop_current;
+            cuCtxPopCurrent_v2 = "cuCtxPopCurrent" @ 4000 : (pctx: Out<Handle>) => hooks::current::ctx_pop_current;
             // The deprecated graphics-interop creators make and push a context: followed (what is
             // current on the thread is asked again), not charged.
-            cuGLCtxCreate = "cuGLCtxCreate" @ 2000 : (pctx: Out<Handle>, flags: u32, dev: c_int) => imp::gl_ctx_create;
-            cuGLCtxCreate_v2 = "cuGLCtxCreate" @ 3020 : (pctx: Out<Handle>, flags: u32, dev: c_int) => imp::gl_ctx_create;
+            cuGLCtxCreate = "cuGLCtxCreate" @ 2000 : (pctx: Out<Handle>, flags: u32, dev: c_int) => hooks::current::gl_ctx_create;
+            cuGLCtxCreate_v2 = "cuGLCtxCreate" @ 3020 : (pctx: Out<Handle>, flags: u32, dev: c_int) => hooks::current::gl_ctx_create;
             cuVDPAUCtxCreate = "cuVDPAUCtxCreate" @ 3010 :
-                (pctx: Out<Handle>, flags: u32, dev: c_int, vdp: u32, get: *mut c_void) => imp::vdpau_ctx_create;
+                (pctx: Out<Handle>, flags: u32, dev: c_int, vdp: u32, get: *mut c_void) => hooks::current::vdpau_ctx_create;
             cuVDPAUCtxCreate_v2 = "cuVDPAUCtxCreate" @ 3020 :
-                (pctx: Out<Handle>, flags: u32, dev: c_int, vdp: u32, get: *mut c_void) => imp::vdpau_ctx_create;
+                (pctx: Out<Handle>, flags: u32, dev: c_int, vdp: u32, get: *mut c_void) => hooks::current::vdpau_ctx_create;
             // The CUDA 2.x/3.0 variants with 32-bit sizes and pointers, still exported and still
             // what cuGetProcAddress answers for versions before 3020.
-            cuMemAlloc = "cuMemAlloc" @ 2000 : (dptr: Out<u32>, size: u32) => imp::mem_alloc_v1;
+            cuMemAlloc = "cuMemAlloc" @ 2000 : (dptr: Out<u32>, size: u32) => hooks::memory::mem_alloc_v1;
             cuMemAllocPitch = "cuMemAllocPitch" @ 2000 :
-                (dptr: Out<u32>, pitch: Out<u32>, width: u32, height: u32, elem: u32) => imp::mem_alloc_pitch;
-            cuMemFree = "cuMemFree" @ 2000 : (dptr: u32) => imp::mem_free;
-            cuMemGetInfo = "cuMemGetInfo" @ 2000 : (free: Out<u32>, total: Out<u32>) => imp::mem_get_info;
-            cuDeviceTotalMem = "cuDeviceTotalMem" @ 2000 : (bytes: Out<u32>, dev: c_int) => imp::device_total_mem;
+                (dptr: Out<u32>, pitch: Out<u32>, width: u32, height: u32, elem: u32) => hooks::memory::mem_alloc_pitch;
+            cuMemFree = "cuMemFree" @ 2000 : (dptr: u32) => hooks::memory::mem_free;
+            cuMemGetInfo = "cuMemGetInfo" @ 2000 : (free: Out<u32>, total: Out<u32>) => hooks::info::mem_get_info;
+            cuDeviceTotalMem = "cuDeviceTotalMem" @ 2000 : (bytes: Out<u32>, dev: c_int) => hooks::info::device_total_mem;
             cuArrayCreate = "cuArrayCreate" @ 2000 :
-                (handle: Out<Handle>, desc: In<ArrayDescriptorV1>) => imp::array_create_v1;
+                (handle: Out<Handle>, desc: In<ArrayDescriptorV1>) => hooks::arrays::array_create_v1;
             cuArray3DCreate = "cuArray3DCreate" @ 2000 :
-                (handle: Out<Handle>, desc: In<Array3DDescriptorV1>) => imp::array_3d_create_v1;
+                (handle: Out<Handle>, desc: In<Array3DDescriptorV1>) => hooks::arrays::array_3d_create_v1;
             // Synchronisations: where pools give memory back (re-read then).
-            cuStreamSynchronize = "cuStreamSynchronize" @ 2000 : (stream: Stream) => imp::stream_synchronize;
-            cuStreamSynchronize_ptsz = "cuStreamSynchronize" @ 7000 ptsz : (stream: Stream) => imp::stream_synchronize;
-            cuCtxSynchronize = "cuCtxSynchronize" @ 2000 : () => imp::ctx_synchronize;
-            cuCtxSynchronize_v2 = "cuCtxSynchronize" @ 13000 : (ctx: Handle) => imp::handle_synchronize;
-            cuEventSynchronize = "cuEventSynchronize" @ 2000 : (event: Handle) => imp::handle_synchronize;
+            cuStreamSynchronize = "cuStreamSynchronize" @ 2000 : (stream: Stream) => hooks::sync::stream_synchronize;
+            cuStreamSynchronize_ptsz = "cuStreamSynchronize" @ 7000 ptsz : (stream: Stream) => hooks::sync::stream_synchronize;
+            cuCtxSynchronize = "cuCtxSynchronize" @ 2000 : () => hooks::sync::ctx_synchronize;
+            cuCtxSynchronize_v2 = "cuCtxSynchronize" @ 13000 : (ctx: Handle) => hooks::sync::handle_synchronize;
+            cuEventSynchronize = "cuEventSynchronize" @ 2000 : (event: Handle) => hooks::sync::handle_synchronize;
             // CUDA graph memory (graph memory nodes): charged as the driver reserves it, around
             // the calls that may move the device's figure. `cuGraphInstantiateWithFlags` is also
             // what the driver hands out for `cuGraphInstantiate` from version 12000 on.
             cuGraphInstantiate = "cuGraphInstantiate" @ 10000 :
-                (exec: Out<Handle>, graph: Handle, err_node: Out<Handle>, log: *mut c_char, size: usize) => imp::graph_instantiate;
+                (exec: Out<Handle>, graph: Handle, err_node: Out<Handle>, log: *mut c_char, size: usize) => hooks::graphs::graph_instantiate;
             cuGraphInstantiate_v2 = "cuGraphInstantiate" @ 11000 :
-                (exec: Out<Handle>, graph: Handle, err_node: Out<Handle>, log: *mut c_char, size: usize) => imp::graph_instantiate;
+                (exec: Out<Handle>, graph: Handle, err_node: Out<Handle>, log: *mut c_char, size: usize) => hooks::graphs::graph_instantiate;
             cuGraphInstantiateWithFlags = "cuGraphInstantiate" @ 12000 :
-                (exec: Out<Handle>, graph: Handle, flags: u64) => imp::graph_instantiate_with_flags;
+                (exec: Out<Handle>, graph: Handle, flags: u64) => hooks::graphs::graph_instantiate_with_flags;
             cuGraphInstantiateWithParams = "cuGraphInstantiateWithParams" @ 12000 :
-                (exec: Out<Handle>, graph: Handle, params: *mut InstantiateParams) => imp::graph_instantiate_with_params;
+                (exec: Out<Handle>, graph: Handle, params: *mut InstantiateParams) => hooks::graphs::graph_instantiate_with_params;
             cuGraphInstantiateWithParams_ptsz = "cuGraphInstantiateWithParams" @ 12000 ptsz :
-                (exec: Out<Handle>, graph: Handle, params: *mut InstantiateParams) => imp::graph_instantiate_with_params;
-            cuGraphUpload = "cuGraphUpload" @ 11010 : (exec: Handle, stream: Stream) => imp::graph_upload;
-            cuGraphUpload_ptsz = "cuGraphUpload" @ 11010 ptsz : (exec: Handle, stream: Stream) => imp::graph_upload;
-            cuGraphLaunch = "cuGraphLaunch" @ 10000 : (exec: Handle, stream: Stream) => imp::graph_launch;
-            cuGraphLaunch_ptsz = "cuGraphLaunch" @ 10000 ptsz : (exec: Handle, stream: Stream) => imp::graph_launch;
-            cuGraphExecDestroy = "cuGraphExecDestroy" @ 10000 : (exec: Handle) => imp::graph_exec_destroy;
-            cuDeviceGraphMemTrim = "cuDeviceGraphMemTrim" @ 11040 : (dev: c_int) => imp::device_graph_mem_trim;
+                (exec: Out<Handle>, graph: Handle, params: *mut InstantiateParams) => hooks::graphs::graph_instantiate_with_params;
+            cuGraphUpload = "cuGraphUpload" @ 11010 : (exec: Handle, stream: Stream) => hooks::graphs::graph_upload;
+            cuGraphUpload_ptsz = "cuGraphUpload" @ 11010 ptsz : (exec: Handle, stream: Stream) => hooks::graphs::graph_upload;
+            cuGraphLaunch = "cuGraphLaunch" @ 10000 : (exec: Handle, stream: Stream) => hooks::graphs::graph_launch;
+            cuGraphLaunch_ptsz = "cuGraphLaunch" @ 10000 ptsz : (exec: Handle, stream: Stream) => hooks::graphs::graph_launch;
+            cuGraphExecDestroy = "cuGraphExecDestroy" @ 10000 : (exec: Handle) => hooks::graphs::graph_exec_destroy;
+            cuDeviceGraphMemTrim = "cuDeviceGraphMemTrim" @ 11040 : (dev: c_int) => hooks::graphs::device_graph_mem_trim;
             // NVML (looked up with dlsym on libnvidia-ml; NVML has no cuGetProcAddress).
             nvmlDeviceGetMemoryInfo = "nvmlDeviceGetMemoryInfo" @ 0 :
-                (device: Handle, memory: Out<NvmlMemory>) => imp::nvml_memory_info;
+                (device: Handle, memory: Out<NvmlMemory>) => hooks::nvml::nvml_memory_info;
             nvmlDeviceGetMemoryInfo_v2 = "nvmlDeviceGetMemoryInfo_v2" @ 0 :
-                (device: Handle, memory: Out<NvmlMemoryV2>) => imp::nvml_memory_info;
+                (device: Handle, memory: Out<NvmlMemoryV2>) => hooks::nvml::nvml_memory_info;
             nvmlDeviceGetComputeRunningProcesses = "nvmlDeviceGetComputeRunningProcesses" @ 0 :
-                (device: Handle, count: Out<u32>, infos: OutArray<NvmlProcessV1>) => imp::nvml_compute_processes;
+                (device: Handle, count: Out<u32>, infos: OutArray<NvmlProcessV1>) => hooks::nvml::nvml_compute_processes;
             nvmlDeviceGetComputeRunningProcesses_v2 = "nvmlDeviceGetComputeRunningProcesses_v2" @ 0 :
-                (device: Handle, count: Out<u32>, infos: OutArray<NvmlProcessV2>) => imp::nvml_compute_processes;
+                (device: Handle, count: Out<u32>, infos: OutArray<NvmlProcessV2>) => hooks::nvml::nvml_compute_processes;
             // `_v3` fills the same 24-byte nvmlProcessInfo_t as `_v2` (see gpucap_core::nvml).
             nvmlDeviceGetComputeRunningProcesses_v3 = "nvmlDeviceGetComputeRunningProcesses_v3" @ 0 :
-                (device: Handle, count: Out<u32>, infos: OutArray<NvmlProcessV2>) => imp::nvml_compute_processes;
+                (device: Handle, count: Out<u32>, infos: OutArray<NvmlProcessV2>) => hooks::nvml::nvml_compute_processes;
             nvmlDeviceGetRunningProcessDetailList = "nvmlDeviceGetRunningProcessDetailList" @ 0 :
-                (device: Handle, list: Out<NvmlProcessDetailList>) => imp::nvml_process_detail_list;
+                (device: Handle, list: Out<NvmlProcessDetailList>) => hooks::nvml::nvml_process_detail_list;
         }
     };
 }
@@ -268,7 +269,7 @@ impl Slot {
 
 /// Makes [`Row`], [`SLOTS`] and [`real`] from the rows.
 macro_rules! slots {
-    ($( $sym:ident = $base:literal @ $since:literal $($ptsz:ident)? : ($($arg:ident : $ty:ty),*) => $imp:path; )*) => {
+    ($( $sym:ident = $base:literal @ $since:literal $($ptsz:ident)? : ($($arg:ident : $ty:ty),*) => $hook:path; )*) => {
         /// The rows, in order: `SLOTS[Row::cuMemAlloc_v2 as usize]`.
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy)]

@@ -1,7 +1,18 @@
 //! CUDA arrays and mipmapped arrays (see `gpucap_core::arrays`).
 
-use super::*;
+use std::ffi::c_int;
+
+use super::current::current_device;
+use super::{Target, reserve, shim};
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{
+    Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1,
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Handle, In, Out,
+};
+use crate::state::{SHIM, array_map};
 use gpucap_core::arrays;
+use gpucap_core::arrays::Shape;
 
 // ---------------------------------------------------------------------------
 // CUDA arrays (see `arrays` for the estimate and why the size is asked afterwards).

@@ -1,8 +1,19 @@
 //! Contexts (see `gpucap_core::contexts`).
 
-use super::*;
-use crate::state::{KERNELS, LAUNCHED, LIMITS};
-use gpucap_core::contexts::{self, Vantage};
+use std::ffi::{c_int, c_void};
+
+use super::current::moves_current;
+use super::{checked_device, reserve_on, shim, written_handle};
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Handle, Out,
+};
+use crate::log::log;
+use crate::state::{CONTEXTS, KERNELS, LAUNCHED, LIMITS, MODULES, POOLS, SHIM, Shim, array_map};
+use gpucap_core::config::MAX_DEVICES;
+use gpucap_core::contexts::{self, CtxDriver, Ending, MeasuredBy, Unmeasured};
+use gpucap_core::ledger::{Charge, Freeing, Reservation};
 use gpucap_core::residents::{Gauge, Resident};
 
 // ---------------------------------------------------------------------------
@@ -209,7 +220,7 @@ fn make_context(
         (Some(m), Some(f)) => m.context_ended(f).others,
         _ => 0,
     };
-    log_vantage(api, d, &how);
+    log_how_measured(api, d, &how);
     if rc != CUDA_SUCCESS {
         return Err(rc);
     }
@@ -228,14 +239,14 @@ fn make_context(
 
 /// Says at debug level how the first context on a device was measured: by NVML, or
 /// with a temporary context and why NVML could not be used.
-fn log_vantage(api: &str, d: usize, how: &Vantage) {
+fn log_how_measured(api: &str, d: usize, how: &MeasuredBy) {
     match how {
-        Vantage::Context => {}
-        Vantage::Nvml => log!(
+        MeasuredBy::Context => {}
+        MeasuredBy::Nvml => log!(
             Debug,
             "{api}: the first context on GPU {d} is measured by NVML's free memory before and after (no other context made)"
         ),
-        Vantage::Temporary(why) => log!(
+        MeasuredBy::Temporary(why) => log!(
             Debug,
             "{api}: the first context on GPU {d} is measured with a temporary context, as NVML cannot be used: {why}"
         ),

@@ -18,9 +18,12 @@
 //! refuses the launch.
 
 use std::cell::Cell;
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use super::*;
+use crate::driver::forward::Real;
+use crate::driver::types::{CUDA_SUCCESS, CuResult, Handle, Out};
+use crate::driver::{calls, queries};
 
 /// Set by `cuInit` when the driver shows this process exactly one GPU: then the device
 /// of any current context is 0, known without asking the driver.

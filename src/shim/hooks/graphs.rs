@@ -6,13 +6,19 @@
 //! reserved against the cap (the process's and its pool's): one the cap cannot take is
 //! refused with `CUDA_ERROR_OUT_OF_MEMORY` and gpucap's line before the driver is called.
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int};
 
-use super::*;
-use crate::driver::graph_queries;
-use crate::state::GRAPHS;
+use super::{checked_device, reserve_on, shim, visible_count, written_handle};
+use crate::driver::forward::Real;
+use crate::driver::types::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_SUCCESS, CuResult, Handle, InstantiateParams, Out, Stream,
+};
+use crate::driver::{graph_queries, queries};
+use crate::log::log;
+use crate::state::{GRAPHS, SHIM, Shim};
 use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::graphs::{self, Settle};
+use gpucap_core::ledger::{Charge, Reservation};
 use gpucap_core::residents::Gauge;
 
 /// `cuGraphInstantiate`'s arguments: the exec, the graph, the error node, the log

@@ -1,6 +1,15 @@
 //! What programs read of memory: `cuMemGetInfo`, `cuDeviceTotalMem`, address ranges.
 
-use super::*;
+use std::ffi::c_int;
+
+use super::current::current_device;
+use super::pools::refresh_pools;
+use super::{Word, arena, checked_device, memory, shim};
+use crate::driver::forward::Real;
+use crate::driver::types::{CUDA_SUCCESS, CuResult, Dptr, Out};
+use crate::state::Shim;
+use gpucap_core::growth;
+use gpucap_core::growth::GROWTH;
 
 pub fn mem_get_info<W: Word>(
     real: Real<(Out<W>, Out<W>)>,
@@ -84,7 +93,7 @@ pub(super) fn capped_info(shim: &Shim, free: u64, total: u64) -> (u64, u64) {
     match current_device().and_then(|d| checked_device(shim, d)) {
         Some(d) => {
             refresh_pools(d);
-            if growth() {
+            if memory::growth() {
                 arena::mem_info(shim, d, (free, total), growth::retained_bytes(d), true)
             } else {
                 shim.mem_info(d, free, total, 0)

@@ -1,6 +1,14 @@
 //! `cuInit`: the configuration is read and the GPU keys checked once the driver is up.
 
-use super::*;
+use super::current::note_visible_gpus;
+use super::{note_short_path, shim, visible_count};
+use crate::driver::forward::Real;
+use crate::driver::types::{CUDA_ERROR_NOT_PERMITTED, CUDA_SUCCESS, CuResult};
+use crate::driver::{calls, queries};
+use crate::log::log;
+use crate::state::{SHIM, Shim};
+use gpucap_core::config::MAX_DEVICES;
+use gpucap_core::identity;
 use gpucap_core::ledger::{NO_CAP, POOL_GENERATIONS};
 
 /// The ledger's fork handler, registered once the process joined a pool.

@@ -6,10 +6,18 @@
 //! `cuModuleGetFunction` a module's (lazy loading loads a module's kernels there): both
 //! measured the same way.
 
+use std::ffi::{c_int, c_void};
+
 use super::contexts::{context_lock, pool_marks};
-use super::*;
-use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED};
+use super::current::{current_context, current_device, known_device};
+use super::{reserve_on, shim};
+use crate::driver::forward::Real;
+use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out, Stream};
+use crate::driver::{calls, queries};
+use crate::log::log;
+use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED, SHIM};
 use gpucap_core::kernels::{self, launch_key};
+use gpucap_core::ledger::Charge;
 
 type Params = *mut *mut c_void;
 /// `cuLaunchKernel`'s arguments: the function, the grid and block sizes, the shared
@@ -114,16 +122,16 @@ pub fn kernel_get_function(
 /// every context, and each context loads it anew: its key names the context too.
 #[inline(always)]
 fn launched(api: &str, f: Handle, mut call: impl FnMut() -> CuResult) -> CuResult {
-    match first_on(f) {
+    match device_if_first_launch(f) {
         None => call(),
-        Some(d) => not_seen(api, f, d, call),
+        Some(d) => launch_unseen(api, f, d, call),
     }
 }
 
-/// The device of the current context if `f` was not used there yet as a function
-/// (None: it was, or there is no context: the driver answers).
+/// The device of the current context if a launch of `f` there may be its first as a
+/// function (None: `f` was launched there, or there is no context: the driver answers).
 #[inline(always)]
-fn first_on(f: Handle) -> Option<usize> {
+fn device_if_first_launch(f: Handle) -> Option<usize> {
     let d = match known_device() {
         Some(d) => d,
         None => usize::try_from(current_device()?).ok()?,
@@ -131,12 +139,12 @@ fn first_on(f: Handle) -> Option<usize> {
     (!LAUNCHED.contains(launch_key(f as u64, d))).then_some(d)
 }
 
-/// `f` not seen as a function on device `d`: a kernel handle is looked up by its key in
-/// the thread's current context (the one its context hooks last saw, `current.rs`: no
-/// driver call, every launch of a kernel handle comes here); a function's first use is
-/// measured.
+/// A launch of `f`, not seen as a function on device `d`: a kernel handle is looked up
+/// by its key in the thread's current context (the one its context hooks last saw,
+/// `current.rs`: no driver call, every launch of a kernel handle comes here); a
+/// function's first use is measured.
 #[inline(always)]
-fn not_seen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) -> CuResult {
+fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) -> CuResult {
     if !is_kernel(f) {
         return first_use(
             api,
@@ -186,7 +194,7 @@ fn is_kernel(f: Handle) -> bool {
 ///    traffic taken out;
 /// 3. the reservation becomes the measured figure; what the cap cannot take beyond it
 ///    is charged by force (the driver holds it: past the cap, first out of this member's
-///    own guarantee; see `Ledger::force`), said at error level. A use that cannot be
+///    own guarantee; see `Ledger::charge_past_cap`), said at error level. A use that cannot be
 ///    measured keeps what was reserved, and is said at error level under a cap.
 #[cold]
 #[inline(never)]
@@ -286,9 +294,9 @@ fn first_use(
     };
     let forced = super::residents::charge_done(d, held, bytes);
     if bytes > 0 {
-        book(
+        record_kernel_charge(
             ctx,
-            f_key(&function, key),
+            charge_key(&function, key),
             owner,
             &lock,
             Charge { device: d, bytes },
@@ -312,24 +320,26 @@ fn first_use(
     rc
 }
 
-/// The handle the book keys a first use's charge by: the function asked for, else
-/// the key itself (a kernel handle's use in one context).
-fn f_key(function: &impl Fn() -> Option<Handle>, key: u64) -> u64 {
+/// The key a first use's charge is recorded under (with its context and owner, see
+/// [`record_kernel_charge`]): the function asked for, else the use's own key (a kernel
+/// handle's use in one context).
+fn charge_key(function: &impl Fn() -> Option<Handle>, key: u64) -> u64 {
     function().map_or(key, |f| f as u64)
 }
 
-/// Records `charge` under (context, function, owner), credited when the context goes
+/// Records `charge`, what a first use loaded, in the kernels' charges (`KERNELS`) under
+/// (context, function, owner), credited when the context goes
 /// or the owner is unloaded. A function measured again (after a teardown) keeps what it
 /// held; an entry of a context gone (its handle another context's now) is credited.
-fn book(
+fn record_kernel_charge(
     ctx: Handle,
-    f: u64,
+    function: u64,
     owner: u64,
     lock: &gpucap_core::contexts::DeviceLock<'_>,
     charge: Charge,
 ) {
     let held = super::residents::resident_in(ctx, lock, charge);
-    super::residents::record_more(&KERNELS, (ctx as u64, f, owner), held);
+    super::residents::record_more(&KERNELS, (ctx as u64, function, owner), held);
 }
 
 /// `cuModuleGetFunction`: CUDA's lazy loading loads a module's kernel here, not at

@@ -3,10 +3,18 @@
 //! current context, charged to that context's device, credited when the limit is
 //! lowered (what the driver gave back, at most the limit's charge) or the context is gone.
 
+use std::ffi::c_int;
+
 use super::contexts::{context_lock, pool_marks};
+use super::current::context_device;
 use super::residents::{charge_done, charge_undoable, judge_measured};
-use super::*;
-use crate::state::LIMITS;
+use super::shim;
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{CUDA_SUCCESS, CuResult, Handle};
+use crate::log::log;
+use crate::state::{LIMITS, SHIM};
+use gpucap_core::ledger::Charge;
 use gpucap_core::limits;
 
 pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> CuResult {

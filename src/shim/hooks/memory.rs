@@ -1,6 +1,18 @@
 //! `cuMemAlloc*`, `cuMemFree*`: linear device memory, charged per pointer.
 
-use super::*;
+use super::current::{context_device, current_device};
+use super::{
+    Target, Word, arena, charge_freed, charged, charged_on, charged_short, checked_device,
+    pointer_freed, reserve, reserve_for, short_path, uncharged_freed, written_pointer,
+};
+use crate::driver::forward::Real;
+use crate::driver::hooked::real;
+use crate::driver::types::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Dptr, Out,
+};
+use crate::state::SHIM;
+use gpucap_core::growth::GROWTH;
+use gpucap_core::linear;
 
 pub fn mem_alloc(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -> CuResult {
     // Off the short path `charged_short` finds no device (one load of the short-path
@@ -8,7 +20,7 @@ pub fn mem_alloc(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -
     match charged_short(
         linear::charge(size as u64),
         || real.call(dptr, size),
-        || written(dptr),
+        || written_pointer(dptr),
     ) {
         Ok(rc) => rc,
         Err(_) => mem_alloc_full(real, dptr, size),
@@ -17,8 +29,8 @@ pub fn mem_alloc(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -
 
 /// [`mem_alloc`] off the short path: growth mode's arena, or the full reservation.
 /// A function of its own, left to the compiler to inline: forced out of line, every
-/// call off the short path (growth mode, a pool) paid a second frame, ~25
-/// instructions; forced inline, the short path paid the full path's frame.
+/// call off the short path (growth mode, a pool) would pay a second frame; forced
+/// inline, the short path would pay the full path's frame.
 #[inline]
 fn mem_alloc_full(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) -> CuResult {
     let api = "cuMemAlloc";
@@ -47,7 +59,7 @@ fn mem_alloc_full(real: Real<(Out<Dptr>, usize)>, dptr: Out<Dptr>, size: usize) 
         size as u64,
         linear::charge(size as u64),
         || real.call(dptr, size),
-        || written(dptr),
+        || written_pointer(dptr),
     )
 }
 
@@ -82,7 +94,7 @@ pub fn mem_alloc_managed(
     let rc = real.call(dptr, size, flags);
     if let (CUDA_SUCCESS, Target::Charged(r)) = (rc, target) {
         // Managed memory takes device memory as it is touched, not now.
-        r.commit_unbacked(written(dptr));
+        r.commit_unbacked(written_pointer(dptr));
     }
     rc
 }
@@ -118,7 +130,7 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
         return rc;
     };
     // The driver succeeded and filled both out-pointers.
-    let ptr = written(dptr);
+    let ptr = written_pointer(dptr);
     let actual = pitch
         .get()
         .map_or(0, |p| p.get().saturating_mul(height.get()));
@@ -170,6 +182,6 @@ pub fn mem_alloc_v1(real: Real<(Out<u32>, u32)>, dptr: Out<u32>, size: u32) -> C
         "cuMemAlloc",
         size.into(),
         || real.call(dptr, size),
-        || written(dptr),
+        || written_pointer(dptr),
     )
 }

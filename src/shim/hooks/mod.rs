@@ -1,73 +1,50 @@
 //! What each hook does: find the device, ask the ledger, call the driver, record.
 //! Each function receives the driver's real function as its first argument (the
-//! table looks it up: a [`Real`], called as `real.call(..)`) followed by the C
-//! arguments, pointers typed (`Out`, `In`, `OutArray`, `CText` in `driver::types`):
+//! table looks it up: a [`Real`](crate::driver::forward::Real), called as
+//! `real.call(..)`) followed by the C arguments, pointers typed (`Out`, `In`, `OutArray`, `CText` in `driver::types`):
 //! the hooks read and write the program's memory only through those, and hold no
 //! `unsafe` code (but `init.rs`'s registration of a fork handler). One file per
 //! family; this one holds what they share (the shim, the current device,
-//! reserve/charge/free).
+//! reserve/charge/free). The list of hooked functions (`driver/hooked.rs`) names each
+//! hook by its family (`hooks::memory::mem_alloc`), so the families the table reaches
+//! are `pub(crate)`; `arena`, `nvml_pool` and `residents` serve the others only.
 
 #![deny(unsafe_code)]
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-use crate::driver::forward::Real;
-use crate::driver::hooked::real;
-use crate::driver::types::*;
+use self::current::{context_device, current_device, known_device, one_gpu};
+use self::init::join_in_child;
+use crate::driver::types::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_PERMITTED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
+    CuResult, Handle, Out,
+};
 use crate::driver::{calls, queries};
 use crate::log::log;
-use crate::state::{CONTEXTS, MODULES, NVML_KEYS, NVML_VIEW, POOLS, SHIM, Shim, VMM, array_map};
-use gpucap_core::arrays::Shape;
+use crate::state::{POOLS, SHIM, Shim};
 use gpucap_core::config::MAX_DEVICES;
-use gpucap_core::contexts::{CtxDriver, Ending, Unmeasured, Verdict};
-use gpucap_core::growth::{self, GROWTH};
-use gpucap_core::identity;
-use gpucap_core::ledger::{Charge, Freeing, Reservation};
-use gpucap_core::linear;
-use gpucap_core::pools::{PoolDriver, PoolLocation};
-use gpucap_core::vmm::Pending;
+use gpucap_core::ledger::{Charge, Reservation};
+use gpucap_core::{identity, linear};
 
 mod arena;
-mod arrays;
-mod contexts;
-mod current;
-mod graphs;
-mod info;
-mod init;
-mod launches;
-mod limits;
-mod memory;
-mod modules;
-mod multicast;
-mod nvml;
+pub(crate) mod arrays;
+pub(crate) mod contexts;
+pub(crate) mod current;
+pub(crate) mod graphs;
+pub(crate) mod info;
+pub(crate) mod init;
+pub(crate) mod launches;
+pub(crate) mod limits;
+pub(crate) mod memory;
+pub(crate) mod modules;
+pub(crate) mod multicast;
+pub(crate) mod nvml;
 mod nvml_pool;
-mod pools;
+pub(crate) mod pools;
 mod residents;
-mod sync;
-mod vmm;
-
-pub use self::arrays::*;
-pub use self::contexts::*;
-use self::current::{
-    context_device, current_context, current_device, known_device, moves_current,
-    note_visible_gpus, one_gpu,
-};
-pub use self::current::{
-    ctx_pop_current, ctx_push_current, ctx_set_current, gl_ctx_create, vdpau_ctx_create,
-};
-pub use self::graphs::*;
-pub use self::info::*;
-pub use self::init::*;
-pub use self::launches::*;
-pub use self::limits::*;
-pub use self::memory::*;
-pub use self::modules::*;
-pub use self::multicast::*;
-pub use self::nvml::*;
-pub use self::pools::*;
-pub use self::sync::*;
-pub use self::vmm::*;
+pub(crate) mod sync;
+pub(crate) mod vmm;
 
 /// The shim, or the error every call gets when the configuration is invalid (or
 /// names a device UUID that is not visible, or the pool could not be joined). A forked
@@ -145,9 +122,9 @@ fn short_device() -> Option<usize> {
 enum Target<'a> {
     /// Reserved: call the driver, then commit.
     Charged(Reservation<'a>),
-    /// No device to charge (no current context): the driver will answer the call
-    /// itself, with its own error or success, and nothing is recorded.
-    Unknown,
+    /// No device to charge (no current context): let the driver answer the call
+    /// itself, with its own error or success; nothing is reserved or recorded.
+    Uncharged,
 }
 
 /// Reserves `bytes` for a call that works in the calling thread's current context, on
@@ -166,7 +143,7 @@ fn reserve_for(
 ) -> Result<Target<'static>, CuResult> {
     let shim = shim()?;
     let Some(device) = device else {
-        return Ok(Target::Unknown);
+        return Ok(Target::Uncharged);
     };
     let Some(d) = checked_device(shim, device) else {
         log!(
@@ -181,7 +158,7 @@ fn reserve_for(
     // so that a call without one (or with a context destroyed meanwhile) gets the
     // driver's own error, as it would without the shortcut.
     if would_refuse(shim, d, bytes) && context_device().is_none() {
-        return Ok(Target::Unknown);
+        return Ok(Target::Uncharged);
     }
     shim.reserve_for(api, d, requested, bytes)
         .map(Target::Charged)
@@ -300,8 +277,9 @@ fn pointer_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
 /// succeeded, put back if it failed; in a pool, announced to it first.
 #[inline(always)]
 fn charge_freed(dptr: u64, c: Charge, call: impl FnOnce() -> CuResult) -> CuResult {
-    // Two paths, not `announce` for all: carrying the announcement across the driver
-    // call cost a process outside any pool 7 instructions per pair (measured: +200 -> +207).
+    // Two paths, not `announce` for all: a process outside any pool has nothing to
+    // announce, and carrying an announcement across the driver call would cost it
+    // instructions on every free.
     if SHIM.ledger.pooled() {
         return charge_freed_in_pool(dptr, c, call);
     }
@@ -345,10 +323,10 @@ fn uncharged_freed(dptr: u64, call: impl FnOnce() -> CuResult) -> CuResult {
     call()
 }
 
-/// Reads the pointer the driver wrote (only after it succeeded); 0 where the
-/// program passed none.
+/// The device pointer the driver wrote to the program's out-pointer `dptr` (read only
+/// after the driver succeeded); 0 where the program passed no out-pointer.
 #[inline(always)]
-fn written<P: Word>(dptr: Out<P>) -> u64 {
+fn written_pointer<P: Word>(dptr: Out<P>) -> u64 {
     dptr.get().map_or(0, Word::get)
 }
 

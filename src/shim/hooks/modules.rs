@@ -2,9 +2,18 @@
 //! `gpucap_core::modules`), measured around the load in the context it is loaded in,
 //! charged to that context's device, credited at unload or when the context is gone.
 
+use std::ffi::{c_int, c_void};
+
 use super::contexts::{context_lock, pool_marks};
+use super::current::context_device;
 use super::residents::{charge_undoable, judge_measured};
-use super::*;
+use super::shim;
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out};
+use crate::log::log;
+use crate::state::{CONTEXTS, MODULES};
+use gpucap_core::ledger::Charge;
 
 pub fn module_load(
     real: Real<(Out<Handle>, CText)>,

@@ -6,8 +6,14 @@
 //! (see `gpucap_core::vmm`): a bound handle released and unmapped stays charged until it
 //! is unbound or the object is freed.
 
+use std::ffi::{c_int, c_void};
+
+use super::shim;
 use super::vmm::vmm_step;
-use super::*;
+use crate::driver::forward::Real;
+use crate::driver::types::{CUDA_SUCCESS, CuResult, Dptr, Out};
+use crate::state::VMM;
+use gpucap_core::vmm::Pending;
 
 /// A bind or unbind: the book's step (taken once the shim is up), then the driver's call.
 fn bound(pending: impl FnOnce() -> Option<Pending>, call: impl FnOnce() -> CuResult) -> CuResult {

@@ -1,9 +1,17 @@
 //! NVML's memory figures, capped for the GPUs CUDA sees in this process; in a pool,
 //! the pool's figures and processes (`nvml_pool`: the pool read without joining it).
 
+use std::ffi::c_int;
+
 use super::nvml_pool::{nvml_pool_gpu, nvml_pool_reader};
-use super::*;
+use super::pools::refresh_pools;
+use super::{arena, checked_device, memory};
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{CuResult, Handle, NvmlProcessDetailList, Out, OutArray};
+use crate::state::{NVML_KEYS, NVML_VIEW, SHIM, Shim};
 use gpucap_core::nvml::{self, Listing, ProcessInfo};
+use gpucap_core::{growth, identity};
 
 // ---------------------------------------------------------------------------
 // NVML (see `nvml`): the device is matched to a CUDA ordinal by UUID. NVML is never
@@ -116,7 +124,7 @@ pub fn nvml_memory_info<M: nvml::MemoryInfo>(
         // A member: its own books say the pool's figures (`Shim::mem_info`).
         nvml_device(&SHIM, device)
             .map(|d| {
-                if growth() {
+                if memory::growth() {
                     arena::mem_info(&SHIM, d, (free, total), growth::retained_bytes(d), false)
                 } else {
                     SHIM.mem_info(d, free, total, 0)

@@ -7,7 +7,8 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
-use super::*;
+use crate::driver::queries;
+use crate::driver::types::Handle;
 use gpucap_core::config::Config;
 use gpucap_core::nvml::{self, PoolGpu};
 use gpucap_pool_file::{PoolFile, Sharing};

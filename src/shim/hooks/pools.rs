@@ -1,6 +1,22 @@
 //! Stream-ordered allocation and memory pools (see `gpucap_core::pools`).
 
-use super::*;
+use std::ffi::c_int;
+
+use super::current::current_device;
+use super::memory::growth_free;
+use super::{
+    Target, checked_device, pointer_freed, reserve_for, shim, would_refuse, written_pointer,
+};
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT,
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Dptr, Handle, In, LocationPrefix, Out,
+    Stream,
+};
+use crate::log::log;
+use crate::state::{POOLS, SHIM};
+use gpucap_core::pools::{PoolDriver, PoolLocation};
 
 pub fn mem_alloc_async(
     real: Real<(Out<Dptr>, usize, Stream)>,
@@ -67,7 +83,7 @@ pub(super) fn unlocated_pool(
             return rc;
         }
         // The driver allocated from it after all: given back, and refused.
-        queries::free_async(written(dptr), stream);
+        queries::free_async(written_pointer(dptr), stream);
     }
     log!(
         Warn,
@@ -118,7 +134,7 @@ pub(super) fn pool_charged(
     };
     let pool = match &target {
         Target::Charged(r) => pool.map(|p| (p, r.charge().device)),
-        Target::Unknown => None,
+        Target::Uncharged => None,
     };
     if let Some((p, d)) = pool {
         POOLS.begin(p, d, bound);
@@ -134,10 +150,10 @@ pub(super) fn pool_charged(
         // No pool to read (the driver gave none): charged as a plain allocation (shrinking
         // a reservation cannot be refused).
         let _ = SHIM.ledger.resize(&mut r, bytes);
-        r.commit(written(dptr));
+        r.commit(written_pointer(dptr));
         return rc;
     };
-    let ptr = written(dptr);
+    let ptr = written_pointer(dptr);
     if let Err((refusal, r)) =
         POOLS.allocated(&SHIM.ledger, &queries::Pools, pool, d, ptr, bytes, r)
     {

@@ -5,7 +5,13 @@
 //! and what each resident holds is recorded in its kind's book with the context it lives
 //! in, credited when its key goes or its context does.
 
-use super::*;
+use super::reclaim_for;
+use crate::driver::queries;
+use crate::driver::types::{CUDA_ERROR_OUT_OF_MEMORY, CuResult, Handle};
+use crate::log::log;
+use crate::state::SHIM;
+use gpucap_core::contexts::{Unmeasured, Verdict};
+use gpucap_core::ledger::{Charge, Reservation};
 use gpucap_core::residents::{self, Resident, ResidentBook, Undo};
 
 /// `charge` held in context `ctx` on `lock`'s device: with the context's driver id (a

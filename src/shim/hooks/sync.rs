@@ -1,6 +1,9 @@
 //! Synchronisation calls: pools release cached memory then, so they are re-read.
 
-use super::*;
+use crate::driver::forward::Real;
+use crate::driver::queries;
+use crate::driver::types::{CUDA_SUCCESS, CuResult, Handle, Stream};
+use crate::state::{POOLS, SHIM};
 
 /// After a synchronisation succeeded: pools release what they cache above their
 /// release threshold then, so every pool is re-read (one load when there are none).

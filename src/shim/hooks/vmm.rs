@@ -1,6 +1,14 @@
 //! The VMM calls (`cuMemCreate`, map, unmap, release).
 
-use super::*;
+use std::ffi::c_void;
+
+use super::{Target, reserve, shim};
+use crate::driver::forward::Real;
+use crate::driver::types::{
+    CU_MEM_LOCATION_TYPE_DEVICE, CUDA_SUCCESS, CuResult, Dptr, In, LocationPrefix, Out,
+};
+use crate::state::{SHIM, VMM};
+use gpucap_core::vmm::Pending;
 
 // ---------------------------------------------------------------------------
 // VMM (see `vmm`): a handle is charged from cuMemCreate until the driver frees its

@@ -11,7 +11,7 @@
 //!
 //! Files: `physical.rs` (handles and their memory), `ranges.rs` (reservations and
 //! mappings), `sharing.rs` (export and import of handles), `multicast_memory.rs` (a
-//! multicast object's handle, team and bindings).
+//! multicast object's handle, devices and bindings).
 
 mod multicast_memory;
 mod physical;
@@ -25,7 +25,7 @@ use libc::c_int;
 
 use super::HashMap;
 
-pub(super) use multicast_memory::{Bind, Team, create_multicast};
+pub(super) use multicast_memory::{MulticastBinding, MulticastDevices, create_multicast};
 pub use physical::{create, properties, release, retain};
 pub use ranges::{
     address_free, check_range, map, mapping_at, reservation_at, reserve, set_access, unmap_range,
@@ -56,9 +56,9 @@ pub(super) struct Vmm {
     reserved: BTreeMap<usize, usize>,
     mappings: BTreeMap<usize, Mapping>,
     /// Multicast bindings: (object, device, offset in the object) -> what is bound.
-    pub(super) binds: BTreeMap<(u64, usize, usize), Bind>,
-    /// Multicast objects' teams.
-    pub(super) teams: HashMap<u64, Team>,
+    pub(super) bindings: BTreeMap<(u64, usize, usize), MulticastBinding>,
+    /// Each multicast object's devices: how many it was made for, and those added.
+    pub(super) multicast_devices: HashMap<u64, MulticastDevices>,
 }
 
 static VMM: LazyLock<Mutex<Vmm>> = LazyLock::new(Default::default);

@@ -1,5 +1,5 @@
 //! A multicast object as VMM memory (`model::multicast` is the API's side): a handle
-//! with a memfd of its own and no device memory, the team of devices it was made for,
+//! with a memfd of its own and no device memory, the devices it was made for and those added,
 //! and the memory bound to it.
 
 use super::physical::{Backing, Phys, new_handle, own_memfd_named};
@@ -7,19 +7,20 @@ use super::vmm;
 use crate::abi::types::*;
 use crate::abi::*;
 
-/// Memory bound to a multicast object: `size` bytes of `handle`.
-pub(in crate::model) struct Bind {
+/// A multicast binding: memory bound to a multicast object, `size` bytes of `handle`.
+pub(in crate::model) struct MulticastBinding {
     pub(in crate::model) handle: u64,
     pub(in crate::model) size: usize,
 }
 
-/// A multicast object's team: how many devices it was made for, and those added.
-pub(in crate::model) struct Team {
-    pub(in crate::model) devices: u32,
+/// The devices of a multicast object: how many it was made for (`made_for`), and those
+/// added so far (`cuMulticastAddDevice`).
+pub(in crate::model) struct MulticastDevices {
+    pub(in crate::model) made_for: u32,
     pub(in crate::model) added: Vec<usize>,
 }
 
-/// A new multicast object of `size` bytes per device for a team of `devices`
+/// A new multicast object of `size` bytes per device for `devices` devices
 /// (`model::multicast`): a sparse memfd of its own, so that it can be mapped, charged to
 /// no device.
 pub(in crate::model) fn create_multicast(size: usize, devices: u32) -> Result<u64, CUresult> {
@@ -41,10 +42,10 @@ pub(in crate::model) fn create_multicast(size: usize, devices: u32) -> Result<u6
             multicast: true,
         },
     );
-    v.teams.insert(
+    v.multicast_devices.insert(
         h,
-        Team {
-            devices,
+        MulticastDevices {
+            made_for: devices,
             added: Vec::new(),
         },
     );

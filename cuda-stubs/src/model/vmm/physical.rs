@@ -145,14 +145,14 @@ impl Vmm {
         if done {
             let p = self.phys.remove(&handle).unwrap();
             if p.multicast {
-                self.teams.remove(&handle);
+                self.multicast_devices.remove(&handle);
                 let bound: Vec<_> = self
-                    .binds
+                    .bindings
                     .range((handle, 0, 0)..=(handle, usize::MAX, usize::MAX))
                     .map(|(&k, _)| k)
                     .collect();
                 for k in bound {
-                    let b = self.binds.remove(&k).unwrap();
+                    let b = self.bindings.remove(&k).unwrap();
                     self.unhold(b.handle);
                 }
             }

@@ -70,7 +70,7 @@ fn assert_view_within_cap(pool: Pool<'static>, k: &'static Kernel, cap: u64) {
 #[test]
 fn an_empty_slots_guarantee_bit_stops_no_joiner_and_no_borrower() {
     let (pool, k) = setup();
-    let a = leak(member(pool, proc(k, 1), Some(CAP)).noting(count_empty_slot_repairs));
+    let a = leak(member(pool, proc(k, 1), Some(CAP)).on_repair(count_empty_slot_repairs));
     // Slot 1 (the next joiner's) and slot 7 are empty, yet the file says each holds a
     // guarantee of the whole cap.
     for s in [1, 7] {
@@ -78,7 +78,7 @@ fn an_empty_slots_guarantee_bit_stops_no_joiner_and_no_borrower() {
         pool.w.share(s, 0, SH_GUARANTEE).store(CAP, SeqCst);
     }
     // A joiner asks for 900 of an empty pool: admitted.
-    let b = leak(member(pool, proc(k, 2), Some(CAP)).noting(count_empty_slot_repairs));
+    let b = leak(member(pool, proc(k, 2), Some(CAP)).on_repair(count_empty_slot_repairs));
     assert_eq!(b.slot(), 1);
     claim_within_10s(b, share(900, None)).unwrap();
     // A, without a guarantee, borrows what is not kept for B.
@@ -118,7 +118,7 @@ fn a_live_members_guarantee_word_above_the_cap_stops_nobody() {
     let (pool, k) = setup();
     let a = leak(member(pool, proc(k, 1), Some(CAP)));
     claim_within_10s(a, share(300, None)).unwrap();
-    let b = leak(member(pool, proc(k, 2), Some(CAP)).noting(count_huge_repairs));
+    let b = leak(member(pool, proc(k, 2), Some(CAP)).on_repair(count_huge_repairs));
     pool.w
         .share(a.slot(), 0, SH_GUARANTEE)
         .store(u64::MAX, SeqCst);

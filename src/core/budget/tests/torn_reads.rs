@@ -38,7 +38,7 @@ fn another_threads_allocation_between_the_reads_is_no_refusal() {
     let (pool, k) = setup();
     let cap = 150 << 30;
     let a = leak(member(pool, proc(k, 1), Some(cap)));
-    a.force(0, 256 * MIB);
+    a.charge_past_cap(0, 256 * MIB);
     // The other thread takes its next block between this thread's read of `used` (no
     // block in it) and of its own use (the block in it): on the short path's try, then
     // again on the full path's.
@@ -129,7 +129,7 @@ proptest! {
         let g = leak(member(pool, proc(k, 2), Some(CAP)));
         g.claim(0, share(CAP, 1000)).unwrap();
         let c = leak(member(pool, proc(k, 3), Some(CAP)));
-        a.force(0, 2560);
+        a.charge_past_cap(0, 2560);
         let members = [a, g, c];
         for r in requests {
             for step in r.steps {

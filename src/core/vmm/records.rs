@@ -1,4 +1,4 @@
-//! The book's records: each charged handle with its references and mappings, the
+//! `VmmBook`'s records: each charged handle with its references and mappings, the
 //! mappings by start address, and the multicast bindings, with the changes that free a
 //! handle (its last reference or mapping gone) and take bindings out or put them back.
 
@@ -46,8 +46,11 @@ pub(super) struct Mapping {
     pub(super) handle: u64,
 }
 
+/// What `VmmBook` holds behind its lock: the handles the shim charged, their mappings
+/// and their multicast bindings.
 #[derive(Default)]
-pub(super) struct Book {
+pub(super) struct HandleRecords {
+    /// Charged handles by value.
     pub(super) handles: HashMap<u64, Phys>,
     /// Mappings of charged handles by start address.
     pub(super) maps: BTreeMap<u64, Mapping>,
@@ -55,7 +58,7 @@ pub(super) struct Book {
     pub(super) binds: BTreeMap<BindKey, Bound>,
 }
 
-impl Book {
+impl HandleRecords {
     /// Drops one mapping of `handle`; the charges that freed.
     pub(super) fn unpin(&mut self, handle: u64) -> Vec<Charge> {
         let Some(p) = self.handles.get_mut(&handle) else {

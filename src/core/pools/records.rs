@@ -1,4 +1,4 @@
-//! The pool book's records (each pool's device, charge, allocations in flight; the live
+//! `PoolBook`'s records (each pool's device, charge, allocations in flight; the live
 //! pool allocations; the host pools) and how a pool's charge is settled to the bytes it
 //! reserves.
 
@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::ledger::{Charge, Ledger, Refusal, Reservation};
 
+/// One pool the book tracks: its device, its charge and what is in flight.
 #[derive(Debug, Default)]
 pub(super) struct Pool {
     pub(super) device: usize,
@@ -19,8 +20,11 @@ pub(super) struct Pool {
     pub(super) destroyed: bool,
 }
 
+/// What `PoolBook` holds behind its lock: the pools it tracks, the live allocations
+/// from them, and the pools of host memory.
 #[derive(Default)]
-pub(super) struct Book {
+pub(super) struct PoolRecords {
+    /// Tracked pools by handle.
     pub(super) pools: HashMap<u64, Pool>,
     /// Live pool allocations: pointer -> (pool, bytes asked for).
     pub(super) ptrs: HashMap<u64, (u64, u64)>,
@@ -28,7 +32,7 @@ pub(super) struct Book {
     pub(super) hosts: HashSet<u64>,
 }
 
-pub(super) fn pools_on(b: &Book, device: usize) -> Vec<u64> {
+pub(super) fn pools_on(b: &PoolRecords, device: usize) -> Vec<u64> {
     b.pools
         .iter()
         .filter(|(_, p)| p.device == device && !p.destroyed)
@@ -49,7 +53,7 @@ pub(super) type Unsettled<'a> = (Refusal, Reservation<'a>);
 /// it), and only the rest needs new room under the cap; without room the allocation is
 /// refused. A pool that shrank is credited.
 pub(super) fn settle<'a>(
-    b: &mut Book,
+    b: &mut PoolRecords,
     ledger: &Ledger,
     pool: u64,
     reserved: u64,
