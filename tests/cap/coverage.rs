@@ -298,10 +298,12 @@ fn expected(variants: &[(String, i32, bool)], version: i32, flags: u64) -> Optio
 fn every_test_the_table_names_exists() {
     for row in coverage_table() {
         for t in &row.tests {
-            let (file, func) = t
-                .split_once("::")
-                .unwrap_or_else(|| panic!("{t}: not file::function"));
-            // `file` is a module of one of the test binaries: tests/<area>/<file>.rs.
+            let (module, func) = t
+                .rsplit_once("::")
+                .unwrap_or_else(|| panic!("{t}: not module::function"));
+            // `module` is a module of one of the test binaries: tests/<area>/<module>.rs,
+            // or a folder's (tests/<area>/pool/shares.rs for `pool::shares`).
+            let file = module.replace("::", "/");
             let src = std::fs::read_dir(root().join("tests"))
                 .unwrap()
                 .flatten()

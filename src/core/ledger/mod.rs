@@ -386,6 +386,20 @@ impl Ledger {
         })
     }
 
+    /// Whether [`reserve`](Self::reserve) of `bytes` on `device` would be refused now by
+    /// this process's cap or its pool's: a check with no effect (nothing reserved, no
+    /// refusal counted), for a caller that must first learn whether the call is one the
+    /// driver answers itself. The pool's room here leaves out other members'
+    /// guarantees: the reservation itself decides.
+    pub fn would_refuse(&self, device: usize, bytes: u64) -> bool {
+        let own = self.headroom(device) < bytes;
+        let pooled = self
+            .pool()
+            .and_then(|m| m.usage(device))
+            .is_some_and(|(used, cap, _)| cap.is_some_and(|c| c.saturating_sub(used) < bytes));
+        own || pooled
+    }
+
     /// Every device's figures, in whole pages of their own (see [`Devices`]).
     pub fn devices(&self) -> &Devices {
         &self.devices

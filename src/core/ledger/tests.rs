@@ -62,6 +62,10 @@ mod pool_tests {
         let c = ledger.take(1).unwrap();
         ledger.settle(c);
         assert!(ledger.set_pool(MEMBER.get().unwrap()));
+        // The check without effect sees the pool's room (700), not only the process's
+        // own (1000), and counts nothing (the pool's count is checked below).
+        assert!(ledger.would_refuse(0, 800), "700 left in the pool");
+        assert!(!ledger.would_refuse(0, 700));
         let r = ledger.reserve(0, 800).err().unwrap();
         assert!(
             matches!(r, Refusal::Pool(p) if p.used == 300 && p.cap == 1000),
@@ -262,6 +266,8 @@ mod alone {
     fn reserve_within_cap_and_refuse_over_it() {
         let l = ledger_with_cap(1000);
         l.reserve(0, 600).unwrap().commit(1);
+        assert!(l.would_refuse(0, 500) && !l.would_refuse(0, 400));
+        assert_eq!(l.usage(0).unwrap().refusals, 0, "the check counts no refusal");
         let r = l.reserve(0, 500);
         assert_eq!(
             r.err(),

@@ -126,7 +126,7 @@ fn grow(
     }
     let bytes = n.checked_mul(page).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     let reservation = SHIM
-        .reserve_kept(api, device, requested, bytes, in_hand.saturating_mul(page))
+        .reserve(api, device, requested, bytes, in_hand.saturating_mul(page))
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     let prop = page_prop(device);
     let mut pages = Vec::with_capacity(n as usize);

@@ -36,7 +36,8 @@ pub(super) fn array_charged(
         return call();
     };
     let device = current_device();
-    let target = match reserve(api, device, arrays::estimate(&shape, levels)) {
+    let bytes = arrays::estimate(&shape, levels);
+    let target = match reserve(api, device, bytes, bytes) {
         Ok(t) => t,
         Err(rc) => return rc,
     };

@@ -3,7 +3,7 @@
 use super::current::{context_device, current_device};
 use super::{
     Target, Word, arena, charge_freed, charged, charged_on, charged_short, checked_device,
-    pointer_freed, reserve, reserve_for, short_path, uncharged_freed, written_pointer,
+    pointer_freed, reserve, short_path, uncharged_freed, written_pointer,
 };
 use crate::driver::forward::Real;
 use crate::driver::hooked::real;
@@ -87,7 +87,12 @@ pub fn mem_alloc_managed(
     size: usize,
     flags: u32,
 ) -> CuResult {
-    let target = match reserve("cuMemAllocManaged", current_device(), size as u64) {
+    let target = match reserve(
+        "cuMemAllocManaged",
+        current_device(),
+        size as u64,
+        size as u64,
+    ) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
@@ -121,7 +126,7 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
         .checked_next_multiple_of(PITCH_GUESS)
         .and_then(|w| w.checked_mul(height.get()))
         .unwrap_or(u64::MAX);
-    let target = match reserve_for(api, current_device(), guess, linear::charge(guess)) {
+    let target = match reserve(api, current_device(), guess, linear::charge(guess)) {
         Ok(t) => t,
         Err(rc) => return rc,
     };

@@ -127,15 +127,11 @@ enum Target<'a> {
     Uncharged,
 }
 
-/// Reserves `bytes` for a call that works in the calling thread's current context, on
-/// `device`: that context's device, or one the call names (None: nothing to charge).
-fn reserve(api: &str, device: Option<c_int>, bytes: u64) -> Result<Target<'static>, CuResult> {
-    reserve_for(api, device, bytes, bytes)
-}
-
-/// [`reserve`] of `bytes` to serve a request of `requested` bytes (a refusal names the
-/// request as the program made it).
-fn reserve_for(
+/// Reserves `bytes` to serve a request of `requested` bytes (a refusal names the
+/// request as the program made it) for a call that works in the calling thread's
+/// current context, on `device`: that context's device, or one the call names (None:
+/// nothing to charge).
+fn reserve(
     api: &str,
     device: Option<c_int>,
     requested: u64,
@@ -157,10 +153,10 @@ fn reserve_for(
     // a request the cap would refuse is first checked to have a current context at all,
     // so that a call without one (or with a context destroyed meanwhile) gets the
     // driver's own error, as it would without the shortcut.
-    if would_refuse(shim, d, bytes) && context_device().is_none() {
+    if shim.ledger.would_refuse(d, bytes) && context_device().is_none() {
         return Ok(Target::Uncharged);
     }
-    shim.reserve_for(api, d, requested, bytes)
+    shim.reserve(api, d, requested, bytes, 0)
         .map(Target::Charged)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
 }
@@ -175,17 +171,8 @@ fn reserve_on(
     bytes: u64,
 ) -> Result<Reservation<'static>, CuResult> {
     reclaim_for(shim, d, bytes);
-    shim.reserve(api, d, bytes).ok_or(CUDA_ERROR_OUT_OF_MEMORY)
-}
-
-/// Whether `bytes` more on `d` exceed this process's cap or its pool's (a hint: the
-/// reservation itself decides).
-fn would_refuse(shim: &Shim, d: usize, bytes: u64) -> bool {
-    let own = shim.ledger.headroom(d) < bytes;
-    let pooled = crate::membership::current()
-        .and_then(|m| m.usage(d))
-        .is_some_and(|(used, cap, _)| cap.is_some_and(|c| c.saturating_sub(used) < bytes));
-    own || pooled
+    shim.reserve(api, d, bytes, bytes, 0)
+        .ok_or(CUDA_ERROR_OUT_OF_MEMORY)
 }
 
 /// Before a request the cap cannot take: memory the process's own pools only cache
@@ -245,7 +232,7 @@ fn charged_on(
     call: impl FnOnce() -> CuResult,
     key: impl FnOnce() -> u64,
 ) -> CuResult {
-    let target = match reserve_for(api, device, requested, bytes) {
+    let target = match reserve(api, device, requested, bytes) {
         Ok(t) => t,
         Err(rc) => return rc,
     };

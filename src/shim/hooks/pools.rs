@@ -4,9 +4,7 @@ use std::ffi::c_int;
 
 use super::current::current_device;
 use super::memory::growth_free;
-use super::{
-    Target, checked_device, pointer_freed, reserve_for, shim, would_refuse, written_pointer,
-};
+use super::{Target, checked_device, pointer_freed, reserve, shim, written_pointer};
 use crate::driver::forward::Real;
 use crate::driver::queries;
 use crate::driver::types::{
@@ -128,7 +126,7 @@ pub(super) fn pool_charged(
     // the real driver), so reserving only the request let the device hold more than the
     // cap until the settle. Near the cap the pools are trimmed instead (`reserve`), which
     // is safe.
-    let target = match reserve_for(api, device, bytes, bound) {
+    let target = match reserve(api, device, bytes, bound) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
@@ -176,7 +174,7 @@ fn captured_beyond_the_cap(device: Option<c_int>, bytes: u64, stream: Stream) ->
     let Ok(shim) = shim() else { return false };
     device
         .and_then(|dev| checked_device(shim, dev))
-        .is_some_and(|d| would_refuse(shim, d, bytes))
+        .is_some_and(|d| shim.ledger.would_refuse(d, bytes))
         && crate::driver::graph_queries::capturing(stream)
 }
 

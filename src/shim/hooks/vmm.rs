@@ -27,7 +27,7 @@ pub fn mem_create(
         .filter(|p| p.location_type == CU_MEM_LOCATION_TYPE_DEVICE)
         .map(|p| p.location_id);
     // Host-located physical memory takes no device memory: forwarded uncounted.
-    let target = match reserve("cuMemCreate", device, size as u64) {
+    let target = match reserve("cuMemCreate", device, size as u64, size as u64) {
         Ok(t) => t,
         Err(rc) => return rc,
     };

@@ -106,28 +106,12 @@ impl Shim {
             .is_some_and(|f| f.load(Acquire))
     }
 
-    /// Reserves `bytes` on `device` for `api`, or logs the refusal line.
-    pub fn reserve(&self, api: &str, device: usize, bytes: u64) -> Option<Reservation<'_>> {
-        self.reserve_for(api, device, bytes, bytes)
-    }
-
-    /// Reserves `bytes` on `device` to serve a request of `requested` bytes (more
-    /// when rounded up to pages, fewer when partly served from retained memory);
-    /// a refusal names the request as the program made it.
-    pub fn reserve_for(
-        &self,
-        api: &str,
-        device: usize,
-        requested: u64,
-        bytes: u64,
-    ) -> Option<Reservation<'_>> {
-        self.reserve_kept(api, device, requested, bytes, 0)
-    }
-
-    /// [`reserve_for`](Self::reserve_for) in growth mode, where `in_hand` bytes of
-    /// pages kept for reuse were taken to serve the request already: a refusal line
-    /// says them (and what else is kept) apart from the memory in use.
-    pub fn reserve_kept(
+    /// Reserves `bytes` on `device` to serve a request of `requested` bytes (more when
+    /// rounded up to pages, fewer when partly served from retained memory), or logs the
+    /// refusal line, which names the request as the program made it. `in_hand`: in growth
+    /// mode, bytes of pages kept for reuse already taken to serve the request (the line
+    /// says them, and what else is kept, apart from the memory in use); 0 otherwise.
+    pub fn reserve(
         &self,
         api: &str,
         device: usize,
