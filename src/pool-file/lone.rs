@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 
 use gpucap_core::lone::{
-    DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView, figures_fd,
+    DEVICE_FIGURES_BYTES, DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView, figures_fd,
 };
 
 fn cstr(p: &Path) -> Result<CString, String> {
@@ -225,8 +225,15 @@ impl Lone {
         // page-aligned, never unmapped, only ever used atomically (readers read it too).
         let words: &'static [AtomicU64] =
             unsafe { std::slice::from_raw_parts(whole_map as *const AtomicU64, LONE_WORDS) };
-        for (to, from) in words.iter().zip(figures) {
-            to.store(from.load(Acquire), Relaxed);
+        // The figures as they are, into the memfd in one call: the devices' words only
+        // (the rest of `Devices` is never written, and a fresh memfd reads as zero), so
+        // that the kernel copies them and takes only the pages they fill. No thread
+        // changes them meanwhile (the caller's guarantee).
+        // SAFETY: our descriptor; `at` is the start of the caller's `Devices`, readable
+        // for DEVICES_BYTES (checked above), of which DEVICE_FIGURES_BYTES are read.
+        let wrote = unsafe { libc::pwrite(memfd, at.cast(), DEVICE_FIGURES_BYTES, 0) };
+        if usize::try_from(wrote).ok() != Some(DEVICE_FIGURES_BYTES) {
+            return fail(os_err("cannot copy the ledger's figures for", &tmp), memfd);
         }
         if map(memfd, at, DEVICES_BYTES, true).is_none() {
             return fail(os_err("cannot map the ledger's figures for", &tmp), memfd);
@@ -550,6 +557,34 @@ mod tests {
                 DEVICES_BYTES / 8,
             )
         }
+    }
+
+    #[test]
+    fn the_figures_written_before_the_memfd_is_mapped_over_them_stay_every_devices() {
+        let d = dir("carried");
+        let figures = figures();
+        // What a forked child's ledger holds of its parent's: figures on the first and
+        // the last device, up to the last device's last word.
+        let last = DEVICE_FIGURES_BYTES / 8 - 1;
+        figures[0].store(256 << 20, Relaxed);
+        figures[1].store(3 << 20, Relaxed);
+        figures[last - DEVICE_WORDS + 1].store(1 << 30, Relaxed);
+        figures[last].store(7, Relaxed);
+        let before: Vec<u64> = figures.iter().map(|w| w.load(Relaxed)).collect();
+        let lone = Lone::prepare(&d, "8-8.lone", figures).unwrap();
+        let after: Vec<u64> = figures.iter().map(|w| w.load(Relaxed)).collect();
+        assert_eq!(before, after, "the ledger's words read the same once mapped");
+        // The memfd holds them (its second mapping, the header's), and nothing past them.
+        let memfd: Vec<u64> = lone.words()[..DEVICES_BYTES / 8]
+            .iter()
+            .map(|w| w.load(Relaxed))
+            .collect();
+        assert_eq!(memfd, before);
+        // Now the same words: what the ledger writes is the memfd's.
+        figures[last].store(8, Relaxed);
+        assert_eq!(lone.words()[last].load(Relaxed), 8);
+        lone.remove();
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
