@@ -52,7 +52,7 @@ fn map(fd: RawFd, at: *mut u8, len: usize, write: bool) -> Option<*mut u8> {
     let fixed = if at.is_null() { 0 } else { libc::MAP_FIXED };
     // SAFETY: a shared mapping of our file; MAP_FIXED only over the pages the caller
     // owns (the ledger's figures, whole pages, see `Lone::prepare`).
-    let p = unsafe { libc::mmap(at.cast(), len, prot, libc::MAP_SHARED | fixed, fd, 0) };
+    let p = unsafe { crate::sys::mmap(at.cast(), len, prot, libc::MAP_SHARED | fixed, fd, 0) };
     (p != libc::MAP_FAILED).then_some(p.cast())
 }
 
@@ -83,7 +83,7 @@ fn privatize(figures: *mut u8) {
     // SAFETY: a fresh private anonymous mapping, filled from the figures (mapped and
     // readable: a sealed memfd cannot shrink), then moved over them whole.
     unsafe {
-        let copy = libc::mmap(
+        let copy = crate::sys::mmap(
             std::ptr::null_mut(),
             DEVICES_BYTES,
             libc::PROT_READ | libc::PROT_WRITE,
@@ -186,7 +186,7 @@ impl Lone {
         unsafe { libc::unlink(ctmp.as_ptr()) };
         // SAFETY: as above; O_EXCL never follows or reuses an existing entry.
         let fd = unsafe {
-            libc::open(
+            crate::sys::open(
                 ctmp.as_ptr(),
                 libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
                 0o600 as libc::c_uint,
@@ -403,7 +403,7 @@ fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
     let c = cstr(path).ok()?;
     // SAFETY: a NUL-terminated path; never follows a link, never waits on a FIFO.
     let fd = unsafe {
-        libc::open(
+        crate::sys::open(
             c.as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         )
@@ -483,7 +483,7 @@ fn live_figures_into(words: &[AtomicU64], owner: u32) {
     // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose),
     // read-only, never waits.
     let fd = unsafe {
-        libc::open(
+        crate::sys::open(
             p.as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
         )
