@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 
 use gpucap_core::lone::{
-    DEVICE_FIGURES_BYTES, DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView, figures_fd,
+    DEVICE_FIGURES_BYTES, DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView,
+    figures_fd,
 };
 
 fn cstr(p: &Path) -> Result<CString, String> {
@@ -573,7 +574,10 @@ mod tests {
         let before: Vec<u64> = figures.iter().map(|w| w.load(Relaxed)).collect();
         let lone = Lone::prepare(&d, "8-8.lone", figures).unwrap();
         let after: Vec<u64> = figures.iter().map(|w| w.load(Relaxed)).collect();
-        assert_eq!(before, after, "the ledger's words read the same once mapped");
+        assert_eq!(
+            before, after,
+            "the ledger's words read the same once mapped"
+        );
         // The memfd holds them (its second mapping, the header's), and nothing past them.
         let memfd: Vec<u64> = lone.words()[..DEVICES_BYTES / 8]
             .iter()

@@ -4,7 +4,9 @@
 //! would be one more import of libgpucap.so, which the dynamic loader looks up in every
 //! process the shim is preloaded into, CUDA or not, at its start.
 
-pub use libc::{fstat64 as fstat, lstat64 as lstat, mmap64 as mmap, open64 as open, stat64 as stat};
+pub use libc::{
+    fstat64 as fstat, lstat64 as lstat, mmap64 as mmap, open64 as open, stat64 as stat,
+};
 
 /// `access(path, mode)`: the real ids' permission to `path`.
 ///

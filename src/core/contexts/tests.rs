@@ -200,10 +200,16 @@ fn a_created_context_is_measured_with_while_the_book_holds_it_on_its_device() {
     drv.log.borrow_mut().clear();
     let (_, _, how) = measure(&lock, &drv, || drv.call());
     assert_eq!(how, Vantage::Context);
-    assert_eq!(*drv.log.borrow(), [format!("free@{c}"), format!("free@{c}")]);
+    assert_eq!(
+        *drv.log.borrow(),
+        [format!("free@{c}"), format!("free@{c}")]
+    );
     // Gone for good (a detach of its last reference): none again.
     drv.drop_ctx(c);
-    assert!(matches!(lock.after_release(&drv, c, None), Ending::Gone(Some(_))));
+    assert!(matches!(
+        lock.after_release(&drv, c, None),
+        Ending::Gone(Some(_))
+    ));
     let (_, _, how) = measure(&lock, &drv, || drv.call());
     assert_eq!(how, Vantage::Nvml);
 }
