@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use serde::Serialize;
 
 use crate::config::{MAX_DEVICES, format_uuid};
-pub use crate::ledger::DEVICES_BYTES;
+pub use crate::ledger::{DEVICE_FIGURES_BYTES, DEVICES_BYTES};
 use crate::ledger::{NO_CAP, usage_in};
 
 /// The header's words (one 4 KiB page).

@@ -14,6 +14,8 @@
 //! - `lone`: the file of a process capped on its own (`gpucap_core::lone`): made and
 //!   mapped over the ledger's figures by the shim, read (and removed once its process
 //!   died) by the CLI.
+//! - `sys`: the C library's file calls, under the names Rust's std imports too (one
+//!   symbol lookup fewer each when the shim is loaded).
 //!
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
@@ -24,6 +26,7 @@ mod lone;
 mod mapping;
 mod removal;
 mod sharing;
+mod sys;
 
 pub use identity::{own_pid_namespace, own_uid};
 pub use location::{every_user_dir, locate, locate_existing, path_of, user_dir};

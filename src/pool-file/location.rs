@@ -174,7 +174,7 @@ fn writable(dir: &Path) -> bool {
         return false;
     };
     // SAFETY: a NUL-terminated path; access only reads it.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+    unsafe { crate::sys::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
 /// The per-user directory: a real directory (not a symbolic link), owned by this user,

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 
 use gpucap_core::lone::{
-    DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView, figures_fd,
+    DEVICE_FIGURES_BYTES, DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView,
+    figures_fd,
 };
 
 fn cstr(p: &Path) -> Result<CString, String> {
@@ -52,7 +53,7 @@ fn map(fd: RawFd, at: *mut u8, len: usize, write: bool) -> Option<*mut u8> {
     let fixed = if at.is_null() { 0 } else { libc::MAP_FIXED };
     // SAFETY: a shared mapping of our file; MAP_FIXED only over the pages the caller
     // owns (the ledger's figures, whole pages, see `Lone::prepare`).
-    let p = unsafe { libc::mmap(at.cast(), len, prot, libc::MAP_SHARED | fixed, fd, 0) };
+    let p = unsafe { crate::sys::mmap(at.cast(), len, prot, libc::MAP_SHARED | fixed, fd, 0) };
     (p != libc::MAP_FAILED).then_some(p.cast())
 }
 
@@ -83,7 +84,7 @@ fn privatize(figures: *mut u8) {
     // SAFETY: a fresh private anonymous mapping, filled from the figures (mapped and
     // readable: a sealed memfd cannot shrink), then moved over them whole.
     unsafe {
-        let copy = libc::mmap(
+        let copy = crate::sys::mmap(
             std::ptr::null_mut(),
             DEVICES_BYTES,
             libc::PROT_READ | libc::PROT_WRITE,
@@ -186,7 +187,7 @@ impl Lone {
         unsafe { libc::unlink(ctmp.as_ptr()) };
         // SAFETY: as above; O_EXCL never follows or reuses an existing entry.
         let fd = unsafe {
-            libc::open(
+            crate::sys::open(
                 ctmp.as_ptr(),
                 libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
                 0o600 as libc::c_uint,
@@ -225,8 +226,15 @@ impl Lone {
         // page-aligned, never unmapped, only ever used atomically (readers read it too).
         let words: &'static [AtomicU64] =
             unsafe { std::slice::from_raw_parts(whole_map as *const AtomicU64, LONE_WORDS) };
-        for (to, from) in words.iter().zip(figures) {
-            to.store(from.load(Acquire), Relaxed);
+        // The figures as they are, into the memfd in one call: the devices' words only
+        // (the rest of `Devices` is never written, and a fresh memfd reads as zero), so
+        // that the kernel copies them and takes only the pages they fill. No thread
+        // changes them meanwhile (the caller's guarantee).
+        // SAFETY: our descriptor; `at` is the start of the caller's `Devices`, readable
+        // for DEVICES_BYTES (checked above), of which DEVICE_FIGURES_BYTES are read.
+        let wrote = unsafe { libc::pwrite(memfd, at.cast(), DEVICE_FIGURES_BYTES, 0) };
+        if usize::try_from(wrote).ok() != Some(DEVICE_FIGURES_BYTES) {
+            return fail(os_err("cannot copy the ledger's figures for", &tmp), memfd);
         }
         if map(memfd, at, DEVICES_BYTES, true).is_none() {
             return fail(os_err("cannot map the ledger's figures for", &tmp), memfd);
@@ -396,7 +404,7 @@ fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
     let c = cstr(path).ok()?;
     // SAFETY: a NUL-terminated path; never follows a link, never waits on a FIFO.
     let fd = unsafe {
-        libc::open(
+        crate::sys::open(
             c.as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         )
@@ -476,7 +484,7 @@ fn live_figures_into(words: &[AtomicU64], owner: u32) {
     // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose),
     // read-only, never waits.
     let fd = unsafe {
-        libc::open(
+        crate::sys::open(
             p.as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
         )
@@ -550,6 +558,37 @@ mod tests {
                 DEVICES_BYTES / 8,
             )
         }
+    }
+
+    #[test]
+    fn the_figures_written_before_the_memfd_is_mapped_over_them_stay_every_devices() {
+        let d = dir("carried");
+        let figures = figures();
+        // What a forked child's ledger holds of its parent's: figures on the first and
+        // the last device, up to the last device's last word.
+        let last = DEVICE_FIGURES_BYTES / 8 - 1;
+        figures[0].store(256 << 20, Relaxed);
+        figures[1].store(3 << 20, Relaxed);
+        figures[last - DEVICE_WORDS + 1].store(1 << 30, Relaxed);
+        figures[last].store(7, Relaxed);
+        let before: Vec<u64> = figures.iter().map(|w| w.load(Relaxed)).collect();
+        let lone = Lone::prepare(&d, "8-8.lone", figures).unwrap();
+        let after: Vec<u64> = figures.iter().map(|w| w.load(Relaxed)).collect();
+        assert_eq!(
+            before, after,
+            "the ledger's words read the same once mapped"
+        );
+        // The memfd holds them (its second mapping, the header's), and nothing past them.
+        let memfd: Vec<u64> = lone.words()[..DEVICES_BYTES / 8]
+            .iter()
+            .map(|w| w.load(Relaxed))
+            .collect();
+        assert_eq!(memfd, before);
+        // Now the same words: what the ledger writes is the memfd's.
+        figures[last].store(8, Relaxed);
+        assert_eq!(lone.words()[last].load(Relaxed), 8);
+        lone.remove();
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

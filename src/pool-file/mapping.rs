@@ -65,7 +65,7 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
     let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     for _ in 0..3 {
         // SAFETY: a NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), flags) };
+        let fd = unsafe { crate::sys::open(c.as_ptr(), flags) };
         if fd >= 0 {
             return finish(path, fd, sharing, true);
         }
@@ -90,7 +90,7 @@ pub fn open_reader(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     // SAFETY: a NUL-terminated path.
     let fd = unsafe {
-        libc::open(
+        crate::sys::open(
             c.as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         )
@@ -107,7 +107,7 @@ pub fn open_writer(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     // SAFETY: a NUL-terminated path.
     let fd = unsafe {
-        libc::open(
+        crate::sys::open(
             c.as_ptr(),
             libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         )
@@ -163,7 +163,7 @@ fn create(path: &Path, sharing: Sharing, slots: usize) -> Result<bool, String> {
         let ct = cstr(&tmp)?;
         // SAFETY: a NUL-terminated path; O_EXCL never follows or reuses an existing entry.
         let fd = unsafe {
-            libc::open(
+            crate::sys::open(
                 ct.as_ptr(),
                 libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
                 0o600 as libc::c_uint,
@@ -279,7 +279,7 @@ fn map(fd: RawFd, bytes: usize, write: bool) -> Option<&'static [AtomicU64]> {
         libc::PROT_READ
     };
     // SAFETY: a fresh shared mapping of a file at least `bytes` long.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, prot, libc::MAP_SHARED, fd, 0) };
+    let p = unsafe { crate::sys::mmap(std::ptr::null_mut(), bytes, prot, libc::MAP_SHARED, fd, 0) };
     if p == libc::MAP_FAILED {
         return None;
     }
@@ -302,9 +302,9 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, member: bool) -> Result<Pool
         Err(format!("the pool file {}: {msg}", path.display()))
     };
     // SAFETY: stat is plain data filled by fstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
     // SAFETY: our descriptor and a stat to fill.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+    if unsafe { crate::sys::fstat(fd, &mut st) } != 0 {
         return fail(std::io::Error::last_os_error().to_string());
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {

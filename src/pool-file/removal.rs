@@ -57,14 +57,14 @@ fn last_err(what: &str, p: &Path) -> String {
 /// (device, inode) of `fd`, or of `path` without following a link.
 fn identity(fd: Option<i32>, path: &Path) -> Option<(u64, u64)> {
     // SAFETY: stat is plain data filled by fstat/lstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
     let rc = match fd {
         // SAFETY: a descriptor of ours and a stat to fill.
-        Some(fd) => unsafe { libc::fstat(fd, &mut st) },
+        Some(fd) => unsafe { crate::sys::fstat(fd, &mut st) },
         None => {
             let c = cstr(path).ok()?;
             // SAFETY: a NUL-terminated path and a stat to fill.
-            unsafe { libc::lstat(c.as_ptr(), &mut st) }
+            unsafe { crate::sys::lstat(c.as_ptr(), &mut st) }
         }
     };
     (rc == 0).then_some((st.st_dev, st.st_ino))
@@ -77,7 +77,7 @@ pub fn remove_unused(path: &Path) -> Result<Removal, String> {
     let c = cstr(path)?;
     // SAFETY: a NUL-terminated path; never follows a link nor waits on a FIFO.
     let fd = unsafe {
-        libc::open(
+        crate::sys::open(
             c.as_ptr(),
             libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         )
@@ -265,7 +265,7 @@ mod tests {
         .unwrap();
         let c = cstr(&path).unwrap();
         // SAFETY: a NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        let fd = unsafe { crate::sys::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         assert!(fd >= 0);
         let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, MAX_SLOTS as i64);
         // SAFETY: our descriptor and a valid flock.

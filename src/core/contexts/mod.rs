@@ -189,6 +189,9 @@ struct DevState {
     /// entry), the oldest replaced first (`next`).
     recent: [Option<u64>; RECENT],
     next: usize,
+    /// How many created contexts of this device the book holds: none, and a context
+    /// is measured without looking through the book for one to measure with.
+    created: usize,
 }
 
 /// How many measurements of contexts the next context's expectation is the least of.
@@ -227,6 +230,7 @@ impl ContextBook {
                     primary: None,
                     recent: [None; RECENT],
                     next: 0,
+                    created: 0,
                 })
             }; MAX_DEVICES],
             created: LiveMap::new(),
@@ -264,6 +268,9 @@ impl DeviceLock<'_> {
     /// A context of the process on this device to measure with, if any.
     fn vantage(&self) -> Option<Ctx> {
         self.state.primary.map(|(ctx, _)| ctx).or_else(|| {
+            if self.state.created == 0 {
+                return None;
+            }
             self.book
                 .created
                 .matching(|c| c.device == self.device)
@@ -472,8 +479,8 @@ impl DeviceLock<'_> {
     }
 
     /// Records a created context's charge (its bytes already kept in the ledger).
-    pub fn add_created(&self, ctx: Ctx, bytes: u64) {
-        self.book.created.insert(
+    pub fn add_created(&mut self, ctx: Ctx, bytes: u64) {
+        self.restore_created(
             ctx,
             Charge {
                 device: self.device,
@@ -484,12 +491,17 @@ impl DeviceLock<'_> {
 
     /// A created context is being destroyed: its charge (put it back with
     /// [`restore_created`](Self::restore_created) if the driver refuses).
-    pub fn take_created(&self, ctx: Ctx) -> Option<Charge> {
-        self.book.created.remove(ctx)
+    pub fn take_created(&mut self, ctx: Ctx) -> Option<Charge> {
+        let taken = self.book.created.remove(ctx);
+        if taken.is_some_and(|c| c.device == self.device) {
+            self.state.created = self.state.created.saturating_sub(1);
+        }
+        taken
     }
 
-    pub fn restore_created(&self, ctx: Ctx, charge: Charge) {
+    pub fn restore_created(&mut self, ctx: Ctx, charge: Charge) {
         self.book.created.insert(ctx, charge);
+        self.state.created += 1;
     }
 
     /// After the driver accepted a call that ends `ctx` only with its last reference

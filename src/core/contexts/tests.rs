@@ -177,6 +177,43 @@ fn first_context_is_measured_with_nvml_and_no_other_context() {
     );
 }
 
+#[test]
+fn a_created_context_is_measured_with_while_the_book_holds_it_on_its_device() {
+    let book = ContextBook::new();
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    let c = drv.make().unwrap();
+    book.lock(1).unwrap().add_created(c, 300);
+    // Another device's context is no vantage here: NVML.
+    let (_, _, how) = measure(&book.lock(0).unwrap(), &drv, || drv.call());
+    assert_eq!(how, Vantage::Nvml);
+    let mut lock = book.lock(1).unwrap();
+    let (_, taken, how) = measure(&lock, &drv, || drv.call());
+    assert_eq!((taken, how), (Ok(300), Vantage::Context));
+    // Being destroyed, then the driver refused: the book holds it again, and it is
+    // measured with again.
+    let charge = lock.take_created(c).unwrap();
+    drv.log.borrow_mut().clear();
+    let (_, _, how) = measure(&lock, &drv, || drv.call());
+    assert_eq!(how, Vantage::Nvml);
+    lock.restore_created(c, charge);
+    drv.log.borrow_mut().clear();
+    let (_, _, how) = measure(&lock, &drv, || drv.call());
+    assert_eq!(how, Vantage::Context);
+    assert_eq!(
+        *drv.log.borrow(),
+        [format!("free@{c}"), format!("free@{c}")]
+    );
+    // Gone for good (a detach of its last reference): none again.
+    drv.drop_ctx(c);
+    assert!(matches!(
+        lock.after_release(&drv, c, None),
+        Ending::Gone(Some(_))
+    ));
+    let (_, _, how) = measure(&lock, &drv, || drv.call());
+    assert_eq!(how, Vantage::Nvml);
+}
+
 /// Slot locks for the members of one test's pool (a "process" per id).
 struct Locks {
     owner: &'static std::sync::Mutex<Vec<u32>>,

@@ -66,6 +66,9 @@ impl Devices {
 
 /// The bytes of [`Devices`]: a whole number of pages.
 pub const DEVICES_BYTES: usize = 65536;
+/// The bytes of [`Devices`] that hold figures, from its start: every device's. The rest
+/// (up to [`DEVICES_BYTES`]) is never written and stays zero.
+pub const DEVICE_FIGURES_BYTES: usize = MAX_DEVICES * std::mem::size_of::<Device>();
 const DEVICES_REST: usize = (DEVICES_BYTES - MAX_DEVICES * std::mem::size_of::<Device>()) / 8;
 const _: () = assert!(std::mem::size_of::<Devices>() == DEVICES_BYTES);
 const _: () = assert!(std::mem::size_of::<Device>() == 64 + 64 * crate::counter::COUNTER_LINES);

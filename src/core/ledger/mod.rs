@@ -18,7 +18,9 @@ mod reservation;
 #[cfg(test)]
 mod tests;
 
-pub use device::{DEVICE_WORDS, DEVICES_BYTES, Device, Devices, NO_CAP, Usage, usage_in};
+pub use device::{
+    DEVICE_FIGURES_BYTES, DEVICE_WORDS, DEVICES_BYTES, Device, Devices, NO_CAP, Usage, usage_in,
+};
 use device::{add_within_cap, note_peak};
 pub use reservation::{Freeing, Refusal, Reservation};
 

@@ -508,7 +508,7 @@ fn destroyed(real: Real<(Handle,)>, ctx: Handle) -> CuResult {
         return rc;
     }
     let call = || real.call(ctx);
-    let Some(lock) = lock_of_context(ctx) else {
+    let Some(mut lock) = lock_of_context(ctx) else {
         return call();
     };
     // cuCtxDestroy ends the context whatever its usage count.
