@@ -90,7 +90,10 @@ pub enum Claimed {
     /// the GPU and before it claimed: the change's share, in force instead of the one
     /// claimed (a change that landed wins; the command said it was made). The ceiling
     /// None: none of its own (the pool's cap).
-    Set { guarantee: u64, ceiling: Option<u64> },
+    Set {
+        guarantee: u64,
+        ceiling: Option<u64>,
+    },
 }
 
 impl Member<'_> {

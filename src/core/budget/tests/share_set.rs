@@ -199,7 +199,11 @@ fn a_change_that_lands_before_its_member_claims_its_share_wins() {
             }),
             "look first: {look_first}"
         );
-        assert_eq!(shown(pool, k, &a), (200, Some(500)), "look first: {look_first}");
+        assert_eq!(
+            shown(pool, k, &a),
+            (200, Some(500)),
+            "look first: {look_first}"
+        );
         assert_eq!(a.room(0), Some((500, Some(500))));
         assert_eq!(pool.view(proc(k, 99)).gpus[0].guaranteed, 200);
         a.reserve(0, 500).unwrap();
