@@ -160,6 +160,18 @@ impl Member<'_> {
             if self.w.slot(self.slot, S_SHARE_GEN).load(SeqCst) & 1 << g != 0 {
                 return Ok(self.take_set_share(g));
             }
+            // A ceiling at the cap (`shares::check` gives the cap where none is set) is
+            // no ceiling of its own: written as none, so that it follows the pool's cap
+            // when a resize changes it (a member kept at the old cap after a raise, or
+            // a ceiling word above a lowered cap that others clear as damage).
+            let share = Share {
+                ceiling: if share.ceiling >= limit_of(self.caps[g].load(Relaxed)) {
+                    0
+                } else {
+                    share.ceiling
+                },
+                ..share
+            };
             self.write_share(g, share);
             // After the share words: a resize under way now sees them, or its cap word
             // is seen here (the lower of the two caps decides).

@@ -142,6 +142,26 @@ fn a_guarantee_is_served_under_a_lowered_cap_only_once_use_falls_under_it() {
     assert_eq!(pool.w.used(0), 500);
 }
 
+/// A member with a guarantee and no ceiling of its own (`shares::check` gives it the
+/// cap) follows the cap a resize sets: after a raise it may hold the new cap, and after
+/// a lower its share words are not above the cap (nothing for the others to repair).
+#[test]
+fn a_guaranteed_member_without_a_ceiling_follows_the_cap() {
+    let (pool, k) = setup();
+    let share = |g| -> Share { check(Some(1000), g, None).unwrap() };
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.claim(0, share(400)).unwrap();
+    pool.resize(&GPU0, Some(2000), proc(k, 99)).unwrap();
+    assert_eq!(a.room(0), Some((2000, Some(2000))), "the raised cap");
+    a.reserve(0, 1500).unwrap();
+    a.credit(0, 1500);
+    pool.resize(&GPU0, Some(500), proc(k, 99)).unwrap();
+    let v = pool.view(proc(k, 99));
+    assert!(!v.gpus[0].share_drift, "share words above the cap");
+    assert_eq!(v.members[0].gpus[0].ceiling, None);
+    assert_eq!(a.room(0), Some((500, Some(500))));
+}
+
 #[test]
 fn a_gpu_no_member_used_cannot_be_resized() {
     let (pool, k) = setup();
