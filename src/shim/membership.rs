@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, Once, OnceLock};
 
 use gpucap_core::budget::shares::{self, UnderCeiling};
-use gpucap_core::budget::{CapMismatch, Member, MemberInfo, Repair, WaitNote};
+use gpucap_core::budget::{CapMismatch, Claimed, Member, MemberInfo, Repair, WaitNote};
 use gpucap_core::config::{Config, PoolSpec};
 use gpucap_core::size::format_bytes;
 use gpucap_pool_file::PoolFile;
@@ -303,7 +303,8 @@ fn per_container(spec: &PoolSpec) -> PoolSpec {
 /// Claims this process's guarantee and ceiling (`GPUCAP_GUARANTEE`, `GPUCAP_CEILING`)
 /// on GPU `ordinal` of the pool, if it has either or is `held` below the pool's `cap`:
 /// checked against the pool's `cap`, then admitted (or waited for, with `GPUCAP_WAIT`)
-/// among the live members'.
+/// among the live members'. A share `gpucap pool set` gave this process meanwhile (its
+/// GPU registered, its own share not yet claimed) stays in force, said in one line.
 fn claim_share(
     member: &Member<'_>,
     config: &Config,
@@ -317,10 +318,29 @@ fn claim_share(
         Some(h) => Some(shares::held_share(share, cap, h).map_err(|e| e.to_string())?),
         None => share,
     };
-    match share {
-        None => Ok(()),
-        Some(share) => member.claim(ordinal, share).map_err(|e| e.to_string()),
+    let Some(share) = share else {
+        return Ok(());
+    };
+    match member.claim(ordinal, share).map_err(|e| e.to_string())? {
+        Claimed::Own => {}
+        Claimed::Set { guarantee, ceiling } => {
+            let ceiling_of = |c: Option<u64>| {
+                c.filter(|&c| c != u64::MAX)
+                    .map_or("none of its own".to_string(), format_bytes)
+            };
+            crate::log::log!(
+                Warn,
+                "GPU {ordinal}: `gpucap pool set` changed this process's share while it \
+                 started (guarantee {}, ceiling {}): kept in place of the one it asked for \
+                 (guarantee {}, ceiling {})",
+                format_bytes(guarantee),
+                ceiling_of(ceiling),
+                format_bytes(share.guarantee),
+                ceiling_of(Some(share.ceiling))
+            );
+        }
     }
+    Ok(())
 }
 
 /// What the other members and `gpucap status` see of this process.

@@ -4,7 +4,7 @@
 //! undone and refused with `CUDA_ERROR_OUT_OF_MEMORY` and gpucap's line. Once a context
 //! of a GPU was measured, the next is checked against the cap before the driver makes
 //! it: the driver never holds more than the cap (tests/c/ctxcharge.c, on the fake GPU
-//! with `FAKECUDA_CONTEXT_MEM`; the pool's case is in tests/pool/pool.rs).
+//! with `FAKECUDA_CONTEXT_MEM`; the pool's case is in tests/pool/pool/contexts.rs).
 
 use super::common;
 

@@ -208,7 +208,7 @@ fn check_and_run_refuse_disagreement_bad_values_and_invisible_gpus() {
 
 /// HAMi-core variables gpucap does not act on are said in the program's stderr at the
 /// default log level, never passed over silently: the SM limit. (The shared cache is
-/// the pool's file: tests/pool/pool.rs.)
+/// the pool's file: tests/pool/pool/sharing.rs.)
 #[test]
 fn variables_gpucap_does_not_act_on_are_said_at_the_default_level() {
     let dir = scratch("hami-notes");

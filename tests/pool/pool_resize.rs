@@ -1,7 +1,8 @@
 //! `gpucap pool resize` on a live pool, with members on the fake GPU: a raise serves a
 //! waiting member, a member started later with the old GPUCAP_LIMIT joins, a lower
 //! refuses the next allocation with the pool's line and takes nothing back, and the
-//! fake GPU's shared peak never passes the highest cap in force.
+//! fake GPU's shared peak never passes the highest cap in force, guaranteed members'
+//! requests included.
 
 use super::common;
 
@@ -275,4 +276,165 @@ fn a_live_members_ceiling_and_guarantee_are_changed() {
     );
     kill(a);
     kill(b);
+}
+
+/// A process of pool `t` (GPUCAP_LIMIT 1 GiB, no GPUCAP_WAIT) with a guarantee of
+/// `guarantee`, running `steps`, then holding its memory until killed.
+fn guaranteed(s: &Scratch, guarantee: &str, steps: &[String]) -> Child {
+    let script = script();
+    let mut args: Vec<String> = ["run", "--limit", "1Gi", "--pool", "t", "--guarantee"]
+        .map(String::from)
+        .to_vec();
+    args.push(guarantee.into());
+    args.push("--".into());
+    args.push(script.to_str().unwrap().into());
+    args.extend(steps.iter().cloned());
+    args.push(format!("wait:{}", s.dir.join("never").display()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut c = on_shared_gpu(s, s.gpucap(&args));
+    c.env("GPUCAP_WAIT", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c.spawn().unwrap()
+}
+
+/// The cap lowered below the pool's commitment (in use plus the guarantees kept), then
+/// moved between two lower sizes while guaranteed members ask inside their guarantees,
+/// a borrower gives its bytes back and two processes of two threads churn: no
+/// admission, inside a guarantee or not, takes the pool past the cap in force. The
+/// pool used 384 MiB when the first lower cap (640 MiB) landed, so the fake GPU's
+/// shared peak (every process's bytes, as the driver counted them) stays at most
+/// 640 MiB; the guaranteed members' four requests of 128 MiB (512 MiB, all inside
+/// their guarantees) find at most 256 MiB under the cap, and at least two are refused.
+#[test]
+fn guaranteed_requests_never_take_the_pool_past_a_lowered_cap() {
+    const LOW: u64 = 640 * MIB;
+    const LOWER: &str = "576Mi"; // still above the 512 MiB guaranteed
+    let s = Scratch::new("pool-resize-guarantees");
+    let file = |n: &str| s.dir.join(n).display().to_string();
+    let mut b = member(
+        &s,
+        "b",
+        "0",
+        &[
+            "alloc:384Mi",
+            &format!("touch:{}", file("b.in")),
+            &format!("wait:{}", file("g1.done")),
+            &format!("wait:{}", file("g2.done")),
+            "free",
+        ],
+    );
+    wait_ready(&mut b, &s.dir.join("b.in"), "the borrower b");
+    let mut gs: Vec<Child> = ["g1", "g2"]
+        .iter()
+        .map(|g| {
+            let mut c = guaranteed(
+                &s,
+                "256Mi",
+                &[
+                    format!("touch:{}", file(&format!("{g}.in"))),
+                    format!("wait:{}", file("go")),
+                    "alloc:128Mi".into(),
+                    "alloc:128Mi".into(),
+                    format!("touch:{}", file(&format!("{g}.done"))),
+                ],
+            );
+            wait_ready(&mut c, &s.dir.join(format!("{g}.in")), g);
+            c
+        })
+        .collect();
+    let churn = compile_c("pool_churn", "", &["-lcuda"]);
+    let churners: Vec<Child> = (0..2)
+        .map(|i| {
+            let ready = file(&format!("c{i}.ready"));
+            let mut c = on_shared_gpu(
+                &s,
+                s.gpucap(&[
+                    "run",
+                    "--limit",
+                    "1Gi",
+                    "--pool",
+                    "t",
+                    "--",
+                    churn.to_str().unwrap(),
+                    "2",
+                    "20000",
+                    "8Mi",
+                    &ready,
+                    &file("go"),
+                ]),
+            );
+            // (a refusal line each time: more than a pipe holds)
+            c.env("GPUCAP_WAIT", "0")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null());
+            let mut c = c.spawn().unwrap();
+            wait_ready(&mut c, std::path::Path::new(&ready), "a churner");
+            c
+        })
+        .collect();
+    // 384 MiB in use, 512 MiB guaranteed: 896 committed. The guarantees fit 640 MiB.
+    let o = run(&mut s.gpucap(&["pool", "resize", "t", "640Mi"]));
+    assert_ok(&o);
+    std::fs::write(s.dir.join("go"), b"").unwrap();
+    // Resizes while the others run, until the borrower gave back and the churners end.
+    let mut resizes = 0;
+    let mut churners: Vec<Option<Child>> = churners.into_iter().map(Some).collect();
+    let mut churned = Vec::new();
+    let start = std::time::Instant::now();
+    while !churners.iter().all(Option::is_none) || !s.dir.join("b.done").exists() {
+        assert!(
+            start.elapsed().as_secs() < 120,
+            "the churners or the borrower never ended"
+        );
+        for cap in [LOWER, "640Mi"] {
+            assert_ok(&run(&mut s.gpucap(&["pool", "resize", "t", cap])));
+            resizes += 1;
+        }
+        for c in churners.iter_mut() {
+            if c.as_mut().is_some_and(|c| c.try_wait().unwrap().is_some()) {
+                churned.push(c.take().unwrap().wait_with_output().unwrap());
+            }
+        }
+    }
+    for o in &churned {
+        assert!(
+            o.status.success() && stdout(o).contains("churn ok="),
+            "{}",
+            dump(o)
+        );
+    }
+    let outs: Vec<Output> = gs.drain(..).map(kill).collect();
+    kill(b);
+    let served: usize = outs
+        .iter()
+        .map(|o| {
+            stdout(o)
+                .lines()
+                .filter(|l| *l == format!("alloc {} 0", 128 * MIB))
+                .count()
+        })
+        .sum();
+    let peak = super::pool_storm::shared_peak(&s.dir);
+    let churn: Vec<String> = churned
+        .iter()
+        .map(|o| stdout(o).trim().to_string())
+        .collect();
+    eprintln!(
+        "{resizes} resizes, {served} of 4 guaranteed requests served, shared peak {} MiB, \
+         {churn:?}",
+        peak / MIB
+    );
+    assert!(
+        peak <= LOW,
+        "the fake GPU held {} MiB under a cap of at most 640 MiB ({resizes} resizes; \
+         {served} of the 4 guaranteed requests served)\n{}\n{}",
+        peak / MIB,
+        dump(&outs[0]),
+        dump(&outs[1])
+    );
+    assert!(
+        served <= 2,
+        "{served} of the 4 guaranteed requests served: at most 256 MiB fit under 640 MiB"
+    );
 }

@@ -36,7 +36,7 @@ fn member(dir: &Path) -> Child {
 
 /// The fake driver's highest total use of device 0 by all its processes (the header
 /// of the FAKECUDA_SHARED file: magic, devices, total, 5 reserved words, then the peaks).
-fn shared_peak(dir: &Path) -> u64 {
+pub(super) fn shared_peak(dir: &Path) -> u64 {
     let Ok(bytes) = std::fs::read(dir.join("fake-gpu")) else {
         return 0;
     };

@@ -211,11 +211,16 @@ pub const S_COMMAND: usize = 5; // 8 words
 /// The GPU entries (one bit each) on which this member is making a context now: counted
 /// in their [`G_CONTEXTS`], taken out of it by whoever takes a dead member's slot back.
 pub const S_CONTEXTS: usize = 13;
-/// How many times `gpucap pool set` changed this member's guarantee or ceiling (on any
-/// GPU entry): the member takes its share words as its own share only when this moved
-/// since it last looked (see `share_set`); other changes of its words are damage,
-/// written back.
+/// What `gpucap pool set` did to this member's guarantee and ceiling since it joined:
+/// how many changes, on any GPU entry (the high 32 bits, [`SHARE_GEN_COUNT`] each), and
+/// the GPU entries changed (one bit each, the low 32 bits). The member takes its share
+/// words as its own share only when the word moved since it last looked; other changes
+/// of its words are damage, written back. Its claim at join leaves a changed entry's
+/// words as the change wrote them (see `share_set`).
 pub const S_SHARE_GEN: usize = 14;
+/// One change counted in [`S_SHARE_GEN`].
+pub const SHARE_GEN_COUNT: u64 = 1 << 32;
+const _: () = assert!(MAX_POOL_GPUS <= 32, "S_SHARE_GEN has a bit per GPU entry");
 /// Where a ceiling handed down to the member came from (`config::HandedDown`'s word,
 /// in the high 32 bits; 0: none) and the GPU entries (one bit each, the low 32 bits) on
 /// which it is held at that ceiling: what `gpucap status` shows. Written once at join,

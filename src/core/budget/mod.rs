@@ -66,7 +66,7 @@ pub use reclaim::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driv
 pub use repair::{Repair, ShareFault, ShareRepair};
 pub use resize::{RESIZE_TAKEOVER, ResizeRefusal, Resized};
 pub use share_set::{ShareChange, ShareRefusal, ShareSet};
-pub use share_words::{ClaimRefusal, Holder};
+pub use share_words::{ClaimRefusal, Claimed, Holder};
 pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};
 pub use wait::WaitNote;
 

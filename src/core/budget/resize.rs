@@ -24,7 +24,8 @@
 //! only when the generation is the one the member read its cap at.
 //!
 //! A lower cap takes nothing back: the memory held stays held, new reservations are
-//! refused (or wait) until use falls under the new cap. Once a pool was resized, the
+//! refused (or wait) until use falls under the new cap, those inside a member's
+//! guarantee too (`shares::reserve_owed`: the cap in force wins). Once a pool was resized, the
 //! cap word is authoritative while members hold the GPU: a member started later with
 //! another `GPUCAP_LIMIT` joins with the pool's cap. Once no member holds it, the next
 //! member's cap replaces it, as for a pool never resized.

@@ -23,6 +23,12 @@
 //!    the word lock back and wakes the waiters: a raised ceiling serves its member's
 //!    waiting request at once.
 //!
+//! A member still starting (its GPU registered, its own guarantee and ceiling not yet
+//! claimed) can be changed too: the change then wins over the share its configuration
+//! asks for. Its claim, under the same word lock, finds the GPU entry's bit in its
+//! slot's change word (`S_SHARE_GEN`) and takes the change's words as its share instead
+//! of writing its own over them (`Member::claim`, `Claimed::Set`).
+//!
 //! The member takes its words at its next reservation, wait turn, `cuMemGetInfo` or
 //! repair (`Member::refresh_cap`), before any of them decides. Until then it holds the
 //! share it had, which errs on the safe side everywhere but for a lowered guarantee:
@@ -158,7 +164,11 @@ impl Member<'_> {
         let done = self.locked(g, || {
             let done = self.set_locked(target, g, change);
             if done.is_ok() {
-                w.slot(target, S_SHARE_GEN).fetch_add(1, SeqCst);
+                let _ = w
+                    .slot(target, S_SHARE_GEN)
+                    .fetch_update(SeqCst, SeqCst, |c| {
+                        Some(c.wrapping_add(SHARE_GEN_COUNT) | 1 << g)
+                    });
             }
             // In force (or, refused, the same words) before the lock is given back: the
             // member's repair, under the lock, then takes the words rather than

@@ -81,21 +81,38 @@ impl fmt::Display for ClaimRefusal {
     }
 }
 
+/// What a claim left in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// The share claimed (or nothing: the device is not the pool's).
+    Own,
+    /// `gpucap pool set` changed this member's share on the GPU after it registered
+    /// the GPU and before it claimed: the change's share, in force instead of the one
+    /// claimed (a change that landed wins; the command said it was made). The ceiling
+    /// None: none of its own (the pool's cap).
+    Set {
+        guarantee: u64,
+        ceiling: Option<u64>,
+    },
+}
+
 impl Member<'_> {
     /// Claims `share` on CUDA ordinal `device` (registered first): admitted if the live
     /// members' guarantees and the memory in use leave room for its guarantee, checked
     /// and written in one step under the GPU's word lock. With `GPUCAP_WAIT`, a refused
-    /// claim is tried again as members leave or free memory, up to that long.
-    pub fn claim(&self, device: usize, share: Share) -> Result<(), ClaimRefusal> {
+    /// claim is tried again as members leave or free memory, up to that long. Where
+    /// `gpucap pool set` changed this member's share on the GPU since it joined, that
+    /// share stays in force and nothing is claimed ([`Claimed::Set`]).
+    pub fn claim(&self, device: usize, share: Share) -> Result<Claimed, ClaimRefusal> {
         let Some(g) = self.entry_of(device) else {
-            return Ok(()); // not in the pool: nothing to keep
+            return Ok(Claimed::Own); // not in the pool: nothing to keep
         };
         let wait = self.wait.map_or(Duration::ZERO, |(max, _)| max);
         let start = Instant::now();
         let (mut swept, mut repaired) = (false, false);
         loop {
             let refused = match self.claim_now(g, share) {
-                Ok(()) => return Ok(()),
+                Ok(claimed) => return Ok(claimed),
                 Err(r) => r,
             };
             if !swept {
@@ -132,12 +149,29 @@ impl Member<'_> {
         }
     }
 
-    fn claim_now(&self, g: usize, share: Share) -> Result<(), ClaimRefusal> {
+    fn claim_now(&self, g: usize, share: Share) -> Result<Claimed, ClaimRefusal> {
         // Written first, then checked against `used`, whose word is then swapped for the
         // next one (the same bytes, one more change): a reservation that read `used`
         // before fails its swap and reads again, and then sees these words. Taken back
         // if refused (meanwhile others only kept more for this member).
         self.locked(g, || {
+            // A change by `gpucap pool set` holds this word lock too: it landed before
+            // this look, or comes after the claim and changes the claimed share.
+            if self.w.slot(self.slot, S_SHARE_GEN).load(SeqCst) & 1 << g != 0 {
+                return Ok(self.take_set_share(g));
+            }
+            // A ceiling at the cap (`shares::check` gives the cap where none is set) is
+            // no ceiling of its own: written as none, so that it follows the pool's cap
+            // when a resize changes it (a member kept at the old cap after a raise, or
+            // a ceiling word above a lowered cap that others clear as damage).
+            let share = Share {
+                ceiling: if share.ceiling >= limit_of(self.caps[g].load(Relaxed)) {
+                    0
+                } else {
+                    share.ceiling
+                },
+                ..share
+            };
             self.write_share(g, share);
             // After the share words: a resize under way now sees them, or its cap word
             // is seen here (the lower of the two caps decides).
@@ -175,10 +209,25 @@ impl Member<'_> {
                     .compare_exchange(word, used_word(word, bytes), SeqCst, SeqCst)
                     .is_ok()
                 {
-                    return Ok(());
+                    return Ok(Claimed::Own);
                 }
             }
         })
+    }
+
+    /// Under GPU entry `g`'s word lock, once `gpucap pool set` changed this member's
+    /// share there: the change's words taken as its own share (if a reservation or
+    /// repair has not taken them already), and that share.
+    fn take_set_share(&self, g: usize) -> Claimed {
+        if let Some(words) = self.share_to_take(g) {
+            // The cap the change was checked against, the pool's cap word (a resize
+            // under way changes no share word).
+            self.take_share(g, words, self.w.gpu(g, G_CAP).load(SeqCst));
+        }
+        Claimed::Set {
+            guarantee: self.own_word(g, SH_GUARANTEE),
+            ceiling: Some(self.own_word(g, SH_CEILING)).filter(|&c| c != 0),
+        }
     }
 
     /// Writes this member's guarantee and ceiling on GPU entry `g`, and its bit, in its

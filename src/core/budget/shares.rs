@@ -14,9 +14,20 @@
 //! - Reservation ([`reserve`]) of `r` bytes by member *i*: `h_i + r ≤ c_i`, and
 //!   `used + r + Σ_{j≠i} max(0, g_j − h_j) ≤ cap`.
 //!
+//! - A request inside the member's own guarantee ([`reserve_owed`]): `h_i + r ≤ g_i` and
+//!   `used + r ≤ cap`, the others' unused guarantees not weighed.
+//!
 //! Together they keep one invariant: `Σ_j max(g_j, h_j) ≤ cap` (the pool's *commitment*).
 //! So the driver is never asked for more than the cap, and each live member can always
 //! take the rest of its guarantee (its unused guarantee is part of the commitment).
+//!
+//! Two things can leave the commitment above the cap: a charge that could not be
+//! refused ([`force`]: memory the driver already took), and a cap lowered below it
+//! (`gpucap pool resize`). Then the cap in force wins: no reservation, inside a
+//! guarantee or not, takes the pool's use past it, and each is refused until use falls
+//! far enough (nothing is taken back). A forced charge stays the only way past the cap.
+//! The guarantees still hold against the others: no other member borrows a member's
+//! unused guarantee while it is kept.
 
 use std::fmt;
 
@@ -235,20 +246,23 @@ pub fn reserve(
 }
 
 /// The reservation rule for a request inside member *i*'s own guarantee (`held +
-/// request <= guarantee`, a guarantee never above the cap): always served, whatever the
-/// pool's use and the others' unused guarantees. While the invariant holds (every
-/// reservation but a forced charge keeps it), `used + request <= cap` follows: the
-/// borrowers left room for it (see [`reserve`]). Once a charge that could not be refused
-/// took the pool past what it could hold ([`force`]), the guarantee still wins: the
-/// pool then stands past its cap by at most what was forced past it, never by a
-/// guarantee eaten. None for a request that is not inside the guarantee.
-/// A guarantee never exceeds a ceiling (admission), so the ceiling needs no check.
+/// request <= guarantee`): the others' unused guarantees are not weighed, only the cap
+/// in force (`used + request <= cap`). While the invariant holds (every reservation
+/// keeps it), that check always passes: the borrowers left the guarantee's room (see
+/// [`reserve`]). It refuses only where the pool stands past what it can hold: a cap
+/// lowered below the pool's commitment (`gpucap pool resize`), or a charge that could
+/// not be refused ([`force`]). The cap in force wins then: the request is refused until
+/// the pool's use falls far enough under the cap, as every other request is. A forced
+/// charge is the only way past the cap; no admission is. None for a request that is not
+/// inside the guarantee, or that the cap cannot take now. A guarantee never exceeds a
+/// ceiling (admission), so the ceiling needs no check.
 #[inline]
 pub fn reserve_owed(cap: u64, used: u64, held: u64, guarantee: u64, request: u64) -> Option<u64> {
-    if held.checked_add(request)? > guarantee.min(cap) {
+    if held.checked_add(request)? > guarantee {
         return None;
     }
-    used.checked_add(request)
+    let new = used.checked_add(request)?;
+    (new <= cap).then_some(new)
 }
 
 /// Where a charge that cannot be refused falls (bytes the driver already took for
@@ -325,11 +339,14 @@ mod tests {
             None,
             "past the guarantee: the general rule"
         );
+        assert_eq!(reserve_owed(10, 9, 3, 4, 1), Some(10), "up to the cap");
         assert_eq!(
             reserve_owed(10, 10, 3, 4, 1),
-            Some(11),
-            "past the cap only where a forced charge put the pool there: the guarantee wins"
+            None,
+            "past the cap (where a forced charge or a lowered cap put the pool): the cap \
+             in force wins, inside the guarantee too"
         );
+        assert_eq!(reserve_owed(10, 12, 0, 4, 1), None, "the pool past its cap");
         assert_eq!(reserve_owed(10, 0, 0, 0, 1), None, "no guarantee");
         assert_eq!(
             reserve_owed(10, 0, 0, u64::MAX, 11),
@@ -557,7 +574,8 @@ mod tests {
         cap: u64,
         /// (guarantee, ceiling, held) of each live member.
         members: Vec<(u64, u64, u64)>,
-        /// What forced charges took past the cap, all told.
+        /// How far past the cap the commitment may stand: what forced charges took
+        /// past it, and what a lowered cap left above it, all told.
         over: u64,
         /// Whether any charge was forced (it may pass its member's ceiling too).
         forced: bool,
@@ -608,6 +626,7 @@ mod tests {
                     let (g, c, h) = self.members[i];
                     let others = self.others_unused(i);
                     let can = free(self.cap, self.used(), h, c, others);
+                    let used = self.used();
                     let rule = match reserve_owed(self.cap, self.used(), h, g, bytes) {
                         Some(new) => Some(new),
                         None => reserve(self.cap, self.used(), h, c, bytes, others),
@@ -618,15 +637,22 @@ mod tests {
                                 bytes <= can || h + bytes <= g,
                                 "reserved more than free said"
                             );
-                            assert_eq!(new, self.used() + bytes);
+                            assert_eq!(new, used + bytes);
+                            // Whatever forced charges and resizes did: no admission
+                            // passes the cap in force.
+                            assert!(new <= self.cap, "admitted past the cap: {self:?}");
                             self.members[i].2 += bytes;
                         }
                         None => {
                             // (a member a forced charge took past its ceiling is refused even 0)
                             assert!(bytes > can || h > c, "refused what free said could be had");
                             // A refusal inside the member's own guarantee (and ceiling)
-                            // would be a broken guarantee.
-                            assert!(h + bytes > g, "guarantee {g} broken at {h} + {bytes}");
+                            // is a broken guarantee, unless the cap in force cannot take
+                            // it (the pool past its commitment: forced, or resized).
+                            assert!(
+                                h + bytes > g || used + bytes > self.cap,
+                                "guarantee {g} broken at {h} + {bytes}"
+                            );
                         }
                     }
                 }
@@ -644,6 +670,11 @@ mod tests {
                     self.forced = true;
                     self.members[i].2 += bytes; // past its ceiling too, if need be
                 }
+                // Refused where the live guarantees do not fit (`Pool::resize`).
+                Op::Resize { cap } if self.given(None) <= cap => {
+                    self.over = self.over.max(self.committed().saturating_sub(cap));
+                    self.cap = cap;
+                }
                 _ => {}
             }
             assert!(
@@ -657,20 +688,19 @@ mod tests {
             assert!(self.given(None) <= self.cap);
             for (i, &(g, c, h)) in self.members.iter().enumerate() {
                 assert!(h <= c || self.forced, "member {i} past its ceiling");
-                // Every live member can take the rest of its guarantee now, forced
-                // charges or not.
+                // While the commitment fits the cap in force (no forced charge or
+                // lowered cap left it above), every live member can take the rest of
+                // its guarantee now, by either rule.
                 let rest = unused(g, h);
                 let others = self.others_unused(i);
-                assert!(
-                    reserve_owed(self.cap, self.used(), h, g, rest).is_some()
-                        || rest == 0
-                        || reserve(self.cap, self.used(), h, c, rest, others).is_some(),
-                    "member {i} cannot take the rest of its guarantee: {self:?}"
-                );
-                if self.over == 0 && rest > 0 {
+                if self.committed() <= self.cap && rest > 0 {
+                    assert!(
+                        reserve_owed(self.cap, self.used(), h, g, rest).is_some(),
+                        "member {i} cannot take the rest of its guarantee: {self:?}"
+                    );
                     assert!(
                         reserve(self.cap, self.used(), h, c, rest, others).is_some(),
-                        "member {i}: no forced charge, yet the plain rule breaks its guarantee"
+                        "member {i}: the plain rule breaks its guarantee: {self:?}"
                     );
                 }
             }
@@ -684,6 +714,7 @@ mod tests {
         Reserve { who: usize, bytes: u64 },
         Free { who: usize, bytes: u64 },
         Force { who: usize, bytes: u64 },
+        Resize { cap: u64 },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -694,15 +725,19 @@ mod tests {
             (0usize..8, 1u64..70).prop_map(|(who, bytes)| Op::Reserve { who, bytes }),
             (0usize..8, 0u64..70).prop_map(|(who, bytes)| Op::Free { who, bytes }),
             (0usize..8, 0u64..40).prop_map(|(who, bytes)| Op::Force { who, bytes }),
+            // `gpucap pool resize`: the cap changed while members hold the GPU.
+            (1u64..101).prop_map(|cap| Op::Resize { cap }),
         ]
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
-        /// Whatever members join, leave, reserve, free and are charged by force, the
-        /// pool never holds more than its cap plus what forced charges took past it,
-        /// and no live member's guarantee is ever out of its reach.
+        /// Whatever members join, leave, reserve, free, are charged by force and however
+        /// the cap is resized, no reservation takes the pool past the cap in force, the
+        /// pool never holds more than its cap plus what forced charges and lowered caps
+        /// left above it, and while nothing did, no live member's guarantee is ever out
+        /// of its reach.
         #[test]
         fn never_over_commits_and_never_breaks_a_live_guarantee(
             cap in 1u64..101,

@@ -351,15 +351,17 @@ fn processes_of_sixteen_threads_with_random_guarantees_and_ceilings_never_over_c
     assert!(peak <= 512 * MIB && peak > 256 * MIB, "peak {peak}");
 }
 
-/// A neighbour's charge that could not be refused: B holds 510 MiB of a
-/// 1 GiB pool, then its first use of a library (a launch) or of a module's function
+/// A neighbour's charge that could not be refused: B holds 510 MiB of a 1 GiB pool, then
+/// its first use of a library (a launch) or of a module's function
 /// (`cuModuleGetFunction`) makes the driver load 256 MiB that nobody could foresee,
-/// charged by force. A holds a guarantee of 512 MiB and nothing yet: its 512 MiB, inside
-/// the guarantee, is served all the same (before, it was refused with "766 MiB of the
-/// pool's 1 GiB cap in use, 0 B of it by this process"). The fake driver then holds at
-/// most the cap plus what was forced past it (254 MiB), never more.
+/// charged by force: 254 MiB of it past the cap (A's unused guarantee of 512 MiB is not
+/// counted as room). The cap in force wins for every admission: A's 512 MiB, inside its
+/// guarantee, is refused while the pool stands past what it can hold ("766 MiB of the
+/// pool's 1 GiB cap in use"), and served once B gave its 510 MiB back. The fake driver
+/// never holds more than the cap plus what was forced past it (254 MiB), and nothing
+/// but the forced charge takes the pool past the cap.
 #[test]
-fn a_forced_charge_never_eats_another_members_guarantee() {
+fn a_forced_charge_past_the_cap_holds_a_guarantee_off_until_memory_is_given_back() {
     for (step, var) in [
         ("kernel", "FAKECUDA_LIBRARY_MEM"),
         ("getfn", "FAKECUDA_FUNCTION_MEM"),
@@ -371,6 +373,9 @@ fn a_forced_charge_never_eats_another_members_guarantee() {
                 &[
                     &format!("touch:{}", p.path("a-in")),
                     &format!("wait:{}", p.path("b-loaded")),
+                    "alloc:512Mi",
+                    &format!("touch:{}", p.path("a-tried")),
+                    &format!("wait:{}", p.path("b-freed")),
                     "alloc:512Mi",
                     &format!("touch:{}", p.path("a-done")),
                 ],
@@ -385,15 +390,31 @@ fn a_forced_charge_never_eats_another_members_guarantee() {
                     "alloc:510Mi",
                     step,
                     &format!("touch:{}", p.path("b-loaded")),
+                    &format!("wait:{}", p.path("a-tried")),
+                    "free",
+                    &format!("touch:{}", p.path("b-freed")),
                     &format!("wait:{}", p.path("a-done")),
                 ],
             )
             .env(var, "256Mi"));
         let a = finish(a);
         assert!(has(&b, &format!("{step} 0")), "{step}: {}", dump(&b));
+        let tries: Vec<String> = lines(&a)
+            .into_iter()
+            .filter(|l| l.starts_with(&format!("alloc {} ", 512 * MIB)))
+            .collect();
+        assert_eq!(
+            tries,
+            [
+                format!("alloc {} 2", 512 * MIB),
+                format!("alloc {} 0", 512 * MIB)
+            ],
+            "{step}: refused past the cap, then served once B gave back\n{}",
+            dump(&a)
+        );
         assert!(
-            has(&a, &format!("alloc {} 0", 512 * MIB)),
-            "{step}: the guarantee was eaten by B's forced charge\n{}",
+            stderr(&a).contains("766 MiB of the pool's 1 GiB cap in use"),
+            "{step}: the pool's line\n{}",
             dump(&a)
         );
         let peak = p.shared_peak("b.json").max(p.shared_peak("a.json"));

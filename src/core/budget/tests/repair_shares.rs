@@ -30,7 +30,7 @@ fn count_empty_slot_repairs(r: &Repair) {
 }
 
 /// Claims a guarantee as a member does at `cuInit`, within 10 s.
-fn claim_within_10s(m: &'static Member<'static>, s: Share) -> Result<(), ClaimRefusal> {
+fn claim_within_10s(m: &'static Member<'static>, s: Share) -> Result<Claimed, ClaimRefusal> {
     within_10s("claiming a guarantee", move || m.claim(0, s))
 }
 

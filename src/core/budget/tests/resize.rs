@@ -100,6 +100,68 @@ fn a_guarantee_that_no_longer_fits_refuses_the_resize() {
     assert_eq!(a.usage(0), Some((1000, Some(600), 1000)));
 }
 
+/// A cap lowered below what the pool holds: a request inside a member's own guarantee
+/// is refused like any other until the pool's use falls under the new cap, then served
+/// up to it, never past it. The guarantee still holds against the others: while it is
+/// kept, no other member borrows it.
+#[test]
+fn a_guarantee_is_served_under_a_lowered_cap_only_once_use_falls_under_it() {
+    let (pool, k) = setup();
+    let share = |g| -> Share { check(Some(1000), g, None).unwrap() };
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.claim(0, share(400)).unwrap();
+    a.reserve(0, 100).unwrap();
+    let b = member(pool, proc(k, 2), Some(1000));
+    b.reserve(0, 600).unwrap(); // all but the 300 kept for A
+    // 400 guaranteed fit the new cap; 700 in use do not.
+    pool.resize(&GPU0, Some(500), proc(k, 99)).unwrap();
+    // 100 more for A: inside its guarantee (200 of 400), not under the cap in force.
+    assert_eq!(a.try_reserve(0, 100), None, "the short path");
+    let e = a.reserve(0, 100).unwrap_err();
+    assert_eq!(
+        (e.used, e.cap, e.own),
+        (700, 500, 100),
+        "nothing taken back"
+    );
+    b.credit(0, 200);
+    assert!(a.reserve(0, 1).is_err(), "500 in use: at the new cap");
+    b.credit(0, 100);
+    a.reserve(0, 100).unwrap();
+    assert_eq!(a.usage(0), Some((500, Some(500), 200)));
+    assert!(
+        a.reserve(0, 1).is_err(),
+        "at the cap in force, though inside the guarantee"
+    );
+    // B gives the rest back: A takes the rest of its guarantee; B may not borrow it.
+    b.credit(0, 300);
+    assert!(b.reserve(0, 101).is_err(), "A's 200 unused are kept");
+    a.reserve(0, 200).unwrap();
+    assert_eq!(a.usage(0), Some((400, Some(500), 400)));
+    b.reserve(0, 100).unwrap();
+    assert!(b.reserve(0, 1).is_err() && a.reserve(0, 1).is_err());
+    assert_eq!(pool.w.used(0), 500);
+}
+
+/// A member with a guarantee and no ceiling of its own (`shares::check` gives it the
+/// cap) follows the cap a resize sets: after a raise it may hold the new cap, and after
+/// a lower its share words are not above the cap (nothing for the others to repair).
+#[test]
+fn a_guaranteed_member_without_a_ceiling_follows_the_cap() {
+    let (pool, k) = setup();
+    let share = |g| -> Share { check(Some(1000), g, None).unwrap() };
+    let a = member(pool, proc(k, 1), Some(1000));
+    a.claim(0, share(400)).unwrap();
+    pool.resize(&GPU0, Some(2000), proc(k, 99)).unwrap();
+    assert_eq!(a.room(0), Some((2000, Some(2000))), "the raised cap");
+    a.reserve(0, 1500).unwrap();
+    a.credit(0, 1500);
+    pool.resize(&GPU0, Some(500), proc(k, 99)).unwrap();
+    let v = pool.view(proc(k, 99));
+    assert!(!v.gpus[0].share_drift, "share words above the cap");
+    assert_eq!(v.members[0].gpus[0].ceiling, None);
+    assert_eq!(a.room(0), Some((500, Some(500))));
+}
+
 #[test]
 fn a_gpu_no_member_used_cannot_be_resized() {
     let (pool, k) = setup();

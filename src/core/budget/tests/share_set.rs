@@ -172,6 +172,77 @@ fn figures_that_do_not_fit_are_refused_naming_both() {
     );
 }
 
+/// `gpucap pool set` landing while its member is still starting: the member registered
+/// the GPU (so the change finds it) and has not claimed the share its configuration
+/// asks for yet. The change that landed wins: the claim keeps the change's share, and
+/// says so, rather than writing its own over it. Played in each order a starting member
+/// can meet it: the claim right after the change, or after a look at `room` (which
+/// takes the change's words first).
+#[test]
+fn a_change_that_lands_before_its_member_claims_its_share_wins() {
+    for look_first in [false, true] {
+        let (pool, k) = setup();
+        let c = changer(pool, k);
+        // Registered, nothing claimed yet.
+        let a = member(pool, proc(k, 1), Some(CAP));
+        let done = set(&c, &a, Some(200), Some(Some(500))).unwrap();
+        assert_eq!((done.old, done.new), ((0, None), (200, Some(500))));
+        if look_first {
+            assert_eq!(a.room(0), Some((500, Some(500))));
+        }
+        // The share its configuration asks for (GPUCAP_GUARANTEE, GPUCAP_CEILING).
+        assert_eq!(
+            a.claim(0, share(400, Some(800))),
+            Ok(Claimed::Set {
+                guarantee: 200,
+                ceiling: Some(500)
+            }),
+            "look first: {look_first}"
+        );
+        assert_eq!(
+            shown(pool, k, &a),
+            (200, Some(500)),
+            "look first: {look_first}"
+        );
+        assert_eq!(a.room(0), Some((500, Some(500))));
+        assert_eq!(pool.view(proc(k, 99)).gpus[0].guaranteed, 200);
+        a.reserve(0, 500).unwrap();
+        assert_eq!(a.reserve(0, 1).unwrap_err().ceiling, Some(500));
+        // A change to no guarantee and no ceiling wins the same way: nothing is kept.
+        let b = member(pool, proc(k, 2), Some(CAP));
+        set(&c, &b, Some(0), Some(None)).unwrap();
+        assert_eq!(
+            b.claim(0, share(300, None)),
+            Ok(Claimed::Set {
+                guarantee: 0,
+                ceiling: None
+            })
+        );
+        assert_eq!(shown(pool, k, &b), (0, None));
+        assert_eq!(pool.view(proc(k, 99)).gpus[0].guaranteed, 200);
+        b.reserve(0, 500).unwrap();
+    }
+    // A change on another GPU leaves this one's claim to the member.
+    let (pool, k) = setup();
+    let c = changer(pool, k);
+    let a = member(pool, proc(k, 1), Some(CAP));
+    a.register_gpu(1, &GPU1, Some(CAP)).unwrap();
+    c.set_share(
+        a.slot(),
+        &GPU1,
+        ShareChange {
+            guarantee: Some(100),
+            ceiling: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(a.claim(0, share(300, None)), Ok(Claimed::Own));
+    assert_eq!(shown(pool, k, &a), (300, None));
+    // A change after the claim changes the claimed share, as for any live member.
+    set(&c, &a, Some(250), None).unwrap();
+    assert_eq!(shown(pool, k, &a), (250, None));
+}
+
 #[test]
 fn a_raised_guarantee_must_be_free_and_is_then_kept_from_borrowers() {
     let (pool, k) = setup();
