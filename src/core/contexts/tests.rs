@@ -186,20 +186,20 @@ fn a_created_context_is_measured_with_while_the_book_holds_it_on_its_device() {
     book.lock(1).unwrap().add_created(c, 300);
     // Another device's context is no vantage here: NVML.
     let (_, _, how) = measure(&book.lock(0).unwrap(), &drv, || drv.call());
-    assert_eq!(how, Vantage::Nvml);
+    assert_eq!(how, MeasuredBy::Nvml);
     let mut lock = book.lock(1).unwrap();
     let (_, taken, how) = measure(&lock, &drv, || drv.call());
-    assert_eq!((taken, how), (Ok(300), Vantage::Context));
+    assert_eq!((taken, how), (Ok(300), MeasuredBy::Context));
     // Being destroyed, then the driver refused: the book holds it again, and it is
     // measured with again.
     let charge = lock.take_created(c).unwrap();
     drv.log.borrow_mut().clear();
     let (_, _, how) = measure(&lock, &drv, || drv.call());
-    assert_eq!(how, Vantage::Nvml);
+    assert_eq!(how, MeasuredBy::Nvml);
     lock.restore_created(c, charge);
     drv.log.borrow_mut().clear();
     let (_, _, how) = measure(&lock, &drv, || drv.call());
-    assert_eq!(how, Vantage::Context);
+    assert_eq!(how, MeasuredBy::Context);
     assert_eq!(
         *drv.log.borrow(),
         [format!("free@{c}"), format!("free@{c}")]
@@ -211,7 +211,7 @@ fn a_created_context_is_measured_with_while_the_book_holds_it_on_its_device() {
         Ending::Gone(Some(_))
     ));
     let (_, _, how) = measure(&lock, &drv, || drv.call());
-    assert_eq!(how, Vantage::Nvml);
+    assert_eq!(how, MeasuredBy::Nvml);
 }
 
 /// Slot locks for the members of one test's pool (a "process" per id).
