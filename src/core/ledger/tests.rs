@@ -267,7 +267,11 @@ mod alone {
         let l = ledger_with_cap(1000);
         l.reserve(0, 600).unwrap().commit(1);
         assert!(l.would_refuse(0, 500) && !l.would_refuse(0, 400));
-        assert_eq!(l.usage(0).unwrap().refusals, 0, "the check counts no refusal");
+        assert_eq!(
+            l.usage(0).unwrap().refusals,
+            0,
+            "the check counts no refusal"
+        );
         let r = l.reserve(0, 500);
         assert_eq!(
             r.err(),
