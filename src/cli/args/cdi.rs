@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use super::options::option_value;
-use super::*;
+use super::{Command, Topic, UsageError, lexopt_error, option_name, usage};
 use crate::cdi::{DEFAULT_DIR, DEFAULT_KIND, DEFAULT_NAME, Request};
+use lexopt::{Arg, Parser};
 
 pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
     let topic = Topic::Cdi;
@@ -93,6 +94,9 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsString;
+
+    use super::super::parse;
     use super::*;
 
     fn p(words: &[&str]) -> Result<Command, UsageError> {

@@ -1,7 +1,8 @@
 //! Each command's words after its name: `help`, `run`, `status`, `metrics`, `top`, `check`.
 
 use super::options::*;
-use super::*;
+use super::{Command, PoolSet, Topic, UsageError, lexopt_error, topic_name, usage};
+use lexopt::Parser;
 /// `help [run|check|status|top|metrics]`: the words after `help`, taken raw (`help --help` names no topic).
 pub(super) fn parse_help(mut parser: Parser) -> Result<Command, UsageError> {
     let mut args = parser

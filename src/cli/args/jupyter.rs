@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 
 use super::options::option_value;
-use super::*;
+use super::{
+    Command, Overrides, Topic, UsageError, lexopt_error, option_name, usage, with_attached,
+};
+use lexopt::{Arg, Parser};
 
 /// Where `jupyter install` writes the kernelspec (as `jupyter kernelspec install` has it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -258,6 +261,9 @@ fn parse_install(mut parser: Parser) -> Result<Command, UsageError> {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsString;
+
+    use super::super::parse;
     use super::*;
 
     fn p(args: &[&str]) -> Result<Command, UsageError> {

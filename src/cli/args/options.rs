@@ -1,6 +1,13 @@
 //! The options of `run`, `check`, `status`, `top` and `metrics`, and their values.
 
-use super::*;
+use super::{
+    Overrides, Topic, UsageError, lexopt_error, next_is_double_dash, option_name, topic_name,
+    usage, with_attached,
+};
+use lexopt::{Arg, Parser};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+
 /// Where the options of `run` or `check` stopped.
 pub(super) enum End {
     /// `-h` / `--help`.

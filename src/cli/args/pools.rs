@@ -1,7 +1,8 @@
 //! `gpucap pool list`, `gpucap pool clean [NAME]`, `gpucap pool resize …` (parsed in
 //! `resize`) and `gpucap pool set …` (`pool_set`): the words after `pool`.
 
-use super::*;
+use super::{Command, PoolAction, Topic, UsageError, lexopt_error, usage};
+use lexopt::Parser;
 
 /// `pool list` | `pool clean [NAME]` (`-h`/`--help` anywhere: the help).
 pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {

@@ -1,9 +1,8 @@
 //! The configuration file `gpucap.env`, for processes whose environment was emptied.
 
+use super::{Config, HAMI_PREFIX, LimitFrom, PREFIX, from_vars, gpucap_like, is_handover_name};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-
-use super::*;
 
 // ---- the configuration file ----------------------------------------------------------
 //

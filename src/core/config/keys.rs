@@ -11,7 +11,9 @@
 //! cap, guarantee or bound nothing, silently: the error is the one line to print, naming
 //! the variable, the key and the keys that are accepted.
 
-use super::*;
+use super::{
+    Config, DeviceKey, LimitFrom, LimitSpec, check_sources_agree, format_uuid, sources_need_gpus,
+};
 
 /// The visible GPUs listed in an error at most (64 would make a line of 3 KB).
 const LISTED: usize = 16;
@@ -222,6 +224,7 @@ fn check_spec<'a, F: FnOnce() -> Option<&'a [[u8; 16]]>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::from_vars;
 
     fn uuid(n: u8) -> [u8; 16] {
         let mut u = [0u8; 16];

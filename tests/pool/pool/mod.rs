@@ -112,6 +112,22 @@ impl Pool {
         std::fs::write(self.dir.join(name), b"").unwrap();
     }
 
+    /// After members churned in a pool of `cap`: nothing left in use, and the pool's peak
+    /// at most the cap and above half of it (the members competed for it); each member's
+    /// stats file (`stats`) says the fake GPU never held more than the cap at once.
+    fn assert_churned_within(&self, cap: u64, stats: impl IntoIterator<Item = String>) {
+        for s in stats {
+            let peak = self.shared_peak(&s);
+            assert!(
+                peak <= cap,
+                "the fake GPU held {peak} bytes at once, over the {cap}-byte cap"
+            );
+        }
+        let (used, peak) = self.used_peak();
+        assert_eq!(used, 0, "every byte came back to the pool");
+        assert!(peak <= cap && peak > cap / 2, "peak {peak}");
+    }
+
     /// The fake GPU's highest total use by all processes, from a stats file.
     fn shared_peak(&self, stats: &str) -> u64 {
         let text = std::fs::read_to_string(self.dir.join(stats)).expect("stats");
@@ -131,6 +147,15 @@ fn spawn(c: &mut Command) -> Child {
 
 fn finish(c: Child) -> Output {
     c.wait_with_output().unwrap()
+}
+
+/// The number after `name=` in a line of tests/c/churn.c's (`churn … refused=N …`).
+fn churn_field(line: &str, name: &str) -> u64 {
+    line.split(&format!("{name}="))
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {line:?}"))
 }
 
 fn lines(o: &Output) -> Vec<String> {
