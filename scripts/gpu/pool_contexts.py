@@ -34,8 +34,10 @@ such read was made (nothing to judge); if the
 driver's figure is above the cap plus TOLERANCE in two samples in a row (one sample
 reads several processes' figures one after another: on the fake GPU a lone sample can
 add one member's figure from before a free to another's from after the allocation it
-made room for, a few in 70,000; an undercharged context keeps the pool over its cap for
-as long as it lives); if gpucap's used is ever above the cap; if a member failed; or if
+made room for, a few in 70,000, and under load two in a row were seen once, so with
+per-process figures a sample is the smaller of their sum and the device's used memory
+less what it was before the pool started, one reading that holds them all; an
+undercharged context keeps the pool over its cap for as long as it lives); if gpucap's used is ever above the cap; if a member failed; or if
 nothing was made. TOLERANCE is 2 MiB per member process: the blocks are whole 2 MiB
 pages, so the driver's page rounding adds nothing to them; what remains is its own
 bookkeeping per process (on the H200 it counted a driver-API process 5.6 MiB *below*
@@ -302,6 +304,13 @@ def check(a):
         done = {}
         while len(done) < len(members) and time.monotonic() < end:
             fig, by = driver_figure(nvml, h, pids, None if per_process else base)
+            if by is not None:
+                # NVML's per-process figures are read one after another, so a sample taken
+                # while the sampler is descheduled can add one member's figure from before a
+                # free to another's from after the allocation it made room for; the device's
+                # used memory, one reading, holds every member's and bounds their sum from
+                # above (nothing else runs on the device): the smaller of the two is judged.
+                fig = min(fig, nvml.memory(h)[2] - base)
             samples += 1
             is_over = fig > cap + tolerance
             over += is_over
