@@ -150,10 +150,9 @@ fn a_resize_errors_name_what_is_wrong() {
     assert!(dump(&o).contains("invalid size \"8X\""), "{}", dump(&o));
 }
 
-/// A member of pool `t` (GPUCAP_LIMIT 1 GiB, GPUCAP_WAIT 60 s) with `flags` (its
-/// guarantee or ceiling) running `steps`, then holding its memory until killed; its
-/// stderr goes to `TAG.err`.
-fn member_with(s: &Scratch, tag: &str, flags: &[&str], steps: &[String]) -> Child {
+/// `gpucap run` of a member of pool `t` (GPUCAP_LIMIT 1 GiB) with `flags` (its
+/// guarantee or ceiling) running `steps`, then holding its memory until killed.
+fn member_cmd(s: &Scratch, flags: &[&str], steps: &[String]) -> Command {
     let script = script();
     let mut args: Vec<String> = ["run", "--limit", "1Gi", "--pool", "t"]
         .map(String::from)
@@ -164,12 +163,18 @@ fn member_with(s: &Scratch, tag: &str, flags: &[&str], steps: &[String]) -> Chil
     args.extend(steps.iter().cloned());
     args.push(format!("wait:{}", s.dir.join("never").display()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut c = on_shared_gpu(s, s.gpucap(&args));
+    on_shared_gpu(s, s.gpucap(&args))
+}
+
+/// [`member_cmd`] started with GPUCAP_WAIT 60 s; its stderr goes to `TAG.err`.
+fn member_with(s: &Scratch, tag: &str, flags: &[&str], steps: &[String]) -> Child {
     let err = std::fs::File::create(s.dir.join(format!("{tag}.err"))).unwrap();
-    c.env("GPUCAP_WAIT", "60s")
+    member_cmd(s, flags, steps)
+        .env("GPUCAP_WAIT", "60s")
         .stdout(Stdio::piped())
-        .stderr(err);
-    c.spawn().unwrap()
+        .stderr(err)
+        .spawn()
+        .unwrap()
 }
 
 /// The JSON of member `pid`'s first GPU in `gpucap status --pool t --json`.
@@ -281,21 +286,12 @@ fn a_live_members_ceiling_and_guarantee_are_changed() {
 /// A process of pool `t` (GPUCAP_LIMIT 1 GiB, no GPUCAP_WAIT) with a guarantee of
 /// `guarantee`, running `steps`, then holding its memory until killed.
 fn guaranteed(s: &Scratch, guarantee: &str, steps: &[String]) -> Child {
-    let script = script();
-    let mut args: Vec<String> = ["run", "--limit", "1Gi", "--pool", "t", "--guarantee"]
-        .map(String::from)
-        .to_vec();
-    args.push(guarantee.into());
-    args.push("--".into());
-    args.push(script.to_str().unwrap().into());
-    args.extend(steps.iter().cloned());
-    args.push(format!("wait:{}", s.dir.join("never").display()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut c = on_shared_gpu(s, s.gpucap(&args));
-    c.env("GPUCAP_WAIT", "0")
+    member_cmd(s, &["--guarantee", guarantee], steps)
+        .env("GPUCAP_WAIT", "0")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c.spawn().unwrap()
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// The cap lowered below the pool's commitment (in use plus the guarantees kept), then
