@@ -55,9 +55,6 @@ pub fn cell(r: &Row, c: Col, w: usize) -> String {
     }
 }
 
-/// Marks a cap that is a ceiling handed down (see [`ceiling_notes`]).
-pub const HANDED_DOWN: char = handed_down::MARK;
-
 /// A cap handed down, marked, in the column's width: `256Mi^`, `1.5Gi^`.
 fn marked_size(b: u64) -> String {
     let mut s = layout::size(b);
@@ -68,11 +65,11 @@ fn marked_size(b: u64) -> String {
             _ => s.trim_end_matches('i').to_string(),
         };
     }
-    format!("{s}{HANDED_DOWN}")
+    format!("{s}{}", handed_down::MARK)
 }
 
 /// One line per place ceilings were handed down from, under the table: which processes'
-/// caps (marked [`HANDED_DOWN`]) are a ceiling their environment cannot raise.
+/// caps (marked [`handed_down::MARK`]) are a ceiling their environment cannot raise.
 pub fn ceiling_notes<'a>(rows: impl IntoIterator<Item = &'a Row>, width: usize) -> Vec<String> {
     handed_down::notes(
         rows.into_iter()
