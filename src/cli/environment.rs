@@ -1,7 +1,7 @@
 //! The environment a command validates and gives its program: the process's variables
-//! with the flags' values in place of theirs, the first occurrence of each name kept
-//! (the one getenv finds), and errors and notes about a variable a flag set naming the
-//! flag, as the user typed it. Also the library `run` would preload, and what the shim
+//! with the flags' values in place of theirs and `GPUCAP_TYPED` naming the flags (so that
+//! errors and notes about a variable a flag set name the flag, as the user typed it:
+//! `config::typed`), the first occurrence of each name kept (the one getenv finds). Also the library `run` would preload, and what the shim
 //! makes of a configuration file beside it (or in `/etc/gpucap`) when the environment
 //! has variables of its own: the shim's rule (`config::under_file`: the file's cap is a
 //! ceiling).
@@ -30,7 +30,9 @@ pub fn absolute_report(mut overrides: Overrides) -> Overrides {
 }
 
 /// The environment `vars` with the flags' variables replaced (every occurrence of an
-/// overridden name is dropped, then the flag's value appended).
+/// overridden name is dropped, then the flag's value appended), and `GPUCAP_TYPED`
+/// naming the flags (with those an outer `gpucap run` named): every line about such a
+/// variable, the CLI's and the shim's, then names the flag as typed (`config::typed`).
 pub fn apply_overrides(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
     overrides: &Overrides,
@@ -44,6 +46,22 @@ pub fn apply_overrides(
         set.iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
+    let now: Vec<&str> = set
+        .iter()
+        .filter_map(|(var, _)| config::flag_of_var(var))
+        .collect();
+    if !now.is_empty() {
+        let mut typed = lookup(&out, "GPUCAP_TYPED")
+            .and_then(OsStr::to_str)
+            .and_then(|v| config::parse_typed(v).ok())
+            .unwrap_or_default();
+        for f in now {
+            if !typed.contains(&f) {
+                typed.push(f);
+            }
+        }
+        set_var(&mut out, "GPUCAP_TYPED", config::typed_value(&typed).into());
+    }
     out
 }
 
@@ -69,66 +87,14 @@ pub(crate) fn lookup<'a>(vars: &'a [(OsString, OsString)], name: &str) -> Option
         .map(|(_, v)| v.as_os_str())
 }
 
-/// A ConfigError about a variable that a flag set names the flag instead
-/// (`gpucap: invalid --limit="150%": ...`): that is what the user typed.
-pub fn blame_flag(mut e: config::ConfigError, overrides: &Overrides) -> config::ConfigError {
-    if let Some(flag) = flag_of(&e.var, overrides) {
-        e.var = flag.to_string();
-    }
-    e
-}
-
-/// The flag that set variable `var`, if one did (`--limit` for GPUCAP_LIMIT when
-/// `--limit` was typed): messages name what the user typed.
-fn flag_of(var: &str, overrides: &Overrides) -> Option<&'static str> {
-    Some(match var {
-        "GPUCAP_LIMIT" if overrides.limit.is_some() => "--limit",
-        "GPUCAP_LOG" if overrides.log.is_some() => "--log",
-        "GPUCAP_REPORT" if overrides.report.is_some() => "--report",
-        "GPUCAP_GROWTH" if overrides.growth => "--growth",
-        "GPUCAP_POOL" if overrides.pool.is_some() => "--pool",
-        "GPUCAP_WAIT" if overrides.wait.is_some() => "--wait",
-        "GPUCAP_GUARANTEE" if overrides.guarantee.is_some() => "--guarantee",
-        "GPUCAP_CEILING" if overrides.ceiling.is_some() => "--ceiling",
-        _ => return None,
-    })
-}
-
-/// The configuration's `note:` lines with a variable set by a flag named as the flag
-/// (`note: --limit's 8GB is in decimal units ...`).
-fn blame_flag_notes(mut config: Config, overrides: &Overrides) -> Config {
-    for note in &mut config.notes {
-        for var in config::KNOWN_VARS {
-            if let Some(flag) = flag_of(var, overrides) {
-                *note = note.replace(&format!("{var}'s "), &format!("{flag}'s "));
-            }
-        }
-    }
-    config
-}
-
-/// Under a file's ceiling (see [`as_the_shim_reads`]), what the environment asked with a
-/// variable set by a flag named as the flag: `--limit="4Gi"`, as typed. (The notes are
-/// left as they are: the file's own name its variables.)
-pub(crate) fn blame_flag_asked(mut config: Config, overrides: &Overrides) -> Config {
-    if let Some(asked) = config.bound.as_mut().and_then(|b| b.asked.as_mut()) {
-        for var in config::KNOWN_VARS {
-            if let Some(flag) = flag_of(var, overrides) {
-                *asked = asked.replace(&format!("{var}=\""), &format!("{flag}=\""));
-            }
-        }
-    }
-    config
-}
-
 /// Validates the environment with the flags applied. On error prints the one-line
 /// ConfigError to stderr.
 pub(crate) fn load(overrides: &Overrides) -> Result<(Config, Vec<(OsString, OsString)>), i32> {
     let vars = dedup_first(apply_overrides(std::env::vars_os(), overrides));
     match config::from_vars(vars.iter().map(|(k, v)| (k, v))) {
-        Ok(c) => Ok((blame_flag_notes(c, overrides), vars)),
+        Ok(c) => Ok((c, vars)),
         Err(e) => {
-            eprintln!("{}", blame_flag(e, overrides));
+            eprintln!("{e}");
             Err(EXIT_USAGE)
         }
     }
@@ -184,27 +150,66 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn what_was_asked_under_a_ceiling_names_the_flag_typed() {
-        let config = |asked: &str| Config {
-            bound: Some(config::Ceiling {
-                spec: config::parse_limit_spec("256Mi").unwrap(),
-                from: "/x/gpucap.env".into(),
-                asked: Some(asked.into()),
-                asked_none: false,
-            }),
-            notes: vec!["note: GPUCAP_LIMIT's 8GB is in decimal units".into()],
-            ..Config::default()
+    fn what_was_asked_under_a_ceiling_names_the_flag_typed_and_the_file_its_variable() {
+        let file = config::from_vars(pairs(&[("GPUCAP_LIMIT", "8GB")])).unwrap();
+        assert!(
+            file.notes.iter().any(|n| n.contains("GPUCAP_LIMIT's 8GB")),
+            "{file:?}"
+        );
+        let under = |o: &Overrides| {
+            let vars = apply_overrides(pairs(&[("GPUCAP_POOL", "p")]), o);
+            let env = config::from_vars(vars.iter().map(|(k, v)| (k, v))).unwrap();
+            let raw = |name: &str| lookup(&vars, name).map(|v| v.to_string_lossy().into_owned());
+            config::under_file(env, &raw, file.clone(), Path::new("/x/gpucap.env"))
         };
         let flag = Overrides {
-            limit: Some("4Gi".into()),
+            limit: Some("9GB".into()),
             ..Overrides::default()
         };
-        let c = blame_flag_asked(config("GPUCAP_LIMIT=\"4Gi\""), &flag);
-        assert_eq!(c.bound.unwrap().asked.unwrap(), "--limit=\"4Gi\"");
-        // The notes are the file's or the environment's own: left as they are.
-        assert_eq!(c.notes, ["note: GPUCAP_LIMIT's 8GB is in decimal units"]);
-        let c = blame_flag_asked(config("GPUCAP_LIMIT=\"4Gi\""), &Overrides::default());
-        assert_eq!(c.bound.unwrap().asked.unwrap(), "GPUCAP_LIMIT=\"4Gi\"");
+        let c = under(&flag);
+        assert_eq!(
+            c.bound.as_ref().unwrap().asked.as_deref(),
+            Some("--limit=\"9GB\"")
+        );
+        // The environment's note names the flag; the file's names its own variable.
+        assert!(
+            c.notes.iter().any(|n| n.contains("--limit's 9GB")),
+            "{:?}",
+            c.notes
+        );
+        assert!(
+            c.notes.iter().any(|n| n.contains("GPUCAP_LIMIT's 8GB")),
+            "{:?}",
+            c.notes
+        );
+        let c = under(&Overrides::default());
+        assert!(c.bound.as_ref().unwrap().asked.is_none());
+        let vars = apply_overrides(pairs(&[("GPUCAP_LIMIT", "9GB")]), &Overrides::default());
+        let env = config::from_vars(vars.iter().map(|(k, v)| (k, v))).unwrap();
+        let raw = |name: &str| lookup(&vars, name).map(|v| v.to_string_lossy().into_owned());
+        let c = config::under_file(env, &raw, file.clone(), Path::new("/x/gpucap.env"));
+        assert_eq!(
+            c.bound.unwrap().asked.as_deref(),
+            Some("GPUCAP_LIMIT=\"9GB\"")
+        );
+    }
+
+    #[test]
+    fn the_flags_typed_are_handed_on_with_an_outer_runs() {
+        let o = Overrides {
+            pool: Some("p".into()),
+            ..Overrides::default()
+        };
+        let out = apply_overrides(pairs(&[("GPUCAP_TYPED", "--limit")]), &o);
+        assert_eq!(
+            lookup(&out, "GPUCAP_TYPED"),
+            Some(OsStr::new("--limit,--pool"))
+        );
+        let out = apply_overrides(pairs(&[("GPUCAP_TYPED", "--pool")]), &o);
+        assert_eq!(lookup(&out, "GPUCAP_TYPED"), Some(OsStr::new("--pool")));
+        // No flag typed: the environment as it is.
+        let env = pairs(&[("GPUCAP_TYPED", "--limit")]);
+        assert_eq!(apply_overrides(env.clone(), &Overrides::default()), env);
     }
 
     #[test]
@@ -225,7 +230,8 @@ pub(crate) mod tests {
             pairs(&[
                 ("PATH", "/bin"),
                 ("GPUCAP_LOG", "info"),
-                ("GPUCAP_LIMIT", "8Gi")
+                ("GPUCAP_LIMIT", "8Gi"),
+                ("GPUCAP_TYPED", "--limit")
             ])
         );
         assert_eq!(apply_overrides(env.clone(), &Overrides::default()), env);
@@ -250,7 +256,7 @@ pub(crate) mod tests {
             ..Overrides::default()
         };
         let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
-        let line = blame_flag(e, &o).to_string();
+        let line = e.to_string();
         assert!(
             line.starts_with("gpucap: invalid --limit=\"150%\": a percentage"),
             "{line}"
@@ -262,7 +268,7 @@ pub(crate) mod tests {
             ..Overrides::default()
         };
         let e = config::from_vars(apply_overrides(pairs(&[("GPUCAP_LOG", "loud")]), &o));
-        let line = blame_flag(e.unwrap_err(), &o).to_string();
+        let line = e.unwrap_err().to_string();
         assert!(
             line.starts_with("gpucap: invalid GPUCAP_LOG=\"loud\""),
             "{line}"
@@ -273,7 +279,7 @@ pub(crate) mod tests {
             ..Overrides::default()
         };
         let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
-        assert_eq!(blame_flag(e, &o).var, "--log");
+        assert_eq!(e.var, "--log");
     }
 
     #[test]
@@ -317,6 +323,6 @@ pub(crate) mod tests {
             ..Overrides::default()
         };
         let e = config::from_vars(apply_overrides(Vec::new(), &o)).unwrap_err();
-        assert_eq!(blame_flag(e, &o).var, "--report");
+        assert_eq!(e.var, "--report");
     }
 }

@@ -5,7 +5,7 @@
 use gpucap_core::config::{self, Config};
 
 use crate::args::Overrides;
-use crate::environment::{apply_overrides, blame_flag, config_file, dedup_first, library, lookup};
+use crate::environment::{apply_overrides, config_file, dedup_first, library, lookup};
 use crate::exit::EXIT_USAGE;
 use crate::pool;
 use crate::pool_names::suggestion;
@@ -29,7 +29,7 @@ pub fn pool_config(pool_flag: Option<String>) -> Result<Config, i32> {
         vars.retain(|(k, _)| k != config::HAMI_SHARED_CACHE);
     }
     let config = config::from_vars(vars.iter().map(|(k, v)| (k, v))).map_err(|e| {
-        eprintln!("{}", blame_flag(e, &overrides));
+        eprintln!("{e}");
         EXIT_USAGE
     })?;
     let named = lookup(&vars, "GPUCAP_POOL").is_some()

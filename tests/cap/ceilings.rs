@@ -75,6 +75,14 @@ fn doors(dir: &Path) -> Vec<(Vec<(String, String)>, Expect)> {
         (vec![("GPUCAP_POOL_MEMBERS", "8".into())], Expect::Holds),
         (vec![("GPUCAP_LD_SO_PRELOAD", "1".into())], Expect::Holds),
         (vec![("GPUCAP_HOME", d.clone())], Expect::Holds),
+        (vec![("GPUCAP_TYPED", "--limit".into())], Expect::Holds),
+        (
+            vec![
+                ("GPUCAP_LIMIT", "4Gi".into()),
+                ("GPUCAP_TYPED", "--limit,--pool".into()),
+            ],
+            Expect::Held("--limit=\"4Gi\""),
+        ),
         (
             vec![("GPUCAP_LIB", format!("{d}/libgpucap.so"))],
             Expect::Holds,
@@ -473,6 +481,24 @@ fn check_and_run_show_each_figure_where_it_came_from_and_the_ceiling_that_holds(
         assert!(err.contains(&want), "missing {want:?}\n{}", dump(&o));
     }
     assert!(!err.contains("no cap is set"), "{}", dump(&o));
+    // run --limit: every line, the CLI's and the shim's, names the flag as typed.
+    let o = run(
+        cmd(&["run", "--limit", "3Gi", "--", script().to_str().unwrap()])
+            .arg(format!("alloc:{GIB}"))
+            .env("GPUCAP_LOG", "info"),
+    );
+    let err = stderr(&o);
+    assert_ne!(alloc_rc(&o, GIB).as_deref(), Some("0"), "{}", dump(&o));
+    for want in [
+        "gpucap: asked: --limit=\"3Gi\"".to_string(),
+        format!(
+            "gpucap: --limit=\"3Gi\" asks more than the ceiling of GPU 0, 256 MiB (from \
+             {env_file}): the program runs at the ceiling"
+        ),
+    ] {
+        assert!(err.contains(&want), "missing {want:?}\n{}", dump(&o));
+    }
+    assert!(!err.contains("GPUCAP_LIMIT=\"3Gi\""), "{}", dump(&o));
 }
 
 /// The script under `lib` in pool `pool` of `pools` (the fake GPU of 8 GiB shared in

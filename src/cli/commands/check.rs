@@ -8,7 +8,7 @@ use std::path::Path;
 use gpucap_core::config;
 
 use crate::args::Overrides;
-use crate::environment::{as_the_shim_reads, blame_flag_asked, library, load, lookup};
+use crate::environment::{as_the_shim_reads, library, load, lookup};
 use crate::exit::EXIT_USAGE;
 use crate::term::print_out;
 use crate::{driver, pool, preload, report};
@@ -28,7 +28,7 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         match as_the_shim_reads(config, &vars, lib.as_deref().ok()) {
             Ok((c, file)) => {
                 // What the file's ceiling added names a flag as typed (`--limit="4Gi"`).
-                config = blame_flag_asked(c, overrides);
+                config = c;
                 source = file;
             }
             Err(e) => {

@@ -6,7 +6,7 @@ use std::io;
 use gpucap_core::config::{self, Config};
 
 use crate::args::{Overrides, PoolSet};
-use crate::environment::{apply_overrides, blame_flag};
+use crate::environment::apply_overrides;
 use crate::exit::EXIT_USAGE;
 use crate::metrics;
 use crate::shown_pool::{NO_POOL_CONFIGURED, pool_config};
@@ -51,7 +51,7 @@ pub fn pools_reader(pools: PoolSet, everything: bool) -> Result<metrics::Reader,
                         return Err(EXIT_USAGE);
                     }
                     Err(e) => {
-                        eprintln!("{}", blame_flag(e, &overrides));
+                        eprintln!("{e}");
                         return Err(EXIT_USAGE);
                     }
                 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use gpucap_core::config::{self, Config, LogLevel};
 
 use crate::args::Overrides;
-use crate::environment::{as_the_shim_reads, blame_flag_asked, config_file, load, lookup};
+use crate::environment::{as_the_shim_reads, config_file, load, lookup};
 use crate::exit::exec_failure;
 use crate::launch::{child_env, prepare};
 use crate::{preload, report};
@@ -36,7 +36,7 @@ pub fn command(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         && let Ok((c, _)) = as_the_shim_reads(config.clone(), &vars, Some(&lib))
         && c.log >= LogLevel::Info
     {
-        for line in report::ceiling_lines(&blame_flag_asked(c, overrides)) {
+        for line in report::ceiling_lines(&c) {
             eprintln!("gpucap: {line}");
         }
     }

@@ -41,6 +41,22 @@ pub fn under_file(
     file: Config,
     path: &Path,
 ) -> Config {
+    let mut file = file;
+    let file_notes = std::mem::take(&mut file.notes);
+    let mut c = bind_to_file(env, raw, file, path);
+    // The environment's lines name the flags typed; the file's own name its variables.
+    name_typed(&mut c);
+    c.notes.extend(file_notes);
+    c
+}
+
+/// [`under_file`], its lines naming the variables and without the file's notes.
+fn bind_to_file(
+    env: Config,
+    raw: &dyn Fn(&str) -> Option<String>,
+    file: Config,
+    path: &Path,
+) -> Config {
     let mut c = env;
     let from = path.display().to_string();
     // What the environment leaves unset comes from the file.
@@ -98,7 +114,6 @@ pub fn under_file(
             }
         }
     }
-    c.notes.extend(file.notes);
     let Some(spec) = file.limit else {
         return c; // the file places no cap: the environment's stands
     };

@@ -98,6 +98,9 @@ pub struct Config {
     /// The configuration file's cap where the environment has variables of its own
     /// ([`under_file`]): no GPU's cap is above it. None: no file, or no cap in it.
     pub bound: Option<Ceiling>,
+    /// `GPUCAP_TYPED`: the flags of `gpucap run` that set variables, which lines name
+    /// instead of the variables ([`name_typed`]).
+    pub typed: Vec<&'static str>,
 }
 
 impl Default for Config {
@@ -118,6 +121,7 @@ impl Default for Config {
             cap_sources: Vec::new(),
             origins: Vec::new(),
             bound: None,
+            typed: Vec::new(),
         }
     }
 }
@@ -272,6 +276,25 @@ where
     K: AsRef<OsStr>,
     V: AsRef<OsStr>,
 {
+    let vars: Vec<(K, V)> = vars.into_iter().collect();
+    // An error about a variable a typed flag set names the flag (`GPUCAP_TYPED`, first
+    // occurrence; a bad value is an error of its own below).
+    let typed = vars
+        .iter()
+        .find(|(k, _)| k.as_ref() == "GPUCAP_TYPED")
+        .and_then(|(_, v)| v.as_ref().to_str())
+        .and_then(|v| parse_typed(v).ok())
+        .unwrap_or_default();
+    sort_vars(vars).map_err(|e| name_typed_error(e, &typed))
+}
+
+/// [`from_vars`]: the variables sorted (gpucap's own, HAMi-core's, the drivers'
+/// hand-overs) and checked, then resolved.
+fn sort_vars<K, V>(vars: Vec<(K, V)>) -> Result<Config, ConfigError>
+where
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
     let mut ours: Vec<(String, String)> = Vec::new();
     let mut hami = Hami::default();
     let mut handover = HandoverVars::default();
@@ -335,6 +358,17 @@ where
         ours.push((known.to_string(), value.to_string()));
     }
 
+    resolve(ours, hami, handover, visible)
+}
+
+/// [`from_vars`] once the variables are sorted: gpucap's own (`ours`, as given), HAMi-core's,
+/// the drivers' hand-overs and `NVIDIA_VISIBLE_DEVICES`.
+fn resolve(
+    ours: Vec<(String, String)>,
+    mut hami: Hami,
+    handover: HandoverVars,
+    visible: Option<String>,
+) -> Result<Config, ConfigError> {
     // The value of a known variable, as given (the first occurrence).
     let raw = |name: &str| {
         ours.iter()
@@ -501,6 +535,7 @@ where
     check_shares(&config, |var| raw(var).map(str::to_string))?;
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
     // emptiness was checked above.
+    name_typed(&mut config);
     Ok(config)
 }
 

@@ -4,7 +4,8 @@
 //! `shares` (a pool member's guarantee and ceiling), `ceiling` (a file's cap, which the
 //! environment may lower but never raise), `device_cap` (one GPU's cap in bytes under it), `keys` (every per-GPU variable's
 //! keys against the visible GPUs), `sources` (the caps the cluster's GPU drivers hand a
-//! container, merged with the others by one resolver).
+//! container, merged with the others by one resolver), `typed` (lines name the flags of
+//! `gpucap run` that set variables).
 //!
 //! Part of gpucap-core, used by the shim and the CLI: plain safe Rust that only needs
 //! `crate::size`. The variables are read by name from the pairs given (no envy: it
@@ -23,6 +24,7 @@ mod limit;
 mod pool_vars;
 mod shares;
 mod sources;
+mod typed;
 mod vars;
 
 pub use ceiling::*;
@@ -35,6 +37,7 @@ pub use limit::*;
 pub use pool_vars::*;
 pub use shares::*;
 pub use sources::*;
+pub use typed::*;
 pub use vars::*;
 
 #[cfg(test)]

@@ -121,6 +121,14 @@ pub const VARS: &[Var] = &[
         }),
     },
     Var {
+        name: "GPUCAP_TYPED",
+        accepted: TYPED_ACCEPTED,
+        set: Some(|c, v| {
+            c.typed = parse_typed(v)?;
+            Ok(())
+        }),
+    },
+    Var {
         name: "GPUCAP_CLAIM_DIR",
         accepted: CLAIM_DIR_ACCEPTED,
         set: None,
