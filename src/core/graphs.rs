@@ -4,9 +4,9 @@
 //! instantiated (or uploaded, or launched after a trim), keeps it for reuse, and gives back
 //! what no graph holds at `cuDeviceGraphMemTrim`. It publishes the figure
 //! (`CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`): the device carries one charge for its graph
-//! memory, settled to that figure after every call that may move it ([`GraphBook::settle`]).
+//! memory, settled to that figure after every call that may move it ([`GraphCharges::settle`]).
 //! Before a call that can still fail (instantiate, upload, launch), what the exec may need
-//! ([`GraphBook::expected`]: the sizes of its alloc nodes in whole 2 MiB granules, unless
+//! ([`GraphCharges::expected`]: the sizes of its alloc nodes in whole 2 MiB granules, unless
 //! it holds its memory already) is reserved against the cap, so the device never holds
 //! more than the cap, and a call the cap cannot take is refused with
 //! `CUDA_ERROR_OUT_OF_MEMORY`, as the driver refuses a launch it finds no memory for.
@@ -79,21 +79,21 @@ struct Inner {
 }
 
 /// The executable graphs with memory nodes, and each device's graph charge.
-pub struct GraphBook {
+pub struct GraphCharges {
     inner: Mutex<Inner>,
     /// How many execs with memory nodes live (one load for a launch of any other graph).
     with_memory: AtomicUsize,
 }
 
-impl Default for GraphBook {
+impl Default for GraphCharges {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl GraphBook {
+impl GraphCharges {
     pub const fn new() -> Self {
-        GraphBook {
+        GraphCharges {
             inner: Mutex::new(Inner {
                 execs: BTreeMap::new(),
                 charged: [0; MAX_DEVICES],
@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn an_exec_is_expected_to_reserve_only_while_it_does_not_hold_its_memory() {
-        let b = GraphBook::new();
+        let b = GraphCharges::new();
         assert!(!b.any());
         b.instantiated(7, vec![]);
         assert!(!b.any(), "no memory nodes: not kept");
@@ -291,7 +291,7 @@ mod tests {
 
     #[test]
     fn an_exec_whose_nodes_cannot_be_listed_is_kept_for_its_devices_figures() {
-        let b = GraphBook::new();
+        let b = GraphCharges::new();
         b.instantiated_unlisted(5, &[0, 1]);
         assert!(b.any(), "kept: its launches and its end settle the figures");
         assert_eq!(b.devices(5), vec![0, 1]);
@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn settles_apply_the_change_and_keep_the_figure() {
-        let b = GraphBook::new();
+        let b = GraphCharges::new();
         let mut seen = Vec::new();
         b.settle(0, || Some(600 * MIB), |s| seen.push(s));
         b.settle(0, || None, |s| seen.push(s));

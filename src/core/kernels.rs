@@ -13,12 +13,12 @@
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 use crate::contexts::Ctx;
-use crate::residents::ResidentBook;
+use crate::residents::ResidentCharges;
 
 /// What the first launches loaded, by (context, function, owner): the owner is the
 /// library or module the function comes from (0: the driver did not say), whose unload
 /// frees what its functions loaded.
-pub type KernelBook = ResidentBook<(Ctx, u64, u64)>;
+pub type KernelBook = ResidentCharges<(Ctx, u64, u64)>;
 
 /// The functions seen on each device, by [`launch_key`]: a fixed table of keys (open
 /// addressing, a few probes), so that a launch after the first costs a multiply, a

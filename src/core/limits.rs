@@ -4,17 +4,17 @@
 //! default 1 KiB) for each of 132 SMs x 2,048 resident threads, in whole 2 MiB pages
 //! (docs/gpu-runs/2026-11-26-h100). The hooks measure the call as a module load is
 //! measured, charge what it took to the context's device under the (context, limit)
-//! key of a [`ResidentBook`], credit what a lowered limit gave back, never more than
+//! key of a [`ResidentCharges`], credit what a lowered limit gave back, never more than
 //! that limit was charged, and the rest once the context is gone.
 
 use crate::contexts::Ctx;
-use crate::residents::ResidentBook;
+use crate::residents::ResidentCharges;
 
 /// A context's limit: the context and the `CUlimit`.
 pub type LimitKey = (Ctx, u32);
 
 /// The memory the contexts' limits took.
-pub type LimitBook = ResidentBook<LimitKey>;
+pub type LimitBook = ResidentCharges<LimitKey>;
 
 /// What a limit is charged after a successful `cuCtxSetLimit` that moved the driver's
 /// free memory by `measured` (bytes taken; negative: given back), the limit having been

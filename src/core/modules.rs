@@ -4,12 +4,12 @@
 //! The hooks measure it around the load as a context is measured (`contexts`), charge
 //! it to the device of the context it was loaded in, and credit it at `cuModuleUnload`
 //! or once that context is gone (the driver unloads a context's modules with it). Which
-//! module holds what is kept in a [`ResidentBook`].
+//! module holds what is kept in a [`ResidentCharges`].
 
-use crate::residents::ResidentBook;
+use crate::residents::ResidentCharges;
 
 /// A `CUmodule`, as an integer.
 pub type Module = u64;
 
 /// The modules loaded through the shim that hold a charge.
-pub type ModuleBook = ResidentBook<Module>;
+pub type ModuleBook = ResidentCharges<Module>;

@@ -268,9 +268,11 @@ pub fn reserve_owed(cap: u64, used: u64, held: u64, guarantee: u64, request: u64
 /// Where a charge that cannot be refused falls (bytes the driver already took for
 /// member *i*: the kernels a launch loaded): first out of its own unused guarantee,
 /// then out of the pool's free room (the cap less the pool's use and the others' unused
-/// guarantees), the rest past the cap. The words simply add it; this says where it fell
-/// (for the member's line), and the model below checks the rule's promise: no other
-/// member's guarantee is ever eaten, and the pool passes its cap by at most `over`.
+/// guarantees), the rest past the cap. The pool's words simply add it
+/// (`Member::charge_past_cap`); this states the rule for the model below, which checks
+/// its promise: no other member's guarantee is ever eaten, and the pool passes its cap
+/// by at most `over`.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Forced {
     pub own_guarantee: u64,
@@ -280,7 +282,8 @@ pub struct Forced {
 
 /// [`Forced`] of `bytes` charged to a member holding `held` of its `guarantee`, the pool
 /// using `used` of `cap` and the others' unused guarantees being `others_unused`.
-pub fn force(
+#[cfg(test)]
+pub fn where_forced(
     cap: u64,
     used: u64,
     held: u64,
@@ -364,7 +367,7 @@ mod tests {
     fn a_forced_charge_falls_on_its_own_guarantee_then_free_room_then_past_the_cap() {
         // cap 1024; B holds 510 of no guarantee, A's 512 unused: 2 free.
         assert_eq!(
-            force(1024, 510, 510, 0, 512, 256),
+            where_forced(1024, 510, 510, 0, 512, 256),
             Forced {
                 own_guarantee: 0,
                 free_room: 2,
@@ -373,7 +376,7 @@ mod tests {
         );
         // B with a guarantee of 600 holding 510: 90 of it first.
         assert_eq!(
-            force(1024, 510, 510, 600, 0, 256),
+            where_forced(1024, 510, 510, 600, 0, 256),
             Forced {
                 own_guarantee: 90,
                 free_room: 166,
@@ -381,7 +384,7 @@ mod tests {
             }
         );
         assert_eq!(
-            force(10, 12, 12, 0, 0, 5),
+            where_forced(10, 12, 12, 0, 0, 5),
             Forced {
                 own_guarantee: 0,
                 free_room: 0,
@@ -664,7 +667,7 @@ mod tests {
                 Op::Force { who, bytes } if !self.members.is_empty() => {
                     let i = who % self.members.len();
                     let (g, _, h) = self.members[i];
-                    let f = force(self.cap, self.used(), h, g, self.others_unused(i), bytes);
+                    let f = where_forced(self.cap, self.used(), h, g, self.others_unused(i), bytes);
                     assert_eq!(f.own_guarantee + f.free_room + f.over, bytes);
                     self.over += f.over;
                     self.forced = true;

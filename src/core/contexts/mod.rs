@@ -202,14 +202,14 @@ struct DevState {
 pub const RECENT: usize = 8;
 
 /// The contexts the process made through the shim, with what each was charged.
-pub struct ContextBook {
+pub struct ContextCharges {
     /// Per device: serialises context operations, holds the primary's charge.
     devices: [Mutex<DevState>; MAX_DEVICES],
     /// Created (non-primary) contexts: handle -> device and bytes charged.
     created: LiveMap,
 }
 
-impl Default for ContextBook {
+impl Default for ContextCharges {
     fn default() -> Self {
         Self::new()
     }
@@ -217,14 +217,14 @@ impl Default for ContextBook {
 
 /// A device's context operations, held for the whole measure-call-record sequence.
 pub struct DeviceLock<'a> {
-    book: &'a ContextBook,
+    book: &'a ContextCharges,
     device: usize,
     state: MutexGuard<'a, DevState>,
 }
 
-impl ContextBook {
+impl ContextCharges {
     pub const fn new() -> Self {
-        ContextBook {
+        ContextCharges {
             devices: [const {
                 Mutex::new(DevState {
                     primary: None,

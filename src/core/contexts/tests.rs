@@ -132,7 +132,7 @@ fn made(drv: &Fake) -> Ctx {
 fn a_call_in_a_given_context_is_measured_there_not_with_nvml_or_a_temporary() {
     // A module loaded in context 55, one the book never saw (made outside the shim):
     // its memory is read with 55 pushed, even where NVML is there.
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let mut drv = Fake::new(10_000, 300);
     drv.nvml = true;
     let lock = book.lock(0).unwrap();
@@ -152,7 +152,7 @@ fn a_call_in_a_given_context_is_measured_there_not_with_nvml_or_a_temporary() {
 
 #[test]
 fn first_context_is_measured_with_nvml_and_no_other_context() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let mut drv = Fake::new(10_000, 300);
     drv.nvml = true;
     let mut lock = book.lock(2).unwrap();
@@ -179,7 +179,7 @@ fn first_context_is_measured_with_nvml_and_no_other_context() {
 
 #[test]
 fn a_created_context_is_measured_with_while_the_book_holds_it_on_its_device() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let mut drv = Fake::new(10_000, 300);
     drv.nvml = true;
     let c = drv.make().unwrap();
@@ -261,7 +261,7 @@ fn in_pool(
     drv: &Fake,
     call: impl FnMut() -> u32,
 ) -> (u32, Result<u64, Unmeasured>, MeasuredBy) {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let lock = book.lock(0).unwrap();
     let (rc, taken, how) = lock.measure(drv, None, || a.marks(0), call);
     (rc, taken.map(taken_bytes), how)
@@ -321,7 +321,7 @@ fn a_reservation_in_the_window_does_not_hide_another_members_free() {
     });
     assert_eq!(taken, Ok(350));
     // Without a pool the same traffic is counted (nothing can tell it apart).
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let (_, taken, _) = measure(&book.lock(1).unwrap(), &drv, || {
         drv.free.set(drv.free.get() + 200);
         drv.call()
@@ -459,7 +459,7 @@ fn withdrawn_and_dead_members_announcements() {
 /// With NVML, a device with room for exactly one context gets it, measured.
 #[test]
 fn with_nvml_room_for_one_context_is_enough() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let mut drv = Fake::new(500, 300);
     drv.nvml = true;
     let lock = book.lock(0).unwrap();
@@ -474,7 +474,7 @@ fn with_nvml_room_for_one_context_is_enough() {
 
 #[test]
 fn nvml_failing_after_the_call_is_never_a_charge_of_zero() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let mut drv = Fake::new(10_000, 300);
     drv.nvml = true;
     drv.fail_nvml_from.set(2);
@@ -495,7 +495,7 @@ fn nvml_failing_after_the_call_is_never_a_charge_of_zero() {
 
 #[test]
 fn without_nvml_the_first_context_is_measured_with_a_temporary_one() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let drv = Fake::new(10_000, 300);
     let mut lock = book.lock(0).unwrap();
     assert!(!lock.primary_active(&drv));
@@ -544,7 +544,7 @@ fn without_nvml_the_first_context_is_measured_with_a_temporary_one() {
 
 #[test]
 fn nvml_failing_before_the_call_falls_back_to_a_temporary_context() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let mut drv = Fake::new(10_000, 300);
     drv.nvml = true;
     drv.fail_nvml_from.set(1);
@@ -566,7 +566,7 @@ fn nvml_failing_before_the_call_falls_back_to_a_temporary_context() {
 
 #[test]
 fn a_failed_call_leaves_nothing_behind() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let drv = Fake::new(10_000, 300);
     let lock = book.lock(3).unwrap();
     let (rc, _, _) = measure(&lock, &drv, || 999);
@@ -581,7 +581,7 @@ fn a_failed_call_leaves_nothing_behind() {
 
 #[test]
 fn memory_given_back_meanwhile_never_makes_a_negative_charge() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let drv = Fake::new(10_000, 0);
     let lock = book.lock(0).unwrap();
     let (_, taken, _) = measure(&lock, &drv, || {
@@ -593,7 +593,7 @@ fn memory_given_back_meanwhile_never_makes_a_negative_charge() {
 
 #[test]
 fn room_for_one_context_only_the_call_is_made_without_the_temporary_one() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let drv = Fake::new(500, 300);
     let lock = book.lock(0).unwrap();
     let mut calls = 0;
@@ -634,7 +634,7 @@ fn room_for_one_context_only_the_call_is_made_without_the_temporary_one() {
 
 #[test]
 fn a_query_that_fails_is_never_a_charge_of_zero() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     for (from, step) in [(1, Step::FreeBefore), (2, Step::FreeAfter)] {
         let drv = Fake::new(10_000, 300);
         drv.fail_free_from.set(from);
@@ -650,7 +650,7 @@ fn a_query_that_fails_is_never_a_charge_of_zero() {
 
 #[test]
 fn a_detach_credits_only_when_the_driver_says_the_context_is_gone() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     let drv = Fake::new(10_000, 300);
     let mut lock = book.lock(0).unwrap();
     let ctx = drv.make().unwrap();
@@ -699,7 +699,7 @@ fn a_detach_credits_only_when_the_driver_says_the_context_is_gone() {
 
 #[test]
 fn the_next_context_is_expected_to_take_the_least_a_context_took_on_its_device() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     assert_eq!(book.lock(1).unwrap().expected(), 0, "nothing measured yet");
     book.lock(1).unwrap().learn(16 << 20);
     assert_eq!(book.lock(1).unwrap().expected(), 16 << 20);
@@ -723,7 +723,7 @@ fn the_next_context_is_expected_to_take_the_least_a_context_took_on_its_device()
 
 #[test]
 fn a_measurement_that_erred_low_is_forgotten_zero_included() {
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     book.lock(0).unwrap().learn(300 << 20);
     assert!(!book.lock(0).unwrap().expectation_settled());
     // Others' allocations outside the pool inside the window: measured at 0.
@@ -748,7 +748,7 @@ fn a_measurement_that_erred_low_is_forgotten_zero_included() {
 fn a_first_context_measured_high_does_not_outweigh_the_pools_least() {
     // This process's first context was measured at 2.35 GiB (other members freed
     // inside its window); the pool's members measured 300 MiB: the next reserves 300.
-    let book = ContextBook::new();
+    let book = ContextCharges::new();
     book.lock(0).unwrap().learn(2400 << 20);
     assert_eq!(book.lock(0).unwrap().expected_beside(300 << 20), 300 << 20);
 }

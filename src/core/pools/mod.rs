@@ -20,7 +20,7 @@
 //! A pool is charged to the device its memory is on, never to the current context's:
 //! a pool created through the shim has its location from `cuMemPoolCreate`; any other
 //! (a device's default pool, which a program may take from another device's context)
-//! is located by asking the driver ([`PoolBook::locate`]). Pool memory freed with
+//! is located by asking the driver ([`MemPoolCharges::locate`]). Pool memory freed with
 //! `cuMemFree` goes back to its pool exactly as with `cuMemFreeAsync`.
 //!
 //! Plain safe Rust over a [`PoolDriver`] (the attribute reads and the trim) and a
@@ -38,7 +38,7 @@ pub use driver::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator, growth_b
 use records::{Pool, PoolRecords, pools_on, settle};
 
 /// A pool allocation taken out of the book while the driver frees it: settled
-/// ([`PoolBook::settle_freed`]) once it did, restored ([`PoolBook::restore_freed`]) if not.
+/// ([`MemPoolCharges::settle_freed`]) once it did, restored ([`MemPoolCharges::restore_freed`]) if not.
 #[must_use = "settle or restore a pool allocation taken out for a free"]
 #[derive(Debug)]
 pub struct TakenPtr {
@@ -48,7 +48,7 @@ pub struct TakenPtr {
 }
 
 /// Every pool the process allocated from or created, with its charge.
-pub struct PoolBook {
+pub struct MemPoolCharges {
     records: Mutex<Option<PoolRecords>>,
     /// Pools per device, so that devices without pools cost nothing.
     count: [AtomicU32; MAX_DEVICES],
@@ -56,15 +56,15 @@ pub struct PoolBook {
     total: AtomicU32,
 }
 
-impl Default for PoolBook {
+impl Default for MemPoolCharges {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl PoolBook {
+impl MemPoolCharges {
     pub const fn new() -> Self {
-        PoolBook {
+        MemPoolCharges {
             records: Mutex::new(None),
             count: [const { AtomicU32::new(0) }; MAX_DEVICES],
             total: AtomicU32::new(0),
@@ -372,7 +372,7 @@ impl PoolBook {
     }
 }
 
-impl PoolBook {
+impl MemPoolCharges {
     /// Re-reads a pool: [`settle`] without an allocation, dropping a pool the driver
     /// no longer knows (None).
     fn settle_one(&self, b: &mut PoolRecords, ledger: &Ledger, pool: u64, reserved: Option<u64>) {
@@ -444,10 +444,10 @@ mod tests {
         }
     }
 
-    fn setup(cap: u64) -> (Ledger, PoolBook, Fake) {
+    fn setup(cap: u64) -> (Ledger, MemPoolCharges, Fake) {
         let l = Ledger::new();
         l.set_cap(0, Some(cap));
-        (l, PoolBook::new(), Fake::default())
+        (l, MemPoolCharges::new(), Fake::default())
     }
 
     fn used(l: &Ledger) -> u64 {
@@ -458,7 +458,7 @@ mod tests {
     /// (refused: the hook frees, then gives the reservation up).
     fn alloc(
         l: &Ledger,
-        book: &PoolBook,
+        book: &MemPoolCharges,
         drv: &Fake,
         ptr: u64,
         n: u64,
@@ -734,7 +734,10 @@ mod tests {
         book.restore_freed(t);
         assert!(book.is_pool_ptr(1));
         assert!(book.take_freed(2).is_none(), "not a pool allocation");
-        assert!(PoolBook::new().take_freed(1).is_none(), "no pools at all");
+        assert!(
+            MemPoolCharges::new().take_freed(1).is_none(),
+            "no pools at all"
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `PoolBook`'s records (each pool's device, charge, allocations in flight; the live
+//! `MemPoolCharges`'s records (each pool's device, charge, allocations in flight; the live
 //! pool allocations; the host pools) and how a pool's charge is settled to the bytes it
 //! reserves.
 
@@ -20,7 +20,7 @@ pub(super) struct Pool {
     pub(super) destroyed: bool,
 }
 
-/// What `PoolBook` holds behind its lock: the pools it tracks, the live allocations
+/// What `MemPoolCharges` holds behind its lock: the pools it tracks, the live allocations
 /// from them, and the pools of host memory.
 #[derive(Default)]
 pub(super) struct PoolRecords {

@@ -23,19 +23,19 @@ pub struct Resident {
 }
 
 /// Entries by key (a module handle, a context's limit) with what each holds.
-pub struct ResidentBook<K> {
+pub struct ResidentCharges<K> {
     held: Mutex<Vec<(K, Resident)>>,
 }
 
-impl<K: Copy + PartialEq> Default for ResidentBook<K> {
+impl<K: Copy + PartialEq> Default for ResidentCharges<K> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Copy + PartialEq> ResidentBook<K> {
+impl<K: Copy + PartialEq> ResidentCharges<K> {
     pub const fn new() -> Self {
-        ResidentBook {
+        ResidentCharges {
             held: Mutex::new(Vec::new()),
         }
     }
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn an_entry_is_taken_once_and_restored_if_the_driver_refused() {
-        let b = ResidentBook::<u64>::new();
+        let b = ResidentCharges::<u64>::new();
         assert_eq!(b.add(7, held(1, 0, 2 << 20)), None);
         assert_eq!(b.bytes_on(0), 2 << 20);
         let l = b.take(7).unwrap();
@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn entries_are_taken_by_their_keys() {
-        let b = ResidentBook::<(u64, u64)>::new();
+        let b = ResidentCharges::<(u64, u64)>::new();
         assert_eq!(b.add((1, 7), held(1, 0, 2 << 20)), None);
         assert_eq!(b.add((2, 7), held(2, 0, 4 << 20)), None);
         assert_eq!(b.add((1, 8), held(1, 0, 8 << 20)), None);
@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn a_key_added_again_replaces_its_old_entry_and_returns_it_to_credit() {
-        let b = ResidentBook::<u64>::new();
+        let b = ResidentCharges::<u64>::new();
         assert_eq!(b.add(7, held(1, 0, 4 << 20)), None);
         let old = b.add(7, held(2, 0, 2 << 20));
         assert_eq!(old.map(|r| (r.ctx, r.charge.bytes)), Some((1, 4 << 20)));
@@ -191,7 +191,7 @@ mod tests {
 
     #[test]
     fn a_key_added_to_in_its_own_context_grows_and_in_another_is_replaced() {
-        let b = ResidentBook::<u64>::new();
+        let b = ResidentCharges::<u64>::new();
         assert_eq!(b.add_to(7, held(1, 0, 4 << 20)), None);
         assert_eq!(b.add_to(7, held(1, 0, 2 << 20)), None, "the same context");
         assert_eq!(b.bytes_on(0), 6 << 20);
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn the_entries_of_a_gone_context_are_taken_on_their_device_only() {
-        let b = ResidentBook::<u64>::new();
+        let b = ResidentCharges::<u64>::new();
         assert_eq!(b.add(1, held(10, 0, 2 << 20)), None);
         assert_eq!(b.add(2, held(10, 0, 4 << 20)), None);
         assert_eq!(b.add(3, held(11, 0, 8 << 20)), None);

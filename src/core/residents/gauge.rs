@@ -99,7 +99,7 @@ pub fn loaded(before: u64, after: u64, own_before: u64, own_after: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contexts::ContextBook;
+    use crate::contexts::ContextCharges;
     use std::cell::{Cell, RefCell};
 
     const MIB: u64 = 1 << 20;
@@ -154,7 +154,7 @@ mod tests {
     /// Measures a call that takes 92 MiB for this process while another process on the
     /// device frees 50 MiB, and this process's other threads are charged 4 MiB.
     fn load(drv: &Fake) -> (u32, Result<u64, String>, By) {
-        let book = ContextBook::new();
+        let book = ContextCharges::new();
         let lock = book.lock(0).unwrap();
         let charged = Cell::new(10 * MIB);
         measure_loaded(

@@ -2,7 +2,7 @@
 //! given back around the driver call that frees them (announced to the pool first, as a
 //! free, credited once the driver freed them, put back if it refused).
 
-use super::book::{Resident, ResidentBook};
+use super::book::{Resident, ResidentCharges};
 use crate::ledger::{Freeing, Ledger};
 
 /// Records `held` under `key` in `book`; an entry it replaces (a handle the driver
@@ -10,7 +10,7 @@ use crate::ledger::{Freeing, Ledger};
 /// freed what it held, and a charge is never dropped.
 pub fn record<K: Copy + PartialEq>(
     ledger: &Ledger,
-    book: &ResidentBook<K>,
+    book: &ResidentCharges<K>,
     key: K,
     held: Resident,
 ) {
@@ -20,10 +20,10 @@ pub fn record<K: Copy + PartialEq>(
 }
 
 /// [`record`], adding to what `key` holds in the same context (see
-/// `ResidentBook::add_to`): an entry of a context gone is credited.
+/// `ResidentCharges::add_to`): an entry of a context gone is credited.
 pub fn record_more<K: Copy + PartialEq>(
     ledger: &Ledger,
-    book: &ResidentBook<K>,
+    book: &ResidentCharges<K>,
     key: K,
     held: Resident,
 ) {
@@ -37,7 +37,7 @@ pub fn record_more<K: Copy + PartialEq>(
 /// the driver refused. Returns the driver's answer.
 pub fn given_back<K: Copy + PartialEq>(
     ledger: &Ledger,
-    book: &ResidentBook<K>,
+    book: &ResidentCharges<K>,
     taken: Vec<(K, Resident)>,
     call: impl FnOnce() -> u32,
 ) -> u32 {
@@ -77,7 +77,7 @@ mod tests {
 
     #[test]
     fn an_entry_replaced_is_credited_never_dropped() {
-        let (l, b) = (Ledger::new(), ResidentBook::<u64>::new());
+        let (l, b) = (Ledger::new(), ResidentCharges::<u64>::new());
         l.charge_past_cap(0, 6);
         record(&l, &b, 7, held(1, 4));
         record(&l, &b, 7, held(2, 2));
@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn what_an_unload_frees_is_credited_only_if_the_driver_freed_it() {
-        let (l, b) = (Ledger::new(), ResidentBook::<u64>::new());
+        let (l, b) = (Ledger::new(), ResidentCharges::<u64>::new());
         l.charge_past_cap(0, 6);
         record(&l, &b, 7, held(1, 4));
         record(&l, &b, 8, held(1, 2));

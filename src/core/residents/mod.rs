@@ -18,7 +18,7 @@
 //! [`taken`] makes its signed change a charge), the driver's figure for the process
 //! measures a first use where it can be read ([`measure_loaded`]), and the driver's graph
 //! attribute graph memory: all read through one trait the shim implements ([`Gauge`]),
-//! and one [`ResidentBook`] per kind records what each holds and in which
+//! and one [`ResidentCharges`] per kind records what each holds and in which
 //! context, so that a context's end credits all of it.
 //!
 //! The shim only measures and calls the driver: each hook hands its kind's figure to
@@ -29,7 +29,7 @@ mod charge;
 mod gauge;
 mod ledgered;
 
-pub use book::{Resident, ResidentBook};
+pub use book::{Resident, ResidentCharges};
 pub use charge::{Charged, Refused, Undo, charge, charge_done, reserve_expected};
 pub use gauge::{By, Gauge, loaded, measure_loaded};
 pub use ledgered::{given_back, record, record_more};

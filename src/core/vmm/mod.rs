@@ -10,8 +10,8 @@
 //! pays) or host memory is never in it, and calls on those change nothing. Mappings are
 //! kept by address range, since one `cuMemUnmap` may cover several of them.
 //!
-//! Every change is made before the driver call, as a [`Pending`] step: [`VmmBook::done`]
-//! once the driver succeeded, [`VmmBook::undo`] if it failed. Both return the charges
+//! Every change is made before the driver call, as a [`Pending`] step: [`VmmHandles::done`]
+//! once the driver succeeded, [`VmmHandles::undo`] if it failed. Both return the charges
 //! the driver has now freed, for the caller to credit. References and mappings are
 //! added before the call, so a concurrent release can never see a handle as free while
 //! the driver is still mapping it; they are taken away before the call too, so the
@@ -39,13 +39,13 @@ fn bytes_only(charges: impl IntoIterator<Item = Charge>) -> Vec<Charge> {
 }
 
 /// A change made ahead of a driver call.
-#[must_use = "finish a pending step with VmmBook::done or VmmBook::undo"]
+#[must_use = "finish a pending step with VmmHandles::done or VmmHandles::undo"]
 #[derive(Debug)]
 pub struct Pending(Step);
 
 impl Pending {
     /// The charges the driver frees if its call succeeds: a release's or an unmap's
-    /// handles that nothing else holds (what [`VmmBook::done`] then gives back), known
+    /// handles that nothing else holds (what [`VmmHandles::done`] then gives back), known
     /// before the call so that a pool can be told first.
     pub fn frees(&self) -> Vec<Charge> {
         bytes_only(match &self.0 {
@@ -91,19 +91,19 @@ enum Step {
 }
 
 /// Every charged VMM handle, with its references and mappings.
-pub struct VmmBook {
+pub struct VmmHandles {
     records: Mutex<Option<HandleRecords>>,
 }
 
-impl Default for VmmBook {
+impl Default for VmmHandles {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl VmmBook {
+impl VmmHandles {
     pub const fn new() -> Self {
-        VmmBook {
+        VmmHandles {
             records: Mutex::new(None),
         }
     }
@@ -420,7 +420,7 @@ mod tests {
 
     /// The driver succeeded. What the step frees is known before the call (announced to a
     /// pool then): `done` gives back exactly that, but for a map's stale mappings.
-    fn ok(book: &VmmBook, p: Option<Pending>) -> Vec<Charge> {
+    fn ok(book: &VmmHandles, p: Option<Pending>) -> Vec<Charge> {
         let p = p.expect("a pending step");
         let (said, is_map) = (p.frees(), matches!(p.0, Step::Map { .. }));
         let freed = book.done(p);
@@ -436,7 +436,7 @@ mod tests {
 
     #[test]
     fn the_documented_idiom_keeps_the_charge_until_the_unmap() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         assert_eq!(book.created(1, charge(512 * MIB)), None);
         assert!(ok(&book, book.map(0x1000_0000, 512 * MIB, 1)).is_empty());
         // Released at once: the mapping keeps the memory.
@@ -453,7 +453,7 @@ mod tests {
 
     #[test]
     fn release_without_a_mapping_credits_at_once() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(7, charge(64 * MIB));
         assert_eq!(ok(&book, book.release(7)), vec![charge(64 * MIB)]);
         assert!(
@@ -464,7 +464,7 @@ mod tests {
 
     #[test]
     fn a_handle_mapped_twice_is_freed_by_its_last_unmap() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(1, charge(100));
         assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
         assert!(ok(&book, book.map(0x9000, 100, 1)).is_empty());
@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn a_retained_reference_holds_the_memory() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(1, charge(100));
         assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
         // Retained from an address inside the mapping: the same handle comes back.
@@ -494,7 +494,7 @@ mod tests {
 
     #[test]
     fn a_retain_that_returns_another_handle_moves_the_reference() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(1, charge(100));
         book.created(2, charge(10));
         assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
@@ -515,7 +515,7 @@ mod tests {
 
     #[test]
     fn one_unmap_over_several_mappings_credits_each_freed_handle() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         for h in 1..=3 {
             book.created(h, charge(100));
             assert!(ok(&book, book.map(0x1000 + (h - 1) * 100, 100, h)).is_empty());
@@ -535,7 +535,7 @@ mod tests {
 
     #[test]
     fn an_unmap_the_driver_refuses_changes_nothing() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(1, charge(100));
         book.created(2, charge(100));
         assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
@@ -551,7 +551,7 @@ mod tests {
 
     #[test]
     fn failed_calls_are_taken_back() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(1, charge(100));
         // A failed release: the reference is back.
         let p = book.release(1).unwrap();
@@ -572,7 +572,7 @@ mod tests {
 
     #[test]
     fn a_step_that_was_the_last_hold_credits_when_undone() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(1, charge(100));
         // A map in flight pins the handle: a concurrent release does not free it...
         let m = book.map(0x1000, 100, 1).unwrap();
@@ -592,7 +592,7 @@ mod tests {
 
     #[test]
     fn handles_the_shim_did_not_charge_are_left_alone() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         // An imported handle: mapping, retaining, releasing it changes nothing.
         assert!(book.map(0x1000, 100, 99).is_none());
         assert!(book.release(99).is_none());
@@ -604,7 +604,7 @@ mod tests {
 
     #[test]
     fn a_mapping_the_driver_dropped_unseen_is_replaced() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(1, charge(100));
         book.created(2, charge(100));
         assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
@@ -617,7 +617,7 @@ mod tests {
 
     #[test]
     fn a_reused_handle_value_credits_the_old_one() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(1, charge(100));
         assert!(ok(&book, book.map(0x1000, 100, 1)).is_empty());
         assert_eq!(book.created(1, charge(30)), Some(charge(100)));
@@ -631,7 +631,7 @@ mod tests {
 
     #[test]
     fn devices_are_kept_apart() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.created(
             1,
             Charge {
@@ -654,7 +654,7 @@ mod tests {
 
     #[test]
     fn a_multicast_object_is_charged_nothing_and_a_bind_nothing_more() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.multicast(MC);
         assert_eq!(book.charged_on(0), 0);
         book.created(1, charge(64 * MIB));
@@ -673,7 +673,7 @@ mod tests {
 
     #[test]
     fn a_bound_handle_released_and_unmapped_stays_charged_until_unbound() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.multicast(MC);
         book.created(1, charge(64 * MIB));
         assert!(ok(&book, book.map(0x1000_0000, 64 * MIB, 1)).is_empty());
@@ -702,7 +702,7 @@ mod tests {
 
     #[test]
     fn an_objects_last_release_and_unmap_free_what_it_still_binds() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.multicast(MC);
         book.created(1, charge(10));
         book.created(2, charge(20));
@@ -722,7 +722,7 @@ mod tests {
 
     #[test]
     fn a_failed_bind_or_unbind_changes_nothing() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.multicast(MC);
         book.created(1, charge(10));
         let p = book.bind(MC, None, 0, 1, 10).unwrap();
@@ -744,7 +744,7 @@ mod tests {
 
     #[test]
     fn memory_the_shim_did_not_charge_is_not_bound() {
-        let book = VmmBook::new();
+        let book = VmmHandles::new();
         book.multicast(MC);
         assert!(
             book.bind(MC, None, 0, 5, 10).is_none(),

@@ -1,4 +1,4 @@
-//! `VmmBook`'s records: each charged handle with its references and mappings, the
+//! `VmmHandles`'s records: each charged handle with its references and mappings, the
 //! mappings by start address, and the multicast bindings, with the changes that free a
 //! handle (its last reference or mapping gone) and take bindings out or put them back.
 
@@ -46,7 +46,7 @@ pub(super) struct Mapping {
     pub(super) handle: u64,
 }
 
-/// What `VmmBook` holds behind its lock: the handles the shim charged, their mappings
+/// What `VmmHandles` holds behind its lock: the handles the shim charged, their mappings
 /// and their multicast bindings.
 #[derive(Default)]
 pub(super) struct HandleRecords {

@@ -12,7 +12,7 @@ use crate::log::log;
 use crate::state::SHIM;
 use gpucap_core::contexts::{Unmeasured, Verdict};
 use gpucap_core::ledger::{Charge, Reservation};
-use gpucap_core::residents::{self, Resident, ResidentBook, Undo};
+use gpucap_core::residents::{self, Resident, ResidentCharges, Undo};
 
 /// `charge` held in context `ctx` on `lock`'s device: with the context's driver id (a
 /// handle handed out again is another context) and whether it is the primary.
@@ -31,19 +31,19 @@ pub(super) fn resident_in(
 
 /// Records `held` under `key` in `book` (`residents::record`: an entry it replaces is
 /// credited).
-pub(super) fn record<K: Copy + PartialEq>(book: &ResidentBook<K>, key: K, held: Resident) {
+pub(super) fn record<K: Copy + PartialEq>(book: &ResidentCharges<K>, key: K, held: Resident) {
     residents::record(&SHIM.ledger, book, key, held);
 }
 
 /// [`record`], adding to what `key` holds in the same context (`residents::record_more`).
-pub(super) fn record_more<K: Copy + PartialEq>(book: &ResidentBook<K>, key: K, held: Resident) {
+pub(super) fn record_more<K: Copy + PartialEq>(book: &ResidentCharges<K>, key: K, held: Resident) {
     residents::record_more(&SHIM.ledger, book, key, held);
 }
 
 /// Runs `call`, the unload that frees the entries `taken` out of `book`
 /// (`residents::given_back`: credited once the driver freed them, put back if not).
 pub(super) fn given_back<K: Copy + PartialEq>(
-    book: &ResidentBook<K>,
+    book: &ResidentCharges<K>,
     taken: Vec<(K, Resident)>,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {

@@ -10,11 +10,11 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 
 use gpucap_core::config::{Config, MAX_DEVICES};
-use gpucap_core::contexts::ContextBook;
+use gpucap_core::contexts::ContextCharges;
 use gpucap_core::ledger::LiveMap;
 use gpucap_core::ledger::{Ledger, NO_CAP, Reservation};
-use gpucap_core::pools::PoolBook;
-use gpucap_core::vmm::VmmBook;
+use gpucap_core::pools::MemPoolCharges;
+use gpucap_core::vmm::VmmHandles;
 
 pub struct Shim {
     pub ledger: Ledger,
@@ -31,9 +31,9 @@ pub static SHIM: Shim = Shim {
 // ---- the books of the hooks -----------------------------------------------------------
 
 /// The pools the program allocated from or created, with what each reserves.
-pub static POOLS: PoolBook = PoolBook::new();
+pub static POOLS: MemPoolCharges = MemPoolCharges::new();
 
-pub static VMM: VmmBook = VmmBook::new();
+pub static VMM: VmmHandles = VmmHandles::new();
 
 /// Live CUDA arrays and mipmapped arrays, by handle.
 pub static ARRAYS: LiveMap = LiveMap::new();
@@ -43,7 +43,7 @@ pub fn array_map(mipmapped: bool) -> &'static LiveMap {
     if mipmapped { &MIPMAPS } else { &ARRAYS }
 }
 
-pub static CONTEXTS: ContextBook = ContextBook::new();
+pub static CONTEXTS: ContextCharges = ContextCharges::new();
 
 /// Loaded modules and what each was charged.
 pub static MODULES: gpucap_core::modules::ModuleBook = gpucap_core::modules::ModuleBook::new();
@@ -68,7 +68,7 @@ pub static KERNELS: gpucap_core::kernels::KernelBook = gpucap_core::kernels::Ker
 pub static LIMITS: gpucap_core::limits::LimitBook = gpucap_core::limits::LimitBook::new();
 
 /// The executable graphs with memory nodes, and each device's graph memory charge.
-pub static GRAPHS: gpucap_core::graphs::GraphBook = gpucap_core::graphs::GraphBook::new();
+pub static GRAPHS: gpucap_core::graphs::GraphCharges = gpucap_core::graphs::GraphCharges::new();
 
 /// What CUDA would see in this process, worked out from NVML (read once).
 pub static NVML_VIEW: std::sync::OnceLock<Vec<[u8; 16]>> = std::sync::OnceLock::new();
