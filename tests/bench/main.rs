@@ -11,6 +11,7 @@ mod common;
 mod bench_breakdown;
 mod bench_hami;
 mod bench_instructions;
+mod bench_raise;
 mod bench_start;
 mod gpu_check;
 mod gpu_run;
