@@ -10,18 +10,22 @@
 //!    the live members' guarantees against it (a guarantee claimed at the same time
 //!    checks the cap word too: of the two, at least one sees the other);
 //! 2. if they do not fit, the old cap is written back and the resize refused, naming
-//!    the holders; else the generation is made even again (the new cap is in force);
+//!    the holders; else the pool's `used` word is swapped for the next one (the same
+//!    bytes, one more change), so that a reservation that read `used` before and weighed
+//!    the old cap alone fails its swap and reads again, and then the generation is made
+//!    even again: the new cap is in force;
 //! 3. every member's own cap word (`M_CAP`: what readers and joiners weigh) gets the
-//!    new cap, and the pool's `used` word is swapped for the next one (the same bytes, one more
-//!    change), so that a reservation that read `used` before the new cap was in force
-//!    fails its swap, reads again and sees the new generation;
+//!    new cap;
 //! 4. the waiters are woken: a raise serves them at once.
 //!
-//! A member checks the generation inside each reservation's rule (one load): another
-//! even value than the one its cap was read at sends the reservation to the full path,
-//! which takes the cap word as the member's cap ([`Member::refresh_cap`]). While the
-//! generation is odd, the cap in force is the old one. A recount repairs a cap word
-//! only when the generation is the one the member read its cap at.
+//! A member checks the generation inside each reservation's rule (one load, after its
+//! read of `used`): any other value than the one its cap was read at sends the
+//! reservation to the full path, which takes the cap word as the member's cap once the
+//! generation is even ([`Member::refresh_cap`]) and, while it is odd, weighs the lower
+//! of its cap and the cap word ([`Member::cap_now`]). So an admission whose swap lands
+//! after the new cap came into force weighed it: one that weighed the old cap alone
+//! read `used` before the swap of step 2 and fails. A recount repairs a cap word only
+//! when the generation is the one the member read its cap at.
 //!
 //! A lower cap takes nothing back: the memory held stays held, new reservations are
 //! refused (or wait) until use falls under the new cap, those inside a member's
@@ -165,7 +169,20 @@ impl Pool<'_> {
                 holders,
             });
         }
+        // A reservation that read `used` before the generation turned odd, and so may
+        // weigh it against the old cap alone, swaps no more: `used` changes here, before
+        // the new cap is in force. Those that read it since see the odd generation, and
+        // weigh the lower of the two caps until it ends (`cap_now`).
+        let used = w.gpu(g, G_USED);
+        let mut now = used.load(SeqCst);
+        while let Err(w) =
+            used.compare_exchange_weak(now, used_word(now, used_bytes(now)), SeqCst, SeqCst)
+        {
+            now = w;
+        }
         generation.store(odd + 1, SeqCst);
+        #[cfg(test)]
+        super::used::between_reads::run_in_force();
         // The members' own cap words, which readers (`view`) and joiners weigh: the new
         // cap for every member holding the GPU (each writes the same when it takes it).
         let new = encode_cap(cap);
@@ -175,14 +192,6 @@ impl Pool<'_> {
             if now != 0 && now != new {
                 let _ = theirs.compare_exchange(now, new, SeqCst, SeqCst);
             }
-        }
-        // A reservation that read `used` before the new cap was in force swaps no more.
-        let used = w.gpu(g, G_USED);
-        let mut now = used.load(SeqCst);
-        while let Err(w) =
-            used.compare_exchange_weak(now, used_word(now, used_bytes(now)), SeqCst, SeqCst)
-        {
-            now = w;
         }
         let seq = w.gpu(g, G_WAIT_SEQ);
         seq.fetch_add(1, AcqRel);
@@ -231,21 +240,35 @@ impl Member<'_> {
         (if held { pool } else { ours }, generation & !1, generation)
     }
 
-    /// Whether a resize of GPU entry `h.g` came into force since generation `seen`.
+    /// Whether GPU entry `h.g`'s cap generation moved since `seen`: a resize (or a
+    /// `gpucap pool set`) came into force or began. A reservation's rule checks it after
+    /// its read of `used`: a cap read at `seen` is weighed only while the generation
+    /// still is `seen`.
     #[inline(always)]
     pub(super) fn cap_changed(&self, h: &GpuWords<'_>, seen: u64) -> bool {
-        let e = h.gpu[G_CAP_GEN].load(Relaxed);
-        e != seen && e & 1 == 0
+        h.gpu[G_CAP_GEN].load(Relaxed) != seen
     }
 
     /// The cap this member enforces on GPU entry `g` (`u64::MAX`: none) and the
     /// generation it was read at, after taking a resize's cap if one came into force.
+    /// While a resize is under way (an odd generation, which is then the one returned),
+    /// the lower of that cap and the cap word it writes: an admission that lands after
+    /// the new cap came into force never weighed a higher one, whichever way the resize
+    /// went (one refused writes the old cap back; a resizer that died half-way leaves
+    /// the lower cap until another finishes its turn).
     pub(super) fn cap_now(&self, g: usize) -> (u64, u64) {
         self.refresh_cap(g);
         let seen = self.cap_gen[g].load(Acquire);
         let cap = decode_cap(self.caps[g].load(Relaxed))
             .flatten()
             .unwrap_or(u64::MAX);
+        let now = self.w.gpu(g, G_CAP_GEN).load(SeqCst);
+        if now & 1 == 1 {
+            let written = decode_cap(self.w.gpu(g, G_CAP).load(SeqCst))
+                .flatten()
+                .unwrap_or(u64::MAX);
+            return (cap.min(written), now);
+        }
         (cap, seen)
     }
 

@@ -145,6 +145,8 @@ impl Member<'_> {
                 pending.fetch_sub(bytes, SeqCst);
                 return false;
             };
+            #[cfg(test)]
+            between_reads::run_before_swap();
             match used.compare_exchange_weak(word, used_word(word, new), SeqCst, SeqCst) {
                 Ok(_) => break new,
                 Err(now) => word = now,
@@ -175,6 +177,8 @@ impl Member<'_> {
             pending.fetch_sub(bytes, SeqCst);
             return same.then_some(false);
         };
+        #[cfg(test)]
+        between_reads::run_before_swap();
         if used
             .compare_exchange(word, used_word(word, new), SeqCst, SeqCst)
             .is_err()
@@ -274,8 +278,10 @@ impl Member<'_> {
 /// and its read of the member's own use, where a preempted thread or a contended
 /// cache line puts it at random: each change runs the next step queued on its thread
 /// there (`queue`), if any; so does a member registering a GPU, between its read of
-/// the pool's cap and its look at the cap word (`register_gpu`). A step's own changes
-/// read straight through. Built in tests only.
+/// the pool's cap and its look at the cap word (`register_gpu`). Steps queued with
+/// `queue_before_swap` run between a change's rule and its swap of `used` instead, and
+/// those queued with `queue_in_force` in a resize, once its new cap is in force. A
+/// step's own changes read straight through. Built in tests only.
 #[cfg(test)]
 pub(super) mod between_reads {
     use std::cell::{Cell, RefCell};
@@ -283,31 +289,73 @@ pub(super) mod between_reads {
 
     type Step = Box<dyn FnOnce()>;
 
+    /// Where a step runs.
+    #[derive(Clone, Copy)]
+    enum At {
+        Read,
+        Swap,
+        InForce,
+    }
+
     thread_local! {
-        static STEPS: RefCell<VecDeque<Step>> = const { RefCell::new(VecDeque::new()) };
+        static STEPS: [RefCell<VecDeque<Step>>; 3] =
+            const { [const { RefCell::new(VecDeque::new()) }; 3] };
         static RUNNING: Cell<bool> = const { Cell::new(false) };
+    }
+
+    fn push(at: At, step: impl FnOnce() + 'static) {
+        STEPS.with(|s| s[at as usize].borrow_mut().push_back(Box::new(step)));
     }
 
     /// Queues `step` for the next change on this thread that reads `used`.
     pub fn queue(step: impl FnOnce() + 'static) {
-        STEPS.with_borrow_mut(|s| s.push_back(Box::new(step)));
+        push(At::Read, step);
+    }
+
+    /// Queues `step` for the next change on this thread that swaps `used`, after its rule.
+    pub fn queue_before_swap(step: impl FnOnce() + 'static) {
+        push(At::Swap, step);
+    }
+
+    /// Queues `step` for the next resize on this thread, once its new cap is in force.
+    pub fn queue_in_force(step: impl FnOnce() + 'static) {
+        push(At::InForce, step);
     }
 
     /// How many queued steps have not run yet (and forgets them).
     pub fn clear() -> usize {
-        STEPS.with_borrow_mut(|s| std::mem::take(s).len())
+        STEPS.with(|s| {
+            s.iter()
+                .map(|q| std::mem::take(&mut *q.borrow_mut()).len())
+                .sum()
+        })
     }
 
-    /// Runs the next queued step, unless a step is running (its changes read through).
-    pub(in crate::budget) fn run() {
+    fn run_at(at: At) {
         if RUNNING.get() {
             return;
         }
-        let Some(step) = STEPS.with_borrow_mut(|s| s.pop_front()) else {
+        let Some(step) = STEPS.with(|s| s[at as usize].borrow_mut().pop_front()) else {
             return;
         };
         RUNNING.set(true);
         step();
         RUNNING.set(false);
+    }
+
+    /// Runs the next step queued for a read of `used`, unless a step is running (its
+    /// changes read through).
+    pub(in crate::budget) fn run() {
+        run_at(At::Read);
+    }
+
+    /// Runs the next step queued for a swap of `used`.
+    pub(in crate::budget) fn run_before_swap() {
+        run_at(At::Swap);
+    }
+
+    /// Runs the next step queued for a resize's new cap in force.
+    pub(in crate::budget) fn run_in_force() {
+        run_at(At::InForce);
     }
 }
