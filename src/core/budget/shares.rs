@@ -22,7 +22,7 @@
 //! take the rest of its guarantee (its unused guarantee is part of the commitment).
 //!
 //! Two things can leave the commitment above the cap: a charge that could not be
-//! refused ([`force`]: memory the driver already took), and a cap lowered below it
+//! refused (`Member::charge_past_cap`: memory the driver already took), and a cap lowered below it
 //! (`gpucap pool resize`). Then the cap in force wins: no reservation, inside a
 //! guarantee or not, takes the pool's use past it, and each is refused until use falls
 //! far enough (nothing is taken back). A forced charge stays the only way past the cap.
@@ -251,7 +251,7 @@ pub fn reserve(
 /// keeps it), that check always passes: the borrowers left the guarantee's room (see
 /// [`reserve`]). It refuses only where the pool stands past what it can hold: a cap
 /// lowered below the pool's commitment (`gpucap pool resize`), or a charge that could
-/// not be refused ([`force`]). The cap in force wins then: the request is refused until
+/// not be refused (`Member::charge_past_cap`). The cap in force wins then: the request is refused until
 /// the pool's use falls far enough under the cap, as every other request is. A forced
 /// charge is the only way past the cap; no admission is. None for a request that is not
 /// inside the guarantee, or that the cap cannot take now. A guarantee never exceeds a
