@@ -1,5 +1,6 @@
 //! The pool file's words. Every field is a little-endian `u64` read and written as an
-//! atomic; the file is `POOL_FILE_BYTES` long:
+//! atomic; the file is `pool_file_bytes(N)` long for `N` member slots (256 unless its
+//! creator chose another count):
 //!
 //! ```text
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid,
@@ -10,16 +11,22 @@
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
 //!                     recent least context bytes, contexts in flight, cap generation;
 //!                     6 words spare
-//! members 256 x 336   state, pid, pid namespace, start, generation, command (64 bytes),
-//!                     GPU entries with a context in flight, (since version 7) where a
-//!                     ceiling handed down to the member came from and the GPU entries
-//!                     it is held at it on (for `gpucap status`),
+//! states   N          per member slot: empty or live
+//! members  N x 336    spare word, pid, pid namespace, start, generation, command (64 bytes),
+//!                     GPU entries with a context in flight, where a ceiling handed down
+//!                     to the member came from and the GPU entries it is held at it on
+//!                     (for `gpucap status`),
 //!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed,
 //!                     allocations started, made, not made
-//! shares   32 x 4     (since version 2) per GPU: which slots hold a guarantee (256 bits)
-//!          256 x 32 x 2  per member per GPU: guarantee, ceiling (`GPUCAP_GUARANTEE`,
+//! shares   32 x N/64  per GPU: which slots hold a guarantee (whole groups of 256 bits)
+//!          32 x N x 2 per GPU per member: guarantee, ceiling (`GPUCAP_GUARANTEE`,
 //!                     `GPUCAP_CEILING`; 0: none)
 //! ```
+//!
+//! What a look over every slot reads (the slots' states, one GPU's guarantees and
+//! ceilings) lies in arrays of a word or two per slot, apart from the slots (a slot is
+//! 2,688 bytes): a joiner's checks and sweep read a few pages of the file whatever its
+//! member count, not a page per member.
 //!
 //! A member slot is live while its owner holds the kernel lock of the slot (see
 //! `member`). A GPU entry's `used` changes only by compare-and-swap, each change counted
@@ -35,7 +42,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 7;
+pub const POOL_VERSION: u64 = 8;
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;
@@ -64,9 +71,17 @@ pub const fn share_bits_words(slots: usize) -> usize {
     }
 }
 
+/// Where the slots' states start (after the GPU entries).
+pub const STATES_AT: usize = HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS;
+
+/// Where the member slots start (after their states) in a file of `slots` members.
+pub const fn slots_at(slots: usize) -> usize {
+    STATES_AT + slots
+}
+
 /// Where the shares start (after the member slots) in a file of `slots` members.
 pub const fn shares_at(slots: usize) -> usize {
-    HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + slots * SLOT_WORDS
+    slots_at(slots) + slots * SLOT_WORDS
 }
 
 /// The words of a pool file of `slots` members.
@@ -201,8 +216,7 @@ pub fn used_word(prev: u64, bytes: u64) -> u64 {
 pub const LOCK_HOLDER: u64 = 0xffff;
 pub const LOCK_WAITING: u64 = 1 << 16;
 
-// Member slot words.
-pub const S_STATE: usize = 0;
+// Member slot words (word 0 is spare: a slot's state is in the states array).
 pub const S_PID: usize = 1;
 pub const S_PIDNS: usize = 2;
 pub const S_START_MS: usize = 3;
@@ -361,7 +375,7 @@ fn corrupt<T>(what: String) -> Result<T, LayoutError> {
 /// beside others would take their pool file for a corrupted one and refuse to join it.)
 pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError> {
     for s in 0..w.slots() {
-        let state = w.slot(s, S_STATE).load(Acquire);
+        let state = w.state(s).load(Acquire);
         if state > STATE_LIVE {
             return corrupt(format!("member slot {s} has state {state}"));
         }
@@ -384,6 +398,7 @@ pub struct Words<'a> {
     pub words: &'a [AtomicU64],
     slots: usize,
     bits: usize,
+    slots_at: usize,
     shares_at: usize,
 }
 
@@ -394,6 +409,7 @@ impl<'a> Words<'a> {
             words,
             slots,
             bits: share_bits_words(slots),
+            slots_at: slots_at(slots),
             shares_at: shares_at(slots),
         }
     }
@@ -517,8 +533,14 @@ impl<'a> Words<'a> {
         &self.words[HEADER_WORDS + g * GPU_WORDS + i]
     }
 
+    /// Slot `s`'s state ([`STATE_EMPTY`], [`STATE_LIVE`]; any other value: corrupted).
+    #[inline]
+    pub fn state(&self, s: usize) -> &'a AtomicU64 {
+        &self.words[STATES_AT + s]
+    }
+
     pub fn slot(&self, s: usize, i: usize) -> &'a AtomicU64 {
-        &self.words[HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + s * SLOT_WORDS + i]
+        &self.words[self.slots_at + s * SLOT_WORDS + i]
     }
 
     pub fn member_gpu(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
@@ -535,11 +557,7 @@ impl<'a> Words<'a> {
     /// Slot `s`'s words for GPU entry `g`, all at once.
     #[inline]
     pub fn member_gpu_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; PER_GPU_WORDS]> {
-        let at = HEADER_WORDS
-            + MAX_POOL_GPUS * GPU_WORDS
-            + s * SLOT_WORDS
-            + SLOT_HEAD_WORDS
-            + g * PER_GPU_WORDS;
+        let at = self.slots_at + s * SLOT_WORDS + SLOT_HEAD_WORDS + g * PER_GPU_WORDS;
         self.words.get(at..at + PER_GPU_WORDS)?.try_into().ok()
     }
 
@@ -568,10 +586,11 @@ impl<'a> Words<'a> {
         Some((head.try_into().ok()?, rest))
     }
 
-    /// Slot `s`'s share word `i` for GPU entry `g`.
+    /// Slot `s`'s share word `i` for GPU entry `g` (one GPU's words of every slot lie
+    /// together: a look over them reads a few pages).
     pub fn share(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
         &self.words
-            [self.shares_at + MAX_POOL_GPUS * self.bits + (s * MAX_POOL_GPUS + g) * SHARE_WORDS + i]
+            [self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS + i]
     }
 
     pub fn uuid(&self, g: usize) -> [u8; 16] {

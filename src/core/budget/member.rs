@@ -361,7 +361,7 @@ impl<'a> Member<'a> {
             (s != self.slot
                 && theirs != 0
                 && theirs != ours
-                && self.w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE
+                && self.w.state(s).load(SeqCst) == STATE_LIVE
                 && self.locks.held(s))
             .then_some(theirs)
         })
