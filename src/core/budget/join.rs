@@ -410,10 +410,10 @@ impl<'a> Member<'a> {
                 // so that a member measuring a context meanwhile adds it back (`traffic`;
                 // `freeing` is left to the slot's next owner to clear).
                 self.w
-                    .member_gpu(self.slot, g, M_FREEING)
+                    .mark(self.slot, g, T_FREEING)
                     .fetch_add(own, SeqCst);
                 self.w
-                    .member_gpu(self.slot, g, M_FREED)
+                    .mark(self.slot, g, T_FREED)
                     .fetch_add(own, SeqCst);
                 self.sub(g, own);
             }

@@ -12,21 +12,23 @@
 //!                     recent least context bytes, contexts in flight, cap generation;
 //!                     6 words spare
 //! states   N          per member slot: empty or live
-//! members  N x 336    spare word, pid, pid namespace, start, generation, command (64 bytes),
+//! members  N x 176    spare word, pid, pid namespace, start, generation, command (64 bytes),
 //!                     GPU entries with a context in flight, where a ceiling handed down
 //!                     to the member came from and the GPU entries it is held at it on
 //!                     (for `gpucap status`),
-//!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed,
-//!                     allocations started, made, not made
+//!                     then per GPU: used, peak, pending, cap, wait ticket
 //! shares   32 x N/64  per GPU: which slots hold a guarantee (whole groups of 256 bits)
 //!          32 x N x 2 per GPU per member: guarantee, ceiling (`GPUCAP_GUARANTEE`,
 //!                     `GPUCAP_CEILING`; 0: none)
+//! marks    32 x N x 5 per GPU per member: bytes freeing, freed, allocations started,
+//!                     made, not made (see `marks`)
 //! ```
 //!
 //! What a look over every slot reads (the slots' states, one GPU's guarantees and
-//! ceilings) lies in arrays of a word or two per slot, apart from the slots (a slot is
-//! 2,688 bytes): a joiner's checks and sweep read a few pages of the file whatever its
-//! member count, not a page per member.
+//! ceilings, one GPU's traffic marks) lies in arrays of a few words per slot, apart
+//! from the slots (a slot is 1,408 bytes): a joiner's checks and sweep, and a context's
+//! measurement, read a few pages of the file whatever its member count, not a page per
+//! member.
 //!
 //! A member slot is live while its owner holds the kernel lock of the slot (see
 //! `member`). A GPU entry's `used` changes only by compare-and-swap, each change counted
@@ -52,12 +54,14 @@ pub const DEFAULT_SLOTS: usize = 256;
 /// The most member slots a pool file may have (the count is chosen at creation).
 pub const MAX_SLOTS: usize = 4096;
 pub const SLOT_HEAD_WORDS: usize = 16;
-pub const PER_GPU_WORDS: usize = 10;
+pub const PER_GPU_WORDS: usize = 5;
 pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
 /// The words of a GPU's guarantee bits every file has (the first 256 slots'): the
 /// short path reads them as one fixed array, and the rest (more than 256 slots) apart.
 pub const SHARE_HEAD_WORDS: usize = 4;
 pub const SHARE_WORDS: usize = 2;
+/// The words of one member's traffic marks on one GPU entry (`T_FREEING` ...).
+pub const MARK_WORDS: usize = 5;
 pub const COMMAND_BYTES: usize = 64;
 
 /// The words of one GPU's guarantee bits in a file of `slots` members: whole groups of
@@ -84,9 +88,14 @@ pub const fn shares_at(slots: usize) -> usize {
     slots_at(slots) + slots * SLOT_WORDS
 }
 
+/// Where the traffic marks start (after the shares) in a file of `slots` members.
+pub const fn marks_at(slots: usize) -> usize {
+    shares_at(slots) + MAX_POOL_GPUS * share_bits_words(slots) + slots * MAX_POOL_GPUS * SHARE_WORDS
+}
+
 /// The words of a pool file of `slots` members.
 pub const fn pool_words(slots: usize) -> usize {
-    shares_at(slots) + MAX_POOL_GPUS * share_bits_words(slots) + slots * MAX_POOL_GPUS * SHARE_WORDS
+    marks_at(slots) + MAX_POOL_GPUS * slots * MARK_WORDS
 }
 
 /// The bytes of a pool file of `slots` members.
@@ -251,18 +260,20 @@ pub const M_PENDING: usize = 2;
 pub const M_CAP: usize = 3;
 /// The ticket this member waits with on the GPU (0: not waiting).
 pub const M_WAIT: usize = 4;
+
+// Traffic marks, per member per GPU (`Words::mark`; see `marks`).
 /// Bytes of this member's frees announced and not yet credited or withdrawn: the
-/// driver may be freeing them now (see `traffic`).
-pub const M_FREEING: usize = 5;
+/// driver may be freeing them now.
+pub const T_FREEING: usize = 0;
 /// Every byte this slot's members ever announced they free: only goes up, never
-/// cleared (see `traffic`; so do the next three).
-pub const M_FREED: usize = 6;
+/// cleared (so do the next three).
+pub const T_FREED: usize = 1;
 /// Every byte of the slot's reservations made before their driver call...
-pub const M_STARTED: usize = 7;
+pub const T_STARTED: usize = 2;
 /// ...of those the driver allocated (marked after its call)...
-pub const M_MADE: usize = 8;
+pub const T_MADE: usize = 3;
 /// ...and of those it did not (refused, rolled back, or memory the driver takes later).
-pub const M_UNMADE: usize = 9;
+pub const T_UNMADE: usize = 4;
 
 // Share words, per member per GPU.
 pub const SH_GUARANTEE: usize = 0;
@@ -400,6 +411,7 @@ pub struct Words<'a> {
     bits: usize,
     slots_at: usize,
     shares_at: usize,
+    marks_at: usize,
 }
 
 impl<'a> Words<'a> {
@@ -411,6 +423,7 @@ impl<'a> Words<'a> {
             bits: share_bits_words(slots),
             slots_at: slots_at(slots),
             shares_at: shares_at(slots),
+            marks_at: marks_at(slots),
         }
     }
 
@@ -520,6 +533,8 @@ impl<'a> Words<'a> {
     }
 
     pub fn header(&self, i: usize) -> &'a AtomicU64 {
+        #[cfg(test)]
+        super::touched::note(i, 1);
         &self.words[i]
     }
 
@@ -530,16 +545,22 @@ impl<'a> Words<'a> {
     }
 
     pub fn gpu(&self, g: usize, i: usize) -> &'a AtomicU64 {
+        #[cfg(test)]
+        super::touched::note(HEADER_WORDS + g * GPU_WORDS + i, 1);
         &self.words[HEADER_WORDS + g * GPU_WORDS + i]
     }
 
     /// Slot `s`'s state ([`STATE_EMPTY`], [`STATE_LIVE`]; any other value: corrupted).
     #[inline]
     pub fn state(&self, s: usize) -> &'a AtomicU64 {
+        #[cfg(test)]
+        super::touched::note(STATES_AT + s, 1);
         &self.words[STATES_AT + s]
     }
 
     pub fn slot(&self, s: usize, i: usize) -> &'a AtomicU64 {
+        #[cfg(test)]
+        super::touched::note(self.slots_at + s * SLOT_WORDS + i, 1);
         &self.words[self.slots_at + s * SLOT_WORDS + i]
     }
 
@@ -561,6 +582,25 @@ impl<'a> Words<'a> {
         self.words.get(at..at + PER_GPU_WORDS)?.try_into().ok()
     }
 
+    /// Slot `s`'s traffic mark `i` (`T_FREEING` ...) on GPU entry `g` (one GPU's marks of
+    /// every slot lie together: a measurement reads a few pages).
+    #[inline]
+    pub fn mark(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
+        #[cfg(test)]
+        super::touched::note(self.marks_at + (g * self.slots + s) * MARK_WORDS + i, 1);
+        &self.words[self.marks_at + (g * self.slots + s) * MARK_WORDS + i]
+    }
+
+    /// Slot `s`'s traffic marks on GPU entry `g`, all at once.
+    #[inline]
+    pub fn marks_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; MARK_WORDS]> {
+        if s >= self.slots {
+            return None;
+        }
+        let at = self.marks_at + (g * self.slots + s) * MARK_WORDS;
+        self.words.get(at..at + MARK_WORDS)?.try_into().ok()
+    }
+
     /// Word `k` of GPU entry `g`'s bits of the slots that hold a guarantee.
     pub fn share_bits(&self, g: usize, k: usize) -> &'a AtomicU64 {
         &self.share_bits_of(g)[k]
@@ -570,6 +610,8 @@ impl<'a> Words<'a> {
     /// per slot, then zeros up to a whole 256).
     pub fn share_bits_of(&self, g: usize) -> &'a [AtomicU64] {
         let at = self.shares_at + g * self.bits;
+        #[cfg(test)]
+        super::touched::note(at, self.bits);
         &self.words[at..at + self.bits]
     }
 
@@ -589,6 +631,8 @@ impl<'a> Words<'a> {
     /// Slot `s`'s share word `i` for GPU entry `g` (one GPU's words of every slot lie
     /// together: a look over them reads a few pages).
     pub fn share(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
+        #[cfg(test)]
+        super::touched::note(self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS + i, 1);
         &self.words
             [self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS + i]
     }

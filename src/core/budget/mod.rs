@@ -72,3 +72,5 @@ pub use wait::WaitNote;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod touched;

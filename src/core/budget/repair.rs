@@ -272,8 +272,6 @@ impl Member<'_> {
         let mut kept: Vec<(u64, usize, u64)> = Vec::new();
         for s in (0..self.w.slots()).filter(|&s| s != self.slot) {
             let bit = self.w.share_bits(g, s / 64).load(SeqCst) & 1 << (s % 64) != 0;
-            let guarantee = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
-            let ceiling = self.w.share(s, g, SH_CEILING).load(SeqCst);
             if self.w.state(s).load(Acquire) != STATE_LIVE {
                 // Empty: a bit there is no member's, unless a process holds the slot
                 // (joining it, or a live member whose state word was cleared).
@@ -282,6 +280,8 @@ impl Member<'_> {
                 }
                 continue;
             }
+            let guarantee = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
+            let ceiling = self.w.share(s, g, SH_CEILING).load(SeqCst);
             if ceiling > limit {
                 out.push(found(s, ShareFault::CeilingAboveCap));
             }

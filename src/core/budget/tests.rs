@@ -9,6 +9,7 @@ use super::*;
 
 mod context_flight;
 mod join_hints;
+mod join_pages;
 mod marks;
 mod member_count;
 mod repair_shares;
