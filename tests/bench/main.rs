@@ -14,4 +14,5 @@ mod bench_instructions;
 mod bench_start;
 mod gpu_check;
 mod gpu_run;
+mod join_faults;
 mod step_profile;
