@@ -41,7 +41,9 @@ fn a_start_beside_many_members_of_a_large_pool_faults_in_a_few_pages_more() {
     let dir = scratch("join-faults");
     std::fs::create_dir_all(dir.join("pools")).unwrap();
     // A pool of 256 slots, made by a first start: what a start takes in it.
-    assert_ok(&run(preload(&mut in_pool(&bin, &dir, "small", 256)).arg("once")));
+    assert_ok(&run(
+        preload(&mut in_pool(&bin, &dir, "small", 256)).arg("once")
+    ));
     let small = faults(&mut in_pool(&bin, &dir, "small", 256));
     // 200 members of a pool of 4,096 slots, holding their blocks.
     let mut held = in_pool(&bin, &dir, "large", 4096)

@@ -409,12 +409,8 @@ impl<'a> Member<'a> {
                 // The driver frees it when the process ends, after this credit: announced,
                 // so that a member measuring a context meanwhile adds it back (`traffic`;
                 // `freeing` is left to the slot's next owner to clear).
-                self.w
-                    .mark(self.slot, g, T_FREEING)
-                    .fetch_add(own, SeqCst);
-                self.w
-                    .mark(self.slot, g, T_FREED)
-                    .fetch_add(own, SeqCst);
+                self.w.mark(self.slot, g, T_FREEING).fetch_add(own, SeqCst);
+                self.w.mark(self.slot, g, T_FREED).fetch_add(own, SeqCst);
                 self.sub(g, own);
             }
         }

@@ -40,8 +40,9 @@
 //! miss words the others keep): a file of another version is refused with a line that
 //! says so.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
+
+pub use super::layout_error::LayoutError;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
 pub const POOL_VERSION: u64 = 8;
@@ -318,61 +319,6 @@ pub fn gpu_key(uuid: &[u8; 16]) -> u64 {
     }
 }
 
-/// Why a pool file cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LayoutError {
-    /// Too short or too long for this version (`expected`: the length its header
-    /// gives, or that of a file of [`DEFAULT_SLOTS`] members).
-    Size { bytes: usize, expected: usize },
-    /// Not a gpucap pool file at all.
-    Magic { found: [u8; 8] },
-    /// A gpucap pool file of another version.
-    Version { found: u64 },
-    /// The right magic and version but words that cannot be: corrupted.
-    Corrupt { what: String },
-}
-
-impl fmt::Display for LayoutError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LayoutError::Size { bytes, expected } => write!(
-                f,
-                "it is {bytes} bytes long, a version {POOL_VERSION} pool file of its members is \
-                 {expected} (not a gpucap pool file, or a truncated one)"
-            ),
-            LayoutError::Magic { found } => {
-                let shown: String = found
-                    .iter()
-                    .map(|&b| {
-                        if b.is_ascii_graphic() {
-                            (b as char).to_string()
-                        } else {
-                            format!("\\x{b:02x}")
-                        }
-                    })
-                    .collect();
-                write!(
-                    f,
-                    "it is not a gpucap pool file (it starts with \"{shown}\", a pool file with \
-                     \"GPUCAPPL\"; HAMi-core's cache file cannot be shared with gpucap)"
-                )
-            }
-            LayoutError::Version { found } => write!(
-                f,
-                "it is a version {found} pool file and this gpucap reads version \
-                 {POOL_VERSION}: every process of a pool must run the same gpucap (remove the file once no \
-                 process uses it)"
-            ),
-            LayoutError::Corrupt { what } => write!(
-                f,
-                "it is corrupted ({what}); remove it once no process uses it"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for LayoutError {}
-
 /// A corrupted pool file, saying what is wrong in it.
 fn corrupt<T>(what: String) -> Result<T, LayoutError> {
     Err(LayoutError::Corrupt { what })
@@ -532,10 +478,16 @@ impl<'a> Words<'a> {
         self.header(H_VERSION).load(Relaxed)
     }
 
-    pub fn header(&self, i: usize) -> &'a AtomicU64 {
+    /// Word `i` (noted in tests: `touched`).
+    #[inline(always)]
+    fn at(&self, i: usize) -> &'a AtomicU64 {
         #[cfg(test)]
         super::touched::note(i, 1);
         &self.words[i]
+    }
+
+    pub fn header(&self, i: usize) -> &'a AtomicU64 {
+        self.at(i)
     }
 
     /// The bytes GPU entry `g`'s `used` word says every member holds.
@@ -545,23 +497,17 @@ impl<'a> Words<'a> {
     }
 
     pub fn gpu(&self, g: usize, i: usize) -> &'a AtomicU64 {
-        #[cfg(test)]
-        super::touched::note(HEADER_WORDS + g * GPU_WORDS + i, 1);
-        &self.words[HEADER_WORDS + g * GPU_WORDS + i]
+        self.at(HEADER_WORDS + g * GPU_WORDS + i)
     }
 
     /// Slot `s`'s state ([`STATE_EMPTY`], [`STATE_LIVE`]; any other value: corrupted).
     #[inline]
     pub fn state(&self, s: usize) -> &'a AtomicU64 {
-        #[cfg(test)]
-        super::touched::note(STATES_AT + s, 1);
-        &self.words[STATES_AT + s]
+        self.at(STATES_AT + s)
     }
 
     pub fn slot(&self, s: usize, i: usize) -> &'a AtomicU64 {
-        #[cfg(test)]
-        super::touched::note(self.slots_at + s * SLOT_WORDS + i, 1);
-        &self.words[self.slots_at + s * SLOT_WORDS + i]
+        self.at(self.slots_at + s * SLOT_WORDS + i)
     }
 
     pub fn member_gpu(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
@@ -586,9 +532,7 @@ impl<'a> Words<'a> {
     /// every slot lie together: a measurement reads a few pages).
     #[inline]
     pub fn mark(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
-        #[cfg(test)]
-        super::touched::note(self.marks_at + (g * self.slots + s) * MARK_WORDS + i, 1);
-        &self.words[self.marks_at + (g * self.slots + s) * MARK_WORDS + i]
+        self.at(self.marks_at + (g * self.slots + s) * MARK_WORDS + i)
     }
 
     /// Slot `s`'s traffic marks on GPU entry `g`, all at once.
@@ -631,10 +575,7 @@ impl<'a> Words<'a> {
     /// Slot `s`'s share word `i` for GPU entry `g` (one GPU's words of every slot lie
     /// together: a look over them reads a few pages).
     pub fn share(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
-        #[cfg(test)]
-        super::touched::note(self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS + i, 1);
-        &self.words
-            [self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS + i]
+        self.at(self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS + i)
     }
 
     pub fn uuid(&self, g: usize) -> [u8; 16] {

@@ -200,12 +200,13 @@ impl Pool<'_> {
         (0..w.slots())
             .filter_map(|s| {
                 let guarantee = w.share(s, g, SH_GUARANTEE).load(SeqCst);
-                (guarantee != 0 && w.state(s).load(SeqCst) == STATE_LIVE && locks.held(s))
-                    .then(|| Holder {
+                (guarantee != 0 && w.state(s).load(SeqCst) == STATE_LIVE && locks.held(s)).then(
+                    || Holder {
                         pid: w.slot(s, S_PID).load(Relaxed) as u32,
                         command: w.command(s),
                         guarantee,
-                    })
+                    },
+                )
             })
             .collect()
     }
