@@ -42,10 +42,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-pub use super::layout_error::LayoutError;
-
-pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 8;
+pub use super::layout_error::{LayoutError, MAGIC, POOL_VERSION};
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;

@@ -1,14 +1,16 @@
-//! Why a pool file cannot be used, in the line a refused process prints.
+//! What a reader checks first of a pool file (its magic and layout version), and why a
+//! file cannot be used, in the line a refused process prints.
 
 use std::fmt;
 
-use super::layout::POOL_VERSION;
+pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
+pub const POOL_VERSION: u64 = 8;
 
 /// Why a pool file cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayoutError {
     /// Too short or too long for this version (`expected`: the length its header
-    /// gives, or that of a file of [`DEFAULT_SLOTS`](super::layout::DEFAULT_SLOTS) members).
+    /// gives, or that of a file of the default 256 members).
     Size { bytes: usize, expected: usize },
     /// Not a gpucap pool file at all.
     Magic { found: [u8; 8] },
