@@ -15,4 +15,5 @@ mod bench_raise;
 mod bench_start;
 mod gpu_check;
 mod gpu_run;
+mod join_faults;
 mod step_profile;

@@ -22,10 +22,17 @@
  * One member's start alone, in this process (no fork, no pipe): cuInit, the primary
  * context made current, 1 MiB allocated and freed; exit 0 if all succeeded. What
  * `scripts/bench/bench-start.sh --instructions` counts under callgrind.
+ *
+ *   bench_start faults
+ *
+ * The same start, then prints the page faults the process took (minor and major, its
+ * whole life so far: `minflt=M majflt=J`): what a start touches of the pool file shows
+ * there (tests/bench/join_faults.rs).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -77,10 +84,17 @@ static int once(void) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "once") == 0) return once();
+    if (argc == 2 && strcmp(argv[1], "faults") == 0) {
+        int rc = once();
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) != 0) return 2;
+        printf("minflt=%ld majflt=%ld\n", ru.ru_minflt, ru.ru_majflt);
+        return rc;
+    }
     if (argc == 5 && strcmp(argv[1], "member") == 0)
         return member(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
     if (argc < 2 || argc > 3 || atoi(argv[1]) < 1) {
-        fprintf(stderr, "usage: %s N [PRELOAD] | %s once\n", argv[0], argv[0]);
+        fprintf(stderr, "usage: %s N [PRELOAD] | %s once | %s faults\n", argv[0], argv[0], argv[0]);
         return 2;
     }
     int n = atoi(argv[1]);

@@ -11,6 +11,8 @@ use super::layout::*;
 pub(super) struct GpuWords<'a> {
     /// The member's own words on the GPU (`M_USED`, `M_PEAK`, `M_PENDING`, ...).
     pub mine: &'a [AtomicU64; PER_GPU_WORDS],
+    /// The member's traffic marks on the GPU (`T_FREEING`, `T_FREED`, ...).
+    pub marks: &'a [AtomicU64; MARK_WORDS],
     /// The GPU entry's words (`G_USED`, `G_PEAK`, `G_WAITERS`, ...).
     pub gpu: &'a [AtomicU64; GPU_WORDS],
     /// The GPU entry's bits of the first 256 slots that hold a guarantee...
@@ -26,6 +28,7 @@ impl<'a> GpuWords<'a> {
     pub fn of(w: Words<'a>, s: usize, g: usize) -> Option<Self> {
         Some(GpuWords {
             mine: w.member_gpu_all(s, g)?,
+            marks: w.marks_all(s, g)?,
             gpu: w.gpu_all(g)?,
             bits: w.share_bits_split(g)?.0,
             more: w.share_bits_split(g)?.1,

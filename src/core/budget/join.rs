@@ -136,7 +136,7 @@ impl<'a> Member<'a> {
         let start = (w.header(H_JOIN_CURSOR).fetch_add(1, Relaxed) % limit as u64) as usize;
         (0..limit).find_map(|i| {
             let s = (start + i) % limit;
-            let live = w.slot(s, S_STATE).load(Acquire) == STATE_LIVE;
+            let live = w.state(s).load(Acquire) == STATE_LIVE;
             if live != (kind == Kind::Live) {
                 return None;
             }
@@ -184,7 +184,7 @@ impl<'a> Member<'a> {
             own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],
             share_seen: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
         };
-        if w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
+        if w.state(s).load(Acquire) == STATE_LIVE {
             if !super::reclaim::released(w, |p, n, t| locks.exiting(p, n, t), s) {
                 // Its owner is dead but the driver may still hold its memory.
                 locks.give_back(s);
@@ -222,7 +222,7 @@ impl<'a> Member<'a> {
             w.member_gpu(s, g, M_CAP).store(0, Relaxed);
             w.member_gpu(s, g, M_WAIT).store(0, Relaxed);
         }
-        w.slot(s, S_STATE).store(STATE_LIVE, Release);
+        w.state(s).store(STATE_LIVE, Release);
         Some(m)
     }
 
@@ -302,12 +302,12 @@ impl<'a> Member<'a> {
         let mut taken = 0;
         for s in 0..self.w.slots() {
             if s != self.slot
-                && self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
+                && self.w.state(s).load(Acquire) == STATE_LIVE
                 && self.locks.try_take(s)
             {
                 // Its owner died (or had just emptied it): we hold its lock now. Its
                 // bytes come back once the driver released them (`reclaim`).
-                if self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE {
+                if self.w.state(s).load(Acquire) == STATE_LIVE {
                     if super::reclaim::released(self.w, |p, n, t| self.locks.exiting(p, n, t), s) {
                         self.take_back(s);
                         self.empty(s);
@@ -383,7 +383,7 @@ impl<'a> Member<'a> {
             self.w.member_gpu(d, g, M_WAIT).store(0, Relaxed);
         }
         self.forget_shares(d);
-        self.w.slot(d, S_STATE).store(STATE_EMPTY, Release);
+        self.w.state(d).store(STATE_EMPTY, Release);
     }
 
     /// Tells joiners waiting for a slot (`join_waiting`) that one may be free.
@@ -409,12 +409,8 @@ impl<'a> Member<'a> {
                 // The driver frees it when the process ends, after this credit: announced,
                 // so that a member measuring a context meanwhile adds it back (`traffic`;
                 // `freeing` is left to the slot's next owner to clear).
-                self.w
-                    .member_gpu(self.slot, g, M_FREEING)
-                    .fetch_add(own, SeqCst);
-                self.w
-                    .member_gpu(self.slot, g, M_FREED)
-                    .fetch_add(own, SeqCst);
+                self.w.mark(self.slot, g, T_FREEING).fetch_add(own, SeqCst);
+                self.w.mark(self.slot, g, T_FREED).fetch_add(own, SeqCst);
                 self.sub(g, own);
             }
         }

@@ -1,5 +1,6 @@
 //! The pool file's words. Every field is a little-endian `u64` read and written as an
-//! atomic; the file is `POOL_FILE_BYTES` long:
+//! atomic; the file is `pool_file_bytes(N)` long for `N` member slots (256 unless its
+//! creator chose another count):
 //!
 //! ```text
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid,
@@ -10,16 +11,24 @@
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
 //!                     recent least context bytes, contexts in flight, cap generation;
 //!                     6 words spare
-//! members 256 x 336   state, pid, pid namespace, start, generation, command (64 bytes),
-//!                     GPU entries with a context in flight, (since version 7) where a
-//!                     ceiling handed down to the member came from and the GPU entries
-//!                     it is held at it on (for `gpucap status`),
-//!                     then per GPU: used, peak, pending, cap, wait ticket, freeing, freed,
-//!                     allocations started, made, not made
-//! shares   32 x 4     (since version 2) per GPU: which slots hold a guarantee (256 bits)
-//!          256 x 32 x 2  per member per GPU: guarantee, ceiling (`GPUCAP_GUARANTEE`,
+//! states   N          per member slot: empty or live
+//! members  N x 176    spare word, pid, pid namespace, start, generation, command (64 bytes),
+//!                     GPU entries with a context in flight, where a ceiling handed down
+//!                     to the member came from and the GPU entries it is held at it on
+//!                     (for `gpucap status`),
+//!                     then per GPU: used, peak, pending, cap, wait ticket
+//! shares   32 x N/64  per GPU: which slots hold a guarantee (whole groups of 256 bits)
+//!          32 x N x 2 per GPU per member: guarantee, ceiling (`GPUCAP_GUARANTEE`,
 //!                     `GPUCAP_CEILING`; 0: none)
+//! marks    32 x N x 5 per GPU per member: bytes freeing, freed, allocations started,
+//!                     made, not made (see `marks`)
 //! ```
+//!
+//! What a look over every slot reads (the slots' states, one GPU's guarantees and
+//! ceilings, one GPU's traffic marks) lies in arrays of a few words per slot, apart
+//! from the slots (a slot is 1,408 bytes): a joiner's checks and sweep, and a context's
+//! measurement, read a few pages of the file whatever its member count, not a page per
+//! member.
 //!
 //! A member slot is live while its owner holds the kernel lock of the slot (see
 //! `member`). A GPU entry's `used` changes only by compare-and-swap, each change counted
@@ -31,11 +40,9 @@
 //! miss words the others keep): a file of another version is refused with a line that
 //! says so.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 7;
+pub use super::layout_error::{LayoutError, MAGIC, POOL_VERSION};
 
 pub const HEADER_WORDS: usize = 16;
 pub const MAX_POOL_GPUS: usize = 32;
@@ -45,12 +52,14 @@ pub const DEFAULT_SLOTS: usize = 256;
 /// The most member slots a pool file may have (the count is chosen at creation).
 pub const MAX_SLOTS: usize = 4096;
 pub const SLOT_HEAD_WORDS: usize = 16;
-pub const PER_GPU_WORDS: usize = 10;
+pub const PER_GPU_WORDS: usize = 5;
 pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
 /// The words of a GPU's guarantee bits every file has (the first 256 slots'): the
 /// short path reads them as one fixed array, and the rest (more than 256 slots) apart.
 pub const SHARE_HEAD_WORDS: usize = 4;
 pub const SHARE_WORDS: usize = 2;
+/// The words of one member's traffic marks on one GPU entry (`T_FREEING` ...).
+pub const MARK_WORDS: usize = 5;
 pub const COMMAND_BYTES: usize = 64;
 
 /// The words of one GPU's guarantee bits in a file of `slots` members: whole groups of
@@ -64,14 +73,27 @@ pub const fn share_bits_words(slots: usize) -> usize {
     }
 }
 
+/// Where the slots' states start (after the GPU entries).
+pub const STATES_AT: usize = HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS;
+
+/// Where the member slots start (after their states) in a file of `slots` members.
+pub const fn slots_at(slots: usize) -> usize {
+    STATES_AT + slots
+}
+
 /// Where the shares start (after the member slots) in a file of `slots` members.
 pub const fn shares_at(slots: usize) -> usize {
-    HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + slots * SLOT_WORDS
+    slots_at(slots) + slots * SLOT_WORDS
+}
+
+/// Where the traffic marks start (after the shares) in a file of `slots` members.
+pub const fn marks_at(slots: usize) -> usize {
+    shares_at(slots) + MAX_POOL_GPUS * share_bits_words(slots) + slots * MAX_POOL_GPUS * SHARE_WORDS
 }
 
 /// The words of a pool file of `slots` members.
 pub const fn pool_words(slots: usize) -> usize {
-    shares_at(slots) + MAX_POOL_GPUS * share_bits_words(slots) + slots * MAX_POOL_GPUS * SHARE_WORDS
+    marks_at(slots) + MAX_POOL_GPUS * slots * MARK_WORDS
 }
 
 /// The bytes of a pool file of `slots` members.
@@ -201,8 +223,7 @@ pub fn used_word(prev: u64, bytes: u64) -> u64 {
 pub const LOCK_HOLDER: u64 = 0xffff;
 pub const LOCK_WAITING: u64 = 1 << 16;
 
-// Member slot words.
-pub const S_STATE: usize = 0;
+// Member slot words (word 0 is spare: a slot's state is in the states array).
 pub const S_PID: usize = 1;
 pub const S_PIDNS: usize = 2;
 pub const S_START_MS: usize = 3;
@@ -237,18 +258,20 @@ pub const M_PENDING: usize = 2;
 pub const M_CAP: usize = 3;
 /// The ticket this member waits with on the GPU (0: not waiting).
 pub const M_WAIT: usize = 4;
+
+// Traffic marks, per member per GPU (`Words::mark`; see `marks`).
 /// Bytes of this member's frees announced and not yet credited or withdrawn: the
-/// driver may be freeing them now (see `traffic`).
-pub const M_FREEING: usize = 5;
+/// driver may be freeing them now.
+pub const T_FREEING: usize = 0;
 /// Every byte this slot's members ever announced they free: only goes up, never
-/// cleared (see `traffic`; so do the next three).
-pub const M_FREED: usize = 6;
+/// cleared (so do the next three).
+pub const T_FREED: usize = 1;
 /// Every byte of the slot's reservations made before their driver call...
-pub const M_STARTED: usize = 7;
+pub const T_STARTED: usize = 2;
 /// ...of those the driver allocated (marked after its call)...
-pub const M_MADE: usize = 8;
+pub const T_MADE: usize = 3;
 /// ...and of those it did not (refused, rolled back, or memory the driver takes later).
-pub const M_UNMADE: usize = 9;
+pub const T_UNMADE: usize = 4;
 
 // Share words, per member per GPU.
 pub const SH_GUARANTEE: usize = 0;
@@ -293,61 +316,6 @@ pub fn gpu_key(uuid: &[u8; 16]) -> u64 {
     }
 }
 
-/// Why a pool file cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LayoutError {
-    /// Too short or too long for this version (`expected`: the length its header
-    /// gives, or that of a file of [`DEFAULT_SLOTS`] members).
-    Size { bytes: usize, expected: usize },
-    /// Not a gpucap pool file at all.
-    Magic { found: [u8; 8] },
-    /// A gpucap pool file of another version.
-    Version { found: u64 },
-    /// The right magic and version but words that cannot be: corrupted.
-    Corrupt { what: String },
-}
-
-impl fmt::Display for LayoutError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LayoutError::Size { bytes, expected } => write!(
-                f,
-                "it is {bytes} bytes long, a version {POOL_VERSION} pool file of its members is \
-                 {expected} (not a gpucap pool file, or a truncated one)"
-            ),
-            LayoutError::Magic { found } => {
-                let shown: String = found
-                    .iter()
-                    .map(|&b| {
-                        if b.is_ascii_graphic() {
-                            (b as char).to_string()
-                        } else {
-                            format!("\\x{b:02x}")
-                        }
-                    })
-                    .collect();
-                write!(
-                    f,
-                    "it is not a gpucap pool file (it starts with \"{shown}\", a pool file with \
-                     \"GPUCAPPL\"; HAMi-core's cache file cannot be shared with gpucap)"
-                )
-            }
-            LayoutError::Version { found } => write!(
-                f,
-                "it is a version {found} pool file and this gpucap reads version \
-                 {POOL_VERSION}: every process of a pool must run the same gpucap (remove the file once no \
-                 process uses it)"
-            ),
-            LayoutError::Corrupt { what } => write!(
-                f,
-                "it is corrupted ({what}); remove it once no process uses it"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for LayoutError {}
-
 /// A corrupted pool file, saying what is wrong in it.
 fn corrupt<T>(what: String) -> Result<T, LayoutError> {
     Err(LayoutError::Corrupt { what })
@@ -361,7 +329,7 @@ fn corrupt<T>(what: String) -> Result<T, LayoutError> {
 /// beside others would take their pool file for a corrupted one and refuse to join it.)
 pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError> {
     for s in 0..w.slots() {
-        let state = w.slot(s, S_STATE).load(Acquire);
+        let state = w.state(s).load(Acquire);
         if state > STATE_LIVE {
             return corrupt(format!("member slot {s} has state {state}"));
         }
@@ -384,7 +352,9 @@ pub struct Words<'a> {
     pub words: &'a [AtomicU64],
     slots: usize,
     bits: usize,
+    slots_at: usize,
     shares_at: usize,
+    marks_at: usize,
 }
 
 impl<'a> Words<'a> {
@@ -394,7 +364,9 @@ impl<'a> Words<'a> {
             words,
             slots,
             bits: share_bits_words(slots),
+            slots_at: slots_at(slots),
             shares_at: shares_at(slots),
+            marks_at: marks_at(slots),
         }
     }
 
@@ -503,8 +475,16 @@ impl<'a> Words<'a> {
         self.header(H_VERSION).load(Relaxed)
     }
 
-    pub fn header(&self, i: usize) -> &'a AtomicU64 {
+    /// Word `i` (noted in tests: `touched`).
+    #[inline(always)]
+    fn at(&self, i: usize) -> &'a AtomicU64 {
+        #[cfg(test)]
+        super::touched::note(i, 1);
         &self.words[i]
+    }
+
+    pub fn header(&self, i: usize) -> &'a AtomicU64 {
+        self.at(i)
     }
 
     /// The bytes GPU entry `g`'s `used` word says every member holds.
@@ -514,11 +494,17 @@ impl<'a> Words<'a> {
     }
 
     pub fn gpu(&self, g: usize, i: usize) -> &'a AtomicU64 {
-        &self.words[HEADER_WORDS + g * GPU_WORDS + i]
+        self.at(HEADER_WORDS + g * GPU_WORDS + i)
+    }
+
+    /// Slot `s`'s state ([`STATE_EMPTY`], [`STATE_LIVE`]; any other value: corrupted).
+    #[inline]
+    pub fn state(&self, s: usize) -> &'a AtomicU64 {
+        self.at(STATES_AT + s)
     }
 
     pub fn slot(&self, s: usize, i: usize) -> &'a AtomicU64 {
-        &self.words[HEADER_WORDS + MAX_POOL_GPUS * GPU_WORDS + s * SLOT_WORDS + i]
+        self.at(self.slots_at + s * SLOT_WORDS + i)
     }
 
     pub fn member_gpu(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
@@ -535,12 +521,25 @@ impl<'a> Words<'a> {
     /// Slot `s`'s words for GPU entry `g`, all at once.
     #[inline]
     pub fn member_gpu_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; PER_GPU_WORDS]> {
-        let at = HEADER_WORDS
-            + MAX_POOL_GPUS * GPU_WORDS
-            + s * SLOT_WORDS
-            + SLOT_HEAD_WORDS
-            + g * PER_GPU_WORDS;
+        let at = self.slots_at + s * SLOT_WORDS + SLOT_HEAD_WORDS + g * PER_GPU_WORDS;
         self.words.get(at..at + PER_GPU_WORDS)?.try_into().ok()
+    }
+
+    /// Slot `s`'s traffic mark `i` (`T_FREEING` ...) on GPU entry `g` (one GPU's marks of
+    /// every slot lie together: a measurement reads a few pages).
+    #[inline]
+    pub fn mark(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
+        self.at(self.marks_at + (g * self.slots + s) * MARK_WORDS + i)
+    }
+
+    /// Slot `s`'s traffic marks on GPU entry `g`, all at once.
+    #[inline]
+    pub fn marks_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; MARK_WORDS]> {
+        if s >= self.slots {
+            return None;
+        }
+        let at = self.marks_at + (g * self.slots + s) * MARK_WORDS;
+        self.words.get(at..at + MARK_WORDS)?.try_into().ok()
     }
 
     /// Word `k` of GPU entry `g`'s bits of the slots that hold a guarantee.
@@ -552,6 +551,8 @@ impl<'a> Words<'a> {
     /// per slot, then zeros up to a whole 256).
     pub fn share_bits_of(&self, g: usize) -> &'a [AtomicU64] {
         let at = self.shares_at + g * self.bits;
+        #[cfg(test)]
+        super::touched::note(at, self.bits);
         &self.words[at..at + self.bits]
     }
 
@@ -568,10 +569,10 @@ impl<'a> Words<'a> {
         Some((head.try_into().ok()?, rest))
     }
 
-    /// Slot `s`'s share word `i` for GPU entry `g`.
+    /// Slot `s`'s share word `i` for GPU entry `g` (one GPU's words of every slot lie
+    /// together: a look over them reads a few pages).
     pub fn share(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
-        &self.words
-            [self.shares_at + MAX_POOL_GPUS * self.bits + (s * MAX_POOL_GPUS + g) * SHARE_WORDS + i]
+        self.at(self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS + i)
     }
 
     pub fn uuid(&self, g: usize) -> [u8; 16] {

@@ -60,7 +60,7 @@ use super::member::{Member, OWN_SHARE};
 /// cleared is not wrapped round).
 #[inline]
 fn end_announcement(h: &GpuWords<'_>, bytes: u64) {
-    let freeing = &h.mine[M_FREEING];
+    let freeing = &h.marks[T_FREEING];
     let before = freeing.fetch_sub(bytes, SeqCst);
     if before < bytes {
         freeing.fetch_add(bytes - before, SeqCst);
@@ -143,8 +143,8 @@ impl Member<'_> {
             return false;
         }
         // `freeing` first: a measurement reads `freed`, then `freeing` (module text).
-        h.mine[M_FREEING].fetch_add(bytes, SeqCst);
-        h.mine[M_FREED].fetch_add(bytes, SeqCst);
+        h.marks[T_FREEING].fetch_add(bytes, SeqCst);
+        h.marks[T_FREED].fetch_add(bytes, SeqCst);
         true
     }
 
@@ -180,7 +180,7 @@ impl Member<'_> {
         let Some((_, h)) = self.routed(device) else {
             return false;
         };
-        h.mine[M_STARTED].fetch_add(bytes, SeqCst);
+        h.marks[T_STARTED].fetch_add(bytes, SeqCst);
         true
     }
 
@@ -191,8 +191,8 @@ impl Member<'_> {
         // After leaving, the slot is no longer this member's (its `started` is closed
         // by whoever takes it).
         if let Some((_, h)) = self.routed(device) {
-            let word = if made { M_MADE } else { M_UNMADE };
-            h.mine[word].fetch_add(bytes, SeqCst);
+            let word = if made { T_MADE } else { T_UNMADE };
+            h.marks[word].fetch_add(bytes, SeqCst);
         }
     }
 
@@ -211,10 +211,10 @@ impl Member<'_> {
             freeing: 0,
         };
         for s in 0..seen {
-            let word = |i| self.w.member_gpu(s, g, i).load(SeqCst);
+            let word = |i| self.w.mark(s, g, i).load(SeqCst);
             // In the orders the module's text needs.
-            let (freed, freeing) = (word(M_FREED), word(M_FREEING));
-            let (made, unmade, started) = (word(M_MADE), word(M_UNMADE), word(M_STARTED));
+            let (freed, freeing) = (word(T_FREED), word(T_FREEING));
+            let (made, unmade, started) = (word(T_MADE), word(T_UNMADE), word(T_STARTED));
             marks.freed.push(freed);
             marks.made.push(made);
             let in_flight = started
@@ -229,14 +229,20 @@ impl Member<'_> {
     }
 
     /// Called holding dead slot `d`'s lock: ends what it had in flight on GPU entry `g`
-    /// (its announced frees, and allocations whose driver call never answered).
+    /// (its announced frees, and allocations whose driver call never answered). On an
+    /// entry no GPU has yet nothing was marked, and its words are left unread (each GPU's
+    /// marks lie apart: a page each); a value a forged file left there only adds to a
+    /// context's charge (`freeing`) or, never growing, takes nothing off it.
     pub(super) fn close_traffic(&self, d: usize, g: usize) {
-        let word = |i| self.w.member_gpu(d, g, i);
-        word(M_FREEING).store(0, SeqCst);
-        let open = word(M_STARTED)
+        if self.w.gpu(g, G_KEY).load(Acquire) == 0 {
+            return;
+        }
+        let word = |i| self.w.mark(d, g, i);
+        word(T_FREEING).store(0, SeqCst);
+        let open = word(T_STARTED)
             .load(SeqCst)
-            .saturating_sub(word(M_MADE).load(SeqCst))
-            .saturating_sub(word(M_UNMADE).load(SeqCst));
-        word(M_UNMADE).fetch_add(open, SeqCst);
+            .saturating_sub(word(T_MADE).load(SeqCst))
+            .saturating_sub(word(T_UNMADE).load(SeqCst));
+        word(T_UNMADE).fetch_add(open, SeqCst);
     }
 }

@@ -354,16 +354,15 @@ impl<'a> Member<'a> {
     }
 
     /// The cap of a live member other than this one that holds GPU entry `g` to
-    /// another cap than `ours`, if any.
+    /// another cap than `ours`, if any. The states first (one array): only a live
+    /// slot's own words are read, not a page of every slot's.
     fn other_live_cap(&self, g: usize, ours: u64) -> Option<u64> {
         (0..self.w.slots()).find_map(|s| {
+            if s == self.slot || self.w.state(s).load(SeqCst) != STATE_LIVE {
+                return None;
+            }
             let theirs = self.w.member_gpu(s, g, M_CAP).load(SeqCst);
-            (s != self.slot
-                && theirs != 0
-                && theirs != ours
-                && self.w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE
-                && self.locks.held(s))
-            .then_some(theirs)
+            (theirs != 0 && theirs != ours && self.locks.held(s)).then_some(theirs)
         })
     }
 

@@ -39,6 +39,7 @@ mod context_flight;
 mod gpu_words;
 mod join;
 mod layout;
+mod layout_error;
 mod marks;
 mod member;
 mod reclaim;
@@ -72,3 +73,5 @@ pub use wait::WaitNote;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod touched;

@@ -272,9 +272,7 @@ impl Member<'_> {
         let mut kept: Vec<(u64, usize, u64)> = Vec::new();
         for s in (0..self.w.slots()).filter(|&s| s != self.slot) {
             let bit = self.w.share_bits(g, s / 64).load(SeqCst) & 1 << (s % 64) != 0;
-            let guarantee = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
-            let ceiling = self.w.share(s, g, SH_CEILING).load(SeqCst);
-            if self.w.slot(s, S_STATE).load(Acquire) != STATE_LIVE {
+            if self.w.state(s).load(Acquire) != STATE_LIVE {
                 // Empty: a bit there is no member's, unless a process holds the slot
                 // (joining it, or a live member whose state word was cleared).
                 if bit && !self.locks.held(s) {
@@ -282,6 +280,8 @@ impl Member<'_> {
                 }
                 continue;
             }
+            let guarantee = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
+            let ceiling = self.w.share(s, g, SH_CEILING).load(SeqCst);
             if ceiling > limit {
                 out.push(found(s, ShareFault::CeilingAboveCap));
             }
@@ -315,11 +315,14 @@ impl Member<'_> {
     }
 
     /// At join, on the empty slot just taken: share words or a holder bit left in it are
-    /// no member's (a forged file, or a bug): cleared, each told.
+    /// no member's (a forged file, or a bug): cleared, each told. On the GPU entries in
+    /// use only (each GPU's words lie apart: the others' would cost a page each); words
+    /// left on an entry no GPU has yet are read by nobody until one registers there, and
+    /// then are this member's own to write back, or another joiner's to repair.
     pub(super) fn clear_new_slot_shares(&self) {
         let s = self.slot;
         let (k, bit) = (s / 64, 1u64 << (s % 64));
-        for g in 0..MAX_POOL_GPUS {
+        for g in (0..MAX_POOL_GPUS).filter(|&g| self.w.gpu(g, G_KEY).load(Acquire) != 0) {
             let bits = self.w.share_bits(g, k).fetch_and(!bit, SeqCst);
             let guarantee = self.w.share(s, g, SH_GUARANTEE).swap(0, SeqCst);
             let ceiling = self.w.share(s, g, SH_CEILING).swap(0, SeqCst);

@@ -209,12 +209,13 @@ impl Pool<'_> {
         (0..w.slots())
             .filter_map(|s| {
                 let guarantee = w.share(s, g, SH_GUARANTEE).load(SeqCst);
-                (guarantee != 0 && w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE && locks.held(s))
-                    .then(|| Holder {
+                (guarantee != 0 && w.state(s).load(SeqCst) == STATE_LIVE && locks.held(s)).then(
+                    || Holder {
                         pid: w.slot(s, S_PID).load(Relaxed) as u32,
                         command: w.command(s),
                         guarantee,
-                    })
+                    },
+                )
             })
             .collect()
     }
@@ -233,7 +234,7 @@ impl Member<'_> {
             && (0..self.w.slots()).any(|s| {
                 s != self.slot
                     && self.w.member_gpu(s, g, M_CAP).load(SeqCst) != 0
-                    && self.w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE
+                    && self.w.state(s).load(SeqCst) == STATE_LIVE
                     && self.locks.held(s)
             });
         // While a resize is under way (odd), the member looks again once it ends.

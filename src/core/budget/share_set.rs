@@ -188,7 +188,7 @@ impl Member<'_> {
         change: ShareChange,
     ) -> Result<ShareSet, ShareRefusal> {
         let w = self.w;
-        if w.slot(target, S_STATE).load(SeqCst) != STATE_LIVE
+        if w.state(target).load(SeqCst) != STATE_LIVE
             || !self.locks.held(target)
             || w.member_gpu(target, g, M_CAP).load(SeqCst) == 0
         {

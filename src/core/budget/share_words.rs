@@ -435,10 +435,11 @@ impl Member<'_> {
         })
     }
 
-    /// Clears slot `d`'s guarantees and ceilings (its share was taken or given back).
+    /// Clears slot `d`'s guarantees and ceilings (its share was taken or given back), on
+    /// the GPU entries in use (see `clear_new_slot_shares`).
     pub(super) fn forget_shares(&self, d: usize) {
         let (k, bit) = (d / 64, 1u64 << (d % 64));
-        for g in 0..MAX_POOL_GPUS {
+        for g in (0..MAX_POOL_GPUS).filter(|&g| self.w.gpu(g, G_KEY).load(Acquire) != 0) {
             self.w.share_bits(g, k).fetch_and(!bit, AcqRel);
             self.w.share(d, g, SH_GUARANTEE).store(0, Relaxed);
             self.w.share(d, g, SH_CEILING).store(0, Relaxed);

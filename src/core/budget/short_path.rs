@@ -76,7 +76,7 @@ impl Member<'_> {
                     return None;
                 }
                 // As `alloc_started`, on the words already found.
-                h.mine[M_STARTED].fetch_add(bytes, SeqCst);
+                h.marks[T_STARTED].fetch_add(bytes, SeqCst);
                 return Some(true);
             }
         }

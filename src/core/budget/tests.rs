@@ -9,6 +9,7 @@ use super::*;
 
 mod context_flight;
 mod join_hints;
+mod join_pages;
 mod marks;
 mod member_count;
 mod repair_shares;
@@ -481,14 +482,14 @@ fn files_of_another_kind_are_clear_errors() {
 
     let w = words();
     let pool = Pool::create(w, 1, 0).unwrap();
-    pool.w.slot(3, S_STATE).store(77, SeqCst);
+    pool.w.state(3).store(77, SeqCst);
     let e = Pool::open(w).err().unwrap();
     assert!(e.to_string().contains("member slot 3 has state 77"), "{e}");
 
     // A live member past the count of slots ever taken (the marks would skip it).
     let w = words();
     let pool = Pool::create(w, 1, 0).unwrap();
-    pool.w.slot(2, S_STATE).store(STATE_LIVE, SeqCst);
+    pool.w.state(2).store(STATE_LIVE, SeqCst);
     pool.w.header(H_SLOTS_SEEN).store(2, SeqCst);
     let e = Pool::open(w).err().unwrap();
     assert!(
@@ -729,7 +730,7 @@ fn a_waiter_killed_at_any_point_of_its_ticket_step_leaves_no_waiter_behind() {
         assert_eq!(w.gpu(0, G_LOCK).load(SeqCst), 0, "{crash:?}");
         let waiters = w.gpu(0, G_WAITERS).load(SeqCst);
         let tickets = (0..DEFAULT_SLOTS)
-            .filter(|&s| w.slot(s, S_STATE).load(SeqCst) == STATE_LIVE)
+            .filter(|&s| w.state(s).load(SeqCst) == STATE_LIVE)
             .filter(|&s| w.member_gpu(s, 0, M_WAIT).load(SeqCst) != 0)
             .count() as u64;
         assert_eq!(
@@ -881,7 +882,7 @@ fn a_live_members_bytes_count_though_its_state_word_was_cleared() {
     a.reserve(0, 600).unwrap();
     // Another process marks A's slot empty and zeroes `used`: the next refusal's
     // recount still counts A's 600 (A holds its slot's kernel lock).
-    pool.w.slot(a.slot(), S_STATE).store(STATE_EMPTY, SeqCst);
+    pool.w.state(a.slot()).store(STATE_EMPTY, SeqCst);
     pool.w.gpu(0, G_USED).store(0, SeqCst);
     assert_eq!(pool.view(proc(k, 99)).gpus[0].drift, -600);
     b.reserve(0, 300).unwrap();

@@ -89,8 +89,7 @@ pub(super) fn members_count(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> 
         let first = p.load(SeqCst);
         let used = w.member_gpu(s, g, M_USED).load(SeqCst);
         let second = p.load(SeqCst);
-        if (used | first | second) != 0
-            && (w.slot(s, S_STATE).load(Acquire) == STATE_LIVE || locks.held(s))
+        if (used | first | second) != 0 && (w.state(s).load(Acquire) == STATE_LIVE || locks.held(s))
         {
             own = own.saturating_add(used);
             pending = pending.saturating_add(first).saturating_add(second);

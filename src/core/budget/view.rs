@@ -151,14 +151,14 @@ impl Pool<'_> {
             let cap = w.gpu(*g, G_CAP).load(Relaxed);
             let live_cap = (0..w.slots()).find_map(|s| {
                 let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
-                (theirs != 0 && w.slot(s, S_STATE).load(Acquire) == STATE_LIVE && locks.held(s))
+                (theirs != 0 && w.state(s).load(Acquire) == STATE_LIVE && locks.held(s))
                     .then_some(theirs)
             });
             gpu.cap_drift = (0..w.slots()).any(|s| {
                 let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
                 theirs != 0
                     && theirs != cap
-                    && w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
+                    && w.state(s).load(Acquire) == STATE_LIVE
                     && locks.held(s)
             });
             let limit = decode_cap(live_cap.unwrap_or(cap))
@@ -172,7 +172,7 @@ impl Pool<'_> {
         }
         let mut members = Vec::new();
         for s in 0..w.slots() {
-            if w.slot(s, S_STATE).load(Acquire) != STATE_LIVE {
+            if w.state(s).load(Acquire) != STATE_LIVE {
                 continue;
             }
             let alive = locks.held(s);
@@ -272,7 +272,7 @@ fn share_drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize, limit: u64) -> b
         let bit = holds_guarantee(w, s, g);
         let guarantee = w.share(s, g, SH_GUARANTEE).load(Relaxed);
         let ceiling = w.share(s, g, SH_CEILING).load(Relaxed);
-        if w.slot(s, S_STATE).load(Acquire) != STATE_LIVE {
+        if w.state(s).load(Acquire) != STATE_LIVE {
             if bit && !locks.held(s) {
                 return true;
             }

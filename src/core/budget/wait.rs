@@ -254,7 +254,7 @@ impl Member<'_> {
     pub(super) fn count_waiters(&self, g: usize) {
         let n = (0..self.w.slots())
             .filter(|&s| {
-                self.w.slot(s, S_STATE).load(Acquire) == STATE_LIVE
+                self.w.state(s).load(Acquire) == STATE_LIVE
                     && self.w.member_gpu(s, g, M_WAIT).load(Acquire) != 0
             })
             .count();

@@ -413,14 +413,15 @@ fn a_forced_charge_past_the_cap_holds_a_guarantee_off_until_memory_is_given_back
 }
 
 /// Where the share words start (src/core/budget/layout.rs: 16 header words, 32 GPU
-/// entries of 24, 256 member slots of 16 + 32 x 10), GPU entry 0's first word of holder
-/// bits, and slot `s`'s guarantee word on GPU entry 0.
-const SHARES_AT: usize = 16 + 32 * 24 + 256 * (16 + 32 * 10);
+/// entries of 24, the states of 256 member slots, the slots of 16 + 32 x 5), GPU entry
+/// 0's first word of holder bits, and slot `s`'s guarantee word on GPU entry 0 (32 GPUs'
+/// holder bits of 4 words, then GPU entry 0's guarantee and ceiling of every slot).
+const SHARES_AT: usize = 16 + 32 * 24 + 256 + 256 * (16 + 32 * 5);
 
 const G0_HOLDER_BITS: usize = SHARES_AT;
 
 fn g0_guarantee_word(s: usize) -> usize {
-    SHARES_AT + 32 * 4 + s * 32 * 2
+    SHARES_AT + 32 * 4 + s * 2
 }
 
 /// `gpucap status --pool t --json` of pool `p`, and its text form.

@@ -196,21 +196,34 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
         "pool-version",
         |p| {
             let mut b = made(p);
-            b[8] = 8;
+            b[8] = 9;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 8 pool file and this gpucap reads version 7",
+        "version 9 pool file and this gpucap reads version 8",
     );
-    // A file left by a gpucap of version 6 (no record of a ceiling handed down: the
-    // same length, its slots' last two words left unwritten).
+    // A file left by a gpucap of version 7 (the slots' states and traffic marks in
+    // the slots, share words member by member: another length).
+    refused_with(
+        "pool-version-7",
+        |p| {
+            let mut b = made(p);
+            b.truncate(826_496);
+            b[8] = 7;
+            std::fs::write(p.file(), b).unwrap()
+        },
+        "version 7 pool file and this gpucap reads version 8",
+    );
+    // A file left by a gpucap of version 6 (no record of a ceiling handed down: version
+    // 7's length, its slots' last two words left unwritten).
     refused_with(
         "pool-version-6",
         |p| {
             let mut b = made(p);
+            b.truncate(826_496);
             b[8] = 6;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 6 pool file and this gpucap reads version 7",
+        "version 6 pool file and this gpucap reads version 8",
     );
     // A file left by a gpucap of version 3 (no announced frees: shorter).
     refused_with(
@@ -221,7 +234,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 3;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 3 pool file and this gpucap reads version 7",
+        "version 3 pool file and this gpucap reads version 8",
     );
     // A file left by a gpucap of version 2 (a journal per member and GPU: another length).
     refused_with(
@@ -232,7 +245,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 2;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 2 pool file and this gpucap reads version 7",
+        "version 2 pool file and this gpucap reads version 8",
     );
     // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
     refused_with(
@@ -243,7 +256,7 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 1;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 1 pool file and this gpucap reads version 7",
+        "version 1 pool file and this gpucap reads version 8",
     );
     // A file left by a gpucap of version 5 (16 words per GPU entry: shorter).
     refused_with(
@@ -254,14 +267,15 @@ fn a_bad_pool_file_fails_closed_with_a_clear_line() {
             b[8] = 5;
             std::fs::write(p.file(), b).unwrap()
         },
-        "version 5 pool file and this gpucap reads version 7",
+        "version 5 pool file and this gpucap reads version 8",
     );
     refused_with(
         "pool-corrupt",
         |p| {
             let mut b = made(p);
-            let slot0 = (16 + 32 * 24) * 8;
-            b[slot0] = 9;
+            // Slot 0's state: the first word after the header and the GPU entries.
+            let state0 = (16 + 32 * 24) * 8;
+            b[state0] = 9;
             std::fs::write(p.file(), b).unwrap()
         },
         "corrupted (member slot 0 has state 9)",

@@ -151,7 +151,7 @@ fn forged_hints_never_take_a_live_slot_nor_pass_a_free_one_by() {
             for (i, o) in ms.iter().enumerate().filter(|&(i, _)| i != free) {
                 let pid = pool.w.slot(o.slot(), S_PID).load(SeqCst);
                 assert_eq!(pid, i as u64 + 1, "member {i}");
-                assert_eq!(pool.w.slot(o.slot(), S_STATE).load(SeqCst), STATE_LIVE);
+                assert_eq!(pool.w.state(o.slot()).load(SeqCst), STATE_LIVE);
             }
         }
     }

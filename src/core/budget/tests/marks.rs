@@ -9,8 +9,8 @@ use super::*;
 fn announced(pool: Pool<'static>, s: usize) -> (u64, u64) {
     let w = pool.w;
     (
-        w.member_gpu(s, 0, M_FREEING).load(SeqCst),
-        w.member_gpu(s, 0, M_FREED).load(SeqCst),
+        w.mark(s, 0, T_FREEING).load(SeqCst),
+        w.mark(s, 0, T_FREED).load(SeqCst),
     )
 }
 
@@ -44,7 +44,7 @@ fn an_announced_free_is_credited_when_completed_and_stays_counted_when_withdrawn
     let after = b.marks(0).unwrap();
     assert_eq!(before.given_back_until(&after), 300);
     // A slot's `freed` that went down (another process wrote it): all of it counts.
-    pool.w.member_gpu(a.slot(), 0, M_FREED).store(50, SeqCst);
+    pool.w.mark(a.slot(), 0, T_FREED).store(50, SeqCst);
     assert_eq!(after.given_back_until(&b.marks(0).unwrap()), 50);
     // Nothing to announce: a device not the pool's, no bytes, a member that left.
     assert!(!a.announce_free(1, 100));
@@ -66,11 +66,12 @@ const FREE_STEPS: usize = 7;
 fn play_free(pool: Pool<'static>, m: &Member<'static>, bytes: u64, steps: std::ops::Range<usize>) {
     let w = pool.w;
     let word = |i| w.member_gpu(m.slot(), 0, i);
+    let mark = |i| w.mark(m.slot(), 0, i);
     let used = w.gpu(0, G_USED);
     for step in steps {
         match step {
-            0 => drop(word(M_FREEING).fetch_add(bytes, SeqCst)),
-            1 => drop(word(M_FREED).fetch_add(bytes, SeqCst)),
+            0 => drop(mark(T_FREEING).fetch_add(bytes, SeqCst)),
+            1 => drop(mark(T_FREED).fetch_add(bytes, SeqCst)),
             2 => drop(word(M_PENDING).fetch_add(bytes, SeqCst)),
             3 => drop(word(M_USED).fetch_sub(bytes, SeqCst)),
             4 => {
@@ -78,7 +79,7 @@ fn play_free(pool: Pool<'static>, m: &Member<'static>, bytes: u64, steps: std::o
                 used.store(used_word(now, used_bytes(now) - bytes), SeqCst);
             }
             5 => drop(word(M_PENDING).fetch_sub(bytes, SeqCst)),
-            _ => drop(word(M_FREEING).fetch_sub(bytes, SeqCst)),
+            _ => drop(mark(T_FREEING).fetch_sub(bytes, SeqCst)),
         }
     }
 }
@@ -136,8 +137,8 @@ fn a_member_stopped_at_any_point_of_an_announced_free_is_never_undercounted() {
 
 /// What slot `s` has in flight on GPU entry 0: `started - made - unmade`.
 fn allocating(pool: Pool<'static>, s: usize) -> u64 {
-    let word = |i| pool.w.member_gpu(s, 0, i).load(SeqCst);
-    word(M_STARTED) - word(M_MADE) - word(M_UNMADE)
+    let word = |i| pool.w.mark(s, 0, i).load(SeqCst);
+    word(T_STARTED) - word(T_MADE) - word(T_UNMADE)
 }
 
 #[test]

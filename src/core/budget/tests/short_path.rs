@@ -25,7 +25,7 @@ fn words_of(pool: Pool<'static>, m: &Member<'_>) -> [u64; 6] {
         mine(M_USED),
         mine(M_PEAK),
         mine(M_PENDING),
-        mine(M_STARTED),
+        pool.w.mark(m.slot(), 0, T_STARTED).load(SeqCst),
     ]
 }
 

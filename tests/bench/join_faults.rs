@@ -1,0 +1,72 @@
+//! What a start touches of a large pool's file, counted in the page faults the process
+//! took (`bench_start faults`: the kernel's count, the same run to run within a few,
+//! whatever the machine's load): a start beside 200 live members of a pool of 4,096
+//! member slots takes about as many as one in a pool of 256 with nobody in it. When a
+//! joiner read a word of every slot (its state, its share words: a slot a page or more
+//! apart) and a context's measurement every member's marks, it took about 200 more.
+
+use super::common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// The pool `name` of `members` slots in `dir`, on the fake GPU, for `bench_start`.
+fn in_pool(bin: &std::path::Path, dir: &std::path::Path, name: &str, members: u32) -> Command {
+    let mut cmd = fake_cmd(bin, &dir.join(format!("stats-{name}")));
+    cmd.env("FAKECUDA_TOTAL_MEM", "80Gi")
+        .env("GPUCAP_LIMIT", "40Gi")
+        .env("GPUCAP_POOL", name)
+        .env("GPUCAP_POOL_DIR", dir.join("pools"))
+        .env("GPUCAP_POOL_MEMBERS", members.to_string());
+    cmd
+}
+
+/// The minor page faults of one start (`bench_start faults` under the shim).
+fn faults(cmd: &mut Command) -> i64 {
+    let o = run(preload(cmd).arg("faults"));
+    assert_ok(&o);
+    let out = stdout(&o);
+    out.trim()
+        .strip_prefix("minflt=")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no minflt= in {out:?}\n{}", dump(&o)))
+}
+
+#[test]
+fn a_start_beside_many_members_of_a_large_pool_faults_in_a_few_pages_more() {
+    let bin = compile_c("bench_start", "", &["-lcuda"]);
+    let dir = scratch("join-faults");
+    std::fs::create_dir_all(dir.join("pools")).unwrap();
+    // A pool of 256 slots, made by a first start: what a start takes in it.
+    assert_ok(&run(
+        preload(&mut in_pool(&bin, &dir, "small", 256)).arg("once")
+    ));
+    let small = faults(&mut in_pool(&bin, &dir, "small", 256));
+    // 200 members of a pool of 4,096 slots, holding their blocks.
+    let mut held = in_pool(&bin, &dir, "large", 4096)
+        .args(["200", shim().to_str().unwrap()])
+        .env("BENCH_START_HOLD", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("bench_start");
+    let mut line = String::new();
+    BufReader::new(held.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("failed=0"), "the 200 members: {line:?}");
+    let large = faults(&mut in_pool(&bin, &dir, "large", 4096));
+    drop(held.stdin.take()); // the members free their blocks and exit
+    assert!(held.wait().unwrap().success());
+    // The pages a start needs of a larger file (the states of 4,096 slots, one GPU's
+    // share words of the live ones and its marks of the slots taken: about 20) and
+    // what its measurement keeps of 200 members' marks.
+    assert!(
+        large - small <= 40,
+        "a start beside 200 live members of a 4,096-slot pool took {large} page faults, \
+         one in an empty 256-slot pool {small}"
+    );
+}
