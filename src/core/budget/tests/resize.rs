@@ -9,6 +9,21 @@ use crate::budget::shares::{Share, check};
 
 fn quiet(_: &WaitNote) {}
 
+/// Reserves `bytes` on GPU 0 for `m`: by the short path first where `short` (the full
+/// one if it declines), else by the full path. True if taken.
+fn reserve_by(m: &Member<'_>, short: bool, bytes: u64) -> bool {
+    if !short {
+        return m.reserve(0, bytes).is_ok();
+    }
+    match m.try_reserve(0, bytes) {
+        Some(true) => {
+            m.alloc_ended(0, bytes, true);
+            true
+        }
+        _ => m.reserve(0, bytes).is_ok(),
+    }
+}
+
 fn cap_of(pool: Pool<'static>, k: &'static Kernel) -> Option<u64> {
     pool.view(proc(k, 99)).gpus[0].cap
 }
@@ -305,17 +320,7 @@ fn an_admission_never_passes_the_cap_in_force_whatever_runs_inside_a_reservation
                         }
                     }
                 });
-                let taken = if short {
-                    match b.try_reserve(0, 250) {
-                        Some(true) => {
-                            b.alloc_ended(0, 250, true);
-                            true
-                        }
-                        _ => b.reserve(0, 250).is_ok(),
-                    }
-                } else {
-                    b.reserve(0, 250).is_ok()
-                };
+                let taken = reserve_by(&b, short, 250);
                 let case = format!("{order:?}, A holding {held}, short path {short}");
                 assert_eq!(between_reads::clear(), 0, "{case}: the steps ran");
                 let resized = order.iter().any(|s| matches!(s, Step::Resize));
@@ -446,17 +451,7 @@ fn a_reservation_that_weighed_the_old_cap_never_swaps_once_a_lower_one_is_in_for
                 .expect("the resize put its cap in force");
             resizer_tx.send(resizer).unwrap();
         });
-        let taken = if short {
-            match b.try_reserve(0, 200) {
-                Some(true) => {
-                    b.alloc_ended(0, 200, true);
-                    true
-                }
-                _ => b.reserve(0, 200).is_ok(),
-            }
-        } else {
-            b.reserve(0, 200).is_ok()
-        };
+        let taken = reserve_by(&b, short, 200);
         go_tx.send(()).unwrap();
         let resized = resizer_rx
             .recv_timeout(WAIT)
@@ -493,17 +488,7 @@ fn a_reservation_during_a_resize_weighs_the_lower_cap() {
         generation.store(odd, SeqCst);
         pool.w.gpu(0, G_CAP).store(encode_cap(Some(400)), SeqCst);
         between_reads::queue_before_swap(move || pool.w.gpu(0, G_CAP_GEN).store(odd + 1, SeqCst));
-        let taken = if short {
-            match b.try_reserve(0, 200) {
-                Some(true) => {
-                    b.alloc_ended(0, 200, true);
-                    true
-                }
-                _ => b.reserve(0, 200).is_ok(),
-            }
-        } else {
-            b.reserve(0, 200).is_ok()
-        };
+        let taken = reserve_by(&b, short, 200);
         between_reads::clear();
         assert!(
             !taken,
