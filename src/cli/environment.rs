@@ -1,10 +1,10 @@
 //! The environment a command validates and gives its program: the process's variables
 //! with the flags' values in place of theirs and `GPUCAP_TYPED` naming the flags (so that
 //! errors and notes about a variable a flag set name the flag, as the user typed it:
-//! `config::typed`), the first occurrence of each name kept (the one getenv finds). Also the library `run` would preload, and what the shim
-//! makes of a configuration file beside it (or in `/etc/gpucap`) when the environment
-//! has variables of its own: the shim's rule (`config::under_file`: the file's cap is a
-//! ceiling).
+//! `config::typed`), the first occurrence of each name kept (the one getenv finds). Also
+//! the library `run` would preload, and what the shim makes of a configuration file
+//! beside it (or in `/etc/gpucap`) when the environment has variables of its own: the
+//! shim's rule (`config::under_file`: the file's cap is a ceiling).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};

@@ -74,7 +74,7 @@ impl<'a> Member<'a> {
         // tickets. Under the word lock, so only where there is a count: a stopped
         // lock holder must not block a joiner where nobody waits.
         for g in 0..MAX_POOL_GPUS {
-            if w.gpu(g, G_KEY).load(Acquire) != 0 && w.gpu(g, G_WAITERS).load(Acquire) != 0 {
+            if w.has_gpu(g) && w.gpu(g, G_WAITERS).load(Acquire) != 0 {
                 m.recount_waiters(g);
             }
         }

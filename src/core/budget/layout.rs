@@ -497,6 +497,12 @@ impl<'a> Words<'a> {
         self.at(HEADER_WORDS + g * GPU_WORDS + i)
     }
 
+    /// Whether GPU entry `g` holds a GPU (its key is set).
+    #[inline]
+    pub fn has_gpu(&self, g: usize) -> bool {
+        self.gpu(g, G_KEY).load(Acquire) != 0
+    }
+
     /// Slot `s`'s state ([`STATE_EMPTY`], [`STATE_LIVE`]; any other value: corrupted).
     #[inline]
     pub fn state(&self, s: usize) -> &'a AtomicU64 {

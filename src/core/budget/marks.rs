@@ -234,7 +234,7 @@ impl Member<'_> {
     /// marks lie apart: a page each); a value a forged file left there only adds to a
     /// context's charge (`freeing`) or, never growing, takes nothing off it.
     pub(super) fn close_traffic(&self, d: usize, g: usize) {
-        if self.w.gpu(g, G_KEY).load(Acquire) == 0 {
+        if !self.w.has_gpu(g) {
             return;
         }
         let word = |i| self.w.mark(d, g, i);

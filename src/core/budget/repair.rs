@@ -322,7 +322,7 @@ impl Member<'_> {
     pub(super) fn clear_new_slot_shares(&self) {
         let s = self.slot;
         let (k, bit) = (s / 64, 1u64 << (s % 64));
-        for g in (0..MAX_POOL_GPUS).filter(|&g| self.w.gpu(g, G_KEY).load(Acquire) != 0) {
+        for g in (0..MAX_POOL_GPUS).filter(|&g| self.w.has_gpu(g)) {
             let bits = self.w.share_bits(g, k).fetch_and(!bit, SeqCst);
             let guarantee = self.w.share(s, g, SH_GUARANTEE).swap(0, SeqCst);
             let ceiling = self.w.share(s, g, SH_CEILING).swap(0, SeqCst);

@@ -439,7 +439,7 @@ impl Member<'_> {
     /// the GPU entries in use (see `clear_new_slot_shares`).
     pub(super) fn forget_shares(&self, d: usize) {
         let (k, bit) = (d / 64, 1u64 << (d % 64));
-        for g in (0..MAX_POOL_GPUS).filter(|&g| self.w.gpu(g, G_KEY).load(Acquire) != 0) {
+        for g in (0..MAX_POOL_GPUS).filter(|&g| self.w.has_gpu(g)) {
             self.w.share_bits(g, k).fetch_and(!bit, AcqRel);
             self.w.share(d, g, SH_GUARANTEE).store(0, Relaxed);
             self.w.share(d, g, SH_CEILING).store(0, Relaxed);

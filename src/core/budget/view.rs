@@ -115,7 +115,7 @@ impl Pool<'_> {
         let w = self.w;
         let mut gpus: Vec<(usize, GpuView)> = Vec::new();
         for g in 0..MAX_POOL_GPUS {
-            if w.gpu(g, G_KEY).load(Acquire) == 0 {
+            if !w.has_gpu(g) {
                 continue;
             }
             let raw = w.uuid(g);

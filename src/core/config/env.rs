@@ -285,12 +285,12 @@ where
         .and_then(|(_, v)| v.as_ref().to_str())
         .and_then(|v| parse_typed(v).ok())
         .unwrap_or_default();
-    sort_vars(vars).map_err(|e| name_typed_error(e, &typed))
+    read_vars(vars).map_err(|e| name_typed_error(e, &typed))
 }
 
-/// [`from_vars`]: the variables sorted (gpucap's own, HAMi-core's, the drivers'
-/// hand-overs) and checked, then resolved.
-fn sort_vars<K, V>(vars: Vec<(K, V)>) -> Result<Config, ConfigError>
+/// [`from_vars`] but for naming the flags typed in its errors: the variables sorted
+/// (gpucap's own, HAMi-core's, the drivers' hand-overs), checked and resolved.
+fn read_vars<K, V>(vars: Vec<(K, V)>) -> Result<Config, ConfigError>
 where
     K: AsRef<OsStr>,
     V: AsRef<OsStr>,
@@ -358,17 +358,6 @@ where
         ours.push((known.to_string(), value.to_string()));
     }
 
-    resolve(ours, hami, handover, visible)
-}
-
-/// [`from_vars`] once the variables are sorted: gpucap's own (`ours`, as given), HAMi-core's,
-/// the drivers' hand-overs and `NVIDIA_VISIBLE_DEVICES`.
-fn resolve(
-    ours: Vec<(String, String)>,
-    mut hami: Hami,
-    handover: HandoverVars,
-    visible: Option<String>,
-) -> Result<Config, ConfigError> {
     // The value of a known variable, as given (the first occurrence).
     let raw = |name: &str| {
         ours.iter()
