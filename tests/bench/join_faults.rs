@@ -1,9 +1,10 @@
 //! What a start touches of a large pool's file, counted in the page faults the process
 //! took (`bench_start faults`: the kernel's count, the same run to run within a few,
-//! whatever the machine's load): a start beside 200 live members of a pool of 4,096
-//! member slots takes about as many as one in a pool of 256 with nobody in it. When a
-//! joiner read a word of every slot (its state, its share words: a slot a page or more
-//! apart) and a context's measurement every member's marks, it took about 200 more.
+//! whatever the machine's load): a start beside 1,000 live members of a pool of 4,096
+//! member slots takes about as many as one in a pool of 256 with nobody in it. A joiner
+//! that read a word of every slot (its state, its share words: a slot a page or more
+//! apart) would take hundreds more; a context's measurement that kept a copy of every
+//! member's marks at each of its reads, about 35 more.
 
 use super::common;
 
@@ -45,9 +46,9 @@ fn a_start_beside_many_members_of_a_large_pool_faults_in_a_few_pages_more() {
         preload(&mut in_pool(&bin, &dir, "small", 256)).arg("once")
     ));
     let small = faults(&mut in_pool(&bin, &dir, "small", 256));
-    // 200 members of a pool of 4,096 slots, holding their blocks.
+    // 1,000 members of a pool of 4,096 slots, holding their blocks.
     let mut held = in_pool(&bin, &dir, "large", 4096)
-        .args(["200", shim().to_str().unwrap()])
+        .args(["1000", shim().to_str().unwrap()])
         .env("BENCH_START_HOLD", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -57,16 +58,16 @@ fn a_start_beside_many_members_of_a_large_pool_faults_in_a_few_pages_more() {
     BufReader::new(held.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert!(line.contains("failed=0"), "the 200 members: {line:?}");
+    assert!(line.contains("failed=0"), "the 1,000 members: {line:?}");
     let large = faults(&mut in_pool(&bin, &dir, "large", 4096));
     drop(held.stdin.take()); // the members free their blocks and exit
     assert!(held.wait().unwrap().success());
     // The pages a start needs of a larger file (the states of 4,096 slots, one GPU's
-    // share words of the live ones and its marks of the slots taken: about 20) and
-    // what its measurement keeps of 200 members' marks.
+    // share words of the live ones and its marks of the slots taken: about 12) and
+    // what its measurement keeps of 1,000 members' marks (24 bytes each).
     assert!(
-        large - small <= 40,
-        "a start beside 200 live members of a 4,096-slot pool took {large} page faults, \
+        large - small <= 24,
+        "a start beside 1,000 live members of a 4,096-slot pool took {large} page faults, \
          one in an empty 256-slot pool {small}"
     );
 }

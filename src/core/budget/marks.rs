@@ -67,52 +67,111 @@ fn end_announcement(h: &GpuWords<'_>, bytes: u64) {
     }
 }
 
-/// What the members of a pool had marked of their traffic on one GPU, read at one
-/// moment ([`Member::marks`]). See the module's text.
+/// A pool's traffic marks on one GPU, as a measurement of what the driver took on its
+/// own reads them around its window ([`Member::traffic`]; see the module's text). Each
+/// read keeps only what a later read is weighed against: what a start keeps beside
+/// 1,000 members is a few pages, not one copy of every member's words per read.
+#[derive(Clone, Copy)]
+pub struct PoolTraffic<'m, 'w> {
+    member: &'m Member<'w>,
+    /// The pool's GPU entry.
+    g: usize,
+}
+
+/// What a measurement keeps of its read right before the window
+/// ([`PoolTraffic::freed_before`]): each slot's `freed`, and the `freeing` of the slots
+/// a live process holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolMarks {
-    /// Per slot: `freed`, `made`, and what was in flight (`started - made - unmade`;
-    /// None where the words cannot be: `started` behind).
+pub struct FreedBefore {
     freed: Vec<u64>,
-    made: Vec<u64>,
-    in_flight: Vec<Option<u64>>,
-    /// The `freeing` of the slots a live process holds.
     freeing: u64,
 }
 
-impl PoolMarks {
-    /// The bytes the members may have given back to the driver between `self` (read
-    /// before a window) and `after` (read after it): each slot's `freed` growth (all of
-    /// `after`'s where the word went down: rewritten by another process), and the bytes
-    /// announced before the window and not yet credited.
-    /// A slot `self` did not read (taken for the first time after it) counts from zero:
+/// What a measurement keeps of its read right inside the window
+/// ([`PoolTraffic::made_inside`]): per slot, `made` and what was in flight (`started -
+/// made - unmade`; None where the words cannot be: `started` behind).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MadeInside {
+    slots: Vec<(u64, Option<u64>)>,
+}
+
+impl PoolTraffic<'_, '_> {
+    /// The slots ever taken (a pool of a few members reads a few, not all 256); one
+    /// taken after a read counts from zero (see `given_back_since`, `taken_since`).
+    fn seen(&self) -> usize {
+        let w = &self.member.w;
+        usize::try_from(w.header(H_SLOTS_SEEN).load(SeqCst)).map_or(w.slots(), |n| n.min(w.slots()))
+    }
+
+    fn word(&self, s: usize, i: usize) -> u64 {
+        self.member.w.mark(s, self.g, i).load(SeqCst)
+    }
+
+    /// Read right before the window's "before" read: each slot's `freed`, then its
+    /// `freeing` (in that order: see the module's text).
+    pub fn freed_before(&self) -> FreedBefore {
+        let seen = self.seen();
+        let mut marks = FreedBefore {
+            freed: Vec::with_capacity(seen),
+            freeing: 0,
+        };
+        for s in 0..seen {
+            marks.freed.push(self.word(s, T_FREED));
+            let freeing = self.word(s, T_FREEING);
+            if freeing != 0 && self.member.locks.held(s) {
+                marks.freeing = marks.freeing.saturating_add(freeing);
+            }
+        }
+        marks
+    }
+
+    /// Read right after the window's "after" read: the bytes the members may have given
+    /// back to the driver since `before` — each slot's `freed` growth (all of it where the
+    /// word went down: rewritten by another process) and the bytes announced before the
+    /// window and not yet credited. A slot `before` did not read counts from zero:
     /// nothing was marked in it before.
-    pub fn given_back_until(&self, after: &PoolMarks) -> u64 {
-        let grown = after
-            .freed
-            .iter()
-            .enumerate()
-            .map(|(s, &a)| {
-                let b = self.freed.get(s).copied().unwrap_or(0);
+    pub fn given_back_since(&self, before: &FreedBefore) -> u64 {
+        let grown = (0..self.seen())
+            .map(|s| {
+                let (a, b) = (
+                    self.word(s, T_FREED),
+                    before.freed.get(s).copied().unwrap_or(0),
+                );
                 if a >= b { a - b } else { a }
             })
             .fold(0u64, u64::saturating_add);
-        grown.saturating_add(self.freeing)
+        grown.saturating_add(before.freeing)
     }
 
-    /// The bytes the members surely had the driver allocate between `self` (read
-    /// inside a window, after its "before" read) and `last` (read before its "after"
-    /// read): per slot, the growth of `made` less what was in flight at `self`.
-    /// A slot `self` did not read (taken for the first time after it) had nothing in
-    /// flight then: its first allocation started after `self`.
-    pub fn taken_until(&self, last: &PoolMarks) -> u64 {
-        last.made
-            .iter()
-            .enumerate()
-            .map(|(s, &a)| {
-                let b = self.made.get(s).copied().unwrap_or(0);
-                match self.in_flight.get(s).copied().unwrap_or(Some(0)) {
-                    Some(f) if a >= b => (a - b).saturating_sub(f),
+    /// Read right after the window's "before" read: each slot's `made`, `unmade`, then
+    /// `started` (in that order: see the module's text).
+    pub fn made_inside(&self) -> MadeInside {
+        let slots = (0..self.seen())
+            .map(|s| {
+                let (made, unmade, started) = (
+                    self.word(s, T_MADE),
+                    self.word(s, T_UNMADE),
+                    self.word(s, T_STARTED),
+                );
+                let in_flight = started
+                    .checked_sub(made)
+                    .and_then(|f| f.checked_sub(unmade));
+                (made, in_flight)
+            })
+            .collect();
+        MadeInside { slots }
+    }
+
+    /// Read right before the window's "after" read: the bytes the members surely had
+    /// the driver allocate since `first` — per slot, the growth of `made` less what was in
+    /// flight at `first`. A slot `first` did not read had nothing in flight then: its
+    /// first allocation started after `first`.
+    pub fn taken_since(&self, first: &MadeInside) -> u64 {
+        (0..self.seen())
+            .map(|s| {
+                let a = self.word(s, T_MADE);
+                match first.slots.get(s).copied().unwrap_or((0, Some(0))) {
+                    (b, Some(f)) if a >= b => (a - b).saturating_sub(f),
                     _ => 0,
                 }
             })
@@ -120,7 +179,7 @@ impl PoolMarks {
     }
 }
 
-impl Member<'_> {
+impl<'a> Member<'a> {
     /// GPU entry and words of CUDA ordinal `device` on the short path's `route`: None
     /// if it is not the pool's, or the member left (which clears its routes first).
     #[inline(always)]
@@ -196,36 +255,13 @@ impl Member<'_> {
         }
     }
 
-    /// What the pool's members had marked of their traffic on `device`, now (None: the
-    /// device is not the pool's). See the module's text.
-    pub fn marks(&self, device: usize) -> Option<PoolMarks> {
-        let g = self.entry_of(device)?;
-        // The slots ever taken (a pool of a few members reads a few, not all 256); one
-        // taken later counts from zero (see `given_back_until`, `taken_until`).
-        let seen = usize::try_from(self.w.header(H_SLOTS_SEEN).load(SeqCst))
-            .map_or(self.w.slots(), |n| n.min(self.w.slots()));
-        let mut marks = PoolMarks {
-            freed: Vec::with_capacity(seen),
-            made: Vec::with_capacity(seen),
-            in_flight: Vec::with_capacity(seen),
-            freeing: 0,
-        };
-        for s in 0..seen {
-            let word = |i| self.w.mark(s, g, i).load(SeqCst);
-            // In the orders the module's text needs.
-            let (freed, freeing) = (word(T_FREED), word(T_FREEING));
-            let (made, unmade, started) = (word(T_MADE), word(T_UNMADE), word(T_STARTED));
-            marks.freed.push(freed);
-            marks.made.push(made);
-            let in_flight = started
-                .checked_sub(made)
-                .and_then(|f| f.checked_sub(unmade));
-            marks.in_flight.push(in_flight);
-            if freeing != 0 && self.locks.held(s) {
-                marks.freeing = marks.freeing.saturating_add(freeing);
-            }
-        }
-        Some(marks)
+    /// The pool's traffic marks on `device`, for a measurement to read (None: the device
+    /// is not the pool's). See the module's text.
+    pub fn traffic(&self, device: usize) -> Option<PoolTraffic<'_, 'a>> {
+        Some(PoolTraffic {
+            member: self,
+            g: self.entry_of(device)?,
+        })
     }
 
     /// Called holding dead slot `d`'s lock: ends what it had in flight on GPU entry `g`

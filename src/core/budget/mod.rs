@@ -61,7 +61,7 @@ pub use layout::{
     COMMAND_BYTES, DEFAULT_SLOTS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES,
     POOL_VERSION, POOL_WORDS, pool_file_bytes, pool_words,
 };
-pub use marks::PoolMarks;
+pub use marks::{FreedBefore, MadeInside, PoolTraffic};
 pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
 pub use reclaim::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driver};
 pub use repair::{Repair, ShareFault, ShareRepair};

@@ -40,7 +40,7 @@
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::budget::PoolMarks;
+use crate::budget::PoolTraffic;
 use crate::config::MAX_DEVICES;
 use crate::ledger::{Charge, LiveMap};
 
@@ -295,8 +295,8 @@ impl DeviceLock<'_> {
     /// destroyed and the call made again without it: gpucap must not make a context fail
     /// that the device has room for.
     ///
-    /// `marks` reads what the members of this process's pool marked of their traffic on
-    /// this device (None outside a pool; see `budget::traffic`). The driver's free figure
+    /// `traffic`: what the members of this process's pool mark of their traffic on this
+    /// device (None outside a pool; see `budget::marks`). The driver's free figure
     /// is device-wide, so memory the members gave back while the call ran would be taken
     /// off its bytes (and a resident charged short lets the pool over-commit), and memory
     /// they allocated meanwhile added to them. Every member marks a free before its driver
@@ -309,27 +309,28 @@ impl DeviceLock<'_> {
         &self,
         drv: &impl CtxDriver,
         on: Option<Ctx>,
-        marks: impl Fn() -> Option<PoolMarks>,
+        traffic: Option<PoolTraffic<'_, '_>>,
         mut call: impl FnMut() -> u32,
     ) -> (u32, Result<i128, Unmeasured>, MeasuredBy) {
-        if marks().is_none() {
+        let Some(t) = traffic else {
             return self.measure_device_wide(drv, on, call, None);
-        }
-        // Read right before the device-wide "before" read and right after the "after"
-        // read (`edge`), and right inside them (around the call): the frees counted
-        // around the window, the allocations taken off inside it.
-        let (mut before, mut after, mut inside) = (None, None, None);
-        let mut edge = |first: bool| match first {
-            true => before = marks(),
-            false => after = marks(),
         };
+        // Read right before the device-wide "before" read and right after the "after"
+        // read (`edge`): the frees counted around the window; right inside them (around
+        // the call): the allocations taken off.
+        let (mut before, mut given_back) = (None, None);
+        let mut edge = |first: bool| match first {
+            true => before = Some(t.freed_before()),
+            false => given_back = before.as_ref().map(|b| t.given_back_since(b)),
+        };
+        let mut allocated = 0;
         let (rc, taken, how) = self.measure_device_wide(
             drv,
             on,
             || {
-                let first = marks();
+                let first = t.made_inside();
                 let rc = call();
-                inside = first.zip(marks());
+                allocated = t.taken_since(&first);
                 rc
             },
             Some(&mut edge),
@@ -337,12 +338,11 @@ impl DeviceLock<'_> {
         if rc != SUCCESS {
             return (rc, taken, how);
         }
-        let given_back = match (before, after) {
-            (Some(b), Some(a)) => b.given_back_until(&a),
-            (Some(b), None) => b.given_back_until(&b), // cannot be: the device stays the pool's
-            _ => 0,
-        };
-        let allocated = inside.map_or(0, |(first, last)| first.taken_until(&last));
+        // The "after" edge is read on every path that measured; read now if not (later:
+        // more given back counted, the call charged more, never less).
+        let given_back = given_back
+            .or_else(|| before.as_ref().map(|b| t.given_back_since(b)))
+            .unwrap_or(0);
         let taken = taken.map(|t| t + i128::from(given_back) - i128::from(allocated));
         (rc, taken, how)
     }

@@ -136,15 +136,10 @@ fn a_call_in_a_given_context_is_measured_there_not_with_nvml_or_a_temporary() {
     let mut drv = Fake::new(10_000, 300);
     drv.nvml = true;
     let lock = book.lock(0).unwrap();
-    let (rc, taken, how) = lock.measure(
-        &drv,
-        Some(55),
-        || None,
-        || {
-            drv.free.set(drv.free.get() - 2048);
-            SUCCESS
-        },
-    );
+    let (rc, taken, how) = lock.measure(&drv, Some(55), None, || {
+        drv.free.set(drv.free.get() - 2048);
+        SUCCESS
+    });
     assert_eq!((rc, taken, how), (SUCCESS, Ok(2048), MeasuredBy::Context));
     assert_eq!(*drv.log.borrow(), ["free@55", "free@55"]);
     assert!(drv.live.borrow().is_empty(), "no temporary context");
@@ -263,7 +258,7 @@ fn in_pool(
 ) -> (u32, Result<u64, Unmeasured>, MeasuredBy) {
     let book = ContextCharges::new();
     let lock = book.lock(0).unwrap();
-    let (rc, taken, how) = lock.measure(drv, None, || a.marks(0), call);
+    let (rc, taken, how) = lock.measure(drv, None, a.traffic(0), call);
     (rc, taken.map(taken_bytes), how)
 }
 
@@ -759,6 +754,6 @@ fn measure(
     drv: &impl CtxDriver,
     call: impl FnMut() -> u32,
 ) -> (u32, Result<u64, Unmeasured>, MeasuredBy) {
-    let (rc, taken, how) = lock.measure(drv, None, || None, call);
+    let (rc, taken, how) = lock.measure(drv, None, None, call);
     (rc, taken.map(taken_bytes), how)
 }

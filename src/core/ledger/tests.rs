@@ -100,11 +100,11 @@ mod pool_tests {
         // context sees it in flight), withdrawn if the driver refused, credited to both
         // once it freed.
         ledger.reserve(0, 400).unwrap().commit(3);
-        let start = other.marks(0).unwrap();
+        let t = other.traffic(0).unwrap();
+        let start = t.freed_before();
         let c = ledger.take(3).unwrap();
         let f = ledger.announce(c);
-        let now = other.marks(0).unwrap();
-        assert_eq!(now.given_back_until(&now), 400, "in flight");
+        assert_eq!(t.given_back_since(&t.freed_before()), 400, "in flight");
         ledger.withdraw(f);
         ledger.restore(3, c);
         let figures = || (other.usage(0).unwrap().0, ledger.usage(0).unwrap().used);
@@ -127,16 +127,19 @@ mod pool_tests {
             bytes: 900,
         });
         assert_eq!(figures(), (300, 0));
-        let end = other.marks(0).unwrap();
-        assert_eq!(end.given_back_until(&end), 0, "nothing in flight");
-        assert_eq!(start.given_back_until(&end), 800, "both announcements");
+        assert_eq!(
+            t.given_back_since(&t.freed_before()),
+            0,
+            "nothing in flight"
+        );
+        assert_eq!(t.given_back_since(&start), 800, "both announcements");
 
         // An allocation is marked started when reserved and made when committed (kept
         // too); one rolled back, or shrunk, is not made for what it gave back.
         let taken = |f: &dyn Fn()| {
-            let first = other.marks(0).unwrap();
+            let first = t.made_inside();
             f();
-            first.taken_until(&other.marks(0).unwrap())
+            t.taken_since(&first)
         };
         assert_eq!(taken(&|| ledger.reserve(0, 100).unwrap().commit(5)), 100);
         assert_eq!(taken(&|| ledger.try_reserve(0, 50).unwrap().keep()), 50);
@@ -153,12 +156,12 @@ mod pool_tests {
             }),
             200
         );
-        let first = other.marks(0).unwrap();
+        let first = t.made_inside();
         let r = ledger.reserve(0, 10).unwrap();
-        let inside = other.marks(0).unwrap();
+        let inside = t.made_inside();
         r.commit(8);
-        assert_eq!(inside.taken_until(&other.marks(0).unwrap()), 0, "in flight");
-        assert_eq!(first.taken_until(&other.marks(0).unwrap()), 10);
+        assert_eq!(t.taken_since(&inside), 0, "in flight");
+        assert_eq!(t.taken_since(&first), 10);
     }
 
     /// A member's words, in a pool of its own.

@@ -3,7 +3,7 @@
 //! ([`measure_loaded`]). The device-wide figure (the free memory before and after, the
 //! pool's traffic taken out) is `contexts::DeviceLock::measure` over the same trait.
 
-use crate::budget::PoolMarks;
+use crate::budget::PoolTraffic;
 use crate::contexts::{Ctx, CtxDriver, DeviceLock};
 
 /// What the driver says of the memory it takes on its own. The device's free memory
@@ -42,15 +42,15 @@ impl By {
 /// kernel's first use), and measures what it loaded: by the driver's figure for this
 /// process where `gauge` gives it (less what this process's other threads were charged
 /// meanwhile, `charged` being the process's charge on the device), else by the free
-/// memory in `ctx` with the pool's `marks` (as a module load). Where the process is not
-/// listed before the call, both are read: one listed after it held nothing before (NVML
-/// lists those that hold memory). Returns the driver's answer, the bytes or why they
-/// could not be measured, and how.
+/// memory in `ctx` with the pool's `traffic` taken out (as a module load). Where the
+/// process is not listed before the call, both are read: one listed after it held
+/// nothing before (NVML lists those that hold memory). Returns the driver's answer, the
+/// bytes or why they could not be measured, and how.
 pub fn measure_loaded(
     lock: &DeviceLock<'_>,
     gauge: &impl Gauge,
     ctx: Ctx,
-    marks: impl Fn() -> Option<PoolMarks>,
+    traffic: Option<PoolTraffic<'_, '_>>,
     charged: impl Fn() -> u64,
     mut call: impl FnMut() -> u32,
 ) -> (u32, Result<u64, String>, By) {
@@ -67,7 +67,7 @@ pub fn measure_loaded(
         }
         listed => {
             let mut after = None;
-            let (rc, m, _) = lock.measure(gauge, Some(ctx), marks, || {
+            let (rc, m, _) = lock.measure(gauge, Some(ctx), traffic, || {
                 let rc = call();
                 after = Some(gauge.own_used(d));
                 rc
@@ -161,7 +161,7 @@ mod tests {
             &lock,
             drv,
             7,
-            || None,
+            None,
             || charged.get(),
             || {
                 drv.free.set(drv.free.get() - 92 * MIB + 50 * MIB);

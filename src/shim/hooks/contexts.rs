@@ -45,11 +45,13 @@ pub(super) fn context_lock(
     }
 }
 
-/// What this process's pool's members marked of their traffic on `device` (None
-/// outside a pool): the context's measurement takes what they gave back and allocated in
-/// its window out of the driver's device-wide figure (see `DeviceLock::measure_in_pool`).
-pub(super) fn pool_marks(device: usize) -> impl Fn() -> Option<gpucap_core::budget::PoolMarks> {
-    move || crate::membership::current().and_then(|m| m.marks(device))
+/// What this process's pool's members mark of their traffic on `device` (None outside a
+/// pool): the context's measurement takes what they gave back and allocated in its
+/// window out of the driver's device-wide figure (see `DeviceLock::measure`).
+pub(super) fn pool_marks(
+    device: usize,
+) -> Option<gpucap_core::budget::PoolTraffic<'static, 'static>> {
+    crate::membership::current().and_then(|m| m.traffic(device))
 }
 
 /// In a pool that knows no figure for a context on `device`'s GPU: waits for the pool's

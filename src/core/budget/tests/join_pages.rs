@@ -24,9 +24,9 @@ fn start(pool: Pool<'static>, k: &'static Kernel, id: u32) -> (usize, Vec<(usize
     let opened = Pool::open(pool.w.words).unwrap();
     let m = member(opened, proc(k, id), Some(1 << 30));
     m.reserve(0, 1000).unwrap();
-    let before = m.marks(0).unwrap();
-    let after = m.marks(0).unwrap();
-    assert_eq!(before.given_back_until(&after), 0);
+    let t = m.traffic(0).unwrap();
+    let (before, first) = (t.freed_before(), t.made_inside());
+    assert_eq!((t.taken_since(&first), t.given_back_since(&before)), (0, 0));
     m.credit(0, 1000);
     m.leave();
     (m.slot(), touched::stop())

@@ -16,8 +16,8 @@ fn announced(pool: Pool<'static>, s: usize) -> (u64, u64) {
 
 /// The bytes `m`'s view of the pool adds back for frees announced and not completed.
 fn in_flight(m: &Member<'static>) -> u64 {
-    let marks = m.marks(0).unwrap();
-    marks.given_back_until(&marks)
+    let t = m.traffic(0).unwrap();
+    t.given_back_since(&t.freed_before())
 }
 
 #[test]
@@ -26,7 +26,8 @@ fn an_announced_free_is_credited_when_completed_and_stays_counted_when_withdrawn
     let a = member(pool, proc(k, 1), Some(1000));
     let b = member(pool, proc(k, 2), Some(1000));
     a.reserve(0, 600).unwrap();
-    let before = b.marks(0).unwrap();
+    let t = b.traffic(0).unwrap();
+    let before = t.freed_before();
     assert!(a.announce_free(0, 200));
     // Announced: still held (in `used` and in A's own use) until the driver freed it.
     assert_eq!(a.usage(0), Some((600, Some(1000), 600)));
@@ -41,18 +42,18 @@ fn an_announced_free_is_credited_when_completed_and_stays_counted_when_withdrawn
     a.withdraw_free(0, 100);
     assert_eq!(a.usage(0), Some((400, Some(1000), 400)));
     assert_eq!(announced(pool, a.slot()), (0, 300));
-    let after = b.marks(0).unwrap();
-    assert_eq!(before.given_back_until(&after), 300);
+    assert_eq!(t.given_back_since(&before), 300);
     // A slot's `freed` that went down (another process wrote it): all of it counts.
+    let after = t.freed_before();
     pool.w.mark(a.slot(), 0, T_FREED).store(50, SeqCst);
-    assert_eq!(after.given_back_until(&b.marks(0).unwrap()), 50);
+    assert_eq!(t.given_back_since(&after), 50);
     // Nothing to announce: a device not the pool's, no bytes, a member that left.
     assert!(!a.announce_free(1, 100));
     assert!(!a.announce_free(0, 0));
     // Leaving (at exit) announces what it still holds: the driver frees it later.
-    let before = b.marks(0).unwrap();
+    let before = t.freed_before();
     a.leave();
-    assert_eq!(before.given_back_until(&b.marks(0).unwrap()), 400);
+    assert_eq!(t.given_back_since(&before), 400);
     assert!(!a.announce_free(0, 100));
     assert_eq!(b.usage(0), Some((0, Some(1000), 0)));
 }
@@ -175,7 +176,8 @@ fn a_member_that_joins_inside_the_window_is_counted_from_zero() {
     let (pool, k) = setup();
     let b = member(pool, proc(k, 1), Some(1000));
     assert_eq!(pool.w.header(H_SLOTS_SEEN).load(SeqCst), 1);
-    let before = b.marks(0).unwrap();
+    let t = b.traffic(0).unwrap();
+    let (before, first) = (t.freed_before(), t.made_inside());
     let c = member(pool, proc(k, 2), Some(1000));
     assert_eq!(pool.w.header(H_SLOTS_SEEN).load(SeqCst), 2);
     c.reserve(0, 300).unwrap();
@@ -183,9 +185,8 @@ fn a_member_that_joins_inside_the_window_is_counted_from_zero() {
     c.alloc_ended(0, 300, true);
     assert!(c.announce_free(0, 100));
     c.complete_free(0, 100);
-    let after = b.marks(0).unwrap();
-    assert_eq!(before.given_back_until(&after), 100, "C's free added back");
-    assert_eq!(before.taken_until(&after), 300, "C's allocation taken off");
+    assert_eq!(t.given_back_since(&before), 100, "C's free added back");
+    assert_eq!(t.taken_since(&first), 300, "C's allocation taken off");
     // A slot given back keeps the count: the next member there reads what it left.
     c.leave();
     let d = member(pool, proc(k, 3), Some(1000));
