@@ -328,8 +328,8 @@ fn corrupt<T>(what: String) -> Result<T, LayoutError> {
 /// only a live slot past that one is a corrupted count. (Read once, a process joining
 /// beside others would take their pool file for a corrupted one and refuse to join it.)
 pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError> {
-    for s in 0..w.slots() {
-        let state = w.state(s).load(Acquire);
+    for (s, state) in w.states().iter().enumerate() {
+        let state = state.load(Acquire);
         if state > STATE_LIVE {
             return corrupt(format!("member slot {s} has state {state}"));
         }
@@ -509,6 +509,14 @@ impl<'a> Words<'a> {
         self.at(STATES_AT + s)
     }
 
+    /// Every slot's state, at once (one bounds check for a scan of them all).
+    #[inline]
+    pub fn states(&self) -> &'a [AtomicU64] {
+        #[cfg(test)]
+        super::touched::note(STATES_AT, self.slots);
+        &self.words[STATES_AT..STATES_AT + self.slots]
+    }
+
     pub fn slot(&self, s: usize, i: usize) -> &'a AtomicU64 {
         self.at(self.slots_at + s * SLOT_WORDS + i)
     }
@@ -531,11 +539,36 @@ impl<'a> Words<'a> {
         self.words.get(at..at + PER_GPU_WORDS)?.try_into().ok()
     }
 
+    /// Slot `s`'s guarantee and ceiling words on GPU entry `g`, at once (one bounds check).
+    #[inline]
+    pub fn shares_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; SHARE_WORDS]> {
+        if s >= self.slots {
+            return None;
+        }
+        let at = self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS;
+        #[cfg(test)]
+        super::touched::note(at, SHARE_WORDS);
+        self.words.get(at..at + SHARE_WORDS)?.try_into().ok()
+    }
+
     /// Slot `s`'s traffic mark `i` (`T_FREEING` ...) on GPU entry `g` (one GPU's marks of
     /// every slot lie together: a measurement reads a few pages).
     #[inline]
     pub fn mark(&self, s: usize, g: usize, i: usize) -> &'a AtomicU64 {
         self.at(self.marks_at + (g * self.slots + s) * MARK_WORDS + i)
+    }
+
+    /// The traffic marks on GPU entry `g` of the first `n` slots (at most every slot), at
+    /// once: a scan of them checks bounds once.
+    #[inline]
+    pub fn marks_of(&self, g: usize, n: usize) -> &'a [[AtomicU64; MARK_WORDS]] {
+        let at = self.marks_at + g * self.slots * MARK_WORDS;
+        let n = n.min(self.slots);
+        #[cfg(test)]
+        super::touched::note(at, n * MARK_WORDS);
+        self.words
+            .get(at..at + n * MARK_WORDS)
+            .map_or(&[], |w| w.as_chunks().0)
     }
 
     /// Slot `s`'s traffic marks on GPU entry `g`, all at once.

@@ -50,6 +50,7 @@
 //! stream-ordered pool that released memory at a synchronisation or a trim), and
 //! processes outside the pool.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::*;
 
 use super::gpu_words::GpuWords;
@@ -95,34 +96,32 @@ pub struct MadeInside {
     slots: Vec<(u64, Option<u64>)>,
 }
 
-impl PoolTraffic<'_, '_> {
-    /// The slots ever taken (a pool of a few members reads a few, not all 256); one
-    /// taken after a read counts from zero (see `given_back_since`, `taken_since`).
-    fn seen(&self) -> usize {
+impl<'w> PoolTraffic<'_, 'w> {
+    /// The marks of the slots ever taken (a pool of a few members reads a few, not all
+    /// 256), on this GPU; one taken after a read counts from zero (see
+    /// `given_back_since`, `taken_since`).
+    fn marks(&self) -> &'w [[AtomicU64; MARK_WORDS]] {
         let w = &self.member.w;
-        usize::try_from(w.header(H_SLOTS_SEEN).load(SeqCst)).map_or(w.slots(), |n| n.min(w.slots()))
-    }
-
-    fn word(&self, s: usize, i: usize) -> u64 {
-        self.member.w.mark(s, self.g, i).load(SeqCst)
+        let seen = usize::try_from(w.header(H_SLOTS_SEEN).load(SeqCst)).unwrap_or(usize::MAX);
+        w.marks_of(self.g, seen)
     }
 
     /// Read right before the window's "before" read: each slot's `freed`, then its
     /// `freeing` (in that order: see the module's text).
     pub fn freed_before(&self) -> FreedBefore {
-        let seen = self.seen();
-        let mut marks = FreedBefore {
-            freed: Vec::with_capacity(seen),
+        let marks = self.marks();
+        let mut before = FreedBefore {
+            freed: Vec::with_capacity(marks.len()),
             freeing: 0,
         };
-        for s in 0..seen {
-            marks.freed.push(self.word(s, T_FREED));
-            let freeing = self.word(s, T_FREEING);
+        for (s, m) in marks.iter().enumerate() {
+            before.freed.push(m[T_FREED].load(SeqCst));
+            let freeing = m[T_FREEING].load(SeqCst);
             if freeing != 0 && self.member.locks.held(s) {
-                marks.freeing = marks.freeing.saturating_add(freeing);
+                before.freeing = before.freeing.saturating_add(freeing);
             }
         }
-        marks
+        before
     }
 
     /// Read right after the window's "after" read: the bytes the members may have given
@@ -131,10 +130,13 @@ impl PoolTraffic<'_, '_> {
     /// window and not yet credited. A slot `before` did not read counts from zero:
     /// nothing was marked in it before.
     pub fn given_back_since(&self, before: &FreedBefore) -> u64 {
-        let grown = (0..self.seen())
-            .map(|s| {
+        let grown = self
+            .marks()
+            .iter()
+            .enumerate()
+            .map(|(s, m)| {
                 let (a, b) = (
-                    self.word(s, T_FREED),
+                    m[T_FREED].load(SeqCst),
                     before.freed.get(s).copied().unwrap_or(0),
                 );
                 if a >= b { a - b } else { a }
@@ -146,13 +148,13 @@ impl PoolTraffic<'_, '_> {
     /// Read right after the window's "before" read: each slot's `made`, `unmade`, then
     /// `started` (in that order: see the module's text).
     pub fn made_inside(&self) -> MadeInside {
-        let slots = (0..self.seen())
-            .map(|s| {
-                let (made, unmade, started) = (
-                    self.word(s, T_MADE),
-                    self.word(s, T_UNMADE),
-                    self.word(s, T_STARTED),
-                );
+        let slots = self
+            .marks()
+            .iter()
+            .map(|m| {
+                let made = m[T_MADE].load(SeqCst);
+                let unmade = m[T_UNMADE].load(SeqCst);
+                let started = m[T_STARTED].load(SeqCst);
                 let in_flight = started
                     .checked_sub(made)
                     .and_then(|f| f.checked_sub(unmade));
@@ -167,9 +169,11 @@ impl PoolTraffic<'_, '_> {
     /// flight at `first`. A slot `first` did not read had nothing in flight then: its
     /// first allocation started after `first`.
     pub fn taken_since(&self, first: &MadeInside) -> u64 {
-        (0..self.seen())
-            .map(|s| {
-                let a = self.word(s, T_MADE);
+        self.marks()
+            .iter()
+            .enumerate()
+            .map(|(s, m)| {
+                let a = m[T_MADE].load(SeqCst);
                 match first.slots.get(s).copied().unwrap_or((0, Some(0))) {
                     (b, Some(f)) if a >= b => (a - b).saturating_sub(f),
                     _ => 0,

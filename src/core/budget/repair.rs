@@ -270,36 +270,47 @@ impl Member<'_> {
         }
         // (join start, slot, guarantee) of the guarantees that pass rules 2 and 3.
         let mut kept: Vec<(u64, usize, u64)> = Vec::new();
-        for s in (0..self.w.slots()).filter(|&s| s != self.slot) {
-            let bit = self.w.share_bits(g, s / 64).load(SeqCst) & 1 << (s % 64) != 0;
-            if self.w.state(s).load(Acquire) != STATE_LIVE {
-                // Empty: a bit there is no member's, unless a process holds the slot
-                // (joining it, or a live member whose state word was cleared).
-                if bit && !self.locks.held(s) {
-                    out.push(found(s, ShareFault::NoMember));
+        // One pass over the slots' states and the GPU's holder bits (each a compact
+        // array: a few pages, a few instructions a slot whatever the member count); a live
+        // slot's share words are read where it is live.
+        let bits = self.w.share_bits_of(g);
+        for (k, group) in self.w.states().chunks(64).enumerate() {
+            let holders = bits.get(k).map_or(0, |b| b.load(SeqCst));
+            for (i, state) in group.iter().enumerate() {
+                if state.load(Acquire) != STATE_LIVE {
+                    // Empty: a bit there is no member's, unless a process holds the slot
+                    // (joining it, or a live member whose state word was cleared).
+                    let s = k * 64 + i;
+                    if holders >> i & 1 != 0 && s != self.slot && !self.locks.held(s) {
+                        out.push(found(s, ShareFault::NoMember));
+                    }
+                    continue;
                 }
-                continue;
-            }
-            let guarantee = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
-            let ceiling = self.w.share(s, g, SH_CEILING).load(SeqCst);
-            if ceiling > limit {
-                out.push(found(s, ShareFault::CeilingAboveCap));
-            }
-            let fault = if bit != (guarantee != 0) {
-                Some(ShareFault::Bit)
-            } else if guarantee > limit {
-                Some(ShareFault::AboveCap)
-            } else if ceiling != 0 && guarantee > ceiling {
-                Some(ShareFault::AboveCeiling)
-            } else {
-                None
-            };
-            match fault {
-                Some(f) => out.push(found(s, f)),
-                None if bit => {
-                    kept.push((self.w.slot(s, S_START_MS).load(Relaxed), s, guarantee));
+                let (s, bit) = (k * 64 + i, holders >> i & 1 != 0);
+                let Some(words) = self.w.shares_all(s, g).filter(|_| s != self.slot) else {
+                    continue;
+                };
+                let guarantee = words[SH_GUARANTEE].load(SeqCst);
+                let ceiling = words[SH_CEILING].load(SeqCst);
+                if ceiling > limit {
+                    out.push(found(s, ShareFault::CeilingAboveCap));
                 }
-                None => {}
+                let fault = if bit != (guarantee != 0) {
+                    Some(ShareFault::Bit)
+                } else if guarantee > limit {
+                    Some(ShareFault::AboveCap)
+                } else if ceiling != 0 && guarantee > ceiling {
+                    Some(ShareFault::AboveCeiling)
+                } else {
+                    None
+                };
+                match fault {
+                    Some(f) => out.push(found(s, f)),
+                    None if bit => {
+                        kept.push((self.w.slot(s, S_START_MS).load(Relaxed), s, guarantee));
+                    }
+                    None => {}
+                }
             }
         }
         // Rule 4: this member's own first, then in the order the members joined.
