@@ -345,6 +345,25 @@ pub(super) fn check_slots(w: Words<'_>, mut seen: u64) -> Result<(), LayoutError
     Ok(())
 }
 
+/// One GPU entry's guarantee and ceiling words of every slot ([`Words::shares_of`]).
+#[derive(Clone, Copy)]
+pub struct SlotShares<'a> {
+    words: &'a [[AtomicU64; SHARE_WORDS]],
+    /// Where they start in the file (noted in tests: `touched`).
+    #[cfg(test)]
+    at: usize,
+}
+
+impl<'a> SlotShares<'a> {
+    /// Slot `s`'s guarantee and ceiling words (`SH_GUARANTEE`, `SH_CEILING`).
+    #[inline]
+    pub fn get(&self, s: usize) -> Option<&'a [AtomicU64; SHARE_WORDS]> {
+        #[cfg(test)]
+        super::touched::note(self.at + s * SHARE_WORDS, SHARE_WORDS);
+        self.words.get(s)
+    }
+}
+
 /// The words of a pool file, checked, and where its parts are (they follow from its
 /// member count).
 #[derive(Clone, Copy)]
@@ -539,16 +558,19 @@ impl<'a> Words<'a> {
         self.words.get(at..at + PER_GPU_WORDS)?.try_into().ok()
     }
 
-    /// Slot `s`'s guarantee and ceiling words on GPU entry `g`, at once (one bounds check).
+    /// GPU entry `g`'s guarantee and ceiling words of every slot, for a scan of them (one
+    /// bounds check for the lot).
     #[inline]
-    pub fn shares_all(&self, s: usize, g: usize) -> Option<&'a [AtomicU64; SHARE_WORDS]> {
-        if s >= self.slots {
-            return None;
+    pub fn shares_of(&self, g: usize) -> SlotShares<'a> {
+        let at = self.shares_at + MAX_POOL_GPUS * self.bits + g * self.slots * SHARE_WORDS;
+        SlotShares {
+            words: self
+                .words
+                .get(at..at + self.slots * SHARE_WORDS)
+                .map_or(&[], |w| w.as_chunks().0),
+            #[cfg(test)]
+            at,
         }
-        let at = self.shares_at + MAX_POOL_GPUS * self.bits + (g * self.slots + s) * SHARE_WORDS;
-        #[cfg(test)]
-        super::touched::note(at, SHARE_WORDS);
-        self.words.get(at..at + SHARE_WORDS)?.try_into().ok()
     }
 
     /// Slot `s`'s traffic mark `i` (`T_FREEING` ...) on GPU entry `g` (one GPU's marks of

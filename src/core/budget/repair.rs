@@ -273,7 +273,7 @@ impl Member<'_> {
         // One pass over the slots' states and the GPU's holder bits (each a compact
         // array: a few pages, a few instructions a slot whatever the member count); a live
         // slot's share words are read where it is live.
-        let bits = self.w.share_bits_of(g);
+        let (bits, shares) = (self.w.share_bits_of(g), self.w.shares_of(g));
         for (k, group) in self.w.states().chunks(64).enumerate() {
             let holders = bits.get(k).map_or(0, |b| b.load(SeqCst));
             for (i, state) in group.iter().enumerate() {
@@ -287,11 +287,14 @@ impl Member<'_> {
                     continue;
                 }
                 let (s, bit) = (k * 64 + i, holders >> i & 1 != 0);
-                let Some(words) = self.w.shares_all(s, g).filter(|_| s != self.slot) else {
+                let Some(words) = shares.get(s).filter(|_| s != self.slot) else {
                     continue;
                 };
                 let guarantee = words[SH_GUARANTEE].load(SeqCst);
                 let ceiling = words[SH_CEILING].load(SeqCst);
+                if guarantee == 0 && ceiling == 0 && !bit {
+                    continue; // no share: none of the rules below can find a fault
+                }
                 if ceiling > limit {
                     out.push(found(s, ShareFault::CeilingAboveCap));
                 }
