@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use gpucap_core::budget::{GpuView, PoolView};
-use gpucap_core::config::{PoolSpec, parse_pool};
+use gpucap_core::config::PoolSpec;
 use gpucap_core::size::{format_bytes, parse_size};
 
 use crate::exit::EXIT_USAGE;
@@ -28,46 +28,13 @@ pub struct Request {
 
 /// Parses the words after `pool resize`.
 pub fn parse(words: &[String]) -> Result<Request, String> {
-    let (mut plain, mut gpu, mut dir, mut claim) = (Vec::new(), None, None, None);
-    let mut it = words.iter();
-    while let Some(w) = it.next() {
-        let (flag, inline) = match w.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (w.as_str(), None),
-        };
-        let mut value = |name: &str| {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or(format!("{name} needs a value"))
-        };
-        match flag {
-            "--gpu" => gpu = Some(value("--gpu N|UUID")?),
-            "--dir" => dir = Some(PathBuf::from(value("--dir DIR")?)),
-            "--claim" => claim = Some(value("--claim DIR")?),
-            f if f.starts_with('-') && f.len() > 1 => {
-                return Err(format!(
-                    "unknown option '{f}' of pool resize (the options are --gpu, --dir and --claim)"
-                ));
-            }
-            _ => plain.push(w.clone()),
-        }
-    }
-    let (name, size, claimed) = crate::pool_operands::pool_and_value(
-        &plain,
-        claim,
+    let read = crate::pool_operands::read(words, "pool resize", &[], |_, _| Ok(false))?;
+    let (name, size, pool) = crate::pool_operands::pool_and_value(
+        &read.plain,
+        read.claim,
         "pool resize takes a pool and a size (gpucap pool resize NAME SIZE, or \
          gpucap pool resize --claim DIR SIZE)",
     )?;
-    let pool = match claimed.map_or_else(|| parse_pool(&name), |c| Ok(Some(c))) {
-        Ok(Some(spec)) => spec,
-        Ok(None) | Err(_) => {
-            return Err(format!(
-                "invalid pool {name:?}: a pool's name, its file's absolute path, or a claim's \
-                 pool (claim:ID)"
-            ));
-        }
-    };
     let size = match parse_size(size) {
         Ok(0) => return Err("the size of pool resize must be more than 0".to_string()),
         Ok(s) => s,
@@ -77,8 +44,8 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         pool,
         name,
         size,
-        gpu,
-        dir,
+        gpu: read.gpu,
+        dir: read.dir,
     })
 }
 
@@ -217,7 +184,14 @@ mod tests {
             (&["train", "0"], "more than 0"),
             (&["train", "8X"], "invalid size \"8X\""),
             (&["train", "1Gi", "--gpu"], "--gpu N|UUID needs a value"),
-            (&["train", "1Gi", "--force"], "unknown option '--force'"),
+            (
+                &["train", "1Gi", "--force"],
+                "unknown option '--force' of pool resize (the options are --gpu, --dir and --claim)",
+            ),
+            (
+                &["train", "1Gi", "--dri", "/p"],
+                "'--dri' of pool resize (did you mean --dir?)",
+            ),
             (&["a b", "1Gi"], "invalid pool"),
             (&["--claim", "rel", "1Gi"], "--claim rel: the absolute path"),
             (&["train", "--claim", "/c", "1Gi"], "a pool and a size"),

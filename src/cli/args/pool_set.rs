@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use gpucap_core::config::{PoolSpec, nearest_name, parse_pool};
+use gpucap_core::config::PoolSpec;
 use gpucap_core::size::parse_size;
 
 /// A parsed `pool set`.
@@ -26,75 +26,37 @@ pub struct Request {
     pub dir: Option<PathBuf>,
 }
 
-const OPTIONS: [&str; 6] = [
-    "--guarantee",
-    "--ceiling",
-    "--gpu",
-    "--dir",
-    "--claim",
-    "--help",
-];
-
 /// Parses the words after `pool set`.
 pub fn parse(words: &[String]) -> Result<Request, String> {
-    let (mut plain, mut gpu, mut dir, mut claim) = (Vec::new(), None, None, None);
     let (mut guarantee, mut ceiling) = (None, None);
-    let mut it = words.iter();
-    while let Some(w) = it.next() {
-        let (flag, inline) = match w.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (w.as_str(), None),
-        };
-        let mut value = |name: &str| {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or(format!("{name} needs a value"))
-        };
-        match flag {
-            "--guarantee" => {
-                let v = value("--guarantee SIZE")?;
-                guarantee = Some(size("--guarantee", &v, true)?);
+    let read = crate::pool_operands::read(
+        words,
+        "pool set",
+        &["--guarantee", "--ceiling"],
+        |flag, value| {
+            match flag {
+                "--guarantee" => {
+                    let v = value("--guarantee SIZE")?;
+                    guarantee = Some(size("--guarantee", &v, true)?);
+                }
+                "--ceiling" => {
+                    let v = value("--ceiling SIZE|none")?;
+                    ceiling = Some(match v.as_str() {
+                        "none" => None,
+                        _ => Some(size("--ceiling", &v, false)?),
+                    });
+                }
+                _ => return Ok(false),
             }
-            "--ceiling" => {
-                let v = value("--ceiling SIZE|none")?;
-                ceiling = Some(match v.as_str() {
-                    "none" => None,
-                    _ => Some(size("--ceiling", &v, false)?),
-                });
-            }
-            "--gpu" => gpu = Some(value("--gpu N|UUID")?),
-            "--dir" => dir = Some(PathBuf::from(value("--dir DIR")?)),
-            "--claim" => claim = Some(value("--claim DIR")?),
-            f if f.starts_with('-') && f.len() > 1 => {
-                return Err(match nearest_name(f, &OPTIONS) {
-                    Some(near) => {
-                        format!("unknown option '{f}' of pool set (did you mean {near}?)")
-                    }
-                    None => format!(
-                        "unknown option '{f}' of pool set (the options are --guarantee, \
-                         --ceiling, --gpu, --dir and --claim)"
-                    ),
-                });
-            }
-            _ => plain.push(w.clone()),
-        }
-    }
-    let (name, pid, claimed) = crate::pool_operands::pool_and_value(
-        &plain,
-        claim,
+            Ok(true)
+        },
+    )?;
+    let (name, pid, pool) = crate::pool_operands::pool_and_value(
+        &read.plain,
+        read.claim,
         "pool set takes a pool and a member's PID (gpucap pool set NAME PID \
          --guarantee SIZE --ceiling SIZE, or gpucap pool set --claim DIR PID ...)",
     )?;
-    let pool = match claimed.map_or_else(|| parse_pool(&name), |c| Ok(Some(c))) {
-        Ok(Some(spec)) => spec,
-        Ok(None) | Err(_) => {
-            return Err(format!(
-                "invalid pool {name:?}: a pool's name, its file's absolute path, or a claim's \
-                 pool (claim:ID)"
-            ));
-        }
-    };
     let pid = match pid.parse::<u32>() {
         Ok(p) if p > 0 => p,
         _ => {
@@ -113,8 +75,8 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         pid,
         guarantee,
         ceiling,
-        gpu,
-        dir,
+        gpu: read.gpu,
+        dir: read.dir,
     })
 }
 
