@@ -31,10 +31,18 @@
 //! sweeps first (`account`, `share_words`, `wait`): the dead's bytes are never left held
 //! from a member that needs them.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
+};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{
+    G_LOCK, G_WAITERS, H_JOIN_CURSOR, H_JOIN_FREED, H_JOIN_NEXT, H_JOIN_SWEPT_MS, H_SLOT_FREED,
+    H_SLOTS_SEEN, LOCK_HOLDER, M_CAP, M_PEAK, M_PENDING, M_USED, M_WAIT, MAX_POOL_GPUS, S_CONTEXTS,
+    S_GENERATION, S_HANDED, S_PID, S_PIDNS, S_SHARE_GEN, S_START_MS, SHARE_WORDS, STATE_EMPTY,
+    STATE_LIVE, T_FREED, T_FREEING, Words,
+};
 use super::member::{JoinError, Member, MemberInfo, MemberLocks, Pool};
 use crate::config::MAX_DEVICES;
 

@@ -50,10 +50,10 @@
 //! stream-ordered pool that released memory at a synchronisation or a trim), and
 //! processes outside the pool.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, SeqCst};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{G_WAITERS, H_SLOTS_SEEN, T_FREED, T_FREEING, T_MADE, T_STARTED, T_UNMADE};
 use super::member::{Member, OWN_SHARE};
 
 /// Takes `bytes` off the member's `freeing` (never below zero: a word another process

@@ -8,10 +8,17 @@
 //! bytes it had in flight), counts the pool's `used` again and empties the slot.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
+};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{
+    DEFAULT_SLOTS, G_CAP, G_CAP_GEN, G_CONTEXT_BYTES, G_KEY, G_UUID, H_UID, LayoutError, M_CAP,
+    M_USED, MAX_POOL_GPUS, MAX_SLOTS, S_HANDED, SH_CEILING, SH_GUARANTEE, SHARE_HEAD_WORDS,
+    SHARE_WORDS, STATE_LIVE, Words, decode_cap, encode_cap, gpu_key, limit_of,
+};
 use crate::config::MAX_DEVICES;
 
 /// What a member needs of the kernel, provided by the code that maps the file: the

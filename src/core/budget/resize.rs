@@ -35,11 +35,14 @@
 //! member's cap replaces it, as for a pool never resized.
 
 use std::fmt;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::time::{Duration, Instant};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{
+    G_CAP, G_CAP_GEN, G_KEY, G_USED, G_WAIT_SEQ, M_CAP, MAX_POOL_GPUS, S_PID, SH_GUARANTEE,
+    STATE_LIVE, Words, decode_cap, encode_cap, gpu_key, limit_of, used_bytes, used_word,
+};
 use super::member::{Member, MemberLocks, Pool};
 use super::share_words::Holder;
 

@@ -38,9 +38,13 @@
 //! wait) until it holds less.
 
 use std::fmt;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
-use super::layout::*;
+use super::layout::{
+    G_CAP, G_CAP_GEN, G_KEY, G_USED, M_CAP, M_USED, MAX_POOL_GPUS, S_PID, S_SHARE_GEN, SH_CEILING,
+    SH_GUARANTEE, SHARE_GEN_COUNT, STATE_LIVE, USED_BYTES, decode_cap, gpu_key, limit_of,
+    used_bytes, used_word,
+};
 use super::member::Member;
 use super::resize::take_turn;
 use super::share_words::Holder;

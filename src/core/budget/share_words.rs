@@ -9,12 +9,18 @@
 //! its slot): a killed member's guarantee returns with its bytes.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, SeqCst},
+};
 use std::time::{Duration, Instant};
 
 use super::account::PoolRefusal;
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{
+    G_CAP, G_USED, G_WAIT_SEQ, M_PENDING, M_USED, MAX_POOL_GPUS, S_PID, S_SHARE_GEN, SH_CEILING,
+    SH_GUARANTEE, SHARE_HEAD_WORDS, decode_cap, limit_of, used_bytes, used_word,
+};
 use super::member::Member;
 use super::shares::{self, Admission, Share};
 use crate::size::format_bytes;

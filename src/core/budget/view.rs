@@ -1,11 +1,16 @@
 //! What a pool holds, read without changing it: for `gpucap status`, `gpucap top`, the
 //! pool's view in `cuMemGetInfo` and NVML's list of processes.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 
 use serde::Serialize;
 
-use super::layout::*;
+use super::layout::{
+    G_CAP, G_LARGEST_REFUSED, G_LOCK, G_LOCK_SINCE, G_PEAK, G_REFUSALS, G_USED, G_WAIT_MS,
+    G_WAITERS, G_WAITS, H_CREATED, H_VERSION, LOCK_HOLDER, M_CAP, M_PEAK, M_USED, MAX_POOL_GPUS,
+    S_HANDED, S_PID, S_PIDNS, S_START_MS, SH_CEILING, SH_GUARANTEE, STATE_LIVE, USED_BYTES, Words,
+    decode_cap, used_bytes,
+};
 use super::member::{MemberLocks, Pool};
 use super::used::members_count;
 use crate::config::format_uuid;

@@ -28,7 +28,11 @@ pub use nvidia_toolkit::*;
 pub use quantity::*;
 pub use vgpu_manager::*;
 
-use super::*;
+use super::{
+    Config, ConfigError, DeviceKey, DeviceUuid, HAMI_LIMIT, Limit, LimitFrom, LimitSpec,
+    MAX_DEVICES, MIN_UNITLESS_BYTES, PoolSpec, check_shares, format_uuid, limit_is_none,
+    unitless_message,
+};
 
 /// One variable a cap came from, for `gpucap check`: `CUDA_MEM_LIMIT_0="1024m"` from
 /// vgpu-manager, for the GPU `key` (None: every GPU).
