@@ -534,8 +534,3 @@ where
     name_typed(&mut config);
     Ok(config)
 }
-
-/// `from_vars(std::env::vars_os())`.
-pub fn from_env() -> Result<Config, ConfigError> {
-    from_vars(std::env::vars_os())
-}

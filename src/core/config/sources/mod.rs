@@ -22,11 +22,16 @@ mod nvidia_toolkit;
 mod quantity;
 mod vgpu_manager;
 
-pub use dra_example::*;
-pub use hami_dra::*;
-pub use nvidia_toolkit::*;
-pub use quantity::*;
-pub use vgpu_manager::*;
+pub use dra_example::DRA_EXAMPLE;
+pub use hami_dra::{
+    HAMI_CLASSIC, HAMI_DRA, NVIDIA_VISIBLE_DEVICES, hami_claim_dir, hami_classic_by_uuid,
+    hami_dra_spec, merge_hami_by_uuid,
+};
+pub use nvidia_toolkit::NVIDIA_TOOLKIT;
+pub use vgpu_manager::VGPU_MANAGER;
+
+// Taken by the modules below through `super::`.
+use quantity::{QUANTITY_ACCEPTED, parse_quantity};
 
 use super::{
     Config, ConfigError, DeviceKey, DeviceUuid, HAMI_LIMIT, Limit, LimitFrom, LimitSpec,
