@@ -5,6 +5,9 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 
 use super::*;
+use crate::budget::layout::{
+    H_JOIN_CURSOR, H_JOIN_FREED, H_JOIN_NEXT, H_JOIN_SWEPT_MS, S_PID, STATE_LIVE,
+};
 
 fn pool_of(slots: usize) -> (Pool<'static>, &'static Kernel) {
     let v: Vec<AtomicU64> = (0..pool_words(slots)).map(|_| AtomicU64::new(0)).collect();

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::budget::layout::H_VERSION;
 use crate::budget::shares::check;
 
 fn words_of(slots: usize) -> &'static [AtomicU64] {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use proptest::prelude::*;
 
 use super::*;
+use crate::budget::layout::{M_USED, SH_CEILING, SH_GUARANTEE, USED_BYTES};
 use crate::budget::shares::{Share, check};
 
 const CAP: u64 = 1000;

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::Duration;
 
 use super::*;
+use crate::budget::layout::{G_CAP, G_CAP_GEN, G_USED, encode_cap};
 use crate::budget::shares::{Share, check};
 
 fn quiet(_: &WaitNote) {}

@@ -9,6 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+use crate::budget::layout::{G_CAP_GEN, SH_CEILING, SH_GUARANTEE};
 use crate::budget::shares::{Admission, Share, check};
 
 const CAP: u64 = 1000;

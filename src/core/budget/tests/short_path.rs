@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use super::*;
+use crate::budget::layout::{
+    G_PEAK, G_USED, G_WAITERS, M_PEAK, M_PENDING, M_USED, T_STARTED, USED_BYTES, used_bytes,
+    used_word,
+};
 use crate::budget::shares::{Share, check};
 
 const CAP: u64 = 1000;
