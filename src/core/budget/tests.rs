@@ -2,7 +2,7 @@
 //! kernel lock of one owner, as the kernel does when a process dies.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use super::*;
 use crate::budget::layout::{

@@ -2,7 +2,10 @@
 //! emptied by leaves and deaths are taken again, a full pool still says so, and no
 //! forged hint makes a joiner take a live member's slot or pass a free one by for good.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 
 use super::*;
 use crate::budget::layout::{

@@ -3,7 +3,7 @@
 //! others see, a joiner past the count is refused naming it, or waits for a slot
 //! (`GPUCAP_WAIT`); a file of another version is refused.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::*;

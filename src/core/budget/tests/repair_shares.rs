@@ -3,7 +3,7 @@
 //! joiner or refusal repairs them with a note, a member inside its own guarantee is
 //! served, the pool never holds more than its cap and the view never shows more.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use proptest::prelude::*;
 

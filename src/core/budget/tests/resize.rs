@@ -1,7 +1,10 @@
 //! Resizing a live pool (`resize`): members learn the new cap, a raise serves the
 //! waiters, a lower takes nothing back, guarantees that no longer fit refuse it.
 
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::Duration;
 
 use super::*;

@@ -3,7 +3,10 @@
 //! nothing back, a guarantee that does not fit is refused with both figures, and a
 //! guarantee raised while others reserve is kept for its member.
 
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::Duration;
 
 use proptest::prelude::*;

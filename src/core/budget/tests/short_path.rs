@@ -3,7 +3,7 @@
 //! alone, while nobody holds a guarantee); whatever it answers, the full path
 //! (`Member::reserve`) would have taken the same bytes, and a false changes nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use super::*;
