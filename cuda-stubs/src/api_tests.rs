@@ -4,18 +4,42 @@
 use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
-use crate::abi::types::*;
-use crate::abi::*;
-use crate::api::array::*;
-use crate::api::context::*;
-use crate::api::copy::*;
-use crate::api::device::*;
-use crate::api::memory::*;
-use crate::api::pool::*;
-use crate::api::procaddr::*;
-use crate::api::stream::*;
-use crate::api::vmm::*;
-use crate::procaddr::*;
+use crate::abi::types::{CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, CudaArrayDescriptor};
+use crate::abi::{
+    CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_SUPPORTED,
+    CUDA_ERROR_OUT_OF_MEMORY, CUresult, cstr,
+};
+use crate::api::array::{cuArrayCreate_v2, cuArrayDestroy, cuArrayGetDescriptor_v2};
+use crate::api::context::{
+    cuCtxAttach, cuCtxCreate_v2, cuCtxDestroy_v2, cuCtxDetach, cuCtxGetCurrent, cuCtxGetDevice,
+    cuCtxPopCurrent_v2, cuCtxSetCurrent, cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxRetain,
+    cuProfilerInitialize, cuProfilerStart, cuProfilerStop,
+};
+use crate::api::copy::{cuMemcpyDtoH_v2, cuMemcpyHtoD_v2, cuMemsetD32_v2};
+use crate::api::device::{
+    cuDeviceGetAttribute, cuDeviceGetName, cuGetErrorName, cuGetErrorString, cuInit,
+};
+use crate::api::memory::{
+    cuMemAlloc_v2, cuMemAllocPitch_v2, cuMemFree_v2, cuMemGetAddressRange_v2, cuMemGetInfo_v2,
+    cuPointerGetAttribute,
+};
+use crate::api::pool::{
+    cuDeviceGetDefaultMemPool, cuMemAllocAsync, cuMemFreeAsync, cuMemFreeAsync_ptsz,
+    cuMemPoolGetAttribute,
+};
+use crate::api::procaddr::{cuGetProcAddress, cuGetProcAddress_v2};
+use crate::api::stream::{
+    cuStreamCreate, cuStreamDestroy_v2, cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_ptsz,
+    cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz, cuStreamGetCaptureInfo_v3,
+    cuStreamGetCaptureInfo_v3_ptsz, cuStreamIsCapturing, cuStreamIsCapturing_ptsz,
+    cuStreamSynchronize, cuThreadExchangeStreamCaptureMode,
+};
+use crate::api::vmm::{
+    cuMemAddressFree, cuMemAddressReserve, cuMemCreate, cuMemGetAllocationGranularity, cuMemMap,
+    cuMemRelease, cuMemSetAccess, cuMemUnmap,
+};
+use crate::procaddr::TABLE;
 
 pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 

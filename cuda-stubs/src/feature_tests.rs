@@ -4,16 +4,50 @@
 use std::ptr::null_mut;
 use std::time::Instant;
 
-use crate::abi::types::*;
-use crate::abi::*;
-use crate::api::array::*;
-use crate::api::context::*;
-use crate::api::copy::*;
-use crate::api::ipc::*;
-use crate::api::memory::*;
-use crate::api::pool::*;
-use crate::api::stream::*;
-use crate::api::vmm::*;
+use crate::abi::types::{
+    CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD, CUDA_EXTERNAL_MEMORY_BUFFER_DESC,
+    CUDA_EXTERNAL_MEMORY_HANDLE_DESC, CUipcMemHandle, CUmemAccessDesc, CUmemAllocationProp,
+    CUmemLocation, CUmemPoolProps, CudaArray3dDescriptor, CudaArrayMemoryRequirements,
+};
+use crate::abi::{
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+    CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
+    CUresult,
+};
+use crate::api::array::{
+    cuArray3DCreate_v2, cuArray3DGetDescriptor_v2, cuArrayDestroy, cuArrayGetMemoryRequirements,
+    cuMipmappedArrayCreate, cuMipmappedArrayDestroy, cuMipmappedArrayGetLevel,
+    cuMipmappedArrayGetMemoryRequirements,
+};
+use crate::api::context::{
+    cuCtxCreate_v2, cuCtxDestroy_v2, cuCtxDetach, cuCtxGetDevice_v2, cuCtxSetCurrent,
+    cuCtxSynchronize, cuCtxSynchronize_v2, cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxRetain,
+};
+use crate::api::copy::{cuMemcpyDtoH_v2, cuMemcpyHtoD_v2, cuMemsetD8_v2, cuMemsetD32_v2};
+use crate::api::ipc::{
+    cuIpcCloseMemHandle, cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2,
+};
+use crate::api::memory::{
+    cuMemAlloc_v2, cuMemAllocHost_v2, cuMemAllocManaged, cuMemFree_v2, cuMemFreeHost,
+    cuMemGetAddressRange_v2, cuMemHostAlloc, cuMemHostGetFlags, cuMemHostRegister_v2,
+    cuMemHostUnregister, cuPointerGetAttribute,
+};
+use crate::api::pool::{
+    cuDeviceGetDefaultMemPool, cuDeviceGetMemPool, cuDeviceSetMemPool, cuMemAllocAsync,
+    cuMemAllocFromPoolAsync, cuMemFreeAsync, cuMemGetDefaultMemPool, cuMemGetMemPool,
+    cuMemPoolCreate, cuMemPoolDestroy, cuMemPoolGetAccess, cuMemPoolGetAttribute,
+    cuMemPoolSetAccess, cuMemPoolSetAttribute, cuMemPoolTrimTo, cuMemSetMemPool,
+};
+use crate::api::stream::{
+    cuEventCreate, cuEventDestroy_v2, cuEventRecord, cuEventSynchronize, cuStreamCreate,
+    cuStreamDestroy_v2, cuStreamGetGreenCtx, cuStreamSynchronize,
+};
+use crate::api::vmm::{
+    cuMemAddressFree, cuMemAddressReserve, cuMemCreate, cuMemExportToShareableHandle,
+    cuMemGetAllocationPropertiesFromHandle, cuMemImportFromShareableHandle, cuMemMap, cuMemRelease,
+    cuMemRetainAllocationHandle, cuMemSetAccess, cuMemUnmap,
+};
 use crate::api_tests::{setup, used};
 use crate::model::device::ledger;
 use crate::model::vmm::GRANULARITY;
@@ -926,7 +960,9 @@ fn pool_allocations_outlive_the_context_that_made_them() {
 /// the other API's bytes, freed with cuMemFree.
 #[test]
 fn host_vmm_and_external_memory_take_no_device_memory() {
-    use crate::api::external::*;
+    use crate::api::external::{
+        cuDestroyExternalMemory, cuExternalMemoryGetMappedBuffer, cuImportExternalMemory,
+    };
     let (_g, _) = setup();
     let before = used();
     let g = GRANULARITY;

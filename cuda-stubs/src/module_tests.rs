@@ -4,11 +4,21 @@
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
-use crate::abi::*;
-use crate::api::copy::*;
-use crate::api::export_tables::*;
-use crate::api::launch::*;
-use crate::api::module::*;
+use crate::abi::{
+    CUDA_ERROR_INVALID_CLUSTER_SIZE, CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, CUresult,
+};
+use crate::api::copy::{cuMemcpyDtoH_v2, cuMemcpyHtoD_v2};
+use crate::api::export_tables::{Slot, TABLES, cuGetExportTable, stub_slots, uuid_text};
+use crate::api::launch::{
+    cuLaunchKernel, cuOccupancyMaxActiveClusters, cuOccupancyMaxPotentialClusterSize,
+};
+use crate::api::module::{
+    cuFuncGetAttribute, cuFuncGetName, cuFuncSetAttribute, cuKernelGetFunction, cuLibraryGetGlobal,
+    cuLibraryGetKernel, cuLibraryLoadData, cuLibraryUnload, cuLinkAddData_v2, cuLinkComplete,
+    cuLinkCreate_v2, cuLinkDestroy, cuModuleGetFunction, cuModuleGetGlobal_v2, cuModuleLoadData,
+    cuModuleLoadDataEx, cuModuleLoadFatBinary, cuModuleUnload,
+};
 use crate::api_tests::{setup, used};
 use crate::image::build_elf;
 use crate::image::tests::tiny_fatbin;
@@ -438,8 +448,13 @@ fn libraries_kernels_and_the_linker() {
 #[test]
 fn launches_on_a_capturing_stream_are_kernel_nodes() {
     let _g = setup();
-    use crate::api::graph::*;
-    use crate::api::stream::*;
+    use crate::api::graph::{
+        cuGraphDestroy, cuGraphExecDestroy, cuGraphGetNodes, cuGraphInstantiateWithFlags,
+        cuGraphLaunch, cuGraphNodeGetType,
+    };
+    use crate::api::stream::{
+        cuStreamBeginCapture_v2, cuStreamCreate, cuStreamDestroy_v2, cuStreamEndCapture,
+    };
     let elf = build_elf(&["captured_kernel"], &[]);
     unsafe {
         let lib = load_library(&elf);
@@ -581,7 +596,7 @@ unsafe extern "C" fn log_callback() {}
 #[test]
 fn log_callbacks_register_and_unregister() {
     let _g = setup();
-    use crate::api::device::*;
+    use crate::api::device::{cuLogsCurrent, cuLogsRegisterCallback, cuLogsUnregisterCallback};
     unsafe {
         let mut h = 0usize;
         assert_eq!(
@@ -610,10 +625,23 @@ fn log_callbacks_register_and_unregister() {
 #[test]
 fn graph_memory_is_reserved_at_instantiation_and_given_back_at_a_trim() {
     let _g = setup();
-    use crate::abi::types::*;
-    use crate::api::graph::*;
-    use crate::api::pool::*;
-    use crate::api::stream::*;
+    use crate::abi::types::{
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
+        CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+        CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
+        CU_STREAM_CAPTURE_STATUS_ACTIVE, CUmemLocation, CUmemPoolProps, CudaMemAllocNodeParams,
+    };
+    use crate::api::graph::{
+        cuDeviceGetGraphMemAttribute, cuDeviceGraphMemTrim, cuDeviceSetGraphMemAttribute,
+        cuGraphAddMemAllocNode, cuGraphAddMemFreeNode, cuGraphCreate, cuGraphDestroy,
+        cuGraphExecDestroy, cuGraphGetNodes, cuGraphInstantiateWithFlags, cuGraphLaunch,
+        cuGraphNodeGetType, cuGraphUpload,
+    };
+    use crate::api::pool::{cuMemAllocAsync, cuMemFreeAsync};
+    use crate::api::stream::{
+        cuStreamBeginCapture_v2, cuStreamCreate, cuStreamDestroy_v2, cuStreamEndCapture,
+        cuStreamIsCapturing,
+    };
     const MIB: usize = 1 << 20;
     let attr = |a| {
         let mut v = 7u64;

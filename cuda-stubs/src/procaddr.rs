@@ -96,7 +96,7 @@ impl Table {
 
 #[cfg(test)]
 mod tests {
-    use super::Resolution::*;
+    use super::Resolution::{Found, NotFound, VersionNotSufficient};
     use super::*;
 
     fn r(name: &str, ver: i32, flags: u64) -> Resolution {

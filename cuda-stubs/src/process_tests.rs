@@ -7,14 +7,24 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use crate::abi::types::*;
-use crate::abi::*;
-use crate::api::context::*;
-use crate::api::copy::*;
-use crate::api::device::*;
-use crate::api::ipc::*;
-use crate::api::memory::*;
-use crate::api::pool::*;
+use crate::abi::cstr;
+use crate::abi::types::{CUipcMemHandle, CUmemAccessDesc, CUmemLocation};
+use crate::api::context::{
+    cuCtxAttach, cuCtxCreate_v2, cuCtxDestroy_v2, cuCtxDetach, cuCtxSetCurrent, cuCtxSynchronize,
+    cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxReset_v2,
+    cuDevicePrimaryCtxRetain, cuProfilerInitialize,
+};
+use crate::api::copy::{cuMemcpyDtoH_v2, cuMemcpyHtoD_v2};
+use crate::api::device::{
+    cuDeviceGetCount, cuDeviceGetName, cuDeviceGetPCIBusId, cuDeviceGetUuid, cuDeviceGetUuid_v2,
+    cuDriverGetVersion, cuInit,
+};
+use crate::api::ipc::{cuIpcCloseMemHandle, cuIpcGetMemHandle, cuIpcOpenMemHandle_v2};
+use crate::api::memory::{cuMemAlloc_v2, cuMemFree_v2, cuMemGetInfo_v2};
+use crate::api::pool::{
+    cuDeviceGetDefaultMemPool, cuMemAllocAsync, cuMemFreeAsync, cuMemPoolGetAccess,
+    cuMemPoolGetAttribute, cuMemPoolSetAccess,
+};
 use crate::model::device::ledger;
 use libc::c_int;
 use std::ptr::null;

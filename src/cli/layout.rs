@@ -30,7 +30,7 @@ pub enum Col {
     Command,
 }
 
-use Col::*;
+use Col::{Bar, Cap, Command, Free, Gpu, Peak, Pid, Pool, Refused, UsePct, Used, User, Uuid};
 
 /// Left to right.
 const ORDER: [Col; 13] = [

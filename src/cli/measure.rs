@@ -9,7 +9,7 @@
 use std::ffi::{OsStr, OsString, c_int};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering::*};
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 
 use crate::args::Overrides;
 use crate::environment::{load, lookup, set_var};

@@ -10,7 +10,10 @@
 //! credits it. Later launches of the same function there pay one lookup in the map of
 //! functions seen.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire, Release},
+};
 
 use crate::contexts::Ctx;
 use crate::residents::ResidentCharges;

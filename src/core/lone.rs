@@ -21,7 +21,10 @@
 //! process's, ignored and removed by the next reader that can (`gpucap-pool-file`).
 //! Pure: words in, words out.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use serde::Serialize;
 

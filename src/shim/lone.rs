@@ -11,7 +11,10 @@
 //! Failing to show itself (a full file system, no memfd) never stops the program and
 //! never uncaps it: one line at warn level says why.
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64,
+    Ordering::{AcqRel, Acquire, Release},
+};
 use std::sync::{Mutex, Once};
 
 use gpucap_core::config::Config;

@@ -3,8 +3,18 @@
 
 use libc::{c_char, c_int, c_uint};
 
-use crate::abi::*;
-use crate::devices::*;
+use crate::abi::{
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INSUFFICIENT_SIZE,
+    NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_MEMORY_V2,
+    NVML_PROCESS_DETAIL_LIST_V1, NVML_PROCESS_MODE_ALL, NVML_PROCESS_MODE_COMPUTE, Res, exports,
+    fill, in_str, nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t, nvmlProcessDetail_v1_t,
+    nvmlProcessDetailList_v1_t, nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlReturn_t, out,
+    out_str,
+};
+use crate::devices::{
+    MAX_MIG_DEVICES, PCI_DEVICE_ID, PCI_SUBSYSTEM_ID, cfg, dev, driver_version, gpu_handle, init,
+    mig_handle, nvmlDevice_t, processes_of, shutdown, used_of,
+};
 use fake_gpu::identity;
 
 fn handle_by_index(index: c_uint, device: *mut nvmlDevice_t) -> Res {

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use libc::c_uint;
 
-use crate::abi::*;
+use crate::abi::{
+    NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_UNINITIALIZED,
+    NVML_ERROR_UNKNOWN, Res, log, nvmlReturn_t,
+};
 use fake_gpu::config::{self, Config};
 use fake_gpu::identity;
 use fake_gpu::shared::Shared;

@@ -7,9 +7,23 @@ use std::ptr::null_mut;
 use std::sync::Once;
 
 use super::*;
-use crate::abi::*;
-use crate::api::*;
-use crate::devices::*;
+use crate::abi::{
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INSUFFICIENT_SIZE,
+    NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_MEMORY_V2,
+    NVML_SUCCESS, nvmlErrorString, nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t,
+    nvmlProcessInfo_v2_t, nvmlReturn_t,
+};
+use crate::api::{
+    nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetCount, nvmlDeviceGetCount_v2,
+    nvmlDeviceGetCudaComputeCapability, nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+    nvmlDeviceGetGpuInstanceId, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetHandleByPciBusId_v2,
+    nvmlDeviceGetHandleByUUID, nvmlDeviceGetIndex, nvmlDeviceGetMaxMigDeviceCount,
+    nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMigDeviceHandleByIndex,
+    nvmlDeviceGetMigMode, nvmlDeviceGetName, nvmlDeviceGetPciInfo_v3, nvmlDeviceGetUUID,
+    nvmlDeviceIsMigDeviceHandle, nvmlInit_v2, nvmlInitWithFlags, nvmlShutdown,
+    nvmlSystemGetCudaDriverVersion_v2, nvmlSystemGetDriverVersion, nvmlSystemGetNVMLVersion,
+};
+use crate::devices::nvmlDevice_t;
 use fake_gpu::shared::Shared;
 use libc::{c_char, c_uint};
 

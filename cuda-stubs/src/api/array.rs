@@ -1,8 +1,8 @@
 //! CUDA arrays and mipmapped arrays: creation, destruction, descriptors, levels and memory
 //! requirements (the size model is in model/array.rs).
 
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{CudaArray3dDescriptor, CudaArrayDescriptor, CudaArrayMemoryRequirements};
+use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CuResult, inp, note, out};
 use crate::model::array::{self, ARRAY_ALIGNMENT};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};

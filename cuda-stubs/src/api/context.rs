@@ -1,7 +1,10 @@
 //! Contexts (primary and created, the per-thread stack, usage counts), their limits and
 //! cache configuration, and the profiler calls.
 
-use crate::abi::*;
+use crate::abi::{
+    CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CuResult, note,
+    out,
+};
 use crate::model::ctx::{self, Ctx, current, device_of};
 use crate::model::device::{cfg, check_dev};
 use crate::model::limit;

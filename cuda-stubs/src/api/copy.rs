@@ -2,7 +2,7 @@
 //! accessible memory. Streams are synchronous, so the async forms only check the stream.
 
 use crate::abi::types::CUdeviceptr;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CuResult};
 use crate::model::address::check_range;
 use crate::model::ctx::Ctx;
 use crate::model::device::cfg;

@@ -2,7 +2,7 @@
 //! compute capability 9.0), error names and strings.
 
 use crate::abi::errors::{error_name_nul, error_string};
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE, cstr, log, out};
 use crate::model::device::{cfg, check_dev, device_name, init, phys_of, uuid_v1, uuid_v2};
 use fake_gpu::config;
 use fake_gpu::identity;

@@ -9,7 +9,7 @@
 //! CUDA_ERROR_NOT_SUPPORTED; STUBS.md lists the stubs, README.md the tables. A UUID the fake
 //! does not know gets CUDA_ERROR_INVALID_VALUE and a NULL table (logged under trace).
 
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUresult, CuResult, call, inp, note, out};
 use libc::c_void;
 
 /// What a slot holds.
@@ -91,10 +91,10 @@ mod integrity;
 mod runtime;
 mod tools;
 
-use context::*;
-use integrity::*;
-use runtime::*;
-use tools::*;
+use context::{CHECKS, CHECKS_SLOTS, CLS, CLS_SLOTS, IDENTITY, IDENTITY_SLOTS};
+use integrity::{INTEGRITY, INTEGRITY_SLOTS};
+use runtime::{CUDART, CUDART_SLOTS, RT13, RT13_SLOTS};
+use tools::{CUPTI, CUPTI_SLOTS, HOOKS, HOOKS_SLOTS, TLS, TLS_SLOTS};
 
 const fn hex(c: u8) -> u8 {
     match c {

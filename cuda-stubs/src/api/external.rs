@@ -6,8 +6,12 @@
 //! exists on Linux; the Windows, Direct3D and NvSciBuf types are
 //! `CUDA_ERROR_NOT_SUPPORTED` here, as on a Linux machine without them.
 
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{
+    CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF, CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+    CUDA_EXTERNAL_MEMORY_BUFFER_DESC, CUDA_EXTERNAL_MEMORY_DEDICATED,
+    CUDA_EXTERNAL_MEMORY_HANDLE_DESC, CUdeviceptr,
+};
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, inp, note, out};
 use crate::model::ctx::current;
 use crate::model::device::cfg;
 use crate::model::external;

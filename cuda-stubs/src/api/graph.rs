@@ -3,8 +3,13 @@
 //! queries, and each device's graph memory (attributes, trim). Stream capture is in
 //! `api/stream.rs` and `api/pool.rs`.
 
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
+    CUdeviceptr, CudaGraphInstantiateParams, CudaMemAllocNodeParams,
+};
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CuResult, inp, note, out};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
 use crate::model::graph::{self, Node};

@@ -6,7 +6,7 @@
 //! graphics resource can be valid (CUDA_ERROR_INVALID_HANDLE). `cuGLInit` (a no-op since
 //! CUDA 3.0) succeeds and `cuGLCtxCreate` makes a plain context, as `cuCtxCreate`.
 
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult, out};
 use crate::model::ctx::Ctx;
 use crate::model::device::cfg;
 use libc::{c_int, c_uint, c_void};

@@ -1,7 +1,7 @@
 //! Legacy CUDA IPC: cuIpcGetMemHandle, cuIpcOpenMemHandle(_v2), cuIpcCloseMemHandle.
 
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{CUdeviceptr, CUipcMemHandle};
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, TraceArg, note, out};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, ledger};
 use crate::model::ipc::{self, Contents};

@@ -2,7 +2,9 @@
 //! kernel handle with a valid configuration succeeds and does nothing (on a capturing
 //! stream it becomes a kernel node of the graph); occupancy is that of an H100-like device.
 
-use crate::abi::*;
+use crate::abi::{
+    CUDA_ERROR_INVALID_CLUSTER_SIZE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult, inp, note, out,
+};
 use crate::model::ctx::current;
 use crate::model::device::cfg;
 use crate::model::{graph, module, stream};

@@ -3,7 +3,9 @@
 //! fake NVML.
 
 use crate::abi::types::CUdeviceptr;
-use crate::abi::*;
+use crate::abi::{
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_OUT_OF_MEMORY, CuResult, note, out,
+};
 use crate::model::address::{PtrInfo, pointer_info};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, ledger};

@@ -11,7 +11,9 @@ use crate::model::HashMap;
 use std::ffi::CString;
 use std::sync::{LazyLock, Mutex};
 
-use crate::abi::*;
+use crate::abi::{
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult, cstr, note, out,
+};
 use crate::image::{self, Kind, Names};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};

@@ -3,7 +3,7 @@
 //! `model::multicast`. Off unless `FAKECUDA_MULTICAST=1`: `CUDA_ERROR_NOT_SUPPORTED`.
 
 use crate::abi::types::CUdeviceptr;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CuResult, inp, note, out};
 use crate::model::device::{cfg, check_dev};
 use crate::model::multicast;
 use crate::model::vmm::GRANULARITY;

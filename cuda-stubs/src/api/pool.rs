@@ -1,8 +1,21 @@
 //! Stream-ordered allocation (cuMemAllocAsync, cuMemFreeAsync) and memory pools: the
 //! default and current pools of each device or location, pool creation, attributes, access.
 
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{
+    CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOCATION_TYPE_MANAGED,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
+    CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN, CU_MEM_LOCATION_TYPE_HOST,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA, CU_MEM_LOCATION_TYPE_NONE, CU_MEMPOOL_ATTR_MAX_POOL_SIZE,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH, CUdeviceptr, CUmemAccessDesc, CUmemLocation, CUmemPoolProps,
+};
+use crate::abi::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult,
+    CuResult, inp, note, out,
+};
 use crate::model::device::{cfg, check_dev};
 use crate::model::graph;
 use crate::model::linear::{self, Kind};

@@ -6,7 +6,7 @@
 //! the status saying why from `cuGetProcAddress_v2` (the status is the answer there), and
 //! CUDA_ERROR_NOT_FOUND from `cuGetProcAddress`, which has no status.
 
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CuResult, cstr, note, out};
 use crate::procaddr::{Resolution, TABLE, VALID_FLAGS};
 use fake_gpu::config;
 use libc::{c_char, c_int, c_void};

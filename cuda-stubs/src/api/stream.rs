@@ -5,8 +5,14 @@
 
 use std::ptr::null_mut;
 
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{
+    CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_STATUS_ACTIVE,
+    CU_STREAM_CAPTURE_STATUS_NONE, HostFn, StreamCallback,
+};
+use crate::abi::{
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    CUDA_SUCCESS, CuResult, inp, note, out,
+};
 use crate::model::ctx::{Ctx, current};
 use crate::model::device::cfg;
 use crate::model::graph;

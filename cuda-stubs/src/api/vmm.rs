@@ -1,8 +1,16 @@
 //! Virtual memory management (cuMemCreate, cuMemAddressReserve, cuMemMap, cuMemSetAccess ...)
 //! and shareable handles (cuMemExportToShareableHandle, cuMemImportFromShareableHandle).
 
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, CUdeviceptr, CUmemAccessDesc, CUmemAllocationProp,
+    CUmemLocation,
+};
+use crate::abi::{
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult, inp,
+    note, out,
+};
 use crate::model::device::{cfg, check_dev, ledger};
 use crate::model::os::page_size;
 use crate::model::vmm::{self, GRANULARITY};

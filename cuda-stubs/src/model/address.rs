@@ -6,7 +6,7 @@ use super::ctx::{Ctx, current};
 use super::linear::{self, Kind};
 use super::{host, ipc, vmm};
 use crate::abi::types::CUdeviceptr;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CuResult};
 
 /// What cuPointerGetAttribute knows about a pointer.
 #[derive(Debug, Clone, Copy)]

@@ -20,8 +20,14 @@ use std::sync::LazyLock;
 use super::ctx::Ctx;
 use super::device::ledger;
 use super::os::new_handle;
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{
+    CUDA_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_LAYERED,
+    CudaArray3dDescriptor,
+};
+use crate::abi::{
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult,
+    CuResult,
+};
 use libc::c_uint;
 
 /// A CUDA array, or a level of a mipmapped array.

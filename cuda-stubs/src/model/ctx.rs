@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 
 use super::device::{cfg, ledger};
 use super::os::new_handle;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult};
 
 /// CUcontext is the address of a leaked 8-byte box: unique and never reused.
 pub type Ctx = usize;

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::ledger::Ledger;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NOT_INITIALIZED, CUresult};
 use fake_gpu::config::{self, Config};
 use fake_gpu::identity;
 use fake_gpu::shared::Shared;

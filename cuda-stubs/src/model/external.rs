@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use std::sync::Mutex;
 
 use super::os::new_handle;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult};
 use libc::c_int;
 
 /// One imported object.

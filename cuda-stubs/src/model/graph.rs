@@ -27,8 +27,14 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use super::device::ledger;
 use super::os::{map_anonymous, new_handle, unmap};
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{
+    CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUmemAccessDesc, CUmemPoolProps,
+};
+use crate::abi::{
+    CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult,
+    CuResult,
+};
 use fake_gpu::identity::MAX_DEVICES;
 
 /// The granularity of graph memory (the VMM granularity).

@@ -7,7 +7,10 @@ use std::sync::Mutex;
 use std::sync::LazyLock;
 
 use super::os::{map_anonymous, page_size, unmap};
-use crate::abi::*;
+use crate::abi::{
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult, CuResult,
+};
 
 #[derive(Debug, Clone, Copy)]
 struct HostRange {

@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 
 use super::os::unmap;
 use crate::abi::types::CUipcMemHandle;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult, CuResult};
 
 const MAGIC: &[u8; 8] = b"FAKEIPC1";
 

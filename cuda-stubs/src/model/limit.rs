@@ -13,7 +13,7 @@ use libc::c_int;
 
 use super::ctx::Ctx;
 use super::device::{cfg, ledger};
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, CUresult, CuResult};
 
 pub const STACK_SIZE: c_int = 0;
 const PRINTF_FIFO_SIZE: c_int = 1;

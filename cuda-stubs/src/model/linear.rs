@@ -16,7 +16,7 @@ use super::ledger::Ledger;
 use super::os::{map_anonymous, page_size, unmap};
 use super::pool;
 use crate::abi::types::CUdeviceptr;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult, CuResult, note};
 use libc::{c_int, c_void};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

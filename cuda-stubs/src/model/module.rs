@@ -22,7 +22,7 @@ use super::device::{cfg, ledger};
 use super::linear::{self, Kind};
 use super::os::new_handle;
 use crate::abi::types::CUdeviceptr;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_FOUND, CUresult, CuResult, note};
 use crate::image::Names;
 
 pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;

@@ -21,7 +21,7 @@
 //! `CUDA_ERROR_INVALID_VALUE` where the driver would wait for the other processes.
 
 use super::vmm::{MulticastBinding, MulticastDevices, vmm};
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult};
 
 /// Whether every value is a whole number of granules.
 fn aligned(values: &[usize]) -> bool {

@@ -12,7 +12,7 @@ use super::ctx::{Ctx, current};
 use super::device::cfg;
 use super::os::new_handle;
 use crate::abi::types::CU_STREAM_CAPTURE_MODE_GLOBAL;
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUresult, CuResult};
 use libc::{c_int, c_uint};
 
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,6 @@
 //! Each command's words after its name: `help`, `run`, `status`, `metrics`, `top`, `check`.
 
-use super::options::*;
+use super::options::{End, LISTEN_ACCEPTED, Options, parse_options};
 use super::{Command, PoolSet, Topic, UsageError, lexopt_error, topic_name, usage};
 use lexopt::Parser;
 /// `help [run|check|status|top|metrics]`: the words after `help`, taken raw (`help --help` names no topic).

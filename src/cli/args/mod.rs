@@ -321,7 +321,7 @@ mod pools;
 mod tests;
 
 use cdi::parse_cdi;
-use commands::*;
+use commands::{parse_check, parse_help, parse_metrics, parse_run, parse_status, parse_top};
 use jupyter::parse_jupyter;
 pub use jupyter::{
     JupyterCommand, JupyterInstall, KERNEL_NAME_ACCEPTED, KernelScope, valid_kernel_name,

@@ -25,11 +25,17 @@
 //! the same compare-and-swap and falls back here, to the whole rule ([`Take`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
+};
 use std::time::Duration;
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{
+    G_CAP, G_LARGEST_REFUSED, G_LOCK, G_LOCK_SINCE, G_REFUSALS, G_WAITERS, LOCK_HOLDER,
+    LOCK_WAITING, M_USED,
+};
 use super::member::Member;
 use super::repair::Repair;
 use super::used::Rule;

@@ -21,9 +21,11 @@
 //! the count one too high (later measurements look overlapped: charged by the
 //! expectation, never less), never one too low.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-use super::layout::*;
+use super::layout::{
+    CONTEXT_STARTED, CONTEXTS_IN_FLIGHT, G_CONTEXT_BYTES, G_CONTEXTS, MAX_POOL_GPUS, S_CONTEXTS,
+};
 use super::member::Member;
 
 /// A context this member is making on a GPU of its pool ([`Member::context_started`]).

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use super::layout::*;
+use super::layout::{GPU_WORDS, MARK_WORDS, PER_GPU_WORDS, SHARE_HEAD_WORDS, Words};
 
 /// Slot `slot`'s words and the pool's words for one GPU entry.
 #[derive(Clone, Copy)]

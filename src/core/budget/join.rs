@@ -6,12 +6,12 @@
 //! slot's to find the dead, made a start of n members together cost about n³. Instead:
 //!
 //! - A joiner first takes a slot handed out by the pool's counter of slots never handed
-//!   out ([`H_JOIN_NEXT`], one `fetch_add`): members started together each try a slot of
+//!   out ([`layout::H_JOIN_NEXT`], one `fetch_add`): members started together each try a slot of
 //!   their own, and the first try is taken.
 //! - Slots emptied since (a member left, a dead member's slot taken back) are counted
-//!   ([`H_JOIN_FREED`]): while the count is not 0, a joiner looks among the slots already
+//!   ([`layout::H_JOIN_FREED`]): while the count is not 0, a joiner looks among the slots already
 //!   handed out for one whose state word says empty (reads of memory, no lock call), from
-//!   a point that moves on with each joiner ([`H_JOIN_CURSOR`]), before taking a new one.
+//!   a point that moves on with each joiner ([`layout::H_JOIN_CURSOR`]), before taking a new one.
 //! - In a pool of at most [`JOIN_SWEEP_ALL`] slots handed out, a dead member's slot is
 //!   taken before a new one (a few lock calls), so that the members stay in the lowest
 //!   slots.
@@ -26,15 +26,18 @@
 //!
 //! A joiner then sweeps the pool for dead members (their bytes, their guarantees, their
 //! slots): always in a pool of at most [`JOIN_SWEEP_ALL`] slots ever taken, and in a larger
-//! one only when no joiner swept in the last [`JOIN_SWEEP_EVERY_MS`] ([`H_JOIN_SWEPT_MS`]),
+//! one only when no joiner swept in the last [`JOIN_SWEEP_EVERY_MS`] ([`layout::H_JOIN_SWEPT_MS`]),
 //! since a sweep tries the lock of every live slot. A request the pool would refuse still
 //! sweeps first (`account`, `share_words`, `wait`): the dead's bytes are never left held
 //! from a member that needs them.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
+};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout;
 use super::member::{JoinError, Member, MemberInfo, MemberLocks, Pool};
 use crate::config::MAX_DEVICES;
 
@@ -73,8 +76,8 @@ impl<'a> Member<'a> {
         // and down after it is cleared): counted again from the live slots'
         // tickets. Under the word lock, so only where there is a count: a stopped
         // lock holder must not block a joiner where nobody waits.
-        for g in 0..MAX_POOL_GPUS {
-            if w.has_gpu(g) && w.gpu(g, G_WAITERS).load(Acquire) != 0 {
+        for g in 0..layout::MAX_POOL_GPUS {
+            if w.has_gpu(g) && w.gpu(g, layout::G_WAITERS).load(Acquire) != 0 {
                 m.recount_waiters(g);
             }
         }
@@ -82,13 +85,17 @@ impl<'a> Member<'a> {
     }
 
     /// The slot this joiner takes, set up as its own (None: every slot is held).
-    fn find_slot(w: Words<'a>, locks: &'a dyn MemberLocks, info: &MemberInfo) -> Option<Self> {
+    fn find_slot(
+        w: layout::Words<'a>,
+        locks: &'a dyn MemberLocks,
+        info: &MemberInfo,
+    ) -> Option<Self> {
         let slots = w.slots();
-        let next = w.header(H_JOIN_NEXT);
+        let next = w.header(layout::H_JOIN_NEXT);
         let handed = || usize::try_from(next.load(Acquire)).map_or(slots, |n| n.min(slots));
         // A slot emptied since: among those handed out, for density (the pool's readers
         // of every member's marks stop at the highest slot ever taken).
-        let freed = w.header(H_JOIN_FREED);
+        let freed = w.header(layout::H_JOIN_FREED);
         if freed
             .fetch_update(AcqRel, Acquire, |n| n.checked_sub(1))
             .is_ok()
@@ -124,7 +131,7 @@ impl<'a> Member<'a> {
     /// Tries the slots below `limit` whose state is `kind`, from where the pool's cursor
     /// points (joiners searching at once start apart), until one is taken.
     fn search(
-        w: Words<'a>,
+        w: layout::Words<'a>,
         locks: &'a dyn MemberLocks,
         info: &MemberInfo,
         limit: usize,
@@ -133,10 +140,10 @@ impl<'a> Member<'a> {
         if limit == 0 {
             return None;
         }
-        let start = (w.header(H_JOIN_CURSOR).fetch_add(1, Relaxed) % limit as u64) as usize;
+        let start = (w.header(layout::H_JOIN_CURSOR).fetch_add(1, Relaxed) % limit as u64) as usize;
         (0..limit).find_map(|i| {
             let s = (start + i) % limit;
-            let live = w.state(s).load(Acquire) == STATE_LIVE;
+            let live = w.state(s).load(Acquire) == layout::STATE_LIVE;
             if live != (kind == Kind::Live) {
                 return None;
             }
@@ -148,7 +155,7 @@ impl<'a> Member<'a> {
     /// left in it, and marks it this member's (None: its lock is held, or its dead
     /// owner's bytes wait for the driver: `reclaim`).
     fn take_slot(
-        w: Words<'a>,
+        w: layout::Words<'a>,
         locks: &'a dyn MemberLocks,
         info: &MemberInfo,
         s: usize,
@@ -157,7 +164,8 @@ impl<'a> Member<'a> {
             return None;
         }
         // Before anything of this member's can be marked in the slot (`traffic`).
-        w.header(H_SLOTS_SEEN).fetch_max(s as u64 + 1, SeqCst);
+        w.header(layout::H_SLOTS_SEEN)
+            .fetch_max(s as u64 + 1, SeqCst);
         let m = Member {
             w,
             slot: s,
@@ -174,17 +182,18 @@ impl<'a> Member<'a> {
             route: [const { AtomicU32::new(0) }; MAX_DEVICES],
             left: AtomicBool::new(false),
             wait: None,
-            wait_turn: [const { std::sync::Mutex::new(()) }; MAX_POOL_GPUS],
-            gate: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
-            caps: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
-            limit: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
-            cap_gen: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
+            wait_turn: [const { std::sync::Mutex::new(()) }; layout::MAX_POOL_GPUS],
+            gate: [const { AtomicU64::new(0) }; layout::MAX_POOL_GPUS],
+            caps: [const { AtomicU64::new(0) }; layout::MAX_POOL_GPUS],
+            limit: [const { AtomicU64::new(0) }; layout::MAX_POOL_GPUS],
+            cap_gen: [const { AtomicU64::new(0) }; layout::MAX_POOL_GPUS],
             note: None,
             early: std::sync::Mutex::new(Vec::new()),
-            own: [const { [const { AtomicU64::new(0) }; SHARE_WORDS] }; MAX_POOL_GPUS],
-            share_seen: [const { AtomicU64::new(0) }; MAX_POOL_GPUS],
+            own: [const { [const { AtomicU64::new(0) }; layout::SHARE_WORDS] };
+                layout::MAX_POOL_GPUS],
+            share_seen: [const { AtomicU64::new(0) }; layout::MAX_POOL_GPUS],
         };
-        if w.state(s).load(Acquire) == STATE_LIVE {
+        if w.state(s).load(Acquire) == layout::STATE_LIVE {
             if !super::reclaim::released(w, |p, n, t| locks.exiting(p, n, t), s) {
                 // Its owner is dead but the driver may still hold its memory.
                 locks.give_back(s);
@@ -195,34 +204,35 @@ impl<'a> Member<'a> {
             // An empty slot holds nothing: a word lock naming it, or bytes in it,
             // are left by no member (a forged or corrupted file).
             let holder = s as u64 + 1;
-            for g in 0..MAX_POOL_GPUS {
-                let word = w.gpu(g, G_LOCK).load(Acquire);
-                if word & LOCK_HOLDER == holder && m.release_from(g, word) {
+            for g in 0..layout::MAX_POOL_GPUS {
+                let word = w.gpu(g, layout::G_LOCK).load(Acquire);
+                if word & layout::LOCK_HOLDER == holder && m.release_from(g, word) {
                     m.report_repair(&super::Repair::Lock { gpu: g, word });
                 }
-                w.member_gpu(s, g, M_PENDING).store(0, SeqCst);
-                w.member_gpu(s, g, M_USED).store(0, SeqCst);
+                w.member_gpu(s, g, layout::M_PENDING).store(0, SeqCst);
+                w.member_gpu(s, g, layout::M_USED).store(0, SeqCst);
                 m.close_traffic(s, g);
             }
             // Nor a guarantee or a ceiling: this member claims its own later.
             m.clear_new_slot_shares();
             // Its bits of contexts in flight are left by no member: cleared, the counts
             // left as they are (too high errs on the safe side).
-            w.slot(s, S_CONTEXTS).store(0, SeqCst);
+            w.slot(s, layout::S_CONTEXTS).store(0, SeqCst);
         }
-        w.slot(s, S_PID).store(u64::from(info.pid), Relaxed);
-        w.slot(s, S_PIDNS).store(info.pid_namespace, Relaxed);
-        w.slot(s, S_START_MS).store(info.start_ms, Relaxed);
+        w.slot(s, layout::S_PID).store(u64::from(info.pid), Relaxed);
+        w.slot(s, layout::S_PIDNS)
+            .store(info.pid_namespace, Relaxed);
+        w.slot(s, layout::S_START_MS).store(info.start_ms, Relaxed);
         w.set_command(s, &info.command);
-        w.slot(s, S_GENERATION).fetch_add(1, Relaxed);
-        w.slot(s, S_SHARE_GEN).store(0, Relaxed);
-        w.slot(s, S_HANDED).store(0, Relaxed);
-        for g in 0..MAX_POOL_GPUS {
-            w.member_gpu(s, g, M_PEAK).store(0, Relaxed);
-            w.member_gpu(s, g, M_CAP).store(0, Relaxed);
-            w.member_gpu(s, g, M_WAIT).store(0, Relaxed);
+        w.slot(s, layout::S_GENERATION).fetch_add(1, Relaxed);
+        w.slot(s, layout::S_SHARE_GEN).store(0, Relaxed);
+        w.slot(s, layout::S_HANDED).store(0, Relaxed);
+        for g in 0..layout::MAX_POOL_GPUS {
+            w.member_gpu(s, g, layout::M_PEAK).store(0, Relaxed);
+            w.member_gpu(s, g, layout::M_CAP).store(0, Relaxed);
+            w.member_gpu(s, g, layout::M_WAIT).store(0, Relaxed);
         }
-        w.state(s).store(STATE_LIVE, Release);
+        w.state(s).store(layout::STATE_LIVE, Release);
         Some(m)
     }
 
@@ -231,14 +241,14 @@ impl<'a> Member<'a> {
     /// long since the last sweep, as the sweep word says, sweeps; a word set in the
     /// future counts as long ago).
     fn join_sweep(&self) {
-        if self.w.header(H_SLOTS_SEEN).load(Acquire) <= JOIN_SWEEP_ALL {
+        if self.w.header(layout::H_SLOTS_SEEN).load(Acquire) <= JOIN_SWEEP_ALL {
             self.sweep();
             return;
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let word = self.w.header(H_JOIN_SWEPT_MS);
+        let word = self.w.header(layout::H_JOIN_SWEPT_MS);
         let last = word.load(Acquire);
         if now.abs_diff(last) >= JOIN_SWEEP_EVERY_MS
             && word.compare_exchange(last, now, AcqRel, Acquire).is_ok()
@@ -257,7 +267,7 @@ impl<'a> Member<'a> {
         max: std::time::Duration,
     ) -> Result<Self, JoinError> {
         let start = std::time::Instant::now();
-        let freed = pool.w.header(H_SLOT_FREED);
+        let freed = pool.w.header(layout::H_SLOT_FREED);
         loop {
             let seen = freed.load(Acquire);
             match Self::join(pool, locks, info) {
@@ -302,16 +312,16 @@ impl<'a> Member<'a> {
         let mut taken = 0;
         for s in 0..self.w.slots() {
             if s != self.slot
-                && self.w.state(s).load(Acquire) == STATE_LIVE
+                && self.w.state(s).load(Acquire) == layout::STATE_LIVE
                 && self.locks.try_take(s)
             {
                 // Its owner died (or had just emptied it): we hold its lock now. Its
                 // bytes come back once the driver released them (`reclaim`).
-                if self.w.state(s).load(Acquire) == STATE_LIVE {
+                if self.w.state(s).load(Acquire) == layout::STATE_LIVE {
                     if super::reclaim::released(self.w, |p, n, t| self.locks.exiting(p, n, t), s) {
                         self.take_back(s);
                         self.empty(s);
-                        self.w.header(H_JOIN_FREED).fetch_add(1, Release);
+                        self.w.header(layout::H_JOIN_FREED).fetch_add(1, Release);
                         taken += 1;
                     } else {
                         // Its bytes wait; its word locks and tickets block nobody.
@@ -330,12 +340,12 @@ impl<'a> Member<'a> {
     /// frees each GPU's word lock `d` held and takes its waiting ticket out of the queue.
     fn unblock(&self, d: usize) {
         let holder = d as u64 + 1;
-        for g in 0..MAX_POOL_GPUS {
-            let word = self.w.gpu(g, G_LOCK).load(Acquire);
-            if word & LOCK_HOLDER == holder {
+        for g in 0..layout::MAX_POOL_GPUS {
+            let word = self.w.gpu(g, layout::G_LOCK).load(Acquire);
+            if word & layout::LOCK_HOLDER == holder {
                 self.release_from(g, word);
             }
-            if self.w.member_gpu(d, g, M_WAIT).swap(0, AcqRel) != 0 {
+            if self.w.member_gpu(d, g, layout::M_WAIT).swap(0, AcqRel) != 0 {
                 self.recount_waiters(g);
                 self.wake_waiters(g);
             }
@@ -348,22 +358,22 @@ impl<'a> Member<'a> {
     /// `used` counted again from the others' (see `used`).
     pub(super) fn take_back(&self, d: usize) {
         let holder = d as u64 + 1;
-        for g in 0..MAX_POOL_GPUS {
-            let word = self.w.gpu(g, G_LOCK).load(Acquire);
-            if word & LOCK_HOLDER == holder {
+        for g in 0..layout::MAX_POOL_GPUS {
+            let word = self.w.gpu(g, layout::G_LOCK).load(Acquire);
+            if word & layout::LOCK_HOLDER == holder {
                 self.release_from(g, word);
             }
         }
-        for g in 0..MAX_POOL_GPUS {
-            let own = self.w.member_gpu(d, g, M_USED).swap(0, SeqCst);
-            let pending = self.w.member_gpu(d, g, M_PENDING).swap(0, SeqCst);
+        for g in 0..layout::MAX_POOL_GPUS {
+            let own = self.w.member_gpu(d, g, layout::M_USED).swap(0, SeqCst);
+            let pending = self.w.member_gpu(d, g, layout::M_PENDING).swap(0, SeqCst);
             // Frees and allocations it had in flight: its memory is the driver's now.
             self.close_traffic(d, g);
             if own | pending != 0 {
                 self.locked(g, || self.recount_used(g));
             }
-            let ticket = self.w.member_gpu(d, g, M_WAIT).swap(0, AcqRel);
-            if ticket != 0 || self.w.gpu(g, G_WAITERS).load(Acquire) != 0 {
+            let ticket = self.w.member_gpu(d, g, layout::M_WAIT).swap(0, AcqRel);
+            if ticket != 0 || self.w.gpu(g, layout::G_WAITERS).load(Acquire) != 0 {
                 // It died waiting, or inside the ticket step (the count up, its ticket
                 // not written yet): the count comes from the live tickets again, and
                 // the others may be next.
@@ -377,18 +387,18 @@ impl<'a> Member<'a> {
 
     /// Clears dead slot `d` (its share already taken back).
     pub(super) fn empty(&self, d: usize) {
-        for g in 0..MAX_POOL_GPUS {
-            self.w.member_gpu(d, g, M_CAP).store(0, Relaxed);
-            self.w.member_gpu(d, g, M_PEAK).store(0, Relaxed);
-            self.w.member_gpu(d, g, M_WAIT).store(0, Relaxed);
+        for g in 0..layout::MAX_POOL_GPUS {
+            self.w.member_gpu(d, g, layout::M_CAP).store(0, Relaxed);
+            self.w.member_gpu(d, g, layout::M_PEAK).store(0, Relaxed);
+            self.w.member_gpu(d, g, layout::M_WAIT).store(0, Relaxed);
         }
         self.forget_shares(d);
-        self.w.state(d).store(STATE_EMPTY, Release);
+        self.w.state(d).store(layout::STATE_EMPTY, Release);
     }
 
     /// Tells joiners waiting for a slot (`join_waiting`) that one may be free.
     fn slot_freed(&self) {
-        let freed = self.w.header(H_SLOT_FREED);
+        let freed = self.w.header(layout::H_SLOT_FREED);
         freed.fetch_add(1, Release);
         self.locks.wake(freed);
     }
@@ -403,20 +413,24 @@ impl<'a> Member<'a> {
         for e in &self.route {
             e.store(0, SeqCst);
         }
-        for g in 0..MAX_POOL_GPUS {
-            let own = self.w.member_gpu(self.slot, g, M_USED).load(SeqCst);
+        for g in 0..layout::MAX_POOL_GPUS {
+            let own = self.w.member_gpu(self.slot, g, layout::M_USED).load(SeqCst);
             if own != 0 {
                 // The driver frees it when the process ends, after this credit: announced,
                 // so that a member measuring a context meanwhile adds it back (`traffic`;
                 // `freeing` is left to the slot's next owner to clear).
-                self.w.mark(self.slot, g, T_FREEING).fetch_add(own, SeqCst);
-                self.w.mark(self.slot, g, T_FREED).fetch_add(own, SeqCst);
+                self.w
+                    .mark(self.slot, g, layout::T_FREEING)
+                    .fetch_add(own, SeqCst);
+                self.w
+                    .mark(self.slot, g, layout::T_FREED)
+                    .fetch_add(own, SeqCst);
                 self.sub(g, own);
             }
         }
         self.empty(self.slot);
         self.locks.give_back(self.slot);
-        self.w.header(H_JOIN_FREED).fetch_add(1, Release);
+        self.w.header(layout::H_JOIN_FREED).fetch_add(1, Release);
         self.slot_freed();
     }
 }

@@ -40,7 +40,10 @@
 //! miss words the others keep): a file of another version is refused with a line that
 //! says so.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 pub use super::layout_error::{LayoutError, MAGIC, POOL_VERSION};
 

@@ -51,10 +51,12 @@
 //! processes outside the pool.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, SeqCst};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{
+    G_WAITERS, H_SLOTS_SEEN, MARK_WORDS, T_FREED, T_FREEING, T_MADE, T_STARTED, T_UNMADE,
+};
 use super::member::{Member, OWN_SHARE};
 
 /// Takes `bytes` off the member's `freeing` (never below zero: a word another process

@@ -8,10 +8,13 @@
 //! bytes it had in flight), counts the pool's `used` again and empties the slot.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
+};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout;
 use crate::config::MAX_DEVICES;
 
 /// What a member needs of the kernel, provided by the code that maps the file: the
@@ -52,18 +55,18 @@ pub trait MemberLocks: Sync {
 /// A checked pool file.
 #[derive(Clone, Copy)]
 pub struct Pool<'a> {
-    pub(super) w: Words<'a>,
+    pub(super) w: layout::Words<'a>,
 }
 
 impl<'a> Pool<'a> {
-    /// Writes the header of a freshly made (all-zero) pool file of [`DEFAULT_SLOTS`]
+    /// Writes the header of a freshly made (all-zero) pool file of [`layout::DEFAULT_SLOTS`]
     /// members.
     pub fn create(
         words: &'a [std::sync::atomic::AtomicU64],
         created_secs: u64,
         uid: u64,
-    ) -> Result<Self, LayoutError> {
-        Self::create_with(words, DEFAULT_SLOTS, created_secs, uid)
+    ) -> Result<Self, layout::LayoutError> {
+        Self::create_with(words, layout::DEFAULT_SLOTS, created_secs, uid)
     }
 
     /// Writes the header of a freshly made (all-zero) pool file of `slots` members
@@ -73,9 +76,9 @@ impl<'a> Pool<'a> {
         slots: usize,
         created_secs: u64,
         uid: u64,
-    ) -> Result<Self, LayoutError> {
+    ) -> Result<Self, layout::LayoutError> {
         Ok(Pool {
-            w: Words::init(words, slots, created_secs, uid)?,
+            w: layout::Words::init(words, slots, created_secs, uid)?,
         })
     }
 
@@ -90,15 +93,15 @@ impl<'a> Pool<'a> {
     }
 
     /// Checks an existing pool file: another version, layout or corrupted words are errors.
-    pub fn open(words: &'a [std::sync::atomic::AtomicU64]) -> Result<Self, LayoutError> {
+    pub fn open(words: &'a [std::sync::atomic::AtomicU64]) -> Result<Self, layout::LayoutError> {
         Ok(Pool {
-            w: Words::check(words)?,
+            w: layout::Words::check(words)?,
         })
     }
 
     /// The uid of the process that created the file.
     pub fn creator_uid(&self) -> u64 {
-        self.w.header(H_UID).load(Relaxed)
+        self.w.header(layout::H_UID).load(Relaxed)
     }
 }
 
@@ -139,7 +142,9 @@ impl fmt::Display for JoinError {
                     f,
                     "; a pool holds the member count its file was made with: remove the \
                      file once no process uses it and start the first member with \
-                     GPUCAP_POOL_MEMBERS=N (at most {MAX_SLOTS}; default {DEFAULT_SLOTS})"
+                     GPUCAP_POOL_MEMBERS=N (at most {}; default {})",
+                    layout::MAX_SLOTS,
+                    layout::DEFAULT_SLOTS
                 )?;
                 if waited.is_zero() {
                     write!(f, ", or set GPUCAP_WAIT to wait for a member to leave")?;
@@ -170,14 +175,14 @@ pub(super) type Waiting = (std::time::Duration, fn(&super::WaitNote));
 
 /// One process's membership of a pool.
 pub struct Member<'a> {
-    pub(super) w: Words<'a>,
+    pub(super) w: layout::Words<'a>,
     pub(super) slot: usize,
     /// Per GPU entry, the words this member's changes there touch (see `hot`): None
     /// only past a layout the file check refused.
-    pub(super) hot: [Option<GpuWords<'a>>; MAX_POOL_GPUS],
+    pub(super) hot: [Option<GpuWords<'a>>; layout::MAX_POOL_GPUS],
     /// Masks of the first 256 slots' guarantee bits words (`GpuWords::bits`): every bit but
     /// this slot's.
-    pub(super) not_me: [u64; SHARE_HEAD_WORDS],
+    pub(super) not_me: [u64; layout::SHARE_HEAD_WORDS],
     pub(super) locks: &'a dyn MemberLocks,
     /// The pool's GPU entry (+1) of each CUDA ordinal of this process (0: none yet).
     pub(super) entry_of: [AtomicU32; MAX_DEVICES],
@@ -190,19 +195,19 @@ pub struct Member<'a> {
     /// `GPUCAP_WAIT` and what to tell of a wait (see [`Member::waiting`]).
     pub(super) wait: Option<Waiting>,
     /// One waiting thread per GPU of this process at a time; the others queue here.
-    pub(super) wait_turn: [std::sync::Mutex<()>; MAX_POOL_GPUS],
+    pub(super) wait_turn: [std::sync::Mutex<()>; layout::MAX_POOL_GPUS],
     /// Per GPU entry, the gate a thread of this process passes before its word lock
     /// (0 free, 1 taken, 2 taken with threads asleep on it).
-    pub(super) gate: [AtomicU64; MAX_POOL_GPUS],
+    pub(super) gate: [AtomicU64; layout::MAX_POOL_GPUS],
     /// Per GPU entry, the cap this member registered (encoded as `G_CAP`; 0: none):
     /// the cap it enforces, whatever the shared cap word says.
-    pub(super) caps: [AtomicU64; MAX_POOL_GPUS],
+    pub(super) caps: [AtomicU64; layout::MAX_POOL_GPUS],
     /// Per GPU entry, the most the pool's use may reach, for the short path: the same
     /// cap in bytes, never past what `used` can hold (`USED_BYTES`, also with no cap).
-    pub(super) limit: [AtomicU64; MAX_POOL_GPUS],
+    pub(super) limit: [AtomicU64; layout::MAX_POOL_GPUS],
     /// Per GPU entry, the cap generation (`G_CAP_GEN`) whose cap `caps` and `limit`
     /// hold (see `resize`).
-    pub(super) cap_gen: [AtomicU64; MAX_POOL_GPUS],
+    pub(super) cap_gen: [AtomicU64; layout::MAX_POOL_GPUS],
     /// Hears of every impossible word found and repaired (see [`Member::on_repair`]; None
     /// until then: kept in `early`, told when it is set).
     pub(super) note: Option<fn(&super::Repair)>,
@@ -211,10 +216,10 @@ pub struct Member<'a> {
     /// Per GPU entry, the guarantee and ceiling this member claimed (as its share words
     /// hold them; 0: none), kept in its own memory: what it decides by, and what it
     /// writes back over share words another process changed (see `repair`).
-    pub(super) own: [[AtomicU64; SHARE_WORDS]; MAX_POOL_GPUS],
+    pub(super) own: [[AtomicU64; layout::SHARE_WORDS]; layout::MAX_POOL_GPUS],
     /// Per GPU entry, the slot's share change count (`S_SHARE_GEN`) when this member
     /// last took its share words there as its own (see `share_set`).
-    pub(super) share_seen: [AtomicU64; MAX_POOL_GPUS],
+    pub(super) share_seen: [AtomicU64; layout::MAX_POOL_GPUS],
 }
 
 impl<'a> Member<'a> {
@@ -270,8 +275,8 @@ impl<'a> Member<'a> {
             return Err(CapMismatch::TooManyGpus);
         };
         let g = self.entry(uuid).ok_or(CapMismatch::TooManyGpus)?;
-        let word = self.w.gpu(g, G_CAP);
-        let own = encode_cap(cap);
+        let word = self.w.gpu(g, layout::G_CAP);
+        let own = layout::encode_cap(cap);
         let mut resized = 0;
         let started = std::time::Instant::now();
         let (ours, generation) = 'register: loop {
@@ -283,7 +288,9 @@ impl<'a> Member<'a> {
             // at once, at least one sees the other (both orders are sequentially
             // consistent). The live members' own cap words decide, not the shared one:
             // a cap word another process zeroed does not let a new cap in beside theirs.
-            self.w.member_gpu(self.slot, g, M_CAP).store(ours, SeqCst);
+            self.w
+                .member_gpu(self.slot, g, layout::M_CAP)
+                .store(ours, SeqCst);
             #[cfg(test)]
             self.queued_step();
             let mut have = word.load(SeqCst);
@@ -295,22 +302,24 @@ impl<'a> Member<'a> {
                     break 'register (ours, generation);
                 }
                 if let Some(theirs) = self.other_live_cap(g, ours) {
-                    if resized < 4 && self.w.gpu(g, G_CAP_GEN).load(SeqCst) != seen {
+                    if resized < 4 && self.w.gpu(g, layout::G_CAP_GEN).load(SeqCst) != seen {
                         // Resized meanwhile: the others hold the resize's cap.
                         resized += 1;
                         continue 'register;
                     }
-                    self.w.member_gpu(self.slot, g, M_CAP).store(0, SeqCst);
+                    self.w
+                        .member_gpu(self.slot, g, layout::M_CAP)
+                        .store(0, SeqCst);
                     return Err(CapMismatch::Differs {
                         ours: cap,
-                        pool: decode_cap(theirs).flatten(),
+                        pool: layout::decode_cap(theirs).flatten(),
                     });
                 }
                 // A resize under way when this member read the cap, or begun since: its
                 // cap word is not to be replaced (the live members may not hold it
                 // yet), the pool's cap is read again once it is in force (a resizer
                 // that died half-way is waited for as long as the next one would).
-                let now = self.w.gpu(g, G_CAP_GEN).load(SeqCst);
+                let now = self.w.gpu(g, layout::G_CAP_GEN).load(SeqCst);
                 if now & 1 == 1 && started.elapsed() < super::RESIZE_TAKEOVER {
                     std::thread::yield_now();
                     continue 'register;
@@ -329,7 +338,7 @@ impl<'a> Member<'a> {
             break (ours, generation);
         };
         self.caps[g].store(ours, Relaxed);
-        self.limit[g].store(limit_of(ours), Relaxed);
+        self.limit[g].store(layout::limit_of(ours), Relaxed);
         self.cap_gen[g].store(generation, Relaxed);
         slot_of_device.store(g as u32 + 1, Release);
         self.note_route(g);
@@ -344,7 +353,8 @@ impl<'a> Member<'a> {
         if self.hot(g).is_none() {
             return;
         }
-        let shared = self.own_word(g, SH_GUARANTEE) | self.own_word(g, SH_CEILING) != 0;
+        let shared =
+            self.own_word(g, layout::SH_GUARANTEE) | self.own_word(g, layout::SH_CEILING) != 0;
         let route = (g as u32 + 1) | if shared { OWN_SHARE } else { 0 };
         for (d, e) in self.entry_of.iter().enumerate() {
             if e.load(Acquire) == g as u32 + 1 {
@@ -358,27 +368,27 @@ impl<'a> Member<'a> {
     /// slot's own words are read, not a page of every slot's.
     fn other_live_cap(&self, g: usize, ours: u64) -> Option<u64> {
         (0..self.w.slots()).find_map(|s| {
-            if s == self.slot || self.w.state(s).load(SeqCst) != STATE_LIVE {
+            if s == self.slot || self.w.state(s).load(SeqCst) != layout::STATE_LIVE {
                 return None;
             }
-            let theirs = self.w.member_gpu(s, g, M_CAP).load(SeqCst);
+            let theirs = self.w.member_gpu(s, g, layout::M_CAP).load(SeqCst);
             (theirs != 0 && theirs != ours && self.locks.held(s)).then_some(theirs)
         })
     }
 
     /// The entry of GPU `uuid`, added if the pool has not seen it.
     fn entry(&self, uuid: &[u8; 16]) -> Option<usize> {
-        let key = gpu_key(uuid);
-        for g in 0..MAX_POOL_GPUS {
-            let k = self.w.gpu(g, G_KEY);
+        let key = layout::gpu_key(uuid);
+        for g in 0..layout::MAX_POOL_GPUS {
+            let k = self.w.gpu(g, layout::G_KEY);
             let found = match k.load(Acquire) {
                 cur if cur == key => true,
                 0 => match k.compare_exchange(0, key, AcqRel, Acquire) {
                     Ok(_) => {
                         let lo = u64::from_le_bytes(uuid[..8].try_into().unwrap_or([0; 8]));
                         let hi = u64::from_le_bytes(uuid[8..].try_into().unwrap_or([0; 8]));
-                        self.w.gpu(g, G_UUID).store(lo, Relaxed);
-                        self.w.gpu(g, G_UUID + 1).store(hi, Relaxed);
+                        self.w.gpu(g, layout::G_UUID).store(lo, Relaxed);
+                        self.w.gpu(g, layout::G_UUID + 1).store(hi, Relaxed);
                         true
                     }
                     Err(other) => other == key,
@@ -414,8 +424,10 @@ impl<'a> Member<'a> {
         self.refresh_cap(g);
         Some((
             self.w.used(g),
-            decode_cap(self.caps[g].load(Relaxed)).flatten(),
-            self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
+            layout::decode_cap(self.caps[g].load(Relaxed)).flatten(),
+            self.w
+                .member_gpu(self.slot, g, layout::M_USED)
+                .load(Relaxed),
         ))
     }
 
@@ -428,7 +440,7 @@ impl<'a> Member<'a> {
             .filter_map(|&d| self.entry_of(d))
             .fold(0u64, |m, g| m | 1 << g);
         self.w
-            .slot(self.slot, S_HANDED)
+            .slot(self.slot, layout::S_HANDED)
             .store(if gpus == 0 { 0 } else { word << 32 | gpus }, Relaxed);
     }
 
@@ -441,11 +453,12 @@ impl<'a> Member<'a> {
     /// yet, or the GPU is not registered): what a member reserves before its first
     /// context there is made.
     pub fn context_bytes(&self, device: usize) -> u64 {
-        self.entry_of(device)
-            .map_or(0, |g| match self.w.gpu(g, G_CONTEXT_BYTES).load(Relaxed) {
+        self.entry_of(device).map_or(0, |g| {
+            match self.w.gpu(g, layout::G_CONTEXT_BYTES).load(Relaxed) {
                 0 => 0,
                 least => !least,
-            })
+            }
+        })
     }
 
     /// A context this member made on `device` was measured; `recent_least` is the least
@@ -458,7 +471,7 @@ impl<'a> Member<'a> {
     /// pool's figure for good, as the least-ever word did.
     pub fn note_context_bytes(&self, device: usize, recent_least: u64, settled: bool) {
         if let Some(g) = self.entry_of(device) {
-            let word = self.w.gpu(g, G_CONTEXT_BYTES);
+            let word = self.w.gpu(g, layout::G_CONTEXT_BYTES);
             if settled {
                 word.store(!recent_least, Relaxed);
             } else {

@@ -31,7 +31,9 @@
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::layout::*;
+use super::layout::{
+    G_KEY, M_USED, MAX_POOL_GPUS, S_GENERATION, S_PID, S_PIDNS, S_START_MS, Words,
+};
 use crate::pid_namespace::INITIAL_PID_NAMESPACE;
 use std::sync::atomic::Ordering::Relaxed;
 

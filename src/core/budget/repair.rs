@@ -29,9 +29,12 @@
 //! borrowed the room meanwhile, that comes back as the borrower frees).
 
 use std::fmt;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 
-use super::layout::*;
+use super::layout::{
+    G_CAP, G_CAP_GEN, MAX_POOL_GPUS, S_START_MS, SH_CEILING, SH_GUARANTEE, STATE_LIVE, USED_BYTES,
+    decode_cap,
+};
 use super::member::Member;
 
 /// A word of the pool file that could not be, found and repaired (for the shim's log).

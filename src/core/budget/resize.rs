@@ -35,11 +35,11 @@
 //! member's cap replaces it, as for a pool never resized.
 
 use std::fmt;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::time::{Duration, Instant};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout;
 use super::member::{Member, MemberLocks, Pool};
 use super::share_words::Holder;
 
@@ -111,8 +111,8 @@ impl fmt::Display for ResizeRefusal {
 /// generation odd (one resize or `pool set` at a time; one whose process died half-way
 /// is taken over after [`RESIZE_TAKEOVER`]). Returns the odd value: storing it + 1
 /// ends the turn and puts the change in force.
-pub(super) fn take_turn(w: Words<'_>, g: usize) -> u64 {
-    let generation = w.gpu(g, G_CAP_GEN);
+pub(super) fn take_turn(w: layout::Words<'_>, g: usize) -> u64 {
+    let generation = w.gpu(g, layout::G_CAP_GEN);
     let start = Instant::now();
     loop {
         let e = generation.load(SeqCst);
@@ -146,14 +146,14 @@ impl Pool<'_> {
         locks: &dyn MemberLocks,
     ) -> Result<Resized, ResizeRefusal> {
         let w = self.w;
-        let key = gpu_key(uuid);
-        let g = (0..MAX_POOL_GPUS)
-            .find(|&g| w.gpu(g, G_KEY).load(Acquire) == key)
+        let key = layout::gpu_key(uuid);
+        let g = (0..layout::MAX_POOL_GPUS)
+            .find(|&g| w.gpu(g, layout::G_KEY).load(Acquire) == key)
             .ok_or(ResizeRefusal::NoGpu)?;
-        let generation = w.gpu(g, G_CAP_GEN);
+        let generation = w.gpu(g, layout::G_CAP_GEN);
         let odd = take_turn(w, g);
-        let word = w.gpu(g, G_CAP);
-        let old = word.swap(encode_cap(cap), SeqCst);
+        let word = w.gpu(g, layout::G_CAP);
+        let old = word.swap(layout::encode_cap(cap), SeqCst);
         let limit = cap.unwrap_or(u64::MAX);
         // After the cap word: a guarantee claimed now sees the new cap, or is seen here.
         let holders = self.guarantees(g, locks);
@@ -173,11 +173,14 @@ impl Pool<'_> {
         // weigh it against the old cap alone, swaps no more: `used` changes here, before
         // the new cap is in force. Those that read it since see the odd generation, and
         // weigh the lower of the two caps until it ends (`cap_now`).
-        let used = w.gpu(g, G_USED);
+        let used = w.gpu(g, layout::G_USED);
         let mut now = used.load(SeqCst);
-        while let Err(w) =
-            used.compare_exchange_weak(now, used_word(now, used_bytes(now)), SeqCst, SeqCst)
-        {
+        while let Err(w) = used.compare_exchange_weak(
+            now,
+            layout::used_word(now, layout::used_bytes(now)),
+            SeqCst,
+            SeqCst,
+        ) {
             now = w;
         }
         generation.store(odd + 1, SeqCst);
@@ -185,21 +188,21 @@ impl Pool<'_> {
         super::used::between_reads::run_in_force();
         // The members' own cap words, which readers (`view`) and joiners weigh: the new
         // cap for every member holding the GPU (each writes the same when it takes it).
-        let new = encode_cap(cap);
+        let new = layout::encode_cap(cap);
         for s in 0..w.slots() {
-            let theirs = w.member_gpu(s, g, M_CAP);
+            let theirs = w.member_gpu(s, g, layout::M_CAP);
             let now = theirs.load(SeqCst);
             if now != 0 && now != new {
                 let _ = theirs.compare_exchange(now, new, SeqCst, SeqCst);
             }
         }
-        let seq = w.gpu(g, G_WAIT_SEQ);
+        let seq = w.gpu(g, layout::G_WAIT_SEQ);
         seq.fetch_add(1, AcqRel);
         locks.wake(seq);
         Ok(Resized {
-            old: decode_cap(old).flatten(),
+            old: layout::decode_cap(old).flatten(),
             new: cap,
-            used: used_bytes(now),
+            used: layout::used_bytes(now),
         })
     }
 
@@ -208,14 +211,13 @@ impl Pool<'_> {
         let w = self.w;
         (0..w.slots())
             .filter_map(|s| {
-                let guarantee = w.share(s, g, SH_GUARANTEE).load(SeqCst);
-                (guarantee != 0 && w.state(s).load(SeqCst) == STATE_LIVE && locks.held(s)).then(
-                    || Holder {
-                        pid: w.slot(s, S_PID).load(Relaxed) as u32,
+                let guarantee = w.share(s, g, layout::SH_GUARANTEE).load(SeqCst);
+                (guarantee != 0 && w.state(s).load(SeqCst) == layout::STATE_LIVE && locks.held(s))
+                    .then(|| Holder {
+                        pid: w.slot(s, layout::S_PID).load(Relaxed) as u32,
                         command: w.command(s),
                         guarantee,
-                    },
-                )
+                    })
             })
             .collect()
     }
@@ -227,14 +229,14 @@ impl Member<'_> {
     /// another live member holds the GPU, else its own; and the generation read (the
     /// last even one, and as read).
     pub(super) fn cap_to_register(&self, g: usize, ours: u64) -> (u64, u64, u64) {
-        let generation = self.w.gpu(g, G_CAP_GEN).load(SeqCst);
-        let pool = self.w.gpu(g, G_CAP).load(SeqCst);
+        let generation = self.w.gpu(g, layout::G_CAP_GEN).load(SeqCst);
+        let pool = self.w.gpu(g, layout::G_CAP).load(SeqCst);
         let held = generation != 0
             && pool != 0
             && (0..self.w.slots()).any(|s| {
                 s != self.slot
-                    && self.w.member_gpu(s, g, M_CAP).load(SeqCst) != 0
-                    && self.w.state(s).load(SeqCst) == STATE_LIVE
+                    && self.w.member_gpu(s, g, layout::M_CAP).load(SeqCst) != 0
+                    && self.w.state(s).load(SeqCst) == layout::STATE_LIVE
                     && self.locks.held(s)
             });
         // While a resize is under way (odd), the member looks again once it ends.
@@ -247,7 +249,7 @@ impl Member<'_> {
     /// still is `seen`.
     #[inline(always)]
     pub(super) fn cap_changed(&self, h: &GpuWords<'_>, seen: u64) -> bool {
-        h.gpu[G_CAP_GEN].load(Relaxed) != seen
+        h.gpu[layout::G_CAP_GEN].load(Relaxed) != seen
     }
 
     /// The cap this member enforces on GPU entry `g` (`u64::MAX`: none) and the
@@ -260,12 +262,12 @@ impl Member<'_> {
     pub(super) fn cap_now(&self, g: usize) -> (u64, u64) {
         self.refresh_cap(g);
         let seen = self.cap_gen[g].load(Acquire);
-        let cap = decode_cap(self.caps[g].load(Relaxed))
+        let cap = layout::decode_cap(self.caps[g].load(Relaxed))
             .flatten()
             .unwrap_or(u64::MAX);
-        let now = self.w.gpu(g, G_CAP_GEN).load(SeqCst);
+        let now = self.w.gpu(g, layout::G_CAP_GEN).load(SeqCst);
         if now & 1 == 1 {
-            let written = decode_cap(self.w.gpu(g, G_CAP).load(SeqCst))
+            let written = layout::decode_cap(self.w.gpu(g, layout::G_CAP).load(SeqCst))
                 .flatten()
                 .unwrap_or(u64::MAX);
             return (cap.min(written), now);
@@ -280,12 +282,12 @@ impl Member<'_> {
         if self.left.load(Acquire) {
             return false; // the slot may be another member's now
         }
-        let generation = self.w.gpu(g, G_CAP_GEN);
+        let generation = self.w.gpu(g, layout::G_CAP_GEN);
         let e = generation.load(SeqCst);
         if e & 1 == 1 || e == self.cap_gen[g].load(Acquire) || self.caps[g].load(Relaxed) == 0 {
             return false;
         }
-        let word = self.w.gpu(g, G_CAP).load(SeqCst);
+        let word = self.w.gpu(g, layout::G_CAP).load(SeqCst);
         // The share words as `gpucap pool set` left them, read before the generation is
         // checked again: a change begun since is taken once it ends.
         let share = self.share_to_take(g);
@@ -293,8 +295,10 @@ impl Member<'_> {
             return false; // another resize began: taken once it ends
         }
         self.caps[g].store(word, Relaxed);
-        self.limit[g].store(limit_of(word), Relaxed);
-        self.w.member_gpu(self.slot, g, M_CAP).store(word, SeqCst);
+        self.limit[g].store(layout::limit_of(word), Relaxed);
+        self.w
+            .member_gpu(self.slot, g, layout::M_CAP)
+            .store(word, SeqCst);
         if let Some(share) = share {
             self.take_share(g, share, word);
         }
@@ -306,6 +310,6 @@ impl Member<'_> {
     /// way) rather than another process's damage: the generation moved since this
     /// member read its cap.
     pub(super) fn cap_resized(&self, g: usize) -> bool {
-        self.w.gpu(g, G_CAP_GEN).load(SeqCst) != self.cap_gen[g].load(Acquire)
+        self.w.gpu(g, layout::G_CAP_GEN).load(SeqCst) != self.cap_gen[g].load(Acquire)
     }
 }

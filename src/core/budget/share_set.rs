@@ -38,9 +38,9 @@
 //! wait) until it holds less.
 
 use std::fmt;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
-use super::layout::*;
+use super::layout;
 use super::member::Member;
 use super::resize::take_turn;
 use super::share_words::Holder;
@@ -153,9 +153,9 @@ impl Member<'_> {
         change: ShareChange,
     ) -> Result<ShareSet, ShareRefusal> {
         let w = self.w;
-        let key = gpu_key(uuid);
-        let g = (0..MAX_POOL_GPUS)
-            .find(|&g| w.gpu(g, G_KEY).load(Acquire) == key)
+        let key = layout::gpu_key(uuid);
+        let g = (0..layout::MAX_POOL_GPUS)
+            .find(|&g| w.gpu(g, layout::G_KEY).load(Acquire) == key)
             .ok_or(ShareRefusal::NoGpu)?;
         if target == self.slot || target >= w.slots() || self.left.load(Acquire) {
             return Err(ShareRefusal::NoMember);
@@ -165,15 +165,15 @@ impl Member<'_> {
             let done = self.set_locked(target, g, change);
             if done.is_ok() {
                 let _ = w
-                    .slot(target, S_SHARE_GEN)
+                    .slot(target, layout::S_SHARE_GEN)
                     .fetch_update(SeqCst, SeqCst, |c| {
-                        Some(c.wrapping_add(SHARE_GEN_COUNT) | 1 << g)
+                        Some(c.wrapping_add(layout::SHARE_GEN_COUNT) | 1 << g)
                     });
             }
             // In force (or, refused, the same words) before the lock is given back: the
             // member's repair, under the lock, then takes the words rather than
             // writing its old ones back.
-            w.gpu(g, G_CAP_GEN).store(odd + 1, SeqCst);
+            w.gpu(g, layout::G_CAP_GEN).store(odd + 1, SeqCst);
             done
         });
         self.wake_waiters(g);
@@ -188,20 +188,20 @@ impl Member<'_> {
         change: ShareChange,
     ) -> Result<ShareSet, ShareRefusal> {
         let w = self.w;
-        if w.state(target).load(SeqCst) != STATE_LIVE
+        if w.state(target).load(SeqCst) != layout::STATE_LIVE
             || !self.locks.held(target)
-            || w.member_gpu(target, g, M_CAP).load(SeqCst) == 0
+            || w.member_gpu(target, g, layout::M_CAP).load(SeqCst) == 0
         {
             return Err(ShareRefusal::NoMember);
         }
-        let cap = decode_cap(w.gpu(g, G_CAP).load(SeqCst))
+        let cap = layout::decode_cap(w.gpu(g, layout::G_CAP).load(SeqCst))
             .flatten()
             .unwrap_or(u64::MAX);
-        let limit = cap.min(USED_BYTES);
+        let limit = cap.min(layout::USED_BYTES);
         let words = |i| w.share(target, g, i);
         let old = (
-            words(SH_GUARANTEE).load(SeqCst),
-            words(SH_CEILING).load(SeqCst),
+            words(layout::SH_GUARANTEE).load(SeqCst),
+            words(layout::SH_CEILING).load(SeqCst),
         );
         let guarantee = change.guarantee.unwrap_or(old.0);
         let ceiling = match change.ceiling {
@@ -219,19 +219,19 @@ impl Member<'_> {
             });
         }
         self.write_words(target, g, guarantee, ceiling);
-        let used = w.gpu(g, G_USED);
+        let used = w.gpu(g, layout::G_USED);
         loop {
             let word = used.load(SeqCst);
             if guarantee > old.0 {
                 let (mut given, mut unused) = (0u64, 0u64);
                 for s in self.guaranteed(g).filter(|&s| s != target) {
-                    let gj = w.share(s, g, SH_GUARANTEE).load(SeqCst);
+                    let gj = w.share(s, g, layout::SH_GUARANTEE).load(SeqCst);
                     given = given.saturating_add(gj);
-                    let held = w.member_gpu(s, g, M_USED).load(SeqCst);
+                    let held = w.member_gpu(s, g, layout::M_USED).load(SeqCst);
                     unused = unused.saturating_add(shares::unused(gj, held));
                 }
-                let held = w.member_gpu(target, g, M_USED).load(SeqCst);
-                let bytes = used_bytes(word);
+                let held = w.member_gpu(target, g, layout::M_USED).load(SeqCst);
+                let bytes = layout::used_bytes(word);
                 if let Err(why) = shares::admit_raise(limit, given, bytes, unused, held, guarantee)
                 {
                     self.write_words(target, g, old.0, old.1);
@@ -239,9 +239,9 @@ impl Member<'_> {
                         .guaranteed(g)
                         .filter(|&s| s != target)
                         .map(|s| Holder {
-                            pid: w.slot(s, S_PID).load(Relaxed) as u32,
+                            pid: w.slot(s, layout::S_PID).load(Relaxed) as u32,
                             command: w.command(s),
-                            guarantee: w.share(s, g, SH_GUARANTEE).load(Relaxed),
+                            guarantee: w.share(s, g, layout::SH_GUARANTEE).load(Relaxed),
                         })
                         .collect();
                     return Err(ShareRefusal::Admission {
@@ -253,7 +253,12 @@ impl Member<'_> {
             }
             // A reservation that read `used` before the new words swaps no more.
             if used
-                .compare_exchange(word, used_word(word, used_bytes(word)), SeqCst, SeqCst)
+                .compare_exchange(
+                    word,
+                    layout::used_word(word, layout::used_bytes(word)),
+                    SeqCst,
+                    SeqCst,
+                )
                 .is_ok()
             {
                 break;
@@ -261,11 +266,11 @@ impl Member<'_> {
         }
         let shown = |c: u64| (c != 0 && c < limit).then_some(c);
         Ok(ShareSet {
-            pid: w.slot(target, S_PID).load(Relaxed) as u32,
+            pid: w.slot(target, layout::S_PID).load(Relaxed) as u32,
             command: w.command(target),
             old: (old.0, shown(old.1)),
             new: (guarantee, shown(ceiling)),
-            held: w.member_gpu(target, g, M_USED).load(SeqCst),
+            held: w.member_gpu(target, g, layout::M_USED).load(SeqCst),
         })
     }
 
@@ -273,8 +278,8 @@ impl Member<'_> {
     /// bit (under the word lock: no repairer sees them half-written).
     fn write_words(&self, s: usize, g: usize, guarantee: u64, ceiling: u64) {
         let w = self.w;
-        w.share(s, g, SH_CEILING).store(ceiling, SeqCst);
-        w.share(s, g, SH_GUARANTEE).store(guarantee, SeqCst);
+        w.share(s, g, layout::SH_CEILING).store(ceiling, SeqCst);
+        w.share(s, g, layout::SH_GUARANTEE).store(guarantee, SeqCst);
         let (k, bit) = (s / 64, 1u64 << (s % 64));
         if guarantee > 0 {
             w.share_bits(g, k).fetch_or(bit, SeqCst);
@@ -286,12 +291,12 @@ impl Member<'_> {
     /// This member's share words on GPU entry `g` (guarantee, ceiling, and the slot's
     /// change count), if `gpucap pool set` changed them since it last took them.
     pub(super) fn share_to_take(&self, g: usize) -> Option<(u64, u64, u64)> {
-        let count = self.w.slot(self.slot, S_SHARE_GEN).load(SeqCst);
+        let count = self.w.slot(self.slot, layout::S_SHARE_GEN).load(SeqCst);
         if count == self.share_seen[g].load(Acquire) {
             return None;
         }
         let word = |i| self.w.share(self.slot, g, i).load(SeqCst);
-        Some((word(SH_GUARANTEE), word(SH_CEILING), count))
+        Some((word(layout::SH_GUARANTEE), word(layout::SH_CEILING), count))
     }
 
     /// Takes `share` (from [`share_to_take`](Self::share_to_take)) as this member's own
@@ -300,14 +305,14 @@ impl Member<'_> {
     /// damage, and its own stay (written back by its next repair).
     pub(super) fn take_share(&self, g: usize, share: (u64, u64, u64), cap_word: u64) {
         let (guarantee, ceiling, count) = share;
-        let limit = limit_of(cap_word);
+        let limit = layout::limit_of(cap_word);
         let most = if ceiling == 0 { limit } else { ceiling };
         if ceiling <= limit
             && guarantee <= most
             && let Some(own) = self.own.get(g)
         {
-            own[SH_GUARANTEE].store(guarantee, SeqCst);
-            own[SH_CEILING].store(ceiling, SeqCst);
+            own[layout::SH_GUARANTEE].store(guarantee, SeqCst);
+            own[layout::SH_CEILING].store(ceiling, SeqCst);
             self.note_route(g);
         }
         self.share_seen[g].store(count, Release);

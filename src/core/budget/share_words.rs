@@ -9,12 +9,15 @@
 //! its slot): a killed member's guarantee returns with its bytes.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, SeqCst},
+};
 use std::time::{Duration, Instant};
 
 use super::account::PoolRefusal;
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout;
 use super::member::Member;
 use super::shares::{self, Admission, Share};
 use crate::size::format_bytes;
@@ -140,7 +143,7 @@ impl Member<'_> {
                     ..refused
                 });
             }
-            let word = self.w.gpu(g, G_WAIT_SEQ);
+            let word = self.w.gpu(g, layout::G_WAIT_SEQ);
             let seen = word.load(Acquire);
             self.locks
                 .sleep_on(word, seen, (wait - waited).min(ADMISSION_RECHECK));
@@ -157,7 +160,7 @@ impl Member<'_> {
         self.locked(g, || {
             // A change by `gpucap pool set` holds this word lock too: it landed before
             // this look, or comes after the claim and changes the claimed share.
-            if self.w.slot(self.slot, S_SHARE_GEN).load(SeqCst) & 1 << g != 0 {
+            if self.w.slot(self.slot, layout::S_SHARE_GEN).load(SeqCst) & 1 << g != 0 {
                 return Ok(self.take_set_share(g));
             }
             // A ceiling at the cap (`shares::check` gives the cap where none is set) is
@@ -165,7 +168,7 @@ impl Member<'_> {
             // when a resize changes it (a member kept at the old cap after a raise, or
             // a ceiling word above a lowered cap that others clear as damage).
             let share = Share {
-                ceiling: if share.ceiling >= limit_of(self.caps[g].load(Relaxed)) {
+                ceiling: if share.ceiling >= layout::limit_of(self.caps[g].load(Relaxed)) {
                     0
                 } else {
                     share.ceiling
@@ -175,21 +178,21 @@ impl Member<'_> {
             self.write_share(g, share);
             // After the share words: a resize under way now sees them, or its cap word
             // is seen here (the lower of the two caps decides).
-            let pool = decode_cap(self.w.gpu(g, G_CAP).load(SeqCst))
+            let pool = layout::decode_cap(self.w.gpu(g, layout::G_CAP).load(SeqCst))
                 .flatten()
                 .unwrap_or(u64::MAX);
             let cap = self.cap_now(g).0.min(pool);
-            let used = self.w.gpu(g, G_USED);
+            let used = self.w.gpu(g, layout::G_USED);
             loop {
                 let word = used.load(SeqCst);
                 let (mut given, mut unused) = (0u64, 0u64);
                 for s in self.guaranteed(g) {
-                    let gj = self.w.share(s, g, SH_GUARANTEE).load(SeqCst);
+                    let gj = self.w.share(s, g, layout::SH_GUARANTEE).load(SeqCst);
                     given = given.saturating_add(gj);
-                    let held = self.w.member_gpu(s, g, M_USED).load(SeqCst);
+                    let held = self.w.member_gpu(s, g, layout::M_USED).load(SeqCst);
                     unused = unused.saturating_add(shares::unused(gj, held));
                 }
-                let bytes = used_bytes(word);
+                let bytes = layout::used_bytes(word);
                 if let Err(why) = shares::admit(cap, given, bytes, unused, share.guarantee) {
                     self.write_share(
                         g,
@@ -206,7 +209,7 @@ impl Member<'_> {
                     });
                 }
                 if used
-                    .compare_exchange(word, used_word(word, bytes), SeqCst, SeqCst)
+                    .compare_exchange(word, layout::used_word(word, bytes), SeqCst, SeqCst)
                     .is_ok()
                 {
                     return Ok(Claimed::Own);
@@ -222,11 +225,11 @@ impl Member<'_> {
         if let Some(words) = self.share_to_take(g) {
             // The cap the change was checked against, the pool's cap word (a resize
             // under way changes no share word).
-            self.take_share(g, words, self.w.gpu(g, G_CAP).load(SeqCst));
+            self.take_share(g, words, self.w.gpu(g, layout::G_CAP).load(SeqCst));
         }
         Claimed::Set {
-            guarantee: self.own_word(g, SH_GUARANTEE),
-            ceiling: Some(self.own_word(g, SH_CEILING)).filter(|&c| c != 0),
+            guarantee: self.own_word(g, layout::SH_GUARANTEE),
+            ceiling: Some(self.own_word(g, layout::SH_CEILING)).filter(|&c| c != 0),
         }
     }
 
@@ -234,8 +237,8 @@ impl Member<'_> {
     /// own memory (what it decides by) and in the pool file (what the others read).
     fn write_share(&self, g: usize, share: Share) {
         if let Some(own) = self.own.get(g) {
-            own[SH_GUARANTEE].store(share.guarantee, SeqCst);
-            own[SH_CEILING].store(share.ceiling, SeqCst);
+            own[layout::SH_GUARANTEE].store(share.guarantee, SeqCst);
+            own[layout::SH_CEILING].store(share.ceiling, SeqCst);
         }
         self.write_own_words(g);
     }
@@ -244,12 +247,12 @@ impl Member<'_> {
     /// share words and its bit.
     pub(super) fn write_own_words(&self, g: usize) {
         let share = Share {
-            guarantee: self.own_word(g, SH_GUARANTEE),
-            ceiling: self.own_word(g, SH_CEILING),
+            guarantee: self.own_word(g, layout::SH_GUARANTEE),
+            ceiling: self.own_word(g, layout::SH_CEILING),
         };
         let mine = |i| self.w.share(self.slot, g, i);
-        mine(SH_GUARANTEE).store(share.guarantee, SeqCst);
-        mine(SH_CEILING).store(share.ceiling, SeqCst);
+        mine(layout::SH_GUARANTEE).store(share.guarantee, SeqCst);
+        mine(layout::SH_CEILING).store(share.ceiling, SeqCst);
         let (k, bit) = (self.slot / 64, 1u64 << (self.slot % 64));
         if share.guarantee > 0 {
             self.w.share_bits(g, k).fetch_or(bit, SeqCst);
@@ -274,11 +277,11 @@ impl Member<'_> {
     /// process changed neither lifts nor lowers them.
     #[inline(always)]
     pub(super) fn own_share(&self, g: usize) -> (u64, u64) {
-        let ceiling = match self.own_word(g, SH_CEILING) {
+        let ceiling = match self.own_word(g, layout::SH_CEILING) {
             0 => u64::MAX,
             c => c,
         };
-        (self.own_word(g, SH_GUARANTEE), ceiling)
+        (self.own_word(g, layout::SH_GUARANTEE), ceiling)
     }
 
     /// The slots other than this one holding a guarantee on GPU entry `g`.
@@ -305,9 +308,9 @@ impl Member<'_> {
     fn holders(&self, g: usize) -> Vec<Holder> {
         self.guaranteed(g)
             .map(|s| Holder {
-                pid: self.w.slot(s, S_PID).load(Relaxed) as u32,
+                pid: self.w.slot(s, layout::S_PID).load(Relaxed) as u32,
                 command: self.w.command(s),
-                guarantee: self.w.share(s, g, SH_GUARANTEE).load(Relaxed),
+                guarantee: self.w.share(s, g, layout::SH_GUARANTEE).load(Relaxed),
             })
             .collect()
     }
@@ -321,7 +324,7 @@ impl Member<'_> {
     /// and masks when nobody else holds a guarantee (on every reservation).
     #[inline(always)]
     fn others_unused_at(&self, h: &GpuWords<'_>, g: usize) -> u64 {
-        let bits: [u64; SHARE_HEAD_WORDS] =
+        let bits: [u64; layout::SHARE_HEAD_WORDS] =
             std::array::from_fn(|k| h.bits[k].load(Acquire) & self.not_me[k]);
         if bits.iter().fold(0, |a, b| a | b) == 0 && h.more.is_empty() {
             return 0;
@@ -332,10 +335,15 @@ impl Member<'_> {
     /// The unused guarantees of the slots in `bits` (the first 256 slots) and `more`
     /// (the others, this member's own bit masked) on GPU entry `g`.
     #[cold]
-    fn unused_of(&self, g: usize, bits: [u64; SHARE_HEAD_WORDS], more: &[AtomicU64]) -> u64 {
+    fn unused_of(
+        &self,
+        g: usize,
+        bits: [u64; layout::SHARE_HEAD_WORDS],
+        more: &[AtomicU64],
+    ) -> u64 {
         let mut total = 0u64;
         let rest = more.iter().enumerate().map(|(i, w)| {
-            let k = SHARE_HEAD_WORDS + i;
+            let k = layout::SHARE_HEAD_WORDS + i;
             let mine = if k == self.slot / 64 {
                 1u64 << (self.slot % 64)
             } else {
@@ -350,8 +358,8 @@ impl Member<'_> {
                 if s >= self.w.slots() {
                     continue; // past the slots: no member sets it
                 }
-                let gj = self.w.share(s, g, SH_GUARANTEE).load(Relaxed);
-                let held = self.w.member_gpu(s, g, M_USED).load(Relaxed);
+                let gj = self.w.share(s, g, layout::SH_GUARANTEE).load(Relaxed);
+                let held = self.w.member_gpu(s, g, layout::M_USED).load(Relaxed);
                 total = total.saturating_add(shares::unused(gj, held));
             }
         }
@@ -398,7 +406,11 @@ impl Member<'_> {
         // A guarantee `gpucap pool set` lowered counts at once, before this member takes
         // its words: the others lend out the rest from then (`share_set`).
         let guarantee = if guarantee != 0 {
-            guarantee.min(self.w.share(self.slot, g, SH_GUARANTEE).load(SeqCst))
+            guarantee.min(
+                self.w
+                    .share(self.slot, g, layout::SH_GUARANTEE)
+                    .load(SeqCst),
+            )
         } else {
             0
         };
@@ -408,7 +420,7 @@ impl Member<'_> {
             // held: another thread's reservation may have swapped `used` and not yet
             // raised `own`, and two threads must not each take the guarantee's rest
             // without weighing the others' (a borrow that could break their guarantees).
-            let in_flight = h.mine[M_PENDING].load(SeqCst).saturating_sub(bytes);
+            let in_flight = h.mine[layout::M_PENDING].load(SeqCst).saturating_sub(bytes);
             let held = own.saturating_add(in_flight);
             if let Some(new) = shares::reserve_owed(cap, pool, held, guarantee, bytes) {
                 return Some(new);
@@ -421,11 +433,14 @@ impl Member<'_> {
     /// own ceiling (refused at once: waiting for other members would not help).
     pub(super) fn past_ceiling(&self, g: usize, bytes: u64) -> Option<PoolRefusal> {
         let ceiling = self.ceiling(g);
-        let own = self.w.member_gpu(self.slot, g, M_USED).load(Relaxed);
+        let own = self
+            .w
+            .member_gpu(self.slot, g, layout::M_USED)
+            .load(Relaxed);
         shares::past_ceiling(own, ceiling, bytes).then(|| PoolRefusal {
             requested: bytes,
             used: self.w.used(g),
-            cap: decode_cap(self.caps[g].load(Relaxed))
+            cap: layout::decode_cap(self.caps[g].load(Relaxed))
                 .flatten()
                 .unwrap_or(u64::MAX),
             own,
@@ -439,10 +454,10 @@ impl Member<'_> {
     /// the GPU entries in use (see `clear_new_slot_shares`).
     pub(super) fn forget_shares(&self, d: usize) {
         let (k, bit) = (d / 64, 1u64 << (d % 64));
-        for g in (0..MAX_POOL_GPUS).filter(|&g| self.w.has_gpu(g)) {
+        for g in (0..layout::MAX_POOL_GPUS).filter(|&g| self.w.has_gpu(g)) {
             self.w.share_bits(g, k).fetch_and(!bit, AcqRel);
-            self.w.share(d, g, SH_GUARANTEE).store(0, Relaxed);
-            self.w.share(d, g, SH_CEILING).store(0, Relaxed);
+            self.w.share(d, g, layout::SH_GUARANTEE).store(0, Relaxed);
+            self.w.share(d, g, layout::SH_CEILING).store(0, Relaxed);
         }
     }
 
@@ -454,10 +469,13 @@ impl Member<'_> {
         // claimed them, if another process changed them.
         self.refresh_cap(g);
         self.repair_own_shares(g);
-        let cap = decode_cap(self.caps[g].load(Relaxed)).flatten();
+        let cap = layout::decode_cap(self.caps[g].load(Relaxed)).flatten();
         let ceiling = self.ceiling(g);
         let used = self.w.used(g);
-        let own = self.w.member_gpu(self.slot, g, M_USED).load(Relaxed);
+        let own = self
+            .w
+            .member_gpu(self.slot, g, layout::M_USED)
+            .load(Relaxed);
         let free = shares::free(
             cap.unwrap_or(u64::MAX),
             used,

@@ -6,10 +6,10 @@
 //! reservation taken is marked started (`traffic`) on the words the try used, found
 //! once for both.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{SH_CEILING, SH_GUARANTEE, T_STARTED};
 use super::member::{Member, OWN_SHARE};
 use super::used::Rule;
 

@@ -2,10 +2,14 @@
 //! kernel lock of one owner, as the kernel does when a process dies.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
-use super::layout::*;
 use super::*;
+use crate::budget::layout::{
+    G_CAP, G_LOCK, G_TICKET, G_USED, G_WAITERS, G_WAITS, H_MAGIC, H_SLOTS_SEEN, H_VERSION,
+    LOCK_WAITING, M_PENDING, M_USED, M_WAIT, SHARES_AT, STATE_EMPTY, STATE_LIVE, USED_BITS,
+    check_slots, encode_cap, used_bytes, used_word,
+};
 
 mod context_flight;
 mod join_hints;

@@ -50,10 +50,16 @@
 //! only near the cap. Otherwise the rule decides again on the new word, as a lost swap
 //! does.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, SeqCst},
+};
 
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{
+    G_PEAK, G_USED, M_PEAK, M_PENDING, M_USED, STATE_LIVE, USED_BITS, USED_BYTES, Words,
+    used_bytes, used_word,
+};
 use super::member::{Member, MemberLocks};
 
 /// How often a recount looks again while changes are in flight or `used` keeps

@@ -1,11 +1,11 @@
 //! What a pool holds, read without changing it: for `gpucap status`, `gpucap top`, the
 //! pool's view in `cuMemGetInfo` and NVML's list of processes.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 
 use serde::Serialize;
 
-use super::layout::*;
+use super::layout;
 use super::member::{MemberLocks, Pool};
 use super::used::members_count;
 use crate::config::format_uuid;
@@ -114,7 +114,7 @@ impl Pool<'_> {
     pub fn view(&self, locks: &dyn MemberLocks) -> PoolView {
         let w = self.w;
         let mut gpus: Vec<(usize, GpuView)> = Vec::new();
-        for g in 0..MAX_POOL_GPUS {
+        for g in 0..layout::MAX_POOL_GPUS {
             if !w.has_gpu(g) {
                 continue;
             }
@@ -123,15 +123,15 @@ impl Pool<'_> {
                 g,
                 GpuView {
                     uuid: format_uuid(false, &raw),
-                    cap: decode_cap(w.gpu(g, G_CAP).load(Relaxed)).flatten(),
+                    cap: layout::decode_cap(w.gpu(g, layout::G_CAP).load(Relaxed)).flatten(),
                     used: w.used(g),
-                    peak: w.gpu(g, G_PEAK).load(Relaxed),
-                    refusals: w.gpu(g, G_REFUSALS).load(Relaxed),
-                    largest_refused: w.gpu(g, G_LARGEST_REFUSED).load(Relaxed),
+                    peak: w.gpu(g, layout::G_PEAK).load(Relaxed),
+                    refusals: w.gpu(g, layout::G_REFUSALS).load(Relaxed),
+                    largest_refused: w.gpu(g, layout::G_LARGEST_REFUSED).load(Relaxed),
                     held_by_dead: 0,
-                    waiters: w.gpu(g, G_WAITERS).load(Relaxed),
-                    waits: w.gpu(g, G_WAITS).load(Relaxed),
-                    wait_ms: w.gpu(g, G_WAIT_MS).load(Relaxed),
+                    waiters: w.gpu(g, layout::G_WAITERS).load(Relaxed),
+                    waits: w.gpu(g, layout::G_WAITS).load(Relaxed),
+                    wait_ms: w.gpu(g, layout::G_WAIT_MS).load(Relaxed),
                     members_hold: 0,
                     drift: 0,
                     cap_drift: false,
@@ -145,25 +145,25 @@ impl Pool<'_> {
         // Per GPU, the most any figure of the pool's may show: the cap the live members
         // hold it to (their own words; the cap word if none lives), at most what `used`
         // can count.
-        let mut limits = [USED_BYTES; MAX_POOL_GPUS];
+        let mut limits = [layout::USED_BYTES; layout::MAX_POOL_GPUS];
         for (g, gpu) in gpus.iter_mut() {
             (gpu.members_hold, gpu.drift) = drift(w, locks, *g);
-            let cap = w.gpu(*g, G_CAP).load(Relaxed);
+            let cap = w.gpu(*g, layout::G_CAP).load(Relaxed);
             let live_cap = (0..w.slots()).find_map(|s| {
-                let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
-                (theirs != 0 && w.state(s).load(Acquire) == STATE_LIVE && locks.held(s))
+                let theirs = w.member_gpu(s, *g, layout::M_CAP).load(Relaxed);
+                (theirs != 0 && w.state(s).load(Acquire) == layout::STATE_LIVE && locks.held(s))
                     .then_some(theirs)
             });
             gpu.cap_drift = (0..w.slots()).any(|s| {
-                let theirs = w.member_gpu(s, *g, M_CAP).load(Relaxed);
+                let theirs = w.member_gpu(s, *g, layout::M_CAP).load(Relaxed);
                 theirs != 0
                     && theirs != cap
-                    && w.state(s).load(Acquire) == STATE_LIVE
+                    && w.state(s).load(Acquire) == layout::STATE_LIVE
                     && locks.held(s)
             });
-            let limit = decode_cap(live_cap.unwrap_or(cap))
+            let limit = layout::decode_cap(live_cap.unwrap_or(cap))
                 .flatten()
-                .map_or(USED_BYTES, |c| c.min(USED_BYTES));
+                .map_or(layout::USED_BYTES, |c| c.min(layout::USED_BYTES));
             limits[*g] = limit;
             // A `used` word above the cap shows as the cap, unless the members do hold
             // more (charges the driver made without asking: `Member::charge_past_cap`).
@@ -172,25 +172,27 @@ impl Pool<'_> {
         }
         let mut members = Vec::new();
         for s in 0..w.slots() {
-            if w.state(s).load(Acquire) != STATE_LIVE {
+            if w.state(s).load(Acquire) != layout::STATE_LIVE {
                 continue;
             }
             let alive = locks.held(s);
-            let handed_word = w.slot(s, S_HANDED).load(Relaxed);
+            let handed_word = w.slot(s, layout::S_HANDED).load(Relaxed);
             let handed = crate::config::HandedDown::from_word(handed_word >> 32);
             let handed_gpus = handed_word & 0xffff_ffff;
             let mut mine = Vec::new();
             for (g, gpu) in gpus.iter_mut() {
-                let used = w.member_gpu(s, *g, M_USED).load(Relaxed);
-                let peak = w.member_gpu(s, *g, M_PEAK).load(Relaxed);
-                let cap = w.member_gpu(s, *g, M_CAP).load(Relaxed);
+                let used = w.member_gpu(s, *g, layout::M_USED).load(Relaxed);
+                let peak = w.member_gpu(s, *g, layout::M_PEAK).load(Relaxed);
+                let cap = w.member_gpu(s, *g, layout::M_CAP).load(Relaxed);
                 if used == 0 && peak == 0 && cap == 0 {
                     continue;
                 }
                 let limit = limits[*g];
                 // What the pool keeps for it: a guarantee its bit says, at most the cap.
                 let guarantee = if holds_guarantee(w, s, *g) {
-                    w.share(s, *g, SH_GUARANTEE).load(Relaxed).min(limit)
+                    w.share(s, *g, layout::SH_GUARANTEE)
+                        .load(Relaxed)
+                        .min(limit)
                 } else {
                     0
                 };
@@ -206,7 +208,7 @@ impl Pool<'_> {
                     peak,
                     raw_uuid: gpu.raw_uuid,
                     guarantee,
-                    ceiling: match w.share(s, *g, SH_CEILING).load(Relaxed) {
+                    ceiling: match w.share(s, *g, layout::SH_CEILING).load(Relaxed) {
                         0 | u64::MAX => None,
                         c => Some(c.min(limit)),
                     },
@@ -218,18 +220,18 @@ impl Pool<'_> {
             }
             members.push(MemberView {
                 slot: s,
-                pid: w.slot(s, S_PID).load(Relaxed) as u32,
-                pid_namespace: w.slot(s, S_PIDNS).load(Relaxed),
+                pid: w.slot(s, layout::S_PID).load(Relaxed) as u32,
+                pid_namespace: w.slot(s, layout::S_PIDNS).load(Relaxed),
                 command: w.command(s),
-                start_ms: w.slot(s, S_START_MS).load(Relaxed),
+                start_ms: w.slot(s, layout::S_START_MS).load(Relaxed),
                 alive,
                 gpus: mine,
             });
         }
         PoolView {
-            version: w.header(H_VERSION).load(Relaxed),
+            version: w.header(layout::H_VERSION).load(Relaxed),
             slots: w.slots(),
-            created: w.header(H_CREATED).load(Relaxed),
+            created: w.header(layout::H_CREATED).load(Relaxed),
             gpus: gpus.into_iter().map(|(_, g)| g).collect(),
             members,
         }
@@ -240,13 +242,13 @@ impl Pool<'_> {
 /// nothing in flight (no member's `pending`) and `used` unchanged around it (its change
 /// count included); a difference counts only if no one of three readings shows none (a
 /// change between two loads is not drift).
-fn drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, i64) {
+fn drift(w: layout::Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, i64) {
     let mut last = (0, 0);
     for _ in 0..3 {
-        let word = w.gpu(g, G_USED).load(SeqCst);
+        let word = w.gpu(g, layout::G_USED).load(SeqCst);
         let (members, pending) = members_count(w, locks, g);
-        let again = w.gpu(g, G_USED).load(SeqCst);
-        let diff = used_bytes(word).wrapping_sub(members) as i64;
+        let again = w.gpu(g, layout::G_USED).load(SeqCst);
+        let diff = layout::used_bytes(word).wrapping_sub(members) as i64;
         if diff == 0 {
             return (members, 0);
         }
@@ -258,7 +260,7 @@ fn drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize) -> (u64, i64) {
 }
 
 /// Whether slot `s`'s holder bit on GPU entry `g` is set.
-fn holds_guarantee(w: Words<'_>, s: usize, g: usize) -> bool {
+fn holds_guarantee(w: layout::Words<'_>, s: usize, g: usize) -> bool {
     w.share_bits(g, s / 64).load(Acquire) & 1 << (s % 64) != 0
 }
 
@@ -266,13 +268,13 @@ fn holds_guarantee(w: Words<'_>, s: usize, g: usize) -> bool {
 /// `limit` (the rules of `repair`, read only): a holder bit of an empty slot nobody
 /// holds, a bit and a guarantee that disagree, a guarantee or ceiling above the cap or
 /// a guarantee above its ceiling, live guarantees summing above the cap.
-fn share_drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize, limit: u64) -> bool {
+fn share_drift(w: layout::Words<'_>, locks: &dyn MemberLocks, g: usize, limit: u64) -> bool {
     let mut given = 0u64;
     for s in 0..w.slots() {
         let bit = holds_guarantee(w, s, g);
-        let guarantee = w.share(s, g, SH_GUARANTEE).load(Relaxed);
-        let ceiling = w.share(s, g, SH_CEILING).load(Relaxed);
-        if w.state(s).load(Acquire) != STATE_LIVE {
+        let guarantee = w.share(s, g, layout::SH_GUARANTEE).load(Relaxed);
+        let ceiling = w.share(s, g, layout::SH_CEILING).load(Relaxed);
+        if w.state(s).load(Acquire) != layout::STATE_LIVE {
             if bit && !locks.held(s) {
                 return true;
             }
@@ -291,16 +293,16 @@ fn share_drift(w: Words<'_>, locks: &dyn MemberLocks, g: usize, limit: u64) -> b
 }
 
 /// Who holds GPU entry `g`'s word lock now, and since when others wait for it.
-fn lock_view(w: Words<'_>, g: usize) -> Option<LockView> {
-    let holder = w.gpu(g, G_LOCK).load(Acquire) & LOCK_HOLDER;
+fn lock_view(w: layout::Words<'_>, g: usize) -> Option<LockView> {
+    let holder = w.gpu(g, layout::G_LOCK).load(Acquire) & layout::LOCK_HOLDER;
     if holder == 0 || holder > w.slots() as u64 {
         return None;
     }
     let slot = holder as usize - 1;
-    let since = w.gpu(g, G_LOCK_SINCE).load(Relaxed);
+    let since = w.gpu(g, layout::G_LOCK_SINCE).load(Relaxed);
     Some(LockView {
         slot,
-        pid: w.slot(slot, S_PID).load(Relaxed) as u32,
-        since_ms: (since != 0 && since & LOCK_HOLDER == holder).then_some(since >> 16),
+        pid: w.slot(slot, layout::S_PID).load(Relaxed) as u32,
+        since_ms: (since != 0 && since & layout::LOCK_HOLDER == holder).then_some(since >> 16),
     })
 }

@@ -4,12 +4,15 @@
 //! of small ones. Nothing is held while sleeping: a waiter killed by a signal leaves
 //! only its ticket, which the next member to notice its death takes back.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
 use super::account::PoolRefusal;
 use super::gpu_words::GpuWords;
-use super::layout::*;
+use super::layout::{
+    G_LARGEST_REFUSED, G_REFUSALS, G_TICKET, G_WAIT_MS, G_WAIT_SEQ, G_WAITERS, G_WAITS, M_USED,
+    M_WAIT, STATE_LIVE,
+};
 use super::member::Member;
 
 /// The longest a waiter sleeps before it looks again (dead members, their tickets).

@@ -11,7 +11,10 @@
 
 use std::path::Path;
 
-use super::*;
+use super::{
+    Config, DRA_EXAMPLE, ENV_FILE_NAME, ETC_ENV_FILE, HAMI_CLASSIC, HAMI_DRA, HAMI_SHARED_CACHE,
+    Limit, LimitSpec, NVIDIA_TOOLKIT, PoolSpec, VGPU_MANAGER, limit_is_none, name_typed,
+};
 
 /// A cap handed down: the configuration file's, which no variable of the environment
 /// raises or removes.
@@ -332,6 +335,7 @@ impl HandedDown {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::env::{LogLevel, from_vars};
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;

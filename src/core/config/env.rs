@@ -7,7 +7,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::hami::{Hami, hami_ignored_note};
-use super::*;
+use super::{
+    CapSource, Ceiling, HAMI_CLASSIC, HAMI_DRA, HAMI_IGNORED, HAMI_PREFIX, HAMI_SHARED_CACHE,
+    HandoverVars, KNOWN_VARS, LimitFrom, LimitSpec, NVIDIA_VISIBLE_DEVICES, Origin, PoolSpec, VARS,
+    accepted_of, apply, check_agree, check_shares, claim_pool_note, hami_claim_dir,
+    hami_classic_by_uuid, hami_dra_spec, is_handover_name, known_vars_list, limit_is_none,
+    limit_notes, merge_hami_by_uuid, name_typed, name_typed_error, parse_limit_spec,
+    parse_pool_dir, parse_typed,
+};
 
 pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
 pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
@@ -526,9 +533,4 @@ where
     // emptiness was checked above.
     name_typed(&mut config);
     Ok(config)
-}
-
-/// `from_vars(std::env::vars_os())`.
-pub fn from_env() -> Result<Config, ConfigError> {
-    from_vars(std::env::vars_os())
 }

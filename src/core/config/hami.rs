@@ -12,7 +12,10 @@
 
 use std::ffi::OsStr;
 
-use super::*;
+use super::{
+    ConfigError, DeviceKey, Limit, LimitFrom, LimitSpec, MAX_DEVICES, MIN_UNITLESS_BYTES, Origin,
+    PoolSpec, parse_pool_spec, unitless_message,
+};
 
 /// The all-GPUs variable.
 pub const HAMI_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";

@@ -3,6 +3,8 @@
 #[allow(clippy::module_inception)]
 mod tests {
     use super::super::*;
+    use crate::config::file::parse_env_file;
+    use crate::config::hami::hami_spec;
     use std::ffi::{OsStr, OsString};
     use std::os::unix::ffi::OsStrExt;
     use std::path::PathBuf;
@@ -636,6 +638,8 @@ mod tests {
 /// HAMi-core's variables (`CUDA_DEVICE_MEMORY_LIMIT*`) as strict aliases of GPUCAP_LIMIT.
 mod hami {
     use super::super::*;
+    use crate::config::file::parse_env_file;
+    use crate::config::hami::{HAMI_ACCEPTED, HamiName, hami_name, parse_hami_value};
 
     const MI: u64 = 1 << 20;
     const GI: u64 = 1 << 30;
@@ -952,6 +956,8 @@ mod hami {
 /// what is accepted is well formed. Case counts are bounded so these run in seconds.
 mod properties {
     use super::super::*;
+    use crate::config::file::parse_env_file;
+    use crate::config::hami::parse_hami_value;
     use crate::size::{format_bytes, parse_size};
     use proptest::prelude::*;
     use std::ffi::OsStr;

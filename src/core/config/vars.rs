@@ -5,7 +5,13 @@
 
 use std::path::PathBuf;
 
-use super::*;
+use super::{
+    CEILING_ACCEPTED, CLAIM_DIR_ACCEPTED, Config, GROWTH_ACCEPTED, GUARANTEE_ACCEPTED,
+    HOME_ACCEPTED, LD_SO_PRELOAD_ACCEPTED, LIB_ACCEPTED, LIMIT_ACCEPTED, LOG_ACCEPTED,
+    POOL_ACCEPTED, POOL_DIR_ACCEPTED, POOL_MEMBERS_ACCEPTED, REPORT_ACCEPTED, TYPED_ACCEPTED,
+    WAIT_ACCEPTED, parse_bool, parse_log_level, parse_pool, parse_pool_dir, parse_share_spec,
+    parse_typed, parse_wait,
+};
 
 /// One `GPUCAP_*` variable.
 pub struct Var {

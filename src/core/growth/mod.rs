@@ -49,7 +49,10 @@ pub mod slab;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire},
+};
 
 use crate::config::MAX_DEVICES;
 use pages::Pages;

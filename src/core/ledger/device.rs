@@ -2,7 +2,10 @@
 //! pages ([`Devices`]: a lone process maps its file over them), and their reading
 //! ([`usage_in`], [`Usage`]); the cap check of a reservation ([`add_within_cap`]).
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{AcqRel, Relaxed},
+};
 
 use crate::config::MAX_DEVICES;
 use crate::counter::Counter;

@@ -8,7 +8,10 @@
 //! after the driver call succeeded.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
 
 use crate::budget::Member;
 pub use crate::live_map::{Charge, LiveMap};

@@ -7,7 +7,7 @@ mod pool_tests {
     use std::sync::{Mutex, OnceLock};
 
     use crate::budget::{MemberInfo, MemberLocks, POOL_WORDS, Pool};
-    use crate::ledger::*;
+    use crate::ledger::{Charge, Ledger, Member, POOL_GENERATIONS, Refusal};
 
     /// The kernel's slot locks, shared by the test's "processes" (owner ids).
     static OWNERS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
@@ -222,7 +222,7 @@ mod pool_tests {
 mod alone {
     //! The ledger of a process capped alone (no pool).
     use crate::config::MAX_DEVICES;
-    use crate::ledger::*;
+    use crate::ledger::{Charge, Ledger, Refusal};
 
     fn ledger_with_cap(cap: u64) -> Ledger {
         let l = Ledger::new();

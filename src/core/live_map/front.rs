@@ -13,9 +13,12 @@
 //! compare-and-swap each. A key is in the front or in the levels, never both: the hooks
 //! insert a key once, and remove it only after its insert returned.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
-use super::entry::*;
+use super::entry::{BUSY, Charge, EMPTY, fits_table, hash, unpack};
 
 /// The front holds `1 << FRONT_BITS` slots (16 KiB).
 const FRONT_BITS: u32 = 10;

@@ -56,13 +56,16 @@ mod overflow;
 mod table;
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
 
 pub use entry::Charge;
-use entry::*;
+use entry::{BUSY, EMPTY, MOVING, fits_table, pack, unpack};
 use front::Front;
 use overflow::Overflow;
-use table::*;
+use table::{FAST_WAYS, Inserted, Table, Take, WAYS, backoff};
 
 /// Buckets of the first table (8 KiB).
 const BASE_BUCKETS: usize = 64;

@@ -4,7 +4,10 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire},
+};
 use std::sync::{Mutex, MutexGuard};
 
 use super::entry::{Charge, hash};

@@ -2,9 +2,12 @@
 //! its spill counts, its crowded entries (the load that triggers growth) and the moving
 //! of its buckets to the next level.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
 
-use super::entry::*;
+use super::entry::{BUSY, Charge, EMPTY, MOVED, MOVING, hash, unpack};
 use super::overflow::Overflow;
 
 /// Slots per bucket: seven keys and the spill count fill one 64-byte line.

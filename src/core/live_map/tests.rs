@@ -1,5 +1,6 @@
 //! The live map: entries found wherever they lie, growth, moves and races.
 
+use super::entry::MOVED;
 use super::*;
 use std::cell::Cell;
 use std::collections::HashSet;

@@ -30,7 +30,7 @@ mod driver;
 mod records;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use crate::config::MAX_DEVICES;
 use crate::ledger::{Charge, Ledger, Refusal, Reservation};

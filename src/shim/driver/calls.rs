@@ -5,7 +5,10 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering::*};
+use std::sync::atomic::{
+    AtomicPtr,
+    Ordering::{Acquire, Release},
+};
 
 use super::forward::Real;
 use super::hooked::real;

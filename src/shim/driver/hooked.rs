@@ -16,7 +16,10 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering::*};
+use std::sync::atomic::{
+    AtomicPtr,
+    Ordering::{AcqRel, Acquire},
+};
 
 use super::types::{
     Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1, CText, CuResult,

@@ -4,7 +4,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use gpucap_core::config::{self, Config};
 

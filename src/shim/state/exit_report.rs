@@ -3,7 +3,7 @@
 //! `exit()` still leaves one).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, TryLockError};
 
 use gpucap_core::config::LogLevel;

@@ -7,7 +7,10 @@
 //! Safe Rust; the hooks ask it questions and tell it what the driver did.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32,
+    Ordering::{Acquire, Relaxed},
+};
 
 use gpucap_core::config::{Config, MAX_DEVICES};
 use gpucap_core::contexts::ContextCharges;

@@ -1,7 +1,7 @@
 //! A refused request: the one stderr line (not said again for the same refusal at
 //! once), and the report refreshed.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::Ordering::Relaxed;
 
 use gpucap_core::config::{LogLevel, MAX_DEVICES};
 use gpucap_core::ledger::Refusal;

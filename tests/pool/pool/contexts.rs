@@ -1,6 +1,7 @@
 //! Memory the driver takes on its own in a pool: contexts made at once, slow or stopped,
 //! libraries' kernels in every context, a lowered stack limit.
 
+use super::sharing::{Duet, Part, alloc, duet, run_table};
 use super::*;
 
 /// Contexts are charged to the pool (a primary retain has no current context): 32
@@ -103,162 +104,6 @@ fn thirty_two_members_with_sixteen_mib_contexts_never_take_the_gpu_over_the_pool
     assert_eq!(p.used_peak().0, 0, "every byte came back to the pool");
 }
 
-/// A library's kernel loaded into several contexts of two members: each
-/// context's copy is charged to the pool, so that a 1 GiB pool of two members launching
-/// it in three contexts each (6 x 200 MiB) refuses the copies past its cap before the
-/// driver loads them, and the fake driver never holds more than the cap (before, the
-/// pool counted one copy per process: 400 MiB, while the driver held 1,200).
-#[test]
-fn a_librarys_kernels_in_every_context_of_every_member_are_charged_to_the_pool() {
-    let p = Pool::new("pool-kernel-contexts");
-    let member = |stats: &str, go: &str, done: &str| {
-        spawn(
-            p.script(
-                stats,
-                &[
-                    &format!("wait:{}", p.path(go)),
-                    "contexts:3",
-                    &format!("touch:{}", p.path(done)),
-                    &format!("wait:{}", p.path("end")),
-                ],
-            )
-            .env("FAKECUDA_LIBRARY_MEM", "200Mi"),
-        )
-    };
-    // B starts once A's copies are loaded: a context is measured device-wide, so B's own
-    // context made while A's kernels load would be charged A's loads too (counted in,
-    // never less: counting.md).
-    let a = member("a.json", "go-a", "a-done");
-    p.touch("go-a");
-    p.wait_file("a-done");
-    let b = member("b.json", "go-b", "b-done");
-    p.touch("go-b");
-    p.wait_file("b-done");
-    let (used, _) = p.used_peak();
-    p.touch("end");
-    let (a, b) = (finish(a), finish(b));
-    let served = |o: &Output| {
-        (1..=3)
-            .filter(|c| has(o, &format!("contexts {c} 0")))
-            .count()
-    };
-    assert_eq!(served(&a), 3, "{}", dump(&a));
-    assert_eq!(
-        served(&b),
-        2,
-        "B's third copy (past 1 GiB) must be refused\n{}",
-        dump(&b)
-    );
-    assert!(
-        has(&b, &format!("contexts 3 {OOM}")),
-        "refused with the driver's out-of-memory\n{}",
-        dump(&b)
-    );
-    assert_eq!(
-        used,
-        1000 * MIB,
-        "five copies of 200 MiB charged to the pool"
-    );
-    let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
-    assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
-}
-
-/// A lowered stack limit gives back, to the pool, what the driver gave back: A's stack takes 660 MiB of the 1 GiB pool (5 x 132 MiB on the fake), so B's
-/// 512 MiB is refused; A lowers it to 264 MiB, measured with the pool's marks (A's own
-/// announcement of the free taken out again), and B is then served exactly the rest:
-/// 760 MiB, and not 2 MiB more. A lowered limit left charged refuses B's 760 MiB; one
-/// credited twice (the announcement counted as given back too) serves the 2 MiB.
-#[test]
-fn a_lowered_stack_limit_gives_its_bytes_to_another_member() {
-    let p = Pool::new("pool-stack-lowered");
-    let a = spawn(&mut p.script(
-        "a.json",
-        &[
-            "stack:5",
-            &format!("touch:{}", p.path("a1")),
-            &format!("wait:{}", p.path("b1")),
-            "stack:2",
-            &format!("touch:{}", p.path("a2")),
-            &format!("wait:{}", p.path("end")),
-        ],
-    ));
-    let b = spawn(&mut p.script(
-        "b.json",
-        &[
-            &format!("wait:{}", p.path("a1")),
-            "alloc:512Mi",
-            &format!("touch:{}", p.path("b1")),
-            &format!("wait:{}", p.path("a2")),
-            "alloc:760Mi",
-            "alloc:2Mi",
-            &format!("touch:{}", p.path("b2")),
-            &format!("wait:{}", p.path("end")),
-        ],
-    ));
-    p.wait_file("b2");
-    let (used, _) = p.used_peak();
-    p.touch("end");
-    let (a, b) = (finish(a), finish(b));
-    assert!(has(&a, "stack 5 0") && has(&a, "stack 2 0"), "{}", dump(&a));
-    assert!(
-        has(&b, &format!("alloc {} {OOM}", 512 * MIB)),
-        "B's 512 MiB beside A's 660 MiB stack must be refused\n{}",
-        dump(&b)
-    );
-    assert!(
-        has(&b, &format!("alloc {} 0", 760 * MIB)),
-        "the 396 MiB the lowered stack gave back must serve B\n{}",
-        dump(&b)
-    );
-    assert!(
-        has(&b, &format!("alloc {} {OOM}", 2 * MIB)),
-        "A's 264 MiB stack must still be charged\n{}",
-        dump(&b)
-    );
-    assert_eq!(used, 1024 * MIB, "A's 264 MiB stack and B's 760 MiB");
-    let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
-    assert!(peak <= 1 << 30, "the fake driver held {} MiB", peak / MIB);
-}
-
-/// Two members whose contexts are made at the same moment (the fake's
-/// `FAKECUDA_CONTEXT_DELAY_MS`: a context takes its 100 MiB halfway through 2 s, as a real
-/// driver takes a while) are each charged their own context: the pool's context window
-/// serialises their measurements. Before it, each measurement (device-wide) saw the other
-/// member's context too, and the first charge made inside the other's window was taken off
-/// it as the pool's traffic: one member charged 200 MiB and the other 0 B (when the first
-/// left, the pool counted nothing for a context of 100 MiB still held), or both 200 MiB.
-#[test]
-fn members_making_contexts_at_once_are_charged_their_own() {
-    let p = Pool::new("pool-ctx-window");
-    let member = |tag: &str| {
-        let mut c = p.script(
-            &format!("{tag}.json"),
-            &[
-                &format!("touch:{}", p.path(tag)),
-                &format!("wait:{}", p.path(&format!("{tag}-go"))),
-            ],
-        );
-        c.env("FAKECUDA_CONTEXT_MEM", "100Mi")
-            .env("FAKECUDA_CONTEXT_DELAY_MS", "2000");
-        spawn(&mut c)
-    };
-    let (a, b) = (member("a"), member("b"));
-    p.wait_file("a");
-    p.wait_file("b");
-    let both = p.used_peak().0;
-    p.touch("a-go");
-    assert_ok(&finish(a));
-    let after_a = p.used_peak().0;
-    p.touch("b-go");
-    assert_ok(&finish(b));
-    assert_eq!(
-        (both / MIB, after_a / MIB, p.used_peak().0),
-        (200, 100, 0),
-        "MiB the pool charged: both members holding their 100 MiB context, then the second \
-         alone, then none"
-    );
-}
-
 /// A member of pool `t` that makes its context (`CONTEXT_MEM`, taking `delay_ms` to
 /// make), touches `<tag>` and holds it until `<tag>-go` exists.
 fn context_holder(p: &Pool, tag: &str, mem: &str, delay_ms: u64) -> Command {
@@ -286,40 +131,189 @@ fn context_steps(p: &Pool, c: &mut Command, tag: &str, mem: &str, delay_ms: u64)
         .env("GPUCAP_LIMIT", "4Gi");
 }
 
+// ---- Two members' memory beside each other's ----------------------------------------
+
+/// Two members whose contexts hold memory the driver takes on its own: what the pool
+/// charges while both hold it.
+fn two_members() -> Vec<Duet> {
+    vec![
+        // A library's kernel loaded into several contexts of two members: each
+        // context's copy is charged to the pool, so that a 1 GiB pool of two members
+        // launching it in three contexts each (6 x 200 MiB) refuses the copies past its
+        // cap before the driver loads them, and the fake driver never holds more than
+        // the cap (a pool counting one copy per process would charge 400 MiB while the
+        // driver holds 1,200). B starts once A's copies are loaded: a context is
+        // measured device-wide, so B's own context made while A's kernels load would be
+        // charged A's loads too (counted in, never less: counting.md).
+        Duet {
+            name: "a_librarys_kernels_in_every_context_of_every_member_are_charged_to_the_pool",
+            a: Part {
+                steps: &["contexts:3", "touch:a-done", "wait:end"],
+                env: &[("FAKECUDA_LIBRARY_MEM", "200Mi")],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["contexts:3", "touch:b-done", "wait:end"],
+                env: &[("FAKECUDA_LIBRARY_MEM", "200Mi")],
+                says: vec![(
+                    format!("contexts 3 {OOM}"),
+                    "refused with the driver's out-of-memory",
+                )],
+                ..Part::default()
+            },
+            used_while: Some((
+                "b-done",
+                1000 * MIB,
+                "five copies of 200 MiB charged to the pool",
+            )),
+            peak_at_most: Some(1024 * MIB),
+            then: Some(|_, a, b| {
+                let served = |o: &Output| {
+                    (1..=3)
+                        .filter(|c| has(o, &format!("contexts {c} 0")))
+                        .count()
+                };
+                assert_eq!(served(a), 3, "{}", dump(a));
+                assert_eq!(
+                    served(b),
+                    2,
+                    "B's third copy (past 1 GiB) must be refused\n{}",
+                    dump(b)
+                );
+            }),
+            ..Duet::default()
+        },
+        // A lowered stack limit gives back, to the pool, what the driver gave back: A's
+        // stack takes 660 MiB of the 1 GiB pool (5 x 132 MiB on the fake), so B's
+        // 512 MiB is refused; A lowers it to 264 MiB, measured with the pool's marks
+        // (A's own announcement of the free taken out again), and B is then served
+        // exactly the rest: 760 MiB, and not 2 MiB more. A lowered limit left charged
+        // refuses B's 760 MiB; one credited twice (the announcement counted as given
+        // back too) serves the 2 MiB.
+        Duet {
+            name: "a_lowered_stack_limit_gives_its_bytes_to_another_member",
+            a: Part {
+                steps: &[
+                    "stack:5", "touch:a1", "wait:b1", "stack:2", "touch:a2", "wait:end",
+                ],
+                says: vec![("stack 5 0".to_string(), ""), ("stack 2 0".to_string(), "")],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &[
+                    "wait:a1",
+                    "alloc:512Mi",
+                    "touch:b1",
+                    "wait:a2",
+                    "alloc:760Mi",
+                    "alloc:2Mi",
+                    "touch:b2",
+                    "wait:end",
+                ],
+                says: vec![
+                    (
+                        alloc(512, OOM),
+                        "B's 512 MiB beside A's 660 MiB stack must be refused",
+                    ),
+                    (
+                        alloc(760, "0"),
+                        "the 396 MiB the lowered stack gave back must serve B",
+                    ),
+                    (alloc(2, OOM), "A's 264 MiB stack must still be charged"),
+                ],
+                ..Part::default()
+            },
+            used_while: Some(("b2", 1024 * MIB, "A's 264 MiB stack and B's 760 MiB")),
+            peak_at_most: Some(1024 * MIB),
+            ..Duet::default()
+        },
+    ]
+}
+
 #[test]
-fn sixteen_members_making_slow_contexts_at_once_are_each_charged_their_context() {
-    // Started together, nobody's figure known yet, each charged one context, never less:
-    // measured by NVML's figure for each process on the host; in PID namespaces (where
-    // that figure is not provably theirs) the first context is measured alone and the
-    // others beside each other.
-    sixteen_slow_contexts("pool-ctx-sixteen", context_holder);
-    if unshare_works() {
-        sixteen_slow_contexts("pool-ctx-sixteen-ns", context_holder_in_pidns);
+fn memory_the_driver_takes_for_one_member_is_charged_beside_the_others() {
+    run_table(&two_members(), |c| c.name, duet);
+}
+
+// ---- Contexts made at the same moment ----------------------------------------------------
+
+/// `members` members of pool `t` make a 100 MiB context at once, each taking `delay_ms` to
+/// make (the fake's `FAKECUDA_CONTEXT_DELAY_MS`: a context takes its memory halfway
+/// through, as a real driver takes a while), nobody's figure known yet; `in_pidns`: each
+/// as PID 1 of a PID namespace of its own, where NVML's figure for a process is not
+/// provably its own, so the first context is measured alone and the others beside each
+/// other. Each must be charged its own context, never less, and each context's charge
+/// must come back as its member leaves.
+struct Rush {
+    name: &'static str,
+    members: u64,
+    delay_ms: u64,
+    in_pidns: bool,
+}
+
+const RUSHES: &[Rush] = &[
+    // The pool's context window serialises the two measurements. Without it, each
+    // measurement (device-wide) saw the other member's context too, and the first charge
+    // made inside the other's window was taken off it as the pool's traffic: one member
+    // charged 200 MiB and the other 0 B (when the first left, the pool counted nothing
+    // for a context of 100 MiB still held), or both 200 MiB.
+    Rush {
+        name: "members_making_contexts_at_once_are_charged_their_own",
+        members: 2,
+        delay_ms: 2000,
+        in_pidns: false,
+    },
+    // Measured by NVML's figure for each process on the host.
+    Rush {
+        name: "sixteen_members_making_slow_contexts_at_once_are_each_charged_their_context",
+        members: 16,
+        delay_ms: 600,
+        in_pidns: false,
+    },
+    Rush {
+        name: "sixteen_members_in_pid_namespaces_making_slow_contexts_at_once_are_each_charged_their_context",
+        members: 16,
+        delay_ms: 600,
+        in_pidns: true,
+    },
+];
+
+fn rush(case: &Rush) {
+    if case.in_pidns && !unshare_works() {
+        return;
+    }
+    let holder = if case.in_pidns {
+        context_holder_in_pidns
+    } else {
+        context_holder
+    };
+    let n = case.members;
+    let p = Pool::new(case.name);
+    let procs: Vec<Child> = (0..n)
+        .map(|i| spawn(&mut holder(&p, &format!("m{i}"), "100Mi", case.delay_ms)))
+        .collect();
+    for i in 0..n {
+        p.wait_file(&format!("m{i}"));
+    }
+    assert_eq!(
+        p.used_peak().0 / MIB,
+        n * 100,
+        "MiB the pool charged while {n} members held a 100 MiB context each"
+    );
+    for (i, c) in (1..).zip(procs) {
+        p.touch(&format!("m{}-go", i - 1));
+        assert_ok(&finish(c));
+        assert_eq!(
+            p.used_peak().0 / MIB,
+            (n - i) * 100,
+            "MiB the pool charged once {i} of the {n} members left"
+        );
     }
 }
 
-fn sixteen_slow_contexts(tag: &str, holder: fn(&Pool, &str, &str, u64) -> Command) {
-    const N: usize = 16;
-    let p = Pool::new(tag);
-    let procs: Vec<Child> = (0..N)
-        .map(|i| spawn(&mut holder(&p, &format!("m{i}"), "100Mi", 600)))
-        .collect();
-    for i in 0..N {
-        p.wait_file(&format!("m{i}"));
-    }
-    let held = p.used_peak().0;
-    for i in 0..N {
-        p.touch(&format!("m{i}-go"));
-    }
-    for c in procs {
-        assert_ok(&finish(c));
-    }
-    assert_eq!(
-        held,
-        N as u64 * 100 * MIB,
-        "{tag}: the pool's charge while {N} members held a 100 MiB context each"
-    );
-    assert_eq!(p.used_peak().0, 0, "every context's charge came back");
+#[test]
+fn members_making_contexts_at_once_are_each_charged_their_own() {
+    run_table(RUSHES, |c| c.name, rush);
 }
 
 #[test]

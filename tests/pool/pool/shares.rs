@@ -1,71 +1,11 @@
 //! Guarantees and ceilings (GPUCAP_GUARANTEE, GPUCAP_CEILING): a member gets its guarantee,
 //! is held at its ceiling, borrowed bytes return; impossible words are repaired.
 
+use super::sharing::{Duet, Part, alloc, duet, info, run_table};
 use super::*;
 
 // ---------------------------------------------------------------------------
 // Guarantees and ceilings inside a pool (GPUCAP_GUARANTEE, GPUCAP_CEILING).
-
-#[test]
-fn a_guaranteed_member_gets_its_guarantee_though_a_neighbour_tried_to_take_everything() {
-    let p = Pool::new("share-floor");
-    let notebook = spawn(
-        p.script(
-            "n.json",
-            &[
-                &format!("touch:{}", p.path("n-in")),
-                &format!("wait:{}", p.path("t-full")),
-                "alloc:250Mi",
-                "alloc:150Mi",
-                "info",
-                &format!("touch:{}", p.path("n-done")),
-            ],
-        )
-        .env("GPUCAP_GUARANTEE", "400Mi"),
-    );
-    p.wait_file("n-in");
-    let trainer = run(&mut p.script(
-        "t.json",
-        &[
-            "alloc:1Gi",
-            "fill:64Mi",
-            "info",
-            &format!("touch:{}", p.path("t-full")),
-            &format!("wait:{}", p.path("n-done")),
-        ],
-    ));
-    let notebook = finish(notebook);
-    assert_ok(&notebook);
-    assert!(
-        has(&trainer, &format!("alloc {} {OOM}", 1024 * MIB)),
-        "{}",
-        dump(&trainer)
-    );
-    assert!(
-        has(&trainer, "filled 9"),
-        "the trainer got 9 x 64 MiB: 1 GiB less the notebook's 400 MiB\n{}",
-        dump(&trainer)
-    );
-    assert!(
-        has(&trainer, &format!("info {} {}", 48 * MIB, 1024 * MIB)),
-        "the trainer sees 48 MiB free: the 400 MiB kept for the notebook are not\n{}",
-        dump(&trainer)
-    );
-    for size in [250, 150] {
-        assert!(
-            has(&notebook, &format!("alloc {} 0", size * MIB)),
-            "{}",
-            dump(&notebook)
-        );
-    }
-    assert!(
-        has(&notebook, &format!("info {} {}", 48 * MIB, 1024 * MIB)),
-        "{}",
-        dump(&notebook)
-    );
-    assert!(p.shared_peak("t.json").max(p.shared_peak("n.json")) <= 1024 * MIB);
-    assert_eq!(p.used_peak().0, 0, "both left: nothing held");
-}
 
 #[test]
 fn a_ceiling_refuses_past_it_with_the_members_own_line() {
@@ -96,66 +36,6 @@ fn a_ceiling_refuses_past_it_with_the_members_own_line() {
             && refusal[0].contains(&p.file().display().to_string()),
         "{}",
         refusal[0]
-    );
-}
-
-#[test]
-fn borrowed_bytes_return_to_the_pool_as_the_borrower_frees() {
-    let p = Pool::new("share-borrow");
-    let a = spawn(
-        p.script(
-            "a.json",
-            &[
-                &format!("touch:{}", p.path("a-in")),
-                &format!("wait:{}", p.path("b-took")),
-                "alloc:600Mi",
-                "alloc:300Mi",
-                &format!("touch:{}", p.path("a-full")),
-                &format!("wait:{}", p.path("b-freed")),
-                "alloc:300Mi",
-                "info",
-            ],
-        )
-        .env("GPUCAP_GUARANTEE", "600Mi"),
-    );
-    p.wait_file("a-in");
-    let b = run(&mut p.script(
-        "b.json",
-        &[
-            "alloc:400Mi",
-            "alloc:100Mi",
-            &format!("touch:{}", p.path("b-took")),
-            &format!("wait:{}", p.path("a-full")),
-            "free",
-            &format!("touch:{}", p.path("b-freed")),
-        ],
-    ));
-    let a = finish(a);
-    assert!(
-        has(&b, &format!("alloc {} 0", 400 * MIB)),
-        "B borrows\n{}",
-        dump(&b)
-    );
-    assert!(
-        has(&b, &format!("alloc {} {OOM}", 100 * MIB)),
-        "but not into A's unused 600 MiB\n{}",
-        dump(&b)
-    );
-    assert!(has(&a, &format!("alloc {} 0", 600 * MIB)), "{}", dump(&a));
-    assert!(
-        has(&a, &format!("alloc {} {OOM}", 300 * MIB)),
-        "B's borrowed 400 MiB are B's while it holds them\n{}",
-        dump(&a)
-    );
-    assert!(
-        has(&a, &format!("alloc {} 0", 300 * MIB)),
-        "B freed: A borrows them\n{}",
-        dump(&a)
-    );
-    assert!(
-        has(&a, &format!("info {} {}", 124 * MIB, 1024 * MIB)),
-        "{}",
-        dump(&a)
     );
 }
 
@@ -337,79 +217,186 @@ fn processes_of_sixteen_threads_with_random_guarantees_and_ceilings_never_over_c
     p.assert_churned_within(512 * MIB, (0..shares.len()).map(|i| format!("s{i}.json")));
 }
 
-/// A neighbour's charge that could not be refused: B holds 510 MiB of a 1 GiB pool, then
-/// its first use of a library (a launch) or of a module's function
-/// (`cuModuleGetFunction`) makes the driver load 256 MiB that nobody could foresee,
-/// charged by force: 254 MiB of it past the cap (A's unused guarantee of 512 MiB is not
-/// counted as room). The cap in force wins for every admission: A's 512 MiB, inside its
-/// guarantee, is refused while the pool stands past what it can hold ("766 MiB of the
-/// pool's 1 GiB cap in use"), and served once B gave its 510 MiB back. The fake driver
-/// never holds more than the cap plus what was forced past it (254 MiB), and nothing
-/// but the forced charge takes the pool past the cap.
-#[test]
-fn a_forced_charge_past_the_cap_holds_a_guarantee_off_until_memory_is_given_back() {
-    for (step, var) in [
-        ("kernel", "FAKECUDA_LIBRARY_MEM"),
-        ("getfn", "FAKECUDA_FUNCTION_MEM"),
-    ] {
-        let p = Pool::new(&format!("forced-guarantee-{step}"));
-        let a = spawn(
-            p.script(
-                "a.json",
-                &[
-                    &format!("touch:{}", p.path("a-in")),
-                    &format!("wait:{}", p.path("b-loaded")),
-                    "alloc:512Mi",
-                    &format!("touch:{}", p.path("a-tried")),
-                    &format!("wait:{}", p.path("b-freed")),
-                    "alloc:512Mi",
-                    &format!("touch:{}", p.path("a-done")),
-                ],
-            )
-            .env("GPUCAP_GUARANTEE", "512Mi"),
-        );
-        p.wait_file("a-in");
-        let b = run(p
-            .script(
-                "b.json",
-                &[
-                    "alloc:510Mi",
-                    step,
-                    &format!("touch:{}", p.path("b-loaded")),
-                    &format!("wait:{}", p.path("a-tried")),
-                    "free",
-                    &format!("touch:{}", p.path("b-freed")),
-                    &format!("wait:{}", p.path("a-done")),
-                ],
-            )
-            .env(var, "256Mi"));
-        let a = finish(a);
-        assert!(has(&b, &format!("{step} 0")), "{step}: {}", dump(&b));
-        let tries: Vec<String> = lines(&a)
-            .into_iter()
-            .filter(|l| l.starts_with(&format!("alloc {} ", 512 * MIB)))
-            .collect();
-        assert_eq!(
-            tries,
-            [
-                format!("alloc {} 2", 512 * MIB),
-                format!("alloc {} 0", 512 * MIB)
+// ---- Two members, one with a guarantee -------------------------------------------------
+
+/// A member with a guarantee (A) and a neighbour without (B): what each is served.
+fn guaranteed_and_not() -> Vec<Duet> {
+    let forced_past_the_cap = |name, step, var| Duet {
+        name,
+        a: Part {
+            steps: &[
+                "touch:a-in",
+                "wait:b-loaded",
+                "alloc:512Mi",
+                "touch:a-tried",
+                "wait:b-freed",
+                "alloc:512Mi",
+                "touch:a-done",
             ],
-            "{step}: refused past the cap, then served once B gave back\n{}",
-            dump(&a)
-        );
-        assert!(
-            stderr(&a).contains("766 MiB of the pool's 1 GiB cap in use"),
-            "{step}: the pool's line\n{}",
-            dump(&a)
-        );
-        let peak = p.shared_peak("b.json").max(p.shared_peak("a.json"));
-        assert!(
-            peak <= (1024 + 254) * MIB,
-            "{step}: the fake driver held {} MiB",
-            peak / MIB
-        );
-    }
+            env: &[("GPUCAP_GUARANTEE", "512Mi")],
+            err_has: &["766 MiB of the pool's 1 GiB cap in use"],
+            ..Part::default()
+        },
+        b: Part {
+            steps: step,
+            env: var,
+            says: vec![(format!("{} 0", step[1]), "")],
+            ..Part::default()
+        },
+        peak_at_most: Some((1024 + 254) * MIB),
+        then: Some(refused_past_the_cap_then_served),
+        ..Duet::default()
+    };
+    vec![
+        // A notebook with a guarantee of 400 MiB, and a trainer taking all it can.
+        Duet {
+            name: "a_guaranteed_member_gets_its_guarantee_though_a_neighbour_tried_to_take_everything",
+            a: Part {
+                steps: &[
+                    "touch:n-in",
+                    "wait:t-full",
+                    "alloc:250Mi",
+                    "alloc:150Mi",
+                    "info",
+                    "touch:n-done",
+                ],
+                env: &[("GPUCAP_GUARANTEE", "400Mi")],
+                ok: true,
+                says: vec![
+                    (alloc(250, "0"), ""),
+                    (alloc(150, "0"), ""),
+                    (info(48, 1024), ""),
+                ],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &[
+                    "alloc:1Gi",
+                    "fill:64Mi",
+                    "info",
+                    "touch:t-full",
+                    "wait:n-done",
+                ],
+                says: vec![
+                    (alloc(1024, OOM), ""),
+                    (
+                        "filled 9".to_string(),
+                        "the trainer got 9 x 64 MiB: 1 GiB less the notebook's 400 MiB",
+                    ),
+                    (
+                        info(48, 1024),
+                        "the trainer sees 48 MiB free: the 400 MiB kept for the notebook are not",
+                    ),
+                ],
+                ..Part::default()
+            },
+            peak_at_most: Some(1024 * MIB),
+            used_after: Some(0),
+            ..Duet::default()
+        },
+        Duet {
+            name: "borrowed_bytes_return_to_the_pool_as_the_borrower_frees",
+            a: Part {
+                steps: &[
+                    "touch:a-in",
+                    "wait:b-took",
+                    "alloc:600Mi",
+                    "alloc:300Mi",
+                    "touch:a-full",
+                    "wait:b-freed",
+                    "alloc:300Mi",
+                    "info",
+                ],
+                env: &[("GPUCAP_GUARANTEE", "600Mi")],
+                says: vec![
+                    (alloc(600, "0"), ""),
+                    (
+                        alloc(300, OOM),
+                        "B's borrowed 400 MiB are B's while it holds them",
+                    ),
+                    (alloc(300, "0"), "B freed: A borrows them"),
+                    (info(124, 1024), ""),
+                ],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &[
+                    "alloc:400Mi",
+                    "alloc:100Mi",
+                    "touch:b-took",
+                    "wait:a-full",
+                    "free",
+                    "touch:b-freed",
+                ],
+                says: vec![
+                    (alloc(400, "0"), "B borrows"),
+                    (alloc(100, OOM), "but not into A's unused 600 MiB"),
+                ],
+                ..Part::default()
+            },
+            ..Duet::default()
+        },
+        // A neighbour's charge that could not be refused: B holds 510 MiB of the 1 GiB
+        // pool, then its first use of a library (a launch) or of a module's function
+        // (`cuModuleGetFunction`) makes the driver load 256 MiB that nobody could
+        // foresee, charged by force: 254 MiB of it past the cap (A's unused guarantee of
+        // 512 MiB is not counted as room). The cap in force wins for every admission:
+        // A's 512 MiB, inside its guarantee, is refused while the pool stands past what
+        // it can hold ("766 MiB of the pool's 1 GiB cap in use"), and served once B gave
+        // its 510 MiB back. The fake driver never holds more than the cap plus what was
+        // forced past it (254 MiB), and nothing but the forced charge takes the pool past
+        // the cap.
+        forced_past_the_cap(
+            "a_forced_charge_past_the_cap_by_a_launch_holds_a_guarantee_off_until_memory_is_given_back",
+            LAUNCH,
+            &[("FAKECUDA_LIBRARY_MEM", "256Mi")],
+        ),
+        forced_past_the_cap(
+            "a_forced_charge_past_the_cap_by_a_function_holds_a_guarantee_off_until_memory_is_given_back",
+            GET_FUNCTION,
+            &[("FAKECUDA_FUNCTION_MEM", "256Mi")],
+        ),
+    ]
+}
+
+/// B's steps in the forced cases: 510 MiB, then the step that loads 256 MiB.
+const LAUNCH: &[&str] = &[
+    "alloc:510Mi",
+    "kernel",
+    "touch:b-loaded",
+    "wait:a-tried",
+    "free",
+    "touch:b-freed",
+    "wait:a-done",
+];
+const GET_FUNCTION: &[&str] = &[
+    "alloc:510Mi",
+    "getfn",
+    "touch:b-loaded",
+    "wait:a-tried",
+    "free",
+    "touch:b-freed",
+    "wait:a-done",
+];
+
+/// A's two tries of 512 MiB: refused while the pool stood past its cap, then served once
+/// B gave back.
+fn refused_past_the_cap_then_served(_: &Pool, a: &Output, _: &Output) {
+    let tries: Vec<String> = lines(a)
+        .into_iter()
+        .filter(|l| l.starts_with(&format!("alloc {} ", 512 * MIB)))
+        .collect();
+    assert_eq!(
+        tries,
+        [alloc(512, "2"), alloc(512, "0")],
+        "refused past the cap, then served once B gave back\n{}",
+        dump(a)
+    );
+}
+
+#[test]
+fn a_guarantee_is_kept_for_its_member_and_lent_while_unused() {
+    run_table(&guaranteed_and_not(), |c| c.name, duet);
 }
 
 /// Where the share words start (src/core/budget/layout.rs: 16 header words, 32 GPU

@@ -1,79 +1,262 @@
 //! One cap for every process of a pool: members share it, agree on it, get a killed
-//! member's share back; a bad pool file fails closed.
+//! member's share back; a bad pool file fails closed. Also the runner of the tables of
+//! cases in this file, `shares` and `contexts` ([`run_table`]), and of their cases with
+//! two members ([`Duet`]).
 
 use super::*;
 
-#[test]
-fn processes_of_a_pool_share_one_cap() {
-    let p = Pool::new("pool-share");
-    let a = spawn(&mut p.script(
-        "a.json",
-        &[
-            "alloc:600Mi",
-            &format!("touch:{}", p.path("a")),
-            &format!("wait:{}", p.path("b")),
-            "free",
-        ],
-    ));
-    p.wait_file("a");
-    let b = run(&mut p.script(
-        "b.json",
-        &[
-            "alloc:600Mi",
-            "alloc:300Mi",
-            "info",
-            &format!("touch:{}", p.path("b")),
-        ],
-    ));
-    let a = finish(a);
-    assert_ok(&a);
+// ---- Tables of cases ---------------------------------------------------------------------
+
+/// Runs each case of a table in turn, each in a thread named after it (its failure reads
+/// `thread '<name>' panicked at …`), and fails naming the cases that failed once all have
+/// run.
+pub(super) fn run_table<C: Sync>(cases: &[C], name: fn(&C) -> &str, run: fn(&C)) {
+    let failed: Vec<&str> = cases
+        .iter()
+        .filter(|&case| {
+            std::thread::scope(|s| {
+                std::thread::Builder::new()
+                    .name(name(case).to_string())
+                    .spawn_scoped(s, || run(case))
+                    .unwrap()
+                    .join()
+                    .is_err()
+            })
+        })
+        .map(name)
+        .collect();
     assert!(
-        has(&b, &format!("alloc {} {OOM}", 600 * MIB)),
-        "the other member holds 600 MiB\n{}",
-        dump(&b)
+        failed.is_empty(),
+        "{} of {} cases failed: {failed:?}",
+        failed.len(),
+        cases.len()
     );
-    assert!(has(&b, &format!("alloc {} 0", 300 * MIB)), "{}", dump(&b));
-    assert!(
-        has(&b, &format!("info {} {}", (1024 - 900) * MIB, 1024 * MIB)),
-        "cuMemGetInfo shows the pool: free = cap - what every member holds\n{}",
-        dump(&b)
-    );
-    let refusal = refusals(&stderr(&b));
-    assert_eq!(refusal.len(), 1, "{}", dump(&b));
-    assert!(
-        refusal[0].contains("600 MiB of the pool's 1 GiB cap in use, 0 B of it by this process"),
-        "{}",
-        refusal[0]
-    );
-    assert!(p.shared_peak("a.json").max(p.shared_peak("b.json")) <= 1024 * MIB);
-    assert_eq!(p.used_peak(), (0, 900 * MIB), "both left: nothing held");
 }
 
+/// Two members of pool `t` (1 GiB cap, [`Pool::cmd`]) taking turns: A starts first, B
+/// once A has touched its first file; both run to the end, and then what each printed
+/// and what the pool and the fake GPU held are checked.
+#[derive(Default)]
+pub(super) struct Duet {
+    /// The case, and the tag of its scratch directory.
+    pub name: &'static str,
+    pub a: Part,
+    pub b: Part,
+    /// `(file, bytes, why)`: once `file` exists (both members hold what they took), the
+    /// pool uses `bytes`; the runner then touches `end`, which both members wait for.
+    pub used_while: Option<(&'static str, u64, &'static str)>,
+    /// The most the fake GPU may have held at once (the higher of the members' peaks).
+    pub peak_at_most: Option<u64>,
+    /// What the pool uses once both left.
+    pub used_after: Option<u64>,
+    /// The case's own checks, after the others.
+    pub then: Option<fn(&Pool, &Output, &Output)>,
+}
+
+/// One member of a [`Duet`]: its script's steps (`touch:NAME` and `wait:NAME` name files
+/// in the pool's directory), what it adds to or takes from the member's environment
+/// (`{dir}` in a value is the pool's directory), and what it must print.
+#[derive(Default)]
+pub(super) struct Part {
+    pub steps: &'static [&'static str],
+    pub env: &'static [(&'static str, &'static str)],
+    pub env_remove: &'static [&'static str],
+    /// It must exit 0.
+    pub ok: bool,
+    /// Lines it must print, each with why.
+    pub says: Vec<(String, &'static str)>,
+    /// What its stderr must contain.
+    pub err_has: &'static [&'static str],
+}
+
+impl Part {
+    fn command(&self, p: &Pool, stats: &str) -> Command {
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|s| match s.split_once(':') {
+                Some((k @ ("touch" | "wait"), file)) => format!("{k}:{}", p.path(file)),
+                _ => s.to_string(),
+            })
+            .collect();
+        let mut c = p.cmd(script(), stats);
+        c.args(&steps);
+        for (k, v) in self.env {
+            c.env(k, v.replace("{dir}", &p.dir.display().to_string()));
+        }
+        for k in self.env_remove {
+            c.env_remove(k);
+        }
+        c
+    }
+
+    fn check(&self, who: &str, o: &Output) {
+        if self.ok {
+            assert_ok(o);
+        }
+        for (line, why) in &self.says {
+            let sep = if why.is_empty() { "" } else { ": " };
+            assert!(has(o, line), "{who} prints {line:?}{sep}{why}\n{}", dump(o));
+        }
+        for piece in self.err_has {
+            assert!(
+                stderr(o).contains(piece),
+                "{who}'s stderr holds {piece:?}\n{}",
+                dump(o)
+            );
+        }
+    }
+}
+
+pub(super) fn duet(case: &Duet) {
+    let p = Pool::new(case.name);
+    let a = spawn(&mut case.a.command(&p, "a.json"));
+    if let Some(first) = case.a.steps.iter().find_map(|s| s.strip_prefix("touch:")) {
+        p.wait_file(first);
+    }
+    let (a, b) = match case.used_while {
+        None => {
+            let b = run(&mut case.b.command(&p, "b.json"));
+            (finish(a), b)
+        }
+        Some((file, bytes, why)) => {
+            let b = spawn(&mut case.b.command(&p, "b.json"));
+            p.wait_file(file);
+            let used = p.used_peak().0;
+            p.touch("end");
+            let (a, b) = (finish(a), finish(b));
+            assert_eq!(used, bytes, "{why}");
+            (a, b)
+        }
+    };
+    case.a.check("A", &a);
+    case.b.check("B", &b);
+    if let Some(most) = case.peak_at_most {
+        let peak = p.shared_peak("a.json").max(p.shared_peak("b.json"));
+        assert!(
+            peak <= most,
+            "the fake GPU held {} MiB at once, more than {} MiB",
+            peak / MIB,
+            most / MIB
+        );
+    }
+    if let Some(used) = case.used_after {
+        assert_eq!(p.used_peak().0, used, "what the pool uses once both left");
+    }
+    if let Some(then) = case.then {
+        then(&p, &a, &b);
+    }
+}
+
+/// The line of a script's `alloc` of `mib` MiB that returned `code`.
+pub(super) fn alloc(mib: u64, code: &str) -> String {
+    format!("alloc {} {code}", mib * MIB)
+}
+
+/// The line of a script's `info`: `free` and `total` MiB.
+pub(super) fn info(free: u64, total: u64) -> String {
+    format!("info {} {}", free * MIB, total * MIB)
+}
+
+// ---- One cap for the members of a pool ---------------------------------------------------
+
+/// A holds 600 MiB until B has tried; B asks for 600 MiB and then less.
+fn two_members() -> Vec<Duet> {
+    vec![
+        Duet {
+            name: "processes_of_a_pool_share_one_cap",
+            a: Part {
+                steps: &["alloc:600Mi", "touch:a", "wait:b", "free"],
+                ok: true,
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["alloc:600Mi", "alloc:300Mi", "info", "touch:b"],
+                says: vec![
+                    (alloc(600, OOM), "the other member holds 600 MiB"),
+                    (alloc(300, "0"), ""),
+                    (
+                        info(1024 - 900, 1024),
+                        "cuMemGetInfo shows the pool: free = cap - what every member holds",
+                    ),
+                ],
+                ..Part::default()
+            },
+            peak_at_most: Some(1024 * MIB),
+            used_after: Some(0),
+            then: Some(|p, _, b| {
+                let refusal = refusals(&stderr(b));
+                assert_eq!(refusal.len(), 1, "{}", dump(b));
+                assert!(
+                    refusal[0].contains(
+                        "600 MiB of the pool's 1 GiB cap in use, 0 B of it by this process"
+                    ),
+                    "{}",
+                    refusal[0]
+                );
+                assert_eq!(
+                    p.used_peak().1,
+                    900 * MIB,
+                    "the pool's peak: 600 MiB and 300 MiB"
+                );
+            }),
+            ..Duet::default()
+        },
+        // The control of the case above: the same two processes without GPUCAP_POOL.
+        Duet {
+            name: "without_a_pool_each_process_has_the_whole_cap",
+            a: Part {
+                steps: &["alloc:600Mi", "touch:a", "wait:b"],
+                env_remove: &["GPUCAP_POOL"],
+                ok: true,
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["alloc:600Mi", "touch:b"],
+                env_remove: &["GPUCAP_POOL"],
+                says: vec![(alloc(600, "0"), "")],
+                ..Part::default()
+            },
+            then: Some(|p, _, _| assert!(!p.file().exists())),
+            ..Duet::default()
+        },
+        // HAMi-core's variables, as its device plugin sets them: the limit in MiB and
+        // the cache file, which names the pool file.
+        Duet {
+            name: "hamis_shared_cache_variable_names_the_pool_file",
+            a: Part {
+                steps: &["alloc:600Mi", "touch:a", "wait:b"],
+                env: HAMI,
+                env_remove: NOT_GPUCAPS,
+                ok: true,
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["alloc:600Mi", "alloc:400Mi", "touch:b"],
+                env: HAMI,
+                env_remove: NOT_GPUCAPS,
+                says: vec![(alloc(600, OOM), ""), (alloc(400, "0"), "")],
+                ..Part::default()
+            },
+            then: Some(|p, _, _| {
+                let file = p.dir.join("cudevshr.cache");
+                let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "the cache file is the pool's, made 0600");
+            }),
+            ..Duet::default()
+        },
+    ]
+}
+
+const HAMI: &[(&str, &str)] = &[
+    ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
+    ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "{dir}/cudevshr.cache"),
+];
+const NOT_GPUCAPS: &[&str] = &["GPUCAP_LIMIT", "GPUCAP_POOL", "GPUCAP_POOL_DIR"];
+
 #[test]
-fn without_a_pool_each_process_has_the_whole_cap() {
-    // The control of the test above: the same two processes without GPUCAP_POOL.
-    let p = Pool::new("pool-none");
-    let a = spawn(
-        p.script(
-            "a.json",
-            &[
-                "alloc:600Mi",
-                &format!("touch:{}", p.path("a")),
-                &format!("wait:{}", p.path("b")),
-            ],
-        )
-        .env_remove("GPUCAP_POOL"),
-    );
-    p.wait_file("a");
-    let b = run(p
-        .script(
-            "b.json",
-            &["alloc:600Mi", &format!("touch:{}", p.path("b"))],
-        )
-        .env_remove("GPUCAP_POOL"));
-    assert_ok(&finish(a));
-    assert!(has(&b, &format!("alloc {} 0", 600 * MIB)), "{}", dump(&b));
-    assert!(!p.file().exists());
+fn two_members_share_the_pools_cap_and_two_processes_outside_a_pool_do_not() {
+    run_table(&two_members(), |c| c.name, duet);
 }
 
 #[test]
@@ -157,207 +340,182 @@ fn a_killed_members_share_comes_back_to_the_allocation_that_needs_it() {
     assert_eq!(p.used_peak().0, 0);
 }
 
-/// Runs the script with a pool file prepared by `prepare`; it must fail closed with
-/// one line containing `expect`.
-fn refused_with(tag: &str, prepare: impl FnOnce(&Pool), expect: &str) {
-    let p = Pool::new(tag);
-    let dir = p.file().parent().unwrap().to_path_buf();
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    prepare(&p);
-    let o = run(&mut p.script("s.json", &["alloc:1Mi"]));
-    assert!(has(&o, "cuInit 800"), "{tag}: fail closed\n{}", dump(&o));
-    let err = stderr(&o);
-    assert_eq!(err.lines().count(), 1, "{tag}: one line\n{}", dump(&o));
-    assert!(
-        err.contains("cannot join the pool t"),
-        "{tag}\n{}",
-        dump(&o)
-    );
-    assert!(err.contains(expect), "{tag}: says {expect:?}\n{}", dump(&o));
+/// A pool file no member may join: `spoil` makes it so (given a pool whose directory
+/// exists, 0700, and no file yet), and the script must then fail closed at `cuInit` with
+/// one line that names the pool and says `says`.
+struct BadFile {
+    name: &'static str,
+    spoil: Spoil,
+    says: &'static str,
 }
 
-#[test]
-fn a_bad_pool_file_fails_closed_with_a_clear_line() {
-    refused_with(
-        "pool-magic",
-        |p| std::fs::write(p.file(), b"\x00\x00HAMI-core shared region ....").unwrap(),
-        "not a gpucap pool file",
-    );
-    refused_with(
-        "pool-garbage",
-        |p| {
+enum Spoil {
+    /// Does it to the pool.
+    By(fn(&Pool)),
+    /// A good file made by a member, then cut to `len` bytes (all shorter than today's)
+    /// with `version` in its version byte: the file a gpucap of that version left.
+    OldVersion { version: u8, len: usize },
+}
+
+const BAD_FILES: &[BadFile] = &[
+    BadFile {
+        name: "pool-magic",
+        spoil: Spoil::By(|p| {
+            std::fs::write(p.file(), b"\x00\x00HAMI-core shared region ....").unwrap()
+        }),
+        says: "not a gpucap pool file",
+    },
+    BadFile {
+        name: "pool-garbage",
+        spoil: Spoil::By(|p| {
             let n = made(p).len();
             std::fs::write(p.file(), vec![0xA5; n]).unwrap()
-        },
-        "not a gpucap pool file",
-    );
-    refused_with(
-        "pool-version",
-        |p| {
+        }),
+        says: "not a gpucap pool file",
+    },
+    BadFile {
+        name: "pool-version",
+        spoil: Spoil::By(|p| {
             let mut b = made(p);
             b[8] = 9;
             std::fs::write(p.file(), b).unwrap()
+        }),
+        says: "version 9 pool file and this gpucap reads version 8",
+    },
+    // Version 7: the slots' states and traffic marks in the slots, share words member
+    // by member: another length.
+    BadFile {
+        name: "pool-version-7",
+        spoil: Spoil::OldVersion {
+            version: 7,
+            len: 826_496,
         },
-        "version 9 pool file and this gpucap reads version 8",
-    );
-    // A file left by a gpucap of version 7 (the slots' states and traffic marks in
-    // the slots, share words member by member: another length).
-    refused_with(
-        "pool-version-7",
-        |p| {
-            let mut b = made(p);
-            b.truncate(826_496);
-            b[8] = 7;
-            std::fs::write(p.file(), b).unwrap()
+        says: "version 7 pool file and this gpucap reads version 8",
+    },
+    // Version 6: no record of a ceiling handed down: version 7's length, its slots'
+    // last two words left unwritten.
+    BadFile {
+        name: "pool-version-6",
+        spoil: Spoil::OldVersion {
+            version: 6,
+            len: 826_496,
         },
-        "version 7 pool file and this gpucap reads version 8",
-    );
-    // A file left by a gpucap of version 6 (no record of a ceiling handed down: version
-    // 7's length, its slots' last two words left unwritten).
-    refused_with(
-        "pool-version-6",
-        |p| {
-            let mut b = made(p);
-            b.truncate(826_496);
-            b[8] = 6;
-            std::fs::write(p.file(), b).unwrap()
+        says: "version 6 pool file and this gpucap reads version 8",
+    },
+    // Version 5: 16 words per GPU entry.
+    BadFile {
+        name: "pool-version-5",
+        spoil: Spoil::OldVersion {
+            version: 5,
+            len: 824_448,
         },
-        "version 6 pool file and this gpucap reads version 8",
-    );
-    // A file left by a gpucap of version 3 (no announced frees: shorter).
-    refused_with(
-        "pool-version-3",
-        |p| {
-            let mut b = made(p);
-            b.truncate(496_768);
-            b[8] = 3;
-            std::fs::write(p.file(), b).unwrap()
+        says: "version 5 pool file and this gpucap reads version 8",
+    },
+    // Version 3: no announced frees.
+    BadFile {
+        name: "pool-version-3",
+        spoil: Spoil::OldVersion {
+            version: 3,
+            len: 496_768,
         },
-        "version 3 pool file and this gpucap reads version 8",
-    );
-    // A file left by a gpucap of version 2 (a journal per member and GPU: another length).
-    refused_with(
-        "pool-version-2",
-        |p| {
-            let mut b = made(p);
-            b.resize(627_840, 0);
-            b[8] = 2;
-            std::fs::write(p.file(), b).unwrap()
+        says: "version 3 pool file and this gpucap reads version 8",
+    },
+    // Version 2: a journal per member and GPU.
+    BadFile {
+        name: "pool-version-2",
+        spoil: Spoil::OldVersion {
+            version: 2,
+            len: 627_840,
         },
-        "version 2 pool file and this gpucap reads version 8",
-    );
-    // A file left by a gpucap of version 1 (before guarantees: shorter) is one too.
-    refused_with(
-        "pool-version-1",
-        |p| {
-            let mut b = made(p);
-            b.truncate(495_744);
-            b[8] = 1;
-            std::fs::write(p.file(), b).unwrap()
+        says: "version 2 pool file and this gpucap reads version 8",
+    },
+    // Version 1: before guarantees.
+    BadFile {
+        name: "pool-version-1",
+        spoil: Spoil::OldVersion {
+            version: 1,
+            len: 495_744,
         },
-        "version 1 pool file and this gpucap reads version 8",
-    );
-    // A file left by a gpucap of version 5 (16 words per GPU entry: shorter).
-    refused_with(
-        "pool-version-5",
-        |p| {
-            let mut b = made(p);
-            b.truncate(824_448);
-            b[8] = 5;
-            std::fs::write(p.file(), b).unwrap()
-        },
-        "version 5 pool file and this gpucap reads version 8",
-    );
-    refused_with(
-        "pool-corrupt",
-        |p| {
+        says: "version 1 pool file and this gpucap reads version 8",
+    },
+    BadFile {
+        name: "pool-corrupt",
+        spoil: Spoil::By(|p| {
             let mut b = made(p);
             // Slot 0's state: the first word after the header and the GPU entries.
             let state0 = (16 + 32 * 24) * 8;
             b[state0] = 9;
             std::fs::write(p.file(), b).unwrap()
-        },
-        "corrupted (member slot 0 has state 9)",
-    );
-    refused_with(
-        "pool-truncated",
-        |p| {
+        }),
+        says: "corrupted (member slot 0 has state 9)",
+    },
+    BadFile {
+        name: "pool-truncated",
+        spoil: Spoil::By(|p| {
             let b = made(p);
             std::fs::write(p.file(), &b[..b.len() / 2]).unwrap()
-        },
-        "truncated",
-    );
-    refused_with(
-        "pool-mode",
-        |p| {
+        }),
+        says: "truncated",
+    },
+    BadFile {
+        name: "pool-mode",
+        spoil: Spoil::By(|p| {
             made(p);
             std::fs::set_permissions(p.file(), std::fs::Permissions::from_mode(0o666)).unwrap()
-        },
-        "writable by group or others (mode 666)",
-    );
-    refused_with(
-        "pool-symlink",
-        |p| {
+        }),
+        says: "writable by group or others (mode 666)",
+    },
+    BadFile {
+        name: "pool-symlink",
+        spoil: Spoil::By(|p| {
             made(p);
             let real = p.dir.join("elsewhere.pool");
             std::fs::rename(p.file(), &real).unwrap();
             std::os::unix::fs::symlink(&real, p.file()).unwrap()
-        },
-        "cannot open the pool file",
-    );
-    refused_with(
-        "pool-dir-mode",
-        |p| {
+        }),
+        says: "cannot open the pool file",
+    },
+    BadFile {
+        name: "pool-dir-mode",
+        spoil: Spoil::By(|p| {
             let dir = p.file().parent().unwrap().to_path_buf();
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap()
-        },
-        "writable by group or others (mode 777)",
+        }),
+        says: "writable by group or others (mode 777)",
+    },
+];
+
+fn refused_at_cuinit(case: &BadFile) {
+    let p = Pool::new(case.name);
+    let dir = p.file().parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    match case.spoil {
+        Spoil::By(spoil) => spoil(&p),
+        Spoil::OldVersion { version, len } => {
+            let mut b = made(&p);
+            assert!(b.len() > len, "today's file ({} bytes) is longer", b.len());
+            b.truncate(len);
+            b[8] = version;
+            std::fs::write(p.file(), b).unwrap()
+        }
+    }
+    let o = run(&mut p.script("s.json", &["alloc:1Mi"]));
+    assert!(has(&o, "cuInit 800"), "fail closed\n{}", dump(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "one line\n{}", dump(&o));
+    assert!(err.contains("cannot join the pool t"), "{}", dump(&o));
+    assert!(
+        err.contains(case.says),
+        "says {:?}\n{}",
+        case.says,
+        dump(&o)
     );
 }
 
 #[test]
-fn hamis_shared_cache_variable_names_the_pool_file() {
-    // As HAMi-core's device plugin sets them: the limit in MiB and the cache file.
-    let p = Pool::new("pool-hami");
-    let file = p.dir.join("cudevshr.cache");
-    let hami = |c: &mut Command| {
-        c.env_remove("GPUCAP_LIMIT")
-            .env_remove("GPUCAP_POOL")
-            .env_remove("GPUCAP_POOL_DIR")
-            .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m")
-            .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &file);
-    };
-    let mut a = p.script(
-        "a.json",
-        &[
-            "alloc:600Mi",
-            &format!("touch:{}", p.path("a")),
-            &format!("wait:{}", p.path("b")),
-        ],
-    );
-    hami(&mut a);
-    let a = spawn(&mut a);
-    p.wait_file("a");
-    let mut b = p.script(
-        "b.json",
-        &[
-            "alloc:600Mi",
-            "alloc:400Mi",
-            &format!("touch:{}", p.path("b")),
-        ],
-    );
-    hami(&mut b);
-    let b = run(&mut b);
-    assert_ok(&finish(a));
-    assert!(
-        has(&b, &format!("alloc {} {OOM}", 600 * MIB)),
-        "{}",
-        dump(&b)
-    );
-    assert!(has(&b, &format!("alloc {} 0", 400 * MIB)), "{}", dump(&b));
-    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600, "the cache file is the pool's, made 0600");
+fn a_bad_pool_file_fails_closed_with_a_clear_line() {
+    run_table(BAD_FILES, |c| c.name, refused_at_cuinit);
 }
 
 #[test]

@@ -4,7 +4,10 @@
 use libc::c_void;
 
 use super::{Slot, Words, slot};
-use crate::abi::*;
+use crate::abi::{
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_SUPPORTED, CUresult, call, fmt_args, log, out,
+    tracing,
+};
 use crate::model::cls;
 use crate::model::ctx::{self, Ctx, current};
 

@@ -4,7 +4,7 @@ use libc::c_void;
 
 use super::runtime::CUDART;
 use super::{Slot, Words, slot};
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_NOT_SUPPORTED, CUresult, call, fmt_args, out};
 use crate::api::device::attribute;
 use crate::integrity::{self, CheckDevice, CheckInput};
 use crate::model::device::{cfg, uuid_v2};

@@ -4,7 +4,7 @@
 use libc::{c_char, c_int, c_uint, c_void};
 
 use super::{Slot, Words, slot};
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_NOT_SUPPORTED, CUresult, call, cstr, fmt_args, note, out};
 use crate::api::module::load_module;
 use crate::model::ctx::{self, Ctx};
 use crate::model::device::check_dev;

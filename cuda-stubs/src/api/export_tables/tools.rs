@@ -4,7 +4,7 @@
 use libc::c_void;
 
 use super::{Slot, Words, slot};
-use crate::abi::*;
+use crate::abi::{CUDA_ERROR_NOT_SUPPORTED, CUresult, CuResult, call, fmt_args, out};
 use crate::model::ctx::{self, Ctx};
 use crate::model::device::cfg;
 

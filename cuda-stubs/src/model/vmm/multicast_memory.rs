@@ -4,8 +4,8 @@
 
 use super::physical::{Backing, Phys, new_handle, own_memfd_named};
 use super::vmm;
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::CUmemAllocationProp;
+use crate::abi::{CUDA_ERROR_OUT_OF_MEMORY, CUresult};
 
 /// A multicast binding: memory bound to a multicast object, `size` bytes of `handle`.
 pub(in crate::model) struct MulticastBinding {

@@ -6,8 +6,8 @@
 use libc::c_int;
 
 use super::{Vmm, vmm};
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, CUmemAllocationProp};
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult, CuResult};
 use crate::model::device::ledger;
 
 /// Where a physical allocation's bytes live.

@@ -6,7 +6,10 @@
 use libc::{c_int, c_void};
 
 use super::{GRANULARITY, Mapping, vmm};
-use crate::abi::*;
+use crate::abi::{
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED,
+    CUDA_ERROR_OUT_OF_MEMORY, CUresult, CuResult,
+};
 use crate::model::os::unmap;
 
 /// Replaces [ptr, ptr+len) with fresh inaccessible reserved address space.

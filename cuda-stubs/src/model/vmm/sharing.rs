@@ -6,8 +6,11 @@ use libc::c_int;
 
 use super::physical::{Backing, Phys, new_handle};
 use super::vmm;
-use crate::abi::types::*;
-use crate::abi::*;
+use crate::abi::types::{
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+    CU_MEM_LOCATION_TYPE_DEVICE, CUmemAllocationProp, CUmemLocation,
+};
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult};
 use crate::model::ctx::current;
 use crate::model::device::ledger;
 use crate::model::os::page_size;

@@ -2,9 +2,15 @@
 //! emptied by leaves and deaths are taken again, a full pool still says so, and no
 //! forged hint makes a joiner take a live member's slot or pass a free one by for good.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 
 use super::*;
+use crate::budget::layout::{
+    H_JOIN_CURSOR, H_JOIN_FREED, H_JOIN_NEXT, H_JOIN_SWEPT_MS, S_PID, STATE_LIVE,
+};
 
 fn pool_of(slots: usize) -> (Pool<'static>, &'static Kernel) {
     let v: Vec<AtomicU64> = (0..pool_words(slots)).map(|_| AtomicU64::new(0)).collect();

@@ -6,6 +6,7 @@
 //! or share word read in every slot).
 
 use super::*;
+use crate::budget::layout::{SLOT_WORDS, shares_at, slots_at};
 use crate::budget::touched;
 
 const PAGE_WORDS: usize = 4096 / 8;

@@ -1,9 +1,11 @@
 //! Frees announced before the driver call (`traffic`): the words each step leaves, and a
 //! member killed or stopped at any step of an announced free.
 
-use std::sync::atomic::Ordering::*;
-
 use super::*;
+use crate::budget::layout::{
+    G_USED, H_SLOTS_SEEN, M_PENDING, M_USED, T_FREED, T_FREEING, T_MADE, T_STARTED, T_UNMADE,
+    used_bytes, used_word,
+};
 
 /// What member slot `s` announced on GPU entry 0: (`freeing`, `freed`).
 fn announced(pool: Pool<'static>, s: usize) -> (u64, u64) {

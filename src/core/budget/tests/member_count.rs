@@ -3,10 +3,11 @@
 //! others see, a joiner past the count is refused naming it, or waits for a slot
 //! (`GPUCAP_WAIT`); a file of another version is refused.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::budget::layout::H_VERSION;
 use crate::budget::shares::check;
 
 fn words_of(slots: usize) -> &'static [AtomicU64] {

@@ -3,11 +3,12 @@
 //! joiner or refusal repairs them with a note, a member inside its own guarantee is
 //! served, the pool never holds more than its cap and the view never shows more.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::budget::layout::{M_USED, SH_CEILING, SH_GUARANTEE, USED_BYTES};
 use crate::budget::shares::{Share, check};
 
 const CAP: u64 = 1000;

@@ -1,10 +1,14 @@
 //! Resizing a live pool (`resize`): members learn the new cap, a raise serves the
 //! waiters, a lower takes nothing back, guarantees that no longer fit refuse it.
 
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::Duration;
 
 use super::*;
+use crate::budget::layout::{G_CAP, G_CAP_GEN, G_USED, encode_cap};
 use crate::budget::shares::{Share, check};
 
 fn quiet(_: &WaitNote) {}

@@ -3,12 +3,16 @@
 //! nothing back, a guarantee that does not fit is refused with both figures, and a
 //! guarantee raised while others reserve is kept for its member.
 
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::Duration;
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::budget::layout::{G_CAP_GEN, SH_CEILING, SH_GUARANTEE};
 use crate::budget::shares::{Admission, Share, check};
 
 const CAP: u64 = 1000;

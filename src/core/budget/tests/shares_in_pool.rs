@@ -1,7 +1,7 @@
 //! Guarantees and ceilings (`shares`, `share_words`) in the pool's protocol, with
 //! processes played by lock owners as in the parent module.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use super::*;

@@ -3,10 +3,14 @@
 //! alone, while nobody holds a guarantee); whatever it answers, the full path
 //! (`Member::reserve`) would have taken the same bytes, and a false changes nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use super::*;
+use crate::budget::layout::{
+    G_PEAK, G_USED, G_WAITERS, M_PEAK, M_PENDING, M_USED, T_STARTED, USED_BYTES, used_bytes,
+    used_word,
+};
 use crate::budget::shares::{Share, check};
 
 const CAP: u64 = 1000;

@@ -3,11 +3,10 @@
 //! contended cache line puts it at random): the reservation decides again, and is never
 //! refused while the cap has room.
 
-use std::sync::atomic::Ordering::*;
-
 use proptest::prelude::*;
 
 use super::*;
+use crate::budget::layout::{M_PENDING, M_USED};
 use crate::budget::shares::{Share, check};
 use crate::budget::used::between_reads;
 

@@ -7,7 +7,10 @@
 //! container sees; with several different amounts, every GPU gets the smallest (never
 //! more than any one grant).
 
-use super::*;
+use super::{
+    CapSource, ConfigError, Handover, HandoverVars, Limit, LimitFrom, LimitSpec, Origin,
+    QUANTITY_ACCEPTED, bad, parse_quantity,
+};
 
 pub const DRA_EXAMPLE: &str = "DRA example driver";
 const PREFIX: &str = "GPU_DEVICE_";

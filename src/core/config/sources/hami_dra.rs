@@ -21,7 +21,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::*;
+use super::{
+    CapSource, Config, ConfigError, DeviceKey, DeviceUuid, HAMI_LIMIT, Limit, LimitFrom, LimitSpec,
+    Origin, bad,
+};
 
 pub const HAMI_DRA: &str = "HAMi DRA kubelet plugin";
 pub const HAMI_CLASSIC: &str = "HAMi device plugin";

@@ -22,13 +22,22 @@ mod nvidia_toolkit;
 mod quantity;
 mod vgpu_manager;
 
-pub use dra_example::*;
-pub use hami_dra::*;
-pub use nvidia_toolkit::*;
-pub use quantity::*;
-pub use vgpu_manager::*;
+pub use dra_example::DRA_EXAMPLE;
+pub use hami_dra::{
+    HAMI_CLASSIC, HAMI_DRA, NVIDIA_VISIBLE_DEVICES, hami_claim_dir, hami_classic_by_uuid,
+    hami_dra_spec, merge_hami_by_uuid,
+};
+pub use nvidia_toolkit::NVIDIA_TOOLKIT;
+pub use vgpu_manager::VGPU_MANAGER;
 
-use super::*;
+// Taken by the modules below through `super::`.
+use quantity::{QUANTITY_ACCEPTED, parse_quantity};
+
+use super::{
+    Config, ConfigError, DeviceKey, DeviceUuid, HAMI_LIMIT, Limit, LimitFrom, LimitSpec,
+    MAX_DEVICES, MIN_UNITLESS_BYTES, PoolSpec, check_shares, format_uuid, limit_is_none,
+    unitless_message,
+};
 
 /// One variable a cap came from, for `gpucap check`: `CUDA_MEM_LIMIT_0="1024m"` from
 /// vgpu-manager, for the GPU `key` (None: every GPU).

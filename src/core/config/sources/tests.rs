@@ -1,6 +1,7 @@
 //! Each driver's hand-over, and the conflicts between sources.
 
 use super::super::*;
+use super::quantity::parse_quantity;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

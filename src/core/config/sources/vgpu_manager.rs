@@ -11,7 +11,10 @@
 //! containers share one budget. `GPUCAP_CLAIM_DIR` names the directory where it is
 //! mounted elsewhere.
 
-use super::*;
+use super::{
+    CapSource, ConfigError, DeviceKey, DeviceUuid, Handover, HandoverVars, Limit, LimitFrom,
+    LimitSpec, MIN_UNITLESS_BYTES, Origin, bad, unitless_message,
+};
 
 pub const VGPU_MANAGER: &str = "vgpu-manager";
 pub const VGPU_LIMIT: &str = "CUDA_MEM_LIMIT";
