@@ -1,6 +1,6 @@
 //! The caps that the cluster's GPU drivers hand a container in its environment, each
 //! read by its own file, and the one resolver that merges them with `GPUCAP_LIMIT` and
-//! HAMi-core's variables ([`super::from_vars`] calls [`apply`]):
+//! HAMi-core's variables (`from_vars`, in `env.rs`, calls [`apply`]):
 //!
 //! | file | driver | variables |
 //! | --- | --- | --- |
@@ -10,11 +10,9 @@
 //! | `hami_dra.rs` | HAMi's DRA kubelet plugin | HAMi-core's variables in a claim's directory |
 //!
 //! Every source that gives a cap is a [`CapSource`]; two that give one GPU different
-//! caps are an error naming both (fail closed). Sources whose keys can be compared
-//! before the GPUs are known (ordinals, or one cap for every GPU) are compared in
-//! `from_vars`; the others (a GPU named by UUID) by [`check_sources_agree`] against the
-//! visible GPUs, in the one key check the shim and the CLI both make
-//! ([`super::check_gpu_keys`]).
+//! caps are an error naming both (fail closed): `agreement.rs` compares them, those keyed
+//! by ordinal here as they are read, a GPU named by UUID against the visible GPUs in the
+//! one key check the shim and the CLI both make (`check_gpu_keys`, in `keys.rs`).
 
 mod dra_example;
 mod hami_dra;
@@ -30,61 +28,11 @@ pub use hami_dra::{
 pub use nvidia_toolkit::NVIDIA_TOOLKIT;
 pub use vgpu_manager::VGPU_MANAGER;
 
-// Taken by the modules below through `super::`.
-use quantity::{QUANTITY_ACCEPTED, parse_quantity};
-
-use super::{
-    Config, ConfigError, DeviceKey, DeviceUuid, HAMI_LIMIT, Limit, LimitFrom, LimitSpec,
-    MAX_DEVICES, MIN_UNITLESS_BYTES, PoolSpec, check_shares, format_uuid, limit_is_none,
-    unitless_message,
-};
-
-/// One variable a cap came from, for `gpucap check`: `CUDA_MEM_LIMIT_0="1024m"` from
-/// vgpu-manager, for the GPU `key` (None: every GPU).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Origin {
-    /// The variable's name.
-    pub var: String,
-    /// Its value, as set.
-    pub value: String,
-    /// Who sets it: `GPUCAP_LIMIT`, `vgpu-manager`, ...
-    pub driver: &'static str,
-    /// The GPU it caps (None: every GPU the process sees).
-    pub key: Option<DeviceKey>,
-}
-
-impl Origin {
-    /// `CUDA_MEM_LIMIT_0="1024m" (vgpu-manager)`.
-    pub fn text(&self) -> String {
-        format!("{}={:?} ({})", self.var, self.value, self.driver)
-    }
-
-    /// Whether it caps the GPU with CUDA ordinal `ordinal` and UUID `uuid`.
-    pub fn covers(&self, ordinal: u32, uuid: Option<&[u8; 16]>) -> bool {
-        match &self.key {
-            None => true,
-            Some(DeviceKey::Ordinal(n)) => *n == ordinal,
-            Some(DeviceKey::Uuid(u)) => uuid == Some(&u.bytes),
-        }
-    }
-}
-
-/// A source of caps: what it is called in messages, and the caps it gives.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CapSource {
-    /// `NVIDIA_GPU_MEMORY_LIMIT="512" (NVIDIA container toolkit)`.
-    pub name: String,
-    /// The first variable of it and its value, for the error's `invalid VAR="VALUE"`.
-    pub var: String,
-    pub value: String,
-    pub spec: LimitSpec,
-}
-
-impl CapSource {
-    fn has_uuid_keys(&self) -> bool {
-        self.spec.uuid_keys().next().is_some()
-    }
-}
+use super::agreement::agree_by_ordinal;
+use super::limit::{Limit, LimitFrom, LimitSpec, limit_is_none};
+use super::model::{CapSource, Config, ConfigError, Origin};
+use super::pool_vars::PoolSpec;
+use super::shares::check_shares;
 
 /// The variables of the environment a driver source reads: name and value, the first
 /// occurrence of each name.
@@ -255,84 +203,6 @@ fn add_cap(config: &mut Config, source: CapSource) -> Result<(), ConfigError> {
         l.from = LimitFrom::Both;
     }
     config.cap_sources.push(source);
-    Ok(())
-}
-
-/// The error of two sources that give one GPU different caps.
-fn disagree(
-    a: &CapSource,
-    b: &CapSource,
-    gpu: &str,
-    ca: Option<Limit>,
-    cb: Option<Limit>,
-) -> ConfigError {
-    let show = |l: Option<Limit>| l.map_or("no cap".to_string(), |l| l.to_string());
-    ConfigError {
-        var: b.var.clone(),
-        value: b.value.clone(),
-        reason: format!(
-            "two sources give {gpu} different caps: {} from {} but {} from {}; set only one of \
-             them, or both to the same cap",
-            show(cb),
-            b.name,
-            show(ca),
-            a.name
-        ),
-        accepted: "",
-    }
-}
-
-/// Compares two sources without UUID keys: the same cap (or none) for every ordinal.
-fn agree_by_ordinal(a: &CapSource, b: &CapSource) -> Result<(), ConfigError> {
-    for n in 0..MAX_DEVICES as u32 {
-        let (ca, cb) = (a.spec.for_ordinal(n), b.spec.for_ordinal(n));
-        if ca != cb {
-            let gpu = if a.spec.devices.is_empty() && b.spec.devices.is_empty() {
-                "every GPU".to_string()
-            } else {
-                format!("GPU {n}")
-            };
-            return Err(disagree(a, b, &gpu, ca, cb));
-        }
-    }
-    Ok(())
-}
-
-/// Whether the cap sources must be compared against the visible GPUs (some name a GPU
-/// by UUID and there is more than one).
-pub fn sources_need_gpus(config: &Config) -> bool {
-    config.cap_sources.len() > 1 && config.cap_sources.iter().any(CapSource::has_uuid_keys)
-}
-
-/// Compares every cap source on each visible GPU (`uuids`, by ordinal): the error is
-/// the one line to print, naming both sources, their values and the GPU.
-pub fn check_sources_agree(config: &Config, uuids: Option<&[[u8; 16]]>) -> Result<(), String> {
-    if !sources_need_gpus(config) {
-        return Ok(());
-    }
-    let Some(uuids) = uuids else {
-        return Err(format!(
-            "gpucap: {} name GPUs by UUID, but the driver could not list the UUIDs of the \
-             visible GPUs to compare them",
-            config
-                .cap_sources
-                .iter()
-                .map(|s| s.name.as_str())
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ));
-    };
-    let first = &config.cap_sources[0];
-    for (o, u) in uuids.iter().enumerate() {
-        let ca = first.spec.for_device(o as u32, Some(u));
-        for other in &config.cap_sources[1..] {
-            let cb = other.spec.for_device(o as u32, Some(u));
-            if ca != cb {
-                let gpu = format!("GPU {o} ({})", format_uuid(false, u));
-                return Err(disagree(first, other, &gpu, ca, cb).to_string());
-            }
-        }
-    }
     Ok(())
 }
 
