@@ -7,8 +7,8 @@
 //! container sees; with several different amounts, every GPU gets the smallest (never
 //! more than any one grant).
 
+use super::handover::{Handover, HandoverVars, bad};
 use super::quantity::{QUANTITY_ACCEPTED, parse_quantity};
-use super::{Handover, HandoverVars, bad};
 use crate::config::limit::{Limit, LimitFrom, LimitSpec};
 use crate::config::model::{CapSource, ConfigError, Origin};
 

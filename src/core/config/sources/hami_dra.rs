@@ -21,7 +21,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::bad;
+use super::handover::bad;
 use crate::config::hami::HAMI_LIMIT;
 use crate::config::limit::{DeviceKey, DeviceUuid, Limit, LimitFrom, LimitSpec};
 use crate::config::model::{CapSource, Config, ConfigError, Origin};

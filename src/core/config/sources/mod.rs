@@ -9,6 +9,9 @@
 //! | `nvidia_toolkit.rs` | NVIDIA container toolkit | `NVIDIA_GPU_MEMORY_LIMIT`, `NVIDIA_GPU_MEMORY_REQUEST` |
 //! | `hami_dra.rs` | HAMi's DRA kubelet plugin | HAMi-core's variables in a claim's directory |
 //!
+//! `handover.rs` holds what each of those files reads ([`HandoverVars`]) and gives
+//! (`Handover`); this file, the resolver over them.
+//!
 //! Every source that gives a cap is a [`CapSource`]; two that give one GPU different
 //! caps are an error naming both (fail closed): `agreement.rs` compares them, those keyed
 //! by ordinal here as they are read, a GPU named by UUID against the visible GPUs in the
@@ -16,6 +19,7 @@
 
 mod dra_example;
 mod hami_dra;
+mod handover;
 mod nvidia_toolkit;
 mod quantity;
 mod vgpu_manager;
@@ -25,6 +29,7 @@ pub use hami_dra::{
     HAMI_CLASSIC, HAMI_DRA, NVIDIA_VISIBLE_DEVICES, hami_claim_dir, hami_classic_by_uuid,
     hami_dra_spec, merge_hami_by_uuid,
 };
+pub use handover::HandoverVars;
 pub use nvidia_toolkit::NVIDIA_TOOLKIT;
 pub use vgpu_manager::VGPU_MANAGER;
 
@@ -34,64 +39,10 @@ use super::model::{CapSource, Config, ConfigError, Origin};
 use super::pool_vars::PoolSpec;
 use super::shares::check_shares;
 
-/// The variables of the environment a driver source reads: name and value, the first
-/// occurrence of each name.
-#[derive(Default)]
-pub struct HandoverVars(pub Vec<(String, String)>);
-
-impl HandoverVars {
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The variables whose name starts with `prefix`, in the environment's order.
-    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> {
-        self.0
-            .iter()
-            .filter(move |(n, _)| n.starts_with(prefix))
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-    }
-
-    /// Adds a pair unless its name was seen (first occurrence wins, like getenv).
-    pub fn push(&mut self, name: String, value: String) {
-        if self.get(&name).is_none() {
-            self.0.push((name, value));
-        }
-    }
-}
-
 /// Whether a driver source reads a variable of this name (the shim copies only those,
 /// and only those make the shim skip the configuration file).
 pub fn is_handover_name(name: &[u8]) -> bool {
     vgpu_manager::looks_at(name) || dra_example::looks_at(name) || nvidia_toolkit::looks_at(name)
-}
-
-/// What one driver's variables give.
-#[derive(Default)]
-pub struct Handover {
-    /// The cap, if the driver gives one.
-    pub cap: Option<(CapSource, Vec<Origin>)>,
-    /// The request, where the driver gives one apart from the cap (the toolkit's).
-    pub request: Option<(LimitSpec, String)>,
-    /// The directory every container of the claim shares, for its pool.
-    pub claim_dir: Option<(std::path::PathBuf, String)>,
-    /// Why the driver's claim directory is not there (said unless GPUCAP_CLAIM_DIR
-    /// names one).
-    pub no_claim_dir: Option<String>,
-    pub notes: Vec<String>,
-}
-
-/// An error about `var`=`value`, with what is accepted.
-pub(crate) fn bad(var: &str, value: &str, reason: String, accepted: &'static str) -> ConfigError {
-    ConfigError {
-        var: var.to_string(),
-        value: value.to_string(),
-        reason,
-        accepted,
-    }
 }
 
 /// Merges the drivers' hand-over into `config`, whose `GPUCAP_*` and HAMi-core

@@ -6,7 +6,7 @@
 //! refuses what the hook would ignore or refuse (one without the other, request above
 //! limit, anything but digits), and a zero limit.
 
-use super::{Handover, HandoverVars, bad};
+use super::handover::{Handover, HandoverVars, bad};
 use crate::config::limit::{Limit, LimitFrom, LimitSpec};
 use crate::config::model::{CapSource, ConfigError, Origin};
 

@@ -11,7 +11,7 @@
 //! containers share one budget. `GPUCAP_CLAIM_DIR` names the directory where it is
 //! mounted elsewhere.
 
-use super::{Handover, HandoverVars, bad};
+use super::handover::{Handover, HandoverVars, bad};
 use crate::config::limit::{
     DeviceKey, DeviceUuid, Limit, LimitFrom, LimitSpec, MIN_UNITLESS_BYTES, unitless_message,
 };
