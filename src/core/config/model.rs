@@ -78,10 +78,11 @@ pub struct Config {
     /// The variables the caps came from, for `gpucap check`.
     pub origins: Vec<Origin>,
     /// The configuration file's cap where the environment has variables of its own
-    /// ([`under_file`]): no GPU's cap is above it. None: no file, or no cap in it.
+    /// (`under_file`, in `ceiling.rs`): no GPU's cap is above it. None: no file, or no
+    /// cap in it.
     pub bound: Option<Ceiling>,
     /// `GPUCAP_TYPED`: the flags of `gpucap run` that set variables, which lines name
-    /// instead of the variables ([`name_typed`]).
+    /// instead of the variables (`name_typed`, in `typed.rs`).
     pub typed: Vec<&'static str>,
 }
 
