@@ -9,7 +9,10 @@ not import each other in a circle. A file's module path comes from where it live
 A file depends on what it names through `crate::a::b`, `super::x` and `self::x` paths,
 brace groups included (`use crate::model::{ctx, pool}`); naming `crate::model::ctx` from
 `api::memory` is the edge `api -> model` at the top level, naming `super::pool` from
-`model::ctx` the edge `ctx -> pool` inside `model`. Unit tests are left out:
+`model::ctx` the edge `ctx -> pool` inside `model`. A name is counted where it is defined,
+followed through the `use` lines of the modules it passes: with `model/mod.rs` holding
+`use pool::Pool;`, `super::Pool` in `model::ctx` is the edge `ctx -> pool` too (a parent
+relaying its children's names to each other hides no cycle). Unit tests are left out:
 `#[cfg(test)] mod x { ... }` blocks to the end of a file, and files named `tests.rs` or
 `*_tests.rs`. Prints each cycle and exits 1 if there is one; scripts/test.sh runs it.
 """
@@ -17,6 +20,8 @@ import pathlib
 import re
 import sys
 
+USE = re.compile(r"^\s*(?:pub(?:\([^()]*\))?\s+)?use\s+([^;]+);", re.M)
+DEFINES = r"\b(?:fn|struct|enum|const|static|type|trait|union|mod|macro_rules!)\s+{}\b"
 GROUP = re.compile(r"\b(crate|super|self)((?:::\w+)*)::\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
 PATH = re.compile(r"\b(crate|super|self)((?:::\w+)+)")
 TESTS = re.compile(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{.*", re.S)
@@ -70,6 +75,87 @@ def named_paths(module, text):
     return out
 
 
+def use_leaves(tree):
+    """The leaves of a `use` tree (`a::{b, c::d as e, f::*}`), as (segments, the name it
+    binds: its last segment, its `as` name, or None for a glob)."""
+    tree = re.sub(r"\s+", " ", tree).strip()
+    head, brace, rest = tree.partition("{")
+    if not brace:
+        path, _, alias = tree.partition(" as ")
+        words = [w.strip() for w in path.split("::") if w.strip()]
+        if words and words[-1] == "*":
+            return [(words[:-1], None)]
+        if words and words[-1] == "self":
+            words = words[:-1]
+        return [(words, alias.strip() or words[-1])] if words else []
+    prefix = [w.strip() for w in head.split("::") if w.strip()]
+    inner = rest[: rest.rfind("}")]
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(inner):
+        depth += (c == "{") - (c == "}")
+        if c == "," and depth == 0:
+            parts.append(inner[start:i])
+            start = i + 1
+    parts.append(inner[start:])
+    return [(prefix + words, name) for part in parts for words, name in use_leaves(part)]
+
+
+def imports(module, text, mods):
+    """What the `use` lines of `module` bind: name -> the path it names (a tuple from the
+    crate root), and the paths of its globs. Paths into other crates are left out."""
+    names, globs = {}, []
+    for tree in USE.findall(text):
+        for words, name in use_leaves(tree):
+            base = module
+            if not words:
+                continue
+            if words[0] not in ("crate", "super", "self") and module + (words[0],) not in mods:
+                continue  # `std::`, a dependency
+            while words and words[0] in ("crate", "super", "self"):
+                first = words.pop(0)
+                base = () if first == "crate" else base[:-1] if first == "super" else base
+            path = base + tuple(words)
+            if name is None:
+                globs.append(path)
+            elif name != "_":
+                names[name] = path
+    return names, globs
+
+
+def resolver(mods, texts):
+    """A function that follows a path to where the name it ends in is defined: through each
+    module on the way that only imports that name (`use`, `pub use`, a glob)."""
+    bound = {m: imports(m, texts[m], mods) for m in mods}
+
+    def defines(module, name):
+        return re.search(DEFINES.format(re.escape(name)), texts.get(module, "")) is not None
+
+    def defines_or_binds(module, name):
+        """Where `name` in `module` comes from: None where the module defines it (or
+        nothing is known of it), else the path its `use` names."""
+        names, globs = bound.get(module, ({}, []))
+        if name in names:
+            return names[name]
+        if defines(module, name):
+            return None
+        for g in globs:  # a glob yields to the module's own names
+            if g + (name,) in mods or name in bound.get(g, ({}, []))[0] or defines(g, name):
+                return g + (name,)
+        return None
+
+    def resolve(path, depth=0):
+        for j in range(1, len(path)):
+            if path[: j + 1] in mods or path[:j] not in mods:
+                continue
+            target = defines_or_binds(path[:j], path[j])
+            if target is None or target == path[: j + 1] or depth > 16:
+                return path
+            return resolve(target + path[j + 1:], depth + 1)
+        return path
+
+    return resolve
+
+
 def graphs(mods):
     """For each folder module (a tuple), the graph of its children's imports."""
     children = {}
@@ -77,18 +163,21 @@ def graphs(mods):
         for k in range(len(m)):
             children.setdefault(m[:k], set()).add(m[k])
     out = {folder: {c: set() for c in kids} for folder, kids in children.items()}
-    for m, fs in mods.items():
-        for f in fs:
-            text = TESTS.sub("", f.read_text(errors="replace"))
-            for p in named_paths(m, text):
-                k = 0
-                while k < len(m) and k < len(p) and m[k] == p[k]:
-                    k += 1
-                if k >= len(m) or k >= len(p):
-                    continue  # an ancestor, or the module itself
-                folder = m[:k]
-                if p[k] in out.get(folder, {}):
-                    out[folder][m[k]].add(p[k])
+    texts = {
+        m: "\n".join(TESTS.sub("", f.read_text(errors="replace")) for f in fs)
+        for m, fs in mods.items()
+    }
+    resolve = resolver(mods, texts)
+    for m, text in texts.items():
+        for p in map(resolve, named_paths(m, text)):
+            k = 0
+            while k < len(m) and k < len(p) and m[k] == p[k]:
+                k += 1
+            if k >= len(m) or k >= len(p):
+                continue  # an ancestor, or the module itself
+            folder = m[:k]
+            if p[k] in out.get(folder, {}):
+                out[folder][m[k]].add(p[k])
     return out
 
 

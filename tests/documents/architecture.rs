@@ -19,12 +19,17 @@ fn modcycles(dirs: &[&Path]) -> std::process::Output {
 /// Writes a small crate whose `model` folder holds `a.rs` and `b.rs` with the given
 /// bodies.
 fn crate_with(tag: &str, a: &str, b: &str) -> std::path::PathBuf {
+    crate_with_parent(tag, "mod a;\nmod b;\n", a, b)
+}
+
+/// [`crate_with`], `model.rs` itself holding `model`.
+fn crate_with_parent(tag: &str, model: &str, a: &str, b: &str) -> std::path::PathBuf {
     let dir = scratch(tag);
     std::fs::create_dir_all(dir.join("src/model")).unwrap();
     std::fs::write(dir.join("Cargo.toml"), "[package]\nname = \"x\"\n").unwrap();
     std::fs::write(dir.join("src/lib.rs"), "mod model;\nmod api;\n").unwrap();
     std::fs::write(dir.join("src/api.rs"), "use crate::model::a::A;\n").unwrap();
-    std::fs::write(dir.join("src/model.rs"), "mod a;\nmod b;\n").unwrap();
+    std::fs::write(dir.join("src/model.rs"), model).unwrap();
     std::fs::write(dir.join("src/model/a.rs"), a).unwrap();
     std::fs::write(dir.join("src/model/b.rs"), b).unwrap();
     dir
@@ -44,6 +49,43 @@ fn the_cycle_check_finds_a_cycle_inside_a_folder() {
     let one_way = crate_with(
         "modcycles-one-way",
         "use super::b::B;\npub struct A;\n",
+        "pub struct B;\n",
+    );
+    let o = modcycles(&[&one_way]);
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+}
+
+/// Two files that take each other's names through their parent, which imports them
+/// from each (`use a::A;` privately, or `pub use`), import each other all the same: the
+/// check follows a name to the file that defines it.
+#[test]
+fn the_cycle_check_follows_a_name_through_the_parent() {
+    for (tag, model, b) in [
+        (
+            "modcycles-relayed",
+            "mod a;\nmod b;\nuse a::A;\nuse b::B;\n",
+            "use super::A;\npub struct B(A);\n",
+        ),
+        (
+            "modcycles-reexported",
+            "mod a;\nmod b;\npub use a::A;\npub use b::B;\n",
+            "pub struct B(super::A);\n",
+        ),
+    ] {
+        let cyclic = crate_with_parent(tag, model, "use super::B;\npub struct A(B);\n", b);
+        let o = modcycles(&[&cyclic]);
+        assert_eq!(o.status.code(), Some(1), "{tag}: {}", dump(&o));
+        assert!(
+            stdout(&o).contains("in model: a <-> b"),
+            "{tag}: {}",
+            dump(&o)
+        );
+    }
+
+    let one_way = crate_with_parent(
+        "modcycles-relayed-one-way",
+        "mod a;\nmod b;\nuse a::A;\nuse b::B;\n",
+        "use super::B;\npub struct A(B);\n",
         "pub struct B;\n",
     );
     let o = modcycles(&[&one_way]);

@@ -37,7 +37,7 @@ use super::layout::{
     LOCK_WAITING, M_USED,
 };
 use super::member::Member;
-use super::repair::Repair;
+use super::notes::Repair;
 use super::used::Rule;
 
 /// Spins on a held gate or word lock before going to sleep on it.

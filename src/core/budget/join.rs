@@ -39,6 +39,7 @@ use std::sync::atomic::{
 use super::gpu_words::GpuWords;
 use super::layout;
 use super::member::{JoinError, Member, MemberInfo, MemberLocks, Pool};
+use super::notes::Repair;
 use crate::config::MAX_DEVICES;
 
 /// In a pool of at most this many slots ever taken, every joiner sweeps for dead members.
@@ -207,7 +208,7 @@ impl<'a> Member<'a> {
             for g in 0..layout::MAX_POOL_GPUS {
                 let word = w.gpu(g, layout::G_LOCK).load(Acquire);
                 if word & layout::LOCK_HOLDER == holder && m.release_from(g, word) {
-                    m.report_repair(&super::Repair::Lock { gpu: g, word });
+                    m.report_repair(&Repair::Lock { gpu: g, word });
                 }
                 w.member_gpu(s, g, layout::M_PENDING).store(0, SeqCst);
                 w.member_gpu(s, g, layout::M_USED).store(0, SeqCst);

@@ -15,7 +15,13 @@ use std::sync::atomic::{
 
 use super::gpu_words::GpuWords;
 use super::layout;
+use super::notes::{Repair, WaitNote};
+use super::reclaim::Exit;
 use crate::config::MAX_DEVICES;
+
+/// How long a resize waits for another one under way before taking it over (its
+/// resizer died half-way: a resize takes a few microseconds).
+pub const RESIZE_TAKEOVER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a member needs of the kernel, provided by the code that maps the file: the
 /// per-slot locks, and sleeping on a word of the file until another process wakes it.
@@ -46,9 +52,9 @@ pub trait MemberLocks: Sync {
     /// What the kernel shows of a dead member's process, `pid` in PID namespace
     /// `pid_namespace` (0: unknown), which joined at `start_ms` (ms since the Unix
     /// epoch): whether its teardown, device files included, is over (see `reclaim`).
-    fn exiting(&self, pid: u32, pid_namespace: u64, start_ms: u64) -> super::Exit {
+    fn exiting(&self, pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
         let _ = (pid, pid_namespace, start_ms);
-        super::Exit::Done
+        Exit::Done
     }
 }
 
@@ -171,7 +177,7 @@ pub enum CapMismatch {
 pub(super) const OWN_SHARE: u32 = 1 << 31;
 
 /// `GPUCAP_WAIT`, and what to tell of a wait.
-pub(super) type Waiting = (std::time::Duration, fn(&super::WaitNote));
+pub(super) type Waiting = (std::time::Duration, fn(&WaitNote));
 
 /// One process's membership of a pool.
 pub struct Member<'a> {
@@ -210,9 +216,9 @@ pub struct Member<'a> {
     pub(super) cap_gen: [AtomicU64; layout::MAX_POOL_GPUS],
     /// Hears of every impossible word found and repaired (see [`Member::on_repair`]; None
     /// until then: kept in `early`, told when it is set).
-    pub(super) note: Option<fn(&super::Repair)>,
+    pub(super) note: Option<fn(&Repair)>,
     /// Repairs made while joining, before [`Member::on_repair`] said whom to tell.
-    pub(super) early: std::sync::Mutex<Vec<super::Repair>>,
+    pub(super) early: std::sync::Mutex<Vec<Repair>>,
     /// Per GPU entry, the guarantee and ceiling this member claimed (as its share words
     /// hold them; 0: none), kept in its own memory: what it decides by, and what it
     /// writes back over share words another process changed (see `repair`).
@@ -225,7 +231,7 @@ pub struct Member<'a> {
 impl<'a> Member<'a> {
     /// Allocations the pool cannot take now wait up to `max` for members to free memory
     /// (`GPUCAP_WAIT`), in arrival order; `note` hears when a wait starts and ends.
-    pub fn waiting(mut self, max: std::time::Duration, note: fn(&super::WaitNote)) -> Self {
+    pub fn waiting(mut self, max: std::time::Duration, note: fn(&WaitNote)) -> Self {
         if !max.is_zero() {
             self.wait = Some((max, note));
         }
@@ -235,7 +241,7 @@ impl<'a> Member<'a> {
     /// Every impossible word this member finds and repairs (a word lock no member can
     /// hold, a `used` or cap word another process changed) is reported to `note`; repairs
     /// made before (while joining) are reported now.
-    pub fn on_repair(mut self, note: fn(&super::Repair)) -> Self {
+    pub fn on_repair(mut self, note: fn(&Repair)) -> Self {
         self.note = Some(note);
         let early = std::mem::take(&mut *self.early.lock().unwrap_or_else(|p| p.into_inner()));
         for r in &early {
@@ -246,7 +252,7 @@ impl<'a> Member<'a> {
 
     /// Reports repair `r` to the member's note, or keeps it until
     /// [`on_repair`](Self::on_repair) names one.
-    pub(super) fn report_repair(&self, r: &super::Repair) {
+    pub(super) fn report_repair(&self, r: &Repair) {
         match self.note {
             Some(note) => note(r),
             None => self
@@ -320,7 +326,7 @@ impl<'a> Member<'a> {
                 // yet), the pool's cap is read again once it is in force (a resizer
                 // that died half-way is waited for as long as the next one would).
                 let now = self.w.gpu(g, layout::G_CAP_GEN).load(SeqCst);
-                if now & 1 == 1 && started.elapsed() < super::RESIZE_TAKEOVER {
+                if now & 1 == 1 && started.elapsed() < RESIZE_TAKEOVER {
                     std::thread::yield_now();
                     continue 'register;
                 }

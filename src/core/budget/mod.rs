@@ -22,6 +22,8 @@
 //! - `traffic`: the members' frees and allocations marked around their driver calls,
 //!   so that a context's memory is measured without the others' traffic in it.
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
+//! - `notes`: what a member tells the shim for its log as it happens: a wait's progress,
+//!   a word found wrong and repaired.
 //! - `shares`: guarantees and ceilings inside a pool (`GPUCAP_GUARANTEE`,
 //!   `GPUCAP_CEILING`): the policy, pure functions over plain numbers.
 //!   `share_words` keeps them in the pool file's words.
@@ -42,6 +44,7 @@ mod layout;
 mod layout_error;
 mod marks;
 mod member;
+mod notes;
 mod reclaim;
 mod repair;
 mod resize;
@@ -62,14 +65,13 @@ pub use layout::{
     POOL_VERSION, POOL_WORDS, pool_file_bytes, pool_words,
 };
 pub use marks::{FreedBefore, MadeInside, PoolTraffic};
-pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool};
+pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool, RESIZE_TAKEOVER};
+pub use notes::{Repair, ShareFault, ShareRepair, WaitNote};
 pub use reclaim::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driver};
-pub use repair::{Repair, ShareFault, ShareRepair};
-pub use resize::{RESIZE_TAKEOVER, ResizeRefusal, Resized};
+pub use resize::{ResizeRefusal, Resized};
 pub use share_set::{ShareChange, ShareRefusal, ShareSet};
 pub use share_words::{ClaimRefusal, Claimed, Holder};
 pub use view::{GpuView, LockView, MemberGpuView, MemberView, PoolView};
-pub use wait::WaitNote;
 
 #[cfg(test)]
 mod tests;

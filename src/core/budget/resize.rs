@@ -40,12 +40,8 @@ use std::time::{Duration, Instant};
 
 use super::gpu_words::GpuWords;
 use super::layout;
-use super::member::{Member, MemberLocks, Pool};
+use super::member::{Member, MemberLocks, Pool, RESIZE_TAKEOVER};
 use super::share_words::Holder;
-
-/// How long a resize waits for another one under way before taking it over (its
-/// resizer died half-way: a resize takes a few microseconds).
-pub const RESIZE_TAKEOVER: Duration = Duration::from_secs(1);
 
 /// A resize done.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,39 +14,10 @@ use super::layout::{
     M_WAIT, STATE_LIVE,
 };
 use super::member::Member;
+use super::notes::WaitNote;
 
 /// The longest a waiter sleeps before it looks again (dead members, their tickets).
 const RECHECK_WAIT: Duration = Duration::from_millis(50);
-
-/// What a wait tells the shim (for its log).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitNote {
-    /// `bytes` on CUDA ordinal `device` do not fit now: waiting, behind `ahead` waiters.
-    Started {
-        device: usize,
-        bytes: u64,
-        ahead: usize,
-    },
-    /// Served after `waited`.
-    Served {
-        device: usize,
-        bytes: u64,
-        waited: Duration,
-    },
-    /// `bytes` on CUDA ordinal `device` would take the member past its own `ceiling`:
-    /// waiting for its own frees or a raise of the ceiling (`gpucap pool set`).
-    AtCeiling {
-        device: usize,
-        bytes: u64,
-        ceiling: u64,
-    },
-    /// Not served within `GPUCAP_WAIT`.
-    TimedOut {
-        device: usize,
-        bytes: u64,
-        waited: Duration,
-    },
-}
 
 impl Member<'_> {
     /// Whether this member waits (`GPUCAP_WAIT`) and other members wait on GPU entry `g`

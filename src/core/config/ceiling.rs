@@ -11,26 +11,13 @@
 
 use std::path::Path;
 
-use super::{
-    Config, DRA_EXAMPLE, ENV_FILE_NAME, ETC_ENV_FILE, HAMI_CLASSIC, HAMI_DRA, HAMI_SHARED_CACHE,
-    Limit, LimitSpec, NVIDIA_TOOLKIT, PoolSpec, VGPU_MANAGER, limit_is_none, name_typed,
-};
-
-/// A cap handed down: the configuration file's, which no variable of the environment
-/// raises or removes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Ceiling {
-    /// The file's cap.
-    pub spec: LimitSpec,
-    /// The file it came from.
-    pub from: String,
-    /// What the environment asked instead (`GPUCAP_LIMIT="4Gi"`), if it set a cap or
-    /// `GPUCAP_LIMIT=none`; None: it set none, and the file's cap is the cap.
-    pub asked: Option<String>,
-    /// The environment asked for no cap (`GPUCAP_LIMIT=none`): held at the ceiling
-    /// on every GPU the ceiling caps.
-    pub asked_none: bool,
-}
+use super::file::{ENV_FILE_NAME, ETC_ENV_FILE};
+use super::hami::HAMI_SHARED_CACHE;
+use super::limit::{Limit, limit_is_none};
+use super::model::{Ceiling, Config};
+use super::pool_vars::PoolSpec;
+use super::sources::{DRA_EXAMPLE, HAMI_CLASSIC, HAMI_DRA, NVIDIA_TOOLKIT, VGPU_MANAGER};
+use super::typed::name_typed;
 
 /// The configuration of a process whose environment (`env`, already read) has
 /// variables of its own while a configuration file (`file`, read from `path`) exists:
@@ -335,7 +322,8 @@ impl HandedDown {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::env::{LogLevel, from_vars};
+    use crate::config::env::from_vars;
+    use crate::config::model::LogLevel;
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;

@@ -2,7 +2,9 @@
 //! ceiling handed down in a file, turned into bytes with the GPU's total. The shim
 //! applies it when a GPU is first used; `gpucap check` prints it. One rule for both.
 
-use super::{Config, HandedDown, Limit, LimitSpec, cap_under, held_line};
+use super::ceiling::{HandedDown, cap_under, held_line};
+use super::limit::{Limit, LimitSpec};
+use super::model::Config;
 use crate::size::format_bytes;
 
 /// A GPU's cap, and what to say about it once.

@@ -1,193 +1,25 @@
-//! The `GPUCAP_*` environment variables: their names, `Config`, `ConfigError`, and
-//! reading them (no envy: it would only copy the same strings into a struct).
+//! Reading the environment into a [`Config`]: which variables are looked at, a `GPUCAP_*`
+//! name that is not gpucap's, and [`from_vars`], which sorts the variables (gpucap's own,
+//! HAMi-core's, the drivers' hand-overs) and resolves them with the parsers of the files
+//! beside it (no envy: it would only copy the same strings into a struct).
 
 use std::ffi::OsStr;
-use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use super::hami::{Hami, hami_ignored_note};
-use super::{
-    CapSource, Ceiling, HAMI_CLASSIC, HAMI_DRA, HAMI_IGNORED, HAMI_PREFIX, HAMI_SHARED_CACHE,
-    HandoverVars, KNOWN_VARS, LimitFrom, LimitSpec, NVIDIA_VISIBLE_DEVICES, Origin, PoolSpec, VARS,
-    accepted_of, apply, check_agree, check_shares, claim_pool_note, hami_claim_dir,
-    hami_classic_by_uuid, hami_dra_spec, is_handover_name, known_vars_list, limit_is_none,
-    limit_notes, merge_hami_by_uuid, name_typed, name_typed_error, parse_limit_spec,
-    parse_pool_dir, parse_typed,
+use super::hami::{
+    HAMI_IGNORED, HAMI_PREFIX, HAMI_SHARED_CACHE, Hami, check_agree, hami_ignored_note,
 };
-
-pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
-pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
-pub const REPORT_ACCEPTED: &str = "a file path, e.g. /tmp/gpucap-report.json";
-pub const LIB_ACCEPTED: &str = "the path of libgpucap.so";
-pub const LD_SO_PRELOAD_ACCEPTED: &str = GROWTH_ACCEPTED;
-pub const HOME_ACCEPTED: &str =
-    "the directory holding gpucap, libgpucap.so and docker-entrypoint.sh";
-pub const POOL_ACCEPTED: &str = "a pool name (1 to 64 of A-Z a-z 0-9 . _ -, not starting with '.'), \
-     an absolute path of the pool file, or off (no pool)";
-pub const POOL_DIR_ACCEPTED: &str =
-    "the absolute path of an existing directory (gpucap makes its gpucap-UID directory in it)";
-pub const CLAIM_DIR_ACCEPTED: &str = "the absolute path of the directory every container of one claim \
-     shares, mounted read-write (the pool's file, gpucap.pool, is made in it)";
-pub const POOL_MEMBERS_ACCEPTED: &str =
-    "a member count from 1 to 4096 (read by the process that makes the pool's file)";
-pub const WAIT_ACCEPTED: &str =
-    "a duration up to 24h: 0, 500ms, 30s, 5m, 1h (a number and one of ms, s, m, h)";
-
-/// How much the shim logs (to stderr).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    Off,
-    Error,
-    Warn,
-    Info,
-    Debug,
-}
-
-impl LogLevel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Off => "off",
-            LogLevel::Error => "error",
-            LogLevel::Warn => "warn",
-            LogLevel::Info => "info",
-            LogLevel::Debug => "debug",
-        }
-    }
-}
-
-impl fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The whole configuration.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Config {
-    /// `GPUCAP_LIMIT`; None = unset: allocations are counted, not capped.
-    pub limit: Option<LimitSpec>,
-    /// `GPUCAP_LOG`, default `warn`.
-    pub log: LogLevel,
-    /// `GPUCAP_GROWTH` (reserved; validated, not yet used), default false.
-    pub growth: bool,
-    /// `GPUCAP_REPORT`: where the shim writes its JSON usage report at exit (`%p` is
-    /// replaced by the process id). See `crate::report`.
-    pub report: Option<PathBuf>,
-    /// `GPUCAP_LD_SO_PRELOAD`: the container entrypoint also installs the shim in
-    /// `/etc/ld.so.preload`. Only scripts/docker-entrypoint.sh acts on it.
-    pub ld_so_preload: bool,
-    /// HAMi-core variables that were set and that gpucap does not act on, one line
-    /// each (`gpucap check` prints them; the shim logs them at info).
-    pub notes: Vec<String>,
-    /// `GPUCAP_POOL` (or HAMi-core's `CUDA_DEVICE_MEMORY_SHARED_CACHE`): the processes
-    /// naming the same pool share one budget per GPU. None: each process is capped alone.
-    pub pool: Option<PoolSpec>,
-    /// `GPUCAP_POOL_DIR`: where named pools' files live.
-    pub pool_dir: Option<PathBuf>,
-    /// `GPUCAP_WAIT`: how long an allocation the pool cannot take now waits for members
-    /// to free memory (zero: refused at once).
-    pub wait: std::time::Duration,
-    /// `GPUCAP_POOL_MEMBERS`: the member slots of a pool file this process makes
-    /// (None: the default, 256). A file that exists keeps its own count.
-    pub pool_members: Option<usize>,
-    /// `GPUCAP_GUARANTEE`: bytes the pool keeps for this process (a fraction: of the
-    /// pool's cap). Only in a pool.
-    pub guarantee: Option<LimitSpec>,
-    /// `GPUCAP_CEILING`: the most this process may hold of the pool (a fraction: of the
-    /// pool's cap). Only in a pool.
-    pub ceiling: Option<LimitSpec>,
-    /// Every source of caps (`GPUCAP_LIMIT`, HAMi-core's, the drivers' of
-    /// `config::sources`), in that order; `limit` is the first one's, and they agree.
-    pub cap_sources: Vec<CapSource>,
-    /// The variables the caps came from, for `gpucap check`.
-    pub origins: Vec<Origin>,
-    /// The configuration file's cap where the environment has variables of its own
-    /// ([`under_file`]): no GPU's cap is above it. None: no file, or no cap in it.
-    pub bound: Option<Ceiling>,
-    /// `GPUCAP_TYPED`: the flags of `gpucap run` that set variables, which lines name
-    /// instead of the variables ([`name_typed`]).
-    pub typed: Vec<&'static str>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            limit: None,
-            log: LogLevel::Warn,
-            growth: false,
-            report: None,
-            ld_so_preload: false,
-            notes: Vec::new(),
-            pool: None,
-            pool_dir: None,
-            wait: std::time::Duration::ZERO,
-            pool_members: None,
-            guarantee: None,
-            ceiling: None,
-            cap_sources: Vec::new(),
-            origins: Vec::new(),
-            bound: None,
-            typed: Vec::new(),
-        }
-    }
-}
-
-/// A bad `GPUCAP_*` variable. Displays as one line:
-/// `gpucap: invalid GPUCAP_LIMIT="150%": a percentage must be in (0%, 100%]; accepted: ...`
-#[derive(Clone, Debug, PartialEq)]
-pub struct ConfigError {
-    /// The variable's name.
-    pub var: String,
-    /// Its value (lossily converted if it was not UTF-8).
-    pub value: String,
-    /// What is wrong.
-    pub reason: String,
-    /// The forms that would have been accepted ("" = none to show).
-    pub accepted: &'static str,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The name is escaped like the value: a line break in it stays on one line.
-        write!(
-            f,
-            "gpucap: invalid {}={:?}: {}",
-            self.var.escape_debug(),
-            self.value,
-            self.reason
-        )?;
-        if !self.accepted.is_empty() {
-            write!(f, "; accepted: {}", self.accepted)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// Parses a `GPUCAP_LOG` value: `off`, `error`, `warn`, `info` or `debug`, any case.
-pub fn parse_log_level(value: &str) -> Result<LogLevel, String> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "off" => Ok(LogLevel::Off),
-        "error" => Ok(LogLevel::Error),
-        "warn" => Ok(LogLevel::Warn),
-        "info" => Ok(LogLevel::Info),
-        "debug" => Ok(LogLevel::Debug),
-        "" => Err("empty value".to_string()),
-        _ => Err("unknown log level".to_string()),
-    }
-}
-
-/// Parses a `GPUCAP_GROWTH` value.
-pub(crate) fn parse_bool(value: &str) -> Result<bool, String> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        "" => Err("empty value".to_string()),
-        _ => Err("not a yes/no value".to_string()),
-    }
-}
+use super::limit::{LimitFrom, limit_is_none, limit_notes, parse_limit_spec};
+use super::model::{Config, ConfigError, Origin};
+use super::pool_vars::{PoolSpec, parse_pool_dir};
+use super::shares::check_shares;
+use super::sources::{
+    HAMI_CLASSIC, HAMI_DRA, HandoverVars, NVIDIA_VISIBLE_DEVICES, apply, claim_pool_note,
+    hami_claim_dir, hami_classic_by_uuid, hami_dra_spec, is_handover_name, merge_hami_by_uuid,
+};
+use super::typed::{name_typed, name_typed_error, parse_typed};
+use super::vars::{KNOWN_VARS, VARS, accepted_of, known_vars_list};
 
 pub(crate) const PREFIX: &str = "GPUCAP_";
 

@@ -1,6 +1,10 @@
 //! The configuration file `gpucap.env`, for processes whose environment was emptied.
 
-use super::{Config, HAMI_PREFIX, LimitFrom, PREFIX, from_vars, gpucap_like, is_handover_name};
+use super::env::{PREFIX, from_vars, gpucap_like};
+use super::hami::HAMI_PREFIX;
+use super::limit::LimitFrom;
+use super::model::Config;
+use super::sources::is_handover_name;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
@@ -12,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 // variables to `gpucap.env` beside libgpucap.so (`gpucap check --write-env FILE`), and
 // the shim reads that file, or else `/etc/gpucap/gpucap.env`. When its environment
 // has no `GPUCAP_*` variable at all, the file is the configuration; beside variables
-// that are set, its cap and pool are a ceiling (`super::ceiling`).
+// that are set, its cap and pool are a ceiling (`ceiling.rs`).
 
 /// The name of the configuration file the shim looks for beside itself.
 pub const ENV_FILE_NAME: &str = "gpucap.env";

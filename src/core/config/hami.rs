@@ -12,10 +12,11 @@
 
 use std::ffi::OsStr;
 
-use super::{
-    ConfigError, DeviceKey, Limit, LimitFrom, LimitSpec, MAX_DEVICES, MIN_UNITLESS_BYTES, Origin,
-    PoolSpec, parse_pool_spec, unitless_message,
+use super::limit::{
+    DeviceKey, Limit, LimitFrom, LimitSpec, MAX_DEVICES, MIN_UNITLESS_BYTES, unitless_message,
 };
+use super::model::{ConfigError, Origin};
+use super::pool_vars::{PoolSpec, parse_pool_spec};
 
 /// The all-GPUs variable.
 pub const HAMI_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";

@@ -11,9 +11,9 @@
 //! cap, guarantee or bound nothing, silently: the error is the one line to print, naming
 //! the variable, the key and the keys that are accepted.
 
-use super::{
-    Config, DeviceKey, LimitFrom, LimitSpec, check_sources_agree, format_uuid, sources_need_gpus,
-};
+use super::agreement::{check_sources_agree, sources_need_gpus};
+use super::limit::{DeviceKey, LimitFrom, LimitSpec, format_uuid};
+use super::model::Config;
 
 /// The visible GPUs listed in an error at most (64 would make a line of 3 KB).
 const LISTED: usize = 16;

@@ -5,6 +5,16 @@
 use std::fmt;
 use std::path::PathBuf;
 
+// What each pool variable accepts, for its error line.
+pub const POOL_ACCEPTED: &str = "a pool name (1 to 64 of A-Z a-z 0-9 . _ -, not starting with '.'), \
+     an absolute path of the pool file, or off (no pool)";
+pub const POOL_DIR_ACCEPTED: &str =
+    "the absolute path of an existing directory (gpucap makes its gpucap-UID directory in it)";
+pub const CLAIM_DIR_ACCEPTED: &str = "the absolute path of the directory every container of one claim \
+     shares, mounted read-write (the pool's file, gpucap.pool, is made in it)";
+pub const WAIT_ACCEPTED: &str =
+    "a duration up to 24h: 0, 500ms, 30s, 5m, 1h (a number and one of ms, s, m, h)";
+
 /// Which pool a process joins.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PoolSpec {

@@ -2,9 +2,9 @@
 //! `GPUCAP_LIMIT`'s grammar (read by [`parse_limit_spec`]), except that a fraction or
 //! percentage is of the pool's cap, not of the GPU. Only inside a pool.
 
-use super::{
-    Config, ConfigError, DeviceKey, Limit, LimitSpec, ZERO_CAP, check_var_keys, parse_limit_spec,
-};
+use super::keys::check_var_keys;
+use super::limit::{DeviceKey, Limit, LimitSpec, ZERO_CAP, parse_limit_spec};
+use super::model::{Config, ConfigError};
 
 pub const GUARANTEE_ACCEPTED: &str = "a size or a share of the pool's cap, as GPUCAP_LIMIT: 4Gi, \
      512MiB, 25%, 0.25, 0=4Gi,1=2Gi, GPU-<uuid>=4Gi (only with GPUCAP_POOL)";

@@ -5,6 +5,9 @@ mod tests {
     use super::super::*;
     use crate::config::file::parse_env_file;
     use crate::config::hami::hami_spec;
+    use crate::config::vars::{
+        GROWTH_ACCEPTED, KNOWN_VARS, LD_SO_PRELOAD_ACCEPTED, parse_log_level,
+    };
     use std::ffi::{OsStr, OsString};
     use std::os::unix::ffi::OsStrExt;
     use std::path::PathBuf;
@@ -958,6 +961,7 @@ mod properties {
     use super::super::*;
     use crate::config::file::parse_env_file;
     use crate::config::hami::parse_hami_value;
+    use crate::config::pool_vars::parse_wait;
     use crate::size::{format_bytes, parse_size};
     use proptest::prelude::*;
     use std::ffi::OsStr;

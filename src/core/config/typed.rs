@@ -6,7 +6,7 @@
 //! instead ([`name_typed`]), in the CLI and in the shim alike. The variable renames
 //! lines only: it sets no cap and lifts none.
 
-use super::{Config, ConfigError};
+use super::model::{Config, ConfigError};
 
 /// `gpucap run`'s flags and the variable each sets, one row each.
 pub const FLAG_VARS: &[(&str, &str)] = &[

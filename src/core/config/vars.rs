@@ -5,13 +5,25 @@
 
 use std::path::PathBuf;
 
-use super::{
-    CEILING_ACCEPTED, CLAIM_DIR_ACCEPTED, Config, GROWTH_ACCEPTED, GUARANTEE_ACCEPTED,
-    HOME_ACCEPTED, LD_SO_PRELOAD_ACCEPTED, LIB_ACCEPTED, LIMIT_ACCEPTED, LOG_ACCEPTED,
-    POOL_ACCEPTED, POOL_DIR_ACCEPTED, POOL_MEMBERS_ACCEPTED, REPORT_ACCEPTED, TYPED_ACCEPTED,
-    WAIT_ACCEPTED, parse_bool, parse_log_level, parse_pool, parse_pool_dir, parse_share_spec,
-    parse_typed, parse_wait,
+use super::limit::LIMIT_ACCEPTED;
+use super::model::{Config, LogLevel};
+use super::pool_vars::{
+    CLAIM_DIR_ACCEPTED, POOL_ACCEPTED, POOL_DIR_ACCEPTED, WAIT_ACCEPTED, parse_pool,
+    parse_pool_dir, parse_wait,
 };
+use super::shares::{CEILING_ACCEPTED, GUARANTEE_ACCEPTED, parse_share_spec};
+use super::typed::{TYPED_ACCEPTED, parse_typed};
+
+// What the variables read here accept, for their error lines.
+pub const LOG_ACCEPTED: &str = "off, error, warn, info, debug";
+pub const GROWTH_ACCEPTED: &str = "0, 1, true, false, yes, no, on, off";
+pub const REPORT_ACCEPTED: &str = "a file path, e.g. /tmp/gpucap-report.json";
+pub const LIB_ACCEPTED: &str = "the path of libgpucap.so";
+pub const LD_SO_PRELOAD_ACCEPTED: &str = GROWTH_ACCEPTED;
+pub const HOME_ACCEPTED: &str =
+    "the directory holding gpucap, libgpucap.so and docker-entrypoint.sh";
+pub const POOL_MEMBERS_ACCEPTED: &str =
+    "a member count from 1 to 4096 (read by the process that makes the pool's file)";
 
 /// One `GPUCAP_*` variable.
 pub struct Var {
@@ -174,4 +186,27 @@ fn parse_pool_members(v: &str) -> Result<usize, String> {
         .ok()
         .filter(|n| (1..=4096).contains(n))
         .ok_or_else(|| "not a count from 1 to 4096".into())
+}
+
+/// Parses a `GPUCAP_LOG` value: `off`, `error`, `warn`, `info` or `debug`, any case.
+pub fn parse_log_level(value: &str) -> Result<LogLevel, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "off" => Ok(LogLevel::Off),
+        "error" => Ok(LogLevel::Error),
+        "warn" => Ok(LogLevel::Warn),
+        "info" => Ok(LogLevel::Info),
+        "debug" => Ok(LogLevel::Debug),
+        "" => Err("empty value".to_string()),
+        _ => Err("unknown log level".to_string()),
+    }
+}
+
+/// Parses a `GPUCAP_GROWTH` value.
+pub(crate) fn parse_bool(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        "" => Err("empty value".to_string()),
+        _ => Err("not a yes/no value".to_string()),
+    }
 }

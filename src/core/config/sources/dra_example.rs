@@ -7,10 +7,10 @@
 //! container sees; with several different amounts, every GPU gets the smallest (never
 //! more than any one grant).
 
-use super::{
-    CapSource, ConfigError, Handover, HandoverVars, Limit, LimitFrom, LimitSpec, Origin,
-    QUANTITY_ACCEPTED, bad, parse_quantity,
-};
+use super::handover::{Handover, HandoverVars, bad};
+use super::quantity::{QUANTITY_ACCEPTED, parse_quantity};
+use crate::config::limit::{Limit, LimitFrom, LimitSpec};
+use crate::config::model::{CapSource, ConfigError, Origin};
 
 pub const DRA_EXAMPLE: &str = "DRA example driver";
 const PREFIX: &str = "GPU_DEVICE_";

@@ -21,10 +21,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{
-    CapSource, Config, ConfigError, DeviceKey, DeviceUuid, HAMI_LIMIT, Limit, LimitFrom, LimitSpec,
-    Origin, bad,
-};
+use super::handover::bad;
+use crate::config::hami::HAMI_LIMIT;
+use crate::config::limit::{DeviceKey, DeviceUuid, Limit, LimitFrom, LimitSpec};
+use crate::config::model::{CapSource, Config, ConfigError, Origin};
 
 pub const HAMI_DRA: &str = "HAMi DRA kubelet plugin";
 pub const HAMI_CLASSIC: &str = "HAMi device plugin";

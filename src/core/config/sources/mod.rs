@@ -1,6 +1,6 @@
 //! The caps that the cluster's GPU drivers hand a container in its environment, each
 //! read by its own file, and the one resolver that merges them with `GPUCAP_LIMIT` and
-//! HAMi-core's variables ([`super::from_vars`] calls [`apply`]):
+//! HAMi-core's variables (`from_vars`, in `env.rs`, calls [`apply`]):
 //!
 //! | file | driver | variables |
 //! | --- | --- | --- |
@@ -9,15 +9,17 @@
 //! | `nvidia_toolkit.rs` | NVIDIA container toolkit | `NVIDIA_GPU_MEMORY_LIMIT`, `NVIDIA_GPU_MEMORY_REQUEST` |
 //! | `hami_dra.rs` | HAMi's DRA kubelet plugin | HAMi-core's variables in a claim's directory |
 //!
+//! `handover.rs` holds what each of those files reads ([`HandoverVars`]) and gives
+//! (`Handover`); this file, the resolver over them.
+//!
 //! Every source that gives a cap is a [`CapSource`]; two that give one GPU different
-//! caps are an error naming both (fail closed). Sources whose keys can be compared
-//! before the GPUs are known (ordinals, or one cap for every GPU) are compared in
-//! `from_vars`; the others (a GPU named by UUID) by [`check_sources_agree`] against the
-//! visible GPUs, in the one key check the shim and the CLI both make
-//! ([`super::check_gpu_keys`]).
+//! caps are an error naming both (fail closed): `agreement.rs` compares them, those keyed
+//! by ordinal here as they are read, a GPU named by UUID against the visible GPUs in the
+//! one key check the shim and the CLI both make (`check_gpu_keys`, in `keys.rs`).
 
 mod dra_example;
 mod hami_dra;
+mod handover;
 mod nvidia_toolkit;
 mod quantity;
 mod vgpu_manager;
@@ -27,123 +29,20 @@ pub use hami_dra::{
     HAMI_CLASSIC, HAMI_DRA, NVIDIA_VISIBLE_DEVICES, hami_claim_dir, hami_classic_by_uuid,
     hami_dra_spec, merge_hami_by_uuid,
 };
+pub use handover::HandoverVars;
 pub use nvidia_toolkit::NVIDIA_TOOLKIT;
 pub use vgpu_manager::VGPU_MANAGER;
 
-// Taken by the modules below through `super::`.
-use quantity::{QUANTITY_ACCEPTED, parse_quantity};
-
-use super::{
-    Config, ConfigError, DeviceKey, DeviceUuid, HAMI_LIMIT, Limit, LimitFrom, LimitSpec,
-    MAX_DEVICES, MIN_UNITLESS_BYTES, PoolSpec, check_shares, format_uuid, limit_is_none,
-    unitless_message,
-};
-
-/// One variable a cap came from, for `gpucap check`: `CUDA_MEM_LIMIT_0="1024m"` from
-/// vgpu-manager, for the GPU `key` (None: every GPU).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Origin {
-    /// The variable's name.
-    pub var: String,
-    /// Its value, as set.
-    pub value: String,
-    /// Who sets it: `GPUCAP_LIMIT`, `vgpu-manager`, ...
-    pub driver: &'static str,
-    /// The GPU it caps (None: every GPU the process sees).
-    pub key: Option<DeviceKey>,
-}
-
-impl Origin {
-    /// `CUDA_MEM_LIMIT_0="1024m" (vgpu-manager)`.
-    pub fn text(&self) -> String {
-        format!("{}={:?} ({})", self.var, self.value, self.driver)
-    }
-
-    /// Whether it caps the GPU with CUDA ordinal `ordinal` and UUID `uuid`.
-    pub fn covers(&self, ordinal: u32, uuid: Option<&[u8; 16]>) -> bool {
-        match &self.key {
-            None => true,
-            Some(DeviceKey::Ordinal(n)) => *n == ordinal,
-            Some(DeviceKey::Uuid(u)) => uuid == Some(&u.bytes),
-        }
-    }
-}
-
-/// A source of caps: what it is called in messages, and the caps it gives.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CapSource {
-    /// `NVIDIA_GPU_MEMORY_LIMIT="512" (NVIDIA container toolkit)`.
-    pub name: String,
-    /// The first variable of it and its value, for the error's `invalid VAR="VALUE"`.
-    pub var: String,
-    pub value: String,
-    pub spec: LimitSpec,
-}
-
-impl CapSource {
-    fn has_uuid_keys(&self) -> bool {
-        self.spec.uuid_keys().next().is_some()
-    }
-}
-
-/// The variables of the environment a driver source reads: name and value, the first
-/// occurrence of each name.
-#[derive(Default)]
-pub struct HandoverVars(pub Vec<(String, String)>);
-
-impl HandoverVars {
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The variables whose name starts with `prefix`, in the environment's order.
-    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> {
-        self.0
-            .iter()
-            .filter(move |(n, _)| n.starts_with(prefix))
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-    }
-
-    /// Adds a pair unless its name was seen (first occurrence wins, like getenv).
-    pub fn push(&mut self, name: String, value: String) {
-        if self.get(&name).is_none() {
-            self.0.push((name, value));
-        }
-    }
-}
+use super::agreement::agree_by_ordinal;
+use super::limit::{Limit, LimitFrom, LimitSpec, limit_is_none};
+use super::model::{CapSource, Config, ConfigError, Origin};
+use super::pool_vars::PoolSpec;
+use super::shares::check_shares;
 
 /// Whether a driver source reads a variable of this name (the shim copies only those,
 /// and only those make the shim skip the configuration file).
 pub fn is_handover_name(name: &[u8]) -> bool {
     vgpu_manager::looks_at(name) || dra_example::looks_at(name) || nvidia_toolkit::looks_at(name)
-}
-
-/// What one driver's variables give.
-#[derive(Default)]
-pub struct Handover {
-    /// The cap, if the driver gives one.
-    pub cap: Option<(CapSource, Vec<Origin>)>,
-    /// The request, where the driver gives one apart from the cap (the toolkit's).
-    pub request: Option<(LimitSpec, String)>,
-    /// The directory every container of the claim shares, for its pool.
-    pub claim_dir: Option<(std::path::PathBuf, String)>,
-    /// Why the driver's claim directory is not there (said unless GPUCAP_CLAIM_DIR
-    /// names one).
-    pub no_claim_dir: Option<String>,
-    pub notes: Vec<String>,
-}
-
-/// An error about `var`=`value`, with what is accepted.
-pub(crate) fn bad(var: &str, value: &str, reason: String, accepted: &'static str) -> ConfigError {
-    ConfigError {
-        var: var.to_string(),
-        value: value.to_string(),
-        reason,
-        accepted,
-    }
 }
 
 /// Merges the drivers' hand-over into `config`, whose `GPUCAP_*` and HAMi-core
@@ -255,84 +154,6 @@ fn add_cap(config: &mut Config, source: CapSource) -> Result<(), ConfigError> {
         l.from = LimitFrom::Both;
     }
     config.cap_sources.push(source);
-    Ok(())
-}
-
-/// The error of two sources that give one GPU different caps.
-fn disagree(
-    a: &CapSource,
-    b: &CapSource,
-    gpu: &str,
-    ca: Option<Limit>,
-    cb: Option<Limit>,
-) -> ConfigError {
-    let show = |l: Option<Limit>| l.map_or("no cap".to_string(), |l| l.to_string());
-    ConfigError {
-        var: b.var.clone(),
-        value: b.value.clone(),
-        reason: format!(
-            "two sources give {gpu} different caps: {} from {} but {} from {}; set only one of \
-             them, or both to the same cap",
-            show(cb),
-            b.name,
-            show(ca),
-            a.name
-        ),
-        accepted: "",
-    }
-}
-
-/// Compares two sources without UUID keys: the same cap (or none) for every ordinal.
-fn agree_by_ordinal(a: &CapSource, b: &CapSource) -> Result<(), ConfigError> {
-    for n in 0..MAX_DEVICES as u32 {
-        let (ca, cb) = (a.spec.for_ordinal(n), b.spec.for_ordinal(n));
-        if ca != cb {
-            let gpu = if a.spec.devices.is_empty() && b.spec.devices.is_empty() {
-                "every GPU".to_string()
-            } else {
-                format!("GPU {n}")
-            };
-            return Err(disagree(a, b, &gpu, ca, cb));
-        }
-    }
-    Ok(())
-}
-
-/// Whether the cap sources must be compared against the visible GPUs (some name a GPU
-/// by UUID and there is more than one).
-pub fn sources_need_gpus(config: &Config) -> bool {
-    config.cap_sources.len() > 1 && config.cap_sources.iter().any(CapSource::has_uuid_keys)
-}
-
-/// Compares every cap source on each visible GPU (`uuids`, by ordinal): the error is
-/// the one line to print, naming both sources, their values and the GPU.
-pub fn check_sources_agree(config: &Config, uuids: Option<&[[u8; 16]]>) -> Result<(), String> {
-    if !sources_need_gpus(config) {
-        return Ok(());
-    }
-    let Some(uuids) = uuids else {
-        return Err(format!(
-            "gpucap: {} name GPUs by UUID, but the driver could not list the UUIDs of the \
-             visible GPUs to compare them",
-            config
-                .cap_sources
-                .iter()
-                .map(|s| s.name.as_str())
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ));
-    };
-    let first = &config.cap_sources[0];
-    for (o, u) in uuids.iter().enumerate() {
-        let ca = first.spec.for_device(o as u32, Some(u));
-        for other in &config.cap_sources[1..] {
-            let cb = other.spec.for_device(o as u32, Some(u));
-            if ca != cb {
-                let gpu = format!("GPU {o} ({})", format_uuid(false, u));
-                return Err(disagree(first, other, &gpu, ca, cb).to_string());
-            }
-        }
-    }
     Ok(())
 }
 

@@ -6,9 +6,9 @@
 //! refuses what the hook would ignore or refuse (one without the other, request above
 //! limit, anything but digits), and a zero limit.
 
-use super::{
-    CapSource, ConfigError, Handover, HandoverVars, Limit, LimitFrom, LimitSpec, Origin, bad,
-};
+use super::handover::{Handover, HandoverVars, bad};
+use crate::config::limit::{Limit, LimitFrom, LimitSpec};
+use crate::config::model::{CapSource, ConfigError, Origin};
 
 pub const NVIDIA_TOOLKIT: &str = "NVIDIA container toolkit";
 pub const NVIDIA_LIMIT: &str = "NVIDIA_GPU_MEMORY_LIMIT";

@@ -11,10 +11,11 @@
 //! containers share one budget. `GPUCAP_CLAIM_DIR` names the directory where it is
 //! mounted elsewhere.
 
-use super::{
-    CapSource, ConfigError, DeviceKey, DeviceUuid, Handover, HandoverVars, Limit, LimitFrom,
-    LimitSpec, MIN_UNITLESS_BYTES, Origin, bad, unitless_message,
+use super::handover::{Handover, HandoverVars, bad};
+use crate::config::limit::{
+    DeviceKey, DeviceUuid, Limit, LimitFrom, LimitSpec, MIN_UNITLESS_BYTES, unitless_message,
 };
+use crate::config::model::{CapSource, ConfigError, Origin};
 
 pub const VGPU_MANAGER: &str = "vgpu-manager";
 pub const VGPU_LIMIT: &str = "CUDA_MEM_LIMIT";
