@@ -231,8 +231,8 @@ impl MemberLocks for SlotLocks {
 }
 
 /// What /proc shows of a dead member's process (see `gpucap_core::budget::reclaim`): a
-/// process becomes a zombie only after its exit teardown closed all its files, the
-/// driver's device files included.
+/// process becomes a zombie with one thread left only after its exit teardown closed
+/// all its files, the driver's device files included.
 fn exiting(pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
     if pid == 0 {
         return Exit::Done; // no process was recorded: nothing to wait for
@@ -248,7 +248,11 @@ fn exiting(pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
         return Exit::Unknown;
     };
     let f: Vec<&str> = fields.split_whitespace().collect();
-    if matches!(f.first(), Some(&"Z") | Some(&"X")) {
+    // The leader of a thread group is a zombie as soon as its own thread ended; the
+    // process's files close with its last thread, so the group is done only when the
+    // leader is all that is left of it (`num_threads`, field 20).
+    let alone = f.get(17).and_then(|t| t.parse::<u64>().ok()) == Some(1);
+    if matches!(f.first(), Some(&"Z") | Some(&"X")) && alone {
         return Exit::Done;
     }
     // Not exiting (the kernel sets PF_EXITING at the start of its exit, before the

@@ -1,5 +1,6 @@
-//! Forks, exec chains and PID namespaces: a child is its own member, a dead parent's share
-//! comes back, members in other namespaces share the pool without reaping each other.
+//! Forks, exec chains, threads and PID namespaces: a child is its own member, a dead
+//! parent's share comes back, a dead member's bytes wait for its last thread, members in
+//! other namespaces share the pool without reaping each other.
 
 use super::*;
 
@@ -228,4 +229,51 @@ fn an_exec_chain_starts_a_new_member_and_the_old_images_share_comes_back() {
         dump(&o)
     );
     assert_eq!(p.used_peak().0, 0);
+}
+
+/// The state of /proc/PID/stat's `state` and `num_threads` fields.
+fn state_and_threads(pid: u32) -> (String, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the member's stat");
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    (f[0].to_string(), f[17].parse().unwrap())
+}
+
+#[test]
+fn a_dead_members_bytes_wait_for_its_last_thread() {
+    // A killed member's threads end one by one; its files close only with the last, and
+    // the driver frees its memory then. Held still here: the leader a zombie, the pool
+    // file closed (the member's lock gone), another thread holding the fake GPU's file.
+    let p = Pool::new("pool-last-thread");
+    let mut a = spawn(
+        p.cmd(compile_c("pool_last_thread", "", &["-lcuda"]), "a.json")
+            .arg(p.path("ready")),
+    );
+    p.wait_file("ready");
+    p.wait_live_members(0);
+    let (state, threads) = state_and_threads(a.id());
+    if (state.as_str(), threads) != ("Z", 2) {
+        sigkill(&mut a);
+        panic!(
+            "the member's leader should be a zombie beside its last thread: state {state}, {threads} threads"
+        );
+    }
+    // The new member's 600 MiB fits only once the dead member's are released: it
+    // waits for them (up to `EXIT_MAX`, 10 s), and gets them when its process is gone.
+    let b = spawn(&mut p.script("b.json", &["alloc:600Mi"]));
+    std::thread::sleep(Duration::from_secs(1));
+    sigkill(&mut a);
+    let b = finish(b);
+    let peak = p.shared_peak("b.json");
+    assert!(
+        peak <= 1024 * MIB,
+        "a member whose last thread still held the driver's files had its 600 MiB handed out \
+         again: the fake GPU held {} MiB under the 1 GiB cap\n{}",
+        peak / MIB,
+        dump(&b)
+    );
+    assert!(
+        has(&b, &format!("alloc {} 0", 600 * MIB)),
+        "the member's 600 MiB did not come back once its process was gone\n{}",
+        dump(&b)
+    );
 }
