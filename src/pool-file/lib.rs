@@ -28,7 +28,7 @@ mod removal;
 mod sharing;
 mod sys;
 
-pub use identity::{own_pid_namespace, own_uid};
+pub use identity::{own_cmdline, own_pid_namespace, own_uid};
 pub use location::{every_user_dir, locate, locate_existing, path_of, user_dir};
 pub use locks::{ContextWindow, SlotLocks, WindowOutcome};
 pub use lone::{Lone, LoneReading, read_lone_dir};

@@ -36,19 +36,25 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<
 /// The per-user directory `dir`, made (mode 0700) first with `create`, then checked
 /// ([`check_dir`]).
 fn made_and_checked(dir: &Path, create: bool) -> Result<(), String> {
-    if create {
-        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(format!(
-                    "cannot create the pool directory {}: {e}",
-                    dir.display()
-                ));
+    // Usually there already: looked at first, without `mkdir`'s lock of the directory
+    // above it (every process of a mass start would take it in turn).
+    let seen = match std::fs::symlink_metadata(dir) {
+        Err(e) if create && e.kind() == std::io::ErrorKind::NotFound => {
+            match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(format!(
+                        "cannot create the pool directory {}: {e}",
+                        dir.display()
+                    ));
+                }
             }
+            std::fs::symlink_metadata(dir)
         }
-    }
-    check_dir(dir)
+        seen => seen,
+    };
+    check_dir(dir, seen)
 }
 
 /// The path `spec` names, without checking or creating anything (to name a file that
@@ -179,9 +185,9 @@ fn writable(dir: &Path) -> bool {
 
 /// The per-user directory: a real directory (not a symbolic link), owned by this user,
 /// that nobody else may write in.
-fn check_dir(dir: &Path) -> Result<(), String> {
-    let m = std::fs::symlink_metadata(dir)
-        .map_err(|e| format!("the pool directory {}: {e}", dir.display()))?;
+/// `seen`: what `lstat` said of it.
+fn check_dir(dir: &Path, seen: std::io::Result<std::fs::Metadata>) -> Result<(), String> {
+    let m = seen.map_err(|e| format!("the pool directory {}: {e}", dir.display()))?;
     if !m.is_dir() {
         return Err(format!(
             "the pool directory {} is not a directory (a symbolic link or a file is refused)",

@@ -183,16 +183,29 @@ impl Lone {
         let path = dir.join(name);
         let tmp = dir.join(format!(".{name}.{:x}.new", std::process::id()));
         let (cpath, ctmp) = (cstr(&path)?, cstr(&tmp)?);
-        // SAFETY: a NUL-terminated path; a stale temporary name of this pid is replaced.
-        unsafe { libc::unlink(ctmp.as_ptr()) };
-        // SAFETY: as above; O_EXCL never follows or reuses an existing entry.
-        let fd = unsafe {
-            crate::sys::open(
-                ctmp.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                0o600 as libc::c_uint,
-            )
+        let create = || {
+            // SAFETY: a NUL-terminated path; O_EXCL never follows or reuses an existing
+            // entry.
+            unsafe {
+                crate::sys::open(
+                    ctmp.as_ptr(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_CLOEXEC
+                        | libc::O_NOFOLLOW,
+                    0o600 as libc::c_uint,
+                )
+            }
         };
+        let mut fd = create();
+        if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+            // A stale temporary name of this pid (a process that died making its file)
+            // is replaced.
+            // SAFETY: a NUL-terminated path.
+            unsafe { libc::unlink(ctmp.as_ptr()) };
+            fd = create();
+        }
         if fd < 0 {
             return Err(os_err("cannot create", &tmp));
         }

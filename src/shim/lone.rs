@@ -82,9 +82,7 @@ pub fn show(config: &Config, uuids: &[[u8; 16]]) {
     if lone.is_shown() {
         return;
     }
-    let command = std::fs::read("/proc/self/cmdline")
-        .map(|b| gpucap_core::budget::member_command(&b))
-        .unwrap_or_default();
+    let command = gpucap_core::budget::member_command(&gpucap_pool_file::own_cmdline());
     let info = LoneInfo {
         pid: std::process::id(),
         pid_namespace: own_pid_namespace(),

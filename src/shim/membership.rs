@@ -345,9 +345,7 @@ fn claim_share(
 
 /// What the other members and `gpucap status` see of this process.
 fn own_info() -> MemberInfo {
-    let command = std::fs::read("/proc/self/cmdline")
-        .map(|b| gpucap_core::budget::member_command(&b))
-        .unwrap_or_default();
+    let command = gpucap_core::budget::member_command(&gpucap_pool_file::own_cmdline());
     let pid_namespace = gpucap_pool_file::own_pid_namespace();
     MemberInfo {
         pid: std::process::id(),

@@ -209,6 +209,60 @@ fn a_rewritten_lone_file_changes_nothing_the_shim_decides() {
 }
 
 #[test]
+fn a_stale_temporary_lone_file_of_the_same_pid_is_replaced() {
+    // A process that died making its file left its temporary name; a later process
+    // with the same pid (here: the shell's, which execs the program) makes its own.
+    use std::os::unix::fs::DirBuilderExt;
+    let s = Scratch::new("lone-stale-tmp");
+    // SAFETY: geteuid has no preconditions.
+    let dir = s
+        .pools
+        .join(format!("gpucap-{}", unsafe { libc::geteuid() }));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    let ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    let (ready, go) = (s.dir.join("ready"), s.dir.join("go"));
+    let stale = format!("\"$0/.$$-{ns}.lone.$(printf %x $$).new\"");
+    let mut child = s
+        .gpucap(&[
+            "run",
+            "--limit",
+            "256Mi",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo stale > {stale} && exec \"$@\""),
+            dir.to_str().unwrap(),
+            script().to_str().unwrap(),
+            "alloc:100Mi",
+            &format!("touch:{}", ready.display()),
+            &format!("wait:{}", go.display()),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&mut child, &ready, "the lone process");
+    let pid = child.id();
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let st = run(&mut s.gpucap(&["status", "--json"]));
+    std::fs::write(&go, "").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_ok(&o);
+    assert_eq!(
+        names,
+        vec![format!("{pid}-{ns}.lone")],
+        "the stale temporary name is replaced by the process's file\n{}",
+        dump(&o)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&st)).unwrap();
+    assert_eq!(doc["lone"][0]["pid"].as_u64(), Some(pid as u64), "{doc}");
+}
+
+#[test]
 fn roots_status_reads_no_squatted_directory_and_follows_no_link() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
