@@ -15,12 +15,18 @@ pub fn own_uid() -> u32 {
 /// or a lone process shows of it (`gpucap_core::budget::member_command`). Three system
 /// calls: a start makes no `stat` and no second read for it.
 pub fn own_cmdline() -> Vec<u8> {
-    use std::io::Read;
-    let mut head = vec![0u8; 4096];
-    let n = std::fs::File::open("/proc/self/cmdline")
-        .and_then(|mut f| f.read(&mut head))
-        .unwrap_or(0);
-    head.truncate(n);
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open("/proc/self/cmdline") else {
+        return Vec::new();
+    };
+    let mut head: Vec<u8> = Vec::with_capacity(4096);
+    // SAFETY: reads at most the vector's capacity into its spare memory (not zeroed
+    // first: 4 KiB of zeroes cost more than the rest of the read).
+    let n = unsafe { libc::read(f.as_raw_fd(), head.as_mut_ptr().cast(), head.capacity()) };
+    if let Ok(n) = usize::try_from(n) {
+        // SAFETY: the read initialised the first `n` bytes (at most the capacity).
+        unsafe { head.set_len(n.min(head.capacity())) };
+    }
     head
 }
 
@@ -51,6 +57,14 @@ pub fn own_pid_namespace() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_is_the_one_proc_shows() {
+        let mut whole = std::fs::read("/proc/self/cmdline").unwrap();
+        whole.truncate(4096);
+        assert!(!whole.is_empty());
+        assert_eq!(own_cmdline(), whole);
+    }
 
     #[test]
     fn the_namespace_is_the_one_proc_shows_and_stays() {
