@@ -192,9 +192,9 @@ pub fn cap_suffix(o: &Overrides) -> String {
     format!("[gpucap {}]", parts.join(", "))
 }
 
-/// The wrapped kernel's argv[0] as the new argv needs it. jupyter_client replaces a
-/// bare `python`/`python3`/`python3.X` at argv[0] by its own interpreter; behind
-/// `gpucap run --` it no longer is argv[0], so it is resolved here: the `bin/` of the
+/// The wrapped kernel's `argv[0]` as the new argv needs it. jupyter_client replaces a
+/// bare `python`/`python3`/`python3.X` at `argv[0]` by its own interpreter; behind
+/// `gpucap run --` it no longer is `argv[0]`, so it is resolved here: the `bin/` of the
 /// environment the kernelspec belongs to (`PREFIX/share/jupyter/kernels/NAME`), else
 /// PATH (`python3` when `python` is not there).
 pub fn resolve_python(

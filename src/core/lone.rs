@@ -4,7 +4,7 @@
 //!
 //! - first [`DEVICES_BYTES`] (64 KiB): the ledger's per-device figures
 //!   ([`Devices`](crate::ledger::Devices)), as they were when the process showed itself.
-//!   [`usage_in`](crate::ledger::usage_in) reads them.
+//!   [`usage_in`] reads them.
 //! - then one page, the header: who the process is and which GPUs it sees
 //!   ([`LoneInfo`]), its magic word written last, and where its live figures are
 //!   ([`figures_fd`]).

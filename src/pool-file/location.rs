@@ -13,7 +13,7 @@ use crate::sharing::{Owned, unwritable_claim_dir};
 /// The file of `spec`: a path as given, or `<name>.pool` in `gpucap-<uid>` under the
 /// pool directory (`GPUCAP_POOL_DIR`, else `$XDG_RUNTIME_DIR`, else `/dev/shm`, else
 /// `/tmp`). With `create`, the per-user directory is made (mode 0700) if missing.
-/// Either way its checks must pass: see [`check_dir`].
+/// Either way its checks must pass: see `check_dir`.
 pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<PathBuf, String> {
     match spec {
         PoolSpec::Path(p) => {

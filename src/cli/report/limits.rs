@@ -82,7 +82,7 @@ pub fn device_line(device: &Device, limit: Option<Limit>) -> String {
 }
 
 /// For each UUID key of `GPUCAP_LIMIT`, which visible GPU it names (a key that names
-/// none is an error, found by [`key_check`] before the report is made).
+/// none is an error, found by [`key_check`](super::keys::key_check) before the report is made).
 pub fn uuid_key_notes(spec: &LimitSpec, devices: &[Device]) -> Vec<String> {
     spec.uuid_keys()
         .filter_map(|key| {

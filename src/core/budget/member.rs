@@ -76,7 +76,7 @@ impl<'a> Pool<'a> {
     }
 
     /// Writes the header of a freshly made (all-zero) pool file of `slots` members
-    /// (`words` must be [`pool_words`]`(slots)` long).
+    /// (`words` must be [`pool_words`](super::pool_words)`(slots)` long).
     pub fn create_with(
         words: &'a [std::sync::atomic::AtomicU64],
         slots: usize,

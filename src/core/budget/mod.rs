@@ -6,20 +6,23 @@
 //! kernel drops when a process dies) is `gpucap-pool-file`'s business, behind
 //! [`MemberLocks`].
 //!
-//! - `layout`: the file's words (magic, version, GPU entries, member slots) and the
-//!   checks that turn another version or corrupted content into a clear error.
-//! - `member`: a member (a slot held by a kernel lock) and agreeing on each GPU's cap.
+//! - `layout`: the file's words (magic, version, GPU entries, member slots);
+//!   `layout_error`: the checks that turn another version or corrupted content into a
+//!   clear error.
+//! - `member`: a member (a slot held by a kernel lock) and agreeing on each GPU's cap;
+//!   `command`: the command it shows there.
 //! - `join`: joining, leaving, and taking back the share of a member that died, in work
-//!   that does not grow with the member count per joiner.
-//! - `hot`: the words one member's changes on one GPU touch, found once at join.
+//!   that does not grow with the member count per joiner; `reclaim`: when a dead
+//!   member's bytes may come back (the driver released them).
+//! - `gpu_words`: the words one member's changes on one GPU touch, found once at join.
 //! - `account`: reserving and crediting bytes: one compare-and-swap on the GPU's `used`
-//!   word, no lock on the way of an allocation the pool can take (`used`: the word and
-//!   its recount, so a member killed at any instruction leaves nothing held).
+//!   word, no lock on the way of an allocation the pool can take; `used`: the word and
+//!   its recount, so a member killed at any instruction leaves nothing held.
 //! - `short_path`: a reservation in one try of the cap, marked started on the same
 //!   words (the way of nearly every allocation).
 //! - `context_flight`: the contexts members are making on a GPU now, so that a
 //!   context's measurement knows whether another member's context is in it.
-//! - `traffic`: the members' frees and allocations marked around their driver calls,
+//! - `marks`: the members' frees and allocations marked around their driver calls,
 //!   so that a context's memory is measured without the others' traffic in it.
 //! - `wait`: waiting for members to free memory (`GPUCAP_WAIT`), in arrival order.
 //! - `notes`: what a member tells the shim for its log as it happens: a wait's progress,

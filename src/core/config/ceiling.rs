@@ -24,7 +24,7 @@ use super::typed::name_typed;
 /// the environment's choices under the file's ceiling. `raw` gives a variable of the
 /// environment as set. The lines of what the environment could not do are added to
 /// `notes` (the shim says each at warn level, `gpucap check` prints them); a cap above
-/// the ceiling is said by the shim per GPU, in bytes ([`held_line`]).
+/// the ceiling is said by the shim per GPU, in bytes (`held_line`).
 pub fn under_file(
     env: Config,
     raw: &dyn Fn(&str) -> Option<String>,

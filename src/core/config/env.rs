@@ -31,7 +31,7 @@ pub(crate) fn gpucap_like(name: &[u8]) -> bool {
         .is_some_and(|head| head.eq_ignore_ascii_case(PREFIX.as_bytes()))
 }
 
-/// The error for a `GPUCAP_*`-like name that is not one of [`KNOWN_VARS`]: in another
+/// The error for a `GPUCAP_*`-like name that is not one of `KNOWN_VARS`: in another
 /// case, the variable it means (`did you mean GPUCAP_LIMIT?`), else a typo.
 fn unknown_var(name: &str, value: &str) -> ConfigError {
     let upper = name.to_ascii_uppercase();
@@ -102,12 +102,12 @@ pub fn looked_at(name: &[u8]) -> bool {
 /// Builds the configuration from `(name, value)` pairs, e.g. `std::env::vars_os()`.
 ///
 /// Only variables whose name starts with `GPUCAP_`, HAMi-core's `CUDA_DEVICE_MEMORY_*`
-/// and the other HAMi-core names of [`HAMI_IGNORED`] are looked at; other variables,
-/// non-UTF-8 ones included, are ignored. A `GPUCAP_*` name not in [`KNOWN_VARS`], a
-/// `CUDA_DEVICE_MEMORY_*` name HAMi-core does not read (see [`hami_name`]), a non-UTF-8
+/// and the other HAMi-core names of `HAMI_IGNORED` are looked at; other variables,
+/// non-UTF-8 ones included, are ignored. A `GPUCAP_*` name not in `KNOWN_VARS`, a
+/// `CUDA_DEVICE_MEMORY_*` name HAMi-core does not read (see `hami_name`), a non-UTF-8
 /// value, an empty value or an invalid value is an error. `CUDA_DEVICE_MEMORY_LIMIT`
 /// and `CUDA_DEVICE_MEMORY_LIMIT_<n>` give the limit when `GPUCAP_LIMIT` is unset
-/// (`<all>,<n>=<v>`), and must agree with it when it is set ([`check_agree`]).
+/// (`<all>,<n>=<v>`), and must agree with it when it is set (`check_agree`).
 /// When a name occurs twice, the first occurrence wins (as with `getenv`).
 pub fn from_vars<I, K, V>(vars: I) -> Result<Config, ConfigError>
 where

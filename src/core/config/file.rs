@@ -27,7 +27,7 @@ pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
 /// Does `vars` hold any `GPUCAP_*`, HAMi-core `CUDA_DEVICE_MEMORY_*` or driver hand-over
 /// variable (`config::sources`)
 /// (whatever its value)? If not, the configuration file is the whole configuration;
-/// if so, the file is a ceiling over it ([`under_file`]).
+/// if so, the file is a ceiling over it (`under_file`).
 pub fn has_gpucap_vars<I, K, V>(vars: I) -> bool
 where
     I: IntoIterator<Item = (K, V)>,
@@ -40,7 +40,7 @@ where
 }
 
 /// The configuration of the first configuration file that exists: `gpucap.env` in
-/// `lib_dir` (the directory of libgpucap.so), then [`ETC_ENV_FILE`]. `Ok(None)` when
+/// `lib_dir` (the directory of libgpucap.so), then `ETC_ENV_FILE`. `Ok(None)` when
 /// there is neither; an unreadable or invalid file is an error naming it. Used by the
 /// shim for a process whose environment has no `GPUCAP_*` variable, and by
 /// `gpucap check` to show what the shim would read.

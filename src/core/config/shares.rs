@@ -51,7 +51,7 @@ pub fn resolve_share(limit: Limit, cap: Option<u64>) -> Result<u64, String> {
 /// The guarantee and ceiling of the visible GPU `ordinal` (`uuid`) whose pool cap is
 /// `cap`, in bytes (None: not set), after checking the keys against the visible GPUs
 /// (`uuids`): a key naming no visible GPU is an error ([`check_var_keys`]; the shim
-/// has checked them all at `cuInit` already, with [`check_gpu_keys`]).
+/// has checked them all at `cuInit` already, with `check_gpu_keys`).
 pub fn shares_for(
     config: &Config,
     ordinal: usize,

@@ -30,7 +30,7 @@ pub fn flag_of_var(var: &str) -> Option<&'static str> {
     FLAG_VARS.iter().find(|(_, v)| *v == var).map(|(f, _)| *f)
 }
 
-/// `GPUCAP_TYPED`'s value: the flags, each one of [`FLAG_VARS`]'s, at most once each.
+/// `GPUCAP_TYPED`'s value: the flags, each one of `FLAG_VARS`'s, at most once each.
 pub fn parse_typed(v: &str) -> Result<Vec<&'static str>, String> {
     let mut flags: Vec<&'static str> = Vec::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {

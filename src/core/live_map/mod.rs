@@ -36,8 +36,8 @@
 //! allocation is the new table's, once per doubling.
 //!
 //! **Moving one entry** keeps it findable: the mover marks the old slot's key with
-//! [`MOVING`] (readers still match it and read its charge there), inserts it in the new
-//! table, then seals the old slot ([`MOVED`]). Searches look in the old table first and
+//! `MOVING` (readers still match it and read its charge there), inserts it in the new
+//! table, then seals the old slot (`MOVED`). Searches look in the old table first and
 //! then in the new one, so an entry moved meanwhile is found in the new table. A
 //! remove that meets its key while it is being moved waits for those few instructions.
 //! Empty slots of a table being moved are sealed too, so a late insert there notices
