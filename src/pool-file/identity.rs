@@ -1,7 +1,10 @@
 //! Who this process is, as the files record it: its effective uid, its PID namespace
 //! and its command line.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 /// The effective uid of this process.
 pub fn own_uid() -> u32 {

@@ -6,7 +6,10 @@
 //! context measured on that GPU ([`SlotLocks::first_context_window`]).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicI32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
 use std::time::{Duration, Instant};
 
 use gpucap_core::budget::{Exit, MAX_SLOTS, MemberLocks};

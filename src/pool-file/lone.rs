@@ -11,7 +11,10 @@ use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
+use std::sync::atomic::{
+    AtomicI32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use gpucap_core::lone::{
     DEVICE_FIGURES_BYTES, DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LONE_WORDS, LoneView,

@@ -3,7 +3,10 @@
 //! first driver call, `cuInit` or not (see [`orphaned`]). Over `gpucap-pool-file`; no
 //! driver calls (the caller passes each visible GPU's UUID and cap).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
 use std::sync::{Mutex, Once, OnceLock};
 
 use gpucap_core::budget::shares::{self, UnderCeiling};
