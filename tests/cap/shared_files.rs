@@ -134,6 +134,18 @@ fn a_pool_member_on_a_full_tmpfs_is_refused_at_cuinit_with_a_line() {
     );
 }
 
+/// `program` run alone under a 256 MiB cap (`gpucap run --limit 256Mi --`), its output
+/// piped.
+fn capped_alone(s: &Scratch, program: &[&str]) -> std::process::Child {
+    let mut args = vec!["run", "--limit", "256Mi", "--"];
+    args.extend_from_slice(program);
+    s.gpucap(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// The `.lone` files of `s`'s pool directory.
 fn lone_files(s: &Scratch) -> Vec<PathBuf> {
     let mut found = Vec::new();
@@ -155,23 +167,17 @@ fn a_rewritten_lone_file_changes_nothing_the_shim_decides() {
     use std::os::unix::fs::FileExt;
     let s = Scratch::new("lone-rewritten");
     let (ready, go) = (s.dir.join("ready"), s.dir.join("go"));
-    let mut child = s
-        .gpucap(&[
-            "run",
-            "--limit",
-            "256Mi",
-            "--",
+    let mut child = capped_alone(
+        &s,
+        &[
             script().to_str().unwrap(),
             "alloc:200Mi",
             &format!("touch:{}", ready.display()),
             &format!("wait:{}", go.display()),
             "alloc:1Gi",
             "alloc:100Mi",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     wait_ready(&mut child, &ready, "the lone process");
     let files = lone_files(&s);
     assert_eq!(files.len(), 1, "{files:?}");
@@ -222,12 +228,9 @@ fn a_stale_temporary_lone_file_of_the_same_pid_is_replaced() {
     let ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
     let (ready, go) = (s.dir.join("ready"), s.dir.join("go"));
     let stale = format!("\"$0/.$$-{ns}.lone.$(printf %x $$).new\"");
-    let mut child = s
-        .gpucap(&[
-            "run",
-            "--limit",
-            "256Mi",
-            "--",
+    let mut child = capped_alone(
+        &s,
+        &[
             "sh",
             "-c",
             &format!("echo stale > {stale} && exec \"$@\""),
@@ -236,11 +239,8 @@ fn a_stale_temporary_lone_file_of_the_same_pid_is_replaced() {
             "alloc:100Mi",
             &format!("touch:{}", ready.display()),
             &format!("wait:{}", go.display()),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     wait_ready(&mut child, &ready, "the lone process");
     let pid = child.id();
     let names: Vec<String> = std::fs::read_dir(&dir)
