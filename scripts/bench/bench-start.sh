@@ -21,8 +21,10 @@
 # Each start is tests/c/bench_start.c: it forks the N processes, each makes its primary
 # context and allocates 1 MiB, and reports when it holds it (a pipe, no polling); the
 # start's time is from the first fork to the last block held. Per N and way: the median
-# (and min-max) of the rounds' times, the median of each member's own time, and the
-# ratio to raw. Prints a table, then one JSON line (also written to
+# (and min-max) of the rounds' times, the median of each member's own time, the ratio of
+# the medians to raw's, and each round's ratio to the raw start of the same round (their
+# median and min-max: `round_ratios` in the JSON; the machine's drift between rounds is
+# in both sides of each). Prints a table, then one JSON line (also written to
 # target/bench-start.json).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -138,7 +140,7 @@ for n in "${NS[@]}"; do
             way=${ways[$(((k + r) % 3))]}
             out=$(start "$way" "$n") || { echo "gpucap bench-start: $way start of $n failed: $out" >&2; exit 1; }
             echo "n=$n round=$r $way: $out" >&2
-            echo "way=$way $out" >>"$lines"
+            echo "way=$way round=$r $out" >>"$lines"
         done
     done
 done
@@ -152,23 +154,35 @@ for line in open(lines):
     f = dict(kv.split("=", 1) for kv in line.split())
     runs.setdefault((int(f["n"]), f["way"]), []).append(f)
 results = []
-print(f"{'N':>5} {'way':6} {'all hold (median, min-max)':>28} {'per member':>11} {'x raw':>6}")
+print(f"{'N':>5} {'way':6} {'all hold (median, min-max)':>28} {'per member':>11} {'x raw':>6}"
+      f" {'x raw a round (median, min-max)':>32}")
 for n in sorted({n for n, _ in runs}):
     raw = statistics.median(float(f["all_ms"]) for f in runs[(n, "raw")])
+    raw_of = {f["round"]: float(f["all_ms"]) for f in runs[(n, "raw")]}
     for way in ("raw", "alone", "pool"):
         fs = runs[(n, way)]
         alls = sorted(float(f["all_ms"]) for f in fs)
         med = statistics.median(alls)
         member = statistics.median(float(f["median_ms"]) for f in fs)
         ratio = med / raw if raw > 0 else None
+        # Each round's start against the raw start of the same round: the machine's
+        # drift between rounds (another tenant, the page cache) is in both.
+        by_round = sorted(
+            float(f["all_ms"]) / raw_of[f["round"]] for f in fs if raw_of.get(f["round"], 0) > 0
+        )
         results.append({
             "n": n, "way": way, "all_ms": alls, "all_ms_median": med,
             "member_ms_median": member,
             "member_ms_p90": statistics.median(float(f["p90_ms"]) for f in fs),
             "ratio_to_raw": round(ratio, 3) if ratio else None,
+            "round_ratios": [round(x, 3) for x in by_round],
         })
         spread = f"{med / 1e3:7.2f} s ({alls[0] / 1e3:.2f}-{alls[-1] / 1e3:.2f})"
-        print(f"{n:>5} {way:6} {spread:>28} {member:8.1f} ms {ratio:6.2f}")
+        rounds_text = (
+            f"{statistics.median(by_round):.2f} ({by_round[0]:.2f}-{by_round[-1]:.2f})"
+            if by_round else "-"
+        )
+        print(f"{n:>5} {way:6} {spread:>28} {member:8.1f} ms {ratio:6.2f} {rounds_text:>32}")
 doc = {"bench": "start", "context_delay_ms": delay, "rounds": rounds, "results": results}
 open(path, "w").write(json.dumps(doc) + "\n")
 print(json.dumps(doc))

@@ -36,6 +36,12 @@ fn the_start_benchmark_starts_every_way_and_reports_it() {
             // Every process held its block: the start took at least one context's making.
             assert!(all >= delay as f64, "{r}");
             assert!(r["ratio_to_raw"].as_f64().is_some(), "{r}");
+            // One ratio a round, each against the raw start of its round (raw's own: 1).
+            let rounds = r["round_ratios"].as_array().expect("round_ratios");
+            assert_eq!(rounds.len(), r["all_ms"].as_array().unwrap().len(), "{r}");
+            if r["way"] == "raw" {
+                assert!(rounds.iter().all(|x| x.as_f64() == Some(1.0)), "{r}");
+            }
         }
     }
 }
