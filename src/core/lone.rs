@@ -29,7 +29,7 @@ use std::sync::atomic::{
 use serde::Serialize;
 
 use crate::config::{MAX_DEVICES, format_uuid};
-pub use crate::ledger::{DEVICE_FIGURES_BYTES, DEVICES_BYTES};
+pub use crate::ledger::{DEVICE_FIGURES_BYTES, DEVICE_WORDS, DEVICES_BYTES};
 use crate::ledger::{NO_CAP, usage_in};
 
 /// The header's words (one 4 KiB page).
@@ -38,8 +38,9 @@ pub const HEADER_WORDS: usize = 512;
 pub const LONE_FILE_BYTES: usize = DEVICES_BYTES + HEADER_WORDS * 8;
 /// The file's words.
 pub const LONE_WORDS: usize = LONE_FILE_BYTES / 8;
-/// The first header word once the header is whole: "GPUCAPL1".
-pub const LONE_MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPL1");
+/// The first header word once the header is whole: "GPUCAPL2" (2: the devices' cap
+/// words stored inverted, 0 for none; a file of the first layout is not read).
+pub const LONE_MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPL2");
 /// The name's ending.
 pub const LONE_SUFFIX: &str = ".lone";
 
@@ -314,8 +315,11 @@ mod tests {
         assert_eq!(v.gpus.len(), 2);
         assert_eq!(v.gpus[1].uuid, "GPU-22222222-2222-2222-2222-222222222222");
         assert_eq!(v.gpus[1].ordinal, 1);
-        // Figures all zero: the cap word 0 is a cap of 0 bytes, not "none".
-        assert_eq!(v.gpus[0].cap, Some(0));
+        // Figures all zero: the cap word 0 is "none" (stored inverted), as a fresh
+        // ledger's; a cap of 0 bytes is the word of all ones.
+        assert_eq!(v.gpus[0].cap, None);
+        w[0].store(u64::MAX, Relaxed);
+        assert_eq!(read(&w).unwrap().gpus[0].cap, Some(0));
         assert_eq!(read(&w[1..]), Err(LoneError::Size(LONE_WORDS - 1)));
     }
 
@@ -348,7 +352,7 @@ mod tests {
         write_header(&w, &info());
         // Device 1's cap and used, at the offsets the ledger's layout gives.
         let per = crate::ledger::DEVICE_WORDS;
-        w[per].store(NO_CAP, Relaxed);
+        w[per].store(0, Relaxed); // no cap: the word is stored inverted
         w[per + 1].store(5 << 20, Relaxed);
         w[per + 2].store(6 << 20, Relaxed);
         let v = read(&w).unwrap();

@@ -13,6 +13,18 @@ use crate::counter::Counter;
 /// The cap of a device that has none.
 pub const NO_CAP: u64 = u64::MAX;
 
+/// The word [`Device`] keeps for `cap` (inverted: [`NO_CAP`] is 0).
+#[inline(always)]
+pub(super) const fn cap_word(cap: u64) -> u64 {
+    !cap
+}
+
+/// The cap a [`Device`]'s cap word holds.
+#[inline(always)]
+pub(super) const fn cap_of(word: u64) -> u64 {
+    !word
+}
+
 /// What the ledger knows of one device. The figures every allocation changes (`used`,
 /// and `peak` when it moves) share one cache line with the cap; the allocation count is
 /// spread over lines of its own ([`Counter`]), so that threads allocating at once share
@@ -21,6 +33,9 @@ pub const NO_CAP: u64 = u64::MAX;
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Device {
+    /// The cap, stored inverted ([`cap_word`], [`cap_of`]): 0 is "no cap", so that a
+    /// device nothing was set on is all zero, as a fresh memfd reads (a lone process's
+    /// figures need no copy into it at start, and take no page until used).
     pub(super) cap: AtomicU64,
     pub(super) used: AtomicU64,
     pub(super) peak: AtomicU64,
@@ -35,7 +50,7 @@ pub struct Device {
 impl Device {
     pub(super) const fn new() -> Self {
         Device {
-            cap: AtomicU64::new(NO_CAP),
+            cap: AtomicU64::new(cap_word(NO_CAP)),
             used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -98,7 +113,7 @@ pub fn usage_in(words: &[AtomicU64], device: usize) -> Option<Usage> {
         .map(|l| at(offset_of!(Device, allocs) + l * crate::counter::LINE_BYTES))
         .fold(0u64, u64::wrapping_add);
     Some(Usage {
-        cap: at(offset_of!(Device, cap)),
+        cap: cap_of(at(offset_of!(Device, cap))),
         used: at(offset_of!(Device, used)),
         peak: at(offset_of!(Device, peak)),
         allocs,
@@ -111,7 +126,7 @@ pub fn usage_in(words: &[AtomicU64], device: usize) -> Option<Usage> {
 /// other threads change the use). Ok: the new use; Err: the use and cap that refused.
 #[inline]
 pub(super) fn add_within_cap(d: &Device, bytes: u64) -> Result<u64, (u64, u64)> {
-    let cap = d.cap.load(Relaxed);
+    let cap = cap_of(d.cap.load(Relaxed));
     let mut used = d.used.load(Relaxed);
     loop {
         let new = match used.checked_add(bytes) {

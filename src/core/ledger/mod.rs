@@ -114,7 +114,8 @@ impl Ledger {
     /// Sets a device's cap (`None`: count only). Out-of-range devices are ignored.
     pub fn set_cap(&self, device: usize, cap: Option<u64>) {
         if let Ok(d) = self.device(device) {
-            d.cap.store(cap.unwrap_or(NO_CAP), Relaxed);
+            d.cap
+                .store(device::cap_word(cap.unwrap_or(NO_CAP)), Relaxed);
         }
     }
 
@@ -387,7 +388,7 @@ impl Ledger {
     #[inline]
     pub fn headroom(&self, device: usize) -> u64 {
         self.device(device).map_or(0, |d| {
-            d.cap.load(Relaxed).saturating_sub(d.used.load(Relaxed))
+            device::cap_of(d.cap.load(Relaxed)).saturating_sub(d.used.load(Relaxed))
         })
     }
 
@@ -413,7 +414,7 @@ impl Ledger {
     pub fn usage(&self, device: usize) -> Option<Usage> {
         let d = self.device(device).ok()?;
         Some(Usage {
-            cap: d.cap.load(Relaxed),
+            cap: device::cap_of(d.cap.load(Relaxed)),
             used: d.used.load(Relaxed),
             peak: d.peak.load(Relaxed),
             allocs: d.allocs.get(),
