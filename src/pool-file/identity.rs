@@ -37,8 +37,8 @@ static NAMESPACE_OF: AtomicU32 = AtomicU32::new(0);
 static NAMESPACE: AtomicU64 = AtomicU64::new(0);
 
 /// The inode of this process's PID namespace (`/proc/self/ns/pid`; 0: unknown). A
-/// process never changes its own PID namespace, so it is read once per pid: a `stat`
-/// of a /proc namespace file is one of the dearer calls of a start, and a start asks
+/// process never changes its own PID namespace, so it is read once per pid: a look at
+/// a /proc namespace file is one of the dearer calls of a start, and a start asks
 /// several times (the lone file's name and header, NVML's pid, a member's record). A
 /// forked child has another pid and reads its own (it may be in a namespace its parent
 /// made with `unshare`).
