@@ -17,7 +17,7 @@ use gpucap_pool_file::PoolFile;
 
 struct Joined {
     file: &'static PoolFile,
-    member: Member<'static>,
+    member: Box<Member<'static>>,
 }
 
 /// One membership per generation of forks that used CUDA (a child cannot reuse its
@@ -39,7 +39,7 @@ static AT_FORK: Once = Once::new();
 pub fn current() -> Option<&'static Member<'static>> {
     match CURRENT.load(Acquire) {
         0 => None,
-        i => MEMBERS.get(i - 1)?.get().map(|j| &j.member),
+        i => MEMBERS.get(i - 1)?.get().map(|j| &*j.member),
     }
 }
 

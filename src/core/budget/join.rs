@@ -65,7 +65,7 @@ impl<'a> Member<'a> {
         pool: Pool<'a>,
         locks: &'a dyn MemberLocks,
         info: &MemberInfo,
-    ) -> Result<Self, JoinError> {
+    ) -> Result<Box<Self>, JoinError> {
         let w = pool.w;
         let m = Self::find_slot(w, locks, info).ok_or(JoinError::Full {
             slots: w.slots(),
@@ -90,7 +90,7 @@ impl<'a> Member<'a> {
         w: layout::Words<'a>,
         locks: &'a dyn MemberLocks,
         info: &MemberInfo,
-    ) -> Option<Self> {
+    ) -> Option<Box<Self>> {
         let slots = w.slots();
         let next = w.header(layout::H_JOIN_NEXT);
         let handed = || usize::try_from(next.load(Acquire)).map_or(slots, |n| n.min(slots));
@@ -137,7 +137,7 @@ impl<'a> Member<'a> {
         info: &MemberInfo,
         limit: usize,
         kind: Kind,
-    ) -> Option<Self> {
+    ) -> Option<Box<Self>> {
         if limit == 0 {
             return None;
         }
@@ -160,14 +160,17 @@ impl<'a> Member<'a> {
         locks: &'a dyn MemberLocks,
         info: &MemberInfo,
         s: usize,
-    ) -> Option<Self> {
+    ) -> Option<Box<Self>> {
         if !locks.try_take(s) {
             return None;
         }
         // Before anything of this member's can be marked in the slot (`traffic`).
         w.header(layout::H_SLOTS_SEEN)
             .fetch_max(s as u64 + 1, SeqCst);
-        let m = Member {
+        // Boxed where it is made: a member is 4.5 KiB, and each caller up to the shim's
+        // join would otherwise hold a copy on the stack (32 KiB of stack pages a start
+        // touches for nothing).
+        let m = Box::new(Member {
             w,
             slot: s,
             hot: std::array::from_fn(|g| GpuWords::of(w, s, g)),
@@ -193,7 +196,7 @@ impl<'a> Member<'a> {
             own: [const { [const { AtomicU64::new(0) }; layout::SHARE_WORDS] };
                 layout::MAX_POOL_GPUS],
             share_seen: [const { AtomicU64::new(0) }; layout::MAX_POOL_GPUS],
-        };
+        });
         if w.state(s).load(Acquire) == layout::STATE_LIVE {
             if !super::reclaim::released(w, |p, n, t| locks.exiting(p, n, t), s) {
                 // Its owner is dead but the driver may still hold its memory.
@@ -266,7 +269,7 @@ impl<'a> Member<'a> {
         locks: &'a dyn MemberLocks,
         info: &MemberInfo,
         max: std::time::Duration,
-    ) -> Result<Self, JoinError> {
+    ) -> Result<Box<Self>, JoinError> {
         let start = std::time::Instant::now();
         let freed = pool.w.header(layout::H_SLOT_FREED);
         loop {

@@ -231,7 +231,11 @@ pub struct Member<'a> {
 impl<'a> Member<'a> {
     /// Allocations the pool cannot take now wait up to `max` for members to free memory
     /// (`GPUCAP_WAIT`), in arrival order; `note` hears when a wait starts and ends.
-    pub fn waiting(mut self, max: std::time::Duration, note: fn(&WaitNote)) -> Self {
+    pub fn waiting(
+        mut self: Box<Self>,
+        max: std::time::Duration,
+        note: fn(&WaitNote),
+    ) -> Box<Self> {
         if !max.is_zero() {
             self.wait = Some((max, note));
         }
@@ -241,7 +245,7 @@ impl<'a> Member<'a> {
     /// Every impossible word this member finds and repairs (a word lock no member can
     /// hold, a `used` or cap word another process changed) is reported to `note`; repairs
     /// made before (while joining) are reported now.
-    pub fn on_repair(mut self, note: fn(&Repair)) -> Self {
+    pub fn on_repair(mut self: Box<Self>, note: fn(&Repair)) -> Box<Self> {
         self.note = Some(note);
         let early = std::mem::take(&mut *self.early.lock().unwrap_or_else(|p| p.into_inner()));
         for r in &early {

@@ -83,7 +83,7 @@ fn proc(kernel: &'static Kernel, id: u32) -> &'static Proc {
     Box::leak(Box::new(Proc { kernel, id }))
 }
 
-fn member(pool: Pool<'static>, p: &'static Proc, cap: Option<u64>) -> Member<'static> {
+fn member(pool: Pool<'static>, p: &'static Proc, cap: Option<u64>) -> Box<Member<'static>> {
     let m = Member::join(
         pool,
         p,
@@ -401,10 +401,10 @@ fn a_full_pool_refuses_to_join() {
 fn threads_of_many_members_never_take_the_pool_over_its_cap() {
     let (pool, k) = setup();
     const CAP: u64 = 10_000;
-    let members: Vec<Member<'static>> = (1..=6)
+    let members: Vec<Box<Member<'static>>> = (1..=6)
         .map(|i| member(pool, proc(k, i), Some(CAP)))
         .collect();
-    let members: &'static [Member<'static>] = Box::leak(members.into_boxed_slice());
+    let members: &'static [Box<Member<'static>>] = Box::leak(members.into_boxed_slice());
     let max_seen = &*Box::leak(Box::new(AtomicU64::new(0)));
     let mut threads = Vec::new();
     for (i, m) in members.iter().enumerate() {
@@ -532,8 +532,8 @@ fn files_of_another_kind_are_clear_errors() {
 
 fn quiet(_: &WaitNote) {}
 
-fn leak(m: Member<'static>) -> &'static Member<'static> {
-    Box::leak(Box::new(m))
+fn leak(m: Box<Member<'static>>) -> &'static Member<'static> {
+    Box::leak(m)
 }
 
 #[test]

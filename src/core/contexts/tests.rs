@@ -233,7 +233,12 @@ impl MemberLocks for Locks {
 
 /// `n` members of a fresh pool, each with GPU 0 registered (cap 1 MB), and the
 /// slot owners (zero an owner to kill it).
-fn members(n: u32) -> (Vec<Member<'static>>, &'static std::sync::Mutex<Vec<u32>>) {
+fn members(
+    n: u32,
+) -> (
+    Vec<Box<Member<'static>>>,
+    &'static std::sync::Mutex<Vec<u32>>,
+) {
     let words: &'static [AtomicU64] =
         Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
     let pool = Pool::create(words, 1, 0).unwrap();
@@ -367,7 +372,7 @@ fn a_member_churning_inside_the_window_leaves_the_charge_as_it_is() {
 /// GPU): what the members give back while it loads is not added back.
 #[test]
 fn frees_while_nvml_loads_are_outside_the_window() {
-    let m: &'static [Member<'static>] = Box::leak(members(2).0.into_boxed_slice());
+    let m: &'static [Box<Member<'static>>] = Box::leak(members(2).0.into_boxed_slice());
     let mut fake = Fake::new(10_000, 300);
     fake.nvml = true;
     let drv: &'static Fake = Box::leak(Box::new(fake));

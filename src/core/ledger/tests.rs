@@ -52,7 +52,7 @@ mod pool_tests {
             m
         };
         let other = join(1);
-        let _ = MEMBER.set(join(2));
+        let _ = MEMBER.set(*join(2));
         let ledger = Ledger::new();
         ledger.set_cap(0, Some(1000));
         other.reserve(0, 300).unwrap();

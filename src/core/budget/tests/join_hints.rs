@@ -39,7 +39,7 @@ impl MemberLocks for Counted {
     }
 }
 
-fn joined(pool: Pool<'static>, k: &'static Kernel, id: u32) -> Member<'static> {
+fn joined(pool: Pool<'static>, k: &'static Kernel, id: u32) -> Box<Member<'static>> {
     let info = MemberInfo {
         pid: id,
         ..Default::default()
@@ -52,7 +52,7 @@ fn four_thousand_members_join_in_lock_calls_that_grow_with_their_count_not_its_s
     const N: usize = MAX_SLOTS;
     let (pool, k) = pool_of(N);
     let tries: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
-    let members: Vec<Member<'static>> = (0..N)
+    let members: Vec<Box<Member<'static>>> = (0..N)
         .map(|i| {
             let locks = Box::leak(Box::new(Counted {
                 p: proc(k, i as u32 + 1),
@@ -79,7 +79,7 @@ fn four_thousand_members_join_in_lock_calls_that_grow_with_their_count_not_its_s
 #[test]
 fn joins_after_leaves_and_deaths_take_the_emptied_slots() {
     let (pool, k) = pool_of(300);
-    let mut members: Vec<(u32, Member<'static>)> =
+    let mut members: Vec<(u32, Box<Member<'static>>)> =
         (1..=100).map(|id| (id, joined(pool, k, id))).collect();
     let mut next_id = 1000;
     // Round after round, some leave and some die; as many join again. The pool's
@@ -117,7 +117,7 @@ fn joins_after_leaves_and_deaths_take_the_emptied_slots() {
 #[test]
 fn a_full_pool_says_full_whatever_its_hints_say() {
     let (pool, k) = pool_of(8);
-    let _ms: Vec<Member<'static>> = (1..=8).map(|id| joined(pool, k, id)).collect();
+    let _ms: Vec<Box<Member<'static>>> = (1..=8).map(|id| joined(pool, k, id)).collect();
     for (next, freed, cursor) in [
         (0, 5, 0),
         (8, 0, 3),
@@ -145,7 +145,7 @@ fn forged_hints_never_take_a_live_slot_nor_pass_a_free_one_by() {
             (free as u64 + 1, 0, free as u64),
         ] {
             let (pool, k) = pool_of(8);
-            let ms: Vec<Member<'static>> = (1..=8).map(|id| joined(pool, k, id)).collect();
+            let ms: Vec<Box<Member<'static>>> = (1..=8).map(|id| joined(pool, k, id)).collect();
             let s = ms[free].slot();
             ms[free].leave();
             pool.w.header(H_JOIN_NEXT).store(next, SeqCst);
@@ -166,7 +166,7 @@ fn forged_hints_never_take_a_live_slot_nor_pass_a_free_one_by() {
 #[test]
 fn a_large_pool_still_sweeps_at_join_though_its_sweep_word_says_the_future() {
     let (pool, k) = pool_of(300);
-    let ms: Vec<Member<'static>> = (1..=100).map(|id| joined(pool, k, id)).collect();
+    let ms: Vec<Box<Member<'static>>> = (1..=100).map(|id| joined(pool, k, id)).collect();
     ms[10].register_gpu(0, &GPU0, Some(1000)).unwrap();
     ms[10].reserve(0, 700).unwrap();
     k.kill(11);

@@ -26,7 +26,7 @@ fn a_pool_of_1000_members_takes_1000_and_names_its_count_past_them() {
     let (pool, k) = pool_of(1000);
     assert_eq!(pool.slots(), 1000);
     assert_eq!(pool.version(), POOL_VERSION);
-    let members: Vec<Member<'static>> = (1..=1000)
+    let members: Vec<Box<Member<'static>>> = (1..=1000)
         .map(|id| member(pool, proc(k, id), Some(1 << 20)))
         .collect();
     assert_eq!(members.last().unwrap().slot(), 999);
@@ -57,7 +57,7 @@ fn a_pool_of_1000_members_takes_1000_and_names_its_count_past_them() {
 #[test]
 fn a_guarantee_held_past_slot_256_is_kept_from_the_others() {
     let (pool, k) = pool_of(600);
-    let ms: Vec<Member<'static>> = (1..=600)
+    let ms: Vec<Box<Member<'static>>> = (1..=600)
         .map(|id| member(pool, proc(k, id), Some(1000)))
         .collect();
     let last = &ms[599];
@@ -74,7 +74,7 @@ fn a_guarantee_held_past_slot_256_is_kept_from_the_others() {
 #[test]
 fn a_joiner_past_the_count_waits_for_a_slot_and_is_served_when_one_leaves() {
     let (pool, k) = pool_of(3);
-    let ms: Vec<Member<'static>> = (1..=3).map(|id| member(pool, proc(k, id), None)).collect();
+    let ms: Vec<Box<Member<'static>>> = (1..=3).map(|id| member(pool, proc(k, id), None)).collect();
     let start = Instant::now();
     let e = Member::join_waiting(
         pool,

@@ -22,7 +22,7 @@ fn share(guarantee: u64, ceiling: Option<u64>) -> Share {
 }
 
 /// The process that changes shares (`gpucap pool set`): a member that uses no GPU.
-fn changer(pool: Pool<'static>, k: &'static Kernel) -> Member<'static> {
+fn changer(pool: Pool<'static>, k: &'static Kernel) -> Box<Member<'static>> {
     Member::join(pool, proc(k, 77), &MemberInfo::default()).unwrap()
 }
 

@@ -246,7 +246,7 @@ fn interleaved_members_never_break_a_guarantee() {
         seed ^= seed << 17;
         seed % n
     };
-    let mut members: Vec<(Member<'static>, u64, u64, u64)> = Vec::new();
+    let mut members: Vec<(Box<Member<'static>>, u64, u64, u64)> = Vec::new();
     for i in 0..6u32 {
         let m = member(pool, proc(k, i + 1), Some(CAP));
         let guarantee = rand(CAP / 6);
