@@ -184,7 +184,11 @@ fn make_context(
     let d = lock.device();
     let member = crate::membership::current();
     // This process's own figure before the call (None inside it: not listed, nothing
-    // held yet), where NVML gives it for a pid provably this process's.
+    // held yet), where NVML gives it for a pid provably this process's. Read even before
+    // the process's first context: an image exec'd in its place keeps its pid, and NVML
+    // lists the old image's memory under it until the driver freed it (taken for 0, the
+    // new context would be charged the old image's bytes too: a refusal below the cap,
+    // `pool::forks::an_exec_chain_starts_a_new_member_and_the_old_images_share_comes_back`).
     let own_before = queries::Contexts.own_used(d).ok();
     let knows = |m: &gpucap_core::budget::Member<'_>| {
         lock.expectation_known() || m.context_figure(d).is_some()
