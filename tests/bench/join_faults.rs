@@ -36,16 +36,24 @@ fn faults(cmd: &mut Command) -> i64 {
         .unwrap_or_else(|| panic!("no minflt= in {out:?}\n{}", dump(&o)))
 }
 
+/// `bench_start`, a scratch folder `tag` with its pool folder, and the faults of a start
+/// into the pool `name` of 256 slots there, made by a first start (as in a mass start,
+/// where every member but one joins a pool that exists).
+fn joined_256(tag: &str, name: &str) -> (std::path::PathBuf, std::path::PathBuf, i64) {
+    let bin = compile_c("bench_start", "", &["-lcuda"]);
+    let dir = scratch(tag);
+    std::fs::create_dir_all(dir.join("pools")).unwrap();
+    assert_ok(&run(
+        preload(&mut in_pool(&bin, &dir, name, 256)).arg("once")
+    ));
+    let faults = faults(&mut in_pool(&bin, &dir, name, 256));
+    (bin, dir, faults)
+}
+
 #[test]
 fn a_start_beside_many_members_of_a_large_pool_faults_in_a_few_pages_more() {
-    let bin = compile_c("bench_start", "", &["-lcuda"]);
-    let dir = scratch("join-faults");
-    std::fs::create_dir_all(dir.join("pools")).unwrap();
-    // A pool of 256 slots, made by a first start: what a start takes in it.
-    assert_ok(&run(
-        preload(&mut in_pool(&bin, &dir, "small", 256)).arg("once")
-    ));
-    let small = faults(&mut in_pool(&bin, &dir, "small", 256));
+    // What a start takes in a pool of 256 slots.
+    let (bin, dir, small) = joined_256("join-faults", "small");
     // 1,000 members of a pool of 4,096 slots, holding their blocks.
     let mut held = in_pool(&bin, &dir, "large", 4096)
         .args(["1000", shim().to_str().unwrap()])
@@ -80,14 +88,7 @@ fn a_start_beside_many_members_of_a_large_pool_faults_in_a_few_pages_more() {
 /// than alone (167 against 152), against 6 since the member is boxed where it is made.
 #[test]
 fn a_pool_members_start_faults_in_about_as_many_pages_as_one_alone() {
-    let bin = compile_c("bench_start", "", &["-lcuda"]);
-    let dir = scratch("join-faults-alone");
-    std::fs::create_dir_all(dir.join("pools")).unwrap();
-    // The pool made by a first start, as in a mass start (every member but one joins).
-    assert_ok(&run(
-        preload(&mut in_pool(&bin, &dir, "member", 256)).arg("once")
-    ));
-    let pool = faults(&mut in_pool(&bin, &dir, "member", 256));
+    let (bin, dir, pool) = joined_256("join-faults-alone", "member");
     let mut alone = fake_cmd(&bin, &dir.join("stats-alone"));
     alone
         .env("FAKECUDA_TOTAL_MEM", "80Gi")
