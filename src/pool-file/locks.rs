@@ -26,6 +26,30 @@ pub struct SlotLocks {
     /// The slots this process holds or is acting on: two threads of one process share
     /// the open file, so the kernel would let both take the same slot.
     mine: [AtomicU64; MAX_SLOTS / 64],
+    /// The error of a slot's lock that was refused for another reason than another
+    /// holder (a file system without these locks): 0 while none was.
+    refused: AtomicI32,
+}
+
+/// Whether the file system of `fd` supports open-file-description locks: one lock test,
+/// made where a pool file is made, on the new file before it is named (no lock on it
+/// yet: each lock call walks every lock on the file, one a member, so a test made by
+/// every joiner would cost each a walk of the whole list).
+pub(crate) fn supports_locks(fd: RawFd) -> std::io::Result<()> {
+    let mut f = flock(libc::F_RDLCK, 0);
+    // SAFETY: a valid flock for the duration of the call; a closed fd gives EBADF.
+    match unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut f as *mut libc::flock) } {
+        -1 => Err(std::io::Error::last_os_error()),
+        _ => Ok(()),
+    }
+}
+
+/// What to tell of a pool file whose file system refuses its locks.
+pub(crate) fn unsupported(e: &std::io::Error) -> String {
+    format!(
+        "its file system does not support open file description locks ({e}); put pools \
+         on a local file system such as /dev/shm or a tmpfs"
+    )
 }
 
 fn flock(kind: i32, slot: usize) -> libc::flock {
@@ -49,6 +73,7 @@ impl SlotLocks {
         SlotLocks {
             fd: AtomicI32::new(fd),
             mine: [const { AtomicU64::new(0) }; MAX_SLOTS / 64],
+            refused: AtomicI32::new(0),
         }
     }
 
@@ -65,10 +90,14 @@ impl SlotLocks {
         self.fd.load(Relaxed)
     }
 
-    /// Whether the file system supports these locks (asked once when the file opens).
-    pub fn probe(&self) -> std::io::Result<()> {
-        let mut f = flock(libc::F_RDLCK, 0);
-        self.fcntl(libc::F_OFD_GETLK, &mut f)
+    /// Why a slot's lock was refused other than by another holder, if one was (a pool
+    /// file on a file system without these locks, made elsewhere: every slot then looks
+    /// held), as the line to tell.
+    pub fn refused(&self) -> Option<String> {
+        match self.refused.load(Relaxed) {
+            0 => None,
+            errno => Some(unsupported(&std::io::Error::from_raw_os_error(errno))),
+        }
     }
 
     /// The pool-wide window for the first context measured on GPU entry `entry`: while a
@@ -183,8 +212,16 @@ impl MemberLocks for SlotLocks {
             return false;
         }
         let mut f = flock(libc::F_WRLCK, s);
-        if self.fcntl(libc::F_OFD_SETLK, &mut f).is_ok() {
-            return true;
+        match self.fcntl(libc::F_OFD_SETLK, &mut f) {
+            Ok(()) => return true,
+            Err(e) => {
+                if let Some(errno) = e
+                    .raw_os_error()
+                    .filter(|&n| n != libc::EAGAIN && n != libc::EACCES)
+                {
+                    self.refused.store(errno, Relaxed);
+                }
+            }
         }
         word.fetch_and(!bit, AcqRel);
         false
@@ -221,6 +258,10 @@ impl MemberLocks for SlotLocks {
 
     fn exiting(&self, pid: u32, pid_namespace: u64, start_ms: u64) -> Exit {
         exiting(pid, pid_namespace, start_ms)
+    }
+
+    fn refusing(&self) -> bool {
+        self.refused.load(Relaxed) != 0
     }
 
     fn held(&self, s: usize) -> bool {
@@ -306,5 +347,39 @@ fn low_half(word: &AtomicU64) -> *const u32 {
         p.wrapping_add(1)
     } else {
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucap_core::budget::{JoinError, Member, MemberInfo, POOL_WORDS, Pool};
+
+    /// A lock refused for another reason than another holder (here a descriptor that is
+    /// not open, as a file system without these locks refuses them all) is kept and told,
+    /// and a joiner that finds no slot for it does not wait for one.
+    #[test]
+    fn a_lock_refused_by_the_file_system_is_told_and_not_waited_for() {
+        let locks: &'static SlotLocks = Box::leak(Box::new(SlotLocks::new(-1)));
+        assert!(!locks.refusing() && locks.refused().is_none());
+        assert!(!locks.try_take(0));
+        assert!(locks.refusing());
+        let why = locks.refused().unwrap();
+        assert!(
+            why.contains("does not support open file description locks"),
+            "{why}"
+        );
+        let words: &'static [AtomicU64] =
+            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let pool = Pool::create(words, 0, 0).unwrap();
+        let start = Instant::now();
+        let joined =
+            Member::join_waiting(pool, locks, &MemberInfo::default(), Duration::from_secs(30));
+        assert!(matches!(joined, Err(JoinError::Full { .. })));
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "waited {:?}",
+            start.elapsed()
+        );
     }
 }

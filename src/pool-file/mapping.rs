@@ -184,6 +184,13 @@ fn create(path: &Path, sharing: Sharing, slots: usize) -> Result<bool, String> {
         ));
     };
     let result = (|| {
+        crate::locks::supports_locks(fd).map_err(|e| {
+            format!(
+                "the pool file {}: {}",
+                path.display(),
+                crate::locks::unsupported(&e)
+            )
+        })?;
         share(fd, &tmp, sharing)?;
         allocate(fd, bytes, &tmp)?;
         let words = map(fd, bytes, true).ok_or_else(|| os_err("cannot map the pool file", &tmp))?;
@@ -395,13 +402,10 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, member: bool) -> Result<Pool
             return fail(e.to_string());
         }
     };
+    // Whether its file system has the slots' locks was tested where it was made
+    // (`create`); a file made elsewhere that has none makes every slot look held, and a
+    // joiner says why (`SlotLocks::refused`).
     let locks = SlotLocks::new(fd);
-    if let Err(e) = locks.probe() {
-        return fail(format!(
-            "its file system does not support open file description locks ({e}); put pools \
-             on a local file system such as /dev/shm or a tmpfs"
-        ));
-    }
     Ok(PoolFile {
         path: path.to_path_buf(),
         pool,

@@ -99,3 +99,31 @@ fn a_pool_members_start_faults_in_about_as_many_pages_as_one_alone() {
         "a pool member's start took {pool} page faults, one capped alone {alone}"
     );
 }
+
+/// A member joining a pool that exists makes one lock call at its start, its slot taken:
+/// each lock call on the pool file walks every lock on it, one a member, so what a start
+/// makes there the kernel pays for every member of a mass start. Whether the file system
+/// has these locks is tested where the file is made (on the new file, with no lock on it
+/// yet), not by every joiner (before: a lock test, then the slot, each a walk of the list).
+#[test]
+fn a_joiner_makes_one_lock_call_on_the_pool_file_at_its_start() {
+    if !strace_runs() {
+        return;
+    }
+    let (bin, dir, _) = joined_256("join-lock-calls", "locks");
+    let trace = dir.join("trace");
+    let mut c = in_pool(std::path::Path::new("strace"), &dir, "locks", 256);
+    c.args(["-f", "-qq", "-e", "trace=fcntl", "-o"])
+        .arg(&trace)
+        .arg(&bin)
+        .arg("once");
+    assert_ok(&run(preload(&mut c)));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let calls = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(calls("F_OFD_GETLK"), 0, "a lock test at the start:\n{text}");
+    assert_eq!(
+        calls("F_OFD_SETLK, {l_type=F_WRLCK"),
+        1,
+        "the slot's lock, once:\n{text}"
+    );
+}

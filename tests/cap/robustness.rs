@@ -277,12 +277,7 @@ fn context_teardown_credits_the_ledger() {
 /// once warm; without it every pair maps and unmaps. Counted with strace when present.
 #[test]
 fn the_fakes_arena_mode_makes_no_system_call_per_pair() {
-    if std::process::Command::new("strace")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        skip("strace is not installed (Debian: apt-get install strace)");
+    if !strace_runs() {
         return;
     }
     let prog = compile_c("bench_alloc", "", &["-lcuda"]);

@@ -454,6 +454,19 @@ pub fn skip(why: &str) {
     eprintln!("SKIP: {why}");
 }
 
+/// Whether strace runs here (tests that count a program's system calls): false after a
+/// SKIP line, or a failure where the test must run (`skip`).
+pub fn strace_runs() -> bool {
+    let ok = std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok();
+    if !ok {
+        skip("strace is not installed (Debian: apt-get install strace)");
+    }
+    ok
+}
+
 /// Whether `unshare -pf --mount-proc --kill-child` (util-linux) runs here: false after a
 /// SKIP line naming what is missing, or a failure naming it where the test must run
 /// (CI, or GPUCAP_TEST_REQUIRE_CLIENTS=1: `skip`). It needs the unshare program

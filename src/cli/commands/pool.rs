@@ -109,7 +109,10 @@ fn set(r: &Request, pool_dir: Option<&Path>) -> i32 {
     let changer = match Member::join(file.pool, &file.locks, &info) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("gpucap: pool {}: {e}", r.name);
+            match file.locks.refused() {
+                Some(why) => eprintln!("gpucap: pool {}: {why}", r.name),
+                None => eprintln!("gpucap: pool {}: {e}", r.name),
+            }
             return 1;
         }
     };

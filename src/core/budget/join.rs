@@ -277,7 +277,7 @@ impl<'a> Member<'a> {
             match Self::join(pool, locks, info) {
                 Err(JoinError::Full { slots, .. }) => {
                     let waited = start.elapsed();
-                    if waited >= max {
+                    if waited >= max || locks.refusing() {
                         return Err(JoinError::Full {
                             slots,
                             waited: if max.is_zero() { max } else { waited },

@@ -56,6 +56,12 @@ pub trait MemberLocks: Sync {
         let _ = (pid, pid_namespace, start_ms);
         Exit::Done
     }
+    /// Whether a lock was refused for another reason than another holder (a file
+    /// system without these locks): no slot can be taken, so a joiner does not wait for
+    /// one.
+    fn refusing(&self) -> bool {
+        false
+    }
 }
 
 /// A checked pool file.
