@@ -262,6 +262,16 @@ static int g_checks __attribute__((unused));
         }                                                                                  \
     } while (0)
 
+/* Makes a context on GPU 0, current on this thread (cuCtxCreate_v2 pushes it); exits 3
+ * if it cannot be made. */
+static inline CUcontext context_on_gpu0(void) {
+    CUdevice dev;
+    CUcontext ctx;
+    MUST(cuDeviceGet(&dev, 0));
+    MUST(cuCtxCreate_v2(&ctx, 0, dev));
+    return ctx;
+}
+
 /* Parses a byte count: plain digits with an optional Ki/Mi/Gi suffix. */
 static inline size_t parse_size(const char *s) {
     char *end = NULL;

@@ -45,10 +45,7 @@ int main(int argc, char **argv) {
     CUresult rc = cuInit(0);
     printf("cuInit %d\n", rc);
     if (rc != CUDA_SUCCESS) return 3;
-    CUdevice dev;
-    CUcontext ctx;
-    MUST(cuDeviceGet(&dev, 0));
-    MUST(cuCtxCreate_v2(&ctx, 0, dev));
+    context_on_gpu0();
     CUdeviceptr d;
     printf("parent alloc %d\n", cuMemAlloc_v2(&d, 600 * MIB));
     if (strcmp(mode, "exec") == 0) {
@@ -66,8 +63,7 @@ int main(int argc, char **argv) {
         if (strcmp(mode, "cuda") == 0) {
             CUresult r = cuInit(0);
             printf("child cuInit %d\n", r);
-            CUcontext c;
-            MUST(cuCtxCreate_v2(&c, 0, dev));
+            context_on_gpu0();
             CUdeviceptr a, b;
             printf("child alloc 300 %d\n", cuMemAlloc_v2(&a, 300 * MIB));
             printf("child alloc 200 %d\n", cuMemAlloc_v2(&b, 200 * MIB));

@@ -82,10 +82,7 @@ int main(int argc, char **argv) {
     if (argc != 2 || !getenv("GPUCAP_POOL_DIR")) return 3;
     g_ready = argv[1];
     MUST(cuInit(0));
-    CUdevice dev;
-    CUcontext ctx;
-    MUST(cuDeviceGet(&dev, 0));
-    MUST(cuCtxCreate_v2(&ctx, 0, dev));
+    context_on_gpu0();
     CUdeviceptr d;
     printf("alloc %d\n", cuMemAlloc_v2(&d, 600 * MIB));
     pthread_t t;
