@@ -36,9 +36,13 @@ pub struct SlotLocks {
 /// yet: each lock call walks every lock on the file, one a member, so a test made by
 /// every joiner would cost each a walk of the whole list).
 pub(crate) fn supports_locks(fd: RawFd) -> std::io::Result<()> {
-    let mut f = flock(libc::F_RDLCK, 0);
+    lock_call(fd, libc::F_OFD_GETLK, &mut flock(libc::F_RDLCK, 0))
+}
+
+/// One lock call `cmd` (`F_OFD_SETLK`, `F_OFD_GETLK`) with `f` on `fd`.
+fn lock_call(fd: RawFd, cmd: i32, f: &mut libc::flock) -> std::io::Result<()> {
     // SAFETY: a valid flock for the duration of the call; a closed fd gives EBADF.
-    match unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut f as *mut libc::flock) } {
+    match unsafe { libc::fcntl(fd, cmd, f as *mut libc::flock) } {
         -1 => Err(std::io::Error::last_os_error()),
         _ => Ok(()),
     }
@@ -78,11 +82,7 @@ impl SlotLocks {
     }
 
     fn fcntl(&self, cmd: i32, f: &mut libc::flock) -> std::io::Result<()> {
-        // SAFETY: a valid flock for the duration of the call; a closed fd gives EBADF.
-        match unsafe { libc::fcntl(self.fd.load(Relaxed), cmd, f as *mut libc::flock) } {
-            -1 => Err(std::io::Error::last_os_error()),
-            _ => Ok(()),
-        }
+        lock_call(self.fd.load(Relaxed), cmd, f)
     }
 
     /// The open file's descriptor (-1 once closed in a forked child).
