@@ -237,14 +237,23 @@ def kill_storm(s):
     if 2 * cap > total - base:
         fail("the kill storm's %s pool needs twice that free; %s of %s is in use" % (mib(cap), mib(base), mib(total)))
     tol = SLACK * 8
-    samples, worst, stop = [0], [0], threading.Event()
+    samples, worst, worst_at, stop = [0], [0], [0.0], threading.Event()
+    kills = []  # when each holder was killed (time.monotonic())
 
     def sample():
         while not stop.is_set():
             used = s.nvml.memory(s.h)[2]
             samples[0] += 1
-            worst[0] = max(worst[0], used)
+            if used > worst[0]:
+                worst[0], worst_at[0] = used, time.monotonic()
             time.sleep(0.001)
+
+    def when_worst():
+        # Where the highest sample fell among the kills: what to look at if it was past the cap.
+        before = [k for k in kills if k <= worst_at[0]]
+        if not before:
+            return "before the first kill"
+        return "%.1f ms after kill %d of %d" % (1000 * (worst_at[0] - before[-1]), len(before), len(kills))
 
     holders, churners, released = [], [], []
     t = threading.Thread(target=sample, daemon=True)
@@ -267,6 +276,7 @@ def kill_storm(s):
             time.sleep(s.a.seconds / 5)
             pid = c.p.pid
             killed = time.monotonic()
+            kills.append(killed)
             os.kill(pid, signal.SIGKILL)
             c.p.wait()
             while pid in s.nvml.processes(s.h) and time.monotonic() - killed < 30:
@@ -279,13 +289,13 @@ def kill_storm(s):
             c.kill()
     t.join(timeout=5)
     over = worst[0] - base
-    info("%d samples of the device's used memory; highest %s over the %s before (cap %s)"
-         % (samples[0], mib(over), mib(base), mib(cap)))
+    info("%d samples of the device's used memory; highest %s over the %s before (cap %s), %s"
+         % (samples[0], mib(over), mib(base), mib(cap), when_worst()))
     figure("kill_storm_max_over_base_bytes", over)
     figure("kill_storm_release_ms_max", "%.1f" % (1000 * max(released)))
     if over > cap + tol:
-        fail("NVML's used memory of the device reached %s over what was there before the pool, past its %s cap"
-             % (mib(over), mib(cap)))
+        fail("NVML's used memory of the device reached %s over what was there before the pool, past its %s cap (%s)"
+             % (mib(over), mib(cap), when_worst()))
     if samples[0] < 100 or not any(d["allocs"] for d in done):
         fail("nothing to judge: %d samples, allocations %s" % (samples[0], [d["allocs"] for d in done]))
     ok("4 holders of %s each SIGKILLed while 4 members allocated (%d allocations, %d refused): the device's used memory "
