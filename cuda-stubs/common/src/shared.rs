@@ -89,9 +89,19 @@ fn errno_msg(what: &str, path: &Path) -> String {
 struct FileLock(c_int);
 
 impl FileLock {
+    /// The file's lock, held alone: taking memory, (re)initialising, reaping.
     fn new(fd: c_int) -> FileLock {
+        Self::take(fd, libc::LOCK_EX)
+    }
+
+    /// The file's lock shared with other readers: no process takes memory meanwhile.
+    fn shared(fd: c_int) -> FileLock {
+        Self::take(fd, libc::LOCK_SH)
+    }
+
+    fn take(fd: c_int, how: c_int) -> FileLock {
         // SAFETY: flock on our own fd; EINTR is retried.
-        while unsafe { libc::flock(fd, libc::LOCK_EX) } != 0
+        while unsafe { libc::flock(fd, how) } != 0
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
         {}
         FileLock(fd)
@@ -300,8 +310,37 @@ impl Shared {
                 })
     }
 
-    fn fd(&self) -> c_int {
-        self.inner().fd
+    /// Runs `read` over the slots as one snapshot, as the real driver's figures are: under
+    /// the file's shared lock no process takes memory, and releases and deaths only lower
+    /// what a slot counts, so the sum is at most what was in use when it began. Without it
+    /// a reader that counted a killed process's slot before its files closed could count
+    /// the memory another process took in its place a moment later: a device over its
+    /// total, seen once by the pool's kill storm under load (212 MiB past a pool's cap).
+    fn reading<T>(&self, read: impl FnOnce(c_int) -> T) -> T {
+        let mut inner = self.inner();
+        // A forked child reads through a description of its own: a lock through the one it
+        // shares with its parent would be the parent's lock, converted and then dropped.
+        let fd = self.own_fd(&mut inner).unwrap_or(inner.fd);
+        let _lock = FileLock::shared(fd);
+        read(fd)
+    }
+
+    /// This process's descriptor of the file; a forked child opens its own (and so
+    /// holds no slot until it takes one: the parent's slot lock belongs to the
+    /// description they share).
+    fn own_fd(&self, inner: &mut Inner) -> Result<c_int, String> {
+        let me = std::process::id();
+        if inner.pid != me {
+            let fd = open_fd(&self.path, false)?
+                .ok_or_else(|| errno_msg("cannot reopen", &self.path))?;
+            // SAFETY: the child's copy of the parent's fd; the parent keeps its own.
+            unsafe { libc::close(inner.fd) };
+            inner.fd = fd;
+            inner.pid = me;
+            inner.slot = None;
+            inner.left = false;
+        }
+        Ok(inner.fd)
     }
 
     /// Frees the slots of processes that are gone (call with the file lock held).
@@ -353,20 +392,9 @@ impl Shared {
         self.claim_locked(&mut inner)
     }
 
-    /// This process's slot; a forked child gets a fresh one (and its own open file, since
-    /// the parent's lock belongs to the file description they share).
+    /// This process's slot; a forked child gets a fresh one (see `own_fd`).
     fn own_slot(&self, inner: &mut Inner) -> Result<usize, String> {
-        let me = std::process::id();
-        if inner.pid != me {
-            let fd = open_fd(&self.path, false)?
-                .ok_or_else(|| errno_msg("cannot reopen", &self.path))?;
-            // SAFETY: the child's copy of the parent's fd; the parent keeps its own.
-            unsafe { libc::close(inner.fd) };
-            inner.fd = fd;
-            inner.pid = me;
-            inner.slot = None;
-            inner.left = false;
-        }
+        self.own_fd(inner)?;
         match inner.slot {
             Some(i) => Ok(i),
             None => self.claim_locked(inner),
@@ -425,7 +453,7 @@ impl Shared {
         if phys >= MAX_DEV {
             return 0;
         }
-        self.live_used(self.fd(), phys)
+        self.reading(|fd| self.live_used(fd, phys))
     }
 
     /// Highest total use of `phys` seen since the file was created.
@@ -435,17 +463,18 @@ impl Shared {
 
     /// (pid, bytes) of each live process holding memory of `phys`.
     pub fn processes(&self, phys: usize) -> Vec<(u32, u64)> {
-        let fd = self.fd();
-        self.hdr
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let pid = s.pid.load(SeqCst);
-                let used = s.used.get(phys)?.load(SeqCst);
-                (used > 0 && self.slot_live(fd, i, pid)).then_some((pid, used))
-            })
-            .collect()
+        self.reading(|fd| {
+            self.hdr
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let pid = s.pid.load(SeqCst);
+                    let used = s.used.get(phys)?.load(SeqCst);
+                    (used > 0 && self.slot_live(fd, i, pid)).then_some((pid, used))
+                })
+                .collect()
+        })
     }
 
     /// Gives back everything this process holds and frees its slot (at exit). Lock-free,
@@ -536,6 +565,31 @@ mod tests {
         // Frees after leaving (other exit handlers) change nothing.
         s.release(0, 100);
         assert_eq!(r.used(0), 0);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A reader's figures are one snapshot: no process takes memory while it sums the
+    /// slots (a killed process's slot counted before its files closed and the memory
+    /// another took in its place after would add up past the device).
+    #[test]
+    fn memory_is_not_taken_while_a_reader_sums_the_slots() {
+        let path = tmp("snapshot");
+        let taker = std::sync::Arc::new(Shared::join(&path, 1, 1000).unwrap());
+        let reader = Shared::observe(&path).unwrap().unwrap();
+        let took = reader.reading(|fd| {
+            let first = reader.live_used(fd, 0);
+            let t = std::sync::Arc::clone(&taker);
+            let other = std::thread::spawn(move || t.reserve(0, 400));
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(
+                !other.is_finished(),
+                "memory was taken during a reader's sum"
+            );
+            assert_eq!(reader.live_used(fd, 0), first);
+            other
+        });
+        assert!(took.join().unwrap());
+        assert_eq!(reader.used(0), 400);
         let _ = std::fs::remove_file(&path);
     }
 
