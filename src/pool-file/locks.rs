@@ -3,7 +3,9 @@
 //! descriptor of the open file closes, so when the process dies, however it dies; it
 //! is not tied to a pid, so PID namespaces and recycled pids do not matter.
 //! Past the slots' bytes, one byte per GPU entry: the pool's window for the first
-//! context measured on that GPU ([`SlotLocks::first_context_window`]).
+//! context measured on that GPU ([`SlotLocks::first_context_window`]). Past those, one
+//! byte per slot that a member's forked children read-lock while they hold its device
+//! files ([`SlotLocks::hold_in_child`]).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{
@@ -12,13 +14,20 @@ use std::sync::atomic::{
 };
 use std::time::{Duration, Instant};
 
-use gpucap_core::budget::{Exit, MAX_SLOTS, MemberLocks};
+use gpucap_core::budget::{Exit, MAX_POOL_GPUS, MAX_SLOTS, MemberLocks};
 
 /// Where the slots' lock bytes start (past the file's end: locks need no data).
 pub(crate) const LOCK_BASE: i64 = 1 << 40;
 
 /// Where the GPU entries' first-context window bytes start: past every slot's.
 const CONTEXT_BASE: i64 = LOCK_BASE + MAX_SLOTS as i64;
+
+/// Where the bytes of the slots' forked children start: past every GPU entry's window.
+const CHILDREN_BASE: i64 = CONTEXT_BASE + MAX_POOL_GPUS as i64;
+
+/// How many bytes from [`LOCK_BASE`] the pool's locks take (slots, windows, children):
+/// what a cleaner locks at once (`removal`).
+pub(crate) const LOCKS_LEN: i64 = CHILDREN_BASE + MAX_SLOTS as i64 - LOCK_BASE;
 
 /// The locks of one open pool file.
 pub struct SlotLocks {
@@ -148,6 +157,45 @@ impl SlotLocks {
         }
     }
 
+    /// In a forked child of the member of slot `own`, before [`forget_in_child`]: the
+    /// child holds its parent's device files (`/dev/nvidia*`, inherited), and the driver
+    /// keeps the parent's memory until the last of them closes, after the parent's death
+    /// too (NVIDIA/Megatron-LM#3684: a killed rank's memory stays until its dataloader
+    /// workers exit). So the child read-locks the slot's children byte through an open
+    /// file of its own (the pool file opened again through `/proc/self/fd`, never by
+    /// its path, which may name another file by now; close-on-exec, as the device files
+    /// are), kept open and never used again: the kernel drops the lock when the child and
+    /// every process that inherits the descriptor from it are gone or exec'd, and a
+    /// member that finds the parent dead takes its bytes back only then
+    /// ([`MemberLocks::descendants_hold`]). The slot's own lock stays the parent's alone,
+    /// so a parent killed holding a GPU's word lock blocks nobody meanwhile. Only system
+    /// calls (`open`, `fcntl`): safe in a fork handler. Without `/proc` nothing is held:
+    /// the parent's bytes come back at its death, as before.
+    ///
+    /// [`forget_in_child`]: Self::forget_in_child
+    pub fn hold_in_child(&self, own: usize) {
+        let fd = self.fd.load(Relaxed);
+        if fd < 0 || own >= MAX_SLOTS {
+            return;
+        }
+        let path = proc_fd_path(fd);
+        // SAFETY: a NUL-terminated path in a local buffer; open is async-signal-safe.
+        let copy = unsafe {
+            crate::sys::open(
+                path.as_ptr().cast(),
+                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            )
+        };
+        if copy < 0 {
+            return;
+        }
+        let mut f = flock_range(libc::F_RDLCK, CHILDREN_BASE + own as i64, 1);
+        if lock_call(copy, libc::F_OFD_SETLK, &mut f).is_err() {
+            // SAFETY: the descriptor just opened, closed once.
+            unsafe { libc::close(copy) };
+        }
+    }
+
     /// In a forked child: the open file is its parent's, so closing the child's copy
     /// keeps the parent's locks and lets the kernel drop them when the parent dies.
     pub fn forget_in_child(&self) {
@@ -260,6 +308,15 @@ impl MemberLocks for SlotLocks {
         exiting(pid, pid_namespace, start_ms)
     }
 
+    fn descendants_hold(&self, s: usize) -> bool {
+        if s >= MAX_SLOTS {
+            return false;
+        }
+        // A write lock could be placed unless a child holds its read lock.
+        let mut f = flock_range(libc::F_WRLCK, CHILDREN_BASE + s as i64, 1);
+        self.fcntl(libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK
+    }
+
     fn refusing(&self) -> bool {
         self.refused.load(Relaxed) != 0
     }
@@ -340,6 +397,27 @@ fn ticks() -> Option<u64> {
     u64::try_from(hz).ok().filter(|&h| h > 0)
 }
 
+/// `/proc/self/fd/FD` NUL-terminated, without allocating (a fork handler may not).
+fn proc_fd_path(fd: RawFd) -> [u8; 32] {
+    let mut path = [0u8; 32];
+    let prefix = b"/proc/self/fd/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 10];
+    let (mut n, mut len) = (fd.unsigned_abs(), 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..len].iter().rev().enumerate() {
+        path[prefix.len() + i] = *d;
+    }
+    path
+}
+
 /// The address of the low 32 bits of `word`, which a futex compares.
 fn low_half(word: &AtomicU64) -> *const u32 {
     let p = word.as_ptr() as *const u32;
@@ -354,6 +432,94 @@ fn low_half(word: &AtomicU64) -> *const u32 {
 mod tests {
     use super::*;
     use gpucap_core::budget::{JoinError, Member, MemberInfo, POOL_WORDS, Pool};
+
+    /// A forked child's hold on its parent's memory: a lock of its own on the slot's
+    /// children byte, which lasts while it lives and not past an exec (the device files
+    /// are close-on-exec too), and never holds the slot's own byte.
+    #[test]
+    fn a_forked_child_holds_its_parents_memory_until_it_exits_or_execs() {
+        let path = std::env::temp_dir().join(format!("gpucap-children-{}", std::process::id()));
+        let open = || {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap();
+            SlotLocks::new(std::os::fd::IntoRawFd::into_raw_fd(f))
+        };
+        let (parent, observer) = (open(), open());
+        let s = 37;
+        assert!(parent.try_take(s));
+        assert!(!observer.descendants_hold(s));
+        // exec: "sleep" instead of waiting on the pipe (its lock must be gone with exec).
+        let child = |exec: bool| {
+            let (mut ready, mut go) = ([0; 2], [0; 2]);
+            // SAFETY: two pipes into local arrays (close-on-exec: other tests of this
+            // process start programs meanwhile, which must not keep the write ends).
+            assert!(unsafe {
+                libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) == 0
+                    && libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) == 0
+            });
+            let sleep = c"/bin/sleep";
+            let args = [sleep.as_ptr(), c"30".as_ptr(), std::ptr::null()];
+            // SAFETY: the child makes only async-signal-safe calls (open, fcntl, close,
+            // write, read, execv, _exit) before it exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                parent.hold_in_child(s);
+                parent.forget_in_child();
+                // SAFETY: the child's own pipe ends and a NUL-terminated argument list.
+                unsafe {
+                    libc::close(ready[0]);
+                    libc::close(go[1]);
+                    libc::write(ready[1], b"r".as_ptr().cast(), 1);
+                    if exec {
+                        libc::execv(sleep.as_ptr(), args.as_ptr());
+                    }
+                    let mut b = 0u8;
+                    libc::read(go[0], (&mut b as *mut u8).cast(), 1);
+                    libc::_exit(0);
+                }
+            }
+            let mut b = 0u8;
+            // SAFETY: our pipe ends.
+            unsafe {
+                libc::close(ready[1]);
+                libc::close(go[0]);
+                libc::read(ready[0], (&mut b as *mut u8).cast(), 1);
+                libc::close(ready[0]);
+            }
+            (pid, go[1])
+        };
+        let (pid, go) = child(false);
+        // The parent lets its slot go (as at its death): the child still holds its memory.
+        parent.give_back(s);
+        assert!(!observer.held(s), "the child holds no slot");
+        assert!(observer.descendants_hold(s));
+        assert!(!observer.descendants_hold(s + 1));
+        // SAFETY: our pipe end (the child reads its end), then the child we forked.
+        unsafe {
+            libc::close(go);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        assert!(!observer.descendants_hold(s), "its lock went with it");
+        assert!(parent.try_take(s));
+        let (pid, go) = child(true);
+        let start = Instant::now();
+        while observer.descendants_hold(s) && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!observer.descendants_hold(s), "exec drops the child's hold");
+        // SAFETY: the child we forked (now sleep), and our pipe end.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            libc::close(go);
+        }
+        let _ = std::fs::remove_file(&path);
+    }
 
     /// A lock refused for another reason than another holder (here a descriptor that is
     /// not open, as a file system without these locks refuses them all) is kept and told,

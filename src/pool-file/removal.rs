@@ -24,9 +24,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use gpucap_core::budget::MAX_SLOTS;
-
-use crate::locks::{LOCK_BASE, flock_range};
+use crate::locks::{LOCK_BASE, LOCKS_LEN, flock_range};
 use crate::mapping::PoolFile;
 
 /// What [`remove_unused`] did.
@@ -92,7 +90,9 @@ pub fn remove_unused(path: &Path) -> Result<Removal, String> {
 }
 
 fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
-    let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, MAX_SLOTS as i64);
+    // Every slot's lock, and every forked child's of a dead member (whose device files
+    // still hold its memory: the file keeps its bytes counted until they are gone).
+    let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, LOCKS_LEN);
     // SAFETY: our descriptor and a valid flock for the call.
     if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut all as *mut libc::flock) } != 0 {
         let e = std::io::Error::last_os_error();
@@ -215,6 +215,45 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A dead member's forked child still holds its memory (`SlotLocks::hold_in_child`,
+    /// here taken through a second open file in its place): the file keeps those bytes
+    /// counted, so it is in use until the child is gone.
+    #[test]
+    fn a_pool_whose_dead_members_child_holds_its_memory_stays() {
+        let d = dir("children");
+        let path = d.join("p.pool");
+        let file = crate::open_member(
+            &path,
+            crate::Sharing::Private,
+            gpucap_core::budget::DEFAULT_SLOTS,
+        )
+        .unwrap();
+        let member = Member::join(file.pool, &file.locks, &info()).unwrap();
+        let child = crate::open_member(
+            &path,
+            crate::Sharing::Private,
+            gpucap_core::budget::DEFAULT_SLOTS,
+        )
+        .unwrap();
+        child.locks.hold_in_child(member.slot());
+        child.locks.forget_in_child();
+        member.leave();
+        assert_eq!(remove_unused(&path), Ok(Removal::InUse));
+        // The child's copy of the file is the one `hold_in_child` opened (lowest free
+        // descriptor after the member's): closing every descriptor of the file is the
+        // child's exit.
+        drop(file);
+        for fd in 3..1024 {
+            let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+            if link.is_ok_and(|l| l == path) {
+                // SAFETY: a descriptor of this test's pool file, closed once.
+                unsafe { libc::close(fd) };
+            }
+        }
+        assert_eq!(remove_unused(&path), Ok(Removal::Removed));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn a_joiner_that_opened_the_file_before_it_was_removed_joins_a_new_one() {
         // The cleaner runs between the joiner's open and its taking a slot: the
@@ -267,7 +306,7 @@ mod tests {
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { crate::sys::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         assert!(fd >= 0);
-        let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, MAX_SLOTS as i64);
+        let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, LOCKS_LEN);
         // SAFETY: our descriptor and a valid flock.
         assert_eq!(
             unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut all as *mut libc::flock) },

@@ -368,13 +368,16 @@ fn own_info() -> MemberInfo {
 /// In a forked child: the parent's membership is the parent's. The child drops its
 /// copy of the file's descriptor (the mapping is not inherited: `MADV_DONTFORK`), so
 /// the parent's death still frees its slot, and joins on its own at its first driver
-/// call ([`orphaned`]). Nothing reads the parent's membership in the child: `current()`
-/// is None.
+/// call ([`orphaned`]). It holds the parent's device files though, and with them the
+/// parent's memory: it says so on a lock of its own first (`SlotLocks::hold_in_child`),
+/// so a dead parent's bytes come back only once its children let the memory go.
+/// Nothing reads the parent's membership in the child: `current()` is None.
 extern "C" fn forget_in_child() {
     let i = CURRENT.swap(0, AcqRel);
     if i > 0 {
         ORPHANED.store(true, Release);
         if let Some(j) = MEMBERS.get(i - 1).and_then(OnceLock::get) {
+            j.file.locks.hold_in_child(j.member.slot());
             j.file.locks.forget_in_child();
         }
     }

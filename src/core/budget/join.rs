@@ -198,7 +198,7 @@ impl<'a> Member<'a> {
             share_seen: [const { AtomicU64::new(0) }; layout::MAX_POOL_GPUS],
         });
         if w.state(s).load(Acquire) == layout::STATE_LIVE {
-            if !super::reclaim::released(w, |p, n, t| locks.exiting(p, n, t), s) {
+            if !super::reclaim::released(w, locks, s) {
                 // Its owner is dead but the driver may still hold its memory.
                 locks.give_back(s);
                 return None;
@@ -297,7 +297,8 @@ impl<'a> Member<'a> {
     }
 
     /// [`sweep`](Self::sweep), then again every few ms while dead members' bytes are held
-    /// back for their teardown (`reclaim`: bounded) and nothing was taken back: a request
+    /// back for their teardown (`reclaim`: bounded; not while their forked children
+    /// hold them, which has no bound) and nothing was taken back: a request
     /// the dead members' bytes would serve waits for the driver to release them rather
     /// than being refused meanwhile.
     pub(super) fn sweep_waiting(&self) -> usize {
@@ -322,7 +323,7 @@ impl<'a> Member<'a> {
                 // Its owner died (or had just emptied it): we hold its lock now. Its
                 // bytes come back once the driver released them (`reclaim`).
                 if self.w.state(s).load(Acquire) == layout::STATE_LIVE {
-                    if super::reclaim::released(self.w, |p, n, t| self.locks.exiting(p, n, t), s) {
+                    if super::reclaim::released(self.w, self.locks, s) {
                         self.take_back(s);
                         self.empty(s);
                         self.w.header(layout::H_JOIN_FREED).fetch_add(1, Release);
@@ -330,7 +331,11 @@ impl<'a> Member<'a> {
                     } else {
                         // Its bytes wait; its word locks and tickets block nobody.
                         self.unblock(s);
-                        held += 1;
+                        // Not for a wait: its forked children hold them for as long as
+                        // they live (a request is refused meanwhile, never kept waiting).
+                        if !self.locks.descendants_hold(s) {
+                            held += 1;
+                        }
                     }
                 }
                 self.locks.give_back(s);

@@ -56,6 +56,13 @@ pub trait MemberLocks: Sync {
         let _ = (pid, pid_namespace, start_ms);
         Exit::Done
     }
+    /// Whether forked children of slot `s`'s member (or their own children) still hold
+    /// its device files, and so the driver still holds its memory however it died (see
+    /// `reclaim`). Changes nothing.
+    fn descendants_hold(&self, s: usize) -> bool {
+        let _ = s;
+        false
+    }
     /// Whether a lock was refused for another reason than another holder (a file
     /// system without these locks): no slot can be taken, so a joiner does not wait for
     /// one.

@@ -18,6 +18,12 @@
 //! (the next refusal, join or wait), up to [`EXIT_MAX`] since this process first found
 //! it so (a process stuck in its teardown, or a recycled pid taken for it).
 //!
+//! A forked child holds its parent's device files (inherited; close-on-exec, so until
+//! it execs or exits) and the driver keeps the parent's memory until the last of them
+//! closes, after the parent's death too: while a dead member's descendants hold them
+//! (`MemberLocks::descendants_hold`, a lock each child takes in a fork handler) its
+//! bytes stay, for as long as that lasts (no bound: the driver holds them as long).
+//!
 //! Where the kernel cannot tell (the member lived in another PID namespace), the driver
 //! is asked, through the view the shim gives ([`show_driver`]; NVML): the bytes come
 //! back on each GPU the member held bytes on once the driver shows them released: its
@@ -34,6 +40,7 @@ use std::time::{Duration, Instant};
 use super::layout::{
     G_KEY, M_USED, MAX_POOL_GPUS, S_GENERATION, S_PID, S_PIDNS, S_START_MS, Words,
 };
+use super::member::MemberLocks;
 use crate::pid_namespace::INITIAL_PID_NAMESPACE;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -152,9 +159,13 @@ type HeldBack = (usize, u64, u64, Instant, Vec<Option<u64>>);
 static HELD_BACK: Mutex<Vec<HeldBack>> = Mutex::new(Vec::new());
 
 /// Called holding dead slot `s`'s lock: whether its bytes may be taken back now (the
-/// driver released them, or the wait for it is over). `exiting` asks the kernel
-/// (`MemberLocks::exiting`).
-pub(super) fn released(w: Words<'_>, exiting: impl Fn(u32, u64, u64) -> Exit, s: usize) -> bool {
+/// driver released them, or the wait for it is over), asking the kernel through `locks`
+/// (`MemberLocks::descendants_hold`, `MemberLocks::exiting`).
+pub(super) fn released(w: Words<'_>, locks: &dyn MemberLocks, s: usize) -> bool {
+    if locks.descendants_hold(s) {
+        return false;
+    }
+    let exiting = |pid, ns, start| locks.exiting(pid, ns, start);
     let pid = w.slot(s, S_PID).load(Relaxed);
     let generation = w.slot(s, S_GENERATION).load(Relaxed);
     let pidns = w.slot(s, S_PIDNS).load(Relaxed);

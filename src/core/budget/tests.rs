@@ -26,12 +26,15 @@ mod torn_reads;
 /// Kernel locks of the slots, shared by all the "processes" of a test.
 struct Kernel {
     owner: Mutex<[u32; MAX_SLOTS]>,
+    /// Slots whose member's forked children still hold its device files.
+    children: Mutex<Vec<usize>>,
 }
 
 impl Kernel {
     fn new() -> &'static Kernel {
         Box::leak(Box::new(Kernel {
             owner: Mutex::new([0; MAX_SLOTS]),
+            children: Mutex::new(Vec::new()),
         }))
     }
     /// The process `id` dies: the kernel drops its locks.
@@ -68,6 +71,9 @@ impl MemberLocks for Proc {
     }
     fn held(&self, s: usize) -> bool {
         self.kernel.owner.lock().unwrap()[s] != 0
+    }
+    fn descendants_hold(&self, s: usize) -> bool {
+        self.kernel.children.lock().unwrap().contains(&s)
     }
 }
 
@@ -121,6 +127,29 @@ fn members_share_one_cap() {
     assert_eq!(v.gpus[0].peak, 1000);
     assert_eq!(v.gpus[0].refusals, 1);
     assert_eq!(v.members.len(), 2);
+}
+
+/// A member killed while its forked children hold its device files: the driver keeps
+/// its memory until they are gone, so the pool does too, and a request it would serve
+/// is refused meanwhile (not kept waiting: children may live for ever).
+#[test]
+fn a_dead_members_bytes_stay_while_its_children_hold_its_device_files() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = member(pool, proc(k, 2), Some(1000));
+    a.reserve(0, 600).unwrap();
+    k.children.lock().unwrap().push(a.slot());
+    k.kill(1);
+    let start = std::time::Instant::now();
+    let r = b.reserve(0, 500).unwrap_err();
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    assert_eq!((r.used, r.cap), (600, 1000));
+    b.reserve(0, 400).unwrap();
+    b.credit(0, 400);
+    // The last child is gone (or exec'd): the bytes come back to the next request.
+    k.children.lock().unwrap().clear();
+    b.reserve(0, 900).unwrap();
+    assert_eq!(b.usage(0), Some((900, Some(1000), 900)));
 }
 
 #[test]
