@@ -198,7 +198,9 @@ impl<'a> Member<'a> {
             share_seen: [const { AtomicU64::new(0) }; layout::MAX_POOL_GPUS],
         });
         if w.state(s).load(Acquire) == layout::STATE_LIVE {
-            if !super::reclaim::released(w, locks, s) {
+            if !super::reclaim::released(w, s, locks.descendants_hold(s), |p, n, t| {
+                locks.exiting(p, n, t)
+            }) {
                 // Its owner is dead but the driver may still hold its memory.
                 locks.give_back(s);
                 return None;
@@ -323,7 +325,10 @@ impl<'a> Member<'a> {
                 // Its owner died (or had just emptied it): we hold its lock now. Its
                 // bytes come back once the driver released them (`reclaim`).
                 if self.w.state(s).load(Acquire) == layout::STATE_LIVE {
-                    if super::reclaim::released(self.w, self.locks, s) {
+                    let children = self.locks.descendants_hold(s);
+                    if super::reclaim::released(self.w, s, children, |p, n, t| {
+                        self.locks.exiting(p, n, t)
+                    }) {
                         self.take_back(s);
                         self.empty(s);
                         self.w.header(layout::H_JOIN_FREED).fetch_add(1, Release);
@@ -333,7 +338,7 @@ impl<'a> Member<'a> {
                         self.unblock(s);
                         // Not for a wait: its forked children hold them for as long as
                         // they live (a request is refused meanwhile, never kept waiting).
-                        if !self.locks.descendants_hold(s) {
+                        if !children {
                             held += 1;
                         }
                     }

@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 use super::layout::{
     G_KEY, M_USED, MAX_POOL_GPUS, S_GENERATION, S_PID, S_PIDNS, S_START_MS, Words,
 };
-use super::member::MemberLocks;
 use crate::pid_namespace::INITIAL_PID_NAMESPACE;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -159,13 +158,18 @@ type HeldBack = (usize, u64, u64, Instant, Vec<Option<u64>>);
 static HELD_BACK: Mutex<Vec<HeldBack>> = Mutex::new(Vec::new());
 
 /// Called holding dead slot `s`'s lock: whether its bytes may be taken back now (the
-/// driver released them, or the wait for it is over), asking the kernel through `locks`
-/// (`MemberLocks::descendants_hold`, `MemberLocks::exiting`).
-pub(super) fn released(w: Words<'_>, locks: &dyn MemberLocks, s: usize) -> bool {
-    if locks.descendants_hold(s) {
+/// driver released them, or the wait for it is over). `descendants_hold`: its forked
+/// children still hold its device files (`MemberLocks::descendants_hold`); `exiting`
+/// asks the kernel (`MemberLocks::exiting`).
+pub(super) fn released(
+    w: Words<'_>,
+    s: usize,
+    descendants_hold: bool,
+    exiting: impl Fn(u32, u64, u64) -> Exit,
+) -> bool {
+    if descendants_hold {
         return false;
     }
-    let exiting = |pid, ns, start| locks.exiting(pid, ns, start);
     let pid = w.slot(s, S_PID).load(Relaxed);
     let generation = w.slot(s, S_GENERATION).load(Relaxed);
     let pidns = w.slot(s, S_PIDNS).load(Relaxed);
