@@ -194,16 +194,21 @@ mod tests {
         }
     }
 
+    /// A pool file of the default size at `path`, opened (made) as a member would.
+    fn private(path: &Path) -> PoolFile {
+        crate::open_member(
+            path,
+            crate::Sharing::Private,
+            gpucap_core::budget::DEFAULT_SLOTS,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn a_pool_with_a_member_is_in_use_and_stays() {
         let d = dir("inuse");
         let path = d.join("p.pool");
-        let file = crate::open_member(
-            &path,
-            crate::Sharing::Private,
-            gpucap_core::budget::DEFAULT_SLOTS,
-        )
-        .unwrap();
+        let file = private(&path);
         let member = Member::join(file.pool, &file.locks, &info()).unwrap();
         assert_eq!(remove_unused(&path), Ok(Removal::InUse));
         assert!(path.exists());
@@ -222,19 +227,9 @@ mod tests {
     fn a_pool_whose_dead_members_child_holds_its_memory_stays() {
         let d = dir("children");
         let path = d.join("p.pool");
-        let file = crate::open_member(
-            &path,
-            crate::Sharing::Private,
-            gpucap_core::budget::DEFAULT_SLOTS,
-        )
-        .unwrap();
+        let file = private(&path);
         let member = Member::join(file.pool, &file.locks, &info()).unwrap();
-        let child = crate::open_member(
-            &path,
-            crate::Sharing::Private,
-            gpucap_core::budget::DEFAULT_SLOTS,
-        )
-        .unwrap();
+        let child = private(&path);
         child.locks.hold_in_child(member.slot());
         child.locks.forget_in_child();
         member.leave();
@@ -296,12 +291,7 @@ mod tests {
     fn while_the_cleaner_holds_the_slots_no_member_can_take_one() {
         let d = dir("locked");
         let path = d.join("p.pool");
-        let file = crate::open_member(
-            &path,
-            crate::Sharing::Private,
-            gpucap_core::budget::DEFAULT_SLOTS,
-        )
-        .unwrap();
+        let file = private(&path);
         let c = cstr(&path).unwrap();
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { crate::sys::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
