@@ -22,11 +22,20 @@ members use the driver API through ctypes, this process watches uncapped (NVML).
       must never pass the pool's cap plus what was used before the pool started (plus 2 MiB
       a member). How long the driver takes to release a killed holder's memory (from the
       kill until NVML no longer lists its pid) is measured, each kill.
+  pool_storm.py fork-hold --cli GPUCAP
+      A member holds a block and forks a child that never uses CUDA (a DataLoader worker);
+      the member is SIGKILLed. Where the driver keeps its memory while the child holds the
+      device files, another member's request that only that memory would serve is refused
+      (NVML's used memory never passes the pool's cap plus what was there before), and is
+      served once the child is gone.
 Prints INFO and FIGURE lines and OK:/FAIL:/SKIP: (exit 0/1/77).
 
   pool_storm.py first BLOCK        (a pool-64 member: READY, waits for a line, then HELD T)
   pool_storm.py hold N BLOCK       (a holder: READY after N blocks, then waits)
   pool_storm.py churn BLOCK SECONDS  (an allocator: READY, waits for a line, churns, DONE)
+  pool_storm.py forker BLOCK       (holds BLOCK, forks a sleeping child: READY CHILD_PID, waits)
+  pool_storm.py asker BLOCK        (a context; READY; each "ask" line: ASK rc, keeping the block;
+                                    each "free" line: frees what it keeps, FREED)
 """
 
 import argparse
@@ -125,6 +134,35 @@ def member(argv):
             del held[len(held) // 2:]
             time.sleep(0.001)
         print("DONE %s" % json.dumps(dict(allocs=allocs, refused=refused)), flush=True)
+        return 0
+    if argv[0] == "forker":
+        context(L)
+        rc, _ = alloc(L, int(argv[1]))
+        if rc != 0:
+            print("ERROR the block -> %d" % rc, flush=True)
+            return 1
+        child = os.fork()
+        if child == 0:  # holds the inherited descriptors, the driver's among them
+            time.sleep(3600)
+            os._exit(0)
+        print("READY %d" % child, flush=True)
+        sys.stdin.readline()
+        return 0
+    if argv[0] == "asker":
+        context(L)
+        print("READY", flush=True)
+        kept = []
+        for line in sys.stdin:
+            if line.strip() == "ask":
+                rc, q = alloc(L, int(argv[1]))
+                if rc == 0:
+                    kept.append(q)
+                print("ASK %d" % rc, flush=True)
+            elif line.strip() == "free":
+                for q in kept:
+                    L.cuMemFree_v2(q)
+                kept = []
+                print("FREED", flush=True)
         return 0
     print("ERROR usage", flush=True)
     return 2
@@ -305,11 +343,78 @@ def kill_storm(s):
           mib(base), mib(cap), samples[0], "/".join("%.0f" % (1000 * r) for r in released)))
 
 
+def fork_hold(s):
+    ctx = context_size(s.a, s.nvml, s.h)
+    ask = 2 * BLOCK
+    # Room for the killed member's context and block and the asker's context, not for the
+    # asker's request too; the asker's context and request fit once the first two are back.
+    cap = 2 * ctx + BLOCK + ask // 2
+    total, _, base = s.nvml.memory(s.h)
+    if 3 * cap > total - base:
+        fail("the fork-hold pool of %s needs three times that free; %s of %s is in use" % (mib(cap), mib(base), mib(total)))
+    tol = SLACK * 2
+    forker = asker = None
+    child = 0
+    try:
+        forker = Child(s.prefix(cap) + s.me("forker", BLOCK), s.a.timeout, env=s.env)
+        r = forker.expect("READY")
+        if r.startswith("ERROR"):
+            fail("the member that forks: %s" % r)
+        child = int(r.split()[0])
+        held = s.nvml.memory(s.h)[2] - base
+        forker.p.send_signal(signal.SIGKILL)
+        forker.p.wait()
+        time.sleep(0.3)
+        kept = s.nvml.memory(s.h)[2] - base
+        figure("fork_hold_kept_after_kill_bytes", kept)
+        asker = Child(s.prefix(cap) + s.me("asker", ask), s.a.timeout, env=s.env)
+        asker.expect("READY")
+        asker.send("ask")
+        first = int(asker.expect("ASK"))
+        over = s.nvml.memory(s.h)[2] - base
+        os.kill(child, signal.SIGKILL)
+        child_killed = time.monotonic()
+        while s.nvml.memory(s.h)[2] - base > over - kept + tol and time.monotonic() - child_killed < 10:
+            time.sleep(0.005)
+        asker.send("free")
+        asker.expect("FREED")
+        then, deadline = -1, time.monotonic() + 5
+        while then != 0 and time.monotonic() < deadline:
+            asker.send("ask")
+            then = int(asker.expect("ASK"))
+            if then != 0:
+                time.sleep(0.05)
+    finally:
+        if child:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for c in (forker, asker):
+            if c:
+                c.kill()
+    if over > cap + tol:
+        fail("NVML's used memory of the device reached %s over what was there before, past the pool's %s cap: the "
+             "killed member's %s, still the driver's while its forked child lived, was served again (%s asked: %s)"
+             % (mib(over), mib(cap), mib(kept), mib(ask), "served" if first == 0 else "rc %d" % first))
+    if then != 0:
+        fail("once the forked child was gone the pool still refused %s (rc %d) under its %s cap" % (mib(ask), then, mib(cap)))
+    if kept < held - tol:
+        ok("the driver released the killed member's %s at its death although its forked child lived (%s kept): "
+           "nothing to hold; %s asked after it: %s" % (mib(held), mib(kept), mib(ask), "served" if first == 0 else "rc %d" % first))
+        return
+    if first == 0:
+        fail("%s was served while the killed member's %s were still the driver's" % (mib(ask), mib(kept)))
+    ok("the driver kept a SIGKILLed member's %s while its forked child lived; the pool refused %s meanwhile (NVML at "
+       "most %s over the %s before, cap %s) and served it once the child was gone"
+       % (mib(kept), mib(ask), mib(over), mib(base), mib(cap)))
+
+
 def main(argv):
-    if argv[:1] and argv[0] in ("first", "beyond", "hold", "churn"):
+    if argv[:1] and argv[0] in ("first", "beyond", "hold", "churn", "forker", "asker"):
         return member(argv)
     ap = argparse.ArgumentParser()
-    ap.add_argument("which", choices=("pool-64", "kill-storm"))
+    ap.add_argument("which", choices=("pool-64", "kill-storm", "fork-hold"))
     ap.add_argument("--cli", required=True)
     ap.add_argument("--members", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=6.0)
@@ -319,7 +424,7 @@ def main(argv):
 
     def run():
         made.append(Setting(a))
-        (pool_64 if a.which == "pool-64" else kill_storm)(made[0])
+        {"pool-64": pool_64, "kill-storm": kill_storm, "fork-hold": fork_hold}[a.which](made[0])
 
     try:
         return concluded(run)

@@ -117,7 +117,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 22] = [
+const ON_THE_FAKE: [&str; 23] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -138,6 +138,7 @@ const ON_THE_FAKE: [&str; 22] = [
     "vllm-sizing",
     "pool-64",
     "kill-storm",
+    "fork-hold",
     "bench-alloc",
     "bench-churn",
 ];
@@ -236,7 +237,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     }
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 40, "{checks:?}");
+    assert_eq!(checks.len(), 41, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -344,6 +345,8 @@ fn without_the_shim_the_checks_fail() {
         why("pool-contexts").contains("the driver's figure for the pool's members was over the"),
         "{checks:?}"
     );
+    // no pool: the dead member's memory, still the fake driver's, is served again
+    assert!(why("fork-hold").contains("was served again"), "{checks:?}");
     assert_eq!(statuses(&v, "parts")["checks"].0, "FAIL");
 }
 
@@ -413,7 +416,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 37, "{checks:?}");
+    assert_eq!(checks.len(), 38, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),
@@ -697,5 +700,5 @@ fn the_rest_leaves_out_what_the_first_set_ran() {
         checks.contains_key("pool") && checks.contains_key("accounting-driver"),
         "{checks:?}"
     );
-    assert_eq!(checks.len(), 29 + 3, "{checks:?}");
+    assert_eq!(checks.len(), 30 + 3, "{checks:?}");
 }

@@ -11,12 +11,15 @@
 #   vllm-sizing   graphs.py vllm: a cache of 0.9 x the total, filled, then a CUDA graph
 #   pool-64       scripts/gpu/pool_storm.py pool-64: POOL_MEMBERS (64) processes at once
 #   kill-storm    pool_storm.py kill-storm: holders SIGKILLed while others allocate
+#   fork-hold     pool_storm.py fork-hold: a member SIGKILLed while its forked child (no
+#                 CUDA) lives; its memory, the driver's while the child holds the device
+#                 files, is not served again until the child is gone
 #   bench-step    (with --bench) scripts/gpu/step_cost.py: raw, gpucap, pool and HAMi-core
 #                 (target/hami/libvgpu.so, where carried) in 8 rotating rounds; the JSON
 #                 to LOGDIR/step-cost.json
 # shellcheck disable=SC2317
 
-CHECKS+=(graphs graphs-torch nccl vllm-sizing pool-64 kill-storm)
+CHECKS+=(graphs graphs-torch nccl vllm-sizing pool-64 kill-storm fork-hold)
 BENCHES+=(bench-step)
 
 check_graphs() {
@@ -56,6 +59,12 @@ check_pool_64() {
 check_kill_storm() {
     needs_py "$1" || return
     probe "$PY" "$SRC_DIR/pool_storm.py" kill-storm --cli "$CLI" --timeout $((TIMEOUT / 2))
+    verdict "$1"
+}
+
+check_fork_hold() {
+    needs_py "$1" || return
+    probe "$PY" "$SRC_DIR/pool_storm.py" fork-hold --cli "$CLI" --timeout $((TIMEOUT / 2))
     verdict "$1"
 }
 
