@@ -231,7 +231,7 @@ options:
   --json             with no pool named: processes, pools, lone (see
                      docs/src/watching.md); with a pool, one JSON object: path, version, created, gpus [uuid, cap,
                      used, peak, refusals, largest_refused, held_by_dead], members
-                     [slot, pid, pid_namespace, command, start_ms, alive, gpus [uuid,
+                     [slot, pid, pid_namespace, command, start_ms, alive, held_by_children, gpus [uuid,
                      used, peak]] (see README.md, \"Watching a pool\")
   --prometheus       print Prometheus's text exposition format (version 0.0.4), for
                      node_exporter's textfile collector: the series gpucap metrics

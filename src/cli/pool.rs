@@ -280,11 +280,17 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         "STARTED (UTC)"
     ));
     let mut foreign = false;
+    let mut children = false;
     for m in sorted_members(view) {
         let other_ns = own_pidns != 0 && m.pid_namespace != 0 && m.pid_namespace != own_pidns;
         foreign |= other_ns;
+        children |= m.held_by_children;
         let pid = format!("{}{}", m.pid, if other_ns { "*" } else { "" });
-        let state = if m.alive { "alive" } else { "dead" };
+        let state = match (m.alive, m.held_by_children) {
+            (true, _) => "alive",
+            (false, true) => "dead+",
+            (false, false) => "dead",
+        };
         let command = printable(&m.command);
         let started = utc(m.start_ms);
         let rows: Vec<(String, u64, u64, String)> = if m.gpus.is_empty() {
@@ -316,6 +322,12 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
     if foreign {
         out.push_str(
             "* a pid in another PID namespace (another container, or a docker exec shell)\n",
+        );
+    }
+    if children {
+        out.push_str(
+            "dead+ dead, but processes it forked still hold its device files: the driver keeps \
+             its memory, and the pool its bytes, until they exit or exec\n",
         );
     }
     out

@@ -753,6 +753,7 @@ const STATUS_JSON_FIELDS: &[(&str, &[&str])] = &[
             "command",
             "start_ms",
             "alive",
+            "held_by_children",
             "gpus",
         ],
     ),

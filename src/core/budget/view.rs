@@ -74,6 +74,9 @@ pub struct MemberView {
     pub start_ms: u64,
     /// False: the process died and its share was not taken back yet.
     pub alive: bool,
+    /// Dead, and processes it forked still hold its device files: the driver keeps its
+    /// memory, and the pool its bytes, until they are gone (`reclaim`).
+    pub held_by_children: bool,
     pub gpus: Vec<MemberGpuView>,
 }
 
@@ -225,6 +228,7 @@ impl Pool<'_> {
                 command: w.command(s),
                 start_ms: w.slot(s, layout::S_START_MS).load(Relaxed),
                 alive,
+                held_by_children: !alive && locks.descendants_hold(s),
                 gpus: mine,
             });
         }

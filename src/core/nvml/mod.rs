@@ -270,6 +270,7 @@ mod tests {
                     command: String::new(),
                     start_ms: 0,
                     alive,
+                    held_by_children: false,
                     gpus: gpus
                         .iter()
                         .map(|&(raw, used)| MemberGpuView {

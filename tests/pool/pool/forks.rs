@@ -139,9 +139,27 @@ fn a_dead_parents_share_stays_while_its_child_holds_its_device_files() {
             }
         }
     };
+    let parent = a.id();
     sigkill(&mut a);
     // The parent's slot lock is gone; the child's hold on its memory is the one left.
     p.wait_live_members(1);
+    let (doc, text) = status_json(&p);
+    let dead = doc["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["pid"] == parent)
+        .unwrap_or_else(|| panic!("the dead parent is listed: {doc}"));
+    assert_eq!(
+        (&dead["alive"], &dead["held_by_children"]),
+        (&false.into(), &true.into()),
+        "{doc}"
+    );
+    assert!(
+        text.contains(" dead+ ")
+            && text.contains("processes it forked still hold its device files"),
+        "{text}"
+    );
     let b = run(&mut p.script("b.json", &["alloc:900Mi", "alloc:400Mi"]));
     assert!(
         has(&b, &format!("alloc {} {OOM}", 900 * MIB)),

@@ -138,6 +138,16 @@ impl Pool {
     }
 }
 
+/// `gpucap status --pool t --json` of pool `p`, and its text form.
+fn status_json(p: &Pool) -> (serde_json::Value, String) {
+    let mut st = fake_cmd(cli(), &p.dir.join("st.json"));
+    st.args(["status", "--pool", "t"])
+        .env("GPUCAP_POOL_DIR", &p.dir);
+    let text = stdout(&run_within(&mut st, 30));
+    let o = run_within(st.arg("--json"), 30);
+    (serde_json::from_str(&stdout(&o)).unwrap(), text)
+}
+
 fn spawn(c: &mut Command) -> Child {
     c.stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -411,16 +411,6 @@ fn g0_guarantee_word(s: usize) -> usize {
     SHARES_AT + 32 * 4 + s * 2
 }
 
-/// `gpucap status --pool t --json` of pool `p`, and its text form.
-fn status_json(p: &Pool) -> (serde_json::Value, String) {
-    let mut st = fake_cmd(cli(), &p.dir.join("st.json"));
-    st.args(["status", "--pool", "t"])
-        .env("GPUCAP_POOL_DIR", &p.dir);
-    let text = stdout(&run_within(&mut st, 30));
-    let o = run_within(st.arg("--json"), 30);
-    (serde_json::from_str(&stdout(&o)).unwrap(), text)
-}
-
 #[test]
 fn impossible_guarantee_words_in_the_pool_file_are_repaired_and_stop_nobody() {
     let p = Pool::new("pool-share-repair");
