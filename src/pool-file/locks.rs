@@ -397,24 +397,12 @@ fn ticks() -> Option<u64> {
     u64::try_from(hz).ok().filter(|&h| h > 0)
 }
 
-/// `/proc/self/fd/FD` NUL-terminated, without allocating (a fork handler may not).
+/// `/proc/self/fd/FD` NUL-terminated, without allocating (a fork handler may not):
+/// formatted into a local buffer whose last byte stays 0.
 fn proc_fd_path(fd: RawFd) -> [u8; 32] {
+    use std::io::Write;
     let mut path = [0u8; 32];
-    let prefix = b"/proc/self/fd/";
-    path[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 10];
-    let (mut n, mut len) = (fd.unsigned_abs(), 0);
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for (i, d) in digits[..len].iter().rev().enumerate() {
-        path[prefix.len() + i] = *d;
-    }
+    let _ = write!(&mut path[..31], "/proc/self/fd/{fd}");
     path
 }
 

@@ -20,7 +20,6 @@ On the fake GPU: LD_LIBRARY_PATH=target/release/fakecuda FAKECUDA_SHARED=/tmp/fa
 children are gone).
 """
 import argparse
-import ctypes
 import os
 import signal
 import subprocess
@@ -29,20 +28,18 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from nvml_ctypes import Nvml  # noqa: E402
+from pool_storm import alloc, context, driver  # noqa: E402
 
 MiB = 1 << 20
 
 
 def parent(mode, block):
-    L = ctypes.CDLL("libcuda.so.1")
-    dev, ctx, p = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-    L.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
-    for rc, what in ((L.cuInit(0), "cuInit"), (L.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet"),
-                     (L.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "the context"),
-                     (L.cuCtxSetCurrent(ctx), "cuCtxSetCurrent"), (L.cuMemAlloc_v2(ctypes.byref(p), block), "the block")):
-        if rc != 0:
-            print("ERROR %s -> %d" % (what, rc), flush=True)
-            return 1
+    L = driver()
+    context(L)  # exits with an ERROR line where it fails
+    rc, _ = alloc(L, block)
+    if rc != 0:
+        print("ERROR the block -> %d" % rc, flush=True)
+        return 1
     child = os.fork()
     if child == 0:
         # Holds every inherited descriptor, the driver's among them, and never uses CUDA.
@@ -51,8 +48,8 @@ def parent(mode, block):
     print("READY %d" % child, flush=True)
     sys.stdin.readline()
     if mode == "reset":
-        L.cuDevicePrimaryCtxRelease_v2(dev)
-        L.cuDevicePrimaryCtxReset_v2(dev)
+        L.cuDevicePrimaryCtxRelease_v2(0)
+        L.cuDevicePrimaryCtxReset_v2(0)
     return 0
 
 
