@@ -338,6 +338,9 @@ fn device_queries() {
         assert_eq!(v, 9);
         assert_eq!(cuDeviceGetAttribute(&mut v, 115, 0), 0);
         assert_eq!(v, 1);
+        // numba's device listing prints it: 0 would be a device without FP64.
+        assert_eq!(cuDeviceGetAttribute(&mut v, 87, 0), 0);
+        assert_eq!(v, 2);
         assert_eq!(
             cuDeviceGetAttribute(&mut v, 75, 1),
             CUDA_ERROR_INVALID_DEVICE

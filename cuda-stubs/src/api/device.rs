@@ -60,6 +60,7 @@ pub fn attribute(attr: c_int, dev: usize) -> c_int {
         81 => 233_472,    // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
         82 => 65536,      // MAX_REGISTERS_PER_MULTIPROCESSOR
         83 => 1,          // MANAGED_MEMORY
+        87 => 2,          // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO (an H100's FP32:FP64)
         89 => 1,          // CONCURRENT_MANAGED_ACCESS
         90 => 1,          // COMPUTE_PREEMPTION_SUPPORTED
         91 => 1,          // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
