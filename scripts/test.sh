@@ -8,8 +8,8 @@
 #   scripts/test.sh
 #
 # The Python clients live in target/venv-cb12 (cuda-bindings 12.x),
-# target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py) and
-# target/venv-cupy (CuPy); the Kubernetes examples' validator in target/venv-k8s
+# target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py),
+# target/venv-cupy (CuPy) and target/venv-numba (numba-cuda); the Kubernetes examples' validator in target/venv-k8s
 # (kubernetes-validate); Prometheus's promtool (tests/cli/metrics.rs, tests/cli/monitoring.rs) in target/promtool
 # and its server prometheus (tests/cli/monitoring.rs) in target/prometheus, both taken from Debian's
 # package prometheus; mdBook (the book under docs/) in target/venv-mdbook;
@@ -171,6 +171,16 @@ fi
 v=$(target/venv-cupy/bin/python -c "$cupy_probe") || die "target/venv-cupy does not hold a working CuPy"
 echo "target/venv-cupy: cupy-cuda13x $v"
 
+# numba (tests/real_clients/numba.rs): numba-cuda over NVIDIA's cuda-bindings, with the CUDA 13
+# runtime, NVRTC, NVVM and nvJitLink wheels it installs as `numba-cuda[cu13]` (less CUDA's C++
+# headers, which its plain kernels do not use), pinned; about 700 MB on disk. NVVM compiles
+# its kernels, which the fake GPU loads and does not run.
+section "Python numba client (numba-cuda)"
+pinned_venv target/venv-numba "import numba.cuda, cuda.bindings" \
+    numba-cuda==0.30.4 numba==0.68.1 llvmlite==0.50.0 numpy==2.4.6 \
+    cuda-bindings==13.5.0 cuda-core==1.2.2 cuda-pathfinder==1.9.1 \
+    nvidia-cuda-runtime==13.5.37 nvidia-cuda-nvrtc==13.5.37 nvidia-nvvm==13.5.37 nvidia-nvjitlink==13.5.37
+
 # Prometheus's own checker of the metrics exposition (tests/cli/metrics.rs runs `promtool check
 # metrics` on gpucap's output). Debian's package prometheus ships promtool; only promtool is
 # taken from it (apt-get download, then unpacked into target/promtool): installing the package
@@ -299,6 +309,7 @@ export GPUCAP_TEST_PYTHON_CB13="$ROOT/target/venv-cb13/bin/python"
 export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
 export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
 export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
+export GPUCAP_TEST_PYTHON_NUMBA="$ROOT/target/venv-numba/bin/python"
 export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
 export GPUCAP_TEST_PROMETHEUS="$PROMETHEUS"
 export GPUCAP_TEST_MDBOOK="$MDBOOK"

@@ -11,142 +11,22 @@
 //! when they fail.
 
 use super::common;
+use super::python_client::{Client, Run, assert_peak, run_client};
 
 use common::*;
-use std::process::Output;
 
-const VAR: &str = "GPUCAP_TEST_PYTHON_CUPY";
-const WHAT: &str = "cupy-cuda13x";
+const CUPY: Client = Client {
+    script: "cupy_client.py",
+    var: "GPUCAP_TEST_PYTHON_CUPY",
+    what: "cupy-cuda13x",
+    // CuPy's kernel cache stays in the scratch directory.
+    caches: &["CUPY_CACHE_DIR"],
+};
 
-/// The CuPy Python, or None (SKIP) where it is not configured and not required.
-fn cupy_python() -> Option<std::path::PathBuf> {
-    client_python(VAR, WHAT)
-}
-
-/// One run of the CuPy client.
-struct Run {
-    out: Output,
-    stdout: String,
-    stderr: String,
-    stats: Vec<DevStats>,
-}
-
-impl Run {
-    fn dump(&self) -> String {
-        format!(
-            "status {:?}\n--- stdout\n{}--- stderr (tail)\n{}",
-            self.out.status,
-            self.stdout,
-            tail(&self.stderr, 30)
-        )
-    }
-
-    /// The lines of stdout that start with `prefix`.
-    fn lines(&self, prefix: &str) -> Vec<&str> {
-        self.stdout
-            .lines()
-            .filter(|l| l.starts_with(prefix))
-            .collect()
-    }
-
-    /// Every `mem_get_info` line as (free, total).
-    fn mem_info(&self) -> Vec<(u64, u64)> {
-        self.lines("mem_get_info ")
-            .iter()
-            .map(|l| (field(l, "free="), field(l, "total=")))
-            .collect()
-    }
-
-    /// The outcome of each `fill` step: (arrays allocated, the refusal's exception class).
-    fn fills(&self) -> Vec<(usize, String)> {
-        let mut fills = Vec::new();
-        let mut ok = 0;
-        for l in self.stdout.lines() {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            match w.as_slice() {
-                ["alloc", _, "ok"] => ok += 1,
-                ["alloc", _, "err", e] => {
-                    fills.push((ok, e.to_string()));
-                    ok = 0;
-                }
-                _ => {}
-            }
-        }
-        fills
-    }
-
-    fn refusals(&self) -> Vec<String> {
-        refusals(&self.stderr)
-    }
-}
-
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-}
-
-/// Runs the client with `steps` on the fake GPU (`env`: FAKECUDA_*, CUDA_VISIBLE_DEVICES,
-/// GPUCAP_*), under gpucap when `shim`.
+/// Runs the CuPy client with `steps` on the fake GPU (`env`: FAKECUDA_*,
+/// CUDA_VISIBLE_DEVICES, GPUCAP_*), under gpucap when `shim`.
 fn run_cupy(shim: bool, env: &[(&str, &str)], steps: &[&str]) -> Option<Run> {
-    let python = cupy_python()?;
-    let dir = scratch("cupy");
-    let stats_path = dir.join("stats.json");
-    let mut cmd = fake_cmd(python, &stats_path);
-    cmd.arg(root().join("tests/clients/cupy_client.py"))
-        .args(steps)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        // CuPy's kernel cache stays in the scratch directory.
-        .env("CUPY_CACHE_DIR", dir.join("cupy-cache"))
-        .env_remove("CUDA_VISIBLE_DEVICES");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    if shim {
-        preload(&mut cmd);
-    }
-    let out = run(&mut cmd);
-    let stats = if stats_path.exists() {
-        read_stats(&stats_path)
-    } else {
-        Vec::new()
-    };
-    let r = Run {
-        stdout: stdout(&out),
-        stderr: stderr(&out),
-        out,
-        stats,
-    };
-    assert!(
-        r.out.status.success() && r.stdout.lines().any(|l| l == "done"),
-        "the CuPy client did not run to its end:\n{}",
-        r.dump()
-    );
-    for bad in ["panicked", "Segmentation", "Traceback"] {
-        assert!(
-            !r.stderr.contains(bad),
-            "stderr mentions {bad:?}:\n{}",
-            r.dump()
-        );
-    }
-    Some(r)
-}
-
-/// The driver never held more than `cap` on `ordinal`, and held at least `at_least`.
-#[track_caller]
-fn assert_peak(r: &Run, ordinal: u64, cap: u64, at_least: u64) {
-    let d = r
-        .stats
-        .iter()
-        .find(|d| d.ordinal == ordinal)
-        .unwrap_or_else(|| panic!("no stats for ordinal {ordinal}\n{}", r.dump()));
-    assert!(
-        d.peak_used <= cap && d.peak_used >= at_least,
-        "ordinal {ordinal} peaked at {} bytes, expected within [{at_least}, {cap}]\n{}",
-        d.peak_used,
-        r.dump()
-    );
+    run_client(&CUPY, shim, env, steps)
 }
 
 /// Without gpucap: cudart starts on the fake (device count and properties), memGetInfo

@@ -1,4 +1,4 @@
-//! Real, unmodified clients on the fake GPU (cudarc, cuda-bindings, CuPy), and the fake
+//! Real, unmodified clients on the fake GPU (cudarc, cuda-bindings, CuPy, numba), and the fake
 //! GPU held to a real driver's recorded answers.
 //!
 //! One test binary of the suite (docs/src/fake-gpu.md, "The test suite"); each module is
@@ -9,4 +9,6 @@ mod common;
 
 mod driver_answers;
 mod frameworks;
+mod numba;
+mod python_client;
 mod real_clients;
