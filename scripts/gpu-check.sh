@@ -119,6 +119,7 @@ CHECKS=(
     torch-release torch-growth
     jax-preallocate jax-no-preallocate jax-platform-allocator
     cupy-default-pool cupy-async-pool
+    numba
     nvidia-smi nvml
     context-overhead
 )

@@ -8,7 +8,7 @@
 #
 #   --lib PATH      libgpucap.so  (default target/release/libgpucap.so)
 #   --cli PATH      gpucap        (default target/release/gpucap)
-#   --python PATH   the Python with torch / jax / cupy (default python3)
+#   --python PATH   the Python with torch / jax / cupy / numba (default python3)
 #   --budget S      the time budget of the whole run, in seconds (default 460, at least
 #                   30). A part that would start too late is SKIPped, a part running
 #                   late is stopped (FAIL); the packing (10 s kept for it) always runs.

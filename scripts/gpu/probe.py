@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Probes of scripts/gpu-check.sh: what PyTorch, JAX, CuPy and NVML see under gpucap.
+"""Probes of scripts/gpu-check.sh: what PyTorch, JAX, CuPy, numba and NVML see under gpucap.
 
 Each subcommand prints INFO lines, then one last line and exit status:
   "OK: <detail>"    exit 0
@@ -13,11 +13,13 @@ Capped subcommands (run under `gpucap run --limit CAP`):
   jax-preallocate --cap N  the preallocated pool is a fraction of the cap
   jax-grow --cap N         allocating arrays past the cap fails with RESOURCE_EXHAUSTED
   cupy --cap N --pool default|async
+  numba --cap N            the memory info shows the cap, past it numba's CudaAPIError
+                           CUDA_ERROR_OUT_OF_MEMORY, recovery after its pending frees
   nvml --cap N --uuid U    nvmlDeviceGetMemoryInfo shows the cap
   growth-holder [--fraction F]  the process the growth check watches (driven over stdin)
   train                    one timed PyTorch training run (prints RESULT ms/step)
 Uncapped (observers and helpers):
-  detect torch|jax|cupy|pynvml   imports it and runs a small computation on the GPU
+  detect torch|jax|cupy|numba|pynvml   imports it and runs a small computation on the GPU
   growth --cap N --mode growth|release [--no-fill] -- HOLDER CMD...
   ctx-overhead --cap N --cli GPUCAP [--bin DRVBENCH] [--runs R]
   ctx-child                (the context child without nvcc: prints READY, waits)
@@ -389,6 +391,32 @@ def cmd_detect(a):
         if v != 1047552:
             skip("CuPy %s computes wrong results on the GPU (%r)" % (cupy.__version__, v))
         ok("cupy %s" % cupy.__version__)
+    if what == "numba":
+        try:
+            import numpy as np
+            from numba import cuda
+        except Exception as e:  # noqa: BLE001
+            skip("numba not importable (%s)" % first_line(e))
+        from importlib.metadata import version
+        v_numba = version("numba-cuda")
+        if not cuda.is_available():
+            skip("numba-cuda %s sees no GPU" % v_numba)
+        try:
+            # a kernel of its own, compiled by NVVM, and a copy back
+            @cuda.jit
+            def double(x):
+                i = cuda.grid(1)
+                if i < x.size:
+                    x[i] *= 2
+
+            x = cuda.to_device(np.arange(1024, dtype=np.int64))
+            double[4, 256](x)
+            v = int(x.copy_to_host().sum())
+        except Exception as e:  # noqa: BLE001
+            skip("numba-cuda %s cannot compute on the GPU (%s)" % (v_numba, first_line(e)))
+        if v != 1047552:
+            skip("numba-cuda %s computes wrong results on the GPU (%r)" % (v_numba, v))
+        ok("numba-cuda %s" % v_numba)
     if what == "pynvml":
         try:
             import pynvml
@@ -733,6 +761,74 @@ def cmd_cupy(a):
     pool.free_all_blocks()
     ok("memGetInfo total = cap (%s); %s past the cap raised OutOfMemoryError (%s pool); "
        "%s allocated after free_all_blocks()" % (mib(cap), mib(b_bytes), a.pool, mib(c_bytes)))
+
+
+# ---------------------------------------------------------------------------------
+# numba
+
+def numba_filled(cuda, np, nbytes, value):
+    """A device array of nbytes holding value, written by a copy from the host (on the
+    fake GPU too, where kernels do not run), its two ends read back."""
+    x = cuda.to_device(np.full(nbytes, value, dtype=np.uint8))
+    for part in (x[:4096], x[-4096:]):
+        if not bool((part.copy_to_host() == value).all()):
+            fail("a %s array filled with %d reads back different bytes" % (mib(nbytes), value))
+    return x
+
+
+def numba_expect_oom(cuda, nbytes, what):
+    from numba.cuda.cudadrv.driver import CudaAPIError
+    try:
+        x = cuda.device_array(nbytes, dtype="uint8")
+    except CudaAPIError as e:
+        code = getattr(e.code, "name", str(e.code))
+        if code != "CUDA_ERROR_OUT_OF_MEMORY":
+            fail("%s: cuda.device_array(%s) raised CudaAPIError %s, not CUDA_ERROR_OUT_OF_MEMORY"
+                 % (what, mib(nbytes), code))
+        info("%s: cuda.device_array(%s) raised CudaAPIError %s" % (what, mib(nbytes), code))
+        return
+    except Exception as e:  # noqa: BLE001
+        fail("%s: cuda.device_array(%s) raised %s, not CudaAPIError: %s"
+             % (what, mib(nbytes), type(e).__name__, first_line(e)))
+    del x
+    fail("%s: cuda.device_array(%s) succeeded past the cap" % (what, mib(nbytes)))
+
+
+def cmd_numba(a):
+    cap = a.cap
+    import numpy as np
+    from importlib.metadata import version
+    from numba import cuda
+    info("numba-cuda %s" % version("numba-cuda"))
+    ctx = cuda.current_context()
+    free, total = ctx.get_memory_info()
+    info("get_memory_info(): free %s, total %s" % (mib(free), mib(total)))
+    if total != cap:
+        fail("get_memory_info total is %d (%s), not the cap %d" % (total, mib(total), cap))
+    if free > cap:
+        fail("get_memory_info free %d is more than the cap" % free)
+    if free < cap // 4:
+        fail("only %s of the %s cap is free before any allocation" % (mib(free), mib(cap)))
+    base = free  # what the process can use (the cap less what gpucap already charged)
+    a_bytes = align2m(base * 0.5)
+    x = numba_filled(cuda, np, a_bytes, 0x5A)
+    report_physical("holding %s" % mib(a_bytes))
+    b_bytes = align2m(base * 0.6)
+    numba_expect_oom(cuda, b_bytes, "%s more, past the cap" % mib(b_bytes))
+    numba_expect_oom(cuda, cap + 64 * MiB, "larger than the cap")
+    x[:4096].copy_to_device(np.full(4096, 0x11, dtype=np.uint8))
+    if not bool((x[:4096].copy_to_host() == 0x11).all()):
+        fail("after the out-of-memory errors the first array no longer reads back")
+    del x
+    gc.collect()
+    ctx.memory_manager.deallocations.clear()  # numba queues frees; this flushes them
+    free2, _ = ctx.get_memory_info()
+    info("after del + the pending frees: get_memory_info free %s" % mib(free2))
+    c_bytes = align2m(base * 0.8)
+    y = numba_filled(cuda, np, c_bytes, 0x77)
+    del y
+    ok("get_memory_info total = cap (%s); %s past the cap raised CudaAPIError "
+       "CUDA_ERROR_OUT_OF_MEMORY; %s allocated after the frees" % (mib(cap), mib(b_bytes), mib(c_bytes)))
 
 
 # ---------------------------------------------------------------------------------
@@ -1181,7 +1277,7 @@ def main(argv):
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("detect")
-    s.add_argument("what", choices=["torch", "jax", "cupy", "pynvml"])
+    s.add_argument("what", choices=["torch", "jax", "cupy", "numba", "pynvml"])
     s.set_defaults(fn=cmd_detect)
 
     for name, fn in (("torch", cmd_torch), ("jax-preallocate", cmd_jax_preallocate), ("jax-grow", cmd_jax_grow)):
@@ -1193,6 +1289,10 @@ def main(argv):
     s.add_argument("--cap", type=int, required=True)
     s.add_argument("--pool", choices=["default", "async"], default="default")
     s.set_defaults(fn=cmd_cupy)
+
+    s = sub.add_parser("numba")
+    s.add_argument("--cap", type=int, required=True)
+    s.set_defaults(fn=cmd_numba)
 
     s = sub.add_parser("nvml")
     s.add_argument("--cap", type=int, required=True)

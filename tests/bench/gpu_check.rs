@@ -91,7 +91,7 @@ fn last_line(o: &Output) -> String {
     stdout(o).lines().last().unwrap_or("").to_string()
 }
 
-const FRAMEWORK_CHECKS: [&str; 10] = [
+const FRAMEWORK_CHECKS: [&str; 11] = [
     "torch-default",
     "torch-expandable-segments",
     "torch-cudaMallocAsync",
@@ -102,6 +102,7 @@ const FRAMEWORK_CHECKS: [&str; 10] = [
     "jax-platform-allocator",
     "cupy-default-pool",
     "cupy-async-pool",
+    "numba",
 ];
 
 #[test]
@@ -118,7 +119,7 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
         .env("PATH", "/usr/bin:/bin"));
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = verdicts(&o);
-    assert_eq!(v.len(), 42, "38 checks and 4 benchmarks: {}", dump(&o));
+    assert_eq!(v.len(), 43, "39 checks and 4 benchmarks: {}", dump(&o));
     for (status, name, why) in &v {
         assert_eq!(
             (status.as_str(), why.as_str()),
@@ -126,7 +127,7 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
             "{name}"
         );
     }
-    assert_eq!(last_line(&o), "0 passed, 0 failed, 42 skipped");
+    assert_eq!(last_line(&o), "0 passed, 0 failed, 43 skipped");
 
     // nvidia-smi there, but it cannot reach a driver (no NVML): the same, with its words.
     let o = run(Command::new(script())
@@ -214,7 +215,7 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
         .args(["--bench", "--reps", "1", "--target-ms", "10", "--out"])
         .arg(&json)
         // everything but the cudart programs (the fake driver has no cudart)
-        .args(["--only", "^(torch|jax|cupy|nvidia-smi|nvml|context|bench)"])
+        .args(["--only", "^(torch|jax|cupy|numba|nvidia-smi|nvml|context|bench)"])
         // the step cost has its own test (tests/bench/gpu_run.rs)
         .args(["--except", "^bench-step$"]));
     let out = stdout(&o);
@@ -277,7 +278,7 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
     let passed = if has_pynvml { 5 } else { 4 };
     assert_eq!(
         last_line(&o),
-        format!("{passed} passed, 0 failed, {} skipped", 16 - passed),
+        format!("{passed} passed, 0 failed, {} skipped", 17 - passed),
         "{}",
         dump(&o)
     );
@@ -323,7 +324,7 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
     );
     assert_eq!(v["figures"]["ctx_charged_bytes"], 300 * MIB, "{text}");
     let checks = v["checks"].as_array().expect("checks");
-    assert_eq!(checks.len(), 16, "{text}");
+    assert_eq!(checks.len(), 17, "{text}");
     assert!(
         checks
             .iter()

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Checks of scripts/gpu-check.sh (sourced by it; its CHECKS list names them): PyTorch
-# (three allocators, growth mode against its control), JAX (three ways to allocate) and
-# CuPy (two pools), each judged by what the framework sees and by gpucap's report.
+# (three allocators, growth mode against its control), JAX (three ways to allocate), CuPy
+# (two pools) and numba (the driver API through cuda-bindings), each judged by what the framework sees and by gpucap's report.
 # shellcheck disable=SC2317
 
 torch_check() { # NAME ALLOC_CONF
@@ -90,3 +90,16 @@ cupy_check() { # NAME POOL
 }
 check_cupy_default_pool() { cupy_check "$1" default; }
 check_cupy_async_pool() { cupy_check "$1" async; }
+
+check_numba() { # NAME
+    local name=$1 rep=$LOGDIR/$1.report.json
+    needs_fw numba "$name" || return
+    capped "$rep"
+    if ! probe "${CAPPED[@]}" "$PY" "$PROBE" numba --cap "$CAP"; then
+        verdict "$name"
+        return
+    fi
+    local msg=$PROBE_MSG
+    report_ok "$name" "$rep" --expect-refusal || return
+    pass "$name" "$msg"
+}
