@@ -215,7 +215,10 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
         .args(["--bench", "--reps", "1", "--target-ms", "10", "--out"])
         .arg(&json)
         // everything but the cudart programs (the fake driver has no cudart)
-        .args(["--only", "^(torch|jax|cupy|numba|nvidia-smi|nvml|context|bench)"])
+        .args([
+            "--only",
+            "^(torch|jax|cupy|numba|nvidia-smi|nvml|context|bench)",
+        ])
         // the step cost has its own test (tests/bench/gpu_run.rs)
         .args(["--except", "^bench-step$"]));
     let out = stdout(&o);

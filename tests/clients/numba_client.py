@@ -8,12 +8,13 @@ Usage: numba_client.py [STEP...] where each STEP is
                  compute capability
   meminfo        the current context's get_memory_info() (the driver's cuMemGetInfo)
   device:<n>     make device n current (numba.cuda.select_device)
-  fill:<MiB>     allocate device arrays of that many MiB (numba.cuda.device_array) until
-                 numba refuses, at most 64; they are kept
+  fill:<MiB>[:<n>]  allocate device arrays of that many MiB (numba.cuda.device_array)
+                 until numba refuses, at most n (default 64); they are kept
   free           drop every array kept and let numba free them now (numba queues the
                  frees of dropped arrays; its memory manager's queue is flushed)
   copy:<MiB>     host -> device (numba.cuda.to_device) and back (.copy_to_host()) of that
                  many MiB of random bytes; compares
+  hold           print `holding`, then wait for a line on stdin (the arrays stay)
   kernel         a @cuda.jit kernel (compiled by NVVM, loaded and launched on the fake:
                  not run)
 
@@ -26,6 +27,7 @@ Output, one fact per line:
   filled <n> arrays
   freed
   copy <MiB> ok | copy <MiB> mismatch
+  holding
   kernel ok shape=<n>
   done
 Exit status 0 when every step ran (refusals included), 1 otherwise.
@@ -73,9 +75,11 @@ def step(s):
     elif s.startswith("device:"):
         cuda.select_device(int(s.split(":")[1]))
     elif s.startswith("fill:"):
-        mib = int(s.split(":")[1])
+        parts = s.split(":")
+        mib = int(parts[1])
+        at_most = int(parts[2]) if len(parts) > 2 else 64
         n = 0
-        for _ in range(64):
+        for _ in range(at_most):
             try:
                 held.append(cuda.device_array(mib * MIB, dtype=np.uint8))
                 n += 1
@@ -94,6 +98,9 @@ def step(s):
         back = cuda.to_device(host).copy_to_host()
         same = back.shape == host.shape and bool((back == host).all())
         print(f"copy {mib} {'ok' if same else 'mismatch'}", flush=True)
+    elif s == "hold":
+        print("holding", flush=True)
+        sys.stdin.readline()
     elif s == "kernel":
         x = cuda.device_array(1024, dtype=np.int32)
         inc[4, 256](x)

@@ -231,6 +231,9 @@ pub struct DevStats {
     pub final_used: u64,
     pub alloc_calls: u64,
     pub free_calls: u64,
+    /// The device's peak over every process sharing it (`FAKECUDA_SHARED`; this
+    /// process's own peak where the device is not shared).
+    pub shared_peak_used: u64,
 }
 
 /// Reads the fake driver's `FAKECUDA_STATS` file.
@@ -253,6 +256,7 @@ pub fn read_stats(path: &Path) -> Vec<DevStats> {
             final_used: num(d, "final_used"),
             alloc_calls: num(d, "alloc_calls"),
             free_calls: num(d, "free_calls"),
+            shared_peak_used: num(d, "shared_peak_used"),
         })
         .collect()
 }

@@ -1,13 +1,15 @@
 //! One run of a Python framework client (`tests/clients/<name>_client.py`: steps on the
 //! command line, one fact per line on stdout, `done` at the end) on the fake GPU, with or
 //! without gpucap, and what the tests read of it: its lines, its `mem_get_info` figures,
-//! its fills, gpucap's refusal lines and the fake driver's statistics.
+//! its fills, gpucap's refusal lines and the fake driver's statistics. A client may also
+//! be started and left holding what it allocated (its `hold` step) while another runs.
 
 use super::common;
 
 use common::*;
-use std::path::Path;
-use std::process::Output;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 
 /// A client: its script, the variable naming its Python, what that Python holds, and
 /// the variables that keep its caches in the run's scratch directory.
@@ -83,16 +85,15 @@ pub fn field(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {line:?}"))
 }
 
-/// Runs `client` with `steps` on the fake GPU (`env`: FAKECUDA_*, CUDA_VISIBLE_DEVICES,
-/// GPUCAP_*), under gpucap when `shim`; None (SKIP) where its Python is not configured
-/// and not required. Fails unless the client ran to its end with no traceback, crash or
-/// panic.
-pub fn run_client(
+/// The command that runs `client` with `steps` on the fake GPU (`env`: FAKECUDA_*,
+/// CUDA_VISIBLE_DEVICES, GPUCAP_*), under gpucap when `shim`, and where the fake writes
+/// its statistics; None (SKIP) where its Python is not configured and not required.
+fn client_cmd(
     client: &Client,
     shim: bool,
     env: &[(&str, &str)],
     steps: &[&str],
-) -> Option<Run> {
+) -> Option<(Command, PathBuf)> {
     let python = client_python(client.var, client.what)?;
     let dir = scratch(client.script.trim_end_matches(".py"));
     let stats_path = dir.join("stats.json");
@@ -110,8 +111,95 @@ pub fn run_client(
     if shim {
         preload(&mut cmd);
     }
+    Some((cmd, stats_path))
+}
+
+/// Runs `client` with `steps` (see [`client_cmd`]). Fails unless the client ran to its
+/// end with no traceback, crash or panic.
+pub fn run_client(
+    client: &Client,
+    shim: bool,
+    env: &[(&str, &str)],
+    steps: &[&str],
+) -> Option<Run> {
+    let (mut cmd, stats_path) = client_cmd(client, shim, env, steps)?;
     let out = run(&mut cmd);
-    let stats = read_stats_if_written(&stats_path);
+    Some(finished(client, out, &stats_path))
+}
+
+/// A client started with a `hold` step, now holding what it allocated before it.
+pub struct Held {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    before: String,
+    stats_path: PathBuf,
+    client: &'static Client,
+}
+
+/// Starts `client` with `steps` (see [`client_cmd`]), which must include `hold`, and
+/// returns once it printed `holding` (or fails with what it printed).
+pub fn start_client(
+    client: &'static Client,
+    shim: bool,
+    env: &[(&str, &str)],
+    steps: &[&str],
+) -> Option<Held> {
+    let (mut cmd, stats_path) = client_cmd(client, shim, env, steps)?;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not start {}: {e}", client.script));
+    let stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut before = String::new();
+    loop {
+        let mut line = String::new();
+        let n = stdout.read_line(&mut line).expect("the client's stdout");
+        before.push_str(&line);
+        if line == "holding\n" {
+            break;
+        }
+        if n == 0 {
+            let out = child.wait_with_output().expect("the client's end");
+            panic!(
+                "{} ended before it held:\n--- stdout\n{before}--- stderr\n{}",
+                client.script,
+                tail(&stderr(&out), 30)
+            );
+        }
+    }
+    Some(Held {
+        child,
+        stdin,
+        stdout,
+        before,
+        stats_path,
+        client,
+    })
+}
+
+impl Held {
+    /// Lets the client go on past its `hold` and waits for its end.
+    pub fn release(mut self) -> Run {
+        writeln!(self.stdin, "go").expect("the client's stdin");
+        drop(self.stdin);
+        let mut rest = String::new();
+        self.stdout
+            .read_to_string(&mut rest)
+            .expect("the client's stdout");
+        let mut out = self.child.wait_with_output().expect("the client's end");
+        out.stdout = format!("{}{rest}", self.before).into_bytes();
+        finished(self.client, out, &self.stats_path)
+    }
+}
+
+/// The run of a client that ended with `out`; fails unless it ran to its end with no
+/// traceback, crash or panic.
+fn finished(client: &Client, out: Output, stats_path: &Path) -> Run {
+    let stats = read_stats_if_written(stats_path);
     let r = Run {
         stdout: stdout(&out),
         stderr: stderr(&out),
@@ -131,7 +219,7 @@ pub fn run_client(
             r.dump()
         );
     }
-    Some(r)
+    r
 }
 
 fn read_stats_if_written(path: &Path) -> Vec<DevStats> {
