@@ -154,7 +154,7 @@ section "Kubernetes manifest validator (kubernetes-validate)"
 pinned_venv target/venv-k8s "import kubernetes_validate.utils, yaml" \
     kubernetes-validate==1.37.0 jsonschema==4.26.0 PyYAML==6.0.3
 
-# CuPy (tests/real_clients/frameworks.rs): cupy-cuda13x with NVIDIA's CUDA 13 runtime and NVRTC wheels,
+# CuPy (tests/real_clients/cupy.rs): cupy-cuda13x with NVIDIA's CUDA 13 runtime and NVRTC wheels,
 # pinned; about 300 MB to download. CuPy's own cudart is statically linked; NVRTC compiles
 # its kernels (which the fake GPU loads and does not run).
 section "Python CuPy client (cupy-cuda13x)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An ordinary CuPy program (cupy-cuda13x with NVIDIA's CUDA runtime wheel). It knows
-nothing about gpucap or the fake GPU: tests/real_clients/frameworks.rs runs it on the fake GPU, with
+nothing about gpucap or the fake GPU: tests/real_clients/cupy.rs runs it on the fake GPU, with
 and without the shim, and reads its output.
 
 Usage: cupy_client.py [STEP...] where each STEP is

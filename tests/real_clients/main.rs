@@ -6,9 +6,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-
+mod cupy;
 mod driver_answers;
-mod frameworks;
 mod numba;
 mod python_client;
 mod real_clients;
