@@ -11,3 +11,4 @@ mod driver_answers;
 mod numba;
 mod python_client;
 mod real_clients;
+mod scenarios;

@@ -18,6 +18,9 @@ pub struct Client {
     pub var: &'static str,
     pub what: &'static str,
     pub caches: &'static [&'static str],
+    /// Its refusal as its `fill` step prints it after `err`: the exception's class, and
+    /// for some clients the driver's code.
+    pub oom: &'static str,
 }
 
 /// One run of a client.
