@@ -486,6 +486,18 @@ static void g_module(void) {
         snprintf(k, sizeof k, "%s.takes", limits[i].name);
         mach_int(k, (long long)before - (long long)info_free());
     }
+    /* Recorded, not compared: the limits CUDA 12.5 added for CUDA-in-Graphics contexts
+       ("can only be queried"), read in an ordinary context; cuDNN 9 asks CU_LIMIT_CIG_ENABLED
+       (8), which the fake answers with 0 (7 and 9 it does not know). */
+    for (int l = 7; l <= 9; l++) {
+        char k[96];
+        size_t val = 0;
+        CUresult rc = cuCtxGetLimit(&val, l);
+        snprintf(k, sizeof k, "limit.get_%d.rc", l);
+        mach_int(k, rc);
+        snprintf(k, sizeof k, "limit.get_%d.value", l);
+        mach_int(k, rc == CUDA_SUCCESS ? (long long)val : -1);
+    }
     RC("module.cuModuleLoadData(garbage)", cuModuleLoadData(&m, "not an image"));
     MUST(cuMemFree_v2(w));
 }
