@@ -498,6 +498,11 @@ static void g_module(void) {
         snprintf(k, sizeof k, "limit.get_%d.value", l);
         mach_int(k, rc == CUDA_SUCCESS ? (long long)val : -1);
     }
+    /* Recorded, not compared: copies and sets of 0 bytes to NULL (XLA, in TensorFlow's
+       jit-compiled steps, copies 0 bytes to a NULL destination; the fake answers
+       CUDA_ERROR_INVALID_VALUE). */
+    mach_int("copy.cuMemcpyDtoD_v2(NULL,w,0).rc", cuMemcpyDtoD_v2(0, w, 0));
+    mach_int("copy.cuMemsetD8_v2(NULL,0,0).rc", cuMemsetD8_v2(0, 0, 0));
     RC("module.cuModuleLoadData(garbage)", cuModuleLoadData(&m, "not an image"));
     MUST(cuMemFree_v2(w));
 }

@@ -195,6 +195,32 @@ pub struct CudaMemAllocNodeParams {
 
 const _: () = assert!(std::mem::size_of::<CudaMemAllocNodeParams>() == 120);
 
+/// CUDA_KERNEL_NODE_PARAMS_v1 (56 bytes): what `cuGraphAddKernelNode` (CUDA 10) reads.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaKernelNodeParamsV1 {
+    pub func: usize,
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem_bytes: c_uint,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaKernelNodeParamsV1>() == 56);
+
+/// CUDA_KERNEL_NODE_PARAMS_v2 (72 bytes, `cuGraphAddKernelNode_v2`): v1 and then `kern`,
+/// launched when `func` is NULL, in `ctx` (NULL: the current context; ignored with `func`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaKernelNodeParams {
+    pub v1: CudaKernelNodeParamsV1,
+    pub kern: usize,
+    pub ctx: usize,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaKernelNodeParams>() == 72);
+
 /// CUDA_GRAPH_INSTANTIATE_PARAMS (32 bytes): `err_node_out` and `result_out` are written.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

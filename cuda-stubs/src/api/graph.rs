@@ -1,19 +1,22 @@
 //! CUDA graphs as far as their memory goes (see `model::graph`): graphs of memory alloc and
-//! free nodes, their executable graphs (instantiate, upload, launch, destroy), the nodes'
-//! queries, and each device's graph memory (attributes, trim). Stream capture is in
-//! `api/stream.rs` and `api/pool.rs`.
+//! free nodes and of kernel nodes (which run nothing), their executable graphs (instantiate,
+//! upload, launch, destroy), the nodes' queries, and each device's graph memory
+//! (attributes, trim). Stream capture is in `api/stream.rs` and `api/pool.rs`.
 
 use crate::abi::types::{
     CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
     CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
-    CUdeviceptr, CudaGraphInstantiateParams, CudaMemAllocNodeParams,
+    CUdeviceptr, CudaGraphInstantiateParams, CudaKernelNodeParams, CudaKernelNodeParamsV1,
+    CudaMemAllocNodeParams,
 };
-use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CuResult, inp, note, out};
+use crate::abi::{
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult, CuResult, inp, note, out,
+};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
 use crate::model::graph::{self, Node};
-use crate::model::stream;
+use crate::model::{module, stream};
 use libc::{c_char, c_int, c_uint};
 
 /// Instantiation flags the driver knows: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
@@ -33,6 +36,56 @@ fn check_deps(graph: usize, deps: *const usize, n: usize) -> CuResult {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
     }
+    Ok(())
+}
+
+/// A kernel node: its kernel (`func`, else `kern`), grid and block checked as a launch's
+/// are, in the current context (the fake's kernels belong to no context: a `ctx` given
+/// with `kern` is not checked); the parameters are not kept, as the node runs nothing.
+/// Parameters given both as `kernelParams` and `extra` are CUDA_ERROR_INVALID_VALUE
+/// (`cuda.h`).
+fn add_kernel_node(
+    ph: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    n: usize,
+    p: CudaKernelNodeParams,
+) -> CuResult {
+    if ph.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    check_deps(graph, deps, n)?;
+    let f = kernel_of(p)?;
+    let node = graph::add_kernel(graph)?;
+    note(|| format!("node={node:#x} {}", function_name(f)));
+    out(ph, node)
+}
+
+/// The function a kernel node's parameters launch, checked as a launch's, in the current
+/// context (see [`add_kernel_node`]).
+fn kernel_of(p: CudaKernelNodeParams) -> Result<usize, CUresult> {
+    let (ctx, dev) = current()?;
+    let k = p.v1;
+    if !k.kernel_params.is_null() && !k.extra.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let f = module::launchable(if k.func != 0 { k.func } else { p.kern })?;
+    module::check_dims(k.grid, k.block)?;
+    module::use_in_context(f, ctx, dev)?;
+    Ok(f)
+}
+
+fn function_name(f: usize) -> String {
+    module::get_function(f).map(|f| f.name).unwrap_or_default()
+}
+
+/// An update of a kernel node in an executable graph: the node one of the kernel nodes of
+/// the graph it was instantiated from, the new parameters valid as a new node's. Nothing
+/// is kept (the node runs nothing).
+fn set_exec_kernel(exec: usize, node: usize, p: CudaKernelNodeParams) -> CuResult {
+    graph::exec_kernel(exec, node)?;
+    let f = kernel_of(p)?;
+    note(|| function_name(f));
     Ok(())
 }
 
@@ -94,6 +147,28 @@ crate::abi::exports! {
         // SAFETY: `params` was read above (not NULL); its `dptr` field is the output.
         out(unsafe { std::ptr::addr_of_mut!((*params).dptr) }, dptr)?;
         out(ph, node)
+    }
+
+    // CUDA 12's layout (kern, ctx); XLA's command buffers (TensorFlow's jit-compiled
+    // functions) build their graphs with it.
+    fn cuGraphAddKernelNode_v2(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaKernelNodeParams) {
+        add_kernel_node(ph, graph, deps, n, inp(params)?)
+    }
+
+    // CUDA 10's layout: the function only.
+    fn cuGraphAddKernelNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaKernelNodeParamsV1) {
+        let v1 = inp(params)?;
+        add_kernel_node(ph, graph, deps, n, CudaKernelNodeParams { v1, kern: 0, ctx: 0 })
+    }
+
+    // XLA updates its command buffers' kernels between runs with it.
+    fn cuGraphExecKernelNodeSetParams_v2(exec: usize, node: usize, params: *const CudaKernelNodeParams) {
+        set_exec_kernel(exec, node, inp(params)?)
+    }
+
+    fn cuGraphExecKernelNodeSetParams(exec: usize, node: usize, params: *const CudaKernelNodeParamsV1) {
+        let v1 = inp(params)?;
+        set_exec_kernel(exec, node, CudaKernelNodeParams { v1, kern: 0, ctx: 0 })
     }
 
     fn cuGraphAddMemFreeNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, dptr: CUdeviceptr) {

@@ -120,6 +120,8 @@ struct Exec {
     footprint: Vec<(usize, u64)>,
     /// The alloc and free nodes, copied at instantiation.
     nodes: Vec<Node>,
+    /// The graph's kernel nodes at instantiation (whose parameters an update may set).
+    kernels: Vec<usize>,
     bound: bool,
     auto_free: bool,
     /// Allocations a launch left live: (dptr, device, size).
@@ -321,6 +323,11 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
         .filter_map(|h| g.nodes.get(h))
         .map(|(_, n)| n.clone())
         .collect();
+    let kernels: Vec<usize> = list
+        .iter()
+        .copied()
+        .filter(|h| matches!(g.nodes.get(h), Some((_, Node::Kernel))))
+        .collect();
     let mut footprint: Vec<(usize, u64)> = Vec::new();
     for n in &nodes {
         if let Node::Alloc(a) = n {
@@ -334,6 +341,7 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
     let e = Exec {
         footprint,
         nodes,
+        kernels,
         bound: false,
         auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
         live: Vec::new(),
@@ -344,6 +352,15 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
         return Err(rc);
     }
     Ok(exec)
+}
+
+/// Whether `node` is a kernel node of the graph `exec` was instantiated from (an update of
+/// its parameters in `exec` may be made): CUDA_ERROR_INVALID_VALUE if not.
+pub fn exec_kernel(exec: usize, node: usize) -> CuResult {
+    match graphs().execs.get(&exec) {
+        Some(e) if e.kernels.contains(&node) => Ok(()),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
 }
 
 /// cuGraphUpload: the exec's memory reserved if it is not.
