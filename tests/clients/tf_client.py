@@ -18,6 +18,12 @@ Usage: tf_client.py [STEP...] where each STEP is
   free           drop the tensors
   copy:<MiB>     that many MiB of random bytes to GPU 0 and back (.numpy()); compares
   kernel         an elementwise op on GPU 0 (launched on the fake: not run)
+  fit:<batch>[:xla]
+                 one epoch of Keras's fit of a small convolutional net on 4 batches of random
+                 32x32 images with soft placement (Keras puts its input pipeline on the CPU);
+                 the weights must live on GPU 0. jit_compile=False (TensorFlow's kernels,
+                 cuDNN, cuBLAS), or with :xla Keras's default ("auto": XLA on a GPU, whose
+                 command buffers are CUDA graphs)
 
 Output, one fact per line:
   tf <version> cuda=<build's CUDA version> cudnn=<build's cuDNN version>
@@ -29,6 +35,7 @@ Output, one fact per line:
   freed
   copy <MiB> ok <device> | copy <MiB> mismatch <device>
   kernel ok <device>
+  fit <batch> ok <device of the first weight> | fit <batch> err <exception class>
   done
 """
 
@@ -101,6 +108,34 @@ def step(s):
             a = tf.ones((1024,))
             b = a * 2 + 1  # launched; the fake does not run it
         print(f"kernel ok {b.device.split('/')[-1]}", flush=True)
+    elif s.startswith("fit:"):
+        import keras
+
+        batch = int(s.split(":")[1])
+        jit = "auto" if s.endswith(":xla") else False
+        tf.config.set_soft_device_placement(True)
+        try:
+            with tf.device("/GPU:0"):
+                m = keras.Sequential([
+                    keras.Input((32, 32, 3)),
+                    keras.layers.Conv2D(32, 3, activation="relu"),
+                    keras.layers.Conv2D(32, 3, activation="relu"),
+                    keras.layers.GlobalAveragePooling2D(),
+                    keras.layers.Dense(10),
+                ])
+                m.compile(optimizer="adam", jit_compile=jit,
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                rng = np.random.default_rng(batch)
+                x = rng.random((4 * batch, 32, 32, 3), dtype=np.float32)
+                y = rng.integers(0, 10, 4 * batch)
+                m.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+            where = m.weights[0].value.device.split("/")[-1]
+            print(f"fit {batch} ok {where}", flush=True)
+        except tf.errors.OpError as e:
+            print(f"fit {batch} err {type(e).__name__}", flush=True)
+            print(str(e)[:2000], file=sys.stderr)
+        finally:
+            tf.config.set_soft_device_placement(False)
     else:
         print(f"bad step {s!r}", file=sys.stderr)
         sys.exit(2)
