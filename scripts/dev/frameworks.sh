@@ -404,14 +404,13 @@ if [[ $want == *" tf "* ]]; then
         expect_stats "d[0]['peak_used'] <= 1 << 30 and d[0]['alloc_calls'] > 100"
         verdict "Keras fit of a small convolutional net (jit_compile=False: TensorFlow's kernels, cuDNN, cuBLAS) under a 1 GiB cap"
 
-        # XLA's command buffers (CUDA graphs) add memcpy nodes (cuGraphAddMemcpyNode), a stub
-        # of the fake: they are turned off here (docs/src/fake-gpu.md).
-        run tf-fit-xla "${T[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=3Gi FAKECUDA_TOTAL_MEM=8Gi \
-            XLA_FLAGS=--xla_gpu_enable_command_buffer= -- "$PY" "$C" fit:32:xla meminfo
+        # XLA's command buffers are CUDA graphs built node by node (kernel and memcpy nodes)
+        # and updated between launches.
+        run tf-fit-xla "${T[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=3Gi FAKECUDA_TOTAL_MEM=8Gi -- "$PY" "$C" fit:32:xla meminfo
         expect_done
         expect_line "^fit 32 ok device:GPU:0$"
         expect_stats "d[0]['peak_used'] <= 3 << 30"
-        verdict "the same fit jit-compiled by XLA (Keras's default on a GPU; XLA's command buffers off) under a 3 GiB cap"
+        verdict "the same fit jit-compiled by XLA (Keras's default on a GPU), its command buffers CUDA graphs, under a 3 GiB cap"
 
         run tf-visible "${T[@]}" LD_PRELOAD="$SHIM" FAKECUDA_DEVICES=2 FAKECUDA_TOTAL_MEM=2Gi CUDA_VISIBLE_DEVICES=1,0 \
             GPUCAP_LIMIT=0=400MiB,1=800MiB -- "$PY" "$C" info devices fill:100

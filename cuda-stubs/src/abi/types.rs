@@ -221,6 +221,41 @@ pub struct CudaKernelNodeParams {
 
 const _: () = assert!(std::mem::size_of::<CudaKernelNodeParams>() == 72);
 
+/// CUmemorytype.
+pub const CU_MEMORYTYPE_HOST: c_int = 1;
+pub const CU_MEMORYTYPE_DEVICE: c_int = 2;
+pub const CU_MEMORYTYPE_UNIFIED: c_int = 4;
+
+/// One side of a CUDA_MEMCPY3D (88 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Memcpy3dSide {
+    pub x_in_bytes: usize,
+    pub y: usize,
+    pub z: usize,
+    pub lod: usize,
+    pub memory_type: c_int,
+    pub host: usize,
+    pub device: CUdeviceptr,
+    pub array: usize,
+    pub reserved: usize,
+    pub pitch: usize,
+    pub height: usize,
+}
+
+/// CUDA_MEMCPY3D (v2, 200 bytes): source, destination, then the extent.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaMemcpy3d {
+    pub src: Memcpy3dSide,
+    pub dst: Memcpy3dSide,
+    pub width_in_bytes: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaMemcpy3d>() == 200);
+
 /// CUDA_GRAPH_INSTANTIATE_PARAMS (32 bytes): `err_node_out` and `result_out` are written.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -235,6 +270,7 @@ const _: () = assert!(std::mem::size_of::<CudaGraphInstantiateParams>() == 32);
 
 // CUgraphNodeType: the memory nodes (the fake makes no other kind).
 pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
+pub const CU_GRAPH_NODE_TYPE_MEMCPY: c_int = 1;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 

@@ -6,18 +6,20 @@
 use crate::abi::types::{
     CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
     CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
-    CUdeviceptr, CudaGraphInstantiateParams, CudaKernelNodeParams, CudaKernelNodeParamsV1,
-    CudaMemAllocNodeParams,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMORYTYPE_DEVICE,
+    CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, CUdeviceptr,
+    CudaGraphInstantiateParams, CudaKernelNodeParams, CudaKernelNodeParamsV1,
+    CudaMemAllocNodeParams, CudaMemcpy3d, Memcpy3dSide,
 };
 use crate::abi::{
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult, CuResult, inp, note, out,
 };
+use crate::model::address::check_range;
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
-use crate::model::graph::{self, Node};
+use crate::model::graph::{self, Copy1d, Node};
 use crate::model::{module, stream};
-use libc::{c_char, c_int, c_uint};
+use libc::{c_char, c_int, c_uint, c_void};
 
 /// Instantiation flags the driver knows: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
 /// USE_NODE_PRIORITY.
@@ -86,6 +88,74 @@ fn set_exec_kernel(exec: usize, node: usize, p: CudaKernelNodeParams) -> CuResul
     graph::exec_kernel(exec, node)?;
     let f = kernel_of(p)?;
     note(|| function_name(f));
+    Ok(())
+}
+
+/// One side of a memcpy node's CUDA_MEMCPY3D as an address: host, device or unified
+/// memory at X bytes (CUDA arrays, and rows or slices beyond the first, are
+/// CUDA_ERROR_NOT_SUPPORTED: the fake makes linear copies only); `reserved` must be NULL.
+fn side(s: &Memcpy3dSide) -> Result<(u64, bool), CUresult> {
+    if s.reserved != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if s.y != 0 || s.z != 0 {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let (base, device) = match s.memory_type {
+        CU_MEMORYTYPE_HOST => (s.host as u64, false),
+        CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED => (s.device, true),
+        3 => return Err(CUDA_ERROR_NOT_SUPPORTED), // CU_MEMORYTYPE_ARRAY
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    let at = base
+        .checked_add(s.x_in_bytes as u64)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok((at, device))
+}
+
+/// A memcpy node's copy: one row of `WidthInBytes` (a height and depth of 1), its device
+/// ranges checked now as a copy's are; they are checked again when the node runs.
+fn copy_of(p: &CudaMemcpy3d) -> Result<Copy1d, CUresult> {
+    current()?;
+    if p.height != 1 || p.depth != 1 {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let ((dst, dst_device), (src, src_device)) = (side(&p.dst)?, side(&p.src)?);
+    let c = Copy1d {
+        dst,
+        dst_device,
+        src,
+        src_device,
+        n: p.width_in_bytes,
+    };
+    check_copy(&c)?;
+    Ok(c)
+}
+
+fn check_copy(c: &Copy1d) -> CuResult {
+    if c.n == 0 {
+        return Ok(());
+    }
+    if c.dst == 0 || c.src == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if c.src_device {
+        check_range(c.src, c.n, false)?;
+    }
+    if c.dst_device {
+        check_range(c.dst, c.n, true)?;
+    }
+    Ok(())
+}
+
+/// Makes a memcpy node's copy (its graph launched).
+fn run_copy(c: &Copy1d) -> CuResult {
+    check_copy(c)?;
+    if c.n > 0 {
+        // SAFETY: device ranges were checked as accessible memory of n bytes; host ranges
+        // are the caller's responsibility, as with the real driver.
+        unsafe { libc::memmove(c.dst as *mut c_void, c.src as *const c_void, c.n) };
+    }
     Ok(())
 }
 
@@ -169,6 +239,26 @@ crate::abi::exports! {
     fn cuGraphExecKernelNodeSetParams(exec: usize, node: usize, params: *const CudaKernelNodeParamsV1) {
         let v1 = inp(params)?;
         set_exec_kernel(exec, node, CudaKernelNodeParams { v1, kern: 0, ctx: 0 })
+    }
+
+    // A linear copy between host and device memory (XLA's command buffers add
+    // device-to-device ones); `ctx` is the context it runs in (the fake checks the current).
+    fn cuGraphAddMemcpyNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaMemcpy3d, ctx: usize) {
+        let _ = ctx;
+        if ph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        check_deps(graph, deps, n)?;
+        let c = copy_of(&inp(params)?)?;
+        let node = graph::add_memcpy(graph, c)?;
+        note(|| format!("node={node:#x} {} bytes", c.n));
+        out(ph, node)
+    }
+
+    fn cuGraphExecMemcpyNodeSetParams(exec: usize, node: usize, params: *const CudaMemcpy3d, ctx: usize) {
+        let _ = ctx;
+        let c = copy_of(&inp(params)?)?;
+        graph::set_exec_memcpy(exec, node, c)
     }
 
     fn cuGraphAddMemFreeNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, dptr: CUdeviceptr) {
@@ -260,9 +350,13 @@ crate::abi::exports! {
         graph::upload(exec)
     }
 
+    // Kernels run nothing; memcpy nodes copy, in the order they were added.
     fn cuGraphLaunch | cuGraphLaunch_ptsz (exec: usize, stream: usize) {
         stream::check(stream)?;
-        graph::launch(exec)
+        for c in graph::launch(exec)? {
+            run_copy(&c)?;
+        }
+        Ok(())
     }
 
     fn cuGraphExecDestroy(exec: usize) {
