@@ -513,6 +513,249 @@ fn launches_on_a_capturing_stream_are_kernel_nodes() {
     }
 }
 
+/// XLA's command buffers (TensorFlow's jit-compiled steps) build graphs node by node
+/// (cuGraphAddKernelNode_v2), instantiate and launch them, and update a kernel node of the
+/// executable graph before a later launch (cuGraphExecKernelNodeSetParams_v2): Keras's
+/// `fit` failed with "Failed to add kernel node to a CUDA graph" while these were stubs.
+#[test]
+fn kernel_nodes_are_added_and_updated_as_xla_does() {
+    let _g = setup();
+    use crate::abi::types::{CudaKernelNodeParams, CudaKernelNodeParamsV1};
+    use crate::api::graph::{
+        cuGraphAddKernelNode, cuGraphAddKernelNode_v2, cuGraphCreate, cuGraphDestroy,
+        cuGraphExecDestroy, cuGraphExecKernelNodeSetParams_v2, cuGraphGetNodes,
+        cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphNodeGetType,
+    };
+    let elf = build_elf(&["node_kernel"], &[]);
+    let params = |func: usize, kern: usize, grid: u32, block: u32| CudaKernelNodeParams {
+        v1: CudaKernelNodeParamsV1 {
+            func,
+            grid: [grid, 1, 1],
+            block: [block, 1, 1],
+            shared_mem_bytes: 0,
+            kernel_params: null_mut(),
+            extra: null_mut(),
+        },
+        kern,
+        ctx: 0,
+    };
+    unsafe {
+        let lib = load_library(&elf);
+        let (mut k, mut f) = (0, 0);
+        assert_eq!(
+            cuLibraryGetKernel(&mut k, lib, c"node_kernel".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuKernelGetFunction(&mut f, k), CUDA_SUCCESS);
+        let mut g = 0usize;
+        assert_eq!(cuGraphCreate(&mut g, 0), CUDA_SUCCESS);
+        // A function; a kernel (func NULL), after the first; the CUDA 10 layout.
+        let (mut a, mut b, mut c) = (0usize, 0usize, 0usize);
+        assert_eq!(
+            cuGraphAddKernelNode_v2(&mut a, g, null(), 0, &params(f, 0, 4, 128)),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuGraphAddKernelNode_v2(&mut b, g, &a, 1, &params(0, k, 4, 128)),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuGraphAddKernelNode(&mut c, g, &b, 1, &params(f, 0, 1, 32).v1),
+            CUDA_SUCCESS
+        );
+        let mut t = -1;
+        assert_eq!(cuGraphNodeGetType(b, &mut t), CUDA_SUCCESS);
+        assert_eq!(t, 0, "CU_GRAPH_NODE_TYPE_KERNEL");
+        let mut n = 0usize;
+        assert_eq!(cuGraphGetNodes(g, null_mut(), &mut n), CUDA_SUCCESS);
+        assert_eq!(n, 3);
+        // Refused as a launch would be, or as the header says.
+        let mut x = 0usize;
+        assert_eq!(
+            cuGraphAddKernelNode_v2(&mut x, g, null(), 0, &params(0, 0, 4, 128)),
+            CUDA_ERROR_INVALID_HANDLE,
+            "no kernel, as a launch of a NULL function"
+        );
+        for (p, why) in [
+            (params(f, 0, 0, 128), "an empty grid"),
+            (params(f, 0, 4, 2048), "a block of more than 1024 threads"),
+        ] {
+            assert_eq!(
+                cuGraphAddKernelNode_v2(&mut x, g, null(), 0, &p),
+                CUDA_ERROR_INVALID_VALUE,
+                "{why}"
+            );
+        }
+        let mut both = params(f, 0, 4, 128);
+        let mut buf = [null_mut::<c_void>(); 1];
+        both.v1.kernel_params = buf.as_mut_ptr();
+        both.v1.extra = buf.as_mut_ptr();
+        assert_eq!(
+            cuGraphAddKernelNode_v2(&mut x, g, null(), 0, &both),
+            CUDA_ERROR_INVALID_VALUE,
+            "kernelParams and extra both given"
+        );
+        let stranger = 0xdead_usize;
+        assert_eq!(
+            cuGraphAddKernelNode_v2(&mut x, g, &stranger, 1, &params(f, 0, 4, 128)),
+            CUDA_ERROR_INVALID_VALUE,
+            "a dependency not of the graph"
+        );
+        assert_eq!(cuGraphGetNodes(g, null_mut(), &mut n), CUDA_SUCCESS);
+        assert_eq!(n, 3, "nothing added by a refusal");
+
+        let mut exec = 0usize;
+        assert_eq!(cuGraphInstantiateWithFlags(&mut exec, g, 0), CUDA_SUCCESS);
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_SUCCESS);
+        assert_eq!(
+            cuGraphExecKernelNodeSetParams_v2(exec, b, &params(f, 0, 8, 256)),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_SUCCESS);
+        assert_eq!(
+            cuGraphExecKernelNodeSetParams_v2(exec, b, &params(f, 0, 0, 256)),
+            CUDA_ERROR_INVALID_VALUE,
+            "an empty grid"
+        );
+        assert_eq!(
+            cuGraphExecKernelNodeSetParams_v2(exec, stranger, &params(f, 0, 8, 256)),
+            CUDA_ERROR_INVALID_VALUE,
+            "not a node of the exec's graph"
+        );
+        // A node added after instantiation is not in the exec.
+        let mut late = 0usize;
+        assert_eq!(
+            cuGraphAddKernelNode_v2(&mut late, g, null(), 0, &params(f, 0, 1, 32)),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuGraphExecKernelNodeSetParams_v2(exec, late, &params(f, 0, 1, 32)),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        assert_eq!(
+            cuGraphExecKernelNodeSetParams_v2(exec, b, &params(f, 0, 8, 256)),
+            CUDA_ERROR_INVALID_VALUE,
+            "a destroyed exec"
+        );
+        assert_eq!(cuGraphDestroy(g), CUDA_SUCCESS);
+        assert_eq!(cuLibraryUnload(lib), CUDA_SUCCESS);
+    }
+}
+
+/// XLA's command buffers copy device to device inside their graphs (cuGraphAddMemcpyNode)
+/// and retarget the copies between launches (cuGraphExecMemcpyNodeSetParams): a launch
+/// makes the copy, real bytes, as the exec last set it. Keras's `fit` failed with "Failed
+/// to add memcpy d2d node to a CUDA graph" while these were stubs.
+#[test]
+fn memcpy_nodes_copy_when_the_graph_is_launched() {
+    let _g = setup();
+    use crate::abi::types::{CudaMemcpy3d, Memcpy3dSide};
+    use crate::api::graph::{
+        cuGraphAddMemcpyNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy,
+        cuGraphExecMemcpyNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch,
+        cuGraphNodeGetType,
+    };
+    use crate::api::memory::{cuMemAlloc_v2, cuMemFree_v2};
+    const DEVICE: i32 = 2;
+    let side = |t: i32, device: u64, x: usize| Memcpy3dSide {
+        x_in_bytes: x,
+        y: 0,
+        z: 0,
+        lod: 0,
+        memory_type: t,
+        host: 0,
+        device,
+        array: 0,
+        reserved: 0,
+        pitch: 0,
+        height: 0,
+    };
+    let d2d = |dst: u64, src: u64, n: usize| CudaMemcpy3d {
+        src: side(DEVICE, src, 0),
+        dst: side(DEVICE, dst, 0),
+        width_in_bytes: n,
+        height: 1,
+        depth: 1,
+    };
+    unsafe {
+        let (mut a, mut b, mut c) = (0u64, 0u64, 0u64);
+        for p in [&mut a, &mut b, &mut c] {
+            assert_eq!(cuMemAlloc_v2(p, 4096), CUDA_SUCCESS);
+        }
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        assert_eq!(
+            cuMemcpyHtoD_v2(a, bytes.as_ptr().cast(), 4096),
+            CUDA_SUCCESS
+        );
+        let mut g = 0usize;
+        assert_eq!(cuGraphCreate(&mut g, 0), CUDA_SUCCESS);
+        let mut node = 0usize;
+        assert_eq!(
+            cuGraphAddMemcpyNode(&mut node, g, null(), 0, &d2d(b, a, 4096), 0),
+            CUDA_SUCCESS
+        );
+        let mut t = -1;
+        assert_eq!(cuGraphNodeGetType(node, &mut t), CUDA_SUCCESS);
+        assert_eq!(t, 1, "CU_GRAPH_NODE_TYPE_MEMCPY");
+        // Refused: beyond the allocation, a reserved field set, what the fake does not copy.
+        let mut x = 0usize;
+        assert_eq!(
+            cuGraphAddMemcpyNode(&mut x, g, null(), 0, &d2d(b, a, 4097), 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        let mut bad = d2d(b, a, 16);
+        bad.src.reserved = 1;
+        assert_eq!(
+            cuGraphAddMemcpyNode(&mut x, g, null(), 0, &bad, 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        let mut rows = d2d(b, a, 16);
+        rows.height = 2;
+        let mut array = d2d(b, a, 16);
+        array.dst.memory_type = 3;
+        for p in [rows, array] {
+            assert_eq!(
+                cuGraphAddMemcpyNode(&mut x, g, null(), 0, &p, 0),
+                crate::abi::CUDA_ERROR_NOT_SUPPORTED
+            );
+        }
+        let mut exec = 0usize;
+        assert_eq!(cuGraphInstantiateWithFlags(&mut exec, g, 0), CUDA_SUCCESS);
+        let back = |p: u64| {
+            let mut v = vec![0u8; 4096];
+            assert_eq!(
+                cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), p, 4096),
+                CUDA_SUCCESS
+            );
+            v
+        };
+        assert_eq!(back(b), vec![0u8; 4096], "nothing copied before the launch");
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_SUCCESS);
+        assert_eq!(back(b), bytes);
+        // Retargeted in the exec: the next launch copies to c, from its second half.
+        assert_eq!(
+            cuGraphExecMemcpyNodeSetParams(exec, node, &d2d(c, a + 2048, 2048), 0),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_SUCCESS);
+        assert_eq!(back(c)[..2048], bytes[2048..]);
+        assert_eq!(
+            cuGraphExecMemcpyNodeSetParams(exec, 0xdead, &d2d(c, a, 16), 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "not a memcpy node of the exec's graph"
+        );
+        // Its memory freed, the copy is refused when the graph runs.
+        assert_eq!(cuMemFree_v2(c), CUDA_SUCCESS);
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        assert_eq!(cuGraphDestroy(g), CUDA_SUCCESS);
+        for p in [a, b] {
+            assert_eq!(cuMemFree_v2(p), CUDA_SUCCESS);
+        }
+    }
+}
+
 /// cuBLAS asks at cublasCreate how many clusters of 1 to 16 blocks fit (PyTorch's first
 /// matrix product): it failed with CUBLAS_STATUS_NOT_INITIALIZED while these were stubs.
 #[test]

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# PyTorch and JAX, unmodified from their PyPI wheels, on gpucap's fake GPU: alone, then under
-# gpucap. Needs no GPU. Installs the frameworks in their own virtual environments
-# (target/venv-torch, target/venv-jax: about 5 GB each, reused when present; the download
-# and install time is printed), builds the fake GPU and the shim, runs
-# tests/clients/torch_client.py and tests/clients/jax_client.py and checks what they print
-# and what the fake driver recorded (FAKECUDA_STATS). Prints one line per check and a
-# summary; exits 1 if any check failed.
+# PyTorch, JAX and TensorFlow, unmodified from their PyPI wheels, on gpucap's fake GPU:
+# alone, then under gpucap. Needs no GPU. Installs the frameworks in their own virtual
+# environments (target/venv-torch, target/venv-jax, target/venv-tf: 4 to 6.5 GB each, reused
+# when present; the download and install time is printed), builds the fake GPU and the
+# shim, runs tests/clients/torch_client.py, jax_client.py and tf_client.py and checks what
+# they print and what the fake driver recorded (FAKECUDA_STATS). Prints one line per check
+# and a summary; exits 1 if any check failed.
 #
-#   scripts/dev/frameworks.sh            # both
-#   scripts/dev/frameworks.sh torch      # or: jax
+#   scripts/dev/frameworks.sh            # all three
+#   scripts/dev/frameworks.sh torch      # or: jax, tf (or several: torch tf)
 #
 # JAX looks for /dev/nvidiactl (or /dev/nvidia0) before it tries CUDA at all, which is not
 # the driver's to answer (docs/src/fake-gpu.md, "Frameworks on the fake GPU"): JAX runs in a private mount
@@ -21,8 +21,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 TORCH_SPEC=(torch==2.15.0 numpy==2.4.6)
 # jax 0.11 and later need Python 3.12; the machine has 3.11.
 JAX_SPEC=("jax[cuda13]==0.10.2")
+# TensorFlow's GPU build uses CUDA 12 (cudart 12.9 here) from these wheels.
+TF_SPEC=("tensorflow[and-cuda]==2.21.0" numpy==2.4.6 nvidia-cublas-cu12==12.9.3.13
+    nvidia-cuda-cupti-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-nvrtc-cu12==12.9.86
+    nvidia-cuda-runtime-cu12==12.9.79 nvidia-cudnn-cu12==9.28.0.42 nvidia-cufft-cu12==11.4.1.4
+    nvidia-curand-cu12==10.3.10.19 nvidia-cusolver-cu12==11.7.5.82 nvidia-cusparse-cu12==12.5.10.65
+    nvidia-nccl-cu12==2.32.3 nvidia-nvjitlink-cu12==12.9.86)
 
-want=("${@:-torch jax}")
+want=("${@:-torch jax tf}")
 want=" ${want[*]} "
 
 section() { printf '\n===== %s =====\n' "$*"; }
@@ -306,6 +312,119 @@ if [[ $want == *" jax "* ]]; then
     else
         failed=$((failed + 1))
         results+=("FAIL jax: could not install ${JAX_SPEC[*]}")
+    fi
+fi
+
+if [[ $want == *" tf "* ]]; then
+    section "TensorFlow (${TF_SPEC[*]})"
+    tf_probe="import tensorflow as tf; assert tf.test.is_built_with_cuda(); print(tf.__version__)"
+    if make_venv target/venv-tf "$tf_probe" "${TF_SPEC[@]}"; then
+        PY=$ROOT/target/venv-tf/bin/python
+        C=$ROOT/tests/clients/tf_client.py
+        echo "tensorflow $(TF_CPP_MIN_LOG_LEVEL=3 $PY -c "$tf_probe" 2>/dev/null)"
+        # TensorFlow 2.21's libtensorflow_framework.so.2 has every nvidia/*/lib of its wheels
+        # in its RUNPATH but cuSOLVER's, so its dlopen of libcusolver.so.11 fails and it
+        # registers no GPU ("Cannot dlopen some GPU libraries"), on any machine; the wheel's
+        # directory goes on the library path. TensorFlow needs no /dev/nvidiactl.
+        CUSOLVER=$($PY -c "import nvidia.cusolver as m; print(list(m.__path__)[0] + '/lib')")
+        # TensorFlow's start-up log (level 0) says what device memory it took.
+        T=(LD_LIBRARY_PATH="$FAKE:$CUSOLVER" TF_CPP_MIN_LOG_LEVEL=0)
+
+        # TensorFlow keeps back 1800 MiB of a device of compute capability 9 (225 MiB of one
+        # under 2 GiB) from the free memory it is shown (its MinSystemMemory); on the 4 GiB
+        # device cudart has loaded a 4-byte global before TensorFlow asks.
+        run tf-plain "${T[@]}" FAKECUDA_TOTAL_MEM=4Gi -- "$PY" "$C" info devices meminfo copy:64 fill:256 meminfo kernel
+        expect_done
+        expect_line "^gpus 1$"
+        expect_line "^gpu 0 name=FakeCUDA_Device_0 cc=9.0$"
+        expect_line "^device /device:GPU:0 memory_limit=$((4 * GIB - 1800 * MIB - 4))$"
+        expect_err "Created device /job:localhost/replica:0/task:0/device:GPU:0 with 2295 MB memory"
+        expect_line "^memory_info current=0 peak=0$"
+        expect_line "^copy 64 ok device:GPU:0$"
+        expect_count "^alloc 256 ok$" 8
+        expect_line "^alloc 256 err ResourceExhaustedError$"
+        expect_line "^kernel ok device:GPU:0$"
+        expect_stats "d[0]['peak_used'] >= (4 << 30) - (1800 << 20) - 4096 and d[0]['peak_used'] < 2400 << 20 and d[0]['alloc_calls'] <= 3"
+        verdict "list_physical_devices, device details, BFC takes 4 GiB less 1800 MiB at its first allocation (one cuMemAlloc), tf.zeros on GPU:0 until ResourceExhaustedError, real bytes to the device and back, an op launched (no-op)"
+
+        run tf-growth "${T[@]}" FAKECUDA_TOTAL_MEM=4Gi -- "$PY" "$C" growth devices fill:256 meminfo
+        expect_done
+        expect_count "^alloc 256 ok$" 8
+        expect_line "^alloc 256 err ResourceExhaustedError$"
+        expect_stats "d[0]['alloc_calls'] >= 4 and d[0]['peak_used'] < (4 << 30) - (1800 << 20) - 4096"
+        verdict "set_memory_growth: BFC grows in several cuMemAlloc regions, not one grab"
+
+        run tf-env-growth "${T[@]}" FAKECUDA_TOTAL_MEM=4Gi TF_FORCE_GPU_ALLOW_GROWTH=true -- "$PY" "$C" devices copy:16 meminfo
+        expect_done
+        expect_line "^copy 16 ok device:GPU:0$"
+        expect_stats "d[0]['peak_used'] < 64 << 20"
+        verdict "TF_FORCE_GPU_ALLOW_GROWTH=true: a 16 MiB copy takes under 64 MiB of the device"
+
+        run tf-cap "${T[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi -- "$PY" "$C" info devices fill:100 meminfo
+        expect_done
+        expect_line "^device /device:GPU:0 memory_limit=$((799 * MIB))$"
+        expect_err "Created device /job:localhost/replica:0/task:0/device:GPU:0 with 799 MB memory"
+        expect_count "^alloc 100 ok$" 7
+        expect_line "^alloc 100 err ResourceExhaustedError$"
+        expect_no_err "^gpucap: refused"
+        expect_stats "d[0]['peak_used'] <= 1 << 30 and d[0]['peak_used'] >= 799 << 20"
+        verdict "1 GiB cap: TensorFlow is shown 1 GiB and takes 1 GiB less 225 MiB at start, refuses beyond it itself; driver peak <= cap"
+
+        run tf-cap-vlimit "${T[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi -- "$PY" "$C" vlimit:2048 devices fill:100 meminfo
+        expect_done
+        expect_line "^device /device:GPU:0 memory_limit=$((2 * GIB))$"
+        expect_count "^alloc 100 ok$" 9
+        expect_line "^alloc 100 err ResourceExhaustedError$"
+        expect_err "^gpucap: refused cuMemAlloc of .* on GPU 0: 0 B of the 1 GiB cap in use$"
+        expect_err "^gpucap: refused cuMemAlloc of .* on GPU 0: [0-9.]+ MiB of the 1 GiB cap in use$"
+        expect_stats "d[0]['peak_used'] <= 1 << 30"
+        verdict "a 2 GiB logical device under a 1 GiB cap: gpucap refuses the 2 GiB region, BFC backs off to what fits, the fill ends in ResourceExhaustedError at the cap"
+
+        run tf-async "${T[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi TF_GPU_ALLOCATOR=cuda_malloc_async -- "$PY" "$C" devices fill:100 free meminfo
+        expect_done
+        expect_count "^alloc 100 ok$" 10
+        expect_line "^alloc 100 err ResourceExhaustedError$"
+        expect_err "^gpucap: refused cuMemAllocFromPoolAsync of 100 MiB on GPU 0: 1002 MiB of the 1 GiB cap in use$"
+        expect_stats "d[0]['peak_used'] <= 1 << 30"
+        verdict "TF_GPU_ALLOCATOR=cuda_malloc_async (stream-ordered pool) counted, refused at the cap"
+
+        run tf-growth-mode "${T[@]}" FAKECUDA_TOTAL_MEM=4Gi -- "$GPUCAP" run --growth --limit 1Gi -- "$PY" "$C" devices fill:100 free fill:100
+        expect_done
+        expect_err "TF_FORCE_GPU_ALLOW_GROWTH environment variable is set"
+        expect_line "^device /device:GPU:0 memory_limit=$((799 * MIB))$"
+        expect_count "^alloc 100 ok$" 12
+        expect_count "^alloc 100 err ResourceExhaustedError$" 2
+        expect_stats "d[0]['peak_used'] <= 1 << 30 and d[0]['alloc_calls'] >= 100"
+        verdict "gpucap run --growth --limit 1Gi: TensorFlow grows (gpucap set TF_FORCE_GPU_ALLOW_GROWTH), its regions are served as 2 MiB pages, the second fill is served again under the cap"
+
+        run tf-fit "${T[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi -- "$PY" "$C" fit:32 meminfo
+        expect_done
+        expect_line "^fit 32 ok device:GPU:0$"
+        expect_no_err "^gpucap: refused"
+        expect_stats "d[0]['peak_used'] <= 1 << 30 and d[0]['alloc_calls'] > 100"
+        verdict "Keras fit of a small convolutional net (jit_compile=False: TensorFlow's kernels, cuDNN, cuBLAS) under a 1 GiB cap"
+
+        # XLA's command buffers are CUDA graphs built node by node (kernel and memcpy nodes)
+        # and updated between launches.
+        run tf-fit-xla "${T[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=3Gi FAKECUDA_TOTAL_MEM=8Gi -- "$PY" "$C" fit:32:xla meminfo
+        expect_done
+        expect_line "^fit 32 ok device:GPU:0$"
+        expect_stats "d[0]['peak_used'] <= 3 << 30"
+        verdict "the same fit jit-compiled by XLA (Keras's default on a GPU), its command buffers CUDA graphs, under a 3 GiB cap"
+
+        run tf-visible "${T[@]}" LD_PRELOAD="$SHIM" FAKECUDA_DEVICES=2 FAKECUDA_TOTAL_MEM=2Gi CUDA_VISIBLE_DEVICES=1,0 \
+            GPUCAP_LIMIT=0=400MiB,1=800MiB -- "$PY" "$C" info devices fill:100
+        expect_done
+        expect_line "^gpu 0 name=FakeCUDA_Device_1 cc=9.0$"
+        expect_line "^gpu 1 name=FakeCUDA_Device_0 cc=9.0$"
+        expect_line "^device /device:GPU:0 memory_limit=$((175 * MIB))$"
+        expect_line "^device /device:GPU:1 memory_limit=$((575 * MIB))$"
+        expect_count "^alloc 100 ok$" 1
+        expect_stats "d[0]['physical'] == 1 and d[0]['peak_used'] <= 400 << 20 and d[1]['peak_used'] <= 800 << 20"
+        verdict "per-GPU caps with CUDA_VISIBLE_DEVICES=1,0 (each cap less TensorFlow's 225 MiB)"
+    else
+        failed=$((failed + 1))
+        results+=("FAIL tf: could not install ${TF_SPEC[*]}")
     fi
 fi
 

@@ -486,6 +486,23 @@ static void g_module(void) {
         snprintf(k, sizeof k, "%s.takes", limits[i].name);
         mach_int(k, (long long)before - (long long)info_free());
     }
+    /* Recorded, not compared: the limits CUDA 12.5 added for CUDA-in-Graphics contexts
+       ("can only be queried"), read in an ordinary context; cuDNN 9 asks CU_LIMIT_CIG_ENABLED
+       (8), which the fake answers with 0 (7 and 9 it does not know). */
+    for (int l = 7; l <= 9; l++) {
+        char k[96];
+        size_t val = 0;
+        CUresult rc = cuCtxGetLimit(&val, l);
+        snprintf(k, sizeof k, "limit.get_%d.rc", l);
+        mach_int(k, rc);
+        snprintf(k, sizeof k, "limit.get_%d.value", l);
+        mach_int(k, rc == CUDA_SUCCESS ? (long long)val : -1);
+    }
+    /* Recorded, not compared: copies and sets of 0 bytes to NULL (XLA, in TensorFlow's
+       jit-compiled steps, copies 0 bytes to a NULL destination; the fake answers
+       CUDA_ERROR_INVALID_VALUE). */
+    mach_int("copy.cuMemcpyDtoD_v2(NULL,w,0).rc", cuMemcpyDtoD_v2(0, w, 0));
+    mach_int("copy.cuMemsetD8_v2(NULL,0,0).rc", cuMemsetD8_v2(0, 0, 0));
     RC("module.cuModuleLoadData(garbage)", cuModuleLoadData(&m, "not an image"));
     MUST(cuMemFree_v2(w));
 }

@@ -40,6 +40,9 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const char *name);
 CUresult cuCtxSynchronize(void);
 CUresult cuCtxSetLimit(int limit, size_t value);
+CUresult cuCtxGetLimit(size_t *value, int limit);
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n);
 typedef struct CUlib_st *CUlibrary;
 CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
                            unsigned int num_jit, void *lib_options, void **lib_values, unsigned int num_lib);

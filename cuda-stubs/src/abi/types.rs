@@ -195,6 +195,67 @@ pub struct CudaMemAllocNodeParams {
 
 const _: () = assert!(std::mem::size_of::<CudaMemAllocNodeParams>() == 120);
 
+/// CUDA_KERNEL_NODE_PARAMS_v1 (56 bytes): what `cuGraphAddKernelNode` (CUDA 10) reads.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaKernelNodeParamsV1 {
+    pub func: usize,
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem_bytes: c_uint,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaKernelNodeParamsV1>() == 56);
+
+/// CUDA_KERNEL_NODE_PARAMS_v2 (72 bytes, `cuGraphAddKernelNode_v2`): v1 and then `kern`,
+/// launched when `func` is NULL, in `ctx` (NULL: the current context; ignored with `func`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaKernelNodeParams {
+    pub v1: CudaKernelNodeParamsV1,
+    pub kern: usize,
+    pub ctx: usize,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaKernelNodeParams>() == 72);
+
+/// CUmemorytype.
+pub const CU_MEMORYTYPE_HOST: c_int = 1;
+pub const CU_MEMORYTYPE_DEVICE: c_int = 2;
+pub const CU_MEMORYTYPE_UNIFIED: c_int = 4;
+
+/// One side of a CUDA_MEMCPY3D (88 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Memcpy3dSide {
+    pub x_in_bytes: usize,
+    pub y: usize,
+    pub z: usize,
+    pub lod: usize,
+    pub memory_type: c_int,
+    pub host: usize,
+    pub device: CUdeviceptr,
+    pub array: usize,
+    pub reserved: usize,
+    pub pitch: usize,
+    pub height: usize,
+}
+
+/// CUDA_MEMCPY3D (v2, 200 bytes): source, destination, then the extent.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaMemcpy3d {
+    pub src: Memcpy3dSide,
+    pub dst: Memcpy3dSide,
+    pub width_in_bytes: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaMemcpy3d>() == 200);
+
 /// CUDA_GRAPH_INSTANTIATE_PARAMS (32 bytes): `err_node_out` and `result_out` are written.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -209,6 +270,7 @@ const _: () = assert!(std::mem::size_of::<CudaGraphInstantiateParams>() == 32);
 
 // CUgraphNodeType: the memory nodes (the fake makes no other kind).
 pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
+pub const CU_GRAPH_NODE_TYPE_MEMCPY: c_int = 1;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 

@@ -1,20 +1,25 @@
 //! CUDA graphs as far as their memory goes (see `model::graph`): graphs of memory alloc and
-//! free nodes, their executable graphs (instantiate, upload, launch, destroy), the nodes'
-//! queries, and each device's graph memory (attributes, trim). Stream capture is in
-//! `api/stream.rs` and `api/pool.rs`.
+//! free nodes and of kernel nodes (which run nothing), their executable graphs (instantiate,
+//! upload, launch, destroy), the nodes' queries, and each device's graph memory
+//! (attributes, trim). Stream capture is in `api/stream.rs` and `api/pool.rs`.
 
 use crate::abi::types::{
     CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
     CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
-    CUdeviceptr, CudaGraphInstantiateParams, CudaMemAllocNodeParams,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMORYTYPE_DEVICE,
+    CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, CUdeviceptr,
+    CudaGraphInstantiateParams, CudaKernelNodeParams, CudaKernelNodeParamsV1,
+    CudaMemAllocNodeParams, CudaMemcpy3d, Memcpy3dSide,
 };
-use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CuResult, inp, note, out};
+use crate::abi::{
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult, CuResult, inp, note, out,
+};
+use crate::model::address::check_range;
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
-use crate::model::graph::{self, Node};
-use crate::model::stream;
-use libc::{c_char, c_int, c_uint};
+use crate::model::graph::{self, Copy1d, Node};
+use crate::model::{module, stream};
+use libc::{c_char, c_int, c_uint, c_void};
 
 /// Instantiation flags the driver knows: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
 /// USE_NODE_PRIORITY.
@@ -32,6 +37,124 @@ fn check_deps(graph: usize, deps: *const usize, n: usize) -> CuResult {
         if !nodes.contains(&d) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+    }
+    Ok(())
+}
+
+/// A kernel node: its kernel (`func`, else `kern`), grid and block checked as a launch's
+/// are, in the current context (the fake's kernels belong to no context: a `ctx` given
+/// with `kern` is not checked); the parameters are not kept, as the node runs nothing.
+/// Parameters given both as `kernelParams` and `extra` are CUDA_ERROR_INVALID_VALUE
+/// (`cuda.h`).
+fn add_kernel_node(
+    ph: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    n: usize,
+    p: CudaKernelNodeParams,
+) -> CuResult {
+    if ph.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    check_deps(graph, deps, n)?;
+    let f = kernel_of(p)?;
+    let node = graph::add_kernel(graph)?;
+    note(|| format!("node={node:#x} {}", function_name(f)));
+    out(ph, node)
+}
+
+/// The function a kernel node's parameters launch, checked as a launch's, in the current
+/// context (see [`add_kernel_node`]).
+fn kernel_of(p: CudaKernelNodeParams) -> Result<usize, CUresult> {
+    let (ctx, dev) = current()?;
+    let k = p.v1;
+    if !k.kernel_params.is_null() && !k.extra.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let f = module::launchable(if k.func != 0 { k.func } else { p.kern })?;
+    module::check_dims(k.grid, k.block)?;
+    module::use_in_context(f, ctx, dev)?;
+    Ok(f)
+}
+
+fn function_name(f: usize) -> String {
+    module::get_function(f).map(|f| f.name).unwrap_or_default()
+}
+
+/// An update of a kernel node in an executable graph: the node one of the kernel nodes of
+/// the graph it was instantiated from, the new parameters valid as a new node's. Nothing
+/// is kept (the node runs nothing).
+fn set_exec_kernel(exec: usize, node: usize, p: CudaKernelNodeParams) -> CuResult {
+    graph::exec_kernel(exec, node)?;
+    let f = kernel_of(p)?;
+    note(|| function_name(f));
+    Ok(())
+}
+
+/// One side of a memcpy node's CUDA_MEMCPY3D as an address: host, device or unified
+/// memory at X bytes (CUDA arrays, and rows or slices beyond the first, are
+/// CUDA_ERROR_NOT_SUPPORTED: the fake makes linear copies only); `reserved` must be NULL.
+fn side(s: &Memcpy3dSide) -> Result<(u64, bool), CUresult> {
+    if s.reserved != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if s.y != 0 || s.z != 0 {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let (base, device) = match s.memory_type {
+        CU_MEMORYTYPE_HOST => (s.host as u64, false),
+        CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED => (s.device, true),
+        3 => return Err(CUDA_ERROR_NOT_SUPPORTED), // CU_MEMORYTYPE_ARRAY
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    let at = base
+        .checked_add(s.x_in_bytes as u64)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok((at, device))
+}
+
+/// A memcpy node's copy: one row of `WidthInBytes` (a height and depth of 1), its device
+/// ranges checked now as a copy's are; they are checked again when the node runs.
+fn copy_of(p: &CudaMemcpy3d) -> Result<Copy1d, CUresult> {
+    current()?;
+    if p.height != 1 || p.depth != 1 {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let ((dst, dst_device), (src, src_device)) = (side(&p.dst)?, side(&p.src)?);
+    let c = Copy1d {
+        dst,
+        dst_device,
+        src,
+        src_device,
+        n: p.width_in_bytes,
+    };
+    check_copy(&c)?;
+    Ok(c)
+}
+
+fn check_copy(c: &Copy1d) -> CuResult {
+    if c.n == 0 {
+        return Ok(());
+    }
+    if c.dst == 0 || c.src == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if c.src_device {
+        check_range(c.src, c.n, false)?;
+    }
+    if c.dst_device {
+        check_range(c.dst, c.n, true)?;
+    }
+    Ok(())
+}
+
+/// Makes a memcpy node's copy (its graph launched).
+fn run_copy(c: &Copy1d) -> CuResult {
+    check_copy(c)?;
+    if c.n > 0 {
+        // SAFETY: device ranges were checked as accessible memory of n bytes; host ranges
+        // are the caller's responsibility, as with the real driver.
+        unsafe { libc::memmove(c.dst as *mut c_void, c.src as *const c_void, c.n) };
     }
     Ok(())
 }
@@ -94,6 +217,48 @@ crate::abi::exports! {
         // SAFETY: `params` was read above (not NULL); its `dptr` field is the output.
         out(unsafe { std::ptr::addr_of_mut!((*params).dptr) }, dptr)?;
         out(ph, node)
+    }
+
+    // CUDA 12's layout (kern, ctx); XLA's command buffers (TensorFlow's jit-compiled
+    // functions) build their graphs with it.
+    fn cuGraphAddKernelNode_v2(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaKernelNodeParams) {
+        add_kernel_node(ph, graph, deps, n, inp(params)?)
+    }
+
+    // CUDA 10's layout: the function only.
+    fn cuGraphAddKernelNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaKernelNodeParamsV1) {
+        let v1 = inp(params)?;
+        add_kernel_node(ph, graph, deps, n, CudaKernelNodeParams { v1, kern: 0, ctx: 0 })
+    }
+
+    // XLA updates its command buffers' kernels between runs with it.
+    fn cuGraphExecKernelNodeSetParams_v2(exec: usize, node: usize, params: *const CudaKernelNodeParams) {
+        set_exec_kernel(exec, node, inp(params)?)
+    }
+
+    fn cuGraphExecKernelNodeSetParams(exec: usize, node: usize, params: *const CudaKernelNodeParamsV1) {
+        let v1 = inp(params)?;
+        set_exec_kernel(exec, node, CudaKernelNodeParams { v1, kern: 0, ctx: 0 })
+    }
+
+    // A linear copy between host and device memory (XLA's command buffers add
+    // device-to-device ones); `ctx` is the context it runs in (the fake checks the current).
+    fn cuGraphAddMemcpyNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaMemcpy3d, ctx: usize) {
+        let _ = ctx;
+        if ph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        check_deps(graph, deps, n)?;
+        let c = copy_of(&inp(params)?)?;
+        let node = graph::add_memcpy(graph, c)?;
+        note(|| format!("node={node:#x} {} bytes", c.n));
+        out(ph, node)
+    }
+
+    fn cuGraphExecMemcpyNodeSetParams(exec: usize, node: usize, params: *const CudaMemcpy3d, ctx: usize) {
+        let _ = ctx;
+        let c = copy_of(&inp(params)?)?;
+        graph::set_exec_memcpy(exec, node, c)
     }
 
     fn cuGraphAddMemFreeNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, dptr: CUdeviceptr) {
@@ -185,9 +350,13 @@ crate::abi::exports! {
         graph::upload(exec)
     }
 
+    // Kernels run nothing; memcpy nodes copy, in the order they were added.
     fn cuGraphLaunch | cuGraphLaunch_ptsz (exec: usize, stream: usize) {
         stream::check(stream)?;
-        graph::launch(exec)
+        for c in graph::launch(exec)? {
+            run_copy(&c)?;
+        }
+        Ok(())
     }
 
     fn cuGraphExecDestroy(exec: usize) {

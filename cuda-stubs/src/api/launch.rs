@@ -16,13 +16,7 @@ fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> C
     let (ctx, dev) = current()?;
     let given = f;
     let f = module::launchable(f)?;
-    if grid.contains(&0) || block.contains(&0) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let threads = block.iter().map(|&b| b as u64).product::<u64>();
-    if threads > 1024 || block[2] > 64 || grid[1] > 65535 || grid[2] > 65535 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
+    module::check_dims(grid, block)?;
     stream::check(stream_h)?;
     module::use_in_context(f, ctx, dev)?;
     // On a capturing stream the launch becomes a kernel node of the graph.

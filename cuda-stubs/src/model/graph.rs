@@ -29,7 +29,8 @@ use super::device::ledger;
 use super::os::{map_anonymous, new_handle, unmap};
 use crate::abi::types::{
     CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
-    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUmemAccessDesc, CUmemPoolProps,
+    CU_GRAPH_NODE_TYPE_MEMCPY, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUmemAccessDesc,
+    CUmemPoolProps,
 };
 use crate::abi::{
     CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult,
@@ -56,12 +57,25 @@ pub struct AllocNode {
     pub access: Vec<CUmemAccessDesc>,
 }
 
+/// A memcpy node's copy: `n` bytes from `src` to `dst`, each side device memory (checked
+/// when the node runs) or host memory (the caller's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copy1d {
+    pub dst: u64,
+    pub dst_device: bool,
+    pub src: u64,
+    pub src_device: bool,
+    pub n: usize,
+}
+
 #[derive(Debug, Clone)]
 pub enum Node {
     Alloc(AllocNode),
     Free(u64),
     /// A kernel launched on a capturing stream (it takes no graph memory).
     Kernel,
+    /// A linear copy, made when the graph is launched.
+    Memcpy(Copy1d),
 }
 
 impl Node {
@@ -70,6 +84,7 @@ impl Node {
             Node::Alloc(_) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
             Node::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
+            Node::Memcpy(_) => CU_GRAPH_NODE_TYPE_MEMCPY,
         }
     }
 }
@@ -120,6 +135,11 @@ struct Exec {
     footprint: Vec<(usize, u64)>,
     /// The alloc and free nodes, copied at instantiation.
     nodes: Vec<Node>,
+    /// The graph's kernel nodes at instantiation (whose parameters an update may set).
+    kernels: Vec<usize>,
+    /// Its memcpy nodes, in the graph's order, with the copy each makes (an update may
+    /// change it).
+    copies: Vec<(usize, Copy1d)>,
     bound: bool,
     auto_free: bool,
     /// Allocations a launch left live: (dptr, device, size).
@@ -281,6 +301,22 @@ pub fn add_free(graph: usize, dptr: u64) -> Result<usize, CUresult> {
     g.add(graph, Node::Free(dptr))
 }
 
+/// A memcpy node of `graph`.
+pub fn add_memcpy(graph: usize, c: Copy1d) -> Result<usize, CUresult> {
+    graphs().add(graph, Node::Memcpy(c))
+}
+
+/// Sets the copy a memcpy node of the graph `exec` was instantiated from makes in `exec`:
+/// CUDA_ERROR_INVALID_VALUE if it is no such node.
+pub fn set_exec_memcpy(exec: usize, node: usize, c: Copy1d) -> CuResult {
+    let mut g = graphs();
+    let e = g.execs.get_mut(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let slot = e.copies.iter_mut().find(|(h, _)| *h == node);
+    let (_, copy) = slot.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    *copy = c;
+    Ok(())
+}
+
 /// A kernel node (a launch on a stream capturing into `graph`).
 pub fn add_kernel(graph: usize) -> Result<usize, CUresult> {
     graphs().add(graph, Node::Kernel)
@@ -321,6 +357,18 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
         .filter_map(|h| g.nodes.get(h))
         .map(|(_, n)| n.clone())
         .collect();
+    let kernels: Vec<usize> = list
+        .iter()
+        .copied()
+        .filter(|h| matches!(g.nodes.get(h), Some((_, Node::Kernel))))
+        .collect();
+    let copies: Vec<(usize, Copy1d)> = list
+        .iter()
+        .filter_map(|h| match g.nodes.get(h) {
+            Some((_, Node::Memcpy(c))) => Some((*h, *c)),
+            _ => None,
+        })
+        .collect();
     let mut footprint: Vec<(usize, u64)> = Vec::new();
     for n in &nodes {
         if let Node::Alloc(a) = n {
@@ -334,6 +382,8 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
     let e = Exec {
         footprint,
         nodes,
+        kernels,
+        copies,
         bound: false,
         auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
         live: Vec::new(),
@@ -346,13 +396,23 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
     Ok(exec)
 }
 
+/// Whether `node` is a kernel node of the graph `exec` was instantiated from (an update of
+/// its parameters in `exec` may be made): CUDA_ERROR_INVALID_VALUE if not.
+pub fn exec_kernel(exec: usize, node: usize) -> CuResult {
+    match graphs().execs.get(&exec) {
+        Some(e) if e.kernels.contains(&node) => Ok(()),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
 /// cuGraphUpload: the exec's memory reserved if it is not.
 pub fn upload(exec: usize) -> CuResult {
     graphs().bind(exec)
 }
 
-/// cuGraphLaunch: reserved if not yet, then run at once.
-pub fn launch(exec: usize) -> CuResult {
+/// cuGraphLaunch: reserved if not yet, then run at once; the copies its memcpy nodes make,
+/// in order, are returned for the caller to make.
+pub fn launch(exec: usize) -> Result<Vec<Copy1d>, CUresult> {
     let mut g = graphs();
     let e = g.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if !e.live.is_empty() && !e.auto_free {
@@ -395,8 +455,9 @@ pub fn launch(exec: usize) -> CuResult {
             g.free_live(p);
         }
     }
-    g.execs.get_mut(&exec).expect("checked above").live = live;
-    Ok(())
+    let e = g.execs.get_mut(&exec).expect("checked above");
+    e.live = live;
+    Ok(e.copies.iter().map(|&(_, c)| c).collect())
 }
 
 /// cuGraphExecDestroy: its memory stays reserved, unbound, but for allocations it left

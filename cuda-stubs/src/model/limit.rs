@@ -22,6 +22,13 @@ const DEV_RUNTIME_SYNC_DEPTH: c_int = 3;
 const DEV_RUNTIME_PENDING_LAUNCH_COUNT: c_int = 4;
 const MAX_L2_FETCH_GRANULARITY: c_int = 5;
 const PERSISTING_L2_CACHE_SIZE: c_int = 6;
+/// Whether the context is a CUDA-in-Graphics one (`cuda.h` of CUDA 12.5 to 13.5: "Can only
+/// be queried, cannot be set"). The fake makes no CIG context (`cuCtxCreate_v4` ignores
+/// `cigParams`), so it is 0. cuDNN 9 asks it at each handle it creates (TensorFlow's first
+/// convolution asked it 12 times). CU_LIMIT_SHMEM_SIZE (7) and
+/// CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED (9) stay unknown: no program was seen asking them,
+/// and what a driver answers for an ordinary context is not recorded.
+const CIG_ENABLED: c_int = 8;
 
 /// The stack every thread has by default, inside the context's memory.
 const DEFAULT_STACK: usize = 1024;
@@ -59,13 +66,17 @@ fn values() -> MutexGuard<'static, HashMap<(Ctx, c_int), usize>> {
 
 /// The value of `limit` in `ctx` (CUDA_ERROR_INVALID_VALUE for no such limit).
 pub fn get(ctx: Ctx, limit: c_int) -> Result<usize, CUresult> {
+    if limit == CIG_ENABLED {
+        return Ok(0);
+    }
     let default = default_of(limit).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     Ok(values().get(&(ctx, limit)).copied().unwrap_or(default))
 }
 
 /// Sets `limit` of `ctx` on device `dev`: a larger stack takes its memory first
 /// (CUDA_ERROR_OUT_OF_MEMORY, the old value kept, when the device has not got it), a
-/// smaller one gives memory back.
+/// smaller one gives memory back. A limit that can only be queried (CIG_ENABLED) or does
+/// not exist is CUDA_ERROR_INVALID_VALUE.
 pub fn set(ctx: Ctx, dev: usize, limit: c_int, value: usize) -> CuResult {
     let default = default_of(limit).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let mut v = values();
@@ -107,5 +118,16 @@ mod tests {
         assert_eq!(stack_bytes(DEFAULT_STACK), 0);
         assert_eq!(stack_bytes(512), 0);
         assert_eq!(stack_bytes(1025) % PAGE, 0);
+    }
+
+    #[test]
+    fn cig_enabled_is_zero_and_cannot_be_set() {
+        let ctx: Ctx = 0x5eed;
+        assert_eq!(get(ctx, CIG_ENABLED), Ok(0));
+        assert_eq!(set(ctx, 0, CIG_ENABLED, 1), Err(CUDA_ERROR_INVALID_VALUE));
+        assert_eq!(get(ctx, CIG_ENABLED), Ok(0));
+        // The other limits CUDA 12.5 added for CIG contexts stay unknown.
+        assert_eq!(get(ctx, 7), Err(CUDA_ERROR_INVALID_VALUE));
+        assert_eq!(get(ctx, 9), Err(CUDA_ERROR_INVALID_VALUE));
     }
 }

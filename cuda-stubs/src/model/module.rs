@@ -22,8 +22,12 @@ use super::device::{cfg, ledger};
 use super::linear::{self, Kind};
 use super::os::new_handle;
 use crate::abi::types::CUdeviceptr;
-use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_FOUND, CUresult, CuResult, note};
+use crate::abi::{
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUresult, CuResult,
+    note,
+};
 use crate::image::Names;
+use libc::c_uint;
 
 pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
 
@@ -245,6 +249,22 @@ pub fn set_attribute(f: usize, attr: i32, value: i32) -> CuResult {
     let mut reg = registry();
     let func = reg.functions.get_mut(&f).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     func.attrs.insert(attr, value);
+    Ok(())
+}
+
+/// A launch's grid and block as the device takes them (an H100's limits): no dimension 0,
+/// at most 1024 threads a block, 64 in z, grids of at most 65535 in y and z.
+pub fn check_dims(grid: [c_uint; 3], block: [c_uint; 3]) -> CuResult {
+    let threads = block.iter().map(|&b| b as u64).product::<u64>();
+    if grid.contains(&0)
+        || block.contains(&0)
+        || threads > 1024
+        || block[2] > 64
+        || grid[1] > 65535
+        || grid[2] > 65535
+    {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
     Ok(())
 }
 
