@@ -9,7 +9,9 @@ use crate::model::device::cfg;
 use crate::model::stream;
 use libc::c_void;
 
-fn copy(dst: usize, src: usize, n: usize) -> CuResult {
+/// `n` bytes from `src` to `dst`, their device ranges checked by the caller (a graph's
+/// memcpy node's too: `api/graph.rs`).
+pub(crate) fn copy(dst: usize, src: usize, n: usize) -> CuResult {
     if n == 0 {
         return Ok(());
     }

@@ -19,7 +19,7 @@ use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
 use crate::model::graph::{self, Copy1d, Node};
 use crate::model::{module, stream};
-use libc::{c_char, c_int, c_uint, c_void};
+use libc::{c_char, c_int, c_uint};
 
 /// Instantiation flags the driver knows: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
 /// USE_NODE_PRIORITY.
@@ -151,12 +151,7 @@ fn check_copy(c: &Copy1d) -> CuResult {
 /// Makes a memcpy node's copy (its graph launched).
 fn run_copy(c: &Copy1d) -> CuResult {
     check_copy(c)?;
-    if c.n > 0 {
-        // SAFETY: device ranges were checked as accessible memory of n bytes; host ranges
-        // are the caller's responsibility, as with the real driver.
-        unsafe { libc::memmove(c.dst as *mut c_void, c.src as *const c_void, c.n) };
-    }
-    Ok(())
+    super::copy::copy(c.dst as usize, c.src as usize, c.n)
 }
 
 /// cuGraphInstantiate* in the current context: the exec, or the error.
