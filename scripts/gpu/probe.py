@@ -109,6 +109,18 @@ def first_line(e):
     return (s[0] if s else type(e).__name__)[:300]
 
 
+def shows_the_cap(call, name, free, total, cap):
+    """What a framework's memory figures (`call`, named `name` in a failure) say before any
+    allocation under gpucap: the cap as the total, at most the cap free, and most of it."""
+    info("%s: free %s, total %s" % (call, mib(free), mib(total)))
+    if total != cap:
+        fail("%s total is %d (%s), not the cap %d" % (name, total, mib(total), cap))
+    if free > cap:
+        fail("%s free %d is more than the cap" % (name, free))
+    if free < cap // 4:
+        fail("only %s of the %s cap is free before any allocation" % (mib(free), mib(cap)))
+
+
 def env_without_preload():
     """The environment for a helper that must not be capped (nvidia-smi as a witness)."""
     env = dict(os.environ)
@@ -493,13 +505,7 @@ def cmd_torch(a):
     if not torch.cuda.is_available():
         fail("torch.cuda.is_available() is False under gpucap (it is True without)")
     free, total = torch.cuda.mem_get_info()
-    info("torch.cuda.mem_get_info(): free %s, total %s" % (mib(free), mib(total)))
-    if total != cap:
-        fail("torch.cuda.mem_get_info() total is %d (%s), not the cap %d" % (total, mib(total), cap))
-    if free > cap:
-        fail("torch.cuda.mem_get_info() free %d is more than the cap" % free)
-    if free < cap // 4:
-        fail("only %s of the %s cap is free before any allocation" % (mib(free), mib(cap)))
+    shows_the_cap("torch.cuda.mem_get_info()", "torch.cuda.mem_get_info()", free, total, cap)
     async_backend = "cudaMallocAsync" in conf
     if async_backend:
         if torch.cuda.get_allocator_backend() != "cudaMallocAsync":
@@ -732,13 +738,7 @@ def cmd_cupy(a):
     else:
         pool = cp.get_default_memory_pool()
     free, total = cp.cuda.runtime.memGetInfo()
-    info("cupy.cuda.runtime.memGetInfo(): free %s, total %s" % (mib(free), mib(total)))
-    if total != cap:
-        fail("memGetInfo total is %d (%s), not the cap %d" % (total, mib(total), cap))
-    if free > cap:
-        fail("memGetInfo free %d is more than the cap" % free)
-    if free < cap // 4:
-        fail("only %s of the %s cap is free before any allocation" % (mib(free), mib(cap)))
+    shows_the_cap("cupy.cuda.runtime.memGetInfo()", "memGetInfo", free, total, cap)
     base = free  # what the process can use (the cap less what gpucap already charged)
     a_bytes = align2m(base * 0.5)
     x = cupy_filled(cp, a_bytes, 0x5A)
@@ -802,13 +802,7 @@ def cmd_numba(a):
     info("numba-cuda %s" % version("numba-cuda"))
     ctx = cuda.current_context()
     free, total = ctx.get_memory_info()
-    info("get_memory_info(): free %s, total %s" % (mib(free), mib(total)))
-    if total != cap:
-        fail("get_memory_info total is %d (%s), not the cap %d" % (total, mib(total), cap))
-    if free > cap:
-        fail("get_memory_info free %d is more than the cap" % free)
-    if free < cap // 4:
-        fail("only %s of the %s cap is free before any allocation" % (mib(free), mib(cap)))
+    shows_the_cap("get_memory_info()", "get_memory_info", free, total, cap)
     base = free  # what the process can use (the cap less what gpucap already charged)
     a_bytes = align2m(base * 0.5)
     x = numba_filled(cuda, np, a_bytes, 0x5A)
