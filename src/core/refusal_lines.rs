@@ -1,10 +1,16 @@
-//! Which refusal lines the shim prints: one per refusal the program sees. Programs
-//! that free their own cache and retry after an out-of-memory error (CuPy's memory pool
-//! does, twice) make the same request again at once; the program then sees one error,
-//! so the line is printed once. A refusal by the same entry point, of the same size on
-//! the same GPU, within [`REPEAT_WINDOW_MS`] of the last printed one is not printed again
-//! (at `GPUCAP_LOG=debug` every one is); every refusal is counted all the same (reports,
-//! the pool's figures).
+//! Which refusal lines the shim prints: one per refusal the program sees. Two ways of
+//! asking again make one error of many refusals, so they print one line:
+//! - *A retry*: programs that free their own cache and retry after an out-of-memory
+//!   error (CuPy's memory pool does, twice) make the same request again at once.
+//! - *A back-off*: allocators that shrink the request until it fits (TensorFlow's BFC
+//!   allocator asks for a region a tenth smaller each time, down to what the tensor
+//!   needs) make a run of smaller requests, holding the same memory all the while.
+//!
+//! So a refusal by the same entry point on the same GPU within [`REPEAT_WINDOW_MS`] of
+//! the last printed line prints none when it asks for the same size, or for less while
+//! the process holds what it held then (at `GPUCAP_LOG=debug` every one prints); a
+//! larger request, one made after the process's memory changed, or one a window later
+//! prints its line. Every refusal is counted all the same (reports, the pool's figures).
 //! Lock-free: two threads refusing at the same instant may both print.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -20,6 +26,8 @@ pub struct RefusalLines {
     api: AtomicU64,
     /// The bytes it asked for.
     bytes: AtomicU64,
+    /// What the process held on the GPU then, as its line said.
+    held: AtomicU64,
     /// When it was printed, in ms on the caller's clock.
     at_ms: AtomicU64,
 }
@@ -36,21 +44,33 @@ impl RefusalLines {
             device: AtomicU64::new(0),
             api: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            held: AtomicU64::new(0),
             at_ms: AtomicU64::new(0),
         }
     }
 
-    /// Should the refusal by entry point `api` of `bytes` on `device` at `now_ms` print
-    /// its line? Yes unless the last printed line was the same request less than
-    /// [`REPEAT_WINDOW_MS`] before (a clock that went back prints); a yes records this one
-    /// as the last printed.
-    pub fn should_print(&self, api: &str, device: usize, bytes: u64, now_ms: u64) -> bool {
+    /// Should the refusal by entry point `api` of `bytes` on `device` at `now_ms`, the
+    /// process holding `held` bytes there, print its line? Yes unless the last printed
+    /// line was by the same entry point on the same GPU less than [`REPEAT_WINDOW_MS`]
+    /// before (a clock that went back prints) and this is a retry (the same size) or a
+    /// back-off (less, `held` unchanged); a yes records this one as the last printed.
+    pub fn should_print(
+        &self,
+        api: &str,
+        device: usize,
+        bytes: u64,
+        held: u64,
+        now_ms: u64,
+    ) -> bool {
         let dev = device as u64 + 1;
         let api = fnv1a(api);
         let at = self.at_ms.load(Relaxed);
+        let last = self.bytes.load(Relaxed);
+        let retry = bytes == last;
+        let back_off = bytes < last && held == self.held.load(Relaxed);
         if self.device.load(Relaxed) == dev
             && self.api.load(Relaxed) == api
-            && self.bytes.load(Relaxed) == bytes
+            && (retry || back_off)
             && (at..at.saturating_add(REPEAT_WINDOW_MS)).contains(&now_ms)
         {
             return false;
@@ -58,6 +78,7 @@ impl RefusalLines {
         self.device.store(dev, Relaxed);
         self.api.store(api, Relaxed);
         self.bytes.store(bytes, Relaxed);
+        self.held.store(held, Relaxed);
         self.at_ms.store(now_ms, Relaxed);
         true
     }
@@ -77,36 +98,67 @@ mod tests {
     #[test]
     fn the_same_request_again_at_once_is_quiet_another_is_not() {
         let r = RefusalLines::new();
-        assert!(r.should_print("cuMemAlloc", 0, 100 << 20, 10_000));
+        assert!(r.should_print("cuMemAlloc", 0, 100 << 20, 0, 10_000));
         assert!(
-            !r.should_print("cuMemAlloc", 0, 100 << 20, 10_001),
+            !r.should_print("cuMemAlloc", 0, 100 << 20, 0, 10_001),
             "CuPy's retry"
         );
-        assert!(!r.should_print("cuMemAlloc", 0, 100 << 20, 10_999));
+        assert!(!r.should_print("cuMemAlloc", 0, 100 << 20, 0, 10_999));
         assert!(
-            r.should_print("cuMemAlloc", 0, 100 << 20, 11_000),
+            r.should_print("cuMemAlloc", 0, 100 << 20, 0, 11_000),
             "a second later"
         );
         assert!(
-            r.should_print("cuMemAlloc", 1, 100 << 20, 11_001),
+            r.should_print("cuMemAlloc", 1, 100 << 20, 0, 11_001),
             "another GPU"
         );
         assert!(
-            r.should_print("cuMemAlloc", 0, 100 << 20, 11_002),
+            r.should_print("cuMemAlloc", 0, 100 << 20, 0, 11_002),
             "back to GPU 0: printed"
         );
         assert!(
-            r.should_print("cuMemAlloc", 0, 200 << 20, 11_003),
-            "another size"
+            r.should_print("cuMemAlloc", 0, 200 << 20, 0, 11_003),
+            "a larger size"
         );
-        assert!(!r.should_print("cuMemAlloc", 0, 200 << 20, 11_004));
+        assert!(!r.should_print("cuMemAlloc", 0, 200 << 20, 0, 11_004));
         assert!(
-            r.should_print("cuMemAllocAsync", 0, 200 << 20, 11_005),
+            r.should_print("cuMemAllocAsync", 0, 200 << 20, 0, 11_005),
             "another entry point"
         );
         // A clock that went back prints: never quiet for longer than the window.
-        assert!(r.should_print("cuMemAllocAsync", 0, 200 << 20, 9_000));
+        assert!(r.should_print("cuMemAllocAsync", 0, 200 << 20, 0, 9_000));
         // The first refusal prints, whatever the clock says.
-        assert!(RefusalLines::new().should_print("cuMemAlloc", 0, 0, 0));
+        assert!(RefusalLines::new().should_print("cuMemAlloc", 0, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_back_off_holding_the_same_memory_is_quiet_a_change_prints() {
+        let r = RefusalLines::new();
+        let held = 500 << 20;
+        // TensorFlow's BFC allocator: a region a tenth smaller each time.
+        assert!(r.should_print("cuMemAlloc", 0, 900 << 20, held, 5_000));
+        for (i, mib) in [810u64, 729, 656, 590].into_iter().enumerate() {
+            assert!(
+                !r.should_print("cuMemAlloc", 0, mib << 20, held, 5_001 + i as u64),
+                "{mib} MiB"
+            );
+        }
+        // The back-off is measured against the printed line, not the last quiet one.
+        assert!(!r.should_print("cuMemAlloc", 0, 899 << 20, held, 5_010));
+        // It held more in between: the smaller request says something new.
+        assert!(
+            r.should_print("cuMemAlloc", 0, 300 << 20, held + (400 << 20), 5_020),
+            "memory taken in between"
+        );
+        assert!(
+            r.should_print("cuMemAlloc", 0, 200 << 20, held, 5_030),
+            "memory freed in between"
+        );
+        // A retry of the same size prints none even after a free (CuPy's pool).
+        assert!(!r.should_print("cuMemAlloc", 0, 200 << 20, 0, 5_031));
+        // Another entry point or GPU, or a window later, prints.
+        assert!(r.should_print("cuMemAllocAsync", 0, 100 << 20, 0, 5_032));
+        assert!(r.should_print("cuMemAllocAsync", 1, 50 << 20, 0, 5_033));
+        assert!(r.should_print("cuMemAllocAsync", 1, 40 << 20, 0, 6_033));
     }
 }

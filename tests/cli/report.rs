@@ -263,6 +263,48 @@ fn the_same_refusal_again_at_once_prints_one_line_and_counts_each() {
     }
 }
 
+/// An allocator backing off (TensorFlow's BFC allocator asks for a region a tenth
+/// smaller each time) gets one line for the run of smaller refusals while it holds the
+/// same memory; a refusal after its memory changed has its own line, smaller or not.
+#[test]
+fn a_back_off_to_smaller_requests_prints_one_line_and_counts_each() {
+    let dir = scratch("report-back-off");
+    let sizes = [
+        "500Mi", "900Mi", "810Mi", "729Mi", "656Mi", "590Mi", "400Mi", "700Mi", "630Mi", "keep",
+    ];
+    for (log, lines) in [("warn", 2), ("debug", 7)] {
+        let report = dir.join(format!("r-{log}.json"));
+        let o = run(under_shim(client(), &dir, &report)
+            .env("GPUCAP_LIMIT", "1Gi")
+            .env("GPUCAP_LOG", log)
+            .args(sizes));
+        assert_ok(&o);
+        let served = stdout(&o)
+            .lines()
+            .filter(|l| l.starts_with("alloc ") && l.ends_with(" 0"))
+            .count();
+        assert_eq!(served, 2, "500 MiB and 400 MiB fit\n{}", dump(&o));
+        let refused: Vec<String> = stderr(&o)
+            .lines()
+            .filter(|l| l.starts_with("gpucap: refused "))
+            .map(String::from)
+            .collect();
+        assert_eq!(refused.len(), lines, "{log}\n{}", dump(&o));
+        assert!(
+            refused[0].starts_with("gpucap: refused cuMemAlloc of 900 MiB on GPU 0: 500 MiB "),
+            "{refused:?}"
+        );
+        let last = if log == "warn" {
+            "gpucap: refused cuMemAlloc of 700 MiB on GPU 0: 900 MiB "
+        } else {
+            "gpucap: refused cuMemAlloc of 630 MiB on GPU 0: 900 MiB "
+        };
+        assert!(refused[lines - 1].starts_with(last), "{refused:?}");
+        let d = &only_process(&report)["devices"][0];
+        assert_eq!(d["refusals"], 7, "{d}");
+    }
+}
+
 #[test]
 fn exit_from_another_thread_writes_the_report() {
     let dir = scratch("report-thread-exit");

@@ -1,5 +1,5 @@
-//! A refused request: the one stderr line (not said again for the same refusal at
-//! once), and the report refreshed.
+//! A refused request: the one stderr line (not said again for a retry or a back-off
+//! at once), and the report refreshed.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -12,13 +12,15 @@ use crate::log::log;
 
 use super::{Shim, now_ms, retained_bytes};
 
-/// The last refusal line printed, so that the same refusal again at once prints none.
+/// The last refusal line printed, so that a retry or a back-off at once prints none.
 static REFUSAL_LINES: RefusalLines = RefusalLines::new();
 
 impl Shim {
     /// Reports a refused request: the one stderr line, and a refreshed report.
     /// The same request refused again at once (a program retrying after freeing its
-    /// cache, as CuPy does) prints no second line: see `gpucap_core::refusal_lines`.
+    /// cache, as CuPy does) or a smaller one while the process holds the same memory (an
+    /// allocator backing off, as TensorFlow's does) prints no second line: see
+    /// `gpucap_core::refusal_lines`.
     pub fn refused(&self, api: &str, device: usize, bytes: u64, refusal: Refusal) {
         self.refused_kept(api, device, bytes, refusal, 0);
     }
@@ -35,7 +37,7 @@ impl Shim {
     ) {
         let level = crate::log::LEVEL.load(Relaxed);
         if level >= LogLevel::Debug as u8
-            || REFUSAL_LINES.should_print(api, device, bytes, now_ms())
+            || REFUSAL_LINES.should_print(api, device, bytes, held(refusal), now_ms())
         {
             // In growth mode the cap is charged for the pages kept for reuse too: the
             // line says them apart from the memory in use.
@@ -48,6 +50,15 @@ impl Shim {
             log!(Warn, "{}", refusal_line(api, device, bytes, refusal, kept));
         }
         self.after_refusal();
+    }
+}
+
+/// What the process held on the GPU as `refusal` says (a pool member: its own share).
+fn held(refusal: Refusal) -> u64 {
+    match refusal {
+        Refusal::OverCap { used, .. } => used,
+        Refusal::Pool(p) => p.own,
+        Refusal::NoSuchDevice { .. } => 0,
     }
 }
 
