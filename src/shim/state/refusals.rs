@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use gpucap_core::config::{LogLevel, MAX_DEVICES};
 use gpucap_core::ledger::Refusal;
-use gpucap_core::refusal_lines::RefusalLines;
+use gpucap_core::refusal_lines::{Holding, RefusalLines};
 use gpucap_core::size::format_bytes;
 
 use crate::log::log;
@@ -37,7 +37,13 @@ impl Shim {
     ) {
         let level = crate::log::LEVEL.load(Relaxed);
         if level >= LogLevel::Debug as u8
-            || REFUSAL_LINES.should_print(api, device, bytes, held(refusal), now_ms())
+            || REFUSAL_LINES.should_print(
+                api,
+                device,
+                bytes,
+                self.holding(device, refusal),
+                now_ms(),
+            )
         {
             // In growth mode the cap is charged for the pages kept for reuse too: the
             // line says them apart from the memory in use.
@@ -51,14 +57,17 @@ impl Shim {
         }
         self.after_refusal();
     }
-}
 
-/// What the process held on the GPU as `refusal` says (a pool member: its own share).
-fn held(refusal: Refusal) -> u64 {
-    match refusal {
-        Refusal::OverCap { used, .. } => used,
-        Refusal::Pool(p) => p.own,
-        Refusal::NoSuchDevice { .. } => 0,
+    /// This process's memory on GPU `device` at `refusal`: what the refusal says it holds
+    /// (a pool member: its own share), and how many allocations it was served there.
+    fn holding(&self, device: usize, refusal: Refusal) -> Holding {
+        let bytes = match refusal {
+            Refusal::OverCap { used, .. } => used,
+            Refusal::Pool(p) => p.own,
+            Refusal::NoSuchDevice { .. } => 0,
+        };
+        let served = self.ledger.usage(device).map_or(0, |u| u.allocs);
+        Holding { bytes, served }
     }
 }
 
