@@ -116,6 +116,11 @@ expect_count() {
 }
 expect_err() { grep -qE "$1" "$CUR.err" || fail "stderr has no /$1/"; }
 expect_no_err() { ! grep -qE "$1" "$CUR.err" || fail "stderr has /$1/"; }
+expect_err_at_most() {
+    local n
+    n=$(grep -cE "$1" "$CUR.err")
+    [ "$n" -le "$2" ] || fail "stderr has /$1/ $n times, at most $2 expected"
+}
 # PYEXPR over d = the stats' devices list, e.g. 'd[0]["peak_used"] <= 1<<30'
 expect_stats() {
     python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['devices']; sys.exit(0 if ($1) else 1)" \
@@ -377,8 +382,11 @@ if [[ $want == *" tf "* ]]; then
         expect_line "^alloc 100 err ResourceExhaustedError$"
         expect_err "^gpucap: refused cuMemAlloc of .* on GPU 0: 0 B of the 1 GiB cap in use$"
         expect_err "^gpucap: refused cuMemAlloc of .* on GPU 0: [0-9.]+ MiB of the 1 GiB cap in use$"
+        # Dozens of refusals, the BFC allocator backing off by tenths: a line per run of
+        # them, and one more a second later (3 seen; 99 before gpucap folded back-offs).
+        expect_err_at_most "^gpucap: refused " 6
         expect_stats "d[0]['peak_used'] <= 1 << 30"
-        verdict "a 2 GiB logical device under a 1 GiB cap: gpucap refuses the 2 GiB region, BFC backs off to what fits, the fill ends in ResourceExhaustedError at the cap"
+        verdict "a 2 GiB logical device under a 1 GiB cap: gpucap refuses the 2 GiB region, BFC backs off to what fits, the fill ends in ResourceExhaustedError at the cap; a line per back-off, not per refusal"
 
         run tf-async "${T[@]}" LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi TF_GPU_ALLOCATOR=cuda_malloc_async -- "$PY" "$C" devices fill:100 free meminfo
         expect_done
