@@ -9,7 +9,8 @@
 #
 # The Python clients live in target/venv-cb12 (cuda-bindings 12.x),
 # target/venv-cb13 (cuda-bindings 13.x), target/venv-nvml (nvidia-ml-py),
-# target/venv-cupy (CuPy) and target/venv-numba (numba-cuda); the Kubernetes examples' validator in target/venv-k8s
+# target/venv-cupy (CuPy), target/venv-numba (numba-cuda) and target/venv-nvml-tools
+# (gpustat, nvitop); the Kubernetes examples' validator in target/venv-k8s
 # (kubernetes-validate); Prometheus's promtool (tests/cli/metrics.rs, tests/cli/monitoring.rs) in target/promtool
 # and its server prometheus (tests/cli/monitoring.rs) in target/prometheus, both taken from Debian's
 # package prometheus; mdBook (the book under docs/) in target/venv-mdbook;
@@ -146,6 +147,13 @@ else
 fi
 v=$(target/venv-nvml/bin/python -c "$nvml_probe") || die "target/venv-nvml does not hold a working nvidia-ml-py"
 echo "target/venv-nvml: nvidia-ml-py $v"
+
+# NVML tools (tests/real_clients/nvml_tools.rs): gpustat and nvitop, unmodified, over the fake
+# NVML; pinned with what they install.
+section "NVML tools (gpustat, nvitop)"
+pinned_venv target/venv-nvml-tools "import gpustat, nvitop" \
+    gpustat==1.1.1 nvitop==1.7.2 nvidia-ml-py==13.615.71 psutil==7.2.2 blessed==1.52.0 \
+    jinxed==2.1.0 wcwidth==0.9.4
 
 # The Kubernetes examples' validator (tests/k8s.rs): kubernetes-validate bundles the API's
 # OpenAPI schemas of every Kubernetes version it knows, so validation runs offline. Pinned,
@@ -310,6 +318,7 @@ export GPUCAP_TEST_PYTHON_NVML="$ROOT/target/venv-nvml/bin/python"
 export GPUCAP_TEST_PYTHON_K8S="$ROOT/target/venv-k8s/bin/python"
 export GPUCAP_TEST_PYTHON_CUPY="$ROOT/target/venv-cupy/bin/python"
 export GPUCAP_TEST_PYTHON_NUMBA="$ROOT/target/venv-numba/bin/python"
+export GPUCAP_TEST_PYTHON_NVML_TOOLS="$ROOT/target/venv-nvml-tools/bin/python"
 export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
 export GPUCAP_TEST_PROMETHEUS="$PROMETHEUS"
 export GPUCAP_TEST_MDBOOK="$MDBOOK"

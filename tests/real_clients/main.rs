@@ -1,4 +1,5 @@
-//! Real, unmodified clients on the fake GPU (cudarc, cuda-bindings, CuPy, numba), and the fake
+//! Real, unmodified clients on the fake GPU (cudarc, cuda-bindings, CuPy, numba, the NVML tools
+//! gpustat and nvitop), and the fake
 //! GPU held to a real driver's recorded answers.
 //!
 //! One test binary of the suite (docs/src/fake-gpu.md, "The test suite"); each module is
@@ -9,6 +10,7 @@ mod common;
 mod cupy;
 mod driver_answers;
 mod numba;
+mod nvml_tools;
 mod python_client;
 mod real_clients;
 mod scenarios;
