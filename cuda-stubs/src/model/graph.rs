@@ -21,6 +21,10 @@
 //! - `cuGraphExecDestroy` unbinds the exec's memory: it stays reserved (cached for other
 //!   graphs) until `cuDeviceGraphMemTrim`, which gives back every byte not bound to an
 //!   exec with live allocations (no graph runs while the fake returns).
+//!
+//! Files: `graph/nodes.rs` (what each kind of node holds), `graph/pool.rs` (a device's
+//! graph memory pool: reserved, bound and used bytes); graphs, executable graphs and stream
+//! capture here.
 
 use super::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -28,9 +32,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use super::device::ledger;
 use super::os::{map_anonymous, new_handle, unmap};
 use crate::abi::types::{
-    CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
-    CU_GRAPH_NODE_TYPE_MEMCPY, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUmemAccessDesc,
-    CUmemPoolProps,
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUmemAccessDesc, CUmemPoolProps,
 };
 use crate::abi::{
     CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult,
@@ -38,96 +40,11 @@ use crate::abi::{
 };
 use fake_gpu::identity::MAX_DEVICES;
 
-/// The granularity of graph memory (the VMM granularity).
-pub const GRANULE: u64 = 2 << 20;
+mod nodes;
+mod pool;
 
-/// `n` in whole granules (saturating).
-pub fn granules(n: u64) -> u64 {
-    n.checked_next_multiple_of(GRANULE).unwrap_or(u64::MAX)
-}
-
-/// An alloc node's parameters (as `cuGraphMemAllocNodeGetParams` returns them).
-#[derive(Debug, Clone)]
-pub struct AllocNode {
-    pub dev: usize,
-    pub size: u64,
-    pub dptr: u64,
-    pub props: CUmemPoolProps,
-    /// Owned by the node: `cuGraphMemAllocNodeGetParams` hands out their address.
-    pub access: Vec<CUmemAccessDesc>,
-}
-
-/// A memcpy node's copy: `n` bytes from `src` to `dst`, each side device memory (checked
-/// when the node runs) or host memory (the caller's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Copy1d {
-    pub dst: u64,
-    pub dst_device: bool,
-    pub src: u64,
-    pub src_device: bool,
-    pub n: usize,
-}
-
-#[derive(Debug, Clone)]
-pub enum Node {
-    Alloc(AllocNode),
-    Free(u64),
-    /// A kernel launched on a capturing stream (it takes no graph memory).
-    Kernel,
-    /// A linear copy, made when the graph is launched.
-    Memcpy(Copy1d),
-}
-
-impl Node {
-    pub fn type_code(&self) -> i32 {
-        match self {
-            Node::Alloc(_) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
-            Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
-            Node::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
-            Node::Memcpy(_) => CU_GRAPH_NODE_TYPE_MEMCPY,
-        }
-    }
-}
-
-/// One device's graph memory pool.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GraphPool {
-    /// Bytes of device memory the pool holds (charged to the device).
-    pub reserved: u64,
-    pub reserved_high: u64,
-    /// Bytes of graph allocations live now.
-    pub used: u64,
-    pub used_high: u64,
-    /// Bytes of `reserved` bound to executable graphs (or to their live allocations).
-    pub bound: u64,
-}
-
-impl GraphPool {
-    /// What binding `need` more bytes grows the reservation by: what the unbound part
-    /// cannot serve.
-    pub fn growth(&self, need: u64) -> u64 {
-        need.saturating_sub(self.reserved - self.bound)
-    }
-
-    /// Binds `need` bytes, the reservation having grown by `grown` ([`growth`](Self::growth)).
-    pub fn bind(&mut self, need: u64, grown: u64) {
-        self.reserved += grown;
-        self.bound += need;
-        self.reserved_high = self.reserved_high.max(self.reserved);
-    }
-
-    /// Gives back every byte not bound; returns how many.
-    pub fn trim(&mut self) -> u64 {
-        let freed = self.reserved - self.bound;
-        self.reserved = self.bound;
-        freed
-    }
-
-    pub fn allocated(&mut self, bytes: u64) {
-        self.used += bytes;
-        self.used_high = self.used_high.max(self.used);
-    }
-}
+pub use nodes::{AllocNode, Copy1d, Node};
+pub use pool::{GraphPool, granules};
 
 #[derive(Debug)]
 struct Exec {
@@ -555,35 +472,4 @@ pub fn capture_of(stream: usize) -> Option<(usize, u64)> {
 pub fn captured_free(graph: usize, dptr: u64) -> Option<CuResult> {
     let is_graph_memory = graphs().alloc_node(dptr).is_some();
     is_graph_memory.then(|| add_free(graph, dptr).map(|_| ()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIB: u64 = 1 << 20;
-
-    #[test]
-    fn binding_takes_unbound_memory_first_and_trim_gives_back_the_unbound() {
-        let mut p = GraphPool::default();
-        assert_eq!(p.growth(600 * MIB), 600 * MIB);
-        p.bind(600 * MIB, 600 * MIB);
-        assert_eq!(p.growth(100 * MIB), 100 * MIB, "all of it is bound");
-        p.bound -= 600 * MIB; // the exec is destroyed: cached
-        assert_eq!(p.growth(100 * MIB), 0, "served from the cache");
-        p.bind(100 * MIB, 0);
-        assert_eq!(p.growth(600 * MIB), 100 * MIB);
-        assert_eq!(p.trim(), 500 * MIB);
-        assert_eq!(
-            (p.reserved, p.bound, p.reserved_high),
-            (100 * MIB, 100 * MIB, 600 * MIB)
-        );
-    }
-
-    #[test]
-    fn graph_memory_is_granular() {
-        assert_eq!(granules(1), GRANULE);
-        assert_eq!(granules(3 * MIB), 4 * MIB);
-        assert_eq!(granules(u64::MAX), u64::MAX);
-    }
 }

@@ -1,0 +1,50 @@
+//! The nodes of a graph: what each kind holds (see `model::graph` for graphs, their
+//! executable graphs and the graph memory pool).
+
+use crate::abi::types::{
+    CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
+    CU_GRAPH_NODE_TYPE_MEMCPY, CUmemAccessDesc, CUmemPoolProps,
+};
+
+/// An alloc node's parameters (as `cuGraphMemAllocNodeGetParams` returns them).
+#[derive(Debug, Clone)]
+pub struct AllocNode {
+    pub dev: usize,
+    pub size: u64,
+    pub dptr: u64,
+    pub props: CUmemPoolProps,
+    /// Owned by the node: `cuGraphMemAllocNodeGetParams` hands out their address.
+    pub access: Vec<CUmemAccessDesc>,
+}
+
+/// A memcpy node's copy: `n` bytes from `src` to `dst`, each side device memory (checked
+/// when the node runs) or host memory (the caller's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copy1d {
+    pub dst: u64,
+    pub dst_device: bool,
+    pub src: u64,
+    pub src_device: bool,
+    pub n: usize,
+}
+
+#[derive(Debug, Clone)]
+pub enum Node {
+    Alloc(AllocNode),
+    Free(u64),
+    /// A kernel launched on a capturing stream (it takes no graph memory).
+    Kernel,
+    /// A linear copy, made when the graph is launched.
+    Memcpy(Copy1d),
+}
+
+impl Node {
+    pub fn type_code(&self) -> i32 {
+        match self {
+            Node::Alloc(_) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+            Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
+            Node::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
+            Node::Memcpy(_) => CU_GRAPH_NODE_TYPE_MEMCPY,
+        }
+    }
+}
