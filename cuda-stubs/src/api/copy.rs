@@ -1,11 +1,13 @@
 //! Copies (cuMemcpy*) and memsets (cuMemset*): memmove and fill over ranges checked to be
 //! accessible memory. Streams are synchronous, so the async forms only check the stream.
+//! A graph's memcpy and memset nodes make their copies and fills here too (`api/graph.rs`).
 
 use crate::abi::types::CUdeviceptr;
-use crate::abi::{CUDA_ERROR_INVALID_VALUE, CuResult};
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUresult, CuResult};
 use crate::model::address::check_range;
 use crate::model::ctx::Ctx;
 use crate::model::device::cfg;
+use crate::model::graph::Memset;
 use crate::model::stream;
 use libc::c_void;
 
@@ -43,6 +45,31 @@ fn dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult {
     copy(dst as usize, src as usize, n)
 }
 
+/// The bytes that `height` rows of `width` elements of `esz` bytes, `pitch` bytes apart,
+/// span from `dst`, checked as writable device memory, `dst` and `pitch` as aligned to the
+/// element (None: nothing to fill).
+fn fill_span(
+    dst: CUdeviceptr,
+    pitch: usize,
+    esz: usize,
+    width: usize,
+    height: usize,
+) -> Result<Option<usize>, CUresult> {
+    if !(dst as usize).is_multiple_of(esz) || !pitch.is_multiple_of(esz) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let row = width.checked_mul(esz).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if height == 0 || width == 0 {
+        return Ok(None);
+    }
+    let span = pitch
+        .checked_mul(height - 1)
+        .and_then(|s| s.checked_add(row))
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    check_range(dst, span, true)?;
+    Ok(Some(span))
+}
+
 /// Fills `count` elements of `E` at `dst`, rows of `width` elements `pitch` bytes apart.
 fn fill<E: Copy>(
     dst: CUdeviceptr,
@@ -52,19 +79,9 @@ fn fill<E: Copy>(
     height: usize,
 ) -> CuResult {
     cfg()?;
-    let esz = std::mem::size_of::<E>();
-    if !(dst as usize).is_multiple_of(esz) || !pitch.is_multiple_of(esz) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let row = width.checked_mul(esz).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if height == 0 || width == 0 {
+    if fill_span(dst, pitch, std::mem::size_of::<E>(), width, height)?.is_none() {
         return Ok(());
     }
-    let span = pitch
-        .checked_mul(height - 1)
-        .and_then(|s| s.checked_add(row))
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    check_range(dst, span, true)?;
     for r in 0..height {
         let p = (dst as usize + r * pitch) as *mut E;
         // SAFETY: the whole span was validated as writable device memory, p is aligned.
@@ -72,6 +89,40 @@ fn fill<E: Copy>(
         s.fill(value);
     }
     Ok(())
+}
+
+/// The pitch a memset node's rows are apart: unused (0) for one row.
+fn node_pitch(m: &Memset) -> usize {
+    if m.height > 1 { m.pitch } else { 0 }
+}
+
+/// Checks a memset node's fill as a memset's arguments are checked (an element size of 1,
+/// 2 or 4 bytes), without making it.
+pub(crate) fn check_set(m: &Memset) -> CuResult {
+    cfg()?;
+    if ![1, 2, 4].contains(&m.element_size) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    fill_span(
+        m.dst,
+        node_pitch(m),
+        m.element_size as usize,
+        m.width,
+        m.height,
+    )
+    .map(|_| ())
+}
+
+/// Makes a memset node's fill (its graph launched), checked as a memset is: the value's low
+/// bytes.
+pub(crate) fn set(m: &Memset) -> CuResult {
+    let (dst, pitch, v) = (m.dst, node_pitch(m), m.value);
+    match m.element_size {
+        1 => fill(dst, pitch, v as u8, m.width, m.height),
+        2 => fill(dst, pitch, v as u16, m.width, m.height),
+        4 => fill(dst, pitch, v, m.width, m.height),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
 }
 
 crate::abi::exports! {

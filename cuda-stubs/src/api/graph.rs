@@ -1,5 +1,6 @@
 //! CUDA graphs as far as their memory goes (see `model::graph`): graphs of memory alloc and
-//! free nodes and of kernel nodes (which run nothing), their executable graphs (instantiate,
+//! free nodes, of kernel nodes (which run nothing) and of memcpy and memset nodes (which copy
+//! and fill when the graph is launched), their executable graphs (instantiate,
 //! upload, launch, destroy), the nodes' queries, and each device's graph memory
 //! (attributes, trim). Stream capture is in `api/stream.rs` and `api/pool.rs`.
 
@@ -9,7 +10,7 @@ use crate::abi::types::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMORYTYPE_DEVICE,
     CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, CUdeviceptr,
     CudaGraphInstantiateParams, CudaKernelNodeParams, CudaKernelNodeParamsV1,
-    CudaMemAllocNodeParams, CudaMemcpy3d, Memcpy3dSide,
+    CudaMemAllocNodeParams, CudaMemcpy3d, CudaMemsetNodeParams, Memcpy3dSide,
 };
 use crate::abi::{
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult, CuResult, inp, note, out,
@@ -17,7 +18,7 @@ use crate::abi::{
 use crate::model::address::check_range;
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
-use crate::model::graph::{self, Copy1d, Node};
+use crate::model::graph::{self, Copy1d, Memset, Node};
 use crate::model::{module, stream};
 use libc::{c_char, c_int, c_uint};
 
@@ -154,6 +155,23 @@ fn run_copy(c: &Copy1d) -> CuResult {
     super::copy::copy(c.dst as usize, c.src as usize, c.n)
 }
 
+/// A memset node's fill, checked now as a memset's arguments and range are (in the current
+/// context); it is checked again when the node runs.
+fn memset_of(p: *const CudaMemsetNodeParams) -> Result<Memset, CUresult> {
+    current()?;
+    let p = inp(p)?;
+    let m = Memset {
+        dst: p.dst,
+        pitch: p.pitch,
+        value: p.value,
+        element_size: p.element_size,
+        width: p.width,
+        height: p.height,
+    };
+    super::copy::check_set(&m)?;
+    Ok(m)
+}
+
 /// cuGraphInstantiate* in the current context: the exec, or the error.
 fn instantiate(ph: *mut usize, graph: usize, flags: u64) -> CuResult {
     current()?;
@@ -253,7 +271,44 @@ crate::abi::exports! {
     fn cuGraphExecMemcpyNodeSetParams(exec: usize, node: usize, params: *const CudaMemcpy3d, ctx: usize) {
         let _ = ctx;
         let c = copy_of(&inp(params)?)?;
-        graph::set_exec_memcpy(exec, node, c)
+        graph::set_exec_work(exec, node, Node::Memcpy(c))
+    }
+
+    // A fill of device memory (CUDA_MEMSET_NODE_PARAMS: an element size of 1, 2 or 4
+    // bytes, as `cuda.h` requires); `ctx` is the context it runs in (the fake checks the
+    // current one).
+    fn cuGraphAddMemsetNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaMemsetNodeParams, ctx: usize) {
+        let _ = ctx;
+        if ph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        check_deps(graph, deps, n)?;
+        let m = memset_of(params)?;
+        let node = graph::add_memset(graph, m)?;
+        note(|| format!("node={node:#x} {} x {} bytes", m.width, m.element_size));
+        out(ph, node)
+    }
+
+    // What the node was made with (an update of an exec does not change it).
+    fn cuGraphMemsetNodeGetParams(node: usize, params: *mut CudaMemsetNodeParams) {
+        cfg()?;
+        let Node::Memset(m) = graph::node(node)? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        out(params, CudaMemsetNodeParams {
+            dst: m.dst,
+            pitch: m.pitch,
+            value: m.value,
+            element_size: m.element_size,
+            width: m.width,
+            height: m.height,
+        })
+    }
+
+    fn cuGraphExecMemsetNodeSetParams(exec: usize, node: usize, params: *const CudaMemsetNodeParams, ctx: usize) {
+        let _ = ctx;
+        let m = memset_of(params)?;
+        graph::set_exec_work(exec, node, Node::Memset(m))
     }
 
     fn cuGraphAddMemFreeNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, dptr: CUdeviceptr) {
@@ -345,11 +400,16 @@ crate::abi::exports! {
         graph::upload(exec)
     }
 
-    // Kernels run nothing; memcpy nodes copy, in the order they were added.
+    // Kernels run nothing; memcpy and memset nodes copy and fill, in the order they were
+    // added (the first that fails ends the launch with its error).
     fn cuGraphLaunch | cuGraphLaunch_ptsz (exec: usize, stream: usize) {
         stream::check(stream)?;
-        for c in graph::launch(exec)? {
-            run_copy(&c)?;
+        for work in graph::launch(exec)? {
+            match work {
+                Node::Memcpy(c) => run_copy(&c)?,
+                Node::Memset(m) => super::copy::set(&m)?,
+                _ => {}
+            }
         }
         Ok(())
     }

@@ -43,7 +43,7 @@ use fake_gpu::identity::MAX_DEVICES;
 mod nodes;
 mod pool;
 
-pub use nodes::{AllocNode, Copy1d, Node};
+pub use nodes::{AllocNode, Copy1d, Memset, Node};
 pub use pool::{GraphPool, granules};
 
 #[derive(Debug)]
@@ -54,9 +54,9 @@ struct Exec {
     nodes: Vec<Node>,
     /// The graph's kernel nodes at instantiation (whose parameters an update may set).
     kernels: Vec<usize>,
-    /// Its memcpy nodes, in the graph's order, with the copy each makes (an update may
-    /// change it).
-    copies: Vec<(usize, Copy1d)>,
+    /// Its memcpy and memset nodes, in the graph's order, with the copy or fill each makes
+    /// (an update may change it).
+    work: Vec<(usize, Node)>,
     bound: bool,
     auto_free: bool,
     /// Allocations a launch left live: (dptr, device, size).
@@ -223,14 +223,23 @@ pub fn add_memcpy(graph: usize, c: Copy1d) -> Result<usize, CUresult> {
     graphs().add(graph, Node::Memcpy(c))
 }
 
-/// Sets the copy a memcpy node of the graph `exec` was instantiated from makes in `exec`:
-/// CUDA_ERROR_INVALID_VALUE if it is no such node.
-pub fn set_exec_memcpy(exec: usize, node: usize, c: Copy1d) -> CuResult {
+/// A memset node of `graph`.
+pub fn add_memset(graph: usize, m: Memset) -> Result<usize, CUresult> {
+    graphs().add(graph, Node::Memset(m))
+}
+
+/// Sets the copy or fill (`work`) a memcpy or memset node of the graph `exec` was
+/// instantiated from makes in `exec`: CUDA_ERROR_INVALID_VALUE if it is no such node, or
+/// a node of the other kind.
+pub fn set_exec_work(exec: usize, node: usize, work: Node) -> CuResult {
     let mut g = graphs();
     let e = g.execs.get_mut(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let slot = e.copies.iter_mut().find(|(h, _)| *h == node);
-    let (_, copy) = slot.ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    *copy = c;
+    let slot = e.work.iter_mut().find(|(h, _)| *h == node);
+    let (_, old) = slot.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if std::mem::discriminant(old) != std::mem::discriminant(&work) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    *old = work;
     Ok(())
 }
 
@@ -279,10 +288,10 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
         .copied()
         .filter(|h| matches!(g.nodes.get(h), Some((_, Node::Kernel))))
         .collect();
-    let copies: Vec<(usize, Copy1d)> = list
+    let work: Vec<(usize, Node)> = list
         .iter()
         .filter_map(|h| match g.nodes.get(h) {
-            Some((_, Node::Memcpy(c))) => Some((*h, *c)),
+            Some((_, n @ (Node::Memcpy(_) | Node::Memset(_)))) => Some((*h, n.clone())),
             _ => None,
         })
         .collect();
@@ -300,7 +309,7 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
         footprint,
         nodes,
         kernels,
-        copies,
+        work,
         bound: false,
         auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
         live: Vec::new(),
@@ -327,9 +336,9 @@ pub fn upload(exec: usize) -> CuResult {
     graphs().bind(exec)
 }
 
-/// cuGraphLaunch: reserved if not yet, then run at once; the copies its memcpy nodes make,
-/// in order, are returned for the caller to make.
-pub fn launch(exec: usize) -> Result<Vec<Copy1d>, CUresult> {
+/// cuGraphLaunch: reserved if not yet, then run at once; the copies and fills its memcpy
+/// and memset nodes make (those nodes), in order, are returned for the caller to make.
+pub fn launch(exec: usize) -> Result<Vec<Node>, CUresult> {
     let mut g = graphs();
     let e = g.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if !e.live.is_empty() && !e.auto_free {
@@ -374,7 +383,7 @@ pub fn launch(exec: usize) -> Result<Vec<Copy1d>, CUresult> {
     }
     let e = g.execs.get_mut(&exec).expect("checked above");
     e.live = live;
-    Ok(e.copies.iter().map(|&(_, c)| c).collect())
+    Ok(e.work.iter().map(|(_, n)| n.clone()).collect())
 }
 
 /// cuGraphExecDestroy: its memory stays reserved, unbound, but for allocations it left

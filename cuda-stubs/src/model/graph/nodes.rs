@@ -3,7 +3,7 @@
 
 use crate::abi::types::{
     CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
-    CU_GRAPH_NODE_TYPE_MEMCPY, CUmemAccessDesc, CUmemPoolProps,
+    CU_GRAPH_NODE_TYPE_MEMCPY, CU_GRAPH_NODE_TYPE_MEMSET, CUmemAccessDesc, CUmemPoolProps,
 };
 
 /// An alloc node's parameters (as `cuGraphMemAllocNodeGetParams` returns them).
@@ -28,6 +28,19 @@ pub struct Copy1d {
     pub n: usize,
 }
 
+/// A memset node's fill: `width` elements of `element_size` bytes (1, 2 or 4) set to
+/// `value` (its low bytes), in `height` rows `pitch` bytes apart (unused for one row), at
+/// `dst` (device memory, checked when the node runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memset {
+    pub dst: u64,
+    pub pitch: usize,
+    pub value: u32,
+    pub element_size: u32,
+    pub width: usize,
+    pub height: usize,
+}
+
 #[derive(Debug, Clone)]
 pub enum Node {
     Alloc(AllocNode),
@@ -36,6 +49,8 @@ pub enum Node {
     Kernel,
     /// A linear copy, made when the graph is launched.
     Memcpy(Copy1d),
+    /// A fill, made when the graph is launched.
+    Memset(Memset),
 }
 
 impl Node {
@@ -45,6 +60,7 @@ impl Node {
             Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
             Node::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
             Node::Memcpy(_) => CU_GRAPH_NODE_TYPE_MEMCPY,
+            Node::Memset(_) => CU_GRAPH_NODE_TYPE_MEMSET,
         }
     }
 }
