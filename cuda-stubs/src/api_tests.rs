@@ -372,7 +372,7 @@ fn stubs_listing_matches_the_build() {
     );
 }
 
-/// The fake never captures: every capture query answers as the driver does outside a capture.
+/// A stream not in capture: every capture query answers as the driver does outside one.
 #[test]
 fn stream_capture_queries_answer_not_capturing() {
     let _g = setup();

@@ -4,15 +4,24 @@
 
 use std::ptr::{null, null_mut};
 
-use crate::abi::types::{CU_GRAPH_NODE_TYPE_MEMSET, CudaMemsetNodeParams};
-use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS};
-use crate::api::copy::cuMemcpyDtoH_v2;
+use crate::abi::types::{
+    CU_GRAPH_NODE_TYPE_MEMCPY, CU_GRAPH_NODE_TYPE_MEMSET, CudaMemsetNodeParams,
+};
+use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS};
+use crate::api::copy::{
+    cuMemcpyAsync, cuMemcpyDtoDAsync_v2, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2_ptsz,
+    cuMemcpyHtoD_v2, cuMemcpyHtoDAsync_v2, cuMemcpyPeerAsync, cuMemsetD2D16Async, cuMemsetD8Async,
+    cuMemsetD8Async_ptsz, cuMemsetD32Async,
+};
 use crate::api::graph::{
     cuGraphAddMemsetNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy,
-    cuGraphExecMemsetNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch,
+    cuGraphExecMemsetNodeSetParams, cuGraphGetNodes, cuGraphInstantiateWithFlags, cuGraphLaunch,
     cuGraphMemsetNodeGetParams, cuGraphNodeGetType,
 };
 use crate::api::memory::{cuMemAlloc_v2, cuMemFree_v2};
+use crate::api::stream::{
+    cuStreamBeginCapture_v2, cuStreamCreate, cuStreamDestroy_v2, cuStreamEndCapture,
+};
 use crate::api_tests::setup;
 
 /// `n` bytes of device memory at `p`, read back.
@@ -24,6 +33,30 @@ fn back(p: u64, n: usize) -> Vec<u8> {
         CUDA_SUCCESS
     );
     v
+}
+
+/// The nodes of `graph` and their types.
+fn nodes_of(graph: usize) -> Vec<(usize, i32)> {
+    let mut n = 0usize;
+    // SAFETY (both calls): valid pointers to locals and a buffer of `n` handles.
+    assert_eq!(
+        unsafe { cuGraphGetNodes(graph, null_mut(), &mut n) },
+        CUDA_SUCCESS
+    );
+    let mut nodes = vec![0usize; n];
+    assert_eq!(
+        unsafe { cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) },
+        CUDA_SUCCESS
+    );
+    nodes
+        .into_iter()
+        .map(|h| {
+            let mut t = -1;
+            // SAFETY: a valid pointer to a local.
+            assert_eq!(unsafe { cuGraphNodeGetType(h, &mut t) }, CUDA_SUCCESS);
+            (h, t)
+        })
+        .collect()
 }
 
 fn memset(dst: u64, value: u32, element_size: u32, width: usize) -> CudaMemsetNodeParams {
@@ -151,5 +184,142 @@ fn memset_nodes_fill_when_the_graph_is_launched() {
         assert_eq!(cuGraphLaunch(exec, 0), CUDA_ERROR_INVALID_VALUE);
         assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
         assert_eq!(cuGraphDestroy(g), CUDA_SUCCESS);
+    }
+}
+
+/// cuDNN and cuBLAS capture a stream with a memset of 128 bytes to a placeholder address: a
+/// real driver records it (the fake refused it with CUDA_ERROR_INVALID_VALUE, running it at
+/// once). It is a memset node now; the range is checked when the graph is launched.
+#[test]
+fn a_captured_memset_is_a_node_checked_when_the_graph_runs() {
+    let _g = setup();
+    const PLACEHOLDER: u64 = 0x2848a0;
+    // SAFETY (all calls): valid pointers to locals, as a C caller would pass.
+    unsafe {
+        let mut s = 0usize;
+        assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
+        assert_eq!(
+            cuMemsetD8Async(PLACEHOLDER, 0, 128, s),
+            CUDA_ERROR_INVALID_VALUE,
+            "not capturing: done at once, and refused"
+        );
+        assert_eq!(cuStreamBeginCapture_v2(s, 0), CUDA_SUCCESS);
+        assert_eq!(cuMemsetD8Async(PLACEHOLDER, 0, 128, s), CUDA_SUCCESS);
+        assert_eq!(
+            cuMemsetD8Async(PLACEHOLDER, 0, 128, 0xdead),
+            CUDA_ERROR_INVALID_HANDLE,
+            "an invalid stream, as ever"
+        );
+        let mut graph = 0usize;
+        assert_eq!(cuStreamEndCapture(s, &mut graph), CUDA_SUCCESS);
+        let nodes = nodes_of(graph);
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].1, CU_GRAPH_NODE_TYPE_MEMSET);
+        let mut p = memset(0, 7, 0, 0);
+        assert_eq!(cuGraphMemsetNodeGetParams(nodes[0].0, &mut p), CUDA_SUCCESS);
+        assert_eq!(
+            (p.dst, p.value, p.element_size, p.width, p.height),
+            (PLACEHOLDER, 0, 1, 128, 1)
+        );
+        let mut exec = 0usize;
+        assert_eq!(
+            cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuGraphLaunch(exec, 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "not device memory, found when the fill is made"
+        );
+        assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        assert_eq!(cuGraphDestroy(graph), CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+    }
+}
+
+/// Async copies and memsets on a capturing stream are recorded in order and made, real
+/// bytes, when the graph is launched; on another stream they are done at once.
+#[test]
+fn captured_copies_and_memsets_run_when_the_graph_is_launched() {
+    let _g = setup();
+    const N: usize = 4096;
+    // SAFETY (all calls): valid pointers to locals and buffers of N bytes.
+    unsafe {
+        let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
+        for p in [&mut a, &mut b, &mut c, &mut d] {
+            assert_eq!(cuMemAlloc_v2(p, N), CUDA_SUCCESS);
+        }
+        let bytes: Vec<u8> = (0..N as u32).map(|i| (i * 13 % 251) as u8).collect();
+        let other_bytes: Vec<u8> = bytes.iter().map(|b| b ^ 0xff).collect();
+        assert_eq!(cuMemcpyHtoD_v2(a, bytes.as_ptr().cast(), N), CUDA_SUCCESS);
+        let (mut s, mut other) = (0usize, 0usize);
+        assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
+        assert_eq!(cuStreamCreate(&mut other, 1), CUDA_SUCCESS);
+        let mut host = vec![0u8; N];
+        assert_eq!(cuStreamBeginCapture_v2(s, 2), CUDA_SUCCESS);
+        // a -> host, then a filled with words; other_bytes -> b -> c (peer) -> d (unified).
+        assert_eq!(
+            cuMemcpyDtoHAsync_v2_ptsz(host.as_mut_ptr().cast(), a, N, s),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuMemsetD32Async(a, 0x0102_0304, N / 4, s), CUDA_SUCCESS);
+        assert_eq!(
+            cuMemcpyHtoDAsync_v2(b, other_bytes.as_ptr().cast(), N, s),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuMemcpyPeerAsync(c, 0, b, 0, N, s), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyAsync(d, c, N, s), CUDA_SUCCESS);
+        // Rows of 16 halves, 512 bytes apart, then one byte over the first.
+        assert_eq!(cuMemsetD2D16Async(d, 512, 0xabcd, 16, 8, s), CUDA_SUCCESS);
+        assert_eq!(cuMemsetD8Async_ptsz(d, 0x11, 1, s), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyDtoDAsync_v2(b, a, 8, s), CUDA_SUCCESS);
+        // Another stream does its work at once.
+        assert_eq!(
+            cuMemsetD8Async(c + N as u64 - 1, 0x77, 1, other),
+            CUDA_SUCCESS
+        );
+        assert_eq!(back(c + N as u64 - 1, 1), [0x77]);
+        let mut graph = 0usize;
+        assert_eq!(cuStreamEndCapture(s, &mut graph), CUDA_SUCCESS);
+        let (copy, set) = (CU_GRAPH_NODE_TYPE_MEMCPY, CU_GRAPH_NODE_TYPE_MEMSET);
+        let types: Vec<i32> = nodes_of(graph).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(types, [copy, set, copy, copy, copy, set, set, copy]);
+        let mut exec = 0usize;
+        assert_eq!(
+            cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            CUDA_SUCCESS
+        );
+        assert_eq!(host, vec![0u8; N], "nothing copied before the launch");
+        assert_eq!(back(a, N), bytes, "nothing set before the launch");
+        assert_eq!(back(b, N), vec![0u8; N]);
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_SUCCESS);
+        assert_eq!(host, bytes, "copied before the memset that follows it");
+        let words: Vec<u8> = 0x0102_0304_u32.to_ne_bytes().repeat(N / 4);
+        assert_eq!(back(a, N), words);
+        assert_eq!(back(b, N)[..8], words[..8]);
+        assert_eq!(back(b, N)[8..], other_bytes[8..]);
+        assert_eq!(
+            back(c, N),
+            other_bytes,
+            "the other stream's byte overwritten"
+        );
+        let mut want = other_bytes.clone();
+        for r in 0..8 {
+            let row = &mut want[r * 512..r * 512 + 32];
+            row.copy_from_slice(&0xabcd_u16.to_ne_bytes().repeat(16));
+        }
+        want[0] = 0x11;
+        assert_eq!(back(d, N), want);
+        // A device range freed since is refused when the graph runs again.
+        assert_eq!(cuMemFree_v2(c), CUDA_SUCCESS);
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        assert_eq!(cuGraphDestroy(graph), CUDA_SUCCESS);
+        for p in [a, b, d] {
+            assert_eq!(cuMemFree_v2(p), CUDA_SUCCESS);
+        }
+        for st in [s, other] {
+            assert_eq!(cuStreamDestroy_v2(st), CUDA_SUCCESS);
+        }
     }
 }

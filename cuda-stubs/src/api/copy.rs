@@ -1,13 +1,15 @@
 //! Copies (cuMemcpy*) and memsets (cuMemset*): memmove and fill over ranges checked to be
-//! accessible memory. Streams are synchronous, so the async forms only check the stream.
-//! A graph's memcpy and memset nodes make their copies and fills here too (`api/graph.rs`).
+//! accessible memory. Streams are synchronous, so the async forms only check the stream,
+//! but on a stream in capture they record a memcpy or memset node in the capture's graph
+//! instead. A graph's memcpy and memset nodes make their copies and fills here too (when
+//! the graph is launched: `api/graph.rs`).
 
 use crate::abi::types::CUdeviceptr;
-use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUresult, CuResult};
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUresult, CuResult, note};
 use crate::model::address::check_range;
 use crate::model::ctx::Ctx;
 use crate::model::device::cfg;
-use crate::model::graph::Memset;
+use crate::model::graph::{self, Copy1d, Memset, Node};
 use crate::model::stream;
 use libc::c_void;
 
@@ -24,6 +26,50 @@ pub(crate) fn copy(dst: usize, src: usize, n: usize) -> CuResult {
     // check_range, host ranges are the caller's responsibility as with the real driver).
     unsafe { libc::memmove(dst as *mut c_void, src as *const c_void, n) };
     Ok(())
+}
+
+/// Work issued on `stream`: when the stream captures, recorded as `node` in the capture's
+/// graph (true), its checks made when the graph is launched, none now (cuDNN and cuBLAS
+/// capture a memset to a placeholder address, which a real driver records); false when it
+/// does not capture (the work is to be done now).
+fn captured(stream: usize, node: impl FnOnce() -> Node) -> Result<bool, CUresult> {
+    stream::check(stream)?;
+    let Some(h) = graph::capture_work(stream, node) else {
+        return Ok(false);
+    };
+    let h = h?;
+    note(|| format!("captured as node {h:#x}"));
+    Ok(true)
+}
+
+/// A memcpy node's copy of `n` bytes, a side of device memory range-checked when it runs.
+fn copy_node(dst: u64, dst_device: bool, src: u64, src_device: bool, n: usize) -> Node {
+    Node::Memcpy(Copy1d {
+        dst,
+        dst_device,
+        src,
+        src_device,
+        n,
+    })
+}
+
+/// A memset node's fill: `height` rows of `width` elements of `element_size` bytes.
+fn set_node(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u32,
+    element_size: u32,
+    width: usize,
+    height: usize,
+) -> Node {
+    Node::Memset(Memset {
+        dst,
+        pitch,
+        value,
+        element_size,
+        width,
+        height,
+    })
 }
 
 fn htod(dst: CUdeviceptr, src: *const c_void, n: usize) -> CuResult {
@@ -132,7 +178,9 @@ crate::abi::exports! {
     }
 
     fn cuMemcpyAsync | cuMemcpyAsync_ptsz (dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || copy_node(dst, false, src, false, n))? {
+            return Ok(());
+        }
         copy(dst as usize, src as usize, n)
     }
 
@@ -143,7 +191,9 @@ crate::abi::exports! {
 
     fn cuMemcpyPeerAsync | cuMemcpyPeerAsync_ptsz (dst: CUdeviceptr, dst_ctx: Ctx, src: CUdeviceptr, src_ctx: Ctx, n: usize, stream: usize) {
         let _ = (dst_ctx, src_ctx);
-        stream::check(stream)?;
+        if captured(stream, || copy_node(dst, true, src, true, n))? {
+            return Ok(());
+        }
         dtod(dst, src, n)
     }
 
@@ -160,17 +210,23 @@ crate::abi::exports! {
     }
 
     fn cuMemcpyHtoDAsync_v2 | cuMemcpyHtoDAsync_v2_ptsz (dst: CUdeviceptr, src: *const c_void, n: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || copy_node(dst, true, src as u64, false, n))? {
+            return Ok(());
+        }
         htod(dst, src, n)
     }
 
     fn cuMemcpyDtoHAsync_v2 | cuMemcpyDtoHAsync_v2_ptsz (dst: *mut c_void, src: CUdeviceptr, n: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || copy_node(dst as u64, false, src, true, n))? {
+            return Ok(());
+        }
         dtoh(dst, src, n)
     }
 
     fn cuMemcpyDtoDAsync_v2 | cuMemcpyDtoDAsync_v2_ptsz (dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || copy_node(dst, true, src, true, n))? {
+            return Ok(());
+        }
         dtod(dst, src, n)
     }
 
@@ -187,17 +243,23 @@ crate::abi::exports! {
     }
 
     fn cuMemsetD8Async | cuMemsetD8Async_ptsz (dst: CUdeviceptr, value: u8, n: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || set_node(dst, 0, value.into(), 1, n, 1))? {
+            return Ok(());
+        }
         fill(dst, 0, value, n, 1)
     }
 
     fn cuMemsetD16Async | cuMemsetD16Async_ptsz (dst: CUdeviceptr, value: u16, n: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || set_node(dst, 0, value.into(), 2, n, 1))? {
+            return Ok(());
+        }
         fill(dst, 0, value, n, 1)
     }
 
     fn cuMemsetD32Async | cuMemsetD32Async_ptsz (dst: CUdeviceptr, value: u32, n: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || set_node(dst, 0, value, 4, n, 1))? {
+            return Ok(());
+        }
         fill(dst, 0, value, n, 1)
     }
 
@@ -214,17 +276,23 @@ crate::abi::exports! {
     }
 
     fn cuMemsetD2D8Async | cuMemsetD2D8Async_ptsz (dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || set_node(dst, pitch, value.into(), 1, width, height))? {
+            return Ok(());
+        }
         fill(dst, pitch, value, width, height)
     }
 
     fn cuMemsetD2D16Async | cuMemsetD2D16Async_ptsz (dst: CUdeviceptr, pitch: usize, value: u16, width: usize, height: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || set_node(dst, pitch, value.into(), 2, width, height))? {
+            return Ok(());
+        }
         fill(dst, pitch, value, width, height)
     }
 
     fn cuMemsetD2D32Async | cuMemsetD2D32Async_ptsz (dst: CUdeviceptr, pitch: usize, value: u32, width: usize, height: usize, stream: usize) {
-        stream::check(stream)?;
+        if captured(stream, || set_node(dst, pitch, value, 4, width, height))? {
+            return Ok(());
+        }
         fill(dst, pitch, value, width, height)
     }
 }

@@ -1,8 +1,9 @@
 //! CUDA graphs as far as their memory goes: graphs of memory nodes (`cuGraphAddMemAllocNode`,
-//! `cuGraphAddMemFreeNode`, or `cuMemAllocAsync`/`cuMemFreeAsync` on a capturing stream) and
-//! of the kernels launched on a capturing stream (kernel nodes: a launch of the graph
-//! launches them, which runs nothing), their executable graphs, and each device's graph
-//! memory pool, modelled on the driver:
+//! `cuGraphAddMemFreeNode`, or `cuMemAllocAsync`/`cuMemFreeAsync` on a capturing stream), of
+//! kernel nodes (a launch of the graph launches them, which runs nothing) and of memcpy and
+//! memset nodes (added, or async copies and memsets on a capturing stream: a launch of the
+//! graph makes them, in order), their executable graphs, and each device's graph memory
+//! pool, modelled on the driver:
 //!
 //! - An alloc node gets its address when it is made (fixed for the node's life); no
 //!   device memory is taken then.
@@ -474,6 +475,14 @@ pub fn end_capture(stream: usize) -> Result<usize, CUresult> {
 /// The graph and capture id of a capturing stream.
 pub fn capture_of(stream: usize) -> Option<(usize, u64)> {
     graphs().capturing.get(&stream).copied()
+}
+
+/// Work issued on `stream`: when it captures, `node` (made now) becomes a node of the
+/// capture's graph: Some(its handle, or the error); None when it does not capture.
+pub fn capture_work(stream: usize, node: impl FnOnce() -> Node) -> Option<Result<usize, CUresult>> {
+    let mut g = graphs();
+    let &(graph, _) = g.capturing.get(&stream)?;
+    Some(g.add(graph, node()))
 }
 
 /// A captured cuMemFreeAsync: a free node when `dptr` is a graph allocation (None when it
