@@ -2,10 +2,12 @@
 //! stream records, kernel nodes' parameters), calling the exports directly. The graph
 //! memory and launch tests are in `module_tests.rs`.
 
+use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
 use crate::abi::types::{
-    CU_GRAPH_NODE_TYPE_MEMCPY, CU_GRAPH_NODE_TYPE_MEMSET, CudaMemsetNodeParams,
+    CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEMCPY, CU_GRAPH_NODE_TYPE_MEMSET,
+    CudaKernelNodeParams, CudaKernelNodeParamsV1, CudaMemsetNodeParams,
 };
 use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS};
 use crate::api::copy::{
@@ -14,15 +16,21 @@ use crate::api::copy::{
     cuMemsetD8Async_ptsz, cuMemsetD32Async,
 };
 use crate::api::graph::{
-    cuGraphAddMemsetNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy,
-    cuGraphExecMemsetNodeSetParams, cuGraphGetNodes, cuGraphInstantiateWithFlags, cuGraphLaunch,
+    cuGraphAddKernelNode, cuGraphAddKernelNode_v2, cuGraphAddMemsetNode, cuGraphCreate,
+    cuGraphDestroy, cuGraphExecDestroy, cuGraphExecKernelNodeSetParams_v2,
+    cuGraphExecMemsetNodeSetParams, cuGraphGetNodes, cuGraphInstantiateWithFlags,
+    cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams_v2, cuGraphLaunch,
     cuGraphMemsetNodeGetParams, cuGraphNodeGetType,
 };
+use crate::api::launch::{cuLaunchKernel, cuLaunchKernelEx};
 use crate::api::memory::{cuMemAlloc_v2, cuMemFree_v2};
+use crate::api::module::{cuKernelGetFunction, cuLibraryGetKernel, cuLibraryUnload};
 use crate::api::stream::{
     cuStreamBeginCapture_v2, cuStreamCreate, cuStreamDestroy_v2, cuStreamEndCapture,
 };
 use crate::api_tests::setup;
+use crate::image::build_elf;
+use crate::module_tests::load_library;
 
 /// `n` bytes of device memory at `p`, read back.
 fn back(p: u64, n: usize) -> Vec<u8> {
@@ -321,5 +329,180 @@ fn captured_copies_and_memsets_run_when_the_graph_is_launched() {
         for st in [s, other] {
             assert_eq!(cuStreamDestroy_v2(st), CUDA_SUCCESS);
         }
+    }
+}
+
+/// The fields of a kernel node's parameters, comparable.
+type Fields = (usize, [u32; 3], [u32; 3], u32, usize, usize, usize, usize);
+
+fn fields(p: &CudaKernelNodeParams) -> Fields {
+    let k = &p.v1;
+    let (params, extra) = (k.kernel_params as usize, k.extra as usize);
+    (
+        k.func,
+        k.grid,
+        k.block,
+        k.shared_mem_bytes,
+        params,
+        extra,
+        p.kern,
+        p.ctx,
+    )
+}
+
+/// cuDNN reads the kernel nodes of a graph it captured (cuGraphKernelNodeGetParams_v2, a
+/// stub until now): a kernel node returns the parameters it was made with, by
+/// cuGraphAddKernelNode(_v2) or by a launch on a capturing stream; another node is
+/// CUDA_ERROR_INVALID_VALUE.
+#[test]
+fn kernel_nodes_return_the_parameters_they_were_made_with() {
+    let (_g, ctx) = setup();
+    let elf = build_elf(&["read_back"], &[]);
+    let mut args = [null_mut::<c_void>(); 2];
+    let mut extra = [null_mut::<c_void>(); 3];
+    let params = |func: usize, kern: usize, shared: u32| CudaKernelNodeParams {
+        v1: CudaKernelNodeParamsV1 {
+            func,
+            grid: [4, 2, 1],
+            block: [128, 1, 1],
+            shared_mem_bytes: shared,
+            kernel_params: null_mut(),
+            extra: null_mut(),
+        },
+        kern,
+        ctx: 0,
+    };
+    // SAFETY (all calls): valid pointers to locals, as a C caller would pass.
+    unsafe {
+        let lib = load_library(&elf);
+        let (mut k, mut f) = (0, 0);
+        assert_eq!(
+            cuLibraryGetKernel(&mut k, lib, c"read_back".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuKernelGetFunction(&mut f, k), CUDA_SUCCESS);
+        let mut g = 0usize;
+        assert_eq!(cuGraphCreate(&mut g, 0), CUDA_SUCCESS);
+        // A function with arguments; a kernel in a context with extra; CUDA 10's layout.
+        let mut with_args = params(f, 0, 256);
+        with_args.v1.kernel_params = args.as_mut_ptr();
+        let mut with_extra = params(0, k, 0);
+        with_extra.v1.extra = extra.as_mut_ptr();
+        with_extra.ctx = ctx;
+        let (mut a, mut b, mut c) = (0usize, 0usize, 0usize);
+        assert_eq!(
+            cuGraphAddKernelNode_v2(&mut a, g, null(), 0, &with_args),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuGraphAddKernelNode_v2(&mut b, g, null(), 0, &with_extra),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuGraphAddKernelNode(&mut c, g, null(), 0, &params(f, 0, 64).v1),
+            CUDA_SUCCESS
+        );
+        let get = |node: usize| {
+            let mut p = params(7, 7, 7);
+            assert_eq!(cuGraphKernelNodeGetParams_v2(node, &mut p), CUDA_SUCCESS);
+            fields(&p)
+        };
+        assert_eq!(get(a), fields(&with_args));
+        assert_eq!(get(b), fields(&with_extra));
+        assert_eq!(get(c), fields(&params(f, 0, 64)));
+        let mut v1 = params(7, 0, 7).v1;
+        assert_eq!(cuGraphKernelNodeGetParams(a, &mut v1), CUDA_SUCCESS);
+        assert_eq!((v1.func, v1.shared_mem_bytes), (f, 256));
+        assert_eq!(v1.kernel_params, args.as_mut_ptr());
+        assert_eq!(cuGraphKernelNodeGetParams(b, &mut v1), CUDA_SUCCESS);
+        assert_eq!(v1.func, f, "CUDA 10's layout: the kernel's function");
+        assert_eq!(v1.extra, extra.as_mut_ptr());
+        // An update of an exec leaves the graph's node as it was.
+        let mut exec = 0usize;
+        assert_eq!(cuGraphInstantiateWithFlags(&mut exec, g, 0), CUDA_SUCCESS);
+        assert_eq!(
+            cuGraphExecKernelNodeSetParams_v2(exec, a, &params(f, 0, 0)),
+            CUDA_SUCCESS
+        );
+        assert_eq!(get(a), fields(&with_args));
+        assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        // Launches on a capturing stream: their parameters, in the launch's context.
+        let mut s = 0usize;
+        assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
+        assert_eq!(cuStreamBeginCapture_v2(s, 0), CUDA_SUCCESS);
+        assert_eq!(
+            cuLaunchKernel(k, 3, 1, 1, 64, 2, 1, 512, s, args.as_mut_ptr(), null_mut()),
+            CUDA_SUCCESS
+        );
+        #[repr(C)]
+        struct Config {
+            grid: [u32; 3],
+            block: [u32; 3],
+            shared: u32,
+            stream: usize,
+            attrs: *mut c_void,
+            num_attrs: u32,
+        }
+        let config = Config {
+            grid: [8, 1, 1],
+            block: [32, 1, 1],
+            shared: 1024,
+            stream: s,
+            attrs: null_mut(),
+            num_attrs: 0,
+        };
+        assert_eq!(
+            cuLaunchKernelEx(
+                (&raw const config).cast(),
+                f,
+                null_mut(),
+                extra.as_mut_ptr()
+            ),
+            CUDA_SUCCESS
+        );
+        let mut captured = 0usize;
+        assert_eq!(cuStreamEndCapture(s, &mut captured), CUDA_SUCCESS);
+        let nodes = nodes_of(captured);
+        assert!(nodes.iter().all(|&(_, t)| t == CU_GRAPH_NODE_TYPE_KERNEL));
+        let args_at = args.as_mut_ptr() as usize;
+        let extra_at = extra.as_mut_ptr() as usize;
+        assert_eq!(
+            get(nodes[0].0),
+            (k, [3, 1, 1], [64, 2, 1], 512, args_at, 0, 0, ctx),
+            "the handle the launch was given"
+        );
+        assert_eq!(
+            get(nodes[1].0),
+            (f, [8, 1, 1], [32, 1, 1], 1024, 0, extra_at, 0, ctx)
+        );
+        // Not a kernel node, or no node.
+        let mut m = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut m, 64), CUDA_SUCCESS);
+        let mut set = 0usize;
+        assert_eq!(
+            cuGraphAddMemsetNode(&mut set, g, null(), 0, &memset(m, 0, 1, 64), 0),
+            CUDA_SUCCESS
+        );
+        let mut p = params(0, 0, 0);
+        for node in [set, 0xdead] {
+            assert_eq!(
+                cuGraphKernelNodeGetParams_v2(node, &mut p),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(
+                cuGraphKernelNodeGetParams(node, &mut p.v1),
+                CUDA_ERROR_INVALID_VALUE
+            );
+        }
+        assert_eq!(
+            cuGraphKernelNodeGetParams_v2(a, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuMemFree_v2(m), CUDA_SUCCESS);
+        for gr in [g, captured] {
+            assert_eq!(cuGraphDestroy(gr), CUDA_SUCCESS);
+        }
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+        assert_eq!(cuLibraryUnload(lib), CUDA_SUCCESS);
     }
 }

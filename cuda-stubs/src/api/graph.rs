@@ -18,9 +18,9 @@ use crate::abi::{
 use crate::model::address::check_range;
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
-use crate::model::graph::{self, Copy1d, Memset, Node};
+use crate::model::graph::{self, Copy1d, KernelNode, Memset, Node};
 use crate::model::{module, stream};
-use libc::{c_char, c_int, c_uint};
+use libc::{c_char, c_int, c_uint, c_void};
 
 /// Instantiation flags the driver knows: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
 /// USE_NODE_PRIORITY.
@@ -44,9 +44,9 @@ fn check_deps(graph: usize, deps: *const usize, n: usize) -> CuResult {
 
 /// A kernel node: its kernel (`func`, else `kern`), grid and block checked as a launch's
 /// are, in the current context (the fake's kernels belong to no context: a `ctx` given
-/// with `kern` is not checked); the parameters are not kept, as the node runs nothing.
-/// Parameters given both as `kernelParams` and `extra` are CUDA_ERROR_INVALID_VALUE
-/// (`cuda.h`).
+/// with `kern` is not checked); the parameters are kept as given (the node runs nothing,
+/// `cuGraphKernelNodeGetParams` returns them). Parameters given both as `kernelParams` and
+/// `extra` are CUDA_ERROR_INVALID_VALUE (`cuda.h`).
 fn add_kernel_node(
     ph: *mut usize,
     graph: usize,
@@ -59,7 +59,7 @@ fn add_kernel_node(
     }
     check_deps(graph, deps, n)?;
     let f = kernel_of(p)?;
-    let node = graph::add_kernel(graph)?;
+    let node = graph::add_kernel(graph, kernel_node(&p))?;
     note(|| format!("node={node:#x} {}", function_name(f)));
     out(ph, node)
 }
@@ -76,6 +76,42 @@ fn kernel_of(p: CudaKernelNodeParams) -> Result<usize, CUresult> {
     module::check_dims(k.grid, k.block)?;
     module::use_in_context(f, ctx, dev)?;
     Ok(f)
+}
+
+/// What a kernel node keeps of its parameters (all of them).
+fn kernel_node(p: &CudaKernelNodeParams) -> KernelNode {
+    let k = &p.v1;
+    KernelNode {
+        func: k.func,
+        grid: k.grid,
+        block: k.block,
+        shared_mem_bytes: k.shared_mem_bytes,
+        kernel_params: k.kernel_params as usize,
+        extra: k.extra as usize,
+        kern: p.kern,
+        ctx: p.ctx,
+    }
+}
+
+/// A kernel node's parameters as `cuGraphKernelNodeGetParams_v2` returns them: as the node
+/// was made with them.
+fn kernel_params(node: usize) -> Result<CudaKernelNodeParams, CUresult> {
+    cfg()?;
+    let Node::Kernel(k) = graph::node(node)? else {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    Ok(CudaKernelNodeParams {
+        v1: CudaKernelNodeParamsV1 {
+            func: k.func,
+            grid: k.grid,
+            block: k.block,
+            shared_mem_bytes: k.shared_mem_bytes,
+            kernel_params: k.kernel_params as *mut *mut c_void,
+            extra: k.extra as *mut *mut c_void,
+        },
+        kern: k.kern,
+        ctx: k.ctx,
+    })
 }
 
 fn function_name(f: usize) -> String {
@@ -242,6 +278,20 @@ crate::abi::exports! {
     fn cuGraphAddKernelNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaKernelNodeParamsV1) {
         let v1 = inp(params)?;
         add_kernel_node(ph, graph, deps, n, CudaKernelNodeParams { v1, kern: 0, ctx: 0 })
+    }
+
+    // The parameters the node was made with (by cuGraphAddKernelNode*, or by a launch on a
+    // capturing stream); an update of an exec does not change them. cuDNN reads the kernel
+    // nodes of a graph it captured. Not a kernel node: CUDA_ERROR_INVALID_VALUE.
+    fn cuGraphKernelNodeGetParams_v2(node: usize, params: *mut CudaKernelNodeParams) {
+        out(params, kernel_params(node)?)
+    }
+
+    // CUDA 10's layout: `func` is the function of a node made with a kernel (`kern`).
+    fn cuGraphKernelNodeGetParams(node: usize, params: *mut CudaKernelNodeParamsV1) {
+        let p = kernel_params(node)?;
+        let func = if p.v1.func != 0 { p.v1.func } else { module::launchable(p.kern).unwrap_or(0) };
+        out(params, CudaKernelNodeParamsV1 { func, ..p.v1 })
     }
 
     // XLA updates its command buffers' kernels between runs with it.

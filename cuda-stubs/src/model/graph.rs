@@ -44,7 +44,7 @@ use fake_gpu::identity::MAX_DEVICES;
 mod nodes;
 mod pool;
 
-pub use nodes::{AllocNode, Copy1d, Memset, Node};
+pub use nodes::{AllocNode, Copy1d, KernelNode, Memset, Node};
 pub use pool::{GraphPool, granules};
 
 #[derive(Debug)]
@@ -244,9 +244,9 @@ pub fn set_exec_work(exec: usize, node: usize, work: Node) -> CuResult {
     Ok(())
 }
 
-/// A kernel node (a launch on a stream capturing into `graph`).
-pub fn add_kernel(graph: usize) -> Result<usize, CUresult> {
-    graphs().add(graph, Node::Kernel)
+/// A kernel node of `graph`.
+pub fn add_kernel(graph: usize, k: KernelNode) -> Result<usize, CUresult> {
+    graphs().add(graph, Node::Kernel(k))
 }
 
 /// The nodes of `graph`, in the order they were added.
@@ -287,7 +287,7 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
     let kernels: Vec<usize> = list
         .iter()
         .copied()
-        .filter(|h| matches!(g.nodes.get(h), Some((_, Node::Kernel))))
+        .filter(|h| matches!(g.nodes.get(h), Some((_, Node::Kernel(_)))))
         .collect();
     let work: Vec<(usize, Node)> = list
         .iter()

@@ -28,6 +28,22 @@ pub struct Copy1d {
     pub n: usize,
 }
 
+/// A kernel node's parameters, as it was made with them (CUDA_KERNEL_NODE_PARAMS_v2, as
+/// `cuGraphKernelNodeGetParams_v2` returns them): the function or kernel, grid, block,
+/// dynamic shared memory, the caller's `kernelParams` and `extra` pointers as given (the
+/// fake copies no arguments: it does not know their sizes), `kern` and `ctx`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelNode {
+    pub func: usize,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    pub kernel_params: usize,
+    pub extra: usize,
+    pub kern: usize,
+    pub ctx: usize,
+}
+
 /// A memset node's fill: `width` elements of `element_size` bytes (1, 2 or 4) set to
 /// `value` (its low bytes), in `height` rows `pitch` bytes apart (unused for one row), at
 /// `dst` (device memory, checked when the node runs).
@@ -45,8 +61,8 @@ pub struct Memset {
 pub enum Node {
     Alloc(AllocNode),
     Free(u64),
-    /// A kernel launched on a capturing stream (it takes no graph memory).
-    Kernel,
+    /// A kernel (added, or launched on a capturing stream; it takes no graph memory).
+    Kernel(KernelNode),
     /// A linear copy, made when the graph is launched.
     Memcpy(Copy1d),
     /// A fill, made when the graph is launched.
@@ -58,7 +74,7 @@ impl Node {
         match self {
             Node::Alloc(_) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
-            Node::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
+            Node::Kernel(_) => CU_GRAPH_NODE_TYPE_KERNEL,
             Node::Memcpy(_) => CU_GRAPH_NODE_TYPE_MEMCPY,
             Node::Memset(_) => CU_GRAPH_NODE_TYPE_MEMSET,
         }
