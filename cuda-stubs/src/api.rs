@@ -17,4 +17,5 @@ pub mod multicast;
 pub mod pool;
 pub mod procaddr;
 pub mod stream;
+pub mod tensor_map;
 pub mod vmm;

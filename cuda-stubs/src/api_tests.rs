@@ -1,6 +1,7 @@
 //! End-to-end checks of the exported entry points, called directly (default configuration:
 //! one device of 80 GiB). The tests share the process-wide ledger, so they take a lock.
 
+use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
@@ -8,7 +9,7 @@ use crate::abi::types::{CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, Cud
 use crate::abi::{
     CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_SUPPORTED,
-    CUDA_ERROR_OUT_OF_MEMORY, CUresult, cstr,
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, cstr,
 };
 use crate::api::array::{cuArrayCreate_v2, cuArrayDestroy, cuArrayGetDescriptor_v2};
 use crate::api::context::{
@@ -35,6 +36,7 @@ use crate::api::stream::{
     cuStreamGetCaptureInfo_v3_ptsz, cuStreamIsCapturing, cuStreamIsCapturing_ptsz,
     cuStreamSynchronize, cuThreadExchangeStreamCaptureMode,
 };
+use crate::api::tensor_map::{cuTensorMapEncodeIm2col, cuTensorMapEncodeTiled};
 use crate::api::vmm::{
     cuMemAddressFree, cuMemAddressReserve, cuMemCreate, cuMemGetAllocationGranularity, cuMemMap,
     cuMemRelease, cuMemSetAccess, cuMemUnmap,
@@ -372,7 +374,7 @@ fn stubs_listing_matches_the_build() {
     );
 }
 
-/// The fake never captures: every capture query answers as the driver does outside a capture.
+/// A stream not in capture: every capture query answers as the driver does outside one.
 #[test]
 fn stream_capture_queries_answer_not_capturing() {
     let _g = setup();
@@ -647,5 +649,273 @@ fn attach_and_detach_count_usages() {
             cuCtxAttach(&mut a, 0)
         });
         assert_eq!(r.join().unwrap(), CUDA_ERROR_INVALID_CONTEXT);
+    }
+}
+
+/// A CUtensorMap's storage, aligned as the driver requires (two, so that a misaligned one
+/// can be made).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct TensorMaps([[u64; 16]; 2]);
+
+/// The arguments of a cuTensorMapEncodeTiled call.
+#[derive(Clone)]
+struct Tiled {
+    data_type: i32,
+    rank: u32,
+    address: usize,
+    dims: Vec<u64>,
+    strides: Vec<u64>,
+    boxes: Vec<u32>,
+    element_strides: Vec<u32>,
+    modes: [i32; 4],
+}
+
+impl Tiled {
+    /// A FLOAT16 matrix of 256 x 128, tiles of 64 x 32, swizzled by 128 bytes.
+    fn valid() -> Self {
+        Tiled {
+            data_type: 6,
+            rank: 2,
+            address: 0x7f00_0000_0100,
+            dims: vec![256, 128],
+            strides: vec![512],
+            boxes: vec![64, 32],
+            element_strides: vec![1, 1],
+            modes: [0, 3, 2, 1],
+        }
+    }
+
+    /// Encodes into `map` (the call's result).
+    fn encode_at(&self, map: *mut [u64; 16]) -> CUresult {
+        let [interleave, swizzle, l2, oob] = self.modes;
+        let or_null = |v: &Vec<u64>| if v.is_empty() { null() } else { v.as_ptr() };
+        // SAFETY: the arrays hold at least `rank` values (the strides `rank - 1`).
+        unsafe {
+            cuTensorMapEncodeTiled(
+                map,
+                self.data_type,
+                self.rank,
+                self.address as *mut c_void,
+                self.dims.as_ptr(),
+                or_null(&self.strides),
+                self.boxes.as_ptr(),
+                self.element_strides.as_ptr(),
+                interleave,
+                swizzle,
+                l2,
+                oob,
+            )
+        }
+    }
+
+    /// Encodes into an aligned map: the result and the map.
+    fn encode(&self) -> (CUresult, [u64; 16]) {
+        let mut maps = TensorMaps([[0; 16]; 2]);
+        let rc = self.encode_at(&mut maps.0[0]);
+        (rc, maps.0[0])
+    }
+}
+
+/// A named change to valid tensor map arguments.
+type Edit = (&'static str, fn(&mut Tiled));
+
+/// XLA-compiled code on compute capability 9 encodes tiled tensor maps (a stub until now):
+/// the arguments are checked as CUDA's documentation states, and the map is a
+/// deterministic encoding of them.
+#[test]
+fn tensor_maps_encode_valid_tiles_and_refuse_the_rest() {
+    let _g = setup();
+    let (rc, map) = Tiled::valid().encode();
+    assert_eq!(rc, CUDA_SUCCESS);
+    assert_eq!(map[0], 0x7f00_0000_0100, "the address");
+    assert_eq!(
+        Tiled::valid().encode().1,
+        map,
+        "the same arguments, the same map"
+    );
+    let mut other = Tiled::valid();
+    other.boxes[1] = 16;
+    assert_ne!(other.encode().1, map, "another box, another map");
+    // At the limits of what is documented.
+    let edges: [Edit; 4] = [
+        ("a dimension of 2^32", |t| t.dims[1] = 1 << 32),
+        ("rank 1, no strides", |t| {
+            (t.rank, t.strides) = (1, vec![]);
+        }),
+        ("rank 5, boxes of 256", |t| {
+            t.rank = 5;
+            t.dims = vec![256, 4, 4, 4, 4];
+            t.strides = vec![512, 2048, 8192, 32768];
+            t.boxes = vec![64, 256, 256, 256, 256];
+            t.element_strides = vec![8; 5];
+        }),
+        ("32-byte interleave, rank 3, 32-byte swizzle", |t| {
+            (t.rank, t.address, t.modes) = (3, 0x7f00_0000_0020, [2, 1, 0, 0]);
+            t.dims.push(2);
+            t.strides = vec![512, 65536];
+            t.boxes = vec![4, 32, 2];
+            t.element_strides.push(1);
+        }),
+    ];
+    for (why, edit) in edges {
+        let mut t = Tiled::valid();
+        edit(&mut t);
+        assert_eq!(t.encode().0, CUDA_SUCCESS, "{why}");
+    }
+    let mut maps = TensorMaps([[0; 16]; 2]);
+    let base = maps.0.as_mut_ptr();
+    for (map, why) in [
+        (null_mut(), "no map"),
+        (
+            base.cast::<u8>().wrapping_add(32).cast(),
+            "a map not aligned to 64 bytes",
+        ),
+    ] {
+        assert_eq!(
+            Tiled::valid().encode_at(map),
+            CUDA_ERROR_INVALID_VALUE,
+            "{why}"
+        );
+    }
+    let invalid: [Edit; 25] = [
+        ("a data type past 16U6_ALIGN16B", |t| t.data_type = 16),
+        ("a negative data type", |t| t.data_type = -1),
+        ("rank 0", |t| t.rank = 0),
+        ("rank 6", |t| {
+            t.rank = 6;
+            t.dims = vec![16; 6];
+            t.strides = vec![512; 5];
+            t.boxes = vec![8; 6];
+            t.element_strides = vec![1; 6];
+        }),
+        ("rank 2 with an interleave", |t| t.modes[0] = 1),
+        ("an address not aligned to 16 bytes", |t| t.address += 8),
+        (
+            "an address not aligned to 32 bytes, 32-byte interleave",
+            |t| {
+                (t.rank, t.address, t.modes) = (3, 0x7f00_0000_0010, [2, 1, 0, 0]);
+                t.dims.push(2);
+                t.strides = vec![512, 65536];
+                t.boxes = vec![4, 32, 2];
+                t.element_strides.push(1);
+            },
+        ),
+        ("a dimension of 0", |t| t.dims[0] = 0),
+        ("a dimension above 2^32", |t| t.dims[1] = (1 << 32) + 1),
+        ("a stride not a multiple of 16", |t| t.strides[0] = 520),
+        ("a stride of 2^40", |t| t.strides[0] = 1 << 40),
+        ("a box of 0", |t| t.boxes[1] = 0),
+        ("a box of 257", |t| t.boxes[1] = 257),
+        ("an inner box of 8 bytes", |t| t.boxes[0] = 4),
+        ("an element stride of 0", |t| t.element_strides[1] = 0),
+        ("an element stride of 9", |t| t.element_strides[0] = 9),
+        ("an interleave of 3", |t| t.modes[0] = 3),
+        ("a swizzle of 7", |t| t.modes[1] = 7),
+        ("an L2 promotion of 4", |t| t.modes[2] = 4),
+        ("an OOB fill of 2", |t| t.modes[3] = 2),
+        ("a NaN fill of integers", |t| t.data_type = 1),
+        ("an inner box wider than a 64-byte swizzle", |t| {
+            t.modes[1] = 2
+        }),
+        ("32-byte interleave without 32-byte swizzle", |t| {
+            (t.rank, t.address, t.modes) = (3, 0x7f00_0000_0020, [2, 3, 0, 0]);
+            t.dims.push(2);
+            t.strides = vec![512, 65536];
+            t.boxes = vec![4, 32, 2];
+            t.element_strides.push(1);
+        }),
+        ("a packed 16-byte type with a box of 64", |t| {
+            (t.data_type, t.dims[0], t.modes) = (14, 256, [0, 3, 0, 0]);
+            t.address = 0x7f00_0000_0100;
+        }),
+        ("a packed 16-byte type with a 64-byte swizzle", |t| {
+            (t.data_type, t.boxes[0], t.modes) = (14, 128, [0, 2, 0, 0]);
+        }),
+    ];
+    for (why, edit) in invalid {
+        let mut t = Tiled::valid();
+        edit(&mut t);
+        assert_eq!(t.encode().0, CUDA_ERROR_INVALID_VALUE, "{why}");
+    }
+    let mut no_dims = Tiled::valid();
+    no_dims.rank = 1;
+    let mut map = TensorMaps([[0; 16]; 2]);
+    // SAFETY: NULL arrays: refused before anything is read.
+    let rc = unsafe {
+        cuTensorMapEncodeTiled(
+            &mut map.0[0],
+            6,
+            1,
+            null_mut(),
+            null(),
+            null(),
+            no_dims.boxes.as_ptr(),
+            no_dims.element_strides.as_ptr(),
+            0,
+            0,
+            0,
+            0,
+        )
+    };
+    assert_eq!(rc, CUDA_ERROR_INVALID_VALUE, "no dimensions");
+}
+
+/// cuTensorMapEncodeIm2col: rank 3 to 5, the box's corners within the range of the rank,
+/// at most 256 channels per pixel and 1024 pixels per column.
+#[test]
+fn tensor_maps_encode_im2col_regions() {
+    let _g = setup();
+    // NHWC, FLOAT16: 64 channels, 16 x 16 pixels, 8 images.
+    let dims = [64u64, 16, 16, 8];
+    let strides = [128u64, 2048, 32768];
+    let ones = [1u32; 4];
+    let encode = |rank: u32, corner: i32, channels: u32, pixels: u32, swizzle: i32| {
+        let mut maps = TensorMaps([[0; 16]; 2]);
+        let (lower, upper) = ([corner, -1], [1, corner]);
+        // SAFETY: arrays of `rank` values (strides `rank - 1`, corners `rank - 2`).
+        let rc = unsafe {
+            cuTensorMapEncodeIm2col(
+                &mut maps.0[0],
+                6,
+                rank,
+                0x7f00_0000_0100_usize as *mut c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                lower.as_ptr(),
+                upper.as_ptr(),
+                channels,
+                pixels,
+                ones.as_ptr(),
+                0,
+                swizzle,
+                0,
+                0,
+            )
+        };
+        (rc, maps.0[0])
+    };
+    let (rc, map) = encode(4, -128, 64, 256, 3);
+    assert_eq!(rc, CUDA_SUCCESS);
+    assert_eq!(map, encode(4, -128, 64, 256, 3).1);
+    assert_ne!(map, encode(4, -127, 64, 256, 3).1);
+    assert_eq!(encode(3, -32768, 64, 1024, 3).0, CUDA_SUCCESS);
+    for (rank, corner, channels, pixels, swizzle, why) in [
+        (2, 0, 64, 256, 3, "rank 2"),
+        (4, 128, 64, 256, 3, "a corner past 127 at rank 4"),
+        (4, -129, 64, 256, 3, "a corner below -128 at rank 4"),
+        (4, 0, 257, 256, 0, "257 channels"),
+        (4, 0, 64, 1025, 3, "1025 pixels"),
+        (
+            4,
+            0,
+            128,
+            256,
+            3,
+            "256 bytes of channels in a 128-byte swizzle",
+        ),
+    ] {
+        let rc = encode(rank, corner, channels, pixels, swizzle).0;
+        assert_eq!(rc, CUDA_ERROR_INVALID_VALUE, "{why}");
     }
 }

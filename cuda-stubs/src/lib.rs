@@ -26,6 +26,8 @@ mod api_tests;
 #[cfg(test)]
 mod feature_tests;
 #[cfg(test)]
+mod graph_tests;
+#[cfg(test)]
 mod module_tests;
 #[cfg(test)]
 mod process_tests;

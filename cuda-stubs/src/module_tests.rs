@@ -327,7 +327,7 @@ fn ptx_fatbins_wrappers_and_garbage() {
 }
 
 /// A library of `image` (no options), loaded.
-unsafe fn load_library(image: &[u8]) -> usize {
+pub(crate) unsafe fn load_library(image: &[u8]) -> usize {
     let mut lib = 0;
     // SAFETY: `image` is a whole image; no options.
     let rc = unsafe {

@@ -256,6 +256,21 @@ pub struct CudaMemcpy3d {
 
 const _: () = assert!(std::mem::size_of::<CudaMemcpy3d>() == 200);
 
+/// CUDA_MEMSET_NODE_PARAMS (v1, 40 bytes): `width` elements of `element_size` bytes (1, 2
+/// or 4) per row, `height` rows `pitch` bytes apart (the pitch unused for one row).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CudaMemsetNodeParams {
+    pub dst: CUdeviceptr,
+    pub pitch: usize,
+    pub value: c_uint,
+    pub element_size: c_uint,
+    pub width: usize,
+    pub height: usize,
+}
+
+const _: () = assert!(std::mem::size_of::<CudaMemsetNodeParams>() == 40);
+
 /// CUDA_GRAPH_INSTANTIATE_PARAMS (32 bytes): `err_node_out` and `result_out` are written.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -268,9 +283,10 @@ pub struct CudaGraphInstantiateParams {
 
 const _: () = assert!(std::mem::size_of::<CudaGraphInstantiateParams>() == 32);
 
-// CUgraphNodeType: the memory nodes (the fake makes no other kind).
+// CUgraphNodeType: the kinds of node the fake makes.
 pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
 pub const CU_GRAPH_NODE_TYPE_MEMCPY: c_int = 1;
+pub const CU_GRAPH_NODE_TYPE_MEMSET: c_int = 2;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 

@@ -1,5 +1,6 @@
 //! CUDA graphs as far as their memory goes (see `model::graph`): graphs of memory alloc and
-//! free nodes and of kernel nodes (which run nothing), their executable graphs (instantiate,
+//! free nodes, of kernel nodes (which run nothing) and of memcpy and memset nodes (which copy
+//! and fill when the graph is launched), their executable graphs (instantiate,
 //! upload, launch, destroy), the nodes' queries, and each device's graph memory
 //! (attributes, trim). Stream capture is in `api/stream.rs` and `api/pool.rs`.
 
@@ -9,7 +10,7 @@ use crate::abi::types::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMORYTYPE_DEVICE,
     CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, CUdeviceptr,
     CudaGraphInstantiateParams, CudaKernelNodeParams, CudaKernelNodeParamsV1,
-    CudaMemAllocNodeParams, CudaMemcpy3d, Memcpy3dSide,
+    CudaMemAllocNodeParams, CudaMemcpy3d, CudaMemsetNodeParams, Memcpy3dSide,
 };
 use crate::abi::{
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult, CuResult, inp, note, out,
@@ -17,9 +18,9 @@ use crate::abi::{
 use crate::model::address::check_range;
 use crate::model::ctx::current;
 use crate::model::device::{cfg, check_dev};
-use crate::model::graph::{self, Copy1d, Node};
+use crate::model::graph::{self, Copy1d, KernelNode, Memset, Node};
 use crate::model::{module, stream};
-use libc::{c_char, c_int, c_uint};
+use libc::{c_char, c_int, c_uint, c_void};
 
 /// Instantiation flags the driver knows: AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH,
 /// USE_NODE_PRIORITY.
@@ -43,9 +44,9 @@ fn check_deps(graph: usize, deps: *const usize, n: usize) -> CuResult {
 
 /// A kernel node: its kernel (`func`, else `kern`), grid and block checked as a launch's
 /// are, in the current context (the fake's kernels belong to no context: a `ctx` given
-/// with `kern` is not checked); the parameters are not kept, as the node runs nothing.
-/// Parameters given both as `kernelParams` and `extra` are CUDA_ERROR_INVALID_VALUE
-/// (`cuda.h`).
+/// with `kern` is not checked); the parameters are kept as given (the node runs nothing,
+/// `cuGraphKernelNodeGetParams` returns them). Parameters given both as `kernelParams` and
+/// `extra` are CUDA_ERROR_INVALID_VALUE (`cuda.h`).
 fn add_kernel_node(
     ph: *mut usize,
     graph: usize,
@@ -58,7 +59,7 @@ fn add_kernel_node(
     }
     check_deps(graph, deps, n)?;
     let f = kernel_of(p)?;
-    let node = graph::add_kernel(graph)?;
+    let node = graph::add_kernel(graph, kernel_node(&p))?;
     note(|| format!("node={node:#x} {}", function_name(f)));
     out(ph, node)
 }
@@ -75,6 +76,42 @@ fn kernel_of(p: CudaKernelNodeParams) -> Result<usize, CUresult> {
     module::check_dims(k.grid, k.block)?;
     module::use_in_context(f, ctx, dev)?;
     Ok(f)
+}
+
+/// What a kernel node keeps of its parameters (all of them).
+fn kernel_node(p: &CudaKernelNodeParams) -> KernelNode {
+    let k = &p.v1;
+    KernelNode {
+        func: k.func,
+        grid: k.grid,
+        block: k.block,
+        shared_mem_bytes: k.shared_mem_bytes,
+        kernel_params: k.kernel_params as usize,
+        extra: k.extra as usize,
+        kern: p.kern,
+        ctx: p.ctx,
+    }
+}
+
+/// A kernel node's parameters as `cuGraphKernelNodeGetParams_v2` returns them: as the node
+/// was made with them.
+fn kernel_params(node: usize) -> Result<CudaKernelNodeParams, CUresult> {
+    cfg()?;
+    let Node::Kernel(k) = graph::node(node)? else {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    Ok(CudaKernelNodeParams {
+        v1: CudaKernelNodeParamsV1 {
+            func: k.func,
+            grid: k.grid,
+            block: k.block,
+            shared_mem_bytes: k.shared_mem_bytes,
+            kernel_params: k.kernel_params as *mut *mut c_void,
+            extra: k.extra as *mut *mut c_void,
+        },
+        kern: k.kern,
+        ctx: k.ctx,
+    })
 }
 
 fn function_name(f: usize) -> String {
@@ -154,6 +191,23 @@ fn run_copy(c: &Copy1d) -> CuResult {
     super::copy::copy(c.dst as usize, c.src as usize, c.n)
 }
 
+/// A memset node's fill, checked now as a memset's arguments and range are (in the current
+/// context); it is checked again when the node runs.
+fn memset_of(p: *const CudaMemsetNodeParams) -> Result<Memset, CUresult> {
+    current()?;
+    let p = inp(p)?;
+    let m = Memset {
+        dst: p.dst,
+        pitch: p.pitch,
+        value: p.value,
+        element_size: p.element_size,
+        width: p.width,
+        height: p.height,
+    };
+    super::copy::check_set(&m)?;
+    Ok(m)
+}
+
 /// cuGraphInstantiate* in the current context: the exec, or the error.
 fn instantiate(ph: *mut usize, graph: usize, flags: u64) -> CuResult {
     current()?;
@@ -226,6 +280,20 @@ crate::abi::exports! {
         add_kernel_node(ph, graph, deps, n, CudaKernelNodeParams { v1, kern: 0, ctx: 0 })
     }
 
+    // The parameters the node was made with (by cuGraphAddKernelNode*, or by a launch on a
+    // capturing stream); an update of an exec does not change them. cuDNN reads the kernel
+    // nodes of a graph it captured. Not a kernel node: CUDA_ERROR_INVALID_VALUE.
+    fn cuGraphKernelNodeGetParams_v2(node: usize, params: *mut CudaKernelNodeParams) {
+        out(params, kernel_params(node)?)
+    }
+
+    // CUDA 10's layout: `func` is the function of a node made with a kernel (`kern`).
+    fn cuGraphKernelNodeGetParams(node: usize, params: *mut CudaKernelNodeParamsV1) {
+        let p = kernel_params(node)?;
+        let func = if p.v1.func != 0 { p.v1.func } else { module::launchable(p.kern).unwrap_or(0) };
+        out(params, CudaKernelNodeParamsV1 { func, ..p.v1 })
+    }
+
     // XLA updates its command buffers' kernels between runs with it.
     fn cuGraphExecKernelNodeSetParams_v2(exec: usize, node: usize, params: *const CudaKernelNodeParams) {
         set_exec_kernel(exec, node, inp(params)?)
@@ -253,7 +321,44 @@ crate::abi::exports! {
     fn cuGraphExecMemcpyNodeSetParams(exec: usize, node: usize, params: *const CudaMemcpy3d, ctx: usize) {
         let _ = ctx;
         let c = copy_of(&inp(params)?)?;
-        graph::set_exec_memcpy(exec, node, c)
+        graph::set_exec_work(exec, node, Node::Memcpy(c))
+    }
+
+    // A fill of device memory (CUDA_MEMSET_NODE_PARAMS: an element size of 1, 2 or 4
+    // bytes, as `cuda.h` requires); `ctx` is the context it runs in (the fake checks the
+    // current one).
+    fn cuGraphAddMemsetNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, params: *const CudaMemsetNodeParams, ctx: usize) {
+        let _ = ctx;
+        if ph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        check_deps(graph, deps, n)?;
+        let m = memset_of(params)?;
+        let node = graph::add_memset(graph, m)?;
+        note(|| format!("node={node:#x} {} x {} bytes", m.width, m.element_size));
+        out(ph, node)
+    }
+
+    // What the node was made with (an update of an exec does not change it).
+    fn cuGraphMemsetNodeGetParams(node: usize, params: *mut CudaMemsetNodeParams) {
+        cfg()?;
+        let Node::Memset(m) = graph::node(node)? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        out(params, CudaMemsetNodeParams {
+            dst: m.dst,
+            pitch: m.pitch,
+            value: m.value,
+            element_size: m.element_size,
+            width: m.width,
+            height: m.height,
+        })
+    }
+
+    fn cuGraphExecMemsetNodeSetParams(exec: usize, node: usize, params: *const CudaMemsetNodeParams, ctx: usize) {
+        let _ = ctx;
+        let m = memset_of(params)?;
+        graph::set_exec_work(exec, node, Node::Memset(m))
     }
 
     fn cuGraphAddMemFreeNode(ph: *mut usize, graph: usize, deps: *const usize, n: usize, dptr: CUdeviceptr) {
@@ -345,11 +450,16 @@ crate::abi::exports! {
         graph::upload(exec)
     }
 
-    // Kernels run nothing; memcpy nodes copy, in the order they were added.
+    // Kernels run nothing; memcpy and memset nodes copy and fill, in the order they were
+    // added (the first that fails ends the launch with its error).
     fn cuGraphLaunch | cuGraphLaunch_ptsz (exec: usize, stream: usize) {
         stream::check(stream)?;
-        for c in graph::launch(exec)? {
-            run_copy(&c)?;
+        for work in graph::launch(exec)? {
+            match work {
+                Node::Memcpy(c) => run_copy(&c)?,
+                Node::Memset(m) => super::copy::set(&m)?,
+                _ => {}
+            }
         }
         Ok(())
     }

@@ -2,28 +2,30 @@
 //! kernel handle with a valid configuration succeeds and does nothing (on a capturing
 //! stream it becomes a kernel node of the graph); occupancy is that of an H100-like device.
 
+use std::ptr::null_mut;
+
 use crate::abi::{
     CUDA_ERROR_INVALID_CLUSTER_SIZE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult, inp, note, out,
 };
 use crate::model::ctx::current;
 use crate::model::device::cfg;
-use crate::model::{graph, module, stream};
+use crate::model::graph::{self, KernelNode, Node};
+use crate::model::{module, stream};
 use libc::{c_int, c_uint, c_void};
 
-/// A launch: a valid function (or kernel), grid and block, stream. Does nothing.
-#[allow(clippy::too_many_arguments)]
-fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> CuResult {
+/// A launch: a valid function (or kernel), grid and block, stream. Does nothing; on a
+/// capturing stream it becomes a kernel node of the capture's graph, with its parameters
+/// (`k`: the handle given, dynamic shared memory, the caller's argument pointers; `ctx`
+/// the context it is launched in).
+fn launch(k: KernelNode, stream_h: usize) -> CuResult {
     let (ctx, dev) = current()?;
-    let given = f;
-    let f = module::launchable(f)?;
-    module::check_dims(grid, block)?;
+    let given = k.func;
+    let f = module::launchable(given)?;
+    module::check_dims(k.grid, k.block)?;
     stream::check(stream_h)?;
     module::use_in_context(f, ctx, dev)?;
-    // On a capturing stream the launch becomes a kernel node of the graph.
-    let captured = match graph::capture_of(stream_h) {
-        Some((g, _)) => Some(graph::add_kernel(g)?),
-        None => None,
-    };
+    let node = || Node::Kernel(KernelNode { ctx, ..k });
+    let captured = graph::capture_work(stream_h, node).transpose()?;
     note(|| {
         let name = module::get_function(f).map(|f| f.name).unwrap_or_default();
         let handle = if given == f { "function" } else { "kernel" };
@@ -33,6 +35,27 @@ fn launch(f: usize, grid: [c_uint; 3], block: [c_uint; 3], stream_h: usize) -> C
         }
     });
     Ok(())
+}
+
+/// A launch's parameters as a kernel node keeps them (no context yet).
+fn kernel(
+    f: usize,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_mem_bytes: c_uint,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> KernelNode {
+    KernelNode {
+        func: f,
+        grid,
+        block,
+        shared_mem_bytes,
+        kernel_params: params as usize,
+        extra: extra as usize,
+        kern: 0,
+        ctx: 0,
+    }
 }
 
 /// CUlaunchConfig (CUDA 12 layout): grid, block, shared memory, stream, attributes.
@@ -114,20 +137,17 @@ fn cluster_blocks(config: *const c_void) -> Result<(LaunchConfig, c_int), CUresu
 
 crate::abi::exports! {
     fn cuLaunchKernel | cuLaunchKernel_ptsz (f: usize, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, hstream: usize, params: *mut *mut c_void, extra: *mut *mut c_void) {
-        let _ = (shared_bytes, params, extra);
-        launch(f, [gx, gy, gz], [bx, by, bz], hstream)
+        launch(kernel(f, [gx, gy, gz], [bx, by, bz], shared_bytes, params, extra), hstream)
     }
 
     fn cuLaunchCooperativeKernel | cuLaunchCooperativeKernel_ptsz (f: usize, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, hstream: usize, params: *mut *mut c_void) {
-        let _ = (shared_bytes, params);
-        launch(f, [gx, gy, gz], [bx, by, bz], hstream)
+        launch(kernel(f, [gx, gy, gz], [bx, by, bz], shared_bytes, params, null_mut()), hstream)
     }
 
     fn cuLaunchKernelEx | cuLaunchKernelEx_ptsz (config: *const c_void, f: usize, params: *mut *mut c_void, extra: *mut *mut c_void) {
-        let _ = (params, extra);
         let c = inp(config.cast::<LaunchConfig>())?;
-        let _ = (c.shared, c.attrs, c.num_attrs);
-        launch(f, c.grid, c.block, c.stream)
+        let _ = (c.attrs, c.num_attrs);
+        launch(kernel(f, c.grid, c.block, c.shared, params, extra), c.stream)
     }
 
     fn cuOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks: *mut c_int, func: usize, block_size: c_int, dyn_smem: usize) {

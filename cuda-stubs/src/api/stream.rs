@@ -1,7 +1,8 @@
 //! Streams and events (synchronous: work is done when issued), stream capture (of
 //! stream-ordered allocations and frees into a graph's memory nodes, of launches into kernel
-//! nodes: see `model::graph`; other work on a capturing stream runs at once), host functions and stream callbacks
-//! (run at once).
+//! nodes, of async copies and memsets into memcpy and memset nodes: see `model::graph`;
+//! other work on a capturing stream runs at once), host functions and stream callbacks (run
+//! at once).
 
 use std::ptr::null_mut;
 

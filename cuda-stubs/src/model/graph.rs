@@ -1,8 +1,9 @@
 //! CUDA graphs as far as their memory goes: graphs of memory nodes (`cuGraphAddMemAllocNode`,
-//! `cuGraphAddMemFreeNode`, or `cuMemAllocAsync`/`cuMemFreeAsync` on a capturing stream) and
-//! of the kernels launched on a capturing stream (kernel nodes: a launch of the graph
-//! launches them, which runs nothing), their executable graphs, and each device's graph
-//! memory pool, modelled on the driver:
+//! `cuGraphAddMemFreeNode`, or `cuMemAllocAsync`/`cuMemFreeAsync` on a capturing stream), of
+//! kernel nodes (a launch of the graph launches them, which runs nothing) and of memcpy and
+//! memset nodes (added, or async copies and memsets on a capturing stream: a launch of the
+//! graph makes them, in order), their executable graphs, and each device's graph memory
+//! pool, modelled on the driver:
 //!
 //! - An alloc node gets its address when it is made (fixed for the node's life); no
 //!   device memory is taken then.
@@ -21,6 +22,10 @@
 //! - `cuGraphExecDestroy` unbinds the exec's memory: it stays reserved (cached for other
 //!   graphs) until `cuDeviceGraphMemTrim`, which gives back every byte not bound to an
 //!   exec with live allocations (no graph runs while the fake returns).
+//!
+//! Files: `graph/nodes.rs` (what each kind of node holds), `graph/pool.rs` (a device's
+//! graph memory pool: reserved, bound and used bytes); graphs, executable graphs and stream
+//! capture here.
 
 use super::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -28,9 +33,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use super::device::ledger;
 use super::os::{map_anonymous, new_handle, unmap};
 use crate::abi::types::{
-    CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
-    CU_GRAPH_NODE_TYPE_MEMCPY, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUmemAccessDesc,
-    CUmemPoolProps,
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUmemAccessDesc, CUmemPoolProps,
 };
 use crate::abi::{
     CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult,
@@ -38,96 +41,11 @@ use crate::abi::{
 };
 use fake_gpu::identity::MAX_DEVICES;
 
-/// The granularity of graph memory (the VMM granularity).
-pub const GRANULE: u64 = 2 << 20;
+mod nodes;
+mod pool;
 
-/// `n` in whole granules (saturating).
-pub fn granules(n: u64) -> u64 {
-    n.checked_next_multiple_of(GRANULE).unwrap_or(u64::MAX)
-}
-
-/// An alloc node's parameters (as `cuGraphMemAllocNodeGetParams` returns them).
-#[derive(Debug, Clone)]
-pub struct AllocNode {
-    pub dev: usize,
-    pub size: u64,
-    pub dptr: u64,
-    pub props: CUmemPoolProps,
-    /// Owned by the node: `cuGraphMemAllocNodeGetParams` hands out their address.
-    pub access: Vec<CUmemAccessDesc>,
-}
-
-/// A memcpy node's copy: `n` bytes from `src` to `dst`, each side device memory (checked
-/// when the node runs) or host memory (the caller's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Copy1d {
-    pub dst: u64,
-    pub dst_device: bool,
-    pub src: u64,
-    pub src_device: bool,
-    pub n: usize,
-}
-
-#[derive(Debug, Clone)]
-pub enum Node {
-    Alloc(AllocNode),
-    Free(u64),
-    /// A kernel launched on a capturing stream (it takes no graph memory).
-    Kernel,
-    /// A linear copy, made when the graph is launched.
-    Memcpy(Copy1d),
-}
-
-impl Node {
-    pub fn type_code(&self) -> i32 {
-        match self {
-            Node::Alloc(_) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
-            Node::Free(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
-            Node::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
-            Node::Memcpy(_) => CU_GRAPH_NODE_TYPE_MEMCPY,
-        }
-    }
-}
-
-/// One device's graph memory pool.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GraphPool {
-    /// Bytes of device memory the pool holds (charged to the device).
-    pub reserved: u64,
-    pub reserved_high: u64,
-    /// Bytes of graph allocations live now.
-    pub used: u64,
-    pub used_high: u64,
-    /// Bytes of `reserved` bound to executable graphs (or to their live allocations).
-    pub bound: u64,
-}
-
-impl GraphPool {
-    /// What binding `need` more bytes grows the reservation by: what the unbound part
-    /// cannot serve.
-    pub fn growth(&self, need: u64) -> u64 {
-        need.saturating_sub(self.reserved - self.bound)
-    }
-
-    /// Binds `need` bytes, the reservation having grown by `grown` ([`growth`](Self::growth)).
-    pub fn bind(&mut self, need: u64, grown: u64) {
-        self.reserved += grown;
-        self.bound += need;
-        self.reserved_high = self.reserved_high.max(self.reserved);
-    }
-
-    /// Gives back every byte not bound; returns how many.
-    pub fn trim(&mut self) -> u64 {
-        let freed = self.reserved - self.bound;
-        self.reserved = self.bound;
-        freed
-    }
-
-    pub fn allocated(&mut self, bytes: u64) {
-        self.used += bytes;
-        self.used_high = self.used_high.max(self.used);
-    }
-}
+pub use nodes::{AllocNode, Copy1d, KernelNode, Memset, Node};
+pub use pool::{GraphPool, granules};
 
 #[derive(Debug)]
 struct Exec {
@@ -137,9 +55,9 @@ struct Exec {
     nodes: Vec<Node>,
     /// The graph's kernel nodes at instantiation (whose parameters an update may set).
     kernels: Vec<usize>,
-    /// Its memcpy nodes, in the graph's order, with the copy each makes (an update may
-    /// change it).
-    copies: Vec<(usize, Copy1d)>,
+    /// Its memcpy and memset nodes, in the graph's order, with the copy or fill each makes
+    /// (an update may change it).
+    work: Vec<(usize, Node)>,
     bound: bool,
     auto_free: bool,
     /// Allocations a launch left live: (dptr, device, size).
@@ -306,20 +224,29 @@ pub fn add_memcpy(graph: usize, c: Copy1d) -> Result<usize, CUresult> {
     graphs().add(graph, Node::Memcpy(c))
 }
 
-/// Sets the copy a memcpy node of the graph `exec` was instantiated from makes in `exec`:
-/// CUDA_ERROR_INVALID_VALUE if it is no such node.
-pub fn set_exec_memcpy(exec: usize, node: usize, c: Copy1d) -> CuResult {
+/// A memset node of `graph`.
+pub fn add_memset(graph: usize, m: Memset) -> Result<usize, CUresult> {
+    graphs().add(graph, Node::Memset(m))
+}
+
+/// Sets the copy or fill (`work`) a memcpy or memset node of the graph `exec` was
+/// instantiated from makes in `exec`: CUDA_ERROR_INVALID_VALUE if it is no such node, or
+/// a node of the other kind.
+pub fn set_exec_work(exec: usize, node: usize, work: Node) -> CuResult {
     let mut g = graphs();
     let e = g.execs.get_mut(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let slot = e.copies.iter_mut().find(|(h, _)| *h == node);
-    let (_, copy) = slot.ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    *copy = c;
+    let slot = e.work.iter_mut().find(|(h, _)| *h == node);
+    let (_, old) = slot.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if std::mem::discriminant(old) != std::mem::discriminant(&work) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    *old = work;
     Ok(())
 }
 
-/// A kernel node (a launch on a stream capturing into `graph`).
-pub fn add_kernel(graph: usize) -> Result<usize, CUresult> {
-    graphs().add(graph, Node::Kernel)
+/// A kernel node of `graph`.
+pub fn add_kernel(graph: usize, k: KernelNode) -> Result<usize, CUresult> {
+    graphs().add(graph, Node::Kernel(k))
 }
 
 /// The nodes of `graph`, in the order they were added.
@@ -360,12 +287,12 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
     let kernels: Vec<usize> = list
         .iter()
         .copied()
-        .filter(|h| matches!(g.nodes.get(h), Some((_, Node::Kernel))))
+        .filter(|h| matches!(g.nodes.get(h), Some((_, Node::Kernel(_)))))
         .collect();
-    let copies: Vec<(usize, Copy1d)> = list
+    let work: Vec<(usize, Node)> = list
         .iter()
         .filter_map(|h| match g.nodes.get(h) {
-            Some((_, Node::Memcpy(c))) => Some((*h, *c)),
+            Some((_, n @ (Node::Memcpy(_) | Node::Memset(_)))) => Some((*h, n.clone())),
             _ => None,
         })
         .collect();
@@ -383,7 +310,7 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
         footprint,
         nodes,
         kernels,
-        copies,
+        work,
         bound: false,
         auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
         live: Vec::new(),
@@ -410,9 +337,9 @@ pub fn upload(exec: usize) -> CuResult {
     graphs().bind(exec)
 }
 
-/// cuGraphLaunch: reserved if not yet, then run at once; the copies its memcpy nodes make,
-/// in order, are returned for the caller to make.
-pub fn launch(exec: usize) -> Result<Vec<Copy1d>, CUresult> {
+/// cuGraphLaunch: reserved if not yet, then run at once; the copies and fills its memcpy
+/// and memset nodes make (those nodes), in order, are returned for the caller to make.
+pub fn launch(exec: usize) -> Result<Vec<Node>, CUresult> {
     let mut g = graphs();
     let e = g.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if !e.live.is_empty() && !e.auto_free {
@@ -457,7 +384,7 @@ pub fn launch(exec: usize) -> Result<Vec<Copy1d>, CUresult> {
     }
     let e = g.execs.get_mut(&exec).expect("checked above");
     e.live = live;
-    Ok(e.copies.iter().map(|&(_, c)| c).collect())
+    Ok(e.work.iter().map(|(_, n)| n.clone()).collect())
 }
 
 /// cuGraphExecDestroy: its memory stays reserved, unbound, but for allocations it left
@@ -550,40 +477,17 @@ pub fn capture_of(stream: usize) -> Option<(usize, u64)> {
     graphs().capturing.get(&stream).copied()
 }
 
+/// Work issued on `stream`: when it captures, `node` (made now) becomes a node of the
+/// capture's graph: Some(its handle, or the error); None when it does not capture.
+pub fn capture_work(stream: usize, node: impl FnOnce() -> Node) -> Option<Result<usize, CUresult>> {
+    let mut g = graphs();
+    let &(graph, _) = g.capturing.get(&stream)?;
+    Some(g.add(graph, node()))
+}
+
 /// A captured cuMemFreeAsync: a free node when `dptr` is a graph allocation (None when it
 /// is not: freed at once).
 pub fn captured_free(graph: usize, dptr: u64) -> Option<CuResult> {
     let is_graph_memory = graphs().alloc_node(dptr).is_some();
     is_graph_memory.then(|| add_free(graph, dptr).map(|_| ()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIB: u64 = 1 << 20;
-
-    #[test]
-    fn binding_takes_unbound_memory_first_and_trim_gives_back_the_unbound() {
-        let mut p = GraphPool::default();
-        assert_eq!(p.growth(600 * MIB), 600 * MIB);
-        p.bind(600 * MIB, 600 * MIB);
-        assert_eq!(p.growth(100 * MIB), 100 * MIB, "all of it is bound");
-        p.bound -= 600 * MIB; // the exec is destroyed: cached
-        assert_eq!(p.growth(100 * MIB), 0, "served from the cache");
-        p.bind(100 * MIB, 0);
-        assert_eq!(p.growth(600 * MIB), 100 * MIB);
-        assert_eq!(p.trim(), 500 * MIB);
-        assert_eq!(
-            (p.reserved, p.bound, p.reserved_high),
-            (100 * MIB, 100 * MIB, 600 * MIB)
-        );
-    }
-
-    #[test]
-    fn graph_memory_is_granular() {
-        assert_eq!(granules(1), GRANULE);
-        assert_eq!(granules(3 * MIB), 4 * MIB);
-        assert_eq!(granules(u64::MAX), u64::MAX);
-    }
 }
