@@ -243,11 +243,7 @@ fn the_same_refusal_again_at_once_prints_one_line_and_counts_each() {
             .env("GPUCAP_LOG", log)
             .args(sizes));
         assert_ok(&o);
-        let refused: Vec<String> = stderr(&o)
-            .lines()
-            .filter(|l| l.starts_with("gpucap: refused "))
-            .map(String::from)
-            .collect();
+        let refused = refusals(&stderr(&o));
         assert_eq!(refused.len(), lines, "{log}\n{}", dump(&o));
         assert!(
             refused[0].starts_with("gpucap: refused cuMemAlloc of 600 MiB"),
@@ -284,11 +280,7 @@ fn a_back_off_to_smaller_requests_prints_one_line_and_counts_each() {
             .filter(|l| l.starts_with("alloc ") && l.ends_with(" 0"))
             .count();
         assert_eq!(served, 2, "500 MiB and 400 MiB fit\n{}", dump(&o));
-        let refused: Vec<String> = stderr(&o)
-            .lines()
-            .filter(|l| l.starts_with("gpucap: refused "))
-            .map(String::from)
-            .collect();
+        let refused = refusals(&stderr(&o));
         assert_eq!(refused.len(), lines, "{log}\n{}", dump(&o));
         assert!(
             refused[0].starts_with("gpucap: refused cuMemAlloc of 900 MiB on GPU 0: 500 MiB "),
