@@ -11,8 +11,8 @@
 //! functions seen.
 
 use std::sync::atomic::{
-    AtomicU64,
-    Ordering::{AcqRel, Acquire, Release},
+    AtomicBool, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 use crate::contexts::Ctx;
@@ -23,37 +23,50 @@ use crate::residents::ResidentCharges;
 /// frees what its functions loaded.
 pub type KernelBook = ResidentCharges<(Ctx, u64, u64)>;
 
-/// The functions seen on each device, by [`launch_key`]: a fixed table of keys (open
-/// addressing, a few probes), so that a launch after the first costs a multiply, a
-/// load or two and a compare. Keys are only added, and all of them forgotten at once
-/// (a context's end, an unload: the next launch of each is measured again). A key with
-/// no room within its probes is never recorded: each launch of it then is a first one,
-/// measured (and nothing more charged: what it loaded is there already).
-pub struct SeenSet {
-    slots: [AtomicU64; SEEN_SLOTS],
+/// The functions seen on each device, by [`launch_key`]: a fixed table of `SLOTS` keys
+/// (a power of two; open addressing, a few probes), so that a launch after the first
+/// costs a multiply, a load or two and a compare. Keys are only added, and all of them
+/// forgotten at once (a context's end, an unload: the next launch of each is measured
+/// again). A key with no room within its probes is never recorded: each launch of it
+/// then is a first one, measured again (and nothing more charged: what it loaded is there
+/// already), which costs the driver's figure each time; [`FunctionsSeen`] has room for
+/// the tens of thousands of functions a framework's runtime asks for.
+pub struct SeenSet<const SLOTS: usize> {
+    slots: [AtomicU64; SLOTS],
+    /// Whether a key may be recorded since the last clear: a clear of a set that holds
+    /// none touches no slot (a program unloading thousands of libraries at its exit).
+    used: AtomicBool,
 }
 
-/// Slots of [`SeenSet`] (128 KiB, zero until used): room for thousands of functions.
-const SEEN_SLOTS: usize = 1 << 14;
+/// The functions and kernels seen at their first use: 2 MiB, zero until used (a
+/// page is touched only where a key lands). TensorFlow 2.21's CUDA runtime asks for
+/// 49,086 functions (`cuModuleGetFunction`) in a Keras `fit`; the 16,384 slots before
+/// this left most of them unrecorded, so that each launch of them was measured again.
+pub type FunctionsSeen = SeenSet<{ 1 << 18 }>;
+/// The kernel handles seen (`cuLibraryGetKernel`'s, far fewer): 128 KiB.
+pub type HandlesSeen = SeenSet<{ 1 << 14 }>;
+
 /// Slots a key may take from its home on.
 const SEEN_PROBES: usize = 16;
 
-impl Default for SeenSet {
+impl<const SLOTS: usize> Default for SeenSet<SLOTS> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl SeenSet {
+impl<const SLOTS: usize> SeenSet<SLOTS> {
     pub const fn new() -> Self {
+        assert!(SLOTS.is_power_of_two() && SLOTS >= SEEN_PROBES);
         SeenSet {
-            slots: [const { AtomicU64::new(0) }; SEEN_SLOTS],
+            slots: [const { AtomicU64::new(0) }; SLOTS],
+            used: AtomicBool::new(false),
         }
     }
 
     #[inline(always)]
     fn home(key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SEEN_SLOTS.trailing_zeros())) as usize
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize
     }
 
     /// Whether `key` (never 0) was recorded.
@@ -61,7 +74,7 @@ impl SeenSet {
     pub fn contains(&self, key: u64) -> bool {
         let home = Self::home(key);
         for i in 0..SEEN_PROBES {
-            match self.slots[(home + i) % SEEN_SLOTS].load(Acquire) {
+            match self.slots[(home + i) % SLOTS].load(Acquire) {
                 k if k == key => return true,
                 0 => return false,
                 _ => {}
@@ -72,9 +85,12 @@ impl SeenSet {
 
     /// Records `key` (never 0); false if there was no room for it.
     pub fn insert(&self, key: u64) -> bool {
+        if !self.used.load(Relaxed) {
+            self.used.store(true, Release);
+        }
         let home = Self::home(key);
         for i in 0..SEEN_PROBES {
-            match self.slots[(home + i) % SEEN_SLOTS].compare_exchange(0, key, AcqRel, Acquire) {
+            match self.slots[(home + i) % SLOTS].compare_exchange(0, key, AcqRel, Acquire) {
                 Ok(_) => return true,
                 Err(k) if k == key => return true,
                 Err(_) => {}
@@ -83,10 +99,17 @@ impl SeenSet {
         false
     }
 
-    /// Forgets every key.
+    /// Forgets every key. Writes only the slots that hold one; nothing when none was
+    /// recorded since the last clear (a key another thread records meanwhile may be
+    /// forgotten too, and is measured again).
     pub fn clear(&self) {
+        if !self.used.swap(false, AcqRel) {
+            return;
+        }
         for s in &self.slots {
-            s.store(0, Release);
+            if s.load(Relaxed) != 0 {
+                s.store(0, Release);
+            }
         }
     }
 
@@ -95,6 +118,9 @@ impl SeenSet {
     /// another thread records meanwhile may be forgotten too, and its next use is then
     /// measured again, which finds nothing more loaded.
     pub fn forget(&self, forget: impl Fn(u64) -> bool) {
+        if !self.used.load(Acquire) {
+            return;
+        }
         let mut kept = Vec::new();
         for s in &self.slots {
             match s.load(Acquire) {
@@ -257,7 +283,7 @@ mod tests {
 
     #[test]
     fn the_seen_set_holds_what_it_recorded_until_cleared() {
-        let s = Box::new(SeenSet::new());
+        let s = Box::new(HandlesSeen::new());
         let keys: Vec<u64> = (0..4000u64)
             .map(|i| launch_key(0x7f00_0000_0000 + i * 64, (i % 3) as usize))
             .collect();
@@ -272,18 +298,40 @@ mod tests {
 
     #[test]
     fn a_full_neighbourhood_refuses_a_key_it_then_does_not_claim() {
-        let s = Box::new(SeenSet::new());
+        let s = Box::new(HandlesSeen::new());
         // keys that share a home, more than the probes allow
-        let home = SeenSet::home(launch_key(0x1000, 0));
+        let home = HandlesSeen::home(launch_key(0x1000, 0));
         let same: Vec<u64> = (0..2_000_000u64)
             .map(|i| launch_key(0x1000 + i * 16, 0))
-            .filter(|&k| SeenSet::home(k) == home)
+            .filter(|&k| HandlesSeen::home(k) == home)
             .take(SEEN_PROBES + 1)
             .collect();
         assert_eq!(same.len(), SEEN_PROBES + 1);
         assert!(same[..SEEN_PROBES].iter().all(|&k| s.insert(k)));
         assert!(!s.insert(same[SEEN_PROBES]));
         assert!(!s.contains(same[SEEN_PROBES]));
+    }
+
+    /// A framework's runtime asks for tens of thousands of functions (TensorFlow's:
+    /// 49,086 in a Keras `fit`): every one is recorded, so that no launch after the
+    /// first is measured again. The table before (16,384 slots) held under a third.
+    #[test]
+    fn the_functions_seen_hold_a_frameworks_tens_of_thousands() {
+        // A static, as the shim's (2 MiB: not built on a test thread's stack).
+        static S: FunctionsSeen = FunctionsSeen::new();
+        let s = &S;
+        let keys: Vec<u64> = (0..60_000u64)
+            .map(|i| launch_key(0x2000_0000_0000 + i * 32, 0))
+            .collect();
+        assert!(keys.iter().all(|&k| s.insert(k)), "room for 60,000");
+        assert!(keys.iter().all(|&k| s.contains(k)));
+        let small = Box::new(HandlesSeen::new());
+        let held = keys.iter().filter(|&&k| small.insert(k)).count();
+        assert!(held <= 16_384, "the old table: {held} of 60,000");
+        s.clear();
+        assert!(keys.iter().all(|&k| !s.contains(k)));
+        s.clear(); // nothing recorded since: touches no slot
+        assert!(s.insert(keys[7]) && s.contains(keys[7]));
     }
 
     #[test]
@@ -347,7 +395,7 @@ mod tests {
 
     #[test]
     fn forgetting_one_devices_keys_keeps_the_others() {
-        let s = Box::new(SeenSet::new());
+        let s = Box::new(HandlesSeen::new());
         let on = |d: usize| -> Vec<u64> {
             (0..500u64)
                 .map(|i| launch_key(0x7f00_0000_0000 + i * 64, d))

@@ -17,6 +17,7 @@
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::calls;
 use super::types::{CUDA_SUCCESS, Handle};
@@ -209,33 +210,35 @@ const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
 const NVML_ERROR_INSUFFICIENT_SIZE: u32 = 7;
 /// Processes asked for beyond the count NVML gave, for those that start meanwhile.
 const LIST_SLACK: usize = 16;
+/// Room in the first call: the whole list of most GPUs in one call.
+const LIST_FIRST_ROOM: usize = 64;
 /// Tries to read the whole list while processes keep starting.
 const LIST_TRIES: usize = 8;
 
-/// Every compute process NVML lists on `h`, however many: the count asked first, the
-/// array grown and the call made again while NVML answers "insufficient size".
+/// Every compute process NVML lists on `h`, however many: asked with room for
+/// [`LIST_FIRST_ROOM`] (one call on most GPUs; a first use's measurement reads the list
+/// twice, and a framework's runtime makes tens of thousands of them), the array grown
+/// to the count NVML says and the call made again while it answers "insufficient size".
 fn all_processes(nvml: &Nvml, h: Handle, uuid: &str) -> Result<Vec<NvmlProcessV2>, String> {
     let list = nvml
         .processes
         .ok_or("NVML has no nvmlDeviceGetComputeRunningProcesses_v3")?;
-    let mut n = 0u32;
-    // SAFETY: a handle NVML gave; a count of 0 with no array asks for the count.
-    let mut rc = unsafe { list(h, &mut n, null_mut()) };
+    let mut infos = vec![NvmlProcessV2::default(); LIST_FIRST_ROOM];
+    let mut rc = NVML_SUCCESS;
     for _ in 0..LIST_TRIES {
-        match rc {
-            NVML_SUCCESS if n == 0 => return Ok(Vec::new()),
-            NVML_SUCCESS | NVML_ERROR_INSUFFICIENT_SIZE => {}
-            _ => break,
-        }
-        let mut infos = vec![NvmlProcessV2::default(); n as usize + LIST_SLACK];
         let mut room = u32::try_from(infos.len()).unwrap_or(u32::MAX);
         // SAFETY: a handle NVML gave, an array of `room` entries of the v3 call's layout.
         rc = unsafe { list(h, &mut room, infos.as_mut_ptr()) };
-        if rc == NVML_SUCCESS {
-            infos.truncate(room as usize);
-            return Ok(infos);
+        match rc {
+            NVML_SUCCESS => {
+                infos.truncate(room as usize);
+                return Ok(infos);
+            }
+            NVML_ERROR_INSUFFICIENT_SIZE => {
+                infos = vec![NvmlProcessV2::default(); room as usize + LIST_SLACK];
+            }
+            _ => break,
         }
-        n = room;
     }
     Err(format!(
         "nvmlDeviceGetComputeRunningProcesses_v3 failed for {uuid} (error {rc})"
@@ -244,8 +247,23 @@ fn all_processes(nvml: &Nvml, h: Handle, uuid: &str) -> Result<Vec<NvmlProcessV2
 
 /// The pid NVML lists this process under, where it is provably this process's
 /// (`gpucap_core::pid_namespace`): None inside a PID namespace whose host pid is not
-/// known. Read each time (a cold path): a forked child has its own.
+/// known. Read once per process (a forked child, its own pid, reads its own): a
+/// framework's runtime makes tens of thousands of first uses, each measured with it.
 fn pid_in_nvml() -> Option<u32> {
+    // This process's pid in the high half, the answer plus 1 in the low (0: None).
+    static READ: AtomicU64 = AtomicU64::new(0);
+    let pid = std::process::id();
+    let read = READ.load(Relaxed);
+    if read >> 32 == u64::from(pid) && read != 0 {
+        return u32::try_from((read & 0xffff_ffff).checked_sub(1)?).ok();
+    }
+    let found = read_pid_in_nvml();
+    let low = found.map_or(0, |p| u64::from(p) + 1);
+    READ.store((u64::from(pid) << 32) | low, Relaxed);
+    found
+}
+
+fn read_pid_in_nvml() -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let ns = |path: &str| std::fs::metadata(path).ok().map(|m| m.ino());
     let own = Some(gpucap_pool_file::own_pid_namespace()).filter(|&n| n != 0);

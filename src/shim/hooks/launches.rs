@@ -7,6 +7,7 @@
 //! measured the same way.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use super::contexts::{context_lock, pool_marks};
 use super::current::{current_context, current_device, known_device};
@@ -259,10 +260,10 @@ fn first_use(
         drop(held);
         return rc; // not seen: the next use measures again
     }
-    LAUNCHED.insert(key);
+    seen(key);
     // The function asked for is loaded now: its first launch has nothing to load.
     if let Some(f) = function() {
-        LAUNCHED.insert(launch_key(f as u64, d));
+        seen(launch_key(f as u64, d));
     }
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     let bytes = match measured {
@@ -318,6 +319,18 @@ fn first_use(
         _ => {}
     }
     rc
+}
+
+/// Records `key` as seen; where the table has no room for it, says once (at warn) that
+/// the uses of such functions are measured each time.
+fn seen(key: u64) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !LAUNCHED.insert(key) && !SAID.swap(true, Relaxed) {
+        log!(
+            Warn,
+            "the table of functions seen is full: the uses of functions beyond it are measured each time (slower; nothing more is charged)"
+        );
+    }
 }
 
 /// The key a first use's charge is recorded under (with its context and owner, see

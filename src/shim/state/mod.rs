@@ -53,11 +53,13 @@ pub static MODULES: gpucap_core::modules::ModuleBook = gpucap_core::modules::Mod
 
 /// The functions launched (or loaded) once in a context: by `kernels::launch_key` (a
 /// function handle), `context_key` (a kernel handle in a context) or `name_key`.
-pub static LAUNCHED: gpucap_core::kernels::SeenSet = gpucap_core::kernels::SeenSet::new();
+pub static LAUNCHED: gpucap_core::kernels::FunctionsSeen =
+    gpucap_core::kernels::FunctionsSeen::new();
 
 /// The handles found to be kernel handles (`cuLibraryGetKernel`'s, one for every
 /// context), by `kernels::launch_key(handle, 0)`: looked up per context.
-pub static KERNEL_HANDLES: gpucap_core::kernels::SeenSet = gpucap_core::kernels::SeenSet::new();
+pub static KERNEL_HANDLES: gpucap_core::kernels::HandlesSeen =
+    gpucap_core::kernels::HandlesSeen::new();
 
 /// What the first uses of each library's or module's functions took, to reserve
 /// before the next one.
