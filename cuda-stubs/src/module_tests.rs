@@ -1054,3 +1054,28 @@ fn graph_memory_is_reserved_at_instantiation_and_given_back_at_a_trim() {
         assert_eq!(used(), base);
     }
 }
+
+/// CUDA's runtime asks the loading mode and, told eager, asks for every function of every
+/// module it registers (cudart 12.9 under TensorFlow: 49,086). The driver answers lazy
+/// (2) unless `CUDA_MODULE_LOADING=EAGER` (1); the fake answered eager before.
+#[test]
+fn the_loading_mode_is_lazy_unless_cuda_module_loading_says_eager() {
+    use crate::api::module::{cuModuleGetLoadingMode, loading_mode};
+    for (env, mode) in [
+        (None, 2),
+        (Some("LAZY"), 2),
+        (Some("EAGER"), 1),
+        (Some("eager"), 1),
+        (Some("DEFAULT"), 2),
+    ] {
+        assert_eq!(loading_mode(env), mode, "{env:?}");
+    }
+    let _g = setup();
+    let expected = loading_mode(std::env::var("CUDA_MODULE_LOADING").ok().as_deref());
+    let mut mode = 0;
+    // SAFETY: a valid out-pointer, as a C caller would pass.
+    assert_eq!(unsafe { cuModuleGetLoadingMode(&mut mode) }, CUDA_SUCCESS);
+    assert_eq!(mode, expected);
+    // SAFETY: NULL, which the driver refuses.
+    assert_ne!(unsafe { cuModuleGetLoadingMode(null_mut()) }, CUDA_SUCCESS);
+}

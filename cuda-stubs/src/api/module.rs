@@ -171,6 +171,20 @@ struct Link {
 
 static LINKS: LazyLock<Mutex<HashMap<usize, Link>>> = LazyLock::new(Default::default);
 
+/// CUmoduleLoadingMode as the driver answers it for `CUDA_MODULE_LOADING` (its value, if
+/// set): CU_MODULE_LAZY_LOADING (2), CUDA's default since 12.2 and what the fake models
+/// (a module's kernels loaded at their first use), unless it is `EAGER`
+/// (CU_MODULE_EAGER_LOADING, 1). CUDA's runtime asks it: told eager, cudart 12.9 asks for
+/// every function of every module it registers when it loads them (49,086 under
+/// TensorFlow), which it does not on a real driver left lazy.
+pub(crate) fn loading_mode(env: Option<&str>) -> c_int {
+    if env.is_some_and(|v| v.eq_ignore_ascii_case("EAGER")) {
+        1
+    } else {
+        2
+    }
+}
+
 fn links() -> std::sync::MutexGuard<'static, HashMap<usize, Link>> {
     LINKS.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -256,10 +270,10 @@ crate::abi::exports! {
         Ok(())
     }
 
-    // CU_MODULE_EAGER_LOADING (1): everything is loaded when the module is.
+    // As the driver answers: lazy unless CUDA_MODULE_LOADING=EAGER (see `loading_mode`).
     fn cuModuleGetLoadingMode(mode: *mut c_int) {
         cfg()?;
-        out(mode, 1)
+        out(mode, loading_mode(std::env::var("CUDA_MODULE_LOADING").ok().as_deref()))
     }
 
     fn cuLibraryLoadData(library: *mut usize, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, num_jit: c_uint, lib_options: *mut c_int, lib_values: *mut *mut c_void, num_lib: c_uint) {
