@@ -30,7 +30,7 @@ pub type KernelBook = ResidentCharges<(Ctx, u64, u64)>;
 /// again). A key with no room within its probes is never recorded: each launch of it
 /// then is a first one, measured again (and nothing more charged: what it loaded is there
 /// already), which costs the driver's figure each time; [`FunctionsSeen`] has room for
-/// the tens of thousands of functions a framework's runtime asks for.
+/// the tens of thousands of functions a framework's runtime may ask for.
 pub struct SeenSet<const SLOTS: usize> {
     slots: [AtomicU64; SLOTS],
     /// Whether a key may be recorded since the last clear: a clear of a set that holds
@@ -38,13 +38,74 @@ pub struct SeenSet<const SLOTS: usize> {
     used: AtomicBool,
 }
 
-/// The functions and kernels seen at their first use: 2 MiB, zero until used (a
-/// page is touched only where a key lands). TensorFlow 2.21's CUDA runtime asks for
-/// 49,086 functions (`cuModuleGetFunction`) in a Keras `fit`; the 16,384 slots before
-/// this left most of them unrecorded, so that each launch of them was measured again.
-pub type FunctionsSeen = SeenSet<{ 1 << 18 }>;
-/// The kernel handles seen (`cuLibraryGetKernel`'s, far fewer): 128 KiB.
+/// The kernel handles seen (`cuLibraryGetKernel`'s, far fewer than functions): 128 KiB.
 pub type HandlesSeen = SeenSet<{ 1 << 14 }>;
+
+/// The functions and kernels seen at their first use: a near table of 16,384 slots that a
+/// launch looks in, and a far one of 262,144 (2 MiB, zero until used: a page is touched
+/// only where a key lands) for the keys the near one has no room for, looked in only
+/// where a key's near neighbourhood is full. Under CUDA's eager loading
+/// (`CUDA_MODULE_LOADING=EAGER`) CUDA's runtime asks for every function it registers
+/// (TensorFlow 2.21's: 49,086 in a Keras `fit`), each a first use: with the near table
+/// alone most were never recorded, and each of their launches was measured again. A
+/// launch found in the near table costs what it did (the far table, 2^18 slots alone,
+/// made a training step's 532 lookups 1,532 instructions dearer).
+pub struct FunctionsSeen {
+    near: SeenSet<{ 1 << 14 }>,
+    far: SeenSet<{ 1 << 18 }>,
+}
+
+impl Default for FunctionsSeen {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FunctionsSeen {
+    pub const fn new() -> Self {
+        FunctionsSeen {
+            near: SeenSet::new(),
+            far: SeenSet::new(),
+        }
+    }
+
+    /// Whether `key` (never 0) was recorded.
+    #[inline(always)]
+    pub fn contains(&self, key: u64) -> bool {
+        match self.near.probe(key) {
+            Probe::Found => true,
+            Probe::Empty => false,
+            Probe::Full => self.far.contains(key),
+        }
+    }
+
+    /// Records `key` (never 0); false if neither table had room for it.
+    pub fn insert(&self, key: u64) -> bool {
+        self.near.insert(key) || self.far.insert(key)
+    }
+
+    /// Forgets every key (see [`SeenSet::clear`]).
+    pub fn clear(&self) {
+        self.near.clear();
+        self.far.clear();
+    }
+
+    /// Forgets the keys `forget` picks (see [`SeenSet::forget`]): a key kept may move
+    /// between the tables, or be measured again.
+    pub fn forget(&self, forget: impl Fn(u64) -> bool) {
+        self.near.forget(&forget);
+        self.far.forget(&forget);
+    }
+}
+
+/// What a look for a key in a [`SeenSet`] found.
+enum Probe {
+    Found,
+    /// An empty slot before it: not recorded.
+    Empty,
+    /// Every slot it may take holds another key: not recorded there.
+    Full,
+}
 
 /// Slots a key may take from its home on.
 const SEEN_PROBES: usize = 16;
@@ -72,15 +133,20 @@ impl<const SLOTS: usize> SeenSet<SLOTS> {
     /// Whether `key` (never 0) was recorded.
     #[inline(always)]
     pub fn contains(&self, key: u64) -> bool {
+        matches!(self.probe(key), Probe::Found)
+    }
+
+    #[inline(always)]
+    fn probe(&self, key: u64) -> Probe {
         let home = Self::home(key);
         for i in 0..SEEN_PROBES {
             match self.slots[(home + i) % SLOTS].load(Acquire) {
-                k if k == key => return true,
-                0 => return false,
+                k if k == key => return Probe::Found,
+                0 => return Probe::Empty,
                 _ => {}
             }
         }
-        false
+        Probe::Full
     }
 
     /// Records `key` (never 0); false if there was no room for it.
@@ -314,20 +380,20 @@ mod tests {
 
     /// A framework's runtime asks for tens of thousands of functions (TensorFlow's:
     /// 49,086 in a Keras `fit`): every one is recorded, so that no launch after the
-    /// first is measured again. The table before (16,384 slots) held under a third.
+    /// first is measured again. The near table alone (16,384 slots) holds under a third.
     #[test]
     fn the_functions_seen_hold_a_frameworks_tens_of_thousands() {
         // A static, as the shim's (2 MiB: not built on a test thread's stack).
         static S: FunctionsSeen = FunctionsSeen::new();
+        static NEAR: HandlesSeen = HandlesSeen::new();
         let s = &S;
         let keys: Vec<u64> = (0..60_000u64)
             .map(|i| launch_key(0x2000_0000_0000 + i * 32, 0))
             .collect();
         assert!(keys.iter().all(|&k| s.insert(k)), "room for 60,000");
         assert!(keys.iter().all(|&k| s.contains(k)));
-        let small = Box::new(HandlesSeen::new());
-        let held = keys.iter().filter(|&&k| small.insert(k)).count();
-        assert!(held <= 16_384, "the old table: {held} of 60,000");
+        let held = keys.iter().filter(|&&k| NEAR.insert(k)).count();
+        assert!(held <= 16_384, "the near table alone: {held} of 60,000");
         s.clear();
         assert!(keys.iter().all(|&k| !s.contains(k)));
         s.clear(); // nothing recorded since: touches no slot
