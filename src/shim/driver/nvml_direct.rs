@@ -223,19 +223,22 @@ fn all_processes(nvml: &Nvml, h: Handle, uuid: &str) -> Result<Vec<NvmlProcessV2
     let list = nvml
         .processes
         .ok_or("NVML has no nvmlDeviceGetComputeRunningProcesses_v3")?;
-    let mut infos = vec![NvmlProcessV2::default(); LIST_FIRST_ROOM];
+    // Room NVML fills, not zeroed first (plain integers, each entry written by NVML).
+    let mut infos: Vec<NvmlProcessV2> = Vec::with_capacity(LIST_FIRST_ROOM);
     let mut rc = NVML_SUCCESS;
     for _ in 0..LIST_TRIES {
-        let mut room = u32::try_from(infos.len()).unwrap_or(u32::MAX);
-        // SAFETY: a handle NVML gave, an array of `room` entries of the v3 call's layout.
+        let mut room = u32::try_from(infos.capacity()).unwrap_or(u32::MAX);
+        // SAFETY: a handle NVML gave, room for `room` entries of the v3 call's layout.
         rc = unsafe { list(h, &mut room, infos.as_mut_ptr()) };
         match rc {
             NVML_SUCCESS => {
-                infos.truncate(room as usize);
+                // SAFETY: NVML wrote the first `room` entries (never more than it had room
+                // for; bounded again here), each of integers only.
+                unsafe { infos.set_len((room as usize).min(infos.capacity())) };
                 return Ok(infos);
             }
             NVML_ERROR_INSUFFICIENT_SIZE => {
-                infos = vec![NvmlProcessV2::default(); room as usize + LIST_SLACK];
+                infos = Vec::with_capacity(room as usize + LIST_SLACK);
             }
             _ => break,
         }
