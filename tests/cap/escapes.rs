@@ -471,3 +471,53 @@ fn a_kernel_handle_is_measured_in_a_context_cu_gl_ctx_create_made() {
         .collect();
     assert_eq!(measured.len(), 3, "{}", tail(&err, 4000));
 }
+
+/// Tens of thousands of functions (under CUDA's eager loading CUDA's runtime asks for
+/// every one it registers: TensorFlow's, 49,086): each asked for once is a first use,
+/// measured, and no launch of any of them afterwards is measured again. With room for
+/// 16,384 only, each launch of the others was (two `cuKernelGetLibrary`, a
+/// `cuFuncGetModule`, NVML's process list twice: 189,306 NVML calls in a Keras `fit`).
+#[test]
+fn no_launch_after_the_first_is_measured_again_among_tens_of_thousands_of_functions() {
+    let prog = compile_c("many_functions", "", &["-lcuda"]);
+    let stats = scratch("escapes-many-functions").join("stats.json");
+    let mut c = fake_cmd(prog, &stats);
+    c.env("FAKECUDA_TRACE", "1");
+    preload(&mut c).env("GPUCAP_LIMIT", "1Gi");
+    let o = run(c.arg("20000"));
+    assert_ok(&o);
+    let err = stderr(&o);
+    let (asking, launching) = err
+        .split_once("many_functions: launches\n")
+        .unwrap_or_else(|| panic!("no launch phase\n{}", tail(&err, 20)));
+    let measured = |s: &str| {
+        s.lines()
+            .filter(|l| l.starts_with("fakenvml: nvmlDeviceGetComputeRunningProcesses"))
+            .count()
+    };
+    assert!(
+        measured(asking) >= 20_000,
+        "each function asked for is measured: {}",
+        measured(asking)
+    );
+    let beside: Vec<&str> = launching
+        .lines()
+        .filter(|l| {
+            (l.starts_with("fakecuda: ") || l.starts_with("fakenvml: "))
+                && !l.starts_with("fakecuda: cuLaunchKernel(")
+        })
+        .collect();
+    assert!(
+        beside.len() <= 8,
+        "40,000 launches made {} other driver and NVML calls (the first: {:?})",
+        beside.len(),
+        &beside[..beside.len().min(5)]
+    );
+    assert_eq!(
+        launching
+            .lines()
+            .filter(|l| l.starts_with("fakecuda: cuLaunchKernel("))
+            .count(),
+        40_000
+    );
+}
