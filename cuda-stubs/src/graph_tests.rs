@@ -22,7 +22,7 @@ use crate::api::graph::{
     cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams_v2, cuGraphLaunch,
     cuGraphMemsetNodeGetParams, cuGraphNodeGetType,
 };
-use crate::api::launch::{cuLaunchKernel, cuLaunchKernelEx};
+use crate::api::launch::{LaunchConfig, cuLaunchKernel, cuLaunchKernelEx};
 use crate::api::memory::{cuMemAlloc_v2, cuMemFree_v2};
 use crate::api::module::{cuKernelGetFunction, cuLibraryGetKernel, cuLibraryUnload};
 use crate::api::stream::{
@@ -350,6 +350,30 @@ fn fields(p: &CudaKernelNodeParams) -> Fields {
     )
 }
 
+/// A kernel node's parameters (CUDA 12's layout): function `func` or kernel `kern`,
+/// `grid` blocks of `block` threads, `shared` bytes of shared memory, no arguments, no
+/// context. Also `module_tests`' kernel-node test.
+pub(crate) fn kernel_params(
+    func: usize,
+    kern: usize,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+) -> CudaKernelNodeParams {
+    CudaKernelNodeParams {
+        v1: CudaKernelNodeParamsV1 {
+            func,
+            grid,
+            block,
+            shared_mem_bytes: shared,
+            kernel_params: null_mut(),
+            extra: null_mut(),
+        },
+        kern,
+        ctx: 0,
+    }
+}
+
 /// cuDNN reads the kernel nodes of a graph it captured (cuGraphKernelNodeGetParams_v2, a
 /// stub until now): a kernel node returns the parameters it was made with, by
 /// cuGraphAddKernelNode(_v2) or by a launch on a capturing stream; another node is
@@ -360,18 +384,7 @@ fn kernel_nodes_return_the_parameters_they_were_made_with() {
     let elf = build_elf(&["read_back"], &[]);
     let mut args = [null_mut::<c_void>(); 2];
     let mut extra = [null_mut::<c_void>(); 3];
-    let params = |func: usize, kern: usize, shared: u32| CudaKernelNodeParams {
-        v1: CudaKernelNodeParamsV1 {
-            func,
-            grid: [4, 2, 1],
-            block: [128, 1, 1],
-            shared_mem_bytes: shared,
-            kernel_params: null_mut(),
-            extra: null_mut(),
-        },
-        kern,
-        ctx: 0,
-    };
+    let params = |func, kern, shared| kernel_params(func, kern, [4, 2, 1], [128, 1, 1], shared);
     // SAFETY (all calls): valid pointers to locals, as a C caller would pass.
     unsafe {
         let lib = load_library(&elf);
@@ -434,16 +447,7 @@ fn kernel_nodes_return_the_parameters_they_were_made_with() {
             cuLaunchKernel(k, 3, 1, 1, 64, 2, 1, 512, s, args.as_mut_ptr(), null_mut()),
             CUDA_SUCCESS
         );
-        #[repr(C)]
-        struct Config {
-            grid: [u32; 3],
-            block: [u32; 3],
-            shared: u32,
-            stream: usize,
-            attrs: *mut c_void,
-            num_attrs: u32,
-        }
-        let config = Config {
+        let config = LaunchConfig {
             grid: [8, 1, 1],
             block: [32, 1, 1],
             shared: 1024,

@@ -520,24 +520,14 @@ fn launches_on_a_capturing_stream_are_kernel_nodes() {
 #[test]
 fn kernel_nodes_are_added_and_updated_as_xla_does() {
     let _g = setup();
-    use crate::abi::types::{CudaKernelNodeParams, CudaKernelNodeParamsV1};
     use crate::api::graph::{
         cuGraphAddKernelNode, cuGraphAddKernelNode_v2, cuGraphCreate, cuGraphDestroy,
         cuGraphExecDestroy, cuGraphExecKernelNodeSetParams_v2, cuGraphGetNodes,
         cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphNodeGetType,
     };
     let elf = build_elf(&["node_kernel"], &[]);
-    let params = |func: usize, kern: usize, grid: u32, block: u32| CudaKernelNodeParams {
-        v1: CudaKernelNodeParamsV1 {
-            func,
-            grid: [grid, 1, 1],
-            block: [block, 1, 1],
-            shared_mem_bytes: 0,
-            kernel_params: null_mut(),
-            extra: null_mut(),
-        },
-        kern,
-        ctx: 0,
+    let params = |func, kern, grid, block| {
+        crate::graph_tests::kernel_params(func, kern, [grid, 1, 1], [block, 1, 1], 0)
     };
     unsafe {
         let lib = load_library(&elf);

@@ -61,13 +61,13 @@ fn kernel(
 /// CUlaunchConfig (CUDA 12 layout): grid, block, shared memory, stream, attributes.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct LaunchConfig {
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared: c_uint,
-    stream: usize,
-    attrs: *mut c_void,
-    num_attrs: c_uint,
+pub(crate) struct LaunchConfig {
+    pub(crate) grid: [c_uint; 3],
+    pub(crate) block: [c_uint; 3],
+    pub(crate) shared: c_uint,
+    pub(crate) stream: usize,
+    pub(crate) attrs: *mut c_void,
+    pub(crate) num_attrs: c_uint,
 }
 
 /// The fake's occupancy: 2048 threads per multiprocessor, at most 32 blocks.
