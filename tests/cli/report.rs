@@ -10,7 +10,7 @@ use super::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -229,6 +229,18 @@ fn in_growth_mode_freed_memory_is_retained_not_in_use() {
     }
 }
 
+/// The client allocating `sizes` under a 1 GiB cap at `GPUCAP_LOG=log`: its output and
+/// its report file (in `dir`, one a level).
+fn allocate_at_log(dir: &Path, log: &str, sizes: &[&str]) -> (Output, PathBuf) {
+    let report = dir.join(format!("r-{log}.json"));
+    let o = run(under_shim(client(), dir, &report)
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_LOG", log)
+        .args(sizes));
+    assert_ok(&o);
+    (o, report)
+}
+
 /// One line per refusal the program sees: the same request refused again at once (a
 /// program retrying after freeing its cache, as CuPy does) prints no second line, but
 /// every refusal is counted; another size has its own line; at debug every one does.
@@ -237,12 +249,7 @@ fn the_same_refusal_again_at_once_prints_one_line_and_counts_each() {
     let dir = scratch("report-repeats");
     let sizes = ["600Mi", "600Mi", "600Mi", "600Mi", "700Mi", "keep"];
     for (log, lines) in [("warn", 2), ("debug", 4)] {
-        let report = dir.join(format!("r-{log}.json"));
-        let o = run(under_shim(client(), &dir, &report)
-            .env("GPUCAP_LIMIT", "1Gi")
-            .env("GPUCAP_LOG", log)
-            .args(sizes));
-        assert_ok(&o);
+        let (o, report) = allocate_at_log(&dir, log, &sizes);
         let refused = refusals(&stderr(&o));
         assert_eq!(refused.len(), lines, "{log}\n{}", dump(&o));
         assert!(
@@ -269,12 +276,7 @@ fn a_back_off_to_smaller_requests_prints_one_line_and_counts_each() {
         "500Mi", "900Mi", "810Mi", "729Mi", "656Mi", "590Mi", "400Mi", "700Mi", "630Mi", "keep",
     ];
     for (log, lines) in [("warn", 2), ("debug", 7)] {
-        let report = dir.join(format!("r-{log}.json"));
-        let o = run(under_shim(client(), &dir, &report)
-            .env("GPUCAP_LIMIT", "1Gi")
-            .env("GPUCAP_LOG", log)
-            .args(sizes));
-        assert_ok(&o);
+        let (o, report) = allocate_at_log(&dir, log, &sizes);
         let served = stdout(&o)
             .lines()
             .filter(|l| l.starts_with("alloc ") && l.ends_with(" 0"))
