@@ -90,8 +90,8 @@ impl FunctionsSeen {
         self.far.clear();
     }
 
-    /// Forgets the keys `forget` picks (see [`SeenSet::forget`]): a key kept may move
-    /// between the tables, or be measured again.
+    /// Forgets the keys `forget` picks in each table (see [`SeenSet::forget`]): a key
+    /// kept may be measured again.
     pub fn forget(&self, forget: impl Fn(u64) -> bool) {
         self.near.forget(&forget);
         self.far.forget(&forget);

@@ -10,7 +10,8 @@
 //! the last printed line prints none when it asks for the same size, or for less while
 //! the process holds what it held then, no allocation served in between ([`Holding`];
 //! at `GPUCAP_LOG=debug` every one prints); a larger request, one made after the
-//! process's memory changed, or one a window later prints its line. Every refusal is counted all the same (reports, the pool's figures).
+//! process's memory changed, or one a window later prints its line. Every refusal is
+//! counted all the same (reports, the pool's figures).
 //! Lock-free: two threads refusing at the same instant may both print.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -95,7 +96,7 @@ impl RefusalLines {
 /// share) and how many allocations it has been served there. Two refusals with the same
 /// holding had nothing served in between and, unless it freed as much as it took again
 /// by other doors, nothing freed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct Holding {
     pub bytes: u64,
     pub served: u64,

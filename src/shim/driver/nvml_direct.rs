@@ -253,11 +253,12 @@ fn all_processes(nvml: &Nvml, h: Handle, uuid: &str) -> Result<Vec<NvmlProcessV2
 /// known. Read once per process (a forked child, its own pid, reads its own): a
 /// framework's runtime makes tens of thousands of first uses, each measured with it.
 fn pid_in_nvml() -> Option<u32> {
-    // This process's pid in the high half, the answer plus 1 in the low (0: None).
+    // This process's pid in the high half (never 0: nothing read yet is 0), the answer
+    // plus 1 in the low (0: None).
     static READ: AtomicU64 = AtomicU64::new(0);
     let pid = std::process::id();
     let read = READ.load(Relaxed);
-    if read >> 32 == u64::from(pid) && read != 0 {
+    if read >> 32 == u64::from(pid) {
         return u32::try_from((read & 0xffff_ffff).checked_sub(1)?).ok();
     }
     let found = read_pid_in_nvml();
