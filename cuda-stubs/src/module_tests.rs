@@ -1051,17 +1051,9 @@ fn graph_memory_is_reserved_at_instantiation_and_given_back_at_a_trim() {
 #[test]
 fn the_loading_mode_is_lazy_unless_cuda_module_loading_says_eager() {
     use crate::api::module::{cuModuleGetLoadingMode, loading_mode};
-    for (env, mode) in [
-        (None, 2),
-        (Some("LAZY"), 2),
-        (Some("EAGER"), 1),
-        (Some("eager"), 1),
-        (Some("DEFAULT"), 2),
-    ] {
-        assert_eq!(loading_mode(env), mode, "{env:?}");
-    }
+    assert_eq!((loading_mode(false), loading_mode(true)), (2, 1));
     let _g = setup();
-    let expected = loading_mode(std::env::var("CUDA_MODULE_LOADING").ok().as_deref());
+    let expected = loading_mode(crate::model::device::cfg().unwrap().eager);
     let mut mode = 0;
     // SAFETY: a valid out-pointer, as a C caller would pass.
     assert_eq!(unsafe { cuModuleGetLoadingMode(&mut mode) }, CUDA_SUCCESS);

@@ -67,6 +67,11 @@ pub struct Config {
     /// as a real driver takes a while: so that tests can make two processes' contexts
     /// overlap.
     pub context_delay_ms: u64,
+    /// CUDA_MODULE_LOADING=EAGER (any case): modules and libraries are loaded eagerly, as
+    /// the driver does then: a module's kernels with the module, a library into every
+    /// context at its load and into each context made later at its creation. Otherwise
+    /// lazily (CUDA's default since 12.2): at each kernel's first use in a context.
+    pub eager: bool,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
 }
@@ -240,6 +245,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
                 )
             })?,
     };
+    let eager = var("CUDA_MODULE_LOADING").is_some_and(|v| v.trim().eq_ignore_ascii_case("EAGER"));
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -261,6 +267,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         multicast,
         stack_lower_fails,
         context_delay_ms,
+        eager,
         visible,
     })
 }
@@ -379,6 +386,19 @@ mod tests {
         assert_eq!((c.library_mem, c.function_mem), (92 << 20, 2 << 20));
         let c = from_env(env(&[("FAKECUDA_NUMA_NODES", "2")])).unwrap();
         assert_eq!(c.numa_nodes, 2);
+        assert!(
+            !c.eager,
+            "lazy loading unless CUDA_MODULE_LOADING says EAGER"
+        );
+        for (v, eager) in [
+            ("EAGER", true),
+            ("eager", true),
+            ("LAZY", false),
+            ("", false),
+        ] {
+            let c = from_env(env(&[("CUDA_MODULE_LOADING", v)])).unwrap();
+            assert_eq!(c.eager, eager, "CUDA_MODULE_LOADING={v}");
+        }
         assert_eq!(
             from_env(env(&[])).unwrap().library_mem,
             0,

@@ -28,9 +28,23 @@ pub(super) fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     }
     half_delay()?;
     let ctx = ctx::create(dev, flags)?;
+    if let Err(e) = eager_libraries(ctx, dev) {
+        teardown::end(ctx::destroy(ctx)?);
+        return Err(e);
+    }
     half_delay()?;
     note(|| format!("ctx={ctx:#x}"));
     out(pctx, ctx)
+}
+
+/// Under eager loading, a context made now gets every library loaded so far
+/// (`module::libraries_into`); lazily, each at its first use there.
+fn eager_libraries(ctx: Ctx, dev: usize) -> CuResult {
+    if cfg()?.eager {
+        crate::model::module::libraries_into(ctx, dev)
+    } else {
+        Ok(())
+    }
 }
 
 crate::abi::exports! {
@@ -45,6 +59,12 @@ crate::abi::exports! {
         }
         let ctx = ctx::retain_primary(dev)?;
         if first {
+            if let Err(e) = eager_libraries(ctx, dev) {
+                if let Some(ended) = ctx::release_primary(dev)? {
+                    teardown::end(ended);
+                }
+                return Err(e);
+            }
             half_delay()?;
         }
         note(|| format!("ctx={ctx:#x}"));

@@ -95,11 +95,34 @@ pub fn load_module(pmod: *mut usize, image: *const c_void) -> CuResult {
     }
     let names = read_image(image)?;
     let m = module::load(ctx, names);
-    if let Err(e) = module::allocate_globals(m, ctx, dev) {
+    let loaded = module::allocate_globals(m, ctx, dev).and_then(|()| {
+        // Eager loading loads its kernels now too (lazy: at their first use).
+        if cfg()?.eager {
+            module::load_kernels(m)
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = loaded {
         let _ = module::unload(m);
         return Err(e);
     }
     out(pmod, m)
+}
+
+/// Loads a library (`names`, its image's) and hands it out at `library`; under eager
+/// loading it is loaded into every active context of the process now (a load they do not
+/// fit fails, nothing kept), lazily into each at its first use there otherwise.
+fn load_library(library: *mut usize, names: crate::image::Names) -> CuResult {
+    let lib = module::load_library(names);
+    if cfg()?.eager
+        && let Err(e) = module::library_into(lib, &crate::model::ctx::active())
+    {
+        let _ = module::unload_library(lib);
+        return Err(e);
+    }
+    note(|| format!("library={lib:#x}"));
+    out(library, lib)
 }
 
 fn read_file(fname: *const c_char) -> Result<Vec<u8>, CUresult> {
@@ -171,18 +194,13 @@ struct Link {
 
 static LINKS: LazyLock<Mutex<HashMap<usize, Link>>> = LazyLock::new(Default::default);
 
-/// CUmoduleLoadingMode as the driver answers it for `CUDA_MODULE_LOADING` (its value, if
-/// set): CU_MODULE_LAZY_LOADING (2), CUDA's default since 12.2 and what the fake models
-/// (a module's kernels loaded at their first use), unless it is `EAGER`
-/// (CU_MODULE_EAGER_LOADING, 1). CUDA's runtime asks it: told eager, cudart 12.9 asks for
-/// every function of every module it registers when it loads them (49,086 under
-/// TensorFlow), which it does not on a real driver left lazy.
-pub(crate) fn loading_mode(env: Option<&str>) -> c_int {
-    if env.is_some_and(|v| v.eq_ignore_ascii_case("EAGER")) {
-        1
-    } else {
-        2
-    }
+/// CUmoduleLoadingMode as the driver answers it: CU_MODULE_LAZY_LOADING (2), CUDA's
+/// default since 12.2, unless `CUDA_MODULE_LOADING=EAGER` (CU_MODULE_EAGER_LOADING, 1;
+/// `Config::eager`), and the fake loads as it answers (`model::module`). CUDA's runtime
+/// asks it: told eager, cudart 12.9 asks for every function of every module it
+/// registers when it loads them (49,086 under TensorFlow), which it does not left lazy.
+pub(crate) fn loading_mode(eager: bool) -> c_int {
+    if eager { 1 } else { 2 }
 }
 
 fn links() -> std::sync::MutexGuard<'static, HashMap<usize, Link>> {
@@ -272,8 +290,7 @@ crate::abi::exports! {
 
     // As the driver answers: lazy unless CUDA_MODULE_LOADING=EAGER (see `loading_mode`).
     fn cuModuleGetLoadingMode(mode: *mut c_int) {
-        cfg()?;
-        out(mode, loading_mode(std::env::var("CUDA_MODULE_LOADING").ok().as_deref()))
+        out(mode, loading_mode(cfg()?.eager))
     }
 
     fn cuLibraryLoadData(library: *mut usize, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, num_jit: c_uint, lib_options: *mut c_int, lib_values: *mut *mut c_void, num_lib: c_uint) {
@@ -282,10 +299,7 @@ crate::abi::exports! {
         if library.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let names = read_image(code)?;
-        let lib = module::load_library(names);
-        note(|| format!("library={lib:#x}"));
-        out(library, lib)
+        load_library(library, read_image(code)?)
     }
 
     fn cuLibraryLoadFromFile(library: *mut usize, fname: *const c_char, jit_options: *mut c_int, jit_values: *mut *mut c_void, num_jit: c_uint, lib_options: *mut c_int, lib_values: *mut *mut c_void, num_lib: c_uint) {
@@ -295,8 +309,7 @@ crate::abi::exports! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let data = read_file(fname)?;
-        let names = read_image(data.as_ptr().cast())?;
-        out(library, module::load_library(names))
+        load_library(library, read_image(data.as_ptr().cast())?)
     }
 
     fn cuLibraryUnload(library: usize) {

@@ -173,6 +173,19 @@ pub fn check_live(ctx: Ctx) -> CuResult {
     }
 }
 
+/// The contexts that hold device memory now, with their devices: every created context
+/// and each active primary context (what an eagerly loaded library is loaded into).
+pub fn active() -> Vec<(Ctx, usize)> {
+    let reg = registry();
+    reg.live
+        .iter()
+        .filter(|(_, info)| {
+            !info.primary || reg.primary.get(info.dev).is_some_and(|p| p.refcount > 0)
+        })
+        .map(|(&ctx, info)| (ctx, info.dev))
+        .collect()
+}
+
 /// Takes one reference on the primary context of `dev` (cuDevicePrimaryCtxRetain); the
 /// first one activates it, which takes its context memory.
 pub fn retain_primary(dev: usize) -> Result<Ctx, CUresult> {

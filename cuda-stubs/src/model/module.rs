@@ -13,6 +13,13 @@
 //! own) and FAKECUDA_LIBRARY_MEM bytes for its code (default 0; PyTorch's first kernel took
 //! 92 MiB on an H200, docs/gpu-runs/2026-11-26-h100/torch-lazy-loading.txt), given back
 //! when the context ends or the library is unloaded.
+//!
+//! Under eager loading (`CUDA_MODULE_LOADING=EAGER`, `Config::eager`) the same memory is
+//! taken where the driver then takes it (its documentation of `cuLibraryLoadData`; the
+//! H200 took 732 MiB more with PyTorch's context, the same file): a module's kernels at the
+//! module's load ([`load_kernels`]), a library in every context of the process at its
+//! load ([`library_into`]) and in a context made later at its creation
+//! ([`libraries_into`]); a first use then loads nothing.
 
 use super::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -237,6 +244,31 @@ pub fn allocate_globals(module: usize, ctx: Ctx, dev: usize) -> CuResult {
         global(module, &name, ctx, dev)?;
     }
     Ok(())
+}
+
+/// Under eager loading (`Config::eager`): every kernel the module's image names is loaded
+/// with the module, each taking FAKECUDA_FUNCTION_MEM, as the driver loads them then.
+pub fn load_kernels(module: usize) -> CuResult {
+    function_names(module)?
+        .iter()
+        .try_for_each(|name| function(module, name).map(drop))
+}
+
+/// Under eager loading: library `lib` is loaded into each of `contexts` (context,
+/// device) at its load, as the driver loads it into every context of the process then.
+pub fn library_into(lib: usize, contexts: &[(Ctx, usize)]) -> CuResult {
+    contexts
+        .iter()
+        .try_for_each(|&(ctx, dev)| library_in_context(lib, ctx, dev))
+}
+
+/// Under eager loading: every library loaded so far is loaded into context `ctx` of
+/// `dev` at its creation.
+pub fn libraries_into(ctx: Ctx, dev: usize) -> CuResult {
+    let libraries: Vec<usize> = registry().libraries.keys().copied().collect();
+    libraries
+        .into_iter()
+        .try_for_each(|lib| library_in_context(lib, ctx, dev))
 }
 
 /// The function behind a CUfunction handle.
