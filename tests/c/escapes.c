@@ -79,6 +79,15 @@
  *                  so each is charged; the sixth copy (past the cap) is refused with
  *                  CUDA_ERROR_OUT_OF_MEMORY before the driver loads it; each created
  *                  context's copy goes with that context.
+ * Eager loading (run with CUDA_MODULE_LOADING=EAGER and FAKECUDA_LIBRARY_MEM=<lib>):
+ *   eager-libraries (2 GPUs, caps <cap0> <cap1>, equal; <lib> 1/4 of them) a library
+ *                  loaded with GPU 0's and GPU 1's primary contexts held is loaded into
+ *                  both at its load, so each is charged <lib>; its kernel's launch and
+ *                  cuKernelGetFunction load nothing more; a context made on GPU 0 gets
+ *                  its copy at its creation; a second library is charged in all three
+ *                  contexts; a third, past GPU 0's cap, is refused with
+ *                  CUDA_ERROR_OUT_OF_MEMORY and keeps nothing on either GPU; the created
+ *                  context's copies go with it, each library's with its unload.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -729,6 +738,42 @@ static void lazy_contexts(void) {
     IN_USE(0, 0, "the library unloaded");
 }
 
+/* Under eager loading: a library is loaded into every context at its load. */
+static void eager_libraries(void) {
+    size_t lib = g_cap[0] / 4;
+    MUST(cuDevicePrimaryCtxRetain(&g_ctx[0], 0));
+    MUST(cuDevicePrimaryCtxRetain(&g_ctx[1], 1));
+    use(0);
+    CUlibrary l1 = NULL, l2 = NULL, l3 = NULL;
+    CUkernel k = kernel_of(&l1, "k0");
+    IN_USE(0, lib, "a library loaded eagerly, in GPU 0's context");
+    IN_USE(1, lib, "a library loaded eagerly, in GPU 1's context");
+    MUST(launch(k));
+    CUfunction f = NULL;
+    MUST(cuKernelGetFunction(&f, k));
+    IN_USE(0, lib, "its kernel launched and its function asked for: nothing more loaded");
+    CUcontext c = NULL;
+    MUST(cuCtxCreate_v2(&c, 0, 0));
+    IN_USE(0, 2 * lib, "a context made on GPU 0 with its copy of the library");
+    MUST(cuLibraryLoadData(&l2, LIB_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    IN_USE(0, 4 * lib, "a second library, in both contexts of GPU 0");
+    IN_USE(1, 2 * lib, "a second library, in GPU 1's context");
+    CUresult rc = cuLibraryLoadData(&l3, LIB_PTX, NULL, NULL, 0, NULL, NULL, 0);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a third library past GPU 0's cap -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuLibraryUnload(l3));
+    IN_USE(0, 4 * lib, "the third library refused: nothing kept on GPU 0");
+    IN_USE(1, 2 * lib, "the third library refused: nothing kept on GPU 1");
+    MUST(cuCtxDestroy_v2(c));
+    use(0);
+    IN_USE(0, 2 * lib, "the created context's copies went with it");
+    MUST(cuLibraryUnload(l2));
+    IN_USE(0, lib, "the second library unloaded, GPU 0");
+    IN_USE(1, lib, "the second library unloaded, GPU 1");
+    MUST(cuLibraryUnload(l1));
+    IN_USE(0, 0, "both libraries unloaded, GPU 0");
+    IN_USE(1, 0, "both libraries unloaded, GPU 1");
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s <mode> <cap0> [<cap1>]\n", argv[0]);
@@ -752,6 +797,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "stuck-stack") == 0) stuck_stack();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
+    else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

@@ -415,6 +415,43 @@ fn a_librarys_kernels_are_charged_in_every_context_they_are_loaded_into() {
     );
 }
 
+/// Under eager loading (`CUDA_MODULE_LOADING=EAGER`) the driver loads a library into
+/// every context of the process at its load and into a later context at its creation, and
+/// a first use loads nothing (its documentation; an H200 took 732 MiB more with PyTorch's
+/// context, 512 MiB against 98 at cuBLAS's first matmul). Each copy is charged where it
+/// is taken, on both GPUs; one past the cap is refused and keeps nothing; each goes with
+/// its context or its library (`escapes.c`, `eager-libraries`). Alone, in a pool and
+/// without NVML. Lazily, the same program's checks fail: nothing is taken at the load.
+#[test]
+fn a_library_loaded_eagerly_is_charged_in_every_context_at_its_load() {
+    let dir = scratch("escapes-eager-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let args = ["eager-libraries", "1000Mi", "1000Mi"];
+    let eager = [
+        ("CUDA_MODULE_LOADING", "EAGER"),
+        ("FAKECUDA_LIBRARY_MEM", "250Mi"),
+    ];
+    for env in [
+        &[][..],
+        &[("GPUCAP_POOL", "eager"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[("FAKECUDA_NVML_FAIL", "1")][..],
+    ] {
+        let env = [&eager[..], env].concat();
+        let (o, s) = escapes(&args, 2, Some("1000Mi"), &env);
+        assert_passed(&o, &format!("eager-libraries with the shim {env:?}"));
+        assert_eq!((s[0].final_used, s[1].final_used), (0, 0), "{s:?}");
+        let err = stderr(&o);
+        assert!(
+            err.contains("refused cuLibraryLoadData") && err.contains("on GPU 0"),
+            "{env:?}: {err}"
+        );
+    }
+    let (o, _) = escapes(&args, 2, None, &eager);
+    assert_failed(&o, "eager-libraries without the shim");
+    let (o, _) = escapes(&args, 2, Some("1000Mi"), &eager[1..]);
+    assert_failed(&o, "eager-libraries loaded lazily");
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {
@@ -472,17 +509,13 @@ fn a_kernel_handle_is_measured_in_a_context_cu_gl_ctx_create_made() {
     assert_eq!(measured.len(), 3, "{}", tail(&err, 4000));
 }
 
-/// Tens of thousands of functions (under CUDA's eager loading CUDA's runtime asks for
-/// every one it registers: TensorFlow's, 49,086): each asked for once is a first use,
-/// measured, and no launch of any of them afterwards is measured again. With room for
-/// 16,384 only, each launch of the others was (two `cuKernelGetLibrary`, a
-/// `cuFuncGetModule`, NVML's process list twice: 189,306 NVML calls in a Keras `fit`).
-#[test]
-fn no_launch_after_the_first_is_measured_again_among_tens_of_thousands_of_functions() {
+/// `many_functions 20000` under the shim (a cap of 1 GiB), the fake driver tracing its
+/// calls, with `env`: its trace before the launches (each function asked for) and during.
+fn many_functions(env: &[(&str, &str)]) -> (String, String) {
     let prog = compile_c("many_functions", "", &["-lcuda"]);
     let stats = scratch("escapes-many-functions").join("stats.json");
     let mut c = fake_cmd(prog, &stats);
-    c.env("FAKECUDA_TRACE", "1");
+    c.env("FAKECUDA_TRACE", "1").envs(env.iter().copied());
     preload(&mut c).env("GPUCAP_LIMIT", "1Gi");
     let o = run(c.arg("20000"));
     assert_ok(&o);
@@ -490,15 +523,26 @@ fn no_launch_after_the_first_is_measured_again_among_tens_of_thousands_of_functi
     let (asking, launching) = err
         .split_once("many_functions: launches\n")
         .unwrap_or_else(|| panic!("no launch phase\n{}", tail(&err, 20)));
-    let measured = |s: &str| {
-        s.lines()
-            .filter(|l| l.starts_with("fakenvml: nvmlDeviceGetComputeRunningProcesses"))
-            .count()
-    };
+    (asking.to_string(), launching.to_string())
+}
+
+/// Tens of thousands of functions (under CUDA's eager loading CUDA's runtime asks for
+/// every one it registers: TensorFlow's, 49,086): each asked for once is a first use,
+/// measured, and no launch of any of them afterwards is measured again. With room for
+/// 16,384 only, each launch of the others was (two `cuKernelGetLibrary`, a
+/// `cuFuncGetModule`, NVML's process list twice: 189,306 NVML calls in a Keras `fit`).
+/// Under eager loading the driver loaded them with the module (measured there): no first
+/// use is measured at all (each was: the context lock and two reads of NVML's list).
+#[test]
+fn no_launch_after_the_first_is_measured_again_among_tens_of_thousands_of_functions() {
+    let (asking, launching) = many_functions(&[]);
+    let process_list_reads = asking
+        .lines()
+        .filter(|l| l.starts_with("fakenvml: nvmlDeviceGetComputeRunningProcesses"))
+        .count();
     assert!(
-        measured(asking) >= 20_000,
-        "each function asked for is measured: {}",
-        measured(asking)
+        process_list_reads >= 20_000,
+        "each function asked for is measured: {process_list_reads}"
     );
     let beside: Vec<&str> = launching
         .lines()
@@ -519,5 +563,18 @@ fn no_launch_after_the_first_is_measured_again_among_tens_of_thousands_of_functi
             .filter(|l| l.starts_with("fakecuda: cuLaunchKernel("))
             .count(),
         40_000
+    );
+    let (asking, launching) = many_functions(&[("CUDA_MODULE_LOADING", "EAGER")]);
+    let measuring = |s: &str| {
+        s.lines()
+            .filter(|l| l.starts_with("fakenvml: ") || l.starts_with("fakecuda: cuMemGetInfo"))
+            .count()
+    };
+    // The context's measurement (NVML) and the module's (two cuMemGetInfo) only.
+    assert!(
+        measuring(&asking) <= 16 && measuring(&launching) == 0,
+        "under eager loading, 20,000 functions asked for and 40,000 launches made {} and {} measuring calls",
+        measuring(&asking),
+        measuring(&launching)
     );
 }

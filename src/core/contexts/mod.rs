@@ -265,6 +265,19 @@ impl DeviceLock<'_> {
         self.state.primary.map(|(ctx, _)| ctx)
     }
 
+    /// The process's contexts on this device: the primary first, while held, then the
+    /// created ones (an eagerly loaded library is loaded into each).
+    pub fn contexts(&self) -> Vec<Ctx> {
+        let created = match self.state.created {
+            0 => Vec::new(),
+            _ => self.book.created.matching(|c| c.device == self.device),
+        };
+        self.primary()
+            .into_iter()
+            .chain(created.into_iter().map(|(ctx, _)| ctx))
+            .collect()
+    }
+
     /// A context of the process on this device to measure with, if any.
     fn vantage(&self) -> Option<Ctx> {
         self.state.primary.map(|(ctx, _)| ctx).or_else(|| {

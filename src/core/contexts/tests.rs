@@ -209,6 +209,22 @@ fn a_created_context_is_measured_with_while_the_book_holds_it_on_its_device() {
     assert_eq!(how, MeasuredBy::Nvml);
 }
 
+#[test]
+fn a_devices_contexts_are_its_primary_first_then_those_created_on_it() {
+    let book = ContextCharges::new();
+    assert!(book.lock(0).unwrap().contexts().is_empty());
+    let mut lock = book.lock(0).unwrap();
+    lock.add_created(7, 100);
+    lock.set_primary(3, 300);
+    drop(lock);
+    book.lock(1).unwrap().add_created(9, 100);
+    assert_eq!(book.lock(0).unwrap().contexts(), [3, 7]);
+    assert_eq!(book.lock(1).unwrap().contexts(), [9]);
+    let mut lock = book.lock(0).unwrap();
+    lock.take_created(7).unwrap();
+    assert_eq!(lock.contexts(), [3]);
+}
+
 /// Slot locks for the members of one test's pool (a "process" per id).
 struct Locks {
     owner: &'static std::sync::Mutex<Vec<u32>>,

@@ -91,6 +91,8 @@ driver_fns! {
     cuKernelGetLibrary: (*mut Handle, Handle);
     cuFuncGetModule: (*mut Handle, Handle);
     cuLibraryGetModule: (*mut Handle, Handle);
+    // Whether the driver loads modules eagerly (CUDA_MODULE_LOADING=EAGER).
+    cuModuleGetLoadingMode: (*mut c_int);
     // Limits: the old value, set back when the cap cannot take the new one.
     cuCtxGetLimit: (*mut usize, c_int);
     // Arrays.

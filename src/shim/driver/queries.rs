@@ -9,8 +9,8 @@ use std::ptr::null_mut;
 use super::calls;
 use super::hooked::{Row, SLOTS, real};
 use super::types::{
-    Array3DDescriptor, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, Handle,
-    MemoryRequirements, Out,
+    Array3DDescriptor, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, CuResult,
+    Handle, MemoryRequirements, Out,
 };
 use gpucap_core::contexts::{Ctx, CtxDriver};
 use gpucap_core::nvml::{NvmlGpu, NvmlMig, PciInfo};
@@ -415,6 +415,41 @@ pub fn context_limit(limit: c_int) -> Option<usize> {
     let mut value = 0usize;
     // SAFETY: valid out-pointer.
     (unsafe { get(&mut value, limit) } == CUDA_SUCCESS).then_some(value)
+}
+
+/// Whether the driver loads modules eagerly (`CUDA_MODULE_LOADING=EAGER`: a module's
+/// kernels with it, a library into every context at its load and into later contexts at
+/// their creation), so that a first use loads nothing. Asked once the driver answers;
+/// lazy (measure first uses) where it cannot say.
+pub fn eager_loading() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+    /// 0: not asked yet; 1: eager; 2: lazy, or the driver cannot say.
+    static MODE: AtomicU8 = AtomicU8::new(0);
+    match MODE.load(Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let Some(call) = calls::cuModuleGetLoadingMode() else {
+                MODE.store(2, Relaxed);
+                return false;
+            };
+            let mut mode: c_int = 0;
+            // SAFETY: a valid out-pointer.
+            if unsafe { call(&mut mode) } != CUDA_SUCCESS {
+                return false; // before cuInit: asked again later
+            }
+            // CU_MODULE_EAGER_LOADING (1) or CU_MODULE_LAZY_LOADING (2).
+            let eager = mode == 1;
+            MODE.store(if eager { 1 } else { 2 }, Relaxed);
+            eager
+        }
+    }
+}
+
+/// Unloads a library the shim refuses after the fact.
+pub fn unload_library(lib: Handle) -> CuResult {
+    // The library the driver just loaded.
+    real::cuLibraryUnload(lib).unwrap_or(CUDA_ERROR_NOT_FOUND)
 }
 
 /// Unloads a module the shim refuses after the fact.

@@ -4,7 +4,8 @@
 //! taken back); later launches of it there pay one lookup in the map of functions seen.
 //! `cuKernelGetFunction` loads a library's kernel into the current context too, and
 //! `cuModuleGetFunction` a module's (lazy loading loads a module's kernels there): both
-//! measured the same way.
+//! measured the same way. Under eager loading nothing is loaded at a first use (the code
+//! came with its module, library or context, each measured there): none is measured.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -211,6 +212,9 @@ fn first_use(
         Ok(s) => s,
         Err(rc) => return rc,
     };
+    if queries::eager_loading() {
+        return loaded_eagerly(key, d, call, function);
+    }
     let Some(ctx) = queries::current_context() else {
         return call();
     };
@@ -317,6 +321,27 @@ fn first_use(
             how.says()
         ),
         _ => {}
+    }
+    rc
+}
+
+/// A first use under eager loading: the driver loaded the code with its module (measured
+/// at `cuModuleLoad*`), its library (at `cuLibraryLoad*`, `libraries`) or the context
+/// (with the context), so the use loads nothing: made, and seen, unmeasured. Under
+/// TensorFlow cudart asks for 49,086 functions then, each a first use; measured, each
+/// cost the context lock and two reads of NVML's process list.
+fn loaded_eagerly(
+    key: u64,
+    d: usize,
+    mut call: impl FnMut() -> CuResult,
+    function: impl Fn() -> Option<Handle>,
+) -> CuResult {
+    let rc = call();
+    if rc == CUDA_SUCCESS {
+        seen(key);
+        if let Some(f) = function() {
+            seen(launch_key(f as u64, d));
+        }
     }
     rc
 }

@@ -35,6 +35,7 @@ pub(crate) mod graphs;
 pub(crate) mod info;
 pub(crate) mod init;
 pub(crate) mod launches;
+pub(crate) mod libraries;
 pub(crate) mod limits;
 pub(crate) mod memory;
 pub(crate) mod modules;
