@@ -116,7 +116,7 @@ OUT=$(abspath "$OUT")
 CHECKS=(
     cuda-static cuda-shared
     torch-default torch-expandable-segments torch-cudaMallocAsync
-    torch-release torch-growth
+    torch-release torch-growth torch-eager
     jax-preallocate jax-no-preallocate jax-platform-allocator
     cupy-default-pool cupy-async-pool
     numba

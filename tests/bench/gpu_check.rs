@@ -91,12 +91,13 @@ fn last_line(o: &Output) -> String {
     stdout(o).lines().last().unwrap_or("").to_string()
 }
 
-const FRAMEWORK_CHECKS: [&str; 11] = [
+const FRAMEWORK_CHECKS: [&str; 12] = [
     "torch-default",
     "torch-expandable-segments",
     "torch-cudaMallocAsync",
     "torch-release",
     "torch-growth",
+    "torch-eager",
     "jax-preallocate",
     "jax-no-preallocate",
     "jax-platform-allocator",
@@ -119,7 +120,7 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
         .env("PATH", "/usr/bin:/bin"));
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = verdicts(&o);
-    assert_eq!(v.len(), 43, "39 checks and 4 benchmarks: {}", dump(&o));
+    assert_eq!(v.len(), 44, "40 checks and 4 benchmarks: {}", dump(&o));
     for (status, name, why) in &v {
         assert_eq!(
             (status.as_str(), why.as_str()),
@@ -127,7 +128,7 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
             "{name}"
         );
     }
-    assert_eq!(last_line(&o), "0 passed, 0 failed, 43 skipped");
+    assert_eq!(last_line(&o), "0 passed, 0 failed, 44 skipped");
 
     // nvidia-smi there, but it cannot reach a driver (no NVML): the same, with its words.
     let o = run(Command::new(script())
@@ -281,7 +282,7 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
     let passed = if has_pynvml { 5 } else { 4 };
     assert_eq!(
         last_line(&o),
-        format!("{passed} passed, 0 failed, {} skipped", 17 - passed),
+        format!("{passed} passed, 0 failed, {} skipped", 18 - passed),
         "{}",
         dump(&o)
     );
@@ -327,7 +328,7 @@ fn on_the_fake_gpu_the_checks_pass_and_the_benchmarks_are_written() {
     );
     assert_eq!(v["figures"]["ctx_charged_bytes"], 300 * MIB, "{text}");
     let checks = v["checks"].as_array().expect("checks");
-    assert_eq!(checks.len(), 17, "{text}");
+    assert_eq!(checks.len(), 18, "{text}");
     assert!(
         checks
             .iter()

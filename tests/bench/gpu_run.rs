@@ -218,6 +218,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
         "torch-cudaMallocAsync",
         "torch-release",
         "torch-growth",
+        "torch-eager",
         "accounting-torch",
         "bench-torch-train",
     ] {
@@ -238,7 +239,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     skipped("numba", "numba not importable");
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 42, "{checks:?}");
+    assert_eq!(checks.len(), 43, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -417,7 +418,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 39, "{checks:?}");
+    assert_eq!(checks.len(), 40, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),
@@ -701,5 +702,5 @@ fn the_rest_leaves_out_what_the_first_set_ran() {
         checks.contains_key("pool") && checks.contains_key("accounting-driver"),
         "{checks:?}"
     );
-    assert_eq!(checks.len(), 31 + 3, "{checks:?}");
+    assert_eq!(checks.len(), 32 + 3, "{checks:?}");
 }

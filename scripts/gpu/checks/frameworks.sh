@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Checks of scripts/gpu-check.sh (sourced by it; its CHECKS list names them): PyTorch
-# (three allocators, growth mode against its control), JAX (three ways to allocate), CuPy
+# (three allocators, growth mode against its control, eager loading), JAX (three ways to allocate), CuPy
 # (two pools) and numba (the driver API through cuda-bindings), each judged by what the framework sees and by gpucap's report.
 # shellcheck disable=SC2317
 
@@ -50,6 +50,16 @@ growth_check() { # NAME MODE (growth|release)
 }
 check_torch_release() { growth_check "$1" release; }
 check_torch_growth() { growth_check "$1" growth; }
+
+# Under CUDA's eager loading a library is loaded into the context at its load: gpucap's
+# charge never below what the driver holds for the process (scripts/gpu/eager_loading.py).
+check_torch_eager() { # NAME
+    local name=$1
+    needs_fw torch "$name" || return
+    capped "$LOGDIR/$name.report.json"
+    probe env CUDA_MODULE_LOADING=EAGER "${CAPPED[@]}" "$PY" "$(dirname "$PROBE")/eager_loading.py" --cap "$CAP"
+    verdict "$name"
+}
 
 jax_check() { # NAME PROBE_CMD [VAR=VALUE...]
     local name=$1 cmd=$2 rep=$LOGDIR/$1.report.json
