@@ -32,6 +32,9 @@ pub struct Names {
     pub globals: BTreeMap<String, u64>,
     /// Some part could not be read (compressed): any name is accepted.
     pub open: bool,
+    /// The local memory each thread of a kernel takes (its `.local` declarations in PTX:
+    /// local arrays and spills, `__local_depot`), by kernel; none: 0 bytes.
+    pub local: BTreeMap<String, u64>,
 }
 
 impl Names {
@@ -42,6 +45,7 @@ impl Names {
             }
         }
         self.globals.extend(other.globals);
+        self.local.extend(other.local);
         self.open |= other.open;
     }
 }
@@ -191,9 +195,11 @@ pub fn has_ptx_version(text: &str) -> bool {
         .any(|w| w == ".version")
 }
 
-/// Kernels (`.entry NAME`) and globals (`.global [.align n] .type NAME[count]...;`) of PTX.
+/// Kernels (`.entry NAME`), globals (`.global [.align n] .type NAME[count]...;`) and each
+/// kernel's local memory per thread (the `.local` declarations of its body) of PTX.
 pub fn ptx_names(text: &str) -> Names {
     let mut names = Names::default();
+    let mut entry: Option<String> = None;
     for line in text.lines() {
         let words: Vec<&str> = line
             .split(|c: char| c.is_whitespace() || c == '(' || c == ';' || c == '=')
@@ -202,38 +208,49 @@ pub fn ptx_names(text: &str) -> Names {
         if let Some(i) = words.iter().position(|w| *w == ".entry") {
             if let Some(name) = words.get(i + 1) {
                 names.functions.push(name.to_string());
+                entry = Some(name.to_string());
+            }
+            continue;
+        }
+        if let Some(i) = words.iter().position(|w| *w == ".local") {
+            if let (Some(e), Some((_, bytes))) = (&entry, declared(&words[i + 1..])) {
+                *names.local.entry(e.clone()).or_default() += bytes;
             }
             continue;
         }
         let Some(i) = words.iter().position(|w| *w == ".global") else {
             continue;
         };
-        let mut size = None;
-        let mut rest = words[i + 1..].iter();
-        while let Some(w) = rest.next() {
-            if *w == ".align" {
-                rest.next();
-            } else if let Some(s) = ptx_type_size(w) {
-                size = Some(s);
-            } else if !w.starts_with('.') {
-                let (name, dims) = match w.find('[') {
-                    Some(b) => (&w[..b], &w[b..]),
-                    None => (*w, ""),
-                };
-                let mut count = 1u64;
-                for d in dims.split(['[', ']']).filter(|d| !d.is_empty()) {
-                    count = count.saturating_mul(d.parse().unwrap_or(1));
-                }
-                if let Some(s) = size {
-                    names
-                        .globals
-                        .insert(name.to_string(), s.saturating_mul(count));
-                }
-                break;
-            }
+        if let Some((name, bytes)) = declared(&words[i + 1..]) {
+            names.globals.insert(name.to_string(), bytes);
         }
     }
     names
+}
+
+/// The name and size in bytes of a PTX variable declared by `words` (what follows its
+/// state space: `[.align n] .type NAME[count]...`).
+fn declared<'a>(words: &[&'a str]) -> Option<(&'a str, u64)> {
+    let mut size = None;
+    let mut rest = words.iter();
+    while let Some(w) = rest.next() {
+        if *w == ".align" {
+            rest.next();
+        } else if let Some(s) = ptx_type_size(w) {
+            size = Some(s);
+        } else if !w.starts_with('.') {
+            let (name, dims) = match w.find('[') {
+                Some(b) => (&w[..b], &w[b..]),
+                None => (*w, ""),
+            };
+            let mut count = 1u64;
+            for d in dims.split(['[', ']']).filter(|d| !d.is_empty()) {
+                count = count.saturating_mul(d.parse().unwrap_or(1));
+            }
+            return size.map(|s| (name, s.saturating_mul(count)));
+        }
+    }
+    None
 }
 
 /// The byte length of a fat binary starting with its header.
@@ -401,6 +418,18 @@ pub mod tests {
         assert_eq!(n.functions, ["my_kernel", "other_kernel"]);
         assert_eq!(n.globals.get("table"), Some(&16));
         assert_eq!(n.globals.get("total"), Some(&8));
+        assert!(n.local.is_empty(), "no .local: none");
+    }
+
+    #[test]
+    fn ptx_local_memory_per_kernel() {
+        let ptx = ".version 8.0\n.entry deep()\n{\n\t.local .align 16 .b8 \t__local_depot0[8192];\n\t.local .u32 spill;\n ret;\n}\n\
+                   .entry flat()\n{\n ret;\n}\n";
+        let n = ptx_names(ptx);
+        assert_eq!(n.functions, ["deep", "flat"]);
+        assert_eq!(n.local.get("deep"), Some(&8196));
+        assert_eq!(n.local.get("flat"), None);
+        assert!(n.globals.is_empty(), "a .local is no global");
     }
 
     #[test]

@@ -1061,3 +1061,49 @@ fn the_loading_mode_is_lazy_unless_cuda_module_loading_says_eager() {
     // SAFETY: NULL, which the driver refuses.
     assert_ne!(unsafe { cuModuleGetLoadingMode(null_mut()) }, CUDA_SUCCESS);
 }
+
+/// A launch of a kernel whose threads take more local memory than the context's stack
+/// grows the stack to it (the driver's `cuCtxSetLimit` documentation), with the memory a
+/// `cuCtxSetLimit` to that size takes, kept; a kernel within the stack takes nothing.
+#[test]
+fn a_launch_grows_the_stack_to_its_kernels_local_memory() {
+    use crate::api::context::{cuCtxGetLimit, cuCtxSetLimit};
+    use crate::model::limit::stack_bytes;
+    let _g = setup();
+    let ptx = c".version 8.0\n.entry deep()\n{\n\t.local .align 16 .b8 __local_depot0[4096];\n ret;\n}\n.entry flat()\n{\n ret;\n}\n";
+    unsafe {
+        let mut m = 0;
+        assert_eq!(cuModuleLoadData(&mut m, ptx.as_ptr().cast()), CUDA_SUCCESS);
+        let (mut deep, mut flat) = (0, 0);
+        assert_eq!(
+            cuModuleGetFunction(&mut deep, m, c"deep".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuModuleGetFunction(&mut flat, m, c"flat".as_ptr()),
+            CUDA_SUCCESS
+        );
+        let mut local = 0;
+        assert_eq!(cuFuncGetAttribute(&mut local, 3, deep), CUDA_SUCCESS);
+        assert_eq!(local, 4096, "LOCAL_SIZE_BYTES: its .local declarations");
+        assert_eq!(cuCtxSetLimit(0, 1024), CUDA_SUCCESS);
+        let before = used();
+        let launch = |f| cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, 0, null_mut(), null_mut());
+        assert_eq!(launch(flat), CUDA_SUCCESS);
+        assert_eq!(used(), before, "a kernel within the stack takes nothing");
+        assert_eq!(launch(deep), CUDA_SUCCESS);
+        let mut stack = 0;
+        assert_eq!(cuCtxGetLimit(&mut stack, 0), CUDA_SUCCESS);
+        assert_eq!(stack, 4096, "the stack grown to the kernel's local memory");
+        assert_eq!(used() - before, stack_bytes(4096) as usize);
+        assert_eq!(launch(deep), CUDA_SUCCESS);
+        assert_eq!(
+            used() - before,
+            stack_bytes(4096) as usize,
+            "kept, taken once"
+        );
+        assert_eq!(cuCtxSetLimit(0, 1024), CUDA_SUCCESS);
+        assert_eq!(used(), before, "lowered: given back");
+        assert_eq!(cuModuleUnload(m), CUDA_SUCCESS);
+    }
+}

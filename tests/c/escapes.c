@@ -53,6 +53,15 @@
  *                  lowering it gives the memory back (raised and lowered three times,
  *                  charged once); a created context's stack goes with that context, the
  *                  primary context's with its last release.
+ *   local-stack    (cap <cap0> = 2 GiB) a module's kernels whose threads take 4 KiB and
+ *                  8 KiB of local memory: the driver grows the context's stack to what a
+ *                  launched kernel takes (as cuCtxSetLimit would: 792 and 1848 MiB on an
+ *                  H100 or the fake) and keeps it. With half the cap allocated the 4 KiB
+ *                  kernel's launch is charged its stack (512 MiB more refused); the 8 KiB
+ *                  one's is refused with CUDA_ERROR_OUT_OF_MEMORY before the driver grows
+ *                  anything (the stack stays 4 KiB); with the half freed it is served;
+ *                  the stack lowered gives it back, and the 4 KiB kernel's next launch
+ *                  grows it again.
  *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
  *                  stack) in a created context, half the cap allocated, then a stack of
  *                  over half the cap: the driver takes it, gpucap refuses it
@@ -523,6 +532,55 @@ static void stack_is(size_t want, const char *what) {
     CHECK(v == want, "%s: the stack limit is %zu, expected %zu", what, v, want);
 }
 
+/* Kernels whose threads take 4 KiB and 8 KiB of local memory (`.local` arrays). */
+static const char LOCAL_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                ".visible .entry local4k()\n{\n\t.local .align 16 .b8 __local_depot0[4096];\n\tret;\n}\n"
+                                ".visible .entry local8k()\n{\n\t.local .align 16 .b8 __local_depot1[8192];\n\tret;\n}\n";
+
+static CUresult launch_fn(CUfunction f) { return cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL); }
+
+/* A launch grows the stack to its kernel's local memory. */
+static void local_stack(void) {
+    one_context();
+    size_t s4 = stack_takes(6), s8 = stack_takes(14), half = g_cap[0] / 2; /* 4096, 8192 bytes */
+    CHECK(half + s4 < g_cap[0] && half + s8 > g_cap[0] && s8 < g_cap[0], "the test needs a cap of 2 GiB");
+    CUmodule m = NULL;
+    CUfunction k4 = NULL, k8 = NULL;
+    MUST(cuModuleLoadData(&m, LOCAL_PTX));
+    MUST(cuModuleGetFunction(&k4, m, "local4k"));
+    MUST(cuModuleGetFunction(&k8, m, "local8k"));
+    IN_USE(0, 0, "a module loaded, its kernels asked for");
+    CUdeviceptr a = 0, b = 0;
+    MUST(cuMemAlloc_v2(&a, half));
+    CUresult rc = launch_fn(k4);
+    CHECK(rc == CUDA_SUCCESS, "the 4 KiB kernel's launch -> %d", rc);
+    stack_is(4096, "after the 4 KiB kernel's launch");
+    IN_USE(0, half + s4, "half the cap and the stack the 4 KiB kernel grew");
+    rc = cuMemAlloc_v2(&b, 512 * MIB);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "512 MiB beside the grown stack -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(b));
+    MUST(launch_fn(k4));
+    IN_USE(0, half + s4, "launched again: nothing more");
+    rc = launch_fn(k8);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "the 8 KiB kernel's stack past the cap -> %d, expected 2", rc);
+    stack_is(4096, "the 8 KiB kernel refused");
+    IN_USE(0, half + s4, "the 8 KiB kernel refused: nothing more");
+    MUST(cuMemFree_v2(a));
+    rc = launch_fn(k8);
+    CHECK(rc == CUDA_SUCCESS, "the 8 KiB kernel with the half freed -> %d", rc);
+    stack_is(8192, "after the 8 KiB kernel's launch");
+    IN_USE(0, s8, "the stack the 8 KiB kernel grew");
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    IN_USE(0, 0, "the stack lowered");
+    MUST(launch_fn(k4));
+    stack_is(4096, "the 4 KiB kernel launched again");
+    IN_USE(0, s4, "the 4 KiB kernel grew the lowered stack again");
+    MUST(cuModuleUnload(m));
+    IN_USE(0, s4, "the module unloaded: the stack stays with the context");
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    IN_USE(0, 0, "the stack lowered again");
+}
+
 static void stack_limit(void) {
     one_context();
     /* the least k whose stack takes more than half the cap */
@@ -795,6 +853,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "module-globals") == 0) module_globals();
     else if (strcmp(mode, "stack-limit") == 0) stack_limit();
     else if (strcmp(mode, "stuck-stack") == 0) stuck_stack();
+    else if (strcmp(mode, "local-stack") == 0) local_stack();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();

@@ -452,6 +452,39 @@ fn a_library_loaded_eagerly_is_charged_in_every_context_at_its_load() {
     assert_failed(&o, "eager-libraries loaded lazily");
 }
 
+/// A launch of a kernel whose threads take more local memory than the context's stack
+/// makes the driver grow the stack to it and keep it (CUDA's `cuCtxSetLimit`
+/// documentation; an H100 takes 3.87 GiB for 16 KiB a thread): charged as the stack is,
+/// and refused before the driver grows anything where the cap cannot take it (`escapes.c`,
+/// `local-stack`). Lazily and eagerly loaded, alone and in a pool; the fake driver's
+/// figure never passes the cap.
+#[test]
+fn a_launch_that_grows_the_stack_is_charged_and_refused_past_the_cap() {
+    let dir = scratch("escapes-local-stack-pool");
+    let pool_dir = dir.to_str().unwrap();
+    for env in [
+        &[][..],
+        &[("CUDA_MODULE_LOADING", "EAGER")][..],
+        &[("GPUCAP_POOL", "stack"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+    ] {
+        let (o, s) = escapes(&["local-stack", "2Gi"], 1, Some("2Gi"), env);
+        assert_passed(&o, &format!("local-stack with the shim {env:?}"));
+        assert!(
+            s[0].peak_used <= 2 << 30,
+            "{env:?}: the driver held {} MiB",
+            s[0].peak_used >> 20
+        );
+        let err = stderr(&o);
+        assert!(err.contains("refused cuLaunchKernel"), "{env:?}: {err}");
+    }
+    let (o, s) = escapes(&["local-stack", "2Gi"], 1, None, &[]);
+    assert_failed(&o, "local-stack without the shim");
+    assert!(
+        s[0].peak_used > 2 << 30,
+        "without the shim the stack passes the cap: {s:?}"
+    );
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

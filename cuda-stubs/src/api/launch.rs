@@ -26,6 +26,11 @@ fn launch(k: KernelNode, stream_h: usize) -> CuResult {
     module::use_in_context(f, ctx, dev)?;
     let node = || Node::Kernel(KernelNode { ctx, ..k });
     let captured = graph::capture_work(stream_h, node).transpose()?;
+    if captured.is_none() {
+        // Its threads' local memory: the context's stack grows to it.
+        let local = module::get_function(f).map_or(0, |f| f.local);
+        crate::model::limit::grow_stack(ctx, dev, local)?;
+    }
     note(|| {
         let name = module::get_function(f).map(|f| f.name).unwrap_or_default();
         let handle = if given == f { "function" } else { "kernel" };

@@ -172,11 +172,12 @@ fn func_attribute(f: &module::Function, attr: c_int) -> Result<c_int, CUresult> 
         return Ok(v);
     }
     Ok(match attr {
-        0 => 1024,    // MAX_THREADS_PER_BLOCK
-        1..=3 => 0,   // SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES
-        4 => 32,      // NUM_REGS
-        5 | 6 => 90,  // PTX_VERSION, BINARY_VERSION
-        7 => 0,       // CACHE_MODE_CA
+        0 => 1024,                                           // MAX_THREADS_PER_BLOCK
+        1 | 2 => 0,                                          // SHARED_SIZE_BYTES, CONST_SIZE_BYTES
+        3 => c_int::try_from(f.local).unwrap_or(c_int::MAX), // LOCAL_SIZE_BYTES
+        4 => 32,                                             // NUM_REGS
+        5 | 6 => 90,                                         // PTX_VERSION, BINARY_VERSION
+        7 => 0,                                              // CACHE_MODE_CA
         8 => 0,       // MAX_DYNAMIC_SHARED_SIZE_BYTES (until set)
         9 => -1,      // PREFERRED_SHARED_MEMORY_CARVEOUT
         10..=15 => 0, // cluster attributes

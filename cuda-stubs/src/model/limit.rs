@@ -97,6 +97,20 @@ pub fn set(ctx: Ctx, dev: usize, limit: c_int, value: usize) -> CuResult {
     Ok(())
 }
 
+/// A launch in `ctx` (on `dev`) of a kernel whose threads take `local` bytes of local
+/// memory each: the driver grows the context's stack to it first, as large a stack as
+/// `cuCtxSetLimit` would take, and keeps it (CUDA's `cuCtxSetLimit` documentation: "the
+/// driver will set the limit to the maximum of value and what the kernel function
+/// requires"; `CU_CTX_LMEM_RESIZE_TO_MAX`'s behaviour is the only one since CUDA 11).
+/// CUDA_ERROR_OUT_OF_MEMORY, nothing launched, when the device has not got it.
+pub fn grow_stack(ctx: Ctx, dev: usize, local: u64) -> CuResult {
+    let local = usize::try_from(local).unwrap_or(usize::MAX);
+    if local > get(ctx, STACK_SIZE)? {
+        set(ctx, dev, STACK_SIZE, local)?;
+    }
+    Ok(())
+}
+
 /// The context ended: its limits go, and the memory its stack took.
 pub fn end_context(ctx: Ctx, dev: usize) {
     let mut v = values();

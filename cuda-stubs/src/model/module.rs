@@ -60,6 +60,9 @@ pub struct Function {
     pub name: String,
     /// Attributes set with cuFuncSetAttribute / cuKernelSetAttribute.
     pub attrs: HashMap<i32, i32>,
+    /// The local memory each of its threads takes (its image's `.local` declarations):
+    /// a launch grows the context's stack to it (`limit::grow_stack`).
+    pub local: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -173,6 +176,7 @@ pub fn function(module: usize, name: &str) -> Result<usize, CUresult> {
         m.code += code;
         m.code_dev = dev;
     }
+    let local = m.names.local.get(name).copied().unwrap_or(0);
     let f = new_handle();
     m.functions.insert(name.to_string(), f);
     reg.functions.insert(
@@ -181,6 +185,7 @@ pub fn function(module: usize, name: &str) -> Result<usize, CUresult> {
             module,
             name: name.to_string(),
             attrs: HashMap::default(),
+            local,
         },
     );
     Ok(f)

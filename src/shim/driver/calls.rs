@@ -93,6 +93,10 @@ driver_fns! {
     cuLibraryGetModule: (*mut Handle, Handle);
     // Whether the driver loads modules eagerly (CUDA_MODULE_LOADING=EAGER).
     cuModuleGetLoadingMode: (*mut c_int);
+    // The local memory a kernel's threads take (a launch grows the stack to it).
+    cuFuncGetAttribute: (*mut c_int, c_int, Handle);
+    cuKernelGetAttribute: (*mut c_int, c_int, Handle, c_int);
+    cuDeviceGetAttribute: (*mut c_int, c_int, c_int);
     // Limits: the old value, set back when the cap cannot take the new one.
     cuCtxGetLimit: (*mut usize, c_int);
     // Arrays.

@@ -417,6 +417,42 @@ pub fn context_limit(limit: c_int) -> Option<usize> {
     (unsafe { get(&mut value, limit) } == CUDA_SUCCESS).then_some(value)
 }
 
+/// The local memory each thread of function `f` takes
+/// (`CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`), or of kernel handle `f` (`cuLibraryGetKernel`'s)
+/// on device `kernel_on`; 0 where the driver does not say.
+pub fn local_size(f: Handle, kernel_on: Option<c_int>) -> u64 {
+    const LOCAL_SIZE_BYTES: c_int = 3;
+    let mut bytes: c_int = 0;
+    let rc = match kernel_on {
+        // SAFETY: a valid out-pointer; the driver checks the handle and the device.
+        Some(d) => calls::cuKernelGetAttribute()
+            .map(|get| unsafe { get(&mut bytes, LOCAL_SIZE_BYTES, f, d) }),
+        // SAFETY: as above.
+        None => {
+            calls::cuFuncGetAttribute().map(|get| unsafe { get(&mut bytes, LOCAL_SIZE_BYTES, f) })
+        }
+    };
+    match rc {
+        Some(CUDA_SUCCESS) => u64::try_from(bytes).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The threads device `d` holds resident at once (MULTIPROCESSOR_COUNT x
+/// MAX_THREADS_PER_MULTIPROCESSOR): what each byte more of stack a thread is multiplied
+/// by (an H100 took (16 KiB - 1 KiB) x 132 x 2,048 bytes for a 16 KiB stack).
+pub fn resident_threads(d: c_int) -> Option<u64> {
+    let get = calls::cuDeviceGetAttribute()?;
+    let attribute = |a: c_int| {
+        let mut v: c_int = 0;
+        // SAFETY: a valid out-pointer; the driver checks the attribute and the device.
+        (unsafe { get(&mut v, a, d) } == CUDA_SUCCESS)
+            .then(|| u64::try_from(v).ok())
+            .flatten()
+    };
+    Some(attribute(16)?.saturating_mul(attribute(39)?))
+}
+
 /// Whether the driver loads modules eagerly (`CUDA_MODULE_LOADING=EAGER`: a module's
 /// kernels with it, a library into every context at its load and into later contexts at
 /// their creation), so that a first use loads nothing. Asked once the driver answers;

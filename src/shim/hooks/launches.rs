@@ -148,6 +148,9 @@ fn device_if_first_launch(f: Handle) -> Option<usize> {
 #[inline(always)]
 fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) -> CuResult {
     if !is_kernel(f) {
+        if let Err(rc) = super::limits::stack_for_launch(api, d, queries::local_size(f, None)) {
+            return rc;
+        }
         return first_use(
             api,
             launch_key(f as u64, d),
@@ -164,7 +167,19 @@ fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuRes
     if LAUNCHED.contains(key) {
         return call();
     }
+    let local = queries::local_size(f, c_int::try_from(d).ok());
+    if let Err(rc) = super::limits::stack_for_launch(api, d, local) {
+        return rc;
+    }
     first_use(api, key, d, call, || None, || queries::function_owner(f))
+}
+
+/// Whether a launch of function `f` in the current context cannot grow its stack (its
+/// threads' local memory fits in it): only then is its first launch left unchecked once
+/// it was asked for (`cuModuleGetFunction`, `cuKernelGetFunction`).
+fn within_stack(f: Handle) -> bool {
+    let local = queries::local_size(f, None);
+    local == 0 || queries::context_limit(0).is_some_and(|stack| local <= stack as u64)
 }
 
 /// Whether `f` is a kernel handle (the driver names its library), remembered once seen.
@@ -265,8 +280,9 @@ fn first_use(
         return rc; // not seen: the next use measures again
     }
     seen(key);
-    // The function asked for is loaded now: its first launch has nothing to load.
-    if let Some(f) = function() {
+    // The function asked for is loaded now: its first launch has nothing to load (nor
+    // a stack to grow).
+    if let Some(f) = function().filter(|&f| within_stack(f)) {
         seen(launch_key(f as u64, d));
     }
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
@@ -339,7 +355,7 @@ fn loaded_eagerly(
     let rc = call();
     if rc == CUDA_SUCCESS {
         seen(key);
-        if let Some(f) = function() {
+        if let Some(f) = function().filter(|&f| within_stack(f)) {
             seen(launch_key(f as u64, d));
         }
     }

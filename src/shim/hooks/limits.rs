@@ -18,8 +18,57 @@ use gpucap_core::ledger::Charge;
 use gpucap_core::limits;
 
 pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> CuResult {
-    const API: &str = "cuCtxSetLimit";
-    let set = |v: usize| real.call(limit, v);
+    set_limit("cuCtxSetLimit", |v| real.call(limit, v), limit, value)
+}
+
+/// `CU_LIMIT_STACK_SIZE`.
+const STACK_SIZE: c_int = 0;
+
+/// A launch (`api`) in the current context of a kernel whose threads take `local` bytes
+/// of local memory each: where that is more than the context's stack, the driver grows
+/// the stack to it at the launch and keeps it (CUDA's `cuCtxSetLimit` documentation:
+/// "the driver will set the limit to the maximum of value and what the kernel function
+/// requires"; an H100 takes 3.87 GiB for 16 KiB a thread). The shim raises it first, as
+/// `cuCtxSetLimit` would (measured, charged with the context's stack, credited when it
+/// is lowered or the context goes): where the cap cannot take it the launch is refused
+/// with `CUDA_ERROR_OUT_OF_MEMORY` before the driver takes anything. Ok: nothing to
+/// grow, or grown. `d`: the device of the current context.
+pub(super) fn stack_for_launch(api: &str, d: usize, local: u64) -> Result<(), CuResult> {
+    let Ok(local) = usize::try_from(local) else {
+        return Ok(());
+    };
+    let stack = match queries::context_limit(STACK_SIZE) {
+        Some(stack) if local > stack => stack,
+        _ => return Ok(()), // within the stack, or no context: the driver answers
+    };
+    // What the driver will take, reckoned as an H100 took it (each byte more a thread,
+    // for every resident thread): where the cap cannot take that, refused before the
+    // driver grows anything; the growth itself is then made and measured.
+    let threads = c_int::try_from(d).ok().and_then(queries::resident_threads);
+    if let (Ok(shim), Some(threads)) = (shim(), threads) {
+        let expected = ((local - stack) as u64).saturating_mul(threads);
+        super::reserve_on(shim, api, d, expected).map(drop)?;
+    }
+    let set = |v: usize| {
+        crate::driver::hooked::real::cuCtxSetLimit(STACK_SIZE, v)
+            .unwrap_or(crate::driver::types::CUDA_ERROR_NOT_FOUND)
+    };
+    match set_limit(api, set, STACK_SIZE, local) {
+        CUDA_SUCCESS => {
+            log!(
+                Debug,
+                "{api}: its kernel takes {local} bytes of local memory a thread: the stack grown to it first"
+            );
+            Ok(())
+        }
+        rc => Err(rc),
+    }
+}
+
+/// Sets `limit` to `value` with `set` (the driver's `cuCtxSetLimit`) for `api`, measured
+/// around the call in the current context, and charges or credits what it took or gave
+/// back (see the module's doc).
+fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: usize) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -32,7 +81,7 @@ pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> 
     ) else {
         return set(value);
     };
-    let lock = match context_lock(shim, API, device) {
+    let lock = match context_lock(shim, api, device) {
         Ok(Some(lock)) => lock,
         Ok(None) => return set(value),
         Err(rc) => return rc,
@@ -73,7 +122,11 @@ pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> 
         restore();
         return rc;
     }
-    let verdict = judge_measured(API, "limit", d, measured.map(gpucap_core::residents::taken));
+    if limit == STACK_SIZE && lowered {
+        // A kernel seen within the old stack may grow the new one at its next launch.
+        crate::state::LAUNCHED.clear();
+    }
+    let verdict = judge_measured(api, "limit", d, measured.map(gpucap_core::residents::taken));
     let change = match (verdict, measured) {
         (Ok(Some(_)), Ok(change)) => change,
         (Ok(_), _) => {
@@ -102,7 +155,7 @@ pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> 
         // memory stays taken: charged by force.
         let set_back_ok = std::cell::Cell::new(true);
         let undo = || set_back_ok.set(set_back(set(old), limit, old, value, d));
-        if let Err(refused) = charge_undoable(API, d, None, now - charged, undo) {
+        if let Err(refused) = charge_undoable(api, d, None, now - charged, undo) {
             if !set_back_ok.get() {
                 // The old entry's bytes are part of `now`: not restored.
                 charge_done(d, None, now - charged);
@@ -122,7 +175,7 @@ pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> 
         record(key, ctx, &lock, now);
         log!(
             Debug,
-            "{API}: limit {limit} = {value} holds {} on GPU {d}",
+            "{api}: limit {limit} = {value} holds {} on GPU {d}",
             gpucap_core::size::format_bytes(now)
         );
     }
