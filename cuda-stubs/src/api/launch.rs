@@ -23,12 +23,11 @@ fn launch(k: KernelNode, stream_h: usize) -> CuResult {
     let f = module::launchable(given)?;
     module::check_dims(k.grid, k.block)?;
     stream::check(stream_h)?;
-    module::use_in_context(f, ctx, dev)?;
+    let local = module::use_in_context(f, ctx, dev)?;
     let node = || Node::Kernel(KernelNode { ctx, ..k });
     let captured = graph::capture_work(stream_h, node).transpose()?;
-    if captured.is_none() {
+    if captured.is_none() && local > 0 {
         // Its threads' local memory: the context's stack grows to it.
-        let local = module::get_function(f).map_or(0, |f| f.local);
         crate::model::limit::grow_stack(ctx, dev, local)?;
     }
     note(|| {

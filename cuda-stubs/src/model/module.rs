@@ -389,22 +389,25 @@ pub fn kernel_function(k: usize) -> Result<usize, CUresult> {
 }
 
 /// Function `f` (launchable) is used in context `ctx` of device `dev`: if it is a
-/// library's, that library is loaded there (see [`library_in_context`]).
-pub fn use_in_context(f: usize, ctx: Ctx, dev: usize) -> CuResult {
-    let lib = {
+/// library's, that library is loaded there (see [`library_in_context`]). Returns the
+/// local memory each of its threads takes (`Function::local`).
+pub fn use_in_context(f: usize, ctx: Ctx, dev: usize) -> Result<u64, CUresult> {
+    let (lib, local) = {
         let reg = registry();
-        let Some(module) = reg.functions.get(&f).map(|f| f.module) else {
-            return Ok(());
+        let Some((module, local)) = reg.functions.get(&f).map(|f| (f.module, f.local)) else {
+            return Ok(0);
         };
-        reg.libraries
+        let lib = reg
+            .libraries
             .iter()
             .find(|&(_, &m)| m == module)
-            .map(|(&l, _)| l)
+            .map(|(&l, _)| l);
+        (lib, local)
     };
-    match lib {
-        Some(lib) => library_in_context(lib, ctx, dev),
-        None => Ok(()), // a module's function: loaded with its module
+    if let Some(lib) = lib {
+        library_in_context(lib, ctx, dev)?;
     }
+    Ok(local) // a module's function: loaded with its module
 }
 
 /// Loads library `lib` into context `ctx` of device `dev` if it is not there yet: its
