@@ -38,6 +38,12 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      loading); its kernel's first launch loads it into the
                                      context, charged as the driver took it; 0.6 x the room
                                      more refused; cuLibraryUnload gives it back
+  escapes.py local-stack --cap N     a kernel whose threads take enough local memory
+                                     (a .local array it reads and writes) that the stack
+                                     the driver grows to it at its launch takes over half
+                                     the room: charged as the driver took it, a kernel with
+                                     twice that refused (the stack kept), lowering the
+                                     stack gives back what the driver gave back
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -436,16 +442,99 @@ def lazy_kernels(drv, w, cap):
                mib(max(w.peak, used)), mib(cap)))
 
 
+def local_kernel(local):
+    """PTX of a kernel `k(out)` whose threads keep `local` bytes of local memory (an array
+    indexed by the thread, so that none of it can be left out)."""
+    return (".version 6.0\n.target sm_50\n.address_size 64\n"
+            ".visible .entry k(.param .u64 out)\n{\n"
+            "\t.local .align 4 .b8 d[%d];\n\t.reg .b32 %%r<4>;\n\t.reg .b64 %%rd<8>;\n"
+            "\tld.param.u64 %%rd1, [out];\n\tcvta.to.global.u64 %%rd2, %%rd1;\n"
+            "\tmov.u32 %%r1, %%tid.x;\n\tmul.wide.u32 %%rd3, %%r1, 4;\n"
+            "\tmov.u64 %%rd4, d;\n\tadd.u64 %%rd5, %%rd4, %%rd3;\n"
+            "\tst.volatile.local.u32 [%%rd5], %%r1;\n\tld.volatile.local.u32 %%r2, [%%rd5];\n"
+            "\tadd.u64 %%rd6, %%rd2, %%rd3;\n\tst.global.u32 [%%rd6], %%r2;\n\tret;\n}\n" % local).encode()
+
+
+def local_stack(drv, w, cap):
+    room = room_of(drv, 0, cap)
+    sms, per_sm = c_int(), c_int()
+    drv.must("cuDeviceGetAttribute", ctypes.byref(sms), c_int(16), c_int(0))  # MULTIPROCESSOR_COUNT
+    drv.must("cuDeviceGetAttribute", ctypes.byref(per_sm), c_int(39), c_int(0))  # MAX_THREADS_PER_MULTIPROCESSOR
+    step = 512 * sms.value * per_sm.value  # 512 bytes more for every resident thread
+    k = max(1, -(-int(room * 0.55) // step))
+    old = sz()
+    drv.must("cuCtxGetLimit", ctypes.byref(old), c_int(0))
+    rc, out = drv.alloc(4096)
+    if rc != 0:
+        fail("cuMemAlloc_v2(4 KiB) -> %d" % rc)
+    arg = u64(out)
+    params = (vp * 1)(ctypes.cast(ctypes.byref(arg), vp))
+
+    def kernel(local):
+        m, f, got = vp(), vp(), c_int()
+        drv.must("cuModuleLoadData", ctypes.byref(m), local_kernel(local))
+        drv.must("cuModuleGetFunction", ctypes.byref(f), m, b"k")
+        drv.must("cuFuncGetAttribute", ctypes.byref(got), c_int(3), f)  # LOCAL_SIZE_BYTES
+        info("a kernel declaring %d bytes of local memory a thread: LOCAL_SIZE_BYTES %d" % (local, got.value))
+        return m, f, got.value
+
+    m1, f1, local1 = kernel(old.value + 512 * k)
+    if local1 <= old.value:
+        fail("the kernel's threads take %d bytes of local memory, within the %d-byte stack: nothing to grow"
+             % (local1, old.value))
+    before = w.look(0, "before the kernel's launch")
+    rc = drv.L.cuLaunchKernel(f1, 1, 1, 1, 32, 1, 1, 0, None, params, None)
+    if rc != 0:
+        fail("the launch of a kernel with %d bytes of local memory a thread, %s free under the cap -> %d"
+             % (local1, mib(room), rc))
+    drv.must("cuCtxSynchronize")
+    grown = sz()
+    drv.must("cuCtxGetLimit", ctypes.byref(grown), c_int(0))
+    raised = room_of(drv, 0, cap)
+    took = w.look(0, "launched: the stack %d bytes a thread (%d SMs x %d threads)"
+                  % (grown.value, sms.value, per_sm.value)) - before
+    charged = room - raised
+    if charged + 2 * MiB < took:
+        fail("a launch that grew the stack to %d bytes a thread took %s of the driver, gpucap charged %s"
+             % (grown.value, mib(took), mib(charged)))
+    m2, f2, local2 = kernel(2 * local1)
+    rc = drv.L.cuLaunchKernel(f2, 1, 1, 1, 32, 1, 1, 0, None, params, None)
+    if rc == 0:
+        fail("a kernel with %d bytes of local memory a thread launched with %s free under the cap"
+             % (local2, mib(raised)))
+    if rc != OOM:
+        fail("a launch whose stack is past the cap -> %d, expected %d" % (rc, OOM))
+    kept = sz()
+    drv.must("cuCtxGetLimit", ctypes.byref(kept), c_int(0))
+    if kept.value != grown.value:
+        fail("after the refused launch the stack is %d, not %d" % (kept.value, grown.value))
+    w.look(0, "the kernel with twice that local memory refused")
+    drv.must("cuModuleUnload", m2)
+    drv.must("cuModuleUnload", m1)
+    drv.must("cuCtxSetLimit", c_int(0), sz(old.value))
+    lowered = room_of(drv, 0, cap)
+    gave = took + before - w.look(0, "the stack lowered to %d" % old.value)
+    if (lowered - raised) + 2 * MiB < gave:
+        fail("lowering the stack gave %s back to the driver, gpucap credited %s" % (mib(gave), mib(lowered - raised)))
+    drv.must("cuMemFree_v2", u64(out))
+    used = fill(drv, w, 0, cap, "after the stack")
+    return ("a kernel with %d bytes of local memory a thread grew the stack to %d at its launch: the driver took %s, "
+            "gpucap charged %s (twice that refused before the driver grew it); lowered to %d: the driver gave back "
+            "%s, gpucap credited %s; the driver's figure peaked at %s of the %s cap"
+            % (local1, grown.value, mib(took), mib(charged), old.value, mib(gave), mib(lowered - raised),
+               mib(max(w.peak, used)), mib(cap)))
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
         print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
-              "|lazy-kernels --cap BYTES",
+              "|lazy-kernels|local-stack --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
              "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit,
-             "lazy-kernels": lazy_kernels}
+             "lazy-kernels": lazy_kernels, "local-stack": local_stack}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

@@ -7,7 +7,7 @@
 
 CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
-    escape-module-globals escape-stack-limit escape-lazy-kernels
+    escape-module-globals escape-stack-limit escape-local-stack escape-lazy-kernels
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
 ACCOUNTING=$SRC_DIR/accounting.py
@@ -60,6 +60,8 @@ check_escape_page_rounding() { escape_check "$1" page-rounding; }
 check_escape_module_globals() { escape_check "$1" module-globals; }
 # a larger stack (cuCtxSetLimit), taken at the call
 check_escape_stack_limit() { escape_check "$1" stack-limit; }
+# a kernel's local memory: the stack the driver grows to it at its launch
+check_escape_local_stack() { escape_check "$1" local-stack; }
 # a library's global and code, loaded at its kernel's first launch
 check_escape_lazy_kernels() { escape_check "$1" lazy-kernels; }
 
