@@ -364,15 +364,21 @@ def module_globals(drv, w, cap):
                                                             mib(cap)))
 
 
-def stack_limit(drv, w, cap):
-    room = room_of(drv, 0, cap)
+def stack_steps(drv, room):
+    """(SMs, threads per SM, k, the stack now): k steps of 512 bytes more a thread make a
+    stack that takes over 0.55 of `room` (each step: 512 bytes for every resident thread)."""
     sms, per_sm = c_int(), c_int()
     drv.must("cuDeviceGetAttribute", ctypes.byref(sms), c_int(16), c_int(0))  # MULTIPROCESSOR_COUNT
     drv.must("cuDeviceGetAttribute", ctypes.byref(per_sm), c_int(39), c_int(0))  # MAX_THREADS_PER_MULTIPROCESSOR
-    step = 512 * sms.value * per_sm.value  # 512 bytes more for every resident thread
-    k = max(1, -(-int(room * 0.55) // step))
+    step = 512 * sms.value * per_sm.value
     old = sz()
     drv.must("cuCtxGetLimit", ctypes.byref(old), c_int(0))
+    return sms, per_sm, max(1, -(-int(room * 0.55) // step)), old
+
+
+def stack_limit(drv, w, cap):
+    room = room_of(drv, 0, cap)
+    sms, per_sm, k, old = stack_steps(drv, room)
     value = old.value + 512 * k
     before = w.look(0, "before the stack is raised")
     rc = drv.L.cuCtxSetLimit(c_int(0), sz(value))
@@ -457,13 +463,7 @@ def local_kernel(local):
 
 def local_stack(drv, w, cap):
     room = room_of(drv, 0, cap)
-    sms, per_sm = c_int(), c_int()
-    drv.must("cuDeviceGetAttribute", ctypes.byref(sms), c_int(16), c_int(0))  # MULTIPROCESSOR_COUNT
-    drv.must("cuDeviceGetAttribute", ctypes.byref(per_sm), c_int(39), c_int(0))  # MAX_THREADS_PER_MULTIPROCESSOR
-    step = 512 * sms.value * per_sm.value  # 512 bytes more for every resident thread
-    k = max(1, -(-int(room * 0.55) // step))
-    old = sz()
-    drv.must("cuCtxGetLimit", ctypes.byref(old), c_int(0))
+    sms, per_sm, k, old = stack_steps(drv, room)
     rc, out = drv.alloc(4096)
     if rc != 0:
         fail("cuMemAlloc_v2(4 KiB) -> %d" % rc)

@@ -130,10 +130,10 @@ macro_rules! hooked {
             // Libraries: loaded into every context at the load under eager loading.
             cuLibraryLoadData = "cuLibraryLoadData" @ 12000 :
                 (library: Out<Handle>, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, num_jit: u32,
-                 lib_options: *mut c_int, lib_values: *mut *mut c_void, num_lib: u32) => hooks::libraries::library_load_data;
+                 lib_options: *mut c_int, lib_values: *mut *mut c_void, num_lib: u32) => hooks::libraries::library_load;
             cuLibraryLoadFromFile = "cuLibraryLoadFromFile" @ 12000 :
                 (library: Out<Handle>, fname: CText, jit_options: *mut c_int, jit_values: *mut *mut c_void, num_jit: u32,
-                 lib_options: *mut c_int, lib_values: *mut *mut c_void, num_lib: u32) => hooks::libraries::library_load_from_file;
+                 lib_options: *mut c_int, lib_values: *mut *mut c_void, num_lib: u32) => hooks::libraries::library_load;
             // Limits: a larger stack takes device memory at the call.
             cuCtxSetLimit = "cuCtxSetLimit" @ 3010 : (limit: c_int, value: usize) => hooks::limits::ctx_set_limit;
             // Pools.

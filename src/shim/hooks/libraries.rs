@@ -44,36 +44,26 @@ type Load<'a, Code> = Real<(
     u32,
 )>;
 
-#[allow(clippy::too_many_arguments)]
-pub fn library_load_data(
-    real: Load<'_, *const c_void>,
-    library: Out<Handle>,
-    code: *const c_void,
-    jit_options: *mut c_int,
-    jit_values: *mut *mut c_void,
-    num_jit: u32,
-    lib_options: *mut c_int,
-    lib_values: *mut *mut c_void,
-    num_lib: u32,
-) -> CuResult {
-    let o: Options = (
-        jit_options,
-        jit_values,
-        num_jit,
-        lib_options,
-        lib_values,
-        num_lib,
-    );
-    library_loaded("cuLibraryLoadData", library, || {
-        real.call(library, code, o.0, o.1, o.2, o.3, o.4, o.5)
-    })
+/// What a library is loaded from, which names the entry point.
+pub trait Code: Copy {
+    const API: &'static str;
+}
+/// `cuLibraryLoadData`'s image.
+impl Code for *const c_void {
+    const API: &'static str = "cuLibraryLoadData";
+}
+/// `cuLibraryLoadFromFile`'s file name.
+impl Code for CText<'_> {
+    const API: &'static str = "cuLibraryLoadFromFile";
 }
 
+/// `cuLibraryLoadData` and `cuLibraryLoadFromFile`: both rows of the hook table name this
+/// function, `C` told apart by its argument.
 #[allow(clippy::too_many_arguments)]
-pub fn library_load_from_file(
-    real: Load<'_, CText>,
+pub fn library_load<C: Code>(
+    real: Load<'_, C>,
     library: Out<Handle>,
-    fname: CText,
+    code: C,
     jit_options: *mut c_int,
     jit_values: *mut *mut c_void,
     num_jit: u32,
@@ -89,8 +79,8 @@ pub fn library_load_from_file(
         lib_values,
         num_lib,
     );
-    library_loaded("cuLibraryLoadFromFile", library, || {
-        real.call(library, fname, o.0, o.1, o.2, o.3, o.4, o.5)
+    library_loaded(C::API, library, || {
+        real.call(library, code, o.0, o.1, o.2, o.3, o.4, o.5)
     })
 }
 
