@@ -15,7 +15,7 @@ use super::current::{current_context, current_device, known_device};
 use super::{reserve_on, shim};
 use crate::driver::forward::Real;
 use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out, Stream};
-use crate::driver::{calls, queries};
+use crate::driver::{calls, kernel_queries, queries};
 use crate::log::log;
 use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED, SHIM};
 use gpucap_core::kernels::{self, launch_key};
@@ -113,7 +113,7 @@ pub fn kernel_get_function(
     }
     // The driver wrote the function handle where the caller asked.
     let function = || out.get();
-    let owner = || queries::function_owner(kernel);
+    let owner = || kernel_queries::function_owner(kernel);
     first_use("cuKernelGetFunction", key, d, call, function, owner)
 }
 
@@ -148,7 +148,9 @@ fn device_if_first_launch(f: Handle) -> Option<usize> {
 #[inline(always)]
 fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) -> CuResult {
     if !is_kernel(f) {
-        if let Err(rc) = super::limits::stack_for_launch(api, d, queries::local_size(f, None)) {
+        if let Err(rc) =
+            super::limits::stack_for_launch(api, d, kernel_queries::local_size(f, None))
+        {
             return rc;
         }
         return first_use(
@@ -157,7 +159,7 @@ fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuRes
             d,
             call,
             || Some(f),
-            || queries::function_owner(f),
+            || kernel_queries::function_owner(f),
         );
     }
     let Some(ctx) = current_context() else {
@@ -167,18 +169,25 @@ fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuRes
     if LAUNCHED.contains(key) {
         return call();
     }
-    let local = queries::local_size(f, c_int::try_from(d).ok());
+    let local = kernel_queries::local_size(f, c_int::try_from(d).ok());
     if let Err(rc) = super::limits::stack_for_launch(api, d, local) {
         return rc;
     }
-    first_use(api, key, d, call, || None, || queries::function_owner(f))
+    first_use(
+        api,
+        key,
+        d,
+        call,
+        || None,
+        || kernel_queries::function_owner(f),
+    )
 }
 
 /// Whether a launch of function `f` in the current context cannot grow its stack (its
 /// threads' local memory fits in it): only then is its first launch left unchecked once
 /// it was asked for (`cuModuleGetFunction`, `cuKernelGetFunction`).
 fn within_stack(f: Handle) -> bool {
-    let local = queries::local_size(f, None);
+    let local = kernel_queries::local_size(f, None);
     local == 0 || queries::context_limit(0).is_some_and(|stack| local <= stack as u64)
 }
 
@@ -189,7 +198,7 @@ fn is_kernel(f: Handle) -> bool {
     if KERNEL_HANDLES.contains(key) {
         return true;
     }
-    let kernel = queries::kernel_library(f).is_some();
+    let kernel = kernel_queries::kernel_library(f).is_some();
     if kernel {
         KERNEL_HANDLES.insert(key);
     }
@@ -227,7 +236,7 @@ fn first_use(
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    if queries::eager_loading() {
+    if kernel_queries::eager_loading() {
         return loaded_eagerly(key, d, call, function);
     }
     let Some(ctx) = queries::current_context() else {
@@ -427,7 +436,7 @@ pub fn module_get_function(
 /// `cuLibraryUnload`: the kernels of the library its functions' first launches loaded go
 /// with it, in every context (see [`unloading`]).
 pub fn library_unload(real: Real<(Handle,)>, lib: Handle) -> CuResult {
-    let owners = [Some(lib as u64), queries::library_module(lib)];
+    let owners = [Some(lib as u64), kernel_queries::library_module(lib)];
     unloading(&owners, || real.call(lib))
 }
 

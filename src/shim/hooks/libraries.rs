@@ -14,8 +14,8 @@ use super::contexts::pool_marks;
 use super::residents::{charge_undoable, judge_measured, record_more, resident_in};
 use super::shim;
 use crate::driver::forward::Real;
-use crate::driver::queries;
 use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out};
+use crate::driver::{kernel_queries, queries};
 use crate::log::log;
 use crate::state::{CONTEXTS, KERNELS};
 use gpucap_core::config::MAX_DEVICES;
@@ -92,7 +92,7 @@ pub fn library_load<C: Code>(
 /// again and refused with `CUDA_ERROR_OUT_OF_MEMORY`, as a module load is: the driver
 /// held it only for that moment. A load that cannot be measured is refused under a cap.
 fn library_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResult) -> CuResult {
-    if !queries::eager_loading() {
+    if !kernel_queries::eager_loading() {
         return call();
     }
     if let Err(rc) = shim() {
@@ -111,10 +111,10 @@ fn library_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResul
     let (CUDA_SUCCESS, Some(lib)) = (rc, out.get()) else {
         return rc;
     };
-    let owners = [Some(lib as u64), queries::library_module(lib)];
+    let owners = [Some(lib as u64), kernel_queries::library_module(lib)];
     // Unloads it, crediting the copies charged so far.
     let unload = || {
-        let _ = super::launches::unloading(&owners, || queries::unload_library(lib));
+        let _ = super::launches::unloading(&owners, || kernel_queries::unload_library(lib));
     };
     for (lock, measured) in locks.iter().zip(measured) {
         let d = lock.device();

@@ -10,8 +10,8 @@ use super::current::context_device;
 use super::residents::{charge_done, charge_undoable, judge_measured};
 use super::shim;
 use crate::driver::forward::Real;
-use crate::driver::queries;
 use crate::driver::types::{CUDA_SUCCESS, CuResult, Handle};
+use crate::driver::{kernel_queries, queries};
 use crate::log::log;
 use crate::state::{LIMITS, SHIM};
 use gpucap_core::ledger::Charge;
@@ -44,7 +44,9 @@ pub(super) fn stack_for_launch(api: &str, d: usize, local: u64) -> Result<(), Cu
     // What the driver will take, reckoned as an H100 took it (each byte more a thread,
     // for every resident thread): where the cap cannot take that, refused before the
     // driver grows anything; the growth itself is then made and measured.
-    let threads = c_int::try_from(d).ok().and_then(queries::resident_threads);
+    let threads = c_int::try_from(d)
+        .ok()
+        .and_then(kernel_queries::resident_threads);
     if let (Ok(shim), Some(threads)) = (shim(), threads) {
         let expected = ((local - stack) as u64).saturating_mul(threads);
         super::reserve_on(shim, api, d, expected).map(drop)?;

@@ -9,8 +9,8 @@ use super::current::context_device;
 use super::residents::{charge_undoable, judge_measured};
 use super::shim;
 use crate::driver::forward::Real;
-use crate::driver::queries;
 use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out};
+use crate::driver::{kernel_queries, queries};
 use crate::log::log;
 use crate::state::{CONTEXTS, MODULES};
 use gpucap_core::ledger::Charge;
@@ -83,7 +83,7 @@ fn module_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResult
     let (CUDA_SUCCESS, Some(module)) = (rc, out.get()) else {
         return rc;
     };
-    let unload = || queries::unload_module(module);
+    let unload = || kernel_queries::unload_module(module);
     let measured = measured.map(gpucap_core::residents::taken);
     let bytes = match judge_measured(api, "module", d, measured) {
         Ok(Some(bytes)) => bytes,
