@@ -544,13 +544,13 @@ fn a_kernel_handle_is_measured_in_a_context_cu_gl_ctx_create_made() {
 
 /// `many_functions 20000` under the shim (a cap of 1 GiB), the fake driver tracing its
 /// calls, with `env`: its trace before the launches (each function asked for) and during.
-fn many_functions(env: &[(&str, &str)]) -> (String, String) {
+fn many_functions(env: &[(&str, &str)], heap: bool) -> (String, String) {
     let prog = compile_c("many_functions", "", &["-lcuda"]);
     let stats = scratch("escapes-many-functions").join("stats.json");
     let mut c = fake_cmd(prog, &stats);
     c.env("FAKECUDA_TRACE", "1").envs(env.iter().copied());
     preload(&mut c).env("GPUCAP_LIMIT", "1Gi");
-    let o = run(c.arg("20000"));
+    let o = run(c.arg("20000").args(heap.then_some("heap")));
     assert_ok(&o);
     let err = stderr(&o);
     let (asking, launching) = err
@@ -568,7 +568,7 @@ fn many_functions(env: &[(&str, &str)]) -> (String, String) {
 /// use is measured at all (each was: the context lock and two reads of NVML's list).
 #[test]
 fn no_launch_after_the_first_is_measured_again_among_tens_of_thousands_of_functions() {
-    let (asking, launching) = many_functions(&[]);
+    let (asking, launching) = many_functions(&[], false);
     let process_list_reads = asking
         .lines()
         .filter(|l| l.starts_with("fakenvml: nvmlDeviceGetComputeRunningProcesses"))
@@ -597,7 +597,8 @@ fn no_launch_after_the_first_is_measured_again_among_tens_of_thousands_of_functi
             .count(),
         40_000
     );
-    let (asking, launching) = many_functions(&[("CUDA_MODULE_LOADING", "EAGER")]);
+    let eager = [("CUDA_MODULE_LOADING", "EAGER")];
+    let (asking, launching) = many_functions(&eager, false);
     let measuring = |s: &str| {
         s.lines()
             .filter(|l| l.starts_with("fakenvml: ") || l.starts_with("fakecuda: cuMemGetInfo"))
@@ -610,4 +611,17 @@ fn no_launch_after_the_first_is_measured_again_among_tens_of_thousands_of_functi
         measuring(&asking),
         measuring(&launching)
     );
+    // A raised malloc heap is taken at a later launch (not at the call): then the next
+    // launch of every function is measured, under either loading mode.
+    for env in [&[][..], &eager[..]] {
+        let (_, launching) = many_functions(env, true);
+        let reads = launching
+            .lines()
+            .filter(|l| l.starts_with("fakenvml: nvmlDeviceGetComputeRunningProcesses"))
+            .count();
+        assert!(
+            reads >= 20_000,
+            "{env:?}: with the heap raised, 20,000 functions' next launches made {reads} NVML reads"
+        );
+    }
 }

@@ -183,10 +183,14 @@ fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuRes
     )
 }
 
-/// Whether a launch of function `f` in the current context cannot grow its stack (its
-/// threads' local memory fits in it): only then is its first launch left unchecked once
-/// it was asked for (`cuModuleGetFunction`, `cuKernelGetFunction`).
+/// Whether a launch of function `f` in the current context can take nothing on its own:
+/// its threads' local memory fits in the stack, and no raised malloc heap waits to be
+/// taken. Only then is its first launch left unchecked once it was asked for
+/// (`cuModuleGetFunction`, `cuKernelGetFunction`).
 fn within_stack(f: Handle) -> bool {
+    if super::limits::heap_raised() {
+        return false;
+    }
     let local = kernel_queries::local_size(f, None);
     local == 0 || queries::context_limit(0).is_some_and(|stack| local <= stack as u64)
 }
@@ -236,7 +240,8 @@ fn first_use(
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    if kernel_queries::eager_loading() {
+    // Eager loading loads nothing at a first use; a raised heap may be taken at one.
+    if kernel_queries::eager_loading() && !super::limits::heap_raised() {
         return loaded_eagerly(key, d, call, function);
     }
     let Some(ctx) = queries::current_context() else {

@@ -23,6 +23,19 @@ pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> 
 
 /// `CU_LIMIT_STACK_SIZE`.
 const STACK_SIZE: c_int = 0;
+/// `CU_LIMIT_MALLOC_HEAP_SIZE`.
+const MALLOC_HEAP_SIZE: c_int = 2;
+
+/// Whether the program raised the malloc heap. The driver takes nothing at the call
+/// (driver 580) and takes the heap at a later launch (which one is not recorded:
+/// `scripts/gpu/diag/heap-when.py` asks it): so once it is raised, the next launch of
+/// every function is measured as a first use is, in either loading mode.
+static HEAP_RAISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the malloc heap was raised in this process (see [`HEAP_RAISED`]).
+pub(super) fn heap_raised() -> bool {
+    HEAP_RAISED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// A launch (`api`) in the current context of a kernel whose threads take `local` bytes
 /// of local memory each: where that is more than the context's stack, the driver grows
@@ -126,6 +139,11 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
     }
     if limit == STACK_SIZE && lowered {
         // A kernel seen within the old stack may grow the new one at its next launch.
+        crate::state::LAUNCHED.clear();
+    }
+    if limit == MALLOC_HEAP_SIZE && value > old {
+        // The heap is taken at a later launch: each function's next one is measured.
+        HEAP_RAISED.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::state::LAUNCHED.clear();
     }
     let verdict = judge_measured(api, "limit", d, measured.map(gpucap_core::residents::taken));
