@@ -62,6 +62,10 @@
  *                  anything (the stack stays 4 KiB); with the half freed it is served;
  *                  the stack lowered gives it back, and the 4 KiB kernel's next launch
  *                  grows it again.
+ *   graph-local-stack (cap <cap0> = 2 GiB) the 8 KiB kernel captured into a graph: its
+ *                  instantiation with half the cap allocated is refused with
+ *                  CUDA_ERROR_OUT_OF_MEMORY (the stack stays 1 KiB); with the half freed it
+ *                  is instantiated with the stack grown to 8 KiB, charged, and launched.
  *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
  *                  stack) in a created context, half the cap allocated, then a stack of
  *                  over half the cap: the driver takes it, gpucap refuses it
@@ -539,6 +543,57 @@ static const char LOCAL_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n
 
 static CUresult launch_fn(CUfunction f) { return cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL); }
 
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+CUresult cuStreamBeginCapture_v2(CUstream stream, int mode);
+CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+CUresult cuGraphExecDestroy(CUgraphExec exec);
+CUresult cuGraphDestroy(CUgraph graph);
+
+/* A graph's kernel grows the stack when the graph runs: raised (or refused) at its
+   instantiation. */
+static void graph_local_stack(void) {
+    one_context();
+    size_t s8 = stack_takes(14), half = g_cap[0] / 2; /* 8192 bytes */
+    CHECK(half + s8 > g_cap[0] && s8 < g_cap[0], "the test needs a cap of 2 GiB");
+    CUmodule m = NULL;
+    CUfunction k8 = NULL;
+    MUST(cuModuleLoadData(&m, LOCAL_PTX));
+    MUST(cuModuleGetFunction(&k8, m, "local8k"));
+    CUstream s = NULL;
+    MUST(cuStreamCreate(&s, 1));
+    CUgraph g = NULL;
+    MUST(cuStreamBeginCapture_v2(s, 0));
+    MUST(cuLaunchKernel(k8, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
+    MUST(cuStreamEndCapture(s, &g));
+    IN_USE(0, 0, "the 8 KiB kernel captured: nothing taken");
+    CUdeviceptr a = 0;
+    MUST(cuMemAlloc_v2(&a, half));
+    CUgraphExec e = NULL;
+    CUresult rc = cuGraphInstantiateWithFlags(&e, g, 0);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "instantiating it beside half the cap -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) {
+        MUST(cuGraphLaunch(e, s));
+        MUST(cuStreamSynchronize(s));
+        MUST(cuGraphExecDestroy(e));
+    }
+    stack_is(DEFAULT_STACK, "the graph refused");
+    IN_USE(0, half, "the graph refused: nothing more");
+    MUST(cuMemFree_v2(a));
+    MUST(cuGraphInstantiateWithFlags(&e, g, 0));
+    MUST(cuGraphLaunch(e, s));
+    MUST(cuStreamSynchronize(s));
+    stack_is(8192, "the graph launched");
+    IN_USE(0, s8, "the stack the graph's kernel grew");
+    MUST(cuGraphExecDestroy(e));
+    MUST(cuGraphDestroy(g));
+    MUST(cuModuleUnload(m));
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    IN_USE(0, 0, "the stack lowered");
+}
+
 /* A launch grows the stack to its kernel's local memory. */
 static void local_stack(void) {
     one_context();
@@ -854,6 +909,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "stack-limit") == 0) stack_limit();
     else if (strcmp(mode, "stuck-stack") == 0) stuck_stack();
     else if (strcmp(mode, "local-stack") == 0) local_stack();
+    else if (strcmp(mode, "graph-local-stack") == 0) graph_local_stack();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();

@@ -457,7 +457,8 @@ fn a_library_loaded_eagerly_is_charged_in_every_context_at_its_load() {
 /// documentation; an H100 takes 3.87 GiB for 16 KiB a thread): charged as the stack is,
 /// and refused before the driver grows anything where the cap cannot take it (`escapes.c`,
 /// `local-stack`). Lazily and eagerly loaded, alone and in a pool; the fake driver's
-/// figure never passes the cap.
+/// figure never passes the cap. A graph's kernel likewise, at the graph's instantiation
+/// (`graph-local-stack`).
 #[test]
 fn a_launch_that_grows_the_stack_is_charged_and_refused_past_the_cap() {
     let dir = scratch("escapes-local-stack-pool");
@@ -482,6 +483,28 @@ fn a_launch_that_grows_the_stack_is_charged_and_refused_past_the_cap() {
     assert!(
         s[0].peak_used > 2 << 30,
         "without the shim the stack passes the cap: {s:?}"
+    );
+    // A graph's kernel grows the stack when the graph runs: raised or refused at its
+    // instantiation.
+    for env in [&[][..], &[("CUDA_MODULE_LOADING", "EAGER")][..]] {
+        let (o, s) = escapes(&["graph-local-stack", "2Gi"], 1, Some("2Gi"), env);
+        assert_passed(&o, &format!("graph-local-stack with the shim {env:?}"));
+        assert!(
+            s[0].peak_used <= 2 << 30,
+            "{env:?}: the driver held {} MiB",
+            s[0].peak_used >> 20
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains("refused cuGraphInstantiateWithFlags"),
+            "{env:?}: {err}"
+        );
+    }
+    let (o, s) = escapes(&["graph-local-stack", "2Gi"], 1, None, &[]);
+    assert_failed(&o, "graph-local-stack without the shim");
+    assert!(
+        s[0].peak_used > 2 << 30,
+        "without the shim the graph's stack passes the cap: {s:?}"
     );
 }
 

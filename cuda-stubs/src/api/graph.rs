@@ -16,7 +16,7 @@ use crate::abi::{
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult, CuResult, inp, note, out,
 };
 use crate::model::address::check_range;
-use crate::model::ctx::current;
+use crate::model::ctx::{current, device_of};
 use crate::model::device::{cfg, check_dev};
 use crate::model::graph::{self, Copy1d, KernelNode, Memset, Node};
 use crate::model::{module, stream};
@@ -58,15 +58,21 @@ fn add_kernel_node(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     check_deps(graph, deps, n)?;
-    let f = kernel_of(p)?;
-    let node = graph::add_kernel(graph, kernel_node(&p))?;
+    let (f, local) = kernel_of(p)?;
+    let node = graph::add_kernel(
+        graph,
+        KernelNode {
+            local,
+            ..kernel_node(&p)
+        },
+    )?;
     note(|| format!("node={node:#x} {}", function_name(f)));
     out(ph, node)
 }
 
 /// The function a kernel node's parameters launch, checked as a launch's, in the current
-/// context (see [`add_kernel_node`]).
-fn kernel_of(p: CudaKernelNodeParams) -> Result<usize, CUresult> {
+/// context (see [`add_kernel_node`]), and the local memory its threads take.
+fn kernel_of(p: CudaKernelNodeParams) -> Result<(usize, u64), CUresult> {
     let (ctx, dev) = current()?;
     let k = p.v1;
     if !k.kernel_params.is_null() && !k.extra.is_null() {
@@ -74,8 +80,8 @@ fn kernel_of(p: CudaKernelNodeParams) -> Result<usize, CUresult> {
     }
     let f = module::launchable(if k.func != 0 { k.func } else { p.kern })?;
     module::check_dims(k.grid, k.block)?;
-    module::use_in_context(f, ctx, dev)?;
-    Ok(f)
+    let local = module::use_in_context(f, ctx, dev)?;
+    Ok((f, local))
 }
 
 /// What a kernel node keeps of its parameters (all of them).
@@ -90,6 +96,7 @@ fn kernel_node(p: &CudaKernelNodeParams) -> KernelNode {
         extra: k.extra as usize,
         kern: p.kern,
         ctx: p.ctx,
+        local: 0,
     }
 }
 
@@ -123,7 +130,7 @@ fn function_name(f: usize) -> String {
 /// is kept (the node runs nothing).
 fn set_exec_kernel(exec: usize, node: usize, p: CudaKernelNodeParams) -> CuResult {
     graph::exec_kernel(exec, node)?;
-    let f = kernel_of(p)?;
+    let (f, _) = kernel_of(p)?;
     note(|| function_name(f));
     Ok(())
 }
@@ -458,6 +465,11 @@ crate::abi::exports! {
             match work {
                 Node::Memcpy(c) => run_copy(&c)?,
                 Node::Memset(m) => super::copy::set(&m)?,
+                // Its threads' local memory: the context's stack grows to it, as at a launch.
+                Node::Kernel(k) if k.local > 0 => {
+                    let ctx = if k.ctx != 0 { k.ctx } else { current()?.0 };
+                    crate::model::limit::grow_stack(ctx, device_of(ctx)?, k.local)?;
+                }
                 _ => {}
             }
         }

@@ -24,7 +24,7 @@ fn launch(k: KernelNode, stream_h: usize) -> CuResult {
     module::check_dims(k.grid, k.block)?;
     stream::check(stream_h)?;
     let local = module::use_in_context(f, ctx, dev)?;
-    let node = || Node::Kernel(KernelNode { ctx, ..k });
+    let node = || Node::Kernel(KernelNode { ctx, local, ..k });
     let captured = graph::capture_work(stream_h, node).transpose()?;
     if captured.is_none() && local > 0 {
         // Its threads' local memory: the context's stack grows to it.
@@ -59,6 +59,7 @@ fn kernel(
         extra: extra as usize,
         kern: 0,
         ctx: 0,
+        local: 0,
     }
 }
 

@@ -56,7 +56,8 @@ struct Exec {
     /// The graph's kernel nodes at instantiation (whose parameters an update may set).
     kernels: Vec<usize>,
     /// Its memcpy and memset nodes, in the graph's order, with the copy or fill each makes
-    /// (an update may change it).
+    /// (an update may change it), and its kernel nodes whose threads take local memory
+    /// (the stack grows to it when the graph runs).
     work: Vec<(usize, Node)>,
     bound: bool,
     auto_free: bool,
@@ -293,6 +294,8 @@ pub fn instantiate(graph: usize, flags: u64) -> Result<usize, CUresult> {
         .iter()
         .filter_map(|h| match g.nodes.get(h) {
             Some((_, n @ (Node::Memcpy(_) | Node::Memset(_)))) => Some((*h, n.clone())),
+            // A kernel whose threads take local memory: its launch grows the stack.
+            Some((_, n @ Node::Kernel(k))) if k.local > 0 => Some((*h, n.clone())),
             _ => None,
         })
         .collect();
@@ -338,7 +341,8 @@ pub fn upload(exec: usize) -> CuResult {
 }
 
 /// cuGraphLaunch: reserved if not yet, then run at once; the copies and fills its memcpy
-/// and memset nodes make (those nodes), in order, are returned for the caller to make.
+/// and memset nodes make (those nodes), and its kernel nodes that take local memory, in
+/// order, are returned for the caller to make.
 pub fn launch(exec: usize) -> Result<Vec<Node>, CUresult> {
     let mut g = graphs();
     let e = g.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;

@@ -13,8 +13,8 @@ use std::sync::atomic::{
 use super::forward::Real;
 use super::hooked::real;
 use super::types::{
-    Array3DDescriptor, CUDA_SUCCESS, CuResult, Handle, In, MemAllocNodeParams, MemoryRequirements,
-    Out, Stream,
+    Array3DDescriptor, CUDA_SUCCESS, CuResult, Handle, In, KernelNodeParams, MemAllocNodeParams,
+    MemoryRequirements, Out, Stream,
 };
 use crate::resolve::driver_symbol;
 
@@ -122,6 +122,7 @@ driver_fns! {
     cuGraphNodeGetType: (Handle, *mut c_int);
     cuGraphMemAllocNodeGetParams: (Handle, *mut MemAllocNodeParams);
     cuGraphChildGraphNodeGetGraph: (Handle, *mut Handle);
+    cuGraphKernelNodeGetParams_v2: (Handle, *mut KernelNodeParams);
 }
 
 /// The physical total of `device`, from the driver.

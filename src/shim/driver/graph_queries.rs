@@ -1,4 +1,5 @@
 //! What the graph hooks ask the real driver (below the hooks): the alloc nodes of a graph,
+//! the most local memory its kernels' threads take,
 //! the device's graph memory figures, and whether a stream captures.
 
 use std::ffi::{c_int, c_void};
@@ -6,8 +7,8 @@ use std::ptr::null_mut;
 
 use super::calls;
 use super::types::{
-    CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_MEM_LOCATION_TYPE_DEVICE,
-    CUDA_SUCCESS, Handle, MemAllocNodeParams,
+    CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+    CU_MEM_LOCATION_TYPE_DEVICE, CUDA_SUCCESS, Handle, KernelNodeParams, MemAllocNodeParams,
 };
 
 /// `CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`, `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`.
@@ -22,11 +23,48 @@ const MAX_DEPTH: u32 = 8;
 /// own answer to the call follows).
 pub fn graph_allocs(graph: Handle) -> Option<Vec<(usize, u64)>> {
     let mut out = Vec::new();
-    allocs_into(graph, 0, &mut out)?;
+    visit(graph, 0, &mut |node, t| {
+        if t == CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+            out.push(alloc_of(node)?);
+        }
+        Some(())
+    })?;
     Some(out)
 }
 
-fn allocs_into(graph: Handle, depth: u32, out: &mut Vec<(usize, u64)>) -> Option<()> {
+/// The most local memory a thread of any kernel node of `graph` (and of its child graphs)
+/// takes: its launch grows the context's stack to it, as a launch does. 0 where the driver
+/// does not say (no such node, or no `cuGraphKernelNodeGetParams_v2`).
+pub fn graph_max_local(graph: Handle, device: c_int) -> u64 {
+    let Some(get) = calls::cuGraphKernelNodeGetParams_v2() else {
+        return 0;
+    };
+    let mut most = 0;
+    let _ = visit(graph, 0, &mut |node, t| {
+        if t == CU_GRAPH_NODE_TYPE_KERNEL {
+            // SAFETY: plain old data, all-zero is a valid value.
+            let mut p: KernelNodeParams = unsafe { std::mem::zeroed() };
+            // SAFETY: a kernel node the driver listed; `p` has the driver's layout.
+            if unsafe { get(node, &mut p) } == CUDA_SUCCESS {
+                let local = match p.func.is_null() {
+                    false => super::kernel_queries::local_size(p.func, None),
+                    true => super::kernel_queries::local_size(p.kern, Some(device)),
+                };
+                most = most.max(local);
+            }
+        }
+        Some(())
+    });
+    most
+}
+
+/// Calls `each` with every node of `graph` and its type, going into child graphs (to
+/// [`MAX_DEPTH`]); None where the driver cannot list them or `each` says so.
+fn visit(
+    graph: Handle,
+    depth: u32,
+    each: &mut dyn FnMut(Handle, c_int) -> Option<()>,
+) -> Option<()> {
     let get_nodes = calls::cuGraphGetNodes()?;
     let node_type = calls::cuGraphNodeGetType()?;
     let mut count = 0usize;
@@ -46,18 +84,16 @@ fn allocs_into(graph: Handle, depth: u32, out: &mut Vec<(usize, u64)>) -> Option
         if unsafe { node_type(node, &mut t) } != CUDA_SUCCESS {
             return None;
         }
-        match t {
-            CU_GRAPH_NODE_TYPE_MEM_ALLOC => out.push(alloc_of(node)?),
-            CU_GRAPH_NODE_TYPE_GRAPH if depth < MAX_DEPTH => {
-                let child_of = calls::cuGraphChildGraphNodeGetGraph()?;
-                let mut child: Handle = null_mut();
-                // SAFETY: a child-graph node the driver listed; valid out-pointer.
-                if unsafe { child_of(node, &mut child) } != CUDA_SUCCESS {
-                    return None;
-                }
-                allocs_into(child, depth + 1, out)?;
+        if t == CU_GRAPH_NODE_TYPE_GRAPH && depth < MAX_DEPTH {
+            let child_of = calls::cuGraphChildGraphNodeGetGraph()?;
+            let mut child: Handle = null_mut();
+            // SAFETY: a child-graph node the driver listed; valid out-pointer.
+            if unsafe { child_of(node, &mut child) } != CUDA_SUCCESS {
+                return None;
             }
-            _ => {}
+            visit(child, depth + 1, each)?;
+        } else {
+            each(node, t)?;
         }
     }
     Some(())

@@ -23,8 +23,8 @@ use std::sync::atomic::{
 
 use super::types::{
     Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1, CText, CuResult,
-    Dptr, Handle, In, InstantiateParams, LocationPrefix, NvmlProcessDetailList, Out, OutArray,
-    Stream,
+    Dptr, Handle, In, InstantiateParams, LaunchConfigHead, LocationPrefix, NvmlProcessDetailList,
+    Out, OutArray, Stream,
 };
 use crate::resolve::{driver_symbol, in_main_program};
 use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
@@ -119,9 +119,9 @@ macro_rules! hooked {
                 (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
                  params: *mut *mut c_void) => hooks::launches::launch_cooperative_kernel;
             cuLaunchKernelEx = "cuLaunchKernelEx" @ 11060 :
-                (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
+                (config: In<LaunchConfigHead>, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
             cuLaunchKernelEx_ptsz = "cuLaunchKernelEx" @ 11060 ptsz :
-                (config: *const c_void, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
+                (config: In<LaunchConfigHead>, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
             cuModuleGetFunction = "cuModuleGetFunction" @ 2000 :
                 (out: Out<Handle>, module: Handle, name: CText) => hooks::launches::module_get_function;
             cuKernelGetFunction = "cuKernelGetFunction" @ 12000 :

@@ -108,6 +108,7 @@ pub struct MemAllocNodeParams {
 const _: () = assert!(std::mem::size_of::<MemAllocNodeParams>() == 120);
 
 /// `CUgraphNodeType`: a child graph, a memory allocation.
+pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
 pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 
@@ -267,4 +268,28 @@ impl<'a> CText<'a> {
         // kept by the program for the call.
         (!self.0.is_null()).then(|| unsafe { CStr::from_ptr(self.0) }.to_bytes())
     }
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2` (`cuGraphKernelNodeGetParams_v2`): the function (or NULL
+/// and `kern`), grid, block, shared memory, arguments, the kernel and its context.
+#[repr(C)]
+pub struct KernelNodeParams {
+    pub func: Handle,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kern: Handle,
+    pub ctx: Handle,
+}
+
+/// `CUlaunchConfig` (`cuLaunchKernelEx`) through its leading fields: grid, block, dynamic
+/// shared memory and the stream the launch is made on.
+#[repr(C)]
+pub struct LaunchConfigHead {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    pub stream: Stream,
 }

@@ -111,6 +111,14 @@ fn instantiated(
         Ok(s) => s,
         Err(rc) => return rc,
     };
+    // Its kernels' local memory: the stack grows to it when the graph runs; raised (or
+    // refused) now, as for a launch.
+    if let Some(d) = super::current::current_device().and_then(|d| usize::try_from(d).ok()) {
+        let local = graph_queries::graph_max_local(graph, d as c_int);
+        if let Err(rc) = super::limits::stack_for_launch(api, d, local, || false) {
+            return rc;
+        }
+    }
     let Some(allocs) = graph_queries::graph_allocs(graph) else {
         return unlisted(shim, api, exec, call);
     };

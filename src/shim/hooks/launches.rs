@@ -14,8 +14,10 @@ use super::contexts::{context_lock, pool_marks};
 use super::current::{current_context, current_device, known_device};
 use super::{reserve_on, shim};
 use crate::driver::forward::Real;
-use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out, Stream};
-use crate::driver::{calls, kernel_queries, queries};
+use crate::driver::types::{
+    CText, CUDA_SUCCESS, CuResult, Handle, In, LaunchConfigHead, Out, Stream,
+};
+use crate::driver::{calls, graph_queries, kernel_queries, queries};
 use crate::log::log;
 use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED, SHIM};
 use gpucap_core::kernels::{self, launch_key};
@@ -57,7 +59,7 @@ pub fn launch_kernel(
     extra: Params,
 ) -> CuResult {
     let call = || real.call(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
-    launched("cuLaunchKernel", f, call)
+    launched("cuLaunchKernel", f, stream, call)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -76,19 +78,20 @@ pub fn launch_cooperative_kernel(
     params: Params,
 ) -> CuResult {
     let call = || real.call(f, gx, gy, gz, bx, by, bz, shared, stream, params);
-    launched("cuLaunchCooperativeKernel", f, call)
+    launched("cuLaunchCooperativeKernel", f, stream, call)
 }
 
 #[inline(always)]
 pub fn launch_kernel_ex(
-    real: Real<(*const c_void, Handle, Params, Params)>,
-    config: *const c_void,
+    real: Real<(In<LaunchConfigHead>, Handle, Params, Params)>,
+    config: In<LaunchConfigHead>,
     f: Handle,
     params: Params,
     extra: Params,
 ) -> CuResult {
     let call = || real.call(config, f, params, extra);
-    launched("cuLaunchKernelEx", f, call)
+    let stream = config.get().map_or(std::ptr::null_mut(), |c| c.stream);
+    launched("cuLaunchKernelEx", f, stream, call)
 }
 
 /// `cuKernelGetFunction`: the kernel is loaded into the current context here, if not
@@ -123,10 +126,10 @@ pub fn kernel_get_function(
 /// after the first costs one lookup); a kernel handle (`cuLibraryGetKernel`) is used in
 /// every context, and each context loads it anew: its key names the context too.
 #[inline(always)]
-fn launched(api: &str, f: Handle, mut call: impl FnMut() -> CuResult) -> CuResult {
+fn launched(api: &str, f: Handle, stream: Stream, mut call: impl FnMut() -> CuResult) -> CuResult {
     match device_if_first_launch(f) {
         None => call(),
-        Some(d) => launch_unseen(api, f, d, call),
+        Some(d) => launch_unseen(api, f, d, stream, call),
     }
 }
 
@@ -146,21 +149,15 @@ fn device_if_first_launch(f: Handle) -> Option<usize> {
 /// `current.rs`: no driver call, every launch of a kernel handle comes here); a
 /// function's first use is measured.
 #[inline(always)]
-fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuResult) -> CuResult {
+fn launch_unseen(
+    api: &str,
+    f: Handle,
+    d: usize,
+    stream: Stream,
+    mut call: impl FnMut() -> CuResult,
+) -> CuResult {
     if !is_kernel(f) {
-        if let Err(rc) =
-            super::limits::stack_for_launch(api, d, kernel_queries::local_size(f, None))
-        {
-            return rc;
-        }
-        return first_use(
-            api,
-            launch_key(f as u64, d),
-            d,
-            call,
-            || Some(f),
-            || kernel_queries::function_owner(f),
-        );
+        return first_launch(api, f, launch_key(f as u64, d), d, None, stream, call);
     }
     let Some(ctx) = current_context() else {
         return call();
@@ -169,18 +166,36 @@ fn launch_unseen(api: &str, f: Handle, d: usize, mut call: impl FnMut() -> CuRes
     if LAUNCHED.contains(key) {
         return call();
     }
-    let local = kernel_queries::local_size(f, c_int::try_from(d).ok());
-    if let Err(rc) = super::limits::stack_for_launch(api, d, local) {
-        return rc;
+    first_launch(api, f, key, d, c_int::try_from(d).ok(), stream, call)
+}
+
+/// The first launch of function or kernel handle `f` (`kernel_on`: the device a kernel
+/// handle's attributes are asked on) under `key`: the stack grown to its threads' local
+/// memory first (`limits::stack_for_launch`), then measured as a first use. On a capturing
+/// stream nothing runs: a graph's stack is raised at its instantiation, and `f` stays
+/// unseen for its first launch outside a capture.
+#[cold]
+#[inline(never)]
+fn first_launch(
+    api: &str,
+    f: Handle,
+    key: u64,
+    d: usize,
+    kernel_on: Option<c_int>,
+    stream: Stream,
+    mut call: impl FnMut() -> CuResult,
+) -> CuResult {
+    let local = kernel_queries::local_size(f, kernel_on);
+    let capturing = || graph_queries::capturing(stream);
+    match super::limits::stack_for_launch(api, d, local, capturing) {
+        Err(rc) => return rc,
+        Ok(false) => return call(),
+        Ok(true) => {}
     }
-    first_use(
-        api,
-        key,
-        d,
-        call,
-        || None,
-        || kernel_queries::function_owner(f),
-    )
+    let function = move || kernel_on.is_none().then_some(f);
+    first_use(api, key, d, call, function, || {
+        kernel_queries::function_owner(f)
+    })
 }
 
 /// Whether a launch of function `f` in the current context can take nothing on its own:

@@ -44,16 +44,25 @@ pub(super) fn heap_raised() -> bool {
 /// requires"; an H100 takes 3.87 GiB for 16 KiB a thread). The shim raises it first, as
 /// `cuCtxSetLimit` would (measured, charged with the context's stack, credited when it
 /// is lowered or the context goes): where the cap cannot take it the launch is refused
-/// with `CUDA_ERROR_OUT_OF_MEMORY` before the driver takes anything. Ok: nothing to
-/// grow, or grown. `d`: the device of the current context.
-pub(super) fn stack_for_launch(api: &str, d: usize, local: u64) -> Result<(), CuResult> {
+/// with `CUDA_ERROR_OUT_OF_MEMORY` before the driver takes anything. Ok(true): nothing
+/// to grow, or grown; Ok(false): it would grow, but `capturing` (nothing runs now), so
+/// not raised. `d`: the device of the current context.
+pub(super) fn stack_for_launch(
+    api: &str,
+    d: usize,
+    local: u64,
+    capturing: impl FnOnce() -> bool,
+) -> Result<bool, CuResult> {
     let Ok(local) = usize::try_from(local) else {
-        return Ok(());
+        return Ok(true);
     };
     let stack = match queries::context_limit(STACK_SIZE) {
         Some(stack) if local > stack => stack,
-        _ => return Ok(()), // within the stack, or no context: the driver answers
+        _ => return Ok(true), // within the stack, or no context: the driver answers
     };
+    if capturing() {
+        return Ok(false); // nothing runs now: not raised
+    }
     // What the driver will take, reckoned as an H100 took it (each byte more a thread,
     // for every resident thread): where the cap cannot take that, refused before the
     // driver grows anything; the growth itself is then made and measured.
@@ -74,7 +83,7 @@ pub(super) fn stack_for_launch(api: &str, d: usize, local: u64) -> Result<(), Cu
                 Debug,
                 "{api}: its kernel takes {local} bytes of local memory a thread: the stack grown to it first"
             );
-            Ok(())
+            Ok(true)
         }
         rc => Err(rc),
     }

@@ -42,6 +42,9 @@ pub struct KernelNode {
     pub extra: usize,
     pub kern: usize,
     pub ctx: usize,
+    /// The local memory each of its threads takes (`module::Function::local`): the graph's
+    /// launch grows the context's stack to it, as a launch does.
+    pub local: u64,
 }
 
 /// A memset node's fill: `width` elements of `element_size` bytes (1, 2 or 4) set to
