@@ -709,6 +709,15 @@ impl Tiled {
         }
     }
 
+    /// Rank 3 with a 32-byte interleave at `address`, with this swizzle (1: 32 bytes).
+    fn interleaved(&mut self, address: usize, swizzle: i32) {
+        (self.rank, self.address, self.modes) = (3, address, [2, swizzle, 0, 0]);
+        self.dims.push(2);
+        self.strides = vec![512, 65536];
+        self.boxes = vec![4, 32, 2];
+        self.element_strides.push(1);
+    }
+
     /// Encodes into an aligned map: the result and the map.
     fn encode(&self) -> (CUresult, [u64; 16]) {
         let mut maps = TensorMaps([[0; 16]; 2]);
@@ -751,11 +760,7 @@ fn tensor_maps_encode_valid_tiles_and_refuse_the_rest() {
             t.element_strides = vec![8; 5];
         }),
         ("32-byte interleave, rank 3, 32-byte swizzle", |t| {
-            (t.rank, t.address, t.modes) = (3, 0x7f00_0000_0020, [2, 1, 0, 0]);
-            t.dims.push(2);
-            t.strides = vec![512, 65536];
-            t.boxes = vec![4, 32, 2];
-            t.element_strides.push(1);
+            t.interleaved(0x7f00_0000_0020, 1)
         }),
     ];
     for (why, edit) in edges {
@@ -793,13 +798,7 @@ fn tensor_maps_encode_valid_tiles_and_refuse_the_rest() {
         ("an address not aligned to 16 bytes", |t| t.address += 8),
         (
             "an address not aligned to 32 bytes, 32-byte interleave",
-            |t| {
-                (t.rank, t.address, t.modes) = (3, 0x7f00_0000_0010, [2, 1, 0, 0]);
-                t.dims.push(2);
-                t.strides = vec![512, 65536];
-                t.boxes = vec![4, 32, 2];
-                t.element_strides.push(1);
-            },
+            |t| t.interleaved(0x7f00_0000_0010, 1),
         ),
         ("a dimension of 0", |t| t.dims[0] = 0),
         ("a dimension above 2^32", |t| t.dims[1] = (1 << 32) + 1),
@@ -819,11 +818,7 @@ fn tensor_maps_encode_valid_tiles_and_refuse_the_rest() {
             t.modes[1] = 2
         }),
         ("32-byte interleave without 32-byte swizzle", |t| {
-            (t.rank, t.address, t.modes) = (3, 0x7f00_0000_0020, [2, 3, 0, 0]);
-            t.dims.push(2);
-            t.strides = vec![512, 65536];
-            t.boxes = vec![4, 32, 2];
-            t.element_strides.push(1);
+            t.interleaved(0x7f00_0000_0020, 3)
         }),
         ("a packed 16-byte type with a box of 64", |t| {
             (t.data_type, t.dims[0], t.modes) = (14, 256, [0, 3, 0, 0]);
