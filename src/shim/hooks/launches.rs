@@ -202,12 +202,9 @@ fn first_launch(
 /// its threads' local memory fits in the stack, and no raised malloc heap waits to be
 /// taken. Only then is its first launch left unchecked once it was asked for
 /// (`cuModuleGetFunction`, `cuKernelGetFunction`).
-fn within_stack(f: Handle) -> bool {
-    if super::limits::heap_raised() {
-        return false;
-    }
-    let local = kernel_queries::local_size(f, None);
-    local == 0 || queries::context_limit(0).is_some_and(|stack| local <= stack as u64)
+fn takes_nothing_at_launch(f: Handle) -> bool {
+    !super::limits::heap_raised()
+        && super::limits::fits_the_stack(kernel_queries::local_size(f, None))
 }
 
 /// Whether `f` is a kernel handle (the driver names its library), remembered once seen.
@@ -311,7 +308,7 @@ fn first_use(
     seen(key);
     // The function asked for is loaded now: its first launch has nothing to load (nor
     // a stack to grow).
-    if let Some(f) = function().filter(|&f| within_stack(f)) {
+    if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f)) {
         seen(launch_key(f as u64, d));
     }
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
@@ -384,7 +381,7 @@ fn loaded_eagerly(
     let rc = call();
     if rc == CUDA_SUCCESS {
         seen(key);
-        if let Some(f) = function().filter(|&f| within_stack(f)) {
+        if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f)) {
             seen(launch_key(f as u64, d));
         }
     }

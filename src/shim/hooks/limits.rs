@@ -37,6 +37,11 @@ pub(super) fn heap_raised() -> bool {
     HEAP_RAISED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Whether `local` bytes a thread fit in the current context's stack (0 always does).
+pub(super) fn fits_the_stack(local: u64) -> bool {
+    local == 0 || queries::context_limit(STACK_SIZE).is_some_and(|stack| local <= stack as u64)
+}
+
 /// A launch (`api`) in the current context of a kernel whose threads take `local` bytes
 /// of local memory each: where that is more than the context's stack, the driver grows
 /// the stack to it at the launch and keeps it (CUDA's `cuCtxSetLimit` documentation:
