@@ -66,6 +66,12 @@
  *                  instantiation with half the cap allocated is refused with
  *                  CUDA_ERROR_OUT_OF_MEMORY (the stack stays 1 KiB); with the half freed it
  *                  is instantiated with the stack grown to 8 KiB, charged, and launched.
+ *   capture-local-library (cap <cap0> = 2 GiB; FAKECUDA_LIBRARY_MEM=<code>) a library's
+ *                  8 KiB kernel launched first inside a capture: lazy loading loads the
+ *                  library's code into the context then, charged at the capture (the
+ *                  stack not grown); the graph's instantiation grows it (charged), a
+ *                  launch outside the capture then takes nothing more; lowered, the next
+ *                  launch grows it again; the library's unload gives its code back.
  *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
  *                  stack) in a created context, half the cap allocated, then a stack of
  *                  over half the cap: the driver takes it, gpucap refuses it
@@ -594,6 +600,48 @@ static void graph_local_stack(void) {
     IN_USE(0, 0, "the stack lowered");
 }
 
+/* A library's kernel past the stack, launched first inside a capture: the library's code
+   is loaded into the context at the capture (lazy loading), the stack grown only when the
+   graph is instantiated or the kernel launched outside a capture. */
+static void capture_local_library(void) {
+    one_context();
+    const char *e = getenv("FAKECUDA_LIBRARY_MEM");
+    size_t code = e ? parse_size(e) : 0, s8 = stack_takes(14); /* 8192 bytes */
+    CHECK(code > 0 && code + s8 < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM and a cap of 2 GiB");
+    CUlibrary l = NULL;
+    CUkernel k = NULL;
+    MUST(cuLibraryLoadData(&l, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(&k, l, "local8k"));
+    IN_USE(0, 0, "a library loaded, its kernel asked for");
+    CUstream s = NULL;
+    MUST(cuStreamCreate(&s, 1));
+    CUgraph g = NULL;
+    MUST(cuStreamBeginCapture_v2(s, 0));
+    MUST(cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
+    MUST(cuStreamEndCapture(s, &g));
+    stack_is(DEFAULT_STACK, "the 8 KiB kernel captured");
+    IN_USE(0, code, "the library's code loaded into the context at the capture");
+    CUgraphExec x = NULL;
+    MUST(cuGraphInstantiateWithFlags(&x, g, 0));
+    MUST(cuGraphLaunch(x, s));
+    MUST(cuStreamSynchronize(s));
+    stack_is(8192, "the graph launched");
+    IN_USE(0, code + s8, "the library's code and the stack the graph's kernel grew");
+    MUST(cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    IN_USE(0, code + s8, "launched outside the capture: nothing more");
+    MUST(cuGraphExecDestroy(x));
+    MUST(cuGraphDestroy(g));
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    IN_USE(0, code, "the stack lowered");
+    MUST(cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    stack_is(8192, "launched again");
+    IN_USE(0, code + s8, "the kernel grew the lowered stack again");
+    MUST(cuLibraryUnload(l));
+    IN_USE(0, s8, "the library unloaded: its code given back, the stack kept");
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    IN_USE(0, 0, "the stack lowered");
+}
+
 /* A launch grows the stack to its kernel's local memory. */
 static void local_stack(void) {
     one_context();
@@ -910,6 +958,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "stuck-stack") == 0) stuck_stack();
     else if (strcmp(mode, "local-stack") == 0) local_stack();
     else if (strcmp(mode, "graph-local-stack") == 0) graph_local_stack();
+    else if (strcmp(mode, "capture-local-library") == 0) capture_local_library();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();

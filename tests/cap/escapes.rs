@@ -508,6 +508,37 @@ fn a_launch_that_grows_the_stack_is_charged_and_refused_past_the_cap() {
     );
 }
 
+/// A library's kernel whose threads take more than the stack, launched first inside a
+/// stream capture: lazy loading loads the library's code into the context at the capture,
+/// and gpucap charges it then (before, such a launch was forwarded unseen: its code was
+/// charged nowhere), while the stack is grown only where the kernel runs (the graph's
+/// instantiation, a launch outside a capture). Alone and in a pool (`escapes.c`,
+/// `capture-local-library`).
+#[test]
+fn a_kernel_first_launched_in_a_capture_has_its_code_charged_and_its_stack_left_for_its_run() {
+    let dir = scratch("escapes-capture-local-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let code = ("FAKECUDA_LIBRARY_MEM", "128Mi");
+    for env in [
+        &[code][..],
+        &[
+            code,
+            ("GPUCAP_POOL", "capture"),
+            ("GPUCAP_POOL_DIR", pool_dir),
+        ][..],
+    ] {
+        let (o, s) = escapes(&["capture-local-library", "2Gi"], 1, Some("2Gi"), env);
+        assert_passed(&o, &format!("capture-local-library with the shim {env:?}"));
+        assert!(
+            s[0].peak_used <= 2 << 30,
+            "{env:?}: the driver held {} MiB",
+            s[0].peak_used >> 20
+        );
+    }
+    let (o, _) = escapes(&["capture-local-library", "2Gi"], 1, None, &[code]);
+    assert_failed(&o, "capture-local-library without the shim");
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

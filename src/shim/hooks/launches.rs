@@ -117,7 +117,14 @@ pub fn kernel_get_function(
     // The driver wrote the function handle where the caller asked.
     let function = || out.get();
     let owner = || kernel_queries::function_owner(kernel);
-    first_use("cuKernelGetFunction", key, d, call, function, owner)
+    first_use(
+        "cuKernelGetFunction",
+        Use::of(key),
+        d,
+        call,
+        function,
+        owner,
+    )
 }
 
 /// A launch (or a lookup that loads) of function or kernel `f`, made by `call`: measured
@@ -172,8 +179,9 @@ fn launch_unseen(
 /// The first launch of function or kernel handle `f` (`kernel_on`: the device a kernel
 /// handle's attributes are asked on) under `key`: the stack grown to its threads' local
 /// memory first (`limits::stack_for_launch`), then measured as a first use. On a capturing
-/// stream nothing runs: a graph's stack is raised at its instantiation, and `f` stays
-/// unseen for its first launch outside a capture.
+/// stream nothing runs, so a stack it needs is not grown (a graph's is raised at its
+/// instantiation): what lazy loading loads at the capture is measured all the same, and
+/// `f` stays unseen for its first launch outside a capture, which grows the stack.
 #[cold]
 #[inline(never)]
 fn first_launch(
@@ -183,19 +191,34 @@ fn first_launch(
     d: usize,
     kernel_on: Option<c_int>,
     stream: Stream,
-    mut call: impl FnMut() -> CuResult,
+    call: impl FnMut() -> CuResult,
 ) -> CuResult {
     let local = kernel_queries::local_size(f, kernel_on);
     let capturing = || graph_queries::capturing(stream);
-    match super::limits::stack_for_launch(api, d, local, capturing) {
+    let grown = match super::limits::stack_for_launch(api, d, local, capturing) {
         Err(rc) => return rc,
-        Ok(false) => return call(),
-        Ok(true) => {}
-    }
+        Ok(grown) => grown,
+    };
     let function = move || kernel_on.is_none().then_some(f);
+    let key = Use { key, mark: grown };
     first_use(api, key, d, call, function, || {
         kernel_queries::function_owner(f)
     })
+}
+
+/// The use a first use measures: `key` names it (a function, or a kernel handle in a
+/// context); `mark`: whether it is seen once measured (not a launch on a capturing stream
+/// that needs a stack not grown yet: its first launch outside a capture grows it).
+#[derive(Clone, Copy)]
+struct Use {
+    key: u64,
+    mark: bool,
+}
+
+impl Use {
+    fn of(key: u64) -> Use {
+        Use { key, mark: true }
+    }
 }
 
 /// Whether a launch of function `f` in the current context can take nothing on its own:
@@ -221,9 +244,9 @@ fn is_kernel(f: Handle) -> bool {
     kernel
 }
 
-/// The first use on device `d` of what `key` names (a function or kernel launched or
+/// The first use on device `d` of what `used` names (a function or kernel launched or
 /// asked for, in the current context), which CUDA's lazy loading makes load code and
-/// data there. Under the device's context lock (where a second thread's first use
+/// data there; seen afterwards where `used` says so. Under the device's context lock (where a second thread's first use
 /// waits, then finds it seen):
 /// 1. what a first use of its owner's functions took before (`owner()`: its library or
 ///    module, see `kernels::LoadEstimates`) is reserved: if the cap, the pool or another
@@ -242,7 +265,7 @@ fn is_kernel(f: Handle) -> bool {
 #[inline(never)]
 fn first_use(
     api: &str,
-    key: u64,
+    used: Use,
     d: usize,
     mut call: impl FnMut() -> CuResult,
     function: impl Fn() -> Option<Handle>,
@@ -252,9 +275,13 @@ fn first_use(
         Ok(s) => s,
         Err(rc) => return rc,
     };
+    let key = used.key;
     // Eager loading loads nothing at a first use; a raised heap may be taken at one.
     if kernel_queries::eager_loading() && !super::limits::heap_raised() {
-        return loaded_eagerly(key, d, call, function);
+        return match used.mark {
+            true => loaded_eagerly(key, d, call, function),
+            false => call(),
+        };
     }
     let Some(ctx) = queries::current_context() else {
         return call();
@@ -305,11 +332,13 @@ fn first_use(
         drop(held);
         return rc; // not seen: the next use measures again
     }
-    seen(key);
-    // The function asked for is loaded now: its first launch has nothing to load (nor
-    // a stack to grow).
-    if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f)) {
-        seen(launch_key(f as u64, d));
+    if used.mark {
+        seen(key);
+        // The function asked for is loaded now: its first launch has nothing to load (nor
+        // a stack to grow).
+        if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f)) {
+            seen(launch_key(f as u64, d));
+        }
     }
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     let bytes = match measured {
@@ -445,9 +474,14 @@ pub fn module_get_function(
     }
     // The driver wrote the function handle where the caller asked.
     let function = || out.get();
-    first_use("cuModuleGetFunction", key, d, call, function, || {
-        module as u64
-    })
+    first_use(
+        "cuModuleGetFunction",
+        Use::of(key),
+        d,
+        call,
+        function,
+        || module as u64,
+    )
 }
 
 /// `cuLibraryUnload`: the kernels of the library its functions' first launches loaded go
