@@ -23,7 +23,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from nvml_ctypes import Nvml, NvmlError  # noqa: E402
-from probe import Cuda, Outcome, fail, figure, info, mib, ok, skip, MiB  # noqa: E402
+from observer import Cuda  # noqa: E402
+from verdicts import MiB, Outcome, fail, figure, info, mib, ok, skip  # noqa: E402
 
 SMALL_N, SMALL_SIZE = 2000, 64 * 1024
 

@@ -22,7 +22,8 @@ import argparse
 import os
 import sys
 
-from probe import concluded, fail, figure, info, mib, ok, skip, smi_process_used
+from observer import smi_process_used
+from verdicts import concluded, fail, figure, info, mib, ok, skip
 
 MiB = 1 << 20
 SLACK = 16 * MiB

@@ -56,7 +56,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from nvml_ctypes import Nvml, NvmlError  # noqa: E402
-from probe import Outcome, fail, info, mib, ok, skip, MiB  # noqa: E402
+from verdicts import MiB, Outcome, fail, info, mib, ok, skip  # noqa: E402
 
 u64, sz, c_int, vp = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p
 OOM = 2

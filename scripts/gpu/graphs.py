@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from escapes import Driver, Witness, fill, room_of, u64, sz, c_int, vp, OOM  # noqa: E402
 from nvml_ctypes import Nvml  # noqa: E402
-from probe import concluded, fail, figure, info, mib, ok, skip, MiB  # noqa: E402
+from verdicts import MiB, concluded, fail, figure, info, mib, ok, skip  # noqa: E402
 
 USED_MEM_CURRENT, RESERVED_MEM_CURRENT = 0, 2
 SLACK = 2 * MiB

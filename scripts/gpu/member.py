@@ -26,16 +26,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 class DriverClient:
-    """cuMemAlloc_v2 / cuMemFree_v2 through ctypes (probe.Cuda), device 0."""
+    """cuMemAlloc_v2 / cuMemFree_v2 through ctypes (observer.Cuda), device 0."""
 
     def __init__(self):
-        import probe
-        self.probe = probe
+        import observer
+        self.observer = observer
         self.cuda = None
         self.held = []
 
     def init(self):
-        self.cuda = self.probe.Cuda()
+        self.cuda = self.observer.Cuda()
 
     def info(self):
         return self.cuda.mem_info()

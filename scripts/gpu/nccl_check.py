@@ -40,7 +40,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from nvml_ctypes import Nvml  # noqa: E402
-from probe import Child, Outcome, concluded, fail, info, mib, ok, MiB  # noqa: E402
+from child import Child  # noqa: E402
+from verdicts import MiB, Outcome, concluded, fail, info, mib, ok  # noqa: E402
 
 TOLERANCE = 64 * MiB  # the driver's own per-process bookkeeping (JAX's gap was 30 MiB)
 SHARE = 0.4

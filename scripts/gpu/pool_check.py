@@ -38,7 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import promcheck  # noqa: E402
-from probe import Child, Outcome, fail, info, mib, MiB  # noqa: E402
+from child import Child  # noqa: E402
+from verdicts import MiB, Outcome, fail, info, mib  # noqa: E402
 
 PARTS = ("pool", "pool-metrics", "pool-pidns")
 

@@ -67,7 +67,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from nvml_ctypes import Nvml, NvmlError  # noqa: E402
-from probe import Child, Cuda, Outcome, fail, info, mib, ok, MiB  # noqa: E402
+from child import Child  # noqa: E402
+from observer import Cuda  # noqa: E402
+from verdicts import MiB, Outcome, fail, info, mib, ok  # noqa: E402
 
 CHURNERS = 3
 LOW, HIGH = 1, 8  # blocks a churner holds at its lowest and highest

@@ -55,7 +55,8 @@ sys.path.insert(0, HERE)
 
 from nvml_ctypes import Nvml  # noqa: E402
 from pool_contexts import context_size  # noqa: E402
-from probe import Child, concluded, fail, figure, info, mib, ok, MiB  # noqa: E402
+from child import Child  # noqa: E402
+from verdicts import MiB, concluded, fail, figure, info, mib, ok  # noqa: E402
 
 BLOCK = 64 * MiB
 SLACK = 2 * MiB  # per member: the driver's own bookkeeping

@@ -6,7 +6,7 @@ Ways: raw (nothing preloaded), gpucap (`gpucap run --limit CAP`), pool (`gpucap 
 --limit CAP --pool NAME`, a pool of its own for each workload), hami (LD_PRELOAD=libvgpu.so with
 CUDA_DEVICE_MEMORY_LIMIT, where --hami names a build). Workloads:
 
-  train   a ResNet-like PyTorch training step (probe.py's resnet18_like), STEPS steps after
+  train   a ResNet-like PyTorch training step (probes/training.py's resnet18_like), STEPS steps after
           WARMUP: one long-lived worker process per way, started once (so PyTorch's start-up
           is out of every figure), told over stdin to run STEPS more steps each round;
           ms per step. Needs PyTorch (else left out, said so).
@@ -42,7 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import stats  # noqa: E402
-from probe import Child, concluded, fail, info, mib, ok, parse_kv, skip  # noqa: E402
+from child import Child  # noqa: E402
+from verdicts import concluded, fail, info, mib, ok, parse_kv, skip  # noqa: E402
 
 GOALS = {"train": (1.005, 1.01), "launch": (1.01, None), "graph": (1.01, None)}
 UNITS = {"train": "ms per step", "launch": "ns per launch", "graph": "ns per replay"}
@@ -58,7 +59,7 @@ def worker(argv):
     ap.add_argument("--image", type=int, required=True)
     a = ap.parse_args(argv)
     import torch
-    from probe import training_step
+    from probes.training import training_step
     torch.zeros(1, device="cuda")
     free, total = torch.cuda.mem_get_info()
     print("CTX total=%d free=%d" % (total, free), flush=True)

@@ -1,0 +1,1 @@
+"""The subcommands of scripts/gpu/probe.py, one file a framework or a job."""
