@@ -8,7 +8,6 @@
 
 use std::ffi::CString;
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{
@@ -21,17 +20,7 @@ use gpucap_core::lone::{
     LoneView, figures_fd,
 };
 
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
-}
-
-fn os_err(what: &str, p: &Path) -> String {
-    format!(
-        "{what} {}: {}",
-        p.display(),
-        std::io::Error::last_os_error()
-    )
-}
+use crate::sys::{cstr, os_err};
 
 /// A whole-file lock of `kind` (`F_WRLCK`, `F_RDLCK`, `F_UNLCK`).
 fn whole(kind: i32) -> libc::flock {

@@ -1,9 +1,7 @@
 //! Opening a pool file: made whole under a temporary name and linked into place (no
 //! process ever sees a half-written header), or opened and checked; then mapped.
 
-use std::ffi::CString;
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -14,6 +12,7 @@ use gpucap_core::budget::{
 use crate::identity::own_uid;
 use crate::locks::SlotLocks;
 use crate::sharing::{Owned, Sharing, check_claim_file, new_claim_file};
+use crate::sys::{cstr, os_err};
 
 /// An open, checked pool file. A member's is mapped, never unmapped: members keep it for
 /// the life of the process. A reader's is a copy in its own memory, read again by each
@@ -40,19 +39,6 @@ impl PoolFile {
         let pool = Pool::open(copy).map_err(|e| fail(e.to_string()))?;
         Ok(pool.view(&self.locks))
     }
-}
-
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| format!("the pool file path {} has a NUL byte", p.display()))
-}
-
-fn os_err(what: &str, p: &Path) -> String {
-    format!(
-        "{what} {}: {}",
-        p.display(),
-        std::io::Error::last_os_error()
-    )
 }
 
 /// Opens (creating it if missing) the pool file at `path` for a member. Never waits

@@ -21,11 +21,11 @@
 //! in between) is undone: it is linked back under the path, never over another file.
 
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::locks::{LOCK_BASE, LOCKS_LEN, flock_range};
 use crate::mapping::PoolFile;
+use crate::sys::{cstr, os_err};
 
 /// What [`remove_unused`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,19 +37,6 @@ pub enum Removal {
     /// The path named another file by the time it was locked (it was replaced, or
     /// removed and made again): left alone.
     Changed,
-}
-
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| format!("the pool file path {} has a NUL byte", p.display()))
-}
-
-fn last_err(what: &str, p: &Path) -> String {
-    format!(
-        "{what} {}: {}",
-        p.display(),
-        std::io::Error::last_os_error()
-    )
 }
 
 /// (device, inode) of `fd`, or of `path` without following a link.
@@ -81,7 +68,7 @@ pub fn remove_unused(path: &Path) -> Result<Removal, String> {
         )
     };
     if fd < 0 {
-        return Err(last_err("cannot open the pool file", path));
+        return Err(os_err("cannot open the pool file", path));
     }
     let result = remove_locked(fd, path, &c);
     // SAFETY: our descriptor; closing it drops the slot locks taken through it.
@@ -101,7 +88,7 @@ fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
             _ => Err(format!("cannot lock the pool file {}: {e}", path.display())),
         };
     }
-    let ours = identity(Some(fd), path).ok_or_else(|| last_err("cannot stat", path))?;
+    let ours = identity(Some(fd), path).ok_or_else(|| os_err("cannot stat", path))?;
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path
         .file_name()
@@ -113,7 +100,7 @@ fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
         if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
             return Ok(Removal::Changed);
         }
-        return Err(last_err("cannot move away the pool file", path));
+        return Err(os_err("cannot move away the pool file", path));
     }
     if identity(None, &moved) != Some(ours) {
         // Another file than the one locked: put it back, never over a newer one.
@@ -126,7 +113,7 @@ fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
     }
     // SAFETY: a NUL-terminated path.
     if unsafe { libc::unlink(m.as_ptr()) } != 0 {
-        return Err(last_err("cannot remove the pool file", &moved));
+        return Err(os_err("cannot remove the pool file", &moved));
     }
     Ok(Removal::Removed)
 }

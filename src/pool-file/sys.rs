@@ -2,7 +2,12 @@
 //! glibc's 64-bit `open64`, `mmap64`, `fstat64`, `lstat64` (the same calls as `open`,
 //! `mmap`, `fstat`, `lstat` on 64-bit Linux), and `access` as `faccessat`. Each other name
 //! would be one more import of libgpucap.so, which the dynamic loader looks up in every
-//! process the shim is preloaded into, CUDA or not, at its start.
+//! process the shim is preloaded into, CUDA or not, at its start. Beside them, a path as
+//! the C string they take, and the message of one that failed.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 pub use libc::{
     fstat64 as fstat, lstat64 as lstat, mmap64 as mmap, open64 as open, stat64 as stat,
@@ -15,4 +20,19 @@ pub use libc::{
 pub unsafe fn access(path: *const libc::c_char, mode: libc::c_int) -> libc::c_int {
     // SAFETY: the caller's NUL-terminated path; faccessat without flags is access.
     unsafe { libc::faccessat(libc::AT_FDCWD, path, mode, 0) }
+}
+
+/// `p` as the NUL-terminated string the C calls take (an error for a path with a NUL).
+pub fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| format!("the path {} has a NUL byte", p.display()))
+}
+
+/// "`what` `p`: " and the error of the C call that just failed (`errno`).
+pub fn os_err(what: &str, p: &Path) -> String {
+    format!(
+        "{what} {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    )
 }
