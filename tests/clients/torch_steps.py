@@ -6,7 +6,8 @@ gpucap or of the fake.
 
 Usage: torch_steps.py train|graph WARMUP N [BATCH IMAGE]
 
-  train  the step scripts/gpu/probe.py's `train` times on a real GPU (bench-torch-train):
+  train  the step scripts/gpu/probe.py's `train` times on a real GPU (bench-torch-train,
+         scripts/gpu/probes/training.py):
          its ResNet-18-like net, SGD with momentum, zero_grad / forward / cross-entropy /
          backward / step, batch BATCH (default 64) of 3 x IMAGE x IMAGE (default 128)
          images, no synchronisation within the step.
@@ -28,7 +29,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpu"))
-from probe import resnet18_like  # noqa: E402 - the real-GPU benchmark's net, not a copy
+# the real-GPU benchmark's net and step, not a copy
+from probes.training import resnet18_like, training_step  # noqa: E402
 
 
 def mark(what):
@@ -36,19 +38,7 @@ def mark(what):
 
 
 def train_step(batch, image):
-    model = resnet18_like(torch).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.randn(batch, 3, image, image, device="cuda")
-    y = torch.randint(0, 10, (batch,), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-
-    return step
+    return training_step(torch, batch, image)
 
 
 def graph_step(batch, image):

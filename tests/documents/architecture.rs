@@ -1,7 +1,8 @@
 //! The shape of the code (docs/src/how-it-works.md, "Map of the code"): data flows one way in every crate,
 //! checked by scripts/dev/modcycles.py, no crate borrows another's files by `#[path]`, and
 //! the map names every folder of `src/` and every file at the top of a crate, and nothing
-//! that is not there.
+//! that is not there; the Python scripts import from each other only names that exist
+//! (scripts/dev/pyimports.py).
 
 use super::common;
 
@@ -101,6 +102,75 @@ fn no_module_cycle_in_the_shim_the_cli_the_core_or_the_fake_gpu() {
         "core, pool file, shim, CLI, fake libcuda, fake NVML, their shared crate: {}",
         dump(&o)
     );
+}
+
+/// The folders whose Python scripts import each other's helpers (each the root of its
+/// scripts' `sys.path`): the real-GPU checks run only where a GPU is lent, so a helper
+/// moved or renamed must fail here, not on the device.
+const SCRIPT_FOLDERS: [&str; 5] = [
+    "scripts/gpu",
+    "scripts/bench",
+    "scripts/dev",
+    "scripts/k8s",
+    "tests/clients",
+];
+
+fn pyimports(dirs: &[std::path::PathBuf]) -> std::process::Output {
+    run(Command::new("python3")
+        .arg(root().join("scripts/dev/pyimports.py"))
+        .args(dirs))
+}
+
+/// Every name a script imports from another of the repository's scripts exists there
+/// (`scripts/dev/pyimports.py`): when `probe.py`'s helpers moved to `verdicts.py`,
+/// `observer.py` and `probes/`, `tests/clients/torch_steps.py` still imported
+/// `resnet18_like` from `probe`, which no test ran.
+#[test]
+fn the_scripts_import_only_names_their_helpers_define() {
+    let dirs: Vec<_> = SCRIPT_FOLDERS.iter().map(|d| root().join(d)).collect();
+    let o = pyimports(&dirs);
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    let checked: usize = stdout(&o)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(checked > 150, "too few imports found: {}", dump(&o));
+}
+
+/// The check itself: a name its module lacks, a module that is not there, and a submodule
+/// of a package are told apart.
+#[test]
+fn the_import_check_finds_a_name_its_module_lacks() {
+    let dir = scratch("pyimports");
+    std::fs::create_dir_all(dir.join("pkg")).unwrap();
+    std::fs::write(
+        dir.join("helpers.py"),
+        "import os\n\ndef ok():\n    pass\n\nMiB = 1 << 20\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("pkg/__init__.py"), "").unwrap();
+    std::fs::write(dir.join("pkg/part.py"), "def step():\n    pass\n").unwrap();
+    let good = "from helpers import MiB, ok, os\nfrom pkg.part import step\nfrom pkg import part\nimport pkg.part\nimport torch\n";
+    std::fs::write(dir.join("main.py"), good).unwrap();
+    let o = pyimports(std::slice::from_ref(&dir));
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+    std::fs::write(
+        dir.join("main.py"),
+        format!("{good}def f():\n    from helpers import fail\n    from pkg.part import train\n    import pkg.gone\n"),
+    )
+    .unwrap();
+    let o = pyimports(std::slice::from_ref(&dir));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    let out = stdout(&o);
+    for want in [
+        "main.py:7: helpers has no fail",
+        "main.py:8: pkg.part has no train",
+        "main.py:9: no module pkg.gone",
+    ] {
+        assert!(out.contains(want), "{want}: {}", dump(&o));
+    }
+    assert_eq!(out.lines().count(), 3, "{}", dump(&o));
 }
 
 #[test]
