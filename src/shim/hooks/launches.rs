@@ -200,8 +200,8 @@ fn first_launch(
         Ok(grown) => grown,
     };
     let function = move || kernel_on.is_none().then_some(f);
-    let key = Use { key, mark: grown };
-    first_use(api, key, d, call, function, || {
+    let used = Use { key, mark: grown };
+    first_use(api, used, d, call, function, || {
         kernel_queries::function_owner(f)
     })
 }
@@ -246,8 +246,8 @@ fn is_kernel(f: Handle) -> bool {
 
 /// The first use on device `d` of what `used` names (a function or kernel launched or
 /// asked for, in the current context), which CUDA's lazy loading makes load code and
-/// data there; seen afterwards where `used` says so. Under the device's context lock (where a second thread's first use
-/// waits, then finds it seen):
+/// data there; seen afterwards where `used` says so. Under the device's context lock
+/// (where a second thread's first use waits, then finds it seen):
 /// 1. what a first use of its owner's functions took before (`owner()`: its library or
 ///    module, see `kernels::LoadEstimates`) is reserved: if the cap, the pool or another
 ///    member's guarantee cannot take it, the call is refused with
