@@ -71,7 +71,10 @@
  *                  library's code into the context then, charged at the capture (the
  *                  stack not grown); the graph's instantiation grows it (charged), a
  *                  launch outside the capture then takes nothing more; lowered, the next
- *                  launch grows it again; the library's unload gives its code back.
+ *                  launch grows it again; the library's unload gives its code back. With
+ *                  FAKECUDA_CAPTURE_UNSAFE=cuMemGetInfo_v2 the program's own cuMemGetInfo
+ *                  inside a capture is refused and ends it (answered in relaxed mode),
+ *                  and the captured launch, measured by gpucap, still ends its capture.
  *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
  *                  stack) in a created context, half the cap allocated, then a stack of
  *                  over half the cap: the driver takes it, gpucap refuses it
@@ -557,6 +560,8 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
 CUresult cuGraphExecDestroy(CUgraphExec exec);
 CUresult cuGraphDestroy(CUgraph graph);
+CUresult cuStreamIsCapturing(CUstream stream, int *status);
+CUresult cuThreadExchangeStreamCaptureMode(int *mode);
 
 /* A graph's kernel grows the stack when the graph runs: raised (or refused) at its
    instantiation. */
@@ -616,6 +621,29 @@ static void capture_local_library(void) {
     CUstream s = NULL;
     MUST(cuStreamCreate(&s, 1));
     CUgraph g = NULL;
+    if (getenv("FAKECUDA_CAPTURE_UNSAFE")) {
+        /* A driver that forbids cuMemGetInfo during a capture: the program's own call is
+           refused and ends the capture; in relaxed mode it is answered. */
+        size_t f = 0, t = 0;
+        int status = -1, mode = 2 /* RELAXED */;
+        MUST(cuStreamBeginCapture_v2(s, 0));
+        CUresult r = cuMemGetInfo_v2(&f, &t);
+        CHECK(r == 900, "cuMemGetInfo inside a capture -> %d, expected 900 (unsupported)", r);
+        MUST(cuStreamIsCapturing(s, &status));
+        CHECK(status == 2, "the capture after it: status %d, expected 2 (invalidated)", status);
+        r = cuStreamEndCapture(s, &g);
+        CHECK(r == 901, "its end -> %d, expected 901 (invalidated)", r);
+        MUST(cuThreadExchangeStreamCaptureMode(&mode));
+        MUST(cuStreamBeginCapture_v2(s, 0));
+        r = cuMemGetInfo_v2(&f, &t);
+        CHECK(r == CUDA_SUCCESS, "cuMemGetInfo inside a capture, in relaxed mode -> %d", r);
+        MUST(cuStreamEndCapture(s, &g));
+        MUST(cuGraphDestroy(g));
+        MUST(cuThreadExchangeStreamCaptureMode(&mode)); /* back to global */
+        CHECK(mode == 2, "the thread's mode was %d, expected 2", mode);
+    }
+    /* gpucap measures the load at the captured launch below: its own queries must not end
+       the capture (with FAKECUDA_CAPTURE_UNSAFE, they would). */
     MUST(cuStreamBeginCapture_v2(s, 0));
     MUST(cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
     MUST(cuStreamEndCapture(s, &g));

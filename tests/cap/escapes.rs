@@ -513,12 +513,20 @@ fn a_launch_that_grows_the_stack_is_charged_and_refused_past_the_cap() {
 /// and gpucap charges it then (before, such a launch was forwarded unseen: its code was
 /// charged nowhere), while the stack is grown only where the kernel runs (the graph's
 /// instantiation, a launch outside a capture). Alone and in a pool (`escapes.c`,
-/// `capture-local-library`).
+/// `capture-local-library`). And on a driver that forbids `cuMemGetInfo` during a capture
+/// (`FAKECUDA_CAPTURE_UNSAFE`; the program checks that its own call is refused there), with
+/// NVML failing so that gpucap measures the load by the context's free memory: gpucap's
+/// queries are made in relaxed capture mode, so the capture still ends with its graph (a
+/// GPU-sharing shim's own call inside a capture broke llama.cpp's graphs: nvshare issue 28).
 #[test]
 fn a_kernel_first_launched_in_a_capture_has_its_code_charged_and_its_stack_left_for_its_run() {
     let dir = scratch("escapes-capture-local-pool");
     let pool_dir = dir.to_str().unwrap();
     let code = ("FAKECUDA_LIBRARY_MEM", "128Mi");
+    let strict = [
+        ("FAKECUDA_CAPTURE_UNSAFE", "cuMemGetInfo_v2"),
+        ("FAKECUDA_NVML_FAIL", "1"),
+    ];
     for env in [
         &[code][..],
         &[
@@ -526,6 +534,7 @@ fn a_kernel_first_launched_in_a_capture_has_its_code_charged_and_its_stack_left_
             ("GPUCAP_POOL", "capture"),
             ("GPUCAP_POOL_DIR", pool_dir),
         ][..],
+        &[code, strict[0], strict[1]][..],
     ] {
         let (o, s) = escapes(&["capture-local-library", "2Gi"], 1, Some("2Gi"), env);
         assert_passed(&o, &format!("capture-local-library with the shim {env:?}"));

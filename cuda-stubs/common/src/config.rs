@@ -72,6 +72,14 @@ pub struct Config {
     /// context at its load and into each context made later at its creation. Otherwise
     /// lazily (CUDA's default since 12.2): at each kernel's first use in a context.
     pub eager: bool,
+    /// FAKECUDA_CAPTURE_UNSAFE: entry points (comma-separated, of those the fake checks:
+    /// `cuMemGetInfo_v2`, `cuCtxSynchronize`) that a stream capture forbids
+    /// as "potentially unsafe" (`cuThreadExchangeStreamCaptureMode`'s documentation): made by
+    /// a thread not in relaxed mode while a capture forbids it, such a call answers
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates that capture. Empty (the
+    /// default): nothing is refused, as no recorded answer shows which calls a real driver
+    /// forbids; `scripts/gpu/diag/capture-lazy.py` asks one.
+    pub capture_unsafe: Vec<String>,
     /// CUDA_VISIBLE_DEVICES: the physical device of each CUDA ordinal.
     pub visible: Vec<usize>,
 }
@@ -246,6 +254,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             })?,
     };
     let eager = var("CUDA_MODULE_LOADING").is_some_and(|v| v.trim().eq_ignore_ascii_case("EAGER"));
+    let capture_unsafe = parse_capture_unsafe(var("FAKECUDA_CAPTURE_UNSAFE").as_deref())?;
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
     Ok(Config {
         devices,
@@ -268,8 +277,34 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         stack_lower_fails,
         context_delay_ms,
         eager,
+        capture_unsafe,
         visible,
     })
+}
+
+/// The entry points the fake can refuse during a capture (FAKECUDA_CAPTURE_UNSAFE).
+pub const CAPTURE_CHECKED: [&str; 2] = ["cuMemGetInfo_v2", "cuCtxSynchronize"];
+
+/// FAKECUDA_CAPTURE_UNSAFE: names among [`CAPTURE_CHECKED`], comma-separated.
+fn parse_capture_unsafe(v: Option<&str>) -> Result<Vec<String>, String> {
+    let names = v
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty());
+    names
+        .map(|n| {
+            CAPTURE_CHECKED
+                .contains(&n)
+                .then(|| n.to_string())
+                .ok_or_else(|| {
+                    format!(
+                        "invalid FAKECUDA_CAPTURE_UNSAFE entry {n:?}: expected some of {}",
+                        CAPTURE_CHECKED.join(", ")
+                    )
+                })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -403,6 +438,21 @@ mod tests {
             from_env(env(&[])).unwrap().library_mem,
             0,
             "none unless asked"
+        );
+        assert!(from_env(env(&[])).unwrap().capture_unsafe.is_empty());
+        let c = from_env(env(&[(
+            "FAKECUDA_CAPTURE_UNSAFE",
+            " cuMemGetInfo_v2, cuCtxSynchronize,",
+        )]))
+        .unwrap();
+        assert_eq!(c.capture_unsafe, ["cuMemGetInfo_v2", "cuCtxSynchronize"]);
+        let e = from_env(env(&[("FAKECUDA_CAPTURE_UNSAFE", "cuMemAlloc_v2")]))
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("FAKECUDA_CAPTURE_UNSAFE")
+                && e.contains("cuMemGetInfo_v2, cuCtxSynchronize"),
+            "{e}"
         );
     }
 

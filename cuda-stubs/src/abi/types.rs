@@ -181,6 +181,8 @@ pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
 }
 /// CU_STREAM_CAPTURE_STATUS_ACTIVE.
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+/// CU_STREAM_CAPTURE_STATUS_INVALIDATED: a capture an unsafe call ended (its end fails).
+pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: c_int = 2;
 
 /// CUDA_MEM_ALLOC_NODE_PARAMS (v1, 120 bytes): `dptr` is written by the driver.
 #[repr(C)]

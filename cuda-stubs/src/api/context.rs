@@ -7,6 +7,7 @@ use crate::abi::{
 };
 use crate::model::ctx::{self, Ctx, current, device_of};
 use crate::model::device::{cfg, check_dev};
+use crate::model::graph;
 use crate::model::limit;
 use crate::model::pool;
 use crate::model::teardown;
@@ -176,6 +177,7 @@ crate::abi::exports! {
     }
 
     fn cuCtxSynchronize() {
+        graph::refuse_during_capture("cuCtxSynchronize")?;
         let (_, dev) = current()?;
         pool::sync(Some(dev));
         Ok(())

@@ -9,6 +9,7 @@ use crate::abi::{
 use crate::model::address::{PtrInfo, pointer_info};
 use crate::model::ctx::current;
 use crate::model::device::{cfg, ledger};
+use crate::model::graph;
 use crate::model::host;
 use crate::model::linear::{self, Kind};
 use libc::{c_int, c_uint, c_void};
@@ -91,6 +92,7 @@ crate::abi::exports! {
     }
 
     fn cuMemGetInfo_v2(free_out: *mut usize, total_out: *mut usize) {
+        graph::refuse_during_capture("cuMemGetInfo_v2")?;
         let (_, dev) = current()?;
         let l = ledger()?;
         // NULL for either figure is not an error on the real driver: it is not written.

@@ -7,8 +7,8 @@
 use std::ptr::null_mut;
 
 use crate::abi::types::{
-    CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_STATUS_ACTIVE,
-    CU_STREAM_CAPTURE_STATUS_NONE, HostFn, StreamCallback,
+    CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_STATUS_NONE,
+    HostFn, StreamCallback,
 };
 use crate::abi::{
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
@@ -75,10 +75,8 @@ fn capture_info(
     if status.is_null() || (!edges.is_null() && deps.is_null()) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let (status_now, (g, cid)) = match graph::capture_of(stream) {
-        Some(c) => (CU_STREAM_CAPTURE_STATUS_ACTIVE, c),
-        None => (CU_STREAM_CAPTURE_STATUS_NONE, (0, 0)),
-    };
+    let (status_now, g, cid) =
+        graph::capture_status(stream).unwrap_or((CU_STREAM_CAPTURE_STATUS_NONE, 0, 0));
     out(status, status_now)?;
     out_opt(id, cid)?;
     out_opt(graph, g)?;
@@ -97,7 +95,7 @@ fn begin_capture(stream: usize, mode: c_int) -> CuResult {
     if stream <= 1 {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
-    graph::begin_capture(stream)
+    graph::begin_capture(stream, mode)
 }
 
 crate::abi::exports! {
@@ -170,8 +168,8 @@ crate::abi::exports! {
 
     fn cuStreamIsCapturing | cuStreamIsCapturing_ptsz (stream: usize, status: *mut c_int) {
         check(stream)?;
-        let capturing = graph::capture_of(stream).is_some();
-        out(status, if capturing { CU_STREAM_CAPTURE_STATUS_ACTIVE } else { CU_STREAM_CAPTURE_STATUS_NONE })
+        let now = graph::capture_status(stream).map_or(CU_STREAM_CAPTURE_STATUS_NONE, |(s, _, _)| s);
+        out(status, now)
     }
 
     // CUDA 10.0: (stream), global mode.

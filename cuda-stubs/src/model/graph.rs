@@ -24,8 +24,8 @@
 //!   exec with live allocations (no graph runs while the fake returns).
 //!
 //! Files: `graph/nodes.rs` (what each kind of node holds), `graph/pool.rs` (a device's
-//! graph memory pool: reserved, bound and used bytes); graphs, executable graphs and stream
-//! capture here.
+//! graph memory pool: reserved, bound and used bytes), `graph/capture.rs` (stream capture
+//! and the calls a capture forbids); graphs and executable graphs here.
 
 use super::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -35,15 +35,16 @@ use super::os::{map_anonymous, new_handle, unmap};
 use crate::abi::types::{
     CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUmemAccessDesc, CUmemPoolProps,
 };
-use crate::abi::{
-    CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult,
-    CuResult,
-};
+use crate::abi::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult, CuResult};
 use fake_gpu::identity::MAX_DEVICES;
 
+mod capture;
 mod nodes;
 mod pool;
 
+pub use capture::{
+    begin_capture, capture_of, capture_status, capture_work, end_capture, refuse_during_capture,
+};
 pub use nodes::{AllocNode, Copy1d, KernelNode, Memset, Node};
 pub use pool::{GraphPool, granules};
 
@@ -75,8 +76,8 @@ struct Graphs {
     pools: Vec<GraphPool>,
     /// Allocations left live by an exec destroyed since: dptr -> (device, granules).
     orphans: HashMap<u64, (usize, u64, u64)>,
-    /// Capturing stream -> (graph, capture id).
-    capturing: HashMap<usize, (usize, u64)>,
+    /// Capturing stream -> its capture (`graph/capture.rs`).
+    capturing: HashMap<usize, capture::Capture>,
     next_capture_id: u64,
 }
 
@@ -179,7 +180,7 @@ pub fn destroy(graph: usize) -> CuResult {
             unmap(a.dptr as usize, a.size as usize);
         }
     }
-    g.capturing.retain(|_, (gr, _)| *gr != graph);
+    g.capturing.retain(|_, c| c.graph != graph);
     Ok(())
 }
 
@@ -450,43 +451,6 @@ pub fn reset_high(dev: usize, reserved: bool) {
     } else {
         p.used_high = p.used;
     }
-}
-
-/// cuStreamBeginCapture: `stream` captures into a new graph. Already capturing:
-/// CUDA_ERROR_ILLEGAL_STATE.
-pub fn begin_capture(stream: usize) -> CuResult {
-    let mut g = graphs();
-    if g.capturing.contains_key(&stream) {
-        return Err(CUDA_ERROR_ILLEGAL_STATE);
-    }
-    let graph = new_handle();
-    g.graphs.insert(graph, Vec::new());
-    g.next_capture_id += 1;
-    let id = g.next_capture_id;
-    g.capturing.insert(stream, (graph, id));
-    Ok(())
-}
-
-/// cuStreamEndCapture: the graph captured; not capturing: CUDA_ERROR_ILLEGAL_STATE.
-pub fn end_capture(stream: usize) -> Result<usize, CUresult> {
-    graphs()
-        .capturing
-        .remove(&stream)
-        .map(|(g, _)| g)
-        .ok_or(CUDA_ERROR_ILLEGAL_STATE)
-}
-
-/// The graph and capture id of a capturing stream.
-pub fn capture_of(stream: usize) -> Option<(usize, u64)> {
-    graphs().capturing.get(&stream).copied()
-}
-
-/// Work issued on `stream`: when it captures, `node` (made now) becomes a node of the
-/// capture's graph: Some(its handle, or the error); None when it does not capture.
-pub fn capture_work(stream: usize, node: impl FnOnce() -> Node) -> Option<Result<usize, CUresult>> {
-    let mut g = graphs();
-    let &(graph, _) = g.capturing.get(&stream)?;
-    Some(g.add(graph, node()))
 }
 
 /// A captured cuMemFreeAsync: a free node when `dptr` is a graph allocation (None when it

@@ -140,3 +140,8 @@ pub fn destroy_event(event: usize) -> CuResult {
 pub fn exchange_capture_mode(mode: c_int) -> c_int {
     CAPTURE_MODE.with(|m| m.replace(mode))
 }
+
+/// This thread's capture mode (`cuThreadExchangeStreamCaptureMode`; GLOBAL until set).
+pub fn capture_mode() -> c_int {
+    CAPTURE_MODE.with(|m| m.get())
+}

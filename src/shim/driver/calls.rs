@@ -118,6 +118,7 @@ driver_fns! {
     // Graphs: the memory figures, whether a stream captures, a graph's alloc nodes.
     cuDeviceGetGraphMemAttribute: (c_int, c_int, *mut c_void);
     cuStreamIsCapturing: (Stream, *mut c_int);
+    cuThreadExchangeStreamCaptureMode: (*mut c_int);
     cuGraphGetNodes: (Handle, *mut Handle, *mut usize);
     cuGraphNodeGetType: (Handle, *mut c_int);
     cuGraphMemAllocNodeGetParams: (Handle, *mut MemAllocNodeParams);

@@ -1,6 +1,7 @@
 //! What the graph hooks ask the real driver (below the hooks): the alloc nodes of a graph,
 //! the most local memory its kernels' threads take,
-//! the device's graph memory figures, and whether a stream captures.
+//! the device's graph memory figures, and whether a stream captures; and the shim's own
+//! queries kept out of a capture's way (`relaxed`).
 
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
@@ -146,4 +147,29 @@ pub fn capturing(stream: Handle) -> bool {
     let mut status: c_int = 0;
     // SAFETY: the caller's stream; valid out-pointer.
     unsafe { is(stream, &mut status) == CUDA_SUCCESS && status != 0 }
+}
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: c_int = 2;
+
+/// Runs `query`, a driver call the shim makes for itself (a measurement), with this
+/// thread's stream capture mode relaxed, then sets the mode back: a capture under way
+/// (this thread's, or another's begun in global mode) forbids "potentially unsafe" calls
+/// and is invalidated by one (`cuThreadExchangeStreamCaptureMode`'s documentation; a
+/// GPU-sharing shim's own `cuCtxSynchronize` inside a hook broke llama.cpp's CUDA graphs
+/// so: nvshare issue 28), and a first launch inside a capture is measured there. Never
+/// around the program's own call. A driver without the entry point: `query` as it is.
+pub fn relaxed<T>(query: impl FnOnce() -> T) -> T {
+    let Some(exchange) = calls::cuThreadExchangeStreamCaptureMode() else {
+        return query();
+    };
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: a valid in-out pointer to a local mode.
+    let swapped = unsafe { exchange(&mut mode) } == CUDA_SUCCESS;
+    let out = query();
+    if swapped {
+        // SAFETY: as above; `mode` holds the thread's mode from before.
+        let _ = unsafe { exchange(&mut mode) };
+    }
+    out
 }

@@ -177,22 +177,25 @@ impl CtxDriver for Contexts {
         {
             return Err(CUDA_ERROR_NOT_FOUND);
         }
-        let (mut free, mut total) = (0usize, 0usize);
-        let mut popped: Handle = null_mut();
-        // `ctx` is a live context of this process; it is popped again right after the
-        // query, leaving the thread's stack as it was.
-        let rc = real::cuCtxPushCurrent_v2(ctx as Handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
-        if rc != CUDA_SUCCESS {
-            return Err(rc);
-        }
-        let rc = real::cuMemGetInfo_v2(Out::from(&mut free), Out::from(&mut total))
-            .unwrap_or(CUDA_ERROR_NOT_FOUND);
-        let _ = real::cuCtxPopCurrent_v2(Out::from(&mut popped));
-        if rc == CUDA_SUCCESS {
-            Ok(free as u64)
-        } else {
-            Err(rc)
-        }
+        // A measurement, maybe inside a capture (a first launch there): relaxed.
+        super::graph_queries::relaxed(|| {
+            let (mut free, mut total) = (0usize, 0usize);
+            let mut popped: Handle = null_mut();
+            // `ctx` is a live context of this process; it is popped again right after the
+            // query, leaving the thread's stack as it was.
+            let rc = real::cuCtxPushCurrent_v2(ctx as Handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            if rc != CUDA_SUCCESS {
+                return Err(rc);
+            }
+            let rc = real::cuMemGetInfo_v2(Out::from(&mut free), Out::from(&mut total))
+                .unwrap_or(CUDA_ERROR_NOT_FOUND);
+            let _ = real::cuCtxPopCurrent_v2(Out::from(&mut popped));
+            if rc == CUDA_SUCCESS {
+                Ok(free as u64)
+            } else {
+                Err(rc)
+            }
+        })
     }
 
     fn free_without_context(&self, device: usize) -> Result<u64, String> {
@@ -372,7 +375,8 @@ impl gpucap_core::residents::Gauge for Contexts {
     }
 
     fn graph_reserved(&self, device: usize) -> Option<u64> {
-        super::graph_queries::graph_reserved(device)
+        // A measurement, maybe inside a capture (a first launch there): relaxed.
+        super::graph_queries::relaxed(|| super::graph_queries::graph_reserved(device))
     }
 }
 
