@@ -20,7 +20,7 @@
 #   --parts LIST    run only these parts (comma-separated; env and the packing always
 #                   run): a rerun of what failed, say `--parts checks --only 'pool'`.
 #                   Two sets for a GPU lent for two commands: `--parts first` (the step
-#                   cost, the new checks, the re-checks, probe-driver) and `--parts rest`
+#                   cost, the new checks, the re-checks, probe-driver, diag) and `--parts rest`
 #                   (checks, bench, bench-hami, first-use; the checks part then leaves out
 #                   what `first` ran); see docs/src/real-gpu.md
 #   --only REGEX    the checks part runs only the checks whose name matches (gpu-check.sh)
@@ -33,7 +33,9 @@
 # step-cost.json); graphs, nccl, vllm-sizing, pool-64, kill-storm (those checks of
 # gpu-check.sh, one part each); recheck (pool-contexts and accounting-jax, the checks the
 # last run asked to repeat); probe-driver (scripts/gpu/probe-driver.sh
-# DIR, where it exists: writes DIR/driver-answers.json); checks (every other check of
+# DIR, where it exists: writes DIR/driver-answers.json); diag (the diagnostics of
+# scripts/gpu/diag/ that wait for a GPU, raw and under gpucap: heap-when, fork-hold,
+# capture-lazy; their output in logs.tar.gz); checks (every other check of
 # gpu-check.sh: a check whose own part is asked for is left to it); bench (gpu-check.sh
 # --bench); bench-hami (scripts/gpu/bench-hami-hook.sh
 # DIR: scripts/bench/bench-hami.sh on the HAMi-core build carried in target/hami, into
@@ -69,7 +71,7 @@ uint_at_least() { # OPTION VALUE MIN
 OUTDIR='' LIB=$ROOT/target/release/libgpucap.so CLI=$ROOT/target/release/gpucap PY=python3
 BUDGET=460 REPS=3 TARGET_MS=200 TRAIN_REPS=4 TRAIN_STEPS=100 FIRST_REPS=5
 PROBE_DRIVER=$ROOT/scripts/gpu/probe-driver.sh BENCH_HAMI=$ROOT/scripts/gpu/bench-hami-hook.sh
-FIRST_PARTS=step-cost,graphs,nccl,vllm-sizing,pool-64,kill-storm,recheck,probe-driver
+FIRST_PARTS=step-cost,graphs,nccl,vllm-sizing,pool-64,kill-storm,recheck,probe-driver,diag
 REST_PARTS=checks,bench,bench-hami,first-use
 ALL_PARTS=env,$FIRST_PARTS,$REST_PARTS PARTS_WANTED=$ALL_PARTS ONLY= POOL_MEMBERS=64 STEP_ROUNDS=8 REST_ALIAS=0
 while [ $# -gt 0 ]; do
@@ -262,6 +264,37 @@ hook() {
     fi
 }
 
+# The diagnostics of scripts/gpu/diag/ that wait for a GPU: questions to the raw driver the
+# fake cannot settle, each within its time limit, its output in W/diag/ (logs.tar.gz) and in
+# the part's log: heap-when.py (which launch takes a raised malloc heap), fork-hold.py (a
+# killed or exiting process's memory while a child it forked lives), capture-lazy.py (when
+# a kernel launched first inside a capture is loaded, which calls a capture forbids), raw
+# and under gpucap. SKIP without nvidia-smi (no NVIDIA GPU), as the checks.
+part_diag() {
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+        echo "no NVIDIA GPU here (nvidia-smi not found): no diagnostic to run"
+        return 77
+    fi
+    mkdir -p "$W/diag"
+    local failed=()
+    run_diag() { # NAME CMD...: the command's output in W/diag/NAME.txt, 60 s at most
+        local name=$1 rc
+        shift
+        echo "-- diag $name: $*"
+        timeout 60 "$@" </dev/null 2>&1 | tee "$W/diag/$name.txt"
+        rc=${PIPESTATUS[0]}
+        [ "$rc" = 0 ] || failed+=("$name (exit status $rc)")
+    }
+    run_diag heap-when "$PY" "$ROOT/scripts/gpu/diag/heap-when.py"
+    run_diag fork-hold "$PY" "$ROOT/scripts/gpu/diag/fork-hold.py"
+    run_diag capture-lazy "$PY" "$ROOT/scripts/gpu/diag/capture-lazy.py"
+    run_diag capture-lazy-gpucap "$CLI" run --limit 50% -- "$PY" "$ROOT/scripts/gpu/diag/capture-lazy.py"
+    if [ ${#failed[@]} -gt 0 ]; then
+        echo "diagnostics that did not finish: ${failed[*]}"
+        return 1
+    fi
+}
+
 part_first_use() {
     "$PY" "$ROOT/scripts/gpu/first_use.py" --cli "$CLI" --reps "$FIRST_REPS" --out "$W/first-use.json" \
         --build "$W/first-use.d"
@@ -283,6 +316,7 @@ part pool-64 120 45 part_own pool-64 120
 part kill-storm 90 45 part_own kill-storm
 part recheck 90 45 part_own recheck
 part probe-driver 90 10 hook "$PROBE_DRIVER" driver-answers.json
+part diag 150 20 part_diag
 part checks 250 60 part_checks
 part bench 180 30 part_bench
 part bench-hami 90 20 hook "$BENCH_HAMI" hami.json

@@ -413,7 +413,8 @@ fn without_a_gpu(name: &str, args: &[&str]) -> Option<(PathBuf, Output)> {
 
 #[test]
 fn without_a_gpu_every_check_and_the_first_use_skip() {
-    let Some((out, o)) = without_a_gpu("gpu-run-no-gpu", &["--parts", "checks,first-use"]) else {
+    let Some((out, o)) = without_a_gpu("gpu-run-no-gpu", &["--parts", "checks,first-use,diag"])
+    else {
         return;
     };
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
@@ -434,6 +435,11 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     let (s, why) = &parts["first-use"];
     assert!(
         s == "SKIP" && why.starts_with("SKIP: no NVIDIA driver (libcuda.so.1"),
+        "{s} {why}"
+    );
+    let (s, why) = &parts["diag"];
+    assert!(
+        s == "SKIP" && why.starts_with("no NVIDIA GPU here (nvidia-smi not found)"),
         "{s} {why}"
     );
 }
@@ -531,7 +537,7 @@ fn the_first_set_passes_on_the_fake_gpu_and_writes_the_step_cost() {
     let parts = statuses(&v, "parts");
     for name in NEW_PARTS
         .split(',')
-        .chain(["env", "recheck", "probe-driver"])
+        .chain(["env", "recheck", "probe-driver", "diag"])
     {
         assert_eq!(
             parts[name].0,
@@ -539,6 +545,17 @@ fn the_first_set_passes_on_the_fake_gpu_and_writes_the_step_cost() {
             "part {name}: {parts:?}\n{}",
             dump(&o)
         );
+    }
+    // the diagnostics ran to their end, raw and (capture-lazy) under gpucap
+    let said = stdout(&o);
+    for line in [
+        "a launch of grab",
+        "exit  parent held ",
+        "under gpucap: no",
+        "under gpucap: yes",
+        "cuCtxSynchronize (control)",
+    ] {
+        assert!(said.contains(line), "{line}: {}", dump(&o));
     }
     for name in ["checks", "bench", "bench-hami", "first-use"] {
         let (s, why) = &parts[name];
@@ -678,7 +695,7 @@ fn the_rest_leaves_out_what_the_first_set_ran() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let parts = statuses(&v, "parts");
-    for name in NEW_PARTS.split(',').chain(["recheck", "probe-driver"]) {
+    for name in NEW_PARTS.split(',').chain(["recheck", "probe-driver", "diag"]) {
         let (s, why) = &parts[name];
         assert!(
             s == "SKIP" && why.starts_with("not asked for"),
