@@ -695,7 +695,10 @@ fn the_rest_leaves_out_what_the_first_set_ran() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let parts = statuses(&v, "parts");
-    for name in NEW_PARTS.split(',').chain(["recheck", "probe-driver", "diag"]) {
+    for name in NEW_PARTS
+        .split(',')
+        .chain(["recheck", "probe-driver", "diag"])
+    {
         let (s, why) = &parts[name];
         assert!(
             s == "SKIP" && why.starts_with("not asked for"),
