@@ -120,10 +120,7 @@ pub fn refuse_during_capture(entry: &str) -> CuResult {
     let mut g = graphs();
     let mut forbidden = false;
     for c in g.capturing.values_mut() {
-        let own = c.thread == me && c.mode != CU_STREAM_CAPTURE_MODE_RELAXED;
-        let global =
-            mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
-        if own || global {
+        if forbids(c.thread == me, c.mode, mode) {
             c.invalidated = true;
             forbidden = true;
         }
@@ -132,4 +129,44 @@ pub fn refuse_during_capture(entry: &str) -> CuResult {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
     Ok(())
+}
+
+/// Whether a capture begun in `capture_mode` (by the calling thread: `own`) forbids a
+/// potentially unsafe call by a thread in `thread_mode`: never in relaxed mode; a thread's
+/// own capture unless begun relaxed; in global mode, another thread's capture begun global.
+fn forbids(own: bool, capture_mode: c_int, thread_mode: c_int) -> bool {
+    if thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED {
+        return false;
+    }
+    (own && capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        || (thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+            && capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forbids;
+
+    /// CUDA's rules (`cuThreadExchangeStreamCaptureMode`), every combination: GLOBAL 0,
+    /// THREAD_LOCAL 1, RELAXED 2.
+    #[test]
+    fn a_capture_forbids_unsafe_calls_as_cudas_modes_say() {
+        for own in [true, false] {
+            for capture in 0..=2 {
+                for thread in 0..=2 {
+                    let want = match (own, capture, thread) {
+                        (_, _, 2) => false,
+                        (true, 0 | 1, _) => true,
+                        (_, 0, 0) => true,
+                        _ => false,
+                    };
+                    assert_eq!(
+                        forbids(own, capture, thread),
+                        want,
+                        "own {own}, capture begun in mode {capture}, thread in mode {thread}"
+                    );
+                }
+            }
+        }
+    }
 }
