@@ -95,7 +95,7 @@ fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: Option<usize>, stream: 
         // The real driver (13.0, H200) answers success for 0 bytes: nothing is allocated.
         return out(dptr, 0);
     }
-    if let Some((g, _)) = graph::capture_of(stream) {
+    if let Some((g, _)) = graph::capture_of(stream)? {
         // Captured: an alloc node of the graph, from the pool's device.
         let _ = ctx;
         let props = CUmemPoolProps {
@@ -256,7 +256,7 @@ crate::abi::exports! {
             return Ok(());
         }
         // Captured: a free node when it is graph memory.
-        if let Some((g, _)) = graph::capture_of(stream)
+        if let Some((g, _)) = graph::capture_of(stream)?
             && let Some(rc) = graph::captured_free(g, dptr)
         {
             return rc;

@@ -72,11 +72,16 @@ pub fn end_capture(stream: usize) -> Result<usize, CUresult> {
     Ok(c.graph)
 }
 
-/// The graph and capture id of a stream whose capture is under way (not invalidated).
-pub fn capture_of(stream: usize) -> Option<(usize, u64)> {
+/// The graph and capture id of a capturing stream (None: it does not capture), or
+/// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED where its capture was invalidated: work issued to
+/// it is refused.
+pub fn capture_of(stream: usize) -> Result<Option<(usize, u64)>, CUresult> {
     let g = graphs();
-    let c = g.capturing.get(&stream).filter(|c| !c.invalidated)?;
-    Some((c.graph, c.id))
+    match g.capturing.get(&stream) {
+        None => Ok(None),
+        Some(c) if c.invalidated => Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED),
+        Some(c) => Ok(Some((c.graph, c.id))),
+    }
 }
 
 /// A stream's capture status (`CU_STREAM_CAPTURE_STATUS_*`), with its graph and capture
