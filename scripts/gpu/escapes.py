@@ -44,6 +44,13 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      the room: charged as the driver took it, a kernel with
                                      twice that refused (the stack kept), lowering the
                                      stack gives back what the driver gave back
+  escapes.py capture-lazy --cap N    lazy-kernels with the kernel's first launch inside a
+                                     stream capture (global mode, as PyTorch captures):
+                                     the capture ends with its graph (gpucap's measurement
+                                     there forbids nothing), and by the graph's launch what
+                                     the driver took is charged, wherever it took it (the
+                                     capture, the instantiation, the launch: printed); 0.6 x
+                                     the room more refused; the unload gives it back
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -448,6 +455,54 @@ def lazy_kernels(drv, w, cap):
                mib(max(w.peak, used)), mib(cap)))
 
 
+def capture_lazy(drv, w, cap):
+    room, size, ptx = big_global(drv, cap, "a library", kernel=True)
+    lib, k, s, g, x = vp(), vp(), vp(), vp(), vp()
+    before = w.look(0, "before the library is loaded")
+    rc = drv.L.cuLibraryLoadData(ctypes.byref(lib), ptx, None, None, c_int(0), None, None, c_int(0))
+    if rc != 0:
+        fail("cuLibraryLoadData(a global of %s) -> %d" % (mib(size), rc))
+    drv.must("cuLibraryGetKernel", ctypes.byref(k), lib, b"k")
+    drv.must("cuStreamCreate", ctypes.byref(s), c_int(1))
+    drv.must("cuStreamBeginCapture_v2", s, c_int(0))  # CU_STREAM_CAPTURE_MODE_GLOBAL
+    rc = drv.L.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, s, None, None)
+    end = drv.L.cuStreamEndCapture(s, ctypes.byref(g))
+    if rc != 0 or end != 0:
+        fail("the kernel's first launch inside a capture -> %d, the capture's end -> %d (901: the capture was "
+             "invalidated by a call it forbids)" % (rc, end))
+    at_capture = w.look(0, "its kernel's first launch captured") - before
+    drv.must("cuGraphInstantiateWithFlags", ctypes.byref(x), g, ctypes.c_ulonglong(0))
+    at_instantiation = w.look(0, "the graph instantiated") - before
+    drv.must("cuGraphLaunch", x, s)
+    drv.must("cuStreamSynchronize", s)
+    launched = room_of(drv, 0, cap)
+    took = w.look(0, "the graph launched") - before
+    charged = room - launched
+    if charged + 2 * MiB < took:
+        fail("the library's kernel, first launched in a capture, took %s of the driver by the graph's launch "
+             "(%s at the capture, %s at the instantiation), gpucap charged %s"
+             % (mib(took), mib(at_capture), mib(at_instantiation), mib(charged)))
+    rc, p = drv.alloc(size)
+    if rc == 0:
+        drv.must("cuMemFree_v2", u64(p))
+        fail("%s more allocated beside the loaded library with %s free under the cap" % (mib(size), mib(launched)))
+    if rc != OOM:
+        fail("an allocation past the cap -> %d, expected %d" % (rc, OOM))
+    drv.must("cuGraphExecDestroy", x)
+    drv.must("cuGraphDestroy", g)
+    drv.must("cuLibraryUnload", lib)
+    back = room_of(drv, 0, cap)
+    gave = took + before - w.look(0, "the library unloaded")
+    if (back - launched) + 2 * MiB < gave:
+        fail("cuLibraryUnload gave %s back to the driver, gpucap credited %s" % (mib(gave), mib(back - launched)))
+    used = fill(drv, w, 0, cap, "after the library")
+    return ("a library with a global of %s, its kernel first launched inside a capture: the driver took %s at the "
+            "capture, %s by the instantiation, %s by the graph's launch, charged %s (the capture ended; %s more "
+            "refused); its unload gave back %s, credited %s; the driver's figure peaked at %s of the %s cap"
+            % (mib(size), mib(at_capture), mib(at_instantiation), mib(took), mib(charged), mib(size), mib(gave),
+               mib(back - launched), mib(max(w.peak, used)), mib(cap)))
+
+
 def local_kernel(local):
     """PTX of a kernel `k(out)` whose threads keep `local` bytes of local memory (an array
     indexed by the thread, so that none of it can be left out)."""
@@ -528,13 +583,13 @@ def local_stack(drv, w, cap):
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
         print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
-              "|lazy-kernels|local-stack --cap BYTES",
+              "|lazy-kernels|local-stack|capture-lazy --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
              "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit,
-             "lazy-kernels": lazy_kernels, "local-stack": local_stack}
+             "lazy-kernels": lazy_kernels, "local-stack": local_stack, "capture-lazy": capture_lazy}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

@@ -117,7 +117,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 24] = [
+const ON_THE_FAKE: [&str; 25] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -129,6 +129,7 @@ const ON_THE_FAKE: [&str; 24] = [
     "escape-stack-limit",
     "escape-local-stack",
     "escape-lazy-kernels",
+    "escape-capture-lazy",
     "accounting-driver",
     "pool",
     "pool-metrics",
@@ -240,7 +241,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     skipped("numba", "numba not importable");
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 44, "{checks:?}");
+    assert_eq!(checks.len(), 45, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -420,7 +421,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 41, "{checks:?}");
+    assert_eq!(checks.len(), 42, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),
@@ -723,5 +724,5 @@ fn the_rest_leaves_out_what_the_first_set_ran() {
         checks.contains_key("pool") && checks.contains_key("accounting-driver"),
         "{checks:?}"
     );
-    assert_eq!(checks.len(), 33 + 3, "{checks:?}");
+    assert_eq!(checks.len(), 34 + 3, "{checks:?}");
 }

@@ -7,7 +7,7 @@
 
 CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
-    escape-module-globals escape-stack-limit escape-local-stack escape-lazy-kernels
+    escape-module-globals escape-stack-limit escape-local-stack escape-lazy-kernels escape-capture-lazy
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
 ACCOUNTING=$SRC_DIR/accounting.py
@@ -64,6 +64,8 @@ check_escape_stack_limit() { escape_check "$1" stack-limit; }
 check_escape_local_stack() { escape_check "$1" local-stack; }
 # a library's global and code, loaded at its kernel's first launch
 check_escape_lazy_kernels() { escape_check "$1" lazy-kernels; }
+# the same, the kernel's first launch inside a stream capture
+check_escape_capture_lazy() { escape_check "$1" capture-lazy; }
 
 # accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
 # first context was measured (the shim's debug line: by NVML, no temporary context).
