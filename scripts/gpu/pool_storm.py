@@ -196,8 +196,10 @@ class Setting:
 
 
 def start_together(s, n, cap):
-    """n first-block members told to go at once: (seconds until all held, the children)."""
-    kids = [Child(s.prefix(cap) + s.me("first", BLOCK), s.a.timeout, env=s.env, stderr=subprocess.DEVNULL)
+    """n first-block members told to go at once: (seconds until all held, the children).
+    Their standard error joins their output, so that a line gpucap says (a refusal) is
+    echoed with the member's lines where the member fails."""
+    kids = [Child(s.prefix(cap) + s.me("first", BLOCK), s.a.timeout, env=s.env, stderr=subprocess.STDOUT)
             for _ in range(n)]
     for c in kids:
         c.expect("READY")
