@@ -59,7 +59,7 @@ pub fn launch_kernel(
     extra: Params,
 ) -> CuResult {
     let call = || real.call(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
-    launched("cuLaunchKernel", f, stream, call)
+    launched("cuLaunchKernel", f, || stream, call)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -78,7 +78,7 @@ pub fn launch_cooperative_kernel(
     params: Params,
 ) -> CuResult {
     let call = || real.call(f, gx, gy, gz, bx, by, bz, shared, stream, params);
-    launched("cuLaunchCooperativeKernel", f, stream, call)
+    launched("cuLaunchCooperativeKernel", f, || stream, call)
 }
 
 #[inline(always)]
@@ -90,7 +90,8 @@ pub fn launch_kernel_ex(
     extra: Params,
 ) -> CuResult {
     let call = || real.call(config, f, params, extra);
-    let stream = config.get().map_or(std::ptr::null_mut(), |c| c.stream);
+    // Read only at a first launch: a launch seen costs no read of the caller's config.
+    let stream = || config.get().map_or(std::ptr::null_mut(), |c| c.stream);
     launched("cuLaunchKernelEx", f, stream, call)
 }
 
@@ -132,11 +133,17 @@ pub fn kernel_get_function(
 /// handle belongs to one context (one key per device is one per context, and a launch
 /// after the first costs one lookup); a kernel handle (`cuLibraryGetKernel`) is used in
 /// every context, and each context loads it anew: its key names the context too.
+/// `stream`: the launch's stream, asked for at a first launch only.
 #[inline(always)]
-fn launched(api: &str, f: Handle, stream: Stream, mut call: impl FnMut() -> CuResult) -> CuResult {
+fn launched(
+    api: &str,
+    f: Handle,
+    stream: impl FnOnce() -> Stream,
+    mut call: impl FnMut() -> CuResult,
+) -> CuResult {
     match device_if_first_launch(f) {
         None => call(),
-        Some(d) => launch_unseen(api, f, d, stream, call),
+        Some(d) => launch_unseen(api, f, d, stream(), call),
     }
 }
 
@@ -278,10 +285,7 @@ fn first_use(
     let key = used.key;
     // Eager loading loads nothing at a first use; a raised heap may be taken at one.
     if kernel_queries::eager_loading() && !super::limits::heap_raised() {
-        return match used.mark {
-            true => loaded_eagerly(key, d, call, function),
-            false => call(),
-        };
+        return loaded_eagerly(used, d, call, function);
     }
     let Some(ctx) = queries::current_context() else {
         return call();
@@ -333,12 +337,7 @@ fn first_use(
         return rc; // not seen: the next use measures again
     }
     if used.mark {
-        seen(key);
-        // The function asked for is loaded now: its first launch has nothing to load (nor
-        // a stack to grow).
-        if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f)) {
-            seen(launch_key(f as u64, d));
-        }
+        mark_seen(key, d, &function);
     }
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     let bytes = match measured {
@@ -398,23 +397,29 @@ fn first_use(
 
 /// A first use under eager loading: the driver loaded the code with its module (measured
 /// at `cuModuleLoad*`), its library (at `cuLibraryLoad*`, `libraries`) or the context
-/// (with the context), so the use loads nothing: made, and seen, unmeasured. Under
+/// (with the context), so the use loads nothing: made unmeasured, and seen where `used` says. Under
 /// TensorFlow cudart asks for 49,086 functions then, each a first use; measured, each
 /// cost the context lock and two reads of NVML's process list.
 fn loaded_eagerly(
-    key: u64,
+    used: Use,
     d: usize,
     mut call: impl FnMut() -> CuResult,
     function: impl Fn() -> Option<Handle>,
 ) -> CuResult {
     let rc = call();
-    if rc == CUDA_SUCCESS {
-        seen(key);
-        if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f)) {
-            seen(launch_key(f as u64, d));
-        }
+    if rc == CUDA_SUCCESS && used.mark {
+        mark_seen(used.key, d, &function);
     }
     rc
+}
+
+/// A first use of `key` done: seen, and the function asked for (`function`) too where its
+/// first launch takes nothing more (no stack to grow, no raised heap to take).
+fn mark_seen(key: u64, d: usize, function: &impl Fn() -> Option<Handle>) {
+    seen(key);
+    if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f)) {
+        seen(launch_key(f as u64, d));
+    }
 }
 
 /// Records `key` as seen; where the table has no room for it, says once (at warn) that
