@@ -22,16 +22,6 @@ use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::contexts::{DeviceLock, Unmeasured};
 use gpucap_core::ledger::Charge;
 
-/// `cuLibraryLoadData`'s arguments after the library and its code: the JIT options
-/// (keys, values, count) and the library options (keys, values, count).
-type Options = (
-    *mut c_int,
-    *mut *mut c_void,
-    u32,
-    *mut c_int,
-    *mut *mut c_void,
-    u32,
-);
 /// A `cuLibraryLoad*` call: the library, the code (an image, or a file's name), options.
 type Load<'a, Code> = Real<(
     Out<'a, Handle>,
@@ -71,16 +61,17 @@ pub fn library_load<C: Code>(
     lib_values: *mut *mut c_void,
     num_lib: u32,
 ) -> CuResult {
-    let o: Options = (
-        jit_options,
-        jit_values,
-        num_jit,
-        lib_options,
-        lib_values,
-        num_lib,
-    );
     library_loaded(C::API, library, || {
-        real.call(library, code, o.0, o.1, o.2, o.3, o.4, o.5)
+        real.call(
+            library,
+            code,
+            jit_options,
+            jit_values,
+            num_jit,
+            lib_options,
+            lib_values,
+            num_lib,
+        )
     })
 }
 
