@@ -655,13 +655,13 @@ static void capture_local_library(void) {
     MUST(cuStreamSynchronize(s));
     stack_is(8192, "the graph launched");
     IN_USE(0, code + s8, "the library's code and the stack the graph's kernel grew");
-    MUST(cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    MUST(launch_fn((CUfunction)k));
     IN_USE(0, code + s8, "launched outside the capture: nothing more");
     MUST(cuGraphExecDestroy(x));
     MUST(cuGraphDestroy(g));
     MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
     IN_USE(0, code, "the stack lowered");
-    MUST(cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    MUST(launch_fn((CUfunction)k));
     stack_is(8192, "launched again");
     IN_USE(0, code + s8, "the kernel grew the lowered stack again");
     MUST(cuLibraryUnload(l));
