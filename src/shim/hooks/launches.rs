@@ -59,7 +59,7 @@ pub fn launch_kernel(
     extra: Params,
 ) -> CuResult {
     let call = || real.call(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
-    launched("cuLaunchKernel", f, || stream, call)
+    launched("cuLaunchKernel", f, stream, call)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -78,7 +78,7 @@ pub fn launch_cooperative_kernel(
     params: Params,
 ) -> CuResult {
     let call = || real.call(f, gx, gy, gz, bx, by, bz, shared, stream, params);
-    launched("cuLaunchCooperativeKernel", f, || stream, call)
+    launched("cuLaunchCooperativeKernel", f, stream, call)
 }
 
 #[inline(always)]
@@ -90,8 +90,7 @@ pub fn launch_kernel_ex(
     extra: Params,
 ) -> CuResult {
     let call = || real.call(config, f, params, extra);
-    // Read only at a first launch: a launch seen costs no read of the caller's config.
-    let stream = || config.get().map_or(std::ptr::null_mut(), |c| c.stream);
+    let stream = config.get().map_or(std::ptr::null_mut(), |c| c.stream);
     launched("cuLaunchKernelEx", f, stream, call)
 }
 
@@ -133,17 +132,11 @@ pub fn kernel_get_function(
 /// handle belongs to one context (one key per device is one per context, and a launch
 /// after the first costs one lookup); a kernel handle (`cuLibraryGetKernel`) is used in
 /// every context, and each context loads it anew: its key names the context too.
-/// `stream`: the launch's stream, asked for at a first launch only.
 #[inline(always)]
-fn launched(
-    api: &str,
-    f: Handle,
-    stream: impl FnOnce() -> Stream,
-    mut call: impl FnMut() -> CuResult,
-) -> CuResult {
+fn launched(api: &str, f: Handle, stream: Stream, mut call: impl FnMut() -> CuResult) -> CuResult {
     match device_if_first_launch(f) {
         None => call(),
-        Some(d) => launch_unseen(api, f, d, stream(), call),
+        Some(d) => launch_unseen(api, f, d, stream, call),
     }
 }
 
