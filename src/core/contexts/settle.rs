@@ -22,9 +22,10 @@
 //!
 //! Where the driver also gives this process's own figure (NVML's per-process memory,
 //! where the pid it lists is provably this process's), [`settle_own`] uses it: other
-//! members' contexts do not move it, so it is this context's whatever else was in flight
-//! (the first context of a pool on a GPU needs no measurement alone then), and the
-//! charge is never below it.
+//! members' contexts do not move it, so beside others it is this context's figure
+//! whatever else fell in the device-wide window (the first context of a pool on a GPU
+//! needs no measurement alone then), never below what a context there was expected to
+//! take; alone, the device-wide measurement, never below it.
 
 /// A context's charge, and whether its measurement may teach the expectation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,14 +55,19 @@ pub fn settle(measured: u64, expected: u64, others: u64) -> Settled {
     }
 }
 
-/// [`settle`] beside `own`, what the driver's figure for this process moved by in the
-/// call (less this process's other threads' charges meanwhile): the expectation is at
-/// least `own`, the charge never below it; what is learned is the device-wide
-/// measurement when nothing else was in flight, else `own`.
+/// A context settled with `own`, what the driver's figure for this process moved by in
+/// the call (less this process's other threads' charges meanwhile): (the charge, what is
+/// learned). Alone ([`settle`] with nothing in flight): the device-wide measurement,
+/// never below `own` or the expectation, and learned. Beside `others`: `own`, never below
+/// the expectation, and `own` learned; the device-wide window is not charged whole there
+/// (16 members at once on a loaded machine put 1.71 GiB of others' memory in one 300 MiB
+/// context's window, beyond what their count explained, and the pool refused it).
 pub fn settle_own(measured: u64, expected: u64, others: u64, own: u64) -> (u64, u64) {
-    let s = settle(measured, expected.max(own), others);
-    let learned = if others == 0 { measured } else { own };
-    (s.bytes.max(own), learned)
+    if others == 0 {
+        let s = settle(measured, expected.max(own), 0);
+        return (s.bytes, measured);
+    }
+    (own.max(expected), own)
 }
 
 #[cfg(test)]
@@ -158,6 +164,18 @@ mod tests {
             (100 * MIB, 100 * MIB)
         );
         assert_eq!(settle_own(90 * MIB, 0, 0, 100 * MIB), (100 * MIB, 90 * MIB));
+        // Beside others, a window holding more than their count explains (the pool-64
+        // check's member: 1.71 GiB measured for a 300 MiB context, 4 others counted):
+        // its own figure, not the window whole.
+        assert_eq!(
+            settle_own(1751 * MIB, 300 * MIB, 4, 300 * MIB),
+            (300 * MIB, 300 * MIB)
+        );
+        // Never below what a context there was expected to take.
+        assert_eq!(
+            settle_own(900 * MIB, 300 * MIB, 2, 290 * MIB),
+            (300 * MIB, 290 * MIB)
+        );
     }
 
     proptest! {
