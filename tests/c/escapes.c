@@ -75,6 +75,15 @@
  *                  FAKECUDA_CAPTURE_UNSAFE=cuMemGetInfo_v2 the program's own cuMemGetInfo
  *                  inside a capture is refused and ends it (answered in relaxed mode),
  *                  and the captured launch, measured by gpucap, still ends its capture.
+ *   kernel-function-stack (cap <cap0> = 2 GiB; FAKECUDA_LIBRARY_MEM=<code>) a library's
+ *                  8 KiB kernel's function asked for (cuKernelGetFunction loads the
+ *                  library's code, charged), then the kernel handle launched: the stack
+ *                  it grows is charged too (before, the handle was taken as seen).
+ *   graph-node-library (cap <cap0> = 2 GiB; FAKECUDA_LIBRARY_MEM=<code>) a graph built by
+ *                  hand with a kernel node of a library never used in the context
+ *                  (cuGraphAddKernelNode_v2 with the kernel handle): the library's code
+ *                  the driver loads for it is charged; an executable graph's node given a
+ *                  second library's kernel (cuGraphExecKernelNodeSetParams_v2) likewise.
  *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
  *                  stack) in a created context, half the cap allocated, then a stack of
  *                  over half the cap: the driver takes it, gpucap refuses it
@@ -670,6 +679,90 @@ static void capture_local_library(void) {
     IN_USE(0, 0, "the stack lowered");
 }
 
+/* A library's kernel past the stack, its function asked for first (cuKernelGetFunction
+   loads the library into the context), then launched by its kernel handle: the launch
+   grows the stack all the same. */
+static void kernel_function_stack(void) {
+    one_context();
+    const char *e = getenv("FAKECUDA_LIBRARY_MEM");
+    size_t code = e ? parse_size(e) : 0, s8 = stack_takes(14); /* 8192 bytes */
+    CHECK(code > 0 && code + s8 < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM and a cap of 2 GiB");
+    CUlibrary l = NULL;
+    CUkernel k = NULL;
+    CUfunction f = NULL;
+    MUST(cuLibraryLoadData(&l, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(&k, l, "local8k"));
+    MUST(cuKernelGetFunction(&f, k));
+    IN_USE(0, code, "the kernel's function asked for: its library's code loaded");
+    stack_is(DEFAULT_STACK, "the function asked for");
+    MUST(launch_fn((CUfunction)k));
+    stack_is(8192, "the kernel handle launched");
+    IN_USE(0, code + s8, "the library's code and the stack its kernel handle's launch grew");
+    MUST(cuLibraryUnload(l));
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    IN_USE(0, 0, "the library unloaded, the stack lowered");
+}
+
+typedef struct {
+    CUfunction func;
+    unsigned int gx, gy, gz, bx, by, bz, shared;
+    void **params, **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} KernelNodeParams;
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+CUresult cuGraphAddKernelNode_v2(void **node, CUgraph graph, const void **deps, size_t n, const KernelNodeParams *p);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, void *node, const KernelNodeParams *p);
+
+/* A graph built by hand: a kernel node of a library never used in the context makes the
+   driver load the library's code for the graph (the fake: at cuGraphAddKernelNode), and so
+   does an executable graph's node given another library's kernel. */
+static void graph_node_library(void) {
+    one_context();
+    const char *e = getenv("FAKECUDA_LIBRARY_MEM");
+    size_t code = e ? parse_size(e) : 0;
+    CHECK(code > 0 && code < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM under the cap");
+    CUlibrary l = NULL;
+    CUkernel k = NULL;
+    MUST(cuLibraryLoadData(&l, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(&k, l, "local4k"));
+    IN_USE(0, 0, "a library loaded, its kernel asked for");
+    CUgraph g = NULL;
+    MUST(cuGraphCreate(&g, 0));
+    KernelNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.kern = k;
+    p.gx = p.gy = p.gz = 1;
+    p.bx = 32;
+    p.by = p.bz = 1;
+    void *node = NULL;
+    MUST(cuGraphAddKernelNode_v2(&node, g, NULL, 0, &p));
+    CUgraphExec x = NULL;
+    MUST(cuGraphInstantiateWithFlags(&x, g, 0));
+    CUstream s = NULL;
+    MUST(cuStreamCreate(&s, 1));
+    MUST(cuGraphLaunch(x, s));
+    MUST(cuStreamSynchronize(s));
+    IN_USE(0, code + stack_takes(6), "the graph's kernel loaded and its stack grown");
+    /* The executable graph's node given a kernel of a second library, never used. */
+    CUlibrary l2 = NULL;
+    CUkernel k2 = NULL;
+    MUST(cuLibraryLoadData(&l2, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(&k2, l2, "local4k"));
+    p.kern = k2;
+    MUST(cuGraphExecKernelNodeSetParams_v2(x, node, &p));
+    MUST(cuGraphLaunch(x, s));
+    MUST(cuStreamSynchronize(s));
+    IN_USE(0, 2 * code + stack_takes(6), "the node's new kernel loaded with its library");
+    MUST(cuGraphExecDestroy(x));
+    MUST(cuGraphDestroy(g));
+    MUST(cuLibraryUnload(l2));
+    IN_USE(0, code + stack_takes(6), "the second library unloaded");
+    MUST(cuLibraryUnload(l));
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    IN_USE(0, 0, "the library unloaded, the stack lowered");
+}
+
 /* A launch grows the stack to its kernel's local memory. */
 static void local_stack(void) {
     one_context();
@@ -987,6 +1080,8 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "local-stack") == 0) local_stack();
     else if (strcmp(mode, "graph-local-stack") == 0) graph_local_stack();
     else if (strcmp(mode, "capture-local-library") == 0) capture_local_library();
+    else if (strcmp(mode, "kernel-function-stack") == 0) kernel_function_stack();
+    else if (strcmp(mode, "graph-node-library") == 0) graph_node_library();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();

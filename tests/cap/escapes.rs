@@ -548,6 +548,54 @@ fn a_kernel_first_launched_in_a_capture_has_its_code_charged_and_its_stack_left_
     assert_failed(&o, "capture-local-library without the shim");
 }
 
+/// A library's kernel whose threads take more than the stack, its function asked for first
+/// (`cuKernelGetFunction` loads the library's code into the context: charged), then
+/// launched by its kernel handle: the launch grows the stack, and gpucap charges it.
+/// Before, asking for the function marked the kernel handle seen in the context, so its
+/// launch was forwarded unmeasured and the stack it grew (1,848 MiB here) charged
+/// nowhere. Alone and in a pool (`escapes.c`, `kernel-function-stack`).
+#[test]
+fn a_kernel_launched_by_its_handle_after_its_function_was_asked_for_has_its_stack_charged() {
+    let dir = scratch("escapes-kernel-function-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let code = ("FAKECUDA_LIBRARY_MEM", "128Mi");
+    for env in [
+        &[code][..],
+        &[code, ("GPUCAP_POOL", "kfs"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+    ] {
+        let (o, s) = escapes(&["kernel-function-stack", "2Gi"], 1, Some("2Gi"), env);
+        assert_passed(&o, &format!("kernel-function-stack with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
+    }
+    let (o, _) = escapes(&["kernel-function-stack", "2Gi"], 1, None, &[code]);
+    assert_failed(&o, "kernel-function-stack without the shim");
+}
+
+/// A graph built by hand (`cuGraphAddKernelNode_v2` with a kernel handle of a library
+/// never used in the context): the driver loads the library's code into the context for
+/// the graph (the fake at the node's making), and an executable graph's node given a
+/// second library's kernel (`cuGraphExecKernelNodeSetParams_v2`) loads that one: gpucap
+/// loads each such kernel first itself (`cuKernelGetFunction`), measured as a first use,
+/// wherever the driver would have loaded it. Before, neither was charged (128 MiB each
+/// here). Alone, in a pool, and with NVML failing (measured by the context's free memory).
+#[test]
+fn a_graph_built_by_hand_has_its_kernels_code_charged() {
+    let dir = scratch("escapes-graph-node-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let code = ("FAKECUDA_LIBRARY_MEM", "128Mi");
+    for env in [
+        &[code][..],
+        &[code, ("GPUCAP_POOL", "gnl"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[code, ("FAKECUDA_NVML_FAIL", "1")][..],
+    ] {
+        let (o, s) = escapes(&["graph-node-library", "2Gi"], 1, Some("2Gi"), env);
+        assert_passed(&o, &format!("graph-node-library with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
+    }
+    let (o, _) = escapes(&["graph-node-library", "2Gi"], 1, None, &[code]);
+    assert_failed(&o, "graph-node-library without the shim");
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

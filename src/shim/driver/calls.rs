@@ -95,6 +95,8 @@ driver_fns! {
     cuModuleGetLoadingMode: (*mut c_int);
     // The local memory a kernel's threads take (a launch grows the stack to it).
     cuFuncGetAttribute: (*mut c_int, c_int, Handle);
+    // A function loaded into its context (CUDA 12.4: lazy loading's explicit load).
+    cuFuncLoad: (Handle);
     cuKernelGetAttribute: (*mut c_int, c_int, Handle, c_int);
     cuDeviceGetAttribute: (*mut c_int, c_int, c_int);
     // Limits: the old value, set back when the cap cannot take the new one.

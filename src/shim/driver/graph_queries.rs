@@ -1,5 +1,5 @@
 //! What the graph hooks ask the real driver (below the hooks): the alloc nodes of a graph,
-//! the most local memory its kernels' threads take,
+//! its kernel nodes and the most local memory their threads take,
 //! the device's graph memory figures, and whether a stream captures; and the shim's own
 //! queries kept out of a capture's way (`relaxed`).
 
@@ -33,30 +33,52 @@ pub fn graph_allocs(graph: Handle) -> Option<Vec<(usize, u64)>> {
     Some(out)
 }
 
-/// The most local memory a thread of any kernel node of `graph` (and of its child graphs)
-/// takes: its launch grows the context's stack to it, as a launch does. 0 where the driver
-/// does not say (no such node, or no `cuGraphKernelNodeGetParams_v2`).
-pub fn graph_max_local(graph: Handle, device: c_int) -> u64 {
+/// A kernel node's function (null where the node was made with a kernel handle), kernel
+/// handle and context (null: the current one), as `cuGraphKernelNodeGetParams_v2` says.
+#[derive(Clone, Copy)]
+pub struct KernelNode {
+    pub func: Handle,
+    pub kern: Handle,
+    pub ctx: Handle,
+}
+
+/// The kernel nodes of `graph` and of its child graphs whose parameters the driver gives
+/// (none without `cuGraphKernelNodeGetParams_v2`, or where it cannot list the nodes).
+pub fn graph_kernels(graph: Handle) -> Vec<KernelNode> {
     let Some(get) = calls::cuGraphKernelNodeGetParams_v2() else {
-        return 0;
+        return Vec::new();
     };
-    let mut most = 0;
+    let mut out = Vec::new();
     let _ = visit(graph, 0, &mut |node, t| {
         if t == CU_GRAPH_NODE_TYPE_KERNEL {
             // SAFETY: plain old data, all-zero is a valid value.
             let mut p: KernelNodeParams = unsafe { std::mem::zeroed() };
             // SAFETY: a kernel node the driver listed; `p` has the driver's layout.
             if unsafe { get(node, &mut p) } == CUDA_SUCCESS {
-                let local = match p.func.is_null() {
-                    false => super::kernel_queries::local_size(p.func, None),
-                    true => super::kernel_queries::local_size(p.kern, Some(device)),
-                };
-                most = most.max(local);
+                out.push(KernelNode {
+                    func: p.func,
+                    kern: p.kern,
+                    ctx: p.ctx,
+                });
             }
         }
         Some(())
     });
-    most
+    out
+}
+
+/// The most local memory a thread of any of `kernels` takes on `device`: a graph's
+/// launch grows the context's stack to it, as a launch does. 0 where the driver does not
+/// say.
+pub fn max_local(kernels: &[KernelNode], device: c_int) -> u64 {
+    kernels
+        .iter()
+        .map(|k| match k.func.is_null() {
+            false => super::kernel_queries::local_size(k.func, None),
+            true => super::kernel_queries::local_size(k.kern, Some(device)),
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Calls `each` with every node of `graph` and its type, going into child graphs (to

@@ -23,8 +23,8 @@ use std::sync::atomic::{
 
 use super::types::{
     Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1, CText, CuResult,
-    Dptr, Handle, In, InstantiateParams, LaunchConfigHead, LocationPrefix, NvmlProcessDetailList,
-    Out, OutArray, Stream,
+    Dptr, Handle, In, InstantiateParams, KernelNodeParams, KernelNodeParamsV1, LaunchConfigHead,
+    LocationPrefix, NvmlProcessDetailList, Out, OutArray, Stream,
 };
 use crate::resolve::{driver_symbol, in_main_program};
 use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
@@ -200,6 +200,16 @@ macro_rules! hooked {
                 (exec: Out<Handle>, graph: Handle, params: *mut InstantiateParams) => hooks::graphs::graph_instantiate_with_params;
             cuGraphInstantiateWithParams_ptsz = "cuGraphInstantiateWithParams" @ 12000 ptsz :
                 (exec: Out<Handle>, graph: Handle, params: *mut InstantiateParams) => hooks::graphs::graph_instantiate_with_params;
+            // A graph's kernel node: its kernel is loaded into its context for the graph
+            // (measured before the driver's call, as a first use).
+            cuGraphAddKernelNode = "cuGraphAddKernelNode" @ 10000 :
+                (node: Out<Handle>, graph: Handle, deps: *const Handle, n: usize, params: In<KernelNodeParamsV1>) => hooks::graphs::graph_add_kernel_node_v1;
+            cuGraphExecKernelNodeSetParams = "cuGraphExecKernelNodeSetParams" @ 10010 :
+                (exec: Handle, node: Handle, params: In<KernelNodeParamsV1>) => hooks::graphs::graph_exec_kernel_node_set_params_v1;
+            cuGraphAddKernelNode_v2 = "cuGraphAddKernelNode" @ 12000 :
+                (node: Out<Handle>, graph: Handle, deps: *const Handle, n: usize, params: In<KernelNodeParams>) => hooks::graphs::graph_add_kernel_node;
+            cuGraphExecKernelNodeSetParams_v2 = "cuGraphExecKernelNodeSetParams" @ 12000 :
+                (exec: Handle, node: Handle, params: In<KernelNodeParams>) => hooks::graphs::graph_exec_kernel_node_set_params;
             cuGraphUpload = "cuGraphUpload" @ 11010 : (exec: Handle, stream: Stream) => hooks::graphs::graph_upload;
             cuGraphUpload_ptsz = "cuGraphUpload" @ 11010 ptsz : (exec: Handle, stream: Stream) => hooks::graphs::graph_upload;
             cuGraphLaunch = "cuGraphLaunch" @ 10000 : (exec: Handle, stream: Stream) => hooks::graphs::graph_launch;

@@ -120,3 +120,11 @@ pub fn unload_module(module: Handle) {
     // The module the driver just loaded.
     let _ = real::cuModuleUnload(module);
 }
+
+/// `cuFuncLoad(f)`: function `f` loaded into its context if lazy loading has not yet
+/// (CUDA 12.4). None: the driver has no such call.
+pub fn load_function(f: Handle) -> Option<u32> {
+    let load = calls::cuFuncLoad()?;
+    // SAFETY: the program's function handle; the driver checks it.
+    Some(unsafe { load(f) })
+}

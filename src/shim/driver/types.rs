@@ -284,6 +284,13 @@ pub struct KernelNodeParams {
     pub ctx: Handle,
 }
 
+/// `CUDA_KERNEL_NODE_PARAMS_v1` (CUDA 10's `cuGraphAddKernelNode`) through its leading
+/// field, the function (the rest is the driver's to read).
+#[repr(C)]
+pub struct KernelNodeParamsV1 {
+    pub func: Handle,
+}
+
 /// `CUlaunchConfig` (`cuLaunchKernelEx`) through its leading fields: grid, block, dynamic
 /// shared memory and the stream the launch is made on.
 #[repr(C)]

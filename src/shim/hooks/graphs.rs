@@ -7,11 +7,13 @@
 //! refused with `CUDA_ERROR_OUT_OF_MEMORY` and gpucap's line before the driver is called.
 
 use std::ffi::{c_char, c_int};
+use std::ptr::null_mut;
 
 use super::{checked_device, reserve_on, shim, visible_count, written_handle};
 use crate::driver::forward::Real;
 use crate::driver::types::{
-    CUDA_ERROR_INVALID_DEVICE, CUDA_SUCCESS, CuResult, Handle, InstantiateParams, Out, Stream,
+    CUDA_ERROR_INVALID_DEVICE, CUDA_SUCCESS, CuResult, Handle, In, InstantiateParams,
+    KernelNodeParams, KernelNodeParamsV1, Out, Stream,
 };
 use crate::driver::{graph_queries, queries};
 use crate::log::log;
@@ -58,6 +60,84 @@ pub fn graph_instantiate_with_params(
     instantiated("cuGraphInstantiateWithParams", exec, graph, || {
         real.call(exec, graph, params)
     })
+}
+
+/// `cuGraphAddKernelNode*`'s arguments: the node, the graph, its dependencies and their
+/// count, the node's parameters (`P`: CUDA 10's or 12's layout).
+type AddKernelNodeArgs<'a, P> = (Out<'a, Handle>, Handle, *const Handle, usize, In<'a, P>);
+
+/// `cuGraphAddKernelNode_v2`: the node's kernel loaded into its context first, measured
+/// (`launches::load_for_graph`), then the node made.
+pub fn graph_add_kernel_node(
+    real: Real<AddKernelNodeArgs<KernelNodeParams>>,
+    node: Out<Handle>,
+    graph: Handle,
+    deps: *const Handle,
+    n: usize,
+    params: In<KernelNodeParams>,
+) -> CuResult {
+    if let Some(p) = params.get()
+        && let Err(rc) =
+            super::launches::load_for_graph("cuGraphAddKernelNode", p.func, p.kern, p.ctx)
+    {
+        return rc;
+    }
+    real.call(node, graph, deps, n, params)
+}
+
+/// `cuGraphExecKernelNodeSetParams_v2`: an executable graph's kernel node given another
+/// kernel, loaded first as at the node's making.
+pub fn graph_exec_kernel_node_set_params(
+    real: Real<(Handle, Handle, In<KernelNodeParams>)>,
+    exec: Handle,
+    node: Handle,
+    params: In<KernelNodeParams>,
+) -> CuResult {
+    if let Some(p) = params.get()
+        && let Err(rc) =
+            super::launches::load_for_graph("cuGraphExecKernelNodeSetParams", p.func, p.kern, p.ctx)
+    {
+        return rc;
+    }
+    real.call(exec, node, params)
+}
+
+/// `cuGraphAddKernelNode` (CUDA 10's parameters: a function): as `_v2`.
+pub fn graph_add_kernel_node_v1(
+    real: Real<AddKernelNodeArgs<KernelNodeParamsV1>>,
+    node: Out<Handle>,
+    graph: Handle,
+    deps: *const Handle,
+    n: usize,
+    params: In<KernelNodeParamsV1>,
+) -> CuResult {
+    if let Some(p) = params.get()
+        && let Err(rc) =
+            super::launches::load_for_graph("cuGraphAddKernelNode", p.func, null_mut(), null_mut())
+    {
+        return rc;
+    }
+    real.call(node, graph, deps, n, params)
+}
+
+/// `cuGraphExecKernelNodeSetParams` (CUDA 10's parameters): as `_v2`.
+pub fn graph_exec_kernel_node_set_params_v1(
+    real: Real<(Handle, Handle, In<KernelNodeParamsV1>)>,
+    exec: Handle,
+    node: Handle,
+    params: In<KernelNodeParamsV1>,
+) -> CuResult {
+    if let Some(p) = params.get()
+        && let Err(rc) = super::launches::load_for_graph(
+            "cuGraphExecKernelNodeSetParams",
+            p.func,
+            null_mut(),
+            null_mut(),
+        )
+    {
+        return rc;
+    }
+    real.call(exec, node, params)
 }
 
 pub fn graph_upload(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
@@ -112,11 +192,18 @@ fn instantiated(
         Err(rc) => return rc,
     };
     // Its kernels' local memory: the stack grows to it when the graph runs; raised (or
-    // refused) now, as for a launch.
+    // refused) now, as for a launch. Then each kernel never used in the context is loaded
+    // there, measured (what lazy loading takes for the graph).
     if let Some(d) = super::current::current_device().and_then(|d| usize::try_from(d).ok()) {
-        let local = graph_queries::graph_max_local(graph, d as c_int);
+        let kernels = graph_queries::graph_kernels(graph);
+        let local = graph_queries::max_local(&kernels, d as c_int);
         if let Err(rc) = super::limits::stack_for_launch(api, d, local, || false) {
             return rc;
+        }
+        for k in kernels {
+            if let Err(rc) = super::launches::load_for_graph(api, k.func, k.kern, k.ctx) {
+                return rc;
+            }
         }
     }
     let Some(allocs) = graph_queries::graph_allocs(graph) else {

@@ -117,14 +117,89 @@ pub fn kernel_get_function(
     // The driver wrote the function handle where the caller asked.
     let function = || out.get();
     let owner = || kernel_queries::function_owner(kernel);
+    // Seen (a later launch of the kernel handle not measured) only where that launch takes
+    // nothing: a kernel past the stack grows it at its first launch, measured there.
+    let mark = takes_nothing_at_launch(kernel, c_int::try_from(d).ok());
     first_use(
         "cuKernelGetFunction",
-        Use::of(key),
+        Use { key, mark },
         d,
         call,
         function,
         owner,
     )
+}
+
+/// A kernel node of a graph (`func`, a function, or `kernel`, a kernel handle, to run in
+/// `ctx`: null for the current context), before the driver takes it into a graph
+/// (`cuGraphAddKernelNode`, `cuGraphExecKernelNodeSetParams`, `cuGraphInstantiate*`): if
+/// it was never used in the current context, it is loaded there now, measured as a first
+/// use (a kernel handle by `cuKernelGetFunction`, a function by `cuFuncLoad` where the
+/// driver has it), so that what lazy loading loads for the graph is charged wherever the
+/// driver would load it (at the node's making, the instantiation or the graph's first
+/// run). Err: refused (`CUDA_ERROR_OUT_OF_MEMORY`) before anything was loaded. A node
+/// of another context than the current one is left to the driver.
+pub(super) fn load_for_graph(
+    api: &str,
+    func: Handle,
+    kernel: Handle,
+    ctx: Handle,
+) -> Result<(), CuResult> {
+    let Some(d) = known_device().or_else(|| current_device().and_then(|d| usize::try_from(d).ok()))
+    else {
+        return Ok(());
+    };
+    let Some(current) = current_context() else {
+        return Ok(());
+    };
+    if !ctx.is_null() && ctx != current {
+        return Ok(());
+    }
+    let rc = if func.is_null() && !kernel.is_null() {
+        let key = kernels::context_key(kernel as u64, current as u64, d);
+        if LAUNCHED.contains(key) {
+            return Ok(());
+        }
+        let got = std::cell::Cell::new(std::ptr::null_mut());
+        // The shim's own call: out of a capture's way, as its measurements are.
+        let load = || {
+            graph_queries::relaxed(|| {
+                let mut f: Handle = std::ptr::null_mut();
+                let rc =
+                    crate::driver::hooked::real::cuKernelGetFunction(Out::from(&mut f), kernel);
+                got.set(f);
+                rc.unwrap_or(CUDA_SUCCESS)
+            })
+        };
+        let mark = takes_nothing_at_launch(kernel, c_int::try_from(d).ok());
+        let function = || Some(got.get()).filter(|f| !f.is_null());
+        first_use(api, Use { key, mark }, d, load, function, || {
+            kernel_queries::function_owner(kernel)
+        })
+    } else if !func.is_null() {
+        let key = launch_key(func as u64, d);
+        if LAUNCHED.contains(key) || calls::cuFuncLoad().is_none() {
+            return Ok(());
+        }
+        let mark = takes_nothing_at_launch(func, None);
+        let call = || {
+            graph_queries::relaxed(|| kernel_queries::load_function(func).unwrap_or(CUDA_SUCCESS))
+        };
+        first_use(
+            api,
+            Use { key, mark },
+            d,
+            call,
+            || Some(func),
+            || kernel_queries::function_owner(func),
+        )
+    } else {
+        return Ok(());
+    };
+    match rc {
+        crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY => Err(rc),
+        _ => Ok(()), // loaded, or the driver's own error, which its call will give
+    }
 }
 
 /// A launch (or a lookup that loads) of function or kernel `f`, made by `call`: measured
@@ -221,13 +296,14 @@ impl Use {
     }
 }
 
-/// Whether a launch of function `f` in the current context can take nothing on its own:
+/// Whether a launch of function `f` in the current context (a kernel handle: asked on
+/// device `kernel_on`) can take nothing on its own:
 /// its threads' local memory fits in the stack, and no raised malloc heap waits to be
 /// taken. Only then is its first launch left unchecked once it was asked for
 /// (`cuModuleGetFunction`, `cuKernelGetFunction`).
-fn takes_nothing_at_launch(f: Handle) -> bool {
+fn takes_nothing_at_launch(f: Handle, kernel_on: Option<c_int>) -> bool {
     !super::limits::heap_raised()
-        && super::limits::fits_the_stack(kernel_queries::local_size(f, None))
+        && super::limits::fits_the_stack(kernel_queries::local_size(f, kernel_on))
 }
 
 /// Whether `f` is a kernel handle (the driver names its library), remembered once seen.
@@ -410,7 +486,7 @@ fn loaded_eagerly(
 /// first launch takes nothing more (no stack to grow, no raised heap to take).
 fn mark_seen(key: u64, d: usize, function: &impl Fn() -> Option<Handle>) {
     seen(key);
-    if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f)) {
+    if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f, None)) {
         seen(launch_key(f as u64, d));
     }
 }
