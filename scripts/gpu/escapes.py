@@ -44,13 +44,15 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      the room: charged as the driver took it, a kernel with
                                      twice that refused (the stack kept), lowering the
                                      stack gives back what the driver gave back
-  escapes.py capture-lazy --cap N    lazy-kernels with the kernel's first launch inside a
-                                     stream capture (global mode, as PyTorch captures):
-                                     the capture ends with its graph (gpucap's measurement
-                                     there forbids nothing), and by the graph's launch what
-                                     the driver took is charged, wherever it took it (the
-                                     capture, the instantiation, the launch: printed); 0.6 x
-                                     the room more refused; the unload gives it back
+  escapes.py capture-lazy --cap N    lazy-kernels with the kernel first put into a graph:
+  escapes.py graph-node --cap N      its first launch inside a stream capture (global mode,
+                                     as PyTorch captures; the capture ends with its graph:
+                                     gpucap's measurement there forbids nothing), or a
+                                     kernel node of a graph built by hand (never launched);
+                                     by the graph's launch what the driver took is charged,
+                                     wherever it took it (the capture or the node's making,
+                                     the instantiation, the launch: printed); 0.6 x the room
+                                     more refused; the unload gives it back
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -463,7 +465,15 @@ def refused_then_unloaded(drv, w, cap, lib, size, before, took, launched):
     return gave, back - launched, max(w.peak, used)
 
 
-def capture_lazy(drv, w, cap):
+class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
+    _fields_ = [("func", vp)] + [(f, ctypes.c_uint) for f in ("gx", "gy", "gz", "bx", "by", "bz", "shared")] + \
+        [("params", vp), ("extra", vp), ("kern", vp), ("ctx", vp)]
+
+
+def graph_lazy(drv, w, cap, by_hand):
+    """A library's kernel, never launched, put into a graph: first launched inside a stream
+    capture (global mode, as PyTorch captures), or (by_hand) a kernel node of a graph built
+    with cuGraphAddKernelNode_v2; then instantiated and launched."""
     room, size, ptx = big_global(drv, cap, "a library", kernel=True)
     lib, k, s, g, x = vp(), vp(), vp(), vp(), vp()
     before = w.look(0, "before the library is loaded")
@@ -472,13 +482,24 @@ def capture_lazy(drv, w, cap):
         fail("cuLibraryLoadData(a global of %s) -> %d" % (mib(size), rc))
     drv.must("cuLibraryGetKernel", ctypes.byref(k), lib, b"k")
     drv.must("cuStreamCreate", ctypes.byref(s), c_int(1))
-    drv.must("cuStreamBeginCapture_v2", s, c_int(0))  # CU_STREAM_CAPTURE_MODE_GLOBAL
-    rc = drv.L.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, s, None, None)
-    end = drv.L.cuStreamEndCapture(s, ctypes.byref(g))
-    if rc != 0 or end != 0:
-        fail("the kernel's first launch inside a capture -> %d, the capture's end -> %d (901: the capture was "
-             "invalidated by a call it forbids)" % (rc, end))
-    at_capture = w.look(0, "its kernel's first launch captured") - before
+    if by_hand:
+        where = "the node's making"
+        drv.must("cuGraphCreate", ctypes.byref(g), ctypes.c_uint(0))
+        p = KernelNodeParams(kern=k.value, gx=1, gy=1, gz=1, bx=1, by=1, bz=1)
+        node = vp()
+        rc = drv.L.cuGraphAddKernelNode_v2(ctypes.byref(node), g, None, sz(0), ctypes.byref(p))
+        if rc != 0:
+            fail("cuGraphAddKernelNode_v2 of the library's kernel -> %d" % rc)
+        made = w.look(0, "its kernel added to a graph built by hand") - before
+    else:
+        where = "the capture"
+        drv.must("cuStreamBeginCapture_v2", s, c_int(0))  # CU_STREAM_CAPTURE_MODE_GLOBAL
+        rc = drv.L.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, s, None, None)
+        end = drv.L.cuStreamEndCapture(s, ctypes.byref(g))
+        if rc != 0 or end != 0:
+            fail("the kernel's first launch inside a capture -> %d, the capture's end -> %d (901: the capture was "
+                 "invalidated by a call it forbids)" % (rc, end))
+        made = w.look(0, "its kernel's first launch captured") - before
     drv.must("cuGraphInstantiateWithFlags", ctypes.byref(x), g, ctypes.c_ulonglong(0))
     at_instantiation = w.look(0, "the graph instantiated") - before
     drv.must("cuGraphLaunch", x, s)
@@ -487,17 +508,25 @@ def capture_lazy(drv, w, cap):
     took = w.look(0, "the graph launched") - before
     charged = room - launched
     if charged + 2 * MiB < took:
-        fail("the library's kernel, first launched in a capture, took %s of the driver by the graph's launch "
-             "(%s at the capture, %s at the instantiation), gpucap charged %s"
-             % (mib(took), mib(at_capture), mib(at_instantiation), mib(charged)))
+        fail("the library's kernel put into a graph took %s of the driver by the graph's launch (%s at %s, %s at "
+             "the instantiation), gpucap charged %s" % (mib(took), mib(made), where, mib(at_instantiation),
+                                                        mib(charged)))
     drv.must("cuGraphExecDestroy", x)
     drv.must("cuGraphDestroy", g)
     gave, credited, peak = refused_then_unloaded(drv, w, cap, lib, size, before, took, launched)
-    return ("a library with a global of %s, its kernel first launched inside a capture: the driver took %s at the "
-            "capture, %s by the instantiation, %s by the graph's launch, charged %s (the capture ended; %s more "
-            "refused); its unload gave back %s, credited %s; the driver's figure peaked at %s of the %s cap"
-            % (mib(size), mib(at_capture), mib(at_instantiation), mib(took), mib(charged), mib(size), mib(gave),
+    return ("a library with a global of %s, its kernel first put into a graph at %s: the driver took %s there, %s "
+            "by the instantiation, %s by the graph's launch, charged %s (%s more refused); its unload gave back %s, "
+            "credited %s; the driver's figure peaked at %s of the %s cap"
+            % (mib(size), where, mib(made), mib(at_instantiation), mib(took), mib(charged), mib(size), mib(gave),
                mib(credited), mib(peak), mib(cap)))
+
+
+def capture_lazy(drv, w, cap):
+    return graph_lazy(drv, w, cap, by_hand=False)
+
+
+def graph_node(drv, w, cap):
+    return graph_lazy(drv, w, cap, by_hand=True)
 
 
 def local_kernel(local):
@@ -580,13 +609,14 @@ def local_stack(drv, w, cap):
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
         print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
-              "|lazy-kernels|local-stack|capture-lazy --cap BYTES",
+              "|lazy-kernels|local-stack|capture-lazy|graph-node --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
              "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit,
-             "lazy-kernels": lazy_kernels, "local-stack": local_stack, "capture-lazy": capture_lazy}
+             "lazy-kernels": lazy_kernels, "local-stack": local_stack, "capture-lazy": capture_lazy,
+             "graph-node": graph_node}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

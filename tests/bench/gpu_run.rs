@@ -117,7 +117,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 25] = [
+const ON_THE_FAKE: [&str; 26] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -130,6 +130,7 @@ const ON_THE_FAKE: [&str; 25] = [
     "escape-local-stack",
     "escape-lazy-kernels",
     "escape-capture-lazy",
+    "escape-graph-node",
     "accounting-driver",
     "pool",
     "pool-metrics",
@@ -241,7 +242,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     skipped("numba", "numba not importable");
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 45, "{checks:?}");
+    assert_eq!(checks.len(), 46, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -421,7 +422,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 42, "{checks:?}");
+    assert_eq!(checks.len(), 43, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),
@@ -724,5 +725,5 @@ fn the_rest_leaves_out_what_the_first_set_ran() {
         checks.contains_key("pool") && checks.contains_key("accounting-driver"),
         "{checks:?}"
     );
-    assert_eq!(checks.len(), 34 + 3, "{checks:?}");
+    assert_eq!(checks.len(), 35 + 3, "{checks:?}");
 }
