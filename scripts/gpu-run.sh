@@ -34,8 +34,8 @@
 # gpu-check.sh, one part each); recheck (pool-contexts and accounting-jax, the checks the
 # last run asked to repeat); probe-driver (scripts/gpu/probe-driver.sh
 # DIR, where it exists: writes DIR/driver-answers.json); diag (the diagnostics of
-# scripts/gpu/diag/ that wait for a GPU, raw and under gpucap: heap-when, fork-hold,
-# capture-lazy; their output in logs.tar.gz); checks (every other check of
+# scripts/gpu/diag/ that wait for a GPU, raw and under gpucap: heap-when (and --graph),
+# fork-hold, capture-lazy; their output in logs.tar.gz); checks (every other check of
 # gpu-check.sh: a check whose own part is asked for is left to it); bench (gpu-check.sh
 # --bench); bench-hami (scripts/gpu/bench-hami-hook.sh
 # DIR: scripts/bench/bench-hami.sh on the HAMi-core build carried in target/hami, into
@@ -266,7 +266,8 @@ hook() {
 
 # The diagnostics of scripts/gpu/diag/ that wait for a GPU: questions to the raw driver the
 # fake cannot settle, each within its time limit, its output in W/diag/ (logs.tar.gz) and in
-# the part's log: heap-when.py (which launch takes a raised malloc heap), fork-hold.py (a
+# the part's log: heap-when.py (which launch takes a raised malloc heap; with --graph,
+# whether a graph's launch does), fork-hold.py (a
 # killed or exiting process's memory while a child it forked lives), capture-lazy.py (when
 # a kernel launched first inside a capture is loaded, which calls a capture forbids), raw
 # and under gpucap. SKIP without nvidia-smi (no NVIDIA GPU), as the checks.
@@ -286,6 +287,7 @@ part_diag() {
         [ "$rc" = 0 ] || failed+=("$name (exit status $rc)")
     }
     run_diag heap-when "$PY" "$ROOT/scripts/gpu/diag/heap-when.py"
+    run_diag heap-when-graph "$PY" "$ROOT/scripts/gpu/diag/heap-when.py" --graph
     run_diag fork-hold "$PY" "$ROOT/scripts/gpu/diag/fork-hold.py"
     run_diag capture-lazy "$PY" "$ROOT/scripts/gpu/diag/capture-lazy.py"
     run_diag capture-lazy-gpucap "$CLI" run --limit 50% -- "$PY" "$ROOT/scripts/gpu/diag/capture-lazy.py"

@@ -552,6 +552,7 @@ fn the_first_set_passes_on_the_fake_gpu_and_writes_the_step_cost() {
     let said = stdout(&o);
     for line in [
         "a launch of grab",
+        "the graph of grab launched",
         "exit  parent held ",
         "under gpucap: no",
         "under gpucap: yes",

@@ -6,9 +6,13 @@
 records which launch takes it: NVML's figure for this process after the context, after the
 heap is raised to HEAP, after a launch of a kernel that does not call `malloc`, and after
 a launch of one that does (PTX JIT-compiled by the driver), then after the heap is set back.
-The answer decides how gpucap measures it (see the twenty-third session's note).
+The answer decides how gpucap measures it (see the twenty-third session's note). With
+--graph the kernel that calls `malloc` runs first from a CUDA graph (its launch captured
+on a stream, the graph instantiated, then launched), then launched directly: whether the
+heap is taken at a graph's launch (gpucap measures a kernel's next launch after the heap is
+raised, not a graph's).
 
-  python3 scripts/gpu/diag/heap-when.py [--heap-mib 1024]
+  python3 scripts/gpu/diag/heap-when.py [--heap-mib 1024] [--graph]
 
 On the fake GPU (LD_LIBRARY_PATH=target/release/fakecuda) the heap takes nothing anywhere.
 """
@@ -39,6 +43,7 @@ MALLOC = HEAD + (".extern .func (.param .b64 func_retval0) malloc\n(\n\t.param .
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--heap-mib", type=int, default=1024)
+    p.add_argument("--graph", action="store_true", help="run the malloc kernel first from a CUDA graph")
     a = p.parse_args()
     L = driver()
     context(L)
@@ -57,16 +62,43 @@ def main():
     arg = ctypes.c_uint64(out)
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))
 
-    def launch(ptx, name):
-        m, f = ctypes.c_void_p(), ctypes.c_void_p()
-        for rc, what in ((L.cuModuleLoadData(ctypes.byref(m), ptx.encode()), "cuModuleLoadData"),
-                         (L.cuModuleGetFunction(ctypes.byref(f), m, name), "cuModuleGetFunction"),
-                         (L.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, None, params, None), "cuLaunchKernel"),
-                         (L.cuCtxSynchronize(), "cuCtxSynchronize")):
+    def steps(name, calls):
+        for what, call in calls:
+            rc = call()
             if rc != 0:
                 print("ERROR %s (%s) -> %d" % (what, name.decode(), rc), flush=True)
-                return
-        row("a launch of %s" % name.decode())
+                return False
+        return True
+
+    def function(ptx, name):
+        m, f = ctypes.c_void_p(), ctypes.c_void_p()
+        ok = steps(name, (("cuModuleLoadData", lambda: L.cuModuleLoadData(ctypes.byref(m), ptx.encode())),
+                          ("cuModuleGetFunction", lambda: L.cuModuleGetFunction(ctypes.byref(f), m, name))))
+        return f if ok else None
+
+    def launch(ptx, name):
+        f = function(ptx, name)
+        if f is not None and steps(name, (
+                ("cuLaunchKernel", lambda: L.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, None, params, None)),
+                ("cuCtxSynchronize", L.cuCtxSynchronize))):
+            row("a launch of %s" % name.decode())
+
+    def from_graph(ptx, name):
+        f, s, g, x = function(ptx, name), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        if f is None or not steps(name, (
+                ("cuStreamCreate", lambda: L.cuStreamCreate(ctypes.byref(s), 1)),
+                ("cuStreamBeginCapture_v2", lambda: L.cuStreamBeginCapture_v2(s, 0)),
+                ("cuLaunchKernel (captured)", lambda: L.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, params, None)),
+                ("cuStreamEndCapture", lambda: L.cuStreamEndCapture(s, ctypes.byref(g))))):
+            return
+        row("its launch captured into a graph")
+        if not steps(name, (("cuGraphInstantiateWithFlags",
+                             lambda: L.cuGraphInstantiateWithFlags(ctypes.byref(x), g, ctypes.c_ulonglong(0))),)):
+            return
+        row("the graph instantiated")
+        if steps(name, (("cuGraphLaunch", lambda: L.cuGraphLaunch(x, s)),
+                        ("cuStreamSynchronize", lambda: L.cuStreamSynchronize(s)))):
+            row("the graph of %s launched" % name.decode())
 
     row("the context and 4 KiB")
     heap = ctypes.c_size_t()
@@ -76,6 +108,8 @@ def main():
     row("cuCtxSetLimit(MALLOC_HEAP_SIZE, %d MiB) -> %d" % (a.heap_mib, rc))
     launch(PLAIN, b"plain")
     launch(PLAIN, b"plain")
+    if a.graph:
+        from_graph(MALLOC, b"grab")
     launch(MALLOC, b"grab")
     rc = L.cuCtxSetLimit(MALLOC_HEAP_SIZE, heap)
     row("the heap set back to %d bytes -> %d" % (heap.value, rc))
