@@ -445,6 +445,12 @@ static void g_module(void) {
     size_t fg0 = info_free();
     RC("module.cuModuleGetFunction(probe_kernel)", cuModuleGetFunction(&fn, m, "probe_kernel"));
     mach_int("module.get_function_takes", (long long)fg0 - (long long)info_free());
+    /* Recorded, not compared: whether the function asked for is loaded then
+       (CU_FUNCTION_LOADING_STATE_LOADED 1, UNLOADED 0; CUDA 12.4): gpucap measures a
+       module's function at cuModuleGetFunction and a graph's with cuFuncLoad. */
+    int loaded = -1;
+    if (fn) mach_int("module.cuFuncIsLoaded(after get_function).rc", cuFuncIsLoaded(&loaded, fn));
+    mach_int("module.get_function_loaded", loaded);
     if (fn) {
         size_t fl0 = info_free();
         CUresult lrc0 = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
@@ -468,6 +474,26 @@ static void g_module(void) {
     CUresult lrc = cuLibraryLoadData(&lib, PTX, NULL, NULL, 0, NULL, NULL, 0);
     mach_int("library.cuLibraryLoadData.rc", lrc);
     mach_int("library.load_takes", (long long)l0 - (long long)info_free());
+    /* Recorded, not compared: a library's function reached through its module in this
+       context (cuLibraryGetModule, cuModuleGetFunction): loaded then, or only at
+       cuFuncLoad, and what each takes (the fake loads a library's code at its first use). */
+    CUmodule lm = NULL;
+    CUfunction lf = NULL;
+    int lstate = -1;
+    if (lrc == CUDA_SUCCESS) mach_int("library.cuLibraryGetModule.rc", cuLibraryGetModule(&lm, lib));
+    size_t q0 = info_free();
+    if (lm) mach_int("library.module_get_function.rc", cuModuleGetFunction(&lf, lm, "probe_kernel"));
+    mach_int("library.module_get_function_takes", (long long)q0 - (long long)info_free());
+    if (lf) {
+        mach_int("library.cuFuncIsLoaded.rc", cuFuncIsLoaded(&lstate, lf));
+        mach_int("library.function_loaded", lstate);
+        size_t q1 = info_free();
+        mach_int("library.cuFuncLoad.rc", cuFuncLoad(lf));
+        mach_int("library.cuFuncLoad_takes", (long long)q1 - (long long)info_free());
+        lstate = -1;
+        cuFuncIsLoaded(&lstate, lf);
+        mach_int("library.function_loaded_after_load", lstate);
+    }
     if (lrc == CUDA_SUCCESS) cuLibraryUnload(lib);
     /* Recorded, not compared: what raising a context's limits takes (not counted by
        gpucap: docs/src/counting.md), right at the call. */

@@ -47,6 +47,9 @@ typedef struct CUlib_st *CUlibrary;
 CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
                            unsigned int num_jit, void *lib_options, void **lib_values, unsigned int num_lib);
 CUresult cuLibraryUnload(CUlibrary library);
+CUresult cuLibraryGetModule(CUmodule *module, CUlibrary library);
+CUresult cuFuncIsLoaded(int *state, CUfunction function);
+CUresult cuFuncLoad(CUfunction function);
 CUresult cuGetExportTable(const void **table, const unsigned char *uuid);
 
 #define ATTR_CC_MAJOR 75
