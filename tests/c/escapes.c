@@ -614,18 +614,26 @@ static void graph_local_stack(void) {
     IN_USE(0, 0, "the stack lowered");
 }
 
+/* The primary context current and a library of LOCAL_PTX loaded, `name` its kernel in
+   *k: what its code takes in a context (FAKECUDA_LIBRARY_MEM), which with `more` must
+   fit the cap of 2 GiB. */
+static size_t local_library(CUlibrary *l, CUkernel *k, const char *name, size_t more) {
+    one_context();
+    const char *e = getenv("FAKECUDA_LIBRARY_MEM");
+    size_t code = e ? parse_size(e) : 0;
+    CHECK(code > 0 && code + more < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM and a cap of 2 GiB");
+    MUST(cuLibraryLoadData(l, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(k, *l, name));
+    return code;
+}
+
 /* A library's kernel past the stack, launched first inside a capture: the library's code
    is loaded into the context at the capture (lazy loading), the stack grown only when the
    graph is instantiated or the kernel launched outside a capture. */
 static void capture_local_library(void) {
-    one_context();
-    const char *e = getenv("FAKECUDA_LIBRARY_MEM");
-    size_t code = e ? parse_size(e) : 0, s8 = stack_takes(14); /* 8192 bytes */
-    CHECK(code > 0 && code + s8 < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM and a cap of 2 GiB");
     CUlibrary l = NULL;
     CUkernel k = NULL;
-    MUST(cuLibraryLoadData(&l, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
-    MUST(cuLibraryGetKernel(&k, l, "local8k"));
+    size_t s8 = stack_takes(14), code = local_library(&l, &k, "local8k", s8); /* 8192 bytes */
     IN_USE(0, 0, "a library loaded, its kernel asked for");
     CUstream s = NULL;
     MUST(cuStreamCreate(&s, 1));
@@ -683,15 +691,10 @@ static void capture_local_library(void) {
    loads the library into the context), then launched by its kernel handle: the launch
    grows the stack all the same. */
 static void kernel_function_stack(void) {
-    one_context();
-    const char *e = getenv("FAKECUDA_LIBRARY_MEM");
-    size_t code = e ? parse_size(e) : 0, s8 = stack_takes(14); /* 8192 bytes */
-    CHECK(code > 0 && code + s8 < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM and a cap of 2 GiB");
     CUlibrary l = NULL;
     CUkernel k = NULL;
     CUfunction f = NULL;
-    MUST(cuLibraryLoadData(&l, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
-    MUST(cuLibraryGetKernel(&k, l, "local8k"));
+    size_t s8 = stack_takes(14), code = local_library(&l, &k, "local8k", s8); /* 8192 bytes */
     MUST(cuKernelGetFunction(&f, k));
     IN_USE(0, code, "the kernel's function asked for: its library's code loaded");
     stack_is(DEFAULT_STACK, "the function asked for");
@@ -718,14 +721,9 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, void *node, const K
    driver load the library's code for the graph (the fake: at cuGraphAddKernelNode), and so
    does an executable graph's node given another library's kernel. */
 static void graph_node_library(void) {
-    one_context();
-    const char *e = getenv("FAKECUDA_LIBRARY_MEM");
-    size_t code = e ? parse_size(e) : 0;
-    CHECK(code > 0 && code < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM under the cap");
     CUlibrary l = NULL;
     CUkernel k = NULL;
-    MUST(cuLibraryLoadData(&l, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
-    MUST(cuLibraryGetKernel(&k, l, "local4k"));
+    size_t code = local_library(&l, &k, "local4k", 0);
     IN_USE(0, 0, "a library loaded, its kernel asked for");
     CUgraph g = NULL;
     MUST(cuGraphCreate(&g, 0));

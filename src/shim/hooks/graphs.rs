@@ -76,30 +76,9 @@ pub fn graph_add_kernel_node(
     n: usize,
     params: In<KernelNodeParams>,
 ) -> CuResult {
-    if let Some(p) = params.get()
-        && let Err(rc) =
-            super::launches::load_for_graph("cuGraphAddKernelNode", p.func, p.kern, p.ctx)
-    {
-        return rc;
-    }
-    real.call(node, graph, deps, n, params)
-}
-
-/// `cuGraphExecKernelNodeSetParams_v2`: an executable graph's kernel node given another
-/// kernel, loaded first as at the node's making.
-pub fn graph_exec_kernel_node_set_params(
-    real: Real<(Handle, Handle, In<KernelNodeParams>)>,
-    exec: Handle,
-    node: Handle,
-    params: In<KernelNodeParams>,
-) -> CuResult {
-    if let Some(p) = params.get()
-        && let Err(rc) =
-            super::launches::load_for_graph("cuGraphExecKernelNodeSetParams", p.func, p.kern, p.ctx)
-    {
-        return rc;
-    }
-    real.call(exec, node, params)
+    kernel_first("cuGraphAddKernelNode", node_kernel(params), || {
+        real.call(node, graph, deps, n, params)
+    })
 }
 
 /// `cuGraphAddKernelNode` (CUDA 10's parameters: a function): as `_v2`.
@@ -111,13 +90,24 @@ pub fn graph_add_kernel_node_v1(
     n: usize,
     params: In<KernelNodeParamsV1>,
 ) -> CuResult {
-    if let Some(p) = params.get()
-        && let Err(rc) =
-            super::launches::load_for_graph("cuGraphAddKernelNode", p.func, null_mut(), null_mut())
-    {
-        return rc;
-    }
-    real.call(node, graph, deps, n, params)
+    kernel_first("cuGraphAddKernelNode", function_node(params), || {
+        real.call(node, graph, deps, n, params)
+    })
+}
+
+/// `cuGraphExecKernelNodeSetParams_v2`: an executable graph's kernel node given another
+/// kernel, loaded first as at the node's making.
+pub fn graph_exec_kernel_node_set_params(
+    real: Real<(Handle, Handle, In<KernelNodeParams>)>,
+    exec: Handle,
+    node: Handle,
+    params: In<KernelNodeParams>,
+) -> CuResult {
+    kernel_first(
+        "cuGraphExecKernelNodeSetParams",
+        node_kernel(params),
+        || real.call(exec, node, params),
+    )
 }
 
 /// `cuGraphExecKernelNodeSetParams` (CUDA 10's parameters): as `_v2`.
@@ -127,17 +117,44 @@ pub fn graph_exec_kernel_node_set_params_v1(
     node: Handle,
     params: In<KernelNodeParamsV1>,
 ) -> CuResult {
-    if let Some(p) = params.get()
-        && let Err(rc) = super::launches::load_for_graph(
-            "cuGraphExecKernelNodeSetParams",
-            p.func,
-            null_mut(),
-            null_mut(),
-        )
-    {
-        return rc;
+    kernel_first(
+        "cuGraphExecKernelNodeSetParams",
+        function_node(params),
+        || real.call(exec, node, params),
+    )
+}
+
+/// A kernel node's function, kernel handle and context (nulls where the program passed no
+/// parameters: the driver's own error follows).
+fn node_kernel(params: In<KernelNodeParams>) -> (Handle, Handle, Handle) {
+    params
+        .get()
+        .map_or((null_mut(), null_mut(), null_mut()), |p| {
+            (p.func, p.kern, p.ctx)
+        })
+}
+
+/// As [`node_kernel`], for CUDA 10's parameters (a function only).
+fn function_node(params: In<KernelNodeParamsV1>) -> (Handle, Handle, Handle) {
+    (
+        params.get().map_or(null_mut(), |p| p.func),
+        null_mut(),
+        null_mut(),
+    )
+}
+
+/// `call` (a kernel node made or changed) once the node's kernel is loaded into its
+/// context, measured (`launches::load_for_graph`); refused before the driver is called
+/// where the cap cannot take what it is expected to load.
+fn kernel_first(
+    api: &str,
+    (func, kern, ctx): (Handle, Handle, Handle),
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    match super::launches::load_for_graph(api, func, kern, ctx) {
+        Err(rc) => rc,
+        Ok(()) => call(),
     }
-    real.call(exec, node, params)
 }
 
 pub fn graph_upload(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
