@@ -35,7 +35,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from escapes import Driver, Witness, fill, room_of, u64, sz, c_int, vp, OOM  # noqa: E402
+from cuda_ctypes import Driver, Witness, fill, room_of, u64, sz, c_int, vp, OOM  # noqa: E402
 from nvml_ctypes import Nvml  # noqa: E402
 from verdicts import MiB, concluded, fail, figure, info, mib, ok, skip  # noqa: E402
 

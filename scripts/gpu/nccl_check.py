@@ -78,7 +78,7 @@ def member_torch(a):
 
 
 def member_driver(a):
-    from escapes import AccessDesc, AllocProp, Driver, Location, u64
+    from cuda_ctypes import AccessDesc, AllocProp, Driver, Location, u64
     drv = Driver()
     free, total = drv.mem_info(0)
     if total != a.cap:
