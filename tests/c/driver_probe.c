@@ -458,6 +458,41 @@ static void g_module(void) {
         mach_int("module.first_launch.rc", lrc0);
         mach_int("module.first_launch_takes", (long long)fl0 - (long long)info_free());
     }
+    /* Recorded, not compared: the functions of a second copy of the module as
+       cuModuleEnumerateFunctions gives them (CUDA 12.4; "may be partially loaded" under lazy
+       loading, and "CUDA APIs may load the function automatically"): loaded or not, and
+       what asking one's attribute (as gpucap does before a first launch) and cuFuncLoad
+       take. Looked up at run time: the fake has no such call. */
+    CUresult (*fn_count)(unsigned *, CUmodule) = NULL;
+    CUresult (*fn_enum)(CUfunction *, unsigned, CUmodule) = NULL;
+    *(void **)&fn_count = dlsym(RTLD_DEFAULT, "cuModuleGetFunctionCount");
+    *(void **)&fn_enum = dlsym(RTLD_DEFAULT, "cuModuleEnumerateFunctions");
+    mach_int("module.enumerate.available", fn_count && fn_enum);
+    CUmodule m2 = NULL;
+    if (fn_count && fn_enum && cuModuleLoadData(&m2, PTX) == CUDA_SUCCESS) {
+        unsigned n = 0;
+        CUfunction fs[8] = {0};
+        mach_int("module.cuModuleGetFunctionCount.rc", fn_count(&n, m2));
+        unsigned k = n < 8 ? n : 8;
+        size_t e0 = info_free();
+        mach_int("module.cuModuleEnumerateFunctions.rc", fn_enum(fs, k, m2));
+        mach_int("module.enumerate_takes", (long long)e0 - (long long)info_free());
+        if (k && fs[0]) {
+            int st = -1, v = 0;
+            cuFuncIsLoaded(&st, fs[0]);
+            mach_int("module.enumerated_loaded", st);
+            size_t a0 = info_free();
+            mach_int("module.enumerated_attribute.rc", cuFuncGetAttribute(&v, 3 /* LOCAL_SIZE_BYTES */, fs[0]));
+            mach_int("module.enumerated_attribute_takes", (long long)a0 - (long long)info_free());
+            st = -1;
+            cuFuncIsLoaded(&st, fs[0]);
+            mach_int("module.enumerated_loaded_after_attribute", st);
+            size_t l1 = info_free();
+            mach_int("module.enumerated_cuFuncLoad.rc", cuFuncLoad(fs[0]));
+            mach_int("module.enumerated_cuFuncLoad_takes", (long long)l1 - (long long)info_free());
+        }
+        cuModuleUnload(m2);
+    }
     RC("module.cuModuleGetFunction(absent)", cuModuleGetFunction(&fn, m, "absent"));
     CUdeviceptr g = 0;
     size_t bytes = 0;

@@ -50,6 +50,7 @@ CUresult cuLibraryUnload(CUlibrary library);
 CUresult cuLibraryGetModule(CUmodule *module, CUlibrary library);
 CUresult cuFuncIsLoaded(int *state, CUfunction function);
 CUresult cuFuncLoad(CUfunction function);
+CUresult cuFuncGetAttribute(int *value, int attribute, CUfunction function);
 CUresult cuGetExportTable(const void **table, const unsigned char *uuid);
 
 #define ATTR_CC_MAJOR 75

@@ -181,18 +181,24 @@ pub(super) fn load_for_graph(
         if LAUNCHED.contains(key) || calls::cuFuncLoad().is_none() {
             return Ok(());
         }
-        let mark = takes_nothing_at_launch(func, None);
         let call = || {
             graph_queries::relaxed(|| kernel_queries::load_function(func).unwrap_or(CUDA_SUCCESS))
         };
-        first_use(
+        // Its attributes asked only once it is loaded: a CUDA call with a partially loaded
+        // function may load it (`cuModuleEnumerateFunctions`' documentation), unmeasured.
+        let used = Use { key, mark: false };
+        let rc = first_use(
             api,
-            Use { key, mark },
+            used,
             d,
             call,
             || Some(func),
             || kernel_queries::function_owner(func),
-        )
+        );
+        if rc == CUDA_SUCCESS && takes_nothing_at_launch(func, None) {
+            seen(key);
+        }
+        rc
     } else {
         return Ok(());
     };
