@@ -1107,3 +1107,47 @@ fn a_launch_grows_the_stack_to_its_kernels_local_memory() {
         assert_eq!(cuModuleUnload(m), CUDA_SUCCESS);
     }
 }
+
+/// `cuModuleEnumerateFunctions` hands out "partially loaded" functions under lazy loading
+/// (NVIDIA's documentation of that call): `cuFuncIsLoaded` says 0 until a call loads one
+/// (`cuFuncLoad`, an attribute asked, a launch, `cuModuleGetFunction` of its name).
+#[test]
+fn enumerated_functions_are_partially_loaded_until_a_call_loads_them() {
+    use crate::api::module::{
+        cuFuncIsLoaded, cuFuncLoad, cuModuleEnumerateFunctions, cuModuleGetFunctionCount,
+    };
+    let _g = setup();
+    let ptx = c".version 8.0\n.entry a()\n{\n ret;\n}\n.entry b()\n{\n ret;\n}\n.entry c()\n{\n ret;\n}\n.entry d()\n{\n ret;\n}\n";
+    unsafe {
+        let mut m = 0;
+        assert_eq!(cuModuleLoadData(&mut m, ptx.as_ptr().cast()), CUDA_SUCCESS);
+        let mut n = 0;
+        assert_eq!(cuModuleGetFunctionCount(&mut n, m), CUDA_SUCCESS);
+        assert_eq!(n, 4);
+        let mut fs = [0usize; 4];
+        assert_eq!(
+            cuModuleEnumerateFunctions(fs.as_mut_ptr(), 4, m),
+            CUDA_SUCCESS
+        );
+        let state = |f| {
+            let mut s = -1;
+            assert_eq!(cuFuncIsLoaded(&mut s, f), CUDA_SUCCESS);
+            s
+        };
+        assert!(fs.iter().all(|&f| state(f) == 0), "partially loaded");
+        let mut d = 0;
+        assert_eq!(cuModuleGetFunction(&mut d, m, c"d".as_ptr()), CUDA_SUCCESS);
+        assert!(fs.contains(&d), "the same handle as enumerated");
+        assert_eq!(state(d), 1, "cuModuleGetFunction loads it");
+        let rest: Vec<usize> = fs.iter().copied().filter(|&f| f != d).collect();
+        assert_eq!(cuFuncLoad(rest[0]), CUDA_SUCCESS);
+        assert_eq!(state(rest[0]), 1, "cuFuncLoad");
+        let mut v = 0;
+        assert_eq!(cuFuncGetAttribute(&mut v, 3, rest[1]), CUDA_SUCCESS);
+        assert_eq!(state(rest[1]), 1, "an attribute asked");
+        let launch = cuLaunchKernel(rest[2], 1, 1, 1, 1, 1, 1, 0, 0, null_mut(), null_mut());
+        assert_eq!(launch, CUDA_SUCCESS);
+        assert_eq!(state(rest[2]), 1, "a launch");
+        assert_eq!(cuModuleUnload(m), CUDA_SUCCESS);
+    }
+}

@@ -284,7 +284,7 @@ crate::abi::exports! {
         }
         for (i, n) in names.iter().enumerate() {
             // SAFETY: the caller's array holds `num` >= names.len() handles.
-            out(unsafe { functions.add(i) }, module::function(hmod, n)?)?;
+            out(unsafe { functions.add(i) }, module::enumerated(hmod, n)?)?;
         }
         Ok(())
     }
@@ -396,6 +396,7 @@ crate::abi::exports! {
 
     fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: usize) {
         cfg()?;
+        module::load_function(module::launchable(hfunc)?)?;
         let f = module::get_function(module::launchable(hfunc)?).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         out(pi, func_attribute(&f, attrib)?)
     }
@@ -403,6 +404,7 @@ crate::abi::exports! {
     fn cuFuncSetAttribute(hfunc: usize, attrib: c_int, value: c_int) {
         cfg()?;
         let f = module::launchable(hfunc)?;
+        module::load_function(f)?;
         module::set_attribute(f, attrib, value)
     }
 
@@ -430,16 +432,17 @@ crate::abi::exports! {
         name_out(pname, &f.name)
     }
 
-    // CU_FUNCTION_LOADING_STATE_LOADED (1): loading is eager.
+    // CU_FUNCTION_LOADING_STATE_LOADED (1), or UNLOADED (0): a handle
+    // cuModuleEnumerateFunctions gave, partially loaded until a call loads it.
     fn cuFuncIsLoaded(state: *mut c_int, hfunc: usize) {
         cfg()?;
-        module::launchable(hfunc)?;
-        out(state, 1)
+        out(state, c_int::from(module::is_loaded(module::launchable(hfunc)?)))
     }
 
+    // Loads a partially loaded function (its code taken now); a loaded one: nothing.
     fn cuFuncLoad(hfunc: usize) {
         cfg()?;
-        module::launchable(hfunc).map(|_| ())
+        module::load_function(module::launchable(hfunc)?)
     }
 
     fn cuLinkCreate | cuLinkCreate_v2 (num_options: c_uint, options: *mut c_int, values: *mut *mut c_void, state: *mut usize) {

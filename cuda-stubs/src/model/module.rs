@@ -63,6 +63,10 @@ pub struct Function {
     /// The local memory each of its threads takes (its image's `.local` declarations):
     /// a launch grows the context's stack to it (`limit::grow_stack`).
     pub local: u64,
+    /// Whether its code is loaded: a handle `cuModuleEnumerateFunctions` handed out is
+    /// "partially loaded" under lazy loading, its code taken at the first call that needs
+    /// it ([`load_function`]).
+    pub loaded: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -153,9 +157,24 @@ fn release_code(m: &Module) {
     }
 }
 
-/// The function `name` of `module` (the same handle each time); NOT_FOUND when the image
-/// does not name it (unless part of the image could not be read).
+/// The function `name` of `module` (the same handle each time), loaded: CUDA's lazy
+/// loading loads a module's kernel at its `cuModuleGetFunction` (see [`load_function`]).
+/// NOT_FOUND when the image does not name it (unless part of the image could not be read).
 pub fn function(module: usize, name: &str) -> Result<usize, CUresult> {
+    let f = handle(module, name)?;
+    load_function(f)?;
+    Ok(f)
+}
+
+/// The function `name` of `module` as `cuModuleEnumerateFunctions` hands it out: the same
+/// handle, "partially loaded" (NVIDIA's documentation of that call) where it was not
+/// loaded yet: its code is taken by the first call that needs it ([`load_function`]).
+pub fn enumerated(module: usize, name: &str) -> Result<usize, CUresult> {
+    handle(module, name)
+}
+
+/// The handle of function `name` of `module`, made (not loaded) the first time.
+fn handle(module: usize, name: &str) -> Result<usize, CUresult> {
     let mut reg = registry();
     let m = reg
         .modules
@@ -167,15 +186,6 @@ pub fn function(module: usize, name: &str) -> Result<usize, CUresult> {
     if !m.names.open && !m.names.functions.iter().any(|n| n == name) {
         return Err(CUDA_ERROR_NOT_FOUND);
     }
-    // A module loaded in a context: its kernel is loaded now (a library's, at its first
-    // use in each context: `library_in_context`).
-    let code = cfg()?.function_mem;
-    if m.ctx != 0 && code > 0 {
-        let dev = device_of(m.ctx)?;
-        ledger()?.charge(dev, code)?;
-        m.code += code;
-        m.code_dev = dev;
-    }
     let local = m.names.local.get(name).copied().unwrap_or(0);
     let f = new_handle();
     m.functions.insert(name.to_string(), f);
@@ -186,9 +196,46 @@ pub fn function(module: usize, name: &str) -> Result<usize, CUresult> {
             name: name.to_string(),
             attrs: HashMap::default(),
             local,
+            loaded: false,
         },
     );
     Ok(f)
+}
+
+/// Loads function `f` where it is not loaded yet: a kernel of a module loaded in a context
+/// takes FAKECUDA_FUNCTION_MEM there (a library's, at its first use in each context:
+/// `library_in_context`). Called by `cuModuleGetFunction`, `cuFuncLoad`, the attribute
+/// calls and every use in a context (a launch, a graph's kernel node): "CUDA APIs may load
+/// the function automatically when called with partially loaded function handle". Any
+/// other handle (a kernel's twin function of a library, loaded per context): nothing.
+pub fn load_function(f: usize) -> CuResult {
+    let code = cfg()?.function_mem;
+    let mut reg = registry();
+    let reg = &mut *reg;
+    let Some(func) = reg.functions.get_mut(&f) else {
+        return Ok(());
+    };
+    if func.loaded {
+        return Ok(());
+    }
+    let m = reg
+        .modules
+        .get_mut(&func.module)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    if m.ctx != 0 && code > 0 {
+        let dev = device_of(m.ctx)?;
+        ledger()?.charge(dev, code)?;
+        m.code += code;
+        m.code_dev = dev;
+    }
+    func.loaded = true;
+    Ok(())
+}
+
+/// Whether function `f`'s code is loaded (`cuFuncIsLoaded`); a handle of no module's
+/// function (a kernel's twin, loaded per context): true.
+pub fn is_loaded(f: usize) -> bool {
+    registry().functions.get(&f).is_none_or(|f| f.loaded)
 }
 
 /// The names of the functions `module` is known to hold.
@@ -392,6 +439,7 @@ pub fn kernel_function(k: usize) -> Result<usize, CUresult> {
 /// library's, that library is loaded there (see [`library_in_context`]). Returns the
 /// local memory each of its threads takes (`Function::local`).
 pub fn use_in_context(f: usize, ctx: Ctx, dev: usize) -> Result<u64, CUresult> {
+    load_function(f)?;
     let (lib, local) = {
         let reg = registry();
         let Some((module, local)) = reg.functions.get(&f).map(|f| (f.module, f.local)) else {
