@@ -84,6 +84,10 @@
  *                  (cuGraphAddKernelNode_v2 with the kernel handle): the library's code
  *                  the driver loads for it is charged; an executable graph's node given a
  *                  second library's kernel (cuGraphExecKernelNodeSetParams_v2) likewise.
+ *   enumerated-functions (cap <cap0> = 2 GiB; FAKECUDA_FUNCTION_MEM=<code>) a module's two
+ *                  functions listed by cuModuleEnumerateFunctions (partially loaded:
+ *                  nothing taken); the first one's first launch and cuFuncLoad of the
+ *                  second each take its code, charged; the unload gives both back.
  *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
  *                  stack) in a created context, half the cap allocated, then a stack of
  *                  over half the cap: the driver takes it, gpucap refuses it
@@ -761,6 +765,40 @@ static void graph_node_library(void) {
     IN_USE(0, 0, "the library unloaded, the stack lowered");
 }
 
+CUresult cuModuleGetFunctionCount(unsigned *count, CUmodule m);
+CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned n, CUmodule m);
+CUresult cuFuncLoad(CUfunction f);
+
+/* Functions listed by cuModuleEnumerateFunctions (CUDA 12.4) are "partially loaded" under
+   lazy loading: each one's code is taken by the first call that needs it, here its first
+   launch (gpucap's own question of its local memory must not be the call that loads it,
+   unmeasured) and cuFuncLoad. */
+static void enumerated_functions(void) {
+    one_context();
+    const char *e = getenv("FAKECUDA_FUNCTION_MEM");
+    size_t code = e ? parse_size(e) : 0;
+    CHECK(code > 0 && 2 * code < g_cap[0], "the test needs FAKECUDA_FUNCTION_MEM under half the cap");
+    static const char TWO[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                              ".visible .entry p0()\n{\n\tret;\n}\n.visible .entry p1()\n{\n\tret;\n}\n";
+    CUmodule m = NULL;
+    MUST(cuModuleLoadData(&m, TWO));
+    unsigned n = 0;
+    CUfunction fs[2] = {NULL, NULL};
+    MUST(cuModuleGetFunctionCount(&n, m));
+    CHECK(n == 2, "the module holds %u functions, expected 2", n);
+    MUST(cuModuleEnumerateFunctions(fs, 2, m));
+    IN_USE(0, 0, "two functions listed, partially loaded");
+    MUST(launch_fn(fs[0]));
+    IN_USE(0, code, "the first one's first launch loaded its code");
+    MUST(cuFuncLoad(fs[1]));
+    IN_USE(0, 2 * code, "cuFuncLoad loaded the second's");
+    MUST(launch_fn(fs[1]));
+    MUST(launch_fn(fs[0]));
+    IN_USE(0, 2 * code, "both launched: nothing more");
+    MUST(cuModuleUnload(m));
+    IN_USE(0, 0, "the module unloaded with its functions' code");
+}
+
 /* A launch grows the stack to its kernel's local memory. */
 static void local_stack(void) {
     one_context();
@@ -1080,6 +1118,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "capture-local-library") == 0) capture_local_library();
     else if (strcmp(mode, "kernel-function-stack") == 0) kernel_function_stack();
     else if (strcmp(mode, "graph-node-library") == 0) graph_node_library();
+    else if (strcmp(mode, "enumerated-functions") == 0) enumerated_functions();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();

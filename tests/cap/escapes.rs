@@ -596,6 +596,29 @@ fn a_graph_built_by_hand_has_its_kernels_code_charged() {
     assert_failed(&o, "graph-node-library without the shim");
 }
 
+/// A module's functions listed by `cuModuleEnumerateFunctions` (CUDA 12.4) are "partially
+/// loaded" under lazy loading, and "CUDA APIs may load the function automatically" (NVIDIA's
+/// documentation; the fake loads one at its first launch, an attribute asked, `cuFuncLoad`):
+/// gpucap loads such a function itself, measured, before it asks its local memory at the
+/// first launch, and measures the program's `cuFuncLoad`. Before, its own question loaded
+/// the code unmeasured (128 MiB a function here). Alone and in a pool.
+#[test]
+fn functions_listed_by_their_module_are_charged_when_a_call_loads_them() {
+    let dir = scratch("escapes-enumerated-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let code = ("FAKECUDA_FUNCTION_MEM", "128Mi");
+    for env in [
+        &[code][..],
+        &[code, ("GPUCAP_POOL", "enf"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+    ] {
+        let (o, s) = escapes(&["enumerated-functions", "2Gi"], 1, Some("2Gi"), env);
+        assert_passed(&o, &format!("enumerated-functions with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
+    }
+    let (o, _) = escapes(&["enumerated-functions", "2Gi"], 1, None, &[code]);
+    assert_failed(&o, "enumerated-functions without the shim");
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

@@ -97,6 +97,7 @@ driver_fns! {
     cuFuncGetAttribute: (*mut c_int, c_int, Handle);
     // A function loaded into its context (CUDA 12.4: lazy loading's explicit load).
     cuFuncLoad: (Handle);
+    cuFuncIsLoaded: (*mut c_int, Handle);
     cuKernelGetAttribute: (*mut c_int, c_int, Handle, c_int);
     cuDeviceGetAttribute: (*mut c_int, c_int, c_int);
     // Limits: the old value, set back when the cap cannot take the new one.

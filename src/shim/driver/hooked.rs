@@ -126,6 +126,7 @@ macro_rules! hooked {
                 (out: Out<Handle>, module: Handle, name: CText) => hooks::launches::module_get_function;
             cuKernelGetFunction = "cuKernelGetFunction" @ 12000 :
                 (out: Out<Handle>, kernel: Handle) => hooks::launches::kernel_get_function;
+            cuFuncLoad = "cuFuncLoad" @ 12040 : (f: Handle) => hooks::launches::func_load;
             cuLibraryUnload = "cuLibraryUnload" @ 12000 : (lib: Handle) => hooks::launches::library_unload;
             // Libraries: loaded into every context at the load under eager loading.
             cuLibraryLoadData = "cuLibraryLoadData" @ 12000 :

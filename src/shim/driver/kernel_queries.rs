@@ -128,3 +128,13 @@ pub fn load_function(f: Handle) -> Option<u32> {
     // SAFETY: the program's function handle; the driver checks it.
     Some(unsafe { load(f) })
 }
+
+/// Whether function `f` is loaded (`cuFuncIsLoaded`, CUDA 12.4): false for a "partially
+/// loaded" handle of `cuModuleEnumerateFunctions`, which the first call needing it loads.
+/// None: the driver does not say (no such call: its functions are loaded when handed out).
+pub fn is_loaded(f: Handle) -> Option<bool> {
+    let ask = calls::cuFuncIsLoaded()?;
+    let mut state: c_int = -1;
+    // SAFETY: a valid out-pointer; the driver checks the handle.
+    (unsafe { ask(&mut state, f) } == CUDA_SUCCESS).then_some(state != 0)
+}

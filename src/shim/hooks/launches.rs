@@ -178,23 +178,12 @@ pub(super) fn load_for_graph(
         })
     } else if !func.is_null() {
         let key = launch_key(func as u64, d);
-        if LAUNCHED.contains(key) || calls::cuFuncLoad().is_none() {
+        if LAUNCHED.contains(key) {
             return Ok(());
         }
-        let call = || {
-            graph_queries::relaxed(|| kernel_queries::load_function(func).unwrap_or(CUDA_SUCCESS))
-        };
         // Its attributes asked only once it is loaded: a CUDA call with a partially loaded
         // function may load it (`cuModuleEnumerateFunctions`' documentation), unmeasured.
-        let used = Use { key, mark: false };
-        let rc = first_use(
-            api,
-            used,
-            d,
-            call,
-            || Some(func),
-            || kernel_queries::function_owner(func),
-        );
+        let rc = load_if_partial(api, func, d);
         if rc == CUDA_SUCCESS && takes_nothing_at_launch(func, None) {
             seen(key);
         }
@@ -274,6 +263,11 @@ fn first_launch(
     stream: Stream,
     call: impl FnMut() -> CuResult,
 ) -> CuResult {
+    if kernel_on.is_none()
+        && load_if_partial(api, f, d) == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY
+    {
+        return crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY;
+    }
     let local = kernel_queries::local_size(f, kernel_on);
     let capturing = || graph_queries::capturing(stream);
     let grown = match super::limits::stack_for_launch(api, d, local, capturing) {
@@ -285,6 +279,64 @@ fn first_launch(
     first_use(api, used, d, call, function, || {
         kernel_queries::function_owner(f)
     })
+}
+
+/// Function `f` loaded on device `d` (the current context's) where the driver says it is
+/// "partially loaded" (a handle of `cuModuleEnumerateFunctions`, CUDA 12.4: "CUDA APIs may
+/// load the function automatically"): by `cuFuncLoad`, measured as a first use, before
+/// gpucap asks its attributes or the program launches it, so that its code is charged
+/// (refused before it loads where the cap cannot take what its module took before). A
+/// loaded function, or a driver that does not say: nothing.
+fn load_if_partial(api: &str, f: Handle, d: usize) -> CuResult {
+    if kernel_queries::is_loaded(f) != Some(false) {
+        return CUDA_SUCCESS;
+    }
+    // The shim's own call: out of a capture's way, as its measurements are.
+    let call =
+        || graph_queries::relaxed(|| kernel_queries::load_function(f).unwrap_or(CUDA_SUCCESS));
+    let used = Use {
+        key: launch_key(f as u64, d),
+        mark: false,
+    };
+    first_use(
+        api,
+        used,
+        d,
+        call,
+        || Some(f),
+        || kernel_queries::function_owner(f),
+    )
+}
+
+/// `cuFuncLoad` (CUDA 12.4): a partially loaded function's code loaded by the program,
+/// measured as a first use (see [`load_if_partial`]); then seen as `cuModuleGetFunction`
+/// leaves a function, where its launch takes nothing more (else its first launch grows the
+/// stack).
+pub fn func_load(real: Real<(Handle,)>, f: Handle) -> CuResult {
+    let call = || real.call(f);
+    let Some(d) = known_device().or_else(|| current_device().and_then(|d| usize::try_from(d).ok()))
+    else {
+        return call();
+    };
+    if kernel_queries::is_loaded(f) != Some(false) {
+        return call();
+    }
+    let used = Use {
+        key: launch_key(f as u64, d),
+        mark: false,
+    };
+    let rc = first_use(
+        "cuFuncLoad",
+        used,
+        d,
+        call,
+        || Some(f),
+        || kernel_queries::function_owner(f),
+    );
+    if rc == CUDA_SUCCESS && takes_nothing_at_launch(f, None) {
+        seen(used.key); // as a function asked for by name
+    }
+    rc
 }
 
 /// The use a first use measures: `key` names it (a function, or a kernel handle in a
