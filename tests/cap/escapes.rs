@@ -548,6 +548,31 @@ fn a_kernel_first_launched_in_a_capture_has_its_code_charged_and_its_stack_left_
     assert_failed(&o, "capture-local-library without the shim");
 }
 
+/// `escapes MODE 2Gi` under a 2 GiB cap with the fake's `code` setting: alone, in a fresh
+/// pool and with each of `more` added, it passes and the driver holds nothing at its end;
+/// without the shim the same run fails (the escape is real).
+#[track_caller]
+fn charged_alone_and_in_a_pool(mode: &str, code: (&str, &str), more: &[(&str, &str)]) {
+    let dir = scratch(&format!("escapes-{mode}-pool"));
+    let pool_dir = dir.to_str().unwrap();
+    let mut envs = vec![
+        vec![code],
+        vec![
+            code,
+            ("GPUCAP_POOL", "escape"),
+            ("GPUCAP_POOL_DIR", pool_dir),
+        ],
+    ];
+    envs.extend(more.iter().map(|&m| vec![code, m]));
+    for env in &envs {
+        let (o, s) = escapes(&[mode, "2Gi"], 1, Some("2Gi"), env);
+        assert_passed(&o, &format!("{mode} with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
+    }
+    let (o, _) = escapes(&[mode, "2Gi"], 1, None, &[code]);
+    assert_failed(&o, &format!("{mode} without the shim"));
+}
+
 /// A library's kernel whose threads take more than the stack, its function asked for first
 /// (`cuKernelGetFunction` loads the library's code into the context: charged), then
 /// launched by its kernel handle: the launch grows the stack, and gpucap charges it.
@@ -556,19 +581,11 @@ fn a_kernel_first_launched_in_a_capture_has_its_code_charged_and_its_stack_left_
 /// nowhere. Alone and in a pool (`escapes.c`, `kernel-function-stack`).
 #[test]
 fn a_kernel_launched_by_its_handle_after_its_function_was_asked_for_has_its_stack_charged() {
-    let dir = scratch("escapes-kernel-function-pool");
-    let pool_dir = dir.to_str().unwrap();
-    let code = ("FAKECUDA_LIBRARY_MEM", "128Mi");
-    for env in [
-        &[code][..],
-        &[code, ("GPUCAP_POOL", "kfs"), ("GPUCAP_POOL_DIR", pool_dir)][..],
-    ] {
-        let (o, s) = escapes(&["kernel-function-stack", "2Gi"], 1, Some("2Gi"), env);
-        assert_passed(&o, &format!("kernel-function-stack with the shim {env:?}"));
-        assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
-    }
-    let (o, _) = escapes(&["kernel-function-stack", "2Gi"], 1, None, &[code]);
-    assert_failed(&o, "kernel-function-stack without the shim");
+    charged_alone_and_in_a_pool(
+        "kernel-function-stack",
+        ("FAKECUDA_LIBRARY_MEM", "128Mi"),
+        &[],
+    );
 }
 
 /// A graph built by hand (`cuGraphAddKernelNode_v2` with a kernel handle of a library
@@ -580,20 +597,11 @@ fn a_kernel_launched_by_its_handle_after_its_function_was_asked_for_has_its_stac
 /// here). Alone, in a pool, and with NVML failing (measured by the context's free memory).
 #[test]
 fn a_graph_built_by_hand_has_its_kernels_code_charged() {
-    let dir = scratch("escapes-graph-node-pool");
-    let pool_dir = dir.to_str().unwrap();
-    let code = ("FAKECUDA_LIBRARY_MEM", "128Mi");
-    for env in [
-        &[code][..],
-        &[code, ("GPUCAP_POOL", "gnl"), ("GPUCAP_POOL_DIR", pool_dir)][..],
-        &[code, ("FAKECUDA_NVML_FAIL", "1")][..],
-    ] {
-        let (o, s) = escapes(&["graph-node-library", "2Gi"], 1, Some("2Gi"), env);
-        assert_passed(&o, &format!("graph-node-library with the shim {env:?}"));
-        assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
-    }
-    let (o, _) = escapes(&["graph-node-library", "2Gi"], 1, None, &[code]);
-    assert_failed(&o, "graph-node-library without the shim");
+    charged_alone_and_in_a_pool(
+        "graph-node-library",
+        ("FAKECUDA_LIBRARY_MEM", "128Mi"),
+        &[("FAKECUDA_NVML_FAIL", "1")],
+    );
 }
 
 /// A module's functions listed by `cuModuleEnumerateFunctions` (CUDA 12.4) are "partially
@@ -604,19 +612,11 @@ fn a_graph_built_by_hand_has_its_kernels_code_charged() {
 /// the code unmeasured (128 MiB a function here). Alone and in a pool.
 #[test]
 fn functions_listed_by_their_module_are_charged_when_a_call_loads_them() {
-    let dir = scratch("escapes-enumerated-pool");
-    let pool_dir = dir.to_str().unwrap();
-    let code = ("FAKECUDA_FUNCTION_MEM", "128Mi");
-    for env in [
-        &[code][..],
-        &[code, ("GPUCAP_POOL", "enf"), ("GPUCAP_POOL_DIR", pool_dir)][..],
-    ] {
-        let (o, s) = escapes(&["enumerated-functions", "2Gi"], 1, Some("2Gi"), env);
-        assert_passed(&o, &format!("enumerated-functions with the shim {env:?}"));
-        assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
-    }
-    let (o, _) = escapes(&["enumerated-functions", "2Gi"], 1, None, &[code]);
-    assert_failed(&o, "enumerated-functions without the shim");
+    charged_alone_and_in_a_pool(
+        "enumerated-functions",
+        ("FAKECUDA_FUNCTION_MEM", "128Mi"),
+        &[],
+    );
 }
 
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
