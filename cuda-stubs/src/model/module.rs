@@ -439,10 +439,11 @@ pub fn kernel_function(k: usize) -> Result<usize, CUresult> {
 /// library's, that library is loaded there (see [`library_in_context`]). Returns the
 /// local memory each of its threads takes (`Function::local`).
 pub fn use_in_context(f: usize, ctx: Ctx, dev: usize) -> Result<u64, CUresult> {
-    load_function(f)?;
-    let (lib, local) = {
+    let (lib, local, loaded) = {
         let reg = registry();
-        let Some((module, local)) = reg.functions.get(&f).map(|f| (f.module, f.local)) else {
+        let Some((module, local, loaded)) =
+            reg.functions.get(&f).map(|f| (f.module, f.local, f.loaded))
+        else {
             return Ok(0);
         };
         let lib = reg
@@ -450,8 +451,11 @@ pub fn use_in_context(f: usize, ctx: Ctx, dev: usize) -> Result<u64, CUresult> {
             .iter()
             .find(|&(_, &m)| m == module)
             .map(|(&l, _)| l);
-        (lib, local)
+        (lib, local, loaded)
     };
+    if !loaded {
+        load_function(f)?; // a partially loaded function's first use
+    }
     if let Some(lib) = lib {
         library_in_context(lib, ctx, dev)?;
     }

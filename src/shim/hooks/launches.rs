@@ -114,11 +114,25 @@ pub fn kernel_get_function(
     if LAUNCHED.contains(key) {
         return call();
     }
+    kernel_loaded(key, d, out, kernel, call)
+}
+
+/// `cuKernelGetFunction`'s first use of `kernel` in the current context (under `key`, on
+/// device `d`), measured; seen (a later launch of the kernel handle not measured) only
+/// where that launch takes nothing: a kernel past the stack grows it at its first launch,
+/// measured there. Out of line: the call's later uses pay one lookup, no more.
+#[cold]
+#[inline(never)]
+fn kernel_loaded(
+    key: u64,
+    d: usize,
+    out: Out<Handle>,
+    kernel: Handle,
+    call: impl FnMut() -> CuResult,
+) -> CuResult {
     // The driver wrote the function handle where the caller asked.
     let function = || out.get();
     let owner = || kernel_queries::function_owner(kernel);
-    // Seen (a later launch of the kernel handle not measured) only where that launch takes
-    // nothing: a kernel past the stack grows it at its first launch, measured there.
     let mark = takes_nothing_at_launch(kernel, c_int::try_from(d).ok());
     first_use(
         "cuKernelGetFunction",
