@@ -1,27 +1,23 @@
-//! Kernel launches (see `gpucap_core::kernels`): the first launch of each function on
-//! each device is measured, as a module load is, and what the kernels it loaded took is
-//! charged to the launching context (past the cap if need be: a launch made cannot be
-//! taken back); later launches of it there pay one lookup in the map of functions seen.
-//! `cuKernelGetFunction` loads a library's kernel into the current context too, and
-//! `cuModuleGetFunction` a module's (lazy loading loads a module's kernels there): both
-//! measured the same way. Under eager loading nothing is loaded at a first use (the code
-//! came with its module, library or context, each measured there): none is measured.
+//! Kernel launches and the calls that load kernels (see `gpucap_core::kernels`): the first
+//! launch of each function on each device is measured as a first use (`first_use`), after
+//! the stack its kernel needs is grown; later launches of it there pay one lookup in the map
+//! of functions seen. `cuKernelGetFunction` loads a library's kernel into the current
+//! context too, `cuModuleGetFunction` a module's (lazy loading loads a module's kernels
+//! there), `cuFuncLoad` a partially loaded function, and a graph's kernel nodes are loaded
+//! before the driver takes them (`load_for_graph`): each measured the same way. Unloads
+//! credit what those loads took.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use super::contexts::{context_lock, pool_marks};
 use super::current::{current_context, current_device, known_device};
-use super::{reserve_on, shim};
+use super::first_use::{Use, first_use, load_if_partial, seen, takes_nothing_at_launch};
 use crate::driver::forward::Real;
 use crate::driver::types::{
     CText, CUDA_SUCCESS, CuResult, Handle, In, LaunchConfigHead, Out, Stream,
 };
-use crate::driver::{calls, graph_queries, kernel_queries, queries};
-use crate::log::log;
-use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED, SHIM};
+use crate::driver::{graph_queries, kernel_queries};
+use crate::state::{ESTIMATES, KERNEL_HANDLES, KERNELS, LAUNCHED};
 use gpucap_core::kernels::{self, launch_key};
-use gpucap_core::ledger::Charge;
 
 type Params = *mut *mut c_void;
 /// `cuLaunchKernel`'s arguments: the function, the grid and block sizes, the shared
@@ -295,33 +291,6 @@ fn first_launch(
     })
 }
 
-/// Function `f` loaded on device `d` (the current context's) where the driver says it is
-/// "partially loaded" (a handle of `cuModuleEnumerateFunctions`, CUDA 12.4: "CUDA APIs may
-/// load the function automatically"): by `cuFuncLoad`, measured as a first use, before
-/// gpucap asks its attributes or the program launches it, so that its code is charged
-/// (refused before it loads where the cap cannot take what its module took before). A
-/// loaded function, or a driver that does not say: nothing.
-fn load_if_partial(api: &str, f: Handle, d: usize) -> CuResult {
-    if kernel_queries::is_loaded(f) != Some(false) {
-        return CUDA_SUCCESS;
-    }
-    // The shim's own call: out of a capture's way, as its measurements are.
-    let call =
-        || graph_queries::relaxed(|| kernel_queries::load_function(f).unwrap_or(CUDA_SUCCESS));
-    let used = Use {
-        key: launch_key(f as u64, d),
-        mark: false,
-    };
-    first_use(
-        api,
-        used,
-        d,
-        call,
-        || Some(f),
-        || kernel_queries::function_owner(f),
-    )
-}
-
 /// `cuFuncLoad` (CUDA 12.4): a partially loaded function's code loaded by the program,
 /// measured as a first use (see [`load_if_partial`]); then seen as `cuModuleGetFunction`
 /// leaves a function, where its launch takes nothing more (else its first launch grows the
@@ -353,31 +322,6 @@ pub fn func_load(real: Real<(Handle,)>, f: Handle) -> CuResult {
     rc
 }
 
-/// The use a first use measures: `key` names it (a function, or a kernel handle in a
-/// context); `mark`: whether it is seen once measured (not a launch on a capturing stream
-/// that needs a stack not grown yet: its first launch outside a capture grows it).
-#[derive(Clone, Copy)]
-struct Use {
-    key: u64,
-    mark: bool,
-}
-
-impl Use {
-    fn of(key: u64) -> Use {
-        Use { key, mark: true }
-    }
-}
-
-/// Whether a launch of function `f` in the current context (a kernel handle: asked on
-/// device `kernel_on`) can take nothing on its own:
-/// its threads' local memory fits in the stack, and no raised malloc heap waits to be
-/// taken. Only then is its first launch left unchecked once it was asked for
-/// (`cuModuleGetFunction`, `cuKernelGetFunction`).
-fn takes_nothing_at_launch(f: Handle, kernel_on: Option<c_int>) -> bool {
-    !super::limits::heap_raised()
-        && super::limits::fits_the_stack(kernel_queries::local_size(f, kernel_on))
-}
-
 /// Whether `f` is a kernel handle (the driver names its library), remembered once seen.
 #[inline]
 fn is_kernel(f: Handle) -> bool {
@@ -390,211 +334,6 @@ fn is_kernel(f: Handle) -> bool {
         KERNEL_HANDLES.insert(key);
     }
     kernel
-}
-
-/// The first use on device `d` of what `used` names (a function or kernel launched or
-/// asked for, in the current context), which CUDA's lazy loading makes load code and
-/// data there; seen afterwards where `used` says so. Under the device's context lock
-/// (where a second thread's first use waits, then finds it seen):
-/// 1. what a first use of its owner's functions took before (`owner()`: its library or
-///    module, see `kernels::LoadEstimates`) is reserved: if the cap, the pool or another
-///    member's guarantee cannot take it, the call is refused with
-///    `CUDA_ERROR_OUT_OF_MEMORY` before the driver loads anything, as the driver itself
-///    answers when lazy loading finds no memory;
-/// 2. the call is made and measured: by the driver's figure for this process (NVML),
-///    where the pid NVML lists it under is provably its own (not in a container: see
-///    `gpucap_core::pid_namespace`), else by the context's free memory with the pool's
-///    traffic taken out;
-/// 3. the reservation becomes the measured figure; what the cap cannot take beyond it
-///    is charged by force (the driver holds it: past the cap, first out of this member's
-///    own guarantee; see `Ledger::charge_past_cap`), said at error level. A use that cannot be
-///    measured keeps what was reserved, and is said at error level under a cap.
-#[cold]
-#[inline(never)]
-fn first_use(
-    api: &str,
-    used: Use,
-    d: usize,
-    mut call: impl FnMut() -> CuResult,
-    function: impl Fn() -> Option<Handle>,
-    owner: impl Fn() -> u64,
-) -> CuResult {
-    let shim = match shim() {
-        Ok(s) => s,
-        Err(rc) => return rc,
-    };
-    let key = used.key;
-    // Eager loading loads nothing at a first use; a raised heap may be taken at one.
-    if kernel_queries::eager_loading() && !super::limits::heap_raised() {
-        return loaded_eagerly(used, d, call, function);
-    }
-    let Some(ctx) = queries::current_context() else {
-        return call();
-    };
-    let lock = match context_lock(shim, api, d as c_int) {
-        Ok(Some(lock)) => lock,
-        Ok(None) => return call(),
-        Err(rc) => return rc,
-    };
-    if LAUNCHED.contains(key) {
-        return call(); // another thread's first use came first
-    }
-    let owner = owner();
-    let loaded_there = owner != 0 && KERNELS.any(|&(c, _, o)| c == ctx as u64 && o == owner);
-    let expected = ESTIMATES.expected(owner, loaded_there);
-    let held = match expected {
-        0 => None,
-        bytes => match reserve_on(shim, api, d, bytes) {
-            Ok(r) => Some(r),
-            Err(rc) => {
-                log!(
-                    Warn,
-                    "{api}: refused before the driver loaded anything: a first use of this {} in this context is expected to load {} on GPU {d} (what one took before)",
-                    if loaded_there {
-                        "library's or module's further kernel"
-                    } else {
-                        "library or module"
-                    },
-                    gpucap_core::size::format_bytes(bytes)
-                );
-                return rc;
-            }
-        },
-    };
-    // The driver's figure for this process where its pid is provably its own (not inside
-    // a container, whose pid NVML's host pids may repeat for another process), else the
-    // free memory in the context, the pool's traffic taken out (`residents::measure_loaded`).
-    let charged = || SHIM.ledger.usage(d).map_or(0, |u| u.used);
-    let (rc, measured, how) = gpucap_core::residents::measure_loaded(
-        &lock,
-        &queries::Contexts,
-        ctx as u64,
-        pool_marks(d),
-        charged,
-        call,
-    );
-    if rc != CUDA_SUCCESS {
-        drop(held);
-        return rc; // not seen: the next use measures again
-    }
-    if used.mark {
-        mark_seen(key, d, &function);
-    }
-    let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
-    let bytes = match measured {
-        Ok(bytes) => {
-            // Never more than the device holds: a figure past it is no measurement.
-            let bytes = bytes.min(calls::physical_total(d).unwrap_or(u64::MAX));
-            ESTIMATES.learn(owner, loaded_there, bytes);
-            bytes
-        }
-        Err(why) => {
-            let capped = SHIM
-                .ledger
-                .usage(d)
-                .is_some_and(|u| u.cap != gpucap_core::ledger::NO_CAP);
-            let kept = gpucap_core::size::format_bytes(reserved);
-            if capped {
-                log!(
-                    Error,
-                    "{api}: what its first use on GPU {d} loaded could not be measured ({why}): charged what it was expected to take ({kept})"
-                );
-            } else {
-                log!(
-                    Warn,
-                    "{api}: what its first use on GPU {d} loaded could not be measured ({why}): charged {kept} (GPU {d} has no cap)"
-                );
-            }
-            reserved
-        }
-    };
-    let forced = super::residents::charge_done(d, held, bytes);
-    if bytes > 0 {
-        record_kernel_charge(
-            ctx,
-            charge_key(&function, key),
-            owner,
-            &lock,
-            Charge { device: d, bytes },
-        );
-    }
-    let taken = gpucap_core::size::format_bytes(bytes);
-    match SHIM.ledger.usage(d) {
-        Some(u) if forced > 0 && u.used > u.cap => log!(
-            Error,
-            "{api}: the kernels its first use loaded took {taken} on GPU {d}, past the cap ({} of {} in use): charged; every allocation is refused until memory is given back",
-            gpucap_core::size::format_bytes(u.used),
-            gpucap_core::size::format_bytes(u.cap)
-        ),
-        _ if bytes > 0 => log!(
-            Debug,
-            "{api}: its first use loaded {taken} of kernels on GPU {d} (measured {})",
-            how.says()
-        ),
-        _ => {}
-    }
-    rc
-}
-
-/// A first use under eager loading: the driver loaded the code with its module (measured
-/// at `cuModuleLoad*`), its library (at `cuLibraryLoad*`, `libraries`) or the context
-/// (with the context), so the use loads nothing: made unmeasured, and seen where `used` says. Under
-/// TensorFlow cudart asks for 49,086 functions then, each a first use; measured, each
-/// cost the context lock and two reads of NVML's process list.
-fn loaded_eagerly(
-    used: Use,
-    d: usize,
-    mut call: impl FnMut() -> CuResult,
-    function: impl Fn() -> Option<Handle>,
-) -> CuResult {
-    let rc = call();
-    if rc == CUDA_SUCCESS && used.mark {
-        mark_seen(used.key, d, &function);
-    }
-    rc
-}
-
-/// A first use of `key` done: seen, and the function asked for (`function`) too where its
-/// first launch takes nothing more (no stack to grow, no raised heap to take).
-fn mark_seen(key: u64, d: usize, function: &impl Fn() -> Option<Handle>) {
-    seen(key);
-    if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f, None)) {
-        seen(launch_key(f as u64, d));
-    }
-}
-
-/// Records `key` as seen; where the table has no room for it, says once (at warn) that
-/// the uses of such functions are measured each time.
-fn seen(key: u64) {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    if !LAUNCHED.insert(key) && !SAID.swap(true, Relaxed) {
-        log!(
-            Warn,
-            "the table of functions seen is full: the uses of functions beyond it are measured each time (slower; nothing more is charged)"
-        );
-    }
-}
-
-/// The key a first use's charge is recorded under (with its context and owner, see
-/// [`record_kernel_charge`]): the function asked for, else the use's own key (a kernel
-/// handle's use in one context).
-fn charge_key(function: &impl Fn() -> Option<Handle>, key: u64) -> u64 {
-    function().map_or(key, |f| f as u64)
-}
-
-/// Records `charge`, what a first use loaded, in the kernels' charges (`KERNELS`) under
-/// (context, function, owner), credited when the context goes
-/// or the owner is unloaded. A function measured again (after a teardown) keeps what it
-/// held; an entry of a context gone (its handle another context's now) is credited.
-fn record_kernel_charge(
-    ctx: Handle,
-    function: u64,
-    owner: u64,
-    lock: &gpucap_core::contexts::DeviceLock<'_>,
-    charge: Charge,
-) {
-    let held = super::residents::resident_in(ctx, lock, charge);
-    super::residents::record_more(&KERNELS, (ctx as u64, function, owner), held);
 }
 
 /// `cuModuleGetFunction`: CUDA's lazy loading loads a module's kernel here, not at

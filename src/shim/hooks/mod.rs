@@ -31,6 +31,7 @@ mod arena;
 pub(crate) mod arrays;
 pub(crate) mod contexts;
 pub(crate) mod current;
+mod first_use;
 pub(crate) mod graphs;
 pub(crate) mod info;
 pub(crate) mod init;
