@@ -116,10 +116,15 @@ pub fn callgrind_benchmarks_run() -> bool {
     true
 }
 
-/// A fresh scratch directory for one test.
+/// A fresh scratch directory for one test. The first in a test process removes the
+/// scratch directories of test processes that are gone (named `TAG-PID-N`): left in place,
+/// every run added its own, and a developer's checkout had 56 GB of them after a few weeks.
 pub fn scratch(tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    let dir = profile_dir().join("test-scratch").join(format!(
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    let root = profile_dir().join("test-scratch");
+    SWEPT.call_once(|| sweep_scratch(&root));
+    let dir = root.join(format!(
         "{tag}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
@@ -127,6 +132,27 @@ pub fn scratch(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Removes the scratch directories under `root` whose test process (the PID in the name)
+/// no longer runs; a directory it cannot remove is left.
+fn sweep_scratch(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.rsplitn(3, '-').nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && pid != std::process::id()
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A command that runs `program` on the fake GPU: the fake driver on the library
