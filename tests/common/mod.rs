@@ -144,7 +144,7 @@ fn sweep_scratch(root: &Path) {
         let name = entry.file_name();
         let pid = name
             .to_str()
-            .and_then(|n| n.rsplitn(3, '-').nth(1))
+            .and_then(|n| n.rsplit('-').nth(1))
             .and_then(|p| p.parse::<u32>().ok());
         if let Some(pid) = pid
             && pid != std::process::id()
