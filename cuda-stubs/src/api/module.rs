@@ -396,8 +396,9 @@ crate::abi::exports! {
 
     fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: usize) {
         cfg()?;
-        module::load_function(module::launchable(hfunc)?)?;
-        let f = module::get_function(module::launchable(hfunc)?).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let h = module::launchable(hfunc)?;
+        module::load_function(h)?;
+        let f = module::get_function(h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         out(pi, func_attribute(&f, attrib)?)
     }
 

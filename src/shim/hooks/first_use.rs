@@ -20,29 +20,41 @@ use gpucap_core::ledger::Charge;
 
 /// Function `f` loaded on device `d` (the current context's) where the driver says it is
 /// "partially loaded" (a handle of `cuModuleEnumerateFunctions`, CUDA 12.4: "CUDA APIs may
-/// load the function automatically"): by `cuFuncLoad`, measured as a first use, before
-/// gpucap asks its attributes or the program launches it, so that its code is charged
-/// (refused before it loads where the cap cannot take what its module took before). A
-/// loaded function, or a driver that does not say: nothing.
+/// load the function automatically"): by gpucap's own `cuFuncLoad`, measured as a first
+/// use, before gpucap asks its attributes or the program launches it (see
+/// [`partial_load`]). A loaded function, or a driver that does not say: nothing.
 pub(super) fn load_if_partial(api: &str, f: Handle, d: usize) -> CuResult {
-    if kernel_queries::is_loaded(f) != Some(false) {
-        return CUDA_SUCCESS;
-    }
     // The shim's own call: out of a capture's way, as its measurements are.
-    let call =
+    let load =
         || graph_queries::relaxed(|| kernel_queries::load_function(f).unwrap_or(CUDA_SUCCESS));
+    partial_load(api, f, d, load).unwrap_or(CUDA_SUCCESS)
+}
+
+/// Where function `f` is partially loaded: `load` (a `cuFuncLoad` of it) measured as a
+/// first use on device `d`, so that its code is charged (refused before it loads where the
+/// cap cannot take what its module took before); None where it is loaded, or the driver
+/// does not say.
+pub(super) fn partial_load(
+    api: &str,
+    f: Handle,
+    d: usize,
+    load: impl FnMut() -> CuResult,
+) -> Option<CuResult> {
+    if kernel_queries::is_loaded(f) != Some(false) {
+        return None;
+    }
     let used = Use {
         key: launch_key(f as u64, d),
         mark: false,
     };
-    first_use(
+    Some(first_use(
         api,
         used,
         d,
-        call,
+        load,
         || Some(f),
         || kernel_queries::function_owner(f),
-    )
+    ))
 }
 
 /// The use a first use measures: `key` names it (a function, or a kernel handle in a

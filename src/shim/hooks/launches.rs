@@ -10,7 +10,9 @@
 use std::ffi::{c_int, c_void};
 
 use super::current::{current_context, current_device, known_device};
-use super::first_use::{Use, first_use, load_if_partial, seen, takes_nothing_at_launch};
+use super::first_use::{
+    Use, first_use, load_if_partial, partial_load, seen, takes_nothing_at_launch,
+};
 use crate::driver::forward::Real;
 use crate::driver::types::{
     CText, CUDA_SUCCESS, CuResult, Handle, In, LaunchConfigHead, Out, Stream,
@@ -145,7 +147,7 @@ fn kernel_loaded(
 /// (`cuGraphAddKernelNode`, `cuGraphExecKernelNodeSetParams`, `cuGraphInstantiate*`): if
 /// it was never used in the current context, it is loaded there now, measured as a first
 /// use (a kernel handle by `cuKernelGetFunction`, a function by `cuFuncLoad` where the
-/// driver has it), so that what lazy loading loads for the graph is charged wherever the
+/// driver says it is partially loaded), so that what lazy loading loads for the graph is charged wherever the
 /// driver would load it (at the node's making, the instantiation or the graph's first
 /// run). Err: refused (`CUDA_ERROR_OUT_OF_MEMORY`) before anything was loaded. A node
 /// of another context than the current one is left to the driver.
@@ -301,23 +303,11 @@ pub fn func_load(real: Real<(Handle,)>, f: Handle) -> CuResult {
     else {
         return call();
     };
-    if kernel_queries::is_loaded(f) != Some(false) {
+    let Some(rc) = partial_load("cuFuncLoad", f, d, call) else {
         return call();
-    }
-    let used = Use {
-        key: launch_key(f as u64, d),
-        mark: false,
     };
-    let rc = first_use(
-        "cuFuncLoad",
-        used,
-        d,
-        call,
-        || Some(f),
-        || kernel_queries::function_owner(f),
-    );
     if rc == CUDA_SUCCESS && takes_nothing_at_launch(f, None) {
-        seen(used.key); // as a function asked for by name
+        seen(launch_key(f as u64, d)); // as a function asked for by name
     }
     rc
 }
