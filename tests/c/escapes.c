@@ -88,6 +88,10 @@
  *                  functions listed by cuModuleEnumerateFunctions (partially loaded:
  *                  nothing taken); the first one's first launch and cuFuncLoad of the
  *                  second each take its code, charged; the unload gives both back.
+ *   enumerated-attributes (cap <cap0> = 2 GiB; FAKECUDA_FUNCTION_MEM=<code>) a module's
+ *                  three functions listed; the program's cuFuncGetAttribute and
+ *                  cuFuncSetAttribute load their code: charged, and the third refused
+ *                  before it loads while the cap has half its code's room.
  *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
  *                  stack) in a created context, half the cap allocated, then a stack of
  *                  over half the cap: the driver takes it, gpucap refuses it
@@ -768,6 +772,9 @@ static void graph_node_library(void) {
 CUresult cuModuleGetFunctionCount(unsigned *count, CUmodule m);
 CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned n, CUmodule m);
 CUresult cuFuncLoad(CUfunction f);
+CUresult cuFuncGetAttribute(int *value, int attribute, CUfunction f);
+CUresult cuFuncSetAttribute(CUfunction f, int attribute, int value);
+enum { MAX_THREADS_PER_BLOCK = 0, LOCAL_SIZE_BYTES = 3, MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 };
 
 /* Functions listed by cuModuleEnumerateFunctions (CUDA 12.4) are "partially loaded" under
    lazy loading: each one's code is taken by the first call that needs it, here its first
@@ -795,6 +802,46 @@ static void enumerated_functions(void) {
     MUST(launch_fn(fs[1]));
     MUST(launch_fn(fs[0]));
     IN_USE(0, 2 * code, "both launched: nothing more");
+    MUST(cuModuleUnload(m));
+    IN_USE(0, 0, "the module unloaded with its functions' code");
+}
+
+/* The program's own attribute calls on functions listed by cuModuleEnumerateFunctions
+   load their code (NVIDIA: "CUDA APIs may load the function automatically when called
+   with partially loaded function handle"; the fake at cuFuncGetAttribute and
+   cuFuncSetAttribute): charged, and refused before the load where the cap has no room for
+   what the module's first function took. */
+static void enumerated_attributes(void) {
+    one_context();
+    const char *e = getenv("FAKECUDA_FUNCTION_MEM");
+    size_t code = e ? parse_size(e) : 0;
+    CHECK(code > 0 && 4 * code < g_cap[0], "the test needs FAKECUDA_FUNCTION_MEM under a quarter of the cap");
+    static const char THREE[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                ".visible .entry q0()\n{\n\tret;\n}\n.visible .entry q1()\n{\n\tret;\n}\n"
+                                ".visible .entry q2()\n{\n\tret;\n}\n";
+    CUmodule m = NULL;
+    MUST(cuModuleLoadData(&m, THREE));
+    CUfunction fs[3] = {NULL, NULL, NULL};
+    MUST(cuModuleEnumerateFunctions(fs, 3, m));
+    IN_USE(0, 0, "three functions listed, partially loaded");
+    int v = -1;
+    MUST(cuFuncGetAttribute(&v, LOCAL_SIZE_BYTES, fs[0]));
+    IN_USE(0, code, "the first one's attribute asked: its code loaded");
+    MUST(cuFuncGetAttribute(&v, MAX_THREADS_PER_BLOCK, fs[0]));
+    IN_USE(0, code, "asked again: nothing more");
+    MUST(cuFuncSetAttribute(fs[1], MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
+    IN_USE(0, 2 * code, "the second one's attribute set: its code loaded");
+    CUdeviceptr a = 0;
+    size_t most = g_cap[0] - 2 * code - code / 2;
+    MUST(cuMemAlloc_v2(&a, most));
+    CUresult rc = cuFuncGetAttribute(&v, LOCAL_SIZE_BYTES, fs[2]);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "the third one's attribute with half its code's room left -> %d, expected 2", rc);
+    IN_USE(0, 2 * code + most, "the third one refused before it loaded");
+    MUST(cuMemFree_v2(a));
+    MUST(cuFuncGetAttribute(&v, LOCAL_SIZE_BYTES, fs[2]));
+    IN_USE(0, 3 * code, "the third one's attribute with room: its code loaded");
+    for (int i = 0; i < 3; i++) MUST(launch_fn(fs[i]));
+    IN_USE(0, 3 * code, "all three launched: nothing more");
     MUST(cuModuleUnload(m));
     IN_USE(0, 0, "the module unloaded with its functions' code");
 }
@@ -1119,6 +1166,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "kernel-function-stack") == 0) kernel_function_stack();
     else if (strcmp(mode, "graph-node-library") == 0) graph_node_library();
     else if (strcmp(mode, "enumerated-functions") == 0) enumerated_functions();
+    else if (strcmp(mode, "enumerated-attributes") == 0) enumerated_attributes();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();

@@ -619,6 +619,21 @@ fn functions_listed_by_their_module_are_charged_when_a_call_loads_them() {
     );
 }
 
+/// The program's own `cuFuncGetAttribute` and `cuFuncSetAttribute` on functions listed by
+/// `cuModuleEnumerateFunctions` load their code (the fake, as NVIDIA documents "CUDA APIs
+/// may load the function automatically"): gpucap loads such a function first, measured,
+/// and refuses the call before the load where the cap has no room for what the module's
+/// first function took. Before, each loaded 128 MiB here uncharged. Alone and in a pool
+/// (`escapes.c`, `enumerated-attributes`).
+#[test]
+fn functions_listed_by_their_module_are_charged_when_their_attributes_load_them() {
+    charged_alone_and_in_a_pool(
+        "enumerated-attributes",
+        ("FAKECUDA_FUNCTION_MEM", "128Mi"),
+        &[],
+    );
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

@@ -126,7 +126,14 @@ macro_rules! hooked {
                 (out: Out<Handle>, module: Handle, name: CText) => hooks::launches::module_get_function;
             cuKernelGetFunction = "cuKernelGetFunction" @ 12000 :
                 (out: Out<Handle>, kernel: Handle) => hooks::launches::kernel_get_function;
-            cuFuncLoad = "cuFuncLoad" @ 12040 : (f: Handle) => hooks::launches::func_load;
+            // Partially loaded functions (CUDA 12.4): the calls that may load one.
+            cuModuleEnumerateFunctions = "cuModuleEnumerateFunctions" @ 12040 :
+                (functions: *mut Handle, n: u32, module: Handle) => hooks::functions::module_enumerate_functions;
+            cuFuncLoad = "cuFuncLoad" @ 12040 : (f: Handle) => hooks::functions::func_load;
+            cuFuncGetAttribute = "cuFuncGetAttribute" @ 2020 :
+                (value: *mut c_int, attribute: c_int, f: Handle) => hooks::functions::func_get_attribute;
+            cuFuncSetAttribute = "cuFuncSetAttribute" @ 9000 :
+                (f: Handle, attribute: c_int, value: c_int) => hooks::functions::func_set_attribute;
             cuLibraryUnload = "cuLibraryUnload" @ 12000 : (lib: Handle) => hooks::launches::library_unload;
             // Libraries: loaded into every context at the load under eager loading.
             cuLibraryLoadData = "cuLibraryLoadData" @ 12000 :

@@ -3,16 +3,14 @@
 //! the stack its kernel needs is grown; later launches of it there pay one lookup in the map
 //! of functions seen. `cuKernelGetFunction` loads a library's kernel into the current
 //! context too, `cuModuleGetFunction` a module's (lazy loading loads a module's kernels
-//! there), `cuFuncLoad` a partially loaded function, and a graph's kernel nodes are loaded
-//! before the driver takes them (`load_for_graph`): each measured the same way. Unloads
-//! credit what those loads took.
+//! there), and a graph's kernel nodes are loaded before the driver takes them
+//! (`load_for_graph`): each measured the same way (the calls that load a partially
+//! loaded function: `functions`). Unloads credit what those loads took.
 
 use std::ffi::{c_int, c_void};
 
 use super::current::{current_context, current_device, known_device};
-use super::first_use::{
-    Use, first_use, load_if_partial, partial_load, seen, takes_nothing_at_launch,
-};
+use super::first_use::{Use, first_use, load_if_partial, seen, takes_nothing_at_launch};
 use crate::driver::forward::Real;
 use crate::driver::types::{
     CText, CUDA_SUCCESS, CuResult, Handle, In, LaunchConfigHead, Out, Stream,
@@ -291,25 +289,6 @@ fn first_launch(
     first_use(api, used, d, call, function, || {
         kernel_queries::function_owner(f)
     })
-}
-
-/// `cuFuncLoad` (CUDA 12.4): a partially loaded function's code loaded by the program,
-/// measured as a first use (see [`load_if_partial`]); then seen as `cuModuleGetFunction`
-/// leaves a function, where its launch takes nothing more (else its first launch grows the
-/// stack).
-pub fn func_load(real: Real<(Handle,)>, f: Handle) -> CuResult {
-    let call = || real.call(f);
-    let Some(d) = known_device().or_else(|| current_device().and_then(|d| usize::try_from(d).ok()))
-    else {
-        return call();
-    };
-    let Some(rc) = partial_load("cuFuncLoad", f, d, call) else {
-        return call();
-    };
-    if rc == CUDA_SUCCESS && takes_nothing_at_launch(f, None) {
-        seen(launch_key(f as u64, d)); // as a function asked for by name
-    }
-    rc
 }
 
 /// Whether `f` is a kernel handle (the driver names its library), remembered once seen.

@@ -32,6 +32,7 @@ pub(crate) mod arrays;
 pub(crate) mod contexts;
 pub(crate) mod current;
 mod first_use;
+pub(crate) mod functions;
 pub(crate) mod graphs;
 pub(crate) mod info;
 pub(crate) mod init;
