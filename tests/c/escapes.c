@@ -92,6 +92,10 @@
  *                  three functions listed; the program's cuFuncGetAttribute and
  *                  cuFuncSetAttribute load their code: charged, and the third refused
  *                  before it loads while the cap has half its code's room.
+ *   graph-heap     (cap <cap0> = 2 GiB; FAKECUDA_HEAP_AT_LAUNCH=1) the malloc heap raised
+ *                  after a kernel and a graph of it were launched: the graph's next launch
+ *                  takes it, a direct launch takes a second raise; charged, kept with the
+ *                  context past the module's unload, credited when the context ends.
  *   stuck-stack    (cap <cap0>; FAKECUDA_STACK_LOWER_FAILS=1: the driver will not lower a
  *                  stack) in a created context, half the cap allocated, then a stack of
  *                  over half the cap: the driver takes it, gpucap refuses it
@@ -846,6 +850,60 @@ static void enumerated_attributes(void) {
     IN_USE(0, 0, "the module unloaded with its functions' code");
 }
 
+/* A malloc heap raised takes nothing at the call (driver 580) and is taken at a later
+   launch (FAKECUDA_HEAP_AT_LAUNCH=1: the context's next kernel launch, a graph's or a
+   direct one): charged wherever it is taken, kept with the context (not given back with
+   the module whose kernel's launch took it), credited when the context ends. */
+#define CU_LIMIT_MALLOC_HEAP_SIZE 2
+static void graph_heap(void) {
+    one_context();
+    size_t heap = 512 * MIB, more = 256 * MIB, base = 8 * MIB; /* base: the default heap */
+    CHECK(heap + more + 4 * MIB < g_cap[0], "the test needs a cap above 772 MiB");
+    static const char PLAIN[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                ".visible .entry plain()\n{\n\tret;\n}\n";
+    CUmodule m = NULL;
+    CUfunction k = NULL;
+    MUST(cuModuleLoadData(&m, PLAIN));
+    MUST(cuModuleGetFunction(&k, m, "plain"));
+    MUST(launch_fn(k));
+    CUstream s = NULL;
+    MUST(cuStreamCreate(&s, 1));
+    CUgraph g = NULL;
+    MUST(cuStreamBeginCapture_v2(s, 0));
+    MUST(cuLaunchKernel(k, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
+    MUST(cuStreamEndCapture(s, &g));
+    CUgraphExec e = NULL;
+    MUST(cuGraphInstantiateWithFlags(&e, g, 0));
+    MUST(cuGraphLaunch(e, s));
+    MUST(cuStreamSynchronize(s));
+    IN_USE(0, 0, "a kernel launched, directly and by a graph, before the heap was raised");
+    MUST(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, base + heap));
+    IN_USE(0, 0, "the heap raised: nothing taken at the call");
+    MUST(cuGraphLaunch(e, s));
+    MUST(cuStreamSynchronize(s));
+    IN_USE(0, heap, "the graph's launch took the raised heap");
+    CUdeviceptr a = 0;
+    CUresult rc = cuMemAlloc_v2(&a, g_cap[0] - heap + 2 * MIB);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "the cap's room beside the heap and 2 MiB more -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(a));
+    MUST(cuGraphLaunch(e, s));
+    MUST(launch_fn(k));
+    MUST(cuStreamSynchronize(s));
+    IN_USE(0, heap, "launched again, by the graph and directly: nothing more");
+    MUST(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, base + heap + more));
+    MUST(launch_fn(k));
+    IN_USE(0, heap + more, "a direct launch took the heap raised again");
+    MUST(cuGraphExecDestroy(e));
+    MUST(cuGraphDestroy(g));
+    MUST(cuModuleUnload(m));
+    IN_USE(0, heap + more, "the graph and the module gone: the heap stays with the context");
+    MUST(cuDevicePrimaryCtxRelease_v2(0));
+    MUST(cuDevicePrimaryCtxRetain(&g_ctx[0], 0));
+    use(0);
+    IN_USE(0, 0, "the context ended with its heap");
+    MUST(cuDevicePrimaryCtxRelease_v2(0));
+}
+
 /* A launch grows the stack to its kernel's local memory. */
 static void local_stack(void) {
     one_context();
@@ -1167,6 +1225,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "graph-node-library") == 0) graph_node_library();
     else if (strcmp(mode, "enumerated-functions") == 0) enumerated_functions();
     else if (strcmp(mode, "enumerated-attributes") == 0) enumerated_attributes();
+    else if (strcmp(mode, "graph-heap") == 0) graph_heap();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();

@@ -634,6 +634,18 @@ fn functions_listed_by_their_module_are_charged_when_their_attributes_load_them(
     );
 }
 
+/// A raised malloc heap, which the driver takes at a later launch (the fake with
+/// `FAKECUDA_HEAP_AT_LAUNCH`: the context's next one), is charged wherever it is taken: at
+/// a graph's launch (each executable graph's first launch after a raise is measured) as at
+/// a kernel's, kept with the context past the unload of the module whose launch took it,
+/// credited when the context ends. Before, a graph's launch took 512 MiB uncharged, and a
+/// module's unload credited the heap its kernel's launch had taken. Alone and in a pool
+/// (`escapes.c`, `graph-heap`).
+#[test]
+fn a_raised_heap_is_charged_at_whichever_launch_takes_it() {
+    charged_alone_and_in_a_pool("graph-heap", ("FAKECUDA_HEAP_AT_LAUNCH", "1"), &[]);
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

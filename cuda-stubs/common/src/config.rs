@@ -62,6 +62,12 @@ pub struct Config {
     /// fails (`CUDA_ERROR_UNKNOWN`, the stack kept), so that tests can see what happens when
     /// the driver will not set a limit back.
     pub stack_lower_fails: bool,
+    /// FAKECUDA_HEAP_AT_LAUNCH: a malloc heap raised (`cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE)`,
+    /// which takes nothing at the call, as driver 580 answered) is taken at the context's next
+    /// kernel launch, direct or a graph's, and kept until the context ends. Off (the
+    /// default) the heap takes nothing anywhere: which launch a real driver takes it at is
+    /// not recorded (`scripts/gpu/diag/heap-when.py` asks).
+    pub heap_at_launch: bool,
     /// FAKECUDA_CONTEXT_DELAY_MS: making a context (`cuCtxCreate*`, the first
     /// `cuDevicePrimaryCtxRetain`) takes this long (default 0), its memory taken halfway,
     /// as a real driver takes a while: so that tests can make two processes' contexts
@@ -240,6 +246,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     };
     let multicast = flag(&var, "FAKECUDA_MULTICAST")?;
     let stack_lower_fails = flag(&var, "FAKECUDA_STACK_LOWER_FAILS")?;
+    let heap_at_launch = flag(&var, "FAKECUDA_HEAP_AT_LAUNCH")?;
     let context_delay_ms = match var("FAKECUDA_CONTEXT_DELAY_MS") {
         None => 0,
         Some(v) => v
@@ -275,6 +282,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         numa_nodes,
         multicast,
         stack_lower_fails,
+        heap_at_launch,
         context_delay_ms,
         eager,
         capture_unsafe,
@@ -332,13 +340,17 @@ mod tests {
         assert_eq!(c.nvml_reserved, 644_939_776, "an H200's, driver 580");
         assert_eq!(c.nvml_pid_offset, 0);
         assert_eq!(c.numa_nodes, 1);
-        assert!(!c.multicast && !c.stack_lower_fails, "off unless asked");
+        assert!(
+            !c.multicast && !c.stack_lower_fails && !c.heap_at_launch,
+            "off unless asked"
+        );
         let c = from_env(env(&[
             ("FAKECUDA_MULTICAST", "1"),
             ("FAKECUDA_STACK_LOWER_FAILS", "1"),
+            ("FAKECUDA_HEAP_AT_LAUNCH", "1"),
         ]))
         .unwrap();
-        assert!(c.multicast && c.stack_lower_fails);
+        assert!(c.multicast && c.stack_lower_fails && c.heap_at_launch);
         let e = from_env(env(&[("FAKECUDA_MULTICAST", "yes")]))
             .err()
             .unwrap();

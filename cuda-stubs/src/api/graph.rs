@@ -473,6 +473,13 @@ crate::abi::exports! {
                 _ => {}
             }
         }
+        if cfg()?.heap_at_launch {
+            // A raised heap is taken in each context its kernels run in, as at a launch.
+            for ctx in graph::kernel_contexts(exec)? {
+                let ctx = if ctx != 0 { ctx } else { current()?.0 };
+                crate::model::limit::take_heap(ctx, device_of(ctx)?)?;
+            }
+        }
         Ok(())
     }
 

@@ -26,9 +26,12 @@ fn launch(k: KernelNode, stream_h: usize) -> CuResult {
     let local = module::use_in_context(f, ctx, dev)?;
     let node = || Node::Kernel(KernelNode { ctx, local, ..k });
     let captured = graph::capture_work(stream_h, node).transpose()?;
-    if captured.is_none() && local > 0 {
+    if captured.is_none() {
         // Its threads' local memory: the context's stack grows to it.
-        crate::model::limit::grow_stack(ctx, dev, local)?;
+        if local > 0 {
+            crate::model::limit::grow_stack(ctx, dev, local)?;
+        }
+        crate::model::limit::take_heap(ctx, dev)?;
     }
     note(|| {
         let name = module::get_function(f).map(|f| f.name).unwrap_or_default();

@@ -392,6 +392,21 @@ pub fn launch(exec: usize) -> Result<Vec<Node>, CUresult> {
     Ok(e.work.iter().map(|(_, n)| n.clone()).collect())
 }
 
+/// The contexts (handles) the kernel nodes of executable graph `exec` run in (0: the current one).
+pub fn kernel_contexts(exec: usize) -> Result<Vec<usize>, CUresult> {
+    let g = graphs();
+    let e = g.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let mut ctxs: Vec<usize> = Vec::new();
+    for n in &e.nodes {
+        if let Node::Kernel(k) = n
+            && !ctxs.contains(&k.ctx)
+        {
+            ctxs.push(k.ctx);
+        }
+    }
+    Ok(ctxs)
+}
+
 /// cuGraphExecDestroy: its memory stays reserved, unbound, but for allocations it left
 /// live, which stay bound until freed.
 pub fn exec_destroy(exec: usize) -> CuResult {

@@ -4,7 +4,9 @@
 //! of 132 SMs x 2,048 resident threads, in whole 2 MiB pages (its default stack is part
 //! of the context's memory). The fake takes the same at the call and gives it back when
 //! the limit is lowered or the context ends. Raising the malloc heap took nothing at the
-//! call on that driver (it is taken later), and takes nothing here.
+//! call on that driver (it is taken later), and takes nothing here; with
+//! `FAKECUDA_HEAP_AT_LAUNCH` the context's next kernel launch (direct or a graph's) takes
+//! it (`take_heap`), kept until the context ends.
 
 use super::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -55,6 +57,38 @@ pub fn default_of(limit: c_int) -> Option<usize> {
 pub fn stack_bytes(per_thread: usize) -> u64 {
     let extra = (per_thread.saturating_sub(DEFAULT_STACK) as u64).saturating_mul(STACK_THREADS);
     extra.div_ceil(PAGE).saturating_mul(PAGE)
+}
+
+/// The device memory a malloc heap of `bytes` takes beyond the context's own (its default
+/// 8 MiB is part of the context's memory), in whole 2 MiB pages.
+pub fn heap_bytes(bytes: usize) -> u64 {
+    let extra = bytes.saturating_sub(8 << 20) as u64;
+    extra.div_ceil(PAGE).saturating_mul(PAGE)
+}
+
+/// The heap memory each context's launches took (`take_heap`).
+static HEAPS: LazyLock<Mutex<HashMap<Ctx, u64>>> = LazyLock::new(Default::default);
+
+fn heaps() -> MutexGuard<'static, HashMap<Ctx, u64>> {
+    HEAPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A kernel launch in `ctx` (on `dev`), direct or a graph's, under
+/// `FAKECUDA_HEAP_AT_LAUNCH`: a malloc heap raised beyond what the context's launches took
+/// is taken now (CUDA_ERROR_OUT_OF_MEMORY, nothing launched, when the device has not got
+/// it). Otherwise nothing.
+pub fn take_heap(ctx: Ctx, dev: usize) -> CuResult {
+    if !cfg()?.heap_at_launch {
+        return Ok(());
+    }
+    let wants = heap_bytes(get(ctx, MALLOC_HEAP_SIZE)?);
+    let mut h = heaps();
+    let had = h.get(&ctx).copied().unwrap_or(0);
+    if wants > had {
+        ledger()?.charge(dev, wants - had)?;
+        h.insert(ctx, wants);
+    }
+    Ok(())
 }
 
 /// What each context set: (context, limit) -> value.
@@ -111,13 +145,14 @@ pub fn grow_stack(ctx: Ctx, dev: usize, local: u64) -> CuResult {
     Ok(())
 }
 
-/// The context ended: its limits go, and the memory its stack took.
+/// The context ended: its limits go, and the memory its stack and heap took.
 pub fn end_context(ctx: Ctx, dev: usize) {
     let mut v = values();
     let stack = v.get(&(ctx, STACK_SIZE)).copied().unwrap_or(DEFAULT_STACK);
     v.retain(|(c, _), _| *c != ctx);
     drop(v);
-    if let (Ok(l), bytes @ 1..) = (ledger(), stack_bytes(stack)) {
+    let heap = heaps().remove(&ctx).unwrap_or(0);
+    if let (Ok(l), bytes @ 1..) = (ledger(), stack_bytes(stack) + heap) {
         l.uncharge(dev, bytes);
     }
 }
@@ -132,6 +167,14 @@ mod tests {
         assert_eq!(stack_bytes(DEFAULT_STACK), 0);
         assert_eq!(stack_bytes(512), 0);
         assert_eq!(stack_bytes(1025) % PAGE, 0);
+    }
+
+    #[test]
+    fn the_heap_takes_what_it_was_raised_by_in_whole_pages() {
+        assert_eq!(heap_bytes(8 << 20), 0, "the default lives in the context");
+        assert_eq!(heap_bytes(4 << 20), 0);
+        assert_eq!(heap_bytes((8 << 20) + (512 << 20)), 512 << 20);
+        assert_eq!(heap_bytes((8 << 20) + 1), PAGE);
     }
 
     #[test]

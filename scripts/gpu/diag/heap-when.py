@@ -9,12 +9,13 @@ a launch of one that does (PTX JIT-compiled by the driver), then after the heap 
 The answer decides how gpucap measures it (see the twenty-third session's note). With
 --graph the kernel that calls `malloc` runs first from a CUDA graph (its launch captured
 on a stream, the graph instantiated, then launched), then launched directly: whether the
-heap is taken at a graph's launch (gpucap measures a kernel's next launch after the heap is
-raised, not a graph's).
+heap is taken at a graph's launch (gpucap measures both a kernel's and a graph's next launch
+after the heap is raised; the fake takes it at the next one under FAKECUDA_HEAP_AT_LAUNCH=1).
 
   python3 scripts/gpu/diag/heap-when.py [--heap-mib 1024] [--graph]
 
-On the fake GPU (LD_LIBRARY_PATH=target/release/fakecuda) the heap takes nothing anywhere.
+On the fake GPU (LD_LIBRARY_PATH=target/release/fakecuda) the heap takes nothing anywhere,
+unless FAKECUDA_HEAP_AT_LAUNCH=1.
 """
 import argparse
 import ctypes

@@ -99,6 +99,10 @@ pub(super) fn takes_nothing_at_launch(f: Handle, kernel_on: Option<c_int>) -> bo
 ///    is charged by force (the driver holds it: past the cap, first out of this member's
 ///    own guarantee; see `Ledger::charge_past_cap`), said at error level. A use that cannot be
 ///    measured keeps what was reserved, and is said at error level under a cap.
+///
+/// Once the program raised the malloc heap, which the driver takes at some later launch
+/// and the context keeps, a use's figure may hold the heap: it is kept with the context
+/// (credited when the context ends, not at its owner's unload) and taught to no estimate.
 #[cold]
 #[inline(never)]
 pub(super) fn first_use(
@@ -130,6 +134,9 @@ pub(super) fn first_use(
         return call(); // another thread's first use came first
     }
     let owner = owner();
+    // Once the heap is raised, a first use's figure may hold the heap, which the context
+    // keeps: learned from no owner, and kept with the context (see `charged_owner`).
+    let heap = super::limits::heap_raised();
     let loaded_there = owner != 0 && KERNELS.any(|&(c, _, o)| c == ctx as u64 && o == owner);
     let expected = ESTIMATES.expected(owner, loaded_there);
     let held = match expected {
@@ -175,7 +182,9 @@ pub(super) fn first_use(
         Ok(bytes) => {
             // Never more than the device holds: a figure past it is no measurement.
             let bytes = bytes.min(calls::physical_total(d).unwrap_or(u64::MAX));
-            ESTIMATES.learn(owner, loaded_there, bytes);
+            if !heap {
+                ESTIMATES.learn(owner, loaded_there, bytes);
+            }
             bytes
         }
         Err(why) => {
@@ -203,7 +212,7 @@ pub(super) fn first_use(
         record_kernel_charge(
             ctx,
             charge_key(&function, key),
-            owner,
+            if heap { 0 } else { owner },
             &lock,
             Charge { device: d, bytes },
         );

@@ -9,6 +9,7 @@
 use std::ffi::{c_char, c_int};
 use std::ptr::null_mut;
 
+use super::first_use::{Use, first_use};
 use super::{checked_device, reserve_on, shim, visible_count, written_handle};
 use crate::driver::forward::Real;
 use crate::driver::types::{
@@ -17,9 +18,10 @@ use crate::driver::types::{
 };
 use crate::driver::{graph_queries, queries};
 use crate::log::log;
-use crate::state::{GRAPHS, SHIM, Shim};
+use crate::state::{GRAPHS, LAUNCHED, SHIM, Shim};
 use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::graphs::{self, Settle};
+use gpucap_core::kernels::launch_key;
 use gpucap_core::ledger::{Charge, Reservation};
 use gpucap_core::residents::Gauge;
 
@@ -162,7 +164,30 @@ pub fn graph_upload(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) 
 }
 
 pub fn graph_launch(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
+    if super::limits::heap_raised() {
+        return heap_launch(real, exec, stream);
+    }
     on_stream("cuGraphLaunch", real, exec, stream)
+}
+
+/// A graph's launch once the program raised the malloc heap: the driver takes a raised
+/// heap at a later launch (which one is not recorded: `heap-when.py --graph` asks), a
+/// graph's as much as a kernel's, so each executable graph's first launch after a raise
+/// is measured as a kernel's first use is (`first_use`; its charge kept with the
+/// context). Its graph memory is settled inside the measured call: measured by the
+/// driver's figure for this process, that charge is taken out of the launch's figure.
+#[cold]
+#[inline(never)]
+fn heap_launch(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
+    let launch = || on_stream("cuGraphLaunch", real, exec, stream);
+    let Some(d) = super::current::current_device().and_then(|d| usize::try_from(d).ok()) else {
+        return launch();
+    };
+    let key = launch_key(exec as u64, d);
+    if LAUNCHED.contains(key) {
+        return launch();
+    }
+    first_use("cuGraphLaunch", Use::of(key), d, launch, || None, || 0)
 }
 
 /// `cuGraphUpload` and `cuGraphLaunch`: an executable graph's memory reserved again if
