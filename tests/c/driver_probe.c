@@ -493,6 +493,39 @@ static void g_module(void) {
         }
         cuModuleUnload(m2);
     }
+    /* Recorded, not compared: which other calls load a partially loaded function (gpucap
+       loads one first, measured, at cuFuncGetAttribute and cuFuncSetAttribute, as the fake
+       loads there; not at an occupancy question or its name): each of three listed
+       functions asked one thing, then whether it is loaded, and what the call took. */
+    static const char PTX3[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                               ".visible .entry e0()\n{\n\tret;\n}\n.visible .entry e1()\n{\n\tret;\n}\n"
+                               ".visible .entry e2()\n{\n\tret;\n}\n";
+    CUmodule m3 = NULL;
+    if (fn_enum && cuModuleLoadData(&m3, PTX3) == CUDA_SUCCESS) {
+        CUfunction fs[3] = {0};
+        if (fn_enum(fs, 3, m3) == CUDA_SUCCESS && fs[0] && fs[1] && fs[2]) {
+            int st = -1, blocks = 0;
+            const char *name = NULL;
+            size_t s0 = info_free();
+            mach_int("module.enumerated_set_attribute.rc", cuFuncSetAttribute(fs[0], 8 /* MAX_DYNAMIC_SHARED */, 1024));
+            mach_int("module.enumerated_set_attribute_takes", (long long)s0 - (long long)info_free());
+            cuFuncIsLoaded(&st, fs[0]);
+            mach_int("module.enumerated_loaded_after_set_attribute", st);
+            size_t o0 = info_free();
+            mach_int("module.enumerated_occupancy.rc", cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fs[1], 128, 0));
+            mach_int("module.enumerated_occupancy_takes", (long long)o0 - (long long)info_free());
+            st = -1;
+            cuFuncIsLoaded(&st, fs[1]);
+            mach_int("module.enumerated_loaded_after_occupancy", st);
+            size_t n0 = info_free();
+            mach_int("module.enumerated_name.rc", cuFuncGetName(&name, fs[2]));
+            mach_int("module.enumerated_name_takes", (long long)n0 - (long long)info_free());
+            st = -1;
+            cuFuncIsLoaded(&st, fs[2]);
+            mach_int("module.enumerated_loaded_after_name", st);
+        }
+        cuModuleUnload(m3);
+    }
     RC("module.cuModuleGetFunction(absent)", cuModuleGetFunction(&fn, m, "absent"));
     CUdeviceptr g = 0;
     size_t bytes = 0;

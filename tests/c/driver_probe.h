@@ -51,6 +51,10 @@ CUresult cuLibraryGetModule(CUmodule *module, CUlibrary library);
 CUresult cuFuncIsLoaded(int *state, CUfunction function);
 CUresult cuFuncLoad(CUfunction function);
 CUresult cuFuncGetAttribute(int *value, int attribute, CUfunction function);
+CUresult cuFuncSetAttribute(CUfunction function, int attribute, int value);
+CUresult cuFuncGetName(const char **name, CUfunction function);
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction function, int block_size,
+                                                     size_t dynamic_smem);
 CUresult cuGetExportTable(const void **table, const unsigned char *uuid);
 
 #define ATTR_CC_MAJOR 75

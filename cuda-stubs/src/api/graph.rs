@@ -473,7 +473,7 @@ crate::abi::exports! {
                 _ => {}
             }
         }
-        if cfg()?.heap_at_launch {
+        if crate::model::limit::heap_raised() {
             // A raised heap is taken in each context its kernels run in, as at a launch.
             for ctx in graph::kernel_contexts(exec)? {
                 let ctx = if ctx != 0 { ctx } else { current()?.0 };
