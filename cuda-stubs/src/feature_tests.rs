@@ -1063,3 +1063,82 @@ fn a_stream_of_an_ordinary_context_has_no_green_context() {
         );
     }
 }
+
+/// Green contexts (CUDA 12.4): the device's SMs split into partitions of at least 8 in
+/// eights, a descriptor of one, a green context that retains the primary context (its
+/// `cuCtxFromGreenCtx` handle) and knows the streams made in it; a bad type, flag or
+/// handle refused.
+#[test]
+fn a_green_context_retains_the_primary_context_and_owns_its_streams() {
+    use crate::api::green::{
+        cuCtxFromGreenCtx, cuDevResourceGenerateDesc, cuDevSmResourceSplitByCount,
+        cuDeviceGetDevResource, cuGreenCtxCreate, cuGreenCtxDestroy, cuGreenCtxGetDevResource,
+        cuGreenCtxStreamCreate,
+    };
+    use crate::model::ctx::primary_state;
+    use crate::model::green::DevResource;
+    let (_g, primary) = setup();
+    unsafe {
+        let mut all = DevResource::sm(0);
+        assert_eq!(cuDeviceGetDevResource(0, &mut all, 1), CUDA_SUCCESS);
+        assert_eq!((all.ty, all.sm_count), (1, 132));
+        assert_eq!(
+            cuDeviceGetDevResource(0, &mut all, 7),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        let mut n = 0u32;
+        let split = |out: *mut DevResource, n: &mut u32, rest: *mut DevResource, min| {
+            cuDevSmResourceSplitByCount(out, n, &all, rest, 0, min)
+        };
+        assert_eq!(split(null_mut(), &mut n, null_mut(), 9), CUDA_SUCCESS);
+        assert_eq!(n, 8, "132 SMs hold 8 partitions of 16");
+        let mut parts = [DevResource::sm(0); 2];
+        let mut rest = DevResource::sm(0);
+        n = 2;
+        assert_eq!(
+            split(parts.as_mut_ptr(), &mut n, &mut rest, 9),
+            CUDA_SUCCESS
+        );
+        assert_eq!((n, parts[1].sm_count, rest.sm_count), (2, 16, 100));
+        let mut desc = 0usize;
+        assert_eq!(
+            cuDevResourceGenerateDesc(&mut desc, parts.as_ptr(), 1),
+            CUDA_SUCCESS
+        );
+        let refs = |dev| primary_state(dev).1;
+        let mut green = 0usize;
+        assert_eq!(
+            cuGreenCtxCreate(&mut green, desc, 0, 2),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuGreenCtxCreate(&mut green, desc, 0, 1), CUDA_SUCCESS);
+        let mut ctx = 0usize;
+        assert_eq!(cuCtxFromGreenCtx(&mut ctx, green), CUDA_SUCCESS);
+        assert_eq!(ctx, primary, "used through the primary context it retains");
+        let mut mine = DevResource::sm(0);
+        assert_eq!(cuGreenCtxGetDevResource(green, &mut mine, 1), CUDA_SUCCESS);
+        assert_eq!(mine.sm_count, 16);
+        let mut stream = 0usize;
+        assert_eq!(
+            cuGreenCtxStreamCreate(&mut stream, green, 0, 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "a green context's stream must be non-blocking"
+        );
+        assert_eq!(
+            cuGreenCtxStreamCreate(&mut stream, green, 1, 0),
+            CUDA_SUCCESS
+        );
+        let mut of = 0usize;
+        assert_eq!(cuStreamGetGreenCtx(stream, &mut of), CUDA_SUCCESS);
+        assert_eq!(of, green);
+        assert_eq!(cuGreenCtxDestroy(green), CUDA_SUCCESS);
+        assert!(
+            refs(0),
+            "the test's own reference keeps the primary context"
+        );
+        assert_eq!(cuGreenCtxDestroy(green), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(cuStreamGetGreenCtx(stream, &mut of), CUDA_SUCCESS);
+        assert_eq!(of, 0, "the stream forgot its green context");
+        assert_eq!(cuStreamDestroy_v2(stream), CUDA_SUCCESS);
+    }
+}

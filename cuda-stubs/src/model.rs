@@ -18,6 +18,7 @@ pub mod ctx;
 pub mod cls;
 pub mod external;
 pub mod graph;
+pub mod green;
 pub mod host;
 pub mod ipc;
 pub mod limit;

@@ -599,6 +599,41 @@ static void g_module(void) {
     mach_int("copy.cuMemsetD8_v2(NULL,0,0).rc", cuMemsetD8_v2(0, 0, 0));
     RC("module.cuModuleLoadData(garbage)", cuModuleLoadData(&m, "not an image"));
     MUST(cuMemFree_v2(w));
+    /* Recorded, not compared: green contexts (CUDA 12.4), the primary context active: the
+       SM resource's partition rules, and what a green context takes of its own at its
+       making (gpucap charges it; the fake takes FAKECUDA_GREEN_CTX_MEM) and gives back at
+       its end. Looked up at run time: a driver older than 12.4 has none. */
+    CUresult (*get_res)(CUdevice, CUdevResource *, int) = NULL;
+    CUresult (*split)(CUdevResource *, unsigned *, const CUdevResource *, CUdevResource *, unsigned, unsigned) = NULL;
+    CUresult (*gen_desc)(void **, CUdevResource *, unsigned) = NULL;
+    CUresult (*green_create)(void **, void *, CUdevice, unsigned) = NULL;
+    CUresult (*green_destroy)(void *) = NULL;
+    *(void **)&get_res = dlsym(RTLD_DEFAULT, "cuDeviceGetDevResource");
+    *(void **)&split = dlsym(RTLD_DEFAULT, "cuDevSmResourceSplitByCount");
+    *(void **)&gen_desc = dlsym(RTLD_DEFAULT, "cuDevResourceGenerateDesc");
+    *(void **)&green_create = dlsym(RTLD_DEFAULT, "cuGreenCtxCreate");
+    *(void **)&green_destroy = dlsym(RTLD_DEFAULT, "cuGreenCtxDestroy");
+    mach_int("green.available", get_res && split && gen_desc && green_create && green_destroy);
+    CUdevResource all, part;
+    if (get_res && split && gen_desc && green_create && green_destroy &&
+        get_res(0, &all, 1 /* CU_DEV_RESOURCE_TYPE_SM */) == CUDA_SUCCESS) {
+        mach_int("green.sm_count", all.sm_count);
+        mach_int("green.min_partition", all.min_partition);
+        mach_int("green.alignment", all.alignment);
+        unsigned n = 1;
+        void *desc = NULL, *g = NULL;
+        mach_int("green.split.rc", split(&part, &n, &all, NULL, 0, 1));
+        mach_int("green.split_sms_for_1", part.sm_count);
+        mach_int("green.desc.rc", gen_desc(&desc, &part, 1));
+        size_t g0 = info_free();
+        mach_int("green.create.rc", green_create(&g, desc, 0, 1 /* CU_GREEN_CTX_DEFAULT_STREAM */));
+        mach_int("green.create_takes", (long long)g0 - (long long)info_free());
+        if (g) {
+            size_t g1 = info_free();
+            mach_int("green.destroy.rc", green_destroy(g));
+            mach_int("green.destroy_gives", (long long)info_free() - (long long)g1);
+        }
+    }
 }
 
 /* The requests real clients made, asked of this driver (no context, as cudart asks). */

@@ -20,6 +20,10 @@ pub struct Config {
     pub shared: Option<PathBuf>,
     /// FAKECUDA_CONTEXT_MEM: device memory each context takes (default 0).
     pub context_mem: u64,
+    /// FAKECUDA_GREEN_CTX_MEM: device memory a green context (`cuGreenCtxCreate`) takes of
+    /// its own, beside the primary context it retains (default 0: what a real driver's
+    /// takes is not recorded yet; the driver probe asks).
+    pub green_ctx_mem: u64,
     /// FAKECUDA_LIBRARY_MEM: device memory a library (cuLibraryLoadData) takes in a
     /// context when its first kernel is used there, as CUDA's lazy loading does (default 0).
     pub library_mem: u64,
@@ -181,6 +185,11 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
             parse_size(v.trim()).map_err(|e| format!("invalid FAKECUDA_CONTEXT_MEM={v:?}: {e}"))?
         }
     };
+    let green_ctx_mem = match var("FAKECUDA_GREEN_CTX_MEM") {
+        None => 0,
+        Some(v) => parse_size(v.trim())
+            .map_err(|e| format!("invalid FAKECUDA_GREEN_CTX_MEM={v:?}: {e}"))?,
+    };
     let library_mem = match var("FAKECUDA_LIBRARY_MEM") {
         None => 0,
         Some(v) => {
@@ -270,6 +279,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         stats_path,
         shared,
         context_mem,
+        green_ctx_mem,
         library_mem,
         function_mem,
         mig,

@@ -1,6 +1,7 @@
 //! Contexts (primary and created, the per-thread stack, usage counts), their limits and
 //! cache configuration, and the profiler calls.
 
+use crate::abi::CUresult;
 use crate::abi::{
     CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CuResult, note,
     out,
@@ -48,26 +49,34 @@ fn eager_libraries(ctx: Ctx, dev: usize) -> CuResult {
     }
 }
 
+/// One reference more on the primary context of `dev` (the first activates it: it takes
+/// its memory, and its time under FAKECUDA_CONTEXT_DELAY_MS), as `cuDevicePrimaryCtxRetain`
+/// and `cuGreenCtxCreate` take one.
+pub(super) fn retain_primary(dev: usize) -> Result<Ctx, CUresult> {
+    let first = !ctx::primary_state(dev).1;
+    if first {
+        half_delay()?;
+    }
+    let ctx = ctx::retain_primary(dev)?;
+    if first {
+        if let Err(e) = eager_libraries(ctx, dev) {
+            if let Some(ended) = ctx::release_primary(dev)? {
+                teardown::end(ended);
+            }
+            return Err(e);
+        }
+        half_delay()?;
+    }
+    Ok(ctx)
+}
+
 crate::abi::exports! {
     fn cuDevicePrimaryCtxRetain(pctx: *mut Ctx, dev: c_int) {
         let dev = check_dev(dev)?;
         if pctx.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let first = !ctx::primary_state(dev).1;
-        if first {
-            half_delay()?;
-        }
-        let ctx = ctx::retain_primary(dev)?;
-        if first {
-            if let Err(e) = eager_libraries(ctx, dev) {
-                if let Some(ended) = ctx::release_primary(dev)? {
-                    teardown::end(ended);
-                }
-                return Err(e);
-            }
-            half_delay()?;
-        }
+        let ctx = retain_primary(dev)?;
         note(|| format!("ctx={ctx:#x}"));
         out(pctx, ctx)
     }

@@ -154,7 +154,7 @@ crate::abi::exports! {
     // driver answers for a stream of an ordinary context (cuDNN asks of a side stream).
     fn cuStreamGetGreenCtx(stream: usize, pgreen: *mut usize) {
         context_of(stream)?;
-        out(pgreen, 0)
+        out(pgreen, crate::model::green::of_stream(stream))
     }
 
     fn cuStreamGetDevice | cuStreamGetDevice_ptsz (stream: usize, device: *mut c_int) {
