@@ -92,6 +92,10 @@
  *                  three functions listed; the program's cuFuncGetAttribute and
  *                  cuFuncSetAttribute load their code: charged, and the third refused
  *                  before it loads while the cap has half its code's room.
+ *   green-contexts (cap <cap0> = 2 GiB; FAKECUDA_CONTEXT_MEM=256Mi, FAKECUDA_GREEN_CTX_MEM=64Mi)
+ *                  green contexts made with the primary context inactive, then active:
+ *                  the primary context and each one's own part charged, one past the cap
+ *                  refused, the last one's end taking the primary context with it.
  *   graph-heap     (cap <cap0> = 2 GiB; FAKECUDA_HEAP_AT_LAUNCH=1) the malloc heap raised
  *                  after a kernel and a graph of it were launched: the graph's next launch
  *                  takes it, a direct launch takes a second raise; charged, kept with the
@@ -904,6 +908,62 @@ static void graph_heap(void) {
     MUST(cuDevicePrimaryCtxRelease_v2(0));
 }
 
+/* Green contexts (CUDA 12.4): cuGreenCtxCreate retains the device's primary context (made
+   then if inactive: FAKECUDA_CONTEXT_MEM) and takes FAKECUDA_GREEN_CTX_MEM of its own. */
+typedef struct {
+    unsigned type;
+    unsigned char padding[92];
+    unsigned sm_count, min_partition, alignment, flags;
+    unsigned char rest[24];
+    void *next;
+} CUdevResource;
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
+CUresult cuDeviceGetDevResource(CUdevice dev, CUdevResource *res, int type);
+CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned *nb_groups, const CUdevResource *input,
+                                     CUdevResource *remaining, unsigned flags, unsigned min_count);
+CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *desc, CUdevResource *resources, unsigned count);
+CUresult cuGreenCtxCreate(CUgreenCtx *green, CUdevResourceDesc desc, CUdevice dev, unsigned flags);
+CUresult cuGreenCtxDestroy(CUgreenCtx green);
+CUresult cuCtxFromGreenCtx(CUcontext *ctx, CUgreenCtx green);
+
+/* cap <cap0> = 2 GiB, FAKECUDA_CONTEXT_MEM=256Mi, FAKECUDA_GREEN_CTX_MEM=64Mi: a green
+   context made while the primary context is inactive makes it, both charged; a second
+   takes its own part; one the cap has no room for is refused (and not left made); the
+   last one's end takes the primary context with it, credited. */
+static void green_contexts(void) {
+    const size_t context = 256 * MIB, own = 64 * MIB;
+    CUdevResource all, parts[3];
+    MUST(cuDeviceGetDevResource(0, &all, 1));
+    CHECK(all.type == 1 && all.sm_count >= 24, "the device's SM resource: type %u, %u SMs", all.type, all.sm_count);
+    unsigned n = 3;
+    MUST(cuDevSmResourceSplitByCount(parts, &n, &all, NULL, 0, 8));
+    CHECK(n == 3 && parts[0].sm_count == 8, "split into %u partitions of %u SMs, expected 3 of 8", n, parts[0].sm_count);
+    CUdevResourceDesc desc[3];
+    for (int i = 0; i < 3; i++) MUST(cuDevResourceGenerateDesc(&desc[i], &parts[i], 1));
+    CUgreenCtx g1 = NULL, g2 = NULL, g3 = NULL;
+    MUST(cuGreenCtxCreate(&g1, desc[0], 0, 1));
+    MUST(cuCtxFromGreenCtx(&g_ctx[0], g1));
+    use(0);
+    IN_USE(0, context + own, "a green context made while the primary context was inactive: both charged");
+    MUST(cuGreenCtxCreate(&g2, desc[1], 0, 1));
+    IN_USE(0, context + 2 * own, "a second green context: its own part");
+    CUdeviceptr a = 0;
+    size_t most = g_cap[0] - context - 2 * own - own / 2;
+    MUST(cuMemAlloc_v2(&a, most));
+    CUresult rc = cuGreenCtxCreate(&g3, desc[2], 0, 1);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a third green context with half its part's room -> %d, expected 2", rc);
+    IN_USE(0, context + 2 * own + most, "the third refused: nothing more");
+    MUST(cuMemFree_v2(a));
+    MUST(cuGreenCtxDestroy(g1));
+    IN_USE(0, context + own, "the first green context destroyed: the primary context stays with the second");
+    MUST(cuGreenCtxDestroy(g2));
+    MUST(cuDevicePrimaryCtxRetain(&g_ctx[0], 0));
+    use(0);
+    IN_USE(0, context, "the last green context took the primary context with it: a new one is all that is charged");
+    MUST(cuDevicePrimaryCtxRelease_v2(0));
+}
+
 /* A launch grows the stack to its kernel's local memory. */
 static void local_stack(void) {
     one_context();
@@ -1226,6 +1286,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "enumerated-functions") == 0) enumerated_functions();
     else if (strcmp(mode, "enumerated-attributes") == 0) enumerated_attributes();
     else if (strcmp(mode, "graph-heap") == 0) graph_heap();
+    else if (strcmp(mode, "green-contexts") == 0) green_contexts();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();

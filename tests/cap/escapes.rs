@@ -646,6 +646,32 @@ fn a_raised_heap_is_charged_at_whichever_launch_takes_it() {
     charged_alone_and_in_a_pool("graph-heap", ("FAKECUDA_HEAP_AT_LAUNCH", "1"), &[]);
 }
 
+/// Green contexts (CUDA 12.4): `cuGreenCtxCreate` retains the device's primary context, so
+/// one made while the primary context is inactive makes it (256 MiB here), and takes a
+/// part of its own (64 MiB on the fake): both are charged, one the cap has no room for is
+/// refused and not left made, and the last one's end takes the primary context with it,
+/// credited. Before, gpucap forwarded the call: the primary context and every green
+/// context were charged nothing. Alone and in a pool (`escapes.c`, `green-contexts`).
+#[test]
+fn a_green_context_and_the_primary_context_it_retains_are_charged() {
+    let dir = scratch("escapes-green-pool");
+    let mem = [
+        ("FAKECUDA_CONTEXT_MEM", "256Mi"),
+        ("FAKECUDA_GREEN_CTX_MEM", "64Mi"),
+    ];
+    let pool = [
+        ("GPUCAP_POOL", "green"),
+        ("GPUCAP_POOL_DIR", dir.to_str().unwrap()),
+    ];
+    for env in [mem.to_vec(), [&mem[..], &pool[..]].concat()] {
+        let (o, s) = escapes(&["green-contexts", "2Gi"], 1, Some("2Gi"), &env);
+        assert_passed(&o, &format!("green-contexts with the shim {env:?}"));
+        assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
+    }
+    let (o, _) = escapes(&["green-contexts", "2Gi"], 1, None, &mem);
+    assert_failed(&o, "green-contexts without the shim");
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

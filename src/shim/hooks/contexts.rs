@@ -10,7 +10,9 @@ use crate::driver::types::{
     CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Handle, Out,
 };
 use crate::log::log;
-use crate::state::{CONTEXTS, KERNELS, LAUNCHED, LIMITS, MODULES, POOLS, SHIM, Shim, array_map};
+use crate::state::{
+    CONTEXTS, GREENS, KERNELS, LAUNCHED, LIMITS, MODULES, POOLS, SHIM, Shim, array_map,
+};
 use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::contexts::{self, CtxDriver, Ending, MeasuredBy, Unmeasured};
 use gpucap_core::ledger::{Charge, Freeing, Reservation};
@@ -362,12 +364,27 @@ pub fn primary_ctx_retain(
     pctx: Out<Handle>,
     dev: c_int,
 ) -> CuResult {
+    primary_retained("cuDevicePrimaryCtxRetain", pctx, dev, || {
+        real.call(pctx, dev)
+    })
+}
+
+/// A reference on `dev`'s primary context taken by `call` (a `cuDevicePrimaryCtxRetain`
+/// writing the handle to `pctx`; `api` names the program's call): the first one makes the
+/// context, measured and charged, refused before the driver makes it where the cap cannot
+/// take what a context is expected to take.
+pub(super) fn primary_retained(
+    api: &str,
+    pctx: Out<Handle>,
+    dev: c_int,
+    call: impl FnMut() -> CuResult,
+) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    let call = || real.call(pctx, dev);
-    let mut lock = match context_lock(shim, "cuDevicePrimaryCtxRetain", dev) {
+    let mut call = call;
+    let mut lock = match context_lock(shim, api, dev) {
         Ok(Some(lock)) => lock,
         Ok(None) => return call(),
         Err(rc) => return rc,
@@ -375,7 +392,6 @@ pub fn primary_ctx_retain(
     if pctx.is_null() || lock.primary_active(&queries::Contexts) {
         return call(); // nothing is created
     }
-    let api = "cuDevicePrimaryCtxRetain";
     match make_context(shim, api, &mut lock, call, || queries::release_primary(dev)) {
         Ok(bytes) => {
             // The driver succeeded and filled the out-pointer (checked non-null).
@@ -579,6 +595,7 @@ fn residents_gone(device: usize) {
         .into_iter()
         .chain(limits)
         .chain(KERNELS.take_gone(device, gone))
+        .chain(GREENS.take_gone(device, gone))
     {
         SHIM.ledger.settle(charge);
     }

@@ -34,6 +34,7 @@ pub(crate) mod current;
 mod first_use;
 pub(crate) mod functions;
 pub(crate) mod graphs;
+pub(crate) mod green;
 pub(crate) mod info;
 pub(crate) mod init;
 pub(crate) mod launches;

@@ -69,6 +69,11 @@ pub static ESTIMATES: gpucap_core::kernels::LoadEstimates =
 /// What the kernels loaded at first launches took, by context and function.
 pub static KERNELS: gpucap_core::kernels::KernelBook = gpucap_core::kernels::KernelBook::new();
 
+/// What green contexts took of their own (`cuGreenCtxCreate`), by green context: each
+/// lives in its device's primary context, which it retains.
+pub static GREENS: gpucap_core::residents::ResidentCharges<u64> =
+    gpucap_core::residents::ResidentCharges::new();
+
 /// The memory contexts' limits took (`cuCtxSetLimit`), by context and limit.
 pub static LIMITS: gpucap_core::limits::LimitBook = gpucap_core::limits::LimitBook::new();
 
