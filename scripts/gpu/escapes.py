@@ -53,6 +53,10 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      wherever it took it (the capture or the node's making,
                                      the instantiation, the launch: printed); 0.6 x the room
                                      more refused; the unload gives it back
+  escapes.py green-context --cap N    two green contexts (CUDA 12.4), the first made while the
+                                     primary context is inactive (cuGreenCtxCreate retains it,
+                                     so makes it): after each, the room dropped by at least
+                                     what the driver's figure rose; both destroyed
 Each ends by filling the GPU with blocks until one is refused: the driver's figure
 then is at most the cap (and, uncapped, far past it: the control). Prints INFO lines and
 OK:/FAIL:/SKIP: (exit 0/1/77).
@@ -475,17 +479,74 @@ def local_stack(drv, w, cap):
                mib(max(w.peak, used)), mib(cap)))
 
 
+class DevResource(ctypes.Structure):
+    """CUdevResource as CUDA 13's cuda.h lays it out (144 bytes; CUDA 12.4's SM fields at the
+    same offsets)."""
+    _fields_ = [("type", ctypes.c_uint), ("padding", ctypes.c_ubyte * 92), ("sm_count", ctypes.c_uint),
+                ("min_partition", ctypes.c_uint), ("alignment", ctypes.c_uint), ("flags", ctypes.c_uint),
+                ("rest", ctypes.c_ubyte * 24), ("next", ctypes.c_void_p)]
+
+
+def green_context(drv, w, cap):
+    """Two green contexts (CUDA 12.4), the first made while the primary context is inactive:
+    cuGreenCtxCreate retains the primary context, so the first makes it. After each, the room
+    must have dropped by at least what the driver's figure rose; both destroyed, the primary
+    context goes with them."""
+    if not hasattr(drv.L, "cuGreenCtxCreate"):
+        skip("this driver has no green contexts (CUDA 12.4)")
+    whole, parts, n = DevResource(), (DevResource * 2)(), ctypes.c_uint(2)
+    drv.must("cuDeviceGetDevResource", c_int(0), ctypes.byref(whole), c_int(1))  # CU_DEV_RESOURCE_TYPE_SM
+    drv.must("cuDevSmResourceSplitByCount", parts, ctypes.byref(n), ctypes.byref(whole), None, ctypes.c_uint(0),
+             ctypes.c_uint(1))
+    if n.value < 2:
+        skip("GPU 0's %d SMs split into %d partition(s): two are needed" % (whole.sm_count, n.value))
+    info("GPU 0: %d SMs, partitions of at least %d in multiples of %d: two of %d made"
+         % (whole.sm_count, whole.min_partition, whole.alignment, parts[0].sm_count))
+    greens, steps = [], []
+    for i in range(2):
+        desc, g = vp(), vp()
+        drv.must("cuDevResourceGenerateDesc", ctypes.byref(desc), ctypes.byref(parts[i]), ctypes.c_uint(1))
+        rc = drv.L.cuGreenCtxCreate(ctypes.byref(g), desc, c_int(0), ctypes.c_uint(1))  # CU_GREEN_CTX_DEFAULT_STREAM
+        if rc != 0:
+            fail("cuGreenCtxCreate of %d SMs -> %d" % (parts[i].sm_count, rc))
+        greens.append(g)
+        if i == 0:
+            ctx = vp()
+            drv.must("cuCtxFromGreenCtx", ctypes.byref(ctx), g)
+            drv.must("cuCtxSetCurrent", ctx)
+        took = w.look(0, "%d green context(s) made, the primary context inactive before the first" % (i + 1))
+        free, total = sz(), sz()
+        drv.must("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        if total.value != cap:
+            fail("cuMemGetInfo total is %s, not the cap %s: not running under gpucap's cap"
+                 % (mib(total.value), mib(cap)))
+        charged = cap - free.value
+        steps.append((took, charged))
+        if charged + 2 * MiB < took:
+            fail("%d green context(s): the driver took %s for this process (the primary context they retain and "
+                 "their own), gpucap charged %s" % (i + 1, mib(took), mib(charged)))
+    drv.must("cuCtxSetCurrent", None)
+    for g in greens:
+        drv.must("cuGreenCtxDestroy", g)
+    used = fill(drv, w, 0, cap, "after the green contexts")
+    (took1, charged1), (took2, charged2) = steps
+    return ("the first green context (the primary context inactive before) took %s of the driver, charged %s; "
+            "the second %s more, charged %s more; the driver's figure peaked at %s of the %s cap"
+            % (mib(took1), mib(charged1), mib(took2 - took1), mib(charged2 - charged1), mib(max(w.peak, used)),
+               mib(cap)))
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
         print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
-              "|lazy-kernels|local-stack|capture-lazy|graph-node --cap BYTES",
+              "|lazy-kernels|local-stack|capture-lazy|graph-node|green-context --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
              "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit,
              "lazy-kernels": lazy_kernels, "local-stack": local_stack, "capture-lazy": capture_lazy,
-             "graph-node": graph_node}
+             "graph-node": graph_node, "green-context": green_context}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

@@ -8,7 +8,7 @@
 CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
     escape-module-globals escape-stack-limit escape-local-stack escape-lazy-kernels escape-capture-lazy
-    escape-graph-node
+    escape-graph-node escape-green-context
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
 ACCOUNTING=$SRC_DIR/accounting.py
@@ -69,6 +69,8 @@ check_escape_lazy_kernels() { escape_check "$1" lazy-kernels; }
 check_escape_capture_lazy() { escape_check "$1" capture-lazy; }
 # the same, the kernel put into a graph built by hand (a kernel node, never launched)
 check_escape_graph_node() { escape_check "$1" graph-node; }
+# green contexts: the primary context the first one retains (makes), and each one's own part
+check_escape_green_context() { escape_check "$1" green-context; }
 
 # accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
 # first context was measured (the shim's debug line: by NVML, no temporary context).
