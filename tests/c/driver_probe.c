@@ -629,9 +629,29 @@ static void g_module(void) {
         mach_int("green.create.rc", green_create(&g, desc, 0, 1 /* CU_GREEN_CTX_DEFAULT_STREAM */));
         mach_int("green.create_takes", (long long)g0 - (long long)info_free());
         if (g) {
+            /* A module loaded while the green context is current: whether it outlives the
+               green context (held by the primary context, whose memory green contexts share)
+               or goes with it. */
+            CUresult (*from_green)(CUcontext *, void *) = NULL;
+            *(void **)&from_green = dlsym(RTLD_DEFAULT, "cuCtxFromGreenCtx");
+            CUcontext gc = NULL, saved = NULL;
+            CUmodule gm = NULL;
+            cuCtxGetCurrent(&saved);
+            if (from_green && from_green(&gc, g) == CUDA_SUCCESS && cuCtxSetCurrent(gc) == CUDA_SUCCESS) {
+                mach_int("green.ctx_is_primary", gc == saved);
+                size_t m0 = info_free();
+                mach_int("green.module_load.rc", cuModuleLoadData(&gm, PTX));
+                mach_int("green.module_takes", (long long)m0 - (long long)info_free());
+                cuCtxSetCurrent(saved);
+            }
             size_t g1 = info_free();
             mach_int("green.destroy.rc", green_destroy(g));
             mach_int("green.destroy_gives", (long long)info_free() - (long long)g1);
+            if (gm) {
+                size_t u0 = info_free();
+                mach_int("green.module_unload_after.rc", cuModuleUnload(gm));
+                mach_int("green.module_unload_after_gives", (long long)info_free() - (long long)u0);
+            }
         }
     }
 }
