@@ -52,14 +52,6 @@ CUresult cuFuncIsLoaded(int *state, CUfunction function);
 CUresult cuFuncLoad(CUfunction function);
 CUresult cuFuncGetAttribute(int *value, int attribute, CUfunction function);
 CUresult cuFuncSetAttribute(CUfunction function, int attribute, int value);
-/* CUdevResource as CUDA 13's cuda.h lays it out (144 bytes; 12.4's SM fields at the same offsets). */
-typedef struct {
-    unsigned type;
-    unsigned char padding[92];
-    unsigned sm_count, min_partition, alignment, flags;
-    unsigned char rest[24];
-    void *next;
-} CUdevResource;
 CUresult cuFuncGetName(const char **name, CUfunction function);
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction function, int block_size,
                                                      size_t dynamic_smem);

@@ -788,11 +788,18 @@ enum { MAX_THREADS_PER_BLOCK = 0, LOCAL_SIZE_BYTES = 3, MAX_DYNAMIC_SHARED_SIZE_
    lazy loading: each one's code is taken by the first call that needs it, here its first
    launch (gpucap's own question of its local memory must not be the call that loads it,
    unmeasured) and cuFuncLoad. */
-static void enumerated_functions(void) {
+/* The primary context current, and what a module's function's code takes
+   (FAKECUDA_FUNCTION_MEM), which `parts` of must fit the cap. */
+static size_t function_code(size_t parts) {
     one_context();
     const char *e = getenv("FAKECUDA_FUNCTION_MEM");
     size_t code = e ? parse_size(e) : 0;
-    CHECK(code > 0 && 2 * code < g_cap[0], "the test needs FAKECUDA_FUNCTION_MEM under half the cap");
+    CHECK(code > 0 && parts * code < g_cap[0], "the test needs FAKECUDA_FUNCTION_MEM under 1/%zu of the cap", parts);
+    return code;
+}
+
+static void enumerated_functions(void) {
+    size_t code = function_code(2);
     static const char TWO[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
                               ".visible .entry p0()\n{\n\tret;\n}\n.visible .entry p1()\n{\n\tret;\n}\n";
     CUmodule m = NULL;
@@ -820,10 +827,7 @@ static void enumerated_functions(void) {
    cuFuncSetAttribute): charged, and refused before the load where the cap has no room for
    what the module's first function took. */
 static void enumerated_attributes(void) {
-    one_context();
-    const char *e = getenv("FAKECUDA_FUNCTION_MEM");
-    size_t code = e ? parse_size(e) : 0;
-    CHECK(code > 0 && 4 * code < g_cap[0], "the test needs FAKECUDA_FUNCTION_MEM under a quarter of the cap");
+    size_t code = function_code(4);
     static const char THREE[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
                                 ".visible .entry q0()\n{\n\tret;\n}\n.visible .entry q1()\n{\n\tret;\n}\n"
                                 ".visible .entry q2()\n{\n\tret;\n}\n";
@@ -910,13 +914,6 @@ static void graph_heap(void) {
 
 /* Green contexts (CUDA 12.4): cuGreenCtxCreate retains the device's primary context (made
    then if inactive: FAKECUDA_CONTEXT_MEM) and takes FAKECUDA_GREEN_CTX_MEM of its own. */
-typedef struct {
-    unsigned type;
-    unsigned char padding[92];
-    unsigned sm_count, min_partition, alignment, flags;
-    unsigned char rest[24];
-    void *next;
-} CUdevResource;
 typedef struct CUgreenCtx_st *CUgreenCtx;
 typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
 CUresult cuDeviceGetDevResource(CUdevice dev, CUdevResource *res, int type);

@@ -117,6 +117,17 @@ typedef struct {
 FAKECUDA_STATIC_ASSERT(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
 FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, allocFlags) == 24, "allocFlags at 24");
 
+/* CUdevResource (green contexts, CUDA 12.4) as CUDA 13's cuda.h lays it out: 144 bytes
+   (12.4's SM fields at the same offsets). */
+typedef struct {
+    unsigned type;
+    unsigned char padding[92];
+    unsigned sm_count, min_partition, alignment, flags;
+    unsigned char rest[24];
+    void *next;
+} CUdevResource;
+FAKECUDA_STATIC_ASSERT(sizeof(CUdevResource) == 144, "CUdevResource is 144 bytes");
+
 /* ---- cuGetProcAddress ----------------------------------------------------- */
 
 #define CU_GET_PROC_ADDRESS_DEFAULT 0
