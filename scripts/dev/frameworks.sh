@@ -233,6 +233,14 @@ if [[ $want == *" torch "* ]]; then
         expect_stats "d[0]['physical'] == 2 and d[0]['peak_used'] == 300 << 20 and d[1]['peak_used'] == 500 << 20"
         verdict "per-GPU caps with CUDA_VISIBLE_DEVICES=2,0 (300 MiB and 500 MiB)"
 
+        run torch-green-context LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi \
+            FAKECUDA_GREEN_CTX_MEM=64Mi -- "$PY" "$C" green:16 fill:100
+        expect_done
+        expect_line "^green 16 ok sms=16$"
+        expect_err "^gpucap: refused cuMemAlloc of 100 MiB on GPU 0"
+        expect_stats "d[0]['peak_used'] <= 1 << 30"
+        verdict "a green context of 16 SMs (torch.cuda.green_contexts, a stream of it): its own part (64 MiB on the fake) charged, the cap held"
+
         T=$ROOT/tests/clients/torch_steps.py
         run torch-train-step LD_PRELOAD="$SHIM" GPUCAP_LIMIT=3Gi FAKECUDA_TOTAL_MEM=8Gi -- "$PY" "$T" train 1 1 16 64
         expect_done

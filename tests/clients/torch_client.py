@@ -14,6 +14,8 @@ Usage: torch_client.py [STEP...] where each STEP is
   stats          memory_allocated / memory_reserved / the allocator backend
   copy:<MiB>     tensor.cuda() and .cpu() of that many MiB of random bytes; compares
   kernel         an elementwise kernel (launched on the fake: not run)
+  green:<sms>    a green context of that many SMs (torch.cuda.green_contexts, CUDA 12.4),
+                 a tensor of 1 MiB made and a kernel launched on a stream of it; kept
 
 Output, one fact per line:
   torch <version> cuda=<torch.version.cuda> backend=<allocator backend>
@@ -25,6 +27,7 @@ Output, one fact per line:
   freed allocated=<bytes> reserved=<bytes>
   copy <MiB> ok | copy <MiB> mismatch
   kernel ok
+  green <sms> ok sms=<its SMs>
   done
 """
 
@@ -81,6 +84,14 @@ def step(s):
         b = a * 2 + 1  # launched; the fake does not run it
         torch.cuda.synchronize()
         print(f"kernel ok shape={b.shape[0]}", flush=True)
+    elif s.startswith("green:"):
+        from torch.cuda.green_contexts import GreenContext
+        g = GreenContext.create(num_sms=int(s.split(":")[1]))
+        with torch.cuda.stream(g.Stream()):
+            held.append(torch.ones(MIB // 4, device="cuda") * 2)
+        torch.cuda.synchronize()
+        held.append(g)
+        print(f"green {s.split(':')[1]} ok sms={g.sm_count}", flush=True)
     else:
         print(f"bad step {s!r}", file=sys.stderr)
         sys.exit(2)
