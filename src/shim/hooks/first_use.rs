@@ -135,7 +135,7 @@ pub(super) fn first_use(
     }
     let owner = owner();
     // Once the heap is raised, a first use's figure may hold the heap, which the context
-    // keeps: learned from no owner, and kept with the context (see `charged_owner`).
+    // keeps: taught to no estimate, and recorded under no owner (below).
     let heap = super::limits::heap_raised();
     let loaded_there = owner != 0 && KERNELS.any(|&(c, _, o)| c == ctx as u64 && o == owner);
     let expected = ESTIMATES.expected(owner, loaded_there);
