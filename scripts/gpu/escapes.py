@@ -38,6 +38,10 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      loading); its kernel's first launch loads it into the
                                      context, charged as the driver took it; 0.6 x the room
                                      more refused; cuLibraryUnload gives it back
+  escapes.py library-global --cap N  the same library's global asked for (cuLibraryGetGlobal,
+                                     as cudart's cudaGetSymbolAddress) before any kernel of it
+                                     ran: the library loaded into the context there, charged
+                                     as the driver took it
   escapes.py local-stack --cap N     a kernel whose threads take enough local memory
                                      (a .local array it reads and writes) that the stack
                                      the driver grows to it at its launch takes over half
@@ -293,7 +297,9 @@ def stack_limit(drv, w, cap):
                mib(cap)))
 
 
-def lazy_kernels(drv, w, cap):
+def lazy_kernels(drv, w, cap, by_global=False):
+    """A library's first use in the context: its kernel's first launch, or (by_global) its
+    global asked for (cuLibraryGetGlobal, as cudart's cudaGetSymbolAddress does)."""
     room, size, ptx = big_global(drv, cap, "a library", kernel=True)
     lib, k = vp(), vp()
     before = w.look(0, "before the library is loaded")
@@ -302,21 +308,30 @@ def lazy_kernels(drv, w, cap):
         fail("cuLibraryLoadData(a global of %s) -> %d" % (mib(size), rc))
     at_load = w.look(0, "a library with a global of %s loaded" % mib(size)) - before
     drv.must("cuLibraryGetKernel", ctypes.byref(k), lib, b"k")
-    rc = drv.L.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+    if by_global:
+        use, ptr, n = "its global asked for", u64(), sz()
+        rc = drv.L.cuLibraryGetGlobal(ctypes.byref(ptr), ctypes.byref(n), lib, b"big")
+    else:
+        use = "its kernel's first launch"
+        rc = drv.L.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, None, None, None)
     if rc != 0:
-        fail("the first launch of the library's kernel -> %d" % rc)
+        fail("%s -> %d" % (use, rc))
     drv.must("cuCtxSynchronize")
     launched = room_of(drv, 0, cap)
-    took = w.look(0, "its kernel launched once") - before
+    took = w.look(0, use) - before
     charged = room - launched
     if charged + 2 * MiB < took:
-        fail("the library's first launch took %s of the driver (%s at its load), gpucap charged %s"
-             % (mib(took), mib(at_load), mib(charged)))
+        fail("the library's first use (%s) took %s of the driver (%s at its load), gpucap charged %s"
+             % (use, mib(took), mib(at_load), mib(charged)))
     gave, credited, peak = refused_then_unloaded(drv, w, cap, lib, size, before, took, launched)
-    return ("a library with a global of %s took %s at its load and %s at its kernel's first launch, charged %s "
-            "(%s more refused); its unload gave back %s, credited %s; the driver's figure peaked at %s of the %s cap"
-            % (mib(size), mib(at_load), mib(took), mib(charged), mib(size), mib(gave), mib(credited), mib(peak),
+    return ("a library with a global of %s took %s at its load and %s by %s, charged %s (%s more refused); its "
+            "unload gave back %s, credited %s; the driver's figure peaked at %s of the %s cap"
+            % (mib(size), mib(at_load), mib(took), use, mib(charged), mib(size), mib(gave), mib(credited), mib(peak),
                mib(cap)))
+
+
+def library_global(drv, w, cap):
+    return lazy_kernels(drv, w, cap, by_global=True)
 
 
 def refused_then_unloaded(drv, w, cap, lib, size, before, took, launched):
@@ -539,13 +554,14 @@ def green_context(drv, w, cap):
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
         print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
-              "|lazy-kernels|local-stack|capture-lazy|graph-node|green-context --cap BYTES",
+              "|lazy-kernels|library-global|local-stack|capture-lazy|graph-node|green-context --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
              "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit,
-             "lazy-kernels": lazy_kernels, "local-stack": local_stack, "capture-lazy": capture_lazy,
+             "lazy-kernels": lazy_kernels, "library-global": library_global, "local-stack": local_stack,
+             "capture-lazy": capture_lazy,
              "graph-node": graph_node, "green-context": green_context}
     try:
         if argv[0] not in modes:

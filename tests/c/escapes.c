@@ -109,6 +109,9 @@
  *                  keeps the charge too; the context's end gives it all back.
  * Kernels loaded lazily (run with FAKECUDA_LIBRARY_MEM=<lib>, what a library takes in a
  * context at its first use, as CUDA's lazy loading does):
+ *   library-global (cap <cap0> = 2 GiB) a library's global asked (cuLibraryGetGlobal) before
+ *                  any kernel of it ran: the library loaded into the context there,
+ *                  charged; refused in a created context while the cap lacks room.
  *   lazy-kernels   (cap <cap0>, <lib> 3/8 of it) half the cap allocated, then a library's
  *                  kernel launched: charged at its first launch (3/8 more), so a quarter
  *                  of the cap is refused; a second launch charges nothing; a second
@@ -1107,6 +1110,51 @@ static CUkernel kernel_of(CUlibrary *lib, const char *name) {
 
 static CUresult launch(CUkernel k) { return cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL); }
 
+/* cuLibraryGetGlobal: under lazy loading the library is loaded into the context for its
+   global (FAKECUDA_LIBRARY_MEM of code, and its globals): charged there, nothing more at
+   its kernel's first launch, credited at the unload; in a created context refused before
+   it loads where the cap lacks room for what the first context's copy took. */
+CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+static void library_global(void) {
+    one_context();
+    const char *e = getenv("FAKECUDA_LIBRARY_MEM");
+    size_t table = 8 * MIB, lib = (e ? parse_size(e) : 0) + table;
+    CHECK(lib > table && 3 * lib < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM under a third of the cap");
+    static const char GLOBAL_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                     ".visible .global .align 4 .b8 table[8388608];\n"
+                                     ".visible .entry k0()\n{\n\tret;\n}\n";
+    CUlibrary l = NULL;
+    CUkernel k = NULL;
+    MUST(cuLibraryLoadData(&l, GLOBAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(&k, l, "k0"));
+    IN_USE(0, 0, "a library loaded: nothing taken (lazy loading)");
+    CUdeviceptr p = 0;
+    size_t n = 0;
+    MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
+    CHECK(n == table, "the global's size %zu, expected %zu", n, table);
+    IN_USE(0, lib, "its global asked: the library loaded into the context, charged");
+    MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
+    MUST(launch(k));
+    IN_USE(0, lib, "asked again, its kernel launched: nothing more");
+    CUcontext c = NULL;
+    MUST(cuCtxCreate_v2(&c, 0, 0));
+    size_t with_ctx = g_cap[0] - free_on(0);
+    CUdeviceptr a = 0;
+    size_t most = g_cap[0] - with_ctx - lib / 2;
+    MUST(cuMemAlloc_v2(&a, most));
+    CUresult rc = cuLibraryGetGlobal(&p, &n, l, "table");
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "its global in a created context with half its room -> %d, expected 2", rc);
+    IN_USE(0, with_ctx + most, "refused before it loaded: nothing more");
+    MUST(cuMemFree_v2(a));
+    MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
+    IN_USE(0, with_ctx + lib, "with room: the created context's copy charged");
+    MUST(cuCtxDestroy_v2(c));
+    use(0);
+    IN_USE(0, lib, "the created context gone with its copy");
+    MUST(cuLibraryUnload(l));
+    IN_USE(0, 0, "the library unloaded with its copy");
+}
+
 static void lazy_kernels(void) {
     one_context();
     size_t lib = g_cap[0] / 8 * 3, half = g_cap[0] / 2;
@@ -1285,6 +1333,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "graph-heap") == 0) graph_heap();
     else if (strcmp(mode, "green-contexts") == 0) green_contexts();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
+    else if (strcmp(mode, "library-global") == 0) library_global();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();
     else {

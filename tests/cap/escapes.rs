@@ -672,6 +672,18 @@ fn a_green_context_and_the_primary_context_it_retains_are_charged() {
     assert_failed(&o, "green-contexts without the shim");
 }
 
+/// `cuLibraryGetGlobal` before any kernel of the library ran (cudart's
+/// `cudaGetSymbolAddress`, `cudaMemcpyToSymbol`): under lazy loading the library is loaded
+/// into the context there (the fake: its code, 128 MiB here, and its 8 MiB global), so
+/// gpucap measures it as a first use of the library: charged, refused before it loads in a
+/// second context where the cap lacks room for what the first copy took, credited with its
+/// context and at its unload. Before, it was charged nothing, and its kernel's first launch
+/// found it loaded (measured 0). Alone and in a pool (`escapes.c`, `library-global`).
+#[test]
+fn a_library_loaded_for_its_global_is_charged() {
+    charged_alone_and_in_a_pool("library-global", ("FAKECUDA_LIBRARY_MEM", "128Mi"), &[]);
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

@@ -7,7 +7,7 @@
 
 CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
-    escape-module-globals escape-stack-limit escape-local-stack escape-lazy-kernels escape-capture-lazy
+    escape-module-globals escape-stack-limit escape-local-stack escape-lazy-kernels escape-library-global escape-capture-lazy
     escape-graph-node escape-green-context
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
@@ -65,6 +65,8 @@ check_escape_stack_limit() { escape_check "$1" stack-limit; }
 check_escape_local_stack() { escape_check "$1" local-stack; }
 # a library's global and code, loaded at its kernel's first launch
 check_escape_lazy_kernels() { escape_check "$1" lazy-kernels; }
+# the same library loaded for its global (cuLibraryGetGlobal) before any kernel of it ran
+check_escape_library_global() { escape_check "$1" library-global; }
 # the same, the kernel's first launch inside a stream capture
 check_escape_capture_lazy() { escape_check "$1" capture-lazy; }
 # the same, the kernel put into a graph built by hand (a kernel node, never launched)

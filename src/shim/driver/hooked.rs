@@ -134,6 +134,8 @@ macro_rules! hooked {
                 (value: *mut c_int, attribute: c_int, f: Handle) => hooks::functions::func_get_attribute;
             cuFuncSetAttribute = "cuFuncSetAttribute" @ 9000 :
                 (f: Handle, attribute: c_int, value: c_int) => hooks::functions::func_set_attribute;
+            cuLibraryGetGlobal = "cuLibraryGetGlobal" @ 12000 :
+                (dptr: *mut u64, bytes: *mut usize, library: Handle, name: CText) => hooks::launches::library_get_global;
             cuLibraryUnload = "cuLibraryUnload" @ 12000 : (lib: Handle) => hooks::launches::library_unload;
             // Libraries: loaded into every context at the load under eager loading.
             cuLibraryLoadData = "cuLibraryLoadData" @ 12000 :

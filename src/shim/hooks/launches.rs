@@ -3,9 +3,10 @@
 //! the stack its kernel needs is grown; later launches of it there pay one lookup in the map
 //! of functions seen. `cuKernelGetFunction` loads a library's kernel into the current
 //! context too, `cuModuleGetFunction` a module's (lazy loading loads a module's kernels
-//! there), and a graph's kernel nodes are loaded before the driver takes them
-//! (`load_for_graph`): each measured the same way (the calls that load a partially
-//! loaded function: `functions`). Unloads credit what those loads took.
+//! there), `cuLibraryGetGlobal` a library for its global, and a graph's kernel nodes are
+//! loaded before the driver takes them (`load_for_graph`): each measured the same way (the
+//! calls that load a partially loaded function: `functions`). Unloads credit what those
+//! loads took.
 
 use std::ffi::{c_int, c_void};
 
@@ -111,6 +112,41 @@ pub fn kernel_get_function(
         return call();
     }
     kernel_loaded(key, d, out, kernel, call)
+}
+
+/// `cuLibraryGetGlobal`: under lazy loading the library is loaded into the current
+/// context for its global here, if no kernel of it was used there yet (the fake loads its
+/// code and globals; cudart reaches a `__device__` variable so, `cudaGetSymbolAddress`,
+/// `cudaMemcpyToSymbol`): measured once per library and context as a first use of the
+/// library, charged with it (credited at its unload or the context's end), and its later
+/// kernels' first launches find it loaded.
+pub fn library_get_global(
+    real: Real<(*mut u64, *mut usize, Handle, CText)>,
+    dptr: *mut u64,
+    bytes: *mut usize,
+    library: Handle,
+    name: CText,
+) -> CuResult {
+    let call = || real.call(dptr, bytes, library, name);
+    let Some(d) = known_device().or_else(|| current_device().and_then(|d| usize::try_from(d).ok()))
+    else {
+        return call();
+    };
+    let Some(ctx) = current_context() else {
+        return call();
+    };
+    let key = kernels::context_key(library as u64, ctx as u64, d);
+    if LAUNCHED.contains(key) {
+        return call();
+    }
+    first_use(
+        "cuLibraryGetGlobal",
+        Use::of(key),
+        d,
+        call,
+        || None,
+        || library as u64,
+    )
 }
 
 /// `cuKernelGetFunction`'s first use of `kernel` in the current context (under `key`, on
