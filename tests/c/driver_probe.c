@@ -548,7 +548,15 @@ static void g_module(void) {
     CUmodule lm = NULL;
     CUfunction lf = NULL;
     int lstate = -1;
+    size_t gm0 = info_free();
     if (lrc == CUDA_SUCCESS) mach_int("library.cuLibraryGetModule.rc", cuLibraryGetModule(&lm, lib));
+    mach_int("library.get_module_takes", (long long)gm0 - (long long)info_free());
+    /* ... and its global through that module (cuModuleGetGlobal): whether the library is
+       loaded into the context there (gpucap measures cuLibraryGetGlobal, not these). */
+    CUdeviceptr lg = 0;
+    size_t lgb = 0, gg0 = info_free();
+    if (lm) mach_int("library.module_get_global.rc", cuModuleGetGlobal_v2(&lg, &lgb, lm, "probe_buf"));
+    mach_int("library.module_get_global_takes", (long long)gg0 - (long long)info_free());
     size_t q0 = info_free();
     if (lm) mach_int("library.module_get_function.rc", cuModuleGetFunction(&lf, lm, "probe_kernel"));
     mach_int("library.module_get_function_takes", (long long)q0 - (long long)info_free());
