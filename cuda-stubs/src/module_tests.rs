@@ -1151,3 +1151,40 @@ fn enumerated_functions_are_partially_loaded_until_a_call_loads_them() {
         assert_eq!(cuModuleUnload(m), CUDA_SUCCESS);
     }
 }
+
+/// A library's global reached through its module (`cuLibraryGetModule`, then
+/// `cuModuleGetGlobal_v2`) is the library's global in the context, loaded there at that
+/// first use as `cuLibraryGetGlobal` loads it: the same address, taken once.
+#[test]
+fn a_librarys_global_through_its_module_is_the_librarys() {
+    use crate::api::module::cuLibraryGetModule;
+    let _g = setup();
+    let elf = build_elf(&["lib_kernel"], &[("lib_global", 4096)]);
+    unsafe {
+        let lib = load_library(&elf);
+        let before = used();
+        let mut module = 0;
+        assert_eq!(cuLibraryGetModule(&mut module, lib), CUDA_SUCCESS);
+        assert_eq!(used(), before, "the module asked: nothing loaded");
+        let (mut via_module, mut via_library, mut bytes) = (0u64, 0u64, 0usize);
+        let name = c"lib_global".as_ptr();
+        assert_eq!(
+            cuModuleGetGlobal_v2(&mut via_module, &mut bytes, module, name),
+            CUDA_SUCCESS
+        );
+        assert_eq!(bytes, 4096);
+        let loaded = used() - before;
+        assert!(
+            loaded >= 4096,
+            "the library loaded with its global: {loaded}"
+        );
+        assert_eq!(
+            cuLibraryGetGlobal(&mut via_library, &mut bytes, lib, name),
+            CUDA_SUCCESS
+        );
+        assert_eq!(via_module, via_library, "one global, the library's");
+        assert_eq!(used() - before, loaded, "taken once");
+        assert_eq!(cuLibraryUnload(lib), CUDA_SUCCESS);
+        assert_eq!(used(), before, "given back with the library");
+    }
+}

@@ -112,6 +112,8 @@
  *   library-global (cap <cap0> = 2 GiB) a library's global asked (cuLibraryGetGlobal) before
  *                  any kernel of it ran: the library loaded into the context there,
  *                  charged; refused in a created context while the cap lacks room.
+ *   library-module-global (the same) the library's global reached through its module
+ *                  (cuLibraryGetModule, cuModuleGetGlobal_v2): loaded there, charged.
  *   lazy-kernels   (cap <cap0>, <lib> 3/8 of it) half the cap allocated, then a library's
  *                  kernel launched: charged at its first launch (3/8 more), so a quarter
  *                  of the cap is refused; a second launch charges nothing; a second
@@ -1115,23 +1117,54 @@ static CUresult launch(CUkernel k) { return cuLaunchKernel((CUfunction)k, 1, 1, 
    its kernel's first launch, credited at the unload; in a created context refused before
    it loads where the cap lacks room for what the first context's copy took. */
 CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
-static void library_global(void) {
+CUresult cuLibraryGetModule(CUmodule *module, CUlibrary library);
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule module, const char *name);
+static const char GLOBAL_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                 ".visible .global .align 4 .b8 table[8388608];\n"
+                                 ".visible .entry k0()\n{\n\tret;\n}\n";
+
+/* The primary context current and a library of GLOBAL_PTX loaded (nothing taken), its
+   kernel in *k: what its copy takes in a context (FAKECUDA_LIBRARY_MEM and its 8 MiB
+   global), which three times over must fit the cap. */
+static size_t global_library(CUlibrary *l, CUkernel *k) {
     one_context();
     const char *e = getenv("FAKECUDA_LIBRARY_MEM");
     size_t table = 8 * MIB, lib = (e ? parse_size(e) : 0) + table;
     CHECK(lib > table && 3 * lib < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM under a third of the cap");
-    static const char GLOBAL_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
-                                     ".visible .global .align 4 .b8 table[8388608];\n"
-                                     ".visible .entry k0()\n{\n\tret;\n}\n";
+    MUST(cuLibraryLoadData(l, GLOBAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(k, *l, "k0"));
+    IN_USE(0, 0, "a library loaded: nothing taken (lazy loading)");
+    return lib;
+}
+
+/* The same library's global reached through its module (cuLibraryGetModule, then
+   cuModuleGetGlobal): the library loaded into the context there, charged. */
+static void library_module_global(void) {
     CUlibrary l = NULL;
     CUkernel k = NULL;
-    MUST(cuLibraryLoadData(&l, GLOBAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
-    MUST(cuLibraryGetKernel(&k, l, "k0"));
-    IN_USE(0, 0, "a library loaded: nothing taken (lazy loading)");
+    size_t lib = global_library(&l, &k), n = 0;
+    CUmodule m = NULL;
+    CUdeviceptr p = 0;
+    MUST(cuLibraryGetModule(&m, l));
+    MUST(cuModuleGetGlobal_v2(&p, &n, m, "table"));
+    CHECK(n == 8 * MIB, "the global's size %zu, expected 8 MiB", n);
+    IN_USE(0, lib, "its global asked through its module: the library loaded into the context, charged");
+    MUST(cuModuleGetGlobal_v2(&p, &n, m, "table"));
+    MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
+    MUST(launch(k));
+    IN_USE(0, lib, "asked again both ways, its kernel launched: nothing more");
+    MUST(cuLibraryUnload(l));
+    IN_USE(0, 0, "the library unloaded with its copy");
+}
+
+static void library_global(void) {
+    CUlibrary l = NULL;
+    CUkernel k = NULL;
+    size_t lib = global_library(&l, &k);
     CUdeviceptr p = 0;
     size_t n = 0;
     MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
-    CHECK(n == table, "the global's size %zu, expected %zu", n, table);
+    CHECK(n == 8 * MIB, "the global's size %zu, expected 8 MiB", n);
     IN_USE(0, lib, "its global asked: the library loaded into the context, charged");
     MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
     MUST(launch(k));
@@ -1334,6 +1367,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "green-contexts") == 0) green_contexts();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "library-global") == 0) library_global();
+    else if (strcmp(mode, "library-module-global") == 0) library_module_global();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();
     else {

@@ -684,6 +684,20 @@ fn a_library_loaded_for_its_global_is_charged() {
     charged_alone_and_in_a_pool("library-global", ("FAKECUDA_LIBRARY_MEM", "128Mi"), &[]);
 }
 
+/// The same library's global reached through its module (`cuLibraryGetModule`, then
+/// `cuModuleGetGlobal_v2`): the fake loads the library into the context there, as
+/// `cuLibraryGetGlobal` does, and gpucap measures it so. Before, the fake allocated the
+/// global alone there, outside the library's copy, and gpucap charged nothing. Alone and in
+/// a pool (`escapes.c`, `library-module-global`).
+#[test]
+fn a_library_loaded_for_its_global_through_its_module_is_charged() {
+    charged_alone_and_in_a_pool(
+        "library-module-global",
+        ("FAKECUDA_LIBRARY_MEM", "128Mi"),
+        &[],
+    );
+}
+
 /// The driver's `cuCtxGetCurrent` calls in a run of `launch_loop n` under the shim
 /// (FAKECUDA_TRACE logs each call the fake driver gets).
 fn current_context_asks(n: u32) -> usize {

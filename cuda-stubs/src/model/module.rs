@@ -259,6 +259,14 @@ pub fn global(
         if let Some(&g) = m.globals.get(name) {
             return Ok(g);
         }
+        // A library's module (cuLibraryGetModule): its globals are the library's in the
+        // context, loaded there with its code at this first use, as cuLibraryGetGlobal does.
+        if m.ctx == 0
+            && let Some((&lib, _)) = reg.libraries.iter().find(|&(_, &lm)| lm == module)
+        {
+            drop(reg);
+            return library_global(lib, name, ctx, dev);
+        }
         *m.names.globals.get(name).ok_or(CUDA_ERROR_NOT_FOUND)?
     };
     let ctx = if ctx == 0 {

@@ -61,6 +61,11 @@ pub static LAUNCHED: gpucap_core::kernels::FunctionsSeen =
 pub static KERNEL_HANDLES: gpucap_core::kernels::HandlesSeen =
     gpucap_core::kernels::HandlesSeen::new();
 
+/// The modules `cuLibraryGetModule` handed out, by `kernels::launch_key(module, 0)`: a
+/// global reached through one loads its library into the context (`launches`).
+pub static LIBRARY_MODULES: gpucap_core::kernels::HandlesSeen =
+    gpucap_core::kernels::HandlesSeen::new();
+
 /// What the first uses of each library's or module's functions took, to reserve
 /// before the next one.
 pub static ESTIMATES: gpucap_core::kernels::LoadEstimates =
