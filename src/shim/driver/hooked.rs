@@ -157,15 +157,15 @@ macro_rules! hooked {
             cuMemPoolTrimTo = "cuMemPoolTrimTo" @ 11020 : (pool: Handle, keep: usize) => hooks::pools::mem_pool_trim_to;
             // Contexts.
             cuDevicePrimaryCtxRetain = "cuDevicePrimaryCtxRetain" @ 7000 :
-                (pctx: Out<Handle>, dev: c_int) => hooks::contexts::primary_ctx_retain;
-            cuDevicePrimaryCtxRelease = "cuDevicePrimaryCtxRelease" @ 7000 : (dev: c_int) => hooks::contexts::primary_ctx_release;
+                (pctx: Out<Handle>, dev: c_int) => hooks::primary::primary_ctx_retain;
+            cuDevicePrimaryCtxRelease = "cuDevicePrimaryCtxRelease" @ 7000 : (dev: c_int) => hooks::primary::primary_ctx_release;
             // Green contexts (CUDA 12.4): each retains its device's primary context.
             cuGreenCtxCreate = "cuGreenCtxCreate" @ 12040 :
                 (ph: Out<Handle>, desc: Handle, dev: c_int, flags: u32) => hooks::green::green_ctx_create;
             cuGreenCtxDestroy = "cuGreenCtxDestroy" @ 12040 : (green: Handle) => hooks::green::green_ctx_destroy;
-            cuDevicePrimaryCtxRelease_v2 = "cuDevicePrimaryCtxRelease" @ 11000 : (dev: c_int) => hooks::contexts::primary_ctx_release;
-            cuDevicePrimaryCtxReset = "cuDevicePrimaryCtxReset" @ 7000 : (dev: c_int) => hooks::contexts::primary_ctx_reset;
-            cuDevicePrimaryCtxReset_v2 = "cuDevicePrimaryCtxReset" @ 11000 : (dev: c_int) => hooks::contexts::primary_ctx_reset;
+            cuDevicePrimaryCtxRelease_v2 = "cuDevicePrimaryCtxRelease" @ 11000 : (dev: c_int) => hooks::primary::primary_ctx_release;
+            cuDevicePrimaryCtxReset = "cuDevicePrimaryCtxReset" @ 7000 : (dev: c_int) => hooks::primary::primary_ctx_reset;
+            cuDevicePrimaryCtxReset_v2 = "cuDevicePrimaryCtxReset" @ 11000 : (dev: c_int) => hooks::primary::primary_ctx_reset;
             cuCtxCreate = "cuCtxCreate" @ 2000 : (pctx: Out<Handle>, flags: u32, dev: c_int) => hooks::contexts::ctx_create;
             cuCtxCreate_v2 = "cuCtxCreate" @ 3020 : (pctx: Out<Handle>, flags: u32, dev: c_int) => hooks::contexts::ctx_create;
             cuCtxCreate_v3 = "cuCtxCreate" @ 11040 :

@@ -12,8 +12,9 @@
 use std::ffi::c_int;
 use std::ptr::null_mut;
 
-use super::contexts::{context_lock, pool_marks, primary_gone, primary_retained};
+use super::contexts::{context_lock, pool_marks};
 use super::current::moves_current;
+use super::primary::{primary_gone, primary_retained};
 use super::residents::{charge_undoable, judge_measured, record, resident_in};
 use super::shim;
 use crate::driver::forward::Real;

@@ -46,6 +46,7 @@ pub(crate) mod multicast;
 pub(crate) mod nvml;
 mod nvml_pool;
 pub(crate) mod pools;
+pub(crate) mod primary;
 mod residents;
 pub(crate) mod sync;
 pub(crate) mod vmm;
