@@ -108,6 +108,12 @@ macro_rules! trace_int {
 }
 trace_int!(u8, u16, u32, u64, usize, i32, i64);
 
+impl TraceArg for f32 {
+    fn trace(&self, s: &mut String, _decimal: bool) {
+        let _ = write!(s, "{self}");
+    }
+}
+
 impl<T> TraceArg for *const T {
     fn trace(&self, s: &mut String, _decimal: bool) {
         let _ = write!(s, "{self:p}");

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use crate::abi::types::{
     CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD, CUDA_EXTERNAL_MEMORY_BUFFER_DESC,
-    CUDA_EXTERNAL_MEMORY_HANDLE_DESC, CUipcMemHandle, CUmemAccessDesc, CUmemAllocationProp,
-    CUmemLocation, CUmemPoolProps, CudaArray3dDescriptor, CudaArrayMemoryRequirements,
+    CUDA_EXTERNAL_MEMORY_HANDLE_DESC, CUarrayMapInfo, CUipcMemHandle, CUmemAccessDesc,
+    CUmemAllocationProp, CUmemLocation, CUmemPoolProps, CudaArray3dDescriptor,
+    CudaArrayMemoryRequirements,
 };
 use crate::abi::{
     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
@@ -45,8 +46,8 @@ use crate::api::stream::{
 };
 use crate::api::vmm::{
     cuMemAddressFree, cuMemAddressReserve, cuMemCreate, cuMemExportToShareableHandle,
-    cuMemGetAllocationPropertiesFromHandle, cuMemImportFromShareableHandle, cuMemMap, cuMemRelease,
-    cuMemRetainAllocationHandle, cuMemSetAccess, cuMemUnmap,
+    cuMemGetAllocationPropertiesFromHandle, cuMemImportFromShareableHandle, cuMemMap,
+    cuMemMapArrayAsync, cuMemRelease, cuMemRetainAllocationHandle, cuMemSetAccess, cuMemUnmap,
 };
 use crate::api_tests::{setup, used};
 use crate::model::device::ledger;
@@ -824,6 +825,128 @@ fn vmm_memory_lives_until_the_last_reference() {
         assert_eq!(cuMemAddressFree(va1, 2 * g), 0);
         assert_eq!(cuMemAddressFree(va2, 2 * g), 0);
     }
+}
+
+/// A `CUarrayMapInfo` step on `array` (`mipmapped`: a mipmapped array's mip tail, else a
+/// level 0 region of 64 x 64): map `handle`, or unmap (`handle` None).
+fn tile(mipmapped: bool, array: usize, handle: Option<u64>) -> CUarrayMapInfo {
+    // SAFETY: CUarrayMapInfo is plain data; all zeros is a valid value.
+    let mut m: CUarrayMapInfo = unsafe { std::mem::zeroed() };
+    m.resource_type = mipmapped.into();
+    m.resource = array;
+    if mipmapped {
+        m.subresource_type = 1;
+        m.subresource = [0, 0, 2 << 20, 0]; // layer 0, offset 0, 2 MiB
+    } else {
+        m.subresource = [0, 0, 64 << 32, 64 | (1 << 32)]; // extent 64 x 64 x 1
+    }
+    m.mem_operation_type = if handle.is_some() { 1 } else { 2 };
+    m.mem_handle = handle.unwrap_or(0);
+    m.device_bit_mask = 1;
+    m
+}
+
+/// Sparse and deferred-mapping arrays take no memory of their own; memory mapped into one
+/// (`cuMemMapArrayAsync`) stays while the array maps it, released or not, and goes with an
+/// unmapping that covers it or the array's end. Arrays of neither kind, other handle or
+/// operation types and an empty list are refused, and a refused list maps nothing.
+#[test]
+fn memory_mapped_into_an_array_lives_until_it_is_unmapped() {
+    let (_g, _) = setup();
+    let before = used();
+    let g = GRANULARITY;
+    let desc = |flags| CudaArray3dDescriptor {
+        width: 1024,
+        height: 1024,
+        depth: 0,
+        format: 0x20,
+        num_channels: 4,
+        flags,
+    };
+    unsafe {
+        let (mut deferred, mut sparse, mut plain, mut mip) = (0, 0, 0, 0);
+        assert_eq!(cuArray3DCreate_v2(&mut deferred, &desc(0x80)), 0);
+        assert_eq!(cuArray3DCreate_v2(&mut sparse, &desc(0x40)), 0);
+        assert_eq!(cuMipmappedArrayCreate(&mut mip, &desc(0x40), 4), 0);
+        assert_eq!(
+            used(),
+            before,
+            "sparse and deferred-mapping arrays take nothing"
+        );
+        assert_eq!(cuArray3DCreate_v2(&mut plain, &desc(0)), 0);
+        let plain_bytes = used() - before;
+        let (mut h1, mut h2) = (0, 0);
+        assert_eq!(cuMemCreate(&mut h1, 2 * g, &prop(0), 0), 0);
+        assert_eq!(cuMemCreate(&mut h2, g, &prop(0), 0), 0);
+        let mapped = plain_bytes + 3 * g;
+        let refused = [
+            (
+                vec![tile(false, plain, Some(h1))],
+                "an array neither sparse nor deferred",
+            ),
+            (vec![tile(false, deferred, Some(0xbad))], "no such handle"),
+            (
+                vec![
+                    tile(false, deferred, Some(h1)),
+                    tile(false, plain, Some(h2)),
+                ],
+                "one bad step in the list",
+            ),
+        ];
+        for (list, what) in refused {
+            assert_eq!(
+                cuMemMapArrayAsync(list.as_ptr(), list.len() as u32, 0),
+                CUDA_ERROR_INVALID_VALUE,
+                "{what}"
+            );
+        }
+        assert_eq!(
+            cuMemMapArrayAsync(null_mut(), 0, 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        let mut bad = tile(false, deferred, Some(h1));
+        bad.mem_handle_type = 1;
+        assert_eq!(
+            cuMemMapArrayAsync(&bad, 1, 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "handle type"
+        );
+        bad = tile(false, deferred, Some(h1));
+        bad.mem_operation_type = 3;
+        assert_eq!(
+            cuMemMapArrayAsync(&bad, 1, 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "operation"
+        );
+        let list = [tile(false, deferred, Some(h1)), tile(true, mip, Some(h2))];
+        assert_eq!(cuMemMapArrayAsync(list.as_ptr(), 2, 0), 0);
+        assert_eq!(cuMemRelease(h1), 0);
+        assert_eq!(cuMemRelease(h2), 0);
+        assert_eq!(used() - before, mapped, "released, still mapped");
+        // An unmapping of another level leaves it; one covering it frees it.
+        let mut elsewhere = tile(false, deferred, None);
+        elsewhere.subresource[0] = 1; // level 1
+        assert_eq!(cuMemMapArrayAsync(&elsewhere, 1, 0), 0);
+        assert_eq!(used() - before, mapped);
+        assert_eq!(cuMemMapArrayAsync(&tile(false, deferred, None), 1, 0), 0);
+        assert_eq!(used() - before, plain_bytes + g, "the level's handle freed");
+        assert_eq!(cuMipmappedArrayDestroy(mip), 0);
+        assert_eq!(
+            used() - before,
+            plain_bytes,
+            "the mip tail's handle went with its array"
+        );
+        // Mapped into a sparse array, released, the array destroyed.
+        assert_eq!(cuMemCreate(&mut h1, g, &prop(0), 0), 0);
+        assert_eq!(cuMemMapArrayAsync(&tile(false, sparse, Some(h1)), 1, 0), 0);
+        assert_eq!(cuMemRelease(h1), 0);
+        assert_eq!(used() - before, plain_bytes + g);
+        assert_eq!(cuArrayDestroy(sparse), 0);
+        for a in [deferred, plain] {
+            assert_eq!(cuArrayDestroy(a), 0);
+        }
+    }
+    assert_eq!(used(), before);
 }
 
 /// cuMemFree_v2 of pool memory returns it to its pool; a pool destroyed before or after

@@ -513,6 +513,66 @@ fn launches_on_a_capturing_stream_are_kernel_nodes() {
     }
 }
 
+/// The deprecated launches take the block and shared memory set on the function before:
+/// none set, the block is 0 x 0 x 0 and the launch is refused as `cuLaunchKernel` refuses
+/// it; set, `cuLaunch`, `cuLaunchGrid` and `cuLaunchGridAsync` launch. The parameter calls
+/// check the function and the offset.
+#[test]
+fn the_deprecated_launches_use_the_shape_set_on_the_function() {
+    let _g = setup();
+    use crate::api::launch::{
+        cuFuncSetBlockShape, cuFuncSetSharedSize, cuLaunch, cuLaunchGrid, cuLaunchGridAsync,
+        cuParamSetSize, cuParamSetf, cuParamSeti, cuParamSetv,
+    };
+    let elf = build_elf(&["old_kernel"], &[]);
+    unsafe {
+        let mut m = 0usize;
+        assert_eq!(cuModuleLoadData(&mut m, elf.as_ptr().cast()), CUDA_SUCCESS);
+        let mut f = 0usize;
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"old_kernel".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuLaunch(f), CUDA_ERROR_INVALID_VALUE, "no block shape set");
+        assert_eq!(cuFuncSetBlockShape(f, 32, -1, 1), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuFuncSetBlockShape(f, 32, 2, 1), CUDA_SUCCESS);
+        assert_eq!(cuFuncSetSharedSize(f, 1024), CUDA_SUCCESS);
+        let v = 5u32;
+        assert_eq!(cuParamSeti(f, 0, 3), CUDA_SUCCESS);
+        assert_eq!(cuParamSetf(f, 4, 1.5), CUDA_SUCCESS);
+        assert_eq!(cuParamSetv(f, 8, (&raw const v).cast(), 4), CUDA_SUCCESS);
+        assert_eq!(cuParamSetv(f, 8, null(), 4), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuParamSeti(f, -4, 3), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuParamSetSize(f, 12), CUDA_SUCCESS);
+        assert_eq!(cuParamSetSize(0xdead, 12), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(
+            cuFuncSetBlockShape(0xdead, 1, 1, 1),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(cuLaunch(f), CUDA_SUCCESS);
+        assert_eq!(cuLaunchGrid(f, 4, 2), CUDA_SUCCESS);
+        assert_eq!(
+            cuLaunchGrid(f, 0, 2),
+            CUDA_ERROR_INVALID_VALUE,
+            "an empty grid"
+        );
+        assert_eq!(cuLaunchGrid(f, 4, -1), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuLaunchGridAsync(f, 4, 2, 0), CUDA_SUCCESS);
+        assert_eq!(cuLaunch(0xdead), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(
+            cuFuncSetBlockShape(f, 2048, 1, 1),
+            CUDA_SUCCESS,
+            "checked at the launch"
+        );
+        assert_eq!(
+            cuLaunch(f),
+            CUDA_ERROR_INVALID_VALUE,
+            "2,048 threads a block"
+        );
+        assert_eq!(cuModuleUnload(m), CUDA_SUCCESS);
+    }
+}
+
 /// XLA's command buffers (TensorFlow's jit-compiled steps) build graphs node by node
 /// (cuGraphAddKernelNode_v2), instantiate and launch them, and update a kernel node of the
 /// executable graph before a later launch (cuGraphExecKernelNodeSetParams_v2): Keras's

@@ -458,6 +458,15 @@ static void g_module(void) {
         mach_int("module.first_launch.rc", lrc0);
         mach_int("module.first_launch_takes", (long long)fl0 - (long long)info_free());
     }
+    /* Recorded, not compared: the deprecated launches (CUDA 2.0's; gpucap measures them as
+       cuLaunchKernel): what cuLaunch answers before any block shape was set (the fake:
+       CUDA_ERROR_INVALID_VALUE, a 0 x 0 x 0 block), and after cuFuncSetBlockShape. */
+    if (fn) {
+        mach_int("launch.legacy_no_shape.rc", cuLaunch(fn));
+        mach_int("launch.legacy_set_block_shape.rc", cuFuncSetBlockShape(fn, 1, 1, 1));
+        mach_int("launch.legacy_launch_grid.rc", cuLaunchGrid(fn, 1, 1));
+        cuCtxSynchronize();
+    }
     /* Recorded, not compared: the functions of a second copy of the module as
        cuModuleEnumerateFunctions gives them (CUDA 12.4; "may be partially loaded" under lazy
        loading, and "CUDA APIs may load the function automatically"): loaded or not, and

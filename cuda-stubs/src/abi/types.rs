@@ -120,7 +120,35 @@ pub struct CudaArray3dDescriptor {
 // CUDA_ARRAY3D_DESCRIPTOR flags
 pub const CUDA_ARRAY3D_LAYERED: c_uint = 0x01;
 pub const CUDA_ARRAY3D_CUBEMAP: c_uint = 0x04;
+pub const CUDA_ARRAY3D_SPARSE: c_uint = 0x40;
 pub const CUDA_ARRAY3D_DEFERRED_MAPPING: c_uint = 0x80;
+/// The flags of an array that takes no memory of its own (memory is mapped into it with
+/// `cuMemMapArrayAsync`).
+pub const CUDA_ARRAY3D_MAPPED: c_uint = CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING;
+
+/// CUarrayMapInfo (CUDA 11.1): one step of `cuMemMapArrayAsync`. `subresource` is the
+/// union of `sparseLevel` (eight u32: level, layer, offset x y z, extent w h d) and
+/// `miptail` (u32 layer, u64 offset, u64 size), as eight native-endian words.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUarrayMapInfo {
+    /// CU_RESOURCE_TYPE_ARRAY 0, CU_RESOURCE_TYPE_MIPMAPPED_ARRAY 1.
+    pub resource_type: c_int,
+    pub resource: usize,
+    /// CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL 0, _MIPTAIL 1.
+    pub subresource_type: c_int,
+    pub subresource: [u64; 4],
+    /// CU_MEM_OPERATION_TYPE_MAP 1, _UNMAP 2.
+    pub mem_operation_type: c_int,
+    /// CU_MEM_HANDLE_TYPE_GENERIC 0.
+    pub mem_handle_type: c_int,
+    pub mem_handle: u64,
+    pub offset: u64,
+    pub device_bit_mask: c_uint,
+    pub flags: c_uint,
+    pub reserved: [c_uint; 2],
+}
+const _: () = assert!(std::mem::size_of::<CUarrayMapInfo>() == 96);
 
 /// CUDA_ARRAY_MEMORY_REQUIREMENTS.
 #[repr(C)]

@@ -1,11 +1,17 @@
 //! Launches and occupancy. The fake executes no kernel: a launch of a valid function or
 //! kernel handle with a valid configuration succeeds and does nothing (on a capturing
 //! stream it becomes a kernel node of the graph); occupancy is that of an H100-like device.
+//! The deprecated launches (`cuLaunch`, `cuLaunchGrid`, `cuLaunchGridAsync`, replaced by
+//! `cuLaunchKernel` in CUDA 4.0) take the block and shared memory set on the function
+//! before (`cuFuncSetBlockShape`, `cuFuncSetSharedSize`) and launch as `cuLaunchKernel`
+//! does; the parameters set with `cuParamSet*` are checked for a valid function and kept
+//! nowhere (no kernel runs).
 
 use std::ptr::null_mut;
 
 use crate::abi::{
-    CUDA_ERROR_INVALID_CLUSTER_SIZE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult, inp, note, out,
+    CUDA_ERROR_INVALID_CLUSTER_SIZE, CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUresult,
+    CuResult, inp, note, out,
 };
 use crate::model::ctx::current;
 use crate::model::device::cfg;
@@ -41,6 +47,34 @@ fn launch(k: KernelNode, stream_h: usize) -> CuResult {
             None => format!("{name}: not executed; a {handle} handle"),
         }
     });
+    Ok(())
+}
+
+/// A deprecated launch of function `f` on a `w` x `h` grid: the block and shared memory
+/// set on it before (none set: a 0 x 0 x 0 block, refused as `cuLaunchKernel` refuses it).
+fn launch_shaped(f: usize, w: c_int, h: c_int, stream_h: usize) -> CuResult {
+    let grid = |n: c_int| c_uint::try_from(n).map_err(|_| CUDA_ERROR_INVALID_VALUE);
+    let shape = module::get_function(f)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+        .shape;
+    let k = kernel(
+        f,
+        [grid(w)?, grid(h)?, 1],
+        shape.block,
+        shape.shared,
+        null_mut(),
+        null_mut(),
+    );
+    launch(k, stream_h)
+}
+
+/// A parameter of function `f` set at `offset` for the deprecated launches: checked, kept
+/// nowhere (the fake runs no kernel).
+fn param(f: usize, offset: c_int) -> CuResult {
+    module::get_function(f).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    if offset < 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
     Ok(())
 }
 
@@ -156,6 +190,50 @@ crate::abi::exports! {
         let c = inp(config.cast::<LaunchConfig>())?;
         let _ = (c.attrs, c.num_attrs);
         launch(kernel(f, c.grid, c.block, c.shared, params, extra), c.stream)
+    }
+
+    fn cuFuncSetBlockShape(f: usize, x: c_int, y: c_int, z: c_int) {
+        let dim = |n: c_int| c_uint::try_from(n).map_err(|_| CUDA_ERROR_INVALID_VALUE);
+        let block = [dim(x)?, dim(y)?, dim(z)?];
+        module::set_shape(f, |s| s.block = block)
+    }
+
+    fn cuFuncSetSharedSize(f: usize, bytes: c_uint) {
+        module::set_shape(f, |s| s.shared = bytes)
+    }
+
+    fn cuParamSetSize(f: usize, bytes: c_uint) {
+        let _ = bytes;
+        param(f, 0)
+    }
+
+    fn cuParamSeti(f: usize, offset: c_int, value: c_uint) {
+        let _ = value;
+        param(f, offset)
+    }
+
+    fn cuParamSetf(f: usize, offset: c_int, value: f32) {
+        let _ = value;
+        param(f, offset)
+    }
+
+    fn cuParamSetv(f: usize, offset: c_int, ptr: *const c_void, bytes: c_uint) {
+        if ptr.is_null() && bytes > 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        param(f, offset)
+    }
+
+    fn cuLaunch(f: usize) {
+        launch_shaped(f, 1, 1, 0)
+    }
+
+    fn cuLaunchGrid(f: usize, w: c_int, h: c_int) {
+        launch_shaped(f, w, h, 0)
+    }
+
+    fn cuLaunchGridAsync(f: usize, w: c_int, h: c_int, hstream: usize) {
+        launch_shaped(f, w, h, hstream)
     }
 
     fn cuOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks: *mut c_int, func: usize, block_size: c_int, dyn_smem: usize) {

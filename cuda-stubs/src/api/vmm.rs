@@ -4,8 +4,8 @@
 use crate::abi::types::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
     CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA,
-    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, CUdeviceptr, CUmemAccessDesc, CUmemAllocationProp,
-    CUmemLocation,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, CUarrayMapInfo, CUdeviceptr, CUmemAccessDesc,
+    CUmemAllocationProp, CUmemLocation,
 };
 use crate::abi::{
     CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUresult, inp,
@@ -14,7 +14,7 @@ use crate::abi::{
 use crate::model::device::{cfg, check_dev, ledger};
 use crate::model::os::page_size;
 use crate::model::vmm::{self, GRANULARITY};
-use libc::{c_int, c_void};
+use libc::{c_int, c_uint, c_void};
 
 /// Where a CUmemAllocationProp puts its memory: pinned memory of a visible device (its
 /// ordinal), or of the host (`None`: never device memory, whatever `location.id` says).
@@ -41,7 +41,57 @@ fn check_alloc_prop(prop: &CUmemAllocationProp) -> Result<Option<usize>, CUresul
     }
 }
 
+/// One step of `cuMemMapArrayAsync`: a mapping of a `cuMemCreate` handle (the generic
+/// handle type) into a region of a sparse level or a mip tail of a sparse or
+/// deferred-mapping array, or an unmapping there.
+fn tile_op(info: &CUarrayMapInfo) -> Result<vmm::TileOp, CUresult> {
+    if !crate::model::array::mappable(info.resource_type, info.resource) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let [w0, w1, w2, w3] = info.subresource;
+    let (lo, hi) = (|w: u64| w as u32, |w: u64| (w >> 32) as u32);
+    let place = match info.subresource_type {
+        0 => vmm::Place::Level {
+            level: lo(w0),
+            layer: hi(w0),
+            offset: [lo(w1), hi(w1), lo(w2)],
+            extent: [hi(w2), lo(w3), hi(w3)],
+        },
+        1 => vmm::Place::MipTail {
+            layer: lo(w0),
+            offset: w1,
+            size: w2,
+        },
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    let map = match (info.mem_operation_type, info.mem_handle_type) {
+        (1, 0) => Some(info.mem_handle),
+        (2, _) => None,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    Ok(vmm::TileOp {
+        array: info.resource,
+        place,
+        map,
+    })
+}
+
 crate::abi::exports! {
+    // Maps memory into (or out of) sparse and deferred-mapping arrays, in the list's order
+    // and at once (the fake does no work in the stream): every step is checked first.
+    fn cuMemMapArrayAsync | cuMemMapArrayAsync_ptsz (list: *const CUarrayMapInfo, count: c_uint, hstream: usize) {
+        cfg()?;
+        crate::model::stream::check(hstream)?;
+        if list.is_null() || count == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the caller passes `count` CUarrayMapInfo at `list` (non-null, checked).
+        let infos = unsafe { std::slice::from_raw_parts(list, count as usize) };
+        let ops = infos.iter().map(tile_op).collect::<Result<Vec<_>, _>>()?;
+        note(|| format!("{} steps", ops.len()));
+        vmm::map_array(&ops)
+    }
+
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: c_int) {
         cfg()?;
         check_alloc_prop(&inp(prop)?)?;

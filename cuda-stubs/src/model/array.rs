@@ -9,8 +9,10 @@
 //! - a mipmapped array: the sum of that over its levels, level l being
 //!   max(1, width>>l) x max(1, height>>l) x max(1, depth>>l) (a 0 height or depth stays 0,
 //!   the depth of a layered or cubemap array is not reduced);
-//! - arrays created with CUDA_ARRAY3D_DEFERRED_MAPPING are not charged (no memory until
-//!   mapped, which the fake does not support), but report the same requirements.
+//! - arrays created with CUDA_ARRAY3D_SPARSE or CUDA_ARRAY3D_DEFERRED_MAPPING are not
+//!   charged (no memory until `cuMemMapArrayAsync` maps `cuMemCreate` memory into them,
+//!   `vmm::map_array`, charged as that handle), but report the same requirements; what is
+//!   mapped into one is unmapped at its end.
 
 use super::HashMap;
 use std::sync::Mutex;
@@ -21,14 +23,13 @@ use super::ctx::Ctx;
 use super::device::ledger;
 use super::os::new_handle;
 use crate::abi::types::{
-    CUDA_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_LAYERED,
-    CudaArray3dDescriptor,
+    CUDA_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_MAPPED, CudaArray3dDescriptor,
 };
 use crate::abi::{
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUresult,
     CuResult,
 };
-use libc::c_uint;
+use libc::{c_int, c_uint};
 
 /// A CUDA array, or a level of a mipmapped array.
 #[derive(Debug, Clone, Copy)]
@@ -141,7 +142,7 @@ pub fn mipmap_bytes(d: &CudaArray3dDescriptor, levels: u32) -> Result<u64, CUres
 /// its mapping is deferred: (handle, bytes of the size model).
 pub fn create(ctx: Ctx, dev: usize, desc: CudaArray3dDescriptor) -> Result<(usize, u64), CUresult> {
     let bytes = array_bytes(&desc)?;
-    let size = if desc.flags & CUDA_ARRAY3D_DEFERRED_MAPPING != 0 {
+    let size = if desc.flags & CUDA_ARRAY3D_MAPPED != 0 {
         0
     } else {
         bytes
@@ -164,6 +165,17 @@ pub fn create(ctx: Ctx, dev: usize, desc: CudaArray3dDescriptor) -> Result<(usiz
     Ok((h, bytes))
 }
 
+/// Whether memory can be mapped into the array (`resource_type` 0) or mipmapped array
+/// (1) `handle`: made sparse or with deferred mapping.
+pub fn mappable(resource_type: c_int, handle: usize) -> bool {
+    let flags = match resource_type {
+        0 => arrays().get(&handle).map(|a| a.desc.flags),
+        1 => mipmaps().get(&handle).map(|m| m.desc.flags),
+        _ => None,
+    };
+    flags.is_some_and(|f| f & CUDA_ARRAY3D_MAPPED != 0)
+}
+
 /// An array or mipmap level.
 pub fn get(handle: usize) -> Option<Array> {
     arrays().get(&handle).copied()
@@ -178,6 +190,7 @@ pub fn destroy(handle: usize) -> CuResult {
         Some(a) if a.level_of.is_none() => {
             let a = arr.remove(&handle).unwrap();
             drop(arr);
+            super::vmm::drop_array_tiles(handle);
             if a.size > 0 {
                 l.release(a.dev, a.size, true);
             }
@@ -196,7 +209,7 @@ pub fn create_mipmap(
     levels: u32,
 ) -> Result<(usize, u64), CUresult> {
     let bytes = mipmap_bytes(&desc, levels)?;
-    let charged = if desc.flags & CUDA_ARRAY3D_DEFERRED_MAPPING != 0 {
+    let charged = if desc.flags & CUDA_ARRAY3D_MAPPED != 0 {
         0
     } else {
         bytes
@@ -257,6 +270,7 @@ pub fn mipmap_level(handle: usize, level: u32) -> Result<usize, CUresult> {
 pub fn destroy_mipmap(handle: usize) -> CuResult {
     let m = mipmaps().remove(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     release_mipmap(&m, true);
+    super::vmm::drop_array_tiles(handle);
     Ok(())
 }
 
@@ -276,24 +290,32 @@ fn release_mipmap(m: &Mipmap, call: bool) {
 /// Frees the arrays and mipmapped arrays of a context that ended (not counted as free calls).
 pub fn free_all_of_context(ctx: Ctx) {
     let Ok(l) = ledger() else { return };
-    arrays().retain(|_, a| {
+    let mut ended = Vec::new();
+    arrays().retain(|&h, a| {
         if a.ctx == ctx && a.size > 0 {
             l.release(a.dev, a.size, false);
         }
+        if a.ctx == ctx {
+            ended.push(h);
+        }
         a.ctx != ctx
     });
-    let gone: Vec<Mipmap> = {
+    let gone: Vec<(usize, Mipmap)> = {
         let mut mm = mipmaps();
         let keys: Vec<usize> = mm
             .iter()
             .filter(|(_, m)| m.ctx == ctx)
             .map(|(&h, _)| h)
             .collect();
-        keys.iter().filter_map(|h| mm.remove(h)).collect()
+        keys.iter()
+            .filter_map(|&h| mm.remove(&h).map(|m| (h, m)))
+            .collect()
     };
-    for m in &gone {
+    for (h, m) in &gone {
         release_mipmap(m, false);
+        ended.push(*h);
     }
+    ended.into_iter().for_each(super::vmm::drop_array_tiles);
 }
 
 #[cfg(test)]

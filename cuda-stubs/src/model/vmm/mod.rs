@@ -11,8 +11,10 @@
 //!
 //! Files: `physical.rs` (handles and their memory), `ranges.rs` (reservations and
 //! mappings), `sharing.rs` (export and import of handles), `multicast_memory.rs` (a
-//! multicast object's handle, devices and bindings).
+//! multicast object's handle, devices and bindings), `array_tiles.rs` (memory mapped into
+//! sparse and deferred-mapping arrays).
 
+mod array_tiles;
 mod multicast_memory;
 mod physical;
 mod ranges;
@@ -25,6 +27,7 @@ use libc::c_int;
 
 use super::HashMap;
 
+pub use array_tiles::{Place, TileOp, drop_array_tiles, map_array};
 pub(super) use multicast_memory::{MulticastBinding, MulticastDevices, create_multicast};
 pub use physical::{create, properties, release, retain};
 pub use ranges::{
@@ -59,6 +62,8 @@ pub(super) struct Vmm {
     pub(super) bindings: BTreeMap<(u64, usize, usize), MulticastBinding>,
     /// Each multicast object's devices: how many it was made for, and those added.
     pub(super) multicast_devices: HashMap<u64, MulticastDevices>,
+    /// Handles mapped into sparse and deferred-mapping arrays (`array_tiles`).
+    array_tiles: Vec<array_tiles::Tile>,
 }
 
 static VMM: LazyLock<Mutex<Vmm>> = LazyLock::new(Default::default);
