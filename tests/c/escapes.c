@@ -18,6 +18,10 @@
  *                  the driver refuses (half a mapping) credits nothing;
  *                  cuMemAddressFree of a range still mapped (the fake unmaps it)
  *                  credits the released handle mapped there.
+ *   array-mapping  (cap <cap0>) handles of a quarter of the cap mapped into a
+ *                  deferred-mapping array's level and a sparse mipmapped array's mip tail
+ *                  (cuMemMapArrayAsync) and released: charged while mapped (3/4 of the cap
+ *                  refused); an unmapping, or the array's end, frees each.
  * Pools:
  *   pool-other-gpu (2 GPUs, caps <cap0> <cap1>) GPU 0's context current, GPU 1's
  *                  default pool from cuDeviceGetDefaultMemPool(&p, 1): allocations of
@@ -92,6 +96,11 @@
  *                  three functions listed; the program's cuFuncGetAttribute and
  *                  cuFuncSetAttribute load their code: charged, and the third refused
  *                  before it loads while the cap has half its code's room.
+ *   legacy-launches (cap <cap0> = 2 GiB; FAKECUDA_FUNCTION_MEM=<code>) the deprecated
+ *                  launches (cuLaunch, cuLaunchGrid, cuLaunchGridAsync, the block set by
+ *                  cuFuncSetBlockShape): the stack a first launch grows and the code of a
+ *                  partially loaded function it loads are charged; the 8 KiB kernel's
+ *                  stack refused past the cap before it grows.
  *   green-contexts (cap <cap0> = 2 GiB; FAKECUDA_CONTEXT_MEM=256Mi, FAKECUDA_GREEN_CTX_MEM=64Mi)
  *                  green contexts made with the primary context inactive, then active:
  *                  the primary context and each one's own part charged, one past the cap
@@ -359,6 +368,100 @@ static void vmm_unmap_many(void) {
     rc = create(&other, 3 * quarter);
     CHECK(rc == CUDA_SUCCESS, "cuMemCreate(3/4 cap) afterwards -> %d", rc);
     if (rc == CUDA_SUCCESS) MUST(cuMemRelease(other));
+}
+
+/* cuMemCreate memory mapped into arrays (cuMemMapArrayAsync, CUDA 11.1): a deferred-mapping
+   array's level 0 and a sparse mipmapped array's mip tail each map a handle of a quarter of
+   the cap; released right after, as with cuMemMap, each stays charged while the array maps
+   it, so 3/4 of the cap is refused; an unmapping that covers it, or the array's end, gives
+   it back. */
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct {
+    size_t Width, Height, Depth;
+    int Format;
+    unsigned int NumChannels, Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+typedef struct {
+    int resourceType; /* CU_RESOURCE_TYPE_ARRAY 0, _MIPMAPPED_ARRAY 1 */
+    void *resource;
+    int subresourceType; /* SPARSE_LEVEL 0, MIPTAIL 1 */
+    union {
+        struct {
+            unsigned level, layer, offsetX, offsetY, offsetZ, extentWidth, extentHeight, extentDepth;
+        } sparseLevel;
+        struct {
+            unsigned layer;
+            unsigned long long offset, size;
+        } miptail;
+    } subresource;
+    int memOperationType; /* MAP 1, UNMAP 2 */
+    int memHandleType;    /* GENERIC 0 */
+    unsigned long long memHandle, offset;
+    unsigned deviceBitMask, flags, reserved[2];
+} CUarrayMapInfo;
+CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d);
+CUresult cuArrayDestroy(CUarray a);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray m);
+CUresult cuMemMapArrayAsync(CUarrayMapInfo *list, unsigned count, CUstream stream);
+
+static CUarrayMapInfo tile_of(int mipmapped, void *resource, int op, CUmemGenericAllocationHandle h) {
+    CUarrayMapInfo m;
+    memset(&m, 0, sizeof m);
+    m.resourceType = mipmapped;
+    m.resource = resource;
+    m.memOperationType = op;
+    m.memHandle = op == 1 ? h : 0;
+    m.deviceBitMask = 1;
+    if (mipmapped) {
+        m.subresourceType = 1;
+        m.subresource.miptail.size = 2 * MIB;
+    } else {
+        m.subresource.sparseLevel.extentWidth = 1024;
+        m.subresource.sparseLevel.extentHeight = 1024;
+        m.subresource.sparseLevel.extentDepth = 1;
+    }
+    return m;
+}
+
+static void array_mapping(void) {
+    one_context();
+    size_t quarter = g_cap[0] / 4;
+    CUDA_ARRAY3D_DESCRIPTOR d = {1024, 1024, 0, 0x20 /* FLOAT */, 4, 0x80 /* DEFERRED_MAPPING */};
+    CUarray arr = NULL;
+    MUST(cuArray3DCreate_v2(&arr, &d));
+    CUDA_ARRAY3D_DESCRIPTOR md = {1024, 1024, 0, 0x20, 4, 0x40 /* SPARSE */};
+    CUmipmappedArray mip = NULL;
+    MUST(cuMipmappedArrayCreate(&mip, &md, 4));
+    IN_USE(0, 0, "a deferred-mapping array and a sparse mipmapped array: no memory of their own");
+    CUmemGenericAllocationHandle h1 = 0, h2 = 0;
+    MUST(create(&h1, quarter));
+    MUST(create(&h2, quarter));
+    CUarrayMapInfo maps[2] = {tile_of(0, arr, 1, h1), tile_of(1, mip, 1, h2)};
+    MUST(cuMemMapArrayAsync(maps, 2, NULL));
+    MUST(cuMemRelease(h1));
+    MUST(cuMemRelease(h2));
+    IN_USE(0, 2 * quarter, "both handles released while the arrays map them");
+    CUdeviceptr a = 0;
+    CUresult rc = cuMemAlloc_v2(&a, 3 * quarter);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "3/4 of the cap beside two mapped quarters -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(a));
+    CUarrayMapInfo unmap = tile_of(0, arr, 2, 0);
+    MUST(cuMemMapArrayAsync(&unmap, 1, NULL));
+    IN_USE(0, quarter, "the array's level unmapped: its handle freed");
+    MUST(cuMipmappedArrayDestroy(mip));
+    IN_USE(0, 0, "the mipmapped array destroyed with its mip tail mapped: that handle freed");
+    MUST(cuMemAlloc_v2(&a, 3 * quarter));
+    MUST(cuMemFree_v2(a));
+    /* Mapped, released, then the array destroyed while it maps it. */
+    MUST(create(&h1, quarter));
+    CUarrayMapInfo again = tile_of(0, arr, 1, h1);
+    MUST(cuMemMapArrayAsync(&again, 1, NULL));
+    MUST(cuMemRelease(h1));
+    IN_USE(0, quarter, "mapped again and released");
+    MUST(cuArrayDestroy(arr));
+    IN_USE(0, 0, "the array destroyed: the handle it mapped freed");
 }
 
 /* ---- pools ----------------------------------------------------------------- */
@@ -863,6 +966,81 @@ static void enumerated_attributes(void) {
     IN_USE(0, 0, "the module unloaded with its functions' code");
 }
 
+/* The deprecated launches (cuLaunch, cuLaunchGrid, cuLaunchGridAsync: CUDA 2.0's, before
+   cuLaunchKernel; the block set by cuFuncSetBlockShape, the parameters by cuParamSet*): a
+   first launch through them grows the stack to its kernel's local memory and loads a
+   partially loaded function's code, as cuLaunchKernel's does: charged, and refused past
+   the cap before the driver grows anything. */
+CUresult cuFuncSetBlockShape(CUfunction f, int x, int y, int z);
+CUresult cuFuncSetSharedSize(CUfunction f, unsigned bytes);
+CUresult cuParamSetSize(CUfunction f, unsigned bytes);
+CUresult cuParamSetv(CUfunction f, int offset, void *ptr, unsigned bytes);
+CUresult cuLaunch(CUfunction f);
+CUresult cuLaunchGrid(CUfunction f, int w, int h);
+CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream stream);
+
+static void legacy_launches(void) {
+    size_t code = function_code(8);
+    size_t s4 = stack_takes(6), s8 = stack_takes(14); /* 4096, 8192 bytes */
+    CHECK(2 * code + s8 < g_cap[0] && 2 * code + s4 + 512 * MIB < g_cap[0], "the test needs a cap of 2 GiB");
+    CUmodule m = NULL;
+    CUfunction k4 = NULL, k8 = NULL;
+    MUST(cuModuleLoadData(&m, LOCAL_PTX));
+    MUST(cuModuleGetFunction(&k4, m, "local4k"));
+    MUST(cuModuleGetFunction(&k8, m, "local8k"));
+    IN_USE(0, 2 * code, "a module's two kernels asked for: their code");
+    int arg = 7;
+    MUST(cuFuncSetBlockShape(k4, 32, 1, 1));
+    MUST(cuFuncSetBlockShape(k8, 32, 1, 1));
+    MUST(cuFuncSetSharedSize(k8, 0));
+    MUST(cuParamSetv(k4, 0, &arg, sizeof arg));
+    MUST(cuParamSetSize(k4, sizeof arg));
+    CUdeviceptr a = 0, b = 0;
+    size_t most = g_cap[0] - 2 * code - s4 - 256 * MIB;
+    MUST(cuMemAlloc_v2(&a, most));
+    CUresult rc = cuLaunch(k4);
+    CHECK(rc == CUDA_SUCCESS, "cuLaunch of the 4 KiB kernel -> %d", rc);
+    stack_is(4096, "after the 4 KiB kernel's cuLaunch");
+    IN_USE(0, 2 * code + most + s4, "cuLaunch grew the stack to the 4 KiB kernel's");
+    rc = cuMemAlloc_v2(&b, 512 * MIB);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "512 MiB beside the grown stack -> %d, expected 2", rc);
+    if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(b));
+    rc = cuLaunchGridAsync(k8, 2, 1, NULL);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuLaunchGridAsync of the 8 KiB kernel past the cap -> %d, expected 2", rc);
+    stack_is(4096, "the 8 KiB kernel's cuLaunchGridAsync refused");
+    IN_USE(0, 2 * code + most + s4, "the 8 KiB kernel refused: nothing more");
+    MUST(cuMemFree_v2(a));
+    rc = cuLaunchGrid(k8, 2, 1);
+    CHECK(rc == CUDA_SUCCESS, "cuLaunchGrid of the 8 KiB kernel with room -> %d", rc);
+    stack_is(8192, "after the 8 KiB kernel's cuLaunchGrid");
+    IN_USE(0, 2 * code + s8, "cuLaunchGrid grew the stack to the 8 KiB kernel's");
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    IN_USE(0, 2 * code, "the stack lowered");
+    MUST(cuLaunchGridAsync(k4, 1, 1, NULL));
+    stack_is(4096, "the 4 KiB kernel's cuLaunchGridAsync");
+    IN_USE(0, 2 * code + s4, "cuLaunchGridAsync grew the lowered stack again");
+    MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+    /* Partially loaded functions: their code loaded at a deprecated first launch. */
+    static const char TWO[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                              ".visible .entry r0()\n{\n\tret;\n}\n.visible .entry r1()\n{\n\tret;\n}\n";
+    CUmodule m2 = NULL;
+    CUfunction fs[2] = {NULL, NULL};
+    MUST(cuModuleLoadData(&m2, TWO));
+    MUST(cuModuleEnumerateFunctions(fs, 2, m2));
+    for (int i = 0; i < 2; i++) MUST(cuFuncSetBlockShape(fs[i], 64, 1, 1));
+    IN_USE(0, 2 * code, "two more functions listed, partially loaded");
+    MUST(cuLaunch(fs[0]));
+    IN_USE(0, 3 * code, "cuLaunch loaded the first one's code");
+    MUST(cuLaunchGridAsync(fs[1], 4, 1, NULL));
+    IN_USE(0, 4 * code, "cuLaunchGridAsync loaded the second one's");
+    MUST(cuLaunchGrid(fs[0], 1, 1));
+    MUST(cuLaunch(fs[1]));
+    IN_USE(0, 4 * code, "both launched again: nothing more");
+    MUST(cuModuleUnload(m2));
+    MUST(cuModuleUnload(m));
+    IN_USE(0, 0, "both modules unloaded with their functions' code");
+}
+
 /* A malloc heap raised takes nothing at the call (driver 580) and is taken at a later
    launch (FAKECUDA_HEAP_AT_LAUNCH=1: the context's next kernel launch, a graph's or a
    direct one): charged wherever it is taken, kept with the context (not given back with
@@ -1349,6 +1527,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "vmm-aliases") == 0) vmm_aliases();
     else if (strcmp(mode, "vmm-retain") == 0) vmm_retain();
     else if (strcmp(mode, "vmm-unmap-many") == 0) vmm_unmap_many();
+    else if (strcmp(mode, "array-mapping") == 0) array_mapping();
     else if (strcmp(mode, "pool-other-gpu") == 0 && argc > 3) pool_other_gpu();
     else if (strcmp(mode, "pool-free-then-destroy") == 0) pool_free_destroy(0);
     else if (strcmp(mode, "pool-destroy-then-free") == 0) pool_free_destroy(1);
@@ -1363,6 +1542,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "graph-node-library") == 0) graph_node_library();
     else if (strcmp(mode, "enumerated-functions") == 0) enumerated_functions();
     else if (strcmp(mode, "enumerated-attributes") == 0) enumerated_attributes();
+    else if (strcmp(mode, "legacy-launches") == 0) legacy_launches();
     else if (strcmp(mode, "graph-heap") == 0) graph_heap();
     else if (strcmp(mode, "green-contexts") == 0) green_contexts();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();

@@ -552,24 +552,18 @@ fn a_kernel_first_launched_in_a_capture_has_its_code_charged_and_its_stack_left_
 /// pool and with each of `more` added, it passes and the driver holds nothing at its end;
 /// without the shim the same run fails (the escape is real).
 #[track_caller]
-fn charged_alone_and_in_a_pool(mode: &str, code: (&str, &str), more: &[(&str, &str)]) {
+fn charged_alone_and_in_a_pool(mode: &str, code: &[(&str, &str)], more: &[(&str, &str)]) {
     let dir = scratch(&format!("escapes-{mode}-pool"));
     let pool_dir = dir.to_str().unwrap();
-    let mut envs = vec![
-        vec![code],
-        vec![
-            code,
-            ("GPUCAP_POOL", "escape"),
-            ("GPUCAP_POOL_DIR", pool_dir),
-        ],
-    ];
-    envs.extend(more.iter().map(|&m| vec![code, m]));
+    let pool = [("GPUCAP_POOL", "escape"), ("GPUCAP_POOL_DIR", pool_dir)];
+    let mut envs = vec![code.to_vec(), [code, &pool[..]].concat()];
+    envs.extend(more.iter().map(|&m| [code, &[m][..]].concat()));
     for env in &envs {
         let (o, s) = escapes(&[mode, "2Gi"], 1, Some("2Gi"), env);
         assert_passed(&o, &format!("{mode} with the shim {env:?}"));
         assert_eq!(s[0].final_used, 0, "{env:?}: {:?}", s[0]);
     }
-    let (o, _) = escapes(&[mode, "2Gi"], 1, None, &[code]);
+    let (o, _) = escapes(&[mode, "2Gi"], 1, None, code);
     assert_failed(&o, &format!("{mode} without the shim"));
 }
 
@@ -583,7 +577,7 @@ fn charged_alone_and_in_a_pool(mode: &str, code: (&str, &str), more: &[(&str, &s
 fn a_kernel_launched_by_its_handle_after_its_function_was_asked_for_has_its_stack_charged() {
     charged_alone_and_in_a_pool(
         "kernel-function-stack",
-        ("FAKECUDA_LIBRARY_MEM", "128Mi"),
+        &[("FAKECUDA_LIBRARY_MEM", "128Mi")],
         &[],
     );
 }
@@ -599,7 +593,7 @@ fn a_kernel_launched_by_its_handle_after_its_function_was_asked_for_has_its_stac
 fn a_graph_built_by_hand_has_its_kernels_code_charged() {
     charged_alone_and_in_a_pool(
         "graph-node-library",
-        ("FAKECUDA_LIBRARY_MEM", "128Mi"),
+        &[("FAKECUDA_LIBRARY_MEM", "128Mi")],
         &[("FAKECUDA_NVML_FAIL", "1")],
     );
 }
@@ -614,7 +608,7 @@ fn a_graph_built_by_hand_has_its_kernels_code_charged() {
 fn functions_listed_by_their_module_are_charged_when_a_call_loads_them() {
     charged_alone_and_in_a_pool(
         "enumerated-functions",
-        ("FAKECUDA_FUNCTION_MEM", "128Mi"),
+        &[("FAKECUDA_FUNCTION_MEM", "128Mi")],
         &[],
     );
 }
@@ -629,9 +623,32 @@ fn functions_listed_by_their_module_are_charged_when_a_call_loads_them() {
 fn functions_listed_by_their_module_are_charged_when_their_attributes_load_them() {
     charged_alone_and_in_a_pool(
         "enumerated-attributes",
-        ("FAKECUDA_FUNCTION_MEM", "128Mi"),
+        &[("FAKECUDA_FUNCTION_MEM", "128Mi")],
         &[],
     );
+}
+
+/// The deprecated launches (`cuLaunch`, `cuLaunchGrid`, `cuLaunchGridAsync`, replaced by
+/// `cuLaunchKernel` in CUDA 4.0, still exported by driver 580): a first launch through
+/// them grows the context's stack to its kernel's local memory and loads a partially
+/// loaded function's code, as `cuLaunchKernel`'s does; gpucap measures them so, and refuses
+/// a stack past the cap before the driver grows it. Before, gpucap forwarded them: the
+/// stacks (792 and 1,848 MiB here) and the code (64 MiB a function) were charged nothing.
+/// Alone and in a pool (`escapes.c`, `legacy-launches`).
+#[test]
+fn the_deprecated_launches_are_measured_as_cu_launch_kernel_is() {
+    charged_alone_and_in_a_pool("legacy-launches", &[("FAKECUDA_FUNCTION_MEM", "64Mi")], &[]);
+}
+
+/// `cuMemCreate` memory mapped into a deferred-mapping array and a sparse mipmapped array
+/// (`cuMemMapArrayAsync`) and released at once, as NVIDIA's VMM idiom releases a mapped
+/// handle: the driver keeps it while the array maps it, so gpucap keeps it charged until an
+/// unmapping covers it or the array ends. Before, each release credited its handle (a
+/// quarter of the cap here) while the array still held it, and 3/4 of the cap more was
+/// served. Alone and in a pool (`escapes.c`, `array-mapping`).
+#[test]
+fn memory_mapped_into_an_array_stays_charged_until_it_is_unmapped() {
+    charged_alone_and_in_a_pool("array-mapping", &[], &[]);
 }
 
 /// A raised malloc heap, which the driver takes at a later launch (the fake with
@@ -643,7 +660,7 @@ fn functions_listed_by_their_module_are_charged_when_their_attributes_load_them(
 /// (`escapes.c`, `graph-heap`).
 #[test]
 fn a_raised_heap_is_charged_at_whichever_launch_takes_it() {
-    charged_alone_and_in_a_pool("graph-heap", ("FAKECUDA_HEAP_AT_LAUNCH", "1"), &[]);
+    charged_alone_and_in_a_pool("graph-heap", &[("FAKECUDA_HEAP_AT_LAUNCH", "1")], &[]);
 }
 
 /// Green contexts (CUDA 12.4): `cuGreenCtxCreate` retains the device's primary context, so
@@ -681,7 +698,7 @@ fn a_green_context_and_the_primary_context_it_retains_are_charged() {
 /// found it loaded (measured 0). Alone and in a pool (`escapes.c`, `library-global`).
 #[test]
 fn a_library_loaded_for_its_global_is_charged() {
-    charged_alone_and_in_a_pool("library-global", ("FAKECUDA_LIBRARY_MEM", "128Mi"), &[]);
+    charged_alone_and_in_a_pool("library-global", &[("FAKECUDA_LIBRARY_MEM", "128Mi")], &[]);
 }
 
 /// The same library's global reached through its module (`cuLibraryGetModule`, then
@@ -693,7 +710,7 @@ fn a_library_loaded_for_its_global_is_charged() {
 fn a_library_loaded_for_its_global_through_its_module_is_charged() {
     charged_alone_and_in_a_pool(
         "library-module-global",
-        ("FAKECUDA_LIBRARY_MEM", "128Mi"),
+        &[("FAKECUDA_LIBRARY_MEM", "128Mi")],
         &[],
     );
 }

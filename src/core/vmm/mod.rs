@@ -25,12 +25,19 @@
 //! by a mapping: a bound handle released and unmapped stays charged until it is unbound
 //! (`cuMulticastUnbind`) or the object is freed (its last release and unmap), whose
 //! bindings go with it.
+//!
+//! Memory mapped into sparse and deferred-mapping arrays (`cuMemMapArrayAsync`) is held by
+//! the array as by a mapping (`array_tiles`).
 
+mod array_place;
+mod array_tiles;
 mod records;
 
 use std::sync::Mutex;
 
 use crate::ledger::Charge;
+pub use array_place::Place;
+use array_tiles::Tile;
 use records::{BindKey, Bound, HandleRecords, Mapping, Phys, Unbound};
 
 /// The charges that are bytes (a multicast object's own is none).
@@ -60,7 +67,14 @@ impl Pending {
                 .chain(unbound.charges())
                 .collect(),
             Step::Unbind(unbound) => unbound.charges().collect(),
-            Step::Map { .. } | Step::Retain { .. } | Step::Bind { .. } => Vec::new(),
+            Step::UnmapTiles { freed, unbound, .. } => freed
+                .iter()
+                .map(|(_, p)| p.charge)
+                .chain(unbound.charges())
+                .collect(),
+            Step::Map { .. } | Step::Retain { .. } | Step::Bind { .. } | Step::MapTile(_) => {
+                Vec::new()
+            }
         })
     }
 }
@@ -88,6 +102,15 @@ enum Step {
     Bind { key: BindKey, bound: Bound },
     /// `cuMulticastUnbind`: the bindings taken out, and the handles that freed.
     Unbind(Unbound),
+    /// A `cuMemMapArrayAsync` mapping: the handle pinned, recorded once mapped.
+    MapTile(Tile),
+    /// A `cuMemMapArrayAsync` unmapping, or the array's end: the mappings taken out, and
+    /// the handles that freed.
+    UnmapTiles {
+        tiles: Vec<Tile>,
+        freed: Vec<(u64, Phys)>,
+        unbound: Unbound,
+    },
 }
 
 /// Every charged VMM handle, with its references and mappings.
@@ -130,6 +153,9 @@ impl VmmHandles {
             );
             if stale.is_some() {
                 b.maps.retain(|_, m| m.handle != handle);
+                for list in b.tiles.values_mut() {
+                    list.retain(|&(_, h)| h != handle);
+                }
             }
             stale.map(|p| p.charge)
         })
@@ -341,6 +367,30 @@ impl VmmHandles {
                 credit
             }
             Step::Unbind(unbound) => unbound.charges().collect(),
+            Step::MapTile((array, place, handle)) => {
+                // The driver mapped it there, so nothing the book still has there is
+                // mapped any more.
+                let mut credit = Vec::new();
+                let list = b.tiles.entry(array).or_default();
+                let (stale, keep): (Vec<_>, Vec<_>) =
+                    list.drain(..).partition(|(p, _)| p.overlaps(&place));
+                *list = keep;
+                if b.handles.contains_key(&handle) {
+                    list.push((place, handle));
+                }
+                if list.is_empty() {
+                    b.tiles.remove(&array);
+                }
+                for (_, h) in stale {
+                    credit.extend(b.unpin(h));
+                }
+                credit
+            }
+            Step::UnmapTiles { freed, unbound, .. } => freed
+                .into_iter()
+                .map(|(_, p)| p.charge)
+                .chain(unbound.charges())
+                .collect(),
         });
         bytes_only(credit)
     }
@@ -388,6 +438,24 @@ impl VmmHandles {
             Step::Retain { handle } => b.unref(handle),
             Step::Bind { bound, .. } => b.unpin(bound.handle),
             Step::Unbind(unbound) => {
+                b.rebind(unbound);
+                Vec::new()
+            }
+            Step::MapTile((_, _, handle)) => b.unpin(handle),
+            Step::UnmapTiles {
+                tiles,
+                freed,
+                unbound,
+            } => {
+                for (handle, p) in freed {
+                    b.handles.entry(handle).or_insert(p);
+                }
+                for (array, place, handle) in tiles {
+                    if let Some(p) = b.handles.get_mut(&handle) {
+                        p.maps += 1;
+                        b.tiles.entry(array).or_default().push((place, handle));
+                    }
+                }
                 b.rebind(unbound);
                 Vec::new()
             }

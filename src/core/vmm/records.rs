@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::array_place::Place;
 use crate::ledger::Charge;
 
 /// One charged handle (or a multicast object, charged 0 bytes).
@@ -56,6 +57,9 @@ pub(super) struct HandleRecords {
     pub(super) maps: BTreeMap<u64, Mapping>,
     /// Multicast bindings of charged handles.
     pub(super) binds: BTreeMap<BindKey, Bound>,
+    /// Charged handles mapped into arrays (`array_tiles`): by array, each mapping's place
+    /// and handle.
+    pub(super) tiles: HashMap<u64, Vec<(Place, u64)>>,
 }
 
 impl HandleRecords {

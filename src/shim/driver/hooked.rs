@@ -22,9 +22,10 @@ use std::sync::atomic::{
 };
 
 use super::types::{
-    Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1, CText, CuResult,
-    Dptr, Handle, In, InstantiateParams, KernelNodeParams, KernelNodeParamsV1, LaunchConfigHead,
-    LocationPrefix, NvmlProcessDetailList, Out, OutArray, Stream,
+    Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1, ArrayMapInfo,
+    CText, CuResult, Dptr, Handle, In, InArray, InstantiateParams, KernelNodeParams,
+    KernelNodeParamsV1, LaunchConfigHead, LocationPrefix, NvmlProcessDetailList, Out, OutArray,
+    Stream,
 };
 use crate::resolve::{driver_symbol, in_main_program};
 use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
@@ -58,6 +59,10 @@ macro_rules! hooked {
             cuMemMap = "cuMemMap" @ 10020 :
                 (ptr: Dptr, size: usize, offset: usize, handle: u64, flags: u64) => hooks::vmm::mem_map;
             cuMemUnmap = "cuMemUnmap" @ 10020 : (ptr: Dptr, size: usize) => hooks::vmm::mem_unmap;
+            cuMemMapArrayAsync = "cuMemMapArrayAsync" @ 11010 :
+                (list: InArray<ArrayMapInfo>, count: u32, stream: Stream) => hooks::vmm::mem_map_array_async;
+            cuMemMapArrayAsync_ptsz = "cuMemMapArrayAsync" @ 11010 ptsz :
+                (list: InArray<ArrayMapInfo>, count: u32, stream: Stream) => hooks::vmm::mem_map_array_async;
             cuMemAddressFree = "cuMemAddressFree" @ 10020 : (ptr: Dptr, size: usize) => hooks::vmm::mem_unmap;
             cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" @ 11000 :
                 (handle: Out<u64>, addr: *mut c_void) => hooks::vmm::mem_retain_allocation_handle;
@@ -122,6 +127,11 @@ macro_rules! hooked {
                 (config: In<LaunchConfigHead>, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
             cuLaunchKernelEx_ptsz = "cuLaunchKernelEx" @ 11060 ptsz :
                 (config: In<LaunchConfigHead>, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
+            // The deprecated launches (replaced by cuLaunchKernel in CUDA 4.0): the same first use.
+            cuLaunch = "cuLaunch" @ 2000 : (f: Handle) => hooks::launches::launch;
+            cuLaunchGrid = "cuLaunchGrid" @ 2000 : (f: Handle, w: c_int, h: c_int) => hooks::launches::launch_grid;
+            cuLaunchGridAsync = "cuLaunchGridAsync" @ 2000 :
+                (f: Handle, w: c_int, h: c_int, stream: Stream) => hooks::launches::launch_grid_async;
             cuModuleGetFunction = "cuModuleGetFunction" @ 2000 :
                 (out: Out<Handle>, module: Handle, name: CText) => hooks::launches::module_get_function;
             cuKernelGetFunction = "cuKernelGetFunction" @ 12000 :

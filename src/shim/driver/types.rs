@@ -246,6 +246,63 @@ impl<'a, T> In<'a, T> {
     }
 }
 
+/// An array of descriptors the program passes (`count` of them, its own argument) for the
+/// hook and the driver to read.
+#[repr(transparent)]
+pub struct InArray<'a, T>(*const T, PhantomData<&'a [T]>);
+
+impl<T> Clone for InArray<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for InArray<'_, T> {}
+
+impl<'a, T> InArray<'a, T> {
+    /// The first `n` descriptors; none when null.
+    pub fn items(self, n: u32) -> &'a [T] {
+        if self.0.is_null() {
+            return &[];
+        }
+        // SAFETY: a non-null array argument of the driver API points to as many valid,
+        // aligned `T` as its count argument says, kept by the program for the call.
+        unsafe { std::slice::from_raw_parts(self.0, n as usize) }
+    }
+}
+
+/// `CUarrayMapInfo` (CUDA 11.1), one step of `cuMemMapArrayAsync`. `subresource` is the
+/// union of `sparseLevel` (eight u32: level, layer, offset x y z, extent w h d) and
+/// `miptail` (u32 layer, u64 offset, u64 size), read as four little-endian words.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ArrayMapInfo {
+    /// `CU_RESOURCE_TYPE_ARRAY` 0, `CU_RESOURCE_TYPE_MIPMAPPED_ARRAY` 1.
+    pub resource_type: c_int,
+    pub resource: u64,
+    /// `CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL` 0, `_MIPTAIL` 1.
+    pub subresource_type: c_int,
+    pub subresource: [u64; 4],
+    /// `CU_MEM_OPERATION_TYPE_MAP` 1, `_UNMAP` 2.
+    pub operation: c_int,
+    /// `CU_MEM_HANDLE_TYPE_GENERIC` 0.
+    pub handle_type: c_int,
+    pub handle: u64,
+    pub offset: u64,
+    pub device_bit_mask: u32,
+    pub flags: u32,
+    pub reserved: [u32; 2],
+}
+// The header's layout, as cudarc's bindings of cuda.h give it.
+const _: () = {
+    use cudarc::driver::sys::CUarrayMapInfo as C;
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<ArrayMapInfo>() == size_of::<C>());
+    assert!(offset_of!(ArrayMapInfo, resource) == offset_of!(C, resource));
+    assert!(offset_of!(ArrayMapInfo, subresource) == offset_of!(C, subresource));
+    assert!(offset_of!(ArrayMapInfo, operation) == offset_of!(C, memOperationType));
+    assert!(offset_of!(ArrayMapInfo, handle) == offset_of!(C, memHandle));
+};
+
 /// `CUmemAllocationProp`, which the shim fills itself, seen through its leading fields
 /// (the argument type of the hooked `cuMemCreate`).
 impl<'a> From<&'a cudarc::driver::sys::CUmemAllocationProp> for In<'a, LocationPrefix> {

@@ -168,7 +168,9 @@ pub fn array_3d_create_v1(
 }
 
 pub fn array_destroy(real: Real<(Handle,)>, handle: Handle) -> CuResult {
-    array_released(false, handle, || real.call(handle))
+    super::vmm::array_unmapped(handle as u64, || {
+        array_released(false, handle, || real.call(handle))
+    })
 }
 
 pub fn mipmapped_array_create(
@@ -188,5 +190,7 @@ pub fn mipmapped_array_create(
 }
 
 pub fn mipmapped_array_destroy(real: Real<(Handle,)>, handle: Handle) -> CuResult {
-    array_released(true, handle, || real.call(handle))
+    super::vmm::array_unmapped(handle as u64, || {
+        array_released(true, handle, || real.call(handle))
+    })
 }

@@ -1,7 +1,8 @@
 //! Kernel launches and the calls that load kernels (see `gpucap_core::kernels`): the first
 //! launch of each function on each device is measured as a first use (`first_use`), after
 //! the stack its kernel needs is grown; later launches of it there pay one lookup in the map
-//! of functions seen. `cuKernelGetFunction` loads a library's kernel into the current
+//! of functions seen (the deprecated `cuLaunch`, `cuLaunchGrid` and `cuLaunchGridAsync`
+//! alike). `cuKernelGetFunction` loads a library's kernel into the current
 //! context too, `cuModuleGetFunction` a module's (lazy loading loads a module's kernels
 //! there), `cuLibraryGetGlobal` a library for its global, and a graph's kernel nodes are
 //! loaded before the driver takes them (`load_for_graph`): each measured the same way (the
@@ -89,6 +90,35 @@ pub fn launch_kernel_ex(
     let call = || real.call(config, f, params, extra);
     let stream = config.get().map_or(std::ptr::null_mut(), |c| c.stream);
     launched("cuLaunchKernelEx", f, stream, call)
+}
+
+/// `cuLaunch` (deprecated: a 1 x 1 grid of the block `cuFuncSetBlockShape` set): a launch
+/// as `cuLaunchKernel`'s, measured at its first use in the context alike.
+#[inline(always)]
+pub fn launch(real: Real<(Handle,)>, f: Handle) -> CuResult {
+    launched("cuLaunch", f, std::ptr::null_mut(), || real.call(f))
+}
+
+/// `cuLaunchGrid` (deprecated, the default stream): as [`launch`].
+#[inline(always)]
+pub fn launch_grid(real: Real<(Handle, c_int, c_int)>, f: Handle, w: c_int, h: c_int) -> CuResult {
+    launched("cuLaunchGrid", f, std::ptr::null_mut(), || {
+        real.call(f, w, h)
+    })
+}
+
+/// `cuLaunchGridAsync` (deprecated, on `stream`): as [`launch`].
+#[inline(always)]
+pub fn launch_grid_async(
+    real: Real<(Handle, c_int, c_int, Stream)>,
+    f: Handle,
+    w: c_int,
+    h: c_int,
+    stream: Stream,
+) -> CuResult {
+    launched("cuLaunchGridAsync", f, stream, || {
+        real.call(f, w, h, stream)
+    })
 }
 
 /// `cuKernelGetFunction`: the kernel is loaded into the current context here, if not

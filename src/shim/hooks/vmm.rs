@@ -1,14 +1,16 @@
-//! The VMM calls (`cuMemCreate`, map, unmap, release).
+//! The VMM calls (`cuMemCreate`, map, unmap, release, and `cuMemMapArrayAsync`, which maps
+//! such memory into arrays).
 
 use std::ffi::c_void;
 
 use super::{Target, reserve, shim};
 use crate::driver::forward::Real;
 use crate::driver::types::{
-    CU_MEM_LOCATION_TYPE_DEVICE, CUDA_SUCCESS, CuResult, Dptr, In, LocationPrefix, Out,
+    ArrayMapInfo, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_SUCCESS, CuResult, Dptr, In, InArray,
+    LocationPrefix, Out, Stream,
 };
 use crate::state::{SHIM, VMM};
-use gpucap_core::vmm::Pending;
+use gpucap_core::vmm::{Pending, Place};
 
 // ---------------------------------------------------------------------------
 // VMM (see `vmm`): a handle is charged from cuMemCreate until the driver frees its
@@ -49,31 +51,95 @@ pub fn mem_create(
 /// the driver succeeds (a last release or unmap) is announced to the pool first (see
 /// `Ledger::announce`).
 pub(super) fn vmm_step(pending: Option<Pending>, call: impl FnOnce() -> CuResult) -> CuResult {
-    let Some(p) = pending else {
-        return call();
-    };
-    let announced: Vec<_> = p
-        .frees()
+    match pending {
+        None => call(),
+        Some(p) => vmm_steps(vec![p], call),
+    }
+}
+
+/// [`vmm_step`] for the steps of one driver call (`cuMemMapArrayAsync`'s list), each
+/// finished or taken back alike.
+fn vmm_steps(pending: Vec<Pending>, call: impl FnOnce() -> CuResult) -> CuResult {
+    let steps: Vec<_> = pending
         .into_iter()
-        .map(|c| SHIM.ledger.announce(c))
+        .map(|p| {
+            let announced: Vec<_> = p
+                .frees()
+                .into_iter()
+                .map(|c| SHIM.ledger.announce(c))
+                .collect();
+            (p, announced)
+        })
         .collect();
     let rc = call();
-    if rc == CUDA_SUCCESS {
-        let freed = VMM.done(p);
-        if announced.is_empty() {
-            // A map that found stale mappings the driver had replaced.
-            freed.into_iter().for_each(|c| SHIM.ledger.settle(c));
+    for (p, announced) in steps {
+        if rc == CUDA_SUCCESS {
+            let freed = VMM.done(p);
+            if announced.is_empty() {
+                // A map that found stale mappings the driver had replaced.
+                freed.into_iter().for_each(|c| SHIM.ledger.settle(c));
+            } else {
+                // `done` gives back what `frees` said.
+                announced
+                    .into_iter()
+                    .for_each(|f| SHIM.ledger.settle_announced(f));
+            }
         } else {
-            // `done` gives back what `frees` said.
-            announced
-                .into_iter()
-                .for_each(|f| SHIM.ledger.settle_announced(f));
+            announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
+            VMM.undo(p).into_iter().for_each(|c| SHIM.ledger.settle(c));
         }
-    } else {
-        announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
-        VMM.undo(p).into_iter().for_each(|c| SHIM.ledger.settle(c));
     }
     rc
+}
+
+/// `cuMemMapArrayAsync`: a step mapping charged memory into a sparse or deferred-mapping
+/// array pins its handle as a `cuMemMap` mapping does (released, it stays charged while
+/// the array maps it); an unmapping takes out the mappings its region covers, crediting a
+/// released handle nothing maps any more. Steps on memory the shim did not charge are the
+/// driver's alone.
+pub fn mem_map_array_async(
+    real: Real<(InArray<ArrayMapInfo>, u32, Stream)>,
+    list: InArray<ArrayMapInfo>,
+    count: u32,
+    stream: Stream,
+) -> CuResult {
+    if let Err(rc) = shim() {
+        return rc;
+    }
+    let steps = list.items(count).iter().filter_map(tile_step).collect();
+    vmm_steps(steps, || real.call(list, count, stream))
+}
+
+/// The book's step for one `CUarrayMapInfo`; None where it touches nothing charged (or is
+/// malformed: the driver's error).
+fn tile_step(info: &ArrayMapInfo) -> Option<Pending> {
+    let [w0, w1, w2, w3] = info.subresource;
+    let (lo, hi) = (|w: u64| w as u32, |w: u64| (w >> 32) as u32);
+    let place = match info.subresource_type {
+        0 => Place::Level {
+            level: lo(w0),
+            layer: hi(w0),
+            offset: [lo(w1), hi(w1), lo(w2)],
+            extent: [hi(w2), lo(w3), hi(w3)],
+        },
+        1 => Place::MipTail {
+            layer: lo(w0),
+            offset: w1,
+            size: w2,
+        },
+        _ => return None,
+    };
+    match (info.operation, info.handle_type) {
+        (1, 0) => VMM.map_array(info.resource, place, info.handle),
+        (2, _) => VMM.unmap_array(info.resource, place),
+        _ => None,
+    }
+}
+
+/// `cuArrayDestroy` or `cuMipmappedArrayDestroy` of `array` (`call`): what is mapped into
+/// it is unmapped with it.
+pub(super) fn array_unmapped(array: u64, call: impl FnOnce() -> CuResult) -> CuResult {
+    vmm_step(VMM.array_gone(array), call)
 }
 
 pub fn mem_release(real: Real<(u64,)>, handle: u64) -> CuResult {
