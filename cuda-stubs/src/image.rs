@@ -12,7 +12,7 @@
 //! Zstandard) is unpacked first ([`crate::unpack`]); one that cannot be read leaves its
 //! names unknown, and a module holding it accepts any function name.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::unpack;
 
@@ -30,6 +30,9 @@ pub struct Names {
     pub functions: Vec<String>,
     /// Globals and their sizes in bytes.
     pub globals: BTreeMap<String, u64>,
+    /// The globals that are `__managed__` variables (PTX `.attribute(.managed)`):
+    /// `cuLibraryGetManaged` answers for these only.
+    pub managed: BTreeSet<String>,
     /// Some part could not be read (compressed): any name is accepted.
     pub open: bool,
     /// The local memory each thread of a kernel takes (its `.local` declarations in PTX:
@@ -45,6 +48,7 @@ impl Names {
             }
         }
         self.globals.extend(other.globals);
+        self.managed.extend(other.managed);
         self.local.extend(other.local);
         self.open |= other.open;
     }
@@ -195,7 +199,8 @@ pub fn has_ptx_version(text: &str) -> bool {
         .any(|w| w == ".version")
 }
 
-/// Kernels (`.entry NAME`), globals (`.global [.align n] .type NAME[count]...;`) and each
+/// Kernels (`.entry NAME`), globals (`.global [.attribute(.managed)] [.align n] .type
+/// NAME[count]...;`, a managed one noted as such) and each
 /// kernel's local memory per thread (the `.local` declarations of its body) of PTX.
 pub fn ptx_names(text: &str) -> Names {
     let mut names = Names::default();
@@ -222,6 +227,12 @@ pub fn ptx_names(text: &str) -> Names {
             continue;
         };
         if let Some((name, bytes)) = declared(&words[i + 1..]) {
+            if words[i + 1..]
+                .iter()
+                .any(|w| w.trim_end_matches(')') == ".managed")
+            {
+                names.managed.insert(name.to_string());
+            }
             names.globals.insert(name.to_string(), bytes);
         }
     }
@@ -405,6 +416,16 @@ pub mod tests {
         assert!(!n.open);
         let len = elf_len(&elf, |o, l| elf[o..o + l].to_vec()).unwrap();
         assert_eq!(len, elf.len());
+    }
+
+    #[test]
+    fn ptx_managed_globals_are_noted() {
+        let n =
+            ptx_names(".global .attribute(.managed) .align 4 .u32 counter;\n.global .u64 plain;\n");
+        assert_eq!(n.globals.get("counter"), Some(&4));
+        assert!(n.managed.contains("counter"));
+        assert!(!n.managed.contains("plain"));
+        assert_eq!(n.globals.get("plain"), Some(&8));
     }
 
     #[test]

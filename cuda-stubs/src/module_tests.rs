@@ -513,6 +513,48 @@ fn launches_on_a_capturing_stream_are_kernel_nodes() {
     }
 }
 
+/// `cuLibraryGetManaged` answers for a library's `__managed__` variables only (PTX
+/// `.attribute(.managed)`), loading the library into the current context as
+/// `cuLibraryGetGlobal` does: the same variable by either call.
+#[test]
+fn a_librarys_managed_variable_is_found_by_cu_library_get_managed() {
+    let _g = setup();
+    use crate::api::module::cuLibraryGetManaged;
+    let ptx = b".version 8.0\n.target sm_90\n.address_size 64\n\
+                .global .attribute(.managed) .align 4 .u32 counter;\n.global .u64 plain;\n\0";
+    unsafe {
+        let lib = load_library(ptx);
+        let (mut p, mut n) = (0u64, 0usize);
+        assert_eq!(
+            cuLibraryGetManaged(&mut p, &mut n, lib, c"plain".as_ptr()),
+            CUDA_ERROR_NOT_FOUND,
+            "a global that is not managed"
+        );
+        assert_eq!(
+            cuLibraryGetManaged(&mut p, &mut n, lib, c"counter".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert!(p != 0);
+        assert_eq!(n, 4);
+        let (mut q, mut m) = (0u64, 0usize);
+        assert_eq!(
+            cuLibraryGetGlobal(&mut q, &mut m, lib, c"counter".as_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!((q, m), (p, n), "the library's one copy in this context");
+        assert_eq!(
+            cuLibraryGetManaged(null_mut(), &mut n, lib, c"counter".as_ptr()),
+            CUDA_SUCCESS,
+            "the pointer may be left out"
+        );
+        assert_eq!(
+            cuLibraryGetManaged(&mut p, &mut n, 0xdead, c"counter".as_ptr()),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(cuLibraryUnload(lib), CUDA_SUCCESS);
+    }
+}
+
 /// The deprecated launches take the block and shared memory set on the function before:
 /// none set, the block is 0 x 0 x 0 and the launch is refused as `cuLaunchKernel` refuses
 /// it; set, `cuLaunch`, `cuLaunchGrid` and `cuLaunchGridAsync` launch. The parameter calls

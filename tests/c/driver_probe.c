@@ -580,6 +580,26 @@ static void g_module(void) {
         mach_int("library.function_loaded_after_load", lstate);
     }
     if (lrc == CUDA_SUCCESS) cuLibraryUnload(lib);
+    /* Recorded, not compared: a library whose 1 MiB variable is __managed__, the variable
+       asked with cuLibraryGetManaged before any kernel of it ran: what that takes (gpucap
+       measures it as the library's first use in the context, as for cuLibraryGetGlobal;
+       the fake loads the library there). */
+    static const char MANAGED_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                      ".visible .global .attribute(.managed) .align 4 .b8 probe_managed[1048576];\n"
+                                      ".visible .entry probe_kernel()\n{\n\tret;\n}\n";
+    CUlibrary ml = NULL;
+    size_t ml0 = info_free();
+    CUresult mlrc = cuLibraryLoadData(&ml, MANAGED_PTX, NULL, NULL, 0, NULL, NULL, 0);
+    mach_int("library.managed_load.rc", mlrc);
+    mach_int("library.managed_load_takes", (long long)ml0 - (long long)info_free());
+    if (mlrc == CUDA_SUCCESS) {
+        CUdeviceptr mp = 0;
+        size_t mb = 0, ml1 = info_free();
+        mach_int("library.get_managed.rc", cuLibraryGetManaged(&mp, &mb, ml, "probe_managed"));
+        mach_int("library.get_managed_bytes", (long long)mb);
+        mach_int("library.get_managed_takes", (long long)ml1 - (long long)info_free());
+        cuLibraryUnload(ml);
+    }
     /* Recorded, not compared: what raising a context's limits takes right at the call
        (gpucap measures a limit there, docs/src/counting.md's cuCtxSetLimit; one the driver
        takes later, as it takes the malloc heap, is not charged by that measurement). */

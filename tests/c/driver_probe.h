@@ -52,6 +52,7 @@ CUresult cuFuncIsLoaded(int *state, CUfunction function);
 CUresult cuFuncLoad(CUfunction function);
 CUresult cuFuncSetBlockShape(CUfunction f, int x, int y, int z);
 CUresult cuLaunch(CUfunction f);
+CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
 CUresult cuLaunchGrid(CUfunction f, int w, int h);
 CUresult cuFuncGetAttribute(int *value, int attribute, CUfunction function);
 CUresult cuFuncSetAttribute(CUfunction function, int attribute, int value);

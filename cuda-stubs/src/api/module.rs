@@ -12,7 +12,8 @@ use std::ffi::CString;
 use std::sync::{LazyLock, Mutex};
 
 use crate::abi::{
-    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult, cstr, note, out,
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUresult, CuResult,
+    cstr, note, out,
 };
 use crate::image::{self, Kind, Names};
 use crate::model::ctx::current;
@@ -337,6 +338,20 @@ crate::abi::exports! {
         let (ctx, dev) = current()?;
         let name = cstr(name).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         note(|| name.to_string());
+        global_answer(dptr, bytes, module::library_global(library, name, ctx, dev)?)
+    }
+
+    // A `__managed__` variable of the library (one of its globals marked managed): the
+    // library is loaded into the current context for it, as for cuLibraryGetGlobal (the
+    // fake keeps the variable with the library's copy in that context: a real driver's
+    // managed memory is one for every device). Another name: CUDA_ERROR_NOT_FOUND.
+    fn cuLibraryGetManaged(dptr: *mut u64, bytes: *mut usize, library: usize, name: *const c_char) {
+        let (ctx, dev) = current()?;
+        let name = cstr(name).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        note(|| name.to_string());
+        if !module::library_managed(library, name)? {
+            return Err(CUDA_ERROR_NOT_FOUND);
+        }
         global_answer(dptr, bytes, module::library_global(library, name, ctx, dev)?)
     }
 

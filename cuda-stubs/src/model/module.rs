@@ -538,6 +538,17 @@ pub fn library_in_context(lib: usize, ctx: Ctx, dev: usize) -> CuResult {
     Ok(())
 }
 
+/// Whether `name` is a `__managed__` variable of library `lib` (its image's PTX
+/// `.attribute(.managed)`).
+pub fn library_managed(lib: usize, name: &str) -> Result<bool, CUresult> {
+    let reg = registry();
+    let module = reg.libraries.get(&lib).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    Ok(reg
+        .modules
+        .get(module)
+        .is_some_and(|m| m.names.managed.contains(name)))
+}
+
 /// The global `name` of library `lib` in context `ctx` (the library loaded there first).
 pub fn library_global(
     lib: usize,
