@@ -121,6 +121,8 @@
  *   library-global (cap <cap0> = 2 GiB) a library's global asked (cuLibraryGetGlobal) before
  *                  any kernel of it ran: the library loaded into the context there,
  *                  charged; refused in a created context while the cap lacks room.
+ *   library-managed (the same) the library's __managed__ variable asked
+ *                  (cuLibraryGetManaged): loaded there, charged, as for its global.
  *   library-module-global (the same) the library's global reached through its module
  *                  (cuLibraryGetModule, cuModuleGetGlobal_v2): loaded there, charged.
  *   lazy-kernels   (cap <cap0>, <lib> 3/8 of it) half the cap allocated, then a library's
@@ -1301,15 +1303,21 @@ static const char GLOBAL_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\
                                  ".visible .global .align 4 .b8 table[8388608];\n"
                                  ".visible .entry k0()\n{\n\tret;\n}\n";
 
-/* The primary context current and a library of GLOBAL_PTX loaded (nothing taken), its
-   kernel in *k: what its copy takes in a context (FAKECUDA_LIBRARY_MEM and its 8 MiB
-   global), which three times over must fit the cap. */
-static size_t global_library(CUlibrary *l, CUkernel *k) {
+/* The same with its 8 MiB variable __managed__ (cuLibraryGetManaged answers for it). */
+static const char MANAGED_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                  ".visible .global .attribute(.managed) .align 4 .b8 table[8388608];\n"
+                                  ".visible .entry k0()\n{\n\tret;\n}\n";
+CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+
+/* The primary context current and a library of `ptx` (GLOBAL_PTX or MANAGED_PTX) loaded
+   (nothing taken), its kernel in *k: what its copy takes in a context
+   (FAKECUDA_LIBRARY_MEM and its 8 MiB variable), which three times over must fit the cap. */
+static size_t global_library(const char *ptx, CUlibrary *l, CUkernel *k) {
     one_context();
     const char *e = getenv("FAKECUDA_LIBRARY_MEM");
     size_t table = 8 * MIB, lib = (e ? parse_size(e) : 0) + table;
     CHECK(lib > table && 3 * lib < g_cap[0], "the test needs FAKECUDA_LIBRARY_MEM under a third of the cap");
-    MUST(cuLibraryLoadData(l, GLOBAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryLoadData(l, ptx, NULL, NULL, 0, NULL, NULL, 0));
     MUST(cuLibraryGetKernel(k, *l, "k0"));
     IN_USE(0, 0, "a library loaded: nothing taken (lazy loading)");
     return lib;
@@ -1320,7 +1328,7 @@ static size_t global_library(CUlibrary *l, CUkernel *k) {
 static void library_module_global(void) {
     CUlibrary l = NULL;
     CUkernel k = NULL;
-    size_t lib = global_library(&l, &k), n = 0;
+    size_t lib = global_library(GLOBAL_PTX, &l, &k), n = 0;
     CUmodule m = NULL;
     CUdeviceptr p = 0;
     MUST(cuLibraryGetModule(&m, l));
@@ -1335,16 +1343,20 @@ static void library_module_global(void) {
     IN_USE(0, 0, "the library unloaded with its copy");
 }
 
-static void library_global(void) {
+/* A library's variable asked for by `get` (cuLibraryGetGlobal, or cuLibraryGetManaged for a
+   __managed__ one) before any kernel of it ran: the library loaded into the context there,
+   charged; refused in a created context while the cap lacks room. */
+typedef CUresult (*variable_fn)(CUdeviceptr *, size_t *, CUlibrary, const char *);
+static void library_variable(const char *ptx, variable_fn get) {
     CUlibrary l = NULL;
     CUkernel k = NULL;
-    size_t lib = global_library(&l, &k);
+    size_t lib = global_library(ptx, &l, &k);
     CUdeviceptr p = 0;
     size_t n = 0;
-    MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
-    CHECK(n == 8 * MIB, "the global's size %zu, expected 8 MiB", n);
-    IN_USE(0, lib, "its global asked: the library loaded into the context, charged");
-    MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
+    MUST(get(&p, &n, l, "table"));
+    CHECK(n == 8 * MIB, "the variable's size %zu, expected 8 MiB", n);
+    IN_USE(0, lib, "its variable asked: the library loaded into the context, charged");
+    MUST(get(&p, &n, l, "table"));
     MUST(launch(k));
     IN_USE(0, lib, "asked again, its kernel launched: nothing more");
     CUcontext c = NULL;
@@ -1353,11 +1365,11 @@ static void library_global(void) {
     CUdeviceptr a = 0;
     size_t most = g_cap[0] - with_ctx - lib / 2;
     MUST(cuMemAlloc_v2(&a, most));
-    CUresult rc = cuLibraryGetGlobal(&p, &n, l, "table");
-    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "its global in a created context with half its room -> %d, expected 2", rc);
+    CUresult rc = get(&p, &n, l, "table");
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "its variable in a created context with half its room -> %d, expected 2", rc);
     IN_USE(0, with_ctx + most, "refused before it loaded: nothing more");
     MUST(cuMemFree_v2(a));
-    MUST(cuLibraryGetGlobal(&p, &n, l, "table"));
+    MUST(get(&p, &n, l, "table"));
     IN_USE(0, with_ctx + lib, "with room: the created context's copy charged");
     MUST(cuCtxDestroy_v2(c));
     use(0);
@@ -1365,6 +1377,9 @@ static void library_global(void) {
     MUST(cuLibraryUnload(l));
     IN_USE(0, 0, "the library unloaded with its copy");
 }
+
+static void library_global(void) { library_variable(GLOBAL_PTX, cuLibraryGetGlobal); }
+static void library_managed(void) { library_variable(MANAGED_PTX, cuLibraryGetManaged); }
 
 static void lazy_kernels(void) {
     one_context();
@@ -1548,6 +1563,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "library-global") == 0) library_global();
     else if (strcmp(mode, "library-module-global") == 0) library_module_global();
+    else if (strcmp(mode, "library-managed") == 0) library_managed();
     else if (strcmp(mode, "lazy-contexts") == 0) lazy_contexts();
     else if (strcmp(mode, "eager-libraries") == 0 && argc > 3) eager_libraries();
     else {

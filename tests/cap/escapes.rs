@@ -701,6 +701,19 @@ fn a_library_loaded_for_its_global_is_charged() {
     charged_alone_and_in_a_pool("library-global", &[("FAKECUDA_LIBRARY_MEM", "128Mi")], &[]);
 }
 
+/// A library's `__managed__` variable asked for (`cuLibraryGetManaged`, as cudart reaches
+/// one under CUDA 12's context-independent loading) before any kernel of it ran: managed
+/// memory is "registered when the library is loaded into at least one context" (NVIDIA's
+/// documentation), and the fake loads the library into the current context there (its
+/// code and the variable), so gpucap measures it as the library's first use there, as for
+/// `cuLibraryGetGlobal`. Before, it was forwarded: 136 MiB uncharged here, and the
+/// kernel's first launch found the library loaded (measured 0). Alone and in a pool
+/// (`escapes.c`, `library-managed`).
+#[test]
+fn a_library_loaded_for_its_managed_variable_is_charged() {
+    charged_alone_and_in_a_pool("library-managed", &[("FAKECUDA_LIBRARY_MEM", "128Mi")], &[]);
+}
+
 /// The same library's global reached through its module (`cuLibraryGetModule`, then
 /// `cuModuleGetGlobal_v2`): the fake loads the library into the context there, as
 /// `cuLibraryGetGlobal` does, and gpucap measures it so. Before, the fake allocated the

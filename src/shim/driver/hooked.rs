@@ -145,13 +145,15 @@ macro_rules! hooked {
             cuFuncSetAttribute = "cuFuncSetAttribute" @ 9000 :
                 (f: Handle, attribute: c_int, value: c_int) => hooks::functions::func_set_attribute;
             cuLibraryGetModule = "cuLibraryGetModule" @ 12000 :
-                (module: Out<Handle>, library: Handle) => hooks::launches::library_get_module;
+                (module: Out<Handle>, library: Handle) => hooks::globals::library_get_module;
             cuModuleGetGlobal = "cuModuleGetGlobal" @ 2000 :
-                (dptr: *mut u32, bytes: *mut u32, module: Handle, name: CText) => hooks::launches::module_get_global_v1;
+                (dptr: *mut u32, bytes: *mut u32, module: Handle, name: CText) => hooks::globals::module_get_global_v1;
             cuModuleGetGlobal_v2 = "cuModuleGetGlobal" @ 3020 :
-                (dptr: *mut u64, bytes: *mut usize, module: Handle, name: CText) => hooks::launches::module_get_global;
+                (dptr: *mut u64, bytes: *mut usize, module: Handle, name: CText) => hooks::globals::module_get_global;
             cuLibraryGetGlobal = "cuLibraryGetGlobal" @ 12000 :
-                (dptr: *mut u64, bytes: *mut usize, library: Handle, name: CText) => hooks::launches::library_get_global;
+                (dptr: *mut u64, bytes: *mut usize, library: Handle, name: CText) => hooks::globals::library_get_global;
+            cuLibraryGetManaged = "cuLibraryGetManaged" @ 12000 :
+                (dptr: *mut u64, bytes: *mut usize, library: Handle, name: CText) => hooks::globals::library_get_managed;
             cuLibraryUnload = "cuLibraryUnload" @ 12000 : (lib: Handle) => hooks::launches::library_unload;
             // Libraries: loaded into every context at the load under eager loading.
             cuLibraryLoadData = "cuLibraryLoadData" @ 12000 :

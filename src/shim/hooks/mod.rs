@@ -33,6 +33,7 @@ pub(crate) mod contexts;
 pub(crate) mod current;
 mod first_use;
 pub(crate) mod functions;
+pub(crate) mod globals;
 pub(crate) mod graphs;
 pub(crate) mod green;
 pub(crate) mod info;
