@@ -72,6 +72,12 @@ pub struct Config {
     /// default) the heap takes nothing anywhere: which launch a real driver takes it at is
     /// not recorded (`scripts/gpu/diag/heap-when.py` asks).
     pub heap_at_launch: bool,
+    /// FAKECUDA_PRINTF_AT_LAUNCH: a printf FIFO raised (`cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE)`)
+    /// takes nothing at the call and is taken at the context's next kernel launch, as the
+    /// heap under FAKECUDA_HEAP_AT_LAUNCH. Off (the default) the FIFO takes nothing
+    /// anywhere: what a real driver takes for it and when is not recorded yet (the driver
+    /// probe's `limit.printf_fifo_64MiB` asks the call).
+    pub printf_at_launch: bool,
     /// FAKECUDA_CONTEXT_DELAY_MS: making a context (`cuCtxCreate*`, the first
     /// `cuDevicePrimaryCtxRetain`) takes this long (default 0), its memory taken halfway,
     /// as a real driver takes a while: so that tests can make two processes' contexts
@@ -256,6 +262,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     let multicast = flag(&var, "FAKECUDA_MULTICAST")?;
     let stack_lower_fails = flag(&var, "FAKECUDA_STACK_LOWER_FAILS")?;
     let heap_at_launch = flag(&var, "FAKECUDA_HEAP_AT_LAUNCH")?;
+    let printf_at_launch = flag(&var, "FAKECUDA_PRINTF_AT_LAUNCH")?;
     let context_delay_ms = match var("FAKECUDA_CONTEXT_DELAY_MS") {
         None => 0,
         Some(v) => v
@@ -293,6 +300,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         multicast,
         stack_lower_fails,
         heap_at_launch,
+        printf_at_launch,
         context_delay_ms,
         eager,
         capture_unsafe,
@@ -351,16 +359,17 @@ mod tests {
         assert_eq!(c.nvml_pid_offset, 0);
         assert_eq!(c.numa_nodes, 1);
         assert!(
-            !c.multicast && !c.stack_lower_fails && !c.heap_at_launch,
+            !c.multicast && !c.stack_lower_fails && !c.heap_at_launch && !c.printf_at_launch,
             "off unless asked"
         );
         let c = from_env(env(&[
             ("FAKECUDA_MULTICAST", "1"),
             ("FAKECUDA_STACK_LOWER_FAILS", "1"),
             ("FAKECUDA_HEAP_AT_LAUNCH", "1"),
+            ("FAKECUDA_PRINTF_AT_LAUNCH", "1"),
         ]))
         .unwrap();
-        assert!(c.multicast && c.stack_lower_fails && c.heap_at_launch);
+        assert!(c.multicast && c.stack_lower_fails && c.heap_at_launch && c.printf_at_launch);
         let e = from_env(env(&[("FAKECUDA_MULTICAST", "yes")]))
             .err()
             .unwrap();

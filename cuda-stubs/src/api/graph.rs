@@ -473,11 +473,11 @@ crate::abi::exports! {
                 _ => {}
             }
         }
-        if crate::model::limit::heap_raised() {
+        if crate::model::limit::late_limit_raised() {
             // A raised heap is taken in each context its kernels run in, as at a launch.
             for ctx in graph::kernel_contexts(exec)? {
                 let ctx = if ctx != 0 { ctx } else { current()?.0 };
-                crate::model::limit::take_heap(ctx, device_of(ctx)?)?;
+                crate::model::limit::take_late_limits(ctx, device_of(ctx)?)?;
             }
         }
         Ok(())

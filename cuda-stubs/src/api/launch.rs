@@ -37,7 +37,7 @@ fn launch(k: KernelNode, stream_h: usize) -> CuResult {
         if local > 0 {
             crate::model::limit::grow_stack(ctx, dev, local)?;
         }
-        crate::model::limit::take_heap(ctx, dev)?;
+        crate::model::limit::take_late_limits(ctx, dev)?;
     }
     note(|| {
         let name = module::get_function(f).map(|f| f.name).unwrap_or_default();

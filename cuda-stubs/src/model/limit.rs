@@ -6,7 +6,8 @@
 //! the limit is lowered or the context ends. Raising the malloc heap took nothing at the
 //! call on that driver (it is taken later), and takes nothing here; with
 //! `FAKECUDA_HEAP_AT_LAUNCH` the context's next kernel launch (direct or a graph's) takes
-//! it (`take_heap`), kept until the context ends.
+//! it (`take_late_limits`), kept until the context ends. A raised printf FIFO takes
+//! nothing at the call either, and with `FAKECUDA_PRINTF_AT_LAUNCH` is taken the same way.
 
 use super::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -67,33 +68,53 @@ pub fn heap_bytes(bytes: usize) -> u64 {
     extra.div_ceil(PAGE).saturating_mul(PAGE)
 }
 
-/// The heap memory each context's launches took (`take_heap`).
+/// The device memory a printf FIFO of `bytes` takes beyond the context's own (its default
+/// 1 MiB is part of the context's memory), in whole 2 MiB pages.
+pub fn fifo_bytes(bytes: usize) -> u64 {
+    let extra = bytes.saturating_sub(1 << 20) as u64;
+    extra.div_ceil(PAGE).saturating_mul(PAGE)
+}
+
+/// The memory each context's launches took for its raised heap and printf FIFO
+/// (`take_late_limits`).
 static HEAPS: LazyLock<Mutex<HashMap<Ctx, u64>>> = LazyLock::new(Default::default);
 
 fn heaps() -> MutexGuard<'static, HashMap<Ctx, u64>> {
     HEAPS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether a context raised its malloc heap under `FAKECUDA_HEAP_AT_LAUNCH`: until then a
-/// launch pays one load for the heap (the fake's own launch is a benchmark's baseline).
+/// Whether a context raised its malloc heap under `FAKECUDA_HEAP_AT_LAUNCH` or its printf
+/// FIFO under `FAKECUDA_PRINTF_AT_LAUNCH`: until then a launch pays one load for them (the
+/// fake's own launch is a benchmark's baseline).
 static HEAP_RAISED: AtomicBool = AtomicBool::new(false);
 
-/// A kernel launch in `ctx` (on `dev`), direct or a graph's, under
-/// `FAKECUDA_HEAP_AT_LAUNCH`: a malloc heap raised beyond what the context's launches took
-/// is taken now (CUDA_ERROR_OUT_OF_MEMORY, nothing launched, when the device has not got
-/// it). Otherwise nothing.
+/// A kernel launch in `ctx` (on `dev`), direct or a graph's: a malloc heap raised under
+/// `FAKECUDA_HEAP_AT_LAUNCH`, or a printf FIFO under `FAKECUDA_PRINTF_AT_LAUNCH`, beyond
+/// what the context's launches took is taken now (CUDA_ERROR_OUT_OF_MEMORY, nothing
+/// launched, when the device has not got it). Otherwise nothing.
 #[inline]
-pub fn take_heap(ctx: Ctx, dev: usize) -> CuResult {
+pub fn take_late_limits(ctx: Ctx, dev: usize) -> CuResult {
     if !HEAP_RAISED.load(Relaxed) {
         return Ok(());
     }
-    take_raised_heap(ctx, dev)
+    take_raised(ctx, dev)
 }
 
 #[cold]
 #[inline(never)]
-fn take_raised_heap(ctx: Ctx, dev: usize) -> CuResult {
-    let wants = heap_bytes(get(ctx, MALLOC_HEAP_SIZE)?);
+fn take_raised(ctx: Ctx, dev: usize) -> CuResult {
+    let c = cfg()?;
+    let heap = if c.heap_at_launch {
+        heap_bytes(get(ctx, MALLOC_HEAP_SIZE)?)
+    } else {
+        0
+    };
+    let fifo = if c.printf_at_launch {
+        fifo_bytes(get(ctx, PRINTF_FIFO_SIZE)?)
+    } else {
+        0
+    };
+    let wants = heap + fifo;
     let mut h = heaps();
     let had = h.get(&ctx).copied().unwrap_or(0);
     if wants > had {
@@ -139,16 +160,21 @@ pub fn set(ctx: Ctx, dev: usize, limit: c_int, value: usize) -> CuResult {
             l.uncharge(dev, had - wants);
         }
     }
-    if limit == MALLOC_HEAP_SIZE && value > old && cfg()?.heap_at_launch {
+    let late = match limit {
+        MALLOC_HEAP_SIZE => cfg()?.heap_at_launch,
+        PRINTF_FIFO_SIZE => cfg()?.printf_at_launch,
+        _ => false,
+    };
+    if late && value > old {
         HEAP_RAISED.store(true, Relaxed);
     }
     v.insert((ctx, limit), value);
     Ok(())
 }
 
-/// Whether a heap raised waits to be taken at a launch (`take_heap`).
+/// Whether a raised heap or printf FIFO waits to be taken at a launch (`take_late_limits`).
 #[inline]
-pub fn heap_raised() -> bool {
+pub fn late_limit_raised() -> bool {
     HEAP_RAISED.load(Relaxed)
 }
 
@@ -166,7 +192,7 @@ pub fn grow_stack(ctx: Ctx, dev: usize, local: u64) -> CuResult {
     Ok(())
 }
 
-/// The context ended: its limits go, and the memory its stack and heap took.
+/// The context ended: its limits go, and the memory its stack, heap and printf FIFO took.
 pub fn end_context(ctx: Ctx, dev: usize) {
     let mut v = values();
     let stack = v.get(&(ctx, STACK_SIZE)).copied().unwrap_or(DEFAULT_STACK);
@@ -188,6 +214,13 @@ mod tests {
         assert_eq!(stack_bytes(DEFAULT_STACK), 0);
         assert_eq!(stack_bytes(512), 0);
         assert_eq!(stack_bytes(1025) % PAGE, 0);
+    }
+
+    #[test]
+    fn the_printf_fifo_takes_what_it_was_raised_by_in_whole_pages() {
+        assert_eq!(fifo_bytes(1 << 20), 0, "the default lives in the context");
+        assert_eq!(fifo_bytes(65 << 20), 64 << 20);
+        assert_eq!(fifo_bytes((1 << 20) + 1), PAGE);
     }
 
     #[test]
