@@ -101,6 +101,8 @@
  *                  cuFuncSetBlockShape): the stack a first launch grows and the code of a
  *                  partially loaded function it loads are charged; the 8 KiB kernel's
  *                  stack refused past the cap before it grows.
+ *   printf-fifo    (cap <cap0> = 2 GiB; FAKECUDA_PRINTF_AT_LAUNCH=1) the same with the printf
+ *                  FIFO raised (CU_LIMIT_PRINTF_FIFO_SIZE).
  *   green-contexts (cap <cap0> = 2 GiB; FAKECUDA_CONTEXT_MEM=256Mi, FAKECUDA_GREEN_CTX_MEM=64Mi)
  *                  green contexts made with the primary context inactive, then active:
  *                  the primary context and each one's own part charged, one past the cap
@@ -1046,11 +1048,14 @@ static void legacy_launches(void) {
 /* A malloc heap raised takes nothing at the call (driver 580) and is taken at a later
    launch (FAKECUDA_HEAP_AT_LAUNCH=1: the context's next kernel launch, a graph's or a
    direct one): charged wherever it is taken, kept with the context (not given back with
-   the module whose kernel's launch took it), credited when the context ends. */
+   the module whose kernel's launch took it), credited when the context ends. A printf
+   FIFO raised likewise (FAKECUDA_PRINTF_AT_LAUNCH=1). `limit` is the one raised, `base`
+   its default (which the context's own memory holds), `what` its name. */
+#define CU_LIMIT_PRINTF_FIFO_SIZE 1
 #define CU_LIMIT_MALLOC_HEAP_SIZE 2
-static void graph_heap(void) {
+static void late_limit(int limit, size_t base, const char *what) {
     one_context();
-    size_t heap = 512 * MIB, more = 256 * MIB, base = 8 * MIB; /* base: the default heap */
+    size_t heap = 512 * MIB, more = 256 * MIB;
     CHECK(heap + more + 4 * MIB < g_cap[0], "the test needs a cap above 772 MiB");
     static const char PLAIN[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
                                 ".visible .entry plain()\n{\n\tret;\n}\n";
@@ -1069,33 +1074,36 @@ static void graph_heap(void) {
     MUST(cuGraphInstantiateWithFlags(&e, g, 0));
     MUST(cuGraphLaunch(e, s));
     MUST(cuStreamSynchronize(s));
-    IN_USE(0, 0, "a kernel launched, directly and by a graph, before the heap was raised");
-    MUST(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, base + heap));
-    IN_USE(0, 0, "the heap raised: nothing taken at the call");
+    IN_USE(0, 0, "a kernel launched, directly and by a graph, before the %s was raised", what);
+    MUST(cuCtxSetLimit(limit, base + heap));
+    IN_USE(0, 0, "the %s raised: nothing taken at the call", what);
     MUST(cuGraphLaunch(e, s));
     MUST(cuStreamSynchronize(s));
-    IN_USE(0, heap, "the graph's launch took the raised heap");
+    IN_USE(0, heap, "the graph's launch took the raised %s", what);
     CUdeviceptr a = 0;
     CUresult rc = cuMemAlloc_v2(&a, g_cap[0] - heap + 2 * MIB);
-    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "the cap's room beside the heap and 2 MiB more -> %d, expected 2", rc);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "the cap's room beside the %s and 2 MiB more -> %d, expected 2", what, rc);
     if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(a));
     MUST(cuGraphLaunch(e, s));
     MUST(launch_fn(k));
     MUST(cuStreamSynchronize(s));
     IN_USE(0, heap, "launched again, by the graph and directly: nothing more");
-    MUST(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, base + heap + more));
+    MUST(cuCtxSetLimit(limit, base + heap + more));
     MUST(launch_fn(k));
-    IN_USE(0, heap + more, "a direct launch took the heap raised again");
+    IN_USE(0, heap + more, "a direct launch took the %s raised again", what);
     MUST(cuGraphExecDestroy(e));
     MUST(cuGraphDestroy(g));
     MUST(cuModuleUnload(m));
-    IN_USE(0, heap + more, "the graph and the module gone: the heap stays with the context");
+    IN_USE(0, heap + more, "the graph and the module gone: the %s stays with the context", what);
     MUST(cuDevicePrimaryCtxRelease_v2(0));
     MUST(cuDevicePrimaryCtxRetain(&g_ctx[0], 0));
     use(0);
-    IN_USE(0, 0, "the context ended with its heap");
+    IN_USE(0, 0, "the context ended with its %s", what);
     MUST(cuDevicePrimaryCtxRelease_v2(0));
 }
+
+static void graph_heap(void) { late_limit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * MIB, "heap"); }
+static void printf_fifo(void) { late_limit(CU_LIMIT_PRINTF_FIFO_SIZE, MIB, "printf FIFO"); }
 
 /* Green contexts (CUDA 12.4): cuGreenCtxCreate retains the device's primary context (made
    then if inactive: FAKECUDA_CONTEXT_MEM) and takes FAKECUDA_GREEN_CTX_MEM of its own. */
@@ -1559,6 +1567,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "enumerated-attributes") == 0) enumerated_attributes();
     else if (strcmp(mode, "legacy-launches") == 0) legacy_launches();
     else if (strcmp(mode, "graph-heap") == 0) graph_heap();
+    else if (strcmp(mode, "printf-fifo") == 0) printf_fifo();
     else if (strcmp(mode, "green-contexts") == 0) green_contexts();
     else if (strcmp(mode, "lazy-kernels") == 0) lazy_kernels();
     else if (strcmp(mode, "library-global") == 0) library_global();

@@ -663,6 +663,17 @@ fn a_raised_heap_is_charged_at_whichever_launch_takes_it() {
     charged_alone_and_in_a_pool("graph-heap", &[("FAKECUDA_HEAP_AT_LAUNCH", "1")], &[]);
 }
 
+/// A raised printf FIFO (`CU_LIMIT_PRINTF_FIFO_SIZE`), which a driver may take after the
+/// call as it takes the malloc heap (the fake with `FAKECUDA_PRINTF_AT_LAUNCH`: at the
+/// context's next launch), is charged wherever it is taken, a graph's launch or a
+/// kernel's, kept with the context. Before, gpucap measured only the call: the FIFO (512
+/// MiB here) taken at the launch was charged nothing. Alone and in a pool (`escapes.c`,
+/// `printf-fifo`).
+#[test]
+fn a_raised_printf_fifo_is_charged_at_whichever_launch_takes_it() {
+    charged_alone_and_in_a_pool("printf-fifo", &[("FAKECUDA_PRINTF_AT_LAUNCH", "1")], &[]);
+}
+
 /// Green contexts (CUDA 12.4): `cuGreenCtxCreate` retains the device's primary context, so
 /// one made while the primary context is inactive makes it (256 MiB here), and takes a
 /// part of its own (64 MiB on the fake): both are charged, one the cap has no room for is

@@ -74,11 +74,11 @@ impl Use {
 
 /// Whether a launch of function `f` in the current context (a kernel handle: asked on
 /// device `kernel_on`) can take nothing on its own:
-/// its threads' local memory fits in the stack, and no raised malloc heap waits to be
-/// taken. Only then is its first launch left unchecked once it was asked for
+/// its threads' local memory fits in the stack, and no raised malloc heap (printf FIFO,
+/// pending-launch buffer) may wait to be taken. Only then is its first launch left unchecked once it was asked for
 /// (`cuModuleGetFunction`, `cuKernelGetFunction`).
 pub(super) fn takes_nothing_at_launch(f: Handle, kernel_on: Option<c_int>) -> bool {
-    !super::limits::heap_raised()
+    !super::limits::late_limit_raised()
         && super::limits::fits_the_stack(kernel_queries::local_size(f, kernel_on))
 }
 
@@ -100,9 +100,10 @@ pub(super) fn takes_nothing_at_launch(f: Handle, kernel_on: Option<c_int>) -> bo
 ///    own guarantee; see `Ledger::charge_past_cap`), said at error level. A use that cannot be
 ///    measured keeps what was reserved, and is said at error level under a cap.
 ///
-/// Once the program raised the malloc heap, which the driver takes at some later launch
-/// and the context keeps, a use's figure may hold the heap: it is kept with the context
-/// (credited when the context ends, not at its owner's unload) and taught to no estimate.
+/// Once the program raised the malloc heap (or the printf FIFO, the pending-launch buffer),
+/// which the driver takes at some later launch and the context keeps, a use's figure may
+/// hold it: it is kept with the context (credited when the context ends, not at its
+/// owner's unload) and taught to no estimate.
 #[cold]
 #[inline(never)]
 pub(super) fn first_use(
@@ -118,8 +119,8 @@ pub(super) fn first_use(
         Err(rc) => return rc,
     };
     let key = used.key;
-    // Eager loading loads nothing at a first use; a raised heap may be taken at one.
-    if kernel_queries::eager_loading() && !super::limits::heap_raised() {
+    // Eager loading loads nothing at a first use; a raised heap (FIFO, buffer) may be taken at one.
+    if kernel_queries::eager_loading() && !super::limits::late_limit_raised() {
         return loaded_eagerly(used, d, call, function);
     }
     let Some(ctx) = queries::current_context() else {
@@ -134,9 +135,9 @@ pub(super) fn first_use(
         return call(); // another thread's first use came first
     }
     let owner = owner();
-    // Once the heap is raised, a first use's figure may hold the heap, which the context
+    // Once the heap (FIFO, buffer) is raised, a first use's figure may hold it, which the context
     // keeps: taught to no estimate, and recorded under no owner (below).
-    let heap = super::limits::heap_raised();
+    let heap = super::limits::late_limit_raised();
     let loaded_there = owner != 0 && KERNELS.any(|&(c, _, o)| c == ctx as u64 && o == owner);
     let expected = ESTIMATES.expected(owner, loaded_there);
     let held = match expected {

@@ -164,21 +164,22 @@ pub fn graph_upload(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) 
 }
 
 pub fn graph_launch(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
-    if super::limits::heap_raised() {
-        return heap_launch(real, exec, stream);
+    if super::limits::late_limit_raised() {
+        return late_limit_launch(real, exec, stream);
     }
     on_stream("cuGraphLaunch", real, exec, stream)
 }
 
-/// A graph's launch once the program raised the malloc heap: the driver takes a raised
-/// heap at a later launch (which one is not recorded: `heap-when.py --graph` asks), a
-/// graph's as much as a kernel's, so each executable graph's first launch after a raise
+/// A graph's launch once the program raised the malloc heap (or the printf FIFO, the
+/// pending-launch buffer, `limits::late_limit_raised`): the driver takes a raised heap at
+/// a later launch (which one is not recorded: `heap-when.py --graph` asks), a graph's as
+/// much as a kernel's, so each executable graph's first launch after a raise
 /// is measured as a kernel's first use is (`first_use`; its charge kept with the
 /// context). Its graph memory is settled inside the measured call: measured by the
 /// driver's figure for this process, that charge is taken out of the launch's figure.
 #[cold]
 #[inline(never)]
-fn heap_launch(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
+fn late_limit_launch(real: Real<(Handle, Stream)>, exec: Handle, stream: Stream) -> CuResult {
     let launch = || on_stream("cuGraphLaunch", real, exec, stream);
     let Some(d) = super::current::current_device().and_then(|d| usize::try_from(d).ok()) else {
         return launch();

@@ -23,18 +23,27 @@ pub fn ctx_set_limit(real: Real<(c_int, usize)>, limit: c_int, value: usize) -> 
 
 /// `CU_LIMIT_STACK_SIZE`.
 const STACK_SIZE: c_int = 0;
-/// `CU_LIMIT_MALLOC_HEAP_SIZE`.
+/// `CU_LIMIT_PRINTF_FIFO_SIZE`, `CU_LIMIT_MALLOC_HEAP_SIZE`,
+/// `CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT`: the limits whose memory the driver may take
+/// after the call.
+const PRINTF_FIFO_SIZE: c_int = 1;
 const MALLOC_HEAP_SIZE: c_int = 2;
+const DEV_RUNTIME_PENDING_LAUNCH_COUNT: c_int = 4;
 
-/// Whether the program raised the malloc heap. The driver takes nothing at the call
-/// (driver 580) and takes the heap at a later launch (which one is not recorded:
-/// `scripts/gpu/diag/heap-when.py` asks it): so once it is raised, the next launch of
-/// every function is measured as a first use is, in either loading mode.
-static HEAP_RAISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether the program raised a limit whose memory the driver may take after the call: the
+/// malloc heap took nothing at the call (driver 580) and is taken at a later launch (which
+/// one is not recorded: `scripts/gpu/diag/heap-when.py` asks it); the printf FIFO and the
+/// device runtime's pending-launch buffer are measured at the call as any limit, and
+/// whether a driver takes them later is not recorded (the driver probe's
+/// `limit.printf_fifo_64MiB`, `limit.pending_launches_65536`): so once one is raised, the
+/// next launch of every function and every executable graph is measured as a first use
+/// is, in either loading mode, and whatever a launch takes for them is charged.
+static LATE_LIMIT_RAISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether the malloc heap was raised in this process (see [`HEAP_RAISED`]).
-pub(super) fn heap_raised() -> bool {
-    HEAP_RAISED.load(std::sync::atomic::Ordering::Relaxed)
+/// Whether a limit the driver may take later was raised in this process (see
+/// [`LATE_LIMIT_RAISED`]).
+pub(super) fn late_limit_raised() -> bool {
+    LATE_LIMIT_RAISED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether `local` bytes a thread fit in the current context's stack (0 always does).
@@ -155,9 +164,14 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
         // A kernel seen within the old stack may grow the new one at its next launch.
         crate::state::LAUNCHED.clear();
     }
-    if limit == MALLOC_HEAP_SIZE && value > old {
-        // The heap is taken at a later launch: each function's next one is measured.
-        HEAP_RAISED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let later = [
+        PRINTF_FIFO_SIZE,
+        MALLOC_HEAP_SIZE,
+        DEV_RUNTIME_PENDING_LAUNCH_COUNT,
+    ];
+    if later.contains(&limit) && value > old {
+        // What it takes may be taken at a later launch: each function's next one is measured.
+        LATE_LIMIT_RAISED.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::state::LAUNCHED.clear();
     }
     let verdict = judge_measured(api, "limit", d, measured.map(gpucap_core::residents::taken));
