@@ -8,6 +8,7 @@ pub mod device;
 pub mod export_tables;
 pub mod external;
 pub mod graph;
+pub mod graph_node;
 pub mod green;
 pub mod interop;
 pub mod ipc;

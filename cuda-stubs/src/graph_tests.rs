@@ -7,7 +7,8 @@ use std::ptr::{null, null_mut};
 
 use crate::abi::types::{
     CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEMCPY, CU_GRAPH_NODE_TYPE_MEMSET,
-    CudaKernelNodeParams, CudaKernelNodeParamsV1, CudaMemsetNodeParams,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUgraphNodeParams,
+    CudaKernelNodeParams, CudaKernelNodeParamsV1, CudaMemAllocNodeParams, CudaMemsetNodeParams,
 };
 use crate::abi::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS};
 use crate::api::copy::{
@@ -27,6 +28,7 @@ use crate::api::memory::{cuMemAlloc_v2, cuMemFree_v2};
 use crate::api::module::{cuKernelGetFunction, cuLibraryGetKernel, cuLibraryUnload};
 use crate::api::stream::{
     cuStreamBeginCapture_v2, cuStreamCreate, cuStreamDestroy_v2, cuStreamEndCapture,
+    cuStreamSynchronize,
 };
 use crate::api_tests::setup;
 use crate::image::build_elf;
@@ -507,6 +509,96 @@ fn kernel_nodes_return_the_parameters_they_were_made_with() {
             assert_eq!(cuGraphDestroy(gr), CUDA_SUCCESS);
         }
         assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+        assert_eq!(cuLibraryUnload(lib), CUDA_SUCCESS);
+    }
+}
+
+/// `value` laid into a `CUgraphNodeParams` of type `ty` (its union's first bytes).
+fn generic<T: Copy>(ty: i32, value: T) -> CUgraphNodeParams {
+    // SAFETY: CUgraphNodeParams is plain data; all zeros is a valid value.
+    let mut p: CUgraphNodeParams = unsafe { std::mem::zeroed() };
+    p.type_ = ty;
+    assert!(std::mem::size_of::<T>() <= std::mem::size_of_val(&p.params));
+    // SAFETY: `T` fits in the union (checked), which is 8-byte aligned.
+    unsafe { std::ptr::addr_of_mut!(p.params).cast::<T>().write(value) };
+    p
+}
+
+/// CUDA 12.2's generic node calls make a kernel, memset, memory allocation or free node as
+/// their own calls do (the allocation's address written back into the parameters), and
+/// change an executable graph's kernel or memset node; another node type is not supported.
+#[test]
+fn generic_node_calls_make_and_change_nodes_as_their_own_calls_do() {
+    let _g = setup();
+    use crate::api::graph_node::{cuGraphAddNode, cuGraphAddNode_v2, cuGraphExecNodeSetParams};
+    let elf = build_elf(&["generic_kernel"], &[]);
+    // SAFETY (all calls): valid pointers to locals, as a C caller would pass.
+    unsafe {
+        let lib = load_library(&elf);
+        let mut k = 0usize;
+        assert_eq!(
+            cuLibraryGetKernel(&mut k, lib, c"generic_kernel".as_ptr()),
+            CUDA_SUCCESS
+        );
+        let mut a = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut a, 4096), CUDA_SUCCESS);
+        let mut g = 0usize;
+        assert_eq!(cuGraphCreate(&mut g, 0), CUDA_SUCCESS);
+        // SAFETY: plain data; zeros are valid.
+        let mut kp: CudaKernelNodeParams = std::mem::zeroed();
+        kp.kern = k;
+        kp.v1.grid = [1, 1, 1];
+        kp.v1.block = [32, 1, 1];
+        let (mut kn, mut sn, mut an, mut fnode) = (0usize, 0usize, 0usize, 0usize);
+        let mut kernel = generic(0, kp);
+        assert_eq!(
+            cuGraphAddNode(&mut kn, g, null(), 0, &mut kernel),
+            CUDA_SUCCESS
+        );
+        let mut set = generic(2, memset(a, 7, 1, 64));
+        assert_eq!(
+            cuGraphAddNode_v2(&mut sn, g, &kn, null(), 1, &mut set),
+            CUDA_SUCCESS
+        );
+        // SAFETY: plain data; zeros are valid.
+        let mut ap: CudaMemAllocNodeParams = std::mem::zeroed();
+        ap.pool_props.alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        ap.pool_props.location.type_ = CU_MEM_LOCATION_TYPE_DEVICE;
+        ap.bytesize = 2 << 20;
+        let mut alloc = generic(10, ap);
+        assert_eq!(cuGraphAddNode(&mut an, g, &sn, 1, &mut alloc), CUDA_SUCCESS);
+        let written = std::ptr::addr_of!(alloc.params)
+            .cast::<CudaMemAllocNodeParams>()
+            .read();
+        assert_ne!(written.dptr, 0, "the allocation's address written back");
+        let mut free = generic(11, written.dptr);
+        assert_eq!(
+            cuGraphAddNode(&mut fnode, g, &an, 1, &mut free),
+            CUDA_SUCCESS
+        );
+        let types: Vec<i32> = nodes_of(g).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(types, vec![0, CU_GRAPH_NODE_TYPE_MEMSET, 10, 11]);
+        let mut host = generic(3, 0u64);
+        let mut x = 0usize;
+        assert_eq!(
+            cuGraphAddNode(&mut x, g, null(), 0, &mut host),
+            crate::abi::CUDA_ERROR_NOT_SUPPORTED,
+            "a host node"
+        );
+        let mut exec = 0usize;
+        assert_eq!(cuGraphInstantiateWithFlags(&mut exec, g, 0), CUDA_SUCCESS);
+        let mut set2 = generic(2, memset(a, 9, 1, 64));
+        assert_eq!(cuGraphExecNodeSetParams(exec, sn, &mut set2), CUDA_SUCCESS);
+        assert_eq!(
+            cuGraphExecNodeSetParams(exec, kn, &mut kernel),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuGraphLaunch(exec, 0), CUDA_SUCCESS);
+        assert_eq!(cuStreamSynchronize(0), CUDA_SUCCESS);
+        assert_eq!(back(a, 64), vec![9u8; 64], "the exec's memset changed");
+        assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+        assert_eq!(cuGraphDestroy(g), CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(a), CUDA_SUCCESS);
         assert_eq!(cuLibraryUnload(lib), CUDA_SUCCESS);
     }
 }

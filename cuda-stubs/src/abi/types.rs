@@ -126,6 +126,19 @@ pub const CUDA_ARRAY3D_DEFERRED_MAPPING: c_uint = 0x80;
 /// `cuMemMapArrayAsync`).
 pub const CUDA_ARRAY3D_MAPPED: c_uint = CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING;
 
+/// CUgraphNodeParams (CUDA 12.2): a node's type, then its parameters (a union of 232 bytes
+/// at offset 16: the node type's own parameter struct), then a reserved word.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUgraphNodeParams {
+    /// CUgraphNodeType: KERNEL 0, MEMCPY 1, MEMSET 2, ..., MEM_ALLOC 10, MEM_FREE 11.
+    pub type_: c_int,
+    pub reserved0: [c_int; 3],
+    pub params: [u64; 29],
+    pub reserved2: i64,
+}
+const _: () = assert!(std::mem::size_of::<CUgraphNodeParams>() == 256);
+
 /// CUarrayMapInfo (CUDA 11.1): one step of `cuMemMapArrayAsync`. `subresource` is the
 /// union of `sparseLevel` (eight u32: level, layer, offset x y z, extent w h d) and
 /// `miptail` (u32 layer, u64 offset, u64 size), as eight native-endian words.

@@ -47,7 +47,7 @@ fn check_deps(graph: usize, deps: *const usize, n: usize) -> CuResult {
 /// with `kern` is not checked); the parameters are kept as given (the node runs nothing,
 /// `cuGraphKernelNodeGetParams` returns them). Parameters given both as `kernelParams` and
 /// `extra` are CUDA_ERROR_INVALID_VALUE (`cuda.h`).
-fn add_kernel_node(
+pub(crate) fn add_kernel_node(
     ph: *mut usize,
     graph: usize,
     deps: *const usize,
@@ -128,7 +128,7 @@ fn function_name(f: usize) -> String {
 /// An update of a kernel node in an executable graph: the node one of the kernel nodes of
 /// the graph it was instantiated from, the new parameters valid as a new node's. Nothing
 /// is kept (the node runs nothing).
-fn set_exec_kernel(exec: usize, node: usize, p: CudaKernelNodeParams) -> CuResult {
+pub(crate) fn set_exec_kernel(exec: usize, node: usize, p: CudaKernelNodeParams) -> CuResult {
     graph::exec_kernel(exec, node)?;
     let (f, _) = kernel_of(p)?;
     note(|| function_name(f));
