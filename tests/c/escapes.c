@@ -88,6 +88,8 @@
  *                  (cuGraphAddKernelNode_v2 with the kernel handle): the library's code
  *                  the driver loads for it is charged; an executable graph's node given a
  *                  second library's kernel (cuGraphExecKernelNodeSetParams_v2) likewise.
+ *   graph-generic-node, graph-generic-node-v2 (the same) with CUDA 12.2's generic calls:
+ *                  cuGraphAddNode (or _v2) and cuGraphExecNodeSetParams.
  *   enumerated-functions (cap <cap0> = 2 GiB; FAKECUDA_FUNCTION_MEM=<code>) a module's two
  *                  functions listed by cuModuleEnumerateFunctions (partially loaded:
  *                  nothing taken); the first one's first launch and cuFuncLoad of the
@@ -844,11 +846,46 @@ typedef struct {
 CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
 CUresult cuGraphAddKernelNode_v2(void **node, CUgraph graph, const void **deps, size_t n, const KernelNodeParams *p);
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, void *node, const KernelNodeParams *p);
+/* CUDA 12.2's generic node parameters: the type, then (at 16) the type's own struct. */
+typedef struct {
+    int type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        KernelNodeParams kernel;
+    } u;
+    long long reserved2;
+} CUgraphNodeParams;
+CUresult cuGraphAddNode(void **node, CUgraph graph, const void **deps, size_t n, CUgraphNodeParams *p);
+CUresult cuGraphAddNode_v2(void **node, CUgraph graph, const void **deps, const void *edges, size_t n,
+                           CUgraphNodeParams *p);
+CUresult cuGraphExecNodeSetParams(CUgraphExec exec, void *node, CUgraphNodeParams *p);
+
+/* A kernel node made from `p` by the call `how` names: 0 cuGraphAddKernelNode_v2, 1 the
+   generic cuGraphAddNode, 2 cuGraphAddNode_v2. */
+static CUresult add_kernel_node(int how, void **node, CUgraph g, const KernelNodeParams *p) {
+    if (how == 0) return cuGraphAddKernelNode_v2(node, g, NULL, 0, p);
+    CUgraphNodeParams gp;
+    memset(&gp, 0, sizeof gp);
+    gp.u.kernel = *p;
+    return how == 1 ? cuGraphAddNode(node, g, NULL, 0, &gp) : cuGraphAddNode_v2(node, g, NULL, NULL, 0, &gp);
+}
+
+/* An executable graph's kernel node given `p`: cuGraphExecKernelNodeSetParams_v2 (how 0) or
+   the generic cuGraphExecNodeSetParams. */
+static CUresult set_exec_kernel_node(int how, CUgraphExec x, void *node, const KernelNodeParams *p) {
+    if (how == 0) return cuGraphExecKernelNodeSetParams_v2(x, node, p);
+    CUgraphNodeParams gp;
+    memset(&gp, 0, sizeof gp);
+    gp.u.kernel = *p;
+    return cuGraphExecNodeSetParams(x, node, &gp);
+}
 
 /* A graph built by hand: a kernel node of a library never used in the context makes the
    driver load the library's code for the graph (the fake: at cuGraphAddKernelNode), and so
-   does an executable graph's node given another library's kernel. */
-static void graph_node_library(void) {
+   does an executable graph's node given another library's kernel. `how`: the calls, as
+   add_kernel_node's. */
+static void graph_node_library(int how) {
     CUlibrary l = NULL;
     CUkernel k = NULL;
     size_t code = local_library(&l, &k, "local4k", 0);
@@ -862,7 +899,7 @@ static void graph_node_library(void) {
     p.bx = 32;
     p.by = p.bz = 1;
     void *node = NULL;
-    MUST(cuGraphAddKernelNode_v2(&node, g, NULL, 0, &p));
+    MUST(add_kernel_node(how, &node, g, &p));
     CUgraphExec x = NULL;
     MUST(cuGraphInstantiateWithFlags(&x, g, 0));
     CUstream s = NULL;
@@ -876,7 +913,7 @@ static void graph_node_library(void) {
     MUST(cuLibraryLoadData(&l2, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
     MUST(cuLibraryGetKernel(&k2, l2, "local4k"));
     p.kern = k2;
-    MUST(cuGraphExecKernelNodeSetParams_v2(x, node, &p));
+    MUST(set_exec_kernel_node(how, x, node, &p));
     MUST(cuGraphLaunch(x, s));
     MUST(cuStreamSynchronize(s));
     IN_USE(0, 2 * code + stack_takes(6), "the node's new kernel loaded with its library");
@@ -1562,7 +1599,9 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "graph-local-stack") == 0) graph_local_stack();
     else if (strcmp(mode, "capture-local-library") == 0) capture_local_library();
     else if (strcmp(mode, "kernel-function-stack") == 0) kernel_function_stack();
-    else if (strcmp(mode, "graph-node-library") == 0) graph_node_library();
+    else if (strcmp(mode, "graph-node-library") == 0) graph_node_library(0);
+    else if (strcmp(mode, "graph-generic-node") == 0) graph_node_library(1);
+    else if (strcmp(mode, "graph-generic-node-v2") == 0) graph_node_library(2);
     else if (strcmp(mode, "enumerated-functions") == 0) enumerated_functions();
     else if (strcmp(mode, "enumerated-attributes") == 0) enumerated_attributes();
     else if (strcmp(mode, "legacy-launches") == 0) legacy_launches();

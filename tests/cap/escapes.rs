@@ -598,6 +598,18 @@ fn a_graph_built_by_hand_has_its_kernels_code_charged() {
     );
 }
 
+/// The same graph built with CUDA 12.2's generic node calls (`cuGraphAddNode`, `_v2`, and
+/// `cuGraphExecNodeSetParams`, a `CUgraphNodeParams` of the kernel type): gpucap loads the
+/// node's kernel first, measured, as for `cuGraphAddKernelNode`. Before, they were
+/// forwarded: each library's code (128 MiB here) was charged nothing. Alone and in a pool
+/// (`escapes.c`, `graph-generic-node`, `graph-generic-node-v2`).
+#[test]
+fn a_graph_built_with_the_generic_node_calls_has_its_kernels_code_charged() {
+    for mode in ["graph-generic-node", "graph-generic-node-v2"] {
+        charged_alone_and_in_a_pool(mode, &[("FAKECUDA_LIBRARY_MEM", "128Mi")], &[]);
+    }
+}
+
 /// A module's functions listed by `cuModuleEnumerateFunctions` (CUDA 12.4) are "partially
 /// loaded" under lazy loading, and "CUDA APIs may load the function automatically" (NVIDIA's
 /// documentation; the fake loads one at its first launch, an attribute asked, `cuFuncLoad`):

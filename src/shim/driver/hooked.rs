@@ -23,9 +23,9 @@ use std::sync::atomic::{
 
 use super::types::{
     Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1, ArrayMapInfo,
-    CText, CuResult, Dptr, Handle, In, InArray, InstantiateParams, KernelNodeParams,
-    KernelNodeParamsV1, LaunchConfigHead, LocationPrefix, NvmlProcessDetailList, Out, OutArray,
-    Stream,
+    CText, CuResult, Dptr, GraphNodeParamsHead, Handle, In, InArray, InstantiateParams,
+    KernelNodeParams, KernelNodeParamsV1, LaunchConfigHead, LocationPrefix, NvmlProcessDetailList,
+    Out, OutArray, Stream,
 };
 use crate::resolve::{driver_symbol, in_main_program};
 use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
@@ -242,6 +242,15 @@ macro_rules! hooked {
                 (node: Out<Handle>, graph: Handle, deps: *const Handle, n: usize, params: In<KernelNodeParams>) => hooks::graphs::graph_add_kernel_node;
             cuGraphExecKernelNodeSetParams_v2 = "cuGraphExecKernelNodeSetParams" @ 12000 :
                 (exec: Handle, node: Handle, params: In<KernelNodeParams>) => hooks::graphs::graph_exec_kernel_node_set_params;
+            // CUDA 12.2's generic node calls: a kernel node's kernel loaded first alike.
+            cuGraphAddNode = "cuGraphAddNode" @ 12020 :
+                (node: Out<Handle>, graph: Handle, deps: *const Handle, n: usize, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_add_node;
+            cuGraphAddNode_v2 = "cuGraphAddNode" @ 12030 :
+                (node: Out<Handle>, graph: Handle, deps: *const Handle, edges: *const c_void, n: usize, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_add_node_v2;
+            cuGraphAddNode_v3 = "cuGraphAddNode" @ 13040 :
+                (node: Out<Handle>, graph: Handle, deps: *const Handle, edges: *const c_void, n: usize, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_add_node_v2;
+            cuGraphExecNodeSetParams = "cuGraphExecNodeSetParams" @ 12020 :
+                (exec: Handle, node: Handle, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_exec_node_set_params;
             cuGraphUpload = "cuGraphUpload" @ 11010 : (exec: Handle, stream: Stream) => hooks::graphs::graph_upload;
             cuGraphUpload_ptsz = "cuGraphUpload" @ 11010 ptsz : (exec: Handle, stream: Stream) => hooks::graphs::graph_upload;
             cuGraphLaunch = "cuGraphLaunch" @ 10000 : (exec: Handle, stream: Stream) => hooks::graphs::graph_launch;

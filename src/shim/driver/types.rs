@@ -246,6 +246,24 @@ impl<'a, T> In<'a, T> {
     }
 }
 
+/// `CUgraphNodeParams` (CUDA 12.2, `cuGraphAddNode`, `cuGraphExecNodeSetParams`) through its
+/// first bytes: the node's type and, for a kernel node (type 0), the union's
+/// `CUDA_KERNEL_NODE_PARAMS_v3` (the `_v2` layout). The whole struct is 256 bytes, so a
+/// pointer to one points to a valid head.
+#[repr(C)]
+pub struct GraphNodeParamsHead {
+    pub node_type: c_int,
+    pub reserved: [c_int; 3],
+    pub kernel: KernelNodeParams,
+}
+// The header's layout, as cudarc's bindings of cuda.h give it.
+const _: () = {
+    use cudarc::driver::sys::CUgraphNodeParams as C;
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<GraphNodeParamsHead>() <= size_of::<C>());
+    assert!(offset_of!(GraphNodeParamsHead, kernel) == offset_of!(C, __bindgen_anon_1));
+};
+
 /// An array of descriptors the program passes (`count` of them, its own argument) for the
 /// hook and the driver to read.
 #[repr(transparent)]

@@ -6,15 +6,16 @@
 //! reserved against the cap (the process's and its pool's): one the cap cannot take is
 //! refused with `CUDA_ERROR_OUT_OF_MEMORY` and gpucap's line before the driver is called.
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 
 use super::first_use::{Use, first_use};
 use super::{checked_device, reserve_on, shim, visible_count, written_handle};
 use crate::driver::forward::Real;
 use crate::driver::types::{
-    CUDA_ERROR_INVALID_DEVICE, CUDA_SUCCESS, CuResult, Handle, In, InstantiateParams,
-    KernelNodeParams, KernelNodeParamsV1, Out, Stream,
+    CU_GRAPH_NODE_TYPE_KERNEL, CUDA_ERROR_INVALID_DEVICE, CUDA_SUCCESS, CuResult,
+    GraphNodeParamsHead, Handle, In, InstantiateParams, KernelNodeParams, KernelNodeParamsV1, Out,
+    Stream,
 };
 use crate::driver::{graph_queries, queries};
 use crate::log::log;
@@ -67,6 +68,15 @@ pub fn graph_instantiate_with_params(
 /// `cuGraphAddKernelNode*`'s arguments: the node, the graph, its dependencies and their
 /// count, the node's parameters (`P`: CUDA 10's or 12's layout).
 type AddKernelNodeArgs<'a, P> = (Out<'a, Handle>, Handle, *const Handle, usize, In<'a, P>);
+/// `cuGraphAddNode_v2`'s arguments: as `cuGraphAddNode`'s, with the edge data.
+type AddNodeV2Args<'a> = (
+    Out<'a, Handle>,
+    Handle,
+    *const Handle,
+    *const c_void,
+    usize,
+    In<'a, GraphNodeParamsHead>,
+);
 
 /// `cuGraphAddKernelNode_v2`: the node's kernel loaded into its context first, measured
 /// (`launches::load_for_graph`), then the node made.
@@ -124,6 +134,59 @@ pub fn graph_exec_kernel_node_set_params_v1(
         function_node(params),
         || real.call(exec, node, params),
     )
+}
+
+/// `cuGraphAddNode` (CUDA 12.2's generic call): a kernel node's kernel loaded into its
+/// context first, as at `cuGraphAddKernelNode_v2`; another type is the driver's alone.
+pub fn graph_add_node(
+    real: Real<AddKernelNodeArgs<GraphNodeParamsHead>>,
+    node: Out<Handle>,
+    graph: Handle,
+    deps: *const Handle,
+    n: usize,
+    params: In<GraphNodeParamsHead>,
+) -> CuResult {
+    kernel_first("cuGraphAddNode", generic_kernel(params), || {
+        real.call(node, graph, deps, n, params)
+    })
+}
+
+/// `cuGraphAddNode_v2`, `_v3` (with edge data): as [`graph_add_node`].
+pub fn graph_add_node_v2(
+    real: Real<AddNodeV2Args>,
+    node: Out<Handle>,
+    graph: Handle,
+    deps: *const Handle,
+    edges: *const c_void,
+    n: usize,
+    params: In<GraphNodeParamsHead>,
+) -> CuResult {
+    kernel_first("cuGraphAddNode", generic_kernel(params), || {
+        real.call(node, graph, deps, edges, n, params)
+    })
+}
+
+/// `cuGraphExecNodeSetParams`: an executable graph's kernel node given another kernel,
+/// loaded first as at `cuGraphExecKernelNodeSetParams_v2`.
+pub fn graph_exec_node_set_params(
+    real: Real<(Handle, Handle, In<GraphNodeParamsHead>)>,
+    exec: Handle,
+    node: Handle,
+    params: In<GraphNodeParamsHead>,
+) -> CuResult {
+    kernel_first("cuGraphExecNodeSetParams", generic_kernel(params), || {
+        real.call(exec, node, params)
+    })
+}
+
+/// A generic node's kernel, as [`node_kernel`]: nulls for another type of node.
+fn generic_kernel(params: In<GraphNodeParamsHead>) -> (Handle, Handle, Handle) {
+    match params.get() {
+        Some(p) if p.node_type == CU_GRAPH_NODE_TYPE_KERNEL => {
+            (p.kernel.func, p.kernel.kern, p.kernel.ctx)
+        }
+        _ => (null_mut(), null_mut(), null_mut()),
+    }
 }
 
 /// A kernel node's function, kernel handle and context (nulls where the program passed no
