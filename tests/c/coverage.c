@@ -35,8 +35,6 @@
 
 /* ---- declarations beyond fakecuda.h --------------------------------------- */
 
-typedef struct CUarray_st *CUarray;
-typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUevent_st *CUevent;
 
 typedef struct {
@@ -44,12 +42,6 @@ typedef struct {
     int Format;
     unsigned int NumChannels;
 } CUDA_ARRAY_DESCRIPTOR;
-
-typedef struct {
-    size_t Width, Height, Depth;
-    int Format;
-    unsigned int NumChannels, Flags;
-} CUDA_ARRAY3D_DESCRIPTOR;
 
 typedef struct {
     unsigned int Width, Height;

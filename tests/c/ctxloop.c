@@ -38,7 +38,6 @@
 #define _GNU_SOURCE
 #include "fakecuda.h"
 
-typedef struct CUarray_st *CUarray;
 typedef struct {
     size_t Width, Height;
     int Format; /* CUarray_format */

@@ -381,13 +381,6 @@ static void vmm_unmap_many(void) {
    the cap; released right after, as with cuMemMap, each stays charged while the array maps
    it, so 3/4 of the cap is refused; an unmapping that covers it, or the array's end, gives
    it back. */
-typedef struct CUarray_st *CUarray;
-typedef struct CUmipmappedArray_st *CUmipmappedArray;
-typedef struct {
-    size_t Width, Height, Depth;
-    int Format;
-    unsigned int NumChannels, Flags;
-} CUDA_ARRAY3D_DESCRIPTOR;
 typedef struct {
     int resourceType; /* CU_RESOURCE_TYPE_ARRAY 0, _MIPMAPPED_ARRAY 1 */
     void *resource;

@@ -117,6 +117,16 @@ typedef struct {
 FAKECUDA_STATIC_ASSERT(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
 FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, allocFlags) == 24, "allocFlags at 24");
 
+/* CUDA arrays (cuArray3DCreate_v2, cuMipmappedArrayCreate). */
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct {
+    size_t Width, Height, Depth;
+    int Format;
+    unsigned int NumChannels, Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+FAKECUDA_STATIC_ASSERT(sizeof(CUDA_ARRAY3D_DESCRIPTOR) == 40, "CUDA_ARRAY3D_DESCRIPTOR is 40 bytes");
+
 /* CUdevResource (green contexts, CUDA 12.4) as CUDA 13's cuda.h lays it out: 144 bytes
    (12.4's SM fields at the same offsets). */
 typedef struct {

@@ -72,28 +72,32 @@ impl Place {
     }
 }
 
+/// A region of level `level`, layer 0 (for tests here and in `array_tiles`).
+#[cfg(test)]
+pub(super) fn level(level: u32, offset: [u32; 3], extent: [u32; 3]) -> Place {
+    Place::Level {
+        level,
+        layer: 0,
+        offset,
+        extent,
+    }
+}
+
+/// A range of layer `layer`'s mip tail (for tests).
+#[cfg(test)]
+pub(super) fn tail(layer: u32, offset: u64, size: u64) -> Place {
+    Place::MipTail {
+        layer,
+        offset,
+        size,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
-
-    fn level(level: u32, offset: [u32; 3], extent: [u32; 3]) -> Place {
-        Place::Level {
-            level,
-            layer: 0,
-            offset,
-            extent,
-        }
-    }
-
-    fn tail(layer: u32, offset: u64, size: u64) -> Place {
-        Place::MipTail {
-            layer,
-            offset,
-            size,
-        }
-    }
 
     #[test]
     fn places_overlap_where_they_share_elements_of_one_level_and_layer() {

@@ -77,27 +77,11 @@ impl VmmHandles {
 
 #[cfg(test)]
 mod tests {
+    use super::super::array_place::{level, tail};
     use super::*;
     use crate::ledger::Charge;
 
     const MIB: u64 = 1 << 20;
-
-    fn level(level: u32, offset: [u32; 3], extent: [u32; 3]) -> Place {
-        Place::Level {
-            level,
-            layer: 0,
-            offset,
-            extent,
-        }
-    }
-
-    fn tail(layer: u32, offset: u64, size: u64) -> Place {
-        Place::MipTail {
-            layer,
-            offset,
-            size,
-        }
-    }
 
     fn vmm_with(handle: u64, bytes: u64) -> VmmHandles {
         let v = VmmHandles::new();
