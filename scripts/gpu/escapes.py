@@ -48,6 +48,9 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      the room: charged as the driver took it, a kernel with
                                      twice that refused (the stack kept), lowering the
                                      stack gives back what the driver gave back
+  escapes.py legacy-launch --cap N   the same kernels launched by the deprecated cuLaunchGrid
+                                     (the block set by cuFuncSetBlockShape, the parameter
+                                     by cuParamSetv)
   escapes.py capture-lazy --cap N    lazy-kernels with the kernel first put into a graph:
   escapes.py graph-node --cap N      its first launch inside a stream capture (global mode,
                                      as PyTorch captures; the capture ends with its graph:
@@ -57,6 +60,9 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
                                      wherever it took it (the capture or the node's making,
                                      the instantiation, the launch: printed); 0.6 x the room
                                      more refused; the unload gives it back
+  escapes.py graph-generic-node --cap N  graph-node with the node made by CUDA 12.2's
+                                     generic cuGraphAddNode_v2 (a CUgraphNodeParams of the
+                                     kernel type)
   escapes.py green-context --cap N    two green contexts (CUDA 12.4), the first made while the
                                      primary context is inactive (cuGreenCtxCreate retains it,
                                      so makes it): after each, the room dropped by at least
@@ -358,10 +364,16 @@ class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
         [("params", vp), ("extra", vp), ("kern", vp), ("ctx", vp)]
 
 
-def graph_lazy(drv, w, cap, by_hand):
+class GraphNodeParams(ctypes.Structure):  # CUgraphNodeParams (CUDA 12.2): 256 bytes
+    _fields_ = [("type", c_int), ("reserved0", c_int * 3), ("kernel", KernelNodeParams),
+                ("rest", ctypes.c_ubyte * (232 - ctypes.sizeof(KernelNodeParams))), ("reserved2", ctypes.c_longlong)]
+
+
+def graph_lazy(drv, w, cap, by_hand, generic=False):
     """A library's kernel, never launched, put into a graph: first launched inside a stream
     capture (global mode, as PyTorch captures), or (by_hand) a kernel node of a graph built
-    with cuGraphAddKernelNode_v2; then instantiated and launched."""
+    with cuGraphAddKernelNode_v2 (generic: with CUDA 12.2's cuGraphAddNode_v2); then
+    instantiated and launched."""
     room, size, ptx = big_global(drv, cap, "a library", kernel=True)
     lib, k, s, g, x = vp(), vp(), vp(), vp(), vp()
     before = w.look(0, "before the library is loaded")
@@ -375,9 +387,15 @@ def graph_lazy(drv, w, cap, by_hand):
         drv.must("cuGraphCreate", ctypes.byref(g), ctypes.c_uint(0))
         p = KernelNodeParams(kern=k.value, gx=1, gy=1, gz=1, bx=1, by=1, bz=1)
         node = vp()
-        rc = drv.L.cuGraphAddKernelNode_v2(ctypes.byref(node), g, None, sz(0), ctypes.byref(p))
+        if generic:
+            call = "cuGraphAddNode_v2"
+            rc = drv.L.cuGraphAddNode_v2(ctypes.byref(node), g, None, None, sz(0),
+                                         ctypes.byref(GraphNodeParams(type=0, kernel=p)))
+        else:
+            call = "cuGraphAddKernelNode_v2"
+            rc = drv.L.cuGraphAddKernelNode_v2(ctypes.byref(node), g, None, sz(0), ctypes.byref(p))
         if rc != 0:
-            fail("cuGraphAddKernelNode_v2 of the library's kernel -> %d" % rc)
+            fail("%s of the library's kernel -> %d" % (call, rc))
         made = w.look(0, "its kernel added to a graph built by hand") - before
     else:
         where = "the capture"
@@ -417,6 +435,10 @@ def graph_node(drv, w, cap):
     return graph_lazy(drv, w, cap, by_hand=True)
 
 
+def graph_generic_node(drv, w, cap):
+    return graph_lazy(drv, w, cap, by_hand=True, generic=True)
+
+
 def local_kernel(local):
     """PTX of a kernel `k(out)` whose threads keep `local` bytes of local memory (an array
     indexed by the thread, so that none of it can be left out)."""
@@ -430,7 +452,10 @@ def local_kernel(local):
             "\tadd.u64 %%rd6, %%rd2, %%rd3;\n\tst.global.u32 [%%rd6], %%r2;\n\tret;\n}\n" % local).encode()
 
 
-def local_stack(drv, w, cap):
+def local_stack(drv, w, cap, legacy=False):
+    """A kernel whose threads need more local memory than the stack, launched (legacy: by
+    the deprecated cuLaunchGrid, its block set by cuFuncSetBlockShape, its parameter by
+    cuParamSetv): the stack it grows is charged; twice that is refused."""
     room = room_of(drv, 0, cap)
     sms, per_sm, k, old = stack_steps(drv, room)
     rc, out = drv.alloc(4096)
@@ -438,6 +463,14 @@ def local_stack(drv, w, cap):
         fail("cuMemAlloc_v2(4 KiB) -> %d" % rc)
     arg = u64(out)
     params = (vp * 1)(ctypes.cast(ctypes.byref(arg), vp))
+
+    def launch(f):
+        if not legacy:
+            return drv.L.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, None, params, None)
+        drv.must("cuFuncSetBlockShape", f, c_int(32), c_int(1), c_int(1))
+        drv.must("cuParamSetv", f, c_int(0), ctypes.byref(arg), ctypes.c_uint(8))
+        drv.must("cuParamSetSize", f, ctypes.c_uint(8))
+        return drv.L.cuLaunchGrid(f, c_int(1), c_int(1))
 
     def kernel(local):
         m, f, got = vp(), vp(), c_int()
@@ -452,7 +485,7 @@ def local_stack(drv, w, cap):
         fail("the kernel's threads take %d bytes of local memory, within the %d-byte stack: nothing to grow"
              % (local1, old.value))
     before = w.look(0, "before the kernel's launch")
-    rc = drv.L.cuLaunchKernel(f1, 1, 1, 1, 32, 1, 1, 0, None, params, None)
+    rc = launch(f1)
     if rc != 0:
         fail("the launch of a kernel with %d bytes of local memory a thread, %s free under the cap -> %d"
              % (local1, mib(room), rc))
@@ -467,7 +500,7 @@ def local_stack(drv, w, cap):
         fail("a launch that grew the stack to %d bytes a thread took %s of the driver, gpucap charged %s"
              % (grown.value, mib(took), mib(charged)))
     m2, f2, local2 = kernel(2 * local1)
-    rc = drv.L.cuLaunchKernel(f2, 1, 1, 1, 32, 1, 1, 0, None, params, None)
+    rc = launch(f2)
     if rc == 0:
         fail("a kernel with %d bytes of local memory a thread launched with %s free under the cap"
              % (local2, mib(raised)))
@@ -500,6 +533,10 @@ class DevResource(ctypes.Structure):
     _fields_ = [("type", ctypes.c_uint), ("padding", ctypes.c_ubyte * 92), ("sm_count", ctypes.c_uint),
                 ("min_partition", ctypes.c_uint), ("alignment", ctypes.c_uint), ("flags", ctypes.c_uint),
                 ("rest", ctypes.c_ubyte * 24), ("next", ctypes.c_void_p)]
+
+
+def legacy_launch(drv, w, cap):
+    return local_stack(drv, w, cap, legacy=True)
 
 
 def green_context(drv, w, cap):
@@ -554,15 +591,16 @@ def green_context(drv, w, cap):
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
         print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
-              "|lazy-kernels|library-global|local-stack|capture-lazy|graph-node|green-context --cap BYTES",
+              "|lazy-kernels|library-global|local-stack|legacy-launch|capture-lazy|graph-node|graph-generic-node"
+              "|green-context --cap BYTES",
               file=sys.stderr)
         return 2
     cap = int(argv[2])
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
              "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit,
              "lazy-kernels": lazy_kernels, "library-global": library_global, "local-stack": local_stack,
-             "capture-lazy": capture_lazy,
-             "graph-node": graph_node, "green-context": green_context}
+             "legacy-launch": legacy_launch, "capture-lazy": capture_lazy,
+             "graph-node": graph_node, "graph-generic-node": graph_generic_node, "green-context": green_context}
     try:
         if argv[0] not in modes:
             fail("unknown mode %s" % argv[0])

@@ -7,8 +7,8 @@
 
 CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
-    escape-module-globals escape-stack-limit escape-local-stack escape-lazy-kernels escape-library-global escape-capture-lazy
-    escape-graph-node escape-green-context
+    escape-module-globals escape-stack-limit escape-local-stack escape-legacy-launch escape-lazy-kernels
+    escape-library-global escape-capture-lazy escape-graph-node escape-graph-generic-node escape-green-context
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
 ACCOUNTING=$SRC_DIR/accounting.py
@@ -63,6 +63,8 @@ check_escape_module_globals() { escape_check "$1" module-globals; }
 check_escape_stack_limit() { escape_check "$1" stack-limit; }
 # a kernel's local memory: the stack the driver grows to it at its launch
 check_escape_local_stack() { escape_check "$1" local-stack; }
+# the same kernels launched by the deprecated cuLaunchGrid (cuFuncSetBlockShape, cuParamSetv)
+check_escape_legacy_launch() { escape_check "$1" legacy-launch; }
 # a library's global and code, loaded at its kernel's first launch
 check_escape_lazy_kernels() { escape_check "$1" lazy-kernels; }
 # the same library loaded for its global (cuLibraryGetGlobal) before any kernel of it ran
@@ -71,6 +73,8 @@ check_escape_library_global() { escape_check "$1" library-global; }
 check_escape_capture_lazy() { escape_check "$1" capture-lazy; }
 # the same, the kernel put into a graph built by hand (a kernel node, never launched)
 check_escape_graph_node() { escape_check "$1" graph-node; }
+# the same node made by CUDA 12.2's generic cuGraphAddNode_v2
+check_escape_graph_generic_node() { escape_check "$1" graph-generic-node; }
 # green contexts: the primary context the first one retains (makes), and each one's own part
 check_escape_green_context() { escape_check "$1" green-context; }
 
