@@ -34,6 +34,9 @@ pub mod vmm;
 // Modules, libraries and functions (their globals are linear allocations).
 pub mod module;
 
+// What the deprecated launches take from earlier calls on a function.
+pub mod launch_shape;
+
 // Across kinds: what an address is, and what goes when a context ends.
 pub mod address;
 pub mod teardown;

@@ -47,8 +47,11 @@ crate::abi::exports! {
         create(handle, inp(desc)?)
     }
 
+    // What is mapped into it (cuMemMapArrayAsync) is unmapped with it.
     fn cuArrayDestroy(handle: usize) {
-        array::destroy(handle)
+        array::destroy(handle)?;
+        crate::model::vmm::drop_array_tiles(handle);
+        Ok(())
     }
 
     fn cuArrayGetDescriptor_v2(desc: *mut CudaArrayDescriptor, handle: usize) {
@@ -90,7 +93,9 @@ crate::abi::exports! {
 
     fn cuMipmappedArrayDestroy(handle: usize) {
         cfg()?;
-        array::destroy_mipmap(handle)
+        array::destroy_mipmap(handle)?;
+        crate::model::vmm::drop_array_tiles(handle);
+        Ok(())
     }
 
     fn cuMipmappedArrayGetLevel(level_array: *mut usize, handle: usize, level: c_uint) {

@@ -54,9 +54,7 @@ fn launch(k: KernelNode, stream_h: usize) -> CuResult {
 /// set on it before (none set: a 0 x 0 x 0 block, refused as `cuLaunchKernel` refuses it).
 fn launch_shaped(f: usize, w: c_int, h: c_int, stream_h: usize) -> CuResult {
     let grid = |n: c_int| c_uint::try_from(n).map_err(|_| CUDA_ERROR_INVALID_VALUE);
-    let shape = module::get_function(f)
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?
-        .shape;
+    let shape = crate::model::launch_shape::of(f)?;
     let k = kernel(
         f,
         [grid(w)?, grid(h)?, 1],
@@ -195,11 +193,11 @@ crate::abi::exports! {
     fn cuFuncSetBlockShape(f: usize, x: c_int, y: c_int, z: c_int) {
         let dim = |n: c_int| c_uint::try_from(n).map_err(|_| CUDA_ERROR_INVALID_VALUE);
         let block = [dim(x)?, dim(y)?, dim(z)?];
-        module::set_shape(f, |s| s.block = block)
+        crate::model::launch_shape::set(f, |s| s.block = block)
     }
 
     fn cuFuncSetSharedSize(f: usize, bytes: c_uint) {
-        module::set_shape(f, |s| s.shared = bytes)
+        crate::model::launch_shape::set(f, |s| s.shared = bytes)
     }
 
     fn cuParamSetSize(f: usize, bytes: c_uint) {

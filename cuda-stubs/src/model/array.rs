@@ -12,7 +12,8 @@
 //! - arrays created with CUDA_ARRAY3D_SPARSE or CUDA_ARRAY3D_DEFERRED_MAPPING are not
 //!   charged (no memory until `cuMemMapArrayAsync` maps `cuMemCreate` memory into them,
 //!   `vmm::map_array`, charged as that handle), but report the same requirements; what is
-//!   mapped into one is unmapped at its end.
+//!   mapped into one is unmapped at its end (`vmm::drop_array_tiles`, called by the API's
+//!   destroy calls and `teardown`).
 
 use super::HashMap;
 use std::sync::Mutex;
@@ -190,7 +191,6 @@ pub fn destroy(handle: usize) -> CuResult {
         Some(a) if a.level_of.is_none() => {
             let a = arr.remove(&handle).unwrap();
             drop(arr);
-            super::vmm::drop_array_tiles(handle);
             if a.size > 0 {
                 l.release(a.dev, a.size, true);
             }
@@ -270,7 +270,6 @@ pub fn mipmap_level(handle: usize, level: u32) -> Result<usize, CUresult> {
 pub fn destroy_mipmap(handle: usize) -> CuResult {
     let m = mipmaps().remove(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     release_mipmap(&m, true);
-    super::vmm::drop_array_tiles(handle);
     Ok(())
 }
 
@@ -287,9 +286,12 @@ fn release_mipmap(m: &Mipmap, call: bool) {
     }
 }
 
-/// Frees the arrays and mipmapped arrays of a context that ended (not counted as free calls).
-pub fn free_all_of_context(ctx: Ctx) {
-    let Ok(l) = ledger() else { return };
+/// Frees the arrays and mipmapped arrays of a context that ended (not counted as free
+/// calls); their handles, for what is mapped into them (`teardown`).
+pub fn free_all_of_context(ctx: Ctx) -> Vec<usize> {
+    let Ok(l) = ledger() else {
+        return Vec::new();
+    };
     let mut ended = Vec::new();
     arrays().retain(|&h, a| {
         if a.ctx == ctx && a.size > 0 {
@@ -315,7 +317,7 @@ pub fn free_all_of_context(ctx: Ctx) {
         release_mipmap(m, false);
         ended.push(*h);
     }
-    ended.into_iter().for_each(super::vmm::drop_array_tiles);
+    ended
 }
 
 #[cfg(test)]

@@ -67,17 +67,6 @@ pub struct Function {
     /// "partially loaded" under lazy loading, its code taken at the first call that needs
     /// it ([`load_function`]).
     pub loaded: bool,
-    /// What the deprecated launches (`cuLaunch`, `cuLaunchGrid`, `cuLaunchGridAsync`) take
-    /// from earlier calls: the block (`cuFuncSetBlockShape`; none set: 0 x 0 x 0, which no
-    /// launch accepts) and the dynamic shared memory (`cuFuncSetSharedSize`).
-    pub shape: Shape,
-}
-
-/// A function's block and dynamic shared memory for the deprecated launches.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Shape {
-    pub block: [c_uint; 3],
-    pub shared: c_uint,
 }
 
 #[derive(Debug, Clone)]
@@ -208,7 +197,6 @@ fn handle(module: usize, name: &str) -> Result<usize, CUresult> {
             attrs: HashMap::default(),
             local,
             loaded: false,
-            shape: Shape::default(),
         },
     );
     Ok(f)
@@ -353,14 +341,6 @@ pub fn set_attribute(f: usize, attr: i32, value: i32) -> CuResult {
     let mut reg = registry();
     let func = reg.functions.get_mut(&f).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     func.attrs.insert(attr, value);
-    Ok(())
-}
-
-/// Changes function `f`'s block and shared memory for the deprecated launches.
-pub fn set_shape(f: usize, change: impl FnOnce(&mut Shape)) -> CuResult {
-    let mut reg = registry();
-    let func = reg.functions.get_mut(&f).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    change(&mut func.shape);
     Ok(())
 }
 

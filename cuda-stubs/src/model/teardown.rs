@@ -12,7 +12,9 @@ use super::{array, cls, limit, linear, module};
 pub fn end(e: Ended) {
     cls::end_context(e.ctx);
     linear::free_all_of_context(e.ctx);
-    array::free_all_of_context(e.ctx);
+    array::free_all_of_context(e.ctx)
+        .into_iter()
+        .for_each(super::vmm::drop_array_tiles);
     module::end_context(e.ctx);
     limit::end_context(e.ctx, e.dev);
     if e.context_mem
