@@ -525,12 +525,16 @@ fn generic<T: Copy>(ty: i32, value: T) -> CUgraphNodeParams {
 }
 
 /// CUDA 12.2's generic node calls make a kernel, memset, memory allocation or free node as
-/// their own calls do (the allocation's address written back into the parameters), and
-/// change an executable graph's kernel or memset node; another node type is not supported.
+/// their own calls do (the allocation's address written back into the parameters), change
+/// a graph's node (as `cuGraphKernelNodeSetParams` does a kernel node) and an executable
+/// graph's kernel or memset node; another node type is not supported.
 #[test]
 fn generic_node_calls_make_and_change_nodes_as_their_own_calls_do() {
     let _g = setup();
-    use crate::api::graph_node::{cuGraphAddNode, cuGraphAddNode_v2, cuGraphExecNodeSetParams};
+    use crate::api::graph::cuGraphKernelNodeSetParams_v2;
+    use crate::api::graph_node::{
+        cuGraphAddNode, cuGraphAddNode_v2, cuGraphExecNodeSetParams, cuGraphNodeSetParams,
+    };
     let elf = build_elf(&["generic_kernel"], &[]);
     // SAFETY (all calls): valid pointers to locals, as a C caller would pass.
     unsafe {
@@ -584,6 +588,27 @@ fn generic_node_calls_make_and_change_nodes_as_their_own_calls_do() {
             cuGraphAddNode(&mut x, g, null(), 0, &mut host),
             crate::abi::CUDA_ERROR_NOT_SUPPORTED,
             "a host node"
+        );
+        // The graph's own nodes given new parameters: by the generic call and the kernel
+        // node's own (a memset node is no kernel node).
+        let mut set3 = generic(2, memset(a, 3, 1, 64));
+        assert_eq!(cuGraphNodeSetParams(sn, &mut set3), CUDA_SUCCESS);
+        let mut got = memset(0, 0, 0, 0);
+        assert_eq!(cuGraphMemsetNodeGetParams(sn, &mut got), CUDA_SUCCESS);
+        assert_eq!(got.value, 3);
+        let mut kp2 = kp;
+        kp2.v1.block = [64, 1, 1];
+        assert_eq!(cuGraphKernelNodeSetParams_v2(kn, &kp2), CUDA_SUCCESS);
+        let mut back_kp: CudaKernelNodeParams = std::mem::zeroed();
+        assert_eq!(
+            cuGraphKernelNodeGetParams_v2(kn, &mut back_kp),
+            CUDA_SUCCESS
+        );
+        assert_eq!(back_kp.v1.block, [64, 1, 1]);
+        assert_eq!(
+            cuGraphKernelNodeSetParams_v2(sn, &kp2),
+            CUDA_ERROR_INVALID_VALUE,
+            "not a kernel node"
         );
         let mut exec = 0usize;
         assert_eq!(cuGraphInstantiateWithFlags(&mut exec, g, 0), CUDA_SUCCESS);

@@ -125,6 +125,26 @@ fn function_name(f: usize) -> String {
     module::get_function(f).map(|f| f.name).unwrap_or_default()
 }
 
+/// A graph's kernel node given new parameters (`cuGraphKernelNodeSetParams`,
+/// `cuGraphNodeSetParams`): its new kernel loaded into the current context as at a node's
+/// making ([`add_kernel_node`]); not a kernel node: CUDA_ERROR_INVALID_VALUE.
+pub(crate) fn set_kernel_node(node: usize, p: CudaKernelNodeParams) -> CuResult {
+    cfg()?;
+    let Node::Kernel(_) = graph::node(node)? else {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    let (f, local) = kernel_of(p)?;
+    graph::set_node(
+        node,
+        Node::Kernel(KernelNode {
+            local,
+            ..kernel_node(&p)
+        }),
+    )?;
+    note(|| function_name(f));
+    Ok(())
+}
+
 /// An update of a kernel node in an executable graph: the node one of the kernel nodes of
 /// the graph it was instantiated from, the new parameters valid as a new node's. Nothing
 /// is kept (the node runs nothing).
@@ -159,7 +179,7 @@ fn side(s: &Memcpy3dSide) -> Result<(u64, bool), CUresult> {
 
 /// A memcpy node's copy: one row of `WidthInBytes` (a height and depth of 1), its device
 /// ranges checked now as a copy's are; they are checked again when the node runs.
-fn copy_of(p: &CudaMemcpy3d) -> Result<Copy1d, CUresult> {
+pub(crate) fn copy_of(p: &CudaMemcpy3d) -> Result<Copy1d, CUresult> {
     current()?;
     if p.height != 1 || p.depth != 1 {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
@@ -200,7 +220,7 @@ fn run_copy(c: &Copy1d) -> CuResult {
 
 /// A memset node's fill, checked now as a memset's arguments and range are (in the current
 /// context); it is checked again when the node runs.
-fn memset_of(p: *const CudaMemsetNodeParams) -> Result<Memset, CUresult> {
+pub(crate) fn memset_of(p: *const CudaMemsetNodeParams) -> Result<Memset, CUresult> {
     current()?;
     let p = inp(p)?;
     let m = Memset {
@@ -299,6 +319,17 @@ crate::abi::exports! {
         let p = kernel_params(node)?;
         let func = if p.v1.func != 0 { p.v1.func } else { module::launchable(p.kern).unwrap_or(0) };
         out(params, CudaKernelNodeParamsV1 { func, ..p.v1 })
+    }
+
+    // A graph's kernel node given another kernel (its executable graphs keep theirs; an
+    // exec updated from the graph, cuGraphExecUpdate, would take it).
+    fn cuGraphKernelNodeSetParams_v2(node: usize, params: *const CudaKernelNodeParams) {
+        set_kernel_node(node, inp(params)?)
+    }
+
+    fn cuGraphKernelNodeSetParams(node: usize, params: *const CudaKernelNodeParamsV1) {
+        let v1 = inp(params)?;
+        set_kernel_node(node, CudaKernelNodeParams { v1, kern: 0, ctx: 0 })
     }
 
     // XLA updates its command buffers' kernels between runs with it.

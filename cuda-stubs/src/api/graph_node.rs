@@ -1,5 +1,6 @@
 //! CUDA 12.2's generic graph node calls: `cuGraphAddNode` (and `_v2`, `_v3`, which take
-//! edge data) and `cuGraphExecNodeSetParams`, given a `CUgraphNodeParams` (the node's type
+//! edge data), `cuGraphNodeSetParams` (`_v2`) and `cuGraphExecNodeSetParams`, given a
+//! `CUgraphNodeParams` (the node's type
 //! and that type's own parameter struct): a kernel, memcpy, memset, memory allocation or
 //! memory free node is made or changed as by its own call (`graph.rs`); another type is
 //! `CUDA_ERROR_NOT_SUPPORTED`, as the fake's own calls for those are stubs.
@@ -9,10 +10,11 @@ use std::ptr::addr_of_mut;
 use crate::abi::types::{CUdeviceptr, CUgraphNodeParams, CudaKernelNodeParams};
 use crate::abi::{CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS, CUresult, CuResult, inp, note};
 use crate::api::graph::{
-    add_kernel_node, cuGraphAddMemAllocNode, cuGraphAddMemFreeNode, cuGraphAddMemcpyNode,
+    add_kernel_node, copy_of, cuGraphAddMemAllocNode, cuGraphAddMemFreeNode, cuGraphAddMemcpyNode,
     cuGraphAddMemsetNode, cuGraphExecMemcpyNodeSetParams, cuGraphExecMemsetNodeSetParams,
-    set_exec_kernel,
+    memset_of, set_exec_kernel, set_kernel_node,
 };
+use crate::model::graph::{self, Node};
 use libc::c_void;
 
 /// CUgraphNodeType values the fake makes.
@@ -91,6 +93,20 @@ crate::abi::exports! {
     fn cuGraphAddNode_v2 | cuGraphAddNode_v3 (ph: *mut usize, graph: usize, deps: *const usize, edges: *const c_void, n: usize, params: *mut CUgraphNodeParams) {
         let _ = edges;
         add_node(ph, graph, deps, n, params)
+    }
+
+    // A graph's kernel, memcpy or memset node given new parameters (`_v2`: CUDA 13.4's name
+    // for the same call).
+    fn cuGraphNodeSetParams | cuGraphNodeSetParams_v2 (node: usize, params: *mut CUgraphNodeParams) {
+        let p = inp(params)?;
+        let u = union_of(params);
+        match p.type_ {
+            KERNEL => set_kernel_node(node, inp(u.cast::<CudaKernelNodeParams>())?),
+            // SAFETY: a memcpy node's CUDA_MEMCPY3D lies two words into the union.
+            MEMCPY => graph::set_node(node, Node::Memcpy(copy_of(&inp(unsafe { u.add(2) }.cast())?)?)),
+            MEMSET => graph::set_node(node, Node::Memset(memset_of(u.cast())?)),
+            _ => Err(CUDA_ERROR_NOT_SUPPORTED),
+        }
     }
 
     // An executable graph's kernel, memcpy or memset node given new parameters.

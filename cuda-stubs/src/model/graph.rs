@@ -246,6 +246,19 @@ pub fn set_exec_work(exec: usize, node: usize, work: Node) -> CuResult {
     Ok(())
 }
 
+/// A node of a graph given new parameters of its kind (`cuGraphKernelNodeSetParams`,
+/// `cuGraphNodeSetParams`): CUDA_ERROR_INVALID_VALUE for no such node or another kind.
+/// Executable graphs made from the graph keep what they were made with.
+pub fn set_node(node: usize, work: Node) -> CuResult {
+    let mut g = graphs();
+    let (_, old) = g.nodes.get_mut(&node).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if std::mem::discriminant(old) != std::mem::discriminant(&work) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    *old = work;
+    Ok(())
+}
+
 /// A kernel node of `graph`.
 pub fn add_kernel(graph: usize, k: KernelNode) -> Result<usize, CUresult> {
     graphs().add(graph, Node::Kernel(k))
