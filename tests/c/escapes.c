@@ -87,9 +87,10 @@
  *                  hand with a kernel node of a library never used in the context
  *                  (cuGraphAddKernelNode_v2 with the kernel handle): the library's code
  *                  the driver loads for it is charged; an executable graph's node given a
- *                  second library's kernel (cuGraphExecKernelNodeSetParams_v2) likewise.
+ *                  second library's kernel (cuGraphExecKernelNodeSetParams_v2) likewise,
+ *                  and the graph's own node given a third's (cuGraphKernelNodeSetParams_v2).
  *   graph-generic-node, graph-generic-node-v2 (the same) with CUDA 12.2's generic calls:
- *                  cuGraphAddNode (or _v2) and cuGraphExecNodeSetParams.
+ *                  cuGraphAddNode (or _v2), cuGraphExecNodeSetParams, cuGraphNodeSetParams.
  *   enumerated-functions (cap <cap0> = 2 GiB; FAKECUDA_FUNCTION_MEM=<code>) a module's two
  *                  functions listed by cuModuleEnumerateFunctions (partially loaded:
  *                  nothing taken); the first one's first launch and cuFuncLoad of the
@@ -853,6 +854,8 @@ CUresult cuGraphAddNode(void **node, CUgraph graph, const void **deps, size_t n,
 CUresult cuGraphAddNode_v2(void **node, CUgraph graph, const void **deps, const void *edges, size_t n,
                            CUgraphNodeParams *p);
 CUresult cuGraphExecNodeSetParams(CUgraphExec exec, void *node, CUgraphNodeParams *p);
+CUresult cuGraphKernelNodeSetParams_v2(void *node, const KernelNodeParams *p);
+CUresult cuGraphNodeSetParams(void *node, CUgraphNodeParams *p);
 
 /* A kernel node made from `p` by the call `how` names: 0 cuGraphAddKernelNode_v2, 1 the
    generic cuGraphAddNode, 2 cuGraphAddNode_v2. */
@@ -862,6 +865,16 @@ static CUresult add_kernel_node(int how, void **node, CUgraph g, const KernelNod
     memset(&gp, 0, sizeof gp);
     gp.u.kernel = *p;
     return how == 1 ? cuGraphAddNode(node, g, NULL, 0, &gp) : cuGraphAddNode_v2(node, g, NULL, NULL, 0, &gp);
+}
+
+/* A graph's own kernel node given `p`: cuGraphKernelNodeSetParams_v2 (how 0) or the
+   generic cuGraphNodeSetParams. */
+static CUresult set_graph_kernel_node(int how, void *node, const KernelNodeParams *p) {
+    if (how == 0) return cuGraphKernelNodeSetParams_v2(node, p);
+    CUgraphNodeParams gp;
+    memset(&gp, 0, sizeof gp);
+    gp.u.kernel = *p;
+    return cuGraphNodeSetParams(node, &gp);
 }
 
 /* An executable graph's kernel node given `p`: cuGraphExecKernelNodeSetParams_v2 (how 0) or
@@ -876,8 +889,8 @@ static CUresult set_exec_kernel_node(int how, CUgraphExec x, void *node, const K
 
 /* A graph built by hand: a kernel node of a library never used in the context makes the
    driver load the library's code for the graph (the fake: at cuGraphAddKernelNode), and so
-   does an executable graph's node given another library's kernel. `how`: the calls, as
-   add_kernel_node's. */
+   do an executable graph's node given another library's kernel and the graph's own node
+   given a third's. `how`: the calls, as add_kernel_node's. */
 static void graph_node_library(int how) {
     CUlibrary l = NULL;
     CUkernel k = NULL;
@@ -910,8 +923,18 @@ static void graph_node_library(int how) {
     MUST(cuGraphLaunch(x, s));
     MUST(cuStreamSynchronize(s));
     IN_USE(0, 2 * code + stack_takes(6), "the node's new kernel loaded with its library");
+    /* The graph's own node given a kernel of a third library, never used (an exec updated
+       from the graph would take it). */
+    CUlibrary l3 = NULL;
+    CUkernel k3 = NULL;
+    MUST(cuLibraryLoadData(&l3, LOCAL_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    MUST(cuLibraryGetKernel(&k3, l3, "local4k"));
+    p.kern = k3;
+    MUST(set_graph_kernel_node(how, node, &p));
+    IN_USE(0, 3 * code + stack_takes(6), "the graph's node given a third library's kernel: loaded with its library");
     MUST(cuGraphExecDestroy(x));
     MUST(cuGraphDestroy(g));
+    MUST(cuLibraryUnload(l3));
     MUST(cuLibraryUnload(l2));
     IN_USE(0, code + stack_takes(6), "the second library unloaded");
     MUST(cuLibraryUnload(l));

@@ -249,6 +249,16 @@ macro_rules! hooked {
                 (node: Out<Handle>, graph: Handle, deps: *const Handle, edges: *const c_void, n: usize, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_add_node_v2;
             cuGraphAddNode_v3 = "cuGraphAddNode" @ 13040 :
                 (node: Out<Handle>, graph: Handle, deps: *const Handle, edges: *const c_void, n: usize, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_add_node_v2;
+            // A graph's own node given another kernel: loaded first alike, so that no graph
+            // holds a kernel gpucap has not loaded (an exec updated from it takes it).
+            cuGraphKernelNodeSetParams = "cuGraphKernelNodeSetParams" @ 10000 :
+                (node: Handle, params: In<KernelNodeParamsV1>) => hooks::graphs::graph_kernel_node_set_params_v1;
+            cuGraphKernelNodeSetParams_v2 = "cuGraphKernelNodeSetParams" @ 12000 :
+                (node: Handle, params: In<KernelNodeParams>) => hooks::graphs::graph_kernel_node_set_params;
+            cuGraphNodeSetParams = "cuGraphNodeSetParams" @ 12020 :
+                (node: Handle, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_node_set_params;
+            cuGraphNodeSetParams_v2 = "cuGraphNodeSetParams" @ 13040 :
+                (node: Handle, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_node_set_params;
             cuGraphExecNodeSetParams = "cuGraphExecNodeSetParams" @ 12020 :
                 (exec: Handle, node: Handle, params: In<GraphNodeParamsHead>) => hooks::graphs::graph_exec_node_set_params;
             cuGraphUpload = "cuGraphUpload" @ 11010 : (exec: Handle, stream: Stream) => hooks::graphs::graph_upload;

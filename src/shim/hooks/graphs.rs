@@ -179,6 +179,41 @@ pub fn graph_exec_node_set_params(
     })
 }
 
+/// `cuGraphKernelNodeSetParams_v2`: a graph's kernel node given another kernel, loaded first
+/// as at the node's making, so that no graph holds a kernel gpucap has not loaded (an
+/// executable graph updated from it, `cuGraphExecUpdate`, takes it unmeasured otherwise).
+pub fn graph_kernel_node_set_params(
+    real: Real<(Handle, In<KernelNodeParams>)>,
+    node: Handle,
+    params: In<KernelNodeParams>,
+) -> CuResult {
+    kernel_first("cuGraphKernelNodeSetParams", node_kernel(params), || {
+        real.call(node, params)
+    })
+}
+
+/// `cuGraphKernelNodeSetParams` (CUDA 10's parameters): as `_v2`.
+pub fn graph_kernel_node_set_params_v1(
+    real: Real<(Handle, In<KernelNodeParamsV1>)>,
+    node: Handle,
+    params: In<KernelNodeParamsV1>,
+) -> CuResult {
+    kernel_first("cuGraphKernelNodeSetParams", function_node(params), || {
+        real.call(node, params)
+    })
+}
+
+/// `cuGraphNodeSetParams` (`_v2`): as [`graph_kernel_node_set_params`] for a kernel node.
+pub fn graph_node_set_params(
+    real: Real<(Handle, In<GraphNodeParamsHead>)>,
+    node: Handle,
+    params: In<GraphNodeParamsHead>,
+) -> CuResult {
+    kernel_first("cuGraphNodeSetParams", generic_kernel(params), || {
+        real.call(node, params)
+    })
+}
+
 /// A generic node's kernel, as [`node_kernel`]: nulls for another type of node.
 fn generic_kernel(params: In<GraphNodeParamsHead>) -> (Handle, Handle, Handle) {
     match params.get() {
