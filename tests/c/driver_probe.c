@@ -600,6 +600,30 @@ static void g_module(void) {
         mach_int("library.get_managed_takes", (long long)ml1 - (long long)info_free());
         cuLibraryUnload(ml);
     }
+    /* Recorded, not compared: a kernel handle's attributes asked and set on the device before
+       any kernel of its library ran in the context (gpucap asks CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+       with cuKernelGetAttribute before a kernel handle's first launch, and measures the launch
+       after: a question that loaded the library would go unmeasured), then the first launch. */
+    CUlibrary al = NULL;
+    CUkernel ak = NULL;
+    CUresult alrc = cuLibraryLoadData(&al, PTX, NULL, NULL, 0, NULL, NULL, 0);
+    mach_int("library.attr_load.rc", alrc);
+    if (alrc == CUDA_SUCCESS && cuLibraryGetKernel(&ak, al, "probe_kernel") == CUDA_SUCCESS) {
+        int v = -1;
+        size_t a0 = info_free();
+        mach_int("library.kernel_get_attribute.rc", cuKernelGetAttribute(&v, 3 /* LOCAL_SIZE_BYTES */, ak, 0));
+        mach_int("library.kernel_get_attribute_takes", (long long)a0 - (long long)info_free());
+        size_t a1 = info_free();
+        mach_int("library.kernel_set_attribute.rc",
+                 cuKernelSetAttribute(8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, 1024, ak, 0));
+        mach_int("library.kernel_set_attribute_takes", (long long)a1 - (long long)info_free());
+        size_t a2 = info_free();
+        CUresult lrc2 = cuLaunchKernel((CUfunction)ak, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        if (lrc2 == CUDA_SUCCESS) cuCtxSynchronize();
+        mach_int("library.kernel_first_launch_after_attributes.rc", lrc2);
+        mach_int("library.kernel_first_launch_after_attributes_takes", (long long)a2 - (long long)info_free());
+    }
+    if (alrc == CUDA_SUCCESS) cuLibraryUnload(al);
     /* Recorded, not compared: what raising a context's limits takes right at the call
        (gpucap measures a limit there, docs/src/counting.md's cuCtxSetLimit; one the driver
        takes later, as it takes the malloc heap, is not charged by that measurement). */

@@ -48,6 +48,10 @@ CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_optio
                            unsigned int num_jit, void *lib_options, void **lib_values, unsigned int num_lib);
 CUresult cuLibraryUnload(CUlibrary library);
 CUresult cuLibraryGetModule(CUmodule *module, CUlibrary library);
+typedef struct CUkern_st *CUkernel;
+CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name);
+CUresult cuKernelGetAttribute(int *value, int attribute, CUkernel kernel, CUdevice dev);
+CUresult cuKernelSetAttribute(int attribute, int value, CUkernel kernel, CUdevice dev);
 CUresult cuFuncIsLoaded(int *state, CUfunction function);
 CUresult cuFuncLoad(CUfunction function);
 CUresult cuFuncSetBlockShape(CUfunction f, int x, int y, int z);
