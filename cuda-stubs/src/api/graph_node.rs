@@ -1,9 +1,9 @@
 //! CUDA 12.2's generic graph node calls: `cuGraphAddNode` (and `_v2`, `_v3`, which take
 //! edge data), `cuGraphNodeSetParams` (`_v2`) and `cuGraphExecNodeSetParams`, given a
-//! `CUgraphNodeParams` (the node's type
-//! and that type's own parameter struct): a kernel, memcpy, memset, memory allocation or
-//! memory free node is made or changed as by its own call (`graph.rs`); another type is
-//! `CUDA_ERROR_NOT_SUPPORTED`, as the fake's own calls for those are stubs.
+//! `CUgraphNodeParams` (the node's type and that type's own parameter struct): a kernel,
+//! memcpy, memset, memory allocation or memory free node is made or changed as by its own
+//! call (`graph.rs`); another type is `CUDA_ERROR_NOT_SUPPORTED`, as the fake's own calls
+//! for those are stubs.
 
 use std::ptr::addr_of_mut;
 
@@ -29,9 +29,9 @@ fn rc(r: CUresult) -> CuResult {
     if r == CUDA_SUCCESS { Ok(()) } else { Err(r) }
 }
 
-/// The union of `params`, where the type's own struct lies; its `u64` word `word` (a
-/// memcpy's `CUDA_MEMCPY3D` follows its flags and context, two words in; a memset's
-/// context follows its six fields: word 5).
+/// The union of `params`, where the type's own struct lies, as `u64` words (a memcpy's
+/// `CUDA_MEMCPY3D` follows its flags and context, two words in; a memset's context follows
+/// its six fields: word 5).
 fn union_of(params: *mut CUgraphNodeParams) -> *mut u64 {
     // SAFETY: only the address is taken; the caller checked `params` is not NULL.
     unsafe { addr_of_mut!((*params).params) }.cast::<u64>()

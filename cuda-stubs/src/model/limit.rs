@@ -77,16 +77,16 @@ pub fn fifo_bytes(bytes: usize) -> u64 {
 
 /// The memory each context's launches took for its raised heap and printf FIFO
 /// (`take_late_limits`).
-static HEAPS: LazyLock<Mutex<HashMap<Ctx, u64>>> = LazyLock::new(Default::default);
+static LATE_TAKEN: LazyLock<Mutex<HashMap<Ctx, u64>>> = LazyLock::new(Default::default);
 
-fn heaps() -> MutexGuard<'static, HashMap<Ctx, u64>> {
-    HEAPS.lock().unwrap_or_else(|e| e.into_inner())
+fn late_taken() -> MutexGuard<'static, HashMap<Ctx, u64>> {
+    LATE_TAKEN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether a context raised its malloc heap under `FAKECUDA_HEAP_AT_LAUNCH` or its printf
 /// FIFO under `FAKECUDA_PRINTF_AT_LAUNCH`: until then a launch pays one load for them (the
 /// fake's own launch is a benchmark's baseline).
-static HEAP_RAISED: AtomicBool = AtomicBool::new(false);
+static LATE_RAISED: AtomicBool = AtomicBool::new(false);
 
 /// A kernel launch in `ctx` (on `dev`), direct or a graph's: a malloc heap raised under
 /// `FAKECUDA_HEAP_AT_LAUNCH`, or a printf FIFO under `FAKECUDA_PRINTF_AT_LAUNCH`, beyond
@@ -94,7 +94,7 @@ static HEAP_RAISED: AtomicBool = AtomicBool::new(false);
 /// launched, when the device has not got it). Otherwise nothing.
 #[inline]
 pub fn take_late_limits(ctx: Ctx, dev: usize) -> CuResult {
-    if !HEAP_RAISED.load(Relaxed) {
+    if !LATE_RAISED.load(Relaxed) {
         return Ok(());
     }
     take_raised(ctx, dev)
@@ -115,7 +115,7 @@ fn take_raised(ctx: Ctx, dev: usize) -> CuResult {
         0
     };
     let wants = heap + fifo;
-    let mut h = heaps();
+    let mut h = late_taken();
     let had = h.get(&ctx).copied().unwrap_or(0);
     if wants > had {
         ledger()?.charge(dev, wants - had)?;
@@ -166,7 +166,7 @@ pub fn set(ctx: Ctx, dev: usize, limit: c_int, value: usize) -> CuResult {
         _ => false,
     };
     if late && value > old {
-        HEAP_RAISED.store(true, Relaxed);
+        LATE_RAISED.store(true, Relaxed);
     }
     v.insert((ctx, limit), value);
     Ok(())
@@ -175,7 +175,7 @@ pub fn set(ctx: Ctx, dev: usize, limit: c_int, value: usize) -> CuResult {
 /// Whether a raised heap or printf FIFO waits to be taken at a launch (`take_late_limits`).
 #[inline]
 pub fn late_limit_raised() -> bool {
-    HEAP_RAISED.load(Relaxed)
+    LATE_RAISED.load(Relaxed)
 }
 
 /// A launch in `ctx` (on `dev`) of a kernel whose threads take `local` bytes of local
@@ -198,7 +198,7 @@ pub fn end_context(ctx: Ctx, dev: usize) {
     let stack = v.get(&(ctx, STACK_SIZE)).copied().unwrap_or(DEFAULT_STACK);
     v.retain(|(c, _), _| *c != ctx);
     drop(v);
-    let heap = heaps().remove(&ctx).unwrap_or(0);
+    let heap = late_taken().remove(&ctx).unwrap_or(0);
     if let (Ok(l), bytes @ 1..) = (ledger(), stack_bytes(stack) + heap) {
         l.uncharge(dev, bytes);
     }

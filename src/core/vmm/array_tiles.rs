@@ -6,7 +6,6 @@
 //! place each covers: a region of a sparse level, or a range of a layer's mip tail.
 
 use super::array_place::Place;
-use super::records::{Phys, Unbound};
 use super::{Pending, Step, VmmHandles};
 
 /// A charged handle mapped into an array: (array, place, handle).
@@ -48,25 +47,10 @@ impl VmmHandles {
             if gone.is_empty() {
                 return None;
             }
-            let mut freed: Vec<(u64, Phys)> = Vec::new();
-            for &(_, handle) in &gone {
-                if let Some(p) = b.handles.get_mut(&handle) {
-                    p.maps = p.maps.saturating_sub(1);
-                    if p.refs == 0 && p.maps == 0 {
-                        let p = *p;
-                        b.handles.remove(&handle);
-                        freed.push((handle, p));
-                    }
-                }
-            }
-            let mut unbound = Unbound::default();
-            for &(handle, _) in &freed {
-                let u = b.unbind_object(handle);
-                unbound.binds.extend(u.binds);
-                unbound.freed.extend(u.freed);
-            }
+            let (freed, unbound) = b.unpin_all(gone.iter().map(|&(_, h)| h));
             let tiles = gone.into_iter().map(|(p, h)| (array, p, h)).collect();
-            Some(Pending(Step::UnmapTiles {
+            Some(Pending(Step::Unmap {
+                maps: Vec::new(),
                 tiles,
                 freed,
                 unbound,

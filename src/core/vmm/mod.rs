@@ -67,11 +67,6 @@ impl Pending {
                 .chain(unbound.charges())
                 .collect(),
             Step::Unbind(unbound) => unbound.charges().collect(),
-            Step::UnmapTiles { freed, unbound, .. } => freed
-                .iter()
-                .map(|(_, p)| p.charge)
-                .chain(unbound.charges())
-                .collect(),
             Step::Map { .. } | Step::Retain { .. } | Step::Bind { .. } | Step::MapTile(_) => {
                 Vec::new()
             }
@@ -90,9 +85,12 @@ enum Step {
     },
     /// `cuMemMap`: the handle pinned by one more mapping, recorded at `ptr` once made.
     Map { ptr: u64, size: u64, handle: u64 },
-    /// `cuMemUnmap`/`cuMemAddressFree`: the mappings taken out, and the handles that freed.
+    /// `cuMemUnmap`/`cuMemAddressFree` (the mappings taken out), a `cuMemMapArrayAsync`
+    /// unmapping or an array's end (the arrays' mappings taken out), and the handles that
+    /// freed.
     Unmap {
         maps: Vec<(u64, Mapping)>,
+        tiles: Vec<Tile>,
         freed: Vec<(u64, Phys)>,
         unbound: Unbound,
     },
@@ -104,13 +102,6 @@ enum Step {
     Unbind(Unbound),
     /// A `cuMemMapArrayAsync` mapping: the handle pinned, recorded once mapped.
     MapTile(Tile),
-    /// A `cuMemMapArrayAsync` unmapping, or the array's end: the mappings taken out, and
-    /// the handles that freed.
-    UnmapTiles {
-        tiles: Vec<Tile>,
-        freed: Vec<(u64, Phys)>,
-        unbound: Unbound,
-    },
 }
 
 /// Every charged VMM handle, with its references and mappings.
@@ -201,30 +192,14 @@ impl VmmHandles {
             if starts.is_empty() {
                 return None;
             }
-            let mut maps = Vec::with_capacity(starts.len());
-            let mut freed: Vec<(u64, Phys)> = Vec::new();
-            for start in starts {
-                let Some(m) = b.maps.remove(&start) else {
-                    continue;
-                };
-                maps.push((start, m));
-                if let Some(p) = b.handles.get_mut(&m.handle) {
-                    p.maps = p.maps.saturating_sub(1);
-                    if p.refs == 0 && p.maps == 0 {
-                        let p = *p;
-                        b.handles.remove(&m.handle);
-                        freed.push((m.handle, p));
-                    }
-                }
-            }
-            let mut unbound = Unbound::default();
-            for &(handle, _) in &freed {
-                let u = b.unbind_object(handle);
-                unbound.binds.extend(u.binds);
-                unbound.freed.extend(u.freed);
-            }
+            let maps: Vec<(u64, Mapping)> = starts
+                .into_iter()
+                .filter_map(|start| Some((start, b.maps.remove(&start)?)))
+                .collect();
+            let (freed, unbound) = b.unpin_all(maps.iter().map(|(_, m)| m.handle));
             Some(Pending(Step::Unmap {
                 maps,
+                tiles: Vec::new(),
                 freed,
                 unbound,
             }))
@@ -386,11 +361,6 @@ impl VmmHandles {
                 }
                 credit
             }
-            Step::UnmapTiles { freed, unbound, .. } => freed
-                .into_iter()
-                .map(|(_, p)| p.charge)
-                .chain(unbound.charges())
-                .collect(),
         });
         bytes_only(credit)
     }
@@ -420,6 +390,7 @@ impl VmmHandles {
             Step::Map { handle, .. } => b.unpin(handle),
             Step::Unmap {
                 maps,
+                tiles,
                 freed,
                 unbound,
             } => {
@@ -432,6 +403,12 @@ impl VmmHandles {
                         b.maps.insert(start, m);
                     }
                 }
+                for (array, place, handle) in tiles {
+                    if let Some(p) = b.handles.get_mut(&handle) {
+                        p.maps += 1;
+                        b.tiles.entry(array).or_default().push((place, handle));
+                    }
+                }
                 b.rebind(unbound);
                 Vec::new()
             }
@@ -442,23 +419,6 @@ impl VmmHandles {
                 Vec::new()
             }
             Step::MapTile((_, _, handle)) => b.unpin(handle),
-            Step::UnmapTiles {
-                tiles,
-                freed,
-                unbound,
-            } => {
-                for (handle, p) in freed {
-                    b.handles.entry(handle).or_insert(p);
-                }
-                for (array, place, handle) in tiles {
-                    if let Some(p) = b.handles.get_mut(&handle) {
-                        p.maps += 1;
-                        b.tiles.entry(array).or_default().push((place, handle));
-                    }
-                }
-                b.rebind(unbound);
-                Vec::new()
-            }
         });
         bytes_only(credit)
     }

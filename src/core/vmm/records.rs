@@ -72,6 +72,32 @@ impl HandleRecords {
         self.free_if_done(handle)
     }
 
+    /// Drops one mapping of each of `handles` (taken out of the book ahead of a driver
+    /// call): the handles that freed, and their multicast bindings taken out with them.
+    pub(super) fn unpin_all(
+        &mut self,
+        handles: impl IntoIterator<Item = u64>,
+    ) -> (Vec<(u64, Phys)>, Unbound) {
+        let mut freed: Vec<(u64, Phys)> = Vec::new();
+        for handle in handles {
+            if let Some(p) = self.handles.get_mut(&handle) {
+                p.maps = p.maps.saturating_sub(1);
+                if p.refs == 0 && p.maps == 0 {
+                    let p = *p;
+                    self.handles.remove(&handle);
+                    freed.push((handle, p));
+                }
+            }
+        }
+        let mut unbound = Unbound::default();
+        for &(handle, _) in &freed {
+            let u = self.unbind_object(handle);
+            unbound.binds.extend(u.binds);
+            unbound.freed.extend(u.freed);
+        }
+        (freed, unbound)
+    }
+
     /// Drops one reference to `handle`; the charges that freed.
     pub(super) fn unref(&mut self, handle: u64) -> Vec<Charge> {
         let Some(p) = self.handles.get_mut(&handle) else {

@@ -75,8 +75,8 @@ impl Use {
 /// Whether a launch of function `f` in the current context (a kernel handle: asked on
 /// device `kernel_on`) can take nothing on its own:
 /// its threads' local memory fits in the stack, and no raised malloc heap (printf FIFO,
-/// pending-launch buffer) may wait to be taken. Only then is its first launch left unchecked once it was asked for
-/// (`cuModuleGetFunction`, `cuKernelGetFunction`).
+/// pending-launch buffer) may wait to be taken. Only then is its first launch left
+/// unchecked once it was asked for (`cuModuleGetFunction`, `cuKernelGetFunction`).
 pub(super) fn takes_nothing_at_launch(f: Handle, kernel_on: Option<c_int>) -> bool {
     !super::limits::late_limit_raised()
         && super::limits::fits_the_stack(kernel_queries::local_size(f, kernel_on))
@@ -119,7 +119,8 @@ pub(super) fn first_use(
         Err(rc) => return rc,
     };
     let key = used.key;
-    // Eager loading loads nothing at a first use; a raised heap (FIFO, buffer) may be taken at one.
+    // Eager loading loads nothing at a first use; a raised heap (FIFO, buffer) may be
+    // taken at one.
     if kernel_queries::eager_loading() && !super::limits::late_limit_raised() {
         return loaded_eagerly(used, d, call, function);
     }
@@ -135,9 +136,9 @@ pub(super) fn first_use(
         return call(); // another thread's first use came first
     }
     let owner = owner();
-    // Once the heap (FIFO, buffer) is raised, a first use's figure may hold it, which the context
-    // keeps: taught to no estimate, and recorded under no owner (below).
-    let heap = super::limits::late_limit_raised();
+    // Once the heap (FIFO, buffer) is raised, a first use's figure may hold it, which the
+    // context keeps: taught to no estimate, and recorded under no owner (below).
+    let late = super::limits::late_limit_raised();
     let loaded_there = owner != 0 && KERNELS.any(|&(c, _, o)| c == ctx as u64 && o == owner);
     let expected = ESTIMATES.expected(owner, loaded_there);
     let held = match expected {
@@ -183,7 +184,7 @@ pub(super) fn first_use(
         Ok(bytes) => {
             // Never more than the device holds: a figure past it is no measurement.
             let bytes = bytes.min(calls::physical_total(d).unwrap_or(u64::MAX));
-            if !heap {
+            if !late {
                 ESTIMATES.learn(owner, loaded_there, bytes);
             }
             bytes
@@ -213,7 +214,7 @@ pub(super) fn first_use(
         record_kernel_charge(
             ctx,
             charge_key(&function, key),
-            if heap { 0 } else { owner },
+            if late { 0 } else { owner },
             &lock,
             Charge { device: d, bytes },
         );

@@ -10,6 +10,7 @@ use crate::driver::types::{
     LocationPrefix, Out, Stream,
 };
 use crate::state::{SHIM, VMM};
+use gpucap_core::ledger::Freeing;
 use gpucap_core::vmm::{Pending, Place};
 
 // ---------------------------------------------------------------------------
@@ -51,10 +52,13 @@ pub fn mem_create(
 /// the driver succeeds (a last release or unmap) is announced to the pool first (see
 /// `Ledger::announce`).
 pub(super) fn vmm_step(pending: Option<Pending>, call: impl FnOnce() -> CuResult) -> CuResult {
-    match pending {
-        None => call(),
-        Some(p) => vmm_steps(vec![p], call),
-    }
+    let Some(p) = pending else {
+        return call();
+    };
+    let announced = announce(&p);
+    let rc = call();
+    finish(rc, p, announced);
+    rc
 }
 
 /// [`vmm_step`] for the steps of one driver call (`cuMemMapArrayAsync`'s list), each
@@ -63,33 +67,43 @@ fn vmm_steps(pending: Vec<Pending>, call: impl FnOnce() -> CuResult) -> CuResult
     let steps: Vec<_> = pending
         .into_iter()
         .map(|p| {
-            let announced: Vec<_> = p
-                .frees()
-                .into_iter()
-                .map(|c| SHIM.ledger.announce(c))
-                .collect();
+            let announced = announce(&p);
             (p, announced)
         })
         .collect();
     let rc = call();
     for (p, announced) in steps {
-        if rc == CUDA_SUCCESS {
-            let freed = VMM.done(p);
-            if announced.is_empty() {
-                // A map that found stale mappings the driver had replaced.
-                freed.into_iter().for_each(|c| SHIM.ledger.settle(c));
-            } else {
-                // `done` gives back what `frees` said.
-                announced
-                    .into_iter()
-                    .for_each(|f| SHIM.ledger.settle_announced(f));
-            }
-        } else {
-            announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
-            VMM.undo(p).into_iter().for_each(|c| SHIM.ledger.settle(c));
-        }
+        finish(rc, p, announced);
     }
     rc
+}
+
+/// What step `p` frees if the driver succeeds, announced to the pool.
+fn announce(p: &Pending) -> Vec<Freeing> {
+    p.frees()
+        .into_iter()
+        .map(|c| SHIM.ledger.announce(c))
+        .collect()
+}
+
+/// Step `p` finished after the driver answered `rc` (done, or taken back), crediting what
+/// the driver freed.
+fn finish(rc: CuResult, p: Pending, announced: Vec<Freeing>) {
+    if rc == CUDA_SUCCESS {
+        let freed = VMM.done(p);
+        if announced.is_empty() {
+            // A map that found stale mappings the driver had replaced.
+            freed.into_iter().for_each(|c| SHIM.ledger.settle(c));
+        } else {
+            // `done` gives back what `frees` said.
+            announced
+                .into_iter()
+                .for_each(|f| SHIM.ledger.settle_announced(f));
+        }
+    } else {
+        announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
+        VMM.undo(p).into_iter().for_each(|c| SHIM.ledger.settle(c));
+    }
 }
 
 /// `cuMemMapArrayAsync`: a step mapping charged memory into a sparse or deferred-mapping
