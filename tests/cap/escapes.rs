@@ -336,7 +336,10 @@ fn a_stack_the_driver_will_not_set_back_stays_charged() {
 /// (PyTorch's first kernel: 92 MiB on an H200). Measured at each function's first launch
 /// (or `cuKernelGetFunction`) and charged, past the cap if need be (a launch cannot be
 /// refused once made): allocations the cap cannot take beside them are refused; the
-/// context's end gives them back.
+/// context's end gives them back. Also on a driver that loads a kernel at the question of
+/// its attributes (`FAKECUDA_KERNEL_ATTRIBUTE_LOADS`; not recorded of a real one): gpucap
+/// loads a kernel handle itself, measured, before it asks its local memory (before, its
+/// own question loaded the library unmeasured: 96 MiB charged nothing).
 #[test]
 fn kernels_loaded_at_a_first_launch_are_charged() {
     let dir = scratch("escapes-lazy-pool");
@@ -351,6 +354,8 @@ fn kernels_loaded_at_a_first_launch_are_charged() {
         &[("FAKECUDA_NVML_FAIL", "1")][..],
         // NVML lists the host's pids (a container): this process is not in its list.
         &[("FAKECUDA_NVML_PID_OFFSET", "100000")][..],
+        // A driver that loads a kernel at an attribute question gpucap asks.
+        &[("FAKECUDA_KERNEL_ATTRIBUTE_LOADS", "1")][..],
     ] {
         let env = [&lib[..], env].concat();
         let (o, s) = escapes(&["lazy-kernels", "256Mi"], 1, Some("256Mi"), &env);
@@ -378,8 +383,9 @@ fn kernels_loaded_at_a_first_launch_are_charged() {
 /// created contexts beside the primary is charged in each, so that a sixth copy past the
 /// cap is refused before the driver loads it, and the fake driver's own figure never
 /// passes the cap; each created context's copy is credited with it. Alone, in a pool,
-/// without NVML, and with NVML listing host pids as in a container (this process is not
-/// in its list: the measurement falls back to the context's free memory).
+/// without NVML, with NVML listing host pids as in a container (this process is not
+/// in its list: the measurement falls back to the context's free memory), and on a driver
+/// that loads a kernel at the question of its attributes.
 #[test]
 fn a_librarys_kernels_are_charged_in_every_context_they_are_loaded_into() {
     let dir = scratch("escapes-lazy-contexts-pool");
@@ -390,6 +396,7 @@ fn a_librarys_kernels_are_charged_in_every_context_they_are_loaded_into() {
         &[("GPUCAP_POOL", "ctxs"), ("GPUCAP_POOL_DIR", pool_dir)][..],
         &[("FAKECUDA_NVML_FAIL", "1")][..],
         &[("FAKECUDA_NVML_PID_OFFSET", "100000")][..],
+        &[("FAKECUDA_KERNEL_ATTRIBUTE_LOADS", "1")][..],
     ] {
         let env = [&lib[..], env].concat();
         let (o, s) = escapes(&["lazy-contexts", "1000Mi"], 1, Some("1000Mi"), &env);
@@ -467,6 +474,7 @@ fn a_launch_that_grows_the_stack_is_charged_and_refused_past_the_cap() {
         &[][..],
         &[("CUDA_MODULE_LOADING", "EAGER")][..],
         &[("GPUCAP_POOL", "stack"), ("GPUCAP_POOL_DIR", pool_dir)][..],
+        &[("FAKECUDA_KERNEL_ATTRIBUTE_LOADS", "1")][..],
     ] {
         let (o, s) = escapes(&["local-stack", "2Gi"], 1, Some("2Gi"), env);
         assert_passed(&o, &format!("local-stack with the shim {env:?}"));
@@ -486,7 +494,11 @@ fn a_launch_that_grows_the_stack_is_charged_and_refused_past_the_cap() {
     );
     // A graph's kernel grows the stack when the graph runs: raised or refused at its
     // instantiation.
-    for env in [&[][..], &[("CUDA_MODULE_LOADING", "EAGER")][..]] {
+    for env in [
+        &[][..],
+        &[("CUDA_MODULE_LOADING", "EAGER")][..],
+        &[("FAKECUDA_KERNEL_ATTRIBUTE_LOADS", "1")][..],
+    ] {
         let (o, s) = escapes(&["graph-local-stack", "2Gi"], 1, Some("2Gi"), env);
         assert_passed(&o, &format!("graph-local-stack with the shim {env:?}"));
         assert!(
@@ -578,7 +590,7 @@ fn a_kernel_launched_by_its_handle_after_its_function_was_asked_for_has_its_stac
     charged_alone_and_in_a_pool(
         "kernel-function-stack",
         &[("FAKECUDA_LIBRARY_MEM", "128Mi")],
-        &[],
+        &[("FAKECUDA_KERNEL_ATTRIBUTE_LOADS", "1")],
     );
 }
 
@@ -594,7 +606,10 @@ fn a_graph_built_by_hand_has_its_kernels_code_charged() {
     charged_alone_and_in_a_pool(
         "graph-node-library",
         &[("FAKECUDA_LIBRARY_MEM", "128Mi")],
-        &[("FAKECUDA_NVML_FAIL", "1")],
+        &[
+            ("FAKECUDA_NVML_FAIL", "1"),
+            ("FAKECUDA_KERNEL_ATTRIBUTE_LOADS", "1"),
+        ],
     );
 }
 

@@ -78,6 +78,13 @@ pub struct Config {
     /// anywhere: what a real driver takes for it and when is not recorded yet (the driver
     /// probe's `limit.printf_fifo_64MiB` asks the call).
     pub printf_at_launch: bool,
+    /// FAKECUDA_KERNEL_ATTRIBUTE_LOADS: under lazy loading, `cuKernelGetAttribute` and
+    /// `cuKernelSetAttribute` on a device whose context is current load the kernel into that
+    /// context (as `cuKernelGetFunction` does), as a driver that reads a kernel's attributes
+    /// from its loaded code would. Off (the default) they load nothing: what a real driver
+    /// does there is not recorded yet (the driver probe's `library.kernel_get_attribute_takes`
+    /// asks), so that tests can show what is charged either way.
+    pub kernel_attribute_loads: bool,
     /// FAKECUDA_CONTEXT_DELAY_MS: making a context (`cuCtxCreate*`, the first
     /// `cuDevicePrimaryCtxRetain`) takes this long (default 0), its memory taken halfway,
     /// as a real driver takes a while: so that tests can make two processes' contexts
@@ -263,6 +270,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     let stack_lower_fails = flag(&var, "FAKECUDA_STACK_LOWER_FAILS")?;
     let heap_at_launch = flag(&var, "FAKECUDA_HEAP_AT_LAUNCH")?;
     let printf_at_launch = flag(&var, "FAKECUDA_PRINTF_AT_LAUNCH")?;
+    let kernel_attribute_loads = flag(&var, "FAKECUDA_KERNEL_ATTRIBUTE_LOADS")?;
     let context_delay_ms = match var("FAKECUDA_CONTEXT_DELAY_MS") {
         None => 0,
         Some(v) => v
@@ -301,6 +309,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         stack_lower_fails,
         heap_at_launch,
         printf_at_launch,
+        kernel_attribute_loads,
         context_delay_ms,
         eager,
         capture_unsafe,
@@ -359,7 +368,11 @@ mod tests {
         assert_eq!(c.nvml_pid_offset, 0);
         assert_eq!(c.numa_nodes, 1);
         assert!(
-            !c.multicast && !c.stack_lower_fails && !c.heap_at_launch && !c.printf_at_launch,
+            !c.multicast
+                && !c.stack_lower_fails
+                && !c.heap_at_launch
+                && !c.printf_at_launch
+                && !c.kernel_attribute_loads,
             "off unless asked"
         );
         let c = from_env(env(&[
@@ -367,9 +380,11 @@ mod tests {
             ("FAKECUDA_STACK_LOWER_FAILS", "1"),
             ("FAKECUDA_HEAP_AT_LAUNCH", "1"),
             ("FAKECUDA_PRINTF_AT_LAUNCH", "1"),
+            ("FAKECUDA_KERNEL_ATTRIBUTE_LOADS", "1"),
         ]))
         .unwrap();
         assert!(c.multicast && c.stack_lower_fails && c.heap_at_launch && c.printf_at_launch);
+        assert!(c.kernel_attribute_loads);
         let e = from_env(env(&[("FAKECUDA_MULTICAST", "yes")]))
             .err()
             .unwrap();

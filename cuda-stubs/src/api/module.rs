@@ -233,6 +233,21 @@ fn names_of_data(data: *const c_void, size: usize) -> Result<Names, CUresult> {
     read_image(bytes.as_ptr().cast())
 }
 
+/// Under FAKECUDA_KERNEL_ATTRIBUTE_LOADS: a kernel's attribute asked or set on device
+/// `dev` while a context of `dev` is current loads the kernel into that context, as
+/// `cuKernelGetFunction` does (what a real driver does there is not recorded yet).
+fn attribute_loads(kernel: usize, dev: usize) -> CuResult {
+    if !cfg()?.kernel_attribute_loads {
+        return Ok(());
+    }
+    match current() {
+        Ok((ctx, d)) if d == dev => {
+            module::use_in_context(module::kernel_function(kernel)?, ctx, dev).map(|_| ())
+        }
+        _ => Ok(()),
+    }
+}
+
 crate::abi::exports! {
     fn cuModuleLoadData(pmod: *mut usize, image: *const c_void) {
         load_module(pmod, image)
@@ -392,13 +407,15 @@ crate::abi::exports! {
     }
 
     fn cuKernelGetAttribute(pi: *mut c_int, attrib: c_int, kernel: usize, dev: c_int) {
-        check_dev(dev)?;
+        let dev = check_dev(dev)?;
+        attribute_loads(kernel, dev)?;
         let f = module::get_function(module::kernel_function(kernel)?).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         out(pi, func_attribute(&f, attrib)?)
     }
 
     fn cuKernelSetAttribute(attrib: c_int, val: c_int, kernel: usize, dev: c_int) {
-        check_dev(dev)?;
+        let dev = check_dev(dev)?;
+        attribute_loads(kernel, dev)?;
         let f = module::kernel_function(kernel)?;
         module::set_attribute(f, attrib, val)
     }

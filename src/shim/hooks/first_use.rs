@@ -45,7 +45,7 @@ pub(super) fn partial_load(
     }
     let used = Use {
         key: launch_key(f as u64, d),
-        mark: false,
+        seen: Seen::No,
     };
     Some(first_use(
         api,
@@ -58,28 +58,45 @@ pub(super) fn partial_load(
 }
 
 /// The use a first use measures: `key` names it (a function, or a kernel handle in a
-/// context); `mark`: whether it is seen once measured (not a launch on a capturing stream
-/// that needs a stack not grown yet: its first launch outside a capture grows it).
+/// context); `seen`: when it is seen once measured.
 #[derive(Clone, Copy)]
 pub(super) struct Use {
     pub(super) key: u64,
-    pub(super) mark: bool,
+    pub(super) seen: Seen,
 }
 
 impl Use {
     pub(super) fn of(key: u64) -> Use {
-        Use { key, mark: true }
+        Use {
+            key,
+            seen: Seen::Yes,
+        }
     }
 }
 
-/// Whether a launch of function `f` in the current context (a kernel handle: asked on
-/// device `kernel_on`) can take nothing on its own:
-/// its threads' local memory fits in the stack, and no raised malloc heap (printf FIFO,
-/// pending-launch buffer) may wait to be taken. Only then is its first launch left
+/// When a first use's key is seen (later uses not measured) once it is measured.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// Always: a lookup, a launch whose stack was grown first.
+    Yes,
+    /// Never: a partially loaded function's load (its launch is measured on its own), a
+    /// launch on a capturing stream that needs a stack not grown yet (its first launch
+    /// outside a capture grows it).
+    No,
+    /// Where the function the use gave takes nothing at its launch (its threads' local
+    /// memory within the stack, no raised heap): a kernel handle loaded ahead of its launch
+    /// or its graph. Asked of the loaded function, after the use: a question about a kernel
+    /// not loaded yet may itself load it, unmeasured.
+    IfItsLaunchTakesNothing,
+}
+
+/// Whether a launch of function `f` (loaded) in the current context can take nothing on
+/// its own: its threads' local memory fits in the stack, and no raised malloc heap (printf
+/// FIFO, pending-launch buffer) may wait to be taken. Only then is its first launch left
 /// unchecked once it was asked for (`cuModuleGetFunction`, `cuKernelGetFunction`).
-pub(super) fn takes_nothing_at_launch(f: Handle, kernel_on: Option<c_int>) -> bool {
+pub(super) fn takes_nothing_at_launch(f: Handle) -> bool {
     !super::limits::late_limit_raised()
-        && super::limits::fits_the_stack(kernel_queries::local_size(f, kernel_on))
+        && super::limits::fits_the_stack(kernel_queries::local_size(f, None))
 }
 
 /// The first use on device `d` of what `used` names (a function or kernel launched or
@@ -176,9 +193,7 @@ pub(super) fn first_use(
         drop(held);
         return rc; // not seen: the next use measures again
     }
-    if used.mark {
-        mark_seen(key, d, &function);
-    }
+    mark_seen(used, d, &function);
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     let bytes = match measured {
         Ok(bytes) => {
@@ -249,17 +264,23 @@ fn loaded_eagerly(
     function: impl Fn() -> Option<Handle>,
 ) -> CuResult {
     let rc = call();
-    if rc == CUDA_SUCCESS && used.mark {
-        mark_seen(used.key, d, &function);
+    if rc == CUDA_SUCCESS {
+        mark_seen(used, d, &function);
     }
     rc
 }
 
-/// A first use of `key` done: seen, and the function asked for (`function`) too where its
-/// first launch takes nothing more (no stack to grow, no raised heap to take).
-fn mark_seen(key: u64, d: usize, function: &impl Fn() -> Option<Handle>) {
-    seen(key);
-    if let Some(f) = function().filter(|&f| takes_nothing_at_launch(f, None)) {
+/// A first use done: its key seen as `used` says, and the function asked for (`function`)
+/// too where its first launch takes nothing more (no stack to grow, no raised heap to take).
+fn mark_seen(used: Use, d: usize, function: &impl Fn() -> Option<Handle>) {
+    if used.seen == Seen::No {
+        return;
+    }
+    let fits = function().filter(|&f| takes_nothing_at_launch(f));
+    if used.seen == Seen::Yes || fits.is_some() {
+        seen(used.key);
+    }
+    if let Some(f) = fits {
         seen(launch_key(f as u64, d));
     }
 }

@@ -55,7 +55,7 @@ pub fn func_load(real: Real<(Handle,)>, f: Handle) -> CuResult {
     let Some(rc) = partial_load("cuFuncLoad", f, d, call) else {
         return call();
     };
-    if rc == CUDA_SUCCESS && takes_nothing_at_launch(f, None) {
+    if rc == CUDA_SUCCESS && takes_nothing_at_launch(f) {
         seen(launch_key(f as u64, d)); // as a function asked for by name
     }
     rc

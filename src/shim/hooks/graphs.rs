@@ -332,19 +332,20 @@ fn instantiated(
         Ok(s) => s,
         Err(rc) => return rc,
     };
-    // Its kernels' local memory: the stack grows to it when the graph runs; raised (or
-    // refused) now, as for a launch. Then each kernel never used in the context is loaded
-    // there, measured (what lazy loading takes for the graph).
+    // Each kernel never used in the context is loaded there first, measured (what lazy
+    // loading takes for the graph), so that asking its local memory loads nothing
+    // unmeasured. Then the stack: it grows to the most local memory when the graph runs;
+    // raised (or refused) now, as for a launch.
     if let Some(d) = super::current::current_device().and_then(|d| usize::try_from(d).ok()) {
         let kernels = graph_queries::graph_kernels(graph);
-        let local = graph_queries::max_local(&kernels, d as c_int);
-        if let Err(rc) = super::limits::stack_for_launch(api, d, local, || false) {
-            return rc;
-        }
-        for k in kernels {
+        for k in &kernels {
             if let Err(rc) = super::launches::load_for_graph(api, k.func, k.kern, k.ctx) {
                 return rc;
             }
+        }
+        let local = graph_queries::max_local(&kernels, d as c_int);
+        if let Err(rc) = super::limits::stack_for_launch(api, d, local, || false) {
+            return rc;
         }
     }
     let Some(allocs) = graph_queries::graph_allocs(graph) else {

@@ -12,7 +12,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::current::{current_context, current_device, known_device};
-use super::first_use::{Use, first_use, load_if_partial, seen, takes_nothing_at_launch};
+use super::first_use::{Seen, Use, first_use, load_if_partial, seen, takes_nothing_at_launch};
 use crate::driver::forward::Real;
 use crate::driver::types::{
     CText, CUDA_SUCCESS, CuResult, Handle, In, LaunchConfigHead, Out, Stream,
@@ -160,15 +160,37 @@ fn kernel_loaded(
     // The driver wrote the function handle where the caller asked.
     let function = || out.get();
     let owner = || kernel_queries::function_owner(kernel);
-    let mark = takes_nothing_at_launch(kernel, c_int::try_from(d).ok());
-    first_use(
-        "cuKernelGetFunction",
-        Use { key, mark },
-        d,
-        call,
-        function,
-        owner,
-    )
+    let used = Use {
+        key,
+        seen: Seen::IfItsLaunchTakesNothing,
+    };
+    first_use("cuKernelGetFunction", used, d, call, function, owner)
+}
+
+/// Kernel handle `kernel` loaded into the current context (device `d`) by gpucap's own
+/// `cuKernelGetFunction` (out of a capture's way, as its measurements are), measured as its
+/// first use there under `key`, and seen where its launch takes nothing more: ahead of its
+/// first launch or a graph that takes it, so that no question gpucap asks about it (its
+/// threads' local memory, `cuKernelGetAttribute`) is the call that loads it, unmeasured.
+/// `CUDA_ERROR_OUT_OF_MEMORY`: refused before anything was loaded.
+fn load_kernel(api: &str, kernel: Handle, key: u64, d: usize) -> CuResult {
+    let got = std::cell::Cell::new(std::ptr::null_mut());
+    let load = || {
+        graph_queries::relaxed(|| {
+            let mut f: Handle = std::ptr::null_mut();
+            let rc = crate::driver::hooked::real::cuKernelGetFunction(Out::from(&mut f), kernel);
+            got.set(f);
+            rc.unwrap_or(CUDA_SUCCESS)
+        })
+    };
+    let function = || Some(got.get()).filter(|f| !f.is_null());
+    let used = Use {
+        key,
+        seen: Seen::IfItsLaunchTakesNothing,
+    };
+    first_use(api, used, d, load, function, || {
+        kernel_queries::function_owner(kernel)
+    })
 }
 
 /// A kernel node of a graph (`func`, a function, or `kernel`, a kernel handle, to run in
@@ -201,22 +223,7 @@ pub(super) fn load_for_graph(
         if LAUNCHED.contains(key) {
             return Ok(());
         }
-        let got = std::cell::Cell::new(std::ptr::null_mut());
-        // The shim's own call: out of a capture's way, as its measurements are.
-        let load = || {
-            graph_queries::relaxed(|| {
-                let mut f: Handle = std::ptr::null_mut();
-                let rc =
-                    crate::driver::hooked::real::cuKernelGetFunction(Out::from(&mut f), kernel);
-                got.set(f);
-                rc.unwrap_or(CUDA_SUCCESS)
-            })
-        };
-        let mark = takes_nothing_at_launch(kernel, c_int::try_from(d).ok());
-        let function = || Some(got.get()).filter(|f| !f.is_null());
-        first_use(api, Use { key, mark }, d, load, function, || {
-            kernel_queries::function_owner(kernel)
-        })
+        load_kernel(api, kernel, key, d)
     } else if !func.is_null() {
         let key = launch_key(func as u64, d);
         if LAUNCHED.contains(key) {
@@ -225,7 +232,7 @@ pub(super) fn load_for_graph(
         // Its attributes asked only once it is loaded: a CUDA call with a partially loaded
         // function may load it (`cuModuleEnumerateFunctions`' documentation), unmeasured.
         let rc = load_if_partial(api, func, d);
-        if rc == CUDA_SUCCESS && takes_nothing_at_launch(func, None) {
+        if rc == CUDA_SUCCESS && takes_nothing_at_launch(func) {
             seen(key);
         }
         rc
@@ -288,11 +295,14 @@ fn launch_unseen(
 }
 
 /// The first launch of function or kernel handle `f` (`kernel_on`: the device a kernel
-/// handle's attributes are asked on) under `key`: the stack grown to its threads' local
-/// memory first (`limits::stack_for_launch`), then measured as a first use. On a capturing
-/// stream nothing runs, so a stack it needs is not grown (a graph's is raised at its
-/// instantiation): what lazy loading loads at the capture is measured all the same, and
-/// `f` stays unseen for its first launch outside a capture, which grows the stack.
+/// handle's attributes are asked on) under `key`: loaded first where it is not (a kernel
+/// handle in this context, a partially loaded function), measured, so that gpucap's
+/// question about its threads' local memory loads nothing itself; a kernel handle whose
+/// launch then takes nothing more is launched unmeasured. Else the stack grown to that
+/// local memory (`limits::stack_for_launch`), then the launch measured as a first use. On
+/// a capturing stream nothing runs, so a stack it needs is not grown (a graph's is raised
+/// at its instantiation): what lazy loading loads at the capture is measured all the same,
+/// and `f` stays unseen for its first launch outside a capture, which grows the stack.
 #[cold]
 #[inline(never)]
 fn first_launch(
@@ -302,12 +312,17 @@ fn first_launch(
     d: usize,
     kernel_on: Option<c_int>,
     stream: Stream,
-    call: impl FnMut() -> CuResult,
+    mut call: impl FnMut() -> CuResult,
 ) -> CuResult {
-    if kernel_on.is_none()
-        && load_if_partial(api, f, d) == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY
-    {
-        return crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY;
+    let loaded = match kernel_on {
+        Some(_) => load_kernel(api, f, key, d),
+        None => load_if_partial(api, f, d),
+    };
+    if loaded == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY {
+        return loaded;
+    }
+    if kernel_on.is_some() && LAUNCHED.contains(key) {
+        return call(); // loaded, measured, and its launch takes nothing more
     }
     let local = kernel_queries::local_size(f, kernel_on);
     let capturing = || graph_queries::capturing(stream);
@@ -316,7 +331,10 @@ fn first_launch(
         Ok(grown) => grown,
     };
     let function = move || kernel_on.is_none().then_some(f);
-    let used = Use { key, mark: grown };
+    let used = Use {
+        key,
+        seen: if grown { Seen::Yes } else { Seen::No },
+    };
     first_use(api, used, d, call, function, || {
         kernel_queries::function_owner(f)
     })
