@@ -16,8 +16,8 @@ use crate::driver::types::{
     Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1, ArrayMapInfo,
     CText, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_UNKNOWN, CUDA_SUCCESS, CuResult, Dptr,
     GraphNodeParamsHead, Handle, In, InArray, InstantiateParams, KernelNodeParams,
-    KernelNodeParamsV1, LaunchConfigHead, LocationPrefix, NvmlProcessDetailList, Out, OutArray,
-    PER_THREAD_DEFAULT_STREAM, Stream,
+    KernelNodeParamsV1, LaunchConfigHead, LocationPrefix, MultiDeviceLaunch, NvmlProcessDetailList,
+    Out, OutArray, PER_THREAD_DEFAULT_STREAM, Stream,
 };
 use crate::hooks;
 use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};

@@ -59,6 +59,9 @@ static void g_init(void) {
     MUST(cuDeviceGetAttribute(&major, ATTR_CC_MAJOR, 0));
     MUST(cuDeviceGetAttribute(&minor, ATTR_CC_MINOR, 0));
     mach_int("compute_capability", major * 10 + minor);
+    int coop = -1; /* whether cuLaunchCooperativeKernelMultiDevice may launch here */
+    if (cuDeviceGetAttribute(&coop, 96 /* COOPERATIVE_MULTI_DEVICE_LAUNCH */, 0) == CUDA_SUCCESS)
+        mach_int("device.cooperative_multi_device", coop);
     size_t total = 0;
     MUST(cuDeviceTotalMem_v2(&total, 0));
     mach_int("total_mem", (long long)total);

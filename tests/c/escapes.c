@@ -106,6 +106,11 @@
  *                  stack refused past the cap before it grows.
  *   printf-fifo    (cap <cap0> = 2 GiB; FAKECUDA_PRINTF_AT_LAUNCH=1) the same with the printf
  *                  FIFO raised (CU_LIMIT_PRINTF_FIFO_SIZE).
+ *   multi-device   (2 GPUs, caps <cap0> <cap1> = 2 GiB; FAKECUDA_FUNCTION_MEM=<code>,
+ *                  FAKECUDA_HEAP_AT_LAUNCH=1) cuLaunchCooperativeKernelMultiDevice on both
+ *                  GPUs: each context's stack grown (charged on its GPU; refused before the
+ *                  driver grows GPU 1's past its cap), a listed function's code loaded and
+ *                  a raised heap taken at its launch, each charged on its own GPU.
  *   green-contexts (cap <cap0> = 2 GiB; FAKECUDA_CONTEXT_MEM=256Mi, FAKECUDA_GREEN_CTX_MEM=64Mi)
  *                  green contexts made with the primary context inactive, then active:
  *                  the primary context and each one's own part charged, one past the cap
@@ -1158,6 +1163,100 @@ static void late_limit(int limit, size_t base, const char *what) {
 static void graph_heap(void) { late_limit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * MIB, "heap"); }
 static void printf_fifo(void) { late_limit(CU_LIMIT_PRINTF_FIFO_SIZE, MIB, "printf FIFO"); }
 
+/* CUDA_LAUNCH_PARAMS (cuda.h): one device's launch of the deprecated multi-device launch. */
+typedef struct {
+    CUfunction function;
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared;
+    CUstream stream;
+    void **params;
+} LaunchParams;
+CUresult cuLaunchCooperativeKernelMultiDevice(LaunchParams *list, unsigned n, unsigned flags);
+
+/* f[0] on GPU 0 and f[1] on GPU 1, in one cuLaunchCooperativeKernelMultiDevice, each on its
+   GPU's stream s[d]. */
+static CUresult launch_both(CUfunction f[2], CUstream s[2]) {
+    LaunchParams p[2];
+    for (int d = 0; d < 2; d++) p[d] = (LaunchParams){f[d], 1, 1, 1, 32, 1, 1, 0, s[d], NULL};
+    return cuLaunchCooperativeKernelMultiDevice(p, 2, 0);
+}
+
+/* cuLaunchCooperativeKernelMultiDevice (deprecated since CUDA 11.3, still in driver 580 and
+   cudart 13): one call launching a function on both GPUs, each on a stream of its GPU's
+   primary context. Each context's first launch grows its stack to the kernel's local
+   memory (charged on each GPU; refused before the driver grows GPU 1's where its cap
+   cannot take it), loads a partially loaded function's code (FAKECUDA_FUNCTION_MEM), and
+   takes a raised heap (FAKECUDA_HEAP_AT_LAUNCH=1): each charged on its own GPU. */
+static void multi_device(void) {
+    const char *e = getenv("FAKECUDA_FUNCTION_MEM"), *h = getenv("FAKECUDA_HEAP_AT_LAUNCH");
+    size_t code = e ? parse_size(e) : 0, heap = 256 * MIB, half = g_cap[0] / 2;
+    size_t s4 = stack_takes(6), s8 = stack_takes(14); /* 4096, 8192 bytes */
+    size_t two = 2 * code;                              /* the two kernels asked for */
+    CHECK(g_cap[1] == g_cap[0] && half + two + s4 < g_cap[0] && half + s8 > g_cap[0] && two + s8 < g_cap[0] &&
+              code > 0 && two + code + heap < half && h && strcmp(h, "1") == 0,
+          "the test needs caps of 2 GiB on both GPUs, FAKECUDA_FUNCTION_MEM under 768 MiB and FAKECUDA_HEAP_AT_LAUNCH=1");
+    CUmodule m[2] = {NULL, NULL}, p[2] = {NULL, NULL};
+    CUfunction k4[2], k8[2], part[2];
+    CUstream s[2];
+    for (int d = 0; d < 2; d++) {
+        MUST(cuDevicePrimaryCtxRetain(&g_ctx[d], d));
+        use(d);
+        MUST(cuModuleLoadData(&m[d], LOCAL_PTX));
+        MUST(cuModuleGetFunction(&k4[d], m[d], "local4k"));
+        MUST(cuModuleGetFunction(&k8[d], m[d], "local8k"));
+        MUST(cuStreamCreate(&s[d], 1));
+        IN_USE(d, two, "GPU %d: a module loaded, its two kernels asked for: their code", d);
+    }
+    CUdeviceptr a = 0;
+    use(1);
+    MUST(cuMemAlloc_v2(&a, half));
+    CUresult rc = launch_both(k4, s);
+    CHECK(rc == CUDA_SUCCESS, "the 4 KiB kernel on both GPUs -> %d", rc);
+    IN_USE(0, two + s4, "GPU 0's stack grown to the 4 KiB kernel's");
+    IN_USE(1, two + half + s4, "GPU 1's stack grown beside its half");
+    rc = launch_both(k8, s);
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "the 8 KiB kernel past GPU 1's cap -> %d, expected 2", rc);
+    use(1);
+    stack_is(4096, "GPU 1's stack after the 8 KiB kernel was refused");
+    IN_USE(1, two + half + s4, "GPU 1: the 8 KiB kernel refused, nothing more");
+    MUST(cuMemFree_v2(a));
+    rc = launch_both(k8, s);
+    CHECK(rc == CUDA_SUCCESS, "the 8 KiB kernel on both GPUs with GPU 1's half freed -> %d", rc);
+    for (int d = 0; d < 2; d++) {
+        IN_USE(d, two + s8, "GPU %d's stack grown to the 8 KiB kernel's", d);
+        use(d);
+        stack_is(8192, "after the 8 KiB kernel on both GPUs");
+        MUST(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK));
+        IN_USE(d, two, "GPU %d's stack lowered", d);
+    }
+    /* Functions listed by cuModuleEnumerateFunctions: partially loaded until a first use. */
+    static const char ONE[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                              ".visible .entry md0()\n{\n\tret;\n}\n";
+    for (int d = 0; d < 2; d++) {
+        use(d);
+        MUST(cuModuleLoadData(&p[d], ONE));
+        MUST(cuModuleEnumerateFunctions(&part[d], 1, p[d]));
+    }
+    MUST(launch_both(part, s));
+    for (int d = 0; d < 2; d++) IN_USE(d, two + code, "GPU %d: the listed function's code loaded by its launch", d);
+    /* A raised heap, taken at each context's next launch. */
+    for (int d = 0; d < 2; d++) {
+        use(d);
+        MUST(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * MIB + heap));
+        IN_USE(d, two + code, "GPU %d: the heap raised, nothing taken at the call", d);
+    }
+    MUST(launch_both(part, s));
+    for (int d = 0; d < 2; d++) IN_USE(d, two + code + heap, "GPU %d: the launch took the raised heap", d);
+    MUST(launch_both(part, s));
+    for (int d = 0; d < 2; d++) IN_USE(d, two + code + heap, "GPU %d: launched again, nothing more", d);
+    for (int d = 0; d < 2; d++) {
+        use(d);
+        MUST(cuModuleUnload(p[d]));
+        MUST(cuModuleUnload(m[d]));
+        MUST(cuStreamDestroy_v2(s[d]));
+        IN_USE(d, heap, "GPU %d: the modules unloaded, the heap stays with the context", d);
+    }
+}
+
 /* Green contexts (CUDA 12.4): cuGreenCtxCreate retains the device's primary context (made
    then if inactive: FAKECUDA_CONTEXT_MEM) and takes FAKECUDA_GREEN_CTX_MEM of its own. */
 typedef struct CUgreenCtx_st *CUgreenCtx;
@@ -1612,6 +1711,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "stack-limit") == 0) stack_limit();
     else if (strcmp(mode, "stuck-stack") == 0) stuck_stack();
     else if (strcmp(mode, "local-stack") == 0) local_stack();
+    else if (strcmp(mode, "multi-device") == 0 && argc > 3) multi_device();
     else if (strcmp(mode, "graph-local-stack") == 0) graph_local_stack();
     else if (strcmp(mode, "capture-local-library") == 0) capture_local_library();
     else if (strcmp(mode, "kernel-function-stack") == 0) kernel_function_stack();

@@ -667,6 +667,44 @@ fn the_deprecated_launches_are_measured_as_cu_launch_kernel_is() {
     charged_alone_and_in_a_pool("legacy-launches", &[("FAKECUDA_FUNCTION_MEM", "64Mi")], &[]);
 }
 
+/// `cuLaunchCooperativeKernelMultiDevice` (deprecated since CUDA 11.3, still in driver 580
+/// and cudart 13): one call launching a function on two GPUs, each on a stream of its own
+/// GPU's context. Each context's first launch grows its stack to the kernel's local memory,
+/// loads a partially loaded function's code and takes a raised heap: gpucap makes each
+/// function ready in its own context first (loaded, measured; the stack grown, or the call
+/// refused before the driver grows GPU 1's past its cap) and measures the call on both GPUs
+/// where a raised heap may be taken there. Before, the call was forwarded: 1,848 MiB of
+/// stack past GPU 1's cap, 64 MiB of code and 256 MiB of heap on each GPU charged nothing.
+/// Alone and in a pool (`escapes.c`, `multi-device`).
+#[test]
+fn a_launch_on_several_gpus_in_one_call_is_charged_on_each() {
+    let dir = scratch("escapes-multi-device-pool");
+    let pool_dir = dir.to_str().unwrap();
+    let fake = [
+        ("FAKECUDA_FUNCTION_MEM", "64Mi"),
+        ("FAKECUDA_HEAP_AT_LAUNCH", "1"),
+    ];
+    let pool = [("GPUCAP_POOL", "multi"), ("GPUCAP_POOL_DIR", pool_dir)];
+    for env in [fake.to_vec(), [&fake[..], &pool[..]].concat()] {
+        let (o, s) = escapes(&["multi-device", "2Gi", "2Gi"], 2, Some("2Gi"), &env);
+        assert_passed(&o, &format!("multi-device with the shim {env:?}"));
+        for d in &s {
+            assert!(
+                d.peak_used <= 2 << 30,
+                "{env:?}: the driver held {} MiB on a GPU capped at 2 GiB",
+                d.peak_used >> 20
+            );
+        }
+        let err = stderr(&o);
+        assert!(
+            err.contains("refused cuLaunchCooperativeKernelMultiDevice"),
+            "{env:?}: {err}"
+        );
+    }
+    let (o, _) = escapes(&["multi-device", "2Gi", "2Gi"], 2, None, &fake);
+    assert_failed(&o, "multi-device without the shim");
+}
+
 /// `cuMemCreate` memory mapped into a deferred-mapping array and a sparse mipmapped array
 /// (`cuMemMapArrayAsync`) and released at once, as NVIDIA's VMM idiom releases a mapped
 /// handle: the driver keeps it while the array maps it, so gpucap keeps it charged until an

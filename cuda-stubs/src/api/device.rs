@@ -65,6 +65,7 @@ pub fn attribute(attr: c_int, dev: usize) -> c_int {
         90 => 1,          // COMPUTE_PREEMPTION_SUPPORTED
         91 => 1,          // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
         95 => 1,          // COOPERATIVE_LAUNCH
+        96 => 1,          // COOPERATIVE_MULTI_DEVICE_LAUNCH
         97 => 232_448,    // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         99 => 1,          // HOST_REGISTER_SUPPORTED
         102 => 1,         // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED

@@ -5,7 +5,8 @@
 //! `cuLaunchKernel` in CUDA 4.0) take the block and shared memory set on the function
 //! before (`cuFuncSetBlockShape`, `cuFuncSetSharedSize`) and launch as `cuLaunchKernel`
 //! does; the parameters set with `cuParamSet*` are checked for a valid function and kept
-//! nowhere (no kernel runs).
+//! nowhere (no kernel runs). `cuLaunchCooperativeKernelMultiDevice` (deprecated since CUDA
+//! 11.3) launches on several devices at once, each in its stream's context.
 
 use std::ptr::null_mut;
 
@@ -98,6 +99,53 @@ fn kernel(
     }
 }
 
+/// CUDA_LAUNCH_PARAMS: one device's launch of `cuLaunchCooperativeKernelMultiDevice`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct MultiDeviceLaunch {
+    function: usize,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared: c_uint,
+    stream: usize,
+    params: *mut *mut c_void,
+}
+
+/// `cuLaunchCooperativeKernelMultiDevice` (deprecated since CUDA 11.3): `n` launches, each
+/// on a stream of its own device's context (not a default stream), of the same grid, block
+/// and shared memory, every device able (`COOPERATIVE_MULTI_DEVICE_LAUNCH`); each checked
+/// first, then each made in its stream's context as `cuLaunchCooperativeKernel` makes one.
+fn launch_multi_device(list: *const MultiDeviceLaunch, n: c_uint, flags: c_uint) -> CuResult {
+    let cfg = cfg()?;
+    if list.is_null() || n == 0 || n as usize > cfg.visible.len() || flags & !3 != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's array of `n` launches (checked non-null above).
+    let all = unsafe { std::slice::from_raw_parts(list, n as usize) };
+    let mut devices = Vec::with_capacity(all.len());
+    for e in all {
+        if stream::SPECIAL_STREAMS.contains(&e.stream) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let (ctx, dev) = stream::context_of(e.stream)?;
+        let same = (e.grid, e.block, e.shared) == (all[0].grid, all[0].block, all[0].shared);
+        if devices.iter().any(|&(_, d)| d == dev) || !same {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        module::launchable(e.function)?;
+        module::check_dims(e.grid, e.block)?;
+        devices.push((ctx, dev));
+    }
+    for (e, &(ctx, _)) in all.iter().zip(&devices) {
+        crate::model::ctx::push(ctx);
+        let k = kernel(e.function, e.grid, e.block, e.shared, e.params, null_mut());
+        let rc = launch(k, e.stream);
+        crate::model::ctx::pop();
+        rc?;
+    }
+    Ok(())
+}
+
 /// CUlaunchConfig (CUDA 12 layout): grid, block, shared memory, stream, attributes.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -182,6 +230,10 @@ crate::abi::exports! {
 
     fn cuLaunchCooperativeKernel | cuLaunchCooperativeKernel_ptsz (f: usize, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, hstream: usize, params: *mut *mut c_void) {
         launch(kernel(f, [gx, gy, gz], [bx, by, bz], shared_bytes, params, null_mut()), hstream)
+    }
+
+    fn cuLaunchCooperativeKernelMultiDevice(list: *const MultiDeviceLaunch, n: c_uint, flags: c_uint) {
+        launch_multi_device(list, n, flags)
     }
 
     fn cuLaunchKernelEx | cuLaunchKernelEx_ptsz (config: *const c_void, f: usize, params: *mut *mut c_void, extra: *mut *mut c_void) {

@@ -35,7 +35,7 @@ static STREAMS: LazyLock<Mutex<HashMap<usize, StreamInfo>>> = LazyLock::new(Defa
 static EVENTS: LazyLock<Mutex<HashMap<usize, EventInfo>>> = LazyLock::new(Default::default);
 
 /// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD.
-const SPECIAL_STREAMS: [usize; 3] = [0, 1, 2];
+pub const SPECIAL_STREAMS: [usize; 3] = [0, 1, 2];
 
 thread_local! {
     /// This thread's stream capture mode (cuThreadExchangeStreamCaptureMode).

@@ -24,8 +24,8 @@ use std::sync::atomic::{
 use super::types::{
     Array3DDescriptor, Array3DDescriptorV1, ArrayDescriptor, ArrayDescriptorV1, ArrayMapInfo,
     CText, CuResult, Dptr, GraphNodeParamsHead, Handle, In, InArray, InstantiateParams,
-    KernelNodeParams, KernelNodeParamsV1, LaunchConfigHead, LocationPrefix, NvmlProcessDetailList,
-    Out, OutArray, Stream,
+    KernelNodeParams, KernelNodeParamsV1, LaunchConfigHead, LocationPrefix, MultiDeviceLaunch,
+    NvmlProcessDetailList, Out, OutArray, Stream,
 };
 use crate::resolve::{driver_symbol, in_main_program};
 use gpucap_core::nvml::{NvmlMemory, NvmlMemoryV2, NvmlProcessV1, NvmlProcessV2};
@@ -123,6 +123,9 @@ macro_rules! hooked {
             cuLaunchCooperativeKernel_ptsz = "cuLaunchCooperativeKernel" @ 9000 ptsz :
                 (f: Handle, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: Stream,
                  params: *mut *mut c_void) => hooks::launches::launch_cooperative_kernel;
+            // Deprecated since CUDA 11.3: a launch on each of several devices in one call.
+            cuLaunchCooperativeKernelMultiDevice = "cuLaunchCooperativeKernelMultiDevice" @ 9000 :
+                (list: InArray<MultiDeviceLaunch>, n: u32, flags: u32) => hooks::multi_device::launch_cooperative_kernel_multi_device;
             cuLaunchKernelEx = "cuLaunchKernelEx" @ 11060 :
                 (config: In<LaunchConfigHead>, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) => hooks::launches::launch_kernel_ex;
             cuLaunchKernelEx_ptsz = "cuLaunchKernelEx" @ 11060 ptsz :

@@ -86,6 +86,15 @@ pub fn stream_device(stream: Handle) -> Option<c_int> {
     context_device(ctx).and_then(|d| c_int::try_from(d).ok())
 }
 
+/// The context a stream belongs to; None if the driver cannot say (an invalid stream: its
+/// own error follows).
+pub fn stream_context(stream: Handle) -> Option<Handle> {
+    let get = calls::cuStreamGetCtx()?;
+    let mut ctx: Handle = null_mut();
+    // SAFETY: a valid out-pointer; the caller's stream.
+    (unsafe { get(stream, &mut ctx) } == CUDA_SUCCESS && !ctx.is_null()).then_some(ctx)
+}
+
 /// The default pool of `device`.
 fn default_pool(device: c_int) -> Option<u64> {
     let get = calls::cuDeviceGetDefaultMemPool()?;

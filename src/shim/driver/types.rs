@@ -321,6 +321,32 @@ const _: () = {
     assert!(offset_of!(ArrayMapInfo, handle) == offset_of!(C, memHandle));
 };
 
+/// `CUDA_LAUNCH_PARAMS`, one device's launch of `cuLaunchCooperativeKernelMultiDevice`: the
+/// function, the grid and block, the shared memory, the stream (its context's device is
+/// the launch's), the kernel's parameters.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MultiDeviceLaunch {
+    pub function: Handle,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    pub stream: Stream,
+    pub params: *mut *mut c_void,
+}
+// The layout, as cudarc's bindings of cuda.h give it.
+const _: () = {
+    use cudarc::driver::sys::CUDA_LAUNCH_PARAMS as C;
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<MultiDeviceLaunch>() == size_of::<C>());
+    assert!(offset_of!(MultiDeviceLaunch, function) == offset_of!(C, function));
+    assert!(offset_of!(MultiDeviceLaunch, grid) == offset_of!(C, gridDimX));
+    assert!(offset_of!(MultiDeviceLaunch, block) == offset_of!(C, blockDimX));
+    assert!(offset_of!(MultiDeviceLaunch, shared_mem_bytes) == offset_of!(C, sharedMemBytes));
+    assert!(offset_of!(MultiDeviceLaunch, stream) == offset_of!(C, hStream));
+    assert!(offset_of!(MultiDeviceLaunch, params) == offset_of!(C, kernelParams));
+};
+
 /// `CUmemAllocationProp`, which the shim fills itself, seen through its leading fields
 /// (the argument type of the hooked `cuMemCreate`).
 impl<'a> From<&'a cudarc::driver::sys::CUmemAllocationProp> for In<'a, LocationPrefix> {

@@ -136,8 +136,9 @@ fn library_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResul
 }
 
 /// Runs `call` measured on each of `locks`' devices (one measurement inside the next),
-/// pushing each device's measurement to `measured` in the order of `locks`.
-fn measure_each(
+/// pushing each device's measurement to `measured` in the order of `locks` (an eager load
+/// here; a launch on several devices in one call, `multi_device`).
+pub(super) fn measure_each(
     locks: &[DeviceLock<'static>],
     call: &mut dyn FnMut() -> CuResult,
     measured: &mut Vec<Result<i128, Unmeasured>>,

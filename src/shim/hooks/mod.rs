@@ -43,6 +43,7 @@ pub(crate) mod libraries;
 pub(crate) mod limits;
 pub(crate) mod memory;
 pub(crate) mod modules;
+pub(crate) mod multi_device;
 pub(crate) mod multicast;
 pub(crate) mod nvml;
 mod nvml_pool;
