@@ -627,6 +627,29 @@ static void g_module(void) {
         mach_int("library.kernel_first_launch_after_attributes_takes", (long long)a2 - (long long)info_free());
     }
     if (alrc == CUDA_SUCCESS) cuLibraryUnload(al);
+    /* Recorded, not compared: what cuKernelGetFunction takes for a kernel handle whose library
+       holds a 64 MiB global, and what its first launch takes after it (gpucap loads a kernel
+       handle so, measured, before it asks its local memory at its first launch in a context,
+       and measures the launch too). */
+    static const char BIG_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                  ".visible .global .align 4 .b8 probe_big[67108864];\n"
+                                  ".visible .entry probe_kernel()\n{\n\tret;\n}\n";
+    CUlibrary gl = NULL;
+    CUkernel gk = NULL;
+    CUresult glrc = cuLibraryLoadData(&gl, BIG_PTX, NULL, NULL, 0, NULL, NULL, 0);
+    mach_int("library.get_function_load.rc", glrc);
+    if (glrc == CUDA_SUCCESS && cuLibraryGetKernel(&gk, gl, "probe_kernel") == CUDA_SUCCESS) {
+        CUfunction gf = NULL;
+        size_t g0 = info_free();
+        mach_int("library.kernel_get_function.rc", cuKernelGetFunction(&gf, gk));
+        mach_int("library.kernel_get_function_takes", (long long)g0 - (long long)info_free());
+        size_t g1 = info_free();
+        CUresult grc = cuLaunchKernel((CUfunction)gk, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        if (grc == CUDA_SUCCESS) cuCtxSynchronize();
+        mach_int("library.kernel_first_launch_after_get_function.rc", grc);
+        mach_int("library.kernel_first_launch_after_get_function_takes", (long long)g1 - (long long)info_free());
+    }
+    if (glrc == CUDA_SUCCESS) cuLibraryUnload(gl);
     /* Recorded, not compared: what raising a context's limits takes right at the call
        (gpucap measures a limit there, docs/src/counting.md's cuCtxSetLimit; one the driver
        takes later, as it takes the malloc heap, is not charged by that measurement). */

@@ -51,6 +51,7 @@ CUresult cuLibraryGetModule(CUmodule *module, CUlibrary library);
 typedef struct CUkern_st *CUkernel;
 CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name);
 CUresult cuKernelGetAttribute(int *value, int attribute, CUkernel kernel, CUdevice dev);
+CUresult cuKernelGetFunction(CUfunction *function, CUkernel kernel);
 CUresult cuKernelSetAttribute(int attribute, int value, CUkernel kernel, CUdevice dev);
 CUresult cuFuncIsLoaded(int *state, CUfunction function);
 CUresult cuFuncLoad(CUfunction function);

@@ -169,11 +169,11 @@ fn kernel_loaded(
 
 /// Kernel handle `kernel` loaded into the current context (device `d`) by gpucap's own
 /// `cuKernelGetFunction` (out of a capture's way, as its measurements are), measured as its
-/// first use there under `key`, and seen where its launch takes nothing more: ahead of its
-/// first launch or a graph that takes it, so that no question gpucap asks about it (its
-/// threads' local memory, `cuKernelGetAttribute`) is the call that loads it, unmeasured.
+/// first use there under `key`, seen as `seen` says: ahead of its first launch or a graph
+/// that takes it, so that no question gpucap asks about it (its threads' local memory,
+/// `cuKernelGetAttribute`) is the call that loads it, unmeasured.
 /// `CUDA_ERROR_OUT_OF_MEMORY`: refused before anything was loaded.
-fn load_kernel(api: &str, kernel: Handle, key: u64, d: usize) -> CuResult {
+fn load_kernel(api: &str, kernel: Handle, key: u64, d: usize, seen: Seen) -> CuResult {
     let got = std::cell::Cell::new(std::ptr::null_mut());
     let load = || {
         graph_queries::relaxed(|| {
@@ -184,10 +184,7 @@ fn load_kernel(api: &str, kernel: Handle, key: u64, d: usize) -> CuResult {
         })
     };
     let function = || Some(got.get()).filter(|f| !f.is_null());
-    let used = Use {
-        key,
-        seen: Seen::IfItsLaunchTakesNothing,
-    };
+    let used = Use { key, seen };
     first_use(api, used, d, load, function, || {
         kernel_queries::function_owner(kernel)
     })
@@ -223,7 +220,7 @@ pub(super) fn load_for_graph(
         if LAUNCHED.contains(key) {
             return Ok(());
         }
-        load_kernel(api, kernel, key, d)
+        load_kernel(api, kernel, key, d, Seen::IfItsLaunchTakesNothing)
     } else if !func.is_null() {
         let key = launch_key(func as u64, d);
         if LAUNCHED.contains(key) {
@@ -297,9 +294,9 @@ fn launch_unseen(
 /// The first launch of function or kernel handle `f` (`kernel_on`: the device a kernel
 /// handle's attributes are asked on) under `key`: loaded first where it is not (a kernel
 /// handle in this context, a partially loaded function), measured, so that gpucap's
-/// question about its threads' local memory loads nothing itself; a kernel handle whose
-/// launch then takes nothing more is launched unmeasured. Else the stack grown to that
-/// local memory (`limits::stack_for_launch`), then the launch measured as a first use. On
+/// question about its threads' local memory loads nothing itself; then the stack grown to
+/// that local memory (`limits::stack_for_launch`), then the launch measured as a first use
+/// too (whatever a driver still loads at the launch itself is charged there). On
 /// a capturing stream nothing runs, so a stack it needs is not grown (a graph's is raised
 /// at its instantiation): what lazy loading loads at the capture is measured all the same,
 /// and `f` stays unseen for its first launch outside a capture, which grows the stack.
@@ -312,17 +309,14 @@ fn first_launch(
     d: usize,
     kernel_on: Option<c_int>,
     stream: Stream,
-    mut call: impl FnMut() -> CuResult,
+    call: impl FnMut() -> CuResult,
 ) -> CuResult {
     let loaded = match kernel_on {
-        Some(_) => load_kernel(api, f, key, d),
+        Some(_) => load_kernel(api, f, key, d, Seen::No),
         None => load_if_partial(api, f, d),
     };
     if loaded == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY {
         return loaded;
-    }
-    if kernel_on.is_some() && LAUNCHED.contains(key) {
-        return call(); // loaded, measured, and its launch takes nothing more
     }
     let local = kernel_queries::local_size(f, kernel_on);
     let capturing = || graph_queries::capturing(stream);
@@ -362,7 +356,7 @@ pub(super) fn ready_for_launch(api: &str, f: Handle, d: usize) -> Result<Option<
         return Ok(None);
     }
     let loaded = match kernel_on {
-        Some(_) => load_kernel(api, f, key, d),
+        Some(_) => load_kernel(api, f, key, d, Seen::IfItsLaunchTakesNothing),
         None => load_if_partial(api, f, d),
     };
     if loaded == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY {
