@@ -51,6 +51,9 @@ per-process used memory, nvmlDeviceGetComputeRunningProcesses) must never pass t
   escapes.py legacy-launch --cap N   the same kernels launched by the deprecated cuLaunchGrid
                                      (the block set by cuFuncSetBlockShape, the parameter
                                      by cuParamSetv)
+  escapes.py multi-device --cap N    the same kernels launched by the deprecated
+                                     cuLaunchCooperativeKernelMultiDevice (one device, on
+                                     a stream of its own; SKIP where the GPU cannot)
   escapes.py capture-lazy --cap N    lazy-kernels with the kernel first put into a graph:
   escapes.py graph-node --cap N      its first launch inside a stream capture (global mode,
                                      as PyTorch captures; the capture ends with its graph:
@@ -452,10 +455,17 @@ def local_kernel(local):
             "\tadd.u64 %%rd6, %%rd2, %%rd3;\n\tst.global.u32 [%%rd6], %%r2;\n\tret;\n}\n" % local).encode()
 
 
-def local_stack(drv, w, cap, legacy=False):
+class LaunchParams(ctypes.Structure):
+    """CUDA_LAUNCH_PARAMS (cuda.h): one device's launch of cuLaunchCooperativeKernelMultiDevice."""
+    _fields_ = [("function", vp), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared", ctypes.c_uint), ("stream", vp), ("params", vp)]
+
+
+def local_stack(drv, w, cap, legacy=False, multi=False):
     """A kernel whose threads need more local memory than the stack, launched (legacy: by
     the deprecated cuLaunchGrid, its block set by cuFuncSetBlockShape, its parameter by
-    cuParamSetv): the stack it grows is charged; twice that is refused."""
+    cuParamSetv; multi: by the deprecated cuLaunchCooperativeKernelMultiDevice, one device
+    on a stream of its own): the stack it grows is charged; twice that is refused."""
     room = room_of(drv, 0, cap)
     sms, per_sm, k, old = stack_steps(drv, room)
     rc, out = drv.alloc(4096)
@@ -463,8 +473,21 @@ def local_stack(drv, w, cap, legacy=False):
         fail("cuMemAlloc_v2(4 KiB) -> %d" % rc)
     arg = u64(out)
     params = (vp * 1)(ctypes.cast(ctypes.byref(arg), vp))
+    stream = vp()
+    if multi:
+        able = c_int()
+        drv.must("cuDeviceGetAttribute", ctypes.byref(able), c_int(96), c_int(0))  # COOPERATIVE_MULTI_DEVICE_LAUNCH
+        if able.value == 0:
+            skip("GPU 0 cannot take part in cuLaunchCooperativeKernelMultiDevice (COOPERATIVE_MULTI_DEVICE_LAUNCH 0)")
+        drv.must("cuStreamCreate", ctypes.byref(stream), c_int(1))
 
     def launch(f):
+        if multi:
+            p = LaunchParams(f, (1, 1, 1), (32, 1, 1), 0, stream, ctypes.cast(params, vp))
+            rc = drv.L.cuLaunchCooperativeKernelMultiDevice(ctypes.byref(p), ctypes.c_uint(1), ctypes.c_uint(0))
+            if rc == 0:
+                drv.must("cuStreamSynchronize", stream)
+            return rc
         if not legacy:
             return drv.L.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, None, params, None)
         drv.must("cuFuncSetBlockShape", f, c_int(32), c_int(1), c_int(1))
@@ -539,6 +562,10 @@ def legacy_launch(drv, w, cap):
     return local_stack(drv, w, cap, legacy=True)
 
 
+def multi_device(drv, w, cap):
+    return local_stack(drv, w, cap, multi=True)
+
+
 def green_context(drv, w, cap):
     """Two green contexts (CUDA 12.4), the first made while the primary context is inactive:
     cuGreenCtxCreate retains the primary context, so the first makes it. After each, the room
@@ -591,7 +618,8 @@ def green_context(drv, w, cap):
 def main(argv):
     if len(argv) != 3 or argv[1] != "--cap":
         print("usage: escapes.py vmm-release|pool-cumemfree|pool-other-gpu|page-rounding|module-globals|stack-limit"
-              "|lazy-kernels|library-global|local-stack|legacy-launch|capture-lazy|graph-node|graph-generic-node"
+              "|lazy-kernels|library-global|local-stack|legacy-launch|multi-device|capture-lazy|graph-node"
+              "|graph-generic-node"
               "|green-context --cap BYTES",
               file=sys.stderr)
         return 2
@@ -599,7 +627,7 @@ def main(argv):
     modes = {"vmm-release": vmm_release, "pool-cumemfree": pool_cumemfree, "pool-other-gpu": pool_other_gpu,
              "page-rounding": page_rounding, "module-globals": module_globals, "stack-limit": stack_limit,
              "lazy-kernels": lazy_kernels, "library-global": library_global, "local-stack": local_stack,
-             "legacy-launch": legacy_launch, "capture-lazy": capture_lazy,
+             "legacy-launch": legacy_launch, "multi-device": multi_device, "capture-lazy": capture_lazy,
              "graph-node": graph_node, "graph-generic-node": graph_generic_node, "green-context": green_context}
     try:
         if argv[0] not in modes:

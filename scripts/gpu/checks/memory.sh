@@ -7,7 +7,7 @@
 
 CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
-    escape-module-globals escape-stack-limit escape-local-stack escape-legacy-launch escape-lazy-kernels
+    escape-module-globals escape-stack-limit escape-local-stack escape-legacy-launch escape-multi-device escape-lazy-kernels
     escape-library-global escape-capture-lazy escape-graph-node escape-graph-generic-node escape-green-context
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
@@ -65,6 +65,9 @@ check_escape_stack_limit() { escape_check "$1" stack-limit; }
 check_escape_local_stack() { escape_check "$1" local-stack; }
 # the same kernels launched by the deprecated cuLaunchGrid (cuFuncSetBlockShape, cuParamSetv)
 check_escape_legacy_launch() { escape_check "$1" legacy-launch; }
+# ... and by the deprecated cuLaunchCooperativeKernelMultiDevice (one device, a stream of its own)
+# ... and by the deprecated cuLaunchCooperativeKernelMultiDevice (one device, a stream of its own)
+check_escape_multi_device() { escape_check "$1" multi-device; }
 # a library's global and code, loaded at its kernel's first launch
 check_escape_lazy_kernels() { escape_check "$1" lazy-kernels; }
 # the same library loaded for its global (cuLibraryGetGlobal) before any kernel of it ran
