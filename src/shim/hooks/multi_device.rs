@@ -65,7 +65,8 @@ fn ready(f: Handle) -> Result<Option<(usize, u64)>, CuResult> {
 }
 
 /// Runs `step` with `ctx` current on the calling thread, then makes current again what
-/// was (through the driver's push and pop, which the hooks of `current.rs` follow).
+/// was (the driver's own push and pop; what the thread remembers of its current context
+/// forgotten around each, as the hooks of `current.rs` do).
 fn in_context<T>(ctx: Handle, step: impl FnOnce() -> Result<T, CuResult>) -> Result<T, CuResult> {
     let pushed = moves_current(|| real::cuCtxPushCurrent_v2(ctx).unwrap_or(CUDA_ERROR_NOT_FOUND));
     if pushed != CUDA_SUCCESS {
