@@ -615,6 +615,69 @@ fn the_deprecated_launches_use_the_shape_set_on_the_function() {
     }
 }
 
+/// `cuLaunchCooperativeKernelMultiDevice` (deprecated since CUDA 11.3) checks every launch
+/// first: a list, at most one launch a device, no default stream, known flags; then launches
+/// each in its stream's context (here one device, a stream of its primary context).
+#[test]
+fn the_multi_device_launch_checks_each_launch_then_makes_it_in_its_streams_context() {
+    let _g = setup();
+    use crate::api::launch::{MultiDeviceLaunch, cuLaunchCooperativeKernelMultiDevice};
+    use crate::api::stream::{cuStreamCreate, cuStreamDestroy_v2};
+    let elf = build_elf(&["coop"], &[]);
+    unsafe {
+        let mut m = 0usize;
+        assert_eq!(cuModuleLoadData(&mut m, elf.as_ptr().cast()), CUDA_SUCCESS);
+        let mut f = 0usize;
+        assert_eq!(
+            cuModuleGetFunction(&mut f, m, c"coop".as_ptr()),
+            CUDA_SUCCESS
+        );
+        let mut s = 0usize;
+        assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
+        let one = |stream: usize, block: u32| MultiDeviceLaunch {
+            function: f,
+            grid: [1, 1, 1],
+            block: [block, 1, 1],
+            shared: 0,
+            stream,
+            params: std::ptr::null_mut(),
+        };
+        let launch = |list: &[MultiDeviceLaunch], flags: u32| {
+            cuLaunchCooperativeKernelMultiDevice(list.as_ptr(), list.len() as u32, flags)
+        };
+        assert_eq!(launch(&[one(s, 32)], 0), CUDA_SUCCESS);
+        assert_eq!(launch(&[one(s, 32)], 3), CUDA_SUCCESS, "both sync flags");
+        assert_eq!(launch(&[], 0), CUDA_ERROR_INVALID_VALUE, "no launch");
+        assert_eq!(
+            launch(&[one(s, 32)], 4),
+            CUDA_ERROR_INVALID_VALUE,
+            "an unknown flag"
+        );
+        assert_eq!(
+            launch(&[one(0, 32)], 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "the default stream"
+        );
+        assert_eq!(
+            launch(&[one(s, 32), one(s, 32)], 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "two launches on one device (of one)"
+        );
+        assert_eq!(
+            launch(&[one(s, 2048)], 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "2,048 threads a block"
+        );
+        assert_eq!(
+            launch(&[one(0xdead, 32)], 0),
+            CUDA_ERROR_INVALID_HANDLE,
+            "no such stream"
+        );
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+        assert_eq!(cuModuleUnload(m), CUDA_SUCCESS);
+    }
+}
+
 /// XLA's command buffers (TensorFlow's jit-compiled steps) build graphs node by node
 /// (cuGraphAddKernelNode_v2), instantiate and launch them, and update a kernel node of the
 /// executable graph before a later launch (cuGraphExecKernelNodeSetParams_v2): Keras's

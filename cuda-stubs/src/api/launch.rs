@@ -103,12 +103,12 @@ fn kernel(
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct MultiDeviceLaunch {
-    function: usize,
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared: c_uint,
-    stream: usize,
-    params: *mut *mut c_void,
+    pub(crate) function: usize,
+    pub(crate) grid: [c_uint; 3],
+    pub(crate) block: [c_uint; 3],
+    pub(crate) shared: c_uint,
+    pub(crate) stream: usize,
+    pub(crate) params: *mut *mut c_void,
 }
 
 /// `cuLaunchCooperativeKernelMultiDevice` (deprecated since CUDA 11.3): `n` launches, each
