@@ -169,11 +169,12 @@ fn kernel_loaded(
 
 /// Kernel handle `kernel` loaded into the current context (device `d`) by gpucap's own
 /// `cuKernelGetFunction` (out of a capture's way, as its measurements are), measured as its
-/// first use there under `key`, seen as `seen` says: ahead of its first launch or a graph
-/// that takes it, so that no question gpucap asks about it (its threads' local memory,
-/// `cuKernelGetAttribute`) is the call that loads it, unmeasured.
+/// first use there under `key`, and seen where its launch takes nothing more: ahead of a
+/// graph that takes it or a launch gpucap cannot measure itself, so that no question gpucap
+/// asks about it (its threads' local memory, `cuKernelGetAttribute`) is the call that loads
+/// it, unmeasured.
 /// `CUDA_ERROR_OUT_OF_MEMORY`: refused before anything was loaded.
-fn load_kernel(api: &str, kernel: Handle, key: u64, d: usize, seen: Seen) -> CuResult {
+fn load_kernel(api: &str, kernel: Handle, key: u64, d: usize) -> CuResult {
     let got = std::cell::Cell::new(std::ptr::null_mut());
     let load = || {
         graph_queries::relaxed(|| {
@@ -184,7 +185,10 @@ fn load_kernel(api: &str, kernel: Handle, key: u64, d: usize, seen: Seen) -> CuR
         })
     };
     let function = || Some(got.get()).filter(|f| !f.is_null());
-    let used = Use { key, seen };
+    let used = Use {
+        key,
+        seen: Seen::IfItsLaunchTakesNothing,
+    };
     first_use(api, used, d, load, function, || {
         kernel_queries::function_owner(kernel)
     })
@@ -220,7 +224,7 @@ pub(super) fn load_for_graph(
         if LAUNCHED.contains(key) {
             return Ok(());
         }
-        load_kernel(api, kernel, key, d, Seen::IfItsLaunchTakesNothing)
+        load_kernel(api, kernel, key, d)
     } else if !func.is_null() {
         let key = launch_key(func as u64, d);
         if LAUNCHED.contains(key) {
@@ -292,14 +296,17 @@ fn launch_unseen(
 }
 
 /// The first launch of function or kernel handle `f` (`kernel_on`: the device a kernel
-/// handle's attributes are asked on) under `key`: loaded first where it is not (a kernel
-/// handle in this context, a partially loaded function), measured, so that gpucap's
-/// question about its threads' local memory loads nothing itself; then the stack grown to
-/// that local memory (`limits::stack_for_launch`), then the launch measured as a first use
-/// too (whatever a driver still loads at the launch itself is charged there). On
-/// a capturing stream nothing runs, so a stack it needs is not grown (a graph's is raised
-/// at its instantiation): what lazy loading loads at the capture is measured all the same,
-/// and `f` stays unseen for its first launch outside a capture, which grows the stack.
+/// handle's attributes are asked on) under `key`, measured as a first use, with gpucap's
+/// question about its threads' local memory inside the measurement: whether a driver loads
+/// a kernel handle's library at that question (`cuKernelGetAttribute`) or at the launch,
+/// what it loads is charged. A kernel within the stack is launched in the same
+/// measurement ([`asked_and_launched`]); one that needs a larger stack has it grown first
+/// (`limits::stack_for_launch`: charged, or the launch refused before the driver grows it),
+/// then its launch measured. A partially loaded function is loaded first, measured, before
+/// its question. On a capturing stream nothing runs, so a stack it needs is not grown (a
+/// graph's is raised at its instantiation): what lazy loading loads at the capture is
+/// measured all the same, and `f` stays unseen for its first launch outside a capture,
+/// which grows the stack.
 #[cold]
 #[inline(never)]
 fn first_launch(
@@ -309,16 +316,21 @@ fn first_launch(
     d: usize,
     kernel_on: Option<c_int>,
     stream: Stream,
-    call: impl FnMut() -> CuResult,
+    mut call: impl FnMut() -> CuResult,
 ) -> CuResult {
-    let loaded = match kernel_on {
-        Some(_) => load_kernel(api, f, key, d, Seen::No),
-        None => load_if_partial(api, f, d),
+    let local = match kernel_on {
+        Some(on) => match asked_and_launched(api, f, key, d, on, &mut call) {
+            Asked::Done(rc) => return rc,
+            Asked::NeedsStack(local) => local,
+        },
+        None => {
+            let loaded = load_if_partial(api, f, d);
+            if loaded == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY {
+                return loaded;
+            }
+            kernel_queries::local_size(f, None)
+        }
     };
-    if loaded == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY {
-        return loaded;
-    }
-    let local = kernel_queries::local_size(f, kernel_on);
     let capturing = || graph_queries::capturing(stream);
     let grown = match super::limits::stack_for_launch(api, d, local, capturing) {
         Err(rc) => return rc,
@@ -332,6 +344,59 @@ fn first_launch(
     first_use(api, used, d, call, function, || {
         kernel_queries::function_owner(f)
     })
+}
+
+/// What [`asked_and_launched`] did.
+enum Asked {
+    /// The launch was made (or refused): its result.
+    Done(CuResult),
+    /// The kernel's threads take this much local memory, more than the stack: not launched.
+    NeedsStack(u64),
+}
+
+/// Kernel handle `f`'s first use in the current context (device `d`, `key`), measured as
+/// one: its local memory asked on device `on` and, where it fits the stack, `call` (the
+/// launch) made, both inside the measurement, so that whichever of them loads the library
+/// is charged; seen once launched. One measurement, as a launch's was before the question
+/// moved into it.
+fn asked_and_launched(
+    api: &str,
+    f: Handle,
+    key: u64,
+    d: usize,
+    on: c_int,
+    call: &mut impl FnMut() -> CuResult,
+) -> Asked {
+    let needs = std::cell::Cell::new(None);
+    let window = || {
+        let local = kernel_queries::local_size(f, Some(on));
+        if super::limits::fits_the_stack(local) {
+            return call();
+        }
+        needs.set(Some(local));
+        CUDA_SUCCESS // the stack grows first; the launch is measured after
+    };
+    let used = Use {
+        key,
+        seen: Seen::No,
+    };
+    let rc = first_use(
+        api,
+        used,
+        d,
+        window,
+        || None,
+        || kernel_queries::function_owner(f),
+    );
+    match needs.get() {
+        Some(local) if rc == CUDA_SUCCESS => Asked::NeedsStack(local),
+        _ => {
+            if rc == CUDA_SUCCESS {
+                seen(key);
+            }
+            Asked::Done(rc)
+        }
+    }
 }
 
 /// Function or kernel handle `f` made ready in the current context (device `d`) for a
@@ -356,7 +421,7 @@ pub(super) fn ready_for_launch(api: &str, f: Handle, d: usize) -> Result<Option<
         return Ok(None);
     }
     let loaded = match kernel_on {
-        Some(_) => load_kernel(api, f, key, d, Seen::IfItsLaunchTakesNothing),
+        Some(_) => load_kernel(api, f, key, d),
         None => load_if_partial(api, f, d),
     };
     if loaded == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY {
