@@ -109,7 +109,7 @@
  *   multi-device   (2 GPUs, caps <cap0> <cap1> = 2 GiB; FAKECUDA_FUNCTION_MEM=<code>,
  *                  FAKECUDA_HEAP_AT_LAUNCH=1) cuLaunchCooperativeKernelMultiDevice on both
  *                  GPUs: each context's stack grown (charged on its GPU; refused before the
- *                  driver grows GPU 1's past its cap), a listed function's code loaded and
+ *                  driver grows any where GPU 1's cap cannot take it), a listed function's code loaded and
  *                  a raised heap taken at its launch, each charged on its own GPU.
  *   green-contexts (cap <cap0> = 2 GiB; FAKECUDA_CONTEXT_MEM=256Mi, FAKECUDA_GREEN_CTX_MEM=64Mi)
  *                  green contexts made with the primary context inactive, then active:
@@ -1215,8 +1215,11 @@ static void multi_device(void) {
     IN_USE(1, two + half + s4, "GPU 1's stack grown beside its half");
     rc = launch_both(k8, s);
     CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "the 8 KiB kernel past GPU 1's cap -> %d, expected 2", rc);
-    use(1);
-    stack_is(4096, "GPU 1's stack after the 8 KiB kernel was refused");
+    for (int d = 0; d < 2; d++) {
+        use(d);
+        stack_is(4096, "the 8 KiB kernel refused: no GPU's stack grown");
+    }
+    IN_USE(0, two + s4, "GPU 0: the 8 KiB kernel refused for GPU 1's cap, nothing more here either");
     IN_USE(1, two + half + s4, "GPU 1: the 8 KiB kernel refused, nothing more");
     MUST(cuMemFree_v2(a));
     rc = launch_both(k8, s);

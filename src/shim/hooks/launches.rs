@@ -399,15 +399,18 @@ fn asked_and_launched(
     }
 }
 
-/// Function or kernel handle `f` made ready in the current context (device `d`) for a
-/// launch gpucap cannot measure itself (`cuLaunchCooperativeKernelMultiDevice`: one call
-/// on several devices): loaded where it is not (a kernel handle in this context, a
-/// partially loaded function), measured, and the stack grown to its threads' local memory
-/// (refused before the driver grows it where the cap cannot take it), as a first launch
-/// does before its launch. Ok(None): its launch takes nothing more (seen); Ok(Some(key)):
-/// it may still take a raised heap (printf FIFO, pending-launch buffer), for the caller
-/// to measure and see under `key`. Err: refused (nothing launched).
-pub(super) fn ready_for_launch(api: &str, f: Handle, d: usize) -> Result<Option<u64>, CuResult> {
+/// Function or kernel handle `f` loaded in the current context (device `d`) for a launch
+/// gpucap cannot measure itself (`cuLaunchCooperativeKernelMultiDevice`: one call on
+/// several devices), as a first launch is before its launch: loaded where it is not (a
+/// kernel handle in this context, a partially loaded function), measured, and its
+/// threads' local memory asked after. Ok(None): launched here before (seen); Ok(Some):
+/// its key and local memory, for the caller to grow the stack (`limits::stack_growth`,
+/// `grow_stack`) and see it. Err: refused before anything loaded.
+pub(super) fn loaded_for_launch(
+    api: &str,
+    f: Handle,
+    d: usize,
+) -> Result<Option<(u64, u64)>, CuResult> {
     let (key, kernel_on) = if is_kernel(f) {
         let Some(ctx) = current_context() else {
             return Ok(None); // no context: the driver answers
@@ -427,16 +430,7 @@ pub(super) fn ready_for_launch(api: &str, f: Handle, d: usize) -> Result<Option<
     if loaded == crate::driver::types::CUDA_ERROR_OUT_OF_MEMORY {
         return Err(loaded);
     }
-    if LAUNCHED.contains(key) {
-        return Ok(None);
-    }
-    let local = kernel_queries::local_size(f, kernel_on);
-    super::limits::stack_for_launch(api, d, local, || false)?;
-    if super::limits::late_limit_raised() {
-        return Ok(Some(key));
-    }
-    seen(key);
-    Ok(None)
+    Ok(Some((key, kernel_queries::local_size(f, kernel_on))))
 }
 
 /// Whether `f` is a kernel handle (the driver names its library), remembered once seen.

@@ -67,19 +67,42 @@ pub(super) fn stack_for_launch(
     local: u64,
     capturing: impl FnOnce() -> bool,
 ) -> Result<bool, CuResult> {
-    let Ok(local) = usize::try_from(local) else {
-        return Ok(true);
-    };
-    let stack = match queries::context_limit(STACK_SIZE) {
-        Some(stack) if local > stack => stack,
-        _ => return Ok(true), // within the stack, or no context: the driver answers
+    let Some((local, stack)) = stack_to_grow(local) else {
+        return Ok(true); // within the stack, or no context: the driver answers
     };
     if capturing() {
         return Ok(false); // nothing runs now: not raised
     }
-    // What the driver will take, reckoned as an H100 took it (each byte more a thread,
-    // for every resident thread): where the cap cannot take that, refused before the
-    // driver grows anything; the growth itself is then made and measured.
+    growth_fits(api, d, local, stack)?;
+    grow_stack(api, local).map(|()| true)
+}
+
+/// Whether a kernel whose threads take `local` bytes makes the driver grow the current
+/// context's stack (device `d`) and the cap can take that now: Ok(None) where nothing
+/// grows; Ok(Some(local)) where it grows and fits (for [`grow_stack`]); Err
+/// (`CUDA_ERROR_OUT_OF_MEMORY`, said) where it does not fit. For a launch on several
+/// devices in one call, checked on every device before any stack grows.
+pub(super) fn stack_growth(api: &str, d: usize, local: u64) -> Result<Option<usize>, CuResult> {
+    let Some((local, stack)) = stack_to_grow(local) else {
+        return Ok(None);
+    };
+    growth_fits(api, d, local, stack).map(|()| Some(local))
+}
+
+/// `local` bytes a thread, and the current context's stack, where `local` is more.
+fn stack_to_grow(local: u64) -> Option<(usize, usize)> {
+    let local = usize::try_from(local).ok()?;
+    match queries::context_limit(STACK_SIZE) {
+        Some(stack) if local > stack => Some((local, stack)),
+        _ => None,
+    }
+}
+
+/// What the driver will take to grow the stack from `stack` to `local` bytes a thread on
+/// device `d`, reckoned as an H100 took it (each byte more a thread, for every resident
+/// thread), checked against the cap: refused where it cannot take it, before the driver
+/// grows anything.
+fn growth_fits(api: &str, d: usize, local: usize, stack: usize) -> Result<(), CuResult> {
     let threads = c_int::try_from(d)
         .ok()
         .and_then(kernel_queries::resident_threads);
@@ -87,6 +110,13 @@ pub(super) fn stack_for_launch(
         let expected = ((local - stack) as u64).saturating_mul(threads);
         super::reserve_on(shim, api, d, expected).map(drop)?;
     }
+    Ok(())
+}
+
+/// The current context's stack raised to `local` bytes a thread, as `cuCtxSetLimit` raises
+/// it: measured, charged with the context's stack (refused, and set back, where the cap
+/// cannot take what it took).
+pub(super) fn grow_stack(api: &str, local: usize) -> Result<(), CuResult> {
     let set = |v: usize| {
         crate::driver::hooked::real::cuCtxSetLimit(STACK_SIZE, v)
             .unwrap_or(crate::driver::types::CUDA_ERROR_NOT_FOUND)
@@ -97,7 +127,7 @@ pub(super) fn stack_for_launch(
                 Debug,
                 "{api}: its kernel takes {local} bytes of local memory a thread: the stack grown to it first"
             );
-            Ok(true)
+            Ok(())
         }
         rc => Err(rc),
     }

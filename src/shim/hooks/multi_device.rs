@@ -5,8 +5,10 @@
 //! handle's code, the stack its threads' local memory grows, a raised heap) is taken in
 //! each of those contexts. One call cannot be measured device by device, so each function
 //! is first made ready in its stream's context as a first launch is before its launch
-//! (`launches::ready_for_launch`: loaded, measured; the stack grown, or the call refused
-//! before the driver is called); where a raised heap may still be taken, the call is
+//! (`launches::loaded_for_launch`: loaded, measured); the stack each needs is checked
+//! against its device's cap on every device before any grows (the call refused with
+//! `CUDA_ERROR_OUT_OF_MEMORY` before the driver is called where one cannot), then grown,
+//! measured and charged; where a raised heap may still be taken, the call is
 //! measured on every device it launches on (the device locks in ascending order, as an
 //! eager library load measures) and what each took is charged there, past the cap if need
 //! be (the launch is made), kept with the context.
@@ -37,31 +39,53 @@ pub fn launch_cooperative_kernel_multi_device(
     if let Err(rc) = super::shim() {
         return rc;
     }
-    // (device, context, key) of each launch whose heap may still be taken.
-    let mut unsettled: Vec<(usize, Handle, u64)> = Vec::new();
+    // Each launch's function loaded in its stream's context, and the stack it needs
+    // checked against that device's cap, before any stack grows.
+    let mut ready: Vec<Ready> = Vec::new();
     for launch in list.items(n) {
         let Some(ctx) = queries::stream_context(launch.stream) else {
             continue; // not a stream the driver knows: its own error follows
         };
-        match in_context(ctx, || ready(launch.function)) {
-            Ok(Some((d, key))) => unsettled.push((d, ctx, key)),
+        match in_context(ctx, || loaded(ctx, launch.function)) {
+            Ok(Some(r)) => ready.push(r),
             Ok(None) => {}
             Err(rc) => return rc,
         }
     }
-    if unsettled.is_empty() {
+    for r in &ready {
+        if let Some(local) = r.grow
+            && let Err(rc) = in_context(r.ctx, || super::limits::grow_stack(API, local))
+        {
+            return rc;
+        }
+    }
+    if !super::limits::late_limit_raised() {
+        ready.iter().for_each(|r| super::first_use::seen(r.key));
         return call();
     }
-    measured(&mut unsettled, &mut call)
+    measured(&mut ready, &mut call)
 }
 
-/// `f` made ready for its launch in the current context: Some((device, key)) where its
-/// launch may still take a raised heap.
-fn ready(f: Handle) -> Result<Option<(usize, u64)>, CuResult> {
+/// A launch made ready in context `ctx` of device `d`: its key among the functions seen, and
+/// the stack to grow it to (None: it fits).
+struct Ready {
+    d: usize,
+    ctx: Handle,
+    key: u64,
+    grow: Option<usize>,
+}
+
+/// `f` loaded for its launch in the current context `ctx`, and the stack it needs checked
+/// (None: launched there before).
+fn loaded(ctx: Handle, f: Handle) -> Result<Option<Ready>, CuResult> {
     let Some(d) = current_device().and_then(|d| usize::try_from(d).ok()) else {
         return Ok(None);
     };
-    Ok(super::launches::ready_for_launch(API, f, d)?.map(|key| (d, key)))
+    let Some((key, local)) = super::launches::loaded_for_launch(API, f, d)? else {
+        return Ok(None);
+    };
+    let grow = super::limits::stack_growth(API, d, local)?;
+    Ok(Some(Ready { d, ctx, key, grow }))
 }
 
 /// Runs `step` with `ctx` current on the calling thread, then makes current again what
@@ -80,20 +104,14 @@ fn in_context<T>(ctx: Handle, step: impl FnOnce() -> Result<T, CuResult>) -> Res
     done
 }
 
-/// The call, measured on the device of each of `unsettled` (one launch a device, as the
-/// driver requires; locks taken in ascending device order): what each device's free
-/// memory dropped by (other members' traffic taken out) is charged there, past the cap if
-/// need be, and kept with that launch's context; each launch then seen.
-fn measured(
-    unsettled: &mut [(usize, Handle, u64)],
-    call: &mut dyn FnMut() -> CuResult,
-) -> CuResult {
-    unsettled.sort_by_key(|&(d, _, _)| d);
-    let locks: Vec<DeviceLock<'static>> = unsettled
-        .iter()
-        .filter_map(|&(d, _, _)| CONTEXTS.lock(d))
-        .collect();
-    if locks.len() != unsettled.len() {
+/// The call, measured on the device of each of `ready` (one launch a device, as the driver
+/// requires; locks taken in ascending device order): what each device's free memory
+/// dropped by (other members' traffic taken out) is charged there, past the cap if need
+/// be, and kept with that launch's context; each launch then seen.
+fn measured(ready: &mut [Ready], call: &mut dyn FnMut() -> CuResult) -> CuResult {
+    ready.sort_by_key(|r| r.d);
+    let locks: Vec<DeviceLock<'static>> = ready.iter().filter_map(|r| CONTEXTS.lock(r.d)).collect();
+    if locks.len() != ready.len() {
         return call(); // no book for a device: nothing gpucap charges there
     }
     let mut taken = Vec::with_capacity(locks.len());
@@ -101,8 +119,9 @@ fn measured(
     if rc != CUDA_SUCCESS {
         return rc;
     }
-    for ((lock, &(d, ctx, key)), taken) in locks.iter().zip(unsettled.iter()).zip(taken) {
-        super::first_use::seen(key);
+    for ((lock, r), taken) in locks.iter().zip(ready.iter()).zip(taken) {
+        let d = r.d;
+        super::first_use::seen(r.key);
         let bytes = match taken {
             Ok(change) => gpucap_core::contexts::taken(change),
             Err(why) => {
@@ -120,8 +139,8 @@ fn measured(
         let charge = Charge { device: d, bytes };
         record_more(
             &KERNELS,
-            (ctx as u64, key, 0),
-            resident_in(ctx, lock, charge),
+            (r.ctx as u64, r.key, 0),
+            resident_in(r.ctx, lock, charge),
         );
         let taken = gpucap_core::size::format_bytes(bytes);
         match forced {
