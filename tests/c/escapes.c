@@ -136,7 +136,9 @@
  *   library-module-global (the same) the library's global reached through its module
  *                  (cuLibraryGetModule, cuModuleGetGlobal_v2): loaded there, charged.
  *   lazy-kernels   (cap <cap0>, <lib> 3/8 of it) half the cap allocated, then a library's
- *                  kernel launched: charged at its first launch (3/8 more), so a quarter
+ *                  kernel launched (first with an empty block, which the driver refuses: where
+ *                  FAKECUDA_KERNEL_ATTRIBUTE_LOADS=1 made its question load the library, that
+ *                  is charged): charged at its first launch (3/8 more), so a quarter
  *                  of the cap is refused; a second launch charges nothing; a second
  *                  library's first launch cannot be refused, is charged past the cap, and
  *                  every allocation is refused until memory is given back; unloading
@@ -1553,7 +1555,14 @@ static void lazy_kernels(void) {
     IN_USE(0, 0, "two libraries loaded, no kernel used");
     CUdeviceptr a = 0, b = 0;
     MUST(cuMemAlloc_v2(&a, half));
-    CUresult rc = launch(k1);
+    /* A first launch the driver refuses (an empty block): where the question of the kernel's
+       local memory loaded the library (FAKECUDA_KERNEL_ATTRIBUTE_LOADS=1), that stays charged. */
+    const char *al = getenv("FAKECUDA_KERNEL_ATTRIBUTE_LOADS");
+    size_t asked = al && strcmp(al, "1") == 0 ? lib : 0;
+    CUresult rc = cuLaunchKernel((CUfunction)k1, 1, 1, 1, 0, 1, 1, 0, NULL, NULL, NULL);
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE, "a launch with an empty block -> %d, expected 1", rc);
+    IN_USE(0, half + asked, "a first launch the driver refused: what its question loaded is charged");
+    rc = launch(k1);
     CHECK(rc == CUDA_SUCCESS, "the first launch of a library's kernel -> %d", rc);
     IN_USE(0, half + lib, "half the cap and a library's kernels loaded by a launch");
     rc = cuMemAlloc_v2(&b, g_cap[0] / 4);

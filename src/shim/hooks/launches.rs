@@ -357,8 +357,8 @@ enum Asked {
 /// Kernel handle `f`'s first use in the current context (device `d`, `key`), measured as
 /// one: its local memory asked on device `on` and, where it fits the stack, `call` (the
 /// launch) made, both inside the measurement, so that whichever of them loads the library
-/// is charged; seen once launched. One measurement, as a launch's was before the question
-/// moved into it.
+/// is charged (also where the launch then fails: what was loaded stays); seen once launched.
+/// One measurement, as a launch's was before the question moved into it.
 fn asked_and_launched(
     api: &str,
     f: Handle,
@@ -368,13 +368,15 @@ fn asked_and_launched(
     call: &mut impl FnMut() -> CuResult,
 ) -> Asked {
     let needs = std::cell::Cell::new(None);
+    let launched = std::cell::Cell::new(None);
     let window = || {
         let local = kernel_queries::local_size(f, Some(on));
         if super::limits::fits_the_stack(local) {
-            return call();
+            launched.set(Some(call()));
+        } else {
+            needs.set(Some(local)); // the stack grows first; the launch is measured after
         }
-        needs.set(Some(local));
-        CUDA_SUCCESS // the stack grows first; the launch is measured after
+        CUDA_SUCCESS
     };
     let used = Use {
         key,
@@ -388,14 +390,15 @@ fn asked_and_launched(
         || None,
         || kernel_queries::function_owner(f),
     );
-    match needs.get() {
-        Some(local) if rc == CUDA_SUCCESS => Asked::NeedsStack(local),
-        _ => {
-            if rc == CUDA_SUCCESS {
+    match (rc, needs.get(), launched.get()) {
+        (CUDA_SUCCESS, Some(local), _) => Asked::NeedsStack(local),
+        (CUDA_SUCCESS, None, Some(launch)) => {
+            if launch == CUDA_SUCCESS {
                 seen(key);
             }
-            Asked::Done(rc)
+            Asked::Done(launch)
         }
+        (rc, _, _) => Asked::Done(rc), // refused before anything was asked or loaded
     }
 }
 
