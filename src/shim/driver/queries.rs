@@ -71,17 +71,13 @@ pub fn stream_device(stream: Handle) -> Option<c_int> {
         return (unsafe { get(stream, &mut dev) } == CUDA_SUCCESS).then_some(dev);
     }
     // Before CUDA 12.8: the stream's context, and its device.
-    let (get_ctx, current) = (calls::cuStreamGetCtx()?, calls::cuCtxGetCurrent()?);
-    let (mut ctx, mut cur): (Handle, Handle) = (null_mut(), null_mut());
-    // SAFETY: valid out-pointers; the caller's stream.
-    unsafe {
-        if get_ctx(stream, &mut ctx) != CUDA_SUCCESS || ctx.is_null() {
-            return None;
-        }
-        if current(&mut cur) == CUDA_SUCCESS && cur == ctx {
-            let rc = calls::cuCtxGetDevice(Out::from(&mut dev))?;
-            return (rc == CUDA_SUCCESS).then_some(dev);
-        }
+    let ctx = stream_context(stream)?;
+    let current = calls::cuCtxGetCurrent()?;
+    let mut cur: Handle = null_mut();
+    // SAFETY: a valid out-pointer.
+    if unsafe { current(&mut cur) } == CUDA_SUCCESS && cur == ctx {
+        let rc = calls::cuCtxGetDevice(Out::from(&mut dev))?;
+        return (rc == CUDA_SUCCESS).then_some(dev);
     }
     context_device(ctx).and_then(|d| c_int::try_from(d).ok())
 }

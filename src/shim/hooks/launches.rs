@@ -282,17 +282,29 @@ fn launch_unseen(
     stream: Stream,
     mut call: impl FnMut() -> CuResult,
 ) -> CuResult {
-    if !is_kernel(f) {
-        return first_launch(api, f, launch_key(f as u64, d), d, None, stream, call);
-    }
-    let Some(ctx) = current_context() else {
+    let Some((key, kernel_on)) = key_in_context(f, d) else {
         return call();
     };
-    let key = kernels::context_key(f as u64, ctx as u64, d);
-    if LAUNCHED.contains(key) {
+    // A function's key was looked up already (`device_if_first_launch`).
+    if kernel_on.is_some() && LAUNCHED.contains(key) {
         return call();
     }
-    first_launch(api, f, key, d, c_int::try_from(d).ok(), stream, call)
+    first_launch(api, f, key, d, kernel_on, stream, call)
+}
+
+/// `f`'s key among the uses seen on device `d`, and for a kernel handle the device its
+/// attributes are asked on: a function's key names the function and device (a function
+/// belongs to one context); a kernel handle's the current context too (one handle for
+/// every context, each loading it anew). None: a kernel handle with no context current
+/// (the driver answers).
+#[inline(always)]
+fn key_in_context(f: Handle, d: usize) -> Option<(u64, Option<c_int>)> {
+    if !is_kernel(f) {
+        return Some((launch_key(f as u64, d), None));
+    }
+    let ctx = current_context()?;
+    let key = kernels::context_key(f as u64, ctx as u64, d);
+    Some((key, c_int::try_from(d).ok()))
 }
 
 /// The first launch of function or kernel handle `f` (`kernel_on`: the device a kernel
@@ -414,14 +426,8 @@ pub(super) fn loaded_for_launch(
     f: Handle,
     d: usize,
 ) -> Result<Option<(u64, u64)>, CuResult> {
-    let (key, kernel_on) = if is_kernel(f) {
-        let Some(ctx) = current_context() else {
-            return Ok(None); // no context: the driver answers
-        };
-        let key = kernels::context_key(f as u64, ctx as u64, d);
-        (key, c_int::try_from(d).ok())
-    } else {
-        (launch_key(f as u64, d), None)
+    let Some((key, kernel_on)) = key_in_context(f, d) else {
+        return Ok(None); // no context: the driver answers
     };
     if LAUNCHED.contains(key) {
         return Ok(None);
