@@ -430,6 +430,19 @@ static void g_vmm_bad(void) {
 static const char PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
                           ".visible .global .align 4 .b8 probe_buf[1048576];\n"
                           ".visible .entry probe_kernel()\n{\n\tret;\n}\n";
+/* Kernel handle `k` launched once (one thread) and waited for: NAME.rc and what the launch
+   took of the device's free memory, NAME_takes. */
+static void first_launch_takes(CUkernel k, const char *name) {
+    char key[128];
+    size_t before = info_free();
+    CUresult rc = cuLaunchKernel((CUfunction)k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    if (rc == CUDA_SUCCESS) cuCtxSynchronize();
+    snprintf(key, sizeof key, "%s.rc", name);
+    mach_int(key, rc);
+    snprintf(key, sizeof key, "%s_takes", name);
+    mach_int(key, (long long)before - (long long)info_free());
+}
+
 static void g_module(void) {
     primary();
     CUdeviceptr w = 0;
@@ -604,9 +617,9 @@ static void g_module(void) {
         cuLibraryUnload(ml);
     }
     /* Recorded, not compared: a kernel handle's attributes asked and set on the device before
-       any kernel of its library ran in the context (gpucap asks CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
-       with cuKernelGetAttribute before a kernel handle's first launch, and measures the launch
-       after: a question that loaded the library would go unmeasured), then the first launch. */
+       any kernel of its library ran in the context, then the first launch (gpucap asks
+       CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES inside a kernel handle's first launch's measurement:
+       which of the two loads the library is what these say). */
     CUlibrary al = NULL;
     CUkernel ak = NULL;
     CUresult alrc = cuLibraryLoadData(&al, PTX, NULL, NULL, 0, NULL, NULL, 0);
@@ -620,17 +633,13 @@ static void g_module(void) {
         mach_int("library.kernel_set_attribute.rc",
                  cuKernelSetAttribute(8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, 1024, ak, 0));
         mach_int("library.kernel_set_attribute_takes", (long long)a1 - (long long)info_free());
-        size_t a2 = info_free();
-        CUresult lrc2 = cuLaunchKernel((CUfunction)ak, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-        if (lrc2 == CUDA_SUCCESS) cuCtxSynchronize();
-        mach_int("library.kernel_first_launch_after_attributes.rc", lrc2);
-        mach_int("library.kernel_first_launch_after_attributes_takes", (long long)a2 - (long long)info_free());
+        first_launch_takes(ak, "library.kernel_first_launch_after_attributes");
     }
     if (alrc == CUDA_SUCCESS) cuLibraryUnload(al);
     /* Recorded, not compared: what cuKernelGetFunction takes for a kernel handle whose library
-       holds a 64 MiB global, and what its first launch takes after it (gpucap loads a kernel
-       handle so, measured, before it asks its local memory at its first launch in a context,
-       and measures the launch too). */
+       holds a 64 MiB global, and what its first launch takes after it (gpucap loads a graph's
+       kernel handles, and those of a multi-device launch, with its own measured
+       cuKernelGetFunction, and leaves a launch that takes nothing more unmeasured). */
     static const char BIG_PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
                                   ".visible .global .align 4 .b8 probe_big[67108864];\n"
                                   ".visible .entry probe_kernel()\n{\n\tret;\n}\n";
@@ -643,11 +652,7 @@ static void g_module(void) {
         size_t g0 = info_free();
         mach_int("library.kernel_get_function.rc", cuKernelGetFunction(&gf, gk));
         mach_int("library.kernel_get_function_takes", (long long)g0 - (long long)info_free());
-        size_t g1 = info_free();
-        CUresult grc = cuLaunchKernel((CUfunction)gk, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-        if (grc == CUDA_SUCCESS) cuCtxSynchronize();
-        mach_int("library.kernel_first_launch_after_get_function.rc", grc);
-        mach_int("library.kernel_first_launch_after_get_function_takes", (long long)g1 - (long long)info_free());
+        first_launch_takes(gk, "library.kernel_first_launch_after_get_function");
     }
     if (glrc == CUDA_SUCCESS) cuLibraryUnload(gl);
     /* Recorded, not compared: what raising a context's limits takes right at the call
