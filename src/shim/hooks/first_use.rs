@@ -79,14 +79,16 @@ impl Use {
 pub(super) enum Seen {
     /// Always: a lookup, a launch whose stack was grown first.
     Yes,
-    /// Never: a partially loaded function's load (its launch is measured on its own), a
+    /// Not here: a partially loaded function's load (its launch is measured on its own), a
     /// launch on a capturing stream that needs a stack not grown yet (its first launch
-    /// outside a capture grows it).
+    /// outside a capture grows it), a kernel handle's question and launch in one use (its
+    /// caller sees it once it knows the launch was made).
     No,
     /// Where the function the use gave takes nothing at its launch (its threads' local
-    /// memory within the stack, no raised heap): a kernel handle loaded ahead of its launch
-    /// or its graph. Asked of the loaded function, after the use: a question about a kernel
-    /// not loaded yet may itself load it, unmeasured.
+    /// memory within the stack, no raised heap): a kernel handle asked for
+    /// (`cuKernelGetFunction`) or loaded ahead of a graph or a multi-device launch. Asked of
+    /// the loaded function, after the use: a question about a kernel not loaded yet may
+    /// itself load it, unmeasured.
     IfItsLaunchTakesNothing,
 }
 
