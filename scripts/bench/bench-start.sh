@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # How long N processes started at once take until every one holds a block, on the fake
-# driver (no GPU needed): raw (no shim), gpucap alone (GPUCAP_LIMIT), and gpucap in a
-# pool (GPUCAP_POOL, a fresh pool file each start), in interleaved rounds.
+# driver (no GPU needed): raw (no shim), gpucap alone (GPUCAP_LIMIT), gpucap in a pool
+# (GPUCAP_POOL, a fresh pool file each start) and in a claim's pool (GPUCAP_CLAIM_DIR, a
+# fresh directory each start: its words in a memfd handed over by socket), in interleaved
+# rounds.
 #
 #   scripts/bench/bench-start.sh [-n N]... [--rounds R] [--context-delay-ms MS] [--no-build]
 #
 #   -n N                 processes started at once (repeatable; default: 1 64 1000 4096)
 #   --rounds R           starts of each way for each N (default 3), interleaved: round r
-#                        runs raw, alone, pool in an order that turns with r
+#                        runs raw, alone, pool, claim in an order that turns with r
 #   --context-delay-ms   how long the fake takes to make each context
 #                        (FAKECUDA_CONTEXT_DELAY_MS; default 0)
 #   --no-build           use the release build as it is
@@ -128,16 +130,24 @@ start() {
             env "${vars[@]}" GPUCAP_LIMIT=40Gi GPUCAP_POOL=bench-start GPUCAP_POOL_DIR="$tmp/pools" \
                 GPUCAP_POOL_MEMBERS="$members" "$BIN" "$n" "$SHIM"
             ;;
+        claim)
+            members=$((n < 256 ? 256 : n))
+            rm -rf "$tmp/claim"
+            mkdir -p "$tmp/claim"
+            chmod 0777 "$tmp/claim"
+            env "${vars[@]}" GPUCAP_LIMIT=40Gi GPUCAP_CLAIM_DIR="$tmp/claim" \
+                GPUCAP_POOL_MEMBERS="$members" "$BIN" "$n" "$SHIM"
+            ;;
     esac
 }
 
-ways=(raw alone pool)
+ways=(raw alone pool claim)
 lines=$tmp/lines
 : >"$lines"
 for n in "${NS[@]}"; do
     for ((r = 0; r < ROUNDS; r++)); do
-        for ((k = 0; k < 3; k++)); do
-            way=${ways[$(((k + r) % 3))]}
+        for ((k = 0; k < 4; k++)); do
+            way=${ways[$(((k + r) % 4))]}
             out=$(start "$way" "$n") || { echo "gpucap bench-start: $way start of $n failed: $out" >&2; exit 1; }
             echo "n=$n round=$r $way: $out" >&2
             echo "way=$way round=$r $out" >>"$lines"
@@ -159,7 +169,7 @@ print(f"{'N':>5} {'way':6} {'all hold (median, min-max)':>28} {'per member':>11}
 for n in sorted({n for n, _ in runs}):
     raw = statistics.median(float(f["all_ms"]) for f in runs[(n, "raw")])
     raw_of = {f["round"]: float(f["all_ms"]) for f in runs[(n, "raw")]}
-    for way in ("raw", "alone", "pool"):
+    for way in ("raw", "alone", "pool", "claim"):
         fs = runs[(n, way)]
         alls = sorted(float(f["all_ms"]) for f in fs)
         med = statistics.median(alls)

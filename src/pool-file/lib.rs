@@ -8,6 +8,8 @@
 //!   process dies ([`gpucap_core::budget::MemberLocks`]).
 //! - `removal`: removing a file no member uses (`gpucap pool clean`), and a joiner's
 //!   check that the file it joined was not removed meanwhile.
+//! - `live`: a claim's live words, in a sealed memfd its members hand to each other over
+//!   a socket (a file any container of the claim may truncate is mapped by none).
 //! - `sharing`: who may use a pool file: its creator alone, or (a claim's) whoever may
 //!   write the claim's directory; the mode a new one gets and the check an existing one
 //!   must pass.
@@ -20,6 +22,7 @@
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
 mod identity;
+mod live;
 mod location;
 mod locks;
 mod lone;
@@ -29,6 +32,7 @@ mod sharing;
 mod sys;
 
 pub use identity::{own_cmdline, own_pid_namespace, own_uid};
+pub use live::forget_in_child as forget_claims_in_child;
 pub use location::{every_user_dir, locate, locate_existing, path_of, user_dir};
 pub use locks::{ContextWindow, SlotLocks, WindowOutcome};
 pub use lone::{Lone, LoneReading, read_lone_dir};

@@ -24,6 +24,9 @@ pub struct PoolFile {
     pub locks: SlotLocks,
     /// A reader's copy of the file's words (None: a member's mapping).
     copy: Option<&'static [AtomicU64]>,
+    /// A claim's: its live words are a memfd its members hand over ([`crate::live`]),
+    /// read from there while any process holds them.
+    claim: bool,
 }
 
 impl PoolFile {
@@ -35,7 +38,7 @@ impl PoolFile {
             return Ok(self.pool.view(&self.locks));
         };
         let fail = |msg: String| format!("the pool file {}: {msg}", self.path.display());
-        read_into(self.locks.fd(), copy).map_err(fail)?;
+        read_words(&self.path, self.locks.fd(), copy, self.claim).map_err(fail)?;
         let pool = Pool::open(copy).map_err(|e| fail(e.to_string()))?;
         Ok(pool.view(&self.locks))
     }
@@ -53,7 +56,7 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { crate::sys::open(c.as_ptr(), flags) };
         if fd >= 0 {
-            return finish(path, fd, sharing, true);
+            return finish(path, fd, sharing, Role::Member);
         }
         match std::io::Error::last_os_error().raw_os_error() {
             Some(libc::ENOENT) => {}
@@ -84,7 +87,7 @@ pub fn open_reader(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
     if fd < 0 {
         return Err(os_err("cannot open the pool file", path));
     }
-    finish(path, fd, sharing, false)
+    finish(path, fd, sharing, Role::Reader)
 }
 
 /// Opens the existing pool file at `path` to change its caps (`gpucap pool resize`):
@@ -101,7 +104,7 @@ pub fn open_writer(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
     if fd < 0 {
         return Err(os_err("cannot open the pool file", path));
     }
-    finish(path, fd, sharing, true)
+    finish(path, fd, sharing, Role::Writer)
 }
 
 /// The error of a claim's pool file this process may not open for writing.
@@ -287,8 +290,22 @@ fn map(fd: RawFd, bytes: usize, write: bool) -> Option<&'static [AtomicU64]> {
     Some(unsafe { std::slice::from_raw_parts(p as *const AtomicU64, bytes / 8) })
 }
 
+/// What a process opens a pool file for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// To join it: its words mapped (a claim's: the memfd, held and served).
+    Member,
+    /// To change its caps: its live words mapped (a claim's: the memfd where any
+    /// process holds it, else the file).
+    Writer,
+    /// To read it: a copy of its live words, read again by each view.
+    Reader,
+}
+
 /// Checks what `fd` is, maps it and checks its words.
-fn finish(path: &Path, fd: RawFd, sharing: Sharing, member: bool) -> Result<PoolFile, String> {
+fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFile, String> {
+    let member = role != Role::Reader;
+    let claim = sharing == Sharing::Claim;
     let fail = |msg: String| {
         // SAFETY: our descriptor, given up on.
         unsafe { libc::close(fd) };
@@ -362,14 +379,32 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, member: bool) -> Result<Pool
     let copy = (!member).then(|| -> &'static [AtomicU64] {
         Box::leak((0..size / 8).map(|_| AtomicU64::new(0)).collect())
     });
+    // A claim's members map its memfd, never the file another container may truncate.
+    let live = match (claim, role) {
+        (true, Role::Member) => crate::live::hold(path, fd, size).map(Some),
+        (true, Role::Writer) => crate::live::borrow(path, fd, size),
+        _ => Ok(None),
+    };
+    let live = match live {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
     let words = match copy {
         // A reader maps nothing: its copy is read now, and again by every view.
-        Some(c) => match read_into(fd, c) {
+        Some(c) => match read_words(path, fd, c, claim) {
             Ok(()) => c,
             Err(e) => return fail(e),
         },
-        None => match map(fd, size, true) {
-            Some(w) => w,
+        None => match map(live.unwrap_or(fd), size, true) {
+            Some(w) => {
+                if role == Role::Writer
+                    && let Some(m) = live
+                {
+                    // SAFETY: the borrowed memfd, mapped: the mapping keeps what it needs.
+                    unsafe { libc::close(m) };
+                }
+                w
+            }
             None => {
                 return fail(format!(
                     "cannot map it: {}",
@@ -397,7 +432,25 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, member: bool) -> Result<Pool
         pool,
         locks,
         copy,
+        claim,
     })
+}
+
+/// Reads a reader's copy again: from a claim's memfd while any process holds it, else
+/// from the file `fd`.
+fn read_words(path: &Path, fd: RawFd, copy: &[AtomicU64], claim: bool) -> Result<(), String> {
+    match claim
+        .then(|| crate::live::borrow(path, fd, copy.len() * 8))
+        .transpose()?
+    {
+        Some(Some(m)) => {
+            let read = read_into(m, copy);
+            // SAFETY: the borrowed memfd, read.
+            unsafe { libc::close(m) };
+            read
+        }
+        _ => read_into(fd, copy),
+    }
 }
 
 /// Reads the whole file `fd` into `copy` (one `pread`, one byte more than the copy

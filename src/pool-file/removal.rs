@@ -88,6 +88,16 @@ fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
             _ => Err(format!("cannot lock the pool file {}: {e}", path.display())),
         };
     }
+    // A claim's joiner holds its live words before it takes a slot: in use too. Once no
+    // process holds them, their socket (if any) is a dead set's: removed with the file.
+    let mut hold = flock_range(libc::F_WRLCK, crate::live::HOLD_BYTE, 1);
+    // SAFETY: our descriptor and a valid flock for the call.
+    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut hold as *mut libc::flock) } != 0 {
+        return Ok(Removal::InUse);
+    }
+    let sock = cstr(&crate::live::socket_path(path))?;
+    // SAFETY: a NUL-terminated path; a socket nobody listens on any more.
+    unsafe { libc::unlink(sock.as_ptr()) };
     let ours = identity(Some(fd), path).ok_or_else(|| os_err("cannot stat", path))?;
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path

@@ -373,6 +373,8 @@ fn own_info() -> MemberInfo {
 /// so a dead parent's bytes come back only once its children let the memory go.
 /// Nothing reads the parent's membership in the child: `current()` is None.
 extern "C" fn forget_in_child() {
+    // A claim's live words and their listening socket: the child serves nobody.
+    gpucap_pool_file::forget_claims_in_child();
     let i = CURRENT.swap(0, AcqRel);
     if i > 0 {
         ORPHANED.store(true, Release);

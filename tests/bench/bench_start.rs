@@ -1,5 +1,5 @@
 //! scripts/bench/bench-start.sh, whose figures docs/src/performance.md publishes ("Starting many
-//! processes"), runs on this tree: every way (raw, gpucap alone, a pool) starts its
+//! processes"), runs on this tree: every way (raw, gpucap alone, a pool, a claim's pool) starts its
 //! processes and each holds its block, with and without a context delay; and the book's
 //! start instructions (`--instructions`, counted by callgrind) are this tree's.
 
@@ -30,7 +30,7 @@ fn the_start_benchmark_starts_every_way_and_reports_it() {
         assert_eq!(v["context_delay_ms"], delay, "{v}");
         let results = v["results"].as_array().expect("results");
         let ways: Vec<&str> = results.iter().filter_map(|r| r["way"].as_str()).collect();
-        assert_eq!(ways, ["raw", "alone", "pool"], "{v}");
+        assert_eq!(ways, ["raw", "alone", "pool", "claim"], "{v}");
         for r in results {
             let all = r["all_ms_median"].as_f64().expect("all_ms_median");
             // Every process held its block: the start took at least one context's making.

@@ -9,6 +9,7 @@
 mod common;
 
 mod pool;
+mod pool_claim;
 mod pool_cli;
 mod pool_lifecycle;
 mod pool_many;

@@ -37,8 +37,7 @@ fn prototype(args: &[&str], dir: &PathBuf, no_hold: bool) -> (bool, String) {
 }
 
 #[test]
-fn a_truncated_pool_file_kills_the_members_that_map_it_and_none_whose_words_are_a_sealed_memfd()
-{
+fn a_truncated_pool_file_kills_the_members_that_map_it_and_none_whose_words_are_a_sealed_memfd() {
     for (mode, killed) in [("file", 48), ("proc", 0), ("socket", 0), ("claim", 0)] {
         let (_, out) = prototype(&[mode, "48"], &short_dir(mode), false);
         assert!(

@@ -1,0 +1,213 @@
+//! A claim's pool file truncated under its members (docs/src/threat-model.md): any
+//! container of the claim may write the file, so its members' words are a sealed memfd
+//! they hand to each other (`src/pool-file/live.rs`), never a mapping of the file. Its
+//! members go on under the claim's cap, sharing one budget, after the file is truncated;
+//! a process joining the damaged file is refused.
+
+use super::common;
+
+use common::pool_scratch::*;
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+/// The script with `steps` preloading the shim as a member of the claim in `claim`,
+/// capped at 1 GiB; it ends holding its memory until `never` exists.
+fn member(s: &Scratch, claim: &Path, tag: &str, steps: &[String]) -> Child {
+    let mut c = fake_cmd(script(), &s.dir.join(format!("{tag}.json")));
+    c.env("LD_PRELOAD", shim())
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_CLAIM_DIR", claim)
+        .env("GPUCAP_POOL_DIR", &s.pools)
+        .args(steps)
+        .arg(format!("wait:{}", s.dir.join("never").display()))
+        .current_dir(&s.dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c.spawn().unwrap()
+}
+
+/// Waits (60 s at most: a harness limit) until `path` exists, or fails with what `child`
+/// said if it exited first.
+fn until(path: &Path, child: &mut Child, what: &str) {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        if let Some(st) = child.try_wait().unwrap() {
+            let out = std::mem::replace(child, std::process::Command::new("true").spawn().unwrap())
+                .wait_with_output()
+                .unwrap();
+            panic!(
+                "{what} exited ({st}) before {}: {}{}",
+                path.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{what}: no {} after 60 s",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn said(child: Child) -> String {
+    let mut child = child;
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn members_go_on_under_the_claims_cap_after_its_pool_file_is_truncated() {
+    let s = Scratch::new("claim-truncated");
+    let claim: PathBuf = s.dir.join("claim");
+    std::fs::create_dir_all(&claim).unwrap();
+    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let file = claim.join("gpucap.pool");
+    let mark = |n: &str| s.dir.join(n).display().to_string();
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    let go = format!("wait:{}", mark("go"));
+    let mut a = member(
+        &s,
+        &claim,
+        "a",
+        &[
+            alloc(400),
+            format!("touch:{}", mark("a-holds")),
+            go.clone(),
+            alloc(100),
+            alloc(100),
+            format!("touch:{}", mark("a-done")),
+        ],
+    );
+    until(&s.dir.join("a-holds"), &mut a, "the first member");
+    let mut b = member(
+        &s,
+        &claim,
+        "b",
+        &[
+            alloc(500),
+            format!("touch:{}", mark("b-holds")),
+            go,
+            alloc(200),
+            format!("touch:{}", mark("b-done")),
+        ],
+    );
+    until(&s.dir.join("b-holds"), &mut b, "the second member");
+    // What a reader shows is the members' words, not the file's (which hold none).
+    let check = run(s
+        .gpucap(&["check"])
+        .env("GPUCAP_CLAIM_DIR", &claim)
+        .env("GPUCAP_LIMIT", "1Gi"));
+    let shown = String::from_utf8_lossy(&check.stdout);
+    assert!(shown.contains("2 members alive, 0 dead"), "{shown}");
+    // Another container of the claim truncates the file.
+    assert!(file.exists(), "no pool file at {}", file.display());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // A process joining now is refused, never run uncapped: the file says nothing.
+    let mut c = fake_cmd(script(), &s.dir.join("c.json"));
+    c.env("LD_PRELOAD", shim())
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_CLAIM_DIR", &claim)
+        .env("GPUCAP_POOL_DIR", &s.pools)
+        .arg(alloc(1));
+    let joiner = run(&mut c);
+    let text = String::from_utf8_lossy(&joiner.stderr);
+    assert!(
+        !joiner.status.success()
+            && text.contains("cannot join the pool")
+            && text.contains("0 bytes long"),
+        "{text}"
+    );
+    // The members go on, sharing one budget: 900 MiB in use of the 1 GiB cap.
+    std::fs::write(s.dir.join("go"), "").unwrap();
+    until(
+        &s.dir.join("a-done"),
+        &mut a,
+        "the first member, after the truncation",
+    );
+    until(
+        &s.dir.join("b-done"),
+        &mut b,
+        "the second member, after the truncation",
+    );
+    let (a, b) = (said(a), said(b));
+    let served = |mib: u64| format!("alloc {} 0\n", mib * MIB);
+    let refused = |mib: u64| format!("alloc {} 2\n", mib * MIB);
+    assert!(b.contains(&served(500)) && b.contains(&refused(200)), "{b}");
+    let after = a.split_once(&served(400)).map_or("", |(_, rest)| rest);
+    assert!(
+        after.starts_with(&format!("{}{}", served(100), refused(100))),
+        "the first member: {a}"
+    );
+}
+
+/// Every member stopped (a debugger, a job scheduler's suspend): nobody hands the words
+/// over, and a joiner is refused after the patience with a line, never given a budget of
+/// its own beside theirs (two budgets: the claim's cap taken twice).
+#[test]
+fn a_joiner_whom_no_member_answers_is_refused_never_given_a_budget_of_its_own() {
+    let s = Scratch::new("claim-stopped");
+    // A path longer than a socket's address holds (108 bytes): the socket is reached
+    // through its directory's descriptor.
+    let claim: PathBuf = s.dir.join(format!("claim-{}", "d".repeat(110)));
+    std::fs::create_dir_all(&claim).unwrap();
+    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    let holds = s.dir.join("a-holds");
+    let mut a = member(
+        &s,
+        &claim,
+        "a",
+        &[alloc(700), format!("touch:{}", holds.display())],
+    );
+    until(&holds, &mut a, "the member");
+    let joiner = || {
+        let mut c = fake_cmd(script(), &s.dir.join("j.json"));
+        c.env("LD_PRELOAD", shim())
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("GPUCAP_LIMIT", "1Gi")
+            .env("GPUCAP_CLAIM_DIR", &claim)
+            .env("GPUCAP_POOL_DIR", &s.pools)
+            .arg(alloc(700));
+        run(&mut c)
+    };
+    // SAFETY: signals to the member this test started.
+    assert_eq!(unsafe { libc::kill(a.id() as i32, libc::SIGSTOP) }, 0);
+    let stopped = joiner();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(a.id() as i32, libc::SIGCONT) }, 0);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&stopped.stdout),
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    assert!(
+        !stopped.status.success()
+            && text.contains("none handed it over within 3 s")
+            && !text.contains(&format!("alloc {} 0", 700 * MIB)),
+        "{text}"
+    );
+    // Once the member goes on, a joiner shares its budget: 700 + 700 MiB do not fit.
+    let after = joiner();
+    let text = String::from_utf8_lossy(&after.stdout);
+    assert!(text.contains(&format!("alloc {} 2", 700 * MIB)), "{text}");
+    said(a);
+}
