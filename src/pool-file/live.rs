@@ -39,10 +39,11 @@ pub(crate) const HOLD_BYTE: i64 = LOCK_BASE - 2;
 /// Write-locked by the one joiner deciding whether to make the memfd.
 pub(crate) const MAKE_BYTE: i64 = LOCK_BASE - 1;
 /// How long a joiner asks while members hold the memfd and none hands it over.
-pub(crate) const PATIENCE: Duration = Duration::from_secs(3);
-/// How long one question waits for its answer.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(5);
+/// How long one question waits for its answer: a member's thread may wait long for the
+/// CPU while thousands of processes start at once on a few cores.
 const ANSWER_WITHIN: libc::timeval = libc::timeval {
-    tv_sec: 1,
+    tv_sec: 2,
     tv_usec: 0,
 };
 const SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
@@ -301,6 +302,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
     let at = Address::of(&sock)?;
     let give_up = Instant::now() + PATIENCE;
     let mut why = String::from("none handed it over");
+    let mut first = true;
     loop {
         if Instant::now() >= give_up {
             return Err(format!(
@@ -312,12 +314,17 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
         }
         // Never waits on a lock (a process stopped holding one would hold every joiner):
         // a lock held by another is tried again shortly, until the patience runs out.
-        // A decision under way: wait for it, then ask with HOLD read-locked.
-        if !try_lock(file, libc::F_RDLCK, MAKE_BYTE, path)? {
-            pause();
-            continue;
+        // After a question nobody answered, a decision under way: wait for it (then the
+        // decider's write lock on HOLD is not held off by joiners that only ask). Then ask
+        // with HOLD read-locked. (Each lock call walks the file's locks, two a member: the
+        // first question makes one.)
+        if !std::mem::take(&mut first) {
+            if !try_lock(file, libc::F_RDLCK, MAKE_BYTE, path)? {
+                pause();
+                continue;
+            }
+            try_lock(file, libc::F_UNLCK, MAKE_BYTE, path)?;
         }
-        try_lock(file, libc::F_UNLCK, MAKE_BYTE, path)?;
         if !try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)? {
             pause();
             continue;
@@ -601,5 +608,83 @@ pub fn forget_in_child() {
         for fd in h {
             close(fd.swap(-1, Relaxed));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A memfd of `bytes` holding `head` at its start, sealed with `seals`.
+    fn memfd(bytes: usize, head: &[u8], seals: i32) -> RawFd {
+        // SAFETY: a constant name; our descriptor and a buffer of head.len() bytes.
+        unsafe {
+            let m = libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
+            assert!(m >= 0);
+            assert_eq!(libc::ftruncate(m, bytes as libc::off_t), 0);
+            libc::pwrite(m, head.as_ptr().cast(), head.len(), 0);
+            if seals != 0 {
+                assert_eq!(libc::fcntl(m, libc::F_ADD_SEALS, seals), 0);
+            }
+            m
+        }
+    }
+
+    #[test]
+    fn only_a_sealed_copy_of_the_files_length_and_header_is_the_pools_words() {
+        let head: Vec<u8> = (0..HEADER_BYTES as u8).collect();
+        let file = memfd(4096, &head, 0); // stands for the pool file
+        let ours = memfd(4096, &head, SEALS);
+        assert_eq!(check(ours, file, 4096), Ok(()));
+        let unsealed = memfd(4096, &head, libc::F_SEAL_SEAL);
+        assert!(
+            check(unsealed, file, 4096)
+                .unwrap_err()
+                .contains("not sealed")
+        );
+        let short = memfd(2048, &head, SEALS);
+        assert!(
+            check(short, file, 4096)
+                .unwrap_err()
+                .contains("of 4096 bytes")
+        );
+        let mut other = head.clone();
+        other[40] ^= 1; // another creation time
+        let theirs = memfd(4096, &other, SEALS);
+        assert!(
+            check(theirs, file, 4096)
+                .unwrap_err()
+                .contains("another pool's words")
+        );
+        [file, ours, unsealed, short, theirs]
+            .into_iter()
+            .for_each(close);
+    }
+
+    #[test]
+    fn a_socket_whose_path_is_too_long_for_an_address_is_reached_through_its_directory() {
+        let short = Path::new("/dev/shm/claim/gpucap.pool");
+        assert_eq!(
+            socket_path(short),
+            Path::new("/dev/shm/claim/gpucap.pool.sock")
+        );
+        let a = Address::of(&socket_path(short)).unwrap();
+        assert_eq!(a.dir, -1);
+        let long = std::env::temp_dir().join("d".repeat(120));
+        std::fs::create_dir_all(&long).unwrap();
+        let a = Address::of(&socket_path(&long.join("gpucap.pool"))).unwrap();
+        let name: Vec<u8> = a
+            .addr
+            .sun_path
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8)
+            .collect();
+        assert_eq!(
+            String::from_utf8(name).unwrap(),
+            format!("/proc/self/fd/{}/gpucap.pool.sock", a.dir)
+        );
+        drop(a);
+        std::fs::remove_dir_all(&long).unwrap();
     }
 }
