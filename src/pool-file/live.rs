@@ -14,13 +14,14 @@
 //! the memfd, from a thread each. A joiner asks; who answers first gives it both.
 //!
 //! Two lock bytes of the pool file keep a claim to one memfd (two would be two budgets):
-//! every process holding the memfd read-locks [`HOLD_BYTE`] for life, taken before it
-//! asks; a memfd is made only under `HOLD_BYTE`'s write lock (no process holds one), by
-//! one joiner at a time ([`MAKE_BYTE`], write-locked, never waited on); the others wait
-//! for its decision on `MAKE_BYTE` (read-locked) and ask again. What a joiner receives
-//! with `HOLD_BYTE` read-locked is the claim's memfd and stays so while it lives. Where
-//! members hold it and none answers (every one stopped), a joiner is refused after
-//! [`PATIENCE`], never given a memfd of its own. The design's prototype,
+//! every process holding the memfd read-locks [`HOLD_BYTE`] for life, taken right after it
+//! was handed the memfd, and keeps it only where the socket at the path is still the one it
+//! asked; a memfd is made only under `HOLD_BYTE`'s write lock (no process holds one) and
+//! always served from a new socket bound there, by one joiner at a time ([`MAKE_BYTE`],
+//! write-locked, never waited on); the others wait for its decision on `MAKE_BYTE`
+//! (read-locked) and ask again. What a joiner keeps is the claim's memfd and stays so while
+//! it lives. Where members hold it and none answers (every one stopped), a joiner is
+//! refused after [`PATIENCE`], never given a memfd of its own. The design's prototype,
 //! `tests/c/memfd_join.c`, measures each part and churns it (docs/src/threat-model.md).
 //!
 //! System calls go through `syscall` (already imported): no new symbol for the dynamic
@@ -303,6 +304,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
     let give_up = Instant::now() + PATIENCE;
     let mut why = String::from("none handed it over");
     let mut first = true;
+    let mut waited = 0;
     loop {
         if Instant::now() >= give_up {
             return Err(format!(
@@ -314,27 +316,24 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
         }
         // Never waits on a lock (a process stopped holding one would hold every joiner):
         // a lock held by another is tried again shortly, until the patience runs out.
-        // After a question nobody answered, a decision under way: wait for it (then the
-        // decider's write lock on HOLD is not held off by joiners that only ask). Then ask
-        // with HOLD read-locked. (Each lock call walks the file's locks, two a member: the
-        // first question makes one.)
+        // After a question nobody answered, a decision under way: wait for it. (Each lock
+        // call walks the file's locks, two a member: the first question makes none but
+        // the hold's.)
         if !std::mem::take(&mut first) {
             if !try_lock(file, libc::F_RDLCK, MAKE_BYTE, path)? {
-                pause();
+                pause(&mut waited);
                 continue;
             }
             try_lock(file, libc::F_UNLCK, MAKE_BYTE, path)?;
         }
-        if !try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)? {
-            pause();
-            continue;
+        match held(&sock, &at, file, bytes, path)? {
+            Asked::Held(m, l) => return served(m, l),
+            Asked::Again => {
+                pause(&mut waited);
+                continue;
+            }
+            Asked::Nobody(w) => why = w.unwrap_or(why),
         }
-        match ask(&at, file, bytes) {
-            Answer::Words(m, l) => return served(m, l),
-            Answer::NotOurs(w) => why = format!("the socket {}: {w}", sock.display()),
-            Answer::Nobody => {}
-        }
-        try_lock(file, libc::F_UNLCK, HOLD_BYTE, path)?;
         // Nobody answered: one joiner at a time asks again and decides.
         if try_lock(file, libc::F_WRLCK, MAKE_BYTE, path)? {
             let decided = decide(&sock, &at, file, bytes, path);
@@ -343,13 +342,69 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
                 return served(m, l);
             }
         }
-        pause();
+        pause(&mut waited);
     }
+}
+
+/// What [`held`] got.
+enum Asked {
+    /// The claim's memfd and listening socket, HOLD_BYTE read-locked.
+    Held(RawFd, RawFd),
+    /// Nobody answered (why, where something not the pool's words did).
+    Nobody(Option<String>),
+    /// An answer that may be a set's that died meanwhile: ask again.
+    Again,
+}
+
+/// Asks for the memfd, then read-locks HOLD_BYTE, keeping what it got only where the
+/// socket at `sock` is still the one it asked (a new memfd is always served from a new
+/// socket bound there, and made only under HOLD_BYTE's write lock): what it holds then
+/// is the claim's, and stays so while it holds the lock. Asking without the lock leaves
+/// a joiner that makes the memfd free to write-lock HOLD_BYTE while thousands ask.
+fn held(
+    sock: &Path,
+    at: &Address,
+    file: RawFd,
+    bytes: usize,
+    path: &Path,
+) -> Result<Asked, String> {
+    let before = socket_identity(sock);
+    let (m, l) = match ask(at, file, bytes) {
+        Answer::Words(m, l) => (m, l),
+        Answer::NotOurs(w) => {
+            return Ok(Asked::Nobody(Some(format!(
+                "the socket {}: {w}",
+                sock.display()
+            ))));
+        }
+        Answer::Nobody => return Ok(Asked::Nobody(None)),
+    };
+    if try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)? {
+        if before.is_some() && socket_identity(sock) == before {
+            return Ok(Asked::Held(m, l));
+        }
+        try_lock(file, libc::F_UNLCK, HOLD_BYTE, path)?;
+    }
+    close(m);
+    close(l);
+    Ok(Asked::Again)
+}
+
+/// The socket file at `sock`: its inode and change time (None: none there).
+fn socket_identity(sock: &Path) -> Option<(u64, i64, i64)> {
+    let c = cstr(sock).ok()?;
+    // SAFETY: plain data filled by lstat; a NUL-terminated path.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { crate::sys::lstat(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_ino, st.st_ctime, st.st_ctime_nsec))
 }
 
 /// Under `MAKE_BYTE`'s write lock: the memfd a member hands over now, or a new one where
 /// no other process holds one (HOLD_BYTE write-locked), HOLD_BYTE read-locked either way;
-/// None (HOLD_BYTE let go) where others hold it and none answered.
+/// None where others hold it and none answered.
 fn decide(
     sock: &Path,
     at: &Address,
@@ -357,18 +412,13 @@ fn decide(
     bytes: usize,
     path: &Path,
 ) -> Result<Option<(RawFd, RawFd)>, String> {
-    if !try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)? {
-        return Ok(None); // being made: it cannot be, MAKE is ours; asked again later
-    }
-    if let Answer::Words(m, l) = ask(at, file, bytes) {
+    if let Asked::Held(m, l) = held(sock, at, file, bytes, path)? {
         return Ok(Some((m, l)));
     }
     if !try_lock(file, libc::F_WRLCK, HOLD_BYTE, path)? {
-        try_lock(file, libc::F_UNLCK, HOLD_BYTE, path)?;
         return Ok(None);
     }
-    let made = make(sock, at, file, bytes);
-    match made {
+    match make(sock, at, file, bytes) {
         Ok(pair) => {
             try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)?;
             Ok(Some(pair))
@@ -380,7 +430,11 @@ fn decide(
     }
 }
 
-fn pause() {
+/// Sleeps before trying again: 200 µs, doubled each time up to 6.4 ms (thousands of
+/// joiners waiting for one decision leave the CPU to the process making it).
+fn pause(waited: &mut u32) {
+    let ns = 200_000i64 << (*waited).min(5);
+    *waited += 1;
     // SAFETY: a timespec on the stack; an interrupted sleep is only shorter.
     unsafe {
         libc::clock_nanosleep(
@@ -388,7 +442,7 @@ fn pause() {
             0,
             &libc::timespec {
                 tv_sec: 0,
-                tv_nsec: 200_000,
+                tv_nsec: ns,
             },
             std::ptr::null_mut(),
         )

@@ -23,8 +23,8 @@
 //                 SCM_RIGHTS (which crosses PID namespaces): each member connects, receives
 //                 both, and serves the next ones from a thread blocked in accept() on the
 //                 shared listening socket
-//   claim         socket, joined as a claim's pool would join: the memfd is made only where
-//                 no process holds one, decided under two locks of the pool file (see
+//   claim         socket, joined as a claim's pool joins in gpucap: the memfd is made only
+//                 where no process holds one, decided under two locks of the pool file (see
 //                 claim_join), so that two sets of members never keep two budgets
 //
 //   /tmp/memfd-join churn N ROUNDS [DIR]
@@ -178,35 +178,57 @@ static int make_words(int file) {
     return 0;
 }
 
-// The claim's protocol. Every process holding the memfd read-locks HOLD for life, taken
-// before it asks for the memfd: while any holds it no process can write-lock HOLD, and
-// the memfd is made only under that write lock, so whatever a joiner receives with HOLD
-// read-locked is the one set's and stays so. A joiner whom nobody answers lets HOLD go
-// and one such joiner at a time (MAKE, write-locked, never waited on) looks again and
-// makes the memfd if it can write-lock HOLD; the others wait for its decision on MAKE
-// (read-locked, shared) and look again.
+// The claim's protocol (gpucap's, src/pool-file/live.rs). Every process holding the memfd
+// read-locks HOLD for life, taken right after it was handed the memfd, and keeps what it
+// got only where the socket at the path is still the one it asked (lstat before and
+// after: inode and change time): a memfd is made only under HOLD's write lock (no process
+// holds one) and always served from a new socket bound there, so what a joiner keeps is
+// the one set's and stays so while it holds the lock. A joiner whom nobody answers asks
+// again under MAKE (write-locked, one joiner at a time, never waited on) and makes the
+// memfd if it can write-lock HOLD; the others wait for that decision (MAKE read-locked).
+// Asking without HOLD locked leaves the maker free to write-lock it while thousands ask.
 static int no_hold; // MEMFD_JOIN_NO_HOLD=1: make the memfd whenever nobody answers (to see a split)
 
-static int claim_join(int file) {
-    for (double give_up = now() + 3; now() < give_up;) {
-        lk(file, F_OFD_SETLKW, F_RDLCK, MAKE_BYTE); // a decision under way: wait for it
-        lk(file, F_OFD_SETLK, F_UNLCK, MAKE_BYTE);
-        lk(file, F_OFD_SETLKW, F_RDLCK, HOLD_BYTE);
-        if ((live = receive()) >= 0) return 0;
+static int same_socket(const struct stat *a, const struct stat *b) {
+    return a->st_ino == b->st_ino && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+           a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+// 1: the set's memfd, HOLD read-locked; 0: nobody answered; -1: ask again.
+static int held(int file) {
+    struct stat before, after;
+    int had = lstat(sock, &before) == 0;
+    if ((live = receive()) < 0) return 0;
+    if (lk(file, F_OFD_SETLK, F_RDLCK, HOLD_BYTE) == 0) {
+        if (had && lstat(sock, &after) == 0 && same_socket(&before, &after)) return 1;
         lk(file, F_OFD_SETLK, F_UNLCK, HOLD_BYTE);
-        if (lk(file, F_OFD_SETLK, F_WRLCK, MAKE_BYTE)) continue; // another decides
-        lk(file, F_OFD_SETLKW, F_RDLCK, HOLD_BYTE);
-        int made = -1;
-        if ((live = receive()) >= 0) {
-            made = 0;
-        } else if (no_hold || lk(file, F_OFD_SETLK, F_WRLCK, HOLD_BYTE) == 0) {
-            made = make_words(file); // nobody else holds a memfd: this one is the set's
-            lk(file, F_OFD_SETLK, F_RDLCK, HOLD_BYTE);
-        } else {
-            lk(file, F_OFD_SETLK, F_UNLCK, HOLD_BYTE); // holders not answering yet
+    }
+    close(live);
+    close(listening);
+    live = listening = -1;
+    return -1;
+}
+
+static int claim_join(int file) {
+    int first = 1;
+    for (double give_up = now() + 3; now() < give_up;) {
+        if (!first) { // a decision under way: wait for it
+            if (lk(file, F_OFD_SETLK, F_RDLCK, MAKE_BYTE)) { usleep(200); continue; }
+            lk(file, F_OFD_SETLK, F_UNLCK, MAKE_BYTE);
         }
-        lk(file, F_OFD_SETLK, F_UNLCK, MAKE_BYTE);
-        if (made == 0) return 0;
+        first = 0;
+        int r = held(file);
+        if (r == 1) return 0;
+        if (r < 0) { usleep(200); continue; }
+        if (lk(file, F_OFD_SETLK, F_WRLCK, MAKE_BYTE) == 0) {
+            int made = held(file) == 1 ? 0 : -1;
+            if (made && (no_hold || lk(file, F_OFD_SETLK, F_WRLCK, HOLD_BYTE) == 0)) {
+                made = make_words(file); // nobody else holds a memfd: this one is the set's
+                lk(file, F_OFD_SETLK, F_RDLCK, HOLD_BYTE);
+            }
+            lk(file, F_OFD_SETLK, F_UNLCK, MAKE_BYTE);
+            if (made == 0) return 0;
+        }
         usleep(200);
     }
     return -1;
