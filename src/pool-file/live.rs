@@ -183,7 +183,7 @@ fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
     let Some([memfd, listening]) = fds else {
         return Answer::Nobody;
     };
-    match check(memfd, file, bytes) {
+    match check(memfd, file, bytes).and_then(|()| check_listening(listening)) {
         Ok(()) => Answer::Words(memfd, listening),
         Err(why) => {
             close(memfd);
@@ -291,6 +291,28 @@ fn check(memfd: RawFd, file: RawFd, bytes: usize) -> Result<(), String> {
     };
     if na != HEADER_BYTES as isize || nb != HEADER_BYTES as isize || a != b {
         return Err("what it handed over is another pool's words".into());
+    }
+    Ok(())
+}
+
+/// Whether `listening` is a listening socket (this process's serving thread accepts on
+/// it: anything else would make it fail at once, again and again).
+fn check_listening(listening: RawFd) -> Result<(), String> {
+    let mut on: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: a descriptor, an int and its length for the option.
+    let asked = unsafe {
+        libc::syscall(
+            libc::SYS_getsockopt,
+            listening,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            &mut on as *mut i32,
+            &mut len as *mut libc::socklen_t,
+        )
+    };
+    if asked != 0 || on != 1 {
+        return Err("what it handed over with the words is not a listening socket".into());
     }
     Ok(())
 }
@@ -577,6 +599,18 @@ extern "C" fn serve(held: *mut libc::c_void) -> *mut libc::c_void {
         if c >= 0 {
             send(c, memfd, listening);
             close(c);
+            continue;
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            // A joiner gone before it was accepted, a signal: the next one.
+            Some(libc::EINTR | libc::ECONNABORTED) => {}
+            // Out of descriptors or memory for a moment: the others serve meanwhile.
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                let mut waited = 5;
+                pause(&mut waited);
+            }
+            // The socket is no longer one to accept on: this thread is done.
+            _ => return std::ptr::null_mut(),
         }
     }
 }
@@ -713,6 +747,31 @@ mod tests {
         [file, ours, unsealed, short, theirs]
             .into_iter()
             .for_each(close);
+    }
+
+    #[test]
+    fn only_a_listening_socket_passes_for_the_one_to_serve_on() {
+        let sock = socket();
+        assert!(check_listening(sock).is_err(), "a socket not listening");
+        let file = memfd(4096, &[], 0);
+        assert!(check_listening(file).is_err(), "a memfd");
+        let dir = std::env::temp_dir().join(format!("gpucap-live-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = Address::of(&dir.join("s.sock")).unwrap();
+        // SAFETY: our socket and a valid address of `len` bytes.
+        let listening = unsafe {
+            libc::syscall(
+                libc::SYS_bind,
+                sock,
+                &at.addr as *const libc::sockaddr_un,
+                at.len(),
+            ) == 0
+                && libc::syscall(libc::SYS_listen, sock, 4) == 0
+        };
+        assert!(listening);
+        assert_eq!(check_listening(sock), Ok(()));
+        [sock, file].into_iter().for_each(close);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
