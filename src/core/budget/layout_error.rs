@@ -4,7 +4,9 @@
 use std::fmt;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
-pub const POOL_VERSION: u64 = 8;
+/// 9: version 8's words, which a claim's members keep in a sealed memfd (an older gpucap
+/// maps a claim's file: beside a newer one it would keep a budget apart).
+pub const POOL_VERSION: u64 = 9;
 
 /// Why a pool file cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]

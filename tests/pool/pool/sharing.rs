@@ -377,10 +377,20 @@ const BAD_FILES: &[BadFile] = &[
         name: "pool-version",
         spoil: Spoil::By(|p| {
             let mut b = made(p);
-            b[8] = 9;
+            b[8] = 10;
             std::fs::write(p.file(), b).unwrap()
         }),
-        says: "version 9 pool file and this gpucap reads version 8",
+        says: "version 10 pool file and this gpucap reads version 9",
+    },
+    // Version 8: version 9's words, mapped by a claim's members (an older gpucap beside a
+    // newer one in a claim would keep a budget apart).
+    BadFile {
+        name: "pool-version-8",
+        spoil: Spoil::OldVersion {
+            version: 8,
+            len: 828_544,
+        },
+        says: "version 8 pool file and this gpucap reads version 9",
     },
     // Version 7: the slots' states and traffic marks in the slots, share words member
     // by member: another length.
@@ -390,7 +400,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 7,
             len: 826_496,
         },
-        says: "version 7 pool file and this gpucap reads version 8",
+        says: "version 7 pool file and this gpucap reads version 9",
     },
     // Version 6: no record of a ceiling handed down: version 7's length, its slots'
     // last two words left unwritten.
@@ -400,7 +410,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 6,
             len: 826_496,
         },
-        says: "version 6 pool file and this gpucap reads version 8",
+        says: "version 6 pool file and this gpucap reads version 9",
     },
     // Version 5: 16 words per GPU entry.
     BadFile {
@@ -409,7 +419,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 5,
             len: 824_448,
         },
-        says: "version 5 pool file and this gpucap reads version 8",
+        says: "version 5 pool file and this gpucap reads version 9",
     },
     // Version 3: no announced frees.
     BadFile {
@@ -418,7 +428,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 3,
             len: 496_768,
         },
-        says: "version 3 pool file and this gpucap reads version 8",
+        says: "version 3 pool file and this gpucap reads version 9",
     },
     // Version 2: a journal per member and GPU.
     BadFile {
@@ -427,7 +437,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 2,
             len: 627_840,
         },
-        says: "version 2 pool file and this gpucap reads version 8",
+        says: "version 2 pool file and this gpucap reads version 9",
     },
     // Version 1: before guarantees.
     BadFile {
@@ -436,7 +446,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 1,
             len: 495_744,
         },
-        says: "version 1 pool file and this gpucap reads version 8",
+        says: "version 1 pool file and this gpucap reads version 9",
     },
     BadFile {
         name: "pool-corrupt",
@@ -494,7 +504,11 @@ fn refused_at_cuinit(case: &BadFile) {
         Spoil::By(spoil) => spoil(&p),
         Spoil::OldVersion { version, len } => {
             let mut b = made(&p);
-            assert!(b.len() > len, "today's file ({} bytes) is longer", b.len());
+            assert!(
+                b.len() >= len,
+                "today's file ({} bytes) is shorter",
+                b.len()
+            );
             b.truncate(len);
             b[8] = version;
             std::fs::write(p.file(), b).unwrap()
