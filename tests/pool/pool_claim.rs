@@ -299,3 +299,56 @@ fn a_members_forked_child_keeps_neither_the_claims_words_nor_its_socket() {
     );
     assert!(theirs.is_empty(), "its forked child: {theirs:?}");
 }
+
+/// `gpucap pool resize --claim` (a DRA driver changing a claim's share) changes the cap
+/// the members hold to: their words, not the file's (which hold no GPU of theirs).
+#[test]
+fn a_claims_live_members_are_resized() {
+    let s = Scratch::new("claim-resize");
+    let claim: PathBuf = s.dir.join("claim");
+    std::fs::create_dir_all(&claim).unwrap();
+    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mark = |n: &str| s.dir.join(n).display().to_string();
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    let mut a = member(
+        &s,
+        &claim,
+        "a",
+        &[
+            alloc(400),
+            format!("touch:{}", mark("a-holds")),
+            format!("wait:{}", mark("go")),
+            alloc(200),
+            alloc(100),
+            format!("touch:{}", mark("a-done")),
+        ],
+    );
+    until(&s.dir.join("a-holds"), &mut a, "the member");
+    let resized = run(&mut s.gpucap(&[
+        "pool",
+        "resize",
+        "--claim",
+        claim.to_str().unwrap(),
+        "512Mi",
+    ]));
+    let text = String::from_utf8_lossy(&resized.stdout);
+    assert!(
+        resized.status.success() && text.contains(": cap 1 GiB -> 512 MiB, 400 MiB in use"),
+        "{text}{}",
+        String::from_utf8_lossy(&resized.stderr)
+    );
+    std::fs::write(s.dir.join("go"), "").unwrap();
+    until(
+        &s.dir.join("a-done"),
+        &mut a,
+        "the member, after the resize",
+    );
+    let a = said(a);
+    let after = a
+        .split_once(&format!("alloc {} 0\n", 400 * MIB))
+        .map_or("", |(_, r)| r);
+    assert!(
+        after.starts_with(&format!("alloc {} 2\nalloc {} 0\n", 200 * MIB, 100 * MIB)),
+        "the member, held to 512 MiB: {a}"
+    );
+}
