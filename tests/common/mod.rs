@@ -7,7 +7,7 @@ pub mod pool_scratch;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub const GIB: u64 = 1 << 30;
@@ -285,6 +285,21 @@ pub fn read_stats(path: &Path) -> Vec<DevStats> {
             shared_peak_used: num(d, "shared_peak_used"),
         })
         .collect()
+}
+
+/// The pid a program that forks prints as `child pid N` (`tests/c/pool_fork.c`), read up to
+/// that line only: the child keeps the pipe open.
+pub fn child_pid_line(program: &mut Child) -> i32 {
+    use std::io::BufRead;
+    let mut out = std::io::BufReader::new(program.stdout.take().expect("a piped stdout"));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "no child pid line");
+        if let Some(pid) = line.trim().strip_prefix("child pid ") {
+            break pid.parse().unwrap();
+        }
+    }
 }
 
 /// Compiles the C file `tests/c/<name>.c` (cached by modification time) into

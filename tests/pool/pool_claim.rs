@@ -10,26 +10,59 @@ use common::pool_scratch::*;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-/// The script with `steps` preloading the shim as a member of the claim in `claim`,
-/// capped at 1 GiB; it ends holding its memory until `never` exists.
-fn member(s: &Scratch, claim: &Path, tag: &str, steps: &[String]) -> Child {
-    let mut c = fake_cmd(script(), &s.dir.join(format!("{tag}.json")));
+/// A claim's directory in `s` (mode 0777: every container's user may write it), named
+/// `name`.
+fn claim_dir(s: &Scratch, name: &str) -> PathBuf {
+    let claim = s.dir.join(name);
+    std::fs::create_dir_all(&claim).unwrap();
+    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o777)).unwrap();
+    claim
+}
+
+/// `program` preloading the shim as a process of the claim in `claim`, capped at 1 GiB,
+/// its fake GPU's figures in `<tag>.json`.
+fn in_claim(s: &Scratch, claim: &Path, program: PathBuf, tag: &str) -> Command {
+    let mut c = fake_cmd(program, &s.dir.join(format!("{tag}.json")));
     c.env("LD_PRELOAD", shim())
         .env("FAKECUDA_TOTAL_MEM", "4Gi")
         .env("GPUCAP_LIMIT", "1Gi")
         .env("GPUCAP_CLAIM_DIR", claim)
         .env("GPUCAP_POOL_DIR", &s.pools)
+        .current_dir(&s.dir);
+    c
+}
+
+/// The script with `steps` as a member of the claim in `claim`; it ends holding its
+/// memory until `never` exists.
+fn member(s: &Scratch, claim: &Path, tag: &str, steps: &[String]) -> Child {
+    in_claim(s, claim, script(), tag)
         .args(steps)
         .arg(format!("wait:{}", s.dir.join("never").display()))
-        .current_dir(&s.dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c.spawn().unwrap()
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A member of the claim that allocates `before` (MiB each), creates `<tag>-holds` and is
+/// waited for there, then waits for `go`, allocates `after` and creates `<tag>-done`.
+fn staged(s: &Scratch, claim: &Path, tag: &str, before: &[u64], after: &[u64]) -> Child {
+    let mark = |n: &str| format!("{}", s.dir.join(format!("{tag}-{n}")).display());
+    let alloc = |mib: &u64| format!("alloc:{}", mib * MIB);
+    let steps: Vec<String> = (before.iter().map(alloc))
+        .chain([format!("touch:{}", mark("holds"))])
+        .chain([format!("wait:{}", s.dir.join("go").display())])
+        .chain(after.iter().map(alloc))
+        .chain([format!("touch:{}", mark("done"))])
+        .collect();
+    let mut m = member(s, claim, tag, &steps);
+    until(&s.dir.join(format!("{tag}-holds")), &mut m, tag);
+    m
 }
 
 /// Waits (60 s at most: a harness limit) until `path` exists, or fails with what `child`
@@ -96,40 +129,11 @@ fn stopped_all(pid: u32) {
 #[test]
 fn members_go_on_under_the_claims_cap_after_its_pool_file_is_truncated() {
     let s = Scratch::new("claim-truncated");
-    let claim: PathBuf = s.dir.join("claim");
-    std::fs::create_dir_all(&claim).unwrap();
-    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let claim = claim_dir(&s, "claim");
     let file = claim.join("gpucap.pool");
-    let mark = |n: &str| s.dir.join(n).display().to_string();
     let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
-    let go = format!("wait:{}", mark("go"));
-    let mut a = member(
-        &s,
-        &claim,
-        "a",
-        &[
-            alloc(400),
-            format!("touch:{}", mark("a-holds")),
-            go.clone(),
-            alloc(100),
-            alloc(100),
-            format!("touch:{}", mark("a-done")),
-        ],
-    );
-    until(&s.dir.join("a-holds"), &mut a, "the first member");
-    let mut b = member(
-        &s,
-        &claim,
-        "b",
-        &[
-            alloc(500),
-            format!("touch:{}", mark("b-holds")),
-            go,
-            alloc(200),
-            format!("touch:{}", mark("b-done")),
-        ],
-    );
-    until(&s.dir.join("b-holds"), &mut b, "the second member");
+    let mut a = staged(&s, &claim, "a", &[400], &[100, 100]);
+    let mut b = staged(&s, &claim, "b", &[500], &[200]);
     // What a reader shows is the members' words, not the file's (which hold none).
     let check = run(s
         .gpucap(&["check"])
@@ -146,14 +150,7 @@ fn members_go_on_under_the_claims_cap_after_its_pool_file_is_truncated() {
         .set_len(0)
         .unwrap();
     // A process joining now is refused, never run uncapped: the file says nothing.
-    let mut c = fake_cmd(script(), &s.dir.join("c.json"));
-    c.env("LD_PRELOAD", shim())
-        .env("FAKECUDA_TOTAL_MEM", "4Gi")
-        .env("GPUCAP_LIMIT", "1Gi")
-        .env("GPUCAP_CLAIM_DIR", &claim)
-        .env("GPUCAP_POOL_DIR", &s.pools)
-        .arg(alloc(1));
-    let joiner = run(&mut c);
+    let joiner = run(in_claim(&s, &claim, script(), "c").arg(alloc(1)));
     let text = String::from_utf8_lossy(&joiner.stderr);
     assert!(
         !joiner.status.success()
@@ -192,9 +189,7 @@ fn a_joiner_whom_no_member_answers_is_refused_never_given_a_budget_of_its_own() 
     let s = Scratch::new("claim-stopped");
     // A path longer than a socket's address holds (108 bytes): the socket is reached
     // through its directory's descriptor.
-    let claim: PathBuf = s.dir.join(format!("claim-{}", "d".repeat(110)));
-    std::fs::create_dir_all(&claim).unwrap();
-    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let claim = claim_dir(&s, &format!("claim-{}", "d".repeat(110)));
     let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
     let holds = s.dir.join("a-holds");
     let mut a = member(
@@ -204,16 +199,7 @@ fn a_joiner_whom_no_member_answers_is_refused_never_given_a_budget_of_its_own() 
         &[alloc(700), format!("touch:{}", holds.display())],
     );
     until(&holds, &mut a, "the member");
-    let joiner = || {
-        let mut c = fake_cmd(script(), &s.dir.join("j.json"));
-        c.env("LD_PRELOAD", shim())
-            .env("FAKECUDA_TOTAL_MEM", "4Gi")
-            .env("GPUCAP_LIMIT", "1Gi")
-            .env("GPUCAP_CLAIM_DIR", &claim)
-            .env("GPUCAP_POOL_DIR", &s.pools)
-            .arg(alloc(700));
-        run(&mut c)
-    };
+    let joiner = || run(in_claim(&s, &claim, script(), "j").arg(alloc(700)));
     // SAFETY: signals to the member this test started.
     assert_eq!(unsafe { libc::kill(a.id() as i32, libc::SIGSTOP) }, 0);
     stopped_all(a.id());
@@ -255,39 +241,17 @@ fn claim_fds(pid: u32) -> Vec<String> {
 #[test]
 fn a_members_forked_child_keeps_neither_the_claims_words_nor_its_socket() {
     let s = Scratch::new("claim-fork");
-    let claim: PathBuf = s.dir.join("claim");
-    std::fs::create_dir_all(&claim).unwrap();
-    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let claim = claim_dir(&s, "claim");
     let ready = s.dir.join("ready");
-    let mut c = fake_cmd(
-        compile_c("pool_fork", "", &["-lcuda"]),
-        &s.dir.join("a.json"),
-    );
-    c.env("LD_PRELOAD", shim())
-        .env("FAKECUDA_TOTAL_MEM", "4Gi")
-        .env("GPUCAP_LIMIT", "1Gi")
-        .env("GPUCAP_CLAIM_DIR", &claim)
-        .env("GPUCAP_POOL_DIR", &s.pools)
-        .arg("sleep")
+    let mut c = in_claim(&s, &claim, compile_c("pool_fork", "", &["-lcuda"]), "a");
+    c.arg("sleep")
         .arg(&ready)
         .arg(s.dir.join("never"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut a = c.spawn().unwrap();
     until(&ready, &mut a, "the member");
-    // Read up to the child's pid line only: the child keeps the pipe open.
-    let child: u32 = {
-        use std::io::BufRead;
-        let mut out = std::io::BufReader::new(a.stdout.take().unwrap());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "no child pid line");
-            if let Some(pid) = line.trim().strip_prefix("child pid ") {
-                break pid.parse().unwrap();
-            }
-        }
-    };
+    let child = child_pid_line(&mut a) as u32;
     let (parent, theirs) = (claim_fds(a.id()), claim_fds(child));
     // SAFETY: a signal to the child this test's member forked.
     unsafe { libc::kill(child as i32, libc::SIGKILL) };
@@ -305,25 +269,8 @@ fn a_members_forked_child_keeps_neither_the_claims_words_nor_its_socket() {
 #[test]
 fn a_claims_live_members_are_resized() {
     let s = Scratch::new("claim-resize");
-    let claim: PathBuf = s.dir.join("claim");
-    std::fs::create_dir_all(&claim).unwrap();
-    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mark = |n: &str| s.dir.join(n).display().to_string();
-    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
-    let mut a = member(
-        &s,
-        &claim,
-        "a",
-        &[
-            alloc(400),
-            format!("touch:{}", mark("a-holds")),
-            format!("wait:{}", mark("go")),
-            alloc(200),
-            alloc(100),
-            format!("touch:{}", mark("a-done")),
-        ],
-    );
-    until(&s.dir.join("a-holds"), &mut a, "the member");
+    let claim = claim_dir(&s, "claim");
+    let mut a = staged(&s, &claim, "a", &[400], &[200, 100]);
     let resized = run(&mut s.gpucap(&[
         "pool",
         "resize",

@@ -126,19 +126,7 @@ fn a_dead_parents_share_stays_while_its_child_holds_its_device_files() {
                 .args(["sleep", &p.path("ready"), &p.path("never")]),
         );
     p.wait_file("ready");
-    // Read up to the child's pid line only: the child keeps the pipe open.
-    let child: i32 = {
-        use std::io::BufRead;
-        let mut out = std::io::BufReader::new(a.stdout.take().unwrap());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "no child pid line");
-            if let Some(pid) = line.trim().strip_prefix("child pid ") {
-                break pid.parse().unwrap();
-            }
-        }
-    };
+    let child = child_pid_line(&mut a);
     let parent = a.id();
     sigkill(&mut a);
     // The parent's slot lock is gone; the child's hold on its memory is the one left.
