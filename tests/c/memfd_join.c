@@ -178,7 +178,7 @@ static int make_words(int file) {
     return 0;
 }
 
-// The claim's protocol (gpucap's, src/pool-file/live.rs). Every process holding the memfd
+// The claim's protocol (gpucap's, src/pool-file/live/). Every process holding the memfd
 // read-locks HOLD for life, taken right after it was handed the memfd, and keeps what it
 // got only where the socket at the path is still the one it asked (lstat before and
 // after: inode and change time): a memfd is made only under HOLD's write lock (no process

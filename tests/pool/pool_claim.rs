@@ -1,6 +1,6 @@
 //! A claim's pool file truncated under its members (docs/src/threat-model.md): any
 //! container of the claim may write the file, so its members' words are a sealed memfd
-//! they hand to each other (`src/pool-file/live.rs`), never a mapping of the file. Its
+//! they hand to each other (`src/pool-file/live/`), never a mapping of the file. Its
 //! members go on under the claim's cap, sharing one budget, after the file is truncated;
 //! a process joining the damaged file is refused.
 

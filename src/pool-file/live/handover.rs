@@ -1,0 +1,374 @@
+//! A claim's socket and what crosses it: its address, a question and its answer (the memfd
+//! and the listening socket, by `SCM_RIGHTS`), and the checks of what came.
+
+use std::os::fd::RawFd;
+use std::path::Path;
+
+use crate::sys::cstr;
+
+/// How long one question waits for its answer: a member's thread may wait long for the
+/// CPU while thousands of processes start at once on a few cores.
+pub(super) const ANSWER_WITHIN: libc::timeval = libc::timeval {
+    tv_sec: 2,
+    tv_usec: 0,
+};
+pub(super) const SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+/// The header words a memfd must share with its file (magic, version, geometry, length,
+/// creation time, creator's uid): the same pool's words.
+const HEADER_BYTES: usize = 48;
+
+/// A socket's address for `path` (through `/proc/self/fd/N/` of its directory where the
+/// whole path is longer than an address holds), with that directory's descriptor.
+pub(super) struct Address {
+    pub(super) addr: libc::sockaddr_un,
+    dir: RawFd,
+}
+
+impl Address {
+    pub(super) fn of(sock: &Path) -> Result<Address, String> {
+        // SAFETY: plain data, zeroed is valid.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let mut dir = -1;
+        let whole = cstr(sock)?;
+        let bytes = if whole.as_bytes().len() < addr.sun_path.len() {
+            whole.as_bytes().to_vec()
+        } else {
+            let d = cstr(sock.parent().unwrap_or(Path::new("/")))?;
+            // SAFETY: a NUL-terminated path; O_PATH opens nothing but the name.
+            dir = unsafe {
+                crate::sys::open(
+                    d.as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
+            if dir < 0 {
+                return Err(crate::sys::os_err("cannot open the directory of", sock));
+            }
+            let name = sock.file_name().unwrap_or_default().to_string_lossy();
+            format!("/proc/self/fd/{dir}/{name}").into_bytes()
+        };
+        if bytes.len() >= addr.sun_path.len() {
+            close(dir);
+            return Err(format!(
+                "the socket {}: its name is too long for a socket's address",
+                sock.display()
+            ));
+        }
+        for (d, b) in addr.sun_path.iter_mut().zip(&bytes) {
+            *d = *b as libc::c_char;
+        }
+        Ok(Address { addr, dir })
+    }
+
+    pub(super) fn len(&self) -> libc::socklen_t {
+        std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t
+    }
+}
+
+impl Drop for Address {
+    fn drop(&mut self) {
+        close(self.dir);
+    }
+}
+
+pub(super) fn close(fd: RawFd) {
+    if fd >= 0 {
+        // SAFETY: a descriptor of this module's, closed once.
+        unsafe { libc::close(fd) };
+    }
+}
+
+pub(super) fn socket() -> RawFd {
+    // SAFETY: no pointers.
+    unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+        ) as RawFd
+    }
+}
+
+/// What asking the socket gave.
+pub(super) enum Answer {
+    /// The memfd and the listening socket.
+    Words(RawFd, RawFd),
+    /// No socket, nobody listening, or no answer within [`ANSWER_WITHIN`].
+    Nobody,
+    /// An answer that is not this pool's words: why.
+    NotOurs(String),
+}
+
+/// Asks the socket at `at` for the memfd of the pool file `file` (`bytes` long).
+pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
+    let s = socket();
+    if s < 0 {
+        return Answer::Nobody;
+    }
+    // SAFETY: our socket, a valid address of `len` bytes, a timeval for the option.
+    let asked = unsafe {
+        libc::syscall(
+            libc::SYS_setsockopt,
+            s,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &ANSWER_WITHIN as *const libc::timeval,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+        libc::syscall(
+            libc::SYS_setsockopt,
+            s,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO, // a connect's patience, where the queue is full
+            &ANSWER_WITHIN as *const libc::timeval,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+        libc::syscall(
+            libc::SYS_connect,
+            s,
+            &at.addr as *const libc::sockaddr_un,
+            at.len(),
+        )
+    };
+    let refused = std::io::Error::last_os_error();
+    let fds = if asked == 0 { receive(s) } else { None };
+    close(s);
+    if asked != 0 && matches!(refused.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+        return Answer::NotOurs(format!("this process may not connect to it ({refused})"));
+    }
+    let Some([memfd, listening]) = fds else {
+        return Answer::Nobody;
+    };
+    match check(memfd, file, bytes).and_then(|()| check_listening(listening)) {
+        Ok(()) => Answer::Words(memfd, listening),
+        Err(why) => {
+            close(memfd);
+            close(listening);
+            Answer::NotOurs(why)
+        }
+    }
+}
+
+/// The two descriptors of one message on `s`.
+fn receive(s: RawFd) -> Option<[RawFd; 2]> {
+    let mut byte = 0u8;
+    let mut io = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; 8]; // CMSG_SPACE(2 * sizeof(int)) is 24 bytes
+    // SAFETY: plain data, zeroed is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: a message whose buffers live across the call.
+    let n = unsafe { libc::syscall(libc::SYS_recvmsg, s, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n <= 0 {
+        return None;
+    }
+    let mut got = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote into `control`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const RawFd;
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                got.extend((0..count).map(|i| data.add(i).read_unaligned()));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    match got[..] {
+        [m, l] if msg.msg_flags & libc::MSG_CTRUNC == 0 => Some([m, l]),
+        _ => {
+            got.into_iter().for_each(close);
+            None
+        }
+    }
+}
+
+/// Sends `memfd` and `listening` on the accepted connection `c`.
+pub(super) fn send(c: RawFd, memfd: RawFd, listening: RawFd) {
+    let mut byte = b'w';
+    let mut io = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: plain data, zeroed is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE of two descriptors fits `control` (24 of its 64 bytes).
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(8) } as _;
+    // SAFETY: filling the one control message `msg` has room for, then sending it.
+    unsafe {
+        let c0 = libc::CMSG_FIRSTHDR(&msg);
+        (*c0).cmsg_level = libc::SOL_SOCKET;
+        (*c0).cmsg_type = libc::SCM_RIGHTS;
+        (*c0).cmsg_len = libc::CMSG_LEN(8) as _;
+        let data = libc::CMSG_DATA(c0) as *mut RawFd;
+        data.write_unaligned(memfd);
+        data.add(1).write_unaligned(listening);
+        libc::syscall(libc::SYS_sendmsg, c, &msg, libc::MSG_NOSIGNAL);
+    }
+}
+
+/// Whether `memfd` is the live words of the pool file `file`: a regular file of its
+/// length, sealed, with its header.
+pub(super) fn check(memfd: RawFd, file: RawFd, bytes: usize) -> Result<(), String> {
+    // SAFETY: plain data filled by fstat.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor and a stat to fill.
+    if unsafe { crate::sys::fstat(memfd, &mut st) } != 0
+        || st.st_mode & libc::S_IFMT != libc::S_IFREG
+        || st.st_size as usize != bytes
+    {
+        return Err(format!(
+            "what it handed over is not a pool's words of {bytes} bytes"
+        ));
+    }
+    // SAFETY: a descriptor; F_GET_SEALS takes no argument.
+    let seals = unsafe { libc::fcntl(memfd, libc::F_GET_SEALS) };
+    if seals < 0 || seals & SEALS != SEALS {
+        return Err("what it handed over is not sealed against shrinking and growing".into());
+    }
+    let [mut a, mut b] = [[0u8; HEADER_BYTES]; 2];
+    // SAFETY: two descriptors and two buffers of HEADER_BYTES.
+    let (na, nb) = unsafe {
+        (
+            libc::pread(memfd, a.as_mut_ptr().cast(), HEADER_BYTES, 0),
+            libc::pread(file, b.as_mut_ptr().cast(), HEADER_BYTES, 0),
+        )
+    };
+    if na != HEADER_BYTES as isize || nb != HEADER_BYTES as isize || a != b {
+        return Err("what it handed over is another pool's words".into());
+    }
+    Ok(())
+}
+
+/// Whether `listening` is a listening socket (this process's serving thread accepts on
+/// it: anything else would make it fail at once, again and again).
+pub(super) fn check_listening(listening: RawFd) -> Result<(), String> {
+    let mut on: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: a descriptor, an int and its length for the option.
+    let asked = unsafe {
+        libc::syscall(
+            libc::SYS_getsockopt,
+            listening,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            &mut on as *mut i32,
+            &mut len as *mut libc::socklen_t,
+        )
+    };
+    if asked != 0 || on != 1 {
+        return Err("what it handed over with the words is not a listening socket".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A memfd of `bytes` holding `head` at its start, sealed with `seals`.
+    fn memfd(bytes: usize, head: &[u8], seals: i32) -> RawFd {
+        // SAFETY: a constant name; our descriptor and a buffer of head.len() bytes.
+        unsafe {
+            let m = libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
+            assert!(m >= 0);
+            assert_eq!(libc::ftruncate(m, bytes as libc::off_t), 0);
+            libc::pwrite(m, head.as_ptr().cast(), head.len(), 0);
+            if seals != 0 {
+                assert_eq!(libc::fcntl(m, libc::F_ADD_SEALS, seals), 0);
+            }
+            m
+        }
+    }
+
+    #[test]
+    fn only_a_sealed_copy_of_the_files_length_and_header_is_the_pools_words() {
+        let head: Vec<u8> = (0..HEADER_BYTES as u8).collect();
+        let file = memfd(4096, &head, 0); // stands for the pool file
+        let ours = memfd(4096, &head, SEALS);
+        assert_eq!(check(ours, file, 4096), Ok(()));
+        let unsealed = memfd(4096, &head, libc::F_SEAL_SEAL);
+        assert!(
+            check(unsealed, file, 4096)
+                .unwrap_err()
+                .contains("not sealed")
+        );
+        let short = memfd(2048, &head, SEALS);
+        assert!(
+            check(short, file, 4096)
+                .unwrap_err()
+                .contains("of 4096 bytes")
+        );
+        let mut other = head.clone();
+        other[40] ^= 1; // another creation time
+        let theirs = memfd(4096, &other, SEALS);
+        assert!(
+            check(theirs, file, 4096)
+                .unwrap_err()
+                .contains("another pool's words")
+        );
+        [file, ours, unsealed, short, theirs]
+            .into_iter()
+            .for_each(close);
+    }
+
+    #[test]
+    fn only_a_listening_socket_passes_for_the_one_to_serve_on() {
+        let sock = socket();
+        assert!(check_listening(sock).is_err(), "a socket not listening");
+        let file = memfd(4096, &[], 0);
+        assert!(check_listening(file).is_err(), "a memfd");
+        let dir = std::env::temp_dir().join(format!("gpucap-live-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = Address::of(&dir.join("s.sock")).unwrap();
+        // SAFETY: our socket and a valid address of `len` bytes.
+        let listening = unsafe {
+            libc::syscall(
+                libc::SYS_bind,
+                sock,
+                &at.addr as *const libc::sockaddr_un,
+                at.len(),
+            ) == 0
+                && libc::syscall(libc::SYS_listen, sock, 4) == 0
+        };
+        assert!(listening);
+        assert_eq!(check_listening(sock), Ok(()));
+        [sock, file].into_iter().for_each(close);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_socket_whose_path_is_too_long_for_an_address_is_reached_through_its_directory() {
+        let a = Address::of(Path::new("/dev/shm/claim/gpucap.pool.sock")).unwrap();
+        assert_eq!(a.dir, -1);
+        let long = std::env::temp_dir().join("d".repeat(120));
+        std::fs::create_dir_all(&long).unwrap();
+        let a = Address::of(&long.join("gpucap.pool.sock")).unwrap();
+        let name: Vec<u8> = a
+            .addr
+            .sun_path
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8)
+            .collect();
+        assert_eq!(
+            String::from_utf8(name).unwrap(),
+            format!("/proc/self/fd/{}/gpucap.pool.sock", a.dir)
+        );
+        drop(a);
+        std::fs::remove_dir_all(&long).unwrap();
+    }
+}

@@ -1,0 +1,306 @@
+//! A claim's live words: a memfd sealed against shrinking and growing, never the file.
+//!
+//! A claim's pool file may be written by every container of the claim (by design, its
+//! directory's mode says who), so any of them can truncate it; a member reaching its words
+//! through a mapping of that file would die of SIGBUS at its next access. So a claim's
+//! members map a copy of the file's words in a memfd instead, sealed (`F_SEAL_SHRINK`,
+//! `F_SEAL_GROW`, `F_SEAL_SEAL`): nobody can change its size, and only its holders can
+//! write it. The file stays the rendezvous (the slots' locks) and the words at rest: the
+//! memfd is made from them when no process holds one.
+//!
+//! Every member hands the memfd to the next over a Unix socket beside the file
+//! (`<file>.sock`; `SCM_RIGHTS` crosses PID and IPC namespaces, which a claim's
+//! containers do not share): all of them accept on one listening socket, handed over with
+//! the memfd, from a thread each. A joiner asks; who answers first gives it both.
+//!
+//! Two lock bytes of the pool file keep a claim to one memfd (two would be two budgets):
+//! every process holding the memfd read-locks [`HOLD_BYTE`] for life, taken right after it
+//! was handed the memfd, and keeps it only where the socket at the path is still the one it
+//! asked; a memfd is made only under `HOLD_BYTE`'s write lock (no process holds one) and
+//! always served from a new socket bound there, by one joiner at a time ([`MAKE_BYTE`],
+//! write-locked, never waited on); the others wait for its decision on `MAKE_BYTE`
+//! (read-locked) and ask again. What a joiner keeps is the claim's memfd and stays so while
+//! it lives. Where members hold it and none answers (every one stopped), a joiner is
+//! refused after [`PATIENCE`], never given a memfd of its own. The design's prototype,
+//! `tests/c/memfd_join.c`, measures each part and churns it (docs/src/threat-model.md).
+//!
+//! - `handover`: the socket and what crosses it (asking, answering, checking what came).
+//! - `serving`: each member's thread that answers, and a forked child's letting go.
+//!
+//! System calls go through `syscall` (already imported): no new symbol for the dynamic
+//! loader to look up in every process the shim is loaded into.
+
+mod handover;
+mod serving;
+
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::locks::{LOCK_BASE, flock_range};
+use crate::sys::cstr;
+use handover::{Address, Answer, SEALS, ask, close, socket};
+use serving::{pause, served};
+
+pub use serving::forget_in_child;
+
+/// Read-locked for life by every process holding the claim's memfd.
+pub(crate) const HOLD_BYTE: i64 = LOCK_BASE - 2;
+/// Write-locked by the one joiner deciding whether to make the memfd.
+pub(crate) const MAKE_BYTE: i64 = LOCK_BASE - 1;
+/// How long a joiner asks while members hold the memfd and none hands it over.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(5);
+/// The socket beside a claim's pool file at `path`.
+pub(crate) fn socket_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".sock");
+    path.with_file_name(name)
+}
+
+/// The claim's memfd for a member of the pool file `file` at `path` (`bytes` long),
+/// asked of the members or made from the file's words where no process holds one; from
+/// now on this process holds it (`HOLD_BYTE`) and serves it to the next.
+pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, String> {
+    let sock = socket_path(path);
+    let at = Address::of(&sock)?;
+    let give_up = Instant::now() + PATIENCE;
+    let mut why = String::from("none handed it over");
+    let mut first = true;
+    let mut waited = 0;
+    loop {
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "cannot join the claim's pool {}: its members hold its words, and {why} \
+                 within {} s (are they stopped?)",
+                path.display(),
+                PATIENCE.as_secs()
+            ));
+        }
+        // Never waits on a lock (a process stopped holding one would hold every joiner):
+        // a lock held by another is tried again shortly, until the patience runs out.
+        // After a question nobody answered, a decision under way: wait for it. (Each lock
+        // call walks the file's locks, two a member: the first question makes none but
+        // the hold's.)
+        if !std::mem::take(&mut first) {
+            if !try_lock(file, libc::F_RDLCK, MAKE_BYTE, path)? {
+                pause(&mut waited);
+                continue;
+            }
+            try_lock(file, libc::F_UNLCK, MAKE_BYTE, path)?;
+        }
+        match held(&sock, &at, file, bytes, path)? {
+            Asked::Held(m, l) => return served(m, l),
+            Asked::Again => {
+                pause(&mut waited);
+                continue;
+            }
+            Asked::Nobody(w) => why = w.unwrap_or(why),
+        }
+        // Nobody answered: one joiner at a time asks again and decides.
+        if try_lock(file, libc::F_WRLCK, MAKE_BYTE, path)? {
+            let decided = decide(&sock, &at, file, bytes, path);
+            try_lock(file, libc::F_UNLCK, MAKE_BYTE, path)?;
+            if let Some((m, l)) = decided? {
+                return served(m, l);
+            }
+        }
+        pause(&mut waited);
+    }
+}
+
+/// What [`held`] got.
+enum Asked {
+    /// The claim's memfd and listening socket, HOLD_BYTE read-locked.
+    Held(RawFd, RawFd),
+    /// Nobody answered (why, where something not the pool's words did).
+    Nobody(Option<String>),
+    /// An answer that may be a set's that died meanwhile: ask again.
+    Again,
+}
+
+/// Asks for the memfd, then read-locks HOLD_BYTE, keeping what it got only where the
+/// socket at `sock` is still the one it asked (a new memfd is always served from a new
+/// socket bound there, and made only under HOLD_BYTE's write lock): what it holds then
+/// is the claim's, and stays so while it holds the lock. Asking without the lock leaves
+/// a joiner that makes the memfd free to write-lock HOLD_BYTE while thousands ask.
+fn held(
+    sock: &Path,
+    at: &Address,
+    file: RawFd,
+    bytes: usize,
+    path: &Path,
+) -> Result<Asked, String> {
+    let before = socket_identity(sock);
+    let (m, l) = match ask(at, file, bytes) {
+        Answer::Words(m, l) => (m, l),
+        Answer::NotOurs(w) => {
+            return Ok(Asked::Nobody(Some(format!(
+                "the socket {}: {w}",
+                sock.display()
+            ))));
+        }
+        Answer::Nobody => return Ok(Asked::Nobody(None)),
+    };
+    if try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)? {
+        if before.is_some() && socket_identity(sock) == before {
+            return Ok(Asked::Held(m, l));
+        }
+        try_lock(file, libc::F_UNLCK, HOLD_BYTE, path)?;
+    }
+    close(m);
+    close(l);
+    Ok(Asked::Again)
+}
+
+/// The socket file at `sock`: its inode and change time (None: none there).
+fn socket_identity(sock: &Path) -> Option<(u64, i64, i64)> {
+    let c = cstr(sock).ok()?;
+    // SAFETY: plain data filled by lstat; a NUL-terminated path.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { crate::sys::lstat(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_ino, st.st_ctime, st.st_ctime_nsec))
+}
+
+/// Under `MAKE_BYTE`'s write lock: the memfd a member hands over now, or a new one where
+/// no other process holds one (HOLD_BYTE write-locked), HOLD_BYTE read-locked either way;
+/// None where others hold it and none answered.
+fn decide(
+    sock: &Path,
+    at: &Address,
+    file: RawFd,
+    bytes: usize,
+    path: &Path,
+) -> Result<Option<(RawFd, RawFd)>, String> {
+    if let Asked::Held(m, l) = held(sock, at, file, bytes, path)? {
+        return Ok(Some((m, l)));
+    }
+    if !try_lock(file, libc::F_WRLCK, HOLD_BYTE, path)? {
+        return Ok(None);
+    }
+    match make(sock, at, file, bytes) {
+        Ok(pair) => {
+            try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)?;
+            Ok(Some(pair))
+        }
+        Err(e) => {
+            try_lock(file, libc::F_UNLCK, HOLD_BYTE, path)?;
+            Err(e)
+        }
+    }
+}
+
+/// Takes (or, with `F_UNLCK`, lets go of) `byte` of `file` without waiting: false where
+/// another process holds it.
+fn try_lock(file: RawFd, kind: i32, byte: i64, path: &Path) -> Result<bool, String> {
+    let mut f = flock_range(kind, byte, 1);
+    // SAFETY: our descriptor and a valid flock for the call.
+    if unsafe { libc::fcntl(file, libc::F_OFD_SETLK, &mut f as *mut libc::flock) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(format!("cannot lock the pool file {}: {e}", path.display())),
+    }
+}
+
+/// A new memfd with the words of `file`, sealed, and the socket it is served on, bound
+/// at `sock` (a dead set's socket removed first: nobody holds it any more).
+fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, RawFd), String> {
+    let fail = |what: &str| {
+        format!(
+            "{what} for the pool {}: {}",
+            sock.display(),
+            std::io::Error::last_os_error()
+        )
+    };
+    // SAFETY: a NUL-terminated name; the flags ask for a sealable, close-on-exec memfd.
+    let m = unsafe {
+        libc::memfd_create(
+            c"gpucap-pool".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if m < 0 {
+        return Err(fail("cannot make the memory"));
+    }
+    let mut words = vec![0u8; bytes];
+    // SAFETY: our descriptors and a buffer of `bytes`.
+    let copied = unsafe {
+        libc::ftruncate(m, bytes as libc::off_t) == 0
+            && libc::pread(file, words.as_mut_ptr().cast(), bytes, 0) == bytes as isize
+            && libc::pwrite(m, words.as_ptr().cast(), bytes, 0) == bytes as isize
+            && libc::fcntl(m, libc::F_ADD_SEALS, SEALS) == 0
+    };
+    if !copied {
+        let e = fail("cannot copy the pool file's words into memory");
+        close(m);
+        return Err(e);
+    }
+    let c = cstr(sock)?;
+    let l = socket();
+    // SAFETY: a NUL-terminated path; our socket and a valid address of `len` bytes.
+    let listening = l >= 0
+        && unsafe {
+            libc::unlink(c.as_ptr());
+            libc::syscall(
+                libc::SYS_bind,
+                l,
+                &at.addr as *const libc::sockaddr_un,
+                at.len(),
+            ) == 0
+                && libc::syscall(libc::SYS_listen, l, 4096) == 0
+        };
+    // Whoever may write the pool file may ask (connecting takes a write permission on
+    // the socket): the file's mode, not this process's umask. A setgid directory (a
+    // claim's fsGroup) gave it the directory's group, as it gave the file.
+    // SAFETY: plain data filled by fstat; then a NUL-terminated path.
+    let shared = listening
+        && unsafe {
+            let mut st: crate::sys::stat = std::mem::zeroed();
+            crate::sys::fstat(file, &mut st) == 0
+                && libc::syscall(
+                    libc::SYS_fchmodat,
+                    libc::AT_FDCWD,
+                    c.as_ptr(),
+                    st.st_mode & 0o666,
+                ) == 0
+        };
+    if !shared {
+        let e = fail("cannot listen on the socket");
+        close(m);
+        close(l);
+        return Err(e);
+    }
+    Ok((m, l))
+}
+
+/// A claim's live words for a reader or a resize: a memfd (the caller closes it), or
+/// None where no process holds them (the file's words are the pool's then).
+pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<RawFd>, String> {
+    let sock = socket_path(path);
+    match ask(&Address::of(&sock)?, file, bytes) {
+        Answer::Words(m, l) => {
+            close(l); // a reader serves nobody
+            Ok(Some(m))
+        }
+        Answer::Nobody => Ok(None),
+        Answer::NotOurs(why) => Err(format!("the socket {}: {why}", sock.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claims_socket_lies_beside_its_pool_file() {
+        assert_eq!(
+            socket_path(Path::new("/dev/shm/claim/gpucap.pool")),
+            Path::new("/dev/shm/claim/gpucap.pool.sock")
+        );
+    }
+}
