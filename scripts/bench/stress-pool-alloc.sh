@@ -12,6 +12,8 @@
 # cap. Prints one line per refused run (its first refusal line) and a summary:
 #   runs=K refused_runs=R refusals=N pairs_per_run=P
 # Exits 1 if any run was refused, 2 if a run failed otherwise.
+# STRESS_CLAIM=1 makes each run's pool a claim's (GPUCAP_CLAIM_DIR: its words in the
+# sealed memfd a claim's members hand to each other, not the file);
 # STRESS_SHIM=<path> runs another build of libgpucap.so (an older one, say);
 # STRESS_NO_BUILD=1 skips the release build.
 set -euo pipefail
@@ -66,9 +68,15 @@ refusals=0
 for run in $(seq 1 "$RUNS"); do
     pool=$WORK/pool$run
     mkdir -p "$pool"
+    if [ "${STRESS_CLAIM:-0}" = 1 ]; then
+        chmod 0777 "$pool"
+        which=(GPUCAP_CLAIM_DIR="$pool")
+    else
+        which=(GPUCAP_POOL=stress GPUCAP_POOL_DIR="$pool")
+    fi
     if ! out=$(env LD_LIBRARY_PATH="$FAKE" LD_PRELOAD="$SHIM" FAKECUDA_ARENA=1 \
-        FAKECUDA_CONTEXT_MEM=256Mi GPUCAP_LIMIT=150Gi GPUCAP_POOL=stress \
-        GPUCAP_POOL_DIR="$pool" "$PROG" "$THREADS" "$PAIRS" 1Mi "$KIND" 2>"$WORK/err"); then
+        FAKECUDA_CONTEXT_MEM=256Mi GPUCAP_LIMIT=150Gi "${which[@]}" \
+        "$PROG" "$THREADS" "$PAIRS" 1Mi "$KIND" 2>"$WORK/err"); then
         echo "stress-pool-alloc: run $run failed:" >&2
         cat "$WORK/err" >&2
         exit 2
