@@ -227,14 +227,37 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
     if m < 0 {
         return Err(fail("cannot make the memory"));
     }
-    let mut words = vec![0u8; bytes];
-    // SAFETY: our descriptors and a buffer of `bytes`.
-    let copied = unsafe {
-        libc::ftruncate(m, bytes as libc::off_t) == 0
-            && libc::pread(file, words.as_mut_ptr().cast(), bytes, 0) == bytes as isize
-            && libc::pwrite(m, words.as_ptr().cast(), bytes, 0) == bytes as isize
-            && libc::fcntl(m, libc::F_ADD_SEALS, SEALS) == 0
-    };
+    // The file's words copied by the kernel (`sendfile`: no buffer of this process's, whose
+    // fresh pages would each fault), from offset 0.
+    let mut from: libc::off_t = 0;
+    // SAFETY: our descriptor.
+    let mut copied = unsafe { libc::ftruncate(m, bytes as libc::off_t) } == 0;
+    while copied && (from as usize) < bytes {
+        // SAFETY: our descriptors and the offset the call moves on.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_sendfile,
+                m,
+                file,
+                &mut from as *mut libc::off_t,
+                bytes - from as usize,
+            )
+        };
+        if n < 0 && from == 0 {
+            break; // a file system that cannot: copied through a buffer below
+        }
+        copied = n > 0;
+    }
+    if copied && (from as usize) < bytes {
+        let mut words = vec![0u8; bytes];
+        // SAFETY: our descriptors and a buffer of `bytes`.
+        copied = unsafe {
+            libc::pread(file, words.as_mut_ptr().cast(), bytes, 0) == bytes as isize
+                && libc::pwrite(m, words.as_ptr().cast(), bytes, 0) == bytes as isize
+        };
+    }
+    // SAFETY: our descriptor; sealed once written.
+    copied = copied && unsafe { libc::fcntl(m, libc::F_ADD_SEALS, SEALS) } == 0;
     if !copied {
         let e = fail("cannot copy the pool file's words into memory");
         close(m);
