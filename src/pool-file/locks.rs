@@ -49,7 +49,7 @@ pub(crate) fn supports_locks(fd: RawFd) -> std::io::Result<()> {
 }
 
 /// One lock call `cmd` (`F_OFD_SETLK`, `F_OFD_GETLK`) with `f` on `fd`.
-fn lock_call(fd: RawFd, cmd: i32, f: &mut libc::flock) -> std::io::Result<()> {
+pub(crate) fn lock_call(fd: RawFd, cmd: i32, f: &mut libc::flock) -> std::io::Result<()> {
     // SAFETY: a valid flock for the duration of the call; a closed fd gives EBADF.
     match unsafe { libc::fcntl(fd, cmd, f as *mut libc::flock) } {
         -1 => Err(std::io::Error::last_os_error()),

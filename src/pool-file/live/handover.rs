@@ -107,24 +107,22 @@ pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
     if s < 0 {
         return Answer::Nobody;
     }
-    // SAFETY: our socket, a valid address of `len` bytes, a timeval for the option.
+    // The answer's patience, and a connect's where the queue is full.
+    for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: our socket and a timeval for the option.
+        unsafe {
+            libc::syscall(
+                libc::SYS_setsockopt,
+                s,
+                libc::SOL_SOCKET,
+                option,
+                &ANSWER_WITHIN as *const libc::timeval,
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+    }
+    // SAFETY: our socket and a valid address of `len` bytes.
     let asked = unsafe {
-        libc::syscall(
-            libc::SYS_setsockopt,
-            s,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &ANSWER_WITHIN as *const libc::timeval,
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        );
-        libc::syscall(
-            libc::SYS_setsockopt,
-            s,
-            libc::SOL_SOCKET,
-            libc::SO_SNDTIMEO, // a connect's patience, where the queue is full
-            &ANSWER_WITHIN as *const libc::timeval,
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        );
         libc::syscall(
             libc::SYS_connect,
             s,

@@ -37,7 +37,7 @@ use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::locks::{LOCK_BASE, flock_range};
+use crate::locks::{LOCK_BASE, flock_range, lock_call};
 use crate::sys::cstr;
 use handover::{Address, Answer, SEALS, ask, close, socket};
 use serving::{pause, served};
@@ -195,15 +195,10 @@ fn decide(
 /// Takes (or, with `F_UNLCK`, lets go of) `byte` of `file` without waiting: false where
 /// another process holds it.
 fn try_lock(file: RawFd, kind: i32, byte: i64, path: &Path) -> Result<bool, String> {
-    let mut f = flock_range(kind, byte, 1);
-    // SAFETY: our descriptor and a valid flock for the call.
-    if unsafe { libc::fcntl(file, libc::F_OFD_SETLK, &mut f as *mut libc::flock) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
-        _ => Err(format!("cannot lock the pool file {}: {e}", path.display())),
+    match lock_call(file, libc::F_OFD_SETLK, &mut flock_range(kind, byte, 1)) {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
+        Err(e) => Err(format!("cannot lock the pool file {}: {e}", path.display())),
     }
 }
 
@@ -243,18 +238,7 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
                 bytes - from as usize,
             )
         };
-        if n < 0 && from == 0 {
-            break; // a file system that cannot: copied through a buffer below
-        }
         copied = n > 0;
-    }
-    if copied && (from as usize) < bytes {
-        let mut words = vec![0u8; bytes];
-        // SAFETY: our descriptors and a buffer of `bytes`.
-        copied = unsafe {
-            libc::pread(file, words.as_mut_ptr().cast(), bytes, 0) == bytes as isize
-                && libc::pwrite(m, words.as_ptr().cast(), bytes, 0) == bytes as isize
-        };
     }
     // SAFETY: our descriptor; sealed once written.
     copied = copied && unsafe { libc::fcntl(m, libc::F_ADD_SEALS, SEALS) } == 0;

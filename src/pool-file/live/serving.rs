@@ -12,11 +12,13 @@ static HELD: [[AtomicI32; 2]; 8] = [const { [const { AtomicI32::new(-1) }; 2] };
 
 /// Serves `memfd` and `listening` to every joiner from a thread of their own: the memfd.
 pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
-    let slot = HELD.iter().find(|h| h[0].load(Relaxed) < 0);
+    // Taken by a swap: two threads joining two claims at once never take one entry.
+    let slot = HELD
+        .iter()
+        .find(|h| h[0].compare_exchange(-1, memfd, Relaxed, Relaxed).is_ok());
     let Some(h) = slot else {
         return Err("this process holds 8 claims' pools already".into());
     };
-    h[0].store(memfd, Relaxed);
     h[1].store(listening, Relaxed);
     match spawn(h as *const [AtomicI32; 2] as *mut libc::c_void) {
         0 => Ok(memfd),
