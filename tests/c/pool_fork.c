@@ -7,8 +7,9 @@
  *   exit   the child exits at once with exit(0) (exit handlers and the shim's run);
  *   cuda   the child uses CUDA itself: cuInit, a context, then allocates 300 MiB and
  *          200 MiB, printing "child alloc SIZE rc" for each, and exits;
- *   sleep  the child never uses CUDA and sleeps until killed (it keeps the parent's
- *          open files, as children of servers do);
+ *   sleep  the child never uses CUDA: it prints "child up" (past fork and its
+ *          handlers) and sleeps until killed (it keeps the parent's open files, as
+ *          children of servers do);
  *   nocuinit  the child allocates 300 MiB without cuInit, in the context it inherited
  *          (the fake lets it; a real driver usually refuses), printing "child alloc
  *          300 rc", creates READY and waits for GO before it exits;
@@ -76,6 +77,7 @@ int main(int argc, char **argv) {
             wait_for(argv[3]);
             exit(0);
         }
+        printf("child up\n");
         for (;;) pause();
     }
     if (strcmp(mode, "sleep") == 0) {

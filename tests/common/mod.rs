@@ -287,19 +287,26 @@ pub fn read_stats(path: &Path) -> Vec<DevStats> {
         .collect()
 }
 
-/// The pid a program that forks prints as `child pid N` (`tests/c/pool_fork.c`), read up to
-/// that line only: the child keeps the pipe open.
+/// The pid a program that forks prints as `child pid N` (`tests/c/pool_fork.c`), returned
+/// once the child has said `child up` too (it is past `fork` and its handlers: the shim's
+/// letting go of what a child must not keep has run); read up to those lines only: the
+/// child keeps the pipe open.
 pub fn child_pid_line(program: &mut Child) -> i32 {
     use std::io::BufRead;
     let mut out = std::io::BufReader::new(program.stdout.take().expect("a piped stdout"));
-    let mut line = String::new();
-    loop {
+    let (mut line, mut pid, mut up) = (String::new(), None, false);
+    while pid.is_none() || !up {
         line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "no child pid line");
-        if let Some(pid) = line.trim().strip_prefix("child pid ") {
-            break pid.parse().unwrap();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "no `child pid` and `child up` lines (pid {pid:?}, up {up})"
+        );
+        if let Some(p) = line.trim().strip_prefix("child pid ") {
+            pid = Some(p.parse().unwrap());
         }
+        up |= line.trim() == "child up";
     }
+    pid.unwrap()
 }
 
 /// Compiles the C file `tests/c/<name>.c` (cached by modification time) into
