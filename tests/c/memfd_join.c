@@ -32,11 +32,16 @@
 // killing K of the members alive (SIGKILL, each kill right after a fork), and checks that
 // every member alive after the round holds the same memfd (one budget): prints the rounds
 // whose members held more than one. In every tenth round (5, 15, ...) all members are
-// stopped (SIGSTOP) while two more join: nobody answers them, and they must be refused
-// (after 3 s) rather than make a second memfd; MEMFD_JOIN_NO_HOLD=1 makes it all the same,
-// which the check then finds.
+// stopped (SIGSTOP; waited for until each of their threads is) while two more join, and
+// let go once both have reported: nobody answers them, and they must be refused (after
+// 3 s) rather than make a second memfd; MEMFD_JOIN_NO_HOLD=1 makes it all the same, which
+// the check then finds. (On a loaded machine a member's serving thread answered after
+// its SIGSTOP was sent, before any of its threads had taken it, and a fixed stop let a
+// joiner not yet run ask past it.)
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -284,6 +289,32 @@ static pid_t spawn_member(int rep) {
     return c;
 }
 
+// Waits (60 s at most) until every thread of `pid` is stopped: a process is stopped only
+// once one of its threads runs and takes the signal, and on a loaded machine its serving
+// thread may answer before then.
+static void stopped_all(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    for (int tries = 0; tries < 60000; tries++) {
+        DIR *d = opendir(path);
+        if (!d) return;
+        int running = 0;
+        for (struct dirent *e; (e = readdir(d));) {
+            if (e->d_name[0] == '.') continue;
+            char stat[PATH_MAX], text[512];
+            snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
+            FILE *f = fopen(stat, "r");
+            if (!f) continue;
+            const char *end = fgets(text, sizeof text, f) ? strrchr(text, ')') : NULL;
+            fclose(f);
+            running += !end || (end[2] != 'T' && end[2] != 't');
+        }
+        closedir(d);
+        if (!running) return;
+        usleep(1000);
+    }
+}
+
 static int churn(int n, int rounds) {
     static pid_t alive[8192];
     static uint64_t ino[8192];
@@ -309,23 +340,27 @@ static int churn(int n, int rounds) {
             alive[count] = c;
             ino[count++] = 0;
         }
-        if (r % 10 == 5) { // every old member stopped while two more join, then let go
+        int stopping = r % 10 == 5, waiting = 0, stopped = count;
+        pid_t joiner[2] = {0, 0};
+        if (stopping) { // every old member stopped while two more join
             for (int i = 0; i < count; i++) kill(alive[i], SIGSTOP);
+            for (int i = 0; i < count; i++) stopped_all(alive[i]);
             for (int j = 0; j < 2; j++) {
-                alive[count] = spawn_member(rep[1]);
+                joiner[j] = alive[count] = spawn_member(rep[1]);
                 ino[count++] = 0;
             }
             fresh += 2;
-            usleep(4000000); // past the joiners' 3 s
-            for (int i = 0; i < count; i++) kill(alive[i], SIGCONT);
+            waiting = 2;
         }
         for (int j = 0; j < fresh; j++) {
             struct report rp;
             if (read(rep[0], &rp, sizeof rp) != sizeof rp) return 1;
             failed += !rp.ok;
-            stopped_refused += !rp.ok && r % 10 == 5; // every joiner of that round was stopped too
+            stopped_refused += !rp.ok && stopping; // every joiner of that round was stopped too
             for (int i = 0; i < count; i++)
                 if (alive[i] == rp.pid) ino[i] = rp.ino;
+            if (waiting && (rp.pid == joiner[0] || rp.pid == joiner[1]) && --waiting == 0)
+                for (int i = 0; i < stopped; i++) kill(alive[i], SIGCONT); // both joiners have reported: let go
         }
         int sets = 0;
         for (int i = 0; i < count; i++) { // a member refused (ino 0) holds no budget

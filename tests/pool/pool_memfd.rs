@@ -50,7 +50,7 @@ fn a_truncated_pool_file_kills_the_members_that_map_it_and_none_whose_words_are_
 }
 
 /// Each round starts up to 16 members while killing as many; round 5 stops every member
-/// for 4 s while two more join (nobody answers them for longer than their 3 s).
+/// while two more join, until both have reported (nobody answers them in their 3 s).
 #[test]
 fn members_killed_or_stopped_as_others_join_never_keep_two_budgets() {
     let (_, out) = prototype(&["churn", "16", "6"], &short_dir("churn"), false);
