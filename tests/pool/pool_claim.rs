@@ -217,6 +217,12 @@ fn a_joiner_whom_no_member_answers_is_refused_never_given_a_budget_of_its_own() 
             && !text.contains(&format!("alloc {} 0", 700 * MIB)),
         "{text}"
     );
+    let line = text.lines().find(|l| l.contains("none handed it over"));
+    assert_eq!(
+        line.map(|l| l.matches("gpucap.pool").count()),
+        Some(1),
+        "one line naming the pool once: {text}"
+    );
     // Once the member goes on, a joiner shares its budget: 700 + 700 MiB do not fit.
     let after = joiner();
     let text = String::from_utf8_lossy(&after.stdout);
@@ -262,6 +268,63 @@ fn a_members_forked_child_keeps_neither_the_claims_words_nor_its_socket() {
         "the member holds the memfd and the socket: {parent:?}"
     );
     assert!(theirs.is_empty(), "its forked child: {theirs:?}");
+}
+
+/// A member that execs another program (a launcher, a shell's `exec`): the old image's
+/// membership ends with it (its descriptors close on exec, its serving thread is gone) and
+/// the new image joins afresh under the same pid. The claim keeps one budget with the old
+/// image's share back, whether the new image is then the claim's only process (it makes
+/// the memfd again, from the file) or another member holds the claim's words meanwhile.
+#[test]
+fn a_member_that_execs_rejoins_the_claim_with_its_old_images_share_back() {
+    for beside in [false, true] {
+        let s = Scratch::new(if beside {
+            "claim-exec-beside"
+        } else {
+            "claim-exec"
+        });
+        let claim = claim_dir(&s, "claim");
+        let b = beside.then(|| staged(&s, &claim, "b", &[100], &[]));
+        let next = s.dir.join("next.sh");
+        let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+        std::fs::write(
+            &next,
+            format!(
+                "#!/bin/sh\nexec {} {} {} {}\n",
+                script().display(),
+                alloc(600),
+                alloc(300),
+                alloc(200)
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let o = run(
+            in_claim(&s, &claim, compile_c("pool_fork", "", &["-lcuda"]), "a").args([
+                "exec",
+                next.to_str().unwrap(),
+                "unused",
+            ]),
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // 600 + 300 MiB (beside B's 100) fit the 1 GiB cap only with the old image's 600
+        // back; 200 more do not.
+        let rc = |mib: u64, rc: u32| format!("alloc {} {rc}\n", mib * MIB);
+        assert!(
+            text.contains("parent alloc 0\n")
+                && text.contains(&rc(600, 0))
+                && text.contains(&rc(300, 0))
+                && text.contains(&rc(200, 2)),
+            "beside another member: {beside}\n{text}"
+        );
+        if let Some(b) = b {
+            said(b);
+        }
+    }
 }
 
 /// `gpucap pool resize --claim` (a DRA driver changing a claim's share) changes the cap

@@ -70,9 +70,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
     loop {
         if Instant::now() >= give_up {
             return Err(format!(
-                "cannot join the claim's pool {}: its members hold its words, and {why} \
-                 within {} s (are they stopped?)",
-                path.display(),
+                "its members hold its words, and {why} within {} s (are they stopped?)",
                 PATIENCE.as_secs()
             ));
         }
@@ -82,13 +80,13 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
         // call walks the file's locks, two a member: the first question makes none but
         // the hold's.)
         if !std::mem::take(&mut first) {
-            if !try_lock(file, libc::F_RDLCK, MAKE_BYTE, path)? {
+            if !try_lock(file, libc::F_RDLCK, MAKE_BYTE)? {
                 pause(&mut waited);
                 continue;
             }
-            try_lock(file, libc::F_UNLCK, MAKE_BYTE, path)?;
+            try_lock(file, libc::F_UNLCK, MAKE_BYTE)?;
         }
-        match held(&sock, &at, file, bytes, path)? {
+        match held(&sock, &at, file, bytes)? {
             Asked::Held(m, l) => return served(m, l),
             Asked::Again => {
                 pause(&mut waited);
@@ -97,9 +95,9 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
             Asked::Nobody(w) => why = w.unwrap_or(why),
         }
         // Nobody answered: one joiner at a time asks again and decides.
-        if try_lock(file, libc::F_WRLCK, MAKE_BYTE, path)? {
-            let decided = decide(&sock, &at, file, bytes, path);
-            try_lock(file, libc::F_UNLCK, MAKE_BYTE, path)?;
+        if try_lock(file, libc::F_WRLCK, MAKE_BYTE)? {
+            let decided = decide(&sock, &at, file, bytes);
+            try_lock(file, libc::F_UNLCK, MAKE_BYTE)?;
             if let Some((m, l)) = decided? {
                 return served(m, l);
             }
@@ -123,13 +121,7 @@ enum Asked {
 /// socket bound there, and made only under HOLD_BYTE's write lock): what it holds then
 /// is the claim's, and stays so while it holds the lock. Asking without the lock leaves
 /// a joiner that makes the memfd free to write-lock HOLD_BYTE while thousands ask.
-fn held(
-    sock: &Path,
-    at: &Address,
-    file: RawFd,
-    bytes: usize,
-    path: &Path,
-) -> Result<Asked, String> {
+fn held(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<Asked, String> {
     let before = socket_identity(sock);
     let (m, l) = match ask(at, file, bytes) {
         Answer::Words(m, l) => (m, l),
@@ -141,11 +133,11 @@ fn held(
         }
         Answer::Nobody => return Ok(Asked::Nobody(None)),
     };
-    if try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)? {
+    if try_lock(file, libc::F_RDLCK, HOLD_BYTE)? {
         if before.is_some() && socket_identity(sock) == before {
             return Ok(Asked::Held(m, l));
         }
-        try_lock(file, libc::F_UNLCK, HOLD_BYTE, path)?;
+        try_lock(file, libc::F_UNLCK, HOLD_BYTE)?;
     }
     close(m);
     close(l);
@@ -172,21 +164,20 @@ fn decide(
     at: &Address,
     file: RawFd,
     bytes: usize,
-    path: &Path,
 ) -> Result<Option<(RawFd, RawFd)>, String> {
-    if let Asked::Held(m, l) = held(sock, at, file, bytes, path)? {
+    if let Asked::Held(m, l) = held(sock, at, file, bytes)? {
         return Ok(Some((m, l)));
     }
-    if !try_lock(file, libc::F_WRLCK, HOLD_BYTE, path)? {
+    if !try_lock(file, libc::F_WRLCK, HOLD_BYTE)? {
         return Ok(None);
     }
     match make(sock, at, file, bytes) {
         Ok(pair) => {
-            try_lock(file, libc::F_RDLCK, HOLD_BYTE, path)?;
+            try_lock(file, libc::F_RDLCK, HOLD_BYTE)?;
             Ok(Some(pair))
         }
         Err(e) => {
-            try_lock(file, libc::F_UNLCK, HOLD_BYTE, path)?;
+            try_lock(file, libc::F_UNLCK, HOLD_BYTE)?;
             Err(e)
         }
     }
@@ -194,11 +185,11 @@ fn decide(
 
 /// Takes (or, with `F_UNLCK`, lets go of) `byte` of `file` without waiting: false where
 /// another process holds it.
-fn try_lock(file: RawFd, kind: i32, byte: i64, path: &Path) -> Result<bool, String> {
+fn try_lock(file: RawFd, kind: i32, byte: i64) -> Result<bool, String> {
     match lock_call(file, libc::F_OFD_SETLK, &mut flock_range(kind, byte, 1)) {
         Ok(()) => Ok(true),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
-        Err(e) => Err(format!("cannot lock the pool file {}: {e}", path.display())),
+        Err(e) => Err(format!("cannot lock it: {e}")),
     }
 }
 
