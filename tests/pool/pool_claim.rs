@@ -327,6 +327,36 @@ fn a_member_that_execs_rejoins_the_claim_with_its_old_images_share_back() {
     }
 }
 
+/// A member's forked child that uses CUDA itself joins the claim as a member of its own:
+/// it let go of the parent's memfd and socket at the fork, so it asks for the words like
+/// any joiner, and the parent's serving thread hands them over (one budget: the child's
+/// 300 MiB beside the parent's 600 fit the 1 GiB cap, 200 more do not).
+#[test]
+fn a_members_forked_child_that_uses_cuda_joins_the_claim_as_its_own_member() {
+    let s = Scratch::new("claim-fork-cuda");
+    let claim = claim_dir(&s, "claim");
+    let ready = s.dir.join("ready");
+    let o = run(
+        in_claim(&s, &claim, compile_c("pool_fork", "", &["-lcuda"]), "a")
+            .arg("cuda")
+            .arg(&ready)
+            .arg(&ready),
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.status.success()
+            && text.contains("parent alloc 0\n")
+            && text.contains("child cuInit 0\n")
+            && text.contains("child alloc 300 0\n")
+            && text.contains("child alloc 200 2\n"),
+        "{text}"
+    );
+}
+
 /// `gpucap pool resize --claim` (a DRA driver changing a claim's share) changes the cap
 /// the members hold to: their words, not the file's (which hold no GPU of theirs).
 #[test]
