@@ -357,6 +357,38 @@ fn a_members_forked_child_that_uses_cuda_joins_the_claim_as_its_own_member() {
     );
 }
 
+/// A joiner that cannot start its serving thread (a container's pids limit reached:
+/// `tests/c/no_threads.c`) is refused at `cuInit` with a line, never run uncapped or with
+/// a budget apart, and keeps neither the claim's memfd nor the socket it was handed (a
+/// program going on without the GPU would keep the socket open with nobody answering on
+/// it); the next joiner shares the member's budget.
+#[test]
+fn a_joiner_that_cannot_start_its_serving_thread_is_refused_and_keeps_nothing() {
+    let s = Scratch::new("claim-no-thread");
+    let claim = claim_dir(&s, "claim");
+    let a = staged(&s, &claim, "a", &[700], &[]);
+    let ready = s.dir.join("j-ready");
+    let mut c = in_claim(&s, &claim, compile_c("no_threads", "", &[]), "j");
+    c.arg(compile_c("init_and_stay", "", &["-lcuda"]))
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut j = c.spawn().unwrap();
+    until(&ready, &mut j, "the joiner without threads");
+    let held = claim_fds(j.id());
+    let text = said(j);
+    assert!(
+        text.contains("cuInit 800\n")
+            && text.contains("cannot start the thread that hands the claim's words"),
+        "{text}"
+    );
+    assert!(held.is_empty(), "the refused joiner keeps {held:?}");
+    let after = run(in_claim(&s, &claim, script(), "k").arg(format!("alloc:{}", 400 * MIB)));
+    let text = String::from_utf8_lossy(&after.stdout);
+    assert!(text.contains(&format!("alloc {} 2", 400 * MIB)), "{text}");
+    said(a);
+}
+
 /// `gpucap pool resize --claim` (a DRA driver changing a claim's share) changes the cap
 /// the members hold to: their words, not the file's (which hold no GPU of theirs).
 #[test]

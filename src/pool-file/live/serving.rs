@@ -22,10 +22,20 @@ pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
     h[1].store(listening, Relaxed);
     match spawn(h as *const [AtomicI32; 2] as *mut libc::c_void) {
         0 => Ok(memfd),
-        e => Err(format!(
-            "cannot start the thread that hands the claim's words to the next member: {}",
-            std::io::Error::from_raw_os_error(e)
-        )),
+        e => {
+            // Refused (a container's pids limit reached): the entry, the memfd and the
+            // socket let go, so no joiner waits on a socket this process keeps open
+            // with nobody to answer on it.
+            h[1].store(-1, Relaxed);
+            h[0].store(-1, Relaxed);
+            close(memfd);
+            close(listening);
+            Err(format!(
+                "cannot start the thread that hands the claim's words to the next \
+                 member: {}",
+                std::io::Error::from_raw_os_error(e)
+            ))
+        }
     }
 }
 
