@@ -389,6 +389,56 @@ fn a_joiner_that_cannot_start_its_serving_thread_is_refused_and_keeps_nothing() 
     said(a);
 }
 
+/// A member that puts a listening socket of its own under the number of the claim's
+/// (`tests/c/claim_fd_reuse.c`: a server closing what it did not open, then listening):
+/// its serving thread stops at the next joiner instead of accepting the program's
+/// connections and handing them the claim's words; the claim's only member, it serves no
+/// more, and the joiner is refused (never handed the program's socket as the claim's).
+#[test]
+fn a_member_whose_socket_number_the_program_reuses_never_serves_the_programs_connections() {
+    let s = Scratch::new("claim-fd-reuse");
+    let claim = claim_dir(&s, "claim");
+    // A short path: a socket's address holds 108 bytes.
+    let own = std::env::temp_dir().join(format!("gpucap-own-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&own);
+    let ready = s.dir.join("p-ready");
+    let mut c = in_claim(
+        &s,
+        &claim,
+        compile_c("claim_fd_reuse", "", &["-lcuda"]),
+        "p",
+    );
+    c.arg(&own)
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut p = c.spawn().unwrap();
+    until(&ready, &mut p, "the member replacing its socket");
+    let j = run(in_claim(&s, &claim, script(), "j").arg(format!("alloc:{}", MIB)));
+    let joined = format!(
+        "{}{}",
+        String::from_utf8_lossy(&j.stdout),
+        String::from_utf8_lossy(&j.stderr)
+    );
+    // A client of the program's own socket: nobody accepts it (the program never does).
+    let mut client = std::os::unix::net::UnixStream::connect(&own).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let got = std::io::Read::read(&mut client, &mut byte);
+    let _ = std::fs::remove_file(&own);
+    let said_p = said(p);
+    assert!(
+        got.is_err(),
+        "the program's client was answered ({got:?}): {said_p}\njoiner: {joined}"
+    );
+    assert!(
+        !j.status.success() && joined.contains("none handed it over within 5 s"),
+        "{joined}"
+    );
+}
+
 /// `gpucap pool resize --claim` (a DRA driver changing a claim's share) changes the cap
 /// the members hold to: their words, not the file's (which hold no GPU of theirs).
 #[test]

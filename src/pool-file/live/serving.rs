@@ -2,32 +2,69 @@
 //! import of the thread calls, and a forked child's letting go of what it inherited.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
 use super::handover::{close, send};
 
-/// The memfd and listening socket of each claim this process holds, for a forked child
-/// to close ([`forget_in_child`]).
-static HELD: [[AtomicI32; 2]; 8] = [const { [const { AtomicI32::new(-1) }; 2] }; 8];
+/// A claim this process holds: its memfd and listening socket (-1: a free entry), and
+/// the file each number was when it was handed over (device and inode). The program may
+/// close those descriptors and reuse their numbers (a server closing every descriptor it
+/// did not open, then listening on one of its own): the serving thread and a forked child
+/// act on a number only while it is still that file.
+struct Held {
+    fds: [AtomicI32; 2],
+    ids: [[AtomicU64; 2]; 2],
+}
+
+impl Held {
+    /// Whether descriptor `i` (0 the memfd, 1 the socket) is still the file it was.
+    fn ours(&self, i: usize) -> bool {
+        let (fd, id) = (self.fds[i].load(Relaxed), &self.ids[i]);
+        fd >= 0 && identity(fd) == Some((id[0].load(Relaxed), id[1].load(Relaxed)))
+    }
+
+    /// The entry given up (the descriptors are closed, or no longer ours).
+    fn free(&self) {
+        self.fds[1].store(-1, Relaxed);
+        self.fds[0].store(-1, Relaxed);
+    }
+}
+
+/// The claims this process holds, for their serving threads and a forked child to close
+/// ([`forget_in_child`]).
+static HELD: [Held; 8] = [const {
+    Held {
+        fds: [const { AtomicI32::new(-1) }; 2],
+        ids: [const { [const { AtomicU64::new(0) }; 2] }; 2],
+    }
+}; 8];
 
 /// Serves `memfd` and `listening` to every joiner from a thread of their own: the memfd.
 pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
     // Taken by a swap: two threads joining two claims at once never take one entry.
-    let slot = HELD
-        .iter()
-        .find(|h| h[0].compare_exchange(-1, memfd, Relaxed, Relaxed).is_ok());
+    let slot = HELD.iter().find(|h| {
+        h.fds[0]
+            .compare_exchange(-1, memfd, Relaxed, Relaxed)
+            .is_ok()
+    });
     let Some(h) = slot else {
         return Err("this process holds 8 claims' pools already".into());
     };
-    h[1].store(listening, Relaxed);
-    match spawn(h as *const [AtomicI32; 2] as *mut libc::c_void) {
+    // What the numbers are now, before the program runs again: its own files may take
+    // them later.
+    for (i, fd) in [memfd, listening].into_iter().enumerate() {
+        let (dev, ino) = identity(fd).unwrap_or((0, 0));
+        h.ids[i][0].store(dev, Relaxed);
+        h.ids[i][1].store(ino, Relaxed);
+    }
+    h.fds[1].store(listening, Relaxed);
+    match spawn(h as *const Held as *mut libc::c_void) {
         0 => Ok(memfd),
         e => {
             // Refused (a container's pids limit reached): the entry, the memfd and the
             // socket let go, so no joiner waits on a socket this process keeps open
             // with nobody to answer on it.
-            h[1].store(-1, Relaxed);
-            h[0].store(-1, Relaxed);
+            h.free();
             close(memfd);
             close(listening);
             Err(format!(
@@ -40,14 +77,25 @@ pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
 }
 
 /// The serving thread of one of [`HELD`]'s entries: accepts every joiner, gives it the
-/// memfd and the listening socket. System calls only (no allocation, no lock).
+/// memfd and the listening socket. System calls only (no allocation, no lock). It accepts
+/// and sends only while each number is still the file it was handed over as ([`Held`]),
+/// else it stops: never taking the program's connections or handing them the claim's
+/// words.
 extern "C" fn serve(held: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: an entry of the static HELD, passed by `served`.
-    let h = unsafe { &*(held as *const [AtomicI32; 2]) };
-    let (memfd, listening) = (h[0].load(Relaxed), h[1].load(Relaxed));
+    let h = unsafe { &*(held as *const Held) };
+    let (memfd, listening) = (h.fds[0].load(Relaxed), h.fds[1].load(Relaxed));
+    // Done: a forked child must not close what the numbers are now (the program's).
+    let done = || {
+        h.free();
+        std::ptr::null_mut()
+    };
     loop {
-        // SAFETY: the listening socket, never closed in this process but by a forked
-        // child, which has no copy of this thread.
+        if !h.ours(1) {
+            return done();
+        }
+        // SAFETY: the listening socket (checked just above), closed in this process only
+        // by a forked child, which has no copy of this thread, or by the program.
         let c = unsafe {
             libc::syscall(
                 libc::SYS_accept4,
@@ -58,9 +106,17 @@ extern "C" fn serve(held: *mut libc::c_void) -> *mut libc::c_void {
             )
         } as RawFd;
         if c >= 0 {
-            send(c, memfd, listening);
+            // Accepted on the claim's socket: the program may have replaced a number
+            // meanwhile (the call kept the socket it started on).
+            let sent = h.ours(0) && h.ours(1);
+            if sent {
+                send(c, memfd, listening);
+            }
             close(c);
-            continue;
+            if sent {
+                continue;
+            }
+            return done();
         }
         match std::io::Error::last_os_error().raw_os_error() {
             // A joiner gone before it was accepted, a signal: the next one.
@@ -71,9 +127,17 @@ extern "C" fn serve(held: *mut libc::c_void) -> *mut libc::c_void {
                 pause(&mut waited);
             }
             // The socket is no longer one to accept on: this thread is done.
-            _ => return std::ptr::null_mut(),
+            _ => return done(),
         }
     }
+}
+
+/// The file `fd` is now (its device and inode), None where it is not open.
+fn identity(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: plain data filled by fstat.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor number and a stat to fill.
+    (unsafe { crate::sys::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 type Create = unsafe extern "C" fn(
@@ -159,8 +223,13 @@ pub(super) fn pause(waited: &mut u32) {
 /// joiners waiting).
 pub fn forget_in_child() {
     for h in &HELD {
-        for fd in h {
-            close(fd.swap(-1, Relaxed));
+        for i in 0..2 {
+            // Only what is still the claim's: a number the program reused is its own.
+            let ours = h.ours(i);
+            let fd = h.fds[i].swap(-1, Relaxed);
+            if ours {
+                close(fd);
+            }
         }
     }
 }
