@@ -439,6 +439,42 @@ fn a_member_whose_socket_number_the_program_reuses_never_serves_the_programs_con
     );
 }
 
+/// A joiner at its open-file limit cannot take the two descriptors a member hands over
+/// (the kernel drops them) or make the socket to ask: it is refused with a line saying so
+/// and naming the limit, not told that the members seem stopped.
+#[test]
+fn a_joiner_at_its_open_file_limit_is_refused_with_the_limit_named() {
+    use std::os::unix::process::CommandExt;
+    let s = Scratch::new("claim-nofile");
+    let claim = claim_dir(&s, "claim");
+    let a = staged(&s, &claim, "a", &[100], &[]);
+    let mut c = in_claim(&s, &claim, script(), "j");
+    c.arg(format!("alloc:{}", MIB));
+    // SAFETY: setrlimit only, in the child before it execs.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 6,
+                rlim_max: 6,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &lim) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        })
+    };
+    let j = run(&mut c);
+    let text = String::from_utf8_lossy(&j.stderr);
+    assert!(
+        !j.status.success()
+            && text.contains("this process could not take them")
+            && text.contains("its open-file limit is 6")
+            && !text.contains("are they stopped"),
+        "{text}"
+    );
+    said(a);
+}
+
 /// `gpucap pool resize --claim` (a DRA driver changing a claim's share) changes the cap
 /// the members hold to: their words, not the file's (which hold no GPU of theirs).
 #[test]

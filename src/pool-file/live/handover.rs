@@ -99,13 +99,16 @@ pub(super) enum Answer {
     Nobody,
     /// An answer that is not this pool's words: why.
     NotOurs(String),
+    /// This process could not ask or take the answer (no descriptor left: its
+    /// open-file limit): why.
+    Untaken(String),
 }
 
 /// Asks the socket at `at` for the memfd of the pool file `file` (`bytes` long).
 pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
     let s = socket();
     if s < 0 {
-        return Answer::Nobody;
+        return untaken("it cannot make a socket to ask", true);
     }
     // The answer's patience, and a connect's where the queue is full.
     for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
@@ -131,13 +134,16 @@ pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
         )
     };
     let refused = std::io::Error::last_os_error();
-    let fds = if asked == 0 { receive(s) } else { None };
+    let fds = if asked == 0 { receive(s) } else { Err(false) };
     close(s);
     if asked != 0 && matches!(refused.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
         return Answer::NotOurs(format!("this process may not connect to it ({refused})"));
     }
-    let Some([memfd, listening]) = fds else {
-        return Answer::Nobody;
+    let [memfd, listening] = match fds {
+        Ok(pair) => pair,
+        // The kernel could not put the descriptors in this process's table.
+        Err(true) => return untaken("the kernel dropped the descriptors handed over", false),
+        Err(false) => return Answer::Nobody,
     };
     match check(memfd, file, bytes).and_then(|()| check_listening(listening)) {
         Ok(()) => Answer::Words(memfd, listening),
@@ -149,8 +155,35 @@ pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
     }
 }
 
-/// The two descriptors of one message on `s`.
-fn receive(s: RawFd) -> Option<[RawFd; 2]> {
+/// `what` kept this process from taking the words: the error of the call that just
+/// failed (where `failed`), and how many descriptors it may have open.
+fn untaken(what: &str, failed: bool) -> Answer {
+    let e = match failed {
+        true => format!("{}, ", std::io::Error::last_os_error()),
+        false => String::new(),
+    };
+    // SAFETY: plain data filled by prlimit (through `syscall`: no new import).
+    let mut lim: libc::rlimit64 = unsafe { std::mem::zeroed() };
+    // SAFETY: this process, a resource, no new limit and a struct to fill.
+    let asked = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_NOFILE,
+            std::ptr::null::<libc::rlimit64>(),
+            &mut lim as *mut libc::rlimit64,
+        )
+    };
+    let limit = match asked {
+        0 => format!("its open-file limit is {}", lim.rlim_cur),
+        _ => "its open-file limit reached?".into(),
+    };
+    Answer::Untaken(format!("{what} ({e}{limit})"))
+}
+
+/// The two descriptors of one message on `s`; Err(true) where the message carried
+/// descriptors this process could not take (`MSG_CTRUNC`: its open-file limit).
+fn receive(s: RawFd) -> Result<[RawFd; 2], bool> {
     let mut byte = 0u8;
     let mut io = libc::iovec {
         iov_base: (&mut byte as *mut u8).cast(),
@@ -166,7 +199,7 @@ fn receive(s: RawFd) -> Option<[RawFd; 2]> {
     // SAFETY: a message whose buffers live across the call.
     let n = unsafe { libc::syscall(libc::SYS_recvmsg, s, &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if n <= 0 {
-        return None;
+        return Err(false);
     }
     let mut got = Vec::new();
     // SAFETY: walking the control messages the kernel wrote into `control`.
@@ -182,10 +215,10 @@ fn receive(s: RawFd) -> Option<[RawFd; 2]> {
         }
     }
     match got[..] {
-        [m, l] if msg.msg_flags & libc::MSG_CTRUNC == 0 => Some([m, l]),
+        [m, l] if msg.msg_flags & libc::MSG_CTRUNC == 0 => Ok([m, l]),
         _ => {
             got.into_iter().for_each(close);
-            None
+            Err(msg.msg_flags & libc::MSG_CTRUNC != 0)
         }
     }
 }

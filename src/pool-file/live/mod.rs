@@ -64,15 +64,19 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
     let sock = socket_path(path);
     let at = Address::of(&sock)?;
     let give_up = Instant::now() + PATIENCE;
-    let mut why = String::from("none handed it over");
+    let mut why = None;
     let mut first = true;
     let mut waited = 0;
     loop {
         if Instant::now() >= give_up {
-            return Err(format!(
-                "its members hold its words, and {why} within {} s (are they stopped?)",
-                PATIENCE.as_secs()
-            ));
+            let secs = PATIENCE.as_secs();
+            return Err(match why {
+                None => format!(
+                    "its members hold its words, and none handed it over within {secs} s \
+                     (are they stopped?)"
+                ),
+                Some(w) => format!("its members hold its words, and for {secs} s {w}"),
+            });
         }
         // Never waits on a lock (a process stopped holding one would hold every joiner):
         // a lock held by another is tried again shortly, until the patience runs out.
@@ -92,7 +96,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
                 pause(&mut waited);
                 continue;
             }
-            Asked::Nobody(w) => why = w.unwrap_or(why),
+            Asked::Nobody(w) => why = w.or(why),
         }
         // Nobody answered: one joiner at a time asks again and decides.
         if try_lock(file, libc::F_WRLCK, MAKE_BYTE)? {
@@ -110,7 +114,8 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
 enum Asked {
     /// The claim's memfd and listening socket, HOLD_BYTE read-locked.
     Held(RawFd, RawFd),
-    /// Nobody answered (why, where something not the pool's words did).
+    /// Nobody answered (why, where something not the pool's words did or this process
+    /// could not take them).
     Nobody(Option<String>),
     /// An answer that may be a set's that died meanwhile: ask again.
     Again,
@@ -127,8 +132,13 @@ fn held(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<Asked, S
         Answer::Words(m, l) => (m, l),
         Answer::NotOurs(w) => {
             return Ok(Asked::Nobody(Some(format!(
-                "the socket {}: {w}",
+                "none handed them over: the socket {}: {w}",
                 sock.display()
+            ))));
+        }
+        Answer::Untaken(w) => {
+            return Ok(Asked::Nobody(Some(format!(
+                "this process could not take them: {w}"
             ))));
         }
         Answer::Nobody => return Ok(Asked::Nobody(None)),
@@ -287,6 +297,7 @@ pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<Ra
         }
         Answer::Nobody => Ok(None),
         Answer::NotOurs(why) => Err(format!("the socket {}: {why}", sock.display())),
+        Answer::Untaken(why) => Err(format!("this process could not take its words: {why}")),
     }
 }
 
