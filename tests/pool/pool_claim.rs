@@ -65,6 +65,15 @@ fn staged(s: &Scratch, claim: &Path, tag: &str, before: &[u64], after: &[u64]) -
     m
 }
 
+/// What a finished program wrote, its standard output then its standard error.
+fn both(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Waits (60 s at most: a harness limit) until `path` exists, or fails with what `child`
 /// said if it exited first.
 fn until(path: &Path, child: &mut Child, what: &str) {
@@ -75,10 +84,9 @@ fn until(path: &Path, child: &mut Child, what: &str) {
                 .wait_with_output()
                 .unwrap();
             panic!(
-                "{what} exited ({st}) before {}: {}{}",
+                "{what} exited ({st}) before {}: {}",
                 path.display(),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                both(&out)
             );
         }
         assert!(
@@ -94,11 +102,7 @@ fn said(child: Child) -> String {
     let mut child = child;
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    both(&out)
 }
 
 /// Waits (60 s at most: a harness limit) until every thread of `pid` is stopped: a
@@ -206,11 +210,7 @@ fn a_joiner_whom_no_member_answers_is_refused_never_given_a_budget_of_its_own() 
     let stopped = joiner();
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(a.id() as i32, libc::SIGCONT) }, 0);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&stopped.stdout),
-        String::from_utf8_lossy(&stopped.stderr)
-    );
+    let text = both(&stopped);
     assert!(
         !stopped.status.success()
             && text.contains("none handed it over within 5 s")
@@ -306,11 +306,7 @@ fn a_member_that_execs_rejoins_the_claim_with_its_old_images_share_back() {
                 "unused",
             ]),
         );
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let text = both(&o);
         // 600 + 300 MiB (beside B's 100) fit the 1 GiB cap only with the old image's 600
         // back; 200 more do not.
         let rc = |mib: u64, rc: u32| format!("alloc {} {rc}\n", mib * MIB);
@@ -342,11 +338,7 @@ fn a_members_forked_child_that_uses_cuda_joins_the_claim_as_its_own_member() {
             .arg(&ready)
             .arg(&ready),
     );
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = both(&o);
     assert!(
         o.status.success()
             && text.contains("parent alloc 0\n")
@@ -415,11 +407,7 @@ fn a_member_whose_socket_number_the_program_reuses_never_serves_the_programs_con
     let mut p = c.spawn().unwrap();
     until(&ready, &mut p, "the member replacing its socket");
     let j = run(in_claim(&s, &claim, script(), "j").arg(format!("alloc:{}", MIB)));
-    let joined = format!(
-        "{}{}",
-        String::from_utf8_lossy(&j.stdout),
-        String::from_utf8_lossy(&j.stderr)
-    );
+    let joined = both(&j);
     // A client of the program's own socket: nobody accepts it (the program never does).
     let mut client = std::os::unix::net::UnixStream::connect(&own).unwrap();
     client
