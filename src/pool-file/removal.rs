@@ -77,9 +77,12 @@ pub fn remove_unused(path: &Path) -> Result<Removal, String> {
 }
 
 fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
-    // Every slot's lock, and every forked child's of a dead member (whose device files
-    // still hold its memory: the file keeps its bytes counted until they are gone).
-    let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, LOCKS_LEN);
+    // Every slot's lock, every forked child's of a dead member (whose device files still
+    // hold its memory: the file keeps its bytes counted until they are gone), and a
+    // claim's two bytes below them (a process holds its live words before it takes a
+    // slot; a joiner decides to make them): one call from the first of those bytes.
+    let from = crate::live::HOLD_BYTE;
+    let mut all = flock_range(libc::F_WRLCK, from, LOCK_BASE - from + LOCKS_LEN);
     // SAFETY: our descriptor and a valid flock for the call.
     if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut all as *mut libc::flock) } != 0 {
         let e = std::io::Error::last_os_error();
@@ -88,13 +91,7 @@ fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
             _ => Err(format!("cannot lock the pool file {}: {e}", path.display())),
         };
     }
-    // A claim's joiner holds its live words before it takes a slot: in use too. Once no
-    // process holds them, their socket (if any) is a dead set's: removed with the file.
-    let mut hold = flock_range(libc::F_WRLCK, crate::live::HOLD_BYTE, 1);
-    // SAFETY: our descriptor and a valid flock for the call.
-    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut hold as *mut libc::flock) } != 0 {
-        return Ok(Removal::InUse);
-    }
+    // No process holds a claim's live words: their socket (if any) is a dead set's.
     let sock = cstr(&crate::live::socket_path(path))?;
     // SAFETY: a NUL-terminated path; a socket nobody listens on any more.
     unsafe { libc::unlink(sock.as_ptr()) };
@@ -214,6 +211,37 @@ mod tests {
         assert!(!path.exists());
         // Nothing of the cleaner's is left in the directory.
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A claim's process holds its live words (the hold byte, read-locked for life) before
+    /// it takes a slot: the file is in use while it does.
+    #[test]
+    fn a_pool_whose_live_words_a_process_holds_stays() {
+        let d = dir("held");
+        let path = d.join("p.pool");
+        let file = private(&path);
+        let mut hold = flock_range(libc::F_RDLCK, crate::live::HOLD_BYTE, 1);
+        // SAFETY: the file's descriptor and a valid flock for the call.
+        let held = unsafe {
+            libc::fcntl(
+                file.locks.fd(),
+                libc::F_OFD_SETLK,
+                &mut hold as *mut libc::flock,
+            )
+        };
+        assert_eq!(held, 0);
+        assert_eq!(remove_unused(&path), Ok(Removal::InUse));
+        let mut free = flock_range(libc::F_UNLCK, crate::live::HOLD_BYTE, 1);
+        // SAFETY: as above.
+        unsafe {
+            libc::fcntl(
+                file.locks.fd(),
+                libc::F_OFD_SETLK,
+                &mut free as *mut libc::flock,
+            )
+        };
+        assert_eq!(remove_unused(&path), Ok(Removal::Removed));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
