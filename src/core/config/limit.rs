@@ -421,6 +421,17 @@ pub(crate) fn parse_device(k: &str) -> Result<DeviceKey, String> {
     }
 }
 
+/// Why `item`, a value that did not parse, reads as a GPU's own cap written with `:`
+/// (`0:8Gi`, as some tools write a device's figure) instead of `=`; `None` where the part
+/// before the first `:` is not a device.
+fn colon_key(item: &str) -> Option<String> {
+    let (k, v) = item.split_once(':')?;
+    let (k, v) = (k.trim(), v.trim());
+    (parse_device(k).is_ok() && !v.is_empty()).then(|| {
+        format!("{item:?} names a GPU with ':'; a GPU's own figure is written with '=': {k}={v}")
+    })
+}
+
 /// The notes a valid `GPUCAP_LIMIT` value (`value`, set as `var`) gets, one line each:
 /// a size in decimal units, whose bytes are not that many GiB (`8GB is 8000000000
 /// bytes, 7.45 GiB`), and a share below 1 % of the GPU (`0.5%`), almost never meant.
@@ -493,7 +504,7 @@ pub fn parse_limit_spec(value: &str) -> Result<LimitSpec, String> {
                 spec.devices.push((key, limit));
             }
             None => {
-                let limit = parse_limit(item).map_err(in_item)?;
+                let limit = parse_limit(item).map_err(|e| in_item(colon_key(item).unwrap_or(e)))?;
                 if spec.default.is_some() {
                     return Err(in_item(
                         "more than one default (bare) value; give the others a device, e.g. 1=8Gi"
