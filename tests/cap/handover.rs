@@ -495,3 +495,47 @@ fn run_with_limit_none_beside_a_grant_does_not_start() {
         dump(&o)
     );
 }
+
+/// A claim's pool is where every process of the claim belongs, not a warning: at the
+/// default log level a process of a claim (each driver's that makes one, and
+/// `GPUCAP_CLAIM_DIR`) says nothing of it; at `GPUCAP_LOG=info` it says it once, and
+/// `gpucap check` prints it (above).
+#[test]
+fn a_claims_process_says_its_pool_at_info_level_only() {
+    let root = scratch("handover-claim-quiet");
+    let explicit = claim_dir(&root, "explicit-claim");
+    let claims = [
+        ("HAMi DRA kubelet plugin", hami_dra(&root, "c5a1", "ctr")),
+        ("vgpu-manager", vgpu_manager(&root, "c5a2")),
+        (
+            "GPUCAP_CLAIM_DIR",
+            vec![
+                ("GPUCAP_LIMIT".to_string(), "1Gi".to_string()),
+                (
+                    "GPUCAP_CLAIM_DIR".to_string(),
+                    explicit.display().to_string(),
+                ),
+            ],
+        ),
+    ];
+    for (what, env) in claims {
+        for (log, lines) in [(None, 0), (Some("warn"), 0), (Some("info"), 1)] {
+            let mut c = under_shim(&script(), &root, &env, &[&format!("alloc:{MIB}")]);
+            if let Some(level) = log {
+                c.env("GPUCAP_LOG", level);
+            }
+            let o = run(&mut c);
+            assert_ok(&o);
+            let said = stderr(&o)
+                .lines()
+                .filter(|l| l.contains("pool: one per claim, "))
+                .count();
+            assert_eq!(
+                said,
+                lines,
+                "{what}, GPUCAP_LOG={log:?}: {said} claim lines\n{}",
+                dump(&o)
+            );
+        }
+    }
+}

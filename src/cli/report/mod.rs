@@ -115,6 +115,7 @@ pub fn check_report(
         }
     }
     out.extend(config.notes.iter().cloned());
+    out.extend(config.info.iter().cloned());
     out.push(format!("log: {}", config.log));
     out.push(growth_line(config.growth).to_string());
     out.push(report_line(config.report.as_deref()));

@@ -300,7 +300,7 @@ where
             Some(dir) => {
                 let claim = PoolSpec::Claim(dir);
                 let why = format!("the directory of {HAMI_SHARED_CACHE}, {HAMI_DRA}");
-                config.notes.push(claim_pool_note(&claim, &why));
+                config.info.push(claim_pool_note(&claim, &why));
                 claim
             }
             None => PoolSpec::Path(PathBuf::from(&cache)),
@@ -336,7 +336,7 @@ where
             _ => {
                 let claim = PoolSpec::Claim(dir);
                 config
-                    .notes
+                    .info
                     .push(claim_pool_note(&claim, "GPUCAP_CLAIM_DIR"));
                 config.pool = Some(claim);
             }

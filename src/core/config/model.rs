@@ -52,9 +52,14 @@ pub struct Config {
     /// `GPUCAP_LD_SO_PRELOAD`: the container entrypoint also installs the shim in
     /// `/etc/ld.so.preload`. Only scripts/docker-entrypoint.sh acts on it.
     pub ld_so_preload: bool,
-    /// HAMi-core variables that were set and that gpucap does not act on, one line
-    /// each (`gpucap check` prints them; the shim logs them at info).
+    /// What a value set means that its setter may not expect (HAMi-core variables gpucap
+    /// does not act on, a size in decimal units, …), one line each: `gpucap check`
+    /// prints them, the shim logs them at warn level.
     pub notes: Vec<String>,
+    /// Where the configuration puts the process, said once (a claim's pool): `gpucap
+    /// check` prints them, the shim logs them at info level (every process of a claim
+    /// is in its pool: nothing to warn about).
+    pub info: Vec<String>,
     /// `GPUCAP_POOL` (or HAMi-core's `CUDA_DEVICE_MEMORY_SHARED_CACHE`): the processes
     /// naming the same pool share one budget per GPU. None: each process is capped alone.
     pub pool: Option<PoolSpec>,
@@ -95,6 +100,7 @@ impl Default for Config {
             report: None,
             ld_so_preload: false,
             notes: Vec::new(),
+            info: Vec::new(),
             pool: None,
             pool_dir: None,
             wait: std::time::Duration::ZERO,

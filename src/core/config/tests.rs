@@ -233,7 +233,10 @@ mod tests {
             (",4Gi", "item 1 is empty"),
             ("4Gi,8Gi", "more than one default"),
             ("0:8Gi", "a GPU's own figure is written with '=': 0=8Gi"),
-            ("4Gi, 1 : 50%", "a GPU's own figure is written with '=': 1=50%"),
+            (
+                "4Gi, 1 : 50%",
+                "a GPU's own figure is written with '=': 1=50%",
+            ),
             (
                 "GPU-face0000-0000-0000-0000-000000000001:1Gi",
                 "written with '=': GPU-face0000-0000-0000-0000-000000000001=1Gi",

@@ -36,6 +36,9 @@ impl Shim {
                     for note in &c.notes {
                         log!(Warn, "{note}");
                     }
+                    for line in &c.info {
+                        log!(Info, "{line}");
+                    }
                     if let Some(file) = from {
                         log!(
                             Debug,

@@ -178,7 +178,7 @@ fn set_claim_pool(
             accepted: "",
         });
     }
-    config.notes.push(claim_pool_note(&claim, why));
+    config.info.push(claim_pool_note(&claim, why));
     config.pool = Some(claim);
     Ok(())
 }
