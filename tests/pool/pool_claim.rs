@@ -230,6 +230,83 @@ fn a_joiner_whom_no_member_answers_is_refused_never_given_a_budget_of_its_own() 
     said(a);
 }
 
+/// A claim's socket removed or replaced while its members run (a cleanup, a co-tenant who
+/// may write the directory): a joiner cannot reach them, is refused after 5 s with a line
+/// that says what is at the socket's path, and is never given a budget of its own; once
+/// the members have exited the next process makes the claim's words again.
+#[test]
+fn a_joiner_whose_claims_socket_was_removed_or_replaced_is_told_so() {
+    let s = Scratch::new("claim-socket-gone");
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    // Each case: its tag, what it leaves at the socket's path, what the line says.
+    type Case = (&'static str, fn(&Path), &'static str);
+    let cases: [Case; 3] = [
+        ("removed", |_| {}, "was not there (removed while they run?)"),
+        (
+            "a-file",
+            |p| std::fs::write(p, b"").unwrap(),
+            "was not a socket (replaced while they run?)",
+        ),
+        (
+            "dead-socket",
+            |p| drop(std::os::unix::net::UnixListener::bind(p).unwrap()),
+            "nobody listened on its socket",
+        ),
+    ];
+    let mut held = Vec::new();
+    for (tag, replace, _) in &cases {
+        let claim = claim_dir(&s, tag);
+        let holds = s.dir.join(format!("{tag}-holds"));
+        let mut a = member(
+            &s,
+            &claim,
+            tag,
+            &[alloc(700), format!("touch:{}", holds.display())],
+        );
+        until(&holds, &mut a, tag);
+        let sock = claim.join("gpucap.pool.sock");
+        std::fs::remove_file(&sock).unwrap();
+        replace(&sock);
+        held.push((claim, a));
+    }
+    // The three joiners wait out their 5 s together.
+    let joiners: Vec<Child> = held
+        .iter()
+        .zip(&cases)
+        .map(|((claim, _), (tag, _, _))| {
+            in_claim(&s, claim, script(), &format!("{tag}-j"))
+                .arg(alloc(700))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for ((j, (tag, _, want)), (claim, a)) in joiners.into_iter().zip(&cases).zip(held) {
+        let o = j.wait_with_output().unwrap();
+        let text = both(&o);
+        let sock = claim.join("gpucap.pool.sock");
+        assert!(
+            !o.status.success()
+                && text.contains(want)
+                && text.contains(&sock.display().to_string())
+                && text.contains("no process can join until every member has exited")
+                && !text.contains(&format!("alloc {} 0", 700 * MIB)),
+            "{tag}: {text}"
+        );
+        said(a);
+        // The members gone, the next process of the claim makes its words again (and a
+        // socket in place of what is at the path).
+        let after = run(in_claim(&s, &claim, script(), &format!("{tag}-after")).arg(alloc(700)));
+        let out = String::from_utf8_lossy(&after.stdout);
+        assert!(
+            out.contains(&format!("alloc {} 0", 700 * MIB)),
+            "{tag}: {}",
+            both(&after)
+        );
+    }
+}
+
 /// The fds of `pid` that are the claim's memfd or a socket.
 fn claim_fds(pid: u32) -> Vec<String> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -385,7 +462,8 @@ fn a_joiner_that_cannot_start_its_serving_thread_is_refused_and_keeps_nothing() 
 /// (`tests/c/claim_fd_reuse.c`: a server closing what it did not open, then listening):
 /// its serving thread stops at the next joiner instead of accepting the program's
 /// connections and handing them the claim's words; the claim's only member, it serves no
-/// more, and the joiner is refused (never handed the program's socket as the claim's).
+/// more, and the joiner is refused, told that nobody listens on the claim's socket (never
+/// handed the program's socket as the claim's).
 #[test]
 fn a_member_whose_socket_number_the_program_reuses_never_serves_the_programs_connections() {
     let s = Scratch::new("claim-fd-reuse");
@@ -422,7 +500,7 @@ fn a_member_whose_socket_number_the_program_reuses_never_serves_the_programs_con
         "the program's client was answered ({got:?}): {said_p}\njoiner: {joined}"
     );
     assert!(
-        !j.status.success() && joined.contains("none handed it over within 5 s"),
+        !j.status.success() && joined.contains("nobody listened on its socket"),
         "{joined}"
     );
 }

@@ -95,8 +95,9 @@ pub(super) fn socket() -> RawFd {
 pub(super) enum Answer {
     /// The memfd and the listening socket.
     Words(RawFd, RawFd),
-    /// No socket, nobody listening, or no answer within [`ANSWER_WITHIN`].
-    Nobody,
+    /// No socket, nobody listening, or no answer within [`ANSWER_WITHIN`]: the error of
+    /// the connect that failed (None: it connected, and nobody answered in time).
+    Nobody(Option<i32>),
     /// An answer that is not this pool's words: why.
     NotOurs(String),
     /// This process could not ask or take the answer (no descriptor left: its
@@ -143,7 +144,7 @@ pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
         Ok(pair) => pair,
         // The kernel could not put the descriptors in this process's table.
         Err(true) => return untaken("the kernel dropped the descriptors handed over", false),
-        Err(false) => return Answer::Nobody,
+        Err(false) => return Answer::Nobody(refused.raw_os_error().filter(|_| asked != 0)),
     };
     match check(memfd, file, bytes).and_then(|()| check_listening(listening)) {
         Ok(()) => Answer::Words(memfd, listening),

@@ -141,7 +141,7 @@ fn held(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<Asked, S
                 "this process could not take them: {w}"
             ))));
         }
-        Answer::Nobody => return Ok(Asked::Nobody(None)),
+        Answer::Nobody(failed) => return Ok(Asked::Nobody(unreachable(sock, failed))),
     };
     if try_lock(file, libc::F_RDLCK, HOLD_BYTE)? {
         if before.is_some() && socket_identity(sock) == before {
@@ -154,16 +154,47 @@ fn held(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<Asked, S
     Ok(Asked::Again)
 }
 
-/// The socket file at `sock`: its inode and change time (None: none there).
-fn socket_identity(sock: &Path) -> Option<(u64, i64, i64)> {
+/// Why nobody could be asked at `sock`, where its path says: no socket there, a file that
+/// is not one, or one nobody listens on (`failed`: the error of the connect). None where
+/// the question went out and nobody answered in time (stopped members), or it is not
+/// known. Said only where members hold the words: none of them can serve a joiner then
+/// until they have all exited (a new socket is bound only with a new memfd).
+fn unreachable(sock: &Path, failed: Option<i32>) -> Option<String> {
+    let s = sock.display();
+    let until = "no process can join until every member has exited";
+    let why = match failed? {
+        libc::ENOENT => format!("its socket {s} was not there (removed while they run?); {until}"),
+        libc::ECONNREFUSED => match socket_kind(sock) {
+            Some(libc::S_IFSOCK) | None => {
+                format!(
+                    "nobody listened on its socket {s} (replaced while they run, or closed by \
+                 their programs?); {until}"
+                )
+            }
+            Some(_) => format!("{s} was not a socket (replaced while they run?); {until}"),
+        },
+        _ => return None,
+    };
+    Some(why)
+}
+
+/// The file at `sock`, not followed (None: none there).
+fn socket_stat(sock: &Path) -> Option<crate::sys::stat> {
     let c = cstr(sock).ok()?;
     // SAFETY: plain data filled by lstat; a NUL-terminated path.
     let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    if unsafe { crate::sys::lstat(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    Some((st.st_ino, st.st_ctime, st.st_ctime_nsec))
+    (unsafe { crate::sys::lstat(c.as_ptr(), &mut st) } == 0).then_some(st)
+}
+
+/// The kind of file at `sock` (`S_IFSOCK`, `S_IFREG`, …; None: none there).
+fn socket_kind(sock: &Path) -> Option<u32> {
+    socket_stat(sock).map(|st| st.st_mode & libc::S_IFMT)
+}
+
+/// The socket file at `sock`: its inode and change time (None: none there).
+fn socket_identity(sock: &Path) -> Option<(u64, i64, i64)> {
+    socket_stat(sock).map(|st| (st.st_ino, st.st_ctime, st.st_ctime_nsec))
 }
 
 /// Under `MAKE_BYTE`'s write lock: the memfd a member hands over now, or a new one where
@@ -295,7 +326,7 @@ pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<Ra
             close(l); // a reader serves nobody
             Ok(Some(m))
         }
-        Answer::Nobody => Ok(None),
+        Answer::Nobody(_) => Ok(None),
         Answer::NotOurs(why) => Err(format!("the socket {}: {why}", sock.display())),
         Answer::Untaken(why) => Err(format!("this process could not take its words: {why}")),
     }
