@@ -108,7 +108,14 @@ pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<St
     let Some(spec) = spec else {
         return Ok("pool: none (each process is capped alone)".to_string());
     };
-    let cannot = |e: String| format!("gpucap: pool {spec}: {e}");
+    // The pool file's own errors name it: where the pool is named by its file's path (a
+    // claim's, `GPUCAP_POOL=/path`), once in the line is enough.
+    let cannot = |e: String| {
+        let e = e
+            .strip_prefix(&format!("the pool file {spec}: "))
+            .unwrap_or(&e);
+        format!("gpucap: pool {spec}: {e}")
+    };
     match locate(spec, pool_dir).map_err(cannot)? {
         Located::NotYet(p) => Ok(not_made(spec, &p)),
         Located::File(p) if missing(&p) => Ok(not_made(spec, &p)),

@@ -22,6 +22,10 @@
  *                  loading loads the kernel there: FAKECUDA_FUNCTION_MEM); prints "getfn rc"
  *   stack:K        cuCtxSetLimit(CU_LIMIT_STACK_SIZE) to the default 1 KiB plus K x 512 bytes
  *                  per thread (the fake's stack then takes K x 132 MiB); prints "stack K rc"
+ *   nvml           NVML's memory figures of its device 0 (libnvidia-ml.so.1 dlopened, as
+ *                  pynvml does; nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2,
+ *                  nvmlDeviceGetMemoryInfo); prints "nvml RC TOTAL USED" (RC the first
+ *                  call that failed, else 0)
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
  *
@@ -31,6 +35,7 @@
 #define _GNU_SOURCE
 #include "fakecuda.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
@@ -175,6 +180,19 @@ int main(int argc, char **argv) {
         } else if (strncmp(step, "stack:", 6) == 0) {
             int k = atoi(step + 6);
             printf("stack %d %d\n", k, cuCtxSetLimit(0 /* CU_LIMIT_STACK_SIZE */, 1024 + 512 * (size_t)k));
+        } else if (strcmp(step, "nvml") == 0) {
+            struct {
+                unsigned long long total, free, used;
+            } m = {0, 0, 0};
+            void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+            int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
+            int (*by_index)(unsigned, void **) = h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+            int (*memory)(void *, void *) = h ? (int (*)(void *, void *))dlsym(h, "nvmlDeviceGetMemoryInfo") : NULL;
+            void *dev = NULL;
+            int rc = !init || !by_index || !memory ? -1 : init();
+            if (rc == 0) rc = by_index(0, &dev);
+            if (rc == 0) rc = memory(dev, &m);
+            printf("nvml %d %llu %llu\n", rc, m.total, m.used);
         } else if (strncmp(step, "touch:", 6) == 0) {
             int fd = open(step + 6, O_CREAT | O_WRONLY, 0644);
             if (fd >= 0) close(fd);

@@ -232,8 +232,10 @@ fn a_joiner_whom_no_member_answers_is_refused_never_given_a_budget_of_its_own() 
 
 /// A claim's socket removed or replaced while its members run (a cleanup, a co-tenant who
 /// may write the directory): a joiner cannot reach them, is refused after 5 s with a line
-/// that says what is at the socket's path, and is never given a budget of its own; once
-/// the members have exited the next process makes the claim's words again.
+/// that says what is at the socket's path, and is never given a budget of its own;
+/// `status`, `check` and `pool resize` say the same, never showing or changing the file's
+/// words at rest as if they were the members' ("GPUs: none yet"); once the members have
+/// exited the next process makes the claim's words again.
 #[test]
 fn a_joiner_whose_claims_socket_was_removed_or_replaced_is_told_so() {
     let s = Scratch::new("claim-socket-gone");
@@ -294,6 +296,23 @@ fn a_joiner_whose_claims_socket_was_removed_or_replaced_is_told_so() {
                 && !text.contains(&format!("alloc {} 0", 700 * MIB)),
             "{tag}: {text}"
         );
+        let dir = claim.to_str().unwrap();
+        for args in [
+            &["status"][..],
+            &["check"],
+            &["pool", "resize", "--claim", dir, "512Mi"],
+        ] {
+            let o = run(s.gpucap(args).env("GPUCAP_CLAIM_DIR", &claim));
+            let text = both(&o);
+            assert!(
+                !o.status.success()
+                    && text.contains("its members hold its words, and none handed them over")
+                    && text.contains(want)
+                    && !text.contains("none yet")
+                    && !text.contains("cap 1 GiB ->"),
+                "{tag}: gpucap {args:?}: {text}"
+            );
+        }
         said(a);
         // The members gone, the next process of the claim makes its words again (and a
         // socket in place of what is at the path).
@@ -305,6 +324,40 @@ fn a_joiner_whose_claims_socket_was_removed_or_replaced_is_told_so() {
             both(&after)
         );
     }
+}
+
+/// A member reads its own claim's words (its memfd), never asking the socket: with the
+/// socket removed while it runs, its NVML figures are still the claim's (total the cap,
+/// its use counted), where reading through the socket refused them (NVML error 4).
+#[test]
+fn a_member_reads_its_claims_words_after_its_socket_is_removed() {
+    fake_nvml();
+    let s = Scratch::new("claim-own-words");
+    let claim = claim_dir(&s, "claim");
+    let mark = |n: &str| format!("{}", s.dir.join(n).display());
+    let steps = [
+        format!("alloc:{}", 100 * MIB),
+        format!("touch:{}", mark("a-holds")),
+        format!("wait:{}", mark("go")),
+        "nvml".to_string(),
+        format!("touch:{}", mark("a-done")),
+    ];
+    let mut a = member(&s, &claim, "a", &steps);
+    until(&s.dir.join("a-holds"), &mut a, "the member");
+    std::fs::remove_file(claim.join("gpucap.pool.sock")).unwrap();
+    std::fs::write(s.dir.join("go"), "").unwrap();
+    until(&s.dir.join("a-done"), &mut a, "the member, reading NVML");
+    let text = said(a);
+    let nvml = text.lines().find(|l| l.starts_with("nvml ")).unwrap_or("");
+    let f: Vec<u64> = nvml
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        f.len() == 3 && f[0] == 0 && f[1] == 1 << 30 && f[2] >= 100 * MIB && f[2] < 1 << 30,
+        "the member's NVML figures (rc, total, used): {text}"
+    );
 }
 
 /// The fds of `pid` that are the claim's memfd or a socket.

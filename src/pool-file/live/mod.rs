@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use crate::locks::{LOCK_BASE, flock_range, lock_call};
 use crate::sys::cstr;
 use handover::{Address, Answer, SEALS, ask, close, socket};
-use serving::{pause, served};
+use serving::{own_copy, pause, served};
 
 pub use serving::forget_in_child;
 
@@ -224,6 +224,15 @@ fn decide(
     }
 }
 
+/// Whether another open file holds [`HOLD_BYTE`]: processes hold the claim's memfd (or
+/// one is making it).
+fn held_by_others(file: RawFd) -> Result<bool, String> {
+    let mut f = flock_range(libc::F_WRLCK, HOLD_BYTE, 1);
+    lock_call(file, libc::F_OFD_GETLK, &mut f)
+        .map_err(|e| format!("cannot read its locks: {e}"))?;
+    Ok(i32::from(f.l_type) != libc::F_UNLCK)
+}
+
 /// Takes (or, with `F_UNLCK`, lets go of) `byte` of `file` without waiting: false where
 /// another process holds it.
 fn try_lock(file: RawFd, kind: i32, byte: i64) -> Result<bool, String> {
@@ -317,15 +326,28 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
     Ok((m, l))
 }
 
-/// A claim's live words for a reader or a resize: a memfd (the caller closes it), or
-/// None where no process holds them (the file's words are the pool's then).
+/// A claim's live words for a reader or a resize: a memfd (the caller closes it; a
+/// member's own, else asked of the socket), or None where no process holds them (the
+/// file's words are the pool's then). Where
+/// processes hold them and none hands them over, an error: the file's words are stale
+/// then, and a change written there would not reach the members.
 pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<RawFd>, String> {
+    if let Some(m) = own_copy(file, bytes) {
+        return Ok(Some(m)); // a member reads its own
+    }
     let sock = socket_path(path);
     match ask(&Address::of(&sock)?, file, bytes) {
         Answer::Words(m, l) => {
             close(l); // a reader serves nobody
             Ok(Some(m))
         }
+        Answer::Nobody(failed) if held_by_others(file)? => Err(format!(
+            "its members hold its words, and none handed them over: {}",
+            unreachable(&sock, failed).unwrap_or_else(|| format!(
+                "none answered within {} s (are they stopped?)",
+                handover::ANSWER_WITHIN.tv_sec
+            ))
+        )),
         Answer::Nobody(_) => Ok(None),
         Answer::NotOurs(why) => Err(format!("the socket {}: {why}", sock.display())),
         Answer::Untaken(why) => Err(format!("this process could not take its words: {why}")),

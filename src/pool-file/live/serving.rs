@@ -4,7 +4,7 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
-use super::handover::{close, send};
+use super::handover::{check, close, send};
 
 /// A claim this process holds: its memfd and listening socket (-1: a free entry), and
 /// the file each number was when it was handed over (device and inode). The program may
@@ -74,6 +74,27 @@ pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
             ))
         }
     }
+}
+
+/// A copy of the memfd this process holds as a member of the claim of `file` (`bytes`
+/// long: the memfd's header is the file's), close-on-exec: a member reads its own claim's
+/// words without asking the socket (which may be gone while it runs). None where it holds
+/// none of that claim.
+pub(super) fn own_copy(file: RawFd, bytes: usize) -> Option<RawFd> {
+    HELD.iter().find_map(|h| {
+        let (m, id) = (h.fds[0].load(Relaxed), &h.ids[0]);
+        if m < 0 {
+            return None;
+        }
+        // SAFETY: a descriptor number; the copy is checked to be the memfd it was.
+        let d = unsafe { libc::fcntl(m, libc::F_DUPFD_CLOEXEC, 0) };
+        let was = Some((id[0].load(Relaxed), id[1].load(Relaxed)));
+        if d >= 0 && identity(d) == was && check(d, file, bytes).is_ok() {
+            return Some(d);
+        }
+        close(d);
+        None
+    })
 }
 
 /// The serving thread of one of [`HELD`]'s entries: accepts every joiner, gives it the
