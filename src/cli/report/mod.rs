@@ -34,8 +34,21 @@ pub fn report_line(report: Option<&Path>) -> String {
         None => "report: none".to_string(),
         Some(p) => {
             let per_process = p.as_os_str().to_string_lossy().contains("%p");
+            // The shim says at exit that it wrote nothing; here it is said before.
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let missing = if dir.is_dir() {
+                String::new()
+            } else {
+                format!(
+                    "; its directory {} does not exist: nothing will be written",
+                    dir.display()
+                )
+            };
             format!(
-                "report: {} (JSON usage report at exit; {})",
+                "report: {} (JSON usage report at exit; {}){missing}",
                 p.display(),
                 if per_process {
                     "%p = the process id"
@@ -387,5 +400,11 @@ pub(crate) mod tests {
             report_line(Some(Path::new("/r.json"))),
             "report: /r.json (JSON usage report at exit; processes sharing it add their entries)"
         );
+        assert_eq!(
+            report_line(Some(Path::new("/gpucap-no-such-dir/r-%p.json"))),
+            "report: /gpucap-no-such-dir/r-%p.json (JSON usage report at exit; %p = the process \
+             id); its directory /gpucap-no-such-dir does not exist: nothing will be written"
+        );
+        assert!(!report_line(Some(Path::new("r.json"))).contains("does not exist"));
     }
 }
