@@ -328,9 +328,9 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
 
 /// A claim's live words for a reader or a resize: a memfd (the caller closes it; a
 /// member's own, else asked of the socket), or None where no process holds them (the
-/// file's words are the pool's then). Where
-/// processes hold them and none hands them over, an error: the file's words are stale
-/// then, and a change written there would not reach the members.
+/// file's words are the pool's then). Where processes hold them and none hands them
+/// over, an error: the file's words are stale then, and a change written there would
+/// not reach the members.
 pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<RawFd>, String> {
     if let Some(m) = own_copy(file, bytes) {
         return Ok(Some(m)); // a member reads its own
