@@ -290,6 +290,37 @@ fn map(fd: RawFd, bytes: usize, write: bool) -> Option<&'static [AtomicU64]> {
     Some(unsafe { std::slice::from_raw_parts(p as *const AtomicU64, bytes / 8) })
 }
 
+/// Keeps the open file `fd` (a claim member's pool file: its locks say that the process
+/// holds the claim's words, and its slot) for the process's life, as a named pool's
+/// mapping of its file does: a page of it mapped with no access, never touched (no
+/// SIGBUS, whatever the file's size). With the descriptor alone, a program that closes
+/// every descriptor it did not open (`close_range`, as daemons do) let the locks go while
+/// it ran, and the next joiner made a memfd of its own: a second budget. Not inherited by
+/// a forked child (its copy would keep the locks after this process died); gone at exec.
+fn pin(fd: RawFd) -> Result<(), String> {
+    let page = 4096;
+    // SAFETY: a fresh mapping of our file with no access, never unmapped.
+    let p = unsafe {
+        crate::sys::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_NONE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(format!(
+            "cannot keep it open: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: advice on the mapping just made.
+    unsafe { libc::madvise(p, page, libc::MADV_DONTFORK) };
+    Ok(())
+}
+
 /// What a process opens a pool file for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -423,6 +454,14 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
             return fail(e.to_string());
         }
     };
+    if claim
+        && role == Role::Member
+        && let Err(e) = pin(fd)
+    {
+        // SAFETY: the memfd's mapping made above, not used after this.
+        unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, size) };
+        return fail(e);
+    }
     // Whether its file system has the slots' locks was tested where it was made
     // (`create`); a file made elsewhere that has none makes every slot look held, and a
     // joiner says why (`SlotLocks::refused`).

@@ -26,6 +26,8 @@
  *                  pynvml does; nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2,
  *                  nvmlDeviceGetMemoryInfo); prints "nvml RC TOTAL USED" (RC the first
  *                  call that failed, else 0)
+ *   closefds       closes every descriptor from 3 up (close_range, as a daemon does at its
+ *                  start), gpucap's among them; prints "closefds rc"
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
  *
@@ -37,6 +39,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,6 +196,8 @@ int main(int argc, char **argv) {
             if (rc == 0) rc = by_index(0, &dev);
             if (rc == 0) rc = memory(dev, &m);
             printf("nvml %d %llu %llu\n", rc, m.total, m.used);
+        } else if (strcmp(step, "closefds") == 0) {
+            printf("closefds %ld\n", syscall(SYS_close_range, 3u, ~0u, 0u));
         } else if (strncmp(step, "touch:", 6) == 0) {
             int fd = open(step + 6, O_CREAT | O_WRONLY, 0644);
             if (fd >= 0) close(fd);

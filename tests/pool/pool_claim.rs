@@ -360,6 +360,40 @@ fn a_member_reads_its_claims_words_after_its_socket_is_removed() {
     );
 }
 
+/// A member whose program closes every descriptor it did not open (`close_range`, as a
+/// daemon does at its start) keeps its locks on the claim's file: a joiner is refused
+/// (nobody serves the words any more) instead of making a memfd of its own, a second
+/// budget (700 MiB served beside the member's 700 MiB under a 1 GiB cap, before).
+#[test]
+fn a_member_that_closes_every_descriptor_keeps_the_claim_to_one_budget() {
+    let s = Scratch::new("claim-closefds");
+    let claim = claim_dir(&s, "claim");
+    let holds = s.dir.join("a-holds");
+    let mut a = member(
+        &s,
+        &claim,
+        "a",
+        &[
+            format!("alloc:{}", 700 * MIB),
+            "closefds".to_string(),
+            format!("touch:{}", holds.display()),
+        ],
+    );
+    until(&holds, &mut a, "the member closing its descriptors");
+    let j = run(in_claim(&s, &claim, script(), "j").arg(format!("alloc:{}", 700 * MIB)));
+    let joined = both(&j);
+    let said_a = said(a);
+    assert!(
+        said_a.contains("closefds 0"),
+        "the member did not close its descriptors: {said_a}"
+    );
+    assert!(
+        !joined.contains(&format!("alloc {} 0", 700 * MIB))
+            && joined.contains("its members hold its words"),
+        "the joiner: {joined}"
+    );
+}
+
 /// The fds of `pid` that are the claim's memfd or a socket.
 fn claim_fds(pid: u32) -> Vec<String> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
