@@ -108,12 +108,8 @@ pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<St
     let Some(spec) = spec else {
         return Ok("pool: none (each process is capped alone)".to_string());
     };
-    // The pool file's own errors name it: where the pool is named by its file's path (a
-    // claim's, `GPUCAP_POOL=/path`), once in the line is enough.
     let cannot = |e: String| {
-        let e = e
-            .strip_prefix(&format!("the pool file {spec}: "))
-            .unwrap_or(&e);
+        let e = gpucap_pool_file::without_file_name(&e, &spec.to_string());
         format!("gpucap: pool {spec}: {e}")
     };
     match locate(spec, pool_dir).map_err(cannot)? {

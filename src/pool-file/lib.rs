@@ -36,6 +36,6 @@ pub use live::forget_in_child as forget_claims_in_child;
 pub use location::{every_user_dir, locate, locate_existing, path_of, user_dir};
 pub use locks::{ContextWindow, SlotLocks, WindowOutcome};
 pub use lone::{Lone, LoneReading, read_lone_dir};
-pub use mapping::{PoolFile, open_member, open_reader, open_writer};
+pub use mapping::{PoolFile, open_member, open_reader, open_writer, without_file_name};
 pub use removal::{Removal, join_linked, remove_unused};
 pub use sharing::Sharing;

@@ -321,6 +321,17 @@ fn pin(fd: RawFd) -> Result<(), String> {
     Ok(())
 }
 
+/// `error`, a pool file's own error (`the pool file PATH: why`), without its file's name
+/// where `pool` (how the line names the pool) is that name already: a claim's pool and
+/// `GPUCAP_POOL=/path` are named by their file's path, and once in a line is enough.
+pub fn without_file_name<'a>(error: &'a str, pool: &str) -> &'a str {
+    error
+        .strip_prefix("the pool file ")
+        .and_then(|rest| rest.strip_prefix(pool))
+        .and_then(|rest| rest.strip_prefix(": "))
+        .unwrap_or(error)
+}
+
 /// What a process opens a pool file for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -516,4 +527,22 @@ fn read_into(fd: RawFd, copy: &[AtomicU64]) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_file_name;
+
+    #[test]
+    fn a_pool_named_by_its_files_path_is_named_once() {
+        let e = "the pool file /c/gpucap.pool: it is 0 bytes long";
+        assert_eq!(without_file_name(e, "/c/gpucap.pool"), "it is 0 bytes long");
+        // Named otherwise (a name, another path): the file's path stays in the line.
+        assert_eq!(without_file_name(e, "train"), e);
+        assert_eq!(without_file_name(e, "/c/gpucap"), e);
+        assert_eq!(
+            without_file_name("cannot lock it", "/c/gpucap.pool"),
+            "cannot lock it"
+        );
+    }
 }

@@ -129,11 +129,7 @@ pub fn join(config: &Config, gpus: &[Gpu]) -> Result<(), &'static str> {
     match join_now(spec, config, gpus) {
         Ok(()) => Ok(()),
         Err(e) => {
-            // The pool file's own errors name it: where the pool is named by its file's
-            // path (a claim's, `GPUCAP_POOL=/path`), once in the line is enough.
-            let e = e
-                .strip_prefix(&format!("the pool file {spec}: "))
-                .unwrap_or(&e);
+            let e = gpucap_pool_file::without_file_name(&e, &spec.to_string());
             Err(fail(format!("gpucap: cannot join the pool {spec}: {e}")))
         }
     }
