@@ -16,12 +16,15 @@
 //! - `lone`: the file of a process capped on its own (`gpucap_core::lone`): made and
 //!   mapped over the ledger's figures by the shim, read (and removed once its process
 //!   died) by the CLI.
+//! - `kept`: a descriptor kept while the program runs, acted on only while its number is
+//!   still the file kept (the program may close it and reuse the number).
 //! - `sys`: the C library's file calls, under the names Rust's std imports too (one
 //!   symbol lookup fewer each when the shim is loaded).
 //!
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
 mod identity;
+mod kept;
 mod live;
 mod location;
 mod locks;

@@ -7,6 +7,7 @@
 //! byte per slot that a member's forked children read-lock while they hold its device
 //! files ([`SlotLocks::hold_in_child`]).
 
+use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::sync::atomic::{
     AtomicI32, AtomicU64,
@@ -15,6 +16,8 @@ use std::sync::atomic::{
 use std::time::{Duration, Instant};
 
 use gpucap_core::budget::{Exit, MAX_POOL_GPUS, MAX_SLOTS, MemberLocks};
+
+use crate::kept::Kept;
 
 /// Where the slots' lock bytes start (past the file's end: locks need no data).
 pub(crate) const LOCK_BASE: i64 = 1 << 40;
@@ -31,7 +34,15 @@ pub(crate) const LOCKS_LEN: i64 = CHILDREN_BASE + MAX_SLOTS as i64 - LOCK_BASE;
 
 /// The locks of one open pool file.
 pub struct SlotLocks {
-    fd: AtomicI32,
+    /// The open file whose locks are this process's (its slot, its windows). The
+    /// program may close the number and reuse it for a file of its own: the file is then
+    /// opened again by its path where that is still the same file, and where it is not,
+    /// this process takes no lock, takes no member for dead and holds no window (before,
+    /// every lock call went to the program's file, where every slot looked free: a live
+    /// member's bytes were taken back as a dead one's).
+    fd: Kept,
+    /// The file's path (None: a reader's, never opened again).
+    path: Option<CString>,
     /// The slots this process holds or is acting on: two threads of one process share
     /// the open file, so the kernel would let both take the same slot.
     mine: [AtomicU64; MAX_SLOTS / 64],
@@ -82,21 +93,41 @@ pub(crate) fn flock_range(kind: i32, start: i64, len: i64) -> libc::flock {
 }
 
 impl SlotLocks {
-    pub fn new(fd: RawFd) -> Self {
+    /// The locks of the pool file open as `fd`; a member's (`path`: the file's, opened
+    /// read-write) opens it again where the program took the number.
+    pub fn new(fd: RawFd, path: Option<CString>) -> Self {
         SlotLocks {
-            fd: AtomicI32::new(fd),
+            fd: Kept::new(fd),
+            path,
             mine: [const { AtomicU64::new(0) }; MAX_SLOTS / 64],
             refused: AtomicI32::new(0),
         }
     }
 
-    fn fcntl(&self, cmd: i32, f: &mut libc::flock) -> std::io::Result<()> {
-        lock_call(self.fd.load(Relaxed), cmd, f)
+    /// The pool file's descriptor: the one kept while it is still the file, else the
+    /// file opened again by its path; None where neither is (the program closed the
+    /// number and the path names another file, or none; or closed in a forked child).
+    fn file(&self) -> Option<RawFd> {
+        match &self.path {
+            Some(p) => self.fd.get_or_reopen(p, libc::O_RDWR),
+            None => self.fd.get(),
+        }
     }
 
-    /// The open file's descriptor (-1 once closed in a forked child).
+    /// One lock call on the pool file; an error with no errno ([`lost`]) where it cannot
+    /// be reached ([`file`]).
+    ///
+    /// [`file`]: Self::file
+    fn fcntl(&self, cmd: i32, f: &mut libc::flock) -> std::io::Result<()> {
+        match self.file() {
+            Some(fd) => lock_call(fd, cmd, f),
+            None => Err(std::io::Error::other("the pool file cannot be reached")),
+        }
+    }
+
+    /// The open file's descriptor (-1 where it cannot be reached: [`file`](Self::file)).
     pub(crate) fn fd(&self) -> RawFd {
-        self.fd.load(Relaxed)
+        self.file().unwrap_or(-1)
     }
 
     /// Why a slot's lock was refused other than by another holder, if one was (a pool
@@ -142,6 +173,7 @@ impl SlotLocks {
                         None
                     }
                 }
+                Err(e) if lost(&e) => Some(WindowOutcome::FileLost),
                 Err(_) => Some(WindowOutcome::Unsupported),
             };
             if let Some(outcome) = outcome {
@@ -174,10 +206,9 @@ impl SlotLocks {
     ///
     /// [`forget_in_child`]: Self::forget_in_child
     pub fn hold_in_child(&self, own: usize) {
-        let fd = self.fd.load(Relaxed);
-        if fd < 0 || own >= MAX_SLOTS {
+        let Some(fd) = self.file().filter(|_| own < MAX_SLOTS) else {
             return;
-        }
+        };
         let path = proc_fd_path(fd);
         // SAFETY: a NUL-terminated path in a local buffer; open is async-signal-safe.
         let copy = unsafe {
@@ -197,13 +228,10 @@ impl SlotLocks {
     }
 
     /// In a forked child: the open file is its parent's, so closing the child's copy
-    /// keeps the parent's locks and lets the kernel drop them when the parent dies.
+    /// keeps the parent's locks and lets the kernel drop them when the parent dies. A
+    /// number the program reused is its file: left open.
     pub fn forget_in_child(&self) {
-        let fd = self.fd.swap(-1, Relaxed);
-        if fd >= 0 {
-            // SAFETY: the child's own descriptor, closed once (swapped out above).
-            unsafe { libc::close(fd) };
-        }
+        self.fd.close();
         for m in &self.mine {
             m.store(0, Relaxed);
         }
@@ -221,6 +249,9 @@ pub enum WindowOutcome {
     OutOfPatience,
     /// The file system refused the lock.
     Unsupported,
+    /// The pool file cannot be reached: the program closed this process's descriptor
+    /// and its path names another file, or none.
+    FileLost,
 }
 
 /// A GPU's first-context window of the pool ([`SlotLocks::first_context_window`]),
@@ -263,6 +294,8 @@ impl MemberLocks for SlotLocks {
         match self.fcntl(libc::F_OFD_SETLK, &mut f) {
             Ok(()) => return true,
             Err(e) => {
+                // Refused for another reason than another holder: the file system's
+                // (a file that cannot be reached has no errno: never the file system's).
                 if let Some(errno) = e
                     .raw_os_error()
                     .filter(|&n| n != libc::EAGAIN && n != libc::EACCES)
@@ -314,7 +347,7 @@ impl MemberLocks for SlotLocks {
         }
         // A write lock could be placed unless a child holds its read lock.
         let mut f = flock_range(libc::F_WRLCK, CHILDREN_BASE + s as i64, 1);
-        self.fcntl(libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK
+        self.asked(&mut f)
     }
 
     fn refusing(&self) -> bool {
@@ -327,8 +360,26 @@ impl MemberLocks for SlotLocks {
         }
         let mut f = flock(libc::F_RDLCK, s);
         // A read lock could be placed unless someone holds the write lock.
-        self.fcntl(libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK
+        self.asked(&mut f)
     }
+}
+
+impl SlotLocks {
+    /// Whether another open file holds a lock that `f` would conflict with; true where
+    /// the pool file cannot be reached (never taken for a dead member's), false where
+    /// the file system cannot tell.
+    fn asked(&self, f: &mut libc::flock) -> bool {
+        match self.fcntl(libc::F_OFD_GETLK, f) {
+            Ok(()) => i32::from(f.l_type) != libc::F_UNLCK,
+            Err(e) => lost(&e),
+        }
+    }
+}
+
+/// Whether a lock call failed because the pool file cannot be reached
+/// (`SlotLocks::fcntl`), not by the kernel's answer.
+fn lost(e: &std::io::Error) -> bool {
+    e.raw_os_error().is_none()
 }
 
 /// What /proc shows of a dead member's process (see `gpucap_core::budget::reclaim`): a
@@ -435,7 +486,7 @@ mod tests {
                 .truncate(false)
                 .open(&path)
                 .unwrap();
-            SlotLocks::new(std::os::fd::IntoRawFd::into_raw_fd(f))
+            SlotLocks::new(std::os::fd::IntoRawFd::into_raw_fd(f), None)
         };
         let (parent, observer) = (open(), open());
         let s = 37;
@@ -509,12 +560,16 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
-    /// A lock refused for another reason than another holder (here a descriptor that is
-    /// not open, as a file system without these locks refuses them all) is kept and told,
-    /// and a joiner that finds no slot for it does not wait for one.
+    /// A lock refused for another reason than another holder (here by an inotify
+    /// descriptor, which refuses every lock with EBADF, as a file system without these
+    /// locks refuses them all) is kept and told, and a joiner that finds no slot for it
+    /// does not wait for one.
     #[test]
     fn a_lock_refused_by_the_file_system_is_told_and_not_waited_for() {
-        let locks: &'static SlotLocks = Box::leak(Box::new(SlotLocks::new(-1)));
+        // SAFETY: no arguments but flags; the descriptor is the test's for its life.
+        let refusing = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+        assert!(refusing >= 0);
+        let locks: &'static SlotLocks = Box::leak(Box::new(SlotLocks::new(refusing, None)));
         assert!(!locks.refusing() && locks.refused().is_none());
         assert!(!locks.try_take(0));
         assert!(locks.refusing());

@@ -11,7 +11,7 @@ use std::os::fd::RawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{
-    AtomicI32, AtomicU64,
+    AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
 
@@ -20,6 +20,7 @@ use gpucap_core::lone::{
     LoneView, figures_fd,
 };
 
+use crate::kept::Kept;
 use crate::sys::{cstr, os_err};
 
 /// A whole-file lock of `kind` (`F_WRLCK`, `F_RDLCK`, `F_UNLCK`).
@@ -51,10 +52,11 @@ fn map(fd: RawFd, at: *mut u8, len: usize, write: bool) -> Option<*mut u8> {
 
 /// This process's own file, while it lives.
 pub struct Lone {
-    /// The visible file's descriptor (its lock says the process lives).
-    fd: AtomicI32,
+    /// The visible file's descriptor (its lock says the process lives; a page of it
+    /// mapped with no access keeps the lock where the program closes the descriptor).
+    fd: Kept,
     /// The sealed memfd of the live figures.
-    memfd: AtomicI32,
+    memfd: Kept,
     /// The temporary name, then the file's name once shown.
     tmp: CString,
     path: CString,
@@ -220,6 +222,11 @@ impl Lone {
         if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock as *mut libc::flock) } != 0 {
             return fail(os_err("cannot lock", &tmp), memfd);
         }
+        // The lock held for the process's life, closed descriptor or not (a program that
+        // closes every descriptor it did not open, as daemons do, was taken for dead).
+        if let Err(e) = crate::mapping::pin(fd) {
+            return fail(format!("{}: {e}", tmp.display()), memfd);
+        }
         memfd = match live_figures() {
             Ok(m) => m,
             Err(e) => return fail(e, memfd),
@@ -271,8 +278,8 @@ impl Lone {
             return fail(format!("cannot seal the figures' memfd: {e}"), memfd);
         }
         Ok(Lone {
-            fd: AtomicI32::new(fd),
-            memfd: AtomicI32::new(memfd),
+            fd: Kept::new(fd),
+            memfd: Kept::new(memfd),
             tmp: ctmp,
             path: cpath,
             shown: false.into(),
@@ -302,7 +309,9 @@ impl Lone {
         if self.shown.load(Acquire) {
             return Ok(());
         }
-        gpucap_core::lone::set_figures_fd(self.words, self.memfd.load(Relaxed));
+        if let Some(memfd) = self.memfd.get() {
+            gpucap_core::lone::set_figures_fd(self.words, memfd);
+        }
         let named = gpucap_core::lone::named_figure_bytes(self.words).min(DEVICES_BYTES);
         for range in [0..named, DEVICES_BYTES..LONE_FILE_BYTES] {
             self.write_copy(range)?;
@@ -329,27 +338,37 @@ impl Lone {
         self.write_copy(DEVICES_BYTES..LONE_FILE_BYTES)
     }
 
-    /// Writes the live words' bytes `range` at the same place of the visible file.
+    /// Writes the live words' bytes `range` at the same place of the visible file: through
+    /// its descriptor, or where the program took that number, the file opened again by
+    /// its name (never the program's file).
     fn write_copy(&self, range: std::ops::Range<usize>) -> Result<(), String> {
+        let name = if self.shown.load(Acquire) {
+            &self.path
+        } else {
+            &self.tmp
+        };
+        let Some(fd) = self.fd.get_or_reopen(name, libc::O_WRONLY) else {
+            return Err(format!(
+                "cannot write {}: the program closed its descriptor, and the name is no \
+                 longer that file",
+                name.to_string_lossy()
+            ));
+        };
         let bytes: Vec<u8> = self.words[range.start / 8..range.end / 8]
             .iter()
             .flat_map(|w| w.load(Acquire).to_le_bytes())
             .collect();
-        // SAFETY: our descriptor and a buffer of bytes.len() bytes.
+        // SAFETY: our descriptor (checked to be the file) and a buffer of bytes.len()
+        // bytes.
         let n = unsafe {
             libc::pwrite(
-                self.fd.load(Relaxed),
+                fd,
                 bytes.as_ptr() as *const libc::c_void,
                 bytes.len(),
                 range.start as libc::off_t,
             )
         };
         if n != bytes.len() as isize {
-            let name = if self.shown.load(Acquire) {
-                &self.path
-            } else {
-                &self.tmp
-            };
             return Err(format!(
                 "cannot write {}: {}",
                 name.to_string_lossy(),
@@ -377,17 +396,13 @@ impl Lone {
 
     /// In a forked child: the figures become the child's own again (a private copy of
     /// them, put in place in one `mremap`) and its copies of the descriptors are closed,
-    /// so that the parent's death still drops the lock. Syscalls and a copy only:
-    /// callable in a fork handler.
+    /// so that the parent's death still drops the lock (the pinned page is not
+    /// inherited); a number the program reused is its own file, left open. Syscalls and
+    /// a copy only: callable in a fork handler.
     pub fn forget_in_child(&self) {
         privatize(self.figures);
-        for fd in [&self.fd, &self.memfd] {
-            let fd = fd.swap(-1, Relaxed);
-            if fd >= 0 {
-                // SAFETY: our descriptor, closed once.
-                unsafe { libc::close(fd) };
-            }
-        }
+        self.fd.close();
+        self.memfd.close();
     }
 }
 
@@ -624,7 +639,7 @@ mod tests {
             "a fresh ledger is all zero"
         );
         let lone = Lone::prepare(&d, "7-7.lone", figures).unwrap();
-        let memfd = lone.memfd.load(Relaxed);
+        let memfd = lone.memfd.number();
         let blocks = || {
             // SAFETY: a stat buffer for our own descriptor.
             let mut st: libc::stat = unsafe { std::mem::zeroed() };

@@ -291,13 +291,13 @@ fn map(fd: RawFd, bytes: usize, write: bool) -> Option<&'static [AtomicU64]> {
 }
 
 /// Keeps the open file `fd` (a claim member's pool file: its locks say that the process
-/// holds the claim's words, and its slot) for the process's life, as a named pool's
+/// holds the claim's words, and its slot; a lone process's file) for the process's life, as a named pool's
 /// mapping of its file does: a page of it mapped with no access, never touched (no
 /// SIGBUS, whatever the file's size). With the descriptor alone, a program that closes
 /// every descriptor it did not open (`close_range`, as daemons do) let the locks go while
 /// it ran, and the next joiner made a memfd of its own: a second budget. Not inherited by
 /// a forked child (its copy would keep the locks after this process died); gone at exec.
-fn pin(fd: RawFd) -> Result<(), String> {
+pub(crate) fn pin(fd: RawFd) -> Result<(), String> {
     let page = 4096;
     // SAFETY: a fresh mapping of our file with no access, never unmapped.
     let p = unsafe {
@@ -476,7 +476,7 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
     // Whether its file system has the slots' locks was tested where it was made
     // (`create`); a file made elsewhere that has none makes every slot look held, and a
     // joiner says why (`SlotLocks::refused`).
-    let locks = SlotLocks::new(fd);
+    let locks = SlotLocks::new(fd, member.then(|| cstr(path).ok()).flatten());
     Ok(PoolFile {
         path: path.to_path_buf(),
         pool,

@@ -28,6 +28,12 @@
  *                  call that failed, else 0)
  *   closefds       closes every descriptor from 3 up (close_range, as a daemon does at its
  *                  start), gpucap's among them; prints "closefds rc"
+ *   reusefds:DIR   opens DIR/fd-N (made, empty) until the numbers 3 to 63 are all open, so
+ *                  that the program's own files take the numbers gpucap's descriptors had
+ *                  (after closefds); keeps them; prints "reusefds N" (how many it opened)
+ *   fork           forks a child that checks that every file reusefds opened is still
+ *                  open under its number (gpucap's fork handlers run in the child);
+ *                  prints "fork lost N" (how many were not)
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
  *
@@ -39,7 +45,9 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +72,12 @@ static const char PTX[] = ".version 6.0\n.target sm_50\n.address_size 64\n"
 static CUdeviceptr held[MAX_HELD];
 static size_t held_size[MAX_HELD];
 static int n_held;
+/* The program's own files opened by reusefds, and what each was. */
+static struct {
+    int fd;
+    ino_t ino;
+} reused[64];
+static int n_reused;
 
 static void pattern(unsigned char *buf, size_t len, CUdeviceptr at) {
     for (size_t i = 0; i < len; i++) buf[i] = (unsigned char)((at + i) * 2654435761u >> 13);
@@ -198,6 +212,42 @@ int main(int argc, char **argv) {
             printf("nvml %d %llu %llu\n", rc, m.total, m.used);
         } else if (strcmp(step, "closefds") == 0) {
             printf("closefds %ld\n", syscall(SYS_close_range, 3u, ~0u, 0u));
+        } else if (strncmp(step, "reusefds:", 9) == 0) {
+            int opened = 0;
+            while (n_reused < 64) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s/fd-%d", step + 9, opened);
+                int fd = open(path, O_RDWR | O_CREAT, 0644);
+                if (fd < 0 || fd >= 64) {
+                    if (fd >= 0) close(fd);
+                    break;
+                }
+                struct stat st;
+                fstat(fd, &st);
+                reused[n_reused].fd = fd;
+                reused[n_reused].ino = st.st_ino;
+                n_reused++;
+                opened++;
+            }
+            printf("reusefds %d\n", opened);
+        } else if (strcmp(step, "fork") == 0) {
+            fflush(stdout);
+            pid_t child = fork();
+            if (child == 0) {
+                int lost = 0;
+                for (int r = 0; r < n_reused; r++) {
+                    struct stat st;
+                    if (fstat(reused[r].fd, &st) != 0 || st.st_ino != reused[r].ino) lost++;
+                }
+                printf("fork lost %d\n", lost);
+                fflush(stdout);
+                _exit(0);
+            }
+            int ws = 0;
+            if (child < 0 || waitpid(child, &ws, 0) != child) {
+                printf("FATAL fork\n");
+                return 3;
+            }
         } else if (strncmp(step, "touch:", 6) == 0) {
             int fd = open(step + 6, O_CREAT | O_WRONLY, 0644);
             if (fd >= 0) close(fd);

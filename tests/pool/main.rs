@@ -11,6 +11,7 @@ mod common;
 mod pool;
 mod pool_claim;
 mod pool_cli;
+mod pool_descriptors;
 mod pool_lifecycle;
 mod pool_many;
 mod pool_memfd;

@@ -2,31 +2,32 @@
 //! import of the thread calls, and a forked child's letting go of what it inherited.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use super::handover::{check, close, send};
+use crate::kept::Kept;
 
-/// A claim this process holds: its memfd and listening socket (-1: a free entry), and
-/// the file each number was when it was handed over (device and inode). The program may
-/// close those descriptors and reuse their numbers (a server closing every descriptor it
-/// did not open, then listening on one of its own): the serving thread and a forked child
-/// act on a number only while it is still that file.
+/// A claim this process holds: its memfd and listening socket, each kept as the file it
+/// was when it was handed over. The program may close those descriptors and reuse their
+/// numbers (a server closing every descriptor it did not open, then listening on one of
+/// its own): the serving thread and a forked child act on a number only while it is
+/// still that file.
 struct Held {
-    fds: [AtomicI32; 2],
-    ids: [[AtomicU64; 2]; 2],
+    taken: AtomicBool,
+    fds: [Kept; 2],
 }
 
 impl Held {
     /// Whether descriptor `i` (0 the memfd, 1 the socket) is still the file it was.
     fn ours(&self, i: usize) -> bool {
-        let (fd, id) = (self.fds[i].load(Relaxed), &self.ids[i]);
-        fd >= 0 && identity(fd) == Some((id[0].load(Relaxed), id[1].load(Relaxed)))
+        self.fds[i].get().is_some()
     }
 
     /// The entry given up (the descriptors are closed, or no longer ours).
     fn free(&self) {
-        self.fds[1].store(-1, Relaxed);
-        self.fds[0].store(-1, Relaxed);
+        self.fds[1].forget();
+        self.fds[0].forget();
+        self.taken.store(false, Relaxed);
     }
 }
 
@@ -34,8 +35,8 @@ impl Held {
 /// ([`forget_in_child`]).
 static HELD: [Held; 8] = [const {
     Held {
-        fds: [const { AtomicI32::new(-1) }; 2],
-        ids: [const { [const { AtomicU64::new(0) }; 2] }; 2],
+        taken: AtomicBool::new(false),
+        fds: [const { Kept::none() }; 2],
     }
 }; 8];
 
@@ -43,8 +44,8 @@ static HELD: [Held; 8] = [const {
 pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
     // Taken by a swap: two threads joining two claims at once never take one entry.
     let slot = HELD.iter().find(|h| {
-        h.fds[0]
-            .compare_exchange(-1, memfd, Relaxed, Relaxed)
+        h.taken
+            .compare_exchange(false, true, Relaxed, Relaxed)
             .is_ok()
     });
     let Some(h) = slot else {
@@ -52,12 +53,8 @@ pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
     };
     // What the numbers are now, before the program runs again: its own files may take
     // them later.
-    for (i, fd) in [memfd, listening].into_iter().enumerate() {
-        let (dev, ino) = identity(fd).unwrap_or((0, 0));
-        h.ids[i][0].store(dev, Relaxed);
-        h.ids[i][1].store(ino, Relaxed);
-    }
-    h.fds[1].store(listening, Relaxed);
+    h.fds[0].keep(memfd);
+    h.fds[1].keep(listening);
     match spawn(h as *const Held as *mut libc::c_void) {
         0 => Ok(memfd),
         e => {
@@ -82,14 +79,13 @@ pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
 /// none of that claim.
 pub(super) fn own_copy(file: RawFd, bytes: usize) -> Option<RawFd> {
     HELD.iter().find_map(|h| {
-        let (m, id) = (h.fds[0].load(Relaxed), &h.ids[0]);
+        let m = h.fds[0].number();
         if m < 0 {
             return None;
         }
         // SAFETY: a descriptor number; the copy is checked to be the memfd it was.
         let d = unsafe { libc::fcntl(m, libc::F_DUPFD_CLOEXEC, 0) };
-        let was = Some((id[0].load(Relaxed), id[1].load(Relaxed)));
-        if d >= 0 && identity(d) == was && check(d, file, bytes).is_ok() {
+        if d >= 0 && h.fds[0].is(d) && check(d, file, bytes).is_ok() {
             return Some(d);
         }
         close(d);
@@ -105,7 +101,7 @@ pub(super) fn own_copy(file: RawFd, bytes: usize) -> Option<RawFd> {
 extern "C" fn serve(held: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: an entry of the static HELD, passed by `served`.
     let h = unsafe { &*(held as *const Held) };
-    let (memfd, listening) = (h.fds[0].load(Relaxed), h.fds[1].load(Relaxed));
+    let (memfd, listening) = (h.fds[0].number(), h.fds[1].number());
     // Done: a forked child must not close what the numbers are now (the program's).
     let done = || {
         h.free();
@@ -151,14 +147,6 @@ extern "C" fn serve(held: *mut libc::c_void) -> *mut libc::c_void {
             _ => return done(),
         }
     }
-}
-
-/// The file `fd` is now (its device and inode), None where it is not open.
-fn identity(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: plain data filled by fstat.
-    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a descriptor number and a stat to fill.
-    (unsafe { crate::sys::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 type Create = unsafe extern "C" fn(
@@ -244,13 +232,10 @@ pub(super) fn pause(waited: &mut u32) {
 /// joiners waiting).
 pub fn forget_in_child() {
     for h in &HELD {
-        for i in 0..2 {
-            // Only what is still the claim's: a number the program reused is its own.
-            let ours = h.ours(i);
-            let fd = h.fds[i].swap(-1, Relaxed);
-            if ours {
-                close(fd);
-            }
+        // Only what is still the claim's: a number the program reused is its own.
+        for fd in &h.fds {
+            fd.close();
         }
+        h.taken.store(false, Relaxed);
     }
 }

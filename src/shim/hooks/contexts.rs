@@ -77,6 +77,10 @@ fn first_context_window(
             Warn,
             "{api} on GPU {device}: the pool's file system refused the first-context lock; this context is measured beside any other (charged whole)"
         ),
+        WindowOutcome::FileLost => log!(
+            Warn,
+            "{api} on GPU {device}: the program closed gpucap's descriptor of the pool file and its path names another file now; this context is measured beside any other (charged whole)"
+        ),
         _ if waited > 0.001 => log!(
             Debug,
             "{api} on GPU {device}: waited {waited:.3} s for the pool's first context figure"
