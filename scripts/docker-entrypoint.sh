@@ -15,7 +15,7 @@
 #    so that every process of the container that uses CUDA draws on one cap per GPU
 #    and containers that share /dev/shm (--ipc=host) do not share it (the pool file
 #    is container-N.pool in a gpucap-UID directory under GPUCAP_POOL_DIR, else
-#    $XDG_RUNTIME_DIR, /dev/shm or /tmp). GPUCAP_POOL=off gives each process its own
+#    /dev/shm or /tmp). GPUCAP_POOL=off gives each process its own
 #    cap instead; GPUCAP_POOL=NAME or an absolute path names another pool (a pool
 #    shared by the containers of a pod, in a memory-backed volume).
 # 3. Validates the GPUCAP_* configuration with `gpucap check`: a bad value (or a pool

@@ -80,7 +80,7 @@ environment:
                         allocates them (SPEC as below; a share is of the pool's cap)
   GPUCAP_CEILING        in a pool: the most this process may hold (default: the cap)
   GPUCAP_POOL_DIR       an existing directory for named pools' files (default:
-                        $XDG_RUNTIME_DIR, else /dev/shm, else /tmp; a gpucap-UID
+                        /dev/shm, else /tmp; a gpucap-UID
                         directory is made in it); one that does not exist is an error
   GPUCAP_CLAIM_DIR      the directory every container of one claim shares (read-write):
                         the pool's file is made in it (default: HAMi's DRA plugin's claim
@@ -381,8 +381,8 @@ usage: gpucap pool list | gpucap pool clean [NAME]
        gpucap pool set NAME|PATH|--claim DIR PID [--guarantee SIZE] [--ceiling SIZE|none]
                        [--gpu N|UUID] [--dir DIR]
 
-list: every pool of this user's pool directory (GPUCAP_POOL_DIR, else
-$XDG_RUNTIME_DIR, /dev/shm or /tmp; in it gpucap-UID), with its members alive and
+list: every pool of this user's pool directory (GPUCAP_POOL_DIR, else /dev/shm,
+else /tmp; in it gpucap-UID), with its members alive and
 dead, the bytes it counts as held (all of them, and those of dead members) and its
 last use (the file made or written, or a member joined; UTC).
 

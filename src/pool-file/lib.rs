@@ -16,6 +16,9 @@
 //! - `lone`: the file of a process capped on its own (`gpucap_core::lone`): made and
 //!   mapped over the ledger's figures by the shim, read (and removed once its process
 //!   died) by the CLI.
+//! - `beacon`: each member of a user's pool announces itself (an abstract socket), so
+//!   that a pool whose file was removed under live members (a logout's cleanup) is
+//!   joined through a member's descriptor, never made a second time.
 //! - `kept`: a descriptor kept while the program runs, acted on only while its number is
 //!   still the file kept (the program may close it and reuse the number).
 //! - `sys`: the C library's file calls, under the names Rust's std imports too (one
@@ -23,6 +26,7 @@
 //!
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
+mod beacon;
 mod identity;
 mod kept;
 mod live;
@@ -34,6 +38,7 @@ mod removal;
 mod sharing;
 mod sys;
 
+pub use beacon::forget_in_child as forget_beacon_in_child;
 pub use identity::{own_cmdline, own_pid_namespace, own_uid};
 pub use live::forget_in_child as forget_claims_in_child;
 pub use location::{every_user_dir, locate, locate_existing, path_of, user_dir};

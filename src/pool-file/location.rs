@@ -11,8 +11,9 @@ use crate::identity::own_uid;
 use crate::sharing::{Owned, unwritable_claim_dir};
 
 /// The file of `spec`: a path as given, or `<name>.pool` in `gpucap-<uid>` under the
-/// pool directory (`GPUCAP_POOL_DIR`, else `$XDG_RUNTIME_DIR`, else `/dev/shm`, else
-/// `/tmp`). With `create`, the per-user directory is made (mode 0700) if missing.
+/// pool directory (`GPUCAP_POOL_DIR`, else `/dev/shm`, else `/tmp`: never a directory
+/// the environment names, see [`DEFAULT_BASES`]). With `create`, the per-user directory
+/// is made (mode 0700) if missing.
 /// Either way its checks must pass: see `check_dir`.
 pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<PathBuf, String> {
     match spec {
@@ -90,11 +91,7 @@ pub fn every_user_dir(pool_dir: Option<&Path>) -> Vec<PathBuf> {
     if let Some(d) = pool_dir {
         bases.push(d.to_path_buf());
     } else {
-        if let Ok(runs) = std::fs::read_dir("/run/user") {
-            bases.extend(runs.filter_map(Result::ok).map(|e| e.path()));
-        }
-        bases.extend(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from));
-        bases.extend(["/dev/shm", "/tmp"].map(PathBuf::from));
+        bases.extend(DEFAULT_BASES.map(PathBuf::from));
     }
     let mut dirs: Vec<PathBuf> = per_user_dir(pool_dir)
         .into_iter()
@@ -146,6 +143,13 @@ pub fn locate_existing(
     Ok((!missing(&path)).then_some(path))
 }
 
+/// Where the per-user directories are made when `GPUCAP_POOL_DIR` is not set, the first
+/// that is a writable directory. Never `$XDG_RUNTIME_DIR`: a login session sets it, a
+/// cron job, `sudo`, `su` or a service does not, and two processes of one user naming
+/// one pool made two files, two budgets (before: 700 MiB served to each under a 1 GiB
+/// pool's cap).
+const DEFAULT_BASES: [&str; 2] = ["/dev/shm", "/tmp"];
+
 /// The directory the per-user directories are made in.
 fn base_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(d) = pool_dir {
@@ -158,19 +162,14 @@ fn base_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
             Err(e) => Err(format!("GPUCAP_POOL_DIR={}: {e}", d.display())),
         };
     }
-    let candidates = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .into_iter()
-        .chain(["/dev/shm", "/tmp"].map(PathBuf::from));
-    for c in candidates {
+    for c in DEFAULT_BASES.map(PathBuf::from) {
         if std::fs::metadata(&c).is_ok_and(|m| m.is_dir()) && writable(&c) {
             return Ok(c);
         }
     }
     Err(
-        "no directory for the pool file: none of $XDG_RUNTIME_DIR, /dev/shm, /tmp is a \
-         writable directory; set GPUCAP_POOL_DIR"
+        "no directory for the pool file: neither /dev/shm nor /tmp is a writable \
+         directory; set GPUCAP_POOL_DIR"
             .into(),
     )
 }

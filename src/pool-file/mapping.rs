@@ -9,6 +9,7 @@ use gpucap_core::budget::{
     LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView, pool_file_bytes,
 };
 
+use crate::beacon::Orphan;
 use crate::identity::own_uid;
 use crate::locks::SlotLocks;
 use crate::sharing::{Owned, Sharing, check_claim_file, new_claim_file};
@@ -27,6 +28,9 @@ pub struct PoolFile {
     /// A claim's: its live words are a memfd its members hand over ([`crate::live`]),
     /// read from there while any process holds them.
     claim: bool,
+    /// Where the file at the path had been removed while members ran: opened through
+    /// this member's descriptor ([`crate::beacon`]).
+    pub joined_through: Option<u32>,
 }
 
 impl PoolFile {
@@ -59,6 +63,19 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
             return finish(path, fd, sharing, Role::Member);
         }
         match std::io::Error::last_os_error().raw_os_error() {
+            // No file: unless live members hold one that was there (removed under them),
+            // it is made.
+            Some(libc::ENOENT) if sharing == Sharing::Private => {
+                match crate::beacon::orphan(path) {
+                    Orphan::None => {}
+                    Orphan::Found { fd, pid } => {
+                        let mut file = finish(path, fd, sharing, Role::Member)?;
+                        file.joined_through = Some(pid);
+                        return Ok(file);
+                    }
+                    Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),
+                }
+            }
             Some(libc::ENOENT) => {}
             Some(libc::EACCES) if sharing == Sharing::Claim => return Err(not_ours(path)),
             _ => return Err(os_err("cannot open the pool file", path)),
@@ -71,6 +88,21 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
         "cannot open the pool file {}: it keeps disappearing",
         path.display()
     ))
+}
+
+/// Why a process may not join the pool of `path`: its file was removed while processes
+/// `pids` use it, and none of them could be reached.
+fn removed_unreachable(path: &Path, pids: &[u32]) -> String {
+    let listed: Vec<String> = pids.iter().take(8).map(u32::to_string).collect();
+    format!(
+        "the pool file {} was removed while processes {}{} still use it (a logout's \
+         cleanup of /dev/shm, or by hand), and none of them could be reached to join them \
+         (another PID namespace, or their programs closed gpucap's descriptors); no \
+         process can join until they exit (a new file would be a second budget)",
+        path.display(),
+        listed.join(", "),
+        if pids.len() > 8 { ", …" } else { "" }
+    )
 }
 
 /// Opens the pool file at `path` to read it (`gpucap status`, `top`, `metrics`,
@@ -483,6 +515,7 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
         locks,
         copy,
         claim,
+        joined_through: None,
     })
 }
 

@@ -151,7 +151,12 @@ pub fn join_linked<T>(
         let file: &'static PoolFile =
             Box::leak(Box::new(crate::open_member(path, sharing, members)?));
         let joined = join(file);
-        if file.is_linked() {
+        // A file joined through a member's descriptor had been removed already: its
+        // members are the pool.
+        if file.joined_through.is_some() || file.is_linked() {
+            if joined.is_ok() && sharing == crate::Sharing::Private {
+                crate::beacon::announce(path, file.locks.fd());
+            }
             return joined.map(|t| (file, t));
         }
         if let Ok(t) = joined {

@@ -167,6 +167,17 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         },
         |m| m.leave(),
     )?;
+    if let Some(pid) = file.joined_through {
+        crate::log::log!(
+            Warn,
+            "the pool file {} was removed while its members run (a logout's cleanup: logind \
+             removes a user's files in /dev/shm when the last session ends; or by hand): \
+             this process joins them through process {pid}'s descriptor, under their one \
+             budget; gpucap status cannot show the pool until they exit; set \
+             GPUCAP_POOL_DIR to a directory nothing cleans",
+            path.display()
+        );
+    }
     let member = member
         .waiting(config.wait, wait_note)
         .on_repair(repair_note);
@@ -378,6 +389,8 @@ fn own_info() -> MemberInfo {
 extern "C" fn forget_in_child() {
     // A claim's live words and their listening socket: the child serves nobody.
     gpucap_pool_file::forget_claims_in_child();
+    // Its announcement as a member: the parent's.
+    gpucap_pool_file::forget_beacon_in_child();
     let i = CURRENT.swap(0, AcqRel);
     if i > 0 {
         ORPHANED.store(true, Release);

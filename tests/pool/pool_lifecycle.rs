@@ -161,3 +161,109 @@ fn a_pool_name_that_names_no_pool_gets_the_nearest_one() {
     assert!(!stderr(&o).contains("did you mean"), "{}", dump(&o));
     assert!(stderr(&o).contains("eval, train"), "{}", dump(&o));
 }
+
+const MIB: u64 = 1 << 20;
+
+/// A pool's file removed while a member runs (logind removes a user's files in /dev/shm
+/// when the last session ends; /run/user goes with it): the next process joins the live
+/// member's budget through its descriptor instead of making a second one, and says so.
+/// Before, a new file was made: 700 MiB served beside the member's 700 MiB under the
+/// 1 GiB cap. Once every member exited, the next process makes the file again.
+#[test]
+fn a_pool_file_removed_while_its_members_run_is_joined_not_made_again() {
+    let s = Scratch::new("pool-removed");
+    let a = s.member("p", "a", &[&format!("alloc:{}", 700 * MIB)]);
+    let dir = s.pool_file("p").parent().unwrap().to_path_buf();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let b = s.once(
+        "p",
+        &[
+            &format!("alloc:{}", 700 * MIB),
+            &format!("alloc:{}", 200 * MIB),
+        ],
+    );
+    let said = format!("{}{}", stdout(&b), stderr(&b));
+    assert!(
+        said.contains(&format!("alloc {} 2", 700 * MIB))
+            && said.contains(&format!("alloc {} 0", 200 * MIB)),
+        "not the live member's budget: {said}"
+    );
+    assert!(
+        said.contains("was removed while its members run")
+            && said.contains(&format!("through process {}'s descriptor", a.id())),
+        "{said}"
+    );
+    assert!(!s.pool_file("p").exists(), "a second file was made");
+    kill(a);
+    let c = s.once("p", &[&format!("alloc:{}", 700 * MIB)]);
+    assert!(
+        stdout(&c).contains(&format!("alloc {} 0", 700 * MIB)),
+        "{}",
+        dump(&c)
+    );
+    assert!(s.pool_file("p").exists());
+}
+
+/// Without GPUCAP_POOL_DIR a pool's file is where the environment does not decide: a
+/// login session sets XDG_RUNTIME_DIR, a cron job, `sudo` or a service does not, and
+/// the two processes of one user naming one pool made two files (700 MiB served to
+/// each under the 1 GiB cap).
+#[test]
+fn a_pools_file_does_not_depend_on_xdg_runtime_dir() {
+    let s = Scratch::new("pool-xdg");
+    let runtime = s.dir.join("run-user");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let name = format!("gpucap-test-xdg-{}", std::process::id());
+    // The default directory is the machine's: the file is removed however the test ends.
+    struct Removed(String);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            // SAFETY: geteuid has no preconditions.
+            let uid = unsafe { libc::geteuid() };
+            for base in ["/dev/shm", "/tmp"] {
+                let _ = std::fs::remove_file(format!("{base}/gpucap-{uid}/{}.pool", self.0));
+            }
+        }
+    }
+    let _removed = Removed(name.clone());
+    let steps = |more: &[String]| -> Vec<String> {
+        [format!("alloc:{}", 700 * MIB)]
+            .into_iter()
+            .chain(more.iter().cloned())
+            .collect()
+    };
+    let ready = s.dir.join("a.ready");
+    let mut a = fake_cmd(script(), &s.dir.join("a.json"))
+        .env("LD_PRELOAD", shim())
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_POOL", &name)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .args(steps(&[
+            format!("touch:{}", ready.display()),
+            format!("wait:{}", s.dir.join("never").display()),
+        ]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&mut a, &ready, "the member with XDG_RUNTIME_DIR");
+    let b = run(fake_cmd(script(), &s.dir.join("b.json"))
+        .env("LD_PRELOAD", shim())
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_POOL", &name)
+        .env_remove("XDG_RUNTIME_DIR")
+        .args(steps(&[])));
+    kill(a);
+    assert!(
+        stdout(&b).contains(&format!("alloc {} 2", 700 * MIB)),
+        "two budgets: {}",
+        dump(&b)
+    );
+    assert_eq!(
+        std::fs::read_dir(&runtime).unwrap().count(),
+        0,
+        "a file was made under XDG_RUNTIME_DIR"
+    );
+}

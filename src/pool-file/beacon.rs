@@ -1,0 +1,247 @@
+//! A pool's members announce themselves where no file cleanup reaches, so that a pool
+//! whose file was removed while they run is joined, not made a second time.
+//!
+//! The files of a user's pools can be removed under live members: logind removes every
+//! file a user owns in `/dev/shm` when the user's last session ends (`RemoveIPC=yes`, its
+//! default) and `/run/user/UID` with it, `/tmp` is aged by `systemd-tmpfiles`, and a
+//! user may `rm -rf` the directory. The members go on (they map the file); a process
+//! that then found no file made a new one: a second budget beside theirs (700 MiB served
+//! beside a live member's 700 MiB under a 1 GiB cap).
+//!
+//! So each member of a pool of its own user (a name or a path, not a claim's) binds an
+//! abstract Unix socket: a name, not a file (nothing removes it but the kernel, when the
+//! process exits or execs), saying which pool file (its path's hash, device and inode)
+//! and how to reach it (the member's pid and descriptor). A process that finds no file at
+//! the pool's path reads the names (`/proc/net/unix`) first: where a member of a removed
+//! file of that path lives, it opens the file through the member's descriptor
+//! (`/proc/PID/fd/N`, checked to be that file, this user's) and joins it; where members
+//! live but none can be reached (another PID namespace, a descriptor the program closed),
+//! it is refused, never given a budget of its own. Abstract names are per network
+//! namespace: processes of one pool in different ones (containers sharing a volume) do
+//! not see each other's, as before.
+
+use std::os::fd::RawFd;
+use std::path::Path;
+
+use crate::identity::own_uid;
+use crate::kept::Kept;
+
+const PREFIX: &str = "gpucap-pool/";
+
+/// This process's announcement (a socket), for a forked child to close.
+static BEACON: Kept = Kept::none();
+
+/// The pool file at `path` (its bytes hashed, FNV-1a): what a joiner of the same path
+/// looks for.
+fn path_hash(path: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// The start of every announcement of the file at `path` by a process of this user.
+fn key(path: &Path) -> String {
+    format!("{PREFIX}{}/{:016x}/", own_uid(), path_hash(path))
+}
+
+/// Announces this process as a member of the pool file at `path`, open as `fd`. Where it
+/// cannot (no socket left: a descriptor limit), the pool works as before, unannounced.
+pub(crate) fn announce(path: &Path, fd: RawFd) {
+    let Some((dev, ino)) = crate::kept::identity(fd) else {
+        return;
+    };
+    let name = format!("{}{dev:x}/{ino:x}/{}/{fd}", key(path), std::process::id());
+    // SAFETY: plain data, zeroed is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // An abstract name: a NUL byte first, no NUL after.
+    if name.len() + 1 > addr.sun_path.len() {
+        return;
+    }
+    for (d, b) in addr.sun_path[1..].iter_mut().zip(name.bytes()) {
+        *d = b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    // Raw system calls, as the claim's sockets: the C library's `socket` and `bind`
+    // would be two more imports the loader looks up at every process's start.
+    // SAFETY: no pointers.
+    let s = unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+        )
+    } as RawFd;
+    if s < 0 {
+        return;
+    }
+    // SAFETY: our socket and an address of `len` bytes.
+    let bound = unsafe {
+        libc::syscall(
+            libc::SYS_bind,
+            s,
+            &addr as *const libc::sockaddr_un,
+            len as libc::socklen_t,
+        )
+    };
+    if bound != 0 {
+        // SAFETY: our socket, given up on.
+        unsafe { libc::close(s) };
+        return;
+    }
+    BEACON.close();
+    BEACON.keep(s);
+}
+
+/// In a forked child: the parent's announcement is the parent's (the child's copy would
+/// announce a member after the member's death). A number the program reused is its own.
+pub fn forget_in_child() {
+    BEACON.close();
+}
+
+/// What a process that found no file at a pool's path learns from the announcements.
+#[derive(Debug)]
+pub(crate) enum Orphan {
+    /// No process of this user announces a file of that path: make one.
+    None,
+    /// The removed file, opened through member `pid`'s descriptor.
+    Found { fd: RawFd, pid: u32 },
+    /// Members of a file of that path live (their pids), and none could be reached.
+    Unreachable(Vec<u32>),
+}
+
+/// Whether members of a pool file that was at `path` still live (see the module's doc).
+pub(crate) fn orphan(path: &Path) -> Orphan {
+    orphan_but(path, std::process::id())
+}
+
+/// [`orphan`], not counting the announcements of process `me`.
+fn orphan_but(path: &Path, me: u32) -> Orphan {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return Orphan::None;
+    };
+    let want = format!("@{}", key(path));
+    let mut unreachable = Vec::new();
+    for line in table.lines() {
+        let Some(rest) = line
+            .split_whitespace()
+            .last()
+            .and_then(|n| n.strip_prefix(&want))
+        else {
+            continue;
+        };
+        let mut parts = rest.split('/');
+        let mut hex = || parts.next().and_then(|p| u64::from_str_radix(p, 16).ok());
+        let (Some(dev), Some(ino)) = (hex(), hex()) else {
+            continue;
+        };
+        let (Some(pid), Some(n)) = (
+            parts.next().and_then(|p| p.parse::<u32>().ok()),
+            parts.next().and_then(|p| p.parse::<i32>().ok()),
+        ) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        match reach(pid, n, (dev, ino)) {
+            Some(fd) => return Orphan::Found { fd, pid },
+            None => unreachable.push(pid),
+        }
+    }
+    if unreachable.is_empty() {
+        Orphan::None
+    } else {
+        unreachable.sort_unstable();
+        unreachable.dedup();
+        Orphan::Unreachable(unreachable)
+    }
+}
+
+/// Member `pid`'s descriptor `n`, opened again for this process where it is still the
+/// file announced (`id`) and a regular file of this user.
+fn reach(pid: u32, n: i32, id: (u64, u64)) -> Option<RawFd> {
+    let link = std::ffi::CString::new(format!("/proc/{pid}/fd/{n}")).ok()?;
+    // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose);
+    // never waits on what is there.
+    let fd = unsafe {
+        crate::sys::open(
+            link.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: plain data filled by fstat.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: our descriptor and a stat to fill.
+    let ok = unsafe { crate::sys::fstat(fd, &mut st) } == 0
+        && (st.st_dev, st.st_ino) == id
+        && st.st_mode & libc::S_IFMT == libc::S_IFREG
+        && st.st_uid == own_uid();
+    if ok {
+        return Some(fd);
+    }
+    // SAFETY: our descriptor, given up on.
+    unsafe { libc::close(fd) };
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_file_removed_under_a_member_is_found_through_its_announcement() {
+        let dir = std::env::temp_dir().join(format!("gpucap-beacon-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.pool");
+        std::fs::write(&path, b"words").unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        let me = std::process::id();
+        assert!(matches!(orphan_but(&path, 0), Orphan::None));
+        announce(&path, fd);
+        // Its own announcement is no other member's.
+        assert!(matches!(orphan_but(&path, me), Orphan::None));
+        assert!(matches!(
+            orphan_but(&dir.join("other.pool"), 0),
+            Orphan::None
+        ));
+        std::fs::remove_file(&path).unwrap();
+        match orphan_but(&path, 0) {
+            Orphan::Found { fd: again, pid } => {
+                assert_eq!(pid, me);
+                assert_eq!(crate::kept::identity(again), crate::kept::identity(fd));
+                // SAFETY: the descriptor orphan opened.
+                unsafe { libc::close(again) };
+            }
+            other => panic!("not found: {other:?}"),
+        }
+        // Announced, but its descriptor now another file: unreachable, never joined.
+        let other = dir.join("other");
+        std::fs::write(&other, b"").unwrap();
+        let o = std::fs::File::open(&other).unwrap();
+        // SAFETY: two descriptors of this test.
+        assert_eq!(
+            unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&o), fd) },
+            fd
+        );
+        assert!(matches!(orphan_but(&path, 0), Orphan::Unreachable(p) if p == [me]));
+        // Gone with its socket (as at the member's exit).
+        forget_in_child();
+        assert!(matches!(orphan_but(&path, 0), Orphan::None));
+        drop(file);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
