@@ -8,21 +8,28 @@
 //! that then found no file made a new one: a second budget beside theirs (700 MiB served
 //! beside a live member's 700 MiB under a 1 GiB cap).
 //!
-//! So each member of a pool of its own user (a name or a path, not a claim's) binds an
-//! abstract Unix socket: a name, not a file (nothing removes it but the kernel, when the
+//! A claim's directory is shared by every container of the claim, and any of them (or a
+//! driver's cleanup) may remove its file: the next joiner made a file and a memfd of its
+//! own, another budget the same way.
+//!
+//! So each member of a pool binds an abstract Unix socket: a name, not a file (nothing removes it but the kernel, when the
 //! process exits or execs), saying which pool file (its path's hash, device and inode)
 //! and how to reach it (the member's pid and descriptor). A process that finds no file at
 //! the pool's path reads the names (`/proc/net/unix`) first: where a member of a removed
 //! file of that path lives, it opens the file through the member's descriptor
-//! (`/proc/PID/fd/N`, checked to be that file, this user's) and joins it; where members
-//! live but none can be reached (another PID namespace, a descriptor the program closed),
-//! it is refused, never given a budget of its own. Abstract names are per network
-//! namespace: processes of one pool in different ones (containers sharing a volume) do
-//! not see each other's, as before.
+//! (`/proc/PID/fd/N`, checked to be that file; the usual checks of a pool file follow)
+//! and joins it (a claim's through its socket, as ever: the file's locks are there);
+//! where members live but none can be reached (another PID namespace, another user, a
+//! descriptor the program closed), it is refused, never given a budget of its own. A
+//! user's pools are announced under the user's uid, a claim's under the claim (its
+//! containers may run as several users). Abstract names are per network namespace:
+//! processes of one pool in different ones (pods sharing a claim, containers sharing a
+//! volume) do not see each other's, as before.
 
 use std::os::fd::RawFd;
 use std::path::Path;
 
+use crate::Sharing;
 use crate::identity::own_uid;
 use crate::kept::Kept;
 
@@ -43,18 +50,28 @@ fn path_hash(path: &Path) -> u64 {
         })
 }
 
-/// The start of every announcement of the file at `path` by a process of this user.
-fn key(path: &Path) -> String {
-    format!("{PREFIX}{}/{:016x}/", own_uid(), path_hash(path))
+/// The start of every announcement of the pool file at `path` (shared as `sharing`): by
+/// a process of this user, or by any of a claim's.
+fn key(path: &Path, sharing: Sharing) -> String {
+    let hash = path_hash(path);
+    match sharing {
+        Sharing::Claim => format!("{PREFIX}claim/{hash:016x}/"),
+        _ => format!("{PREFIX}{}/{hash:016x}/", own_uid()),
+    }
 }
 
-/// Announces this process as a member of the pool file at `path`, open as `fd`. Where it
-/// cannot (no socket left: a descriptor limit), the pool works as before, unannounced.
-pub(crate) fn announce(path: &Path, fd: RawFd) {
+/// Announces this process as a member of the pool file at `path` (shared as `sharing`),
+/// open as `fd`. Where it cannot (no socket left: a descriptor limit), the pool works as
+/// before, unannounced.
+pub(crate) fn announce(path: &Path, sharing: Sharing, fd: RawFd) {
     let Some((dev, ino)) = crate::kept::identity(fd) else {
         return;
     };
-    let name = format!("{}{dev:x}/{ino:x}/{}/{fd}", key(path), std::process::id());
+    let name = format!(
+        "{}{dev:x}/{ino:x}/{}/{fd}",
+        key(path, sharing),
+        std::process::id()
+    );
     // SAFETY: plain data, zeroed is valid.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -115,17 +132,18 @@ pub(crate) enum Orphan {
     Unreachable(Vec<u32>),
 }
 
-/// Whether members of a pool file that was at `path` still live (see the module's doc).
-pub(crate) fn orphan(path: &Path) -> Orphan {
-    orphan_but(path, std::process::id())
+/// Whether members of a pool file that was at `path` (shared as `sharing`) still live
+/// (see the module's doc).
+pub(crate) fn orphan(path: &Path, sharing: Sharing) -> Orphan {
+    orphan_but(path, sharing, std::process::id())
 }
 
 /// [`orphan`], not counting the announcements of process `me`.
-fn orphan_but(path: &Path, me: u32) -> Orphan {
+fn orphan_but(path: &Path, sharing: Sharing, me: u32) -> Orphan {
     let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
         return Orphan::None;
     };
-    let want = format!("@{}", key(path));
+    let want = format!("@{}", key(path, sharing));
     let mut unreachable = Vec::new();
     for line in table.lines() {
         let Some(rest) = line
@@ -164,7 +182,7 @@ fn orphan_but(path: &Path, me: u32) -> Orphan {
 }
 
 /// Member `pid`'s descriptor `n`, opened again for this process where it is still the
-/// file announced (`id`) and a regular file of this user.
+/// file announced (`id`), a regular file (whose owner and mode the caller checks).
 fn reach(pid: u32, n: i32, id: (u64, u64)) -> Option<RawFd> {
     let link = std::ffi::CString::new(format!("/proc/{pid}/fd/{n}")).ok()?;
     // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose);
@@ -183,8 +201,7 @@ fn reach(pid: u32, n: i32, id: (u64, u64)) -> Option<RawFd> {
     // SAFETY: our descriptor and a stat to fill.
     let ok = unsafe { crate::sys::fstat(fd, &mut st) } == 0
         && (st.st_dev, st.st_ino) == id
-        && st.st_mode & libc::S_IFMT == libc::S_IFREG
-        && st.st_uid == own_uid();
+        && st.st_mode & libc::S_IFMT == libc::S_IFREG;
     if ok {
         return Some(fd);
     }
@@ -210,16 +227,24 @@ mod tests {
             .unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
         let me = std::process::id();
-        assert!(matches!(orphan_but(&path, 0), Orphan::None));
-        announce(&path, fd);
-        // Its own announcement is no other member's.
-        assert!(matches!(orphan_but(&path, me), Orphan::None));
         assert!(matches!(
-            orphan_but(&dir.join("other.pool"), 0),
+            orphan_but(&path, Sharing::Private, 0),
+            Orphan::None
+        ));
+        announce(&path, Sharing::Private, fd);
+        // Its own announcement is no other member's.
+        assert!(matches!(
+            orphan_but(&path, Sharing::Private, me),
+            Orphan::None
+        ));
+        // A claim's of the same path is another pool's announcement.
+        assert!(matches!(orphan_but(&path, Sharing::Claim, 0), Orphan::None));
+        assert!(matches!(
+            orphan_but(&dir.join("other.pool"), Sharing::Private, 0),
             Orphan::None
         ));
         std::fs::remove_file(&path).unwrap();
-        match orphan_but(&path, 0) {
+        match orphan_but(&path, Sharing::Private, 0) {
             Orphan::Found { fd: again, pid } => {
                 assert_eq!(pid, me);
                 assert_eq!(crate::kept::identity(again), crate::kept::identity(fd));
@@ -237,10 +262,15 @@ mod tests {
             unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&o), fd) },
             fd
         );
-        assert!(matches!(orphan_but(&path, 0), Orphan::Unreachable(p) if p == [me]));
+        assert!(
+            matches!(orphan_but(&path, Sharing::Private, 0), Orphan::Unreachable(p) if p == [me])
+        );
         // Gone with its socket (as at the member's exit).
         forget_in_child();
-        assert!(matches!(orphan_but(&path, 0), Orphan::None));
+        assert!(matches!(
+            orphan_but(&path, Sharing::Private, 0),
+            Orphan::None
+        ));
         drop(file);
         std::fs::remove_dir_all(&dir).unwrap();
     }

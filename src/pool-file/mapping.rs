@@ -65,18 +65,15 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
         match std::io::Error::last_os_error().raw_os_error() {
             // No file: unless live members hold one that was there (removed under them),
             // it is made.
-            Some(libc::ENOENT) if sharing == Sharing::Private => {
-                match crate::beacon::orphan(path) {
-                    Orphan::None => {}
-                    Orphan::Found { fd, pid } => {
-                        let mut file = finish(path, fd, sharing, Role::Member)?;
-                        file.joined_through = Some(pid);
-                        return Ok(file);
-                    }
-                    Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),
+            Some(libc::ENOENT) => match crate::beacon::orphan(path, sharing) {
+                Orphan::None => {}
+                Orphan::Found { fd, pid } => {
+                    let mut file = finish(path, fd, sharing, Role::Member)?;
+                    file.joined_through = Some(pid);
+                    return Ok(file);
                 }
-            }
-            Some(libc::ENOENT) => {}
+                Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),
+            },
             Some(libc::EACCES) if sharing == Sharing::Claim => return Err(not_ours(path)),
             _ => return Err(os_err("cannot open the pool file", path)),
         }
@@ -97,7 +94,7 @@ fn removed_unreachable(path: &Path, pids: &[u32]) -> String {
     format!(
         "the pool file {} was removed while processes {}{} still use it (a logout's \
          cleanup of /dev/shm, or by hand), and none of them could be reached to join them \
-         (another PID namespace, or their programs closed gpucap's descriptors); no \
+         (another PID namespace or user, or their programs closed gpucap's descriptors); no \
          process can join until they exit (a new file would be a second budget)",
         path.display(),
         listed.join(", "),

@@ -154,8 +154,8 @@ pub fn join_linked<T>(
         // A file joined through a member's descriptor had been removed already: its
         // members are the pool.
         if file.joined_through.is_some() || file.is_linked() {
-            if joined.is_ok() && sharing == crate::Sharing::Private {
-                crate::beacon::announce(path, file.locks.fd());
+            if joined.is_ok() {
+                crate::beacon::announce(path, sharing, file.locks.fd());
             }
             return joined.map(|t| (file, t));
         }

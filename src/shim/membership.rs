@@ -168,13 +168,19 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         |m| m.leave(),
     )?;
     if let Some(pid) = file.joined_through {
+        let (by, advice) = match gpucap_pool_file::Sharing::of(spec) {
+            gpucap_pool_file::Sharing::Claim => ("by a process of the claim or a cleanup", ""),
+            _ => (
+                "a logout's cleanup: logind removes a user's files in /dev/shm when the last \
+                 session ends; or by hand",
+                "; set GPUCAP_POOL_DIR to a directory nothing cleans",
+            ),
+        };
         crate::log::log!(
             Warn,
-            "the pool file {} was removed while its members run (a logout's cleanup: logind \
-             removes a user's files in /dev/shm when the last session ends; or by hand): \
-             this process joins them through process {pid}'s descriptor, under their one \
-             budget; gpucap status cannot show the pool until they exit; set \
-             GPUCAP_POOL_DIR to a directory nothing cleans",
+            "the pool file {} was removed while its members run ({by}): this process joins \
+             them through process {pid}'s descriptor, under their one budget; gpucap status \
+             cannot show the pool until they exit{advice}",
             path.display()
         );
     }

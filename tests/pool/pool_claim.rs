@@ -326,6 +326,57 @@ fn a_joiner_whose_claims_socket_was_removed_or_replaced_is_told_so() {
     }
 }
 
+/// A claim's file removed while its members run (any container of the claim may write
+/// its directory, and a cleanup may empty it): the next process joins the members'
+/// budget through a member's descriptor and asks their socket, as ever; with the socket
+/// removed too, it is refused. Before, it made a file and a memfd of its own: 700 MiB
+/// served beside the member's 700 MiB under the claim's 1 GiB cap. Once the members
+/// exit, the next process makes the file again.
+#[test]
+fn a_claims_file_removed_while_its_members_run_is_joined_not_made_again() {
+    let s = Scratch::new("claim-file-gone");
+    let claim = claim_dir(&s, "claim");
+    let holds = s.dir.join("a-holds");
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    let mut a = member(
+        &s,
+        &claim,
+        "a",
+        &[alloc(700), format!("touch:{}", holds.display())],
+    );
+    until(&holds, &mut a, "the member");
+    std::fs::remove_file(claim.join("gpucap.pool")).unwrap();
+    let b = run(in_claim(&s, &claim, script(), "b").args([alloc(700), alloc(200)]));
+    let text = both(&b);
+    assert!(
+        text.contains(&format!("alloc {} 2", 700 * MIB))
+            && text.contains(&format!("alloc {} 0", 200 * MIB))
+            && text.contains("was removed while its members run (by a process of the claim")
+            && text.contains(&format!("through process {}'s descriptor", a.id())),
+        "the joiner of the removed file: {text}"
+    );
+    assert!(
+        !claim.join("gpucap.pool").exists(),
+        "a second file was made"
+    );
+    std::fs::remove_file(claim.join("gpucap.pool.sock")).unwrap();
+    let c = run(in_claim(&s, &claim, script(), "c").arg(alloc(700)));
+    let text = both(&c);
+    assert!(
+        !c.status.success()
+            && !text.contains(&format!("alloc {} 0", 700 * MIB))
+            && text.contains("no process can join until every member has exited"),
+        "the joiner without file or socket: {text}"
+    );
+    said(a);
+    let after = run(in_claim(&s, &claim, script(), "after").arg(alloc(700)));
+    assert!(
+        String::from_utf8_lossy(&after.stdout).contains(&format!("alloc {} 0", 700 * MIB)),
+        "{}",
+        both(&after)
+    );
+}
+
 /// A member reads its own claim's words (its memfd), never asking the socket: with the
 /// socket removed while it runs, its NVML figures are still the claim's (total the cap,
 /// its use counted), where reading through the socket refused them (NVML error 4).
@@ -406,8 +457,9 @@ fn claim_fds(pid: u32) -> Vec<String> {
 }
 
 /// A forked child that never uses CUDA (a DataLoader worker) keeps no copy of the claim's
-/// memfd or listening socket: held by a process with no thread serving it, the socket
-/// would keep joiners waiting for an answer after the member's death.
+/// memfd, listening socket or announcement: held by a process with no thread serving it,
+/// the socket would keep joiners waiting for an answer after the member's death (and the
+/// announcement would name a member that is gone).
 #[test]
 fn a_members_forked_child_keeps_neither_the_claims_words_nor_its_socket() {
     let s = Scratch::new("claim-fork");
@@ -428,8 +480,9 @@ fn a_members_forked_child_keeps_neither_the_claims_words_nor_its_socket() {
     said(a);
     assert_eq!(
         parent.len(),
-        2,
-        "the member holds the memfd and the socket: {parent:?}"
+        3,
+        "the member holds the memfd, the listening socket and its announcement (a bound \
+         socket, `src/pool-file/beacon.rs`): {parent:?}"
     );
     assert!(theirs.is_empty(), "its forked child: {theirs:?}");
 }
