@@ -83,9 +83,10 @@ fn missing(p: &Path) -> bool {
 /// Opens the pool's file read-only. Errors: the exit status and the line to print
 /// (1: no file yet; 2: an unusable directory or a file that is not a readable pool).
 pub fn open(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PoolFile, (i32, String)> {
+    // No file (nor directory) there: the one that was, removed while its members run, is
+    // read through a member's descriptor where one announces it (`open_reader`).
     let path = match locate(spec, pool_dir).map_err(|e| (2, format!("gpucap: {e}")))? {
-        Located::NotYet(p) => return Err((EXIT_NO_POOL_FILE, no_file(&p))),
-        Located::File(p) => p,
+        Located::NotYet(p) | Located::File(p) => p,
     };
     gpucap_pool_file::open_reader(&path, Sharing::of(spec)).map_err(|e| {
         if missing(&path) {
@@ -112,22 +113,27 @@ pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<St
         let e = gpucap_pool_file::without_file_name(&e, &spec.to_string());
         format!("gpucap: pool {spec}: {e}")
     };
-    match locate(spec, pool_dir).map_err(cannot)? {
-        Located::NotYet(p) => Ok(not_made(spec, &p)),
-        Located::File(p) if missing(&p) => Ok(not_made(spec, &p)),
-        Located::File(p) => {
-            let file = gpucap_pool_file::open_reader(&p, Sharing::of(spec)).map_err(cannot)?;
-            let view = file.view().map_err(cannot)?;
-            let alive = view.members.iter().filter(|m| m.alive).count();
-            let dead = view.members.len() - alive;
-            Ok(format!(
-                "pool: {spec} (file {}: {alive} member{} alive, {dead} dead; processes that \
-                 name it share one budget per GPU)",
-                p.display(),
-                if alive == 1 { "" } else { "s" }
-            ))
-        }
-    }
+    let p = match locate(spec, pool_dir).map_err(cannot)? {
+        Located::NotYet(p) | Located::File(p) => p,
+    };
+    let file = match gpucap_pool_file::open_reader(&p, Sharing::of(spec)) {
+        Ok(f) => f,
+        Err(_) if missing(&p) => return Ok(not_made(spec, &p)),
+        Err(e) => return Err(cannot(e)),
+    };
+    let view = file.view().map_err(cannot)?;
+    let alive = view.members.iter().filter(|m| m.alive).count();
+    let dead = view.members.len() - alive;
+    let removed = match file.joined_through {
+        Some(pid) => format!(", removed while its members run: read through process {pid}"),
+        None => String::new(),
+    };
+    Ok(format!(
+        "pool: {spec} (file {}{removed}: {alive} member{} alive, {dead} dead; processes that \
+         name it share one budget per GPU)",
+        p.display(),
+        if alive == 1 { "" } else { "s" }
+    ))
 }
 
 fn not_made(spec: &PoolSpec, path: &Path) -> String {

@@ -133,13 +133,14 @@ pub(crate) enum Orphan {
 }
 
 /// Whether members of a pool file that was at `path` (shared as `sharing`) still live
-/// (see the module's doc).
-pub(crate) fn orphan(path: &Path, sharing: Sharing) -> Orphan {
-    orphan_but(path, sharing, std::process::id())
+/// (see the module's doc); the file found is opened with `access` (`O_RDWR` for a member
+/// or a writer, `O_RDONLY` for a reader).
+pub(crate) fn orphan(path: &Path, sharing: Sharing, access: i32) -> Orphan {
+    orphan_but(path, sharing, access, std::process::id())
 }
 
 /// [`orphan`], not counting the announcements of process `me`.
-fn orphan_but(path: &Path, sharing: Sharing, me: u32) -> Orphan {
+fn orphan_but(path: &Path, sharing: Sharing, access: i32, me: u32) -> Orphan {
     let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
         return Orphan::None;
     };
@@ -167,7 +168,7 @@ fn orphan_but(path: &Path, sharing: Sharing, me: u32) -> Orphan {
         if pid == me {
             continue;
         }
-        match reach(pid, n, (dev, ino)) {
+        match reach(pid, n, (dev, ino), access) {
             Some(fd) => return Orphan::Found { fd, pid },
             None => unreachable.push(pid),
         }
@@ -181,18 +182,65 @@ fn orphan_but(path: &Path, sharing: Sharing, me: u32) -> Orphan {
     }
 }
 
+/// The pool files removed while members announced in this network namespace run, each
+/// once: the path each had and how it is shared. This user's pools and the claims'
+/// (`every_user`: every user's, what root's readers show). A file still linked (at its
+/// path or another) is not one: a reader finds it where it is.
+pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing)> {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return Vec::new();
+    };
+    let own = own_uid().to_string();
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let mut found = Vec::new();
+    for name in table
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter_map(|n| n.strip_prefix('@').and_then(|n| n.strip_prefix(PREFIX)))
+    {
+        let parts: Vec<&str> = name.split('/').collect();
+        let [who, _hash, dev, ino, pid, n] = parts[..] else {
+            continue;
+        };
+        let sharing = match who {
+            "claim" => Sharing::Claim,
+            uid if every_user || uid == own => Sharing::Private,
+            _ => continue,
+        };
+        let hex = |p: &str| u64::from_str_radix(p, 16).ok();
+        let (Some(dev), Some(ino), Ok(pid), Ok(n)) =
+            (hex(dev), hex(ino), pid.parse::<u32>(), n.parse::<i32>())
+        else {
+            continue;
+        };
+        if seen.contains(&(dev, ino)) {
+            continue;
+        }
+        let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{n}")) else {
+            continue;
+        };
+        let Some(path) = link.to_str().and_then(|l| l.strip_suffix(" (deleted)")) else {
+            continue;
+        };
+        let Some(fd) = reach(pid, n, (dev, ino), libc::O_RDONLY) else {
+            continue;
+        };
+        // SAFETY: the descriptor reach opened: the file was there.
+        unsafe { libc::close(fd) };
+        seen.push((dev, ino));
+        found.push((std::path::PathBuf::from(path), sharing));
+    }
+    found
+}
+
 /// Member `pid`'s descriptor `n`, opened again for this process where it is still the
 /// file announced (`id`), a regular file (whose owner and mode the caller checks).
-fn reach(pid: u32, n: i32, id: (u64, u64)) -> Option<RawFd> {
+fn reach(pid: u32, n: i32, id: (u64, u64), access: i32) -> Option<RawFd> {
     let link = std::ffi::CString::new(format!("/proc/{pid}/fd/{n}")).ok()?;
     // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose);
     // never waits on what is there.
-    let fd = unsafe {
-        crate::sys::open(
-            link.as_ptr(),
-            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK,
-        )
-    };
+    let fd =
+        unsafe { crate::sys::open(link.as_ptr(), access | libc::O_CLOEXEC | libc::O_NONBLOCK) };
     if fd < 0 {
         return None;
     }
@@ -228,23 +276,26 @@ mod tests {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
         let me = std::process::id();
         assert!(matches!(
-            orphan_but(&path, Sharing::Private, 0),
+            orphan_but(&path, Sharing::Private, libc::O_RDWR, 0),
             Orphan::None
         ));
         announce(&path, Sharing::Private, fd);
         // Its own announcement is no other member's.
         assert!(matches!(
-            orphan_but(&path, Sharing::Private, me),
+            orphan_but(&path, Sharing::Private, libc::O_RDWR, me),
             Orphan::None
         ));
         // A claim's of the same path is another pool's announcement.
-        assert!(matches!(orphan_but(&path, Sharing::Claim, 0), Orphan::None));
         assert!(matches!(
-            orphan_but(&dir.join("other.pool"), Sharing::Private, 0),
+            orphan_but(&path, Sharing::Claim, libc::O_RDWR, 0),
+            Orphan::None
+        ));
+        assert!(matches!(
+            orphan_but(&dir.join("other.pool"), Sharing::Private, libc::O_RDWR, 0),
             Orphan::None
         ));
         std::fs::remove_file(&path).unwrap();
-        match orphan_but(&path, Sharing::Private, 0) {
+        match orphan_but(&path, Sharing::Private, libc::O_RDWR, 0) {
             Orphan::Found { fd: again, pid } => {
                 assert_eq!(pid, me);
                 assert_eq!(crate::kept::identity(again), crate::kept::identity(fd));
@@ -263,12 +314,12 @@ mod tests {
             fd
         );
         assert!(
-            matches!(orphan_but(&path, Sharing::Private, 0), Orphan::Unreachable(p) if p == [me])
+            matches!(orphan_but(&path, Sharing::Private, libc::O_RDWR, 0), Orphan::Unreachable(p) if p == [me])
         );
         // Gone with its socket (as at the member's exit).
         forget_in_child();
         assert!(matches!(
-            orphan_but(&path, Sharing::Private, 0),
+            orphan_but(&path, Sharing::Private, libc::O_RDWR, 0),
             Orphan::None
         ));
         drop(file);

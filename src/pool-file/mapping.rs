@@ -34,6 +34,15 @@ pub struct PoolFile {
 }
 
 impl PoolFile {
+    /// The open file's device, inode and owner (None: it cannot be read).
+    pub fn identity(&self) -> Option<(u64, u64, u32)> {
+        // SAFETY: plain data filled by fstat.
+        let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: our descriptor (or -1: an error) and a stat to fill.
+        (unsafe { crate::sys::fstat(self.locks.fd(), &mut st) } == 0)
+            .then_some((st.st_dev, st.st_ino, st.st_uid))
+    }
+
     /// A snapshot of the pool for `gpucap status`, `top`, `metrics`, `check` and NVML's
     /// process list: a reader reads the file again first (one `pread`); a file that
     /// shrank, grew or no longer holds a pool's words is an error naming what was found.
@@ -65,7 +74,7 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
         match std::io::Error::last_os_error().raw_os_error() {
             // No file: unless live members hold one that was there (removed under them),
             // it is made.
-            Some(libc::ENOENT) => match crate::beacon::orphan(path, sharing) {
+            Some(libc::ENOENT) => match crate::beacon::orphan(path, sharing, libc::O_RDWR) {
                 Orphan::None => {}
                 Orphan::Found { fd, pid } => {
                     let mut file = finish(path, fd, sharing, Role::Member)?;
@@ -105,35 +114,47 @@ fn removed_unreachable(path: &Path, pids: &[u32]) -> String {
 /// Opens the pool file at `path` to read it (`gpucap status`, `top`, `metrics`,
 /// `check`, NVML's process list); like [`open_member`], never waits on what is there.
 pub fn open_reader(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
+    open_existing(path, sharing, libc::O_RDONLY, Role::Reader)
+}
+
+/// Opens the existing pool file at `path` with `access` for `role`; where no file is
+/// there, the one that was, removed while its members run, through a member's descriptor
+/// ([`crate::beacon`]).
+fn open_existing(
+    path: &Path,
+    sharing: Sharing,
+    access: i32,
+    role: Role,
+) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     // SAFETY: a NUL-terminated path.
     let fd = unsafe {
         crate::sys::open(
             c.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            access | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         )
     };
-    if fd < 0 {
-        return Err(os_err("cannot open the pool file", path));
+    if fd >= 0 {
+        return finish(path, fd, sharing, role);
     }
-    finish(path, fd, sharing, Role::Reader)
+    let err = os_err("cannot open the pool file", path);
+    if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+        return Err(err);
+    }
+    match crate::beacon::orphan(path, sharing, access) {
+        Orphan::Found { fd, pid } => {
+            let mut file = finish(path, fd, sharing, role)?;
+            file.joined_through = Some(pid);
+            Ok(file)
+        }
+        _ => Err(err),
+    }
 }
 
 /// Opens the existing pool file at `path` to change its caps (`gpucap pool resize`):
 /// read and write, never made, with a member's checks (its owner, a claim's file).
 pub fn open_writer(path: &Path, sharing: Sharing) -> Result<PoolFile, String> {
-    let c = cstr(path)?;
-    // SAFETY: a NUL-terminated path.
-    let fd = unsafe {
-        crate::sys::open(
-            c.as_ptr(),
-            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-        )
-    };
-    if fd < 0 {
-        return Err(os_err("cannot open the pool file", path));
-    }
-    finish(path, fd, sharing, Role::Writer)
+    open_existing(path, sharing, libc::O_RDWR, Role::Writer)
 }
 
 /// The error of a claim's pool file this process may not open for writing.

@@ -179,8 +179,8 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         crate::log::log!(
             Warn,
             "the pool file {} was removed while its members run ({by}): this process joins \
-             them through process {pid}'s descriptor, under their one budget; gpucap status \
-             cannot show the pool until they exit{advice}",
+             them through process {pid}'s descriptor, under their one budget (gpucap status \
+             reads it the same way){advice}",
             path.display()
         );
     }

@@ -166,7 +166,8 @@ const MIB: u64 = 1 << 20;
 
 /// A pool's file removed while a member runs (logind removes a user's files in /dev/shm
 /// when the last session ends; /run/user goes with it): the next process joins the live
-/// member's budget through its descriptor instead of making a second one, and says so.
+/// member's budget through its descriptor instead of making a second one, and says so;
+/// `status`, `status --pool` and `check` read it the same way.
 /// Before, a new file was made: 700 MiB served beside the member's 700 MiB under the
 /// 1 GiB cap. Once every member exited, the next process makes the file again.
 #[test]
@@ -194,6 +195,34 @@ fn a_pool_file_removed_while_its_members_run_is_joined_not_made_again() {
         "{said}"
     );
     assert!(!s.pool_file("p").exists(), "a second file was made");
+    // The readers read it through a member's descriptor too: the process table, the
+    // pool's own view, check.
+    let table = stdout(&run(&mut s.gpucap(&["status"])));
+    assert!(
+        table.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1) == Some(&a.id().to_string().as_str()) && f.get(3) == Some(&"p")
+        }),
+        "status: {table}"
+    );
+    let own = stdout(&run(&mut s.gpucap(&["status", "--pool", "p"])));
+    assert!(
+        own.lines()
+            .next()
+            .is_some_and(|l| l.contains("removed while its members run"))
+            && own.contains(&a.id().to_string()),
+        "status --pool: {own}"
+    );
+    let check = run(s
+        .gpucap(&["check"])
+        .env("GPUCAP_POOL", "p")
+        .env("GPUCAP_LIMIT", "1Gi"));
+    assert!(
+        stdout(&check).contains("removed while its members run")
+            && stdout(&check).contains("1 member alive"),
+        "check: {}",
+        dump(&check)
+    );
     kill(a);
     let c = s.once("p", &[&format!("alloc:{}", 700 * MIB)]);
     assert!(

@@ -33,7 +33,15 @@ pub fn command(pool_flag: Option<String>, json: bool, uuid: bool, all: bool) -> 
     if json {
         print_out(&pool::json(&view, &file.path));
     } else {
-        print_out(&pool::render(&view, &file.path, pool::own_pid_namespace()));
+        // A file removed while its members run is read through a member's descriptor.
+        let shown = match file.joined_through {
+            Some(pid) => std::path::PathBuf::from(format!(
+                "{}, removed while its members run: read through process {pid}",
+                file.path.display()
+            )),
+            None => file.path.clone(),
+        };
+        print_out(&pool::render(&view, &shown, pool::own_pid_namespace()));
     }
     0
 }

@@ -139,28 +139,35 @@ impl Reader {
 
     /// The names of the pool files in this user's pool directory, sorted: regular
     /// files `NAME.pool` whose NAME is a valid pool name (a file being made is
-    /// `.NAME.PID.RANDOM.new`).
+    /// `.NAME.PID.RANDOM.new`), and those removed from it while their members run
+    /// (gpucap_pool_file's `beacon`).
     fn list(&self) -> Result<Vec<String>, String> {
         let dir = match self.user_dir().map_err(|e| format!("gpucap: --all: {e}"))? {
-            Located::NotYet(_) => return Ok(Vec::new()),
-            Located::File(d) => d,
+            Located::NotYet(d) | Located::File(d) => d,
         };
         let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Ok(e) => e.filter_map(Result::ok).collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(format!("gpucap: --all: {}: {e}", dir.display())),
         };
+        let removed = gpucap_pool_file::removed_pool_files(false)
+            .into_iter()
+            .filter(|(p, _)| p.parent() == Some(dir.as_path()))
+            .filter_map(|(p, _)| p.file_name().map(|n| n.to_os_string()));
         let mut names: Vec<String> = entries
-            .filter_map(Result::ok)
+            .into_iter()
             .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
+            .map(|e| e.file_name())
+            .chain(removed)
+            .filter_map(|name| {
+                let name = name.into_string().ok()?;
                 let stem = name.strip_suffix(".pool")?;
                 matches!(config::parse_pool(stem), Ok(Some(PoolSpec::Name(_))))
                     .then(|| stem.to_string())
             })
             .collect();
         names.sort();
+        names.dedup();
         Ok(names)
     }
 
@@ -172,25 +179,27 @@ impl Reader {
         let path = match pool::locate(spec, self.pool_dir.as_deref())
             .map_err(|e| (2, format!("gpucap: pool {spec}: {e}")))?
         {
-            Located::NotYet(p) => return Err((EXIT_NO_POOL_FILE, no_file(&p))),
-            Located::File(p) => p,
+            Located::NotYet(p) | Located::File(p) => p,
         };
+        // No file there: the one that was, removed while its members run, is read through
+        // a member's descriptor where one announces it (`open_reader`), opened again each
+        // time.
         let id = match std::fs::symlink_metadata(&path) {
-            Ok(m) => (m.dev(), m.ino()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err((EXIT_NO_POOL_FILE, no_file(&path)));
-            }
+            Ok(m) => Some((m.dev(), m.ino())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err((2, format!("gpucap: {}: {e}", path.display()))),
         };
         // The identity is taken before opening: if the file is replaced in between,
         // the next reading sees another identity and opens it again.
-        if self.open.get(&path).is_none_or(|o| o.id != id) {
+        if id.is_none_or(|id| self.open.get(&path).is_none_or(|o| o.id != id)) {
             let file = gpucap_pool_file::open_reader(&path, Sharing::of(spec)).map_err(|e| {
-                (
-                    if path.exists() { 2 } else { EXIT_NO_POOL_FILE },
-                    format!("gpucap: {e}"),
-                )
+                if path.exists() {
+                    (2, format!("gpucap: {e}"))
+                } else {
+                    (EXIT_NO_POOL_FILE, no_file(&path))
+                }
             })?;
+            let id = id.unwrap_or_default();
             if let Some(old) = self.open.insert(path.clone(), Opened { id, file }) {
                 old.file.locks.forget_in_child();
             }

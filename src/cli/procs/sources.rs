@@ -66,6 +66,18 @@ impl Sources {
             }
             seen.push(path);
         }
+        // Pools whose file was removed while their members run, read through a member's
+        // descriptor (gpucap_pool_file's `beacon`).
+        for (path, sharing) in gpucap_pool_file::removed_pool_files(self.every_user) {
+            if seen.contains(&path) {
+                continue;
+            }
+            match self.read_pool_as(&path, sharing) {
+                Ok(p) => pools.push(p),
+                Err(e) => errors.push(e),
+            }
+            seen.push(path);
+        }
         for dir in self.dirs()? {
             for path in pool_files(&dir) {
                 if seen.contains(&path) {
@@ -98,27 +110,48 @@ impl Sources {
     }
 
     fn read_pool(&mut self, path: &Path) -> Result<PoolReading, String> {
-        let meta =
-            std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let id = (meta.dev(), meta.ino());
-        if self.open.get(path).is_none_or(|(i, _)| *i != id) {
-            let file = gpucap_pool_file::open_reader(path, gpucap_pool_file::Sharing::Private)?;
+        self.read_pool_as(path, gpucap_pool_file::Sharing::Private)
+    }
+
+    /// The pool file at `path` (shared as `sharing`), or the one that was there, removed
+    /// while its members run (shown with its path and `(removed)`).
+    fn read_pool_as(
+        &mut self,
+        path: &Path,
+        sharing: gpucap_pool_file::Sharing,
+    ) -> Result<PoolReading, String> {
+        let there = match std::fs::symlink_metadata(path) {
+            Ok(meta) => Some((meta.dev(), meta.ino())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        if there.is_none_or(|id| self.open.get(path).is_none_or(|(i, _)| *i != id)) {
+            let file = gpucap_pool_file::open_reader(path, sharing)?;
+            let id = file.identity().map(|(d, i, _)| (d, i)).unwrap_or_default();
             if let Some((_, old)) = self.open.insert(path.to_path_buf(), (id, file)) {
                 old.locks.forget_in_child();
             }
         }
         let (_, file) = &self.open[path];
+        let uid = file.identity().map_or(0, |(_, _, uid)| uid);
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_suffix(".pool"))
             .unwrap_or_default()
             .to_string();
+        let path = match file.joined_through {
+            Some(pid) => format!(
+                "{} (removed while its members run; read through process {pid})",
+                path.display()
+            ),
+            None => path.to_string_lossy().into_owned(),
+        };
         Ok(PoolReading {
             name,
-            path: path.to_string_lossy().into_owned(),
-            uid: meta.uid(),
-            user: user_name(meta.uid()),
+            path,
+            uid,
+            user: user_name(uid),
             view: file.view()?,
         })
     }
