@@ -168,6 +168,12 @@ fn orphan_but(path: &Path, sharing: Sharing, access: i32, me: u32) -> Orphan {
         if pid == me {
             continue;
         }
+        // Anyone may bind any abstract name: a user's pool counts only its own user's
+        // processes (another user's announcement under this user's key would otherwise
+        // keep the user's pool from ever being made: refused as unreachable).
+        if sharing == Sharing::Private && process_owner(pid) != Some(own_uid()) {
+            continue;
+        }
         match reach(pid, n, (dev, ino), access) {
             Some(fd) => return Orphan::Found { fd, pid },
             None => unreachable.push(pid),
@@ -180,6 +186,14 @@ fn orphan_but(path: &Path, sharing: Sharing, access: i32, me: u32) -> Orphan {
         unreachable.dedup();
         Orphan::Unreachable(unreachable)
     }
+}
+
+/// The owner of process `pid` (as this process's /proc shows it).
+fn process_owner(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
 }
 
 /// The pool files removed while members announced in this network namespace run, each
@@ -323,6 +337,71 @@ mod tests {
             Orphan::None
         ));
         drop(file);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Another user's process named in an announcement under this user's key (anyone may
+    /// bind any abstract name) is not counted: the user's pool is made, not refused
+    /// forever as unreachable.
+    #[test]
+    fn another_users_announcement_is_not_a_member() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                std::env::var_os("CI").is_none_or(|v| v != "true"),
+                "this test takes another user's identity: run it as root"
+            );
+            eprintln!("SKIP another_users_announcement_is_not_a_member: not root");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("gpucap-beacon-u-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.pool");
+        let mut p = [0; 2];
+        // SAFETY: a pipe, a fork whose child makes system calls only, then waits.
+        let child = unsafe {
+            assert_eq!(libc::pipe(p.as_mut_ptr()), 0);
+            let child = libc::fork();
+            if child == 0 {
+                let ok = libc::setuid(65534) == 0;
+                libc::write(p[1], if ok { b"y" } else { b"n" }.as_ptr().cast(), 1);
+                libc::pause();
+                libc::_exit(0);
+            }
+            libc::close(p[1]);
+            child
+        };
+        let mut b = [0u8; 1];
+        // SAFETY: our pipe's read end.
+        assert_eq!(unsafe { libc::read(p[0], b.as_mut_ptr().cast(), 1) }, 1);
+        assert_eq!(b[0], b'y', "the child could not become another user");
+        // An announcement naming that process, as it could bind.
+        let name = format!("{}1/2/{child}/3", key(&path, Sharing::Private));
+        // SAFETY: plain data, zeroed is valid.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, b) in addr.sun_path[1..].iter_mut().zip(name.bytes()) {
+            *d = b as libc::c_char;
+        }
+        let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+        // SAFETY: a socket of this test and an address of `len` bytes.
+        let s = unsafe {
+            let s = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            assert_eq!(
+                libc::bind(s, &addr as *const _ as *const libc::sockaddr, len),
+                0
+            );
+            s
+        };
+        let seen = orphan_but(&path, Sharing::Private, libc::O_RDWR, 0);
+        // SAFETY: the child forked above, this test's descriptors.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+            libc::close(p[0]);
+            libc::close(s);
+        }
+        assert!(matches!(seen, Orphan::None), "{seen:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
