@@ -175,6 +175,13 @@ fn orphan_but(path: &Path, sharing: Sharing, access: i32, me: u32) -> Orphan {
             continue;
         }
         match reach(pid, n, (dev, ino), access) {
+            // Made at the path meanwhile (a mass start's first member): not removed, the
+            // caller opens it there.
+            Some(fd) if at_path(path, (dev, ino)) => {
+                // SAFETY: the descriptor reach opened, not kept.
+                unsafe { libc::close(fd) };
+                return Orphan::None;
+            }
             Some(fd) => return Orphan::Found { fd, pid },
             None => unreachable.push(pid),
         }
@@ -186,6 +193,12 @@ fn orphan_but(path: &Path, sharing: Sharing, access: i32, me: u32) -> Orphan {
         unreachable.dedup();
         Orphan::Unreachable(unreachable)
     }
+}
+
+/// Whether `path` names the file `id` (device, inode).
+fn at_path(path: &Path, id: (u64, u64)) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id)
 }
 
 /// The owner of process `pid` (as this process's /proc shows it).
@@ -306,6 +319,12 @@ mod tests {
         ));
         assert!(matches!(
             orphan_but(&dir.join("other.pool"), Sharing::Private, libc::O_RDWR, 0),
+            Orphan::None
+        ));
+        // Announced while the file is at its path (made there by another joiner between
+        // this one's open and its read of the announcements): not a removed file.
+        assert!(matches!(
+            orphan_but(&path, Sharing::Private, libc::O_RDWR, 0),
             Orphan::None
         ));
         std::fs::remove_file(&path).unwrap();
