@@ -65,6 +65,22 @@ fn staged(s: &Scratch, claim: &Path, tag: &str, before: &[u64], after: &[u64]) -
     m
 }
 
+/// The member `a` of the claim in `claim`, holding `mib` MiB (waited for).
+fn holding(s: &Scratch, claim: &Path, mib: u64) -> Child {
+    let holds = s.dir.join("a-holds");
+    let mut a = member(
+        s,
+        claim,
+        "a",
+        &[
+            format!("alloc:{}", mib * MIB),
+            format!("touch:{}", holds.display()),
+        ],
+    );
+    until(&holds, &mut a, "the member");
+    a
+}
+
 /// What a finished program wrote, its standard output then its standard error.
 fn both(o: &std::process::Output) -> String {
     format!(
@@ -195,14 +211,7 @@ fn a_joiner_whom_no_member_answers_is_refused_never_given_a_budget_of_its_own() 
     // through its directory's descriptor.
     let claim = claim_dir(&s, &format!("claim-{}", "d".repeat(110)));
     let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
-    let holds = s.dir.join("a-holds");
-    let mut a = member(
-        &s,
-        &claim,
-        "a",
-        &[alloc(700), format!("touch:{}", holds.display())],
-    );
-    until(&holds, &mut a, "the member");
+    let a = holding(&s, &claim, 700);
     let joiner = || run(in_claim(&s, &claim, script(), "j").arg(alloc(700)));
     // SAFETY: signals to the member this test started.
     assert_eq!(unsafe { libc::kill(a.id() as i32, libc::SIGSTOP) }, 0);
@@ -336,15 +345,8 @@ fn a_joiner_whose_claims_socket_was_removed_or_replaced_is_told_so() {
 fn a_claims_file_removed_while_its_members_run_is_joined_not_made_again() {
     let s = Scratch::new("claim-file-gone");
     let claim = claim_dir(&s, "claim");
-    let holds = s.dir.join("a-holds");
     let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
-    let mut a = member(
-        &s,
-        &claim,
-        "a",
-        &[alloc(700), format!("touch:{}", holds.display())],
-    );
-    until(&holds, &mut a, "the member");
+    let a = holding(&s, &claim, 700);
     std::fs::remove_file(claim.join("gpucap.pool")).unwrap();
     let b = run(in_claim(&s, &claim, script(), "b").args([alloc(700), alloc(200)]));
     let text = both(&b);
