@@ -137,8 +137,9 @@ fn open_existing(
     if fd >= 0 {
         return finish(path, fd, sharing, role);
     }
+    let errno = std::io::Error::last_os_error().raw_os_error();
     let err = os_err("cannot open the pool file", path);
-    if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+    if errno != Some(libc::ENOENT) {
         return Err(err);
     }
     match crate::beacon::orphan(path, sharing, access) {
