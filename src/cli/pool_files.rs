@@ -81,12 +81,17 @@ pub fn list_text(dir: &Path, entries: &[Result<Entry, (String, String)>]) -> Str
     for e in entries {
         match e {
             Ok(e) => out.push_str(&format!(
-                "{:<24}  {:<16}  {:>10}  {:>12}  {}\n",
+                "{:<24}  {:<16}  {:>10}  {:>12}  {}{}\n",
                 e.name,
                 members_text(e),
                 format_bytes(e.held),
                 format_bytes(e.held_by_dead),
-                utc(e.last_use_ms)
+                utc(e.last_use_ms),
+                if e.path.exists() {
+                    ""
+                } else {
+                    "  (its file removed while its members run)"
+                }
             )),
             Err((name, why)) => out.push_str(&format!("{name:<24}  unreadable: {why}\n")),
         }
@@ -195,7 +200,8 @@ pub fn clean(dir: &Path, name: Option<&str>) -> (Vec<String>, Vec<String>, i32) 
         }
         Some(name) => {
             let path = dir.join(format!("{name}.pool"));
-            if !path.exists() {
+            // A file removed under live members is still a pool (read through one).
+            if !path.exists() && !pool_names(dir).iter().any(|n| n == name) {
                 c.err.push(format!(
                     "gpucap: no pool {name} (no file {}){}",
                     path.display(),

@@ -6,19 +6,26 @@ use std::path::Path;
 use gpucap_core::config::{PoolSpec, parse_pool};
 
 /// The pools of `dir` by name (`NAME.pool`, not the hidden files of a pool being made
-/// or removed), sorted.
+/// or removed), and those whose file was removed from it while their members run (read
+/// through a member's descriptor: gpucap_pool_file's `beacon`), sorted.
 pub fn pool_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| !n.starts_with('.'))
-                .filter_map(|n| n.strip_suffix(".pool").map(str::to_string))
-                .filter(|n| matches!(parse_pool(n), Ok(Some(PoolSpec::Name(_)))))
-                .collect()
-        })
+    let files: Vec<std::ffi::OsString> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
         .unwrap_or_default();
+    let removed = gpucap_pool_file::removed_pool_files(false)
+        .into_iter()
+        .filter(|(p, _)| p.parent() == Some(dir))
+        .filter_map(|(p, _)| p.file_name().map(|n| n.to_os_string()));
+    let mut names: Vec<String> = files
+        .into_iter()
+        .chain(removed)
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| !n.starts_with('.'))
+        .filter_map(|n| n.strip_suffix(".pool").map(str::to_string))
+        .filter(|n| matches!(parse_pool(n), Ok(Some(PoolSpec::Name(_)))))
+        .collect();
     names.sort();
+    names.dedup();
     names
 }
 

@@ -18,6 +18,23 @@ fn kill(mut child: Child) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// A child killed when dropped.
+struct Killed(Option<Child>);
+
+impl Killed {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            kill(c);
+        }
+    }
+}
+
 /// The row of pool `name` in `pool list`'s output.
 fn row<'a>(text: &'a str, name: &str) -> &'a str {
     text.lines()
@@ -167,13 +184,15 @@ const MIB: u64 = 1 << 20;
 /// A pool's file removed while a member runs (logind removes a user's files in /dev/shm
 /// when the last session ends; /run/user goes with it): the next process joins the live
 /// member's budget through its descriptor instead of making a second one, and says so;
-/// `status`, `status --pool` and `check` read it the same way.
+/// `status`, `status --pool`, `check`, `pool list` and `pool clean` read it the same way.
 /// Before, a new file was made: 700 MiB served beside the member's 700 MiB under the
 /// 1 GiB cap. Once every member exited, the next process makes the file again.
 #[test]
 fn a_pool_file_removed_while_its_members_run_is_joined_not_made_again() {
     let s = Scratch::new("pool-removed");
-    let a = s.member("p", "a", &[&format!("alloc:{}", 700 * MIB)]);
+    // Killed however the test ends: a live member of a removed file is shown by every
+    // status of this user that reads its directory.
+    let a = Killed(Some(s.member("p", "a", &[&format!("alloc:{}", 700 * MIB)])));
     let dir = s.pool_file("p").parent().unwrap().to_path_buf();
     std::fs::remove_dir_all(&dir).unwrap();
     let b = s.once(
@@ -205,6 +224,13 @@ fn a_pool_file_removed_while_its_members_run_is_joined_not_made_again() {
         }),
         "status: {table}"
     );
+    // Only the directory read: another pool directory's status does not show it.
+    let elsewhere = s.dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let other = stdout(&run(s
+        .gpucap(&["status"])
+        .env("GPUCAP_POOL_DIR", &elsewhere)));
+    assert!(other.starts_with("no capped process"), "{other}");
     let own = stdout(&run(&mut s.gpucap(&["status", "--pool", "p"])));
     assert!(
         own.lines()
@@ -223,7 +249,18 @@ fn a_pool_file_removed_while_its_members_run_is_joined_not_made_again() {
         "check: {}",
         dump(&check)
     );
-    kill(a);
+    let list = stdout(&run(&mut s.gpucap(&["pool", "list"])));
+    assert!(
+        row(&list, "p").contains("1 alive") && row(&list, "p").contains("its file removed"),
+        "pool list: {list}"
+    );
+    let clean = run(&mut s.gpucap(&["pool", "clean", "p"]));
+    assert!(
+        stderr(&clean).contains(&format!("kept p: in use by 1 live member (pid {})", a.id())),
+        "pool clean: {}",
+        dump(&clean)
+    );
+    drop(a);
     let c = s.once("p", &[&format!("alloc:{}", 700 * MIB)]);
     assert!(
         stdout(&c).contains(&format!("alloc {} 0", 700 * MIB)),

@@ -30,13 +30,18 @@ pub fn command(action: PoolAction) -> i32 {
     }
     let dir = match gpucap_pool_file::user_dir(config.pool_dir.as_deref(), false) {
         Ok(Some(dir)) => dir,
-        Ok(None) => {
-            print_out("no pools (no pool directory yet: the first member makes it)\n");
-            return match action {
-                PoolAction::Clean(Some(_)) => EXIT_NOT_REMOVED,
-                _ => 0,
-            };
-        }
+        // No directory: none made yet, or removed (a logout's cleanup) under live members,
+        // whose pools are still listed (read through a member's descriptor).
+        Ok(None) => match removed_only(config.pool_dir.as_deref()) {
+            Some(dir) => dir,
+            None => {
+                print_out("no pools (no pool directory yet: the first member makes it)\n");
+                return match action {
+                    PoolAction::Clean(Some(_)) => EXIT_NOT_REMOVED,
+                    _ => 0,
+                };
+            }
+        },
         Err(e) => {
             eprintln!("gpucap: {e}");
             return EXIT_USAGE;
@@ -231,6 +236,17 @@ pub fn set_line(name: &str, uuid: &str, s: &ShareSet) -> String {
         );
     }
     line
+}
+
+/// This user's pool directory where it does not exist but pools removed from it while
+/// their members run are announced (gpucap_pool_file's `beacon`).
+fn removed_only(pool_dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    let any = gpucap_core::config::PoolSpec::Name("any".into());
+    let dir = gpucap_pool_file::path_of(&any, pool_dir)
+        .ok()?
+        .parent()?
+        .to_path_buf();
+    (!crate::pool_names::pool_names(&dir).is_empty()).then_some(dir)
 }
 
 #[cfg(test)]

@@ -67,8 +67,34 @@ impl Sources {
             seen.push(path);
         }
         // Pools whose file was removed while their members run, read through a member's
-        // descriptor (gpucap_pool_file's `beacon`).
-        for (path, sharing) in gpucap_pool_file::removed_pool_files(self.every_user) {
+        // descriptor (gpucap_pool_file's `beacon`): those of the directories read (a
+        // removed `gpucap-UID` directory of the pool directory, for root), or named.
+        let dirs = self.dirs()?;
+        // This user's directory, made or not (a removed one's pools are still read).
+        let own = gpucap_pool_file::path_of(
+            &gpucap_core::config::PoolSpec::Name("any".into()),
+            self.pool_dir.as_deref(),
+        )
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+        let base = own.as_deref().and_then(Path::parent);
+        let ours = |path: &Path| {
+            let dir = path.parent();
+            self.extra.iter().any(|e| e == path)
+                || (dir.is_some() && dir == own.as_deref())
+                || dir.is_some_and(|d| dirs.iter().any(|x| x == d))
+                || (self.every_user
+                    && dir.and_then(Path::parent) == base
+                    && dir
+                        .and_then(Path::file_name)
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("gpucap-")))
+        };
+        let removed: Vec<_> = gpucap_pool_file::removed_pool_files(self.every_user)
+            .into_iter()
+            .filter(|(p, _)| ours(p))
+            .collect();
+        for (path, sharing) in removed {
             if seen.contains(&path) {
                 continue;
             }
@@ -78,7 +104,7 @@ impl Sources {
             }
             seen.push(path);
         }
-        for dir in self.dirs()? {
+        for dir in dirs {
             for path in pool_files(&dir) {
                 if seen.contains(&path) {
                     continue;
