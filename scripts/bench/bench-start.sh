@@ -90,6 +90,15 @@ if [ "$INSTRUCTIONS" = 1 ]; then
     # the shim's work on paths then does not vary with where the checkout lies.
     bench_fixed_layout bench-start "$SHIM" nvml
     cc -O2 -Wall -Werror -I tests/c -o "$lay/bench_start" tests/c/bench_start.c -L "$lay" -lcuda
+    # A network namespace of its own for each counted start: the member that makes a pool
+    # file reads the machine's Unix sockets first (/proc/net/unix, some 400 instructions a
+    # socket: src/pool-file/beacon.rs), which other processes open and close meanwhile.
+    if [ "$(id -u)" = 0 ]; then
+        NETNS=(unshare --net)
+    else
+        NETNS=(unshare --map-root-user --net)
+    fi
+    "${NETNS[@]}" true || { echo "gpucap bench-start: cannot make a network namespace (${NETNS[*]}): the count would depend on the machine's sockets" >&2; exit 1; }
     # counted WAY: the instructions of one start, set-up and exit included.
     counted() {
         local way=$1 out vars=(PATH=/usr/bin:/bin LD_LIBRARY_PATH="$lay" FAKECUDA_TOTAL_MEM=80Gi)
@@ -103,7 +112,7 @@ if [ "$INSTRUCTIONS" = 1 ]; then
         esac
         # A fixed environment (env -i): the loader, the fake and the shim each read the
         # environment, at a cost that grows with its size.
-        (cd "$lay" && env -i "${vars[@]}" "$VALGRIND" --tool=callgrind --callgrind-out-file="$out" \
+        (cd "$lay" && "${NETNS[@]}" env -i "${vars[@]}" "$VALGRIND" --tool=callgrind --callgrind-out-file="$out" \
             ./bench_start once) >"$lay/log.$way" 2>&1 ||
             { echo "gpucap bench-start: $way start failed under callgrind:" >&2; cat "$lay/log.$way" >&2; exit 1; }
         awk '/^summary:/ {print $2}' "$out"
