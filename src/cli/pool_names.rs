@@ -12,13 +12,9 @@ pub fn pool_names(dir: &Path) -> Vec<String> {
     let files: Vec<std::ffi::OsString> = std::fs::read_dir(dir)
         .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
         .unwrap_or_default();
-    let removed = gpucap_pool_file::removed_pool_files(false)
-        .into_iter()
-        .filter(|(p, _)| p.parent() == Some(dir))
-        .filter_map(|(p, _)| p.file_name().map(|n| n.to_os_string()));
     let mut names: Vec<String> = files
         .into_iter()
-        .chain(removed)
+        .chain(removed_file_names(dir))
         .filter_map(|n| n.into_string().ok())
         .filter(|n| !n.starts_with('.'))
         .filter_map(|n| n.strip_suffix(".pool").map(str::to_string))
@@ -27,6 +23,15 @@ pub fn pool_names(dir: &Path) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// The file names of this user's pools removed from `dir` while their members run (read
+/// through a member's descriptor: gpucap_pool_file's `beacon`).
+pub fn removed_file_names(dir: &Path) -> impl Iterator<Item = std::ffi::OsString> {
+    gpucap_pool_file::removed_pool_files(false)
+        .into_iter()
+        .filter(move |(p, _)| p.parent() == Some(dir))
+        .filter_map(|(p, _)| p.file_name().map(|n| n.to_os_string()))
 }
 
 /// The edit distance between `a` and `b` (insertions, deletions, substitutions).

@@ -50,14 +50,43 @@ fn path_hash(path: &Path) -> u64 {
         })
 }
 
-/// The start of every announcement of the pool file at `path` (shared as `sharing`): by
-/// a process of this user, or by any of a claim's.
-fn key(path: &Path, sharing: Sharing) -> String {
-    let hash = path_hash(path);
-    match sharing {
-        Sharing::Claim => format!("{PREFIX}claim/{hash:016x}/"),
-        _ => format!("{PREFIX}{}/{hash:016x}/", own_uid()),
-    }
+/// Whose announcements of the pool file at `path` (shared as `sharing`) count: this
+/// user's (its uid) or any of a claim's (`claim`); and the path's hash as written.
+fn key(path: &Path, sharing: Sharing) -> (String, String) {
+    let who = match sharing {
+        Sharing::Claim => "claim".to_string(),
+        _ => own_uid().to_string(),
+    };
+    (who, format!("{:016x}", path_hash(path)))
+}
+
+/// One announcement, as its name says it (`gpucap-pool/WHO/HASH/DEV/INO/PID/FD`).
+struct Announced<'a> {
+    who: &'a str,
+    hash: &'a str,
+    id: (u64, u64),
+    pid: u32,
+    fd: i32,
+}
+
+/// The announcements among the names the sockets of `table` are bound to.
+fn announced(table: &str) -> impl Iterator<Item = Announced<'_>> {
+    bound_names(table).filter_map(|name| {
+        let rest = name.strip_prefix('@')?.strip_prefix(PREFIX)?;
+        let mut parts = rest.split('/');
+        let mut next = || parts.next();
+        let (who, hash) = (next()?, next()?);
+        let hex = |p: &str| u64::from_str_radix(p, 16).ok();
+        let id = (hex(next()?)?, hex(next()?)?);
+        let (pid, fd) = (next()?.parse().ok()?, next()?.parse().ok()?);
+        Some(Announced {
+            who,
+            hash,
+            id,
+            pid,
+            fd,
+        })
+    })
 }
 
 /// Announces this process as a member of the pool file at `path` (shared as `sharing`),
@@ -67,9 +96,9 @@ pub(crate) fn announce(path: &Path, sharing: Sharing, fd: RawFd) {
     let Some((dev, ino)) = crate::kept::identity(fd) else {
         return;
     };
+    let (who, hash) = key(path, sharing);
     let name = format!(
-        "{}{dev:x}/{ino:x}/{}/{fd}",
-        key(path, sharing),
+        "{PREFIX}{who}/{hash}/{dev:x}/{ino:x}/{}/{fd}",
         std::process::id()
     );
     // SAFETY: plain data, zeroed is valid.
@@ -144,23 +173,10 @@ fn orphan_but(path: &Path, sharing: Sharing, access: i32, me: u32) -> Orphan {
     let Some(table) = socket_table() else {
         return Orphan::None;
     };
-    let want = format!("@{}", key(path, sharing));
+    let (who, hash) = key(path, sharing);
     let mut unreachable = Vec::new();
-    for name in bound_names(&table) {
-        let Some(rest) = name.strip_prefix(&want) else {
-            continue;
-        };
-        let mut parts = rest.split('/');
-        let mut hex = || parts.next().and_then(|p| u64::from_str_radix(p, 16).ok());
-        let (Some(dev), Some(ino)) = (hex(), hex()) else {
-            continue;
-        };
-        let (Some(pid), Some(n)) = (
-            parts.next().and_then(|p| p.parse::<u32>().ok()),
-            parts.next().and_then(|p| p.parse::<i32>().ok()),
-        ) else {
-            continue;
-        };
+    for a in announced(&table).filter(|a| a.who == who && a.hash == hash) {
+        let (pid, n, (dev, ino)) = (a.pid, a.fd, a.id);
         if pid == me {
             continue;
         }
@@ -233,39 +249,27 @@ pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing)> {
     let own = own_uid().to_string();
     let mut seen: Vec<(u64, u64)> = Vec::new();
     let mut found = Vec::new();
-    for name in
-        bound_names(&table).filter_map(|n| n.strip_prefix('@').and_then(|n| n.strip_prefix(PREFIX)))
-    {
-        let parts: Vec<&str> = name.split('/').collect();
-        let [who, _hash, dev, ino, pid, n] = parts[..] else {
-            continue;
-        };
-        let sharing = match who {
+    for a in announced(&table) {
+        let sharing = match a.who {
             "claim" => Sharing::Claim,
             uid if every_user || uid == own => Sharing::Private,
             _ => continue,
         };
-        let hex = |p: &str| u64::from_str_radix(p, 16).ok();
-        let (Some(dev), Some(ino), Ok(pid), Ok(n)) =
-            (hex(dev), hex(ino), pid.parse::<u32>(), n.parse::<i32>())
-        else {
-            continue;
-        };
-        if seen.contains(&(dev, ino)) {
+        if seen.contains(&a.id) {
             continue;
         }
-        let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{n}")) else {
+        let Ok(link) = std::fs::read_link(format!("/proc/{}/fd/{}", a.pid, a.fd)) else {
             continue;
         };
         let Some(path) = link.to_str().and_then(|l| l.strip_suffix(" (deleted)")) else {
             continue;
         };
-        let Some(fd) = reach(pid, n, (dev, ino), libc::O_RDONLY) else {
+        let Some(fd) = reach(a.pid, a.fd, a.id, libc::O_RDONLY) else {
             continue;
         };
         // SAFETY: the descriptor reach opened: the file was there.
         unsafe { libc::close(fd) };
-        seen.push((dev, ino));
+        seen.push(a.id);
         found.push((std::path::PathBuf::from(path), sharing));
     }
     found
@@ -282,12 +286,9 @@ fn reach(pid: u32, n: i32, id: (u64, u64), access: i32) -> Option<RawFd> {
     if fd < 0 {
         return None;
     }
-    // SAFETY: plain data filled by fstat.
-    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: our descriptor and a stat to fill.
-    let ok = unsafe { crate::sys::fstat(fd, &mut st) } == 0
-        && (st.st_dev, st.st_ino) == id
-        && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    let ok = crate::kept::stat_of(fd).is_some_and(|st| {
+        (st.st_dev, st.st_ino) == id && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    });
     if ok {
         return Some(fd);
     }
@@ -406,7 +407,8 @@ mod tests {
         assert_eq!(unsafe { libc::read(p[0], b.as_mut_ptr().cast(), 1) }, 1);
         assert_eq!(b[0], b'y', "the child could not become another user");
         // An announcement naming that process, as it could bind.
-        let name = format!("{}1/2/{child}/3", key(&path, Sharing::Private));
+        let (who, hash) = key(&path, Sharing::Private);
+        let name = format!("{PREFIX}{who}/{hash}/1/2/{child}/3");
         // SAFETY: plain data, zeroed is valid.
         let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;

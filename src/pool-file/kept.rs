@@ -12,15 +12,20 @@ use std::ffi::CStr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
-/// The file `fd` is now (its device and inode), None where it is not open.
-pub(crate) fn identity(fd: RawFd) -> Option<(u64, u64)> {
+/// What `fd` is now (`fstat`), None where it is not open.
+pub(crate) fn stat_of(fd: RawFd) -> Option<crate::sys::stat> {
     if fd < 0 {
         return None;
     }
     // SAFETY: plain data filled by fstat.
     let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a descriptor number and a stat to fill.
-    (unsafe { crate::sys::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    (unsafe { crate::sys::fstat(fd, &mut st) } == 0).then_some(st)
+}
+
+/// The file `fd` is now (its device and inode), None where it is not open.
+pub(crate) fn identity(fd: RawFd) -> Option<(u64, u64)> {
+    stat_of(fd).map(|st| (st.st_dev, st.st_ino))
 }
 
 /// A kept descriptor: its number (-1: none) and the file it was when kept.

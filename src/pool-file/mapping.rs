@@ -36,11 +36,7 @@ pub struct PoolFile {
 impl PoolFile {
     /// The open file's device, inode and owner (None: it cannot be read).
     pub fn identity(&self) -> Option<(u64, u64, u32)> {
-        // SAFETY: plain data filled by fstat.
-        let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: our descriptor (or -1: an error) and a stat to fill.
-        (unsafe { crate::sys::fstat(self.locks.fd(), &mut st) } == 0)
-            .then_some((st.st_dev, st.st_ino, st.st_uid))
+        crate::kept::stat_of(self.locks.fd()).map(|st| (st.st_dev, st.st_ino, st.st_uid))
     }
 
     /// A snapshot of the pool for `gpucap status`, `top`, `metrics`, `check` and NVML's

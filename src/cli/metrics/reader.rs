@@ -150,10 +150,7 @@ impl Reader {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(format!("gpucap: --all: {}: {e}", dir.display())),
         };
-        let removed = gpucap_pool_file::removed_pool_files(false)
-            .into_iter()
-            .filter(|(p, _)| p.parent() == Some(dir.as_path()))
-            .filter_map(|(p, _)| p.file_name().map(|n| n.to_os_string()));
+        let removed = crate::pool_names::removed_file_names(&dir);
         let mut names: Vec<String> = entries
             .into_iter()
             .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
