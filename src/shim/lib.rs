@@ -3,6 +3,8 @@
 //! crate is the FFI edge around it. Data flows one way, top to bottom:
 //!
 //! - `dlsym`: the exported `dlsym` and its decision (our hook or glibc's answer).
+//! - `dlopen`: the exported `dlopen` (glibc's, but a library opened with `RTLD_DEEPBIND`
+//!   is bound to the hooks as any other is: `rebind`).
 //! - `table`: the one list of hooked symbols: exported shells with their panic guard,
 //!   the rows `dlsym` and the `cuGetProcAddress` answers use.
 //! - `hooks`: what each intercepted call does, one file per family.
@@ -25,6 +27,8 @@ mod membership;
 mod state;
 
 #[cfg(not(test))]
+mod dlopen;
+#[cfg(not(test))]
 mod dlsym;
 #[cfg(not(test))]
 mod driver;
@@ -34,6 +38,8 @@ mod environ;
 mod exit;
 #[cfg(not(test))]
 mod hooks;
+#[cfg(not(test))]
+mod rebind;
 #[cfg(not(test))]
 mod resolve;
 #[cfg(not(test))]

@@ -35,6 +35,41 @@ pub fn real_dlsym() -> Option<DlsymFn> {
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
 }
 
+pub type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+
+/// glibc's `dlopen` (this library exports its own: `dlopen.rs`). Called from this
+/// library's code, glibc takes it for the caller: a bare name is searched for as this
+/// library would (the program's `LD_LIBRARY_PATH`, the system's cache and folders).
+static REAL_DLOPEN: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+pub fn real_dlopen() -> Option<DlopenFn> {
+    let mut p = REAL_DLOPEN.load(Acquire);
+    if p.is_null() {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: dlvsym with constant NUL-terminated strings; it is not hooked.
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlopen".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            return None;
+        }
+        REAL_DLOPEN.store(p, Release);
+    }
+    // SAFETY: `p` is glibc's dlopen, whose signature DlopenFn is.
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlopenFn>(p) })
+}
+
+/// glibc's `dlopen` of `name` with `flags`; null where there is none.
+pub fn open_library(name: &std::ffi::CStr, flags: c_int) -> *mut c_void {
+    match real_dlopen() {
+        // SAFETY: glibc's dlopen with a NUL-terminated name.
+        Some(dlopen) => unsafe { dlopen(name.as_ptr(), flags) },
+        None => null_mut(),
+    }
+}
+
 /// A handle to the libcuda the program uses, once one is known.
 static LIBCUDA: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 
@@ -47,8 +82,7 @@ fn libcuda() -> *mut c_void {
     // else load it ourselves, as the program is evidently calling into CUDA.
     for flags in [libc::RTLD_LAZY | libc::RTLD_NOLOAD, libc::RTLD_LAZY] {
         for name in [c"libcuda.so.1", c"libcuda.so"] {
-            // SAFETY: dlopen with a constant name; it is not hooked.
-            let h = unsafe { libc::dlopen(name.as_ptr(), flags) };
+            let h = open_library(name, flags);
             if !h.is_null() {
                 return match LIBCUDA.compare_exchange(null_mut(), h, AcqRel, Acquire) {
                     Ok(_) => h,
@@ -67,8 +101,8 @@ pub fn cuda_loaded() -> bool {
         return true;
     }
     for name in [c"libcuda.so.1", c"libcuda.so"] {
-        // SAFETY: dlopen with a constant name and RTLD_NOLOAD: it never loads anything.
-        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        // RTLD_NOLOAD: it never loads anything.
+        let h = open_library(name, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
         if !h.is_null() {
             if LIBCUDA
                 .compare_exchange(null_mut(), h, AcqRel, Acquire)
@@ -92,13 +126,8 @@ fn libnvml() -> *mut c_void {
     if !h.is_null() {
         return h;
     }
-    // SAFETY: dlopen with a constant name and RTLD_NOLOAD: it never loads anything.
-    let h = unsafe {
-        libc::dlopen(
-            c"libnvidia-ml.so.1".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-        )
-    };
+    // RTLD_NOLOAD: it never loads anything.
+    let h = open_library(c"libnvidia-ml.so.1", libc::RTLD_LAZY | libc::RTLD_NOLOAD);
     if h.is_null() {
         return h;
     }

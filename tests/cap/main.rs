@@ -13,6 +13,7 @@ mod ceilings;
 mod context_charge;
 mod contexts;
 mod coverage;
+mod deepbind;
 mod device_tracking;
 mod driver_edges;
 mod escapes;

@@ -58,13 +58,8 @@ fn dl_error() -> String {
 
 fn load() -> Result<Nvml, String> {
     let dlsym = crate::resolve::real_dlsym().ok_or("glibc's dlsym was not found")?;
-    // SAFETY: dlopen with a constant name (not hooked); the handle is kept for the process.
-    let h = unsafe {
-        libc::dlopen(
-            c"libnvidia-ml.so.1".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_LOCAL,
-        )
-    };
+    // glibc's dlopen (not our export); the handle is kept for the process.
+    let h = crate::resolve::open_library(c"libnvidia-ml.so.1", libc::RTLD_LAZY | libc::RTLD_LOCAL);
     if h.is_null() {
         return Err(format!(
             "libnvidia-ml.so.1 cannot be loaded ({})",

@@ -1,0 +1,40 @@
+/*
+ * libdeepbind.so: a library that tests/c/deepbind.c opens with RTLD_DEEPBIND (Julia's
+ * default for every library it loads). It reaches the driver the three ways a CUDA
+ * library does: linked with -lcuda, libcuda opened and its symbol found with dlsym (the
+ * CUDA runtime nvcc links in), and cuGetProcAddress found the same way (CUDA 12's
+ * runtime). Opened with RTLD_DEEPBIND, each of those references looks in this library's
+ * own dependencies (libcuda, the C library's dlsym) before the process's global scope,
+ * where the shim comes first.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+
+#include "fakecuda.h"
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+
+/* Defined by the program too (which exports it): opened with RTLD_DEEPBIND this
+ * library's own definition is the one it calls, without the flag the program's. */
+int which_definition(void) { return 2; }
+int deep_which_definition(void) { return which_definition(); }
+
+CUresult deep_linked(CUdeviceptr *p, size_t bytes) { return cuMemAlloc_v2(p, bytes); }
+
+CUresult deep_looked_up(CUdeviceptr *p, size_t bytes) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    alloc_fn f = h ? (alloc_fn)dlsym(h, "cuMemAlloc_v2") : NULL;
+    return f ? f(p, bytes) : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult deep_procaddr(CUdeviceptr *p, size_t bytes) {
+    typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
+    void *f = NULL;
+    CUdriverProcAddressQueryResult status;
+    if (!gpa || gpa("cuMemAlloc", &f, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) || !f)
+        return CUDA_ERROR_NOT_FOUND;
+    return ((alloc_fn)f)(p, bytes);
+}

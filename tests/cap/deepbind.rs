@@ -1,0 +1,79 @@
+//! A library opened with `RTLD_DEEPBIND` (Julia's default for every library it loads)
+//! looks its references up in its own dependencies first: libcuda's `cuMemAlloc_v2`
+//! and the C library's `dlsym`, not the shim's. Each of the three ways such a library
+//! reaches the driver (linked, `dlsym`, `cuGetProcAddress`) took memory past the cap
+//! (tests/c/deepbind.c, tests/c/libdeepbind.c); the shim's `dlopen` now binds them to
+//! the hooks, keeping the library's own definitions its own.
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use crate::common::*;
+
+const CAP: &str = "1Gi";
+
+fn library() -> PathBuf {
+    compile_c("libdeepbind", ".so", &["-shared", "-fPIC", "-lcuda"])
+}
+
+/// The program, built beside the library and finding it through its own `RUNPATH`
+/// (`$ORIGIN`): a search path only a call from the program itself has.
+fn program() -> PathBuf {
+    compile_c(
+        "deepbind",
+        "",
+        &[
+            "-lcuda",
+            "-rdynamic",
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN",
+        ],
+    )
+}
+
+/// Runs the program in `mode` (`deepbind` or `plain`) on `lib` (a path or a bare name),
+/// under the shim or not.
+fn run_program(mode: &str, lib: &str, shim: bool) -> Output {
+    let prog = program();
+    let stats = scratch("deepbind").join("stats.json");
+    let mut c = fake_cmd(&prog, &stats);
+    c.env("FAKECUDA_TOTAL_MEM", "8Gi");
+    if shim {
+        preload(&mut c).env("GPUCAP_LIMIT", CAP);
+    }
+    run(c.args([mode, CAP, lib]))
+}
+
+#[test]
+fn a_library_opened_with_rtld_deepbind_is_capped_each_way_it_reaches_the_driver() {
+    let lib = library();
+    let lib = lib.to_str().unwrap();
+    let o = run_program("deepbind", lib, true);
+    assert_passed(&o, "a library opened with RTLD_DEEPBIND under the shim");
+    // Control: without the shim the second allocation of each way is served.
+    let o = run_program("deepbind", lib, false);
+    assert_failed(&o, "the same without the shim");
+}
+
+#[test]
+fn a_bare_name_opened_with_rtld_deepbind_is_found_through_the_callers_own_search_path() {
+    // The library lies beside the program, on no search path but the program's RUNPATH:
+    // opened from the shim's code, the name would not be found.
+    library();
+    let o = run_program("deepbind", "libdeepbind.so", true);
+    assert_passed(&o, "a bare name opened with RTLD_DEEPBIND under the shim");
+}
+
+#[test]
+fn a_library_opened_without_rtld_deepbind_is_capped_and_found_as_before() {
+    library();
+    for lib in [
+        library().to_str().unwrap().to_string(),
+        "libdeepbind.so".into(),
+    ] {
+        let o = run_program("plain", &lib, true);
+        assert_passed(
+            &o,
+            &format!("{lib} opened without RTLD_DEEPBIND under the shim"),
+        );
+    }
+}
