@@ -3,7 +3,9 @@
 nothing about gpucap or the fake GPU: tests/real_clients/cupy.rs runs it on the fake GPU, with
 and without the shim, and reads its output.
 
-Usage: cupy_client.py [STEP...] where each STEP is
+Usage: cupy_client.py [deepbind] [STEP...] where `deepbind` first opens every extension
+module with RTLD_DEEPBIND (sys.setdlopenflags before `import cupy`, as programs do to keep
+two copies of a library's symbols apart), and each STEP is
   info           the device count, each device's name, memory and compute capability
   meminfo        cupy.cuda.runtime.memGetInfo() of the current device
   device:<n>     make device n current (cupy.cuda.Device(n).use())
@@ -28,10 +30,15 @@ Output, one fact per line:
 Exit status 0 when every step ran (refusals included), 1 otherwise.
 """
 
+import os
 import sys
 
-import cupy
-import numpy as np
+if sys.argv[1:2] == ["deepbind"]:
+    sys.setdlopenflags(os.RTLD_NOW | os.RTLD_DEEPBIND)
+    del sys.argv[1]
+
+import cupy  # noqa: E402 (after the dlopen flags)
+import numpy as np  # noqa: E402
 
 MIB = 1 << 20
 held = []

@@ -38,6 +38,11 @@ fn cupy_is_capped_with_its_own_out_of_memory_error() {
 }
 
 #[test]
+fn cupy_imported_with_rtld_deepbind_is_capped() {
+    scenarios::imported_with_rtld_deepbind_is_capped(&CUPY);
+}
+
+#[test]
 fn cupy_under_a_fraction_cap() {
     scenarios::under_a_fraction_cap(&CUPY);
 }

@@ -44,6 +44,23 @@ pub fn runs_on_the_fake_gpu(c: &Client) {
     assert_eq!(r.stats[0].peak_used, GIB, "{}", r.dump());
 }
 
+/// Under gpucap with a 600 MiB cap, the client's extension modules imported with
+/// `RTLD_DEEPBIND` (`sys.setdlopenflags`, the client's `deepbind`): each looks its
+/// references up in its own dependencies first (the CUDA runtime linked into it found the
+/// C library's `dlsym`, and through it the driver's functions), and the client still gets
+/// six 100 MiB arrays and then its own error; on the tree before the shim's `dlopen`,
+/// ten (the device's whole gigabyte, the cap never seen).
+pub fn imported_with_rtld_deepbind_is_capped(c: &Client) {
+    let env = [("FAKECUDA_TOTAL_MEM", "1Gi"), ("GPUCAP_LIMIT", "600MiB")];
+    let Some(r) = run_client(c, true, &env, &["deepbind", "meminfo", "fill:100"]) else {
+        return;
+    };
+    let cap = 600 * MIB;
+    assert_eq!(r.mem_info(), [(cap, cap)], "{}", r.dump());
+    assert_eq!(r.fills(), [(6, c.oom.to_string())], "{}", r.dump());
+    assert_peak(&r, 0, cap, cap);
+}
+
 /// Under gpucap with a 600 MiB cap on a 1 GiB device: the memory info shows the cap, the
 /// client gets six 100 MiB arrays, then its own error with gpucap's line, once (the
 /// client frees what it cached and asks again: the same request refused again at once
