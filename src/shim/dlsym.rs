@@ -1,7 +1,8 @@
 //! The exported `dlsym`: a program that looks up a hooked driver or NVML symbol on
 //! a library handle gets our hook (and the driver's function is learnt from the
-//! lookup); everything else goes to glibc's `dlsym` by a tail jump. Runs before any
-//! constructor and re-entrantly: no allocation, no locks, no environment.
+//! lookup), and with `RTLD_DEFAULT` the global scope's answer; everything else goes to
+//! glibc's `dlsym` by a tail jump. Runs before any constructor and re-entrantly: no
+//! allocation, no locks, no environment.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::ptr::null_mut;
@@ -31,9 +32,9 @@ extern "C" fn dlsym_decide(handle: *mut c_void, symbol: *const c_char) -> Decisi
         value: null_mut(),
         forward: real as *mut c_void,
     };
-    // RTLD_DEFAULT already finds our exports first; RTLD_NEXT must stay relative to
-    // the caller, which only glibc, reached by the tail jump, can know.
-    if symbol.is_null() || handle == libc::RTLD_DEFAULT || handle == libc::RTLD_NEXT {
+    // RTLD_NEXT must stay relative to the caller, which only glibc, reached by the tail
+    // jump, can know.
+    if symbol.is_null() || handle == libc::RTLD_NEXT {
         return forward;
     }
     // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
@@ -44,6 +45,16 @@ extern "C" fn dlsym_decide(handle: *mut c_void, symbol: *const c_char) -> Decisi
     let Some(row) = row_named(name) else {
         return forward;
     };
+    if handle == libc::RTLD_DEFAULT {
+        // The process's global scope's answer (our export, unless the program defines the
+        // name itself), asked from here: glibc would answer a caller opened with
+        // RTLD_DEEPBIND from its own dependencies first, the driver's function.
+        return Decision {
+            // SAFETY: real dlsym with RTLD_DEFAULT and a NUL-terminated name.
+            value: unsafe { real(handle, symbol) },
+            forward: null_mut(),
+        };
+    }
     // SAFETY: real dlsym on the caller's handle; the caller identity does not matter
     // for a handle lookup.
     let p = unsafe { real(handle, symbol) };

@@ -6,7 +6,7 @@
  *            program's RUNPATH finds>
  *
  * Under a cap of <cap>: for each way the library reaches the driver (linked, libcuda's
- * symbol by dlsym, cuGetProcAddress), 0.6 of the cap fits and 0.6 more is refused,
+ * symbol by dlsym, cuGetProcAddress, dlsym(RTLD_DEFAULT)), 0.6 of the cap fits and 0.6 more is refused,
  * then freed. The library's own definitions stay its own with the flag (the reason a
  * program asks for it) and are the program's without it. Without the shim the refusals
  * are not there (the control).
@@ -43,8 +43,8 @@ int main(int argc, char **argv) {
     int (*which)(void) = (int (*)(void))dlsym(lib, "deep_which_definition");
     CHECK(which && which() == (deep ? 2 : 1), "the library calls %s definition of a name both define",
           deep ? "its own" : "the program's");
-    const char *ways[] = {"deep_linked", "deep_looked_up", "deep_procaddr"};
-    for (int i = 0; i < 3; i++) {
+    const char *ways[] = {"deep_linked", "deep_looked_up", "deep_procaddr", "deep_default"};
+    for (int i = 0; i < 4; i++) {
         alloc_fn f = (alloc_fn)dlsym(lib, ways[i]);
         CUdeviceptr a = 0, b = 0;
         CUresult ra = f ? f(&a, part) : CUDA_ERROR_NOT_FOUND;

@@ -28,6 +28,11 @@ CUresult deep_looked_up(CUdeviceptr *p, size_t bytes) {
     return f ? f(p, bytes) : CUDA_ERROR_NOT_FOUND;
 }
 
+CUresult deep_default(CUdeviceptr *p, size_t bytes) {
+    alloc_fn f = (alloc_fn)dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+    return f ? f(p, bytes) : CUDA_ERROR_NOT_FOUND;
+}
+
 CUresult deep_procaddr(CUdeviceptr *p, size_t bytes) {
     typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
     void *h = dlopen("libcuda.so.1", RTLD_NOW);

@@ -1,9 +1,11 @@
 //! A library opened with `RTLD_DEEPBIND` (Julia's default for every library it loads)
 //! looks its references up in its own dependencies first: libcuda's `cuMemAlloc_v2`
-//! and the C library's `dlsym`, not the shim's. Each of the three ways such a library
-//! reaches the driver (linked, `dlsym`, `cuGetProcAddress`) took memory past the cap
-//! (tests/c/deepbind.c, tests/c/libdeepbind.c); the shim's `dlopen` now binds them to
-//! the hooks, keeping the library's own definitions its own.
+//! and the C library's `dlsym`, not the shim's. Each of the four ways such a library
+//! reaches the driver (linked, `dlsym` on libcuda's handle, `cuGetProcAddress`,
+//! `dlsym(RTLD_DEFAULT)`) took memory past the cap (tests/c/deepbind.c,
+//! tests/c/libdeepbind.c); the shim's `dlopen` now binds them to the hooks, keeping the
+//! library's own definitions its own, and its `dlsym` answers `RTLD_DEFAULT` from the
+//! global scope.
 
 use std::path::PathBuf;
 use std::process::Output;
