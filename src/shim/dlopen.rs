@@ -7,41 +7,25 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::ptr::null_mut;
 
+use crate::entry::{Decision, tail_jump_entry};
 use crate::log::log;
 use crate::resolve::{DlopenFn, real_dlopen, real_dlsym};
 use crate::table::row_named;
 
-#[repr(C)]
-struct Decision {
-    /// What `dlopen` returns when `forward` is null.
-    value: *mut c_void,
-    /// glibc's `dlopen`, to tail-jump to with the caller's own arguments.
-    forward: *mut c_void,
-}
-
 /// Decides a `dlopen` call made from `caller` (its return address).
 extern "C" fn dlopen_decide(file: *const c_char, flags: c_int, caller: *mut c_void) -> Decision {
     let Some(real) = real_dlopen() else {
-        return Decision {
-            value: null_mut(),
-            forward: null_mut(),
-        };
+        return Decision::answer(null_mut());
     };
     if flags & libc::RTLD_DEEPBIND == 0 || file.is_null() {
-        return Decision {
-            value: null_mut(),
-            forward: real as *mut c_void,
-        };
+        return Decision::forward(real as *mut c_void);
     }
     // No panic crosses into the caller: one is taken for a library that cannot be opened.
     let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         open_deep(real, file, flags, caller)
     }))
     .unwrap_or(null_mut());
-    Decision {
-        value,
-        forward: null_mut(),
-    }
+    Decision::answer(value)
 }
 
 /// Opens `file` with `flags` (which hold `RTLD_DEEPBIND`) as `caller` would have, and
@@ -217,48 +201,6 @@ fn search_dirs(addr: *mut c_void) -> Option<Vec<Vec<u8>>> {
     }
 }
 
-/// The exported `dlopen`. A naked entry so that forwarding is a tail jump: glibc then
-/// sees the original return address (the caller whose search path and namespace a name
-/// is looked up in).
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_void {
-    core::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "mov rdx, [rsp + 16]",    // the caller's return address
-        "sub rsp, 8",             // 16-byte alignment for the call
-        "call {decide}",          // rax = value, rdx = forward
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "test rdx, rdx",
-        "jnz 2f",
-        "ret",
-        "2:",
-        "jmp rdx",                // tail jump: glibc's dlopen returns to our caller
-        decide = sym dlopen_decide,
-    )
-}
-
-#[cfg(target_arch = "aarch64")]
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_void {
-    core::arch::naked_asm!(
-        "stp x29, x30, [sp, #-32]!",
-        "mov x29, sp",
-        "stp x0, x1, [sp, #16]",
-        "mov x2, x30",            // the caller's return address
-        "bl {decide}",            // x0 = value, x1 = forward
-        "mov x16, x1",
-        "ldp x0, x1, [sp, #16]",
-        "ldp x29, x30, [sp], #32",
-        "cbnz x16, 2f",
-        "ret",
-        "2:",
-        "br x16",                 // tail jump with the caller's x30 restored
-        decide = sym dlopen_decide,
-    )
-}
+// The exported `dlopen`: glibc then sees the original return address (the caller whose
+// search path and namespace a name is looked up in).
+tail_jump_entry!(dlopen(file: *const c_char, flags: c_int) -> *mut c_void => dlopen_decide);

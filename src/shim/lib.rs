@@ -4,7 +4,8 @@
 //!
 //! - `dlsym`: the exported `dlsym` and its decision (our hook or glibc's answer).
 //! - `dlopen`: the exported `dlopen` (glibc's, but a library opened with `RTLD_DEEPBIND`
-//!   is bound to the hooks as any other is: `rebind`).
+//!   is bound to the hooks as any other is: `rebind`); `entry`: the naked entry both
+//!   exports share, which keeps the caller's return address for glibc.
 //! - `table`: the one list of hooked symbols: exported shells with their panic guard,
 //!   the rows `dlsym` and the `cuGetProcAddress` answers use.
 //! - `hooks`: what each intercepted call does, one file per family.
@@ -32,6 +33,8 @@ mod dlopen;
 mod dlsym;
 #[cfg(not(test))]
 mod driver;
+#[cfg(not(test))]
+mod entry;
 #[cfg(not(test))]
 mod environ;
 #[cfg(not(test))]

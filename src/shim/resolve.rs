@@ -17,22 +17,25 @@ pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_vo
 static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 
 pub fn real_dlsym() -> Option<DlsymFn> {
-    let mut p = REAL_DLSYM.load(Acquire);
-    if p.is_null() {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: dlvsym with constant NUL-terminated strings; it is not hooked.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-            if !p.is_null() {
-                break;
-            }
-        }
-        if p.is_null() {
-            return None;
-        }
-        REAL_DLSYM.store(p, Release);
-    }
+    let p = glibc_next(&REAL_DLSYM, c"dlsym")?;
     // SAFETY: `p` is glibc's dlsym, whose signature DlsymFn is.
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// The definition of `name` after this library's (glibc's), found with `dlvsym` once and
+/// kept in `cache`.
+fn glibc_next(cache: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> Option<*mut c_void> {
+    let p = cache.load(Acquire);
+    if !p.is_null() {
+        return Some(p);
+    }
+    let p = [c"GLIBC_2.34", c"GLIBC_2.2.5"]
+        .iter()
+        // SAFETY: dlvsym with NUL-terminated strings; it is not hooked.
+        .map(|v| unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), v.as_ptr()) })
+        .find(|p| !p.is_null())?;
+    cache.store(p, Release);
+    Some(p)
 }
 
 pub type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
@@ -43,20 +46,7 @@ pub type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
 static REAL_DLOPEN: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 
 pub fn real_dlopen() -> Option<DlopenFn> {
-    let mut p = REAL_DLOPEN.load(Acquire);
-    if p.is_null() {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: dlvsym with constant NUL-terminated strings; it is not hooked.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlopen".as_ptr(), version.as_ptr()) };
-            if !p.is_null() {
-                break;
-            }
-        }
-        if p.is_null() {
-            return None;
-        }
-        REAL_DLOPEN.store(p, Release);
-    }
+    let p = glibc_next(&REAL_DLOPEN, c"dlopen")?;
     // SAFETY: `p` is glibc's dlopen, whose signature DlopenFn is.
     Some(unsafe { std::mem::transmute::<*mut c_void, DlopenFn>(p) })
 }

@@ -1,0 +1,89 @@
+//! The exported entries whose glibc function reads its caller's return address: `dlsym`
+//! (`RTLD_NEXT` is relative to the caller) and `dlopen` (a bare name is searched for in
+//! the caller's `RUNPATH`, `RPATH` and namespace). Each is a naked function that hands
+//! its two arguments and that return address to a decision function, then returns the
+//! decision's value or tail-jumps to glibc's function with the caller's own arguments
+//! and return address, so glibc sees the caller, not the shim.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+/// What an entry does with a call.
+#[repr(C)]
+pub struct Decision {
+    /// What the entry returns when `forward` is null.
+    pub value: *mut c_void,
+    /// glibc's function, to tail-jump to with the caller's own arguments.
+    pub forward: *mut c_void,
+}
+
+impl Decision {
+    /// Return `value` to the caller.
+    pub fn answer(value: *mut c_void) -> Self {
+        Decision {
+            value,
+            forward: null_mut(),
+        }
+    }
+
+    /// Tail-jump to `f` (null: return null).
+    pub fn forward(f: *mut c_void) -> Self {
+        Decision {
+            value: null_mut(),
+            forward: f,
+        }
+    }
+}
+
+/// `tail_jump_entry!(name(a: A, b: B) -> R => decide)` exports `name`, a naked entry
+/// that calls `decide(a, b, the caller's return address) -> Decision` and acts on it.
+macro_rules! tail_jump_entry {
+    ($name:ident($a:ident: $at:ty, $b:ident: $bt:ty) -> $ret:ty => $decide:path) => {
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($a: $at, $b: $bt) -> $ret {
+            core::arch::naked_asm!(
+                "push rdi",
+                "push rsi",
+                "mov rdx, [rsp + 16]", // the caller's return address
+                "sub rsp, 8",          // 16-byte alignment for the call
+                "call {decide}",       // rax = value, rdx = forward
+                "add rsp, 8",
+                "pop rsi",
+                "pop rdi",
+                "test rdx, rdx",
+                "jnz 2f",
+                "ret",
+                "2:",
+                "jmp rdx", // tail jump: glibc's function returns to our caller
+                decide = sym $decide,
+            )
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($a: $at, $b: $bt) -> $ret {
+            core::arch::naked_asm!(
+                "stp x29, x30, [sp, #-32]!",
+                "mov x29, sp",
+                "stp x0, x1, [sp, #16]",
+                "mov x2, x30", // the caller's return address
+                "bl {decide}", // x0 = value, x1 = forward
+                "mov x16, x1",
+                "ldp x0, x1, [sp, #16]",
+                "ldp x29, x30, [sp], #32",
+                "cbnz x16, 2f",
+                "ret",
+                "2:",
+                "br x16", // tail jump with the caller's x30 restored
+                decide = sym $decide,
+            )
+        }
+    };
+}
+pub(crate) use tail_jump_entry;
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("gpucap's dlsym and dlopen entries are written for x86_64 and aarch64");
