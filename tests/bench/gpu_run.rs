@@ -117,7 +117,7 @@ fn files(out: &Path) -> Vec<String> {
 }
 
 /// The checks the fake GPU can run without a framework.
-const ON_THE_FAKE: [&str; 31] = [
+const ON_THE_FAKE: [&str; 32] = [
     "nvidia-smi",
     "context-overhead",
     "growth-footprint",
@@ -136,6 +136,7 @@ const ON_THE_FAKE: [&str; 31] = [
     "escape-graph-node",
     "escape-graph-generic-node",
     "escape-green-context",
+    "escape-deepbind",
     "accounting-driver",
     "pool",
     "pool-metrics",
@@ -247,7 +248,7 @@ fn on_the_fake_gpu_every_part_runs_and_packs_into_at_most_8_files() {
     skipped("numba", "numba not importable");
     skipped("cuda-static", "no CUDA runtime (libcudart_static.a)");
     skipped("cuda-shared", "no CUDA runtime (libcudart.so*)");
-    assert_eq!(checks.len(), 51, "{checks:?}");
+    assert_eq!(checks.len(), 52, "{checks:?}");
     assert!(checks.values().all(|(s, _)| s != "FAIL"), "{checks:?}");
     // what the checks said, in the figures they were asked for
     let pool = &checks["pool"].1;
@@ -427,7 +428,7 @@ fn without_a_gpu_every_check_and_the_first_use_skip() {
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = results(&out, &o);
     let checks = statuses(&v, "checks");
-    assert_eq!(checks.len(), 48, "{checks:?}");
+    assert_eq!(checks.len(), 49, "{checks:?}");
     for (name, (s, why)) in &checks {
         assert_eq!(
             (s.as_str(), why.as_str()),
@@ -731,5 +732,5 @@ fn the_rest_leaves_out_what_the_first_set_ran() {
         checks.contains_key("pool") && checks.contains_key("accounting-driver"),
         "{checks:?}"
     );
-    assert_eq!(checks.len(), 40 + 3, "{checks:?}");
+    assert_eq!(checks.len(), 41 + 3, "{checks:?}");
 }

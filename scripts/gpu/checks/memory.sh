@@ -9,6 +9,7 @@ CHECKS+=(growth-footprint
     escape-vmm-release escape-pool-cumemfree escape-pool-other-gpu escape-page-rounding
     escape-module-globals escape-stack-limit escape-local-stack escape-legacy-launch escape-multi-device escape-lazy-kernels
     escape-library-global escape-capture-lazy escape-graph-node escape-graph-generic-node escape-green-context
+    escape-deepbind
     accounting-driver accounting-torch accounting-jax accounting-cupy)
 
 ACCOUNTING=$SRC_DIR/accounting.py
@@ -80,6 +81,42 @@ check_escape_graph_node() { escape_check "$1" graph-node; }
 check_escape_graph_generic_node() { escape_check "$1" graph-generic-node; }
 # green contexts: the primary context the first one retains (makes), and each one's own part
 check_escape_green_context() { escape_check "$1" green-context; }
+
+# A library opened with RTLD_DEEPBIND (Julia's default for every library it loads) and the
+# four ways it reaches the driver (tests/c/libdeepbind.c: linked with -lcuda, dlsym on
+# libcuda's handle, cuGetProcAddress, dlsym(RTLD_DEFAULT)): each fits 0.6 x the cap once
+# and is refused 0.6 x the cap more (tests/c/deepbind.c, built here with the host C
+# compiler against this driver). Uncapped, or under a shim without its own dlopen, the
+# second of each is served.
+check_escape_deepbind() {
+    local name=$1 dir=$BUILD/deepbind src=$ROOT/tests/c cc=${CC:-cc} d
+    if ! command -v "$cc" >/dev/null 2>&1; then
+        skip "$name" "no host C compiler ($cc)"
+        return
+    fi
+    local flags=(-O1 -I"$src")
+    while read -r d; do
+        flags+=("-L$d" "-L$d/stubs")
+    done < <(cuda_lib_dirs)
+    local dirs=()
+    IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}"
+    for d in ${dirs[@]+"${dirs[@]}"}; do
+        [ -n "$d" ] && flags+=("-L$d")
+    done
+    mkdir -p "$dir"
+    if ! run_logged "$LOGDIR/.out" "$cc" "${flags[@]}" -shared -fPIC -o "$dir/libdeepbind.so" \
+        "$src/libdeepbind.c" -lcuda -ldl ||
+        ! run_logged "$LOGDIR/.out" "$cc" "${flags[@]}" -rdynamic -o "$dir/deepbind" "$src/deepbind.c" -lcuda -ldl; then
+        fail "$name" "$cc failed to build tests/c/deepbind.c and libdeepbind.c"
+        return
+    fi
+    local out=$LOGDIR/.out
+    if run_logged "$out" "$CLI" run --limit "$CAP" -- "$dir/deepbind" deepbind "$CAP" "$dir/libdeepbind.so"; then
+        pass "$name" "a library opened with RTLD_DEEPBIND kept its own definitions, and linked, by dlsym on libcuda's handle, by cuGetProcAddress and by dlsym(RTLD_DEFAULT) 0.6 x the cap fit once and was refused the second time"
+        return
+    fi
+    fail "$name" "$(grep -E '^(FAIL|FATAL)' "$out" | head -n 3 | tr '\n' ' ')"
+}
 
 # accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
 # first context was measured (the shim's debug line: by NVML, no temporary context).
