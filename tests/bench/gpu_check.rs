@@ -120,7 +120,7 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
         .env("PATH", "/usr/bin:/bin"));
     assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
     let v = verdicts(&o);
-    assert_eq!(v.len(), 52, "48 checks and 4 benchmarks: {}", dump(&o));
+    assert_eq!(v.len(), 53, "49 checks and 4 benchmarks: {}", dump(&o));
     for (status, name, why) in &v {
         assert_eq!(
             (status.as_str(), why.as_str()),
@@ -128,7 +128,7 @@ fn without_a_gpu_every_check_is_skipped_with_the_reason() {
             "{name}"
         );
     }
-    assert_eq!(last_line(&o), "0 passed, 0 failed, 52 skipped");
+    assert_eq!(last_line(&o), "0 passed, 0 failed, 53 skipped");
 
     // nvidia-smi there, but it cannot reach a driver (no NVML): the same, with its words.
     let o = run(Command::new(script())
