@@ -57,7 +57,7 @@ fn key(path: &Path, sharing: Sharing) -> (String, String) {
         Sharing::Claim => "claim".to_string(),
         _ => own_uid().to_string(),
     };
-    (who, format!("{:016x}", path_hash(path)))
+    (who, crate::hex::hex16(path_hash(path)))
 }
 
 /// One announcement, as its name says it (`gpucap-pool/WHO/HASH/DEV/INO/PID/FD`).

@@ -21,12 +21,14 @@
 //!   joined through a member's descriptor, never made a second time.
 //! - `kept`: a descriptor kept while the program runs, acted on only while its number is
 //!   still the file kept (the program may close it and reuse the number).
+//! - `hex`: a value as the 16 hex digits of a name, the same work whatever the value.
 //! - `sys`: the C library's file calls, under the names Rust's std imports too (one
 //!   symbol lookup fewer each when the shim is loaded).
 //!
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
 mod beacon;
+mod hex;
 mod identity;
 mod kept;
 mod live;

@@ -192,9 +192,9 @@ fn create(path: &Path, sharing: Sharing, slots: usize) -> Result<bool, String> {
     let mut made = None;
     for _ in 0..3 {
         let tmp = dir.join(format!(
-            ".{name}.{}.{:016x}.new",
+            ".{name}.{}.{}.new",
             std::process::id(),
-            unique()
+            crate::hex::hex16(unique())
         ));
         let ct = cstr(&tmp)?;
         // SAFETY: a NUL-terminated path; O_EXCL never follows or reuses an existing entry.
