@@ -82,10 +82,7 @@ fn ours(name: &[u8]) -> Option<usize> {
     match name {
         b"dlsym" => Some(crate::dlsym::dlsym as *const () as usize),
         b"dlopen" => Some(dlopen as *const () as usize),
-        _ if name.starts_with(b"cu") || name.starts_with(b"nvml") => {
-            row_named(name).map(|h| h.hook as usize)
-        }
-        _ => None,
+        _ => row_named(name).map(|h| h.hook as usize),
     }
 }
 

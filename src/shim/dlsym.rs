@@ -30,9 +30,6 @@ extern "C" fn dlsym_decide(
     }
     // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    if !name.starts_with(b"cu") && !is_nvml(name) {
-        return forward;
-    }
     let Some(row) = row_named(name) else {
         return forward;
     };

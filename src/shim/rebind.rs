@@ -57,7 +57,7 @@ pub fn objects() -> Vec<usize> {
 /// `target` gives an address to that address; how many slots were set, and how many
 /// could not be (a page that would not be made writable). This library's own slots stay.
 pub fn rebind_since(before: &[usize], target: impl Fn(&[u8]) -> Option<usize>) -> (usize, usize) {
-    let own = own_base();
+    let own = crate::resolve::own_base();
     let mut counts = (0, 0);
     each_object(|info| {
         let base = info.dlpi_addr as usize;
@@ -95,17 +95,6 @@ fn each_object(mut f: impl FnMut(&libc::dl_phdr_info)) {
     // SAFETY: a callback of the loader's signature and a pointer to `f`, which outlives
     // the call.
     unsafe { libc::dl_iterate_phdr(Some(one), &mut f as *mut _ as *mut c_void) };
-}
-
-/// This library's base address, as the loader lists it.
-fn own_base() -> usize {
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr only reads the address of one of our functions and fills `info`.
-    if unsafe { libc::dladdr(own_base as *const c_void, info.as_mut_ptr()) } == 0 {
-        return 0;
-    }
-    // SAFETY: dladdr succeeded, so `info` is initialised.
-    unsafe { info.assume_init() }.dli_fbase as usize
 }
 
 /// Sets the slots of one object (loaded at `base`, with program headers `phdrs`).

@@ -297,6 +297,11 @@ fn find_own_range() -> Option<(usize, usize)> {
     (rc == 0 && start < end).then_some((start, end))
 }
 
+/// This library's base address, as the loader lists its objects (0 where unknown).
+pub fn own_base() -> usize {
+    object_of(is_ours as *mut c_void).map_or(0, |b| b as usize)
+}
+
 /// The base address of the loaded object that holds `p`.
 fn object_of(p: *mut c_void) -> Option<*mut c_void> {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();

@@ -103,8 +103,12 @@ pub fn never_the_driver(p: *const c_void) -> bool {
     is_hook(p) || crate::resolve::in_main_program(p)
 }
 
-/// The row for an exported variant name, without allocating.
+/// The row for an exported variant name, without allocating (a name that is no driver
+/// or NVML name, `cu…` or `nvml…`, is told apart by its first bytes).
 pub fn row_named(name: &[u8]) -> Option<&'static Hook> {
+    if !name.starts_with(b"cu") && !crate::resolve::is_nvml(name) {
+        return None;
+    }
     HOOKS.iter().find(|h| h.name_bytes() == name)
 }
 
