@@ -473,6 +473,14 @@ cuda_lib_dirs() {
     done
 }
 
+# cuda_link_flags: -L flags for the CUDA lib folders and their link stubs (libcuda.so), one a line.
+cuda_link_flags() {
+    local d
+    while read -r d; do
+        printf -- '-L%s\n-L%s/stubs\n' "$d" "$d"
+    done < <(cuda_lib_dirs)
+}
+
 # build NAME OUT SRC [nvcc flags...]: compiles once; 1 after printing FAIL/SKIP NAME.
 declare -A BUILT=()
 build() {
@@ -489,10 +497,8 @@ build() {
         fail "$name" "building $(basename "$out") with nvcc failed (see the log of the first check that built it)"
         return 1
     fi
-    local flags=() d
-    while read -r d; do
-        flags+=("-L$d" "-L$d/stubs")
-    done < <(cuda_lib_dirs)
+    local flags=()
+    mapfile -t flags < <(cuda_link_flags)
     if run_logged "$LOGDIR/.out" "$NVCC" "${NVCC_FLAGS[@]}" -o "$out" "$src" "$@" ${flags[@]+"${flags[@]}"}; then
         BUILT[$out]=ok
         return 0

@@ -94,10 +94,10 @@ check_escape_deepbind() {
         skip "$name" "no host C compiler ($cc)"
         return
     fi
-    local flags=(-O1 -I"$src")
-    while read -r d; do
-        flags+=("-L$d" "-L$d/stubs")
-    done < <(cuda_lib_dirs)
+    local flags=()
+    mapfile -t flags < <(cuda_link_flags)
+    flags+=(-O1 -I"$src")
+    # The driver the run is on where it is not in the linker's folders (the fake GPU).
     local dirs=()
     IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}"
     for d in ${dirs[@]+"${dirs[@]}"}; do
