@@ -1,15 +1,15 @@
-//! The exported `dlopen`: every call goes to glibc's by a tail jump (glibc then sees the
-//! original caller, whose search path and namespace a bare name is looked up in),
-//! except one asking for `RTLD_DEEPBIND`: that library is opened here and bound to the
-//! hooks as a library opened without the flag is (`rebind`), else the CUDA calls it
-//! makes would bypass the cap.
+//! The exported `dlopen` and `dlmopen`: every call goes to glibc's by a tail jump (glibc
+//! then sees the original caller, whose search path and namespace a bare name is looked
+//! up in), except one asking for `RTLD_DEEPBIND` in the process's base namespace: that
+//! library is opened here and bound to the hooks as a library opened without the flag
+//! is (`rebind`), else the CUDA calls it makes would bypass the cap.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::ptr::null_mut;
 
 use crate::entry::{Decision, tail_jump_entry};
 use crate::log::log;
-use crate::resolve::{DlopenFn, real_dlopen, real_dlsym};
+use crate::resolve::{DlopenFn, real_dlmopen, real_dlopen, real_dlsym};
 use crate::table::row_named;
 
 /// Decides a `dlopen` call made from `caller` (its return address).
@@ -17,9 +17,43 @@ extern "C" fn dlopen_decide(file: *const c_char, flags: c_int, caller: *mut c_vo
     let Some(real) = real_dlopen() else {
         return Decision::answer(null_mut());
     };
-    if flags & libc::RTLD_DEEPBIND == 0 || file.is_null() {
-        return Decision::forward(real as *mut c_void);
+    decide_open(real as *mut c_void, file, flags, caller)
+}
+
+/// Decides a `dlmopen` call made from `caller`: in the base namespace (`LM_ID_BASE`) as
+/// `dlopen` (glibc's `dlmopen` there is its `dlopen`); in another, glibc's, untouched
+/// (a namespace of its own loads its own libcuda, which the shim does not reach: the
+/// threat model's residual).
+extern "C" fn dlmopen_decide(
+    lmid: libc::Lmid_t,
+    file: *const c_char,
+    flags: c_int,
+    caller: *mut c_void,
+) -> Decision {
+    let Some(real) = real_dlmopen() else {
+        return Decision::answer(null_mut());
+    };
+    if lmid != libc::LM_ID_BASE {
+        return Decision::forward(real);
     }
+    decide_open(real, file, flags, caller)
+}
+
+/// Forwards an open to glibc's `forward` (its `dlopen`, or its `dlmopen` in the base
+/// namespace: the same arguments after the first), unless it asks for `RTLD_DEEPBIND`:
+/// that one is opened here.
+fn decide_open(
+    forward: *mut c_void,
+    file: *const c_char,
+    flags: c_int,
+    caller: *mut c_void,
+) -> Decision {
+    if flags & libc::RTLD_DEEPBIND == 0 || file.is_null() {
+        return Decision::forward(forward);
+    }
+    let Some(real) = real_dlopen() else {
+        return Decision::answer(null_mut());
+    };
     // No panic crosses into the caller: one is taken for a library that cannot be opened.
     let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         open_deep(real, file, flags, caller)
@@ -82,6 +116,7 @@ fn ours(name: &[u8]) -> Option<usize> {
     match name {
         b"dlsym" => Some(crate::dlsym::dlsym as *const () as usize),
         b"dlopen" => Some(dlopen as *const () as usize),
+        b"dlmopen" => Some(dlmopen as *const () as usize),
         _ => row_named(name).map(|h| h.hook as usize),
     }
 }
@@ -198,6 +233,7 @@ fn search_dirs(addr: *mut c_void) -> Option<Vec<Vec<u8>>> {
     }
 }
 
-// The exported `dlopen`: glibc then sees the original return address (the caller whose
-// search path and namespace a name is looked up in).
+// The exported `dlopen` and `dlmopen`: glibc then sees the original return address (the
+// caller whose search path and namespace a name is looked up in).
 tail_jump_entry!(dlopen(file: *const c_char, flags: c_int) -> *mut c_void => dlopen_decide);
+tail_jump_entry!(dlmopen(lmid: libc::Lmid_t, file: *const c_char, flags: c_int) -> *mut c_void => dlmopen_decide);

@@ -1,14 +1,15 @@
 //! The exported `dlsym`: a program that looks up a hooked driver or NVML symbol on
 //! a library handle gets our hook (and the driver's function is learnt from the
-//! lookup), and with `RTLD_DEFAULT` the global scope's answer; everything else goes to
-//! glibc's `dlsym` by a tail jump. Runs before any constructor and re-entrantly: no
+//! lookup), and with `RTLD_DEFAULT` the global scope's answer; the loader's `dlsym`,
+//! `dlopen` and `dlmopen` the global scope's where glibc would answer its own; everything
+//! else goes to glibc's `dlsym` by a tail jump. Runs before any constructor and re-entrantly: no
 //! allocation, no locks, no environment.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::ptr::null_mut;
 
 use crate::entry::{Decision, tail_jump_entry};
-use crate::resolve::{is_nvml, real_dlsym, remember_library};
+use crate::resolve::{glibc_loader_function, is_nvml, real_dlsym, remember_library};
 use crate::table::{never_the_driver, row_named};
 
 /// Decides a `dlsym` call: our hook for a hooked driver symbol looked up on a
@@ -31,7 +32,10 @@ extern "C" fn dlsym_decide(
     // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let Some(row) = row_named(name) else {
-        return forward;
+        return match glibc_loader_function(name) {
+            Some(glibc) => Decision::answer(loader_function(real, handle, symbol, glibc)),
+            None => forward,
+        };
     };
     if handle == libc::RTLD_DEFAULT {
         // The process's global scope's answer (our export, unless the program defines the
@@ -49,6 +53,30 @@ extern "C" fn dlsym_decide(
     remember_library(is_nvml(name), handle);
     row.learn(p);
     Decision::answer(row.hook as *mut c_void)
+}
+
+/// `dlsym`, `dlopen` or `dlmopen` looked up on `handle` (`glibc` being glibc's own): the
+/// global scope's definition (this library's export, unless the program defines its
+/// own), asked from here, where glibc's answer is glibc's own function or the lookup is
+/// `RTLD_DEFAULT`: what a library opened without `RTLD_DEEPBIND` binds the name to. A
+/// library opened with the flag would get glibc's own from `RTLD_DEFAULT`, and any
+/// caller from the C library's handle, and the libraries it then opened with the flag
+/// would never be bound to the hooks.
+fn loader_function(
+    real: crate::resolve::DlsymFn,
+    handle: *mut c_void,
+    symbol: *const c_char,
+    glibc: *mut c_void,
+) -> *mut c_void {
+    if handle != libc::RTLD_DEFAULT {
+        // SAFETY: real dlsym on the caller's handle with its NUL-terminated name.
+        let p = unsafe { real(handle, symbol) };
+        if p != glibc {
+            return p;
+        }
+    }
+    // SAFETY: real dlsym with RTLD_DEFAULT and a NUL-terminated name.
+    unsafe { real(libc::RTLD_DEFAULT, symbol) }
 }
 
 // The exported `dlsym`: glibc then sees the original return address and resolves

@@ -60,6 +60,24 @@ pub fn open_library(name: &std::ffi::CStr, flags: c_int) -> *mut c_void {
     }
 }
 
+/// glibc's `dlmopen` (this library exports its own: `dlopen.rs`), to tail-jump to.
+static REAL_DLMOPEN: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+pub fn real_dlmopen() -> Option<*mut c_void> {
+    glibc_next(&REAL_DLMOPEN, c"dlmopen")
+}
+
+/// glibc's function of a loader name this library exports too (`dlsym`, `dlopen`,
+/// `dlmopen`); None for any other name.
+pub fn glibc_loader_function(name: &[u8]) -> Option<*mut c_void> {
+    match name {
+        b"dlsym" => glibc_next(&REAL_DLSYM, c"dlsym"),
+        b"dlopen" => glibc_next(&REAL_DLOPEN, c"dlopen"),
+        b"dlmopen" => real_dlmopen(),
+        _ => None,
+    }
+}
+
 /// A handle to the libcuda the program uses, once one is known.
 static LIBCUDA: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 

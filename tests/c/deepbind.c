@@ -3,13 +3,18 @@
  * it, as Julia does with every library it loads (RTLD_DEEPBIND).
  *
  *   deepbind <deepbind|plain> <cap bytes> <library: a path, or a bare name this
- *            program's RUNPATH finds>
+ *            program's RUNPATH finds> [dlopen|dlmopen|libc|newlm]
  *
- * Under a cap of <cap>: for each way the library reaches the driver (linked, libcuda's
- * symbol by dlsym, cuGetProcAddress, dlsym(RTLD_DEFAULT)), 0.6 of the cap fits and 0.6 more is refused,
- * then freed. The library's own definitions stay its own with the flag (the reason a
- * program asks for it) and are the program's without it. Without the shim the refusals
- * are not there (the control).
+ * The library is opened with dlopen (the default), with dlmopen(LM_ID_BASE) (glibc's
+ * dlopen by another name), with the dlopen that dlsym finds on the C library's handle
+ * (glibc's own, where nothing answers for it), or with dlmopen(LM_ID_NEWLM) (a namespace
+ * of its own, with its own libcuda: only opened and its definitions checked, as the shim
+ * does not reach it). Under a cap of <cap>: for each way the library reaches the driver
+ * (linked, libcuda's symbol by dlsym, cuGetProcAddress, dlsym(RTLD_DEFAULT)), 0.6 of the
+ * cap fits and 0.6 more is refused, then freed. The library's own definitions stay its
+ * own with the flag (the reason a program asks for it) and in a namespace of its own,
+ * and are the program's otherwise. Without the shim the refusals are not there (the
+ * control).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,11 +30,14 @@ typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 int which_definition(void) { return 1; }
 
 int main(int argc, char **argv) {
-    if (argc != 4 || (strcmp(argv[1], "deepbind") && strcmp(argv[1], "plain"))) {
-        fprintf(stderr, "usage: %s <deepbind|plain> <cap bytes> <library>\n", argv[0]);
+    const char *how = argc == 5 ? argv[4] : "dlopen";
+    if (argc < 4 || argc > 5 || (strcmp(argv[1], "deepbind") && strcmp(argv[1], "plain")) ||
+        (strcmp(how, "dlopen") && strcmp(how, "dlmopen") && strcmp(how, "libc") && strcmp(how, "newlm"))) {
+        fprintf(stderr, "usage: %s <deepbind|plain> <cap bytes> <library> [dlopen|dlmopen|libc|newlm]\n",
+                argv[0]);
         return 2;
     }
-    int deep = strcmp(argv[1], "deepbind") == 0;
+    int deep = strcmp(argv[1], "deepbind") == 0, own_namespace = strcmp(how, "newlm") == 0;
     size_t cap = parse_size(argv[2]), part = cap / 10 * 6;
     CUdevice dev;
     CUcontext ctx;
@@ -37,12 +45,25 @@ int main(int argc, char **argv) {
     MUST(cuDeviceGet(&dev, 0));
     MUST(cuDevicePrimaryCtxRetain(&ctx, dev));
     MUST(cuCtxSetCurrent(ctx));
-    void *lib = dlopen(argv[3], RTLD_NOW | (deep ? RTLD_DEEPBIND : 0));
-    CHECK(lib != NULL, "dlopen(%s, %s): %s", argv[3], argv[1], lib ? "opened" : dlerror());
+    int flags = RTLD_NOW | (deep ? RTLD_DEEPBIND : 0);
+    void *lib = NULL;
+    if (!strcmp(how, "dlopen")) {
+        lib = dlopen(argv[3], flags);
+    } else if (!strcmp(how, "libc")) {
+        void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+        void *(*open)(const char *, int) = libc ? (void *(*)(const char *, int))dlsym(libc, "dlopen") : NULL;
+        CHECK(open != NULL, "dlsym(the C library's handle, \"dlopen\") found a dlopen");
+        lib = open ? open(argv[3], flags) : NULL;
+    } else {
+        lib = dlmopen(own_namespace ? LM_ID_NEWLM : LM_ID_BASE, argv[3], flags);
+    }
+    CHECK(lib != NULL, "%s(%s, %s): %s", how, argv[3], argv[1], lib ? "opened" : dlerror());
     if (!lib) return finish();
     int (*which)(void) = (int (*)(void))dlsym(lib, "deep_which_definition");
-    CHECK(which && which() == (deep ? 2 : 1), "the library calls %s definition of a name both define",
-          deep ? "its own" : "the program's");
+    int own = deep || own_namespace;
+    CHECK(which && which() == (own ? 2 : 1), "the library calls %s definition of a name both define",
+          own ? "its own" : "the program's");
+    if (own_namespace) return finish();
     const char *ways[] = {"deep_linked", "deep_looked_up", "deep_procaddr", "deep_default"};
     for (int i = 0; i < 4; i++) {
         alloc_fn f = (alloc_fn)dlsym(lib, ways[i]);

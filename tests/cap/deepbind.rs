@@ -5,7 +5,10 @@
 //! `dlsym(RTLD_DEFAULT)`) took memory past the cap (tests/c/deepbind.c,
 //! tests/c/libdeepbind.c); the shim's `dlopen` now binds them to the hooks, keeping the
 //! library's own definitions its own, and its `dlsym` answers `RTLD_DEFAULT` from the
-//! global scope.
+//! global scope. The same holds for the library opened with `dlmopen(LM_ID_BASE)` and
+//! with the `dlopen` that `dlsym` finds on the C library's handle (each took memory past
+//! the cap after the shim's `dlopen` was there, until its `dlmopen` and the answer of
+//! its `dlsym` for the loader's own names).
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -43,9 +46,13 @@ fn program() -> PathBuf {
     )
 }
 
+/// The ways the program opens the library in the process's own namespace: `dlopen`,
+/// `dlmopen(LM_ID_BASE)`, and the `dlopen` found by `dlsym` on the C library's handle.
+const OPENS: [&str; 3] = ["dlopen", "dlmopen", "libc"];
+
 /// Runs the program in `mode` (`deepbind` or `plain`) on `lib` (a path or a bare name),
-/// under the shim or not.
-fn run_program(mode: &str, lib: &str, shim: bool) -> Output {
+/// opened `how` (one of [`OPENS`], or `newlm`), under the shim or not.
+fn run_program(mode: &str, lib: &str, how: &str, shim: bool) -> Output {
     let prog = program();
     let stats = scratch("deepbind").join("stats.json");
     let mut c = fake_cmd(&prog, &stats);
@@ -53,21 +60,23 @@ fn run_program(mode: &str, lib: &str, shim: bool) -> Output {
     if shim {
         preload(&mut c).env("GPUCAP_LIMIT", CAP);
     }
-    run(c.args([mode, CAP, lib]))
+    run(c.args([mode, CAP, lib, how]))
 }
 
 #[test]
 fn a_library_opened_with_rtld_deepbind_is_capped_each_way_it_reaches_the_driver() {
     for lib in [library(), library_bound_now()] {
         let lib = lib.to_str().unwrap();
-        let o = run_program("deepbind", lib, true);
-        assert_passed(
-            &o,
-            &format!("{lib} opened with RTLD_DEEPBIND under the shim"),
-        );
-        // Control: without the shim the second allocation of each way is served.
-        let o = run_program("deepbind", lib, false);
-        assert_failed(&o, &format!("{lib} without the shim"));
+        for how in OPENS {
+            let o = run_program("deepbind", lib, how, true);
+            assert_passed(
+                &o,
+                &format!("{lib} opened with RTLD_DEEPBIND by {how} under the shim"),
+            );
+            // Control: without the shim the second allocation of each way is served.
+            let o = run_program("deepbind", lib, how, false);
+            assert_failed(&o, &format!("{lib} opened by {how} without the shim"));
+        }
     }
 }
 
@@ -76,8 +85,13 @@ fn a_bare_name_opened_with_rtld_deepbind_is_found_through_the_callers_own_search
     // The library lies beside the program, on no search path but the program's RUNPATH:
     // opened from the shim's code, the name would not be found.
     library();
-    let o = run_program("deepbind", "libdeepbind.so", true);
-    assert_passed(&o, "a bare name opened with RTLD_DEEPBIND under the shim");
+    for how in OPENS {
+        let o = run_program("deepbind", "libdeepbind.so", how, true);
+        assert_passed(
+            &o,
+            &format!("a bare name opened with RTLD_DEEPBIND by {how} under the shim"),
+        );
+    }
 }
 
 #[test]
@@ -87,10 +101,27 @@ fn a_library_opened_without_rtld_deepbind_is_capped_and_found_as_before() {
         library().to_str().unwrap().to_string(),
         "libdeepbind.so".into(),
     ] {
-        let o = run_program("plain", &lib, true);
+        for how in OPENS {
+            let o = run_program("plain", &lib, how, true);
+            assert_passed(
+                &o,
+                &format!("{lib} opened by {how} without RTLD_DEEPBIND under the shim"),
+            );
+        }
+    }
+}
+
+#[test]
+fn a_library_opened_in_a_namespace_of_its_own_is_opened_as_glibc_opens_it() {
+    // dlmopen(LM_ID_NEWLM) goes to glibc's untouched (the shim does not reach the
+    // namespace's own libcuda: threat-model.md): the library opens, a bare name through
+    // the program's own RUNPATH, and keeps its own definitions, with the flag or without.
+    library();
+    for mode in ["deepbind", "plain"] {
+        let o = run_program(mode, "libdeepbind.so", "newlm", true);
         assert_passed(
             &o,
-            &format!("{lib} opened without RTLD_DEEPBIND under the shim"),
+            &format!("a bare name opened by dlmopen(LM_ID_NEWLM), {mode}, under the shim"),
         );
     }
 }

@@ -86,8 +86,8 @@ check_escape_green_context() { escape_check "$1" green-context; }
 # four ways it reaches the driver (tests/c/libdeepbind.c: linked with -lcuda, dlsym on
 # libcuda's handle, cuGetProcAddress, dlsym(RTLD_DEFAULT)): each fits 0.6 x the cap once
 # and is refused 0.6 x the cap more (tests/c/deepbind.c, built here with the host C
-# compiler against this driver). Uncapped, or under a shim without its own dlopen, the
-# second of each is served.
+# compiler against this driver), the library opened each of three ways. Uncapped, or
+# under a shim without its own dlopen, the second of each is served.
 check_escape_deepbind() {
     local name=$1 dir=$BUILD/deepbind src=$ROOT/tests/c cc=${CC:-cc} d
     if ! command -v "$cc" >/dev/null 2>&1; then
@@ -110,12 +110,16 @@ check_escape_deepbind() {
         fail "$name" "$cc failed to build tests/c/deepbind.c and libdeepbind.c"
         return
     fi
-    local out=$LOGDIR/.out
-    if run_logged "$out" "$CLI" run --limit "$CAP" -- "$dir/deepbind" deepbind "$CAP" "$dir/libdeepbind.so"; then
-        pass "$name" "a library opened with RTLD_DEEPBIND kept its own definitions, and linked, by dlsym on libcuda's handle, by cuGetProcAddress and by dlsym(RTLD_DEFAULT) 0.6 x the cap fit once and was refused the second time"
-        return
-    fi
-    fail "$name" "$(grep -E '^(FAIL|FATAL)' "$out" | head -n 3 | tr '\n' ' ')"
+    local out=$LOGDIR/.out how
+    # Opened by dlopen, by dlmopen(LM_ID_BASE) and by the dlopen dlsym finds on the C
+    # library's handle.
+    for how in dlopen dlmopen libc; do
+        if ! run_logged "$out" "$CLI" run --limit "$CAP" -- "$dir/deepbind" deepbind "$CAP" "$dir/libdeepbind.so" "$how"; then
+            fail "$name" "opened by $how: $(grep -E '^(FAIL|FATAL)' "$out" | head -n 3 | tr '\n' ' ')"
+            return
+        fi
+    done
+    pass "$name" "a library opened with RTLD_DEEPBIND (by dlopen, dlmopen(LM_ID_BASE) and the C library's own dlopen) kept its own definitions, and linked, by dlsym on libcuda's handle, by cuGetProcAddress and by dlsym(RTLD_DEFAULT) 0.6 x the cap fit once and was refused the second time"
 }
 
 # accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
