@@ -6,10 +6,13 @@
 
 /// `v` as exactly 16 lower-case hex digits.
 pub(crate) fn hex16(v: u64) -> String {
-    (0..16)
-        .rev()
-        .map(|i| char::from(b"0123456789abcdef"[((v >> (i * 4)) & 0xf) as usize]))
-        .collect()
+    hex16_bytes(v).iter().map(|&b| char::from(b)).collect()
+}
+
+/// The same digits as bytes, with no allocation (a claim's serving thread names a socket
+/// with them).
+pub(crate) fn hex16_bytes(v: u64) -> [u8; 16] {
+    std::array::from_fn(|i| b"0123456789abcdef"[((v >> ((15 - i) * 4)) & 0xf) as usize])
 }
 
 #[cfg(test)]

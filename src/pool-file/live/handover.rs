@@ -64,6 +64,18 @@ impl Address {
     pub(super) fn len(&self) -> libc::socklen_t {
         std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t
     }
+
+    /// The descriptor of the socket's directory the address names it under (-1: the
+    /// address holds the whole path).
+    pub(super) fn dir(&self) -> RawFd {
+        self.dir
+    }
+
+    /// The address's path, NUL-terminated (under `/proc/self/fd/` where [`Address::dir`]
+    /// is one).
+    pub(super) fn path(&self) -> *const libc::c_char {
+        self.addr.sun_path.as_ptr()
+    }
 }
 
 impl Drop for Address {
@@ -105,11 +117,12 @@ pub(super) enum Answer {
     Untaken(String),
 }
 
-/// Asks the socket at `at` for the memfd of the pool file `file` (`bytes` long).
-pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
+/// A socket connected to `at`, its answer's and its connect's patience
+/// [`ANSWER_WITHIN`]; Err(the connect's error, None where no socket could be made).
+pub(super) fn connect(at: &Address) -> Result<RawFd, Option<i32>> {
     let s = socket();
     if s < 0 {
-        return untaken("it cannot make a socket to ask", true);
+        return Err(None);
     }
     // The answer's patience, and a connect's where the queue is full.
     for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
@@ -134,17 +147,36 @@ pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
             at.len(),
         )
     };
-    let refused = std::io::Error::last_os_error();
-    let fds = if asked == 0 { receive(s) } else { Err(false) };
-    close(s);
-    if asked != 0 && matches!(refused.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
-        return Answer::NotOurs(format!("this process may not connect to it ({refused})"));
+    if asked != 0 {
+        let e = std::io::Error::last_os_error().raw_os_error();
+        close(s);
+        return Err(e);
     }
+    Ok(s)
+}
+
+/// Asks the socket at `at` for the memfd of the pool file `file` (`bytes` long).
+pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
+    let fds = match connect(at) {
+        Ok(s) => {
+            let fds = receive(s);
+            close(s);
+            fds
+        }
+        Err(None) => return untaken("it cannot make a socket to ask", true),
+        Err(Some(e @ (libc::EACCES | libc::EPERM))) => {
+            return Answer::NotOurs(format!(
+                "this process may not connect to it ({})",
+                std::io::Error::from_raw_os_error(e)
+            ));
+        }
+        Err(Some(e)) => return Answer::Nobody(Some(e)),
+    };
     let [memfd, listening] = match fds {
         Ok(pair) => pair,
         // The kernel could not put the descriptors in this process's table.
         Err(true) => return untaken("the kernel dropped the descriptors handed over", false),
-        Err(false) => return Answer::Nobody(refused.raw_os_error().filter(|_| asked != 0)),
+        Err(false) => return Answer::Nobody(None),
     };
     match check(memfd, file, bytes).and_then(|()| check_listening(listening)) {
         Ok(()) => Answer::Words(memfd, listening),
@@ -183,8 +215,9 @@ fn untaken(what: &str, failed: bool) -> Answer {
 }
 
 /// The two descriptors of one message on `s`; Err(true) where the message carried
-/// descriptors this process could not take (`MSG_CTRUNC`: its open-file limit).
-fn receive(s: RawFd) -> Result<[RawFd; 2], bool> {
+/// descriptors this process could not take (`MSG_CTRUNC`: its open-file limit). No
+/// allocation: a member's serving thread asks too (`rebinding`).
+pub(super) fn receive(s: RawFd) -> Result<[RawFd; 2], bool> {
     let mut byte = 0u8;
     let mut io = libc::iovec {
         iov_base: (&mut byte as *mut u8).cast(),
@@ -202,21 +235,29 @@ fn receive(s: RawFd) -> Result<[RawFd; 2], bool> {
     if n <= 0 {
         return Err(false);
     }
-    let mut got = Vec::new();
+    // The first two descriptors; any more closed (not what a member sends).
+    let (mut got, mut count) = ([-1; 2], 0);
     // SAFETY: walking the control messages the kernel wrote into `control`.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(c) as *const RawFd;
-                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
-                got.extend((0..count).map(|i| data.add(i).read_unaligned()));
+                let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..n {
+                    let fd = data.add(i).read_unaligned();
+                    match got.get_mut(count) {
+                        Some(slot) => *slot = fd,
+                        None => close(fd),
+                    }
+                    count += 1;
+                }
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    match got[..] {
-        [m, l] if msg.msg_flags & libc::MSG_CTRUNC == 0 => Ok([m, l]),
+    match got {
+        [m, l] if count == 2 && msg.msg_flags & libc::MSG_CTRUNC == 0 => Ok([m, l]),
         _ => {
             got.into_iter().for_each(close);
             Err(msg.msg_flags & libc::MSG_CTRUNC != 0)

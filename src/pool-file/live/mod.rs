@@ -26,11 +26,14 @@
 //!
 //! - `handover`: the socket and what crosses it (asking, answering, checking what came).
 //! - `serving`: each member's thread that answers, and a forked child's letting go.
+//! - `rebinding`: the socket bound again by the members where it was removed or replaced
+//!   while they run (the same memfd served: one budget, as before).
 //!
 //! System calls go through `syscall` (already imported): no new symbol for the dynamic
 //! loader to look up in every process the shim is loaded into.
 
 mod handover;
+mod rebinding;
 mod serving;
 
 use std::os::fd::RawFd;
@@ -40,6 +43,7 @@ use std::time::{Duration, Instant};
 use crate::locks::{LOCK_BASE, flock_range, lock_call};
 use crate::sys::cstr;
 use handover::{Address, Answer, SEALS, ask, close, socket};
+use rebinding::Watch;
 use serving::{own_copy, pause, served};
 
 pub use serving::forget_in_child;
@@ -91,7 +95,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
             try_lock(file, libc::F_UNLCK, MAKE_BYTE)?;
         }
         match held(&sock, &at, file, bytes)? {
-            Asked::Held(m, l) => return served(m, l),
+            Asked::Held(m, l) => return served(m, l, Watch::new(&sock, m, file)),
             Asked::Again => {
                 pause(&mut waited);
                 continue;
@@ -103,7 +107,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
             let decided = decide(&sock, &at, file, bytes);
             try_lock(file, libc::F_UNLCK, MAKE_BYTE)?;
             if let Some((m, l)) = decided? {
-                return served(m, l);
+                return served(m, l, Watch::new(&sock, m, file));
             }
         }
         pause(&mut waited);
@@ -157,11 +161,13 @@ fn held(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<Asked, S
 /// Why nobody could be asked at `sock`, where its path says: no socket there, a file that
 /// is not one, or one nobody listens on (`failed`: the error of the connect). None where
 /// the question went out and nobody answered in time (stopped members), or it is not
-/// known. Said only where members hold the words: none of them can serve a joiner then
-/// until they have all exited (a new socket is bound only with a new memfd).
+/// known. Said only where members hold the words: each of them binds a socket there again
+/// within a second of no joiner (`rebinding`), so a joiner meets this only where none of
+/// them can (every one stopped, or a directory in the socket's place).
 fn unreachable(sock: &Path, failed: Option<i32>) -> Option<String> {
     let s = sock.display();
-    let until = "no process can join until every member has exited";
+    let until = "its members bind one there again within a second unless every one of \
+                 them is stopped or cannot";
     let why = match failed? {
         libc::ENOENT => format!("its socket {s} was not there (removed while they run?); {until}"),
         libc::ECONNREFUSED => match socket_kind(sock) {

@@ -1,10 +1,12 @@
-//! Each member's thread that hands the claim's words to the next, started without an
-//! import of the thread calls, and a forked child's letting go of what it inherited.
+//! Each member's thread that hands the claim's words to the next (and looks after the
+//! claim's socket between joiners: `rebinding`), started without an import of the thread
+//! calls, and a forked child's letting go of what it inherited.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use super::handover::{check, close, send};
+use super::rebinding::{Watch, look_between_joiners};
 use crate::kept::Kept;
 
 /// A claim this process holds: its memfd and listening socket, each kept as the file it
@@ -40,8 +42,20 @@ static HELD: [Held; 8] = [const {
     }
 }; 8];
 
-/// Serves `memfd` and `listening` to every joiner from a thread of their own: the memfd.
-pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
+/// What a serving thread is handed: its entry of [`HELD`], and what it needs to look
+/// after the claim's socket (None: a path too long for a socket's address).
+struct Serving {
+    held: &'static Held,
+    watch: Option<Watch>,
+}
+
+/// Serves `memfd` and `listening` to every joiner from a thread of their own, which
+/// looks after the claim's socket with `watch` between joiners: the memfd.
+pub(super) fn served(
+    memfd: RawFd,
+    listening: RawFd,
+    watch: Option<Watch>,
+) -> Result<RawFd, String> {
     // Taken by a swap: two threads joining two claims at once never take one entry.
     let slot = HELD.iter().find(|h| {
         h.taken
@@ -55,9 +69,15 @@ pub(super) fn served(memfd: RawFd, listening: RawFd) -> Result<RawFd, String> {
     // them later.
     h.fds[0].keep(memfd);
     h.fds[1].keep(listening);
-    match spawn(h as *const Held as *mut libc::c_void) {
+    // Every holder's accept returns between joiners, for its thread to look at the path
+    // (the socket may have been made by a member that set it already).
+    look_between_joiners(listening);
+    let arg = Box::into_raw(Box::new(Serving { held: h, watch }));
+    match spawn(arg.cast()) {
         0 => Ok(memfd),
         e => {
+            // SAFETY: the box made above, which no thread took.
+            drop(unsafe { Box::from_raw(arg) });
             // Refused (a container's pids limit reached): the entry, the memfd and the
             // socket let go, so no joiner waits on a socket this process keeps open
             // with nobody to answer on it.
@@ -94,14 +114,15 @@ pub(super) fn own_copy(file: RawFd, bytes: usize) -> Option<RawFd> {
 }
 
 /// The serving thread of one of [`HELD`]'s entries: accepts every joiner, gives it the
-/// memfd and the listening socket. System calls only (no allocation, no lock). It accepts
-/// and sends only while each number is still the file it was handed over as ([`Held`]),
-/// else it stops: never taking the program's connections or handing them the claim's
-/// words.
-extern "C" fn serve(held: *mut libc::c_void) -> *mut libc::c_void {
-    // SAFETY: an entry of the static HELD, passed by `served`.
-    let h = unsafe { &*(held as *const Held) };
-    let (memfd, listening) = (h.fds[0].number(), h.fds[1].number());
+/// memfd and the listening socket, and between joiners looks after the socket's path
+/// (`rebinding`), serving the socket there from then on where that changed. System calls
+/// only (no allocation, no lock) once started. It accepts and sends only while each
+/// number is still the file it was handed over as ([`Held`]), else it stops: never
+/// taking the program's connections or handing them the claim's words.
+extern "C" fn serve(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: the box `served` made for this thread, taken once.
+    let Serving { held: h, mut watch } = *unsafe { Box::from_raw(arg as *mut Serving) };
+    let (memfd, mut listening) = (h.fds[0].number(), h.fds[1].number());
     // Done: a forked child must not close what the numbers are now (the program's).
     let done = || {
         h.free();
@@ -138,6 +159,16 @@ extern "C" fn serve(held: *mut libc::c_void) -> *mut libc::c_void {
         match std::io::Error::last_os_error().raw_os_error() {
             // A joiner gone before it was accepted, a signal: the next one.
             Some(libc::EINTR | libc::ECONNABORTED) => {}
+            // No joiner for a while: the socket's path looked at.
+            Some(libc::EAGAIN) => {
+                if let Some(l) = watch.as_mut().and_then(|w| w.look()) {
+                    // The socket at the path from now on; the one before closed here
+                    // (only where it is still the claim's).
+                    h.fds[1].close();
+                    h.fds[1].keep(l);
+                    listening = l;
+                }
+            }
             // Out of descriptors or memory for a moment: the others serve meanwhile.
             Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
                 let mut waited = 5;
