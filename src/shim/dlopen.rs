@@ -13,7 +13,12 @@ use crate::resolve::{DlopenFn, real_dlmopen, real_dlopen, real_dlsym};
 use crate::table::row_named;
 
 /// Decides a `dlopen` call made from `caller` (its return address).
-extern "C" fn dlopen_decide(file: *const c_char, flags: c_int, caller: *mut c_void) -> Decision {
+extern "C" fn dlopen_decide(
+    file: *const c_char,
+    flags: c_int,
+    _none: usize,
+    caller: *mut c_void,
+) -> Decision {
     let Some(real) = real_dlopen() else {
         return Decision::answer(null_mut());
     };

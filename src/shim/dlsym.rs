@@ -17,6 +17,7 @@ use crate::table::{never_the_driver, row_named};
 extern "C" fn dlsym_decide(
     handle: *mut c_void,
     symbol: *const c_char,
+    _none: usize,
     _caller: *mut c_void,
 ) -> Decision {
     let Some(real) = real_dlsym() else {

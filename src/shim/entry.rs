@@ -35,59 +35,17 @@ impl Decision {
     }
 }
 
-/// `tail_jump_entry!(name(a: A, b: B) -> R => decide)` exports `name`, a naked entry
-/// that calls `decide(a, b, the caller's return address) -> Decision` and acts on it;
-/// with three arguments, `decide(a, b, c, the caller's return address)`.
+/// `tail_jump_entry!(name(a: A, b: B[, c: C]) -> R => decide)` exports `name`, a naked
+/// entry that calls `decide(a, b, c, the caller's return address) -> Decision` and acts
+/// on it. The first three argument registers are kept and handed over whatever the
+/// entry's arity (a two-argument entry's third is whatever its caller left there, which
+/// `decide` ignores), so one body serves every entry.
 macro_rules! tail_jump_entry {
-    ($name:ident($a:ident: $at:ty, $b:ident: $bt:ty) -> $ret:ty => $decide:path) => {
+    ($name:ident($($arg:ident: $ty:ty),+) -> $ret:ty => $decide:path) => {
         #[cfg(target_arch = "x86_64")]
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($a: $at, $b: $bt) -> $ret {
-            core::arch::naked_asm!(
-                "push rdi",
-                "push rsi",
-                "mov rdx, [rsp + 16]", // the caller's return address
-                "sub rsp, 8",          // 16-byte alignment for the call
-                "call {decide}",       // rax = value, rdx = forward
-                "add rsp, 8",
-                "pop rsi",
-                "pop rdi",
-                "test rdx, rdx",
-                "jnz 2f",
-                "ret",
-                "2:",
-                "jmp rdx", // tail jump: glibc's function returns to our caller
-                decide = sym $decide,
-            )
-        }
-
-        #[cfg(target_arch = "aarch64")]
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($a: $at, $b: $bt) -> $ret {
-            core::arch::naked_asm!(
-                "stp x29, x30, [sp, #-32]!",
-                "mov x29, sp",
-                "stp x0, x1, [sp, #16]",
-                "mov x2, x30", // the caller's return address
-                "bl {decide}", // x0 = value, x1 = forward
-                "mov x16, x1",
-                "ldp x0, x1, [sp, #16]",
-                "ldp x29, x30, [sp], #32",
-                "cbnz x16, 2f",
-                "ret",
-                "2:",
-                "br x16", // tail jump with the caller's x30 restored
-                decide = sym $decide,
-            )
-        }
-    };
-    ($name:ident($a:ident: $at:ty, $b:ident: $bt:ty, $c:ident: $ct:ty) -> $ret:ty => $decide:path) => {
-        #[cfg(target_arch = "x86_64")]
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($a: $at, $b: $bt, $c: $ct) -> $ret {
+        pub unsafe extern "C" fn $name($($arg: $ty),+) -> $ret {
             core::arch::naked_asm!(
                 "push rdi",
                 "push rsi",
@@ -110,7 +68,7 @@ macro_rules! tail_jump_entry {
         #[cfg(target_arch = "aarch64")]
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($a: $at, $b: $bt, $c: $ct) -> $ret {
+        pub unsafe extern "C" fn $name($($arg: $ty),+) -> $ret {
             core::arch::naked_asm!(
                 "stp x29, x30, [sp, #-48]!",
                 "mov x29, sp",
