@@ -6,6 +6,7 @@
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use crate::entry::{Decision, tail_jump_entry};
 use crate::log::log;
@@ -28,7 +29,7 @@ extern "C" fn dlopen_decide(
 /// Decides a `dlmopen` call made from `caller`: in the base namespace (`LM_ID_BASE`) as
 /// `dlopen` (glibc's `dlmopen` there is its `dlopen`); in another, glibc's, untouched
 /// (a namespace of its own loads its own libcuda, which the shim does not reach: the
-/// threat model's residual).
+/// threat model's residual), said once in a warning line.
 extern "C" fn dlmopen_decide(
     lmid: libc::Lmid_t,
     file: *const c_char,
@@ -39,9 +40,32 @@ extern "C" fn dlmopen_decide(
         return Decision::answer(null_mut());
     };
     if lmid != libc::LM_ID_BASE {
+        say_uncapped_namespace(file);
         return Decision::forward(real);
     }
     decide_open(real, file, flags, caller)
+}
+
+/// Says, once a process, that a library opened in a namespace other than the base one
+/// (`dlmopen`) is out of the cap's reach: a driver it loads there is the namespace's own.
+fn say_uncapped_namespace(file: *const c_char) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Relaxed) {
+        return;
+    }
+    // No panic crosses into the caller.
+    let _ = std::panic::catch_unwind(|| {
+        let name = match file.is_null() {
+            true => "the program".into(),
+            // SAFETY: dlmopen's contract: a NUL-terminated name.
+            false => unsafe { CStr::from_ptr(file) }.to_string_lossy(),
+        };
+        log!(
+            Warn,
+            "dlmopen opens {name} in a namespace of its own, where gpucap is not: a CUDA \
+             driver loaded there is not capped (dlopen, or dlmopen with LM_ID_BASE, is)"
+        );
+    });
 }
 
 /// Forwards an open to glibc's `forward` (its `dlopen`, or its `dlmopen` in the base

@@ -112,10 +112,11 @@ fn a_library_opened_without_rtld_deepbind_is_capped_and_found_as_before() {
 }
 
 #[test]
-fn a_library_opened_in_a_namespace_of_its_own_is_opened_as_glibc_opens_it() {
+fn a_library_opened_in_a_namespace_of_its_own_is_opened_as_glibc_opens_it_and_said() {
     // dlmopen(LM_ID_NEWLM) goes to glibc's untouched (the shim does not reach the
     // namespace's own libcuda: threat-model.md): the library opens, a bare name through
-    // the program's own RUNPATH, and keeps its own definitions, with the flag or without.
+    // the program's own RUNPATH, and keeps its own definitions, with the flag or without;
+    // one line says the namespace is out of the cap's reach.
     library();
     for mode in ["deepbind", "plain"] {
         let o = run_program(mode, "libdeepbind.so", "newlm", true);
@@ -123,5 +124,18 @@ fn a_library_opened_in_a_namespace_of_its_own_is_opened_as_glibc_opens_it() {
             &o,
             &format!("a bare name opened by dlmopen(LM_ID_NEWLM), {mode}, under the shim"),
         );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            err.matches("dlmopen opens libdeepbind.so in a namespace of its own, where gpucap is not: a CUDA driver loaded there is not capped").count(),
+            1,
+            "{mode}: {err}"
+        );
     }
+    // The library's own namespace is only said where it is asked for.
+    let o = run_program("plain", "libdeepbind.so", "dlmopen", true);
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("namespace of its own"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
