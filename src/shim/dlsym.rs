@@ -18,20 +18,21 @@ extern "C" fn dlsym_decide(
     handle: *mut c_void,
     symbol: *const c_char,
     _none: usize,
-    _caller: *mut c_void,
+    caller: *mut c_void,
 ) -> Decision {
     let Some(real) = real_dlsym() else {
         // No glibc dlsym: nothing can be looked up at all.
         return Decision::answer(null_mut());
     };
     let forward = Decision::forward(real as *mut c_void);
-    // RTLD_NEXT must stay relative to the caller, which only glibc, reached by the tail
-    // jump, can know.
-    if symbol.is_null() || handle == libc::RTLD_NEXT {
+    if symbol.is_null() {
         return forward;
     }
     // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    if handle == libc::RTLD_NEXT {
+        return next_definition(name, caller, forward);
+    }
     let Some(row) = row_named(name) else {
         return match glibc_loader_function(name) {
             Some(glibc) => Decision::answer(loader_function(real, handle, symbol, glibc)),
@@ -54,6 +55,21 @@ extern "C" fn dlsym_decide(
     remember_library(is_nvml(name), handle);
     row.learn(p);
     Decision::answer(row.hook as *mut c_void)
+}
+
+/// `dlsym(RTLD_NEXT, name)` from `caller`: relative to the caller, which only glibc,
+/// reached by the tail jump (`forward`), can know; except a hooked name asked from an
+/// object after this library in the loader's list, for which the next definition is the
+/// driver's own (or an interposer's preloaded after gpucap, which would forward to it):
+/// the hook, what that object's own references to the name bind to. Interposers
+/// preloaded before gpucap reach its hook through glibc, as before.
+fn next_definition(name: &[u8], caller: *mut c_void, forward: Decision) -> Decision {
+    match row_named(name) {
+        Some(row) if crate::rebind::loaded_after_this_library(caller as usize) => {
+            Decision::answer(row.hook as *mut c_void)
+        }
+        _ => forward,
+    }
 }
 
 /// `dlsym`, `dlopen` or `dlmopen` looked up on `handle` (`glibc` being glibc's own): the

@@ -74,6 +74,32 @@ pub fn rebind_since(before: &[usize], target: impl Fn(&[u8]) -> Option<usize>) -
     counts
 }
 
+/// Whether the object holding the code address `addr` comes after this library in the
+/// loader's list of loaded objects (the program, the preloads, their dependencies, then
+/// what was opened since): `dlsym(RTLD_NEXT)` from such an object searches past this
+/// library (to the driver's own function, for a driver name). No allocation.
+pub fn loaded_after_this_library(addr: usize) -> bool {
+    let own = loaded_after_this_library as *const () as usize;
+    let (mut seen_own, mut after) = (false, false);
+    each_object(|info| {
+        // SAFETY: the loader's program headers of a loaded object, alive during the
+        // iteration, `dlpi_phnum` of them.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
+        let holds = |a: usize| {
+            phdrs.iter().any(|ph| {
+                let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                ph.p_type == libc::PT_LOAD && (start..start + ph.p_memsz as usize).contains(&a)
+            })
+        };
+        if holds(own) {
+            seen_own = true;
+        } else if seen_own && holds(addr) {
+            after = true;
+        }
+    });
+    after
+}
+
 /// Calls `f` with each loaded object (the loader's lock is held meanwhile).
 fn each_object(mut f: impl FnMut(&libc::dl_phdr_info)) {
     unsafe extern "C" fn one(

@@ -10,7 +10,7 @@
  * (glibc's own, where nothing answers for it), or with dlmopen(LM_ID_NEWLM) (a namespace
  * of its own, with its own libcuda: only opened and its definitions checked, as the shim
  * does not reach it). Under a cap of <cap>: for each way the library reaches the driver
- * (linked, libcuda's symbol by dlsym, cuGetProcAddress, dlsym(RTLD_DEFAULT)), 0.6 of the
+ * (linked, libcuda's symbol by dlsym, cuGetProcAddress, dlsym(RTLD_DEFAULT), dlsym(RTLD_NEXT)), 0.6 of the
  * cap fits and 0.6 more is refused, then freed. The library's own definitions stay its
  * own with the flag (the reason a program asks for it) and in a namespace of its own,
  * and are the program's otherwise. Without the shim the refusals are not there (the
@@ -64,8 +64,8 @@ int main(int argc, char **argv) {
     CHECK(which && which() == (own ? 2 : 1), "the library calls %s definition of a name both define",
           own ? "its own" : "the program's");
     if (own_namespace) return finish();
-    const char *ways[] = {"deep_linked", "deep_looked_up", "deep_procaddr", "deep_default"};
-    for (int i = 0; i < 4; i++) {
+    const char *ways[] = {"deep_linked", "deep_looked_up", "deep_procaddr", "deep_default", "deep_next"};
+    for (int i = 0; i < 5; i++) {
         alloc_fn f = (alloc_fn)dlsym(lib, ways[i]);
         CUdeviceptr a = 0, b = 0;
         CUresult ra = f ? f(&a, part) : CUDA_ERROR_NOT_FOUND;

@@ -3,9 +3,10 @@
  * default for every library it loads). It reaches the driver the three ways a CUDA
  * library does: linked with -lcuda, libcuda opened and its symbol found with dlsym (the
  * CUDA runtime nvcc links in), and cuGetProcAddress found the same way (CUDA 12's
- * runtime). Opened with RTLD_DEEPBIND, each of those references looks in this library's
- * own dependencies (libcuda, the C library's dlsym) before the process's global scope,
- * where the shim comes first.
+ * runtime), besides dlsym(RTLD_DEFAULT) and dlsym(RTLD_NEXT). Opened with RTLD_DEEPBIND,
+ * each of those references looks in this library's own dependencies (libcuda, the C
+ * library's dlsym) before the process's global scope, where the shim comes first; and
+ * the next definition after this library, opened with the flag or not, is libcuda's.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -30,6 +31,13 @@ CUresult deep_looked_up(CUdeviceptr *p, size_t bytes) {
 
 CUresult deep_default(CUdeviceptr *p, size_t bytes) {
     alloc_fn f = (alloc_fn)dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+    return f ? f(p, bytes) : CUDA_ERROR_NOT_FOUND;
+}
+
+/* The next definition after this library, as an interposer finds what it wraps: the
+ * driver's own function (this library comes after the shim in the loader's list). */
+CUresult deep_next(CUdeviceptr *p, size_t bytes) {
+    alloc_fn f = (alloc_fn)dlsym(RTLD_NEXT, "cuMemAlloc_v2");
     return f ? f(p, bytes) : CUDA_ERROR_NOT_FOUND;
 }
 

@@ -8,7 +8,9 @@
 //! global scope. The same holds for the library opened with `dlmopen(LM_ID_BASE)` and
 //! with the `dlopen` that `dlsym` finds on the C library's handle (each took memory past
 //! the cap after the shim's `dlopen` was there, until its `dlmopen` and the answer of
-//! its `dlsym` for the loader's own names).
+//! its `dlsym` for the loader's own names). A fifth way, `dlsym(RTLD_NEXT)` from the
+//! library (after the shim in the loader's list, with the flag or without), found the
+//! driver's own function until the shim's `dlsym` answered it with the hook.
 
 use std::path::PathBuf;
 use std::process::Output;
