@@ -62,10 +62,17 @@ extern "C" fn dlsym_decide(
 /// object after this library in the loader's list, for which the next definition is the
 /// driver's own (or an interposer's preloaded after gpucap, which would forward to it):
 /// the hook, what that object's own references to the name bind to. Interposers
-/// preloaded before gpucap reach its hook through glibc, as before.
+/// preloaded before gpucap reach its hook through glibc, as before; so does an object
+/// whose own function the hook forwards to (taken for the driver's from a `dlsym` on
+/// its handle): answered the hook, the two would call each other without end.
 fn next_definition(name: &[u8], caller: *mut c_void, forward: Decision) -> Decision {
     match row_named(name) {
-        Some(row) if crate::rebind::loaded_after_this_library(caller as usize) => {
+        Some(row)
+            if crate::rebind::loaded_after_this_library(
+                caller as usize,
+                row.slot.known() as usize,
+            ) =>
+        {
             Decision::answer(row.hook as *mut c_void)
         }
         _ => forward,

@@ -76,9 +76,10 @@ pub fn rebind_since(before: &[usize], target: impl Fn(&[u8]) -> Option<usize>) -
 
 /// Whether the object holding the code address `addr` comes after this library in the
 /// loader's list of loaded objects (the program, the preloads, their dependencies, then
-/// what was opened since): `dlsym(RTLD_NEXT)` from such an object searches past this
-/// library (to the driver's own function, for a driver name). No allocation.
-pub fn loaded_after_this_library(addr: usize) -> bool {
+/// what was opened since) and does not hold `not_in` (a function this library forwards
+/// to): `dlsym(RTLD_NEXT)` from such an object searches past this library (to the
+/// driver's own function, for a driver name). No allocation.
+pub fn loaded_after_this_library(addr: usize, not_in: usize) -> bool {
     let own = loaded_after_this_library as *const () as usize;
     let (mut seen_own, mut after) = (false, false);
     each_object(|info| {
@@ -93,7 +94,7 @@ pub fn loaded_after_this_library(addr: usize) -> bool {
         };
         if holds(own) {
             seen_own = true;
-        } else if seen_own && holds(addr) {
+        } else if seen_own && holds(addr) && !holds(not_in) {
             after = true;
         }
     });

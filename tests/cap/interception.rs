@@ -353,6 +353,29 @@ fn another_interposer_preloaded_before_the_shim_still_forwards() {
     );
 }
 
+/// A library after the shim that wraps a driver function and forwards to
+/// `dlsym(RTLD_NEXT)`, whose wrapper the shim took for the driver's function (the
+/// program looked the name up on its handle): the shim answers a library after it its
+/// hook for a driver name with `RTLD_NEXT` (the driver's own function escaped the cap
+/// before), but not this one, or the wrapper and the hook call each other without end
+/// (the wrapper aborts past a depth of 3; seen with the answer unguarded).
+#[test]
+fn a_wrapper_the_shim_forwards_to_is_never_answered_the_hook_back() {
+    let lib = compile_c("libwrapnext", ".so", &["-shared", "-fPIC"]);
+    let prog = compile_c("wrapnext", "", &["-lcuda"]);
+    let stats = scratch("wrapnext").join("stats.json");
+    let mut c = fake_cmd(&prog, &stats);
+    c.env("FAKECUDA_TOTAL_MEM", PHYS).arg(&lib);
+    let o = run(preload(&mut c).env("GPUCAP_LIMIT", CAP));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.code().is_some() && out.contains("through what dlsym found"),
+        "the program did not end: {:?}\n{out}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 // ---- (e) processes that never use CUDA ----------------------------------------------
 
 #[test]
