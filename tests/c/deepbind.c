@@ -39,12 +39,7 @@ int main(int argc, char **argv) {
     }
     int deep = strcmp(argv[1], "deepbind") == 0, own_namespace = strcmp(how, "newlm") == 0;
     size_t cap = parse_size(argv[2]), part = cap / 10 * 6;
-    CUdevice dev;
-    CUcontext ctx;
-    MUST(cuInit(0));
-    MUST(cuDeviceGet(&dev, 0));
-    MUST(cuDevicePrimaryCtxRetain(&ctx, dev));
-    MUST(cuCtxSetCurrent(ctx));
+    primary_context_on_gpu0();
     int flags = RTLD_NOW | (deep ? RTLD_DEEPBIND : 0);
     void *lib = NULL;
     if (!strcmp(how, "dlopen")) {

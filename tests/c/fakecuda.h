@@ -293,6 +293,18 @@ static inline CUcontext context_on_gpu0(void) {
     return ctx;
 }
 
+/* Initialises the driver and makes GPU 0's primary context current on this thread;
+ * exits 3 if it cannot. */
+static inline CUcontext primary_context_on_gpu0(void) {
+    CUdevice dev;
+    CUcontext ctx;
+    MUST(cuInit(0));
+    MUST(cuDeviceGet(&dev, 0));
+    MUST(cuDevicePrimaryCtxRetain(&ctx, dev));
+    MUST(cuCtxSetCurrent(ctx));
+    return ctx;
+}
+
 /* Parses a byte count: plain digits with an optional Ki/Mi/Gi suffix. */
 static inline size_t parse_size(const char *s) {
     char *end = NULL;

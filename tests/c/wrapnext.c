@@ -22,12 +22,7 @@ int main(int argc, char **argv) {
     alloc_fn f = h ? (alloc_fn)dlsym(h, "cuMemAlloc_v2") : NULL;
     CHECK(f != NULL, "cuMemAlloc_v2 found on %s", argv[1]);
     if (!f) return finish();
-    CUdevice dev;
-    CUcontext ctx;
-    MUST(cuInit(0));
-    MUST(cuDeviceGet(&dev, 0));
-    MUST(cuDevicePrimaryCtxRetain(&ctx, dev));
-    MUST(cuCtxSetCurrent(ctx));
+    primary_context_on_gpu0();
     CUdeviceptr a = 0, b = 0;
     CUresult ra = f(&a, 1 << 20), rb = cuMemAlloc_v2(&b, 1 << 20);
     printf("through what dlsym found %d, directly %d\n", ra, rb);
