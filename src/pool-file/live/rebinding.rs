@@ -29,8 +29,9 @@ pub(super) const CHECK_EVERY: libc::timeval = libc::timeval {
 /// What a member knows to look after its claim's socket.
 pub(super) struct Watch {
     /// The socket's address: its path, or its name under its directory's descriptor
-    /// (`/proc/self/fd/N/`) where the whole path is too long for an address.
-    at: Address,
+    /// (`/proc/self/fd/N/`) where the whole path is too long for an address. Dropped
+    /// (the descriptor closed) only while that descriptor is still the directory.
+    at: std::mem::ManuallyDrop<Address>,
     /// That directory's descriptor, kept: where the program closed it or reused its
     /// number, the socket is no longer looked after (a path through it would name
     /// another directory).
@@ -99,7 +100,7 @@ impl Watch {
         };
         let known = lstat(at.path()).map(|st| identity(&st));
         Some(Watch {
-            at,
+            at: std::mem::ManuallyDrop::new(at),
             dir,
             known,
             words: file_of(memfd)?,
@@ -191,6 +192,17 @@ impl Watch {
             .map(|st| identity(&st))
             .filter(|now| Some(now.0) == ino);
         Some(l)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // The program may have closed the directory's descriptor and taken its number
+        // for a file of its own: that one is never closed here.
+        if self.at.dir() < 0 || self.dir.get().is_some() {
+            // SAFETY: dropped once, here; never used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.at) };
+        }
     }
 }
 
@@ -353,6 +365,34 @@ mod tests {
         assert!(w.look().is_none());
         close(l);
         drop(other);
+    }
+
+    #[test]
+    fn a_directory_descriptor_the_program_reused_is_never_closed() {
+        // A socket path too long for an address: reached through its directory's
+        // descriptor, which the Watch keeps.
+        let c = Claim::new("long");
+        let deep = c.dir.join("d".repeat(120));
+        std::fs::create_dir_all(&deep).unwrap();
+        let sock = deep.join("gpucap.pool.sock");
+        let _l = UnixListener::bind(&sock);
+        let w = Watch::new(&sock, c.memfd, c.file).unwrap();
+        let dir = w.at.dir();
+        assert!(dir >= 0);
+        // The program closes it and opens a file of its own under the number.
+        let null = std::fs::File::open("/dev/null").unwrap();
+        // SAFETY: descriptors of this test.
+        assert_eq!(
+            unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), dir) },
+            dir
+        );
+        drop(w);
+        // SAFETY: a descriptor number; F_GETFD only reads its flags.
+        assert!(
+            unsafe { libc::fcntl(dir, libc::F_GETFD) } >= 0,
+            "the program's file closed"
+        );
+        close(dir);
     }
 
     #[test]
