@@ -308,13 +308,13 @@ impl Slot {
         &self.name.as_bytes()[..self.name.len() - 1]
     }
 
-    /// The driver's function, resolved on first use; null when the driver lacks it.
-    #[inline(always)]
     /// The driver's function as known now (null: not looked up yet), looking nothing up.
     pub fn known(&self) -> *mut c_void {
         self.real.load(Acquire)
     }
 
+    /// The driver's function, resolved on first use; null when the driver lacks it.
+    #[inline(always)]
     pub fn real(&self) -> *mut c_void {
         let p = self.real.load(Acquire);
         if !p.is_null() {
