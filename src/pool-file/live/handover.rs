@@ -84,6 +84,19 @@ impl Drop for Address {
     }
 }
 
+/// The file at NUL-terminated `path` (the socket's), not followed; no allocation.
+pub(super) fn lstat(path: *const libc::c_char) -> Option<crate::sys::stat> {
+    // SAFETY: plain data filled by lstat; a NUL-terminated path.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { crate::sys::lstat(path, &mut st) } == 0).then_some(st)
+}
+
+/// A socket file's identity: its inode and change time.
+pub(super) fn identity(st: &crate::sys::stat) -> (u64, i64, i64) {
+    (st.st_ino, st.st_ctime, st.st_ctime_nsec)
+}
+
 pub(super) fn close(fd: RawFd) {
     if fd >= 0 {
         // SAFETY: a descriptor of this module's, closed once.

@@ -186,11 +186,7 @@ fn unreachable(sock: &Path, failed: Option<i32>) -> Option<String> {
 
 /// The file at `sock`, not followed (None: none there).
 fn socket_stat(sock: &Path) -> Option<crate::sys::stat> {
-    let c = cstr(sock).ok()?;
-    // SAFETY: plain data filled by lstat; a NUL-terminated path.
-    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { crate::sys::lstat(c.as_ptr(), &mut st) } == 0).then_some(st)
+    handover::lstat(cstr(sock).ok()?.as_ptr())
 }
 
 /// The kind of file at `sock` (`S_IFSOCK`, `S_IFREG`, …; None: none there).
@@ -200,7 +196,7 @@ fn socket_kind(sock: &Path) -> Option<u32> {
 
 /// The socket file at `sock`: its inode and change time (None: none there).
 fn socket_identity(sock: &Path) -> Option<(u64, i64, i64)> {
-    socket_stat(sock).map(|st| (st.st_ino, st.st_ctime, st.st_ctime_nsec))
+    socket_stat(sock).map(|st| handover::identity(&st))
 }
 
 /// Under `MAKE_BYTE`'s write lock: the memfd a member hands over now, or a new one where

@@ -17,8 +17,8 @@
 use std::os::fd::RawFd;
 use std::path::Path;
 
-use super::handover::{Address, check_listening, close, connect, receive, socket};
-use crate::kept::Kept;
+use super::handover::{Address, check_listening, close, connect, identity, lstat, receive, socket};
+use crate::kept::{self, Kept};
 
 /// How long a serving thread waits for a joiner before it looks at the socket's path.
 pub(super) const CHECK_EVERY: libc::timeval = libc::timeval {
@@ -46,26 +46,6 @@ pub(super) struct Watch {
     mode: u32,
 }
 
-/// The file at NUL-terminated `path`, not followed.
-fn lstat(path: *const libc::c_char) -> Option<crate::sys::stat> {
-    // SAFETY: plain data filled by lstat; a NUL-terminated path.
-    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { crate::sys::lstat(path, &mut st) } == 0).then_some(st)
-}
-
-fn identity(st: &crate::sys::stat) -> (u64, i64, i64) {
-    (st.st_ino, st.st_ctime, st.st_ctime_nsec)
-}
-
-/// What `fd` is: its device and inode.
-fn file_of(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: plain data filled by fstat.
-    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a descriptor and a stat to fill.
-    (unsafe { crate::sys::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
 /// Sets `SO_RCVTIMEO` on a listening socket: its `accept` returns `EAGAIN` after
 /// [`CHECK_EVERY`] without a joiner, for the serving thread to look at the path. Every
 /// holder of that socket shares the setting.
@@ -91,19 +71,13 @@ impl Watch {
         if at.dir() >= 0 {
             dir.keep(at.dir());
         }
-        // SAFETY: plain data filled by fstat.
-        let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a descriptor and a stat to fill.
-        let mode = match unsafe { crate::sys::fstat(file, &mut st) } {
-            0 => st.st_mode & 0o666,
-            _ => return None,
-        };
+        let mode = kept::stat_of(file)?.st_mode & 0o666;
         let known = lstat(at.path()).map(|st| identity(&st));
         Some(Watch {
             at: std::mem::ManuallyDrop::new(at),
             dir,
             known,
-            words: file_of(memfd)?,
+            words: kept::identity(memfd)?,
             mode,
         })
     }
@@ -136,7 +110,7 @@ impl Watch {
         let got = receive(s);
         close(s);
         let [m, l] = got.ok()?;
-        let ours = file_of(m) == Some(self.words) && check_listening(l).is_ok();
+        let ours = kept::identity(m) == Some(self.words) && check_listening(l).is_ok();
         close(m);
         if !ours {
             close(l);
