@@ -144,6 +144,7 @@ fn open_deep(
 fn ours(name: &[u8]) -> Option<usize> {
     match name {
         b"dlsym" => Some(crate::dlsym::dlsym as *const () as usize),
+        b"dlvsym" => Some(crate::dlsym::dlvsym as *const () as usize),
         b"dlopen" => Some(dlopen as *const () as usize),
         b"dlmopen" => Some(dlmopen as *const () as usize),
         _ => row_named(name).map(|h| h.hook as usize),

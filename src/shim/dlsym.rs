@@ -1,16 +1,19 @@
-//! The exported `dlsym`: a program that looks up a hooked driver or NVML symbol on
-//! a library handle gets our hook (and the driver's function is learnt from the
-//! lookup), and with `RTLD_DEFAULT` the global scope's answer; the loader's `dlsym`,
-//! `dlopen` and `dlmopen` the global scope's where glibc would answer its own; everything
-//! else goes to glibc's `dlsym` by a tail jump. Runs before any constructor and re-entrantly: no
-//! allocation, no locks, no environment.
+//! The exported `dlsym` and `dlvsym`: a program that looks up a hooked driver or NVML
+//! symbol on a library handle gets our hook (and the driver's function is learnt from
+//! the lookup), and with `RTLD_DEFAULT` the global scope's answer; the loader's `dlsym`,
+//! `dlvsym`, `dlopen` and `dlmopen` the global scope's where glibc would answer its own,
+//! and this library's where they are asked for by version or as the next definition
+//! after this library; everything else goes to glibc's function by a tail jump. Runs
+//! before any constructor and re-entrantly: no allocation, no locks, no environment.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::ptr::null_mut;
 
 use crate::entry::{Decision, tail_jump_entry};
-use crate::resolve::{glibc_loader_function, is_nvml, real_dlsym, remember_library};
-use crate::table::{never_the_driver, row_named};
+use crate::resolve::{
+    DlvsymFn, glibc_loader_function, is_nvml, real_dlsym, real_dlvsym, remember_library,
+};
+use crate::table::{Hook, never_the_driver, row_named};
 
 /// Decides a `dlsym` call: our hook for a hooked driver symbol looked up on a
 /// library handle, else "forward to glibc" so glibc sees the original caller.
@@ -48,12 +51,19 @@ extern "C" fn dlsym_decide(
     }
     // SAFETY: real dlsym on the caller's handle; the caller identity does not matter
     // for a handle lookup.
-    let p = unsafe { real(handle, symbol) };
+    driver_answer(row, handle, unsafe { real(handle, symbol) })
+}
+
+/// glibc's answer `p` to a lookup of a hooked name on `handle`: the hook where it is a
+/// function of the driver's (learnt from a library handle), else `p` itself.
+fn driver_answer(row: &Hook, handle: *mut c_void, p: *mut c_void) -> Decision {
     if p.is_null() || never_the_driver(p) {
         return Decision::answer(p);
     }
-    remember_library(is_nvml(name), handle);
-    row.learn(p);
+    if handle != libc::RTLD_DEFAULT {
+        remember_library(is_nvml(row.name_bytes()), handle);
+        row.learn(p);
+    }
     Decision::answer(row.hook as *mut c_void)
 }
 
@@ -64,19 +74,79 @@ extern "C" fn dlsym_decide(
 /// the hook, what that object's own references to the name bind to. Interposers
 /// preloaded before gpucap reach its hook through glibc, as before; so does an object
 /// whose own function the hook forwards to (taken for the driver's from a `dlsym` on
-/// its handle): answered the hook, the two would call each other without end.
+/// its handle): answered the hook, the two would call each other without end. The same
+/// for the loader's names from after this library: the next is the C library's own
+/// (whose `dlsym` answers the driver's functions), answered with this library's.
 fn next_definition(name: &[u8], caller: *mut c_void, forward: Decision) -> Decision {
+    let after = |not_in: usize| crate::rebind::loaded_after_this_library(caller as usize, not_in);
     match row_named(name) {
-        Some(row)
-            if crate::rebind::loaded_after_this_library(
-                caller as usize,
-                row.slot.known() as usize,
-            ) =>
-        {
-            Decision::answer(row.hook as *mut c_void)
+        Some(row) if after(row.slot.known() as usize) => Decision::answer(row.hook as *mut c_void),
+        None if glibc_loader_function(name).is_some() && after(0) => own_or(name, forward),
+        _ => forward,
+    }
+}
+
+/// This library's export of the loader's `name`, else `otherwise`.
+fn own_or(name: &[u8], otherwise: Decision) -> Decision {
+    crate::elf::own_function(name).map_or(otherwise, |f| Decision::answer(f as *mut c_void))
+}
+
+/// Decides a `dlvsym` call. glibc's `dlvsym` never answers this library's exports (they
+/// carry no version, and a lookup by version passes over them): a hooked name it finds
+/// on a library handle or from the global scope is the driver's, answered with the hook
+/// as `dlsym` does; the loader's `dlsym`, `dlvsym`, `dlopen` and `dlmopen` it answers
+/// with the C library's own (whose `dlsym` answers the driver's functions, whose
+/// `dlopen` leaves a library opened with `RTLD_DEEPBIND` unbound), answered with this
+/// library's: the way interposers that wrap `dlsym` take the one they wrap. A hooked
+/// name asked for by `RTLD_NEXT` goes to glibc (relative to the caller; a driver that
+/// versions none of its functions answers none).
+extern "C" fn dlvsym_decide(
+    handle: *mut c_void,
+    symbol: *const c_char,
+    version: *const c_char,
+    _caller: *mut c_void,
+) -> Decision {
+    let Some(real) = real_dlvsym() else {
+        return Decision::answer(null_mut());
+    };
+    let forward = Decision::forward(real as *mut c_void);
+    if symbol.is_null() || version.is_null() {
+        return forward;
+    }
+    // SAFETY: dlvsym's contract: `symbol` is a NUL-terminated string.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    if let Some(glibc) = glibc_loader_function(name) {
+        // The global scope's answer for RTLD_NEXT: glibc's own where the version names
+        // it, as it would be for a caller before the C library.
+        let at = if handle == libc::RTLD_NEXT {
+            libc::RTLD_DEFAULT
+        } else {
+            handle
+        };
+        let p = versioned(real, at, symbol, version);
+        return match p == glibc {
+            true => own_or(name, Decision::answer(p)),
+            false if handle == libc::RTLD_NEXT => forward,
+            false => Decision::answer(p),
+        };
+    }
+    match row_named(name) {
+        Some(row) if handle != libc::RTLD_NEXT => {
+            driver_answer(row, handle, versioned(real, handle, symbol, version))
         }
         _ => forward,
     }
+}
+
+/// glibc's `dlvsym(handle, symbol, version)`, asked from here (not `RTLD_NEXT`).
+fn versioned(
+    real: DlvsymFn,
+    handle: *mut c_void,
+    symbol: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
+    // SAFETY: glibc's dlvsym with the caller's handle and NUL-terminated strings.
+    unsafe { real(handle, symbol, version) }
 }
 
 /// `dlsym`, `dlopen` or `dlmopen` looked up on `handle` (`glibc` being glibc's own): the
@@ -103,6 +173,7 @@ fn loader_function(
     unsafe { real(libc::RTLD_DEFAULT, symbol) }
 }
 
-// The exported `dlsym`: glibc then sees the original return address and resolves
-// `RTLD_NEXT` for the caller.
+// The exported `dlsym` and `dlvsym`: glibc then sees the original return address and
+// resolves `RTLD_NEXT` for the caller.
 tail_jump_entry!(dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void => dlsym_decide);
+tail_jump_entry!(dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void => dlvsym_decide);

@@ -2,7 +2,8 @@
 //! program may take. See README.md. The policy is the safe core, `gpucap-core`; this
 //! crate is the FFI edge around it. Data flows one way, top to bottom:
 //!
-//! - `dlsym`: the exported `dlsym` and its decision (our hook or glibc's answer).
+//! - `dlsym`: the exported `dlsym` and `dlvsym` and their decisions (our hook, our
+//!   export of a loader name, or glibc's answer).
 //! - `dlopen`: the exported `dlopen` (glibc's, but a library opened with `RTLD_DEEPBIND`
 //!   is bound to the hooks as any other is: `rebind`); `entry`: the naked entry both
 //!   exports share, which keeps the caller's return address for glibc.
@@ -13,7 +14,9 @@
 //! - `membership`: this process's place in its pool (`GPUCAP_POOL`); `lone`: the file
 //!   a process in no pool shows itself through (`gpucap status`, `top`, `metrics`).
 //! - `driver`: the driver's C types, typed calls and queries.
-//! - `resolve`: the real `dlsym`, library handles, driver symbols by name.
+//! - `resolve`: the real `dlsym`, library handles, driver symbols by name; `elf`: the
+//!   loaded objects and their dynamic sections, a function by name in one (how glibc's
+//!   `dlvsym` is found), read without the loader.
 //! - `environ`: the environment variables the configuration reads, copied from `environ`.
 //! - `exit`: the `.fini_array` exit hook (final report and summary).
 
@@ -33,6 +36,8 @@ mod dlopen;
 mod dlsym;
 #[cfg(not(test))]
 mod driver;
+#[cfg(not(test))]
+mod elf;
 #[cfg(not(test))]
 mod entry;
 #[cfg(not(test))]

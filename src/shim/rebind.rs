@@ -14,14 +14,9 @@
 //! scope (the reason a program asks for the flag). Outside the `dlsym` path: it may
 //! allocate.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::c_int;
 
-/// What the dynamic section of a loaded object says, as far as its relocations go.
-#[repr(C)]
-struct Dyn {
-    tag: i64,
-    val: u64,
-}
+use crate::elf::{Dynamic, each_object, holds};
 
 /// One relocation with an addend (x86_64 and aarch64 use no other kind).
 #[repr(C)]
@@ -30,14 +25,6 @@ struct Rela {
     info: u64,
     addend: i64,
 }
-
-const DT_NULL: i64 = 0;
-const DT_PLTRELSZ: i64 = 2;
-const DT_STRTAB: i64 = 5;
-const DT_SYMTAB: i64 = 6;
-const DT_RELA: i64 = 7;
-const DT_RELASZ: i64 = 8;
-const DT_JMPREL: i64 = 23;
 
 /// The two kinds of relocation that fill a slot with a function's address: a call
 /// through the PLT, and a function pointer taken (`&dlsym`).
@@ -49,7 +36,7 @@ const SLOT_KINDS: [u32; 2] = [1025, 1026]; // R_AARCH64_GLOB_DAT, R_AARCH64_JUMP
 /// The loaded objects, by base address.
 pub fn objects() -> Vec<usize> {
     let mut found: Vec<usize> = Vec::new();
-    each_object(|info| found.push(info.dlpi_addr as usize));
+    each_object(|info, _| found.push(info.dlpi_addr as usize));
     found
 }
 
@@ -59,14 +46,11 @@ pub fn objects() -> Vec<usize> {
 pub fn rebind_since(before: &[usize], target: impl Fn(&[u8]) -> Option<usize>) -> (usize, usize) {
     let own = crate::resolve::own_base();
     let mut counts = (0, 0);
-    each_object(|info| {
+    each_object(|info, phdrs| {
         let base = info.dlpi_addr as usize;
         if base == own || before.contains(&base) {
             return;
         }
-        // SAFETY: the loader's program headers of a loaded object, alive during the
-        // iteration, `dlpi_phnum` of them.
-        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
         let (set, failed) = rebind_object(base, phdrs, &target);
         counts.0 += set;
         counts.1 += failed;
@@ -77,51 +61,20 @@ pub fn rebind_since(before: &[usize], target: impl Fn(&[u8]) -> Option<usize>) -
 /// Whether the object holding the code address `addr` comes after this library in the
 /// loader's list of loaded objects (the program, the preloads, their dependencies, then
 /// what was opened since) and does not hold `not_in` (a function this library forwards
-/// to): `dlsym(RTLD_NEXT)` from such an object searches past this library (to the
-/// driver's own function, for a driver name). No allocation.
+/// to; 0: none): `dlsym(RTLD_NEXT)` from such an object searches past this library (to
+/// the driver's own function, for a driver name; the C library's, for `dlsym`). No
+/// allocation.
 pub fn loaded_after_this_library(addr: usize, not_in: usize) -> bool {
     let own = loaded_after_this_library as *const () as usize;
     let (mut seen_own, mut after) = (false, false);
-    each_object(|info| {
-        // SAFETY: the loader's program headers of a loaded object, alive during the
-        // iteration, `dlpi_phnum` of them.
-        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
-        let holds = |a: usize| {
-            phdrs.iter().any(|ph| {
-                let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
-                ph.p_type == libc::PT_LOAD && (start..start + ph.p_memsz as usize).contains(&a)
-            })
-        };
-        if holds(own) {
+    each_object(|info, phdrs| {
+        if holds(info, phdrs, own) {
             seen_own = true;
-        } else if seen_own && holds(addr) && !holds(not_in) {
+        } else if seen_own && holds(info, phdrs, addr) && !holds(info, phdrs, not_in) {
             after = true;
         }
     });
     after
-}
-
-/// Calls `f` with each loaded object (the loader's lock is held meanwhile).
-fn each_object(mut f: impl FnMut(&libc::dl_phdr_info)) {
-    unsafe extern "C" fn one(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: `data` is the `&mut dyn FnMut` below, `info` the loader's entry.
-        let (f, info) = unsafe {
-            (
-                &mut *(data as *mut &mut dyn FnMut(&libc::dl_phdr_info)),
-                &*info,
-            )
-        };
-        f(info);
-        0
-    }
-    let mut f: &mut dyn FnMut(&libc::dl_phdr_info) = &mut f;
-    // SAFETY: a callback of the loader's signature and a pointer to `f`, which outlives
-    // the call.
-    unsafe { libc::dl_iterate_phdr(Some(one), &mut f as *mut _ as *mut c_void) };
 }
 
 /// Sets the slots of one object (loaded at `base`, with program headers `phdrs`).
@@ -130,16 +83,7 @@ fn rebind_object(
     phdrs: &[libc::Elf64_Phdr],
     target: &impl Fn(&[u8]) -> Option<usize>,
 ) -> (usize, usize) {
-    // The loader has made most of the dynamic section's addresses absolute in place;
-    // where it has not (a read-only section), they are offsets from the base.
-    let at = |v: u64| {
-        if (v as usize) < base {
-            base + v as usize
-        } else {
-            v as usize
-        }
-    };
-    let Some(dynamic) = phdrs.iter().find(|p| p.p_type == libc::PT_DYNAMIC) else {
+    let Some(dynamic) = Dynamic::of(base, phdrs) else {
         return (0, 0);
     };
     // What the loader made read-only after relocating: the pages the RELRO segment
@@ -152,30 +96,8 @@ fn rebind_object(
             let start = base + p.p_vaddr as usize;
             start & !(page - 1)..(start + p.p_memsz as usize) & !(page - 1)
         });
-    let (mut symtab, mut strtab) = (0usize, 0usize);
-    let mut tables = [(0usize, 0usize); 2]; // (DT_RELA, DT_RELASZ), (DT_JMPREL, DT_PLTRELSZ)
-    let mut d = (base + dynamic.p_vaddr as usize) as *const Dyn;
-    loop {
-        // SAFETY: the object's dynamic section, ended by DT_NULL.
-        let e = unsafe { &*d };
-        match e.tag {
-            DT_NULL => break,
-            DT_SYMTAB => symtab = at(e.val),
-            DT_STRTAB => strtab = at(e.val),
-            DT_RELA => tables[0].0 = at(e.val),
-            DT_RELASZ => tables[0].1 = e.val as usize,
-            DT_JMPREL => tables[1].0 = at(e.val),
-            DT_PLTRELSZ => tables[1].1 = e.val as usize,
-            _ => {}
-        }
-        // SAFETY: within the section: the entry read was not DT_NULL.
-        d = unsafe { d.add(1) };
-    }
-    if symtab == 0 || strtab == 0 {
-        return (0, 0);
-    }
     let mut counts = (0, 0);
-    for (table, bytes) in tables {
+    for (table, bytes) in [dynamic.rela, dynamic.jmprel] {
         if table == 0 {
             continue;
         }
@@ -187,14 +109,7 @@ fn rebind_object(
             if !SLOT_KINDS.contains(&(r.info as u32)) {
                 continue;
             }
-            let sym = (r.info >> 32) as usize;
-            // SAFETY: the symbol the relocation names (an Elf64_Sym, whose first word
-            // is its name's offset in the string table).
-            let name_at =
-                unsafe { *((symtab + sym * std::mem::size_of::<libc::Elf64_Sym>()) as *const u32) };
-            // SAFETY: a NUL-terminated name in the object's string table.
-            let name = unsafe { CStr::from_ptr((strtab + name_at as usize) as *const c_char) };
-            let Some(to) = target(name.to_bytes()) else {
+            let Some(to) = target(dynamic.name((r.info >> 32) as usize)) else {
                 continue;
             };
             let slot = (base + r.offset as usize) as *mut usize;

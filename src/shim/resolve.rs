@@ -1,4 +1,5 @@
-//! Finding the real functions: glibc's `dlsym` (through `dlvsym`), handles of the
+//! Finding the real functions: glibc's `dlvsym` (from the loaded objects' symbol
+//! tables) and `dlsym` (through it), handles of the
 //! libcuda and NVML the program uses, a driver export by name, and where this
 //! library itself lives. Runs on the `dlsym` path: no allocation, no locks, no
 //! environment; state is lazily set atomics.
@@ -22,6 +23,23 @@ pub fn real_dlsym() -> Option<DlsymFn> {
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
 }
 
+pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
+
+/// glibc's `dlvsym`: the first definition after this library's, read from the loaded
+/// objects' symbol tables (`elf`), as this library exports a `dlvsym` of its own that its
+/// own reference to the name binds to.
+static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+pub fn real_dlvsym() -> Option<DlvsymFn> {
+    let mut p = REAL_DLVSYM.load(Acquire);
+    if p.is_null() {
+        p = crate::elf::next_function(b"dlvsym")? as *mut c_void;
+        REAL_DLVSYM.store(p, Release);
+    }
+    // SAFETY: `p` is glibc's dlvsym, whose signature DlvsymFn is.
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlvsymFn>(p) })
+}
+
 /// The definition of `name` after this library's (glibc's), found with `dlvsym` once and
 /// kept in `cache`.
 fn glibc_next(cache: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> Option<*mut c_void> {
@@ -29,10 +47,11 @@ fn glibc_next(cache: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> Option<*mut c
     if !p.is_null() {
         return Some(p);
     }
-    let p = [c"GLIBC_2.34", c"GLIBC_2.2.5"]
+    let dlvsym = real_dlvsym()?;
+    let p = [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"]
         .iter()
-        // SAFETY: dlvsym with NUL-terminated strings; it is not hooked.
-        .map(|v| unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), v.as_ptr()) })
+        // SAFETY: glibc's dlvsym with NUL-terminated strings.
+        .map(|v| unsafe { dlvsym(libc::RTLD_NEXT, name.as_ptr(), v.as_ptr()) })
         .find(|p| !p.is_null())?;
     cache.store(p, Release);
     Some(p)
@@ -67,11 +86,20 @@ pub fn real_dlmopen() -> Option<*mut c_void> {
     glibc_next(&REAL_DLMOPEN, c"dlmopen")
 }
 
-/// glibc's function of a loader name this library exports too (`dlsym`, `dlopen`,
-/// `dlmopen`); None for any other name.
+/// glibc's function of a loader name this library exports too (`dlsym`, `dlvsym`,
+/// `dlopen`, `dlmopen`); None for any other name.
+#[inline(always)] // every lookup asks: every other name is told in one comparison
 pub fn glibc_loader_function(name: &[u8]) -> Option<*mut c_void> {
+    if !name.starts_with(b"dl") {
+        return None;
+    }
+    loader_function_named(name)
+}
+
+fn loader_function_named(name: &[u8]) -> Option<*mut c_void> {
     match name {
         b"dlsym" => glibc_next(&REAL_DLSYM, c"dlsym"),
+        b"dlvsym" => real_dlvsym().map(|f| f as *mut c_void),
         b"dlopen" => glibc_next(&REAL_DLOPEN, c"dlopen"),
         b"dlmopen" => real_dlmopen(),
         _ => None,

@@ -10,7 +10,13 @@
 //! the cap after the shim's `dlopen` was there, until its `dlmopen` and the answer of
 //! its `dlsym` for the loader's own names). A fifth way, `dlsym(RTLD_NEXT)` from the
 //! library (after the shim in the loader's list, with the flag or without), found the
-//! driver's own function until the shim's `dlsym` answered it with the hook.
+//! driver's own function until the shim's `dlsym` answered it with the hook. Three more
+//! go through the C library's own `dlsym` on libcuda's handle, taken by `dlvsym` from the
+//! global scope, by `dlvsym(RTLD_NEXT)` and by `dlsym(RTLD_NEXT, "dlsym")` (as interposers
+//! that wrap `dlsym` take the one they wrap), and a fourth way of opening, the `dlopen`
+//! `dlvsym` finds by its version: each took memory past the cap, the three with the
+//! flag and without, until the shim exported `dlvsym` and answered the loader's names
+//! asked for so with its own.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -49,8 +55,9 @@ fn program() -> PathBuf {
 }
 
 /// The ways the program opens the library in the process's own namespace: `dlopen`,
-/// `dlmopen(LM_ID_BASE)`, and the `dlopen` found by `dlsym` on the C library's handle.
-const OPENS: [&str; 3] = ["dlopen", "dlmopen", "libc"];
+/// `dlmopen(LM_ID_BASE)`, the `dlopen` found by `dlsym` on the C library's handle and
+/// the one `dlvsym` finds by its version.
+const OPENS: [&str; 4] = ["dlopen", "dlmopen", "libc", "versioned"];
 
 /// Runs the program in `mode` (`deepbind` or `plain`) on `lib` (a path or a bare name),
 /// opened `how` (one of [`OPENS`], or `newlm`), under the shim or not.

@@ -83,11 +83,13 @@ check_escape_graph_generic_node() { escape_check "$1" graph-generic-node; }
 check_escape_green_context() { escape_check "$1" green-context; }
 
 # A library opened with RTLD_DEEPBIND (Julia's default for every library it loads) and the
-# five ways it reaches the driver (tests/c/libdeepbind.c: linked with -lcuda, dlsym on
-# libcuda's handle, cuGetProcAddress, dlsym(RTLD_DEFAULT), dlsym(RTLD_NEXT)): each fits 0.6 x the cap once
+# eight ways it reaches the driver (tests/c/libdeepbind.c: linked with -lcuda, dlsym on
+# libcuda's handle, cuGetProcAddress, dlsym(RTLD_DEFAULT), dlsym(RTLD_NEXT), and dlsym on
+# libcuda's handle through the C library's own dlsym taken by dlvsym from the global scope,
+# by dlvsym(RTLD_NEXT) and by dlsym(RTLD_NEXT, "dlsym")): each fits 0.6 x the cap once
 # and is refused 0.6 x the cap more (tests/c/deepbind.c, built here with the host C
-# compiler against this driver), the library opened each of three ways. Uncapped, or
-# under a shim without its own dlopen, the second of each is served.
+# compiler against this driver), the library opened each of four ways. Uncapped, or
+# under a shim without its own dlopen and dlvsym, the second of each is served.
 check_escape_deepbind() {
     local name=$1 dir=$BUILD/deepbind src=$ROOT/tests/c cc=${CC:-cc} d
     if ! command -v "$cc" >/dev/null 2>&1; then
@@ -111,15 +113,15 @@ check_escape_deepbind() {
         return
     fi
     local out=$LOGDIR/.out how
-    # Opened by dlopen, by dlmopen(LM_ID_BASE) and by the dlopen dlsym finds on the C
-    # library's handle.
-    for how in dlopen dlmopen libc; do
+    # Opened by dlopen, by dlmopen(LM_ID_BASE), by the dlopen dlsym finds on the C
+    # library's handle and by the dlopen dlvsym finds by its version.
+    for how in dlopen dlmopen libc versioned; do
         if ! run_logged "$out" "$CLI" run --limit "$CAP" -- "$dir/deepbind" deepbind "$CAP" "$dir/libdeepbind.so" "$how"; then
             fail "$name" "opened by $how: $(grep -E '^(FAIL|FATAL)' "$out" | head -n 3 | tr '\n' ' ')"
             return
         fi
     done
-    pass "$name" "a library opened with RTLD_DEEPBIND (by dlopen, dlmopen(LM_ID_BASE) and the C library's own dlopen) kept its own definitions, and linked, by dlsym on libcuda's handle, by cuGetProcAddress, by dlsym(RTLD_DEFAULT) and by dlsym(RTLD_NEXT) 0.6 x the cap fit once and was refused the second time"
+    pass "$name" "a library opened with RTLD_DEEPBIND (by dlopen, dlmopen(LM_ID_BASE), the C library's own dlopen and the dlopen dlvsym finds) kept its own definitions, and linked, by dlsym on libcuda's handle, by cuGetProcAddress, by dlsym(RTLD_DEFAULT), by dlsym(RTLD_NEXT) and through the C library's own dlsym (by dlvsym, dlvsym(RTLD_NEXT) and dlsym(RTLD_NEXT)) 0.6 x the cap fit once and was refused the second time"
 }
 
 # accounting_check NAME CLIENT: gpucap's charge against the driver's figure, and how the
