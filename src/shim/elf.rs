@@ -185,21 +185,26 @@ impl Dynamic {
 
 /// The first definition of the function `name` in an object after this library in the
 /// loader's list, at its default version: what this library's own reference to the name
-/// would bind to if this library did not define it too.
+/// would bind to if this library did not define it too. Where none comes after it (this
+/// library opened with `dlopen`, after the C library), the first before it.
 pub fn next_function(name: &[u8]) -> Option<usize> {
     let own = next_function as *const () as usize;
-    let (mut seen_own, mut found) = (false, None);
+    let (mut seen_own, mut after, mut before) = (false, None, None);
     each_object(|info, phdrs| {
-        if found.is_some() {
+        if after.is_some() || (!seen_own && before.is_some()) {
             return;
         }
         if holds(info, phdrs, own) {
             seen_own = true;
-        } else if seen_own {
-            found = Dynamic::of(info.dlpi_addr as usize, phdrs).and_then(|d| d.function(name));
+            return;
+        }
+        let found = Dynamic::of(info.dlpi_addr as usize, phdrs).and_then(|d| d.function(name));
+        match seen_own {
+            true => after = found,
+            false => before = found,
         }
     });
-    found
+    after.or(before)
 }
 
 /// This library's own definition of the function `name`.

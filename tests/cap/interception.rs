@@ -376,6 +376,22 @@ fn a_wrapper_the_shim_forwards_to_is_never_answered_the_hook_back() {
     );
 }
 
+/// The library opened with `dlopen` rather than preloaded comes after the C library in
+/// the loader's list: it finds glibc's `dlvsym` (which it exports too, so reads from the
+/// objects' symbol tables) before itself there. With the search after it alone, it found
+/// none and no driver function: `cuInit` answered `CUDA_ERROR_NOT_FOUND`.
+#[test]
+fn the_library_opened_with_dlopen_finds_the_driver_and_caps_what_goes_through_it() {
+    let prog = compile_c("opened_shim", "", &["-lcuda"]);
+    let stats = scratch("opened_shim").join("stats.json");
+    let mut c = fake_cmd(&prog, &stats);
+    c.env("FAKECUDA_TOTAL_MEM", PHYS)
+        .env("GPUCAP_LIMIT", CAP)
+        .arg(shim())
+        .arg(CAP);
+    assert_passed(&run(&mut c), "libgpucap.so opened with dlopen");
+}
+
 // ---- (e) processes that never use CUDA ----------------------------------------------
 
 #[test]
