@@ -370,6 +370,39 @@ fn no_variable_of_the_environment_lifts_a_files_cap_beside_the_library_or_in_etc
     }
 }
 
+/// The table of doors has a row for every variable gpucap knows: the shim names them all
+/// when it meets a `GPUCAP_*` name it does not know, so a variable added later without a
+/// row here fails this test.
+#[test]
+fn the_table_of_doors_has_a_row_for_every_variable_gpucap_knows() {
+    let dir = scratch("ceilings-known");
+    let mut c = fake_cmd(script(), &dir.join("stats.json"));
+    c.env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_QQQQQQQQQQQQ", "1")
+        .arg(format!("alloc:{SMALL}"));
+    let o = run(preload(&mut c));
+    let err = stderr(&o);
+    let known: Vec<&str> = err
+        .lines()
+        .find_map(|l| l.split("the known variables are ").nth(1))
+        .unwrap_or_else(|| panic!("no list of the known variables: {}", dump(&o)))
+        .split(", ")
+        .map(str::trim)
+        .collect();
+    assert!(
+        known.len() >= 10 && known.iter().all(|n| n.starts_with("GPUCAP_")),
+        "{known:?}"
+    );
+    let rows = doors(&dir);
+    for name in known {
+        assert!(
+            rows.iter()
+                .any(|(vars, _)| vars.iter().any(|(k, _)| k == name)),
+            "the table of doors has no row setting {name}"
+        );
+    }
+}
+
 #[test]
 fn a_pool_the_file_names_binds_and_a_pool_chosen_under_the_ceiling_holds_it() {
     let dir = scratch("ceiling-pools");
