@@ -11,7 +11,7 @@ use std::ptr::null_mut;
 
 use crate::entry::{Decision, tail_jump_entry};
 use crate::resolve::{
-    DlvsymFn, glibc_loader_function, is_nvml, real_dlsym, real_dlvsym, remember_library,
+    DlvsymFn, glibc_loader_function, in_driver, is_nvml, real_dlsym, real_dlvsym, remember_library,
 };
 use crate::table::{Hook, never_the_driver, row_named};
 
@@ -55,13 +55,20 @@ extern "C" fn dlsym_decide(
 }
 
 /// glibc's answer `p` to a lookup of a hooked name on `handle`: the hook where it is a
-/// function of the driver's (learnt from a library handle), else `p` itself.
+/// function of the driver's (learnt from a library handle), else `p` itself: another
+/// library's own definition of the name (a wrapper of it, which forwards to the next
+/// definition, the hook) is what the program asked that library for, and never the
+/// driver's function the hook calls.
 fn driver_answer(row: &Hook, handle: *mut c_void, p: *mut c_void) -> Decision {
     if p.is_null() || never_the_driver(p) {
         return Decision::answer(p);
     }
     if handle != libc::RTLD_DEFAULT {
-        remember_library(is_nvml(row.name_bytes()), handle);
+        let nvml = is_nvml(row.name_bytes());
+        if !in_driver(nvml, p) {
+            return Decision::answer(p);
+        }
+        remember_library(nvml, handle);
         row.learn(p);
     }
     Decision::answer(row.hook as *mut c_void)

@@ -219,6 +219,31 @@ pub fn own_function(name: &[u8]) -> Option<usize> {
     found
 }
 
+/// The loaded range `[start, end)` of the object holding the address `p`, where that
+/// object defines the function `marker` too.
+pub fn object_defining(p: usize, marker: &[u8]) -> Option<(usize, usize)> {
+    let mut found = None;
+    each_object(|info, phdrs| {
+        if found.is_some() || !holds(info, phdrs, p) {
+            return;
+        }
+        let base = info.dlpi_addr as usize;
+        if Dynamic::of(base, phdrs)
+            .and_then(|d| d.function(marker))
+            .is_none()
+        {
+            return;
+        }
+        let loads = phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD);
+        let start = loads.clone().map(|ph| ph.p_vaddr as usize).min();
+        let end = loads.map(|ph| (ph.p_vaddr + ph.p_memsz) as usize).max();
+        if let (Some(start), Some(end)) = (start, end) {
+            found = Some((base + start, base + end));
+        }
+    });
+    found
+}
+
 /// Whether the object `info` describes holds the address `a`.
 pub fn holds(info: &libc::dl_phdr_info, phdrs: &[libc::Elf64_Phdr], a: usize) -> bool {
     phdrs.iter().any(|ph| {

@@ -203,6 +203,33 @@ pub fn driver_symbol(name: &'static str) -> *mut c_void {
     if is_ours(p) { null_mut() } else { p }
 }
 
+/// The loaded range of the driver's object and of NVML's (`[start, end)`, 0 to 0 until
+/// one was seen), once a lookup answered a function in it.
+static DRIVER_OBJECT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+static NVML_OBJECT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Whether `p`, a lookup's answer for a hooked name, is a function of the driver (or of
+/// NVML, for an `nvml…` name): it lies in an object that defines `cuInit` (`nvmlInit`),
+/// as the driver and a whole interposer of it do, not a library that defines the one
+/// name for its own ends (a wrapper of it).
+pub fn in_driver(nvml: bool, p: *mut c_void) -> bool {
+    let (range, marker): (_, &[u8]) = match nvml {
+        true => (&NVML_OBJECT, b"nvmlInit"),
+        false => (&DRIVER_OBJECT, b"cuInit"),
+    };
+    let p = p as usize;
+    let end = range[1].load(Acquire);
+    if end != 0 && (range[0].load(Relaxed)..end).contains(&p) {
+        return true;
+    }
+    let Some((start, end)) = crate::elf::object_defining(p, marker) else {
+        return false;
+    };
+    range[0].store(start, Relaxed);
+    range[1].store(end, Release);
+    true
+}
+
 /// Keeps `handle`, on which a program found a hooked symbol, as the library to ask
 /// (NVML's for an `nvml…` name, else libcuda's), unless one is known already.
 pub fn remember_library(nvml: bool, handle: *mut c_void) {

@@ -1,8 +1,8 @@
 /*
  * wrapnext: looks cuMemAlloc_v2 up on tests/c/libwrapnext.c's handle, then allocates
- * 1 MiB through what it got and directly; prints both results. Run under the shim, it
- * must end (the wrapper's RTLD_NEXT and the shim's hook never call each other without
- * end).
+ * 1 MiB through what it got and directly; prints both results and how many calls the
+ * wrapper saw. Run under the shim, it must end (the wrapper's RTLD_NEXT and the shim's
+ * hook never call each other without end).
  *
  *   wrapnext <library>
  */
@@ -25,6 +25,7 @@ int main(int argc, char **argv) {
     primary_context_on_gpu0();
     CUdeviceptr a = 0, b = 0;
     CUresult ra = f(&a, 1 << 20), rb = cuMemAlloc_v2(&b, 1 << 20);
-    printf("through what dlsym found %d, directly %d\n", ra, rb);
+    int (*seen)(void) = (int (*)(void))dlsym(h, "wrapnext_calls");
+    printf("through what dlsym found %d, directly %d, the wrapper saw %d calls\n", ra, rb, seen ? seen() : -1);
     return finish();
 }

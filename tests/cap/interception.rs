@@ -353,24 +353,60 @@ fn another_interposer_preloaded_before_the_shim_still_forwards() {
     );
 }
 
-/// A library after the shim that wraps a driver function and forwards to
-/// `dlsym(RTLD_NEXT)`, whose wrapper the shim took for the driver's function (the
-/// program looked the name up on its handle): the shim answers a library after it its
-/// hook for a driver name with `RTLD_NEXT` (the driver's own function escaped the cap
-/// before), but not this one, or the wrapper and the hook call each other without end
-/// (the wrapper aborts past a depth of 3; seen with the answer unguarded).
-#[test]
-fn a_wrapper_the_shim_forwards_to_is_never_answered_the_hook_back() {
-    let lib = compile_c("libwrapnext", ".so", &["-shared", "-fPIC"]);
+/// Runs tests/c/wrapnext.c on `lib` (a build of tests/c/libwrapnext.c) under the shim:
+/// its output.
+fn run_wrapnext(lib: &std::path::Path) -> std::process::Output {
     let prog = compile_c("wrapnext", "", &["-lcuda"]);
     let stats = scratch("wrapnext").join("stats.json");
     let mut c = fake_cmd(&prog, &stats);
-    c.env("FAKECUDA_TOTAL_MEM", PHYS).arg(&lib);
-    let o = run(preload(&mut c).env("GPUCAP_LIMIT", CAP));
+    c.env("FAKECUDA_TOTAL_MEM", PHYS).arg(lib);
+    run(preload(&mut c).env("GPUCAP_LIMIT", CAP))
+}
+
+/// A library after the shim that interposes on the whole driver (it defines `cuInit`
+/// too and links the driver, whose functions its `RTLD_NEXT` finds), wraps a driver function and forwards to `dlsym(RTLD_NEXT)`, whose wrapper the
+/// shim took for the driver's function (the program looked the name up on its handle):
+/// the shim answers a library after it its hook for a driver name with `RTLD_NEXT` (the
+/// driver's own function escaped the cap before), but not this one, or the wrapper and
+/// the hook call each other without end (the wrapper aborts past a depth of 3; seen
+/// with the answer unguarded).
+#[test]
+fn a_wrapper_the_shim_forwards_to_is_never_answered_the_hook_back() {
+    let lib = compile_c(
+        "libwrapnext",
+        "-whole.so",
+        &[
+            "-shared",
+            "-fPIC",
+            "-DWHOLE_DRIVER",
+            "-Wl,--no-as-needed",
+            "-lcuda",
+        ],
+    );
+    let o = run_wrapnext(&lib);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        o.status.code().is_some() && out.contains("through what dlsym found"),
+        o.status.code().is_some() && out.contains("through what dlsym found 0, directly 0"),
         "the program did not end: {:?}\n{out}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A library that defines one driver name for its own ends (a wrapper of
+/// `cuMemAlloc_v2`), looked up on its handle: the program gets the wrapper itself,
+/// whose `RTLD_NEXT` is the hook, and the driver's function the hook calls stays the
+/// driver's. Before, the shim answered the hook and took the wrapper for the driver's
+/// function: the program's direct call went through the wrapper too (it saw 2 calls,
+/// not the 1 made through it).
+#[test]
+fn a_library_defining_one_driver_name_is_answered_its_own_function_not_taken_for_the_driver() {
+    let lib = compile_c("libwrapnext", ".so", &["-shared", "-fPIC"]);
+    let o = run_wrapnext(&lib);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("through what dlsym found 0, directly 0, the wrapper saw 1 calls"),
+        "{:?}\n{out}\n{}",
         o.status,
         String::from_utf8_lossy(&o.stderr)
     );
