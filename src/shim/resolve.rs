@@ -237,6 +237,12 @@ pub fn remember_library(nvml: bool, handle: *mut c_void) {
     let _ = library.compare_exchange(null_mut(), handle, AcqRel, Acquire);
 }
 
+/// Whether `p` lies in this library's mapped range, where glibc can say it (a
+/// comparison once the range is known); None where it cannot.
+pub fn in_this_library(p: *const c_void) -> Option<bool> {
+    own_range().map(|(start, end)| (start..end).contains(&(p as usize)))
+}
+
 /// Whether `p` is in this library (one of our exports), asked of the loader: a
 /// driver lookup must never come back to a hook. Only on first resolution of a name.
 /// By this library's mapped range where glibc can say it (a comparison); else by

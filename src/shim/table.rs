@@ -66,6 +66,12 @@ macro_rules! hook_table {
             }
         ),*];
 
+        /// The rows by the hash of their variant names (`cuMemAlloc_v2`) and of the
+        /// names `cuGetProcAddress` is asked for (`cuMemAlloc`), made at compile time (no
+        /// pointers: nothing more for the loader to relocate at every start).
+        static BY_NAME: Index = Index::of(&[$(stringify!($sym)),*]);
+        static BY_BASE: Index = Index::of(&[$($base),*]);
+
         $(
             #[unsafe(no_mangle)]
             #[allow(non_snake_case)]
@@ -95,21 +101,102 @@ pub fn is_hook(p: *const c_void) -> bool {
     HOOKS.iter().any(|h| h.hook == p)
 }
 
+/// The rows ordered by the hash of a key of theirs, made at compile time: a name is
+/// found by its hash's binary search, not by reading every row (a `cuGetProcAddress`
+/// request, of which the CUDA runtime makes some 500 at its start, read every row twice).
+struct Index {
+    /// Row numbers, by hash.
+    rows: [u16; ROWS],
+    /// Their keys' hashes, ascending.
+    hashes: [u32; ROWS],
+}
+
+impl Index {
+    const fn of(keys: &[&str; ROWS]) -> Index {
+        let mut ix = Index {
+            rows: [0; ROWS],
+            hashes: [0; ROWS],
+        };
+        let mut i = 0;
+        while i < ROWS {
+            ix.rows[i] = i as u16;
+            ix.hashes[i] = hash(keys[i].as_bytes());
+            i += 1;
+        }
+        // Insertion sort by hash: some 140 rows, once, by the compiler.
+        let mut i = 1;
+        while i < ROWS {
+            let mut j = i;
+            while j > 0 && ix.hashes[j] < ix.hashes[j - 1] {
+                let (r, h) = (ix.rows[j], ix.hashes[j]);
+                ix.rows[j] = ix.rows[j - 1];
+                ix.hashes[j] = ix.hashes[j - 1];
+                ix.rows[j - 1] = r;
+                ix.hashes[j - 1] = h;
+                j -= 1;
+            }
+            i += 1;
+        }
+        ix
+    }
+
+    /// The rows whose key (`key_of`) is `key`.
+    fn rows<'k>(
+        &'static self,
+        key_of: fn(&Hook) -> &[u8],
+        key: &'k [u8],
+    ) -> impl Iterator<Item = &'static Hook> + Clone + 'k {
+        let h = hash(key);
+        let lo = self.hashes.partition_point(|&x| x < h);
+        self.rows[lo..]
+            .iter()
+            .zip(&self.hashes[lo..])
+            .take_while(move |&(_, &x)| x == h)
+            .map(|(&i, _)| &HOOKS[i as usize])
+            .filter(move |row| key_of(row) == key)
+    }
+}
+
+/// FNV-1a of `bytes`.
+const fn hash(bytes: &[u8]) -> u32 {
+    let mut h = 0x811c_9dc5u32;
+    let mut i = 0;
+    while i < bytes.len() {
+        h = (h ^ bytes[i] as u32).wrapping_mul(0x0100_0193);
+        i += 1;
+    }
+    h
+}
+
+/// A row's variant name, and the name `cuGetProcAddress` is asked for.
+fn name_of(h: &Hook) -> &[u8] {
+    h.name_bytes()
+}
+fn base_of(h: &Hook) -> &[u8] {
+    h.slot.base.as_bytes()
+}
+
 /// Whether `p`, an answer of the loader or the driver, can never be the driver's own
 /// function: one of our hooks, or an address in the main program (a non-PIE program's
 /// canonical PLT entry of a hooked name, which leads back to the hook; see
 /// `resolve::in_main_program`).
 pub fn never_the_driver(p: *const c_void) -> bool {
-    is_hook(p) || crate::resolve::in_main_program(p)
+    crate::resolve::in_this_library(p).unwrap_or_else(|| is_hook(p))
+        || crate::resolve::in_main_program(p)
 }
 
 /// The row for an exported variant name, without allocating (a name that is no driver
 /// or NVML name, `cu…` or `nvml…`, is told apart by its first bytes).
+#[inline(always)] // every lookup asks: every other name is told in two comparisons
 pub fn row_named(name: &[u8]) -> Option<&'static Hook> {
     if !name.starts_with(b"cu") && !crate::resolve::is_nvml(name) {
         return None;
     }
-    HOOKS.iter().find(|h| h.name_bytes() == name)
+    row_of_driver_name(name)
+}
+
+fn row_of_driver_name(name: &[u8]) -> Option<&'static Hook> {
+    BY_NAME.rows(name_of, name).next()
 }
 
 // ---------------------------------------------------------------------------
@@ -210,11 +297,9 @@ fn identify(name: &[u8], p: *mut c_void, version: c_int, flags: u64) -> Option<&
     if p.is_null() || never_the_driver(p) {
         return None;
     }
-    let candidates = || {
-        HOOKS
-            .iter()
-            .filter(|h| h.slot.base.as_bytes() == name || h.name_bytes() == name)
-    };
+    // The rows asked for by this name or named so (each found once).
+    let (by_base, by_name) = (BY_BASE.rows(base_of, name), BY_NAME.rows(name_of, name));
+    let candidates = || by_base.clone().chain(by_name.clone());
     // The driver hands out its exports: find the one it returned.
     if let Some(row) = candidates().find(|h| h.real() == p) {
         return Some(row);
