@@ -34,6 +34,8 @@
  *   fork           forks a child that checks that every file reusefds opened is still
  *                  open under its number (gpucap's fork handlers run in the child);
  *                  prints "fork lost N" (how many were not)
+ *   arenas         prints "arenas N": the C library's malloc arenas (malloc_info's heaps;
+ *                  1 while every thread that freed memory is the main one)
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
  *
@@ -45,6 +47,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -248,6 +251,19 @@ int main(int argc, char **argv) {
                 printf("FATAL fork\n");
                 return 3;
             }
+        } else if (strcmp(step, "arenas") == 0) {
+            char *xml = NULL;
+            size_t len = 0;
+            FILE *m = open_memstream(&xml, &len);
+            int heaps = -1;
+            if (m) {
+                int ok = malloc_info(0, m) == 0;
+                fclose(m);
+                for (char *p = ok && xml ? xml : NULL; p && (p = strstr(p, "<heap nr=")); p++) heaps += 1;
+                heaps += ok ? 1 : 0;
+            }
+            free(xml);
+            printf("arenas %d\n", heaps);
         } else if (strncmp(step, "touch:", 6) == 0) {
             int fd = open(step + 6, O_CREAT | O_WRONLY, 0644);
             if (fd >= 0) close(fd);

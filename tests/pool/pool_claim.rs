@@ -472,6 +472,47 @@ fn a_member_that_closes_every_descriptor_keeps_the_claim_to_one_budget() {
     );
 }
 
+/// A member's serving thread takes no heap of its own: the C library sets one up (an
+/// arena: a 128 MiB reservation trimmed and made writable, four system calls and a page
+/// fault) for a thread's first `free`, and the thread freed the box it was handed, at
+/// every member's start (2 arenas, before). The maker's thread has run once a joiner is
+/// in: it alone could serve it.
+#[test]
+fn a_members_serving_thread_takes_no_heap_of_its_own() {
+    let s = Scratch::new("claim-arenas");
+    let claim = claim_dir(&s, "claim");
+    let (holds, joined, counted) = (
+        s.dir.join("a-holds"),
+        s.dir.join("b-in"),
+        s.dir.join("a-counted"),
+    );
+    let mut a = member(
+        &s,
+        &claim,
+        "a",
+        &[
+            format!("alloc:{MIB}"),
+            format!("touch:{}", holds.display()),
+            format!("wait:{}", joined.display()),
+            "arenas".to_string(),
+            format!("touch:{}", counted.display()),
+        ],
+    );
+    until(&holds, &mut a, "the maker");
+    let b = run(in_claim(&s, &claim, script(), "b").args([
+        format!("alloc:{MIB}"),
+        format!("touch:{}", joined.display()),
+    ]));
+    assert!(
+        both(&b).contains(&format!("alloc {MIB} 0")),
+        "the joiner: {}",
+        both(&b)
+    );
+    until(&counted, &mut a, "the maker counting its arenas");
+    let said_a = said(a);
+    assert!(said_a.contains("arenas 1\n"), "the maker: {said_a}");
+}
+
 /// The fds of `pid` that are the claim's memfd or a socket.
 fn claim_fds(pid: u32) -> Vec<String> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
