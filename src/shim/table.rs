@@ -140,13 +140,13 @@ impl Index {
         ix
     }
 
-    /// The rows whose key (`key_of`) is `key`.
+    /// The rows whose key (`key_of`) is `key`, whose [`hash`] is `h`.
     fn rows<'k>(
         &'static self,
         key_of: fn(&Hook) -> &[u8],
         key: &'k [u8],
+        h: u32,
     ) -> impl Iterator<Item = &'static Hook> + Clone + 'k {
-        let h = hash(key);
         let lo = self.hashes.partition_point(|&x| x < h);
         self.rows[lo..]
             .iter()
@@ -196,7 +196,7 @@ pub fn row_named(name: &[u8]) -> Option<&'static Hook> {
 }
 
 fn row_of_driver_name(name: &[u8]) -> Option<&'static Hook> {
-    BY_NAME.rows(name_of, name).next()
+    BY_NAME.rows(name_of, name, hash(name)).next()
 }
 
 // ---------------------------------------------------------------------------
@@ -298,7 +298,11 @@ fn identify(name: &[u8], p: *mut c_void, version: c_int, flags: u64) -> Option<&
         return None;
     }
     // The rows asked for by this name or named so (each found once).
-    let (by_base, by_name) = (BY_BASE.rows(base_of, name), BY_NAME.rows(name_of, name));
+    let h = hash(name);
+    let (by_base, by_name) = (
+        BY_BASE.rows(base_of, name, h),
+        BY_NAME.rows(name_of, name, h),
+    );
     let candidates = || by_base.clone().chain(by_name.clone());
     // The driver hands out its exports: find the one it returned.
     if let Some(row) = candidates().find(|h| h.real() == p) {
