@@ -71,6 +71,14 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
             // No file: unless live members hold one that was there (removed under them),
             // it is made.
             Some(libc::ENOENT) => match crate::beacon::orphan(path, sharing, libc::O_RDWR) {
+                Orphan::None if sharing == Sharing::Claim && crate::live::answering(path) => {
+                    // Its maker binds the socket only after linking the file: where the
+                    // file is there now (made since this open), it is opened again.
+                    if there(&c) {
+                        continue;
+                    }
+                    return Err(removed_answering(path));
+                }
                 Orphan::None => {}
                 Orphan::Found { fd, pid } => {
                     let mut file = finish(path, fd, sharing, Role::Member)?;
@@ -104,6 +112,28 @@ fn removed_unreachable(path: &Path, pids: &[u32]) -> String {
         path.display(),
         listed.join(", "),
         if pids.len() > 8 { ", …" } else { "" }
+    )
+}
+
+/// Whether a file is at the NUL-terminated `path` (not followed).
+fn there(path: &std::ffi::CStr) -> bool {
+    // SAFETY: plain data filled by lstat; a NUL-terminated path.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { crate::sys::lstat(path.as_ptr(), &mut st) == 0 }
+}
+
+/// Why a process may not join the claim of `path`: its file was removed while members
+/// run (they answer on its socket), none of whom it sees announced (another network
+/// namespace: each Kubernetes pod has one).
+fn removed_answering(path: &Path) -> String {
+    format!(
+        "the pool file {} was removed while the claim's members run (they listen on {}), \
+         and none of them announces itself where this process can see it (another network \
+         namespace: a pod of its own); no process can join until they exit (a new file \
+         would be a second budget)",
+        path.display(),
+        crate::live::socket_path(path).display()
     )
 }
 

@@ -547,6 +547,29 @@ pub fn unshare_works() -> bool {
     false
 }
 
+/// Whether `unshare --net` (util-linux) runs here, making a network namespace (a
+/// Kubernetes pod's own): false after a SKIP line naming what is missing, or a failure
+/// where the test must run (`skip`). It needs root (CAP_SYS_ADMIN).
+pub fn unshare_net_works() -> bool {
+    let why = match Command::new("unshare").args(["--net", "true"]).output() {
+        Ok(o) if o.status.success() => return true,
+        Ok(o) => format!(
+            "`unshare --net true` failed ({}: {}): a network namespace needs root \
+             (CAP_SYS_ADMIN)",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!(
+            "no `unshare` ({e}): it is util-linux's (Debian: apt-get install util-linux; \
+             scripts/test.sh installs it)"
+        ),
+    };
+    skip(&format!(
+        "the network-namespace tests cannot run here: {why}"
+    ));
+    false
+}
+
 /// A checker program the tests run (promtool, mdbook): the path in `var`, else `name` on
 /// PATH, else None after a SKIP line; with CI or GPUCAP_TEST_REQUIRE_CLIENTS=1 set, a
 /// missing one fails (`why`: what it is for and where scripts/test.sh gets it).

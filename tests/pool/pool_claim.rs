@@ -404,6 +404,49 @@ fn a_claims_file_removed_while_its_members_run_is_joined_not_made_again() {
     );
 }
 
+/// The same in another network namespace (each Kubernetes pod sharing a claim has one),
+/// where the members' announcements (abstract sockets) are not seen: the joiner finds
+/// no file and no announcement, but the claim's socket beside the file, which members
+/// listen on, says they live; it is refused with a line, never given a file of its own.
+/// Before, it made one: 700 MiB served beside the member's 700 MiB under the 1 GiB cap.
+/// Once the member exits, a process there makes the file again.
+#[test]
+fn a_claims_file_removed_under_members_of_another_network_namespace_is_not_made_again() {
+    if !unshare_net_works() {
+        return;
+    }
+    let s = Scratch::new("claim-file-gone-netns");
+    let claim = claim_dir(&s, "claim");
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    // The script as a process of the claim in a network namespace of its own.
+    let in_pod = |tag: &str, steps: &[String]| {
+        let mut c = in_claim(&s, &claim, "unshare".into(), tag);
+        c.arg("--net").arg(script()).args(steps);
+        run(&mut c)
+    };
+    let a = holding(&s, &claim, 700);
+    std::fs::remove_file(claim.join("gpucap.pool")).unwrap();
+    let b = in_pod("b", &[alloc(700)]);
+    let text = both(&b);
+    assert!(
+        !text.contains(&format!("alloc {} 0", 700 * MIB))
+            && text.contains("was removed while the claim's members run (they listen on")
+            && text.contains("another network namespace"),
+        "the joiner in a network namespace of its own: {text}"
+    );
+    assert!(
+        !claim.join("gpucap.pool").exists(),
+        "a second file was made"
+    );
+    said(a);
+    let after = in_pod("after", &[alloc(700)]);
+    assert!(
+        String::from_utf8_lossy(&after.stdout).contains(&format!("alloc {} 0", 700 * MIB)),
+        "{}",
+        both(&after)
+    );
+}
+
 /// A member reads its own claim's words (its memfd), never asking the socket: with the
 /// socket removed while it runs, its NVML figures are still the claim's (total the cap,
 /// its use counted), where reading through the socket refused them (NVML error 4).

@@ -328,6 +328,24 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
     Ok((m, l))
 }
 
+/// Whether processes listen on the socket beside the claim's pool file at `path` (a
+/// connection taken, or one the kernel queues for them: a socket nobody holds refuses
+/// it): the claim's members live, whether or not their file is there. A joiner that
+/// finds no file and sees no member's announcement (another network namespace: a pod
+/// of its own) must not make a file, a second budget.
+pub(crate) fn answering(path: &Path) -> bool {
+    let Ok(at) = Address::of(&socket_path(path)) else {
+        return false;
+    };
+    match handover::connect(&at) {
+        Ok(s) => {
+            close(s); // the member's answer, sent to nobody, is dropped
+            true
+        }
+        Err(e) => matches!(e, Some(libc::EAGAIN | libc::ETIMEDOUT)),
+    }
+}
+
 /// A claim's live words for a reader or a resize: a memfd (the caller closes it; a
 /// member's own, else asked of the socket), or None where no process holds them (the
 /// file's words are the pool's then). Where processes hold them and none hands them
