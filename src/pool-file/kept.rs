@@ -23,6 +23,15 @@ pub(crate) fn stat_of(fd: RawFd) -> Option<crate::sys::stat> {
     (unsafe { crate::sys::fstat(fd, &mut st) } == 0).then_some(st)
 }
 
+/// What is at the NUL-terminated `path` now (`lstat`: not followed), None where nothing
+/// is; no allocation.
+pub(crate) fn lstat_of(path: *const libc::c_char) -> Option<crate::sys::stat> {
+    // SAFETY: plain data filled by lstat.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a stat to fill.
+    (unsafe { crate::sys::lstat(path, &mut st) } == 0).then_some(st)
+}
+
 /// The file `fd` is now (its device and inode), None where it is not open.
 pub(crate) fn identity(fd: RawFd) -> Option<(u64, u64)> {
     stat_of(fd).map(|st| (st.st_dev, st.st_ino))

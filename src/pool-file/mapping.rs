@@ -74,7 +74,7 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                 Orphan::None if sharing == Sharing::Claim && crate::live::answering(path) => {
                     // Its maker binds the socket only after linking the file: where the
                     // file is there now (made since this open), it is opened again.
-                    if there(&c) {
+                    if crate::kept::lstat_of(c.as_ptr()).is_some() {
                         continue;
                     }
                     return Err(removed_answering(path));
@@ -113,14 +113,6 @@ fn removed_unreachable(path: &Path, pids: &[u32]) -> String {
         listed.join(", "),
         if pids.len() > 8 { ", …" } else { "" }
     )
-}
-
-/// Whether a file is at the NUL-terminated `path` (not followed).
-fn there(path: &std::ffi::CStr) -> bool {
-    // SAFETY: plain data filled by lstat; a NUL-terminated path.
-    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { crate::sys::lstat(path.as_ptr(), &mut st) == 0 }
 }
 
 /// Why a process may not join the claim of `path`: its file was removed while members

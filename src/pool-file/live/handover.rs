@@ -85,12 +85,7 @@ impl Drop for Address {
 }
 
 /// The file at NUL-terminated `path` (the socket's), not followed; no allocation.
-pub(super) fn lstat(path: *const libc::c_char) -> Option<crate::sys::stat> {
-    // SAFETY: plain data filled by lstat; a NUL-terminated path.
-    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { crate::sys::lstat(path, &mut st) } == 0).then_some(st)
-}
+pub(super) use crate::kept::lstat_of as lstat;
 
 /// A socket file's identity: its inode and change time.
 pub(super) fn identity(st: &crate::sys::stat) -> (u64, i64, i64) {
