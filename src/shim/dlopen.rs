@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use crate::entry::{Decision, tail_jump_entry};
 use crate::log::log;
-use crate::resolve::{DlopenFn, real_dlmopen, real_dlopen, real_dlsym};
+use crate::resolve::{DlopenFn, glibc_loader_function, real_dlmopen, real_dlopen, real_dlsym};
 use crate::table::row_named;
 
 /// Decides a `dlopen` call made from `caller` (its return address).
@@ -140,14 +140,13 @@ fn open_deep(
 }
 
 /// This library's export that a reference to `name` binds to in a library opened
-/// without `RTLD_DEEPBIND`, where it is one of ours.
+/// without `RTLD_DEEPBIND`, where it is one of ours: a hook, or one of the loader's names
+/// (`resolve`'s list), read from this library's symbol table as `dlsym` answers them.
 fn ours(name: &[u8]) -> Option<usize> {
-    match name {
-        b"dlsym" => Some(crate::dlsym::dlsym as *const () as usize),
-        b"dlvsym" => Some(crate::dlsym::dlvsym as *const () as usize),
-        b"dlopen" => Some(dlopen as *const () as usize),
-        b"dlmopen" => Some(dlmopen as *const () as usize),
-        _ => row_named(name).map(|h| h.hook as usize),
+    match row_named(name) {
+        Some(h) => Some(h.hook as usize),
+        None if glibc_loader_function(name).is_some() => crate::elf::own_function(name),
+        None => None,
     }
 }
 

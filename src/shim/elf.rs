@@ -234,14 +234,17 @@ pub fn object_defining(p: usize, marker: &[u8]) -> Option<(usize, usize)> {
         {
             return;
         }
-        let loads = phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD);
-        let start = loads.clone().map(|ph| ph.p_vaddr as usize).min();
-        let end = loads.map(|ph| (ph.p_vaddr + ph.p_memsz) as usize).max();
-        if let (Some(start), Some(end)) = (start, end) {
-            found = Some((base + start, base + end));
-        }
+        found = loaded_range(base, phdrs);
     });
     found
+}
+
+/// The range `[start, end)` an object's `PT_LOAD` segments take, loaded at `bias`.
+pub fn loaded_range(bias: usize, phdrs: &[libc::Elf64_Phdr]) -> Option<(usize, usize)> {
+    let loads = phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD);
+    let start = loads.clone().map(|ph| ph.p_vaddr as usize).min()?;
+    let end = loads.map(|ph| (ph.p_vaddr + ph.p_memsz) as usize).max()?;
+    Some((bias.wrapping_add(start), bias.wrapping_add(end)))
 }
 
 /// Whether the object `info` describes holds the address `a`.

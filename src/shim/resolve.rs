@@ -289,7 +289,6 @@ static MAIN_ASKED: AtomicBool = AtomicBool::new(false);
 /// The main program's loaded range `[start, end)`: its `PT_LOAD` segments, moved by
 /// the load bias that its `PT_PHDR` gives (None without one).
 fn main_program_range() -> Option<(usize, usize)> {
-    const PT_LOAD: u32 = 1;
     const PT_PHDR: u32 = 6;
     // SAFETY: getauxval only reads the auxiliary vector.
     let (phdr, phnum) = unsafe {
@@ -309,10 +308,7 @@ fn main_program_range() -> Option<(usize, usize)> {
         .iter()
         .find(|h| h.p_type == PT_PHDR)
         .map(|h| (phdr as usize).wrapping_sub(h.p_vaddr as usize))?;
-    let loads = headers.iter().filter(|h| h.p_type == PT_LOAD);
-    let start = loads.clone().map(|h| h.p_vaddr as usize).min()?;
-    let end = loads.map(|h| (h.p_vaddr + h.p_memsz) as usize).max()?;
-    Some((bias.wrapping_add(start), bias.wrapping_add(end)))
+    crate::elf::loaded_range(bias, headers)
 }
 
 /// This library's mapped range `[start, end)`, once found; `OWN_END` is 0 until then.
