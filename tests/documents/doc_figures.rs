@@ -37,7 +37,8 @@ fn pool_file(members: usize) -> (u64, u64) {
 }
 
 /// The documents that describe the pool file: README.md, the book and the Kubernetes
-/// examples, less performance.md (its KiB are allocation sizes of benchmark runs).
+/// examples, less performance.md and its log (their KiB are allocation sizes of benchmark
+/// runs and the history of the pool file's sizes).
 fn documents() -> Vec<PathBuf> {
     let mut docs: Vec<PathBuf> = ["README.md", "scripts/k8s/README.md"]
         .iter()
@@ -48,6 +49,7 @@ fn documents() -> Vec<PathBuf> {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "md" || e == "yaml")
                 && !path.ends_with("performance.md")
+                && !path.ends_with("performance-log.md")
             {
                 docs.push(path);
             }
