@@ -125,7 +125,7 @@ pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<St
     let alive = view.members.iter().filter(|m| m.alive).count();
     let dead = view.members.len() - alive;
     let removed = match file.joined_through {
-        Some(pid) => format!(", removed while its members run: read through process {pid}"),
+        Some(t) => format!(", removed while its members run: read through {}", t.via()),
         None => String::new(),
     };
     Ok(format!(

@@ -19,6 +19,8 @@
 //! - `beacon`: each member of a user's pool announces itself (an abstract socket), so
 //!   that a pool whose file was removed under live members (a logout's cleanup) is
 //!   joined through a member's descriptor, never made a second time.
+//! - `removed_file`: how a pool file removed under live members was opened (a member's
+//!   descriptor, or one handed over on a claim's socket), and why a process may not join.
 //! - `kept`: a descriptor kept while the program runs, acted on only while its number is
 //!   still the file kept (the program may close it and reuse the number).
 //! - `hex`: a value as the 16 hex digits of a name, the same work whatever the value.
@@ -37,6 +39,7 @@ mod locks;
 mod lone;
 mod mapping;
 mod removal;
+mod removed_file;
 mod sharing;
 mod sys;
 
@@ -48,4 +51,5 @@ pub use locks::{ContextWindow, SlotLocks, WindowOutcome};
 pub use lone::{Lone, LoneReading, read_lone_dir};
 pub use mapping::{PoolFile, open_member, open_reader, open_writer, without_file_name};
 pub use removal::{Removal, join_linked, remove_unused};
+pub use removed_file::Through;
 pub use sharing::Sharing;

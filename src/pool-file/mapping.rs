@@ -12,6 +12,7 @@ use gpucap_core::budget::{
 use crate::beacon::Orphan;
 use crate::identity::own_uid;
 use crate::locks::SlotLocks;
+use crate::removed_file::{Through, removed_answering, removed_unreachable};
 use crate::sharing::{Owned, Sharing, check_claim_file, new_claim_file};
 use crate::sys::{cstr, os_err};
 
@@ -28,9 +29,9 @@ pub struct PoolFile {
     /// A claim's: its live words are a memfd its members hand over ([`crate::live`]),
     /// read from there while any process holds them.
     claim: bool,
-    /// Where the file at the path had been removed while members ran: opened through
-    /// this member's descriptor ([`crate::beacon`]).
-    pub joined_through: Option<u32>,
+    /// Where the file at the path had been removed while members ran: how it was
+    /// opened ([`Through`]).
+    pub joined_through: Option<Through>,
 }
 
 impl PoolFile {
@@ -77,12 +78,21 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                     if crate::kept::lstat_of(c.as_ptr()).is_some() {
                         continue;
                     }
-                    return Err(removed_answering(path));
+                    // Members listen, none announced where this process sees: the file
+                    // handed over by one of them, joined as any member joins it.
+                    return match crate::live::removed_file(path, libc::O_RDWR) {
+                        Ok(fd) => {
+                            let mut file = finish(path, fd, sharing, Role::Member)?;
+                            file.joined_through = Some(Through::Socket);
+                            Ok(file)
+                        }
+                        Err(why) => Err(removed_answering(path, &why)),
+                    };
                 }
                 Orphan::None => {}
                 Orphan::Found { fd, pid } => {
                     let mut file = finish(path, fd, sharing, Role::Member)?;
-                    file.joined_through = Some(pid);
+                    file.joined_through = Some(Through::Process(pid));
                     return Ok(file);
                 }
                 Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),
@@ -98,35 +108,6 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
         "cannot open the pool file {}: it keeps disappearing",
         path.display()
     ))
-}
-
-/// Why a process may not join the pool of `path`: its file was removed while processes
-/// `pids` use it, and none of them could be reached.
-fn removed_unreachable(path: &Path, pids: &[u32]) -> String {
-    let listed: Vec<String> = pids.iter().take(8).map(u32::to_string).collect();
-    format!(
-        "the pool file {} was removed while processes {}{} still use it (a logout's \
-         cleanup of /dev/shm, or by hand), and none of them could be reached to join them \
-         (another PID namespace or user, or their programs closed gpucap's descriptors); no \
-         process can join until they exit (a new file would be a second budget)",
-        path.display(),
-        listed.join(", "),
-        if pids.len() > 8 { ", …" } else { "" }
-    )
-}
-
-/// Why a process may not join the claim of `path`: its file was removed while members
-/// run (they answer on its socket), none of whom it sees announced (another network
-/// namespace: each Kubernetes pod has one).
-fn removed_answering(path: &Path) -> String {
-    format!(
-        "the pool file {} was removed while the claim's members run (they listen on {}), \
-         and none of them announces itself where this process can see it (another network \
-         namespace: a pod of its own); no process can join until they exit (a new file \
-         would be a second budget)",
-        path.display(),
-        crate::live::socket_path(path).display()
-    )
 }
 
 /// Opens the pool file at `path` to read it (`gpucap status`, `top`, `metrics`,
@@ -163,7 +144,15 @@ fn open_existing(
     match crate::beacon::orphan(path, sharing, access) {
         Orphan::Found { fd, pid } => {
             let mut file = finish(path, fd, sharing, role)?;
-            file.joined_through = Some(pid);
+            file.joined_through = Some(Through::Process(pid));
+            Ok(file)
+        }
+        // A claim's members in another network namespace hand it over on its socket.
+        Orphan::None if sharing == Sharing::Claim && crate::live::answering(path) => {
+            let fd = crate::live::removed_file(path, access)
+                .map_err(|why| removed_answering(path, &why))?;
+            let mut file = finish(path, fd, sharing, role)?;
+            file.joined_through = Some(Through::Socket);
             Ok(file)
         }
         _ => Err(err),

@@ -167,7 +167,7 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         },
         |m| m.leave(),
     )?;
-    if let Some(pid) = file.joined_through {
+    if let Some(through) = file.joined_through {
         let (by, advice) = match gpucap_pool_file::Sharing::of(spec) {
             gpucap_pool_file::Sharing::Claim => ("by a process of the claim or a cleanup", ""),
             _ => (
@@ -176,11 +176,19 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
                 "; set GPUCAP_POOL_DIR to a directory nothing cleans",
             ),
         };
+        let how = match through {
+            gpucap_pool_file::Through::Process(pid) => format!("process {pid}'s descriptor"),
+            gpucap_pool_file::Through::Socket => {
+                "the file's descriptor a member handed over on the claim's socket (none \
+                 announces itself where this process can see it: another network namespace)"
+                    .to_string()
+            }
+        };
         crate::log::log!(
             Warn,
             "the pool file {} was removed while its members run ({by}): this process joins \
-             them through process {pid}'s descriptor, under their one budget (gpucap status \
-             reads it the same way){advice}",
+             them through {how}, under their one budget (gpucap status reads it the same \
+             way){advice}",
             path.display()
         );
     }

@@ -407,11 +407,14 @@ fn a_claims_file_removed_while_its_members_run_is_joined_not_made_again() {
 /// The same in another network namespace (each Kubernetes pod sharing a claim has one),
 /// where the members' announcements (abstract sockets) are not seen: the joiner finds
 /// no file and no announcement, but the claim's socket beside the file, which members
-/// listen on, says they live; it is refused with a line, never given a file of its own.
-/// Before, it made one: 700 MiB served beside the member's 700 MiB under the 1 GiB cap.
-/// Once the member exits, a process there makes the file again.
+/// listen on, says they live; it asks them for the file (`live::removed_file`) and joins
+/// their one budget through the descriptor a member hands over, never making a file of
+/// its own; `gpucap status` there reads the pool the same way. Before: first a second
+/// file (700 MiB served beside the member's 700 MiB under the 1 GiB cap), then a refusal
+/// with a line where joining was possible. Once the member exits, a process there makes
+/// the file again.
 #[test]
-fn a_claims_file_removed_under_members_of_another_network_namespace_is_not_made_again() {
+fn a_claims_file_removed_under_members_of_another_network_namespace_is_joined_not_made_again() {
     if !unshare_net_works() {
         return;
     }
@@ -426,17 +429,37 @@ fn a_claims_file_removed_under_members_of_another_network_namespace_is_not_made_
     };
     let a = holding(&s, &claim, 700);
     std::fs::remove_file(claim.join("gpucap.pool")).unwrap();
-    let b = in_pod("b", &[alloc(700)]);
+    let b = in_pod("b", &[alloc(700), alloc(200)]);
     let text = both(&b);
     assert!(
-        !text.contains(&format!("alloc {} 0", 700 * MIB))
-            && text.contains("was removed while the claim's members run (they listen on")
+        text.contains(&format!("alloc {} 2", 700 * MIB))
+            && text.contains(&format!("alloc {} 0", 200 * MIB))
+            && text.contains("was removed while its members run (by a process of the claim")
+            && text.contains("a member handed over on the claim's socket")
             && text.contains("another network namespace"),
         "the joiner in a network namespace of its own: {text}"
     );
     assert!(
         !claim.join("gpucap.pool").exists(),
         "a second file was made"
+    );
+    // `gpucap status` of the claim there, as `Scratch::gpucap` runs it.
+    let mut c = fake_cmd("unshare", &s.dir.join("stats.json"));
+    c.arg("--net")
+        .arg(cli())
+        .arg("status")
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_POOL_DIR", &s.pools)
+        .env("GPUCAP_CLAIM_DIR", &claim);
+    let status = run(&mut c);
+    let out = both(&status);
+    assert!(
+        status.status.success()
+            && out.lines().next().is_some_and(|l| {
+                l.contains("removed while its members run: read through the claim's socket")
+            })
+            && out.contains(&a.id().to_string()),
+        "status in a network namespace of its own: {out}"
     );
     said(a);
     let after = in_pod("after", &[alloc(700)]);

@@ -35,9 +35,10 @@ pub fn command(pool_flag: Option<String>, json: bool, uuid: bool, all: bool) -> 
     } else {
         // A file removed while its members run is read through a member's descriptor.
         let shown = match file.joined_through {
-            Some(pid) => std::path::PathBuf::from(format!(
-                "{}, removed while its members run: read through process {pid}",
-                file.path.display()
+            Some(t) => std::path::PathBuf::from(format!(
+                "{}, removed while its members run: read through {}",
+                file.path.display(),
+                t.via()
             )),
             None => file.path.clone(),
         };

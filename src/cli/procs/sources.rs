@@ -167,9 +167,10 @@ impl Sources {
             .unwrap_or_default()
             .to_string();
         let path = match file.joined_through {
-            Some(pid) => format!(
-                "{} (removed while its members run; read through process {pid})",
-                path.display()
+            Some(t) => format!(
+                "{} (removed while its members run; read through {})",
+                path.display(),
+                t.via()
             ),
             None => path.to_string_lossy().into_owned(),
         };

@@ -1,5 +1,6 @@
 //! A claim's socket and what crosses it: its address, a question and its answer (the memfd
-//! and the listening socket, by `SCM_RIGHTS`), and the checks of what came.
+//! and the listening socket, by `SCM_RIGHTS`; and the pool file's descriptor to a joiner
+//! that asks for it, [`FILE_REQUEST`]), and the checks of what came.
 
 use std::os::fd::RawFd;
 use std::path::Path;
@@ -16,6 +17,12 @@ pub(super) const SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_
 /// The header words a memfd must share with its file (magic, version, geometry, length,
 /// creation time, creator's uid): the same pool's words.
 const HEADER_BYTES: usize = 48;
+/// How a joiner asks for the pool file's descriptor too: the abstract name its socket is
+/// bound to before it connects begins so (the member reads it from `accept`). A joiner
+/// that found no file at the claim's path, removed while the members run, and sees none
+/// of them announced (another network namespace: a pod of its own) joins through it.
+/// A member of an older gpucap answers without it, and one that asks nothing gets none.
+pub(super) const FILE_REQUEST: &[u8] = b"\0gpucap-claim-file/";
 
 /// A socket's address for `path` (through `/proc/self/fd/N/` of its directory where the
 /// whole path is longer than an address holds), with that directory's descriptor.
@@ -128,9 +135,39 @@ pub(super) enum Answer {
 /// A socket connected to `at`, its answer's and its connect's patience
 /// [`ANSWER_WITHIN`]; Err(the connect's error, None where no socket could be made).
 pub(super) fn connect(at: &Address) -> Result<RawFd, Option<i32>> {
+    connect_from(at, None)
+}
+
+/// [`connect`], the socket bound first to the abstract name `from` where one is given
+/// (its `sun_path`, the leading NUL included): what the member sees of the joiner.
+fn connect_from(at: &Address, from: Option<&[u8]>) -> Result<RawFd, Option<i32>> {
     let s = socket();
     if s < 0 {
         return Err(None);
+    }
+    if let Some(name) = from {
+        // SAFETY: plain data, zeroed is valid.
+        let mut me: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        me.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let name = &name[..name.len().min(me.sun_path.len())];
+        for (d, b) in me.sun_path.iter_mut().zip(name) {
+            *d = *b as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + name.len();
+        // SAFETY: our socket and an address of `len` bytes.
+        let bound = unsafe {
+            libc::syscall(
+                libc::SYS_bind,
+                s,
+                &me as *const libc::sockaddr_un,
+                len as libc::socklen_t,
+            )
+        };
+        if bound != 0 {
+            let e = std::io::Error::last_os_error().raw_os_error();
+            close(s);
+            return Err(e);
+        }
     }
     // The answer's patience, and a connect's where the queue is full.
     for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
@@ -181,7 +218,10 @@ pub(super) fn ask(at: &Address, file: RawFd, bytes: usize) -> Answer {
         Err(Some(e)) => return Answer::Nobody(Some(e)),
     };
     let [memfd, listening] = match fds {
-        Ok(pair) => pair,
+        Ok([m, l, file]) => {
+            close(file); // not asked for: a member sends it only where asked
+            [m, l]
+        }
         // The kernel could not put the descriptors in this process's table.
         Err(true) => return untaken("the kernel dropped the descriptors handed over", false),
         Err(false) => return Answer::Nobody(None),
@@ -222,16 +262,17 @@ fn untaken(what: &str, failed: bool) -> Answer {
     Answer::Untaken(format!("{what} ({e}{limit})"))
 }
 
-/// The two descriptors of one message on `s`; Err(true) where the message carried
-/// descriptors this process could not take (`MSG_CTRUNC`: its open-file limit). No
-/// allocation: a member's serving thread asks too (`rebinding`).
-pub(super) fn receive(s: RawFd) -> Result<[RawFd; 2], bool> {
+/// The descriptors of one message on `s`: the memfd, the listening socket and, where it
+/// came (asked for: [`FILE_REQUEST`]), the pool file (else -1); Err(true) where the
+/// message carried descriptors this process could not take (`MSG_CTRUNC`: its open-file
+/// limit). No allocation: a member's serving thread asks too (`rebinding`).
+pub(super) fn receive(s: RawFd) -> Result<[RawFd; 3], bool> {
     let mut byte = 0u8;
     let mut io = libc::iovec {
         iov_base: (&mut byte as *mut u8).cast(),
         iov_len: 1,
     };
-    let mut control = [0u64; 8]; // CMSG_SPACE(2 * sizeof(int)) is 24 bytes
+    let mut control = [0u64; 8]; // CMSG_SPACE(3 * sizeof(int)) is 32 bytes
     // SAFETY: plain data, zeroed is valid.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut io;
@@ -243,8 +284,8 @@ pub(super) fn receive(s: RawFd) -> Result<[RawFd; 2], bool> {
     if n <= 0 {
         return Err(false);
     }
-    // The first two descriptors; any more closed (not what a member sends).
-    let (mut got, mut count) = ([-1; 2], 0);
+    // The first three descriptors; any more closed (not what a member sends).
+    let (mut got, mut count) = ([-1; 3], 0);
     // SAFETY: walking the control messages the kernel wrote into `control`.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -265,7 +306,9 @@ pub(super) fn receive(s: RawFd) -> Result<[RawFd; 2], bool> {
         }
     }
     match got {
-        [m, l] if count == 2 && msg.msg_flags & libc::MSG_CTRUNC == 0 => Ok([m, l]),
+        [m, l, f] if (count == 2 || count == 3) && msg.msg_flags & libc::MSG_CTRUNC == 0 => {
+            Ok([m, l, f])
+        }
         _ => {
             got.into_iter().for_each(close);
             Err(msg.msg_flags & libc::MSG_CTRUNC != 0)
@@ -273,8 +316,9 @@ pub(super) fn receive(s: RawFd) -> Result<[RawFd; 2], bool> {
     }
 }
 
-/// Sends `memfd` and `listening` on the accepted connection `c`.
-pub(super) fn send(c: RawFd, memfd: RawFd, listening: RawFd) {
+/// Sends `memfd` and `listening` (and `file`, where given) on the accepted connection `c`.
+pub(super) fn send(c: RawFd, memfd: RawFd, listening: RawFd, file: Option<RawFd>) {
+    let fds = if file.is_some() { 3 } else { 2 };
     let mut byte = b'w';
     let mut io = libc::iovec {
         iov_base: (&mut byte as *mut u8).cast(),
@@ -286,19 +330,126 @@ pub(super) fn send(c: RawFd, memfd: RawFd, listening: RawFd) {
     msg.msg_iov = &mut io;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE of two descriptors fits `control` (24 of its 64 bytes).
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(8) } as _;
+    // SAFETY: CMSG_SPACE of three descriptors fits `control` (32 of its 64 bytes).
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(4 * fds) } as _;
     // SAFETY: filling the one control message `msg` has room for, then sending it.
     unsafe {
         let c0 = libc::CMSG_FIRSTHDR(&msg);
         (*c0).cmsg_level = libc::SOL_SOCKET;
         (*c0).cmsg_type = libc::SCM_RIGHTS;
-        (*c0).cmsg_len = libc::CMSG_LEN(8) as _;
+        (*c0).cmsg_len = libc::CMSG_LEN(4 * fds) as _;
         let data = libc::CMSG_DATA(c0) as *mut RawFd;
         data.write_unaligned(memfd);
         data.add(1).write_unaligned(listening);
+        if let Some(f) = file {
+            data.add(2).write_unaligned(f);
+        }
         libc::syscall(libc::SYS_sendmsg, c, &msg, libc::MSG_NOSIGNAL);
     }
+}
+
+/// Whether the joiner whose address `accept` gave (`len` bytes of `from`) asks for the
+/// pool file too: bound to a name beginning with [`FILE_REQUEST`]. No allocation.
+pub(super) fn asks_for_file(from: &libc::sockaddr_un, len: libc::socklen_t) -> bool {
+    let name = (len as usize).saturating_sub(std::mem::size_of::<libc::sa_family_t>());
+    name >= FILE_REQUEST.len()
+        && from
+            .sun_path
+            .iter()
+            .zip(FILE_REQUEST)
+            .all(|(a, b)| *a as u8 == *b)
+}
+
+/// Asks the socket at `at` for the pool file's descriptor (a claim's file removed while
+/// its members run): the file, checked to be the one whose words the memfd handed over
+/// with it holds (a regular file of the length its header states, with the memfd's
+/// header), opened again with `access` (what it is beyond that is checked as any pool
+/// file's, `mapping`). Err: why not.
+pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, String> {
+    // A name of this process's own: another joiner's bound at the same moment would
+    // refuse it (`EADDRINUSE`), then the next is tried.
+    let mut name = FILE_REQUEST.to_vec();
+    name.extend_from_slice(format!("{}/", std::process::id()).as_bytes());
+    let stem = name.len();
+    let mut fds = Err(false);
+    for n in 0..8u32 {
+        name.truncate(stem);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let nanos = now.map_or(0, |d| d.as_nanos());
+        name.extend_from_slice(format!("{nanos:x}/{n}").as_bytes());
+        match connect_from(at, Some(&name)) {
+            Ok(s) => {
+                fds = receive(s);
+                close(s);
+                break;
+            }
+            Err(Some(libc::EADDRINUSE)) => continue,
+            Err(e) => {
+                return Err(match e {
+                    Some(e) => format!(
+                        "asking its socket failed: {}",
+                        std::io::Error::from_raw_os_error(e)
+                    ),
+                    None => "this process could not make a socket to ask".into(),
+                });
+            }
+        }
+    }
+    let [memfd, listening, file] = match fds {
+        Ok(three) => three,
+        Err(_) => return Err("no member answered".into()),
+    };
+    close(listening); // this process serves nothing from this answer
+    let checked = match file {
+        -1 => Err("the member that answered handed over no file (an older gpucap)".into()),
+        f => stated_bytes(f).and_then(|bytes| check(memfd, f, bytes)),
+    };
+    close(memfd);
+    let opened = checked.and_then(|()| reopen(file, access));
+    close(file);
+    opened
+}
+
+/// The file `fd` opened again (`/proc/self/fd/N`) with `access`: a descriptor handed over
+/// shares the member's open file description, and the pool's locks (`F_OFD_*`) belong to
+/// an open file description: through it this process would take the member's slot locks
+/// for its own (every member's it holds would look dead, and its bytes be freed). Checked
+/// to be the same file.
+fn reopen(fd: RawFd, access: i32) -> Result<RawFd, String> {
+    let link = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).map_err(|e| e.to_string())?;
+    // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose);
+    // never waits on what is there.
+    let again =
+        unsafe { crate::sys::open(link.as_ptr(), access | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if again < 0 {
+        return Err(format!(
+            "cannot open the file handed over again through /proc/self/fd: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let id = |f: RawFd| crate::kept::stat_of(f).map(|st| (st.st_dev, st.st_ino));
+    if id(again).is_none() || id(again) != id(fd) {
+        close(again);
+        return Err("the file handed over could not be opened again as itself".into());
+    }
+    Ok(again)
+}
+
+/// The length a pool file's header states (its fourth word), where it is the file's.
+fn stated_bytes(file: RawFd) -> Result<usize, String> {
+    let mut head = [0u8; 32];
+    // SAFETY: a descriptor and a 32-byte buffer.
+    let n = unsafe { libc::pread(file, head.as_mut_ptr().cast(), 32, 0) };
+    // SAFETY: plain data filled by fstat.
+    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor and a stat to fill.
+    let ok = unsafe { crate::sys::fstat(file, &mut st) } == 0;
+    let stated = head[24..].try_into().map_or(0, u64::from_le_bytes) as usize;
+    if n != 32 || !ok || st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size as usize != stated
+    {
+        return Err("what it handed over as the file is not a pool file".into());
+    }
+    Ok(stated)
 }
 
 /// Whether `memfd` is the live words of the pool file `file`: a regular file of its
@@ -428,6 +579,120 @@ mod tests {
         assert!(listening);
         assert_eq!(check_listening(sock), Ok(()));
         [sock, file].into_iter().for_each(close);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A regular file of 64 bytes whose header states its length, beginning with `head`.
+    fn pool_like_file(dir: &Path, name: &str, head: &[u8]) -> std::fs::File {
+        let mut bytes = vec![0u8; 64];
+        bytes[..head.len()].copy_from_slice(head);
+        bytes[24..32].copy_from_slice(&64u64.to_le_bytes());
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap()
+    }
+
+    /// One member's answer on a socket at `dir/s.sock`: accepts one joiner, says whether
+    /// it asked for the file, and sends `memfd`, a listening socket and, where it asked,
+    /// `file` (None: a member that sends no file, as an older gpucap).
+    fn answer_once(
+        dir: &Path,
+        memfd: RawFd,
+        file: Option<RawFd>,
+    ) -> (Address, std::thread::JoinHandle<bool>) {
+        let at = Address::of(&dir.join("s.sock")).unwrap();
+        let l = socket();
+        // SAFETY: our socket and a valid address of `len` bytes.
+        unsafe {
+            let _ = std::fs::remove_file(dir.join("s.sock"));
+            assert_eq!(
+                libc::syscall(
+                    libc::SYS_bind,
+                    l,
+                    &at.addr as *const libc::sockaddr_un,
+                    at.len()
+                ),
+                0
+            );
+            assert_eq!(libc::syscall(libc::SYS_listen, l, 4), 0);
+        }
+        let server = std::thread::spawn(move || {
+            // SAFETY: plain data, zeroed is valid.
+            let mut from: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+            // SAFETY: our listening socket, an address and its length to fill.
+            let c =
+                unsafe { libc::accept(l, &mut from as *mut libc::sockaddr_un as *mut _, &mut len) };
+            assert!(c >= 0);
+            let asked = asks_for_file(&from, len);
+            send(c, memfd, l, file.filter(|_| asked));
+            close(c);
+            close(l);
+            asked
+        });
+        (at, server)
+    }
+
+    #[test]
+    fn a_removed_claim_file_is_handed_over_to_who_asks_and_opened_as_its_own() {
+        let dir = std::env::temp_dir().join(format!("gpucap-handover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let head: Vec<u8> = (0..HEADER_BYTES as u8).map(|b| b | 0x80).collect();
+        let mut stated = head.clone();
+        stated[24..32].copy_from_slice(&64u64.to_le_bytes());
+        let words = memfd(64, &stated, SEALS);
+        let file = pool_like_file(&dir, "f", &stated);
+        use std::os::fd::AsRawFd;
+        // The member's own slot lock, on its open file description.
+        let mut lock = crate::locks::flock_range(libc::F_WRLCK, 7, 1);
+        crate::locks::lock_call(file.as_raw_fd(), libc::F_OFD_SETLK, &mut lock).unwrap();
+
+        let (at, server) = answer_once(&dir, words, Some(file.as_raw_fd()));
+        let got = ask_for_file(&at, libc::O_RDWR).unwrap();
+        assert!(
+            server.join().unwrap(),
+            "the joiner's address asks for the file"
+        );
+        assert_eq!(
+            crate::kept::stat_of(got).map(|st| st.st_ino),
+            crate::kept::stat_of(file.as_raw_fd()).map(|st| st.st_ino),
+            "the file handed over"
+        );
+        // Its own open file: the member's lock is another's to it, as a joiner must see it.
+        let mut mine = crate::locks::flock_range(libc::F_WRLCK, 7, 1);
+        assert!(
+            crate::locks::lock_call(got, libc::F_OFD_SETLK, &mut mine).is_err(),
+            "the member's slot lock looks like this process's own"
+        );
+        close(got);
+
+        // A member that sends no file (an older gpucap): refused, saying so.
+        let (at, server) = answer_once(&dir, words, None);
+        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err();
+        server.join().unwrap();
+        assert!(e.contains("handed over no file (an older gpucap)"), "{e}");
+
+        // A file that is not the one whose words came with it.
+        let mut other = stated.clone();
+        other[40] ^= 1;
+        let theirs = pool_like_file(&dir, "g", &other);
+        let (at, server) = answer_once(&dir, words, Some(theirs.as_raw_fd()));
+        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err();
+        server.join().unwrap();
+        assert!(e.contains("another pool's words"), "{e}");
+
+        // A plain question (no name bound) is never handed the file.
+        let (at, server) = answer_once(&dir, words, Some(file.as_raw_fd()));
+        match ask(&at, file.as_raw_fd(), 64) {
+            Answer::Words(m, l) => [m, l].into_iter().for_each(close),
+            _ => panic!("the plain question's answer"),
+        }
+        assert!(!server.join().unwrap(), "a plain question asks for no file");
+        close(words);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

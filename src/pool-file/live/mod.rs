@@ -95,7 +95,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
             try_lock(file, libc::F_UNLCK, MAKE_BYTE)?;
         }
         match held(&sock, &at, file, bytes)? {
-            Asked::Held(m, l) => return served(m, l, Watch::new(&sock, m, file)),
+            Asked::Held(m, l) => return served(m, l, file, Watch::new(&sock, m, file)),
             Asked::Again => {
                 pause(&mut waited);
                 continue;
@@ -107,7 +107,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
             let decided = decide(&sock, &at, file, bytes);
             try_lock(file, libc::F_UNLCK, MAKE_BYTE)?;
             if let Some((m, l)) = decided? {
-                return served(m, l, Watch::new(&sock, m, file));
+                return served(m, l, file, Watch::new(&sock, m, file));
             }
         }
         pause(&mut waited);
@@ -344,6 +344,15 @@ pub(crate) fn answering(path: &Path) -> bool {
         }
         Err(e) => matches!(e, Some(libc::EAGAIN | libc::ETIMEDOUT)),
     }
+}
+
+/// The claim's pool file at `path`, removed while its members run, as a member hands
+/// over its descriptor on the claim's socket (asked with [`handover::FILE_REQUEST`]): for
+/// a process that sees no member's announcement (another network namespace: a pod of its
+/// own) to join their one budget, or read it; opened with `access`, an open file of this
+/// process's own. Err: why not.
+pub(crate) fn removed_file(path: &Path, access: i32) -> Result<RawFd, String> {
+    handover::ask_for_file(&Address::of(&socket_path(path))?, access)
 }
 
 /// A claim's live words for a reader or a resize: a memfd (the caller closes it; a

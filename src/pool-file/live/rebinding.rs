@@ -109,7 +109,8 @@ impl Watch {
         let s = connect(&self.at).ok()?;
         let got = receive(s);
         close(s);
-        let [m, l] = got.ok()?;
+        let [m, l, file] = got.ok()?;
+        close(file); // not asked for
         let ours = kept::identity(m) == Some(self.words) && check_listening(l).is_ok();
         close(m);
         if !ours {
@@ -327,7 +328,7 @@ mod tests {
         let server = std::thread::spawn(move || {
             use std::os::fd::AsRawFd;
             let (conn, _) = other.accept().unwrap();
-            super::super::handover::send(conn.as_raw_fd(), memfd, other.as_raw_fd());
+            super::super::handover::send(conn.as_raw_fd(), memfd, other.as_raw_fd(), None);
             other
         });
         let l = w.look().expect("the member's socket served");
@@ -381,7 +382,7 @@ mod tests {
             // SAFETY: a constant name; our descriptor.
             let foreign = unsafe { libc::memfd_create(c"f".as_ptr(), libc::MFD_CLOEXEC) };
             let (conn, _) = other.accept().unwrap();
-            super::super::handover::send(conn.as_raw_fd(), foreign, other.as_raw_fd());
+            super::super::handover::send(conn.as_raw_fd(), foreign, other.as_raw_fd(), None);
             close(foreign);
             other
         });

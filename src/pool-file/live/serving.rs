@@ -5,28 +5,31 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use super::handover::{check, close, send};
+use super::handover::{asks_for_file, check, close, send};
 use super::rebinding::{Watch, look_between_joiners};
 use crate::kept::Kept;
 
 /// A claim this process holds: its memfd and listening socket, each kept as the file it
-/// was when it was handed over. The program may close those descriptors and reuse their
-/// numbers (a server closing every descriptor it did not open, then listening on one of
-/// its own): the serving thread and a forked child act on a number only while it is
-/// still that file.
+/// was when it was handed over, and the pool file (the member's descriptor of it, which
+/// the pool's locks own: handed to a joiner that asks, never closed here). The program
+/// may close those descriptors and reuse their numbers (a server closing every descriptor
+/// it did not open, then listening on one of its own): the serving thread and a forked
+/// child act on a number only while it is still that file.
 struct Held {
     taken: AtomicBool,
-    fds: [Kept; 2],
+    fds: [Kept; 3],
 }
 
 impl Held {
-    /// Whether descriptor `i` (0 the memfd, 1 the socket) is still the file it was.
+    /// Whether descriptor `i` (0 the memfd, 1 the socket, 2 the pool file) is still the
+    /// file it was.
     fn ours(&self, i: usize) -> bool {
         self.fds[i].get().is_some()
     }
 
     /// The entry given up (the descriptors are closed, or no longer ours).
     fn free(&self) {
+        self.fds[2].forget();
         self.fds[1].forget();
         self.fds[0].forget();
         self.taken.store(false, Relaxed);
@@ -38,7 +41,7 @@ impl Held {
 static HELD: [Held; 8] = [const {
     Held {
         taken: AtomicBool::new(false),
-        fds: [const { Kept::none() }; 2],
+        fds: [const { Kept::none() }; 3],
     }
 }; 8];
 
@@ -49,11 +52,13 @@ struct Serving {
     watch: Option<Watch>,
 }
 
-/// Serves `memfd` and `listening` to every joiner from a thread of their own, which
-/// looks after the claim's socket with `watch` between joiners: the memfd.
+/// Serves `memfd` and `listening` to every joiner from a thread of their own (and the
+/// pool file `file` to a joiner that asks for it), which looks after the claim's socket
+/// with `watch` between joiners: the memfd.
 pub(super) fn served(
     memfd: RawFd,
     listening: RawFd,
+    file: RawFd,
     watch: Option<Watch>,
 ) -> Result<RawFd, String> {
     // Taken by a swap: two threads joining two claims at once never take one entry.
@@ -69,6 +74,7 @@ pub(super) fn served(
     // them later.
     h.fds[0].keep(memfd);
     h.fds[1].keep(listening);
+    h.fds[2].keep(file);
     // Every holder's accept returns between joiners, for its thread to look at the path
     // (the socket may have been made by a member that set it already).
     look_between_joiners(listening);
@@ -137,14 +143,19 @@ extern "C" fn serve(arg: *mut libc::c_void) -> *mut libc::c_void {
         if !h.ours(1) {
             return done();
         }
+        // The joiner's address: the name it bound, where it asks for the file too.
+        // SAFETY: plain data, zeroed is valid.
+        let mut from: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
         // SAFETY: the listening socket (checked just above), closed in this process only
-        // by a forked child, which has no copy of this thread, or by the program.
+        // by a forked child, which has no copy of this thread, or by the program; an
+        // address and its length to fill.
         let c = unsafe {
             libc::syscall(
                 libc::SYS_accept4,
                 listening,
-                std::ptr::null_mut::<libc::sockaddr>(),
-                std::ptr::null_mut::<libc::socklen_t>(),
+                &mut from as *mut libc::sockaddr_un as *mut libc::sockaddr,
+                &mut len as *mut libc::socklen_t,
                 libc::SOCK_CLOEXEC,
             )
         } as RawFd;
@@ -153,7 +164,8 @@ extern "C" fn serve(arg: *mut libc::c_void) -> *mut libc::c_void {
             // meanwhile (the call kept the socket it started on).
             let sent = h.ours(0) && h.ours(1);
             if sent {
-                send(c, memfd, listening);
+                let file = (asks_for_file(&from, len) && h.ours(2)).then(|| h.fds[2].number());
+                send(c, memfd, listening, file);
             }
             close(c);
             if sent {
@@ -268,10 +280,11 @@ pub(super) fn pause(waited: &mut u32) {
 /// joiners waiting).
 pub fn forget_in_child() {
     for h in &HELD {
-        // Only what is still the claim's: a number the program reused is its own.
-        for fd in &h.fds {
-            fd.close();
-        }
+        // Only what is still the claim's: a number the program reused is its own. The
+        // pool file's descriptor is the pool's locks' (`SlotLocks::forget_in_child`).
+        h.fds[0].close();
+        h.fds[1].close();
+        h.fds[2].forget();
         h.taken.store(false, Relaxed);
     }
 }
