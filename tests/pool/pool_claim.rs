@@ -148,8 +148,25 @@ fn stopped_all(pid: u32) {
 
 #[test]
 fn members_go_on_under_the_claims_cap_after_its_pool_file_is_truncated() {
-    let s = Scratch::new("claim-truncated");
+    truncated_under_members(0o777);
+}
+
+/// A directory of one user's own (mode 0700) named as a claim's: the user's processes
+/// share a claim's pool (its file and socket 0600), whose members map the memfd, so a
+/// truncation of its file by a process of the same user (root in containers that share
+/// `/dev/shm`, say) kills none of them, as it would a named pool's (threat-model.md).
+#[test]
+fn a_private_directory_named_as_a_claims_keeps_its_members_through_a_truncation() {
+    truncated_under_members(0o700);
+}
+
+/// Two members of a claim whose directory has `mode` hold 400 and 500 MiB of its 1 GiB
+/// cap; its file is truncated to 0 bytes; a joiner is refused with a line, and the
+/// members go on under one budget (the next 100 MiB served, the 100 after it refused).
+fn truncated_under_members(mode: u32) {
+    let s = Scratch::new(&format!("claim-truncated-{mode:o}"));
     let claim = claim_dir(&s, "claim");
+    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(mode)).unwrap();
     let file = claim.join("gpucap.pool");
     let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
     let mut a = staged(&s, &claim, "a", &[400], &[100, 100]);
@@ -163,6 +180,13 @@ fn members_go_on_under_the_claims_cap_after_its_pool_file_is_truncated() {
     assert!(shown.contains("2 members alive, 0 dead"), "{shown}");
     // Another container of the claim truncates the file.
     assert!(file.exists(), "no pool file at {}", file.display());
+    // Made for whoever may write the directory: its user alone where it is private.
+    let file_mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        file_mode,
+        mode & 0o666,
+        "the pool file's mode in a {mode:o} directory"
+    );
     std::fs::OpenOptions::new()
         .write(true)
         .open(&file)
