@@ -218,8 +218,9 @@ per GPU): for each GPU its cap, the bytes in use, the peak, how many allocations
 pool refused, and the bytes still held by members that died (the next allocation that
 needs them takes them back); for each member its pid, state (alive or dead), GPU,
 bytes, peak, start time (UTC) and command, the largest first. The pool is --pool's,
-else the one the environment names (GPUCAP_POOL, GPUCAP_POOL_DIR, HAMi-core's
-CUDA_DEVICE_MEMORY_SHARED_CACHE), else the one of the gpucap.env file the shim reads
+else the one the environment names (GPUCAP_POOL, GPUCAP_POOL_DIR, a claim's
+GPUCAP_CLAIM_DIR, HAMi-core's CUDA_DEVICE_MEMORY_SHARED_CACHE), else the one of the
+gpucap.env file the shim reads
 (beside libgpucap.so, else /etc/gpucap/gpucap.env: what the container entrypoint
 wrote, so `docker exec CONTAINER gpucap top` shows the container's pool).
 Reading a pool never changes it: the file is opened read-only.

@@ -19,7 +19,7 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<
     match spec {
         PoolSpec::Path(p) => {
             let parent = p.parent().unwrap_or(Path::new("/"));
-            check_parent(parent)?;
+            check_parent(parent).map_err(|e| claims_file(e, p))?;
             Ok(p.clone())
         }
         PoolSpec::Claim(dir) => {
@@ -234,6 +234,21 @@ fn check_parent(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `e`, for the pool file `path` named as a path: where that is a claim's file
+/// (`gpucap.pool`, in a directory every container of the claim may write), with how a
+/// claim's pool is named (its directory, `GPUCAP_CLAIM_DIR`), which such a directory
+/// passes.
+fn claims_file(e: String, path: &Path) -> String {
+    match (path.file_name(), path.parent()) {
+        (Some(n), Some(dir)) if n == CLAIM_POOL_FILE => format!(
+            "{e}; a claim's pool ({CLAIM_POOL_FILE} in the directory its containers share) is \
+             named by that directory: GPUCAP_CLAIM_DIR={}",
+            dir.display()
+        ),
+        _ => e,
+    }
+}
+
 /// A claim's directory: the driver mounts it read-write in every container of the claim
 /// and nowhere else, and its mode or group says who shares the claim's budget (see
 /// [`crate::sharing`]): it must be a real directory this process may write in, else the
@@ -273,5 +288,37 @@ fn may_write(dir: &Path) -> bool {
             libc::W_OK | libc::X_OK,
             libc::AT_EACCESS,
         ) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claims_file_named_as_a_path_says_how_a_claim_is_named() {
+        let dir = std::env::temp_dir().join(format!("gpucap-location-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let claims = PoolSpec::Path(dir.join(CLAIM_POOL_FILE));
+        let e = locate(&claims, None, false).unwrap_err();
+        assert!(
+            e.contains("writable by other users")
+                && e.ends_with(&format!("GPUCAP_CLAIM_DIR={}", dir.display())),
+            "{e}"
+        );
+        // Another file there: the error as it was, with no word of claims.
+        let other = PoolSpec::Path(dir.join("train.pool"));
+        let e = locate(&other, None, false).unwrap_err();
+        assert!(
+            e.contains("writable by other users") && !e.contains("claim"),
+            "{e}"
+        );
+        // The directory named as a claim's passes.
+        assert_eq!(
+            locate(&PoolSpec::Claim(dir.clone()), None, false),
+            Ok(dir.join(CLAIM_POOL_FILE))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
