@@ -101,17 +101,6 @@ pub(crate) fn announce(path: &Path, sharing: Sharing, fd: RawFd) {
         "{PREFIX}{who}/{hash}/{dev:x}/{ino:x}/{}/{fd}",
         std::process::id()
     );
-    // SAFETY: plain data, zeroed is valid.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    // An abstract name: a NUL byte first, no NUL after.
-    if name.len() + 1 > addr.sun_path.len() {
-        return;
-    }
-    for (d, b) in addr.sun_path[1..].iter_mut().zip(name.bytes()) {
-        *d = b as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
     // Raw system calls, as the claim's sockets: the C library's `socket` and `bind`
     // would be two more imports the loader looks up at every process's start.
     // SAFETY: no pointers.
@@ -126,16 +115,7 @@ pub(crate) fn announce(path: &Path, sharing: Sharing, fd: RawFd) {
     if s < 0 {
         return;
     }
-    // SAFETY: our socket and an address of `len` bytes.
-    let bound = unsafe {
-        libc::syscall(
-            libc::SYS_bind,
-            s,
-            &addr as *const libc::sockaddr_un,
-            len as libc::socklen_t,
-        )
-    };
-    if bound != 0 {
+    if !crate::sys::bind_abstract(s, name.as_bytes()) {
         // SAFETY: our socket, given up on.
         unsafe { libc::close(s) };
         return;
@@ -279,22 +259,7 @@ pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing)> {
 /// file announced (`id`), a regular file (whose owner and mode the caller checks).
 fn reach(pid: u32, n: i32, id: (u64, u64), access: i32) -> Option<RawFd> {
     let link = std::ffi::CString::new(format!("/proc/{pid}/fd/{n}")).ok()?;
-    // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose);
-    // never waits on what is there.
-    let fd =
-        unsafe { crate::sys::open(link.as_ptr(), access | libc::O_CLOEXEC | libc::O_NONBLOCK) };
-    if fd < 0 {
-        return None;
-    }
-    let ok = crate::kept::stat_of(fd).is_some_and(|st| {
-        (st.st_dev, st.st_ino) == id && st.st_mode & libc::S_IFMT == libc::S_IFREG
-    });
-    if ok {
-        return Some(fd);
-    }
-    // SAFETY: our descriptor, given up on.
-    unsafe { libc::close(fd) };
-    None
+    crate::kept::open_link(&link, id, access).ok()
 }
 
 #[cfg(test)]

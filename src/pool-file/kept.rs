@@ -32,6 +32,32 @@ pub(crate) fn lstat_of(path: *const libc::c_char) -> Option<crate::sys::stat> {
     (unsafe { crate::sys::lstat(path, &mut st) } == 0).then_some(st)
 }
 
+/// The regular file `id` (device, inode) the kernel's link `link` names
+/// (`/proc/PID/fd/N`), opened with `access` as an open file of this process's own (an
+/// open file description of its own: its locks are this process's), followed on purpose;
+/// never waits on what is there. Err: why not.
+pub(crate) fn open_link(link: &CStr, id: (u64, u64), access: i32) -> Result<RawFd, String> {
+    // SAFETY: a NUL-terminated path (a link the kernel keeps).
+    let fd =
+        unsafe { crate::sys::open(link.as_ptr(), access | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if fd < 0 {
+        return Err(format!(
+            "cannot open {}: {}",
+            link.to_string_lossy(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let same = stat_of(fd).is_some_and(|st| {
+        (st.st_dev, st.st_ino) == id && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    });
+    if same {
+        return Ok(fd);
+    }
+    // SAFETY: our descriptor, given up on.
+    unsafe { libc::close(fd) };
+    Err(format!("{} is no longer that file", link.to_string_lossy()))
+}
+
 /// The file `fd` is now (its device and inode), None where it is not open.
 pub(crate) fn identity(fd: RawFd) -> Option<(u64, u64)> {
     stat_of(fd).map(|st| (st.st_dev, st.st_ino))

@@ -81,19 +81,14 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                     // Members listen, none announced where this process sees: the file
                     // handed over by one of them, joined as any member joins it.
                     return match crate::live::removed_file(path, libc::O_RDWR) {
-                        Ok(fd) => {
-                            let mut file = finish(path, fd, sharing, Role::Member)?;
-                            file.joined_through = Some(Through::Socket);
-                            Ok(file)
-                        }
+                        Ok(fd) => finish_removed(path, fd, sharing, Role::Member, Through::Socket),
                         Err(why) => Err(removed_answering(path, &why)),
                     };
                 }
                 Orphan::None => {}
                 Orphan::Found { fd, pid } => {
-                    let mut file = finish(path, fd, sharing, Role::Member)?;
-                    file.joined_through = Some(Through::Process(pid));
-                    return Ok(file);
+                    let through = Through::Process(pid);
+                    return finish_removed(path, fd, sharing, Role::Member, through);
                 }
                 Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),
             },
@@ -142,18 +137,12 @@ fn open_existing(
         return Err(err);
     }
     match crate::beacon::orphan(path, sharing, access) {
-        Orphan::Found { fd, pid } => {
-            let mut file = finish(path, fd, sharing, role)?;
-            file.joined_through = Some(Through::Process(pid));
-            Ok(file)
-        }
+        Orphan::Found { fd, pid } => finish_removed(path, fd, sharing, role, Through::Process(pid)),
         // A claim's members in another network namespace hand it over on its socket.
         Orphan::None if sharing == Sharing::Claim && crate::live::answering(path) => {
             let fd = crate::live::removed_file(path, access)
                 .map_err(|why| removed_answering(path, &why))?;
-            let mut file = finish(path, fd, sharing, role)?;
-            file.joined_through = Some(Through::Socket);
-            Ok(file)
+            finish_removed(path, fd, sharing, role, Through::Socket)
         }
         _ => Err(err),
     }
@@ -400,6 +389,19 @@ enum Role {
     Writer,
     /// To read it: a copy of its live words, read again by each view.
     Reader,
+}
+
+/// [`finish`] of a file removed while its members run, opened `through` one of them.
+fn finish_removed(
+    path: &Path,
+    fd: RawFd,
+    sharing: Sharing,
+    role: Role,
+    through: Through,
+) -> Result<PoolFile, String> {
+    let mut file = finish(path, fd, sharing, role)?;
+    file.joined_through = Some(through);
+    Ok(file)
 }
 
 /// Checks what `fd` is, maps it and checks its words.

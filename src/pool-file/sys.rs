@@ -3,9 +3,11 @@
 //! `mmap`, `fstat`, `lstat` on 64-bit Linux), and `access` as `faccessat`. Each other name
 //! would be one more import of libgpucap.so, which the dynamic loader looks up in every
 //! process the shim is preloaded into, CUDA or not, at its start. Beside them, a path as
-//! the C string they take, and the message of one that failed.
+//! the C string they take, the message of one that failed, and a socket bound to an
+//! abstract name (a raw system call, as every socket call of this crate's).
 
 use std::ffi::CString;
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -35,4 +37,28 @@ pub fn os_err(what: &str, p: &Path) -> String {
         p.display(),
         std::io::Error::last_os_error()
     )
+}
+
+/// Binds the Unix socket `s` to the abstract name `name` (a NUL byte, then `name`, no NUL
+/// after): false where it is too long or bind refused it (`errno` says why).
+pub fn bind_abstract(s: RawFd, name: &[u8]) -> bool {
+    // SAFETY: plain data, zeroed is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    if name.len() + 1 > addr.sun_path.len() {
+        return false;
+    }
+    for (d, b) in addr.sun_path[1..].iter_mut().zip(name) {
+        *d = *b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    // SAFETY: a socket and an address of `len` bytes.
+    unsafe {
+        libc::syscall(
+            libc::SYS_bind,
+            s,
+            &addr as *const libc::sockaddr_un,
+            len as libc::socklen_t,
+        ) == 0
+    }
 }

@@ -22,7 +22,7 @@ const HEADER_BYTES: usize = 48;
 /// that found no file at the claim's path, removed while the members run, and sees none
 /// of them announced (another network namespace: a pod of its own) joins through it.
 /// A member of an older gpucap answers without it, and one that asks nothing gets none.
-pub(super) const FILE_REQUEST: &[u8] = b"\0gpucap-claim-file/";
+pub(super) const FILE_REQUEST: &[u8] = b"gpucap-claim-file/";
 
 /// A socket's address for `path` (through `/proc/self/fd/N/` of its directory where the
 /// whole path is longer than an address holds), with that directory's descriptor.
@@ -138,36 +138,19 @@ pub(super) fn connect(at: &Address) -> Result<RawFd, Option<i32>> {
     connect_from(at, None)
 }
 
-/// [`connect`], the socket bound first to the abstract name `from` where one is given
-/// (its `sun_path`, the leading NUL included): what the member sees of the joiner.
+/// [`connect`], the socket bound first to the abstract name `from` where one is given:
+/// what the member sees of the joiner.
 fn connect_from(at: &Address, from: Option<&[u8]>) -> Result<RawFd, Option<i32>> {
     let s = socket();
     if s < 0 {
         return Err(None);
     }
-    if let Some(name) = from {
-        // SAFETY: plain data, zeroed is valid.
-        let mut me: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-        me.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        let name = &name[..name.len().min(me.sun_path.len())];
-        for (d, b) in me.sun_path.iter_mut().zip(name) {
-            *d = *b as libc::c_char;
-        }
-        let len = std::mem::size_of::<libc::sa_family_t>() + name.len();
-        // SAFETY: our socket and an address of `len` bytes.
-        let bound = unsafe {
-            libc::syscall(
-                libc::SYS_bind,
-                s,
-                &me as *const libc::sockaddr_un,
-                len as libc::socklen_t,
-            )
-        };
-        if bound != 0 {
-            let e = std::io::Error::last_os_error().raw_os_error();
-            close(s);
-            return Err(e);
-        }
+    if let Some(name) = from
+        && !crate::sys::bind_abstract(s, name)
+    {
+        let e = std::io::Error::last_os_error().raw_os_error();
+        close(s);
+        return Err(e);
     }
     // The answer's patience, and a connect's where the queue is full.
     for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
@@ -351,10 +334,11 @@ pub(super) fn send(c: RawFd, memfd: RawFd, listening: RawFd, file: Option<RawFd>
 /// Whether the joiner whose address `accept` gave (`len` bytes of `from`) asks for the
 /// pool file too: bound to a name beginning with [`FILE_REQUEST`]. No allocation.
 pub(super) fn asks_for_file(from: &libc::sockaddr_un, len: libc::socklen_t) -> bool {
-    let name = (len as usize).saturating_sub(std::mem::size_of::<libc::sa_family_t>());
+    // An abstract name: a NUL byte, then the name.
+    let name = (len as usize).saturating_sub(std::mem::size_of::<libc::sa_family_t>() + 1);
     name >= FILE_REQUEST.len()
-        && from
-            .sun_path
+        && from.sun_path[0] == 0
+        && from.sun_path[1..]
             .iter()
             .zip(FILE_REQUEST)
             .all(|(a, b)| *a as u8 == *b)
@@ -400,9 +384,10 @@ pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, String> {
         Err(_) => return Err("no member answered".into()),
     };
     close(listening); // this process serves nothing from this answer
+    let bytes = crate::kept::stat_of(memfd).map_or(0, |st| st.st_size as usize);
     let checked = match file {
         -1 => Err("the member that answered handed over no file (an older gpucap)".into()),
-        f => stated_bytes(f).and_then(|bytes| check(memfd, f, bytes)),
+        f => check(memfd, f, bytes),
     };
     close(memfd);
     let opened = checked.and_then(|()| reopen(file, access));
@@ -413,43 +398,12 @@ pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, String> {
 /// The file `fd` opened again (`/proc/self/fd/N`) with `access`: a descriptor handed over
 /// shares the member's open file description, and the pool's locks (`F_OFD_*`) belong to
 /// an open file description: through it this process would take the member's slot locks
-/// for its own (every member's it holds would look dead, and its bytes be freed). Checked
-/// to be the same file.
+/// for its own (every member's it holds would look dead, and its bytes be freed).
 fn reopen(fd: RawFd, access: i32) -> Result<RawFd, String> {
     let link = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).map_err(|e| e.to_string())?;
-    // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose);
-    // never waits on what is there.
-    let again =
-        unsafe { crate::sys::open(link.as_ptr(), access | libc::O_CLOEXEC | libc::O_NONBLOCK) };
-    if again < 0 {
-        return Err(format!(
-            "cannot open the file handed over again through /proc/self/fd: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    let id = |f: RawFd| crate::kept::stat_of(f).map(|st| (st.st_dev, st.st_ino));
-    if id(again).is_none() || id(again) != id(fd) {
-        close(again);
-        return Err("the file handed over could not be opened again as itself".into());
-    }
-    Ok(again)
-}
-
-/// The length a pool file's header states (its fourth word), where it is the file's.
-fn stated_bytes(file: RawFd) -> Result<usize, String> {
-    let mut head = [0u8; 32];
-    // SAFETY: a descriptor and a 32-byte buffer.
-    let n = unsafe { libc::pread(file, head.as_mut_ptr().cast(), 32, 0) };
-    // SAFETY: plain data filled by fstat.
-    let mut st: crate::sys::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a descriptor and a stat to fill.
-    let ok = unsafe { crate::sys::fstat(file, &mut st) } == 0;
-    let stated = head[24..].try_into().map_or(0, u64::from_le_bytes) as usize;
-    if n != 32 || !ok || st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size as usize != stated
-    {
-        return Err("what it handed over as the file is not a pool file".into());
-    }
-    Ok(stated)
+    let id = crate::kept::identity(fd).ok_or("the file handed over cannot be read")?;
+    crate::kept::open_link(&link, id, access)
+        .map_err(|e| format!("the file handed over, opened again: {e}"))
 }
 
 /// Whether `memfd` is the live words of the pool file `file`: a regular file of its
