@@ -111,7 +111,7 @@ pub(crate) fn library(vars: &[(OsString, OsString)]) -> Result<PathBuf, String> 
 /// GPUCAP_* variable (`lib` is the library `run` would preload), validated:
 /// `Ok(None)` when there is none.
 pub fn config_file(lib: Option<&Path>) -> Result<Option<(Config, PathBuf)>, String> {
-    config::from_env_files(lib.and_then(Path::parent))
+    config::from_env_files(lib.and_then(Path::parent).as_slice())
 }
 
 /// The configuration the shim under `lib` would use: the environment's (`config`, read
@@ -123,7 +123,7 @@ pub fn as_the_shim_reads(
     vars: &[(OsString, OsString)],
     lib: Option<&Path>,
 ) -> Result<(Config, Option<PathBuf>), String> {
-    let file = config::from_env_files(lib.and_then(Path::parent))?;
+    let file = config::from_env_files(lib.and_then(Path::parent).as_slice())?;
     let Some((file, path)) = file else {
         return Ok((config, None));
     };

@@ -183,10 +183,28 @@ impl Dynamic {
     }
 }
 
+/// The function every copy of this library exports and no other object does
+/// (`gpucap_shim_version`, `lib.rs`): how a second copy loaded beside this one (another
+/// path in `LD_PRELOAD` beside `/etc/ld.so.preload`'s) is told apart. The first copy in
+/// the loader's list is the one every reference binds to; it passes over the others, so
+/// they stay idle (before, each took the other's `dlvsym` for glibc's: a stack overflow).
+pub const MARKER: &[u8] = b"gpucap_shim_version";
+
+/// Set once [`next_function`] passed over another copy of this library: one preloaded
+/// beside it (preloads come before the C library in the loader's list, and glibc's
+/// `dlvsym` is looked for there before anything else).
+static OTHER_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether another copy of this library was seen (see [`OTHER_COPY`]).
+pub fn other_copy_seen() -> bool {
+    OTHER_COPY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The first definition of the function `name` in an object after this library in the
 /// loader's list, at its default version: what this library's own reference to the name
 /// would bind to if this library did not define it too. Where none comes after it (this
-/// library opened with `dlopen`, after the C library), the first before it.
+/// library opened with `dlopen`, after the C library), the first before it. Other copies
+/// of this library are passed over.
 pub fn next_function(name: &[u8]) -> Option<usize> {
     let own = next_function as *const () as usize;
     let (mut seen_own, mut after, mut before) = (false, None, None);
@@ -198,7 +216,12 @@ pub fn next_function(name: &[u8]) -> Option<usize> {
             seen_own = true;
             return;
         }
-        let found = Dynamic::of(info.dlpi_addr as usize, phdrs).and_then(|d| d.function(name));
+        let d = Dynamic::of(info.dlpi_addr as usize, phdrs);
+        if d.as_ref().is_some_and(|d| d.function(MARKER).is_some()) {
+            OTHER_COPY.store(true, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        let found = d.and_then(|d| d.function(name));
         match seen_own {
             true => after = found,
             false => before = found,
@@ -235,6 +258,51 @@ pub fn object_defining(p: usize, marker: &[u8]) -> Option<(usize, usize)> {
             return;
         }
         found = loaded_range(base, phdrs);
+    });
+    found
+}
+
+/// Whether `p` lies in another copy of this library (see [`MARKER`]); false at once
+/// where none was seen.
+pub fn in_other_copy(p: usize) -> bool {
+    if !other_copy_seen() {
+        return false;
+    }
+    let own = in_other_copy as *const () as usize;
+    let mut found = false;
+    each_object(|info, phdrs| {
+        if !found && holds(info, phdrs, p) && !holds(info, phdrs, own) {
+            found = Dynamic::of(info.dlpi_addr as usize, phdrs)
+                .is_some_and(|d| d.function(MARKER).is_some());
+        }
+    });
+    found
+}
+
+/// The paths of the other copies of this library loaded in the process, in the
+/// loader's order, as the loader names them; none where none was seen. Allocates: never
+/// on the `dlsym` path.
+pub fn other_copies() -> Vec<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // glibc's dlvsym looked for (once): the walk that sees a copy preloaded beside this one.
+    let _ = crate::resolve::real_dlvsym();
+    if !other_copy_seen() {
+        return Vec::new();
+    }
+    let own = other_copies as *const () as usize;
+    let mut found = Vec::new();
+    each_object(|info, phdrs| {
+        if holds(info, phdrs, own) || info.dlpi_name.is_null() {
+            return;
+        }
+        if Dynamic::of(info.dlpi_addr as usize, phdrs).is_some_and(|d| d.function(MARKER).is_some())
+        {
+            // SAFETY: the loader's NUL-terminated name of a loaded object, alive while it is.
+            let name = unsafe { CStr::from_ptr(info.dlpi_name) };
+            found.push(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
+                name.to_bytes(),
+            )));
+        }
     });
     found
 }

@@ -52,3 +52,11 @@ mod rebind;
 mod resolve;
 #[cfg(not(test))]
 mod table;
+
+/// This library's version; the export by which a copy of it is told from any other
+/// object (`elf::MARKER`), a second copy loaded beside it passed over.
+#[cfg(not(test))]
+#[unsafe(no_mangle)]
+pub extern "C" fn gpucap_shim_version() -> *const std::ffi::c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}

@@ -48,11 +48,17 @@ fn glibc_next(cache: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> Option<*mut c
         return Some(p);
     }
     let dlvsym = real_dlvsym()?;
-    let p = [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"]
+    let mut p = [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"]
         .iter()
         // SAFETY: glibc's dlvsym with NUL-terminated strings.
         .map(|v| unsafe { dlvsym(libc::RTLD_NEXT, name.as_ptr(), v.as_ptr()) })
         .find(|p| !p.is_null())?;
+    // A second copy of this library after this one exports the name too (unversioned:
+    // a lookup by version takes it); glibc's is the next one that is not a copy (the
+    // check is a load where no copy was seen).
+    if crate::elf::in_other_copy(p as usize) {
+        p = crate::elf::next_function(name.to_bytes())? as *mut c_void;
+    }
     cache.store(p, Release);
     Some(p)
 }
@@ -386,6 +392,17 @@ fn object_of(p: *mut c_void) -> Option<*mut c_void> {
     }
     // SAFETY: dladdr succeeded, so `info` is initialised (and was zeroed before).
     Some(unsafe { info.assume_init() }.dli_fbase)
+}
+
+/// The directories of the copies of this library the process has loaded, this one's
+/// first (where a configuration file beside one of them is read). Allocates.
+pub fn library_dirs() -> Vec<std::path::PathBuf> {
+    let others = crate::elf::other_copies();
+    let others = others
+        .iter()
+        .filter_map(|p| p.parent())
+        .map(|d| d.to_path_buf());
+    own_dir().into_iter().chain(others).collect()
 }
 
 /// The directory this library was loaded from, as the loader names it.

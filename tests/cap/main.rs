@@ -31,3 +31,4 @@ mod nvml_pids;
 mod robustness;
 mod shared_files;
 mod true_words;
+mod two_copies;

@@ -39,47 +39,79 @@ where
     })
 }
 
-/// The configuration of the first configuration file that exists: `gpucap.env` in
-/// `lib_dir` (the directory of libgpucap.so), then `ETC_ENV_FILE`. `Ok(None)` when
-/// there is neither; an unreadable or invalid file is an error naming it. Used by the
-/// shim for a process whose environment has no `GPUCAP_*` variable, and by
-/// `gpucap check` to show what the shim would read.
+/// The configuration of the configuration file: `gpucap.env` beside libgpucap.so, in
+/// `lib_dirs` (the directory of each copy of the library the process has loaded, this
+/// one first: a second copy comes with another path in `LD_PRELOAD` beside
+/// `/etc/ld.so.preload`'s), else `ETC_ENV_FILE`. Where the files beside two copies
+/// differ, that is an error naming both: the copy that caps is the first one loaded,
+/// which the program's own `LD_PRELOAD` chooses, so a file beside another copy (an
+/// operator's ceiling) is never passed over for it. `Ok(None)` when there is none; an
+/// unreadable or invalid file is an error naming it. Used by the shim for a process
+/// whose environment has no `GPUCAP_*` variable (and as the ceiling over one that has),
+/// and by `gpucap check` to show what the shim would read.
 pub fn from_env_files(
-    lib_dir: Option<&std::path::Path>,
+    lib_dirs: &[&std::path::Path],
 ) -> Result<Option<(Config, std::path::PathBuf)>, String> {
-    use std::io::ErrorKind;
-    let beside = lib_dir.map(|d| d.join(ENV_FILE_NAME));
-    for file in beside
-        .into_iter()
-        .chain([std::path::PathBuf::from(ETC_ENV_FILE)])
-    {
-        let bytes = match std::fs::read(&file) {
-            Ok(b) => b,
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                continue;
-            }
-            Err(e) => {
-                return Err(format!(
-                    "gpucap: cannot read the configuration file {}: {e}",
-                    file.display()
-                ));
-            }
-        };
-        let pairs = String::from_utf8(bytes)
-            .map_err(|_| "not UTF-8 text".to_string())
-            .and_then(|t| parse_env_file(&t))
-            .map_err(|why| {
-                format!(
-                    "gpucap: invalid configuration file {}: {why}",
-                    file.display()
-                )
-            })?;
-        return match from_vars(pairs) {
-            Ok(c) => Ok(Some((c, file))),
-            Err(e) => Err(format!("{e} (in {})", file.display())),
-        };
+    let mut beside: Vec<(std::path::PathBuf, Vec<u8>)> = Vec::new();
+    for dir in lib_dirs {
+        let file = dir.join(ENV_FILE_NAME);
+        if beside.iter().any(|(f, _)| *f == file) {
+            continue;
+        }
+        if let Some(bytes) = read_if_there(&file)? {
+            beside.push((file, bytes));
+        }
     }
-    Ok(None)
+    if let Some((first, bytes)) = beside.first() {
+        if let Some((other, _)) = beside.iter().find(|(_, b)| b != bytes) {
+            return Err(format!(
+                "gpucap: two copies of libgpucap.so are loaded, and the configuration files \
+                 beside them differ ({} and {}): load one copy (LD_PRELOAD, /etc/ld.so.preload) \
+                 or make the files the same",
+                first.display(),
+                other.display()
+            ));
+        }
+        return parse_file(first, bytes.clone()).map(Some);
+    }
+    let etc = std::path::PathBuf::from(ETC_ENV_FILE);
+    match read_if_there(&etc)? {
+        Some(bytes) => parse_file(&etc, bytes).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The bytes of `file`; None where it (or a directory of its path) does not exist.
+fn read_if_there(file: &std::path::Path) -> Result<Option<Vec<u8>>, String> {
+    use std::io::ErrorKind;
+    match std::fs::read(file) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => Ok(None),
+        Err(e) => Err(format!(
+            "gpucap: cannot read the configuration file {}: {e}",
+            file.display()
+        )),
+    }
+}
+
+/// The configuration `file` holds (its `bytes`), or why it is invalid, naming it.
+fn parse_file(
+    file: &std::path::Path,
+    bytes: Vec<u8>,
+) -> Result<(Config, std::path::PathBuf), String> {
+    let pairs = String::from_utf8(bytes)
+        .map_err(|_| "not UTF-8 text".to_string())
+        .and_then(|t| parse_env_file(&t))
+        .map_err(|why| {
+            format!(
+                "gpucap: invalid configuration file {}: {why}",
+                file.display()
+            )
+        })?;
+    match from_vars(pairs) {
+        Ok(c) => Ok((c, file.to_path_buf())),
+        Err(e) => Err(format!("{e} (in {})", file.display())),
+    }
 }
 
 /// Parses a `gpucap.env` file: one `GPUCAP_NAME=value` per line, the value taken

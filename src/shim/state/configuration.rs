@@ -27,7 +27,8 @@ impl Shim {
     /// call (NVML): the process is not marked as a CUDA user by it.
     pub fn config_quiet(&self) -> Result<&Config, Misconfigured> {
         let loaded = self.config.get_or_init(|| {
-            let result = load_config();
+            let dirs = library_dirs();
+            let result = load_config(&dirs);
             match &result {
                 Ok((c, from)) => {
                     crate::log::LEVEL.store(c.log as u8, Relaxed);
@@ -45,6 +46,17 @@ impl Shim {
                             "configuration (or its pool) read from {}",
                             file.display()
                         );
+                    }
+                    if let [own, others @ ..] = dirs.as_slice() {
+                        for other in others {
+                            log!(
+                                Debug,
+                                "another copy of libgpucap.so is loaded (from {}): the one \
+                                 from {} caps, the other stays idle",
+                                other.display(),
+                                own.display()
+                            );
+                        }
                     }
                 }
                 // The error is always shown, whatever GPUCAP_LOG says: it may be the
@@ -99,9 +111,10 @@ impl Shim {
 /// (`config::under_file`): its cap and its pool bind. Also returns the file used. A
 /// file that exists but cannot be read or is invalid is an error (fail closed): it is
 /// there to keep such processes capped.
-fn load_config() -> Result<(Config, Option<PathBuf>), String> {
+fn load_config(dirs: &[PathBuf]) -> Result<(Config, Option<PathBuf>), String> {
     let env = config_vars();
-    let file = config::from_env_files(own_dir().as_deref())?;
+    let dirs: Vec<&std::path::Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let file = config::from_env_files(&dirs)?;
     if !config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
         return Ok(match file {
             Some((c, path)) => (config::from_file_alone(c, &path), Some(path)),
@@ -148,16 +161,17 @@ fn config_vars() -> Vec<(OsString, OsString)> {
         .collect()
 }
 
-/// The directory libgpucap.so was loaded from (asked of the loader at the FFI edge).
+/// The directories of the copies of libgpucap.so loaded, this one's first (asked of the
+/// loader at the FFI edge).
 #[cfg(not(test))]
-fn own_dir() -> Option<PathBuf> {
-    crate::resolve::own_dir()
+fn library_dirs() -> Vec<PathBuf> {
+    crate::resolve::library_dirs()
 }
 
 /// Unit tests run without the library: no directory of its own.
 #[cfg(test)]
-fn own_dir() -> Option<PathBuf> {
-    None
+fn library_dirs() -> Vec<PathBuf> {
+    Vec::new()
 }
 
 // ---- reports and the exit summary ------------------------------------------------------
