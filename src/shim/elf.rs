@@ -280,12 +280,10 @@ pub fn in_other_copy(p: usize) -> bool {
 }
 
 /// The paths of the other copies of this library loaded in the process, in the
-/// loader's order, as the loader names them; none where none was seen. Allocates: never
-/// on the `dlsym` path.
+/// loader's order, as the loader names them; none where [`next_function`] saw none (the
+/// caller has it look first). Allocates: never on the `dlsym` path.
 pub fn other_copies() -> Vec<std::path::PathBuf> {
     use std::os::unix::ffi::OsStrExt;
-    // glibc's dlvsym looked for (once): the walk that sees a copy preloaded beside this one.
-    let _ = crate::resolve::real_dlvsym();
     if !other_copy_seen() {
         return Vec::new();
     }

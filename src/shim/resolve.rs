@@ -397,6 +397,8 @@ fn object_of(p: *mut c_void) -> Option<*mut c_void> {
 /// The directories of the copies of this library the process has loaded, this one's
 /// first (where a configuration file beside one of them is read). Allocates.
 pub fn library_dirs() -> Vec<std::path::PathBuf> {
+    // glibc's dlvsym looked for (once): the walk that sees a copy preloaded beside this one.
+    let _ = real_dlvsym();
     let others = crate::elf::other_copies();
     let others = others
         .iter()
