@@ -194,6 +194,15 @@ pub fn generate(req: &Request, exe: &Path, lib: &Path) -> Result<String, String>
             ));
         }
     }
+    // The host's / as this command sees it exists (a mistyped mount would get a tree of
+    // its own, and the host no device).
+    if !req.root.is_dir() {
+        return Err(format!(
+            "--root {} is not a directory: it names where the host's / is mounted for this \
+             command (a DaemonSet's host mount; / itself by default)",
+            req.root.display()
+        ));
+    }
     let env = match (&req.limit, &req.pool) {
         (Some(limit), pool) => Some(env_file(limit, pool.as_deref().unwrap_or(DEFAULT_POOL))?),
         (None, Some(_)) => {

@@ -18,7 +18,7 @@ const GENERAL_HELP: &str = "\
 gpucap: cap the GPU memory of unmodified CUDA programs.
 
 usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
-                  [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC]
+                  [--wait DURATION] [--guarantee SPEC] [--ceiling SPEC] [--quiet]
                   [--] CMD [ARGS...]
        gpucap run --measure [--log LEVEL] [--growth] [--] CMD [ARGS...]
        gpucap check [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--pool NAME|PATH]
@@ -26,16 +26,17 @@ usage: gpucap run [--limit SPEC] [--log LEVEL] [--growth] [--report PATH] [--poo
                     [--write-env FILE]
        gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]
        gpucap status --prometheus [--pool NAME|PATH]... [--all] [--hami]
-       gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]
+       gpucap top [--pool NAME|PATH] [--user NAME|UID] [--sort KEY] [--uuid]
                   [--interval SECS] [--iterations N | --once]
        gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all] [--hami]
-       gpucap jupyter install --limit SPEC [--pool NAME|PATH] [--name NAME] [--user|--sys-prefix]
+       gpucap jupyter install [--limit SPEC] [--pool NAME|PATH] [OPTIONS] (see help jupyter)
        gpucap jupyter list | remove NAME
        gpucap cdi generate --output FILE [--limit SPEC [--pool NAME|PATH|off]] [--name NAME]
                            [--kind VENDOR/CLASS] [--dir DIR] [--root DIR]
        gpucap pool list | gpucap pool clean [NAME]
-       gpucap pool resize NAME|PATH SIZE [--gpu N|UUID] [--dir DIR]
-       gpucap pool set NAME|PATH PID [--guarantee SIZE] [--ceiling SIZE|none]
+       gpucap pool resize NAME|PATH|--claim DIR SIZE [--gpu N|UUID] [--dir DIR]
+       gpucap pool set NAME|PATH|--claim DIR PID [--guarantee SIZE] [--ceiling SIZE|none]
+                       [--gpu N|UUID] [--dir DIR]
        gpucap help [run|check|status|top|metrics|jupyter|cdi|pool]
        gpucap --version
 
@@ -70,8 +71,8 @@ environment:
                         process id; without %p, processes add their entries to one file)
   GPUCAP_POOL           a name, an absolute file path, or off: the processes naming the
                         same pool share one budget per GPU (the container entrypoint
-                        sets container unless it is set); unset or off = each process
-                        is capped alone
+                        sets container-N, N its mount namespace, unless it is set);
+                        unset or off = each process is capped alone
   GPUCAP_WAIT           with a pool: how long an allocation the pool cannot take now
                         waits for its members to free memory before it is refused:
                         0 (default: refused at once), or a whole number with ms, s,
@@ -286,8 +287,8 @@ Serves pools to Prometheus: an HTTP/1.1 server where GET /metrics answers with
 Prometheus's text exposition format (version 0.0.4) of the pools, read again at each
 scrape: per GPU the cap, bytes used, peak, refusals, largest refused and bytes held
 by dead members; per member its pid, command, bytes and peak, and whether it lives
-(the series and their labels: README.md, \"Metrics\"). Any other path is 404. One
-request at a time, each answered then closed. It prints the address it listens on
+(the series and their labels: README.md, \"Metrics\"). Any other path is 404. A thread
+per connection (at most 256), each request answered then closed. It prints the address it listens on
 (useful with port 0) on stderr, then a line whenever a pool becomes readable or
 unreadable. Reading never changes a pool and never waits for its members: the file
 is opened read-only and only loaded from.
@@ -331,7 +332,9 @@ installed).
 
 options:
   --limit, --pool, --guarantee, --ceiling, --wait, --growth, --log
-                     as for run (at least --limit or --pool)
+                     as for run; the kernel must be capped (--limit, --ceiling with
+                     --pool, or a gpucap.env's cap): one that would run uncapped is
+                     not installed
   --kernel NAME      the kernelspec to wrap (default: python3)
   --name NAME        the new kernelspec's name (default: KERNEL-gpucap-LIMIT, e.g.
                      python3-gpucap-8gi); letters, digits, '.', '_' and '-'
@@ -366,8 +369,9 @@ options:
   --limit SPEC          the cap, as GPUCAP_LIMIT (8Gi, 50%, 0=8Gi,1=4Gi, ...); without it
                         no gpucap.env: the device injects the library alone, and the
                         container's own variables (a DRA driver's, GPUCAP_*) set the cap
-  --pool NAME|PATH|off  GPUCAP_POOL (default container: the container's processes share
-                        the cap; off: each process has it alone); only with --limit
+  --pool NAME|PATH|off  GPUCAP_POOL (default container-mntns, the container's mount
+                        namespace's pool: the container's processes share the cap; off:
+                        each process has it alone); only with --limit
   --name NAME           the device's name (default capped)
   --kind VENDOR/CLASS   the device's kind (default gpucap.io/gpu)
   --dir DIR             where the device's files go on the host (default /var/lib/gpucap/cdi)

@@ -17,6 +17,7 @@ pub mod help;
 pub mod jupyter;
 pub mod launch;
 pub mod layout;
+pub mod library_file;
 pub mod measure;
 pub mod metrics;
 pub mod pool;

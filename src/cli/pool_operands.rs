@@ -44,6 +44,15 @@ pub fn read(
                 .or_else(|| it.next().cloned())
                 .ok_or(format!("{name} needs a value"))
         };
+        let given = match flag {
+            "--gpu" => read.gpu.is_some(),
+            "--dir" => read.dir.is_some(),
+            "--claim" => read.claim.is_some(),
+            _ => false,
+        };
+        if given {
+            return Err(format!("{flag} given more than once"));
+        }
         match flag {
             "--gpu" => read.gpu = Some(value("--gpu N|UUID")?),
             "--dir" => read.dir = Some(PathBuf::from(value("--dir DIR")?)),

@@ -25,6 +25,7 @@ pub fn locate_library(gpucap_lib: Option<&OsStr>, exe: Option<&Path>) -> Result<
             };
             return Err(format!("GPUCAP_LIB={} {what}", path.display()));
         }
+        crate::library_file::check(path, "GPUCAP_LIB=")?;
         return path
             .canonicalize()
             .map_err(|e| format!("GPUCAP_LIB={}: {e}", path.display()));
@@ -38,9 +39,11 @@ pub fn locate_library(gpucap_lib: Option<&OsStr>, exe: Option<&Path>) -> Result<
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let candidate = dir.join(LIB_NAME);
     if candidate.is_file() {
+        crate::library_file::check(&candidate, "")?;
         return Ok(candidate.canonicalize().unwrap_or(candidate));
     }
     if let Some(found) = wheel_candidates(dir).into_iter().next() {
+        crate::library_file::check(&found, "")?;
         return Ok(found.canonicalize().unwrap_or(found));
     }
     Err(format!(
@@ -262,7 +265,7 @@ mod tests {
         assert!(e.contains(&dir.join(LIB_NAME).display().to_string()), "{e}");
         assert!(e.contains("GPUCAP_LIB"));
         // Present beside the executable.
-        fs::write(dir.join(LIB_NAME), b"").unwrap();
+        fs::write(dir.join(LIB_NAME), crate::library_file::fake_library()).unwrap();
         let found = locate_library(None, Some(&exe)).unwrap();
         assert_eq!(found, dir.join(LIB_NAME).canonicalize().unwrap());
         // GPUCAP_LIB wins, and must exist and be a file.
@@ -272,6 +275,9 @@ mod tests {
         let e = locate_library(Some(dir.as_os_str()), Some(&exe)).unwrap_err();
         assert!(e.contains("is not a file"), "{e}");
         fs::write(&other, b"").unwrap();
+        let e = locate_library(Some(other.as_os_str()), Some(&exe)).unwrap_err();
+        assert!(e.contains("is not libgpucap.so: not an ELF file"), "{e}");
+        fs::write(&other, crate::library_file::fake_library()).unwrap();
         assert_eq!(
             locate_library(Some(other.as_os_str()), Some(&exe)).unwrap(),
             other.canonicalize().unwrap()
@@ -298,7 +304,11 @@ mod tests {
         let package = |python: &str, packages: &str| {
             let dir = root.join("venv").join("lib").join(python).join(packages);
             fs::create_dir_all(dir.join("gpucap")).unwrap();
-            fs::write(dir.join("gpucap").join(LIB_NAME), b"").unwrap();
+            fs::write(
+                dir.join("gpucap").join(LIB_NAME),
+                crate::library_file::fake_library(),
+            )
+            .unwrap();
             dir
         };
         let p311 = package("python3.11", "site-packages");
@@ -312,7 +322,7 @@ mod tests {
         fs::create_dir_all(p311.join(dist_info)).unwrap();
         assert_eq!(locate_library(None, Some(&exe)).unwrap(), lib311);
         // Beside the executable still comes first.
-        fs::write(bin.join(LIB_NAME), b"").unwrap();
+        fs::write(bin.join(LIB_NAME), crate::library_file::fake_library()).unwrap();
         assert_eq!(
             locate_library(None, Some(&exe)).unwrap(),
             bin.join(LIB_NAME).canonicalize().unwrap()
@@ -321,7 +331,11 @@ mod tests {
         let target = root.join("target");
         fs::create_dir_all(target.join("bin")).unwrap();
         fs::create_dir_all(target.join("gpucap")).unwrap();
-        fs::write(target.join("gpucap").join(LIB_NAME), b"").unwrap();
+        fs::write(
+            target.join("gpucap").join(LIB_NAME),
+            crate::library_file::fake_library(),
+        )
+        .unwrap();
         assert_eq!(
             locate_library(None, Some(&target.join("bin").join("gpucap"))).unwrap(),
             target.join("gpucap").join(LIB_NAME).canonicalize().unwrap()

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use gpucap_core::budget::{GpuView, PoolView};
 use gpucap_core::config::PoolSpec;
-use gpucap_core::size::{format_bytes, parse_size};
+use gpucap_core::size::format_bytes;
 
 use crate::exit::EXIT_USAGE;
 use crate::pool::{EXIT_NO_POOL_FILE, Located, locate};
@@ -35,7 +35,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         "pool resize takes a pool and a size (gpucap pool resize NAME SIZE, or \
          gpucap pool resize --claim DIR SIZE)",
     )?;
-    let size = match parse_size(size) {
+    let size = match gpucap_core::config::parse_cap_size(size) {
         Ok(0) => return Err("the size of pool resize must be more than 0".to_string()),
         Ok(s) => s,
         Err(e) => return Err(format!("invalid size {size:?} of pool resize: {e}")),

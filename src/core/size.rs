@@ -133,8 +133,8 @@ fn scale(int: &str, frac: &str, mult: u64) -> Option<u64> {
 /// Accepted: whole bytes (`1073741824`); a number followed directly (no space) by a unit:
 /// Kubernetes quantities `k`/`K`, `M`, `G`, `T` (decimal) and `Ki`, `Mi`, `Gi`, `Ti`
 /// (binary), `kB`/`KB`, `MB`, `GB`, `TB` (decimal), `KiB`, `MiB`, `GiB`, `TiB` (binary),
-/// or `B`. Decimals are allowed with a unit (`1.5Gi` = 1610612736) and round down to
-/// whole bytes. Surrounding whitespace is ignored. Negative numbers, the empty string,
+/// or `B`. Decimals are allowed with a unit other than `B` (`1.5Gi` = 1610612736) and
+/// round down to whole bytes. Surrounding whitespace is ignored. Negative numbers, the empty string,
 /// unknown units and values past `u64::MAX` are errors. Zero is returned as 0: whether a
 /// zero size makes sense is the caller's business.
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -167,6 +167,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let Some(mult) = unit_multiplier(unit) else {
         return fail(format!("unknown unit {unit:?} in {s:?}"));
     };
+    if matches!(unit, "B" | "b") && !frac.is_empty() {
+        return fail(format!("{s:?} has a fraction of a byte"));
+    }
     if unit.is_empty() && !frac.is_empty() {
         return fail(format!(
             "{s:?} has a fraction but no unit (a size without a unit is whole bytes)"
@@ -274,7 +277,14 @@ mod tests {
         assert_eq!(parse_size(".5Ki"), Ok(512));
         assert_eq!(parse_size("0.001Ki"), Ok(1)); // 1.024 -> 1
         assert_eq!(parse_size("0.0001Ki"), Ok(0)); // 0.1024 -> 0
-        assert_eq!(parse_size("1.9999999999999999999999999B"), Ok(1));
+        // A fraction of a byte is no size (before: 1.5B was 1 byte, silently).
+        assert!(parse_size("1.9999999999999999999999999B").is_err());
+        assert!(
+            parse_size("1.5b")
+                .unwrap_err()
+                .contains("a fraction of a byte")
+        );
+        assert_eq!(parse_size("1.0Ki"), Ok(1024));
         // Exact, not floating point: 0.1Gi = 107374182.4
         assert_eq!(parse_size("0.1Gi"), Ok(107_374_182));
         assert_eq!(parse_size("2.50Gi"), Ok(2 * GI + GI / 2));

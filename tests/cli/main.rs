@@ -8,11 +8,13 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bad_input;
 mod check_ceilings;
 mod cli;
 mod cli_conventions;
 mod cli_gpu_keys;
 mod metrics;
 mod monitoring;
+mod never_uncapped_cli;
 mod report;
 mod watching;

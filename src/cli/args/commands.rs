@@ -181,6 +181,9 @@ pub(super) fn parse_top(mut parser: Parser) -> Result<Command, UsageError> {
                     "--once and --iterations exclude each other (--once: one frame)",
                 ));
             }
+            if let Some(why) = opts.user.as_deref().and_then(crate::procs::unknown_user) {
+                return Err(usage(Topic::Top, why));
+            }
             Command::Top {
                 pool: opts.overrides.pool,
                 interval_ms: opts.interval_ms.unwrap_or(1000),

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 
 use gpucap_core::config::PoolSpec;
-use gpucap_core::size::parse_size;
 
 /// A parsed `pool set`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +33,14 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         "pool set",
         &["--guarantee", "--ceiling"],
         |flag, value| {
+            let given = match flag {
+                "--guarantee" => guarantee.is_some(),
+                "--ceiling" => ceiling.is_some(),
+                _ => false,
+            };
+            if given {
+                return Err(format!("{flag} given more than once"));
+            }
             match flag {
                 "--guarantee" => {
                     let v = value("--guarantee SIZE")?;
@@ -82,7 +89,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
 
 /// A size of `flag` (as GPUCAP_LIMIT takes it); 0 only where `zero` allows it.
 fn size(flag: &str, value: &str, zero: bool) -> Result<u64, String> {
-    match parse_size(value) {
+    match gpucap_core::config::parse_cap_size(value) {
         Ok(0) if !zero => Err(format!(
             "{flag} 0: a ceiling must be more than 0 (none: no ceiling of its own, the pool's cap)"
         )),

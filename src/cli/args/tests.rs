@@ -417,13 +417,18 @@ fn status_and_top_forms() {
         })
     );
     assert_eq!(p(&["top", "--help"]), Ok(Command::Help(Topic::Top)));
+    // A user top could show: a uid, or a name in /etc/passwd.
+    assert!(p(&["top", "--user", "1000"]).is_ok());
+    for bad in ["", "no-such-user-here", "99999999999"] {
+        assert!(p(&["top", "--user", bad]).is_err(), "{bad:?}");
+    }
     assert_eq!(
-        p(&["top", "--once", "--sort", "peak", "--user=alice", "--uuid"]),
+        p(&["top", "--once", "--sort", "peak", "--user=root", "--uuid"]),
         Ok(Command::Top {
             pool: None,
             interval_ms: 1000,
             iterations: None,
-            user: Some("alice".into()),
+            user: Some("root".into()),
             sort: SortKey::Peak,
             uuid: true,
             once: true

@@ -6,6 +6,18 @@ use crate::exit::EXIT_USAGE;
 use crate::jupyter;
 use crate::term::print_out;
 
+/// Whether a kernel with these options would run uncapped (where `run` says so; the
+/// options were checked already).
+fn uncapped(overrides: &crate::args::Overrides) -> bool {
+    let Ok((config, vars)) = crate::environment::load(overrides) else {
+        return false;
+    };
+    let Ok(lib) = crate::environment::library(&vars) else {
+        return false;
+    };
+    super::run::uncapped_line(&config, &vars, &lib, std::ffi::OsStr::new("")).is_some()
+}
+
 /// `gpucap jupyter install|list|remove`. install validates its options as `check` does
 /// (printing the same report) before anything is written.
 pub fn command(command: JupyterCommand) -> i32 {
@@ -20,6 +32,16 @@ pub fn command(command: JupyterCommand) -> i32 {
                 eprintln!("gpucap: cannot find the gpucap executable's path for the kernel");
                 return EXIT_USAGE;
             };
+            // A kernel labelled gpucap runs capped: a pool alone (or --pool off) with no
+            // cap from --limit, --ceiling or a gpucap.env is refused, as `run` would warn.
+            if uncapped(&install.overrides) {
+                eprintln!(
+                    "gpucap: no kernel installed: no cap is set (no --limit, no --ceiling, no \
+                     gpucap.env with a cap), so the kernel would run uncapped; give --limit \
+                     SPEC (e.g. --limit 8Gi), with --pool NAME to share it"
+                );
+                return EXIT_USAGE;
+            }
             jupyter::install(&install, &exe).map(|dir| {
                 format!(
                     "installed kernel {} in {}\n",

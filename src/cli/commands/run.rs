@@ -69,7 +69,9 @@ pub(crate) fn uncapped_line(
     lib: &Path,
     program: &OsStr,
 ) -> Option<String> {
+    // A member's ceiling in a pool (--ceiling, GPUCAP_CEILING) caps it as well.
     if config.limit.is_some()
+        || config.ceiling.is_some()
         || lookup(vars, "GPUCAP_LIMIT")
             .and_then(OsStr::to_str)
             .is_some_and(config::limit_is_none)

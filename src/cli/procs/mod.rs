@@ -16,7 +16,7 @@ use serde::Serialize;
 use gpucap_core::budget::PoolView;
 use gpucap_core::lone::LoneView;
 
-pub use names::{Gpus, user_name};
+pub use names::{Gpus, unknown_user, user_name};
 pub use sources::Sources;
 
 /// One pool, as read.

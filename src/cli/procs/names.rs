@@ -44,6 +44,23 @@ pub fn user_name(uid: u32) -> String {
     })
 }
 
+/// Why `--user VALUE` names no user `top` could show, or None: a uid (a number that fits
+/// one), or a name in `/etc/passwd` (where `top` reads the names it shows).
+pub fn unknown_user(value: &str) -> Option<String> {
+    if value.is_empty() {
+        return Some("an empty --user (a user's name or uid)".to_string());
+    }
+    if value.bytes().all(|b| b.is_ascii_digit()) {
+        return value
+            .parse::<u32>()
+            .is_err()
+            .then(|| format!("--user {value}: not a uid (at most {})", u32::MAX));
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let known = passwd.lines().any(|l| l.split(':').next() == Some(value));
+    (!known).then(|| format!("--user {value:?}: no such user in /etc/passwd (give the uid)"))
+}
+
 /// The name of `uid` in a passwd file's text.
 fn name_in(passwd: &str, uid: u32) -> Option<String> {
     passwd.lines().find_map(|l| {

@@ -86,7 +86,12 @@ pub fn check_report(
     config_file: Option<&Path>,
     pool_line: &str,
 ) -> String {
-    let mut out = vec!["gpucap: configuration OK".to_string()];
+    // Not "OK" where the library `run` would preload is missing: check then fails (exit 2).
+    let first = match library {
+        Ok(_) => "gpucap: configuration OK",
+        Err(_) => "gpucap: configuration valid, but no libgpucap.so to preload (below)",
+    };
+    let mut out = vec![first.to_string()];
     match config_file {
         Some(file) if config.bound.is_some() => out.push(format!(
             "configuration: the environment's, under the ceiling of {}",
@@ -185,6 +190,19 @@ pub fn check_report(
                     .limit
                     .as_ref()
                     .and_then(|s| s.for_device(d.ordinal, d.uuid.as_ref()));
+                // No cap, but this member's ceiling in the pool: that holds it.
+                let ceiling = config
+                    .ceiling
+                    .as_ref()
+                    .and_then(|s| s.for_device(d.ordinal, d.uuid.as_ref()))
+                    .filter(|_| limit.is_none());
+                if let Some(ceiling) = ceiling {
+                    out.push(
+                        device_line(d, Some(ceiling))
+                            + " (this process's ceiling in the pool, which has no cap)",
+                    );
+                    continue;
+                }
                 let mut line = device_line(d, limit);
                 if let Some(spec) = config.limit.as_ref().filter(|s| s.from == LimitFrom::Hami)
                     && limit.is_some()
@@ -305,6 +323,7 @@ pub(crate) mod tests {
         };
         let text = check_report(&config, Err("missing"), &probe, true, None, "pool: none");
         assert!(text.contains("library: NOT FOUND\n"));
+        assert!(!text.contains("configuration OK"), "{text}");
         assert!(text.contains("devices: 2 visible to CUDA:\n"));
         assert!(text.contains("GPU 0: cap 4294967296 bytes (4 GiB) of 85899345920 (80 GiB)\n"));
         assert!(text.contains("GPU 1: cap 1073741824 bytes"));

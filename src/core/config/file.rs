@@ -190,7 +190,9 @@ where
     let mut seen: Vec<String> = Vec::new();
     for (k, v) in vars {
         let (k, v) = (k.as_ref(), v.as_ref());
-        if !k.as_bytes().starts_with(PREFIX.as_bytes()) {
+        // GPUCAP_TYPED names the flags of the command that wrote the file: every process
+        // that read it would name a flag nobody typed.
+        if !k.as_bytes().starts_with(PREFIX.as_bytes()) || k == "GPUCAP_TYPED" {
             continue;
         }
         let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else {

@@ -352,6 +352,31 @@ pub(crate) fn parse_limit(v: &str) -> Result<Limit, String> {
     Ok(Limit::Bytes(bytes))
 }
 
+/// A size in bytes as `GPUCAP_LIMIT` reads one (for `pool resize` and `pool set`): a
+/// bare number under [`MIN_UNITLESS_BYTES`] is refused with the unit it probably lacks,
+/// and `u64::MAX` (the pool file's word for no cap) is refused as past any GPU.
+pub fn parse_cap_size(v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    if let Ok(n) = v.parse::<u64>()
+        && n > 0
+        && n < MIN_UNITLESS_BYTES
+        && v.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(unitless_message(
+            n,
+            ["Gi", "Mi"],
+            &format!("write {n}B if you do mean bytes"),
+        ));
+    }
+    match parse_size(v)? {
+        u64::MAX => Err(format!(
+            "{v:?} is past any GPU's memory (the most is {} bytes)",
+            u64::MAX - 1
+        )),
+        b => Ok(b),
+    }
+}
+
 /// The least number of bytes a size may give without a unit: a bare number below it
 /// (`8`) is far more likely a cap in GiB with its unit forgotten than a cap of 8 bytes.
 pub const MIN_UNITLESS_BYTES: u64 = 1 << 20;

@@ -46,7 +46,7 @@ pub use hami::HAMI_SHARED_CACHE;
 pub use keys::{check_gpu_keys, check_var_keys, names_gpus};
 pub use limit::{
     DeviceKey, DeviceUuid, Limit, LimitFrom, LimitSpec, MAX_DEVICES, format_uuid, limit_is_none,
-    parse_limit_spec,
+    parse_cap_size, parse_limit_spec,
 };
 pub use model::{Ceiling, Config, ConfigError, LogLevel};
 pub use pool_vars::{CLAIM_POOL_FILE, PoolSpec, parse_pool};

@@ -50,6 +50,13 @@ pub fn parse_pool(value: &str) -> Result<Option<PoolSpec>, String> {
 }
 
 pub(crate) fn parse_pool_spec(value: &str) -> Result<PoolSpec, String> {
+    // `OFF` meant as off would otherwise be a shared pool of that name.
+    if value.eq_ignore_ascii_case("off") && value != "off" {
+        return Err(format!(
+            "{value} is off in other letters: off (lower case) is no pool, and no pool is \
+             named off in any case"
+        ));
+    }
     if value.contains('/') {
         if !value.starts_with('/') {
             return Err("a path must be absolute (every process must name the same file)".into());

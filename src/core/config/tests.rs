@@ -599,6 +599,13 @@ mod tests {
         );
         let c = from_vars(pairs).unwrap();
         assert_eq!(c.limit, Some(spec("4Gi,1=50%")));
+        // The flags of the command that wrote it are not the reader's: never written.
+        let typed =
+            format_env_file([("GPUCAP_LIMIT", "8GB"), ("GPUCAP_TYPED", "--limit")]).unwrap();
+        assert!(
+            typed.contains("GPUCAP_LIMIT=8GB\n") && !typed.contains("GPUCAP_TYPED"),
+            "{typed}"
+        );
         // Nothing to write: only the comment, which reads back as the default configuration.
         let empty = format_env_file([("HOME", "/root")]).unwrap();
         assert_eq!(
@@ -1336,5 +1343,30 @@ mod properties {
         assert_eq!(vars(&[("GPUCAP_WAIT", "0")]).unwrap().wait, Duration::ZERO);
         let e = vars(&[("GPUCAP_WAIT", "soon"), ("GPUCAP_POOL", "p")]).unwrap_err();
         assert!(e.to_string().contains("accepted: a duration"), "{e}");
+    }
+
+    #[test]
+    fn a_pool_size_is_read_as_gpucap_limit_reads_one() {
+        assert_eq!(parse_cap_size("8Gi"), Ok(8 << 30));
+        assert_eq!(parse_cap_size("1073741824"), Ok(1 << 30));
+        assert_eq!(parse_cap_size("8B"), Ok(8));
+        assert_eq!(parse_cap_size("0"), Ok(0));
+        let e = parse_cap_size("8").unwrap_err();
+        assert!(e.contains("did you mean 8Gi?") && !e.contains('%'), "{e}");
+        let e = parse_cap_size("18446744073709551615").unwrap_err();
+        assert!(e.contains("past any GPU"), "{e}");
+        let e = parse_cap_size("1.5B").unwrap_err();
+        assert!(e.contains("a fraction of a byte"), "{e}");
+        assert!(parse_cap_size("50%").is_err());
+    }
+
+    #[test]
+    fn off_in_other_letters_is_no_pool_name() {
+        assert_eq!(parse_pool("off"), Ok(None));
+        for v in ["OFF", "Off", "oFf"] {
+            let e = parse_pool(v).unwrap_err();
+            assert!(e.contains("off (lower case) is no pool"), "{v}: {e}");
+        }
+        assert!(parse_pool("offline").unwrap().is_some());
     }
 }

@@ -1,0 +1,115 @@
+//! Bad input that was taken silently, now refused with a line naming what was wrong (exit
+//! 2): `top --user` naming nobody, an option of `pool resize`/`pool set` given twice,
+//! `OFF` for `off`, a `cdi generate --root` that does not exist; and `check --write-env`
+//! no longer writes the flags it was typed with into `gpucap.env`.
+
+use super::common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+fn gpucap(args: &[&str], dir: &Path) -> Command {
+    let mut cmd = fake_cmd(cli(), &dir.join("s.json"));
+    cmd.args(args)
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_POOL_DIR", dir);
+    cmd
+}
+
+fn refused(dir: &Path, args: &[&str], line: &str) {
+    let o = run(&mut gpucap(args, dir));
+    assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", dump(&o));
+    assert!(
+        stderr(&o).contains(line),
+        "{args:?}: no line {line:?}\n{}",
+        dump(&o)
+    );
+}
+
+#[test]
+fn values_that_name_nothing_are_refused() {
+    let dir = scratch("cli-bad-input");
+    refused(
+        &dir,
+        &["top", "--once", "--user", "no-such-user-here"],
+        "no such user in /etc/passwd",
+    );
+    refused(&dir, &["top", "--once", "--user="], "an empty --user");
+    refused(
+        &dir,
+        &["top", "--once", "--user", "99999999999"],
+        "not a uid",
+    );
+    let o = run(&mut gpucap(&["top", "--once", "--user", "root"], &dir));
+    assert_ok(&o);
+    refused(
+        &dir,
+        &[
+            "pool",
+            "set",
+            "p",
+            "1",
+            "--guarantee",
+            "1Gi",
+            "--guarantee",
+            "2Gi",
+        ],
+        "--guarantee given more than once",
+    );
+    refused(
+        &dir,
+        &["pool", "resize", "p", "5Gi", "--gpu", "0", "--gpu", "1"],
+        "--gpu given more than once",
+    );
+    refused(
+        &dir,
+        &["pool", "resize", "p", "5Gi", "--dir", "/a", "--dir", "/b"],
+        "--dir given more than once",
+    );
+    for args in [
+        &["check", "--limit", "1Gi", "--pool", "OFF"][..],
+        &["run", "--limit", "1Gi", "--pool", "Off", "--", "true"][..],
+    ] {
+        refused(&dir, args, "off (lower case) is no pool");
+    }
+    let root = dir.join("no-such-root");
+    refused(
+        &dir,
+        &[
+            "cdi",
+            "generate",
+            "--limit",
+            "8Gi",
+            "--output",
+            "/o.json",
+            "--root",
+            root.to_str().unwrap(),
+        ],
+        "is not a directory",
+    );
+    assert!(!root.exists(), "cdi generate made the root it was given");
+}
+
+#[test]
+fn write_env_writes_no_typed_flags() {
+    let dir = scratch("cli-write-env");
+    let file = dir.join("gpucap.env");
+    let o = run(&mut gpucap(
+        &[
+            "check",
+            "--limit",
+            "8GB",
+            "--write-env",
+            file.to_str().unwrap(),
+        ],
+        &dir,
+    ));
+    assert_ok(&o);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("GPUCAP_LIMIT=8GB\n"), "{text}");
+    assert!(
+        !text.contains("GPUCAP_TYPED"),
+        "the file names the flags check was typed with\n{text}"
+    );
+}
