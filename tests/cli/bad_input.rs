@@ -1,7 +1,9 @@
 //! Bad input that was taken silently, now refused with a line naming what was wrong (exit
 //! 2): `top --user` naming nobody, an option of `pool resize`/`pool set` given twice,
 //! `OFF` for `off`, a `cdi generate --root` that does not exist; and `check --write-env`
-//! no longer writes the flags it was typed with into `gpucap.env`.
+//! no longer writes the flags it was typed with into `gpucap.env`; a misspelt option of
+//! `cdi generate` or `jupyter install` gets its "did you mean"; `check` says what a
+//! `--report` that is a directory, or a `GPUCAP_POOL_DIR` that is none, will not do.
 
 use super::common;
 
@@ -111,5 +113,39 @@ fn write_env_writes_no_typed_flags() {
     assert!(
         !text.contains("GPUCAP_TYPED"),
         "the file names the flags check was typed with\n{text}"
+    );
+}
+
+#[test]
+fn misspelt_options_and_paths_that_cannot_serve_are_said() {
+    let dir = scratch("cli-said");
+    refused(
+        &dir,
+        &["cdi", "generate", "--limt", "8Gi", "--output", "/x.json"],
+        "unknown option '--limt' (did you mean --limit?)",
+    );
+    refused(
+        &dir,
+        &["jupyter", "install", "--limt", "8Gi"],
+        "unknown option '--limt' (did you mean --limit?)",
+    );
+    let o = run(&mut gpucap(
+        &["check", "--limit", "1Gi", "--report", dir.to_str().unwrap()],
+        &dir,
+    ));
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains("it is a directory: nothing will be written"),
+        "{}",
+        dump(&o)
+    );
+    let o =
+        run(gpucap(&["check", "--limit", "1Gi"], &dir).env("GPUCAP_POOL_DIR", dir.join("none")));
+    assert_ok(&o);
+    assert!(
+        stderr(&o)
+            .contains("is not a directory: a process capped alone will not show in gpucap status"),
+        "{}",
+        dump(&o)
     );
 }

@@ -59,7 +59,12 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
         };
         let attached = parser.optional_value();
         let Some(slot) = values.iter_mut().find(|(n, _, _)| *n == name) else {
-            return Err(usage(topic, format!("unknown option '{name}'")));
+            let names: Vec<&str> = values
+                .iter()
+                .map(|(n, _, _)| *n)
+                .chain(["--help"])
+                .collect();
+            return Err(usage(topic, unknown(&name, &names)));
         };
         if slot.2.is_some() {
             return Err(usage(topic, format!("{name} given more than once")));
@@ -90,6 +95,14 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
         dir: PathBuf::from(dir.unwrap_or_else(|| DEFAULT_DIR.to_string())),
         root: PathBuf::from(root.unwrap_or_else(|| "/".to_string())),
     }))
+}
+
+/// `unknown option '--limt' (did you mean --limit?)`, as every command says it.
+pub(super) fn unknown(name: &str, options: &[&str]) -> String {
+    match gpucap_core::config::nearest_name(name, options) {
+        Some(near) if near != name => format!("unknown option '{name}' (did you mean {near}?)"),
+        _ => format!("unknown option '{name}'"),
+    }
 }
 
 #[cfg(test)]

@@ -217,7 +217,25 @@ fn parse_install(mut parser: Parser) -> Result<Command, UsageError> {
             "--kernel" => (&mut kernel, "NAME"),
             "--name" => (&mut name, "NAME"),
             "--display-name" => (&mut display_name, "TEXT"),
-            _ => return Err(usage(topic, format!("unknown option '{name_typed}'"))),
+            _ => {
+                const OPTIONS: [&str; 14] = [
+                    "--limit",
+                    "--log",
+                    "--pool",
+                    "--wait",
+                    "--guarantee",
+                    "--ceiling",
+                    "--growth",
+                    "--kernel",
+                    "--name",
+                    "--display-name",
+                    "--user",
+                    "--sys-prefix",
+                    "--prefix",
+                    "--help",
+                ];
+                return Err(usage(topic, super::cdi::unknown(&name_typed, &OPTIONS)));
+            }
         };
         if slot.is_some() {
             return Err(usage(topic, format!("{name_typed} given more than once")));

@@ -56,6 +56,17 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
     if let Some(warning) = report::probe_warning(&probe) {
         eprintln!("{warning}");
     }
+    // Alone, the shim shows the process through a file there, and says at its start when
+    // it cannot: said here first.
+    if config.pool.is_none()
+        && let Some(dir) = config.pool_dir.as_deref().filter(|d| !d.is_dir())
+    {
+        eprintln!(
+            "gpucap: GPUCAP_POOL_DIR={} is not a directory: a process capped alone will not \
+             show in gpucap status, top or metrics (its cap holds)",
+            dir.display()
+        );
+    }
     let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
     let text = report::check_report(
         &config,

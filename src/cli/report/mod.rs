@@ -39,8 +39,15 @@ pub fn report_line(report: Option<&Path>) -> String {
                 Some(d) if !d.as_os_str().is_empty() => d,
                 _ => Path::new("."),
             };
-            let missing = if dir.is_dir() {
+            let missing = if p.is_dir() {
+                "; it is a directory: nothing will be written (name a file)".to_string()
+            } else if dir.is_dir() {
                 String::new()
+            } else if dir.exists() {
+                format!(
+                    "; {} is not a directory: nothing will be written",
+                    dir.display()
+                )
             } else {
                 format!(
                     "; its directory {} does not exist: nothing will be written",
@@ -425,5 +432,14 @@ pub(crate) mod tests {
              id); its directory /gpucap-no-such-dir does not exist: nothing will be written"
         );
         assert!(!report_line(Some(Path::new("r.json"))).contains("does not exist"));
+        // A directory, or a path under a file: said, each for what it is.
+        assert!(
+            report_line(Some(Path::new("/")))
+                .ends_with("it is a directory: nothing will be written (name a file)")
+        );
+        assert!(
+            report_line(Some(Path::new("/etc/passwd/r.json")))
+                .ends_with("; /etc/passwd is not a directory: nothing will be written")
+        );
     }
 }
