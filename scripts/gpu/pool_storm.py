@@ -11,8 +11,8 @@ members use the driver API through ctypes, this process watches uncapped (NVML).
       their block, each way. While they hold: the pool's figure (`gpucap status --pool
       NAME --json`) against NVML's sum over the members (at most the cap; the pool's figure
       short of NVML's by more than 2 MiB a member FAILs: memory not charged; above it is the
-      figure pool64_over_nvml_mib: what members' measurements counted in, which the pool's
-      context window keeps out of contexts made at once); then one more member, whose block
+      figure pool64_over_nvml_mib: what members' measurements counted in beside their own
+      contexts, all made at once); then one more member, whose block
       is its whole room plus 64 MiB, is refused with the pool's line (at its block, or at
       its context when the room does not hold that).
   pool_storm.py kill-storm --cli GPUCAP [--seconds 6]

@@ -13,8 +13,8 @@
 //!   and time bounded; http.rs: one exchange, `http::route` (pure) decides the answer.
 //!
 //! Reading never changes a pool and never waits for its members: the file is opened
-//! with `open_reader` (read-only descriptor, read-only mapping), `Pool::view` only loads
-//! words and asks the kernel which members' locks are held.
+//! with `open_reader` (read-only descriptor, read with `pread`, never mapped),
+//! `Pool::view` only loads words and asks the kernel which members' locks are held.
 
 mod families;
 mod hami;

@@ -2,8 +2,8 @@
 //! file is, opening it read-only, and the snapshot as a table or as JSON.
 //!
 //! Reading never changes a pool: the file is opened with `open_reader` (read-only
-//! descriptor, read-only mapping) and `Pool::view` only loads words and asks the kernel
-//! which members' locks are held.
+//! descriptor, its words read with `pread`, never mapped) and `Pool::view` only loads
+//! words and asks the kernel which members' locks are held.
 
 use std::io;
 use std::os::unix::fs::MetadataExt;

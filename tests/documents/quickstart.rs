@@ -2,7 +2,7 @@
 //! run in order by bash from the repository root on the fake GPU, do what the page says
 //! (the third allocation refused under 1 GiB, `--measure` suggesting a limit, the second
 //! member of the pool refused what the first holds, `status` showing the holder).
-//! Two lines differ from the page: `cargo build --release` is left out (the test runs
+//! Two lines differ from the page: the `cargo build` line is left out (the test runs
 //! in the built tree) and `sleep 2` waits instead until the first member holds its
 //! 512 MiB (a loaded machine may take longer than 2 s to start it).
 

@@ -1,8 +1,8 @@
 //! NVML in a pool (`GPUCAP_POOL`): the pool's file read without joining it, so that a
 //! monitor (`nvidia-smi`, `nvitop`, `pynvml`), which never initialises CUDA, shows the
 //! pool's used memory and lists the pool's processes (`nvml` answers the calls). The
-//! file is opened read-only and mapped `PROT_READ`: reading NVML cannot change the pool
-//! (a dead member's share is taken back by members only).
+//! file is opened read-only and read with `pread`, never mapped: reading NVML cannot
+//! change the pool (a dead member's share is taken back by members only).
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
