@@ -255,7 +255,7 @@ alone, as gpucap status shows them (as --all). With --prometheus the exposition 
 gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
 
 const TOP_HELP: &str = "\
-usage: gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]
+usage: gpucap top [--pool NAME|PATH] [--user NAME|UID] [--sort KEY] [--uuid]
                   [--interval SECS] [--iterations N | --once]
 
 Shows every capped process, as gpucap status does, with a bar of used/cap, refreshed:

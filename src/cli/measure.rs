@@ -238,13 +238,20 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         );
         return EXIT_USAGE;
     }
-    if overrides.pool.is_some() || overrides.wait.is_some() {
-        let flag = if overrides.pool.is_some() {
-            "--pool"
-        } else {
-            "--wait"
-        };
+    let pool_flag = [
+        ("--pool", overrides.pool.is_some()),
+        ("--wait", overrides.wait.is_some()),
+        ("--guarantee", overrides.guarantee.is_some()),
+        ("--ceiling", overrides.ceiling.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag));
+    if let Some(flag) = pool_flag {
         eprintln!("gpucap: --measure runs CMD alone, outside any pool: drop {flag}");
+        return EXIT_USAGE;
+    }
+    if overrides.quiet {
+        eprintln!("gpucap: --measure says no uncapped line for --quiet to silence: drop --quiet");
         return EXIT_USAGE;
     }
     let (config, vars) = match load(overrides) {

@@ -149,3 +149,33 @@ fn misspelt_options_and_paths_that_cannot_serve_are_said() {
         dump(&o)
     );
 }
+
+#[test]
+fn flags_that_would_do_nothing_are_refused() {
+    let dir = scratch("cli-no-effect");
+    refused(
+        &dir,
+        &["status", "--pool", "p", "--uuid"],
+        "--uuid goes with no pool named",
+    );
+    refused(
+        &dir,
+        &["status", "--prometheus", "--uuid"],
+        "--uuid and --prometheus exclude each other",
+    );
+    refused(
+        &dir,
+        &["top", "--once", "--interval", "5"],
+        "--once and --interval exclude each other",
+    );
+    refused(
+        &dir,
+        &["run", "--measure", "--quiet", "--", "true"],
+        "drop --quiet",
+    );
+    refused(
+        &dir,
+        &["run", "--measure", "--guarantee", "1Gi", "--", "true"],
+        "outside any pool: drop --guarantee",
+    );
+}

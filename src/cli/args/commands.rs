@@ -120,6 +120,13 @@ pub(super) fn parse_status(mut parser: Parser) -> Result<Command, UsageError> {
         if opts.json {
             return Err(usage(topic, "--json and --prometheus exclude each other"));
         }
+        if opts.uuid {
+            return Err(usage(
+                topic,
+                "--uuid and --prometheus exclude each other (a GPU's series carry its UUID, \
+                 label gpu_uuid)",
+            ));
+        }
         return Ok(Command::StatusPrometheus {
             pools: pool_set(topic, opts.pools, opts.all)?,
             hami: opts.hami,
@@ -143,6 +150,13 @@ pub(super) fn parse_status(mut parser: Parser) -> Result<Command, UsageError> {
             topic,
             "--pool given more than once (the table and the JSON show one pool; several \
              with --prometheus)",
+        ));
+    }
+    if opts.uuid && !opts.pools.is_empty() {
+        return Err(usage(
+            topic,
+            "--uuid goes with no pool named (a pool's table names its GPUs' UUIDs in its \
+             header): drop --uuid or --pool",
         ));
     }
     Ok(Command::Status {
@@ -175,6 +189,12 @@ pub(super) fn parse_top(mut parser: Parser) -> Result<Command, UsageError> {
     Ok(match only_options(Topic::Top, &mut parser)? {
         None => Command::Help(Topic::Top),
         Some(opts) => {
+            if opts.once && opts.interval_ms.is_some() {
+                return Err(usage(
+                    Topic::Top,
+                    "--once and --interval exclude each other (--once: one frame, no refresh)",
+                ));
+            }
             if opts.once && opts.iterations.is_some() {
                 return Err(usage(
                     Topic::Top,
