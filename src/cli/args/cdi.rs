@@ -11,7 +11,13 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
     let topic = Topic::Cdi;
     match parser.next().map_err(|e| lexopt_error(topic, e))? {
         Some(Arg::Value(v)) if v == "generate" => {}
-        Some(Arg::Short('h')) | Some(Arg::Long("help")) => return Ok(Command::Help(topic)),
+        Some(Arg::Short('h')) => return Ok(Command::Help(topic)),
+        Some(Arg::Long("help")) => {
+            return match parser.optional_value() {
+                None => Ok(Command::Help(topic)),
+                Some(_) => Err(usage(topic, "--help takes no value")),
+            };
+        }
         Some(other) => {
             return Err(usage(
                 topic,
@@ -39,7 +45,7 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
     ];
     while let Some(arg) = parser.next().map_err(|e| lexopt_error(topic, e))? {
         let name = match arg {
-            Arg::Long("help") | Arg::Short('h') => return Ok(Command::Help(topic)),
+            Arg::Short('h') => return Ok(Command::Help(topic)),
             Arg::Long(_) => option_name(&arg),
             Arg::Short(_) => {
                 return Err(usage(
@@ -58,6 +64,12 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
             }
         };
         let attached = parser.optional_value();
+        if name == "--help" {
+            return match attached {
+                None => Ok(Command::Help(topic)),
+                Some(_) => Err(usage(topic, "--help takes no value")),
+            };
+        }
         let Some(slot) = values.iter_mut().find(|(n, _, _)| *n == name) else {
             let names: Vec<&str> = values
                 .iter()

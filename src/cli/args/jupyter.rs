@@ -75,6 +75,9 @@ pub(super) fn parse_jupyter(mut parser: Parser) -> Result<Command, UsageError> {
             if typed == "-h" || typed == "--help" {
                 return Ok(Command::Help(topic));
             }
+            if typed.starts_with("--help=") {
+                return Err(usage(topic, "--help takes no value"));
+            }
             return Err(usage(
                 topic,
                 format!("unknown option '{typed}' (gpucap jupyter install|list|remove ...)"),
@@ -176,6 +179,7 @@ fn parse_install(mut parser: Parser) -> Result<Command, UsageError> {
         let attached = parser.optional_value();
         let new_scope = match name_typed.as_str() {
             "--help" if attached.is_none() => return Ok(Command::Help(topic)),
+            "--help" => return Err(usage(topic, "--help takes no value")),
             "--growth" if attached.is_none() => {
                 if o.growth {
                     return Err(usage(topic, "--growth given more than once"));

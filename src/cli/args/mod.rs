@@ -206,6 +206,10 @@ where
             let typed = with_attached(&mut parser, &name);
             return match typed.as_str() {
                 "-h" | "--help" => nothing_after(parser, &typed, Command::Help(Topic::General)),
+                s if s.starts_with("--help=") || s.starts_with("--version=") => Err(usage(
+                    Topic::General,
+                    format!("{} takes no value", &s[..s.find('=').unwrap_or(s.len())]),
+                )),
                 "-V" | "--version" => nothing_after(parser, &typed, Command::Version),
                 s if s.starts_with("--limit") || s.starts_with("--log") => Err(usage(
                     Topic::General,

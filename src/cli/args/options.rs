@@ -141,6 +141,7 @@ pub(super) fn parse_options(
         // Flags without a value.
         let flag = match (name.as_str(), topic) {
             ("--help", _) if attached.is_none() => return Ok(End::Help),
+            ("--help", _) => return Err(usage(topic, "--help takes no value")),
             ("--growth", Topic::Run | Topic::Check) => Some(&mut opts.overrides.growth),
             ("--measure", Topic::Run) => Some(&mut opts.measure),
             ("--quiet", Topic::Run) => Some(&mut opts.overrides.quiet),

@@ -22,6 +22,9 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
             if w == "-h" || w == "--help" {
                 return Ok(Command::Help(topic));
             }
+            if w.starts_with("--help=") {
+                return Err(usage(topic, "--help takes no value"));
+            }
             words.push(w.to_string());
         }
         let parsed = if action == Some("set") {
@@ -37,6 +40,9 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
         };
         if w == "-h" || w == "--help" {
             return Ok(Command::Help(topic));
+        }
+        if w.starts_with("--help=") {
+            return Err(usage(topic, "--help takes no value"));
         }
         if w.starts_with('-') {
             return Err(usage(topic, format!("unknown option '{w}'")));
