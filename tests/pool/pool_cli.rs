@@ -581,7 +581,7 @@ fn argument_errors_are_one_clear_line_and_status_2() {
     assert_ok(&o);
     for l in [
         "gpucap status [--pool NAME|PATH | --all] [--json] [--uuid]",
-        "gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]",
+        "gpucap top [--pool NAME|PATH] [--user NAME|UID] [--sort KEY] [--uuid]",
         "GPUCAP_POOL ",
         "GPUCAP_POOL_DIR ",
     ] {
@@ -594,7 +594,7 @@ fn argument_errors_are_one_clear_line_and_status_2() {
         ),
         (
             "top",
-            "usage: gpucap top [--pool NAME|PATH] [--user NAME] [--sort KEY] [--uuid]",
+            "usage: gpucap top [--pool NAME|PATH] [--user NAME|UID] [--sort KEY] [--uuid]",
         ),
     ] {
         for args in [vec!["help", topic], vec![topic, "--help"]] {
