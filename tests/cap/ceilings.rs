@@ -10,7 +10,7 @@ use super::common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// The fake's GPU 0 (cuda-stubs/common/src/identity.rs).
 const GPU0: &str = "GPU-face0000-0000-0000-0000-000000000000";
@@ -208,7 +208,7 @@ fn doors(dir: &Path) -> Vec<(Vec<(String, String)>, Expect)> {
 }
 
 /// A copy of the library in `home`, with `gpucap.env` holding `file` if given.
-fn library_in(home: &Path, file: Option<&str>) -> PathBuf {
+pub(crate) fn library_in(home: &Path, file: Option<&str>) -> PathBuf {
     std::fs::create_dir_all(home).unwrap();
     let lib = home.join("libgpucap.so");
     std::fs::copy(shim(), &lib).unwrap();
@@ -270,38 +270,12 @@ fn under(
     run(&mut c)
 }
 
-fn alloc_rc(o: &Output, size: u64) -> Option<String> {
+/// The driver's answer to the script's allocation of `size` (`alloc SIZE RC`).
+pub(crate) fn alloc_rc(o: &Output, size: u64) -> Option<String> {
     stdout(o)
         .lines()
         .find_map(|l| l.strip_prefix(&format!("alloc {size} ")))
         .map(|s| s.trim().to_string())
-}
-
-/// Whether `unshare -rm` with an overlay on /etc runs here; under CI it must.
-fn etc_overlay_works(dir: &Path) -> bool {
-    let t = dir.join("probe-overlay");
-    std::fs::create_dir_all(&t).unwrap();
-    let o = Command::new("unshare")
-        .args(["-rm", "sh", "-c"])
-        .arg(
-            "set -e; t=$1; mount -t tmpfs none \"$t\"; mkdir -p \"$t/u/gpucap\" \"$t/w\"; \
-             mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
-             test -d /etc/gpucap",
-        )
-        .arg("sh")
-        .arg(&t)
-        .output();
-    let why = match o {
-        Ok(o) if o.status.success() => return true,
-        Ok(o) => format!("it failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
-        Err(e) => format!("no unshare ({e}; util-linux)"),
-    };
-    assert!(
-        !required_here(),
-        "the /etc/gpucap rows need `unshare -rm` and an overlay mount on /etc: {why}"
-    );
-    eprintln!("SKIP the /etc/gpucap rows: `unshare -rm` with an overlay on /etc: {why}");
-    false
 }
 
 fn check_row(o: &Output, vars: &[(String, String)], expect: Expect, place: Place) {

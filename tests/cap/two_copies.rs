@@ -8,25 +8,15 @@
 
 use super::common;
 
+use super::ceilings::{alloc_rc, library_in};
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const SMALL: u64 = 200 * MIB;
 
 fn script() -> PathBuf {
     compile_c("script", "", &["-lcuda"])
-}
-
-/// A copy of the library in `dir`, with `gpucap.env` holding `file` if given.
-fn copy_in(dir: &Path, file: Option<&str>) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let lib = dir.join("libgpucap.so");
-    std::fs::copy(shim(), &lib).unwrap();
-    if let Some(text) = file {
-        std::fs::write(dir.join("gpucap.env"), text).unwrap();
-    }
-    lib
 }
 
 /// The script (200 MiB, then 1 GiB) on a 4 GiB fake GPU, `LD_PRELOAD` set to `preload`.
@@ -40,13 +30,6 @@ fn allocate(dir: &Path, preload: &str, vars: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     run(&mut c)
-}
-
-fn alloc_rc(o: &Output, size: u64) -> Option<String> {
-    stdout(o)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("alloc {size} ")))
-        .map(|s| s.trim().to_string())
 }
 
 /// Ran to its end, 200 MiB served, the 1 GiB refused; at debug level (`GPUCAP_LOG`), one
@@ -81,8 +64,8 @@ fn capped_once(o: &Output, what: &str, debug: bool) {
 #[test]
 fn two_copies_in_ld_preload_cap_once_in_either_order() {
     let dir = scratch("two-copies");
-    let a = copy_in(&dir.join("a"), None);
-    let b = copy_in(&dir.join("b"), None);
+    let a = library_in(&dir.join("a"), None);
+    let b = library_in(&dir.join("b"), None);
     for (first, second) in [(&a, &b), (&b, &a)] {
         let preload = format!("{}:{}", first.display(), second.display());
         let o = allocate(
@@ -107,8 +90,8 @@ fn two_copies_in_ld_preload_cap_once_in_either_order() {
 #[test]
 fn a_file_beside_the_second_copy_is_the_ceiling_the_first_copy_holds() {
     let dir = scratch("two-copies-file");
-    let users = copy_in(&dir.join("user"), None);
-    let operators = copy_in(&dir.join("operator"), Some("GPUCAP_LIMIT=256Mi\n"));
+    let users = library_in(&dir.join("user"), None);
+    let operators = library_in(&dir.join("operator"), Some("GPUCAP_LIMIT=256Mi\n"));
     let preload = format!("{}:{}", users.display(), operators.display());
     // The environment asks more: held at the file's 256 MiB, said.
     let o = allocate(
@@ -145,40 +128,14 @@ fn a_file_beside_the_second_copy_is_the_ceiling_the_first_copy_holds() {
     );
 }
 
-/// Whether `unshare -rm` with an overlay on /etc runs here; under CI it must.
-fn etc_overlay_works(dir: &Path) -> bool {
-    let t = dir.join("probe-overlay");
-    std::fs::create_dir_all(&t).unwrap();
-    let o = Command::new("unshare")
-        .args(["-rm", "sh", "-c"])
-        .arg(
-            "set -e; t=$1; mount -t tmpfs none \"$t\"; mkdir -p \"$t/u\" \"$t/w\"; \
-             mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc",
-        )
-        .arg("sh")
-        .arg(&t)
-        .output();
-    let why = match o {
-        Ok(o) if o.status.success() => return true,
-        Ok(o) => format!("it failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
-        Err(e) => format!("no unshare ({e}; util-linux)"),
-    };
-    assert!(
-        !required_here(),
-        "an overlay on /etc in a mount namespace: {why}"
-    );
-    eprintln!("skipped: an overlay on /etc in a mount namespace: {why}");
-    false
-}
-
 #[test]
 fn the_users_copy_before_the_operators_in_etc_ld_so_preload_keeps_the_operators_cap() {
     let dir = scratch("two-copies-etc");
     if !etc_overlay_works(&dir) {
         return;
     }
-    let users = copy_in(&dir.join("user"), None);
-    let operators = copy_in(&dir.join("operator"), Some("GPUCAP_LIMIT=256Mi\n"));
+    let users = library_in(&dir.join("user"), None);
+    let operators = library_in(&dir.join("operator"), Some("GPUCAP_LIMIT=256Mi\n"));
     let tmp = dir.join("etc-overlay");
     std::fs::create_dir_all(&tmp).unwrap();
     // /etc/ld.so.preload names the operator's copy in a mount namespace of the test's own;

@@ -7,17 +7,9 @@
 
 use super::common;
 
+use super::never_uncapped_cli::gpucap;
 use common::*;
 use std::path::Path;
-use std::process::Command;
-
-fn gpucap(args: &[&str], dir: &Path) -> Command {
-    let mut cmd = fake_cmd(cli(), &dir.join("s.json"));
-    cmd.args(args)
-        .env("FAKECUDA_TOTAL_MEM", "4Gi")
-        .env("GPUCAP_POOL_DIR", dir);
-    cmd
-}
 
 fn refused(dir: &Path, args: &[&str], line: &str) {
     let o = run(&mut gpucap(args, dir));

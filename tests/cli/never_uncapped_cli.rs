@@ -9,7 +9,8 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-fn gpucap(args: &[&str], dir: &Path) -> Command {
+/// `gpucap ARGS` on the fake GPU (4 GiB), its pools and scratch in `dir`.
+pub(crate) fn gpucap(args: &[&str], dir: &Path) -> Command {
     let mut cmd = fake_cmd(cli(), &dir.join("s.json"));
     cmd.args(args)
         .env("FAKECUDA_TOTAL_MEM", "4Gi")

@@ -121,3 +121,37 @@ pub fn checker_tool(var: &str, name: &str, why: &str) -> Option<PathBuf> {
         }
     }
 }
+
+/// Whether `unshare -rm` with an overlay on `/etc` runs here (tests that give a program
+/// an `/etc/gpucap/gpucap.env` or an `/etc/ld.so.preload` of their own, never writing the
+/// system's): false after a SKIP line, or a failure where the test must run (`skip`).
+pub fn etc_overlay_works(dir: &std::path::Path) -> bool {
+    let t = dir.join("probe-overlay");
+    std::fs::create_dir_all(&t).unwrap();
+    let o = Command::new("unshare")
+        .args(["-rm", "sh", "-c"])
+        .arg(
+            "set -e; t=$1; mount -t tmpfs none \"$t\"; mkdir -p \"$t/u/gpucap\" \"$t/w\"; \
+             mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
+             test -d /etc/gpucap",
+        )
+        .arg("sh")
+        .arg(&t)
+        .output();
+    match o {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
+            skip(&format!(
+                "`unshare -rm` with an overlay mount on /etc failed: {why}"
+            ));
+            false
+        }
+        Err(e) => {
+            skip(&format!(
+                "`unshare -rm` with an overlay on /etc: no unshare ({e}; util-linux)"
+            ));
+            false
+        }
+    }
+}
