@@ -28,7 +28,9 @@ extern "C" fn dlsym_decide(
         return Decision::answer(null_mut());
     };
     let forward = Decision::forward(real as *mut c_void);
-    if symbol.is_null() {
+    // Another copy of this library (loaded first, it caps) asking for its own real
+    // functions: glibc's answers, never this copy's decisions (each would ask the other).
+    if symbol.is_null() || crate::elf::in_other_copy(caller as usize) {
         return forward;
     }
     // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
@@ -111,13 +113,14 @@ extern "C" fn dlvsym_decide(
     handle: *mut c_void,
     symbol: *const c_char,
     version: *const c_char,
-    _caller: *mut c_void,
+    caller: *mut c_void,
 ) -> Decision {
     let Some(real) = real_dlvsym() else {
         return Decision::answer(null_mut());
     };
     let forward = Decision::forward(real as *mut c_void);
-    if symbol.is_null() || version.is_null() {
+    // As in `dlsym_decide`: another copy's lookups are glibc's.
+    if symbol.is_null() || version.is_null() || crate::elf::in_other_copy(caller as usize) {
         return forward;
     }
     // SAFETY: dlvsym's contract: `symbol` is a NUL-terminated string.

@@ -190,6 +190,16 @@ impl Dynamic {
 /// they stay idle (before, each took the other's `dlvsym` for glibc's: a stack overflow).
 pub const MARKER: &[u8] = b"gpucap_shim_version";
 
+/// Whether the object `d` describes is a copy of this library: it exports [`MARKER`], or,
+/// a copy built before the marker, the loader names `dlvsym` and `dlmopen` beside the
+/// driver's `cuGetProcAddress_v2` (no C library, driver or NVML exports all three).
+fn is_copy(d: &Dynamic) -> bool {
+    d.function(MARKER).is_some()
+        || (d.function(b"dlvsym").is_some()
+            && d.function(b"dlmopen").is_some()
+            && d.function(b"cuGetProcAddress_v2").is_some())
+}
+
 /// Set once [`next_function`] passed over another copy of this library: one preloaded
 /// beside it (preloads come before the C library in the loader's list, and glibc's
 /// `dlvsym` is looked for there before anything else).
@@ -217,7 +227,7 @@ pub fn next_function(name: &[u8]) -> Option<usize> {
             return;
         }
         let d = Dynamic::of(info.dlpi_addr as usize, phdrs);
-        if d.as_ref().is_some_and(|d| d.function(MARKER).is_some()) {
+        if d.as_ref().is_some_and(is_copy) {
             OTHER_COPY.store(true, std::sync::atomic::Ordering::Relaxed);
             return;
         }
@@ -272,8 +282,7 @@ pub fn in_other_copy(p: usize) -> bool {
     let mut found = false;
     each_object(|info, phdrs| {
         if !found && holds(info, phdrs, p) && !holds(info, phdrs, own) {
-            found = Dynamic::of(info.dlpi_addr as usize, phdrs)
-                .is_some_and(|d| d.function(MARKER).is_some());
+            found = Dynamic::of(info.dlpi_addr as usize, phdrs).is_some_and(|d| is_copy(&d));
         }
     });
     found
@@ -293,8 +302,7 @@ pub fn other_copies() -> Vec<std::path::PathBuf> {
         if holds(info, phdrs, own) || info.dlpi_name.is_null() {
             return;
         }
-        if Dynamic::of(info.dlpi_addr as usize, phdrs).is_some_and(|d| d.function(MARKER).is_some())
-        {
+        if Dynamic::of(info.dlpi_addr as usize, phdrs).is_some_and(|d| is_copy(&d)) {
             // SAFETY: the loader's NUL-terminated name of a loaded object, alive while it is.
             let name = unsafe { CStr::from_ptr(info.dlpi_name) };
             found.push(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
