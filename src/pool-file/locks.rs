@@ -184,7 +184,7 @@ impl SlotLocks {
                     waited: start.elapsed(),
                 };
             }
-            std::thread::sleep(nap);
+            crate::sys::nap(nap);
             nap = (nap * 2).min(Duration::from_millis(5));
         }
     }

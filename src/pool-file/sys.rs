@@ -62,3 +62,24 @@ pub fn bind_abstract(s: RawFd, name: &[u8]) -> bool {
         ) == 0
     }
 }
+
+/// Sleeps `d` by a raw system call: glibc's `nanosleep` is a cancellation point, whose
+/// unwind (`pthread_cancel` of the program's thread waiting here, in the shim) could not
+/// cross the shim's Rust frames; a raw system call is none.
+pub fn nap(d: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: a relative sleep on the monotonic clock; `ts` lives across the call, and
+    // the remaining time is not asked for.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clock_nanosleep,
+            libc::CLOCK_MONOTONIC,
+            0,
+            &ts as *const libc::timespec,
+            std::ptr::null_mut::<libc::timespec>(),
+        )
+    };
+}

@@ -10,7 +10,9 @@
 //! - `table`: the one list of hooked symbols: exported shells with their panic guard,
 //!   the rows `dlsym` and the `cuGetProcAddress` answers use.
 //! - `hooks`: what each intercepted call does, one file per family.
-//! - `state`: every process-wide static; `log`: the log level and `log!`.
+//! - `state`: every process-wide static; `log`: the log level, `log!` and `say` (a line
+//!   on stderr); `cancel`: `pthread_cancel` held off where the shim meets a cancellation
+//!   point.
 //! - `membership`: this process's place in its pool (`GPUCAP_POOL`); `lone`: the file
 //!   a process in no pool shows itself through (`gpucap status`, `top`, `metrics`).
 //! - `driver`: the driver's C types, typed calls and queries.
@@ -25,6 +27,7 @@
 // state that only the FFI edge uses looks dead there.
 #![cfg_attr(test, allow(dead_code, unused_imports))]
 
+mod cancel;
 mod log;
 mod lone;
 mod membership;

@@ -16,7 +16,30 @@ pub fn enabled(level: LogLevel) -> bool {
 /// Writes one `gpucap: …` line to stderr if `level` is enabled.
 pub fn write_log(level: LogLevel, msg: std::fmt::Arguments<'_>) {
     if enabled(level) {
-        eprintln!("gpucap: {msg}");
+        say(&format!("gpucap: {msg}"));
+    }
+}
+
+/// Writes `line` and a newline to stderr, whatever the log level: in one `write` (a line
+/// is never mixed with another thread's), the thread not cancelled meanwhile (`write` is a
+/// cancellation point: `cancel.rs`), and errors ignored: a full disk, a pipe whose reader
+/// is gone (SIGPIPE ignored, as Python does) or a closed descriptor loses the line, never
+/// turns the call that said it into another error (`eprintln!` panics on a failed write,
+/// and a refusal became `CUDA_ERROR_UNKNOWN`).
+pub fn say(line: &str) {
+    let _held = crate::cancel::NoCancel::hold();
+    let mut text = Vec::with_capacity(line.len() + 1);
+    text.extend_from_slice(line.as_bytes());
+    text.push(b'\n');
+    let mut at = 0;
+    while at < text.len() {
+        // SAFETY: writes bytes of `text`, which lives across the call, to descriptor 2.
+        let n = unsafe { libc::write(2, text[at..].as_ptr().cast(), text.len() - at) };
+        match n {
+            n if n > 0 => at += n as usize,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return,
+        }
     }
 }
 

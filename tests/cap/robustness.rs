@@ -1,5 +1,6 @@
 //! The ledger under stress and misuse: concurrent allocation, wrong frees, absurd
-//! sizes, allocations the driver refuses, fork(), VMM handles, per-device caps.
+//! sizes, allocations the driver refuses, fork(), VMM handles, per-device caps; a thread
+//! cancelled inside the shim, and a stderr that cannot be written.
 //!
 //! The C programs (tests/c) check their own results ("ok"/"FAIL" lines, exit status);
 //! this side adds the fake driver's view (its stats file: what it really handed out)
@@ -307,4 +308,63 @@ fn the_fakes_arena_mode_makes_no_system_call_per_pair() {
         arena < 100,
         "with the arena the loop does not unmap: {arena}"
     );
+}
+
+// ---- cancellation and stderr --------------------------------------------------------
+
+/// A thread with a `pthread_cancel` pending reaches the shim's cancellation points (its
+/// configuration's `open` at `cuInit`, a refusal line's `write`): the call returns the
+/// driver's answer (the refusal still `CUDA_ERROR_OUT_OF_MEMORY`) and the thread is
+/// cancelled after it, as without the shim. Before, glibc's unwind reached the shim's Rust
+/// frames and the process aborted (SIGABRT, exit 134).
+#[test]
+fn a_thread_cancelled_inside_the_shim_is_cancelled_after_it() {
+    let prog = compile_c("cancelled", "", &["-lcuda", "-lpthread"]);
+    for (args, rc) in [(&["init"][..], "0"), (&["refused", "2048"][..], "2")] {
+        let (mut c, _) = capped(&prog, "cancelled", "8Gi", "1Gi");
+        let o = run(c.args(args));
+        assert!(o.status.success(), "{args:?}\n{}", dump(&o));
+        let out = stdout(&o);
+        assert!(
+            out.contains(&format!("call {rc}\n")),
+            "{args:?}\n{}",
+            dump(&o)
+        );
+        assert!(
+            out.contains("joined cancelled\nok\n"),
+            "{args:?}\n{}",
+            dump(&o)
+        );
+    }
+}
+
+/// A refusal whose line cannot be written (stderr on a full disk) is still
+/// `CUDA_ERROR_OUT_OF_MEMORY`; before, the failed write panicked in the shim and the
+/// program got `CUDA_ERROR_UNKNOWN` (999), which PyTorch, JAX and TensorFlow take as fatal
+/// where they would have freed their caches and tried again.
+#[test]
+fn a_refusal_whose_line_cannot_be_written_is_still_out_of_memory() {
+    if !Path::new("/dev/full").exists() {
+        skip("/dev/full (a disk that is always full) is not here");
+        return;
+    }
+    let prog = compile_c("script", "", &["-lcuda"]);
+    let (mut c, _) = capped(&prog, "stderr-full", "8Gi", "256Mi");
+    c.args([format!("alloc:{}", 200 * MIB), format!("alloc:{GIB}")])
+        .env("GPUCAP_LOG", "debug")
+        .stderr(
+            std::fs::File::options()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        );
+    let o = run(&mut c);
+    assert!(o.status.success(), "{}", dump(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("alloc {} 0\n", 200 * MIB)),
+        "{}",
+        dump(&o)
+    );
+    assert!(out.contains(&format!("alloc {GIB} 2\n")), "{}", dump(&o));
 }

@@ -57,6 +57,8 @@ fn dl_error() -> String {
 }
 
 fn load() -> Result<Nvml, String> {
+    // Its dlopen and initialisation open files: no cancellation meanwhile (`cancel.rs`).
+    let _held = crate::cancel::NoCancel::hold();
     let dlsym = crate::resolve::real_dlsym().ok_or("glibc's dlsym was not found")?;
     // glibc's dlopen (not our export); the handle is kept for the process.
     let h = crate::resolve::open_library(c"libnvidia-ml.so.1", libc::RTLD_LAZY | libc::RTLD_LOCAL);

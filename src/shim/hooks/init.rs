@@ -22,6 +22,9 @@ extern "C" fn orphan_ledger_in_child() {
 }
 
 pub fn init(real: Real<(u32,)>, flags: u32) -> CuResult {
+    // The configuration, a pool joined, the lone file shown: files and sockets, so no
+    // cancellation inside (`cancel.rs`).
+    let _held = crate::cancel::NoCancel::hold();
     let shim = match shim() {
         Ok(s) => s,
         Err(rc) => return rc,
@@ -49,7 +52,7 @@ pub fn init(real: Real<(u32,)>, flags: u32) -> CuResult {
         })
     {
         // Always shown, whatever GPUCAP_LOG says: the program is being stopped.
-        eprintln!("{}", identity::latch(msg));
+        crate::log::say(identity::latch(msg));
         return CUDA_ERROR_NOT_PERMITTED;
     }
     if config.pool.is_some() && join_pool(shim, config).is_err() {
@@ -84,7 +87,7 @@ fn join_pool(shim: &Shim, config: &gpucap_core::config::Config) -> Result<(), ()
     let refuse = |msg: String| {
         let msg = crate::membership::fail(msg);
         if !already {
-            eprintln!("{msg}");
+            crate::log::say(msg);
         }
         Err(())
     };
@@ -132,7 +135,7 @@ fn join_pool(shim: &Shim, config: &gpucap_core::config::Config) -> Result<(), ()
         }
         Err(msg) => {
             if !already {
-                eprintln!("{msg}");
+                crate::log::say(msg);
             }
             Err(())
         }

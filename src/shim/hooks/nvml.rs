@@ -55,7 +55,7 @@ pub(super) fn nvml_keys_match(config: &gpucap_core::config::Config) -> bool {
     NVML_KEYS
         .get_or_init(|| {
             gpucap_core::config::check_gpu_keys(config, Some(view.len()), || Some(view))
-                .inspect_err(|m| eprintln!("{m}"))
+                .inspect_err(|m| crate::log::say(m))
         })
         .is_ok()
 }

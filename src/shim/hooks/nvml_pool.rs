@@ -43,7 +43,7 @@ pub(super) fn nvml_pool_reader(config: &Config) -> Result<Option<&'static PoolFi
         Ok(Some(f)) => Ok(Some(READER.get_or_init(|| f))),
         Err(e) => {
             if !SAID.swap(true, Relaxed) {
-                eprintln!("gpucap: cannot read the pool {spec}: {e}");
+                crate::log::say(&format!("gpucap: cannot read the pool {spec}: {e}"));
             }
             Err(())
         }
@@ -57,7 +57,7 @@ pub(super) fn nvml_pool_gpu(file: &PoolFile, device: Handle) -> Option<PoolGpu> 
         Ok(view) => nvml::pool_gpu(&view, &uuid),
         Err(e) => {
             if !SAID.swap(true, Relaxed) {
-                eprintln!("gpucap: cannot read the pool: {e}");
+                crate::log::say(&format!("gpucap: cannot read the pool: {e}"));
             }
             None
         }

@@ -27,6 +27,8 @@ impl Shim {
     /// call (NVML): the process is not marked as a CUDA user by it.
     pub fn config_quiet(&self) -> Result<&Config, Misconfigured> {
         let loaded = self.config.get_or_init(|| {
+            // Files read: no cancellation meanwhile (`cancel.rs`).
+            let _held = crate::cancel::NoCancel::hold();
             let dirs = library_dirs();
             let result = load_config(&dirs);
             match &result {
@@ -61,7 +63,7 @@ impl Shim {
                 }
                 // The error is always shown, whatever GPUCAP_LOG says: it may be the
                 // very variable that is wrong, and the program is being stopped.
-                Err(e) => eprintln!("{e}"),
+                Err(e) => crate::log::say(e),
             }
             result.map(|(c, _)| c)
         });
