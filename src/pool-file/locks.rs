@@ -315,10 +315,7 @@ impl MemberLocks for SlotLocks {
     }
 
     fn sleep_on(&self, word: &AtomicU64, seen: u64, timeout: Duration) {
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
+        let ts = crate::sys::timespec(timeout);
         // SAFETY: the word lives in the pool's shared mapping for the life of the
         // process; FUTEX_WAIT (not private: other processes wake it) reads its low half.
         unsafe {

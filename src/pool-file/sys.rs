@@ -67,10 +67,7 @@ pub fn bind_abstract(s: RawFd, name: &[u8]) -> bool {
 /// unwind (`pthread_cancel` of the program's thread waiting here, in the shim) could not
 /// cross the shim's Rust frames; a raw system call is none.
 pub fn nap(d: std::time::Duration) {
-    let ts = libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    };
+    let ts = timespec(d);
     // SAFETY: a relative sleep on the monotonic clock; `ts` lives across the call, and
     // the remaining time is not asked for.
     unsafe {
@@ -82,4 +79,12 @@ pub fn nap(d: std::time::Duration) {
             std::ptr::null_mut::<libc::timespec>(),
         )
     };
+}
+
+/// `d` as the kernel's `timespec`.
+pub fn timespec(d: std::time::Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
 }
