@@ -14,20 +14,15 @@ pub(super) fn synchronized(rc: CuResult) -> CuResult {
     rc
 }
 
-// A synchronisation may block in the driver at a cancellation point: not cancelled
-// inside (`cancel.rs`).
 pub fn stream_synchronize(real: Real<(Stream,)>, stream: Stream) -> CuResult {
-    let _held = crate::cancel::NoCancel::hold();
     synchronized(real.call(stream))
 }
 
 pub fn ctx_synchronize(real: Real<()>) -> CuResult {
-    let _held = crate::cancel::NoCancel::hold();
     synchronized(real.call())
 }
 
 /// `cuEventSynchronize(event)` and CUDA 13's `cuCtxSynchronize_v2(ctx)`.
 pub fn handle_synchronize(real: Real<(Handle,)>, handle: Handle) -> CuResult {
-    let _held = crate::cancel::NoCancel::hold();
     synchronized(real.call(handle))
 }
