@@ -11,13 +11,15 @@ use std::path::Path;
 pub const MARKER: &str = "gpucap_shim_version";
 
 /// Ok where `bytes` are a 64-bit little-endian ELF shared object whose `.dynsym` defines
-/// [`MARKER`]; else what it is instead, in a few words.
-pub fn check_bytes(bytes: &[u8]) -> Result<(), &'static str> {
+/// [`MARKER`]; else what it is instead, in a few words (the unit tests' form of [`check`]).
+#[cfg(test)]
+fn check_bytes(bytes: &[u8]) -> Result<(), &'static str> {
     check_with(|off, len| slice(bytes, off, len as u64).map(<[u8]>::to_vec))
 }
 
-/// As [`check_bytes`], reading `len` bytes at `off` with `read` (None: past the end): the
-/// header, the section table and the dynamic symbols, not the whole library.
+/// Whether the file `read` reads is libgpucap.so, reading `len` bytes at `off` with it
+/// (None: past the end): the header, the section table and the dynamic symbols, not the
+/// whole library; else what it is instead, in a few words.
 fn check_with(read: impl Fn(u64, usize) -> Option<Vec<u8>>) -> Result<(), &'static str> {
     const ET_DYN: u16 = 3;
     const SHT_DYNSYM: u32 = 11;
@@ -95,6 +97,7 @@ pub fn check(path: &Path, named_by: &str) -> Result<(), String> {
     })
 }
 
+#[cfg(test)]
 fn slice(bytes: &[u8], off: u64, size: u64) -> Option<&[u8]> {
     let start = usize::try_from(off).ok()?;
     bytes.get(start..start.checked_add(usize::try_from(size).ok()?)?)

@@ -4,16 +4,18 @@
 //! `catch_unwind`, and the process aborts: SIGABRT where the program without the shim
 //! would have had its thread cancelled). The shim meets them on paths taken once or
 //! rarely: its configuration read, `cuInit` (a pool joined, the lone file shown), NVML's
-//! load, a line written (`log::say`). Not around the driver's own calls: a synchronisation
-//! that blocked in the driver at a cancellation point would still be unwound through the
-//! hook (the fake has none; a real driver's waits are not measured here), and holding it
-//! off there cost every synchronisation some 70 instructions.
-//! There the thread's cancellation is disabled, and its state restored after: a
-//! cancellation requested meanwhile is acted on at the program's next cancellation
-//! point, after the call. The pool's own waits sleep by raw system calls, which are not
-//! cancellation points (`gpucap_pool_file::sys::nap`). `pthread_setcancelstate` is looked
-//! up at its first use, not imported: an import is one more lookup at every process's
-//! start.
+//! load, a line written (`log::say`), a library opened with `RTLD_DEEPBIND` (`dlopen.rs`
+//! opens it itself). There the thread's cancellation is disabled, and its
+//! state restored after: a cancellation requested meanwhile is acted on at the program's
+//! next cancellation point, after the call. The pool's own waits sleep by raw system
+//! calls, which are not cancellation points (`gpucap_pool_file::sys::nap`).
+//! `pthread_setcancelstate` is looked up at its first use, not imported: an import is one
+//! more lookup at every process's start.
+//!
+//! Not around the driver's own calls: a synchronisation that blocked in the driver at a
+//! cancellation point would still be unwound through the hook (the fake has none; a real
+//! driver's waits are not measured here), and holding it off there cost every
+//! synchronisation some 70 instructions.
 
 use std::ffi::c_int;
 

@@ -83,6 +83,9 @@ fn decide_open(
     let Some(real) = real_dlopen() else {
         return Decision::answer(null_mut());
     };
+    // glibc's dlopen opens files inside this library's frames: no cancellation there
+    // (`cancel.rs`).
+    let _held = crate::cancel::NoCancel::hold();
     // No panic crosses into the caller: one is taken for a library that cannot be opened.
     let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         open_deep(real, file, flags, caller)

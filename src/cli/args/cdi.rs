@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::options::option_value;
+use super::options::{option_value, unknown_among};
 use super::{Command, Topic, UsageError, lexopt_error, option_name, usage};
 use crate::cdi::{DEFAULT_DIR, DEFAULT_KIND, DEFAULT_NAME, Request};
 use lexopt::{Arg, Parser};
@@ -76,7 +76,7 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
                 .map(|(n, _, _)| *n)
                 .chain(["--help"])
                 .collect();
-            return Err(usage(topic, unknown(&name, &names)));
+            return Err(usage(topic, unknown_among(&name, &names)));
         };
         if slot.2.is_some() {
             return Err(usage(topic, format!("{name} given more than once")));
@@ -107,14 +107,6 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
         dir: PathBuf::from(dir.unwrap_or_else(|| DEFAULT_DIR.to_string())),
         root: PathBuf::from(root.unwrap_or_else(|| "/".to_string())),
     }))
-}
-
-/// `unknown option '--limt' (did you mean --limit?)`, as every command says it.
-pub(super) fn unknown(name: &str, options: &[&str]) -> String {
-    match gpucap_core::config::nearest_name(name, options) {
-        Some(near) if near != name => format!("unknown option '{name}' (did you mean {near}?)"),
-        _ => format!("unknown option '{name}'"),
-    }
 }
 
 #[cfg(test)]

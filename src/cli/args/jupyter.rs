@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::options::option_value;
+use super::options::{option_value, unknown_option};
 use super::{
     Command, Overrides, Topic, UsageError, lexopt_error, option_name, usage, with_attached,
 };
@@ -221,25 +221,7 @@ fn parse_install(mut parser: Parser) -> Result<Command, UsageError> {
             "--kernel" => (&mut kernel, "NAME"),
             "--name" => (&mut name, "NAME"),
             "--display-name" => (&mut display_name, "TEXT"),
-            _ => {
-                const OPTIONS: [&str; 14] = [
-                    "--limit",
-                    "--log",
-                    "--pool",
-                    "--wait",
-                    "--guarantee",
-                    "--ceiling",
-                    "--growth",
-                    "--kernel",
-                    "--name",
-                    "--display-name",
-                    "--user",
-                    "--sys-prefix",
-                    "--prefix",
-                    "--help",
-                ];
-                return Err(usage(topic, super::cdi::unknown(&name_typed, &OPTIONS)));
-            }
+            _ => return Err(usage(topic, unknown_option(topic, &name_typed))),
         };
         if slot.is_some() {
             return Err(usage(topic, format!("{name_typed} given more than once")));

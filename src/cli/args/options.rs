@@ -303,14 +303,36 @@ fn options_of(topic: Topic) -> &'static [&'static str] {
             "--once",
             "--help",
         ],
+        Topic::Jupyter => &[
+            CONFIG[0],
+            CONFIG[1],
+            CONFIG[3],
+            CONFIG[4],
+            CONFIG[5],
+            CONFIG[6],
+            CONFIG[7],
+            "--kernel",
+            "--name",
+            "--display-name",
+            "--user",
+            "--sys-prefix",
+            "--prefix",
+            "--help",
+        ],
         _ => &["--help"],
     }
 }
 
 /// "unknown option '--limt' (did you mean --limit?)": the nearest option of this
 /// command within 2 edits, if any.
-fn unknown_option(topic: Topic, name: &str) -> String {
-    match gpucap_core::config::nearest_name(name, options_of(topic)) {
+pub(super) fn unknown_option(topic: Topic, name: &str) -> String {
+    unknown_among(name, options_of(topic))
+}
+
+/// "unknown option '--limt' (did you mean --limit?)": the nearest of `options` within 2
+/// edits, if any (a command that lists its options itself: `cdi generate`).
+pub(super) fn unknown_among(name: &str, options: &[&str]) -> String {
+    match gpucap_core::config::nearest_name(name, options) {
         // `--help=x` is itself a known name, refused for its value: no guess.
         Some(near) if near != name => format!("unknown option '{name}' (did you mean {near}?)"),
         _ => format!("unknown option '{name}'"),

@@ -357,10 +357,9 @@ pub(crate) fn parse_limit(v: &str) -> Result<Limit, String> {
 /// and `u64::MAX` (the pool file's word for no cap) is refused as past any GPU.
 pub fn parse_cap_size(v: &str) -> Result<u64, String> {
     let v = v.trim();
-    if let Ok(n) = v.parse::<u64>()
-        && n > 0
-        && n < MIN_UNITLESS_BYTES
-        && v.bytes().all(|b| b.is_ascii_digit())
+    if v.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(n) = v.parse::<u64>()
+        && (1..MIN_UNITLESS_BYTES).contains(&n)
     {
         return Err(unitless_message(
             n,
