@@ -38,8 +38,13 @@ pub(crate) fn lstat_of(path: *const libc::c_char) -> Option<crate::sys::stat> {
 /// never waits on what is there. Err: why not.
 pub(crate) fn open_link(link: &CStr, id: (u64, u64), access: i32) -> Result<RawFd, String> {
     // SAFETY: a NUL-terminated path (a link the kernel keeps).
-    let fd =
-        unsafe { crate::sys::open(link.as_ptr(), access | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    let fd = unsafe {
+        crate::sys::open(
+            link.as_ptr(),
+            access | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            0,
+        )
+    };
     if fd < 0 {
         return Err(format!(
             "cannot open {}: {}",
@@ -132,6 +137,7 @@ impl Kept {
             crate::sys::open(
                 path.as_ptr(),
                 flags | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                0,
             )
         };
         if fd < 0 {

@@ -215,6 +215,7 @@ impl SlotLocks {
             crate::sys::open(
                 path.as_ptr().cast(),
                 libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+                0,
             )
         };
         if copy < 0 {

@@ -109,13 +109,7 @@ fn seal(fd: RawFd, seals: i32) -> bool {
 /// are first written: a memfd lives on the kernel's internal shared-memory mount, which
 /// has no size limit (a full `/dev/shm` is no concern), so writing one never faults.
 fn live_figures() -> Result<RawFd, String> {
-    // SAFETY: a NUL-terminated name.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"gpucap-lone".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
+    let fd = crate::sys::memfd(c"gpucap-lone", libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
     if fd < 0 {
         return Err(format!(
             "cannot make a memfd for the figures: {}",
@@ -446,6 +440,7 @@ fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
         crate::sys::open(
             c.as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
         )
     };
     if fd < 0 {
@@ -526,6 +521,7 @@ fn live_figures_into(words: &[AtomicU64], owner: u32) {
         crate::sys::open(
             p.as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            0,
         )
     };
     if fd < 0 {

@@ -64,7 +64,7 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
     let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     for _ in 0..3 {
         // SAFETY: a NUL-terminated path.
-        let fd = unsafe { crate::sys::open(c.as_ptr(), flags) };
+        let fd = unsafe { crate::sys::open(c.as_ptr(), flags, 0) };
         if fd >= 0 {
             return finish(path, fd, sharing, Role::Member);
         }
@@ -126,6 +126,7 @@ fn open_existing(
         crate::sys::open(
             c.as_ptr(),
             access | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
         )
     };
     if fd >= 0 {

@@ -65,6 +65,7 @@ pub fn remove_unused(path: &Path) -> Result<Removal, String> {
         crate::sys::open(
             c.as_ptr(),
             libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
         )
     };
     if fd < 0 {
@@ -324,7 +325,7 @@ mod tests {
         let file = private(&path);
         let c = cstr(&path).unwrap();
         // SAFETY: a NUL-terminated path.
-        let fd = unsafe { crate::sys::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        let fd = unsafe { crate::sys::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
         assert!(fd >= 0);
         let mut all = flock_range(libc::F_WRLCK, LOCK_BASE, LOCKS_LEN);
         // SAFETY: our descriptor and a valid flock.

@@ -11,9 +11,43 @@ use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-pub use libc::{
-    fstat64 as fstat, lstat64 as lstat, mmap64 as mmap, open64 as open, stat64 as stat,
-};
+pub use libc::{fstat64 as fstat, lstat64 as lstat, mmap64 as mmap, stat64 as stat};
+
+/// `open(path, flags, mode)`, its descriptor [above the standard three](above_stdio).
+///
+/// # Safety
+/// `path` is a NUL-terminated string.
+pub unsafe fn open(path: *const libc::c_char, flags: libc::c_int, mode: libc::c_uint) -> RawFd {
+    // SAFETY: the caller's NUL-terminated path; `mode` is read only with O_CREAT.
+    above_stdio(unsafe { libc::open64(path, flags, mode) })
+}
+
+/// `memfd_create(name, flags)`, its descriptor [above the standard three](above_stdio).
+pub fn memfd(name: &std::ffi::CStr, flags: libc::c_uint) -> RawFd {
+    // SAFETY: a NUL-terminated name.
+    above_stdio(unsafe { libc::memfd_create(name.as_ptr(), flags) })
+}
+
+/// A descriptor this crate just made (a file, a memfd, a socket, one received), moved to a
+/// number above 2 where it got 0, 1 or 2: a program that closed its standard input, output
+/// or error before its first CUDA call would otherwise find gpucap's file there, its own
+/// lines and gpucap's written into the file, and its later `dup2` onto the number would
+/// close gpucap's descriptor (and with it the locks that show a member alive). The copy
+/// is close-on-exec, as every descriptor of this crate's; where no copy can be made the
+/// descriptor stays as it was. A negative `fd` (a failed call) is returned as it is.
+pub fn above_stdio(fd: RawFd) -> RawFd {
+    if !(0..=2).contains(&fd) {
+        return fd;
+    }
+    // SAFETY: our descriptor; the copy takes the lowest free number from 3.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if copy < 0 {
+        return fd;
+    }
+    // SAFETY: the original, replaced by its copy.
+    unsafe { libc::close(fd) };
+    copy
+}
 
 /// `access(path, mode)`: the real ids' permission to `path`.
 ///

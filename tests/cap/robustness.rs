@@ -1,6 +1,7 @@
 //! The ledger under stress and misuse: concurrent allocation, wrong frees, absurd
 //! sizes, allocations the driver refuses, fork(), VMM handles, per-device caps; a thread
-//! cancelled inside the shim, and a stderr that cannot be written.
+//! cancelled inside the shim, a stderr that cannot be written, and standard descriptors
+//! closed before the first CUDA call.
 //!
 //! The C programs (tests/c) check their own results ("ok"/"FAIL" lines, exit status);
 //! this side adds the fake driver's view (its stats file: what it really handed out)
@@ -367,4 +368,57 @@ fn a_refusal_whose_line_cannot_be_written_is_still_out_of_memory() {
         dump(&o)
     );
     assert!(out.contains(&format!("alloc {GIB} 2\n")), "{}", dump(&o));
+}
+
+/// A program that closed its standard input, output or error before its first CUDA call
+/// (a daemon; `prog <&- >&- 2>&-`) keeps those numbers for its own: every descriptor
+/// gpucap keeps (a lone process's memfd and visible file, a pool file, a claim's memfd
+/// and sockets, the beacon) lies above 2. Before, gpucap's visible file took descriptor 2
+/// and its refusal lines were written into it, the program's next `open` got a number
+/// other than the one it closed, and a `dup2` onto 0-2 would have closed gpucap's file
+/// (and with it the locks that show a pool member alive).
+#[test]
+fn descriptors_a_program_closed_stay_its_own() {
+    let prog = compile_c("closed_stdio", "", &["-lcuda"]);
+    let dir = scratch("closed-stdio");
+    let pools = dir.join("pools");
+    let claim = dir.join("claim");
+    std::fs::create_dir_all(&claim).unwrap();
+    std::fs::create_dir_all(&pools).unwrap();
+    let ways: [(&str, Vec<(&str, &Path)>); 3] = [
+        ("alone", vec![("GPUCAP_POOL_DIR", &pools)]),
+        ("named pool", vec![("GPUCAP_POOL_DIR", &pools)]),
+        ("claim", vec![("GPUCAP_CLAIM_DIR", &claim)]),
+    ];
+    for (way, vars) in &ways {
+        for closed in ["012", "2", "0"] {
+            let report = dir.join(format!("{}-{closed}.txt", way.replace(' ', "-")));
+            let (mut c, _) = capped(&prog, "closed-stdio", "8Gi", "256Mi");
+            c.envs(vars.iter().map(|(k, v)| (*k, *v)));
+            if *way == "named pool" {
+                c.env("GPUCAP_POOL", "closed");
+            }
+            c.arg(&report)
+                .arg(closed)
+                .args([(128 * MIB).to_string(), GIB.to_string()]);
+            let o = run(&mut c);
+            let out = std::fs::read_to_string(&report).unwrap_or_default();
+            let what = format!("{way}, {closed} closed:\n{out}{}", dump(&o));
+            assert!(o.status.success(), "{what}");
+            assert!(
+                out.contains(&format!("alloc {} 0\nalloc {GIB} 2\n", 128 * MIB)),
+                "{what}"
+            );
+            let lowest = &closed[..1];
+            assert!(out.contains(&format!("next {lowest}\n")), "{what}");
+            for line in out.lines().filter(|l| l.starts_with("fd ")) {
+                assert!(
+                    !["gpucap", "memfd:", "socket:", ".pool", ".lone"]
+                        .iter()
+                        .any(|m| line.contains(m)),
+                    "a descriptor the program closed holds gpucap's: {line}\n{what}"
+                );
+            }
+        }
+    }
 }

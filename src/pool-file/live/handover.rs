@@ -47,6 +47,7 @@ impl Address {
                 crate::sys::open(
                     d.as_ptr(),
                     libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    0,
                 )
             };
             if dir < 0 {
@@ -108,14 +109,14 @@ pub(super) fn close(fd: RawFd) {
 
 pub(super) fn socket() -> RawFd {
     // SAFETY: no pointers.
-    unsafe {
+    crate::sys::above_stdio(unsafe {
         libc::syscall(
             libc::SYS_socket,
             libc::AF_UNIX,
             libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
             0,
         ) as RawFd
-    }
+    })
 }
 
 /// What asking the socket gave.
@@ -277,7 +278,7 @@ pub(super) fn receive(s: RawFd) -> Result<[RawFd; 3], bool> {
                 let data = libc::CMSG_DATA(c) as *const RawFd;
                 let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
                 for i in 0..n {
-                    let fd = data.add(i).read_unaligned();
+                    let fd = crate::sys::above_stdio(data.add(i).read_unaligned());
                     match got.get_mut(count) {
                         Some(slot) => *slot = fd,
                         None => close(fd),

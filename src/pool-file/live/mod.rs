@@ -255,13 +255,8 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
             std::io::Error::last_os_error()
         )
     };
-    // SAFETY: a NUL-terminated name; the flags ask for a sealable, close-on-exec memfd.
-    let m = unsafe {
-        libc::memfd_create(
-            c"gpucap-pool".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
+    // A sealable, close-on-exec memfd.
+    let m = crate::sys::memfd(c"gpucap-pool", libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
     if m < 0 {
         return Err(fail("cannot make the memory"));
     }

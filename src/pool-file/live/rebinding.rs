@@ -237,7 +237,7 @@ mod tests {
             // SAFETY: NUL-terminated names; our descriptors.
             let (file, memfd) = unsafe {
                 (
-                    crate::sys::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
+                    crate::sys::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0),
                     libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC),
                 )
             };

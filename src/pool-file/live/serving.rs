@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use super::handover::{asks_for_file, check, close, send};
-use super::rebinding::{Watch, look_between_joiners};
+use super::rebinding::{CHECK_EVERY, Watch, look_between_joiners};
 use crate::kept::Kept;
 
 /// A claim this process holds: its memfd and listening socket, each kept as the file it
@@ -109,8 +109,9 @@ pub(super) fn own_copy(file: RawFd, bytes: usize) -> Option<RawFd> {
         if m < 0 {
             return None;
         }
-        // SAFETY: a descriptor number; the copy is checked to be the memfd it was.
-        let d = unsafe { libc::fcntl(m, libc::F_DUPFD_CLOEXEC, 0) };
+        // SAFETY: a descriptor number; the copy (above the standard three: `sys::above_stdio`)
+        // is checked to be the memfd it was.
+        let d = unsafe { libc::fcntl(m, libc::F_DUPFD_CLOEXEC, 3) };
         if d >= 0 && h.fds[0].is(d) && check(d, file, bytes).is_ok() {
             return Some(d);
         }
@@ -147,19 +148,8 @@ extern "C" fn serve(arg: *mut libc::c_void) -> *mut libc::c_void {
         // SAFETY: plain data, zeroed is valid.
         let mut from: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-        // SAFETY: the listening socket (checked just above), closed in this process only
-        // by a forked child, which has no copy of this thread, or by the program; an
-        // address and its length to fill.
-        let c = unsafe {
-            libc::syscall(
-                libc::SYS_accept4,
-                listening,
-                &mut from as *mut libc::sockaddr_un as *mut libc::sockaddr,
-                &mut len as *mut libc::socklen_t,
-                libc::SOCK_CLOEXEC,
-            )
-        } as RawFd;
-        if c >= 0 {
+        let joiner = accept_joiner(listening, &mut from, &mut len);
+        if let Ok(c) = joiner {
             // Accepted on the claim's socket: the program may have replaced a number
             // meanwhile (the call kept the socket it started on).
             let sent = h.ours(0) && h.ours(1);
@@ -173,7 +163,7 @@ extern "C" fn serve(arg: *mut libc::c_void) -> *mut libc::c_void {
             }
             return done();
         }
-        match std::io::Error::last_os_error().raw_os_error() {
+        match joiner.err().flatten() {
             // A joiner gone before it was accepted, a signal: the next one.
             Some(libc::EINTR | libc::ECONNABORTED) => {}
             // No joiner for a while: the socket's path looked at.
@@ -195,6 +185,56 @@ extern "C" fn serve(arg: *mut libc::c_void) -> *mut libc::c_void {
             _ => return done(),
         }
     }
+}
+
+/// The next joiner on `listening` (its address in `from`, `len`), or the error number:
+/// `EAGAIN` where none came within [`CHECK_EVERY`]. The wait is in `poll`, not in a
+/// blocking `accept`, which takes the lowest free descriptor number before it sleeps and
+/// holds it while it waits: a number the program closed (its standard input, to open
+/// `/dev/null` there) would not be its own again for as long as it held the claim. The
+/// `accept` after it waits (up to the socket's `SO_RCVTIMEO`, the same period) only where
+/// another member took the joiner first.
+fn accept_joiner(
+    listening: RawFd,
+    from: &mut libc::sockaddr_un,
+    len: &mut libc::socklen_t,
+) -> Result<RawFd, Option<i32>> {
+    let errno = || std::io::Error::last_os_error().raw_os_error();
+    let mut p = libc::pollfd {
+        fd: listening,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let every = crate::sys::timespec(std::time::Duration::from_secs(CHECK_EVERY.tv_sec as u64));
+    // SAFETY: one pollfd and a timeout that live across the call; no signal mask.
+    let ready = unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            &mut p as *mut libc::pollfd,
+            1 as libc::nfds_t,
+            &every as *const libc::timespec,
+            std::ptr::null::<libc::sigset_t>(),
+            0usize,
+        )
+    };
+    match ready {
+        0 => return Err(Some(libc::EAGAIN)),
+        r if r < 0 => return Err(errno()),
+        _ => {}
+    }
+    // SAFETY: the listening socket (checked by the caller), closed in this process only by
+    // a forked child, which has no copy of this thread, or by the program; an address and
+    // its length to fill.
+    let c = unsafe {
+        libc::syscall(
+            libc::SYS_accept4,
+            listening,
+            from as *mut libc::sockaddr_un as *mut libc::sockaddr,
+            len as *mut libc::socklen_t,
+            libc::SOCK_CLOEXEC,
+        )
+    } as RawFd;
+    if c < 0 { Err(errno()) } else { Ok(c) }
 }
 
 type Create = unsafe extern "C" fn(
