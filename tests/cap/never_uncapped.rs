@@ -253,3 +253,54 @@ fn check_and_run_refuse_a_share_of_a_pool_with_no_cap_and_make_no_pool_file() {
         dump(&o)
     );
 }
+
+/// A `gpucap.env` beside the library that is a link to nothing (its target removed, a
+/// volume not mounted) or that sets a name twice (an operator appending a lower cap)
+/// fails closed: the program's `cuInit` is refused with a line naming the file, and
+/// `gpucap check` exits 2 with it. Before, the dangling link was taken for no file (the
+/// program ran uncapped, `check` said "limit: none") and the first of two lines held.
+#[test]
+fn a_configuration_file_that_is_a_broken_link_or_says_a_name_twice_fails_closed() {
+    let dir = scratch("file-fails-closed");
+    let prog = compile_c("script", "", &["-lcuda"]);
+    let cases: [(&str, &dyn Fn(&Path), &str); 2] = [
+        (
+            "link to nothing",
+            &|f: &Path| std::os::unix::fs::symlink("/nonexistent/gpucap.env", f).unwrap(),
+            "it is a link to nothing",
+        ),
+        (
+            "name twice",
+            &|f: &Path| std::fs::write(f, "GPUCAP_LIMIT=2Gi\nGPUCAP_LIMIT=256Mi\n").unwrap(),
+            "line 2: GPUCAP_LIMIT is set again (first on line 1)",
+        ),
+    ];
+    for (i, (what, make, line)) in cases.iter().enumerate() {
+        let home = dir.join(format!("home{i}"));
+        std::fs::create_dir_all(&home).unwrap();
+        let lib = home.join("libgpucap.so");
+        std::fs::copy(shim(), &lib).unwrap();
+        let file = home.join("gpucap.env");
+        make(&file);
+
+        let mut c = fake_cmd(&prog, &dir.join("stats.json"));
+        c.env("LD_PRELOAD", &lib)
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .arg(format!("alloc:{}", GIB));
+        let o = run(&mut c);
+        let row = format!("{what}\n{}", dump(&o));
+        assert!(stdout(&o).contains("cuInit 800\n"), "{row}");
+        assert!(!stdout(&o).contains(&format!("alloc {GIB} 0")), "{row}");
+        assert!(
+            stderr(&o).contains(line) && stderr(&o).contains(&file.display().to_string()),
+            "the refusal names the file and what is wrong: {row}"
+        );
+
+        let mut c = gpucap(&dir, &["check"]);
+        c.env("GPUCAP_LIB", &lib);
+        let o = run(&mut c);
+        let row = format!("gpucap check, {what}\n{}", dump(&o));
+        assert_eq!(o.status.code(), Some(2), "{row}");
+        assert!(stderr(&o).contains(line), "{row}");
+    }
+}

@@ -86,6 +86,14 @@ fn read_if_there(file: &std::path::Path) -> Result<Option<Vec<u8>>, String> {
     use std::io::ErrorKind;
     match std::fs::read(file) {
         Ok(b) => Ok(Some(b)),
+        // A link to nothing is a file that was meant to be there: refused, as an
+        // unreadable one is (taken for no file, its cap would quietly be none).
+        Err(e) if e.kind() == ErrorKind::NotFound && std::fs::symlink_metadata(file).is_ok() => {
+            Err(format!(
+                "gpucap: cannot read the configuration file {}: it is a link to nothing ({e})",
+                file.display()
+            ))
+        }
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => Ok(None),
         Err(e) => Err(format!(
             "gpucap: cannot read the configuration file {}: {e}",
@@ -121,6 +129,7 @@ fn parse_file(
 /// The pairs go to [`from_vars`], which validates names and values.
 pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
+    let mut lines: Vec<(&str, usize)> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
         let trimmed = line.trim_start();
@@ -136,6 +145,16 @@ pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
                 i + 1
             ));
         }
+        // A name given twice is refused: which line should hold is not the file's to
+        // leave open (an operator appending a lower cap would otherwise keep the first).
+        if let Some(first) = lines.iter().find(|(n, _)| *n == name) {
+            return Err(format!(
+                "line {}: {name} is set again (first on line {}): keep one line for it",
+                i + 1,
+                first.1
+            ));
+        }
+        lines.push((name, i + 1));
         out.push((name.to_string(), value.to_string()));
     }
     Ok(out)

@@ -641,6 +641,12 @@ mod tests {
                 .starts_with("line 2:")
         );
         assert!(parse_env_file("export GPUCAP_LOG=info").is_err());
+        // A name set twice is refused, naming both lines (an appended lower cap would
+        // otherwise lose to the first).
+        assert_eq!(
+            parse_env_file("GPUCAP_LIMIT=2Gi\n# lower\nGPUCAP_LIMIT=1Gi\n").unwrap_err(),
+            "line 3: GPUCAP_LIMIT is set again (first on line 1): keep one line for it"
+        );
         // Names are validated by from_vars like the environment's.
         assert_eq!(
             from_vars(parse_env_file("GPUCAP_LIMT=1Gi").unwrap())
