@@ -87,16 +87,38 @@ pub fn hami_classic_by_uuid(
     origins: &mut [Origin],
     visible: &str,
 ) -> Result<Option<LimitSpec>, ConfigError> {
+    if spec.devices.is_empty() {
+        return Ok(None);
+    }
     let uuids: Result<Vec<DeviceUuid>, String> = visible
         .split(',')
         .map(|u| DeviceUuid::parse(u.trim()))
         .collect();
-    let Ok(uuids) = uuids else {
-        return Ok(None);
+    let uuids = match uuids {
+        Ok(uuids) => uuids,
+        // A list with a UUID in it is a list of UUIDs, one of them damaged: read as CUDA
+        // ordinals, the caps would fall on other GPUs and the granted one run uncapped.
+        Err(why) if looks_like_uuids(visible) => {
+            let (var, value) = origins
+                .iter()
+                .find(|o| o.var.starts_with(HAMI_LIMIT) && o.var.len() > HAMI_LIMIT.len())
+                .map_or((HAMI_LIMIT.to_string(), String::new()), |o| {
+                    (o.var.clone(), o.value.clone())
+                });
+            return Err(bad(
+                &var,
+                &value,
+                format!(
+                    "{NVIDIA_VISIBLE_DEVICES}={visible:?} lists GPUs by UUID, but not all of \
+                     them ({why}): HAMi numbers its caps in that list's order, so no cap \
+                     can be placed"
+                ),
+                "",
+            ));
+        }
+        // `all`, indices: the indices stay CUDA ordinals.
+        Err(_) => return Ok(None),
     };
-    if spec.devices.is_empty() {
-        return Ok(None);
-    }
     let mut keyed = LimitSpec {
         default: spec.default,
         devices: Vec::new(),
@@ -129,6 +151,15 @@ pub fn hami_classic_by_uuid(
         }
     }
     Ok(Some(keyed))
+}
+
+/// Whether one entry of `visible` names a GPU by UUID (`GPU-…`, `MIG-…`, any case).
+fn looks_like_uuids(visible: &str) -> bool {
+    visible.split(',').any(|u| {
+        let u = u.trim().as_bytes();
+        u.len() >= 4
+            && (u[..4].eq_ignore_ascii_case(b"GPU-") || u[..4].eq_ignore_ascii_case(b"MIG-"))
+    })
 }
 
 /// Makes HAMi's caps keyed by UUID (`keyed`, from `origins`) the limit, or, beside

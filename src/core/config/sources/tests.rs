@@ -443,6 +443,23 @@ fn hamis_classic_caps_follow_nvidia_visible_devices_by_uuid() {
             .contains("lists 1 GPU(s), so there is no GPU 1 to cap"),
         "{e}"
     );
+    // A list of UUIDs with one damaged (cut short, a stray index, mixed in) is refused:
+    // read as CUDA ordinals, the caps would fall on other GPUs and the granted ones
+    // would run uncapped.
+    for v in [
+        "GPU-face0000-0000-0000-0000-00000000000",
+        "GPU-face0000-0000-0000-0000-000000000001,0",
+        "1,MIG-x",
+    ] {
+        let mut p = pairs.to_vec();
+        p[0].1 = v;
+        let e = vars(&p).unwrap_err();
+        assert_eq!(e.var, "CUDA_DEVICE_MEMORY_LIMIT_0", "{v}");
+        assert!(
+            e.reason.contains("lists GPUs by UUID, but not all of them"),
+            "{v}: {e}"
+        );
+    }
 }
 
 #[test]
