@@ -504,3 +504,51 @@ fn reading_nvml_does_not_initialise_cuda() {
         dump(&o)
     );
 }
+
+/// A process that reads NVML without CUDA (nvidia-smi, gpustat, a monitor) sees what a
+/// CUDA process sees, `cuMemGetInfo`'s figures: for a fraction (of CUDA's total, not of
+/// NVML's, which holds the driver's reserved memory too), a cap above the GPU (CUDA's
+/// total, nothing shown used), and a cap handed down in `gpucap.env` that the
+/// environment asks to raise (the ceiling holds). Before, the NVML-only process showed
+/// 95 % of NVML's total, the CUDA process a 12 GiB cap's NVML total with the reserved
+/// bytes as used (its own agreement check failed), and the environment's 4 GiB above
+/// the file's 256 MiB.
+#[test]
+fn nvml_without_cuda_shows_what_cuda_shows_for_a_fraction_a_cap_above_the_gpu_and_a_ceiling() {
+    let prog = nvml_prog();
+    let dir = scratch("nvml-as-cuda");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let copy = home.join("libgpucap.so");
+    std::fs::copy(shim(), &copy).unwrap();
+    std::fs::write(home.join("gpucap.env"), "GPUCAP_LIMIT=256Mi\n").unwrap();
+    let cases = [
+        ("95%", shim(), "95%", (8 * GIB) * 95 / 100),
+        ("a cap above the GPU", shim(), "12Gi", 8 * GIB),
+        ("4Gi under a file's 256Mi", copy, "4Gi", 256 * MIB),
+    ];
+    for (what, lib, limit, cap) in cases {
+        let cmd = |args: &[&str]| {
+            let mut c = fake_cmd(&prog, &dir.join("stats.json"));
+            c.env("FAKECUDA_TOTAL_MEM", "8Gi")
+                .env("LD_PRELOAD", &lib)
+                .env("GPUCAP_LIMIT", limit)
+                .args(args);
+            c
+        };
+        let o = run(&mut cmd(&["consistent", "dl", "1Mi"]));
+        assert_passed(&o, &format!("{what}: nvml consistent (a CUDA process)"));
+        let cuda = format!("cuda free={} total={cap}", cap - MIB);
+        assert!(stdout(&o).contains(&cuda), "{what}: {cuda}\n{}", dump(&o));
+
+        let o = run(&mut cmd(&["list", "dl"]));
+        assert_passed(&o, &format!("{what}: nvml list (no CUDA)"));
+        let d = devs(&stdout(&o));
+        assert_eq!(
+            d["0"].figures(),
+            (cap, cap, 0, cap, 0, cap, 0),
+            "{what}: NVML without CUDA\n{}",
+            dump(&o)
+        );
+    }
+}

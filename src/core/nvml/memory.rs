@@ -21,10 +21,15 @@ pub struct NvmlMemoryV2 {
     pub used: u64,
 }
 
+/// `nvmlMemory_v2_t`'s version word: its size, and 2 in the top byte.
+pub const MEMORY_V2_VERSION: u32 = std::mem::size_of::<NvmlMemoryV2>() as u32 | (2 << 24);
+
 /// An NVML memory struct: the driver's figures, and the same struct under a cap.
 pub trait MemoryInfo: Copy {
     /// `(free, total)` as the driver reported them.
     fn free_total(&self) -> (u64, u64);
+    /// What the driver keeps back of the total, where the struct says it (v2).
+    fn reserved(&self) -> Option<u64>;
     /// The struct with `(free, total)` as the program should see them.
     fn capped(self, free_total: (u64, u64)) -> Self;
 }
@@ -32,6 +37,9 @@ pub trait MemoryInfo: Copy {
 impl MemoryInfo for NvmlMemory {
     fn free_total(&self) -> (u64, u64) {
         (self.free, self.total)
+    }
+    fn reserved(&self) -> Option<u64> {
+        None
     }
     fn capped(self, free_total: (u64, u64)) -> Self {
         capped(self, free_total)
@@ -41,6 +49,9 @@ impl MemoryInfo for NvmlMemory {
 impl MemoryInfo for NvmlMemoryV2 {
     fn free_total(&self) -> (u64, u64) {
         (self.free, self.total)
+    }
+    fn reserved(&self) -> Option<u64> {
+        Some(self.reserved)
     }
     fn capped(self, free_total: (u64, u64)) -> Self {
         capped_v2(self, free_total)

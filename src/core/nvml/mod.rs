@@ -27,7 +27,8 @@ mod processes;
 
 pub use devices::{NvmlGpu, NvmlMig, PciInfo, cuda_view, uuid_text};
 pub use memory::{
-    MemoryInfo, NvmlMemory, NvmlMemoryV2, capped, capped_v2, within_cap, within_pool,
+    MEMORY_V2_VERSION, MemoryInfo, NvmlMemory, NvmlMemoryV2, capped, capped_v2, within_cap,
+    within_pool,
 };
 pub use processes::{
     Listing, NO_INSTANCE, NvmlProcessDetailV1, NvmlProcessV1, NvmlProcessV2,

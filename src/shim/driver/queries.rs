@@ -443,6 +443,18 @@ pub fn nvml_uuid(device: Handle) -> Option<[u8; 16]> {
     gpucap_core::identity::parse_uuid(&text.to_string_lossy())
 }
 
+/// What the driver keeps back of an NVML device's memory (`nvmlDeviceGetMemoryInfo_v2`'s
+/// `reserved`): NVML's total less it is CUDA's (`cuDeviceTotalMem`; H100 and H200, driver
+/// 580, `tests/driver-answers`). None where NVML has no `_v2` or refuses it.
+pub fn nvml_reserved(device: Handle) -> Option<u64> {
+    let mut m = gpucap_core::nvml::NvmlMemoryV2 {
+        version: gpucap_core::nvml::MEMORY_V2_VERSION,
+        ..Default::default()
+    };
+    (real::nvmlDeviceGetMemoryInfo_v2(device, Out::from(&mut m))? == NVML_SUCCESS)
+        .then_some(m.reserved)
+}
+
 /// The GPU and compute instance ids of a MIG device handle; None for a whole GPU.
 pub fn nvml_instance_ids(device: Handle) -> Option<(u32, u32)> {
     let id = |f: Option<unsafe extern "C" fn(Handle, *mut u32) -> u32>| {

@@ -60,19 +60,25 @@ pub(super) fn nvml_keys_match(config: &gpucap_core::config::Config) -> bool {
         .is_ok()
 }
 
-/// The cap of an NVML device in a process that has not initialised CUDA (`total`: its
-/// physical memory, for a fraction); None when it is no CUDA device of the process or
-/// has no cap.
+/// The cap of an NVML device in a process that has not initialised CUDA, as CUDA's
+/// would be (`total`: the memory CUDA shows, for a fraction): the environment's under a
+/// ceiling handed down (`device_cap`, silent here: a monitor says nothing); None when it
+/// is no CUDA device of the process or has no cap.
 pub(super) fn nvml_cap_without_cuda(
-    spec: &gpucap_core::config::LimitSpec,
+    config: &gpucap_core::config::Config,
     device: Handle,
     total: u64,
 ) -> Option<u64> {
     let view = nvml_view()?;
     let uuid = queries::nvml_uuid(device)?;
     let ordinal = identity::ordinal_of(view, &uuid)?;
-    spec.for_device(ordinal as u32, Some(&uuid))
-        .map(|limit| limit.resolve(total))
+    gpucap_core::config::device_cap(
+        config,
+        ordinal,
+        |spec| spec.for_device(ordinal as u32, Some(&uuid)),
+        || Some(total),
+    )
+    .cap
 }
 
 /// Whether the intercepted NVML calls must fail closed (`NVML_ERROR_NO_PERMISSION`): an
@@ -111,14 +117,22 @@ pub fn nvml_memory_info<M: nvml::MemoryInfo>(
         return NVML_ERROR_NO_PERMISSION;
     };
     let rc = real.call(device, memory);
-    if rc != 0 || (config.limit.is_none() && pool.is_none()) {
-        return rc; // no cap and no pool: the driver's figures
+    if rc != 0 || (config.limit.is_none() && config.bound.is_none() && pool.is_none()) {
+        return rc; // no cap, no ceiling and no pool: the driver's figures
     }
     // NVML succeeded and filled the caller's struct.
     let Some(m) = memory.get() else {
         return rc;
     };
-    let (free, total) = m.free_total();
+    // Capped as `cuMemGetInfo` is: of CUDA's total, NVML's less what the driver keeps
+    // back (a cap above CUDA's total leaves CUDA's, not NVML's larger one with the
+    // reserved bytes shown as used; a fraction is of CUDA's total).
+    let (free, nvml_total) = m.free_total();
+    let reserved = m
+        .reserved()
+        .or_else(|| queries::nvml_reserved(device))
+        .unwrap_or(0);
+    let total = nvml_total.saturating_sub(reserved);
     let pooled = pool.and_then(|p| nvml_pool_gpu(p, device));
     let shown = if cuda {
         // A member: its own books say the pool's figures (`Shim::mem_info`).
@@ -136,10 +150,7 @@ pub fn nvml_memory_info<M: nvml::MemoryInfo>(
             })
     } else {
         // Not a member (a monitor): the pool as its file says, else the configured cap.
-        let configured = config
-            .limit
-            .as_ref()
-            .and_then(|spec| nvml_cap_without_cuda(spec, device, total));
+        let configured = nvml_cap_without_cuda(config, device, total);
         match pooled {
             Some(g) => g
                 .cap
