@@ -8,7 +8,7 @@
 
 use std::ffi::{OsStr, OsString, c_int};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 
 use crate::args::Overrides;
@@ -89,8 +89,9 @@ pub fn suggestion(peaks: &[(u32, u64)]) -> Option<String> {
     )
 }
 
-/// What `--measure` prints once CMD has exited (each line starts `gpucap: `).
-pub fn measure_text(processes: &[ProcessReport], command: &str) -> String {
+/// What `--measure` prints once CMD has exited (each line starts `gpucap: `); `ceiling`:
+/// the file whose cap CMD ran under, if one did.
+pub fn measure_text(processes: &[ProcessReport], command: &str, ceiling: Option<&Path>) -> String {
     let mut out: Vec<String> = Vec::new();
     if processes.is_empty() {
         out.push(
@@ -129,12 +130,35 @@ pub fn measure_text(processes: &[ProcessReport], command: &str) -> String {
                 d.allocations,
                 if d.allocations == 1 { "" } else { "s" }
             ));
+            if d.refusals > 0 {
+                out.push(format!(
+                    "measure: {who}GPU {}: {} allocation{} refused (the largest {}){}: CMD \
+                     needs more than this peak shows",
+                    d.ordinal,
+                    d.refusals,
+                    if d.refusals == 1 { "" } else { "s" },
+                    format_bytes(d.largest_refused),
+                    ceiling.map_or(String::new(), |p| format!(
+                        " under the ceiling of {}",
+                        p.display()
+                    )),
+                ));
+            }
         }
     }
+    let refused = processes
+        .iter()
+        .flat_map(|p| &p.devices)
+        .any(|d| d.refusals > 0);
     match suggestion(&peaks(processes)) {
         Some(limit) => {
             out.push(format!(
-                "measure: suggested limit: --limit {limit} (the peak plus 20%, rounded up)"
+                "measure: suggested limit: --limit {limit} (the peak plus 20%, rounded up{})",
+                if refused {
+                    "; CMD needs more: allocations were refused"
+                } else {
+                    ""
+                }
             ));
             out.push(format!(
                 "measure: e.g. gpucap run --limit {limit} -- {command}"
@@ -259,7 +283,16 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         Err(code) => return code,
     };
     if config.limit.is_some() {
-        eprintln!("gpucap: --measure runs CMD without a cap: unset GPUCAP_LIMIT");
+        // The variables the cap came from (a driver's hand-over as much as GPUCAP_LIMIT).
+        let mut names: Vec<&str> = config.origins.iter().map(|o| o.var.as_str()).collect();
+        names.dedup();
+        if names.is_empty() {
+            names.push("GPUCAP_LIMIT");
+        }
+        eprintln!(
+            "gpucap: --measure runs CMD without a cap: unset {}",
+            names.join(" and ")
+        );
         return EXIT_USAGE;
     }
     if config.report.is_some() {
@@ -279,6 +312,19 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         Ok(lib) => lib,
         Err(code) => return code,
     };
+    // A cap handed down beside the library binds CMD whatever its environment says: it
+    // runs under that ceiling, and what it asks above it is refused, not measured.
+    let ceiling = match crate::environment::config_file(Some(&lib)) {
+        Ok(Some((file, path))) if file.limit.is_some() => Some(path),
+        _ => None,
+    };
+    if let Some(path) = &ceiling {
+        eprintln!(
+            "gpucap: measure: {} hands down a cap, a ceiling --measure cannot lift: CMD runs \
+             under it, and what it asks above it is refused, not measured",
+            path.display()
+        );
+    }
     let dir = match private_dir() {
         Ok(d) => d,
         Err(e) => {
@@ -350,7 +396,10 @@ pub fn measure(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
         Vec::new()
     };
     let _ = std::fs::remove_dir_all(&dir);
-    eprint!("{}", measure_text(&processes, &shell_words(program, args)));
+    eprint!(
+        "{}",
+        measure_text(&processes, &shell_words(program, args), ceiling.as_deref())
+    );
     code
 }
 
@@ -424,7 +473,7 @@ mod tests {
     fn texts() {
         let one = [proc_with(7, &[(0, 700 * MIB)])];
         assert_eq!(
-            measure_text(&one, "prog 1"),
+            measure_text(&one, "prog 1", None),
             "gpucap: measure: 1 process used CUDA\n\
              gpucap: measure: GPU 0: peak 700 MiB (734003200 bytes), 2 allocations\n\
              gpucap: measure: suggested limit: --limit 896Mi (the peak plus 20%, rounded up)\n\
@@ -435,11 +484,11 @@ mod tests {
             proc_with(8, &[(0, 3 * GIB)]),
         ];
         assert_eq!(peaks(&two), [(0, 3 * GIB), (1, MIB)]);
-        let t = measure_text(&two, "x");
+        let t = measure_text(&two, "x", None);
         assert!(t.contains("pid 8 (prog): GPU 0: peak 3 GiB"), "{t}");
         assert!(t.contains("--limit 0=4Gi,1=1.25Mi "), "{t}");
-        assert!(measure_text(&[], "x").contains("no process made a CUDA call"));
-        assert!(measure_text(&[proc_with(1, &[])], "x").contains("no limit to suggest"));
+        assert!(measure_text(&[], "x", None).contains("no process made a CUDA call"));
+        assert!(measure_text(&[proc_with(1, &[])], "x", None).contains("no limit to suggest"));
         assert_eq!(suggestion(&[(0, GIB), (2, GIB)]).as_deref(), Some("1.25Gi"));
     }
 

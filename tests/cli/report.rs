@@ -539,11 +539,72 @@ fn measure_refuses_a_cap_and_a_report() {
     let o = run(&mut c);
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(stderr(&o).contains("unset GPUCAP_LIMIT"), "{}", dump(&o));
+    // A driver's hand-over is named as the variable that set the cap (before: "unset
+    // GPUCAP_LIMIT", which was not set).
+    for var in ["CUDA_DEVICE_MEMORY_LIMIT", "GPU_DEVICE_0_MEMORY"] {
+        let mut c = gpucap(&dir);
+        c.args(["run", "--measure"]).env(
+            var,
+            if var.starts_with("CUDA") {
+                "1024m"
+            } else {
+                "1Gi"
+            },
+        );
+        sh(&mut c);
+        let o = run(&mut c);
+        assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+        assert!(
+            stderr(&o).contains(&format!("without a cap: unset {var}\n")),
+            "{}",
+            dump(&o)
+        );
+    }
     let mut c = gpucap(&dir);
     c.args(["run", "--measure", "--report", "/tmp/x.json"]);
     sh(&mut c);
     assert_eq!(run(&mut c).status.code(), Some(2));
     assert!(!marker.exists(), "the command ran");
+}
+
+/// Under a cap handed down in `gpucap.env` beside the library, `--measure` cannot run
+/// CMD uncapped: it says so first, and where CMD was refused at the ceiling the summary
+/// says how many allocations and that the suggestion is too little. Before, it ran CMD
+/// capped without a word and suggested a limit below what CMD needed.
+#[test]
+fn measure_under_a_ceiling_says_so_and_counts_what_was_refused() {
+    let dir = scratch("measure-ceiling");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let lib = home.join("libgpucap.so");
+    std::fs::copy(shim(), &lib).unwrap();
+    std::fs::write(home.join("gpucap.env"), "GPUCAP_LIMIT=256Mi\n").unwrap();
+    let file = home.join("gpucap.env").display().to_string();
+    let o = run(gpucap(&dir)
+        .env("GPUCAP_LIB", &lib)
+        .args(["run", "--measure", "--"])
+        .arg(cudarc_client())
+        .args(["200", "300"]));
+    let err = stderr(&o);
+    assert_eq!(
+        ClientReport::parse(&stdout(&o)).outcomes(),
+        ["200 ok", "300 CUDA_ERROR_OUT_OF_MEMORY"],
+        "{}",
+        dump(&o)
+    );
+    for line in [
+        format!(
+            "gpucap: measure: {file} hands down a cap, a ceiling --measure cannot lift: CMD \
+             runs under it, and what it asks above it is refused, not measured\n"
+        ),
+        format!(
+            "gpucap: measure: GPU 0: 1 allocation refused (the largest 300 MiB) under the \
+             ceiling of {file}: CMD needs more than this peak shows\n"
+        ),
+        "CMD needs more: allocations were refused)\n".to_string(),
+    ] {
+        assert!(err.contains(&line), "{line}\n{}", dump(&o));
+    }
 }
 
 #[test]
