@@ -139,6 +139,54 @@ fn a_live_pool_is_resized_up_and_down() {
     );
 }
 
+/// A raise is the cap of every member, whatever `GPUCAP_LIMIT` it started with: a live
+/// member holds more than its starting limit, and so does one that joins after the raise
+/// with the old limit. Before, each process's own cap (set once at its start) refused
+/// them at the old limit ("100 MiB of the 1 GiB cap in use") while `cuMemGetInfo` showed
+/// the raised cap.
+#[test]
+fn a_raise_lets_every_member_hold_more_than_the_limit_it_started_with() {
+    let s = Scratch::new("pool-raise");
+    let go = s.dir.join("go").display().to_string();
+    let held = s.dir.join("held");
+    let mut a = member(
+        &s,
+        "a",
+        "0",
+        &[
+            "alloc:100Mi",
+            &format!("touch:{}", held.display()),
+            &format!("wait:{go}"),
+            "alloc:1200Mi",
+            "info",
+        ],
+    );
+    wait_ready(&mut a, &held, "the member a's first block");
+    assert_ok(&run(&mut s.gpucap(&["pool", "resize", "t", "2Gi"])));
+
+    // Started with the old GPUCAP_LIMIT, after the raise.
+    let c = once(&s, &["alloc:1200Mi"]);
+    assert!(
+        stdout(&c).contains(&format!("alloc {} 0", 1200 * MIB)),
+        "{}",
+        dump(&c)
+    );
+
+    std::fs::write(&go, b"").unwrap();
+    wait_ready(&mut a, &s.dir.join("a.done"), "the member a");
+    let oa = kill(a);
+    assert!(
+        stdout(&oa).contains(&format!(
+            "alloc {} 0\ninfo {} {}",
+            1200 * MIB,
+            748 * MIB,
+            2048 * MIB
+        )),
+        "{}",
+        dump(&oa)
+    );
+}
+
 #[test]
 fn a_resize_errors_name_what_is_wrong() {
     let s = Scratch::new("pool-resize-errors");

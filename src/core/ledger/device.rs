@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{
     AtomicU64,
-    Ordering::{AcqRel, Relaxed},
+    Ordering::{AcqRel, Acquire, Relaxed},
 };
 
 use crate::config::MAX_DEVICES;
@@ -138,6 +138,16 @@ pub(super) fn add_within_cap(d: &Device, bytes: u64) -> Result<u64, (u64, u64)> 
             Err(now) => used = now,
         }
     }
+}
+
+/// Adds `bytes` to `d`'s use whatever its cap (saturating): the new use.
+#[inline]
+pub(super) fn add_past_cap(d: &Device, bytes: u64) -> u64 {
+    let old = d
+        .used
+        .fetch_update(AcqRel, Acquire, |u| Some(u.saturating_add(bytes)))
+        .unwrap_or_else(|u| u);
+    old.saturating_add(bytes)
 }
 
 /// Raises `d`'s peak to `used` if it is higher. A plain load first: the peak rarely

@@ -24,7 +24,7 @@ mod tests;
 pub use device::{
     DEVICE_FIGURES_BYTES, DEVICE_WORDS, DEVICES_BYTES, Device, Devices, NO_CAP, Usage, usage_in,
 };
-use device::{add_within_cap, note_peak};
+use device::{add_past_cap, add_within_cap, note_peak};
 pub use reservation::{Freeing, Refusal, Reservation};
 
 /// How many memberships one process may have had, one per generation of forks that
@@ -138,6 +138,11 @@ impl Ledger {
         let size = asked.max(bytes);
         let new = match add_within_cap(d, bytes) {
             Ok(new) => new,
+            // In a pool the pool's rule decides: its cap as resized since this process
+            // set its own (a raise would be refused here at the old one), the member's
+            // ceiling, and a wait for memory (`GPUCAP_WAIT`) that other threads of this
+            // process may free too. Whatever the pool refuses is taken back below.
+            Err(_) if self.pool().is_some() => add_past_cap(d, bytes),
             Err((used, cap)) => {
                 d.refusals.fetch_add(1, Relaxed);
                 d.largest_refused.fetch_max(size, Relaxed);

@@ -150,3 +150,31 @@ fn a_waiter_whose_holder_is_killed_gets_the_memory() {
         dump(&w)
     );
 }
+
+/// A member's own threads free memory as other members do: with GPUCAP_WAIT, a request
+/// the pool has no room for beside what another thread of the same process holds waits
+/// for that thread's free (and a request past the process's own starting cap is the
+/// pool's to decide). Before, the process's own cap refused it at once, with a line that
+/// named no pool and said no wait.
+#[test]
+fn a_request_waits_for_a_free_by_another_thread_of_the_same_member() {
+    let p = Pool::new("wait-own-thread");
+    let mut c = p.cmd(
+        compile_c("own_wait", "", &["-lcuda", "-lpthread"]),
+        "o.json",
+    );
+    c.env("GPUCAP_WAIT", "60s").args(["800Mi", "400Mi", "300"]);
+    let o = run(&mut c);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains("A alloc 0\n") && out.contains("B alloc 0\n"),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        stderr(&o).contains("waiting for 400 MiB on GPU 0: the pool has no room now"),
+        "{}",
+        dump(&o)
+    );
+}
