@@ -12,7 +12,7 @@
 //!                     recent least context bytes, contexts in flight, cap generation;
 //!                     6 words spare
 //! states   N          per member slot: empty or live
-//! members  N x 176    spare word, pid, pid namespace, start, generation, command (64 bytes),
+//! members  N x 176    a waiter's last look, pid, pid namespace, start, generation, command (64 bytes),
 //!                     GPU entries with a context in flight, where a ceiling handed down
 //!                     to the member came from and the GPU entries it is held at it on
 //!                     (for `gpucap status`),
@@ -226,7 +226,14 @@ pub fn used_word(prev: u64, bytes: u64) -> u64 {
 pub const LOCK_HOLDER: u64 = 0xffff;
 pub const LOCK_WAITING: u64 = 1 << 16;
 
-// Member slot words (word 0 is spare: a slot's state is in the states array).
+// Member slot words (a slot's state is in the states array).
+/// When a waiting thread of this member last looked at a queue (`GPUCAP_WAIT`), in
+/// milliseconds since the epoch; 0: never (or a build before the word had a use). A
+/// waiter that has not looked for [`STALE_WAITER_MS`] (stopped: SIGSTOP, a debugger, a
+/// frozen container) is passed over by the waiters behind it until it looks again.
+pub const S_WAIT_LOOK: usize = 0;
+/// See [`S_WAIT_LOOK`]: twenty of a waiter's rechecks (50 ms each) missed.
+pub const STALE_WAITER_MS: u64 = 1000;
 pub const S_PID: usize = 1;
 pub const S_PIDNS: usize = 2;
 pub const S_START_MS: usize = 3;

@@ -11,7 +11,7 @@ use super::account::PoolRefusal;
 use super::gpu_words::GpuWords;
 use super::layout::{
     G_LARGEST_REFUSED, G_REFUSALS, G_TICKET, G_WAIT_MS, G_WAIT_SEQ, G_WAITERS, G_WAITS, M_USED,
-    M_WAIT, STATE_LIVE,
+    M_WAIT, S_WAIT_LOOK, STALE_WAITER_MS, STATE_LIVE,
 };
 use super::member::Member;
 use super::notes::WaitNote;
@@ -41,6 +41,7 @@ impl Member<'_> {
         let start = Instant::now();
         // One waiting thread of this process per GPU; the others queue here first.
         let _turn = self.wait_turn[g].lock().unwrap_or_else(|p| p.into_inner());
+        self.looked();
         let ticket = self.locked(g, || {
             self.w.gpu(g, G_WAITERS).fetch_add(1, AcqRel);
             let t = self.w.gpu(g, G_TICKET).fetch_add(1, AcqRel) + 1;
@@ -55,6 +56,7 @@ impl Member<'_> {
         let word = self.w.gpu(g, G_WAIT_SEQ);
         loop {
             let seen = word.load(Acquire);
+            self.looked();
             // A resize's cap, once in force, serves the queue (or keeps it waiting).
             let (cap, cap_seen) = self.cap_now(g);
             // A ceiling lowered meanwhile (`gpucap pool set`) that this request is past
@@ -183,15 +185,27 @@ impl Member<'_> {
         }
     }
 
-    /// How many live members hold a ticket before `ticket` on GPU entry `g`. Tickets
-    /// only leave or come after, so none can appear ahead later.
+    /// How many live members hold a ticket before `ticket` on GPU entry `g`, and look at
+    /// the queue: a waiter that has not looked for [`STALE_WAITER_MS`] (stopped) holds
+    /// up no one behind it; it takes its turn again once it looks. Tickets only leave or
+    /// come after, so none can appear ahead later.
     fn ahead_of(&self, g: usize, ticket: u64) -> usize {
+        let now = now_ms();
         (0..self.w.slots())
             .filter(|&s| {
                 let t = self.w.member_gpu(s, g, M_WAIT).load(Acquire);
-                s != self.slot && t != 0 && t < ticket && self.locks.held(s)
+                s != self.slot
+                    && t != 0
+                    && t < ticket
+                    && self.locks.held(s)
+                    && !stale_look(self.w.slot(s, S_WAIT_LOOK).load(Acquire), now)
             })
             .count()
+    }
+
+    /// A waiting thread of this member looks at its queue now.
+    fn looked(&self) {
+        self.w.slot(self.slot, S_WAIT_LOOK).store(now_ms(), Release);
     }
 
     /// Called holding GPU entry `g`'s word lock: this member stops waiting on it.
@@ -245,5 +259,32 @@ impl Member<'_> {
             waited_ms: waited.as_millis() as u64,
             ceiling: None,
         }
+    }
+}
+
+/// Milliseconds since the epoch (0 where the clock is before it).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whether a waiter whose last look was `look` (0: never said) has not looked for
+/// [`STALE_WAITER_MS`] at `now`.
+fn stale_look(look: u64, now: u64) -> bool {
+    look != 0 && now.saturating_sub(look) > STALE_WAITER_MS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_is_stale_only_after_a_look_it_said_and_a_second_without_one() {
+        assert!(!stale_look(0, 1_000_000), "never said: counted, as before");
+        assert!(!stale_look(1_000_000, 1_000_000 + STALE_WAITER_MS));
+        assert!(stale_look(1_000_000, 1_000_001 + STALE_WAITER_MS));
+        // A look after `now` (another clock's): not stale.
+        assert!(!stale_look(2_000_000, 1_000_000));
     }
 }

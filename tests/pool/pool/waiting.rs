@@ -178,3 +178,29 @@ fn a_request_waits_for_a_free_by_another_thread_of_the_same_member() {
         dump(&o)
     );
 }
+
+/// A waiter stopped at the head of the queue (SIGSTOP, a debugger, a frozen container)
+/// holds up no one behind it: once it has not looked at the queue for a second, a later
+/// waiter is served from the memory that is free, and the stopped one takes its turn
+/// again when it runs. Before, the later waiter was refused at its deadline with the pool
+/// empty ("0 B of the pool's 1 GiB cap in use ... after waiting 10.0 s").
+#[test]
+fn a_stopped_waiter_at_the_head_of_the_queue_holds_up_no_one() {
+    let p = Pool::new("wait-stopped-head");
+    let h = holder(&p);
+    let w1 = p.waiter("1.json", &["alloc:500Mi"]);
+    p.wait_waiters(1);
+    // SAFETY: a child of this test, not yet waited for.
+    assert_eq!(unsafe { libc::kill(w1.id() as i32, libc::SIGSTOP) }, 0);
+    p.touch("go");
+    assert_ok(&finish(h));
+    let mut c = p.script("2.json", &["alloc:100Mi"]);
+    c.env("GPUCAP_WAIT", "10s");
+    let w2 = run(&mut c);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(w1.id() as i32, libc::SIGCONT) }, 0);
+    assert!(has(&w2, &format!("alloc {} 0", 100 * MIB)), "{}", dump(&w2));
+    let w1 = finish(w1);
+    assert!(has(&w1, &format!("alloc {} 0", 500 * MIB)), "{}", dump(&w1));
+    assert_eq!(p.waiters(), 0);
+}
