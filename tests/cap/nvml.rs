@@ -552,3 +552,41 @@ fn nvml_without_cuda_shows_what_cuda_shows_for_a_fraction_a_cap_above_the_gpu_an
         );
     }
 }
+
+/// A process that only reads NVML (nvidia-smi, gpustat in a capped container) is silent:
+/// the configuration's notes (decimal units, HAMi-core's SM limit, which gpucap does not
+/// act on) wait for the first `cuInit`, which says them once. Before, every NVML tool
+/// printed them.
+#[test]
+fn a_process_that_only_reads_nvml_says_no_note() {
+    let prog = nvml_prog();
+    let stats = scratch("nvml-silent").join("stats.json");
+    let notes = [
+        "gpucap: note: GPUCAP_LIMIT's 8GB is in decimal units",
+        "gpucap: note: CUDA_DEVICE_SM_LIMIT is HAMi-core's compute (SM) limit",
+    ];
+    for (args, said) in [
+        (&["list", "dl"][..], false),
+        (&["consistent", "dl", "1Mi"][..], true),
+    ] {
+        let mut c = fake_cmd(&prog, &stats);
+        preload(&mut c)
+            .env("GPUCAP_LIMIT", "8GB")
+            .env("CUDA_DEVICE_SM_LIMIT", "50")
+            .args(args);
+        let o = run(&mut c);
+        assert_passed(&o, &format!("nvml {args:?}"));
+        let err = stderr(&o);
+        for note in notes {
+            assert_eq!(
+                err.matches(note).count(),
+                usize::from(said),
+                "{args:?}: {note}\n{}",
+                dump(&o)
+            );
+        }
+        if !said {
+            assert!(!err.contains("gpucap:"), "{}", dump(&o));
+        }
+    }
+}

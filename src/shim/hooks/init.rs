@@ -32,6 +32,7 @@ pub fn init(real: Real<(u32,)>, flags: u32) -> CuResult {
     // A process alone (no pool) shows itself through a file mapped over its ledger's
     // figures: made now, before the driver answers, when no allocation can be made yet.
     if let Ok(config) = shim.config() {
+        shim.say_notes();
         crate::lone::prepare(config, shim.ledger.devices());
     }
     let rc = real.call(flags);

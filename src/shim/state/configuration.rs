@@ -34,14 +34,8 @@ impl Shim {
             match &result {
                 Ok((c, from)) => {
                     crate::log::LEVEL.store(c.log as u8, Relaxed);
-                    // HAMi-core variables gpucap does not act on (a shared cache, SM
-                    // limits): said at warn level, so never silently ignored.
-                    for note in &c.notes {
-                        log!(Warn, "{note}");
-                    }
-                    for line in &c.info {
-                        log!(Info, "{line}");
-                    }
+                    // Its notes and info lines wait for CUDA (`say_notes`): a process
+                    // that only reads NVML (nvidia-smi in a capped container) is silent.
                     if let Some(file) = from {
                         log!(
                             Debug,
@@ -68,6 +62,26 @@ impl Shim {
             result.map(|(c, _)| c)
         });
         loaded.as_ref().map_err(|_| Misconfigured)
+    }
+
+    /// The configuration's notes (HAMi-core variables gpucap does not act on, a shared
+    /// cache, SM limits, decimal units: warn level, so never silently ignored) and its
+    /// info lines, said once, at the process's first `cuInit`: not where it only reads
+    /// NVML, whose every tool would print them.
+    pub fn say_notes(&self) {
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let Ok(c) = self.config() else {
+            return;
+        };
+        if SAID.swap(true, Relaxed) {
+            return;
+        }
+        for note in &c.notes {
+            log!(Warn, "{note}");
+        }
+        for line in &c.info {
+            log!(Info, "{line}");
+        }
     }
 
     /// Makes sure `device`'s cap is known ([`config::device_cap`]: the rule lives in core),
