@@ -428,6 +428,49 @@ fn a_claims_file_removed_while_its_members_run_is_joined_not_made_again() {
     );
 }
 
+/// A claim's file replaced while a member holds 700 MiB (a co-tenant who may write the
+/// directory renames a file over it: a copy of the claim's own file, or of another
+/// claim's): the members' liveness locks are on the file they hold, so a joiner through
+/// the new one would find them all dead and take their bytes back. It is refused after
+/// its patience with a line saying the file was replaced, never given their bytes or a
+/// budget of its own. Before: 700 MiB served beside the member's 700 MiB under the 1 GiB
+/// cap.
+#[test]
+fn a_claims_file_replaced_under_its_members_gives_no_joiner_their_bytes() {
+    let s = Scratch::new("claim-file-replaced");
+    let other = claim_dir(&s, "other");
+    let made = run(in_claim(&s, &other, script(), "other").arg(format!("alloc:{MIB}")));
+    assert!(
+        String::from_utf8_lossy(&made.stdout).contains(&format!("alloc {MIB} 0")),
+        "{}",
+        both(&made)
+    );
+    let claim = claim_dir(&s, "claim");
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    let a = holding(&s, &claim, 700);
+    for (what, from) in [
+        ("a copy of its own file", claim.join("gpucap.pool")),
+        ("another claim's file", other.join("gpucap.pool")),
+    ] {
+        let copy = claim.join(".copy");
+        std::fs::copy(&from, &copy).unwrap();
+        std::fs::rename(&copy, claim.join("gpucap.pool")).unwrap();
+        let b = run(in_claim(&s, &claim, script(), "b").arg(alloc(700)));
+        let text = both(&b);
+        assert!(
+            !text.contains(&format!("alloc {} 0", 700 * MIB)),
+            "{what}: a budget beside the member's: {text}"
+        );
+        assert!(
+            text.contains("cuInit 800")
+                && (text.contains("was replaced while they run")
+                    || text.contains("is another pool's words")),
+            "{what}: the joiner is refused with a line: {text}"
+        );
+    }
+    said(a);
+}
+
 /// The same in another network namespace (each Kubernetes pod sharing a claim has one),
 /// where the members' announcements (abstract sockets) are not seen: the joiner finds
 /// no file and no announcement, but the claim's socket beside the file, which members

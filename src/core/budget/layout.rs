@@ -5,7 +5,8 @@
 //! ```text
 //! header   16 words   magic "GPUCAPPL", version, geometry, length, created, creator uid,
 //!                     slots ever taken, slot freed (wake word), joining hints (next slot,
-//!                     slots freed, search cursor, last sweep)
+//!                     slots freed, search cursor, last sweep), in a claim's memfd the
+//!                     file it was made from (device, inode)
 //! GPUs     32 x 24    key (UUID folded), UUID, cap, used (a change count in its top 16
 //!                     bits, bytes in the low 48), peak, lock, refusals, largest refused,
 //!                     waiters, tickets, wake word, waits, wait ms, lock blocking since,
@@ -159,6 +160,13 @@ pub const H_JOIN_CURSOR: usize = 10;
 /// When a joiner of a large pool last swept it for dead members, ms since the Unix
 /// epoch: the others skip their sweep within `JOIN_SWEEP_EVERY_MS` of it.
 pub const H_JOIN_SWEPT_MS: usize = 11;
+/// In a claim's memfd only (0 in a file): the device and inode of the pool file its words
+/// were made from. The members' liveness locks are on that file: a joiner whose file at
+/// the claim's path is another (one renamed over it while they run, a copy of it
+/// included) would find every member dead there and take their bytes back, so it does
+/// not join through it.
+pub const H_FILE_DEV: usize = 12;
+pub const H_FILE_INO: usize = 13;
 
 // GPU entry words.
 pub const G_KEY: usize = 0;

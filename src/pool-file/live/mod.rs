@@ -100,6 +100,13 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
                 pause(&mut waited);
                 continue;
             }
+            // Asked again until the patience runs out, never decided on: the members
+            // bind their socket again over a co-tenant's within about a second.
+            Asked::Foreign(w) => {
+                why = Some(w);
+                pause(&mut waited);
+                continue;
+            }
             Asked::Nobody(w) => why = w.or(why),
         }
         // Nobody answered: one joiner at a time asks again and decides.
@@ -118,9 +125,13 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
 enum Asked {
     /// The claim's memfd and listening socket, HOLD_BYTE read-locked.
     Held(RawFd, RawFd),
-    /// Nobody answered (why, where something not the pool's words did or this process
-    /// could not take them).
+    /// Nobody answered (why, where this process could not take what was handed over).
     Nobody(Option<String>),
+    /// A process listening on the claim's socket handed over something that is not this
+    /// file's words (why): another budget is alive at this path (the file replaced under
+    /// its members, or a co-tenant's socket). Never a reason to make the words: that
+    /// would be a budget beside theirs.
+    Foreign(String),
     /// An answer that may be a set's that died meanwhile: ask again.
     Again,
 }
@@ -133,12 +144,23 @@ enum Asked {
 fn held(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<Asked, String> {
     let before = socket_identity(sock);
     let (m, l) = match ask(at, file, bytes) {
+        Answer::Words(m, l) if !made_from(m, file) => {
+            close(m);
+            close(l);
+            return Ok(Asked::Foreign(format!(
+                "the file at {} is not the one their words were made from: it was replaced \
+                 while they run (a process that may write the claim's directory renamed \
+                 another file over it); join them once it is put back, or once they exit",
+                sock.with_extension("").display()
+            )));
+        }
         Answer::Words(m, l) => (m, l),
         Answer::NotOurs(w) => {
-            return Ok(Asked::Nobody(Some(format!(
-                "none handed them over: the socket {}: {w}",
+            return Ok(Asked::Foreign(format!(
+                "none handed them over: the socket {}: {w} (the file replaced while its \
+                 members run, or a co-tenant's socket)",
                 sock.display()
-            ))));
+            )));
         }
         Answer::Untaken(w) => {
             return Ok(Asked::Nobody(Some(format!(
@@ -208,8 +230,10 @@ fn decide(
     file: RawFd,
     bytes: usize,
 ) -> Result<Option<(RawFd, RawFd)>, String> {
-    if let Asked::Held(m, l) = held(sock, at, file, bytes)? {
-        return Ok(Some((m, l)));
+    match held(sock, at, file, bytes)? {
+        Asked::Held(m, l) => return Ok(Some((m, l))),
+        Asked::Foreign(_) => return Ok(None),
+        Asked::Nobody(_) | Asked::Again => {}
     }
     if !try_lock(file, libc::F_WRLCK, HOLD_BYTE)? {
         return Ok(None);
@@ -224,6 +248,35 @@ fn decide(
             Err(e)
         }
     }
+}
+
+/// Writes `file`'s device and inode into the memfd `m`'s header (`H_FILE_DEV`,
+/// `H_FILE_INO`): false where either cannot be done.
+fn stamp_file(m: RawFd, file: RawFd) -> bool {
+    let Some((dev, ino)) = crate::kept::identity(file) else {
+        return false;
+    };
+    let mut words = [0u8; 16];
+    words[..8].copy_from_slice(&dev.to_le_bytes());
+    words[8..].copy_from_slice(&ino.to_le_bytes());
+    let at = (gpucap_core::budget::H_FILE_DEV * 8) as libc::off_t;
+    // SAFETY: our memfd and a buffer of 16 bytes.
+    unsafe { libc::pwrite(m, words.as_ptr().cast(), 16, at) == 16 }
+}
+
+/// Whether the memfd `m` was made from `file` (its header's `H_FILE_DEV`, `H_FILE_INO`);
+/// a memfd made before the words had that use (both 0) is taken as it is.
+pub(super) fn made_from(m: RawFd, file: RawFd) -> bool {
+    let mut words = [0u8; 16];
+    let at = (gpucap_core::budget::H_FILE_DEV * 8) as libc::off_t;
+    // SAFETY: a descriptor and a buffer of 16 bytes.
+    if unsafe { libc::pread(m, words.as_mut_ptr().cast(), 16, at) } != 16 {
+        return false;
+    }
+    let word =
+        |i: usize| u64::from_le_bytes(words[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    let stamped = (word(0), word(1));
+    stamped == (0, 0) || crate::kept::identity(file) == Some(stamped)
 }
 
 /// Whether another open file holds [`HOLD_BYTE`]: processes hold the claim's memfd (or
@@ -278,6 +331,9 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
         };
         copied = n > 0;
     }
+    // The file the words were made from, for joiners to check theirs against (its
+    // device and inode, `H_FILE_DEV`).
+    copied = copied && stamp_file(m, file);
     // SAFETY: our descriptor; sealed once written.
     copied = copied && unsafe { libc::fcntl(m, libc::F_ADD_SEALS, SEALS) } == 0;
     if !copied {
