@@ -249,7 +249,8 @@ options:
   -h, --help         show this help
 
 exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
-yet); 2 for a bad value, or a file that is not a pool file this gpucap can read.
+yet); 2 for a bad value, a file that is not a pool file this gpucap can read, or
+this user's pool directory (gpucap-UID) when it cannot be used (root's as any user's).
 With --prometheus and no pool named or configured: every pool and every process capped
 alone, as gpucap status shows them (as --all). With --prometheus the exposition is printed all the same, with
 gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
@@ -278,7 +279,8 @@ options:
   --once             one snapshot, every row, no screen codes (for a log)
   -h, --help         show this help
 
-exit status: 0; 1 if the pool named does not exist; 2 for a bad value.";
+exit status: 0; 1 if the pool named does not exist; 2 for a bad value, or this
+user's pool directory (gpucap-UID) when it cannot be used (root's as any user's).";
 
 const METRICS_HELP: &str = "\
 usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all] [--hami]

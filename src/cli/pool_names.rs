@@ -30,8 +30,8 @@ pub fn pool_names(dir: &Path) -> Vec<String> {
 pub fn removed_file_names(dir: &Path) -> impl Iterator<Item = std::ffi::OsString> {
     gpucap_pool_file::removed_pool_files(false)
         .into_iter()
-        .filter(move |(p, _)| p.parent() == Some(dir))
-        .filter_map(|(p, _)| p.file_name().map(|n| n.to_os_string()))
+        .filter(move |(p, _, _)| p.parent() == Some(dir))
+        .filter_map(|(p, _, _)| p.file_name().map(|n| n.to_os_string()))
 }
 
 /// The edit distance between `a` and `b` (insertions, deletions, substitutions).

@@ -131,9 +131,16 @@ pub fn run(r: &Request, pool_dir: Option<&Path>) -> i32 {
             return 1;
         }
     };
+    let pool = match file.mapped() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return 1;
+        }
+    };
     let mut code = 0;
     for g in gpus {
-        match file.pool.resize(&g.raw_uuid, Some(r.size), &file.locks) {
+        match pool.resize(&g.raw_uuid, Some(r.size), &file.locks) {
             Ok(done) => println!("{}", resized_line(&r.name, &g.uuid, &done)),
             Err(e) => {
                 eprintln!("gpucap: pool {} {}: not resized: {e}", r.name, g.uuid);

@@ -219,10 +219,13 @@ fn process_owner(pid: u32) -> Option<u32> {
 }
 
 /// The pool files removed while members announced in this network namespace run, each
-/// once: the path each had and how it is shared. This user's pools and the claims'
-/// (`every_user`: every user's, what root's readers show). A file still linked (at its
-/// path or another) is not one: a reader finds it where it is.
-pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing)> {
+/// once: the path each had, how it is shared and its owner (the open file's). This
+/// user's pools and the claims' (`every_user`: every user's, what root's readers show);
+/// a user's announcement counts only from a process of that user (anyone may bind any
+/// abstract name). A file still linked (at its path or another) is not one: a reader
+/// finds it where it is. Which of them a reader shows is its to say: the path and owner
+/// are what the announcing process's descriptor gives, whoever that process is.
+pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32)> {
     let Some(table) = socket_table() else {
         return Vec::new();
     };
@@ -232,7 +235,11 @@ pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing)> {
     for a in announced(&table) {
         let sharing = match a.who {
             "claim" => Sharing::Claim,
-            uid if every_user || uid == own => Sharing::Private,
+            uid if (every_user || uid == own)
+                && process_owner(a.pid).is_some_and(|o| o.to_string() == uid) =>
+            {
+                Sharing::Private
+            }
             _ => continue,
         };
         if seen.contains(&a.id) {
@@ -247,10 +254,14 @@ pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing)> {
         let Some(fd) = reach(a.pid, a.fd, a.id, libc::O_RDONLY) else {
             continue;
         };
+        let owner = crate::kept::stat_of(fd).map(|st| st.st_uid);
         // SAFETY: the descriptor reach opened: the file was there.
         unsafe { libc::close(fd) };
+        let Some(owner) = owner else {
+            continue;
+        };
         seen.push(a.id);
-        found.push((std::path::PathBuf::from(path), sharing));
+        found.push((std::path::PathBuf::from(path), sharing, owner));
     }
     found
 }

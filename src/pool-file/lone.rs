@@ -408,14 +408,18 @@ pub struct LoneReading {
     pub view: LoneView,
 }
 
-/// Reads every live lone process's file in `dir` (`*.lone`), read-only. A file whose
-/// lock nobody holds is a dead process's (or, named `.*.lone.*.new`, one that died
-/// before it showed itself): removed when this process may, never read.
-pub fn read_lone_dir(dir: &Path) -> Vec<LoneReading> {
+/// Reads every live lone process's file in `dir` (`*.lone`), read-only: the processes,
+/// and a line for each live process's file that cannot be shown (naming it and what is
+/// wrong: a length not the layout's, no header, a header whose uid is not the file's
+/// owner's or whose pid and PID namespace are not its name's). A file whose lock nobody
+/// holds is a dead process's (or, named `.*.lone.*.new`, one that died before it showed
+/// itself): removed when this process may, never read.
+pub fn read_lone_dir(dir: &Path) -> (Vec<LoneReading>, Vec<String>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let mut out = Vec::new();
+    let mut errors = Vec::new();
     for e in entries.filter_map(Result::ok) {
         let Some(name) = e.file_name().to_str().map(str::to_string) else {
             continue;
@@ -425,15 +429,21 @@ pub fn read_lone_dir(dir: &Path) -> Vec<LoneReading> {
         if !shown && !unshown {
             continue;
         }
-        if let Some(r) = read_one(&e.path(), shown) {
-            out.push(r);
+        match read_one(&e.path(), &name, shown) {
+            Some(Ok(r)) => out.push(r),
+            Some(Err(why)) => errors.push(format!("{}: {why}", e.path().display())),
+            None => {}
         }
     }
     out.sort_by_key(|r| r.view.pid);
-    out
+    errors.sort();
+    (out, errors)
 }
 
-fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
+/// The file at `path` (named `name`): None where it is no live process's shown file
+/// (gone meanwhile, a dead process's: removed, one not shown yet), Err why a live
+/// process's cannot be shown.
+fn read_one(path: &Path, name: &str, shown: bool) -> Option<Result<LoneReading, String>> {
     let c = cstr(path).ok()?;
     // SAFETY: a NUL-terminated path; never follows a link, never waits on a FIFO.
     let fd = unsafe {
@@ -444,12 +454,14 @@ fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
         )
     };
     if fd < 0 {
-        return None;
+        let e = std::io::Error::last_os_error();
+        return (shown && e.kind() != std::io::ErrorKind::NotFound)
+            .then(|| Err(format!("cannot open it: {e}")));
     }
     let result = (|| {
         let meta = std::fs::metadata(format!("/proc/self/fd/{fd}")).ok()?;
         if !meta.is_file() {
-            return None;
+            return shown.then(|| Err("it is not a regular file".to_string()));
         }
         // A file nobody holds is a dead process's, whatever its size (one that died
         // before it showed itself left an empty one).
@@ -463,22 +475,50 @@ fn read_one(path: &Path, shown: bool) -> Option<LoneReading> {
             }
             return None;
         }
-        if !shown || meta.len() != LONE_FILE_BYTES as u64 {
+        if !shown {
             return None;
         }
-        // Read, never mapped: a file its owner truncates meanwhile is a short read.
-        let words = read_words(fd)?;
-        live_figures_into(&words, meta.uid());
-        let view = gpucap_core::lone::read(&words).ok()?;
-        Some(LoneReading {
+        Some(read_held(fd, &meta, name).map(|view| LoneReading {
             path: path.to_path_buf(),
             owner: meta.uid(),
             view,
-        })
+        }))
     })();
     // SAFETY: our descriptor, done with.
     unsafe { libc::close(fd) };
     result
+}
+
+/// The process a live process's file `fd` (`meta`, named `name`) shows, or why it
+/// cannot be shown. Its uid is the file's owner's: a header that says another, or a
+/// pid and PID namespace its name does not give, is refused (anyone may write a header,
+/// and hold a lock, in a directory of their own).
+fn read_held(fd: RawFd, meta: &std::fs::Metadata, name: &str) -> Result<LoneView, String> {
+    if meta.len() != LONE_FILE_BYTES as u64 {
+        return Err(format!(
+            "{} bytes, not the {LONE_FILE_BYTES} of a lone process's file",
+            meta.len()
+        ));
+    }
+    // Read, never mapped: a file its owner truncates meanwhile is a short read.
+    let words = read_words(fd).ok_or("its length changed while it was read")?;
+    let view = gpucap_core::lone::read(&words).map_err(|e| e.to_string())?;
+    if view.uid != meta.uid() {
+        return Err(format!(
+            "its header says uid {}, the file is uid {}'s: not shown",
+            view.uid,
+            meta.uid()
+        ));
+    }
+    if gpucap_core::lone::file_name(view.pid, view.pid_namespace) != name {
+        return Err(format!(
+            "its header says pid {} of PID namespace {}, not its name's: not shown",
+            view.pid, view.pid_namespace
+        ));
+    }
+    live_figures_into(&words, meta.uid());
+    // The live figures are of the same process (`same_process`): read again.
+    gpucap_core::lone::read(&words).map_err(|e| e.to_string())
 }
 
 /// The whole layout read from `fd` (None: not exactly [`LONE_FILE_BYTES`] now).
@@ -657,7 +697,9 @@ mod tests {
     fn a_shown_file_holds_its_gpus_figures_and_the_header_and_no_other_page() {
         let d = dir("shown");
         let figures = figures();
-        let lone = Lone::prepare(&d, "9-9.lone", figures).unwrap();
+        // Named as the shim names it: a reader checks the header's pid against the name.
+        let name = gpucap_core::lone::file_name(std::process::id(), crate::own_pid_namespace());
+        let lone = Lone::prepare(&d, &name, figures).unwrap();
         // The live words are the memfd's now: what the ledger writes, readers read.
         figures[0].store(!(256u64 << 20), Relaxed); // GPU 0's cap (its word inverted)
         figures[1].store(3 << 20, Relaxed); // and use
@@ -674,7 +716,7 @@ mod tests {
             },
         );
         lone.show().unwrap();
-        let path = d.join("9-9.lone");
+        let path = d.join(&name);
         let m = std::fs::metadata(&path).unwrap();
         assert_eq!(m.len(), LONE_FILE_BYTES as u64);
         assert!(
@@ -694,7 +736,7 @@ mod tests {
             0,
             "a device the header does not name is a hole"
         );
-        let read = read_lone_dir(&d);
+        let read = read_lone_dir(&d).0;
         assert_eq!(read.len(), 1);
         let gpus = &read[0].view.gpus;
         assert_eq!(gpus.len(), 1);
@@ -708,7 +750,7 @@ mod tests {
         let d = dir("unshown");
         let stale = d.join(".4242-1.lone.1092.new");
         std::fs::write(&stale, b"").unwrap();
-        assert!(read_lone_dir(&d).is_empty());
+        assert!(read_lone_dir(&d).0.is_empty());
         assert!(
             !stale.exists(),
             "nobody holds it: a dead process's, removed"

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use gpucap_core::budget::{
-    LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView, pool_file_bytes,
+    H_BYTES, HEADER_WORDS, LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView, pool_file_bytes,
 };
 
 use crate::beacon::Orphan;
@@ -22,10 +22,14 @@ use crate::sys::{cstr, os_err};
 /// an error to report, never a fault (a reader maps nothing).
 pub struct PoolFile {
     pub path: PathBuf,
-    pub pool: Pool<'static>,
+    /// A member's or writer's pool, mapped for the life of the process (None: a reader's,
+    /// read from its copy by each [`view`](PoolFile::view)).
+    mapped: Option<Pool<'static>>,
     pub locks: SlotLocks,
-    /// A reader's copy of the file's words (None: a member's mapping).
-    copy: Option<&'static [AtomicU64]>,
+    /// A reader's copy of the file's words, its own: freed with it (empty: a mapping).
+    /// Readers that open a file again at each reading (one removed while its members
+    /// run) free the copy of the last one.
+    copy: Box<[AtomicU64]>,
     /// A claim's: its live words are a memfd its members hand over ([`crate::live`]),
     /// read from there while any process holds them.
     claim: bool,
@@ -44,13 +48,24 @@ impl PoolFile {
     /// process list: a reader reads the file again first (one `pread`); a file that
     /// shrank, grew or no longer holds a pool's words is an error naming what was found.
     pub fn view(&self) -> Result<PoolView, String> {
-        let Some(copy) = self.copy else {
-            return Ok(self.pool.view(&self.locks));
-        };
+        if let Some(pool) = self.mapped {
+            return Ok(pool.view(&self.locks));
+        }
         let fail = |msg: String| format!("the pool file {}: {msg}", self.path.display());
-        read_words(&self.path, self.locks.fd(), copy, self.claim).map_err(fail)?;
-        let pool = Pool::open(copy).map_err(|e| fail(e.to_string()))?;
+        read_words(&self.path, self.locks.fd(), &self.copy, self.claim).map_err(fail)?;
+        let pool = Pool::open(&self.copy).map_err(|e| fail(e.to_string()))?;
         Ok(pool.view(&self.locks))
+    }
+
+    /// The pool of a file opened to join it or change it ([`open_member`],
+    /// [`open_writer`]): its words, mapped. A reader's has none (Err).
+    pub fn mapped(&self) -> Result<Pool<'static>, String> {
+        self.mapped.ok_or_else(|| {
+            format!(
+                "the pool file {}: opened to read it, not mapped",
+                self.path.display()
+            )
+        })
     }
 }
 
@@ -451,37 +466,14 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
             st.st_mode & 0o7777
         ));
     }
-    // The length its header gives (its member count), checked against the file's before
-    // it is mapped: the first word says whether it is a pool file at all, the second
-    // its version, the third its geometry and the fourth its length.
-    let size = st.st_size as usize;
-    let mut head = [0u8; 32];
-    // SAFETY: our descriptor and a 32-byte buffer.
-    let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 32, 0) };
-    let stated = head[24..].try_into().map_or(0, u64::from_le_bytes) as usize;
-    if n != 32 || size != stated || !size.is_multiple_of(8) || size > pool_file_bytes(MAX_SLOTS) {
-        let words: Vec<AtomicU64> = head
-            .chunks(8)
-            .take(n.max(0) as usize / 8)
-            .take(2)
-            .map(|w| AtomicU64::new(u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))))
-            .collect();
-        let e = match Pool::open(&words) {
-            Err(e @ LayoutError::Magic { .. }) | Err(e @ LayoutError::Version { .. }) => e,
-            _ => LayoutError::Size {
-                bytes: size,
-                expected: if (pool_file_bytes(1)..=pool_file_bytes(MAX_SLOTS)).contains(&stated) {
-                    stated
-                } else {
-                    POOL_FILE_BYTES
-                },
-            },
-        };
-        return fail(e.to_string());
-    }
-    let copy = (!member).then(|| -> &'static [AtomicU64] {
-        Box::leak((0..size / 8).map(|_| AtomicU64::new(0)).collect())
-    });
+    // What its header says (a pool file at all, its version, its geometry: its member
+    // count, hence its length), checked against the file's length before anything of
+    // that length is mapped or copied: a file longer than the layout its header gives
+    // (or a header that gives none) is refused after reading its header alone.
+    let size = match header_length(fd, st.st_size) {
+        Ok(size) => size,
+        Err(e) => return fail(e.to_string()),
+    };
     // A claim's members map its memfd, never the file another container may truncate.
     let live = match (claim, role) {
         (true, Role::Member) => crate::live::hold(path, fd, size).map(Some),
@@ -492,37 +484,43 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
         Ok(l) => l,
         Err(e) => return fail(e),
     };
-    let words = match copy {
-        // A reader maps nothing: its copy is read now, and again by every view.
-        Some(c) => match read_words(path, fd, c, claim) {
-            Ok(()) => c,
-            Err(e) => return fail(e),
-        },
-        None => match map(live.unwrap_or(fd), size, true) {
-            Some(w) => {
-                if role == Role::Writer
-                    && let Some(m) = live
-                {
-                    // SAFETY: the borrowed memfd, mapped: the mapping keeps what it needs.
-                    unsafe { libc::close(m) };
-                }
-                w
-            }
-            None => {
-                return fail(format!(
-                    "cannot map it: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-        },
+    let locks = |fd| SlotLocks::new(fd, member.then(|| cstr(path).ok()).flatten());
+    if !member {
+        // A reader maps nothing: its copy is read now, and again by every view; freed
+        // with the file, or here if it is refused.
+        let copy: Box<[AtomicU64]> = (0..size / 8).map(|_| AtomicU64::new(0)).collect();
+        if let Err(e) = read_words(path, fd, &copy, claim) {
+            return fail(e);
+        }
+        if let Err(e) = Pool::open(&copy) {
+            return fail(e.to_string());
+        }
+        return Ok(PoolFile {
+            path: path.to_path_buf(),
+            mapped: None,
+            locks: locks(fd),
+            copy,
+            claim,
+            joined_through: None,
+        });
+    }
+    let Some(words) = map(live.unwrap_or(fd), size, true) else {
+        return fail(format!(
+            "cannot map it: {}",
+            std::io::Error::last_os_error()
+        ));
     };
+    if role == Role::Writer
+        && let Some(m) = live
+    {
+        // SAFETY: the borrowed memfd, mapped: the mapping keeps what it needs.
+        unsafe { libc::close(m) };
+    }
     let pool = match Pool::open(words) {
         Ok(p) => p,
         Err(e) => {
-            if copy.is_none() {
-                // SAFETY: the mapping made above, not used after this.
-                unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, size) };
-            }
+            // SAFETY: the mapping made above, not used after this.
+            unsafe { libc::munmap(words.as_ptr() as *mut libc::c_void, size) };
             return fail(e.to_string());
         }
     };
@@ -537,15 +535,51 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
     // Whether its file system has the slots' locks was tested where it was made
     // (`create`); a file made elsewhere that has none makes every slot look held, and a
     // joiner says why (`SlotLocks::refused`).
-    let locks = SlotLocks::new(fd, member.then(|| cstr(path).ok()).flatten());
     Ok(PoolFile {
         path: path.to_path_buf(),
-        pool,
-        locks,
-        copy,
+        mapped: Some(pool),
+        locks: locks(fd),
+        copy: Box::new([]),
         claim,
         joined_through: None,
     })
+}
+
+/// The length of the pool file `fd` (`file_bytes` long) as its header gives it: its
+/// magic, version and geometry read (one `pread` of the header) and checked, and the
+/// file's length found to be the one of the member count its geometry gives. Err: why
+/// it is not a pool file this gpucap can use.
+fn header_length(fd: RawFd, file_bytes: i64) -> Result<usize, LayoutError> {
+    let mut head = [0u8; HEADER_WORDS * 8];
+    // SAFETY: our descriptor and a buffer of head.len() bytes.
+    let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, head.len(), 0) };
+    let size = usize::try_from(file_bytes).unwrap_or(usize::MAX);
+    let words: Vec<AtomicU64> = head[..n.max(0) as usize]
+        .chunks_exact(8)
+        .map(|w| AtomicU64::new(u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))))
+        .collect();
+    let stated = words.get(H_BYTES).map_or(0, |w| w.load(Relaxed)) as usize;
+    // The header alone: its magic, version and geometry are checked, then its length
+    // (the header's words are not a whole file) says what the geometry asks.
+    let expected = match Pool::open(&words) {
+        Err(LayoutError::Size { expected, .. }) if words.len() == HEADER_WORDS => expected,
+        // Shorter than a header: the length it states, where a layout has it.
+        Err(LayoutError::Size { .. }) | Ok(_) => {
+            if (pool_file_bytes(1)..=pool_file_bytes(MAX_SLOTS)).contains(&stated) {
+                stated
+            } else {
+                POOL_FILE_BYTES
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    if size != expected || words.len() < HEADER_WORDS {
+        return Err(LayoutError::Size {
+            bytes: size,
+            expected,
+        });
+    }
+    Ok(size)
 }
 
 /// Reads a reader's copy again: from a claim's memfd while any process holds it, else

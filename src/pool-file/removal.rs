@@ -209,7 +209,7 @@ mod tests {
         let d = dir("inuse");
         let path = d.join("p.pool");
         let file = private(&path);
-        let member = Member::join(file.pool, &file.locks, &info()).unwrap();
+        let member = Member::join(file.mapped().unwrap(), &file.locks, &info()).unwrap();
         assert_eq!(remove_unused(&path), Ok(Removal::InUse));
         assert!(path.exists());
         member.leave();
@@ -259,7 +259,7 @@ mod tests {
         let d = dir("children");
         let path = d.join("p.pool");
         let file = private(&path);
-        let member = Member::join(file.pool, &file.locks, &info()).unwrap();
+        let member = Member::join(file.mapped().unwrap(), &file.locks, &info()).unwrap();
         let child = private(&path);
         child.locks.hold_in_child(member.slot());
         child.locks.forget_in_child();
@@ -305,7 +305,7 @@ mod tests {
                 if tries.get() == 1 {
                     assert_eq!(remove_unused(&path), Ok(Removal::Removed));
                 }
-                Member::join(f.pool, &f.locks, &info()).map_err(|e| e.to_string())
+                Member::join(f.mapped()?, &f.locks, &info()).map_err(|e| e.to_string())
             },
             |m| m.leave(),
         )
@@ -333,10 +333,10 @@ mod tests {
             unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut all as *mut libc::flock) },
             0
         );
-        assert!(Member::join(file.pool, &file.locks, &info()).is_err());
+        assert!(Member::join(file.mapped().unwrap(), &file.locks, &info()).is_err());
         // SAFETY: our descriptor.
         unsafe { libc::close(fd) };
-        let m = Member::join(file.pool, &file.locks, &info()).unwrap();
+        let m = Member::join(file.mapped().unwrap(), &file.locks, &info()).unwrap();
         m.leave();
         std::fs::remove_dir_all(&d).unwrap();
     }

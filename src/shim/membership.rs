@@ -157,7 +157,7 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         gpucap_pool_file::Sharing::of(spec),
         members,
         |f| {
-            Member::join_waiting(f.pool, &f.locks, &info, config.wait).map_err(|e| {
+            Member::join_waiting(f.mapped()?, &f.locks, &info, config.wait).map_err(|e| {
                 match f.locks.refused() {
                     // Every slot looked held because none can be locked there.
                     Some(why) => format!("the pool file {}: {why}", path.display()),

@@ -1,6 +1,6 @@
 //! The `gpucap` command line: `run`, `check`, its conventions and GPU keys, `status`,
-//! `top`, usage reports, and the metrics in Prometheus's format with the monitoring
-//! files that read them.
+//! `top` and what they make of the files others write, usage reports, and the metrics
+//! in Prometheus's format with the monitoring files that read them.
 //!
 //! One test binary of the suite (docs/src/fake-gpu.md, "The test suite"); each module is
 //! a file of this folder, and its tests are named `<module>::<test>`.
@@ -16,5 +16,6 @@ mod cli_gpu_keys;
 mod metrics;
 mod monitoring;
 mod never_uncapped_cli;
+mod readers;
 mod report;
 mod watching;

@@ -111,7 +111,14 @@ fn set(r: &Request, pool_dir: Option<&Path>) -> i32 {
             .map_or(0, |d| d.as_millis() as u64),
         command: "gpucap pool set".to_string(),
     };
-    let changer = match Member::join(file.pool, &file.locks, &info) {
+    let pool = match file.mapped() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("gpucap: {e}");
+            return 1;
+        }
+    };
+    let changer = match Member::join(pool, &file.locks, &info) {
         Ok(m) => m,
         Err(e) => {
             match file.locks.refused() {

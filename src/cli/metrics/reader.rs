@@ -120,6 +120,7 @@ impl Reader {
     pub fn lone(&self) -> Vec<gpucap_core::lone::LoneView> {
         match (&self.which, self.user_dir()) {
             (Which::All, Ok(Located::File(d))) => gpucap_pool_file::read_lone_dir(&d)
+                .0
                 .into_iter()
                 .map(|r| r.view)
                 .collect(),

@@ -42,9 +42,13 @@ impl Sources {
         self
     }
 
-    /// The directories read now.
+    /// The directories read now. Err: this user's own cannot be used (a link, not a
+    /// directory, another user's, writable by others), for root as for any user.
     pub fn dirs(&self) -> Result<Vec<PathBuf>, String> {
         if self.every_user {
+            // Root's own is checked as any user's is (`every_user_dir` leaves it out
+            // without a word: root's `status` said "no capped process").
+            gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false)?;
             return Ok(gpucap_pool_file::every_user_dir(self.pool_dir.as_deref()));
         }
         Ok(gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false)?
@@ -78,23 +82,32 @@ impl Sources {
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf));
         let base = own.as_deref().and_then(Path::parent);
-        let ours = |path: &Path| {
-            let dir = path.parent();
-            self.extra.iter().any(|e| e == path)
-                || (dir.is_some() && dir == own.as_deref())
-                || dir.is_some_and(|d| dirs.iter().any(|x| x == d))
-                || (self.every_user
-                    && dir.and_then(Path::parent) == base
-                    && dir
-                        .and_then(Path::file_name)
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("gpucap-")))
+        // A file of a `gpucap-UID` directory is UID's, in a directory (while it is there)
+        // that is a real one of UID's: the rule the directories are read by
+        // (`every_user_dir`), kept for a file reached through an announcement, which
+        // anyone may make (a squatter's file, announced, was shown as UID's pool).
+        let ours = |path: &Path, owner: u32| {
+            if self.extra.iter().any(|e| e == path) {
+                return true;
+            }
+            let Some(dir) = path.parent() else {
+                return false;
+            };
+            let real = match std::fs::symlink_metadata(dir) {
+                Ok(m) => m.is_dir() && m.uid() == owner,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            };
+            dir_uid(dir) == Some(owner)
+                && real
+                && (Some(dir) == own.as_deref()
+                    || dirs.iter().any(|x| x == dir)
+                    || (self.every_user && dir.parent() == base))
         };
         let removed: Vec<_> = gpucap_pool_file::removed_pool_files(self.every_user)
             .into_iter()
-            .filter(|(p, _)| ours(p))
+            .filter(|(p, _, owner)| ours(p, *owner))
             .collect();
-        for (path, sharing) in removed {
+        for (path, sharing, _) in removed {
             if seen.contains(&path) {
                 continue;
             }
@@ -115,15 +128,13 @@ impl Sources {
                 }
                 seen.push(path);
             }
-            lone.extend(
-                gpucap_pool_file::read_lone_dir(&dir)
-                    .into_iter()
-                    .map(|r| LoneReading {
-                        path: r.path.to_string_lossy().into_owned(),
-                        user: user_name(r.owner),
-                        view: r.view,
-                    }),
-            );
+            let (found, unshown) = gpucap_pool_file::read_lone_dir(&dir);
+            lone.extend(found.into_iter().map(|r| LoneReading {
+                path: r.path.to_string_lossy().into_owned(),
+                user: user_name(r.owner),
+                view: r.view,
+            }));
+            errors.extend(unshown);
         }
         self.open.retain(|path, (_, file)| {
             let keep = seen.contains(path);
@@ -160,6 +171,18 @@ impl Sources {
         }
         let (_, file) = &self.open[path];
         let uid = file.identity().map_or(0, |(_, _, uid)| uid);
+        // Reached through an announcement: the file opened must be the directory's
+        // user's too (another process may announce the same path).
+        if file.joined_through.is_some()
+            && !self.extra.iter().any(|e| e == path)
+            && path.parent().and_then(dir_uid) != Some(uid)
+        {
+            return Err(format!(
+                "{}: the file a process announces there is uid {uid}'s, not its \
+                 directory's user's: not shown",
+                path.display()
+            ));
+        }
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -182,6 +205,12 @@ impl Sources {
             view: file.view()?,
         })
     }
+}
+
+/// The uid a `gpucap-UID` directory's name gives (None: not such a name).
+fn dir_uid(dir: &Path) -> Option<u32> {
+    let uid = dir.file_name()?.to_str()?.strip_prefix("gpucap-")?;
+    uid.parse::<u32>().ok().filter(|u| u.to_string() == uid)
 }
 
 /// The pool files of `dir` (`NAME.pool`, regular files; one being made is `.NAME….new`),

@@ -1,0 +1,413 @@
+//! What `gpucap status`, `top` and `metrics` do with the files of the pool directory that
+//! others can write (docs/src/watching.md, docs/src/threat-model.md): a pool file they
+//! refuse leaves nothing of its size in their memory; a pool file removed while its
+//! member runs, read again at each refresh, does not grow them; a file reached through a
+//! member's announcement follows the rule of the directories (a `gpucap-UID` file is
+//! UID's); a `.lone` file whose header says another user or another pid than its owner
+//! and name is skipped with a line; a live process's damaged `.lone` file is a line, not
+//! a process gone silently; and root's own directory that cannot be used is said, as it
+//! is to any other user.
+//!
+//! Processes are tests/c/script.c started with `gpucap run` on the fake GPU, in a
+//! scratch pool directory (GPUCAP_POOL_DIR). Memory is bounded, never timed: a reader
+//! runs under an address-space limit (`RLIMIT_AS`) it needs a fraction of, and fails
+//! where it keeps what it read. (The peak resident set `wait4` gives a child counts the
+//! test process's own, from before the child's exec: too loud to compare.)
+
+use super::common;
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+
+use common::pool_scratch::*;
+use common::*;
+
+/// The length of a pool file of 4096 members, the most a layout has (what a header
+/// may state for a reader to copy that much).
+const LARGEST_POOL_FILE: u64 = 13_162_624;
+/// The length of a `.lone` file, and where its header starts (word index).
+const LONE_FILE_BYTES: u64 = 69_632;
+const LONE_HEADER: usize = 65_536 / 8;
+
+fn kill(mut child: Child) {
+    // SAFETY: kill on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether a root-only test runs here (it says why not otherwise; CI runs as root).
+fn as_root(what: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(
+        !required_here(),
+        "{what} needs root: run the tests as root in CI"
+    );
+    eprintln!("SKIPPED: {what} needs root");
+    false
+}
+
+/// The address space a reader is given here: 32 MiB, some five times what `status` and
+/// `top` map reading a pool on the fake GPU (under 7 MiB; they run within 16 MiB), and
+/// less than what the readings below kept before the fix (24 refused files: 300 MiB; 60
+/// readings of a removed pool file: 48 MiB more).
+const READER_SPACE: u64 = 32 << 20;
+
+/// Runs `cmd` to its end within [`READER_SPACE`] of address space (`RLIMIT_AS`: a
+/// reader that needs more fails to allocate, and aborts): its output.
+fn within_bound(cmd: &mut Command) -> Output {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only setrlimit, async-signal-safe, is called.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: READER_SPACE,
+                rlim_max: READER_SPACE,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    run(cmd)
+}
+
+/// This user's directory in the scratch's pool directory, made as gpucap makes it.
+fn own_dir(s: &Scratch) -> PathBuf {
+    let dir = s.pool_file("x").parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+fn status_json(s: &Scratch) -> serde_json::Value {
+    let o = run(&mut s.gpucap(&["status", "--json", "--all"]));
+    assert_ok(&o);
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+/// A pool file whose header is not a pool's (magic `NOTAPOOL`) but states the length of
+/// the largest pool file, that long (sparse), as the reviewer's `mkbad.py` makes it.
+fn not_a_pool(path: &Path) {
+    let mut head = b"NOTAPOOL".to_vec();
+    for w in [9u64, 0, LARGEST_POOL_FILE] {
+        head.extend(w.to_le_bytes());
+    }
+    std::fs::write(path, head).unwrap();
+    File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(LARGEST_POOL_FILE)
+        .unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// 24 files that state the largest pool file's length but are no pool files: each is a
+/// line in `errors[]`, and root's `status` reads them within [`READER_SPACE`] (before:
+/// a copy of each, 12.6 MiB, kept for the process's life; it aborted here, "memory
+/// allocation of 13162625 bytes failed", and 200 of them took 2.6 GB).
+#[test]
+fn pool_files_a_reader_refuses_leave_nothing_of_their_size_in_its_memory() {
+    let s = Scratch::new("readers-refused");
+    let dir = own_dir(&s);
+    for i in 0..24 {
+        not_a_pool(&dir.join(format!("bad-{i}.pool")));
+    }
+    let o = within_bound(&mut s.gpucap(&["status", "--json"]));
+    assert_ok(&o);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let errors = doc["errors"].to_string();
+    for i in 0..24 {
+        assert!(errors.contains(&format!("bad-{i}.pool")), "{doc}");
+    }
+    assert!(errors.contains("not a gpucap pool file"), "{doc}");
+}
+
+/// A pool file removed while its member runs is read through the member's descriptor at
+/// every refresh of `top`: 60 refreshes run within [`READER_SPACE`] (before: each opened
+/// it again and kept a copy of it, 810 KiB a refresh, and `top` aborted here).
+#[test]
+fn top_reading_a_removed_pool_file_again_and_again_does_not_grow() {
+    let s = Scratch::new("readers-removed-top");
+    let member = s.member("p", "m", &["alloc:10Mi"]);
+    std::fs::remove_file(s.pool_file("p")).unwrap();
+    let args = ["top", "--interval", "0.2", "--iterations", "60"];
+    let o = within_bound(&mut s.gpucap(&args));
+    kill(member);
+    assert_ok(&o);
+    assert_eq!(
+        stdout(&o).matches("pool p GPU 0").count(),
+        60,
+        "{}",
+        dump(&o)
+    );
+}
+
+/// The FNV-1a hash of `path`'s bytes, as an announcement names a pool file.
+fn path_hash(path: &Path) -> u64 {
+    path.to_str()
+        .unwrap()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// uid 65534 makes `gpucap-1000` (not its uid), a pool file in it, opens and removes
+/// it, and announces it as a claim's member would (anyone may bind an abstract name):
+/// root's `status` shows no such pool, whether the squatted directory is there or was
+/// removed too (before: the pool showed as if user 1000's).
+#[test]
+fn a_pool_file_announced_in_another_users_directory_is_not_shown() {
+    if !as_root("reading every user's directory") {
+        return;
+    }
+    let s = Scratch::new("readers-announced");
+    let member = s.member("real", "m", &["alloc:10Mi"]);
+    let squat = s.pools.join("gpucap-1000");
+    std::fs::create_dir(&squat).unwrap();
+    std::fs::set_permissions(&squat, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let path = squat.join("spoofed.pool");
+    std::fs::copy(s.pool_file("real"), &path).unwrap();
+    for p in [&squat, &path] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let meta = file.metadata().unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let name = format!(
+        "gpucap-pool/claim/{:016x}/{:x}/{:x}/{}/{}",
+        path_hash(&path),
+        meta.dev(),
+        meta.ino(),
+        std::process::id(),
+        file.as_raw_fd()
+    );
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let beacon = std::os::unix::net::UnixDatagram::bind_addr(&addr).unwrap();
+    let squatted = status_json(&s);
+    std::fs::remove_dir(&squat).unwrap();
+    let gone = status_json(&s);
+    drop(beacon);
+    kill(member);
+    for doc in [squatted, gone] {
+        let names: Vec<&str> = doc["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        assert_eq!(names, ["real"], "{doc}");
+        assert!(!doc.to_string().contains("spoofed"), "{doc}");
+    }
+}
+
+/// The `.lone` file of a live process capped alone (the only one in the scratch).
+fn lone_file(s: &Scratch) -> PathBuf {
+    let dir = s.pool_file("x").parent().unwrap().to_path_buf();
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lone"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
+
+/// A copy of a real `.lone` file under uid 65534's name `name` in its directory, with
+/// `pid` and `uid` in its header, held by this process (an open-file-description lock,
+/// as a live process holds its own), as the reviewer's `forge_lone.py` makes it.
+fn forged(dir: &Path, real: &[u8], name: &str, pid: u64, uid: u64) -> File {
+    let mut bytes = real.to_vec();
+    let mut set = |word: usize, value: u64| {
+        bytes[word * 8..word * 8 + 8].copy_from_slice(&value.to_le_bytes());
+    };
+    set(LONE_HEADER + 1, pid);
+    set(LONE_HEADER + 4, uid);
+    set(LONE_HEADER + 7, 0); // no live figures to read
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // SAFETY: flock is plain data, all zero is a valid value (l_pid 0 for OFD locks).
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as _;
+    // SAFETY: our descriptor and a flock for the duration of the call.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &mut lock) };
+    assert_eq!(rc, 0, "lock {}", path.display());
+    f
+}
+
+/// uid 65534 holds `.lone` files in its own directory whose headers say pid 1 and uid 0,
+/// or pid 1 under a name of pid 4242: root's `status` shows neither process and names
+/// both files in `errors[]` (before: pid 1 shown with `"uid": 0` beside `"user":
+/// "nobody"`); the real process capped alone shows as ever.
+#[test]
+fn a_lone_file_whose_header_is_not_its_owners_or_its_names_is_a_line() {
+    if !as_root("another user's .lone file") {
+        return;
+    }
+    let s = Scratch::new("readers-forged-lone");
+    let real = s.lone("real", &["alloc:100Mi"]);
+    let real_pid = real.id();
+    let file = lone_file(&s);
+    let bytes = std::fs::read(&file).unwrap();
+    let pidns = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".lone"))
+        .and_then(|n| n.split_once('-'))
+        .map(|(_, ns)| ns.to_string())
+        .unwrap();
+    let nobody = s.pools.join("gpucap-65534");
+    std::fs::create_dir(&nobody).unwrap();
+    std::fs::set_permissions(&nobody, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&nobody, Some(65534), Some(65534)).unwrap();
+    let root_uid = format!("1-{pidns}.lone");
+    let other_pid = format!("4242-{pidns}.lone");
+    let _a = forged(&nobody, &bytes, &root_uid, 1, 0);
+    let _b = forged(&nobody, &bytes, &other_pid, 1, 65534);
+    let doc = status_json(&s);
+    kill(real);
+    let lone = doc["lone"].as_array().unwrap();
+    let pids: Vec<u64> = lone.iter().filter_map(|l| l["pid"].as_u64()).collect();
+    assert_eq!(pids, [u64::from(real_pid)], "{doc}");
+    assert_eq!(lone[0]["uid"], 0, "{doc}");
+    let errors = doc["errors"].to_string();
+    for name in [&root_uid, &other_pid] {
+        assert!(errors.contains(name.as_str()), "{name} named\n{doc}");
+    }
+    assert!(errors.contains("uid 0"), "{doc}");
+    assert!(errors.contains("pid 1"), "{doc}");
+}
+
+/// What a test does to a file.
+type Damage = Box<dyn Fn(&File)>;
+
+/// A live process capped alone whose `.lone` file was truncated, made huge (sparse) or
+/// overwritten with garbage: `status` names the file and what is wrong in `errors[]`
+/// (before: the process vanished with `errors: []`).
+#[test]
+fn a_live_processs_damaged_lone_file_is_a_line() {
+    let s = Scratch::new("readers-damaged-lone");
+    let p = s.lone("p", &["alloc:100Mi"]);
+    let file = lone_file(&s);
+    let name = file.file_name().unwrap().to_str().unwrap().to_string();
+    let damage: [(&str, Damage); 3] = [
+        ("100 bytes", Box::new(|f: &File| f.set_len(100).unwrap())),
+        (
+            "107374182400 bytes",
+            Box::new(|f: &File| f.set_len(100 << 30).unwrap()),
+        ),
+        (
+            "not a lone process's file",
+            Box::new(|f: &File| {
+                use std::os::unix::fs::FileExt;
+                f.set_len(0).unwrap();
+                f.write_all_at(&vec![0x5a; LONE_FILE_BYTES as usize], 0)
+                    .unwrap();
+            }),
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (what, f) in &damage {
+        f(&OpenOptions::new().write(true).open(&file).unwrap());
+        seen.push((what, status_json(&s)));
+    }
+    kill(p);
+    for (what, doc) in seen {
+        let line = doc["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e.as_str())
+            .find(|e| e.contains(&name))
+            .unwrap_or_else(|| panic!("no line naming {name}\n{doc}"));
+        assert!(line.contains(what), "{what}: {line}");
+    }
+}
+
+/// What makes this user's directory at the first path (in the scratch, the second).
+type MakeDir = Box<dyn Fn(&Path, &Path)>;
+
+/// This user's directory in the pool directory made unusable (a link to a directory, a
+/// FIFO, a file, mode 777; owned by another user, for root): `status`, `status --json`
+/// and `top --once` exit 2 with a line naming it, for root as for any user (before,
+/// root's printed "no capped process" and exited 0).
+#[test]
+fn an_unusable_own_directory_is_said_by_status_and_top() {
+    let mut cases: Vec<(&str, MakeDir)> = vec![
+        (
+            "link",
+            Box::new(|dir: &Path, base: &Path| {
+                let real = base.join("real");
+                std::fs::create_dir(&real).unwrap();
+                std::os::unix::fs::symlink(&real, dir).unwrap();
+            }),
+        ),
+        (
+            "fifo",
+            Box::new(|dir: &Path, _: &Path| {
+                let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+                // SAFETY: a NUL-terminated path.
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            }),
+        ),
+        (
+            "file",
+            Box::new(|dir: &Path, _: &Path| std::fs::write(dir, b"").unwrap()),
+        ),
+        (
+            "777",
+            Box::new(|dir: &Path, _: &Path| {
+                std::fs::create_dir(dir).unwrap();
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+            }),
+        ),
+    ];
+    if is_root() {
+        cases.push((
+            "owned",
+            Box::new(|dir: &Path, _: &Path| {
+                std::fs::create_dir(dir).unwrap();
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+                std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
+            }),
+        ));
+    }
+    for (tag, make) in &cases {
+        let s = Scratch::new(&format!("readers-own-{tag}"));
+        let dir = s.pool_file("x").parent().unwrap().to_path_buf();
+        make(&dir, &s.dir);
+        for args in [&["status"][..], &["status", "--json"], &["top", "--once"]] {
+            let o = run(&mut s.gpucap(args));
+            assert_eq!(o.status.code(), Some(2), "{tag} {args:?}\n{}", dump(&o));
+            assert!(
+                stderr(&o).contains(dir.to_str().unwrap()),
+                "{tag} {args:?}\n{}",
+                dump(&o)
+            );
+        }
+    }
+}
