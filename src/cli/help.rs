@@ -250,7 +250,8 @@ options:
 
 exit status: 0; 1 if the pool's file does not exist (no process has joined the pool
 yet); 2 for a bad value, a file that is not a pool file this gpucap can read, or
-this user's pool directory (gpucap-UID) when it cannot be used (root's as any user's).
+this user's pool directory (gpucap-UID) when it cannot be used (root's is a line
+among what could not be read).
 With --prometheus and no pool named or configured: every pool and every process capped
 alone, as gpucap status shows them (as --all). With --prometheus the exposition is printed all the same, with
 gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
@@ -280,7 +281,8 @@ options:
   -h, --help         show this help
 
 exit status: 0; 1 if the pool named does not exist; 2 for a bad value, or this
-user's pool directory (gpucap-UID) when it cannot be used (root's as any user's).";
+user's pool directory (gpucap-UID) when it cannot be used (root's is a line among
+what could not be read).";
 
 const METRICS_HELP: &str = "\
 usage: gpucap metrics --listen ADDR:PORT [--pool NAME|PATH]... [--all] [--hami]

@@ -42,18 +42,27 @@ impl Sources {
         self
     }
 
-    /// The directories read now. Err: this user's own cannot be used (a link, not a
-    /// directory, another user's, writable by others), for root as for any user.
-    pub fn dirs(&self) -> Result<Vec<PathBuf>, String> {
+    /// The directories read now, and why root's own is not among them where it cannot be
+    /// used. Err: this user's own cannot be used (a link, not a directory, another
+    /// user's, writable by others).
+    pub fn dirs(&self) -> Result<(Vec<PathBuf>, Option<String>), String> {
         if self.every_user {
             // Root's own is checked as any user's is (`every_user_dir` leaves it out
-            // without a word: root's `status` said "no capped process").
-            gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false)?;
-            return Ok(gpucap_pool_file::every_user_dir(self.pool_dir.as_deref()));
+            // without a word: root's `status` said "no capped process"); where it cannot
+            // be used, a line, and every other user's are read all the same: another
+            // user who made it first must not blind root to every capped process.
+            let own = gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false).err();
+            return Ok((
+                gpucap_pool_file::every_user_dir(self.pool_dir.as_deref()),
+                own,
+            ));
         }
-        Ok(gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false)?
-            .into_iter()
-            .collect())
+        Ok((
+            gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false)?
+                .into_iter()
+                .collect(),
+            None,
+        ))
     }
 
     /// Every pool and lone process, read now; the files that could not be read, each
@@ -73,7 +82,8 @@ impl Sources {
         // Pools whose file was removed while their members run, read through a member's
         // descriptor (gpucap_pool_file's `beacon`): those of the directories read (a
         // removed `gpucap-UID` directory of the pool directory, for root), or named.
-        let dirs = self.dirs()?;
+        let (dirs, own_unusable) = self.dirs()?;
+        errors.extend(own_unusable);
         // This user's directory, made or not (a removed one's pools are still read).
         let own = gpucap_pool_file::path_of(
             &gpucap_core::config::PoolSpec::Name("any".into()),

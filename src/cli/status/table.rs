@@ -164,7 +164,8 @@ pub fn render(s: &Snapshot, width: usize, uuid: bool) -> String {
         out.push('\n');
     }
     for e in &s.errors {
-        out.push_str(&layout::cut(&format!("cannot read {e}"), width));
+        // Whole, however wide the terminal: an error cut short loses its reason.
+        out.push_str(&layout::cut(&format!("cannot read {e}"), usize::MAX));
         out.push('\n');
     }
     out

@@ -43,7 +43,15 @@ pub fn lines(f: &Frame, width: usize, height: Option<usize>) -> Vec<String> {
     out.push(layout.header());
     let rows = table::rows(&layout, f.rows);
     let pools = table::pool_lines(s, width);
-    let notes = table::ceiling_notes(f.rows.iter().copied(), width);
+    let mut notes = table::ceiling_notes(f.rows.iter().copied(), width);
+    // What could not be read (a damaged file, root's own directory another user made),
+    // as `status` says it: whole in a log (`--once`, a pipe), cut to the window's width.
+    let cut_at = if height.is_some() { width } else { usize::MAX };
+    notes.extend(
+        s.errors
+            .iter()
+            .map(|e| layout::cut(&format!("cannot read {e}"), cut_at)),
+    );
     let Some(height) = height else {
         out.extend(rows);
         out.extend(notes);
