@@ -30,6 +30,7 @@
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
 mod beacon;
+mod creation;
 mod hex;
 mod identity;
 mod kept;
