@@ -1,5 +1,6 @@
-//! Opening a pool file: made whole under a temporary name and linked into place (no
-//! process ever sees a half-written header), or opened and checked; then mapped.
+//! Opening a pool file: made when missing (`creation.rs`), or opened and checked (its
+//! owner, mode and header); then mapped for a member or a writer, or read into a
+//! reader's own copy.
 
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
