@@ -136,6 +136,55 @@ pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<St
     ))
 }
 
+/// Where live members of the pool hold a GPU of `devices` to another cap than `config`
+/// gives it: the line the library would refuse the process with at `cuInit` (without a
+/// ceiling handed down, every member of a pool sets the same cap). None: no live member,
+/// no such GPU in the pool, the same caps, or the pool cannot be read (said elsewhere).
+pub fn live_cap_mismatch(
+    spec: &PoolSpec,
+    pool_dir: Option<&Path>,
+    config: &gpucap_core::config::Config,
+    devices: &[crate::driver::Device],
+) -> Option<String> {
+    let Ok(Located::File(path)) = locate(spec, pool_dir) else {
+        return None;
+    };
+    let view = gpucap_pool_file::open_reader(&path, Sharing::of(spec))
+        .ok()?
+        .view()
+        .ok()?;
+    if !view.members.iter().any(|m| m.alive) {
+        return None; // the next member sets the pool's cap
+    }
+    let shown = |c: Option<u64>| c.map_or("no cap".to_string(), format_bytes);
+    devices.iter().find_map(|d| {
+        let uuid = d.uuid?;
+        let gpu = view
+            .gpus
+            .iter()
+            .find(|g| gpucap_core::identity::parse_uuid(&g.uuid) == Some(uuid))
+            // Resized: a joiner takes the pool's cap, whatever its own.
+            .filter(|g| !g.resized)?;
+        let ours = gpucap_core::config::device_cap(
+            config,
+            d.ordinal as usize,
+            |s| s.for_device(d.ordinal, Some(&uuid)),
+            || Some(d.total),
+        )
+        .cap;
+        (ours != gpu.cap).then(|| {
+            format!(
+                "gpucap: cannot join the pool {spec}: this process caps GPU {} at {}, the \
+                 pool's live members at {} (every member of a pool must set the same \
+                 GPUCAP_LIMIT; gpucap pool resize changes the pool's)",
+                d.ordinal,
+                shown(ours),
+                shown(gpu.cap)
+            )
+        })
+    })
+}
+
 fn not_made(spec: &PoolSpec, path: &Path) -> String {
     format!(
         "pool: {spec} (file {}: not made yet, the first process that uses CUDA makes it; \

@@ -187,6 +187,38 @@ fn a_raise_lets_every_member_hold_more_than_the_limit_it_started_with() {
     );
 }
 
+/// `gpucap check` says what the library would refuse at `cuInit`: a cap other than the
+/// live members' of the pool named (before: "configuration OK", and the program then
+/// refused at `cuInit`); the same cap, or a pool whose members are gone, is fine.
+#[test]
+fn check_refuses_a_cap_other_than_the_live_members() {
+    let s = Scratch::new("pool-check-cap");
+    let held = s.dir.join("held");
+    let mut a = member(&s, "a", "0", &[&format!("touch:{}", held.display())]);
+    wait_ready(&mut a, &held, "the member a");
+    let check = |limit: &str| {
+        run(&mut on_shared_gpu(
+            &s,
+            s.gpucap(&["check", "--limit", limit, "--pool", "t"]),
+        ))
+    };
+    let o = check("2Gi");
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains(
+            "cannot join the pool t: this process caps GPU 0 at 2 GiB, the pool's live members at 1 GiB"
+        ),
+        "{}",
+        dump(&o)
+    );
+    assert_ok(&check("1Gi"));
+    // Resized: a joiner takes the pool's cap whatever its own, as the library does.
+    assert_ok(&run(&mut s.gpucap(&["pool", "resize", "t", "1536Mi"])));
+    assert_ok(&check("2Gi"));
+    kill(a);
+    assert_ok(&check("2Gi"));
+}
+
 #[test]
 fn a_resize_errors_name_what_is_wrong() {
     let s = Scratch::new("pool-resize-errors");

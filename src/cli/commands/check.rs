@@ -53,6 +53,16 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
             return EXIT_USAGE;
         }
     };
+    // A cap other than the live members' is refused by the library at cuInit: said now
+    // (under a ceiling handed down, a process joins held at its own, said at cuInit).
+    if let (Some(spec), driver::Probe::Devices(devices)) = (config.pool.as_ref(), &probe)
+        && config.bound.is_none()
+        && let Some(msg) =
+            pool::live_cap_mismatch(spec, config.pool_dir.as_deref(), &config, devices)
+    {
+        eprintln!("{msg}");
+        return EXIT_USAGE;
+    }
     if let Some(warning) = report::probe_warning(&probe) {
         eprintln!("{warning}");
     }

@@ -48,6 +48,10 @@ pub struct GpuView {
     /// holds, a guarantee or ceiling above the cap, guarantees summing above it): shown
     /// clamped to the cap; the next joiner or refusal repairs them (`repair`).
     pub share_drift: bool,
+    /// The pool's cap was set by `gpucap pool resize` (or `set`): a member started with
+    /// another `GPUCAP_LIMIT` takes it while members hold the pool (`cap_to_register`).
+    #[serde(skip)]
+    pub resized: bool,
 }
 
 /// Who holds a GPU's word lock.
@@ -142,6 +146,7 @@ impl Pool<'_> {
                     raw_uuid: raw,
                     guaranteed: 0,
                     share_drift: false,
+                    resized: w.gpu(g, layout::G_CAP_GEN).load(Relaxed) != 0,
                 },
             ));
         }

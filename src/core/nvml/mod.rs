@@ -244,6 +244,7 @@ mod tests {
             raw_uuid: raw,
             guaranteed: 0,
             share_drift: false,
+            resized: false,
         };
         let used_of = |raw: [u8; 16]| {
             members
