@@ -71,11 +71,27 @@ fn a_gpucap_lib_that_is_not_libgpucap_is_refused_and_nothing_runs() {
 fn a_jupyter_kernel_with_no_cap_is_not_installed() {
     let dir = scratch("cli-jupyter-uncapped");
     let data = dir.join("jupyter-data");
-    for args in [
-        &["jupyter", "install", "--pool", "off"][..],
-        &["jupyter", "install", "--pool", "team"][..],
+    // A cap in the installing shell's environment (or a driver's variable there) is not
+    // the kernel's: the Jupyter server starts it with its own (before, the kernel was
+    // installed as `gpucap run --pool team -- python …` and ran uncapped).
+    for (args, env) in [
+        (&["jupyter", "install", "--pool", "off"][..], None),
+        (&["jupyter", "install", "--pool", "team"][..], None),
+        (
+            &["jupyter", "install", "--pool", "team"][..],
+            Some(("GPUCAP_LIMIT", "8Gi")),
+        ),
+        (
+            &["jupyter", "install", "--pool", "team"][..],
+            Some(("CUDA_DEVICE_MEMORY_LIMIT", "8192m")),
+        ),
     ] {
-        let o = run(gpucap(args, &dir).env("JUPYTER_DATA_DIR", &data));
+        let mut c = gpucap(args, &dir);
+        c.env("JUPYTER_DATA_DIR", &data);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let o = run(&mut c);
         assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", dump(&o));
         assert!(
             stderr(&o).contains("no kernel installed: no cap is set"),

@@ -7,9 +7,17 @@ use crate::jupyter;
 use crate::term::print_out;
 
 /// Whether a kernel with these options would run uncapped (where `run` says so; the
-/// options were checked already).
+/// options were checked already). The kernel runs in the Jupyter server's environment,
+/// not this shell's: only its options and the configuration files count, none of this
+/// shell's variables gpucap reads (a `GPUCAP_LIMIT` exported here is not the kernel's).
 fn uncapped(overrides: &crate::args::Overrides) -> bool {
-    let Ok((config, vars)) = crate::environment::load(overrides) else {
+    use std::os::unix::ffi::OsStrExt;
+    let vars = std::env::vars_os()
+        .filter(|(k, _)| !gpucap_core::config::looked_at(k.as_bytes()))
+        .collect::<Vec<_>>();
+    let vars =
+        crate::environment::dedup_first(crate::environment::apply_overrides(vars, overrides));
+    let Ok(config) = gpucap_core::config::from_vars(vars.iter().map(|(k, v)| (k, v))) else {
         return false;
     };
     let Ok(lib) = crate::environment::library(&vars) else {
@@ -37,8 +45,10 @@ pub fn command(command: JupyterCommand) -> i32 {
             if uncapped(&install.overrides) {
                 eprintln!(
                     "gpucap: no kernel installed: no cap is set (no --limit, no --ceiling, no \
-                     gpucap.env with a cap), so the kernel would run uncapped; give --limit \
-                     SPEC (e.g. --limit 8Gi), with --pool NAME to share it"
+                     gpucap.env with a cap; a cap in this shell's environment is not the \
+                     kernel's, which the Jupyter server starts with its own), so the kernel \
+                     would run uncapped; give --limit SPEC (e.g. --limit 8Gi), with --pool \
+                     NAME to share it"
                 );
                 return EXIT_USAGE;
             }
