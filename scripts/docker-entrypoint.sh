@@ -77,6 +77,12 @@ fi
 
 [ -x "$gpucap" ] || die "cannot find gpucap at $gpucap (set GPUCAP_HOME to the directory that holds gpucap and libgpucap.so)"
 [ -f "$lib" ] || die "cannot find libgpucap.so at $lib (set GPUCAP_HOME, or GPUCAP_LIB to the library)"
+# An absolute path: /etc/ld.so.preload (and processes started elsewhere) would not find a
+# relative one, and run uncapped.
+case $lib in
+    /*) ;;
+    *) lib=$PWD/$lib ;;
+esac
 # LD_PRELOAD and /etc/ld.so.preload split their lists on spaces and colons, with no escape.
 case $lib in
     *[[:space:]:]*) die "the path of libgpucap.so ($lib) contains a space or a colon, which LD_PRELOAD and /etc/ld.so.preload cannot express: install gpucap in a directory without them (GPUCAP_HOME), or set GPUCAP_LIB to such a path" ;;
@@ -96,9 +102,15 @@ if [ -z "${GPUCAP_POOL+set}" ] && [ -z "${CUDA_DEVICE_MEMORY_SHARED_CACHE+set}" 
     export GPUCAP_POOL
 fi
 
-# Validate, and write gpucap.env beside the library when its directory is writable.
+# Validate, and write gpucap.env beside the library when it can be written: its directory
+# writable, and the file, where one is there, too (a ConfigMap mounted read-only there is
+# the operator's, and a ceiling: checked, never written).
 env_file=$(dirname -- "$lib")/gpucap.env
-if [ -w "$(dirname -- "$lib")" ]; then
+env_writable=false
+if [ -w "$(dirname -- "$lib")" ] && { ! [ -e "$env_file" ] || { [ -f "$env_file" ] && [ -w "$env_file" ]; }; }; then
+    env_writable=true
+fi
+if $env_writable; then
     out=$("$gpucap" check --write-env "$env_file" 2>&1)
 else
     out=$("$gpucap" check 2>&1)
@@ -111,7 +123,7 @@ fi
 case ${GPUCAP_LOG:-} in
     [Ii][Nn][Ff][Oo] | [Dd][Ee][Bb][Uu][Gg]) printf '%s\n' "$out" >&2 ;;
 esac
-if ! [ -w "$(dirname -- "$lib")" ]; then
+if ! $env_writable; then
     $ld_so_preload && die "cannot write $env_file, which GPUCAP_LD_SO_PRELOAD needs (processes without GPUCAP_* variables read it)"
     printf 'gpucap-entrypoint: warning: cannot write %s: processes that lose the environment (su -, ssh, sudo) will not be capped\n' "$env_file" >&2
 fi

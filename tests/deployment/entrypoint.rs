@@ -429,6 +429,81 @@ fn ld_so_preload_install_is_idempotent_and_keeps_other_lines() {
     assert!(!etc2.join("ld.so.preload").exists());
 }
 
+/// A relative `GPUCAP_LIB` goes into /etc/ld.so.preload as an absolute path: before, it
+/// was written as given (`./libgpucap.so`), which the loader cannot preload for a
+/// process started anywhere else, so those ran uncapped.
+#[test]
+fn a_relative_library_path_goes_into_ld_so_preload_absolute() {
+    let inst = Install::new("ep-ldso-relative");
+    let etc = inst.dir.join("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    let o = run(inst
+        .entrypoint(&["true"])
+        .current_dir(&inst.home)
+        .env("GPUCAP_LIB", "./libgpucap.so")
+        .env("GPUCAP_LD_SO_PRELOAD", "1")
+        .env("GPUCAP_ETC", &etc)
+        .env("GPUCAP_LIMIT", "1Gi"));
+    assert_ok(&o);
+    assert_eq!(
+        std::fs::read_to_string(etc.join("ld.so.preload")).unwrap(),
+        format!("{}/./libgpucap.so\n", inst.home.display())
+    );
+}
+
+/// A `gpucap.env` beside the library that this process may not write (an operator's,
+/// mounted read-only: a ConfigMap) is checked, never written, and the container starts
+/// under it; before, the entrypoint tried to write it and stopped the container with
+/// "the gpucap configuration is not valid".
+#[test]
+fn a_gpucap_env_that_cannot_be_written_is_checked_not_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let inst = Install::new("ep-env-readonly");
+    std::fs::write(inst.env_file(), "GPUCAP_LIMIT=1Gi\n").unwrap();
+    std::fs::set_permissions(inst.env_file(), std::fs::Permissions::from_mode(0o444)).unwrap();
+    // A read-only file is writable by root all the same: the test asks as another user
+    // where it runs as root, with `setpriv`.
+    let mut c = inst.entrypoint(&[&client(), "600", "600"]);
+    c.env("GPUCAP_LIMIT", "512Mi");
+    if unsafe { libc::geteuid() } == 0 {
+        // SAFETY (above): geteuid has no preconditions.
+        for d in [&inst.dir, &inst.home, &inst.pools] {
+            std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+        }
+        let program = c.get_program().to_owned();
+        let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+        let mut w = Command::new("setpriv");
+        w.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(program)
+            .args(args);
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => w.env(k, v),
+                None => w.env_remove(k),
+            };
+        }
+        c = w;
+    }
+    let o = run(&mut c);
+    assert_ok(&o);
+    assert!(
+        stderr(&o).contains("warning: cannot write"),
+        "the warning, and the container started\n{}",
+        dump(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(inst.env_file()).unwrap(),
+        "GPUCAP_LIMIT=1Gi\n",
+        "the operator's file is left as it is"
+    );
+    // Held at the environment's 512 MiB, under the file's 1 GiB ceiling.
+    assert!(
+        stdout(&o).contains("alloc 600 err CUDA_ERROR_OUT_OF_MEMORY"),
+        "{}",
+        dump(&o)
+    );
+}
+
 /// Waits until `path` exists (a harness limit of 60 s, not a timing assertion).
 fn wait_for(path: &Path) {
     let start = Instant::now();
