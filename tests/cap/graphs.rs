@@ -54,12 +54,15 @@ fn graph_memory_is_charged_as_the_driver_reserves_it() {
             );
             assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
             let refused = refusals(&stderr(&o));
+            let of = super::escapes::of_the(env);
             for api in [
-                "cuGraphInstantiateWithFlags of 640 MiB on GPU 0: 640 MiB of the 1 GiB cap in use",
-                "cuGraphLaunch of 640 MiB on GPU 0: 512 MiB of the 1 GiB cap in use",
+                format!(
+                    "cuGraphInstantiateWithFlags of 640 MiB on GPU 0: 640 MiB of {of} 1 GiB cap in use"
+                ),
+                format!("cuGraphLaunch of 640 MiB on GPU 0: 512 MiB of {of} 1 GiB cap in use"),
             ] {
                 assert!(
-                    refused.iter().any(|l| l.contains(api)),
+                    refused.iter().any(|l| l.contains(&api)),
                     "{mode} {env:?}: {api:?} in {refused:?}"
                 );
             }
@@ -99,10 +102,12 @@ fn a_graph_whose_nodes_cannot_be_listed_is_charged_what_the_driver_reserves() {
             err.contains("cuGraphInstantiateWithFlags: the graph's memory nodes could not be listed: charged the graph memory the driver reserves for it"),
             "{env:?}: {err}"
         );
+        let line = format!(
+            "refused cuMemAlloc of 512 MiB on GPU 0: 640 MiB of {} 1 GiB cap in use",
+            super::escapes::of_the(env)
+        );
         assert!(
-            refusals(&err).iter().any(|l| l.contains(
-                "refused cuMemAlloc of 512 MiB on GPU 0: 640 MiB of the 1 GiB cap in use"
-            )),
+            refusals(&err).iter().any(|l| l.contains(&line)),
             "{env:?}: {err}"
         );
     }

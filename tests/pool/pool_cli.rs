@@ -861,14 +861,15 @@ fn status_json_fields_are_the_documented_schema() {
     }
 }
 
-/// A request the member's own cap refuses (here larger than the cap) is a refusal the
-/// program sees like any other: the pool counts it, in `status` and in
-/// `gpucap_pool_refusals_total`.
+/// A request larger than the member's own cap is a refusal the program sees like any
+/// other: in a pool the pool's rule decides it (the pool's cap may have been raised since
+/// the member set its own), with the pool's line, and the pool counts it, in `status`
+/// and in `gpucap_pool_refusals_total`.
 #[test]
 fn a_refusal_by_the_members_own_cap_counts_in_the_pools_refusals() {
     let s = Scratch::new("pool-own-refusal");
     let a = s.member("t", "a", &["alloc:64Mi"]);
-    // 1.5 GiB against a 1 GiB cap: refused before the pool is asked.
+    // 1.5 GiB against a 1 GiB cap.
     let o = s.once("t", &["alloc:1536Mi"]);
     assert!(
         stdout(&o).contains(&format!("alloc {} 2", 1536 * MIB)),
@@ -876,7 +877,10 @@ fn a_refusal_by_the_members_own_cap_counts_in_the_pools_refusals() {
         dump(&o)
     );
     assert!(
-        stderr(&o).contains("refused cuMemAlloc of 1.5 GiB on GPU 0: 0 B of the 1 GiB cap in use"),
+        stderr(&o).contains(
+            "refused cuMemAlloc of 1.5 GiB on GPU 0: 64 MiB of the pool's 1 GiB cap in use, 0 B \
+             of it by this process"
+        ),
         "{}",
         dump(&o)
     );
