@@ -263,7 +263,8 @@ fn check_and_run_refuse_a_share_of_a_pool_with_no_cap_and_make_no_pool_file() {
 fn a_configuration_file_that_is_a_broken_link_or_says_a_name_twice_fails_closed() {
     let dir = scratch("file-fails-closed");
     let prog = compile_c("script", "", &["-lcuda"]);
-    let cases: [(&str, &dyn Fn(&Path), &str); 2] = [
+    type Make<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Make, &str); 2] = [
         (
             "link to nothing",
             &|f: &Path| std::os::unix::fs::symlink("/nonexistent/gpucap.env", f).unwrap(),
