@@ -94,8 +94,12 @@ pub fn suggestion(peaks: &[(u32, u64)]) -> Option<String> {
 pub fn measure_text(processes: &[ProcessReport], command: &str, ceiling: Option<&Path>) -> String {
     let mut out: Vec<String> = Vec::new();
     if processes.is_empty() {
+        // Nothing written: no CUDA call, or every process that made one ended without
+        // `exit()`, which writes no figures (reports.md); which of the two is not known.
         out.push(
-            "measure: no process made a CUDA call under gpucap: no GPU memory to measure"
+            "measure: no figures: no process made a CUDA call under gpucap, or each one that \
+             did ended without exit() (a fatal signal, SIGKILL, _exit, as forked workers \
+             end), which leaves none: nothing to suggest"
                 .to_string(),
         );
         return lines(out);
@@ -487,7 +491,7 @@ mod tests {
         let t = measure_text(&two, "x", None);
         assert!(t.contains("pid 8 (prog): GPU 0: peak 3 GiB"), "{t}");
         assert!(t.contains("--limit 0=4Gi,1=1.25Mi "), "{t}");
-        assert!(measure_text(&[], "x", None).contains("no process made a CUDA call"));
+        assert!(measure_text(&[], "x", None).contains("no figures: no process made a CUDA call"));
         assert!(measure_text(&[proc_with(1, &[])], "x", None).contains("no limit to suggest"));
         assert_eq!(suggestion(&[(0, GIB), (2, GIB)]).as_deref(), Some("1.25Gi"));
     }

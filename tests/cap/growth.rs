@@ -149,6 +149,31 @@ fn a_request_larger_than_the_cap_is_refused_without_touching_retained_pages() {
     assert_eq!(info_lines(&o), vec![(0, GIB)]);
 }
 
+/// A request of the largest size there is is a refusal like any other in growth mode:
+/// said in a line and counted (before, growth mode refused it with no line and did not
+/// count it, where normal mode did both).
+#[test]
+fn a_request_of_the_largest_size_is_said_and_counted_in_growth_mode() {
+    let dir = scratch("growth-max");
+    for growth in [false, true] {
+        let o = run(script_cmd(&dir.join("stats.json"), "16Gi", "1Gi", growth)
+            .env("GPUCAP_LOG", "info")
+            .arg(format!("alloc:{}", u64::MAX)));
+        assert_eq!(alloc_rcs(&o), vec![2], "growth {growth}\n{}", dump(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("gpucap: refused cuMemAlloc of 15.99 EiB on GPU 0"),
+            "growth {growth}\n{}",
+            dump(&o)
+        );
+        assert!(
+            err.contains("1 refused (largest 15.99 EiB)"),
+            "growth {growth}\n{}",
+            dump(&o)
+        );
+    }
+}
+
 fn spawn(cmd: &mut Command) -> Child {
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())

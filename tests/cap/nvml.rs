@@ -462,7 +462,8 @@ fn reading_nvml_does_not_initialise_cuda() {
         .args(["list", "dl"]));
     assert!(o.status.success(), "{}", dump(&o));
     assert!(
-        stderr(&o).contains("gpucap: measure: no process made a CUDA call under gpucap"),
+        stderr(&o)
+            .contains("gpucap: measure: no figures: no process made a CUDA call under gpucap"),
         "{}",
         dump(&o)
     );
@@ -499,7 +500,8 @@ fn reading_nvml_does_not_initialise_cuda() {
         .arg(root().join("tests/clients/nvml_client.py")));
     assert!(
         o.status.success()
-            && stderr(&o).contains("gpucap: measure: no process made a CUDA call under gpucap"),
+            && stderr(&o)
+                .contains("gpucap: measure: no figures: no process made a CUDA call under gpucap"),
         "{}",
         dump(&o)
     );

@@ -614,7 +614,8 @@ fn measure_passes_the_exit_status_through() {
         let o = run(gpucap(&dir).args(["run", "--measure", "--", "sh", "-c", script]));
         assert_eq!(o.status.code(), Some(code), "{script}\n{}", dump(&o));
         assert!(
-            stderr(&o).contains("gpucap: measure: no process made a CUDA call under gpucap"),
+            stderr(&o)
+                .contains("gpucap: measure: no figures: no process made a CUDA call under gpucap"),
             "{}",
             dump(&o)
         );

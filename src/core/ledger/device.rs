@@ -140,14 +140,15 @@ pub(super) fn add_within_cap(d: &Device, bytes: u64) -> Result<u64, (u64, u64)> 
     }
 }
 
-/// Adds `bytes` to `d`'s use whatever its cap (saturating): the new use.
+/// Adds `bytes` to `d`'s use whatever its cap: the new use, None where the sum would not
+/// fit a `u64` (nothing added: a rollback of a saturated sum would take off what was there).
 #[inline]
-pub(super) fn add_past_cap(d: &Device, bytes: u64) -> u64 {
+pub(super) fn add_past_cap(d: &Device, bytes: u64) -> Option<u64> {
     let old = d
         .used
-        .fetch_update(AcqRel, Acquire, |u| Some(u.saturating_add(bytes)))
-        .unwrap_or_else(|u| u);
-    old.saturating_add(bytes)
+        .fetch_update(AcqRel, Acquire, |u| u.checked_add(bytes))
+        .ok()?;
+    Some(old + bytes)
 }
 
 /// Raises `d`'s peak to `used` if it is higher. A plain load first: the peak rarely

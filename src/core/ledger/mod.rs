@@ -136,13 +136,14 @@ impl Ledger {
     ) -> Result<Reservation<'_>, Refusal> {
         let d = self.device(device)?;
         let size = asked.max(bytes);
-        let new = match add_within_cap(d, bytes) {
+        // In a pool the pool's rule decides: its cap as resized since this process set its
+        // own (a raise would be refused here at the old one), the member's ceiling, and a
+        // wait for memory (`GPUCAP_WAIT`) that other threads of this process may free too.
+        // Whatever the pool refuses is taken back below.
+        let added = add_within_cap(d, bytes)
+            .or_else(|over| self.pool().and_then(|_| add_past_cap(d, bytes)).ok_or(over));
+        let new = match added {
             Ok(new) => new,
-            // In a pool the pool's rule decides: its cap as resized since this process
-            // set its own (a raise would be refused here at the old one), the member's
-            // ceiling, and a wait for memory (`GPUCAP_WAIT`) that other threads of this
-            // process may free too. Whatever the pool refuses is taken back below.
-            Err(_) if self.pool().is_some() => add_past_cap(d, bytes),
             Err((used, cap)) => {
                 d.refusals.fetch_add(1, Relaxed);
                 d.largest_refused.fetch_max(size, Relaxed);

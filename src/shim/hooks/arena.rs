@@ -124,7 +124,9 @@ fn grow(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let bytes = n.checked_mul(page).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    // A size past a `u64` is asked as the most there is: refused by the cap, counted
+    // and said as any refusal (a bare error here was neither).
+    let bytes = n.saturating_mul(page);
     let reservation = SHIM
         .reserve(api, device, requested, bytes, in_hand.saturating_mul(page))
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
