@@ -73,8 +73,8 @@ pub fn check_kind(kind: &str) -> Result<(), String> {
     let bad = || {
         format!(
             "invalid --kind {kind:?}: VENDOR/CLASS, the vendor a domain name (lower-case \
-             letters, digits, '-' and '.') and the class letters, digits, '-', '_' or '.' \
-             (e.g. {DEFAULT_KIND})"
+             letters, digits, '-' and '.') and the class letters, digits, '-', '_' or '.', \
+             each starting with a letter, as CDI asks (e.g. {DEFAULT_KIND})"
         )
     };
     let (vendor, class) = kind.split_once('/').ok_or_else(bad)?;
@@ -86,7 +86,15 @@ pub fn check_kind(kind: &str) -> Result<(), String> {
             && !l.starts_with('-')
             && !l.ends_with('-')
     };
-    if vendor.len() > 253 || !vendor.split('.').all(label_ok) || !valid_segment(class) {
+    // CDI's parser wants each to start with a letter (`validateVendorOrClassName`,
+    // cncf-tags/container-device-interface pkg/parser): a runtime refuses the spec else.
+    let starts_with_letter = |s: &str| s.bytes().next().is_some_and(|c| c.is_ascii_alphabetic());
+    if vendor.len() > 253
+        || !vendor.split('.').all(label_ok)
+        || !valid_segment(class)
+        || !starts_with_letter(vendor)
+        || !starts_with_letter(class)
+    {
         return Err(bad());
     }
     Ok(())
@@ -280,6 +288,9 @@ mod tests {
             "a/b/c",
             "a/-b",
             "a_b/c",
+            // CDI's parser: a vendor and a class start with a letter.
+            "gpucap.io/8gi",
+            "3dfx.com/gpu",
         ] {
             assert!(
                 check_kind(bad).unwrap_err().contains("invalid --kind"),
