@@ -167,8 +167,8 @@ pub fn env_file(limit: &str, pool: &str) -> Result<String, String> {
     let text = config::format_env_file(vars)?;
     // The file's header names the entrypoint's command; this one is written here.
     Ok(text.replacen(
-        "written by `gpucap check --write-env` (the container\n# entrypoint)",
-        "written by `gpucap cdi generate`",
+        "written by `gpucap check --write-env` (the container\n# entrypoint). The shim",
+        "written by `gpucap cdi generate`.\n# The shim",
         1,
     ))
 }

@@ -286,6 +286,8 @@ fn check_row(o: &Output, vars: &[(String, String)], expect: Expect, place: Place
         Some("0"),
         "1 GiB served under the file's 256 MiB: {row}"
     );
+    // One prefix a line (the ceiling's notes carried their own, and the shim added one).
+    assert!(!err.contains("gpucap: gpucap:"), "a prefix twice: {row}");
     let ceiling_line = "asks more than the ceiling of GPU 0, 256 MiB";
     match expect {
         Expect::Holds | Expect::StaysInPool | Expect::Held(_) => {

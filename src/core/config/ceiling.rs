@@ -74,12 +74,12 @@ fn bind_to_file(
                     s => s,
                 };
                 c.notes.push(format!(
-                    "gpucap: {asked} would leave the pool {pool} that {from} names: the process \
+                    "{asked} would leave the pool {pool} that {from} names: the process \
                      stays in it (the environment may not leave a pool handed down)"
                 ));
             } else if dir_moved {
                 c.notes.push(format!(
-                    "gpucap: GPUCAP_POOL_DIR={:?} would move the pool {pool} that {from} names \
+                    "GPUCAP_POOL_DIR={:?} would move the pool {pool} that {from} names \
                      to another file: the process stays in the file's",
                     raw("GPUCAP_POOL_DIR").unwrap_or_default()
                 ));
