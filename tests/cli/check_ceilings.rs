@@ -126,3 +126,62 @@ fn check_under_a_ceiling_shows_both_figures_per_gpu_where_each_came_from_and_whi
         );
     }
 }
+
+/// `check --write-env` (what the container entrypoint runs) writes no `gpucap.env` that
+/// would lift `/etc/gpucap/gpucap.env`'s cap: a file beside the library is read in its
+/// place, so an environment asking 2 GiB above the image's 1 GiB is refused with a line
+/// and nothing is written; asking less is written. Before, the 2 GiB file was written and
+/// every process without variables ran at 2 GiB. `/etc` is an overlay in a mount
+/// namespace of the test's own.
+#[test]
+fn write_env_never_lifts_the_ceiling_of_etc() {
+    if !unshare_works() {
+        return;
+    }
+    let dir = scratch("check-write-env-etc");
+    let etc_file = dir.join("etc-gpucap.env");
+    std::fs::write(&etc_file, "GPUCAP_LIMIT=1Gi\n").unwrap();
+    let tmp = dir.join("etc-overlay");
+    std::fs::create_dir_all(&tmp).unwrap();
+    for (asked, written) in [("2Gi", false), ("512Mi", true)] {
+        let out = dir.join(format!("gpucap-{asked}.env"));
+        let mut c = fake_cmd("unshare", &dir.join("s.json"));
+        c.args(["-rm", "sh", "-c"])
+            .arg(
+                "set -e; t=$1; f=$2; shift 2; \
+                 mount -t tmpfs none \"$t\"; mkdir -p \"$t/u/gpucap\" \"$t/w\"; \
+                 cp \"$f\" \"$t/u/gpucap/gpucap.env\"; \
+                 mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
+                 exec \"$@\"",
+            )
+            .arg("sh")
+            .arg(&tmp)
+            .arg(&etc_file)
+            .arg(cli())
+            .args(["check", "--write-env"])
+            .arg(&out)
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("GPUCAP_LIB", shim())
+            .env("GPUCAP_LIMIT", asked);
+        let o = run(&mut c);
+        if written {
+            assert_ok(&o);
+            assert!(
+                std::fs::read_to_string(&out)
+                    .unwrap()
+                    .contains("GPUCAP_LIMIT=512Mi\n")
+            );
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+            assert!(
+                stderr(&o).contains(
+                    "GPUCAP_LIMIT=\"2Gi\" asks more than the ceiling of GPU 0, 1 GiB (from \
+                     /etc/gpucap/gpucap.env); not written"
+                ),
+                "{}",
+                dump(&o)
+            );
+            assert!(!out.exists(), "a file was written");
+        }
+    }
+}

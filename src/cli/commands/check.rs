@@ -93,6 +93,10 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
     }
     if let Some(file) = write_env {
         let file = Path::new(file);
+        if let Err(msg) = within_etc_ceiling(&config, &vars, &probe, file) {
+            eprintln!("{msg}");
+            return EXIT_USAGE;
+        }
         let mut vars = vars;
         // A pool named by HAMi-core's CUDA_DEVICE_MEMORY_SHARED_CACHE alone goes into the
         // file as GPUCAP_POOL (the file holds GPUCAP_* variables only).
@@ -120,4 +124,45 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         }
     }
     0
+}
+
+/// A `gpucap.env` written beside the library is read in place of
+/// `/etc/gpucap/gpucap.env` (by processes without `GPUCAP_*` variables), so it must not
+/// lift the cap that one hands down: Err where the environment (`config`, `vars`) asks
+/// more than it on a GPU of `probe` (or none), with the line that says so.
+fn within_etc_ceiling(
+    config: &config::Config,
+    vars: &[(std::ffi::OsString, std::ffi::OsString)],
+    probe: &driver::Probe,
+    file: &Path,
+) -> Result<(), String> {
+    let Some((etc, path)) = config::from_env_files(&[])? else {
+        return Ok(());
+    };
+    if etc.limit.is_none() {
+        return Ok(());
+    }
+    let raw = |name: &str| lookup(vars, name).map(|v| v.to_string_lossy().into_owned());
+    let under = config::under_file(config.clone(), &raw, etc, &path);
+    let (driver::Probe::Devices(devices), Some(bound)) = (probe, under.bound.as_ref()) else {
+        return Ok(());
+    };
+    for d in devices {
+        let c = config::device_cap(
+            &under,
+            d.ordinal as usize,
+            |s| s.for_device(d.ordinal, d.uuid.as_ref()),
+            || Some(d.total),
+        );
+        if let (true, Some(cap)) = (c.held, c.cap) {
+            return Err(format!(
+                "{}; not written: {}, read in its place by processes without GPUCAP_* \
+                 variables, would lift it",
+                config::held_line(bound, d.ordinal as usize, cap)
+                    .trim_end_matches(": the program runs at the ceiling"),
+                file.display()
+            ));
+        }
+    }
+    Ok(())
 }
