@@ -55,7 +55,8 @@ fn state_in<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 /// entry is written back byte for byte (whatever version or fields it has).
 #[derive(Deserialize)]
 struct FileIn {
-    #[allow(dead_code)] // required: a file without it is no gpucap report
+    /// Required: a file without it is no gpucap report; one of another version is not
+    /// this version's to merge into (its entries would be relabelled as this one's).
     gpucap_report: u64,
     processes: Vec<Box<RawValue>>,
 }
@@ -101,10 +102,11 @@ pub fn render(entries: &[Entry]) -> String {
     s
 }
 
-/// The entries of a report file's text; None if it is not a gpucap report.
+/// The entries of a report file's text; None if it is not a gpucap report of this
+/// version (a writer then writes beside it, `PATH.<pid>`, never over it).
 pub fn entries_of(text: &str) -> Option<Vec<Entry>> {
     let file: FileIn = serde_json::from_str(text).ok()?;
-    Some(file.processes.into_iter().map(Entry).collect())
+    (file.gpucap_report == REPORT_VERSION).then(|| file.processes.into_iter().map(Entry).collect())
 }
 
 /// The `GPUCAP_LOG=info` line for one device at exit, e.g.
@@ -193,6 +195,8 @@ mod tests {
             "{\"gpucap_report\":1}",
             "{\"gpucap_report\":1,\"processes\":{}}",
             "[1] 2",
+            // Another version's: not relabelled as this one's.
+            "{\"gpucap_report\":2,\"processes\":[{\"id\":\"1-1\",\"future\":true}]}",
         ] {
             assert!(entries_of(bad).is_none(), "{bad:?}");
         }
