@@ -258,6 +258,15 @@ fn check_claim_dir(dir: &Path) -> Result<(), String> {
         Ok(m) if m.is_dir() => {
             if may_write(dir) {
                 Ok(())
+            } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::EROFS) {
+                // Its mode and group are not the cause: the advice to change them is not
+                // the fix.
+                Err(format!(
+                    "the claim's directory {} is on a read-only mount, so this process cannot \
+                     share the claim's budget: mount the claim's volume read-write in every \
+                     container of the claim",
+                    dir.display()
+                ))
             } else {
                 Err(unwritable_claim_dir(dir, Owned::of(&m), own_uid()))
             }

@@ -917,3 +917,42 @@ fn a_claims_live_members_are_resized() {
         "the member, held to 512 MiB: {a}"
     );
 }
+
+/// A claim's directory on a read-only mount is refused with a line that says so (before:
+/// that this uid may not write it, and to run the container in the directory's group,
+/// which would not have helped).
+#[test]
+fn a_claims_directory_on_a_read_only_mount_is_said_to_be_one() {
+    if !unshare_works() {
+        return;
+    }
+    let s = Scratch::new("claim-read-only");
+    let claim = claim_dir(&s, "claim");
+    let mut c = s.gpucap(&["check", "--limit", "1Gi"]);
+    let program = c.get_program().to_owned();
+    let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+    let mut w = std::process::Command::new("unshare");
+    w.args(["-rm", "sh", "-c"])
+        .arg("set -e; d=$1; shift; mount --bind \"$d\" \"$d\"; mount -o remount,bind,ro \"$d\"; exec \"$@\"")
+        .arg("sh")
+        .arg(&claim)
+        .arg(program)
+        .args(args);
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => w.env(k, v),
+            None => w.env_remove(k),
+        };
+    }
+    w.env("GPUCAP_CLAIM_DIR", &claim);
+    let o = run(&mut w);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "the claim's directory {} is on a read-only mount",
+            claim.display()
+        )),
+        "{}",
+        dump(&o)
+    );
+}
