@@ -352,7 +352,11 @@ fn check_shows_the_pool_and_refuses_an_unsafe_directory() {
     let a = s.member("c", "a", &["alloc:10Mi"]);
     let b = s.member("c", "b", &["alloc:10Mi"]);
     let _ = kill(b);
-    let o = run(s.gpucap(&["check"]).env("GPUCAP_POOL", "c"));
+    // (The members' cap: another is refused, as the library refuses it at cuInit.)
+    let o = run(s
+        .gpucap(&["check"])
+        .env("GPUCAP_POOL", "c")
+        .env("GPUCAP_LIMIT", "1Gi"));
     assert_ok(&o);
     assert!(
         stdout(&o).contains(&format!(
