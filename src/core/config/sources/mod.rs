@@ -206,7 +206,8 @@ fn toolkit_shares(
     if !pooled_with_own_cap {
         config.notes.push(format!(
             "note: {request_name} is a guarantee only in a pool shared with others (GPUCAP_POOL \
-             and its cap GPUCAP_LIMIT); here the container is capped at its limit"
+             and its cap GPUCAP_LIMIT); here this process is capped at the limit on its own, \
+             not with the container's other processes (a pool, GPUCAP_POOL, shares it)"
         ));
         return Ok(());
     }
