@@ -384,3 +384,16 @@ pub fn wait_ready(child: &mut std::process::Child, ready: &Path, what: &str) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// `outer` (a wrapper: `setpriv …`, `unshare … sh -c …`, its own arguments given) running
+/// `inner`'s program and arguments last, with `inner`'s environment changes.
+pub fn wrap(mut outer: Command, inner: &Command) -> Command {
+    outer.arg(inner.get_program()).args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => outer.env(k, v),
+            None => outer.env_remove(k),
+        };
+    }
+    outer
+}

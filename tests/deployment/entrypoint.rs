@@ -470,19 +470,9 @@ fn a_gpucap_env_that_cannot_be_written_is_checked_not_written() {
         for d in [&inst.dir, &inst.home, &inst.pools] {
             std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
         }
-        let program = c.get_program().to_owned();
-        let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
         let mut w = Command::new("setpriv");
-        w.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(program)
-            .args(args);
-        for (k, v) in c.get_envs() {
-            match v {
-                Some(v) => w.env(k, v),
-                None => w.env_remove(k),
-            };
-        }
-        c = w;
+        w.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        c = wrap(w, &c);
     }
     let o = run(&mut c);
     assert_ok(&o);

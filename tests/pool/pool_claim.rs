@@ -928,22 +928,12 @@ fn a_claims_directory_on_a_read_only_mount_is_said_to_be_one() {
     }
     let s = Scratch::new("claim-read-only");
     let claim = claim_dir(&s, "claim");
-    let mut c = s.gpucap(&["check", "--limit", "1Gi"]);
-    let program = c.get_program().to_owned();
-    let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
     let mut w = std::process::Command::new("unshare");
     w.args(["-rm", "sh", "-c"])
         .arg("set -e; d=$1; shift; mount --bind \"$d\" \"$d\"; mount -o remount,bind,ro \"$d\"; exec \"$@\"")
         .arg("sh")
-        .arg(&claim)
-        .arg(program)
-        .args(args);
-    for (k, v) in c.get_envs() {
-        match v {
-            Some(v) => w.env(k, v),
-            None => w.env_remove(k),
-        };
-    }
+        .arg(&claim);
+    let mut w = wrap(w, &s.gpucap(&["check", "--limit", "1Gi"]));
     w.env("GPUCAP_CLAIM_DIR", &claim);
     let o = run(&mut w);
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
