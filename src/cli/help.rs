@@ -429,8 +429,8 @@ options:
   -h, --help     show this help
 
 exit status: 0; 1 when the pool named does not exist or is in use (clean), or a
-resize or set was refused (or named no live member); 2 for a usage error or a pool directory that is not safe
-(another user's, or writable by others).";
+resize or set was refused (or named no live member); 2 for a usage error, a pool directory that is not safe
+(another user's, or writable by others), or a file named that is not a pool file this gpucap can read.";
 
 /// The help text of `topic`.
 pub fn help(topic: Topic) -> &'static str {
