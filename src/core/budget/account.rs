@@ -454,9 +454,7 @@ impl Member<'_> {
         let since = self.w.gpu(g, G_LOCK_SINCE);
         let seen = since.load(Relaxed);
         if seen & LOCK_HOLDER != holder {
-            let ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
+            let ms = super::layout::now_ms();
             let _ = since.compare_exchange(seen, ms << 16 | holder, Relaxed, Relaxed);
         }
     }

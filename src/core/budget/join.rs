@@ -251,9 +251,7 @@ impl<'a> Member<'a> {
             self.sweep();
             return;
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now = layout::now_ms();
         let word = self.w.header(layout::H_JOIN_SWEPT_MS);
         let last = word.load(Acquire);
         if now.abs_diff(last) >= JOIN_SWEEP_EVERY_MS

@@ -242,6 +242,14 @@ pub const LOCK_WAITING: u64 = 1 << 16;
 pub const S_WAIT_LOOK: usize = 0;
 /// See [`S_WAIT_LOOK`]: twenty of a waiter's rechecks (50 ms each) missed.
 pub const STALE_WAITER_MS: u64 = 1000;
+
+/// The clock of the file's time words ([`H_JOIN_SWEPT_MS`], [`G_LOCK_SINCE`],
+/// [`S_WAIT_LOOK`]): milliseconds since the Unix epoch, 0 where the clock is before it.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 pub const S_PID: usize = 1;
 pub const S_PIDNS: usize = 2;
 pub const S_START_MS: usize = 3;

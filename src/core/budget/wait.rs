@@ -11,7 +11,7 @@ use super::account::PoolRefusal;
 use super::gpu_words::GpuWords;
 use super::layout::{
     G_LARGEST_REFUSED, G_REFUSALS, G_TICKET, G_WAIT_MS, G_WAIT_SEQ, G_WAITERS, G_WAITS, M_USED,
-    M_WAIT, S_WAIT_LOOK, STALE_WAITER_MS, STATE_LIVE,
+    M_WAIT, S_WAIT_LOOK, STALE_WAITER_MS, STATE_LIVE, now_ms,
 };
 use super::member::Member;
 use super::notes::WaitNote;
@@ -260,13 +260,6 @@ impl Member<'_> {
             ceiling: None,
         }
     }
-}
-
-/// Milliseconds since the epoch (0 where the clock is before it).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Whether a waiter whose last look was `look` (0: never said) has not looked for
