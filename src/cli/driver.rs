@@ -18,6 +18,19 @@ pub struct Device {
     pub uuid: Option<[u8; 16]>,
 }
 
+impl Device {
+    /// This GPU's cap under `config` (`config::device_cap`: a fraction resolved against
+    /// its memory, a ceiling handed down applied).
+    pub fn cap(&self, config: &gpucap_core::config::Config) -> gpucap_core::config::DeviceCap {
+        gpucap_core::config::device_cap(
+            config,
+            self.ordinal as usize,
+            |s| s.for_device(self.ordinal, self.uuid.as_ref()),
+            || Some(self.total),
+        )
+    }
+}
+
 /// What the driver said.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Probe {

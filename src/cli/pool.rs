@@ -156,7 +156,6 @@ pub fn live_cap_mismatch(
     if !view.members.iter().any(|m| m.alive) {
         return None; // the next member sets the pool's cap
     }
-    let shown = |c: Option<u64>| c.map_or("no cap".to_string(), format_bytes);
     devices.iter().find_map(|d| {
         let uuid = d.uuid?;
         let gpu = view
@@ -165,21 +164,15 @@ pub fn live_cap_mismatch(
             .find(|g| gpucap_core::identity::parse_uuid(&g.uuid) == Some(uuid))
             // Resized: a joiner takes the pool's cap, whatever its own.
             .filter(|g| !g.resized)?;
-        let ours = gpucap_core::config::device_cap(
-            config,
-            d.ordinal as usize,
-            |s| s.for_device(d.ordinal, Some(&uuid)),
-            || Some(d.total),
-        )
-        .cap;
+        let ours = d.cap(config).cap;
         (ours != gpu.cap).then(|| {
+            let e = gpucap_core::budget::CapMismatch::Differs {
+                ours,
+                pool: gpu.cap,
+            };
             format!(
-                "gpucap: cannot join the pool {spec}: this process caps GPU {} at {}, the \
-                 pool's live members at {} (every member of a pool must set the same \
-                 GPUCAP_LIMIT; gpucap pool resize changes the pool's)",
-                d.ordinal,
-                shown(ours),
-                shown(gpu.cap)
+                "gpucap: cannot join the pool {spec}: {}",
+                e.text(d.ordinal as usize)
             )
         })
     })

@@ -254,21 +254,7 @@ fn register(
     ordinal: usize,
     gpu: &Gpu,
 ) -> Result<(Option<u64>, Option<u64>), String> {
-    let mismatch = |e: CapMismatch| {
-        let shown = |c: Option<u64>| c.map_or("no cap".to_string(), format_bytes);
-        match e {
-            CapMismatch::Differs { ours, pool } => format!(
-                "this process caps GPU {ordinal} at {}, the pool's live members at {} \
-                 (every member of a pool must set the same GPUCAP_LIMIT)",
-                shown(ours),
-                shown(pool)
-            ),
-            CapMismatch::TooManyGpus => format!(
-                "GPU {ordinal}: a pool holds {} GPUs at most",
-                gpucap_core::budget::MAX_POOL_GPUS
-            ),
-        }
-    };
+    let mismatch = |e: CapMismatch| e.text(ordinal);
     let mut cap = gpu.cap;
     // A resize between two tries changes the pool's cap again: tried a few times.
     for _ in 0..4 {

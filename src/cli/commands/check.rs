@@ -148,12 +148,7 @@ fn within_etc_ceiling(
         return Ok(());
     };
     for d in devices {
-        let c = config::device_cap(
-            &under,
-            d.ordinal as usize,
-            |s| s.for_device(d.ordinal, d.uuid.as_ref()),
-            || Some(d.total),
-        );
+        let c = d.cap(&under);
         if let (true, Some(cap)) = (c.held, c.cap) {
             return Err(format!(
                 "{}; not written: {}, read in its place by processes without GPUCAP_* \

@@ -1,7 +1,7 @@
 //! The lines of a configuration under a `gpucap.env` file's ceiling: the ceiling and
 //! what the environment asked, and each GPU's cap with where it came from.
 
-use gpucap_core::config::{self, Config, Limit, LimitFrom};
+use gpucap_core::config::{Config, Limit, LimitFrom};
 use gpucap_core::size::format_bytes;
 
 use super::limits::describe_limit;
@@ -37,12 +37,7 @@ pub fn ceiling_lines(config: &Config) -> Vec<String> {
 /// came from. None without a ceiling.
 pub fn device_under_ceiling(config: &Config, d: &Device) -> Option<(Option<Limit>, String)> {
     let b = config.bound.as_ref()?;
-    let capped = config::device_cap(
-        config,
-        d.ordinal as usize,
-        |s| s.for_device(d.ordinal, d.uuid.as_ref()),
-        || Some(d.total),
-    );
+    let capped = d.cap(config);
     let (asked, ceiling) = (capped.asked, capped.ceiling);
     // Both figures of this GPU in bytes (a fraction resolved against its total), so
     // that the line shows which one holds and by how much.

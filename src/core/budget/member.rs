@@ -186,6 +186,26 @@ pub enum CapMismatch {
     TooManyGpus,
 }
 
+impl CapMismatch {
+    /// What a process refused for it is told, for its GPU `ordinal` (the library at
+    /// `cuInit`, `gpucap check` before it).
+    pub fn text(&self, ordinal: usize) -> String {
+        let shown = |c: Option<u64>| c.map_or("no cap".to_string(), crate::size::format_bytes);
+        match self {
+            CapMismatch::Differs { ours, pool } => format!(
+                "this process caps GPU {ordinal} at {}, the pool's live members at {} (every \
+                 member of a pool must set the same GPUCAP_LIMIT)",
+                shown(*ours),
+                shown(*pool)
+            ),
+            CapMismatch::TooManyGpus => format!(
+                "GPU {ordinal}: a pool holds {} GPUs at most",
+                layout::MAX_POOL_GPUS
+            ),
+        }
+    }
+}
+
 /// In a [`Member`]'s `route`: the member holds a guarantee or a ceiling there.
 pub(super) const OWN_SHARE: u32 = 1 << 31;
 

@@ -39,7 +39,7 @@ mod typed;
 mod vars;
 
 pub use ceiling::{HandedDown, from_file_alone, held_line, pool_held_line, under_file};
-pub use device_cap::device_cap;
+pub use device_cap::{DeviceCap, device_cap};
 pub use env::{from_vars, looked_at, nearest_name};
 pub use file::{ENV_FILE_NAME, format_env_file, from_env_files, has_gpucap_vars};
 pub use hami::HAMI_SHARED_CACHE;
