@@ -103,15 +103,7 @@ pub(crate) fn announce(path: &Path, sharing: Sharing, fd: RawFd) {
     );
     // Raw system calls, as the claim's sockets: the C library's `socket` and `bind`
     // would be two more imports the loader looks up at every process's start.
-    // SAFETY: no pointers.
-    let s = crate::sys::above_stdio(unsafe {
-        libc::syscall(
-            libc::SYS_socket,
-            libc::AF_UNIX,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            0,
-        )
-    } as RawFd);
+    let s = crate::sys::unix_socket(libc::SOCK_DGRAM);
     if s < 0 {
         return;
     }

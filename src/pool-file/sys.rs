@@ -28,6 +28,22 @@ pub fn memfd(name: &std::ffi::CStr, flags: libc::c_uint) -> RawFd {
     above_stdio(unsafe { libc::memfd_create(name.as_ptr(), flags) })
 }
 
+/// A close-on-exec Unix socket of `kind` (`SOCK_STREAM`, `SOCK_DGRAM`), by a raw system
+/// call (the C library's `socket` would be one more import the loader looks up at every
+/// process's start), its descriptor [above the standard three](above_stdio); negative
+/// where it failed (`errno` says why).
+pub fn unix_socket(kind: libc::c_int) -> RawFd {
+    // SAFETY: no pointers.
+    above_stdio(unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            libc::AF_UNIX,
+            kind | libc::SOCK_CLOEXEC,
+            0,
+        )
+    } as RawFd)
+}
+
 /// A descriptor this crate just made (a file, a memfd, a socket, one received), moved to a
 /// number above 2 where it got 0, 1 or 2: a program that closed its standard input, output
 /// or error before its first CUDA call would otherwise find gpucap's file there, its own

@@ -108,15 +108,7 @@ pub(super) fn close(fd: RawFd) {
 }
 
 pub(super) fn socket() -> RawFd {
-    // SAFETY: no pointers.
-    crate::sys::above_stdio(unsafe {
-        libc::syscall(
-            libc::SYS_socket,
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-        ) as RawFd
-    })
+    crate::sys::unix_socket(libc::SOCK_STREAM)
 }
 
 /// What asking the socket gave.
