@@ -3,8 +3,9 @@
 //! `mmap`, `fstat`, `lstat` on 64-bit Linux), and `access` as `faccessat`. Each other name
 //! would be one more import of libgpucap.so, which the dynamic loader looks up in every
 //! process the shim is preloaded into, CUDA or not, at its start. Beside them, a path as
-//! the C string they take, the message of one that failed, and a socket bound to an
-//! abstract name (a raw system call, as every socket call of this crate's).
+//! the C string they take, the message of one that failed, a Unix socket and one bound to
+//! an abstract name (raw system calls, as every socket call of this crate's), and every
+//! descriptor this crate makes moved above the standard three.
 
 use std::ffi::CString;
 use std::os::fd::RawFd;
