@@ -29,10 +29,8 @@ pub const DEFAULT_NAME: &str = "capped";
 /// The default `--dir`: where the device's files are put on the host.
 pub const DEFAULT_DIR: &str = "/var/lib/gpucap/cdi";
 /// The default `--pool`: the container's processes share one cap per GPU, as under
-/// gpucap's entrypoint: the shim reads the `-mntns` suffix as the number of the
-/// container's mount namespace (`container-4026532178`, the entrypoint's name), so
-/// containers that share `/dev/shm` (`--ipc=host`) keep their own pools.
-pub const DEFAULT_POOL: &str = "container-mntns";
+/// gpucap's entrypoint ([`PoolSpec::per_container`](gpucap_core::config::PoolSpec::per_container)).
+pub const DEFAULT_POOL: &str = gpucap_core::config::CONTAINER_POOL;
 
 /// What `gpucap cdi generate` was asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]

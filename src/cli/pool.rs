@@ -36,7 +36,7 @@ pub enum Located {
 /// not an error (no process has joined a pool there). A directory others could write
 /// in, or a `GPUCAP_POOL_DIR` that is missing or not a directory, is.
 pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<Located, String> {
-    let spec = &per_container(spec);
+    let spec = &spec.per_container();
     match gpucap_pool_file::locate(spec, pool_dir, false) {
         Ok(p) => Ok(Located::File(p)),
         Err(e) => match spec {
@@ -46,33 +46,6 @@ pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<Located, Strin
             },
             PoolSpec::Path(_) | PoolSpec::Claim(_) => Err(e),
         },
-    }
-}
-
-/// A pool name ending in `-mntns` (the CDI device's default, `container-mntns`) names
-/// the pool of this process's mount namespace: the number of `/proc/self/ns/mnt`
-/// instead of the suffix (`container-4026532178`), as the shim reads it
-/// (`src/shim/membership.rs`), so that `gpucap status` in a container finds the
-/// container's pool; without that link, the name without the suffix.
-pub fn per_container(spec: &PoolSpec) -> PoolSpec {
-    match spec {
-        PoolSpec::Name(n) if n.ends_with("-mntns") => {
-            let base = &n[..n.len() - "-mntns".len()];
-            let ns: String = std::fs::read_link("/proc/self/ns/mnt")
-                .map(|l| {
-                    l.to_string_lossy()
-                        .chars()
-                        .filter(char::is_ascii_digit)
-                        .collect()
-                })
-                .unwrap_or_default();
-            PoolSpec::Name(if ns.is_empty() {
-                base.to_string()
-            } else {
-                format!("{base}-{ns}")
-            })
-        }
-        other => other.clone(),
     }
 }
 

@@ -140,7 +140,7 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         .iter()
         .position(|m| m.get().is_none())
         .ok_or_else(|| format!("{GENERATIONS} nested forks joined pools already"))?;
-    let spec = &per_container(spec);
+    let spec = &spec.per_container();
     let path = gpucap_pool_file::locate(spec, config.pool_dir.as_deref(), true)?;
     // A `gpucap pool clean` removing the file between its open and the slot taken is
     // noticed, and the path opened again (see gpucap_pool_file's `removal`).
@@ -293,33 +293,6 @@ fn register(
         ours: gpu.cap,
         pool: cap,
     }))
-}
-
-/// What a pool name ending in `-mntns` stands for: the same name with the number of
-/// this process's mount namespace instead (`container-mntns`, the CDI device's default,
-/// is `container-4026532178`, the pool the entrypoint would name): one pool per
-/// container, also where containers share `/dev/shm` (`--ipc=host`). Without
-/// `/proc/self/ns/mnt`, the name without the suffix (`container`), as the entrypoint.
-/// `gpucap`'s own commands read it the same way (`src/cli/pool.rs`).
-fn per_container(spec: &PoolSpec) -> PoolSpec {
-    match spec {
-        PoolSpec::Name(n) if n.ends_with("-mntns") => {
-            let base = &n[..n.len() - "-mntns".len()];
-            let ns = std::fs::read_link("/proc/self/ns/mnt").ok().and_then(|l| {
-                let digits: String = l
-                    .to_string_lossy()
-                    .chars()
-                    .filter(char::is_ascii_digit)
-                    .collect();
-                (!digits.is_empty()).then_some(digits)
-            });
-            PoolSpec::Name(match ns {
-                Some(ns) => format!("{base}-{ns}"),
-                None => base.to_string(),
-            })
-        }
-        other => other.clone(),
-    }
 }
 
 /// Claims this process's guarantee and ceiling (`GPUCAP_GUARANTEE`, `GPUCAP_CEILING`)

@@ -105,12 +105,15 @@ fn every_driver(root: &Path) -> Vec<(&'static str, Vec<(String, String)>)> {
 }
 
 /// `program` on a 4 GiB fake GPU (shared by the test's processes) under the shim, with
-/// `env`.
+/// `env`; named pools (a grant's container pool) in the test's own directory.
 fn under_shim(program: &Path, dir: &Path, env: &[(String, String)], args: &[&str]) -> Command {
+    let pools = dir.join("pools");
+    std::fs::create_dir_all(&pools).unwrap();
     let mut c = fake_cmd(program, &dir.join("stats.json"));
     preload(&mut c)
         .env("FAKECUDA_TOTAL_MEM", "4Gi")
         .env("FAKECUDA_SHARED", dir.join("fake-gpu"))
+        .env("GPUCAP_POOL_DIR", &pools)
         .args(args);
     for (k, v) in env {
         c.env(k, v);
@@ -280,6 +283,52 @@ fn processes_of_one_claim_share_its_grant_and_another_claim_has_its_own() {
             "0",
             "{driver}: claim B was refused\n{}",
             dump(&b)
+        );
+    }
+}
+
+/// A grant that no claim directory comes with (the DRA example driver's, the toolkit's)
+/// is the container's: its processes share it in the container's pool, and
+/// `GPUCAP_POOL=off` does not take a process out of it.
+#[test]
+fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
+    const SIZE: u64 = 600 * MIB;
+    let alloc = format!("alloc:{SIZE}");
+    for (driver, env) in [
+        ("DRA example driver", dra_example()),
+        ("NVIDIA container toolkit", nvidia_toolkit()),
+    ] {
+        let dir = scratch("handover-container");
+        let first = holder(&dir, &env, "first", &[&alloc]);
+        let second = run(&mut under_shim(&script(), &dir, &env, &[&alloc]));
+        let mut off = env.clone();
+        off.push(("GPUCAP_POOL".into(), "off".into()));
+        let off = run(&mut under_shim(&script(), &dir, &off, &[&alloc]));
+        std::fs::write(dir.join("release"), b"").unwrap();
+        let first = first.wait_with_output().unwrap();
+        assert_eq!(alloc_rc(&first, SIZE), "0", "{driver}: first\n{}", dump(&first));
+        for (what, o) in [("second", &second), ("GPUCAP_POOL=off", &off)] {
+            assert_ne!(
+                alloc_rc(o, SIZE),
+                "0",
+                "{driver}: a {what} process of the container took 600 MiB beside the \
+                 first's 600 of the 1 GiB grant\n{}",
+                dump(o)
+            );
+            assert!(
+                refusals(&stderr(o))
+                    .iter()
+                    .any(|l| l.contains("of the pool's 1 GiB cap") && l.contains("container-")),
+                "{driver}: {what}'s refusal names no container pool\n{}",
+                dump(o)
+            );
+        }
+        assert!(
+            stderr(&off).contains(
+                "GPUCAP_POOL=\"off\" would leave the container's pool, which shares "
+            ),
+            "{driver}: GPUCAP_POOL=off said nothing\n{}",
+            dump(&off)
         );
     }
 }

@@ -68,6 +68,18 @@ fn bind_to_file(
             let dir_moved = matches!(pool, PoolSpec::Name(_))
                 && c.pool_dir.is_some()
                 && c.pool_dir != file.pool_dir;
+            if let Some(grant) = c.pool_of_grant.take() {
+                // The grant's container pool was only the default: the file's holds.
+                let by_default = super::sources::container_pool_note(&grant);
+                c.info.retain(|l| *l != by_default);
+                match raw("GPUCAP_POOL") {
+                    Some(v) => {
+                        let leaving = super::sources::leaving_container_pool(&v, &grant);
+                        c.notes.retain(|l| *l != leaving);
+                    }
+                    None => c.pool = None,
+                }
+            }
             if c.pool.as_ref() != Some(&pool) && (c.pool.is_some() || env_names_pool(raw)) {
                 let asked = match pool_vars_set(raw) {
                     s if s.is_empty() => "the environment's pool".to_string(),
@@ -456,6 +468,20 @@ mod tests {
         let c = merged(&[("GPUCAP_POOL", "off")], FILE);
         assert_eq!(c.pool, None);
         assert_eq!(cap0(&c).cap, Some(256 * MIB));
+        // A driver's grant's container pool is a default: a file's pool replaces it
+        // without a word, and a file without one keeps it.
+        let grant = [("GPU_DEVICE_0_MEMORY", "1Gi")];
+        let c = merged(&grant, file);
+        assert_eq!(c.pool, Some(PoolSpec::Name("ctr".into())));
+        assert!(c.notes.iter().all(|n| !n.contains("pool")), "{:?}", c.notes);
+        assert!(c.info.iter().all(|n| !n.contains("container")), "{:?}", c.info);
+        let c = merged(&[grant[0], ("GPUCAP_POOL", "off")], file);
+        assert_eq!(c.pool, Some(PoolSpec::Name("ctr".into())));
+        let lines: Vec<_> = c.notes.iter().filter(|n| n.contains("stays in")).collect();
+        assert_eq!(lines.len(), 1, "{:?}", c.notes);
+        assert!(lines[0].contains("/lib/gpucap.env"), "{lines:?}");
+        let c = merged(&grant, FILE);
+        assert_eq!(c.pool, Some(PoolSpec::Name("container-mntns".into())));
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub use limit::{
     parse_cap_size, parse_limit_spec,
 };
 pub use model::{Ceiling, Config, ConfigError, LogLevel};
-pub use pool_vars::{CLAIM_POOL_FILE, PoolSpec, parse_pool};
+pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
 pub use shares::shares_for;
 pub use typed::{flag_of_var, parse_typed, typed_value};
 

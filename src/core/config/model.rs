@@ -63,6 +63,10 @@ pub struct Config {
     /// `GPUCAP_POOL` (or HAMi-core's `CUDA_DEVICE_MEMORY_SHARED_CACHE`): the processes
     /// naming the same pool share one budget per GPU. None: each process is capped alone.
     pub pool: Option<PoolSpec>,
+    /// The driver's grant whose container pool [`Config::pool`] is by default (no
+    /// claim directory comes with the grant and the environment named no pool):
+    /// a configuration file that names a pool replaces it without a word.
+    pub pool_of_grant: Option<String>,
     /// `GPUCAP_POOL_DIR`: where named pools' files live.
     pub pool_dir: Option<PathBuf>,
     /// `GPUCAP_WAIT`: how long an allocation the pool cannot take now waits for members
@@ -102,6 +106,7 @@ impl Default for Config {
             notes: Vec::new(),
             info: Vec::new(),
             pool: None,
+            pool_of_grant: None,
             pool_dir: None,
             wait: std::time::Duration::ZERO,
             pool_members: None,

@@ -40,6 +40,47 @@ impl fmt::Display for PoolSpec {
     }
 }
 
+/// The suffix of a pool name that stands for this process's mount namespace.
+pub const PER_CONTAINER_SUFFIX: &str = "-mntns";
+
+/// The pool of a container's processes where nothing else names one: the CDI device
+/// `capped` writes it, and a driver's grant with no claim directory takes it.
+pub const CONTAINER_POOL: &str = "container-mntns";
+
+impl PoolSpec {
+    /// What a pool name ending in `-mntns` stands for: the same name with the number
+    /// of this process's mount namespace instead (`container-mntns` is
+    /// `container-4026532178`, the pool the entrypoint would name): one pool per
+    /// container, also where containers share `/dev/shm` (`--ipc=host`). Without
+    /// `/proc/self/ns/mnt`, the name without the suffix (`container`), as the
+    /// entrypoint. The shim and `gpucap`'s commands both read it so.
+    pub fn per_container(&self) -> PoolSpec {
+        let link = std::fs::read_link("/proc/self/ns/mnt").ok();
+        self.in_mount_namespace(link.as_deref().map(|l| l.to_string_lossy()).as_deref())
+    }
+
+    /// [`PoolSpec::per_container`] for the mount namespace whose link reads `link`
+    /// (`mnt:[4026532178]`).
+    fn in_mount_namespace(&self, link: Option<&str>) -> PoolSpec {
+        match self {
+            PoolSpec::Name(n) if n.ends_with(PER_CONTAINER_SUFFIX) => {
+                let base = &n[..n.len() - PER_CONTAINER_SUFFIX.len()];
+                let ns: String = link
+                    .unwrap_or_default()
+                    .chars()
+                    .filter(char::is_ascii_digit)
+                    .collect();
+                PoolSpec::Name(if ns.is_empty() {
+                    base.to_string()
+                } else {
+                    format!("{base}-{ns}")
+                })
+            }
+            other => other.clone(),
+        }
+    }
+}
+
 /// Parses a `GPUCAP_POOL` value: a name, an absolute path (it contains a `/`), or
 /// `off` (no pool: what turns off the container entrypoint's default).
 pub fn parse_pool(value: &str) -> Result<Option<PoolSpec>, String> {
@@ -119,4 +160,27 @@ pub fn parse_pool_dir(value: &str) -> Result<PathBuf, String> {
         return Err("the directory must be an absolute path".into());
     }
     Ok(PathBuf::from(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mntns_name_stands_for_the_mount_namespace_and_other_pools_for_themselves() {
+        let c = PoolSpec::Name(CONTAINER_POOL.into());
+        assert_eq!(
+            c.in_mount_namespace(Some("mnt:[4026532178]")),
+            PoolSpec::Name("container-4026532178".into())
+        );
+        assert_eq!(c.in_mount_namespace(None), PoolSpec::Name("container".into()));
+        for other in [
+            PoolSpec::Name("mntns".into()),
+            PoolSpec::Name("ctr".into()),
+            PoolSpec::Path("/x/container-mntns".into()),
+            PoolSpec::Claim("/c".into()),
+        ] {
+            assert_eq!(other.in_mount_namespace(Some("mnt:[7]")), other);
+        }
+    }
 }

@@ -96,8 +96,8 @@ pub const CDI_CHECK: &str = "/usr/local/lib/gpucap-cdi/gpucap check";
 /// Runs cudarc-client `600 600` (and NVML's view, and `check`, the command line of
 /// `gpucap check`) in `c` and checks that the second allocation was refused under a 1 GiB
 /// cap that cuMemGetInfo and NVML show; `says` is what `gpucap check` must name as the
-/// cap's source.
-pub fn assert_capped_at_1gib(rt: &Runtime, c: &mut Container, check: &str, says: &str) {
+/// cap's source. Returns what `gpucap check` printed.
+pub fn assert_capped_at_1gib(rt: &Runtime, c: &mut Container, check: &str, says: &str) -> String {
     c.shell(&format!(
         "{BIN}/cudarc-client 600 600 && echo --- && {BIN}/nvml list dl && echo --- && {check}"
     ));
@@ -124,6 +124,17 @@ pub fn assert_capped_at_1gib(rt: &Runtime, c: &mut Container, check: &str, says:
         parts[2].contains(says),
         "gpucap check does not name {says:?}\n{}",
         dump(&o)
+    );
+    parts[2].to_string()
+}
+
+/// A grant that no claim's directory comes with is shared in the container's pool, in
+/// the container's own `/dev/shm`: `gpucap check` says so.
+fn assert_in_the_containers_pool(check: &str) {
+    assert!(
+        check.contains("pool: one per container, container-mntns")
+            && check.contains("(file /dev/shm/gpucap-0/container-"),
+        "the grant is not the container's pool's\n{check}"
     );
 }
 
@@ -189,12 +200,13 @@ pub fn dra_example_driver_handover_caps_a_plain_image() {
     gpucap_library(&mut c, &dir);
     c.env("GPU_DEVICE_0", "gpu-0")
         .env("GPU_DEVICE_0_MEMORY", "1Gi");
-    assert_capped_at_1gib(
+    let check = assert_capped_at_1gib(
         &rt,
         &mut c,
         &check_with("/usr/local/lib/gpucap-cdi/libgpucap.so"),
         "GPU_DEVICE_0_MEMORY",
     );
+    assert_in_the_containers_pool(&check);
 }
 
 #[test]
@@ -206,10 +218,11 @@ pub fn nvidia_toolkit_handover_caps_a_plain_image() {
     c.env("NVIDIA_VISIBLE_DEVICES", GPU0)
         .env("NVIDIA_GPU_MEMORY_LIMIT", "1024")
         .env("NVIDIA_GPU_MEMORY_REQUEST", "512");
-    assert_capped_at_1gib(
+    let check = assert_capped_at_1gib(
         &rt,
         &mut c,
         &check_with("/usr/local/lib/gpucap-cdi/libgpucap.so"),
         "NVIDIA_GPU_MEMORY_LIMIT",
     );
+    assert_in_the_containers_pool(&check);
 }

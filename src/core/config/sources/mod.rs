@@ -36,7 +36,7 @@ pub use vgpu_manager::VGPU_MANAGER;
 use super::agreement::agree_by_ordinal;
 use super::limit::{Limit, LimitFrom, LimitSpec, limit_is_none};
 use super::model::{CapSource, Config, ConfigError, Origin};
-use super::pool_vars::PoolSpec;
+use super::pool_vars::{CONTAINER_POOL, PoolSpec};
 use super::shares::check_shares;
 
 /// Whether a driver source reads a variable of this name (the shim copies only those,
@@ -97,6 +97,8 @@ pub fn apply(
     }
     let none = raw("GPUCAP_LIMIT").filter(|v| limit_is_none(v));
     let pooled_with_own_cap = config.pool.is_some() && raw("GPUCAP_LIMIT").is_some();
+    // The first grant that no claim directory comes with: the container's.
+    let mut container_grant = None;
     for d in drivers {
         if let (Some(v), Some((source, _))) = (&none, &d.cap) {
             return Err(none_conflict(v, &source.name));
@@ -113,6 +115,9 @@ pub fn apply(
             }
         }
         if let Some((source, origins)) = d.cap {
+            if d.claim_dir.is_none() && container_grant.is_none() {
+                container_grant = Some(source.name.clone());
+            }
             add_cap(config, source)?;
             config.origins.extend(origins);
         }
@@ -120,7 +125,44 @@ pub fn apply(
             set_claim_pool(config, dir, &why, raw)?;
         }
     }
+    if let Some(grant) = container_grant {
+        set_container_pool(config, grant, raw);
+    }
     Ok(())
+}
+
+/// A driver's grant that no claim directory comes with (the DRA example driver's, the
+/// toolkit's, vgpu-manager's without its claim's directory) is the container's: where
+/// the environment names no pool, the container's processes share it in the
+/// container's pool ([`CONTAINER_POOL`]), not each the whole of it. `GPUCAP_POOL=off`
+/// does not leave it: the process stays in it, said in a line. A pool the environment
+/// names (`GPUCAP_POOL`) holds its members to the grant as one budget.
+fn set_container_pool(config: &mut Config, grant: String, raw: &dyn Fn(&str) -> Option<String>) {
+    if config.pool.is_some() {
+        return;
+    }
+    if let Some(v) = raw("GPUCAP_POOL") {
+        config.notes.push(leaving_container_pool(&v, &grant));
+    }
+    config.info.push(container_pool_note(&grant));
+    config.pool = Some(PoolSpec::Name(CONTAINER_POOL.into()));
+    config.pool_of_grant = Some(grant);
+}
+
+/// The line of `GPUCAP_POOL=v` (off) beside `grant`.
+pub fn leaving_container_pool(v: &str, grant: &str) -> String {
+    format!(
+        "GPUCAP_POOL={v:?} would leave the container's pool, which shares {grant}: the \
+         process stays in it (a driver's grant is the container's, not each process's)"
+    )
+}
+
+/// The line `gpucap check` prints for a grant's container pool.
+pub fn container_pool_note(grant: &str) -> String {
+    format!(
+        "pool: one per container, {CONTAINER_POOL} (the container's mount namespace): every \
+         process of the container shares {grant}"
+    )
 }
 
 /// The error of `GPUCAP_LIMIT=none` (`v`) beside a driver's grant (`source`): the
@@ -206,8 +248,8 @@ fn toolkit_shares(
     if !pooled_with_own_cap {
         config.notes.push(format!(
             "note: {request_name} is a guarantee only in a pool shared with others (GPUCAP_POOL \
-             and its cap GPUCAP_LIMIT); here this process is capped at the limit on its own, \
-             not with the container's other processes (a pool, GPUCAP_POOL, shares it)"
+             and its cap GPUCAP_LIMIT); here the container's processes share the limit, and \
+             the request is only noted"
         ));
         return Ok(());
     }

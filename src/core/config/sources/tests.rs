@@ -511,3 +511,49 @@ fn limit_none_beside_a_drivers_grant_is_a_conflict_naming_both() {
         }
     }
 }
+
+#[test]
+fn a_grant_without_a_claim_directory_is_shared_by_the_containers_processes() {
+    let container = Some(PoolSpec::Name(CONTAINER_POOL.into()));
+    let dra = [("GPU_DEVICE_0", "gpu-0"), ("GPU_DEVICE_0_MEMORY", "1Gi")];
+    let toolkit = [
+        ("NVIDIA_GPU_MEMORY_LIMIT", "1024"),
+        ("NVIDIA_GPU_MEMORY_REQUEST", "512"),
+    ];
+    let vgpu = [("CUDA_MEM_LIMIT_0", "1024m"), ("MANAGER_VISIBLE_DEVICE_0", GPU0)];
+    for grant in [&dra[..], &toolkit[..], &vgpu[..]] {
+        let c = vars(grant).unwrap();
+        assert_eq!(c.pool, container, "{grant:?}");
+        assert!(
+            c.info
+                .iter()
+                .any(|l| l.starts_with("pool: one per container, container-mntns")),
+            "{grant:?}: {:?}",
+            c.info
+        );
+        assert!(c.notes.iter().all(|n| !n.contains("stays in")), "{:?}", c.notes);
+        // GPUCAP_POOL=off does not leave it: the process stays, with a line.
+        let mut env = grant.to_vec();
+        env.push(("GPUCAP_POOL", "off"));
+        let c = vars(&env).unwrap();
+        assert_eq!(c.pool, container, "{env:?}");
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.starts_with("GPUCAP_POOL=\"off\" would leave the container's pool")),
+            "{env:?}: {:?}",
+            c.notes
+        );
+        // A pool the environment names holds its members to the grant as one budget.
+        let mut env = grant.to_vec();
+        env.push(("GPUCAP_POOL", "mine"));
+        let c = vars(&env).unwrap();
+        assert_eq!(c.pool, Some(PoolSpec::Name("mine".into())), "{env:?}");
+        assert_eq!(c.pool_of_grant, None);
+    }
+    // A claim's directory is the claim's pool, not the container's.
+    let c = vars(&[vgpu[0], vgpu[1], ("GPUCAP_CLAIM_DIR", "/mnt/claim")]).unwrap();
+    assert_eq!(c.pool, Some(PoolSpec::Claim("/mnt/claim".into())));
+    // GPUCAP_LIMIT alone is no driver's grant: the process is capped on its own.
+    assert_eq!(vars(&[("GPUCAP_LIMIT", "1Gi")]).unwrap().pool, None);
+}
