@@ -306,7 +306,12 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
         let off = run(&mut under_shim(&script(), &dir, &off, &[&alloc]));
         std::fs::write(dir.join("release"), b"").unwrap();
         let first = first.wait_with_output().unwrap();
-        assert_eq!(alloc_rc(&first, SIZE), "0", "{driver}: first\n{}", dump(&first));
+        assert_eq!(
+            alloc_rc(&first, SIZE),
+            "0",
+            "{driver}: first\n{}",
+            dump(&first)
+        );
         for (what, o) in [("second", &second), ("GPUCAP_POOL=off", &off)] {
             assert_ne!(
                 alloc_rc(o, SIZE),
@@ -324,9 +329,8 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
             );
         }
         assert!(
-            stderr(&off).contains(
-                "GPUCAP_POOL=\"off\" would leave the container's pool, which shares "
-            ),
+            stderr(&off)
+                .contains("GPUCAP_POOL=\"off\" would leave the container's pool, which shares "),
             "{driver}: GPUCAP_POOL=off said nothing\n{}",
             dump(&off)
         );

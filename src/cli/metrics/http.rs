@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use super::CONTENT_TYPE;
 
-/// What a request gets.
+/// What a request gets, and whether it was `HEAD` (`head`: the same answer without its
+/// body, whatever the answer: RFC 9110, 9.3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// `GET /metrics` (with `head`: `HEAD /metrics`, the same without the body).
+    /// `GET /metrics` or `HEAD /metrics`.
     Metrics { head: bool },
     /// Another path: 404.
-    NotFound,
+    NotFound { head: bool },
     /// Another method on /metrics: 405.
     MethodNotAllowed,
     /// Not an HTTP/1.x request line: 400.
@@ -22,7 +23,8 @@ pub enum Route {
 }
 
 /// The answer to a request whose head (request line and headers) is `head`. A query
-/// string is ignored (`/metrics?x=1` is `/metrics`).
+/// string is ignored (`/metrics?x=1` is `/metrics`), and a target in absolute form
+/// (`http://host:9400/metrics`, which a server must accept: RFC 9112, 3.2.2) is its path.
 pub fn route(head: &[u8]) -> Route {
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let Ok(line) = std::str::from_utf8(line) else {
@@ -34,17 +36,43 @@ pub fn route(head: &[u8]) -> Route {
     else {
         return Route::BadRequest;
     };
-    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
+    let Some(target) = origin_form(target) else {
+        return Route::BadRequest;
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() {
         return Route::BadRequest;
     }
+    let head = method == "HEAD";
     let path = target.split('?').next().unwrap_or(target);
     if path != "/metrics" {
-        return Route::NotFound;
+        return Route::NotFound { head };
     }
     match method {
-        "GET" => Route::Metrics { head: false },
-        "HEAD" => Route::Metrics { head: true },
+        "GET" | "HEAD" => Route::Metrics { head },
         _ => Route::MethodNotAllowed,
+    }
+}
+
+/// A request target as a path (`/metrics?x=1`): itself, or the path of one in absolute
+/// form (`http://host:9400/metrics?x=1`; `http://host` alone is `/`). None: neither.
+fn origin_form(target: &str) -> Option<&str> {
+    if target.starts_with('/') {
+        return Some(target);
+    }
+    let lower = target
+        .get(..8)
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    let rest = if lower.starts_with("http://") {
+        &target[7..]
+    } else if lower.starts_with("https://") {
+        &target[8..]
+    } else {
+        return None;
+    };
+    match rest.find(['/', '?']) {
+        Some(i) if rest[i..].starts_with('/') => Some(&rest[i..]),
+        Some(_) | None => Some("/"),
     }
 }
 
@@ -126,16 +154,21 @@ pub fn write_before(mut stream: &TcpStream, mut bytes: &[u8], deadline: Instant)
 }
 
 /// The answer to the request whose head is `head`; `scrape` gives the exposition
-/// (called for GET and HEAD /metrics only).
-pub fn answer(head: &[u8], scrape: impl FnOnce() -> String) -> Vec<u8> {
+/// (called for GET and HEAD /metrics only), or why there is none: then the answer is
+/// 500 with that line, so that Prometheus marks the target down (`up` 0) rather than
+/// taking an empty answer for no pools.
+pub fn answer(head: &[u8], scrape: impl FnOnce() -> Result<String, String>) -> Vec<u8> {
     let text = "text/plain; charset=utf-8";
     match route(head) {
-        Route::Metrics { head } => response("200 OK", CONTENT_TYPE, &scrape(), head),
-        Route::NotFound => response(
+        Route::Metrics { head } => match scrape() {
+            Ok(body) => response("200 OK", CONTENT_TYPE, &body, head),
+            Err(e) => response("500 Internal Server Error", text, &format!("{e}\n"), head),
+        },
+        Route::NotFound { head } => response(
             "404 Not Found",
             text,
             "not found: gpucap serves its metrics at /metrics\n",
-            false,
+            head,
         ),
         Route::MethodNotAllowed => response(
             "405 Method Not Allowed",
@@ -166,9 +199,32 @@ mod tests {
             r("HEAD /metrics HTTP/1.1\r\n\r\n"),
             Route::Metrics { head: true }
         );
-        assert_eq!(r("GET / HTTP/1.1\r\n\r\n"), Route::NotFound);
-        assert_eq!(r("GET /metrics/ HTTP/1.1\r\n\r\n"), Route::NotFound);
-        assert_eq!(r("GET /favicon.ico HTTP/1.1\r\n\r\n"), Route::NotFound);
+        let not_found = Route::NotFound { head: false };
+        assert_eq!(r("GET / HTTP/1.1\r\n\r\n"), not_found);
+        assert_eq!(r("GET /metrics/ HTTP/1.1\r\n\r\n"), not_found);
+        assert_eq!(r("GET /favicon.ico HTTP/1.1\r\n\r\n"), not_found);
+        assert_eq!(
+            r("HEAD /x HTTP/1.1\r\n\r\n"),
+            Route::NotFound { head: true }
+        );
+        // The absolute form of a target is its path.
+        for t in [
+            "http://127.0.0.1:9400/metrics",
+            "HTTP://node:9400/metrics?x=1",
+            "https://node/metrics",
+        ] {
+            assert_eq!(
+                r(&format!("GET {t} HTTP/1.1\r\n\r\n")),
+                Route::Metrics { head: false },
+                "{t}"
+            );
+        }
+        assert_eq!(r("GET http://node:9400 HTTP/1.1\r\n\r\n"), not_found);
+        assert_eq!(r("GET http://node?metrics HTTP/1.1\r\n\r\n"), not_found);
+        assert_eq!(
+            r("GET ftp://node/metrics HTTP/1.1\r\n\r\n"),
+            Route::BadRequest
+        );
         assert_eq!(r("POST /metrics HTTP/1.1\r\n\r\n"), Route::MethodNotAllowed);
         assert_eq!(r("GET /metrics\r\n\r\n"), Route::BadRequest);
         assert_eq!(r("GET /metrics SPDY/3\r\n\r\n"), Route::BadRequest);
@@ -190,5 +246,22 @@ mod tests {
         assert!(head.ends_with("Content-Length: 4\r\nConnection: close\r\n\r\n"));
         let no = String::from_utf8(response("405 Method Not Allowed", "t", "", false)).unwrap();
         assert!(no.contains("\r\nAllow: GET, HEAD\r\n"), "{no}");
+        // HEAD gets no body, whatever the answer; a failed reading is a 500 with its line.
+        let a = |req: &str, r: Result<String, String>| {
+            String::from_utf8(answer(req.as_bytes(), || r)).unwrap()
+        };
+        let nf = a("HEAD /x HTTP/1.1\r\n\r\n", Ok(String::new()));
+        assert!(
+            nf.starts_with("HTTP/1.1 404 ") && nf.ends_with("\r\n\r\n"),
+            "{nf}"
+        );
+        let e = a(
+            "GET /metrics HTTP/1.1\r\n\r\n",
+            Err("gpucap: --all: d: no".into()),
+        );
+        assert!(
+            e.starts_with("HTTP/1.1 500 ") && e.ends_with("\r\n\r\ngpucap: --all: d: no\n"),
+            "{e}"
+        );
     }
 }

@@ -85,15 +85,41 @@ impl Reader {
         }
     }
 
+    /// With `--all`: whether the pool directory can be used (a directory that does not
+    /// exist yet, made by the first member, can). The line to print if not.
+    pub fn check_dir(&self) -> Result<(), String> {
+        match self.which {
+            Which::All => self
+                .user_dir()
+                .map(|_| ())
+                .map_err(|e| format!("gpucap: --all: {e}")),
+            Which::Pools(_) => Ok(()),
+        }
+    }
+
     /// The pools, read now. Err: `--all`'s directory cannot be used (a line to print).
     pub fn read(&mut self) -> Result<Vec<Reading>, String> {
         let targets: Vec<(String, PoolSpec)> = match &self.which {
             Which::Pools(specs) => specs.iter().map(|s| (s.to_string(), s.clone())).collect(),
-            Which::All => self
-                .list()?
-                .into_iter()
-                .map(|n| (n.clone(), PoolSpec::Name(n)))
-                .collect(),
+            Which::All => match self.list() {
+                Ok(names) => names
+                    .into_iter()
+                    .map(|n| (n.clone(), PoolSpec::Name(n)))
+                    .collect(),
+                Err(e) => {
+                    // Out of descriptors, the listing fails: those of files gone from
+                    // their path are closed all the same, so that the next one can list.
+                    self.open.retain(|path, o| {
+                        let keep = std::fs::symlink_metadata(path)
+                            .is_ok_and(|m| (m.dev(), m.ino()) == o.id);
+                        if !keep {
+                            o.file.locks.forget_in_child();
+                        }
+                        keep
+                    });
+                    return Err(e);
+                }
+            },
         };
         let mut seen = Vec::new();
         let readings = targets

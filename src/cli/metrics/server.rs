@@ -150,15 +150,15 @@ fn exchange(stream: &TcpStream, shared: &Shared) {
 }
 
 /// One reading of the pools as an exposition; what changed is logged.
-fn scrape(reader: &mut Reader, log: &Mutex<Log>) -> String {
+fn scrape(reader: &mut Reader, log: &Mutex<Log>) -> Result<String, String> {
     match reader.read() {
         Ok(readings) => {
             lock(log).note(&readings);
-            exposition(&readings, &reader.lone(), reader.hami())
+            Ok(exposition(&readings, &reader.lone(), reader.hami()))
         }
         Err(e) => {
             lock(log).line(&e);
-            String::new()
+            Err(e)
         }
     }
 }

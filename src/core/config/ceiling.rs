@@ -474,7 +474,11 @@ mod tests {
         let c = merged(&grant, file);
         assert_eq!(c.pool, Some(PoolSpec::Name("ctr".into())));
         assert!(c.notes.iter().all(|n| !n.contains("pool")), "{:?}", c.notes);
-        assert!(c.info.iter().all(|n| !n.contains("container")), "{:?}", c.info);
+        assert!(
+            c.info.iter().all(|n| !n.contains("container")),
+            "{:?}",
+            c.info
+        );
         let c = merged(&[grant[0], ("GPUCAP_POOL", "off")], file);
         assert_eq!(c.pool, Some(PoolSpec::Name("ctr".into())));
         let lines: Vec<_> = c.notes.iter().filter(|n| n.contains("stays in")).collect();

@@ -173,7 +173,10 @@ mod tests {
             c.in_mount_namespace(Some("mnt:[4026532178]")),
             PoolSpec::Name("container-4026532178".into())
         );
-        assert_eq!(c.in_mount_namespace(None), PoolSpec::Name("container".into()));
+        assert_eq!(
+            c.in_mount_namespace(None),
+            PoolSpec::Name("container".into())
+        );
         for other in [
             PoolSpec::Name("mntns".into()),
             PoolSpec::Name("ctr".into()),

@@ -520,7 +520,10 @@ fn a_grant_without_a_claim_directory_is_shared_by_the_containers_processes() {
         ("NVIDIA_GPU_MEMORY_LIMIT", "1024"),
         ("NVIDIA_GPU_MEMORY_REQUEST", "512"),
     ];
-    let vgpu = [("CUDA_MEM_LIMIT_0", "1024m"), ("MANAGER_VISIBLE_DEVICE_0", GPU0)];
+    let vgpu = [
+        ("CUDA_MEM_LIMIT_0", "1024m"),
+        ("MANAGER_VISIBLE_DEVICE_0", GPU0),
+    ];
     for grant in [&dra[..], &toolkit[..], &vgpu[..]] {
         let c = vars(grant).unwrap();
         assert_eq!(c.pool, container, "{grant:?}");
@@ -531,7 +534,11 @@ fn a_grant_without_a_claim_directory_is_shared_by_the_containers_processes() {
             "{grant:?}: {:?}",
             c.info
         );
-        assert!(c.notes.iter().all(|n| !n.contains("stays in")), "{:?}", c.notes);
+        assert!(
+            c.notes.iter().all(|n| !n.contains("stays in")),
+            "{:?}",
+            c.notes
+        );
         // GPUCAP_POOL=off does not leave it: the process stays, with a line.
         let mut env = grant.to_vec();
         env.push(("GPUCAP_POOL", "off"));
