@@ -13,7 +13,7 @@ mod sources;
 
 use serde::Serialize;
 
-use gpucap_core::budget::PoolView;
+use gpucap_core::budget::{PoolView, shares};
 use gpucap_core::lone::LoneView;
 
 pub use names::{Gpus, unknown_user, user_name};
@@ -116,9 +116,19 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                     (c, None) => c,
                     (None, Some(ceil)) => Some(ceil),
                 };
-                let pool_room = pool_cap
-                    .zip(pool_gpu)
-                    .map(|(c, x)| c.saturating_sub(x.used));
+                // The pool's room keeps the other live members' unused guarantees for
+                // them, as the pool's rule does (`shares::free`).
+                let others_unused: u64 = p
+                    .view
+                    .members
+                    .iter()
+                    .filter(|o| o.alive && o.slot != m.slot)
+                    .flat_map(|o| o.gpus.iter().filter(|og| og.raw_uuid == g.raw_uuid))
+                    .map(|og| shares::unused(og.guarantee, og.used))
+                    .fold(0u64, u64::saturating_add);
+                let pool_room = pool_cap.zip(pool_gpu).map(|(c, x)| {
+                    c.saturating_sub(x.used).saturating_sub(others_unused)
+                });
                 let own_room = cap.map(|c| c.saturating_sub(g.used));
                 let free = match (pool_room, own_room) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -252,6 +262,24 @@ pub(crate) mod tests {
         assert_eq!(m.refusals, None);
         assert!(r.iter().find(|r| r.pid == 12).unwrap().other_namespace);
         assert!(!r.iter().find(|r| r.pid == 11).unwrap().alive);
+    }
+
+    #[test]
+    fn a_members_free_keeps_the_other_live_members_unused_guarantees() {
+        let gpus = Gpus::from_uuids(vec![[0x11; 16]]);
+        let mut p = pool();
+        // Member 12 (alive) is guaranteed 300 MiB more than it holds; member 11 (dead)
+        // too, which keeps nothing.
+        for pid in [12, 11] {
+            let m = p.view.members.iter_mut().find(|m| m.pid == pid).unwrap();
+            m.gpus[0].guarantee = m.gpus[0].used + 300 * MIB;
+        }
+        let r = rows(&[p], &[], 7, &gpus);
+        let m = r.iter().find(|r| r.pid == 10).unwrap();
+        assert_eq!(m.free, Some(24 * MIB), "324 MiB of room, 300 of it kept for 12");
+        // 12's own guarantee is not kept from it.
+        let g = r.iter().find(|r| r.pid == 12).unwrap();
+        assert_eq!(g.free, Some((1 << 30) - 700 * MIB));
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub struct PoolRefusal {
     pub waited_ms: u64,
     /// Set when the member's own ceiling (`GPUCAP_CEILING`) refused it, not the pool.
     pub ceiling: Option<u64>,
+    /// What the other members have left of their guarantees (`GPUCAP_GUARANTEE`), kept
+    /// for them: the pool's room is its cap less `used` and this.
+    pub kept_for_others: u64,
 }
 
 impl fmt::Display for PoolRefusal {
@@ -129,6 +132,7 @@ impl Member<'_> {
                 left: true,
                 waited_ms: 0,
                 ceiling: None,
+                kept_for_others: 0,
             });
         }
         let (mut swept, mut recounted, mut resized) = (false, false, 0);
@@ -191,6 +195,7 @@ impl Member<'_> {
                 left: false,
                 waited_ms: 0,
                 ceiling: None,
+                kept_for_others: self.others_unused(g),
             });
         }
     }

@@ -316,7 +316,7 @@ impl Member<'_> {
     }
 
     /// What the other members have left of their guarantees on GPU entry `g`.
-    fn others_unused(&self, g: usize) -> u64 {
+    pub(super) fn others_unused(&self, g: usize) -> u64 {
         self.hot(g).map_or(0, |h| self.others_unused_at(h, g))
     }
 
@@ -447,6 +447,7 @@ impl Member<'_> {
             left: false,
             waited_ms: 0,
             ceiling: Some(ceiling),
+            kept_for_others: 0,
         })
     }
 

@@ -258,6 +258,7 @@ impl Member<'_> {
             left: false,
             waited_ms: waited.as_millis() as u64,
             ceiling: None,
+            kept_for_others: self.others_unused(g),
         }
     }
 }

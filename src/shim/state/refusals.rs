@@ -100,7 +100,7 @@ pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal, kept
             format_bytes(p.cap),
         ),
         Refusal::Pool(p) => format!(
-            "refused {api} of {asked} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process{} (pool {}){}",
+            "refused {api} of {asked} on GPU {device}: {} of the pool's {} cap in use, {} of it by this process{}{} (pool {}){}",
             format_bytes(p.used),
             format_bytes(p.cap),
             format_bytes(p.own),
@@ -108,6 +108,14 @@ pub fn refusal_line(api: &str, device: usize, bytes: u64, refusal: Refusal, kept
                 format!(
                     ", of which {} kept for reuse",
                     format_bytes(kept.min(p.own))
+                )
+            } else {
+                String::new()
+            },
+            if p.kept_for_others > 0 {
+                format!(
+                    ", and {} kept for other members' guarantees",
+                    format_bytes(p.kept_for_others)
                 )
             } else {
                 String::new()
