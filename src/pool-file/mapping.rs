@@ -18,6 +18,10 @@ use crate::removed_file::{Through, removed_answering, removed_unreachable};
 use crate::sharing::{Owned, Sharing, check_claim_file};
 use crate::sys::{cstr, os_err};
 
+/// The most copies a reader takes for one view while the members' figures disagree
+/// ([`PoolFile::view`]), each one `pread` of the file.
+const READS_FOR_A_STILL_COPY: u32 = 8;
+
 /// An open, checked pool file. A member's is mapped, never unmapped: members keep it for
 /// the life of the process. A reader's is a copy in its own memory, read again by each
 /// [`view`](PoolFile::view): a file another process truncates or rewrites meanwhile is
@@ -49,14 +53,25 @@ impl PoolFile {
     /// A snapshot of the pool for `gpucap status`, `top`, `metrics`, `check` and NVML's
     /// process list: a reader reads the file again first (one `pread`); a file that
     /// shrank, grew or no longer holds a pool's words is an error naming what was found.
+    /// A copy taken while members change their words can hold a pool's `used` from
+    /// before a change and a member's from after it: a copy whose GPUs' figures
+    /// disagree (a drift) is read again, up to [`READS_FOR_A_STILL_COPY`] times, so
+    /// that a drift shown is one that stays.
     pub fn view(&self) -> Result<PoolView, String> {
         if let Some(pool) = self.mapped {
             return Ok(pool.view(&self.locks));
         }
         let fail = |msg: String| format!("the pool file {}: {msg}", self.path.display());
-        read_words(&self.path, self.locks.fd(), &self.copy, self.claim).map_err(fail)?;
-        let pool = Pool::open(&self.copy).map_err(|e| fail(e.to_string()))?;
-        Ok(pool.view(&self.locks))
+        let mut reads = 0;
+        loop {
+            read_words(&self.path, self.locks.fd(), &self.copy, self.claim).map_err(fail)?;
+            let pool = Pool::open(&self.copy).map_err(|e| fail(e.to_string()))?;
+            let view = pool.view(&self.locks);
+            reads += 1;
+            if reads >= READS_FOR_A_STILL_COPY || view.gpus.iter().all(|g| g.drift == 0) {
+                return Ok(view);
+            }
+        }
     }
 
     /// The pool of a file opened to join it or change it ([`open_member`],

@@ -1276,6 +1276,100 @@ fn scraping_a_removed_pool_file_again_and_again_does_not_grow_the_server() {
     kill(a);
 }
 
+/// A pool whose members allocate and free all the time shows no drift: a reader's copy
+/// of the file taken between a member's word and the pool's `used` (which disagree
+/// for a moment) is read again, so that `gpucap_pool_drift_bytes`, documented as 0
+/// unless another process wrote the file, does not alarm on busy members (it did in
+/// 35 of 342 readings).
+#[test]
+fn a_busy_pools_readings_show_no_drift() {
+    let s = Scratch::new("metrics-busy-drift");
+    let churn = compile_c("pool_churn", "", &["-lcuda"]);
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        let mut c = s.gpucap(&["run", "--limit", "1Gi", "--pool", "busy", "--"]);
+        c.arg(&churn)
+            .args(["4", "2000000", "64000000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        members.push(c.spawn().unwrap());
+    }
+    let pool_file = s.pool_file("busy");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pool_file.exists() {
+        assert!(Instant::now() < deadline, "no pool file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut drifted = Vec::new();
+    for _ in 0..150 {
+        let o = run(&mut s.gpucap(&["status", "--prometheus", "--pool", "busy"]));
+        let text = stdout(&o);
+        let m = parse(&text);
+        for d in find(&m, "gpucap_pool_drift_bytes", &[("pool", "busy")]) {
+            if d.value != 0.0 {
+                drifted.push(d.value);
+            }
+        }
+    }
+    for c in members {
+        kill(c);
+    }
+    assert!(
+        drifted.is_empty(),
+        "drift in {} readings: {drifted:?}",
+        drifted.len()
+    );
+}
+
+/// Two containers' programs capped alone, each PID 1 of its own PID namespace: two
+/// HAMi series (their `pid_namespace` keeps them apart, as in `gpucap_process_*`), where
+/// the same labels twice made Prometheus keep one and drop the other's bytes.
+#[test]
+fn hami_series_of_two_containers_pid_1_are_two_series() {
+    if !unshare_works() {
+        return;
+    }
+    let s = Scratch::new("metrics-hami-pid1");
+    let mut held = Vec::new();
+    for (tag, mib) in [("c1", 10), ("c2", 20)] {
+        let ready = s.dir.join(format!("{tag}.ready"));
+        // The environment of `s.gpucap`, the program unshare.
+        let c = s.gpucap(&[]);
+        let mut u = Command::new("unshare");
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => u.env(k, v),
+                None => u.env_remove(k),
+            };
+        }
+        u.args(["-pf", "--mount-proc", "--kill-child"])
+            .arg(cli())
+            .args(["run", "--limit", "1Gi", "--"])
+            .arg(script())
+            .arg(format!("alloc:{mib}Mi"))
+            .arg(format!("touch:{}", ready.display()))
+            .arg(format!("wait:{}", s.dir.join("never").display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = u.spawn().unwrap();
+        wait_ready(&mut child, &ready, tag);
+        held.push(child);
+    }
+    let o = run(&mut s.gpucap(&["status", "--prometheus", "--all", "--hami"]));
+    assert_ok(&o);
+    let text = stdout(&o);
+    let m = parse(&text);
+    let ones = find(&m, "hami_vgpu_memory_used_bytes", &[("pid", "1")]);
+    let mut got: Vec<f64> = ones.iter().map(|x| x.value).collect();
+    got.sort_by(f64::total_cmp);
+    assert_eq!(got, [(10 * MIB) as f64, (20 * MIB) as f64], "{text}");
+    let keys: std::collections::BTreeSet<_> = ones.iter().map(|x| x.labels.clone()).collect();
+    assert_eq!(keys.len(), 2, "the same labels twice\n{text}");
+    for c in held {
+        kill(c);
+    }
+}
+
 /// `--hami`: HAMi's monitor series beside gpucap's, the names HAMi's vGPU dashboard
 /// queries (`hami_vgpu_memory_used_bytes`, `hami_vgpu_memory_limit_bytes`, labelled
 /// namespace, pod, container, vdevice_index, device_uuid): a pool's live members as one

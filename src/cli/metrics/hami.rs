@@ -10,7 +10,7 @@
 //! and the limit they share. gpucap's budgets are pools and processes capped alone:
 //! a pool's live members are grouped by their Kubernetes names (`workload`), each
 //! group's use summed, the pool's cap its limit, with a `pool` label; a process capped
-//! alone is one series with a `pid` label. `vdevice_index` is the GPU's place in the
+//! alone is one series with `pid` and `pid_namespace` labels (two containers' pid 1). `vdevice_index` is the GPU's place in the
 //! pool's (or the process's) list of GPUs, as HAMi numbers a container's devices.
 
 use std::collections::BTreeMap;
@@ -41,7 +41,7 @@ pub fn add(s: &mut Samples, readings: &[Reading], lone: &[LoneView], who: &dyn I
                     &Workload::default(),
                     index,
                     &g.uuid,
-                    ("pool", &r.label),
+                    &[("pool", &r.label)],
                     g.used,
                     g.cap,
                 );
@@ -52,15 +52,26 @@ pub fn add(s: &mut Samples, readings: &[Reading], lone: &[LoneView], who: &dyn I
                     .flat_map(|m| m.gpus.iter().filter(|mg| mg.uuid == g.uuid))
                     .map(|mg| mg.used)
                     .sum();
-                series(s, workload, index, &g.uuid, ("pool", &r.label), used, g.cap);
+                series(
+                    s,
+                    workload,
+                    index,
+                    &g.uuid,
+                    &[("pool", &r.label)],
+                    used,
+                    g.cap,
+                );
             }
         }
     }
     for p in lone {
         let workload = who.workload(p.pid, p.pid_namespace);
+        // Two containers' pid 1 are two processes: their PID namespace keeps them apart.
         let pid = p.pid.to_string();
+        let ns = p.pid_namespace.to_string();
+        let budget = [("pid", pid.as_str()), ("pid_namespace", ns.as_str())];
         for (index, g) in p.gpus.iter().enumerate() {
-            series(s, &workload, index, &g.uuid, ("pid", &pid), g.used, g.cap);
+            series(s, &workload, index, &g.uuid, &budget, g.used, g.cap);
         }
     }
 }
@@ -71,19 +82,20 @@ fn series(
     w: &Workload,
     index: usize,
     uuid: &str,
-    budget: (&str, &str),
+    budget: &[(&str, &str)],
     used: u64,
     cap: Option<u64>,
 ) {
     let index = index.to_string();
-    let current = labels(&[
-        ("namespace", &w.namespace),
-        ("pod", &w.pod),
-        ("container", &w.container),
-        ("vdevice_index", &index),
+    let mut pairs = vec![
+        ("namespace", w.namespace.as_str()),
+        ("pod", w.pod.as_str()),
+        ("container", w.container.as_str()),
+        ("vdevice_index", index.as_str()),
         ("device_uuid", uuid),
-        budget,
-    ]);
+    ];
+    pairs.extend_from_slice(budget);
+    let current = labels(&pairs);
     s.add(HAMI_USED, &current, used);
     if let Some(cap) = cap {
         s.add(HAMI_LIMIT, &current, cap);

@@ -6,8 +6,9 @@
 //! to the pod's name and mounts the namespace's name at
 //! `/var/run/secrets/kubernetes.io/serviceaccount/namespace` (read through
 //! `/proc/PID/root`). Outside Kubernetes, or where a file cannot be read, the labels are
-//! empty. A process in another PID namespace than the reader's is not looked up: its
-//! pid names another process here.
+//! empty. A process in another PID namespace than the reader's (a container's own, seen
+//! from a node's sidecar with `hostPID`) is looked up under the pid it has here: the
+//! process in /proc whose PID namespace is its and whose `NSpid` ends with its pid.
 //!
 //! On a node (a metrics sidecar with the host's /var/log), the kubelet's links name
 //! every container: `/var/log/containers/<pod>_<namespace>_<container>-<ID>.log`.
@@ -16,7 +17,8 @@
 //! `hostname` the pod set); elsewhere the container is named by its ID's first 12
 //! characters.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -110,6 +112,35 @@ pub struct FromProc {
     /// not among them and they are older than [`LINKS_FRESH`] (a server scrapes for
     /// days; containers come and go).
     links: Mutex<Option<(Instant, Vec<String>)>>,
+    /// The pids here of the processes of other PID namespaces, by (namespace, pid in
+    /// it), and when they were read: read again when one is not among them and they are
+    /// older than [`LINKS_FRESH`].
+    elsewhere: Mutex<Option<(Instant, PidsElsewhere)>>,
+}
+
+/// Pids in this PID namespace by (PID namespace, pid there).
+type PidsElsewhere = HashMap<(u64, u32), u32>;
+
+/// The last pid of a `/proc/PID/status` text's `NSpid:` line: the process's pid in its
+/// own PID namespace.
+pub fn own_namespace_pid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+/// The number in a namespace link's text (`pid:[4026531836]`).
+fn namespace_number(link: &Path) -> Option<u64> {
+    let digits: String = link
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 /// How long a reading of the kubelet's log links names new containers.
@@ -122,7 +153,55 @@ impl FromProc {
             proc: PathBuf::from("/proc"),
             log_links: PathBuf::from(KUBELET_LOG_LINKS),
             links: Mutex::new(None),
+            elsewhere: Mutex::new(None),
         }
+    }
+
+    /// The pid here of the process that is `pid` in PID namespace `ns`, if this
+    /// namespace holds it (one read of /proc per second at most for a miss).
+    fn pid_here(&self, pid: u32, ns: u64) -> Option<u32> {
+        let mut known = self.elsewhere.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((read, pids)) = known.as_ref() {
+            let found = pids.get(&(ns, pid)).copied();
+            if found.is_some() || read.elapsed() < LINKS_FRESH {
+                return found;
+            }
+        }
+        let pids = self.read_pids_elsewhere();
+        let found = pids.get(&(ns, pid)).copied();
+        *known = Some((Instant::now(), pids));
+        found
+    }
+
+    /// Every process of /proc in another PID namespace than this one, by (namespace,
+    /// its pid there).
+    fn read_pids_elsewhere(&self) -> PidsElsewhere {
+        let Ok(entries) = std::fs::read_dir(&self.proc) else {
+            return HashMap::new();
+        };
+        let mut out = HashMap::new();
+        for e in entries.filter_map(Result::ok) {
+            let Some(here) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let dir = e.path();
+            let Some(ns) = std::fs::read_link(dir.join("ns/pid"))
+                .ok()
+                .and_then(|l| namespace_number(&l))
+            else {
+                continue;
+            };
+            if ns == self.own_pid_namespace {
+                continue;
+            }
+            if let Some(pid) = std::fs::read_to_string(dir.join("status"))
+                .ok()
+                .and_then(|t| own_namespace_pid(&t))
+            {
+                out.insert((ns, pid), here);
+            }
+        }
+        out
     }
 
     /// Container `id`'s names in the kubelet's log links, if it has one.
@@ -149,9 +228,17 @@ impl FromProc {
 
 impl Identify for FromProc {
     fn workload(&self, pid: u32, pid_namespace: u64) -> Workload {
-        if pid_namespace != self.own_pid_namespace || pid == 0 {
+        if pid == 0 {
             return Workload::default();
         }
+        let pid = if pid_namespace == self.own_pid_namespace {
+            pid
+        } else {
+            match self.pid_here(pid, pid_namespace) {
+                Some(here) => here,
+                None => return Workload::default(),
+            }
+        };
         let dir = self.proc.join(pid.to_string());
         let Some((uid, id)) = std::fs::read_to_string(dir.join("cgroup"))
             .ok()
@@ -279,6 +366,7 @@ mod tests {
             proc: root.join("proc"),
             log_links: root.join("logs"),
             links: Mutex::new(None),
+            elsewhere: Mutex::new(None),
         };
         let by_proc = from.workload(4242, 7);
         assert_eq!(
@@ -301,9 +389,28 @@ mod tests {
                 container: "worker".into(),
             }
         );
-        // Another PID namespace's pid is not looked up.
+        // A process of another PID namespace (a container's pid 1, seen from a node's
+        // sidecar with hostPID) is looked up under its pid here, by its NSpid.
+        let other = root.join("proc/5000");
+        std::fs::create_dir_all(other.join("ns")).unwrap();
+        std::os::unix::fs::symlink("pid:[8]", other.join("ns/pid")).unwrap();
+        std::fs::write(other.join("status"), "Name:\tpython\nNSpid:\t5000\t1\n").unwrap();
+        std::fs::copy(proc_dir.join("cgroup"), other.join("cgroup")).unwrap();
+        assert_eq!(from.workload(1, 8).container, "worker");
+        // A pid that namespace does not hold, or one of a namespace not seen: no names.
         assert_eq!(from.workload(4242, 8), Workload::default());
+        assert_eq!(from.workload(1, 9), Workload::default());
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_processs_own_pid_is_the_last_of_its_nspid() {
+        assert_eq!(
+            own_namespace_pid("Name:\tx\nNSpid:\t5000\t17\t1\n"),
+            Some(1)
+        );
+        assert_eq!(own_namespace_pid("Name:\tx\nNSpid:\t42\n"), Some(42));
+        assert_eq!(own_namespace_pid("Name:\tx\n"), None);
     }
 
     #[test]

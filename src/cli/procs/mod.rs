@@ -126,9 +126,9 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                     .flat_map(|o| o.gpus.iter().filter(|og| og.raw_uuid == g.raw_uuid))
                     .map(|og| shares::unused(og.guarantee, og.used))
                     .fold(0u64, u64::saturating_add);
-                let pool_room = pool_cap.zip(pool_gpu).map(|(c, x)| {
-                    c.saturating_sub(x.used).saturating_sub(others_unused)
-                });
+                let pool_room = pool_cap
+                    .zip(pool_gpu)
+                    .map(|(c, x)| c.saturating_sub(x.used).saturating_sub(others_unused));
                 let own_room = cap.map(|c| c.saturating_sub(g.used));
                 let free = match (pool_room, own_room) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -276,7 +276,11 @@ pub(crate) mod tests {
         }
         let r = rows(&[p], &[], 7, &gpus);
         let m = r.iter().find(|r| r.pid == 10).unwrap();
-        assert_eq!(m.free, Some(24 * MIB), "324 MiB of room, 300 of it kept for 12");
+        assert_eq!(
+            m.free,
+            Some(24 * MIB),
+            "324 MiB of room, 300 of it kept for 12"
+        );
         // 12's own guarantee is not kept from it.
         let g = r.iter().find(|r| r.pid == 12).unwrap();
         assert_eq!(g.free, Some((1 << 30) - 700 * MIB));

@@ -278,7 +278,9 @@ fn guaranteed_and_not() -> Vec<Duet> {
                     "wait:n-done",
                 ],
                 // The line says why the pool's room is less than its cap less its use.
-                err_has: &["0 B of the pool's 1 GiB cap in use, 0 B of it by this process, and 400 MiB kept for other members' guarantees"],
+                err_has: &[
+                    "0 B of the pool's 1 GiB cap in use, 0 B of it by this process, and 400 MiB kept for other members' guarantees",
+                ],
                 says: vec![
                     (alloc(1024, OOM), ""),
                     (
