@@ -18,6 +18,7 @@ use super::common;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -759,8 +760,44 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
         "{}",
         server.log()
     );
+    // The directory becomes one that others may write in: not an empty answer, which
+    // Prometheus would take for no pools, but a 500 with the line (the target is down).
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (status, _, body) = server.request("GET", "/metrics");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(status, "HTTP/1.1 500 Internal Server Error", "{body}");
+    assert!(body.starts_with("gpucap: --all: "), "{body}");
+    assert_eq!(
+        find(&parse(&server.scrape()), "gpucap_pool_up", &[]).len(),
+        3,
+        "served again once the directory is fixed"
+    );
     kill(a);
     kill(b);
+}
+
+/// `gpucap metrics --all` in a pool directory that does not exist does not start: it
+/// says so, where it served empty answers.
+#[test]
+fn the_server_refuses_a_pool_directory_that_cannot_be_used() {
+    let s = Scratch::new("metrics-no-dir");
+    let mut c = s.gpucap(&["metrics", "--listen", "127.0.0.1:0", "--all"]);
+    c.env("GPUCAP_POOL_DIR", s.dir.join("missing"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    // A harness limit, not a timing assertion: a server that started serves forever.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("gpucap metrics started serving a directory that does not exist");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert!(stderr(&o).starts_with("gpucap: --all: "), "{}", dump(&o));
 }
 
 /// A process capped on its own (no pool) is exported with `--all` beside the pools'
