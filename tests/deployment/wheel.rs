@@ -169,6 +169,22 @@ fn caps_the_demo(inst: &Installed) {
     // The library is in the package, not beside the command.
     let lib = inst.package().join("libgpucap.so");
     assert!(lib.is_file(), "no {}", lib.display());
+    // The licence texts the metadata names (MIT OR Apache-2.0) are installed with it.
+    let dist_info = inst
+        .package()
+        .with_file_name(format!("gpucap-{}.dist-info", env!("CARGO_PKG_VERSION")));
+    for name in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let found = [dist_info.join(name), dist_info.join("licenses").join(name)]
+            .into_iter()
+            .find(|p| p.is_file());
+        let found = found.unwrap_or_else(|| panic!("no {name} in {}", dist_info.display()));
+        assert_eq!(
+            std::fs::read(&found).unwrap(),
+            std::fs::read(root().join(name)).unwrap(),
+            "{}",
+            found.display()
+        );
+    }
     assert!(!inst.bin("libgpucap.so").exists());
 
     let scratch = scratch("wheel-demo");
