@@ -15,6 +15,8 @@ an invalid one raises :class:`GpucapError` with gpucap's message.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +27,7 @@ from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Union
 
 __all__ = [
     "GpucapError",
+    "__version__",
     "env",
     "executable",
     "library_path",
@@ -32,6 +35,9 @@ __all__ = [
     "merge_ld_preload",
     "status",
 ]
+
+__version__ = "0.1.0"
+"""This package's version, which is also its ``gpucap`` command's (``gpucap --version``)."""
 
 LIB_NAME = "libgpucap.so"
 """The shim's file name."""
@@ -75,33 +81,89 @@ def library_path() -> Path:
     return lib
 
 
+def _record_hash_matches(path: Path, hash_: Any, size: Optional[int]) -> bool:
+    """Whether the file at ``path`` is the one pip recorded (its size and sha256)."""
+    try:
+        if size is not None and path.stat().st_size != size:
+            return False
+        if getattr(hash_, "mode", None) != "sha256":
+            return False
+        digest = hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return False
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == str(hash_.value)
+
+
+def _version_of(path: str) -> Optional[str]:
+    """What ``path --version`` says, or None if it cannot be run."""
+    try:
+        proc = subprocess.run(
+            [path, "--version"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _installed_command() -> Optional[str]:
+    """The ``gpucap`` pip installed with this package, as its installation record says
+    (and is: the file's size and sha256 are the record's), or None."""
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+    except ImportError:  # pragma: no cover (Python < 3.8)
+        return None
+    try:
+        dist = distribution("gpucap")
+    except PackageNotFoundError:
+        return None
+    files = dist.files or []
+    # The record must be this package's (another gpucap may come first on sys.path).
+    ours = [f for f in files if f.parts == ("gpucap", "__init__.py")]
+    if not ours or Path(str(ours[0].locate())).resolve() != Path(__file__).resolve():
+        return None
+    for f in files:
+        if f.parts[-2:] != ("bin", "gpucap"):
+            continue
+        # pip install --target DIR records `../../bin/gpucap` (relative to the scheme it
+        # installed into before moving it all to DIR): the command is DIR/bin/gpucap.
+        root = Path(str(dist.locate_file("")))
+        for path in (Path(str(f.locate())), root / "bin" / "gpucap"):
+            path = path.resolve()
+            if not (path.is_file() and os.access(path, os.X_OK)):
+                continue
+            if f.hash is not None:
+                if _record_hash_matches(path, f.hash, f.size):
+                    return str(path)
+            elif _version_of(str(path)) == f"gpucap {__version__}":
+                return str(path)
+    return None
+
+
 def executable() -> str:
     """The path of the ``gpucap`` command installed with this package.
 
     pip puts it in the scripts directory of the scheme it installed into (the venv's
     ``bin/``, ``~/.local/bin`` for ``--user``, ``DIR/bin`` for ``--target DIR``); the
-    package's installation record says which. Without a record, the ``gpucap`` on
-    ``PATH`` is used. (No ``GPUCAP_*`` variable overrides it: gpucap refuses unknown ones.)
+    package's installation record says which, and the file found must be the one
+    recorded. Without one, the ``gpucap`` on ``PATH`` is used if it is this package's
+    version (``gpucap --version``); another version raises :class:`GpucapError`. (No
+    ``GPUCAP_*`` variable overrides it: gpucap refuses unknown ones.)
     """
-    try:
-        from importlib.metadata import PackageNotFoundError, distribution
-
-        try:
-            files = distribution("gpucap").files or []
-        except PackageNotFoundError:
-            files = []
-        for f in files:
-            if f.parts[-2:] == ("bin", "gpucap"):
-                path = Path(str(f.locate())).resolve()
-                if path.is_file() and os.access(path, os.X_OK):
-                    return str(path)
-    except ImportError:  # pragma: no cover (Python < 3.8)
-        pass
+    installed = _installed_command()
+    if installed is not None:
+        return installed
     found = shutil.which("gpucap")
     if found is None:
         raise GpucapError(
-            "cannot find the gpucap command: it is not in this package's installation "
-            "record nor on PATH"
+            "cannot find the gpucap command: it is not where this package's installation "
+            "record puts it nor on PATH"
+        )
+    said = _version_of(found)
+    if said != f"gpucap {__version__}":
+        raise GpucapError(
+            f"the gpucap on PATH ({found}) is not this package's: it says "
+            f"{said or 'nothing'} to --version, this package is gpucap {__version__} "
+            f"({_PACKAGE_DIR}); install the package with pip, or put its gpucap first on PATH"
         )
     return found
 

@@ -11,6 +11,7 @@ run a capped program on the fake GPU; without, those tests are skipped.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,21 @@ def clean_environ() -> dict:
         for k, v in os.environ.items()
         if not k.startswith(("GPUCAP_", "FAKECUDA_", "CUDA_DEVICE_MEMORY_")) and k != "LD_PRELOAD"
     }
+
+
+class InDirectory:
+    """A context manager: the current directory is a fresh temporary one, then back."""
+
+    def __enter__(self) -> Path:
+        self.old = os.getcwd()
+        self.tmp = tempfile.TemporaryDirectory()
+        d = Path(self.tmp.name).resolve()
+        os.chdir(d)
+        return d
+
+    def __exit__(self, *exc: object) -> None:
+        os.chdir(self.old)
+        self.tmp.cleanup()
 
 
 class LibraryPath(unittest.TestCase):
@@ -112,6 +128,35 @@ class Env(unittest.TestCase):
     def test_a_bool_is_not_a_size(self) -> None:
         with self.assertRaises(TypeError):
             gpucap.env(limit=True, base=clean_environ())
+
+
+class Package(unittest.TestCase):
+    def test_version_is_the_distributions_and_the_commands(self) -> None:
+        from importlib.metadata import version
+
+        self.assertEqual(gpucap.__version__, version("gpucap"))
+        out = subprocess.run([gpucap.executable(), "--version"], capture_output=True, text=True, check=True)
+        self.assertEqual(out.stdout, f"gpucap {gpucap.__version__}\n")
+
+    def test_no_gpucap_of_another_version_from_path(self) -> None:
+        """A copy of the package without an installation record falls back to PATH, and
+        takes its gpucap only if it is this version."""
+        with InDirectory() as d:
+            shutil.copytree(Path(gpucap.__file__).parent, d / "site" / "gpucap")
+            (d / "bin").mkdir()
+            fake = d / "bin" / "gpucap"
+            probe = "import gpucap\ntry:\n print(gpucap.executable())\nexcept gpucap.GpucapError as e:\n print(e)"
+            for said in ["gpucap 9.9.9", f"gpucap {gpucap.__version__}"]:
+                fake.write_text(f"#!/bin/sh\necho '{said}'\n")
+                fake.chmod(0o755)
+                environ = {**clean_environ(), "PYTHONPATH": str(d / "site"), "PATH": f"{d / 'bin'}:/usr/bin:/bin"}
+                out = subprocess.run(
+                    [sys.executable, "-c", probe], env=environ, capture_output=True, text=True, check=True
+                ).stdout
+                if said == "gpucap 9.9.9":
+                    self.assertIn(f"the gpucap on PATH ({fake}) is not this package's", out)
+                else:
+                    self.assertEqual(out, f"{fake}\n")
 
 
 @unittest.skipUnless(

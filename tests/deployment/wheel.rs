@@ -272,6 +272,15 @@ fn the_entrypoint_finds_pips_gpucap_and_its_library() {
         &wheel,
     );
     let lib = target.join("gpucap").join("libgpucap.so");
+    // The module finds the command pip put in DIR/bin (its record says `../../bin/gpucap`,
+    // relative to the scheme pip installed into before moving it to DIR), not the venv's.
+    let o = run(without_rust(inst.bin("python"), &inst.path)
+        .current_dir(&dir)
+        .env("PYTHONPATH", &target)
+        .args(["-c", "import gpucap; print(gpucap.executable())"]));
+    assert_ok(&o);
+    let command = target.join("bin").join("gpucap").canonicalize().unwrap();
+    assert_eq!(stdout(&o).trim(), command.to_str().unwrap(), "{}", dump(&o));
     let path = std::env::join_paths(
         std::iter::once(target.join("bin")).chain(std::env::split_paths(&path_without_rust())),
     )
