@@ -169,6 +169,22 @@ fn caps_the_demo(inst: &Installed) {
     // The library is in the package, not beside the command.
     let lib = inst.package().join("libgpucap.so");
     assert!(lib.is_file(), "no {}", lib.display());
+    // The licence texts the metadata names (MIT OR Apache-2.0) are installed with it.
+    let dist_info = inst
+        .package()
+        .with_file_name(format!("gpucap-{}.dist-info", env!("CARGO_PKG_VERSION")));
+    for name in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let found = [dist_info.join(name), dist_info.join("licenses").join(name)]
+            .into_iter()
+            .find(|p| p.is_file());
+        let found = found.unwrap_or_else(|| panic!("no {name} in {}", dist_info.display()));
+        assert_eq!(
+            std::fs::read(&found).unwrap(),
+            std::fs::read(root().join(name)).unwrap(),
+            "{}",
+            found.display()
+        );
+    }
     assert!(!inst.bin("libgpucap.so").exists());
 
     let scratch = scratch("wheel-demo");
@@ -256,6 +272,15 @@ fn the_entrypoint_finds_pips_gpucap_and_its_library() {
         &wheel,
     );
     let lib = target.join("gpucap").join("libgpucap.so");
+    // The module finds the command pip put in DIR/bin (its record says `../../bin/gpucap`,
+    // relative to the scheme pip installed into before moving it to DIR), not the venv's.
+    let o = run(without_rust(inst.bin("python"), &inst.path)
+        .current_dir(&dir)
+        .env("PYTHONPATH", &target)
+        .args(["-c", "import gpucap; print(gpucap.executable())"]));
+    assert_ok(&o);
+    let command = target.join("bin").join("gpucap").canonicalize().unwrap();
+    assert_eq!(stdout(&o).trim(), command.to_str().unwrap(), "{}", dump(&o));
     let path = std::env::join_paths(
         std::iter::once(target.join("bin")).chain(std::env::split_paths(&path_without_rust())),
     )
