@@ -264,12 +264,13 @@ Shows every capped process, as gpucap status does, with a bar of used/cap, refre
 on a terminal the screen is redrawn to the window's size, asked at each refresh
 (columns drop as it narrows: PEAK first, then REFUSED, FREE, USER, POOL, USE%, the
 bar, CAP; commands are cut with …, never wrapped), as many rows as its height allows;
-else, or with --once, every row, each snapshot after a blank line. Ctrl-C ends it.
+else (a pipe, TERM=dumb or unset), or with --once, every row, each snapshot after a
+blank line. Ctrl-C ends it (top never changes the terminal's modes: keys typed show).
 The pools no process uses (no live member, nothing held) are left out unless --pool
 names one. Reading never changes a pool.
 
 options:
-  --pool NAME|PATH   only this pool's members (its file must exist); without it, the
+  --pool NAME|PATH   only this pool's file, its members (its file must exist); without it, the
                      pool the environment names, else every process
   --user NAME|UID    only this user's processes
   --sort KEY         the order of the rows: used (default), peak, cap, free, use,

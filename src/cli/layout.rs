@@ -11,6 +11,8 @@
 //! narrower than its header, so a header is never cut; a cell longer than its column
 //! (a command, a user, a pool) is cut with `…`, never wrapped.
 
+use crate::text_width::{self, char_width};
+
 /// A column of the process table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Col {
@@ -47,6 +49,11 @@ pub const IMPORTANCE: [Col; 13] = [
 /// where the window allows.
 pub const COMMAND_KEPT: usize = 17;
 
+/// The columns USER keeps of the widest user name before the columns after it in
+/// [`IMPORTANCE`] (FREE, REFUSED, PEAK) are given room: enough to tell users apart
+/// (`systemd-n…`, `systemd-t…`), as USER's header's 4 were not (`sys…` twice).
+pub const USER_KEPT: usize = 10;
+
 /// Where the room left over goes, in turn: (column, up to this width).
 const GROWTH: [(Col, usize); 9] = [
     (Pool, 8),
@@ -79,9 +86,11 @@ impl Col {
         }
     }
 
-    /// The least width: the header's, or the widest value's when wider.
-    fn min(self) -> usize {
+    /// The least width: the header's, or the widest value's when wider (`users`: the
+    /// widest user name shown, of which USER keeps up to [`USER_KEPT`] columns).
+    fn min(self, users: usize) -> usize {
         let value = match self {
+            User => users.min(USER_KEPT),
             Uuid => 40,
             Pid => 8, // 7 digits and `*` (another PID namespace)
             Cap | Used | Free | Peak => SIZE_WIDTH,
@@ -120,7 +129,7 @@ impl Layout {
                 out.push(' ');
             }
             let text = cut(&cell(c, w), w);
-            let pad = w - text.chars().count();
+            let pad = w.saturating_sub(text_width::width(&text));
             let last = i + 1 == self.cols.len();
             if c.right() {
                 out.extend(std::iter::repeat_n(' ', pad));
@@ -142,9 +151,10 @@ impl Layout {
 }
 
 /// The first columns of `wanted` in [`IMPORTANCE`]'s order that fit in `width`,
-/// widened by [`GROWTH`]. PID, GPU, USED and COMMAND are always there (a row then may be wider
-/// than a window narrower than 26 columns).
-pub fn fit(wanted: &[Col], width: usize) -> Layout {
+/// widened by [`GROWTH`]; `users`: the widest user name shown, in columns (USER keeps up
+/// to [`USER_KEPT`] of it). PID, GPU, USED and COMMAND are always there (a row then is wider
+/// than a window narrower than [`NARROWEST`] columns).
+pub fn fit(wanted: &[Col], width: usize, users: usize) -> Layout {
     let mut chosen: Vec<(Col, usize)> = Vec::new();
     let mut used = 0usize;
     let mut full = false;
@@ -155,15 +165,15 @@ pub fn fit(wanted: &[Col], width: usize) -> Layout {
             // given room (less in a window too narrow for it beside PID, GPU, USED).
             let w = COMMAND_KEPT
                 .min(width.saturating_sub(used + sep))
-                .max(c.min());
+                .max(c.min(users));
             chosen.push((c, w));
             used += w + sep;
             continue;
         }
-        let need = c.min() + sep;
+        let need = c.min(users) + sep;
         let always = matches!(c, Pid | Gpu | Used);
         if always || (!full && used + need <= width) {
-            chosen.push((c, c.min()));
+            chosen.push((c, c.min(users)));
             used += need;
         } else {
             // The first that does not fit ends the choice: the columns shown at a
@@ -183,6 +193,9 @@ pub fn fit(wanted: &[Col], width: usize) -> Layout {
     chosen.sort_by_key(|(c, _)| ORDER.iter().position(|o| o == c));
     Layout { cols: chosen }
 }
+
+/// The narrowest width every row fits: PID, GPU, USED and COMMAND at their least.
+pub const NARROWEST: usize = 27;
 
 /// The widest a size is written ([`size`]).
 pub const SIZE_WIDTH: usize = 6;
@@ -209,25 +222,44 @@ pub fn size(b: u64) -> String {
     format!("{b}B")
 }
 
-/// `text` (control characters as `?`) in at most `width` characters: cut with `…` last.
+/// `text` (control characters as `?`) in at most `width` columns of a terminal (a wide
+/// character takes two, `text_width`): cut with `…` last. Where only ASCII is written
+/// (`text_width::ascii`: a locale that is not UTF-8), `…` is `...` and any other
+/// character past ASCII `?`.
 pub fn cut(text: &str, width: usize) -> String {
-    let clean: Vec<char> = text
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if clean.len() <= width {
-        return clean.into_iter().collect();
+    let ascii = text_width::ascii();
+    let mut clean = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            c if c.is_control() => clean.push('?'),
+            '…' if ascii => clean.push_str("..."),
+            c if ascii && !c.is_ascii() => clean.push('?'),
+            c => clean.push(c),
+        }
     }
-    if width == 0 {
-        return String::new();
+    if text_width::width(&clean) <= width {
+        return clean;
     }
-    let mut s: String = clean[..width - 1].iter().collect();
-    s.push('…');
+    let ellipsis = text_width::ellipsis();
+    let Some(room) = width.checked_sub(text_width::width(ellipsis)) else {
+        return ".".repeat(width);
+    };
+    let mut s = String::new();
+    let mut used = 0;
+    for c in clean.chars() {
+        let w = char_width(c);
+        if used + w > room {
+            break;
+        }
+        s.push(c);
+        used += w;
+    }
+    s.push_str(ellipsis);
     s
 }
 
-/// A bar of `used` out of `cap` in `width` characters: `[|||||     ]`; full past the
-/// cap; `[   -    ]` without a cap.
+/// A bar of `used` out of `cap` in `width` characters: `[|||||     ]` (rounded down); full
+/// at and past the cap; `[   -    ]` without a cap.
 pub fn bar(used: u64, cap: Option<u64>, width: usize) -> String {
     let inner = width.saturating_sub(2);
     let body = match cap {
@@ -236,8 +268,9 @@ pub fn bar(used: u64, cap: Option<u64>, width: usize) -> String {
             let filled = if c == 0 {
                 if used > 0 { inner } else { 0 }
             } else {
+                // Rounded down, as USE% is: a full bar is a full cap.
                 ((used as f64 / c as f64) * inner as f64)
-                    .round()
+                    .floor()
                     .min(inner as f64) as usize
             };
             format!("{}{}", "|".repeat(filled), " ".repeat(inner - filled))
@@ -256,13 +289,13 @@ mod tests {
 
     #[test]
     fn every_width_from_40_to_250_fits_and_keeps_headers_whole() {
-        for uuid in [false, true] {
+        for (uuid, users) in [(false, 4), (true, 4), (false, 16), (true, 9)] {
             for width in 40..=250 {
                 let mut wanted = ALL.to_vec();
                 if uuid {
                     wanted.push(Uuid);
                 }
-                let l = fit(&wanted, width);
+                let l = fit(&wanted, width, users);
                 assert!(l.width() <= width, "{width}: {l:?}");
                 let header = l.header();
                 assert!(header.chars().count() <= width, "{width}: {header}");
@@ -277,7 +310,7 @@ mod tests {
                     assert!(l.cols.iter().any(|(c, _)| *c == must), "{width}: {must:?}");
                 }
                 // Every column kept at this width is kept at any wider one.
-                let wider = fit(&wanted, width + 1);
+                let wider = fit(&wanted, width + 1, users);
                 for (c, _) in &l.cols {
                     assert!(wider.cols.iter().any(|(d, _)| d == c), "{width}: {c:?}");
                 }
@@ -289,7 +322,8 @@ mod tests {
 
     #[test]
     fn columns_drop_in_the_stated_order() {
-        let names = |w: usize| -> Vec<Col> { fit(&ALL, w).cols.iter().map(|(c, _)| *c).collect() };
+        let names =
+            |w: usize| -> Vec<Col> { fit(&ALL, w, 4).cols.iter().map(|(c, _)| *c).collect() };
         assert_eq!(names(200).len(), ALL.len(), "all at 200");
         // At 80 the bar stays, PEAK is the first to go.
         assert!(
@@ -302,19 +336,19 @@ mod tests {
         assert_eq!(names(44), [Gpu, Pid, Cap, Used, Command]);
         // --uuid: the UUID column comes before the optional ones.
         let with_uuid: Vec<Col> = ALL.iter().copied().chain([Uuid]).collect();
-        assert!(fit(&with_uuid, 80).cols.iter().any(|(c, _)| *c == Uuid));
+        assert!(fit(&with_uuid, 80, 4).cols.iter().any(|(c, _)| *c == Uuid));
     }
 
     #[test]
     fn the_command_keeps_16_characters_from_47_columns() {
         for width in 47..=250 {
-            let l = fit(&ALL, width);
+            let l = fit(&ALL, width, 4);
             let command = l.cols.iter().find(|(c, _)| *c == Command).unwrap().1;
             assert!(command >= COMMAND_KEPT, "{width}: {l:?}");
         }
         // At 80 (79 in a terminal) the first optional columns to go make the room.
         for width in [79, 80] {
-            let names: Vec<Col> = fit(&ALL, width).cols.iter().map(|(c, _)| *c).collect();
+            let names: Vec<Col> = fit(&ALL, width, 4).cols.iter().map(|(c, _)| *c).collect();
             assert!(
                 !names.contains(&Peak) && !names.contains(&Refused),
                 "{names:?}"
@@ -324,8 +358,49 @@ mod tests {
     }
 
     #[test]
+    fn user_keeps_enough_of_the_longest_name_to_tell_users_apart() {
+        // top's columns at 80 (79 on a terminal): USER was its header's 4 columns
+        // (`sys…` for both systemd users).
+        for width in [79, 80] {
+            let l = fit(&ALL, width, "systemd-timesync".len());
+            let row = |user: &str| {
+                l.row(|c, _| match c {
+                    User => user.into(),
+                    _ => "1".into(),
+                })
+            };
+            let (a, b) = (row("systemd-network"), row("systemd-timesync"));
+            assert_ne!(a, b, "{width}: {l:?}");
+            let user = l.cols.iter().find(|(c, _)| *c == User).unwrap().1;
+            assert!(user >= USER_KEPT, "{width}: {l:?}");
+            // What made the room: the columns after USER in the order (FREE here).
+            assert!(
+                l.cols.iter().any(|(c, _)| *c == Command) && l.width() <= width,
+                "{width}: {l:?}"
+            );
+            let command = l.cols.iter().find(|(c, _)| *c == Command).unwrap().1;
+            assert!(command >= COMMAND_KEPT, "{width}: {l:?}");
+        }
+        // Short names (root) take no more than their header.
+        let l = fit(&ALL, 79, 4);
+        assert!(l.cols.iter().any(|(c, _)| *c == Free), "{l:?}");
+        assert!(row_words(&fit(&ALL, 79, "nobody".len())).contains(&"nobody"));
+    }
+
+    fn row_words(l: &Layout) -> Vec<&'static str> {
+        let row = l.row(|c, _| match c {
+            User => "nobody".into(),
+            _ => "1".into(),
+        });
+        row.split_whitespace()
+            .filter(|w| *w == "nobody")
+            .map(|_| "nobody")
+            .collect()
+    }
+
+    #[test]
     fn rows_are_cut_to_their_columns() {
-        let l = fit(&ALL, 80);
+        let l = fit(&ALL, 80, 4);
         let row = l.row(|c, _| match c {
             Command => "python train.py --a-very-long-argument-list --that --goes --on".into(),
             User => "a-user-name-too-long".into(),
@@ -336,6 +411,57 @@ mod tests {
         assert!(row.contains("a-us…") || row.contains('…'), "{row}");
         assert_eq!(cut("ab\x1bc", 10), "ab?c");
         assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(cut("abcdef", 0), "");
+    }
+
+    #[test]
+    fn wide_characters_are_measured_in_columns() {
+        // A command of CJK characters and emoji: each takes two columns of a terminal.
+        let l = fit(&ALL, 80, 4);
+        for command in [
+            "训练模型训练模型训练模型训练模型训练模型训练模型",
+            "🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀",
+        ] {
+            let row = l.row(|c, _| match c {
+                Command => command.into(),
+                User => "用户名用户名".into(),
+                Pool => "池池池池池池".into(),
+                _ => "1".into(),
+            });
+            assert_eq!(text_width::width(&row), 80, "{row}");
+            assert!(row.ends_with('…'), "{row}");
+        }
+        // A short wide name is padded to its column's width in columns.
+        let row = l.row(|c, _| match c {
+            User => "用户".into(),
+            Command => "X".into(),
+            _ => "1".into(),
+        });
+        let header = l.header();
+        assert_eq!(
+            text_width::width(&row[..row.find('X').unwrap()]),
+            header.find("COMMAND").unwrap(),
+            "{row}\n{header}"
+        );
+        assert_eq!(cut("训练模型", 5), "训练…");
+        assert_eq!(cut("训练模型", 8), "训练模型");
+        assert_eq!(cut("训练模型", 7), "训练模…");
+        assert_eq!(cut("e\u{301}tude", 5), "e\u{301}tude");
+    }
+
+    #[test]
+    fn rows_fit_from_the_narrowest_width_the_documents_give() {
+        for width in NARROWEST..60 {
+            assert!(fit(&ALL, width, 16).width() <= width, "{width}");
+        }
+        assert!(fit(&ALL, NARROWEST - 1, 4).width() > NARROWEST - 1);
+        let doc = include_str!("../../docs/src/watching.md").replace('\n', " ");
+        assert!(
+            doc.contains(&format!(
+                "narrower than {NARROWEST} columns gets rows wider than it"
+            )),
+            "watching.md gives another width"
+        );
     }
 
     #[test]
@@ -365,5 +491,7 @@ mod tests {
         assert_eq!(bar(500, Some(100), 6), "[||||]");
         assert_eq!(bar(0, Some(100), 6), "[    ]");
         assert_eq!(bar(1, None, 7), "[  -  ]");
+        assert_eq!(bar(1020 << 20, Some(1 << 30), 10), "[||||||| ]");
+        assert_eq!(bar(1 << 30, Some(1 << 30), 10), "[||||||||]");
     }
 }

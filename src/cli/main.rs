@@ -31,6 +31,7 @@ pub mod resize;
 pub mod shown_pool;
 pub mod status;
 pub mod term;
+pub mod text_width;
 pub mod top;
 
 use std::ffi::OsString;
@@ -43,6 +44,8 @@ use term::print_out;
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn main() {
+    // A locale whose character set is not UTF-8 is written ASCII (`...` for `…`).
+    text_width::set_ascii(!text_width::utf8_locale(|k| std::env::var(k).ok()));
     std::process::exit(run_command_line(std::env::args_os()));
 }
 

@@ -21,6 +21,12 @@ pub fn is_terminal() -> bool {
     unsafe { libc::isatty(1) == 1 }
 }
 
+/// Whether stdout is a terminal that takes screen codes (moving the cursor, erasing):
+/// `TERM` is set and not `dumb`.
+pub fn takes_screen_codes() -> bool {
+    is_terminal() && std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb")
+}
+
 /// The size to fit: the terminal's, else `COLUMNS` and `LINES`, else 80×24.
 pub fn size() -> (usize, usize) {
     window().unwrap_or_else(|| {

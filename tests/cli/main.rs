@@ -19,3 +19,4 @@ mod never_uncapped_cli;
 mod readers;
 mod report;
 mod watching;
+mod watching_terminals;

@@ -102,7 +102,7 @@ fn a_lone_process_and_a_pool_member_show_in_status_and_top() {
     let cols: Vec<&str> = rm.split_whitespace().collect();
     assert_eq!(
         &cols[3..10],
-        ["train", "1.00Gi", "200Mi", "20%", "824Mi", "200Mi", "-"],
+        ["train", "1.00Gi", "200Mi", "19%", "824Mi", "200Mi", "-"],
         "{text}"
     );
     assert!(

@@ -28,7 +28,8 @@ pub fn command(pool_flag: Option<String>, mut opts: top::Options) -> i32 {
             .map(|n| n.strip_suffix(".pool").unwrap_or(n).to_string())
             .unwrap_or_else(|| spec.to_string());
         opts.filter.pool = Some(name);
-        sources = sources.with_pool_file(file.path.clone());
+        // That file only: root's `top --pool train` is not every user's `train` too.
+        sources = sources.only_pool_file(file.path.clone());
         file.locks.forget_in_child(); // closes its descriptor: `sources` reads it
     }
     // A closed pipe (`gpucap top | head`) ends it quietly, as a pipeline expects.

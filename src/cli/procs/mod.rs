@@ -86,6 +86,9 @@ pub struct Snapshot {
     pub lone: Vec<LoneReading>,
     /// Files that could not be read, each with why.
     pub errors: Vec<String>,
+    /// What was read all the same though it should not be as it is, each with why (root's
+    /// own pool directory writable by others).
+    pub warnings: Vec<String>,
     /// GPU indexes by UUID.
     #[serde(skip)]
     pub gpus: Gpus,

@@ -12,8 +12,9 @@ use gpucap_pool_file::PoolFile;
 use super::{LoneReading, PoolReading, user_name};
 
 /// What one reading found: the pools, the lone processes, the files that could not be
-/// read (each with why).
-pub type Found = (Vec<PoolReading>, Vec<LoneReading>, Vec<String>);
+/// read (each with why), and what was read all the same though it should not be as it
+/// is (root's own directory writable by others).
+pub type Found = (Vec<PoolReading>, Vec<LoneReading>, Vec<String>, Vec<String>);
 
 /// The directories read, and the pool files kept open.
 pub struct Sources {
@@ -21,6 +22,9 @@ pub struct Sources {
     every_user: bool,
     /// Pool files named by path, read beside the directories'.
     extra: Vec<PathBuf>,
+    /// Only the files of `extra` are read (`top --pool`: that pool, not every user's
+    /// pools of its name).
+    only: bool,
     open: HashMap<PathBuf, ((u64, u64), PoolFile)>,
 }
 
@@ -32,6 +36,7 @@ impl Sources {
             pool_dir,
             every_user,
             extra: Vec::new(),
+            only: false,
             open: HashMap::new(),
         }
     }
@@ -42,20 +47,42 @@ impl Sources {
         self
     }
 
-    /// The directories read now, and why root's own is not among them where it cannot be
-    /// used. Err: this user's own cannot be used (a link, not a directory, another
-    /// user's, writable by others).
-    pub fn dirs(&self) -> Result<(Vec<PathBuf>, Option<String>), String> {
+    /// Reads the pool file at `path` only: no directory, no other pool (`top --pool`).
+    pub fn only_pool_file(mut self, path: PathBuf) -> Sources {
+        self.extra.push(path);
+        self.only = true;
+        self
+    }
+
+    /// The directories read now, and why root's own cannot be used where it cannot:
+    /// `Err` when it is not among them, `Ok` when it is read all the same (a real
+    /// directory of root's, writable by others). Err: this user's own cannot be used (a
+    /// link, not a directory, another user's, writable by others).
+    #[allow(clippy::type_complexity)]
+    pub fn dirs(&self) -> Result<(Vec<PathBuf>, Option<Result<String, String>>), String> {
         if self.every_user {
             // Root's own is checked as any user's is (`every_user_dir` leaves it out
             // without a word: root's `status` said "no capped process"); where it cannot
             // be used, a line, and every other user's are read all the same: another
             // user who made it first must not blind root to every capped process.
             let own = gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false).err();
-            return Ok((
-                gpucap_pool_file::every_user_dir(self.pool_dir.as_deref()),
-                own,
-            ));
+            let dirs = gpucap_pool_file::every_user_dir(self.pool_dir.as_deref());
+            // Writable by others, it is still a real directory of root's: read.
+            let read = gpucap_pool_file::path_of(
+                &gpucap_core::config::PoolSpec::Name("any".into()),
+                self.pool_dir.as_deref(),
+            )
+            .ok()
+            .and_then(|p| p.parent().map(|d| dirs.iter().any(|x| x == d)))
+            .unwrap_or(false);
+            let own = own.map(|e| {
+                if read {
+                    Ok(format!("{e} (what it holds is shown all the same)"))
+                } else {
+                    Err(e)
+                }
+            });
+            return Ok((dirs, own));
         }
         Ok((
             gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false)?
@@ -71,19 +98,29 @@ impl Sources {
         let mut pools = Vec::new();
         let mut lone = Vec::new();
         let mut errors = Vec::new();
+        let mut warnings = Vec::new();
         let mut seen = Vec::new();
         let extra: Vec<PathBuf> = self.extra.clone();
         for path in extra {
-            if let Ok(p) = self.read_pool(&path) {
-                pools.push(p);
+            match self.read_pool(&path) {
+                Ok(p) => pools.push(p),
+                Err(e) if self.only => errors.push(e),
+                Err(_) => {}
             }
             seen.push(path);
+        }
+        if self.only {
+            return Ok((pools, lone, errors, warnings));
         }
         // Pools whose file was removed while their members run, read through a member's
         // descriptor (gpucap_pool_file's `beacon`): those of the directories read (a
         // removed `gpucap-UID` directory of the pool directory, for root), or named.
         let (dirs, own_unusable) = self.dirs()?;
-        errors.extend(own_unusable);
+        match own_unusable {
+            Some(Ok(w)) => warnings.push(w),
+            Some(Err(e)) => errors.push(e),
+            None => {}
+        }
         // This user's directory, made or not (a removed one's pools are still read).
         let own = gpucap_pool_file::path_of(
             &gpucap_core::config::PoolSpec::Name("any".into()),
@@ -153,7 +190,7 @@ impl Sources {
             }
             keep
         });
-        Ok((pools, lone, errors))
+        Ok((pools, lone, errors, warnings))
     }
 
     fn read_pool(&mut self, path: &Path) -> Result<PoolReading, String> {

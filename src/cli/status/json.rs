@@ -25,6 +25,7 @@ mod tests {
             pools,
             lone,
             errors: vec!["x: y".into()],
+            warnings: vec![],
             gpus: Gpus::default(),
         };
         let text = render(&s);

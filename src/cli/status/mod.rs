@@ -13,12 +13,13 @@ use crate::term::print_out;
 
 /// Reads everything once. Err: a line to print (the pool directory cannot be used).
 pub fn snapshot(sources: &mut Sources, gpus: &Gpus) -> Result<Snapshot, String> {
-    let (pools, lone, errors) = sources.read()?;
+    let (pools, lone, errors, warnings) = sources.read()?;
     Ok(Snapshot {
         processes: crate::procs::rows(&pools, &lone, crate::pool::own_pid_namespace(), gpus),
         pools,
         lone,
         errors,
+        warnings,
         gpus: gpus.clone(),
     })
 }
@@ -65,7 +66,7 @@ pub fn everything(pool_dir: Option<PathBuf>, json: bool, uuid: bool, all: bool) 
     let text = if json {
         json::render(&s)
     } else {
-        table::render(&s, crate::term::size().0, uuid)
+        table::render(&s, crate::term::size().0, uuid, crate::term::is_terminal())
     };
     print_out(&text);
     0

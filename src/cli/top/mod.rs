@@ -26,7 +26,10 @@ pub struct Options {
 /// The loop. Stops at the first write error (a closed pipe). Err: a line to print.
 pub fn run(sources: &mut Sources, opts: &Options, out: &mut dyn Write) -> Result<(), String> {
     let gpus = Gpus::probe();
-    let terminal = crate::term::is_terminal() && !opts.once;
+    let tty = crate::term::is_terminal() && !opts.once;
+    // A terminal without screen codes (TERM=dumb, no TERM) is written to as a pipe is:
+    // frames one after the other.
+    let terminal = tty && crate::term::takes_screen_codes();
     let iterations = if opts.once { Some(1) } else { opts.iterations };
     let mut n = 0u64;
     let mut last_size = None;
@@ -47,17 +50,12 @@ pub fn run(sources: &mut Sources, opts: &Options, out: &mut dyn Write) -> Result
             rows: &rows,
             sort: opts.sort,
             uuid: opts.uuid,
-            every: (!opts.once).then(|| {
-                format!(
-                    "every {}s{}",
-                    opts.interval_ms as f64 / 1000.0,
-                    if terminal { " (Ctrl-C quits)" } else { "" }
-                )
-            }),
+            every: (!opts.once).then(|| format!("every {}s", opts.interval_ms as f64 / 1000.0)),
+            quits: tty.then_some("Ctrl-C quits"),
             now: crate::pool::utc(now),
         };
         let (mut width, height) = crate::term::size();
-        if terminal {
+        if tty {
             // The last column is left empty: a line that fills the window leaves the
             // cursor waiting to wrap, and terminals then take the next line for its rest.
             width = width.saturating_sub(1).max(1);
