@@ -218,6 +218,28 @@ fn process_owner(pid: u32) -> Option<u32> {
 /// finds it where it is. Which of them a reader shows is its to say: the path and owner
 /// are what the announcing process's descriptor gives, whoever that process is.
 pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32)> {
+    announced_files(every_user)
+        .into_iter()
+        .filter(|(_, _, _, removed)| *removed)
+        .map(|(path, sharing, owner, _)| (path, sharing, owner))
+        .collect()
+}
+
+/// The pool files still at their path (whatever it is: a pool named by a path outside
+/// the pool directory, a file renamed) of the members announced in this network
+/// namespace, each once, as [`removed`] gives removed ones: its path, how it is shared,
+/// its owner.
+pub fn linked(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32)> {
+    announced_files(every_user)
+        .into_iter()
+        .filter(|(_, _, _, removed)| !*removed)
+        .map(|(path, sharing, owner, _)| (path, sharing, owner))
+        .collect()
+}
+
+/// Every pool file announced (see [`removed`]): path, sharing, owner, and whether it
+/// was removed from its path.
+fn announced_files(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32, bool)> {
     let Some(table) = socket_table() else {
         return Vec::new();
     };
@@ -240,8 +262,12 @@ pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32)> {
         let Ok(link) = std::fs::read_link(format!("/proc/{}/fd/{}", a.pid, a.fd)) else {
             continue;
         };
-        let Some(path) = link.to_str().and_then(|l| l.strip_suffix(" (deleted)")) else {
+        let Some(link) = link.to_str() else {
             continue;
+        };
+        let (path, removed) = match link.strip_suffix(" (deleted)") {
+            Some(path) => (path, true),
+            None => (link, false),
         };
         let Some(fd) = reach(a.pid, a.fd, a.id, libc::O_RDONLY) else {
             continue;
@@ -253,7 +279,7 @@ pub fn removed(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32)> {
             continue;
         };
         seen.push(a.id);
-        found.push((std::path::PathBuf::from(path), sharing, owner));
+        found.push((std::path::PathBuf::from(path), sharing, owner, removed));
     }
     found
 }

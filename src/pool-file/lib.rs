@@ -45,7 +45,10 @@ mod removed_file;
 mod sharing;
 mod sys;
 
-pub use beacon::{forget_in_child as forget_beacon_in_child, removed as removed_pool_files};
+pub use beacon::{
+    forget_in_child as forget_beacon_in_child, linked as announced_pool_files,
+    removed as removed_pool_files,
+};
 pub use identity::{own_cmdline, own_pid_namespace, own_uid};
 pub use live::forget_in_child as forget_claims_in_child;
 pub use location::{every_user_dir, locate, locate_existing, path_of, user_dir};

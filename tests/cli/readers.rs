@@ -425,3 +425,72 @@ fn an_unusable_own_directory_is_said_by_status_and_top() {
         }
     }
 }
+
+/// A pool named by a path outside the pool directory (`GPUCAP_POOL=/path/x.pool`, which
+/// gpucap accepts) and a pool file renamed under its members: both found through their
+/// members' announcements, as a removed one is, in the machine's view (no
+/// `GPUCAP_POOL_DIR`: other tests' pools may show too, so only this test's are counted).
+/// Their members were in no view. A pool directory named is that directory's view.
+#[test]
+fn a_pool_at_a_path_outside_the_pool_directory_shows_in_status_and_top() {
+    let s = Scratch::new("readers-path-pool");
+    let shared = s.dir.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let team = shared.join("team.pool");
+    let team = team.to_str().unwrap();
+    let a = s.member("tr", "a", &["alloc:100Mi"]);
+    let b = s.member(team, "b", &["alloc:200Mi"]);
+    let c = s.member(team, "c", &["alloc:300Mi"]);
+    // The named pool's file renamed out of the pool directory under its member.
+    let moved = s.dir.join("moved.pool");
+    std::fs::rename(s.pool_file("tr"), &moved).unwrap();
+    let machine = |args: &[&str]| {
+        let mut c = s.gpucap(args);
+        c.env_remove("GPUCAP_POOL_DIR");
+        run(&mut c)
+    };
+    let pids: Vec<u64> = [&a, &b, &c].iter().map(|x| u64::from(x.id())).collect();
+    let o = machine(&["status", "--json"]);
+    assert_ok(&o);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let mut rows: Vec<(String, u64)> = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["pid"].as_u64().is_some_and(|pid| pids.contains(&pid)))
+        .map(|p| {
+            (
+                p["pool"].as_str().unwrap_or_default().to_string(),
+                p["used"].as_u64().unwrap() >> 20,
+            )
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("moved".into(), 100),
+            ("team".into(), 200),
+            ("team".into(), 300)
+        ],
+        "{}",
+        stdout(&o)
+    );
+    let o = machine(&["top", "--once"]);
+    assert_ok(&o);
+    for pid in &pids {
+        assert!(
+            stdout(&o)
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(&pid.to_string())),
+            "{pid}\n{}",
+            stdout(&o)
+        );
+    }
+    // The scratch's pool directory named: its pools only.
+    let o = run(&mut s.gpucap(&["status", "--json"]));
+    assert!(!stdout(&o).contains("\"team\""), "{}", stdout(&o));
+    for child in [a, b, c] {
+        kill(child);
+    }
+}

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use gpucap_pool_file::PoolFile;
+use gpucap_pool_file::{PoolFile, Sharing};
 
 use super::{LoneReading, PoolReading, user_name};
 
@@ -182,6 +182,34 @@ impl Sources {
                 view: r.view,
             }));
             errors.extend(unshown);
+        }
+        // Pools at a path outside the directories read (`GPUCAP_POOL=/path/x.pool`, a
+        // claim's, a file renamed): found through their members' announcements, as the
+        // removed ones are; each file once (a path read above may name it another way).
+        // Only in the machine's view: a pool directory named (`GPUCAP_POOL_DIR`, a pod's
+        // volume) is the view of that directory's pools.
+        let read: Vec<(u64, u64)> = seen
+            .iter()
+            .filter_map(|p| self.open.get(p).map(|(id, _)| *id))
+            .collect();
+        let me = gpucap_pool_file::own_uid();
+        let elsewhere = match self.pool_dir {
+            None => gpucap_pool_file::announced_pool_files(self.every_user),
+            Some(_) => Vec::new(),
+        };
+        for (path, sharing, owner) in elsewhere {
+            let id = std::fs::symlink_metadata(&path).map(|m| (m.dev(), m.ino()));
+            if seen.contains(&path)
+                || id.as_ref().is_ok_and(|id| read.contains(id))
+                || (!self.every_user && sharing == Sharing::Private && owner != me)
+            {
+                continue;
+            }
+            match self.read_pool_as(&path, sharing) {
+                Ok(p) => pools.push(p),
+                Err(e) => errors.push(e),
+            }
+            seen.push(path);
         }
         self.open.retain(|path, (_, file)| {
             let keep = seen.contains(path);
