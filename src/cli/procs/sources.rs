@@ -258,10 +258,15 @@ impl Sources {
                 path.display()
             ));
         }
-        let name = path
+        // A claim's file is always `gpucap.pool`: its directory (the claim's) names it.
+        let named_by = match sharing {
+            Sharing::Claim => path.parent().unwrap_or(path),
+            Sharing::Private => path,
+        };
+        let name = named_by
             .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".pool"))
+            .map(|n| n.strip_suffix(".pool").unwrap_or(n))
             .unwrap_or_default()
             .to_string();
         let path = match file.joined_through {
