@@ -17,6 +17,11 @@
  *   free-interior  cuMemFree_v2 of the last kept block's base + 512; prints
  *                  "free-interior RC" (the block stays kept)
  *   info           prints "info FREE TOTAL" (cuMemGetInfo_v2)
+ *   other:KIND:SIZE one allocation that growth mode does not serve, then its free:
+ *                  KIND pitch (cuMemAllocPitch_v2, SIZE bytes as rows of 1 MiB), managed
+ *                  (cuMemAllocManaged), async (cuMemAllocAsync on the default stream,
+ *                  synced) or create (cuMemCreate of SIZE rounded up to the granularity);
+ *                  prints "other KIND SIZE RC"
  *   mixed:SEED:OPS:BUDGET
  *                  a random workload (fixed seed): allocations of small (512 B to
  *                  1 MiB, log-uniform) and large (1 to 24 MiB) sizes, odd sizes included,
@@ -151,6 +156,41 @@ static void mixed(uint64_t seed, long ops, size_t budget) {
            broken, bad);
 }
 
+/* One allocation of `kind` (see other:KIND:SIZE), freed at once when served; -1 for an
+ * unknown kind. */
+static CUresult other(const char *kind, size_t size) {
+    CUdeviceptr d = 0;
+    CUresult rc;
+    if (strcmp(kind, "pitch") == 0) {
+        size_t pitch = 0, width = 1 << 20;
+        rc = cuMemAllocPitch_v2(&d, &pitch, width, (size + width - 1) / width, 16);
+        if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(d));
+    } else if (strcmp(kind, "managed") == 0) {
+        rc = cuMemAllocManaged(&d, size, CU_MEM_ATTACH_GLOBAL);
+        if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(d));
+    } else if (strcmp(kind, "async") == 0) {
+        rc = cuMemAllocAsync(&d, size, NULL);
+        if (rc == CUDA_SUCCESS) {
+            MUST(cuMemFreeAsync(d, NULL));
+            MUST(cuStreamSynchronize(NULL));
+        }
+    } else if (strcmp(kind, "create") == 0) {
+        CUmemAllocationProp p;
+        memset(&p, 0, sizeof p);
+        p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        p.location.id = 0;
+        size_t gran = 0;
+        MUST(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        CUmemGenericAllocationHandle h = 0;
+        rc = cuMemCreate(&h, (size + gran - 1) / gran * gran, &p, 0);
+        if (rc == CUDA_SUCCESS) MUST(cuMemRelease(h));
+    } else {
+        return (CUresult)-1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     MUST(cuInit(0));
@@ -221,6 +261,20 @@ int main(int argc, char **argv) {
                 return 3;
             }
             printf("free-interior %d\n", cuMemFree_v2(held[n_held - 1] + 512));
+        } else if (strncmp(step, "other:", 6) == 0) {
+            char kind[16] = "";
+            char size_text[64] = "";
+            if (sscanf(step + 6, "%15[a-z]:%63s", kind, size_text) != 2) {
+                fprintf(stderr, "bad step %s: expected other:KIND:SIZE\n", step);
+                return 3;
+            }
+            size_t size = parse_size(size_text);
+            CUresult rc = other(kind, size);
+            if ((int)rc < 0) {
+                fprintf(stderr, "bad step %s: unknown kind %s\n", step, kind);
+                return 3;
+            }
+            printf("other %s %zu %d\n", kind, size, rc);
         } else if (strcmp(step, "info") == 0) {
             size_t f = 0, t = 0;
             MUST(cuMemGetInfo_v2(&f, &t));

@@ -78,6 +78,48 @@ fn ten_thousand_64_kib_blocks_fit_under_a_1_gib_cap() {
     assert_eq!((num(&info[0]), num(&info[1])), (GIB - pages * PAGE, GIB));
 }
 
+/// A request growth mode does not serve (a pitched, managed or stream-ordered
+/// allocation, a `cuMemCreate` handle) gets the retained pages no allocation needs:
+/// they go back to the driver and the cap, as the free figure counted them free. They
+/// were refused at the cap (retained 700 MiB of a 1 GiB cap, `info` saying 1 GiB free,
+/// 600 MiB refused). A live allocation's pages and a slab's with a live block stay.
+#[test]
+fn retained_pages_are_given_back_for_a_request_growth_mode_does_not_serve() {
+    for kind in ["pitch", "managed", "async", "create"] {
+        let dir = scratch("growth-small-other");
+        let stats = dir.join("stats.json");
+        let o = run(growth_cmd(&stats, "1Gi").args([
+            "alloc:700Mi",
+            "alloc:64Ki", // a slab with a live block: its page stays
+            "free",
+            "alloc:64Ki",
+            "info",
+            &format!("other:{kind}:600Mi"),
+            "info",
+            &format!("other:{kind}:1023Mi"), // more than the cap less the live slab
+        ]));
+        assert_eq!(o.status.code(), Some(0), "{kind}\n{}", dump(&o));
+        let infos = lines(&o, "info");
+        assert_eq!(
+            num(&infos[0][0]),
+            GIB - PAGE,
+            "{kind}: the free figure\n{}",
+            dump(&o)
+        );
+        let others = lines(&o, "other");
+        assert_eq!(
+            others[0][2],
+            "0",
+            "{kind}: 600 MiB refused under that figure\n{}",
+            dump(&o)
+        );
+        assert_eq!(num(&infos[1][0]), GIB - PAGE, "{kind}\n{}", dump(&o));
+        assert_eq!(others[1][2], "2", "{kind}: past the cap\n{}", dump(&o));
+        let s = &read_stats(&stats)[0];
+        assert!(s.peak_used <= GIB, "{kind}: {s:?}");
+    }
+}
+
 #[test]
 fn freed_small_blocks_give_their_pages_to_a_large_request() {
     let dir = scratch("growth-small-reuse");

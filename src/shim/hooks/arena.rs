@@ -25,6 +25,7 @@ use crate::log::log;
 use crate::state::{SHIM, Shim};
 use gpucap_core::growth::slab::is_small;
 use gpucap_core::growth::{self, GROWTH, Live, Mapping, pages_for};
+use gpucap_core::live_map::Charge;
 
 fn location(device: usize) -> CUmemLocation {
     CUmemLocation {
@@ -274,6 +275,49 @@ fn alloc_small(api: &str, device: usize, size: u64, page: u64) -> Result<u64, Cu
             Err(rc) => {
                 GROWTH.give_back(device, pages);
                 return Err(rc);
+            }
+        }
+    }
+}
+
+/// Before a request growth mode does not serve (pitch, managed, stream-ordered, a VMM
+/// handle, a context, ...) that the cap would refuse: the retained pages no allocation
+/// needs (loose ones, then those of cached mappings and empty slabs, unmapped) are given
+/// back to the driver and to the cap, one at a time, until the request fits or none is
+/// left. They are what the free figure counted as free (`mem_info`); without this, only
+/// `cuMemAlloc` could reuse them and such a request was refused below that figure.
+pub fn release_for(device: usize, bytes: u64) {
+    while SHIM.ledger.would_refuse(device, bytes) {
+        let page = GROWTH.page(device);
+        let mut pages = GROWTH.take_pages(device, 1);
+        if pages.is_empty() {
+            let Some((base, m)) = GROWTH
+                .evict_cached(device)
+                .or_else(|| GROWTH.evict_empty_slab(device))
+            else {
+                return; // nothing retained that no allocation needs
+            };
+            unmap(base, &m);
+            pages = GROWTH.take_pages(device, 1);
+            if pages.is_empty() {
+                return; // the driver would not unmap it: its pages stay charged
+            }
+        }
+        for h in pages {
+            let freeing = SHIM.ledger.announce(Charge {
+                device,
+                bytes: page,
+            });
+            if call!(cuMemRelease(h)) == CUDA_SUCCESS {
+                SHIM.ledger.settle_announced(freeing);
+            } else {
+                SHIM.ledger.withdraw(freeing);
+                log!(
+                    Error,
+                    "growth mode: cuMemRelease of a retained page of GPU {device} failed; it stays retained"
+                );
+                GROWTH.give_back(device, [h]);
+                return;
             }
         }
     }

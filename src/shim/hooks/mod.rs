@@ -183,10 +183,19 @@ fn reserve_on(
 }
 
 /// Before a request the cap cannot take: memory the process's own pools only cache
-/// is trimmed and re-read, so the program is not refused what it is itself holding.
+/// is trimmed and re-read, and growth mode's retained pages no allocation needs are
+/// given back (`arena::release_for`), so the program is not refused what it is itself
+/// holding.
 fn reclaim_for(shim: &Shim, d: usize, bytes: u64) {
     if POOLS.any_on(d) && shim.ledger.usage(d).is_some_and(|u| u.headroom() < bytes) {
         POOLS.reclaim(&shim.ledger, &queries::Pools, d);
+    }
+    // Growth mode knows its page size once it made a page: one load otherwise.
+    if gpucap_core::growth::GROWTH.page(d) != 0
+        && shim.ledger.would_refuse(d, bytes)
+        && gpucap_core::growth::retained_bytes(d) > 0
+    {
+        arena::release_for(d, bytes);
     }
 }
 
