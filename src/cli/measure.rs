@@ -105,15 +105,30 @@ pub fn measure_text(processes: &[ProcessReport], command: &str, ceiling: Option<
         return lines(out);
     }
     let several = processes.len() > 1;
+    // A program that `exec`ed another left an entry of its own (`<id>.execN`): the
+    // process is counted once, each of its programs said.
+    let execs = processes.iter().filter(|p| p.id.contains(".exec")).count();
+    let count = processes.len() - execs;
     out.push(format!(
-        "measure: {} process{} used CUDA",
-        processes.len(),
-        if several { "es" } else { "" }
+        "measure: {count} process{} used CUDA{}",
+        if count > 1 { "es" } else { "" },
+        match execs {
+            0 => String::new(),
+            _ => format!(
+                ", in {} programs (one that exec'ed another is counted apart)",
+                processes.len()
+            ),
+        }
     ));
     for p in processes {
         let who = if several {
             let name = p.cmdline.first().map_or("?", |c| c.as_str());
-            format!("pid {} ({name}): ", p.pid)
+            let before = if p.id.contains(".exec") {
+                ", before it exec'ed another"
+            } else {
+                ""
+            };
+            format!("pid {} ({name}{before}): ", p.pid)
         } else {
             String::new()
         };

@@ -20,7 +20,8 @@
 //!   loaded objects and their dynamic sections, a function by name in one (how glibc's
 //!   `dlvsym` is found), read without the loader.
 //! - `environ`: the environment variables the configuration reads, copied from `environ`.
-//! - `exit`: the `.fini_array` exit hook (final report and summary).
+//! - `exit`: the `.fini_array` exit hook (final report and summary); `exec`: the
+//!   exported `exec` family, which writes the report before a program is replaced.
 
 // The unit-test build leaves out the FFI edge (it exports `dlsym` and the driver's
 // symbols, which must not interpose on the test binary itself), so the process-wide
@@ -45,6 +46,8 @@ mod elf;
 mod entry;
 #[cfg(not(test))]
 mod environ;
+#[cfg(not(test))]
+mod exec;
 #[cfg(not(test))]
 mod exit;
 #[cfg(not(test))]

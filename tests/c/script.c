@@ -38,6 +38,9 @@
  *                  1 while every thread that freed memory is the main one)
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
+ *   exec:HOW       replaces the process with the program named by the next argument,
+ *                  given the arguments after it (HOW: execv, execve, execvp); the steps
+ *                  after it are that program's. Exit 3 if it fails
  *
  * The context the steps run in is made on ordinal $SCRIPT_DEVICE (0 when unset).
  * Exit 0 unless a step could not run (exit 3) or a verify/range failed (exit 1).
@@ -264,6 +267,19 @@ int main(int argc, char **argv) {
             }
             free(xml);
             printf("arenas %d\n", heaps);
+        } else if (strncmp(step, "exec:", 5) == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "exec: no program\n");
+                return 3;
+            }
+            fflush(stdout);
+            char **rest = &argv[i + 1];
+            extern char **environ;
+            if (strcmp(step + 5, "execv") == 0) execv(rest[0], rest);
+            else if (strcmp(step + 5, "execve") == 0) execve(rest[0], rest, environ);
+            else if (strcmp(step + 5, "execvp") == 0) execvp(rest[0], rest);
+            fprintf(stderr, "exec %s %s failed\n", step + 5, rest[0]);
+            return 3;
         } else if (strncmp(step, "touch:", 6) == 0) {
             int fd = open(step + 6, O_CREAT | O_WRONLY, 0644);
             if (fd >= 0) close(fd);

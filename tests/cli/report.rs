@@ -512,6 +512,52 @@ fn measure_prints_the_peak_and_a_limit_that_lets_the_program_run() {
     assert_eq!(refusals(&stderr(&o)).len(), 1, "{}", dump(&o));
 }
 
+/// A program that allocates and then `exec`s another (a launcher script's `exec python
+/// train.py`, a shell's `exec`): the first program's figures are written before the
+/// `exec` (the exit hook does not run; the new program keeps the pid and start time
+/// that named the first one's entry), so `--measure` counts its peak, where it
+/// suggested a limit for the second program's alone. Each `exec` the C library exports
+/// as a function of its own (`execv`, `execve`, `execvp`).
+#[test]
+fn measure_counts_what_a_program_held_before_it_execd_another() {
+    let dir = scratch("measure-exec");
+    let script = compile_c("script", "", &["-lcuda"]);
+    let script = script.to_str().unwrap();
+    for how in ["execv", "execve", "execvp"] {
+        let o = run(gpucap(&dir).args(["run", "--measure", "--"]).args([
+            script,
+            "alloc:700Mi",
+            &format!("exec:{how}"),
+            script,
+            "alloc:100Mi",
+        ]));
+        assert_ok(&o);
+        let err = stderr(&o);
+        assert!(
+            err.lines().any(|l| l.starts_with("gpucap: measure: pid ")
+                && l.contains(
+                    ", before it exec'ed another): GPU 0: peak 700 MiB (734003200 bytes)"
+                )),
+            "{how}\n{}",
+            dump(&o)
+        );
+        assert!(
+            err.lines().any(|l| l
+                == "gpucap: measure: 1 process used CUDA, in 2 programs \
+                (one that exec'ed another is counted apart)"),
+            "{how}\n{}",
+            dump(&o)
+        );
+        // 700 MiB + 20% = 840 MiB, rounded up to a quarter of 512 MiB.
+        assert_eq!(
+            suggested_limit(&err).as_deref(),
+            Some("896Mi"),
+            "{how}\n{}",
+            dump(&o)
+        );
+    }
+}
+
 #[test]
 fn measure_refuses_a_cap_and_a_report() {
     let dir = scratch("measure-cap");

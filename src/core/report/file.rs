@@ -127,6 +127,27 @@ pub fn write_entry(
     per_process: bool,
     entry: &ProcessReport,
 ) -> Result<PathBuf, String> {
+    update_entries(path, per_process, entry, false)
+}
+
+/// [`write_entry`] for a process about to `exec` another program, which keeps its pid
+/// and start time (its entry's `id`): the entry goes in as `<id>.exec<N>` (N counting
+/// this process's programs before the new one, from 1), its `id` entry of a refusal
+/// taken out, so that the new program's entry does not replace the figures of this one.
+pub fn write_entry_before_exec(
+    path: &Path,
+    per_process: bool,
+    entry: &ProcessReport,
+) -> Result<PathBuf, String> {
+    update_entries(path, per_process, entry, true)
+}
+
+fn update_entries(
+    path: &Path,
+    per_process: bool,
+    entry: &ProcessReport,
+    before_exec: bool,
+) -> Result<PathBuf, String> {
     let _lock = if per_process {
         None
     } else {
@@ -172,13 +193,27 @@ pub fn write_entry(
             }
         }
     };
-    let mine = Entry::of(entry);
-    match entries
-        .iter_mut()
-        .find(|e| e.id().as_deref() == Some(entry.id.as_str()))
-    {
-        Some(slot) => *slot = mine,
-        None => entries.push(mine),
+    if before_exec {
+        let prefix = format!("{}.exec", entry.id);
+        let earlier = entries
+            .iter()
+            .filter(|e| e.id().is_some_and(|id| id.starts_with(&prefix)))
+            .count();
+        entries.retain(|e| e.id().as_deref() != Some(entry.id.as_str()));
+        let renamed = ProcessReport {
+            id: format!("{prefix}{}", earlier + 1),
+            ..entry.clone()
+        };
+        entries.push(Entry::of(&renamed));
+    } else {
+        let mine = Entry::of(entry);
+        match entries
+            .iter_mut()
+            .find(|e| e.id().as_deref() == Some(entry.id.as_str()))
+        {
+            Some(slot) => *slot = mine,
+            None => entries.push(mine),
+        }
     }
     write_atomically(&target, render(&entries).as_bytes(), None)
         .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
@@ -228,6 +263,25 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
         assert!(dir.join("r.json.lock").exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn each_program_a_process_execs_keeps_its_entry() {
+        let dir = scratch("exec");
+        let path = dir.join("r-1.json");
+        // The first program, refused (running), then exec'ing; the second, exec'ing;
+        // the third, exiting: three entries, none replacing another.
+        write_entry(&path, true, &sample(1, false)).unwrap();
+        write_entry_before_exec(&path, true, &sample(1, true)).unwrap();
+        write_entry_before_exec(&path, true, &sample(1, true)).unwrap();
+        write_entry(&path, true, &sample(1, true)).unwrap();
+        let all = read_report(&path).unwrap();
+        assert_eq!(
+            all.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
+            ["1-77.exec1", "1-77.exec2", "1-77"]
+        );
+        assert!(all.iter().all(|p| p.exited));
         fs::remove_dir_all(&dir).unwrap();
     }
 

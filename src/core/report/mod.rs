@@ -18,7 +18,8 @@
 //!
 //! One entry per process (one line each), in the order they first wrote:
 //! - `id`: `<pid>-<start time>` (field 22 of /proc/self/stat): tells apart processes
-//!   that reused a pid; a process's later writes replace its own entry.
+//!   that reused a pid; a process's later writes replace its own entry. A program that
+//!   `exec`ed another wrote its own as `<id>.exec<N>` (the new program keeps the id).
 //! - `pid`, `cmdline` (/proc/self/cmdline, invalid UTF-8 replaced by U+FFFD).
 //! - `state`: `exited` when written at exit; `running` when written right after a
 //!   refusal. An entry still `running` in a file whose process is gone means it ended
@@ -38,6 +39,7 @@ mod schema;
 
 pub use file::{
     expand_path, now_secs, own_cmdline, own_start_time, read_report, write_atomically, write_entry,
+    write_entry_before_exec,
 };
 pub use schema::{DeviceReport, ProcessReport, REPORT_VERSION, summary_line};
 

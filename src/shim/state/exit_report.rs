@@ -1,6 +1,7 @@
 //! What a process reports: the `GPUCAP_LOG=info` summary and the `GPUCAP_REPORT` file at
-//! exit, and the report refreshed after a refusal (a program that then dies without
-//! `exit()` still leaves one).
+//! exit and before an `exec` (whose program keeps the pid, not the figures), and the
+//! report refreshed after a refusal (a program that then dies without `exit()` still
+//! leaves one).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -13,6 +14,17 @@ use gpucap_core::report::{self, DeviceReport, ProcessReport};
 use crate::log::log;
 
 use super::{ACTIVE_PID, Shim, now_ms, retained_bytes};
+
+/// How a report is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Moment {
+    /// After a refusal: the process runs on.
+    Running,
+    /// At exit.
+    Exited,
+    /// Before an `exec`: this program ends, the process goes on as another.
+    Exec,
+}
 
 /// Serialises this process's report writes (the exit hook and refusals).
 static WRITING: Mutex<()> = Mutex::new(());
@@ -75,7 +87,40 @@ impl Shim {
         }
         if let Some(path) = &config.report {
             let guard = WRITING.lock().unwrap_or_else(|p| p.into_inner());
-            self.write_report(path, config.growth, devices, true);
+            self.write_report(path, config.growth, devices, Moment::Exited);
+            drop(guard);
+        }
+    }
+
+    /// Before this process `exec`s another program (from the `exec` hooks): the exit
+    /// hook does not run, and the new program keeps the pid and the start time that name
+    /// this one's entry, so this program's figures are written now under an id of their
+    /// own (`report::write_entry_before_exec`), with the summary at `GPUCAP_LOG=info`.
+    /// Its visible file and pool slot are left as they are: their locks go with the
+    /// `exec` (close-on-exec descriptors), which is what tells readers and the pool this
+    /// program is gone, and an `exec` that fails leaves them in force. Nothing in a
+    /// forked child that did not call into CUDA (a `vfork` child shares this process's
+    /// memory: it must not write or allocate).
+    pub fn before_exec(&self) {
+        if !self.own_process() {
+            return;
+        }
+        let Ok(config) = self.config() else {
+            return;
+        };
+        let devices = self.device_reports();
+        if crate::log::LEVEL.load(Relaxed) >= LogLevel::Info as u8 {
+            for d in &devices {
+                log!(
+                    Info,
+                    "before exec: {}",
+                    report::summary_line(d, config.growth)
+                );
+            }
+        }
+        if let Some(path) = &config.report {
+            let guard = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+            self.write_report(path, config.growth, devices, Moment::Exec);
             drop(guard);
         }
     }
@@ -111,7 +156,7 @@ impl Shim {
         };
         REFUSAL_WRITTEN_MS.store(now.max(1), Relaxed);
         REFUSAL_WRITTEN_LARGEST.fetch_max(largest, Relaxed);
-        self.write_report(path, config.growth, devices, false);
+        self.write_report(path, config.growth, devices, Moment::Running);
         drop(guard);
     }
 
@@ -121,7 +166,7 @@ impl Shim {
         template: &Path,
         growth: bool,
         devices: Vec<DeviceReport>,
-        exited: bool,
+        moment: Moment,
     ) {
         let pid = std::process::id();
         let (file, per_process) = report::expand_path(template, pid);
@@ -132,12 +177,16 @@ impl Shim {
             },
             pid,
             cmdline: report::own_cmdline(),
-            exited,
+            exited: moment != Moment::Running,
             time: report::now_secs(),
             growth,
             devices,
         };
-        match report::write_entry(&file, per_process, &entry) {
+        let write = match moment {
+            Moment::Exec => report::write_entry_before_exec,
+            Moment::Running | Moment::Exited => report::write_entry,
+        };
+        match write(&file, per_process, &entry) {
             Ok(written) => log!(Debug, "report written to {}", written.display()),
             Err(e) => log!(Error, "no report written: {e}"),
         }
