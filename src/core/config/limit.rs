@@ -382,6 +382,9 @@ pub const MIN_UNITLESS_BYTES: u64 = 1 << 20;
 
 /// The unit a bare number `n` was probably meant in, for the error's suggestion: Gi for
 /// the numbers GPUs have gigabytes of, Mi above.
+/// The least bare number not suggested as MiB: 512 GiB, more than any GPU has.
+const LARGEST_MIB_SUGGESTED: u64 = 512 * 1024;
+
 fn likely_unit(n: u64) -> &'static str {
     if n < 1024 { "Gi" } else { "Mi" }
 }
@@ -415,6 +418,14 @@ pub(crate) fn unitless_message(n: u64, units: [&str; 2], bytes: &str) -> String 
     } else {
         units[1]
     };
+    // As MiB, more than any GPU has (512 GiB and up): bytes were meant, just too few.
+    if n >= LARGEST_MIB_SUGGESTED {
+        return format!(
+            "{n} has no unit, so it would be a cap of {n} bytes, and {n}{unit} would be more \
+             than any GPU has: did you mean 1{unit}? (a number without a unit is bytes and \
+             must be at least {MIN_UNITLESS_BYTES}, 1 MiB; {bytes})"
+        );
+    }
     format!(
         "{n} has no unit, so it would be a cap of {n} bytes: did you mean {n}{unit}? (a \
          number without a unit is bytes and must be at least {MIN_UNITLESS_BYTES}, 1 MiB; \
