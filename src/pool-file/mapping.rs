@@ -23,19 +23,19 @@ use crate::sys::{cstr, os_err};
 const READS_FOR_A_STILL_COPY: u32 = 8;
 
 /// An open, checked pool file. A member's is mapped, never unmapped: members keep it for
-/// the life of the process. A reader's is a copy in its own memory, read again by each
-/// [`view`](PoolFile::view): a file another process truncates or rewrites meanwhile is
-/// an error to report, never a fault (a reader maps nothing).
+/// the life of the process. A reader's is read into a copy in its own memory by each
+/// [`view`](PoolFile::view) and freed after it: a file another process truncates or
+/// rewrites meanwhile is an error to report, never a fault (a reader maps nothing), and
+/// a reader of hundreds of pools (`gpucap metrics --all`) holds none of their words
+/// between readings.
 pub struct PoolFile {
     pub path: PathBuf,
     /// A member's or writer's pool, mapped for the life of the process (None: a reader's,
     /// read from its copy by each [`view`](PoolFile::view)).
     mapped: Option<Pool<'static>>,
     pub locks: SlotLocks,
-    /// A reader's copy of the file's words, its own: freed with it (empty: a mapping).
-    /// Readers that open a file again at each reading (one removed while its members
-    /// run) free the copy of the last one.
-    copy: Box<[AtomicU64]>,
+    /// The length of a reader's copy of the file's words, in words (0: a mapping).
+    copy_words: usize,
     /// A claim's: its live words are a memfd its members hand over ([`crate::live`]),
     /// read from there while any process holds them.
     claim: bool,
@@ -62,10 +62,11 @@ impl PoolFile {
             return Ok(pool.view(&self.locks));
         }
         let fail = |msg: String| format!("the pool file {}: {msg}", self.path.display());
+        let copy: Box<[AtomicU64]> = (0..self.copy_words).map(|_| AtomicU64::new(0)).collect();
         let mut reads = 0;
         loop {
-            read_words(&self.path, self.locks.fd(), &self.copy, self.claim).map_err(fail)?;
-            let pool = Pool::open(&self.copy).map_err(|e| fail(e.to_string()))?;
+            read_words(&self.path, self.locks.fd(), &copy, self.claim).map_err(fail)?;
+            let pool = Pool::open(&copy).map_err(|e| fail(e.to_string()))?;
             let view = pool.view(&self.locks);
             reads += 1;
             if reads >= READS_FOR_A_STILL_COPY || view.gpus.iter().all(|g| g.drift == 0) {
@@ -335,8 +336,8 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
     };
     let locks = |fd| SlotLocks::new(fd, member.then(|| cstr(path).ok()).flatten());
     if !member {
-        // A reader maps nothing: its copy is read now, and again by every view; freed
-        // with the file, or here if it is refused.
+        // A reader maps nothing: a copy is read now, to check the file, and again by
+        // every view; freed after each.
         let copy: Box<[AtomicU64]> = (0..size / 8).map(|_| AtomicU64::new(0)).collect();
         if let Err(e) = read_words(path, fd, &copy, claim) {
             return fail(e);
@@ -348,7 +349,7 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
             path: path.to_path_buf(),
             mapped: None,
             locks: locks(fd),
-            copy,
+            copy_words: copy.len(),
             claim,
             joined_through: None,
         });
@@ -388,7 +389,7 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
         path: path.to_path_buf(),
         mapped: Some(pool),
         locks: locks(fd),
-        copy: Box::new([]),
+        copy_words: 0,
         claim,
         joined_through: None,
     })
