@@ -415,7 +415,7 @@ def status(pool: Optional[StrPath] = None) -> Dict[str, Any]:
     Raises :class:`GpucapError` if there is no such pool or it cannot be read.
 
     With ``pool=None`` and no pool named anywhere: every capped process of the machine,
-    ``{"processes": [...], "pools": [...], "lone": [...], "errors": [...]}``
+    ``{"processes": [...], "pools": [...], "lone": [...], "errors": [...], "warnings": [...]}``
     (docs/src/watching.md lists the fields).
     """
     args = ["status", "--json"]

@@ -292,7 +292,7 @@ class Status(unittest.TestCase):
                 for k in [k for k in os.environ if k.startswith("GPUCAP_") and k != "GPUCAP_POOL_DIR"]:
                     del os.environ[k]
                 s = gpucap.status()
-        self.assertEqual(sorted(s), ["errors", "lone", "pools", "processes"])
+        self.assertEqual(sorted(s), ["errors", "lone", "pools", "processes", "warnings"])
 
 
 @unittest.skipUnless(
