@@ -38,24 +38,6 @@ fn kill(mut child: Child) {
     let _ = child.wait();
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Whether a root-only test runs here (it says why not otherwise; CI runs as root).
-fn as_root(what: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        !required_here(),
-        "{what} needs root: run the tests as root in CI"
-    );
-    eprintln!("SKIPPED: {what} needs root");
-    false
-}
-
 /// The address space a reader is given here: 32 MiB, some five times what `status` and
 /// `top` map reading a pool on the fake GPU (under 7 MiB; they run within 16 MiB), and
 /// less than what the readings below kept before the fix (24 refused files: 300 MiB; 60

@@ -128,24 +128,6 @@ fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Whether a root-only test runs here (it says why not otherwise; CI runs as root).
-fn as_root(what: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        !required_here(),
-        "{what} needs root: run the tests as root in CI"
-    );
-    eprintln!("SKIPPED: {what} needs root");
-    false
-}
-
 /// Root's pool `train` and uid 65534's own `train` (a copy of root's file, owned by it):
 /// `top --pool train` shows root's only, `--pool PATH` that file's only, as `status
 /// --pool` does (before: both, "2 pools", two `pool train GPU 0:` lines); the overview

@@ -32,6 +32,23 @@ pub fn skip(why: &str) {
     eprintln!("SKIP: {why}");
 }
 
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether a test that must run as root runs here: as root, else a SKIP line, or a
+/// failure where the test must run (`skip`; CI runs the tests as root).
+#[track_caller]
+pub fn as_root(what: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    skip(&format!("{what} needs root (CI runs the tests as root)"));
+    false
+}
+
 /// Whether strace runs here (tests that count a program's system calls): false after a
 /// SKIP line, or a failure where the test must run (`skip`).
 pub fn strace_runs() -> bool {

@@ -73,23 +73,7 @@ impl Shim {
         if !self.own_process() {
             return;
         }
-        let Ok(config) = self.config() else {
-            return;
-        };
-        let devices = self.device_reports();
-        if crate::log::LEVEL.load(Relaxed) >= LogLevel::Info as u8 {
-            if devices.is_empty() {
-                log!(Info, "no GPU memory was allocated");
-            }
-            for d in &devices {
-                log!(Info, "{}", report::summary_line(d, config.growth));
-            }
-        }
-        if let Some(path) = &config.report {
-            let guard = WRITING.lock().unwrap_or_else(|p| p.into_inner());
-            self.write_report(path, config.growth, devices, Moment::Exited);
-            drop(guard);
-        }
+        self.final_report(Moment::Exited);
     }
 
     /// Before this process `exec`s another program (from the `exec` hooks): the exit
@@ -102,25 +86,34 @@ impl Shim {
     /// forked child that did not call into CUDA (a `vfork` child shares this process's
     /// memory: it must not write or allocate).
     pub fn before_exec(&self) {
-        if !self.own_process() {
-            return;
+        if self.own_process() {
+            self.final_report(Moment::Exec);
         }
+    }
+
+    /// The summary at `GPUCAP_LOG=info` and the report of this program at its end
+    /// (`Exited`, or `Exec`: its process goes on as another program).
+    fn final_report(&self, moment: Moment) {
         let Ok(config) = self.config() else {
             return;
         };
         let devices = self.device_reports();
         if crate::log::LEVEL.load(Relaxed) >= LogLevel::Info as u8 {
+            let before = if moment == Moment::Exec {
+                "before exec: "
+            } else {
+                ""
+            };
+            if devices.is_empty() {
+                log!(Info, "{before}no GPU memory was allocated");
+            }
             for d in &devices {
-                log!(
-                    Info,
-                    "before exec: {}",
-                    report::summary_line(d, config.growth)
-                );
+                log!(Info, "{before}{}", report::summary_line(d, config.growth));
             }
         }
         if let Some(path) = &config.report {
             let guard = WRITING.lock().unwrap_or_else(|p| p.into_inner());
-            self.write_report(path, config.growth, devices, Moment::Exec);
+            self.write_report(path, config.growth, devices, moment);
             drop(guard);
         }
     }
