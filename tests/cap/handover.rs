@@ -288,8 +288,8 @@ fn processes_of_one_claim_share_its_grant_and_another_claim_has_its_own() {
 }
 
 /// A grant that no claim directory comes with (the DRA example driver's, the toolkit's)
-/// is the container's: its processes share it in the container's pool, and
-/// `GPUCAP_POOL=off` does not take a process out of it.
+/// is the container's: its processes share it in the container's pool, and neither
+/// `GPUCAP_POOL=off` nor another pool takes a process out of it.
 #[test]
 fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
     const SIZE: u64 = 600 * MIB;
@@ -304,6 +304,9 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
         let mut off = env.clone();
         off.push(("GPUCAP_POOL".into(), "off".into()));
         let off = run(&mut under_shim(&script(), &dir, &off, &[&alloc]));
+        let mut mine = env.clone();
+        mine.push(("GPUCAP_POOL".into(), "mine".into()));
+        let mine = run(&mut under_shim(&script(), &dir, &mine, &[&alloc]));
         std::fs::write(dir.join("release"), b"").unwrap();
         let first = first.wait_with_output().unwrap();
         assert_eq!(
@@ -312,7 +315,11 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
             "{driver}: first\n{}",
             dump(&first)
         );
-        for (what, o) in [("second", &second), ("GPUCAP_POOL=off", &off)] {
+        for (what, o) in [
+            ("second", &second),
+            ("GPUCAP_POOL=off", &off),
+            ("GPUCAP_POOL=mine", &mine),
+        ] {
             assert_ne!(
                 alloc_rc(o, SIZE),
                 "0",
@@ -328,12 +335,15 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
                 dump(o)
             );
         }
-        assert!(
-            stderr(&off)
-                .contains("GPUCAP_POOL=\"off\" would leave the container's pool, which shares "),
-            "{driver}: GPUCAP_POOL=off said nothing\n{}",
-            dump(&off)
-        );
+        for (v, o) in [("off", &off), ("mine", &mine)] {
+            assert!(
+                stderr(o).contains(&format!(
+                    "GPUCAP_POOL=\"{v}\" would leave the container's pool, which shares "
+                )),
+                "{driver}: GPUCAP_POOL={v} said nothing\n{}",
+                dump(o)
+            );
+        }
     }
 }
 

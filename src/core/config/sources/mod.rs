@@ -132,24 +132,27 @@ pub fn apply(
 }
 
 /// A driver's grant that no claim directory comes with (the DRA example driver's, the
-/// toolkit's, vgpu-manager's without its claim's directory) is the container's: where
-/// the environment names no pool, the container's processes share it in the
-/// container's pool ([`CONTAINER_POOL`]), not each the whole of it. `GPUCAP_POOL=off`
-/// does not leave it: the process stays in it, said in a line. A pool the environment
-/// names (`GPUCAP_POOL`) holds its members to the grant as one budget.
+/// toolkit's, vgpu-manager's without its claim's directory) is the container's: its
+/// processes share it in the container's pool ([`CONTAINER_POOL`]), not each the whole
+/// of it. The environment may not leave that pool (`GPUCAP_POOL=off` or another pool):
+/// a process of the container doing so would hold the grant beside its siblings'. It
+/// stays, said in a line. `GPUCAP_POOL_DIR` places it (a pod's volume where `/dev/shm`
+/// cannot be written; set for the whole container). A claim's directory named
+/// (`GPUCAP_CLAIM_DIR`) or HAMi-core's cache file is the claim's pool, kept.
 fn set_container_pool(config: &mut Config, grant: String, raw: &dyn Fn(&str) -> Option<String>) {
-    if config.pool.is_some() {
-        return;
-    }
-    if let Some(v) = raw("GPUCAP_POOL") {
-        config.notes.push(leaving_container_pool(&v, &grant));
+    let container = PoolSpec::Name(CONTAINER_POOL.into());
+    match (&config.pool, raw("GPUCAP_POOL")) {
+        (Some(p), _) if *p == container => {}
+        (_, Some(v)) => config.notes.push(leaving_container_pool(&v, &grant)),
+        (Some(_), None) => return,
+        (None, None) => {}
     }
     config.info.push(container_pool_note(&grant));
-    config.pool = Some(PoolSpec::Name(CONTAINER_POOL.into()));
+    config.pool = Some(container);
     config.pool_of_grant = Some(grant);
 }
 
-/// The line of `GPUCAP_POOL=v` (off) beside `grant`.
+/// The line of `GPUCAP_POOL=v` (off, or another pool) beside `grant`.
 pub fn leaving_container_pool(v: &str, grant: &str) -> String {
     format!(
         "GPUCAP_POOL={v:?} would leave the container's pool, which shares {grant}: the \

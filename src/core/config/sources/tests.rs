@@ -551,12 +551,40 @@ fn a_grant_without_a_claim_directory_is_shared_by_the_containers_processes() {
             "{env:?}: {:?}",
             c.notes
         );
-        // A pool the environment names holds its members to the grant as one budget.
+        // Nor does another pool: a process of the container would hold the grant
+        // beside its siblings'.
+        for value in ["mine", "/x/y.pool"] {
+            let mut env = grant.to_vec();
+            env.push(("GPUCAP_POOL", value));
+            let c = vars(&env).unwrap();
+            assert_eq!(c.pool, container, "{env:?}");
+            assert!(
+                c.notes
+                    .iter()
+                    .any(|n| n.starts_with(&format!("GPUCAP_POOL={value:?} would "))
+                        && n.contains("stays in")),
+                "{env:?}: {:?}",
+                c.notes
+            );
+        }
+        // The pool directory places it.
         let mut env = grant.to_vec();
-        env.push(("GPUCAP_POOL", "mine"));
+        env.push(("GPUCAP_POOL_DIR", "/pods/vol"));
         let c = vars(&env).unwrap();
-        assert_eq!(c.pool, Some(PoolSpec::Name("mine".into())), "{env:?}");
-        assert_eq!(c.pool_of_grant, None);
+        assert_eq!(
+            (c.pool, c.pool_dir.as_deref()),
+            (container.clone(), Some(std::path::Path::new("/pods/vol")))
+        );
+        // Naming the container's pool is no line.
+        let mut env = grant.to_vec();
+        env.push(("GPUCAP_POOL", CONTAINER_POOL));
+        let c = vars(&env).unwrap();
+        assert_eq!(c.pool, container);
+        assert!(
+            c.notes.iter().all(|n| !n.contains("stays in")),
+            "{:?}",
+            c.notes
+        );
     }
     // A claim's directory is the claim's pool, not the container's.
     let c = vars(&[vgpu[0], vgpu[1], ("GPUCAP_CLAIM_DIR", "/mnt/claim")]).unwrap();
