@@ -94,6 +94,15 @@ pub struct Snapshot {
     pub gpus: Gpus,
 }
 
+/// `free` at most what the GPU (of `total` bytes, where known) has beside `used`: a cap
+/// above the GPU leaves no more than the GPU.
+fn within_gpu(free: Option<u64>, total: Option<u64>, used: u64) -> Option<u64> {
+    match (free, total) {
+        (Some(f), Some(t)) => Some(f.min(t.saturating_sub(used))),
+        (f, _) => f,
+    }
+}
+
 fn percent(used: u64, cap: Option<u64>) -> Option<f64> {
     cap.map(|c| {
         if c == 0 {
@@ -137,6 +146,7 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
+                let free = within_gpu(free, gpus.total(&g.raw_uuid), g.used);
                 out.push(Row {
                     gpu: gpus.index(&g.raw_uuid),
                     gpu_uuid: g.uuid.clone(),
@@ -186,7 +196,11 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                 cap: g.cap,
                 used: g.used,
                 peak: g.peak,
-                free: g.cap.map(|c| c.saturating_sub(g.used)),
+                free: within_gpu(
+                    g.cap.map(|c| c.saturating_sub(g.used)),
+                    gpus.total(&g.raw_uuid),
+                    g.used,
+                ),
                 use_percent: percent(g.used, g.cap),
                 refusals: Some(g.refusals),
                 start_ms: v.start_ms,
@@ -287,6 +301,17 @@ pub(crate) mod tests {
         // 12's own guarantee is not kept from it.
         let g = r.iter().find(|r| r.pid == 12).unwrap();
         assert_eq!(g.free, Some((1 << 30) - 700 * MIB));
+    }
+
+    #[test]
+    fn free_is_never_more_than_the_gpu_has() {
+        // A 1 GiB cap on a GPU of 512 MiB: 300 MiB used leaves 212 MiB, not 724.
+        let gpus = Gpus::from_totals(vec![([0x11; 16], 512 * MIB)]);
+        let r = rows(&[], &[lone(99, 300 * MIB, Some(1 << 30))], 7, &gpus);
+        assert_eq!(r[0].free, Some(212 * MIB));
+        let r = rows(&[pool()], &[], 7, &gpus);
+        let m = r.iter().find(|r| r.pid == 12).unwrap();
+        assert_eq!(m.free, Some(112 * MIB), "400 MiB used of 512");
     }
 
     #[test]

@@ -5,26 +5,39 @@ use std::collections::HashMap;
 
 /// GPU indexes by UUID: CUDA's ordinals as this `gpucap` sees them (set
 /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` for `nvidia-smi`'s order).
+/// Their memory too, where the driver said it.
 #[derive(Debug, Clone, Default)]
-pub struct Gpus(Vec<[u8; 16]>);
+pub struct Gpus(Vec<([u8; 16], Option<u64>)>);
 
 impl Gpus {
     /// Asks the driver (once; no driver: no index is known).
     pub fn probe() -> Gpus {
         match crate::driver::probe() {
-            crate::driver::Probe::Devices(d) => {
-                Gpus(d.iter().map(|d| d.uuid.unwrap_or_default()).collect())
-            }
+            crate::driver::Probe::Devices(d) => Gpus(
+                d.iter()
+                    .map(|d| (d.uuid.unwrap_or_default(), Some(d.total)))
+                    .collect(),
+            ),
             _ => Gpus::default(),
         }
     }
 
     pub fn from_uuids(uuids: Vec<[u8; 16]>) -> Gpus {
-        Gpus(uuids)
+        Gpus(uuids.into_iter().map(|u| (u, None)).collect())
+    }
+
+    /// With each GPU's memory in bytes.
+    pub fn from_totals(gpus: Vec<([u8; 16], u64)>) -> Gpus {
+        Gpus(gpus.into_iter().map(|(u, t)| (u, Some(t))).collect())
     }
 
     pub fn index(&self, uuid: &[u8; 16]) -> Option<u32> {
-        self.0.iter().position(|u| u == uuid).map(|i| i as u32)
+        self.0.iter().position(|(u, _)| u == uuid).map(|i| i as u32)
+    }
+
+    /// The GPU's memory in bytes, where the driver said it.
+    pub fn total(&self, uuid: &[u8; 16]) -> Option<u64> {
+        self.0.iter().find(|(u, _)| u == uuid).and_then(|(_, t)| *t)
     }
 }
 
