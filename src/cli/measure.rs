@@ -105,19 +105,25 @@ pub fn measure_text(processes: &[ProcessReport], command: &str, ceiling: Option<
         return lines(out);
     }
     let several = processes.len() > 1;
-    // A program that `exec`ed another left an entry of its own (`<id>.execN`): the
-    // process is counted once, each of its programs said.
-    let execs = processes.iter().filter(|p| p.id.contains(".exec")).count();
-    let count = processes.len() - execs;
+    // A program that `exec`ed another left an entry of its own (`<id>.execN`): a
+    // process is its id without that suffix, each of its programs said.
+    let mut ids: Vec<&str> = processes
+        .iter()
+        .map(|p| p.id.split(".exec").next().unwrap_or(&p.id))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let count = ids.len();
     out.push(format!(
         "measure: {count} process{} used CUDA{}",
         if count > 1 { "es" } else { "" },
-        match execs {
-            0 => String::new(),
-            _ => format!(
+        if processes.len() > count {
+            format!(
                 ", in {} programs (one that exec'ed another is counted apart)",
                 processes.len()
-            ),
+            )
+        } else {
+            String::new()
         }
     ));
     for p in processes {

@@ -280,3 +280,49 @@ fn without_growth_mode_the_other_process_takes_the_freed_memory() {
     // A's 2 GiB request now fails at the driver: the GPU is full.
     assert_eq!(alloc_rcs(&a)[3], 2, "A: {}", stdout(&a));
 }
+
+/// Kernels loaded at a first launch take their memory whatever the cap says (charged by
+/// force): in growth mode the retained pages no allocation needs go back until the cap
+/// has room again, where the process stayed 300 MiB over it until exit (900 MiB
+/// retained beside the kernels' 300 under 1 GiB).
+#[test]
+fn memory_taken_past_the_cap_gives_retained_pages_back() {
+    let dir = scratch("growth-forced");
+    let stats = dir.join("stats.json");
+    let mut c = script_cmd(&stats, "16Gi", "1Gi", true);
+    c.env("FAKECUDA_LIBRARY_MEM", "300Mi")
+        .args(["alloc:900Mi", "free", "kernel", "info"]);
+    let o = run(&mut c);
+    assert_ok(&o);
+    let s = &read_stats(&stats)[0];
+    assert!(
+        s.final_used <= GIB,
+        "{} MiB held at the end\n{}",
+        s.final_used >> 20,
+        dump(&o)
+    );
+}
+
+/// A request that would not fit even with every retained page given back gives none
+/// back: growth mode keeps what it holds (a later request of that size is served from
+/// it whatever other processes took), and the request is refused.
+#[test]
+fn a_request_that_cannot_fit_keeps_the_retained_pages() {
+    let dir = scratch("growth-keep");
+    let stats = dir.join("stats.json");
+    let mut c = fake_cmd(compile_c("growth_small", "", &["-lcuda"]), &stats);
+    preload(&mut c)
+        .env("FAKECUDA_TOTAL_MEM", "16Gi")
+        .env("GPUCAP_LIMIT", "1Gi")
+        .env("GPUCAP_GROWTH", "1")
+        .env("GPUCAP_LOG", "info")
+        .args(["alloc:700Mi", "free", "other:pitch:2Gi"]);
+    let o = run(&mut c);
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains("other pitch 2147483648 2"),
+        "{}",
+        dump(&o)
+    );
+    assert!(stderr(&o).contains(", 700 MiB retained"), "{}", dump(&o));
+}

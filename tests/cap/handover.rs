@@ -307,6 +307,11 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
         let mut mine = env.clone();
         mine.push(("GPUCAP_POOL".into(), "mine".into()));
         let mine = run(&mut under_shim(&script(), &dir, &mine, &[&alloc]));
+        // A claim's directory of its own, beside a driver that has no claims.
+        let mut own_claim = env.clone();
+        let own = claim_dir(&dir, "own-claim");
+        own_claim.push(("GPUCAP_CLAIM_DIR".into(), own.display().to_string()));
+        let own_claim = run(&mut under_shim(&script(), &dir, &own_claim, &[&alloc]));
         std::fs::write(dir.join("release"), b"").unwrap();
         let first = first.wait_with_output().unwrap();
         assert_eq!(
@@ -319,6 +324,7 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
             ("second", &second),
             ("GPUCAP_POOL=off", &off),
             ("GPUCAP_POOL=mine", &mine),
+            ("GPUCAP_CLAIM_DIR", &own_claim),
         ] {
             assert_ne!(
                 alloc_rc(o, SIZE),

@@ -556,6 +556,22 @@ fn measure_counts_what_a_program_held_before_it_execd_another() {
             dump(&o)
         );
     }
+    // The program it execs does not use CUDA: one process, one program (it said "0
+    // process used CUDA, in 1 programs").
+    let o = run(gpucap(&dir).args(["run", "--measure", "--"]).args([
+        script,
+        "alloc:500Mi",
+        "exec:execv",
+        "/bin/true",
+    ]));
+    assert_ok(&o);
+    assert!(
+        stderr(&o)
+            .lines()
+            .any(|l| l == "gpucap: measure: 1 process used CUDA"),
+        "{}",
+        dump(&o)
+    );
 }
 
 #[test]

@@ -55,8 +55,14 @@ impl PoolSpec {
     /// `/proc/self/ns/mnt`, the name without the suffix (`container`), as the
     /// entrypoint. The shim and `gpucap`'s commands both read it so.
     pub fn per_container(&self) -> PoolSpec {
-        let link = std::fs::read_link("/proc/self/ns/mnt").ok();
-        self.in_mount_namespace(link.as_deref().map(|l| l.to_string_lossy()).as_deref())
+        match self {
+            PoolSpec::Name(n) if n.ends_with(PER_CONTAINER_SUFFIX) => {
+                let link = std::fs::read_link("/proc/self/ns/mnt").ok();
+                self.in_mount_namespace(link.as_deref().map(|l| l.to_string_lossy()).as_deref())
+            }
+            // Only such a name reads the link (a pool's joiner reads nothing more).
+            other => other.clone(),
+        }
     }
 
     /// [`PoolSpec::per_container`] for the mount namespace whose link reads `link`

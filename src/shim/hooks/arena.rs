@@ -283,10 +283,19 @@ fn alloc_small(api: &str, device: usize, size: u64, page: u64) -> Result<u64, Cu
 /// Before a request growth mode does not serve (pitch, managed, stream-ordered, a VMM
 /// handle, a context, ...) that the cap would refuse: the retained pages no allocation
 /// needs (loose ones, then those of cached mappings and empty slabs, unmapped) are given
-/// back to the driver and to the cap, one at a time, until the request fits or none is
-/// left. They are what the free figure counted as free (`mem_info`); without this, only
+/// back to the driver and to the cap, one at a time, until the request fits; none where
+/// it would not fit even with all of them. They are what the free figure counted as free (`mem_info`); without this, only
 /// `cuMemAlloc` could reuse them and such a request was refused below that figure.
 pub fn release_for(device: usize, bytes: u64) {
+    // Nothing goes back for a request that would not fit even then: the retained pages
+    // stay the process's (growth mode's promise), and the request is refused.
+    let releasable = growth::retained_bytes(device);
+    if SHIM
+        .ledger
+        .would_refuse(device, bytes.saturating_sub(releasable))
+    {
+        return;
+    }
     while SHIM.ledger.would_refuse(device, bytes) {
         let page = GROWTH.page(device);
         let mut pages = GROWTH.take_pages(device, 1);

@@ -84,7 +84,13 @@ pub(super) fn charge_undoable(
 /// whatever the cap says. Returns the bytes charged without a check (0 where there was
 /// room).
 pub(super) fn charge_done(d: usize, held: Option<Reservation<'static>>, bytes: u64) -> u64 {
-    residents::charge_done(&SHIM.ledger, d, held, bytes).forced
+    let forced = residents::charge_done(&SHIM.ledger, d, held, bytes).forced;
+    if forced > 0 {
+        // Past the cap: growth mode's retained pages that no allocation needs go back
+        // until the cap has room again (one byte of it), as before a request.
+        reclaim_for(&SHIM, d, 1);
+    }
+    forced
 }
 
 /// What to charge for a `what` (a context, a module) the driver just made on device

@@ -108,7 +108,12 @@ impl Shim {
                 log!(Info, "{before}no GPU memory was allocated");
             }
             for d in &devices {
-                log!(Info, "{before}{}", report::summary_line(d, config.growth));
+                let line = report::summary_line(d, config.growth);
+                let line = match moment {
+                    Moment::Exec => line.replace(" at exit", " at the exec"),
+                    _ => line,
+                };
+                log!(Info, "{before}{line}");
             }
         }
         if let Some(path) = &config.report {

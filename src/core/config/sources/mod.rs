@@ -97,9 +97,11 @@ pub fn apply(
     }
     let none = raw("GPUCAP_LIMIT").filter(|v| limit_is_none(v));
     let pooled_with_own_cap = config.pool.is_some() && raw("GPUCAP_LIMIT").is_some();
-    // The first grant that no claim directory comes with: the container's.
+    // The first grant that no claim directory comes with: the container's (and whether
+    // its driver has claim directories at all, one of which GPUCAP_CLAIM_DIR may name).
     let mut container_grant = None;
     for d in drivers {
+        let has_claims = d.no_claim_dir.is_some() || d.claim_dir.is_some();
         if let (Some(v), Some((source, _))) = (&none, &d.cap) {
             return Err(none_conflict(v, &source.name));
         }
@@ -116,7 +118,7 @@ pub fn apply(
         }
         if let Some((source, origins)) = d.cap {
             if d.claim_dir.is_none() && container_grant.is_none() {
-                container_grant = Some(source.name.clone());
+                container_grant = Some((source.name.clone(), has_claims));
             }
             add_cap(config, source)?;
             config.origins.extend(origins);
@@ -125,8 +127,8 @@ pub fn apply(
             set_claim_pool(config, dir, &why, raw)?;
         }
     }
-    if let Some(grant) = container_grant {
-        set_container_pool(config, grant, raw);
+    if let Some((grant, has_claims)) = container_grant {
+        set_container_pool(config, grant, has_claims, raw);
     }
     Ok(())
 }
@@ -138,13 +140,32 @@ pub fn apply(
 /// a process of the container doing so would hold the grant beside its siblings'. It
 /// stays, said in a line. `GPUCAP_POOL_DIR` places it (a pod's volume where `/dev/shm`
 /// cannot be written; set for the whole container). A claim's directory named
-/// (`GPUCAP_CLAIM_DIR`) or HAMi-core's cache file is the claim's pool, kept.
-fn set_container_pool(config: &mut Config, grant: String, raw: &dyn Fn(&str) -> Option<String>) {
+/// (`GPUCAP_CLAIM_DIR`) is that claim's pool where the driver has claim directories
+/// (`has_claims`: vgpu-manager's, mounted elsewhere); otherwise it, or HAMi-core's cache
+/// file, would leave the container's pool as another `GPUCAP_POOL` would.
+fn set_container_pool(
+    config: &mut Config,
+    grant: String,
+    has_claims: bool,
+    raw: &dyn Fn(&str) -> Option<String>,
+) {
     let container = PoolSpec::Name(CONTAINER_POOL.into());
     match (&config.pool, raw("GPUCAP_POOL")) {
         (Some(p), _) if *p == container => {}
         (_, Some(v)) => config.notes.push(leaving_container_pool(&v, &grant)),
-        (Some(_), None) => return,
+        (Some(PoolSpec::Claim(_)), None) if has_claims => return,
+        (Some(_), None) => {
+            let var = if raw("GPUCAP_CLAIM_DIR").is_some() {
+                "GPUCAP_CLAIM_DIR"
+            } else {
+                super::hami::HAMI_SHARED_CACHE
+            };
+            let asked = match raw(var) {
+                Some(v) => format!("{var}={v:?}"),
+                None => var.to_string(),
+            };
+            config.notes.push(leaving_container_pool_as(&asked, &grant));
+        }
         (None, None) => {}
     }
     config.info.push(container_pool_note(&grant));
@@ -154,9 +175,15 @@ fn set_container_pool(config: &mut Config, grant: String, raw: &dyn Fn(&str) -> 
 
 /// The line of `GPUCAP_POOL=v` (off, or another pool) beside `grant`.
 pub fn leaving_container_pool(v: &str, grant: &str) -> String {
+    leaving_container_pool_as(&format!("GPUCAP_POOL={v:?}"), grant)
+}
+
+/// The line of `asked` (a variable naming another pool than the container's, as set)
+/// beside `grant`.
+fn leaving_container_pool_as(asked: &str, grant: &str) -> String {
     format!(
-        "GPUCAP_POOL={v:?} would leave the container's pool, which shares {grant}: the \
-         process stays in it (a driver's grant is the container's, not each process's)"
+        "{asked} would leave the container's pool, which shares {grant}: the process stays \
+         in it (a driver's grant is the container's, not each process's)"
     )
 }
 

@@ -586,6 +586,22 @@ fn a_grant_without_a_claim_directory_is_shared_by_the_containers_processes() {
             c.notes
         );
     }
+    // A claim's directory, or HAMi-core's cache file, named beside a driver without
+    // claims leaves the container's pool as another GPUCAP_POOL would: it stays.
+    for (var, value) in [
+        ("GPUCAP_CLAIM_DIR", "/mnt/mine"),
+        ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/mine.cache"),
+    ] {
+        let c = vars(&[dra[0], dra[1], (var, value)]).unwrap();
+        assert_eq!(c.pool, container, "{var}");
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.starts_with(var) && n.contains(" would leave the container's pool")),
+            "{var}: {:?}",
+            c.notes
+        );
+    }
     // A claim's directory is the claim's pool, not the container's.
     let c = vars(&[vgpu[0], vgpu[1], ("GPUCAP_CLAIM_DIR", "/mnt/claim")]).unwrap();
     assert_eq!(c.pool, Some(PoolSpec::Claim("/mnt/claim".into())));

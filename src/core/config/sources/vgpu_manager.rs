@@ -168,8 +168,9 @@ pub(super) fn read(vars: &HandoverVars) -> Result<Handover, ConfigError> {
         out.claim_dir = Some((dir, "vgpu-manager's per-claim directory".to_string()));
     } else {
         out.no_claim_dir = Some(format!(
-            "note: no vgpu-manager claim directory at {VGPU_CONFIG_DIR} (each process is capped \
-             alone; GPUCAP_CLAIM_DIR names one mounted elsewhere)"
+            "note: no vgpu-manager claim directory at {VGPU_CONFIG_DIR} (the container's \
+             processes share the grant in the container's pool, not with the claim's other \
+             containers; GPUCAP_CLAIM_DIR names one mounted elsewhere)"
         ));
     }
     Ok(out)
