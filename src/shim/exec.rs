@@ -31,9 +31,9 @@ fn before_exec() {
     let _ = std::panic::catch_unwind(|| crate::state::SHIM.before_exec());
 }
 
-/// `exec_hook!(name(args) : Type)` exports `name`, which writes the report and calls
-/// the C library's `name` (of type `Type`) with the same arguments; without one (none
-/// found), -1 with `ENOSYS`.
+/// `exec_hook!(name(arg: Type, ...))` exports `name`, which writes the report and calls
+/// the C library's `name` (of that signature, returning `int`) with the same arguments;
+/// where the C library has none, -1 with `ENOSYS`.
 macro_rules! exec_hook {
     ($name:ident($($arg:ident: $ty:ty),+)) => {
         /// See the module's doc.
