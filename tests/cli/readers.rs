@@ -157,14 +157,7 @@ fn a_pool_file_announced_in_another_users_directory_is_not_shown() {
     }
     let s = Scratch::new("readers-announced");
     let member = s.member("real", "m", &["alloc:10Mi"]);
-    let squat = s.pools.join("gpucap-1000");
-    std::fs::create_dir(&squat).unwrap();
-    std::fs::set_permissions(&squat, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let path = squat.join("spoofed.pool");
-    std::fs::copy(s.pool_file("real"), &path).unwrap();
-    for p in [&squat, &path] {
-        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
-    }
+    let (squat, path) = s.copy_as_nobody("real", "gpucap-1000", "spoofed.pool");
     let file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -139,14 +139,7 @@ fn root_sees_one_pool_when_it_names_one_and_whose_when_names_are_shared() {
     }
     let s = Scratch::new("terminals-shared-name");
     let member = s.member("train", "m", &["alloc:200Mi"]);
-    let theirs = s.pools.join("gpucap-65534");
-    std::fs::create_dir(&theirs).unwrap();
-    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let their_file = theirs.join("train.pool");
-    std::fs::copy(s.pool_file("train"), &their_file).unwrap();
-    for p in [&theirs, &their_file] {
-        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
-    }
+    let (_, their_file) = s.copy_as_nobody("train", "gpucap-65534", "train.pool");
     let named = run(&mut s.gpucap(&["top", "--once", "--pool", "train"]));
     let by_path = run(&mut s.gpucap(&["top", "--once", "--pool", their_file.to_str().unwrap()]));
     let all = run(&mut s.gpucap(&["top", "--once"]));

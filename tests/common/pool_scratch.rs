@@ -139,4 +139,20 @@ impl Scratch {
         args.extend(steps);
         run(&mut self.gpucap(&args))
     }
+
+    /// A copy of pool `pool`'s file as `name` in the directory `dir` of the pool
+    /// directory (a `gpucap-UID` name, made mode 0700), both owned by uid 65534 (needs
+    /// root): another user's pool, or a squatter's. Returns the directory and the file.
+    pub fn copy_as_nobody(&self, pool: &str, dir: &str, name: &str) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.pools.join(dir);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let file = dir.join(name);
+        std::fs::copy(self.pool_file(pool), &file).unwrap();
+        for p in [&dir, &file] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+        (dir, file)
+    }
 }

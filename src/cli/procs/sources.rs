@@ -16,6 +16,14 @@ use super::{LoneReading, PoolReading, user_name};
 /// is (root's own directory writable by others).
 pub type Found = (Vec<PoolReading>, Vec<LoneReading>, Vec<String>, Vec<String>);
 
+/// What is wrong with root's own pool directory (root's readers read every user's).
+pub enum OwnDir {
+    /// It cannot be read (the line says why): not among the directories read.
+    Unusable(String),
+    /// Writable by others, but a real directory of root's: read, and said.
+    ReadAnyway(String),
+}
+
 /// The directories read, and the pool files kept open.
 pub struct Sources {
     pool_dir: Option<PathBuf>,
@@ -54,12 +62,17 @@ impl Sources {
         self
     }
 
-    /// The directories read now, and why root's own cannot be used where it cannot:
-    /// `Err` when it is not among them, `Ok` when it is read all the same (a real
-    /// directory of root's, writable by others). Err: this user's own cannot be used (a
-    /// link, not a directory, another user's, writable by others).
-    #[allow(clippy::type_complexity)]
-    pub fn dirs(&self) -> Result<(Vec<PathBuf>, Option<Result<String, String>>), String> {
+    /// This user's directory in the pool directory (`gpucap-UID`), made or not.
+    fn own_dir(&self) -> Option<PathBuf> {
+        let any = gpucap_core::config::PoolSpec::Name("any".into());
+        let file = gpucap_pool_file::path_of(&any, self.pool_dir.as_deref()).ok()?;
+        file.parent().map(Path::to_path_buf)
+    }
+
+    /// The directories read now, and what is wrong with root's own where something is.
+    /// Err: this user's own cannot be used (a link, not a directory, another user's,
+    /// writable by others).
+    pub fn dirs(&self) -> Result<(Vec<PathBuf>, Option<OwnDir>), String> {
         if self.every_user {
             // Root's own is checked as any user's is (`every_user_dir` leaves it out
             // without a word: root's `status` said "no capped process"); where it cannot
@@ -68,18 +81,12 @@ impl Sources {
             let own = gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false).err();
             let dirs = gpucap_pool_file::every_user_dir(self.pool_dir.as_deref());
             // Writable by others, it is still a real directory of root's: read.
-            let read = gpucap_pool_file::path_of(
-                &gpucap_core::config::PoolSpec::Name("any".into()),
-                self.pool_dir.as_deref(),
-            )
-            .ok()
-            .and_then(|p| p.parent().map(|d| dirs.iter().any(|x| x == d)))
-            .unwrap_or(false);
+            let read = self.own_dir().is_some_and(|d| dirs.contains(&d));
             let own = own.map(|e| {
                 if read {
-                    Ok(format!("{e} (what it holds is shown all the same)"))
+                    OwnDir::ReadAnyway(format!("{e} (what it holds is shown all the same)"))
                 } else {
-                    Err(e)
+                    OwnDir::Unusable(e)
                 }
             });
             return Ok((dirs, own));
@@ -117,17 +124,12 @@ impl Sources {
         // removed `gpucap-UID` directory of the pool directory, for root), or named.
         let (dirs, own_unusable) = self.dirs()?;
         match own_unusable {
-            Some(Ok(w)) => warnings.push(w),
-            Some(Err(e)) => errors.push(e),
+            Some(OwnDir::ReadAnyway(w)) => warnings.push(w),
+            Some(OwnDir::Unusable(e)) => errors.push(e),
             None => {}
         }
         // This user's directory, made or not (a removed one's pools are still read).
-        let own = gpucap_pool_file::path_of(
-            &gpucap_core::config::PoolSpec::Name("any".into()),
-            self.pool_dir.as_deref(),
-        )
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf));
+        let own = self.own_dir();
         let base = own.as_deref().and_then(Path::parent);
         // A file of a `gpucap-UID` directory is UID's, in a directory (while it is there)
         // that is a real one of UID's: the rule the directories are read by
