@@ -16,7 +16,7 @@ use crate::environment::{load, lookup, set_var};
 use crate::exit::{EXIT_USAGE, exec_failure};
 use crate::launch::{child_env, prepare};
 use crate::preload;
-use gpucap_core::report::{ProcessReport, read_report};
+use gpucap_core::report::{ProcessReport, process_of, read_report};
 use gpucap_core::size::format_bytes;
 
 const MIB: u64 = 1 << 20;
@@ -107,10 +107,7 @@ pub fn measure_text(processes: &[ProcessReport], command: &str, ceiling: Option<
     let several = processes.len() > 1;
     // A program that `exec`ed another left an entry of its own (`<id>.execN`): a
     // process is its id without that suffix, each of its programs said.
-    let mut ids: Vec<&str> = processes
-        .iter()
-        .map(|p| p.id.split(".exec").next().unwrap_or(&p.id))
-        .collect();
+    let mut ids: Vec<&str> = processes.iter().map(|p| process_of(&p.id).0).collect();
     ids.sort_unstable();
     ids.dedup();
     let count = ids.len();
@@ -129,7 +126,7 @@ pub fn measure_text(processes: &[ProcessReport], command: &str, ceiling: Option<
     for p in processes {
         let who = if several {
             let name = p.cmdline.first().map_or("?", |c| c.as_str());
-            let before = if p.id.contains(".exec") {
+            let before = if process_of(&p.id).1 {
                 ", before it exec'ed another"
             } else {
                 ""

@@ -142,6 +142,18 @@ pub fn write_entry_before_exec(
     update_entries(path, per_process, entry, true)
 }
 
+/// What marks the entry of a program its process `exec`ed another from: `<id>.exec<N>`.
+const EXEC_MARK: &str = ".exec";
+
+/// The process an entry's `id` is of (a program before an `exec` and the one after it
+/// are one process), and whether it is a program's before an `exec`.
+pub fn process_of(id: &str) -> (&str, bool) {
+    match id.find(EXEC_MARK) {
+        Some(i) => (&id[..i], true),
+        None => (id, false),
+    }
+}
+
 fn update_entries(
     path: &Path,
     per_process: bool,
@@ -194,7 +206,7 @@ fn update_entries(
         }
     };
     if before_exec {
-        let prefix = format!("{}.exec", entry.id);
+        let prefix = format!("{}{EXEC_MARK}", entry.id);
         let earlier = entries
             .iter()
             .filter(|e| e.id().is_some_and(|id| id.starts_with(&prefix)))
@@ -282,6 +294,8 @@ mod tests {
             ["1-77.exec1", "1-77.exec2", "1-77"]
         );
         assert!(all.iter().all(|p| p.exited));
+        assert_eq!(process_of("1-77.exec2"), ("1-77", true));
+        assert_eq!(process_of("1-77"), ("1-77", false));
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -38,8 +38,8 @@ mod file;
 mod schema;
 
 pub use file::{
-    expand_path, now_secs, own_cmdline, own_start_time, read_report, write_atomically, write_entry,
-    write_entry_before_exec,
+    expand_path, now_secs, own_cmdline, own_start_time, process_of, read_report, write_atomically,
+    write_entry, write_entry_before_exec,
 };
 pub use schema::{DeviceReport, ProcessReport, REPORT_VERSION, summary_line};
 
