@@ -36,15 +36,17 @@ pub enum Located {
 /// not an error (no process has joined a pool there). A directory others could write
 /// in, or a `GPUCAP_POOL_DIR` that is missing or not a directory, is.
 pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<Located, String> {
-    let spec = &spec.per_container();
+    // A user's directory, and the container's pool's, are made by the first member.
+    let made_by_member =
+        gpucap_pool_file::is_container_pool(spec) || matches!(spec, PoolSpec::Name(_));
+    let spec = &gpucap_pool_file::resolve_pool(spec, pool_dir, false)?;
     match gpucap_pool_file::locate(spec, pool_dir, false) {
         Ok(p) => Ok(Located::File(p)),
-        Err(e) => match spec {
-            PoolSpec::Name(_) => match gpucap_pool_file::path_of(spec, pool_dir) {
-                Ok(file) if file.parent().is_some_and(missing) => Ok(Located::NotYet(file)),
-                _ => Err(e),
-            },
-            PoolSpec::Path(_) | PoolSpec::Claim(_) => Err(e),
+        Err(e) => match gpucap_pool_file::path_of(spec, pool_dir) {
+            Ok(file) if made_by_member && file.parent().is_some_and(missing) => {
+                Ok(Located::NotYet(file))
+            }
+            _ => Err(e),
         },
     }
 }
@@ -78,7 +80,11 @@ fn no_file(path: &Path) -> String {
 }
 
 /// The `pool:` line of `gpucap check`, or the error that makes check fail.
-pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<String, String> {
+pub fn check_line(
+    spec: Option<&PoolSpec>,
+    pool_dir: Option<&Path>,
+    members: usize,
+) -> Result<String, String> {
     let Some(spec) = spec else {
         return Ok("pool: none (each process is capped alone)".to_string());
     };
@@ -91,7 +97,12 @@ pub fn check_line(spec: Option<&PoolSpec>, pool_dir: Option<&Path>) -> Result<St
     };
     let file = match gpucap_pool_file::open_reader(&p, Sharing::of(spec)) {
         Ok(f) => f,
-        Err(_) if missing(&p) => return Ok(not_made(spec, &p)),
+        // Not made yet: whether it can be (a full /dev/shm refuses the first member).
+        Err(_) if missing(&p) => {
+            return gpucap_pool_file::can_make(&p, members)
+                .map(|()| not_made(spec, &p))
+                .map_err(|e| format!("gpucap: pool {spec}: {e}"));
+        }
         Err(e) => return Err(cannot(e)),
     };
     let view = file.view().map_err(cannot)?;

@@ -89,6 +89,52 @@ pub(crate) fn create(path: &Path, sharing: Sharing, slots: usize) -> Result<bool
     result
 }
 
+/// Whether a pool file of `slots` members can be made at `path` (not made yet): an
+/// unnamed file (`O_TMPFILE`) of its whole size allocated in its directory, or in the
+/// nearest directory above that exists (the first member makes the rest), and dropped.
+/// What `gpucap check` asks, so that a full file system (Docker's 64 MiB `/dev/shm`
+/// filled by a program's workers) is said before a program is refused at `cuInit`.
+pub fn can_make(path: &Path, slots: usize) -> Result<(), String> {
+    let bytes = pool_file_bytes(slots);
+    let dir = path
+        .ancestors()
+        .skip(1)
+        .find(|d| d.is_dir())
+        .unwrap_or(Path::new("/"));
+    let cd = cstr(dir)?;
+    // SAFETY: a NUL-terminated directory path; O_TMPFILE makes a file with no name.
+    let fd = unsafe {
+        crate::sys::open(
+            cd.as_ptr(),
+            libc::O_RDWR | libc::O_TMPFILE | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        // A file system without unnamed files (an old NFS) says nothing of its room.
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EOPNOTSUPP | libc::EISDIR) => Ok(()),
+            _ => Err(os_err("cannot make a file in", dir)),
+        };
+    }
+    // SAFETY: our descriptor; posix_fallocate returns the error instead of setting errno.
+    let rc = unsafe { libc::posix_fallocate(fd, 0, bytes as libc::off_t) };
+    // SAFETY: our descriptor, done with; its file goes with it.
+    unsafe { libc::close(fd) };
+    match rc {
+        0 => Ok(()),
+        rc => Err(format!(
+            "the pool file {} cannot be made: {} has no room for its {} ({}): a process \
+             naming the pool would be refused at cuInit; free room there, or set \
+             GPUCAP_POOL_DIR to a directory with room",
+            path.display(),
+            dir.display(),
+            gpucap_core::size::format_bytes(bytes as u64),
+            std::io::Error::from_raw_os_error(rc)
+        )),
+    }
+}
+
 /// Gives the new file `fd` (at `tmp`) its `bytes`, every block allocated now
 /// (`posix_fallocate`): a full file system is an error here, at creation, never a fault
 /// at the first write through the mapping of a sparse file (SIGBUS on a full tmpfs).

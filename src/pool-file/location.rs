@@ -16,7 +16,7 @@ use crate::sharing::{Owned, unwritable_claim_dir};
 /// is made (mode 0700) if missing.
 /// Either way its checks must pass: see `check_dir`.
 pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<PathBuf, String> {
-    match spec {
+    match &crate::container::resolve(spec, pool_dir, create)? {
         PoolSpec::Path(p) => {
             let parent = p.parent().unwrap_or(Path::new("/"));
             check_parent(parent).map_err(|e| claims_file(e, p))?;
@@ -61,7 +61,7 @@ fn made_and_checked(dir: &Path, create: bool) -> Result<(), String> {
 /// The path `spec` names, without checking or creating anything (to name a file that
 /// does not exist yet).
 pub fn path_of(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PathBuf, String> {
-    Ok(match spec {
+    Ok(match &crate::container::resolve(spec, pool_dir, false)? {
         PoolSpec::Path(p) => p.clone(),
         PoolSpec::Claim(dir) => dir.join(CLAIM_POOL_FILE),
         PoolSpec::Name(name) => per_user_dir(pool_dir)?.join(format!("{name}.pool")),
@@ -134,9 +134,13 @@ pub fn locate_existing(
     pool_dir: Option<&Path>,
 ) -> Result<Option<PathBuf>, String> {
     let missing = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-    if let PoolSpec::Name(_) = spec
-        && missing(&per_user_dir(pool_dir)?)
-    {
+    let dir = match &crate::container::resolve(spec, pool_dir, false)? {
+        PoolSpec::Name(_) => Some(per_user_dir(pool_dir)?),
+        // The container's directory, made by its first member.
+        PoolSpec::Claim(d) if crate::container::is_container_pool(spec) => Some(d.clone()),
+        _ => None,
+    };
+    if dir.is_some_and(|d| missing(&d)) {
         return Ok(None);
     }
     let path = locate(spec, pool_dir, false)?;
@@ -151,7 +155,7 @@ pub fn locate_existing(
 const DEFAULT_BASES: [&str; 2] = ["/dev/shm", "/tmp"];
 
 /// The directory the per-user directories are made in.
-fn base_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
+pub(crate) fn base_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(d) = pool_dir {
         return match std::fs::metadata(d) {
             Ok(m) if m.is_dir() => Ok(d.to_path_buf()),
@@ -285,7 +289,7 @@ fn check_claim_dir(dir: &Path) -> Result<(), String> {
 }
 
 /// Whether this process (its effective ids and groups) may make files in `dir`.
-fn may_write(dir: &Path) -> bool {
+pub(crate) fn may_write(dir: &Path) -> bool {
     let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
         return false;
     };

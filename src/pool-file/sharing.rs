@@ -24,6 +24,8 @@ impl Sharing {
     pub fn of(spec: &PoolSpec) -> Sharing {
         match spec {
             PoolSpec::Claim(_) => Sharing::Claim,
+            // Every user of the container shares it (`container.rs`).
+            s if crate::container::is_container_pool(s) => Sharing::Claim,
             PoolSpec::Name(_) | PoolSpec::Path(_) => Sharing::Private,
         }
     }

@@ -140,7 +140,8 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         .iter()
         .position(|m| m.get().is_none())
         .ok_or_else(|| format!("{GENERATIONS} nested forks joined pools already"))?;
-    let spec = &spec.per_container();
+    // The container's pool is its directory's (every user of the container shares it).
+    let spec = &gpucap_pool_file::resolve_pool(spec, config.pool_dir.as_deref(), true)?;
     let path = gpucap_pool_file::locate(spec, config.pool_dir.as_deref(), true)?;
     // A `gpucap pool clean` removing the file between its open and the slot taken is
     // noticed, and the path opened again (see gpucap_pool_file's `removal`).

@@ -214,12 +214,41 @@ fn check_says_which_variable_and_driver_each_cap_came_from() {
 
 /// A process of a claim that allocates `steps` and then holds until `release` exists.
 fn holder(dir: &Path, env: &[(String, String)], tag: &str, steps: &[&str]) -> Child {
+    holder_as(0, dir, env, tag, steps)
+}
+
+/// [`under_shim`] run as `uid` (`setpriv` from root; 0: as the test runs), with a
+/// statistics file of its own.
+fn under_shim_as(
+    uid: u32,
+    program: &Path,
+    dir: &Path,
+    env: &[(String, String)],
+    args: &[&str],
+) -> Command {
+    let mut c = under_shim(program, dir, env, args);
+    c.env("FAKECUDA_STATS", dir.join(format!("stats-{uid}.json")));
+    if uid == 0 {
+        return c;
+    }
+    let mut w = Command::new("setpriv");
+    w.args([
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+        "--clear-groups".into(),
+        "--".into(),
+    ]);
+    wrap(w, &c)
+}
+
+/// [`holder`] run as `uid` ([`under_shim_as`]).
+fn holder_as(uid: u32, dir: &Path, env: &[(String, String)], tag: &str, steps: &[&str]) -> Child {
     let ready = dir.join(format!("{tag}.ready"));
     let mut args: Vec<String> = steps.iter().map(|s| s.to_string()).collect();
     args.push(format!("touch:{}", ready.display()));
     args.push(format!("wait:{}", dir.join("release").display()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut child = under_shim(&script(), dir, env, &args)
+    let mut child = under_shim_as(uid, &script(), dir, env, &args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -351,6 +380,99 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
             );
         }
     }
+}
+
+/// A container's processes share its grant whatever their user (an entrypoint as root
+/// beside a program as another user, `su`, `setpriv`): the container's pool is one
+/// directory every user of the container may make files in (mode 1777, its file 0666).
+/// Before, each user had a pool of the whole grant: root held 600 MiB of the 1 GiB and
+/// uid 65534 was served 600 more.
+#[test]
+fn a_containers_processes_share_its_grant_whatever_their_user() {
+    if !as_root("two users in one container") {
+        return;
+    }
+    const SIZE: u64 = 600 * MIB;
+    let alloc = format!("alloc:{SIZE}");
+    for (first, second) in [(0, 65534), (65534, 0)] {
+        let dir = scratch("handover-users");
+        for d in [dir.clone(), dir.join("pools")] {
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        let env = dra_example();
+        let held = holder_as(first, &dir, &env, "first", &[&alloc]);
+        // The fake GPU's state is the test's, not gpucap's: every user may write it.
+        std::fs::set_permissions(dir.join("fake-gpu"), std::fs::Permissions::from_mode(0o666))
+            .unwrap();
+        let other = run(&mut under_shim_as(second, &script(), &dir, &env, &[&alloc]));
+        std::fs::write(dir.join("release"), b"").unwrap();
+        let held = held.wait_with_output().unwrap();
+        assert_eq!(alloc_rc(&held, SIZE), "0", "uid {first}\n{}", dump(&held));
+        assert_ne!(
+            alloc_rc(&other, SIZE),
+            "0",
+            "uid {second} took 600 MiB beside uid {first}'s 600 of the container's 1 GiB \
+             grant\n{}",
+            dump(&other)
+        );
+        assert!(
+            refusals(&stderr(&other))
+                .iter()
+                .any(|l| l.contains("of the pool's 1 GiB cap") && l.contains("gpucap-container-")),
+            "uid {second}'s refusal names no container pool\n{}",
+            dump(&other)
+        );
+        // One directory, made for every user; one file in it, which every user may write.
+        let made: Vec<_> = std::fs::read_dir(dir.join("pools"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("gpucap-container-")
+            })
+            .collect();
+        assert_eq!(made.len(), 1, "{made:?}");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&made[0]), 0o1777, "{}", made[0].display());
+        assert_eq!(mode(&made[0].join("gpucap.pool")), 0o666);
+    }
+}
+
+/// A process of the container that reads NVML without using CUDA (nvidia-smi, a
+/// monitoring agent) sees the container's pool: the grant as the total and what the
+/// container's processes hold as used. Before, it read `container-mntns.pool` in its
+/// user's directory (the name unresolved), a file no member makes: the pool looked empty.
+#[test]
+fn an_nvml_reader_of_a_container_sees_what_its_processes_hold() {
+    const SIZE: u64 = 600 * MIB;
+    let dir = scratch("handover-nvml-reader");
+    let env = dra_example();
+    let held = holder(&dir, &env, "first", &[&format!("alloc:{SIZE}")]);
+    let o = run(&mut under_shim(
+        &nvml_prog(),
+        &dir,
+        &env,
+        &["list", "linked"],
+    ));
+    std::fs::write(dir.join("release"), b"").unwrap();
+    let held = held.wait_with_output().unwrap();
+    assert_eq!(alloc_rc(&held, SIZE), "0", "{}", dump(&held));
+    let dev = line_value(&stdout(&o), "dev 0 ")
+        .unwrap_or_else(|| panic!("no NVML device\n{}", dump(&o)))
+        .to_string();
+    let used: u64 = dev
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("used="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no used figure: {dev}"));
+    assert!(
+        dev.contains(&format!("total={GIB} ")) && used >= SIZE,
+        "NVML shows {dev}: the container's 600 MiB are not in its pool's used figure\n{}",
+        dump(&o)
+    );
 }
 
 fn gpucap_check(env: &[(&str, &str)]) -> Output {

@@ -134,6 +134,49 @@ fn a_pool_member_on_a_full_tmpfs_is_refused_at_cuinit_with_a_line() {
     );
 }
 
+/// `gpucap check` says a pool's file cannot be made where its file system is full (a
+/// named pool, and the container's pool a driver's grant puts a process in), as the
+/// first member would be refused at `cuInit`; before, check said the pool was fine
+/// ("not made yet, the first process that uses CUDA makes it").
+#[test]
+fn check_says_a_pool_file_cannot_be_made_on_a_full_tmpfs() {
+    if !mounts_work() {
+        return;
+    }
+    for (what, env) in [
+        (
+            "a named pool",
+            vec![("GPUCAP_LIMIT", "256Mi"), ("GPUCAP_POOL", "train")],
+        ),
+        (
+            "the container's pool",
+            vec![("GPU_DEVICE_0", "gpu-0"), ("GPU_DEVICE_0_MEMORY", "256Mi")],
+        ),
+    ] {
+        let s = Scratch::new("full-check");
+        let mut cmd = s.gpucap(&["check"]);
+        cmd.envs(env);
+        let o = on_full_tmpfs(&cmd, &s.pools);
+        no_signal(&o);
+        assert!(!o.status.success(), "{what}: check failed\n{}", dump(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("cannot be made") && err.contains("has no room for its"),
+            "{what}: the line says the file system is full\n{}",
+            dump(&o)
+        );
+        // With room, check is content and has made nothing.
+        let o = run(&mut cmd);
+        assert_ok(&o);
+        assert!(stdout(&o).contains("not made yet"), "{what}\n{}", dump(&o));
+        assert_eq!(
+            std::fs::read_dir(&s.pools).unwrap().count(),
+            0,
+            "{what}: made nothing"
+        );
+    }
+}
+
 /// `program` run alone under a 256 MiB cap (`gpucap run --limit 256Mi --`), its output
 /// piped.
 fn capped_alone(s: &Scratch, program: &[&str]) -> std::process::Child {

@@ -975,11 +975,13 @@ fn the_cdi_devices_default_pool_is_one_per_mount_namespace() {
         "the same namespace, the same pool: refused\n{}",
         dump(&d)
     );
-    let dir = s.pool_file("any");
-    let mut pools: Vec<String> = std::fs::read_dir(dir.parent().unwrap())
+    // The container's pool is a directory in the pool directory, every user's
+    // (gpucap-container-NS, mode 1777), with its file (gpucap.pool).
+    let mut pools: Vec<String> = std::fs::read_dir(&s.pools)
         .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".pool"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("gpucap.pool").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     pools.sort();
     let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
@@ -992,11 +994,11 @@ fn the_cdi_devices_default_pool_is_one_per_mount_namespace() {
     assert!(
         pools
             .iter()
-            .all(|p| p.starts_with("container-") && !p.contains("mntns")),
+            .all(|p| p.starts_with("gpucap-container-") && !p.contains("mntns")),
         "{pools:?}"
     );
     assert!(
-        pools.contains(&format!("container-{ours}.pool")),
+        pools.contains(&format!("gpucap-container-{ours}")),
         "{pools:?}"
     );
     for mut p in [a, b, c] {

@@ -46,13 +46,17 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         eprintln!("{msg}");
         return EXIT_USAGE;
     }
-    let pool_line = match pool::check_line(config.pool.as_ref(), config.pool_dir.as_deref()) {
-        Ok(line) => line,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return EXIT_USAGE;
-        }
-    };
+    let members = config
+        .pool_members
+        .unwrap_or(gpucap_core::budget::DEFAULT_SLOTS);
+    let pool_line =
+        match pool::check_line(config.pool.as_ref(), config.pool_dir.as_deref(), members) {
+            Ok(line) => line,
+            Err(msg) => {
+                eprintln!("{msg}");
+                return EXIT_USAGE;
+            }
+        };
     // A cap other than the live members' is refused by the library at cuInit: said now
     // (under a ceiling handed down, a process joins held at its own, said at cuInit).
     if let (Some(spec), driver::Probe::Devices(devices)) = (config.pool.as_ref(), &probe)

@@ -50,7 +50,8 @@ pub fn a_cdi_device_caps_a_container_and_no_other() {
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(json["cdiVersion"], "0.3.0", "{text}");
     let mut c = Container::new("cdi");
-    c.cdi(&spec);
+    c.cdi(&spec)
+        .mount_ro(&compile_c("as_user", "", &[]), &format!("{BIN}/as-user"));
     assert_capped_at_1gib(
         &rt,
         &mut c,
@@ -59,17 +60,20 @@ pub fn a_cdi_device_caps_a_container_and_no_other() {
     );
     // A process that starts with an empty environment is capped too (ld.so.preload and
     // gpucap.env), and shares the container's pool: 600 MiB held by the first leave the
-    // second 424 MiB.
+    // second 424 MiB. So does a process of another user (before: a pool of its own, the
+    // whole 1 GiB).
     c.shell(&format!(
         "{BIN}/script alloc:600Mi touch:/tmp/held wait:/tmp/done & \
          while ! [ -e /tmp/held ]; do sleep 0.05; done; \
-         env -i {BIN}/script alloc:600Mi; touch /tmp/done; wait"
+         env -i {BIN}/script alloc:600Mi; \
+         {BIN}/as-user 1000 {BIN}/script alloc:600Mi; \
+         touch /tmp/done; wait"
     ));
     let o = rt.run(&c);
     assert_ok(&o);
     assert_eq!(
         script_allocs(&o),
-        [(MIB600, 0), (MIB600, 2)],
+        [(MIB600, 0), (MIB600, 2), (MIB600, 2)],
         "{}",
         dump(&o)
     );

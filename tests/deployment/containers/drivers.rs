@@ -133,7 +133,7 @@ pub fn assert_capped_at_1gib(rt: &Runtime, c: &mut Container, check: &str, says:
 fn assert_in_the_containers_pool(check: &str) {
     assert!(
         check.contains("pool: one per container, container-mntns")
-            && check.contains("(file /dev/shm/gpucap-0/container-"),
+            && check.contains("(file /dev/shm/gpucap-container-"),
         "the grant is not the container's pool's\n{check}"
     );
 }
