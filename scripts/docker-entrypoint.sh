@@ -10,12 +10,12 @@
 #    its Python package, where `gpucap check` finds it). GPUCAP_LIB, if set, names the
 #    library instead.
 # 2. One budget for the whole container: unless GPUCAP_POOL (or HAMi-core's
-#    CUDA_DEVICE_MEMORY_SHARED_CACHE) is set, exports GPUCAP_POOL=container-N, N the
-#    inode of the container's mount namespace (`container` where /proc cannot tell),
-#    so that every process of the container that uses CUDA draws on one cap per GPU
-#    and containers that share /dev/shm (--ipc=host) do not share it (the pool file
-#    is container-N.pool in a gpucap-UID directory under GPUCAP_POOL_DIR, else
-#    /dev/shm or /tmp). GPUCAP_POOL=off gives each process its own
+#    CUDA_DEVICE_MEMORY_SHARED_CACHE) is set, exports GPUCAP_POOL=container-mntns, the
+#    container's pool, so that every process of the container that uses CUDA, whatever
+#    its user, draws on one cap per GPU, and containers that share /dev/shm (--ipc=host)
+#    do not share it (its file is gpucap.pool in gpucap-container-N, N the inode of the
+#    container's mount namespace, a directory every user of the container may write,
+#    under GPUCAP_POOL_DIR, else /dev/shm or /tmp). GPUCAP_POOL=off gives each process its own
 #    cap instead; GPUCAP_POOL=NAME or an absolute path names another pool (a pool
 #    shared by the containers of a pod, in a memory-backed volume).
 # 3. Validates the GPUCAP_* configuration with `gpucap check`: a bad value (or a pool
@@ -93,12 +93,12 @@ case $(printf '%s' "${GPUCAP_LD_SO_PRELOAD:-0}" | tr '[:upper:]' '[:lower:]' | t
     1 | true | yes | on) ld_so_preload=true ;;
 esac
 
-# One budget per container by default: the processes share one pool, named after the
-# container's mount namespace (each container has its own, `docker exec` enters it), so
-# that containers sharing one /dev/shm (--ipc=host, a pod's containers) keep apart.
+# One budget per container by default: the processes share the container's pool, one
+# per mount namespace (each container has its own, `docker exec` enters it), so that
+# containers sharing one /dev/shm (--ipc=host, a pod's containers) keep apart, and
+# shared by the container's users (the shim and gpucap read the name so).
 if [ -z "${GPUCAP_POOL+set}" ] && [ -z "${CUDA_DEVICE_MEMORY_SHARED_CACHE+set}" ]; then
-    mnt_ns=$(readlink /proc/self/ns/mnt 2>/dev/null | tr -cd 0-9)
-    GPUCAP_POOL=container${mnt_ns:+-$mnt_ns}
+    GPUCAP_POOL=container-mntns
     export GPUCAP_POOL
 fi
 

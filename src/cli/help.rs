@@ -71,7 +71,7 @@ environment:
                         process id; without %p, processes add their entries to one file)
   GPUCAP_POOL           a name, an absolute file path, or off: the processes naming the
                         same pool share one budget per GPU (the container entrypoint
-                        sets container-N, N its mount namespace, unless it is set);
+                        sets container-mntns, the container's pool, unless it is set);
                         unset or off = each process is capped alone
   GPUCAP_WAIT           with a pool: how long an allocation the pool cannot take now
                         waits for its members to free memory before it is refused:

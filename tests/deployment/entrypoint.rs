@@ -555,12 +555,17 @@ fn second_of_two(inst: &Install, tag: &str, env: &[(&str, &str)]) -> Vec<String>
     allocs(&second)
 }
 
-/// The entrypoint's default pool: `container-N`, N the inode of the mount namespace
-/// (one per container; here the test's own).
+/// The entrypoint's default pool: the container's (`container-mntns`).
 fn default_pool() -> String {
+    "container-mntns".into()
+}
+
+/// The container's pool's directory: `gpucap-container-N`, N the inode of the mount
+/// namespace (one per container; here the test's own), every user's.
+fn container_dir(pools: &Path) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let ino = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
-    format!("container-{ino}")
+    pools.join(format!("gpucap-container-{ino}"))
 }
 
 #[test]
@@ -582,13 +587,7 @@ fn a_containers_processes_share_one_cap_by_default() {
             format!("alloc {} 0", 300 << 20),
         ]
     );
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    assert!(
-        inst.pools
-            .join(format!("gpucap-{uid}/{}.pool", default_pool()))
-            .exists()
-    );
+    assert!(container_dir(&inst.pools).join("gpucap.pool").exists());
     // The user's own pool name is kept.
     let o = run(inst
         .entrypoint(&["sh", "-c", "printf '%s\\n' \"$GPUCAP_POOL\""])

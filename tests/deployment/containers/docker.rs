@@ -375,7 +375,16 @@ pub fn docker_exec_joins_the_containers_pool() {
         .find_map(|l| l.strip_prefix("pool ").map(String::from))
         .unwrap_or_else(|| panic!("no pool line\n{}", dump(&held)));
     assert_ok(&status);
-    assert!(stdout(&status).contains(&pool), "{pool}\n{}", dump(&status));
+    // The container's pool is its directory's, every user's (gpucap-container-N).
+    let shown = match pool.as_str() {
+        "container-mntns" => "/dev/shm/gpucap-container-".to_string(),
+        p => p.to_string(),
+    };
+    assert!(
+        stdout(&status).contains(&shown),
+        "{pool}\n{}",
+        dump(&status)
+    );
 }
 
 /// `docker stop` delivers SIGTERM to the program, PID 1 behind the entrypoint: it sees
@@ -431,7 +440,8 @@ pub fn docker_ipc_host_containers_keep_their_own_pools_unless_they_name_one() {
         let container = |name: &str, steps: &[&str]| {
             let mut c = d.capped(name);
             c.option("--ipc=host").mount(&sync, "/sync").shell(&format!(
-                "echo pool $GPUCAP_POOL; exec {BIN}/script {}",
+                "echo pool $GPUCAP_POOL $(readlink /proc/self/ns/mnt | tr -cd 0-9); \
+                 exec {BIN}/script {}",
                 steps.join(" ")
             ));
             if let Some(p) = pool {
@@ -445,8 +455,14 @@ pub fn docker_ipc_host_containers_keep_their_own_pools_unless_they_name_one() {
             pools.0.extend(
                 stdout(o)
                     .lines()
-                    .filter_map(|l| l.strip_prefix("pool "))
-                    .map(|p| PathBuf::from(format!("/dev/shm/gpucap-0/{p}.pool"))),
+                    .filter_map(|l| l.strip_prefix("pool ")?.split_once(' '))
+                    .map(|(p, ns)| match p {
+                        // The container's pool: a directory of the container's users.
+                        "container-mntns" => {
+                            PathBuf::from(format!("/dev/shm/gpucap-container-{ns}"))
+                        }
+                        p => PathBuf::from(format!("/dev/shm/gpucap-0/{p}.pool")),
+                    }),
             );
         }
         assert_ok(&held);
@@ -523,7 +539,7 @@ struct RemoveOnDrop(Vec<PathBuf>);
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         for f in &self.0 {
-            let _ = std::fs::remove_file(f);
+            let _ = std::fs::remove_file(f).or_else(|_| std::fs::remove_dir_all(f));
         }
     }
 }
