@@ -946,3 +946,37 @@ fn a_claims_directory_on_a_read_only_mount_is_said_to_be_one() {
         dump(&o)
     );
 }
+
+/// `gpucap top` where the environment names a claim's pool shows its members: a claim's
+/// file is every user's (mode 0666) and is read as a claim's, named by its directory.
+/// Before, top read it as a user's own file and refused it ("writable by group or
+/// others (mode 666) ... chmod 600 it"), showing nothing.
+#[test]
+fn top_in_a_claims_environment_shows_the_claims_members() {
+    let s = Scratch::new("claim-top");
+    let claim = claim_dir(&s, "claim-top");
+    let mut a = holding(&s, &claim, 100);
+    let mut top = s.gpucap(&["top", "--once"]);
+    top.env("GPUCAP_CLAIM_DIR", &claim)
+        .env("GPUCAP_LIMIT", "1Gi");
+    let o = run(&mut top);
+    let _ = a.kill();
+    let _ = a.wait();
+    assert_ok(&o);
+    let out = stdout(&o);
+    let pid = a.id().to_string();
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(pid.as_str()))
+            && out
+                .lines()
+                .any(|l| l.starts_with("pool claim-top GPU 0: 100Mi/")),
+        "the member's row, in the claim's pool\n{}",
+        dump(&o)
+    );
+    assert!(
+        !stderr(&o).contains("writable by group or others"),
+        "{}",
+        dump(&o)
+    );
+}

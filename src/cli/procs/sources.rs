@@ -28,8 +28,8 @@ pub enum OwnDir {
 pub struct Sources {
     pool_dir: Option<PathBuf>,
     every_user: bool,
-    /// Pool files named by path, read beside the directories'.
-    extra: Vec<PathBuf>,
+    /// Pool files named by path, read beside the directories', each with its sharing.
+    extra: Vec<(PathBuf, Sharing)>,
     /// Only the files of `extra` are read (`top --pool`: that pool, not every user's
     /// pools of its name).
     only: bool,
@@ -49,15 +49,10 @@ impl Sources {
         }
     }
 
-    /// Reads the pool file at `path` too (a pool named by its path, wherever it is).
-    pub fn with_pool_file(mut self, path: PathBuf) -> Sources {
-        self.extra.push(path);
-        self
-    }
-
     /// Reads the pool file at `path` only: no directory, no other pool (`top --pool`).
-    pub fn only_pool_file(mut self, path: PathBuf) -> Sources {
-        self.extra.push(path);
+    /// A claim's file, or the container's pool's, is `sharing` Claim (every user's).
+    pub fn only_pool_file(mut self, path: PathBuf, sharing: Sharing) -> Sources {
+        self.extra.push((path, sharing));
         self.only = true;
         self
     }
@@ -107,9 +102,9 @@ impl Sources {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
         let mut seen = Vec::new();
-        let extra: Vec<PathBuf> = self.extra.clone();
-        for path in extra {
-            match self.read_pool(&path) {
+        let extra = self.extra.clone();
+        for (path, sharing) in extra {
+            match self.read_pool_as(&path, sharing) {
                 Ok(p) => pools.push(p),
                 Err(e) if self.only => errors.push(e),
                 Err(_) => {}
@@ -136,7 +131,7 @@ impl Sources {
         // (`every_user_dir`), kept for a file reached through an announcement, which
         // anyone may make (a squatter's file, announced, was shown as UID's pool).
         let ours = |path: &Path, owner: u32| {
-            if self.extra.iter().any(|e| e == path) {
+            if self.extra.iter().any(|(e, _)| e == path) {
                 return true;
             }
             let Some(dir) = path.parent() else {
@@ -251,7 +246,7 @@ impl Sources {
         // Reached through an announcement: the file opened must be the directory's
         // user's too (another process may announce the same path).
         if file.joined_through.is_some()
-            && !self.extra.iter().any(|e| e == path)
+            && !self.extra.iter().any(|(e, _)| e == path)
             && path.parent().and_then(dir_uid) != Some(uid)
         {
             return Err(format!(
