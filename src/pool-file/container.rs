@@ -7,8 +7,10 @@
 //! The container's pool is instead a claim's pool ([`PoolSpec::Claim`], shared by
 //! whoever may write its directory) in `gpucap-container-NS` under the pool directory
 //! (`NS`: the container's mount namespace, see [`PoolSpec::per_container`]), a
-//! directory the first process makes mode 1777 (every user may make files in it, none
-//! may remove another's), so its file is made mode 0666 (`sharing::new_claim_file`).
+//! directory the first process makes mode 0777, so its file is made mode 0666
+//! (`sharing::new_claim_file`). Not sticky (1777): there a user could not replace the
+//! claim's socket (`<file>.sock`) that another user's departed members left, and would
+//! be refused at `cuInit` until that user came back.
 
 use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -48,26 +50,11 @@ fn dir_of(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
     Ok(base_dir(pool_dir)?.join(format!("gpucap-{name}")))
 }
 
-/// Makes the container's directory (mode 1777) if missing, and checks that this
+/// Makes the container's directory (mode 0777) if missing, and checks that this
 /// process may make files in it: else it could not share the container's grant.
 fn make(dir: &Path) -> Result<(), String> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        // Made here: given every user (the umask took the bits `mode` asked for).
-        Ok(()) => {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).map_err(|e| {
-                format!(
-                    "cannot open the container's pool directory {}: {e}",
-                    dir.display()
-                )
-            })?
-        }
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(format!(
-                "cannot create the container's pool directory {}: {e}",
-                dir.display()
-            ));
-        }
+    if matches!(std::fs::symlink_metadata(dir), Err(e) if e.kind() == ErrorKind::NotFound) {
+        made_whole(dir)?;
     }
     let m = std::fs::symlink_metadata(dir)
         .map_err(|e| format!("the container's pool directory {}: {e}", dir.display()))?;
@@ -82,8 +69,8 @@ fn make(dir: &Path) -> Result<(), String> {
         return Err(format!(
             "the container's pool directory {} (mode {:o}, uid {}) may not be written by this \
              process (uid {}), so it cannot share the container's grant with the container's \
-             other processes: the first process makes it mode 1777 for every user of the \
-             container; chmod 1777 it, or remove it while no process of the container runs",
+             other processes: the first process makes it mode 0777 for every user of the \
+             container; chmod 0777 it, or remove it while no process of the container runs",
             dir.display(),
             m.mode() & 0o7777,
             m.uid(),
@@ -91,4 +78,62 @@ fn make(dir: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Makes `dir` mode 0777 at once: under a name of its own, given its mode, then renamed
+/// into place (never over one another process made meanwhile, which is kept). Made in
+/// place, it would be the umask's 0755 or 0700 for a moment, and another user's process
+/// of the container checking it then would be refused.
+fn made_whole(dir: &Path) -> Result<(), String> {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let tmp = dir.with_file_name(format!(".{name}.{}.{nanos:x}.new", std::process::id()));
+    let cannot = |e: std::io::Error| {
+        format!(
+            "cannot create the container's pool directory {}: {e}",
+            dir.display()
+        )
+    };
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&tmp)
+        .map_err(cannot)?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777))
+        .and_then(|()| rename_no_replace(&tmp, dir));
+    let _ = std::fs::remove_dir(&tmp); // gone where it was renamed
+    match placed {
+        Ok(()) => Ok(()),
+        // Another process made it first: theirs is the container's.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => Ok(()),
+        Err(e) => Err(cannot(e)),
+    }
+}
+
+/// `rename(from, to)` that never replaces what is at `to` (`RENAME_NOREPLACE`); where the
+/// file system has no such rename, a plain one (a directory replaces only an empty one).
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    let (f, t) = (crate::sys::cstr(from), crate::sys::cstr(to));
+    let (Ok(f), Ok(t)) = (f, t) else {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: two NUL-terminated paths; renameat2 only reads them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => match std::io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EINVAL) => std::fs::rename(from, to),
+            e => Err(e),
+        },
+    }
 }

@@ -101,8 +101,9 @@ pub fn new_claim_file(dir: Owned) -> NewFile {
 /// How to let every container of a claim write its directory.
 const FIX: &str = "every container of the claim must be able to write it: give the pod a \
      securityContext.fsGroup (Kubernetes then makes a volume group-writable and setgid, and \
-     adds the group to every container), or make the directory writable by all (chmod 1777; \
-     HAMi and vgpu-manager make theirs 0777)";
+     adds the group to every container), or make the directory writable by all (chmod 0777, \
+     as HAMi and vgpu-manager make theirs; not 1777: in a sticky directory the claim's socket \
+     a departed user's process left cannot be replaced by another user's)";
 
 /// The error of a claim directory this process (`uid`) may not write: it cannot share
 /// the claim's budget, so nothing runs uncapped beside it.
@@ -272,7 +273,7 @@ mod tests {
             ),
             "{e}"
         );
-        assert!(e.contains("fsGroup") && e.contains("chmod 1777"), "{e}");
+        assert!(e.contains("fsGroup") && e.contains("chmod 0777"), "{e}");
         let e = unwritable_claim_dir(dir, d(0, 5000, 0o2770), 1001);
         assert!(
             e.contains("run the container in its group 5000") && e.contains("--group-add 5000"),

@@ -384,7 +384,8 @@ fn processes_of_one_container_share_a_grant_that_names_no_claim_directory() {
 
 /// A container's processes share its grant whatever their user (an entrypoint as root
 /// beside a program as another user, `su`, `setpriv`): the container's pool is one
-/// directory every user of the container may make files in (mode 1777, its file 0666).
+/// directory every user of the container may make files in (mode 0777, its file 0666;
+/// not sticky, so that one user's process may replace the socket another's left).
 /// Before, each user had a pool of the whole grant: root held 600 MiB of the 1 GiB and
 /// uid 65534 was served 600 more.
 #[test]
@@ -409,6 +410,15 @@ fn a_containers_processes_share_its_grant_whatever_their_user() {
         std::fs::write(dir.join("release"), b"").unwrap();
         let held = held.wait_with_output().unwrap();
         assert_eq!(alloc_rc(&held, SIZE), "0", "uid {first}\n{}", dump(&held));
+        // Once the first user's processes are gone, the other user's next process has
+        // the grant (the socket they left replaced: the directory is not sticky).
+        let after = run(&mut under_shim_as(second, &script(), &dir, &env, &[&alloc]));
+        assert_eq!(
+            alloc_rc(&after, SIZE),
+            "0",
+            "uid {second} alone after uid {first}'s processes exited\n{}",
+            dump(&after)
+        );
         assert_ne!(
             alloc_rc(&other, SIZE),
             "0",
@@ -436,7 +446,7 @@ fn a_containers_processes_share_its_grant_whatever_their_user() {
             .collect();
         assert_eq!(made.len(), 1, "{made:?}");
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-        assert_eq!(mode(&made[0]), 0o1777, "{}", made[0].display());
+        assert_eq!(mode(&made[0]), 0o777, "{}", made[0].display());
         assert_eq!(mode(&made[0].join("gpucap.pool")), 0o666);
     }
 }

@@ -976,7 +976,7 @@ fn the_cdi_devices_default_pool_is_one_per_mount_namespace() {
         dump(&d)
     );
     // The container's pool is a directory in the pool directory, every user's
-    // (gpucap-container-NS, mode 1777), with its file (gpucap.pool).
+    // (gpucap-container-NS, mode 0777), with its file (gpucap.pool).
     let mut pools: Vec<String> = std::fs::read_dir(&s.pools)
         .unwrap()
         .map(|e| e.unwrap().path())

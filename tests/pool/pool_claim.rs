@@ -980,3 +980,48 @@ fn top_in_a_claims_environment_shows_the_claims_members() {
         dump(&o)
     );
 }
+
+/// A claim's directory that is sticky (mode 1777), shared by two users: once the first
+/// user's processes have exited, their socket cannot be replaced by the other user's
+/// (only its owner may remove it there), and the joiner's line says so and how to mend
+/// it (before: "cannot listen on the socket ...: Address already in use").
+#[test]
+fn a_sticky_claim_directory_says_why_another_users_socket_cannot_be_replaced() {
+    if !as_root("two users in one claim") {
+        return;
+    }
+    let s = Scratch::new("claim-sticky");
+    for d in [&s.dir, &s.pools] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let claim = claim_dir(&s, "claim-sticky");
+    std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let as_user = |uid: u32, tag: &str| {
+        let c = in_claim(&s, &claim, script(), tag);
+        let mut w = Command::new("setpriv");
+        w.args([
+            format!("--reuid={uid}"),
+            format!("--regid={uid}"),
+            "--clear-groups".into(),
+            "--".into(),
+        ]);
+        let mut w = wrap(w, &c);
+        w.arg("alloc:100Mi");
+        run(&mut w)
+    };
+    let first = as_user(65534, "first");
+    assert!(
+        stdout(&first).contains(&format!("alloc {} 0", 100 * MIB)),
+        "{}",
+        dump(&first)
+    );
+    let other = as_user(1000, "other");
+    let err = stderr(&other);
+    assert!(
+        err.contains("(uid 65534's), left by processes of the pool that have exited")
+            && err.contains("the directory is sticky (mode 1777)")
+            && err.contains("make the directory 0777"),
+        "{}",
+        dump(&other)
+    );
+}

@@ -343,10 +343,12 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
     }
     let c = cstr(sock)?;
     let l = socket();
-    // SAFETY: a NUL-terminated path; our socket and a valid address of `len` bytes.
+    // SAFETY: a NUL-terminated path; removing a dead set's socket, if one is there.
+    let unlinked = unsafe { libc::unlink(c.as_ptr()) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT);
+    // SAFETY: our socket and a valid address of `len` bytes.
     let listening = l >= 0
         && unsafe {
-            libc::unlink(c.as_ptr());
             libc::syscall(
                 libc::SYS_bind,
                 l,
@@ -355,6 +357,11 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
             ) == 0
                 && libc::syscall(libc::SYS_listen, l, 4096) == 0
         };
+    if l >= 0 && !listening && !unlinked {
+        close(m);
+        close(l);
+        return Err(stuck_socket(sock));
+    }
     // Whoever may write the pool file may ask (connecting takes a write permission on
     // the socket): the file's mode, not this process's umask. A setgid directory (a
     // claim's fsGroup) gave it the directory's group, as it gave the file.
@@ -377,6 +384,30 @@ fn make(sock: &Path, at: &Address, file: RawFd, bytes: usize) -> Result<(RawFd, 
         return Err(e);
     }
     Ok((m, l))
+}
+
+/// Why a dead set's socket at `sock` could not be removed: in a sticky directory (mode
+/// 1777) only its owner, the directory's or root may, so a user whose members all
+/// exited left it to every other user as a socket nobody listens on.
+fn stuck_socket(sock: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::symlink_metadata(sock).map(|m| m.uid());
+    let dir = sock.parent().and_then(|d| std::fs::metadata(d).ok());
+    let sticky = dir.as_ref().is_some_and(|d| d.mode() & 0o1000 != 0);
+    let whose = owner.map_or(String::new(), |u| format!(" (uid {u}'s)"));
+    let fix = if sticky {
+        "the directory is sticky (mode 1777), where only the socket's owner may remove \
+         it: make the directory 0777 (HAMi and vgpu-manager make theirs so), or remove the \
+         socket while no process uses the pool"
+    } else {
+        "remove it while no process uses the pool"
+    };
+    format!(
+        "the socket {}{whose}, left by processes of the pool that have exited, cannot be \
+         replaced by this process (uid {}): {fix}",
+        sock.display(),
+        crate::identity::own_uid()
+    )
 }
 
 /// Whether processes listen on the socket beside the claim's pool file at `path` (a
