@@ -5,7 +5,9 @@
 //! Past the slots' bytes, one byte per GPU entry: the pool's window for the first
 //! context measured on that GPU ([`SlotLocks::first_context_window`]). Past those, one
 //! byte per slot that a member's forked children read-lock while they hold its device
-//! files ([`SlotLocks::hold_in_child`]).
+//! files ([`SlotLocks::hold_in_child`]). Past those (and past what a cleaner locks), one
+//! byte per GPU entry: the turn of the one `gpucap pool resize` or `pool set` changing
+//! that GPU now ([`MemberLocks::take_turn`]).
 
 use std::ffi::CString;
 use std::os::fd::RawFd;
@@ -15,7 +17,7 @@ use std::sync::atomic::{
 };
 use std::time::{Duration, Instant};
 
-use gpucap_core::budget::{Exit, MAX_POOL_GPUS, MAX_SLOTS, MemberLocks};
+use gpucap_core::budget::{Exit, MAX_POOL_GPUS, MAX_SLOTS, MemberLocks, TurnLock};
 
 use crate::kept::Kept;
 
@@ -31,6 +33,9 @@ const CHILDREN_BASE: i64 = CONTEXT_BASE + MAX_POOL_GPUS as i64;
 /// How many bytes from [`LOCK_BASE`] the pool's locks take (slots, windows, children):
 /// what a cleaner locks at once (`removal`).
 pub(crate) const LOCKS_LEN: i64 = CHILDREN_BASE + MAX_SLOTS as i64 - LOCK_BASE;
+
+/// Where the GPU entries' turn bytes start (a resize's or `pool set`'s): past the rest.
+const TURN_BASE: i64 = LOCK_BASE + LOCKS_LEN;
 
 /// The locks of one open pool file.
 pub struct SlotLocks {
@@ -350,6 +355,31 @@ impl MemberLocks for SlotLocks {
 
     fn refusing(&self) -> bool {
         self.refused.load(Relaxed) != 0
+    }
+
+    fn take_turn(&self, g: usize, max: Duration) -> TurnLock {
+        if g >= MAX_POOL_GPUS {
+            return TurnLock::Untold;
+        }
+        let start = Instant::now();
+        loop {
+            let mut f = flock_range(libc::F_WRLCK, TURN_BASE + g as i64, 1);
+            match self.fcntl(libc::F_OFD_SETLK, &mut f) {
+                Ok(()) => return TurnLock::Taken,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
+                    if start.elapsed() >= max {
+                        return TurnLock::Busy;
+                    }
+                    crate::sys::nap(Duration::from_millis(1));
+                }
+                Err(_) => return TurnLock::Untold,
+            }
+        }
+    }
+
+    fn give_back_turn(&self, g: usize) {
+        let mut f = flock_range(libc::F_UNLCK, TURN_BASE + g as i64, 1);
+        let _ = self.fcntl(libc::F_OFD_SETLK, &mut f);
     }
 
     fn held(&self, s: usize) -> bool {

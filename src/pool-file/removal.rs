@@ -82,8 +82,8 @@ fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
     // hold its memory: the file keeps its bytes counted until they are gone), and a
     // claim's two bytes below them (a process holds its live words before it takes a
     // slot; a joiner decides to make them): one call from the first of those bytes.
-    let from = crate::live::HOLD_BYTE;
-    let mut all = flock_range(libc::F_WRLCK, from, LOCK_BASE - from + LOCKS_LEN);
+    let (from, len) = cleaners_range();
+    let mut all = flock_range(libc::F_WRLCK, from, len);
     // SAFETY: our descriptor and a valid flock for the call.
     if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut all as *mut libc::flock) } != 0 {
         let e = std::io::Error::last_os_error();
@@ -126,7 +126,25 @@ fn remove_locked(fd: i32, path: &Path, c: &CString) -> Result<Removal, String> {
     Ok(Removal::Removed)
 }
 
+/// The whole range a cleaner locks (see [`remove_locked`]): from the first byte, its length.
+fn cleaners_range() -> (i64, i64) {
+    let from = crate::live::HOLD_BYTE;
+    (from, LOCK_BASE - from + LOCKS_LEN)
+}
+
 impl PoolFile {
+    /// Whether a `gpucap pool clean` holds every slot's lock of this file now (it is
+    /// removing it: no slot can be taken until it lets go): the lock in the way of slot
+    /// 0's is the cleaner's range, no member's byte.
+    pub fn cleaner_at_work(&self) -> bool {
+        let fd = self.locks.fd();
+        let mut f = flock_range(libc::F_RDLCK, LOCK_BASE, 1);
+        fd >= 0
+            && crate::locks::lock_call(fd, libc::F_OFD_GETLK, &mut f).is_ok()
+            && i32::from(f.l_type) != libc::F_UNLCK
+            && (f.l_start, f.l_len) == cleaners_range()
+    }
+
     /// Whether `self.path` still names this open file (a cleaner may have removed it
     /// between this process's open and its taking a slot: see the module's doc).
     pub fn is_linked(&self) -> bool {
@@ -136,6 +154,10 @@ impl PoolFile {
                 .is_some_and(|id| identity(None, &self.path) == Some(id))
     }
 }
+
+/// How long a joiner refused by a cleaner at work waits for it to let go (a removal takes
+/// a few system calls; one stopped half-way is tried again all the same).
+const CLEANER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Opens the pool file at `path` as a member (a new file made for `members`) and runs `join` on it (taking a slot),
 /// then checks that the path still names the file; if a cleaner removed it meanwhile,
@@ -148,10 +170,24 @@ pub fn join_linked<T>(
     join: impl Fn(&'static PoolFile) -> Result<T, String>,
     leave: impl Fn(T),
 ) -> Result<(&'static PoolFile, T), String> {
+    let mut cleaner = false;
     for _ in 0..3 {
         let file: &'static PoolFile =
             Box::leak(Box::new(crate::open_member(path, sharing, members)?));
         let joined = join(file);
+        // A cleaner holding every slot while it removes the file refused the join: once
+        // it let go, the path names a new file (or, where it kept this one, this one
+        // again). Before, the joiner failed there with "the pool has 256 live members
+        // already" while the pool had none.
+        if joined.is_err() && file.joined_through.is_none() && file.cleaner_at_work() {
+            let start = std::time::Instant::now();
+            while file.cleaner_at_work() && start.elapsed() < CLEANER_WAIT {
+                crate::sys::nap(std::time::Duration::from_millis(1));
+            }
+            file.locks.forget_in_child();
+            cleaner = true;
+            continue;
+        }
         // A file joined through a member's descriptor had been removed already: its
         // members are the pool.
         if file.joined_through.is_some() || file.is_linked() {
@@ -166,6 +202,14 @@ pub fn join_linked<T>(
         // The slot (if any) was given back: closing drops the descriptor's locks. The
         // mapping stays (never unmapped: 1 per removed file, in a rare race).
         file.locks.forget_in_child();
+    }
+    if cleaner {
+        return Err(format!(
+            "a `gpucap pool clean` held every slot of the pool file {} while it tried to \
+             remove it, for {} s (stopped half-way?): try again once it ends",
+            path.display(),
+            3 * CLEANER_WAIT.as_secs()
+        ));
     }
     Err(format!(
         "the pool file {} was removed three times while joining (gpucap pool clean?)",

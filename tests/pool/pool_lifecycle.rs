@@ -333,3 +333,89 @@ fn a_pools_file_does_not_depend_on_xdg_runtime_dir() {
         "a file was made under XDG_RUNTIME_DIR"
     );
 }
+
+/// Whether process `pid` has the file at `path` open.
+fn has_open(pid: u32, path: &std::path::Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == path))
+}
+
+/// A process that starts while `gpucap pool clean` removes its pool (the cleaner holding
+/// every slot's lock, the file not yet moved away) waits for the cleaner and joins the
+/// pool's new file, as `gpucap pool --help` promises. Before, its join found every slot
+/// held and it failed at `cuInit` (800) with "the pool has 256 live members already"
+/// (seen twice with gdb stopping `gpucap pool clean` at its `rename`).
+#[test]
+fn a_member_starting_while_clean_removes_its_pool_joins_the_new_file() {
+    use std::os::fd::AsRawFd;
+    let s = Scratch::new("pool-clean-joiner");
+    assert_ok(&s.once("c", &["alloc:1Mi"]));
+    let path = s.pool_file("c");
+    // The cleaner (src/pool-file/removal.rs): one write lock over a claim's two bytes, every
+    // slot's, every window's and every child's (from 2^40 - 2).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // SAFETY: flock is plain data; all-zero is valid (l_pid must be 0 for OFD locks).
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as _;
+    l.l_whence = libc::SEEK_SET as _;
+    l.l_start = (1 << 40) - 2;
+    l.l_len = 2 + 4096 + 32 + 4096;
+    // SAFETY: our file's descriptor and a valid flock.
+    let rc = unsafe {
+        libc::fcntl(
+            file.as_raw_fd(),
+            libc::F_OFD_SETLK,
+            &mut l as *mut libc::flock,
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+
+    let script = script();
+    let mut joiner = s
+        .gpucap(&[
+            "run",
+            "--limit",
+            "1Gi",
+            "--pool",
+            "c",
+            "--",
+            script.to_str().unwrap(),
+            "alloc:100Mi",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once it opened the file it tries its slot: give it time to, then move the file
+    // away and remove it, as the cleaner does, and let go.
+    let start = std::time::Instant::now();
+    while !has_open(joiner.id(), &path) && joiner.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the joiner never opened the pool file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let moved = path.with_file_name(".c.pool.test.removing");
+    std::fs::rename(&path, &moved).unwrap();
+    std::fs::remove_file(&moved).unwrap();
+    drop(file);
+
+    let o = joiner.wait_with_output().unwrap();
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains(&format!("alloc {} 0", 100 << 20)),
+        "{}",
+        dump(&o)
+    );
+    // It made the pool's new file, which every later member joins.
+    assert!(path.exists());
+}

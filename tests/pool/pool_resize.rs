@@ -514,3 +514,102 @@ fn guaranteed_requests_never_take_the_pool_past_a_lowered_cap() {
         "{served} of the 4 guaranteed requests served: at most 256 MiB fit under 640 MiB"
     );
 }
+
+/// GPU entry 0's cap generation word (src/core/budget/layout.rs: the header's 16 words,
+/// then the entry's `G_CAP_GEN`), odd while a resize or `pool set` is under way.
+const G0_CAP_GEN: u64 = 16 + 17;
+
+/// GPU entry 0's turn byte, locked by the process whose resize or `pool set` is under way
+/// (src/pool-file/locks.rs: past 4,096 slot bytes, 32 window bytes, 4,096 children's).
+const G0_TURN_BYTE: i64 = (1 << 40) + 4096 + 32 + 4096;
+
+/// Takes (`F_WRLCK`) or gives back (`F_UNLCK`) the turn byte through `f`'s open file.
+fn turn_lock(f: &std::fs::File, kind: i32) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock is plain data; all-zero is valid (l_pid must be 0 for OFD locks).
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as _;
+    l.l_whence = libc::SEEK_SET as _;
+    l.l_start = G0_TURN_BYTE;
+    l.l_len = 1;
+    // SAFETY: our file's descriptor and a valid flock.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &mut l as *mut libc::flock) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// A resize (or `pool set`) under way in a live process, one stopped half-way (its turn
+/// taken: the GPU's turn byte locked, the cap generation odd), is waited for and never
+/// taken over; once its process is gone (the lock dropped, the generation left odd) the
+/// next resize finishes the turn at once. Before, a resizer stopped for a second was taken
+/// over while it lived: both finished the same generation, and a member that had read the
+/// second's cap (2 GiB) kept it as its own while the first's (512 MiB) stood in the pool's
+/// word, and grew to 1.56 GiB under it (seen with gdb stopping `gpucap pool resize`).
+#[test]
+fn a_resize_stopped_half_way_is_waited_for_never_taken_over_while_its_process_lives() {
+    use std::os::unix::fs::FileExt;
+    let s = Scratch::new("pool-resize-turn");
+    let mut a = member(&s, "a", "0", &["alloc:100Mi"]);
+    wait_ready(&mut a, &s.dir.join("a.done"), "the member a");
+    // The stopped resizer: its turn's lock, and the generation it made odd.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(s.pool_file("t"))
+        .unwrap();
+    turn_lock(&file, libc::F_WRLCK);
+    let mut word = [0u8; 8];
+    file.read_exact_at(&mut word, G0_CAP_GEN * 8).unwrap();
+    let generation = u64::from_le_bytes(word);
+    assert_eq!(generation & 1, 0, "no resize under way yet");
+    file.write_all_at(&(generation + 1).to_le_bytes(), G0_CAP_GEN * 8)
+        .unwrap();
+
+    let start = std::time::Instant::now();
+    let o = run(&mut s.gpucap(&["pool", "resize", "t", "2Gi"]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("not resized: another `gpucap pool resize` or `gpucap pool set`")
+            && stderr(&o).contains("nothing was changed"),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        start.elapsed() >= std::time::Duration::from_secs(9),
+        "{}",
+        dump(&o)
+    );
+    assert_eq!(status(&s)["gpus"][0]["cap"], 1 << 30);
+
+    // The resizer's process ends half-way (its lock dropped, 2 s into the next resize):
+    // that resize waited for it, then finishes the turn.
+    let released = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        turn_lock(&file, libc::F_UNLCK);
+        std::time::Instant::now()
+    });
+    let o = run(&mut s.gpucap(&["pool", "resize", "t", "2Gi"]));
+    let done = std::time::Instant::now();
+    let released = released.join().unwrap();
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains(": cap 1 GiB -> 2 GiB, 100 MiB in use"),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        done >= released,
+        "finished before the turn was given back\n{}",
+        dump(&o)
+    );
+    let g = &status(&s)["gpus"][0];
+    assert_eq!(g["cap"], 2u64 << 30);
+    assert_eq!(g["cap_drift"], false, "{g}");
+    // The generation is even again: the 2 GiB cap is in force for every member.
+    let c = once(&s, &["alloc:1500Mi"]);
+    assert!(
+        stdout(&c).contains(&format!("alloc {} 0", 1500 * MIB)),
+        "{}",
+        dump(&c)
+    );
+    kill(a);
+}

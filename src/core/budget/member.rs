@@ -20,8 +20,27 @@ use super::reclaim::Exit;
 use crate::config::MAX_DEVICES;
 
 /// How long a resize waits for another one under way before taking it over (its
-/// resizer died half-way: a resize takes a few microseconds).
+/// resizer died half-way: a resize takes a few microseconds), where the lock of the
+/// GPU's turn cannot say whether its holder lives ([`MemberLocks::take_turn`]).
 pub const RESIZE_TAKEOVER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a `gpucap pool resize` or `pool set` waits for the turn a live process holds
+/// (a change takes microseconds: one stopped half-way) before it gives up, changing
+/// nothing.
+pub const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What [`MemberLocks::take_turn`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnLock {
+    /// This process holds the turn's lock until [`MemberLocks::give_back_turn`]: any
+    /// other holder of the turn (a generation left odd) died half-way.
+    Taken,
+    /// A live process held it all the time allowed.
+    Busy,
+    /// The lock cannot say: the generation word alone orders the changes, and one
+    /// left odd is taken over after [`RESIZE_TAKEOVER`].
+    Untold,
+}
 
 /// What a member needs of the kernel, provided by the code that maps the file: the
 /// per-slot locks, and sleeping on a word of the file until another process wakes it.
@@ -68,6 +87,17 @@ pub trait MemberLocks: Sync {
     /// one.
     fn refusing(&self) -> bool {
         false
+    }
+    /// Takes the lock of GPU entry `g`'s turn, held by the one `gpucap pool resize` or
+    /// `pool set` changing its cap or shares (`resize::take_turn`) for as long as its
+    /// process lives, waiting at most `max` while another live process holds it.
+    fn take_turn(&self, g: usize, max: std::time::Duration) -> TurnLock {
+        let _ = (g, max);
+        TurnLock::Untold
+    }
+    /// Gives back the lock [`take_turn`](Self::take_turn) took.
+    fn give_back_turn(&self, g: usize) {
+        let _ = g;
     }
 }
 

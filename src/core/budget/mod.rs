@@ -69,7 +69,10 @@ pub use layout::{
     pool_words,
 };
 pub use marks::{FreedBefore, MadeInside, PoolTraffic};
-pub use member::{CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool, RESIZE_TAKEOVER};
+pub use member::{
+    CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool, RESIZE_TAKEOVER, TURN_WAIT,
+    TurnLock,
+};
 pub use notes::{Repair, ShareFault, ShareRepair, WaitNote};
 pub use reclaim::{DriverShows, DriverView, EXIT_GRACE, EXIT_MAX, Exit, show_driver};
 pub use resize::{ResizeRefusal, Resized};

@@ -5,8 +5,9 @@
 //! short path), so that a cap word another process damaged does not uncap it. A resize
 //! is told apart from damage by the entry's cap generation (`G_CAP_GEN`):
 //!
-//! 1. the resizer makes the generation odd (one resize at a time; a resizer that died
-//!    half-way is taken over after [`RESIZE_TAKEOVER`]), writes the cap word, and checks
+//! 1. the resizer takes the GPU's turn (its lock, held while the resizer's process
+//!    lives: one resize at a time, [`take_turn`]) and makes the generation odd (one left
+//!    odd by a resizer that died half-way is taken over), writes the cap word, and checks
 //!    the live members' guarantees against it (a guarantee claimed at the same time
 //!    checks the cap word too: of the two, at least one sees the other);
 //! 2. if they do not fit, the old cap is written back and the resize refused, naming
@@ -40,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use super::gpu_words::GpuWords;
 use super::layout;
-use super::member::{Member, MemberLocks, Pool, RESIZE_TAKEOVER};
+use super::member::{Member, MemberLocks, Pool, RESIZE_TAKEOVER, TURN_WAIT, TurnLock};
 use super::share_words::Holder;
 
 /// A resize done.
@@ -58,6 +59,9 @@ pub struct Resized {
 pub enum ResizeRefusal {
     /// The pool has no entry for the GPU (no member registered it yet).
     NoGpu,
+    /// Another resize or `pool set` of the GPU, by a live process, held the turn for all
+    /// of [`TURN_WAIT`].
+    Busy,
     /// The live members' guarantees on the GPU sum to more than the new cap.
     Guarantees {
         cap: u64,
@@ -70,6 +74,7 @@ impl fmt::Display for ResizeRefusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ResizeRefusal::NoGpu => write!(f, "no member of the pool has used that GPU yet"),
+            ResizeRefusal::Busy => f.write_str(&turn_busy_text()),
             ResizeRefusal::Guarantees {
                 cap,
                 guaranteed,
@@ -103,23 +108,74 @@ impl fmt::Display for ResizeRefusal {
     }
 }
 
-/// Takes GPU entry `g`'s turn to change its cap or a member's share: makes its cap
-/// generation odd (one resize or `pool set` at a time; one whose process died half-way
-/// is taken over after [`RESIZE_TAKEOVER`]). Returns the odd value: storing it + 1
-/// ends the turn and puts the change in force.
-pub(super) fn take_turn(w: layout::Words<'_>, g: usize) -> u64 {
+/// GPU entry `g`'s turn to change its cap or a member's share ([`take_turn`]), its lock
+/// given back when dropped: once the change's generation is stored even.
+pub(super) struct Turn<'l> {
+    /// The odd generation: storing it + 1 ends the turn and puts the change in force.
+    pub odd: u64,
+    locks: &'l dyn MemberLocks,
+    g: usize,
+    locked: bool,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if self.locked {
+            self.locks.give_back_turn(self.g);
+        }
+    }
+}
+
+/// A live process held GPU entry's turn for all of [`TURN_WAIT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TurnBusy;
+
+/// What a resize or `pool set` refused as [`TurnBusy`] says.
+pub(super) fn turn_busy_text() -> String {
+    format!(
+        "another `gpucap pool resize` or `gpucap pool set` of this GPU has been under way for \
+         {} s (its process stopped half-way?); nothing was changed: try again once it ends",
+        TURN_WAIT.as_secs()
+    )
+}
+
+/// Takes GPU entry `g`'s turn to change its cap or a member's share: the turn's lock
+/// (`locks`: one resize or `pool set` at a time, waiting while a live process holds it,
+/// at most [`TURN_WAIT`]), then its cap generation made odd; one left odd by a process
+/// that died half-way is taken over. Where the lock cannot say whether the holder lives,
+/// the generation alone orders the changes, and one left odd is taken over after
+/// [`RESIZE_TAKEOVER`]. Before, that was the only rule: a resizer stopped for a second
+/// (SIGSTOP, a loaded machine) was taken over while it lived, the two finished the same
+/// generation, and a member that read the second's cap kept it as its own while the
+/// first's stood in the pool's word (a member held 1.56 GiB under a 512 MiB cap).
+pub(super) fn take_turn<'l>(
+    w: layout::Words<'_>,
+    g: usize,
+    locks: &'l dyn MemberLocks,
+) -> Result<Turn<'l>, TurnBusy> {
+    let locked = match locks.take_turn(g, TURN_WAIT) {
+        TurnLock::Busy => return Err(TurnBusy),
+        TurnLock::Taken => true,
+        TurnLock::Untold => false,
+    };
+    let turn = |odd| Turn {
+        odd,
+        locks,
+        g,
+        locked,
+    };
     let generation = w.gpu(g, layout::G_CAP_GEN);
     let start = Instant::now();
     loop {
         let e = generation.load(SeqCst);
         if e & 1 == 1 {
-            if start.elapsed() < RESIZE_TAKEOVER {
+            if !locked && start.elapsed() < RESIZE_TAKEOVER {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
             // Its process died half-way: this change finishes the turn.
             if generation.compare_exchange(e, e, SeqCst, SeqCst).is_ok() {
-                return e;
+                return Ok(turn(e));
             }
             continue;
         }
@@ -127,7 +183,7 @@ pub(super) fn take_turn(w: layout::Words<'_>, g: usize) -> u64 {
             .compare_exchange(e, e + 1, SeqCst, SeqCst)
             .is_ok()
         {
-            return e + 1;
+            return Ok(turn(e + 1));
         }
     }
 }
@@ -147,7 +203,8 @@ impl Pool<'_> {
             .find(|&g| w.gpu(g, layout::G_KEY).load(Acquire) == key)
             .ok_or(ResizeRefusal::NoGpu)?;
         let generation = w.gpu(g, layout::G_CAP_GEN);
-        let odd = take_turn(w, g);
+        let turn = take_turn(w, g, locks).map_err(|_| ResizeRefusal::Busy)?;
+        let odd = turn.odd;
         let word = w.gpu(g, layout::G_CAP);
         let old = word.swap(layout::encode_cap(cap), SeqCst);
         let limit = cap.unwrap_or(u64::MAX);

@@ -42,7 +42,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 use super::layout;
 use super::member::Member;
-use super::resize::take_turn;
+use super::resize::{take_turn, turn_busy_text};
 use super::share_words::Holder;
 use super::shares::{self, Admission};
 use crate::size::format_bytes;
@@ -74,6 +74,9 @@ pub enum ShareRefusal {
     NoGpu,
     /// The slot holds no live member using the GPU.
     NoMember,
+    /// Another resize or `pool set` of the GPU, by a live process, held the turn for all
+    /// of `TURN_WAIT`.
+    Busy,
     /// The ceiling is above the pool's cap.
     CeilingAboveCap { ceiling: u64, cap: u64 },
     /// The guarantee is above the member's ceiling (or the cap, without one).
@@ -93,6 +96,7 @@ impl fmt::Display for ShareRefusal {
         match self {
             ShareRefusal::NoGpu => write!(f, "no member of the pool has used that GPU yet"),
             ShareRefusal::NoMember => write!(f, "the member does not use that GPU"),
+            ShareRefusal::Busy => f.write_str(&turn_busy_text()),
             ShareRefusal::CeilingAboveCap { ceiling, cap } => write!(
                 f,
                 "the ceiling {} is above the pool's cap {} (gpucap pool resize raises the cap)",
@@ -160,7 +164,8 @@ impl Member<'_> {
         if target == self.slot || target >= w.slots() || self.left.load(Acquire) {
             return Err(ShareRefusal::NoMember);
         }
-        let odd = take_turn(w, g);
+        let turn = take_turn(w, g, self.locks).map_err(|_| ShareRefusal::Busy)?;
+        let odd = turn.odd;
         let done = self.locked(g, || {
             let done = self.set_locked(target, g, change);
             if done.is_ok() {
