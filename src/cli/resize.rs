@@ -131,6 +131,17 @@ pub fn run(r: &Request, pool_dir: Option<&Path>) -> i32 {
             return 1;
         }
     };
+    // With no member alive, the pool's next first member sets the cap from its own
+    // GPUCAP_LIMIT: a resize then would print a new cap that no process is held to.
+    if !view.members.iter().any(|m| m.alive) {
+        eprintln!(
+            "gpucap: pool {}: not resized: no member of the pool is alive, and the next \
+             process to join sets the cap from its own GPUCAP_LIMIT (set that instead; a \
+             resize holds while members live)",
+            r.name
+        );
+        return 1;
+    }
     let pool = match file.mapped() {
         Ok(p) => p,
         Err(e) => {

@@ -230,6 +230,25 @@ fn a_resize_errors_name_what_is_wrong() {
     assert!(dump(&o).contains("invalid size \"8X\""), "{}", dump(&o));
 }
 
+/// A pool whose members have all exited is not resized: its next first member sets the
+/// cap from its own `GPUCAP_LIMIT`, so a resize would print a cap no process is held to.
+/// Before, it printed "cap 1 GiB -> 2 GiB" and exited 0, and the next member with
+/// `--limit 1Gi` was held to 1 GiB.
+#[test]
+fn a_pool_with_no_live_member_is_not_resized() {
+    let s = Scratch::new("pool-resize-dead");
+    let o = once(&s, &["alloc:100Mi"]);
+    assert_ok(&o);
+    let o = run(&mut s.gpucap(&["pool", "resize", "t", "2Gi"]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(
+        stderr(&o).contains("gpucap: pool t: not resized: no member of the pool is alive")
+            && !stdout(&o).contains("->"),
+        "{}",
+        dump(&o)
+    );
+}
+
 /// `gpucap run` of a member of pool `t` (GPUCAP_LIMIT 1 GiB) with `flags` (its
 /// guarantee or ceiling) running `steps`, then holding its memory until killed.
 fn member_cmd(s: &Scratch, flags: &[&str], steps: &[String]) -> Command {

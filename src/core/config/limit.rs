@@ -367,10 +367,12 @@ pub fn parse_cap_size(v: &str) -> Result<u64, String> {
             &format!("write {n}B if you do mean bytes"),
         ));
     }
+    // A pool keeps a cap as its bytes + 1, and u64::MAX there is "no cap": the two
+    // largest values cannot be caps.
     match parse_size(v)? {
-        u64::MAX => Err(format!(
+        b if b >= u64::MAX - 1 => Err(format!(
             "{v:?} is past any GPU's memory (the most is {} bytes)",
-            u64::MAX - 1
+            u64::MAX - 2
         )),
         b => Ok(b),
     }

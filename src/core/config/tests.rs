@@ -1363,6 +1363,11 @@ mod properties {
         assert_eq!(parse_cap_size("0"), Ok(0));
         let e = parse_cap_size("8").unwrap_err();
         assert!(e.contains("did you mean 8Gi?") && !e.contains('%'), "{e}");
+        // The largest value a pool's cap word can hold as a cap (bytes + 1, and
+        // u64::MAX there is "no cap"): …614 was taken and became no cap.
+        assert_eq!(parse_cap_size("18446744073709551613B"), Ok(u64::MAX - 2));
+        let e = parse_cap_size("18446744073709551614").unwrap_err();
+        assert!(e.contains("the most is 18446744073709551613 bytes"), "{e}");
         let e = parse_cap_size("18446744073709551615").unwrap_err();
         assert!(e.contains("past any GPU"), "{e}");
         let e = parse_cap_size("1.5B").unwrap_err();
