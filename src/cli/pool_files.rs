@@ -35,9 +35,18 @@ pub struct Entry {
     pub last_use_ms: u64,
 }
 
-/// Reads one pool file.
+/// Reads one pool file of this user's directory.
 pub fn entry(name: &str, path: &Path) -> Result<Entry, String> {
-    let file = gpucap_pool_file::open_reader(path, gpucap_pool_file::Sharing::Private)?;
+    entry_as(name, path, gpucap_pool_file::Sharing::Private)
+}
+
+/// Reads one pool file, shared as `sharing` (a claim's, the container's: every user's).
+pub fn entry_as(
+    name: &str,
+    path: &Path,
+    sharing: gpucap_pool_file::Sharing,
+) -> Result<Entry, String> {
+    let file = gpucap_pool_file::open_reader(path, sharing)?;
     let view = file.view()?;
     let mtime_ms = std::fs::metadata(path)
         .and_then(|m| m.modified())
@@ -74,26 +83,42 @@ pub fn list_text(dir: &Path, entries: &[Result<Entry, (String, String)>]) -> Str
         out.push_str("no pools (a pool's file is made when its first member starts)\n");
         return out;
     }
+    // The names' column as wide as the longest (a container's pool's directory is 27).
+    let w = entries
+        .iter()
+        .map(|e| match e {
+            Ok(e) => e.name.chars().count(),
+            Err((name, _)) => name.chars().count(),
+        })
+        .max()
+        .unwrap_or(0)
+        .max(24);
     out.push_str(&format!(
-        "{:<24}  {:<16}  {:>10}  {:>12}  {}\n",
+        "{:<w$}  {:<16}  {:>10}  {:>12}  {}\n",
         "POOL", "MEMBERS", "HELD", "HELD BY DEAD", "LAST USE (UTC)"
     ));
     for e in entries {
         match e {
             Ok(e) => out.push_str(&format!(
-                "{:<24}  {:<16}  {:>10}  {:>12}  {}{}\n",
+                "{:<w$}  {:<16}  {:>10}  {:>12}  {}{}\n",
                 e.name,
                 members_text(e),
                 format_bytes(e.held),
                 format_bytes(e.held_by_dead),
                 utc(e.last_use_ms),
-                if e.path.exists() {
-                    ""
+                if !e.path.exists() {
+                    "  (its file removed while its members run)".to_string()
+                } else if e.path.parent() != Some(dir) {
+                    // The environment's claim's or container's pool: every user's.
+                    format!(
+                        "  (the environment's pool, every user's: {})",
+                        e.path.display()
+                    )
                 } else {
-                    "  (its file removed while its members run)"
+                    String::new()
                 }
             )),
-            Err((name, why)) => out.push_str(&format!("{name:<24}  unreadable: {why}\n")),
+            Err((name, why)) => out.push_str(&format!("{name:<w$}  unreadable: {why}\n")),
         }
     }
     out

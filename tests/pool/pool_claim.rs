@@ -1025,3 +1025,28 @@ fn a_sticky_claim_directory_says_why_another_users_socket_cannot_be_replaced() {
         dump(&other)
     );
 }
+
+/// `gpucap pool list` where the environment names a claim's pool lists it beside the
+/// user's own pools, named by its directory: its file is in no user's directory. Before,
+/// `pool list` said "no pools" while the claim's member held 100 MiB.
+#[test]
+fn pool_list_in_a_claims_environment_lists_the_claims_pool() {
+    let s = Scratch::new("claim-list");
+    let claim = claim_dir(&s, "claim-list");
+    let mut a = holding(&s, &claim, 100);
+    let mut list = s.gpucap(&["pool", "list"]);
+    list.env("GPUCAP_CLAIM_DIR", &claim)
+        .env("GPUCAP_LIMIT", "1Gi");
+    let o = run(&mut list);
+    let _ = a.kill();
+    let _ = a.wait();
+    assert_ok(&o);
+    assert!(
+        stdout(&o).lines().any(|l| l.starts_with("claim-list ")
+            && l.contains("1 alive, 0 dead")
+            && l.contains("100 MiB")
+            && l.contains("the environment's pool, every user's")),
+        "{}",
+        dump(&o)
+    );
+}

@@ -28,12 +28,18 @@ pub fn command(action: PoolAction) -> i32 {
         PoolAction::Set(r) => return set(r, config.pool_dir.as_deref()),
         _ => {}
     }
+    let shared = shared_entry(&config);
     let dir = match gpucap_pool_file::user_dir(config.pool_dir.as_deref(), false) {
         Ok(Some(dir)) => dir,
         // No directory: none made yet, or removed (a logout's cleanup) under live members,
         // whose pools are still listed (read through a member's descriptor).
         Ok(None) => match removed_only(config.pool_dir.as_deref()) {
             Some(dir) => dir,
+            None if shared.is_some() && matches!(action, PoolAction::List) => {
+                let dir = user_dir_path(config.pool_dir.as_deref()).unwrap_or_default();
+                print_out(&list_text(&dir, &shared.into_iter().collect::<Vec<_>>()));
+                return 0;
+            }
             None => {
                 print_out("no pools (no pool directory yet: the first member makes it)\n");
                 return match action {
@@ -49,7 +55,9 @@ pub fn command(action: PoolAction) -> i32 {
     };
     match action {
         PoolAction::List => {
-            print_out(&list_text(&dir, &entries(&dir)));
+            let mut all = entries(&dir);
+            all.extend(shared);
+            print_out(&list_text(&dir, &all));
             0
         }
         PoolAction::Clean(name) => {
@@ -248,12 +256,47 @@ pub fn set_line(name: &str, uuid: &str, s: &ShareSet) -> String {
 /// This user's pool directory where it does not exist but pools removed from it while
 /// their members run are announced (gpucap_pool_file's `beacon`).
 fn removed_only(pool_dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
-    let any = gpucap_core::config::PoolSpec::Name("any".into());
-    let dir = gpucap_pool_file::path_of(&any, pool_dir)
-        .ok()?
-        .parent()?
-        .to_path_buf();
+    let dir = user_dir_path(pool_dir)?;
     (!crate::pool_names::pool_names(&dir).is_empty()).then_some(dir)
+}
+
+/// This user's pool directory's path, made or not.
+fn user_dir_path(pool_dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    let any = gpucap_core::config::PoolSpec::Name("any".into());
+    Some(
+        gpucap_pool_file::path_of(&any, pool_dir)
+            .ok()?
+            .parent()?
+            .to_path_buf(),
+    )
+}
+
+/// The pool the environment names where every user of it shares it (a claim's, the
+/// container's: `container-mntns`, the entrypoint's default), read: its file is in no
+/// user's directory, so `pool list` shows it beside this user's pools, named by its
+/// directory as `status` and `top` name it. None where the environment names no such
+/// pool or its file is not made yet.
+fn shared_entry(
+    config: &gpucap_core::config::Config,
+) -> Option<Result<crate::pool_files::Entry, (String, String)>> {
+    let spec = config.pool.as_ref()?;
+    let sharing = gpucap_pool_file::Sharing::of(spec);
+    if sharing != gpucap_pool_file::Sharing::Claim {
+        return None;
+    }
+    let Ok(crate::pool::Located::File(path)) =
+        crate::pool::locate(spec, config.pool_dir.as_deref())
+    else {
+        return None;
+    };
+    if !path.exists() {
+        return None;
+    }
+    let name = path
+        .parent()
+        .and_then(|d| d.file_name())
+        .map_or_else(|| spec.to_string(), |n| n.to_string_lossy().into_owned());
+    Some(crate::pool_files::entry_as(&name, &path, sharing).map_err(|e| (name, e)))
 }
 
 #[cfg(test)]
