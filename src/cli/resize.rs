@@ -96,8 +96,9 @@ pub fn open_pool(
         Ok(Located::File(p) | Located::NotYet(p)) => {
             return Err(said(
                 format!(
-                    "no pool file at {} (no process has joined {name} yet)",
-                    p.display()
+                    "no pool file at {} (no process has joined {name} yet){}",
+                    p.display(),
+                    crate::pool_names::suggestion(&p)
                 ),
                 EXIT_NO_POOL_FILE,
             ));

@@ -228,6 +228,11 @@ fn a_resize_errors_name_what_is_wrong() {
     let o = run(&mut s.gpucap(&["pool", "resize", "t", "8X"]));
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
     assert!(dump(&o).contains("invalid size \"8X\""), "{}", dump(&o));
+    // A name near one there is: the nearest named, as `pool clean` names it.
+    assert_ok(&once(&s, &["alloc:1Mi"]));
+    let o = run(&mut s.gpucap(&["pool", "resize", "u", "1Gi"]));
+    assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
+    assert!(stderr(&o).contains("; did you mean t?"), "{}", dump(&o));
 }
 
 /// A pool whose members have all exited is not resized: its next first member sets the
