@@ -37,8 +37,7 @@ pub enum Located {
 /// in, or a `GPUCAP_POOL_DIR` that is missing or not a directory, is.
 pub fn locate(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<Located, String> {
     // A user's directory, and the container's pool's, are made by the first member.
-    let made_by_member =
-        gpucap_pool_file::is_container_pool(spec) || matches!(spec, PoolSpec::Name(_));
+    let made_by_member = spec.is_container_pool() || matches!(spec, PoolSpec::Name(_));
     let spec = &gpucap_pool_file::resolve_pool(spec, pool_dir, false)?;
     match gpucap_pool_file::locate(spec, pool_dir, false) {
         Ok(p) => Ok(Located::File(p)),

@@ -18,15 +18,15 @@ use std::path::{Path, PathBuf};
 
 use gpucap_core::config::{CONTAINER_POOL, PoolSpec};
 
+use crate::bases::{base_dir, may_write};
 use crate::identity::own_uid;
-use crate::location::{base_dir, may_write};
 
 /// The pool `spec` names for this process: the container's pool as its shared
 /// directory (made, with `create`, if missing), another `-mntns` name with this mount
 /// namespace's number ([`PoolSpec::per_container`]), any other as it is.
 pub fn resolve(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result<PoolSpec, String> {
     match spec {
-        PoolSpec::Name(n) if n == CONTAINER_POOL => {
+        spec if spec.is_container_pool() => {
             let dir = dir_of(pool_dir)?;
             if create {
                 make(&dir)?;
@@ -35,11 +35,6 @@ pub fn resolve(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result
         }
         other => Ok(other.per_container()),
     }
-}
-
-/// Whether `spec` is the container's pool (shared as a claim's is).
-pub fn is_container_pool(spec: &PoolSpec) -> bool {
-    matches!(spec, PoolSpec::Name(n) if n == CONTAINER_POOL)
 }
 
 /// `gpucap-container-NS` in the pool directory.

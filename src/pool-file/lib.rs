@@ -10,6 +10,8 @@
 //!   check that the file it joined was not removed meanwhile.
 //! - `live`: a claim's live words, in a sealed memfd its members hand to each other over
 //!   a socket (a file any container of the claim may truncate is mapped by none).
+//! - `bases`: the directory pools are made in (`GPUCAP_POOL_DIR`, `/dev/shm`, `/tmp`),
+//!   and whether this process may make files in a directory.
 //! - `container`: the container's pool, one directory every user of the container
 //!   shares (a claim's pool of the pool directory's).
 //! - `sharing`: who may use a pool file: its creator alone, or (a claim's) whoever may
@@ -31,6 +33,7 @@
 //!
 //! Used by the shim (members) and the CLI (`gpucap status`, `gpucap top`: readers).
 
+mod bases;
 mod beacon;
 mod container;
 mod creation;
@@ -52,7 +55,7 @@ pub use beacon::{
     forget_in_child as forget_beacon_in_child, linked as announced_pool_files,
     removed as removed_pool_files,
 };
-pub use container::{is_container_pool, resolve as resolve_pool};
+pub use container::resolve as resolve_pool;
 pub use creation::can_make;
 pub use identity::{own_cmdline, own_pid_namespace, own_uid};
 pub use live::forget_in_child as forget_claims_in_child;

@@ -1,12 +1,11 @@
 //! Which file a pool is, and whether its directory is safe to keep a budget in.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use gpucap_core::config::{CLAIM_POOL_FILE, PoolSpec};
 
+use crate::bases::{DEFAULT_BASES, base_dir, may_write};
 use crate::identity::own_uid;
 use crate::sharing::{Owned, unwritable_claim_dir};
 
@@ -137,7 +136,7 @@ pub fn locate_existing(
     let dir = match &crate::container::resolve(spec, pool_dir, false)? {
         PoolSpec::Name(_) => Some(per_user_dir(pool_dir)?),
         // The container's directory, made by its first member.
-        PoolSpec::Claim(d) if crate::container::is_container_pool(spec) => Some(d.clone()),
+        PoolSpec::Claim(d) if spec.is_container_pool() => Some(d.clone()),
         _ => None,
     };
     if dir.is_some_and(|d| missing(&d)) {
@@ -145,45 +144,6 @@ pub fn locate_existing(
     }
     let path = locate(spec, pool_dir, false)?;
     Ok((!missing(&path)).then_some(path))
-}
-
-/// Where the per-user directories are made when `GPUCAP_POOL_DIR` is not set, the first
-/// that is a writable directory. Never `$XDG_RUNTIME_DIR`: a login session sets it, a
-/// cron job, `sudo`, `su` or a service does not, and two processes of one user naming
-/// one pool made two files, two budgets (before: 700 MiB served to each under a 1 GiB
-/// pool's cap).
-const DEFAULT_BASES: [&str; 2] = ["/dev/shm", "/tmp"];
-
-/// The directory the per-user directories are made in.
-pub(crate) fn base_dir(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
-    if let Some(d) = pool_dir {
-        return match std::fs::metadata(d) {
-            Ok(m) if m.is_dir() => Ok(d.to_path_buf()),
-            Ok(_) => Err(format!(
-                "GPUCAP_POOL_DIR={} is not a directory",
-                d.display()
-            )),
-            Err(e) => Err(format!("GPUCAP_POOL_DIR={}: {e}", d.display())),
-        };
-    }
-    for c in DEFAULT_BASES.map(PathBuf::from) {
-        if std::fs::metadata(&c).is_ok_and(|m| m.is_dir()) && writable(&c) {
-            return Ok(c);
-        }
-    }
-    Err(
-        "no directory for the pool file: neither /dev/shm nor /tmp is a writable \
-         directory; set GPUCAP_POOL_DIR"
-            .into(),
-    )
-}
-
-fn writable(dir: &Path) -> bool {
-    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: a NUL-terminated path; access only reads it.
-    unsafe { crate::sys::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
 /// The per-user directory: a real directory (not a symbolic link), owned by this user,
@@ -285,22 +245,6 @@ fn check_claim_dir(dir: &Path) -> Result<(), String> {
              claim)",
             dir.display()
         )),
-    }
-}
-
-/// Whether this process (its effective ids and groups) may make files in `dir`.
-pub(crate) fn may_write(dir: &Path) -> bool {
-    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: a NUL-terminated path; faccessat only reads it.
-    unsafe {
-        libc::faccessat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::W_OK | libc::X_OK,
-            libc::AT_EACCESS,
-        ) == 0
     }
 }
 

@@ -25,7 +25,7 @@ impl Sharing {
         match spec {
             PoolSpec::Claim(_) => Sharing::Claim,
             // Every user of the container shares it (`container.rs`).
-            s if crate::container::is_container_pool(s) => Sharing::Claim,
+            s if s.is_container_pool() => Sharing::Claim,
             PoolSpec::Name(_) | PoolSpec::Path(_) => Sharing::Private,
         }
     }

@@ -48,6 +48,12 @@ pub const PER_CONTAINER_SUFFIX: &str = "-mntns";
 pub const CONTAINER_POOL: &str = "container-mntns";
 
 impl PoolSpec {
+    /// Whether this is the container's pool ([`CONTAINER_POOL`]): shared by every user
+    /// of the container, as a claim's pool is (`gpucap-pool-file`'s `container.rs`).
+    pub fn is_container_pool(&self) -> bool {
+        matches!(self, PoolSpec::Name(n) if n == CONTAINER_POOL)
+    }
+
     /// What a pool name ending in `-mntns` stands for: the same name with the number
     /// of this process's mount namespace instead (`container-mntns` is
     /// `container-4026532178`, the pool the entrypoint would name): one pool per
