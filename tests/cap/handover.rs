@@ -231,14 +231,7 @@ fn under_shim_as(
     if uid == 0 {
         return c;
     }
-    let mut w = Command::new("setpriv");
-    w.args([
-        format!("--reuid={uid}"),
-        format!("--regid={uid}"),
-        "--clear-groups".into(),
-        "--".into(),
-    ]);
-    wrap(w, &c)
+    as_user(uid, &c)
 }
 
 /// [`holder`] run as `uid` ([`under_shim_as`]).

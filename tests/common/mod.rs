@@ -385,6 +385,19 @@ pub fn wait_ready(child: &mut std::process::Child, ready: &Path, what: &str) {
     }
 }
 
+/// `inner` run as user and group `uid`, without supplementary groups (`setpriv`, from
+/// root).
+pub fn as_user(uid: u32, inner: &Command) -> Command {
+    let mut w = Command::new("setpriv");
+    w.args([
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+        "--clear-groups".into(),
+        "--".into(),
+    ]);
+    wrap(w, inner)
+}
+
 /// `outer` (a wrapper: `setpriv …`, `unshare … sh -c …`, its own arguments given) running
 /// `inner`'s program and arguments last, with `inner`'s environment changes.
 pub fn wrap(mut outer: Command, inner: &Command) -> Command {

@@ -470,9 +470,7 @@ fn a_gpucap_env_that_cannot_be_written_is_checked_not_written() {
         for d in [&inst.dir, &inst.home, &inst.pools] {
             std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
         }
-        let mut w = Command::new("setpriv");
-        w.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-        c = wrap(w, &c);
+        c = as_user(65534, &c);
     }
     let o = run(&mut c);
     assert_ok(&o);

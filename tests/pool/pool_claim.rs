@@ -996,26 +996,18 @@ fn a_sticky_claim_directory_says_why_another_users_socket_cannot_be_replaced() {
     }
     let claim = claim_dir(&s, "claim-sticky");
     std::fs::set_permissions(&claim, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let as_user = |uid: u32, tag: &str| {
-        let c = in_claim(&s, &claim, script(), tag);
-        let mut w = Command::new("setpriv");
-        w.args([
-            format!("--reuid={uid}"),
-            format!("--regid={uid}"),
-            "--clear-groups".into(),
-            "--".into(),
-        ]);
-        let mut w = wrap(w, &c);
+    let run_as = |uid: u32, tag: &str| {
+        let mut w = as_user(uid, &in_claim(&s, &claim, script(), tag));
         w.arg("alloc:100Mi");
         run(&mut w)
     };
-    let first = as_user(65534, "first");
+    let first = run_as(65534, "first");
     assert!(
         stdout(&first).contains(&format!("alloc {} 0", 100 * MIB)),
         "{}",
         dump(&first)
     );
-    let other = as_user(1000, "other");
+    let other = run_as(1000, "other");
     let err = stderr(&other);
     assert!(
         err.contains("(uid 65534's), left by processes of the pool that have exited")
