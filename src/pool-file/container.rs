@@ -13,7 +13,7 @@
 //! be refused at `cuInit` until that user came back.
 
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use gpucap_core::config::{CONTAINER_POOL, PoolSpec};
@@ -95,9 +95,32 @@ fn made_whole(dir: &Path) -> Result<(), String> {
         .mode(0o700)
         .create(&tmp)
         .map_err(cannot)?;
-    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777))
-        .and_then(|()| rename_no_replace(&tmp, dir));
-    let _ = std::fs::remove_dir(&tmp); // gone where it was renamed
+    let t = crate::sys::cstr(&tmp)?;
+    // By system calls: std's chmod and rmdir would be two more symbols for the loader to
+    // look up in every process the shim is loaded into (some 800 instructions each).
+    // SAFETY: a NUL-terminated path; fchmodat only reads it.
+    let moded = unsafe {
+        libc::syscall(
+            libc::SYS_fchmodat,
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            0o777 as libc::c_uint,
+        )
+    } == 0;
+    let placed = match moded {
+        true => rename_no_replace(&tmp, dir),
+        false => Err(std::io::Error::last_os_error()),
+    };
+    // Gone where it was renamed.
+    // SAFETY: a NUL-terminated path; unlinkat only reads it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_unlinkat,
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::AT_REMOVEDIR,
+        )
+    };
     match placed {
         Ok(()) => Ok(()),
         // Another process made it first: theirs is the container's.
