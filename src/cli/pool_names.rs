@@ -91,7 +91,11 @@ pub fn suggestion(path: &Path) -> String {
     } else {
         format!("{}, … ({} in all)", names[..8].join(", "), names.len())
     };
-    match nearest(stem, &names) {
+    // A file's name typed for the pool's (`t.pool` for `t`).
+    let file_named = stem
+        .strip_suffix(".pool")
+        .filter(|n| names.iter().any(|x| x == n));
+    match file_named.or_else(|| nearest(stem, &names)) {
         Some(n) => format!("; did you mean {n}? (pools there: {listed})"),
         None => format!("; the pools there: {listed} (gpucap pool list)"),
     }
@@ -103,6 +107,16 @@ mod tests {
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_pools_file_name_typed_for_its_name_is_suggested() {
+        let dir = std::env::temp_dir().join(format!("gpucap-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("t.pool"), b"").unwrap();
+        let s = suggestion(&dir.join("t.pool.pool"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(s.starts_with("; did you mean t?"), "{s}");
     }
 
     #[test]
