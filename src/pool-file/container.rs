@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use gpucap_core::config::{CONTAINER_POOL, PoolSpec};
 
-use crate::bases::{base_dir, may_write};
+use crate::bases::{DEFAULT_BASES, base_dir, may_write};
 use crate::identity::own_uid;
 
 /// The pool `spec` names for this process: the container's pool as its shared
@@ -37,12 +37,35 @@ pub fn resolve(spec: &PoolSpec, pool_dir: Option<&Path>, create: bool) -> Result
     }
 }
 
-/// `gpucap-container-NS` in the pool directory.
+/// `gpucap-container-NS` in the pool directory. Every process of the container must
+/// find the same one, whatever its user: so the mount namespace must be read (a process
+/// that could not read it would name `gpucap-container` and hold the grant beside its
+/// siblings), and without `GPUCAP_POOL_DIR` the directory is `/dev/shm` wherever it
+/// exists, whether or not this user may write it (a user who may not write a root-only
+/// `/dev/shm` took `/tmp`, another pool: 600 MiB each under a 1 GiB grant, found by
+/// review), `/tmp` only where there is no `/dev/shm`.
 fn dir_of(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
-    let PoolSpec::Name(name) = PoolSpec::Name(CONTAINER_POOL.into()).per_container() else {
+    let ns = std::fs::read_link("/proc/self/ns/mnt").map_err(|e| {
+        format!(
+            "the container's pool is one per mount namespace, and this process cannot tell \
+             its own (/proc/self/ns/mnt: {e}): it would not share the container's grant with \
+             the container's other processes; mount /proc, or name a pool (GPUCAP_POOL)"
+        )
+    })?;
+    let name =
+        PoolSpec::Name(CONTAINER_POOL.into()).in_mount_namespace(Some(&ns.to_string_lossy()));
+    let PoolSpec::Name(name) = name else {
         unreachable!("a name stays a name");
     };
-    Ok(base_dir(pool_dir)?.join(format!("gpucap-{name}")))
+    let base = match pool_dir {
+        Some(_) => base_dir(pool_dir)?,
+        None => DEFAULT_BASES
+            .map(PathBuf::from)
+            .into_iter()
+            .find(|b| std::fs::metadata(b).is_ok_and(|m| m.is_dir()))
+            .ok_or("no directory for the container's pool: neither /dev/shm nor /tmp is there; set GPUCAP_POOL_DIR")?,
+    };
+    Ok(base.join(format!("gpucap-{name}")))
 }
 
 /// Makes the container's directory (mode 0777) if missing, and checks that this

@@ -478,6 +478,91 @@ fn an_nvml_reader_of_a_container_sees_what_its_processes_hold() {
     );
 }
 
+/// Where `/dev/shm` is root's alone (mode 0755) and no `GPUCAP_POOL_DIR` is set, the
+/// container's users still find one pool: `/dev/shm`'s, which root's first process made
+/// every user's. Before, a user who may not write `/dev/shm` took `/tmp`, another pool:
+/// root held 600 MiB of the 1 GiB grant and uid 65534 was served 600 more (found by
+/// review).
+#[test]
+fn a_root_only_dev_shm_keeps_the_containers_users_in_one_pool() {
+    if !as_root("a root-only /dev/shm in a mount namespace") {
+        return;
+    }
+    const SIZE: u64 = 600 * MIB;
+    let dir = scratch("handover-shm");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (ready, release) = (dir.join("ready"), dir.join("release"));
+    let sh = format!(
+        "mount -t tmpfs -o mode=0755 none /dev/shm || exit 97\n\
+         \"$0\" alloc:{SIZE} touch:{r} wait:{x} > {d}/first.out 2>&1 &\n\
+         while [ ! -e {r} ]; do sleep 0.02; done\n\
+         setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$0\" alloc:{SIZE}\n\
+         touch {x}; wait; cat {d}/first.out",
+        r = ready.display(),
+        x = release.display(),
+        d = dir.display()
+    );
+    let mut c = fake_cmd("unshare", &dir.join("stats.json"));
+    preload(&mut c)
+        .env_remove("FAKECUDA_STATS")
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .args(["-m", "--propagation", "private", "sh", "-c", &sh])
+        .arg(script());
+    for (k, v) in dra_example() {
+        c.env(k, v);
+    }
+    let o = run(&mut c);
+    let rcs: Vec<String> = stdout(&o)
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix(&format!("alloc {SIZE} "))
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(
+        rcs.len(),
+        2,
+        "the other user's line, then root's\n{}",
+        dump(&o)
+    );
+    assert_eq!(rcs[1], "0", "root held its 600 MiB\n{}", dump(&o));
+    assert_ne!(
+        rcs[0],
+        "0",
+        "uid 65534 took 600 MiB beside root's 600 of the 1 GiB grant\n{}",
+        dump(&o)
+    );
+}
+
+/// A process of the container that cannot read its mount namespace (no `/proc`: a
+/// sandbox inside the container) is refused with a line, never put in a pool of its own
+/// (`gpucap-container`) beside its siblings' (before: 600 MiB each under a 1 GiB grant,
+/// found by review).
+#[test]
+fn a_process_that_cannot_tell_its_mount_namespace_is_refused_not_pooled_alone() {
+    if !as_root("a mount namespace without /proc") {
+        return;
+    }
+    let dir = scratch("handover-noproc");
+    let mut c = under_shim(Path::new("unshare"), &dir, &dra_example(), &[]);
+    c.args([
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount -t tmpfs none /proc || exit 97; exec \"$0\" alloc:1048576",
+    ])
+    .arg(script());
+    let o = run(&mut c);
+    assert!(
+        !stdout(&o).contains("alloc 1048576 0")
+            && stderr(&o).contains("this process cannot tell its own (/proc/self/ns/mnt"),
+        "{}",
+        dump(&o)
+    );
+}
+
 fn gpucap_check(env: &[(&str, &str)]) -> Output {
     let dir = scratch("handover-refuse");
     let mut c = fake_cmd(cli(), &dir.join("stats.json"));

@@ -73,7 +73,7 @@ impl PoolSpec {
 
     /// [`PoolSpec::per_container`] for the mount namespace whose link reads `link`
     /// (`mnt:[4026532178]`).
-    fn in_mount_namespace(&self, link: Option<&str>) -> PoolSpec {
+    pub fn in_mount_namespace(&self, link: Option<&str>) -> PoolSpec {
         match self {
             PoolSpec::Name(n) if n.ends_with(PER_CONTAINER_SUFFIX) => {
                 let base = &n[..n.len() - PER_CONTAINER_SUFFIX.len()];
