@@ -563,6 +563,44 @@ fn a_process_that_cannot_tell_its_mount_namespace_is_refused_not_pooled_alone() 
     );
 }
 
+/// `gpucap status` and `top` with the pool directory named (`GPUCAP_POOL_DIR`) and no
+/// pool in the environment show the container's pool kept there, every user's
+/// (`gpucap-container-NS`). Before, that directory's view showed its users' own pools
+/// only: "no capped process" while a member held 300 MiB (found by review).
+#[test]
+fn the_pool_directorys_view_shows_the_containers_pool() {
+    const SIZE: u64 = 300 * MIB;
+    let dir = scratch("handover-dir-view");
+    let held = holder(&dir, &dra_example(), "first", &[&format!("alloc:{SIZE}")]);
+    let pid = held.id();
+    let view = |args: &[&str]| {
+        let mut c = fake_cmd(cli(), &dir.join("stats-view.json"));
+        c.args(args).env("GPUCAP_POOL_DIR", dir.join("pools"));
+        run(&mut c)
+    };
+    let status = view(&["status", "--json"]);
+    let top = view(&["top", "--once"]);
+    std::fs::write(dir.join("release"), b"").unwrap();
+    let held = held.wait_with_output().unwrap();
+    assert_eq!(alloc_rc(&held, SIZE), "0", "{}", dump(&held));
+    assert_ok(&status);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert!(
+        doc["processes"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["pid"].as_u64() == Some(u64::from(pid)))),
+        "{doc}"
+    );
+    assert_ok(&top);
+    assert!(
+        stdout(&top)
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(pid.to_string().as_str())),
+        "{}",
+        dump(&top)
+    );
+}
+
 fn gpucap_check(env: &[(&str, &str)]) -> Output {
     let dir = scratch("handover-refuse");
     let mut c = fake_cmd(cli(), &dir.join("stats.json"));

@@ -190,9 +190,11 @@ impl Sources {
             .filter_map(|p| self.open.get(p).map(|(id, _)| *id))
             .collect();
         let me = gpucap_pool_file::own_uid();
-        let elsewhere = match self.pool_dir {
+        let elsewhere = match &self.pool_dir {
             None => gpucap_pool_file::announced_pool_files(self.every_user),
-            Some(_) => Vec::new(),
+            // The directory's containers' pools (`gpucap-container-NS/gpucap.pool`, every
+            // user's): before, a pool directory named showed its users' pools only.
+            Some(dir) => container_pools(dir),
         };
         for (path, sharing, owner) in elsewhere {
             let id = std::fs::symlink_metadata(&path).map(|m| (m.dev(), m.ino()));
@@ -282,6 +284,32 @@ impl Sources {
             view: file.view()?,
         })
     }
+}
+
+/// The container's pools kept in the pool directory `dir`: `gpucap.pool` of each real
+/// `gpucap-container-…` directory there, as an announcement would name it (path, sharing,
+/// owner).
+fn container_pools(dir: &Path) -> Vec<(PathBuf, Sharing, u32)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PathBuf, Sharing, u32)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("gpucap-container-"))
+        })
+        // DirEntry::metadata does not follow a link.
+        .filter(|e| e.metadata().is_ok_and(|m| m.is_dir()))
+        .map(|e| e.path().join(gpucap_core::config::CLAIM_POOL_FILE))
+        .filter_map(|f| {
+            let m = std::fs::symlink_metadata(&f).ok()?;
+            m.is_file().then(|| (f, Sharing::Claim, m.uid()))
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
 }
 
 /// The uid a `gpucap-UID` directory's name gives (None: not such a name).
