@@ -292,10 +292,7 @@ fn shared_entry(
     if !path.exists() {
         return None;
     }
-    let name = path
-        .parent()
-        .and_then(|d| d.file_name())
-        .map_or_else(|| spec.to_string(), |n| n.to_string_lossy().into_owned());
+    let name = crate::procs::pool_name(&path, sharing).unwrap_or_else(|| spec.to_string());
     Some(crate::pool_files::entry_as(&name, &path, sharing).map_err(|e| (name, e)))
 }
 

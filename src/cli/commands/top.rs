@@ -22,16 +22,8 @@ pub fn command(pool_flag: Option<String>, mut opts: top::Options) -> i32 {
             Err(code) => return code,
         };
         let sharing = gpucap_pool_file::Sharing::of(spec);
-        // A claim's file is always `gpucap.pool`: its directory names it (as the rows do).
-        let named_by = match sharing {
-            gpucap_pool_file::Sharing::Claim => file.path.parent().unwrap_or(&file.path),
-            gpucap_pool_file::Sharing::Private => &file.path,
-        };
-        let name = named_by
-            .file_name()
-            .and_then(|n| n.to_str())
-            .map(|n| n.strip_suffix(".pool").unwrap_or(n).to_string())
-            .unwrap_or_else(|| spec.to_string());
+        // Named as the rows name it.
+        let name = crate::procs::pool_name(&file.path, sharing).unwrap_or_else(|| spec.to_string());
         opts.filter.pool = Some(name);
         // That file only: root's `top --pool train` is not every user's `train` too.
         sources = sources.only_pool_file(file.path.clone(), sharing);

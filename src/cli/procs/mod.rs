@@ -17,7 +17,7 @@ use gpucap_core::budget::{PoolView, shares};
 use gpucap_core::lone::LoneView;
 
 pub use names::{Gpus, unknown_user, user_name};
-pub use sources::Sources;
+pub use sources::{Sources, pool_name};
 
 /// One pool, as read.
 #[derive(Debug, Clone, Serialize)]

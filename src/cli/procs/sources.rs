@@ -257,17 +257,7 @@ impl Sources {
                 path.display()
             ));
         }
-        // A claim's file is always `gpucap.pool`: its directory (the claim's) names it.
-        let named_by = match sharing {
-            Sharing::Claim => path.parent().unwrap_or(path),
-            Sharing::Private => path,
-        };
-        let name = named_by
-            .file_name()
-            .and_then(|n| n.to_str())
-            .map(|n| n.strip_suffix(".pool").unwrap_or(n))
-            .unwrap_or_default()
-            .to_string();
+        let name = pool_name(path, sharing).unwrap_or_default();
         let path = match file.joined_through {
             Some(t) => format!(
                 "{} (removed while its members run; read through {})",
@@ -284,6 +274,18 @@ impl Sources {
             view: file.view()?,
         })
     }
+}
+
+/// The name a pool file at `path` (shared as `sharing`) is shown by: its file's name
+/// without `.pool`, or for a claim's or the container's (always `gpucap.pool`) its
+/// directory's. None where the path has no such name.
+pub fn pool_name(path: &Path, sharing: Sharing) -> Option<String> {
+    let named_by = match sharing {
+        Sharing::Claim => path.parent().unwrap_or(path),
+        Sharing::Private => path,
+    };
+    let n = named_by.file_name()?.to_str()?;
+    Some(n.strip_suffix(".pool").unwrap_or(n).to_string())
 }
 
 /// The container's pools kept in the pool directory `dir`: `gpucap.pool` of each real
