@@ -105,24 +105,28 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
             // No file: unless live members hold one that was there (removed under them),
             // it is made.
             Some(libc::ENOENT) => match crate::beacon::orphan(path, sharing, libc::O_RDWR) {
-                Orphan::None if sharing == Sharing::Claim && crate::live::answering(path) => {
+                Orphan::Found { fd, pid } => {
+                    let through = Through::Process(pid);
+                    return finish_removed(path, fd, sharing, Role::Member, through);
+                }
+                Orphan::None | Orphan::Unreachable(_)
+                    if sharing == Sharing::Claim && crate::live::answering(path) =>
+                {
                     // Its maker binds the socket only after linking the file: where the
                     // file is there now (made since this open), it is opened again.
                     if crate::kept::lstat_of(c.as_ptr()).is_some() {
                         continue;
                     }
-                    // Members listen, none announced where this process sees: the file
-                    // handed over by one of them, joined as any member joins it.
+                    // Members listen, none announced whose descriptor this process may
+                    // open (another network namespace; another user's processes, as a
+                    // container's pool has): the file handed over by one of them, joined
+                    // as any member joins it.
                     return match crate::live::removed_file(path, libc::O_RDWR) {
                         Ok(fd) => finish_removed(path, fd, sharing, Role::Member, Through::Socket),
                         Err(why) => Err(removed_answering(path, &why)),
                     };
                 }
                 Orphan::None => {}
-                Orphan::Found { fd, pid } => {
-                    let through = Through::Process(pid);
-                    return finish_removed(path, fd, sharing, Role::Member, through);
-                }
                 Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),
             },
             Some(libc::EACCES) if sharing == Sharing::Claim => return Err(not_ours(path)),
@@ -172,8 +176,11 @@ fn open_existing(
     }
     match crate::beacon::orphan(path, sharing, access) {
         Orphan::Found { fd, pid } => finish_removed(path, fd, sharing, role, Through::Process(pid)),
-        // A claim's members in another network namespace hand it over on its socket.
-        Orphan::None if sharing == Sharing::Claim && crate::live::answering(path) => {
+        // A claim's members in another network namespace, or another user's whose
+        // descriptors this process may not open, hand it over on its socket.
+        Orphan::None | Orphan::Unreachable(_)
+            if sharing == Sharing::Claim && crate::live::answering(path) =>
+        {
             let fd = crate::live::removed_file(path, access)
                 .map_err(|why| removed_answering(path, &why))?;
             finish_removed(path, fd, sharing, role, Through::Socket)

@@ -42,13 +42,15 @@ pub(crate) fn removed_unreachable(path: &Path, pids: &[u32]) -> String {
 }
 
 /// Why a process may not join the claim of `path`: its file was removed while members
-/// run (they answer on its socket), none of whom it sees announced (another network
-/// namespace: each Kubernetes pod has one), and none handed the file over (`why`).
+/// run (they answer on its socket), none of whom it could reach through an announcement
+/// (another network namespace: each Kubernetes pod has one; another user's process), and
+/// none handed the file over (`why`).
 pub(crate) fn removed_answering(path: &Path, why: &str) -> String {
     format!(
         "the pool file {} was removed while the claim's members run (they listen on {}), \
-         none of them announces itself where this process can see it (another network \
-         namespace: a pod of its own), and none handed the file over ({why}); no process \
+         none of them announces itself where this process can open its descriptor (another \
+         network namespace: a pod of its own; another user's process), and none handed the \
+         file over ({why}); no process \
          can join until they exit (a new file would be a second budget)",
         path.display(),
         crate::live::socket_path(path).display()

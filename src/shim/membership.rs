@@ -181,7 +181,8 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
             gpucap_pool_file::Through::Process(pid) => format!("process {pid}'s descriptor"),
             gpucap_pool_file::Through::Socket => {
                 "the file's descriptor a member handed over on the claim's socket (none \
-                 announces itself where this process can see it: another network namespace)"
+                 announces itself where this process can open its descriptor: another network \
+                 namespace, or another user's process)"
                     .to_string()
             }
         };

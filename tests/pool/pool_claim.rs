@@ -428,6 +428,58 @@ fn a_claims_file_removed_while_its_members_run_is_joined_not_made_again() {
     );
 }
 
+/// The same where the members are another user's (a container's pool, whose processes may
+/// run as several users; a claim's members in containers of other users): their
+/// announcements are seen, but their descriptors (`/proc/PID/fd/N`) may not be opened by
+/// this process, so it asks the claim's socket for the file and joins their one budget;
+/// `gpucap status` as that user reads it the same way. Before: refused ("none of them could be reached to join them") until every member
+/// exited.
+#[test]
+fn a_claims_file_removed_under_another_users_members_is_joined_through_its_socket() {
+    if !as_root("a member of root and a joiner of another user") {
+        return;
+    }
+    let s = Scratch::new("claim-file-gone-user");
+    for d in [&s.dir, &s.pools] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let claim = claim_dir(&s, "claim");
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    let a = holding(&s, &claim, 700);
+    std::fs::remove_file(claim.join("gpucap.pool")).unwrap();
+    let mut b = as_user(65534, &in_claim(&s, &claim, script(), "b"));
+    b.args([alloc(700), alloc(200)]);
+    let text = both(&run(&mut b));
+    assert!(
+        text.contains(&format!("alloc {} 2", 700 * MIB))
+            && text.contains(&format!("alloc {} 0", 200 * MIB))
+            && text.contains("was removed while its members run (by a process of the claim")
+            && text.contains("a member handed over on the claim's socket"),
+        "the joiner of another user: {text}"
+    );
+    assert!(
+        !claim.join("gpucap.pool").exists(),
+        "a second file was made"
+    );
+    // `gpucap status` of the claim as that user reads the pool the same way.
+    let mut c = fake_cmd(cli(), &s.dir.join("stats.json"));
+    c.arg("status")
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_POOL_DIR", &s.pools)
+        .env("GPUCAP_CLAIM_DIR", &claim);
+    let status = run(&mut as_user(65534, &c));
+    let out = both(&status);
+    assert!(
+        status.status.success()
+            && out.lines().next().is_some_and(|l| {
+                l.contains("removed while its members run: read through the claim's socket")
+            })
+            && out.contains(&a.id().to_string()),
+        "status as another user: {out}"
+    );
+    said(a);
+}
+
 /// A claim's file replaced while a member holds 700 MiB (a co-tenant who may write the
 /// directory renames a file over it: a copy of the claim's own file, or of another
 /// claim's): the members' liveness locks are on the file they hold, so a joiner through
