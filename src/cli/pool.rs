@@ -476,6 +476,7 @@ pub(crate) mod tests {
         for (pid, mib, ns) in [(10, 100, 7), (11, 200, 7), (12, 400, 9)] {
             let info = MemberInfo {
                 pid,
+                uid: 1000,
                 pid_namespace: ns,
                 start_ms: 1_700_000_000_123,
                 command: format!("prog-{pid} --x"),

@@ -232,6 +232,7 @@ mod tests {
     fn info() -> MemberInfo {
         MemberInfo {
             pid: std::process::id(),
+            uid: 0,
             pid_namespace: 0,
             start_ms: 1,
             command: String::from("test"),

@@ -346,6 +346,7 @@ fn own_info() -> MemberInfo {
     let pid_namespace = gpucap_pool_file::own_pid_namespace();
     MemberInfo {
         pid: std::process::id(),
+        uid: gpucap_pool_file::own_uid(),
         pid_namespace,
         start_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

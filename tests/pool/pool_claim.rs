@@ -1033,6 +1033,74 @@ fn top_in_a_claims_environment_shows_the_claims_members() {
     );
 }
 
+/// A claim's members of two users (and so the container's pool): `gpucap top` shows each
+/// row's own user, and `--user` keeps that user's rows and the pool's line. Before, every
+/// row showed the file's owner (its first member's user): root beside uid 65534's
+/// member, and `--user nobody` showed no row.
+#[test]
+fn top_shows_each_claim_members_own_user() {
+    if !as_root("members of two users") {
+        return;
+    }
+    let s = Scratch::new("claim-top-users");
+    for d in [&s.dir, &s.pools] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let claim = claim_dir(&s, "claim-users");
+    let mut a = holding(&s, &claim, 100);
+    let holds = s.dir.join("b-holds");
+    let mut b = as_user(65534, &in_claim(&s, &claim, script(), "b"))
+        .args([
+            format!("alloc:{}", 200 * MIB),
+            format!("touch:{}", holds.display()),
+            format!("wait:{}", s.dir.join("never").display()),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until(&holds, &mut b, "uid 65534's member");
+    let top = |extra: &[&str]| {
+        let mut args = vec!["top", "--once"];
+        args.extend(extra);
+        let mut c = s.gpucap(&args);
+        c.env("GPUCAP_CLAIM_DIR", &claim);
+        run(&mut c)
+    };
+    let (all, nobody) = (top(&[]), top(&["--user", "65534"]));
+    // setpriv's pid is the member's: it execs the script.
+    let (pa, pb) = (a.id().to_string(), b.id().to_string());
+    for c in [&mut a, &mut b] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert_ok(&all);
+    let user_of = |out: &str, pid: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(pid))
+            .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+    };
+    let out = stdout(&all);
+    assert_eq!(user_of(&out, &pa).as_deref(), Some("root"), "{out}");
+    let nobody_name = std::fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some("65534"))
+        .map_or("65534".to_string(), |l| {
+            l.split(':').next().unwrap().to_string()
+        });
+    assert_eq!(user_of(&out, &pb), Some(nobody_name), "{out}");
+    let out = stdout(&nobody);
+    assert!(
+        user_of(&out, &pb).is_some()
+            && user_of(&out, &pa).is_none()
+            && out
+                .lines()
+                .any(|l| l.starts_with("pool claim-users GPU 0: 300Mi/")),
+        "--user 65534: its member's row and the pool's line\n{out}"
+    );
+}
+
 /// A claim's directory that is sticky (mode 1777), shared by two users: once the first
 /// user's processes have exited, their socket cannot be replaced by the other user's
 /// (only its owner may remove it there), and the joiner's line says so and how to mend

@@ -113,6 +113,7 @@ fn set(r: &Request, pool_dir: Option<&Path>) -> i32 {
     };
     let info = MemberInfo {
         pid: std::process::id(),
+        uid: gpucap_pool_file::own_uid(),
         pid_namespace: own_pid_namespace(),
         start_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -25,11 +25,18 @@ pub struct PoolReading {
     /// The file name without `.pool`.
     pub name: String,
     pub path: String,
-    /// The file's owner (every member runs as it).
+    /// The file's owner (a user's pool: every member runs as it; a claim's or the
+    /// container's: its first member's, each member's own in its row).
     pub uid: u32,
     pub user: String,
     #[serde(flatten)]
     pub view: PoolView,
+}
+
+/// The uid member `m` of pool `p` runs as: the one it wrote beside its pid, else the
+/// file's owner (every member of a user's pool runs as it).
+pub fn member_uid(p: &PoolReading, m: &gpucap_core::budget::MemberView) -> u32 {
+    m.uid.unwrap_or(p.uid)
 }
 
 /// One lone process, as read.
@@ -153,8 +160,11 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                     pid: m.pid,
                     pid_namespace: m.pid_namespace,
                     other_namespace: other(m.pid_namespace),
-                    uid: p.uid,
-                    user: p.user.clone(),
+                    uid: member_uid(p, m),
+                    user: match m.uid {
+                        Some(u) if u != p.uid => user_name(u),
+                        _ => p.user.clone(),
+                    },
                     pool: Some(p.name.clone()),
                     alive: m.alive,
                     command: m.command.clone(),
@@ -279,6 +289,29 @@ pub(crate) mod tests {
         assert_eq!(m.refusals, None);
         assert!(r.iter().find(|r| r.pid == 12).unwrap().other_namespace);
         assert!(!r.iter().find(|r| r.pid == 11).unwrap().alive);
+    }
+
+    /// A claim's or the container's pool has members of several users: each row shows
+    /// the member's own uid, the file's owner only where the member said none.
+    #[test]
+    fn a_members_row_shows_its_own_user_not_the_files_owner() {
+        let gpus = Gpus::from_uuids(vec![[0x11; 16]]);
+        let mut p = pool();
+        p.view.members.iter_mut().find(|m| m.pid == 12).unwrap().uid = Some(0);
+        p.view.members.iter_mut().find(|m| m.pid == 10).unwrap().uid = Some(1000);
+        p.view.members.iter_mut().find(|m| m.pid == 11).unwrap().uid = None;
+        let r = rows(&[p], &[], 7, &gpus);
+        let user = |pid: u32| {
+            let row = r.iter().find(|r| r.pid == pid).unwrap();
+            (row.uid, row.user.clone())
+        };
+        assert_eq!(user(12), (0, user_name(0)));
+        assert_eq!(user(10), (1000, "alice".to_string()));
+        assert_eq!(
+            user(11),
+            (1000, "alice".to_string()),
+            "none said: the owner"
+        );
     }
 
     #[test]

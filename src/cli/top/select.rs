@@ -67,14 +67,19 @@ pub struct Filter {
 
 impl Filter {
     /// Whether the pool's summary line is shown: the pool named (`--pool`), the pools
-    /// owned by the user named (`--user`, a name or a uid: every member runs as the
-    /// file's owner), as the rows are chosen.
+    /// of the user named (`--user`, a name or a uid: owned by them, or with a member of
+    /// theirs: a claim's or the container's pool has members of several users), as the
+    /// rows are chosen.
     pub fn keeps_pool(&self, p: &crate::procs::PoolReading) -> bool {
+        let names = |uid: u32, u: &str| uid.to_string() == u || crate::procs::user_name(uid) == u;
         self.pool.as_ref().is_none_or(|n| &p.name == n)
-            && self
-                .user
-                .as_ref()
-                .is_none_or(|u| &p.user == u || p.uid.to_string() == *u)
+            && self.user.as_ref().is_none_or(|u| {
+                names(p.uid, u)
+                    || p.view
+                        .members
+                        .iter()
+                        .any(|m| names(crate::procs::member_uid(p, m), u))
+            })
     }
 }
 
@@ -164,6 +169,21 @@ mod tests {
             user: Some("1000".into()),
         };
         assert_eq!(select(&r, &alice, SortKey::Used).len(), 4);
+    }
+
+    /// A pool's line is kept for its owner and for a user of one of its members (a
+    /// claim's or the container's pool, owned by its first member's user).
+    #[test]
+    fn a_pools_line_is_kept_for_the_user_of_any_of_its_members() {
+        let mut p = crate::procs::tests::pool();
+        let user = |u: &str| Filter {
+            pool: None,
+            user: Some(u.into()),
+        };
+        assert!(user("1000").keeps_pool(&p) && !user("65534").keeps_pool(&p));
+        p.view.members[0].uid = Some(65534);
+        assert!(user("65534").keeps_pool(&p), "a member's user");
+        assert!(!user("4242").keeps_pool(&p));
     }
 
     #[test]

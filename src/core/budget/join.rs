@@ -225,7 +225,8 @@ impl<'a> Member<'a> {
             // left as they are (too high errs on the safe side).
             w.slot(s, layout::S_CONTEXTS).store(0, SeqCst);
         }
-        w.slot(s, layout::S_PID).store(u64::from(info.pid), Relaxed);
+        w.slot(s, layout::S_PID)
+            .store(layout::pid_word(info.pid, info.uid), Relaxed);
         w.slot(s, layout::S_PIDNS)
             .store(info.pid_namespace, Relaxed);
         w.slot(s, layout::S_START_MS).store(info.start_ms, Relaxed);

@@ -250,7 +250,26 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+/// The member's pid as it sees itself (the low 32 bits) and its user: uid + 1 in the high
+/// 32 bits (0: not said), what `gpucap status` and `top` show (a claim's or a container's
+/// pool has members of several users, its file one owner). See [`pid_word`].
 pub const S_PID: usize = 1;
+/// The [`S_PID`] word of process `pid` of user `uid`.
+pub const fn pid_word(pid: u32, uid: u32) -> u64 {
+    let uid = if uid == u32::MAX { u32::MAX - 1 } else { uid };
+    (uid as u64 + 1) << 32 | pid as u64
+}
+/// The pid an [`S_PID`] word holds.
+pub const fn word_pid(word: u64) -> u32 {
+    word as u32
+}
+/// The uid an [`S_PID`] word holds, None where it says none.
+pub const fn word_uid(word: u64) -> Option<u32> {
+    match word >> 32 {
+        0 => None,
+        n => Some((n - 1) as u32),
+    }
+}
 pub const S_PIDNS: usize = 2;
 pub const S_START_MS: usize = 3;
 pub const S_GENERATION: usize = 4;

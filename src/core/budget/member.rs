@@ -158,6 +158,9 @@ impl<'a> Pool<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemberInfo {
     pub pid: u32,
+    /// The process's effective uid (shown beside its pid: a claim's members may be
+    /// several users').
+    pub uid: u32,
     /// The inode of the process's PID namespace (`/proc/self/ns/pid`), 0 if unknown.
     pub pid_namespace: u64,
     /// When it joined, in ms since the Unix epoch.

@@ -173,9 +173,9 @@ pub(super) fn released(
     let pid = w.slot(s, S_PID).load(Relaxed);
     let generation = w.slot(s, S_GENERATION).load(Relaxed);
     let pidns = w.slot(s, S_PIDNS).load(Relaxed);
-    // A pid that cannot be one (0, or past 32 bits: a slot written by no member) names no
-    // process to wait for: the kernel's answer for pid 0 (none) decides.
-    let pid32 = u32::try_from(pid).unwrap_or(0);
+    // A pid that cannot be one (0: a slot written by no member) names no process to wait
+    // for: the kernel's answer for pid 0 (none) decides.
+    let pid32 = super::layout::word_pid(pid);
     let exit = exiting(pid32, pidns, w.slot(s, S_START_MS).load(Relaxed));
     let now = match exit {
         // A member of the initial PID namespace is listed by NVML under its pid.

@@ -267,7 +267,7 @@ impl Pool<'_> {
                 let guarantee = w.share(s, g, layout::SH_GUARANTEE).load(SeqCst);
                 (guarantee != 0 && w.state(s).load(SeqCst) == layout::STATE_LIVE && locks.held(s))
                     .then(|| Holder {
-                        pid: w.slot(s, layout::S_PID).load(Relaxed) as u32,
+                        pid: layout::word_pid(w.slot(s, layout::S_PID).load(Relaxed)),
                         command: w.command(s),
                         guarantee,
                     })

@@ -244,7 +244,7 @@ impl Member<'_> {
                         .guaranteed(g)
                         .filter(|&s| s != target)
                         .map(|s| Holder {
-                            pid: w.slot(s, layout::S_PID).load(Relaxed) as u32,
+                            pid: layout::word_pid(w.slot(s, layout::S_PID).load(Relaxed)),
                             command: w.command(s),
                             guarantee: w.share(s, g, layout::SH_GUARANTEE).load(Relaxed),
                         })
@@ -271,7 +271,7 @@ impl Member<'_> {
         }
         let shown = |c: u64| (c != 0 && c < limit).then_some(c);
         Ok(ShareSet {
-            pid: w.slot(target, layout::S_PID).load(Relaxed) as u32,
+            pid: layout::word_pid(w.slot(target, layout::S_PID).load(Relaxed)),
             command: w.command(target),
             old: (old.0, shown(old.1)),
             new: (guarantee, shown(ceiling)),

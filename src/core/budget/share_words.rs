@@ -308,7 +308,7 @@ impl Member<'_> {
     fn holders(&self, g: usize) -> Vec<Holder> {
         self.guaranteed(g)
             .map(|s| Holder {
-                pid: self.w.slot(s, layout::S_PID).load(Relaxed) as u32,
+                pid: layout::word_pid(self.w.slot(s, layout::S_PID).load(Relaxed)),
                 command: self.w.command(s),
                 guarantee: self.w.share(s, g, layout::SH_GUARANTEE).load(Relaxed),
             })

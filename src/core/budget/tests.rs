@@ -129,6 +129,43 @@ fn members_share_one_cap() {
     assert_eq!(v.members.len(), 2);
 }
 
+/// Each member's uid is kept beside its pid (a claim's or a container's pool has members
+/// of several users, its file one owner), the pid read back whole whatever the uid, and
+/// a dead member's pid still names it to the sweep.
+#[test]
+fn the_view_shows_each_members_own_uid_beside_its_pid() {
+    let (pool, k) = setup();
+    let join = |id: u32, uid: u32| {
+        let info = MemberInfo {
+            pid: id,
+            uid,
+            ..Default::default()
+        };
+        Member::join(pool, proc(k, id), &info).unwrap()
+    };
+    let (_a, _b, _c) = (join(4_194_303, 0), join(2, 65534), join(3, u32::MAX));
+    let v = pool.view(proc(k, 99));
+    let mut seen: Vec<(u32, Option<u32>)> = v.members.iter().map(|m| (m.pid, m.uid)).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (2, Some(65534)),
+            (3, Some(u32::MAX - 1)),
+            (4_194_303, Some(0))
+        ]
+    );
+    assert_eq!(
+        crate::budget::layout::word_uid(7),
+        None,
+        "a word without a uid says none"
+    );
+    assert_eq!(
+        crate::budget::layout::word_pid(crate::budget::layout::pid_word(7, 1000)),
+        7
+    );
+}
+
 /// A member killed while its forked children hold its device files: the driver keeps
 /// its memory until they are gone, so the pool does too, and a request it would serve
 /// is refused meanwhile (not kept waiting: children may live for ever).

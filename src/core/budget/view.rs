@@ -71,6 +71,8 @@ pub struct MemberView {
     pub slot: usize,
     /// The pid as the member sees itself (in its own PID namespace).
     pub pid: u32,
+    /// Its effective uid (None: a member that did not say).
+    pub uid: Option<u32>,
     /// The inode of its PID namespace (`/proc/PID/ns/pid`).
     pub pid_namespace: u64,
     pub command: String,
@@ -228,7 +230,8 @@ impl Pool<'_> {
             }
             members.push(MemberView {
                 slot: s,
-                pid: w.slot(s, layout::S_PID).load(Relaxed) as u32,
+                pid: layout::word_pid(w.slot(s, layout::S_PID).load(Relaxed)),
+                uid: layout::word_uid(w.slot(s, layout::S_PID).load(Relaxed)),
                 pid_namespace: w.slot(s, layout::S_PIDNS).load(Relaxed),
                 command: w.command(s),
                 start_ms: w.slot(s, layout::S_START_MS).load(Relaxed),
@@ -311,7 +314,7 @@ fn lock_view(w: layout::Words<'_>, g: usize) -> Option<LockView> {
     let since = w.gpu(g, layout::G_LOCK_SINCE).load(Relaxed);
     Some(LockView {
         slot,
-        pid: w.slot(slot, layout::S_PID).load(Relaxed) as u32,
+        pid: layout::word_pid(w.slot(slot, layout::S_PID).load(Relaxed)),
         since_ms: (since != 0 && since & layout::LOCK_HOLDER == holder).then_some(since >> 16),
     })
 }

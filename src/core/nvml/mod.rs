@@ -268,6 +268,7 @@ mod tests {
                 .map(|(slot, &(pid, alive, gpus))| MemberView {
                     slot,
                     pid,
+                    uid: None,
                     pid_namespace: 0,
                     command: String::new(),
                     start_ms: 0,

@@ -9,7 +9,7 @@ use std::sync::atomic::{
 
 use super::*;
 use crate::budget::layout::{
-    H_JOIN_CURSOR, H_JOIN_FREED, H_JOIN_NEXT, H_JOIN_SWEPT_MS, S_PID, STATE_LIVE,
+    H_JOIN_CURSOR, H_JOIN_FREED, H_JOIN_NEXT, H_JOIN_SWEPT_MS, S_PID, STATE_LIVE, word_pid,
 };
 
 fn pool_of(slots: usize) -> (Pool<'static>, &'static Kernel) {
@@ -155,8 +155,8 @@ fn forged_hints_never_take_a_live_slot_nor_pass_a_free_one_by() {
             assert_eq!(m.slot(), s, "hints {next} {freed} {cursor}");
             // The others are untouched: each still holds its own live slot.
             for (i, o) in ms.iter().enumerate().filter(|&(i, _)| i != free) {
-                let pid = pool.w.slot(o.slot(), S_PID).load(SeqCst);
-                assert_eq!(pid, i as u64 + 1, "member {i}");
+                let pid = word_pid(pool.w.slot(o.slot(), S_PID).load(SeqCst));
+                assert_eq!(pid, i as u32 + 1, "member {i}");
                 assert_eq!(pool.w.state(o.slot()).load(SeqCst), STATE_LIVE);
             }
         }
