@@ -226,35 +226,51 @@ enum Place {
 }
 
 /// The script under the library `lib`, with `vars`; for [`Place::Etc`], inside a mount
-/// namespace whose `/etc/gpucap/gpucap.env` is `etc_file` (an overlay on a tmpfs).
+/// namespace whose `/etc/gpucap/gpucap.env` is `etc_file` (an overlay on a tmpfs). With
+/// `private_shm` (where such a namespace can be made), in a mount namespace of its own
+/// whose `/dev/shm` is a tmpfs of its own, in both places: a driver's hand-over (a row's
+/// variable) puts the process in the container's pool, kept in `/dev/shm` by default,
+/// which the test must not leave in the machine's.
 fn under(
     lib: &Path,
     dir: &Path,
     vars: &[(String, String)],
     place: Place,
     etc_file: &Path,
+    private_shm: bool,
 ) -> Output {
     let args = [format!("alloc:{SMALL}"), format!("alloc:{GIB}")];
-    let mut c = match place {
-        Place::BesideLibrary => {
+    let mut c = match (place, private_shm) {
+        (Place::BesideLibrary, false) => {
             let mut c = fake_cmd(script(), &dir.join("stats.json"));
             c.env("LD_PRELOAD", lib).args(&args);
+            for (k, v) in vars {
+                c.env(k, v);
+            }
             c
         }
-        Place::Etc => {
+        _ => {
             let tmp = dir.join("etc-overlay");
             std::fs::create_dir_all(&tmp).unwrap();
+            let etc = matches!(place, Place::Etc);
             let mut c = fake_cmd("unshare", &dir.join("stats.json"));
             c.args(["-rm", "sh", "-c"]).arg(
-                "set -e; t=$1; f=$2; lib=$3; shift 3; \
+                "set -e; t=$1; f=$2; lib=$3; etc=$4; shift 4; \
+                 mount -t tmpfs none /dev/shm; \
+                 if [ \"$etc\" = 1 ]; then \
                  mount -t tmpfs none \"$t\"; mkdir -p \"$t/u/gpucap\" \"$t/w\"; \
                  cp \"$f\" \"$t/u/gpucap/gpucap.env\"; \
                  mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
+                 fi; \
                  exec env LD_PRELOAD=\"$lib\" \"$@\"",
             );
             // The variables go through env(1): a shell drops a name it cannot hold
             // (`GPU_DEVICE_gpu-0_MEMORY`).
-            c.arg("sh").arg(&tmp).arg(etc_file).arg(lib);
+            c.arg("sh")
+                .arg(&tmp)
+                .arg(etc_file)
+                .arg(lib)
+                .arg(if etc { "1" } else { "0" });
             c.args(vars.iter().map(|(k, v)| format!("{k}={v}")));
             c.arg(script()).args(&args);
             c
@@ -262,11 +278,6 @@ fn under(
     };
     c.env("FAKECUDA_TOTAL_MEM", "4Gi")
         .env("FAKECUDA_SHARED", dir.join("fake-gpu"));
-    if let Place::BesideLibrary = place {
-        for (k, v) in vars {
-            c.env(k, v);
-        }
-    }
     run(&mut c)
 }
 
@@ -337,10 +348,10 @@ fn no_variable_of_the_environment_lifts_a_files_cap_beside_the_library_or_in_etc
     std::fs::write(&etc_file, file).unwrap();
     let etc = etc_overlay_works(&dir);
     for (vars, expect) in doors(&dir) {
-        let o = under(&beside, &dir, &vars, Place::BesideLibrary, &etc_file);
+        let o = under(&beside, &dir, &vars, Place::BesideLibrary, &etc_file, etc);
         check_row(&o, &vars, expect, Place::BesideLibrary);
         if etc {
-            let o = under(&bare, &dir, &vars, Place::Etc, &etc_file);
+            let o = under(&bare, &dir, &vars, Place::Etc, &etc_file, true);
             check_row(&o, &vars, expect, Place::Etc);
         }
     }
@@ -405,7 +416,7 @@ fn a_pool_the_file_names_binds_and_a_pool_chosen_under_the_ceiling_holds_it() {
         s(&[("GPUCAP_POOL_DIR", other.display().to_string())]),
         s(&[("GPUCAP_CLAIM_DIR", other.display().to_string())]),
     ] {
-        let o = under(&lib, &dir, &vars, Place::BesideLibrary, &etc_file);
+        let o = under(&lib, &dir, &vars, Place::BesideLibrary, &etc_file, false);
         check_row(&o, &vars, Expect::StaysInPool, Place::BesideLibrary);
         assert!(
             !other.join("gpucap-0").exists() && !other.join("gpucap.pool").exists(),
@@ -422,7 +433,7 @@ fn without_a_file_the_environment_alone_is_as_before() {
     let etc_file = dir.join("unused");
     for (limit, served) in [("4Gi", true), ("none", true), ("256Mi", false)] {
         let vars = vec![("GPUCAP_LIMIT".to_string(), limit.to_string())];
-        let o = under(&lib, &dir, &vars, Place::BesideLibrary, &etc_file);
+        let o = under(&lib, &dir, &vars, Place::BesideLibrary, &etc_file, false);
         assert_eq!(
             alloc_rc(&o, GIB).as_deref() == Some("0"),
             served,

@@ -29,14 +29,21 @@ pub struct PoolReading {
     /// container's: its first member's, each member's own in its row).
     pub uid: u32,
     pub user: String,
+    /// A claim's or the container's pool: its members may be several users'.
+    #[serde(skip)]
+    pub shared: bool,
     #[serde(flatten)]
     pub view: PoolView,
 }
 
-/// The uid member `m` of pool `p` runs as: the one it wrote beside its pid, else the
-/// file's owner (every member of a user's pool runs as it).
+/// The uid member `m` of pool `p` runs as: in a claim's or the container's pool the one
+/// it wrote beside its pid (where it wrote one), else the file's owner (a user's pool is
+/// its owner's alone, mode 0600: a slot saying another user is a copy's or damage).
 pub fn member_uid(p: &PoolReading, m: &gpucap_core::budget::MemberView) -> u32 {
-    m.uid.unwrap_or(p.uid)
+    match m.uid {
+        Some(u) if p.shared => u,
+        _ => p.uid,
+    }
 }
 
 /// One lone process, as read.
@@ -161,9 +168,9 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                     pid_namespace: m.pid_namespace,
                     other_namespace: other(m.pid_namespace),
                     uid: member_uid(p, m),
-                    user: match m.uid {
-                        Some(u) if u != p.uid => user_name(u),
-                        _ => p.user.clone(),
+                    user: match member_uid(p, m) {
+                        u if u == p.uid => p.user.clone(),
+                        u => user_name(u),
                     },
                     pool: Some(p.name.clone()),
                     alive: m.alive,
@@ -267,6 +274,7 @@ pub(crate) mod tests {
             path: "/p/train.pool".into(),
             uid: 1000,
             user: "alice".into(),
+            shared: false,
             view: crate::pool::tests::view(),
         }
     }
@@ -297,6 +305,8 @@ pub(crate) mod tests {
     fn a_members_row_shows_its_own_user_not_the_files_owner() {
         let gpus = Gpus::from_uuids(vec![[0x11; 16]]);
         let mut p = pool();
+        let slot_says = p.clone();
+        p.shared = true;
         p.view.members.iter_mut().find(|m| m.pid == 12).unwrap().uid = Some(0);
         p.view.members.iter_mut().find(|m| m.pid == 10).unwrap().uid = Some(1000);
         p.view.members.iter_mut().find(|m| m.pid == 11).unwrap().uid = None;
@@ -311,6 +321,15 @@ pub(crate) mod tests {
             user(11),
             (1000, "alice".to_string()),
             "none said: the owner"
+        );
+        // A user's pool is its owner's alone: a slot saying another user (a copy of
+        // another's file) is not shown.
+        let mut copy = slot_says;
+        copy.view.members.iter_mut().for_each(|m| m.uid = Some(0));
+        let r = rows(&[copy], &[], 7, &gpus);
+        assert!(
+            r.iter()
+                .all(|r| (r.uid, r.user.as_str()) == (1000, "alice"))
         );
     }
 

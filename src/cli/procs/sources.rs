@@ -271,6 +271,7 @@ impl Sources {
             path,
             uid,
             user: user_name(uid),
+            shared: sharing == Sharing::Claim,
             view: file.view()?,
         })
     }

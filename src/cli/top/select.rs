@@ -176,6 +176,7 @@ mod tests {
     #[test]
     fn a_pools_line_is_kept_for_the_user_of_any_of_its_members() {
         let mut p = crate::procs::tests::pool();
+        p.shared = true;
         let user = |u: &str| Filter {
             pool: None,
             user: Some(u.into()),
