@@ -299,7 +299,8 @@ unreadable. Reading never changes a pool and never waits for its members: the fi
 is opened read-only and only loaded from.
 
 Which pools: --pool's (several times for several), or with --all every pool file
-(*.pool) in this user's pool directory, listed again at each scrape, else the one
+(*.pool) in this user's pool directory and every container's pool beside it
+(gpucap-container-NS), listed again at each scrape, else the one
 gpucap status would show (GPUCAP_POOL, CUDA_DEVICE_MEMORY_SHARED_CACHE, gpucap.env).
 A pool that no process has joined yet, or whose file cannot be read, is served as
 gpucap_pool_up{pool=\"NAME\"} 0 until it can be.
@@ -310,7 +311,8 @@ options:
                       by Prometheus); port 0 picks a free port
   --pool NAME|PATH    serve this pool (a name, in GPUCAP_POOL_DIR or the default
                       directory, or the file's absolute path); may be repeated
-  --all               serve every pool of this user's pool directory
+  --all               serve every pool of this user's pool directory, and the
+                      containers' pools beside it
   --hami              HAMi's monitor series too (hami_vgpu_memory_used_bytes,
                       hami_vgpu_memory_limit_bytes), so HAMi's dashboards read
                       gpucap (docs/src/metrics.md)

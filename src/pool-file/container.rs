@@ -57,15 +57,55 @@ fn dir_of(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
     let PoolSpec::Name(name) = name else {
         unreachable!("a name stays a name");
     };
-    let base = match pool_dir {
-        Some(_) => base_dir(pool_dir)?,
+    Ok(base_of(pool_dir)?.join(format!("gpucap-{name}")))
+}
+
+/// The directory the containers' pool directories are made in: `GPUCAP_POOL_DIR`, else
+/// `/dev/shm` wherever it exists ([`dir_of`]).
+fn base_of(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
+    match pool_dir {
+        Some(_) => base_dir(pool_dir),
         None => DEFAULT_BASES
             .map(PathBuf::from)
             .into_iter()
             .find(|b| std::fs::metadata(b).is_ok_and(|m| m.is_dir()))
-            .ok_or("no directory for the container's pool: neither /dev/shm nor /tmp is there; set GPUCAP_POOL_DIR")?,
+            .ok_or_else(|| {
+                "no directory for the container's pool: neither /dev/shm nor /tmp is there; \
+                 set GPUCAP_POOL_DIR"
+                    .into()
+            }),
+    }
+}
+
+/// The containers' pools kept where this process would keep its container's
+/// (`GPUCAP_POOL_DIR`, else `/dev/shm`): `gpucap.pool` of each real `gpucap-container-…`
+/// directory there (a link is not followed), a regular file, with its owner; sorted.
+/// Every container of a pod shares the pod's `/dev/shm`: a reader (a metrics sidecar,
+/// `gpucap status` in one container) sees the others' pools too.
+pub fn container_pools(pool_dir: Option<&Path>) -> Vec<(PathBuf, u32)> {
+    let Some(entries) = base_of(pool_dir)
+        .ok()
+        .and_then(|b| std::fs::read_dir(b).ok())
+    else {
+        return Vec::new();
     };
-    Ok(base.join(format!("gpucap-{name}")))
+    let mut found: Vec<(PathBuf, u32)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("gpucap-container-"))
+        })
+        // DirEntry::metadata does not follow a link.
+        .filter(|e| e.metadata().is_ok_and(|m| m.is_dir()))
+        .map(|e| e.path().join(gpucap_core::config::CLAIM_POOL_FILE))
+        .filter_map(|f| {
+            let m = std::fs::symlink_metadata(&f).ok()?;
+            m.is_file().then(|| (f, m.uid()))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// Makes the container's directory (mode 0777) if missing, and checks that this

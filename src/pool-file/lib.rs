@@ -55,7 +55,7 @@ pub use beacon::{
     forget_in_child as forget_beacon_in_child, linked as announced_pool_files,
     removed as removed_pool_files,
 };
-pub use container::resolve as resolve_pool;
+pub use container::{container_pools, resolve as resolve_pool};
 pub use creation::can_make;
 pub use identity::{own_cmdline, own_pid_namespace, own_uid};
 pub use live::forget_in_child as forget_claims_in_child;

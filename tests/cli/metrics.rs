@@ -803,6 +803,43 @@ fn the_server_keeps_no_copy_of_the_pools_it_read() {
     kill(seed);
 }
 
+/// `--all` exports the containers' pools kept in the pool directory beside the user's
+/// own (a pod's containers share its `/dev/shm`: a metrics sidecar in another container
+/// sees each one's pool), named by their directory. Before, `--all` listed `gpucap-UID`'s
+/// pools only, and a container's processes holding 30 MiB were not exported.
+#[test]
+fn all_exports_the_containers_pools_beside_the_users() {
+    let s = Scratch::new("metrics-all-containers");
+    let a = s.member("container-mntns", "a", &["alloc:30Mi"]);
+    let b = s.member("mine", "b", &["alloc:10Mi"]);
+    let o = run(&mut s.gpucap(&["status", "--prometheus", "--all"]));
+    kill(a);
+    kill(b);
+    assert_ok(&o);
+    let body = stdout(&o);
+    let m = parse(&body);
+    let ns = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let ns = ns.to_string_lossy();
+    let ns = ns.trim_start_matches("mnt:[").trim_end_matches(']');
+    let container = format!("gpucap-container-{ns}");
+    assert_eq!(
+        value(&m, "gpucap_pool_up", &[("pool", &container)]),
+        1.0,
+        "{body}"
+    );
+    assert_eq!(
+        value(&m, "gpucap_pool_used_bytes", &[("pool", &container)]),
+        (30 * MIB) as f64,
+        "{body}"
+    );
+    assert_eq!(
+        value(&m, "gpucap_pool_up", &[("pool", "mine")]),
+        1.0,
+        "{body}"
+    );
+    assert_promtool_accepts(&body);
+}
+
 /// `gpucap metrics --all` in a pool directory that does not exist does not start: it
 /// says so, where it served empty answers.
 #[test]

@@ -105,6 +105,17 @@ impl Reader {
                 Ok(names) => names
                     .into_iter()
                     .map(|n| (n.clone(), PoolSpec::Name(n)))
+                    // The containers' pools kept there, every user's (the pod's
+                    // `/dev/shm` holds each of its containers'), named by directory.
+                    .chain(
+                        gpucap_pool_file::container_pools(self.pool_dir.as_deref())
+                            .into_iter()
+                            .filter_map(|(file, _)| {
+                                let dir = file.parent()?.to_path_buf();
+                                let name = dir.file_name()?.to_str()?.to_string();
+                                Some((name, PoolSpec::Claim(dir)))
+                            }),
+                    )
                     .collect(),
                 Err(e) => {
                     // Out of descriptors, the listing fails: those of files gone from

@@ -194,7 +194,10 @@ impl Sources {
             None => gpucap_pool_file::announced_pool_files(self.every_user),
             // The directory's containers' pools (`gpucap-container-NS/gpucap.pool`, every
             // user's): before, a pool directory named showed its users' pools only.
-            Some(dir) => container_pools(dir),
+            Some(dir) => gpucap_pool_file::container_pools(Some(dir))
+                .into_iter()
+                .map(|(path, owner)| (path, Sharing::Claim, owner))
+                .collect(),
         };
         for (path, sharing, owner) in elsewhere {
             let id = std::fs::symlink_metadata(&path).map(|m| (m.dev(), m.ino()));
@@ -287,32 +290,6 @@ pub fn pool_name(path: &Path, sharing: Sharing) -> Option<String> {
     };
     let n = named_by.file_name()?.to_str()?;
     Some(n.strip_suffix(".pool").unwrap_or(n).to_string())
-}
-
-/// The container's pools kept in the pool directory `dir`: `gpucap.pool` of each real
-/// `gpucap-container-…` directory there, as an announcement would name it (path, sharing,
-/// owner).
-fn container_pools(dir: &Path) -> Vec<(PathBuf, Sharing, u32)> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut found: Vec<(PathBuf, Sharing, u32)> = entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with("gpucap-container-"))
-        })
-        // DirEntry::metadata does not follow a link.
-        .filter(|e| e.metadata().is_ok_and(|m| m.is_dir()))
-        .map(|e| e.path().join(gpucap_core::config::CLAIM_POOL_FILE))
-        .filter_map(|f| {
-            let m = std::fs::symlink_metadata(&f).ok()?;
-            m.is_file().then(|| (f, Sharing::Claim, m.uid()))
-        })
-        .collect();
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    found
 }
 
 /// The uid a `gpucap-UID` directory's name gives (None: not such a name).
