@@ -238,12 +238,18 @@ where
                 // Only `-` itself: lexopt calls it a value.
                 Err(usage(Topic::General, format!("unknown option '{s}'")))
             } else {
+                const COMMANDS: [&str; 9] = [
+                    "run", "check", "status", "top", "metrics", "jupyter", "cdi", "pool", "help",
+                ];
                 Err(usage(
                     Topic::General,
-                    format!(
-                        "unknown command '{s}' (the commands are run, check, status, top, \
-                         metrics, jupyter, cdi, pool and help)"
-                    ),
+                    match gpucap_core::config::nearest_name(&s, &COMMANDS) {
+                        Some(n) => format!("unknown command '{s}' (did you mean {n}?)"),
+                        None => format!(
+                            "unknown command '{s}' (the commands are run, check, status, top, \
+                             metrics, jupyter, cdi, pool and help)"
+                        ),
+                    },
                 ))
             }
         }

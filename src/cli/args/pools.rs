@@ -69,9 +69,16 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
             },
         },
         Some(other) => {
+            let near =
+                gpucap_core::config::nearest_name(other, &["list", "clean", "resize", "set"]);
             return Err(usage(
                 topic,
-                format!("unknown action '{other}' (the actions are list, clean, resize and set)"),
+                match near {
+                    Some(n) => format!("unknown action '{other}' (did you mean {n}?)"),
+                    None => format!(
+                        "unknown action '{other}' (the actions are list, clean, resize and set)"
+                    ),
+                },
             ));
         }
     };

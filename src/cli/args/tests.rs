@@ -244,6 +244,10 @@ fn top_level_errors() {
             .message
             .starts_with("unknown command 'frobnicate'")
     );
+    assert_eq!(
+        err(&["stauts"]).message,
+        "unknown command 'stauts' (did you mean status?)"
+    );
     assert!(
         err(&["--limit", "8Gi"])
             .message
@@ -872,6 +876,14 @@ fn pool_list_and_clean() {
     for (args, says) in [
         (&["pool"][..], "no action"),
         (&["pool", "remove"], "unknown action 'remove'"),
+        (
+            &["pool", "lsit"],
+            "unknown action 'lsit' (did you mean list?)",
+        ),
+        (
+            &["pool", "remove"],
+            "(the actions are list, clean, resize and set)",
+        ),
         (&["pool", "clean", "/tmp/x.pool"], "invalid pool name"),
         (&["pool", "clean", "a", "b"], "unexpected argument 'b'"),
         (&["pool", "list", "--all"], "unknown option '--all'"),
