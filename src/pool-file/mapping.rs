@@ -130,7 +130,7 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                 Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),
             },
             Some(libc::EACCES) if sharing == Sharing::Claim => return Err(not_ours(path)),
-            _ => return Err(os_err("cannot open the pool file", path)),
+            _ => return Err(open_err(path)),
         }
         if crate::creation::create(path, sharing, members)? {
             continue; // made (or made by another process at the same time): open it
@@ -170,7 +170,7 @@ fn open_existing(
         return finish(path, fd, sharing, role);
     }
     let errno = std::io::Error::last_os_error().raw_os_error();
-    let err = os_err("cannot open the pool file", path);
+    let err = open_err(path);
     if errno != Some(libc::ENOENT) {
         return Err(err);
     }
@@ -186,6 +186,21 @@ fn open_existing(
             finish_removed(path, fd, sharing, role, Through::Socket)
         }
         _ => Err(err),
+    }
+}
+
+/// Why the pool file at `path` could not be opened (`errno` says): a symbolic link there
+/// is named as one, never followed.
+fn open_err(path: &Path) -> String {
+    let err = os_err("cannot open the pool file", path);
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => format!(
+            "the pool file {} is a symbolic link, and gpucap never follows one at a pool's \
+             path (it could lead members to another pool's budget, or to a file of another \
+             user's): remove it, or name the file itself",
+            path.display()
+        ),
+        _ => err,
     }
 }
 
