@@ -296,10 +296,26 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         .iter()
         .flat_map(|m| &m.gpus)
         .any(|g| g.guarantee > 0 || g.ceiling.is_some() || g.ceiling_from.is_some());
+    // A claim's or the container's pool may have members of several users: a USER
+    // column then, each member's own (a user's pool is its owner's alone).
+    let mut uids: Vec<u32> = view.members.iter().filter_map(|m| m.uid).collect();
+    uids.sort_unstable();
+    uids.dedup();
+    let users = uids.len() > 1;
+    let user_of = |m: &gpucap_core::budget::MemberView| match (users, m.uid) {
+        (false, _) => String::new(),
+        (true, Some(u)) => format!("  {:<8}", crate::procs::user_name(u)),
+        (true, None) => format!("  {:<8}", "-"),
+    };
     out.push_str(&format!(
-        "{:>8}  {:<5}  {:<40}  {:>10}  {:>10}{}  {:<19}  COMMAND\n",
+        "{:>8}  {:<5}{}  {:<40}  {:>10}  {:>10}{}  {:<19}  COMMAND\n",
         "PID",
         "STATE",
+        if users {
+            format!("  {:<8}", "USER")
+        } else {
+            String::new()
+        },
         "GPU",
         "BYTES",
         "PEAK",
@@ -327,6 +343,7 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         };
         let command = printable(&m.command);
         let started = utc(m.start_ms);
+        let user = user_of(m);
         let rows: Vec<(String, u64, u64, String)> = if m.gpus.is_empty() {
             vec![("-".to_string(), 0, 0, String::new())]
         } else {
@@ -337,7 +354,7 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         };
         for (uuid, used, peak, share) in rows {
             out.push_str(&format!(
-                "{pid:>8}  {state:<5}  {uuid:<40}  {:>10}  {:>10}{share}  {started:<19}  {command}\n",
+                "{pid:>8}  {state:<5}{user}  {uuid:<40}  {:>10}  {:>10}{share}  {started:<19}  {command}\n",
                 bytes(used),
                 bytes(peak)
             ));
@@ -585,6 +602,39 @@ pub(crate) mod tests {
         let v = view();
         let pids: Vec<u32> = sorted_members(&v).iter().map(|m| m.pid).collect();
         assert_eq!(pids, [12, 11, 10]);
+    }
+
+    /// Members of two users (a claim's or the container's pool): a USER column, each
+    /// member's own; members of one user: none.
+    #[test]
+    fn a_pools_members_of_two_users_show_a_user_column() {
+        let mut v = view();
+        let header = |text: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with("PID"))
+                .unwrap()
+                .to_string()
+        };
+        assert!(!header(&render(&v, Path::new("/p/x.pool"), 7)).contains("USER"));
+        v.members.iter_mut().find(|m| m.pid == 12).unwrap().uid = Some(0);
+        let text = render(&v, Path::new("/p/x.pool"), 7);
+        assert!(header(&text).contains("STATE  USER"), "{text}");
+        let row = |pid: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(pid))
+                .unwrap()
+                .to_string()
+        };
+        let root = crate::procs::user_name(0);
+        assert!(
+            row("12*").contains(&format!("alive  {root:<8}  GPU-")),
+            "{text}"
+        );
+        let alice = crate::procs::user_name(1000);
+        assert!(
+            row("10 ").contains(&format!("alive  {alice:<8}  GPU-")),
+            "{text}"
+        );
     }
 
     #[test]
