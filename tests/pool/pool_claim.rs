@@ -1068,6 +1068,11 @@ fn top_shows_each_claim_members_own_user() {
         run(&mut c)
     };
     let (all, nobody) = (top(&[]), top(&["--user", "65534"]));
+    let status = {
+        let mut c = s.gpucap(&["status"]);
+        c.env("GPUCAP_CLAIM_DIR", &claim);
+        run(&mut c)
+    };
     // setpriv's pid is the member's: it execs the script.
     let (pa, pb) = (a.id().to_string(), b.id().to_string());
     for c in [&mut a, &mut b] {
@@ -1089,7 +1094,20 @@ fn top_shows_each_claim_members_own_user() {
         .map_or("65534".to_string(), |l| {
             l.split(':').next().unwrap().to_string()
         });
-    assert_eq!(user_of(&out, &pb), Some(nobody_name), "{out}");
+    assert_eq!(user_of(&out, &pb).as_ref(), Some(&nobody_name), "{out}");
+    // `status` of the claim's pool: a USER column, each member's own.
+    let out = stdout(&status);
+    let status_user = |pid: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(pid))
+            .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+    };
+    assert!(
+        out.contains("STATE  USER")
+            && status_user(&pa).as_deref() == Some("root")
+            && status_user(&pb).as_deref() == Some(nobody_name.as_str()),
+        "status\n{out}"
+    );
     let out = stdout(&nobody);
     assert!(
         user_of(&out, &pb).is_some()
