@@ -33,6 +33,7 @@ pub mod status;
 pub mod term;
 pub mod text_width;
 pub mod top;
+pub mod users;
 
 use std::ffi::OsString;
 

@@ -304,7 +304,7 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
     let users = uids.len() > 1;
     let user_of = |m: &gpucap_core::budget::MemberView| match (users, m.uid) {
         (false, _) => String::new(),
-        (true, Some(u)) => format!("  {:<8}", crate::procs::user_name(u)),
+        (true, Some(u)) => format!("  {:<8}", crate::users::user_name(u)),
         (true, None) => format!("  {:<8}", "-"),
     };
     out.push_str(&format!(
@@ -625,12 +625,12 @@ pub(crate) mod tests {
                 .unwrap()
                 .to_string()
         };
-        let root = crate::procs::user_name(0);
+        let root = crate::users::user_name(0);
         assert!(
             row("12*").contains(&format!("alive  {root:<8}  GPU-")),
             "{text}"
         );
-        let alice = crate::procs::user_name(1000);
+        let alice = crate::users::user_name(1000);
         assert!(
             row("10 ").contains(&format!("alive  {alice:<8}  GPU-")),
             "{text}"

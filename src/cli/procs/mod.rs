@@ -5,7 +5,7 @@
 //!
 //! - `sources.rs`: which directories, the pool files kept open between readings, the
 //!   lone files read (a dead process's removed).
-//! - `names.rs`: user names, GPU indexes by UUID.
+//! - `names.rs`: GPU indexes by UUID (users' names: `crate::users`).
 //! - this file: the rows, worked out from what was read (pure).
 
 mod names;
@@ -16,7 +16,8 @@ use serde::Serialize;
 use gpucap_core::budget::{PoolView, shares};
 use gpucap_core::lone::LoneView;
 
-pub use names::{Gpus, unknown_user, user_name};
+pub use crate::users::{unknown_user, user_name};
+pub use names::Gpus;
 pub use sources::{Sources, pool_name};
 
 /// One pool, as read.
