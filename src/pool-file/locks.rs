@@ -73,6 +73,14 @@ pub(crate) fn lock_call(fd: RawFd, cmd: i32, f: &mut libc::flock) -> std::io::Re
     }
 }
 
+/// Whether processes forked by the pool's members (each slot's children byte,
+/// [`SlotLocks::hold_in_child`]) hold any of the file `fd`'s children locks: a dead
+/// member's GPU memory is then still the driver's. False where the locks cannot be read.
+pub(crate) fn children_hold_any(fd: RawFd) -> bool {
+    let mut f = flock_range(libc::F_WRLCK, CHILDREN_BASE, MAX_SLOTS as i64);
+    lock_call(fd, libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK
+}
+
 /// What to tell of a pool file whose file system refuses its locks.
 pub(crate) fn unsupported(e: &std::io::Error) -> String {
     format!(

@@ -14,7 +14,7 @@ use crate::beacon::Orphan;
 use crate::creation::{dir_of, map};
 use crate::identity::own_uid;
 use crate::locks::SlotLocks;
-use crate::removed_file::{Through, removed_answering, removed_unreachable};
+use crate::removed_file::{Through, removed_answering, removed_silent, removed_unreachable};
 use crate::sharing::{Owned, Sharing, check_claim_file};
 use crate::sys::{cstr, os_err};
 
@@ -110,21 +110,27 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                     return finish_removed(path, fd, sharing, Role::Member, through);
                 }
                 Orphan::None | Orphan::Unreachable(_)
-                    if sharing == Sharing::Claim && crate::live::answering(path) =>
+                    if sharing == Sharing::Claim && crate::live::answering_soon(path) =>
                 {
                     // Its maker binds the socket only after linking the file: where the
                     // file is there now (made since this open), it is opened again.
                     if crate::kept::lstat_of(c.as_ptr()).is_some() {
                         continue;
                     }
-                    // Members listen, none announced whose descriptor this process may
-                    // open (another network namespace; another user's processes, as a
-                    // container's pool has): the file handed over by one of them, joined
-                    // as any member joins it.
+                    // Members listen (or bound their socket again, removed with the file:
+                    // the claim's directory said they live), none announced whose
+                    // descriptor this process may open (another network namespace;
+                    // another user's processes, as a container's pool has): the file
+                    // handed over by one of them, joined as any member joins it.
                     return match crate::live::removed_file(path, libc::O_RDWR) {
                         Ok(fd) => finish_removed(path, fd, sharing, Role::Member, Through::Socket),
                         Err(why) => Err(removed_answering(path, &why)),
                     };
+                }
+                // The claim's directory says members live, and none answered within the
+                // patience (stopped?): never a file of its own beside their budget.
+                _ if sharing == Sharing::Claim && crate::live::members_live(path) => {
+                    return Err(removed_silent(path));
                 }
                 Orphan::None => {}
                 Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),

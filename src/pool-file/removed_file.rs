@@ -56,3 +56,17 @@ pub(crate) fn removed_answering(path: &Path, why: &str) -> String {
         crate::live::socket_path(path).display()
     )
 }
+
+/// Why a process may not join the claim of `path`: its file (and socket) were removed
+/// while members run (the claim's directory says they live: `live::presence`), and none
+/// answered on the socket within the patience.
+pub(crate) fn removed_silent(path: &Path) -> String {
+    format!(
+        "the pool file {} was removed while the claim's members run (the claim's directory \
+         says they live), and none of them answered on {} within {} s (are they stopped?); \
+         no process can join until they exit (a new file would be a second budget)",
+        path.display(),
+        crate::live::socket_path(path).display(),
+        crate::live::PATIENCE.as_secs()
+    )
+}

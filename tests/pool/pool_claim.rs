@@ -480,6 +480,130 @@ fn a_claims_file_removed_under_another_users_members_is_joined_through_its_socke
     said(a);
 }
 
+/// A claim's file and its socket both removed while a member holds 700 MiB (a cleanup
+/// of the directory, `rm` of both), then a joiner that cannot reach the member through an
+/// announcement: in another network namespace (a pod of its own), or another user's
+/// process. Nothing at the path said members live: the first made a file and words of
+/// its own (700 MiB served beside the member's 700 under the 1 GiB cap), the second was
+/// refused at once. Every holder of the claim's words read-locks the claim's directory
+/// (`live::presence`): the joiner waits for the member to bind its socket again (within
+/// about a second) and joins its one budget through it.
+#[test]
+fn a_claims_file_and_socket_removed_under_its_member_are_never_a_second_budget() {
+    let net = unshare_net_works();
+    let root = as_root("a joiner of another user");
+    let s = Scratch::new("claim-both-gone");
+    for d in [&s.dir, &s.pools] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    let mut ways: Vec<(&str, Box<dyn Fn(Command) -> Command>)> = Vec::new();
+    if net {
+        ways.push((
+            "another network namespace",
+            Box::new(|c: Command| {
+                let mut w = Command::new("unshare");
+                w.arg("--net");
+                wrap(w, &c)
+            }),
+        ));
+    }
+    if root {
+        ways.push(("another user", Box::new(|c: Command| as_user(65534, &c))));
+    }
+    for (i, (way, wrapped)) in ways.iter().enumerate() {
+        let claim = claim_dir(&s, &format!("claim-{i}"));
+        let a = holding(&s, &claim, 700);
+        std::fs::rename(s.dir.join("a-holds"), s.dir.join(format!("a-holds-{i}"))).unwrap();
+        std::fs::remove_file(claim.join("gpucap.pool")).unwrap();
+        std::fs::remove_file(claim.join("gpucap.pool.sock")).unwrap();
+        let mut b = wrapped(in_claim(&s, &claim, script(), "b"));
+        b.args([alloc(700), alloc(200)]);
+        let text = both(&run(&mut b));
+        assert!(
+            text.contains(&format!("alloc {} 2", 700 * MIB))
+                && text.contains(&format!("alloc {} 0", 200 * MIB))
+                && text.contains("a member handed over on the claim's socket"),
+            "{way}: the joiner joins the member's budget: {text}"
+        );
+        assert!(
+            !claim.join("gpucap.pool").exists(),
+            "{way}: a second file was made"
+        );
+        said(a);
+    }
+}
+
+/// A claim's file replaced by a copy of itself and its socket removed, while a member
+/// holds 700 MiB (`cp`, `mv` over it, `rm` of the socket: a co-tenant's tidying): the
+/// copy's lock bytes are free, so a joiner made words of its own from it (700 MiB served
+/// beside the member's 700 under the 1 GiB cap). The claim's directory says the member
+/// lives: the joiner asks it once it binds its socket again, finds the file at the path
+/// is not the one its words were made from, and is refused with a line.
+#[test]
+fn a_claims_file_replaced_by_a_copy_with_its_socket_removed_gives_no_joiner_a_budget() {
+    let s = Scratch::new("claim-copy-no-socket");
+    let claim = claim_dir(&s, "claim");
+    let a = holding(&s, &claim, 700);
+    let copy = claim.join(".copy");
+    std::fs::copy(claim.join("gpucap.pool"), &copy).unwrap();
+    std::fs::rename(&copy, claim.join("gpucap.pool")).unwrap();
+    std::fs::remove_file(claim.join("gpucap.pool.sock")).unwrap();
+    let b = run(in_claim(&s, &claim, script(), "b").arg(format!("alloc:{}", 700 * MIB)));
+    let text = both(&b);
+    assert!(
+        !text.contains(&format!("alloc {} 0", 700 * MIB))
+            && text.contains("cuInit 800")
+            && (text.contains("was replaced while they run")
+                || text.contains("is another pool's words")),
+        "the joiner is refused with a line: {text}"
+    );
+    said(a);
+}
+
+/// A claim's only member killed while a child it forked (that never used CUDA) runs: the
+/// driver keeps the member's 600 MiB for the child, which holds its device files, but
+/// the claim's words died with the member, and a joiner made new ones from the file's,
+/// which never held those bytes (700 MiB served beside them under the 1 GiB cap; a named
+/// pool counts them until the child exits). A joiner is refused with a line while the
+/// child lives, and served once it is gone.
+#[test]
+fn a_claims_killed_last_member_with_a_live_child_keeps_joiners_out_until_the_child_exits() {
+    let s = Scratch::new("claim-fork-killed");
+    let claim = claim_dir(&s, "claim");
+    let ready = s.dir.join("ready");
+    let mut c = in_claim(&s, &claim, compile_c("pool_fork", "", &["-lcuda"]), "a");
+    c.arg("sleep")
+        .arg(&ready)
+        .arg(s.dir.join("never"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut a = c.spawn().unwrap();
+    until(&ready, &mut a, "the member");
+    let child = child_pid_line(&mut a) as i32;
+    let _ = a.kill();
+    let _ = a.wait();
+    let joiner = || run(in_claim(&s, &claim, script(), "b").arg(format!("alloc:{}", 700 * MIB)));
+    let text = both(&joiner());
+    // SAFETY: a signal to the child this test's member forked.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    assert!(
+        !text.contains(&format!("alloc {} 0", 700 * MIB))
+            && text.contains("cuInit 800")
+            && text.contains("processes it forked still hold its GPU memory"),
+        "while the child lives: {text}"
+    );
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while std::path::Path::new(&format!("/proc/{child}")).exists() && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let after = both(&joiner());
+    assert!(
+        after.contains(&format!("alloc {} 0", 700 * MIB)),
+        "once the child is gone: {after}"
+    );
+}
+
 /// A claim's file replaced while a member holds 700 MiB (a co-tenant who may write the
 /// directory renames a file over it: a copy of the claim's own file, or of another
 /// claim's): the members' liveness locks are on the file they hold, so a joiner through
@@ -728,9 +852,23 @@ fn a_members_forked_child_keeps_neither_the_claims_words_nor_its_socket() {
     until(&ready, &mut a, "the member");
     let child = child_pid_line(&mut a) as u32;
     let (parent, theirs) = (claim_fds(a.id()), claim_fds(child));
+    // The claim's directory, read-locked by every holder of its words (`live::presence`).
+    let dir_fds = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == claim))
+            .count()
+    };
+    let (parent_dir, their_dir) = (dir_fds(a.id()), dir_fds(child));
     // SAFETY: a signal to the child this test's member forked.
     unsafe { libc::kill(child as i32, libc::SIGKILL) };
     said(a);
+    assert_eq!(
+        (parent_dir, their_dir),
+        (1, 0),
+        "the claim's directory: the member holds it, its forked child lets it go"
+    );
     assert_eq!(
         parent.len(),
         3,

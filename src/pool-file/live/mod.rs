@@ -33,6 +33,7 @@
 //! loader to look up in every process the shim is loaded into.
 
 mod handover;
+mod presence;
 mod rebinding;
 mod serving;
 
@@ -95,7 +96,9 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
             try_lock(file, libc::F_UNLCK, MAKE_BYTE)?;
         }
         match held(&sock, &at, file, bytes)? {
-            Asked::Held(m, l) => return served(m, l, file, Watch::new(&sock, m, file)),
+            Asked::Held(m, l) => {
+                return served(m, l, file, presence::hold(path), Watch::new(&sock, m, file));
+            }
             Asked::Again => {
                 pause(&mut waited);
                 continue;
@@ -114,7 +117,7 @@ pub(crate) fn hold(path: &Path, file: RawFd, bytes: usize) -> Result<RawFd, Stri
             let decided = decide(&sock, &at, file, bytes);
             try_lock(file, libc::F_UNLCK, MAKE_BYTE)?;
             if let Some((m, l)) = decided? {
-                return served(m, l, file, Watch::new(&sock, m, file));
+                return served(m, l, file, presence::hold(path), Watch::new(&sock, m, file));
             }
         }
         pause(&mut waited);
@@ -235,8 +238,29 @@ fn decide(
         Asked::Foreign(_) => return Ok(None),
         Asked::Nobody(_) | Asked::Again => {}
     }
+    // Members live (the claim's directory says so) while nobody holds this file's words:
+    // the file is not theirs (removed and made again, or replaced by a copy, with the
+    // socket gone too). Never words of its own beside theirs: they bind the socket again
+    // within about a second and are asked.
+    if presence::members_live(sock) {
+        return Ok(None);
+    }
     if !try_lock(file, libc::F_WRLCK, HOLD_BYTE)? {
         return Ok(None);
+    }
+    // No process holds the words, and processes forked by a member still hold its
+    // slot's children lock: the words died with their last holder (killed) while the
+    // driver keeps that member's memory for its children. The file's words are older
+    // than what it held: never made from them (its bytes would be forgotten, served
+    // again). Refused until the children exit.
+    if crate::locks::children_hold_any(file) {
+        try_lock(file, libc::F_UNLCK, HOLD_BYTE)?;
+        return Err(
+            "its words were lost with the last process that held them, while processes it \
+             forked still hold its GPU memory (the driver keeps it for them); no process can \
+             join until they exit (the file's words would forget what it held)"
+                .into(),
+        );
     }
     match make(sock, at, file, bytes) {
         Ok(pair) => {
@@ -426,6 +450,34 @@ pub(crate) fn answering(path: &Path) -> bool {
         }
         Err(e) => matches!(e, Some(libc::EAGAIN | libc::ETIMEDOUT)),
     }
+}
+
+/// Whether the claim's members answer on its socket, once the socket is there again:
+/// at once where someone listens; where nobody does (the socket removed with the file)
+/// but the claim's directory says members live (`presence`), after they bind it again
+/// (within about a second) or the file is back at `path`, waited for up to [`PATIENCE`];
+/// false at once where no member lives, or after the patience (the members stopped).
+pub(crate) fn answering_soon(path: &Path) -> bool {
+    if answering(path) {
+        return true;
+    }
+    if !presence::members_live(path) {
+        return false;
+    }
+    let give_up = Instant::now() + PATIENCE;
+    let mut waited = 0;
+    while Instant::now() < give_up {
+        pause(&mut waited);
+        if answering(path) || std::fs::symlink_metadata(path).is_ok() {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether the claim's directory of `path` says its members live ([`presence`]).
+pub(crate) fn members_live(path: &Path) -> bool {
+    presence::members_live(path)
 }
 
 /// The claim's pool file at `path`, removed while its members run, as a member hands

@@ -18,8 +18,9 @@ use crate::kept::Kept;
 struct Held {
     taken: AtomicBool,
     /// 0 the memfd, 1 the listening socket, 2 the pool file, 3 the serving thread's
-    /// epoll instance (its wait for joiners).
-    fds: [Kept; 4],
+    /// epoll instance (its wait for joiners), 4 the claim's directory, read-locked
+    /// (`presence`).
+    fds: [Kept; 5],
 }
 
 impl Held {
@@ -29,8 +30,10 @@ impl Held {
         self.fds[i].get().is_some()
     }
 
-    /// The entry given up (the descriptors are closed, or no longer ours).
+    /// The entry given up (the descriptors are closed, or no longer ours). The
+    /// directory's lock stays with its open file: the process still holds the words.
     fn free(&self) {
+        self.fds[4].forget();
         self.fds[3].close();
         self.fds[2].forget();
         self.fds[1].forget();
@@ -44,7 +47,7 @@ impl Held {
 static HELD: [Held; 8] = [const {
     Held {
         taken: AtomicBool::new(false),
-        fds: [const { Kept::none() }; 4],
+        fds: [const { Kept::none() }; 5],
     }
 }; 8];
 
@@ -62,6 +65,7 @@ pub(super) fn served(
     memfd: RawFd,
     listening: RawFd,
     file: RawFd,
+    presence: RawFd,
     watch: Option<Watch>,
 ) -> Result<RawFd, String> {
     // Taken by a swap: two threads joining two claims at once never take one entry.
@@ -71,6 +75,7 @@ pub(super) fn served(
             .is_ok()
     });
     let Some(h) = slot else {
+        close(presence);
         return Err("this process holds 8 claims' pools already".into());
     };
     // What the numbers are now, before the program runs again: its own files may take
@@ -78,6 +83,9 @@ pub(super) fn served(
     h.fds[0].keep(memfd);
     h.fds[1].keep(listening);
     h.fds[2].keep(file);
+    if presence >= 0 {
+        h.fds[4].keep(presence);
+    }
     // Every holder's accept returns between joiners, for its thread to look at the path
     // (the socket may have been made by a member that set it already).
     look_between_joiners(listening);
@@ -93,6 +101,7 @@ pub(super) fn served(
             h.free();
             close(memfd);
             close(listening);
+            close(presence);
             Err(format!(
                 "cannot start the thread that hands the claim's words to the next \
                  member: {}",
@@ -367,6 +376,7 @@ pub fn forget_in_child() {
         h.fds[1].close();
         h.fds[2].forget();
         h.fds[3].close();
+        h.fds[4].close();
         h.taken.store(false, Relaxed);
     }
 }
