@@ -79,6 +79,9 @@ pub fn pick<'v>(gpus: &'v [GpuView], gpu: Option<&str>) -> Result<Vec<&'v GpuVie
     })
 }
 
+/// How the error of opening a file that is not there ends (`std::io::Error`'s text).
+const NO_SUCH_FILE: &str = "No such file or directory (os error 2)";
+
 /// Opens pool `pool` (typed as `name`) in `dir` to change it, and reads it (`pool
 /// resize`, `pool set`): Err(exit status), its line said: 1 where no process joined it
 /// yet, 2 where it cannot be used.
@@ -92,21 +95,31 @@ pub fn open_pool(
         code
     };
     let path = match locate(pool, dir) {
-        Ok(Located::File(p)) if p.exists() => p,
-        Ok(Located::File(p) | Located::NotYet(p)) => {
+        Ok(Located::File(p) | Located::NotYet(p)) => p,
+        Err(e) => return Err(said(e, EXIT_USAGE)),
+    };
+    // A file removed while its members run is opened through them (an announcement, a
+    // claim's socket): only where that fails too, no process has joined the pool.
+    let file = match gpucap_pool_file::open_writer(&path, gpucap_pool_file::Sharing::of(pool)) {
+        Ok(f) => f,
+        Err(e) if std::fs::symlink_metadata(&path).is_ok() || !e.ends_with(NO_SUCH_FILE) => {
+            return Err(said(e, EXIT_USAGE));
+        }
+        Err(_) => {
             return Err(said(
                 format!(
                     "no pool file at {} (no process has joined {name} yet){}",
-                    p.display(),
-                    crate::pool_names::suggestion(&p)
+                    path.display(),
+                    // A claim's directory holds its one pool: no other name to suggest.
+                    match pool {
+                        PoolSpec::Claim(_) => String::new(),
+                        _ => crate::pool_names::suggestion(&path),
+                    }
                 ),
                 EXIT_NO_POOL_FILE,
             ));
         }
-        Err(e) => return Err(said(e, EXIT_USAGE)),
     };
-    let file = gpucap_pool_file::open_writer(&path, gpucap_pool_file::Sharing::of(pool))
-        .map_err(|e| said(e, EXIT_USAGE))?;
     let view = file.view().map_err(|e| said(e, EXIT_USAGE))?;
     Ok((file, view))
 }

@@ -183,13 +183,17 @@ fn open_existing(
     match crate::beacon::orphan(path, sharing, access) {
         Orphan::Found { fd, pid } => finish_removed(path, fd, sharing, role, Through::Process(pid)),
         // A claim's members in another network namespace, or another user's whose
-        // descriptors this process may not open, hand it over on its socket.
+        // descriptors this process may not open, hand it over on its socket (once they
+        // bound it again, where it was removed with the file).
         Orphan::None | Orphan::Unreachable(_)
-            if sharing == Sharing::Claim && crate::live::answering(path) =>
+            if sharing == Sharing::Claim && crate::live::answering_soon(path) =>
         {
             let fd = crate::live::removed_file(path, access)
                 .map_err(|why| removed_answering(path, &why))?;
             finish_removed(path, fd, sharing, role, Through::Socket)
+        }
+        _ if sharing == Sharing::Claim && crate::live::members_live(path) => {
+            Err(removed_silent(path))
         }
         _ => Err(err),
     }

@@ -1111,6 +1111,52 @@ fn a_claims_live_members_are_resized() {
 /// A claim's directory on a read-only mount is refused with a line that says so (before:
 /// that this uid may not write it, and to run the container in the directory's group,
 /// which would not have helped).
+/// A claim's file removed while its member runs: `pool resize --claim` changes the
+/// member's cap through the member's descriptor (as `status` reads it), where it said
+/// "no pool file ... (no process has joined ... yet); the pools there: gpucap"; and a copy
+/// renamed over the file: status and resize say the file is not the members', where they
+/// showed every live member dead and refused ("no member of the pool is alive").
+#[test]
+fn a_claims_removed_or_replaced_file_is_read_and_resized_through_its_members_or_said_not_theirs() {
+    let s = Scratch::new("claim-resize-removed");
+    let claim = claim_dir(&s, "claim");
+    let a = holding(&s, &claim, 400);
+    let resize = |size: &str| {
+        run(&mut s.gpucap(&["pool", "resize", "--claim", claim.to_str().unwrap(), size]))
+    };
+    std::fs::remove_file(claim.join("gpucap.pool")).unwrap();
+    let resized = resize("512Mi");
+    assert!(
+        resized.status.success()
+            && stdout(&resized).contains(": cap 1 GiB -> 512 MiB, 400 MiB in use"),
+        "the removed file, resized through the member: {}",
+        dump(&resized)
+    );
+    // A copy of another claim's file renamed over the path (the member's own is gone).
+    let other = claim_dir(&s, "other");
+    let made = run(in_claim(&s, &other, script(), "other").arg(format!("alloc:{MIB}")));
+    assert!(
+        stdout(&made).contains(&format!("alloc {MIB} 0")),
+        "{}",
+        dump(&made)
+    );
+    let copy = claim.join(".copy");
+    std::fs::copy(other.join("gpucap.pool"), &copy).unwrap();
+    std::fs::rename(&copy, claim.join("gpucap.pool")).unwrap();
+    let mut status = s.gpucap(&["status"]);
+    status.env("GPUCAP_CLAIM_DIR", &claim);
+    for (what, o) in [("status", run(&mut status)), ("resize", resize("600Mi"))] {
+        let text = dump(&o);
+        assert!(
+            !o.status.success()
+                && text.contains("is not the file the claim's members' words were made from")
+                && !text.contains("0 alive"),
+            "{what} through a file that is not the members': {text}"
+        );
+    }
+    said(a);
+}
+
 #[test]
 fn a_claims_directory_on_a_read_only_mount_is_said_to_be_one() {
     if !unshare_works() {

@@ -502,7 +502,28 @@ pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<Ra
     match ask(&Address::of(&sock)?, file, bytes) {
         Answer::Words(m, l) => {
             close(l); // a reader serves nobody
+            // The members' words, made from another file than the one at the path (a
+            // copy renamed over it while they run): their liveness locks are on theirs,
+            // so through this one every member would look dead.
+            if !made_from(m, file) {
+                close(m);
+                return Err(format!(
+                    "it is not the file the claim's members' words were made from (replaced \
+                     while they run: a copy, or another claim's), so they cannot be read or \
+                     changed through it; put their file back, or wait until they exit",
+                ));
+            }
             Ok(Some(m))
+        }
+        // Nobody holds this file's words while the claim's directory says members live:
+        // the file is not theirs, and they are not answering now.
+        Answer::Nobody(_) if !held_by_others(file)? && presence::members_live(path) => {
+            Err(format!(
+                "the claim's directory says its members live, and none of them answered on \
+                 {} (removed with the file, or replaced?); their words cannot be read or \
+                 changed through this file",
+                sock.display()
+            ))
         }
         Answer::Nobody(failed) if held_by_others(file)? => Err(format!(
             "its members hold its words, and none handed them over: {}",
