@@ -79,7 +79,8 @@ fn base_of(pool_dir: Option<&Path>) -> Result<PathBuf, String> {
 
 /// The containers' pools kept where this process would keep its container's
 /// (`GPUCAP_POOL_DIR`, else `/dev/shm`): `gpucap.pool` of each real `gpucap-container-…`
-/// directory there (a link is not followed), a regular file, with its owner; sorted.
+/// directory there (a link is not followed), a regular file, with its owner, or one removed
+/// while its members run (the directory says they live); sorted.
 /// Every container of a pod shares the pod's `/dev/shm`: a reader (a metrics sidecar,
 /// `gpucap status` in one container) sees the others' pools too.
 pub fn container_pools(pool_dir: Option<&Path>) -> Vec<(PathBuf, u32)> {
@@ -99,9 +100,15 @@ pub fn container_pools(pool_dir: Option<&Path>) -> Vec<(PathBuf, u32)> {
         // DirEntry::metadata does not follow a link.
         .filter(|e| e.metadata().is_ok_and(|m| m.is_dir()))
         .map(|e| e.path().join(gpucap_core::config::CLAIM_POOL_FILE))
-        .filter_map(|f| {
-            let m = std::fs::symlink_metadata(&f).ok()?;
-            m.is_file().then(|| (f, m.uid()))
+        .filter_map(|f| match std::fs::symlink_metadata(&f) {
+            Ok(m) => m.is_file().then(|| (f, m.uid())),
+            // Removed while its members run (their directory says they live): read
+            // through them; its directory's owner for the file's.
+            Err(_) if crate::live::members_live(&f) => {
+                let owner = std::fs::symlink_metadata(f.parent()?).ok()?.uid();
+                Some((f, owner))
+            }
+            Err(_) => None,
         })
         .collect();
     found.sort();

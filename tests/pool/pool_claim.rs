@@ -1115,6 +1115,48 @@ fn a_claims_live_members_are_resized() {
 /// member's cap through the member's descriptor (as `status` reads it), where it said
 /// "no pool file ... (no process has joined ... yet); the pools there: gpucap"; and a copy
 /// renamed over the file: status and resize say the file is not the members', where they
+/// The container's pool with its file removed while its member holds 100 MiB: `pool list`
+/// in the container's environment lists it as removed under live members, and the pool
+/// directory's view (`status`) and `status --prometheus --all` still show it, read through
+/// the member. Before, all three lost it ("no pools", "no capped process", no series):
+/// its directory said nothing, and the removed file's announcement names no path.
+#[test]
+fn the_containers_pool_removed_under_its_member_is_still_listed_shown_and_exported() {
+    let s = Scratch::new("container-removed");
+    let a = s.member("container-mntns", "a", &["alloc:100Mi"]);
+    let ns = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let ns = ns.to_string_lossy();
+    let ns = ns.trim_start_matches("mnt:[").trim_end_matches(']');
+    let dir = format!("gpucap-container-{ns}");
+    std::fs::remove_file(s.pools.join(&dir).join("gpucap.pool")).unwrap();
+    let mut list = s.gpucap(&["pool", "list"]);
+    list.env("GPUCAP_POOL", "container-mntns");
+    let list = run(&mut list);
+    let status = run(&mut s.gpucap(&["status"]));
+    let prom = run(&mut s.gpucap(&["status", "--prometheus", "--all"]));
+    let pid = a.id().to_string();
+    said(a);
+    assert!(
+        stdout(&list)
+            .lines()
+            .any(|l| l.starts_with(&dir) && l.contains("(its file removed while its members run)")),
+        "pool list: {}",
+        dump(&list)
+    );
+    assert!(
+        stdout(&status)
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(pid.as_str())),
+        "status of the pool directory: {}",
+        dump(&status)
+    );
+    assert!(
+        stdout(&prom).contains(&format!("gpucap_pool_up{{pool=\"{dir}\"}} 1")),
+        "status --prometheus --all: {}",
+        dump(&prom)
+    );
+}
+
 /// showed every live member dead and refused ("no member of the pool is alive").
 #[test]
 fn a_claims_removed_or_replaced_file_is_read_and_resized_through_its_members_or_said_not_theirs() {

@@ -290,7 +290,9 @@ fn shared_entry(
     else {
         return None;
     };
-    if !path.exists() {
+    // A file removed while its members run (their directory says they live) is read
+    // through them, as status reads it.
+    if !path.exists() && !gpucap_pool_file::claim_members_live(&path) {
         return None;
     }
     let name = crate::procs::pool_name(&path, sharing).unwrap_or_else(|| spec.to_string());

@@ -191,7 +191,19 @@ impl Sources {
             .collect();
         let me = gpucap_pool_file::own_uid();
         let elsewhere = match &self.pool_dir {
-            None => gpucap_pool_file::announced_pool_files(self.every_user),
+            // And the containers' pools where they are kept (`/dev/shm`) whose file was
+            // removed while their members run: announced under a name no reader can turn
+            // back into a path, but their directory says their members live.
+            None => {
+                let mut found = gpucap_pool_file::announced_pool_files(self.every_user);
+                found.extend(
+                    gpucap_pool_file::container_pools(None)
+                        .into_iter()
+                        .filter(|(path, _)| std::fs::symlink_metadata(path).is_err())
+                        .map(|(path, owner)| (path, Sharing::Claim, owner)),
+                );
+                found
+            }
             // The directory's containers' pools (`gpucap-container-NS/gpucap.pool`, every
             // user's): before, a pool directory named showed its users' pools only.
             Some(dir) => gpucap_pool_file::container_pools(Some(dir))
@@ -249,8 +261,10 @@ impl Sources {
         let (_, file) = &self.open[path];
         let uid = file.identity().map_or(0, |(_, _, uid)| uid);
         // Reached through an announcement: the file opened must be the directory's
-        // user's too (another process may announce the same path).
+        // user's too (another process may announce the same path). A claim's or the
+        // container's is every user's.
         if file.joined_through.is_some()
+            && sharing == gpucap_pool_file::Sharing::Private
             && !self.extra.iter().any(|(e, _)| e == path)
             && path.parent().and_then(dir_uid) != Some(uid)
         {

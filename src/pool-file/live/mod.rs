@@ -475,8 +475,10 @@ pub(crate) fn answering_soon(path: &Path) -> bool {
     false
 }
 
-/// Whether the claim's directory of `path` says its members live ([`presence`]).
-pub(crate) fn members_live(path: &Path) -> bool {
+/// Whether the claim's directory of `path` (a claim's or the container's pool file)
+/// says its members live ([`presence`]): processes hold its words, whether or not its
+/// file is there.
+pub fn members_live(path: &Path) -> bool {
     presence::members_live(path)
 }
 
