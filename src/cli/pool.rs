@@ -302,17 +302,24 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
     uids.sort_unstable();
     uids.dedup();
     let users = uids.len() > 1;
+    // As wide as the widest name (a uid without one is its number).
+    let width = uids
+        .iter()
+        .map(|&u| crate::text_width::width(&crate::users::user_name(u)))
+        .max()
+        .unwrap_or(0)
+        .max(4);
     let user_of = |m: &gpucap_core::budget::MemberView| match (users, m.uid) {
         (false, _) => String::new(),
-        (true, Some(u)) => format!("  {:<8}", crate::users::user_name(u)),
-        (true, None) => format!("  {:<8}", "-"),
+        (true, Some(u)) => pad(&crate::users::user_name(u), width),
+        (true, None) => pad("-", width),
     };
     out.push_str(&format!(
         "{:>8}  {:<5}{}  {:<40}  {:>10}  {:>10}{}  {:<19}  COMMAND\n",
         "PID",
         "STATE",
         if users {
-            format!("  {:<8}", "USER")
+            pad("USER", width)
         } else {
             String::new()
         },
@@ -382,6 +389,12 @@ pub fn render(view: &PoolView, path: &Path, own_pidns: u64) -> String {
         );
     }
     out
+}
+
+/// `text` after two spaces, padded to `width` columns.
+fn pad(text: &str, width: usize) -> String {
+    let fill = width.saturating_sub(crate::text_width::width(text));
+    format!("  {text}{}", " ".repeat(fill))
 }
 
 /// A member's guarantee, ceiling and borrowed bytes on one GPU, as columns (none when
@@ -625,14 +638,28 @@ pub(crate) mod tests {
                 .unwrap()
                 .to_string()
         };
-        let root = crate::users::user_name(0);
+        let (root, alice) = (crate::users::user_name(0), crate::users::user_name(1000));
+        let w = root.len().max(alice.len()).max(4);
         assert!(
-            row("12*").contains(&format!("alive  {root:<8}  GPU-")),
+            row("12*").contains(&format!("alive  {root:<w$}  GPU-")),
             "{text}"
         );
-        let alice = crate::users::user_name(1000);
         assert!(
-            row("10 ").contains(&format!("alive  {alice:<8}  GPU-")),
+            row("10 ").contains(&format!("alive  {alice:<w$}  GPU-")),
+            "{text}"
+        );
+        // A uid without a name is its number, the column as wide as it: every row's GPU
+        // column under the header's.
+        v.members.iter_mut().find(|m| m.pid == 11).unwrap().uid = Some(4_000_000_123);
+        let text = render(&v, Path::new("/p/x.pool"), 7);
+        let header = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("PID"))
+            .unwrap();
+        let at = header.find("GPU").unwrap();
+        let rows: Vec<&str> = text.lines().filter(|l| l.contains("  GPU-1")).collect();
+        assert!(
+            rows.len() == 3 && rows.iter().all(|l| l.find("GPU-1") == Some(at)),
             "{text}"
         );
     }
