@@ -480,6 +480,9 @@ fn a_claims_file_removed_under_another_users_members_is_joined_through_its_socke
     said(a);
 }
 
+/// How a joiner is run apart from the member (another network namespace, another user).
+type Wrapper = Box<dyn Fn(Command) -> Command>;
+
 /// A claim's file and its socket both removed while a member holds 700 MiB (a cleanup
 /// of the directory, `rm` of both), then a joiner that cannot reach the member through an
 /// announcement: in another network namespace (a pod of its own), or another user's
@@ -497,7 +500,7 @@ fn a_claims_file_and_socket_removed_under_its_member_are_never_a_second_budget()
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
     let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
-    let mut ways: Vec<(&str, Box<dyn Fn(Command) -> Command>)> = Vec::new();
+    let mut ways: Vec<(&str, Wrapper)> = Vec::new();
     if net {
         ways.push((
             "another network namespace",
@@ -580,7 +583,7 @@ fn a_claims_killed_last_member_with_a_live_child_keeps_joiners_out_until_the_chi
         .stderr(Stdio::piped());
     let mut a = c.spawn().unwrap();
     until(&ready, &mut a, "the member");
-    let child = child_pid_line(&mut a) as i32;
+    let child = child_pid_line(&mut a);
     let _ = a.kill();
     let _ = a.wait();
     let joiner = || run(in_claim(&s, &claim, script(), "b").arg(format!("alloc:{}", 700 * MIB)));

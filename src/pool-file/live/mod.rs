@@ -509,11 +509,12 @@ pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<Ra
             // so through this one every member would look dead.
             if !made_from(m, file) {
                 close(m);
-                return Err(format!(
-                    "it is not the file the claim's members' words were made from (replaced \
-                     while they run: a copy, or another claim's), so they cannot be read or \
-                     changed through it; put their file back, or wait until they exit",
-                ));
+                return Err(
+                    "it is not the file the claim's members' words were made from \
+                     (replaced while they run: a copy, or another claim's), so they cannot be \
+                     read or changed through it; put their file back, or wait until they exit"
+                        .into(),
+                );
             }
             Ok(Some(m))
         }
