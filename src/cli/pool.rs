@@ -63,13 +63,18 @@ pub fn open(spec: &PoolSpec, pool_dir: Option<&Path>) -> Result<PoolFile, (i32, 
         Located::NotYet(p) | Located::File(p) => p,
     };
     gpucap_pool_file::open_reader(&path, Sharing::of(spec)).map_err(|e| {
-        if missing(&path) {
+        // Only where nothing was found: a file removed under members that could not be
+        // reached says why.
+        if missing(&path) && e.ends_with(NO_SUCH_FILE) {
             (EXIT_NO_POOL_FILE, no_file(&path))
         } else {
             (2, format!("gpucap: {e}"))
         }
     })
 }
+
+/// How the error of opening a file that is not there ends (`std::io::Error`'s text).
+pub const NO_SUCH_FILE: &str = "No such file or directory (os error 2)";
 
 fn no_file(path: &Path) -> String {
     format!(

@@ -11,7 +11,7 @@ use gpucap_core::config::PoolSpec;
 use gpucap_core::size::format_bytes;
 
 use crate::exit::EXIT_USAGE;
-use crate::pool::{EXIT_NO_POOL_FILE, Located, locate};
+use crate::pool::{EXIT_NO_POOL_FILE, Located, NO_SUCH_FILE, locate};
 
 /// A parsed `pool resize`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,9 +78,6 @@ pub fn pick<'v>(gpus: &'v [GpuView], gpu: Option<&str>) -> Result<Vec<&'v GpuVie
         )
     })
 }
-
-/// How the error of opening a file that is not there ends (`std::io::Error`'s text).
-const NO_SUCH_FILE: &str = "No such file or directory (os error 2)";
 
 /// Opens pool `pool` (typed as `name`) in `dir` to change it, and reads it (`pool
 /// resize`, `pool set`): Err(exit status), its line said: 1 where no process joined it

@@ -73,12 +73,39 @@ pub(crate) fn lock_call(fd: RawFd, cmd: i32, f: &mut libc::flock) -> std::io::Re
     }
 }
 
-/// Whether processes forked by the pool's members (each slot's children byte,
-/// [`SlotLocks::hold_in_child`]) hold any of the file `fd`'s children locks: a dead
-/// member's GPU memory is then still the driver's. False where the locks cannot be read.
-pub(crate) fn children_hold_any(fd: RawFd) -> bool {
-    let mut f = flock_range(libc::F_WRLCK, CHILDREN_BASE, MAX_SLOTS as i64);
-    lock_call(fd, libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK
+/// Whether another open file of `fd`'s file holds slot `s`'s lock or its children byte:
+/// its member lives, or processes it forked do.
+pub(crate) fn slot_or_children_held(fd: RawFd, s: usize) -> bool {
+    [LOCK_BASE, CHILDREN_BASE].into_iter().any(|base| {
+        let mut f = flock_range(libc::F_WRLCK, base + s as i64, 1);
+        lock_call(fd, libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK
+    })
+}
+
+/// The member slots whose children byte (taken by processes the slot's member forked,
+/// [`SlotLocks::hold_in_child`]) another open file of `fd`'s file holds: their member's
+/// GPU memory may still be the driver's, for them. None where the locks cannot be read.
+pub(crate) fn slots_with_children(fd: RawFd) -> Vec<usize> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while from < MAX_SLOTS {
+        let mut f = flock_range(
+            libc::F_WRLCK,
+            CHILDREN_BASE + from as i64,
+            (MAX_SLOTS - from) as i64,
+        );
+        if lock_call(fd, libc::F_OFD_GETLK, &mut f).is_err() || i32::from(f.l_type) == libc::F_UNLCK
+        {
+            break;
+        }
+        let s = usize::try_from(f.l_start - CHILDREN_BASE).unwrap_or(MAX_SLOTS);
+        if s < from || s >= MAX_SLOTS {
+            break;
+        }
+        found.push(s);
+        from = s + 1;
+    }
+    found
 }
 
 /// What to tell of a pool file whose file system refuses its locks.
@@ -486,7 +513,7 @@ fn ticks() -> Option<u64> {
 
 /// `/proc/self/fd/FD` NUL-terminated, without allocating (a fork handler may not):
 /// formatted into a local buffer whose last byte stays 0.
-fn proc_fd_path(fd: RawFd) -> [u8; 32] {
+pub(crate) fn proc_fd_path(fd: RawFd) -> [u8; 32] {
     use std::io::Write;
     let mut path = [0u8; 32];
     let _ = write!(&mut path[..31], "/proc/self/fd/{fd}");

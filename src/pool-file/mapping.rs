@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use gpucap_core::budget::{
-    H_BYTES, HEADER_WORDS, LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView, pool_file_bytes,
+    H_BYTES, HEADER_WORDS, LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView, STATE_EMPTY,
+    STATE_LIVE, STATES_AT, pool_file_bytes,
 };
 
 use crate::beacon::Orphan;
@@ -45,6 +46,22 @@ pub struct PoolFile {
 }
 
 impl PoolFile {
+    /// In a claim's file (whose live words are the members' memfd, never the file):
+    /// marks member slot `s` as taken by a member that has not left (`live`), or as left
+    /// at its exit. A slot still marked taken in the file, whose member is gone while a
+    /// child it forked holds the slot's children lock, was left by a member killed or
+    /// dead without leaving: its memory may still be the driver's for the child
+    /// (`live::decide`). Nothing for another pool (its file is its words).
+    pub fn mark_in_file(&self, s: usize, live: bool) {
+        if !self.claim || s >= MAX_SLOTS {
+            return;
+        }
+        let word = if live { STATE_LIVE } else { STATE_EMPTY };
+        let at = ((STATES_AT + s) * 8) as libc::off_t;
+        // SAFETY: the pool file's descriptor and 8 bytes of a local word.
+        unsafe { libc::pwrite(self.locks.fd(), word.to_le_bytes().as_ptr().cast(), 8, at) };
+    }
+
     /// The open file's device, inode and owner (None: it cannot be read).
     pub fn identity(&self) -> Option<(u64, u64, u32)> {
         crate::kept::stat_of(self.locks.fd()).map(|st| (st.st_dev, st.st_ino, st.st_uid))

@@ -168,6 +168,13 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         },
         |m| m.leave(),
     )?;
+    // A claim's file marks the slot taken until this member leaves at its exit: a member
+    // killed with children holding its memory keeps joiners out (`live::decide`).
+    file.mark_in_file(member.slot(), true);
+    let leave = |member: &Member<'static>| {
+        member.leave();
+        file.mark_in_file(member.slot(), false);
+    };
     if let Some(through) = file.joined_through {
         let (by, advice) = match gpucap_pool_file::Sharing::of(spec) {
             gpucap_pool_file::Sharing::Claim => ("by a process of the claim or a cleanup", ""),
@@ -204,7 +211,7 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
         match register(&member, spec, config, ordinal, gpu) {
             Ok(r) => registered.push(r),
             Err(e) => {
-                member.leave();
+                leave(&member);
                 return Err(e);
             }
         }
@@ -212,7 +219,7 @@ fn join_now(spec: &PoolSpec, config: &Config, gpus: &[Gpu]) -> Result<(), String
     let uuids: Vec<[u8; 16]> = gpus.iter().map(|g| g.uuid).collect();
     for (ordinal, &(cap, held)) in registered.iter().enumerate() {
         if let Err(e) = claim_share(&member, config, ordinal, &uuids, cap, held) {
-            member.leave();
+            leave(&member);
             return Err(format!("{}: GPU {ordinal}: {e}", path.display()));
         }
     }
@@ -377,10 +384,16 @@ extern "C" fn forget_in_child() {
     }
 }
 
-/// At exit: gives the whole share back to the pool.
+/// At exit: gives the whole share back to the pool (a claim's file marks the slot left).
 pub fn leave() {
-    if let Some(m) = current() {
-        m.leave();
+    let i = CURRENT.load(Acquire);
+    if let Some(j) = i
+        .checked_sub(1)
+        .and_then(|i| MEMBERS.get(i))
+        .and_then(OnceLock::get)
+    {
+        j.member.leave();
+        j.file.mark_in_file(j.member.slot(), false);
     }
 }
 

@@ -248,12 +248,20 @@ fn decide(
     if !try_lock(file, libc::F_WRLCK, HOLD_BYTE)? {
         return Ok(None);
     }
-    // No process holds the words, and processes forked by a member still hold its
-    // slot's children lock: the words died with their last holder (killed) while the
-    // driver keeps that member's memory for its children. The file's words are older
-    // than what it held: never made from them (its bytes would be forgotten, served
-    // again). Refused until the children exit.
-    if crate::locks::children_hold_any(file) {
+    // No process holds the words, and processes forked by a member that never left (the
+    // file still marks its slot taken: killed, or dead without leaving) hold its slot's
+    // children lock: the words died with their last holder while the driver keeps that
+    // member's memory for its children. The file's words are older than what it held:
+    // never made from them (its bytes would be forgotten, served again). Refused until
+    // the children exit. A member that left at its exit gave its share back, as in any
+    // pool: its children keep nobody out.
+    // Where the file holds no child's lock while the claim's directory does, the
+    // children are of a member of another file, removed or replaced under them: whether
+    // their member left cannot be read; never words beside what it may hold.
+    let with_children = crate::locks::slots_with_children(file);
+    if with_children.iter().any(|&s| taken_in_file(file, s))
+        || (with_children.is_empty() && presence::children_live(sock))
+    {
         try_lock(file, libc::F_UNLCK, HOLD_BYTE)?;
         return Err(
             "its words were lost with the last process that held them, while processes it \
@@ -262,6 +270,7 @@ fn decide(
                 .into(),
         );
     }
+    clear_gone_marks(file);
     match make(sock, at, file, bytes) {
         Ok(pair) => {
             try_lock(file, libc::F_RDLCK, HOLD_BYTE)?;
@@ -272,6 +281,50 @@ fn decide(
             Err(e)
         }
     }
+}
+
+/// Before words are made from the claim's file `file`: its marks of slots taken by
+/// members now gone (no process holds the slot's lock or its children byte: killed, or
+/// dead without leaving, their memory the driver's no more) are cleared, so that the
+/// file's words at rest show no member that is not there.
+fn clear_gone_marks(file: RawFd) {
+    let mut word = [0u8; 8];
+    let geometry = (gpucap_core::budget::H_GEOMETRY * 8) as libc::off_t;
+    // SAFETY: a descriptor and a buffer of 8 bytes.
+    if unsafe { libc::pread(file, word.as_mut_ptr().cast(), 8, geometry) } != 8 {
+        return;
+    }
+    let Some(slots) = gpucap_core::budget::geometry_slots(u64::from_le_bytes(word)) else {
+        return;
+    };
+    let mut states = vec![0u8; slots * 8];
+    let at = (gpucap_core::budget::STATES_AT * 8) as libc::off_t;
+    // SAFETY: a descriptor and a buffer of `slots * 8` bytes.
+    if unsafe { libc::pread(file, states.as_mut_ptr().cast(), states.len(), at) }
+        != states.len() as isize
+    {
+        return;
+    }
+    let empty = gpucap_core::budget::STATE_EMPTY.to_le_bytes();
+    for (s, state) in states.chunks_exact(8).enumerate() {
+        let live = u64::from_le_bytes(state.try_into().unwrap_or_default());
+        if live == gpucap_core::budget::STATE_LIVE && !crate::locks::slot_or_children_held(file, s)
+        {
+            let at = ((gpucap_core::budget::STATES_AT + s) * 8) as libc::off_t;
+            // SAFETY: a descriptor and 8 bytes of a local word.
+            unsafe { libc::pwrite(file, empty.as_ptr().cast(), 8, at) };
+        }
+    }
+}
+
+/// Whether the claim's file `file` marks slot `s` taken by a member that has not left
+/// (`PoolFile::mark_in_file`).
+fn taken_in_file(file: RawFd, s: usize) -> bool {
+    let mut word = [0u8; 8];
+    let at = ((gpucap_core::budget::STATES_AT + s) * 8) as libc::off_t;
+    // SAFETY: a descriptor and a buffer of 8 bytes.
+    let read = unsafe { libc::pread(file, word.as_mut_ptr().cast(), 8, at) };
+    read == 8 && u64::from_le_bytes(word) == gpucap_core::budget::STATE_LIVE
 }
 
 /// Writes `file`'s device and inode into the memfd `m`'s header (`H_FILE_DEV`,
@@ -501,7 +554,23 @@ pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<Ra
         return Ok(Some(m)); // a member reads its own
     }
     let sock = socket_path(path);
-    match ask(&Address::of(&sock)?, file, bytes) {
+    let at = Address::of(&sock)?;
+    // Where the members hold the words and nobody answers, their socket may have been
+    // removed (with the file, say): they bind it again within about a second, so the
+    // question is asked again until the patience runs out, as a joiner asks.
+    let give_up = Instant::now() + PATIENCE;
+    let mut waited = 0;
+    let mut answer = ask(&at, file, bytes);
+    while matches!(
+        answer,
+        Answer::Nobody(Some(libc::ENOENT | libc::ECONNREFUSED))
+    ) && Instant::now() < give_up
+        && (held_by_others(file)? || presence::members_live(path))
+    {
+        pause(&mut waited);
+        answer = ask(&at, file, bytes);
+    }
+    match answer {
         Answer::Words(m, l) => {
             close(l); // a reader serves nobody
             // The members' words, made from another file than the one at the path (a

@@ -23,6 +23,9 @@ use crate::sys::cstr;
 
 /// The byte of the directory the members read-lock.
 const PRESENCE_BYTE: i64 = 0;
+/// The byte of the directory the processes members forked read-lock (a member's child
+/// that never execs keeps its GPU memory with the driver: see [`hold_children`]).
+const CHILDREN_BYTE: i64 = 1;
 
 /// The claim's directory of its pool file at `path`, opened to be locked (-1: it cannot
 /// be opened).
@@ -57,15 +60,53 @@ pub(super) fn hold(path: &Path) -> RawFd {
     fd
 }
 
+/// In a forked child of a holder of the claim's words, whose open file of the directory
+/// is `dir` (the parent's lock, let go in the child): read-locks the directory's children
+/// byte through an open file of its own (`/proc/self/fd/N`, close-on-exec, kept open and
+/// never used again), as the slot's children byte of the pool file is (`SlotLocks::
+/// hold_in_child`). That one goes with the file where the file is removed or replaced
+/// under the members; the directory's stays: where the member is killed, a joiner of the
+/// new file knows processes it forked may still hold its GPU memory (`decide`). Only
+/// system calls (`open`, `fcntl`): safe in a fork handler.
+pub(super) fn hold_children(dir: RawFd) {
+    let path = crate::locks::proc_fd_path(dir);
+    // SAFETY: a NUL-terminated path in a local buffer; open is async-signal-safe.
+    let copy = unsafe {
+        crate::sys::open(
+            path.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            0,
+        )
+    };
+    if copy < 0 {
+        return;
+    }
+    let mut f = flock_range(libc::F_RDLCK, CHILDREN_BYTE, 1);
+    if lock_call(copy, libc::F_OFD_SETLK, &mut f).is_err() {
+        super::handover::close(copy);
+    }
+}
+
+/// Whether processes forked by a holder of the claim's words (that never exec'd) hold
+/// the claim's directory of `path` ([`hold_children`]).
+pub(super) fn children_live(path: &Path) -> bool {
+    byte_held(path, CHILDREN_BYTE)
+}
+
 /// Whether another open file read-locks the claim's directory of `path`: processes hold
 /// the claim's memfd (or did: one stopped, or one whose exit is under way). False where
 /// the directory cannot be opened or its locks read.
 pub(crate) fn members_live(path: &Path) -> bool {
+    byte_held(path, PRESENCE_BYTE)
+}
+
+/// Whether another open file holds `byte` of the claim's directory of `path`.
+fn byte_held(path: &Path, byte: i64) -> bool {
     let fd = open_dir(path);
     if fd < 0 {
         return false;
     }
-    let mut f = flock_range(libc::F_WRLCK, PRESENCE_BYTE, 1);
+    let mut f = flock_range(libc::F_WRLCK, byte, 1);
     let held =
         lock_call(fd, libc::F_OFD_GETLK, &mut f).is_ok() && i32::from(f.l_type) != libc::F_UNLCK;
     super::handover::close(fd);

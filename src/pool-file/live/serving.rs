@@ -376,6 +376,9 @@ pub fn forget_in_child() {
         h.fds[1].close();
         h.fds[2].forget();
         h.fds[3].close();
+        if let Some(dir) = h.fds[4].get() {
+            super::presence::hold_children(dir);
+        }
         h.fds[4].close();
         h.taken.store(false, Relaxed);
     }
