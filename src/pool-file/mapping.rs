@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use gpucap_core::budget::{
-    H_BYTES, HEADER_WORDS, LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView, STATE_EMPTY,
-    STATE_LIVE, STATES_AT, pool_file_bytes,
+    H_BYTES, H_SLOTS_SEEN, HEADER_WORDS, LayoutError, MAX_SLOTS, POOL_FILE_BYTES, Pool, PoolView,
+    STATE_EMPTY, STATE_LIVE, STATES_AT, pool_file_bytes,
 };
 
 use crate::beacon::Orphan;
@@ -56,10 +56,24 @@ impl PoolFile {
         if !self.claim || s >= MAX_SLOTS {
             return;
         }
-        let word = if live { STATE_LIVE } else { STATE_EMPTY };
-        let at = ((STATES_AT + s) * 8) as libc::off_t;
-        // SAFETY: the pool file's descriptor and 8 bytes of a local word.
-        unsafe { libc::pwrite(self.locks.fd(), word.to_le_bytes().as_ptr().cast(), 8, at) };
+        let write = |word: u64, at: usize| {
+            // SAFETY: the pool file's descriptor and 8 bytes of a local word.
+            unsafe {
+                libc::pwrite(
+                    self.locks.fd(),
+                    word.to_le_bytes().as_ptr().cast(),
+                    8,
+                    (at * 8) as libc::off_t,
+                )
+            };
+        };
+        // The file's count of slots ever taken covers every slot first (the same word
+        // from every member, whatever the order): a slot marked taken past it would read
+        // as a corrupted file (`check_slots`). Set back when words are made from it.
+        if live && let Some(pool) = self.mapped {
+            write(pool.slots() as u64, H_SLOTS_SEEN);
+        }
+        write(if live { STATE_LIVE } else { STATE_EMPTY }, STATES_AT + s);
     }
 
     /// The open file's device, inode and owner (None: it cannot be read).

@@ -651,6 +651,12 @@ fn a_claims_killed_last_member_with_a_live_child_keeps_joiners_out_until_the_chi
     let _ = a.wait();
     let joiner = || run(in_claim(&s, &claim, script(), "b").arg(format!("alloc:{}", 700 * MIB)));
     let text = both(&joiner());
+    // The claim's file at rest, read while the child lives: its member's slot marked
+    // taken (a file the marks made look corrupted, "member slot 0 is live but only 0
+    // slots were ever taken", would be a bug of the marks).
+    let mut status = s.gpucap(&["status"]);
+    status.env("GPUCAP_CLAIM_DIR", &claim);
+    let status = run(&mut status);
     // SAFETY: a signal to the child this test's member forked.
     unsafe { libc::kill(child, libc::SIGKILL) };
     assert!(
@@ -658,6 +664,11 @@ fn a_claims_killed_last_member_with_a_live_child_keeps_joiners_out_until_the_chi
             && text.contains("cuInit 800")
             && text.contains("processes it forked still hold its GPU memory"),
         "while the child lives: {text}"
+    );
+    assert!(
+        status.status.success() && stdout(&status).contains("dead+"),
+        "status of the claim at rest: {}",
+        dump(&status)
     );
     let give_up = Instant::now() + Duration::from_secs(60);
     while std::path::Path::new(&format!("/proc/{child}")).exists() && Instant::now() < give_up {

@@ -306,14 +306,26 @@ fn clear_gone_marks(file: RawFd) {
         return;
     }
     let empty = gpucap_core::budget::STATE_EMPTY.to_le_bytes();
+    let mut kept = false;
     for (s, state) in states.chunks_exact(8).enumerate() {
         let live = u64::from_le_bytes(state.try_into().unwrap_or_default());
-        if live == gpucap_core::budget::STATE_LIVE && !crate::locks::slot_or_children_held(file, s)
-        {
-            let at = ((gpucap_core::budget::STATES_AT + s) * 8) as libc::off_t;
-            // SAFETY: a descriptor and 8 bytes of a local word.
-            unsafe { libc::pwrite(file, empty.as_ptr().cast(), 8, at) };
+        if live != gpucap_core::budget::STATE_LIVE {
+            continue;
         }
+        if crate::locks::slot_or_children_held(file, s) {
+            kept = true;
+            continue;
+        }
+        let at = ((gpucap_core::budget::STATES_AT + s) * 8) as libc::off_t;
+        // SAFETY: a descriptor and 8 bytes of a local word.
+        unsafe { libc::pwrite(file, empty.as_ptr().cast(), 8, at) };
+    }
+    // No mark left: the count of slots ever taken back to the file's own (0: its words
+    // at rest never had a member), which the marks had raised to every slot.
+    if !kept {
+        let at = (gpucap_core::budget::H_SLOTS_SEEN * 8) as libc::off_t;
+        // SAFETY: a descriptor and 8 bytes of a local word.
+        unsafe { libc::pwrite(file, 0u64.to_le_bytes().as_ptr().cast(), 8, at) };
     }
 }
 
