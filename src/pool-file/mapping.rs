@@ -17,7 +17,7 @@ use crate::identity::own_uid;
 use crate::locks::SlotLocks;
 use crate::removed_file::{Through, removed_answering, removed_silent, removed_unreachable};
 use crate::sharing::{Owned, Sharing, check_claim_file};
-use crate::sys::{cstr, os_err};
+use crate::sys::{cstr, os_err, write_word};
 
 /// The most copies a reader takes for one view while the members' figures disagree
 /// ([`PoolFile::view`]), each one `pread` of the file.
@@ -56,24 +56,18 @@ impl PoolFile {
         if !self.claim || s >= MAX_SLOTS {
             return;
         }
-        let write = |word: u64, at: usize| {
-            // SAFETY: the pool file's descriptor and 8 bytes of a local word.
-            unsafe {
-                libc::pwrite(
-                    self.locks.fd(),
-                    word.to_le_bytes().as_ptr().cast(),
-                    8,
-                    (at * 8) as libc::off_t,
-                )
-            };
-        };
+        let fd = self.locks.fd();
         // The file's count of slots ever taken covers every slot first (the same word
         // from every member, whatever the order): a slot marked taken past it would read
         // as a corrupted file (`check_slots`). Set back when words are made from it.
         if live && let Some(pool) = self.mapped {
-            write(pool.slots() as u64, H_SLOTS_SEEN);
+            write_word(fd, H_SLOTS_SEEN, pool.slots() as u64);
         }
-        write(if live { STATE_LIVE } else { STATE_EMPTY }, STATES_AT + s);
+        write_word(
+            fd,
+            STATES_AT + s,
+            if live { STATE_LIVE } else { STATE_EMPTY },
+        );
     }
 
     /// The open file's device, inode and owner (None: it cannot be read).

@@ -81,6 +81,24 @@ pub fn cstr(p: &Path) -> Result<CString, String> {
         .map_err(|_| format!("the path {} has a NUL byte", p.display()))
 }
 
+/// The little-endian word `index` (in words from the start) of the file open as `fd`,
+/// read with `pread` (a file that may be truncated is never mapped for it); None where it
+/// cannot be read whole.
+pub fn read_word(fd: RawFd, index: usize) -> Option<u64> {
+    let mut word = [0u8; 8];
+    // SAFETY: a descriptor and a buffer of 8 bytes.
+    let n = unsafe { libc::pread(fd, word.as_mut_ptr().cast(), 8, (index * 8) as libc::off_t) };
+    (n == 8).then(|| u64::from_le_bytes(word))
+}
+
+/// Writes `word` (little-endian) as word `index` of the file open as `fd`, with
+/// `pwrite`: whether it was written whole.
+pub fn write_word(fd: RawFd, index: usize, word: u64) -> bool {
+    let bytes = word.to_le_bytes();
+    // SAFETY: a descriptor and 8 bytes of a local word.
+    unsafe { libc::pwrite(fd, bytes.as_ptr().cast(), 8, (index * 8) as libc::off_t) == 8 }
+}
+
 /// "`what` `p`: " and the error of the C call that just failed (`errno`).
 pub fn os_err(what: &str, p: &Path) -> String {
     format!(

@@ -97,6 +97,14 @@ fn forking_member(s: &Scratch, claim: &Path) -> Child {
     a
 }
 
+/// Waits (60 s at most: a harness limit) until process `pid`, killed, is gone.
+fn until_gone(pid: i32) {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// What a finished program wrote, its standard output then its standard error.
 fn both(o: &std::process::Output) -> String {
     format!(
@@ -448,8 +456,8 @@ fn a_claims_file_removed_while_its_members_run_is_joined_not_made_again() {
 /// run as several users; a claim's members in containers of other users): their
 /// announcements are seen, but their descriptors (`/proc/PID/fd/N`) may not be opened by
 /// this process, so it asks the claim's socket for the file and joins their one budget;
-/// `gpucap status` as that user reads it the same way. Before: refused ("none of them could be reached to join them") until every member
-/// exited.
+/// `gpucap status` as that user reads it the same way. Before: refused ("none of them
+/// could be reached to join them") until every member exited.
 #[test]
 fn a_claims_file_removed_under_another_users_members_is_joined_through_its_socket() {
     if !as_root("a member of root and a joiner of another user") {
@@ -600,10 +608,7 @@ fn a_claims_member_killed_after_its_file_was_removed_keeps_joiners_out_while_its
             !text.contains(&format!("alloc {} 0", 700 * MIB)) && text.contains("cuInit 800"),
             "replaced {replace}: while the child lives: {text}"
         );
-        let give_up = Instant::now() + Duration::from_secs(60);
-        while Path::new(&format!("/proc/{child}")).exists() && Instant::now() < give_up {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        until_gone(child);
         let after = both(&joiner());
         assert!(
             after.contains(&format!("alloc {} 0", 700 * MIB)),
@@ -670,10 +675,7 @@ fn a_claims_killed_last_member_with_a_live_child_keeps_joiners_out_until_the_chi
         "status of the claim at rest: {}",
         dump(&status)
     );
-    let give_up = Instant::now() + Duration::from_secs(60);
-    while std::path::Path::new(&format!("/proc/{child}")).exists() && Instant::now() < give_up {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    until_gone(child);
     let after = both(&joiner());
     assert!(
         after.contains(&format!("alloc {} 0", 700 * MIB)),

@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::locks::{LOCK_BASE, flock_range, lock_call};
-use crate::sys::cstr;
+use crate::sys::{cstr, read_word, write_word};
 use handover::{Address, Answer, SEALS, ask, close, socket};
 use rebinding::Watch;
 use serving::{own_copy, pause, served};
@@ -288,55 +288,49 @@ fn decide(
 /// dead without leaving, their memory the driver's no more) are cleared, so that the
 /// file's words at rest show no member that is not there.
 fn clear_gone_marks(file: RawFd) {
-    let mut word = [0u8; 8];
-    let geometry = (gpucap_core::budget::H_GEOMETRY * 8) as libc::off_t;
-    // SAFETY: a descriptor and a buffer of 8 bytes.
-    if unsafe { libc::pread(file, word.as_mut_ptr().cast(), 8, geometry) } != 8 {
-        return;
-    }
-    let Some(slots) = gpucap_core::budget::geometry_slots(u64::from_le_bytes(word)) else {
+    use gpucap_core::budget::{H_GEOMETRY, H_SLOTS_SEEN, STATE_EMPTY, STATE_LIVE, STATES_AT};
+    let Some(slots) = read_word(file, H_GEOMETRY).and_then(gpucap_core::budget::geometry_slots)
+    else {
         return;
     };
+    // The states in one read: the first member of every claim's start comes here.
     let mut states = vec![0u8; slots * 8];
-    let at = (gpucap_core::budget::STATES_AT * 8) as libc::off_t;
     // SAFETY: a descriptor and a buffer of `slots * 8` bytes.
-    if unsafe { libc::pread(file, states.as_mut_ptr().cast(), states.len(), at) }
-        != states.len() as isize
-    {
+    let n = unsafe {
+        libc::pread(
+            file,
+            states.as_mut_ptr().cast(),
+            states.len(),
+            (STATES_AT * 8) as libc::off_t,
+        )
+    };
+    if n != states.len() as isize {
         return;
     }
-    let empty = gpucap_core::budget::STATE_EMPTY.to_le_bytes();
+    let taken = states
+        .chunks_exact(8)
+        .enumerate()
+        .filter(|(_, w)| u64::from_le_bytes((*w).try_into().unwrap_or_default()) == STATE_LIVE)
+        .map(|(s, _)| s);
     let mut kept = false;
-    for (s, state) in states.chunks_exact(8).enumerate() {
-        let live = u64::from_le_bytes(state.try_into().unwrap_or_default());
-        if live != gpucap_core::budget::STATE_LIVE {
-            continue;
-        }
+    for s in taken {
         if crate::locks::slot_or_children_held(file, s) {
             kept = true;
-            continue;
+        } else {
+            write_word(file, STATES_AT + s, STATE_EMPTY);
         }
-        let at = ((gpucap_core::budget::STATES_AT + s) * 8) as libc::off_t;
-        // SAFETY: a descriptor and 8 bytes of a local word.
-        unsafe { libc::pwrite(file, empty.as_ptr().cast(), 8, at) };
     }
     // No mark left: the count of slots ever taken back to the file's own (0: its words
     // at rest never had a member), which the marks had raised to every slot.
-    if !kept {
-        let at = (gpucap_core::budget::H_SLOTS_SEEN * 8) as libc::off_t;
-        // SAFETY: a descriptor and 8 bytes of a local word.
-        unsafe { libc::pwrite(file, 0u64.to_le_bytes().as_ptr().cast(), 8, at) };
+    if !kept && read_word(file, H_SLOTS_SEEN) != Some(0) {
+        write_word(file, H_SLOTS_SEEN, 0);
     }
 }
 
 /// Whether the claim's file `file` marks slot `s` taken by a member that has not left
 /// (`PoolFile::mark_in_file`).
 fn taken_in_file(file: RawFd, s: usize) -> bool {
-    let mut word = [0u8; 8];
-    let at = ((gpucap_core::budget::STATES_AT + s) * 8) as libc::off_t;
-    // SAFETY: a descriptor and a buffer of 8 bytes.
-    let read = unsafe { libc::pread(file, word.as_mut_ptr().cast(), 8, at) };
-    read == 8 && u64::from_le_bytes(word) == gpucap_core::budget::STATE_LIVE
+    read_word(file, gpucap_core::budget::STATES_AT + s) == Some(gpucap_core::budget::STATE_LIVE)
 }
 
 /// Writes `file`'s device and inode into the memfd `m`'s header (`H_FILE_DEV`,
