@@ -136,6 +136,8 @@ impl Member<'_> {
             });
         }
         let (mut swept, mut recounted, mut resized) = (false, false, 0);
+        // The pool's use the last try was refused on: the refusal names it.
+        let mut weighed;
         // When this request began waiting at the member's own ceiling (once at most).
         let mut at_ceiling: Option<std::time::Instant> = None;
         // At most three turns: again after taking back the dead, again after a recount
@@ -145,11 +147,14 @@ impl Member<'_> {
             // The cap this member registered, kept in its own memory: a cap word another
             // process zeroed or raised does not uncap it; a resize's does (`resize`).
             let (cap, seen) = self.cap_now(g);
-            if self.take(g, bytes, cap, seen) {
-                if let Some(since) = at_ceiling {
-                    self.ceiling_served(device, bytes, since);
+            match self.take(g, bytes, cap, seen) {
+                Ok(()) => {
+                    if let Some(since) = at_ceiling {
+                        self.ceiling_served(device, bytes, since);
+                    }
+                    return Ok(());
                 }
-                return Ok(());
+                Err(used) => weighed = used,
             }
             if resized < RESIZED_TURNS && self.hot(g).is_some_and(|h| self.cap_changed(h, seen)) {
                 resized += 1;
@@ -185,11 +190,13 @@ impl Member<'_> {
             if self.wait.is_some() && bytes <= cap {
                 return self.wait_for(g, device, bytes, cap);
             }
+            #[cfg(test)]
+            super::used::between_reads::run_refused();
             self.w.gpu(g, G_REFUSALS).fetch_add(1, Relaxed);
             self.w.gpu(g, G_LARGEST_REFUSED).fetch_max(bytes, Relaxed);
             return Err(PoolRefusal {
                 requested: bytes,
-                used: self.w.used(g),
+                used: weighed,
                 cap,
                 own: self.w.member_gpu(self.slot, g, M_USED).load(Relaxed),
                 left: false,
@@ -222,17 +229,19 @@ impl Member<'_> {
         let (cap, seen) = self.cap_now(g);
         let (guarantee, ceiling) = self.own_share(g);
         self.take_at(h, g, bytes, cap, seen, guarantee, ceiling)
+            .is_ok()
     }
 
     /// One try of a reservation of `bytes` on GPU entry `g` under `cap`, without a lock
-    /// (behind this process's gate if the member has a ceiling). True if taken. The full
-    /// path's; the short path's is [`try_reserve`](Self::try_reserve)'s way.
+    /// (behind this process's gate if the member has a ceiling). Err: refused, with the
+    /// pool's use it was refused on (see `add_at`). The full path's; the short path's is [`try_reserve`](Self::try_reserve)'s way.
     #[inline(always)]
-    fn take(&self, g: usize, bytes: u64, cap: u64, seen: u64) -> bool {
-        self.hot(g).is_some_and(|h| {
-            let (guarantee, ceiling) = self.own_share(g);
-            self.take_at(h, g, bytes, cap, seen, guarantee, ceiling)
-        })
+    fn take(&self, g: usize, bytes: u64, cap: u64, seen: u64) -> Result<(), u64> {
+        let Some(h) = self.hot(g) else {
+            return Err(self.w.used(g));
+        };
+        let (guarantee, ceiling) = self.own_share(g);
+        self.take_at(h, g, bytes, cap, seen, guarantee, ceiling)
     }
 
     /// [`take`](Self::take) with GPU entry `g`'s words `h`, this member's `guarantee`
@@ -249,7 +258,7 @@ impl Member<'_> {
         seen: u64,
         guarantee: u64,
         ceiling: u64,
-    ) -> bool {
+    ) -> Result<(), u64> {
         let rule = Take {
             m: self,
             h,

@@ -611,11 +611,14 @@ fn a_waiter_gets_the_memory_a_member_frees() {
     a.reserve(0, 800).unwrap();
     let start = Instant::now();
     let t = std::thread::spawn(move || b.reserve(0, 500));
-    std::thread::sleep(Duration::from_millis(100));
+    // Freed once B waits (a loaded machine may start its thread late).
+    while pool.w.gpu(0, G_WAITERS).load(SeqCst) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "B never waited");
+        std::thread::yield_now();
+    }
     assert_eq!(b.usage(0).unwrap().2, 0, "still waiting");
     a.credit(0, 800);
     t.join().unwrap().unwrap();
-    assert!(start.elapsed() >= Duration::from_millis(100));
     assert_eq!(b.usage(0), Some((500, Some(1000), 500)));
     let v = pool.view(proc(k, 99));
     assert_eq!(v.gpus[0].refusals, 0);
@@ -631,28 +634,29 @@ fn waiters_are_served_in_arrival_order() {
     let big = leak(member(pool, proc(k, 2), Some(1000)).waiting(Duration::from_secs(10), quiet));
     let small = leak(member(pool, proc(k, 3), Some(1000)).waiting(Duration::from_secs(10), quiet));
     a.reserve(0, 800).unwrap();
-    let order = &*Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
-    let t1 = std::thread::spawn(move || {
-        big.reserve(0, 900).unwrap();
-        order.lock().unwrap().push("big");
-    });
-    while pool.w.gpu(0, G_WAITERS).load(SeqCst) == 0 {
-        std::thread::yield_now();
-    }
-    // 100 would fit now (800 + 100), but the big request came first.
-    let t2 = std::thread::spawn(move || {
-        small.reserve(0, 100).unwrap();
-        order.lock().unwrap().push("small");
-    });
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        order.lock().unwrap().is_empty(),
-        "the small one queued behind the big one"
-    );
-    a.credit(0, 800);
-    t1.join().unwrap();
-    t2.join().unwrap();
-    assert_eq!(*order.lock().unwrap(), ["big", "small"]);
+    let waiters = |n| {
+        let start = std::time::Instant::now();
+        while pool.w.gpu(0, G_WAITERS).load(SeqCst) < n {
+            assert!(start.elapsed() < Duration::from_secs(10), "not {n} waiting");
+            std::thread::yield_now();
+        }
+    };
+    let t1 = std::thread::spawn(move || big.reserve(0, 900));
+    waiters(1);
+    // 100 would fit now (800 + 100), but the big request came first: the small one
+    // waits behind it.
+    let t2 = std::thread::spawn(move || small.reserve(0, 100));
+    waiters(2);
+    assert_eq!(small.usage(0).unwrap().2, 0, "the small one queued");
+    // Room for the big one alone (100 + 900): served first, the small one would have
+    // left it short (100 + 100, then 900 more past the cap) until its wait ran out.
+    a.credit(0, 700);
+    t1.join()
+        .unwrap()
+        .expect("the big one, first in line, served");
+    assert_eq!(small.usage(0).unwrap().2, 0, "the small one still waits");
+    a.credit(0, 100);
+    t2.join().unwrap().expect("the small one served next");
     assert_eq!(a.usage(0).unwrap().0, 1000);
 }
 

@@ -124,13 +124,16 @@ impl Member<'_> {
     /// gives the pool's new use (checked and added in one compare-and-swap). True if added.
     #[inline]
     pub(super) fn add(&self, g: usize, bytes: u64, rule: impl Fn(u64, u64) -> Option<u64>) -> bool {
-        self.hot(g).is_some_and(|h| self.add_at(h, bytes, &rule))
+        self.hot(g)
+            .is_some_and(|h| self.add_at(h, bytes, &rule).is_ok())
     }
 
-    /// [`add`](Self::add) on the words `h` of one GPU entry. Inlined: a reservation's
-    /// short path then keeps `rule`'s captures in registers and pays no second frame.
+    /// [`add`](Self::add) on the words `h` of one GPU entry: Err with the pool's use the
+    /// rule refused on (a refusal names that figure: the pool's use read again later may
+    /// be lower, and would not explain it). Inlined: a reservation's short path then
+    /// keeps `rule`'s captures in registers and pays no second frame.
     #[inline(always)]
-    pub(super) fn add_at(&self, h: &GpuWords<'_>, bytes: u64, rule: &impl Rule) -> bool {
+    pub(super) fn add_at(&self, h: &GpuWords<'_>, bytes: u64, rule: &impl Rule) -> Result<(), u64> {
         let (pending, own, used) = (&h.mine[M_PENDING], &h.mine[M_USED], &h.gpu[G_USED]);
         pending.fetch_add(bytes, SeqCst);
         let mut word = used.load(SeqCst);
@@ -148,7 +151,7 @@ impl Member<'_> {
                     continue;
                 }
                 pending.fetch_sub(bytes, SeqCst);
-                return false;
+                return Err(used_bytes(word));
             };
             #[cfg(test)]
             between_reads::run_before_swap();
@@ -158,7 +161,7 @@ impl Member<'_> {
             }
         };
         self.added(h, bytes, new);
-        true
+        Ok(())
     }
 
     /// One try of [`add_at`](Self::add_at), without its loop: Some(true) if added,
@@ -300,11 +303,12 @@ pub(super) mod between_reads {
         Read,
         Swap,
         InForce,
+        Refused,
     }
 
     thread_local! {
-        static STEPS: [RefCell<VecDeque<Step>>; 3] =
-            const { [const { RefCell::new(VecDeque::new()) }; 3] };
+        static STEPS: [RefCell<VecDeque<Step>>; 4] =
+            const { [const { RefCell::new(VecDeque::new()) }; 4] };
         static RUNNING: Cell<bool> = const { Cell::new(false) };
     }
 
@@ -325,6 +329,12 @@ pub(super) mod between_reads {
     /// Queues `step` for the next resize on this thread, once its new cap is in force.
     pub fn queue_in_force(step: impl FnOnce() + 'static) {
         push(At::InForce, step);
+    }
+
+    /// Queues `step` for the next reservation on this thread refused once decided,
+    /// before its refusal is written.
+    pub fn queue_refused(step: impl FnOnce() + 'static) {
+        push(At::Refused, step);
     }
 
     /// How many queued steps have not run yet (and forgets them).
@@ -362,5 +372,10 @@ pub(super) mod between_reads {
     /// Runs the next step queued for a resize's new cap in force.
     pub(in crate::budget) fn run_in_force() {
         run_at(At::InForce);
+    }
+
+    /// Runs the next step queued for a refused reservation.
+    pub(in crate::budget) fn run_refused() {
+        run_at(At::Refused);
     }
 }

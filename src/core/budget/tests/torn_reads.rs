@@ -1,7 +1,7 @@
 //! A change made between a reservation's read of `used` and its reads of the members'
 //! own words (`used::between_reads` puts it there, where a preempted thread or a
 //! contended cache line puts it at random): the reservation decides again, and is never
-//! refused while the cap has room.
+//! refused while the cap has room; a refusal names the figures it was decided on.
 
 use proptest::prelude::*;
 
@@ -74,6 +74,22 @@ fn a_guarantee_holders_free_between_the_reads_is_no_refusal() {
     assert_eq!(pool.w.used(0), 900);
     // A refusal on figures that did not move stands: A's 100 are kept for it.
     assert!(b.reserve(0, 1).is_err());
+}
+
+#[test]
+fn a_refusal_names_the_use_it_was_refused_on() {
+    // B holds 900 of 1000: A's 200 are refused. B frees its 900 after A's refusal was
+    // decided: the refusal still says 900 in use (it said 0: "200 B refused, the pool
+    // uses 0 B of 1000 B", a line that explains nothing).
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(1000));
+    let b = leak(member(pool, proc(k, 2), Some(1000)));
+    b.reserve(0, 900).unwrap();
+    between_reads::queue_refused(move || b.credit(0, 900));
+    let e = a.reserve(0, 200).unwrap_err();
+    assert_eq!(between_reads::clear(), 0, "the step ran");
+    assert_eq!((e.requested, e.used, e.cap), (200, 900, 1000), "{e:?}");
+    assert_eq!(pool.w.used(0), 0);
 }
 
 /// A change of one member's use, made between the reads.
