@@ -234,7 +234,8 @@ impl Member<'_> {
 
     /// One try of a reservation of `bytes` on GPU entry `g` under `cap`, without a lock
     /// (behind this process's gate if the member has a ceiling). Err: refused, with the
-    /// pool's use it was refused on (see `add_at`). The full path's; the short path's is [`try_reserve`](Self::try_reserve)'s way.
+    /// pool's use it was refused on (see `add_at`). The full path's; the short path's is
+    /// [`try_reserve`](Self::try_reserve)'s way.
     #[inline(always)]
     fn take(&self, g: usize, bytes: u64, cap: u64, seen: u64) -> Result<(), u64> {
         let Some(h) = self.hot(g) else {
