@@ -386,9 +386,17 @@ fn concurrent_inserts_and_removes_while_the_table_grows() {
     });
     let (sizes, overflowed) = shape(&m);
     assert!(sizes.len() > 5, "the table grew while the threads ran");
-    assert_eq!(overflowed, 0);
-    let all = m.matching(|_| true);
     let per_thread = KEYS - KEYS / 3;
+    // A thread preempted halfway through moving a bucket holds the next growth back
+    // (one move at a time) while the others fill the newest table: an insert that then
+    // finds its neighbourhood full goes to the locked map, as designed (4 entries in
+    // one of some 300 runs of the suite beside a full test run). A growth that failed
+    // would send most of them there.
+    assert!(
+        overflowed * 100 <= THREADS * per_thread,
+        "{overflowed} entries overflowed into the locked map"
+    );
+    let all = m.matching(|_| true);
     assert_eq!(all.len() as u64, THREADS * per_thread);
     for t in 0..THREADS {
         let mine = m.matching(|ch| ch.device == t as usize);
