@@ -48,7 +48,8 @@
 //! another allocation while the entry is here. Keys the table cannot represent (0, 1
 //! and the top half) and charges that do not pack into 64 bits go to a small locked
 //! map; so do entries that find no room when growth is impossible (out of memory or
-//! levels).
+//! levels), and an entry whose neighbourhood is full while another thread's growth or
+//! move stays under way longer than a short wait (a thread preempted halfway).
 
 mod entry;
 mod front;
@@ -73,6 +74,9 @@ const BASE_BUCKETS: usize = 64;
 const LEVELS: usize = 26;
 /// Buckets of the old table that each insert or remove moves while a growth runs.
 const MOVE_STEP: usize = 2;
+/// Turns an insert whose neighbourhood is full waits for a growth under way before it
+/// goes to the locked map (`backoff`: 64 spins, then yields of the CPU).
+const FULL_WAIT_TURNS: u32 = 128;
 /// Grow once more than 1/GROW_AT of the newest table's slots hold crowded entries
 /// (about 58 % full with randomly spread keys, 75 % with evenly spread ones).
 const GROW_AT: usize = 16;
@@ -313,9 +317,23 @@ impl LiveMap {
                 }
                 Inserted::Sealed => continue,
                 Inserted::Full => {
-                    if !self.grow(levels) && (self.state.load(Acquire) & LEVELS_MASK) == levels {
-                        return self.overflow.insert(key, charge);
+                    if self.grow(levels) || (self.state.load(Acquire) & LEVELS_MASK) != levels {
+                        continue;
                     }
+                    // Another thread allocating the next level, or the last move not
+                    // done (one growth at a time): a thread preempted halfway through
+                    // either holds it back. Waited for a while, helping the move at each
+                    // turn; then the locked map (bounded: never a wait on a thread that
+                    // may not run again soon).
+                    if spins < FULL_WAIT_TURNS
+                        && (self.growing.load(Acquire) || self.state.load(Acquire) & MOVE_RUNS != 0)
+                    {
+                        #[cfg(test)]
+                        tests::WHILE_FULL.with(|f| f.take().map(|f| f(self)));
+                        backoff(&mut spins);
+                        continue;
+                    }
+                    return self.overflow.insert(key, charge);
                 }
             }
         }

@@ -8,6 +8,42 @@ use std::collections::HashSet;
 thread_local! {
     /// Calls of this thread into `insert_slow` or `remove_slow`.
     pub(super) static SLOW: Cell<usize> = const { Cell::new(0) };
+    /// Run once by this thread's next insert that finds its neighbourhood full while a
+    /// growth is under way, before it waits.
+    pub(super) static WHILE_FULL: Cell<Option<fn(&LiveMap)>> = const { Cell::new(None) };
+}
+
+#[test]
+fn an_insert_finding_its_neighbourhood_full_waits_for_the_growth_under_way() {
+    // The first table made, then a growth under way (another thread's: `growing` held)
+    // while this thread fills the table: its inserts find their neighbourhoods full. The
+    // growth ends at the first one's wait (the step below): that entry and every later
+    // one go to the next level, none to the locked map (before: the first full
+    // neighbourhood went there at once).
+    let m = LiveMap::new();
+    let key = |i: u64| 0x7f00_0000_0000 + (i << 12);
+    let mut i = 0;
+    while m.table(0).is_none() {
+        m.insert(key(i), c(0, i));
+        i += 1;
+    }
+    m.growing.store(true, Release);
+    WHILE_FULL.with(|f| f.set(Some(|m: &LiveMap| m.growing.store(false, Release))));
+    let slots = BASE_BUCKETS * WAYS;
+    for _ in 0..4 * slots {
+        m.insert(key(i), c(0, i));
+        i += 1;
+    }
+    let (sizes, overflowed) = shape(&m);
+    assert_eq!(overflowed, 0, "levels {sizes:?}");
+    assert!(
+        WHILE_FULL.with(Cell::take).is_none(),
+        "no insert found its neighbourhood full"
+    );
+    assert!(sizes.len() > 1, "the growth went on: {sizes:?}");
+    for j in 0..i {
+        assert_eq!(m.get(key(j)), Some(c(0, j)), "key {j}");
+    }
 }
 
 #[test]
@@ -389,9 +425,9 @@ fn concurrent_inserts_and_removes_while_the_table_grows() {
     let per_thread = KEYS - KEYS / 3;
     // A thread preempted halfway through moving a bucket holds the next growth back
     // (one move at a time) while the others fill the newest table: an insert that then
-    // finds its neighbourhood full goes to the locked map, as designed (4 entries in
-    // one of some 300 runs of the suite beside a full test run). A growth that failed
-    // would send most of them there.
+    // finds its neighbourhood full waits a while, then goes to the locked map, as
+    // designed (4 entries, before that wait, in one of some 300 runs of the suite beside
+    // a full test run). A growth that failed would send most of them there.
     assert!(
         overflowed * 100 <= THREADS * per_thread,
         "{overflowed} entries overflowed into the locked map"
