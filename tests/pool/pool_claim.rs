@@ -599,22 +599,33 @@ fn a_claims_member_killed_after_its_file_was_removed_keeps_joiners_out_while_its
         }
         let _ = a.kill();
         let _ = a.wait();
-        let joiner =
-            || run(in_claim(&s, &claim, script(), "b").arg(format!("alloc:{}", 700 * MIB)));
-        let text = both(&joiner());
+        let text = join_700(&s, &claim);
         // SAFETY: a signal to the child this test's member forked.
         unsafe { libc::kill(child, libc::SIGKILL) };
         assert!(
             !text.contains(&format!("alloc {} 0", 700 * MIB)) && text.contains("cuInit 800"),
             "replaced {replace}: while the child lives: {text}"
         );
-        until_gone(child);
-        let after = both(&joiner());
-        assert!(
-            after.contains(&format!("alloc {} 0", 700 * MIB)),
-            "replaced {replace}: once the child is gone: {after}"
-        );
+        served_once_gone(&s, &claim, child, &format!("replaced {replace}"));
     }
+}
+
+/// What a joiner of `claim` asking for 700 MiB said (stdout and stderr).
+fn join_700(s: &Scratch, claim: &Path) -> String {
+    both(&run(
+        in_claim(s, claim, script(), "b").arg(format!("alloc:{}", 700 * MIB))
+    ))
+}
+
+/// Once the (killed) process `child` is gone, a joiner of `claim` asking for 700 MiB is
+/// served (`what` names the case).
+fn served_once_gone(s: &Scratch, claim: &Path, child: i32, what: &str) {
+    until_gone(child);
+    let after = join_700(s, claim);
+    assert!(
+        after.contains(&format!("alloc {} 0", 700 * MIB)),
+        "{what}: once the child is gone: {after}"
+    );
 }
 
 /// A claim's only member that exits normally while a child it forked (no exec) runs gave
@@ -654,8 +665,7 @@ fn a_claims_killed_last_member_with_a_live_child_keeps_joiners_out_until_the_chi
     let child = child_pid_line(&mut a);
     let _ = a.kill();
     let _ = a.wait();
-    let joiner = || run(in_claim(&s, &claim, script(), "b").arg(format!("alloc:{}", 700 * MIB)));
-    let text = both(&joiner());
+    let text = join_700(&s, &claim);
     // The claim's file at rest, read while the child lives: its member's slot marked
     // taken (a file the marks made look corrupted, "member slot 0 is live but only 0
     // slots were ever taken", would be a bug of the marks).
@@ -675,12 +685,7 @@ fn a_claims_killed_last_member_with_a_live_child_keeps_joiners_out_until_the_chi
         "status of the claim at rest: {}",
         dump(&status)
     );
-    until_gone(child);
-    let after = both(&joiner());
-    assert!(
-        after.contains(&format!("alloc {} 0", 700 * MIB)),
-        "once the child is gone: {after}"
-    );
+    served_once_gone(&s, &claim, child, "the last member killed");
 }
 
 /// A claim's file replaced while a member holds 700 MiB (a co-tenant who may write the
