@@ -5,13 +5,17 @@
 # fresh directory each start: its words in a memfd handed over by socket), in interleaved
 # rounds.
 #
-#   scripts/bench/bench-start.sh [-n N]... [--rounds R] [--context-delay-ms MS] [--no-build]
+#   scripts/bench/bench-start.sh [-n N]... [--rounds R] [--context-delay-ms MS] [--floor] [--no-build]
 #
 #   -n N                 processes started at once (repeatable; default: 1 64 1000 4096)
 #   --rounds R           starts of each way for each N (default 3), interleaved: round r
 #                        runs raw, alone, pool, claim in an order that turns with r
 #   --context-delay-ms   how long the fake takes to make each context
 #                        (FAKECUDA_CONTEXT_DELAY_MS; default 0)
+#   --floor              a fifth way: tests/c/start_floor.c preloaded, the least a start
+#                        of gpucap's design does (NVML loaded and read, a sealed memfd
+#                        and a visible file) and nothing else: what gpucap adds beyond it
+#                        is its own
 #   --no-build           use the release build as it is
 #   --instructions       instead: the instructions of one process's start (cuInit, its
 #                        context, 1 MiB allocated and freed, exit) counted by callgrind,
@@ -37,6 +41,7 @@ ROUNDS=3
 DELAY=0
 BUILD=1
 INSTRUCTIONS=0
+FLOOR=0
 need() { [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || { echo "gpucap bench-start: $1 needs a whole number (got '${2:-}')" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -44,9 +49,10 @@ while [ $# -gt 0 ]; do
         --rounds) need "$@"; ROUNDS=$2; shift 2 ;;
         --context-delay-ms) need "$@"; DELAY=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
+        --floor) FLOOR=1; shift ;;
         --instructions) INSTRUCTIONS=1; shift ;;
         -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "gpucap bench-start: unknown argument '$1' (accepted: -n N, --rounds R, --context-delay-ms MS, --no-build, --instructions)" >&2; exit 2 ;;
+        *) echo "gpucap bench-start: unknown argument '$1' (accepted: -n N, --rounds R, --context-delay-ms MS, --floor, --no-build, --instructions)" >&2; exit 2 ;;
     esac
 done
 [ ${#NS[@]} -gt 0 ] || NS=(1 64 1000 4096)
@@ -83,6 +89,17 @@ ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
 ln -sf "$R/libnvidia_ml.so" "$FAKEDIR/libnvidia-ml.so.1"
 BIN=$tmp/bench_start
 cc -O2 -Wall -Werror -I tests/c -o "$BIN" tests/c/bench_start.c -L "$FAKEDIR" -lcuda
+FLOOR_LIB=$tmp/libstart_floor.so
+# The floor's visible files where gpucap alone puts its own (/dev/shm: a tmpfs; on a disk's
+# file system each file made and removed costs its journal more).
+FLOOR_DIR=$tmp/floor
+if [ "$FLOOR" = 1 ]; then
+    cc -O2 -Wall -Werror -shared -fPIC -o "$FLOOR_LIB" tests/c/start_floor.c -ldl
+    if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+        FLOOR_DIR=$(mktemp -d /dev/shm/gpucap-bench-floor.XXXXXX)
+        trap 'rm -rf "$tmp" "$FLOOR_DIR"' EXIT
+    fi
+fi
 
 if [ "$INSTRUCTIONS" = 1 ]; then
     VALGRIND=$(command -v valgrind) || { echo "gpucap bench-start: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
@@ -147,16 +164,22 @@ start() {
             env "${vars[@]}" GPUCAP_LIMIT=40Gi GPUCAP_CLAIM_DIR="$tmp/claim" \
                 GPUCAP_POOL_MEMBERS="$members" "$BIN" "$n" "$SHIM"
             ;;
+        floor)
+            rm -rf "$FLOOR_DIR"
+            mkdir -p "$FLOOR_DIR"
+            env "${vars[@]}" BENCH_FLOOR_DIR="$FLOOR_DIR" "$BIN" "$n" "$FLOOR_LIB"
+            ;;
     esac
 }
 
 ways=(raw alone pool claim)
+[ "$FLOOR" = 0 ] || ways+=(floor)
 lines=$tmp/lines
 : >"$lines"
 for n in "${NS[@]}"; do
     for ((r = 0; r < ROUNDS; r++)); do
-        for ((k = 0; k < 4; k++)); do
-            way=${ways[$(((k + r) % 4))]}
+        for ((k = 0; k < ${#ways[@]}; k++)); do
+            way=${ways[$(((k + r) % ${#ways[@]}))]}
             out=$(start "$way" "$n") || { echo "gpucap bench-start: $way start of $n failed: $out" >&2; exit 1; }
             echo "n=$n round=$r $way: $out" >&2
             echo "way=$way round=$r $out" >>"$lines"
@@ -178,7 +201,9 @@ print(f"{'N':>5} {'way':6} {'all hold (median, min-max)':>28} {'per member':>11}
 for n in sorted({n for n, _ in runs}):
     raw = statistics.median(float(f["all_ms"]) for f in runs[(n, "raw")])
     raw_of = {f["round"]: float(f["all_ms"]) for f in runs[(n, "raw")]}
-    for way in ("raw", "alone", "pool", "claim"):
+    for way in ("raw", "alone", "pool", "claim", "floor"):
+        if (n, way) not in runs:
+            continue
         fs = runs[(n, way)]
         alls = sorted(float(f["all_ms"]) for f in fs)
         med = statistics.median(alls)

@@ -1,6 +1,7 @@
 //! scripts/bench/bench-start.sh, whose figures docs/src/performance.md publishes ("Starting many
 //! processes"), runs on this tree: every way (raw, gpucap alone, a pool, a claim's pool) starts its
-//! processes and each holds its block, with and without a context delay; and the book's
+//! processes and each holds its block, with and without a context delay, and beside them the
+//! floor (`--floor`: tests/c/start_floor.c, whose steps end the process if one fails); and the book's
 //! start instructions (`--instructions`, counted by callgrind) are this tree's.
 
 use super::common;
@@ -22,15 +23,18 @@ fn bench(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn the_start_benchmark_starts_every_way_and_reports_it() {
-    for (args, delay) in [
-        (&["-n", "8"][..], 0),
-        (&["-n", "4", "--context-delay-ms", "100"][..], 100),
+    let four = ["raw", "alone", "pool", "claim"];
+    let five = ["raw", "alone", "pool", "claim", "floor"];
+    for (args, delay, expected) in [
+        (&["-n", "8"][..], 0, &four[..]),
+        (&["-n", "4", "--context-delay-ms", "100"][..], 100, &four[..]),
+        (&["-n", "8", "--floor"][..], 0, &five[..]),
     ] {
         let v = bench(args);
         assert_eq!(v["context_delay_ms"], delay, "{v}");
         let results = v["results"].as_array().expect("results");
         let ways: Vec<&str> = results.iter().filter_map(|r| r["way"].as_str()).collect();
-        assert_eq!(ways, ["raw", "alone", "pool", "claim"], "{v}");
+        assert_eq!(ways, expected, "{v}");
         for r in results {
             let all = r["all_ms_median"].as_f64().expect("all_ms_median");
             // Every process held its block: the start took at least one context's making.
