@@ -575,6 +575,55 @@ fn a_claims_file_and_socket_removed_under_its_member_are_never_a_second_budget()
     }
 }
 
+/// A claim's directory removed with everything in it and made again under its members
+/// (`rm -rf DIR; mkdir DIR`: a co-tenant who may write the directory's parent, a
+/// cleanup). A joiner of the same network namespace sees the members' announcement and
+/// joins their one budget through a member's descriptor; once a member bound its socket
+/// at the path again (its serving thread looks every second), a joiner of another network
+/// namespace joins it through the socket. Neither makes a file of its own in the new
+/// directory. (What remains, docs/src/threat-model.md: a joiner of another network
+/// namespace within that second makes one.)
+#[test]
+fn a_claims_directory_removed_and_made_again_is_joined_through_its_members() {
+    let net = unshare_net_works();
+    let s = Scratch::new("claim-dir-again");
+    let claim = claim_dir(&s, "claim");
+    let alloc = |mib: u64| format!("alloc:{}", mib * MIB);
+    let a = holding(&s, &claim, 700);
+    std::fs::remove_dir_all(&claim).unwrap();
+    let claim = claim_dir(&s, "claim");
+    let one_budget = |text: &str| {
+        text.contains(&format!("alloc {} 2", 700 * MIB))
+            && text.contains(&format!("alloc {} 0", 200 * MIB))
+    };
+    let b = both(&run(in_claim(&s, &claim, script(), "b").args([alloc(700), alloc(200)])));
+    assert!(
+        one_budget(&b) && b.contains(&format!("through process {}'s descriptor", a.id())),
+        "the joiner of the same network namespace: {b}"
+    );
+    if net {
+        let sock = claim.join("gpucap.pool.sock");
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while !sock.exists() {
+            assert!(Instant::now() < give_up, "no socket bound again after 60 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut c = Command::new("unshare");
+        c.arg("--net");
+        let mut c = wrap(c, &in_claim(&s, &claim, script(), "c"));
+        let c = both(&run(c.args([alloc(700), alloc(200)])));
+        assert!(
+            one_budget(&c) && c.contains("a member handed over on the claim's socket"),
+            "the joiner of another network namespace: {c}"
+        );
+    }
+    assert!(
+        !claim.join("gpucap.pool").exists(),
+        "a second file was made in the new directory"
+    );
+    said(a);
+}
+
 /// The same where the claim's file was removed (with its socket) or replaced by a copy
 /// before the member was killed: the child's lock on the pool file went with that file,
 /// so a joiner of the new one saw nothing and made words of its own (1,300 MiB held under
