@@ -27,7 +27,11 @@ fn the_start_benchmark_starts_every_way_and_reports_it() {
     let five = ["raw", "alone", "pool", "claim", "floor"];
     for (args, delay, expected) in [
         (&["-n", "8"][..], 0, &four[..]),
-        (&["-n", "4", "--context-delay-ms", "100"][..], 100, &four[..]),
+        (
+            &["-n", "4", "--context-delay-ms", "100"][..],
+            100,
+            &four[..],
+        ),
         (&["-n", "8", "--floor"][..], 0, &five[..]),
     ] {
         let v = bench(args);

@@ -596,7 +596,9 @@ fn a_claims_directory_removed_and_made_again_is_joined_through_its_members() {
         text.contains(&format!("alloc {} 2", 700 * MIB))
             && text.contains(&format!("alloc {} 0", 200 * MIB))
     };
-    let b = both(&run(in_claim(&s, &claim, script(), "b").args([alloc(700), alloc(200)])));
+    let b = both(&run(
+        in_claim(&s, &claim, script(), "b").args([alloc(700), alloc(200)])
+    ));
     assert!(
         one_budget(&b) && b.contains(&format!("through process {}'s descriptor", a.id())),
         "the joiner of the same network namespace: {b}"
