@@ -9,7 +9,8 @@
 #
 #   -n N                 processes started at once (repeatable; default: 1 64 1000 4096)
 #   --rounds R           starts of each way for each N (default 3), interleaved: round r
-#                        runs raw, alone, pool, claim in an order that turns with r
+#                        runs raw, alone, pool, claim (and floor) in an order that turns
+#                        with r
 #   --context-delay-ms   how long the fake takes to make each context
 #                        (FAKECUDA_CONTEXT_DELAY_MS; default 0)
 #   --floor              a fifth way: tests/c/start_floor.c preloaded, the least a start
@@ -51,7 +52,7 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --floor) FLOOR=1; shift ;;
         --instructions) INSTRUCTIONS=1; shift ;;
-        -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpucap bench-start: unknown argument '$1' (accepted: -n N, --rounds R, --context-delay-ms MS, --floor, --no-build, --instructions)" >&2; exit 2 ;;
     esac
 done
@@ -89,17 +90,6 @@ ln -sf "$R/libcuda.so" "$FAKEDIR/libcuda.so"
 ln -sf "$R/libnvidia_ml.so" "$FAKEDIR/libnvidia-ml.so.1"
 BIN=$tmp/bench_start
 cc -O2 -Wall -Werror -I tests/c -o "$BIN" tests/c/bench_start.c -L "$FAKEDIR" -lcuda
-FLOOR_LIB=$tmp/libstart_floor.so
-# The floor's visible files where gpucap alone puts its own (/dev/shm: a tmpfs; on a disk's
-# file system each file made and removed costs its journal more).
-FLOOR_DIR=$tmp/floor
-if [ "$FLOOR" = 1 ]; then
-    cc -O2 -Wall -Werror -shared -fPIC -o "$FLOOR_LIB" tests/c/start_floor.c -ldl
-    if [ -d /dev/shm ] && [ -w /dev/shm ]; then
-        FLOOR_DIR=$(mktemp -d /dev/shm/gpucap-bench-floor.XXXXXX)
-        trap 'rm -rf "$tmp" "$FLOOR_DIR"' EXIT
-    fi
-fi
 
 if [ "$INSTRUCTIONS" = 1 ]; then
     VALGRIND=$(command -v valgrind) || { echo "gpucap bench-start: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
@@ -140,6 +130,18 @@ if [ "$INSTRUCTIONS" = 1 ]; then
     printf '{"raw":%d,"gpucap":%d,"added":%d,"pool":%d,"pool_added":%d}\n' \
         "$raw" "$alone" $((alone - raw)) "$pool" $((pool - raw)) >"${BENCH_JSON:-$ROOT/target/bench-start-instructions.json}"
     exit 0
+fi
+
+FLOOR_LIB=$tmp/libstart_floor.so
+# The floor's visible files where gpucap alone puts its own (/dev/shm: a tmpfs; on a disk's
+# file system each file made and removed costs its journal more).
+FLOOR_DIR=$tmp/floor
+if [ "$FLOOR" = 1 ]; then
+    cc -O2 -Wall -Werror -shared -fPIC -o "$FLOOR_LIB" tests/c/start_floor.c -ldl
+    if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+        FLOOR_DIR=$(mktemp -d /dev/shm/gpucap-bench-floor.XXXXXX)
+        trap 'rm -rf "$tmp" "$FLOOR_DIR"' EXIT
+    fi
 fi
 
 # start WAY N: one start of N processes; prints bench_start's line.
