@@ -1,9 +1,7 @@
 //! The exported `exec` family: before a program of this process is replaced by another
 //! (which keeps the pid, not the figures), its report is written (`Shim::before_exec`);
-//! then the C library's function runs with the caller's arguments. `execl`, `execlp` and
-//! `execle` (variadic) are not exported: glibc builds their argument vector and calls
-//! its internal `execve`, out of reach, so a program that `exec`s through them loses
-//! its report as before (reports.md).
+//! then the C library's function runs with the caller's arguments. The variadic ones
+//! (`execl`, `execlp`, `execle`) are trampolines of their own (`exec_list.rs`).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
@@ -16,7 +14,7 @@ use std::sync::atomic::{
 type Vector = *const *const c_char;
 
 /// The C library's `name`: the first definition after this library's, found once.
-fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> Option<*mut c_void> {
+pub(crate) fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> Option<*mut c_void> {
     let p = cache.load(Acquire);
     if !p.is_null() {
         return Some(p);
@@ -27,7 +25,7 @@ fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> Option<*mut c_void> {
 }
 
 /// The report, before the `exec`: no panic crosses into the caller.
-fn before_exec() {
+pub(crate) fn before_exec() {
     let _ = std::panic::catch_unwind(|| crate::state::SHIM.before_exec());
 }
 

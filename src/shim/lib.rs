@@ -49,6 +49,8 @@ mod environ;
 #[cfg(not(test))]
 mod exec;
 #[cfg(not(test))]
+mod exec_list;
+#[cfg(not(test))]
 mod exit;
 #[cfg(not(test))]
 mod hooks;

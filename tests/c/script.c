@@ -39,8 +39,10 @@
  *   touch:PATH     creates PATH
  *   wait:PATH      waits (up to 60 s) until PATH exists
  *   exec:HOW       replaces the process with the program named by the next argument,
- *                  given the arguments after it (HOW: execv, execve, execvp); the steps
- *                  after it are that program's. Exit 3 if it fails
+ *                  given the arguments after it (HOW: execv, execve, execvp, or the
+ *                  variadic execl, execlp, execle, which take at most 8 of them: the
+ *                  last ones then passed on the stack); the steps after it are that
+ *                  program's. Exit 3 if it fails
  *
  * The context the steps run in is made on ordinal $SCRIPT_DEVICE (0 when unset).
  * Exit 0 unless a step could not run (exit 3) or a verify/range failed (exit 1).
@@ -278,6 +280,26 @@ int main(int argc, char **argv) {
             if (strcmp(step + 5, "execv") == 0) execv(rest[0], rest);
             else if (strcmp(step + 5, "execve") == 0) execve(rest[0], rest, environ);
             else if (strcmp(step + 5, "execvp") == 0) execvp(rest[0], rest);
+            else if (strncmp(step + 5, "execl", 5) == 0) {
+                /* The variadic calls, with the arguments spelled out: at most 8, NULL
+                 * after the last (then execle's environment): ten pointers after the
+                 * path, the last ones on the stack. */
+                char *a[10] = {0};
+                int n = argc - (i + 1);
+                if (n > 8) {
+                    fprintf(stderr, "exec: at most 8 arguments for %s\n", step + 5);
+                    return 3;
+                }
+                for (int k = 0; k < n; k++) a[k] = rest[k];
+                a[n + 1] = (char *)environ;
+                const char *how = step + 5;
+                if (strcmp(how, "execl") == 0)
+                    execl(a[0], a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], (char *)NULL);
+                else if (strcmp(how, "execlp") == 0)
+                    execlp(a[0], a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], (char *)NULL);
+                else if (strcmp(how, "execle") == 0)
+                    execle(a[0], a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], (char *)NULL, environ);
+            }
             fprintf(stderr, "exec %s %s failed\n", step + 5, rest[0]);
             return 3;
         } else if (strncmp(step, "touch:", 6) == 0) {

@@ -517,13 +517,17 @@ fn measure_prints_the_peak_and_a_limit_that_lets_the_program_run() {
 /// `exec` (the exit hook does not run; the new program keeps the pid and start time
 /// that named the first one's entry), so `--measure` counts its peak, where it
 /// suggested a limit for the second program's alone. Each `exec` the C library exports
-/// as a function of its own (`execv`, `execve`, `execvp`).
+/// as a function of its own (`execv`, `execve`, `execvp`), and the variadic ones
+/// (`execl`, `execlp`, `execle`: their `exec1` entry was missing before they were
+/// exported).
 #[test]
 fn measure_counts_what_a_program_held_before_it_execd_another() {
     let dir = scratch("measure-exec");
     let script = compile_c("script", "", &["-lcuda"]);
     let script = script.to_str().unwrap();
-    for how in ["execv", "execve", "execvp"] {
+    // The variadic ones pass their arguments past the sixth on the stack (script.c): a
+    // trampoline that moved them would exec a program with other arguments.
+    for how in ["execv", "execve", "execvp", "execl", "execlp", "execle"] {
         let o = run(gpucap(&dir).args(["run", "--measure", "--"]).args([
             script,
             "alloc:700Mi",
