@@ -59,3 +59,33 @@ pub(crate) fn may_write(dir: &Path) -> bool {
         ) == 0
     }
 }
+
+/// The file system `dir` is on where it keeps its files on a disk or over a network (its
+/// name, or its type's number): None for a file system in memory (tmpfs, ramfs) or one
+/// that cannot be read. A process capped alone makes and removes its file in the pool
+/// directory at each start: on a disk that costs its journal's work every time
+/// (docs/src/performance.md).
+pub fn disk_file_system(dir: &Path) -> Option<String> {
+    const TMPFS: i64 = 0x0102_1994;
+    const RAMFS: i64 = 0x8584_58f6;
+    let c = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: plain data filled by statfs.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statfs to fill.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let kind = st.f_type as i64;
+    let name = match kind {
+        TMPFS | RAMFS => return None,
+        0xEF53 => "ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x794C_7630 => "overlayfs",
+        0x6969 => "nfs",
+        0x0102_1997 => "9p",
+        0x6573_5546 => "fuse",
+        _ => return Some(format!("a file system of type {kind:#x}")),
+    };
+    Some(name.to_string())
+}

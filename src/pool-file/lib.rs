@@ -51,6 +51,7 @@ mod removed_file;
 mod sharing;
 mod sys;
 
+pub use bases::disk_file_system;
 pub use beacon::{
     forget_in_child as forget_beacon_in_child, linked as announced_pool_files,
     removed as removed_pool_files,

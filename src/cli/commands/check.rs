@@ -81,6 +81,19 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
             dir.display()
         );
     }
+    // Alone, each start makes and removes that file: on a disk, at the journal's cost.
+    if config.pool.is_none()
+        && let Some(dir) = config.pool_dir.as_deref().filter(|d| d.is_dir())
+        && let Some(kind) = gpucap_pool_file::disk_file_system(dir)
+    {
+        eprintln!(
+            "gpucap: note: GPUCAP_POOL_DIR={} is on {kind}, not in memory (a tmpfs): a process \
+             capped alone makes and removes its file there at each start, at a disk's cost (1,000 \
+             such starts took x1.6-x1.8 of the raw driver's time where /dev/shm gave x1.3; \
+             docs/src/performance.md); /dev/shm, the default, is a tmpfs",
+            dir.display()
+        );
+    }
     let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
     let text = report::check_report(
         &config,
