@@ -12,7 +12,7 @@
  *
  * Nothing else: no configuration, no hooks, no driver function resolved, no cap. What a
  * start with gpucap costs beyond this one is gpucap's own (docs/src/performance.md,
- * "Where a start's added time goes"). A step that fails prints why and ends the process
+ * "The floor of the design"). A step that fails prints why and ends the process
  * with status 3: the benchmark's start then fails, never measures less than the floor.
  */
 #define _GNU_SOURCE
