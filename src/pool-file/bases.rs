@@ -78,7 +78,7 @@ pub fn disk_file_system(dir: &Path) -> Option<String> {
     let kind = st.f_type as i64;
     let name = match kind {
         TMPFS | RAMFS => return None,
-        0xEF53 => "ext4",
+        0xEF53 => "ext2/3/4",
         0x5846_5342 => "xfs",
         0x9123_683E => "btrfs",
         0x794C_7630 => "overlayfs",
