@@ -39,7 +39,7 @@ pub struct PoolFile {
     copy_words: usize,
     /// A claim's: its live words are a memfd its members hand over ([`crate::live`]),
     /// read from there while any process holds them.
-    claim: bool,
+    pub(crate) claim: bool,
     /// Where the file at the path had been removed while members ran: how it was
     /// opened ([`Through`]).
     pub joined_through: Option<Through>,

@@ -153,16 +153,28 @@ impl PoolFile {
             && identity(Some(fd), &self.path)
                 .is_some_and(|id| identity(None, &self.path) == Some(id))
     }
+
+    /// This process's descriptor of the file closed (a joiner leaving a file it will not
+    /// use). A claim's words it took stay held and served (`live`'s mapping and presence
+    /// keep them): its serving threads keep a copy of the file of their own, to hand it
+    /// to a joiner that asks for it.
+    fn let_go(&self) {
+        if self.claim {
+            crate::live::keep_file_served(self.locks.fd());
+        }
+        self.locks.forget_in_child();
+    }
 }
 
 /// How long a joiner refused by a cleaner at work waits for it to let go (a removal takes
 /// a few system calls; one stopped half-way is tried again all the same).
 const CLEANER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Opens the pool file at `path` as a member (a new file made for `members`) and runs `join` on it (taking a slot),
-/// then checks that the path still names the file; if a cleaner removed it meanwhile,
-/// `leave` gives the slot back, the file is closed and the path opened again (three
-/// tries). `join`'s error is returned as is when the file was not removed.
+/// Opens the pool file at `path` as a member (a new file made for `members`) and runs
+/// `join` on it (taking a slot), then checks that the path still names the file; if a
+/// cleaner removed it meanwhile, `leave` gives the slot back, the file is closed (a
+/// claim's words taken stay held and served: `PoolFile::let_go`) and the path opened
+/// again (three tries). `join`'s error is returned as is when the file was not removed.
 pub fn join_linked<T>(
     path: &Path,
     sharing: crate::Sharing,
@@ -184,7 +196,7 @@ pub fn join_linked<T>(
             while file.cleaner_at_work() && start.elapsed() < CLEANER_WAIT {
                 crate::sys::nap(std::time::Duration::from_millis(1));
             }
-            file.locks.forget_in_child();
+            file.let_go();
             cleaner = true;
             continue;
         }
@@ -201,7 +213,7 @@ pub fn join_linked<T>(
         }
         // The slot (if any) was given back: closing drops the descriptor's locks. The
         // mapping stays (never unmapped: 1 per removed file, in a rare race).
-        file.locks.forget_in_child();
+        file.let_go();
     }
     if cleaner {
         return Err(format!(
@@ -359,6 +371,74 @@ mod tests {
         assert!(file.is_linked());
         // The pool the path names has this member: a cleaner now finds it in use.
         assert_eq!(remove_unused(&path), Ok(Removal::InUse));
+        member.leave();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A claim's joiner that took the words of the file at the path (and serves them from
+    /// then on) and finds the file removed before it took its slot leaves that file and
+    /// opens the path again: its own serving thread still answers on the claim's socket,
+    /// and must hand over the file to whoever asks for it (a joiner of another network
+    /// namespace). Before, it answered without it (its descriptor closed by the leaving),
+    /// and such a joiner, this process's second try here among them, was refused with
+    /// "handed over no file (an older gpucap)".
+    #[test]
+    fn a_claims_joiner_that_left_a_removed_file_still_hands_it_over() {
+        let d = dir("claim");
+        let path = d.join("gpucap.pool");
+        let tries = std::cell::Cell::new(0);
+        let (file, member) = join_linked(
+            &path,
+            crate::Sharing::Claim,
+            gpucap_core::budget::DEFAULT_SLOTS,
+            |f| {
+                tries.set(tries.get() + 1);
+                if tries.get() == 1 {
+                    // A co-tenant's `rm` of the file alone (its socket stays).
+                    std::fs::remove_file(&path).unwrap();
+                }
+                Member::join(f.mapped()?, &f.locks, &info()).map_err(|e| e.to_string())
+            },
+            |m| m.leave(),
+        )
+        .unwrap();
+        assert_eq!(tries.get(), 2, "the first join was undone and tried again");
+        assert!(
+            file.joined_through.is_some(),
+            "joined the removed file through its socket"
+        );
+        // Asked again, every serving thread of this process (two now) hands it over.
+        for _ in 0..8 {
+            let fd = crate::live::removed_file(&path, libc::O_RDONLY).unwrap();
+            assert_eq!(
+                crate::kept::identity(fd),
+                crate::kept::identity(file.locks.fd())
+            );
+            // SAFETY: the descriptor just handed over, closed once.
+            unsafe { libc::close(fd) };
+        }
+        // A forked child lets go of every descriptor of the file (the serving entry's own
+        // copy among them): one left open would keep the claim's locks after this process.
+        let id = crate::kept::identity(file.locks.fd());
+        // SAFETY: the child makes system calls only, then `_exit`s.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            file.locks.forget_in_child();
+            crate::live::forget_in_child();
+            let kept = (3..4096)
+                .filter(|&fd| crate::kept::identity(fd) == id)
+                .count();
+            // SAFETY: the child's end, without the parent's exit handlers.
+            unsafe { libc::_exit(kept as i32) };
+        }
+        let mut status = 0;
+        // SAFETY: our child and a status to fill.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "the child kept descriptors of the file"
+        );
         member.leave();
         std::fs::remove_dir_all(&d).unwrap();
     }

@@ -379,7 +379,11 @@ pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, String> {
     close(listening); // this process serves nothing from this answer
     let bytes = crate::kept::stat_of(memfd).map_or(0, |st| st.st_size as usize);
     let checked = match file {
-        -1 => Err("the member that answered handed over no file (an older gpucap)".into()),
+        -1 => Err(
+            "the member that answered handed over no file (an older gpucap, or one whose \
+                   program closed its descriptor of the file)"
+                .into(),
+        ),
         f => check(memfd, f, bytes),
     };
     close(memfd);
@@ -621,7 +625,7 @@ mod tests {
         let (at, server) = answer_once(&dir, words, None);
         let e = ask_for_file(&at, libc::O_RDWR).unwrap_err();
         server.join().unwrap();
-        assert!(e.contains("handed over no file (an older gpucap)"), "{e}");
+        assert!(e.contains("handed over no file (an older gpucap"), "{e}");
 
         // A file that is not the one whose words came with it.
         let mut other = stated.clone();

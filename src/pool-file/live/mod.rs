@@ -49,6 +49,7 @@ use crate::sys::cstr;
 use at_rest::{clear_gone_marks, made_from, stamp_file, taken_in_file};
 use handover::{Address, Answer, SEALS, ask, close, socket};
 use rebinding::Watch;
+pub(crate) use serving::keep_file_served;
 use serving::{own_copy, pause, served};
 
 pub use serving::forget_in_child;

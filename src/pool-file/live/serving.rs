@@ -11,16 +11,19 @@ use crate::kept::Kept;
 
 /// A claim this process holds: its memfd and listening socket, each kept as the file it
 /// was when it was handed over, and the pool file (the member's descriptor of it, which
-/// the pool's locks own: handed to a joiner that asks, never closed here). The program
-/// may close those descriptors and reuse their numbers (a server closing every descriptor
-/// it did not open, then listening on one of its own): the serving thread and a forked
-/// child act on a number only while it is still that file.
+/// the pool's locks own: handed to a joiner that asks, never closed here; or, once the
+/// process let go of that descriptor, a copy of the entry's own: [`keep_file_served`]).
+/// The program may close those descriptors and reuse their numbers (a server closing
+/// every descriptor it did not open, then listening on one of its own): the serving
+/// thread and a forked child act on a number only while it is still that file.
 struct Held {
     taken: AtomicBool,
     /// 0 the memfd, 1 the listening socket, 2 the pool file, 3 the serving thread's
     /// epoll instance (its wait for joiners), 4 the claim's directory, read-locked
     /// (`presence`).
     fds: [Kept; 5],
+    /// Whether `fds[2]` is the entry's own copy of the pool file (closed with it).
+    owns_file: AtomicBool,
 }
 
 impl Held {
@@ -35,10 +38,19 @@ impl Held {
     fn free(&self) {
         self.fds[4].forget();
         self.fds[3].close();
-        self.fds[2].forget();
+        self.let_go_of_file();
         self.fds[1].forget();
         self.fds[0].forget();
         self.taken.store(false, Relaxed);
+    }
+
+    /// The pool file given up: closed where it is the entry's own copy, else forgotten
+    /// (the pool's locks' descriptor).
+    fn let_go_of_file(&self) {
+        match self.owns_file.swap(false, Relaxed) {
+            true => self.fds[2].close(),
+            false => self.fds[2].forget(),
+        }
     }
 }
 
@@ -48,6 +60,7 @@ static HELD: [Held; 8] = [const {
     Held {
         taken: AtomicBool::new(false),
         fds: [const { Kept::none() }; 5],
+        owns_file: AtomicBool::new(false),
     }
 }; 8];
 
@@ -82,6 +95,7 @@ pub(super) fn served(
     // them later.
     h.fds[0].keep(memfd);
     h.fds[1].keep(listening);
+    h.owns_file.store(false, Relaxed);
     h.fds[2].keep(file);
     if presence >= 0 {
         h.fds[4].keep(presence);
@@ -130,6 +144,28 @@ pub(super) fn own_copy(file: RawFd, bytes: usize) -> Option<RawFd> {
         close(d);
         None
     })
+}
+
+/// Where this process lets go of its descriptor `file` of a claim's pool file whose words
+/// it still holds and serves (a joiner that took the words, then found the file removed
+/// before it took a slot, and opens the path again: `removal::join_linked`): each entry
+/// serving with it keeps a copy of its own (close-on-exec, numbered from 3), so
+/// that its thread still hands the file to a joiner that asks for it. Before, it answered
+/// without it, and that joiner was refused. The copy is the same open file (its locks are
+/// the ones the process keeps already: `mapping::pin`); a forked child closes its copy.
+pub(crate) fn keep_file_served(file: RawFd) {
+    for h in HELD.iter().filter(|h| h.taken.load(Relaxed)) {
+        if h.fds[2].get() != Some(file) || h.owns_file.load(Relaxed) {
+            continue;
+        }
+        // SAFETY: a descriptor checked to be the pool file kept; the copy is this entry's.
+        let copy = unsafe { libc::fcntl(file, libc::F_DUPFD_CLOEXEC, 3) };
+        if copy >= 0 {
+            // The same file: its identity, which the serving thread checks, is unchanged.
+            h.fds[2].keep(copy);
+            h.owns_file.store(true, Relaxed);
+        }
+    }
 }
 
 /// The serving thread of one of [`HELD`]'s entries: accepts every joiner, gives it the
@@ -371,10 +407,11 @@ pub(super) fn pause(waited: &mut u32) {
 pub fn forget_in_child() {
     for h in &HELD {
         // Only what is still the claim's: a number the program reused is its own. The
-        // pool file's descriptor is the pool's locks' (`SlotLocks::forget_in_child`).
+        // pool file's descriptor is the pool's locks' (`SlotLocks::forget_in_child`),
+        // unless it is the entry's own copy.
         h.fds[0].close();
         h.fds[1].close();
-        h.fds[2].forget();
+        h.let_go_of_file();
         h.fds[3].close();
         if let Some(dir) = h.fds[4].get() {
             super::presence::hold_children(dir);
