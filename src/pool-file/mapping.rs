@@ -120,6 +120,9 @@ impl PoolFile {
 pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    // Why the last question to a claim's socket found nobody there (removed again since
+    // it was seen answering): said where every try met that.
+    let mut socket_gone = None;
     for _ in 0..3 {
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { crate::sys::open(c.as_ptr(), flags, 0) };
@@ -147,10 +150,24 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                     // descriptor this process may open (another network namespace;
                     // another user's processes, as a container's pool has): the file
                     // handed over by one of them, joined as any member joins it.
-                    return match crate::live::removed_file(path, libc::O_RDWR) {
-                        Ok(fd) => finish_removed(path, fd, sharing, Role::Member, Through::Socket),
-                        Err(why) => Err(removed_answering(path, &why)),
-                    };
+                    match crate::live::removed_file(path, libc::O_RDWR) {
+                        Ok(fd) => {
+                            return finish_removed(
+                                path,
+                                fd,
+                                sharing,
+                                Role::Member,
+                                Through::Socket,
+                            );
+                        }
+                        // Removed (or replaced) again between the look and the question: the
+                        // members bind it again within about a second: looked at again.
+                        Err(e) if e.socket_gone => {
+                            socket_gone = Some(e.why);
+                            continue;
+                        }
+                        Err(e) => return Err(removed_answering(path, &e.why)),
+                    }
                 }
                 // The claim's directory says members live, and none answered within the
                 // patience (stopped?): never a file of its own beside their budget.
@@ -166,6 +183,9 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
         if crate::creation::create(path, sharing, members)? {
             continue; // made (or made by another process at the same time): open it
         }
+    }
+    if let Some(why) = socket_gone {
+        return Err(removed_answering(path, &why));
     }
     Err(format!(
         "cannot open the pool file {}: it keeps disappearing",
@@ -214,7 +234,7 @@ fn open_existing(
             if sharing == Sharing::Claim && crate::live::answering_soon(path) =>
         {
             let fd = crate::live::removed_file(path, access)
-                .map_err(|why| removed_answering(path, &why))?;
+                .map_err(|e| removed_answering(path, &e.why))?;
             finish_removed(path, fd, sharing, role, Through::Socket)
         }
         _ if sharing == Sharing::Claim && crate::live::members_live(path) => {

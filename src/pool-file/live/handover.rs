@@ -342,7 +342,7 @@ pub(super) fn asks_for_file(from: &libc::sockaddr_un, len: libc::socklen_t) -> b
 /// with it holds (a regular file of the length its header states, with the memfd's
 /// header), opened again with `access` (what it is beyond that is checked as any pool
 /// file's, `mapping`). Err: why not.
-pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, String> {
+pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, NotHandedOver> {
     // A name of this process's own: another joiner's bound at the same moment would
     // refuse it (`EADDRINUSE`), then the next is tried.
     let mut name = FILE_REQUEST.to_vec();
@@ -363,10 +363,13 @@ pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, String> {
             Err(Some(libc::EADDRINUSE)) => continue,
             Err(e) => {
                 return Err(match e {
-                    Some(e) => format!(
-                        "asking its socket failed: {}",
-                        std::io::Error::from_raw_os_error(e)
-                    ),
+                    Some(e) => NotHandedOver {
+                        why: format!(
+                            "asking its socket failed: {}",
+                            std::io::Error::from_raw_os_error(e)
+                        ),
+                        socket_gone: matches!(e, libc::ENOENT | libc::ECONNREFUSED),
+                    },
                     None => "this process could not make a socket to ask".into(),
                 });
             }
@@ -389,7 +392,26 @@ pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, String> {
     close(memfd);
     let opened = checked.and_then(|()| reopen(file, access));
     close(file);
-    opened
+    opened.map_err(NotHandedOver::from)
+}
+
+/// Why no member handed a claim's removed pool file over ([`ask_for_file`]).
+#[derive(Debug)]
+pub(crate) struct NotHandedOver {
+    pub(crate) why: String,
+    /// Nothing listened at the socket's path when asked (removed since it was seen
+    /// answering, or replaced by a socket nobody holds): its members bind it there again
+    /// within about a second (`rebinding`), and a question after that may reach them.
+    pub(crate) socket_gone: bool,
+}
+
+impl<S: Into<String>> From<S> for NotHandedOver {
+    fn from(why: S) -> Self {
+        NotHandedOver {
+            why: why.into(),
+            socket_gone: false,
+        }
+    }
 }
 
 /// The file `fd` opened again (`/proc/self/fd/N`) with `access`: a descriptor handed over
@@ -623,7 +645,7 @@ mod tests {
 
         // A member that sends no file (an older gpucap): refused, saying so.
         let (at, server) = answer_once(&dir, words, None);
-        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err();
+        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err().why;
         server.join().unwrap();
         assert!(e.contains("handed over no file (an older gpucap"), "{e}");
 
@@ -632,7 +654,7 @@ mod tests {
         other[40] ^= 1;
         let theirs = pool_like_file(&dir, "g", &other);
         let (at, server) = answer_once(&dir, words, Some(theirs.as_raw_fd()));
-        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err();
+        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err().why;
         server.join().unwrap();
         assert!(e.contains("another pool's words"), "{e}");
 
@@ -643,6 +665,30 @@ mod tests {
             _ => panic!("the plain question's answer"),
         }
         assert!(!server.join().unwrap(), "a plain question asks for no file");
+        close(words);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A socket gone from its path since it was seen answering (removed, or a socket
+    /// nobody holds in its place) is worth asking again once the members bind it there
+    /// again (`mapping::open_member`); a member's answer without the file is not.
+    #[test]
+    fn a_question_that_found_no_socket_says_so() {
+        let dir = std::env::temp_dir().join(format!("gpucap-gone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = Address::of(&dir.join("s.sock")).unwrap();
+        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err();
+        assert!(e.socket_gone, "no socket: {}", e.why);
+        // A socket bound there whose holder is gone.
+        drop(std::os::unix::net::UnixListener::bind(dir.join("s.sock")).unwrap());
+        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err();
+        assert!(e.socket_gone, "a dead socket: {}", e.why);
+        let head: Vec<u8> = (0..HEADER_BYTES as u8).map(|b| b | 0x80).collect();
+        let words = memfd(64, &head, SEALS);
+        let (at, server) = answer_once(&dir, words, None);
+        let e = ask_for_file(&at, libc::O_RDWR).unwrap_err();
+        server.join().unwrap();
+        assert!(!e.socket_gone, "a member answered: {}", e.why);
         close(words);
         std::fs::remove_dir_all(&dir).unwrap();
     }

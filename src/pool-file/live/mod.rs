@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use crate::locks::{LOCK_BASE, flock_range, lock_call};
 use crate::sys::cstr;
 use at_rest::{clear_gone_marks, made_from, stamp_file, taken_in_file};
+pub(crate) use handover::NotHandedOver;
 use handover::{Address, Answer, SEALS, ask, close, socket};
 use rebinding::Watch;
 pub(crate) use serving::keep_file_served;
@@ -472,7 +473,7 @@ pub fn members_live(path: &Path) -> bool {
 /// a process that sees no member's announcement (another network namespace: a pod of its
 /// own) to join their one budget, or read it; opened with `access`, an open file of this
 /// process's own. Err: why not.
-pub(crate) fn removed_file(path: &Path, access: i32) -> Result<RawFd, String> {
+pub(crate) fn removed_file(path: &Path, access: i32) -> Result<RawFd, NotHandedOver> {
     handover::ask_for_file(&Address::of(&socket_path(path))?, access)
 }
 
