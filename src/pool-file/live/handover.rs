@@ -21,7 +21,8 @@ const HEADER_BYTES: usize = 48;
 /// bound to before it connects begins so (the member reads it from `accept`). A joiner
 /// that found no file at the claim's path, removed while the members run, and sees none
 /// of them announced (another network namespace: a pod of its own) joins through it.
-/// A member of an older gpucap answers without it, and one that asks nothing gets none.
+/// Every gpucap of this pool layout hands the file over where asked (one whose program
+/// closed gpucap's descriptor of it cannot), and one that asks nothing gets none.
 pub(super) const FILE_REQUEST: &[u8] = b"gpucap-claim-file/";
 
 /// A socket's address for `path` (through `/proc/self/fd/N/` of its directory where the
@@ -383,8 +384,8 @@ pub(super) fn ask_for_file(at: &Address, access: i32) -> Result<RawFd, NotHanded
     let bytes = crate::kept::stat_of(memfd).map_or(0, |st| st.st_size as usize);
     let checked = match file {
         -1 => Err(
-            "the member that answered handed over no file (an older gpucap, or one whose \
-                   program closed its descriptor of the file)"
+            "the member that answered handed over no file (its program closed gpucap's \
+                   descriptor of it)"
                 .into(),
         ),
         f => check(memfd, f, bytes),
@@ -571,7 +572,7 @@ mod tests {
 
     /// One member's answer on a socket at `dir/s.sock`: accepts one joiner, says whether
     /// it asked for the file, and sends `memfd`, a listening socket and, where it asked,
-    /// `file` (None: a member that sends no file, as an older gpucap).
+    /// `file` (None: a member that sends no file, as one whose program closed it).
     fn answer_once(
         dir: &Path,
         memfd: RawFd,
@@ -643,11 +644,11 @@ mod tests {
         );
         close(got);
 
-        // A member that sends no file (an older gpucap): refused, saying so.
+        // A member that sends no file (its program closed it): refused, saying so.
         let (at, server) = answer_once(&dir, words, None);
         let e = ask_for_file(&at, libc::O_RDWR).unwrap_err().why;
         server.join().unwrap();
-        assert!(e.contains("handed over no file (an older gpucap"), "{e}");
+        assert!(e.contains("handed over no file (its program closed"), "{e}");
 
         // A file that is not the one whose words came with it.
         let mut other = stated.clone();
@@ -697,7 +698,8 @@ mod tests {
     fn a_socket_whose_path_is_too_long_for_an_address_is_reached_through_its_directory() {
         let a = Address::of(Path::new("/dev/shm/claim/gpucap.pool.sock")).unwrap();
         assert_eq!(a.dir, -1);
-        let long = std::env::temp_dir().join("d".repeat(120));
+        // Of this process's own: another run of the suite at once removes its own.
+        let long = std::env::temp_dir().join(format!("{}{}", "d".repeat(120), std::process::id()));
         std::fs::create_dir_all(&long).unwrap();
         let a = Address::of(&long.join("gpucap.pool.sock")).unwrap();
         let name: Vec<u8> = a
