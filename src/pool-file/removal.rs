@@ -382,8 +382,13 @@ mod tests {
     /// namespace). Before, it answered without it (its descriptor closed by the leaving),
     /// and such a joiner, this process's second try here among them, was refused with
     /// "handed over no file (an older gpucap)".
+    /// Held by each test of a claim's pool in this process: they share its serving
+    /// entries, which the first one's end lets go of as a forked child does.
+    static CLAIMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_claims_joiner_that_left_a_removed_file_still_hands_it_over() {
+        let _one = CLAIMS.lock().unwrap_or_else(|e| e.into_inner());
         let d = dir("claim");
         let path = d.join("gpucap.pool");
         let tries = std::cell::Cell::new(0);
@@ -429,6 +434,55 @@ mod tests {
             .filter(|&fd| crate::kept::identity(fd) == id)
             .count();
         assert_eq!(kept, 0, "descriptors of the file kept");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The claim's socket removed again between a joiner's look (members answer) and its
+    /// question for the removed file: the joiner looks again (the members bind it again
+    /// within about a second) and joins them. Before, it was refused at once ("asking its
+    /// socket failed: No such file or directory").
+    #[test]
+    fn a_claims_joiner_whose_question_finds_the_socket_gone_looks_again() {
+        let _one = CLAIMS.lock().unwrap_or_else(|e| e.into_inner());
+        let d = dir("gone");
+        let path = d.join("gpucap.pool");
+        // A member: the claim's words held and served.
+        let member = crate::open_member(
+            &path,
+            crate::Sharing::Claim,
+            gpucap_core::budget::DEFAULT_SLOTS,
+        )
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        static REMOVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        fn remove_socket(p: &Path) {
+            // This test's claim only (another test may ask meanwhile), once.
+            if p.parent().and_then(|d| d.file_name()) == Some(std::ffi::OsStr::new(&*tag()))
+                && REMOVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0
+            {
+                std::fs::remove_file(crate::live::socket_path(p)).unwrap();
+            }
+        }
+        fn tag() -> String {
+            format!("gpucap-removal-gone-{}", std::process::id())
+        }
+        *crate::live::BEFORE_QUESTION.lock().unwrap() = Some(remove_socket);
+        let joined = crate::open_member(
+            &path,
+            crate::Sharing::Claim,
+            gpucap_core::budget::DEFAULT_SLOTS,
+        );
+        *crate::live::BEFORE_QUESTION.lock().unwrap() = None;
+        let joined = joined.unwrap();
+        assert!(
+            REMOVED.load(std::sync::atomic::Ordering::Relaxed) >= 2,
+            "asked twice: once with the socket gone"
+        );
+        assert_eq!(
+            crate::kept::identity(joined.locks.fd()),
+            crate::kept::identity(member.locks.fd()),
+            "the members' file"
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 

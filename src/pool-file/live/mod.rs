@@ -474,8 +474,18 @@ pub fn members_live(path: &Path) -> bool {
 /// own) to join their one budget, or read it; opened with `access`, an open file of this
 /// process's own. Err: why not.
 pub(crate) fn removed_file(path: &Path, access: i32) -> Result<RawFd, NotHandedOver> {
+    #[cfg(test)]
+    if let Some(hook) = *BEFORE_QUESTION.lock().unwrap_or_else(|e| e.into_inner()) {
+        hook(path);
+    }
     handover::ask_for_file(&Address::of(&socket_path(path))?, access)
 }
+
+/// A test's hook, run as [`removed_file`] is about to ask the socket of `path`: what a
+/// co-tenant does between a joiner's look and its question.
+#[cfg(test)]
+pub(crate) static BEFORE_QUESTION: std::sync::Mutex<Option<fn(&Path)>> =
+    std::sync::Mutex::new(None);
 
 /// A claim's live words for a reader or a resize: a memfd (the caller closes it; a
 /// member's own, else asked of the socket), or None where no process holds them (the
