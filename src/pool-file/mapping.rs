@@ -281,12 +281,13 @@ fn not_ours(path: &Path) -> String {
 }
 
 /// Keeps the open file `fd` (a claim member's pool file: its locks say that the process
-/// holds the claim's words, and its slot; a lone process's file) for the process's life, as a named pool's
-/// mapping of its file does: a page of it mapped with no access, never touched (no
-/// SIGBUS, whatever the file's size). With the descriptor alone, a program that closes
-/// every descriptor it did not open (`close_range`, as daemons do) let the locks go while
-/// it ran, and the next joiner made a memfd of its own: a second budget. Not inherited by
-/// a forked child (its copy would keep the locks after this process died); gone at exec.
+/// holds the claim's words, and its slot; a lone process's file) for the process's life,
+/// as a named pool's mapping of its file does: a page of it mapped with no access, never
+/// touched (no SIGBUS, whatever the file's size). With the descriptor alone, a program
+/// that closes every descriptor it did not open (`close_range`, as daemons do) let the
+/// locks go while it ran, and the next joiner made a memfd of its own: a second budget.
+/// Not inherited by a forked child (its copy would keep the locks after this process
+/// died); gone at exec.
 pub(crate) fn pin(fd: RawFd) -> Result<(), String> {
     let page = 4096;
     // SAFETY: a fresh mapping of our file with no access, never unmapped.
