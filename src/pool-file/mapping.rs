@@ -209,39 +209,52 @@ fn open_existing(
     role: Role,
 ) -> Result<PoolFile, String> {
     let c = cstr(path)?;
-    // SAFETY: a NUL-terminated path.
-    let fd = unsafe {
-        crate::sys::open(
-            c.as_ptr(),
-            access | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            0,
-        )
-    };
-    if fd >= 0 {
-        return finish(path, fd, sharing, role);
-    }
-    let errno = std::io::Error::last_os_error().raw_os_error();
-    let err = open_err(path);
-    if errno != Some(libc::ENOENT) {
-        return Err(err);
-    }
-    match crate::beacon::orphan(path, sharing, access) {
-        Orphan::Found { fd, pid } => finish_removed(path, fd, sharing, role, Through::Process(pid)),
-        // A claim's members in another network namespace, or another user's whose
-        // descriptors this process may not open, hand it over on its socket (once they
-        // bound it again, where it was removed with the file).
-        Orphan::None | Orphan::Unreachable(_)
-            if sharing == Sharing::Claim && crate::live::answering_soon(path) =>
-        {
-            let fd = crate::live::removed_file(path, access)
-                .map_err(|e| removed_answering(path, &e.why))?;
-            finish_removed(path, fd, sharing, role, Through::Socket)
+    // As a joiner does (`open_member`): a claim's socket gone again between the look and
+    // the question is looked at again (three tries), the last such error said.
+    let mut socket_gone = String::new();
+    for _ in 0..3 {
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe {
+            crate::sys::open(
+                c.as_ptr(),
+                access | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                0,
+            )
+        };
+        if fd >= 0 {
+            return finish(path, fd, sharing, role);
         }
-        _ if sharing == Sharing::Claim && crate::live::members_live(path) => {
-            Err(removed_silent(path))
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        let err = open_err(path);
+        if errno != Some(libc::ENOENT) {
+            return Err(err);
         }
-        _ => Err(err),
+        return match crate::beacon::orphan(path, sharing, access) {
+            Orphan::Found { fd, pid } => {
+                finish_removed(path, fd, sharing, role, Through::Process(pid))
+            }
+            // A claim's members in another network namespace, or another user's whose
+            // descriptors this process may not open, hand it over on its socket (once they
+            // bound it again, where it was removed with the file).
+            Orphan::None | Orphan::Unreachable(_)
+                if sharing == Sharing::Claim && crate::live::answering_soon(path) =>
+            {
+                match crate::live::removed_file(path, access) {
+                    Ok(fd) => finish_removed(path, fd, sharing, role, Through::Socket),
+                    Err(e) if e.socket_gone => {
+                        socket_gone = e.why;
+                        continue;
+                    }
+                    Err(e) => Err(removed_answering(path, &e.why)),
+                }
+            }
+            _ if sharing == Sharing::Claim && crate::live::members_live(path) => {
+                Err(removed_silent(path))
+            }
+            _ => Err(err),
+        };
     }
+    Err(removed_answering(path, &socket_gone))
 }
 
 /// Why the pool file at `path` could not be opened (`errno` says): a symbolic link there

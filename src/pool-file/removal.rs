@@ -439,8 +439,8 @@ mod tests {
 
     /// The claim's socket removed again between a joiner's look (members answer) and its
     /// question for the removed file: the joiner looks again (the members bind it again
-    /// within about a second) and joins them. Before, it was refused at once ("asking its
-    /// socket failed: No such file or directory").
+    /// within about a second) and joins them, and a reader reads them. Before, each was
+    /// refused at once ("asking its socket failed: No such file or directory").
     #[test]
     fn a_claims_joiner_whose_question_finds_the_socket_gone_looks_again() {
         let _one = CLAIMS.lock().unwrap_or_else(|e| e.into_inner());
@@ -482,6 +482,17 @@ mod tests {
             crate::kept::identity(joined.locks.fd()),
             crate::kept::identity(member.locks.fd()),
             "the members' file"
+        );
+        // A reader (`gpucap status`) the same.
+        REMOVED.store(0, std::sync::atomic::Ordering::Relaxed);
+        *crate::live::BEFORE_QUESTION.lock().unwrap() = Some(remove_socket);
+        let read = crate::open_reader(&path, crate::Sharing::Claim);
+        *crate::live::BEFORE_QUESTION.lock().unwrap() = None;
+        let read = read.unwrap();
+        assert!(REMOVED.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+        assert_eq!(
+            crate::kept::identity(read.locks.fd()),
+            crate::kept::identity(member.locks.fd()),
         );
         std::fs::remove_dir_all(&d).unwrap();
     }
