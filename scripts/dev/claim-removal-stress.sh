@@ -73,7 +73,7 @@ for r in $(seq "$ROUNDS"); do
     dir=$tmp/claim.$r
     mkdir -m 777 "$dir"
     # The members hold their blocks until their standard input closes.
-    (sleep 20 | capped "$dir" BENCH_START_HOLD=1 "$tmp/bench_start" "$HOLDERS" >"$tmp/hold.$r" 2>&1) &
+    (sleep 20 | capped "$dir" BENCH_START_HOLD=1 "$tmp/bench_start" "$HOLDERS") >"$tmp/hold.$r" 2>&1 &
     holders=$!
     for _ in $(seq 100); do grep -q '^n=' "$tmp/hold.$r" 2>/dev/null && break; sleep 0.05; done
     grep -q 'failed=0' "$tmp/hold.$r" || { echo "claim-removal-stress: the members did not start:" >&2; cat "$tmp/hold.$r" >&2; exit 1; }
