@@ -150,24 +150,10 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                     // descriptor this process may open (another network namespace;
                     // another user's processes, as a container's pool has): the file
                     // handed over by one of them, joined as any member joins it.
-                    match crate::live::removed_file(path, libc::O_RDWR) {
-                        Ok(fd) => {
-                            return finish_removed(
-                                path,
-                                fd,
-                                sharing,
-                                Role::Member,
-                                Through::Socket,
-                            );
-                        }
-                        // Removed (or replaced) again between the look and the question: the
-                        // members bind it again within about a second: looked at again.
-                        Err(e) if e.socket_gone => {
-                            socket_gone = Some(e.why);
-                            continue;
-                        }
-                        Err(e) => return Err(removed_answering(path, &e.why)),
-                    }
+                    let Some(fd) = handed_over(path, libc::O_RDWR, &mut socket_gone)? else {
+                        continue;
+                    };
+                    return finish_removed(path, fd, sharing, Role::Member, Through::Socket);
                 }
                 // The claim's directory says members live, and none answered within the
                 // patience (stopped?): never a file of its own beside their budget.
@@ -210,8 +196,8 @@ fn open_existing(
 ) -> Result<PoolFile, String> {
     let c = cstr(path)?;
     // As a joiner does (`open_member`): a claim's socket gone again between the look and
-    // the question is looked at again (three tries), the last such error said.
-    let mut socket_gone = String::new();
+    // the question is looked at again (three tries).
+    let mut socket_gone = None;
     for _ in 0..3 {
         // SAFETY: a NUL-terminated path.
         let fd = unsafe {
@@ -229,9 +215,9 @@ fn open_existing(
         if errno != Some(libc::ENOENT) {
             return Err(err);
         }
-        return match crate::beacon::orphan(path, sharing, access) {
+        match crate::beacon::orphan(path, sharing, access) {
             Orphan::Found { fd, pid } => {
-                finish_removed(path, fd, sharing, role, Through::Process(pid))
+                return finish_removed(path, fd, sharing, role, Through::Process(pid));
             }
             // A claim's members in another network namespace, or another user's whose
             // descriptors this process may not open, hand it over on its socket (once they
@@ -239,22 +225,38 @@ fn open_existing(
             Orphan::None | Orphan::Unreachable(_)
                 if sharing == Sharing::Claim && crate::live::answering_soon(path) =>
             {
-                match crate::live::removed_file(path, access) {
-                    Ok(fd) => finish_removed(path, fd, sharing, role, Through::Socket),
-                    Err(e) if e.socket_gone => {
-                        socket_gone = e.why;
-                        continue;
-                    }
-                    Err(e) => Err(removed_answering(path, &e.why)),
-                }
+                let Some(fd) = handed_over(path, access, &mut socket_gone)? else {
+                    continue;
+                };
+                return finish_removed(path, fd, sharing, role, Through::Socket);
             }
             _ if sharing == Sharing::Claim && crate::live::members_live(path) => {
-                Err(removed_silent(path))
+                return Err(removed_silent(path));
             }
-            _ => Err(err),
-        };
+            _ => return Err(err),
+        }
     }
-    Err(removed_answering(path, &socket_gone))
+    Err(removed_answering(path, &socket_gone.unwrap_or_default()))
+}
+
+/// The claim's pool file at `path`, removed while its members run, as one of them hands
+/// it over on the claim's socket (opened with `access`). None where the socket was gone
+/// at the question (removed or replaced again since it was seen answering: the members
+/// bind it again within about a second, and the caller looks again), why kept in `gone`
+/// for the line said where every try met that. Err: the line.
+fn handed_over(
+    path: &Path,
+    access: i32,
+    gone: &mut Option<String>,
+) -> Result<Option<RawFd>, String> {
+    match crate::live::removed_file(path, access) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e) if e.socket_gone => {
+            *gone = Some(e.why);
+            Ok(None)
+        }
+        Err(e) => Err(removed_answering(path, &e.why)),
+    }
 }
 
 /// Why the pool file at `path` could not be opened (`errno` says): a symbolic link there
