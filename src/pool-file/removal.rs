@@ -423,13 +423,15 @@ mod tests {
             unsafe { libc::close(fd) };
         }
         member.leave();
-        // What a forked child does (`forget_in_child`, here in this process: a fork of a
-        // test process would hold every other test's files meanwhile) lets go of every
-        // descriptor of the file, the serving entry's own copy among them: one left open
-        // in a child would keep the claim's locks after this process.
+        // What a forked child does (`forget_in_child`, here in this process and for this
+        // claim's entries only: a fork of a test process would hold every other test's
+        // files meanwhile, and every entry let go would stop other tests' serving
+        // threads) lets go of every descriptor of the file, the serving entry's own copy
+        // among them: one left open in a child would keep the claim's locks after this
+        // process.
         let id = crate::kept::identity(file.locks.fd());
+        crate::live::let_go_in_child_of(file.locks.fd());
         file.locks.forget_in_child();
-        crate::live::forget_in_child();
         let kept = (3..4096)
             .filter(|&fd| crate::kept::identity(fd) == id)
             .count();

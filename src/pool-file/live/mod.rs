@@ -54,6 +54,8 @@ pub(crate) use serving::keep_file_served;
 use serving::{own_copy, pause, served};
 
 pub use serving::forget_in_child;
+#[cfg(test)]
+pub(crate) use serving::let_go_in_child_of;
 
 /// Read-locked for life by every process holding the claim's memfd.
 pub(crate) const HOLD_BYTE: i64 = LOCK_BASE - 2;

@@ -406,17 +406,41 @@ pub(super) fn pause(waited: &mut u32) {
 /// joiners waiting).
 pub fn forget_in_child() {
     for h in &HELD {
-        // Only what is still the claim's: a number the program reused is its own. The
-        // pool file's descriptor is the pool's locks' (`SlotLocks::forget_in_child`),
-        // unless it is the entry's own copy.
-        h.fds[0].close();
-        h.fds[1].close();
-        h.let_go_of_file();
-        h.fds[3].close();
-        if let Some(dir) = h.fds[4].get() {
+        h.let_go_in_child();
+        h.taken.store(false, Relaxed);
+    }
+}
+
+impl Held {
+    /// What a forked child lets go of in this entry: only what is still the claim's (a
+    /// number the program reused is its own). The pool file's descriptor is the pool's
+    /// locks' (`SlotLocks::forget_in_child`), unless it is the entry's own copy.
+    fn let_go_in_child(&self) {
+        self.fds[0].close();
+        self.fds[1].close();
+        self.let_go_of_file();
+        self.fds[3].close();
+        if let Some(dir) = self.fds[4].get() {
             super::presence::hold_children(dir);
         }
-        h.fds[4].close();
-        h.taken.store(false, Relaxed);
+        self.fds[4].close();
+    }
+}
+
+/// A test's stand-in for a forked child, in its own process: what [`forget_in_child`]
+/// does, for the entries serving the pool file `file` only (the same file: its copy), and
+/// left taken. A child has no serving thread; this process has one for each entry, which
+/// finds its numbers gone at its next look and lets the entry go itself. Freeing every
+/// entry here let other tests' claims be taken into entries whose threads still ran:
+/// such a thread, woken, accepted on a number that was now another file and, done,
+/// freed the entry under its new owner, whose joiners then got no answer (5 of 36 runs
+/// of this crate's tests beside a loop of 2,000 processes starting).
+#[cfg(test)]
+pub(crate) fn let_go_in_child_of(file: RawFd) {
+    let id = crate::kept::identity(file);
+    for h in HELD.iter().filter(|h| h.taken.load(Relaxed)) {
+        if id.is_some() && h.fds[2].get().and_then(crate::kept::identity) == id {
+            h.let_go_in_child();
+        }
     }
 }
