@@ -388,6 +388,10 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// Held by each test of a claim's pool in this process: they share its serving
+    /// entries (eight) and the hook before a question (`live::BEFORE_QUESTION`).
+    static CLAIMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// A claim's joiner that took the words of the file at the path (and serves them from
     /// then on) and finds the file removed before it took its slot leaves that file and
     /// opens the path again: its own serving thread still answers on the claim's socket,
@@ -395,10 +399,6 @@ mod tests {
     /// namespace). Before, it answered without it (its descriptor closed by the leaving),
     /// and such a joiner, this process's second try here among them, was refused with
     /// "handed over no file (an older gpucap)".
-    /// Held by each test of a claim's pool in this process: they share its serving
-    /// entries, which the first one's end lets go of as a forked child does.
-    static CLAIMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
     #[test]
     fn a_claims_joiner_that_left_a_removed_file_still_hands_it_over() {
         let _one = CLAIMS.lock().unwrap_or_else(|e| e.into_inner());

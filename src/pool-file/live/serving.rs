@@ -52,6 +52,20 @@ impl Held {
             false => self.fds[2].forget(),
         }
     }
+
+    /// What a forked child lets go of in this entry: only what is still the claim's (a
+    /// number the program reused is its own). The pool file's descriptor is the pool's
+    /// locks' (`SlotLocks::forget_in_child`), unless it is the entry's own copy.
+    fn let_go_in_child(&self) {
+        self.fds[0].close();
+        self.fds[1].close();
+        self.let_go_of_file();
+        self.fds[3].close();
+        if let Some(dir) = self.fds[4].get() {
+            super::presence::hold_children(dir);
+        }
+        self.fds[4].close();
+    }
 }
 
 /// The claims this process holds, for their serving threads and a forked child to close
@@ -411,22 +425,6 @@ pub fn forget_in_child() {
     }
 }
 
-impl Held {
-    /// What a forked child lets go of in this entry: only what is still the claim's (a
-    /// number the program reused is its own). The pool file's descriptor is the pool's
-    /// locks' (`SlotLocks::forget_in_child`), unless it is the entry's own copy.
-    fn let_go_in_child(&self) {
-        self.fds[0].close();
-        self.fds[1].close();
-        self.let_go_of_file();
-        self.fds[3].close();
-        if let Some(dir) = self.fds[4].get() {
-            super::presence::hold_children(dir);
-        }
-        self.fds[4].close();
-    }
-}
-
 /// A test's stand-in for a forked child, in its own process: what [`forget_in_child`]
 /// does, for the entries serving the pool file `file` only (the same file: its copy), and
 /// left taken. A child has no serving thread; this process has one for each entry, which
@@ -437,9 +435,11 @@ impl Held {
 /// of this crate's tests beside a loop of 2,000 processes starting).
 #[cfg(test)]
 pub(crate) fn let_go_in_child_of(file: RawFd) {
-    let id = crate::kept::identity(file);
+    let Some(id) = crate::kept::identity(file) else {
+        return;
+    };
     for h in HELD.iter().filter(|h| h.taken.load(Relaxed)) {
-        if id.is_some() && h.fds[2].get().and_then(crate::kept::identity) == id {
+        if h.fds[2].get().and_then(crate::kept::identity) == Some(id) {
             h.let_go_in_child();
         }
     }
