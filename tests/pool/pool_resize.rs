@@ -637,3 +637,160 @@ fn a_resize_stopped_half_way_is_waited_for_never_taken_over_while_its_process_li
     );
     kill(a);
 }
+
+/// A copy of the library in `home` with `gpucap.env` saying `GPUCAP_LIMIT=256Mi`: a
+/// ceiling handed down to the processes that load it.
+fn library_under_ceiling(home: &std::path::Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(home).unwrap();
+    let lib = home.join("libgpucap.so");
+    std::fs::copy(shim(), &lib).unwrap();
+    std::fs::write(home.join("gpucap.env"), "GPUCAP_LIMIT=256Mi\n").unwrap();
+    lib
+}
+
+/// A process of pool `t` under that ceiling (`gpucap run` with `GPUCAP_LIB`, `limit`
+/// asked by `--limit` where given), running `steps`, then holding its memory until
+/// killed; its stderr goes to `TAG.err`.
+fn under_ceiling(s: &Scratch, tag: &str, limit: Option<&str>, steps: &[String]) -> Child {
+    let lib = library_under_ceiling(&s.dir.join("home"));
+    let mut args: Vec<String> = vec!["run".into()];
+    if let Some(l) = limit {
+        args.extend(["--limit".into(), l.into()]);
+    }
+    args.extend(["--pool".into(), "t".into(), "--".into()]);
+    args.push(script().to_str().unwrap().into());
+    args.extend(steps.iter().cloned());
+    args.push(format!("wait:{}", s.dir.join("never").display()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let err = std::fs::File::create(s.dir.join(format!("{tag}.err"))).unwrap();
+    on_shared_gpu(s, s.gpucap(&args))
+        .env("GPUCAP_LIB", &lib)
+        .env("GPUCAP_WAIT", "0")
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .spawn()
+        .unwrap()
+}
+
+/// What a member under a 256 MiB ceiling says once its pool's words let it past: its
+/// 1,200 MiB allocation refused with the ceiling's line, and `cuMemGetInfo` showing no
+/// more than the ceiling.
+fn assert_held_at_the_ceiling(s: &Scratch, out: &Output, tag: &str) {
+    let err = std::fs::read_to_string(s.dir.join(format!("{tag}.err"))).unwrap_or_default();
+    let text = stdout(out);
+    assert!(
+        text.contains(&format!("alloc {} 2", 1200 * MIB)),
+        "1,200 MiB served past the 256 MiB ceiling\n{text}\n{err}"
+    );
+    assert!(
+        err.contains("of the 256 MiB cap in use"),
+        "the ceiling's line\n{text}\n{err}"
+    );
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("info "))
+        .unwrap_or_else(|| panic!("no info line\n{text}\n{err}"));
+    let total: u64 = info.split(' ').nth(2).unwrap().parse().unwrap();
+    assert!(
+        total <= 256 * MIB,
+        "{info}: more than the ceiling shown\n{err}"
+    );
+}
+
+/// A pool resized above the ceiling handed down to a member (a file beside the library
+/// it loads) lets every other member hold more, never that one: it holds its own
+/// ceiling in its own memory. Before, the member took the pool's raised cap (1,200 MiB
+/// served under a 256 MiB ceiling), since inside a pool its own cap gave way to the
+/// pool's words.
+#[test]
+fn a_pool_resized_above_a_members_ceiling_never_takes_it_past_that_ceiling() {
+    let s = Scratch::new("pool-resize-ceiling");
+    let (held, go) = (s.dir.join("held"), s.dir.join("go"));
+    let mut a = under_ceiling(
+        &s,
+        "a",
+        None,
+        &[
+            "alloc:100Mi".into(),
+            format!("touch:{}", held.display()),
+            format!("wait:{}", go.display()),
+            "alloc:1200Mi".into(),
+            "info".into(),
+            format!("touch:{}", s.dir.join("a.done").display()),
+        ],
+    );
+    wait_ready(&mut a, &held, "the member a's first block");
+    assert_eq!(status(&s)["gpus"][0]["cap"], 256 * MIB);
+    assert_ok(&run(&mut s.gpucap(&["pool", "resize", "t", "2Gi"])));
+    // A member with no ceiling is served past 256 MiB after the raise.
+    let c = once(&s, &["alloc:1200Mi"]);
+    assert!(
+        stdout(&c).contains(&format!("alloc {} 0", 1200 * MIB)),
+        "{}",
+        dump(&c)
+    );
+    std::fs::write(&go, b"").unwrap();
+    wait_ready(&mut a, &s.dir.join("a.done"), "the member a");
+    let oa = kill(a);
+    assert_held_at_the_ceiling(&s, &oa, "a");
+}
+
+/// `gpucap pool set --ceiling none` on a member under a ceiling handed down that asked
+/// for less than it (so `status` shows no mark of the ceiling) lets it hold no more than
+/// that ceiling. Before, it was served the pool's 4 GiB.
+#[test]
+fn a_member_ceiling_lifted_by_pool_set_never_takes_a_member_past_its_handed_down_ceiling() {
+    let s = Scratch::new("pool-set-ceiling");
+    // The pool's maker, with no file: 4 GiB.
+    let maker_done = s.dir.join("maker.done");
+    let mut maker = on_shared_gpu(
+        &s,
+        s.gpucap(&[
+            "run",
+            "--limit",
+            "4Gi",
+            "--pool",
+            "t",
+            "--",
+            script().to_str().unwrap(),
+            &format!("touch:{}", maker_done.display()),
+            &format!("wait:{}", s.dir.join("never").display()),
+        ]),
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_ready(&mut maker, &maker_done, "the pool's maker");
+    let (held, go) = (s.dir.join("held"), s.dir.join("go"));
+    let mut b = under_ceiling(
+        &s,
+        "b",
+        Some("255Mi"),
+        &[
+            format!("touch:{}", held.display()),
+            format!("wait:{}", go.display()),
+            "alloc:1200Mi".into(),
+            "info".into(),
+            format!("touch:{}", s.dir.join("b.done").display()),
+        ],
+    );
+    wait_ready(&mut b, &held, "the member b");
+    let maker_pid = u64::from(maker.id());
+    let v = status(&s);
+    let b_pid = v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["pid"].as_u64().unwrap())
+        .find(|&p| p != maker_pid)
+        .unwrap_or_else(|| panic!("no member but the maker: {v}"))
+        .to_string();
+    let o = run(&mut s.gpucap(&["pool", "set", "t", &b_pid, "--ceiling", "none"]));
+    assert_ok(&o);
+    std::fs::write(&go, b"").unwrap();
+    wait_ready(&mut b, &s.dir.join("b.done"), "the member b");
+    let ob = kill(b);
+    kill(maker);
+    assert_held_at_the_ceiling(&s, &ob, "b");
+}

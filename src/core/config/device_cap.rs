@@ -23,6 +23,11 @@ pub struct DeviceCap {
     /// there or asked just as much; a GPU driver's hand-over). None: the cap is the
     /// environment's own, or lower than the ceiling, or there is none.
     pub handed_down: Option<HandedDown>,
+    /// The most this process may ever hold on the GPU, whatever a pool's words say: the
+    /// ceiling handed down (a file's, or a driver's hand-over without one), in bytes.
+    /// None: no ceiling for this GPU. A pool resized above it, or a member ceiling set
+    /// above it by `gpucap pool set`, never lets the process past it.
+    pub ceiling_bytes: Option<u64>,
     /// What the shim says, once, when the GPU is first used.
     pub notes: Vec<CapNote>,
 }
@@ -90,12 +95,14 @@ pub fn device_cap(
     };
     let Some(bound) = &config.bound else {
         let cap = in_bytes(asked, &mut total, &mut notes);
+        let handed_down = cap.and(HandedDown::of(config));
         return DeviceCap {
             cap,
             asked,
             ceiling: None,
             held: false,
-            handed_down: cap.and(HandedDown::of(config)),
+            handed_down,
+            ceiling_bytes: handed_down.and(cap),
             notes,
         };
     };
@@ -111,8 +118,9 @@ pub fn device_cap(
         None
     };
     let capped = cap_under(asked, ceiling, known);
+    let ceiling_bytes = cap_under(None, ceiling, known).cap;
     // At the ceiling (held there, or asked just as much), not lowered below it.
-    let at_ceiling = capped.cap.is_some() && capped.cap == cap_under(None, ceiling, known).cap;
+    let at_ceiling = capped.cap.is_some() && capped.cap == ceiling_bytes;
     if capped.held
         && bound.asked.is_some()
         && let Some(c) = capped.cap
@@ -130,6 +138,7 @@ pub fn device_cap(
         } else {
             None
         },
+        ceiling_bytes,
         notes,
     }
 }
@@ -270,6 +279,36 @@ mod tests {
         let c = cap_of(&under(None, "25%"), Some(80 * GI));
         assert_eq!(c.cap, Some(20 * GI));
         assert_eq!(c.handed_down, Some(HandedDown::BesideLibrary));
+    }
+
+    /// The ceiling in bytes is kept whatever the environment asked under it: the most
+    /// the process may ever hold, even where a pool's words would let it hold more.
+    #[test]
+    fn the_ceiling_in_bytes_is_kept_beside_the_cap_lowered_or_not() {
+        for (asked, cap) in [
+            (Some("128Mi"), 128 * MI),
+            (Some("4Gi"), 256 * MI),
+            (Some("none"), 256 * MI),
+            (None, 256 * MI),
+        ] {
+            let c = cap_of(&under(asked, "256Mi"), Some(80 * GI));
+            assert_eq!(
+                (c.cap, c.ceiling_bytes),
+                (Some(cap), Some(256 * MI)),
+                "{asked:?}"
+            );
+        }
+        let c = cap_of(&under(Some("1Gi"), "1%"), Some(80 * GI));
+        assert_eq!(c.ceiling_bytes, Some(80 * GI / 100));
+        // The environment alone hands nothing down; a driver's hand-over does.
+        assert_eq!(cap_of(&env(Some("4Gi")), Some(80 * GI)).ceiling_bytes, None);
+        let handed = crate::config::from_vars([
+            ("NVIDIA_GPU_MEMORY_LIMIT", "512"),
+            ("NVIDIA_GPU_MEMORY_REQUEST", "512"),
+        ])
+        .unwrap();
+        let c = cap_of(&handed, Some(80 * GI));
+        assert_eq!((c.cap, c.ceiling_bytes), (Some(512 * MI), Some(512 * MI)));
     }
 
     #[test]

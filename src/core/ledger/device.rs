@@ -140,15 +140,18 @@ pub(super) fn add_within_cap(d: &Device, bytes: u64) -> Result<u64, (u64, u64)> 
     }
 }
 
-/// Adds `bytes` to `d`'s use whatever its cap: the new use, None where the sum would not
-/// fit a `u64` (nothing added: a rollback of a saturated sum would take off what was there).
+/// Adds `bytes` to `d`'s use whatever its cap, up to `ceiling` (the most the process may
+/// ever hold there, [`NO_CAP`] for none): Ok: the new use; Err: the use and the ceiling
+/// that refused, nothing added (also where the sum would not fit a `u64`: a rollback of
+/// a saturated sum would take off what was there).
 #[inline]
-pub(super) fn add_past_cap(d: &Device, bytes: u64) -> Option<u64> {
-    let old = d
-        .used
-        .fetch_update(AcqRel, Acquire, |u| u.checked_add(bytes))
-        .ok()?;
-    Some(old + bytes)
+pub(super) fn add_past_cap(d: &Device, bytes: u64, ceiling: u64) -> Result<u64, (u64, u64)> {
+    d.used
+        .fetch_update(AcqRel, Acquire, |u| {
+            u.checked_add(bytes).filter(|&n| n <= ceiling)
+        })
+        .map(|old| old + bytes)
+        .map_err(|used| (used, ceiling))
 }
 
 /// Raises `d`'s peak to `used` if it is higher. A plain load first: the peak rarely

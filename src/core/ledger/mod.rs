@@ -9,7 +9,7 @@
 
 use std::sync::OnceLock;
 use std::sync::atomic::{
-    AtomicUsize,
+    AtomicU64, AtomicUsize,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
@@ -48,6 +48,11 @@ pub struct Ledger {
     /// path of every allocation and free); k: the member in `members[k - 1]`;
     /// [`POOL_ORPHANED`]: in a pool, with no membership of this process's own yet.
     pool_at: AtomicUsize,
+    /// Per device, the most this process may ever hold there ([`NO_CAP`]: no ceiling):
+    /// the ceiling handed down to it. Kept here, in the process's own memory, not in a
+    /// pool's words: a pool resized above it, or a member ceiling another process wrote
+    /// there, never takes the process past it.
+    ceilings: [AtomicU64; crate::config::MAX_DEVICES],
 }
 
 impl Default for Ledger {
@@ -63,6 +68,7 @@ impl Ledger {
             pointers: LiveMap::new(),
             members: [const { OnceLock::new() }; POOL_GENERATIONS],
             pool_at: AtomicUsize::new(0),
+            ceilings: [const { AtomicU64::new(NO_CAP) }; crate::config::MAX_DEVICES],
         }
     }
 
@@ -119,6 +125,21 @@ impl Ledger {
         }
     }
 
+    /// Sets the most this process may ever hold on `device` (`None`: no ceiling), beside
+    /// its cap: in a pool, whose rule may let a member past its own cap, the ceiling still
+    /// holds. Out-of-range devices are ignored.
+    pub fn set_ceiling(&self, device: usize, ceiling: Option<u64>) {
+        if let Some(c) = self.ceilings.get(device) {
+            c.store(ceiling.unwrap_or(NO_CAP), Relaxed);
+        }
+    }
+
+    /// The ceiling of `device` ([`set_ceiling`](Self::set_ceiling)), None where none.
+    pub fn ceiling(&self, device: usize) -> Option<u64> {
+        let c = self.ceilings.get(device)?.load(Relaxed);
+        (c != NO_CAP).then_some(c)
+    }
+
     /// Checks the cap and adds `bytes` to the device's use in one atomic step.
     pub fn reserve(&self, device: usize, bytes: u64) -> Result<Reservation<'_>, Refusal> {
         self.reserve_asked(device, bytes, bytes)
@@ -138,10 +159,20 @@ impl Ledger {
         let size = asked.max(bytes);
         // In a pool the pool's rule decides: its cap as resized since this process set its
         // own (a raise would be refused here at the old one), the member's ceiling, and a
-        // wait for memory (`GPUCAP_WAIT`) that other threads of this process may free too.
-        // Whatever the pool refuses is taken back below.
-        let added = add_within_cap(d, bytes)
-            .or_else(|over| self.pool().and_then(|_| add_past_cap(d, bytes)).ok_or(over));
+        // wait for memory (`GPUCAP_WAIT`) that other threads of this process may free too;
+        // never past the ceiling handed down to this process, whatever the pool's words
+        // say. Whatever the pool refuses is taken back below.
+        let added = add_within_cap(d, bytes).or_else(|over| match self.pool() {
+            None => Err(over),
+            Some(_) => {
+                let ceiling = self
+                    .ceilings
+                    .get(device)
+                    .map_or(NO_CAP, |c| c.load(Relaxed));
+                add_past_cap(d, bytes, ceiling)
+                    .map_err(|(used, c)| if c == NO_CAP { over } else { (used, c) })
+            }
+        });
         let new = match added {
             Ok(new) => new,
             Err((used, cap)) => {

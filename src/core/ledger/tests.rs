@@ -178,6 +178,39 @@ mod pool_tests {
         Box::leak(Box::new(m))
     }
 
+    /// In a pool a member may pass its own cap where the pool's rule allows (a pool
+    /// resized since it set its own), but never the ceiling handed down to it.
+    #[test]
+    fn a_pool_member_passes_its_own_cap_by_the_pools_rule_never_its_ceiling() {
+        let pool = lone_member(21);
+        let l = Ledger::new();
+        l.set_cap(0, Some(200));
+        l.set_ceiling(0, Some(300));
+        assert_eq!(l.ceiling(0), Some(300));
+        assert!(l.set_pool(pool));
+        l.reserve(0, 250).unwrap().commit(1);
+        match l.reserve(0, 100) {
+            Err(Refusal::OverCap {
+                requested: 100,
+                used: 250,
+                cap: 300,
+            }) => {}
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("served past the ceiling"),
+        }
+        assert_eq!(pool.usage(0).unwrap().0, 250, "the pool not charged");
+        assert_eq!(l.usage(0).unwrap().used, 250);
+        l.reserve(0, 50).unwrap().commit(2);
+        // Without a ceiling the pool's rule alone decides.
+        let free = lone_member(22);
+        let l = Ledger::new();
+        l.set_cap(0, Some(200));
+        assert_eq!(l.ceiling(0), None);
+        assert!(l.set_pool(free));
+        l.reserve(0, 600).unwrap().commit(1);
+        assert_eq!(free.usage(0).unwrap().0, 600);
+    }
+
     #[test]
     fn a_forked_child_s_ledger_charges_no_pool_until_it_joined_its_own() {
         let parent = lone_member(11);

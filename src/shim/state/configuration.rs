@@ -113,6 +113,7 @@ impl Shim {
             crate::membership::note_at_ceiling(device);
             crate::lone::mark_handed_down(h.word(), device);
         }
+        self.ledger.set_ceiling(device, resolved.ceiling_bytes);
         self.ledger.set_cap(device, resolved.cap);
         flag.store(true, Release);
     }

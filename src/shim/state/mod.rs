@@ -160,9 +160,16 @@ impl Shim {
         // In a pool, the pool's figures: what every member holds counts against the cap.
         // A member with a guarantee or a ceiling: what it could reserve now, of its ceiling.
         let pooled = crate::membership::current().and_then(|m| m.room(device));
-        let (free, total) = match (pooled, self.ledger.usage(device)) {
+        let usage = self.ledger.usage(device);
+        let (free, total) = match (pooled, usage) {
             (Some((room, Some(cap))), _) => (free.min(room), total.min(cap)),
             (None, Some(u)) if u.cap != NO_CAP => (free.min(u.headroom()), total.min(u.cap)),
+            _ => (free, total),
+        };
+        // Never more than the ceiling handed down to the process (a pool resized above
+        // it lets it hold no more).
+        let (free, total) = match (self.ledger.ceiling(device), usage) {
+            (Some(c), Some(u)) => (free.min(c.saturating_sub(u.used)), total.min(c)),
             _ => (free, total),
         };
         (free.saturating_add(retained).min(total), total)
