@@ -357,6 +357,78 @@ fn no_variable_of_the_environment_lifts_a_files_cap_beside_the_library_or_in_etc
     }
 }
 
+/// A copy of the library with a `gpucap.env` of its own beside it (a user's: any
+/// directory will do) is under `/etc/gpucap/gpucap.env` where that file exists: its file
+/// may lower the cap, never raise or remove it, with or without variables of the
+/// environment. Before, the file beside the copy was read in place of /etc's: 1 GiB
+/// served under /etc's 256 MiB.
+#[test]
+fn a_file_beside_a_copy_of_the_library_is_under_etcs_ceiling() {
+    let dir = scratch("ceiling-copy-etc");
+    let etc_file = dir.join("etc-gpucap.env");
+    std::fs::write(&etc_file, "GPUCAP_LIMIT=256Mi\n").unwrap();
+    if !etc_overlay_works(&dir) {
+        return;
+    }
+    type Row<'a> = (&'a str, &'a [(&'a str, &'a str)], Expect);
+    let rows: [Row; 7] = [
+        (
+            "GPUCAP_LIMIT=4Gi\n",
+            &[],
+            Expect::Held("GPUCAP_LIMIT=\"4Gi\" in "),
+        ),
+        ("GPUCAP_LIMIT=none\n", &[], Expect::Holds),
+        ("# nothing\n", &[], Expect::Holds),
+        (
+            "GPUCAP_LIMIT=4Gi\n",
+            &[("GPUCAP_LIMIT", "80Gi")],
+            Expect::Holds,
+        ),
+        (
+            "GPUCAP_LIMIT=90%\n",
+            &[("GPUCAP_LIMIT", "none")],
+            Expect::Holds,
+        ),
+        (
+            "GPUCAP_LOG=debug\n",
+            &[("GPUCAP_LIMIT", "4Gi")],
+            Expect::Held("GPUCAP_LIMIT=\"4Gi\""),
+        ),
+        (
+            "GPUCAP_LIMIT=128Mi\n",
+            &[("GPUCAP_LIMIT", "4Gi")],
+            Expect::Lowered,
+        ),
+    ];
+    for (i, (file, vars, expect)) in rows.into_iter().enumerate() {
+        let lib = library_in(&dir.join(format!("copy{i}")), Some(file));
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let o = under(&lib, &dir, &vars, Place::Etc, &etc_file, true);
+        let row = format!("{file:?} {vars:?}\n{}", dump(&o));
+        assert_ne!(
+            alloc_rc(&o, GIB).as_deref(),
+            Some("0"),
+            "1 GiB served under /etc's 256 MiB: {row}"
+        );
+        let small = alloc_rc(&o, SMALL);
+        match expect {
+            Expect::Lowered => assert_ne!(small.as_deref(), Some("0"), "{row}"),
+            Expect::Held(asked) => {
+                assert_eq!(small.as_deref(), Some("0"), "{row}");
+                assert!(
+                    stderr(&o).contains(asked)
+                        && stderr(&o).contains("asks more than the ceiling of GPU 0"),
+                    "the held line: {row}"
+                );
+            }
+            _ => assert_eq!(small.as_deref(), Some("0"), "{row}"),
+        }
+    }
+}
+
 /// The table of doors has a row for every variable gpucap knows: the shim names them all
 /// when it meets a `GPUCAP_*` name it does not know, so a variable added later without a
 /// row here fails this test.

@@ -143,10 +143,10 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
     0
 }
 
-/// A `gpucap.env` written beside the library is read in place of
-/// `/etc/gpucap/gpucap.env` (by processes without `GPUCAP_*` variables), so it must not
-/// lift the cap that one hands down: Err where the environment (`config`, `vars`) asks
-/// more than it on a GPU of `probe` (or none), with the line that says so.
+/// A `gpucap.env` written beside the library is read under `/etc/gpucap/gpucap.env`'s
+/// ceiling, so a cap above it would never hold: the configuration asks what the image
+/// does not allow, and nothing is written. Err where the environment (`config`, `vars`)
+/// asks more than it on a GPU of `probe` (or none), with the line that says so.
 fn within_etc_ceiling(
     config: &config::Config,
     vars: &[(std::ffi::OsString, std::ffi::OsString)],
@@ -168,8 +168,8 @@ fn within_etc_ceiling(
         let c = d.cap(&under);
         if let (true, Some(cap)) = (c.held, c.cap) {
             return Err(format!(
-                "{}; not written: {}, read in its place by processes without GPUCAP_* \
-                 variables, would lift it",
+                "{}; not written: {}, read under that ceiling, would ask more than it \
+                 allows",
                 config::held_line(bound, d.ordinal as usize, cap)
                     .trim_end_matches(": the program runs at the ceiling"),
                 file.display()

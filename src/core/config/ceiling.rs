@@ -49,6 +49,9 @@ fn bind_to_file(
 ) -> Config {
     let mut c = env;
     let from = path.display().to_string();
+    // A file that is itself under a ceiling (one beside a copy of the library, under
+    // /etc's) passes that ceiling on: it holds over the file's own.
+    c.outer = file.bound.clone().or(file.outer.clone());
     // What the environment leaves unset comes from the file.
     if raw("GPUCAP_LOG").is_none() {
         c.log = file.log;
@@ -273,15 +276,20 @@ const HANDED_ETC: u64 = 2;
 const HANDED_DRIVER: u64 = 3;
 
 impl HandedDown {
+    /// A file's ceiling, by the file it came from.
+    pub fn of_file(from: &str) -> HandedDown {
+        if from == ETC_ENV_FILE {
+            HandedDown::Etc
+        } else {
+            HandedDown::BesideLibrary
+        }
+    }
+
     /// Where `config`'s ceiling came from: its file's, or else the driver whose
     /// hand-over gave its cap (None: its cap is its own environment's, or none).
     pub fn of(config: &Config) -> Option<HandedDown> {
         if let Some(b) = &config.bound {
-            return Some(if b.from == ETC_ENV_FILE {
-                HandedDown::Etc
-            } else {
-                HandedDown::BesideLibrary
-            });
+            return Some(HandedDown::of_file(&b.from));
         }
         config.limit.as_ref()?;
         let driver = config.origins.iter().find(|o| o.driver != "gpucap")?.driver;

@@ -2,9 +2,9 @@
 //! ceiling handed down in a file, turned into bytes with the GPU's total. The shim
 //! applies it when a GPU is first used; `gpucap check` prints it. One rule for both.
 
-use super::ceiling::{HandedDown, cap_under, held_line};
+use super::ceiling::{Capped, HandedDown, cap_under, held_line};
 use super::limit::{Limit, LimitSpec};
-use super::model::Config;
+use super::model::{Ceiling, Config};
 use crate::size::format_bytes;
 
 /// A GPU's cap, and what to say about it once.
@@ -107,8 +107,13 @@ pub fn device_cap(
         };
     };
     let ceiling = limit_of(&bound.spec);
+    // /etc's ceiling over a file beside a copy of the library, where both were read.
+    let outer = config
+        .outer
+        .as_ref()
+        .and_then(|o| limit_of(&o.spec).map(|l| (o, l)));
     let fraction = |l: Option<Limit>| matches!(l, Some(Limit::Fraction(_)));
-    let known = if fraction(asked) || fraction(ceiling) {
+    let known = if fraction(asked) || fraction(ceiling) || fraction(outer.map(|(_, l)| l)) {
         let t = total();
         if t.is_none() {
             notes.push(CapNote::TotalUnreadable { limit: None });
@@ -117,15 +122,35 @@ pub fn device_cap(
     } else {
         None
     };
-    let capped = cap_under(asked, ceiling, known);
-    let ceiling_bytes = cap_under(None, ceiling, known).cap;
+    let mut capped = cap_under(asked, ceiling, known);
+    let mut ceiling_bytes = cap_under(None, ceiling, known).cap;
+    // The ceiling that holds: the file's, or /etc's over it where that is no larger.
+    let mut holding = (bound, HandedDown::of(config));
+    if let Some((o, l)) = outer {
+        let over = cap_under(capped.cap.map(Limit::Bytes), Some(l), known);
+        capped = Capped {
+            cap: over.cap,
+            held: capped.held || over.held,
+        };
+        let o_bytes = cap_under(None, Some(l), known).cap;
+        if ceiling_bytes.is_none_or(|c| o_bytes.is_some_and(|b| b <= c)) {
+            ceiling_bytes = o_bytes;
+            holding = (o, Some(HandedDown::of_file(&o.from)));
+        }
+    }
     // At the ceiling (held there, or asked just as much), not lowered below it.
     let at_ceiling = capped.cap.is_some() && capped.cap == ceiling_bytes;
+    // The line names what the environment asked, else what the file under /etc asked.
+    let asked_text = bound.asked.as_ref().or(holding.0.asked.as_ref());
     if capped.held
-        && bound.asked.is_some()
+        && let Some(asked_text) = asked_text
         && let Some(c) = capped.cap
     {
-        notes.push(CapNote::Held(held_line(bound, device, c)));
+        let said = Ceiling {
+            asked: Some(asked_text.clone()),
+            ..holding.0.clone()
+        };
+        notes.push(CapNote::Held(held_line(&said, device, c)));
     }
     let cap = in_bytes(capped.cap.map(Limit::Bytes), &mut total, &mut notes);
     DeviceCap {
@@ -133,11 +158,7 @@ pub fn device_cap(
         asked,
         ceiling,
         held: capped.held,
-        handed_down: if at_ceiling {
-            HandedDown::of(config)
-        } else {
-            None
-        },
+        handed_down: if at_ceiling { holding.1 } else { None },
         ceiling_bytes,
         notes,
     }
@@ -309,6 +330,38 @@ mod tests {
         .unwrap();
         let c = cap_of(&handed, Some(80 * GI));
         assert_eq!((c.cap, c.ceiling_bytes), (Some(512 * MI), Some(512 * MI)));
+    }
+
+    /// /etc's ceiling over a file beside a copy of the library: the smaller holds, and
+    /// the line and the mark name the one that holds.
+    #[test]
+    fn an_outer_ceiling_holds_over_the_files_where_it_is_smaller() {
+        let with_outer = |asked: &str, beside: &str, etc: &str| Config {
+            outer: Some(Ceiling {
+                spec: parse_limit_spec(etc).unwrap(),
+                from: super::super::file::ETC_ENV_FILE.into(),
+                asked: Some(format!("GPUCAP_LIMIT={beside:?} in /x/gpucap.env")),
+                asked_none: false,
+            }),
+            ..under(Some(asked), beside)
+        };
+        let c = cap_of(&with_outer("80Gi", "4Gi", "256Mi"), Some(80 * GI));
+        assert_eq!((c.cap, c.ceiling_bytes), (Some(256 * MI), Some(256 * MI)));
+        assert_eq!(c.handed_down, Some(HandedDown::Etc));
+        assert!(
+            matches!(&c.notes[..], [CapNote::Held(l)] if l.contains("GPUCAP_LIMIT=\"80Gi\"")
+                && l.contains("256 MiB (from /etc/gpucap/gpucap.env)")),
+            "{:?}",
+            c.notes
+        );
+        // The file's is smaller: it holds, and it is the mark.
+        let c = cap_of(&with_outer("80Gi", "256Mi", "1Gi"), Some(80 * GI));
+        assert_eq!((c.cap, c.ceiling_bytes), (Some(256 * MI), Some(256 * MI)));
+        assert_eq!(c.handed_down, Some(HandedDown::BesideLibrary));
+        // Fractions meet in bytes: 1% of 80 GiB under /etc's 256 MiB.
+        let c = cap_of(&with_outer("1%", "50%", "256Mi"), Some(80 * GI));
+        assert_eq!(c.cap, Some(256 * MI));
+        assert_eq!(c.handed_down, Some(HandedDown::Etc));
     }
 
     #[test]

@@ -72,13 +72,45 @@ pub fn from_env_files(
                 other.display()
             ));
         }
-        return parse_file(first, bytes.clone()).map(Some);
+        let (file, path) = parse_file(first, bytes.clone())?;
+        // /etc's file, where there is one too, is a ceiling over the file beside the
+        // copy: a copy of the library a user made, with a file of its own beside it,
+        // never passes over the machine's.
+        let etc = std::path::PathBuf::from(ETC_ENV_FILE);
+        return match read_if_there(&etc)? {
+            Some(etc_bytes) if etc_bytes != *bytes => {
+                let (over, _) = parse_file(&etc, etc_bytes)?;
+                Ok(Some((under_etc(file, bytes, &path, over), path)))
+            }
+            _ => Ok(Some((file, path))),
+        };
     }
     let etc = std::path::PathBuf::from(ETC_ENV_FILE);
     match read_if_there(&etc)? {
         Some(bytes) => parse_file(&etc, bytes).map(Some),
         None => Ok(None),
     }
+}
+
+/// The configuration of the file at `path` (`file`, of `bytes`) under `/etc`'s (`etc`),
+/// as an environment is under a file's (`under_file`): /etc's cap is its ceiling and
+/// /etc's pool binds. The lines say the variables are the file's.
+fn under_etc(file: Config, bytes: &[u8], path: &std::path::Path, etc: Config) -> Config {
+    let pairs = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|t| parse_env_file(t).ok())
+        .unwrap_or_default();
+    let raw = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let mut c = super::ceiling::under_file(file, &raw, etc, std::path::Path::new(ETC_ENV_FILE));
+    if let Some(b) = c.bound.as_mut() {
+        b.asked = b.asked.take().map(|a| format!("{a} in {}", path.display()));
+    }
+    c
 }
 
 /// The bytes of `file`; None where it (or a directory of its path) does not exist.

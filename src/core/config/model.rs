@@ -90,6 +90,11 @@ pub struct Config {
     /// (`under_file`, in `ceiling.rs`): no GPU's cap is above it. None: no file, or no
     /// cap in it.
     pub bound: Option<Ceiling>,
+    /// A second ceiling over [`bound`](Self::bound): `/etc/gpucap/gpucap.env`'s, where a
+    /// `gpucap.env` beside a copy of the library was read too (a user's copy of the
+    /// library with a file of its own beside it never passes over the machine's).
+    /// On each GPU the smaller of the two holds.
+    pub outer: Option<Ceiling>,
     /// `GPUCAP_TYPED`: the flags of `gpucap run` that set variables, which lines name
     /// instead of the variables (`name_typed`, in `typed.rs`).
     pub typed: Vec<&'static str>,
@@ -115,6 +120,7 @@ impl Default for Config {
             cap_sources: Vec::new(),
             origins: Vec::new(),
             bound: None,
+            outer: None,
             typed: Vec::new(),
         }
     }
