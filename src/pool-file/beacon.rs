@@ -238,7 +238,11 @@ pub fn linked(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32)> {
 }
 
 /// Every pool file announced (see [`removed`]): path, sharing, owner, and whether it
-/// was removed from its path.
+/// was removed from its path. A file is opened only where it is a regular file the
+/// announcing process may read itself: a user's pool file is its user's, a claim's
+/// (any user's, mode 0666 or the group's by design) one its permissions let that
+/// process read. Anyone may bind any name and hold an `O_PATH` descriptor of any file (a
+/// device, `/etc/shadow`): root's readers must open no file for them they could not.
 fn announced_files(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32, bool)> {
     let Some(table) = socket_table() else {
         return Vec::new();
@@ -247,13 +251,12 @@ fn announced_files(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32, b
     let mut seen: Vec<(u64, u64)> = Vec::new();
     let mut found = Vec::new();
     for a in announced(&table) {
+        let Some(who) = Credentials::of(a.pid) else {
+            continue;
+        };
         let sharing = match a.who {
             "claim" => Sharing::Claim,
-            uid if (every_user || uid == own)
-                && process_owner(a.pid).is_some_and(|o| o.to_string() == uid) =>
-            {
-                Sharing::Private
-            }
+            uid if (every_user || uid == own) && who.uid.to_string() == uid => Sharing::Private,
             _ => continue,
         };
         if seen.contains(&a.id) {
@@ -269,7 +272,14 @@ fn announced_files(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32, b
             Some(path) => (path, true),
             None => (link, false),
         };
-        let Some(fd) = reach(a.pid, a.fd, a.id, libc::O_RDONLY) else {
+        let fits = |st: &crate::sys::stat| {
+            (st.st_dev, st.st_ino) == a.id
+                && match sharing {
+                    Sharing::Private => st.st_uid == who.uid,
+                    Sharing::Claim => who.may_read(st),
+                }
+        };
+        let Some(fd) = reach_if(a.pid, a.fd, libc::O_RDONLY, fits) else {
             continue;
         };
         let owner = crate::kept::stat_of(fd).map(|st| st.st_uid);
@@ -284,11 +294,68 @@ fn announced_files(every_user: bool) -> Vec<(std::path::PathBuf, Sharing, u32, b
     found
 }
 
+/// Whom a process's file accesses are checked as (`/proc/PID/status`: its file-system
+/// uid and gid, and its supplementary groups). Not the owner of `/proc/PID`: that is
+/// root for any process that made itself non-dumpable.
+struct Credentials {
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+impl Credentials {
+    fn of(pid: u32) -> Option<Credentials> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|rest| {
+                    rest.split_whitespace()
+                        .filter_map(|n| n.parse::<u32>().ok())
+                })
+        };
+        // Real, effective, saved, file-system: the last is what the kernel checks.
+        Some(Credentials {
+            uid: field("Uid:")?.nth(3)?,
+            gid: field("Gid:")?.nth(3)?,
+            groups: field("Groups:")?.collect(),
+        })
+    }
+
+    /// Whether the file `st` describes may be read as these credentials by its mode
+    /// (root's may be read whatever it is).
+    fn may_read(&self, st: &crate::sys::stat) -> bool {
+        if self.uid == 0 {
+            return true;
+        }
+        let bit = if st.st_uid == self.uid {
+            0o400
+        } else if st.st_gid == self.gid || self.groups.contains(&st.st_gid) {
+            0o040
+        } else {
+            0o004
+        };
+        st.st_mode & bit != 0
+    }
+}
+
 /// Member `pid`'s descriptor `n`, opened again for this process where it is still the
 /// file announced (`id`), a regular file (whose owner and mode the caller checks).
 fn reach(pid: u32, n: i32, id: (u64, u64), access: i32) -> Option<RawFd> {
+    reach_if(pid, n, access, |st| (st.st_dev, st.st_ino) == id)
+}
+
+/// Member `pid`'s descriptor `n`, opened again for this process where it is a regular
+/// file that `want` accepts, looked at before it is opened ([`crate::kept::open_regular`]).
+fn reach_if(
+    pid: u32,
+    n: i32,
+    access: i32,
+    want: impl Fn(&crate::sys::stat) -> bool,
+) -> Option<RawFd> {
     let link = std::ffi::CString::new(format!("/proc/{pid}/fd/{n}")).ok()?;
-    crate::kept::open_link(&link, id, access).ok()
+    crate::kept::open_link_if(&link, access, want).ok()
 }
 
 #[cfg(test)]

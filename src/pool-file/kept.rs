@@ -32,35 +32,101 @@ pub(crate) fn lstat_of(path: *const libc::c_char) -> Option<crate::sys::stat> {
     (unsafe { crate::sys::lstat(path, &mut st) } == 0).then_some(st)
 }
 
-/// The regular file `id` (device, inode) the kernel's link `link` names
-/// (`/proc/PID/fd/N`), opened with `access` as an open file of this process's own (an
-/// open file description of its own: its locks are this process's), followed on purpose;
-/// never waits on what is there. Err: why not.
-pub(crate) fn open_link(link: &CStr, id: (u64, u64), access: i32) -> Result<RawFd, String> {
-    // SAFETY: a NUL-terminated path (a link the kernel keeps).
+/// Why [`open_regular`] opened nothing.
+pub(crate) enum Refused {
+    /// The name could not be looked up (`ENOENT`: nothing there), or the file looked at
+    /// could not be opened with the access asked for (`EACCES`).
+    Open(std::io::Error),
+    /// What is there is not a regular file, or not the one the caller wants.
+    Other,
+}
+
+/// The regular file at `path`, opened with `access` (`O_CLOEXEC`, `O_NOCTTY` and
+/// `O_NONBLOCK` added) only once it is known to be one that `want` accepts: the name is
+/// first opened with `O_PATH` (and `how`: `O_NOFOLLOW` for a path, 0 for a kernel's link
+/// to follow), which runs no driver's `open` and waits on no FIFO (a device or a FIFO is
+/// never opened: opening `/dev/watchdog` arms it), looked at (`fstat`), and only then
+/// opened for reading or writing through `/proc/self/fd/M`: the very file looked at,
+/// whatever the name names by then. A new open file description of this process's own
+/// (its locks are this process's).
+pub(crate) fn open_regular(
+    path: &CStr,
+    how: i32,
+    access: i32,
+    want: impl Fn(&crate::sys::stat) -> bool,
+) -> Result<RawFd, Refused> {
+    // SAFETY: a NUL-terminated path; O_PATH opens nothing but the name.
+    let looked =
+        unsafe { crate::sys::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC | how, 0) };
+    if looked < 0 {
+        return Err(Refused::Open(std::io::Error::last_os_error()));
+    }
+    let fits =
+        stat_of(looked).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && want(&st));
+    if !fits {
+        close_fd(looked);
+        return Err(Refused::Other);
+    }
+    let mut buf = [0u8; 32];
+    let again = fd_link(looked, &mut buf);
+    // SAFETY: a NUL-terminated path naming our O_PATH descriptor's file.
     let fd = unsafe {
         crate::sys::open(
-            link.as_ptr(),
-            access | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            again.as_ptr(),
+            access | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK,
             0,
         )
     };
+    let err = std::io::Error::last_os_error();
+    close_fd(looked);
     if fd < 0 {
-        return Err(format!(
-            "cannot open {}: {}",
-            link.to_string_lossy(),
-            std::io::Error::last_os_error()
-        ));
+        return Err(Refused::Open(err));
     }
-    let same = stat_of(fd).is_some_and(|st| {
-        (st.st_dev, st.st_ino) == id && st.st_mode & libc::S_IFMT == libc::S_IFREG
-    });
-    if same {
-        return Ok(fd);
+    Ok(fd)
+}
+
+/// `/proc/self/fd/N` for descriptor `fd`, written into `buf` (no allocation: usable in a
+/// fork handler).
+fn fd_link(fd: RawFd, buf: &mut [u8; 32]) -> &CStr {
+    const HEAD: &[u8] = b"/proc/self/fd/";
+    buf[..HEAD.len()].copy_from_slice(HEAD);
+    let mut digits = [0u8; 10];
+    let mut n = fd.unsigned_abs();
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
     }
-    // SAFETY: our descriptor, given up on.
-    unsafe { libc::close(fd) };
-    Err(format!("{} is no longer that file", link.to_string_lossy()))
+    for (i, d) in digits[..len].iter().rev().enumerate() {
+        buf[HEAD.len() + i] = *d;
+    }
+    buf[HEAD.len() + len] = 0;
+    CStr::from_bytes_until_nul(&buf[..]).unwrap_or(c"/proc/self/fd/-")
+}
+
+/// The regular file `id` (device, inode) the kernel's link `link` names
+/// (`/proc/PID/fd/N`), opened with `access` as an open file of this process's own (an
+/// open file description of its own: its locks are this process's), followed on purpose;
+/// never waits on what is there, and opens nothing that is not that regular file
+/// ([`open_regular`]: a device announced is looked at, never opened). Err: why not.
+pub(crate) fn open_link(link: &CStr, id: (u64, u64), access: i32) -> Result<RawFd, String> {
+    open_link_if(link, access, |st| (st.st_dev, st.st_ino) == id)
+}
+
+/// [`open_link`] of the regular file that `want` accepts.
+pub(crate) fn open_link_if(
+    link: &CStr,
+    access: i32,
+    want: impl Fn(&crate::sys::stat) -> bool,
+) -> Result<RawFd, String> {
+    open_regular(link, 0, access, want).map_err(|r| match r {
+        Refused::Open(e) => format!("cannot open {}: {e}", link.to_string_lossy()),
+        Refused::Other => format!("{} is no longer that file", link.to_string_lossy()),
+    })
 }
 
 /// The file `fd` is now (its device and inode), None where it is not open.

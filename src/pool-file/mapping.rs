@@ -14,10 +14,11 @@ use gpucap_core::budget::{
 use crate::beacon::Orphan;
 use crate::creation::{dir_of, map};
 use crate::identity::own_uid;
+use crate::kept::Refused;
 use crate::locks::SlotLocks;
 use crate::removed_file::{Through, removed_answering, removed_silent, removed_unreachable};
 use crate::sharing::{Owned, Sharing, check_claim_file};
-use crate::sys::{cstr, os_err, write_word};
+use crate::sys::{cstr, write_word};
 
 /// The most copies a reader takes for one view while the members' figures disagree
 /// ([`PoolFile::view`]), each one `pread` of the file.
@@ -129,7 +130,8 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
         if fd >= 0 {
             return finish(path, fd, sharing, Role::Member);
         }
-        match std::io::Error::last_os_error().raw_os_error() {
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
             // No file: unless live members hold one that was there (removed under them),
             // it is made.
             Some(libc::ENOENT) => match crate::beacon::orphan(path, sharing, libc::O_RDWR) {
@@ -164,7 +166,7 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                 Orphan::Unreachable(pids) => return Err(removed_unreachable(path, &pids)),
             },
             Some(libc::EACCES) if sharing == Sharing::Claim => return Err(not_ours(path)),
-            _ => return Err(open_err(path)),
+            _ => return Err(open_err(path, &e)),
         }
         if crate::creation::create(path, sharing, members)? {
             continue; // made (or made by another process at the same time): open it
@@ -199,22 +201,20 @@ fn open_existing(
     // the question is looked at again (three tries).
     let mut socket_gone = None;
     for _ in 0..3 {
-        // SAFETY: a NUL-terminated path.
-        let fd = unsafe {
-            crate::sys::open(
-                c.as_ptr(),
-                access | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-                0,
-            )
+        // Looked at before it is opened: a FIFO or a device at the path (or reached
+        // through a directory of the path replaced by a link: root's readers open paths
+        // that processes announce) is never opened.
+        let err = match crate::kept::open_regular(&c, libc::O_NOFOLLOW, access, |_| true) {
+            Ok(fd) => return finish(path, fd, sharing, role),
+            Err(Refused::Other) => {
+                return Err(format!(
+                    "the pool file {}: it is not a regular file",
+                    path.display()
+                ));
+            }
+            Err(Refused::Open(e)) if e.raw_os_error() == Some(libc::ENOENT) => open_err(path, &e),
+            Err(Refused::Open(e)) => return Err(open_err(path, &e)),
         };
-        if fd >= 0 {
-            return finish(path, fd, sharing, role);
-        }
-        let errno = std::io::Error::last_os_error().raw_os_error();
-        let err = open_err(path);
-        if errno != Some(libc::ENOENT) {
-            return Err(err);
-        }
         match crate::beacon::orphan(path, sharing, access) {
             Orphan::Found { fd, pid } => {
                 return finish_removed(path, fd, sharing, role, Through::Process(pid));
@@ -261,8 +261,8 @@ fn handed_over(
 
 /// Why the pool file at `path` could not be opened (`errno` says): a symbolic link there
 /// is named as one, never followed.
-fn open_err(path: &Path) -> String {
-    let err = os_err("cannot open the pool file", path);
+fn open_err(path: &Path, e: &std::io::Error) -> String {
+    let err = format!("cannot open the pool file {}: {e}", path.display());
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => format!(
             "the pool file {} is a symbolic link, and gpucap never follows one at a pool's \
