@@ -19,6 +19,7 @@
 mod families;
 mod hami;
 mod http;
+mod pod_namespace;
 mod reader;
 mod server;
 mod text_format;

@@ -5,7 +5,7 @@
 //! `.../kubepods/burstable/pod<UID>/<ID>` with cgroupfs); the kubelet sets `HOSTNAME`
 //! to the pod's name and mounts the namespace's name at
 //! `/var/run/secrets/kubernetes.io/serviceaccount/namespace` (read through
-//! `/proc/PID/root`). Outside Kubernetes, or where a file cannot be read, the labels are
+//! `/proc/PID/root`, as `pod_namespace` says). Outside Kubernetes, or where a file cannot be read, the labels are
 //! empty. A process in another PID namespace than the reader's (a container's own, seen
 //! from a node's sidecar with `hostPID`) is looked up under the pid it has here: the
 //! process in /proc whose PID namespace is its and whose `NSpid` ends with its pid.
@@ -254,11 +254,7 @@ impl Identify for FromProc {
             .ok()
             .and_then(|e| hostname(&e))
             .unwrap_or(uid);
-        let namespace = std::fs::read_to_string(
-            dir.join("root/var/run/secrets/kubernetes.io/serviceaccount/namespace"),
-        )
-        .map(|n| n.trim().to_string())
-        .unwrap_or_default();
+        let namespace = super::pod_namespace::namespace_in(&dir.join("root")).unwrap_or_default();
         Workload {
             namespace,
             pod,
