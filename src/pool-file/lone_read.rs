@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use gpucap_core::lone::{DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LoneView, figures_fd};
 
+use crate::kept::{Refused, open_link_if, open_regular};
 use crate::lone::held;
 use crate::sys::cstr;
 
@@ -59,24 +60,17 @@ pub fn read_lone_dir(dir: &Path) -> (Vec<LoneReading>, Vec<String>) {
 /// process's cannot be shown.
 fn read_one(path: &Path, name: &str, shown: bool) -> Option<Result<LoneReading, String>> {
     let c = cstr(path).ok()?;
-    // SAFETY: a NUL-terminated path; never follows a link, never waits on a FIFO.
-    let fd = unsafe {
-        crate::sys::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            0,
-        )
+    // Never follows a link, and opens nothing but a regular file (looked at first).
+    let fd = match open_regular(&c, libc::O_NOFOLLOW, libc::O_RDONLY, |_| true) {
+        Ok(fd) => fd,
+        Err(Refused::Other) => return shown.then(|| Err("it is not a regular file".into())),
+        Err(Refused::Open(e)) => {
+            return (shown && e.kind() != std::io::ErrorKind::NotFound)
+                .then(|| Err(format!("cannot open it: {e}")));
+        }
     };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return (shown && e.kind() != std::io::ErrorKind::NotFound)
-            .then(|| Err(format!("cannot open it: {e}")));
-    }
     let result = (|| {
         let meta = std::fs::metadata(format!("/proc/self/fd/{fd}")).ok()?;
-        if !meta.is_file() {
-            return shown.then(|| Err("it is not a regular file".to_string()));
-        }
         // A file nobody holds is a dead process's, whatever its size (one that died
         // before it showed itself left an empty one).
         if !held(fd) {
@@ -160,31 +154,19 @@ fn live_figures_into(words: &[AtomicU64], owner: u32) {
     let Some(here) = pid_here(pid, pidns) else {
         return;
     };
-    let link = format!("/proc/{here}/fd/{n}");
-    let target = std::fs::metadata(&link).ok().filter(|m| {
-        m.is_file()
-            && m.len() == LONE_FILE_BYTES as u64
-            && std::fs::metadata(format!("/proc/{here}")).is_ok_and(|p| p.uid() == owner)
-    });
-    let (Some(target), Ok(p)) = (target, CString::new(link)) else {
-        return;
-    };
-    // SAFETY: a NUL-terminated path (a link the kernel keeps: followed on purpose),
-    // read-only, never waits.
-    let fd = unsafe {
-        crate::sys::open(
-            p.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
-            0,
-        )
-    };
-    if fd < 0 {
+    if !std::fs::metadata(format!("/proc/{here}")).is_ok_and(|p| p.uid() == owner) {
         return;
     }
-    let live = std::fs::metadata(format!("/proc/self/fd/{fd}"))
-        .ok()
-        .filter(|m| (m.dev(), m.ino()) == (target.dev(), target.ino()))
-        .and_then(|_| read_words(fd));
+    let Ok(link) = CString::new(format!("/proc/{here}/fd/{n}")) else {
+        return;
+    };
+    // The descriptor looked at before it is opened (the process may put a device under
+    // its number at any time: it is never opened).
+    let layout = |st: &crate::sys::stat| st.st_size == LONE_FILE_BYTES as i64;
+    let Ok(fd) = open_link_if(&link, libc::O_RDONLY, layout) else {
+        return;
+    };
+    let live = read_words(fd);
     // SAFETY: our descriptor, done with.
     unsafe { libc::close(fd) };
     if let Some(live) = live.filter(|l| gpucap_core::lone::same_process(words, l)) {

@@ -199,3 +199,27 @@ fn a_file_the_announcing_user_may_not_read_is_never_opened_by_root() {
         "root opened a file for a user who may not read it"
     );
 }
+
+/// A FIFO named as a lone process's file (`PID-NS.lone`) in this user's directory:
+/// `status` names it as no regular file without opening it (before: opened without
+/// waiting, then refused).
+#[test]
+fn a_fifo_named_as_a_lone_processs_file_is_never_opened() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("readers-fifo-lone");
+    let dir = s.pool_file("x").parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let lone = dir.join("4242-4026531836.lone");
+    let c = CString::new(lone.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let watched = Watched::on(&lone);
+    let o = run(&mut s.gpucap(&["status", "--json", "--all"]));
+    assert_ok(&o);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let errors = doc["errors"].to_string();
+    assert!(errors.contains("4242-4026531836.lone"), "{doc}");
+    assert!(errors.contains("not a regular file"), "{doc}");
+    assert_eq!(watched.opens(), 0, "status opened the FIFO named .lone");
+}
