@@ -193,6 +193,42 @@ fn a_pool_file_announced_in_another_users_directory_is_not_shown() {
     }
 }
 
+/// Root's `status` reads every user's directory: uid 65534's unused pool `train` (a
+/// copy of a pool whose member exited) beside root's `train` in use. Without `--all`,
+/// the unused one is left out and the one in use shown with its member (before: hidden
+/// by name, both were, and the member's row with them).
+#[test]
+fn an_unused_pool_hides_no_other_users_pool_of_its_name() {
+    if !as_root("reading every user's directory") {
+        return;
+    }
+    let s = Scratch::new("readers-unused-same-name");
+    assert_ok(&s.once("idle", &["alloc:10Mi"]));
+    let (_, idle) = s.copy_as_nobody("idle", "gpucap-65534", "train.pool");
+    std::fs::remove_file(s.pool_file("idle")).unwrap();
+    let member = s.member("train", "m", &["alloc:10Mi"]);
+    let o = run(&mut s.gpucap(&["status", "--json"]));
+    kill(member);
+    assert_ok(&o);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let paths: Vec<&str> = doc["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["path"].as_str())
+        .collect();
+    let live = s.pool_file("train");
+    assert_eq!(paths, [live.to_str().unwrap()], "{doc}");
+    assert!(!doc.to_string().contains(idle.to_str().unwrap()), "{doc}");
+    let pools: Vec<&str> = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["pool"].as_str())
+        .collect();
+    assert_eq!(pools, ["train"], "{doc}");
+}
+
 /// The `.lone` file of a live process capped alone (the only one in the scratch).
 fn lone_file(s: &Scratch) -> PathBuf {
     let dir = s.pool_file("x").parent().unwrap().to_path_buf();

@@ -70,6 +70,10 @@ pub struct Row {
     pub user: String,
     /// The pool (None: capped on its own).
     pub pool: Option<String>,
+    /// Its pool's file, as the pool's `path` shows it: which pool, where several users'
+    /// pools have one name.
+    #[serde(skip)]
+    pub pool_path: Option<String>,
     /// False: a pool member that died without leaving (its bytes still counted).
     pub alive: bool,
     pub command: String,
@@ -174,6 +178,7 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                         u => user_name(u),
                     },
                     pool: Some(p.name.clone()),
+                    pool_path: Some(p.path.clone()),
                     alive: m.alive,
                     command: m.command.clone(),
                     cap,
@@ -209,6 +214,7 @@ pub fn rows(pools: &[PoolReading], lone: &[LoneReading], own_pidns: u64, gpus: &
                 uid: v.uid,
                 user: l.user.clone(),
                 pool: None,
+                pool_path: None,
                 alive: true,
                 command: v.command.clone(),
                 cap: g.cap,

@@ -36,17 +36,18 @@ pub fn unused(p: &crate::procs::PoolReading) -> bool {
 }
 
 /// Leaves out of `s` the pools no process uses ([`unused`]) and their rows (what `status`
-/// without `--all` and `top` without `--pool` show).
+/// without `--all` and `top` without `--pool` show): each pool by its file, never by its
+/// name (another user's pool of the same name may be in use).
 pub fn hide_unused(s: &mut Snapshot) {
     let hidden: Vec<String> = s
         .pools
         .iter()
         .filter(|p| unused(p))
-        .map(|p| p.name.clone())
+        .map(|p| p.path.clone())
         .collect();
-    s.pools.retain(|p| !hidden.contains(&p.name));
+    s.pools.retain(|p| !hidden.contains(&p.path));
     s.processes
-        .retain(|r| r.pool.as_ref().is_none_or(|n| !hidden.contains(n)));
+        .retain(|r| r.pool_path.as_ref().is_none_or(|n| !hidden.contains(n)));
 }
 
 /// `gpucap status [--json] [--uuid] [--all]` with no pool: printed; the exit status.
