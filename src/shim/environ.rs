@@ -35,3 +35,10 @@ pub fn config_vars() -> Vec<(OsString, OsString)> {
     }
     vars
 }
+
+/// Whether the process runs in secure execution (`AT_SECURE`: set-user-ID,
+/// set-group-ID or file capabilities, started by another user).
+pub fn secure_execution() -> bool {
+    // SAFETY: getauxval only reads the process's auxiliary vector.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}

@@ -29,6 +29,7 @@ mod never_uncapped;
 mod nvml;
 mod nvml_pids;
 mod robustness;
+mod secure_execution;
 mod shared_files;
 mod true_words;
 mod two_copies;

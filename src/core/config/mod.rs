@@ -33,6 +33,7 @@ mod keys;
 mod limit;
 mod model;
 mod pool_vars;
+mod secure;
 mod shares;
 mod sources;
 mod typed;
@@ -50,6 +51,7 @@ pub use limit::{
 };
 pub use model::{Ceiling, Config, ConfigError, LogLevel};
 pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
+pub use secure::{SECURE_DROPPED, drop_in_secure_execution};
 pub use shares::shares_for;
 pub use typed::{flag_of_var, parse_typed, typed_value};
 

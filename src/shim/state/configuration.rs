@@ -129,7 +129,24 @@ impl Shim {
 /// file that exists but cannot be read or is invalid is an error (fail closed): it is
 /// there to keep such processes capped.
 fn load_config(dirs: &[PathBuf]) -> Result<(Config, Option<PathBuf>), String> {
-    let env = config_vars();
+    let (mut env, secure) = (config_vars(), secure_execution());
+    // A program that runs as another user than the one who started it uses no path or
+    // pool the environment names.
+    let dropped = secure
+        .then(|| config::drop_in_secure_execution(&mut env))
+        .flatten();
+    let loaded = load_config_from(env, dirs);
+    loaded.map(|(mut c, f)| {
+        c.notes.extend(dropped);
+        (c, f)
+    })
+}
+
+/// [`load_config`] of the environment's variables `env`.
+fn load_config_from(
+    env: Vec<(OsString, OsString)>,
+    dirs: &[PathBuf],
+) -> Result<(Config, Option<PathBuf>), String> {
     let dirs: Vec<&std::path::Path> = dirs.iter().map(PathBuf::as_path).collect();
     let file = config::from_env_files(&dirs)?;
     if !config::has_gpucap_vars(env.iter().map(|(k, v)| (k, v))) {
@@ -162,6 +179,18 @@ fn visible_uuids() -> Option<Vec<[u8; 16]>> {
 #[cfg(test)]
 fn visible_uuids() -> Option<Vec<[u8; 16]>> {
     None
+}
+
+/// Whether the process runs in secure execution (asked at the FFI edge).
+#[cfg(not(test))]
+fn secure_execution() -> bool {
+    crate::environ::secure_execution()
+}
+
+/// Unit tests run as the user who started them.
+#[cfg(test)]
+fn secure_execution() -> bool {
+    false
 }
 
 /// The environment variables the configuration reads (copied at the FFI edge).

@@ -1,0 +1,94 @@
+//! A set-user-ID program (secure execution: `AT_SECURE`) that the library reaches
+//! through `/etc/ld.so.preload`, started by another user: the environment is that
+//! user's, the program runs as root. A path the environment names is never used as
+//! root: `GPUCAP_REPORT` pointing at a file of root's leaves the file as it was, and
+//! the cap still holds. `/etc` is never written: the test runs in a mount namespace of
+//! its own (`unshare -m`, as root) where an overlay adds `ld.so.preload`.
+
+use super::common;
+
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+const MIB: u64 = 1 << 20;
+
+/// `dir` and the files the test puts there, readable and runnable by anyone.
+fn open_to_all(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn a_set_user_id_program_writes_no_path_its_environment_names() {
+    if !as_root("a set-user-ID program started by another user") || !unshare_works() {
+        return;
+    }
+    // Under /tmp: every directory on the way may be passed by uid 65534.
+    let dir = std::env::temp_dir().join(format!("gpucap-secure-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("overlay")).unwrap();
+    open_to_all(&dir, 0o755);
+    let lib = dir.join("libgpucap.so");
+    std::fs::copy(shim(), &lib).unwrap();
+    let fake = dir.join("libcuda.so.1");
+    std::fs::copy(fake_lib_dir().join("libcuda.so.1"), &fake).unwrap();
+    let program = dir.join("script");
+    std::fs::copy(compile_c("script", "", &["-lcuda"]), &program).unwrap();
+    open_to_all(&program, 0o4755);
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"root's file\n").unwrap();
+    open_to_all(&victim, 0o644);
+    let stats = dir.join("stats.json");
+    // The C library ignores LD_LIBRARY_PATH and LD_PRELOAD in secure execution: the
+    // fake driver comes through ld.so.preload as well, after the shim.
+    let mut inner = fake_cmd(&program, &stats);
+    inner
+        .env("FAKECUDA_TOTAL_MEM", "4Gi")
+        .env("GPUCAP_LIMIT", "256Mi")
+        .env("GPUCAP_REPORT", &victim)
+        .args([
+            format!("alloc:{}", 200 * MIB),
+            format!("alloc:{}", 1024 * MIB),
+        ])
+        .current_dir(&dir);
+    let mut ns = std::process::Command::new("unshare");
+    ns.args(["-m", "sh", "-c"])
+        .arg(
+            "set -e; t=$1; lib=$2; fake=$3; shift 3; \
+             mount -t tmpfs none \"$t\"; mkdir -p \"$t/u\" \"$t/w\"; \
+             printf '%s\\n%s\\n' \"$lib\" \"$fake\" > \"$t/u/ld.so.preload\"; \
+             mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
+             exec \"$@\"",
+        )
+        .arg("sh")
+        .arg(dir.join("overlay"))
+        .arg(&lib)
+        .arg(&fake)
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ]);
+    let o = run(&mut wrap(ns, &inner));
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("alloc {} 0", 200 * MIB))
+            && out.contains(&format!("alloc {} 2", 1024 * MIB)),
+        "the cap holds in a set-user-ID program\n{}",
+        dump(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "root's file\n",
+        "a file of root's replaced by the report of a user's choosing\n{}",
+        dump(&o)
+    );
+    assert!(
+        stderr(&o).contains("GPUCAP_REPORT ignored"),
+        "the line\n{}",
+        dump(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
