@@ -128,7 +128,14 @@ pub fn as_the_shim_reads(
         return Ok((config, None));
     };
     if !config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v))) {
-        return Ok((file, Some(path)));
+        let visible_chosen = config.visible_chosen;
+        return Ok((
+            Config {
+                visible_chosen,
+                ..file
+            },
+            Some(path),
+        ));
     }
     let raw = |name: &str| {
         vars.iter()

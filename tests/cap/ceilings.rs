@@ -429,6 +429,54 @@ fn a_file_beside_a_copy_of_the_library_is_under_etcs_ceiling() {
     }
 }
 
+/// A file's ceiling keyed by ordinal (`8Gi,1=256Mi`) under a program's own
+/// `CUDA_VISIBLE_DEVICES=1,0`: the GPU the file held at 256 MiB is then ordinal 0, which
+/// the file's ordinals give 8 GiB. Each GPU is held at the least of the file's figures,
+/// with a line. Before, the program was served 1 GiB on the GPU the file held at 256
+/// MiB. With `CUDA_VISIBLE_DEVICES=1` (one GPU visible) the file's key 1 names no GPU:
+/// refused at `cuInit`, with the environment's cap as without it (before, with
+/// `GPUCAP_LIMIT=8Gi`, served at 8 GiB).
+#[test]
+fn a_ceiling_keyed_by_ordinal_holds_where_the_program_picks_its_gpus() {
+    let dir = scratch("ceiling-ordinals");
+    let lib = library_in(&dir.join("home"), Some("GPUCAP_LIMIT=8Gi,1=256Mi\n"));
+    let etc_file = dir.join("unused");
+    let s = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    for (visible, limit) in [
+        ("1,0", None),
+        ("1,0", Some("8Gi")),
+        ("1", None),
+        ("1", Some("8Gi")),
+    ] {
+        let mut vars = s(&[("FAKECUDA_DEVICES", "2"), ("CUDA_VISIBLE_DEVICES", visible)]);
+        vars.extend(limit.map(|l| ("GPUCAP_LIMIT".to_string(), l.to_string())));
+        let o = under(&lib, &dir, &vars, Place::BesideLibrary, &etc_file, false);
+        let row = format!("{vars:?}\n{}", dump(&o));
+        assert_ne!(
+            alloc_rc(&o, GIB).as_deref(),
+            Some("0"),
+            "1 GiB served on the GPU the file holds at 256 MiB: {row}"
+        );
+        if visible == "1" {
+            assert!(stdout(&o).contains("cuInit 800"), "{row}");
+            assert!(
+                stderr(&o).contains("names GPU 1, but only 1 GPU is visible"),
+                "{row}"
+            );
+            continue;
+        }
+        assert_eq!(alloc_rc(&o, SMALL).as_deref(), Some("0"), "{row}");
+        assert!(
+            stderr(&o).contains("names GPUs by ordinal, and CUDA_VISIBLE_DEVICES chooses"),
+            "the line: {row}"
+        );
+    }
+}
+
 /// The table of doors has a row for every variable gpucap knows: the shim names them all
 /// when it meets a `GPUCAP_*` name it does not know, so a variable added later without a
 /// row here fails this test.

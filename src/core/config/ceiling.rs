@@ -11,10 +11,9 @@
 
 use std::path::Path;
 
-use super::file::{ENV_FILE_NAME, ETC_ENV_FILE};
 use super::hami::HAMI_SHARED_CACHE;
 use super::limit::{Limit, limit_is_none};
-use super::model::{Ceiling, Config};
+use super::model::{Ceiling, Config, ENV_FILE_NAME, ETC_ENV_FILE};
 use super::pool_vars::PoolSpec;
 use super::sources::{DRA_EXAMPLE, HAMI_CLASSIC, HAMI_DRA, NVIDIA_TOOLKIT, VGPU_MANAGER};
 use super::typed::name_typed;

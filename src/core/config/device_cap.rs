@@ -3,7 +3,7 @@
 //! applies it when a GPU is first used; `gpucap check` prints it. One rule for both.
 
 use super::ceiling::{Capped, HandedDown, cap_under, held_line};
-use super::limit::{Limit, LimitSpec};
+use super::limit::{DeviceKey, Limit, LimitSpec};
 use super::model::{Ceiling, Config};
 use crate::size::format_bytes;
 
@@ -43,6 +43,9 @@ pub enum CapNote {
     TotalUnreadable { limit: Option<Limit> },
     /// The environment asked more than the ceiling (gpucap's line, for warn level).
     Held(String),
+    /// A ceiling keyed by ordinal, under `CUDA_VISIBLE_DEVICES`: held at the least of its
+    /// figures (`from`: the file).
+    OrdinalCeiling { from: String, cap: u64 },
 }
 
 impl CapNote {
@@ -68,6 +71,12 @@ impl CapNote {
                  allocations on it are refused"
             ),
             CapNote::Held(line) => line.trim_start_matches("gpucap: ").to_string(),
+            CapNote::OrdinalCeiling { from, cap } => format!(
+                "the ceiling of {from} names GPUs by ordinal, and CUDA_VISIBLE_DEVICES chooses \
+                 which GPU each ordinal is: GPU {device} is held at the least of its figures, {} \
+                 (name the GPUs by UUID in the file to give them different ceilings)",
+                format_bytes(*cap)
+            ),
         }
     }
 }
@@ -106,14 +115,20 @@ pub fn device_cap(
             notes,
         };
     };
-    let ceiling = limit_of(&bound.spec);
+    // Every figure a ceiling may hold this GPU to ([`held_figures`]).
+    let inner = held_figures(config, &bound.spec, limit_of(&bound.spec));
     // /etc's ceiling over a file beside a copy of the library, where both were read.
     let outer = config
         .outer
         .as_ref()
-        .and_then(|o| limit_of(&o.spec).map(|l| (o, l)));
+        .map(|o| (o, held_figures(config, &o.spec, limit_of(&o.spec))))
+        .filter(|(_, f)| !f.is_empty());
     let fraction = |l: Option<Limit>| matches!(l, Some(Limit::Fraction(_)));
-    let known = if fraction(asked) || fraction(ceiling) || fraction(outer.map(|(_, l)| l)) {
+    let any_fraction = |f: &[Limit]| f.iter().any(|&l| fraction(Some(l)));
+    let known = if fraction(asked)
+        || any_fraction(&inner)
+        || outer.as_ref().is_some_and(|(_, f)| any_fraction(f))
+    {
         let t = total();
         if t.is_none() {
             notes.push(CapNote::TotalUnreadable { limit: None });
@@ -122,6 +137,21 @@ pub fn device_cap(
     } else {
         None
     };
+    let ceiling = least(&inner, known);
+    let outer = outer.and_then(|(o, f)| least(&f, known).map(|l| (o, l)));
+    // Where a ceiling keyed by ordinal holds this GPU at less than its own figure: said.
+    let own_bytes = |spec: &LimitSpec| cap_under(None, limit_of(spec), known).cap;
+    let lowered = [(bound, ceiling)]
+        .into_iter()
+        .chain(outer.map(|(o, l)| (o, Some(l))))
+        .filter_map(|(c, l)| {
+            let cap = cap_under(None, l, known).cap?;
+            (Some(cap) != own_bytes(&c.spec)).then(|| CapNote::OrdinalCeiling {
+                from: c.from.clone(),
+                cap,
+            })
+        });
+    notes.extend(lowered);
     let mut capped = cap_under(asked, ceiling, known);
     let mut ceiling_bytes = cap_under(None, ceiling, known).cap;
     // The ceiling that holds: the file's, or /etc's over it where that is no larger.
@@ -161,6 +191,39 @@ pub fn device_cap(
         handed_down: if at_ceiling { holding.1 } else { None },
         ceiling_bytes,
         notes,
+    }
+}
+
+/// The figures a ceiling `spec` may hold a GPU to: its own (`own`: by its UUID, its
+/// ordinal or the default; none: the ceiling names it not). Where the environment chose
+/// which GPU each CUDA ordinal is (`CUDA_VISIBLE_DEVICES`) and the ceiling keys
+/// ordinals, an ordinal may name another GPU than the ceiling's writer saw: every figure
+/// of the ceiling then, of which the least holds.
+fn held_figures(config: &Config, spec: &LimitSpec, own: Option<Limit>) -> Vec<Limit> {
+    let ordinal = |k: &DeviceKey| matches!(k, DeviceKey::Ordinal(_));
+    let mut figures: Vec<Limit> = own.into_iter().collect();
+    if config.visible_chosen && spec.devices.iter().any(|(k, _)| ordinal(k)) {
+        figures.extend(spec.default);
+        figures.extend(
+            spec.devices
+                .iter()
+                .filter(|(k, _)| ordinal(k))
+                .map(|(_, l)| *l),
+        );
+    }
+    figures
+}
+
+/// The least of `figures` (one: as it is; several: in bytes, fractions of `total`).
+fn least(figures: &[Limit], total: Option<u64>) -> Option<Limit> {
+    match figures {
+        [] => None,
+        [one] => Some(*one),
+        many => many
+            .iter()
+            .filter_map(|&l| cap_under(None, Some(l), total).cap)
+            .min()
+            .map(Limit::Bytes),
     }
 }
 
@@ -339,7 +402,7 @@ mod tests {
         let with_outer = |asked: &str, beside: &str, etc: &str| Config {
             outer: Some(Ceiling {
                 spec: parse_limit_spec(etc).unwrap(),
-                from: super::super::file::ETC_ENV_FILE.into(),
+                from: super::super::model::ETC_ENV_FILE.into(),
                 asked: Some(format!("GPUCAP_LIMIT={beside:?} in /x/gpucap.env")),
                 asked_none: false,
             }),
@@ -362,6 +425,84 @@ mod tests {
         let c = cap_of(&with_outer("1%", "50%", "256Mi"), Some(80 * GI));
         assert_eq!(c.cap, Some(256 * MI));
         assert_eq!(c.handed_down, Some(HandedDown::Etc));
+    }
+
+    /// A ceiling keyed by ordinal under `CUDA_VISIBLE_DEVICES`: each GPU is held at the
+    /// least of its figures, said once; without the variable, each ordinal its own.
+    #[test]
+    fn a_ceiling_keyed_by_ordinal_holds_every_gpu_at_its_least_where_the_environment_picks_gpus() {
+        let on = |config: &Config, device: u32| {
+            device_cap(
+                config,
+                device as usize,
+                |s| s.for_ordinal(device),
+                || Some(80 * GI),
+            )
+        };
+        let c = under(Some("4Gi"), "8Gi,1=256Mi");
+        assert_eq!(
+            on(&c, 0).cap,
+            Some(4 * GI),
+            "as before without CUDA_VISIBLE_DEVICES"
+        );
+        assert_eq!(on(&c, 1).cap, Some(256 * MI));
+        let chosen = Config {
+            visible_chosen: true,
+            ..c
+        };
+        let d = on(&chosen, 0);
+        assert_eq!((d.cap, d.ceiling_bytes), (Some(256 * MI), Some(256 * MI)));
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| matches!(n, CapNote::OrdinalCeiling { cap, .. }
+                if *cap == 256 * MI)),
+            "{:?}",
+            d.notes
+        );
+        assert!(
+            d.notes[0].text(0).contains("name the GPUs by UUID"),
+            "{:?}",
+            d.notes
+        );
+        // A GPU the ceiling names not (no default): held at the least as well.
+        let c = Config {
+            visible_chosen: true,
+            ..under(Some("4Gi"), "1=256Mi")
+        };
+        assert_eq!(on(&c, 0).cap, Some(256 * MI));
+        // UUID keys name GPUs whatever their ordinal: unchanged.
+        let c = Config {
+            visible_chosen: true,
+            ..under(
+                Some("4Gi"),
+                "GPU-00000000-0000-0000-0000-000000000001=256Mi",
+            )
+        };
+        let d = on(&c, 0);
+        assert_eq!(d.cap, Some(4 * GI));
+        assert!(d.notes.is_empty(), "{:?}", d.notes);
+    }
+
+    /// A ceiling's keys are checked as the environment's: one naming no visible GPU (a
+    /// MIG instance's parent by its UUID) fails closed, naming the ceiling.
+    #[test]
+    fn a_ceilings_key_naming_no_visible_gpu_fails_closed() {
+        let c = under(
+            Some("100%"),
+            "GPU-00000000-0000-0000-0000-0000000000aa=20Gi",
+        );
+        let seen = [[7u8; 16]];
+        let e = crate::config::check_gpu_keys(&c, Some(1), || Some(&seen[..])).unwrap_err();
+        assert!(
+            e.contains("the configuration file's GPUCAP_LIMIT (a ceiling)"),
+            "{e}"
+        );
+        let c = under(Some("100%"), "0=20Gi");
+        assert_eq!(
+            crate::config::check_gpu_keys(&c, Some(1), || Some(&seen[..])),
+            Ok(())
+        );
     }
 
     #[test]

@@ -87,6 +87,10 @@ pub fn nearest_name<'a>(typed: &str, names: &[&'a str]) -> Option<&'a str> {
     best.map(|(_, name)| name)
 }
 
+/// The variable that picks and orders the GPUs CUDA shows (read only to know whether
+/// the environment sets it: `Config::visible_chosen`).
+const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
 /// Whether [`from_vars`] looks at a variable of this name: a caller reading a whole
 /// environment may pass only these (the shim copies just them, not every variable).
 pub fn looked_at(name: &[u8]) -> bool {
@@ -94,6 +98,7 @@ pub fn looked_at(name: &[u8]) -> bool {
         || name.starts_with(HAMI_PREFIX.as_bytes())
         || is_handover_name(name)
         || name == NVIDIA_VISIBLE_DEVICES.as_bytes()
+        || name == CUDA_VISIBLE_DEVICES.as_bytes()
         || HAMI_IGNORED
             .iter()
             .any(|(var, _)| name.starts_with(var.as_bytes()))
@@ -138,8 +143,13 @@ where
     let mut hami = Hami::default();
     let mut handover = HandoverVars::default();
     let mut visible: Option<String> = None;
+    let mut visible_chosen = false;
     for (k, v) in vars {
         let (k, v) = (k.as_ref(), v.as_ref());
+        if k.as_bytes() == CUDA_VISIBLE_DEVICES.as_bytes() {
+            visible_chosen = true;
+            continue;
+        }
         if k.as_bytes() == NVIDIA_VISIBLE_DEVICES.as_bytes() {
             // Read only to key HAMi's per-index caps (never an error: not a cap).
             visible.get_or_insert_with(|| v.to_string_lossy().into_owned());
@@ -210,7 +220,10 @@ where
         reason,
         accepted: accepted_of(var),
     };
-    let mut config = Config::default();
+    let mut config = Config {
+        visible_chosen,
+        ..Config::default()
+    };
     let limit_none = raw("GPUCAP_LIMIT").is_some_and(limit_is_none);
     if let Some(v) = raw("GPUCAP_LIMIT").filter(|_| !limit_none) {
         config.limit = Some(parse_limit_spec(v).map_err(|r| bad("GPUCAP_LIMIT", v, r))?);

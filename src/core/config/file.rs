@@ -3,7 +3,7 @@
 use super::env::{PREFIX, from_vars, gpucap_like};
 use super::hami::HAMI_PREFIX;
 use super::limit::LimitFrom;
-use super::model::Config;
+use super::model::{Config, ENV_FILE_NAME, ETC_ENV_FILE};
 use super::sources::is_handover_name;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -17,12 +17,6 @@ use std::os::unix::ffi::OsStrExt;
 // the shim reads that file, or else `/etc/gpucap/gpucap.env`. When its environment
 // has no `GPUCAP_*` variable at all, the file is the configuration; beside variables
 // that are set, its cap and pool are a ceiling (`ceiling.rs`).
-
-/// The name of the configuration file the shim looks for beside itself.
-pub const ENV_FILE_NAME: &str = "gpucap.env";
-
-/// Where the shim looks when there is no `gpucap.env` beside it.
-pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
 
 /// Does `vars` hold any `GPUCAP_*`, HAMi-core `CUDA_DEVICE_MEMORY_*` or driver hand-over
 /// variable (`config::sources`)

@@ -20,11 +20,22 @@ const LISTED: usize = 16;
 
 /// The per-GPU variables of `config` that name GPUs, in the order they are checked:
 /// how to name the variable of a key, and the spec.
+/// A ceiling's keys (a file's, /etc's over it) are checked as the environment's are: one
+/// that names no GPU the process sees would hold none (a MIG instance's parent GPU named
+/// by its UUID, say) while the environment's cap, under no ceiling there, would.
 fn keyed(config: &Config) -> impl Iterator<Item = (Var, &LimitSpec)> {
     [
         (Var::Limit, config.limit.as_ref()),
         (Var::Named("GPUCAP_GUARANTEE"), config.guarantee.as_ref()),
         (Var::Named("GPUCAP_CEILING"), config.ceiling.as_ref()),
+        (
+            Var::Named("the configuration file's GPUCAP_LIMIT (a ceiling)"),
+            config.bound.as_ref().map(|b| &b.spec),
+        ),
+        (
+            Var::Named("/etc/gpucap/gpucap.env's GPUCAP_LIMIT (a ceiling)"),
+            config.outer.as_ref().map(|b| &b.spec),
+        ),
     ]
     .into_iter()
     .filter_map(|(var, spec)| Some((var, spec.filter(|s| !s.devices.is_empty())?)))

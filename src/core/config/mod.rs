@@ -42,14 +42,14 @@ mod vars;
 pub use ceiling::{HandedDown, from_file_alone, held_line, pool_held_line, under_file};
 pub use device_cap::{DeviceCap, device_cap};
 pub use env::{from_vars, looked_at, nearest_name};
-pub use file::{ENV_FILE_NAME, format_env_file, from_env_files, has_gpucap_vars};
+pub use file::{format_env_file, from_env_files, has_gpucap_vars};
 pub use hami::HAMI_SHARED_CACHE;
 pub use keys::{check_gpu_keys, check_var_keys, names_gpus};
 pub use limit::{
     DeviceKey, DeviceUuid, Limit, LimitFrom, LimitSpec, MAX_DEVICES, format_uuid, limit_is_none,
     parse_cap_size, parse_limit_spec,
 };
-pub use model::{Ceiling, Config, ConfigError, LogLevel};
+pub use model::{Ceiling, Config, ConfigError, ENV_FILE_NAME, LogLevel};
 pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
 pub use secure::{SECURE_DROPPED, drop_in_secure_execution};
 pub use shares::shares_for;

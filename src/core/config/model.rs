@@ -1,7 +1,7 @@
 //! What a configuration is: [`Config`], the error of a bad variable ([`ConfigError`]), and
 //! the records it keeps of where its caps came from ([`Origin`], [`CapSource`]) and of a
-//! ceiling handed down ([`Ceiling`]). Types only: the files beside it read variables into
-//! them.
+//! ceiling handed down ([`Ceiling`]), and the configuration files' names. Types only: the
+//! files beside it read variables into them.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -10,6 +10,12 @@ use super::limit::{DeviceKey, LimitSpec};
 use super::pool_vars::PoolSpec;
 
 /// How much the shim logs (to stderr).
+/// The name of the configuration file the shim looks for beside itself.
+pub const ENV_FILE_NAME: &str = "gpucap.env";
+
+/// Where the shim looks (beside a copy's file, a ceiling over it; else instead of one).
+pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
     Off,
@@ -95,6 +101,10 @@ pub struct Config {
     /// library with a file of its own beside it never passes over the machine's).
     /// On each GPU the smaller of the two holds.
     pub outer: Option<Ceiling>,
+    /// The environment sets `CUDA_VISIBLE_DEVICES`: which GPU each CUDA ordinal is, is
+    /// its choice, so a ceiling's ordinal keys may name other GPUs than its writer saw
+    /// (`device_cap` then holds each GPU at the least of them).
+    pub visible_chosen: bool,
     /// `GPUCAP_TYPED`: the flags of `gpucap run` that set variables, which lines name
     /// instead of the variables (`name_typed`, in `typed.rs`).
     pub typed: Vec<&'static str>,
@@ -121,6 +131,7 @@ impl Default for Config {
             origins: Vec::new(),
             bound: None,
             outer: None,
+            visible_chosen: false,
             typed: Vec::new(),
         }
     }

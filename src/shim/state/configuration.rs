@@ -135,9 +135,13 @@ fn load_config(dirs: &[PathBuf]) -> Result<(Config, Option<PathBuf>), String> {
     let dropped = secure
         .then(|| config::drop_in_secure_execution(&mut env))
         .flatten();
+    // Whether the GPUs a ceiling's ordinals name are the environment's choice: a file's
+    // configuration, read alone, takes it from the environment too.
+    let chosen = env.iter().any(|(k, _)| k == "CUDA_VISIBLE_DEVICES");
     let loaded = load_config_from(env, dirs);
     loaded.map(|(mut c, f)| {
         c.notes.extend(dropped);
+        c.visible_chosen |= chosen;
         (c, f)
     })
 }
