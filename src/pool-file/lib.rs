@@ -61,6 +61,7 @@ pub use creation::can_make;
 pub use identity::{own_cmdline, own_pid_namespace, own_uid};
 pub use live::forget_in_child as forget_claims_in_child;
 pub use live::members_live as claim_members_live;
+pub use live::new_reading_round;
 pub use location::{every_user_dir, locate, locate_existing, path_of, user_dir};
 pub use locks::{ContextWindow, SlotLocks, WindowOutcome};
 pub use lone::Lone;

@@ -140,7 +140,8 @@ pub fn open_member(path: &Path, sharing: Sharing, members: usize) -> Result<Pool
                     return finish_removed(path, fd, sharing, Role::Member, through);
                 }
                 Orphan::None | Orphan::Unreachable(_)
-                    if sharing == Sharing::Claim && crate::live::answering_soon(path) =>
+                    if sharing == Sharing::Claim
+                        && crate::live::answering_soon(path, crate::live::Waiter::Patient) =>
                 {
                     // Its maker binds the socket only after linking the file: where the
                     // file is there now (made since this open), it is opened again.
@@ -223,7 +224,8 @@ fn open_existing(
             // descriptors this process may not open, hand it over on its socket (once they
             // bound it again, where it was removed with the file).
             Orphan::None | Orphan::Unreachable(_)
-                if sharing == Sharing::Claim && crate::live::answering_soon(path) =>
+                if sharing == Sharing::Claim
+                    && crate::live::answering_soon(path, role.waiter()) =>
             {
                 let Some(fd) = handed_over(path, access, &mut socket_gone)? else {
                     continue;
@@ -350,6 +352,17 @@ enum Role {
     Reader,
 }
 
+impl Role {
+    /// How long it waits for a claim's members who do not answer: a reader what is left
+    /// of its round's patience, the others their own.
+    fn waiter(self) -> crate::live::Waiter {
+        match self {
+            Role::Reader => crate::live::Waiter::Reader,
+            Role::Member | Role::Writer => crate::live::Waiter::Patient,
+        }
+    }
+}
+
 /// [`finish`] of a file removed while its members run, opened `through` one of them.
 fn finish_removed(
     path: &Path,
@@ -420,7 +433,7 @@ fn finish(path: &Path, fd: RawFd, sharing: Sharing, role: Role) -> Result<PoolFi
     // A claim's members map its memfd, never the file another container may truncate.
     let live = match (claim, role) {
         (true, Role::Member) => crate::live::hold(path, fd, size).map(Some),
-        (true, Role::Writer) => crate::live::borrow(path, fd, size),
+        (true, Role::Writer) => crate::live::borrow(path, fd, size, crate::live::Waiter::Patient),
         _ => Ok(None),
     };
     let live = match live {
@@ -529,7 +542,7 @@ fn header_length(fd: RawFd, file_bytes: i64) -> Result<usize, LayoutError> {
 /// from the file `fd`.
 fn read_words(path: &Path, fd: RawFd, copy: &[AtomicU64], claim: bool) -> Result<(), String> {
     match claim
-        .then(|| crate::live::borrow(path, fd, copy.len() * 8))
+        .then(|| crate::live::borrow(path, fd, copy.len() * 8, crate::live::Waiter::Reader))
         .transpose()?
     {
         Some(Some(m)) => {

@@ -99,6 +99,8 @@ impl Reader {
 
     /// The pools, read now. Err: `--all`'s directory cannot be used (a line to print).
     pub fn read(&mut self) -> Result<Vec<Reading>, String> {
+        // Claims whose members do not answer cost this scrape one patience in all.
+        gpucap_pool_file::new_reading_round();
         let targets: Vec<(String, PoolSpec)> = match &self.which {
             Which::Pools(specs) => specs.iter().map(|s| (s.to_string(), s.clone())).collect(),
             Which::All => match self.list() {

@@ -97,6 +97,8 @@ impl Sources {
     /// Every pool and lone process, read now; the files that could not be read, each
     /// with why. Err: this user's directory cannot be used (a line to print).
     pub fn read(&mut self) -> Result<Found, String> {
+        // Claims whose members do not answer cost this read one patience in all.
+        gpucap_pool_file::new_reading_round();
         let mut pools = Vec::new();
         let mut lone = Vec::new();
         let mut errors = Vec::new();

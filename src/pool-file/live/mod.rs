@@ -36,6 +36,7 @@
 
 mod at_rest;
 mod handover;
+mod patience;
 mod presence;
 mod rebinding;
 mod serving;
@@ -49,6 +50,8 @@ use crate::sys::cstr;
 use at_rest::{clear_gone_marks, made_from, stamp_file, taken_in_file};
 pub(crate) use handover::NotHandedOver;
 use handover::{Address, Answer, SEALS, ask, close, socket};
+pub(crate) use patience::Waiter;
+pub use patience::new_reading_round;
 use rebinding::Watch;
 pub(crate) use serving::keep_file_served;
 use serving::{own_copy, pause, served};
@@ -445,14 +448,14 @@ pub(crate) fn answering(path: &Path) -> bool {
 /// but the claim's directory says members live (`presence`), after they bind it again
 /// (within about a second) or the file is back at `path`, waited for up to [`PATIENCE`];
 /// false at once where no member lives, or after the patience (the members stopped).
-pub(crate) fn answering_soon(path: &Path) -> bool {
+pub(crate) fn answering_soon(path: &Path, waiter: Waiter) -> bool {
     if answering(path) {
         return true;
     }
     if !presence::members_live(path) {
         return false;
     }
-    let give_up = Instant::now() + PATIENCE;
+    let give_up = waiter.gives_up();
     let mut waited = 0;
     while Instant::now() < give_up {
         pause(&mut waited);
@@ -494,7 +497,12 @@ pub(crate) static BEFORE_QUESTION: std::sync::Mutex<Option<fn(&Path)>> =
 /// file's words are the pool's then). Where processes hold them and none hands them
 /// over, an error: the file's words are stale then, and a change written there would
 /// not reach the members.
-pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<RawFd>, String> {
+pub(crate) fn borrow(
+    path: &Path,
+    file: RawFd,
+    bytes: usize,
+    waiter: Waiter,
+) -> Result<Option<RawFd>, String> {
     if let Some(m) = own_copy(file, bytes) {
         return Ok(Some(m)); // a member reads its own
     }
@@ -503,7 +511,7 @@ pub(crate) fn borrow(path: &Path, file: RawFd, bytes: usize) -> Result<Option<Ra
     // Where the members hold the words and nobody answers, their socket may have been
     // removed (with the file, say): they bind it again within about a second, so the
     // question is asked again until the patience runs out, as a joiner asks.
-    let give_up = Instant::now() + PATIENCE;
+    let give_up = waiter.gives_up();
     let mut waited = 0;
     let mut answer = ask(&at, file, bytes);
     while matches!(
