@@ -30,8 +30,16 @@ pub struct LoneReading {
 /// holds is a dead process's (or, named `.*.lone.*.new`, one that died before it showed
 /// itself): removed when this process may, never read.
 pub fn read_lone_dir(dir: &Path) -> (Vec<LoneReading>, Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return (Vec::new(), Vec::new());
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), Vec::new()),
+        // Never a directory gone silent (out of descriptors, say).
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![format!("{}: cannot list it: {e}", dir.display())],
+            );
+        }
     };
     let mut out = Vec::new();
     let mut errors = Vec::new();

@@ -80,7 +80,7 @@ pub fn command(listen: std::net::SocketAddr, pools: PoolSet, hami: bool) -> i32 
         eprintln!("{e}");
         return EXIT_USAGE;
     }
-    raise_open_files_limit();
+    crate::procs::raise_open_files_limit();
     let listener = match std::net::TcpListener::bind(listen) {
         Ok(l) => l,
         Err(e) => {
@@ -96,24 +96,4 @@ pub fn command(listen: std::net::SocketAddr, pools: PoolSet, hami: bool) -> i32 
     let e = metrics::serve(listener, reader, &mut io::stderr());
     eprintln!("gpucap: metrics: cannot accept connections on {addr}: {e}");
     1
-}
-
-/// Raises this process's soft limit on open descriptors to its hard limit: the server
-/// keeps a descriptor per pool file it reads (and one per connection), and the usual
-/// soft limit (1024) is far below the hard one (a service's 524288). Where it cannot,
-/// the limit stays: a pool that cannot be opened is served as `gpucap_pool_up 0`.
-fn raise_open_files_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit fills the plain struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
-        || lim.rlim_cur >= lim.rlim_max
-    {
-        return;
-    }
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: setrlimit reads the struct; raising the soft limit to the hard one is allowed.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
 }

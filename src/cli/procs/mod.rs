@@ -18,7 +18,7 @@ use gpucap_core::lone::LoneView;
 
 pub use crate::users::{unknown_user, user_name};
 pub use names::Gpus;
-pub use sources::{Sources, pool_name};
+pub use sources::{Sources, pool_name, raise_open_files_limit};
 
 /// One pool, as read.
 #[derive(Debug, Clone, Serialize)]

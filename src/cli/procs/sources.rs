@@ -40,6 +40,7 @@ impl Sources {
     /// This user's directory in `pool_dir` (`GPUCAP_POOL_DIR`, else the default); with
     /// `every_user`, every user's (what root reads).
     pub fn new(pool_dir: Option<PathBuf>, every_user: bool) -> Sources {
+        raise_open_files_limit();
         Sources {
             pool_dir,
             every_user,
@@ -164,7 +165,11 @@ impl Sources {
             seen.push(path);
         }
         for dir in dirs {
-            for path in pool_files(&dir) {
+            let files = pool_files(&dir).unwrap_or_else(|e| {
+                errors.push(e);
+                Vec::new()
+            });
+            for path in files {
                 if seen.contains(&path) {
                     continue;
                 }
@@ -316,9 +321,13 @@ fn dir_uid(dir: &Path) -> Option<u32> {
 
 /// The pool files of `dir` (`NAME.pool`, regular files; one being made is `.NAME….new`),
 /// sorted.
-fn pool_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+fn pool_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        // Never a directory gone silent (out of descriptors, say): its users' pools
+        // would vanish from the reading.
+        Err(e) => return Err(format!("{}: cannot list it: {e}", dir.display())),
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
@@ -331,5 +340,51 @@ fn pool_files(dir: &Path) -> Vec<PathBuf> {
         .map(|e| e.path())
         .collect();
     files.sort();
-    files
+    Ok(files)
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit: a reader
+/// keeps a descriptor per pool file it reads (the metrics server one per connection
+/// too), and the usual soft limit (1024) is far below the hard one (a service's
+/// 524288): anyone may make a thousand pool files. Where it cannot, the limit stays,
+/// and a pool or directory that cannot be opened is a line (`gpucap_pool_up 0`).
+pub fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the plain struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
+        || lim.rlim_cur >= lim.rlim_max
+    {
+        return;
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads the struct; raising the soft limit to the hard one is allowed.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory that cannot be listed is a line, never a directory gone silent with
+    /// its users' pools; one that is not there is nothing to say.
+    #[test]
+    fn a_directory_that_cannot_be_listed_is_a_line() {
+        let dir = std::env::temp_dir().join(format!("gpucap-list-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("not-a-directory");
+        std::fs::write(&file, b"").unwrap();
+        let e = pool_files(&file).unwrap_err();
+        assert!(e.contains("cannot list it"), "{e}");
+        assert_eq!(pool_files(&dir.join("absent")), Ok(Vec::new()));
+        let (found, errors) = gpucap_pool_file::read_lone_dir(&file);
+        assert!(found.is_empty());
+        assert!(
+            errors.len() == 1 && errors[0].contains("cannot list it"),
+            "{errors:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
