@@ -308,6 +308,7 @@ where
             set(&mut config, v).map_err(|r| bad(var.name, v, r))?;
         }
     }
+    let hami_cache = hami.shared_cache.clone();
     if let Some(cache) = hami.shared_cache {
         let path = match hami_claim {
             Some(dir) => {
@@ -342,6 +343,19 @@ where
                     value: raw("GPUCAP_POOL").unwrap_or_default().to_string(),
                     reason: format!(
                         "it names another pool than GPUCAP_CLAIM_DIR={v:?}; set one of them"
+                    ),
+                    accepted: "",
+                });
+            }
+            // HAMi's shared cache names the container's one pool: a claim elsewhere would
+            // leave it, each process still capped, the container's sum no longer.
+            Some(p) if *p != PoolSpec::Claim(dir.clone()) && hami_cache.is_some() => {
+                return Err(ConfigError {
+                    var: "GPUCAP_CLAIM_DIR".into(),
+                    value: v.to_string(),
+                    reason: format!(
+                        "it names another pool than {HAMI_SHARED_CACHE}={:?}; set one of them",
+                        hami_cache.unwrap_or_default()
                     ),
                     accepted: "",
                 });

@@ -1385,3 +1385,29 @@ mod properties {
         assert!(parse_pool("offline").unwrap().is_some());
     }
 }
+
+mod hami_claim {
+    use super::super::*;
+
+    /// HAMi's shared cache names the container's one pool: GPUCAP_CLAIM_DIR naming another
+    /// is an error naming both, as GPUCAP_POOL naming another is (before: an info line, and
+    /// the container's processes no longer shared HAMi's budget).
+    #[test]
+    fn a_claim_dir_other_than_hamis_shared_cache_is_an_error() {
+        let e = from_vars([
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu/x.cache"),
+            ("GPUCAP_CLAIM_DIR", "/tmp/mine"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, "GPUCAP_CLAIM_DIR");
+        assert!(
+            e.reason
+                .contains("another pool than CUDA_DEVICE_MEMORY_SHARED_CACHE"),
+            "{e}"
+        );
+        // Without HAMi's cache, the claim is the pool.
+        let c = from_vars([("GPUCAP_LIMIT", "1Gi"), ("GPUCAP_CLAIM_DIR", "/tmp/mine")]).unwrap();
+        assert!(matches!(c.pool, Some(PoolSpec::Claim(_))));
+    }
+}
