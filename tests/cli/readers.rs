@@ -137,7 +137,7 @@ fn top_reading_a_removed_pool_file_again_and_again_does_not_grow() {
 }
 
 /// The FNV-1a hash of `path`'s bytes, as an announcement names a pool file.
-fn path_hash(path: &Path) -> u64 {
+pub(crate) fn path_hash(path: &Path) -> u64 {
     path.to_str()
         .unwrap()
         .bytes()

@@ -10,6 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use super::readers::path_hash;
 use common::pool_scratch::*;
 use common::*;
 
@@ -56,16 +57,6 @@ impl Watched {
             }
         }
     }
-}
-
-/// The FNV-1a hash of `path`'s bytes, as an announcement names a pool file.
-fn path_hash(path: &Path) -> u64 {
-    path.to_str()
-        .unwrap()
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        })
 }
 
 /// An announcement (anyone may bind any abstract name) of a member of `who`'s pool
