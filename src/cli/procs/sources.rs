@@ -104,7 +104,8 @@ impl Sources {
         let mut lone = Vec::new();
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
-        let mut seen = Vec::new();
+        // The files read: a set (anyone may make hundreds of thousands of pool files).
+        let mut seen = std::collections::HashSet::new();
         let extra = self.extra.clone();
         for (path, sharing) in extra {
             match self.read_pool_as(&path, sharing) {
@@ -112,7 +113,7 @@ impl Sources {
                 Err(e) if self.only => errors.push(e),
                 Err(_) => {}
             }
-            seen.push(path);
+            seen.insert(path);
         }
         if self.only {
             return Ok((pools, lone, errors, warnings));
@@ -162,7 +163,7 @@ impl Sources {
                 Ok(p) => pools.push(p),
                 Err(e) => errors.push(e),
             }
-            seen.push(path);
+            seen.insert(path);
         }
         for dir in dirs {
             let files = pool_files(&dir).unwrap_or_else(|e| {
@@ -177,7 +178,7 @@ impl Sources {
                     Ok(p) => pools.push(p),
                     Err(e) => errors.push(e),
                 }
-                seen.push(path);
+                seen.insert(path);
             }
             let (found, unshown) = gpucap_pool_file::read_lone_dir(&dir);
             lone.extend(found.into_iter().map(|r| LoneReading {
@@ -192,7 +193,7 @@ impl Sources {
         // removed ones are; each file once (a path read above may name it another way).
         // Only in the machine's view: a pool directory named (`GPUCAP_POOL_DIR`, a pod's
         // volume) is the view of that directory's pools.
-        let read: Vec<(u64, u64)> = seen
+        let read: std::collections::HashSet<(u64, u64)> = seen
             .iter()
             .filter_map(|p| self.open.get(p).map(|(id, _)| *id))
             .collect();
@@ -230,7 +231,7 @@ impl Sources {
                 Ok(p) => pools.push(p),
                 Err(e) => errors.push(e),
             }
-            seen.push(path);
+            seen.insert(path);
         }
         self.open.retain(|path, (_, file)| {
             let keep = seen.contains(path);
