@@ -5,8 +5,8 @@
 //! `.../kubepods/burstable/pod<UID>/<ID>` with cgroupfs); the kubelet sets `HOSTNAME`
 //! to the pod's name and mounts the namespace's name at
 //! `/var/run/secrets/kubernetes.io/serviceaccount/namespace` (read through
-//! `/proc/PID/root`, as `pod_namespace` says). Outside Kubernetes, or where a file cannot be read, the labels are
-//! empty. A process in another PID namespace than the reader's (a container's own, seen
+//! `/proc/PID/root`, as `pod_namespace` says). Outside Kubernetes, or where a file cannot
+//! be read, the labels are empty. A process in another PID namespace than the reader's (a container's own, seen
 //! from a node's sidecar with `hostPID`) is looked up under the pid it has here: the
 //! process in /proc whose PID namespace is its and whose `NSpid` ends with its pid.
 //!

@@ -20,6 +20,7 @@ const LISTED: usize = 16;
 
 /// The per-GPU variables of `config` that name GPUs, in the order they are checked:
 /// how to name the variable of a key, and the spec.
+///
 /// A ceiling's keys (a file's, /etc's over it) are checked as the environment's are: one
 /// that names no GPU the process sees would hold none (a MIG instance's parent GPU named
 /// by its UUID, say) while the environment's cap, under no ceiling there, would.

@@ -51,7 +51,7 @@ pub use limit::{
 };
 pub use model::{Ceiling, Config, ConfigError, ENV_FILE_NAME, LogLevel};
 pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
-pub use secure::{SECURE_DROPPED, drop_in_secure_execution};
+pub use secure::drop_in_secure_execution;
 pub use shares::shares_for;
 pub use typed::{flag_of_var, parse_typed, typed_value};
 

@@ -9,13 +9,13 @@ use std::path::PathBuf;
 use super::limit::{DeviceKey, LimitSpec};
 use super::pool_vars::PoolSpec;
 
-/// How much the shim logs (to stderr).
 /// The name of the configuration file the shim looks for beside itself.
 pub const ENV_FILE_NAME: &str = "gpucap.env";
 
 /// Where the shim looks (beside a copy's file, a ceiling over it; else instead of one).
 pub const ETC_ENV_FILE: &str = "/etc/gpucap/gpucap.env";
 
+/// How much the shim logs (to stderr).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
     Off,

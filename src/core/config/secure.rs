@@ -12,7 +12,7 @@ use std::ffi::OsString;
 
 /// The variables dropped in secure execution: every one that names a file, a directory
 /// or a pool (whose file lies in a directory of the environment's choosing).
-pub const SECURE_DROPPED: &[&str] = &[
+const SECURE_DROPPED: &[&str] = &[
     "GPUCAP_REPORT",
     "GPUCAP_POOL",
     "GPUCAP_POOL_DIR",
@@ -26,7 +26,7 @@ pub const SECURE_DROPPED: &[&str] = &[
     "CUDA_DEVICE_MEMORY_SHARED_CACHE",
 ];
 
-/// Takes out of `vars` those [`SECURE_DROPPED`] names; the line that says so (None: none
+/// Takes out of `vars` those `SECURE_DROPPED` names; the line that says so (None: none
 /// was set).
 pub fn drop_in_secure_execution(vars: &mut Vec<(OsString, OsString)>) -> Option<String> {
     let mut dropped: Vec<String> = Vec::new();
