@@ -27,6 +27,8 @@
 //!   descriptor, or one handed over on a claim's socket), and why a process may not join.
 //! - `kept`: a descriptor kept while the program runs, acted on only while its number is
 //!   still the file kept (the program may close it and reuse the number).
+//! - `held_dir`: a user's directory held open while a reader reads it, every name in it
+//!   reached through the descriptor (its owner may swap it for a link meanwhile).
 //! - `hex`: a value as the 16 hex digits of a name, the same work whatever the value.
 //! - `sys`: the C library's file calls, under the names Rust's std imports too (one
 //!   symbol lookup fewer each when the shim is loaded).
@@ -37,6 +39,7 @@ mod bases;
 mod beacon;
 mod container;
 mod creation;
+mod held_dir;
 mod hex;
 mod identity;
 mod kept;
@@ -58,6 +61,7 @@ pub use beacon::{
 };
 pub use container::{container_pools, resolve as resolve_pool};
 pub use creation::can_make;
+pub use held_dir::HeldDir;
 pub use identity::{own_cmdline, own_pid_namespace, own_uid};
 pub use live::forget_in_child as forget_claims_in_child;
 pub use live::members_live as claim_members_live;

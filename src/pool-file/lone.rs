@@ -529,7 +529,7 @@ mod tests {
             0,
             "a device the header does not name is a hole"
         );
-        let read = read_lone_dir(&d).0;
+        let read = read_lone_dir(&held(&d)).0;
         assert_eq!(read.len(), 1);
         let gpus = &read[0].view.gpus;
         assert_eq!(gpus.len(), 1);
@@ -538,12 +538,16 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    fn held(d: &Path) -> crate::HeldDir {
+        crate::HeldDir::open(d, crate::own_uid()).unwrap().unwrap()
+    }
+
     #[test]
     fn an_empty_file_of_a_process_that_died_before_it_showed_itself_is_removed() {
         let d = dir("unshown");
         let stale = d.join(".4242-1.lone.1092.new");
         std::fs::write(&stale, b"").unwrap();
-        assert!(read_lone_dir(&d).0.is_empty());
+        assert!(read_lone_dir(&held(&d)).0.is_empty());
         assert!(
             !stale.exists(),
             "nobody holds it: a dead process's, removed"

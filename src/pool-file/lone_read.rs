@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use gpucap_core::lone::{DEVICES_BYTES, LONE_FILE_BYTES, LONE_SUFFIX, LoneView, figures_fd};
 
+use crate::held_dir::HeldDir;
 use crate::kept::{Refused, open_link_if, open_regular};
 use crate::lone::held;
 use crate::sys::cstr;
@@ -28,23 +29,18 @@ pub struct LoneReading {
 /// wrong: a length not the layout's, no header, a header whose uid is not the file's
 /// owner's or whose pid and PID namespace are not its name's). A file whose lock nobody
 /// holds is a dead process's (or, named `.*.lone.*.new`, one that died before it showed
-/// itself): removed when this process may, never read.
-pub fn read_lone_dir(dir: &Path) -> (Vec<LoneReading>, Vec<String>) {
-    let entries = match std::fs::read_dir(dir) {
+/// itself): removed when this process may, never read. Every name is reached in the
+/// directory held, never where its name leads by then ([`HeldDir`]).
+pub fn read_lone_dir(dir: &HeldDir) -> (Vec<LoneReading>, Vec<String>) {
+    let entries = match dir.list() {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), Vec::new()),
-        // Never a directory gone silent (out of descriptors, say).
-        Err(e) => {
-            return (
-                Vec::new(),
-                vec![format!("{}: cannot list it: {e}", dir.display())],
-            );
-        }
+        Err(line) => return (Vec::new(), vec![line]),
     };
     let mut out = Vec::new();
     let mut errors = Vec::new();
-    for e in entries.filter_map(Result::ok) {
-        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+    for e in entries {
+        let file_name = e.file_name();
+        let Some(name) = file_name.to_str() else {
             continue;
         };
         let shown = !name.starts_with('.') && name.ends_with(LONE_SUFFIX);
@@ -52,9 +48,10 @@ pub fn read_lone_dir(dir: &Path) -> (Vec<LoneReading>, Vec<String>) {
         if !shown && !unshown {
             continue;
         }
-        match read_one(&e.path(), &name, shown) {
+        let (at, path) = (dir.inside(&file_name), dir.shown_inside(&file_name));
+        match read_one(&at, &path, name, shown) {
             Some(Ok(r)) => out.push(r),
-            Some(Err(why)) => errors.push(format!("{}: {why}", e.path().display())),
+            Some(Err(why)) => errors.push(format!("{}: {why}", path.display())),
             None => {}
         }
     }
@@ -63,11 +60,16 @@ pub fn read_lone_dir(dir: &Path) -> (Vec<LoneReading>, Vec<String>) {
     (out, errors)
 }
 
-/// The file at `path` (named `name`): None where it is no live process's shown file
-/// (gone meanwhile, a dead process's: removed, one not shown yet), Err why a live
-/// process's cannot be shown.
-fn read_one(path: &Path, name: &str, shown: bool) -> Option<Result<LoneReading, String>> {
-    let c = cstr(path).ok()?;
+/// The file at `at` (shown as `path`, named `name`): None where it is no live process's
+/// shown file (gone meanwhile, a dead process's: removed, one not shown yet), Err why a
+/// live process's cannot be shown.
+fn read_one(
+    at: &Path,
+    path: &Path,
+    name: &str,
+    shown: bool,
+) -> Option<Result<LoneReading, String>> {
+    let c = cstr(at).ok()?;
     // Never follows a link, and opens nothing but a regular file (looked at first).
     let fd = match open_regular(&c, libc::O_NOFOLLOW, libc::O_RDONLY, |_| true) {
         Ok(fd) => fd,
@@ -84,10 +86,10 @@ fn read_one(path: &Path, name: &str, shown: bool) -> Option<Result<LoneReading, 
         if !held(fd) {
             // Dead: removed, unless the name now holds another file (a new process
             // with this pid replaced it since).
-            if std::fs::symlink_metadata(path)
+            if std::fs::symlink_metadata(at)
                 .is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()))
             {
-                let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(at);
             }
             return None;
         }

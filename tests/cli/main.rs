@@ -18,6 +18,7 @@ mod monitoring;
 mod never_uncapped_cli;
 mod readers;
 mod readers_opening;
+mod readers_swapped;
 mod report;
 mod watching;
 mod watching_terminals;

@@ -158,11 +158,16 @@ impl Reader {
     /// (their `.lone` files; a dead one's removed), read now. Else none.
     pub fn lone(&self) -> Vec<gpucap_core::lone::LoneView> {
         match (&self.which, self.user_dir()) {
-            (Which::All, Ok(Located::File(d))) => gpucap_pool_file::read_lone_dir(&d)
-                .0
-                .into_iter()
-                .map(|r| r.view)
-                .collect(),
+            (Which::All, Ok(Located::File(d))) => {
+                match gpucap_pool_file::HeldDir::open(&d, gpucap_pool_file::own_uid()) {
+                    Ok(Some(held)) => gpucap_pool_file::read_lone_dir(&held)
+                        .0
+                        .into_iter()
+                        .map(|r| r.view)
+                        .collect(),
+                    _ => Vec::new(),
+                }
+            }
             _ => Vec::new(),
         }
     }

@@ -166,21 +166,35 @@ impl Sources {
             seen.insert(path);
         }
         for dir in dirs {
-            let files = pool_files(&dir).unwrap_or_else(|e| {
+            // Held open and checked again, every name reached through it: its owner may
+            // have swapped it for a link since it was looked at.
+            let Some(owner) = dir_uid(&dir) else {
+                continue;
+            };
+            let held = match gpucap_pool_file::HeldDir::open(&dir, owner) {
+                Ok(Some(held)) => held,
+                Ok(None) => continue,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            let files = pool_files(&held).unwrap_or_else(|e| {
                 errors.push(e);
                 Vec::new()
             });
-            for path in files {
+            for name in files {
+                let path = held.shown_inside(&name);
                 if seen.contains(&path) {
                     continue;
                 }
-                match self.read_pool(&path) {
+                match self.read_pool_at(&path, &held.inside(&name), Sharing::Private) {
                     Ok(p) => pools.push(p),
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push(held.as_shown(&e)),
                 }
                 seen.insert(path);
             }
-            let (found, unshown) = gpucap_pool_file::read_lone_dir(&dir);
+            let (found, unshown) = gpucap_pool_file::read_lone_dir(&held);
             lone.extend(found.into_iter().map(|r| LoneReading {
                 path: r.path.to_string_lossy().into_owned(),
                 user: user_name(r.owner),
@@ -243,24 +257,27 @@ impl Sources {
         Ok((pools, lone, errors, warnings))
     }
 
-    fn read_pool(&mut self, path: &Path) -> Result<PoolReading, String> {
-        self.read_pool_as(path, gpucap_pool_file::Sharing::Private)
-    }
-
     /// The pool file at `path` (shared as `sharing`), or the one that was there, removed
     /// while its members run (shown with its path and `(removed)`).
-    fn read_pool_as(
+    fn read_pool_as(&mut self, path: &Path, sharing: Sharing) -> Result<PoolReading, String> {
+        self.read_pool_at(path, path, sharing)
+    }
+
+    /// [`Self::read_pool_as`] with the file reached at `at` (in a directory held open:
+    /// [`gpucap_pool_file::HeldDir`]) and shown as `path`.
+    fn read_pool_at(
         &mut self,
         path: &Path,
-        sharing: gpucap_pool_file::Sharing,
+        at: &Path,
+        sharing: Sharing,
     ) -> Result<PoolReading, String> {
-        let there = match std::fs::symlink_metadata(path) {
+        let there = match std::fs::symlink_metadata(at) {
             Ok(meta) => Some((meta.dev(), meta.ino())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         if there.is_none_or(|id| self.open.get(path).is_none_or(|(i, _)| *i != id)) {
-            let file = gpucap_pool_file::open_reader(path, sharing)?;
+            let file = gpucap_pool_file::open_reader(at, sharing)?;
             let id = file.identity().map(|(d, i, _)| (d, i)).unwrap_or_default();
             if let Some((_, old)) = self.open.insert(path.to_path_buf(), (id, file)) {
                 old.locks.forget_in_child();
@@ -320,25 +337,18 @@ fn dir_uid(dir: &Path) -> Option<u32> {
     uid.parse::<u32>().ok().filter(|u| u.to_string() == uid)
 }
 
-/// The pool files of `dir` (`NAME.pool`, regular files; one being made is `.NAME….new`),
-/// sorted.
-fn pool_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        // Never a directory gone silent (out of descriptors, say): its users' pools
-        // would vanish from the reading.
-        Err(e) => return Err(format!("{}: cannot list it: {e}", dir.display())),
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
+/// The names of the pool files of `dir` (`NAME.pool`, regular files; one being made is
+/// `.NAME….new`), sorted.
+fn pool_files(dir: &gpucap_pool_file::HeldDir) -> Result<Vec<std::ffi::OsString>, String> {
+    let mut files: Vec<std::ffi::OsString> = dir
+        .list()?
+        .into_iter()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter(|e| {
-            e.file_name()
-                .to_str()
+        .map(|e| e.file_name())
+        .filter(|n| {
+            n.to_str()
                 .is_some_and(|n| !n.starts_with('.') && n.len() > 5 && n.ends_with(".pool"))
         })
-        .map(|e| e.path())
         .collect();
     files.sort();
     Ok(files)
@@ -363,29 +373,4 @@ pub fn raise_open_files_limit() {
     lim.rlim_cur = lim.rlim_max;
     // SAFETY: setrlimit reads the struct; raising the soft limit to the hard one is allowed.
     unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A directory that cannot be listed is a line, never a directory gone silent with
-    /// its users' pools; one that is not there is nothing to say.
-    #[test]
-    fn a_directory_that_cannot_be_listed_is_a_line() {
-        let dir = std::env::temp_dir().join(format!("gpucap-list-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("not-a-directory");
-        std::fs::write(&file, b"").unwrap();
-        let e = pool_files(&file).unwrap_err();
-        assert!(e.contains("cannot list it"), "{e}");
-        assert_eq!(pool_files(&dir.join("absent")), Ok(Vec::new()));
-        let (found, errors) = gpucap_pool_file::read_lone_dir(&file);
-        assert!(found.is_empty());
-        assert!(
-            errors.len() == 1 && errors[0].contains("cannot list it"),
-            "{errors:?}"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }
