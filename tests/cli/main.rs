@@ -17,6 +17,7 @@ mod metrics;
 mod monitoring;
 mod never_uncapped_cli;
 mod readers;
+mod readers_descriptors;
 mod readers_opening;
 mod readers_swapped;
 mod report;
