@@ -204,6 +204,15 @@ if [[ $want == *" torch "* ]]; then
         expect_stats "d[0]['peak_used'] <= 1 << 30 and d[0]['final_used'] == 0"
         verdict "expandable_segments:True (cuMemCreate/cuMemMap) counted, refused at the cap, given back at empty_cache"
 
+        run torch-expandable-threads LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi \
+            PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- "$PY" "$C" meminfo threads:256x8 stats
+        expect_done
+        expect_line "^thread alloc 256 ok$"
+        expect_line "^thread alloc 256 err OutOfMemoryError$"
+        expect_err "^gpucap: refused cuMemCreate of .* MiB on GPU 0"
+        expect_stats "d[0]['peak_used'] <= 1 << 30"
+        verdict "expandable_segments:True from a loader's worker threads (no current context) refused at the cap"
+
         run torch-async LD_PRELOAD="$SHIM" GPUCAP_LIMIT=1Gi FAKECUDA_TOTAL_MEM=4Gi \
             PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync -- "$PY" "$C" fill:100 stats free stats
         expect_done

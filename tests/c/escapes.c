@@ -22,6 +22,12 @@
  *                  deferred-mapping array's level and a sparse mipmapped array's mip tail
  *                  (cuMemMapArrayAsync) and released: charged while mapped (3/4 of the cap
  *                  refused); an unmapping, or the array's end, frees each.
+ *   no-context-thread (cap <cap0>) a thread with no current context (a loader's worker
+ *                  thread: PyTorch's expandable segments) makes handles of <cap0>/2 with
+ *                  cuMemCreate: the location names the GPU, the driver needs no context,
+ *                  so the third is refused; then the main thread, its context popped,
+ *                  allocates <cap0>/2 with cuMemAllocAsync on a stream of GPU 0 (the
+ *                  stream names the GPU): the third refused too.
  * Pools:
  *   pool-other-gpu (2 GPUs, caps <cap0> <cap1>) GPU 0's context current, GPU 1's
  *                  default pool from cuDeviceGetDefaultMemPool(&p, 1): allocations of
@@ -165,6 +171,8 @@
  *                  context's copies go with it, each library's with its unload.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
+
 #include "fakecuda.h"
 
 /* ---- declarations beyond fakecuda.h --------------------------------------- */
@@ -304,6 +312,50 @@ static void vmm_idiom(void) {
         MUST(cuMemAddressFree(va[i], half));
     }
     IN_USE(0, 0, "after unmapping everything");
+}
+
+static int g_thread_made;
+static CUmemGenericAllocationHandle g_thread_handles[4];
+
+static void *create_without_context(void *arg) {
+    (void)arg;
+    CUcontext none = (CUcontext)1;
+    MUST(cuCtxGetCurrent(&none));
+    CHECK(none == NULL, "the new thread has no current context");
+    for (int i = 0; i < 4; i++) {
+        CUresult rc = create(&g_thread_handles[g_thread_made], g_cap[0] / 2);
+        CHECK(rc == (i < 2 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY),
+              "no current context: cuMemCreate(cap/2) #%d -> %d", i + 1, rc);
+        if (rc == CUDA_SUCCESS) g_thread_made++;
+    }
+    return NULL;
+}
+
+static void no_context_thread(void) {
+    one_context();
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, create_without_context, NULL) == 0, "pthread_create");
+    pthread_join(t, NULL);
+    IN_USE(0, g_thread_made * (g_cap[0] / 2), "handles made by a thread with no context");
+    for (int i = 0; i < g_thread_made; i++) MUST(cuMemRelease(g_thread_handles[i]));
+    IN_USE(0, 0, "the handles released");
+
+    CUstream s;
+    MUST(cuStreamCreate(&s, 0));
+    MUST(cuCtxSetCurrent(NULL));
+    CUdeviceptr p[4] = {0};
+    int served = 0;
+    for (int i = 0; i < 4; i++) {
+        CUresult rc = cuMemAllocAsync(&p[served], g_cap[0] / 2, s);
+        CHECK(rc == (i < 2 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY),
+              "no current context: cuMemAllocAsync(cap/2, a stream of GPU 0) #%d -> %d", i + 1, rc);
+        if (rc == CUDA_SUCCESS) served++;
+    }
+    use(0);
+    IN_USE(0, served * (g_cap[0] / 2), "allocated on a stream with no context current");
+    for (int i = 0; i < served; i++) MUST(cuMemFreeAsync(p[i], s));
+    MUST(cuStreamSynchronize(s));
+    IN_USE(0, 0, "freed, the stream synchronised");
 }
 
 static void vmm_aliases(void) {
@@ -1712,6 +1764,7 @@ int main(int argc, char **argv) {
     MUST(cuInit(0));
     if (strcmp(mode, "vmm-idiom") == 0) vmm_idiom();
     else if (strcmp(mode, "vmm-aliases") == 0) vmm_aliases();
+    else if (strcmp(mode, "no-context-thread") == 0) no_context_thread();
     else if (strcmp(mode, "vmm-retain") == 0) vmm_retain();
     else if (strcmp(mode, "vmm-unmap-many") == 0) vmm_unmap_many();
     else if (strcmp(mode, "array-mapping") == 0) array_mapping();

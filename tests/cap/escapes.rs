@@ -113,6 +113,29 @@ fn vmm_memory_is_credited_at_the_last_unmap_and_the_last_reference() {
     }
 }
 
+/// A thread with no current context (a loader's worker thread: PyTorch's expandable
+/// segments under HF transformers' threaded weight loading) makes `cuMemCreate` handles
+/// of half the 1 GiB cap, and the main thread with its context popped allocates half the
+/// cap with `cuMemAllocAsync` on a stream of GPU 0: the handle's location and the stream
+/// name the GPU, and the driver serves them without a context, so each third is
+/// refused (before, both passed uncharged: the fake driver held 2 GiB under a 1 GiB
+/// cap, gpucap counting none of it).
+#[test]
+fn memory_a_call_places_on_a_gpu_is_charged_without_a_current_context() {
+    let (o, s) = escapes(&["no-context-thread", "1Gi"], 1, Some("1Gi"), &[]);
+    assert_passed(&o, "no-context-thread with the shim");
+    assert!(s[0].peak_used <= GIB, "{:?}", s[0]);
+    let refused = refusals(&stderr(&o));
+    for api in ["cuMemCreate", "cuMemAllocAsync"] {
+        assert!(
+            count(&refused, &format!("refused {api} of 512 MiB on GPU 0")) >= 1,
+            "{api}: {refused:?}"
+        );
+    }
+    let s = control_fails(&["no-context-thread", "1Gi"], 1);
+    assert_eq!(s[0].peak_used, 2 * GIB, "without the shim: {:?}", s[0]);
+}
+
 /// GPU 0's context current, GPU 1's default pool: `cuMemAllocFromPoolAsync` x3 of 1 GiB
 /// under `0=4Gi,1=1Gi`. The pool is GPU 1's, and so is the charge. Likewise a pool
 /// created on GPU 1, and `cuMemAllocAsync` on a stream of GPU 1.

@@ -10,6 +10,9 @@ Usage: torch_client.py [STEP...] where each STEP is
   fraction:<f>   torch.cuda.set_per_process_memory_fraction(f)
   fill:<MiB>     torch.empty of that many MiB on the current device until PyTorch refuses
                  (torch.OutOfMemoryError), at most 64; the tensors are kept
+  threads:<MiB>x<n>  n tensors of that many MiB made on 4 worker threads (a loader's
+                 ThreadPoolExecutor: no CUDA context is current on them), each kept
+                 or refused
   free           drop the tensors, then torch.cuda.empty_cache()
   stats          memory_allocated / memory_reserved / the allocator backend
   copy:<MiB>     tensor.cuda() and .cpu() of that many MiB of random bytes; compares
@@ -23,6 +26,7 @@ Output, one fact per line:
   device <i> name=<name> total=<bytes> cc=<major>.<minor>
   mem_get_info free=<bytes> total=<bytes>
   alloc <MiB> ok | alloc <MiB> err <exception class>
+  thread alloc <MiB> ok | thread alloc <MiB> err <exception class>
   stats allocated=<bytes> reserved=<bytes>
   freed allocated=<bytes> reserved=<bytes>
   copy <MiB> ok | copy <MiB> mismatch
@@ -63,6 +67,20 @@ def step(s):
             except torch.OutOfMemoryError as e:
                 print(f"alloc {mib} err {type(e).__name__}", flush=True)
                 break
+    elif s.startswith("threads:"):
+        from concurrent.futures import ThreadPoolExecutor
+        mib, n = (int(x) for x in s.split(":")[1].split("x"))
+
+        def load(_):
+            return torch.empty(mib * MIB, dtype=torch.uint8, device="cuda")
+
+        with ThreadPoolExecutor(4) as pool:
+            for f in [pool.submit(load, i) for i in range(n)]:
+                try:
+                    held.append(f.result())
+                    print(f"thread alloc {mib} ok", flush=True)
+                except torch.OutOfMemoryError as e:
+                    print(f"thread alloc {mib} err {type(e).__name__}", flush=True)
     elif s == "stats":
         print(f"stats allocated={torch.cuda.memory_allocated()} "
               f"reserved={torch.cuda.memory_reserved()}", flush=True)

@@ -633,6 +633,23 @@ mod tests {
         assert!(!book.any_on(0));
     }
 
+    /// A pool found grown past the cap with no allocation in flight (memory the driver
+    /// served that no call through the shim reserved) is charged what it grew, past
+    /// the cap: the next request is refused, and a release credits it.
+    #[test]
+    fn growth_no_allocation_reserved_is_charged_past_the_cap() {
+        let (l, book, drv) = setup(1000);
+        alloc(&l, &book, &drv, 1, 500, 500, 500).unwrap();
+        drv.set(7, 1500, 1500);
+        book.refresh_all(&l, &drv);
+        assert_eq!(used(&l), 1500, "charged what the pool reserves");
+        assert_eq!(book.charged_on(0), 1500);
+        assert!(l.would_refuse(0, 1));
+        drv.set(7, 500, 500);
+        book.refresh_all(&l, &drv);
+        assert_eq!(used(&l), 500);
+    }
+
     #[test]
     fn a_synchronisation_re_reads_every_pool() {
         let (l, book, drv) = setup(1000);

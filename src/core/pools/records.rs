@@ -90,9 +90,12 @@ pub(super) fn settle<'a>(
         }
         None if extra > 0 => match ledger.reserve(device, extra) {
             Ok(more) => more.keep_unbacked(),
-            // Growth without an allocation through the shim (it cannot happen): charge
-            // what the cap allows, never more than is there.
-            Err(_) => return Ok(()),
+            // Growth no allocation through the shim reserved (one the driver served
+            // where the shim did not count it): the driver took it, so it is charged
+            // past the cap, and every request is refused until memory is given back.
+            // Before, it was charged nothing, the device then held more than the cap
+            // with the ledger under it.
+            Err(_) => ledger.charge_past_cap(device, extra),
         },
         None => {}
     }

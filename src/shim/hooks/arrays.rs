@@ -3,7 +3,7 @@
 use std::ffi::c_int;
 
 use super::current::current_device;
-use super::{Target, reserve, shim};
+use super::{On, Target, reserve, shim};
 use crate::driver::forward::Real;
 use crate::driver::queries;
 use crate::driver::types::{
@@ -37,7 +37,7 @@ pub(super) fn array_charged(
     };
     let device = current_device();
     let bytes = arrays::estimate(&shape, levels);
-    let target = match reserve(api, device, bytes, bytes) {
+    let target = match reserve(api, On::Current(device), bytes, bytes) {
         Ok(t) => t,
         Err(rc) => return rc,
     };

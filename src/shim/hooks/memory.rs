@@ -2,7 +2,7 @@
 
 use super::current::{context_device, current_device};
 use super::{
-    Target, Word, arena, charge_freed, charged, charged_on, charged_short, checked_device,
+    On, Target, Word, arena, charge_freed, charged, charged_on, charged_short, checked_device,
     pointer_freed, reserve, short_path, uncharged_freed, written_pointer,
 };
 use crate::driver::forward::Real;
@@ -89,7 +89,7 @@ pub fn mem_alloc_managed(
 ) -> CuResult {
     let target = match reserve(
         "cuMemAllocManaged",
-        current_device(),
+        On::Current(current_device()),
         size as u64,
         size as u64,
     ) {
@@ -126,7 +126,8 @@ pub fn mem_alloc_pitch<P: Word, W: Word>(
         .checked_next_multiple_of(PITCH_GUESS)
         .and_then(|w| w.checked_mul(height.get()))
         .unwrap_or(u64::MAX);
-    let target = match reserve(api, current_device(), guess, linear::charge(guess)) {
+    let on = On::Current(current_device());
+    let target = match reserve(api, on, guess, linear::charge(guess)) {
         Ok(t) => t,
         Err(rc) => return rc,
     };

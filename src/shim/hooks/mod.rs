@@ -134,16 +134,22 @@ enum Target<'a> {
     Uncharged,
 }
 
+/// Where a call's memory is: on the calling thread's current context's device, or on a
+/// device the call names itself (a VMM handle's location, a stream's or a pool's
+/// device), which needs no current context. None: nothing to charge.
+#[derive(Clone, Copy)]
+pub(super) enum On {
+    Current(Option<c_int>),
+    Named(Option<c_int>),
+}
+
 /// Reserves `bytes` to serve a request of `requested` bytes (a refusal names the
-/// request as the program made it) for a call that works in the calling thread's
-/// current context, on `device`: that context's device, or one the call names (None:
-/// nothing to charge).
-fn reserve(
-    api: &str,
-    device: Option<c_int>,
-    requested: u64,
-    bytes: u64,
-) -> Result<Target<'static>, CuResult> {
+/// request as the program made it) on the device the call's memory is `on`.
+fn reserve(api: &str, on: On, requested: u64, bytes: u64) -> Result<Target<'static>, CuResult> {
+    let (device, current) = match on {
+        On::Current(d) => (d, true),
+        On::Named(d) => (d, false),
+    };
     let shim = shim()?;
     let Some(device) = device else {
         return Ok(Target::Uncharged);
@@ -156,11 +162,14 @@ fn reserve(
         return Err(CUDA_ERROR_INVALID_DEVICE);
     };
     reclaim_for(shim, d, bytes);
-    // The device may not have been asked now (one GPU, or this thread's device known):
-    // a request the cap would refuse is first checked to have a current context at all,
-    // so that a call without one (or with a context destroyed meanwhile) gets the
-    // driver's own error, as it would without the shortcut.
-    if shim.ledger.would_refuse(d, bytes) && context_device().is_none() {
+    // The current context's device may not have been asked now (one GPU, or this
+    // thread's device known): a request the cap would refuse is first checked to have a
+    // current context at all, so that a call without one (or with a context destroyed
+    // meanwhile) gets the driver's own error, as it would without the shortcut. A device
+    // the call names needs no context: the driver serves it from any thread, so it is
+    // charged, or refused, there (before, a `cuMemCreate` from a thread with no current
+    // context passed uncharged: PyTorch's expandable segments from a loader's threads).
+    if current && shim.ledger.would_refuse(d, bytes) && context_device().is_none() {
         return Ok(Target::Uncharged);
     }
     shim.reserve(api, d, requested, bytes, 0)
@@ -248,7 +257,7 @@ fn charged_on(
     call: impl FnOnce() -> CuResult,
     key: impl FnOnce() -> u64,
 ) -> CuResult {
-    let target = match reserve(api, device, requested, bytes) {
+    let target = match reserve(api, On::Current(device), requested, bytes) {
         Ok(t) => t,
         Err(rc) => return rc,
     };

@@ -4,7 +4,7 @@ use std::ffi::c_int;
 
 use super::current::current_device;
 use super::memory::growth_free;
-use super::{Target, checked_device, pointer_freed, reserve, shim, written_pointer};
+use super::{On, Target, checked_device, pointer_freed, reserve, shim, written_pointer};
 use crate::driver::forward::Real;
 use crate::driver::queries;
 use crate::driver::types::{
@@ -24,13 +24,17 @@ pub fn mem_alloc_async(
 ) -> CuResult {
     // The pool is the current pool of the stream's device, which need not be the
     // current context's.
-    let device = if is_context_stream(stream) {
-        current_device()
+    let on = if is_context_stream(stream) {
+        On::Current(current_device())
     } else {
-        queries::stream_device(stream).or_else(current_device)
+        match queries::stream_device(stream) {
+            Some(d) => On::Named(Some(d)),
+            None => On::Current(current_device()),
+        }
     };
+    let (On::Current(device) | On::Named(device)) = on;
     let pool = device.and_then(queries::current_pool);
-    pool_charged("cuMemAllocAsync", device, pool, size, dptr, stream, || {
+    pool_charged("cuMemAllocAsync", on, pool, size, dptr, stream, || {
         real.call(dptr, size, stream)
     })
 }
@@ -47,7 +51,8 @@ pub fn mem_alloc_from_pool_async(
     if pool.is_null() {
         // No pool: the driver's own error. Charged to the current device should it
         // allocate anyway.
-        return pool_charged(api, current_device(), None, size, dptr, stream, call);
+        let on = On::Current(current_device());
+        return pool_charged(api, on, None, size, dptr, stream, call);
     }
     if let Err(rc) = shim() {
         return rc;
@@ -57,7 +62,15 @@ pub fn mem_alloc_from_pool_async(
     match POOLS.locate(&queries::Pools, key) {
         Some(PoolLocation::Device(d)) => {
             let device = c_int::try_from(d).unwrap_or(c_int::MAX);
-            pool_charged(api, Some(device), Some(key), size, dptr, stream, call)
+            pool_charged(
+                api,
+                On::Named(Some(device)),
+                Some(key),
+                size,
+                dptr,
+                stream,
+                call,
+            )
         }
         // Host memory: not device memory.
         Some(PoolLocation::Host) => call(),
@@ -101,7 +114,7 @@ pub(super) fn is_context_stream(stream: Stream) -> bool {
 /// called, then the pool's charge settled to what it now reserves (see `pools`).
 pub(super) fn pool_charged(
     api: &str,
-    device: Option<c_int>,
+    on: On,
     pool: Option<u64>,
     size: usize,
     dptr: Out<Dptr>,
@@ -115,6 +128,7 @@ pub(super) fn pool_charged(
     }
     let bytes = size as u64;
     let bound = gpucap_core::pools::growth_bound(bytes);
+    let (On::Current(device) | On::Named(device)) = on;
     if captured_beyond_the_cap(device, bound, stream) {
         // Captured into a graph: nothing is allocated now; the graph's memory is charged
         // when it is instantiated (`graphs.rs`).
@@ -126,7 +140,7 @@ pub(super) fn pool_charged(
     // the real driver), so reserving only the request let the device hold more than the
     // cap until the settle. Near the cap the pools are trimmed instead (`reserve`), which
     // is safe.
-    let target = match reserve(api, device, bytes, bound) {
+    let target = match reserve(api, on, bytes, bound) {
         Ok(t) => t,
         Err(rc) => return rc,
     };

@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use super::{Target, reserve, shim};
+use super::{On, Target, reserve, shim};
 use crate::driver::forward::Real;
 use crate::driver::types::{
     ArrayMapInfo, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_SUCCESS, CuResult, Dptr, In, InArray,
@@ -29,8 +29,9 @@ pub fn mem_create(
         .get()
         .filter(|p| p.location_type == CU_MEM_LOCATION_TYPE_DEVICE)
         .map(|p| p.location_id);
-    // Host-located physical memory takes no device memory: forwarded uncounted.
-    let target = match reserve("cuMemCreate", device, size as u64, size as u64) {
+    // Host-located physical memory takes no device memory: forwarded uncounted. The
+    // device is the handle's location, whatever context is current, if any.
+    let target = match reserve("cuMemCreate", On::Named(device), size as u64, size as u64) {
         Ok(t) => t,
         Err(rc) => return rc,
     };
