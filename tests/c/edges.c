@@ -10,7 +10,8 @@
  *              memory (CU_MEM_LOCATION_TYPE_HOST, _HOST_NUMA with id 1, _HOST_NUMA_CURRENT
  *              with id 1), each 8 times the cap: host memory, never charged to a GPU (no
  *              refusal, free unchanged on both GPUs) and id 1 never read as GPU 1; mapped,
- *              unmapped and released with nothing credited. A device cuMemCreate of the
+ *              unmapped and released with nothing credited. A location type the shim
+ *              does not know (6) is not served. A device cuMemCreate of the
  *              whole cap is still charged: the next granule is refused on that GPU.
  *   external   (1 GPU) memory another API allocated (a memfd exported as an fd, as
  *              Vulkan's vkGetMemoryFdKHR gives it), 8 times the cap: cuImportExternalMemory
@@ -179,6 +180,16 @@ static void host_vmm(void) {
         CHECK(rc == CUDA_SUCCESS, "cuMemRelease of %s -> %d", HOSTS[i].name, rc);
     }
     NOTHING_CHARGED("host handles released");
+    /* A location type this build of the program's headers does not know (CUDA 13.4's
+     * DEVICE_LOCALITY_DOMAIN, 6: a portion of device memory): never served uncounted. */
+    {
+        CUmemAllocationProp p = prop_at(6, 0);
+        CUmemGenericAllocationHandle x = 0;
+        CUresult rc = cuMemCreate(&x, big, &p, 0);
+        CHECK(rc != CUDA_SUCCESS, "cuMemCreate of location type 6 -> %d, expected an error", rc);
+        if (rc == CUDA_SUCCESS) MUST(cuMemRelease(x));
+        NOTHING_CHARGED("after cuMemCreate of location type 6");
+    }
     /* Device memory is still charged, on the GPU its location names. */
     for (int d = 0; d < g_devices; d++) {
         CUmemAllocationProp p = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, d);

@@ -6,9 +6,11 @@ use std::ffi::c_void;
 use super::{On, Target, reserve, shim};
 use crate::driver::forward::Real;
 use crate::driver::types::{
-    ArrayMapInfo, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_SUCCESS, CuResult, Dptr, In, InArray,
-    LocationPrefix, Out, Stream,
+    ArrayMapInfo, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Dptr,
+    In, InArray, LocationPrefix, Out, Stream,
 };
+use crate::log::log;
 use crate::state::{SHIM, VMM};
 use gpucap_core::ledger::Freeing;
 use gpucap_core::vmm::{Pending, Place};
@@ -25,12 +27,28 @@ pub fn mem_create(
     prop: In<LocationPrefix>,
     flags: u64,
 ) -> CuResult {
-    let device = prop
-        .get()
-        .filter(|p| p.location_type == CU_MEM_LOCATION_TYPE_DEVICE)
-        .map(|p| p.location_id);
-    // Host-located physical memory takes no device memory: forwarded uncounted. The
-    // device is the handle's location, whatever context is current, if any.
+    let device = match prop.get().map(|p| (p.location_type, p.location_id)) {
+        Some((CU_MEM_LOCATION_TYPE_DEVICE, id)) => Some(id),
+        // Host-located physical memory takes no device memory: forwarded uncounted, as
+        // is a call without properties or with the invalid type 0 (the driver's error).
+        None
+        | Some((0 | CU_MEM_LOCATION_TYPE_HOST..=CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, _)) => None,
+        // A type this build does not know (CUDA 13.4's DEVICE_LOCALITY_DOMAIN is "a
+        // portion of device memory"): refused, never passed uncounted.
+        Some((other, _)) => {
+            if let Err(rc) = shim() {
+                return rc;
+            }
+            log!(
+                Warn,
+                "refused cuMemCreate of {}: gpucap cannot tell which GPU memory of location \
+                 type {other} is on",
+                gpucap_core::size::format_bytes(size as u64)
+            );
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    };
+    // The device is the handle's location, whatever context is current, if any.
     let target = match reserve("cuMemCreate", On::Named(device), size as u64, size as u64) {
         Ok(t) => t,
         Err(rc) => return rc,
