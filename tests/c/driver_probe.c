@@ -29,6 +29,8 @@
  * real machine by scripts/gpu/probe-driver.sh the same way, linked to the real libcuda.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
+
 #include "driver_probe.h"
 
 /* ---- groups ----------------------------------------------------------------- */
@@ -872,6 +874,106 @@ CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_offset, C
                             size_t mem_offset, size_t size, unsigned long long flags);
 CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice dev, size_t mc_offset, size_t size);
 
+typedef struct CUarray_st *ProbeArray;
+typedef struct {
+    size_t width, height;
+    int format;
+    unsigned channels;
+} ProbeArrayDesc;
+typedef struct {
+    size_t size, alignment;
+    unsigned reserved[4];
+} ProbeArrayReqs;
+CUresult cuArrayCreate_v2(ProbeArray *a, const ProbeArrayDesc *desc);
+CUresult cuArrayDestroy(ProbeArray a);
+CUresult cuArrayGetMemoryRequirements(ProbeArrayReqs *reqs, ProbeArray a, CUdevice dev);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, int type);
+
+static CUresult g_thread_rc = (CUresult)-1;
+static void *create_on_a_bare_thread(void *arg) {
+    CUmemAllocationProp *p = arg;
+    CUmemGenericAllocationHandle h = 0;
+    g_thread_rc = cuMemCreate(&h, 32 * MIB, p, 0);
+    if (g_thread_rc == CUDA_SUCCESS) cuMemRelease(h);
+    return NULL;
+}
+
+/* What gpucap's review found and no real driver has answered yet (2026-12-07), recorded
+ * as machine figures (never compared) until a GPU session commits them: whether memory a
+ * call places on a GPU is served with no context current, what an ordinary array takes
+ * and whether the driver sizes it, and whether an imported handle keeps memory its
+ * exporter released. */
+static void unrecorded(void) {
+    CUmemAllocationProp dp;
+    memset(&dp, 0, sizeof dp);
+    dp.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    dp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    pthread_t t;
+    if (pthread_create(&t, NULL, create_on_a_bare_thread, &dp) == 0) {
+        pthread_join(t, NULL);
+        mach_int("edges.no_context.cuMemCreate", g_thread_rc);
+    }
+    CUstream st = NULL;
+    if (cuStreamCreate(&st, 0) == CUDA_SUCCESS) {
+        CUcontext saved = NULL;
+        MUST(cuCtxGetCurrent(&saved));
+        MUST(cuCtxSetCurrent(NULL));
+        CUdeviceptr p = 0;
+        CUresult rc = cuMemAllocAsync(&p, 32 * MIB, st);
+        mach_int("edges.no_context.cuMemAllocAsync(stream)", rc);
+        MUST(cuCtxSetCurrent(saved));
+        if (rc == CUDA_SUCCESS) cuMemFreeAsync(p, st);
+        cuStreamSynchronize(st);
+        cuStreamDestroy_v2(st);
+    }
+    static const struct {
+        const char *key;
+        size_t w, h;
+    } ARRAYS[] = {{"1x1", 1, 1}, {"1000x1000", 1000, 1000}, {"4097x3", 4097, 3}};
+    char k[128];
+    for (size_t i = 0; i < sizeof ARRAYS / sizeof *ARRAYS; i++) {
+        ProbeArrayDesc d = {ARRAYS[i].w, ARRAYS[i].h, 0x20 /* FLOAT */, 1};
+        ProbeArray a = NULL;
+        size_t f0 = info_free();
+        CUresult rc = cuArrayCreate_v2(&a, &d);
+        snprintf(k, sizeof k, "edges.array.%s.cuArrayCreate_v2", ARRAYS[i].key);
+        mach_int(k, rc);
+        if (rc != CUDA_SUCCESS) continue;
+        snprintf(k, sizeof k, "edges.array.%s.cuMemGetInfo_drop", ARRAYS[i].key);
+        mach_int(k, (long long)f0 - (long long)info_free());
+        ProbeArrayReqs r;
+        memset(&r, 0, sizeof r);
+        rc = cuArrayGetMemoryRequirements(&r, a, 0);
+        snprintf(k, sizeof k, "edges.array.%s.cuArrayGetMemoryRequirements", ARRAYS[i].key);
+        mach_int(k, rc);
+        snprintf(k, sizeof k, "edges.array.%s.requirements_size", ARRAYS[i].key);
+        mach_int(k, rc == CUDA_SUCCESS ? (long long)r.size : -1);
+        cuArrayDestroy(a);
+    }
+    dp.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemGenericAllocationHandle h = 0, again = 0;
+    if (cuMemCreate(&h, 32 * MIB, &dp, 0) == CUDA_SUCCESS) {
+        int fd = -1;
+        CUresult rc = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (rc == CUDA_SUCCESS) {
+            rc = cuMemImportFromShareableHandle(&again, (void *)(intptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+            close(fd);
+        }
+        mach_int("edges.import_own.cuMemImportFromShareableHandle", rc);
+        size_t f0 = info_free();
+        MUST(cuMemRelease(h));
+        /* 0: the import keeps the memory (NVIDIA's cuMemRelease documentation); 32 MiB:
+           the exporter's release freed it. */
+        mach_int("edges.import_own.release_original_back", (long long)info_free() - (long long)f0);
+        if (rc == CUDA_SUCCESS) {
+            f0 = info_free();
+            MUST(cuMemRelease(again));
+            mach_int("edges.import_own.release_import_back", (long long)info_free() - (long long)f0);
+        }
+    }
+}
+
 static void g_edges(void) {
     primary();
     static const struct {
@@ -985,6 +1087,7 @@ static void g_edges(void) {
             RC("edges.multicast.cuMemRelease", cuMemRelease(mc));
         }
     }
+    unrecorded();
 }
 
 /* ---- the groups, in order ------------------------------------------------------ */
