@@ -122,8 +122,8 @@ fn measure_pairs(size: &str) -> (i64, i64, i64) {
 }
 
 /// The instruction figures the README and the book publish for one allocation and free
-/// (README "Performance": raw, gpucap alone +169, in a pool +333, 1 MiB blocks;
-/// docs/src/performance.md: 818 / 987 / 169 alone, 818 / 1,146 / 328 in a pool, 4 KiB)
+/// (README "Performance", 1 MiB blocks: raw, gpucap alone, in a pool; its row with
+/// 10,000 blocks live is bench_hami's; docs/src/performance.md's 4 KiB rows)
 /// are read from the files themselves and measured on this tree: each within TOLERANCE,
 /// or the test fails (a change that moves them must update the figures). The launch row:
 /// [`the_published_launch_figures_are_this_trees`].
