@@ -229,7 +229,12 @@ if [ "$DRIVER" = fake ]; then
     for way in "${WAYS[@]}"; do
         mapfile -t e < <(way_env "$way")
         pre=$(printf '%s\n' ${e[@]+"${e[@]}"} | sed -n 's/^LD_PRELOAD=//p')
-        vars=$(printf '%s\n' ${e[@]+"${e[@]}"} | grep -v '^LD_PRELOAD=' || true)
+        # Each counted run in a pool (and HAMi-core's shared cache) of its own (see
+        # `instructions`): before, the N and 2N runs shared one file, and with 10,000
+        # blocks live the pool's figure moved with N (+132 at 200 pairs, +399 at 2,000;
+        # +431 at both in pools of their own).
+        vars=$(printf '%s\n' ${e[@]+"${e[@]}"} | grep -v '^LD_PRELOAD=' |
+            sed -e 's/^\(GPUCAP_POOL\|CUDA_DEVICE_MEMORY_SHARED_CACHE\)=\(.*\)$/\1=\2-@RUN@/' || true)
         # shellcheck disable=SC2086
         I[pair,$way]=$(BSIZE=1Mi per_pair "$pre" 0 $vars)
         # shellcheck disable=SC2086

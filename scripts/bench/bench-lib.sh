@@ -83,12 +83,16 @@ cuda_link_dir() {
 
 # instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run of
 # $BIN under callgrind, pairs of BSIZE bytes (default 4Ki) (THREADS=k among the
-# variables: k threads of PAIRS pairs each). Needs FAKEDIR, BIN and tmp.
+# variables: k threads of PAIRS pairs each). `@RUN@` in a value becomes a name of this
+# run's own (GPUCAP_POOL=bench-@RUN@: each run makes its pool, so that the N and 2N runs
+# start alike; joining the file the other run left, with its dead member to take back,
+# is other work than making it). Needs FAKEDIR, BIN and tmp.
 instructions() {
     local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 mode=pair vars=()
+    local run=run$RANDOM$RANDOM
     shift 3
     for v in "$@"; do
-        case $v in THREADS=*) threads=${v#THREADS=} ;; MODE=*) mode=${v#MODE=} ;; *) vars+=("$v") ;; esac
+        case $v in THREADS=*) threads=${v#THREADS=} ;; MODE=*) mode=${v#MODE=} ;; *) vars+=("${v//@RUN@/$run}") ;; esac
     done
     env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
         ${preload:+LD_PRELOAD=$preload} \

@@ -296,8 +296,10 @@ fn an_existing_ld_preload_is_kept() {
     );
 }
 
-/// `env -i LD_PRELOAD=<lib> LD_LIBRARY_PATH=<fake> cudarc-client 600 600`: what a
-/// process started through `su -` or ssh sees (nothing of the container's environment).
+/// `env -i LD_PRELOAD=<lib> LD_LIBRARY_PATH=<fake> cudarc-client 600 600`: a process
+/// whose launcher passed `LD_PRELOAD` on and nothing else of the container's environment
+/// (`su -`, ssh and `sudo` drop `LD_PRELOAD` too: only `/etc/ld.so.preload` reaches them,
+/// as the CDI container test's process with an empty environment shows).
 fn emptied(lib: &Path) -> Output {
     Command::new("env")
         .arg("-i")
