@@ -86,7 +86,8 @@ cuda_link_dir() {
 # variables: k threads of PAIRS pairs each). `@RUN@` in a value becomes a name of this
 # run's own (GPUCAP_POOL=bench-@RUN@: each run makes its pool, so that the N and 2N runs
 # start alike; joining the file the other run left, with its dead member to take back,
-# is other work than making it). Needs FAKEDIR, BIN and tmp.
+# is other work than making it), and the files named so in $tmp are removed after it.
+# Needs FAKEDIR, BIN and tmp.
 instructions() {
     local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 mode=pair vars=()
     local run=run$RANDOM$RANDOM
@@ -100,6 +101,8 @@ instructions() {
         { echo "bench: bench_alloc $threads $pairs $size $mode live=$live $* failed" >&2; exit 1; }
     awk '/^summary:/ {print $2}' "$out"
     rm -f "$out"
+    # What a run of its own made goes with it: the next run finds what this one found.
+    case "$*" in *@RUN@*) rm -f "$tmp"/*"$run"* "$tmp"/gpucap-*/*"$run"* ;; esac
 }
 
 # per_pair PRELOAD LIVE [VAR=VALUE...]: instructions of one pair (N vs 2N pairs, N=$N).
