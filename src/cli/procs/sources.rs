@@ -277,7 +277,10 @@ impl Sources {
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         if there.is_none_or(|id| self.open.get(path).is_none_or(|(i, _)| *i != id)) {
-            let file = gpucap_pool_file::open_reader(at, sharing)?;
+            let mut file = gpucap_pool_file::open_reader(at, sharing)?;
+            // Named by its path from here (the held directory's descriptor is closed after
+            // this reading; a later reading's lines must not name `/proc/self/fd/N`).
+            file.path = path.to_path_buf();
             let id = file.identity().map(|(d, i, _)| (d, i)).unwrap_or_default();
             if let Some((_, old)) = self.open.insert(path.to_path_buf(), (id, file)) {
                 old.locks.forget_in_child();
