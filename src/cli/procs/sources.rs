@@ -155,11 +155,11 @@ impl Sources {
             .into_iter()
             .filter(|(p, _, owner)| ours(p, *owner))
             .collect();
-        for (path, sharing, _) in removed {
+        for (path, sharing, owner) in removed {
             if seen.contains(&path) {
                 continue;
             }
-            match self.read_pool_as(&path, sharing) {
+            match self.read_announced(&path, sharing, owner) {
                 Ok(p) => pools.push(p),
                 Err(e) => errors.push(e),
             }
@@ -241,7 +241,7 @@ impl Sources {
             {
                 continue;
             }
-            match self.read_pool_as(&path, sharing) {
+            match self.read_announced(&path, sharing, owner) {
                 Ok(p) => pools.push(p),
                 Err(e) => errors.push(e),
             }
@@ -255,6 +255,28 @@ impl Sources {
             keep
         });
         Ok((pools, lone, errors, warnings))
+    }
+
+    /// [`Self::read_pool_as`] for a file a member announces, whose owner (`owner`, what
+    /// the member's descriptor gives) the file opened must have: opened by its path, it
+    /// may be another file (the path's directory swapped for a link to another since the
+    /// announcement was read: root's private `hidden.pool` was shown as uid 65534's).
+    fn read_announced(
+        &mut self,
+        path: &Path,
+        sharing: Sharing,
+        owner: u32,
+    ) -> Result<PoolReading, String> {
+        let reading = self.read_pool_as(path, sharing)?;
+        if reading.uid != owner {
+            return Err(format!(
+                "{}: the file there is uid {}'s, not the announced file's owner's (uid \
+                 {owner}): not shown",
+                path.display(),
+                reading.uid
+            ));
+        }
+        Ok(reading)
     }
 
     /// The pool file at `path` (shared as `sharing`), or the one that was there, removed

@@ -61,16 +61,14 @@ pub fn mem_alloc_from_pool_async(
     let key = pool as u64;
     match POOLS.locate(&queries::Pools, key) {
         Some(PoolLocation::Device(d)) => {
-            let device = c_int::try_from(d).unwrap_or(c_int::MAX);
-            pool_charged(
-                api,
-                On::Named(Some(device)),
-                Some(key),
-                size,
-                dptr,
-                stream,
-                call,
-            )
+            let device = Some(c_int::try_from(d).unwrap_or(c_int::MAX));
+            // The pool names its device, but a default stream needs a current context:
+            // without one, the driver's own error (CUDA_ERROR_INVALID_CONTEXT).
+            let on = match is_context_stream(stream) {
+                true => On::Current(device),
+                false => On::Named(device),
+            };
+            pool_charged(api, on, Some(key), size, dptr, stream, call)
         }
         // Host memory: not device memory.
         Some(PoolLocation::Host) => call(),
