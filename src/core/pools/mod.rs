@@ -635,7 +635,8 @@ mod tests {
 
     /// A pool found grown past the cap with no allocation in flight (memory the driver
     /// served that no call through the shim reserved) is charged what it grew, past
-    /// the cap: the next request is refused, and a release credits it.
+    /// the cap, counted as no refusal: the next request is refused, and a release
+    /// credits it.
     #[test]
     fn growth_no_allocation_reserved_is_charged_past_the_cap() {
         let (l, book, drv) = setup(1000);
@@ -645,6 +646,7 @@ mod tests {
         assert_eq!(used(&l), 1500, "charged what the pool reserves");
         assert_eq!(book.charged_on(0), 1500);
         assert!(l.would_refuse(0, 1));
+        assert_eq!(l.usage(0).unwrap().refusals, 0, "no program request was refused");
         drv.set(7, 500, 500);
         book.refresh_all(&l, &drv);
         assert_eq!(used(&l), 500);

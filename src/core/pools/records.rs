@@ -88,14 +88,15 @@ pub(super) fn settle<'a>(
             // never taken off a context measured meanwhile (see `Reservation::keep_unbacked`).
             r.keep_unbacked();
         }
-        None if extra > 0 => match ledger.reserve(device, extra) {
-            Ok(more) => more.keep_unbacked(),
-            // Growth no allocation through the shim reserved (one the driver served
-            // where the shim did not count it): the driver took it, so it is charged
-            // past the cap, and every request is refused until memory is given back.
-            // Before, it was charged nothing, the device then held more than the cap
-            // with the ledger under it.
-            Err(_) => ledger.charge_past_cap(device, extra),
+        // Growth no allocation through the shim reserved (one the driver served where the
+        // shim did not count it): the driver took it, so it is charged, within the cap
+        // where there is room, else past it, and every request is then refused until
+        // memory is given back. Before, past the cap it was charged nothing (the device
+        // then held more than the cap with the ledger under it), and the failed
+        // reservation was counted as a refusal no program request got.
+        None if extra > 0 => match ledger.try_reserve(device, extra) {
+            Some(more) => more.keep_unbacked(),
+            None => ledger.charge_past_cap(device, extra),
         },
         None => {}
     }
