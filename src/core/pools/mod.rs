@@ -646,7 +646,11 @@ mod tests {
         assert_eq!(used(&l), 1500, "charged what the pool reserves");
         assert_eq!(book.charged_on(0), 1500);
         assert!(l.would_refuse(0, 1));
-        assert_eq!(l.usage(0).unwrap().refusals, 0, "no program request was refused");
+        assert_eq!(
+            l.usage(0).unwrap().refusals,
+            0,
+            "no program request was refused"
+        );
         drv.set(7, 500, 500);
         book.refresh_all(&l, &drv);
         assert_eq!(used(&l), 500);
