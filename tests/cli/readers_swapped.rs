@@ -17,9 +17,10 @@ use super::common;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Output;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::pool_scratch::*;
 use common::*;
@@ -46,51 +47,64 @@ fn exchange(a: &CString, b: &CString) -> bool {
     }
 }
 
+/// Root's pool `hidden`, moved into a directory only root may read, and uid 65534's
+/// directory holding a copy of it named `name`, with a link of uid 65534's to the private
+/// directory beside it: (uid 65534's directory, the copy, the private directory, the
+/// link).
+fn hidden_beside(s: &Scratch, name: &str) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    assert_ok(&s.once("hidden", &["alloc:10Mi"]));
+    let (user, copy) = s.copy_as_nobody("hidden", "gpucap-65534", name);
+    let private = s.dir.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::rename(s.pool_file("hidden"), private.join("hidden.pool")).unwrap();
+    let link = s.pools.join("swap");
+    std::os::unix::fs::symlink(&private, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    (user, copy, private, link)
+}
+
+/// `n` readings of root's `status --json --all` while a thread exchanges `a` and `b`
+/// again and again, then the two put back as they were: the readings, and how many
+/// exchanges were made.
+fn readings_while_swapping(s: &Scratch, a: &Path, b: &Path, n: usize) -> (Vec<Output>, u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let (a, b) = (c(a), c(b));
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                assert!(exchange(&a, &b), "{}", std::io::Error::last_os_error());
+                swaps += 1;
+            }
+            if swaps % 2 == 1 {
+                assert!(exchange(&a, &b));
+            }
+            swaps
+        })
+    };
+    let readings = (0..n)
+        .map(|_| run(&mut s.gpucap(&["status", "--json", "--all"])))
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    (readings, swapper.join().unwrap())
+}
+
 #[test]
 fn a_users_directory_swapped_for_a_link_while_root_reads_it_is_never_followed() {
     if !as_root("reading every user's directory") {
         return;
     }
     let s = Scratch::new("readers-swapped");
-    // Root's pool, moved into a directory only root may read, with a file named as a
-    // dead lone process's would be.
-    assert_ok(&s.once("hidden", &["alloc:10Mi"]));
-    // uid 65534's directory, with a pool of its own (a copy), and its link to the
-    // private one.
-    let (user, _) = s.copy_as_nobody("hidden", "gpucap-65534", "own.pool");
-    let private = s.dir.join("private");
-    std::fs::create_dir(&private).unwrap();
-    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
-    std::fs::rename(s.pool_file("hidden"), private.join("hidden.pool")).unwrap();
+    // uid 65534's pool of its own (a copy), and a file in the private directory named as
+    // a dead lone process's would be.
+    let (user, _, private, link) = hidden_beside(&s, "own.pool");
     let lone = private.join("4242-1.lone");
     std::fs::write(&lone, b"").unwrap();
-    let link = s.pools.join("swap");
-    std::os::unix::fs::symlink(&private, &link).unwrap();
-    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    let (readings, swaps) = readings_while_swapping(&s, &user, &link, READINGS);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let swaps = Arc::new(AtomicU64::new(0));
-    let swapper = {
-        let (stop, swaps) = (stop.clone(), swaps.clone());
-        let (a, b) = (c(&user), c(&link));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                assert!(exchange(&a, &b), "{}", std::io::Error::last_os_error());
-                swaps.fetch_add(1, Ordering::Relaxed);
-            }
-            // The directory back at its name.
-            if swaps.load(Ordering::Relaxed) % 2 == 1 {
-                assert!(exchange(&a, &b));
-            }
-        })
-    };
-    let readings: Vec<std::process::Output> = (0..READINGS)
-        .map(|_| run(&mut s.gpucap(&["status", "--json", "--all"])))
-        .collect();
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-
-    assert!(swaps.load(Ordering::Relaxed) > READINGS as u64);
+    assert!(swaps > READINGS as u64);
     assert!(std::fs::symlink_metadata(&user).unwrap().is_dir());
     for o in &readings {
         assert_ok(o);
@@ -136,12 +150,7 @@ fn a_removed_pool_files_directory_swapped_for_a_link_is_never_followed() {
         return;
     }
     let s = Scratch::new("readers-swapped-removed");
-    assert_ok(&s.once("hidden", &["alloc:10Mi"]));
-    let (user, theirs) = s.copy_as_nobody("hidden", "gpucap-65534", "hidden.pool");
-    let private = s.dir.join("private");
-    std::fs::create_dir(&private).unwrap();
-    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
-    std::fs::rename(s.pool_file("hidden"), private.join("hidden.pool")).unwrap();
+    let (user, theirs, _, link) = hidden_beside(&s, "hidden.pool");
     // uid 65534's process holds its file (descriptor 3), which is then removed.
     let mut holder = std::process::Command::new("setpriv")
         .args([
@@ -175,30 +184,7 @@ fn a_removed_pool_files_directory_swapped_for_a_link_is_never_followed() {
     use std::os::linux::net::SocketAddrExt;
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let beacon = std::os::unix::net::UnixDatagram::bind_addr(&addr).unwrap();
-    let link = s.pools.join("swap");
-    std::os::unix::fs::symlink(&private, &link).unwrap();
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let swapper = {
-        let stop = stop.clone();
-        let (a, b) = (c(&user), c(&link));
-        std::thread::spawn(move || {
-            let mut swaps = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                assert!(exchange(&a, &b), "{}", std::io::Error::last_os_error());
-                swaps += 1;
-            }
-            if swaps % 2 == 1 {
-                assert!(exchange(&a, &b));
-            }
-            swaps
-        })
-    };
-    let readings: Vec<std::process::Output> = (0..2 * READINGS)
-        .map(|_| run(&mut s.gpucap(&["status", "--json", "--all"])))
-        .collect();
-    stop.store(true, Ordering::Relaxed);
-    let swaps = swapper.join().unwrap();
+    let (readings, swaps) = readings_while_swapping(&s, &user, &link, 2 * READINGS);
     drop(beacon);
     // SAFETY: kill on our own child's pid.
     unsafe { libc::kill(holder.id() as i32, libc::SIGKILL) };
@@ -217,7 +203,9 @@ fn a_removed_pool_files_directory_swapped_for_a_link_is_never_followed() {
             .count();
     }
     assert_eq!(
-        shown, 0,
-        "root's private pool shown in {shown} of {READINGS} readings"
+        shown,
+        0,
+        "root's private pool shown in {shown} of {} readings",
+        readings.len()
     );
 }
