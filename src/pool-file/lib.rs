@@ -74,3 +74,13 @@ pub use mapping::{PoolFile, open_member, open_reader, open_writer, without_file_
 pub use removal::{Removal, join_linked, remove_unused};
 pub use removed_file::Through;
 pub use sharing::Sharing;
+
+/// A fresh, empty directory for a unit test of `module` (`gpucap-MODULE-TAG-PID` in the
+/// temporary directory).
+#[cfg(test)]
+pub(crate) fn test_dir(module: &str, tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("gpucap-{module}-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

@@ -409,10 +409,7 @@ mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
     fn dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gpucap-lone-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::test_dir("lone", tag)
     }
 
     /// A ledger's figures of its own, as the shim's static ones: whole pages, never freed.

@@ -235,10 +235,7 @@ mod tests {
     use gpucap_core::budget::{Member, MemberInfo};
 
     fn dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gpucap-removal-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::test_dir("removal", tag)
     }
 
     /// Removes a claim's test directory whose members still serve: their threads bind

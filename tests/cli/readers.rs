@@ -47,21 +47,12 @@ const READER_SPACE: u64 = 32 << 20;
 /// Runs `cmd` to its end within [`READER_SPACE`] of address space (`RLIMIT_AS`: a
 /// reader that needs more fails to allocate, and aborts): its output.
 fn within_bound(cmd: &mut Command) -> Output {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: between fork and exec only setrlimit, async-signal-safe, is called.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: READER_SPACE,
-                rlim_max: READER_SPACE,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    };
-    run(cmd)
+    run(with_rlimit(
+        cmd,
+        libc::RLIMIT_AS,
+        READER_SPACE,
+        READER_SPACE,
+    ))
 }
 
 /// This user's directory in the scratch's pool directory, made as gpucap makes it.

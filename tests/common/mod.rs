@@ -221,6 +221,30 @@ pub fn client_python(var: &str, what: &str) -> Option<PathBuf> {
 
 /// Run and capture; panics with the output if the program could not start.
 ///
+/// `cmd` with its limit on `resource` (`libc::RLIMIT_NOFILE`, `RLIMIT_AS`, ...) set to
+/// `soft`/`hard` in the child before it execs (the spawn fails where it cannot be set).
+pub fn with_rlimit(
+    cmd: &mut Command,
+    resource: libc::__rlimit_resource_t,
+    soft: u64,
+    hard: u64,
+) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only setrlimit, async-signal-safe, is called.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            match libc::setrlimit(resource, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        })
+    }
+}
+
 /// A program file a test has just written (a copied script or binary) can be briefly
 /// "busy" (ETXTBSY): another test thread that forked while the file was open for
 /// writing holds the descriptor until its child execs. That is retried.

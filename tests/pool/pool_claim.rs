@@ -1183,25 +1183,12 @@ fn a_member_whose_socket_number_the_program_reuses_never_serves_the_programs_con
 /// and naming the limit, not told that the members seem stopped.
 #[test]
 fn a_joiner_at_its_open_file_limit_is_refused_with_the_limit_named() {
-    use std::os::unix::process::CommandExt;
     let s = Scratch::new("claim-nofile");
     let claim = claim_dir(&s, "claim");
     let a = staged(&s, &claim, "a", &[100], &[]);
     let mut c = in_claim(&s, &claim, script(), "j");
     c.arg(format!("alloc:{}", MIB));
-    // SAFETY: setrlimit only, in the child before it execs.
-    unsafe {
-        c.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 6,
-                rlim_max: 6,
-            };
-            match libc::setrlimit(libc::RLIMIT_NOFILE, &lim) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        })
-    };
+    with_rlimit(&mut c, libc::RLIMIT_NOFILE, 6, 6);
     let j = run(&mut c);
     let text = String::from_utf8_lossy(&j.stderr);
     assert!(

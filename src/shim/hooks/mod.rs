@@ -143,13 +143,18 @@ pub(super) enum On {
     Named(Option<c_int>),
 }
 
+impl On {
+    /// The device, whoever named it.
+    pub(super) fn device(self) -> Option<c_int> {
+        let (On::Current(d) | On::Named(d)) = self;
+        d
+    }
+}
+
 /// Reserves `bytes` to serve a request of `requested` bytes (a refusal names the
 /// request as the program made it) on the device the call's memory is `on`.
 fn reserve(api: &str, on: On, requested: u64, bytes: u64) -> Result<Target<'static>, CuResult> {
-    let (device, current) = match on {
-        On::Current(d) => (d, true),
-        On::Named(d) => (d, false),
-    };
+    let (device, current) = (on.device(), matches!(on, On::Current(_)));
     let shim = shim()?;
     let Some(device) = device else {
         return Ok(Target::Uncharged);

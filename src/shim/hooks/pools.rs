@@ -32,8 +32,7 @@ pub fn mem_alloc_async(
             None => On::Current(current_device()),
         }
     };
-    let (On::Current(device) | On::Named(device)) = on;
-    let pool = device.and_then(queries::current_pool);
+    let pool = on.device().and_then(queries::current_pool);
     pool_charged("cuMemAllocAsync", on, pool, size, dptr, stream, || {
         real.call(dptr, size, stream)
     })
@@ -126,8 +125,7 @@ pub(super) fn pool_charged(
     }
     let bytes = size as u64;
     let bound = gpucap_core::pools::growth_bound(bytes);
-    let (On::Current(device) | On::Named(device)) = on;
-    if captured_beyond_the_cap(device, bound, stream) {
+    if captured_beyond_the_cap(on.device(), bound, stream) {
         // Captured into a graph: nothing is allocated now; the graph's memory is charged
         // when it is instantiated (`graphs.rs`).
         return call();
