@@ -17,7 +17,7 @@ use crate::sys::cstr;
 /// A directory opened and checked, with the path it is shown by.
 pub struct HeldDir {
     /// Open while `through` names it.
-    _fd: OwnedFd,
+    fd: OwnedFd,
     shown: PathBuf,
     through: PathBuf,
 }
@@ -54,7 +54,7 @@ impl HeldDir {
         }
         let through = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
         Ok(Some(HeldDir {
-            _fd: fd,
+            fd,
             shown: dir.to_path_buf(),
             through,
         }))
@@ -68,7 +68,9 @@ impl HeldDir {
     /// The entries of the held directory; Err: a line saying it cannot be listed (out of
     /// descriptors, say: never a directory gone silent, its users' files with it).
     pub fn list(&self) -> Result<Vec<std::fs::DirEntry>, String> {
-        listing(&self.shown, std::fs::read_dir(&self.through))
+        // Removed since it was opened: its descriptor's link count is 0.
+        let removed = crate::kept::stat_of(self.fd.as_raw_fd()).is_none_or(|st| st.st_nlink == 0);
+        listing(&self.shown, std::fs::read_dir(&self.through), removed)
     }
 
     /// A path that reaches `name` in the held directory, whatever is at the directory's
@@ -91,14 +93,20 @@ impl HeldDir {
 }
 
 /// The entries `read` lists of the directory shown as `shown`, or the line saying why
-/// it could not list them; a directory gone meanwhile has none.
+/// it could not list them; a directory `removed` meanwhile has none. Not found otherwise
+/// is `/proc/self/fd` missing (no /proc mounted): a line, never a directory gone silent.
 fn listing(
     shown: &Path,
     read: std::io::Result<std::fs::ReadDir>,
+    removed: bool,
 ) -> Result<Vec<std::fs::DirEntry>, String> {
     match read {
         Ok(entries) => Ok(entries.filter_map(Result::ok).collect()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && removed => Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "{}: cannot list it through /proc/self/fd (is /proc mounted?): {e}",
+            shown.display()
+        )),
         Err(e) => Err(format!("{}: cannot list it: {e}", shown.display())),
     }
 }
@@ -109,10 +117,7 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     fn scratch(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gpucap-held-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::test_dir("held", tag)
     }
 
     /// Names reached through a held directory stay in it when its name is moved and
@@ -145,6 +150,22 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A held directory removed since it was opened has nothing to list; one still there
+    /// lists its names.
+    #[test]
+    fn a_removed_directory_lists_nothing_and_a_present_one_its_names() {
+        let d = scratch("removed");
+        let dir = d.join("gpucap-x");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("a.pool"), b"").unwrap();
+        let own = std::fs::metadata(&dir).unwrap().uid();
+        let held = HeldDir::open(&dir, own).unwrap().unwrap();
+        assert_eq!(held.list().unwrap().len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(held.list().unwrap().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     /// A link, a file or another user's directory is not held; nothing there is None.
     #[test]
     fn only_a_real_directory_of_its_user_is_held() {
@@ -173,14 +194,16 @@ mod tests {
     #[test]
     fn a_directory_that_cannot_be_listed_is_a_line() {
         let shown = Path::new("/dev/shm/gpucap-1000");
-        let e = listing(shown, Err(std::io::Error::from_raw_os_error(libc::EMFILE)))
-            .err()
-            .unwrap();
+        let err = |n| Err(std::io::Error::from_raw_os_error(n));
+        let e = listing(shown, err(libc::EMFILE), false).err().unwrap();
         assert!(
             e.starts_with("/dev/shm/gpucap-1000: cannot list it: "),
             "{e}"
         );
-        let gone = listing(shown, Err(std::io::Error::from_raw_os_error(libc::ENOENT)));
+        let gone = listing(shown, err(libc::ENOENT), true);
         assert!(gone.unwrap().is_empty());
+        // Not found while the directory is there: /proc/self/fd is missing.
+        let e = listing(shown, err(libc::ENOENT), false).err().unwrap();
+        assert!(e.contains("is /proc mounted?"), "{e}");
     }
 }

@@ -16,21 +16,8 @@ fn status_within(
     soft: u64,
     hard: u64,
 ) -> (serde_json::Value, Vec<String>, Vec<String>) {
-    use std::os::unix::process::CommandExt;
     let mut cmd = s.gpucap(&["status", "--json", "--all"]);
-    // SAFETY: between fork and exec only setrlimit, async-signal-safe, is called.
-    unsafe {
-        cmd.pre_exec(move || {
-            let l = libc::rlimit {
-                rlim_cur: soft,
-                rlim_max: hard,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    };
+    with_rlimit(&mut cmd, libc::RLIMIT_NOFILE, soft, hard);
     let o = run(&mut cmd);
     let doc: serde_json::Value = match serde_json::from_str(&stdout(&o)) {
         Ok(doc) => doc,
@@ -91,4 +78,41 @@ fn out_of_descriptors_every_pool_file_is_shown_or_a_line() {
         assert!(shown.len() + errors.len() >= files.len(), "{doc}");
     }
     assert!(theirs.exists());
+}
+
+/// Root's `status` where /proc is not mounted (a mount namespace of the test's own, /proc
+/// unmounted in it): a user directory is read through `/proc/self/fd`, so it cannot be,
+/// and says so in one line (before the line: every directory read as empty, nothing
+/// said).
+#[test]
+fn without_proc_a_directory_that_cannot_be_read_is_a_line() {
+    if !as_root("unmounting /proc in a mount namespace of the test's own") {
+        return;
+    }
+    let s = Scratch::new("readers-no-proc");
+    assert_ok(&s.once("p", &["alloc:10Mi"]));
+    let inner = s.gpucap(&["status", "--json", "--all"]);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", "umount -l /proc && exec \"$@\"", "sh"])
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let o = run(&mut cmd);
+    assert_ok(&o);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let dir = s.pool_file("p").parent().unwrap().display().to_string();
+    let lines: Vec<&str> = doc["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.as_str())
+        .filter(|e| e.starts_with(&format!("{dir}: ")))
+        .collect();
+    assert_eq!(lines.len(), 1, "{doc}");
+    assert!(lines[0].contains("is /proc mounted?"), "{doc}");
 }

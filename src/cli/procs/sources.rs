@@ -179,10 +179,15 @@ impl Sources {
                     continue;
                 }
             };
-            let files = pool_files(&held).unwrap_or_else(|e| {
-                errors.push(e);
-                Vec::new()
-            });
+            // A directory that cannot be listed is one line (its lone files' listing
+            // would fail alike).
+            let files = match pool_files(&held) {
+                Ok(files) => files,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
             for name in files {
                 let path = held.shown_inside(&name);
                 if seen.contains(&path) {
