@@ -1,7 +1,10 @@
-//! The exported `exec` family: before a program of this process is replaced by another
-//! (which keeps the pid, not the figures), its report is written (`Shim::before_exec`);
-//! then the C library's function runs with the caller's arguments. The variadic ones
-//! (`execl`, `execlp`, `execle`) are trampolines of their own (`exec_list.rs`).
+//! The exported `exec` family and `posix_spawn`: before a program of this process is
+//! replaced by another (which keeps the pid, not the figures), its report is written
+//! (`Shim::before_exec`); then the C library's function runs with the caller's
+//! arguments and the environment handed down to a child (`hand_down.rs`: the library
+//! and this process's configuration where the caller's environment drops them). The
+//! variadic ones (`execl`, `execlp`, `execle`) are trampolines of their own
+//! (`exec_list.rs`): the report only.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
@@ -10,8 +13,7 @@ use std::sync::atomic::{
     Ordering::{Acquire, Release},
 };
 
-/// An argument or environment vector.
-type Vector = *const *const c_char;
+use crate::hand_down::Vector;
 
 /// The C library's `name`: the first definition after this library's, found once.
 pub(crate) fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> Option<*mut c_void> {
@@ -29,37 +31,196 @@ pub(crate) fn before_exec() {
     let _ = std::panic::catch_unwind(|| crate::state::SHIM.before_exec());
 }
 
-/// `exec_hook!(name(arg: Type, ...))` exports `name`, which writes the report and calls
-/// the C library's `name` (of that signature, returning `int`) with the same arguments;
-/// where the C library has none, -1 with `ENOSYS`.
-macro_rules! exec_hook {
-    ($name:ident($($arg:ident: $ty:ty),+)) => {
-        /// See the module's doc.
-        ///
-        /// # Safety
-        /// The C library's contract for this function.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),+) -> c_int {
-            static REAL: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
-            before_exec();
-            let Some(f) = next(&REAL, stringify!($name).as_bytes()) else {
-                // SAFETY: errno is this thread's.
-                unsafe { *libc::__errno_location() = libc::ENOSYS };
-                return -1;
-            };
-            // SAFETY: `f` is the C library's function of this name, of this signature.
-            let f = unsafe {
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),+) -> c_int>(f)
-            };
-            // SAFETY: the caller's arguments, as it gave them.
-            unsafe { f($($arg),+) }
-        }
-    };
+/// -1 with `errno` set to `e`: how an `exec` fails.
+fn failed(e: c_int) -> c_int {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = e };
+    -1
 }
 
-exec_hook!(execve(path: *const c_char, argv: Vector, envp: Vector));
-exec_hook!(execv(path: *const c_char, argv: Vector));
-exec_hook!(execvp(file: *const c_char, argv: Vector));
-exec_hook!(execvpe(file: *const c_char, argv: Vector, envp: Vector));
-exec_hook!(fexecve(fd: c_int, argv: Vector, envp: Vector));
-exec_hook!(execveat(dirfd: c_int, path: *const c_char, argv: Vector, envp: Vector, flags: c_int));
+/// `real!(name: Type)`: the C library's function `name` of that type, found once (None
+/// where the C library has none).
+macro_rules! real {
+    ($name:ident: $ty:ty) => {{
+        static REAL: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+        // SAFETY: the C library's function of this name, of this signature.
+        next(&REAL, stringify!($name).as_bytes())
+            .map(|f| unsafe { std::mem::transmute::<*mut c_void, $ty>(f) })
+    }};
+}
+
+/// Calls `exec` with the environment a child is started with (`hand_down.rs`), made
+/// from `envp`; `failed` where it cannot be made. No panic crosses into the caller.
+fn handed_down<R>(envp: Vector, failed: R, exec: impl FnOnce(Vector) -> R) -> R
+where
+    R: Copy,
+{
+    let run = std::panic::AssertUnwindSafe(move || {
+        crate::hand_down::with_environment(envp, failed, exec)
+    });
+    std::panic::catch_unwind(run).unwrap_or_else(|_| {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        failed
+    })
+}
+
+/// The process's environment, as `execv` and `execvp` pass it on.
+fn environ() -> Vector {
+    // SAFETY: `environ` is the C library's vector of the environment.
+    unsafe { libc::environ as Vector }
+}
+
+type Execve = unsafe extern "C" fn(*const c_char, Vector, Vector) -> c_int;
+type Fexecve = unsafe extern "C" fn(c_int, Vector, Vector) -> c_int;
+type Execveat = unsafe extern "C" fn(c_int, *const c_char, Vector, Vector, c_int) -> c_int;
+type Spawn = unsafe extern "C" fn(
+    *mut libc::pid_t,
+    *const c_char,
+    *const c_void,
+    *const c_void,
+    Vector,
+    Vector,
+) -> c_int;
+
+// Each of the family (see the module's doc): the report, then the C library's `execve`,
+// `execvpe`, `fexecve` or `execveat` with the environment handed down (`execv` and
+// `execvp` are those two with `environ`, as the C library defines them).
+
+/// See the module's doc.
+///
+/// # Safety
+/// The C library's contract for this function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: Vector, envp: Vector) -> c_int {
+    before_exec();
+    let Some(f) = real!(execve: Execve) else {
+        return failed(libc::ENOSYS);
+    };
+    // SAFETY: the caller's arguments, the environment handed down.
+    handed_down(envp, -1, |env| unsafe { f(path, argv, env) })
+}
+
+/// See the module's doc.
+///
+/// # Safety
+/// The C library's contract for this function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: Vector) -> c_int {
+    before_exec();
+    let Some(f) = real!(execve: Execve) else {
+        return failed(libc::ENOSYS);
+    };
+    // SAFETY: the caller's arguments, the environment handed down.
+    handed_down(environ(), -1, |env| unsafe { f(path, argv, env) })
+}
+
+/// See the module's doc.
+///
+/// # Safety
+/// The C library's contract for this function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: Vector) -> c_int {
+    before_exec();
+    let Some(f) = real!(execvpe: Execve) else {
+        return failed(libc::ENOSYS);
+    };
+    // SAFETY: the caller's arguments, the environment handed down.
+    handed_down(environ(), -1, |env| unsafe { f(file, argv, env) })
+}
+
+/// See the module's doc.
+///
+/// # Safety
+/// The C library's contract for this function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Vector, envp: Vector) -> c_int {
+    before_exec();
+    let Some(f) = real!(execvpe: Execve) else {
+        return failed(libc::ENOSYS);
+    };
+    // SAFETY: the caller's arguments, the environment handed down.
+    handed_down(envp, -1, |env| unsafe { f(file, argv, env) })
+}
+
+/// See the module's doc.
+///
+/// # Safety
+/// The C library's contract for this function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: Vector, envp: Vector) -> c_int {
+    before_exec();
+    let Some(f) = real!(fexecve: Fexecve) else {
+        return failed(libc::ENOSYS);
+    };
+    // SAFETY: the caller's arguments, the environment handed down.
+    handed_down(envp, -1, |env| unsafe { f(fd, argv, env) })
+}
+
+/// See the module's doc.
+///
+/// # Safety
+/// The C library's contract for this function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execveat(
+    dirfd: c_int,
+    path: *const c_char,
+    argv: Vector,
+    envp: Vector,
+    flags: c_int,
+) -> c_int {
+    before_exec();
+    let Some(f) = real!(execveat: Execveat) else {
+        return failed(libc::ENOSYS);
+    };
+    // SAFETY: the caller's arguments, the environment handed down.
+    handed_down(envp, -1, |env| unsafe { f(dirfd, path, argv, env, flags) })
+}
+
+// `posix_spawn` and `posix_spawnp` start a child through the C library's own `execve`,
+// out of reach of the export above: the C library's function with the environment
+// handed down (this process goes on: no report).
+
+/// See the module's doc.
+///
+/// # Safety
+/// The C library's contract for this function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    actions: *const c_void,
+    attr: *const c_void,
+    argv: Vector,
+    envp: Vector,
+) -> c_int {
+    let Some(f) = real!(posix_spawn: Spawn) else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: the caller's arguments, the environment handed down.
+    handed_down(envp, libc::ENOMEM, |env| unsafe {
+        f(pid, path, actions, attr, argv, env)
+    })
+}
+
+/// See the module's doc.
+///
+/// # Safety
+/// The C library's contract for this function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    actions: *const c_void,
+    attr: *const c_void,
+    argv: Vector,
+    envp: Vector,
+) -> c_int {
+    let Some(f) = real!(posix_spawnp: Spawn) else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: the caller's arguments, the environment handed down.
+    handed_down(envp, libc::ENOMEM, |env| unsafe {
+        f(pid, file, actions, attr, argv, env)
+    })
+}

@@ -21,7 +21,9 @@
 //!   `dlvsym` is found), read without the loader.
 //! - `environ`: the environment variables the configuration reads, copied from `environ`.
 //! - `exit`: the `.fini_array` exit hook (final report and summary); `exec`: the
-//!   exported `exec` family, which writes the report before a program is replaced.
+//!   exported `exec` family and `posix_spawn`, which write the report before a program is
+//!   replaced and start a child with the cap handed down (`hand_down`: the library and
+//!   this process's configuration, copied at its load by an `.init_array` entry).
 
 // The unit-test build leaves out the FFI edge (it exports `dlsym` and the driver's
 // symbols, which must not interpose on the test binary itself), so the process-wide
@@ -52,6 +54,8 @@ mod exec;
 mod exec_list;
 #[cfg(not(test))]
 mod exit;
+#[cfg(not(test))]
+mod hand_down;
 #[cfg(not(test))]
 mod hooks;
 #[cfg(not(test))]

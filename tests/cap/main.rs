@@ -28,6 +28,7 @@ mod interception;
 mod never_uncapped;
 mod nvml;
 mod nvml_pids;
+mod process_tree;
 mod robustness;
 mod secure_execution;
 mod shared_files;

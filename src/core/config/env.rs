@@ -104,6 +104,13 @@ pub fn looked_at(name: &[u8]) -> bool {
             .any(|(var, _)| name.starts_with(var.as_bytes()))
 }
 
+/// Whether a name that begins with the byte `first` may be one [`looked_at`] names
+/// (`tests::every_name_looked_at_begins_with_a_byte_the_filter_lets_through`): a walk
+/// of a whole environment reads no further into the other entries.
+pub fn may_be_looked_at(first: u8) -> bool {
+    matches!(first, b'A' | b'C' | b'G' | b'g' | b'M' | b'N')
+}
+
 /// Builds the configuration from `(name, value)` pairs, e.g. `std::env::vars_os()`.
 ///
 /// Only variables whose name starts with `GPUCAP_`, HAMi-core's `CUDA_DEVICE_MEMORY_*`

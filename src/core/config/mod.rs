@@ -15,6 +15,7 @@
 //! 5. `env`: `from_vars`, the environment read through all of the above.
 //! 6. `file` (`gpucap.env`), then `ceiling` (a file's cap, which the environment may lower
 //!    but never raise), then `device_cap` (one GPU's cap in bytes under it).
+//! 7. `hand_down`: the environment a capped program's child is started with.
 //!
 //! Part of gpucap-core, used by the shim and the CLI: plain safe Rust that only needs
 //! `crate::size`. The variables are read by name from the pairs given (no envy: it
@@ -29,6 +30,7 @@ mod device_cap;
 mod env;
 mod file;
 mod hami;
+mod hand_down;
 mod keys;
 mod limit;
 mod model;
@@ -41,15 +43,18 @@ mod vars;
 
 pub use ceiling::{HandedDown, from_file_alone, held_line, pool_held_line, under_file};
 pub use device_cap::{DeviceCap, device_cap};
-pub use env::{from_vars, looked_at, nearest_name};
+pub use env::{from_vars, looked_at, may_be_looked_at, nearest_name};
 pub use file::{format_env_file, from_env_files, has_gpucap_vars};
 pub use hami::HAMI_SHARED_CACHE;
+pub use hand_down::{
+    LD_PRELOAD, Part, handed_down, name_of, plan, preloadable, write as write_part,
+};
 pub use keys::{check_gpu_keys, check_var_keys, names_gpus};
 pub use limit::{
     DeviceKey, DeviceUuid, Limit, LimitFrom, LimitSpec, MAX_DEVICES, format_uuid, limit_is_none,
     parse_cap_size, parse_limit_spec,
 };
-pub use model::{Ceiling, Config, ConfigError, ENV_FILE_NAME, LogLevel};
+pub use model::{Ceiling, Config, ConfigError, ENV_FILE_NAME, ETC_ENV_FILE, LogLevel};
 pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
 pub use secure::drop_in_secure_execution;
 pub use shares::shares_for;

@@ -3,6 +3,7 @@
 //! device's limit turned into its cap in bytes, under a ceiling handed down.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
@@ -138,7 +139,11 @@ fn load_config(dirs: &[PathBuf]) -> Result<(Config, Option<PathBuf>), String> {
     // Whether the GPUs a ceiling's ordinals name are the environment's choice: a file's
     // configuration, read alone, takes it from the environment too.
     let chosen = env.iter().any(|(k, _)| k == "CUDA_VISIBLE_DEVICES");
+    // What this process's children inherit: these variables, and the library where a
+    // file took part (or could not be read: the child fails closed as this one does).
+    hand_down_vars(&env);
     let loaded = load_config_from(env, dirs);
+    hand_down_file(!matches!(loaded, Ok((_, None))));
     loaded.map(|(mut c, f)| {
         c.notes.extend(dropped);
         c.visible_chosen |= chosen;
@@ -196,6 +201,27 @@ fn secure_execution() -> bool {
 fn secure_execution() -> bool {
     false
 }
+
+/// Remembers the configuration's variables for the children (`hand_down.rs`).
+#[cfg(not(test))]
+fn hand_down_vars(env: &[(OsString, OsString)]) {
+    let vars = env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes()));
+    crate::hand_down::remember_vars(vars);
+}
+
+/// Remembers whether a configuration file took part, for the children.
+#[cfg(not(test))]
+fn hand_down_file(file: bool) {
+    crate::hand_down::remember_file(file);
+}
+
+/// Unit tests start no child.
+#[cfg(test)]
+fn hand_down_vars(_: &[(OsString, OsString)]) {}
+
+/// Unit tests start no child.
+#[cfg(test)]
+fn hand_down_file(_: bool) {}
 
 /// The environment variables the configuration reads (copied at the FFI edge).
 #[cfg(not(test))]

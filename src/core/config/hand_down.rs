@@ -1,0 +1,338 @@
+//! What a capped program's child inherits of its cap. A child started with an
+//! environment of its parent's making (`env -i`, `subprocess.run(env={...})`, a launcher
+//! that passes `LD_PRELOAD` and nothing else, `LD_PRELOAD` replaced by an allocator's
+//! library) would run without the library or without the variables that cap it. The
+//! shim's `exec` and `posix_spawn` hooks therefore start it with the environment planned
+//! here: every entry the caller gave, each configuration variable of the parent's that
+//! the caller's environment does not set, and `LD_PRELOAD` naming the library. What the
+//! child's environment sets itself holds (under any ceiling a file or a driver's
+//! hand-over keeps, which the child reads as the parent did).
+//!
+//! Planned without allocating (the shim runs it between `fork` and `exec`): the plan is
+//! a sequence of [`Part`]s handed to a callback.
+
+use super::env::looked_at;
+
+/// The variable that names the libraries the loader preloads.
+pub const LD_PRELOAD: &[u8] = b"LD_PRELOAD";
+
+/// Whether a parent's variable of this name is handed down to a child whose environment
+/// does not set it: every variable the configuration reads, except the one that picks
+/// the GPUs CUDA shows (`CUDA_VISIBLE_DEVICES`: which GPUs a child uses is its own
+/// launcher's choice, as it is without gpucap).
+pub fn handed_down(name: &[u8]) -> bool {
+    looked_at(name) && name != b"CUDA_VISIBLE_DEVICES"
+}
+
+/// The name of an environment entry `NAME=value` (the whole entry where it has no `=`).
+pub fn name_of(entry: &[u8]) -> &[u8] {
+    entry
+        .iter()
+        .position(|&b| b == b'=')
+        .map_or(entry, |eq| &entry[..eq])
+}
+
+/// The value of an environment entry `NAME=value` (empty where it has no `=`).
+fn value_of(entry: &[u8]) -> &[u8] {
+    entry
+        .iter()
+        .position(|&b| b == b'=')
+        .map_or(&[][..], |eq| &entry[eq + 1..])
+}
+
+/// The entries of an `LD_PRELOAD` value: the loader splits it on spaces and colons.
+fn preload_entries(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|b| matches!(b, b' ' | b':' | b'\t' | b'\n'))
+        .filter(|e| !e.is_empty())
+}
+
+/// Whether `lib` can be named in `LD_PRELOAD` at all (no separator in it).
+pub fn preloadable(lib: &[u8]) -> bool {
+    !lib.is_empty() && preload_entries(lib).count() == 1 && preload_entries(lib).next() == Some(lib)
+}
+
+/// One entry of a child's planned environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part<'a> {
+    /// An entry of the caller's environment, as it was.
+    Kept(&'a [u8]),
+    /// A variable of the parent's the caller's environment does not set (`NAME=value`).
+    Inherited(&'a [u8]),
+    /// `LD_PRELOAD` naming the library: `LD_PRELOAD=<lib>` where `existing` is None,
+    /// else `LD_PRELOAD=<existing>:<lib>` (the caller's preloads first, as `gpucap run`
+    /// adds the library).
+    Preload { existing: Option<&'a [u8]> },
+}
+
+impl Part<'_> {
+    /// The bytes of this entry, without its terminating NUL, for the library `lib`.
+    pub fn bytes(&self, lib: &[u8]) -> usize {
+        match self {
+            Part::Kept(e) | Part::Inherited(e) => e.len(),
+            Part::Preload { existing: None } => LD_PRELOAD.len() + 1 + lib.len(),
+            Part::Preload { existing: Some(v) } => LD_PRELOAD.len() + 1 + v.len() + 1 + lib.len(),
+        }
+    }
+}
+
+/// Plans the environment of a child: `caller`, the environment the caller gives it;
+/// `parent`, the parent's configuration variables (`NAME=value`, [`handed_down`]
+/// names); `lib`, the library's path as the loader named it. Calls `out` with each
+/// entry in order: the caller's entries (only the last of several `LD_PRELOAD`s, the
+/// one the loader reads, kept; it gains `lib` where none of its entries is `lib`), then
+/// each parent variable the caller does not set (the first of a name), then
+/// `LD_PRELOAD` where the caller sets none. A `lib` that `LD_PRELOAD` cannot name
+/// (a space or a colon in it) is not added: the variables still are.
+pub fn plan<'a, C, P>(caller: C, parent: P, lib: &'a [u8], mut out: impl FnMut(Part<'a>))
+where
+    C: Iterator<Item = &'a [u8]> + Clone,
+    P: Iterator<Item = &'a [u8]> + Clone,
+{
+    let is_preload = |e: &[u8]| name_of(e) == LD_PRELOAD;
+    let preloads = caller.clone().filter(|e| is_preload(e)).count();
+    let add_lib = preloadable(lib);
+    let mut seen = 0;
+    for e in caller.clone() {
+        if !is_preload(e) {
+            out(Part::Kept(e));
+            continue;
+        }
+        seen += 1;
+        if seen < preloads {
+            continue; // the loader reads the last one only
+        }
+        let value = value_of(e);
+        if !add_lib || preload_entries(value).any(|p| p == lib) {
+            out(Part::Kept(e));
+        } else if preload_entries(value).next().is_none() {
+            out(Part::Preload { existing: None });
+        } else {
+            out(Part::Preload {
+                existing: Some(value),
+            });
+        }
+    }
+    for (i, p) in parent.clone().enumerate() {
+        let name = name_of(p);
+        if !handed_down(name)
+            || caller.clone().any(|e| name_of(e) == name)
+            || parent.clone().take(i).any(|q| name_of(q) == name)
+        {
+            continue;
+        }
+        out(Part::Inherited(p));
+    }
+    if preloads == 0 && add_lib {
+        out(Part::Preload { existing: None });
+    }
+}
+
+/// Writes `part` for the library `lib` into `buf` (at least [`Part::bytes`] + 1 bytes),
+/// NUL-terminated; returns the bytes written, the NUL included.
+pub fn write(part: Part<'_>, lib: &[u8], buf: &mut [u8]) -> usize {
+    let mut at = 0;
+    let mut put = |bytes: &[u8]| {
+        buf[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    };
+    match part {
+        Part::Kept(e) | Part::Inherited(e) => put(e),
+        Part::Preload { existing } => {
+            put(LD_PRELOAD);
+            put(b"=");
+            if let Some(v) = existing {
+                put(v);
+                put(b":");
+            }
+            put(lib);
+        }
+    }
+    put(b"\0");
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIB: &[u8] = b"/opt/gpucap/libgpucap.so";
+
+    /// The planned environment, as strings.
+    fn planned(caller: &[&str], parent: &[&str]) -> Vec<String> {
+        let caller: Vec<&[u8]> = caller.iter().map(|s| s.as_bytes()).collect();
+        let parent: Vec<&[u8]> = parent.iter().map(|s| s.as_bytes()).collect();
+        let mut entries = Vec::new();
+        plan(caller.iter().copied(), parent.iter().copied(), LIB, |p| {
+            let mut buf = vec![0u8; p.bytes(LIB) + 1];
+            let n = write(p, LIB, &mut buf);
+            assert_eq!(n, p.bytes(LIB) + 1, "{p:?}");
+            assert_eq!(buf[n - 1], 0);
+            entries.push(String::from_utf8(buf[..n - 1].to_vec()).unwrap());
+        });
+        entries
+    }
+
+    #[test]
+    fn an_emptied_environment_gets_the_parents_variables_and_the_library() {
+        assert_eq!(
+            planned(&[], &["GPUCAP_LIMIT=256Mi", "GPUCAP_POOL=team"]),
+            [
+                "GPUCAP_LIMIT=256Mi",
+                "GPUCAP_POOL=team",
+                "LD_PRELOAD=/opt/gpucap/libgpucap.so"
+            ]
+        );
+    }
+
+    #[test]
+    fn what_the_caller_sets_holds_and_the_rest_is_kept_in_order() {
+        assert_eq!(
+            planned(
+                &["PATH=/bin", "GPUCAP_LIMIT=1Gi", "HOME=/root"],
+                &["GPUCAP_LIMIT=256Mi", "GPUCAP_LOG=debug"]
+            ),
+            [
+                "PATH=/bin",
+                "GPUCAP_LIMIT=1Gi",
+                "HOME=/root",
+                "GPUCAP_LOG=debug",
+                "LD_PRELOAD=/opt/gpucap/libgpucap.so"
+            ]
+        );
+    }
+
+    #[test]
+    fn another_preload_keeps_its_libraries_first_and_gains_this_one() {
+        assert_eq!(
+            planned(&["LD_PRELOAD=/usr/lib/libjemalloc.so"], &[]),
+            ["LD_PRELOAD=/usr/lib/libjemalloc.so:/opt/gpucap/libgpucap.so"]
+        );
+        assert_eq!(
+            planned(&["LD_PRELOAD=/a.so "], &[]),
+            ["LD_PRELOAD=/a.so :/opt/gpucap/libgpucap.so"]
+        );
+        assert_eq!(
+            planned(&["LD_PRELOAD="], &[]),
+            ["LD_PRELOAD=/opt/gpucap/libgpucap.so"]
+        );
+        assert_eq!(
+            planned(&["LD_PRELOAD=::"], &[]),
+            ["LD_PRELOAD=/opt/gpucap/libgpucap.so"]
+        );
+    }
+
+    #[test]
+    fn a_preload_that_names_the_library_is_left_as_it_is() {
+        for v in [
+            "LD_PRELOAD=/opt/gpucap/libgpucap.so",
+            "LD_PRELOAD=/a.so:/opt/gpucap/libgpucap.so",
+            "LD_PRELOAD=/opt/gpucap/libgpucap.so /b.so",
+        ] {
+            assert_eq!(planned(&[v], &[]), [v]);
+        }
+    }
+
+    #[test]
+    fn of_several_preloads_the_loaders_last_one_is_the_one_kept() {
+        assert_eq!(
+            planned(&["LD_PRELOAD=/a.so", "X=1", "LD_PRELOAD=/b.so"], &[]),
+            ["X=1", "LD_PRELOAD=/b.so:/opt/gpucap/libgpucap.so"]
+        );
+    }
+
+    #[test]
+    fn only_configuration_variables_are_handed_down_and_each_name_once() {
+        assert_eq!(
+            planned(
+                &[],
+                &[
+                    "GPUCAP_LIMIT=256Mi",
+                    "CUDA_VISIBLE_DEVICES=1",
+                    "PATH=/bin",
+                    "CUDA_DEVICE_MEMORY_LIMIT=256m",
+                    "NVIDIA_VISIBLE_DEVICES=all",
+                    "GPUCAP_LIMIT=9Gi",
+                ]
+            ),
+            [
+                "GPUCAP_LIMIT=256Mi",
+                "CUDA_DEVICE_MEMORY_LIMIT=256m",
+                "NVIDIA_VISIBLE_DEVICES=all",
+                "LD_PRELOAD=/opt/gpucap/libgpucap.so"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_library_path_the_loader_cannot_take_is_not_added() {
+        let lib = b"/opt/my gpucap/libgpucap.so";
+        assert!(!preloadable(lib));
+        assert!(!preloadable(b"/a.so:/b.so"));
+        assert!(!preloadable(b""));
+        assert!(preloadable(LIB));
+        let mut parts = Vec::new();
+        plan(
+            [&b"LD_PRELOAD=/a.so"[..]].into_iter(),
+            [&b"GPUCAP_LIMIT=1Gi"[..]].into_iter(),
+            lib,
+            |p| parts.push(p),
+        );
+        assert_eq!(
+            parts,
+            [
+                Part::Kept(b"LD_PRELOAD=/a.so"),
+                Part::Inherited(b"GPUCAP_LIMIT=1Gi")
+            ]
+        );
+    }
+
+    #[test]
+    fn every_name_looked_at_begins_with_a_byte_the_filter_lets_through() {
+        use crate::config::may_be_looked_at;
+        let mut names: Vec<String> = crate::config::vars::KNOWN_VARS
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        names.extend(
+            crate::config::hami::HAMI_IGNORED
+                .iter()
+                .map(|(n, _)| n.to_string()),
+        );
+        names.extend(
+            [
+                "gpucap_limit",
+                "Gpucap_Pool",
+                "CUDA_DEVICE_MEMORY_LIMIT",
+                "CUDA_DEVICE_MEMORY_LIMIT_1",
+                "CUDA_DEVICE_SM_LIMIT_0",
+                "GPU_DEVICE_0_MEMORY",
+                "NVIDIA_GPU_MEMORY_REQUEST",
+                "CUDA_MEM_LIMIT",
+                "CUDA_MEM_LIMIT_1",
+                "MANAGER_VISIBLE_DEVICE_0",
+                "NVIDIA_VISIBLE_DEVICES",
+                "CUDA_VISIBLE_DEVICES",
+            ]
+            .map(String::from),
+        );
+        for name in &names {
+            assert!(looked_at(name.as_bytes()), "{name} is not looked at");
+            assert!(
+                may_be_looked_at(name.as_bytes()[0]),
+                "{name} is filtered out"
+            );
+        }
+        for name in ["PATH", "HOME", "LD_PRELOAD", "PYTHONPATH", "TERM"] {
+            assert!(!may_be_looked_at(name.as_bytes()[0]), "{name}");
+        }
+    }
+
+    #[test]
+    fn names_and_values_of_entries() {
+        assert_eq!(name_of(b"A=b=c"), b"A");
+        assert_eq!(value_of(b"A=b=c"), b"b=c");
+        assert_eq!(name_of(b"NOEQ"), b"NOEQ");
+        assert_eq!(value_of(b"NOEQ"), b"");
+    }
+}

@@ -1,0 +1,335 @@
+//! The cap handed down to a program's children: the environment the `exec` and
+//! `posix_spawn` hooks (`exec.rs`) start a child with, as `gpucap_core::config::plan`
+//! plans it: the caller's environment, each configuration variable of this process's
+//! the caller's does not set, and `LD_PRELOAD` naming this library. Nothing is handed
+//! down by a process that has no configuration (no variable, no `gpucap.env`).
+//!
+//! This process's configuration variables: those its configuration was read from (at
+//! its first CUDA call, [`remember`]), else those it started with, copied at the
+//! library's load (`.init_array`) before the program could clear them (`env -i` empties
+//! `environ` before its `execvp`; `unsetenv` moves the start's array in place; a
+//! process title may be written over the start's strings).
+//!
+//! Runs between `fork` (or `vfork`) and `exec`: no allocation, no lock of this library;
+//! the new environment is built in a buffer on the stack, or in pages of its own where it
+//! does not fit (left mapped in a `vfork` parent when the `exec` succeeds).
+
+use std::cell::UnsafeCell;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
+
+use gpucap_core::config::{self, Part};
+
+/// An argument or environment vector.
+pub type Vector = *const *const c_char;
+
+/// Room for the configuration variables a process starts with (their `NAME=value\0`).
+const START_BYTES: usize = 16 * 1024;
+
+/// The configuration variables this process started with, copied at the library's load.
+struct Start {
+    /// 0 not copied, 1 being copied, 2 copied.
+    state: AtomicU8,
+    /// The bytes copied, entries NUL-terminated.
+    len: AtomicUsize,
+    bytes: UnsafeCell<[u8; START_BYTES]>,
+}
+
+// SAFETY: `bytes` is written once, by the thread that moves `state` from 0 to 1, and
+// read only after `state` is 2 (Release/Acquire).
+unsafe impl Sync for Start {}
+
+static START: Start = Start {
+    state: AtomicU8::new(0),
+    len: AtomicUsize::new(0),
+    bytes: UnsafeCell::new([0; START_BYTES]),
+};
+
+/// The variables of the configuration this process read (`NAME=value\0` each).
+static READ: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// Whether a configuration file took part in it: 0 not known yet, 1 none, 2 one (or one
+/// failed to be read).
+static READ_FILE: AtomicU8 = AtomicU8::new(0);
+
+/// Copies the configuration variables of `envp` (the environment the process starts
+/// with, as the loader hands a constructor) once: a later call does nothing.
+fn copy_start(envp: Vector) {
+    if START
+        .state
+        .compare_exchange(0, 1, Acquire, Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // SAFETY: this thread moved the state from 0 to 1: nothing else writes or reads
+    // `bytes` until the state is 2.
+    let bytes = unsafe { &mut *START.bytes.get() };
+    let mut len = 0;
+    let mut p = envp;
+    while !p.is_null() {
+        // SAFETY: `p` points into the NULL-terminated vector, at most at its NULL.
+        let entry = unsafe { *p };
+        if entry.is_null() {
+            break;
+        }
+        // SAFETY: not past the terminator (checked above).
+        p = unsafe { p.add(1) };
+        // SAFETY: a non-null entry is a NUL-terminated string: its first byte is there.
+        if !config::may_be_looked_at(unsafe { *entry } as u8) {
+            continue; // most of an environment: not read further
+        }
+        // SAFETY: as above, the whole string.
+        let entry = unsafe { CStr::from_ptr(entry) }.to_bytes();
+        if config::handed_down(config::name_of(entry)) && len + entry.len() < START_BYTES {
+            bytes[len..len + entry.len()].copy_from_slice(entry);
+            bytes[len + entry.len()] = 0;
+            len += entry.len() + 1;
+        }
+    }
+    START.len.store(len, Relaxed);
+    START.state.store(2, Release);
+}
+
+/// At the library's load: the environment the process starts with (glibc calls an
+/// `.init_array` entry with `argc`, `argv` and `envp`).
+extern "C" fn at_load(_argc: c_int, _argv: Vector, envp: Vector) {
+    copy_start(envp);
+}
+
+#[used]
+// SAFETY: an .init_array entry the loader calls once, with (argc, argv, envp).
+#[unsafe(link_section = ".init_array")]
+static AT_LOAD: extern "C" fn(c_int, Vector, Vector) = at_load;
+
+/// Remembers the variables of the configuration this process reads (at its first CUDA
+/// call), before [`remember_file`].
+pub fn remember_vars<'a>(vars: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
+    let mut bytes = Vec::new();
+    for (name, value) in vars {
+        if config::handed_down(name) {
+            bytes.extend_from_slice(name);
+            bytes.push(b'=');
+            bytes.extend_from_slice(value);
+            bytes.push(0);
+        }
+    }
+    let _ = READ.set(bytes);
+}
+
+/// Remembers whether a configuration file took part in this process's configuration
+/// (also where reading one failed: a child then fails closed as this process does).
+pub fn remember_file(file: bool) {
+    READ_FILE.store(if file { 2 } else { 1 }, Release);
+}
+
+/// The entries of a NULL-terminated environment vector (none for a null one).
+#[derive(Clone, Copy)]
+struct Entries(Vector);
+
+impl Iterator for Entries {
+    type Item = &'static [u8];
+    fn next(&mut self) -> Option<&'static [u8]> {
+        if self.0.is_null() {
+            return None;
+        }
+        // SAFETY: `self.0` points into a NULL-terminated vector, at most at its NULL.
+        let entry = unsafe { *self.0 };
+        if entry.is_null() {
+            return None;
+        }
+        // SAFETY: not past the terminator (checked above).
+        self.0 = unsafe { self.0.add(1) };
+        // SAFETY: a non-null entry is a NUL-terminated string, alive until the `exec`.
+        Some(unsafe { CStr::from_ptr(entry) }.to_bytes())
+    }
+}
+
+fn entries(envp: Vector) -> Entries {
+    Entries(envp)
+}
+
+/// NUL-terminated entries in a buffer.
+fn split(bytes: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
+    bytes.split(|&b| b == 0).filter(|e| !e.is_empty())
+}
+
+/// This process's configuration variables, and whether a file took part where that is
+/// known (None: the configuration was not read).
+fn parent() -> (&'static [u8], Option<bool>) {
+    if let Some(vars) = READ.get() {
+        let file = match READ_FILE.load(Acquire) {
+            0 => None,
+            known => Some(known == 2),
+        };
+        return (vars, file);
+    }
+    if START.state.load(Acquire) == 0 {
+        // Before the library's load finished (another library's constructor): what the
+        // environment says now.
+        // SAFETY: `environ` is the C library's vector of the environment.
+        copy_start(unsafe { libc::environ } as Vector);
+    }
+    if START.state.load(Acquire) != 2 {
+        return (&[], None);
+    }
+    // SAFETY: the state is 2: `bytes` is written and no longer changes.
+    let bytes = unsafe { &*START.bytes.get() };
+    (&bytes[..START.len.load(Relaxed).min(START_BYTES)], None)
+}
+
+/// Whether a configuration file is there for this library (beside it, or in /etc).
+fn file_there(lib: &[u8]) -> bool {
+    // The loader names a preloaded library by a path with a slash (one it found on its
+    // search path by the whole path): none where this library's name is not known.
+    let beside = lib
+        .iter()
+        .rposition(|&b| b == b'/')
+        .is_some_and(|slash| exists(&[&lib[..slash + 1], config::ENV_FILE_NAME.as_bytes()]));
+    beside || exists(&[config::ETC_ENV_FILE.as_bytes()])
+}
+
+/// Whether the file whose path is `parts` joined exists (false where it is too long).
+fn exists(parts: &[&[u8]]) -> bool {
+    let mut path = [0u8; libc::PATH_MAX as usize];
+    let mut at = 0;
+    for part in parts {
+        if at + part.len() >= path.len() {
+            return false;
+        }
+        path[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    // SAFETY: `path` is NUL-terminated (zeroed past `at`); faccessat only reads it. A
+    // system call, not the C library's `access`: each function the library imports is a
+    // lookup at every process's start.
+    unsafe {
+        libc::syscall(
+            libc::SYS_faccessat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::F_OK,
+            0,
+        ) == 0
+    }
+}
+
+/// This library's path, as the loader named it (empty where unknown).
+fn own_path() -> &'static [u8] {
+    static NAME: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+    let mut p = NAME.load(Acquire);
+    if p.is_null() {
+        let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+        let addr = own_path as fn() -> &'static [u8] as *const c_void;
+        // SAFETY: dladdr only reads `addr` (a function of this library) and fills `info`.
+        if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+            return &[];
+        }
+        // SAFETY: dladdr succeeded: `info` is filled (and was zeroed before).
+        p = unsafe { info.assume_init() }.dli_fname.cast_mut();
+        if p.is_null() {
+            return &[];
+        }
+        NAME.store(p, Release);
+    }
+    // SAFETY: the loader's NUL-terminated name of this library, alive while it is loaded.
+    unsafe { CStr::from_ptr(p) }.to_bytes()
+}
+
+/// Words of the buffer on the stack (8 KiB): pointers and the new `LD_PRELOAD` entry.
+const STACK_WORDS: usize = 1024;
+
+/// Calls `exec` with the environment a child of this process is started with, made
+/// from `envp` (the caller's); `exec` with `envp` itself where nothing is handed down.
+/// `no_memory`, with `errno` `ENOMEM`, where the environment fits neither the stack
+/// nor fresh pages.
+pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector) -> R) -> R {
+    let (vars, file) = parent();
+    let lib = own_path();
+    let configured = !vars.is_empty() || file.unwrap_or_else(|| file_there(lib));
+    if !configured {
+        return exec(envp);
+    }
+    let caller = entries(envp);
+    let (mut count, mut bytes) = (1, 0);
+    config::plan(caller, split(vars), lib, |p| {
+        count += 1;
+        if let Part::Preload { .. } = p {
+            bytes += p.bytes(lib) + 1;
+        }
+    });
+    let words = count + bytes.div_ceil(8);
+    let mut stack = [0usize; STACK_WORDS];
+    let mapped = (words > STACK_WORDS).then(|| Pages::map(words));
+    let buffer: &mut [usize] = match &mapped {
+        None => &mut stack[..words],
+        // SAFETY: fresh pages of at least `words` words, this call's alone.
+        Some(Some(pages)) => unsafe { std::slice::from_raw_parts_mut(pages.at.cast(), words) },
+        Some(None) => {
+            // SAFETY: errno is this thread's.
+            unsafe { *libc::__errno_location() = libc::ENOMEM };
+            return no_memory;
+        }
+    };
+    let (pointers, text) = buffer.split_at_mut(count);
+    // SAFETY: `text` is `bytes` bytes (at least) of this call's buffer, seen as bytes.
+    let text =
+        unsafe { std::slice::from_raw_parts_mut(text.as_mut_ptr().cast::<u8>(), text.len() * 8) };
+    let (mut i, mut at) = (0, 0);
+    config::plan(caller, split(vars), lib, |p| {
+        let ptr = match p {
+            // Each is a NUL-terminated string where it lies: the caller's entry, or
+            // this process's copy of its variable.
+            Part::Kept(e) | Part::Inherited(e) => e.as_ptr(),
+            Part::Preload { .. } => {
+                let start = at;
+                at += config::write_part(p, lib, &mut text[at..]);
+                text[start..].as_ptr()
+            }
+        };
+        if i + 1 < count {
+            pointers[i] = ptr as usize;
+            i += 1;
+        }
+    });
+    pointers[i] = 0;
+    exec(pointers.as_ptr().cast())
+}
+
+/// Anonymous pages for an environment that does not fit the stack's buffer.
+struct Pages {
+    at: *mut c_void,
+    len: usize,
+}
+
+impl Pages {
+    fn map(words: usize) -> Option<Pages> {
+        let len = words * 8;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched. A
+        // system call, not an import of the C library's `mmap` (a lookup at each start).
+        let at = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                std::ptr::null_mut::<c_void>(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        // A failed system call answers -errno: a pointer in the last page.
+        (!(-4095..0).contains(&(at as isize))).then_some(Pages {
+            at: at as *mut c_void,
+            len,
+        })
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made by `map`, no longer used (the `exec` failed).
+        unsafe { libc::munmap(self.at, self.len) };
+    }
+}

@@ -1,0 +1,223 @@
+//! A program's process tree: a child started with an environment of its parent's making
+//! (`env -i`, `subprocess.run(env={...})`, `os.posix_spawn`, the environment cleared
+//! before an `execv`, `LD_PRELOAD` replaced by another library, `env -u`) keeps the
+//! parent's cap: the shim's `exec` and `posix_spawn` hooks hand down the library and the
+//! parent's configuration where the child's environment drops them
+//! (`src/shim/hand_down.rs`). The parent runs with a 256 MiB cap on the fake GPU (4 GiB);
+//! its child, `script`, asks 400 MiB: refused (`CUDA_ERROR_OUT_OF_MEMORY`, 2) with the
+//! shim's line. Without the hand-down each launcher here served it.
+
+use super::ceilings::library_in;
+use super::common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+const ASK: &str = "alloc:400Mi";
+const REFUSED: &str = "alloc 419430400 2";
+
+fn script() -> PathBuf {
+    compile_c("script", "", &["-lcuda"])
+}
+
+/// A launcher of the child: how the parent starts `script ASK` with an environment of its
+/// own making (`fake` is the fake driver's directory, the only variable it passes on).
+fn launchers(script: &Path, fake: &Path) -> Vec<(&'static str, Vec<String>)> {
+    let (s, f) = (script.display(), fake.display());
+    let py = |code: String| vec!["python3".into(), "-c".into(), code];
+    vec![
+        (
+            "env -i (execvp, environ emptied)",
+            vec![
+                "env".into(),
+                "-i".into(),
+                format!("LD_LIBRARY_PATH={f}"),
+                s.to_string(),
+                ASK.into(),
+            ],
+        ),
+        (
+            "env -u LD_PRELOAD -u GPUCAP_LIMIT (unsetenv, then execvp)",
+            vec![
+                "env".into(),
+                "-u".into(),
+                "LD_PRELOAD".into(),
+                "-u".into(),
+                "GPUCAP_LIMIT".into(),
+                s.to_string(),
+                ASK.into(),
+            ],
+        ),
+        (
+            "subprocess.run(env={...}) (fork and execve)",
+            py(format!(
+                "import subprocess, sys; sys.exit(subprocess.run(['{s}', '{ASK}'], \
+                 env={{'LD_LIBRARY_PATH': '{f}'}}).returncode)"
+            )),
+        ),
+        (
+            "os.posix_spawn with an environment of its own",
+            py(format!(
+                "import os, sys; pid = os.posix_spawn('{s}', ['script', '{ASK}'], \
+                 {{'LD_LIBRARY_PATH': '{f}'}}); sys.exit(os.waitstatus_to_exitcode(\
+                 os.waitpid(pid, 0)[1]))"
+            )),
+        ),
+        (
+            "os.environ.clear(), then os.execv (execv of the emptied environ)",
+            py(format!(
+                "import os; os.environ.clear(); os.environ['LD_LIBRARY_PATH'] = '{f}'; \
+                 os.execv('{s}', ['script', '{ASK}'])"
+            )),
+        ),
+        (
+            "LD_PRELOAD replaced by another library",
+            vec![
+                "env".into(),
+                "LD_PRELOAD=libm.so.6".into(),
+                s.to_string(),
+                ASK.into(),
+            ],
+        ),
+        (
+            "an environment larger than the hooks' buffer on the stack (3,000 variables)",
+            py(format!(
+                "import subprocess, sys; env = {{'V%d' % i: 'x' * 20 for i in range(3000)}}; \
+                 env['LD_LIBRARY_PATH'] = '{f}'; \
+                 sys.exit(subprocess.run(['{s}', '{ASK}'], env=env).returncode)"
+            )),
+        ),
+    ]
+}
+
+/// `argv` run on the fake GPU with the shim `lib` preloaded and `vars`.
+fn parent(lib: &Path, vars: &[(&str, &str)], argv: &[String], tag: &str) -> Output {
+    let stats = scratch(tag).join("stats");
+    let mut cmd = fake_cmd(&argv[0], &stats);
+    cmd.args(&argv[1..]).env("LD_PRELOAD", lib);
+    cmd.env("FAKECUDA_TOTAL_MEM", "4Gi");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    run(&mut cmd)
+}
+
+fn assert_refused(o: &Output, what: &str) {
+    assert!(
+        stdout(o).contains(REFUSED) && stderr(o).contains("refused cuMemAlloc of 400 MiB"),
+        "{what}: the child's 400 MiB must be refused under the parent's 256 MiB\n{}",
+        dump(o)
+    );
+}
+
+#[test]
+fn a_child_started_with_an_environment_of_its_parents_making_keeps_the_cap() {
+    let script = script();
+    for (what, argv) in launchers(&script, &fake_lib_dir()) {
+        let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-env");
+        assert_refused(&o, what);
+    }
+}
+
+#[test]
+fn a_file_beside_the_library_reaches_a_child_that_drops_the_library() {
+    let dir = scratch("tree-file");
+    let lib = library_in(&dir.join("lib"), Some("GPUCAP_LIMIT=256Mi\n"));
+    let script = script();
+    for (what, argv) in launchers(&script, &fake_lib_dir()) {
+        // The file alone caps the parent: the child gets the library, and reads the file.
+        let o = parent(&lib, &[], &argv, "tree-file");
+        assert_refused(&o, what);
+    }
+}
+
+/// The environment a child of `env -i` sees, under a parent with `vars`.
+fn childs_environment(lib: &Path, vars: &[(&str, &str)]) -> Vec<String> {
+    let argv = ["env", "-i", "A=1", "env"].map(String::from);
+    let o = parent(lib, vars, &argv, "tree-seen");
+    assert_ok(&o);
+    stdout(&o).lines().map(String::from).collect()
+}
+
+#[test]
+fn a_child_inherits_the_configuration_and_the_library_and_nothing_else() {
+    let lib = shim();
+    let shim = lib.display().to_string();
+    let seen = childs_environment(
+        &lib,
+        &[
+            ("GPUCAP_LIMIT", "256Mi"),
+            ("GPUCAP_LOG", "warn"),
+            ("CUDA_VISIBLE_DEVICES", "0"),
+            ("OTHER", "x"),
+        ],
+    );
+    let mut seen_sorted = seen.clone();
+    seen_sorted.sort();
+    assert_eq!(
+        seen_sorted,
+        [
+            "A=1".to_string(),
+            "GPUCAP_LIMIT=256Mi".into(),
+            "GPUCAP_LOG=warn".into(),
+            format!("LD_PRELOAD={shim}"),
+        ],
+        "the variables the configuration reads, bar the GPUs' choice, and the library"
+    );
+    // A process with no configuration (no variable, no file) hands nothing down.
+    assert_eq!(childs_environment(&lib, &[]), ["A=1"]);
+}
+
+#[test]
+fn what_a_childs_environment_sets_holds_under_the_files_ceiling() {
+    let script = script();
+    let fake = fake_lib_dir();
+    let child = |limit: &str| {
+        vec![
+            "env".into(),
+            "-i".into(),
+            format!("LD_LIBRARY_PATH={}", fake.display()),
+            format!("GPUCAP_LIMIT={limit}"),
+            script.display().to_string(),
+            ASK.into(),
+        ]
+    };
+    // A cap from the environment alone is the user's: the child's own figure holds.
+    let o = parent(
+        &shim(),
+        &[("GPUCAP_LIMIT", "256Mi")],
+        &child("1Gi"),
+        "tree-own",
+    );
+    assert!(stdout(&o).contains("alloc 419430400 0"), "{}", dump(&o));
+    let o = parent(
+        &shim(),
+        &[("GPUCAP_LIMIT", "256Mi")],
+        &child("128Mi"),
+        "tree-own",
+    );
+    assert_refused(&o, "the child's lower cap");
+    // A file's cap is a ceiling the child's environment does not raise.
+    let dir = scratch("tree-ceiling");
+    let lib = library_in(&dir.join("lib"), Some("GPUCAP_LIMIT=256Mi\n"));
+    let o = parent(&lib, &[], &child("1Gi"), "tree-ceiling");
+    assert_refused(&o, "a child asking 1 GiB under the file's 256 MiB");
+}
+
+/// The hand-down costs a capped program no `exec` it makes: a child of a parent under a
+/// cap runs as it would (`sh -c`, a program found on `PATH`, exit status kept).
+#[test]
+fn children_run_as_they_would() {
+    let argv = ["sh", "-c", "exit 7"].map(String::from);
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-run");
+    assert_eq!(o.status.code(), Some(7), "{}", dump(&o));
+    let argv = ["env", "-i", "PATH=/usr/bin:/bin", "sh", "-c", "echo $PATH"].map(String::from);
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-run");
+    assert_eq!(stdout(&o).trim(), "/usr/bin:/bin", "{}", dump(&o));
+    // A program that is not there: the exec fails as the C library's does.
+    let py = "import os\ntry:\n    os.execv('/nonexistent/x', ['x'])\nexcept OSError as e:\n    print(e.errno)";
+    let argv = ["python3", "-c", py].map(String::from);
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-run");
+    assert_eq!(stdout(&o).trim(), "2", "{}", dump(&o));
+}
