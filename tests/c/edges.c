@@ -10,8 +10,10 @@
  *              memory (CU_MEM_LOCATION_TYPE_HOST, _HOST_NUMA with id 1, _HOST_NUMA_CURRENT
  *              with id 1), each 8 times the cap: host memory, never charged to a GPU (no
  *              refusal, free unchanged on both GPUs) and id 1 never read as GPU 1; mapped,
- *              unmapped and released with nothing credited. A location type the shim
- *              does not know (6) is not served. A device cuMemCreate of the
+ *              unmapped and released with nothing credited. Device-locality memory
+ *              (type 6, CUDA 13.4) is charged to the device its id's first byte names:
+ *              past GPU 1's cap refused, within it the driver's own answer. A location
+ *              type the shim does not know (7) is not served. A device cuMemCreate of the
  *              whole cap is still charged: the next granule is refused on that GPU.
  *   external   (1 GPU) memory another API allocated (a memfd exported as an fd, as
  *              Vulkan's vkGetMemoryFdKHR gives it), 8 times the cap: cuImportExternalMemory
@@ -180,15 +182,39 @@ static void host_vmm(void) {
         CHECK(rc == CUDA_SUCCESS, "cuMemRelease of %s -> %d", HOSTS[i].name, rc);
     }
     NOTHING_CHARGED("host handles released");
-    /* A location type this build of the program's headers does not know (CUDA 13.4's
-     * DEVICE_LOCALITY_DOMAIN, 6: a portion of device memory): never served uncounted. */
+    /* CUDA 13.4's DEVICE_LOCALITY_DOMAIN (6: a portion of a device's memory; the id's first
+     * byte, localized.deviceId, names the device): charged to that device. Past GPU 1's cap,
+     * refused; within it, the driver's own answer (one before 13.4 knows no such type:
+     * INVALID_VALUE), with nothing left charged. */
     {
-        CUmemAllocationProp p = prop_at(6, 0);
+        CUmemAllocationProp p = prop_at(6, 1 | (0 << 8));
         CUmemGenericAllocationHandle x = 0;
         CUresult rc = cuMemCreate(&x, big, &p, 0);
-        CHECK(rc != CUDA_SUCCESS, "cuMemCreate of location type 6 -> %d, expected an error", rc);
+        CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY,
+              "cuMemCreate of location type 6 on GPU 1, 8 x its cap -> %d, expected %d", rc,
+              CUDA_ERROR_OUT_OF_MEMORY);
         if (rc == CUDA_SUCCESS) MUST(cuMemRelease(x));
+        rc = cuMemCreate(&x, gran, &p, 0);
+        CHECK(rc != CUDA_ERROR_OUT_OF_MEMORY,
+              "cuMemCreate of location type 6 on GPU 1, one granule -> %d: refused within the cap",
+              rc);
+        if (rc == CUDA_SUCCESS) {
+            size_t f = free_on(1);
+            CHECK(f == g_cap[1] - gran, "type 6 granule on GPU 1: free %zu MiB, expected %zu",
+                  f / MIB, (g_cap[1] - gran) / MIB);
+            MUST(cuMemRelease(x));
+        }
         NOTHING_CHARGED("after cuMemCreate of location type 6");
+    }
+    /* A location type that names no device (7, unknown to every header so far): never
+     * served uncounted. */
+    {
+        CUmemAllocationProp p = prop_at(7, 0);
+        CUmemGenericAllocationHandle x = 0;
+        CUresult rc = cuMemCreate(&x, big, &p, 0);
+        CHECK(rc != CUDA_SUCCESS, "cuMemCreate of location type 7 -> %d, expected an error", rc);
+        if (rc == CUDA_SUCCESS) MUST(cuMemRelease(x));
+        NOTHING_CHARGED("after cuMemCreate of location type 7");
     }
     /* Device memory is still charged, on the GPU its location names. */
     for (int d = 0; d < g_devices; d++) {

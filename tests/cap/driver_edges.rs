@@ -53,8 +53,9 @@ fn setups(tag: &str) -> Vec<Vec<(&'static str, String)>> {
 
 /// `cuMemCreate` with a host, host-NUMA (id 1) or current-host-NUMA (id 1) location:
 /// host memory, never charged to a GPU, and location id 1 is never read as GPU 1 (whose
-/// cap is 32 MiB: 256 MiB there would be refused); device memory is still charged; a
-/// location type gpucap does not know is refused with a line.
+/// cap is 32 MiB: 256 MiB there would be refused); device memory is still charged, and
+/// CUDA 13.4's device-locality memory (type 6) on the device its id names; a location
+/// type gpucap does not know is refused with a line.
 #[test]
 fn host_located_vmm_memory_is_never_charged_to_a_gpu() {
     for env in setups("host-vmm") {
@@ -67,7 +68,7 @@ fn host_located_vmm_memory_is_never_charged_to_a_gpu() {
         );
         assert_passed(&o, &format!("host-vmm with the shim {env:?}"));
         let refused = refusals(&stderr(&o));
-        let (granules, unknown): (Vec<&String>, Vec<&String>) = refused
+        let (granules, others): (Vec<&String>, Vec<&String>) = refused
             .iter()
             .partition(|r| r.contains("refused cuMemCreate of 2 MiB"));
         assert_eq!(
@@ -75,11 +76,17 @@ fn host_located_vmm_memory_is_never_charged_to_a_gpu() {
             2,
             "only the device granules past each cap are refused {env:?}: {refused:?}"
         );
-        // A location type gpucap does not know is refused before the driver is asked
-        // (before, passed uncounted: CUDA 13.4's device-locality type is device memory).
+        // Device-locality memory (type 6) is charged to the GPU its id's first byte names:
+        // 256 MiB past GPU 1's cap refused as any device memory (before, every type 6
+        // request was refused, one granule within the cap too, naming no GPU).
+        let (locality, unknown): (Vec<&String>, Vec<&String>) = others
+            .iter()
+            .partition(|r| r.contains("refused cuMemCreate of 256 MiB on GPU 1"));
+        assert_eq!(locality.len(), 1, "{refused:?}");
+        // A location type gpucap does not know is refused before the driver is asked.
         assert_eq!(unknown.len(), 1, "{refused:?}");
         assert!(
-            unknown[0].contains("cannot tell which GPU memory of location type 6 is on"),
+            unknown[0].contains("cannot tell which GPU memory of location type 7 is on"),
             "{refused:?}"
         );
         for d in &s {

@@ -92,6 +92,16 @@ pub struct LocationPrefix {
 pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
 pub const CU_MEM_LOCATION_TYPE_HOST: u32 = 2;
 pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: u32 = 4;
+/// CUDA 13.4's "portion of device memory, specified by the locality domain ID": the
+/// location's id is then `localized`, a byte naming the device and one its domain
+/// (`{ unsigned char deviceId; unsigned char localityDomainId; }` over the `int id`).
+pub const CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN: u32 = 6;
+
+/// The device a `CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN` location names: the first
+/// byte of its id (`localized.deviceId`).
+pub fn localized_device(id: c_int) -> c_int {
+    id.to_ne_bytes()[0] as c_int
+}
 
 /// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1, 120 bytes): the pool's properties (88 bytes, the
 /// location first, as [`LocationPrefix`]), access descriptors, the size and the address.

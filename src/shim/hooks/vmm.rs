@@ -6,9 +6,9 @@ use std::ffi::c_void;
 use super::{On, Target, reserve, shim};
 use crate::driver::forward::Real;
 use crate::driver::types::{
-    ArrayMapInfo, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST,
-    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CuResult, Dptr,
-    In, InArray, LocationPrefix, Out, Stream,
+    ArrayMapInfo, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN,
+    CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_SUCCESS, CuResult, Dptr, In, InArray, LocationPrefix, Out, Stream, localized_device,
 };
 use crate::log::log;
 use crate::state::{SHIM, VMM};
@@ -29,12 +29,15 @@ pub fn mem_create(
 ) -> CuResult {
     let device = match prop.get().map(|p| (p.location_type, p.location_id)) {
         Some((CU_MEM_LOCATION_TYPE_DEVICE, id)) => Some(id),
+        // A portion of a device's memory: that device's (a driver that does not know the
+        // type answers its own error, and the reservation is taken back).
+        Some((CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN, id)) => Some(localized_device(id)),
         // Host-located physical memory takes no device memory: forwarded uncounted, as
         // is a call without properties or with the invalid type 0 (the driver's error).
         None
         | Some((0 | CU_MEM_LOCATION_TYPE_HOST..=CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, _)) => None,
-        // A type this build does not know (CUDA 13.4's DEVICE_LOCALITY_DOMAIN is "a
-        // portion of device memory"): refused, never passed uncounted.
+        // A type this build does not know (CUDA 13.4's INVISIBLE, 5, "not visible but
+        // device is accessible", names no device): refused, never passed uncounted.
         Some((other, _)) => {
             if let Err(rc) = shim() {
                 return rc;
