@@ -291,6 +291,12 @@ echo "wheel: $WHEEL ($(stat -c %s "$WHEEL") bytes)"
 # `pip install ./python`, as a Python user installs from a checkout: the package's build
 # backend builds the shim, maturin the command (tests/deployment/wheel.rs runs what it installed).
 # The library copied by build-wheel.sh is removed first: the backend must make it.
+# The portable build (glibc 2.27 and later) with the fake GPU and the script built the same
+# way, which tests/deployment/containers/old_glibc.rs runs in an image with glibc 2.31:
+# scripts/build-portable.sh, with zig and cargo-zigbuild from PyPI in target/venv-zig.
+section "Portable build (scripts/build-portable.sh --with-fake)"
+scripts/build-portable.sh --with-fake || die "scripts/build-portable.sh failed"
+PORTABLE=$ROOT/target/portable
 section "pip install ./python"
 rm -rf target/venv-source python/gpucap/libgpucap.so
 python3 -m venv target/venv-source
@@ -323,6 +329,7 @@ export GPUCAP_TEST_PROMTOOL="$PROMTOOL"
 export GPUCAP_TEST_PROMETHEUS="$PROMETHEUS"
 export GPUCAP_TEST_MDBOOK="$MDBOOK"
 export GPUCAP_TEST_WHEEL="$WHEEL"
+export GPUCAP_TEST_PORTABLE="$PORTABLE"
 export GPUCAP_TEST_SOURCE_VENV="$ROOT/target/venv-source"
 export GPUCAP_TEST_PYTHON_JUPYTER="$ROOT/target/venv-jupyter/bin/python"
 export GPUCAP_TEST_REQUIRE_CLIENTS=1

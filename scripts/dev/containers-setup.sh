@@ -19,6 +19,10 @@
 #                     download); with GPUCAP_TEST_BASE=debootstrap, Debian's minbase made by
 #                     `debootstrap --variant=minbase` (minutes: it downloads the packages)
 #   the image localhost/gpucap-test-base:<host|debootstrap>, imported from base.tar
+#   old-glibc.tar     an image with a C library older than the one gpucap's native build
+#                     asks for: Debian 11's minbase (glibc 2.31) made by debootstrap (some
+#                     40 s of download, once), imported as localhost/gpucap-test-old-glibc:
+#                     bullseye, in which the portable build (scripts/build-portable.sh) runs
 # Installs podman and runc (and debootstrap) with apt-get when missing, and Debian's
 # docker.io (dockerd, its docker client, containerd) when there is no dockerd: the Docker
 # tests (tests/deployment/containers/docker.rs) start a dockerd of their own, `docker import`
@@ -27,8 +31,9 @@
 # where there is none, a docker service apt-get started is left as it is).
 # --env prints the variables tests/deployment/containers.rs reads (GPUCAP_TEST_PODMAN,
 # GPUCAP_TEST_CONTAINERS_CONF, GPUCAP_TEST_CONTAINERS_STORAGE_CONF,
-# GPUCAP_TEST_CONTAINER_IMAGE, and for Docker GPUCAP_TEST_DOCKERD, GPUCAP_TEST_DOCKER,
-# GPUCAP_TEST_CONTAINER_BASE_TAR) instead of a summary.
+# GPUCAP_TEST_CONTAINER_IMAGE, GPUCAP_TEST_OLD_GLIBC_IMAGE, and for Docker
+# GPUCAP_TEST_DOCKERD, GPUCAP_TEST_DOCKER, GPUCAP_TEST_CONTAINER_BASE_TAR) instead of a
+# summary.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
@@ -48,7 +53,9 @@ missing=()
 command -v podman >/dev/null || missing+=(podman)
 command -v runc >/dev/null || missing+=(runc)
 command -v dockerd >/dev/null || missing+=(docker.io)
-if [ "$BASE" = debootstrap ] && ! [ -s "$TAR" ]; then
+OLD_TAR=$DIR/old-glibc-bullseye.tar
+OLD_IMAGE=localhost/gpucap-test-old-glibc:bullseye
+if { [ "$BASE" = debootstrap ] && ! [ -s "$TAR" ]; } || ! [ -s "$OLD_TAR" ]; then
     command -v debootstrap >/dev/null || missing+=(debootstrap)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
@@ -135,6 +142,32 @@ elif ! [ -s "$TAR" ]; then
     mv -f "$TAR.tmp" "$TAR"
     rm -rf "$DIR/rootfs"
 fi
+# The old C library's image, made once: Debian 11 from its mirror, else from Debian's
+# archive (where a suite goes when its support ends).
+if ! [ -s "$OLD_TAR" ]; then
+    say "debootstrap --variant=minbase bullseye (an image with glibc 2.31)"
+    rm -rf "$DIR/old-rootfs"
+    ok=false
+    for mirror in http://deb.debian.org/debian http://archive.debian.org/debian; do
+        if debootstrap --variant=minbase bullseye "$DIR/old-rootfs" "$mirror" >"$DIR/debootstrap-old.log" 2>&1; then
+            ok=true
+            break
+        fi
+        rm -rf "$DIR/old-rootfs"
+    done
+    $ok || die "debootstrap of bullseye failed (see $DIR/debootstrap-old.log)"
+    rm -rf "$DIR/old-rootfs/var/cache/apt/archives/"*.deb "$DIR/old-rootfs/var/lib/apt/lists/"*
+    tar -C "$DIR/old-rootfs" -cf "$OLD_TAR.tmp" .
+    mv -f "$OLD_TAR.tmp" "$OLD_TAR"
+    rm -rf "$DIR/old-rootfs"
+fi
+if ! podman image exists "$OLD_IMAGE" 2>/dev/null; then
+    say "podman import $OLD_TAR $OLD_IMAGE"
+    podman import --quiet "$OLD_TAR" "$OLD_IMAGE" >/dev/null || {
+        rm -f "$OLD_TAR"
+        die "podman import of $OLD_TAR failed (removed: the next run makes it again)"
+    }
+fi
 if ! podman image exists "$IMAGE" 2>/dev/null; then
     say "podman import $TAR $IMAGE"
     podman import --quiet "$TAR" "$IMAGE" >/dev/null || {
@@ -154,7 +187,9 @@ if $print_env; then
     printf 'export GPUCAP_TEST_DOCKERD=%q\n' "$dockerd"
     printf 'export GPUCAP_TEST_DOCKER=%q\n' "$docker"
     printf 'export GPUCAP_TEST_CONTAINER_BASE_TAR=%q\n' "$TAR"
+    printf 'export GPUCAP_TEST_OLD_GLIBC_IMAGE=%q\n' "$OLD_IMAGE"
 else
     echo "podman: $(podman --version), runtime runc $(runc --version | head -1 | awk '{print $3}'), image $IMAGE"
     echo "docker: $("$dockerd" --version) ($dockerd, client $docker), base $TAR"
+    echo "old C library: $OLD_IMAGE"
 fi

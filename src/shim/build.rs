@@ -17,6 +17,14 @@ fn main() {
     // fewer symbol lookups when the loader maps the library (every process start of a
     // container). What interposition would have given a non-PIE program (its canonical
     // PLT entry of a hooked name) is told apart at run time: `table::never_the_driver`.
+    //
+    // Linked by zig (`scripts/build-portable.sh`: cargo-zigbuild, for an older glibc),
+    // whose linker takes `-Bsymbolic` only (the library defines no data another object
+    // interposes) and which brings its own static unwinder: nothing more to do.
+    if linked_by_zig() {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
+        return;
+    }
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     if std::env::var("CARGO_CFG_TARGET_ENV").as_deref() != Ok("gnu") {
         return;
@@ -39,4 +47,15 @@ fn main() {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&eh, &link).unwrap();
     println!("cargo:rustc-link-search=native={}", dir.display());
+}
+
+/// Whether the linker is cargo-zigbuild's wrapper of `zig cc` (`zigcc-<target>….sh`),
+/// which it names in the target's linker setting (cargo passes it on as `RUSTC_LINKER`).
+fn linked_by_zig() -> bool {
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
+    std::env::var_os("RUSTC_LINKER").is_some_and(|l| {
+        Path::new(&l)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("zigcc"))
+    })
 }

@@ -17,17 +17,20 @@
 //!   runtime while it holds memory (its bytes come back to the others).
 //! - Docker: the example image built by `docker build` and run by a dockerd the tests
 //!   start and stop (docker.rs).
+//! - An image with an older glibc than the native build asks for: the portable build
+//!   (scripts/build-portable.sh) caps there (old_glibc.rs).
 //!
 //! The runtime comes from scripts/dev/containers-setup.sh (scripts/test.sh runs it and exports
 //! its variables: GPUCAP_TEST_PODMAN, GPUCAP_TEST_CONTAINERS_CONF,
-//! GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE; for Docker
+//! GPUCAP_TEST_CONTAINERS_STORAGE_CONF, GPUCAP_TEST_CONTAINER_IMAGE,
+//! GPUCAP_TEST_OLD_GLIBC_IMAGE and the portable build's GPUCAP_TEST_PORTABLE; for Docker
 //! GPUCAP_TEST_DOCKERD, GPUCAP_TEST_DOCKER, GPUCAP_TEST_CONTAINER_BASE_TAR). Without them the
 //! tests print `SKIP: ...` and pass, unless `CI` or `GPUCAP_TEST_REQUIRE_CLIENTS=1` is set:
 //! then they fail.
 //!
 //! The tests are in tests/deployment/containers/: `runtime.rs` (podman, one `podman run` as a value,
 //! the shared helpers), `drivers.rs`, `claims.rs`, `cdi.rs`, `files.rs` (the Dockerfile,
-//! files and limits), `docker.rs` (Docker).
+//! files and limits), `docker.rs` (Docker), `old_glibc.rs` (the portable build).
 
 use super::common;
 
@@ -49,6 +52,8 @@ mod docker;
 mod drivers;
 #[path = "containers/files.rs"]
 mod files;
+#[path = "containers/old_glibc.rs"]
+mod old_glibc;
 #[path = "containers/runtime.rs"]
 mod runtime;
 
