@@ -38,15 +38,68 @@ fn failed(e: c_int) -> c_int {
     -1
 }
 
-/// `real!(name: Type)`: the C library's function `name` of that type, found once (None
-/// where the C library has none).
-macro_rules! real {
-    ($name:ident: $ty:ty) => {{
-        static REAL: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
-        // SAFETY: the C library's function of this name, of this signature.
-        next(&REAL, stringify!($name).as_bytes())
-            .map(|f| unsafe { std::mem::transmute::<*mut c_void, $ty>(f) })
-    }};
+/// `reals! { name: Type, ... }`: for each, `name()`, the C library's function of that
+/// name and type, found once (None where the C library has none); and `warm()`, which
+/// finds them all.
+macro_rules! reals {
+    ($($name:ident: $ty:ty),+ $(,)?) => {
+        mod real {
+            use super::*;
+            $(
+                /// The C library's function of this name.
+                pub(super) fn $name() -> Option<$ty> {
+                    static CACHE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+                    // SAFETY: the C library's function of this name, of this signature.
+                    next(&CACHE, stringify!($name).as_bytes())
+                        .map(|f| unsafe { std::mem::transmute::<*mut c_void, $ty>(f) })
+                }
+            )+
+            /// Finds every one of them now.
+            pub(super) fn warm() {
+                $(let _ = $name();)+
+            }
+        }
+    };
+}
+
+reals! {
+    execve: Execve,
+    execvpe: Execve,
+    fexecve: Fexecve,
+    execveat: Execveat,
+    posix_spawn: Spawn,
+    posix_spawnp: Spawn,
+}
+
+/// Whether [`warm`] ran in this process image.
+static WARM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Before each `fork` (a fork handler, registered at the library's load): [`warm`], once.
+extern "C" fn before_fork() {
+    if !WARM.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let _ = std::panic::catch_unwind(warm);
+    }
+}
+
+/// At the library's load: the fork handler.
+extern "C" fn at_load() {
+    // SAFETY: a handler that takes no lock another fork handler may hold (the loader's
+    // list lock only, which no code under the fork handlers' lock waits for).
+    unsafe { libc::pthread_atfork(Some(before_fork), None, None) };
+}
+
+#[used]
+// SAFETY: an .init_array entry the loader calls once (its arguments unused).
+#[unsafe(link_section = ".init_array")]
+static AT_LOAD: extern "C" fn() = at_load;
+
+/// Finds the C library's functions the hooks call ahead of a `fork`, from a fork handler
+/// (`hand_down.rs`): a child that looked them up itself would walk the loader's list of
+/// objects under a lock the `fork` may have copied held by another thread of its parent
+/// (glibc resets some of the loader's locks in the child, not that one), and hang.
+pub(crate) fn warm() {
+    real::warm();
+    crate::exec_list::warm();
 }
 
 /// Calls `exec` with the environment a child is started with (`hand_down.rs`), made
@@ -94,7 +147,7 @@ type Spawn = unsafe extern "C" fn(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: Vector, envp: Vector) -> c_int {
     before_exec();
-    let Some(f) = real!(execve: Execve) else {
+    let Some(f) = real::execve() else {
         return failed(libc::ENOSYS);
     };
     // SAFETY: the caller's arguments, the environment handed down.
@@ -108,7 +161,7 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: Vector, envp: Vector)
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: Vector) -> c_int {
     before_exec();
-    let Some(f) = real!(execve: Execve) else {
+    let Some(f) = real::execve() else {
         return failed(libc::ENOSYS);
     };
     // SAFETY: the caller's arguments, the environment handed down.
@@ -122,7 +175,7 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: Vector) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: Vector) -> c_int {
     before_exec();
-    let Some(f) = real!(execvpe: Execve) else {
+    let Some(f) = real::execvpe() else {
         return failed(libc::ENOSYS);
     };
     // SAFETY: the caller's arguments, the environment handed down.
@@ -136,7 +189,7 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: Vector) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Vector, envp: Vector) -> c_int {
     before_exec();
-    let Some(f) = real!(execvpe: Execve) else {
+    let Some(f) = real::execvpe() else {
         return failed(libc::ENOSYS);
     };
     // SAFETY: the caller's arguments, the environment handed down.
@@ -150,7 +203,7 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Vector, envp: Vector
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: Vector, envp: Vector) -> c_int {
     before_exec();
-    let Some(f) = real!(fexecve: Fexecve) else {
+    let Some(f) = real::fexecve() else {
         return failed(libc::ENOSYS);
     };
     // SAFETY: the caller's arguments, the environment handed down.
@@ -170,7 +223,7 @@ pub unsafe extern "C" fn execveat(
     flags: c_int,
 ) -> c_int {
     before_exec();
-    let Some(f) = real!(execveat: Execveat) else {
+    let Some(f) = real::execveat() else {
         return failed(libc::ENOSYS);
     };
     // SAFETY: the caller's arguments, the environment handed down.
@@ -194,7 +247,7 @@ pub unsafe extern "C" fn posix_spawn(
     argv: Vector,
     envp: Vector,
 ) -> c_int {
-    let Some(f) = real!(posix_spawn: Spawn) else {
+    let Some(f) = real::posix_spawn() else {
         return libc::ENOSYS;
     };
     // SAFETY: the caller's arguments, the environment handed down.
@@ -216,7 +269,7 @@ pub unsafe extern "C" fn posix_spawnp(
     argv: Vector,
     envp: Vector,
 ) -> c_int {
-    let Some(f) = real!(posix_spawnp: Spawn) else {
+    let Some(f) = real::posix_spawnp() else {
         return libc::ENOSYS;
     };
     // SAFETY: the caller's arguments, the environment handed down.

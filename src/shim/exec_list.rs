@@ -28,6 +28,13 @@ mod x86_64 {
         crate::exec::next(&REAL[i], NAMES[i]).unwrap_or(null_mut())
     }
 
+    /// Finds the three now (`exec::warm`).
+    pub(crate) fn warm() {
+        for (cache, name) in REAL.iter().zip(NAMES) {
+            let _ = crate::exec::next(cache, name);
+        }
+    }
+
     /// Where the C library has no such function: -1 with `ENOSYS`, as `exec.rs`'s.
     extern "C" fn missing() -> c_int {
         // SAFETY: errno is this thread's.
@@ -81,3 +88,10 @@ mod x86_64 {
     trampoline!(execlp, 1);
     trampoline!(execle, 2);
 }
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86_64::warm;
+
+/// Elsewhere there are none to find.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn warm() {}

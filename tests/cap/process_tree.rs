@@ -165,8 +165,13 @@ fn a_child_inherits_the_configuration_and_the_library_and_nothing_else() {
         ],
         "the variables the configuration reads, bar the GPUs' choice, and the library"
     );
-    // A process with no configuration (no variable, no file) hands nothing down.
+    // A process with no configuration (no variable, no file) hands nothing down; nor one
+    // whose only variable read is a runtime's choice of GPUs.
     assert_eq!(childs_environment(&lib, &[]), ["A=1"]);
+    assert_eq!(
+        childs_environment(&lib, &[("NVIDIA_VISIBLE_DEVICES", "all")]),
+        ["A=1"]
+    );
 }
 
 #[test]
@@ -183,14 +188,29 @@ fn what_a_childs_environment_sets_holds_under_the_files_ceiling() {
             ASK.into(),
         ]
     };
-    // A cap from the environment alone is the user's: the child's own figure holds.
+    // A cap from the environment alone is the user's: the child's own figure holds, and
+    // holds it (400 MiB served, 1.5 GiB more refused).
+    let mut own = child("1Gi");
+    own.push("alloc:1536Mi".into());
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &own, "tree-own");
+    assert!(
+        stdout(&o).contains("alloc 419430400 0") && stdout(&o).contains("alloc 1610612736 2"),
+        "{}",
+        dump(&o)
+    );
+    // The same under a parent capped by HAMi-core's variable: its own GPUCAP_LIMIT is the
+    // child's cap, not a disagreement with an inherited CUDA_DEVICE_MEMORY_LIMIT.
     let o = parent(
         &shim(),
-        &[("GPUCAP_LIMIT", "256Mi")],
-        &child("1Gi"),
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "256m")],
+        &own,
         "tree-own",
     );
-    assert!(stdout(&o).contains("alloc 419430400 0"), "{}", dump(&o));
+    assert!(
+        stdout(&o).contains("alloc 419430400 0") && stdout(&o).contains("alloc 1610612736 2"),
+        "{}",
+        dump(&o)
+    );
     let o = parent(
         &shim(),
         &[("GPUCAP_LIMIT", "256Mi")],
@@ -220,4 +240,92 @@ fn children_run_as_they_would() {
     let argv = ["python3", "-c", py].map(String::from);
     let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-run");
     assert_eq!(stdout(&o).trim(), "2", "{}", dump(&o));
+}
+
+/// A parent that set its cap in its own environment before its first CUDA call (as a
+/// notebook does) hands down that cap: the configuration it read, not the environment it
+/// started with (none here).
+#[test]
+fn the_cap_a_parent_read_is_the_one_handed_down() {
+    let script = script();
+    let f = fake_lib_dir();
+    let code = format!(
+        "import ctypes, os, subprocess, sys\n\
+         os.environ['GPUCAP_LIMIT'] = '128Mi'\n\
+         assert ctypes.CDLL('libcuda.so.1').cuInit(0) == 0\n\
+         sys.exit(subprocess.run(['{}', 'alloc:200Mi'], env={{'LD_LIBRARY_PATH': '{}'}}).returncode)",
+        script.display(),
+        f.display()
+    );
+    let argv = ["python3".to_string(), "-c".into(), code];
+    let o = parent(&shim(), &[], &argv, "tree-read");
+    assert!(
+        stdout(&o).contains("alloc 209715200 2"),
+        "the child's 200 MiB must be refused under the 128 MiB its parent read\n{}",
+        dump(&o)
+    );
+}
+
+fn exec_edges() -> PathBuf {
+    compile_c("exec_edges", "", &[])
+}
+
+/// A child forked while another thread of its parent walks the loader's list of objects
+/// does not hang in its `exec`: the functions the hooks call are found before the `fork`
+/// (before, each of 10 such children hung until its alarm: the list's lock, held by the
+/// walking thread at the fork, is copied held).
+#[test]
+fn a_child_forked_beside_a_busy_thread_execs() {
+    let argv = [
+        exec_edges().display().to_string(),
+        "threaded-fork".into(),
+        "10".into(),
+    ];
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-fork");
+    assert_eq!(stdout(&o).trim(), "hung 0", "{}", dump(&o));
+}
+
+/// An `exec` from a signal handler on a small alternate stack (a crash handler's) runs
+/// (before, the hooks' buffers took 14 KiB of stack and such an `exec` crashed).
+#[test]
+fn an_exec_from_a_signal_handler_on_a_small_stack_runs() {
+    let argv = [
+        exec_edges().display().to_string(),
+        "altstack".into(),
+        "8192".into(),
+    ];
+    let o = parent(
+        &shim(),
+        &[("GPUCAP_LIMIT", "256Mi")],
+        &argv,
+        "tree-altstack",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", dump(&o));
+}
+
+/// Children started one after another with an environment larger than the hooks' buffer
+/// on the stack, by a parent that `vfork`s (Python's subprocess): its memory does not
+/// grow with their number (before, 24 KiB more for each child, the pages each `vfork`
+/// child mapped in its parent's memory).
+#[test]
+fn many_children_with_a_large_environment_cost_the_parent_no_memory() {
+    let code = "import subprocess\n\
+                env = {'V%d' % i: 'x' * 20 for i in range(3000)}\n\
+                def rss():\n    return int(open('/proc/self/statm').read().split()[1]) * 4096\n\
+                for _ in range(20): subprocess.run(['/bin/true'], env=env)\n\
+                before = rss()\n\
+                for _ in range(400): subprocess.run(['/bin/true'], env=env)\n\
+                print('grew', rss() - before)";
+    let argv = ["python3".to_string(), "-c".into(), code.into()];
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-vfork");
+    let grew: i64 = stdout(&o)
+        .trim()
+        .strip_prefix("grew ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", dump(&o)));
+    assert!(
+        grew < 2 << 20,
+        "400 children grew the parent by {grew} bytes\n{}",
+        dump(&o)
+    );
 }

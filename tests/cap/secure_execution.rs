@@ -51,27 +51,7 @@ fn a_set_user_id_program_writes_no_path_its_environment_names() {
             format!("alloc:{}", 1024 * MIB),
         ])
         .current_dir(&dir);
-    let mut ns = std::process::Command::new("unshare");
-    ns.args(["-m", "sh", "-c"])
-        .arg(
-            "set -e; t=$1; lib=$2; fake=$3; shift 3; \
-             mount -t tmpfs none \"$t\"; mkdir -p \"$t/u\" \"$t/w\"; \
-             printf '%s\\n%s\\n' \"$lib\" \"$fake\" > \"$t/u/ld.so.preload\"; \
-             mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
-             exec \"$@\"",
-        )
-        .arg("sh")
-        .arg(dir.join("overlay"))
-        .arg(&lib)
-        .arg(&fake)
-        .args([
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-        ]);
-    let o = run(&mut wrap(ns, &inner));
+    let o = with_preload_as_nobody(&dir, &lib, &fake, &inner);
     let out = stdout(&o);
     assert!(
         out.contains(&format!("alloc {} 0", 200 * MIB))
@@ -88,6 +68,80 @@ fn a_set_user_id_program_writes_no_path_its_environment_names() {
     assert!(
         stderr(&o).contains("GPUCAP_REPORT ignored"),
         "the line\n{}",
+        dump(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `inner` run as uid 65534 in a mount namespace of its own whose `/etc/ld.so.preload`
+/// (an overlay in `dir/overlay`) preloads `lib` and then the fake driver `fake`.
+fn with_preload_as_nobody(
+    dir: &Path,
+    lib: &Path,
+    fake: &Path,
+    inner: &std::process::Command,
+) -> std::process::Output {
+    let mut ns = std::process::Command::new("unshare");
+    ns.args(["-m", "sh", "-c"])
+        .arg(
+            "set -e; t=$1; lib=$2; fake=$3; shift 3; \
+             mount -t tmpfs none \"$t\"; mkdir -p \"$t/u\" \"$t/w\"; \
+             printf '%s\\n%s\\n' \"$lib\" \"$fake\" > \"$t/u/ld.so.preload\"; \
+             mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$t/u\",workdir=\"$t/w\" /etc; \
+             exec \"$@\"",
+        )
+        .arg("sh")
+        .arg(dir.join("overlay"))
+        .arg(lib)
+        .arg(fake)
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ]);
+    run(&mut wrap(ns, inner))
+}
+
+/// A set-user-ID program that becomes root and starts a program with an environment of
+/// its own making (as `su` and `sudo` do) hands none of the starting user's variables to
+/// it (`hand_down.rs`): before, the user's `GPUCAP_REPORT` reached the child, which runs
+/// as root and not in secure execution, and root wrote the report where the user named.
+#[test]
+fn a_set_user_id_program_hands_its_users_variables_to_no_child() {
+    if !as_root("a set-user-ID program started by another user") || !unshare_works() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gpucap-secure-child-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("overlay")).unwrap();
+    open_to_all(&dir, 0o755);
+    let lib = dir.join("libgpucap.so");
+    std::fs::copy(shim(), &lib).unwrap();
+    let fake = dir.join("libcuda.so.1");
+    std::fs::copy(fake_lib_dir().join("libcuda.so.1"), &fake).unwrap();
+    let program = dir.join("exec_edges");
+    std::fs::copy(compile_c("exec_edges", "", &[]), &program).unwrap();
+    open_to_all(&program, 0o4755);
+    let victim = dir.join("victim");
+    let stats = dir.join("stats.json");
+    let mut inner = fake_cmd(&program, &stats);
+    inner
+        .env("GPUCAP_LIMIT", "256Mi")
+        .env("GPUCAP_REPORT", &victim)
+        .args(["as-root", "/usr/bin/env"])
+        .current_dir(&dir);
+    let o = with_preload_as_nobody(&dir, &lib, &fake, &inner);
+    assert!(o.status.success(), "{}", dump(&o));
+    assert!(
+        stdout(&o).lines().any(|l| l == "PATH=/usr/bin:/bin"),
+        "the child's environment\n{}",
+        dump(&o)
+    );
+    assert!(
+        !stdout(&o).contains("GPUCAP_"),
+        "the user's variables reached a child of root's\n{}",
         dump(&o)
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -27,10 +27,15 @@ where
     I: IntoIterator<Item = (K, V)>,
     K: AsRef<OsStr>,
 {
-    vars.into_iter().any(|(k, _)| {
-        let k = k.as_ref().as_bytes();
-        gpucap_like(k) || k.starts_with(HAMI_PREFIX.as_bytes()) || is_handover_name(k)
-    })
+    vars.into_iter()
+        .any(|(k, _)| configures(k.as_ref().as_bytes()))
+}
+
+/// Whether a variable of this name configures gpucap: a `GPUCAP_*` one, HAMi-core's
+/// `CUDA_DEVICE_MEMORY_*`, or a driver's hand-over (not the others the configuration
+/// reads: `NVIDIA_VISIBLE_DEVICES`, `CUDA_VISIBLE_DEVICES`, HAMi-core's compute knobs).
+pub fn configures(name: &[u8]) -> bool {
+    gpucap_like(name) || name.starts_with(HAMI_PREFIX.as_bytes()) || is_handover_name(name)
 }
 
 /// The configuration of the configuration file: `gpucap.env` beside libgpucap.so, in

@@ -12,6 +12,7 @@
 //! a sequence of [`Part`]s handed to a callback.
 
 use super::env::looked_at;
+use super::hami::HAMI_LIMIT;
 
 /// The variable that names the libraries the loader preloads.
 pub const LD_PRELOAD: &[u8] = b"LD_PRELOAD";
@@ -22,6 +23,17 @@ pub const LD_PRELOAD: &[u8] = b"LD_PRELOAD";
 /// launcher's choice, as it is without gpucap).
 pub fn handed_down(name: &[u8]) -> bool {
     looked_at(name) && name != b"CUDA_VISIBLE_DEVICES"
+}
+
+/// Whether a variable of this name gives the cap itself, as the environment's own figure:
+/// `GPUCAP_LIMIT`, or HAMi-core's `CUDA_DEVICE_MEMORY_LIMIT` and `_<n>` (which must agree
+/// with it). A child whose environment sets one of them inherits none of the others: its
+/// own figure is its cap (a driver's hand-over, a ceiling, is inherited still).
+fn cap_figure(name: &[u8]) -> bool {
+    name == b"GPUCAP_LIMIT"
+        || name
+            .strip_prefix(HAMI_LIMIT.as_bytes())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"_"))
 }
 
 /// The name of an environment entry `NAME=value` (the whole entry where it has no `=`).
@@ -81,8 +93,9 @@ impl Part<'_> {
 /// names); `lib`, the library's path as the loader named it. Calls `out` with each
 /// entry in order: the caller's entries (only the last of several `LD_PRELOAD`s, the
 /// one the loader reads, kept; it gains `lib` where none of its entries is `lib`), then
-/// each parent variable the caller does not set (the first of a name), then
-/// `LD_PRELOAD` where the caller sets none. A `lib` that `LD_PRELOAD` cannot name
+/// each parent variable the caller does not set (the first of a name; none of the cap's
+/// own figures where the caller sets one: [`cap_figure`]), then `LD_PRELOAD` where the
+/// caller sets none. A `lib` that `LD_PRELOAD` cannot name
 /// (a space or a colon in it) is not added: the variables still are.
 pub fn plan<'a, C, P>(caller: C, parent: P, lib: &'a [u8], mut out: impl FnMut(Part<'a>))
 where
@@ -91,6 +104,16 @@ where
 {
     let is_preload = |e: &[u8]| name_of(e) == LD_PRELOAD;
     let preloads = caller.clone().filter(|e| is_preload(e)).count();
+    // What the caller's environment sets: entries with a `=` (`getenv` passes over the
+    // others).
+    let sets = |name: &[u8]| {
+        caller
+            .clone()
+            .any(|e| e.contains(&b'=') && name_of(e) == name)
+    };
+    let own_cap = caller
+        .clone()
+        .any(|e| e.contains(&b'=') && cap_figure(name_of(e)));
     let add_lib = preloadable(lib);
     let mut seen = 0;
     for e in caller.clone() {
@@ -116,7 +139,8 @@ where
     for (i, p) in parent.clone().enumerate() {
         let name = name_of(p);
         if !handed_down(name)
-            || caller.clone().any(|e| name_of(e) == name)
+            || sets(name)
+            || (own_cap && cap_figure(name))
             || parent.clone().take(i).any(|q| name_of(q) == name)
         {
             continue;
@@ -326,6 +350,56 @@ mod tests {
         for name in ["PATH", "HOME", "LD_PRELOAD", "PYTHONPATH", "TERM"] {
             assert!(!may_be_looked_at(name.as_bytes()[0]), "{name}");
         }
+    }
+
+    #[test]
+    fn a_child_that_sets_its_own_cap_inherits_no_other_figure_of_it() {
+        let parent = [
+            "CUDA_DEVICE_MEMORY_LIMIT=256m",
+            "CUDA_DEVICE_MEMORY_LIMIT_1=128m",
+            "GPUCAP_LOG=warn",
+            "GPU_DEVICE_0_MEMORY=1Gi",
+        ];
+        assert_eq!(
+            planned(&["GPUCAP_LIMIT=1Gi"], &parent),
+            [
+                "GPUCAP_LIMIT=1Gi",
+                "GPUCAP_LOG=warn",
+                "GPU_DEVICE_0_MEMORY=1Gi",
+                "LD_PRELOAD=/opt/gpucap/libgpucap.so"
+            ]
+        );
+        assert_eq!(
+            planned(&["CUDA_DEVICE_MEMORY_LIMIT_0=1g"], &["GPUCAP_LIMIT=256Mi"]),
+            [
+                "CUDA_DEVICE_MEMORY_LIMIT_0=1g",
+                "LD_PRELOAD=/opt/gpucap/libgpucap.so"
+            ]
+        );
+        // The shared cache is a pool, not a figure of the cap.
+        assert_eq!(
+            planned(
+                &["GPUCAP_LIMIT=1Gi"],
+                &["CUDA_DEVICE_MEMORY_SHARED_CACHE=/x"]
+            ),
+            [
+                "GPUCAP_LIMIT=1Gi",
+                "CUDA_DEVICE_MEMORY_SHARED_CACHE=/x",
+                "LD_PRELOAD=/opt/gpucap/libgpucap.so"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_entry_without_a_value_sets_nothing() {
+        assert_eq!(
+            planned(&["GPUCAP_LIMIT"], &["GPUCAP_LIMIT=256Mi"]),
+            [
+                "GPUCAP_LIMIT",
+                "GPUCAP_LIMIT=256Mi",
+                "LD_PRELOAD=/opt/gpucap/libgpucap.so"
+            ]
+        );
     }
 
     #[test]
