@@ -133,6 +133,44 @@ fn installed() -> Option<&'static Installed> {
         .as_ref()
 }
 
+/// The wheel installs where the portable build loads: tagged `manylinux_2_27` or older
+/// (RHEL 8 and 9, Ubuntu 20.04: a native build on Debian 12 made `manylinux_2_35`), and
+/// no ELF file in it asks for a newer glibc than its tag says.
+#[test]
+fn the_wheel_is_tagged_for_glibc_2_27() {
+    let Some(wheel) = wheel() else {
+        return;
+    };
+    let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
+    let minor: u32 = name
+        .split("manylinux_2_")
+        .nth(1)
+        .and_then(|r| r.split('_').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{name}: no manylinux_2_N tag"));
+    assert!(minor <= 27, "{name}: tagged for glibc 2.{minor}");
+    let dir = scratch("wheel-tag");
+    let o = run(Command::new("python3")
+        .args(["-m", "zipfile", "-e"])
+        .arg(&wheel)
+        .arg(&dir));
+    assert_ok(&o);
+    for file in ["gpucap/libgpucap.so", "gpucap-0.1.0.data/scripts/gpucap"] {
+        let o = run(Command::new("objdump").arg("-T").arg(dir.join(file)));
+        assert_ok(&o);
+        let newest = stdout(&o)
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .filter_map(|w| w.strip_prefix("GLIBC_2."))
+            .filter_map(|n| n.parse::<u32>().ok())
+            .max()
+            .unwrap_or(0);
+        assert!(
+            newest <= minor,
+            "{file} asks for GLIBC_2.{newest}, the tag says 2.{minor}"
+        );
+    }
+}
+
 #[test]
 fn the_installed_command_caps_the_demo_without_rust() {
     let Some(inst) = installed() else { return };
