@@ -71,35 +71,9 @@ reals! {
     posix_spawnp: Spawn,
 }
 
-/// Whether [`warm`] ran in this process image.
-static WARM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Before each `fork` (a fork handler, registered at the library's load): [`warm`], once.
-extern "C" fn before_fork() {
-    if !WARM.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        let _ = std::panic::catch_unwind(warm);
-    }
-}
-
-/// At the library's load: the fork handler.
-extern "C" fn at_load() {
-    // SAFETY: a handler that takes no lock another fork handler may hold (the loader's
-    // list lock only, which no code under the fork handlers' lock waits for).
-    unsafe { libc::pthread_atfork(Some(before_fork), None, None) };
-}
-
-#[used]
-// SAFETY: an .init_array entry the loader calls once (its arguments unused).
-#[unsafe(link_section = ".init_array")]
-static AT_LOAD: extern "C" fn() = at_load;
-
-/// Finds the C library's functions the hooks call ahead of a `fork`, from a fork handler
-/// (`hand_down.rs`): a child that looked them up itself would walk the loader's list of
-/// objects under a lock the `fork` may have copied held by another thread of its parent
-/// (glibc resets some of the loader's locks in the child, not that one), and hang.
+/// Finds the functions above now (`exec_fork.rs`, before each `fork`).
 pub(crate) fn warm() {
     real::warm();
-    crate::exec_list::warm();
 }
 
 /// Calls `exec` with the environment a child is started with (`hand_down.rs`), made

@@ -28,7 +28,7 @@ mod x86_64 {
         crate::exec::next(&REAL[i], NAMES[i]).unwrap_or(null_mut())
     }
 
-    /// Finds the three now (`exec::warm`).
+    /// Finds the three now (`exec_fork.rs`, before each `fork`).
     pub(crate) fn warm() {
         for (cache, name) in REAL.iter().zip(NAMES) {
             let _ = crate::exec::next(cache, name);

@@ -23,7 +23,8 @@
 //! - `exit`: the `.fini_array` exit hook (final report and summary); `exec`: the
 //!   exported `exec` family and `posix_spawn`, which write the report before a program is
 //!   replaced and start a child with the cap handed down (`hand_down`: the library and
-//!   this process's configuration, copied at its load by an `.init_array` entry).
+//!   this process's configuration, copied at its load by an `.init_array` entry);
+//!   `exec_fork`: the functions they call, found before each `fork`.
 
 // The unit-test build leaves out the FFI edge (it exports `dlsym` and the driver's
 // symbols, which must not interpose on the test binary itself), so the process-wide
@@ -50,6 +51,8 @@ mod entry;
 mod environ;
 #[cfg(not(test))]
 mod exec;
+#[cfg(not(test))]
+mod exec_fork;
 #[cfg(not(test))]
 mod exec_list;
 #[cfg(not(test))]
