@@ -39,15 +39,7 @@ done
 
 VENV=target/venv-zig
 pins=(ziglang==0.17.1 cargo-zigbuild==0.24.1)
-probe='import sys; from importlib.metadata import version; sys.exit(any(version(p) != v for p, v in (a.split("==") for a in sys.argv[1:])))'
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$probe" "${pins[@]}" 2>/dev/null; then
-    echo "reusing $VENV" >&2
-else
-    echo "creating $VENV with ${pins[*]}" >&2
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q "${pins[@]}" >&2
-fi
+scripts/dev/pinned-venv.sh "$VENV" pass "${pins[@]}" >&2
 export PATH=$PWD/$VENV/bin:$PATH
 
 host=$(rustc -vV | sed -n 's/^host: //p')

@@ -10,8 +10,8 @@
 # release profile keeps it for the repository's own builds): about a quarter of the size.
 #
 # maturin (and auditwheel, which checks every ELF file of the wheel, the shim included,
-# where maturin's own check reads only the executable) and zig come from PyPI, pinned, in
-# target/venv-maturin (reused). Both ELF files are linked by zig against glibc 2.27's
+# where maturin's own check reads only the executable) come from PyPI, pinned, in
+# target/venv-maturin (reused), zig from scripts/build-portable.sh's target/venv-zig. Both ELF files are linked by zig against glibc 2.27's
 # symbols: the shim by scripts/build-portable.sh, the command by maturin --zig. The
 # platform tag is what auditwheel then says: manylinux_2_27 (Ubuntu 18.04 on, Debian 10 on,
 # RHEL 8 on; a native build on Debian 12 made manylinux_2_35).
@@ -21,16 +21,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 VENV=target/venv-maturin
-pins=(maturin==1.16.0 auditwheel==6.8.2 ziglang==0.17.1)
-probe='import sys; from importlib.metadata import version; sys.exit(any(version(p) != v for p, v in (a.split("==") for a in sys.argv[1:])))'
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$probe" "${pins[@]}" 2>/dev/null; then
-    echo "reusing $VENV" >&2
-else
-    echo "creating $VENV with ${pins[*]}" >&2
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q "${pins[@]}" >&2
-fi
+pins=(maturin==1.16.0 auditwheel==6.8.2)
+scripts/dev/pinned-venv.sh "$VENV" pass "${pins[@]}" >&2
 
 scripts/build-portable.sh --out target/wheel-portable >&2
 install -m 755 target/wheel-portable/libgpucap.so python/gpucap/libgpucap.so
@@ -42,8 +34,8 @@ strip --strip-debug python/gpucap/libgpucap.so
 # differ from the workspace's, and sharing target/release would rebuild both in turn.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}/wheel-build
 GLIBC_TAG=manylinux_2_27
-# maturin finds zig through `python3 -m ziglang`: this venv's.
-export PATH=$PWD/$VENV/bin:$PATH
+# maturin finds zig through `python3 -m ziglang`: scripts/build-portable.sh's venv's.
+export PATH=$PWD/target/venv-zig/bin:$PATH
 out=target/wheels
 rm -f "$out"/gpucap-*.whl
 (cd python && "../$VENV/bin/maturin" build --release --strip --zig --compatibility "$GLIBC_TAG" -o "../$out" >&2)

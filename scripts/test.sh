@@ -111,23 +111,10 @@ make_venv() {
     echo "$dir: cuda-bindings $v"
 }
 
-# pinned_venv DIR IMPORTS NAME==VERSION...: a virtual environment in DIR with exactly these
-# packages, in which IMPORTS (Python import statements) work; reused when it already is.
+# pinned_venv DIR IMPORTS NAME==VERSION...: scripts/dev/pinned-venv.sh (a virtual
+# environment in DIR with exactly these packages, in which IMPORTS work).
 pinned_venv() {
-    local dir=$1 imports=$2
-    shift 2
-    local probe="import sys; from importlib.metadata import version; $imports; pins = [a.split('==') for a in sys.argv[1:]]; print(' '.join(f'{p}=={version(p)}' for p, _ in pins)); sys.exit(any(version(p) != v for p, v in pins))"
-    if [ -x "$dir/bin/python" ] && "$dir/bin/python" -c "$probe" "$@" >/dev/null 2>&1; then
-        echo "reusing $dir"
-    else
-        echo "creating $dir with $*"
-        rm -rf "$dir"
-        python3 -m venv "$dir"
-        "$dir/bin/python" -m pip install -q "$@"
-    fi
-    local v
-    v=$("$dir/bin/python" -c "$probe" "$@") || die "$dir does not hold $*"
-    echo "$dir: $v"
+    scripts/dev/pinned-venv.sh "$@" || die "no virtual environment $1 with ${*:3}"
 }
 
 section "Python clients (cuda-bindings 12.x and 13.x)"

@@ -9,7 +9,7 @@ use super::common;
 
 use common::*;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
 
@@ -23,18 +23,7 @@ fn a_set_user_id_program_writes_no_path_its_environment_names() {
     if !as_root("a set-user-ID program started by another user") || !unshare_works() {
         return;
     }
-    // Under /tmp: every directory on the way may be passed by uid 65534.
-    let dir = std::env::temp_dir().join(format!("gpucap-secure-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("overlay")).unwrap();
-    open_to_all(&dir, 0o755);
-    let lib = dir.join("libgpucap.so");
-    std::fs::copy(shim(), &lib).unwrap();
-    let fake = dir.join("libcuda.so.1");
-    std::fs::copy(fake_lib_dir().join("libcuda.so.1"), &fake).unwrap();
-    let program = dir.join("script");
-    std::fs::copy(compile_c("script", "", &["-lcuda"]), &program).unwrap();
-    open_to_all(&program, 0o4755);
+    let (dir, lib, fake, program) = set_up("secure", "script", &["-lcuda"]);
     let victim = dir.join("victim");
     std::fs::write(&victim, b"root's file\n").unwrap();
     open_to_all(&victim, 0o644);
@@ -71,6 +60,24 @@ fn a_set_user_id_program_writes_no_path_its_environment_names() {
         dump(&o)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A directory under /tmp (every directory on the way may be passed by uid 65534) with a
+/// copy of the library, of the fake driver, and of tests/c/`program`.c built with
+/// `extra`, made set-user-ID root: (the directory, the library, the fake, the program).
+fn set_up(tag: &str, program: &str, extra: &[&str]) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("gpucap-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("overlay")).unwrap();
+    open_to_all(&dir, 0o755);
+    let lib = dir.join("libgpucap.so");
+    std::fs::copy(shim(), &lib).unwrap();
+    let fake = dir.join("libcuda.so.1");
+    std::fs::copy(fake_lib_dir().join("libcuda.so.1"), &fake).unwrap();
+    let copy = dir.join(program);
+    std::fs::copy(compile_c(program, "", extra), &copy).unwrap();
+    open_to_all(&copy, 0o4755);
+    (dir, lib, fake, copy)
 }
 
 /// `inner` run as uid 65534 in a mount namespace of its own whose `/etc/ld.so.preload`
@@ -113,17 +120,7 @@ fn a_set_user_id_program_hands_its_users_variables_to_no_child() {
     if !as_root("a set-user-ID program started by another user") || !unshare_works() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gpucap-secure-child-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("overlay")).unwrap();
-    open_to_all(&dir, 0o755);
-    let lib = dir.join("libgpucap.so");
-    std::fs::copy(shim(), &lib).unwrap();
-    let fake = dir.join("libcuda.so.1");
-    std::fs::copy(fake_lib_dir().join("libcuda.so.1"), &fake).unwrap();
-    let program = dir.join("exec_edges");
-    std::fs::copy(compile_c("exec_edges", "", &[]), &program).unwrap();
-    open_to_all(&program, 0o4755);
+    let (dir, lib, fake, program) = set_up("secure-child", "exec_edges", &[]);
     let victim = dir.join("victim");
     let stats = dir.join("stats.json");
     let mut inner = fake_cmd(&program, &stats);
