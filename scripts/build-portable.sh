@@ -10,9 +10,9 @@
 # --glibc      the oldest glibc to load in (default 2.27; Rust's std needs 2.25 for the
 #              command, getrandom)
 # --out        where the files go (default target/portable)
-# --with-fake  the fake GPU too (libcuda.so.1, libnvidia-ml.so.1) and tests/c/script.c
-#              built against them (`script`): what tests/deployment/containers/old_glibc.rs
-#              runs in an image with an older glibc
+# --with-fake  the fake GPU too (libcuda.so.1, libnvidia-ml.so.1), tests/c/script.c built
+#              against them (`script`) and tests/c/exec_edges.c: what
+#              tests/deployment/containers/old_glibc.rs runs in an image with an older glibc
 #
 # Links with zig through cargo-zigbuild (both from PyPI, pinned, in target/venv-zig:
 # downloaded the first time), against zig's copy of that glibc's symbol list; builds in
@@ -63,10 +63,17 @@ if $FAKE; then
     ln -sf libcuda.so.1 "$OUT/libcuda.so"
     python-zig cc -target "${host%%-*}-linux-gnu.$GLIBC" -O2 -o "$OUT/script" tests/c/script.c \
         -I tests/c -L "$OUT" -lcuda -ldl
-    files+=(libcuda.so.1 libnvidia-ml.so.1 script)
+    python-zig cc -target "${host%%-*}-linux-gnu.$GLIBC" -O2 -pthread -o "$OUT/exec_edges" \
+        tests/c/exec_edges.c -ldl
+    files+=(libcuda.so.1 libnvidia-ml.so.1 script exec_edges)
 fi
 for f in "${files[@]}"; do
-    newest=$(objdump -T "$OUT/$f" | grep -oE 'GLIBC_2\.[0-9]+' | sort -V | tail -1)
+    symbols=$(objdump -T "$OUT/$f") || { echo "build-portable.sh: objdump -T $OUT/$f failed" >&2; exit 1; }
+    newest=$(grep -oE 'GLIBC_2\.[0-9]+' <<<"$symbols" | sort -V | tail -1 || true)
+    if [ -z "$newest" ]; then
+        echo "$OUT/$f: no versioned glibc symbol"
+        continue
+    fi
     if [ "$(printf '%s\n' "${newest#GLIBC_}" "$GLIBC" | sort -V | tail -1)" != "$GLIBC" ]; then
         echo "build-portable.sh: $OUT/$f asks for $newest, newer than glibc $GLIBC" >&2
         exit 1

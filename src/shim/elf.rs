@@ -240,6 +240,92 @@ pub fn next_function(name: &[u8]) -> Option<usize> {
     after.or(before)
 }
 
+/// The first definition after this library's (as [`next_function`]) of each of `names`,
+/// in one walk of the loader's list (`out[i]` for `names[i]`).
+pub fn next_functions(names: &[&[u8]], out: &mut [Option<usize>]) {
+    let own = next_functions as *const () as usize;
+    let mut seen_own = false;
+    let mut before = [None::<usize>; 16];
+    let n = names.len().min(out.len()).min(before.len());
+    each_object(|info, phdrs| {
+        if holds(info, phdrs, own) {
+            seen_own = true;
+            return;
+        }
+        let Some(d) = Dynamic::of(info.dlpi_addr as usize, phdrs) else {
+            return;
+        };
+        if is_copy(&d) {
+            OTHER_COPY.store(true, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        for i in 0..n {
+            let slot = if seen_own {
+                &mut out[i]
+            } else {
+                &mut before[i]
+            };
+            if slot.is_none() {
+                *slot = d.function(names[i]);
+            }
+        }
+    });
+    for i in 0..n {
+        out[i] = out[i].or(before[i]);
+    }
+}
+
+/// A function of the C library found by name once, the first definition after this
+/// library's ([`next_function`]): the cache of a hook that calls the function it exports.
+pub struct Next {
+    name: &'static [u8],
+    at: std::sync::atomic::AtomicUsize,
+}
+
+impl Next {
+    pub const fn new(name: &'static [u8]) -> Next {
+        Next {
+            name,
+            at: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The function's address (found now where it was not yet), None where there is none.
+    pub fn get(&self) -> Option<usize> {
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        match self.at.load(Acquire) {
+            0 => {
+                let p = next_function(self.name)?;
+                self.at.store(p, Release);
+                Some(p)
+            }
+            p => Some(p),
+        }
+    }
+}
+
+/// Finds every one of `all` not found yet, in one walk of the loader's list.
+pub fn find_all(all: &[&Next]) {
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    let mut names: [&[u8]; 16] = [b""; 16];
+    let mut which = [0usize; 16];
+    let mut n = 0;
+    for (i, f) in all.iter().enumerate() {
+        if f.at.load(Acquire) == 0 && n < names.len() {
+            names[n] = f.name;
+            which[n] = i;
+            n += 1;
+        }
+    }
+    let mut out = [None; 16];
+    next_functions(&names[..n], &mut out[..n]);
+    for k in 0..n {
+        if let Some(p) = out[k] {
+            all[which[k]].at.store(p, Release);
+        }
+    }
+}
+
 /// This library's own definition of the function `name`.
 pub fn own_function(name: &[u8]) -> Option<usize> {
     let own = own_function as *const () as usize;

@@ -7,24 +7,10 @@
 //! (`exec_list.rs`): the report only.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::ptr::null_mut;
-use std::sync::atomic::{
-    AtomicPtr,
-    Ordering::{Acquire, Release},
-};
+
+use crate::elf::Next;
 
 use crate::hand_down::Vector;
-
-/// The C library's `name`: the first definition after this library's, found once.
-pub(crate) fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> Option<*mut c_void> {
-    let p = cache.load(Acquire);
-    if !p.is_null() {
-        return Some(p);
-    }
-    let p = crate::elf::next_function(name)? as *mut c_void;
-    cache.store(p, Release);
-    Some(p)
-}
 
 /// The report, before the `exec`: no panic crosses into the caller.
 pub(crate) fn before_exec() {
@@ -38,43 +24,38 @@ fn failed(e: c_int) -> c_int {
     -1
 }
 
-/// `reals! { name: Type, ... }`: for each, `name()`, the C library's function of that
-/// name and type, found once (None where the C library has none); and `warm()`, which
-/// finds them all.
+/// `reals! { STATIC name: Type, ... }`: for each, the cache `STATIC` and `name()`, the C
+/// library's function of that name and type, found once (None where the C library has
+/// none); and `ALL`, every cache (`exec_fork.rs` finds them before a `fork`).
 macro_rules! reals {
-    ($($name:ident: $ty:ty),+ $(,)?) => {
+    ($($cache:ident $name:ident: $ty:ty),+ $(,)?) => {
         mod real {
             use super::*;
             $(
+                static $cache: Next = Next::new(stringify!($name).as_bytes());
                 /// The C library's function of this name.
                 pub(super) fn $name() -> Option<$ty> {
-                    static CACHE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
                     // SAFETY: the C library's function of this name, of this signature.
-                    next(&CACHE, stringify!($name).as_bytes())
-                        .map(|f| unsafe { std::mem::transmute::<*mut c_void, $ty>(f) })
+                    $cache.get().map(|f| unsafe { std::mem::transmute::<usize, $ty>(f) })
                 }
             )+
-            /// Finds every one of them now.
-            pub(super) fn warm() {
-                $(let _ = $name();)+
-            }
+            /// Every cache.
+            pub(crate) static ALL: &[&Next] = &[$(&$cache),+];
         }
     };
 }
 
 reals! {
-    execve: Execve,
-    execvpe: Execve,
-    fexecve: Fexecve,
-    execveat: Execveat,
-    posix_spawn: Spawn,
-    posix_spawnp: Spawn,
+    EXECVE execve: Execve,
+    EXECVPE execvpe: Execve,
+    FEXECVE fexecve: Fexecve,
+    EXECVEAT execveat: Execveat,
+    POSIX_SPAWN posix_spawn: Spawn,
+    POSIX_SPAWNP posix_spawnp: Spawn,
 }
 
-/// Finds the functions above now (`exec_fork.rs`, before each `fork`).
-pub(crate) fn warm() {
-    real::warm();
-}
+/// The caches of the functions above (`exec_fork.rs` finds them before a `fork`).
+pub(crate) use real::ALL;
 
 /// Calls `exec` with the environment a child is started with (`hand_down.rs`), made
 /// from `envp`; `failed` where it cannot be made. No panic crosses into the caller.

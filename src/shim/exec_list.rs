@@ -13,26 +13,24 @@
 mod x86_64 {
     use std::ffi::{c_int, c_void};
     use std::ptr::null_mut;
-    use std::sync::atomic::AtomicPtr;
+
+    use crate::elf::Next;
 
     /// The C library's `execl`, `execlp`, `execle`, found once each.
-    static REAL: [AtomicPtr<c_void>; 3] = [const { AtomicPtr::new(null_mut()) }; 3];
-    const NAMES: [&[u8]; 3] = [b"execl", b"execlp", b"execle"];
+    /// The C library's `execl`, `execlp`, `execle` (`exec_fork.rs` finds them before a
+    /// `fork`).
+    pub(crate) static ALL: &[&Next] = &[&EXECL, &EXECLP, &EXECLE];
+    static EXECL: Next = Next::new(b"execl");
+    static EXECLP: Next = Next::new(b"execlp");
+    static EXECLE: Next = Next::new(b"execle");
 
     /// Writes the report and answers the C library's function `which` (0 `execl`, 1
     /// `execlp`, 2 `execle`), null where it has none. Called from the trampolines only,
     /// with their arguments saved.
     extern "C" fn prepare(which: u32) -> *mut c_void {
         crate::exec::before_exec();
-        let i = (which as usize).min(NAMES.len() - 1);
-        crate::exec::next(&REAL[i], NAMES[i]).unwrap_or(null_mut())
-    }
-
-    /// Finds the three now (`exec_fork.rs`, before each `fork`).
-    pub(crate) fn warm() {
-        for (cache, name) in REAL.iter().zip(NAMES) {
-            let _ = crate::exec::next(cache, name);
-        }
+        let i = (which as usize).min(ALL.len() - 1);
+        ALL[i].get().map_or(null_mut(), |f| f as *mut c_void)
     }
 
     /// Where the C library has no such function: -1 with `ENOSYS`, as `exec.rs`'s.
@@ -90,8 +88,8 @@ mod x86_64 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::warm;
+pub(crate) use x86_64::ALL;
 
 /// Elsewhere there are none to find.
 #[cfg(not(target_arch = "x86_64"))]
-pub(crate) fn warm() {}
+pub(crate) static ALL: &[&crate::elf::Next] = &[];

@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
 
 use gpucap_core::config::{self, Part};
 
+use crate::exec_buffer::Spare;
+
 /// An argument or environment vector.
 pub type Vector = *const *const c_char;
 
@@ -96,18 +98,19 @@ fn copy_start(envp: Vector) {
 /// another user): it hands none of its environment down. Such a program (`su`, `sudo`)
 /// starts its children with an environment of its own making on purpose, as another
 /// user, and the starting user's variables would reach them (a `GPUCAP_REPORT` path a
-/// child of root's then writes).
-static SECURE: AtomicU8 = AtomicU8::new(0);
+/// child of root's then writes). Asked each time, not at the library's load: another
+/// library's constructor may `exec` before this library's runs.
+fn secure() -> bool {
+    // SAFETY: getauxval only reads the process's auxiliary vector.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
 
 /// At the library's load: the environment the process starts with (glibc calls an
 /// `.init_array` entry with `argc`, `argv` and `envp`).
 extern "C" fn at_load(_argc: c_int, _argv: Vector, envp: Vector) {
-    // SAFETY: getauxval only reads the process's auxiliary vector.
-    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
-        SECURE.store(1, Relaxed);
-        return;
+    if !secure() {
+        copy_start(envp);
     }
-    copy_start(envp);
 }
 
 #[used]
@@ -170,7 +173,7 @@ fn split(bytes: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
 /// This process's configuration variables, and whether a file took part where that is
 /// known (None: the configuration was not read).
 fn parent() -> (&'static [u8], Option<bool>) {
-    if SECURE.load(Relaxed) != 0 {
+    if secure() {
         return (&[], None);
     }
     if let Some(vars) = READ.get() {
@@ -254,6 +257,11 @@ fn own_path() -> &'static [u8] {
     unsafe { CStr::from_ptr(p) }.to_bytes()
 }
 
+/// Finds this library's path now (`exec_fork.rs`, before a `fork`).
+pub(crate) fn warm() {
+    let _ = own_path();
+}
+
 /// Words of the buffer on the stack (2 KiB: an `exec` may run on a signal handler's
 /// stack): pointers and the new `LD_PRELOAD` entry.
 const STACK_WORDS: usize = 256;
@@ -280,11 +288,10 @@ pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector)
     });
     let words = count + bytes.div_ceil(8);
     let mut stack = [0usize; STACK_WORDS];
-    let spare = (words > STACK_WORDS).then(|| Spare::take(words));
-    let buffer: &mut [usize] = match &spare {
+    let mut spare = (words > STACK_WORDS).then(|| Spare::take(words));
+    let buffer: &mut [usize] = match &mut spare {
         None => &mut stack[..words],
-        // SAFETY: pages of at least `words` words, this call's alone while it holds them.
-        Some(Some(pages)) => unsafe { std::slice::from_raw_parts_mut(pages.at.cast(), words) },
+        Some(Some(pages)) => pages.words(words),
         Some(None) => {
             // SAFETY: errno is this thread's.
             unsafe { *libc::__errno_location() = libc::ENOMEM };
@@ -314,92 +321,4 @@ pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector)
     });
     pointers[i] = 0;
     exec(pointers.as_ptr().cast())
-}
-
-/// Anonymous pages for an environment that does not fit the stack's buffer, one set per
-/// thread, kept for its next `exec`: a `vfork` child builds the environment in its
-/// parent's memory, and pages it mapped for each child and never unmapped (its `exec`
-/// succeeded) added up in the parent, 24 KiB a child for 3,000 variables. A thread's
-/// pages are left mapped when it ends.
-struct Spare {
-    at: *mut c_void,
-    len: usize,
-}
-
-thread_local! {
-    /// This thread's pages (address, length) and the process an `exec` builds in them
-    /// now (0: none). A `vfork` child that `exec`ed leaves its own pid there in its
-    /// parent's memory: pages another process held are free again. One made from a
-    /// signal handler of this process meanwhile maps pages of its own.
-    static SPARE: std::cell::Cell<(usize, usize, u32)> = const { std::cell::Cell::new((0, 0, 0)) };
-}
-
-/// This process's pid, from the kernel (a `vfork` child's own: the C library's cached
-/// figure is its parent's there).
-fn pid() -> u32 {
-    // SAFETY: getpid has no preconditions; as a system call, no import.
-    unsafe { libc::syscall(libc::SYS_getpid) as u32 }
-}
-
-impl Spare {
-    /// Pages of at least `words` words: this thread's, grown where they are too few.
-    fn take(words: usize) -> Option<Spare> {
-        let need = (words * 8).next_multiple_of(64 << 10);
-        let (at, len, user) = SPARE.get();
-        let me = pid();
-        if user == me {
-            return map(need).map(|at| Spare { at, len: need });
-        }
-        let (at, len) = if len >= need {
-            (at as *mut c_void, len)
-        } else {
-            if at != 0 {
-                unmap(at as *mut c_void, len);
-            }
-            let Some(fresh) = map(need) else {
-                SPARE.set((0, 0, 0));
-                return None;
-            };
-            (fresh, need)
-        };
-        SPARE.set((at as usize, len, me));
-        Some(Spare { at, len })
-    }
-}
-
-impl Drop for Spare {
-    /// The `exec` failed: the pages go back to the thread (or, made beside its own, away).
-    fn drop(&mut self) {
-        let (at, len, _) = SPARE.get();
-        if at == self.at as usize {
-            SPARE.set((at, len, 0));
-        } else {
-            unmap(self.at, self.len);
-        }
-    }
-}
-
-/// `len` bytes of fresh anonymous pages. A system call, not an import of the C library's
-/// `mmap` (a lookup at each start).
-fn map(len: usize) -> Option<*mut c_void> {
-    // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
-    let at = unsafe {
-        libc::syscall(
-            libc::SYS_mmap,
-            std::ptr::null_mut::<c_void>(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    // A failed system call answers -errno: a pointer in the last page.
-    (!(-4095..0).contains(&(at as isize))).then_some(at as *mut c_void)
-}
-
-/// Unmaps pages [`map`] made and nothing uses.
-fn unmap(at: *mut c_void, len: usize) {
-    // SAFETY: pages this module mapped, which no environment under construction holds.
-    unsafe { libc::munmap(at, len) };
 }

@@ -24,7 +24,8 @@
 //!   exported `exec` family and `posix_spawn`, which write the report before a program is
 //!   replaced and start a child with the cap handed down (`hand_down`: the library and
 //!   this process's configuration, copied at its load by an `.init_array` entry);
-//!   `exec_fork`: the functions they call, found before each `fork`.
+//!   `exec_buffer`: a thread's pages for a child's environment too large for the stack;
+//!   `exec_fork`: the exported `fork`, which finds the functions they call first.
 
 // The unit-test build leaves out the FFI edge (it exports `dlsym` and the driver's
 // symbols, which must not interpose on the test binary itself), so the process-wide
@@ -51,6 +52,8 @@ mod entry;
 mod environ;
 #[cfg(not(test))]
 mod exec;
+#[cfg(not(test))]
+mod exec_buffer;
 #[cfg(not(test))]
 mod exec_fork;
 #[cfg(not(test))]

@@ -13,8 +13,16 @@
  *                                prints "returned" where the execve came back
  *   as-root CMD [ARG...]         sets its user and group to 0 (a set-user-ID program such
  *                                as su), then execve's CMD with PATH alone, as su does
+ *   atfork-lock                  a fork handler of its own takes a lock that a thread holds
+ *                                while it walks the loader's list (a cache made fork-safe
+ *                                so); the main thread forks once (its child execve's
+ *                                /bin/true), under an alarm of 5 s; prints "forked"
+ *   unloaded-fork LIB            opens LIB (dlopen), closes it (dlclose), then forks a child
+ *                                that execve's /bin/true; prints "forked" and whether LIB
+ *                                was still loaded after its dlclose
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
@@ -92,12 +100,77 @@ static int as_root(char **argv) {
     return 127;
 }
 
+static pthread_mutex_t cache = PTHREAD_MUTEX_INITIALIZER;
+static void cache_lock(void) { pthread_mutex_lock(&cache); }
+static void cache_unlock(void) { pthread_mutex_unlock(&cache); }
+
+static int count_under_lock(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)info;
+    (void)size;
+    pthread_mutex_lock(&cache);
+    ++*(volatile long *)data;
+    usleep(200);
+    pthread_mutex_unlock(&cache);
+    return 0;
+}
+
+static void *walk_under_lock(void *arg) {
+    (void)arg;
+    volatile long n = 0;
+    for (;;) dl_iterate_phdr(count_under_lock, (void *)&n);
+    return NULL;
+}
+
+static int wait_true(pid_t pid) {
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return 3;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+static int atfork_lock(void) {
+    if (pthread_atfork(cache_lock, cache_unlock, cache_unlock) != 0) return 3;
+    pthread_t t;
+    if (pthread_create(&t, NULL, walk_under_lock, NULL) != 0) return 3;
+    usleep(20000);
+    alarm(5);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve("/bin/true", true_argv, no_env);
+        _exit(127);
+    }
+    int rc = wait_true(pid);
+    if (rc == 0) printf("forked\n");
+    return rc;
+}
+
+static int unloaded_fork(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "dlopen %s: %s\n", lib, dlerror());
+        return 3;
+    }
+    if (dlclose(h) != 0) return 3;
+    void *again = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+    printf("still loaded: %s\n", again ? "yes" : "no");
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve("/bin/true", true_argv, no_env);
+        _exit(127);
+    }
+    int rc = wait_true(pid);
+    if (rc == 0) printf("forked\n");
+    return rc;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc >= 3 && strcmp(argv[1], "threaded-fork") == 0) return threaded_fork(atoi(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "altstack") == 0)
         return altstack((size_t)strtoul(argv[2], NULL, 10));
     if (argc >= 3 && strcmp(argv[1], "as-root") == 0) return as_root(argv + 2);
-    fprintf(stderr, "usage: exec_edges threaded-fork N | altstack SIZE | as-root CMD [ARG...]\n");
+    if (argc >= 2 && strcmp(argv[1], "atfork-lock") == 0) return atfork_lock();
+    if (argc >= 3 && strcmp(argv[1], "unloaded-fork") == 0) return unloaded_fork(argv[2]);
+    fprintf(stderr, "usage: exec_edges threaded-fork N | altstack SIZE | as-root CMD [ARG...] | "
+                    "atfork-lock | unloaded-fork LIB\n");
     return 2;
 }

@@ -67,7 +67,13 @@ fn the_portable_build_caps_in_an_image_with_an_older_glibc() {
     let Some((rt, dir, image)) = portable() else {
         return;
     };
-    for f in ["libgpucap.so", "gpucap", "libcuda.so.1", "script"] {
+    for f in [
+        "libgpucap.so",
+        "gpucap",
+        "libcuda.so.1",
+        "script",
+        "exec_edges",
+    ] {
         let n = newest_glibc(&dir.join(f));
         assert!(n <= 27, "{f} asks for GLIBC_2.{n}, newer than 2.27");
     }
@@ -84,7 +90,10 @@ fn the_portable_build_caps_in_an_image_with_an_older_glibc() {
          echo portable; LD_PRELOAD=/opt/gpucap/libgpucap.so GPUCAP_LIMIT=256Mi \
            /opt/gpucap/script alloc:200Mi alloc:400Mi; \
          echo run; /opt/gpucap/gpucap run --limit 256Mi -- env -i /opt/gpucap/script alloc:400Mi; \
-         echo check; GPUCAP_LIMIT=256Mi /opt/gpucap/gpucap check",
+         echo check; GPUCAP_LIMIT=256Mi /opt/gpucap/gpucap check; \
+         echo forks; export LD_PRELOAD=/opt/gpucap/libgpucap.so GPUCAP_LIMIT=256Mi; \
+           /opt/gpucap/exec_edges threaded-fork 5; /opt/gpucap/exec_edges atfork-lock; \
+           unset LD_PRELOAD; /opt/gpucap/exec_edges unloaded-fork /opt/gpucap/libgpucap.so",
     ));
     let (out, err) = (stdout(&o), stderr(&o));
     let text = dump(&o);
@@ -93,7 +102,7 @@ fn the_portable_build_caps_in_an_image_with_an_older_glibc() {
         out.split_once(&format!("{name}\n"))
             .map(|(_, rest)| {
                 rest.lines()
-                    .take_while(|l| !["native", "portable", "run", "check"].contains(l))
+                    .take_while(|l| !["native", "portable", "run", "check", "forks"].contains(l))
                     .collect::<Vec<_>>()
             })
             .unwrap_or_default()
@@ -121,6 +130,14 @@ fn the_portable_build_caps_in_an_image_with_an_older_glibc() {
     assert_eq!(section("run"), ["cuInit 0", "alloc 419430400 2"], "{text}");
     assert!(
         section("check").contains(&"gpucap: configuration OK"),
+        "{text}"
+    );
+    // That glibc's fork handlers and loader locks: children forked beside a thread that
+    // walks the loader's list exec, a program's own fork handler beside such a thread
+    // forks, and a program that opened and closed the library forks.
+    assert_eq!(
+        section("forks"),
+        ["hung 0", "forked", "still loaded: no", "forked"],
         "{text}"
     );
     assert!(o.status.success(), "{text}");
