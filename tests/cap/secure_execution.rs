@@ -143,3 +143,59 @@ fn a_set_user_id_program_hands_its_users_variables_to_no_child() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The same where the exec happens in a library's constructor, before gpucap's own
+/// load-time code has run (whether the process runs in secure execution is asked at each
+/// `exec`: a flag set at gpucap's load was still unset there, and the user's variables
+/// reached the child, a review found).
+#[test]
+fn a_set_user_id_programs_library_that_execs_first_hands_down_nothing() {
+    if !as_root("a set-user-ID program started by another user") || !unshare_works() {
+        return;
+    }
+    let (dir, lib, fake, _) = set_up("secure-ctor", "exec_edges", &[]);
+    let so = dir.join("libctor_exec.so");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&so)
+        .arg(root().join("tests/c/libctor_exec.c"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "cc libctor_exec.so");
+    open_to_all(&so, 0o755);
+    let program = dir.join("ctor_main");
+    let main = dir.join("main.c");
+    std::fs::write(&main, "int main(void) { return 3; }\n").unwrap();
+    let status = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(&program)
+        .arg(&main)
+        .arg("-L")
+        .arg(&dir)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .args(["-Wl,--no-as-needed", "-lctor_exec"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "cc ctor_main");
+    open_to_all(&program, 0o4755);
+    let victim = dir.join("victim");
+    let stats = dir.join("stats.json");
+    let mut inner = fake_cmd(&program, &stats);
+    inner
+        .env("GPUCAP_LIMIT", "256Mi")
+        .env("GPUCAP_REPORT", &victim)
+        .current_dir(&dir);
+    let o = with_preload_as_nobody(&dir, &lib, &fake, &inner);
+    assert!(o.status.success(), "{}", dump(&o));
+    assert!(
+        stdout(&o).lines().any(|l| l == "PATH=/usr/bin:/bin"),
+        "the child's environment\n{}",
+        dump(&o)
+    );
+    assert!(
+        !stdout(&o).contains("GPUCAP_"),
+        "the user's variables reached a child of root's\n{}",
+        dump(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
