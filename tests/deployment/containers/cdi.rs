@@ -14,10 +14,16 @@ pub struct CdiSpec {
 
 impl CdiSpec {
     pub fn generate(dir: &Path, extra: &[&str]) -> CdiSpec {
+        CdiSpec::generate_by(&cli(), dir, extra)
+    }
+
+    /// [`generate`](Self::generate) by the `gpucap` command `cli` (which copies the
+    /// library beside it).
+    pub fn generate_by(cli: &Path, dir: &Path, extra: &[&str]) -> CdiSpec {
         let name = unique("cdi");
         let specs = scratch(&format!("{name}-specs"));
         let file = specs.join(format!("{name}.json"));
-        let mut c = Command::new(cli());
+        let mut c = Command::new(cli);
         c.args(["cdi", "generate", "--name", &name, "--dir"])
             .arg(dir)
             .arg("--output")

@@ -142,3 +142,36 @@ fn the_portable_build_caps_in_an_image_with_an_older_glibc() {
     );
     assert!(o.status.success(), "{text}");
 }
+
+/// The CDI device made by the portable command (`target/portable/gpucap cdi generate`,
+/// which copies the portable library beside it) caps a container of the old image with no
+/// preload of its own; the native command's device stops every process of that container
+/// (its `/etc/ld.so.preload` names a library the old loader refuses).
+#[test]
+fn a_portable_cdi_device_caps_a_container_with_an_older_glibc() {
+    let Some((rt, dir, image)) = portable() else {
+        return;
+    };
+    let steps = "/opt/gpucap/script alloc:200Mi alloc:400Mi";
+    let spec = CdiSpec::generate_by(
+        &dir.join("gpucap"),
+        &host_dir("old-glibc-cdi"),
+        &["--limit", "256Mi"],
+    );
+    let mut c = old_container(&dir, &image, steps);
+    let o = rt.run(c.cdi(&spec));
+    assert_eq!(
+        stdout(&o).lines().collect::<Vec<_>>(),
+        ["cuInit 0", "alloc 209715200 0", "alloc 419430400 2"],
+        "{}",
+        dump(&o)
+    );
+    let native = CdiSpec::generate(&host_dir("old-glibc-cdi-native"), &["--limit", "256Mi"]);
+    let mut c = old_container(&dir, &image, steps);
+    let o = rt.run(c.cdi(&native));
+    assert!(
+        !o.status.success() && stderr(&o).contains("GLIBC_2.3"),
+        "the native device in a glibc 2.31 image\n{}",
+        dump(&o)
+    );
+}
