@@ -43,6 +43,17 @@ impl Dynamic {
     /// The dynamic section of the object loaded at `base` with program headers `phdrs`;
     /// None where it has none, or no symbol or string table.
     pub fn of(base: usize, phdrs: &[libc::Elf64_Phdr]) -> Option<Dynamic> {
+        let dynamic = phdrs.iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
+        // SAFETY: the object's mapped dynamic section, as its program header places it.
+        unsafe { Dynamic::at(base, base + dynamic.p_vaddr as usize) }
+    }
+
+    /// The dynamic section at `section` of the object loaded at `base` (a link map's
+    /// `l_addr` and `l_ld`); None where it has no symbol or string table.
+    ///
+    /// # Safety
+    /// `section` is the object's mapped dynamic section, ended by `DT_NULL`.
+    pub unsafe fn at(base: usize, section: usize) -> Option<Dynamic> {
         // The loader has made most of the dynamic section's addresses absolute in place;
         // where it has not (a read-only section: the vDSO's), they are offsets from the
         // base.
@@ -53,12 +64,11 @@ impl Dynamic {
                 v as usize
             }
         };
-        let dynamic = phdrs.iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
         let mut d = Dynamic {
             base,
             ..Dynamic::default()
         };
-        let mut e = (base + dynamic.p_vaddr as usize) as *const Dyn;
+        let mut e = section as *const Dyn;
         loop {
             // SAFETY: the object's dynamic section, ended by DT_NULL.
             let entry = unsafe { &*e };
@@ -193,7 +203,7 @@ pub const MARKER: &[u8] = b"gpucap_shim_version";
 /// Whether the object `d` describes is a copy of this library: it exports [`MARKER`], or,
 /// a copy built before the marker, the loader names `dlvsym` and `dlmopen` beside the
 /// driver's `cuGetProcAddress_v2` (no C library, driver or NVML exports all three).
-fn is_copy(d: &Dynamic) -> bool {
+pub fn is_copy(d: &Dynamic) -> bool {
     d.function(MARKER).is_some()
         || (d.function(b"dlvsym").is_some()
             && d.function(b"dlmopen").is_some()
@@ -203,7 +213,7 @@ fn is_copy(d: &Dynamic) -> bool {
 /// Set once [`next_function`] passed over another copy of this library: one preloaded
 /// beside it (preloads come before the C library in the loader's list, and glibc's
 /// `dlvsym` is looked for there before anything else).
-static OTHER_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub static OTHER_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether another copy of this library was seen (see [`OTHER_COPY`]).
 pub fn other_copy_seen() -> bool {
@@ -219,7 +229,7 @@ pub fn next_function(name: &[u8]) -> Option<usize> {
     let own = next_function as *const () as usize;
     let (mut seen_own, mut after, mut before) = (false, None, None);
     each_object(|info, phdrs| {
-        if after.is_some() || (!seen_own && before.is_some()) {
+        if after.is_some() {
             return;
         }
         if holds(info, phdrs, own) {
@@ -231,99 +241,16 @@ pub fn next_function(name: &[u8]) -> Option<usize> {
             OTHER_COPY.store(true, std::sync::atomic::Ordering::Relaxed);
             return;
         }
-        let found = d.and_then(|d| d.function(name));
-        match seen_own {
-            true => after = found,
-            false => before = found,
+        // After this library the first definition; before it, the first too, kept for
+        // where none comes after (a definition before this library does not end the
+        // walk: one did, and a wrapper preloaded first called itself through it).
+        if seen_own {
+            after = d.and_then(|d| d.function(name));
+        } else if before.is_none() {
+            before = d.and_then(|d| d.function(name));
         }
     });
     after.or(before)
-}
-
-/// The first definition after this library's (as [`next_function`]) of each of `names`,
-/// in one walk of the loader's list (`out[i]` for `names[i]`).
-pub fn next_functions(names: &[&[u8]], out: &mut [Option<usize>]) {
-    let own = next_functions as *const () as usize;
-    let mut seen_own = false;
-    let mut before = [None::<usize>; 16];
-    let n = names.len().min(out.len()).min(before.len());
-    each_object(|info, phdrs| {
-        if holds(info, phdrs, own) {
-            seen_own = true;
-            return;
-        }
-        let Some(d) = Dynamic::of(info.dlpi_addr as usize, phdrs) else {
-            return;
-        };
-        if is_copy(&d) {
-            OTHER_COPY.store(true, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
-        for i in 0..n {
-            let slot = if seen_own {
-                &mut out[i]
-            } else {
-                &mut before[i]
-            };
-            if slot.is_none() {
-                *slot = d.function(names[i]);
-            }
-        }
-    });
-    for i in 0..n {
-        out[i] = out[i].or(before[i]);
-    }
-}
-
-/// A function of the C library found by name once, the first definition after this
-/// library's ([`next_function`]): the cache of a hook that calls the function it exports.
-pub struct Next {
-    name: &'static [u8],
-    at: std::sync::atomic::AtomicUsize,
-}
-
-impl Next {
-    pub const fn new(name: &'static [u8]) -> Next {
-        Next {
-            name,
-            at: std::sync::atomic::AtomicUsize::new(0),
-        }
-    }
-
-    /// The function's address (found now where it was not yet), None where there is none.
-    pub fn get(&self) -> Option<usize> {
-        use std::sync::atomic::Ordering::{Acquire, Release};
-        match self.at.load(Acquire) {
-            0 => {
-                let p = next_function(self.name)?;
-                self.at.store(p, Release);
-                Some(p)
-            }
-            p => Some(p),
-        }
-    }
-}
-
-/// Finds every one of `all` not found yet, in one walk of the loader's list.
-pub fn find_all(all: &[&Next]) {
-    use std::sync::atomic::Ordering::{Acquire, Release};
-    let mut names: [&[u8]; 16] = [b""; 16];
-    let mut which = [0usize; 16];
-    let mut n = 0;
-    for (i, f) in all.iter().enumerate() {
-        if f.at.load(Acquire) == 0 && n < names.len() {
-            names[n] = f.name;
-            which[n] = i;
-            n += 1;
-        }
-    }
-    let mut out = [None; 16];
-    next_functions(&names[..n], &mut out[..n]);
-    for k in 0..n {
-        if let Some(p) = out[k] {
-            all[which[k]].at.store(p, Release);
-        }
-    }
 }
 
 /// This library's own definition of the function `name`.

@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::elf::Next;
+use crate::link_maps::Next;
 
 use crate::hand_down::Vector;
 
@@ -26,7 +26,7 @@ fn failed(e: c_int) -> c_int {
 
 /// `reals! { STATIC name: Type, ... }`: for each, the cache `STATIC` and `name()`, the C
 /// library's function of that name and type, found once (None where the C library has
-/// none); and `ALL`, every cache (`exec_fork.rs` finds them before a `fork`).
+/// none), without the loader's locks (`link_maps.rs`).
 macro_rules! reals {
     ($($cache:ident $name:ident: $ty:ty),+ $(,)?) => {
         mod real {
@@ -39,8 +39,6 @@ macro_rules! reals {
                     $cache.get().map(|f| unsafe { std::mem::transmute::<usize, $ty>(f) })
                 }
             )+
-            /// Every cache.
-            pub(crate) static ALL: &[&Next] = &[$(&$cache),+];
         }
     };
 }
@@ -53,9 +51,6 @@ reals! {
     POSIX_SPAWN posix_spawn: Spawn,
     POSIX_SPAWNP posix_spawnp: Spawn,
 }
-
-/// The caches of the functions above (`exec_fork.rs` finds them before a `fork`).
-pub(crate) use real::ALL;
 
 /// Calls `exec` with the environment a child is started with (`hand_down.rs`), made
 /// from `envp`; `failed` where it cannot be made. No panic crosses into the caller.

@@ -3,13 +3,15 @@
 //! thread ends. A `vfork` child builds the environment in its parent's memory, and pages
 //! it mapped afresh for each child and never unmapped (its `exec` succeeded) added up in
 //! the parent (24 KiB a child for 3,000 variables); a set per thread that was left when
-//! the thread ended added up the same way with a thread per child.
+//! the thread ended added up the same way with a thread per child, so a thread's pages
+//! are unmapped at its end (a `pthread_key_create` destructor).
 
 use std::cell::Cell;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
 
-use crate::elf::Next;
+use crate::link_maps::Next;
 
 /// Pages of at least the words asked for, this `exec`'s while it holds them.
 pub struct Spare {
@@ -80,32 +82,54 @@ impl Drop for Spare {
     }
 }
 
-/// The C library's `__cxa_thread_atexit_impl`, found once (`exec_fork.rs` finds it
-/// before a `fork`).
-pub static THREAD_ATEXIT: Next = Next::new(b"__cxa_thread_atexit_impl");
+/// The C library's `pthread_key_create` and `pthread_setspecific`, found without the
+/// loader's locks (`link_maps.rs`): the key's destructor unmaps a thread's pages at its
+/// end. Neither takes a lock or allocates (a key below 32 lives in the thread's own
+/// descriptor), so they may run between `vfork` and `exec`, where a registration with
+/// the C library's `__cxa_thread_atexit_impl` would take the loader's lock and allocate.
+static KEY_CREATE: Next = Next::new(b"pthread_key_create");
+static SET_SPECIFIC: Next = Next::new(b"pthread_setspecific");
 
-/// Something of this library's for the C library to keep it loaded while a function of
-/// it waits for a thread's end.
-static ANCHOR: u8 = 0;
+/// The key + 1 (0: not made yet).
+static KEY: AtomicUsize = AtomicUsize::new(0);
 
-/// Registers [`unmap_at_thread_end`] for this thread; whether it is.
+/// Registers [`unmap_at_thread_end`] for this thread (a `vfork` child registers it for
+/// its parent's thread, whose descriptor it shares); whether it is.
 fn at_thread_end() -> bool {
-    type AtExit = unsafe extern "C" fn(
-        unsafe extern "C" fn(*mut c_void),
-        *mut c_void,
-        *mut c_void,
-    ) -> libc::c_int;
-    let Some(f) = THREAD_ATEXIT.get() else {
+    type Create =
+        unsafe extern "C" fn(*mut libc::pthread_key_t, unsafe extern "C" fn(*mut c_void)) -> c_int;
+    type Set = unsafe extern "C" fn(libc::pthread_key_t, *const c_void) -> c_int;
+    let (Some(create), Some(set)) = (KEY_CREATE.get(), SET_SPECIFIC.get()) else {
         return false;
     };
-    // SAFETY: the C library's `__cxa_thread_atexit_impl`, of this signature.
-    let f = unsafe { std::mem::transmute::<usize, AtExit>(f) };
-    let anchor = (&raw const ANCHOR).cast_mut().cast();
-    // SAFETY: a function of this library, no argument, this library as its owner.
-    unsafe { f(unmap_at_thread_end, null_mut(), anchor) == 0 }
+    let mut key = KEY.load(Acquire);
+    if key == 0 {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: the C library's `pthread_key_create`, of this signature.
+        let create = unsafe { std::mem::transmute::<usize, Create>(create) };
+        // SAFETY: `k` is written by the call; the destructor is a function of this library.
+        if unsafe { create(&mut k, unmap_at_thread_end) } != 0 {
+            return false;
+        }
+        // Another thread may have made one meanwhile: the first stored is used (the other
+        // key stays unused).
+        key = match KEY.compare_exchange(0, k as usize + 1, AcqRel, Acquire) {
+            Ok(_) => k as usize + 1,
+            Err(other) => other,
+        };
+    }
+    // SAFETY: the C library's `pthread_setspecific`, of this signature.
+    let set = unsafe { std::mem::transmute::<usize, Set>(set) };
+    // SAFETY: a key made above; a non-null value so that the destructor runs.
+    unsafe {
+        set(
+            (key - 1) as libc::pthread_key_t,
+            std::ptr::dangling::<c_void>(),
+        ) == 0
+    }
 }
 
-/// At a thread's end: its pages unmapped.
+/// At a thread's end (the key's destructor): its pages unmapped.
 unsafe extern "C" fn unmap_at_thread_end(_: *mut c_void) {
     let _ = SPARE.try_with(|s| {
         let (at, len, _, _) = s.get();

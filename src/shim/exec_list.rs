@@ -14,12 +14,11 @@ mod x86_64 {
     use std::ffi::{c_int, c_void};
     use std::ptr::null_mut;
 
-    use crate::elf::Next;
+    use crate::link_maps::Next;
 
     /// The C library's `execl`, `execlp`, `execle`, found once each.
-    /// The C library's `execl`, `execlp`, `execle` (`exec_fork.rs` finds them before a
-    /// `fork`).
-    pub(crate) static ALL: &[&Next] = &[&EXECL, &EXECLP, &EXECLE];
+    /// The C library's `execl`, `execlp`, `execle`, found without the loader's locks.
+    static ALL: &[&Next] = &[&EXECL, &EXECLP, &EXECLE];
     static EXECL: Next = Next::new(b"execl");
     static EXECLP: Next = Next::new(b"execlp");
     static EXECLE: Next = Next::new(b"execle");
@@ -86,10 +85,3 @@ mod x86_64 {
     trampoline!(execlp, 1);
     trampoline!(execle, 2);
 }
-
-#[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::ALL;
-
-/// Elsewhere there are none to find.
-#[cfg(not(target_arch = "x86_64"))]
-pub(crate) static ALL: &[&crate::elf::Next] = &[];

@@ -235,31 +235,36 @@ fn exists(parts: &[&[u8]]) -> bool {
     }
 }
 
-/// This library's path, as the loader named it (empty where unknown).
+/// This library's path, as the loader named it (empty where unknown): from its link map,
+/// read without the loader's locks (`link_maps.rs`), else asked of the loader (`dladdr`)
+/// where that list cannot be read.
 fn own_path() -> &'static [u8] {
     static NAME: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
-    let mut p = NAME.load(Acquire);
-    if p.is_null() {
+    let p = NAME.load(Acquire);
+    if !p.is_null() {
+        // SAFETY: the loader's NUL-terminated name of this library, alive while it is
+        // loaded.
+        return unsafe { CStr::from_ptr(p) }.to_bytes();
+    }
+    let name = crate::link_maps::own_name().or_else(|| {
         let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
         let addr = own_path as fn() -> &'static [u8] as *const c_void;
         // SAFETY: dladdr only reads `addr` (a function of this library) and fills `info`.
         if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
-            return &[];
+            return None;
         }
         // SAFETY: dladdr succeeded: `info` is filled (and was zeroed before).
-        p = unsafe { info.assume_init() }.dli_fname.cast_mut();
-        if p.is_null() {
-            return &[];
+        let p = unsafe { info.assume_init() }.dli_fname;
+        // SAFETY: the loader's NUL-terminated name of this library, alive while loaded.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
+    });
+    match name {
+        Some(n) => {
+            NAME.store(n.as_ptr().cast_mut().cast(), Release);
+            n
         }
-        NAME.store(p, Release);
+        None => &[],
     }
-    // SAFETY: the loader's NUL-terminated name of this library, alive while it is loaded.
-    unsafe { CStr::from_ptr(p) }.to_bytes()
-}
-
-/// Finds this library's path now (`exec_fork.rs`, before a `fork`).
-pub(crate) fn warm() {
-    let _ = own_path();
 }
 
 /// Words of the buffer on the stack (2 KiB: an `exec` may run on a signal handler's

@@ -25,7 +25,8 @@
 //!   replaced and start a child with the cap handed down (`hand_down`: the library and
 //!   this process's configuration, copied at its load by an `.init_array` entry);
 //!   `exec_buffer`: a thread's pages for a child's environment too large for the stack;
-//!   `exec_fork`: the exported `fork`, which finds the functions they call first.
+//!   `link_maps`: the loader's list read without its locks, where the hooks find the C
+//!   library's functions they call (a child's copy of the loader's lock may be held).
 
 // The unit-test build leaves out the FFI edge (it exports `dlsym` and the driver's
 // symbols, which must not interpose on the test binary itself), so the process-wide
@@ -55,8 +56,6 @@ mod exec;
 #[cfg(not(test))]
 mod exec_buffer;
 #[cfg(not(test))]
-mod exec_fork;
-#[cfg(not(test))]
 mod exec_list;
 #[cfg(not(test))]
 mod exit;
@@ -64,6 +63,8 @@ mod exit;
 mod hand_down;
 #[cfg(not(test))]
 mod hooks;
+#[cfg(not(test))]
+mod link_maps;
 #[cfg(not(test))]
 mod rebind;
 #[cfg(not(test))]

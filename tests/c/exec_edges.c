@@ -8,18 +8,23 @@
  *                                forks N children, each of which execve's /bin/true
  *                                (killed by SIGALRM after 3 s if it hangs); prints
  *                                "hung K" (children that did not exit 0 by themselves)
- *   altstack SIZE                a SIGUSR1 handler on an alternate stack of SIZE bytes
- *                                execve's /bin/true (its exit status is this program's);
- *                                prints "returned" where the execve came back
+ *   altstack SIZE                a SIGUSR1 handler on an alternate stack of SIZE bytes (its
+ *                                own pages, an inaccessible page below them: an overflow
+ *                                is a crash) execve's /bin/true (its exit status is this
+ *                                program's); prints "returned" where the execve came back
  *   as-root CMD [ARG...]         sets its user and group to 0 (a set-user-ID program such
  *                                as su), then execve's CMD with PATH alone, as su does
  *   atfork-lock                  a fork handler of its own takes a lock that a thread holds
  *                                while it walks the loader's list (a cache made fork-safe
  *                                so); the main thread forks once (its child execve's
  *                                /bin/true), under an alarm of 5 s; prints "forked"
- *   unloaded-fork LIB            opens LIB (dlopen), closes it (dlclose), then forks a child
- *                                that execve's /bin/true; prints "forked" and whether LIB
- *                                was still loaded after its dlclose
+ *   unloaded-fork LIB            opens LIB (dlopen), calls its cuInit (the shim registers
+ *                                its fork handlers then), closes it (dlclose), then forks a
+ *                                child that execve's /bin/true; prints "forked"
+ *   lock-fork                    a thread takes a lock of the program's inside its walks of
+ *                                the loader's list; the main thread forks while holding
+ *                                that lock (its child execve's /bin/true), under an alarm
+ *                                of 5 s; prints "forked"
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -29,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,8 +84,13 @@ static void exec_true(int sig) {
 }
 
 static int altstack(size_t size) {
-    stack_t ss = {.ss_sp = malloc(size), .ss_size = size, .ss_flags = 0};
-    if (!ss.ss_sp || sigaltstack(&ss, NULL) != 0) return 3;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t len = (size + page - 1) / page * page;
+    char *map = mmap(NULL, len + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED || mprotect(map, page, PROT_NONE) != 0) return 3;
+    /* The stack grows down from its top: its lowest byte just above the guard page. */
+    stack_t ss = {.ss_sp = map + page + (len - size), .ss_size = size, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0) return 3;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = exec_true;
@@ -149,14 +160,49 @@ static int unloaded_fork(const char *lib) {
         fprintf(stderr, "dlopen %s: %s\n", lib, dlerror());
         return 3;
     }
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+    if (!init || init(0) != 0) return 3;
     if (dlclose(h) != 0) return 3;
-    void *again = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
-    printf("still loaded: %s\n", again ? "yes" : "no");
     pid_t pid = fork();
     if (pid == 0) {
         execve("/bin/true", true_argv, no_env);
         _exit(127);
     }
+    int rc = wait_true(pid);
+    if (rc == 0) printf("forked\n");
+    return rc;
+}
+
+static pthread_mutex_t program_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int take_program_lock(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)info;
+    (void)size;
+    (void)data;
+    pthread_mutex_lock(&program_lock);
+    pthread_mutex_unlock(&program_lock);
+    return 0;
+}
+
+static void *walk_taking_lock(void *arg) {
+    (void)arg;
+    for (;;) dl_iterate_phdr(take_program_lock, NULL);
+    return NULL;
+}
+
+static int lock_fork(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, walk_taking_lock, NULL) != 0) return 3;
+    usleep(20000);
+    alarm(5);
+    pthread_mutex_lock(&program_lock);
+    usleep(1000); /* the walking thread now waits for the lock, inside the loader's walk */
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve("/bin/true", true_argv, no_env);
+        _exit(127);
+    }
+    pthread_mutex_unlock(&program_lock);
     int rc = wait_true(pid);
     if (rc == 0) printf("forked\n");
     return rc;
@@ -170,7 +216,8 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "as-root") == 0) return as_root(argv + 2);
     if (argc >= 2 && strcmp(argv[1], "atfork-lock") == 0) return atfork_lock();
     if (argc >= 3 && strcmp(argv[1], "unloaded-fork") == 0) return unloaded_fork(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "lock-fork") == 0) return lock_fork();
     fprintf(stderr, "usage: exec_edges threaded-fork N | altstack SIZE | as-root CMD [ARG...] | "
-                    "atfork-lock | unloaded-fork LIB\n");
+                    "atfork-lock | unloaded-fork LIB | lock-fork\n");
     return 2;
 }

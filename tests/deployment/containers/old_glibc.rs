@@ -93,6 +93,7 @@ fn the_portable_build_caps_in_an_image_with_an_older_glibc() {
          echo check; GPUCAP_LIMIT=256Mi /opt/gpucap/gpucap check; \
          echo forks; export LD_PRELOAD=/opt/gpucap/libgpucap.so GPUCAP_LIMIT=256Mi; \
            /opt/gpucap/exec_edges threaded-fork 5; /opt/gpucap/exec_edges atfork-lock; \
+           /opt/gpucap/exec_edges lock-fork; /opt/gpucap/exec_edges altstack 8192; echo altstack $?; \
            unset LD_PRELOAD; /opt/gpucap/exec_edges unloaded-fork /opt/gpucap/libgpucap.so",
     ));
     let (out, err) = (stdout(&o), stderr(&o));
@@ -137,7 +138,7 @@ fn the_portable_build_caps_in_an_image_with_an_older_glibc() {
     // forks, and a program that opened and closed the library forks.
     assert_eq!(
         section("forks"),
-        ["hung 0", "forked", "still loaded: no", "forked"],
+        ["hung 0", "forked", "forked", "altstack 0", "forked"],
         "{text}"
     );
     assert!(o.status.success(), "{text}");
