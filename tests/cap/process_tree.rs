@@ -369,3 +369,34 @@ fn many_children_with_a_large_environment_cost_the_parent_no_memory() {
         dump(&o)
     );
 }
+
+/// A wrapper of `execve` preloaded before the library (its `dlsym(RTLD_NEXT)` reaches the
+/// shim's) execs: the shim calls the C library's `execve`, the first definition after
+/// itself, not the wrapper's before it (a lookup that took the first one it met recursed
+/// until the wrapper's guard aborted).
+#[test]
+fn a_wrapper_preloaded_before_the_library_execs() {
+    let dir = scratch("tree-wrap");
+    let wrapper = dir.join("libwrap_exec.so");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&wrapper)
+        .arg(root().join("tests/c/libwrap_exec.c"))
+        .arg("-ldl")
+        .status()
+        .unwrap();
+    assert!(status.success(), "cc libwrap_exec.so");
+    let preload = format!("{}:{}", wrapper.display(), shim().display());
+    let argv = [
+        "python3".to_string(),
+        "-c".into(),
+        "import os; os.execve('/bin/sh', ['sh', '-c', 'echo $GPUCAP_LIMIT'], {})".into(),
+    ];
+    let o = parent(
+        &PathBuf::from(preload),
+        &[("GPUCAP_LIMIT", "256Mi")],
+        &argv,
+        "tree-wrap",
+    );
+    assert_eq!(stdout(&o).trim(), "256Mi", "{}", dump(&o));
+}
