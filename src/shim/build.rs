@@ -21,13 +21,13 @@ fn main() {
     // Linked by zig (`scripts/build-portable.sh`: cargo-zigbuild, for an older glibc),
     // whose linker takes `-Bsymbolic` only (the library defines no data another object
     // interposes) and which brings its own static unwinder: nothing more to do.
-    // Its `pthread_atfork` is the C library's old one (glibc before 2.28 had no other for
-    // it to link), which registers a fork handler without the library's handle: a
-    // `dlclose` would leave the handlers of an unloaded library behind, and the next
-    // `fork` crash. `-z nodelete` keeps the library loaded where it was opened.
+    // The library stays loaded where a program opened it and closed it again (`-z
+    // nodelete`): it leaves functions of its own with the C library that outlive any
+    // `dlclose`: a thread key's destructor (`exec_buffer.rs`), and in the zig build the
+    // fork handlers its old `pthread_atfork` registers without the library's handle.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     if linked_by_zig() {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
         return;
     }
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");

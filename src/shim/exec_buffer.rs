@@ -118,6 +118,12 @@ fn at_thread_end() -> bool {
             Err(other) => other,
         };
     }
+    // A key past the 32 a thread's descriptor holds would make `pthread_setspecific`
+    // allocate (where a child's copy of the heap's lock may be held): not registered, and
+    // the thread's pages outlive it (a program that made 32 keys before).
+    if key > 32 {
+        return false;
+    }
     // SAFETY: the C library's `pthread_setspecific`, of this signature.
     let set = unsafe { std::mem::transmute::<usize, Set>(set) };
     // SAFETY: a key made above; a non-null value so that the destructor runs.

@@ -80,21 +80,27 @@ fn first() -> Option<*const LinkMap> {
     }
 }
 
-/// Calls `each(map's base, its dynamic section, its name, whether it is this library)`
-/// for the loader's objects in order until it answers false. False where the list cannot
-/// be read.
+/// Calls `each(map, whether it is this library)` for the loader's objects in order until
+/// it answers false, this library's map and those loaded at the start (the loader's own
+/// map, `AT_BASE`, is the last of them) only: an object opened later may be closed by
+/// another thread meanwhile. False where the list cannot be read.
 fn walk(mut each: impl FnMut(&LinkMap, bool) -> bool) -> bool {
     let Some(mut m) = first() else {
         return false;
     };
     // The address of a symbol of this library, never read.
     let own = &raw const OWN_DYNAMIC as usize;
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let loader = unsafe { libc::getauxval(libc::AT_BASE) } as usize;
+    let mut past_start = false;
     while !m.is_null() {
         // SAFETY: a link map of the loader's list (see the module's doc).
         let map = unsafe { &*m };
-        if !each(map, map.ld == own) {
+        let is_own = map.ld == own;
+        if (!past_start || is_own) && !each(map, is_own) {
             break;
         }
+        past_start |= loader != 0 && map.addr == loader;
         m = map.next;
     }
     true
