@@ -21,6 +21,10 @@
  *   unloaded-fork LIB            opens LIB (dlopen), calls its cuInit (the shim registers
  *                                its fork handlers then), closes it (dlclose), then forks a
  *                                child that execve's /bin/true; prints "forked"
+ *   unloaded-thread LIB          opens LIB; a thread calls LIB's execve (on a file that is not
+ *                                there, with an environment of 3,000 variables: the hooks'
+ *                                pages of that thread) and waits; LIB is closed (dlclose);
+ *                                the thread ends; prints "thread ended"
  *   lock-fork                    a thread takes a lock of the program's inside its walks of
  *                                the loader's list; the main thread forks while holding
  *                                that lock (its child execve's /bin/true), under an alarm
@@ -173,6 +177,40 @@ static int unloaded_fork(const char *lib) {
     return rc;
 }
 
+static int (*opened_execve)(const char *, char *const[], char *const[]);
+static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+
+static void *exec_through_handle(void *arg) {
+    (void)arg;
+    static char *env[3001];
+    static char text[3000][24];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(text[i], sizeof text[i], "V%d=xxxxxxxxxxxxxxxx", i);
+        env[i] = text[i];
+    }
+    env[3000] = NULL;
+    opened_execve("/nonexistent/x", true_argv, env);
+    pthread_mutex_lock(&gate); /* until the library is closed */
+    pthread_mutex_unlock(&gate);
+    return NULL;
+}
+
+static int unloaded_thread(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return 3;
+    opened_execve = (int (*)(const char *, char *const[], char *const[]))dlsym(h, "execve");
+    if (!opened_execve) return 3;
+    pthread_mutex_lock(&gate);
+    pthread_t t;
+    if (pthread_create(&t, NULL, exec_through_handle, NULL) != 0) return 3;
+    usleep(100000);
+    if (dlclose(h) != 0) return 3;
+    pthread_mutex_unlock(&gate);
+    pthread_join(t, NULL);
+    printf("thread ended\n");
+    return 0;
+}
+
 static pthread_mutex_t program_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int take_program_lock(struct dl_phdr_info *info, size_t size, void *data) {
@@ -217,7 +255,8 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "atfork-lock") == 0) return atfork_lock();
     if (argc >= 3 && strcmp(argv[1], "unloaded-fork") == 0) return unloaded_fork(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "lock-fork") == 0) return lock_fork();
+    if (argc >= 3 && strcmp(argv[1], "unloaded-thread") == 0) return unloaded_thread(argv[2]);
     fprintf(stderr, "usage: exec_edges threaded-fork N | altstack SIZE | as-root CMD [ARG...] | "
-                    "atfork-lock | unloaded-fork LIB | lock-fork\n");
+                    "atfork-lock | unloaded-fork LIB | lock-fork | unloaded-thread LIB\n");
     return 2;
 }

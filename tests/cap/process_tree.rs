@@ -319,6 +319,23 @@ fn forks_around_gpucap_never_hang_or_crash() {
             lib.display(),
             dump(&o)
         );
+        // The library closed while a thread's pages are registered for its end: the
+        // thread ends (before, its key's destructor was in the unloaded library: rc 139).
+        let argv = [
+            edges.clone(),
+            "unloaded-thread".into(),
+            lib.display().to_string(),
+        ];
+        let o = run(fake_cmd(&argv[0], &stats)
+            .args(&argv[1..])
+            .env("GPUCAP_LIMIT", "256Mi"));
+        assert_eq!(
+            stdout(&o).trim(),
+            "thread ended",
+            "{}\n{}",
+            lib.display(),
+            dump(&o)
+        );
     }
 }
 
