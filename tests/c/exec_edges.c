@@ -45,6 +45,17 @@
 static char *true_argv[] = {"true", NULL};
 static char *no_env[] = {NULL};
 
+/* A child that execve's /bin/true with an empty environment (alarm: 3 s if it hangs). */
+static pid_t fork_true(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(3);
+        execve("/bin/true", true_argv, no_env);
+        _exit(127);
+    }
+    return pid;
+}
+
 static int count_object(struct dl_phdr_info *info, size_t size, void *data) {
     (void)info;
     (void)size;
@@ -64,13 +75,8 @@ static int threaded_fork(int n) {
     if (pthread_create(&t, NULL, walk, NULL) != 0) return 3;
     int hung = 0;
     for (int i = 0; i < n; i++) {
-        pid_t pid = fork();
+        pid_t pid = fork_true();
         if (pid < 0) return 3;
-        if (pid == 0) {
-            alarm(3);
-            execve("/bin/true", true_argv, no_env);
-            _exit(127);
-        }
         int status = 0;
         if (waitpid(pid, &status, 0) != pid) return 3;
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) hung++;
@@ -148,11 +154,7 @@ static int atfork_lock(void) {
     if (pthread_create(&t, NULL, walk_under_lock, NULL) != 0) return 3;
     usleep(20000);
     alarm(5);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execve("/bin/true", true_argv, no_env);
-        _exit(127);
-    }
+    pid_t pid = fork_true();
     int rc = wait_true(pid);
     if (rc == 0) printf("forked\n");
     return rc;
@@ -167,11 +169,7 @@ static int unloaded_fork(const char *lib) {
     int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
     if (!init || init(0) != 0) return 3;
     if (dlclose(h) != 0) return 3;
-    pid_t pid = fork();
-    if (pid == 0) {
-        execve("/bin/true", true_argv, no_env);
-        _exit(127);
-    }
+    pid_t pid = fork_true();
     int rc = wait_true(pid);
     if (rc == 0) printf("forked\n");
     return rc;
@@ -235,11 +233,7 @@ static int lock_fork(void) {
     alarm(5);
     pthread_mutex_lock(&program_lock);
     usleep(1000); /* the walking thread now waits for the lock, inside the loader's walk */
-    pid_t pid = fork();
-    if (pid == 0) {
-        execve("/bin/true", true_argv, no_env);
-        _exit(127);
-    }
+    pid_t pid = fork_true();
     pthread_mutex_unlock(&program_lock);
     int rc = wait_true(pid);
     if (rc == 0) printf("forked\n");
