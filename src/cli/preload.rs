@@ -99,12 +99,7 @@ pub fn wheel_candidates(bin_dir: &Path) -> Vec<PathBuf> {
 /// Can `path` be written in LD_PRELOAD? The loader splits the list on spaces and colons
 /// and has no escape for them.
 pub fn check_preloadable(path: &Path) -> Result<(), String> {
-    if path
-        .as_os_str()
-        .as_bytes()
-        .iter()
-        .any(|b| matches!(b, b' ' | b':' | b'\t' | b'\n'))
-    {
+    if !gpucap_core::config::preloadable(path.as_os_str().as_bytes()) {
         Err(format!(
             "the path of {LIB_NAME} ({}) contains a space or a colon, which LD_PRELOAD cannot \
              express; move it, or set GPUCAP_LIB to a path without them",
@@ -117,11 +112,7 @@ pub fn check_preloadable(path: &Path) -> Result<(), String> {
 
 /// The entries of an LD_PRELOAD value (separated by spaces or colons), empties dropped.
 pub fn preload_entries(value: &OsStr) -> impl Iterator<Item = &OsStr> {
-    value
-        .as_bytes()
-        .split(|b| matches!(b, b' ' | b':' | b'\t' | b'\n'))
-        .filter(|e| !e.is_empty())
-        .map(OsStr::from_bytes)
+    gpucap_core::config::preload_entries(value.as_bytes()).map(OsStr::from_bytes)
 }
 
 /// LD_PRELOAD with `lib` appended: the user's preloads are kept as written and come

@@ -36,32 +36,39 @@ fn cap_figure(name: &[u8]) -> bool {
             .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"_"))
 }
 
+/// An environment entry `NAME=value` as its name and value (the whole entry and an
+/// empty value where it has no `=`).
+fn split_entry(entry: &[u8]) -> (&[u8], &[u8]) {
+    match entry.iter().position(|&b| b == b'=') {
+        Some(eq) => (&entry[..eq], &entry[eq + 1..]),
+        None => (entry, &[]),
+    }
+}
+
 /// The name of an environment entry `NAME=value` (the whole entry where it has no `=`).
 pub fn name_of(entry: &[u8]) -> &[u8] {
-    entry
-        .iter()
-        .position(|&b| b == b'=')
-        .map_or(entry, |eq| &entry[..eq])
+    split_entry(entry).0
 }
 
 /// The value of an environment entry `NAME=value` (empty where it has no `=`).
 fn value_of(entry: &[u8]) -> &[u8] {
-    entry
-        .iter()
-        .position(|&b| b == b'=')
-        .map_or(&[][..], |eq| &entry[eq + 1..])
+    split_entry(entry).1
 }
 
-/// The entries of an `LD_PRELOAD` value: the loader splits it on spaces and colons.
-fn preload_entries(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value
-        .split(|b| matches!(b, b' ' | b':' | b'\t' | b'\n'))
-        .filter(|e| !e.is_empty())
+/// Whether the loader splits an `LD_PRELOAD` value at this byte (spaces and colons; it
+/// has no escape for them).
+fn separates(b: &u8) -> bool {
+    matches!(b, b' ' | b':' | b'\t' | b'\n')
+}
+
+/// The entries of an `LD_PRELOAD` value, empties dropped (the shim's and `gpucap run`'s).
+pub fn preload_entries(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(separates).filter(|e| !e.is_empty())
 }
 
 /// Whether `lib` can be named in `LD_PRELOAD` at all (no separator in it).
 pub fn preloadable(lib: &[u8]) -> bool {
-    !lib.is_empty() && preload_entries(lib).count() == 1 && preload_entries(lib).next() == Some(lib)
+    !lib.is_empty() && !lib.iter().any(separates)
 }
 
 /// One entry of a child's planned environment.
