@@ -86,99 +86,36 @@ type Spawn = unsafe extern "C" fn(
     Vector,
 ) -> c_int;
 
-// Each of the family (see the module's doc): the report, then the C library's `execve`,
-// `execvpe`, `fexecve` or `execveat` with the environment handed down (`execv` and
-// `execvp` are those two with `environ`, as the C library defines them).
-
-/// See the module's doc.
-///
-/// # Safety
-/// The C library's contract for this function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execve(path: *const c_char, argv: Vector, envp: Vector) -> c_int {
-    before_exec();
-    let Some(f) = real::execve() else {
-        return failed(libc::ENOSYS);
+/// `exec_hook!(name(arg: Type, ...) = real(call, ...) with ENV from SOURCE)` exports
+/// `name`: the report, then the C library's `real` (found without the loader's locks)
+/// called with `call`s, where `ENV` is the environment handed down, made from `SOURCE`
+/// (the caller's, or `environ()`); -1 with `ENOSYS` where the C library has no `real`.
+macro_rules! exec_hook {
+    ($name:ident($($arg:ident: $ty:ty),+) = $real:ident($($call:ident),+) with $env:ident from $source:expr) => {
+        /// See the module's doc.
+        ///
+        /// # Safety
+        /// The C library's contract for this function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),+) -> c_int {
+            before_exec();
+            let Some(f) = real::$real() else {
+                return failed(libc::ENOSYS);
+            };
+            // SAFETY: the caller's arguments, the environment handed down.
+            handed_down($source, -1, |$env| unsafe { f($($call),+) })
+        }
     };
-    // SAFETY: the caller's arguments, the environment handed down.
-    handed_down(envp, -1, |env| unsafe { f(path, argv, env) })
 }
 
-/// See the module's doc.
-///
-/// # Safety
-/// The C library's contract for this function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: Vector) -> c_int {
-    before_exec();
-    let Some(f) = real::execve() else {
-        return failed(libc::ENOSYS);
-    };
-    // SAFETY: the caller's arguments, the environment handed down.
-    handed_down(environ(), -1, |env| unsafe { f(path, argv, env) })
-}
-
-/// See the module's doc.
-///
-/// # Safety
-/// The C library's contract for this function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: Vector) -> c_int {
-    before_exec();
-    let Some(f) = real::execvpe() else {
-        return failed(libc::ENOSYS);
-    };
-    // SAFETY: the caller's arguments, the environment handed down.
-    handed_down(environ(), -1, |env| unsafe { f(file, argv, env) })
-}
-
-/// See the module's doc.
-///
-/// # Safety
-/// The C library's contract for this function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Vector, envp: Vector) -> c_int {
-    before_exec();
-    let Some(f) = real::execvpe() else {
-        return failed(libc::ENOSYS);
-    };
-    // SAFETY: the caller's arguments, the environment handed down.
-    handed_down(envp, -1, |env| unsafe { f(file, argv, env) })
-}
-
-/// See the module's doc.
-///
-/// # Safety
-/// The C library's contract for this function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fexecve(fd: c_int, argv: Vector, envp: Vector) -> c_int {
-    before_exec();
-    let Some(f) = real::fexecve() else {
-        return failed(libc::ENOSYS);
-    };
-    // SAFETY: the caller's arguments, the environment handed down.
-    handed_down(envp, -1, |env| unsafe { f(fd, argv, env) })
-}
-
-/// See the module's doc.
-///
-/// # Safety
-/// The C library's contract for this function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execveat(
-    dirfd: c_int,
-    path: *const c_char,
-    argv: Vector,
-    envp: Vector,
-    flags: c_int,
-) -> c_int {
-    before_exec();
-    let Some(f) = real::execveat() else {
-        return failed(libc::ENOSYS);
-    };
-    // SAFETY: the caller's arguments, the environment handed down.
-    handed_down(envp, -1, |env| unsafe { f(dirfd, path, argv, env, flags) })
-}
+// Each of the family (see the module's doc): `execv` and `execvp` are `execve` and
+// `execvpe` with `environ`, as the C library defines them.
+exec_hook!(execve(path: *const c_char, argv: Vector, envp: Vector) = execve(path, argv, env) with env from envp);
+exec_hook!(execv(path: *const c_char, argv: Vector) = execve(path, argv, env) with env from environ());
+exec_hook!(execvp(file: *const c_char, argv: Vector) = execvpe(file, argv, env) with env from environ());
+exec_hook!(execvpe(file: *const c_char, argv: Vector, envp: Vector) = execvpe(file, argv, env) with env from envp);
+exec_hook!(fexecve(fd: c_int, argv: Vector, envp: Vector) = fexecve(fd, argv, env) with env from envp);
+exec_hook!(execveat(dirfd: c_int, path: *const c_char, argv: Vector, envp: Vector, flags: c_int) = execveat(dirfd, path, argv, env, flags) with env from envp);
 
 // `posix_spawn` and `posix_spawnp` start a child through the C library's own `execve`,
 // out of reach of the export above: the C library's function with the environment

@@ -17,19 +17,19 @@ mod x86_64 {
     use crate::link_maps::Next;
 
     /// The C library's `execl`, `execlp`, `execle`, found once each.
-    /// The C library's `execl`, `execlp`, `execle`, found without the loader's locks.
-    static ALL: &[&Next] = &[&EXECL, &EXECLP, &EXECLE];
-    static EXECL: Next = Next::new(b"execl");
-    static EXECLP: Next = Next::new(b"execlp");
-    static EXECLE: Next = Next::new(b"execle");
+    static REAL: [Next; 3] = [
+        Next::new(b"execl"),
+        Next::new(b"execlp"),
+        Next::new(b"execle"),
+    ];
 
     /// Writes the report and answers the C library's function `which` (0 `execl`, 1
     /// `execlp`, 2 `execle`), null where it has none. Called from the trampolines only,
     /// with their arguments saved.
     extern "C" fn prepare(which: u32) -> *mut c_void {
         crate::exec::before_exec();
-        let i = (which as usize).min(ALL.len() - 1);
-        ALL[i].get().map_or(null_mut(), |f| f as *mut c_void)
+        let i = (which as usize).min(REAL.len() - 1);
+        REAL[i].get().map_or(null_mut(), |f| f as *mut c_void)
     }
 
     /// Where the C library has no such function: -1 with `ENOSYS`, as `exec.rs`'s.

@@ -69,15 +69,7 @@ fn copy_start(envp: Vector) {
     // `bytes` until the state is 2.
     let bytes = unsafe { &mut *START.bytes.get() };
     let mut len = 0;
-    let mut p = envp;
-    while !p.is_null() {
-        // SAFETY: `p` points into the NULL-terminated vector, at most at its NULL.
-        let entry = unsafe { *p };
-        if entry.is_null() {
-            break;
-        }
-        // SAFETY: not past the terminator (checked above).
-        p = unsafe { p.add(1) };
+    for entry in Entries(envp) {
         // SAFETY: a non-null entry is a NUL-terminated string: its first byte is there.
         if !config::may_be_looked_at(unsafe { *entry } as u8) {
             continue; // most of an environment: not read further
@@ -139,13 +131,14 @@ pub fn remember_file(file: bool) {
     READ_FILE.store(if file { 2 } else { 1 }, Release);
 }
 
-/// The entries of a NULL-terminated environment vector (none for a null one).
+/// The entries of a NULL-terminated environment vector (none for a null one), each a
+/// non-null NUL-terminated string.
 #[derive(Clone, Copy)]
 struct Entries(Vector);
 
 impl Iterator for Entries {
-    type Item = &'static [u8];
-    fn next(&mut self) -> Option<&'static [u8]> {
+    type Item = *const c_char;
+    fn next(&mut self) -> Option<*const c_char> {
         if self.0.is_null() {
             return None;
         }
@@ -156,13 +149,14 @@ impl Iterator for Entries {
         }
         // SAFETY: not past the terminator (checked above).
         self.0 = unsafe { self.0.add(1) };
-        // SAFETY: a non-null entry is a NUL-terminated string, alive until the `exec`.
-        Some(unsafe { CStr::from_ptr(entry) }.to_bytes())
+        Some(entry)
     }
 }
 
-fn entries(envp: Vector) -> Entries {
-    Entries(envp)
+/// The entries of `envp` as bytes.
+fn entries(envp: Vector) -> impl Iterator<Item = &'static [u8]> + Clone {
+    // SAFETY: each a NUL-terminated string, alive until the `exec`.
+    Entries(envp).map(|e| unsafe { CStr::from_ptr(e) }.to_bytes())
 }
 
 /// NUL-terminated entries in a buffer.
@@ -285,7 +279,7 @@ pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector)
     }
     let caller = entries(envp);
     let (mut count, mut bytes) = (1, 0);
-    config::plan(caller, split(vars), lib, |p| {
+    config::plan(caller.clone(), split(vars), lib, |p| {
         count += 1;
         if let Part::Preload { .. } = p {
             bytes += p.bytes(lib) + 1;
