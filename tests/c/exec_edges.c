@@ -29,9 +29,17 @@
  *                                the loader's list; the main thread forks while holding
  *                                that lock (its child execve's /bin/true), under an alarm
  *                                of 5 s; prints "forked"
+ *   lists                        the variadic calls, each in a child, the environment cleared
+ *                                first (clearenv): execl and execlp of sh with 4 arguments
+ *                                (past the argument registers) and with 70 (past the vector
+ *                                the shim builds on its stack), execle with an environment of
+ *                                its own; each sh prints its argument count, first and last
+ *                                argument, and GPUCAP_LIMIT; an execl of a file that is not
+ *                                there prints its errno
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
@@ -240,6 +248,38 @@ static int lock_fork(void) {
     return rc;
 }
 
+#define X10(p) p "0", p "1", p "2", p "3", p "4", p "5", p "6", p "7", p "8", p "9"
+#define SHOW "echo $#:$1:${@: -1}:${GPUCAP_LIMIT-unset}"
+
+/* Runs `which` (0-4) in a child with an empty environment; waits for it. */
+static void list_child(int which) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        clearenv();
+        char *env[] = {"FROM=execle", NULL};
+        switch (which) {
+        case 0: execl("/bin/bash", "bash", "-c", SHOW, "bash", "a", "b", "c", "d", (char *)NULL); break;
+        case 1:
+            execlp("/bin/bash", "bash", "-c", SHOW, "bash", X10("a"), X10("b"), X10("c"), X10("d"),
+                   X10("e"), X10("f"), X10("g"), (char *)NULL);
+            break;
+        case 2: execle("/bin/bash", "bash", "-c", SHOW " $FROM", "bash", "x", (char *)NULL, env); break;
+        case 3:
+            execl("/nonexistent/x", "x", (char *)NULL);
+            printf("%d\n", errno);
+            _exit(0);
+        }
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+}
+
+static int lists(void) {
+    for (int i = 0; i < 4; i++) list_child(i);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc >= 3 && strcmp(argv[1], "threaded-fork") == 0) return threaded_fork(atoi(argv[2]));
@@ -250,7 +290,8 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "unloaded-fork") == 0) return unloaded_fork(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "lock-fork") == 0) return lock_fork();
     if (argc >= 3 && strcmp(argv[1], "unloaded-thread") == 0) return unloaded_thread(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "lists") == 0) return lists();
     fprintf(stderr, "usage: exec_edges threaded-fork N | altstack SIZE | as-root CMD [ARG...] | "
-                    "atfork-lock | unloaded-fork LIB | lock-fork | unloaded-thread LIB\n");
+                    "atfork-lock | unloaded-fork LIB | lock-fork | unloaded-thread LIB | lists\n");
     return 2;
 }

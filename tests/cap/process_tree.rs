@@ -264,6 +264,23 @@ fn exec_edges() -> PathBuf {
     compile_c("exec_edges", "", &[])
 }
 
+/// The variadic calls (`execl`, `execlp`, `execle`) after the environment was cleared,
+/// or with one of `execle`'s own, hand the cap down as the rest of the family does, and
+/// pass their arguments on whole: past the six argument registers, past the 64 the
+/// shim's vector holds on its stack (before, each child ran with `GPUCAP_LIMIT` unset:
+/// the trampolines wrote the report and called the C library's function).
+#[test]
+fn the_variadic_execs_hand_down_the_cap_and_every_argument() {
+    let argv = [exec_edges().display().to_string(), "lists".into()];
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-lists");
+    assert_eq!(
+        stdout(&o),
+        "4:a:d:256Mi\n70:a0:g9:256Mi\n1:x:x:256Mi execle\n2\n",
+        "execl, execlp with 70 arguments, execle, an execl that fails (ENOENT)\n{}",
+        dump(&o)
+    );
+}
+
 /// A child forked while another thread of its parent walks the loader's list of objects
 /// does not hang in its `exec`: the functions the hooks call are found before the `fork`
 /// (before, each of 10 such children hung until its alarm: the list's lock, held by the
