@@ -5,7 +5,7 @@
 //! lookup made before the `fork` instead (an exported `fork`, a fork handler) hung
 //! programs whose own threads take a lock of theirs inside the loader's walk.
 //!
-//! The list is the link maps the loader publishes for debuggers (`r_debug`, which the
+//! The list is the link maps the loader publishes for debuggers (`_r_debug`, which the
 //! main program's `DT_DEBUG` entry points to), read in order; its first objects (the
 //! program, the preloads, the C library) are never unloaded, and a lookup stops at the
 //! first definition after this library, which the C library gives before any object
@@ -26,63 +26,42 @@ struct LinkMap {
     prev: *const LinkMap,
 }
 
-/// `struct r_debug`'s first fields.
+/// `struct r_debug` (glibc's `<link.h>`).
 #[repr(C)]
 struct RDebug {
     version: i32,
     map: *const LinkMap,
+    brk: usize,
+    state: i32,
+    /// The loader's own base: its link map's `l_addr` (`AT_BASE`, which is 0 where the
+    /// loader was started by name).
+    ldbase: usize,
 }
 
-const DT_DEBUG: i64 = 21;
-
 unsafe extern "C" {
+    /// The loader's list for debuggers (`<link.h>`; exported by `ld.so`).
+    #[link_name = "_r_debug"]
+    static R_DEBUG: RDebug;
+
     /// This library's own dynamic section (the static linker's symbol): how its link map
     /// is told from the others.
     #[link_name = "_DYNAMIC"]
     static OWN_DYNAMIC: u8;
 }
 
-/// The first link map, from the main program's `DT_DEBUG` entry (None where it has none:
-/// a program linked without it, or one the loader did not start).
+/// The first link map: the loader's `r_debug`, where the main program's `DT_DEBUG` entry
+/// points to (its own export, bound when this library was loaded: a program linked
+/// without `DT_DEBUG`, or started by naming the loader, is read as any other); None
+/// before the loader has filled it.
 fn first() -> Option<*const LinkMap> {
-    // SAFETY: getauxval only reads the auxiliary vector.
-    let (phdr, phnum) = unsafe {
-        (
-            libc::getauxval(libc::AT_PHDR) as usize,
-            libc::getauxval(libc::AT_PHNUM) as usize,
-        )
-    };
-    if phdr == 0 || phnum == 0 {
-        return None;
-    }
-    // SAFETY: the auxiliary vector's program headers of the main program, mapped.
-    let phdrs = unsafe { std::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum) };
-    let bias = phdrs
-        .iter()
-        .find(|p| p.p_type == libc::PT_PHDR)
-        .map_or(0, |p| phdr.wrapping_sub(p.p_vaddr as usize));
-    let dynamic = phdrs.iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
-    let mut e = bias.wrapping_add(dynamic.p_vaddr as usize) as *const [i64; 2];
-    loop {
-        // SAFETY: the main program's dynamic section, ended by DT_NULL.
-        let [tag, val] = unsafe { *e };
-        match tag {
-            0 => return None,
-            DT_DEBUG if val != 0 => {
-                // SAFETY: the loader's `r_debug`, filled before any constructor ran.
-                let map = unsafe { (*(val as *const RDebug)).map };
-                return (!map.is_null()).then_some(map);
-            }
-            _ => {}
-        }
-        // SAFETY: within the section: the entry read was not DT_NULL.
-        e = unsafe { e.add(1) };
-    }
+    // SAFETY: the loader's `r_debug`, filled before any constructor ran.
+    let map = unsafe { R_DEBUG.map };
+    (!map.is_null()).then_some(map)
 }
 
 /// Calls `each(map, whether it is this library)` for the loader's objects in order until
 /// it answers false, this library's map and those loaded at the start (the loader's own
-/// map, `AT_BASE`, is the last of them) only: an object opened later may be closed by
+/// map, at `r_debug`'s `r_ldbase`, is the last of them) only: an object opened later may be closed by
 /// another thread meanwhile. False where the list cannot be read.
 fn walk(mut each: impl FnMut(&LinkMap, bool) -> bool) -> bool {
     let Some(mut m) = first() else {
@@ -90,8 +69,8 @@ fn walk(mut each: impl FnMut(&LinkMap, bool) -> bool) -> bool {
     };
     // The address of a symbol of this library, never read.
     let own = &raw const OWN_DYNAMIC as usize;
-    // SAFETY: getauxval only reads the auxiliary vector.
-    let loader = unsafe { libc::getauxval(libc::AT_BASE) } as usize;
+    // SAFETY: the loader's `r_debug`, filled before any constructor ran.
+    let loader = unsafe { R_DEBUG.ldbase };
     let mut past_start = false;
     while !m.is_null() {
         // SAFETY: a link map of the loader's list (see the module's doc).
