@@ -31,7 +31,9 @@
 // Starts N members (claim), then in each round starts K more (K drawn from 1 to N) while
 // killing K of the members alive (SIGKILL, each kill right after a fork), and checks that
 // every member alive after the round holds the same memfd (one budget): prints the rounds
-// whose members held more than one. In every tenth round (5, 15, ...) all members are
+// whose members held more than one, with each member's memfd, the pool file it opened (its
+// inode: another file made at the path would show) and whether it made its memfd or was
+// handed it. In every tenth round (5, 15, ...) all members are
 // stopped (SIGSTOP; waited for until each of their threads is) while two more join, and
 // let go once both have reported: nobody answers them, and they must be refused (after
 // 3 s) rather than make a second memfd; MEMFD_JOIN_NO_HOLD=1 makes it all the same, which
@@ -67,6 +69,8 @@ struct holder { int32_t pid, fd; uint64_t ino; };
 
 static char pool[256], sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static int listening = -1, live = -1;
+static int made_here;          /* this member made the memfd it holds (claim) */
+static uint64_t file_ino;       /* the pool file it opened (claim) */
 
 static double now(void) {
     struct timespec t;
@@ -228,7 +232,8 @@ static int claim_join(int file) {
         if (lk(file, F_OFD_SETLK, F_WRLCK, MAKE_BYTE) == 0) {
             int made = held(file) == 1 ? 0 : -1;
             if (made && (no_hold || lk(file, F_OFD_SETLK, F_WRLCK, HOLD_BYTE) == 0)) {
-                made = make_words(file); // nobody else holds a memfd: this one is the set's
+                made = made_here = make_words(file) == 0; // nobody else holds one: the set's
+                made = made ? 0 : -1;
                 lk(file, F_OFD_SETLK, F_RDLCK, HOLD_BYTE);
             }
             lk(file, F_OFD_SETLK, F_UNLCK, MAKE_BYTE);
@@ -242,6 +247,8 @@ static int claim_join(int file) {
 static _Atomic uint64_t *join(const char *mode) {
     int file = open(pool, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (file < 0) return NULL;
+    struct stat fst;
+    if (fstat(file, &fst) == 0) file_ino = fst.st_ino;
     int by_socket = !strcmp(mode, "socket");
     if (!strcmp(mode, "file")) {
         live = file;
@@ -274,14 +281,14 @@ static _Atomic uint64_t *join(const char *mode) {
     return w == MAP_FAILED ? NULL : w;
 }
 
-struct report { int32_t pid, ok; uint64_t ino; };
+struct report { int32_t pid, ok; uint64_t ino, file_ino; int32_t made, pad; };
 
 static pid_t spawn_member(int rep) {
     pid_t c = fork();
     if (c == 0) {
         _Atomic uint64_t *w = join("claim");
         struct stat st;
-        struct report r = { getpid(), w != NULL, 0 };
+        struct report r = { getpid(), w != NULL, 0, file_ino, made_here, 0 };
         if (w && fstat(live, &st) == 0) r.ino = st.st_ino;
         write(rep, &r, sizeof r);
         for (;;) pause();
@@ -317,7 +324,8 @@ static void stopped_all(pid_t pid) {
 
 static int churn(int n, int rounds) {
     static pid_t alive[8192];
-    static uint64_t ino[8192];
+    static struct report info[8192]; // each member's report (ino 0: not yet, or refused)
+    static int round_of[8192];        // the round it was started in
     int rep[2], count = 0, split = 0, failed = 0, stopped_refused = 0;
     if (pipe(rep)) return 1;
     srand(getpid());
@@ -330,15 +338,13 @@ static int churn(int n, int rounds) {
                 int v = rand() % from;
                 kill(alive[v], SIGKILL);
                 waitpid(alive[v], NULL, 0);
-                alive[v] = alive[from - 1];
-                ino[v] = ino[from - 1];
-                alive[from - 1] = alive[count - 1];
-                ino[from - 1] = ino[count - 1];
+                alive[v] = alive[from - 1], info[v] = info[from - 1], round_of[v] = round_of[from - 1];
+                alive[from - 1] = alive[count - 1], info[from - 1] = info[count - 1];
+                round_of[from - 1] = round_of[count - 1];
                 from--;
                 count--;
             }
-            alive[count] = c;
-            ino[count++] = 0;
+            alive[count] = c, info[count] = (struct report){0}, round_of[count++] = r;
         }
         int stopping = r % 10 == 5, waiting = 0, stopped = count;
         pid_t joiner[2] = {0, 0};
@@ -347,7 +353,7 @@ static int churn(int n, int rounds) {
             for (int i = 0; i < count; i++) stopped_all(alive[i]);
             for (int j = 0; j < 2; j++) {
                 joiner[j] = alive[count] = spawn_member(rep[1]);
-                ino[count++] = 0;
+                info[count] = (struct report){0}, round_of[count++] = r;
             }
             fresh += 2;
             waiting = 2;
@@ -358,19 +364,24 @@ static int churn(int n, int rounds) {
             failed += !rp.ok;
             stopped_refused += !rp.ok && stopping; // every joiner of that round was stopped too
             for (int i = 0; i < count; i++)
-                if (alive[i] == rp.pid) ino[i] = rp.ino;
+                if (alive[i] == rp.pid) info[i] = rp;
             if (waiting && (rp.pid == joiner[0] || rp.pid == joiner[1]) && --waiting == 0)
                 for (int i = 0; i < stopped; i++) kill(alive[i], SIGCONT); // both joiners have reported: let go
         }
         int sets = 0;
         for (int i = 0; i < count; i++) { // a member refused (ino 0) holds no budget
-            int seen = ino[i] == 0;
-            for (int j = 0; j < i && !seen; j++) seen = ino[j] == ino[i];
+            int seen = info[i].ino == 0;
+            for (int j = 0; j < i && !seen; j++) seen = info[j].ino == info[i].ino;
             sets += !seen;
         }
         if (sets != 1) {
             split++;
             printf("round %d: the %d members alive hold %d different memfds\n", r, count, sets);
+            for (int i = 0; i < count; i++) // what each holds, which pool file it opened, how
+                printf("  pid %d (started in round %d): memfd %llu, pool file %llu, %s\n",
+                       (int)alive[i], round_of[i], (unsigned long long)info[i].ino,
+                       (unsigned long long)info[i].file_ino,
+                       !info[i].ok ? "refused" : info[i].made ? "made it" : "handed it");
         }
         fresh = 1 + rand() % n;
     }

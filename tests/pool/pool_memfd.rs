@@ -13,9 +13,13 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// A directory short enough for a socket's address (the test's scratch may not be), made
-/// and removed by the prototype.
+/// and removed by the prototype; named for this run alone (the time beside the pid: no
+/// other run, now or before, shares its pool file or socket).
 fn short_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpucap-memfd-{tag}-{}", std::process::id()));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() % 1_000_000_000_000);
+    let d = std::env::temp_dir().join(format!("gpucap-memfd-{tag}-{}-{nanos}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }
@@ -51,6 +55,8 @@ fn a_truncated_pool_file_kills_the_members_that_map_it_and_none_whose_words_are_
 
 /// Each round starts up to 16 members while killing as many; round 5 stops every member
 /// while two more join, until both have reported (nobody answers them in their 3 s).
+/// Where members hold two memfds, the prototype prints each member's memfd, pool file and
+/// whether it made its memfd or was handed it.
 #[test]
 fn members_killed_or_stopped_as_others_join_never_keep_two_budgets() {
     let (_, out) = prototype(&["churn", "16", "6"], &short_dir("churn"), false);
