@@ -23,6 +23,9 @@ const DT_RELASZ: i64 = 8;
 const DT_JMPREL: i64 = 23;
 const DT_GNU_HASH: i64 = 0x6fff_fef5;
 const DT_VERSYM: i64 = 0x6fff_fff0;
+/// Symbol types (`STT_OBJECT`, `STT_FUNC`).
+const STT_OBJECT: u8 = 1;
+const STT_FUNC: u8 = 2;
 
 /// What an object's dynamic section says, as addresses in this process (0: absent).
 #[derive(Default)]
@@ -107,8 +110,19 @@ impl Dynamic {
     /// The address of the function `name` this object defines at its default version
     /// (what a reference without a version binds to), by its hash table.
     pub fn function(&self, name: &[u8]) -> Option<usize> {
+        self.defined(name, STT_FUNC)
+    }
+
+    /// The address of the data object `name` this object defines at its default version.
+    pub fn object(&self, name: &[u8]) -> Option<usize> {
+        self.defined(name, STT_OBJECT)
+    }
+
+    /// The address of the symbol `name` of type `kind` this object defines at its
+    /// default version, by its hash table.
+    fn defined(&self, name: &[u8], kind: u8) -> Option<usize> {
         let fits = |i: usize| {
-            self.defines(i, name)
+            self.defines(i, name, kind)
                 .then(|| self.base + self.symbol(i).st_value as usize)
         };
         if self.gnu_hash != 0 {
@@ -120,15 +134,15 @@ impl Dynamic {
         }
     }
 
-    /// Whether symbol `i` is a function named `name`, defined here at its default version.
-    fn defines(&self, i: usize, name: &[u8]) -> bool {
-        const STT_FUNC: u8 = 2;
+    /// Whether symbol `i` is of type `kind` and named `name`, defined here at its default
+    /// version.
+    fn defines(&self, i: usize, name: &[u8], kind: u8) -> bool {
         const HIDDEN: u16 = 0x8000; // a version only `dlvsym` of it finds
         let sym = self.symbol(i);
         // SAFETY: the version table has an entry per symbol.
         let hidden =
             self.versym != 0 && unsafe { *((self.versym + 2 * i) as *const u16) } & HIDDEN != 0;
-        sym.st_shndx != 0 && sym.st_info & 0xf == STT_FUNC && !hidden && self.name(i) == name
+        sym.st_shndx != 0 && sym.st_info & 0xf == kind && !hidden && self.name(i) == name
     }
 
     /// The symbols GNU's hash table chains to `name`, until `fits` takes one.

@@ -5,8 +5,8 @@
 //! lookup made before the `fork` instead (an exported `fork`, a fork handler) hung
 //! programs whose own threads take a lock of theirs inside the loader's walk.
 //!
-//! The list is the link maps the loader publishes for debuggers (`_r_debug`, which the
-//! main program's `DT_DEBUG` entry points to), read in order; its first objects (the
+//! The list is the link maps the loader publishes for debuggers (`r_debug`, which the
+//! main program's `DT_DEBUG` entry points to, else the loader's `_r_debug`), read in order; its first objects (the
 //! program, the preloads, the C library) are never unloaded, and a lookup stops at the
 //! first definition after this library, which the C library gives before any object
 //! opened later is reached.
@@ -38,24 +38,81 @@ struct RDebug {
     ldbase: usize,
 }
 
-unsafe extern "C" {
-    /// The loader's list for debuggers (`<link.h>`; exported by `ld.so`).
-    #[link_name = "_r_debug"]
-    static R_DEBUG: RDebug;
+const DT_DEBUG: i64 = 21;
 
+unsafe extern "C" {
     /// This library's own dynamic section (the static linker's symbol): how its link map
     /// is told from the others.
     #[link_name = "_DYNAMIC"]
     static OWN_DYNAMIC: u8;
 }
 
-/// The first link map: the loader's `r_debug`, where the main program's `DT_DEBUG` entry
-/// points to (its own export, bound when this library was loaded: a program linked
-/// without `DT_DEBUG`, or started by naming the loader, is read as any other); None
-/// before the loader has filled it.
+/// The loader's `r_debug`: where the main program's `DT_DEBUG` entry points, else (a
+/// program linked without one) the loader's own export `_r_debug`, looked up in the
+/// loader at `AT_BASE` (not imported: a symbol more for the loader to bind at every
+/// start). None where neither is there.
+fn r_debug() -> Option<&'static RDebug> {
+    let r = from_dt_debug().or_else(from_loader)?;
+    // SAFETY: the loader's `r_debug`, filled before any constructor ran, alive for the
+    // process.
+    Some(unsafe { &*(r as *const RDebug) })
+}
+
+/// The main program's `DT_DEBUG` value (None where it has none, or it is 0).
+fn from_dt_debug() -> Option<usize> {
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let (phdr, phnum) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR) as usize,
+            libc::getauxval(libc::AT_PHNUM) as usize,
+        )
+    };
+    if phdr == 0 || phnum == 0 {
+        return None;
+    }
+    // SAFETY: the auxiliary vector's program headers of the main program, mapped.
+    let phdrs = unsafe { std::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum) };
+    let bias = phdrs
+        .iter()
+        .find(|p| p.p_type == libc::PT_PHDR)
+        .map_or(0, |p| phdr.wrapping_sub(p.p_vaddr as usize));
+    let dynamic = phdrs.iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
+    let mut e = bias.wrapping_add(dynamic.p_vaddr as usize) as *const [i64; 2];
+    loop {
+        // SAFETY: the main program's dynamic section, ended by DT_NULL.
+        let [tag, val] = unsafe { *e };
+        match tag {
+            0 => return None,
+            DT_DEBUG if val != 0 => return Some(val as usize),
+            _ => {}
+        }
+        // SAFETY: within the section: the entry read was not DT_NULL.
+        e = unsafe { e.add(1) };
+    }
+}
+
+/// The loader's `_r_debug`, from its dynamic symbols (the loader at `AT_BASE`, mapped
+/// whole with its ELF header).
+fn from_loader() -> Option<usize> {
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let base = unsafe { libc::getauxval(libc::AT_BASE) } as usize;
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: the loader's ELF header and program headers, mapped at its base.
+    let phdrs = unsafe {
+        let header = &*(base as *const libc::Elf64_Ehdr);
+        std::slice::from_raw_parts(
+            (base + header.e_phoff as usize) as *const libc::Elf64_Phdr,
+            usize::from(header.e_phnum),
+        )
+    };
+    Dynamic::of(base, phdrs)?.object(b"_r_debug")
+}
+
+/// The first link map (None where the loader's `r_debug` cannot be found, or holds none).
 fn first() -> Option<*const LinkMap> {
-    // SAFETY: the loader's `r_debug`, filled before any constructor ran.
-    let map = unsafe { R_DEBUG.map };
+    let map = r_debug()?.map;
     (!map.is_null()).then_some(map)
 }
 
@@ -69,8 +126,7 @@ fn walk(mut each: impl FnMut(&LinkMap, bool) -> bool) -> bool {
     };
     // The address of a symbol of this library, never read.
     let own = &raw const OWN_DYNAMIC as usize;
-    // SAFETY: the loader's `r_debug`, filled before any constructor ran.
-    let loader = unsafe { R_DEBUG.ldbase };
+    let loader = r_debug().map_or(0, |r| r.ldbase);
     let mut past_start = false;
     while !m.is_null() {
         // SAFETY: a link map of the loader's list (see the module's doc).
