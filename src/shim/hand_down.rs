@@ -265,6 +265,45 @@ fn own_path() -> &'static [u8] {
 /// stack): pointers and the new `LD_PRELOAD` entry.
 const STACK_WORDS: usize = 256;
 
+/// Whether this process hands anything down: it has configuration variables (`vars`)
+/// or a configuration file (read, or there for the library `lib`).
+fn configured(vars: &[u8], file: Option<bool>, lib: &[u8]) -> bool {
+    split(vars).any(|v| config::configures(config::name_of(v)))
+        || file.unwrap_or_else(|| file_there(lib))
+}
+
+/// The command, NUL-terminated, that `system` or `popen` runs in place of `cmd`: the
+/// shell they start with the process's environment handed what a child of this process
+/// is handed and the environment lacks ([`config::shell_command`]); None where the
+/// environment lacks nothing (or nothing is handed down). Allocates: not for a child
+/// between `fork` and `exec`.
+pub fn shell_command(cmd: &[u8]) -> Option<Vec<u8>> {
+    let (vars, file) = parent();
+    let lib = own_path();
+    if !configured(vars, file, lib) {
+        return None;
+    }
+    // SAFETY: `environ` is the C library's vector of the environment.
+    let caller = entries(unsafe { libc::environ } as Vector);
+    let mut added: Vec<Vec<u8>> = Vec::new();
+    config::plan(caller, split(vars), lib, |p| match p {
+        Part::Kept(_) => {}
+        Part::Inherited(e) => added.push(e.to_vec()),
+        Part::Preload { .. } => {
+            let mut entry = vec![0; p.bytes(lib) + 1];
+            let n = config::write_part(p, lib, &mut entry);
+            entry.truncate(n - 1);
+            added.push(entry);
+        }
+    });
+    if added.is_empty() {
+        return None;
+    }
+    let mut command = config::shell_command(added.iter().map(Vec::as_slice), cmd);
+    command.push(0);
+    Some(command)
+}
+
 /// Calls `exec` with the environment a child of this process is started with, made
 /// from `envp` (the caller's); `exec` with `envp` itself where nothing is handed down.
 /// `no_memory`, with `errno` `ENOMEM`, where the environment fits neither the stack
@@ -272,9 +311,7 @@ const STACK_WORDS: usize = 256;
 pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector) -> R) -> R {
     let (vars, file) = parent();
     let lib = own_path();
-    let configured = split(vars).any(|v| config::configures(config::name_of(v)))
-        || file.unwrap_or_else(|| file_there(lib));
-    if !configured {
+    if !configured(vars, file, lib) {
         return exec(envp);
     }
     let caller = entries(envp);

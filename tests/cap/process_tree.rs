@@ -1,9 +1,9 @@
 //! A program's process tree: a child started with an environment of its parent's making
 //! (`env -i`, `subprocess.run(env={...})`, `os.posix_spawn`, the environment cleared
-//! before an `execv`, `LD_PRELOAD` replaced by another library, `env -u`) keeps the
-//! parent's cap: the shim's `exec` and `posix_spawn` hooks hand down the library and the
-//! parent's configuration where the child's environment drops them
-//! (`src/shim/hand_down.rs`). The parent runs with a 256 MiB cap on the fake GPU (4 GiB);
+//! before an `execv`, a `system` or a `popen`, `LD_PRELOAD` replaced by another library,
+//! `env -u`) keeps the parent's cap: the shim's `exec`, `posix_spawn`, `system` and
+//! `popen` hooks hand down the library and the parent's configuration where the child's
+//! environment drops them (`src/shim/hand_down.rs`, `src/shim/shell.rs`). The parent runs with a 256 MiB cap on the fake GPU (4 GiB);
 //! its child, `script`, asks 400 MiB: refused (`CUDA_ERROR_OUT_OF_MEMORY`, 2) with the
 //! shim's line. Without the hand-down each launcher here served it.
 
@@ -69,6 +69,22 @@ fn launchers(script: &Path, fake: &Path) -> Vec<(&'static str, Vec<String>)> {
             py(format!(
                 "import os; os.environ.clear(); os.environ['LD_LIBRARY_PATH'] = '{f}'; \
                  os.execv('{s}', ['script', '{ASK}'])"
+            )),
+        ),
+        (
+            "os.environ.clear(), then os.system (the C library's system, its own spawn)",
+            py(format!(
+                "import os, sys; os.environ.clear(); os.environ['LD_LIBRARY_PATH'] = '{f}'; \
+                 sys.exit(os.waitstatus_to_exitcode(os.system('{s} {ASK}')))"
+            )),
+        ),
+        (
+            "clearenv, then popen (the C library's popen, its own spawn)",
+            py(format!(
+                "import ctypes, os, sys; c = ctypes.CDLL(None); c.popen.restype = ctypes.c_void_p; \
+                 c.pclose.argtypes = [ctypes.c_void_p]; c.clearenv(); \
+                 c.setenv(b'LD_LIBRARY_PATH', b'{f}', 1); p = c.popen(b'{s} {ASK}', b'w'); \
+                 sys.exit(os.waitstatus_to_exitcode(c.pclose(p)))"
             )),
         ),
         (
@@ -229,6 +245,18 @@ fn children_run_as_they_would() {
     let argv = ["env", "-i", "PATH=/usr/bin:/bin", "sh", "-c", "echo $PATH"].map(String::from);
     let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-run");
     assert_eq!(stdout(&o).trim(), "/usr/bin:/bin", "{}", dump(&o));
+    // A shell started by `system` after the environment was cleared (its command built
+    // anew): its words and its exit status as the caller gave them.
+    let py = "import os, sys\nos.environ.clear()\nos.system(\"echo 'a  b' \\\"c'd\\\" $0\")\n\
+              sys.exit(os.waitstatus_to_exitcode(os.system('exit 7')))";
+    let argv = ["python3", "-c", py].map(String::from);
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-run");
+    assert_eq!(
+        (stdout(&o).as_str(), o.status.code()),
+        ("a  b c'd sh\n", Some(7)),
+        "{}",
+        dump(&o)
+    );
     // A program that is not there: the exec fails as the C library's does.
     let py = "import os\ntry:\n    os.execv('/nonexistent/x', ['x'])\nexcept OSError as e:\n    print(e.errno)";
     let argv = ["python3", "-c", py].map(String::from);

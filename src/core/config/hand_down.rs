@@ -183,9 +183,49 @@ pub fn write(part: Part<'_>, lib: &[u8], buf: &mut [u8]) -> usize {
     at
 }
 
+/// The command a shell started with the process's environment (`system`, `popen`: the C
+/// library starts `/bin/sh -c -- CMD` with `environ`, out of reach of the `exec` hooks)
+/// runs in place of `cmd`, so that `entries` (`NAME=value`: what a child is handed down
+/// and the environment lacks) reach the shell that runs `cmd` and its children:
+/// `exec /usr/bin/env 'NAME=value' ... /bin/sh -c -- 'CMD' sh` (`env`, not `export`:
+/// a driver's variable may have a name the shell does not take). Each word
+/// single-quoted (a `'` in it written `'\''`).
+pub fn shell_command<'a>(entries: impl Iterator<Item = &'a [u8]>, cmd: &[u8]) -> Vec<u8> {
+    let mut out = b"exec /usr/bin/env".to_vec();
+    let quoted = |out: &mut Vec<u8>, word: &[u8]| {
+        out.extend_from_slice(b" '");
+        for &b in word {
+            if b == b'\'' {
+                out.extend_from_slice(b"'\\''");
+            } else {
+                out.push(b);
+            }
+        }
+        out.push(b'\'');
+    };
+    for e in entries {
+        quoted(&mut out, e);
+    }
+    out.extend_from_slice(b" /bin/sh -c --");
+    quoted(&mut out, cmd);
+    out.extend_from_slice(b" sh");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shells_command_gets_the_entries_and_keeps_its_own_words() {
+        let entries: [&[u8]; 2] = [b"GPUCAP_LIMIT=256Mi", b"LD_PRELOAD=/opt/it's/libgpucap.so"];
+        let c = shell_command(entries.into_iter(), b"echo 'a b' \"$HOME\"");
+        assert_eq!(
+            String::from_utf8(c).unwrap(),
+            "exec /usr/bin/env 'GPUCAP_LIMIT=256Mi' 'LD_PRELOAD=/opt/it'\\''s/libgpucap.so' \
+             /bin/sh -c -- 'echo '\\''a b'\\'' \"$HOME\"' sh"
+        );
+    }
 
     const LIB: &[u8] = b"/opt/gpucap/libgpucap.so";
 
