@@ -97,11 +97,72 @@ fn secure() -> bool {
     unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
+/// Room for this library's path made whole ([`ABSOLUTE`]).
+const PATH_BYTES: usize = 4096;
+
+/// This library's path where the loader named it by one relative to the directory the
+/// process was in when it loaded it (`LD_PRELOAD=./libgpucap.so`,
+/// `LD_PRELOAD=target/release/libgpucap.so`): that directory and the name, made at the
+/// library's load (a child started in another directory would not find the name). Empty
+/// where the loader's name is whole.
+struct Absolute {
+    /// 0 not made, 1 being made, 2 made.
+    state: AtomicU8,
+    /// The bytes, without a NUL after them (the buffer is zeroed: one is there).
+    len: AtomicUsize,
+    bytes: UnsafeCell<[u8; PATH_BYTES]>,
+}
+
+// SAFETY: `bytes` is written once, by the thread that moves `state` from 0 to 1, and
+// read only after `state` is 2 (Release/Acquire).
+unsafe impl Sync for Absolute {}
+
+static ABSOLUTE: Absolute = Absolute {
+    state: AtomicU8::new(0),
+    len: AtomicUsize::new(0),
+    bytes: UnsafeCell::new([0; PATH_BYTES]),
+};
+
+/// Makes [`ABSOLUTE`] where this library's name is relative: the working directory (a
+/// system call) and the name. Left empty where the two do not fit.
+fn make_absolute() {
+    if ABSOLUTE
+        .state
+        .compare_exchange(0, 1, Acquire, Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // SAFETY: this thread moved the state from 0 to 1: nothing else writes or reads
+    // `bytes` until the state is 2.
+    let bytes = unsafe { &mut *ABSOLUTE.bytes.get() };
+    let mut len = 0;
+    if let Some(name) = crate::link_maps::own_name().filter(|n| n.first() != Some(&b'/')) {
+        // SAFETY: getcwd writes at most the buffer's length, NUL-terminated.
+        let rc = unsafe { libc::syscall(libc::SYS_getcwd, bytes.as_mut_ptr(), PATH_BYTES) };
+        let dir = if rc > 0 {
+            bytes.iter().position(|&b| b == 0).unwrap_or(PATH_BYTES)
+        } else {
+            0
+        };
+        if dir > 0 && bytes[0] == b'/' && dir + 1 + name.len() < PATH_BYTES {
+            bytes[dir] = b'/';
+            bytes[dir + 1..dir + 1 + name.len()].copy_from_slice(name);
+            len = dir + 1 + name.len();
+        }
+        bytes[len..].fill(0);
+    }
+    ABSOLUTE.len.store(len, Relaxed);
+    ABSOLUTE.state.store(2, Release);
+}
+
 /// At the library's load: the environment the process starts with (glibc calls an
-/// `.init_array` entry with `argc`, `argv` and `envp`).
+/// `.init_array` entry with `argc`, `argv` and `envp`), and this library's path made
+/// whole where the loader named it by a relative one.
 extern "C" fn at_load(_argc: c_int, _argv: Vector, envp: Vector) {
     if !secure() {
         copy_start(envp);
+        make_absolute();
     }
 }
 
@@ -229,10 +290,18 @@ fn exists(parts: &[&[u8]]) -> bool {
     }
 }
 
-/// This library's path, as the loader named it (empty where unknown): from its link map,
-/// read without the loader's locks (`link_maps.rs`), else asked of the loader (`dladdr`)
-/// where that list cannot be read.
+/// This library's path, as the loader named it (empty where unknown), made whole where
+/// that name was relative ([`ABSOLUTE`]): from its link map, read without the loader's
+/// locks (`link_maps.rs`), else asked of the loader (`dladdr`) where that list cannot be
+/// read.
 fn own_path() -> &'static [u8] {
+    if ABSOLUTE.state.load(Acquire) == 2 {
+        let len = ABSOLUTE.len.load(Relaxed).min(PATH_BYTES);
+        if len > 0 {
+            // SAFETY: the state is 2: `bytes` is written and no longer changes.
+            return unsafe { &(&*ABSOLUTE.bytes.get())[..len] };
+        }
+    }
     static NAME: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
     let p = NAME.load(Acquire);
     if !p.is_null() {

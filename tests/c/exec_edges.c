@@ -36,6 +36,9 @@
  *                                its own; each sh prints its argument count, first and last
  *                                argument, and GPUCAP_LIMIT; an execl of a file that is not
  *                                there prints its errno
+ *   vfork-list N                 N children made by vfork, each execl's /bin/true with 70
+ *                                arguments; prints "grew K", the bytes the parent's address
+ *                                space grew by (/proc/self/statm)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -275,6 +278,30 @@ static void list_child(int which) {
     waitpid(pid, &st, 0);
 }
 
+static long mapped_bytes(void) {
+    long size = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld", &size) != 1) size = 0;
+    if (f) fclose(f);
+    return size * sysconf(_SC_PAGESIZE);
+}
+
+static int vfork_list(int n) {
+    long before = mapped_bytes();
+    for (int i = 0; i < n; i++) {
+        pid_t pid = vfork();
+        if (pid == 0) {
+            execl("/bin/true", "true", X10("a"), X10("b"), X10("c"), X10("d"), X10("e"), X10("f"),
+                  X10("g"), (char *)NULL);
+            _exit(127);
+        }
+        int st;
+        if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) return 3;
+    }
+    printf("grew %ld\n", mapped_bytes() - before);
+    return 0;
+}
+
 static int lists(void) {
     for (int i = 0; i < 4; i++) list_child(i);
     return 0;
@@ -291,7 +318,8 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "lock-fork") == 0) return lock_fork();
     if (argc >= 3 && strcmp(argv[1], "unloaded-thread") == 0) return unloaded_thread(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "lists") == 0) return lists();
+    if (argc >= 3 && strcmp(argv[1], "vfork-list") == 0) return vfork_list(atoi(argv[2]));
     fprintf(stderr, "usage: exec_edges threaded-fork N | altstack SIZE | as-root CMD [ARG...] | "
-                    "atfork-lock | unloaded-fork LIB | lock-fork | unloaded-thread LIB | lists\n");
+                    "atfork-lock | unloaded-fork LIB | lock-fork | unloaded-thread LIB | lists | vfork-list N\n");
     return 2;
 }

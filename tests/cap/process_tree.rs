@@ -264,6 +264,47 @@ fn children_run_as_they_would() {
     assert_eq!(stdout(&o).trim(), "2", "{}", dump(&o));
 }
 
+/// A library preloaded by a path relative to the parent's directory
+/// (`LD_PRELOAD=./libgpucap.so`, as from a build folder) is handed down by its whole
+/// path: a child started elsewhere with an environment of its own, or with the relative
+/// `LD_PRELOAD` it inherited, keeps the cap (before, the relative path was handed down
+/// and such a child, which cannot find it, took 400 MiB under the parent's 256 MiB).
+#[test]
+fn a_library_preloaded_by_a_relative_path_reaches_a_child_started_elsewhere() {
+    let script = script();
+    let lib = shim();
+    let dir = lib.parent().unwrap();
+    let name = format!("./{}", lib.file_name().unwrap().to_string_lossy());
+    let f = fake_lib_dir();
+    for (what, env) in [
+        (
+            "an environment of its own",
+            format!("{{'LD_LIBRARY_PATH': '{}'}}", f.display()),
+        ),
+        (
+            "the relative LD_PRELOAD kept",
+            format!(
+                "{{'LD_LIBRARY_PATH': '{}', 'LD_PRELOAD': '{name}'}}",
+                f.display()
+            ),
+        ),
+    ] {
+        let code = format!(
+            "import subprocess, sys; sys.exit(subprocess.run(['{}', '{ASK}'], cwd='/', \
+             env={env}).returncode)",
+            script.display()
+        );
+        let stats = scratch("tree-relative").join("stats");
+        let mut cmd = fake_cmd("python3", &stats);
+        cmd.args(["-c", &code])
+            .current_dir(dir)
+            .env("LD_PRELOAD", &name)
+            .env("FAKECUDA_TOTAL_MEM", "4Gi")
+            .env("GPUCAP_LIMIT", "256Mi");
+        assert_refused(&run(&mut cmd), what);
+    }
+}
+
 /// A parent that set its cap in its own environment before its first CUDA call (as a
 /// notebook does) hands down that cap: the configuration it read, not the environment it
 /// started with (none here).
@@ -305,6 +346,25 @@ fn the_variadic_execs_hand_down_the_cap_and_every_argument() {
         stdout(&o),
         "4:a:d:256Mi\n70:a0:g9:256Mi\n1:x:x:256Mi execle\n2\n",
         "execl, execlp with 70 arguments, execle, an execl that fails (ENOENT)\n{}",
+        dump(&o)
+    );
+    // Their vector is the caller's arguments where they lie: a `vfork` child's `execl`
+    // of 70 leaves nothing in its parent (a build that copied past 64 into pages of its
+    // own left 4 KiB there per child, a review found).
+    let argv = [
+        exec_edges().display().to_string(),
+        "vfork-list".into(),
+        "500".into(),
+    ];
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-lists");
+    let grew: i64 = stdout(&o)
+        .trim()
+        .strip_prefix("grew ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", dump(&o)));
+    assert!(
+        grew < 256 << 10,
+        "500 children grew the parent by {grew} bytes\n{}",
         dump(&o)
     );
 }
