@@ -330,6 +330,43 @@ fn own_path() -> &'static [u8] {
     }
 }
 
+/// Whether the `LD_PRELOAD` entry `entry` names this library (whose whole path is
+/// `lib`) otherwise: a bare name, which the loader searches for, that is this library's
+/// file name; a path that is the same file (its device and inode: a relative path from
+/// the directory the process is in now, a link). System calls, nothing allocated.
+fn names_lib(entry: &[u8], lib: &[u8]) -> bool {
+    if !entry.contains(&b'/') {
+        return lib.rsplit(|&b| b == b'/').next() == Some(entry);
+    }
+    matches!((file_id(entry), file_id(lib)), (Some(a), Some(b)) if a == b)
+}
+
+/// The device and inode of the file at `path` (None where it cannot be read, or the
+/// path is longer than the hooks' small buffer).
+fn file_id(path: &[u8]) -> Option<(u64, u64)> {
+    let mut buf = [0u8; 512];
+    if path.len() >= buf.len() {
+        return None;
+    }
+    buf[..path.len()].copy_from_slice(path);
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: a NUL-terminated path (zeroed past it) and room for the answer; a system
+    // call, not the C library's `stat` (an import is a lookup at every start).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_newfstatat,
+            libc::AT_FDCWD,
+            buf.as_ptr(),
+            st.as_mut_ptr(),
+            0,
+        )
+    };
+    // SAFETY: the call succeeded: the kernel filled it (and it was zeroed before).
+    (rc == 0)
+        .then(|| unsafe { st.assume_init() })
+        .map(|s| (s.st_dev, s.st_ino))
+}
+
 /// Words of the buffer on the stack (2 KiB: an `exec` may run on a signal handler's
 /// stack): pointers and the new `LD_PRELOAD` entry.
 const STACK_WORDS: usize = 256;
@@ -355,16 +392,22 @@ pub fn shell_command(cmd: &[u8]) -> Option<Vec<u8>> {
     // SAFETY: `environ` is the C library's vector of the environment.
     let caller = entries(unsafe { libc::environ } as Vector);
     let mut added: Vec<Vec<u8>> = Vec::new();
-    config::plan(caller, split(vars), lib, |p| match p {
-        Part::Kept(_) => {}
-        Part::Inherited(e) => added.push(e.to_vec()),
-        Part::Preload { .. } => {
-            let mut entry = vec![0; p.bytes(lib) + 1];
-            let n = config::write_part(p, lib, &mut entry);
-            entry.truncate(n - 1);
-            added.push(entry);
-        }
-    });
+    config::plan(
+        caller,
+        split(vars),
+        lib,
+        |e| names_lib(e, lib),
+        |p| match p {
+            Part::Kept(_) => {}
+            Part::Inherited(e) => added.push(e.to_vec()),
+            Part::Preload { .. } => {
+                let mut entry = vec![0; p.bytes(lib) + 1];
+                let n = config::write_part(p, lib, &mut entry);
+                entry.truncate(n - 1);
+                added.push(entry);
+            }
+        },
+    );
     if added.is_empty() {
         return None;
     }
@@ -385,12 +428,18 @@ pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector)
     }
     let caller = entries(envp);
     let (mut count, mut bytes) = (1, 0);
-    config::plan(caller.clone(), split(vars), lib, |p| {
-        count += 1;
-        if let Part::Preload { .. } = p {
-            bytes += p.bytes(lib) + 1;
-        }
-    });
+    config::plan(
+        caller.clone(),
+        split(vars),
+        lib,
+        |e| names_lib(e, lib),
+        |p| {
+            count += 1;
+            if let Part::Preload { .. } = p {
+                bytes += p.bytes(lib) + 1;
+            }
+        },
+    );
     let words = count + bytes.div_ceil(8);
     let mut stack = [0usize; STACK_WORDS];
     let mut spare = (words > STACK_WORDS).then(|| Spare::take(words));
@@ -408,22 +457,28 @@ pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector)
     let text =
         unsafe { std::slice::from_raw_parts_mut(text.as_mut_ptr().cast::<u8>(), text.len() * 8) };
     let (mut i, mut at) = (0, 0);
-    config::plan(caller, split(vars), lib, |p| {
-        let ptr = match p {
-            // Each is a NUL-terminated string where it lies: the caller's entry, or
-            // this process's copy of its variable.
-            Part::Kept(e) | Part::Inherited(e) => e.as_ptr(),
-            Part::Preload { .. } => {
-                let start = at;
-                at += config::write_part(p, lib, &mut text[at..]);
-                text[start..].as_ptr()
+    config::plan(
+        caller,
+        split(vars),
+        lib,
+        |e| names_lib(e, lib),
+        |p| {
+            let ptr = match p {
+                // Each is a NUL-terminated string where it lies: the caller's entry, or
+                // this process's copy of its variable.
+                Part::Kept(e) | Part::Inherited(e) => e.as_ptr(),
+                Part::Preload { .. } => {
+                    let start = at;
+                    at += config::write_part(p, lib, &mut text[at..]);
+                    text[start..].as_ptr()
+                }
+            };
+            if i + 1 < count {
+                pointers[i] = ptr as usize;
+                i += 1;
             }
-        };
-        if i + 1 < count {
-            pointers[i] = ptr as usize;
-            i += 1;
-        }
-    });
+        },
+    );
     pointers[i] = 0;
     exec(pointers.as_ptr().cast())
 }

@@ -6,11 +6,16 @@
 //! library's function runs the command that hands it to the shell first
 //! (`exec /usr/bin/env 'NAME=value' ... /bin/sh -c -- 'CMD' sh`: the same shell, the same
 //! exit status, and `pclose` and the signals as the C library keeps them); elsewhere it
-//! runs `CMD` as given.
+//! runs `CMD` as given. A command the quoting makes longer than the kernel takes for an
+//! argument (128 KiB) runs as given, with one line saying its shell is not capped.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 use crate::link_maps::Next;
+
+/// The longest argument the kernel passes to a program (`MAX_ARG_STRLEN`, the NUL
+/// included): a longer command than this fails the shell's start (`E2BIG`).
+const LONGEST: usize = 32 * 4096;
 
 static SYSTEM: Next = Next::new(b"system");
 static POPEN: Next = Next::new(b"popen");
@@ -27,7 +32,19 @@ fn with_command<R>(cmd: *const c_char, real: impl FnOnce(*const c_char) -> R) ->
         .ok()
         .flatten();
     match wrapped {
-        Some(c) => real(c.as_ptr().cast()),
+        Some(c) if c.len() <= LONGEST => real(c.as_ptr().cast()),
+        Some(c) => {
+            // Its quoting made a command the kernel would refuse that it takes as given:
+            // run as given, and say that its shell is not capped.
+            crate::log::say(&format!(
+                "gpucap: a command of {} bytes given to system or popen with the cap gone \
+                 from the environment runs without it: handing the cap to its shell makes \
+                 it {} bytes, past the {LONGEST} the kernel takes",
+                given.len(),
+                c.len() - 1
+            ));
+            real(cmd)
+        }
         None => real(cmd),
     }
 }

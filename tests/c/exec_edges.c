@@ -36,6 +36,8 @@
  *                                its own; each sh prints its argument count, first and last
  *                                argument, and GPUCAP_LIMIT; an execl of a file that is not
  *                                there prints its errno
+ *   system CMD                   system(CMD); exits with the shell's exit status
+ *   system-cleared CMD           the same after clearenv
  *   vfork-list N                 N children made by vfork, each execl's /bin/true with 70
  *                                arguments; prints "grew K", the bytes the parent's address
  *                                space grew by (/proc/self/statm)
@@ -302,6 +304,12 @@ static int vfork_list(int n) {
     return 0;
 }
 
+static int run_system(const char *cmd, int cleared) {
+    if (cleared) clearenv();
+    int st = system(cmd);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : 126;
+}
+
 static int lists(void) {
     for (int i = 0; i < 4; i++) list_child(i);
     return 0;
@@ -318,8 +326,10 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "lock-fork") == 0) return lock_fork();
     if (argc >= 3 && strcmp(argv[1], "unloaded-thread") == 0) return unloaded_thread(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "lists") == 0) return lists();
+    if (argc >= 3 && strcmp(argv[1], "system") == 0) return run_system(argv[2], 0);
+    if (argc >= 3 && strcmp(argv[1], "system-cleared") == 0) return run_system(argv[2], 1);
     if (argc >= 3 && strcmp(argv[1], "vfork-list") == 0) return vfork_list(atoi(argv[2]));
     fprintf(stderr, "usage: exec_edges threaded-fork N | altstack SIZE | as-root CMD [ARG...] | "
-                    "atfork-lock | unloaded-fork LIB | lock-fork | unloaded-thread LIB | lists | vfork-list N\n");
+                    "atfork-lock | unloaded-fork LIB | lock-fork | unloaded-thread LIB | lists | system CMD | system-cleared CMD | vfork-list N\n");
     return 2;
 }

@@ -305,6 +305,48 @@ fn a_library_preloaded_by_a_relative_path_reaches_a_child_started_elsewhere() {
     }
 }
 
+/// `system` runs the caller's command as given where the environment keeps the cap,
+/// however `LD_PRELOAD` names the library (its whole path, the bare name the loader
+/// searched for, a path relative to the directory: before, the last two were taken for
+/// a library missing, and every command was rewritten, a review found); where the cap is
+/// gone from it and the rewritten command would be longer than the kernel takes (60,000
+/// quotes in it), as given with one line (before, the shell's start failed: 127).
+#[test]
+fn system_changes_no_command_whose_environment_keeps_the_cap() {
+    let lib = shim();
+    let dir = lib.parent().unwrap();
+    let file = lib.file_name().unwrap().to_string_lossy().into_owned();
+    // How the shell `system` started was started: its command line.
+    let edges = exec_edges();
+    let show = "tr '\\0' ' ' < /proc/$$/cmdline";
+    for preload in [lib.display().to_string(), file.clone(), format!("./{file}")] {
+        let stats = scratch("tree-system").join("stats");
+        let mut cmd = fake_cmd(&edges, &stats);
+        cmd.args(["system", show])
+            .current_dir(dir)
+            .env(
+                "LD_LIBRARY_PATH",
+                format!("{}:{}", fake_lib_dir().display(), dir.display()),
+            )
+            .env("LD_PRELOAD", &preload)
+            .env("GPUCAP_LIMIT", "256Mi");
+        let o = run(&mut cmd);
+        assert!(
+            stdout(&o).starts_with("sh -c tr "),
+            "LD_PRELOAD={preload}: the shell runs the command as given\n{}",
+            dump(&o)
+        );
+    }
+    let long = format!("true {}", "'x'".repeat(20_000));
+    let argv = [edges.display().to_string(), "system-cleared".into(), long];
+    let o = parent(&lib, &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-system");
+    assert!(
+        o.status.success() && stderr(&o).contains("runs without it"),
+        "a command too long to hand the cap to runs as given, with a line\n{}",
+        dump(&o)
+    );
+}
+
 /// A parent that set its cap in its own environment before its first CUDA call (as a
 /// notebook does) hands down that cap: the configuration it read, not the environment it
 /// started with (none here).

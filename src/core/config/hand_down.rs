@@ -97,15 +97,22 @@ impl Part<'_> {
 
 /// Plans the environment of a child: `caller`, the environment the caller gives it;
 /// `parent`, the parent's configuration variables (`NAME=value`, [`handed_down`]
-/// names); `lib`, the library's path as the loader named it. Calls `out` with each
-/// entry in order: the caller's entries (only the last of several `LD_PRELOAD`s, the
-/// one the loader reads, kept; it gains `lib` where none of its entries is `lib`), then
+/// names); `lib`, the library's whole path; `names_lib`, whether an `LD_PRELOAD` entry
+/// other than `lib` names the library too (the name the loader was given, the same file
+/// by another path). Calls `out` with each entry in order: the caller's entries (only
+/// the last of several `LD_PRELOAD`s, the one the loader reads, kept; it gains `lib`
+/// where none of its entries names the library), then
 /// each parent variable the caller does not set (the first of a name; none of the cap's
 /// own figures where the caller sets one: [`cap_figure`]), then `LD_PRELOAD` where the
 /// caller sets none. A `lib` that `LD_PRELOAD` cannot name
 /// (a space or a colon in it) is not added: the variables still are.
-pub fn plan<'a, C, P>(caller: C, parent: P, lib: &'a [u8], mut out: impl FnMut(Part<'a>))
-where
+pub fn plan<'a, C, P>(
+    caller: C,
+    parent: P,
+    lib: &'a [u8],
+    names_lib: impl Fn(&[u8]) -> bool,
+    mut out: impl FnMut(Part<'a>),
+) where
     C: Iterator<Item = &'a [u8]> + Clone,
     P: Iterator<Item = &'a [u8]> + Clone,
 {
@@ -133,7 +140,7 @@ where
             continue; // the loader reads the last one only
         }
         let value = value_of(e);
-        if !add_lib || preload_entries(value).any(|p| p == lib) {
+        if !add_lib || preload_entries(value).any(|p| p == lib || names_lib(p)) {
             out(Part::Kept(e));
         } else if preload_entries(value).next().is_none() {
             out(Part::Preload { existing: None });
@@ -234,13 +241,20 @@ mod tests {
         let caller: Vec<&[u8]> = caller.iter().map(|s| s.as_bytes()).collect();
         let parent: Vec<&[u8]> = parent.iter().map(|s| s.as_bytes()).collect();
         let mut entries = Vec::new();
-        plan(caller.iter().copied(), parent.iter().copied(), LIB, |p| {
-            let mut buf = vec![0u8; p.bytes(LIB) + 1];
-            let n = write(p, LIB, &mut buf);
-            assert_eq!(n, p.bytes(LIB) + 1, "{p:?}");
-            assert_eq!(buf[n - 1], 0);
-            entries.push(String::from_utf8(buf[..n - 1].to_vec()).unwrap());
-        });
+        let other_name = |e: &[u8]| e == b"libgpucap.so";
+        plan(
+            caller.iter().copied(),
+            parent.iter().copied(),
+            LIB,
+            other_name,
+            |p| {
+                let mut buf = vec![0u8; p.bytes(LIB) + 1];
+                let n = write(p, LIB, &mut buf);
+                assert_eq!(n, p.bytes(LIB) + 1, "{p:?}");
+                assert_eq!(buf[n - 1], 0);
+                entries.push(String::from_utf8(buf[..n - 1].to_vec()).unwrap());
+            },
+        );
         entries
     }
 
@@ -299,6 +313,8 @@ mod tests {
             "LD_PRELOAD=/opt/gpucap/libgpucap.so",
             "LD_PRELOAD=/a.so:/opt/gpucap/libgpucap.so",
             "LD_PRELOAD=/opt/gpucap/libgpucap.so /b.so",
+            // Named otherwise (here: the bare name the loader searched for).
+            "LD_PRELOAD=/a.so:libgpucap.so",
         ] {
             assert_eq!(planned(&[v], &[]), [v]);
         }
@@ -347,6 +363,7 @@ mod tests {
             [&b"LD_PRELOAD=/a.so"[..]].into_iter(),
             [&b"GPUCAP_LIMIT=1Gi"[..]].into_iter(),
             lib,
+            |_| false,
             |p| parts.push(p),
         );
         assert_eq!(
