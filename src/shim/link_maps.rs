@@ -6,10 +6,10 @@
 //! programs whose own threads take a lock of theirs inside the loader's walk.
 //!
 //! The list is the link maps the loader publishes for debuggers (`r_debug`, which the
-//! main program's `DT_DEBUG` entry points to, else the loader's `_r_debug`), read in order; its first objects (the
-//! program, the preloads, the C library) are never unloaded, and a lookup stops at the
-//! first definition after this library, which the C library gives before any object
-//! opened later is reached.
+//! main program's `DT_DEBUG` entry points to, else the loader's `_r_debug`), read in
+//! order; its first objects (the program, the preloads, the C library) are never
+//! unloaded, and a lookup stops at the first definition after this library, which the C
+//! library gives before any object opened later is reached.
 
 use std::ffi::{CStr, c_char};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -118,8 +118,8 @@ fn first() -> Option<*const LinkMap> {
 
 /// Calls `each(map, whether it is this library)` for the loader's objects in order until
 /// it answers false, this library's map and those loaded at the start (the loader's own
-/// map, at `r_debug`'s `r_ldbase`, is the last of them) only: an object opened later may be closed by
-/// another thread meanwhile. False where the list cannot be read.
+/// map, at `r_debug`'s `r_ldbase`, is the last of them) only: an object opened later may
+/// be closed by another thread meanwhile. False where the list cannot be read.
 fn walk(mut each: impl FnMut(&LinkMap, bool) -> bool) -> bool {
     let Some(mut m) = first() else {
         return false;
