@@ -29,24 +29,58 @@ pub type Vector = *const *const c_char;
 /// Room for the configuration variables a process starts with (their `NAME=value\0`).
 const START_BYTES: usize = 16 * 1024;
 
-/// The configuration variables this process started with, copied at the library's load.
-struct Start {
-    /// 0 not copied, 1 being copied, 2 copied.
+/// Bytes written once, by the first thread to write them, and read only after: no lock,
+/// no allocation (a constructor, a child between `fork` and `exec`).
+struct WrittenOnce<const N: usize> {
+    /// 0 not written, 1 being written, 2 written.
     state: AtomicU8,
-    /// The bytes copied, entries NUL-terminated.
+    /// How many of `bytes` were written.
     len: AtomicUsize,
-    bytes: UnsafeCell<[u8; START_BYTES]>,
+    bytes: UnsafeCell<[u8; N]>,
 }
 
 // SAFETY: `bytes` is written once, by the thread that moves `state` from 0 to 1, and
 // read only after `state` is 2 (Release/Acquire).
-unsafe impl Sync for Start {}
+unsafe impl<const N: usize> Sync for WrittenOnce<N> {}
 
-static START: Start = Start {
-    state: AtomicU8::new(0),
-    len: AtomicUsize::new(0),
-    bytes: UnsafeCell::new([0; START_BYTES]),
-};
+impl<const N: usize> WrittenOnce<N> {
+    const fn new() -> Self {
+        WrittenOnce {
+            state: AtomicU8::new(0),
+            len: AtomicUsize::new(0),
+            bytes: UnsafeCell::new([0; N]),
+        }
+    }
+
+    /// Writes the bytes with `fill` (into the zeroed buffer; it answers how many it
+    /// wrote), where no thread has begun to: a later call does nothing.
+    fn write(&self, fill: impl FnOnce(&mut [u8; N]) -> usize) {
+        if self.state.compare_exchange(0, 1, Acquire, Relaxed).is_err() {
+            return;
+        }
+        // SAFETY: this thread moved the state from 0 to 1: nothing else writes or reads
+        // `bytes` until the state is 2.
+        let len = fill(unsafe { &mut *self.bytes.get() }).min(N);
+        self.len.store(len, Relaxed);
+        self.state.store(2, Release);
+    }
+
+    /// Whether a thread has begun to write them.
+    fn begun(&self) -> bool {
+        self.state.load(Acquire) != 0
+    }
+
+    /// The bytes written (None before they are).
+    fn get(&self) -> Option<&[u8]> {
+        // SAFETY: the state is 2: `bytes` is written and no longer changes.
+        (self.state.load(Acquire) == 2)
+            .then(|| unsafe { &(&*self.bytes.get())[..self.len.load(Relaxed).min(N)] })
+    }
+}
+
+/// The configuration variables this process started with, copied at the library's load
+/// (entries NUL-terminated).
+static START: WrittenOnce<START_BYTES> = WrittenOnce::new();
 
 /// The variables of the configuration this process read (`NAME=value\0` each).
 static READ: OnceLock<Vec<u8>> = OnceLock::new();
@@ -58,32 +92,23 @@ static READ_FILE: AtomicU8 = AtomicU8::new(0);
 /// Copies the configuration variables of `envp` (the environment the process starts
 /// with, as the loader hands a constructor) once: a later call does nothing.
 fn copy_start(envp: Vector) {
-    if START
-        .state
-        .compare_exchange(0, 1, Acquire, Relaxed)
-        .is_err()
-    {
-        return;
-    }
-    // SAFETY: this thread moved the state from 0 to 1: nothing else writes or reads
-    // `bytes` until the state is 2.
-    let bytes = unsafe { &mut *START.bytes.get() };
-    let mut len = 0;
-    for entry in Entries(envp) {
-        // SAFETY: a non-null entry is a NUL-terminated string: its first byte is there.
-        if !config::may_be_looked_at(unsafe { *entry } as u8) {
-            continue; // most of an environment: not read further
+    START.write(|bytes| {
+        let mut len = 0;
+        for entry in Entries(envp) {
+            // SAFETY: a non-null entry is a NUL-terminated string: its first byte is there.
+            if !config::may_be_looked_at(unsafe { *entry } as u8) {
+                continue; // most of an environment: not read further
+            }
+            // SAFETY: as above, the whole string.
+            let entry = unsafe { CStr::from_ptr(entry) }.to_bytes();
+            if config::handed_down(config::name_of(entry)) && len + entry.len() < START_BYTES {
+                bytes[len..len + entry.len()].copy_from_slice(entry);
+                bytes[len + entry.len()] = 0;
+                len += entry.len() + 1;
+            }
         }
-        // SAFETY: as above, the whole string.
-        let entry = unsafe { CStr::from_ptr(entry) }.to_bytes();
-        if config::handed_down(config::name_of(entry)) && len + entry.len() < START_BYTES {
-            bytes[len..len + entry.len()].copy_from_slice(entry);
-            bytes[len + entry.len()] = 0;
-            len += entry.len() + 1;
-        }
-    }
-    START.len.store(len, Relaxed);
-    START.state.store(2, Release);
+        len
+    });
 }
 
 /// Whether this process runs in secure execution (`AT_SECURE`: set-user-ID, started by
@@ -105,39 +130,15 @@ const PATH_BYTES: usize = 4096;
 /// `LD_PRELOAD=target/release/libgpucap.so`): that directory and the name, made at the
 /// library's load (a child started in another directory would not find the name). Empty
 /// where the loader's name is whole.
-struct Absolute {
-    /// 0 not made, 1 being made, 2 made.
-    state: AtomicU8,
-    /// The bytes, without a NUL after them (the buffer is zeroed: one is there).
-    len: AtomicUsize,
-    bytes: UnsafeCell<[u8; PATH_BYTES]>,
-}
-
-// SAFETY: `bytes` is written once, by the thread that moves `state` from 0 to 1, and
-// read only after `state` is 2 (Release/Acquire).
-unsafe impl Sync for Absolute {}
-
-static ABSOLUTE: Absolute = Absolute {
-    state: AtomicU8::new(0),
-    len: AtomicUsize::new(0),
-    bytes: UnsafeCell::new([0; PATH_BYTES]),
-};
+static ABSOLUTE: WrittenOnce<PATH_BYTES> = WrittenOnce::new();
 
 /// Makes [`ABSOLUTE`] where this library's name is relative: the working directory (a
 /// system call) and the name. Left empty where the two do not fit.
 fn make_absolute() {
-    if ABSOLUTE
-        .state
-        .compare_exchange(0, 1, Acquire, Relaxed)
-        .is_err()
-    {
-        return;
-    }
-    // SAFETY: this thread moved the state from 0 to 1: nothing else writes or reads
-    // `bytes` until the state is 2.
-    let bytes = unsafe { &mut *ABSOLUTE.bytes.get() };
-    let mut len = 0;
-    if let Some(name) = crate::link_maps::own_name().filter(|n| n.first() != Some(&b'/')) {
+    ABSOLUTE.write(|bytes| {
+        let Some(name) = crate::link_maps::own_name().filter(|n| n.first() != Some(&b'/')) else {
+            return 0;
+        };
         // SAFETY: getcwd writes at most the buffer's length, NUL-terminated.
         let rc = unsafe { libc::syscall(libc::SYS_getcwd, bytes.as_mut_ptr(), PATH_BYTES) };
         let dir = if rc > 0 {
@@ -145,15 +146,13 @@ fn make_absolute() {
         } else {
             0
         };
-        if dir > 0 && bytes[0] == b'/' && dir + 1 + name.len() < PATH_BYTES {
-            bytes[dir] = b'/';
-            bytes[dir + 1..dir + 1 + name.len()].copy_from_slice(name);
-            len = dir + 1 + name.len();
+        if dir == 0 || bytes[0] != b'/' || dir + 1 + name.len() >= PATH_BYTES {
+            return 0;
         }
-        bytes[len..].fill(0);
-    }
-    ABSOLUTE.len.store(len, Relaxed);
-    ABSOLUTE.state.store(2, Release);
+        bytes[dir] = b'/';
+        bytes[dir + 1..dir + 1 + name.len()].copy_from_slice(name);
+        dir + 1 + name.len()
+    });
 }
 
 /// At the library's load: the environment the process starts with (glibc calls an
@@ -238,18 +237,13 @@ fn parent() -> (&'static [u8], Option<bool>) {
         };
         return (vars, file);
     }
-    if START.state.load(Acquire) == 0 {
+    if !START.begun() {
         // Before the library's load finished (another library's constructor): what the
         // environment says now.
         // SAFETY: `environ` is the C library's vector of the environment.
         copy_start(unsafe { libc::environ } as Vector);
     }
-    if START.state.load(Acquire) != 2 {
-        return (&[], None);
-    }
-    // SAFETY: the state is 2: `bytes` is written and no longer changes.
-    let bytes = unsafe { &*START.bytes.get() };
-    (&bytes[..START.len.load(Relaxed).min(START_BYTES)], None)
+    (START.get().unwrap_or_default(), None)
 }
 
 /// Whether a configuration file is there for this library (beside it, or in /etc).
@@ -295,12 +289,8 @@ fn exists(parts: &[&[u8]]) -> bool {
 /// locks (`link_maps.rs`), else asked of the loader (`dladdr`) where that list cannot be
 /// read.
 fn own_path() -> &'static [u8] {
-    if ABSOLUTE.state.load(Acquire) == 2 {
-        let len = ABSOLUTE.len.load(Relaxed).min(PATH_BYTES);
-        if len > 0 {
-            // SAFETY: the state is 2: `bytes` is written and no longer changes.
-            return unsafe { &(&*ABSOLUTE.bytes.get())[..len] };
-        }
+    if let Some(whole) = ABSOLUTE.get().filter(|p| !p.is_empty()) {
+        return whole;
     }
     static NAME: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
     let p = NAME.load(Acquire);

@@ -398,15 +398,21 @@ fn the_variadic_execs_hand_down_the_cap_and_every_argument() {
         "vfork-list".into(),
         "500".into(),
     ];
-    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-lists");
+    assert_grew_less(&argv, "tree-lists", 256 << 10, "500 children");
+}
+
+/// Runs `argv` (which prints `grew BYTES`, what its children grew it by) capped, and
+/// asserts it grew by less than `most`.
+fn assert_grew_less(argv: &[String], tag: &str, most: i64, children: &str) {
+    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], argv, tag);
     let grew: i64 = stdout(&o)
         .trim()
         .strip_prefix("grew ")
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{}", dump(&o)));
     assert!(
-        grew < 256 << 10,
-        "500 children grew the parent by {grew} bytes\n{}",
+        grew < most,
+        "{children} grew the parent by {grew} bytes\n{}",
         dump(&o)
     );
 }
@@ -564,17 +570,7 @@ fn many_children_with_a_large_environment_cost_the_parent_no_memory() {
                 for _ in range(300):\n    t = threading.Thread(target=once); t.start(); t.join()\n\
                 print('grew', rss() - before)";
     let argv = ["python3".to_string(), "-c".into(), code.into()];
-    let o = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-vfork");
-    let grew: i64 = stdout(&o)
-        .trim()
-        .strip_prefix("grew ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{}", dump(&o)));
-    assert!(
-        grew < 2 << 20,
-        "700 children grew the parent by {grew} bytes\n{}",
-        dump(&o)
-    );
+    assert_grew_less(&argv, "tree-vfork", 2 << 20, "700 children");
 }
 
 /// A wrapper of `execve` preloaded before the library (its `dlsym(RTLD_NEXT)` reaches the
