@@ -69,6 +69,7 @@ mod link_maps;
 mod rebind;
 #[cfg(not(test))]
 mod resolve;
+#[cfg(not(test))]
 mod shell;
 #[cfg(not(test))]
 mod table;
