@@ -219,31 +219,89 @@ fn entries(envp: Vector) -> impl Iterator<Item = &'static [u8]> + Clone {
     Entries(envp).map(|e| unsafe { CStr::from_ptr(e) }.to_bytes())
 }
 
-/// NUL-terminated entries in a buffer.
-fn split(bytes: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
-    bytes.split(|&b| b == 0).filter(|e| !e.is_empty())
+/// This process's configuration variables: a copy (`NAME=value`, NUL-terminated), or
+/// those of `environ` itself where the copy is being made.
+#[derive(Clone, Copy)]
+enum Vars {
+    Copied(&'static [u8]),
+    Live(Vector),
+}
+
+impl Vars {
+    /// The variables, each `NAME=value`.
+    fn iter(self) -> VarIter {
+        match self {
+            Vars::Copied(bytes) => VarIter::Copied(bytes),
+            Vars::Live(envp) => VarIter::Live(Entries(envp)),
+        }
+    }
+}
+
+/// The entries of [`Vars`].
+#[derive(Clone)]
+enum VarIter {
+    /// The rest of the copy.
+    Copied(&'static [u8]),
+    /// The rest of `environ`, its configuration variables taken.
+    Live(Entries),
+}
+
+impl Iterator for VarIter {
+    type Item = &'static [u8];
+    fn next(&mut self) -> Option<&'static [u8]> {
+        match self {
+            VarIter::Copied(rest) => loop {
+                if rest.is_empty() {
+                    return None;
+                }
+                let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+                let entry = &rest[..end];
+                *rest = &rest[(end + 1).min(rest.len())..];
+                if !entry.is_empty() {
+                    return Some(entry);
+                }
+            },
+            VarIter::Live(entries) => loop {
+                let p = entries.next()?;
+                // SAFETY: a non-null entry is a NUL-terminated string: its first byte is
+                // there.
+                if !config::may_be_looked_at(unsafe { *p } as u8) {
+                    continue;
+                }
+                // SAFETY: as above, the whole string, alive until the `exec`.
+                let entry = unsafe { CStr::from_ptr(p) }.to_bytes();
+                if config::handed_down(config::name_of(entry)) {
+                    return Some(entry);
+                }
+            },
+        }
+    }
 }
 
 /// This process's configuration variables, and whether a file took part where that is
 /// known (None: the configuration was not read).
-fn parent() -> (&'static [u8], Option<bool>) {
+fn parent() -> (Vars, Option<bool>) {
     if secure() {
-        return (&[], None);
+        return (Vars::Copied(&[]), None);
     }
     if let Some(vars) = READ.get() {
         let file = match READ_FILE.load(Acquire) {
             0 => None,
             known => Some(known == 2),
         };
-        return (vars, file);
+        return (Vars::Copied(vars), file);
     }
+    // SAFETY: `environ` is the C library's vector of the environment.
+    let environ = unsafe { libc::environ } as Vector;
     if !START.begun() {
         // Before the library's load finished (another library's constructor): what the
         // environment says now.
-        // SAFETY: `environ` is the C library's vector of the environment.
-        copy_start(unsafe { libc::environ } as Vector);
+        copy_start(environ);
     }
-    (START.get().unwrap_or_default(), None)
+    // Another thread copies them now (a thread another library's constructor started),
+    // or did when this process was forked from it (the copy is never finished here):
+    // the environment's own.
+    (START.get().map_or(Vars::Live(environ), Vars::Copied), None)
 }
 
 /// Whether a configuration file is there for this library (beside it, or in /etc).
@@ -321,24 +379,37 @@ fn own_path() -> &'static [u8] {
 }
 
 /// Whether the `LD_PRELOAD` entry `entry` names this library (whose whole path is
-/// `lib`) otherwise: a bare name, which the loader searches for, that is this library's
-/// file name; a path that is the same file (its device and inode: a relative path from
-/// the directory the process is in now, a link). System calls, nothing allocated.
-fn names_lib(entry: &[u8], lib: &[u8]) -> bool {
-    if !entry.contains(&b'/') {
-        return lib.rsplit(|&b| b == b'/').next() == Some(entry);
+/// `lib`) otherwise, for a child whose `LD_LIBRARY_PATH` is `search`: a path that is the
+/// same file (its device and inode: a relative path from the directory the process is
+/// in now, a link), or a bare name that is the same file in a directory of `search`
+/// (one the loader finds elsewhere, or not at all, is not taken for it: the whole path
+/// is added beside it, which the loader maps once where both are the same file). System
+/// calls, nothing allocated.
+fn names_lib(entry: &[u8], lib: &[u8], search: &[u8]) -> bool {
+    let Some(own) = file_id(&[lib]) else {
+        return false;
+    };
+    if entry.contains(&b'/') {
+        return file_id(&[entry]) == Some(own);
     }
-    matches!((file_id(entry), file_id(lib)), (Some(a), Some(b)) if a == b)
+    search
+        .split(|&b| b == b':' || b == b';')
+        .map(|dir| if dir.is_empty() { &b"."[..] } else { dir })
+        .any(|dir| file_id(&[dir, b"/", entry]) == Some(own))
 }
 
-/// The device and inode of the file at `path` (None where it cannot be read, or the
-/// path is longer than the hooks' small buffer).
-fn file_id(path: &[u8]) -> Option<(u64, u64)> {
+/// The device and inode of the file whose path is `parts` joined (None where it cannot
+/// be read, or the path is longer than the hooks' small buffer).
+fn file_id(parts: &[&[u8]]) -> Option<(u64, u64)> {
     let mut buf = [0u8; 512];
-    if path.len() >= buf.len() {
-        return None;
+    let mut at = 0;
+    for part in parts {
+        if at + part.len() >= buf.len() {
+            return None;
+        }
+        buf[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
     }
-    buf[..path.len()].copy_from_slice(path);
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: a NUL-terminated path (zeroed past it) and room for the answer; a system
     // call, not the C library's `stat` (an import is a lookup at every start).
@@ -357,14 +428,21 @@ fn file_id(path: &[u8]) -> Option<(u64, u64)> {
         .map(|s| (s.st_dev, s.st_ino))
 }
 
+/// The value of `LD_LIBRARY_PATH` in `envp`'s entries (empty where it sets none).
+fn search_path(envp: impl Iterator<Item = &'static [u8]>) -> &'static [u8] {
+    envp.filter_map(|e| e.strip_prefix(b"LD_LIBRARY_PATH="))
+        .next()
+        .unwrap_or_default()
+}
+
 /// Words of the buffer on the stack (2 KiB: an `exec` may run on a signal handler's
 /// stack): pointers and the new `LD_PRELOAD` entry.
 const STACK_WORDS: usize = 256;
 
 /// Whether this process hands anything down: it has configuration variables (`vars`)
 /// or a configuration file (read, or there for the library `lib`).
-fn configured(vars: &[u8], file: Option<bool>, lib: &[u8]) -> bool {
-    split(vars).any(|v| config::configures(config::name_of(v)))
+fn configured(vars: Vars, file: Option<bool>, lib: &[u8]) -> bool {
+    vars.iter().any(|v| config::configures(config::name_of(v)))
         || file.unwrap_or_else(|| file_there(lib))
 }
 
@@ -381,12 +459,13 @@ pub fn shell_command(cmd: &[u8]) -> Option<Vec<u8>> {
     }
     // SAFETY: `environ` is the C library's vector of the environment.
     let caller = entries(unsafe { libc::environ } as Vector);
+    let search = search_path(caller.clone());
     let mut added: Vec<Vec<u8>> = Vec::new();
     config::plan(
         caller,
-        split(vars),
+        vars.iter(),
         lib,
-        |e| names_lib(e, lib),
+        |e| names_lib(e, lib, search),
         |p| match p {
             Part::Kept(_) => {}
             Part::Inherited(e) => added.push(e.to_vec()),
@@ -417,12 +496,13 @@ pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector)
         return exec(envp);
     }
     let caller = entries(envp);
+    let search = search_path(caller.clone());
     let (mut count, mut bytes) = (1, 0);
     config::plan(
         caller.clone(),
-        split(vars),
+        vars.iter(),
         lib,
-        |e| names_lib(e, lib),
+        |e| names_lib(e, lib, search),
         |p| {
             count += 1;
             if let Part::Preload { .. } = p {
@@ -449,9 +529,9 @@ pub fn with_environment<R>(envp: Vector, no_memory: R, exec: impl FnOnce(Vector)
     let (mut i, mut at) = (0, 0);
     config::plan(
         caller,
-        split(vars),
+        vars.iter(),
         lib,
-        |e| names_lib(e, lib),
+        |e| names_lib(e, lib, search),
         |p| {
             let ptr = match p {
                 // Each is a NUL-terminated string where it lies: the caller's entry, or

@@ -88,6 +88,13 @@ fn launchers(script: &Path, fake: &Path) -> Vec<(&'static str, Vec<String>)> {
             )),
         ),
         (
+            "LD_PRELOAD naming the library by a bare name its loader does not find",
+            py(format!(
+                "import subprocess, sys; sys.exit(subprocess.run(['{s}', '{ASK}'], \
+                 env={{'LD_LIBRARY_PATH': '{f}', 'LD_PRELOAD': 'libgpucap.so'}}).returncode)"
+            )),
+        ),
+        (
             "LD_PRELOAD replaced by another library",
             vec![
                 "env".into(),
@@ -373,6 +380,71 @@ fn the_cap_a_parent_read_is_the_one_handed_down() {
 
 fn exec_edges() -> PathBuf {
     compile_c("exec_edges", "", &[])
+}
+
+/// Children forked by a thread another library's constructor started, while gpucap's
+/// own constructor copies the environment the process started with (100,000 variables:
+/// a long copy), each `exec`ing with an empty environment, get the cap: where the copy is
+/// not finished (or never will be, in a child forked during it) the variables are read
+/// from the environment itself (before, they were read as none, and 6 of 60 children in
+/// half the runs started uncapped; a review found it).
+#[test]
+fn children_forked_while_the_library_loads_get_the_cap() {
+    let dir = scratch("tree-ctor-forks");
+    let so = dir.join("libctor_forks.so");
+    let cc = |args: &[&std::ffi::OsStr]| {
+        let status = std::process::Command::new("cc")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "cc {args:?}");
+    };
+    let src = root().join("tests/c/libctor_forks.c");
+    cc(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-O1".as_ref(),
+        "-o".as_ref(),
+        so.as_ref(),
+        src.as_ref(),
+        "-lpthread".as_ref(),
+    ]);
+    let main = dir.join("main.c");
+    std::fs::write(
+        &main,
+        "void ctor_forks_wait(void);\nint main(void) { ctor_forks_wait(); return 0; }\n",
+    )
+    .unwrap();
+    let program = dir.join("ctor_main");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    cc(&[
+        "-o".as_ref(),
+        program.as_ref(),
+        main.as_ref(),
+        "-L".as_ref(),
+        dir.as_ref(),
+        rpath.as_ref(),
+        "-Wl,--no-as-needed".as_ref(),
+        "-lctor_forks".as_ref(),
+    ]);
+    for round in 0..4 {
+        let mut cmd = std::process::Command::new(&program);
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("LD_PRELOAD", shim())
+            .env("GPUCAP_LIMIT", "256Mi")
+            .env("CTOR_FORKS", "60");
+        for i in 0..100_000 {
+            cmd.env(format!("G{i}"), "x");
+        }
+        let o = run(&mut cmd);
+        assert_eq!(
+            stdout(&o).trim(),
+            "uncapped 0 of 60",
+            "round {round}\n{}",
+            dump(&o)
+        );
+    }
 }
 
 /// The variadic calls (`execl`, `execlp`, `execle`) after the environment was cleared,
