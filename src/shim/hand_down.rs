@@ -315,19 +315,28 @@ fn file_there(lib: &[u8]) -> bool {
     beside || exists(&[config::ETC_ENV_FILE.as_bytes()])
 }
 
-/// Whether the file whose path is `parts` joined exists; true where the path is longer
-/// than the hooks' small buffer (the library is then handed down, and the child reads
-/// what is there). Small: an `exec` may run on a signal handler's stack.
-fn exists(parts: &[&[u8]]) -> bool {
+/// `parts` joined into a NUL-terminated path in the hooks' small buffer (an `exec` may
+/// run on a signal handler's stack); None where it does not fit.
+fn joined(parts: &[&[u8]]) -> Option<[u8; 512]> {
     let mut path = [0u8; 512];
     let mut at = 0;
     for part in parts {
         if at + part.len() >= path.len() {
-            return true;
+            return None;
         }
         path[at..at + part.len()].copy_from_slice(part);
         at += part.len();
     }
+    Some(path)
+}
+
+/// Whether the file whose path is `parts` joined exists; true where the path is longer
+/// than the hooks' small buffer (the library is then handed down, and the child reads
+/// what is there).
+fn exists(parts: &[&[u8]]) -> bool {
+    let Some(path) = joined(parts) else {
+        return true;
+    };
     // SAFETY: `path` is NUL-terminated (zeroed past `at`); faccessat only reads it. A
     // system call, not the C library's `access`: each function the library imports is a
     // lookup at every process's start.
@@ -401,15 +410,7 @@ fn names_lib(entry: &[u8], lib: &[u8], search: &[u8]) -> bool {
 /// The device and inode of the file whose path is `parts` joined (None where it cannot
 /// be read, or the path is longer than the hooks' small buffer).
 fn file_id(parts: &[&[u8]]) -> Option<(u64, u64)> {
-    let mut buf = [0u8; 512];
-    let mut at = 0;
-    for part in parts {
-        if at + part.len() >= buf.len() {
-            return None;
-        }
-        buf[at..at + part.len()].copy_from_slice(part);
-        at += part.len();
-    }
+    let buf = joined(parts)?;
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: a NUL-terminated path (zeroed past it) and room for the answer; a system
     // call, not the C library's `stat` (an import is a lookup at every start).
