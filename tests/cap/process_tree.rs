@@ -570,40 +570,25 @@ fn forks_around_gpucap_never_hang_or_crash() {
         );
     }
     let portable = portable.map(|d| PathBuf::from(d).join("libgpucap.so"));
+    let stats = scratch("tree-unloaded").join("stats");
     for lib in std::iter::once(shim()).chain(portable) {
-        let argv = [
-            edges.clone(),
-            "unloaded-fork".into(),
-            lib.display().to_string(),
-        ];
-        let stats = scratch("tree-unloaded").join("stats");
-        let o = run(fake_cmd(&argv[0], &stats)
-            .args(&argv[1..])
-            .env("GPUCAP_LIMIT", "256Mi"));
-        assert_eq!(
-            stdout(&o).trim(),
-            "forked",
-            "{}\n{}",
-            lib.display(),
-            dump(&o)
-        );
-        // The library closed while a thread's pages are registered for its end: the
+        // Then: the library closed while a thread's pages are registered for its end: the
         // thread ends (before, its key's destructor was in the unloaded library: rc 139).
-        let argv = [
-            edges.clone(),
-            "unloaded-thread".into(),
-            lib.display().to_string(),
-        ];
-        let o = run(fake_cmd(&argv[0], &stats)
-            .args(&argv[1..])
-            .env("GPUCAP_LIMIT", "256Mi"));
-        assert_eq!(
-            stdout(&o).trim(),
-            "thread ended",
-            "{}\n{}",
-            lib.display(),
-            dump(&o)
-        );
+        for (mode, says) in [
+            ("unloaded-fork", "forked"),
+            ("unloaded-thread", "thread ended"),
+        ] {
+            let o = run(fake_cmd(&edges, &stats)
+                .args([mode.as_ref(), lib.as_os_str()])
+                .env("GPUCAP_LIMIT", "256Mi"));
+            assert_eq!(
+                stdout(&o).trim(),
+                says,
+                "{mode} {}\n{}",
+                lib.display(),
+                dump(&o)
+            );
+        }
     }
 }
 
