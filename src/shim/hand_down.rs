@@ -161,6 +161,7 @@ fn make_absolute() {
 extern "C" fn at_load(_argc: c_int, _argv: Vector, envp: Vector) {
     if !secure() {
         copy_start(envp);
+        crate::link_maps::find_at_load();
         make_absolute();
     }
 }

@@ -47,15 +47,48 @@ unsafe extern "C" {
     static OWN_DYNAMIC: u8;
 }
 
+/// The address of the loader's `r_debug` as found at this library's load
+/// ([`find_at_load`]); 0 before, or where it was not found.
+static FOUND_AT_LOAD: AtomicUsize = AtomicUsize::new(0);
+
 /// The loader's `r_debug`: where the main program's `DT_DEBUG` entry points, else (a
 /// program linked without one) the loader's own export `_r_debug`, looked up in the
 /// loader at `AT_BASE` (not imported: a symbol more for the loader to bind at every
-/// start). None where neither is there.
+/// start), else as found at this library's load. None where none is there.
 fn r_debug() -> Option<&'static RDebug> {
-    let r = from_dt_debug().or_else(from_loader)?;
+    let r = match FOUND_AT_LOAD.load(Acquire) {
+        0 => from_dt_debug().or_else(from_loader)?,
+        r => r,
+    };
     // SAFETY: the loader's `r_debug`, filled before any constructor ran, alive for the
     // process.
     Some(unsafe { &*(r as *const RDebug) })
+}
+
+/// At this library's load (its `.init_array` entry, no fork copied into a child yet
+/// from its own thread): finds the loader's `r_debug` once for the walks to come, and
+/// where neither the program's `DT_DEBUG` nor `AT_BASE` leads to it (a program linked
+/// without `DT_DEBUG` and started by naming the loader, where `AT_BASE` is 0), asks the
+/// loader, this once, for the object that defines `__tls_get_addr` (the loader itself)
+/// and looks `_r_debug` up in it.
+pub fn find_at_load() {
+    let r = from_dt_debug().or_else(from_loader).or_else(|| {
+        unsafe extern "C" {
+            /// The loader's function for thread-local storage (imported already): its
+            /// address lies in the loader. Never called here.
+            fn __tls_get_addr();
+        }
+        let inside = __tls_get_addr as *const () as usize;
+        let mut found = None;
+        crate::elf::each_object(|info, phdrs| {
+            if found.is_none() && crate::elf::holds(info, phdrs, inside) {
+                found =
+                    Dynamic::of(info.dlpi_addr as usize, phdrs).and_then(|d| d.object(b"_r_debug"));
+            }
+        });
+        found
+    });
+    FOUND_AT_LOAD.store(r.unwrap_or(0), Release);
 }
 
 /// The main program's `DT_DEBUG` value (None where it has none, or it is 0).
