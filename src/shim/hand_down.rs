@@ -482,7 +482,10 @@ pub fn shell_command(cmd: &[u8]) -> Option<Vec<u8>> {
     if added.is_empty() {
         return None;
     }
-    let mut command = config::shell_command(added.iter().map(Vec::as_slice), cmd);
+    // SAFETY: the C library's static, NUL-terminated text of its version.
+    let version = unsafe { CStr::from_ptr(libc::gnu_get_libc_version()) }.to_bytes();
+    let dashes = config::shell_gets_dashes(version);
+    let mut command = config::shell_command(added.iter().map(Vec::as_slice), cmd, dashes);
     command.push(0);
     Some(command)
 }

@@ -1,12 +1,13 @@
-//! The exported `system` and `popen`. The C library starts their shell (`/bin/sh -c --
-//! CMD`) through its own internal spawn, with `environ`, out of reach of the `exec`
-//! hooks (`exec.rs`): a program that cleared its environment (`clearenv`, Python's
-//! `os.environ.clear()`) or dropped `LD_PRELOAD` from it started an uncapped shell. Where
-//! the environment lacks what a child of this process is handed (`hand_down.rs`), the C
-//! library's function runs the command that hands it to the shell first
-//! (`exec /usr/bin/env 'NAME=value' ... /bin/sh -c -- 'CMD' sh`: the same shell, the same
-//! exit status, and `pclose` and the signals as the C library keeps them); elsewhere it
-//! runs `CMD` as given. A command the quoting makes longer than the kernel takes for an
+//! The exported `system` and `popen`. The C library starts their shell (`sh -c CMD`;
+//! from glibc 2.38 `sh -c -- CMD`) through its own internal spawn, with `environ`, out
+//! of reach of the `exec` hooks (`exec.rs`): a program that cleared its environment
+//! (`clearenv`, Python's `os.environ.clear()`) or dropped `LD_PRELOAD` from it started an
+//! uncapped shell. Where the environment lacks what a child of this process is handed
+//! (`hand_down.rs`), the C library's function runs the command that hands it to the shell
+//! first (`exec /usr/bin/env 'NAME=value' ... /bin/sh -c [--] 'CMD' sh`, `--` where the C
+//! library gives one: the same shell, the same parse of the command, the same exit
+//! status, and `pclose` and the signals as the C library keeps them); elsewhere it runs
+//! `CMD` as given. A command the quoting makes longer than the kernel takes for an
 //! argument (128 KiB) runs as given, with one line saying its shell is not capped.
 
 use std::ffi::{CStr, c_char, c_int, c_void};

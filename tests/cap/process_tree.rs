@@ -354,6 +354,28 @@ fn system_changes_no_command_whose_environment_keeps_the_cap() {
     );
 }
 
+/// The shell `system` starts with the cap handed to it parses its command as the C
+/// library's own would: glibc before 2.38 gives no `--` after `-c`, so a command starting
+/// with `-` is the shell's options there (exit 2), a command from 2.38 on (before, the
+/// handed shell always got `--`: exit 127 where the C library's exits 2).
+#[test]
+fn a_shell_handed_the_cap_parses_a_command_as_the_c_librarys() {
+    let edges = exec_edges().display().to_string();
+    let argv = [edges.clone(), "system-cleared".into(), "-x true".into()];
+    let stats = scratch("tree-dash").join("stats");
+    let mut cmd = fake_cmd(&edges, &stats);
+    cmd.args(&argv[1..]);
+    let plain = run(&mut cmd);
+    let capped = parent(&shim(), &[("GPUCAP_LIMIT", "256Mi")], &argv, "tree-dash");
+    assert_eq!(
+        capped.status.code(),
+        plain.status.code(),
+        "uncapped:\n{}\ncapped:\n{}",
+        dump(&plain),
+        dump(&capped)
+    );
+}
+
 /// A parent that set its cap in its own environment before its first CUDA call (as a
 /// notebook does) hands down that cap: the configuration it read, not the environment it
 /// started with (none here).

@@ -191,13 +191,19 @@ pub fn write(part: Part<'_>, lib: &[u8], buf: &mut [u8]) -> usize {
 }
 
 /// The command a shell started with the process's environment (`system`, `popen`: the C
-/// library starts `/bin/sh -c -- CMD` with `environ`, out of reach of the `exec` hooks)
-/// runs in place of `cmd`, so that `entries` (`NAME=value`: what a child is handed down
-/// and the environment lacks) reach the shell that runs `cmd` and its children:
-/// `exec /usr/bin/env 'NAME=value' ... /bin/sh -c -- 'CMD' sh` (`env`, not `export`:
-/// a driver's variable may have a name the shell does not take). Each word
-/// single-quoted (a `'` in it written `'\''`).
-pub fn shell_command<'a>(entries: impl Iterator<Item = &'a [u8]>, cmd: &[u8]) -> Vec<u8> {
+/// library starts `sh -c CMD`, from glibc 2.38 `sh -c -- CMD`, with `environ`, out of
+/// reach of the `exec` hooks) runs in place of `cmd`, so that `entries` (`NAME=value`:
+/// what a child is handed down and the environment lacks) reach the shell that runs `cmd`
+/// and its children: `exec /usr/bin/env 'NAME=value' ... /bin/sh -c 'CMD' sh` (`env`, not
+/// `export`: a driver's variable may have a name the shell does not take), with `--`
+/// after `-c` where `dashes` (the C library's own shell gets one: a command starting with
+/// `-` or `+` is then a command, else the shell's options, as the C library has it).
+/// Each word single-quoted (a `'` in it written `'\''`).
+pub fn shell_command<'a>(
+    entries: impl Iterator<Item = &'a [u8]>,
+    cmd: &[u8],
+    dashes: bool,
+) -> Vec<u8> {
     let mut out = b"exec /usr/bin/env".to_vec();
     let quoted = |out: &mut Vec<u8>, word: &[u8]| {
         out.extend_from_slice(b" '");
@@ -213,10 +219,27 @@ pub fn shell_command<'a>(entries: impl Iterator<Item = &'a [u8]>, cmd: &[u8]) ->
     for e in entries {
         quoted(&mut out, e);
     }
-    out.extend_from_slice(b" /bin/sh -c --");
+    out.extend_from_slice(if dashes {
+        b" /bin/sh -c --".as_slice()
+    } else {
+        b" /bin/sh -c"
+    });
     quoted(&mut out, cmd);
     out.extend_from_slice(b" sh");
     out
+}
+
+/// Whether the C library of version `version` (`gnu_get_libc_version`'s text: `2.36`)
+/// starts the shell of `system` and `popen` with `--` after `-c` (glibc 2.38 and later).
+pub fn shell_gets_dashes(version: &[u8]) -> bool {
+    let mut parts = version.split(|&b| b == b'.').map(|p| {
+        let digits = p.iter().take_while(|b| b.is_ascii_digit()).count();
+        std::str::from_utf8(&p[..digits]).ok()?.parse::<u32>().ok()
+    });
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (2, 38),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -226,12 +249,36 @@ mod tests {
     #[test]
     fn a_shells_command_gets_the_entries_and_keeps_its_own_words() {
         let entries: [&[u8]; 2] = [b"GPUCAP_LIMIT=256Mi", b"LD_PRELOAD=/opt/it's/libgpucap.so"];
-        let c = shell_command(entries.into_iter(), b"echo 'a b' \"$HOME\"");
+        let c = shell_command(entries.into_iter(), b"echo 'a b' \"$HOME\"", true);
         assert_eq!(
             String::from_utf8(c).unwrap(),
             "exec /usr/bin/env 'GPUCAP_LIMIT=256Mi' 'LD_PRELOAD=/opt/it'\\''s/libgpucap.so' \
              /bin/sh -c -- 'echo '\\''a b'\\'' \"$HOME\"' sh"
         );
+        let c = shell_command(entries.into_iter(), b"-x", false);
+        assert_eq!(
+            String::from_utf8(c).unwrap(),
+            "exec /usr/bin/env 'GPUCAP_LIMIT=256Mi' 'LD_PRELOAD=/opt/it'\\''s/libgpucap.so' \
+             /bin/sh -c '-x' sh"
+        );
+    }
+
+    #[test]
+    fn the_shell_gets_dashes_from_glibc_2_38() {
+        for (version, dashes) in [
+            ("2.36", false),
+            ("2.37", false),
+            ("2.38", true),
+            ("2.41", true),
+            ("2.38.9000", true),
+            ("3.0", true),
+            ("1.99", false),
+            ("2", false),
+            ("", false),
+            ("x.y", false),
+        ] {
+            assert_eq!(shell_gets_dashes(version.as_bytes()), dashes, "{version}");
+        }
     }
 
     const LIB: &[u8] = b"/opt/gpucap/libgpucap.so";

@@ -48,7 +48,7 @@ pub use file::{configures, format_env_file, from_env_files, has_gpucap_vars};
 pub use hami::HAMI_SHARED_CACHE;
 pub use hand_down::{
     LD_PRELOAD, Part, handed_down, name_of, plan, preload_entries, preloadable, shell_command,
-    write as write_part,
+    shell_gets_dashes, write as write_part,
 };
 pub use keys::{check_gpu_keys, check_var_keys, names_gpus};
 pub use limit::{
