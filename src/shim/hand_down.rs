@@ -448,6 +448,19 @@ fn configured(vars: Vars, file: Option<bool>, lib: &[u8]) -> bool {
         || file.unwrap_or_else(|| file_there(lib))
 }
 
+/// The C library's `gnu_get_libc_version`, found at its first use (not imported: a
+/// binding more for the loader at every start).
+static LIBC_VERSION: crate::link_maps::Next = crate::link_maps::Next::new(b"gnu_get_libc_version");
+
+/// The C library's version (`2.36`), None where it has no `gnu_get_libc_version`.
+fn libc_version() -> Option<&'static [u8]> {
+    let f = LIBC_VERSION.get()?;
+    // SAFETY: the C library's `const char *gnu_get_libc_version(void)`.
+    let f = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> *const c_char>(f) };
+    // SAFETY: the C library's static, NUL-terminated text of its version.
+    Some(unsafe { CStr::from_ptr(f()) }.to_bytes())
+}
+
 /// The command, NUL-terminated, that `system` or `popen` runs in place of `cmd`: the
 /// shell they start with the process's environment handed what a child of this process
 /// is handed and the environment lacks ([`config::shell_command`]); None where the
@@ -482,9 +495,7 @@ pub fn shell_command(cmd: &[u8]) -> Option<Vec<u8>> {
     if added.is_empty() {
         return None;
     }
-    // SAFETY: the C library's static, NUL-terminated text of its version.
-    let version = unsafe { CStr::from_ptr(libc::gnu_get_libc_version()) }.to_bytes();
-    let dashes = config::shell_gets_dashes(version);
+    let dashes = libc_version().is_some_and(config::shell_gets_dashes);
     let mut command = config::shell_command(added.iter().map(Vec::as_slice), cmd, dashes);
     command.push(0);
     Some(command)
