@@ -197,7 +197,8 @@ options:
   --write-env FILE   once valid, write the GPUCAP_* variables (flags applied) to FILE as
                      KEY=VALUE lines, atomically: the gpucap.env file the shim reads
                      when its environment has no GPUCAP_* variable (the container
-                     entrypoint does this)
+                     entrypoint does this); a FILE there that --write-env did not
+                     write (an image's, an operator's) is kept: a ceiling
   -h, --help         show this help
 
 exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.";

@@ -494,6 +494,55 @@ fn a_gpucap_env_that_cannot_be_written_is_checked_not_written() {
     );
 }
 
+/// A `gpucap.env` beside the library that an image ships, writable, is a ceiling the
+/// entrypoint keeps: a container started with a higher `GPUCAP_LIMIT`, or with none, runs
+/// under the image's 512 MiB, and the file is left as it is (before, the entrypoint wrote
+/// the environment's configuration over it: 4 GiB, or no cap at all, served 300 MiB past
+/// 256). A file the entrypoint wrote itself (its header), or one setting no variable, is
+/// written.
+#[test]
+fn an_images_writable_gpucap_env_is_a_ceiling_the_entrypoint_keeps() {
+    let inst = Install::new("ep-env-image");
+    let image = "# the image's cap\nGPUCAP_LIMIT=512Mi\n";
+    for env in [&[("GPUCAP_LIMIT", "4Gi")][..], &[]] {
+        std::fs::write(inst.env_file(), image).unwrap();
+        let mut c = inst.entrypoint(&[&client(), "256", "300"]);
+        c.env_remove("GPUCAP_LIMIT");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = run(&mut c);
+        assert_ok(&o);
+        assert_eq!(
+            allocs(&o),
+            ["alloc 256 ok", "alloc 300 err CUDA_ERROR_OUT_OF_MEMORY"],
+            "{env:?}: held at the image's 512 MiB\n{}",
+            dump(&o)
+        );
+        assert_eq!(
+            std::fs::read_to_string(inst.env_file()).unwrap(),
+            image,
+            "{env:?}: the image's file is left as it is"
+        );
+    }
+    for before in [
+        "# gpucap configuration, written by `gpucap check --write-env` (the container\nGPUCAP_LIMIT=128Mi\n",
+        "# filled in at the start\n",
+    ] {
+        std::fs::write(inst.env_file(), before).unwrap();
+        let mut c = inst.entrypoint(&[&client(), "256", "300"]);
+        c.env("GPUCAP_LIMIT", "1Gi");
+        let o = run(&mut c);
+        assert_ok(&o);
+        let after = std::fs::read_to_string(inst.env_file()).unwrap();
+        assert!(
+            after.contains("GPUCAP_LIMIT=1Gi\n"),
+            "{before:?} is the entrypoint's to write: {after}\n{}",
+            dump(&o)
+        );
+    }
+}
+
 /// Waits until `path` exists (a harness limit of 60 s, not a timing assertion).
 fn wait_for(path: &Path) {
     let start = Instant::now();
