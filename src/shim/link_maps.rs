@@ -69,21 +69,18 @@ fn r_debug() -> Option<&'static RDebug> {
 /// from its own thread): finds the loader's `r_debug` once for the walks to come, and
 /// where neither the program's `DT_DEBUG` nor `AT_BASE` leads to it (a program linked
 /// without `DT_DEBUG` and started by naming the loader, where `AT_BASE` is 0), asks the
-/// loader, this once, for the object that defines `__tls_get_addr` (the loader itself)
-/// and looks `_r_debug` up in it.
+/// loader, this once, for the object that defines both `_r_debug` and `_dl_debug_state`
+/// (the loader: a sanitizer's runtime defines `__tls_get_addr` too, and a program may
+/// define an `_r_debug` of its own) and takes its `_r_debug`.
 pub fn find_at_load() {
     let r = from_dt_debug().or_else(from_loader).or_else(|| {
-        unsafe extern "C" {
-            /// The loader's function for thread-local storage (imported already): its
-            /// address lies in the loader. Never called here.
-            fn __tls_get_addr();
-        }
-        let inside = __tls_get_addr as *const () as usize;
         let mut found = None;
         crate::elf::each_object(|info, phdrs| {
-            if found.is_none() && crate::elf::holds(info, phdrs, inside) {
-                found =
-                    Dynamic::of(info.dlpi_addr as usize, phdrs).and_then(|d| d.object(b"_r_debug"));
+            if found.is_none()
+                && let Some(d) = Dynamic::of(info.dlpi_addr as usize, phdrs)
+                && d.function(b"_dl_debug_state").is_some()
+            {
+                found = d.object(b"_r_debug");
             }
         });
         found
