@@ -136,7 +136,8 @@ options:
                  PATH = the process id); a relative PATH is made absolute here
   --pool NAME|PATH
                  set GPUCAP_POOL: CMD and every process that names the same pool share
-                 one budget per GPU (each must set the same cap); off: no pool
+                 one budget per GPU (each must set the same cap: another than the live
+                 members' stops gpucap with exit status 2, CMD not run); off: no pool
   --wait DURATION
                  set GPUCAP_WAIT: with a pool, an allocation the pool cannot take now
                  waits up to DURATION (30s, 5m, ...; 0: refused at once) for members
@@ -181,8 +182,8 @@ when it has some, it shows the file's cap as the ceiling, what the environment a
 and, per GPU, the cap that holds.
 With a pool (GPUCAP_POOL), it prints the pool's file and, if it exists, how many of
 its members are alive; a pool directory that others could write in, or a pool file
-that cannot be read as one, is an error (exit status 2), and so is a GPUCAP_POOL_DIR
-that does not exist. A gpucap-UID directory or pool file that does not exist yet is
+that cannot be read as one, is an error (exit status 2), and so are a GPUCAP_POOL_DIR
+that does not exist and a cap other than the one the pool's live members hold. A gpucap-UID directory or pool file that does not exist yet is
 fine: the first process that uses CUDA makes it.
 
 options:

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use gpucap_core::config::{self, Config, LogLevel};
 
 use crate::args::{self, Overrides};
-use crate::environment::{library, lookup, set_var};
+use crate::environment::{as_the_shim_reads, library, lookup, set_var};
 use crate::exit::EXIT_USAGE;
 use crate::{driver, pool, report};
 
@@ -57,7 +57,8 @@ pub(crate) fn check_driver(config: &Config) -> Result<(), String> {
 }
 
 /// What `run` and `run --measure` need before the program starts: the library to
-/// preload, and the driver checked (see [`check_driver`]); the error is printed, and
+/// preload, the driver checked (see [`check_driver`]), and the pool named checked as
+/// `check` checks it (its directory, its live members' cap); the error is printed, and
 /// the exit status returned.
 pub(crate) fn prepare(config: &Config, vars: &[(OsString, OsString)]) -> Result<PathBuf, i32> {
     let lib = library(vars).map_err(|e| {
@@ -74,6 +75,21 @@ pub(crate) fn prepare(config: &Config, vars: &[(OsString, OsString)]) -> Result<
     {
         eprintln!("gpucap: pool {spec}: {e}");
         return Err(EXIT_USAGE);
+    }
+    // A cap other than the live members' of the pool: the library would refuse every
+    // CUDA call at cuInit, so the program does not start; the line is `check`'s (the
+    // configuration as the shim reads it, a `gpucap.env` beside the library included).
+    if config.pool.is_some() {
+        let shim = as_the_shim_reads(config.clone(), vars, Some(&lib)).map(|(c, _)| c);
+        if let Some(msg) =
+            pool::live_cap_mismatch(shim.as_ref().unwrap_or(config), || match driver::probe() {
+                driver::Probe::Devices(devices) => Some(devices),
+                _ => None,
+            })
+        {
+            eprintln!("{msg}");
+            return Err(EXIT_USAGE);
+        }
     }
     Ok(lib)
 }

@@ -124,17 +124,23 @@ pub fn check_line(
     ))
 }
 
-/// Where live members of the pool hold a GPU of `devices` to another cap than `config`
-/// gives it: the line the library would refuse the process with at `cuInit` (without a
-/// ceiling handed down, every member of a pool sets the same cap). None: no live member,
-/// no such GPU in the pool, the same caps, or the pool cannot be read (said elsewhere).
+/// Where live members of the pool `config` names hold a GPU to another cap than
+/// `config` gives it: the line the library would refuse the process with at `cuInit`
+/// (without a ceiling handed down, every member of a pool sets the same cap), which
+/// `gpucap check` and `gpucap run` say before anything starts. `devices` (the visible
+/// GPUs, None where the driver could not list them) is asked only when the pool has live
+/// members. None: no pool, a ceiling handed down (the process joins held at its own,
+/// said at `cuInit`), no live member, no such GPU in the pool, the same caps, or the
+/// pool cannot be read (said elsewhere).
 pub fn live_cap_mismatch(
-    spec: &PoolSpec,
-    pool_dir: Option<&Path>,
     config: &gpucap_core::config::Config,
-    devices: &[crate::driver::Device],
+    devices: impl FnOnce() -> Option<Vec<crate::driver::Device>>,
 ) -> Option<String> {
-    let Ok(Located::File(path)) = locate(spec, pool_dir) else {
+    let spec = config.pool.as_ref()?;
+    if config.bound.is_some() {
+        return None;
+    }
+    let Ok(Located::File(path)) = locate(spec, config.pool_dir.as_deref()) else {
         return None;
     };
     let view = gpucap_pool_file::open_reader(&path, Sharing::of(spec))
@@ -144,7 +150,7 @@ pub fn live_cap_mismatch(
     if !view.members.iter().any(|m| m.alive) {
         return None; // the next member sets the pool's cap
     }
-    devices.iter().find_map(|d| {
+    devices()?.iter().find_map(|d| {
         let uuid = d.uuid?;
         let gpu = view
             .gpus

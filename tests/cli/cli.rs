@@ -917,6 +917,51 @@ fn in_own_mount_namespace(cmd: &Command) -> Command {
 /// container: processes in two mount namespaces (`unshare -m`, as two containers that
 /// share `/dev/shm` with `--ipc=host`) get a pool each, and two processes in one mount
 /// namespace share one, named as the entrypoint names it (`container-N`).
+/// `gpucap run` refuses, before CMD starts, a cap other than the one the live members of
+/// its pool hold a GPU to: `check`'s line, exit status 2, CMD never run (before: CMD
+/// started, and the library refused every CUDA call it made, CUDA_ERROR_NOT_PERMITTED).
+/// With no cap, the line says so in words ("at no cap" read badly), and no "runs
+/// uncapped" line comes before it: the program would not run at all. The live members'
+/// cap runs CMD.
+#[test]
+fn run_refuses_a_cap_other_than_the_pools_live_members_before_the_program_starts() {
+    use common::pool_scratch::Scratch;
+    let s = Scratch::new("run-pool-cap");
+    let mut a = s.member("mm", "a", &["alloc:1Mi"]);
+    let marker = s.dir.join("started");
+    let touch = ["sh", "-c", "touch \"$0\"", marker.to_str().unwrap()];
+    let with = |flags: &[&str], cmd: &[&str]| {
+        let mut args = flags.to_vec();
+        args.extend(cmd);
+        run(&mut s.gpucap(&args))
+    };
+    let differs = "gpucap: cannot join the pool mm: this process caps GPU 0 at 2 GiB, the \
+                   pool's live members at 1 GiB (every member of a pool must set the same \
+                   GPUCAP_LIMIT)";
+    let c = with(&["check", "--limit", "2Gi", "--pool", "mm"], &[]);
+    assert_eq!(c.status.code(), Some(2), "{}", dump(&c));
+    assert_eq!(stderr(&c).trim_end(), differs, "{}", dump(&c));
+    let o = with(&["run", "--limit", "2Gi", "--pool", "mm", "--"], &touch);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert_eq!(stderr(&o).trim_end(), differs, "{}", dump(&o));
+    assert!(!marker.exists(), "the program ran\n{}", dump(&o));
+    let o = with(&["run", "--pool", "mm", "--"], &touch);
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    assert_eq!(
+        stderr(&o).trim_end(),
+        "gpucap: cannot join the pool mm: this process sets no cap on GPU 0, the pool's \
+         live members cap it at 1 GiB (every member of a pool must set the same GPUCAP_LIMIT)",
+        "{}",
+        dump(&o)
+    );
+    assert!(!marker.exists(), "the program ran\n{}", dump(&o));
+    let o = with(&["run", "--limit", "1Gi", "--pool", "mm", "--"], &touch);
+    assert_ok(&o);
+    assert!(marker.exists(), "the program did not run\n{}", dump(&o));
+    let _ = a.kill();
+    let _ = a.wait();
+}
+
 #[test]
 fn the_cdi_devices_default_pool_is_one_per_mount_namespace() {
     use common::pool_scratch::{Scratch, script};

@@ -63,12 +63,11 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
             }
         };
     // A cap other than the live members' is refused by the library at cuInit: said now
-    // (under a ceiling handed down, a process joins held at its own, said at cuInit).
-    if let (Some(spec), driver::Probe::Devices(devices)) = (config.pool.as_ref(), &probe)
-        && config.bound.is_none()
-        && let Some(msg) =
-            pool::live_cap_mismatch(spec, config.pool_dir.as_deref(), &config, devices)
-    {
+    // (as `run` says it before CMD starts).
+    if let Some(msg) = pool::live_cap_mismatch(&config, || match &probe {
+        driver::Probe::Devices(devices) => Some(devices.clone()),
+        _ => None,
+    }) {
         eprintln!("{msg}");
         return EXIT_USAGE;
     }

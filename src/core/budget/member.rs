@@ -223,14 +223,30 @@ impl CapMismatch {
     /// What a process refused for it is told, for its GPU `ordinal` (the library at
     /// `cuInit`, `gpucap check` before it).
     pub fn text(&self, ordinal: usize) -> String {
-        let shown = |c: Option<u64>| c.map_or("no cap".to_string(), crate::size::format_bytes);
+        let b = crate::size::format_bytes;
         match self {
-            CapMismatch::Differs { ours, pool } => format!(
-                "this process caps GPU {ordinal} at {}, the pool's live members at {} (every \
-                 member of a pool must set the same GPUCAP_LIMIT)",
-                shown(*ours),
-                shown(*pool)
-            ),
+            CapMismatch::Differs { ours, pool } => {
+                // Each side in words that read as a sentence: "at no cap" would not.
+                let sides = match (ours, pool) {
+                    (Some(o), Some(p)) => format!(
+                        "this process caps GPU {ordinal} at {}, the pool's live members at {}",
+                        b(*o),
+                        b(*p)
+                    ),
+                    (None, Some(p)) => format!(
+                        "this process sets no cap on GPU {ordinal}, the pool's live members \
+                         cap it at {}",
+                        b(*p)
+                    ),
+                    (Some(o), None) => format!(
+                        "this process caps GPU {ordinal} at {}, the pool's live members set \
+                         no cap on it",
+                        b(*o)
+                    ),
+                    (None, None) => format!("GPU {ordinal}: neither side sets a cap"),
+                };
+                format!("{sides} (every member of a pool must set the same GPUCAP_LIMIT)")
+            }
             CapMismatch::TooManyGpus => format!(
                 "GPU {ordinal}: a pool holds {} GPUs at most",
                 layout::MAX_POOL_GPUS
