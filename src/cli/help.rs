@@ -236,10 +236,11 @@ options:
                      docs/src/watching.md); with a pool, one JSON object: path, version, created, gpus [uuid, cap,
                      used, peak, refusals, largest_refused, held_by_dead], members
                      [slot, pid, pid_namespace, command, start_ms, alive, held_by_children, gpus [uuid,
-                     used, peak]] (see README.md, \"Watching a pool\")
+                     used, peak]] (see docs/src/pools.md, \"Watching a pool: gpucap
+                     status, gpucap top\")
   --prometheus       print Prometheus's text exposition format (version 0.0.4), for
                      node_exporter's textfile collector: the series gpucap metrics
-                     serves (see README.md, \"Metrics\"); --pool may then be given
+                     serves (see docs/src/metrics.md); --pool may then be given
                      several times, each pool's series labelled pool=\"NAME\"
   --all              with no pool named: the pools no process uses (no live member,
                      nothing held; gpucap pool clean removes them) too, which are
@@ -294,7 +295,7 @@ Serves pools to Prometheus: an HTTP/1.1 server where GET /metrics answers with
 Prometheus's text exposition format (version 0.0.4) of the pools, read again at each
 scrape: per GPU the cap, bytes used, peak, refusals, largest refused and bytes held
 by dead members; per member its pid, command, bytes and peak, and whether it lives
-(the series and their labels: README.md, \"Metrics\"). Any other path is 404. A thread
+(the series and their labels: docs/src/metrics.md). Any other path is 404. A thread
 per connection (at most 256), each request answered then closed. It prints the address it listens on
 (useful with port 0) on stderr, then a line whenever a pool becomes readable or
 unreadable. Reading never changes a pool and never waits for its members: the file

@@ -94,6 +94,56 @@ fn version_and_help_take_nothing_after_them() {
     assert!(stdout(&o).starts_with("gpucap "), "{}", dump(&o));
 }
 
+/// Every document the help names (`docs/src/pools.md`, `README.md`) exists, and every
+/// section it names in one (`README.md, "Without a GPU"`) is one of that file's headings
+/// (backticks aside; a name may wrap across lines). Before, `help status` and `help
+/// metrics` sent the reader to README.md's "Watching a pool" and "Metrics", which it
+/// does not have (they are docs/src/pools.md's and docs/src/metrics.md's).
+#[test]
+fn the_help_names_documents_and_sections_that_exist() {
+    let dir = scratch("conv-help-refs");
+    let mut named = 0;
+    for topic in [
+        "", "run", "check", "status", "top", "metrics", "jupyter", "cdi", "pool",
+    ] {
+        let mut args = vec!["help"];
+        args.extend((!topic.is_empty()).then_some(topic));
+        let o = run(&mut gpucap(&dir, &args));
+        assert_ok(&o);
+        let text = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut from = 0;
+        while let Some(at) = text[from..].find(".md").map(|i| from + i) {
+            from = at + 3;
+            let start = text[..at]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || "/-_.".contains(c)))
+                .map_or(0, |i| i + 1);
+            let path = &text[start..from];
+            let file = root().join(path);
+            let doc = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+                panic!("help {topic} names {path}, which cannot be read ({e})")
+            });
+            named += 1;
+            let Some(section) = text[from..]
+                .strip_prefix(", \"")
+                .and_then(|rest| rest.split('"').next())
+            else {
+                continue;
+            };
+            let headings: Vec<String> = doc
+                .lines()
+                .filter(|l| l.starts_with('#'))
+                .map(|l| l.trim_start_matches('#').trim().replace('`', ""))
+                .collect();
+            assert!(
+                headings.iter().any(|h| h == section),
+                "help {topic} names the section \"{section}\" of {path}, which has none \
+                 such; its headings: {headings:?}"
+            );
+        }
+    }
+    assert!(named > 3, "the help names documents");
+}
+
 #[test]
 fn run_wait_is_gpucap_wait_and_needs_a_pool_as_the_variable_does() {
     let dir = scratch("conv-wait");
