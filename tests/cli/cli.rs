@@ -541,6 +541,39 @@ fn check_shows_growth_and_report() {
     assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
 }
 
+/// The `limit:` line of `gpucap check` with no cap tells a cap left unset from one set to
+/// `none` on purpose, and names how (before: "GPUCAP_LIMIT unset" for all three).
+#[test]
+fn check_tells_no_cap_asked_from_none_set() {
+    let dir = scratch("cli-check-none");
+    let limit_line = |o: &Output| {
+        assert_ok(o);
+        stdout(o)
+            .lines()
+            .find(|l| l.starts_with("limit: "))
+            .unwrap_or_else(|| panic!("no limit line\n{}", dump(o)))
+            .to_string()
+    };
+    let o = run(&mut gpucap(&[os("check")], &dir.join("s.json")));
+    assert_eq!(
+        limit_line(&o),
+        "limit: none (GPUCAP_LIMIT unset: allocations are counted, not capped)"
+    );
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("none")],
+        &dir.join("s.json"),
+    ));
+    assert_eq!(
+        limit_line(&o),
+        "limit: none (no cap asked, --limit none: allocations are counted, not capped)"
+    );
+    let o = run(gpucap(&[os("check")], &dir.join("s.json")).env("GPUCAP_LIMIT", "none"));
+    assert_eq!(
+        limit_line(&o),
+        "limit: none (no cap asked, GPUCAP_LIMIT=none: allocations are counted, not capped)"
+    );
+}
+
 // ---- keys that name no visible GPU ------------------------------------------------------
 
 /// The one `gpucap:` line of a program's stderr (panics unless there is exactly one).

@@ -106,6 +106,11 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         preloaded,
         source.as_deref(),
         &pool_line,
+        // Set to none on purpose (a flag sets the variable), not left unset.
+        config.limit.is_none()
+            && lookup(&vars, "GPUCAP_LIMIT")
+                .and_then(OsStr::to_str)
+                .is_some_and(config::limit_is_none),
     );
     print_out(&text);
     if let Err(e) = lib {

@@ -15,7 +15,7 @@ pub fn ceiling_lines(config: &Config) -> Vec<String> {
     };
     let mut out = vec![format!(
         "ceiling: {} (from {}: the environment may lower it, never raise or remove it)",
-        describe_limit(Some(&b.spec)),
+        describe_limit(Some(&b.spec), None),
         b.from
     )];
     if let Some(asked) = &b.asked {

@@ -16,10 +16,17 @@ pub fn limit_text(limit: Limit) -> String {
 }
 
 /// The `limit:` line's text, e.g.
-/// `GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory`.
-pub fn describe_limit(spec: Option<&LimitSpec>) -> String {
+/// `GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory`. With no cap,
+/// `none_from` is how no cap was asked (`--limit none`, `GPUCAP_LIMIT=none`); None: it
+/// was left unset.
+pub fn describe_limit(spec: Option<&LimitSpec>, none_from: Option<&str>) -> String {
     let Some(spec) = spec else {
-        return "none (GPUCAP_LIMIT unset: allocations are counted, not capped)".to_string();
+        return match none_from {
+            Some(from) => {
+                format!("none (no cap asked, {from}: allocations are counted, not capped)")
+            }
+            None => "none (GPUCAP_LIMIT unset: allocations are counted, not capped)".to_string(),
+        };
     };
     let mut parts: Vec<String> = spec
         .devices
@@ -104,18 +111,25 @@ mod tests {
     #[test]
     fn limit_lines() {
         assert_eq!(
-            describe_limit(spec("0=8Gi,50%").as_ref()),
+            describe_limit(spec("0=8Gi,50%").as_ref(), None),
             "GPU 0: 8 GiB (8589934592 bytes); other GPUs: 50% of physical memory"
         );
         assert_eq!(
-            describe_limit(spec("8Gi").as_ref()),
+            describe_limit(spec("8Gi").as_ref(), None),
             "every GPU: 8 GiB (8589934592 bytes)"
         );
         assert_eq!(
-            describe_limit(spec("1=12.5%").as_ref()),
+            describe_limit(spec("1=12.5%").as_ref(), None),
             "GPU 1: 12.5% of physical memory; other GPUs: not capped (counted only)"
         );
-        assert!(describe_limit(None).starts_with("none"));
+        assert_eq!(
+            describe_limit(None, None),
+            "none (GPUCAP_LIMIT unset: allocations are counted, not capped)"
+        );
+        assert_eq!(
+            describe_limit(None, Some("--limit none")),
+            "none (no cap asked, --limit none: allocations are counted, not capped)"
+        );
     }
 
     #[test]

@@ -84,7 +84,8 @@ pub fn probe_warning(probe: &Probe) -> Option<String> {
 /// `preloaded` says this process already runs under a libgpucap.so preload.
 /// `config_file` is the `gpucap.env` the configuration came from (the environment had
 /// no GPUCAP_* variable), as the shim would read it. `pool_line` is the `pool:` line
-/// (see `pool::check_line`).
+/// (see `pool::check_line`). `limit_none`: GPUCAP_LIMIT was set to `none` (no cap asked,
+/// rather than none set).
 pub fn check_report(
     config: &Config,
     library: Result<&Path, &str>,
@@ -92,6 +93,7 @@ pub fn check_report(
     preloaded: bool,
     config_file: Option<&Path>,
     pool_line: &str,
+    limit_none: bool,
 ) -> String {
     // Not "OK" where the library `run` would preload is missing: check then fails (exit 2).
     let first = match library {
@@ -116,7 +118,17 @@ pub fn check_report(
                 .to_string(),
         );
     } else {
-        out.push(format!("limit: {}", describe_limit(config.limit.as_ref())));
+        let none_from = limit_none.then(|| {
+            if config.typed.contains(&"--limit") {
+                "--limit none"
+            } else {
+                "GPUCAP_LIMIT=none"
+            }
+        });
+        out.push(format!(
+            "limit: {}",
+            describe_limit(config.limit.as_ref(), none_from)
+        ));
     }
     out.extend(ceiling_lines(config));
     if let Some(spec) = config
@@ -295,6 +307,7 @@ pub(crate) mod tests {
             false,
             None,
             "pool: none (each process is capped alone)",
+            false,
         );
         assert_eq!(
             text,
@@ -328,7 +341,15 @@ pub(crate) mod tests {
             limit: spec("4Gi,1=1Gi"),
             ..Config::default()
         };
-        let text = check_report(&config, Err("missing"), &probe, true, None, "pool: none");
+        let text = check_report(
+            &config,
+            Err("missing"),
+            &probe,
+            true,
+            None,
+            "pool: none",
+            false,
+        );
         assert!(text.contains("library: NOT FOUND\n"));
         assert!(!text.contains("configuration OK"), "{text}");
         assert!(text.contains("devices: 2 visible to CUDA:\n"));
@@ -350,7 +371,7 @@ pub(crate) mod tests {
             ..Config::default()
         };
         assert_eq!(
-            describe_limit(config.limit.as_ref()),
+            describe_limit(config.limit.as_ref(), None),
             format!(
                 "{U1}: 2 GiB (2147483648 bytes); {U7}: 1 GiB (1073741824 bytes); other GPUs: not capped (counted only)"
             )
@@ -362,7 +383,15 @@ pub(crate) mod tests {
                 ..dev(1, 8 * GI)
             },
         ]);
-        let text = check_report(&config, Err("missing"), &probe, false, None, "pool: none");
+        let text = check_report(
+            &config,
+            Err("missing"),
+            &probe,
+            false,
+            None,
+            "pool: none",
+            false,
+        );
         assert!(text.contains("GPU 0: no cap (counted only)"), "{text}");
         assert!(
             text.contains("GPU 1: cap 2147483648 bytes (2 GiB)"),
@@ -409,6 +438,7 @@ pub(crate) mod tests {
             false,
             Some(&file),
             "pool: none",
+            false,
         );
         assert!(text.contains("\nconfiguration: from /opt/gpucap/gpucap.env (the environment has no GPUCAP_* variable)\n"), "{text}");
         assert!(
