@@ -574,6 +574,50 @@ fn check_tells_no_cap_asked_from_none_set() {
     );
 }
 
+/// With a pool, `gpucap check` has a `wait:` line: the wait and which flag or variable
+/// set it (before: no line for GPUCAP_WAIT at all); without a pool, none.
+#[test]
+fn check_shows_the_wait_and_where_it_came_from() {
+    let dir = scratch("cli-check-wait");
+    let wait_line = |args: &[&str], wait: Option<&str>| {
+        let mut all = vec![os("check"), os("--limit"), os("1Gi")];
+        all.extend(args.iter().map(os));
+        let mut c = gpucap(&all, &dir.join("s.json"));
+        c.env("GPUCAP_POOL_DIR", &dir);
+        if let Some(w) = wait {
+            c.env("GPUCAP_WAIT", w);
+        }
+        let o = run(&mut c);
+        assert_ok(&o);
+        stdout(&o)
+            .lines()
+            .find(|l| l.starts_with("wait: "))
+            .map(str::to_string)
+    };
+    assert_eq!(
+        wait_line(&["--pool", "p", "--wait", "30s"], None).as_deref(),
+        Some(
+            "wait: 30 s (from --wait: an allocation the pool cannot take now waits up to \
+             30 s for its members to free memory)"
+        )
+    );
+    assert_eq!(
+        wait_line(&["--pool", "p"], Some("1500ms")).as_deref(),
+        Some(
+            "wait: 1500 ms (from GPUCAP_WAIT: an allocation the pool cannot take now waits \
+             up to 1500 ms for its members to free memory)"
+        )
+    );
+    assert_eq!(
+        wait_line(&["--pool", "p"], None).as_deref(),
+        Some(
+            "wait: none (an allocation the pool cannot take now is refused at once; --wait \
+             or GPUCAP_WAIT sets a wait)"
+        )
+    );
+    assert_eq!(wait_line(&[], None), None);
+}
+
 // ---- keys that name no visible GPU ------------------------------------------------------
 
 /// The one `gpucap:` line of a program's stderr (panics unless there is exactly one).

@@ -28,6 +28,37 @@ pub fn growth_line(on: bool) -> &'static str {
     }
 }
 
+/// The `wait:` line of `gpucap check`, with a pool: how long an allocation the pool
+/// cannot take now waits for its members to free memory (`GPUCAP_WAIT`), and which flag
+/// or variable said so.
+pub fn wait_line(config: &Config) -> String {
+    let from = if config.typed.contains(&"--wait") {
+        "--wait"
+    } else {
+        "GPUCAP_WAIT"
+    };
+    let ms = config.wait.as_millis();
+    if ms == 0 && from == "--wait" {
+        return "wait: none (from --wait: an allocation the pool cannot take now is refused \
+                at once)"
+            .to_string();
+    }
+    if ms == 0 {
+        return "wait: none (an allocation the pool cannot take now is refused at once; \
+                --wait or GPUCAP_WAIT sets a wait)"
+            .to_string();
+    }
+    let shown = if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    };
+    format!(
+        "wait: {shown} (from {from}: an allocation the pool cannot take now waits up to \
+         {shown} for its members to free memory)"
+    )
+}
+
 /// The `report:` line of `gpucap check`.
 pub fn report_line(report: Option<&Path>) -> String {
     match report {
@@ -157,6 +188,9 @@ pub fn check_report(
     out.push(growth_line(config.growth).to_string());
     out.push(report_line(config.report.as_deref()));
     out.push(pool_line.to_string());
+    if config.pool.is_some() {
+        out.push(wait_line(config));
+    }
     for (what, spec, meaning) in [
         (
             "guarantee",
