@@ -618,6 +618,32 @@ fn check_shows_the_wait_and_where_it_came_from() {
     assert_eq!(wait_line(&[], None), None);
 }
 
+/// A fraction cap under 1 % is shown with enough digits never to read as 0% (before:
+/// `--limit 0.0000001` gave "limit: every GPU: 0% of physical memory").
+#[test]
+fn check_never_shows_a_fraction_cap_as_zero() {
+    let dir = scratch("cli-check-tiny");
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("0.0000001")],
+        &dir.join("s.json"),
+    ));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l == "limit: every GPU: 0.00001% of physical memory"),
+        "{}",
+        dump(&o)
+    );
+    assert!(
+        out.lines()
+            .any(|l| l == "note: --limit's 0.0000001 is 0.00001% of the GPU's memory, below 1 %"),
+        "{}",
+        dump(&o)
+    );
+    assert!(!out.contains(" 0% "), "{}", dump(&o));
+}
+
 // ---- keys that name no visible GPU ------------------------------------------------------
 
 /// The one `gpucap:` line of a program's stderr (panics unless there is exactly one).

@@ -46,12 +46,23 @@ pub(crate) fn trim_decimals(x: f64) -> String {
     s.to_string()
 }
 
+/// A percentage with two decimals (`12.5`), and below 1 with two significant digits
+/// (`0.00001`, `0.0025`): a positive share is never shown as `0`, nor rounded up.
+fn percent_text(pct: f64) -> String {
+    if pct > 0.0 && pct < 1.0 {
+        let decimals = ((-pct.log10()).ceil() as usize + 1).max(2);
+        let s = format!("{pct:.decimals$}");
+        return s.trim_end_matches('0').trim_end_matches('.').to_string();
+    }
+    trim_decimals(pct)
+}
+
 impl fmt::Display for Limit {
     /// `8 GiB`, `1.5 GiB`, `50%`, `12.5%`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Limit::Bytes(b) => f.write_str(&format_bytes(b)),
-            Limit::Fraction(x) => write!(f, "{}%", trim_decimals(x * 100.0)),
+            Limit::Fraction(x) => write!(f, "{}%", percent_text(x * 100.0)),
         }
     }
 }

@@ -151,6 +151,11 @@ mod tests {
         assert_eq!(Limit::Bytes(GI + GI / 2).to_string(), "1.5 GiB");
         assert_eq!(Limit::Fraction(0.5).to_string(), "50%");
         assert_eq!(Limit::Fraction(0.125).to_string(), "12.5%");
+        // Below 1 %: two significant digits, never 0% (0.0000001 was shown as "0%").
+        assert_eq!(Limit::Fraction(0.0000001).to_string(), "0.00001%");
+        assert_eq!(Limit::Fraction(0.005).to_string(), "0.5%");
+        assert_eq!(Limit::Fraction(0.000025).to_string(), "0.0025%");
+        assert_eq!(Limit::Fraction(0.00001234).to_string(), "0.0012%");
         assert_eq!(Limit::Fraction(1.0).to_string(), "100%");
         assert_eq!(Limit::Fraction(1.0 / 3.0).to_string(), "33.33%");
     }
