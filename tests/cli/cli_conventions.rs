@@ -92,6 +92,48 @@ fn version_and_help_take_nothing_after_them() {
     let o = run(&mut gpucap(&dir, &["--version"]));
     assert_ok(&o);
     assert!(stdout(&o).starts_with("gpucap "), "{}", dump(&o));
+    // A command's --help as well (before: `check --help extra` showed the help, exit 0):
+    // the line, then that command's usage and where to read.
+    for args in [
+        &["check", "--help", "extra"][..],
+        &["status", "--help", "extra"],
+        &["run", "--limit", "1Gi", "-h", "extra"],
+        &["top", "--help", "--once"],
+        &["metrics", "--help", "x"],
+        &["pool", "list", "--help", "x"],
+        &["pool", "resize", "--help", "x"],
+        &["jupyter", "list", "--help", "x"],
+        &["cdi", "generate", "--help", "x"],
+    ] {
+        let o = run(&mut gpucap(&dir, args));
+        let n = args.len();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", dump(&o));
+        assert_eq!(stdout(&o), "", "{args:?}\n{}", dump(&o));
+        assert_eq!(
+            err.lines().next(),
+            Some(
+                format!(
+                    "gpucap: unexpected argument '{}' after {} (it takes no arguments)",
+                    args[n - 1],
+                    args[n - 2]
+                )
+                .as_str()
+            ),
+            "{args:?}\n{}",
+            dump(&o)
+        );
+        assert!(
+            err.ends_with(&format!("(see 'gpucap help {}')\n", args[0])),
+            "{args:?}\n{}",
+            dump(&o)
+        );
+    }
+    for args in [&["check", "--help"][..], &["run", "--limit", "1Gi", "-h"]] {
+        let o = run(&mut gpucap(&dir, args));
+        assert_ok(&o);
+        assert!(stdout(&o).starts_with("usage: gpucap "), "{}", dump(&o));
+    }
 }
 
 /// Every document the help names (`docs/src/pools.md`, `README.md`) exists, and every

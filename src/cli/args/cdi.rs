@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::options::{option_value, unknown_among};
-use super::{Command, Topic, UsageError, lexopt_error, option_name, usage};
+use super::{Command, Topic, UsageError, lexopt_error, nothing_more, option_name, usage};
 use crate::cdi::{DEFAULT_DIR, DEFAULT_KIND, DEFAULT_NAME, Request};
 use lexopt::{Arg, Parser};
 
@@ -11,10 +11,13 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
     let topic = Topic::Cdi;
     match parser.next().map_err(|e| lexopt_error(topic, e))? {
         Some(Arg::Value(v)) if v == "generate" => {}
-        Some(Arg::Short('h')) => return Ok(Command::Help(topic)),
+        Some(Arg::Short('h')) => {
+            nothing_more(&mut parser, topic, "-h")?;
+            return Ok(Command::Help(topic));
+        }
         Some(Arg::Long("help")) => {
             return match parser.optional_value() {
-                None => Ok(Command::Help(topic)),
+                None => nothing_more(&mut parser, topic, "--help").map(|()| Command::Help(topic)),
                 Some(_) => Err(usage(topic, "--help takes no value")),
             };
         }
@@ -45,7 +48,10 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
     ];
     while let Some(arg) = parser.next().map_err(|e| lexopt_error(topic, e))? {
         let name = match arg {
-            Arg::Short('h') => return Ok(Command::Help(topic)),
+            Arg::Short('h') => {
+                nothing_more(&mut parser, topic, "-h")?;
+                return Ok(Command::Help(topic));
+            }
             Arg::Long(_) => option_name(&arg),
             Arg::Short(_) => {
                 return Err(usage(
@@ -66,7 +72,7 @@ pub(super) fn parse_cdi(mut parser: Parser) -> Result<Command, UsageError> {
         let attached = parser.optional_value();
         if name == "--help" {
             return match attached {
-                None => Ok(Command::Help(topic)),
+                None => nothing_more(&mut parser, topic, "--help").map(|()| Command::Help(topic)),
                 Some(_) => Err(usage(topic, "--help takes no value")),
             };
         }

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use super::options::{option_value, unknown_option};
 use super::{
-    Command, Overrides, Topic, UsageError, lexopt_error, option_name, usage, with_attached,
+    Command, Overrides, Topic, UsageError, lexopt_error, nothing_more, option_name, usage,
+    with_attached,
 };
 use lexopt::{Arg, Parser};
 
@@ -73,6 +74,7 @@ pub(super) fn parse_jupyter(mut parser: Parser) -> Result<Command, UsageError> {
         Err(name) => {
             let typed = with_attached(&mut parser, &name);
             if typed == "-h" || typed == "--help" {
+                nothing_more(&mut parser, topic, &typed)?;
                 return Ok(Command::Help(topic));
             }
             if typed.starts_with("--help=") {
@@ -140,6 +142,7 @@ fn parse_rest(parser: &mut Parser, sub: &str) -> Result<Rest, UsageError> {
             Err(name) => {
                 let typed = with_attached(parser, &name);
                 if typed == "-h" || typed == "--help" {
+                    nothing_more(parser, topic, &typed)?;
                     return Ok(Rest::Help);
                 }
                 return Err(usage(
@@ -172,13 +175,17 @@ fn parse_install(mut parser: Parser) -> Result<Command, UsageError> {
         if !name_typed.starts_with("--") {
             let typed = with_attached(&mut parser, &name_typed);
             if typed == "-h" {
+                nothing_more(&mut parser, topic, &typed)?;
                 return Ok(Command::Help(topic));
             }
             return Err(usage(topic, format!("unknown option '{typed}'")));
         }
         let attached = parser.optional_value();
         let new_scope = match name_typed.as_str() {
-            "--help" if attached.is_none() => return Ok(Command::Help(topic)),
+            "--help" if attached.is_none() => {
+                nothing_more(&mut parser, topic, "--help")?;
+                return Ok(Command::Help(topic));
+            }
             "--help" => return Err(usage(topic, "--help takes no value")),
             "--growth" if attached.is_none() => {
                 if o.growth {

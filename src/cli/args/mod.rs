@@ -259,13 +259,27 @@ where
 /// `command` when nothing follows `word` (`--version`, `--help`, `version`), else a
 /// usage error naming the first extra argument: `gpucap --version --bogus` is a mistake.
 fn nothing_after(mut parser: Parser, word: &str, command: Command) -> Result<Command, UsageError> {
-    let mut rest = parser
+    nothing_more(&mut parser, Topic::General, word)?;
+    Ok(command)
+}
+
+/// Ok when nothing follows `word` (a command's `-h`, `--help`), else the usage error
+/// that names the first extra argument, as `gpucap --help extra` gives it: `gpucap check
+/// --help extra` is the same mistake.
+fn nothing_more(parser: &mut Parser, topic: Topic, word: &str) -> Result<(), UsageError> {
+    let extra = parser
         .raw_args()
-        .map_err(|e| lexopt_error(Topic::General, e))?;
-    match rest.next() {
-        None => Ok(command),
+        .map_err(|e| lexopt_error(topic, e))?
+        .next();
+    extra_after(topic, word, extra.as_deref())
+}
+
+/// Ok where nothing (`extra`: None) follows `word`, else the usage error naming it.
+fn extra_after(topic: Topic, word: &str, extra: Option<&OsStr>) -> Result<(), UsageError> {
+    match extra {
+        None => Ok(()),
         Some(extra) => Err(usage(
-            Topic::General,
+            topic,
             format!(
                 "unexpected argument '{}' after {word} (it takes no arguments)",
                 extra.to_string_lossy()

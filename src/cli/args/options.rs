@@ -1,8 +1,8 @@
 //! The options of `run`, `check`, `status`, `top` and `metrics`, and their values.
 
 use super::{
-    Overrides, Topic, UsageError, lexopt_error, next_is_double_dash, option_name, topic_name,
-    usage, with_attached,
+    Overrides, Topic, UsageError, lexopt_error, next_is_double_dash, nothing_more, option_name,
+    topic_name, usage, with_attached,
 };
 use lexopt::{Arg, Parser};
 use std::ffi::OsString;
@@ -133,6 +133,7 @@ pub(super) fn parse_options(
         if !name.starts_with("--") {
             let typed = with_attached(parser, &name);
             if typed == "-h" {
+                nothing_more(parser, topic, &typed)?;
                 return Ok(End::Help);
             }
             return Err(usage(topic, format!("unknown option '{typed}'")));
@@ -140,7 +141,10 @@ pub(super) fn parse_options(
         let attached = parser.optional_value();
         // Flags without a value.
         let flag = match (name.as_str(), topic) {
-            ("--help", _) if attached.is_none() => return Ok(End::Help),
+            ("--help", _) if attached.is_none() => {
+                nothing_more(parser, topic, &name)?;
+                return Ok(End::Help);
+            }
             ("--help", _) => return Err(usage(topic, "--help takes no value")),
             ("--growth", Topic::Run | Topic::Check) => Some(&mut opts.overrides.growth),
             ("--measure", Topic::Run) => Some(&mut opts.measure),

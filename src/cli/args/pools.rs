@@ -1,7 +1,7 @@
 //! `gpucap pool list`, `gpucap pool clean [NAME]`, `gpucap pool resize …` (parsed in
 //! `resize`) and `gpucap pool set …` (`pool_set`): the words after `pool`.
 
-use super::{Command, PoolAction, Topic, UsageError, lexopt_error, usage};
+use super::{Command, PoolAction, Topic, UsageError, extra_after, lexopt_error, usage};
 use lexopt::Parser;
 
 /// `pool list` | `pool clean [NAME]` (`-h`/`--help` anywhere: the help).
@@ -15,11 +15,12 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
     let action = args.first().and_then(|a| a.to_str());
     if action == Some("resize") || action == Some("set") {
         let mut words = Vec::new();
-        for a in &args[1..] {
+        for (i, a) in args.iter().enumerate().skip(1) {
             let Some(w) = a.to_str() else {
                 return Err(usage(topic, "an argument is not valid UTF-8"));
             };
             if w == "-h" || w == "--help" {
+                extra_after(topic, w, args.get(i + 1).map(|a| a.as_os_str()))?;
                 return Ok(Command::Help(topic));
             }
             if w.starts_with("--help=") {
@@ -34,11 +35,12 @@ pub(super) fn parse_pool(mut parser: Parser) -> Result<Command, UsageError> {
         };
         return parsed.map(Command::Pool).map_err(|e| usage(topic, e));
     }
-    for a in args {
+    for (i, a) in args.iter().enumerate() {
         let Some(w) = a.to_str() else {
             return Err(usage(topic, "an argument is not valid UTF-8"));
         };
         if w == "-h" || w == "--help" {
+            extra_after(topic, w, args.get(i + 1).map(|a| a.as_os_str()))?;
             return Ok(Command::Help(topic));
         }
         if w.starts_with("--help=") {

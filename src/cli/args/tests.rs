@@ -199,8 +199,15 @@ fn help_and_version() {
     assert_eq!(p(&["help", "check"]), Ok(Command::Help(Topic::Check)));
     assert_eq!(p(&["run", "-h"]), Ok(Command::Help(Topic::Run)));
     assert_eq!(
-        p(&["run", "--limit", "1Gi", "--help", "x"]),
+        p(&["run", "--limit", "1Gi", "--help"]),
         Ok(Command::Help(Topic::Run))
+    );
+    // A command's --help takes nothing after it either, as gpucap --help.
+    let e = err(&["run", "--limit", "1Gi", "--help", "x"]);
+    assert_eq!(e.topic, Topic::Run);
+    assert_eq!(
+        e.message,
+        "unexpected argument 'x' after --help (it takes no arguments)"
     );
     assert_eq!(p(&["--version"]), Ok(Command::Version));
     assert_eq!(p(&["-V"]), Ok(Command::Version));
