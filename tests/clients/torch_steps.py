@@ -23,14 +23,48 @@ lies between begin and mid is N steps, between begin and end 2N. Prints
 `torch <version> cuda=<version>` and `done` on stdout.
 """
 
+import contextlib
+import contextvars
 import os
 import sys
+import time
+import weakref
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpu"))
 # the real-GPU benchmark's net and step, not a copy
 from probes.training import resnet18_like, training_step  # noqa: E402
+
+
+class _Mark:
+    """A value only the contexts copied by backward() hold (see autograd_threads_done)."""
+
+
+_MARK = contextvars.ContextVar("torch_steps_mark")
+
+
+@contextlib.contextmanager
+def autograd_threads_done(bound_s=60.0):
+    """Waits, at the end of the block, until PyTorch's autograd device threads have let
+    go of every backward pass's graph task. Each backward() stashes a copy of the
+    caller's contextvars.Context in the graph task, and a device thread drops that task
+    after backward() returned, taking the GIL to release the copy: an interpreter that
+    finalizes meanwhile makes the thread exit inside a destructor, and the process aborts
+    with "terminate called without an active exception" (pytorch/pytorch#38228; 1 run in
+    5 to 10 of the train step on a loaded 2-core machine). A mark set in this context
+    is in every copy: once it is gone, so are they (bounded by bound_s)."""
+    mark_obj = _Mark()
+    gone = weakref.ref(mark_obj)
+    token = _MARK.set(mark_obj)
+    del mark_obj
+    try:
+        yield
+    finally:
+        _MARK.reset(token)
+        deadline = time.monotonic() + bound_s
+        while gone() is not None and time.monotonic() < deadline:
+            time.sleep(0.001)
 
 
 def mark(what):
@@ -73,18 +107,20 @@ def main():
     what, warmup, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     batch, image = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) == 6 else (64, 128)
     print("torch %s cuda=%s" % (torch.__version__, torch.version.cuda), flush=True)
-    step = (train_step if what == "train" else graph_step)(batch, image)
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    mark("begin")
-    for _ in range(n):
-        step()
-    mark("mid")
-    for _ in range(n):
-        step()
-    mark("end")
-    torch.cuda.synchronize()
+    with autograd_threads_done():
+        step = (train_step if what == "train" else graph_step)(batch, image)
+        for _ in range(warmup):
+            step()
+        torch.cuda.synchronize()
+        mark("begin")
+        for _ in range(n):
+            step()
+        mark("mid")
+        for _ in range(n):
+            step()
+        mark("end")
+        torch.cuda.synchronize()
+        del step
     print("done", flush=True)
 
 
