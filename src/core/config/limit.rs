@@ -50,7 +50,14 @@ pub(crate) fn trim_decimals(x: f64) -> String {
 /// (`0.00001`, `0.0025`): a positive share is never shown as `0`, nor rounded up.
 fn percent_text(pct: f64) -> String {
     if pct > 0.0 && pct < 1.0 {
-        let decimals = ((-pct.log10()).ceil() as usize + 1).max(2);
+        // The zeros after the point, counted by multiplying (not `log10`: an import of
+        // libm's, and libm loaded at every process's start).
+        let (mut zeros, mut x) = (0, pct);
+        while x < 1.0 && zeros < 40 {
+            x *= 10.0;
+            zeros += 1;
+        }
+        let decimals = (zeros + 1).max(2);
         let s = format!("{pct:.decimals$}");
         return s.trim_end_matches('0').trim_end_matches('.').to_string();
     }
