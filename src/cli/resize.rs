@@ -160,10 +160,28 @@ pub fn run(r: &Request, pool_dir: Option<&Path>) -> i32 {
             return 1;
         }
     };
+    // The GPUs' memory, read only to say that a cap above it never binds (as `check`
+    // says of a `--limit` above it): a typo of a unit (`100Ti`) uncaps a pool.
+    let devices = match crate::driver::probe() {
+        crate::driver::Probe::Devices(d) => d,
+        _ => Vec::new(),
+    };
     let mut code = 0;
     for g in gpus {
         match pool.resize(&g.raw_uuid, Some(r.size), &file.locks) {
-            Ok(done) => println!("{}", resized_line(&r.name, &g.uuid, &done)),
+            Ok(done) => {
+                println!("{}", resized_line(&r.name, &g.uuid, &done));
+                if let Some(d) = devices
+                    .iter()
+                    .find(|d| d.uuid == Some(g.raw_uuid) && r.size > d.total)
+                {
+                    let note = gpucap_core::config::CapNote::AboveTotal {
+                        cap: r.size,
+                        total: d.total,
+                    };
+                    eprintln!("gpucap: pool {}: {}", r.name, note.text(d.ordinal as usize));
+                }
+            }
             Err(e) => {
                 eprintln!("gpucap: pool {} {}: not resized: {e}", r.name, g.uuid);
                 code = 1;

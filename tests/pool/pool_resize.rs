@@ -122,6 +122,20 @@ fn a_live_pool_is_resized_up_and_down() {
         (Some(1 << 30), Some(1200 * MIB))
     );
 
+    // A cap above the GPU's memory never binds: said, as check says it of a --limit
+    // (before, a unit's typo uncapped the pool without a word).
+    // (its own stats file: the fake's figures below are the members'.)
+    let mut c = s.gpucap(&["pool", "resize", "t", "100Ti"]);
+    let o = run(c.env("FAKECUDA_STATS", s.dir.join("resize-stats.json")));
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains(": cap 1 GiB -> 100 TiB")
+            && stderr(&o)
+                .contains("gpucap: pool t: the cap of GPU 0, 100 TiB, is more than the GPU has"),
+        "{}",
+        dump(&o)
+    );
+
     let (oa, ob) = (kill(a), kill(b));
     assert!(
         stdout(&ob).contains(&format!("alloc {} 0", 300 * MIB)),

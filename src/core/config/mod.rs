@@ -42,7 +42,7 @@ mod typed;
 mod vars;
 
 pub use ceiling::{HandedDown, from_file_alone, held_line, pool_held_line, under_file};
-pub use device_cap::{DeviceCap, device_cap};
+pub use device_cap::{CapNote, DeviceCap, device_cap};
 pub use env::{from_vars, looked_at, may_be_looked_at, nearest_name};
 pub use file::{
     configures, env_file_is_writable_over, format_env_file, from_env_files, has_gpucap_vars,
