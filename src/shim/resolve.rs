@@ -26,14 +26,18 @@ pub fn real_dlsym() -> Option<DlsymFn> {
 pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
 
 /// glibc's `dlvsym`: the first definition after this library's, read from the loaded
-/// objects' symbol tables (`elf`), as this library exports a `dlvsym` of its own that its
-/// own reference to the name binds to.
+/// objects' symbol tables, as this library exports a `dlvsym` of its own that its own
+/// reference to the name binds to: from the loader's list read without its locks
+/// (`link_maps`), else through `dl_iterate_phdr` (`elf`). Not `dl_iterate_phdr` first: a
+/// library preloaded before this one that interposes on it and finds the C library's
+/// with `dlsym(RTLD_NEXT)` made the two call each other until the stack ran out.
 static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 
 pub fn real_dlvsym() -> Option<DlvsymFn> {
     let mut p = REAL_DLVSYM.load(Acquire);
     if p.is_null() {
-        p = crate::elf::next_function(b"dlvsym")? as *mut c_void;
+        p = crate::link_maps::next_function(b"dlvsym")
+            .or_else(|| crate::elf::next_function(b"dlvsym"))? as *mut c_void;
         REAL_DLVSYM.store(p, Release);
     }
     // SAFETY: `p` is glibc's dlvsym, whose signature DlvsymFn is.

@@ -467,3 +467,31 @@ fn non_cuda_processes_are_silent() {
     assert!(o.status.success());
     assert_eq!(stderr(&o), "");
 }
+
+/// A library preloaded before the shim that interposes on `dl_iterate_phdr` and finds
+/// the C library's with `dlsym(RTLD_NEXT)` at its first call (tests/c/libiterate_phdr.c):
+/// a program that loads the driver with `dlopen` and `dlsym` (cudarc-client) runs
+/// capped. Before, the shim's `dlsym` found glibc's `dlvsym` through `dl_iterate_phdr`,
+/// the interposer asked the shim's `dlsym`, and the two called each other until the
+/// stack overflowed (a review found it).
+#[test]
+fn an_interposed_dl_iterate_phdr_that_asks_dlsym_does_not_loop() {
+    let lib = compile_c("libiterate_phdr", ".so", &["-shared", "-fPIC"]);
+    let stats = scratch("iterate-phdr").join("stats.json");
+    let mut c = fake_cmd(cudarc_client(), &stats);
+    c.env("FAKECUDA_TOTAL_MEM", PHYS)
+        .env("GPUCAP_LIMIT", CAP)
+        .env(
+            "LD_PRELOAD",
+            format!("{} {}", lib.display(), shim().display()),
+        )
+        .args(["200", "100"]);
+    let o = run(&mut c);
+    assert!(
+        o.status.success()
+            && stdout(&o).contains("alloc 200 ok")
+            && stdout(&o).contains("alloc 100 err CUDA_ERROR_OUT_OF_MEMORY"),
+        "{}",
+        dump(&o)
+    );
+}
