@@ -86,12 +86,17 @@ pub fn open_pool(
     pool: &PoolSpec,
     name: &str,
     dir: Option<&Path>,
+    dir_typed: bool,
 ) -> Result<(gpucap_pool_file::PoolFile, PoolView), i32> {
     let said = |e: String, code: i32| {
         eprintln!("gpucap: {e}");
         code
     };
-    let path = match locate(pool, dir) {
+    // A directory given by `--dir` is named so, not as the variable it stands for.
+    let path = match locate(pool, dir).map_err(|e| match dir_typed {
+        true => e.replacen("GPUCAP_POOL_DIR=", "--dir ", 1),
+        false => e,
+    }) {
         Ok(Located::File(p) | Located::NotYet(p)) => p,
         Err(e) => return Err(said(e, EXIT_USAGE)),
     };
@@ -124,7 +129,12 @@ pub fn open_pool(
 /// Runs a `pool resize` (`pool_dir`: the environment's pool directory, if `--dir` was
 /// not given). Exit status: 0 resized, 1 refused or no such pool, 2 unusable.
 pub fn run(r: &Request, pool_dir: Option<&Path>) -> i32 {
-    let (file, view) = match open_pool(&r.pool, &r.name, r.dir.as_deref().or(pool_dir)) {
+    let (file, view) = match open_pool(
+        &r.pool,
+        &r.name,
+        r.dir.as_deref().or(pool_dir),
+        r.dir.is_some(),
+    ) {
         Ok(opened) => opened,
         Err(code) => return code,
     };

@@ -574,6 +574,52 @@ fn check_tells_no_cap_asked_from_none_set() {
     );
 }
 
+/// A line about a variable a typed flag set names the flag: a per-GPU key that names no
+/// visible GPU (`--limit names GPU 1`), the pool's cap a guarantee is weighed against
+/// (`(1 GiB, --limit)`); before, both named `GPUCAP_LIMIT` (a user-journey review). The
+/// variable set in the environment is named as the variable.
+#[test]
+fn check_names_the_flags_typed_in_its_lines() {
+    let dir = scratch("cli-check-typed");
+    let stats = dir.join("s.json");
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("0=8Gi,1=50%")],
+        &stats,
+    ));
+    assert!(
+        o.status.code() == Some(2) && stderr(&o).starts_with("gpucap: --limit names GPU 1, "),
+        "{}",
+        dump(&o)
+    );
+    let o = run(gpucap(&[os("check")], &stats).env("GPUCAP_LIMIT", "0=8Gi,1=50%"));
+    assert!(
+        stderr(&o).starts_with("gpucap: GPUCAP_LIMIT names GPU 1, "),
+        "{}",
+        dump(&o)
+    );
+    let pools = dir.join("pools");
+    std::fs::create_dir_all(&pools).unwrap();
+    let o = run(gpucap(
+        &[
+            os("check"),
+            os("--limit"),
+            os("1Gi"),
+            os("--pool"),
+            os("p"),
+            os("--guarantee"),
+            os("2Gi"),
+        ],
+        &stats,
+    )
+    .env("GPUCAP_POOL_DIR", &pools));
+    assert!(
+        o.status.code() == Some(2)
+            && stderr(&o).contains("is above the pool's cap (1 GiB, --limit)"),
+        "{}",
+        dump(&o)
+    );
+}
+
 /// With a pool, `gpucap check` has a `wait:` line: the wait and which flag or variable
 /// set it (before: no line for GPUCAP_WAIT at all); without a pool, none.
 #[test]

@@ -247,6 +247,18 @@ fn a_resize_errors_name_what_is_wrong() {
     let o = run(&mut s.gpucap(&["pool", "resize", "u", "1Gi"]));
     assert_eq!(o.status.code(), Some(1), "{}", dump(&o));
     assert!(stderr(&o).contains("; did you mean t?"), "{}", dump(&o));
+    // A directory given by --dir is named as typed (before: GPUCAP_POOL_DIR=..., a
+    // variable nobody set; a user-journey review).
+    let missing = s.dir.join("no-such-dir");
+    let o = run(s
+        .gpucap(&["pool", "resize", "t", "1Gi", "--dir"])
+        .arg(&missing));
+    assert!(
+        o.status.code() == Some(2)
+            && stderr(&o).contains(&format!("gpucap: --dir {}: ", missing.display())),
+        "{}",
+        dump(&o)
+    );
 }
 
 /// A pool whose members have all exited is not resized: its next first member sets the

@@ -80,7 +80,12 @@ pub fn command(action: PoolAction) -> i32 {
 /// GPU's word lock: `budget::share_set`), changes the member's share on each GPU, and
 /// leaves. Exit status: 0 changed, 1 refused or no such pool or member, 2 unusable.
 fn set(r: &Request, pool_dir: Option<&Path>) -> i32 {
-    let (file, view) = match resize::open_pool(&r.pool, &r.name, r.dir.as_deref().or(pool_dir)) {
+    let (file, view) = match resize::open_pool(
+        &r.pool,
+        &r.name,
+        r.dir.as_deref().or(pool_dir),
+        r.dir.is_some(),
+    ) {
         Ok(opened) => opened,
         Err(code) => return code,
     };

@@ -118,13 +118,17 @@ pub fn for_gpu(
     uuids: &[[u8; 16]],
     cap: Option<u64>,
 ) -> Result<Option<Share>, String> {
-    let (guarantee, ceiling) = crate::config::shares_for(config, ordinal, uuids, cap)?;
-    if guarantee.is_none() && ceiling.is_none() {
-        return Ok(None);
-    }
-    check(cap, guarantee.unwrap_or(0), ceiling)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    let share = || {
+        let (guarantee, ceiling) = crate::config::shares_for(config, ordinal, uuids, cap)?;
+        if guarantee.is_none() && ceiling.is_none() {
+            return Ok(None);
+        }
+        check(cap, guarantee.unwrap_or(0), ceiling)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    };
+    // The line names the flags typed (`--limit`), not the variables they set.
+    share().map_err(|e| crate::config::name_flags_in(&e, &config.typed))
 }
 
 /// How a member whose own cap on a GPU is a ceiling handed down to it (a configuration

@@ -59,6 +59,15 @@ pub fn check_gpu_keys<'a>(
     count: Option<usize>,
     uuids: impl FnOnce() -> Option<&'a [[u8; 16]]>,
 ) -> Result<(), String> {
+    check_all_keys(config, count, uuids).map_err(|e| super::typed::name_flags_in(&e, &config.typed))
+}
+
+/// [`check_gpu_keys`], its line naming the variables.
+fn check_all_keys<'a>(
+    config: &Config,
+    count: Option<usize>,
+    uuids: impl FnOnce() -> Option<&'a [[u8; 16]]>,
+) -> Result<(), String> {
     let mut visible = Visible::new(count, uuids);
     for (var, spec) in keyed(config) {
         check_spec(var, spec, &mut visible)?;

@@ -52,14 +52,18 @@ pub fn typed_value(flags: &[&str]) -> String {
 }
 
 /// `line` with each variable a typed flag set named as the flag: `GPUCAP_LIMIT="4Gi"`
-/// becomes `--limit="4Gi"`, `GPUCAP_LIMIT's 8GB` becomes `--limit's 8GB`.
+/// becomes `--limit="4Gi"`, `GPUCAP_LIMIT's 8GB` becomes `--limit's 8GB`, `GPUCAP_LIMIT
+/// names GPU 1` becomes `--limit names GPU 1`, `(1 GiB, GPUCAP_LIMIT)` becomes `(1 GiB,
+/// --limit)`.
 pub fn name_flags_in(line: &str, typed: &[&str]) -> String {
     let mut out = line.to_string();
     for &(flag, var) in FLAG_VARS {
         if typed.contains(&flag) {
             out = out
                 .replace(&format!("{var}=\""), &format!("{flag}=\""))
-                .replace(&format!("{var}'s "), &format!("{flag}'s "));
+                .replace(&format!("{var}'s "), &format!("{flag}'s "))
+                .replace(&format!("{var} names "), &format!("{flag} names "))
+                .replace(&format!(", {var})"), &format!(", {flag})"));
         }
     }
     out
@@ -85,12 +89,26 @@ pub fn name_typed_error(mut e: ConfigError, typed: &[&str]) -> ConfigError {
     if let Some(flag) = flag_of_var(&e.var).filter(|f| typed.contains(f)) {
         e.var = flag.to_string();
     }
+    // Another variable the reason names (`the pool's cap (1 GiB, GPUCAP_LIMIT)`).
+    e.reason = name_flags_in(&e.reason, typed);
     e
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_name_the_flags_typed() {
+        let typed = ["--limit", "--guarantee"];
+        assert_eq!(
+            name_flags_in(
+                "GPUCAP_LIMIT names GPU 1; GPUCAP_GUARANTEE=\"2Gi\" is above the pool's cap (1 GiB, GPUCAP_LIMIT); GPUCAP_CEILING names GPU 2",
+                &typed
+            ),
+            "--limit names GPU 1; --guarantee=\"2Gi\" is above the pool's cap (1 GiB, --limit); GPUCAP_CEILING names GPU 2"
+        );
+    }
 
     #[test]
     fn every_flag_is_read_back_and_nothing_else_is_accepted() {
