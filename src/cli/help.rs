@@ -183,8 +183,9 @@ and, per GPU, the cap that holds.
 With a pool (GPUCAP_POOL), it prints the pool's file and, if it exists, how many of
 its members are alive; a pool directory that others could write in, or a pool file
 that cannot be read as one, is an error (exit status 2), and so are a GPUCAP_POOL_DIR
-that does not exist and a cap other than the one the pool's live members hold. A gpucap-UID directory or pool file that does not exist yet is
-fine: the first process that uses CUDA makes it.
+that does not exist and a cap other than the one the pool's live members hold. A
+gpucap-UID directory or pool file that does not exist yet is fine: the first process
+that uses CUDA makes it.
 
 options:
   --limit SPEC       check this GPUCAP_LIMIT instead of the variable's
