@@ -147,17 +147,35 @@ pub fn live_cap_mismatch(
         .ok()?
         .view()
         .ok()?;
-    if !view.members.iter().any(|m| m.alive) {
+    // The GPUs a live member holds, as the library compares them (another member's cap
+    // on a GPU only it left is not compared); resized: a joiner takes the pool's cap,
+    // whatever its own.
+    let held: Vec<_> = view
+        .gpus
+        .iter()
+        .filter(|g| {
+            !g.resized
+                && view
+                    .members
+                    .iter()
+                    .any(|m| m.alive && m.gpus.iter().any(|mg| mg.uuid == g.uuid))
+        })
+        .collect();
+    if held.is_empty() {
         return None; // the next member sets the pool's cap
+    }
+    // A cap of the same bytes on every GPU (or none) is compared without the driver: no
+    // `cuInit` in `gpucap run` where the caps agree.
+    if let Some(same) = same_on_every_gpu(config)
+        && held.iter().all(|g| g.cap == same)
+    {
+        return None;
     }
     devices()?.iter().find_map(|d| {
         let uuid = d.uuid?;
-        let gpu = view
-            .gpus
+        let gpu = held
             .iter()
-            .find(|g| gpucap_core::identity::parse_uuid(&g.uuid) == Some(uuid))
-            // Resized: a joiner takes the pool's cap, whatever its own.
-            .filter(|g| !g.resized)?;
+            .find(|g| gpucap_core::identity::parse_uuid(&g.uuid) == Some(uuid))?;
         let ours = d.cap(config).cap;
         (ours != gpu.cap).then(|| {
             let e = gpucap_core::budget::CapMismatch::Differs {
@@ -170,6 +188,20 @@ pub fn live_cap_mismatch(
             )
         })
     })
+}
+
+/// The cap `config` gives every GPU alike, where it needs no GPU's figures (bytes, or
+/// none): Some(None) for no cap; None where it differs by GPU or is a share of one.
+fn same_on_every_gpu(config: &gpucap_core::config::Config) -> Option<Option<u64>> {
+    match &config.limit {
+        None => Some(None),
+        Some(spec) if spec.devices.is_empty() => match spec.default {
+            None => Some(None),
+            Some(gpucap_core::config::Limit::Bytes(b)) => Some(Some(b)),
+            Some(_) => None,
+        },
+        Some(_) => None,
+    }
 }
 
 fn not_made(spec: &PoolSpec, path: &Path) -> String {
