@@ -171,9 +171,11 @@ pub fn run(r: &Request, pool_dir: Option<&Path>) -> i32 {
         }
     };
     // The GPUs' memory, read only to say that a cap above it never binds (as `check`
-    // says of a `--limit` above it): a typo of a unit (`100Ti`) uncaps a pool.
+    // says of a `--limit` above it): a typo of a unit (`100Ti`) uncaps a pool. Not where
+    // the library is loaded into this process (a capped container's `gpucap`): the
+    // driver's figures are then the cap's.
     let devices = match crate::driver::probe() {
-        crate::driver::Probe::Devices(d) => d,
+        crate::driver::Probe::Devices(d) if !shim_in_process() => d,
         _ => Vec::new(),
     };
     let mut code = 0;
@@ -199,6 +201,13 @@ pub fn run(r: &Request, pool_dir: Option<&Path>) -> i32 {
         }
     }
     code
+}
+
+/// Whether a copy of libgpucap.so is loaded into this process (`LD_PRELOAD`,
+/// `/etc/ld.so.preload`, under any file name): it exports `gpucap_shim_version`.
+fn shim_in_process() -> bool {
+    // SAFETY: dlsym with the default handle and a NUL-terminated name.
+    !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"gpucap_shim_version".as_ptr()) }.is_null()
 }
 
 /// What a resize done prints.

@@ -136,6 +136,21 @@ fn a_live_pool_is_resized_up_and_down() {
         dump(&o)
     );
 
+    // Where the library is loaded into gpucap itself (a capped container's), the
+    // driver's figure is the cap's: no such line (a review saw "more than the GPU has
+    // (1 GiB)" for a 2 GiB cap on a 4 GiB GPU).
+    let mut c = s.gpucap(&["pool", "resize", "t", "2Gi"]);
+    let o = run(c
+        .env("FAKECUDA_STATS", s.dir.join("resize-stats.json"))
+        .env("LD_PRELOAD", shim())
+        .env("GPUCAP_LIMIT", "1Gi"));
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains(": cap 100 TiB -> 2 GiB") && !stderr(&o).contains("never binds"),
+        "{}",
+        dump(&o)
+    );
+
     let (oa, ob) = (kill(a), kill(b));
     assert!(
         stdout(&ob).contains(&format!("alloc {} 0", 300 * MIB)),
