@@ -199,8 +199,9 @@ options:
   --write-env FILE   once valid, write the GPUCAP_* variables (flags applied) to FILE as
                      KEY=VALUE lines, atomically: the gpucap.env file the shim reads
                      when its environment has no GPUCAP_* variable (the container
-                     entrypoint does this); a FILE there that --write-env did not
-                     write (an image's, an operator's) is kept: a ceiling
+                     entrypoint does this); a FILE already there is a ceiling: its
+                     cap stays where the environment asks more, and what it sets
+                     that the environment does not stays
   -h, --help         show this help
 
 exit status: 0 if the configuration is valid and libgpucap.so was found, else 2.";

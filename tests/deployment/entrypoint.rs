@@ -494,51 +494,92 @@ fn a_gpucap_env_that_cannot_be_written_is_checked_not_written() {
     );
 }
 
-/// A `gpucap.env` beside the library that an image ships, writable, is a ceiling the
-/// entrypoint keeps: a container started with a higher `GPUCAP_LIMIT`, or with none, runs
-/// under the image's 512 MiB, and the file is left as it is (before, the entrypoint wrote
-/// the environment's configuration over it: 4 GiB, or no cap at all, served 300 MiB past
-/// 256). A file the entrypoint wrote itself (its header), or one setting no variable, is
-/// written.
+/// A `gpucap.env` beside the library that is there when the container starts (an
+/// image's, an operator's, or one an image's build wrote with `gpucap check
+/// --write-env`) is a ceiling: the entrypoint writes the environment's configuration
+/// under it. A container started with a higher `GPUCAP_LIMIT`, with `none` or with none
+/// runs under the file's 512 MiB, and so do its processes that lose the environment, in
+/// the container's pool (before, the entrypoint wrote the environment's configuration
+/// over it: 4 GiB, or no cap at all, served 300 MiB past 256; and a first fix that kept
+/// such a file left processes without the environment uncapped where it set no cap, and
+/// out of the container's pool where it named none: two reviews). A lower cap is
+/// written; what the file sets and the environment does not (`GPUCAP_LOG`) stays.
 #[test]
-fn an_images_writable_gpucap_env_is_a_ceiling_the_entrypoint_keeps() {
+fn a_gpucap_env_already_there_is_a_ceiling_the_entrypoint_writes_under() {
     let inst = Install::new("ep-env-image");
-    let image = "# the image's cap\nGPUCAP_LIMIT=512Mi\n";
-    for env in [&[("GPUCAP_LIMIT", "4Gi")][..], &[]] {
-        std::fs::write(inst.env_file(), image).unwrap();
-        let mut c = inst.entrypoint(&[&client(), "256", "300"]);
+    let header = "# gpucap configuration, written by `gpucap check --write-env` (the container\n";
+    let held = "err CUDA_ERROR_OUT_OF_MEMORY";
+    let cases: [(String, &[(&str, &str)], &str, [&str; 2]); 6] = [
+        (
+            "# the image's cap\nGPUCAP_LIMIT=512Mi\n".into(),
+            &[("GPUCAP_LIMIT", "4Gi")],
+            "GPUCAP_LIMIT=512Mi",
+            ["ok", held],
+        ),
+        (
+            "# the image's cap\nGPUCAP_LIMIT=512Mi\n".into(),
+            &[],
+            "GPUCAP_LIMIT=512Mi",
+            ["ok", held],
+        ),
+        (
+            "# the image's cap\nGPUCAP_LIMIT=512Mi\n".into(),
+            &[("GPUCAP_LIMIT", "none")],
+            "GPUCAP_LIMIT=512Mi",
+            ["ok", held],
+        ),
+        (
+            format!("{header}GPUCAP_LIMIT=512Mi\n"),
+            &[("GPUCAP_LIMIT", "4Gi")],
+            "GPUCAP_LIMIT=512Mi",
+            ["ok", held],
+        ),
+        (
+            "GPUCAP_LOG=info\n".into(),
+            &[("GPUCAP_LIMIT", "256Mi")],
+            "GPUCAP_LIMIT=256Mi",
+            [held, held],
+        ),
+        (
+            "# filled in at the start\n".into(),
+            &[("GPUCAP_LIMIT", "1Gi")],
+            "GPUCAP_LIMIT=1Gi",
+            ["ok", "ok"],
+        ),
+    ];
+    for (before, env, written, outcomes) in cases {
+        std::fs::write(inst.env_file(), &before).unwrap();
+        let mut c = inst.entrypoint(&[&client(), "300", "300"]);
         c.env_remove("GPUCAP_LIMIT");
         for (k, v) in env {
             c.env(k, v);
         }
         let o = run(&mut c);
         assert_ok(&o);
-        assert_eq!(
-            allocs(&o),
-            ["alloc 256 ok", "alloc 300 err CUDA_ERROR_OUT_OF_MEMORY"],
-            "{env:?}: held at the image's 512 MiB\n{}",
-            dump(&o)
-        );
-        assert_eq!(
-            std::fs::read_to_string(inst.env_file()).unwrap(),
-            image,
-            "{env:?}: the image's file is left as it is"
-        );
-    }
-    for before in [
-        "# gpucap configuration, written by `gpucap check --write-env` (the container\nGPUCAP_LIMIT=128Mi\n",
-        "# filled in at the start\n",
-    ] {
-        std::fs::write(inst.env_file(), before).unwrap();
-        let mut c = inst.entrypoint(&[&client(), "256", "300"]);
-        c.env("GPUCAP_LIMIT", "1Gi");
-        let o = run(&mut c);
-        assert_ok(&o);
         let after = std::fs::read_to_string(inst.env_file()).unwrap();
         assert!(
-            after.contains("GPUCAP_LIMIT=1Gi\n"),
-            "{before:?} is the entrypoint's to write: {after}\n{}",
+            after.lines().any(|l| l == written)
+                && after.contains("GPUCAP_POOL=container-mntns")
+                && (!before.contains("GPUCAP_LOG") || after.contains("GPUCAP_LOG=info")),
+            "{before:?} {env:?}: {written} expected in\n{after}\n{}",
             dump(&o)
+        );
+        // A process that lost the environment reads the file: held as the container.
+        let lost = Command::new("env")
+            .arg("-i")
+            .arg(format!("LD_PRELOAD={}", inst.lib().display()))
+            .arg(format!("LD_LIBRARY_PATH={}", fake_lib_dir().display()))
+            .arg("FAKECUDA_TOTAL_MEM=4Gi")
+            .arg(cudarc_client())
+            .args(["300", "300"])
+            .output()
+            .unwrap();
+        let expected = outcomes.map(|r| format!("alloc 300 {r}"));
+        assert_eq!(
+            allocs(&lost),
+            expected,
+            "{before:?} {env:?}: a process without the environment\n{}",
+            dump(&lost)
         );
     }
 }

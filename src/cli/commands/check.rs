@@ -15,11 +15,6 @@ use crate::{driver, pool, preload, report};
 
 /// `gpucap check [--write-env FILE]`.
 pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
-    // A file there that `--write-env` did not write is an image's or an operator's: a
-    // ceiling, kept, and checked as the shim reads it (under it, the environment may only
-    // lower the cap). Before, it was written over with the environment's configuration.
-    let kept = write_env.filter(|f| !ours_to_write(Path::new(f)));
-    let write_env = write_env.filter(|_| kept.is_none());
     let (mut config, vars) = match load(overrides) {
         Ok(x) => x,
         Err(code) => return code,
@@ -117,13 +112,6 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         eprintln!("gpucap: {e}");
         return EXIT_USAGE;
     }
-    if let Some(file) = kept {
-        print_out(&format!(
-            "kept {}: not written by `gpucap check --write-env` (an image's or an \
-             operator's file), its cap is a ceiling the environment may only lower\n",
-            Path::new(file).display()
-        ));
-    }
     if let Some(file) = write_env {
         let file = Path::new(file);
         if let Err(msg) = within_etc_ceiling(&config, &vars, &probe, file) {
@@ -144,10 +132,17 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         {
             vars.push(("GPUCAP_CLAIM_DIR".into(), d.clone().into_os_string()));
         }
-        let written = config::format_env_file(vars.iter().map(|(k, v)| (k, v))).and_then(|text| {
-            gpucap_core::report::write_atomically(file, text.as_bytes(), Some(0o644))
-                .map_err(|e| format!("cannot write {}: {e}", file.display()))
-        });
+        // A file there is a ceiling: the environment's configuration goes under it
+        // (`write_env::under_existing`).
+        let written = config::format_env_file(vars.iter().map(|(k, v)| (k, v)))
+            .and_then(|text| super::write_env::under_existing(text, &config, &vars, &probe, file))
+            .and_then(|(text, said)| {
+                for line in said {
+                    eprintln!("gpucap: {line}");
+                }
+                gpucap_core::report::write_atomically(file, text.as_bytes(), Some(0o644))
+                    .map_err(|e| format!("cannot write {}: {e}", file.display()))
+            });
         match written {
             Ok(()) => print_out(&format!("wrote {}\n", file.display())),
             Err(e) => {
@@ -157,16 +152,6 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         }
     }
     0
-}
-
-/// Whether `--write-env` may write `file`: absent, or one it wrote before, or one that
-/// sets no variable ([`config::env_file_is_writable_over`]). A file that cannot be read
-/// is kept.
-fn ours_to_write(file: &Path) -> bool {
-    match std::fs::read(file) {
-        Ok(bytes) => std::str::from_utf8(&bytes).is_ok_and(config::env_file_is_writable_over),
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-    }
 }
 
 /// A `gpucap.env` written beside the library is read under `/etc/gpucap/gpucap.env`'s

@@ -10,3 +10,4 @@ pub mod pool;
 pub mod run;
 pub mod status;
 pub mod top;
+mod write_env;

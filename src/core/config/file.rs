@@ -226,16 +226,8 @@ where
     Ok(text)
 }
 
-/// What the header of a file [`format_env_file`] made says of its writer: a file without
-/// it is an image's or an operator's, which `gpucap check --write-env` never writes over.
+/// What the header of a file [`format_env_file`] made says of its writer.
 pub const WRITTEN_BY_CHECK: &str = "written by `gpucap check --write-env`";
-
-/// Whether `text`, a `gpucap.env` found where `gpucap check --write-env` would write one,
-/// is its own to write over: one it wrote (its header), or one that sets no variable (a
-/// placeholder). Anything else (an image's file, an operator's) is a ceiling, kept.
-pub fn env_file_is_writable_over(text: &str) -> bool {
-    text.contains(WRITTEN_BY_CHECK) || parse_env_file(text).is_ok_and(|vars| vars.is_empty())
-}
 
 /// The header and the `GPUCAP_*` lines of [`format_env_file`].
 fn format_gpucap_vars<K, V>(vars: &[(K, V)]) -> Result<String, String>

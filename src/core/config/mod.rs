@@ -44,9 +44,7 @@ mod vars;
 pub use ceiling::{HandedDown, from_file_alone, held_line, pool_held_line, under_file};
 pub use device_cap::{CapNote, DeviceCap, device_cap};
 pub use env::{from_vars, looked_at, may_be_looked_at, nearest_name};
-pub use file::{
-    configures, env_file_is_writable_over, format_env_file, from_env_files, has_gpucap_vars,
-};
+pub use file::{configures, format_env_file, from_env_files, has_gpucap_vars, parse_env_file};
 pub use hami::HAMI_SHARED_CACHE;
 pub use hand_down::{
     LD_PRELOAD, Part, handed_down, name_of, plan, preload_entries, preloadable, shell_command,
