@@ -46,18 +46,23 @@ pub fn apply_overrides(
         set.iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
-    let now: Vec<&str> = set
+    // Each flag with the digest of the value it set: a descendant that sets the variable
+    // itself is named by its variable (`config::typed_flags`).
+    let now: Vec<(&str, Option<u64>)> = set
         .iter()
-        .filter_map(|(var, _)| config::flag_of_var(var))
+        .filter_map(|(var, value)| {
+            config::flag_of_var(var).map(|f| (f, Some(config::value_digest(value.as_bytes()))))
+        })
         .collect();
     if !now.is_empty() {
         let mut typed = lookup(&out, "GPUCAP_TYPED")
             .and_then(OsStr::to_str)
-            .and_then(|v| config::parse_typed(v).ok())
+            .and_then(|v| config::typed_entries(v).ok())
             .unwrap_or_default();
-        for f in now {
-            if !typed.contains(&f) {
-                typed.push(f);
+        for (f, d) in now {
+            match typed.iter_mut().find(|(t, _)| *t == f) {
+                Some(entry) => entry.1 = d,
+                None => typed.push((f, d)),
             }
         }
         set_var(&mut out, "GPUCAP_TYPED", config::typed_value(&typed).into());
@@ -207,13 +212,14 @@ pub(crate) mod tests {
             pool: Some("p".into()),
             ..Overrides::default()
         };
+        let p = format!("--pool@{:016x}", config::value_digest(b"p"));
         let out = apply_overrides(pairs(&[("GPUCAP_TYPED", "--limit")]), &o);
         assert_eq!(
             lookup(&out, "GPUCAP_TYPED"),
-            Some(OsStr::new("--limit,--pool"))
+            Some(OsStr::new(&format!("--limit,{p}")))
         );
-        let out = apply_overrides(pairs(&[("GPUCAP_TYPED", "--pool")]), &o);
-        assert_eq!(lookup(&out, "GPUCAP_TYPED"), Some(OsStr::new("--pool")));
+        let out = apply_overrides(pairs(&[("GPUCAP_TYPED", "--pool@0000000000000000")]), &o);
+        assert_eq!(lookup(&out, "GPUCAP_TYPED"), Some(OsStr::new(&p)));
         // No flag typed: the environment as it is.
         let env = pairs(&[("GPUCAP_TYPED", "--limit")]);
         assert_eq!(apply_overrides(env.clone(), &Overrides::default()), env);
@@ -238,7 +244,10 @@ pub(crate) mod tests {
                 ("PATH", "/bin"),
                 ("GPUCAP_LOG", "info"),
                 ("GPUCAP_LIMIT", "8Gi"),
-                ("GPUCAP_TYPED", "--limit")
+                (
+                    "GPUCAP_TYPED",
+                    &format!("--limit@{:016x}", config::value_digest(b"8Gi"))
+                )
             ])
         );
         assert_eq!(apply_overrides(env.clone(), &Overrides::default()), env);

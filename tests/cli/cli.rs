@@ -597,6 +597,29 @@ fn check_names_the_flags_typed_in_its_lines() {
         "{}",
         dump(&o)
     );
+    // A child of `gpucap run --limit 1Gi` that sets its own GPUCAP_LIMIT inherits
+    // GPUCAP_TYPED: its line names its variable, not the parent's flag (a review saw
+    // `--limit names GPU 1` there).
+    let client = cudarc_client();
+    let o = run(&mut gpucap(
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            os("GPUCAP_LIMIT=1=512Mi exec \"$0\" 10"),
+            client.as_os_str(),
+        ],
+        &stats,
+    ));
+    assert!(
+        stderr(&o).contains("gpucap: GPUCAP_LIMIT names GPU 1, ")
+            && !stderr(&o).contains("--limit names"),
+        "{}",
+        dump(&o)
+    );
     let pools = dir.join("pools");
     std::fs::create_dir_all(&pools).unwrap();
     let o = run(gpucap(

@@ -18,7 +18,7 @@ use super::sources::{
     HAMI_CLASSIC, HAMI_DRA, HandoverVars, NVIDIA_VISIBLE_DEVICES, apply, claim_pool_note,
     hami_claim_dir, hami_classic_by_uuid, hami_dra_spec, is_handover_name, merge_hami_by_uuid,
 };
-use super::typed::{name_typed, name_typed_error, parse_typed};
+use super::typed::{name_typed, name_typed_error, typed_flags};
 use super::vars::{KNOWN_VARS, VARS, accepted_of, known_vars_list};
 
 pub(crate) const PREFIX: &str = "GPUCAP_";
@@ -130,11 +130,14 @@ where
     let vars: Vec<(K, V)> = vars.into_iter().collect();
     // An error about a variable a typed flag set names the flag (`GPUCAP_TYPED`, first
     // occurrence; a bad value is an error of its own below).
-    let typed = vars
-        .iter()
-        .find(|(k, _)| k.as_ref() == "GPUCAP_TYPED")
-        .and_then(|(_, v)| v.as_ref().to_str())
-        .and_then(|v| parse_typed(v).ok())
+    let value_of = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| k.as_ref() == name)
+            .and_then(|(_, v)| v.as_ref().to_str())
+            .map(str::to_string)
+    };
+    let typed = value_of("GPUCAP_TYPED")
+        .map(|v| typed_flags(&v, value_of))
         .unwrap_or_default();
     read_vars(vars).map_err(|e| name_typed_error(e, &typed))
 }
@@ -396,7 +399,11 @@ where
     }
     check_shares(&config, |var| raw(var).map(str::to_string))?;
     // GPUCAP_LIB is the CLI's business and GPUCAP_HOME the entrypoint's; only their
-    // emptiness was checked above.
+    // emptiness was checked above. The flags typed are those whose variable still holds
+    // what the flag set (a child's own variable is named as the variable).
+    if let Some(t) = raw("GPUCAP_TYPED") {
+        config.typed = typed_flags(t, |var| raw(var).map(str::to_string));
+    }
     name_typed(&mut config);
     Ok(config)
 }

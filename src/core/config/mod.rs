@@ -59,7 +59,9 @@ pub use model::{Ceiling, Config, ConfigError, ENV_FILE_NAME, ETC_ENV_FILE, LogLe
 pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
 pub use secure::drop_in_secure_execution;
 pub use shares::shares_for;
-pub use typed::{flag_of_var, name_flags_in, parse_typed, typed_value};
+pub use typed::{
+    flag_of_var, name_flags_in, parse_typed, typed_entries, typed_flags, typed_value, value_digest,
+};
 
 #[cfg(test)]
 mod tests;

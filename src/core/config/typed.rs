@@ -22,33 +22,87 @@ pub const FLAG_VARS: &[(&str, &str)] = &[
 
 /// What `GPUCAP_TYPED` accepts, for its error line.
 pub const TYPED_ACCEPTED: &str = "the flags gpucap run set the variables with, comma-separated \
-    (--limit, --log, --report, --growth, --pool, --wait, --guarantee, --ceiling); gpucap run \
-    sets it";
+    (--limit, --log, --report, --growth, --pool, --wait, --guarantee, --ceiling), each with \
+    @ and 16 hex digits of the value it set or without; gpucap run sets it";
 
 /// The flag that sets variable `var` (`--limit` for `GPUCAP_LIMIT`), if one does.
 pub fn flag_of_var(var: &str) -> Option<&'static str> {
     FLAG_VARS.iter().find(|(_, v)| *v == var).map(|(f, _)| *f)
 }
 
-/// `GPUCAP_TYPED`'s value: the flags, each one of `FLAG_VARS`'s, at most once each.
-pub fn parse_typed(v: &str) -> Result<Vec<&'static str>, String> {
-    let mut flags: Vec<&'static str> = Vec::new();
+/// The entries of `GPUCAP_TYPED`'s value: each flag (one of `FLAG_VARS`'s, at most once)
+/// with the digest of the value it set its variable to (`--limit@0123456789abcdef`;
+/// None where written without one).
+pub fn typed_entries(v: &str) -> Result<Vec<(&'static str, Option<u64>)>, String> {
+    let mut entries: Vec<(&'static str, Option<u64>)> = Vec::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let Some(&(flag, _)) = FLAG_VARS.iter().find(|(f, _)| *f == item) else {
+        let (name, digest) = match item.split_once('@') {
+            Some((n, d)) => (n, Some(d)),
+            None => (item, None),
+        };
+        let Some(&(flag, _)) = FLAG_VARS.iter().find(|(f, _)| *f == name) else {
             return Err(format!(
                 "{item:?} is not a flag of gpucap run that sets a variable"
             ));
         };
-        if !flags.contains(&flag) {
-            flags.push(flag);
+        let digest = match digest {
+            None => None,
+            Some(d) if d.len() == 16 => Some(
+                u64::from_str_radix(d, 16)
+                    .map_err(|_| format!("{item:?}: {d:?} is not 16 hex digits"))?,
+            ),
+            Some(d) => return Err(format!("{item:?}: {d:?} is not 16 hex digits")),
+        };
+        if !entries.iter().any(|(f, _)| *f == flag) {
+            entries.push((flag, digest));
         }
     }
-    Ok(flags)
+    Ok(entries)
 }
 
-/// `GPUCAP_TYPED`'s value for `flags` (the inverse of [`parse_typed`]).
-pub fn typed_value(flags: &[&str]) -> String {
-    flags.join(",")
+/// `GPUCAP_TYPED`'s flags ([`typed_entries`] without their digests).
+pub fn parse_typed(v: &str) -> Result<Vec<&'static str>, String> {
+    Ok(typed_entries(v)?.into_iter().map(|(f, _)| f).collect())
+}
+
+/// The flags of `GPUCAP_TYPED`'s value `v` whose variable still holds the value the
+/// flag set (`value_of`: a variable's value): a program started by `gpucap run
+/// --limit 1Gi` that starts a child with a `GPUCAP_LIMIT` of its own hands the child
+/// `GPUCAP_TYPED` too, and the child's lines name its variable, not the parent's flag.
+/// An entry without a digest names its flag.
+pub fn typed_flags(v: &str, value_of: impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
+    typed_entries(v)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(flag, digest)| {
+            let var = FLAG_VARS.iter().find(|(f, _)| f == flag).map(|(_, v)| *v);
+            match (digest, var.and_then(&value_of)) {
+                (None, _) => true,
+                (Some(d), Some(value)) => *d == value_digest(value.as_bytes()),
+                (Some(_), None) => false,
+            }
+        })
+        .map(|(f, _)| f)
+        .collect()
+}
+
+/// The digest of a value a flag set (FNV-1a, 64 bits): what [`typed_flags`] compares.
+pub fn value_digest(value: &[u8]) -> u64 {
+    value.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// `GPUCAP_TYPED`'s value for `entries` (the inverse of [`typed_entries`]).
+pub fn typed_value(entries: &[(&str, Option<u64>)]) -> String {
+    entries
+        .iter()
+        .map(|(f, d)| match d {
+            Some(d) => format!("{f}@{d:016x}"),
+            None => f.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `line` with each variable a typed flag set named as the flag: `GPUCAP_LIMIT="4Gi"`
@@ -113,7 +167,12 @@ mod tests {
     #[test]
     fn every_flag_is_read_back_and_nothing_else_is_accepted() {
         let all: Vec<&str> = FLAG_VARS.iter().map(|(f, _)| *f).collect();
-        assert_eq!(parse_typed(&typed_value(&all)).unwrap(), all);
+        let entries: Vec<(&str, Option<u64>)> = all.iter().map(|f| (*f, None)).collect();
+        assert_eq!(parse_typed(&typed_value(&entries)).unwrap(), all);
+        let with = [("--limit", Some(value_digest(b"1Gi"))), ("--pool", None)];
+        assert_eq!(typed_entries(&typed_value(&with)).unwrap(), with);
+        assert!(parse_typed("--limit@12").is_err());
+        assert!(parse_typed("--limit@zzzzzzzzzzzzzzzz").is_err());
         assert_eq!(
             parse_typed(" --pool, --limit,--pool ").unwrap(),
             ["--pool", "--limit"]
@@ -122,6 +181,28 @@ mod tests {
         let e = parse_typed("--limit,--limt").unwrap_err();
         assert!(e.contains("\"--limt\""), "{e}");
         assert!(parse_typed("GPUCAP_LIMIT").is_err());
+    }
+
+    #[test]
+    fn a_flag_names_its_variable_only_while_it_holds_the_value_the_flag_set() {
+        let typed = typed_value(&[
+            ("--limit", Some(value_digest(b"1Gi"))),
+            ("--pool", Some(value_digest(b"p"))),
+            ("--log", None),
+        ]);
+        let values = |limit: &'static str| {
+            move |var: &str| match var {
+                "GPUCAP_LIMIT" => Some(limit.to_string()),
+                "GPUCAP_POOL" => Some("p".to_string()),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            typed_flags(&typed, values("1Gi")),
+            ["--limit", "--pool", "--log"]
+        );
+        // A child that set a GPUCAP_LIMIT of its own: its lines name the variable.
+        assert_eq!(typed_flags(&typed, values("1=512Mi")), ["--pool", "--log"]);
     }
 
     #[test]
