@@ -574,75 +574,6 @@ fn check_tells_no_cap_asked_from_none_set() {
     );
 }
 
-/// A line about a variable a typed flag set names the flag: a per-GPU key that names no
-/// visible GPU (`--limit names GPU 1`), the pool's cap a guarantee is weighed against
-/// (`(1 GiB, --limit)`); before, both named `GPUCAP_LIMIT` (a user-journey review). The
-/// variable set in the environment is named as the variable.
-#[test]
-fn check_names_the_flags_typed_in_its_lines() {
-    let dir = scratch("cli-check-typed");
-    let stats = dir.join("s.json");
-    let o = run(&mut gpucap(
-        &[os("check"), os("--limit"), os("0=8Gi,1=50%")],
-        &stats,
-    ));
-    assert!(
-        o.status.code() == Some(2) && stderr(&o).starts_with("gpucap: --limit names GPU 1, "),
-        "{}",
-        dump(&o)
-    );
-    let o = run(gpucap(&[os("check")], &stats).env("GPUCAP_LIMIT", "0=8Gi,1=50%"));
-    assert!(
-        stderr(&o).starts_with("gpucap: GPUCAP_LIMIT names GPU 1, "),
-        "{}",
-        dump(&o)
-    );
-    // A child of `gpucap run --limit 1Gi` that sets its own GPUCAP_LIMIT inherits
-    // GPUCAP_TYPED: its line names its variable, not the parent's flag (a review saw
-    // `--limit names GPU 1` there).
-    let client = cudarc_client();
-    let o = run(&mut gpucap(
-        &[
-            os("run"),
-            os("--limit"),
-            os("1Gi"),
-            os("--"),
-            os("sh"),
-            os("-c"),
-            os("GPUCAP_LIMIT=1=512Mi exec \"$0\" 10"),
-            client.as_os_str(),
-        ],
-        &stats,
-    ));
-    assert!(
-        stderr(&o).contains("gpucap: GPUCAP_LIMIT names GPU 1, ")
-            && !stderr(&o).contains("--limit names"),
-        "{}",
-        dump(&o)
-    );
-    let pools = dir.join("pools");
-    std::fs::create_dir_all(&pools).unwrap();
-    let o = run(gpucap(
-        &[
-            os("check"),
-            os("--limit"),
-            os("1Gi"),
-            os("--pool"),
-            os("p"),
-            os("--guarantee"),
-            os("2Gi"),
-        ],
-        &stats,
-    )
-    .env("GPUCAP_POOL_DIR", &pools));
-    assert!(
-        o.status.code() == Some(2)
-            && stderr(&o).contains("is above the pool's cap (1 GiB, --limit)"),
-        "{}",
-        dump(&o)
-    );
-}
-
 /// With a pool, `gpucap check` has a `wait:` line: the wait and which flag or variable
 /// set it (before: no line for GPUCAP_WAIT at all); without a pool, none.
 #[test]
@@ -1027,7 +958,9 @@ fn hamis_g_is_accepted_and_kubernetes_m_refused() {
 }
 
 /// A message about a value given by a flag names the flag typed, not its variable:
-/// `check --limit 8GB`'s note, `cdi generate --limit 150%`'s error.
+/// `check --limit 8GB`'s note, `cdi generate --limit 150%`'s error, a per-GPU key
+/// naming no GPU (`--limit names GPU 1`), the pool's cap a guarantee is weighed against
+/// (`(1 GiB, --limit)`); a child that sets the variable itself is named by it.
 #[test]
 fn messages_name_the_flag_typed() {
     let dir = scratch("cli-flagnames");
@@ -1066,6 +999,68 @@ fn messages_name_the_flag_typed() {
         dump(&o)
     );
     assert!(!out.exists());
+    // A per-GPU key that names no visible GPU, and the pool's cap a guarantee is
+    // weighed against (before, both named GPUCAP_LIMIT: a user-journey review); the
+    // variable set in the environment is named as the variable.
+    let o = run(&mut gpucap(
+        &[os("check"), os("--limit"), os("0=8Gi,1=50%")],
+        &stats,
+    ));
+    assert!(
+        o.status.code() == Some(2) && stderr(&o).starts_with("gpucap: --limit names GPU 1, "),
+        "{}",
+        dump(&o)
+    );
+    let o = run(gpucap(&[os("check")], &stats).env("GPUCAP_LIMIT", "0=8Gi,1=50%"));
+    assert!(
+        stderr(&o).starts_with("gpucap: GPUCAP_LIMIT names GPU 1, "),
+        "{}",
+        dump(&o)
+    );
+    // A child of `gpucap run --limit 1Gi` that sets its own GPUCAP_LIMIT inherits
+    // GPUCAP_TYPED: its line names its variable, not the parent's flag (a review saw
+    // `--limit names GPU 1` there).
+    let client = cudarc_client();
+    let o = run(&mut gpucap(
+        &[
+            os("run"),
+            os("--limit"),
+            os("1Gi"),
+            os("--"),
+            os("sh"),
+            os("-c"),
+            os("GPUCAP_LIMIT=1=512Mi exec \"$0\" 10"),
+            client.as_os_str(),
+        ],
+        &stats,
+    ));
+    assert!(
+        stderr(&o).contains("gpucap: GPUCAP_LIMIT names GPU 1, ")
+            && !stderr(&o).contains("--limit names"),
+        "{}",
+        dump(&o)
+    );
+    let pools = dir.join("pools");
+    std::fs::create_dir_all(&pools).unwrap();
+    let o = run(gpucap(
+        &[
+            os("check"),
+            os("--limit"),
+            os("1Gi"),
+            os("--pool"),
+            os("p"),
+            os("--guarantee"),
+            os("2Gi"),
+        ],
+        &stats,
+    )
+    .env("GPUCAP_POOL_DIR", &pools));
+    assert!(
+        o.status.code() == Some(2)
+            && stderr(&o).contains("is above the pool's cap (1 GiB, --limit)"),
+        "{}",
+        dump(&o)
+    );
 }
 
 /// `cmd` run in a mount namespace of its own (`unshare -m`: another container's), with
