@@ -242,15 +242,11 @@ fn every_per_gpu_variable_has_its_keys_checked_by_check_run_and_the_shim_alike()
 
 #[test]
 fn run_flags_are_checked_like_the_variables() {
-    for (flag, value, var) in [
-        ("--guarantee", "1=1Gi", "GPUCAP_GUARANTEE"),
-        ("--ceiling", "1=2Gi", "GPUCAP_CEILING"),
-        ("--limit", "1=1Gi", "GPUCAP_LIMIT"),
-        (
-            "--guarantee",
-            &*format!("{}=1Gi", gpu(0)),
-            "GPUCAP_GUARANTEE",
-        ),
+    for (flag, value) in [
+        ("--guarantee", "1=1Gi"),
+        ("--ceiling", "1=2Gi"),
+        ("--limit", "1=1Gi"),
+        ("--guarantee", &*format!("{}=1Gi", gpu(0))),
     ] {
         let dir = scratch("gpu-keys-flag");
         let marker = dir.join("started");
@@ -270,7 +266,7 @@ fn run_flags_are_checked_like_the_variables() {
         let lines = gpucap_lines(&o);
         assert_eq!(lines.len(), 1, "{}", dump(&o));
         assert!(
-            lines[0].starts_with(&format!("gpucap: {var} names "))
+            lines[0].starts_with(&format!("gpucap: {flag} names "))
                 && lines[0].contains(&accepted()),
             "{}",
             dump(&o)
