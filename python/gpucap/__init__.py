@@ -365,11 +365,11 @@ def env(
     if growth:
         for var, value in _FRAMEWORK_GROWTH_VARS:
             result.setdefault(var, value)
-    # An outer `gpucap run --limit` named its flags in GPUCAP_TYPED: a variable set here
-    # is no longer the flag's.
+    # An outer `gpucap run --limit` named its flags in GPUCAP_TYPED (each `--flag` or
+    # `--flag@<digest of its value>`): a variable set here is no longer the flag's.
     if "GPUCAP_TYPED" in result:
         kept = [f.strip() for f in result["GPUCAP_TYPED"].split(",") if f.strip()]
-        kept = [f for f in kept if _FLAG_VARS.get(f) not in named]
+        kept = [f for f in kept if _FLAG_VARS.get(f.split("@")[0]) not in named]
         if kept:
             result["GPUCAP_TYPED"] = ",".join(kept)
         else:

@@ -244,6 +244,9 @@ class Env(unittest.TestCase):
         e = gpucap.env(limit="1Gi", base=base)
         self.assertEqual(e["GPUCAP_TYPED"], "--pool")
         self.assertNotIn("GPUCAP_TYPED", gpucap.env(limit="1Gi", pool="q", base=base))
+        # gpucap run writes each flag with the digest of its value (--limit@<16 hex>).
+        digested = {**base, "GPUCAP_TYPED": "--limit@0123456789abcdef,--pool@fedcba9876543210"}
+        self.assertEqual(gpucap.env(limit="1Gi", base=digested)["GPUCAP_TYPED"], "--pool@fedcba9876543210")
 
     def test_checks_warnings_are_passed_on(self) -> None:
         base = clean_environ()
