@@ -509,7 +509,10 @@ fn a_gpucap_env_already_there_is_a_ceiling_the_entrypoint_writes_under() {
     let inst = Install::new("ep-env-image");
     let header = "# gpucap configuration, written by `gpucap check --write-env` (the container\n";
     let held = "err CUDA_ERROR_OUT_OF_MEMORY";
-    let cases: [(String, &[(&str, &str)], &str, [&str; 2]); 6] = [
+    // (the file there, the container's environment, the cap written, a process's two
+    // allocations of 300 MiB without the environment)
+    type Case<'a> = (String, &'a [(&'a str, &'a str)], &'a str, [&'a str; 2]);
+    let cases: [Case; 6] = [
         (
             "# the image's cap\nGPUCAP_LIMIT=512Mi\n".into(),
             &[("GPUCAP_LIMIT", "4Gi")],
