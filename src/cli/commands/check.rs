@@ -114,7 +114,7 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
     }
     if let Some(file) = write_env {
         let file = Path::new(file);
-        if let Err(msg) = within_etc_ceiling(&config, &vars, &probe, file) {
+        if let Err(msg) = super::write_env::within_etc_ceiling(&config, &vars, &probe, file) {
             eprintln!("{msg}");
             return EXIT_USAGE;
         }
@@ -152,40 +152,4 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         }
     }
     0
-}
-
-/// A `gpucap.env` written beside the library is read under `/etc/gpucap/gpucap.env`'s
-/// ceiling, so a cap above it would never hold: the configuration asks what the image
-/// does not allow, and nothing is written. Err where the environment (`config`, `vars`)
-/// asks more than it on a GPU of `probe` (or none), with the line that says so.
-fn within_etc_ceiling(
-    config: &config::Config,
-    vars: &[(std::ffi::OsString, std::ffi::OsString)],
-    probe: &driver::Probe,
-    file: &Path,
-) -> Result<(), String> {
-    let Some((etc, path)) = config::from_env_files(&[])? else {
-        return Ok(());
-    };
-    if etc.limit.is_none() {
-        return Ok(());
-    }
-    let raw = |name: &str| lookup(vars, name).map(|v| v.to_string_lossy().into_owned());
-    let under = config::under_file(config.clone(), &raw, etc, &path);
-    let (driver::Probe::Devices(devices), Some(bound)) = (probe, under.bound.as_ref()) else {
-        return Ok(());
-    };
-    for d in devices {
-        let c = d.cap(&under);
-        if let (true, Some(cap)) = (c.held, c.cap) {
-            return Err(format!(
-                "{}; not written: {}, read under that ceiling, would ask more than it \
-                 allows",
-                config::held_line(bound, d.ordinal as usize, cap)
-                    .trim_end_matches(": the program runs at the ceiling"),
-                file.display()
-            ));
-        }
-    }
-    Ok(())
 }

@@ -6,7 +6,9 @@
 //! environment does not stays; its pool stays where the environment says `off`. Before,
 //! the file was written over with the environment's configuration alone: a container
 //! started with `GPUCAP_LIMIT=4Gi`, or with no cap, lifted the image's 512 MiB for every
-//! process that lost its environment.
+//! process that lost its environment. Also whether the environment asks more than
+//! `/etc/gpucap/gpucap.env` allows (nothing is written then: the file would be read under
+//! /etc's ceiling).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -80,6 +82,56 @@ pub fn under_existing(
     Ok((merged, said))
 }
 
+/// A `gpucap.env` written beside the library is read under `/etc/gpucap/gpucap.env`'s
+/// ceiling, so a cap above it would never hold: the configuration asks what the image
+/// does not allow, and nothing is written. Err where the environment (`config`, `vars`)
+/// asks more than it on a GPU of `probe` (or none), with the line that says so.
+pub fn within_etc_ceiling(
+    config: &Config,
+    vars: &[(OsString, OsString)],
+    probe: &driver::Probe,
+    file: &Path,
+) -> Result<(), String> {
+    let Some((etc, path)) = config::from_env_files(&[])? else {
+        return Ok(());
+    };
+    if etc.limit.is_none() {
+        return Ok(());
+    }
+    let driver::Probe::Devices(devices) = probe else {
+        return Ok(());
+    };
+    let (under, held) = held_under(config, vars, etc, &path, devices);
+    if let (Some(bound), Some((d, cap))) = (under.bound.as_ref(), held) {
+        return Err(format!(
+            "{}; not written: {}, read under that ceiling, would ask more than it allows",
+            config::held_line(bound, d.ordinal as usize, cap)
+                .trim_end_matches(": the program runs at the ceiling"),
+            file.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The environment's configuration `env` under the ceiling `ceiling` (a file's, read
+/// from `path`), as the shim reads it, and the first GPU of `devices` on which the
+/// environment asks more than the ceiling, with the cap it is held at there.
+fn held_under<'d>(
+    env: &Config,
+    vars: &[(OsString, OsString)],
+    ceiling: Config,
+    path: &Path,
+    devices: &'d [driver::Device],
+) -> (Config, Option<(&'d driver::Device, u64)>) {
+    let raw = |name: &str| lookup(vars, name).map(|v| v.to_string_lossy().into_owned());
+    let under = config::under_file(env.clone(), &raw, ceiling, path);
+    let held = devices.iter().find_map(|d| {
+        let c = d.cap(&under);
+        c.cap.filter(|_| c.held).map(|cap| (d, cap))
+    });
+    (under, held)
+}
+
 /// Sets `name` to `value` in `pairs` (added where it is not there).
 fn set(pairs: &mut Vec<(String, String)>, name: &str, value: String) {
     match pairs.iter_mut().find(|(k, _)| k == name) {
@@ -107,9 +159,9 @@ fn asks_more(
             .is_some_and(config::limit_is_none);
     };
     if let driver::Probe::Devices(devices) = probe {
-        let raw = |name: &str| lookup(vars, name).map(|v| v.to_string_lossy().into_owned());
-        let under = config::under_file(env.clone(), &raw, file.clone(), path);
-        return devices.iter().any(|d| d.cap(&under).held);
+        return held_under(env, vars, file.clone(), path, devices)
+            .1
+            .is_some();
     }
     let bytes = |s: &config::LimitSpec| match (s.devices.is_empty(), s.default) {
         (true, Some(Limit::Bytes(b))) => Some(b),
