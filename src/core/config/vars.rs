@@ -141,10 +141,9 @@ pub const VARS: &[Var] = &[
     Var {
         name: "GPUCAP_TYPED",
         accepted: TYPED_ACCEPTED,
-        set: Some(|c, v| {
-            c.typed = parse_typed(v)?;
-            Ok(())
-        }),
+        // Checked here; the flags kept are those whose variable still holds what the
+        // flag set (`typed_flags`, once every variable is read).
+        set: Some(|_, v| parse_typed(v).map(drop)),
     },
     Var {
         name: "GPUCAP_CLAIM_DIR",
