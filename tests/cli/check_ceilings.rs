@@ -185,3 +185,86 @@ fn write_env_never_lifts_the_ceiling_of_etc() {
         }
     }
 }
+
+/// A `gpucap.env` that sets `GPUCAP_LIMIT=none`: `check` names the file's `none` as no cap
+/// asked, and `run` does not call the program unintentionally uncapped; beside a variable
+/// of the environment, the file is no ceiling and `check` says so, not that the environment
+/// has no variable (before: "from FILE (the environment has no GPUCAP_* variable)" beside
+/// GPUCAP_LOG=info, "GPUCAP_LIMIT unset" and run's "no cap is set" for the file's `none`).
+/// An explicit GPUCAP_WAIT=0 in a pool is named as the wait's source.
+#[test]
+fn a_files_limit_none_and_the_environment_beside_a_file_without_a_cap_are_named() {
+    let dir = scratch("check-file-none");
+    let (lib, file) = library_with(&dir, "GPUCAP_LIMIT=none\n");
+    // Without GPUCAP_LIB (gpucap's own), the environment has no GPUCAP_* variable: a
+    // copy of gpucap finds the library beside it.
+    let copy = lib.with_file_name("gpucap");
+    std::fs::copy(cli(), &copy).unwrap();
+    let mut c = fake_cmd(&copy, &dir.join("s.json"));
+    c.env("FAKECUDA_TOTAL_MEM", "4Gi").arg("check");
+    let o = run(&mut c);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&o, &out, "configuration: "),
+        format!("configuration: from {file} (the environment has no GPUCAP_* variable)")
+    );
+    assert_eq!(
+        line(&o, &out, "limit: "),
+        format!(
+            "limit: none (no cap asked, GPUCAP_LIMIT=none in {file}: allocations are counted, \
+             not capped)"
+        )
+    );
+    let o = run(&mut gpucap(&dir, &lib, &[], &["run", "true"]));
+    assert_ok(&o);
+    assert!(!stderr(&o).contains("no cap is set"), "{}", dump(&o));
+
+    let o = run(&mut gpucap(
+        &dir,
+        &lib,
+        &[("GPUCAP_LOG", "info")],
+        &["check"],
+    ));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&o, &out, "configuration: "),
+        format!(
+            "configuration: the environment's, with {file} (it sets no cap, so no ceiling; it \
+             fills what the environment leaves unset)"
+        )
+    );
+    assert_eq!(
+        line(&o, &out, "limit: "),
+        format!(
+            "limit: none (no cap asked, GPUCAP_LIMIT=none in {file}: allocations are counted, \
+             not capped)"
+        )
+    );
+    let o = run(&mut gpucap(
+        &dir,
+        &lib,
+        &[("GPUCAP_LIMIT", "none")],
+        &["check"],
+    ));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&o, &out, "limit: "),
+        "limit: none (no cap asked, GPUCAP_LIMIT=none: allocations are counted, not capped)"
+    );
+
+    let pool = [
+        ("GPUCAP_POOL", "p"),
+        ("GPUCAP_POOL_DIR", dir.to_str().unwrap()),
+        ("GPUCAP_WAIT", "0"),
+    ];
+    let o = run(&mut gpucap(&dir, &lib, &pool, &["check", "--limit", "1Gi"]));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&o, &out, "wait: "),
+        "wait: none (from GPUCAP_WAIT: an allocation the pool cannot take now is refused at once)"
+    );
+}

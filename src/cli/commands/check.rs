@@ -94,18 +94,27 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         );
     }
     let preloaded = preload::preloads_gpucap(lookup(&vars, "LD_PRELOAD"));
+    let file = match source.as_deref() {
+        None => report::ConfigFile::Absent,
+        Some(f) if config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v))) => {
+            report::ConfigFile::Over(f)
+        }
+        Some(f) => report::ConfigFile::Whole(f),
+    };
     let text = report::check_report(
         &config,
         lib.as_deref().map_err(String::as_str),
         &probe,
         preloaded,
-        source.as_deref(),
+        file,
         &pool_line,
-        // Set to none on purpose (a flag sets the variable), not left unset.
-        config.limit.is_none()
-            && lookup(&vars, "GPUCAP_LIMIT")
+        // A flag sets the variable too.
+        report::Set {
+            limit_none: lookup(&vars, "GPUCAP_LIMIT")
                 .and_then(OsStr::to_str)
                 .is_some_and(config::limit_is_none),
+            wait: lookup(&vars, "GPUCAP_WAIT").is_some(),
+        },
     );
     print_out(&text);
     if let Err(e) = lib {

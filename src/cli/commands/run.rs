@@ -9,7 +9,7 @@ use std::path::Path;
 use gpucap_core::config::{self, Config, LogLevel};
 
 use crate::args::Overrides;
-use crate::environment::{as_the_shim_reads, config_file, load, lookup};
+use crate::environment::{as_the_shim_reads, load, lookup};
 use crate::exit::exec_failure;
 use crate::launch::{child_env, prepare};
 use crate::{preload, report};
@@ -70,18 +70,11 @@ pub(crate) fn uncapped_line(
     program: &OsStr,
 ) -> Option<String> {
     // A member's ceiling in a pool (--ceiling, GPUCAP_CEILING) caps it as well.
-    if config.limit.is_some()
-        || config.ceiling.is_some()
-        || lookup(vars, "GPUCAP_LIMIT")
-            .and_then(OsStr::to_str)
-            .is_some_and(config::limit_is_none)
-    {
-        return None;
-    }
-    // The shim reads gpucap.env too: its cap counts (alone, or as a ceiling).
-    if let Ok(Some((file, _))) = config_file(Some(lib))
-        && file.limit.is_some()
-    {
+    // The shim reads gpucap.env too: its cap counts (alone, or as a ceiling), and so does
+    // its `GPUCAP_LIMIT=none` where the environment sets no cap.
+    let shim = as_the_shim_reads(config.clone(), vars, Some(lib))
+        .map_or_else(|_| config.clone(), |(c, _)| c);
+    if shim.limit.is_some() || shim.ceiling.is_some() || shim.limit_none || shim.bound.is_some() {
         return None;
     }
     Some(format!(

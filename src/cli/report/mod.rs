@@ -31,17 +31,17 @@ pub fn growth_line(on: bool) -> &'static str {
 /// The `wait:` line of `gpucap check`, with a pool: how long an allocation the pool
 /// cannot take now waits for its members to free memory (`GPUCAP_WAIT`), and which flag
 /// or variable said so.
-pub fn wait_line(config: &Config) -> String {
+pub fn wait_line(config: &Config, set: bool) -> String {
     let from = if config.typed.contains(&"--wait") {
         "--wait"
     } else {
         "GPUCAP_WAIT"
     };
     let ms = config.wait.as_millis();
-    if ms == 0 && from == "--wait" {
-        return "wait: none (from --wait: an allocation the pool cannot take now is refused \
-                at once)"
-            .to_string();
+    if ms == 0 && set {
+        return format!(
+            "wait: none (from {from}: an allocation the pool cannot take now is refused at once)"
+        );
     }
     if ms == 0 {
         return "wait: none (an allocation the pool cannot take now is refused at once; \
@@ -110,21 +110,41 @@ pub fn probe_warning(probe: &Probe) -> Option<String> {
     }
 }
 
+/// The `gpucap.env` the shim would read beside the environment's configuration.
+#[derive(Clone, Copy, Debug)]
+pub enum ConfigFile<'a> {
+    /// None: the environment's configuration alone.
+    Absent,
+    /// The environment has no GPUCAP_* variable: the file is the whole configuration.
+    Whole(&'a Path),
+    /// The environment has variables of its own: the file is a ceiling over them (where
+    /// it sets a cap) and fills what they leave unset.
+    Over(&'a Path),
+}
+
+/// What the environment (its flags applied) set itself, for lines that name where a
+/// setting came from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Set {
+    /// `GPUCAP_LIMIT=none` (or `--limit none`); else a `none` is the file's.
+    pub limit_none: bool,
+    /// `GPUCAP_WAIT` (or `--wait`).
+    pub wait: bool,
+}
+
 /// Everything `gpucap check` prints after validating the configuration. `library` is
 /// the library `run` would preload, or the error that says why none was found.
 /// `preloaded` says this process already runs under a libgpucap.so preload.
-/// `config_file` is the `gpucap.env` the configuration came from (the environment had
-/// no GPUCAP_* variable), as the shim would read it. `pool_line` is the `pool:` line
-/// (see `pool::check_line`). `limit_none`: GPUCAP_LIMIT was set to `none` (no cap asked,
-/// rather than none set).
+/// `file` is the `gpucap.env` the shim would read, and its part. `pool_line` is the
+/// `pool:` line (see `pool::check_line`).
 pub fn check_report(
     config: &Config,
     library: Result<&Path, &str>,
     probe: &Probe,
     preloaded: bool,
-    config_file: Option<&Path>,
+    file: ConfigFile,
     pool_line: &str,
-    limit_none: bool,
+    set: Set,
 ) -> String {
     // Not "OK" where the library `run` would preload is missing: check then fails (exit 2).
     let first = match library {
@@ -132,16 +152,21 @@ pub fn check_report(
         Err(_) => "gpucap: configuration valid, but no libgpucap.so to preload (below)",
     };
     let mut out = vec![first.to_string()];
-    match config_file {
-        Some(file) if config.bound.is_some() => out.push(format!(
+    match file {
+        ConfigFile::Over(f) if config.bound.is_some() => out.push(format!(
             "configuration: the environment's, under the ceiling of {}",
-            file.display()
+            f.display()
         )),
-        Some(file) => out.push(format!(
+        ConfigFile::Over(f) => out.push(format!(
+            "configuration: the environment's, with {} (it sets no cap, so no ceiling; it \
+             fills what the environment leaves unset)",
+            f.display()
+        )),
+        ConfigFile::Whole(f) => out.push(format!(
             "configuration: from {} (the environment has no GPUCAP_* variable)",
-            file.display()
+            f.display()
         )),
-        None => {}
+        ConfigFile::Absent => {}
     }
     if config.bound.is_some() {
         out.push(
@@ -149,16 +174,16 @@ pub fn check_report(
                 .to_string(),
         );
     } else {
-        let none_from = limit_none.then(|| {
-            if config.typed.contains(&"--limit") {
-                "--limit none"
-            } else {
-                "GPUCAP_LIMIT=none"
+        let none_from = config.limit_none.then(|| match file {
+            ConfigFile::Whole(f) | ConfigFile::Over(f) if !set.limit_none => {
+                format!("GPUCAP_LIMIT=none in {}", f.display())
             }
+            _ if config.typed.contains(&"--limit") => "--limit none".to_string(),
+            _ => "GPUCAP_LIMIT=none".to_string(),
         });
         out.push(format!(
             "limit: {}",
-            describe_limit(config.limit.as_ref(), none_from)
+            describe_limit(config.limit.as_ref(), none_from.as_deref())
         ));
     }
     out.extend(ceiling_lines(config));
@@ -189,7 +214,7 @@ pub fn check_report(
     out.push(report_line(config.report.as_deref()));
     out.push(pool_line.to_string());
     if config.pool.is_some() {
-        out.push(wait_line(config));
+        out.push(wait_line(config, set.wait));
     }
     for (what, spec, meaning) in [
         (
@@ -339,9 +364,9 @@ pub(crate) mod tests {
             Ok(&lib),
             &Probe::NoDriver("libcuda.so.1: cannot open".into()),
             false,
-            None,
+            ConfigFile::Absent,
             "pool: none (each process is capped alone)",
-            false,
+            Set::default(),
         );
         assert_eq!(
             text,
@@ -380,9 +405,9 @@ pub(crate) mod tests {
             Err("missing"),
             &probe,
             true,
-            None,
+            ConfigFile::Absent,
             "pool: none",
-            false,
+            Set::default(),
         );
         assert!(text.contains("library: NOT FOUND\n"));
         assert!(!text.contains("configuration OK"), "{text}");
@@ -422,9 +447,9 @@ pub(crate) mod tests {
             Err("missing"),
             &probe,
             false,
-            None,
+            ConfigFile::Absent,
             "pool: none",
-            false,
+            Set::default(),
         );
         assert!(text.contains("GPU 0: no cap (counted only)"), "{text}");
         assert!(
@@ -470,9 +495,9 @@ pub(crate) mod tests {
             Err("missing"),
             &Probe::NoDriver("x".into()),
             false,
-            Some(&file),
+            ConfigFile::Whole(&file),
             "pool: none",
-            false,
+            Set::default(),
         );
         assert!(text.contains("\nconfiguration: from /opt/gpucap/gpucap.env (the environment has no GPUCAP_* variable)\n"), "{text}");
         assert!(

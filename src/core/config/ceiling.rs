@@ -52,6 +52,9 @@ fn bind_to_file(
     // /etc's) passes that ceiling on: it holds over the file's own.
     c.outer = file.bound.clone().or(file.outer.clone());
     // What the environment leaves unset comes from the file.
+    if c.limit.is_none() && raw("GPUCAP_LIMIT").is_none() {
+        c.limit_none = file.limit_none;
+    }
     if raw("GPUCAP_LOG").is_none() {
         c.log = file.log;
     }

@@ -230,11 +230,12 @@ where
         reason,
         accepted: accepted_of(var),
     };
+    let limit_none = raw("GPUCAP_LIMIT").is_some_and(limit_is_none);
     let mut config = Config {
         visible_chosen,
+        limit_none,
         ..Config::default()
     };
-    let limit_none = raw("GPUCAP_LIMIT").is_some_and(limit_is_none);
     if let Some(v) = raw("GPUCAP_LIMIT").filter(|_| !limit_none) {
         config.limit = Some(parse_limit_spec(v).map_err(|r| bad("GPUCAP_LIMIT", v, r))?);
     }

@@ -48,6 +48,9 @@ impl fmt::Display for LogLevel {
 pub struct Config {
     /// `GPUCAP_LIMIT`; None = unset: allocations are counted, not capped.
     pub limit: Option<LimitSpec>,
+    /// `GPUCAP_LIMIT=none`: no cap asked on purpose ([`limit`](Self::limit) is None),
+    /// rather than none set.
+    pub limit_none: bool,
     /// `GPUCAP_LOG`, default `warn`.
     pub log: LogLevel,
     /// `GPUCAP_GROWTH` (reserved; validated, not yet used), default false.
@@ -114,6 +117,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             limit: None,
+            limit_none: false,
             log: LogLevel::Warn,
             growth: false,
             report: None,
