@@ -398,15 +398,25 @@ fn processes_sharing_a_path_all_appear() {
     let child = under_shim(client(), &dir, &foreign)
         .arg("1Mi")
         .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id();
-    assert!(child.wait_with_output().unwrap().status.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
     assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "not a report");
-    assert_eq!(
-        only_process(&dir.join(format!("notes.txt.{pid}")))["pid"],
-        pid
+    let beside = dir.join(format!("notes.txt.{pid}"));
+    assert_eq!(only_process(&beside)["pid"], pid);
+    // Said on stderr, at the default level (docs/src/reports.md: "with an error line on
+    // stderr"), naming both files: the figures are not where the user looks.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let want = format!(
+        "gpucap: {} is not a gpucap report (\"gpucap_report\":1): left as it is; this \
+         process's report went to {} instead",
+        foreign.display(),
+        beside.display()
     );
+    assert_eq!(stderr.matches(&want).count(), 1, "{stderr}");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! leaves one).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, TryLockError};
 
 use gpucap_core::config::LogLevel;
@@ -35,6 +35,10 @@ static WRITING: Mutex<()> = Mutex::new(());
 static REFUSAL_WRITTEN_MS: AtomicU64 = AtomicU64::new(0);
 static REFUSAL_WRITTEN_LARGEST: AtomicU64 = AtomicU64::new(0);
 const REFUSAL_WRITE_INTERVAL_MS: u64 = 100;
+
+/// Whether this process said that its report went beside a file that is not a report
+/// (said once: a refusal in a loop rewrites the report).
+static SAID_REPORT_ELSEWHERE: AtomicBool = AtomicBool::new(false);
 
 impl Shim {
     /// This process's figures for each device it used.
@@ -185,6 +189,20 @@ impl Shim {
             Moment::Running | Moment::Exited => report::write_entry,
         };
         match write(&file, per_process, &entry) {
+            // A file that is not a gpucap report of this version was left alone and the
+            // entry went beside it: said once, or the figures would be where nobody looks.
+            Ok(written) if written != file => {
+                if !SAID_REPORT_ELSEWHERE.swap(true, Relaxed) {
+                    log!(
+                        Error,
+                        "{} is not a gpucap report (\"gpucap_report\":{}): left as it is; \
+                         this process's report went to {} instead",
+                        file.display(),
+                        report::REPORT_VERSION,
+                        written.display()
+                    );
+                }
+            }
             Ok(written) => log!(Debug, "report written to {}", written.display()),
             Err(e) => log!(Error, "no report written: {e}"),
         }
