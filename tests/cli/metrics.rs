@@ -1141,7 +1141,9 @@ fn metrics_errors_say_what_is_wrong() {
         ),
         (
             &["metrics", "--listen", "127.0.0.1:0"],
-            "gpucap: no pool configured: name one with --pool",
+            "gpucap: no pool configured: name one with --pool NAME|PATH, or set GPUCAP_POOL \
+             (or CUDA_DEVICE_MEMORY_SHARED_CACHE) as the pool's processes have it; or --all \
+             for every pool of the pool directory",
         ),
         (
             &[

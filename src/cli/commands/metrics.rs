@@ -25,7 +25,8 @@ pub fn pools_reader(pools: PoolSet, everything: bool) -> Result<metrics::Reader,
                 if everything {
                     return Ok(metrics::Reader::new(metrics::Which::All, config.pool_dir));
                 }
-                eprintln!("{NO_POOL_CONFIGURED}");
+                // A server names what it serves: `--all` is the other way to say it.
+                eprintln!("{NO_POOL_CONFIGURED}; or --all for every pool of the pool directory");
                 return Err(EXIT_USAGE);
             };
             Ok(metrics::Reader::new(
