@@ -458,6 +458,47 @@ fn info_prints_a_summary_line_per_gpu_at_exit() {
     assert!(!stderr(&o).contains("in use at exit"), "{}", dump(&o));
 }
 
+#[test]
+fn run_says_before_the_program_that_a_report_cannot_be_written() {
+    // docs/src/reports.md: a report that cannot be written costs an error line; `gpucap
+    // run` knows it before a run of hours, as `check` does, and says so then (the program
+    // runs all the same: its status is unchanged).
+    let dir = scratch("report-nodir");
+    let report = dir.join("no-such-dir").join("r-%p.json");
+    let mut c = gpucap(&dir);
+    c.arg("run")
+        .arg("--limit")
+        .arg("1Gi")
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .arg("true");
+    let o = run(&mut c);
+    assert_ok(&o);
+    let want = format!(
+        "gpucap: report {}: its directory {} does not exist: nothing will be written",
+        report.display(),
+        dir.join("no-such-dir").display()
+    );
+    assert!(stderr(&o).lines().any(|l| l == want), "{}", dump(&o));
+    // A directory that exists: no line.
+    let ok = dir.join("r-%p.json");
+    let o = run(gpucap(&dir)
+        .arg("run")
+        .arg("--limit")
+        .arg("1Gi")
+        .arg("--report")
+        .arg(&ok)
+        .arg("--")
+        .arg("true"));
+    assert_ok(&o);
+    assert!(
+        !stderr(&o).contains("nothing will be written"),
+        "{}",
+        dump(&o)
+    );
+}
+
 // ---- gpucap run --measure ---------------------------------------------------------------
 
 fn gpucap(dir: &Path) -> Command {

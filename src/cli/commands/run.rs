@@ -30,6 +30,14 @@ pub fn command(overrides: &Overrides, program: &OsStr, args: &[OsString]) -> i32
     {
         eprintln!("{line}");
     }
+    // A report that cannot be written is said now, not after the whole run (the shim
+    // says it again at exit); the program runs all the same, as the shim would.
+    if config.log >= LogLevel::Warn
+        && let Some(p) = &config.report
+        && let Some(why) = report::unwritable(p)
+    {
+        eprintln!("gpucap: report {}: {why}", p.display());
+    }
     // Under a file's ceiling, with GPUCAP_LOG=info: the ceiling and what was asked (the
     // shim says a GPU held at the ceiling in one line, at warn).
     if config::has_gpucap_vars(vars.iter().map(|(k, v)| (k, v)))

@@ -59,32 +59,37 @@ pub fn wait_line(config: &Config, set: bool) -> String {
     )
 }
 
+/// Why a report at `p` cannot be written, where that is known before the program runs
+/// (the shim says at exit that it wrote nothing; `check` and `run` say it before).
+pub fn unwritable(p: &Path) -> Option<String> {
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if p.is_dir() {
+        Some("it is a directory: nothing will be written (name a file)".to_string())
+    } else if dir.is_dir() {
+        None
+    } else if dir.exists() {
+        Some(format!(
+            "{} is not a directory: nothing will be written",
+            dir.display()
+        ))
+    } else {
+        Some(format!(
+            "its directory {} does not exist: nothing will be written",
+            dir.display()
+        ))
+    }
+}
+
 /// The `report:` line of `gpucap check`.
 pub fn report_line(report: Option<&Path>) -> String {
     match report {
         None => "report: none".to_string(),
         Some(p) => {
             let per_process = p.as_os_str().to_string_lossy().contains("%p");
-            // The shim says at exit that it wrote nothing; here it is said before.
-            let dir = match p.parent() {
-                Some(d) if !d.as_os_str().is_empty() => d,
-                _ => Path::new("."),
-            };
-            let missing = if p.is_dir() {
-                "; it is a directory: nothing will be written (name a file)".to_string()
-            } else if dir.is_dir() {
-                String::new()
-            } else if dir.exists() {
-                format!(
-                    "; {} is not a directory: nothing will be written",
-                    dir.display()
-                )
-            } else {
-                format!(
-                    "; its directory {} does not exist: nothing will be written",
-                    dir.display()
-                )
-            };
+            let missing = unwritable(p).map_or(String::new(), |why| format!("; {why}"));
             format!(
                 "report: {} (JSON usage report at exit; {}){missing}",
                 p.display(),
