@@ -39,7 +39,9 @@
 //!   would.
 //!
 //! What is counted around the window but happened outside it is added back, never taken
-//! off: the context is charged more, never less. The marks leave `own` and `pending`
+//! off: the context is charged more, never less. Traffic that falls inside a device read
+//! itself is counted so too, and under a churning pool that is far more than the call
+//! took: a read the traffic moved during (`activity`) is made again (`contexts::window`). The marks leave `own` and `pending`
 //! alone, so a recount of `used` is untouched by them. A member killed inside a free
 //! leaves `freeing` set and inside an allocation `started` ahead: whoever takes its
 //! share back clears the one and closes the other (`unmade`); a measurement counts the
@@ -145,6 +147,22 @@ impl<'w> PoolTraffic<'_, 'w> {
             })
             .fold(0u64, u64::saturating_add);
         grown.saturating_add(before.freeing)
+    }
+
+    /// The sum of every slot's words that only go up (`freed`, `started`, `made`,
+    /// `unmade`): read before and after a device read, an unchanged sum says no member's
+    /// free or allocation fell inside it (`contexts::window` makes such a read again).
+    pub fn activity(&self) -> u64 {
+        self.marks()
+            .iter()
+            .map(|m| {
+                m[T_FREED]
+                    .load(SeqCst)
+                    .wrapping_add(m[T_STARTED].load(SeqCst))
+                    .wrapping_add(m[T_MADE].load(SeqCst))
+                    .wrapping_add(m[T_UNMADE].load(SeqCst))
+            })
+            .fold(0u64, u64::wrapping_add)
     }
 
     /// Read right after the window's "before" read: each slot's `made`, `unmade`, then

@@ -45,8 +45,10 @@ use crate::ledger::{Charge, LiveMap};
 
 mod settle;
 mod unmeasured;
+mod window;
 pub use settle::{Settled, settle, settle_own};
 pub use unmeasured::{MeasuredBy, Step, Unmeasured, Verdict, verdict};
+use window::Edges;
 
 /// A `CUcontext`, as an integer.
 pub type Ctx = u64;
@@ -225,78 +227,51 @@ impl DeviceLock<'_> {
     /// call and an allocation around it: the frees that may fall inside the window (read
     /// before and after it) are added back, the allocations that surely fall inside it
     /// (read just inside it) are taken off. Whatever is unsure stays in: the call is
-    /// charged more, never less (given back is never overstated). Memory of processes
-    /// outside the pool still shows; none of it can be told apart from the call's.
+    /// charged more, never less (given back is never overstated); a device read that
+    /// the members' traffic moved during is made again (`window`), so that what is
+    /// unsure is what was in flight at a read, not what a preempted read let pass.
+    /// Memory of processes outside the pool still shows; none of it can be told apart
+    /// from the call's.
     pub fn measure(
         &self,
         drv: &impl CtxDriver,
         on: Option<Ctx>,
         traffic: Option<PoolTraffic<'_, '_>>,
-        mut call: impl FnMut() -> u32,
+        call: impl FnMut() -> u32,
     ) -> (u32, Result<i128, Unmeasured>, MeasuredBy) {
-        let Some(t) = traffic else {
-            return self.measure_device_wide(drv, on, call, None);
-        };
-        // Read right before the device-wide "before" read and right after the "after"
-        // read (`edge`): the frees counted around the window; right inside them (around
-        // the call): the allocations taken off.
-        let (mut before, mut given_back) = (None, None);
-        let mut edge = |first: bool| match first {
-            true => before = Some(t.freed_before()),
-            false => given_back = before.as_ref().map(|b| t.given_back_since(b)),
-        };
-        let mut allocated = 0;
-        let (rc, taken, how) = self.measure_device_wide(
-            drv,
-            on,
-            || {
-                let first = t.made_inside();
-                let rc = call();
-                allocated = t.taken_since(&first);
-                rc
-            },
-            Some(&mut edge),
-        );
-        if rc != SUCCESS {
-            return (rc, taken, how);
+        // The marks are read right around each device read, and a read the members'
+        // traffic moved during is made again (`window`).
+        match traffic {
+            Some(t) => self.measure_device_wide(drv, on, call, &mut window::Marked::new(t)),
+            None => self.measure_device_wide(drv, on, call, &mut window::Bare),
         }
-        // The "after" edge is read on every path that measured; read now if not (later:
-        // more given back counted, the call charged more, never less).
-        let given_back = given_back
-            .or_else(|| before.as_ref().map(|b| t.given_back_since(b)))
-            .unwrap_or(0);
-        let taken = taken.map(|t| t + i128::from(given_back) - i128::from(allocated));
-        (rc, taken, how)
     }
 
     /// The driver's free memory before the call minus after it (negative when more was
     /// given back meanwhile than the context took), read with `vantage` pushed, else a
-    /// context of the process on this device. `edge`, if any, is called right before the
-    /// "before" read (true) and right after the "after" read (false).
+    /// context of the process on this device; `edges` read around each read, and what
+    /// they make of the window added.
     fn measure_device_wide(
         &self,
         drv: &impl CtxDriver,
         vantage: Option<Ctx>,
         call: impl FnMut() -> u32,
-        mut edge: Option<&mut dyn FnMut(bool)>,
+        edges: &mut dyn Edges,
     ) -> (u32, Result<i128, Unmeasured>, MeasuredBy) {
         if let Some(v) = vantage.or_else(|| self.vantage()) {
-            let (rc, taken) = with_vantage(drv, Ok(v), None, call, edge);
+            let (rc, taken) = with_vantage(drv, Ok(v), None, call, edges);
             return (rc, taken, MeasuredBy::Context);
         }
         match drv.free_without_context(self.device) {
             Ok(first) => {
-                // The first read may have loaded NVML (milliseconds): with an edge to
-                // mark, the window starts with a second read, right after it.
-                let before = match edge.as_mut() {
-                    Some(e) => {
-                        e(true);
-                        drv.free_without_context(self.device)
-                            .map_err(|_| Unmeasured::new(Step::DeviceFreeBefore, UNKNOWN))
-                    }
-                    None => Ok(first),
+                // The first read may have loaded NVML (milliseconds): with marks to
+                // read, the window starts with a second read, right after it.
+                let before = match edges.marked() {
+                    true => window::read_before(edges, || drv.free_without_context(self.device))
+                        .map_err(|_| Unmeasured::new(Step::DeviceFreeBefore, UNKNOWN)),
+                    false => Ok(first),
                 };
-                let (rc, taken) = without_context(drv, self.device, before, call, edge);
+                let (rc, taken) = without_context(drv, self.device, before, call, edges);
                 (rc, taken, MeasuredBy::Nvml)
             }
             Err(why) => {
@@ -304,7 +279,7 @@ impl DeviceLock<'_> {
                     Ok(t) => (Ok(t), Some(t)),
                     Err(rc) => (Err(Unmeasured::new(Step::Temporary, rc)), None),
                 };
-                let (rc, taken) = with_vantage(drv, vantage, temporary, call, edge);
+                let (rc, taken) = with_vantage(drv, vantage, temporary, call, edges);
                 (rc, taken, MeasuredBy::Temporary(why))
             }
         }
@@ -451,38 +426,32 @@ fn without_context(
     device: usize,
     before: Result<u64, Unmeasured>,
     mut call: impl FnMut() -> u32,
-    edge: Option<&mut dyn FnMut(bool)>,
+    edges: &mut dyn Edges,
 ) -> (u32, Result<i128, Unmeasured>) {
     let rc = call();
     if rc != SUCCESS {
         return (rc, Ok(0));
     }
-    let after = drv.free_without_context(device);
-    if let Some(e) = edge {
-        e(false);
-    }
+    let after = window::read_after(edges, || drv.free_without_context(device));
     let taken = before.and_then(|b| {
         after
-            .map(|a| i128::from(b) - i128::from(a))
+            .map(|(a, correction)| i128::from(b) - i128::from(a) + correction)
             .map_err(|_| Unmeasured::new(Step::DeviceFreeAfter, UNKNOWN))
     });
     (rc, taken)
 }
 
 /// Measures `call` with `cuMemGetInfo_v2` asked of `vantage` (a context of the process,
-/// or `temporary`, destroyed afterwards); `edge` as in `measure_device_wide`.
+/// or `temporary`, destroyed afterwards); `edges` as in `measure_device_wide`.
 fn with_vantage(
     drv: &impl CtxDriver,
     vantage: Result<Ctx, Unmeasured>,
     mut temporary: Option<Ctx>,
     mut call: impl FnMut() -> u32,
-    mut edge: Option<&mut dyn FnMut(bool)>,
+    edges: &mut dyn Edges,
 ) -> (u32, Result<i128, Unmeasured>) {
     let mut before = vantage.and_then(|v| {
-        if let Some(e) = edge.as_mut() {
-            e(true);
-        }
-        drv.free_with(v)
+        window::read_before(edges, || drv.free_with(v))
             .map(|free| (v, free))
             .map_err(|rc| Unmeasured::new(Step::FreeBefore, rc))
     });
@@ -498,12 +467,8 @@ fn with_vantage(
         if rc != SUCCESS {
             return Ok(0);
         }
-        let after = drv.free_with(v);
-        if let Some(e) = edge {
-            e(false);
-        }
-        after
-            .map(|a| i128::from(b) - i128::from(a))
+        window::read_after(edges, || drv.free_with(v))
+            .map(|(a, correction)| i128::from(b) - i128::from(a) + correction)
             .map_err(|rc| Unmeasured::new(Step::FreeAfter, rc))
     });
     if let Some(t) = temporary {

@@ -29,6 +29,9 @@ struct Fake {
     nvml_reads: Cell<usize>,
     /// Runs inside the first NVML read (as NVML loads).
     on_first_nvml: RefCell<Option<Box<dyn FnOnce()>>>,
+    /// Run inside the next reads of the free memory, one each (a member's traffic
+    /// falling inside a read: the thread preempted there).
+    during_reads: RefCell<std::collections::VecDeque<Box<dyn FnOnce()>>>,
 }
 
 impl Fake {
@@ -47,6 +50,14 @@ impl Fake {
             fail_nvml_from: Cell::new(0),
             nvml_reads: Cell::new(0),
             on_first_nvml: RefCell::default(),
+            during_reads: RefCell::default(),
+        }
+    }
+    /// Runs the next of `during_reads`, if any.
+    fn inside_read(&self) {
+        let next = self.during_reads.borrow_mut().pop_front();
+        if let Some(f) = next {
+            f();
         }
     }
     /// What the program's own create call does: OOM without room.
@@ -77,6 +88,7 @@ impl CtxDriver for Fake {
     fn free_with(&self, ctx: Ctx) -> Result<u64, u32> {
         self.log.borrow_mut().push(format!("free@{ctx}"));
         self.queries.set(self.queries.get() + 1);
+        self.inside_read();
         let from = self.fail_free_from.get();
         if from != 0 && self.queries.get() >= from {
             return Err(201);
@@ -89,8 +101,10 @@ impl CtxDriver for Fake {
         }
         self.log.borrow_mut().push(format!("nvml@{device}"));
         self.nvml_reads.set(self.nvml_reads.get() + 1);
-        if let Some(f) = self.on_first_nvml.borrow_mut().take() {
-            f();
+        let first = self.on_first_nvml.borrow_mut().take();
+        match first {
+            Some(f) => f(),
+            None => self.inside_read(),
         }
         let from = self.fail_nvml_from.get();
         if from != 0 && self.nvml_reads.get() >= from {
@@ -382,6 +396,48 @@ fn a_member_churning_inside_the_window_leaves_the_charge_as_it_is() {
     });
     assert_eq!((rc, taken), (SUCCESS, Ok(300)));
     assert_eq!(b.usage(0).map(|u| u.2), Some(0));
+}
+
+/// A member's traffic that falls inside a device read (the measuring thread preempted
+/// there: on a loaded machine, milliseconds of a churning pool's allocations and frees)
+/// cannot be placed on either side of it: its frees would be added back and its
+/// allocations left in. A read the traffic moved during is made again, so each side of the
+/// window is a read nothing fell in (before: a 300 MiB context beside a member churning
+/// 800 bytes at a time was charged 300 + 800 for each read the churn fell in; a 64 MiB
+/// context was measured at up to 7.7 GiB beside six churning members, and refused under a
+/// 1 GiB cap with 408 MiB in use). With NVML and with a context of the process alike.
+#[test]
+fn traffic_inside_a_read_is_read_again_never_charged() {
+    for nvml in [true, false] {
+        let m: &'static [Box<Member<'static>>] = Box::leak(members(2).0.into_boxed_slice());
+        let mut fake = Fake::new(10_000, 300);
+        fake.nvml = nvml;
+        let drv: &'static Fake = Box::leak(Box::new(fake));
+        allocate(&m[1], drv, 800);
+        let book = ContextCharges::new();
+        let lock = book.lock(0).unwrap();
+        let vantage = (!nvml).then(|| drv.make().unwrap());
+        let churn = || -> Box<dyn FnOnce()> {
+            Box::new(|| {
+                free(&m[1], drv, 800);
+                allocate(&m[1], drv, 800);
+            })
+        };
+        let mut reads = drv.during_reads.borrow_mut();
+        // With NVML its first read is the load's: a read before the window.
+        if nvml {
+            reads.push_back(Box::new(|| {}));
+        }
+        // The first two "before" reads and the first "after" read.
+        reads.extend([churn(), churn(), Box::new(|| {}), churn()]);
+        drop(reads);
+        let (rc, taken, _) = lock.measure(drv, vantage, m[0].traffic(0), || drv.call());
+        assert_eq!(
+            (rc, taken.map(taken_bytes)),
+            (SUCCESS, Ok(300)),
+            "nvml {nvml}"
+        );
+    }
 }
 
 /// The window starts after NVML is loaded (its first read, milliseconds on a real
