@@ -18,7 +18,7 @@ use gpucap_core::lone::LoneView;
 
 pub use crate::users::{unknown_user, user_name};
 pub use names::Gpus;
-pub use sources::{Sources, pool_name, raise_open_files_limit};
+pub use sources::{Sources, Unread, pool_name, raise_open_files_limit};
 
 /// One pool, as read.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +26,9 @@ pub struct PoolReading {
     /// The file name without `.pool`.
     pub name: String,
     pub path: String,
+    /// The file's path alone (`path` may say more: removed, read through a member).
+    #[serde(skip)]
+    pub file: std::path::PathBuf,
     /// The file's owner (a user's pool: every member runs as it; a claim's or the
     /// container's: its first member's, each member's own in its row).
     pub uid: u32,
@@ -294,6 +297,7 @@ pub(crate) mod tests {
         PoolReading {
             name: "train".into(),
             path: "/p/train.pool".into(),
+            file: "/p/train.pool".into(),
             uid: 1000,
             user: "alice".into(),
             shared: false,

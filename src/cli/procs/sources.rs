@@ -24,6 +24,17 @@ pub enum OwnDir {
     ReadAnyway(String),
 }
 
+/// A pool file of a directory read that could not be read (not a pool file, another
+/// layout): its name, path, owner (the directory's user) and why (the line, among the
+/// reading's errors too).
+#[derive(Debug, Clone)]
+pub struct Unread {
+    pub name: String,
+    pub path: PathBuf,
+    pub uid: u32,
+    pub error: String,
+}
+
 /// The directories read, and the pool files kept open.
 pub struct Sources {
     pool_dir: Option<PathBuf>,
@@ -34,6 +45,8 @@ pub struct Sources {
     /// pools of its name).
     only: bool,
     open: HashMap<PathBuf, ((u64, u64), PoolFile)>,
+    /// The last reading's pool files that could not be read, of the directories read.
+    unread: Vec<Unread>,
 }
 
 impl Sources {
@@ -47,7 +60,19 @@ impl Sources {
             extra: Vec::new(),
             only: false,
             open: HashMap::new(),
+            unread: Vec::new(),
         }
+    }
+
+    /// Whether every user's directory is read (root's readers).
+    pub fn every_user(&self) -> bool {
+        self.every_user
+    }
+
+    /// The pool files of the directories read that the last reading could not read
+    /// (each is among its errors too): a metrics reader's `gpucap_pool_up 0`.
+    pub fn unread(&self) -> &[Unread] {
+        &self.unread
     }
 
     /// Reads the pool file at `path` only: no directory, no other pool (`top --pool`).
@@ -59,7 +84,7 @@ impl Sources {
     }
 
     /// This user's directory in the pool directory (`gpucap-UID`), made or not.
-    fn own_dir(&self) -> Option<PathBuf> {
+    pub fn own_dir(&self) -> Option<PathBuf> {
         let any = gpucap_core::config::PoolSpec::Name("any".into());
         let file = gpucap_pool_file::path_of(&any, self.pool_dir.as_deref()).ok()?;
         file.parent().map(Path::to_path_buf)
@@ -104,6 +129,7 @@ impl Sources {
         let mut lone = Vec::new();
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
+        let mut unread = Vec::new();
         // The files read: a set (anyone may make hundreds of thousands of pool files).
         let mut seen = std::collections::HashSet::new();
         let extra = self.extra.clone();
@@ -195,7 +221,16 @@ impl Sources {
                 }
                 match self.read_pool_at(&path, &held.inside(&name), Sharing::Private) {
                     Ok(p) => pools.push(p),
-                    Err(e) => errors.push(held.as_shown(&e)),
+                    Err(e) => {
+                        let error = held.as_shown(&e);
+                        unread.push(Unread {
+                            name: pool_name(&path, Sharing::Private).unwrap_or_default(),
+                            path: path.clone(),
+                            uid: owner,
+                            error: error.clone(),
+                        });
+                        errors.push(error);
+                    }
                 }
                 seen.insert(path);
             }
@@ -259,6 +294,7 @@ impl Sources {
             }
             keep
         });
+        self.unread = unread;
         Ok((pools, lone, errors, warnings))
     }
 
@@ -340,6 +376,7 @@ impl Sources {
         };
         Ok(PoolReading {
             name,
+            file: file.path.clone(),
             path,
             uid,
             user: user_name(uid),
