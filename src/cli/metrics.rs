@@ -28,7 +28,8 @@ mod workload;
 use std::path::PathBuf;
 
 use gpucap_core::budget::PoolView;
-use gpucap_core::lone::LoneView;
+
+use crate::procs::LoneReading;
 
 use families::{
     CAP, DRIFT, GUARANTEED, HANDED_DOWN, HELD_BY_DEAD, INFO, MEMBER_ALIVE, MEMBER_BORROWED,
@@ -51,21 +52,28 @@ pub const COMMAND_LABEL_CHARS: usize = 64;
 pub struct Reading {
     /// The `pool` label: the name, or the file's path when the pool was named by path.
     pub label: String,
+    /// The `user` label: the pool file's owner, named as `status` names it (empty where
+    /// unknown: a pool named by path whose file is not there).
+    pub user: String,
     /// The file and its view, or why it could not be read: the exit status `status`
     /// would give (1: no file yet; 2: unusable) and the line to print.
     pub result: Result<(PathBuf, PoolView), (i32, String)>,
 }
 
 /// The exposition of `readings`: `gpucap_pool_up` for every pool, the other series for
-/// the pools that were read; then the processes capped on their own (`lone`, each
-/// labelled by pid, PID namespace and command); with `hami`, HAMi's monitor series of
+/// the pools that were read, each labelled by pool and user; then the processes capped on
+/// their own (`lone`, each labelled by pid, PID namespace, user and command); with `hami`, HAMi's monitor series of
 /// both (`hami.rs`), its processes named by it. Families without a sample are left out.
-pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Identify>) -> String {
+pub fn exposition(
+    readings: &[Reading],
+    lone: &[LoneReading],
+    hami: Option<&dyn Identify>,
+) -> String {
     let mut s = Samples::default();
     if let Some(who) = hami {
         hami::add(&mut s, readings, lone, who);
     }
-    for p in lone {
+    for LoneReading { user, view: p, .. } in lone {
         let pid = p.pid.to_string();
         let ns = p.pid_namespace.to_string();
         let command = command_label(&p.command);
@@ -73,6 +81,7 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Ide
             let l = labels(&[
                 ("pid", &pid),
                 ("pid_namespace", &ns),
+                ("user", user),
                 ("command", &command),
                 ("gpu_uuid", &g.uuid),
             ]);
@@ -82,6 +91,7 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Ide
                 let l = labels(&[
                     ("pid", &pid),
                     ("pid_namespace", &ns),
+                    ("user", user),
                     ("command", &command),
                     ("gpu_uuid", &g.uuid),
                     ("from", from),
@@ -91,29 +101,26 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Ide
         }
     }
     for r in readings {
-        let pool = r.label.as_str();
+        let pool = [("pool", r.label.as_str()), ("user", r.user.as_str())];
+        let with = |more: &[(&str, &str)]| {
+            let mut l = pool.to_vec();
+            l.extend_from_slice(more);
+            labels(&l)
+        };
         let Ok((path, view)) = &r.result else {
-            s.add(UP, &labels(&[("pool", pool)]), 0);
+            s.add(UP, &with(&[]), 0);
             continue;
         };
-        s.add(UP, &labels(&[("pool", pool)]), 1);
+        s.add(UP, &with(&[]), 1);
         let path = path.to_string_lossy();
         let version = view.version.to_string();
-        s.add(
-            INFO,
-            &labels(&[("pool", pool), ("path", &path), ("version", &version)]),
-            1,
-        );
+        s.add(INFO, &with(&[("path", &path), ("version", &version)]), 1);
         let alive = view.members.iter().filter(|m| m.alive).count() as u64;
         let dead = view.members.len() as u64 - alive;
-        s.add(
-            MEMBERS,
-            &labels(&[("pool", pool), ("state", "alive")]),
-            alive,
-        );
-        s.add(MEMBERS, &labels(&[("pool", pool), ("state", "dead")]), dead);
+        s.add(MEMBERS, &with(&[("state", "alive")]), alive);
+        s.add(MEMBERS, &with(&[("state", "dead")]), dead);
         for g in &view.gpus {
-            let l = labels(&[("pool", pool), ("gpu_uuid", &g.uuid)]);
+            let l = with(&[("gpu_uuid", &g.uuid)]);
             s.add_figures(
                 CAP,
                 &l,
@@ -134,7 +141,8 @@ pub fn exposition(readings: &[Reading], lone: &[LoneView], hami: Option<&dyn Ide
             let pid = m.pid.to_string();
             let command = command_label(&m.command);
             let member = [
-                ("pool", pool),
+                pool[0],
+                pool[1],
                 ("slot", slot.as_str()),
                 ("pid", pid.as_str()),
                 ("command", command.as_str()),
@@ -174,6 +182,7 @@ mod tests {
     pub(super) fn reading(label: &str, view: PoolView) -> Reading {
         Reading {
             label: label.into(),
+            user: "alice".into(),
             result: Ok((PathBuf::from(format!("/p/{label}.pool")), view)),
         }
     }
@@ -199,7 +208,7 @@ mod tests {
         v.gpus[0].waits = 2;
         v.gpus[0].wait_ms = 1_500;
         let text = exposition(&[reading("t", v)], &[], None);
-        let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
+        let gpu = format!("{{pool=\"t\",user=\"alice\",gpu_uuid=\"{UUID}\"}}");
         assert_eq!(
             samples(&text, "gpucap_pool_waiters"),
             [format!("gpucap_pool_waiters{gpu} 1")]
@@ -221,13 +230,13 @@ mod tests {
     #[test]
     fn guarantees_and_ceilings_as_series() {
         let text = exposition(&[reading("t", view())], &[], None);
-        let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
+        let gpu = format!("{{pool=\"t\",user=\"alice\",gpu_uuid=\"{UUID}\"}}");
         assert_eq!(
             samples(&text, "gpucap_pool_guaranteed_bytes"),
             [format!("gpucap_pool_guaranteed_bytes{gpu} {}", 64 << 20)]
         );
         let m10 = format!(
-            "{{pool=\"t\",slot=\"0\",pid=\"10\",command=\"prog-10 --x\",gpu_uuid=\"{UUID}\"}}"
+            "{{pool=\"t\",user=\"alice\",slot=\"0\",pid=\"10\",command=\"prog-10 --x\",gpu_uuid=\"{UUID}\"}}"
         );
         for (name, value) in [
             ("gpucap_member_guarantee_bytes", 64u64 << 20),
@@ -253,18 +262,18 @@ mod tests {
         for m in v.members.iter_mut().filter(|m| m.pid != 11) {
             m.gpus[0].ceiling_from = Some("gpucap.env beside the library".into());
         }
-        let mut lone = crate::procs::tests::lone(99, 5 << 20, Some(256 << 20)).view;
-        lone.gpus[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
+        let mut lone = crate::procs::tests::lone(99, 5 << 20, Some(256 << 20));
+        lone.view.gpus[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
         let text = exposition(&[reading("t", v)], &[lone], None);
         let got = samples(&text, "gpucap_ceiling_handed_down_bytes");
         assert_eq!(got.len(), 3, "{text}");
         for want in [
             format!(
-                "gpucap_ceiling_handed_down_bytes{{pool=\"t\",slot=\"0\",pid=\"10\",command=\"prog-10 --x\",gpu_uuid=\"{UUID}\",from=\"gpucap.env beside the library\"}} {}",
+                "gpucap_ceiling_handed_down_bytes{{pool=\"t\",user=\"alice\",slot=\"0\",pid=\"10\",command=\"prog-10 --x\",gpu_uuid=\"{UUID}\",from=\"gpucap.env beside the library\"}} {}",
                 512 << 20
             ),
             format!(
-                "gpucap_ceiling_handed_down_bytes{{pid=\"99\",pid_namespace=\"7\",command=\"prog-99 --lone\",gpu_uuid=\"{UUID}\",from=\"/etc/gpucap/gpucap.env\"}} {}",
+                "gpucap_ceiling_handed_down_bytes{{pid=\"99\",pid_namespace=\"7\",user=\"alice\",command=\"prog-99 --lone\",gpu_uuid=\"{UUID}\",from=\"/etc/gpucap/gpucap.env\"}} {}",
                 256 << 20
             ),
         ] {
@@ -285,12 +294,15 @@ mod tests {
             assert_eq!(s.len(), 1, "{name}\n{text}");
             s[0].to_string()
         };
-        let gpu = format!("{{pool=\"t\",gpu_uuid=\"{UUID}\"}}");
-        assert_eq!(one("gpucap_pool_up"), "gpucap_pool_up{pool=\"t\"} 1");
+        let gpu = format!("{{pool=\"t\",user=\"alice\",gpu_uuid=\"{UUID}\"}}");
+        assert_eq!(
+            one("gpucap_pool_up"),
+            "gpucap_pool_up{pool=\"t\",user=\"alice\"} 1"
+        );
         assert_eq!(
             one("gpucap_pool_info"),
             format!(
-                "gpucap_pool_info{{pool=\"t\",path=\"/p/t.pool\",version=\"{POOL_VERSION}\"}} 1"
+                "gpucap_pool_info{{pool=\"t\",user=\"alice\",path=\"/p/t.pool\",version=\"{POOL_VERSION}\"}} 1"
             )
         );
         assert_eq!(
@@ -320,22 +332,22 @@ mod tests {
         assert_eq!(
             samples(&text, "gpucap_pool_members"),
             [
-                "gpucap_pool_members{pool=\"t\",state=\"alive\"} 2",
-                "gpucap_pool_members{pool=\"t\",state=\"dead\"} 1"
+                "gpucap_pool_members{pool=\"t\",user=\"alice\",state=\"alive\"} 2",
+                "gpucap_pool_members{pool=\"t\",user=\"alice\",state=\"dead\"} 1"
             ]
         );
         assert_eq!(
             samples(&text, "gpucap_member_alive"),
             [
-                "gpucap_member_alive{pool=\"t\",slot=\"0\",pid=\"10\",command=\"prog-10 --x\"} 1",
-                "gpucap_member_alive{pool=\"t\",slot=\"1\",pid=\"11\",command=\"prog-11 --x\"} 0",
-                "gpucap_member_alive{pool=\"t\",slot=\"2\",pid=\"12\",command=\"prog-12 --x\"} 1",
+                "gpucap_member_alive{pool=\"t\",user=\"alice\",slot=\"0\",pid=\"10\",command=\"prog-10 --x\"} 1",
+                "gpucap_member_alive{pool=\"t\",user=\"alice\",slot=\"1\",pid=\"11\",command=\"prog-11 --x\"} 0",
+                "gpucap_member_alive{pool=\"t\",user=\"alice\",slot=\"2\",pid=\"12\",command=\"prog-12 --x\"} 1",
             ]
         );
         assert_eq!(
             samples(&text, "gpucap_member_used_bytes")[1],
             format!(
-                "gpucap_member_used_bytes{{pool=\"t\",slot=\"1\",pid=\"11\",\
+                "gpucap_member_used_bytes{{pool=\"t\",user=\"alice\",slot=\"1\",pid=\"11\",\
                  command=\"prog-11 --x\",gpu_uuid=\"{UUID}\"}} {}",
                 200 * MIB
             )
@@ -343,7 +355,7 @@ mod tests {
         assert_eq!(
             samples(&text, "gpucap_member_peak_bytes")[2],
             format!(
-                "gpucap_member_peak_bytes{{pool=\"t\",slot=\"2\",pid=\"12\",\
+                "gpucap_member_peak_bytes{{pool=\"t\",user=\"alice\",slot=\"2\",pid=\"12\",\
                  command=\"prog-12 --x\",gpu_uuid=\"{UUID}\"}} {}",
                 401 * MIB
             )
@@ -354,13 +366,14 @@ mod tests {
     fn each_family_once_with_help_and_type_before_its_samples() {
         let mut second = view();
         second.gpus[0].cap = None;
-        let mut lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30)).view;
-        lone.gpus[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
+        let mut lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30));
+        lone.view.gpus[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
         let text = exposition(
             &[
                 reading("a", view()),
                 Reading {
                     label: "gone".into(),
+                    user: "alice".into(),
                     result: Err((1, "gpucap: no pool file".into())),
                 },
                 reading("b", second),
@@ -394,21 +407,21 @@ mod tests {
         assert_eq!(
             samples(&text, "gpucap_pool_up"),
             [
-                "gpucap_pool_up{pool=\"a\"} 1",
-                "gpucap_pool_up{pool=\"gone\"} 0",
-                "gpucap_pool_up{pool=\"b\"} 1"
+                "gpucap_pool_up{pool=\"a\",user=\"alice\"} 1",
+                "gpucap_pool_up{pool=\"gone\",user=\"alice\"} 0",
+                "gpucap_pool_up{pool=\"b\",user=\"alice\"} 1"
             ]
         );
         // No cap, no sample; the unreadable pool has nothing but its up.
         let caps = samples(&text, "gpucap_pool_cap_bytes");
         assert_eq!(caps.len(), 1, "{text}");
-        assert!(caps[0].contains("pool=\"a\""));
-        assert!(!text.contains("pool=\"gone\",") && !text.contains("+Inf"));
+        assert!(caps[0].contains("pool=\"a\",user=\"alice\""));
+        assert!(!text.contains("pool=\"gone\",user=\"alice\",") && !text.contains("+Inf"));
         assert_eq!(samples(&text, "gpucap_pool_used_bytes").len(), 2);
         assert_eq!(
             samples(&text, "gpucap_process_used_bytes"),
             [format!(
-                "gpucap_process_used_bytes{{pid=\"99\",pid_namespace=\"7\",command=\"prog-99 --lone\",gpu_uuid=\"{UUID}\"}} {}",
+                "gpucap_process_used_bytes{{pid=\"99\",pid_namespace=\"7\",user=\"alice\",command=\"prog-99 --lone\",gpu_uuid=\"{UUID}\"}} {}",
                 5 << 20
             )]
         );
@@ -421,6 +434,7 @@ mod tests {
         let text = exposition(
             &[Reading {
                 label: "x".into(),
+                user: String::new(),
                 result: Err((1, String::new())),
             }],
             &[],
@@ -430,7 +444,7 @@ mod tests {
             text,
             format!(
                 "# HELP gpucap_pool_up {}\n# TYPE gpucap_pool_up gauge\n\
-                 gpucap_pool_up{{pool=\"x\"}} 0\n",
+                 gpucap_pool_up{{pool=\"x\",user=\"\"}} 0\n",
                 FAMILIES[UP].help
             )
         );
@@ -448,7 +462,7 @@ mod tests {
         let alive = samples(&text, "gpucap_member_alive");
         assert_eq!(
             alive[0],
-            "gpucap_member_alive{pool=\"t\\\"q\",slot=\"0\",pid=\"10\",\
+            "gpucap_member_alive{pool=\"t\\\"q\",user=\"alice\",slot=\"0\",pid=\"10\",\
              command=\"evil\\\"} 1\\ngpucap_x 2 \\\\\"} 1"
         );
         assert!(!text.lines().any(|l| l.starts_with("gpucap_x")), "{text}");
@@ -498,7 +512,7 @@ mod tests {
         v.members.push(second);
         let uuid = v.gpus[0].uuid.clone();
         let cap = v.gpus[0].cap.unwrap();
-        let lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30)).view;
+        let lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30));
         let text = exposition(&[reading("t", v)], &[lone], Some(&TwoContainers));
         let line = |name: &str, labels: &str| -> String {
             text.lines()
@@ -507,7 +521,7 @@ mod tests {
                 .to_string()
         };
         let a = format!(
-            "namespace=\"team-a\",pod=\"trainer-0\",container=\"aaaaaaaaaaaa\",vdevice_index=\"0\",device_uuid=\"{uuid}\",pool=\"t\""
+            "namespace=\"team-a\",pod=\"trainer-0\",container=\"aaaaaaaaaaaa\",vdevice_index=\"0\",device_uuid=\"{uuid}\",pool=\"t\",user=\"alice\""
         );
         let b = a.replace("aaaaaaaaaaaa", "bbbbbbbbbbbb");
         assert!(line("hami_vgpu_memory_used_bytes", &a).ends_with(&format!(" {}", 3 << 20)));

@@ -14,6 +14,7 @@ mod cli;
 mod cli_conventions;
 mod cli_gpu_keys;
 mod metrics;
+mod metrics_users;
 mod monitoring;
 mod never_uncapped_cli;
 mod readers;

@@ -27,7 +27,7 @@ use common::pool_scratch::*;
 use common::*;
 
 /// SIGKILLs `child` and waits for it.
-fn kill(mut child: Child) {
+pub(super) fn kill(mut child: Child) {
     // SAFETY: kill on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
@@ -38,15 +38,15 @@ fn kill(mut child: Child) {
 
 /// One sample: metric name, labels (values unescaped), value.
 #[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
+pub(super) struct Sample {
+    pub(super) name: String,
+    pub(super) labels: BTreeMap<String, String>,
+    pub(super) value: f64,
 }
 
 /// The samples of a text exposition, label values unescaped (`\\`, `\"`, `\n`).
 /// Panics on a line it cannot read: the format is the one gpucap writes.
-fn parse(text: &str) -> Vec<Sample> {
+pub(super) fn parse(text: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     for line in text.lines() {
         if line.starts_with('#') || line.is_empty() {
@@ -103,7 +103,11 @@ fn parse(text: &str) -> Vec<Sample> {
 }
 
 /// The samples named `name` whose labels include `want`.
-fn find<'a>(samples: &'a [Sample], name: &str, want: &[(&str, &str)]) -> Vec<&'a Sample> {
+pub(super) fn find<'a>(
+    samples: &'a [Sample],
+    name: &str,
+    want: &[(&str, &str)],
+) -> Vec<&'a Sample> {
     samples
         .iter()
         .filter(|s| {
@@ -117,7 +121,7 @@ fn find<'a>(samples: &'a [Sample], name: &str, want: &[(&str, &str)]) -> Vec<&'a
 
 /// The value of the one sample named `name` with labels `want`.
 #[track_caller]
-fn value(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f64 {
+pub(super) fn value(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f64 {
     let found = find(samples, name, want);
     assert_eq!(
         found.len(),
@@ -125,6 +129,25 @@ fn value(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f64 {
         "{name} {want:?}: {found:#?}\nin {samples:#?}"
     );
     found[0].value
+}
+
+/// The name `status` gives uid `uid` (its `user` label): /etc/passwd's, else the number.
+pub(super) fn user_name(uid: u32) -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+        })
+        .unwrap_or_else(|| uid.to_string())
+}
+
+/// The line `gpucap_pool_up` gives pool `pool` of this user (its `user` label) read or not.
+fn up_line(pool: &str, up: u8) -> String {
+    // SAFETY: geteuid has no preconditions.
+    let me = user_name(unsafe { libc::geteuid() });
+    format!("gpucap_pool_up{{pool=\"{pool}\",user=\"{me}\"}} {up}")
 }
 
 // ---------------------------------------------------------------------------
@@ -174,7 +197,7 @@ fn checker(cmd: &mut Command, text: &str) -> Output {
 /// Prometheus would drop the scrape's duplicates), and promtool accepts it (when there
 /// is a promtool), and so does scripts/gpu/promcheck.py.
 #[track_caller]
-fn assert_promtool_accepts(text: &str) {
+pub(super) fn assert_promtool_accepts(text: &str) {
     let o = promcheck(text);
     assert!(
         o.status.success(),
@@ -204,7 +227,7 @@ fn assert_promtool_accepts(text: &str) {
 // HTTP.
 
 /// A `gpucap metrics` server: the child, its address, its stderr file.
-struct Server {
+pub(super) struct Server {
     child: Child,
     addr: String,
     log: PathBuf,
@@ -213,7 +236,7 @@ struct Server {
 impl Server {
     /// Starts `gpucap metrics --listen 127.0.0.1:0 ARGS` and reads the address it
     /// bound from its first line (waiting at most 60 s: a harness limit).
-    fn start(s: &Scratch, args: &[&str]) -> Server {
+    pub(super) fn start(s: &Scratch, args: &[&str]) -> Server {
         // Numbered, not named by the arguments: those hold paths under the checkout, and
         // a long checkout path made the name longer than a file name may be.
         static SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -281,7 +304,7 @@ impl Server {
     }
 
     /// `GET /metrics`: the body, after checking the status and the content type.
-    fn scrape(&self) -> String {
+    pub(super) fn scrape(&self) -> String {
         let (status, headers, body) = self.request("GET", "/metrics");
         assert_eq!(status, "HTTP/1.1 200 OK", "{headers:?}\n{body}");
         assert!(
@@ -311,7 +334,7 @@ impl Server {
         (fds, maps)
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap()
     }
 
@@ -557,7 +580,12 @@ fn status_prometheus_shows_what_the_members_did() {
         find(&parse(&stdout(&o)), "gpucap_pool_up", &[]),
         [&Sample {
             name: "gpucap_pool_up".into(),
-            labels: [("pool".to_string(), "u".to_string())].into(),
+            labels: [
+                ("pool".to_string(), "u".to_string()),
+                // SAFETY: geteuid has no preconditions.
+                ("user".to_string(), user_name(unsafe { libc::geteuid() })),
+            ]
+            .into(),
             value: 1.0
         }]
     );
@@ -656,7 +684,7 @@ fn the_server_reads_the_pools_at_each_scrape() {
     // A client that connects and goes away does not stop the server.
     drop(TcpStream::connect(&server.addr).unwrap());
     let body = server.scrape();
-    assert!(body.contains("gpucap_pool_up{pool=\"p\"} 1"), "{body}");
+    assert!(body.contains(&up_line("p", 1)), "{body}");
 
     // Every member dead: nothing can take their shares back, so a change to the file
     // would be the server's. Scrapes leave it as it was.
@@ -763,10 +791,28 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
     // The directory becomes one that others may write in: not an empty answer, which
     // Prometheus would take for no pools, but a 500 with the line (the target is down).
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Root reads every user's directory, its own as its `status` does: read all the
+    // same, and said (metrics_users.rs).
     let (status, _, body) = server.request("GET", "/metrics");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    assert_eq!(status, "HTTP/1.1 500 Internal Server Error", "{body}");
-    assert!(body.starts_with("gpucap: --all: "), "{body}");
+    if is_root() {
+        assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+        assert_eq!(
+            find(&parse(&body), "gpucap_pool_up", &[]).len(),
+            3,
+            "{body}"
+        );
+        assert!(
+            server
+                .log()
+                .contains("(what it holds is shown all the same)"),
+            "{}",
+            server.log()
+        );
+    } else {
+        assert_eq!(status, "HTTP/1.1 500 Internal Server Error", "{body}");
+        assert!(body.starts_with("gpucap: --all: "), "{body}");
+    }
     assert_eq!(
         find(&parse(&server.scrape()), "gpucap_pool_up", &[]).len(),
         3,
@@ -941,7 +987,7 @@ fn a_slow_client_does_not_hold_the_server() {
     });
     std::thread::sleep(Duration::from_millis(300));
     let body = server.scrape();
-    assert!(body.contains("gpucap_pool_up{pool=\"p\"} 0"), "{body}");
+    assert!(body.contains(&up_line("p", 0)), "{body}");
     assert!(slow.join().unwrap(), "the slow client was never cut off");
 }
 
@@ -1000,7 +1046,7 @@ fn a_scrape_is_answered_while_200_slow_clients_are_connected() {
         panic!("no answer to a scrape with {SLOW} slow clients connected: {e}")
     });
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
-    assert!(answer.contains("gpucap_pool_up{pool=\"p\"} 1"), "{answer}");
+    assert!(answer.contains(&up_line("p", 1)), "{answer}");
     assert_eq!(clients.len(), SLOW, "connections taken");
     assert_eq!(held, SLOW, "connections the server held");
     assert!(
@@ -1090,7 +1136,7 @@ fn at_the_connection_bound_the_oldest_client_makes_room() {
     let answer = String::from_utf8(answer).unwrap();
     eprintln!("the 257th connection answered in {:?}", asked.elapsed());
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
-    assert!(answer.contains("gpucap_pool_up{pool=\"p\"} 0"), "{answer}");
+    assert!(answer.contains(&up_line("p", 0)), "{answer}");
 
     // The bound again (the 257th is done: one more client makes 256): a scrape is
     // answered within 1 s, and the oldest left, client 1, makes room.
@@ -1290,7 +1336,7 @@ fn a_fifo_at_a_pools_path_does_not_hang_the_server() {
     let server = Server::start(&s, &["--pool", "fifo"]);
     let start = Instant::now();
     let body = server.scrape();
-    assert!(body.contains("gpucap_pool_up{pool=\"fifo\"} 0"), "{body}");
+    assert!(body.contains(&up_line("fifo", 0)), "{body}");
     assert!(
         start.elapsed() < Duration::from_secs(30),
         "the scrape took {:?}",

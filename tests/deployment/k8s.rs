@@ -1233,9 +1233,14 @@ fn the_metrics_sidecar_serves_the_pods_pool() {
         .find(|(k, _)| k == "GPUCAP_POOL")
         .unwrap()
         .1;
-    let up = format!("gpucap_pool_up{{pool=\"{pool}\"}}");
+    // Its `user`: the pool file's owner, the sidecar's own uid before there is a file.
+    let up = format!("gpucap_pool_up{{pool=\"{pool}\",user=\"");
+    let up_is = |body: &str, v: u8| {
+        body.lines()
+            .any(|l| l.starts_with(&up) && l.ends_with(&format!("}} {v}")))
+    };
     // Before the trainer's first CUDA call: up 0.
-    assert!(scrape(&addr).contains(&format!("{up} 0\n")));
+    assert!(up_is(&scrape(&addr), 0));
 
     let ready = dir.join("ready");
     let script = compile_c("script", "", &["-lcuda"]);
@@ -1274,7 +1279,7 @@ fn the_metrics_sidecar_serves_the_pods_pool() {
             .1
             .to_string()
     };
-    assert!(body.contains(&format!("{up} 1\n")), "{body}");
+    assert!(up_is(&body, 1), "{body}");
     assert_eq!(mine("gpucap_pool_cap_bytes{"), (12u64 << 30).to_string());
     assert_eq!(mine("gpucap_pool_used_bytes{"), (100u64 << 20).to_string());
     let member_line = format!("pid=\"{}\"", member.id());

@@ -63,9 +63,14 @@ pub fn prometheus(pools: PoolSet, hami: bool) -> i32 {
     };
     print_out(&metrics::exposition(
         &readings,
-        &reader.lone(),
+        reader.lone(),
         reader.hami(),
     ));
+    // `--all`'s lines about what it could not read beside the pools (a lone process's
+    // file; root's own directory), as `status` shows them: the exit status stays.
+    for note in reader.notes() {
+        eprintln!("{note}");
+    }
     let mut code = 0;
     for r in &readings {
         if let Err((c, msg)) = &r.result {

@@ -10,22 +10,23 @@
 //! and the limit they share. gpucap's budgets are pools and processes capped alone:
 //! a pool's live members are grouped by their Kubernetes names (`workload`), each
 //! group's use summed, the pool's cap its limit, with a `pool` label; a process capped
-//! alone is one series with `pid` and `pid_namespace` labels (two containers' pid 1). `vdevice_index` is the GPU's place in the
+//! alone is one series with `pid` and `pid_namespace` labels (two containers' pid 1);
+//! both with gpucap's `user` label (two users' pools of one name are two budgets). `vdevice_index` is the GPU's place in the
 //! pool's (or the process's) list of GPUs, as HAMi numbers a container's devices.
 
 use std::collections::BTreeMap;
-
-use gpucap_core::lone::LoneView;
 
 use super::Reading;
 use super::families::{HAMI_LIMIT, HAMI_USED};
 use super::text_format::{Samples, labels};
 use super::workload::{Identify, Workload};
+use crate::procs::LoneReading;
 
 /// Adds the HAMi series of `readings` and `lone` to `s`.
-pub fn add(s: &mut Samples, readings: &[Reading], lone: &[LoneView], who: &dyn Identify) {
+pub fn add(s: &mut Samples, readings: &[Reading], lone: &[LoneReading], who: &dyn Identify) {
     for r in readings {
         let Ok((_, view)) = &r.result else { continue };
+        let budget = [("pool", r.label.as_str()), ("user", r.user.as_str())];
         let mut groups: BTreeMap<Workload, Vec<&gpucap_core::budget::MemberView>> = BTreeMap::new();
         for m in view.members.iter().filter(|m| m.alive) {
             groups
@@ -41,7 +42,7 @@ pub fn add(s: &mut Samples, readings: &[Reading], lone: &[LoneView], who: &dyn I
                     &Workload::default(),
                     index,
                     &g.uuid,
-                    &[("pool", &r.label)],
+                    &budget,
                     g.used,
                     g.cap,
                 );
@@ -52,24 +53,20 @@ pub fn add(s: &mut Samples, readings: &[Reading], lone: &[LoneView], who: &dyn I
                     .flat_map(|m| m.gpus.iter().filter(|mg| mg.uuid == g.uuid))
                     .map(|mg| mg.used)
                     .sum();
-                series(
-                    s,
-                    workload,
-                    index,
-                    &g.uuid,
-                    &[("pool", &r.label)],
-                    used,
-                    g.cap,
-                );
+                series(s, workload, index, &g.uuid, &budget, used, g.cap);
             }
         }
     }
-    for p in lone {
+    for LoneReading { user, view: p, .. } in lone {
         let workload = who.workload(p.pid, p.pid_namespace);
         // Two containers' pid 1 are two processes: their PID namespace keeps them apart.
         let pid = p.pid.to_string();
         let ns = p.pid_namespace.to_string();
-        let budget = [("pid", pid.as_str()), ("pid_namespace", ns.as_str())];
+        let budget = [
+            ("pid", pid.as_str()),
+            ("pid_namespace", ns.as_str()),
+            ("user", user.as_str()),
+        ];
         for (index, g) in p.gpus.iter().enumerate() {
             series(s, &workload, index, &g.uuid, &budget, g.used, g.cap);
         }

@@ -7,19 +7,21 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use gpucap_core::budget::PoolView;
-use gpucap_core::config::{self, PoolSpec};
+use gpucap_core::config::PoolSpec;
 use gpucap_pool_file::{PoolFile, Sharing};
 
 use super::Reading;
 use crate::pool::{self, EXIT_NO_POOL_FILE, Located};
+use crate::procs::{LoneReading, Sources, user_name};
 
 /// Which pools a [`Reader`] reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Which {
     /// These pools (labelled by their name, or path), in this order.
     Pools(Vec<PoolSpec>),
-    /// Every `NAME.pool` file in this user's pool directory, labelled `NAME`, listed at
-    /// each reading, and every process capped on its own there.
+    /// What `gpucap status` shows (`procs::Sources`, read at each reading): every pool
+    /// of this user's pool directory (root: of every user's), every process capped on
+    /// its own there, and the containers' pools.
     All,
 }
 
@@ -38,16 +40,32 @@ pub struct Reader {
     which: Which,
     pool_dir: Option<PathBuf>,
     open: HashMap<PathBuf, Opened>,
+    /// `--all`: `status`'s reader (which keeps its own files open), what it found last
+    /// besides the pools: the lone processes, and the lines of what it could not read
+    /// or read all the same.
+    all: Option<All>,
     /// HAMi's series too (`--hami`): who each process is in Kubernetes, from /proc.
     hami: Option<super::workload::FromProc>,
 }
 
+struct All {
+    sources: Sources,
+    lone: Vec<LoneReading>,
+    notes: Vec<String>,
+}
+
 impl Reader {
     pub fn new(which: Which, pool_dir: Option<PathBuf>) -> Reader {
+        let all = (which == Which::All).then(|| All {
+            sources: Sources::new(pool_dir.clone(), crate::status::every_user()),
+            lone: Vec::new(),
+            notes: Vec::new(),
+        });
         Reader {
             which,
             pool_dir,
             open: HashMap::new(),
+            all,
             hami: None,
         }
     }
@@ -77,6 +95,10 @@ impl Reader {
                 )
             }
             Which::All => match self.user_dir() {
+                Ok(Located::File(d) | Located::NotYet(d)) if self.every_user() => {
+                    let base = d.parent().map(Path::to_path_buf).unwrap_or_default();
+                    format!("every user's pools in {}", base.display())
+                }
                 Ok(Located::File(d) | Located::NotYet(d)) => {
                     format!("every pool in {}", d.display())
                 }
@@ -85,61 +107,62 @@ impl Reader {
         }
     }
 
+    /// Whether every user's directory is read (`--all` as root).
+    fn every_user(&self) -> bool {
+        self.all.as_ref().is_some_and(|a| a.sources.every_user())
+    }
+
     /// With `--all`: whether the pool directory can be used (a directory that does not
-    /// exist yet, made by the first member, can). The line to print if not.
+    /// exist yet, made by the first member, can). The line to print if not. Root reads
+    /// every user's directory, as its `status` does: its own being unusable is a line
+    /// beside the others' pools ([`Reader::notes`]), not the end of the reading; a pool
+    /// directory that is not a directory is.
     pub fn check_dir(&self) -> Result<(), String> {
-        match self.which {
-            Which::All => self
-                .user_dir()
-                .map(|_| ())
-                .map_err(|e| format!("gpucap: --all: {e}")),
-            Which::Pools(_) => Ok(()),
+        if self.which != Which::All {
+            return Ok(());
         }
+        match self.user_dir() {
+            Ok(_) => Ok(()),
+            Err(_) if self.every_user() && self.base_is_dir() => Ok(()),
+            Err(e) => Err(format!("gpucap: --all: {e}")),
+        }
+    }
+
+    /// The pool directory (what holds the `gpucap-UID` directories) is a directory.
+    fn base_is_dir(&self) -> bool {
+        let all = self.all.as_ref();
+        all.and_then(|a| a.sources.own_dir())
+            .and_then(|d| d.parent().map(Path::to_path_buf))
+            .is_some_and(|b| std::fs::metadata(b).is_ok_and(|m| m.is_dir()))
     }
 
     /// The pools, read now. Err: `--all`'s directory cannot be used (a line to print).
     pub fn read(&mut self) -> Result<Vec<Reading>, String> {
+        if self.which == Which::All {
+            return self.read_all();
+        }
+        let Which::Pools(specs) = &self.which else {
+            return Ok(Vec::new());
+        };
         // Claims whose members do not answer cost this scrape one patience in all.
         gpucap_pool_file::new_reading_round();
-        let targets: Vec<(String, PoolSpec)> = match &self.which {
-            Which::Pools(specs) => specs.iter().map(|s| (s.to_string(), s.clone())).collect(),
-            Which::All => match self.list() {
-                Ok(names) => names
-                    .into_iter()
-                    .map(|n| (n.clone(), PoolSpec::Name(n)))
-                    // The containers' pools kept there, every user's (the pod's
-                    // `/dev/shm` holds each of its containers'), named by directory.
-                    .chain(
-                        gpucap_pool_file::container_pools(self.pool_dir.as_deref())
-                            .into_iter()
-                            .filter_map(|(file, _)| {
-                                let dir = file.parent()?.to_path_buf();
-                                let name = dir.file_name()?.to_str()?.to_string();
-                                Some((name, PoolSpec::Claim(dir)))
-                            }),
-                    )
-                    .collect(),
-                Err(e) => {
-                    // Out of descriptors, the listing fails: those of files gone from
-                    // their path are closed all the same, so that the next one can list.
-                    self.open.retain(|path, o| {
-                        let keep = std::fs::symlink_metadata(path)
-                            .is_ok_and(|m| (m.dev(), m.ino()) == o.id);
-                        if !keep {
-                            o.file.locks.forget_in_child();
-                        }
-                        keep
-                    });
-                    return Err(e);
-                }
-            },
-        };
+        let targets: Vec<(String, PoolSpec)> =
+            specs.iter().map(|s| (s.to_string(), s.clone())).collect();
         let mut seen = Vec::new();
         let readings = targets
             .into_iter()
             .map(|(label, spec)| {
                 let result = self.read_one(&spec, &mut seen);
-                Reading { label, result }
+                let user = match &result {
+                    Ok((_, _, uid)) => user_name(*uid),
+                    Err(_) => self.owner_unread(&spec),
+                };
+                let result = result.map(|(path, view, _)| (path, view));
+                Reading {
+                    label,
+                    user,
+                    result,
+                }
             })
             .collect();
         // Files no longer read (removed, or replaced: reopened under the same path):
@@ -154,21 +177,75 @@ impl Reader {
         Ok(readings)
     }
 
-    /// With `--all`: the processes capped on their own in this user's pool directory
-    /// (their `.lone` files; a dead one's removed), read now. Else none.
-    pub fn lone(&self) -> Vec<gpucap_core::lone::LoneView> {
-        match (&self.which, self.user_dir()) {
-            (Which::All, Ok(Located::File(d))) => {
-                match gpucap_pool_file::HeldDir::open(&d, gpucap_pool_file::own_uid()) {
-                    Ok(Some(held)) => gpucap_pool_file::read_lone_dir(&held)
-                        .0
-                        .into_iter()
-                        .map(|r| r.view)
-                        .collect(),
-                    _ => Vec::new(),
+    /// `--all`: what `status` reads ([`Sources`]), as readings; the files of the
+    /// directories that could not be read are `up 0`.
+    fn read_all(&mut self) -> Result<Vec<Reading>, String> {
+        self.check_dir()?;
+        let all = self.all.as_mut().expect("--all has its sources");
+        let (pools, lone, errors, warnings) = all
+            .sources
+            .read()
+            .map_err(|e| format!("gpucap: --all: {e}"))?;
+        let unread = all.sources.unread();
+        let mut readings: Vec<Reading> = pools
+            .into_iter()
+            .map(|p| Reading {
+                label: label_of(&p.file, &p.name),
+                user: p.user,
+                result: Ok((p.file, p.view)),
+            })
+            .chain(unread.iter().map(|u| Reading {
+                label: label_of(&u.path, &u.name),
+                user: user_name(u.uid),
+                result: Err((2, format!("gpucap: {}", u.error))),
+            }))
+            .collect();
+        // Two pools with one label and user (one user's pools of one name in /dev/shm
+        // and /tmp): the later ones by their path, never the same series twice.
+        let mut taken = std::collections::HashSet::new();
+        for r in &mut readings {
+            if !taken.insert((r.label.clone(), r.user.clone())) {
+                if let Ok((path, _)) = &r.result {
+                    r.label = path.to_string_lossy().into_owned();
                 }
             }
-            _ => Vec::new(),
+        }
+        all.notes = errors
+            .into_iter()
+            .filter(|e| !unread.iter().any(|u| &u.error == e))
+            .map(|e| format!("gpucap: {e}"))
+            .chain(warnings.into_iter().map(|w| format!("gpucap: {w}")))
+            .collect();
+        all.lone = lone;
+        Ok(readings)
+    }
+
+    /// With `--all`: the processes capped on their own, as the last reading found them
+    /// (a dead one's file removed). Else none.
+    pub fn lone(&self) -> &[LoneReading] {
+        self.all.as_ref().map_or(&[], |a| &a.lone)
+    }
+
+    /// With `--all`: the last reading's lines about what it could not read, or read all
+    /// the same though it should not be as it is (root's own directory writable by
+    /// others), besides the pools' (`up 0`). Else none.
+    pub fn notes(&self) -> &[String] {
+        self.all.as_ref().map_or(&[], |a| &a.notes)
+    }
+
+    /// The `user` of a pool named that could not be read: its file's owner where there
+    /// is a file, else the reader's own user (a pool of its directory, or at a path, is
+    /// made by its members, who run as it: the series keeps its `user` once they come),
+    /// or none for a claim's or the container's (every user's).
+    fn owner_unread(&self, spec: &PoolSpec) -> String {
+        let path = match pool::locate(spec, self.pool_dir.as_deref()) {
+            Ok(Located::File(p) | Located::NotYet(p)) => Some(p),
+            Err(_) => None,
+        };
+        match path.and_then(|p| std::fs::symlink_metadata(p).ok()) {
+            Some(m) => user_name(m.uid()),
+            None if Sharing::of(spec) == Sharing::Claim => String::new(),
+            None => user_name(gpucap_pool_file::own_uid()),
         }
     }
 
@@ -182,42 +259,11 @@ impl Reader {
         }
     }
 
-    /// The names of the pool files in this user's pool directory, sorted: regular
-    /// files `NAME.pool` whose NAME is a valid pool name (a file being made is
-    /// `.NAME.PID.RANDOM.new`), and those removed from it while their members run
-    /// (gpucap_pool_file's `beacon`).
-    fn list(&self) -> Result<Vec<String>, String> {
-        let dir = match self.user_dir().map_err(|e| format!("gpucap: --all: {e}"))? {
-            Located::NotYet(d) | Located::File(d) => d,
-        };
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e.filter_map(Result::ok).collect(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(format!("gpucap: --all: {}: {e}", dir.display())),
-        };
-        let removed = crate::pool_names::removed_file_names(&dir);
-        let mut names: Vec<String> = entries
-            .into_iter()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .map(|e| e.file_name())
-            .chain(removed)
-            .filter_map(|name| {
-                let name = name.into_string().ok()?;
-                let stem = name.strip_suffix(".pool")?;
-                matches!(config::parse_pool(stem), Ok(Some(PoolSpec::Name(_))))
-                    .then(|| stem.to_string())
-            })
-            .collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
-    }
-
     fn read_one(
         &mut self,
         spec: &PoolSpec,
         seen: &mut Vec<PathBuf>,
-    ) -> Result<(PathBuf, PoolView), (i32, String)> {
+    ) -> Result<(PathBuf, PoolView, u32), (i32, String)> {
         let path = match pool::locate(spec, self.pool_dir.as_deref())
             .map_err(|e| (2, format!("gpucap: pool {spec}: {e}")))?
         {
@@ -249,7 +295,28 @@ impl Reader {
         seen.push(path.clone());
         let o = &self.open[&path];
         let view = o.file.view().map_err(|e| (2, format!("gpucap: {e}")))?;
-        Ok((path, view))
+        let uid = o.file.identity().map_or(0, |(_, _, uid)| uid);
+        Ok((path, view, uid))
+    }
+}
+
+/// The `pool` label of a pool `--all` read, named `name`: its name where that names it
+/// among its user's pools (a file of a `gpucap-UID` directory; a container's pool, by
+/// its `gpucap-container-…` directory), else its file's path (a pool at a path, a
+/// claim's), as `--pool PATH` labels it.
+fn label_of(file: &Path, name: &str) -> String {
+    let dir = file
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|d| d.to_str());
+    let named = dir.is_some_and(|d| {
+        d.strip_prefix("gpucap-")
+            .is_some_and(|r| r.starts_with("container-") || r.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if named {
+        name.to_string()
+    } else {
+        file.to_string_lossy().into_owned()
     }
 }
 

@@ -153,8 +153,10 @@ fn exchange(stream: &TcpStream, shared: &Shared) {
 fn scrape(reader: &mut Reader, log: &Mutex<Log>) -> Result<String, String> {
     match reader.read() {
         Ok(readings) => {
-            lock(log).note(&readings);
-            Ok(exposition(&readings, &reader.lone(), reader.hami()))
+            let mut log = lock(log);
+            log.note(&readings);
+            log.notes(reader.notes());
+            Ok(exposition(&readings, reader.lone(), reader.hami()))
         }
         Err(e) => {
             lock(log).line(&e);
@@ -167,9 +169,11 @@ fn scrape(reader: &mut Reader, log: &Mutex<Log>) -> Result<String, String> {
 /// scrape: a sidecar may wait a long time for the first member).
 pub struct Log<'a> {
     out: &'a mut (dyn Write + Send),
-    /// Per pool label, the last error (None: readable).
-    last: HashMap<String, Option<String>>,
+    /// Per pool label and user, the last error (None: readable).
+    last: HashMap<(String, String), Option<String>>,
     last_line: Option<String>,
+    /// `--all`'s last lines besides the pools' (`Reader::notes`).
+    last_notes: Vec<String>,
 }
 
 impl<'a> Log<'a> {
@@ -178,6 +182,7 @@ impl<'a> Log<'a> {
             out,
             last: HashMap::new(),
             last_line: None,
+            last_notes: Vec::new(),
         }
     }
 
@@ -185,7 +190,8 @@ impl<'a> Log<'a> {
         self.last_line = None;
         for r in readings {
             let now = r.result.as_ref().err().map(|(_, e)| e.clone());
-            let before = self.last.insert(r.label.clone(), now.clone());
+            let key = (r.label.clone(), r.user.clone());
+            let before = self.last.insert(key, now.clone());
             if before.as_ref() == Some(&now) {
                 continue;
             }
@@ -201,6 +207,15 @@ impl<'a> Log<'a> {
             let _ = writeln!(self.out, "{line}");
         }
         let _ = self.out.flush();
+    }
+
+    /// `--all`'s lines besides the pools': each when it comes, not again while it stays.
+    fn notes(&mut self, notes: &[String]) {
+        for n in notes.iter().filter(|n| !self.last_notes.contains(n)) {
+            let _ = writeln!(self.out, "{n}");
+        }
+        let _ = self.out.flush();
+        self.last_notes = notes.to_vec();
     }
 
     fn line(&mut self, line: &str) {
@@ -263,6 +278,7 @@ mod tests {
             let mut log = Log::new(&mut out);
             let down = || Reading {
                 label: "p".into(),
+                user: "alice".into(),
                 result: Err((1, "gpucap: no pool file at /x".into())),
             };
             log.note(&[down()]);
@@ -277,6 +293,31 @@ mod tests {
             "gpucap: no pool file at /x (served as gpucap_pool_up 0)\n\
              gpucap metrics: pool p readable (file /p/p.pool)\n\
              gpucap: no pool file at /x (served as gpucap_pool_up 0)\n"
+        );
+    }
+
+    /// `--all`'s lines beside the pools (root's own directory, a lone file): each once
+    /// while it stays, again when it comes back; two users' pools of one name are two.
+    #[test]
+    fn the_log_says_each_note_once_while_it_stays() {
+        let mut out = Vec::new();
+        {
+            let mut log = Log::new(&mut out);
+            let (a, b) = ("gpucap: a".to_string(), "gpucap: b".to_string());
+            log.notes(&[a.clone()]);
+            log.notes(&[a.clone(), b.clone()]);
+            log.notes(&[b.clone()]);
+            log.notes(&[a.clone(), b]);
+            let mut bobs = reading("train", view());
+            bobs.user = "bob".into();
+            log.note(&[reading("train", view()), bobs]);
+        }
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(
+            out,
+            "gpucap: a\ngpucap: b\ngpucap: a\n\
+             gpucap metrics: pool train readable (file /p/train.pool)\n\
+             gpucap metrics: pool train readable (file /p/train.pool)\n"
         );
     }
 }
