@@ -204,10 +204,10 @@ impl Reader {
         // and /tmp): the later ones by their path, never the same series twice.
         let mut taken = std::collections::HashSet::new();
         for r in &mut readings {
-            if !taken.insert((r.label.clone(), r.user.clone())) {
-                if let Ok((path, _)) = &r.result {
-                    r.label = path.to_string_lossy().into_owned();
-                }
+            if !taken.insert((r.label.clone(), r.user.clone()))
+                && let Ok((path, _)) = &r.result
+            {
+                r.label = path.to_string_lossy().into_owned();
             }
         }
         all.notes = errors
