@@ -131,22 +131,9 @@ pub(super) fn value(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f6
     found[0].value
 }
 
-/// The name `status` gives uid `uid` (its `user` label): /etc/passwd's, else the number.
-pub(super) fn user_name(uid: u32) -> String {
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    passwd
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
-        })
-        .unwrap_or_else(|| uid.to_string())
-}
-
 /// The line `gpucap_pool_up` gives pool `pool` of this user (its `user` label) read or not.
 fn up_line(pool: &str, up: u8) -> String {
-    // SAFETY: geteuid has no preconditions.
-    let me = user_name(unsafe { libc::geteuid() });
+    let me = own_user();
     format!("gpucap_pool_up{{pool=\"{pool}\",user=\"{me}\"}} {up}")
 }
 
@@ -583,7 +570,7 @@ fn status_prometheus_shows_what_the_members_did() {
             labels: [
                 ("pool".to_string(), "u".to_string()),
                 // SAFETY: geteuid has no preconditions.
-                ("user".to_string(), user_name(unsafe { libc::geteuid() })),
+                ("user".to_string(), own_user()),
             ]
             .into(),
             value: 1.0

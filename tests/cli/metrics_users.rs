@@ -6,7 +6,7 @@
 //! and its metrics sidecar as root: before, it exported root's own pools alone.
 
 use super::common;
-use super::metrics::{Server, assert_promtool_accepts, find, kill, parse, user_name, value};
+use super::metrics::{Server, assert_promtool_accepts, find, kill, parse, value};
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Stdio};

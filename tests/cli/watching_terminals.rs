@@ -116,18 +116,6 @@ fn a_locale_that_is_not_utf8_gets_ascii() {
     }
 }
 
-/// The name /etc/passwd gives `uid`, else the uid.
-fn user_name(uid: u32) -> String {
-    std::fs::read_to_string("/etc/passwd")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
-        })
-        .unwrap_or_else(|| uid.to_string())
-}
-
 /// Root's pool `train` and uid 65534's own `train` (a copy of root's file, owned by it):
 /// `top --pool train` shows root's only, `--pool PATH` that file's only, as `status
 /// --pool` does (before: both, "2 pools", two `pool train GPU 0:` lines); the overview

@@ -434,3 +434,22 @@ pub fn wrap(mut outer: Command, inner: &Command) -> Command {
     }
     outer
 }
+
+/// The name `/etc/passwd` gives `uid` (its number where it has none): what gpucap's
+/// readers show as a process's or pool's user (`status`, the metrics' `user` label).
+pub fn user_name(uid: u32) -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+        })
+        .unwrap_or_else(|| uid.to_string())
+}
+
+/// [`user_name`] of this process's effective user.
+pub fn own_user() -> String {
+    // SAFETY: geteuid has no preconditions.
+    user_name(unsafe { libc::geteuid() })
+}

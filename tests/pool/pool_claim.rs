@@ -1280,7 +1280,10 @@ fn the_containers_pool_removed_under_its_member_is_still_listed_shown_and_export
         dump(&status)
     );
     assert!(
-        stdout(&prom).contains(&format!("gpucap_pool_up{{pool=\"{dir}\"}} 1")),
+        stdout(&prom).contains(&format!(
+            "gpucap_pool_up{{pool=\"{dir}\",user=\"{}\"}} 1",
+            own_user()
+        )),
         "status --prometheus --all: {}",
         dump(&prom)
     );

@@ -1006,7 +1006,8 @@ fn status_says_when_used_differs_from_what_the_members_hold_and_a_refusal_recoun
     let o = status(&["status", "--prometheus"]);
     assert!(
         stdout(&o).contains(&format!(
-            "gpucap_pool_drift_bytes{{pool=\"t\",gpu_uuid=\"{uuid}\"}} -{}",
+            "gpucap_pool_drift_bytes{{pool=\"t\",user=\"{}\",gpu_uuid=\"{uuid}\"}} -{}",
+            own_user(),
             300 * MIB
         )),
         "{}",
