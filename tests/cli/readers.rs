@@ -428,6 +428,35 @@ fn an_unusable_own_directory_is_said_by_status_and_top() {
     }
 }
 
+/// A pool directory that does not exist (a mistyped `GPUCAP_POOL_DIR`) holds no user's
+/// directory for root to read either: `status`, `status --json`, `top --once` and
+/// `status --prometheus --all` exit 2 with the line naming it, whoever runs them (before,
+/// root's printed "no capped process", the line after it on stdout, and exit status 0).
+#[test]
+fn a_pool_directory_that_does_not_exist_is_an_error_for_root_too() {
+    let s = Scratch::new("readers-no-pool-dir");
+    let missing = s.dir.join("no-such-dir");
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["top", "--once"],
+        &["status", "--prometheus", "--all"],
+    ] {
+        let o = run(s.gpucap(args).env("GPUCAP_POOL_DIR", &missing));
+        assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", dump(&o));
+        assert!(
+            stderr(&o).contains(&format!("GPUCAP_POOL_DIR={}", missing.display())),
+            "{args:?}\n{}",
+            dump(&o)
+        );
+        assert!(
+            !stdout(&o).contains("no capped process"),
+            "{args:?}\n{}",
+            dump(&o)
+        );
+    }
+}
+
 /// A pool named by a path outside the pool directory (`GPUCAP_POOL=/path/x.pool`, which
 /// gpucap accepts) and a pool file renamed under its members: both found through their
 /// members' announcements, as a removed one is, in the machine's view (no

@@ -100,6 +100,17 @@ impl Sources {
             // be used, a line, and every other user's are read all the same: another
             // user who made it first must not blind root to every capped process.
             let own = gpucap_pool_file::user_dir(self.pool_dir.as_deref(), false).err();
+            // Where the pool directory itself cannot be used (a GPUCAP_POOL_DIR mistyped),
+            // there is no user's to read either: an error, as for any user (before: "no
+            // capped process", the line after it, and exit status 0).
+            let base = self
+                .own_dir()
+                .and_then(|d| d.parent().map(Path::to_path_buf));
+            if let Some(e) = &own
+                && !base.is_some_and(|b| std::fs::metadata(b).is_ok_and(|m| m.is_dir()))
+            {
+                return Err(e.clone());
+            }
             let dirs = gpucap_pool_file::every_user_dir(self.pool_dir.as_deref());
             // Writable by others, it is still a real directory of root's: read.
             let read = self.own_dir().is_some_and(|d| dirs.contains(&d));
