@@ -226,6 +226,7 @@ done; done
 M[start,empty]=$(med ${S[start,empty]})
 declare -A I # instructions (fake only)
 if [ "$DRIVER" = fake ]; then
+    bench_netns bench-hami
     for way in "${WAYS[@]}"; do
         mapfile -t e < <(way_env "$way")
         pre=$(printf '%s\n' ${e[@]+"${e[@]}"} | sed -n 's/^LD_PRELOAD=//p')

@@ -45,6 +45,7 @@ SHIM=${BENCH_SHIM:-$R/libgpucap.so}
 JSON=${BENCH_JSON:-$PWD/target/bench-instructions.json}
 . scripts/bench/bench-lib.sh
 bench_prepare bench-instructions "$SHIM" valgrind
+bench_netns bench-instructions
 
 # A kernel launch after its first (bench_alloc's "launch"): the lookup in the functions
 # seen, on every launch a program makes.

@@ -81,13 +81,30 @@ cuda_link_dir() {
     echo "$driver"
 }
 
+# bench_netns NAME: sets NETNS, the command that runs a counted run in a network namespace
+# of its own. The member that makes a pool file reads the machine's Unix sockets first
+# (/proc/net/unix, some 400 instructions a socket: src/pool-file/beacon.rs), which other
+# processes open and close meanwhile: counted beside the test suite, a pool run's total
+# moved by up to 26,000 (a pair's figure by 20 and more at N=200). As root where it may
+# (a container without CAP_SYS_ADMIN may still map its user).
+bench_netns() {
+    NETNS=(unshare --net)
+    if ! "${NETNS[@]}" true 2>/dev/null; then
+        NETNS=(unshare --map-root-user --net)
+        "${NETNS[@]}" true || {
+            echo "gpucap $1: cannot make a network namespace (unshare --net, unshare --map-root-user --net): the count would depend on the machine's sockets" >&2
+            exit 1
+        }
+    fi
+}
+
 # instructions PRELOAD PAIRS LIVE [VAR=VALUE...]: total instructions (Ir) of one run of
 # $BIN under callgrind, pairs of BSIZE bytes (default 4Ki) (THREADS=k among the
 # variables: k threads of PAIRS pairs each). `@RUN@` in a value becomes a name of this
 # run's own (GPUCAP_POOL=bench-@RUN@: each run makes its pool, so that the N and 2N runs
 # start alike; joining the file the other run left, with its dead member to take back,
 # is other work than making it), and the files named so in $tmp are removed after it.
-# Needs FAKEDIR, BIN and tmp.
+# Needs FAKEDIR, BIN and tmp; in NETNS where it is set (bench_netns).
 instructions() {
     local preload=$1 pairs=$2 live=$3 out=$tmp/cg.$RANDOM size=${BSIZE:-4Ki} threads=1 mode=pair vars=()
     local run=run$RANDOM$RANDOM
@@ -95,7 +112,7 @@ instructions() {
     for v in "$@"; do
         case $v in THREADS=*) threads=${v#THREADS=} ;; MODE=*) mode=${v#MODE=} ;; *) vars+=("${v//@RUN@/$run}") ;; esac
     done
-    env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
+    ${NETNS[@]+"${NETNS[@]}"} env LD_LIBRARY_PATH="$FAKEDIR" FAKECUDA_TOTAL_MEM=80Gi GPUCAP_LIMIT=40Gi ${vars[@]+"${vars[@]}"} \
         ${preload:+LD_PRELOAD=$preload} \
         valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" "$threads" "$pairs" "$size" "$mode" "live=$live" >/dev/null 2>&1 ||
         { echo "bench: bench_alloc $threads $pairs $size $mode live=$live $* failed" >&2; exit 1; }
@@ -114,12 +131,13 @@ per_pair() {
     echo $(((b - a) / N))
 }
 
-# whole_instructions VAR=VALUE... -- CMD...: callgrind's total for one run of CMD.
+# whole_instructions VAR=VALUE... -- CMD...: callgrind's total for one run of CMD (in
+# NETNS where it is set).
 whole_instructions() {
     local vars=() out=$tmp/cgw.$RANDOM
     while [ "$1" != -- ]; do vars+=("$1"); shift; done
     shift
-    env ${vars[@]+"${vars[@]}"} valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >/dev/null 2>"$out.log" ||
+    ${NETNS[@]+"${NETNS[@]}"} env ${vars[@]+"${vars[@]}"} valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >/dev/null 2>"$out.log" ||
         { echo "bench: $* failed under valgrind" >&2; cat "$out.log" >&2; exit 1; }
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$out.log"
     rm -f "$out" "$out.log"

@@ -97,15 +97,8 @@ if [ "$INSTRUCTIONS" = 1 ]; then
     # the shim's work on paths then does not vary with where the checkout lies.
     bench_fixed_layout bench-start "$SHIM" nvml
     cc -O2 -Wall -Werror -I tests/c -o "$lay/bench_start" tests/c/bench_start.c -L "$lay" -lcuda
-    # A network namespace of its own for each counted start: the member that makes a pool
-    # file reads the machine's Unix sockets first (/proc/net/unix, some 400 instructions a
-    # socket: src/pool-file/beacon.rs), which other processes open and close meanwhile.
-    # As root where it may (a container without CAP_SYS_ADMIN may still map its user).
-    NETNS=(unshare --net)
-    if ! "${NETNS[@]}" true 2>/dev/null; then
-        NETNS=(unshare --map-root-user --net)
-        "${NETNS[@]}" true || { echo "gpucap bench-start: cannot make a network namespace (unshare --net, unshare --map-root-user --net): the count would depend on the machine's sockets" >&2; exit 1; }
-    fi
+    # A network namespace of its own for each counted start (bench-lib.sh's bench_netns).
+    bench_netns bench-start
     # counted WAY: the instructions of one start, set-up and exit included.
     counted() {
         local way=$1 out vars=(PATH=/usr/bin:/bin LD_LIBRARY_PATH="$lay" FAKECUDA_TOTAL_MEM=80Gi)
