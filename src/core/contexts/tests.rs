@@ -440,6 +440,43 @@ fn traffic_inside_a_read_is_read_again_never_charged() {
     }
 }
 
+/// An allocation in flight at the "before" read (started, its driver call not made yet)
+/// may fall on either side of it, and one that ends inside the window is not taken off:
+/// the read is made again until nothing is in flight around it (before: its 800 bytes
+/// were charged to the 300-byte context).
+#[test]
+fn an_allocation_in_flight_at_a_read_is_read_again_never_charged() {
+    for nvml in [true, false] {
+        let m: &'static [Box<Member<'static>>] = Box::leak(members(2).0.into_boxed_slice());
+        let mut fake = Fake::new(10_000, 300);
+        fake.nvml = nvml;
+        let drv: &'static Fake = Box::leak(Box::new(fake));
+        let book = ContextCharges::new();
+        let lock = book.lock(0).unwrap();
+        let vantage = (!nvml).then(|| drv.make().unwrap());
+        m[1].reserve(0, 800).unwrap();
+        assert!(m[1].alloc_started(0, 800));
+        let mut reads = drv.during_reads.borrow_mut();
+        if nvml {
+            reads.push_back(Box::new(|| {}));
+        }
+        // The first "before" read with the allocation in flight, the second with its
+        // driver call and its end inside it.
+        reads.push_back(Box::new(|| {}));
+        reads.push_back(Box::new(|| {
+            drv.free.set(drv.free.get() - 800);
+            m[1].alloc_ended(0, 800, true);
+        }));
+        drop(reads);
+        let (rc, taken, _) = lock.measure(drv, vantage, m[0].traffic(0), || drv.call());
+        assert_eq!(
+            (rc, taken.map(taken_bytes)),
+            (SUCCESS, Ok(300)),
+            "nvml {nvml}"
+        );
+    }
+}
+
 /// The window starts after NVML is loaded (its first read, milliseconds on a real
 /// GPU): what the members give back while it loads is not added back.
 #[test]
