@@ -187,29 +187,27 @@ impl Reader {
             .read()
             .map_err(|e| format!("gpucap: --all: {e}"))?;
         let unread = all.sources.unread();
-        let mut readings: Vec<Reading> = pools
+        let readings: Vec<(Reading, PathBuf)> = pools
             .into_iter()
-            .map(|p| Reading {
-                label: label_of(&p.file, &p.name),
-                user: p.user,
-                result: Ok((p.file, p.view)),
+            .map(|p| {
+                let file = p.file.clone();
+                let r = Reading {
+                    label: label_of(&p.file, &p.name),
+                    user: p.user,
+                    result: Ok((p.file, p.view)),
+                };
+                (r, file)
             })
-            .chain(unread.iter().map(|u| Reading {
-                label: label_of(&u.path, &u.name),
-                user: user_name(u.uid),
-                result: Err((2, format!("gpucap: {}", u.error))),
+            .chain(unread.iter().map(|u| {
+                let r = Reading {
+                    label: label_of(&u.path, &u.name),
+                    user: user_name(u.uid),
+                    result: Err((2, format!("gpucap: {}", u.error))),
+                };
+                (r, u.path.clone())
             }))
             .collect();
-        // Two pools with one label and user (one user's pools of one name in /dev/shm
-        // and /tmp): the later ones by their path, never the same series twice.
-        let mut taken = std::collections::HashSet::new();
-        for r in &mut readings {
-            if !taken.insert((r.label.clone(), r.user.clone()))
-                && let Ok((path, _)) = &r.result
-            {
-                r.label = path.to_string_lossy().into_owned();
-            }
-        }
+        let readings = distinct(readings);
         all.notes = errors
             .into_iter()
             .filter(|e| !unread.iter().any(|u| &u.error == e))
@@ -300,6 +298,19 @@ impl Reader {
     }
 }
 
+/// `--all`'s readings, each with its file: two with one label and user (one user's pools
+/// of one name in /dev/shm and /tmp) the later ones labelled by their path, never the
+/// same series twice; a file that could not be read (its `up 0`) too.
+fn distinct(mut readings: Vec<(Reading, PathBuf)>) -> Vec<Reading> {
+    let mut taken = std::collections::HashSet::new();
+    for (r, path) in &mut readings {
+        if !taken.insert((r.label.clone(), r.user.clone())) {
+            r.label = path.to_string_lossy().into_owned();
+        }
+    }
+    readings.into_iter().map(|(r, _)| r).collect()
+}
+
 /// The `pool` label of a pool `--all` read, named `name`: its name where that names it
 /// among its user's pools (a file of a `gpucap-UID` directory; a container's pool, by
 /// its `gpucap-container-…` directory), else its file's path (a pool at a path, a
@@ -330,4 +341,42 @@ fn no_file(path: &Path) -> String {
         path.display(),
         crate::pool_names::suggestion(path)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One user's pool `x` read in /dev/shm and a file of that name in /tmp that could
+    /// not be read: two `gpucap_pool_up` series, the later one by its path (before, the
+    /// unread one kept the label: `gpucap_pool_up{pool="x",user="root"}` 1 and 0).
+    #[test]
+    fn a_pool_that_could_not_be_read_is_never_the_same_series_as_another() {
+        let view = crate::procs::tests::pool().view;
+        let read = |label: &str, user: &str, result| Reading {
+            label: label.into(),
+            user: user.into(),
+            result,
+        };
+        let shm = PathBuf::from("/dev/shm/gpucap-0/x.pool");
+        let tmp = PathBuf::from("/tmp/gpucap-0/x.pool");
+        let other = PathBuf::from("/tmp/gpucap-1000/x.pool");
+        let got = distinct(vec![
+            (read("x", "root", Ok((shm.clone(), view))), shm),
+            (read("x", "root", Err((2, "not a pool".into()))), tmp),
+            (read("x", "alice", Err((2, "not a pool".into()))), other),
+        ]);
+        let labels: Vec<(&str, &str)> = got
+            .iter()
+            .map(|r| (r.label.as_str(), r.user.as_str()))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("x", "root"),
+                ("/tmp/gpucap-0/x.pool", "root"),
+                ("x", "alice")
+            ]
+        );
+    }
 }
