@@ -32,7 +32,13 @@ struct Fake {
     /// Run inside the next reads of the free memory, one each (a member's traffic
     /// falling inside a read: the thread preempted there).
     during_reads: RefCell<std::collections::VecDeque<Box<dyn FnOnce()>>>,
+    /// Called inside every read of the free memory, before its figure is taken (true)
+    /// and after (false); a read whose first call returns true fails.
+    around_reads: RefCell<Option<AroundReads>>,
 }
+
+/// See `Fake::around_reads`.
+type AroundReads = Box<dyn Fn(bool) -> bool>;
 
 impl Fake {
     fn new(free: u64, per_ctx: u64) -> Fake {
@@ -51,7 +57,15 @@ impl Fake {
             nvml_reads: Cell::new(0),
             on_first_nvml: RefCell::default(),
             during_reads: RefCell::default(),
+            around_reads: RefCell::default(),
         }
+    }
+    /// `around_reads` at `before` the figure (true: the read fails).
+    fn around(&self, before: bool) -> bool {
+        self.around_reads
+            .borrow()
+            .as_ref()
+            .is_some_and(|f| f(before))
     }
     /// Runs the next of `during_reads`, if any.
     fn inside_read(&self) {
@@ -90,10 +104,12 @@ impl CtxDriver for Fake {
         self.queries.set(self.queries.get() + 1);
         self.inside_read();
         let from = self.fail_free_from.get();
-        if from != 0 && self.queries.get() >= from {
+        if self.around(true) || from != 0 && self.queries.get() >= from {
             return Err(201);
         }
-        Ok(self.free.get())
+        let free = self.free.get();
+        self.around(false);
+        Ok(free)
     }
     fn free_without_context(&self, device: usize) -> Result<u64, String> {
         if !self.nvml {
@@ -107,10 +123,12 @@ impl CtxDriver for Fake {
             None => self.inside_read(),
         }
         let from = self.fail_nvml_from.get();
-        if from != 0 && self.nvml_reads.get() >= from {
+        if self.around(true) || from != 0 && self.nvml_reads.get() >= from {
             return Err("NVML failed".into());
         }
-        Ok(self.free.get())
+        let free = self.free.get();
+        self.around(false);
+        Ok(free)
     }
     fn create_floating(&self, _device: usize) -> Result<Ctx, u32> {
         let c = self.make()?;
@@ -870,4 +888,122 @@ fn measure(
 ) -> (u32, Result<u64, Unmeasured>, MeasuredBy) {
     let (rc, taken, how) = lock.measure(drv, None, None, call);
     (rc, taken.map(taken_bytes), how)
+}
+
+/// Members' frees and allocations, split into their steps (announce, driver,
+/// credit; start, driver, made or unmade), fall at random points inside the device
+/// reads (before or after the figure), inside the call (before or after its own
+/// take), and reads fail at random: whatever the retries keep, the charge is never
+/// below what the call took (300).
+#[test]
+fn random_traffic_around_retried_reads_never_makes_a_charge_short() {
+    use std::rc::Rc;
+    #[derive(Clone, Copy)]
+    enum S {
+        Announce(usize, u64),
+        DriverFree(u64),
+        Complete(usize, u64),
+        Withdraw(usize, u64),
+        Start(usize, u64),
+        DriverAlloc(u64),
+        Ended(usize, u64, bool),
+    }
+    let mut measured = 0;
+    for seed in 1..4000u64 {
+        let rng = Rc::new(Cell::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1));
+        let next = {
+            let rng = rng.clone();
+            move |n: u64| {
+                let mut x = rng.get();
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                rng.set(x);
+                x % n
+            }
+        };
+        let m: &'static [Box<Member<'static>>] = Box::leak(members(4).0.into_boxed_slice());
+        let mut fake = Fake::new(1 << 40, 300);
+        let mode = next(3);
+        fake.nvml = mode == 0;
+        let drv: &'static Fake = Box::leak(Box::new(fake));
+        // Each member holds some memory to free.
+        for member in &m[1..4] {
+            allocate(member, drv, 50_000);
+        }
+        let vantage = (mode == 1).then(|| drv.make().unwrap());
+        // Ops: a list of step lists.
+        let mut ops: Vec<std::collections::VecDeque<S>> = Vec::new();
+        for _ in 0..(1 + next(6)) {
+            let s = 1 + next(3) as usize;
+            let b = 1 + next(5_000);
+            ops.push(match next(4) {
+                0 => [S::Announce(s, b), S::DriverFree(b), S::Complete(s, b)].into(),
+                1 => [S::Announce(s, b), S::Withdraw(s, b)].into(),
+                2 => [S::Start(s, b), S::DriverAlloc(b), S::Ended(s, b, true)].into(),
+                _ => [S::Start(s, b), S::Ended(s, b, false)].into(),
+            });
+        }
+        let ops = Rc::new(RefCell::new(ops));
+        let step = {
+            let ops = ops.clone();
+            let next = next.clone();
+            move || {
+                let mut ops = ops.borrow_mut();
+                let live: Vec<usize> = (0..ops.len()).filter(|&i| !ops[i].is_empty()).collect();
+                if live.is_empty() {
+                    return;
+                }
+                let i = live[next(live.len() as u64) as usize];
+                match ops[i].pop_front().unwrap() {
+                    S::Announce(s, b) => assert!(m[s].announce_free(0, b)),
+                    S::DriverFree(b) => drv.free.set(drv.free.get() + b),
+                    S::Complete(s, b) => m[s].complete_free(0, b),
+                    S::Withdraw(s, b) => m[s].withdraw_free(0, b),
+                    S::Start(s, b) => {
+                        m[s].reserve(0, b).unwrap();
+                        assert!(m[s].alloc_started(0, b));
+                    }
+                    S::DriverAlloc(b) => drv.free.set(drv.free.get() - b),
+                    S::Ended(s, b, made) => m[s].alloc_ended(0, b, made),
+                }
+            }
+        };
+        let step: Rc<dyn Fn()> = Rc::new(step);
+        let some_steps = {
+            let step = step.clone();
+            let next = next.clone();
+            move || {
+                for _ in 0..next(3) {
+                    step();
+                }
+            }
+        };
+        // Steps before the measurement starts.
+        some_steps();
+        let fail_one_in = 1 + next(8);
+        {
+            let some_steps = some_steps.clone();
+            let next = next.clone();
+            *drv.around_reads.borrow_mut() = Some(Box::new(move |before| {
+                some_steps();
+                before && next(fail_one_in * 3) == 0
+            }));
+        }
+        let book = ContextCharges::new();
+        let lock = book.lock(0).unwrap();
+        let (rc, taken, _) = lock.measure(drv, vantage, m[0].traffic(0), || {
+            some_steps();
+            let rc = drv.call();
+            some_steps();
+            rc
+        });
+        *drv.around_reads.borrow_mut() = None;
+        assert_eq!(rc, SUCCESS);
+        if let Ok(t) = taken {
+            measured += 1;
+            assert!(t >= 300, "seed {seed} mode {mode}: charged {t} for 300");
+        }
+    }
+    assert!(measured > 1000, "most measurements answer: {measured}");
 }
