@@ -304,9 +304,9 @@ mod tests {
         {
             let mut log = Log::new(&mut out);
             let (a, b) = ("gpucap: a".to_string(), "gpucap: b".to_string());
-            log.notes(&[a.clone()]);
+            log.notes(std::slice::from_ref(&a));
             log.notes(&[a.clone(), b.clone()]);
-            log.notes(&[b.clone()]);
+            log.notes(std::slice::from_ref(&b));
             log.notes(&[a.clone(), b]);
             let mut bobs = reading("train", view());
             bobs.user = "bob".into();
