@@ -416,38 +416,29 @@ fn a_member_churning_inside_the_window_leaves_the_charge_as_it_is() {
     assert_eq!(b.usage(0).map(|u| u.2), Some(0));
 }
 
-/// A member's traffic that falls inside a device read (the measuring thread preempted
-/// there: on a loaded machine, milliseconds of a churning pool's allocations and frees)
-/// cannot be placed on either side of it: its frees would be added back and its
-/// allocations left in. A read the traffic moved during is made again, so each side of the
-/// window is a read nothing fell in (before: a 300 MiB context beside a member churning
-/// 800 bytes at a time was charged 300 + 800 for each read the churn fell in; a 64 MiB
-/// context was measured at up to 7.7 GiB beside six churning members, and refused under a
-/// 1 GiB cap with 408 MiB in use). With NVML and with a context of the process alike.
-#[test]
-fn traffic_inside_a_read_is_read_again_never_charged() {
+/// What each device read runs inside it, in turn.
+type Reads = Vec<Box<dyn FnOnce()>>;
+
+/// A 300-byte context measured by the first of two members of a fresh pool, the second
+/// doing what `prepare` does (before, and inside each device read, in turn: its answer),
+/// with NVML (its load's read first) and with a context of the process: never charged
+/// more or less than 300.
+fn context_beside(prepare: fn(&'static Member<'static>, &'static Fake) -> Reads) {
     for nvml in [true, false] {
         let m: &'static [Box<Member<'static>>] = Box::leak(members(2).0.into_boxed_slice());
         let mut fake = Fake::new(10_000, 300);
         fake.nvml = nvml;
         let drv: &'static Fake = Box::leak(Box::new(fake));
-        allocate(&m[1], drv, 800);
         let book = ContextCharges::new();
         let lock = book.lock(0).unwrap();
         let vantage = (!nvml).then(|| drv.make().unwrap());
-        let churn = || -> Box<dyn FnOnce()> {
-            Box::new(|| {
-                free(&m[1], drv, 800);
-                allocate(&m[1], drv, 800);
-            })
-        };
+        let inside = prepare(&m[1], drv);
         let mut reads = drv.during_reads.borrow_mut();
         // With NVML its first read is the load's: a read before the window.
         if nvml {
             reads.push_back(Box::new(|| {}));
         }
-        // The first two "before" reads and the first "after" read.
-        reads.extend([churn(), churn(), Box::new(|| {}), churn()]);
+        reads.extend(inside);
         drop(reads);
         let (rc, taken, _) = lock.measure(drv, vantage, m[0].traffic(0), || drv.call());
         assert_eq!(
@@ -458,41 +449,48 @@ fn traffic_inside_a_read_is_read_again_never_charged() {
     }
 }
 
+/// A member's traffic that falls inside a device read (the measuring thread preempted
+/// there: on a loaded machine, milliseconds of a churning pool's allocations and frees)
+/// cannot be placed on either side of it: its frees would be added back and its
+/// allocations left in. A read the traffic moved during is made again, so each side of the
+/// window is a read nothing fell in (before: a 300-byte context beside a member churning
+/// 800 bytes at a time was charged 300 + 800 for each read the churn fell in; a 64 MiB
+/// context was measured at up to 7.7 GiB beside six churning members, and refused under a
+/// 1 GiB cap with 408 MiB in use). With NVML and with a context of the process alike.
+#[test]
+fn traffic_inside_a_read_is_read_again_never_charged() {
+    context_beside(|b, drv| {
+        allocate(b, drv, 800);
+        let churn = || -> Box<dyn FnOnce()> {
+            Box::new(|| {
+                free(b, drv, 800);
+                allocate(b, drv, 800);
+            })
+        };
+        // The first two "before" reads and the first "after" read.
+        vec![churn(), churn(), Box::new(|| {}), churn()]
+    });
+}
+
 /// An allocation in flight at the "before" read (started, its driver call not made yet)
 /// may fall on either side of it, and one that ends inside the window is not taken off:
 /// the read is made again until nothing is in flight around it (before: its 800 bytes
 /// were charged to the 300-byte context).
 #[test]
 fn an_allocation_in_flight_at_a_read_is_read_again_never_charged() {
-    for nvml in [true, false] {
-        let m: &'static [Box<Member<'static>>] = Box::leak(members(2).0.into_boxed_slice());
-        let mut fake = Fake::new(10_000, 300);
-        fake.nvml = nvml;
-        let drv: &'static Fake = Box::leak(Box::new(fake));
-        let book = ContextCharges::new();
-        let lock = book.lock(0).unwrap();
-        let vantage = (!nvml).then(|| drv.make().unwrap());
-        m[1].reserve(0, 800).unwrap();
-        assert!(m[1].alloc_started(0, 800));
-        let mut reads = drv.during_reads.borrow_mut();
-        if nvml {
-            reads.push_back(Box::new(|| {}));
-        }
+    context_beside(|b, drv| {
+        b.reserve(0, 800).unwrap();
+        assert!(b.alloc_started(0, 800));
         // The first "before" read with the allocation in flight, the second with its
         // driver call and its end inside it.
-        reads.push_back(Box::new(|| {}));
-        reads.push_back(Box::new(|| {
-            drv.free.set(drv.free.get() - 800);
-            m[1].alloc_ended(0, 800, true);
-        }));
-        drop(reads);
-        let (rc, taken, _) = lock.measure(drv, vantage, m[0].traffic(0), || drv.call());
-        assert_eq!(
-            (rc, taken.map(taken_bytes)),
-            (SUCCESS, Ok(300)),
-            "nvml {nvml}"
-        );
-    }
+        vec![
+            Box::new(|| {}),
+            Box::new(|| {
+                drv.free.set(drv.free.get() - 800);
+                b.alloc_ended(0, 800, true);
+            }),
+        ]
+    });
 }
 
 /// The window starts after NVML is loaded (its first read, milliseconds on a real
