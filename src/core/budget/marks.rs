@@ -41,8 +41,7 @@
 //! What is counted around the window but happened outside it is added back, never taken
 //! off: the context is charged more, never less. Traffic that falls inside a device read
 //! itself is counted so too, and under a churning pool that is far more than the call
-//! took: a read the traffic moved during or had in flight (`traffic`) is made again
-//! (`contexts::window`). The marks leave `own` and `pending`
+//! took: a read the traffic moved during (`activity`) is made again (`contexts::window`). The marks leave `own` and `pending`
 //! alone, so a recount of `used` is untouched by them. A member killed inside a free
 //! leaves `freeing` set and inside an allocation `started` ahead: whoever takes its
 //! share back clears the one and closes the other (`unmade`); a measurement counts the
@@ -82,18 +81,6 @@ pub struct PoolTraffic<'m, 'w> {
     member: &'m Member<'w>,
     /// The pool's GPU entry.
     g: usize,
-}
-
-/// The members' traffic as the marks show it at one moment ([`PoolTraffic::traffic`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Traffic {
-    /// The sum of every slot's words that only go up (`freed`, `started`, `made`,
-    /// `unmade`): it moved if any member announced a free or started or ended an
-    /// allocation in between two readings.
-    pub activity: u64,
-    /// Bytes in flight: frees live members announced and have not finished, and
-    /// allocations started and not ended. Each may fall on either side of a device read.
-    pub in_flight: u64,
 }
 
 /// What a measurement keeps of its read right before the window
@@ -162,38 +149,20 @@ impl<'w> PoolTraffic<'_, 'w> {
         grown.saturating_add(before.freeing)
     }
 
-    /// What the marks show of the members' traffic now ([`Traffic`]): read before and
-    /// after a device read, an unchanged `activity` with nothing `in_flight` says no
-    /// member's free or allocation can be on either side of it (`contexts::window` makes
-    /// such a read again).
-    pub fn traffic(&self) -> Traffic {
-        let mut t = Traffic::default();
-        for (s, m) in self.marks().iter().enumerate() {
-            let freed = m[T_FREED].load(SeqCst);
-            let started = m[T_STARTED].load(SeqCst);
-            let made = m[T_MADE].load(SeqCst);
-            let unmade = m[T_UNMADE].load(SeqCst);
-            t.activity = t
-                .activity
-                .wrapping_add(freed)
-                .wrapping_add(started)
-                .wrapping_add(made)
-                .wrapping_add(unmade);
-            let allocating = started.saturating_sub(made.saturating_add(unmade));
-            let freeing = m[T_FREEING].load(SeqCst);
-            // A dead member's announcement stays until its share is taken back: not
-            // traffic that will move.
-            let freeing = if freeing != 0 && self.member.locks.held(s) {
-                freeing
-            } else {
-                0
-            };
-            t.in_flight = t
-                .in_flight
-                .saturating_add(allocating)
-                .saturating_add(freeing);
-        }
-        t
+    /// The sum of every slot's words that only go up (`freed`, `started`, `made`,
+    /// `unmade`): read before and after a device read, an unchanged sum says no member's
+    /// free or allocation fell inside it (`contexts::window` makes such a read again).
+    pub fn activity(&self) -> u64 {
+        self.marks()
+            .iter()
+            .map(|m| {
+                m[T_FREED]
+                    .load(SeqCst)
+                    .wrapping_add(m[T_STARTED].load(SeqCst))
+                    .wrapping_add(m[T_MADE].load(SeqCst))
+                    .wrapping_add(m[T_UNMADE].load(SeqCst))
+            })
+            .fold(0u64, u64::wrapping_add)
     }
 
     /// Read right after the window's "before" read: each slot's `made`, `unmade`, then

@@ -68,7 +68,7 @@ pub use layout::{
     HEADER_WORDS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
     STATE_EMPTY, STATE_LIVE, STATES_AT, geometry_slots, pool_file_bytes, pool_words,
 };
-pub use marks::{FreedBefore, MadeInside, PoolTraffic, Traffic};
+pub use marks::{FreedBefore, MadeInside, PoolTraffic};
 pub use member::{
     CapMismatch, JoinError, Member, MemberInfo, MemberLocks, Pool, RESIZE_TAKEOVER, TURN_WAIT,
     TurnLock,

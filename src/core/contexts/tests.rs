@@ -472,27 +472,6 @@ fn traffic_inside_a_read_is_read_again_never_charged() {
     });
 }
 
-/// An allocation in flight at the "before" read (started, its driver call not made yet)
-/// may fall on either side of it, and one that ends inside the window is not taken off:
-/// the read is made again until nothing is in flight around it (before: its 800 bytes
-/// were charged to the 300-byte context).
-#[test]
-fn an_allocation_in_flight_at_a_read_is_read_again_never_charged() {
-    context_beside(|b, drv| {
-        b.reserve(0, 800).unwrap();
-        assert!(b.alloc_started(0, 800));
-        // The first "before" read with the allocation in flight, the second with its
-        // driver call and its end inside it.
-        vec![
-            Box::new(|| {}),
-            Box::new(|| {
-                drv.free.set(drv.free.get() - 800);
-                b.alloc_ended(0, 800, true);
-            }),
-        ]
-    });
-}
-
 /// The window starts after NVML is loaded (its first read, milliseconds on a real
 /// GPU): what the members give back while it loads is not added back.
 #[test]

@@ -12,13 +12,11 @@
 //! is quiet (the call is not made yet: free; where none is, the window starts at the
 //! least moved one, its marks kept), the "after" read until one is quiet, the window
 //! ending at that read (where none is, each "after" read's figure is an upper bound on
-//! what the call took, and the least is kept). A read counts as quiet where nothing was
-//! in flight around it either (a free announced and not finished, an allocation started
-//! and not ended: each may fall on either side of it, and is counted as if inside the
-//! window: more, never less); a dead member's announcement does not count (it will not
-//! move).
+//! what the call took, and the least is kept). What was in flight at a read (a
+//! free announced before it, an allocation started before it) stays counted as before:
+//! more, never less.
 
-use crate::budget::{FreedBefore, MadeInside, PoolTraffic, Traffic};
+use crate::budget::{FreedBefore, MadeInside, PoolTraffic};
 
 /// How many times a device read is made at most while the members' traffic moves
 /// during it.
@@ -33,15 +31,14 @@ pub trait Edges {
     }
     /// Right before the "before" read.
     fn opening(&mut self) {}
-    /// Right after it: how unsure the read's place is, a figure of bytes to compare reads
-    /// by (what the members' traffic moved during it and had in flight around it), 0
-    /// where nothing can fall on either side of it.
+    /// Right after it: how much the members' traffic moved during it (0: nothing, a
+    /// figure of bytes to compare reads by, not a charge).
     fn opened(&mut self) -> u64 {
         0
     }
-    /// The window starts at the read [`opened`](Self::opened) answered for, and at the
-    /// least unsure read so far: keep this one's marks (true), or go back to the kept
-    /// ones (false).
+    /// The window starts at the read [`opened`](Self::opened) returned `moved` for, and
+    /// at the least moved read so far: keep this one's marks (true), or go back to the
+    /// kept ones (false).
     fn keep_opening(&mut self, keep: bool) {
         let _ = keep;
     }
@@ -49,8 +46,7 @@ pub trait Edges {
     fn closing(&mut self) {}
     /// Right after it: the bytes to add to the device's figure for the window (what the
     /// members may have given back in it, less what they surely allocated in it), and
-    /// whether nothing of the members' traffic can fall on either side of the read
-    /// (none moved during it, none was in flight around it).
+    /// whether no member's traffic moved during the read.
     fn closed(&mut self) -> (i128, bool) {
         (0, true)
     }
@@ -66,11 +62,10 @@ pub struct Marked<'m, 'w> {
     traffic: PoolTraffic<'m, 'w>,
     before: Option<FreedBefore>,
     inside: Option<MadeInside>,
-    /// The marks of the least unsure "before" read so far.
+    /// The marks of the least moved "before" read so far.
     kept: Option<(FreedBefore, MadeInside)>,
     allocated: u64,
-    /// The traffic read right before the device read.
-    was: Traffic,
+    activity: u64,
 }
 
 impl<'m, 'w> Marked<'m, 'w> {
@@ -81,7 +76,7 @@ impl<'m, 'w> Marked<'m, 'w> {
             inside: None,
             kept: None,
             allocated: 0,
-            was: Traffic::default(),
+            activity: 0,
         }
     }
 }
@@ -93,13 +88,13 @@ impl Edges for Marked<'_, '_> {
 
     fn opening(&mut self) {
         self.before = Some(self.traffic.freed_before());
-        self.was = self.traffic.traffic();
+        self.activity = self.traffic.activity();
     }
 
     fn opened(&mut self) -> u64 {
-        let now = self.traffic.traffic();
+        let moved = self.traffic.activity().wrapping_sub(self.activity);
         self.inside = Some(self.traffic.made_inside());
-        unsure(self.was, now)
+        moved
     }
 
     fn keep_opening(&mut self, keep: bool) {
@@ -118,35 +113,22 @@ impl Edges for Marked<'_, '_> {
             .inside
             .as_ref()
             .map_or(0, |first| self.traffic.taken_since(first));
-        self.was = self.traffic.traffic();
+        self.activity = self.traffic.activity();
     }
 
     fn closed(&mut self) -> (i128, bool) {
-        let now = self.traffic.traffic();
+        let quiet = self.traffic.activity() == self.activity;
         let given_back = self
             .before
             .as_ref()
             .map_or(0, |b| self.traffic.given_back_since(b));
-        (
-            i128::from(given_back) - i128::from(self.allocated),
-            unsure(self.was, now) == 0,
-        )
+        (i128::from(given_back) - i128::from(self.allocated), quiet)
     }
 }
 
-/// How unsure a device read's place in the members' traffic is, from the marks read right
-/// before it (`was`) and right after it (`now`): what moved during it and what was in
-/// flight around it, in bytes (0: nothing can fall on either side of it).
-fn unsure(was: Traffic, now: Traffic) -> u64 {
-    now.activity
-        .wrapping_sub(was.activity)
-        .saturating_add(was.in_flight)
-        .saturating_add(now.in_flight)
-}
-
-/// The "before" read, made again while its place in the traffic is unsure (at most
-/// [`TRIES`] reads): the first quiet read, else the least unsure one, whose marks `edges`
-/// keeps.
+/// The "before" read, made again while the traffic moved during it (at most [`TRIES`]
+/// reads): the first read nothing moved during, else the least moved one, whose marks
+/// `edges` keeps.
 pub fn read_before<E>(
     edges: &mut dyn Edges,
     mut read: impl FnMut() -> Result<u64, E>,
@@ -176,7 +158,7 @@ pub fn read_before<E>(
     Ok(best.0)
 }
 
-/// The "after" read, made again while its place in the traffic is unsure: the free memory read
+/// The "after" read, made again while the traffic moved during it: the free memory read
 /// and the correction of the read whose figure for the window is least (each is an upper
 /// bound on what the call took). An error only where no read answered.
 pub fn read_after<E>(
