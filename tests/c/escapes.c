@@ -1456,7 +1456,9 @@ static void stack_limit(void) {
     stack_is(DEFAULT_STACK, "the primary context made anew");
 }
 
-/* A stack the driver took and would not give back (FAKECUDA_STACK_LOWER_FAILS=1). */
+/* A stack the driver took and would not give back (FAKECUDA_STACK_LOWER_FAILS=1). One the
+   cap cannot take is refused before the driver takes it (the stack is as it was); one it
+   can take, which the driver then will not lower, stays charged until the context ends. */
 static void stuck_stack(void) {
     one_context();
     CUcontext c = NULL;
@@ -1471,15 +1473,18 @@ static void stuck_stack(void) {
     CUresult rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_of(k));
     CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a stack of %zu MiB beside half the cap -> %d, expected 2", takes / MIB,
           rc);
-    stack_is(stack_of(k), "the driver would not set the stack back");
+    stack_is(DEFAULT_STACK, "refused before the driver took it");
+    IN_USE(0, with_ctx + g_cap[0] / 2, "the refused stack charges nothing");
     MUST(cuMemFree_v2(half));
-    IN_USE(0, with_ctx + takes, "the stack the driver kept");
+    rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_of(k));
+    CHECK(rc == CUDA_SUCCESS, "the same stack once half the cap is free -> %d", rc);
+    IN_USE(0, with_ctx + takes, "the stack");
     size_t rest = g_cap[0] - with_ctx - takes;
     rc = cuMemAlloc_v2(&d, rest);
-    CHECK(rc == CUDA_SUCCESS, "the rest of the cap (%zu MiB) beside the kept stack -> %d", rest / MIB, rc);
+    CHECK(rc == CUDA_SUCCESS, "the rest of the cap (%zu MiB) beside the stack -> %d", rest / MIB, rc);
     CUdeviceptr more = 0;
     CUresult rc2 = cuMemAlloc_v2(&more, 2 * MIB);
-    CHECK(rc2 == CUDA_ERROR_OUT_OF_MEMORY, "2 MiB past the cap beside the kept stack -> %d, expected 2", rc2);
+    CHECK(rc2 == CUDA_ERROR_OUT_OF_MEMORY, "2 MiB past the cap beside the stack -> %d, expected 2", rc2);
     if (rc2 == CUDA_SUCCESS) MUST(cuMemFree_v2(more));
     if (rc == CUDA_SUCCESS) MUST(cuMemFree_v2(d));
     rc = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, DEFAULT_STACK);

@@ -311,13 +311,12 @@ fn a_larger_stack_is_charged_while_the_context_has_it() {
     control_fails(&["stack-limit", "512Mi"], 1);
 }
 
-/// A stack gpucap refused after the driver took it, which the driver will not set back
-/// (`FAKECUDA_STACK_LOWER_FAILS=1`), stays with the context: it stays charged (charged
-/// by force, past the cap for the moment half the cap is held beside it), the rest of the
-/// cap is served and no more, a lowering the driver refuses credits nothing, and the
-/// context's end gives it all back. Alone and in a pool. Charged as the driver's answer
-/// says, not as gpucap asked: a stack credited at the refusal lets the 2 MiB past the cap
-/// through.
+/// On a driver that will not set a stack back (`FAKECUDA_STACK_LOWER_FAILS=1`): a stack
+/// the cap cannot take is refused before the driver takes it (it stays as it was: measured
+/// and refused after the call, the driver kept it past the cap, charged by force), and one
+/// it can take, whose lowering the driver refuses, stays charged: the rest of the cap is
+/// served and no more, the refused lowering credits nothing, and the context's end gives
+/// it all back. Alone and in a pool.
 #[test]
 fn a_stack_the_driver_will_not_set_back_stays_charged() {
     let dir = scratch("escapes-stuck-stack-pool");
@@ -335,15 +334,11 @@ fn a_stack_the_driver_will_not_set_back_stays_charged() {
         assert_passed(&o, &format!("stuck-stack with the shim {env:?}"));
         assert_eq!(s[0].final_used, 0, "{:?}", s[0]);
         assert!(
-            s[0].peak_used <= 256 * MIB + 264 * MIB,
-            "beyond the cap only the stack the driver kept, beside the half: {:?}",
+            s[0].peak_used <= 512 * MIB,
+            "the stack refused before the driver took it: never beyond the cap: {:?}",
             s[0]
         );
         let err = stderr(&o);
-        assert!(
-            err.contains("but the driver would not set it back to 1024 (error 999): the memory it took stays, charged"),
-            "{env:?}: {err}"
-        );
         let refused = refusals(&err);
         assert!(
             refused

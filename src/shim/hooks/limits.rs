@@ -113,6 +113,32 @@ fn growth_fits(api: &str, d: usize, local: usize, stack: usize) -> Result<(), Cu
     Ok(())
 }
 
+/// What the driver will take to raise the current context's stack on device `d` from
+/// `old` to `value` bytes a thread (each byte more for every resident thread, in whole
+/// 2 MiB pages, as an H100 took it), reserved against the cap (the process's and its
+/// pool's): Err (`CUDA_ERROR_OUT_OF_MEMORY`, gpucap's line said) where it cannot take
+/// it; None where the device's resident threads cannot be asked (measured only).
+fn reserve_stack(
+    shim: &'static crate::state::Shim,
+    api: &str,
+    d: usize,
+    value: usize,
+    old: usize,
+) -> Result<Option<gpucap_core::ledger::Reservation<'static>>, CuResult> {
+    const PAGE: u64 = 2 << 20;
+    let Some(threads) = c_int::try_from(d)
+        .ok()
+        .and_then(kernel_queries::resident_threads)
+    else {
+        return Ok(None);
+    };
+    let expected = ((value - old) as u64)
+        .saturating_mul(threads)
+        .div_ceil(PAGE)
+        .saturating_mul(PAGE);
+    super::reserve_on(shim, api, d, expected).map(Some)
+}
+
 /// The current context's stack raised to `local` bytes a thread, as `cuCtxSetLimit` raises
 /// it: measured, charged with the context's stack (refused, and set back, where the cap
 /// cannot take what it took).
@@ -155,6 +181,17 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
         Err(rc) => return rc,
     };
     let d = lock.device();
+    // A raised stack is reserved first at what the driver will take for it (as a context
+    // is): one the cap cannot take is refused before the driver takes anything. Measured
+    // and refused after the call, the driver held it past the cap until it was set back
+    // (the pool's fake GPU held 1,420 MiB under a 1 GiB cap beside members at the cap).
+    let held = match limit == STACK_SIZE && value > old {
+        true => match reserve_stack(shim, api, d, value, old) {
+            Ok(r) => r,
+            Err(rc) => return rc,
+        },
+        false => None,
+    };
     let key = (ctx as u64, limit as u32);
     let before = LIMITS.take(key);
     let charged = before.map_or(0, |r| r.charge.bytes);
@@ -233,7 +270,7 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
         // memory stays taken: charged by force.
         let set_back_ok = std::cell::Cell::new(true);
         let undo = || set_back_ok.set(set_back(set(old), limit, old, value, d));
-        if let Err(refused) = charge_undoable(api, d, None, now - charged, undo) {
+        if let Err(refused) = charge_undoable(api, d, held, now - charged, undo) {
             if !set_back_ok.get() {
                 // The old entry's bytes are part of `now`: not restored.
                 charge_done(d, None, now - charged);
@@ -244,6 +281,7 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
             return refused;
         }
     } else if now < charged {
+        drop(held);
         SHIM.ledger.settle(Charge {
             device: d,
             bytes: charged - now,

@@ -183,6 +183,34 @@ fn two_members() -> Vec<Duet> {
             }),
             ..Duet::default()
         },
+        // A raised stack the pool cannot take is refused before the driver takes it: A
+        // holds 768 MiB of the 1 GiB pool, B raises its stack by 396 MiB (3 x 132 MiB on
+        // the fake). Measured after the call and only then refused, the driver held
+        // 1,164 MiB until gpucap set the stack back (members churning at the cap beside
+        // stack raises took the fake to 1,420 MiB under a 1 GiB cap, 8 runs of 8).
+        Duet {
+            name: "a_raised_stack_the_pool_cannot_take_is_refused_before_the_driver_takes_it",
+            a: Part {
+                steps: &["alloc:768Mi", "touch:a1", "wait:end"],
+                says: vec![(alloc(768, "0"), "")],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["stack:3", "stack:1", "touch:b1", "wait:end"],
+                says: vec![
+                    (
+                        format!("stack 3 {OOM}"),
+                        "396 MiB beside A's 768 MiB must be refused",
+                    ),
+                    ("stack 1 0".to_string(), "132 MiB fits beside A's 768 MiB"),
+                ],
+                err_has: &["gpucap: refused cuCtxSetLimit of 396 MiB on GPU 0"],
+                ..Part::default()
+            },
+            used_while: Some(("b1", 900 * MIB, "A's 768 MiB and B's 132 MiB stack")),
+            peak_at_most: Some(1024 * MIB),
+            ..Duet::default()
+        },
         // A lowered stack limit gives back, to the pool, what the driver gave back: A's
         // stack takes 660 MiB of the 1 GiB pool (5 x 132 MiB on the fake), so B's
         // 512 MiB is refused; A lowers it to 264 MiB, measured with the pool's marks
