@@ -58,13 +58,19 @@ mod tests {
 
     #[test]
     fn a_lowered_limit_is_credited_what_it_gave_back_never_more_than_its_charge() {
-        assert_eq!(after_change(STACK_16K, -(STACK_16K as i128), true, false), 0);
+        assert_eq!(
+            after_change(STACK_16K, -(STACK_16K as i128), true, false),
+            0
+        );
         assert_eq!(
             after_change(STACK_16K, -(1 << 30), true, false),
             STACK_16K - (1 << 30)
         );
         // another process freed memory at the same moment: the charge goes, no further
-        assert_eq!(after_change(STACK_16K, -(STACK_16K as i128) * 3, true, false), 0);
+        assert_eq!(
+            after_change(STACK_16K, -(STACK_16K as i128) * 3, true, false),
+            0
+        );
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub struct PoolTraffic<'m, 'w> {
     member: &'m Member<'w>,
     /// The pool's GPU entry.
     g: usize,
+    /// What the measuring member reserved for the call before it (a context's or a
+    /// stack's expected bytes: [`holding`](Self::holding)), marked started in its own slot
+    /// and not its traffic.
+    own_held: u64,
 }
 
 /// What a measurement keeps of its read right before the window
@@ -165,19 +169,41 @@ impl<'w> PoolTraffic<'_, 'w> {
             .fold(0u64, u64::wrapping_add)
     }
 
+    /// The same marks, the measuring member having reserved `bytes` for the call before
+    /// the window (marked started in its own slot, ended only once the call is charged):
+    /// that reservation is not an allocation in flight. Counted as one, it cancelled as
+    /// much of the member's own threads' allocations inside the window, and the call was
+    /// charged them (a 396 MiB stack reserved first, then measured beside the member's
+    /// own churn, was charged up to 516 MiB; four raised at once under a 2 GiB cap that
+    /// held them: refused in 4 runs of 10).
+    pub fn holding(self, bytes: u64) -> Self {
+        PoolTraffic {
+            own_held: bytes,
+            ..self
+        }
+    }
+
     /// Read right after the window's "before" read: each slot's `made`, `unmade`, then
-    /// `started` (in that order: see the module's text).
+    /// `started` (in that order: see the module's text). The measuring member's own
+    /// reservation for the call ([`holding`](Self::holding)) is taken out of its slot's
+    /// allocations in flight.
     pub fn made_inside(&self) -> MadeInside {
+        let own = self.member.slot;
         let slots = self
             .marks()
             .iter()
-            .map(|m| {
+            .enumerate()
+            .map(|(s, m)| {
                 let made = m[T_MADE].load(SeqCst);
                 let unmade = m[T_UNMADE].load(SeqCst);
                 let started = m[T_STARTED].load(SeqCst);
                 let in_flight = started
                     .checked_sub(made)
-                    .and_then(|f| f.checked_sub(unmade));
+                    .and_then(|f| f.checked_sub(unmade))
+                    .map(|f| match s == own {
+                        true => f.saturating_sub(self.own_held),
+                        false => f,
+                    });
                 (made, in_flight)
             })
             .collect();
@@ -285,6 +311,7 @@ impl<'a> Member<'a> {
         Some(PoolTraffic {
             member: self,
             g: self.entry_of(device)?,
+            own_held: 0,
         })
     }
 

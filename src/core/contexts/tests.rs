@@ -472,6 +472,31 @@ fn traffic_inside_a_read_is_read_again_never_charged() {
     });
 }
 
+/// The measuring member's own reservation for the call (a context's or a stack's expected
+/// bytes, reserved before the window and marked started in its slot until the call is
+/// charged) is not an allocation in flight: the member's own threads' allocations made
+/// inside the window are taken off as any member's. Counted in flight, it cancelled them
+/// up to its bytes, and the call was charged them (a 396 MiB stack reserved first was
+/// charged up to 516 MiB beside the member's own churn).
+#[test]
+fn the_measuring_members_own_reservation_is_not_traffic_in_flight() {
+    let (m, _) = members(2);
+    let a = &m[0];
+    let mut drv = Fake::new(10_000, 300);
+    drv.nvml = true;
+    // The call's expected bytes, reserved and marked started before the window.
+    a.reserve(0, 300).unwrap();
+    assert!(a.alloc_started(0, 300));
+    let book = ContextCharges::new();
+    let lock = book.lock(0).unwrap();
+    let (rc, taken, _) = lock.measure(&drv, None, a.traffic(0).map(|t| t.holding(300)), || {
+        // Another thread of A allocates 200 bytes inside the window.
+        allocate(a, &drv, 200);
+        drv.call()
+    });
+    assert_eq!((rc, taken.map(taken_bytes)), (SUCCESS, Ok(300)));
+}
+
 /// The window starts after NVML is loaded (its first read, milliseconds on a real
 /// GPU): what the members give back while it loads is not added back.
 #[test]

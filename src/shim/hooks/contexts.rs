@@ -221,7 +221,9 @@ pub(super) fn make_context(
     let charged_before = charged();
     let flight = member.and_then(|m| m.context_started(d));
     let mut own_after = None;
-    let (rc, measured, how) = lock.measure(&queries::Contexts, None, pool_marks(d), || {
+    // Its own reservation, marked started in its slot, is not the pool's traffic.
+    let marks = pool_marks(d).map(|t| t.holding(held.charge().bytes));
+    let (rc, measured, how) = lock.measure(&queries::Contexts, None, marks, || {
         let rc = call();
         if own_before.is_some() && rc == CUDA_SUCCESS {
             own_after = Some(queries::Contexts.own_used(d));

@@ -187,7 +187,8 @@ pub(super) fn first_use(
         &lock,
         &queries::Contexts,
         ctx as u64,
-        pool_marks(d),
+        // Its own reservation, marked started in its slot, is not the pool's traffic.
+        pool_marks(d).map(|t| t.holding(held.as_ref().map_or(0, |r| r.charge().bytes))),
         charged,
         call,
     );

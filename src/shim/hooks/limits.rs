@@ -206,10 +206,10 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
             bytes: charged,
         })
     });
+    // Its own reservation, marked started in its slot, is not the pool's traffic.
+    let marks = pool_marks(d).map(|t| t.holding(held.as_ref().map_or(0, |r| r.charge().bytes)));
     let (rc, measured, _) =
-        lock.measure(&queries::Contexts, Some(ctx as u64), pool_marks(d), || {
-            set(value)
-        });
+        lock.measure(&queries::Contexts, Some(ctx as u64), marks, || set(value));
     let own_announced = match (&freeing, crate::membership::current()) {
         (Some(_), Some(_)) => i128::from(charged),
         _ => 0,
