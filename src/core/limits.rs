@@ -22,17 +22,7 @@ pub type LimitBook = ResidentCharges<LimitKey>;
 /// Memory taken is added whatever the direction. Memory given back is credited only for
 /// a lowered limit, and at most what it was charged: the free figure is the device's,
 /// and memory another process gave back at that moment must not count as this limit's.
-/// A limit lowered back to (or below) the value its charge rose from (`at_base`) holds
-/// nothing: whatever the driver took for the raises it gave back, and a raise measured
-/// high beside a churning pool (its window holds the members' allocations in flight)
-/// must not stay charged, a little more at each raise and lowering (a 396 MiB stack
-/// raised and lowered seven times beside two churning members: 448 MiB charged for a
-/// stack back at 1 KiB, and the next raise refused with 1.25 GiB of a 1.5 GiB cap
-/// held on the device).
-pub fn after_change(charged: u64, measured: i128, lowered: bool, at_base: bool) -> u64 {
-    if lowered && at_base {
-        return 0;
-    }
+pub fn after_change(charged: u64, measured: i128, lowered: bool) -> u64 {
     if measured > 0 {
         return charged.saturating_add(u64::try_from(measured).unwrap_or(u64::MAX));
     }
@@ -51,51 +41,26 @@ mod tests {
 
     #[test]
     fn memory_taken_is_charged_whichever_way_the_limit_moved() {
-        assert_eq!(after_change(0, STACK_16K as i128, false, false), STACK_16K);
-        assert_eq!(after_change(2 << 20, 4 << 20, false, false), 6 << 20);
-        assert_eq!(after_change(2 << 20, 4 << 20, true, false), 6 << 20);
+        assert_eq!(after_change(0, STACK_16K as i128, false), STACK_16K);
+        assert_eq!(after_change(2 << 20, 4 << 20, false), 6 << 20);
+        assert_eq!(after_change(2 << 20, 4 << 20, true), 6 << 20);
     }
 
     #[test]
     fn a_lowered_limit_is_credited_what_it_gave_back_never_more_than_its_charge() {
+        assert_eq!(after_change(STACK_16K, -(STACK_16K as i128), true), 0);
         assert_eq!(
-            after_change(STACK_16K, -(STACK_16K as i128), true, false),
-            0
-        );
-        assert_eq!(
-            after_change(STACK_16K, -(1 << 30), true, false),
+            after_change(STACK_16K, -(1 << 30), true),
             STACK_16K - (1 << 30)
         );
         // another process freed memory at the same moment: the charge goes, no further
-        assert_eq!(
-            after_change(STACK_16K, -(STACK_16K as i128) * 3, true, false),
-            0
-        );
+        assert_eq!(after_change(STACK_16K, -(STACK_16K as i128) * 3, true), 0);
     }
 
     #[test]
     fn memory_freed_while_a_limit_was_raised_is_not_this_limits() {
-        assert_eq!(after_change(STACK_16K, -(1 << 30), false, false), STACK_16K);
-        assert_eq!(after_change(0, -(1 << 30), false, false), 0);
-        assert_eq!(after_change(0, 0, true, false), 0);
-    }
-
-    /// A 396 MiB stack raise measured at 460 MiB beside a churning pool, lowered back to
-    /// the default and measured giving back 396 MiB: nothing stays charged (64 MiB did,
-    /// and grew with each raise and lowering: 448 MiB after seven). Lowered to a value
-    /// still above the base, only what was given back is credited.
-    #[test]
-    fn a_limit_lowered_back_to_its_base_value_holds_nothing() {
-        const MIB: i128 = 1 << 20;
-        let raised = after_change(0, 460 * MIB, false, false);
-        assert_eq!(after_change(raised, -396 * MIB, true, true), 0);
-        // measured taking memory at the lowering (another member allocated then): still 0
-        assert_eq!(after_change(raised, 8 * MIB, true, true), 0);
-        assert_eq!(
-            after_change(raised, -132 * MIB, true, false),
-            (460 - 132) << 20
-        );
-        // raised again from above the base: not lowered, nothing credited
-        assert_eq!(after_change(raised, -(1 << 30), false, true), raised);
+        assert_eq!(after_change(STACK_16K, -(1 << 30), false), STACK_16K);
+        assert_eq!(after_change(0, -(1 << 30), false), 0);
+        assert_eq!(after_change(0, 0, true), 0);
     }
 }

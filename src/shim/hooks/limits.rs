@@ -261,22 +261,7 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
             return refused;
         }
     };
-    // Lowered back to the value its charge rose from: it holds nothing (`after_change`).
-    let at_base = lowered && bases().iter().any(|&(k, base)| k == key && value <= base);
-    let now = limits::after_change(charged, change, lowered, at_base);
-    {
-        let mut b = bases();
-        match (charged, now) {
-            (_, 0) => b.retain(|&(k, _)| k != key),
-            // Its first charge: the value it rose from (another context's entry under a
-            // handle handed out again is replaced).
-            (0, _) => {
-                b.retain(|&(k, _)| k != key);
-                b.push((key, old));
-            }
-            _ => {}
-        }
-    }
+    let now = limits::after_change(charged, change, lowered);
     if let Some(f) = freeing {
         SHIM.ledger.withdraw(f);
     }
@@ -311,13 +296,6 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
         );
     }
     rc
-}
-
-/// The value each charged limit (context, limit) rose from when its charge began: lowered
-/// to it or below, the limit holds nothing (`limits::after_change`).
-fn bases() -> std::sync::MutexGuard<'static, Vec<((u64, u32), usize)>> {
-    static BASES: std::sync::Mutex<Vec<((u64, u32), usize)>> = std::sync::Mutex::new(Vec::new());
-    BASES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Records that limit `key` of context `ctx` holds `bytes` on `lock`'s device (charged
