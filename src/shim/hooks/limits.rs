@@ -99,16 +99,11 @@ fn stack_to_grow(local: u64) -> Option<(usize, usize)> {
 }
 
 /// What the driver will take to grow the stack from `stack` to `local` bytes a thread on
-/// device `d`, reckoned as an H100 took it (each byte more a thread, for every resident
-/// thread), checked against the cap: refused where it cannot take it, before the driver
-/// grows anything.
+/// device `d` ([`reserve_stack`]'s figure), checked against the cap: refused where it
+/// cannot take it, before the driver grows anything.
 fn growth_fits(api: &str, d: usize, local: usize, stack: usize) -> Result<(), CuResult> {
-    let threads = c_int::try_from(d)
-        .ok()
-        .and_then(kernel_queries::resident_threads);
-    if let (Ok(shim), Some(threads)) = (shim(), threads) {
-        let expected = ((local - stack) as u64).saturating_mul(threads);
-        super::reserve_on(shim, api, d, expected).map(drop)?;
+    if let Ok(shim) = shim() {
+        reserve_stack(shim, api, d, local, stack).map(drop)?;
     }
     Ok(())
 }
