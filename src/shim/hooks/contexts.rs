@@ -56,6 +56,15 @@ pub(super) fn pool_marks(
     crate::membership::current().and_then(|m| m.traffic(device))
 }
 
+/// [`pool_marks`] for a measurement whose call this member reserved `held` bytes for
+/// before it (marked started in its own slot): that reservation is not the pool's traffic.
+pub(super) fn pool_marks_holding(
+    device: usize,
+    held: Option<&gpucap_core::ledger::Reservation<'_>>,
+) -> Option<gpucap_core::budget::PoolTraffic<'static, 'static>> {
+    pool_marks(device).map(|t| t.holding(held.map_or(0, |r| r.charge().bytes)))
+}
+
 /// In a pool that knows no figure for a context on `device`'s GPU: waits for the pool's
 /// first-context window there, so that the first figure is measured alone (see
 /// `membership::first_context_window`); said at debug level when it waited, at warn
@@ -221,8 +230,7 @@ pub(super) fn make_context(
     let charged_before = charged();
     let flight = member.and_then(|m| m.context_started(d));
     let mut own_after = None;
-    // Its own reservation, marked started in its slot, is not the pool's traffic.
-    let marks = pool_marks(d).map(|t| t.holding(held.charge().bytes));
+    let marks = pool_marks_holding(d, Some(&held));
     let (rc, measured, how) = lock.measure(&queries::Contexts, None, marks, || {
         let rc = call();
         if own_before.is_some() && rc == CUDA_SUCCESS {

@@ -9,7 +9,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use super::contexts::{context_lock, pool_marks};
+use super::contexts::{context_lock, pool_marks_holding};
 use super::{reserve_on, shim};
 use crate::driver::types::{CUDA_SUCCESS, CuResult, Handle};
 use crate::driver::{calls, graph_queries, kernel_queries, queries};
@@ -187,8 +187,7 @@ pub(super) fn first_use(
         &lock,
         &queries::Contexts,
         ctx as u64,
-        // Its own reservation, marked started in its slot, is not the pool's traffic.
-        pool_marks(d).map(|t| t.holding(held.as_ref().map_or(0, |r| r.charge().bytes))),
+        pool_marks_holding(d, held.as_ref()),
         charged,
         call,
     );

@@ -5,7 +5,7 @@
 
 use std::ffi::c_int;
 
-use super::contexts::{context_lock, pool_marks};
+use super::contexts::{context_lock, pool_marks_holding};
 use super::current::context_device;
 use super::residents::{charge_done, charge_undoable, judge_measured};
 use super::shim;
@@ -201,8 +201,7 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
             bytes: charged,
         })
     });
-    // Its own reservation, marked started in its slot, is not the pool's traffic.
-    let marks = pool_marks(d).map(|t| t.holding(held.as_ref().map_or(0, |r| r.charge().bytes)));
+    let marks = pool_marks_holding(d, held.as_ref());
     let (rc, measured, _) =
         lock.measure(&queries::Contexts, Some(ctx as u64), marks, || set(value));
     let own_announced = match (&freeing, crate::membership::current()) {
