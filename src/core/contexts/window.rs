@@ -25,7 +25,8 @@ pub const TRIES: usize = 8;
 /// What a measurement reads around its device reads. Outside a pool ([`Bare`]):
 /// nothing, each read made once.
 pub trait Edges {
-    /// Whether there are marks to read (else each read is made once).
+    /// Whether there are marks to read (without, nothing moves: each read is made once;
+    /// NVML's read that loads it is then the window's first).
     fn marked(&self) -> bool {
         false
     }
@@ -136,7 +137,7 @@ pub fn read_before<E>(
     edges.opening();
     let free = read()?;
     let moved = edges.opened();
-    if moved == 0 || !edges.marked() {
+    if moved == 0 {
         return Ok(free);
     }
     edges.keep_opening(true);
@@ -178,7 +179,7 @@ pub fn read_after<E>(
         if best.is_none_or(|(f, c)| after > i128::from(f) - c) {
             best = Some((free, correction));
         }
-        if quiet || !edges.marked() {
+        if quiet {
             break;
         }
     }
