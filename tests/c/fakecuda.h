@@ -117,6 +117,30 @@ typedef struct {
 FAKECUDA_STATIC_ASSERT(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
 FAKECUDA_STATIC_ASSERT(offsetof(CUmemAllocationProp, allocFlags) == 24, "allocFlags at 24");
 
+/* Graphs with memory nodes (cuGraphAddMemAllocNode) and the device's graph memory. */
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
+/* CUDA_MEM_ALLOC_NODE_PARAMS (v1): 88 + 8 + 8 + 8 + 8 = 120 bytes. */
+typedef struct {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+FAKECUDA_STATIC_ASSERT(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == 120, "alloc node params are 120 bytes");
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+CUresult cuGraphDestroy(CUgraph graph);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *params);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                               CUdeviceptr dptr);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+CUresult cuGraphExecDestroy(CUgraphExec exec);
+CUresult cuDeviceGraphMemTrim(CUdevice dev);
+
 /* CUDA arrays (cuArray3DCreate_v2, cuMipmappedArrayCreate). */
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;

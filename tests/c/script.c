@@ -22,6 +22,12 @@
  *                  loading loads the kernel there: FAKECUDA_FUNCTION_MEM); prints "getfn rc"
  *   stack:K        cuCtxSetLimit(CU_LIMIT_STACK_SIZE) to the default 1 KiB plus K x 512 bytes
  *                  per thread (the fake's stack then takes K x 132 MiB); prints "stack K rc"
+ *   graph:SIZE     a graph with one alloc node of SIZE (and its free node), instantiated,
+ *                  launched, synchronised and its exec destroyed: the driver keeps the
+ *                  graph memory reserved until a trim; prints "graph SIZE rc"
+ *   trim           cuDeviceGraphMemTrim: the driver gives back the graph memory no graph
+ *                  holds; prints "trim rc"
+ *   sleep:MS       sleeps MS milliseconds
  *   nvml           NVML's memory figures of its device 0 (libnvidia-ml.so.1 dlopened, as
  *                  pynvml does; nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2,
  *                  nvmlDeviceGetMemoryInfo); prints "nvml RC TOTAL USED" (RC the first
@@ -205,6 +211,33 @@ int main(int argc, char **argv) {
         } else if (strncmp(step, "stack:", 6) == 0) {
             int k = atoi(step + 6);
             printf("stack %d %d\n", k, cuCtxSetLimit(0 /* CU_LIMIT_STACK_SIZE */, 1024 + 512 * (size_t)k));
+        } else if (strncmp(step, "graph:", 6) == 0) {
+            CUDA_MEM_ALLOC_NODE_PARAMS params;
+            memset(&params, 0, sizeof params);
+            params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            params.poolProps.location.id = (int)dev;
+            params.bytesize = parse_size(step + 6);
+            CUgraph g = NULL;
+            CUgraphNode alloc_node = NULL, free_node = NULL;
+            CUgraphExec e = NULL;
+            MUST(cuGraphCreate(&g, 0));
+            CUresult grc = cuGraphAddMemAllocNode(&alloc_node, g, NULL, 0, &params);
+            if (grc == CUDA_SUCCESS) grc = cuGraphAddMemFreeNode(&free_node, g, &alloc_node, 1, params.dptr);
+            if (grc == CUDA_SUCCESS) grc = cuGraphInstantiateWithFlags(&e, g, 0);
+            if (grc == CUDA_SUCCESS) {
+                grc = cuGraphLaunch(e, NULL);
+                if (grc == CUDA_SUCCESS) grc = cuStreamSynchronize(NULL);
+                MUST(cuGraphExecDestroy(e));
+            }
+            MUST(cuGraphDestroy(g));
+            printf("graph %zu %d\n", params.bytesize, grc);
+        } else if (strcmp(step, "trim") == 0) {
+            printf("trim %d\n", cuDeviceGraphMemTrim(dev));
+        } else if (strncmp(step, "sleep:", 6) == 0) {
+            long ms = atol(step + 6);
+            struct timespec ts = {ms / 1000, (ms % 1000) * 1000 * 1000};
+            nanosleep(&ts, NULL);
         } else if (strcmp(step, "nvml") == 0) {
             struct {
                 unsigned long long total, free, used;

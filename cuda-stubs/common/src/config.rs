@@ -90,6 +90,10 @@ pub struct Config {
     /// as a real driver takes a while: so that tests can make two processes' contexts
     /// overlap.
     pub context_delay_ms: u64,
+    /// FAKECUDA_LIMIT_DELAY_MS: `cuCtxSetLimit` takes this long (default 0), a stack's
+    /// memory taken or given back halfway: so that tests can put another process's
+    /// traffic inside the call.
+    pub limit_delay_ms: u64,
     /// CUDA_MODULE_LOADING=EAGER (any case): modules and libraries are loaded eagerly, as
     /// the driver does then: a module's kernels with the module, a library into every
     /// context at its load and into each context made later at its creation. Otherwise
@@ -113,6 +117,19 @@ fn flag(var: &impl Fn(&str) -> Option<String>, name: &str) -> Result<bool, Strin
         None | Some("" | "0") => Ok(false),
         Some("1") => Ok(true),
         Some(v) => Err(format!("invalid {name}={v:?}: expected 0 or 1")),
+    }
+}
+
+/// A delay in milliseconds, 0 to 60000 (unset: 0).
+fn delay_ms(var: &impl Fn(&str) -> Option<String>, name: &str) -> Result<u64, String> {
+    match var(name) {
+        None => Ok(0),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&ms| ms <= 60_000)
+            .ok_or_else(|| format!("invalid {name}={v:?}: expected 0 to 60000 (milliseconds)")),
     }
 }
 
@@ -271,19 +288,8 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     let heap_at_launch = flag(&var, "FAKECUDA_HEAP_AT_LAUNCH")?;
     let printf_at_launch = flag(&var, "FAKECUDA_PRINTF_AT_LAUNCH")?;
     let kernel_attribute_loads = flag(&var, "FAKECUDA_KERNEL_ATTRIBUTE_LOADS")?;
-    let context_delay_ms = match var("FAKECUDA_CONTEXT_DELAY_MS") {
-        None => 0,
-        Some(v) => v
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|&ms| ms <= 60_000)
-            .ok_or_else(|| {
-                format!(
-                    "invalid FAKECUDA_CONTEXT_DELAY_MS={v:?}: expected 0 to 60000 (milliseconds)"
-                )
-            })?,
-    };
+    let context_delay_ms = delay_ms(&var, "FAKECUDA_CONTEXT_DELAY_MS")?;
+    let limit_delay_ms = delay_ms(&var, "FAKECUDA_LIMIT_DELAY_MS")?;
     let eager = var("CUDA_MODULE_LOADING").is_some_and(|v| v.trim().eq_ignore_ascii_case("EAGER"));
     let capture_unsafe = parse_capture_unsafe(var("FAKECUDA_CAPTURE_UNSAFE").as_deref())?;
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
@@ -311,6 +317,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         printf_at_launch,
         kernel_attribute_loads,
         context_delay_ms,
+        limit_delay_ms,
         eager,
         capture_unsafe,
         visible,

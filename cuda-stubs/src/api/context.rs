@@ -23,6 +23,15 @@ fn half_delay() -> CuResult {
     Ok(())
 }
 
+/// Half of FAKECUDA_LIMIT_DELAY_MS, slept before and after `cuCtxSetLimit` sets a limit.
+fn half_limit_delay() -> CuResult {
+    let ms = cfg()?.limit_delay_ms;
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(ms * 500));
+    }
+    Ok(())
+}
+
 pub(super) fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     let dev = check_dev(dev)?;
     if pctx.is_null() {
@@ -242,7 +251,10 @@ crate::abi::exports! {
 
     fn cuCtxSetLimit(limit: c_int, value: usize) {
         let (ctx, dev) = current()?;
-        limit::set(ctx, dev, limit, value)
+        half_limit_delay()?;
+        let set = limit::set(ctx, dev, limit, value);
+        half_limit_delay()?;
+        set
     }
 
     // cudaProfiler.h. Deprecated: "starting with CUDA 12.0, it always returns

@@ -39,9 +39,6 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
 typedef struct CUfunc_st *CUfunction;
-typedef struct CUgraph_st *CUgraph;
-typedef struct CUgraphNode_st *CUgraphNode;
-typedef struct CUgraphExec_st *CUgraphExec;
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleUnload(CUmodule m);
 CUresult cuModuleGetFunction(CUfunction *func, CUmodule module, const char *name);
@@ -53,23 +50,6 @@ CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *nam
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shared, CUstream s, void **params, void **extra);
 CUresult cuCtxSynchronize(void);
-typedef struct {
-    CUmemPoolProps poolProps;
-    const CUmemAccessDesc *accessDescs;
-    size_t accessDescCount;
-    size_t bytesize;
-    CUdeviceptr dptr;
-} CUDA_MEM_ALLOC_NODE_PARAMS;
-CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
-CUresult cuGraphDestroy(CUgraph graph);
-CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
-                                CUDA_MEM_ALLOC_NODE_PARAMS *params);
-CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
-                               CUdeviceptr dptr);
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
-CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
-CUresult cuGraphExecDestroy(CUgraphExec exec);
-CUresult cuDeviceGraphMemTrim(CUdevice dev);
 
 static CUcontext g_ctx[2];
 static int envi(const char *n, int d) {
