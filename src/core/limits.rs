@@ -18,13 +18,20 @@ pub type LimitBook = ResidentCharges<LimitKey>;
 
 /// What a limit is charged after a successful `cuCtxSetLimit` that moved the driver's
 /// free memory by `measured` (bytes taken; negative: given back), the limit having been
-/// charged `charged` before and the new value being lower than the old (`lowered`).
-/// Memory taken is added whatever the direction. Memory given back is credited only for
-/// a lowered limit, and at most what it was charged: the free figure is the device's,
-/// and memory another process gave back at that moment must not count as this limit's.
-pub fn after_change(charged: u64, measured: i128, lowered: bool) -> u64 {
-    if measured > 0 {
-        return charged.saturating_add(u64::try_from(measured).unwrap_or(u64::MAX));
+/// charged `charged` before and the new value being lower than the old (`lowered`), the
+/// driver being known to take `expected` for it (a raised stack: each byte more for every
+/// resident thread; 0 where not known). Memory taken is added whatever the direction,
+/// never less than `expected`: the free figure is the device's, and memory that anything
+/// else gave back inside the window (a process outside the pool, the driver's own) would
+/// make it short, as for a context. Memory given back is credited only for a lowered
+/// limit, and at most what it was charged: memory another process gave back at that
+/// moment must not count as this limit's.
+pub fn after_change(charged: u64, measured: i128, lowered: bool, expected: u64) -> u64 {
+    let taken = u64::try_from(measured.max(0))
+        .unwrap_or(u64::MAX)
+        .max(expected);
+    if taken > 0 {
+        return charged.saturating_add(taken);
     }
     if !lowered {
         return charged;
@@ -41,26 +48,44 @@ mod tests {
 
     #[test]
     fn memory_taken_is_charged_whichever_way_the_limit_moved() {
-        assert_eq!(after_change(0, STACK_16K as i128, false), STACK_16K);
-        assert_eq!(after_change(2 << 20, 4 << 20, false), 6 << 20);
-        assert_eq!(after_change(2 << 20, 4 << 20, true), 6 << 20);
+        assert_eq!(after_change(0, STACK_16K as i128, false, 0), STACK_16K);
+        assert_eq!(after_change(2 << 20, 4 << 20, false, 0), 6 << 20);
+        assert_eq!(after_change(2 << 20, 4 << 20, true, 0), 6 << 20);
     }
 
     #[test]
     fn a_lowered_limit_is_credited_what_it_gave_back_never_more_than_its_charge() {
-        assert_eq!(after_change(STACK_16K, -(STACK_16K as i128), true), 0);
+        assert_eq!(after_change(STACK_16K, -(STACK_16K as i128), true, 0), 0);
         assert_eq!(
-            after_change(STACK_16K, -(1 << 30), true),
+            after_change(STACK_16K, -(1 << 30), true, 0),
             STACK_16K - (1 << 30)
         );
         // another process freed memory at the same moment: the charge goes, no further
-        assert_eq!(after_change(STACK_16K, -(STACK_16K as i128) * 3, true), 0);
+        assert_eq!(
+            after_change(STACK_16K, -(STACK_16K as i128) * 3, true, 0),
+            0
+        );
     }
 
     #[test]
     fn memory_freed_while_a_limit_was_raised_is_not_this_limits() {
-        assert_eq!(after_change(STACK_16K, -(1 << 30), false), STACK_16K);
-        assert_eq!(after_change(0, -(1 << 30), false), 0);
-        assert_eq!(after_change(0, 0, true), 0);
+        assert_eq!(after_change(STACK_16K, -(1 << 30), false, 0), STACK_16K);
+        assert_eq!(after_change(0, -(1 << 30), false, 0), 0);
+        assert_eq!(after_change(0, 0, true, 0), 0);
+    }
+
+    #[test]
+    fn a_raise_is_charged_at_least_what_the_driver_is_known_to_take() {
+        // Memory given back inside the window (graph memory trimmed beside it, a process
+        // outside the pool) took 256 MiB off a 396 MiB stack's measurement.
+        let stack = 396 << 20;
+        assert_eq!(after_change(0, 140 << 20, false, stack), stack);
+        assert_eq!(after_change(0, -(200 << 20), false, stack), stack);
+        assert_eq!(
+            after_change(8 << 20, 140 << 20, false, stack),
+            (8 << 20) + stack
+        );
+        // measured above it: the measurement
+        assert_eq!(after_change(0, 500 << 20, false, stack), 500 << 20);
     }
 }

@@ -300,24 +300,60 @@ fn on_stream(api: &str, real: Real<(Handle, Stream)>, exec: Handle, stream: Stre
     run(api, exec, call)
 }
 
+/// `cuGraphExecDestroy`: the driver may give back the exec's graph memory (see
+/// [`giving_back`]).
 pub fn graph_exec_destroy(real: Real<(Handle,)>, exec: Handle) -> CuResult {
-    let rc = real.call(exec);
-    if rc == CUDA_SUCCESS {
-        for d in GRAPHS.destroyed(exec as u64) {
-            settle(d, None);
+    let devices = GRAPHS.devices(exec as u64);
+    giving_back(&devices, || {
+        let rc = real.call(exec);
+        if rc == CUDA_SUCCESS {
+            GRAPHS.destroyed(exec as u64);
         }
-    }
-    rc
+        rc
+    })
 }
 
+/// `cuDeviceGraphMemTrim`: the driver gives back the device's graph memory no graph holds
+/// (see [`giving_back`]).
 pub fn device_graph_mem_trim(real: Real<(c_int,)>, dev: c_int) -> CuResult {
-    let rc = real.call(dev);
-    if rc == CUDA_SUCCESS
-        && let Ok(d) = usize::try_from(dev)
-    {
-        GRAPHS.trimmed(d);
-        settle(d, None);
+    let Ok(d) = usize::try_from(dev) else {
+        return real.call(dev);
+    };
+    giving_back(&[d], || {
+        let rc = real.call(dev);
+        if rc == CUDA_SUCCESS {
+            GRAPHS.trimmed(d);
+        }
+        rc
+    })
+}
+
+/// Runs `call`, which may make the driver give back graph memory on `devices`: as much as
+/// it may give back (the devices' graph charges, or the driver's figures if more) is
+/// announced to the pool first, as any free is, so that a member measuring what the
+/// driver took for it meanwhile does not take these bytes off its charge (a 396 MiB stack
+/// was charged 6 MiB beside members trimming 256 MiB of graph memory, unannounced); after
+/// the call each device's charge is settled to the driver's figure and the announcement
+/// ends.
+fn giving_back(devices: &[usize], call: impl FnOnce() -> CuResult) -> CuResult {
+    let pooled = SHIM.ledger.pooled();
+    let announced: Vec<_> = devices
+        .iter()
+        .filter(|_| pooled)
+        .map(|&d| {
+            let charged = GRAPHS.charged(d);
+            let figure = queries::Contexts.graph_reserved(d).unwrap_or(0);
+            SHIM.ledger.announce(Charge {
+                device: d,
+                bytes: figure.max(charged),
+            })
+        })
+        .collect();
+    let rc = call();
+    if rc == CUDA_SUCCESS {
+        devices.iter().for_each(|&d| settle(d, None));
     }
+    announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
     rc
 }
 

@@ -255,7 +255,8 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
             return refused;
         }
     };
-    let now = limits::after_change(charged, change, lowered);
+    let expected = held.as_ref().map_or(0, |r| r.charge().bytes);
+    let now = limits::after_change(charged, change, lowered, expected);
     if let Some(f) = freeing {
         SHIM.ledger.withdraw(f);
     }
