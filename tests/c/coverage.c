@@ -64,7 +64,6 @@ typedef struct {
 #define CU_AD_FORMAT_FLOAT 0x20
 #define CUDA_ARRAY3D_DEFERRED_MAPPING 0x80
 
-#define CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 #define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
 
 typedef struct {
@@ -86,8 +85,6 @@ CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r
 
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
 CUresult cuMemPoolDestroy(CUmemoryPool pool);
-CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
-CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value);
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value);
 CUresult cuCtxSynchronize(void);
 CUresult cuEventCreate(CUevent *e, unsigned int flags);

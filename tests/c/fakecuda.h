@@ -239,6 +239,9 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value);
+#define CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags);

@@ -27,6 +27,12 @@
  *                  graph memory reserved until a trim; prints "graph SIZE rc"
  *   trim           cuDeviceGraphMemTrim: the driver gives back the graph memory no graph
  *                  holds; prints "trim rc"
+ *   cache:SIZE     SIZE allocated from the device's default memory pool and freed again
+ *                  (cuMemAllocAsync, cuMemFreeAsync, synchronised), the pool set to keep what
+ *                  it caches (its release threshold the most): the pool keeps SIZE reserved
+ *                  until a trim; prints "cache SIZE rc"
+ *   pooltrim       cuMemPoolTrimTo(the default pool, 0): the driver releases what it
+ *                  caches; prints "pooltrim rc"
  *   sleep:MS       sleeps MS milliseconds
  *   nvml           NVML's memory figures of its device 0 (libnvidia-ml.so.1 dlopened, as
  *                  pynvml does; nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2,
@@ -234,6 +240,23 @@ int main(int argc, char **argv) {
             printf("graph %zu %d\n", params.bytesize, grc);
         } else if (strcmp(step, "trim") == 0) {
             printf("trim %d\n", cuDeviceGraphMemTrim(dev));
+        } else if (strncmp(step, "cache:", 6) == 0) {
+            CUmemoryPool pool = NULL;
+            unsigned long long keep_all = ~0ull;
+            size_t size = parse_size(step + 6);
+            CUdeviceptr p = 0;
+            MUST(cuDeviceGetDefaultMemPool(&pool, dev));
+            MUST(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all));
+            CUresult crc = cuMemAllocAsync(&p, size, NULL);
+            if (crc == CUDA_SUCCESS) {
+                MUST(cuMemFreeAsync(p, NULL));
+                MUST(cuStreamSynchronize(NULL));
+            }
+            printf("cache %zu %d\n", size, crc);
+        } else if (strcmp(step, "pooltrim") == 0) {
+            CUmemoryPool pool = NULL;
+            MUST(cuDeviceGetDefaultMemPool(&pool, dev));
+            printf("pooltrim %d\n", cuMemPoolTrimTo(pool, 0));
         } else if (strncmp(step, "sleep:", 6) == 0) {
             long ms = atol(step + 6);
             struct timespec ts = {ms / 1000, (ms % 1000) * 1000 * 1000};

@@ -94,6 +94,10 @@ pub struct Config {
     /// memory taken or given back halfway: so that tests can put another process's
     /// traffic inside the call.
     pub limit_delay_ms: u64,
+    /// FAKECUDA_LIMIT_HALFWAY: a path; the process's Nth `cuCtxSetLimit` creates
+    /// `PATH.N` halfway through (its memory taken or given back, before the second half of
+    /// FAKECUDA_LIMIT_DELAY_MS): so that a test can act inside the call.
+    pub limit_halfway: Option<PathBuf>,
     /// CUDA_MODULE_LOADING=EAGER (any case): modules and libraries are loaded eagerly, as
     /// the driver does then: a module's kernels with the module, a library into every
     /// context at its load and into each context made later at its creation. Otherwise
@@ -290,6 +294,9 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     let kernel_attribute_loads = flag(&var, "FAKECUDA_KERNEL_ATTRIBUTE_LOADS")?;
     let context_delay_ms = delay_ms(&var, "FAKECUDA_CONTEXT_DELAY_MS")?;
     let limit_delay_ms = delay_ms(&var, "FAKECUDA_LIMIT_DELAY_MS")?;
+    let limit_halfway = var("FAKECUDA_LIMIT_HALFWAY")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
     let eager = var("CUDA_MODULE_LOADING").is_some_and(|v| v.trim().eq_ignore_ascii_case("EAGER"));
     let capture_unsafe = parse_capture_unsafe(var("FAKECUDA_CAPTURE_UNSAFE").as_deref())?;
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
@@ -318,6 +325,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         kernel_attribute_loads,
         context_delay_ms,
         limit_delay_ms,
+        limit_halfway,
         eager,
         capture_unsafe,
         visible,

@@ -32,6 +32,19 @@ fn half_limit_delay() -> CuResult {
     Ok(())
 }
 
+/// Under FAKECUDA_LIMIT_HALFWAY=PATH: creates `PATH.N` for the process's Nth
+/// `cuCtxSetLimit`, halfway through it.
+fn limit_halfway() -> CuResult {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    if let Some(path) = &cfg()?.limit_halfway {
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mut name = path.clone().into_os_string();
+        name.push(format!(".{n}"));
+        let _ = std::fs::File::create(name);
+    }
+    Ok(())
+}
+
 pub(super) fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     let dev = check_dev(dev)?;
     if pctx.is_null() {
@@ -253,6 +266,7 @@ crate::abi::exports! {
         let (ctx, dev) = current()?;
         half_limit_delay()?;
         let set = limit::set(ctx, dev, limit, value);
+        limit_halfway()?;
         half_limit_delay()?;
         set
     }
