@@ -152,6 +152,17 @@ impl GraphCharges {
             .unwrap_or_default()
     }
 
+    /// The footprint of `exec`'s memory on `device` (0: none there, an exec whose nodes
+    /// could not be listed, or not an exec with memory nodes).
+    pub fn footprint_of(&self, exec: u64, device: usize) -> u64 {
+        self.lock().execs.get(&exec).map_or(0, |e| {
+            e.footprint
+                .iter()
+                .filter(|&&(d, _)| d == device)
+                .fold(0u64, |a, &(_, b)| a.saturating_add(b))
+        })
+    }
+
     /// What `exec` may make the driver reserve now: its footprint unless it holds its
     /// memory.
     pub fn expected(&self, exec: u64) -> Vec<(usize, u64)> {
@@ -279,6 +290,8 @@ mod tests {
         assert!(b.any());
         assert_eq!(b.footprint_on(0, None), 600 * MIB);
         assert_eq!(b.footprint_on(0, Some(1)), 0);
+        assert_eq!((b.footprint_of(1, 0), b.footprint_of(1, 1)), (600 * MIB, 0));
+        assert_eq!(b.footprint_of(99, 0), 0, "unknown exec");
         assert!(b.expected(1).is_empty(), "held since instantiation");
         b.trimmed(0);
         assert_eq!(b.expected(1), vec![(0, 600 * MIB)]);

@@ -19,8 +19,8 @@ pub type LimitBook = ResidentCharges<LimitKey>;
 /// What a limit is charged after a successful `cuCtxSetLimit` that moved the driver's
 /// free memory by `measured` (bytes taken; negative: given back), the limit having been
 /// charged `charged` before and the new value being lower than the old (`lowered`), the
-/// driver being known to take `expected` for it (a raised stack: each byte more for every
-/// resident thread; 0 where not known). Memory taken is added whatever the direction,
+/// driver being known to take `expected` for it (a stack raised from nothing charged: each
+/// byte more for every resident thread; 0 where not known). Memory taken is added whatever the direction,
 /// never less than `expected`: the free figure is the device's, and memory that anything
 /// else gave back inside the window (a process outside the pool, the driver's own) would
 /// make it short, as for a context. Memory given back is credited only for a lowered

@@ -82,6 +82,19 @@ impl Reservation<'_> {
         );
     }
 
+    /// [`keep`](Self::keep) of memory of which the driver was seen taking only `backed`
+    /// bytes in the call (a charge held at what a call of its kind takes, above what was
+    /// measured): the rest is marked as memory the driver did not make, so that another
+    /// member's measurement never takes it off its own (see `budget::marks`).
+    pub fn keep_backed(self, backed: u64) {
+        if let Some(pool) = self.pool {
+            let made = backed.min(self.charge.bytes);
+            pool.alloc_ended(self.charge.device, made, true);
+            pool.alloc_ended(self.charge.device, self.charge.bytes - made, false);
+        }
+        std::mem::forget(self);
+    }
+
     fn keep_as(self, backed: bool) {
         if let Some(pool) = self.pool {
             pool.alloc_ended(self.charge.device, self.charge.bytes, backed);

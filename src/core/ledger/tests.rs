@@ -159,6 +159,18 @@ mod pool_tests {
             }),
             200
         );
+        // A charge held above what the call was seen taking (a raised stack the driver
+        // took 40 of 120 for, charged at its 120): made only for the 40. Kept whole, the
+        // other member's window took off 120 the driver never allocated in it.
+        assert_eq!(
+            taken(&|| ledger.reserve(0, 120).unwrap().keep_backed(40)),
+            40
+        );
+        assert_eq!(
+            ledger.usage(0).unwrap().used,
+            100 + 50 + 70 + 200 + 120,
+            "all charged"
+        );
         let first = t.made_inside();
         let r = ledger.reserve(0, 10).unwrap();
         let inside = t.made_inside();

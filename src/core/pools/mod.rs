@@ -33,7 +33,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use crate::config::MAX_DEVICES;
-use crate::ledger::{Charge, Ledger, Refusal, Reservation};
+use crate::ledger::{Charge, Freeing, Ledger, Refusal, Reservation};
 pub use driver::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator, growth_bound};
 use records::{Pool, PoolRecords, pools_on, settle};
 
@@ -307,12 +307,39 @@ impl MemPoolCharges {
                 if let (Some(reserved), Some(used)) = (drv.reserved(pool), drv.used(pool))
                     && reserved > used
                 {
+                    // What the trim releases is announced to the pool of processes first,
+                    // as any free (see `announce_release`).
+                    let freeing = ledger.announce(Charge {
+                        device,
+                        bytes: reserved - used,
+                    });
                     drv.trim_to(pool, used);
+                    self.settle_one(b, ledger, pool, drv.reserved(pool));
+                    ledger.withdraw(freeing);
+                    continue;
                 }
                 self.settle_one(b, ledger, pool, drv.reserved(pool));
             }
         });
         before.saturating_sub(ledger.usage(device).map_or(0, |u| u.used))
+    }
+
+    /// Before a call that may make the driver release what device pool `pool` reserves
+    /// (`cuMemPoolTrimTo`, `cuMemPoolDestroy`): as much as it may release (its charge, or
+    /// `reserved`, the driver's figure read now, if more) is announced to the pool of
+    /// processes, as any free is, so that a member measuring what the driver took for it
+    /// meanwhile does not take these bytes off its charge. The caller settles the pool
+    /// after the call, then ends the announcement (`Ledger::withdraw`). None: a pool not
+    /// tracked, or a host pool.
+    pub fn announce_release(
+        &self,
+        ledger: &Ledger,
+        pool: u64,
+        reserved: Option<u64>,
+    ) -> Option<Freeing> {
+        let (device, charged) = self.with(|b| b.pools.get(&pool).map(|p| (p.device, p.charged)))?;
+        let bytes = charged.max(reserved.unwrap_or(0));
+        Some(ledger.announce(Charge { device, bytes }))
     }
 
     /// `cuMemPoolDestroy(pool)` succeeded. The driver releases the pool's cached memory

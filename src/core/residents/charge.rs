@@ -73,6 +73,23 @@ pub fn charge<'a>(
     bytes: u64,
     undo: Undo,
 ) -> Result<Charged, Refused<'a>> {
+    charge_floored(ledger, device, held, bytes, bytes, undo)
+}
+
+/// [`charge`] of a figure held at what a call of its kind takes (a context's expectation,
+/// a raised stack's size) above what was seen taken in the call, `backed` (a
+/// measurement that a free beside it made short, or a driver that took nothing): all of
+/// `bytes` charged, only `backed` of it marked made in the pool's marks
+/// (`Reservation::keep_backed`), so that another member's measurement whose window held
+/// the call takes off no more than the driver was seen taking.
+pub fn charge_floored<'a>(
+    ledger: &'a Ledger,
+    device: usize,
+    held: Option<Reservation<'a>>,
+    bytes: u64,
+    backed: u64,
+    undo: Undo,
+) -> Result<Charged, Refused<'a>> {
     if undo == Undo::Possible {
         let kept = match held {
             Some(mut r) => match ledger.resize(&mut r, bytes) {
@@ -92,7 +109,7 @@ pub fn charge<'a>(
                 refusal,
             })?,
         };
-        kept.keep();
+        kept.keep_backed(backed);
         return Ok(Charged { bytes, forced: 0 });
     }
     Ok(charge_done(ledger, device, held, bytes))

@@ -30,7 +30,7 @@ mod gauge;
 mod ledgered;
 
 pub use book::{Resident, ResidentCharges};
-pub use charge::{Charged, Refused, Undo, charge, charge_done, reserve_expected};
+pub use charge::{Charged, Refused, Undo, charge, charge_done, charge_floored, reserve_expected};
 pub use gauge::{By, Gauge, loaded, measure_loaded};
 pub use ledgered::{given_back, record, record_more};
 

@@ -160,7 +160,10 @@ fn charge_context(
             m.note_context_bytes(d, lock.expected(), lock.expectation_settled());
         }
     }
-    let bytes = super::residents::charge_undoable(api, d, Some(held), bytes, undo)?;
+    // A charge held at the expectation above what was seen taken marks only what was
+    // seen as made (another member's window does not take the rest off).
+    let seen = own.unwrap_or(measured_bytes);
+    let bytes = super::residents::charge_undoable_floored(api, d, Some(held), bytes, seen, undo)?;
     log!(
         Debug,
         "{api}: the context takes {} on GPU {d} (measured {} on the device{}{})",

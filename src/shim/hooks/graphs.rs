@@ -304,7 +304,13 @@ fn on_stream(api: &str, real: Real<(Handle, Stream)>, exec: Handle, stream: Stre
 /// [`giving_back`]).
 pub fn graph_exec_destroy(real: Real<(Handle,)>, exec: Handle) -> CuResult {
     let devices = GRAPHS.devices(exec as u64);
-    giving_back(&devices, || {
+    // No more than the exec's own memory goes with it (a driver may keep it for reuse
+    // until a trim); an exec whose nodes could not be listed: as much as the device holds.
+    let most = |d| match GRAPHS.footprint_of(exec as u64, d) {
+        0 => u64::MAX,
+        bytes => bytes,
+    };
+    giving_back(&devices, most, || {
         let rc = real.call(exec);
         if rc == CUDA_SUCCESS {
             GRAPHS.destroyed(exec as u64);
@@ -319,23 +325,31 @@ pub fn device_graph_mem_trim(real: Real<(c_int,)>, dev: c_int) -> CuResult {
     let Ok(d) = usize::try_from(dev) else {
         return real.call(dev);
     };
-    giving_back(&[d], || {
-        let rc = real.call(dev);
-        if rc == CUDA_SUCCESS {
-            GRAPHS.trimmed(d);
-        }
-        rc
-    })
+    giving_back(
+        &[d],
+        |_| u64::MAX,
+        || {
+            let rc = real.call(dev);
+            if rc == CUDA_SUCCESS {
+                GRAPHS.trimmed(d);
+            }
+            rc
+        },
+    )
 }
 
 /// Runs `call`, which may make the driver give back graph memory on `devices`: as much as
-/// it may give back (the devices' graph charges, or the driver's figures if more) is
-/// announced to the pool first, as any free is, so that a member measuring what the
-/// driver took for it meanwhile does not take these bytes off its charge (a 396 MiB stack
-/// was charged 6 MiB beside members trimming 256 MiB of graph memory, unannounced); after
-/// the call each device's charge is settled to the driver's figure and the announcement
-/// ends.
-fn giving_back(devices: &[usize], call: impl FnOnce() -> CuResult) -> CuResult {
+/// it may give back (each device's graph charge, or the driver's figure if more; at most
+/// `most` of the device) is announced to the pool first, as any free is, so that a member
+/// measuring what the driver took for it meanwhile does not take these bytes off its
+/// charge (a stack lowered beside a member trimming 256 MiB of graph memory, unannounced,
+/// was credited those 256 MiB too); after the call each device's charge is settled to the
+/// driver's figure and the announcement ends.
+fn giving_back(
+    devices: &[usize],
+    most: impl Fn(usize) -> u64,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
     let pooled = SHIM.ledger.pooled();
     let announced: Vec<_> = devices
         .iter()
@@ -345,7 +359,7 @@ fn giving_back(devices: &[usize], call: impl FnOnce() -> CuResult) -> CuResult {
             let figure = queries::Contexts.graph_reserved(d).unwrap_or(0);
             SHIM.ledger.announce(Charge {
                 device: d,
-                bytes: figure.max(charged),
+                bytes: figure.max(charged).min(most(d)),
             })
         })
         .collect();

@@ -7,7 +7,7 @@ use std::ffi::c_int;
 
 use super::contexts::{context_lock, pool_marks_holding};
 use super::current::context_device;
-use super::residents::{charge_done, charge_undoable, judge_measured};
+use super::residents::{charge_done, charge_undoable_floored, judge_measured};
 use super::shim;
 use crate::driver::forward::Real;
 use crate::driver::types::{CUDA_SUCCESS, CuResult, Handle};
@@ -255,7 +255,14 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
             return refused;
         }
     };
-    let expected = held.as_ref().map_or(0, |r| r.charge().bytes);
+    // A stack raised from nothing charged is charged at least what the driver takes for
+    // it. Not a raise of a stack charged already: a driver that kept a stack after it was
+    // lowered (one a launched kernel needed) takes nothing when it is raised to it again,
+    // and that stack's charge stayed.
+    let expected = match charged {
+        0 => held.as_ref().map_or(0, |r| r.charge().bytes),
+        _ => 0,
+    };
     let now = limits::after_change(charged, change, lowered, expected);
     if let Some(f) = freeing {
         SHIM.ledger.withdraw(f);
@@ -265,7 +272,11 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
         // memory stays taken: charged by force.
         let set_back_ok = std::cell::Cell::new(true);
         let undo = || set_back_ok.set(set_back(set(old), limit, old, value, d));
-        if let Err(refused) = charge_undoable(api, d, held, now - charged, undo) {
+        // Charged at least its reservation (`after_change`), but marked made in the pool
+        // only as far as the driver was seen taking: a stack the driver took nothing for
+        // (a launched kernel's stack it kept) is not taken off another member's window.
+        let seen = gpucap_core::residents::taken(change).min(now - charged);
+        if let Err(refused) = charge_undoable_floored(api, d, held, now - charged, seen, undo) {
             if !set_back_ok.get() {
                 // The old entry's bytes are part of `now`: not restored.
                 charge_done(d, None, now - charged);

@@ -221,18 +221,44 @@ pub fn mem_pool_create(
     rc
 }
 
+/// `cuMemPoolDestroy`: the driver releases the pool's cached memory (announced to the
+/// pool of processes first, see [`releasing`]).
 pub fn mem_pool_destroy(real: Real<(Handle,)>, pool: Handle) -> CuResult {
-    let rc = real.call(pool);
-    if rc == CUDA_SUCCESS {
-        POOLS.destroyed(&SHIM.ledger, pool as u64);
-    }
-    rc
+    releasing(pool, || {
+        let rc = real.call(pool);
+        if rc == CUDA_SUCCESS {
+            POOLS.destroyed(&SHIM.ledger, pool as u64);
+        }
+        rc
+    })
 }
 
+/// `cuMemPoolTrimTo`: the driver releases what the pool caches (announced to the pool of
+/// processes first, see [`releasing`]).
 pub fn mem_pool_trim_to(real: Real<(Handle, usize)>, pool: Handle, keep: usize) -> CuResult {
-    let rc = real.call(pool, keep);
-    if rc == CUDA_SUCCESS {
-        POOLS.refresh_pool(&SHIM.ledger, &queries::Pools, pool as u64);
+    releasing(pool, || {
+        let rc = real.call(pool, keep);
+        if rc == CUDA_SUCCESS {
+            POOLS.refresh_pool(&SHIM.ledger, &queries::Pools, pool as u64);
+        }
+        rc
+    })
+}
+
+/// Runs `call`, which may make the driver release memory `pool` reserves and then settles
+/// the pool's charge: in a pool of processes, what it may release is announced first
+/// (`MemPoolCharges::announce_release`) and the announcement ends after `call`. Unannounced,
+/// a member trimming its pool inside another member's measurement made that charge short
+/// by the bytes released, as graph memory trimmed did.
+fn releasing(pool: Handle, call: impl FnOnce() -> CuResult) -> CuResult {
+    if !SHIM.ledger.pooled() {
+        return call();
+    }
+    let reserved = queries::Pools.reserved(pool as u64);
+    let announced = POOLS.announce_release(&SHIM.ledger, pool as u64, reserved);
+    let rc = call();
+    if let Some(f) = announced {
+        SHIM.ledger.withdraw(f);
     }
     rc
 }

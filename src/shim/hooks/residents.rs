@@ -63,11 +63,24 @@ pub(super) fn charge_undoable(
     bytes: u64,
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
+    charge_undoable_floored(api, d, held, bytes, bytes, undo)
+}
+
+/// [`charge_undoable`] of a figure held above what the call was seen taking, `backed`
+/// (`residents::charge_floored`: only that is marked made in the pool's marks).
+pub(super) fn charge_undoable_floored(
+    api: &str,
+    d: usize,
+    held: Option<Reservation<'static>>,
+    bytes: u64,
+    backed: u64,
+    undo: impl FnOnce(),
+) -> Result<u64, CuResult> {
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     if bytes > reserved {
         reclaim_for(&SHIM, d, bytes - reserved);
     }
-    match residents::charge(&SHIM.ledger, d, held, bytes, Undo::Possible) {
+    match residents::charge_floored(&SHIM.ledger, d, held, bytes, backed, Undo::Possible) {
         Ok(c) => Ok(c.bytes),
         Err(refused) => {
             // The driver frees the memory before its room is given back.

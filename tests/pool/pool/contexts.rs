@@ -258,7 +258,7 @@ fn two_members() -> Vec<Duet> {
         // Graph memory the driver gives back inside another member's measurement is
         // announced first, as any free: A trims 256 MiB of graph memory while B lowers its
         // stack from 660 to 264 MiB (the fake's cuCtxSetLimit takes 1.5 s, giving the
-        // memory back halfway). Unannounced, B's window saw 652 MiB given back and its
+        // memory back halfway, where it makes a file A waits for). Unannounced, B's window saw 652 MiB given back and its
         // stack was credited that much: charged 8 MiB while the driver held 264 MiB.
         Duet {
             name: "graph_memory_trimmed_inside_a_stacks_measurement_is_not_credited_to_the_stack",
@@ -266,8 +266,7 @@ fn two_members() -> Vec<Duet> {
                 steps: &[
                     "graph:256Mi",
                     "touch:a1",
-                    "wait:b0",
-                    "sleep:300",
+                    "wait:b-half.2",
                     "trim",
                     "touch:a2",
                     "wait:end",
@@ -279,10 +278,11 @@ fn two_members() -> Vec<Duet> {
                 ..Part::default()
             },
             b: Part {
-                steps: &[
-                    "stack:5", "touch:b0", "stack:2", "wait:a2", "touch:b1", "wait:end",
+                steps: &["stack:5", "stack:2", "wait:a2", "touch:b1", "wait:end"],
+                env: &[
+                    ("FAKECUDA_LIMIT_DELAY_MS", "1500"),
+                    ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
                 ],
-                env: &[("FAKECUDA_LIMIT_DELAY_MS", "1500")],
                 says: vec![("stack 5 0".to_string(), ""), ("stack 2 0".to_string(), "")],
                 ..Part::default()
             },
@@ -294,9 +294,47 @@ fn two_members() -> Vec<Duet> {
             peak_at_most: Some(1024 * MIB),
             ..Duet::default()
         },
+        // A stream-ordered pool's cached memory released by a trim is announced first too:
+        // A trims 256 MiB its default pool caches while B lowers its stack from 660 to
+        // 264 MiB. Unannounced, B's stack was credited the 256 MiB as well: charged
+        // 8 MiB while the driver held 264 MiB.
+        Duet {
+            name: "pool_memory_trimmed_inside_a_stacks_measurement_is_not_credited_to_the_stack",
+            a: Part {
+                steps: &[
+                    "cache:256Mi",
+                    "touch:a1",
+                    "wait:b-half.2",
+                    "pooltrim",
+                    "touch:a2",
+                    "wait:end",
+                ],
+                says: vec![
+                    (format!("cache {} 0", 256 * MIB), ""),
+                    ("pooltrim 0".to_string(), ""),
+                ],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["stack:5", "stack:2", "wait:a2", "touch:b1", "wait:end"],
+                env: &[
+                    ("FAKECUDA_LIMIT_DELAY_MS", "1500"),
+                    ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
+                ],
+                says: vec![("stack 5 0".to_string(), ""), ("stack 2 0".to_string(), "")],
+                ..Part::default()
+            },
+            used_while: Some((
+                "b1",
+                264 * MIB,
+                "B's 264 MiB stack (A's pool memory trimmed, credited to A alone)",
+            )),
+            peak_at_most: Some(1024 * MIB),
+            ..Duet::default()
+        },
         // A raised stack is charged at least what the driver takes for it: A, a process
         // outside the pool (nothing of it announced), frees 256 MiB while B raises its
-        // stack by 396 MiB (1.5 s, taken halfway). Measured device-wide alone, the stack
+        // stack by 396 MiB (1.5 s, taken halfway, where A is let go). Measured device-wide alone, the stack
         // was charged 140 MiB.
         Duet {
             name: "memory_freed_outside_the_pool_inside_a_stack_raise_is_not_taken_off_the_stack",
@@ -304,8 +342,7 @@ fn two_members() -> Vec<Duet> {
                 steps: &[
                     "alloc:256Mi",
                     "touch:a1",
-                    "wait:b0",
-                    "sleep:300",
+                    "wait:b-half.1",
                     "free",
                     "touch:a2",
                     "wait:end",
@@ -315,8 +352,11 @@ fn two_members() -> Vec<Duet> {
                 ..Part::default()
             },
             b: Part {
-                steps: &["touch:b0", "stack:3", "wait:a2", "touch:b1", "wait:end"],
-                env: &[("FAKECUDA_LIMIT_DELAY_MS", "1500")],
+                steps: &["stack:3", "wait:a2", "touch:b1", "wait:end"],
+                env: &[
+                    ("FAKECUDA_LIMIT_DELAY_MS", "1500"),
+                    ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
+                ],
                 says: vec![("stack 3 0".to_string(), "")],
                 ..Part::default()
             },
