@@ -268,3 +268,57 @@ fn a_files_limit_none_and_the_environment_beside_a_file_without_a_cap_are_named(
         "wait: none (from GPUCAP_WAIT: an allocation the pool cannot take now is refused at once)"
     );
 }
+
+/// A wait set in the `gpucap.env` is named with the file, as its cap is: the file alone
+/// (no GPUCAP_* variable), and beside the environment's variables (the file's pool binds,
+/// and its wait with it); the environment's own GPUCAP_WAIT is named as the variable
+/// (before: "from GPUCAP_WAIT" for the file's wait, which no variable had set).
+#[test]
+fn a_files_wait_is_named_with_the_file() {
+    let dir = scratch("check-file-wait");
+    let (lib, file) = library_with(
+        &dir,
+        &format!(
+            "GPUCAP_LIMIT=1Gi\nGPUCAP_POOL=p\nGPUCAP_POOL_DIR={}\nGPUCAP_WAIT=30s\n",
+            dir.display()
+        ),
+    );
+    let from_file = format!(
+        "wait: 30 s (from GPUCAP_WAIT in {file}: an allocation the pool cannot take now \
+         waits up to 30 s for its members to free memory)"
+    );
+    // The file alone: a copy of gpucap finds the library beside it (GPUCAP_LIB would be
+    // a variable of the environment).
+    let copy = lib.with_file_name("gpucap");
+    std::fs::copy(cli(), &copy).unwrap();
+    let mut c = fake_cmd(&copy, &dir.join("s.json"));
+    c.env("FAKECUDA_TOTAL_MEM", "4Gi").arg("check");
+    let o = run(&mut c);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(line(&o, &out, "wait: "), from_file);
+    // Beside a variable of the environment.
+    let o = run(&mut gpucap(
+        &dir,
+        &lib,
+        &[("GPUCAP_LOG", "info")],
+        &["check"],
+    ));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(line(&o, &out, "wait: "), from_file);
+    // The environment's own wait (in the file's pool) is its variable's.
+    let o = run(&mut gpucap(
+        &dir,
+        &lib,
+        &[("GPUCAP_POOL", "p"), ("GPUCAP_WAIT", "1500ms")],
+        &["check"],
+    ));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&o, &out, "wait: "),
+        "wait: 1500 ms (from GPUCAP_WAIT: an allocation the pool cannot take now waits up \
+         to 1500 ms for its members to free memory)"
+    );
+}

@@ -30,12 +30,15 @@ pub fn growth_line(on: bool) -> &'static str {
 
 /// The `wait:` line of `gpucap check`, with a pool: how long an allocation the pool
 /// cannot take now waits for its members to free memory (`GPUCAP_WAIT`), and which flag
-/// or variable said so.
-pub fn wait_line(config: &Config, set: bool) -> String {
-    let from = if config.typed.contains(&"--wait") {
-        "--wait"
-    } else {
-        "GPUCAP_WAIT"
+/// or variable said so: `set`, the environment's (its flags applied); else a wait is
+/// the configuration file's (`file`), as its cap is named with it.
+pub fn wait_line(config: &Config, set: bool, file: ConfigFile) -> String {
+    let from = match file {
+        _ if set && config.typed.contains(&"--wait") => "--wait".to_string(),
+        ConfigFile::Whole(f) | ConfigFile::Over(f) if !set => {
+            format!("GPUCAP_WAIT in {}", f.display())
+        }
+        _ => "GPUCAP_WAIT".to_string(),
     };
     let ms = config.wait.as_millis();
     if ms == 0 && set {
@@ -219,7 +222,7 @@ pub fn check_report(
     out.push(report_line(config.report.as_deref()));
     out.push(pool_line.to_string());
     if config.pool.is_some() {
-        out.push(wait_line(config, set.wait));
+        out.push(wait_line(config, set.wait, file));
     }
     for (what, spec, meaning) in [
         (
@@ -483,6 +486,37 @@ pub(crate) mod tests {
                 "gpucap: GPUCAP_LIMIT names {U7}, which matches none of the 2 GPU(s)"
             )),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_wait_is_named_with_its_source() {
+        let config = Config {
+            wait: std::time::Duration::from_secs(30),
+            ..Config::default()
+        };
+        let file = PathBuf::from("/opt/gpucap/gpucap.env");
+        let tail = ": an allocation the pool cannot take now waits up to 30 s for its \
+                    members to free memory)";
+        // The file's wait, whether the file is the whole configuration or over the
+        // environment's variables; the environment's own, its variable's.
+        for f in [ConfigFile::Whole(&file), ConfigFile::Over(&file)] {
+            assert_eq!(
+                wait_line(&config, false, f),
+                format!("wait: 30 s (from GPUCAP_WAIT in /opt/gpucap/gpucap.env{tail}")
+            );
+        }
+        assert_eq!(
+            wait_line(&config, true, ConfigFile::Over(&file)),
+            format!("wait: 30 s (from GPUCAP_WAIT{tail}")
+        );
+        let typed = Config {
+            typed: vec!["--wait"],
+            ..config.clone()
+        };
+        assert_eq!(
+            wait_line(&typed, true, ConfigFile::Over(&file)),
+            format!("wait: 30 s (from --wait{tail}")
         );
     }
 
