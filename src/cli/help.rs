@@ -259,7 +259,9 @@ this user's pool directory (gpucap-UID) when it cannot be used (root's is a line
 among what could not be read).
 With --prometheus and no pool named or configured: every pool and every process capped
 alone, as gpucap status shows them (as --all). With --prometheus the exposition is printed all the same, with
-gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr).";
+gpucap_pool_up 0 for a pool that could not be read (and the reason on stderr); with
+--all, the *.pool files that are not pool files are counted per user
+(gpucap_pool_files_unreadable), one line for them.";
 
 const TOP_HELP: &str = "\
 usage: gpucap top [--pool NAME|PATH] [--user NAME|UID] [--sort KEY] [--uuid]
@@ -308,7 +310,9 @@ Which pools: --pool's (several times for several), or with --all every pool file
 (gpucap-container-NS), listed again at each scrape, else the one
 gpucap status would show (GPUCAP_POOL, CUDA_DEVICE_MEMORY_SHARED_CACHE, gpucap.env).
 A pool that no process has joined yet, or whose file cannot be read, is served as
-gpucap_pool_up{pool=\"NAME\"} 0 until it can be.
+gpucap_pool_up{pool=\"NAME\"} 0 until it can be; with --all, the *.pool files that
+are not pool files are counted per user (gpucap_pool_files_unreadable), not served
+one by one.
 
 options:
   --listen ADDR:PORT  the address to listen on: 127.0.0.1:9400 (this machine only),

@@ -33,8 +33,8 @@ use crate::procs::LoneReading;
 
 use families::{
     CAP, DRIFT, GUARANTEED, HANDED_DOWN, HELD_BY_DEAD, INFO, MEMBER_ALIVE, MEMBER_BORROWED,
-    MEMBER_CEILING, MEMBER_GUARANTEE, MEMBER_PEAK, MEMBER_USED, MEMBERS, PROCESS_CAP, UP,
-    WAIT_SECONDS, WAITERS, WAITS,
+    MEMBER_CEILING, MEMBER_GUARANTEE, MEMBER_PEAK, MEMBER_USED, MEMBERS, PROCESS_CAP,
+    UNREADABLE_FILES, UP, WAIT_SECONDS, WAITERS, WAITS,
 };
 pub use reader::{Reader, Which};
 pub use server::serve;
@@ -60,13 +60,25 @@ pub struct Reading {
     pub result: Result<(PathBuf, PoolView), (i32, String)>,
 }
 
+/// With `--all`: the files of a user's pool directory named like pool files that are
+/// not pools (`procs::Unread::pool_like` false), counted: one series per user, where a
+/// `gpucap_pool_up 0` each, labelled with its name, had no bound.
+pub struct UnreadableFiles {
+    /// The `user` label: the directory's user.
+    pub user: String,
+    pub files: u64,
+}
+
 /// The exposition of `readings`: `gpucap_pool_up` for every pool, the other series for
 /// the pools that were read, each labelled by pool and user; then the processes capped on
-/// their own (`lone`, each labelled by pid, PID namespace, user and command); with `hami`, HAMi's monitor series of
-/// both (`hami.rs`), its processes named by it. Families without a sample are left out.
+/// their own (`lone`, each labelled by pid, PID namespace, user and command); the files
+/// named like pool files that are not pools, counted per user (`unreadable`); with `hami`,
+/// HAMi's monitor series of both (`hami.rs`), its processes named by it. Families without
+/// a sample are left out.
 pub fn exposition(
     readings: &[Reading],
     lone: &[LoneReading],
+    unreadable: &[UnreadableFiles],
     hami: Option<&dyn Identify>,
 ) -> String {
     let mut s = Samples::default();
@@ -99,6 +111,9 @@ pub fn exposition(
                 s.add(HANDED_DOWN, &l, cap);
             }
         }
+    }
+    for u in unreadable {
+        s.add(UNREADABLE_FILES, &labels(&[("user", &u.user)]), u.files);
     }
     for r in readings {
         let pool = [("pool", r.label.as_str()), ("user", r.user.as_str())];
@@ -207,7 +222,7 @@ mod tests {
         v.gpus[0].waiters = 1;
         v.gpus[0].waits = 2;
         v.gpus[0].wait_ms = 1_500;
-        let text = exposition(&[reading("t", v)], &[], None);
+        let text = exposition(&[reading("t", v)], &[], &[], None);
         let gpu = format!("{{pool=\"t\",user=\"alice\",gpu_uuid=\"{UUID}\"}}");
         assert_eq!(
             samples(&text, "gpucap_pool_waiters"),
@@ -229,7 +244,7 @@ mod tests {
 
     #[test]
     fn guarantees_and_ceilings_as_series() {
-        let text = exposition(&[reading("t", view())], &[], None);
+        let text = exposition(&[reading("t", view())], &[], &[], None);
         let gpu = format!("{{pool=\"t\",user=\"alice\",gpu_uuid=\"{UUID}\"}}");
         assert_eq!(
             samples(&text, "gpucap_pool_guaranteed_bytes"),
@@ -264,7 +279,7 @@ mod tests {
         }
         let mut lone = crate::procs::tests::lone(99, 5 << 20, Some(256 << 20));
         lone.view.gpus[0].ceiling_from = Some("/etc/gpucap/gpucap.env".into());
-        let text = exposition(&[reading("t", v)], &[lone], None);
+        let text = exposition(&[reading("t", v)], &[lone], &[], None);
         let got = samples(&text, "gpucap_ceiling_handed_down_bytes");
         assert_eq!(got.len(), 3, "{text}");
         for want in [
@@ -288,7 +303,7 @@ mod tests {
 
     #[test]
     fn every_series_of_a_pool() {
-        let text = exposition(&[reading("t", view())], &[], None);
+        let text = exposition(&[reading("t", view())], &[], &[], None);
         let one = |name: &str| {
             let s = samples(&text, name);
             assert_eq!(s.len(), 1, "{name}\n{text}");
@@ -379,6 +394,10 @@ mod tests {
                 reading("b", second),
             ],
             &[lone],
+            &[UnreadableFiles {
+                user: "alice".into(),
+                files: 3,
+            }],
             Some(&TwoContainers),
         );
         let mut names_seen = Vec::new();
@@ -426,17 +445,22 @@ mod tests {
             )]
         );
         assert_eq!(samples(&text, "gpucap_process_refusals_total").len(), 1);
+        assert_eq!(
+            samples(&text, "gpucap_pool_files_unreadable"),
+            ["gpucap_pool_files_unreadable{user=\"alice\"} 3"]
+        );
     }
 
     #[test]
     fn nothing_read_nothing_printed() {
-        assert_eq!(exposition(&[], &[], None), "");
+        assert_eq!(exposition(&[], &[], &[], None), "");
         let text = exposition(
             &[Reading {
                 label: "x".into(),
                 user: String::new(),
                 result: Err((1, String::new())),
             }],
+            &[],
             &[],
             None,
         );
@@ -458,7 +482,7 @@ mod tests {
         assert_eq!(escape_label("café ✓"), "café ✓");
         let mut v = view();
         v.members[0].command = "evil\"} 1\ngpucap_x 2 \\".into();
-        let text = exposition(&[reading("t\"q", v)], &[], None);
+        let text = exposition(&[reading("t\"q", v)], &[], &[], None);
         let alive = samples(&text, "gpucap_member_alive");
         assert_eq!(
             alive[0],
@@ -469,7 +493,7 @@ mod tests {
         // A command longer than a member stores (a damaged file) is cut.
         let mut v = view();
         v.members[0].command = "é".repeat(100);
-        let text = exposition(&[reading("t", v)], &[], None);
+        let text = exposition(&[reading("t", v)], &[], &[], None);
         let line = samples(&text, "gpucap_member_alive")[0];
         assert!(
             line.contains(&format!("command=\"{}\"", "é".repeat(64))),
@@ -513,7 +537,7 @@ mod tests {
         let uuid = v.gpus[0].uuid.clone();
         let cap = v.gpus[0].cap.unwrap();
         let lone = crate::procs::tests::lone(99, 5 << 20, Some(1 << 30));
-        let text = exposition(&[reading("t", v)], &[lone], Some(&TwoContainers));
+        let text = exposition(&[reading("t", v)], &[lone], &[], Some(&TwoContainers));
         let line = |name: &str, labels: &str| -> String {
             text.lines()
                 .find(|l| l.starts_with(&format!("{name}{{{labels}")))
@@ -535,6 +559,6 @@ mod tests {
         // Without --hami, none of it.
         let mut plain = view();
         plain.members.truncate(1);
-        assert!(!exposition(&[reading("t", plain)], &[], None).contains("hami_"));
+        assert!(!exposition(&[reading("t", plain)], &[], &[], None).contains("hami_"));
     }
 }

@@ -79,6 +79,26 @@ impl HeldDir {
         self.through.join(name)
     }
 
+    /// Whether `name` in the held directory is a regular file that starts as a gpucap
+    /// pool file does (its magic word), whatever its layout or state: a pool file a
+    /// reader cannot read, told apart from any other file named like one. Opened as a
+    /// pool file is (`kept::open_regular`: never a device or a FIFO), its first word read.
+    pub fn starts_as_pool_file(&self, name: &OsStr) -> bool {
+        use std::os::unix::fs::FileExt;
+        let Ok(c) = cstr(&self.inside(name)) else {
+            return false;
+        };
+        let Ok(fd) = crate::kept::open_regular(&c, libc::O_NOFOLLOW, libc::O_RDONLY, |_| true)
+        else {
+            return false;
+        };
+        // SAFETY: the descriptor open_regular just returned, owned (and closed) here.
+        let file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let mut head = [0u8; 8];
+        file.read_exact_at(&mut head, 0).is_ok()
+            && u64::from_le_bytes(head) == gpucap_core::budget::MAGIC
+    }
+
     /// `name` in the directory as it is shown.
     pub fn shown_inside(&self, name: &OsStr) -> PathBuf {
         self.shown.join(name)

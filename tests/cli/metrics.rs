@@ -752,8 +752,9 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
     let m = parse(&server.scrape());
     assert_eq!(find(&m, "gpucap_pool_up", &[]).len(), 1);
     let b = s.member("two", "b", &["alloc:20Mi"]);
-    // A file that is not a pool file, and one that is not named like one, in the
-    // directory: the first is up 0, the second is not a pool.
+    // A file named like a pool file that is not one, and one not named like one, in the
+    // directory: the first is counted (no series of its own: anyone may make thousands,
+    // junk_in_a_pool_directory_is_one_count_not_a_series_each), the second is not a pool.
     let dir = s.pool_file("x").parent().unwrap().to_path_buf();
     std::fs::write(dir.join("junk.pool"), b"not a pool").unwrap();
     std::fs::write(dir.join("notes.txt"), b"hello").unwrap();
@@ -761,8 +762,11 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
     let m = parse(&body);
     assert_eq!(value(&m, "gpucap_pool_up", &[("pool", "one")]), 1.0);
     assert_eq!(value(&m, "gpucap_pool_up", &[("pool", "two")]), 1.0);
-    assert_eq!(value(&m, "gpucap_pool_up", &[("pool", "junk")]), 0.0);
-    assert_eq!(find(&m, "gpucap_pool_up", &[]).len(), 3, "{body}");
+    assert_eq!(find(&m, "gpucap_pool_up", &[]).len(), 2, "{body}");
+    assert_eq!(
+        value(&m, "gpucap_pool_files_unreadable", &[("user", &own_user())]),
+        1.0
+    );
     assert_eq!(
         value(&m, "gpucap_pool_used_bytes", &[("pool", "two")]),
         (20 * MIB) as f64
@@ -786,7 +790,7 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
         assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
         assert_eq!(
             find(&parse(&body), "gpucap_pool_up", &[]).len(),
-            3,
+            2,
             "{body}"
         );
         assert!(
@@ -802,11 +806,89 @@ fn the_server_lists_the_pool_directory_at_each_scrape() {
     }
     assert_eq!(
         find(&parse(&server.scrape()), "gpucap_pool_up", &[]).len(),
-        3,
+        2,
         "served again once the directory is fixed"
     );
     kill(a);
     kill(b);
+}
+
+/// Files named like pool files that are not pools (no pool file's header, or a name no
+/// pool can have) are one count per user, `gpucap_pool_files_unreadable`, and one line:
+/// anyone may fill their directory with such files, and each was a `gpucap_pool_up 0`
+/// series labelled with its name (200 junk files, 200 series: unbounded for
+/// Prometheus). A pool file this gpucap cannot read (another layout) keeps its `up 0`.
+#[test]
+fn junk_in_a_pool_directory_is_one_count_not_a_series_each() {
+    let s = Scratch::new("metrics-litter");
+    let a = s.member("one", "a", &["alloc:10Mi"]);
+    let file = s.pool_file("one");
+    let dir = file.parent().unwrap().to_path_buf();
+    for i in 0..200 {
+        std::fs::write(dir.join(format!("junk{i}.pool")), b"not a pool").unwrap();
+    }
+    // A pool's header, but a name no pool can have: junk too.
+    std::fs::write(dir.join("no pool.pool"), b"GPUCAPPL").unwrap();
+    // A pool file of another layout (its version word changed): a pool, up 0.
+    let mut old = std::fs::read(&file).unwrap();
+    old[8..16].copy_from_slice(&9u64.to_le_bytes());
+    std::fs::write(dir.join("old.pool"), &old).unwrap();
+    let me = own_user();
+    let check = |text: &str| {
+        let m = parse(text);
+        assert_eq!(
+            value(&m, "gpucap_pool_up", &[("pool", "one")]),
+            1.0,
+            "{text}"
+        );
+        assert_eq!(
+            value(&m, "gpucap_pool_up", &[("pool", "old")]),
+            0.0,
+            "{text}"
+        );
+        assert_eq!(find(&m, "gpucap_pool_up", &[]).len(), 2, "{text}");
+        assert_eq!(
+            value(&m, "gpucap_pool_files_unreadable", &[("user", &me)]),
+            201.0,
+            "{text}"
+        );
+        assert!(!text.contains("junk"), "{text}");
+        assert_promtool_accepts(text);
+    };
+    let summary = format!(
+        "gpucap: {}: 201 files named like pool files are not gpucap pool files (counted \
+         in gpucap_pool_files_unreadable{{user=\"{me}\"}}; gpucap status lists each): the \
+         first, the pool file {}/junk0.pool: it is not a gpucap pool file",
+        dir.display(),
+        dir.display()
+    );
+    // status --prometheus: a file it cannot read is exit status 2, as before; one line
+    // for the junk, one for the other layout's pool.
+    let o = run(&mut s.gpucap(&["status", "--prometheus", "--all"]));
+    assert_eq!(o.status.code(), Some(2), "{}", dump(&o));
+    check(&stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(
+        err.lines().any(|l| l.starts_with(&summary)),
+        "{summary}\n{err}"
+    );
+    assert!(
+        err.contains("old.pool: it is a version 9 pool file"),
+        "{err}"
+    );
+    // The server: the same, the line logged once.
+    let server = Server::start(&s, &["--all"]);
+    check(&server.scrape());
+    check(&server.scrape());
+    let log = server.log();
+    assert_eq!(
+        log.lines().filter(|l| l.starts_with(&summary)).count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("junk1.pool"), "{log}");
+    kill(a);
 }
 
 /// A server reading 200 pools holds none of their words between scrapes: each reading's

@@ -64,14 +64,16 @@ pub fn prometheus(pools: PoolSet, hami: bool) -> i32 {
     print_out(&metrics::exposition(
         &readings,
         reader.lone(),
+        reader.unreadable(),
         reader.hami(),
     ));
     // `--all`'s lines about what it could not read beside the pools (a lone process's
-    // file; root's own directory), as `status` shows them: the exit status stays.
+    // file; root's own directory), as `status` shows them: the exit status stays; but
+    // files named like pool files that could not be read are 2, as a pool's file is.
     for note in reader.notes() {
         eprintln!("{note}");
     }
-    let mut code = 0;
+    let mut code = if reader.unreadable().is_empty() { 0 } else { 2 };
     for r in &readings {
         if let Err((c, msg)) = &r.result {
             eprintln!("{msg}");

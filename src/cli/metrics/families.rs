@@ -44,11 +44,13 @@ pub const MEMBER_BORROWED: usize = 19;
 pub const PROCESS_CAP: usize = 20;
 /// A pool member's or a lone process's cap that is a ceiling handed down to it.
 pub const HANDED_DOWN: usize = 25;
+/// With `--all`: a user's files named like pool files that are not pools, counted.
+pub const UNREADABLE_FILES: usize = 26;
 /// HAMi's monitor names (`--hami`, hami.rs): used and limit.
-pub const HAMI_USED: usize = 26;
-pub const HAMI_LIMIT: usize = 27;
+pub const HAMI_USED: usize = 27;
+pub const HAMI_LIMIT: usize = 28;
 
-pub const FAMILIES: [Family; 28] = [
+pub const FAMILIES: [Family; 29] = [
     gauge(
         "gpucap_pool_up",
         "1 if the pool's file was read, 0 if not (no process has joined the pool yet, or \
@@ -163,6 +165,12 @@ pub const FAMILIES: [Family; 28] = [
         "The most a process may hold on this GPU when that is a ceiling handed down to it (a \
          gpucap.env file's or a driver's hand-over, label from), which its environment cannot \
          raise; no sample: its cap is its environment's own (or its pool's).",
+    ),
+    gauge(
+        "gpucap_pool_files_unreadable",
+        "Files of the user's pool directory named like pool files (NAME.pool) that are not \
+         gpucap pool files (no pool file's header, or a name no pool has): counted, each \
+         without a gpucap_pool_up series of its own (no sample: none).",
     ),
     gauge(
         "hami_vgpu_memory_used_bytes",

@@ -10,9 +10,9 @@ use gpucap_core::budget::PoolView;
 use gpucap_core::config::PoolSpec;
 use gpucap_pool_file::{PoolFile, Sharing};
 
-use super::Reading;
+use super::{Reading, UnreadableFiles};
 use crate::pool::{self, EXIT_NO_POOL_FILE, Located};
-use crate::procs::{LoneReading, Sources, user_name};
+use crate::procs::{LoneReading, Sources, Unread, user_name};
 
 /// Which pools a [`Reader`] reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +52,8 @@ struct All {
     sources: Sources,
     lone: Vec<LoneReading>,
     notes: Vec<String>,
+    /// Per user, the files named like pool files that are not pools.
+    unreadable: Vec<UnreadableFiles>,
 }
 
 impl Reader {
@@ -60,6 +62,7 @@ impl Reader {
             sources: Sources::new(pool_dir.clone(), crate::status::every_user()),
             lone: Vec::new(),
             notes: Vec::new(),
+            unreadable: Vec::new(),
         });
         Reader {
             which,
@@ -177,8 +180,9 @@ impl Reader {
         Ok(readings)
     }
 
-    /// `--all`: what `status` reads ([`Sources`]), as readings; the files of the
-    /// directories that could not be read are `up 0`.
+    /// `--all`: what `status` reads ([`Sources`]), as readings; the pool files of the
+    /// directories that could not be read are `up 0`, the other files named like pool
+    /// files are counted per user, with one line each user.
     fn read_all(&mut self) -> Result<Vec<Reading>, String> {
         self.check_dir()?;
         let all = self.all.as_mut().expect("--all has its sources");
@@ -186,7 +190,8 @@ impl Reader {
             .sources
             .read()
             .map_err(|e| format!("gpucap: --all: {e}"))?;
-        let unread = all.sources.unread();
+        let (unread, junk): (Vec<&Unread>, Vec<&Unread>) =
+            all.sources.unread().iter().partition(|u| u.pool_like);
         let readings: Vec<(Reading, PathBuf)> = pools
             .into_iter()
             .map(|p| {
@@ -208,14 +213,31 @@ impl Reader {
             }))
             .collect();
         let readings = distinct(readings);
+        // Each unread file's line is its reading's, or its user's count's (a set: the
+        // errors and the unread files are as many as the files).
+        let said: std::collections::HashSet<&str> = all
+            .sources
+            .unread()
+            .iter()
+            .map(|u| u.error.as_str())
+            .collect();
+        let (counts, lines) = junk_by_user(&junk);
         all.notes = errors
             .into_iter()
-            .filter(|e| !unread.iter().any(|u| &u.error == e))
+            .filter(|e| !said.contains(e.as_str()))
             .map(|e| format!("gpucap: {e}"))
+            .chain(lines)
             .chain(warnings.into_iter().map(|w| format!("gpucap: {w}")))
             .collect();
+        all.unreadable = counts;
         all.lone = lone;
         Ok(readings)
+    }
+
+    /// With `--all`: the last reading's files named like pool files that are not pools,
+    /// counted per user (`gpucap_pool_files_unreadable`). Else none.
+    pub fn unreadable(&self) -> &[UnreadableFiles] {
+        self.all.as_ref().map_or(&[], |a| &a.unreadable)
     }
 
     /// With `--all`: the processes capped on their own, as the last reading found them
@@ -296,6 +318,52 @@ impl Reader {
         let uid = o.file.identity().map_or(0, |(_, _, uid)| uid);
         Ok((path, view, uid))
     }
+}
+
+/// The files named like pool files that are not pools (`junk`, in the order read: each
+/// directory's together), counted per user (one user may have a directory in /dev/shm
+/// and one in /tmp), and a line for each directory: the count, and its first file's line
+/// (`gpucap status` lists each).
+fn junk_by_user(junk: &[&Unread]) -> (Vec<UnreadableFiles>, Vec<String>) {
+    let mut counts: Vec<(u32, u64)> = Vec::new();
+    let mut dirs: Vec<(PathBuf, u64, &Unread)> = Vec::new();
+    for u in junk {
+        match counts.iter_mut().find(|(uid, _)| *uid == u.uid) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((u.uid, 1)),
+        }
+        let dir = parent(&u.path);
+        match dirs.iter_mut().find(|(d, _, _)| *d == dir) {
+            Some((_, n, _)) => *n += 1,
+            None => dirs.push((dir, 1, u)),
+        }
+    }
+    let lines = dirs
+        .into_iter()
+        .map(|(dir, files, first)| {
+            let what = if files == 1 {
+                "file named like a pool file is not a gpucap pool file"
+            } else {
+                "files named like pool files are not gpucap pool files"
+            };
+            format!(
+                "gpucap: {}: {files} {what} (counted in \
+                 gpucap_pool_files_unreadable{{user=\"{}\"}}; gpucap status lists each): the \
+                 first, {}",
+                dir.display(),
+                user_name(first.uid),
+                first.error
+            )
+        })
+        .collect();
+    let counts = counts
+        .into_iter()
+        .map(|(uid, files)| UnreadableFiles {
+            user: user_name(uid),
+            files,
+        })
+        .collect();
+    (counts, lines)
 }
 
 /// `--all`'s readings, each with its file: two with one label and user (one user's pools

@@ -156,7 +156,12 @@ fn scrape(reader: &mut Reader, log: &Mutex<Log>) -> Result<String, String> {
             let mut log = lock(log);
             log.note(&readings);
             log.notes(reader.notes());
-            Ok(exposition(&readings, reader.lone(), reader.hami()))
+            Ok(exposition(
+                &readings,
+                reader.lone(),
+                reader.unreadable(),
+                reader.hami(),
+            ))
         }
         Err(e) => {
             lock(log).line(&e);

@@ -33,6 +33,11 @@ pub struct Unread {
     pub path: PathBuf,
     pub uid: u32,
     pub error: String,
+    /// Named as a pool can be (`NAME.pool`, NAME a pool name `GPUCAP_POOL` takes) and
+    /// starting as a pool file does (its magic word): a pool this gpucap cannot read
+    /// (another layout, damaged, a mode that lets others write it). Else any other file
+    /// named `*.pool`, which anyone may make by the thousand in their own directory.
+    pub pool_like: bool,
 }
 
 /// The directories read, and the pool files kept open.
@@ -70,7 +75,8 @@ impl Sources {
     }
 
     /// The pool files of the directories read that the last reading could not read
-    /// (each is among its errors too): a metrics reader's `gpucap_pool_up 0`.
+    /// (each is among its errors too): a metrics reader's `gpucap_pool_up 0` for those
+    /// [`Unread::pool_like`], its count of the others.
     pub fn unread(&self) -> &[Unread] {
         &self.unread
     }
@@ -225,20 +231,23 @@ impl Sources {
                     continue;
                 }
             };
-            for name in files {
-                let path = held.shown_inside(&name);
+            for file in files {
+                let path = held.shown_inside(&file);
                 if seen.contains(&path) {
                     continue;
                 }
-                match self.read_pool_at(&path, &held.inside(&name), Sharing::Private) {
+                match self.read_pool_at(&path, &held.inside(&file), Sharing::Private) {
                     Ok(p) => pools.push(p),
                     Err(e) => {
                         let error = held.as_shown(&e);
+                        let name = pool_name(&path, Sharing::Private).unwrap_or_default();
+                        let pool_like = names_a_pool(&name) && held.starts_as_pool_file(&file);
                         unread.push(Unread {
-                            name: pool_name(&path, Sharing::Private).unwrap_or_default(),
+                            name,
                             path: path.clone(),
                             uid: owner,
                             error: error.clone(),
+                            pool_like,
                         });
                         errors.push(error);
                     }
@@ -407,6 +416,15 @@ pub fn pool_name(path: &Path, sharing: Sharing) -> Option<String> {
     };
     let n = named_by.file_name()?.to_str()?;
     Some(n.strip_suffix(".pool").unwrap_or(n).to_string())
+}
+
+/// Whether `name` is one a pool of a pool directory can have (`GPUCAP_POOL=NAME`: 1 to
+/// 64 of A-Z a-z 0-9 . _ -, not starting with '.', not `off`).
+fn names_a_pool(name: &str) -> bool {
+    matches!(
+        gpucap_core::config::parse_pool(name),
+        Ok(Some(gpucap_core::config::PoolSpec::Name(_)))
+    )
 }
 
 /// The uid a `gpucap-UID` directory's name gives (None: not such a name).

@@ -65,8 +65,8 @@ pub use context_flight::{ContextFlight, Overlap};
 pub use join::{JOIN_SWEEP_ALL, JOIN_SWEEP_EVERY_MS};
 pub use layout::{
     COMMAND_BYTES, DEFAULT_SLOTS, H_BYTES, H_FILE_DEV, H_FILE_INO, H_GEOMETRY, H_SLOTS_SEEN,
-    HEADER_WORDS, LayoutError, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION, POOL_WORDS,
-    STATE_EMPTY, STATE_LIVE, STATES_AT, geometry_slots, pool_file_bytes, pool_words,
+    HEADER_WORDS, LayoutError, MAGIC, MAX_POOL_GPUS, MAX_SLOTS, POOL_FILE_BYTES, POOL_VERSION,
+    POOL_WORDS, STATE_EMPTY, STATE_LIVE, STATES_AT, geometry_slots, pool_file_bytes, pool_words,
 };
 pub use marks::{FreedBefore, MadeInside, PoolTraffic};
 pub use member::{
