@@ -277,15 +277,7 @@ fn two_members() -> Vec<Duet> {
                 ],
                 ..Part::default()
             },
-            b: Part {
-                steps: &["stack:5", "stack:2", "wait:a2", "touch:b1", "wait:end"],
-                env: &[
-                    ("FAKECUDA_LIMIT_DELAY_MS", "1500"),
-                    ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
-                ],
-                says: vec![("stack 5 0".to_string(), ""), ("stack 2 0".to_string(), "")],
-                ..Part::default()
-            },
+            b: lowering_its_stack(),
             used_while: Some((
                 "b1",
                 264 * MIB,
@@ -315,15 +307,7 @@ fn two_members() -> Vec<Duet> {
                 ],
                 ..Part::default()
             },
-            b: Part {
-                steps: &["stack:5", "stack:2", "wait:a2", "touch:b1", "wait:end"],
-                env: &[
-                    ("FAKECUDA_LIMIT_DELAY_MS", "1500"),
-                    ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
-                ],
-                says: vec![("stack 5 0".to_string(), ""), ("stack 2 0".to_string(), "")],
-                ..Part::default()
-            },
+            b: lowering_its_stack(),
             used_while: Some((
                 "b1",
                 264 * MIB,
@@ -364,6 +348,21 @@ fn two_members() -> Vec<Duet> {
             ..Duet::default()
         },
     ]
+}
+
+/// B of a trim's case: raises its stack to 660 MiB, then lowers it to 264 MiB in a
+/// `cuCtxSetLimit` of 1.5 s that gives the memory back halfway (where the fake makes
+/// `b-half.2`, which A waits for to trim).
+fn lowering_its_stack() -> Part {
+    Part {
+        steps: &["stack:5", "stack:2", "wait:a2", "touch:b1", "wait:end"],
+        env: &[
+            ("FAKECUDA_LIMIT_DELAY_MS", "1500"),
+            ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
+        ],
+        says: vec![("stack 5 0".to_string(), ""), ("stack 2 0".to_string(), "")],
+        ..Part::default()
+    }
 }
 
 #[test]
