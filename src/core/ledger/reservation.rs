@@ -90,7 +90,9 @@ impl Reservation<'_> {
         if let Some(pool) = self.pool {
             let made = backed.min(self.charge.bytes);
             pool.alloc_ended(self.charge.device, made, true);
-            pool.alloc_ended(self.charge.device, self.charge.bytes - made, false);
+            if made < self.charge.bytes {
+                pool.alloc_ended(self.charge.device, self.charge.bytes - made, false);
+            }
         }
         std::mem::forget(self);
     }
