@@ -223,8 +223,11 @@ fn the_comparison_runs_on_the_fake_with_gpucap_in_hami_cores_place() {
 
 /// How far the README's figures with 10,000 blocks live may be from this tree's, in
 /// instructions per pair (this test's 200 pairs against the published run's 2,000: runs
-/// of one tree agree within 3).
-const LIVE_TOLERANCE: i64 = 10;
+/// of one tree agree within 3 where both are the script's; but the fifty-third session's
+/// tree read +218 to +220 alone in this test where the script itself read +229 to +231,
+/// at 200, 500, 1,000 and 2,000 pairs and with its environment padded: the live map's
+/// probes follow the blocks' addresses, which this test's process is handed otherwise).
+const LIVE_TOLERANCE: i64 = 16;
 
 /// HAMi-core itself (GPUCAP_TEST_HAMI_SRC: a HAMi-core source folder, built by the
 /// script): gpucap's ways within their bounds, and each of gpucap's added figures below
