@@ -25,13 +25,6 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dp
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
 CUresult cuMemPoolDestroy(CUmemoryPool pool);
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value);
-CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
-                             unsigned long long flags);
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
-                  unsigned long long flags);
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleUnload(CUmodule module);
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);

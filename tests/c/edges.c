@@ -39,13 +39,6 @@
 
 /* ---- declarations beyond fakecuda.h --------------------------------------- */
 
-CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                             unsigned long long flags);
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
-                  unsigned long long flags);
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
-
 /* CUmemLocationType values fakecuda.h does not name. */
 #define LOC_HOST 2
 #define LOC_HOST_NUMA 3
@@ -92,7 +85,6 @@ typedef struct {
 FAKECUDA_STATIC_ASSERT(sizeof(CUmulticastObjectProp) == 32, "multicast prop is 32 bytes");
 #define CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED 132
 CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice dev);
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, int option);
 CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mc, const CUmulticastObjectProp *prop);
 CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mc, CUdevice dev);

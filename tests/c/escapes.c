@@ -177,13 +177,6 @@
 
 /* ---- declarations beyond fakecuda.h --------------------------------------- */
 
-CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                             unsigned long long flags);
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
-                  unsigned long long flags);
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr);
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
 CUresult cuMemPoolDestroy(CUmemoryPool pool);

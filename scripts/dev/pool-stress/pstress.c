@@ -27,13 +27,6 @@
 #include "fakecuda.h"
 
 CUresult cuCtxSetLimit(int limit, size_t value);
-CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                             unsigned long long flags);
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
-                  unsigned long long flags);
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 
 typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
