@@ -14,21 +14,18 @@ use crate::model::pool;
 use crate::model::teardown;
 use libc::{c_char, c_int, c_uint, c_void};
 
-/// Half of FAKECUDA_CONTEXT_DELAY_MS, slept before and after a context takes its memory.
-fn half_delay() -> CuResult {
-    let ms = cfg()?.context_delay_ms;
+/// Sleeps half of `ms` milliseconds: a call that takes a while (FAKECUDA_CONTEXT_DELAY_MS,
+/// FAKECUDA_LIMIT_DELAY_MS) sleeps one half before it takes or gives back its memory, the
+/// other after.
+fn half_of(ms: u64) {
     if ms > 0 {
         std::thread::sleep(std::time::Duration::from_micros(ms * 500));
     }
-    Ok(())
 }
 
-/// Half of FAKECUDA_LIMIT_DELAY_MS, slept before and after `cuCtxSetLimit` sets a limit.
-fn half_limit_delay() -> CuResult {
-    let ms = cfg()?.limit_delay_ms;
-    if ms > 0 {
-        std::thread::sleep(std::time::Duration::from_micros(ms * 500));
-    }
+/// Half of FAKECUDA_CONTEXT_DELAY_MS (see [`half_of`]).
+fn half_delay() -> CuResult {
+    half_of(cfg()?.context_delay_ms);
     Ok(())
 }
 
@@ -264,10 +261,10 @@ crate::abi::exports! {
 
     fn cuCtxSetLimit(limit: c_int, value: usize) {
         let (ctx, dev) = current()?;
-        half_limit_delay()?;
+        half_of(cfg()?.limit_delay_ms);
         let set = limit::set(ctx, dev, limit, value);
         limit_halfway()?;
-        half_limit_delay()?;
+        half_of(cfg()?.limit_delay_ms);
         set
     }
 
