@@ -33,7 +33,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use crate::config::MAX_DEVICES;
-use crate::ledger::{Charge, Freeing, Ledger, Refusal, Reservation};
+use crate::ledger::{Charge, Ledger, Refusal, Reservation};
 pub use driver::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator, growth_bound};
 use records::{Pool, PoolRecords, pools_on, settle};
 
@@ -308,7 +308,7 @@ impl MemPoolCharges {
                     && reserved > used
                 {
                     // What the trim releases is announced to the pool of processes first,
-                    // as any free (see `announce_release`).
+                    // as any free (see `release_bound`).
                     let freeing = ledger.announce(Charge {
                         device,
                         bytes: reserved - used,
@@ -324,22 +324,16 @@ impl MemPoolCharges {
         before.saturating_sub(ledger.usage(device).map_or(0, |u| u.used))
     }
 
-    /// Before a call that may make the driver release what device pool `pool` reserves
-    /// (`cuMemPoolTrimTo`, `cuMemPoolDestroy`): as much as it may release (its charge, or
-    /// `reserved`, the driver's figure read now, if more) is announced to the pool of
-    /// processes, as any free is, so that a member measuring what the driver took for it
-    /// meanwhile does not take these bytes off its charge. The caller settles the pool
-    /// after the call, then ends the announcement (`Ledger::withdraw`). None: a pool not
-    /// tracked, or a host pool.
-    pub fn announce_release(
-        &self,
-        ledger: &Ledger,
-        pool: u64,
-        reserved: Option<u64>,
-    ) -> Option<Freeing> {
+    /// The most a call may make the driver release of what device pool `pool` reserves
+    /// (`cuMemPoolTrimTo`, `cuMemPoolDestroy`): its charge, or `reserved` (the driver's
+    /// figure read now) if more; to announce to a pool of processes before the call, as
+    /// any free is. None: a pool not tracked, or a host pool.
+    pub fn release_bound(&self, pool: u64, reserved: Option<u64>) -> Option<Charge> {
         let (device, charged) = self.with(|b| b.pools.get(&pool).map(|p| (p.device, p.charged)))?;
-        let bytes = charged.max(reserved.unwrap_or(0));
-        Some(ledger.announce(Charge { device, bytes }))
+        Some(Charge {
+            device,
+            bytes: charged.max(reserved.unwrap_or(0)),
+        })
     }
 
     /// `cuMemPoolDestroy(pool)` succeeded. The driver releases the pool's cached memory

@@ -303,6 +303,9 @@ fn on_stream(api: &str, real: Real<(Handle, Stream)>, exec: Handle, stream: Stre
 /// `cuGraphExecDestroy`: the driver may give back the exec's graph memory (see
 /// [`giving_back`]).
 pub fn graph_exec_destroy(real: Real<(Handle,)>, exec: Handle) -> CuResult {
+    if !GRAPHS.any() {
+        return real.call(exec); // no exec has graph memory: one load
+    }
     let devices = GRAPHS.devices(exec as u64);
     // No more than the exec's own memory goes with it (a driver may keep it for reuse
     // until a trim); an exec whose nodes could not be listed: as much as the device holds.
@@ -350,25 +353,25 @@ fn giving_back(
     most: impl Fn(usize) -> u64,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
-    let pooled = SHIM.ledger.pooled();
-    let announced: Vec<_> = devices
-        .iter()
-        .filter(|_| pooled)
-        .map(|&d| {
-            let charged = GRAPHS.charged(d);
-            let figure = queries::Contexts.graph_reserved(d).unwrap_or(0);
-            SHIM.ledger.announce(Charge {
-                device: d,
-                bytes: figure.max(charged).min(most(d)),
+    let bounds = || {
+        devices
+            .iter()
+            .map(|&d| {
+                let figure = queries::Contexts.graph_reserved(d).unwrap_or(0);
+                Charge {
+                    device: d,
+                    bytes: figure.max(GRAPHS.charged(d)).min(most(d)),
+                }
             })
-        })
-        .collect();
-    let rc = call();
-    if rc == CUDA_SUCCESS {
-        devices.iter().for_each(|&d| settle(d, None));
-    }
-    announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
-    rc
+            .collect()
+    };
+    super::residents::announced_release(bounds, || {
+        let rc = call();
+        if rc == CUDA_SUCCESS {
+            devices.iter().for_each(|&d| settle(d, None));
+        }
+        rc
+    })
 }
 
 /// An instantiation: the graph's alloc nodes reserved first, the exec recorded after.

@@ -246,21 +246,18 @@ pub fn mem_pool_trim_to(real: Real<(Handle, usize)>, pool: Handle, keep: usize) 
 }
 
 /// Runs `call`, which may make the driver release memory `pool` reserves and then settles
-/// the pool's charge: in a pool of processes, what it may release is announced first
-/// (`MemPoolCharges::announce_release`) and the announcement ends after `call`. Unannounced,
-/// a member trimming its pool inside another member's measurement made that charge short
-/// by the bytes released, as graph memory trimmed did.
+/// the pool's charge: what it may release (`MemPoolCharges::release_bound`) announced
+/// first (`residents::announced_release`). Unannounced, a member trimming its pool inside
+/// another member's measurement made that charge short by the bytes released.
 fn releasing(pool: Handle, call: impl FnOnce() -> CuResult) -> CuResult {
-    if !SHIM.ledger.pooled() {
-        return call();
-    }
-    let reserved = queries::Pools.reserved(pool as u64);
-    let announced = POOLS.announce_release(&SHIM.ledger, pool as u64, reserved);
-    let rc = call();
-    if let Some(f) = announced {
-        SHIM.ledger.withdraw(f);
-    }
-    rc
+    let most = || {
+        let reserved = queries::Pools.reserved(pool as u64);
+        POOLS
+            .release_bound(pool as u64, reserved)
+            .into_iter()
+            .collect()
+    };
+    super::residents::announced_release(most, call)
 }
 
 /// Re-reads what the pools of `device` reserve: for the figures `cuMemGetInfo` and

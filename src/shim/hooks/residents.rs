@@ -50,6 +50,28 @@ pub(super) fn given_back<K: Copy + PartialEq>(
     residents::given_back(&SHIM.ledger, book, taken, call)
 }
 
+/// Runs `call`, which may make the driver give back memory on its own (a trim, a
+/// destroy) and settles its charges to the driver's figures: in a pool of processes, the
+/// most it may give back on each device (`most`, asked only there) is announced first, as
+/// any free is (`Ledger::announce`), so that a member measuring what the driver took for
+/// it meanwhile does not take these bytes off its charge; the announcements end after the
+/// call (what it gave back is credited by the settling, the rest never was).
+pub(super) fn announced_release(
+    most: impl FnOnce() -> Vec<Charge>,
+    call: impl FnOnce() -> CuResult,
+) -> CuResult {
+    if !SHIM.ledger.pooled() {
+        return call();
+    }
+    let announced: Vec<_> = most()
+        .into_iter()
+        .map(|c| SHIM.ledger.announce(c))
+        .collect();
+    let rc = call();
+    announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
+    rc
+}
+
 /// Charges `bytes`, what a call `api` made on device `d` took (measured), `held` being
 /// what was reserved for it before the call, where the call can be undone: Ok(bytes)
 /// charged; if the cap (or the pool) cannot take them, `undo` undoes the call, the
