@@ -1314,19 +1314,28 @@ fn a_claims_removed_or_replaced_file_is_read_and_resized_through_its_members_or_
         "{}",
         dump(&made)
     );
-    let copy = claim.join(".copy");
-    std::fs::copy(other.join("gpucap.pool"), &copy).unwrap();
-    std::fs::rename(&copy, claim.join("gpucap.pool")).unwrap();
-    let mut status = s.gpucap(&["status"]);
-    status.env("GPUCAP_CLAIM_DIR", &claim);
-    for (what, o) in [("status", run(&mut status)), ("resize", resize("600Mi"))] {
-        let text = dump(&o);
-        assert!(
-            !o.status.success()
-                && text.contains("is not the file the claim's members' words were made from")
-                && !text.contains("0 alive"),
-            "{what} through a file that is not the members': {text}"
-        );
+    // Made the same second as the members' own, its header is theirs; a second later, its
+    // creation time differs (the members' words are then told apart by their header, which
+    // once said only "another pool's words": the line depended on the clock's second).
+    for created in [None, Some(1u64)] {
+        let mut words = std::fs::read(other.join("gpucap.pool")).unwrap();
+        if let Some(t) = created {
+            words[32..40].copy_from_slice(&t.to_le_bytes()); // the header's creation time
+        }
+        let copy = claim.join(".copy");
+        std::fs::write(&copy, words).unwrap();
+        std::fs::rename(&copy, claim.join("gpucap.pool")).unwrap();
+        let mut status = s.gpucap(&["status"]);
+        status.env("GPUCAP_CLAIM_DIR", &claim);
+        for (what, o) in [("status", run(&mut status)), ("resize", resize("600Mi"))] {
+            let text = dump(&o);
+            assert!(
+                !o.status.success()
+                    && text.contains("is not the file the claim's members' words were made from")
+                    && !text.contains("0 alive"),
+                "{what} through a file that is not the members' ({created:?}): {text}"
+            );
+        }
     }
     said(a);
 }

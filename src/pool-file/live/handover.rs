@@ -426,6 +426,10 @@ fn reopen(fd: RawFd, access: i32) -> Result<RawFd, String> {
         .map_err(|e| format!("the file handed over, opened again: {e}"))
 }
 
+/// [`check`]'s answer where the words handed over are a pool's, but their header is not
+/// the file's: the members' words were made from another file than the one at the path.
+pub(super) const OTHER_WORDS: &str = "what it handed over is another pool's words";
+
 /// Whether `memfd` is the live words of the pool file `file`: a regular file of its
 /// length, sealed, with its header.
 pub(super) fn check(memfd: RawFd, file: RawFd, bytes: usize) -> Result<(), String> {
@@ -454,7 +458,7 @@ pub(super) fn check(memfd: RawFd, file: RawFd, bytes: usize) -> Result<(), Strin
         )
     };
     if na != HEADER_BYTES as isize || nb != HEADER_BYTES as isize || a != b {
-        return Err("what it handed over is another pool's words".into());
+        return Err(OTHER_WORDS.into());
     }
     Ok(())
 }

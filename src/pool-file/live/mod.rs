@@ -531,15 +531,12 @@ pub(crate) fn borrow(
             // so through this one every member would look dead.
             if !made_from(m, file) {
                 close(m);
-                return Err(
-                    "it is not the file the claim's members' words were made from \
-                     (replaced while they run: a copy, or another claim's), so they cannot be \
-                     read or changed through it; put their file back, or wait until they exit"
-                        .into(),
-                );
+                return Err(replaced());
             }
             Ok(Some(m))
         }
+        // The same, found by their header (a copy made a second later than theirs).
+        Answer::NotOurs(why) if why == handover::OTHER_WORDS => Err(replaced()),
         // Nobody holds this file's words while the claim's directory says members live:
         // the file is not theirs, and they are not answering now.
         Answer::Nobody(_) if !held_by_others(file)? && presence::members_live(path) => {
@@ -561,6 +558,15 @@ pub(crate) fn borrow(
         Answer::NotOurs(why) => Err(format!("the socket {}: {why}", sock.display())),
         Answer::Untaken(why) => Err(format!("this process could not take its words: {why}")),
     }
+}
+
+/// Why a claim's words cannot be read through its path: the file there is not the one
+/// its members' words were made from.
+fn replaced() -> String {
+    "it is not the file the claim's members' words were made from (replaced while they \
+     run: a copy, or another claim's), so they cannot be read or changed through it; put \
+     their file back, or wait until they exit"
+        .into()
 }
 
 #[cfg(test)]
