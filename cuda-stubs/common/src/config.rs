@@ -98,6 +98,11 @@ pub struct Config {
     /// `PATH.N` halfway through (its memory taken or given back, before the second half of
     /// FAKECUDA_LIMIT_DELAY_MS): so that a test can act inside the call.
     pub limit_halfway: Option<PathBuf>,
+    /// FAKECUDA_LIMIT_UNTIL: a path; every `cuCtxSetLimit` of the process, once its
+    /// memory is taken or given back (after `PATH.N` of FAKECUDA_LIMIT_HALFWAY), waits
+    /// until the path exists (at most 60 s) before it returns: so that a test can hold a
+    /// call open until another process acted.
+    pub limit_until: Option<PathBuf>,
     /// CUDA_MODULE_LOADING=EAGER (any case): modules and libraries are loaded eagerly, as
     /// the driver does then: a module's kernels with the module, a library into every
     /// context at its load and into each context made later at its creation. Otherwise
@@ -297,6 +302,9 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     let limit_halfway = var("FAKECUDA_LIMIT_HALFWAY")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
+    let limit_until = var("FAKECUDA_LIMIT_UNTIL")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
     let eager = var("CUDA_MODULE_LOADING").is_some_and(|v| v.trim().eq_ignore_ascii_case("EAGER"));
     let capture_unsafe = parse_capture_unsafe(var("FAKECUDA_CAPTURE_UNSAFE").as_deref())?;
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
@@ -326,6 +334,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         context_delay_ms,
         limit_delay_ms,
         limit_halfway,
+        limit_until,
         eager,
         capture_unsafe,
         visible,

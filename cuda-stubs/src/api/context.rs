@@ -42,6 +42,20 @@ fn limit_halfway() -> CuResult {
     Ok(())
 }
 
+/// Under FAKECUDA_LIMIT_UNTIL=PATH: waits until `PATH` exists (polled every 5 ms, at
+/// most 60 s).
+fn limit_until() -> CuResult {
+    if let Some(path) = &cfg()?.limit_until {
+        for _ in 0..12_000 {
+            if path.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     let dev = check_dev(dev)?;
     if pctx.is_null() {
@@ -264,6 +278,7 @@ crate::abi::exports! {
         half_of(cfg()?.limit_delay_ms);
         let set = limit::set(ctx, dev, limit, value);
         limit_halfway()?;
+        limit_until()?;
         half_of(cfg()?.limit_delay_ms);
         set
     }
