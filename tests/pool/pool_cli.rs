@@ -65,7 +65,7 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
     let text = stdout(&o);
     assert!(
         text.starts_with(&format!(
-            "pool {} (version 10, 256 member slots, ",
+            "pool {} (version 11, 256 member slots, ",
             s.pool_file("t").display()
         )),
         "{text}"
@@ -89,7 +89,7 @@ fn status_shows_a_dead_member_and_reading_changes_nothing() {
 
     let doc = json(&run(&mut s.gpucap(&["status", "--pool", "t", "--json"])));
     assert_eq!(doc["path"], s.pool_file("t").to_str().unwrap());
-    assert_eq!(doc["version"], 10);
+    assert_eq!(doc["version"], 11);
     assert_eq!(doc["slots"], 256);
     let g = &doc["gpus"][0];
     assert_eq!(g["cap"], 1u64 << 30);
@@ -283,8 +283,8 @@ fn a_file_that_is_not_a_readable_pool_is_an_error() {
             "it is not a gpucap pool file (it starts with \"NOTAPOOL\"",
         ),
         (
-            damaged(&s, "version", |b| b[8] = 11),
-            "it is a version 11 pool file and this gpucap reads version 10",
+            damaged(&s, "version", |b| b[8] = 12),
+            "it is a version 12 pool file and this gpucap reads version 11",
         ),
         (
             damaged(&s, "corrupt", |b| b[16] ^= 0xff),

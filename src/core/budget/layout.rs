@@ -63,7 +63,7 @@ pub const SLOT_WORDS: usize = SLOT_HEAD_WORDS + MAX_POOL_GPUS * PER_GPU_WORDS;
 pub const SHARE_HEAD_WORDS: usize = 4;
 pub const SHARE_WORDS: usize = 2;
 /// The words of one member's traffic marks on one GPU entry (`T_FREEING` ...).
-pub const MARK_WORDS: usize = 5;
+pub const MARK_WORDS: usize = 6;
 pub const COMMAND_BYTES: usize = 64;
 
 /// The words of one GPU's guarantee bits in a file of `slots` members: whole groups of
@@ -317,6 +317,11 @@ pub const T_STARTED: usize = 2;
 pub const T_MADE: usize = 3;
 /// ...and of those it did not (refused, rolled back, or memory the driver takes later).
 pub const T_UNMADE: usize = 4;
+/// Of the bytes in `T_FREED`, those announced that the driver may not have given back
+/// (an upper bound announced where the exact figure is unknown: a raise set back, a
+/// lowered limit, graph or pool memory trimmed): a measurement whose window holds them
+/// may be this much above what its call took.
+pub const T_UNSURE: usize = 5;
 
 // Share words, per member per GPU.
 pub const SH_GUARANTEE: usize = 0;

@@ -57,7 +57,7 @@ use std::sync::atomic::Ordering::{Acquire, SeqCst};
 
 use super::gpu_words::GpuWords;
 use super::layout::{
-    G_WAITERS, H_SLOTS_SEEN, MARK_WORDS, T_FREED, T_FREEING, T_MADE, T_STARTED, T_UNMADE,
+    G_WAITERS, H_SLOTS_SEEN, MARK_WORDS, T_FREED, T_FREEING, T_MADE, T_STARTED, T_UNMADE, T_UNSURE,
 };
 use super::member::{Member, OWN_SHARE};
 
@@ -94,6 +94,8 @@ pub struct PoolTraffic<'m, 'w> {
 pub struct FreedBefore {
     freed: Vec<u64>,
     freeing: u64,
+    /// Each slot's `unsure`, read before its `freed`.
+    unsure: Vec<u64>,
 }
 
 /// What a measurement keeps of its read right inside the window
@@ -121,8 +123,10 @@ impl<'w> PoolTraffic<'_, 'w> {
         let mut before = FreedBefore {
             freed: Vec::with_capacity(marks.len()),
             freeing: 0,
+            unsure: Vec::with_capacity(marks.len()),
         };
         for (s, m) in marks.iter().enumerate() {
+            before.unsure.push(m[T_UNSURE].load(SeqCst));
             before.freed.push(m[T_FREED].load(SeqCst));
             let freeing = m[T_FREEING].load(SeqCst);
             if freeing != 0 && self.member.locks.held(s) {
@@ -229,6 +233,90 @@ impl<'w> PoolTraffic<'_, 'w> {
     }
 }
 
+impl FreedBefore {
+    /// The bytes announced before the window and not yet credited: added back, though
+    /// their driver call may have come before the window's "before" read.
+    pub fn announced(&self) -> u64 {
+        self.freeing
+    }
+}
+
+impl PoolTraffic<'_, '_> {
+    /// Read with [`given_back_since`](Self::given_back_since): of the bytes it adds back,
+    /// those announced at an upper bound since `before` (each slot's `unsure` growth): the
+    /// driver may not have given them back, and the measurement may be this much above
+    /// what its call took.
+    pub fn overstated_since(&self, before: &FreedBefore) -> u64 {
+        self.marks()
+            .iter()
+            .enumerate()
+            .map(|(s, m)| {
+                let (a, b) = (
+                    m[T_UNSURE].load(SeqCst),
+                    before.unsure.get(s).copied().unwrap_or(0),
+                );
+                if a >= b { a - b } else { a }
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+
+    /// Read with [`taken_since`](Self::taken_since): the bytes the members had the driver
+    /// allocate since `first` that were in flight at `first` — left in the measurement
+    /// (their driver call may have come before the window), so that it may be this much
+    /// above what the call took. A slot whose words were behind at `first` counts all
+    /// its growth.
+    pub fn left_in_since(&self, first: &MadeInside) -> u64 {
+        self.marks()
+            .iter()
+            .enumerate()
+            .map(|(s, m)| {
+                let a = m[T_MADE].load(SeqCst);
+                match first.slots.get(s).copied().unwrap_or((0, Some(0))) {
+                    (b, Some(f)) if a >= b => (a - b).min(f),
+                    (b, None) if a >= b => a - b,
+                    _ => 0,
+                }
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+
+    /// The bytes of frees the live members announced and have not finished now: added
+    /// back (announced inside the window), their driver call may come after it, so the
+    /// measurement may be this much above what its call took.
+    pub fn freeing_now(&self) -> u64 {
+        self.marks()
+            .iter()
+            .enumerate()
+            .filter(|&(s, m)| m[T_FREEING].load(SeqCst) != 0 && self.member.locks.held(s))
+            .map(|(_, m)| m[T_FREEING].load(SeqCst))
+            .fold(0u64, u64::saturating_add)
+    }
+
+    /// The bytes the members have in flight now (started, neither made nor unmade; the
+    /// measuring member's own reservation for the call left out): their driver call may
+    /// have come inside the window and not be marked made yet (a resident's reservation
+    /// stays in flight until its own measurement is charged), so the measurement may be
+    /// this much above what the call took. A slot whose words are behind counts none.
+    pub fn in_flight(&self) -> u64 {
+        let own = self.member.slot;
+        self.marks()
+            .iter()
+            .enumerate()
+            .filter_map(|(s, m)| {
+                let (made, unmade) = (m[T_MADE].load(SeqCst), m[T_UNMADE].load(SeqCst));
+                let f = m[T_STARTED]
+                    .load(SeqCst)
+                    .checked_sub(made)?
+                    .checked_sub(unmade)?;
+                Some(match s == own {
+                    true => f.saturating_sub(self.own_held),
+                    false => f,
+                })
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
 impl<'a> Member<'a> {
     /// GPU entry and words of CUDA ordinal `device` on the short path's `route`: None
     /// if it is not the pool's, or the member left (which clears its routes first).
@@ -257,6 +345,19 @@ impl<'a> Member<'a> {
         true
     }
 
+    /// [`announce_free`](Self::announce_free) of an upper bound: `unsure` of the `bytes`
+    /// the driver may not give back (marked first: a measurement that adds them back
+    /// sees them as unsure; one that misses the mark only makes its call again less).
+    pub fn announce_free_unsure(&self, device: usize, bytes: u64, unsure: u64) -> bool {
+        if let Some((_, h)) = self.routed(device)
+            && bytes > 0
+            && unsure > 0
+        {
+            h.marks[T_UNSURE].fetch_add(unsure.min(bytes), SeqCst);
+        }
+        self.announce_free(device, bytes)
+    }
+
     /// The driver freed the `bytes` announced on `device`: credited to the pool (as
     /// [`credit`](Self::credit)), then the announcement ends.
     #[inline(always)]
@@ -274,8 +375,19 @@ impl<'a> Member<'a> {
 
     /// The driver refused to free the `bytes` announced on `device`: the announcement
     /// ends, nothing is credited (`freed` keeps them: a measurement counts more, never
-    /// less).
+    /// less; `unsure` says so, for a measurement that added them back to know its figure
+    /// is that much high).
     pub fn withdraw_free(&self, device: usize, bytes: u64) {
+        if let Some((_, h)) = self.routed(device) {
+            h.marks[T_UNSURE].fetch_add(bytes, SeqCst);
+            end_announcement(h, bytes);
+        }
+    }
+
+    /// The announcement of an upper bound ([`announce_free_unsure`](Self::announce_free_unsure))
+    /// ends, nothing credited here (the caller settles what was given back): its unsure
+    /// part was marked when it was announced.
+    pub fn end_bound_free(&self, device: usize, bytes: u64) {
         if let Some((_, h)) = self.routed(device) {
             end_announcement(h, bytes);
         }

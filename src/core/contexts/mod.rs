@@ -247,6 +247,30 @@ impl DeviceLock<'_> {
         }
     }
 
+    /// [`measure`](Self::measure), and how far its figure may be above what the call
+    /// took: the pool's traffic left in it that may have fallen outside the window
+    /// (`window::Edges::unsure`; 0 outside a pool). Beside the pool alone, the call
+    /// took between the figure less this and the figure.
+    pub fn measure_with_doubt(
+        &self,
+        drv: &impl CtxDriver,
+        on: Option<Ctx>,
+        traffic: Option<PoolTraffic<'_, '_>>,
+        call: impl FnMut() -> u32,
+    ) -> (u32, Result<i128, Unmeasured>, MeasuredBy, u64) {
+        match traffic {
+            Some(t) => {
+                let mut edges = window::Marked::with_doubt(t);
+                let (rc, taken, how) = self.measure_device_wide(drv, on, call, &mut edges);
+                (rc, taken, how, edges.unsure())
+            }
+            None => {
+                let (rc, taken, how) = self.measure_device_wide(drv, on, call, &mut window::Bare);
+                (rc, taken, how, 0)
+            }
+        }
+    }
+
     /// The driver's free memory before the call minus after it (negative when more was
     /// given back meanwhile than the context took), read with `vantage` pushed, else a
     /// context of the process on this device; `edges` read around each read, and what

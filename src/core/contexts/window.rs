@@ -51,6 +51,15 @@ pub trait Edges {
     fn closed(&mut self) -> (i128, bool) {
         (0, true)
     }
+    /// The window ends at the "after" read [`closed`](Self::closed) last returned for.
+    fn chosen(&mut self) {}
+    /// How far the window's figure may be above what the call took: the members'
+    /// traffic counted in it that may have fallen outside the window (allocations in
+    /// flight when it opened, frees announced before it, traffic during a read that
+    /// moved). 0 without a pool: nothing of the pool's is counted.
+    fn unsure(&self) -> u64 {
+        0
+    }
 }
 
 /// No pool: nothing to read around the device reads.
@@ -67,6 +76,18 @@ pub struct Marked<'m, 'w> {
     kept: Option<(FreedBefore, MadeInside)>,
     allocated: u64,
     activity: u64,
+    /// How much the traffic moved during the "before" read the window starts at, and
+    /// during the least moved one so far.
+    moved_before: u64,
+    kept_moved: u64,
+    /// Allocations in flight at the window's opening that were made since (left in), and
+    /// allocations and frees in flight right before the last "after" read.
+    left_in: u64,
+    /// [`Edges::unsure`] at the last "after" read, and at the one the window ends at.
+    unsure_last: u64,
+    unsure: u64,
+    /// Whether [`Edges::unsure`] is asked (the extra reads of the marks are made only then).
+    doubt: bool,
 }
 
 impl<'m, 'w> Marked<'m, 'w> {
@@ -78,6 +99,20 @@ impl<'m, 'w> Marked<'m, 'w> {
             kept: None,
             allocated: 0,
             activity: 0,
+            moved_before: 0,
+            kept_moved: 0,
+            left_in: 0,
+            unsure_last: 0,
+            unsure: 0,
+            doubt: false,
+        }
+    }
+
+    /// [`new`](Self::new), the doubt of the window kept ([`Edges::unsure`]).
+    pub fn with_doubt(traffic: PoolTraffic<'m, 'w>) -> Self {
+        Marked {
+            doubt: true,
+            ..Self::new(traffic)
         }
     }
 }
@@ -95,15 +130,20 @@ impl Edges for Marked<'_, '_> {
     fn opened(&mut self) -> u64 {
         let moved = self.traffic.activity().wrapping_sub(self.activity);
         self.inside = Some(self.traffic.made_inside());
+        self.moved_before = moved;
         moved
     }
 
     fn keep_opening(&mut self, keep: bool) {
         match keep {
-            true => self.kept = self.before.clone().zip(self.inside.clone()),
+            true => {
+                self.kept = self.before.clone().zip(self.inside.clone());
+                self.kept_moved = self.moved_before;
+            }
             false => {
                 if let Some((before, inside)) = self.kept.clone() {
                     (self.before, self.inside) = (Some(before), Some(inside));
+                    self.moved_before = self.kept_moved;
                 }
             }
         }
@@ -114,16 +154,59 @@ impl Edges for Marked<'_, '_> {
             .inside
             .as_ref()
             .map_or(0, |first| self.traffic.taken_since(first));
+        if self.doubt {
+            // A free not finished before the "after" read may have its driver call after it.
+            self.left_in = [
+                self.inside
+                    .as_ref()
+                    .map_or(0, |first| self.traffic.left_in_since(first)),
+                self.traffic.in_flight(),
+                self.traffic.freeing_now(),
+            ]
+            .into_iter()
+            .fold(0, u64::saturating_add);
+        }
         self.activity = self.traffic.activity();
     }
 
     fn closed(&mut self) -> (i128, bool) {
-        let quiet = self.traffic.activity() == self.activity;
+        let moved = self.traffic.activity().wrapping_sub(self.activity);
         let given_back = self
             .before
             .as_ref()
             .map_or(0, |b| self.traffic.given_back_since(b));
-        (i128::from(given_back) - i128::from(self.allocated), quiet)
+        if !self.doubt {
+            return (
+                i128::from(given_back) - i128::from(self.allocated),
+                moved == 0,
+            );
+        }
+        let announced = self.before.as_ref().map_or(0, FreedBefore::announced);
+        let overstated = self
+            .before
+            .as_ref()
+            .map_or(0, |b| self.traffic.overstated_since(b));
+        self.unsure_last = [
+            self.left_in,
+            announced,
+            overstated,
+            self.moved_before,
+            moved,
+        ]
+        .into_iter()
+        .fold(0, u64::saturating_add);
+        (
+            i128::from(given_back) - i128::from(self.allocated),
+            moved == 0,
+        )
+    }
+
+    fn chosen(&mut self) {
+        self.unsure = self.unsure_last;
+    }
+
+    fn unsure(&self) -> u64 {
+        self.unsure
     }
 }
 
@@ -178,6 +261,7 @@ pub fn read_after<E>(
         let after = i128::from(free) - correction;
         if best.is_none_or(|(f, c)| after > i128::from(f) - c) {
             best = Some((free, correction));
+            edges.chosen();
         }
         if quiet {
             break;

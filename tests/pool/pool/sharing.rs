@@ -377,10 +377,20 @@ const BAD_FILES: &[BadFile] = &[
         name: "pool-version",
         spoil: Spoil::By(|p| {
             let mut b = made(p);
-            b[8] = 11;
+            b[8] = 12;
             std::fs::write(p.file(), b).unwrap()
         }),
-        says: "version 11 pool file and this gpucap reads version 10",
+        says: "version 12 pool file and this gpucap reads version 11",
+    },
+    // Version 10: version 11's words less the sixth traffic mark (`unsure`): version 11
+    // would read its marks past their place.
+    BadFile {
+        name: "pool-version-10",
+        spoil: Spoil::OldVersion {
+            version: 10,
+            len: 828_544,
+        },
+        says: "version 10 pool file and this gpucap reads version 11",
     },
     // Version 9: version 10's words, a member's pid alone in its word (version 10 keeps its
     // uid beside it, which version 9 would read as a pid past 32 bits: no process).
@@ -390,7 +400,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 9,
             len: 828_544,
         },
-        says: "version 9 pool file and this gpucap reads version 10",
+        says: "version 9 pool file and this gpucap reads version 11",
     },
     // Version 8: version 9's words, mapped by a claim's members (an older gpucap beside a
     // newer one in a claim would keep a budget apart).
@@ -400,7 +410,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 8,
             len: 828_544,
         },
-        says: "version 8 pool file and this gpucap reads version 10",
+        says: "version 8 pool file and this gpucap reads version 11",
     },
     // Version 7: the slots' states and traffic marks in the slots, share words member
     // by member: another length.
@@ -410,7 +420,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 7,
             len: 826_496,
         },
-        says: "version 7 pool file and this gpucap reads version 10",
+        says: "version 7 pool file and this gpucap reads version 11",
     },
     // Version 6: no record of a ceiling handed down: version 7's length, its slots'
     // last two words left unwritten.
@@ -420,7 +430,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 6,
             len: 826_496,
         },
-        says: "version 6 pool file and this gpucap reads version 10",
+        says: "version 6 pool file and this gpucap reads version 11",
     },
     // Version 5: 16 words per GPU entry.
     BadFile {
@@ -429,7 +439,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 5,
             len: 824_448,
         },
-        says: "version 5 pool file and this gpucap reads version 10",
+        says: "version 5 pool file and this gpucap reads version 11",
     },
     // Version 3: no announced frees.
     BadFile {
@@ -438,7 +448,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 3,
             len: 496_768,
         },
-        says: "version 3 pool file and this gpucap reads version 10",
+        says: "version 3 pool file and this gpucap reads version 11",
     },
     // Version 2: a journal per member and GPU.
     BadFile {
@@ -447,7 +457,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 2,
             len: 627_840,
         },
-        says: "version 2 pool file and this gpucap reads version 10",
+        says: "version 2 pool file and this gpucap reads version 11",
     },
     // Version 1: before guarantees.
     BadFile {
@@ -456,7 +466,7 @@ const BAD_FILES: &[BadFile] = &[
             version: 1,
             len: 495_744,
         },
-        says: "version 1 pool file and this gpucap reads version 10",
+        says: "version 1 pool file and this gpucap reads version 11",
     },
     BadFile {
         name: "pool-corrupt",

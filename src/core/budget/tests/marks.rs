@@ -195,3 +195,52 @@ fn a_member_that_joins_inside_the_window_is_counted_from_zero() {
     assert_eq!(d.slot(), c.slot());
     assert_eq!(pool.w.header(H_SLOTS_SEEN).load(SeqCst), 2);
 }
+
+/// What a measurement may have counted of the others' traffic that fell outside its
+/// window (`window::Edges::unsure`): an allocation in flight when it opened and made
+/// since (left in), one in flight now (its driver call may be done, not yet marked made),
+/// and frees announced at an upper bound (`unsure`); the measuring member's own
+/// reservation for its call is none of them.
+#[test]
+fn what_a_window_may_hold_of_the_others_traffic_is_counted_as_its_doubt() {
+    let (pool, k) = setup();
+    let a = member(pool, proc(k, 1), Some(4000));
+    let b = member(pool, proc(k, 2), Some(4000));
+    // B has 100 in flight when A's window opens; A holds 50 for its own call.
+    b.reserve(0, 100).unwrap();
+    assert!(b.alloc_started(0, 100));
+    a.reserve(0, 50).unwrap();
+    assert!(a.alloc_started(0, 50));
+    let t = a.traffic(0).unwrap().holding(50);
+    let (before, first) = (t.freed_before(), t.made_inside());
+    assert_eq!((t.left_in_since(&first), t.in_flight()), (0, 100));
+    // Made inside the window: left in (its driver call may have come before it).
+    b.alloc_ended(0, 100, true);
+    assert_eq!(t.taken_since(&first), 0);
+    assert_eq!((t.left_in_since(&first), t.in_flight()), (100, 0));
+    // Started inside it and not made yet: in flight at its end.
+    b.reserve(0, 200).unwrap();
+    assert!(b.alloc_started(0, 200));
+    assert_eq!((t.left_in_since(&first), t.in_flight()), (100, 200));
+    // A free announced at an upper bound of 300, of which 250 may not be given back;
+    // a plain free is sure.
+    assert!(b.announce_free_unsure(0, 300, 250));
+    assert!(b.announce_free(0, 40));
+    assert_eq!(t.given_back_since(&before), 340, "both added back");
+    assert_eq!(
+        t.overstated_since(&before),
+        250,
+        "only the bound's unsure part"
+    );
+    // An unsure part is never more than the free.
+    assert!(b.announce_free_unsure(0, 10, 99));
+    assert_eq!(t.overstated_since(&before), 260);
+    // A's own reservation is not in flight for A's window; B's window sees it.
+    let tb = b.traffic(0).unwrap();
+    assert_eq!(
+        tb.in_flight(),
+        50 + 200,
+        "A's 50, and B's own 200 (held for no call)"
+    );
+    assert_eq!(tb.holding(200).in_flight(), 50);
+}
