@@ -21,9 +21,13 @@
 //! and one [`ResidentCharges`] per kind records what each holds and in which
 //! context, so that a context's end credits all of it.
 //!
+//! A call the cap refused by its device-wide figure alone (an upper bound beside a
+//! churning pool) and that can be undone is made again after a pause ([`again`]).
+//!
 //! The shim only measures and calls the driver: each hook hands its kind's figure to
 //! [`charge`] and records the result in its book.
 
+pub mod again;
 mod book;
 mod charge;
 mod gauge;

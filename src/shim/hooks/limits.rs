@@ -7,7 +7,7 @@ use std::ffi::c_int;
 
 use super::contexts::{context_lock, pool_marks_holding};
 use super::current::context_device;
-use super::residents::{charge_done, charge_undoable_floored, judge_measured};
+use super::residents::{Again, charge_done, judge_measured, made_again, try_charge_undoable};
 use super::shim;
 use crate::driver::forward::Real;
 use crate::driver::types::{CUDA_SUCCESS, CuResult, Handle};
@@ -156,11 +156,31 @@ pub(super) fn grow_stack(api: &str, local: usize) -> Result<(), CuResult> {
 
 /// Sets `limit` to `value` with `set` (the driver's `cuCtxSetLimit`) for `api`, measured
 /// around the call in the current context, and charges or credits what it took or gave
-/// back (see the module's doc).
+/// back (see the module's doc). A raise whose measured figure the cap cannot take is set
+/// back and made again (`residents::made_again`): beside a churning pool the figure
+/// holds what the others had in flight.
 fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: usize) -> CuResult {
+    let least = std::cell::Cell::new(None);
+    made_again(api, |last| {
+        set_limit_once(api, &set, (limit, value), last, &least)
+    })
+}
+
+/// One attempt of [`set_limit`] (`last`: no other follows): Err where it was set back
+/// to be made again, its measured figure more than the cap could take, or more than the
+/// raise was expected to take where the excess may be the pool's traffic. `least`: the
+/// least figure an attempt measured (each is an upper bound on what the same raise
+/// takes, as far as the pool's traffic goes): what the raise kept is charged no more.
+fn set_limit_once(
+    api: &str,
+    set: &impl Fn(usize) -> CuResult,
+    (limit, value): (c_int, usize),
+    last: bool,
+    least: &std::cell::Cell<Option<i128>>,
+) -> Result<CuResult, Again> {
     let shim = match shim() {
         Ok(s) => s,
-        Err(rc) => return rc,
+        Err(rc) => return Ok(rc),
     };
     // No context, or a limit the driver does not know: the driver answers itself.
     let (Some(ctx), Some(device), Some(old)) = (
@@ -168,12 +188,12 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
         context_device(),
         queries::context_limit(limit),
     ) else {
-        return set(value);
+        return Ok(set(value));
     };
     let lock = match context_lock(shim, api, device) {
         Ok(Some(lock)) => lock,
-        Ok(None) => return set(value),
-        Err(rc) => return rc,
+        Ok(None) => return Ok(set(value)),
+        Err(rc) => return Ok(rc),
     };
     let d = lock.device();
     // A raised stack is reserved first at what the driver will take for it (as a context
@@ -183,7 +203,7 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
     let held = match limit == STACK_SIZE && value > old {
         true => match reserve_stack(shim, api, d, value, old) {
             Ok(r) => r,
-            Err(rc) => return rc,
+            Err(rc) => return Ok(rc),
         },
         false => None,
     };
@@ -195,15 +215,19 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
     // measured with the pool's marks like any change (the other members' frees inside the
     // window are not credited to it), this announcement's own bytes, which the marks count
     // as given back by a member, taken out again.
+    // What it gives back lies between nothing and its charge: all of it unsure.
     let freeing = (lowered && charged > 0).then(|| {
-        SHIM.ledger.announce(Charge {
-            device: d,
-            bytes: charged,
-        })
+        SHIM.ledger.announce_unsure(
+            Charge {
+                device: d,
+                bytes: charged,
+            },
+            charged,
+        )
     });
     let marks = pool_marks_holding(d, held.as_ref());
-    let (rc, measured, _) =
-        lock.measure(&queries::Contexts, Some(ctx as u64), marks, || set(value));
+    let (rc, measured, _, doubt) =
+        lock.measure_with_doubt(&queries::Contexts, Some(ctx as u64), marks, || set(value));
     let own_announced = match (&freeing, crate::membership::current()) {
         (Some(_), Some(_)) => i128::from(charged),
         _ => 0,
@@ -219,7 +243,7 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
             SHIM.ledger.withdraw(f);
         }
         restore();
-        return rc;
+        return Ok(rc);
     }
     if limit == STACK_SIZE && lowered {
         // A kernel seen within the old stack may grow the new one at its next launch.
@@ -244,21 +268,54 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
                 SHIM.ledger.withdraw(f);
             }
             restore();
-            return rc;
+            return Ok(rc);
         }
         (Err(refused), _) => {
-            set_back(set(old), limit, old, value, d);
+            // Not measured: all of what was reserved may have been taken, or none.
+            let took = held.as_ref().map_or(0, |r| r.charge().bytes);
+            set_back(set, (limit, old, value), d, (took, took));
             if let Some(f) = freeing {
                 SHIM.ledger.withdraw(f);
             }
             restore();
-            return refused;
+            return Ok(refused);
         }
     };
     // A stack raised from nothing charged is charged at least what the driver takes for
     // it. Not a raise of a stack charged already: a driver that kept a stack after it was
     // lowered (one a launched kernel needed) takes nothing when it is raised to it again,
     // and that stack's charge stayed.
+    let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
+    // What this attempt's raise may have taken, given back if it is set back: at most
+    // its figure (or what was reserved, if more), at least the figure less its doubt.
+    let took = match value > old {
+        true => {
+            let most = reserved.max(gpucap_core::residents::taken(change));
+            let least = gpucap_core::residents::taken(change - i128::from(doubt)).min(most);
+            (most, most - least)
+        }
+        false => (0, 0),
+    };
+    if value > old {
+        log!(
+            Debug,
+            "{api}: limit {limit} raised to {value}: measured {} on GPU {d}, of which up to {} may be the pool's traffic (expected {})",
+            gpucap_core::size::format_bytes(gpucap_core::residents::taken(change)),
+            gpucap_core::size::format_bytes(doubt),
+            gpucap_core::size::format_bytes(reserved)
+        );
+    }
+    let change = least.get().map_or(change, |l: i128| l.min(change));
+    least.set(Some(change));
+    // Measured above what the raise was expected to take, by no more than the pool's
+    // traffic counted in the window: set back and made again, unless it is the last
+    // attempt (or the driver will not set it back: then charged as it stands).
+    let noisy = i128::from(reserved) < change && change - i128::from(doubt) <= i128::from(reserved);
+    if !last && value > old && noisy && set_back(set, (limit, old, value), d, took) {
+        drop(held);
+        restore();
+        return Err(Again::Noisy);
+    }
     let expected = match charged {
         0 => held.as_ref().map_or(0, |r| r.charge().bytes),
         _ => 0,
@@ -271,20 +328,20 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
         // The old value gives the memory back; if the driver will not set it back, the
         // memory stays taken: charged by force.
         let set_back_ok = std::cell::Cell::new(true);
-        let undo = || set_back_ok.set(set_back(set(old), limit, old, value, d));
+        let undo = || set_back_ok.set(set_back(set, (limit, old, value), d, took));
         // Charged at least its reservation (`after_change`), but marked made in the pool
         // only as far as the driver was seen taking: a stack the driver took nothing for
         // (a launched kernel's stack it kept) is not taken off another member's window.
         let seen = gpucap_core::residents::taken(change).min(now - charged);
-        if let Err(refused) = charge_undoable_floored(api, d, held, now - charged, seen, undo) {
+        if let Err(not_taken) = try_charge_undoable(d, held, now - charged, seen, undo) {
             if !set_back_ok.get() {
-                // The old entry's bytes are part of `now`: not restored.
+                // The old entry's bytes are part of `now`: not restored; nothing to make again.
                 charge_done(d, None, now - charged);
                 record(key, ctx, &lock, now);
-                return refused;
+                return Ok(not_taken.say(api));
             }
             restore();
-            return refused;
+            return Err(Again::Refused(not_taken));
         }
     } else if now < charged {
         drop(held);
@@ -301,7 +358,7 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
             gpucap_core::size::format_bytes(now)
         );
     }
-    rc
+    Ok(rc)
 }
 
 /// Records that limit `key` of context `ctx` holds `bytes` on `lock`'s device (charged
@@ -319,10 +376,33 @@ fn record(key: (u64, u32), ctx: Handle, lock: &gpucap_core::contexts::DeviceLock
     );
 }
 
-/// Whether the driver set limit `limit` back to `old` (`rc`, its answer) after gpucap
-/// refused `value`; if not, says so at error level: the memory the new value took stays
-/// with the context.
-fn set_back(rc: CuResult, limit: c_int, old: usize, value: usize, d: usize) -> bool {
+/// Sets limit `limit` back to `old` with `set` after gpucap undid `value` (refused, or to
+/// be made again), on device `d`: `(took, unsure)`, the most the undone raise may have
+/// taken (0 for a lowering) and how much of it it may not have, announced to the pool
+/// first as a free of an upper bound, so that another member's window that holds the set
+/// back does not take it off its own figure (and knows how far that figure may be high).
+/// Whether the driver set it back; if not, says so at error level: the memory the new
+/// value took stays with the context.
+fn set_back(
+    set: &impl Fn(usize) -> CuResult,
+    (limit, old, value): (c_int, usize, usize),
+    d: usize,
+    (took, unsure): (u64, u64),
+) -> bool {
+    let freeing = (took > 0).then(|| {
+        SHIM.ledger.announce_unsure(
+            Charge {
+                device: d,
+                bytes: took,
+            },
+            unsure,
+        )
+    });
+    let rc = set(old);
+    if let Some(f) = freeing {
+        // Nothing of it was charged: the announcement ends, nothing credited.
+        SHIM.ledger.withdraw(f);
+    }
     if rc == CUDA_SUCCESS {
         return true;
     }

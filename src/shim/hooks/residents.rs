@@ -12,7 +12,7 @@ use crate::log::log;
 use crate::state::SHIM;
 use gpucap_core::contexts::{Unmeasured, Verdict};
 use gpucap_core::ledger::{Charge, Reservation};
-use gpucap_core::residents::{self, Resident, ResidentCharges, Undo};
+use gpucap_core::residents::{self, Resident, ResidentCharges, Undo, again};
 
 /// `charge` held in context `ctx` on `lock`'s device: with the context's driver id (a
 /// handle handed out again is another context) and whether it is the primary.
@@ -54,8 +54,10 @@ pub(super) fn given_back<K: Copy + PartialEq>(
 /// destroy) and settles its charges to the driver's figures: in a pool of processes, the
 /// most it may give back on each device (`most`, asked only there) is announced first, as
 /// any free is (`Ledger::announce`), so that a member measuring what the driver took for
-/// it meanwhile does not take these bytes off its charge; the announcements end after the
-/// call (what it gave back is credited by the settling, the rest never was).
+/// it meanwhile does not take these bytes off its charge (each an upper bound: unsure, all
+/// of it, so that such a member knows its figure may be that much high); the
+/// announcements end after the call (what it gave back is credited by the settling, the
+/// rest never was).
 pub(super) fn announced_release(
     most: impl FnOnce() -> Vec<Charge>,
     call: impl FnOnce() -> CuResult,
@@ -65,7 +67,7 @@ pub(super) fn announced_release(
     }
     let announced: Vec<_> = most()
         .into_iter()
-        .map(|c| SHIM.ledger.announce(c))
+        .map(|c| SHIM.ledger.announce_unsure(c, c.bytes))
         .collect();
     let rc = call();
     announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));
@@ -98,6 +100,34 @@ pub(super) fn charge_undoable_floored(
     backed: u64,
     undo: impl FnOnce(),
 ) -> Result<u64, CuResult> {
+    try_charge_undoable(d, held, bytes, backed, undo).map_err(|r| r.say(api))
+}
+
+/// A measured figure the cap could not take, the call undone and its reservation given
+/// back: said to the program ([`say`](Self::say)) unless the call is made again
+/// (`residents::again`).
+pub(super) struct NotTaken {
+    d: usize,
+    bytes: u64,
+    refusal: gpucap_core::ledger::Refusal,
+}
+
+impl NotTaken {
+    /// gpucap's refusal line, and the driver's answer for it.
+    pub(super) fn say(self, api: &str) -> CuResult {
+        SHIM.refused(api, self.d, self.bytes, self.refusal);
+        CUDA_ERROR_OUT_OF_MEMORY
+    }
+}
+
+/// [`charge_undoable_floored`], a refusal returned unsaid.
+pub(super) fn try_charge_undoable(
+    d: usize,
+    held: Option<Reservation<'static>>,
+    bytes: u64,
+    backed: u64,
+    undo: impl FnOnce(),
+) -> Result<u64, NotTaken> {
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     if bytes > reserved {
         reclaim_for(&SHIM, d, bytes - reserved);
@@ -108,8 +138,68 @@ pub(super) fn charge_undoable_floored(
             // The driver frees the memory before its room is given back.
             undo();
             drop(refused.held);
-            SHIM.refused(api, d, refused.bytes, refused.refusal);
-            Err(CUDA_ERROR_OUT_OF_MEMORY)
+            Err(NotTaken {
+                d,
+                bytes: refused.bytes,
+                refusal: refused.refusal,
+            })
+        }
+    }
+}
+
+/// Why an attempt of a call that can be undone was undone, to be made again
+/// (`residents::again`).
+pub(super) enum Again {
+    /// Measured above what it was expected to take, by no more than what the pool had
+    /// in flight: fitting or not, the figure may be the others' (never the last attempt).
+    Noisy,
+    /// The cap could not take its measured figure.
+    Refused(NotTaken),
+}
+
+/// Makes `attempt` (a call that can be undone, measured and charged: `api`; given
+/// whether it is the last) until one is done or the last is refused
+/// (`residents::again`): the driver's answer, or gpucap's refusal said and
+/// `CUDA_ERROR_OUT_OF_MEMORY`. Each attempt undone is said at debug level only.
+pub(super) fn made_again(
+    api: &str,
+    mut attempt: impl FnMut(bool) -> Result<CuResult, Again>,
+) -> CuResult {
+    // Differs between processes and calls: two members whose windows met pause apart.
+    let seed = u64::from(std::process::id()).rotate_left(32)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_nanos() as u64);
+    let attempt = |k: u32| match attempt(k + 1 >= again::ATTEMPTS) {
+        Ok(rc) => again::Attempt::Done(rc),
+        Err(why) => {
+            let said = match &why {
+                Again::Noisy => {
+                    "measured above what it was expected to take, beside the pool's traffic"
+                        .to_string()
+                }
+                Again::Refused(n) => format!(
+                    "measured {} on GPU {}, more than the cap takes",
+                    gpucap_core::size::format_bytes(n.bytes),
+                    n.d
+                ),
+            };
+            log!(
+                Debug,
+                "{api}: {said}: undone to be made again (attempt {} of {})",
+                k + 1,
+                again::ATTEMPTS
+            );
+            again::Attempt::Refused(why)
+        }
+    };
+    match again::until_measured(seed, attempt, std::thread::sleep) {
+        Ok(rc) => rc,
+        Err(Again::Refused(not_taken)) => not_taken.say(api),
+        Err(Again::Noisy) => {
+            // An attempt told it is the last is never undone for noise alone.
+            log!(Error, "{api}: undone at its last attempt without a refusal");
+            CUDA_ERROR_OUT_OF_MEMORY
         }
     }
 }

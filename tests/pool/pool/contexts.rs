@@ -347,6 +347,50 @@ fn two_members() -> Vec<Duet> {
             used_while: Some(("b1", 396 * MIB, "B's 396 MiB stack, all of it")),
             ..Duet::default()
         },
+        // A raised stack measured beside another member's raise in flight is set back and
+        // made again, not charged the other's: A raises its stack by 396 MiB and its call
+        // (the fake's) stays open until B has raised its own inside it; B's reservation is
+        // in flight until A is done. A's window saw both stacks (792 MiB) and nothing
+        // marked to take B's off: A was charged 792 MiB under the 2 GiB cap (1,188 MiB
+        // charged for 792 held; under 1 GiB, A refused). Now the excess over A's expected
+        // 396 MiB is within what the pool had in flight: set back (announced as a free, B's
+        // window holding it), made again, each charged its own. Both made their contexts
+        // before (`a0`, `b0`): a context measured inside A's window is not this case.
+        Duet {
+            name: "a_stack_raised_beside_another_members_raise_is_charged_its_own",
+            a: Part {
+                steps: &["touch:a0", "wait:b0", "stack:3", "touch:a1", "wait:end"],
+                env: &[
+                    ("GPUCAP_LIMIT", "2Gi"),
+                    ("FAKECUDA_LIMIT_HALFWAY", "{dir}/a-half"),
+                    ("FAKECUDA_LIMIT_UNTIL", "{dir}/b-half.1"),
+                ],
+                says: vec![("stack 3 0".to_string(), "A's 396 MiB stack fits")],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &[
+                    "touch:b0",
+                    "wait:a-half.1",
+                    "stack:3",
+                    "touch:b1",
+                    "wait:end",
+                ],
+                env: &[
+                    ("GPUCAP_LIMIT", "2Gi"),
+                    ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
+                    ("FAKECUDA_LIMIT_UNTIL", "{dir}/a1"),
+                ],
+                says: vec![(
+                    "stack 3 0".to_string(),
+                    "B's 396 MiB beside A's 396 MiB fits the 2 GiB pool",
+                )],
+                ..Part::default()
+            },
+            used_while: Some(("b1", 792 * MIB, "A's and B's 396 MiB stacks, each once")),
+            peak_at_most: Some(1188 * MIB),
+            ..Duet::default()
+        },
     ]
 }
 

@@ -1,0 +1,128 @@
+//! A call the cap refused by its measurement alone, undone and made again.
+//!
+//! A figure measured device-wide is an upper bound: what the other members had in
+//! flight when the window opened (an allocation started before it, a raise of their
+//! own stack reserved before it) is left in, never taken off, so that nothing is charged
+//! short. Beside a churning pool that bound can be far above what the call took (a
+//! 132 MiB stack measured at 312 MiB; four members raising their stacks at once, each
+//! window holding the others' raises: 848 MiB for 396), and a call whose expected
+//! figure fit under the cap is refused far below it. Where the call can be undone (a
+//! limit set back) the caller undoes it and makes it again, after a short pause that
+//! differs between members (so that two who met in each other's windows do not meet
+//! again), up to [`ATTEMPTS`] times: what was in flight has ended by then, and the next
+//! window holds only the call. Only the last refusal is said to the program; a call the
+//! cap cannot take by its expected figure is refused at its reservation, without a
+//! second attempt.
+
+use std::time::Duration;
+
+/// How many times a call refused by its measurement is made at most.
+pub const ATTEMPTS: u32 = 6;
+
+/// The first pause after a refused attempt; each next one doubles it.
+const FIRST_PAUSE: Duration = Duration::from_millis(2);
+
+/// How an attempt ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Attempt<T, R> {
+    /// Done, whatever the driver or gpucap answered: nothing to make again.
+    Done(T),
+    /// Refused by its measurement, the call undone: `R` says the refusal, if it is the last.
+    Refused(R),
+}
+
+/// The pause after refused attempt `k` (0 for the first), between half and one and a
+/// half times `FIRST_PAUSE` × 2^k, the fraction drawn from `seed` and `k` (a member's
+/// own: two members that met do not pause alike).
+pub fn pause(k: u32, seed: u64) -> Duration {
+    let base = FIRST_PAUSE.saturating_mul(1 << k.min(16));
+    // splitmix64 of the seed and the attempt: a fraction in [0, 1) by 1/1024ths.
+    let mut z = seed ^ u64::from(k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let per_1024 = 512 + (z % 1024) as u32;
+    base.saturating_mul(per_1024) / 1024
+}
+
+/// Makes `attempt` (given its number, from 0) until one is done, or [`ATTEMPTS`] were
+/// refused by their measurement: Ok(what the done one answered), or Err(the last
+/// refusal, for the caller to say). `sleep` pauses between attempts ([`pause`] of
+/// `seed`).
+pub fn until_measured<T, R>(
+    seed: u64,
+    mut attempt: impl FnMut(u32) -> Attempt<T, R>,
+    mut sleep: impl FnMut(Duration),
+) -> Result<T, R> {
+    let mut k = 0;
+    loop {
+        match attempt(k) {
+            Attempt::Done(t) => return Ok(t),
+            Attempt::Refused(r) if k + 1 >= ATTEMPTS => return Err(r),
+            Attempt::Refused(_) => {
+                sleep(pause(k, seed));
+                k += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_refused_by_its_measurement_is_made_again_until_it_fits() {
+        let mut pauses = Vec::new();
+        let mut made = 0;
+        let got = until_measured(
+            7,
+            |k| {
+                made += 1;
+                match k {
+                    0 | 1 => Attempt::Refused(k),
+                    _ => Attempt::Done("fits"),
+                }
+            },
+            |d| pauses.push(d),
+        );
+        assert_eq!(got, Ok("fits"));
+        assert_eq!(made, 3);
+        assert_eq!(pauses, vec![pause(0, 7), pause(1, 7)]);
+    }
+
+    #[test]
+    fn a_done_attempt_is_not_made_again_and_the_last_refusal_is_returned() {
+        let mut made = 0;
+        let got: Result<(), u32> = until_measured(
+            1,
+            |_| {
+                made += 1;
+                Attempt::Done(())
+            },
+            |_| panic!("no pause after a done attempt"),
+        );
+        assert_eq!((got, made), (Ok(()), 1));
+
+        let mut slept = 0;
+        let got: Result<(), u32> = until_measured(1, Attempt::Refused, |_| slept += 1);
+        assert_eq!(got, Err(ATTEMPTS - 1));
+        assert_eq!(slept, ATTEMPTS - 1);
+    }
+
+    #[test]
+    fn pauses_double_and_differ_between_members() {
+        for k in 0..ATTEMPTS {
+            for seed in [0, 1, 42, u64::MAX] {
+                let p = pause(k, seed);
+                let base = FIRST_PAUSE * (1 << k);
+                assert!(p >= base / 2 && p < base * 3 / 2, "{k} {seed}: {p:?}");
+            }
+        }
+        let firsts: std::collections::BTreeSet<_> = (0..64).map(|s| pause(0, s)).collect();
+        assert!(firsts.len() > 32, "{firsts:?}");
+        // All the attempts together wait well under a second.
+        let all: Duration = (0..ATTEMPTS - 1).map(|k| pause(k, 3)).sum();
+        assert!(all < Duration::from_millis(100), "{all:?}");
+    }
+}
