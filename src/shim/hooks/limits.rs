@@ -169,14 +169,16 @@ fn set_limit(api: &str, set: impl Fn(usize) -> CuResult, limit: c_int, value: us
 /// One attempt of [`set_limit`] (`last`: no other follows): Err where it was set back
 /// to be made again, its measured figure more than the cap could take, or more than the
 /// raise was expected to take where the excess may be the pool's traffic. `least`: the
-/// least figure an attempt measured (each is an upper bound on what the same raise
-/// takes, as far as the pool's traffic goes): what the raise kept is charged no more.
+/// least figure an attempt measured, with the value it raised from and the charge it
+/// found (each figure is an upper bound on what the same raise takes; one from another
+/// starting point, set meanwhile by another thread, is not compared), as far as the
+/// pool's traffic goes: what the raise kept is charged no more.
 fn set_limit_once(
     api: &str,
     set: &impl Fn(usize) -> CuResult,
     (limit, value): (c_int, usize),
     last: bool,
-    least: &std::cell::Cell<Option<i128>>,
+    least: &std::cell::Cell<Option<(usize, u64, i128)>>,
 ) -> Result<CuResult, Again> {
     let shim = match shim() {
         Ok(s) => s,
@@ -291,8 +293,8 @@ fn set_limit_once(
     let took = match value > old {
         true => {
             let most = reserved.max(gpucap_core::residents::taken(change));
-            let least = gpucap_core::residents::taken(change - i128::from(doubt)).min(most);
-            (most, most - least)
+            let sure = gpucap_core::residents::taken(change - i128::from(doubt)).min(most);
+            (most, most - sure)
         }
         false => (0, 0),
     };
@@ -305,8 +307,11 @@ fn set_limit_once(
             gpucap_core::size::format_bytes(reserved)
         );
     }
-    let change = least.get().map_or(change, |l: i128| l.min(change));
-    least.set(Some(change));
+    let change = match least.get() {
+        Some((o, c, l)) if (o, c) == (old, charged) => l.min(change),
+        _ => change,
+    };
+    least.set(Some((old, charged, change)));
     // Measured above what the raise was expected to take, by no more than the pool's
     // traffic counted in the window: set back and made again, unless it is the last
     // attempt (or the driver will not set it back: then charged as it stands).
