@@ -6,18 +6,24 @@
 //! inside it would be added to it.
 //!
 //! Per GPU entry, each member has these words, which only its own threads write:
-//! `freeing` (bytes of frees announced, not yet credited or withdrawn), and four that
+//! `freeing` (bytes of frees announced, not yet credited or withdrawn), and five that
 //! only go up and are never cleared (a slot's next owner counts on): `freed` (every byte
 //! announced), `started` (every byte reserved for an allocation, before its driver
-//! call), `made` (of those, every byte the driver allocated, after its call) and
-//! `unmade` (every byte it did not: refused, rolled back, or memory the driver backs
-//! later, such as managed memory):
+//! call), `made` (of those, every byte the driver allocated, after its call), `unmade`
+//! (every byte it did not: refused, rolled back, or memory the driver backs later, such
+//! as managed memory) and `unsure` (of `freed`, the bytes the driver may not have given
+//! back: an upper bound announced, or a free withdrawn):
 //!
 //! ```text
 //! free:   freeing += b;  freed += b;  driver;  credit (see `used`);  freeing -= b
-//!         (the driver refused: freeing -= b, `freed` keeps it)
+//!         (the driver refused: unsure += b; freeing -= b, `freed` keeps it)
+//! bound:  unsure += u;  freeing += b;  freed += b;  driver;  freeing -= b
 //! alloc:  reserve;  started += b;  driver;  made += b   (or unmade += b)
 //! ```
+//!
+//! `unsure` only says how far a measurement may be high (`contexts::window`'s doubt,
+//! which decides whether a call that can be undone is made again), never what it
+//! charges.
 //!
 //! A measurement reads every slot's marks before its window (before the device-wide
 //! "before" read: `freed`, then `freeing`), right after that read (`made`, `unmade`,

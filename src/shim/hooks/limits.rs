@@ -289,12 +289,13 @@ fn set_limit_once(
     // and that stack's charge stayed.
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     // What this attempt's raise may have taken, given back if it is set back: at most
-    // its figure (or what was reserved, if more), at least the figure less its doubt.
+    // its figure (or what was reserved, if more), all of it unsure for another member's
+    // window (one that held the raise too, whose reservation then ended unmade, is that
+    // much high).
     let took = match value > old {
         true => {
             let most = reserved.max(gpucap_core::residents::taken(change));
-            let sure = gpucap_core::residents::taken(change - i128::from(doubt)).min(most);
-            (most, most - sure)
+            (most, most)
         }
         false => (0, 0),
     };
@@ -307,25 +308,43 @@ fn set_limit_once(
             gpucap_core::size::format_bytes(reserved)
         );
     }
-    let change = match least.get() {
+    // The least figure of the attempts from the same start, but no lower than this one's
+    // figure less its doubt: a free the marks do not see (a process outside the pool)
+    // could make one window's figure short, and the least of several would pick it.
+    let sure = change - i128::from(doubt);
+    let least_so_far = match least.get() {
         Some((o, c, l)) if (o, c) == (old, charged) => l.min(change),
         _ => change,
     };
-    least.set(Some((old, charged, change)));
-    // Measured above what the raise was expected to take, by no more than the pool's
-    // traffic counted in the window: set back and made again, unless it is the last
-    // attempt (or the driver will not set it back: then charged as it stands).
-    let noisy = i128::from(reserved) < change && change - i128::from(doubt) <= i128::from(reserved);
-    if !last && value > old && noisy && set_back(set, (limit, old, value), d, took) {
-        drop(held);
-        restore();
-        return Err(Again::Noisy);
-    }
+    least.set(Some((old, charged, least_so_far)));
+    let change = change.min(least_so_far.max(sure));
     let expected = match charged {
         0 => held.as_ref().map_or(0, |r| r.charge().bytes),
         _ => 0,
     };
     let now = limits::after_change(charged, change, lowered, expected);
+    // Whether the cap cannot take its figure (checked with no effect: an attempt made
+    // again counts no refusal and waits for no memory), and whether that refusal is
+    // certain: with no reservation (no model of what the raise takes) even what it surely
+    // took does not fit. With one that fit, a figure above it is traffic the window held
+    // (the pool's, or a process's outside it, which no mark shows) or a driver taking
+    // more than the model: made again, the last attempt refused.
+    let beyond = |bytes: u64| {
+        let extra = bytes.saturating_sub(charged).saturating_sub(reserved);
+        extra > 0 && SHIM.ledger.would_refuse(d, extra)
+    };
+    let certain = reserved == 0 && beyond(limits::after_change(charged, sure, lowered, expected));
+    // Measured above what the raise was expected to take by no more than the pool's
+    // traffic counted in the window, or more than the cap takes while what it surely
+    // took fits: set back and made again, unless it is the last attempt (or the driver
+    // will not set it back: then charged as it stands).
+    let noisy = i128::from(reserved) < change && sure <= i128::from(reserved);
+    let unsure = noisy || (beyond(now) && !certain);
+    if !last && value > old && unsure && set_back(set, (limit, old, value), d, took) {
+        drop(held);
+        restore();
+        return Err(Again::Unsure);
+    }
     if let Some(f) = freeing {
         SHIM.ledger.withdraw(f);
     }
@@ -346,7 +365,10 @@ fn set_limit_once(
                 return Ok(not_taken.say(api));
             }
             restore();
-            return Err(Again::Refused(not_taken));
+            return match certain {
+                true => Ok(not_taken.say(api)),
+                false => Err(Again::Refused(not_taken)),
+            };
         }
     } else if now < charged {
         drop(held);
@@ -413,7 +435,7 @@ fn set_back(
     }
     log!(
         Error,
-        "cuCtxSetLimit: refused limit {limit} = {value} on GPU {d}, but the driver would not set it back to {old} (error {rc}): the memory it took stays, charged"
+        "cuCtxSetLimit: undid limit {limit} = {value} on GPU {d} (refused, or to be made again), but the driver would not set it back to {old} (error {rc}): the memory it took stays, charged"
     );
     false
 }

@@ -150,10 +150,12 @@ pub(super) fn try_charge_undoable(
 /// Why an attempt of a call that can be undone was undone, to be made again
 /// (`residents::again`).
 pub(super) enum Again {
-    /// Measured above what it was expected to take, by no more than what the pool had
-    /// in flight: fitting or not, the figure may be the others' (never the last attempt).
-    Noisy,
-    /// The cap could not take its measured figure.
+    /// Its figure may be the pool's traffic, not the call's: measured above what it was
+    /// expected to take by no more than the window's doubt, or more than the cap takes
+    /// while what it surely took fits (checked with no effect: no refusal counted). Never
+    /// the last attempt.
+    Unsure,
+    /// The cap refused its measured figure (counted; said if it is the last).
     Refused(NotTaken),
 }
 
@@ -174,9 +176,8 @@ pub(super) fn made_again(
         Ok(rc) => again::Attempt::Done(rc),
         Err(why) => {
             let said = match &why {
-                Again::Noisy => {
-                    "measured above what it was expected to take, beside the pool's traffic"
-                        .to_string()
+                Again::Unsure => {
+                    "measured above what it surely took, beside the pool's traffic".to_string()
                 }
                 Again::Refused(n) => format!(
                     "measured {} on GPU {}, more than the cap takes",
@@ -196,7 +197,7 @@ pub(super) fn made_again(
     match again::until_measured(seed, attempt, std::thread::sleep) {
         Ok(rc) => rc,
         Err(Again::Refused(not_taken)) => not_taken.say(api),
-        Err(Again::Noisy) => {
+        Err(Again::Unsure) => {
             // An attempt told it is the last is never undone for noise alone.
             log!(Error, "{api}: undone at its last attempt without a refusal");
             CUDA_ERROR_OUT_OF_MEMORY

@@ -391,6 +391,45 @@ fn two_members() -> Vec<Duet> {
             peak_at_most: Some(1188 * MIB),
             ..Duet::default()
         },
+        // A raised stack whose figure memory allocated outside the pool inflated past the
+        // cap is set back and made again, not refused: A, a process outside the pool (no
+        // mark of it), allocates 700 MiB while B raises its stack by 396 MiB (1.5 s, taken
+        // halfway, where A is let go). B's window saw 1,096 MiB, past the 1 GiB cap, though
+        // its expected 396 MiB fit: refused before; now made again (A's 700 MiB held
+        // before the next window), charged 396 MiB, and no refusal counted.
+        Duet {
+            name: "memory_allocated_outside_the_pool_inside_a_stack_raise_does_not_refuse_it",
+            a: Part {
+                steps: &[
+                    "touch:a1",
+                    "wait:b-half.1",
+                    "alloc:700Mi",
+                    "touch:a2",
+                    "wait:end",
+                ],
+                env_remove: &["GPUCAP_POOL"],
+                env: &[("GPUCAP_LIMIT", "8Gi")],
+                says: vec![(alloc(700, "0"), "")],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["stack:3", "wait:a2", "touch:b1", "wait:end"],
+                env: &[
+                    ("FAKECUDA_LIMIT_DELAY_MS", "1000"),
+                    ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
+                    ("GPUCAP_LOG", "info"),
+                ],
+                says: vec![(
+                    "stack 3 0".to_string(),
+                    "B's 396 MiB fits the 1 GiB pool whatever A holds outside it",
+                )],
+                // The attempt undone counted no refusal (its exit line).
+                err_has: &["none refused"],
+                ..Part::default()
+            },
+            used_while: Some(("b1", 396 * MIB, "B's 396 MiB stack, once")),
+            ..Duet::default()
+        },
     ]
 }
 
