@@ -446,7 +446,7 @@ fn status_prometheus_shows_what_the_members_did() {
     assert_eq!(value(&m, "gpucap_pool_up", &t), 1.0);
     let info = find(&m, "gpucap_pool_info", &t)[0];
     assert_eq!(info.labels["path"], s.pool_file("t").to_str().unwrap());
-    assert_eq!(info.labels["version"], "10");
+    assert_eq!(info.labels["version"], "11");
     let uuid = find(&m, "gpucap_pool_used_bytes", &t)[0].labels["gpu_uuid"].clone();
     assert!(uuid.starts_with("GPU-"), "{uuid}");
     let gpu = [("pool", "t"), ("gpu_uuid", uuid.as_str())];
