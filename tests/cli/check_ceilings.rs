@@ -322,3 +322,32 @@ fn a_files_wait_is_named_with_the_file() {
          to 1500 ms for its members to free memory)"
     );
 }
+
+/// A wait of none set in the `gpucap.env` is named with the file too (before: the
+/// default's line, "--wait or GPUCAP_WAIT sets a wait", as if nothing had set it).
+#[test]
+fn a_files_wait_of_none_is_named_with_the_file() {
+    let dir = scratch("check-file-no-wait");
+    let (lib, file) = library_with(
+        &dir,
+        &format!(
+            "GPUCAP_LIMIT=1Gi\nGPUCAP_POOL=p\nGPUCAP_POOL_DIR={}\nGPUCAP_WAIT=0\n",
+            dir.display()
+        ),
+    );
+    let o = run(&mut gpucap(
+        &dir,
+        &lib,
+        &[("GPUCAP_LOG", "info")],
+        &["check"],
+    ));
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&o, &out, "wait: "),
+        format!(
+            "wait: none (from GPUCAP_WAIT in {file}: an allocation the pool cannot take now \
+             is refused at once)"
+        )
+    );
+}

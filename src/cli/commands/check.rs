@@ -114,6 +114,7 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
                 .and_then(OsStr::to_str)
                 .is_some_and(config::limit_is_none),
             wait: lookup(&vars, "GPUCAP_WAIT").is_some(),
+            wait_in_file: source.as_deref().is_some_and(file_sets_wait),
         },
     );
     print_out(&text);
@@ -161,4 +162,14 @@ pub fn command(overrides: &Overrides, write_env: Option<&OsStr>) -> i32 {
         }
     }
     0
+}
+
+/// Whether the configuration file `f` sets `GPUCAP_WAIT` (read again: the configuration
+/// keeps the value, not where it came from; a file that cannot be read here was read by
+/// the loading above, or named there).
+fn file_sets_wait(f: &Path) -> bool {
+    std::fs::read_to_string(f)
+        .ok()
+        .and_then(|t| config::parse_env_file(&t).ok())
+        .is_some_and(|vars| vars.iter().any(|(k, _)| k == "GPUCAP_WAIT"))
 }

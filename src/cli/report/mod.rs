@@ -30,9 +30,12 @@ pub fn growth_line(on: bool) -> &'static str {
 
 /// The `wait:` line of `gpucap check`, with a pool: how long an allocation the pool
 /// cannot take now waits for its members to free memory (`GPUCAP_WAIT`), and which flag
-/// or variable said so: `set`, the environment's (its flags applied); else a wait is
-/// the configuration file's (`file`), as its cap is named with it.
-pub fn wait_line(config: &Config, set: bool, file: ConfigFile) -> String {
+/// or variable said so: `set.wait`, the environment's (its flags applied); else a wait
+/// is the configuration file's (`file`), as its cap is named with it, and so is none
+/// where the file says `GPUCAP_WAIT=0` (`set.wait_in_file`).
+pub fn wait_line(config: &Config, set: Set, file: ConfigFile) -> String {
+    let said = set.wait || set.wait_in_file;
+    let set = set.wait;
     let from = match file {
         _ if set && config.typed.contains(&"--wait") => "--wait".to_string(),
         ConfigFile::Whole(f) | ConfigFile::Over(f) if !set => {
@@ -41,7 +44,7 @@ pub fn wait_line(config: &Config, set: bool, file: ConfigFile) -> String {
         _ => "GPUCAP_WAIT".to_string(),
     };
     let ms = config.wait.as_millis();
-    if ms == 0 && set {
+    if ms == 0 && said {
         return format!(
             "wait: none (from {from}: an allocation the pool cannot take now is refused at once)"
         );
@@ -130,7 +133,7 @@ pub enum ConfigFile<'a> {
     Over(&'a Path),
 }
 
-/// What the environment (its flags applied) set itself, for lines that name where a
+/// What the environment (its flags applied) set itself, and the file, for lines that name where a
 /// setting came from.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Set {
@@ -138,6 +141,8 @@ pub struct Set {
     pub limit_none: bool,
     /// `GPUCAP_WAIT` (or `--wait`).
     pub wait: bool,
+    /// `GPUCAP_WAIT` in the configuration file (a `0` there is named with the file).
+    pub wait_in_file: bool,
 }
 
 /// Everything `gpucap check` prints after validating the configuration. `library` is
@@ -222,7 +227,7 @@ pub fn check_report(
     out.push(report_line(config.report.as_deref()));
     out.push(pool_line.to_string());
     if config.pool.is_some() {
-        out.push(wait_line(config, set.wait, file));
+        out.push(wait_line(config, set, file));
     }
     for (what, spec, meaning) in [
         (
@@ -500,14 +505,19 @@ pub(crate) mod tests {
                     members to free memory)";
         // The file's wait, whether the file is the whole configuration or over the
         // environment's variables; the environment's own, its variable's.
+        let env = |wait, wait_in_file| Set {
+            limit_none: false,
+            wait,
+            wait_in_file,
+        };
         for f in [ConfigFile::Whole(&file), ConfigFile::Over(&file)] {
             assert_eq!(
-                wait_line(&config, false, f),
+                wait_line(&config, env(false, true), f),
                 format!("wait: 30 s (from GPUCAP_WAIT in /opt/gpucap/gpucap.env{tail}")
             );
         }
         assert_eq!(
-            wait_line(&config, true, ConfigFile::Over(&file)),
+            wait_line(&config, env(true, false), ConfigFile::Over(&file)),
             format!("wait: 30 s (from GPUCAP_WAIT{tail}")
         );
         let typed = Config {
@@ -515,8 +525,27 @@ pub(crate) mod tests {
             ..config.clone()
         };
         assert_eq!(
-            wait_line(&typed, true, ConfigFile::Over(&file)),
+            wait_line(&typed, env(true, false), ConfigFile::Over(&file)),
             format!("wait: 30 s (from --wait{tail}")
+        );
+        // No wait: named where the file or the environment says 0, else the default's.
+        let none = Config {
+            wait: std::time::Duration::ZERO,
+            ..config.clone()
+        };
+        let refused = ": an allocation the pool cannot take now is refused at once)";
+        assert_eq!(
+            wait_line(&none, env(false, true), ConfigFile::Whole(&file)),
+            format!("wait: none (from GPUCAP_WAIT in /opt/gpucap/gpucap.env{refused}")
+        );
+        assert_eq!(
+            wait_line(&none, env(true, false), ConfigFile::Whole(&file)),
+            format!("wait: none (from GPUCAP_WAIT{refused}")
+        );
+        assert!(
+            wait_line(&none, env(false, false), ConfigFile::Whole(&file)).starts_with(
+                "wait: none (an allocation the pool cannot take now is refused at once;"
+            )
         );
     }
 
