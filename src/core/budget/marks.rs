@@ -148,19 +148,22 @@ impl<'w> PoolTraffic<'_, 'w> {
     /// window and not yet credited. A slot `before` did not read counts from zero:
     /// nothing was marked in it before.
     pub fn given_back_since(&self, before: &FreedBefore) -> u64 {
-        let grown = self
-            .marks()
+        self.grown_since(T_FREED, &before.freed)
+            .saturating_add(before.freeing)
+    }
+
+    /// The growth of every slot's word `word` since `before` (that word of each slot, in
+    /// order): all of it where the word went down (rewritten by another process); a slot
+    /// `before` did not read counts from zero.
+    fn grown_since(&self, word: usize, before: &[u64]) -> u64 {
+        self.marks()
             .iter()
             .enumerate()
             .map(|(s, m)| {
-                let (a, b) = (
-                    m[T_FREED].load(SeqCst),
-                    before.freed.get(s).copied().unwrap_or(0),
-                );
+                let (a, b) = (m[word].load(SeqCst), before.get(s).copied().unwrap_or(0));
                 if a >= b { a - b } else { a }
             })
-            .fold(0u64, u64::saturating_add);
-        grown.saturating_add(before.freeing)
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The sum of every slot's words that only go up (`freed`, `started`, `made`,
@@ -225,13 +228,22 @@ impl<'w> PoolTraffic<'_, 'w> {
     /// flight at `first`. A slot `first` did not read had nothing in flight then: its
     /// first allocation started after `first`.
     pub fn taken_since(&self, first: &MadeInside) -> u64 {
+        self.made_since(first, |grown, in_flight| {
+            in_flight.map_or(0, |f| grown.saturating_sub(f))
+        })
+    }
+
+    /// Per slot, `part` of the growth of `made` since `first` and what was in flight at
+    /// `first` (None: its words were behind), summed; a slot whose `made` went down counts
+    /// none, and one `first` did not read had nothing in flight then.
+    fn made_since(&self, first: &MadeInside, part: impl Fn(u64, Option<u64>) -> u64) -> u64 {
         self.marks()
             .iter()
             .enumerate()
             .map(|(s, m)| {
                 let a = m[T_MADE].load(SeqCst);
                 match first.slots.get(s).copied().unwrap_or((0, Some(0))) {
-                    (b, Some(f)) if a >= b => (a - b).saturating_sub(f),
+                    (b, in_flight) if a >= b => part(a - b, in_flight),
                     _ => 0,
                 }
             })
@@ -253,17 +265,7 @@ impl PoolTraffic<'_, '_> {
     /// driver may not have given them back, and the measurement may be this much above
     /// what its call took.
     pub fn overstated_since(&self, before: &FreedBefore) -> u64 {
-        self.marks()
-            .iter()
-            .enumerate()
-            .map(|(s, m)| {
-                let (a, b) = (
-                    m[T_UNSURE].load(SeqCst),
-                    before.unsure.get(s).copied().unwrap_or(0),
-                );
-                if a >= b { a - b } else { a }
-            })
-            .fold(0u64, u64::saturating_add)
+        self.grown_since(T_UNSURE, &before.unsure)
     }
 
     /// Read with [`taken_since`](Self::taken_since): the bytes the members had the driver
@@ -272,18 +274,9 @@ impl PoolTraffic<'_, '_> {
     /// above what the call took. A slot whose words were behind at `first` counts all
     /// its growth.
     pub fn left_in_since(&self, first: &MadeInside) -> u64 {
-        self.marks()
-            .iter()
-            .enumerate()
-            .map(|(s, m)| {
-                let a = m[T_MADE].load(SeqCst);
-                match first.slots.get(s).copied().unwrap_or((0, Some(0))) {
-                    (b, Some(f)) if a >= b => (a - b).min(f),
-                    (b, None) if a >= b => a - b,
-                    _ => 0,
-                }
-            })
-            .fold(0u64, u64::saturating_add)
+        self.made_since(first, |grown, in_flight| {
+            in_flight.map_or(grown, |f| grown.min(f))
+        })
     }
 
     /// The bytes of frees the live members announced and have not finished now: added
