@@ -27,8 +27,9 @@ const FIRST_PAUSE: Duration = Duration::from_millis(2);
 pub enum Attempt<T, R> {
     /// Done, whatever the driver or gpucap answered: nothing to make again.
     Done(T),
-    /// Refused by its measurement, the call undone: `R` says the refusal, if it is the last.
-    Refused(R),
+    /// Undone for its measurement (the cap refused its figure, or the figure may be the
+    /// pool's traffic): `R` says why, and the refusal if it is the last.
+    Undone(R),
 }
 
 /// The pause after refused attempt `k` (0 for the first), between half and one and a
@@ -58,8 +59,8 @@ pub fn until_measured<T, R>(
     loop {
         match attempt(k) {
             Attempt::Done(t) => return Ok(t),
-            Attempt::Refused(r) if k + 1 >= ATTEMPTS => return Err(r),
-            Attempt::Refused(_) => {
+            Attempt::Undone(r) if k + 1 >= ATTEMPTS => return Err(r),
+            Attempt::Undone(_) => {
                 sleep(pause(k, seed));
                 k += 1;
             }
@@ -80,7 +81,7 @@ mod tests {
             |k| {
                 made += 1;
                 match k {
-                    0 | 1 => Attempt::Refused(k),
+                    0 | 1 => Attempt::Undone(k),
                     _ => Attempt::Done("fits"),
                 }
             },
@@ -105,7 +106,7 @@ mod tests {
         assert_eq!((got, made), (Ok(()), 1));
 
         let mut slept = 0;
-        let got: Result<(), u32> = until_measured(1, Attempt::Refused, |_| slept += 1);
+        let got: Result<(), u32> = until_measured(1, Attempt::Undone, |_| slept += 1);
         assert_eq!(got, Err(ATTEMPTS - 1));
         assert_eq!(slept, ATTEMPTS - 1);
     }

@@ -283,10 +283,6 @@ fn set_limit_once(
             return Ok(refused);
         }
     };
-    // A stack raised from nothing charged is charged at least what the driver takes for
-    // it. Not a raise of a stack charged already: a driver that kept a stack after it was
-    // lowered (one a launched kernel needed) takes nothing when it is raised to it again,
-    // and that stack's charge stayed.
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     // What this attempt's raise may have taken, given back if it is set back: at most
     // its figure (or what was reserved, if more), all of it unsure for another member's
@@ -318,6 +314,10 @@ fn set_limit_once(
     };
     least.set(Some((old, charged, least_so_far)));
     let change = change.min(least_so_far.max(sure));
+    // A stack raised from nothing charged is charged at least what the driver takes for
+    // it. Not a raise of a stack charged already: a driver that kept a stack after it was
+    // lowered (one a launched kernel needed) takes nothing when it is raised to it again,
+    // and that stack's charge stayed.
     let expected = match charged {
         0 => held.as_ref().map_or(0, |r| r.charge().bytes),
         _ => 0,

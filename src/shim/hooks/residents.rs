@@ -191,7 +191,7 @@ pub(super) fn made_again(
                 k + 1,
                 again::ATTEMPTS
             );
-            again::Attempt::Refused(why)
+            again::Attempt::Undone(why)
         }
     };
     match again::until_measured(seed, attempt, std::thread::sleep) {
