@@ -393,8 +393,8 @@ fn two_members() -> Vec<Duet> {
         },
         // A raised stack whose figure memory allocated outside the pool inflated past the
         // cap is set back and made again, not refused: A, a process outside the pool (no
-        // mark of it), allocates 700 MiB while B raises its stack by 396 MiB (1.5 s, taken
-        // halfway, where A is let go). B's window saw 1,096 MiB, past the 1 GiB cap, though
+        // mark of it), allocates 700 MiB while B raises its stack by 396 MiB (the fake's call
+        // takes it, lets A go, and returns once A allocated). B's window saw 1,096 MiB, past the 1 GiB cap, though
         // its expected 396 MiB fit: refused before; now made again (A's 700 MiB held
         // before the next window), charged 396 MiB, and no refusal counted.
         Duet {
@@ -415,8 +415,8 @@ fn two_members() -> Vec<Duet> {
             b: Part {
                 steps: &["stack:3", "wait:a2", "touch:b1", "wait:end"],
                 env: &[
-                    ("FAKECUDA_LIMIT_DELAY_MS", "1000"),
                     ("FAKECUDA_LIMIT_HALFWAY", "{dir}/b-half"),
+                    ("FAKECUDA_LIMIT_UNTIL", "{dir}/a2"),
                     ("GPUCAP_LOG", "info"),
                 ],
                 says: vec![(
