@@ -317,10 +317,10 @@ pub const T_STARTED: usize = 2;
 pub const T_MADE: usize = 3;
 /// ...and of those it did not (refused, rolled back, or memory the driver takes later).
 pub const T_UNMADE: usize = 4;
-/// Of the bytes in `T_FREED`, those announced that the driver may not have given back
-/// (an upper bound announced where the exact figure is unknown: a raise set back, a
-/// lowered limit, graph or pool memory trimmed): a measurement whose window holds them
-/// may be this much above what its call took.
+/// Of the bytes in `T_FREED`, those whose announcement was withdrawn (the driver refused,
+/// or an upper bound ended: a raise set back, a lowered limit, graph or pool memory
+/// trimmed), which the driver may not have given back: a measurement whose window holds
+/// them may be this much above what its call took.
 pub const T_UNSURE: usize = 5;
 
 // Share words, per member per GPU.

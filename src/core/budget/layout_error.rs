@@ -7,8 +7,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUCAPPL");
 /// 9: version 8's words, which a claim's members keep in a sealed memfd (an older gpucap
 /// maps a claim's file: beside a newer one it would keep a budget apart). 10: a member's
 /// uid beside its pid (`S_PID`'s high bits, which version 9 read as a pid past 32 bits).
-/// 11: a sixth traffic mark per member and GPU (`T_UNSURE`, frees announced at an upper
-/// bound).
+/// 11: a sixth traffic mark per member and GPU (`T_UNSURE`, announcements withdrawn).
 pub const POOL_VERSION: u64 = 11;
 
 /// Why a pool file cannot be used.

@@ -11,13 +11,12 @@
 //! announced), `started` (every byte reserved for an allocation, before its driver
 //! call), `made` (of those, every byte the driver allocated, after its call), `unmade`
 //! (every byte it did not: refused, rolled back, or memory the driver backs later, such
-//! as managed memory) and `unsure` (of `freed`, the bytes the driver may not have given
-//! back: an upper bound announced, or a free withdrawn):
+//! as managed memory) and `unsure` (of `freed`, the bytes of announcements withdrawn:
+//! the driver refused, or an upper bound ended, that it may not have given back):
 //!
 //! ```text
 //! free:   freeing += b;  freed += b;  driver;  credit (see `used`);  freeing -= b
-//!         (the driver refused: unsure += b; freeing -= b, `freed` keeps it)
-//! bound:  unsure += u;  freeing += b;  freed += b;  driver;  freeing -= b
+//!         (withdrawn: unsure += b; freeing -= b, `freed` keeps it)
 //! alloc:  reserve;  started += b;  driver;  made += b   (or unmade += b)
 //! ```
 //!
@@ -261,9 +260,9 @@ impl FreedBefore {
 
 impl PoolTraffic<'_, '_> {
     /// Read with [`given_back_since`](Self::given_back_since): of the bytes it adds back,
-    /// those announced at an upper bound since `before` (each slot's `unsure` growth): the
-    /// driver may not have given them back, and the measurement may be this much above
-    /// what its call took.
+    /// those withdrawn since `before` (each slot's `unsure` growth): the driver may not
+    /// have given them back, and the measurement may be this much above what its call
+    /// took (one still announced is counted by [`freeing_now`](Self::freeing_now)).
     pub fn overstated_since(&self, before: &FreedBefore) -> u64 {
         self.grown_since(T_UNSURE, &before.unsure)
     }
@@ -344,19 +343,6 @@ impl<'a> Member<'a> {
         true
     }
 
-    /// [`announce_free`](Self::announce_free) of an upper bound: `unsure` of the `bytes`
-    /// the driver may not give back (marked first: a measurement that adds them back
-    /// sees them as unsure; one that misses the mark only makes its call again less).
-    pub fn announce_free_unsure(&self, device: usize, bytes: u64, unsure: u64) -> bool {
-        if let Some((_, h)) = self.routed(device)
-            && bytes > 0
-            && unsure > 0
-        {
-            h.marks[T_UNSURE].fetch_add(unsure.min(bytes), SeqCst);
-        }
-        self.announce_free(device, bytes)
-    }
-
     /// The driver freed the `bytes` announced on `device`: credited to the pool (as
     /// [`credit`](Self::credit)), then the announcement ends.
     #[inline(always)]
@@ -372,22 +358,13 @@ impl<'a> Member<'a> {
         }
     }
 
-    /// The driver refused to free the `bytes` announced on `device`: the announcement
-    /// ends, nothing is credited (`freed` keeps them: a measurement counts more, never
-    /// less; `unsure` says so, for a measurement that added them back to know its figure
-    /// is that much high).
+    /// The announcement of the `bytes` on `device` ends with nothing credited: the driver
+    /// refused, or they were an upper bound whose caller settles what was given back
+    /// (`freed` keeps them: a measurement counts more, never less; `unsure` says so, for a
+    /// measurement that added them back to know its figure may be that much high).
     pub fn withdraw_free(&self, device: usize, bytes: u64) {
         if let Some((_, h)) = self.routed(device) {
             h.marks[T_UNSURE].fetch_add(bytes, SeqCst);
-            end_announcement(h, bytes);
-        }
-    }
-
-    /// The announcement of an upper bound ([`announce_free_unsure`](Self::announce_free_unsure))
-    /// ends, nothing credited here (the caller settles what was given back): its unsure
-    /// part was marked when it was announced.
-    pub fn end_bound_free(&self, device: usize, bytes: u64) {
-        if let Some((_, h)) = self.routed(device) {
             end_announcement(h, bytes);
         }
     }

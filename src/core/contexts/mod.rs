@@ -239,12 +239,8 @@ impl DeviceLock<'_> {
         traffic: Option<PoolTraffic<'_, '_>>,
         call: impl FnMut() -> u32,
     ) -> (u32, Result<i128, Unmeasured>, MeasuredBy) {
-        // The marks are read right around each device read, and a read the members'
-        // traffic moved during is made again (`window`).
-        match traffic {
-            Some(t) => self.measure_device_wide(drv, on, call, &mut window::Marked::new(t)),
-            None => self.measure_device_wide(drv, on, call, &mut window::Bare),
-        }
+        let (rc, taken, how, _) = self.measure_marked(drv, on, traffic, call, false);
+        (rc, taken, how)
     }
 
     /// [`measure`](Self::measure), and how far its figure may be above what the call
@@ -258,17 +254,27 @@ impl DeviceLock<'_> {
         traffic: Option<PoolTraffic<'_, '_>>,
         call: impl FnMut() -> u32,
     ) -> (u32, Result<i128, Unmeasured>, MeasuredBy, u64) {
-        match traffic {
-            Some(t) => {
-                let mut edges = window::Marked::with_doubt(t);
-                let (rc, taken, how) = self.measure_device_wide(drv, on, call, &mut edges);
-                (rc, taken, how, edges.unsure())
-            }
-            None => {
-                let (rc, taken, how) = self.measure_device_wide(drv, on, call, &mut window::Bare);
-                (rc, taken, how, 0)
-            }
-        }
+        self.measure_marked(drv, on, traffic, call, true)
+    }
+
+    /// [`measure`](Self::measure) with the pool's marks read right around each device
+    /// read, and a read the members' traffic moved during made again (`window`); the
+    /// window's doubt read only where `doubt` asks it (its extra reads of the marks).
+    fn measure_marked(
+        &self,
+        drv: &impl CtxDriver,
+        on: Option<Ctx>,
+        traffic: Option<PoolTraffic<'_, '_>>,
+        call: impl FnMut() -> u32,
+        doubt: bool,
+    ) -> (u32, Result<i128, Unmeasured>, MeasuredBy, u64) {
+        let Some(t) = traffic else {
+            let (rc, taken, how) = self.measure_device_wide(drv, on, call, &mut window::Bare);
+            return (rc, taken, how, 0);
+        };
+        let mut edges = window::Marked::new(t, doubt);
+        let (rc, taken, how) = self.measure_device_wide(drv, on, call, &mut edges);
+        (rc, taken, how, edges.unsure())
     }
 
     /// The driver's free memory before the call minus after it (negative when more was

@@ -898,14 +898,13 @@ fn measure(
 /// take), and reads fail at random: whatever the retries keep, the charge is never
 /// below what the call took (300), and never above it by more than its doubt (what the
 /// measurement says the pool's traffic may have added: `measure_with_doubt`). Some frees
-/// are announced at an upper bound (the driver gives back less, the rest marked unsure).
+/// are announced at an upper bound (the driver gives back less, the announcement withdrawn).
 #[test]
 fn random_traffic_around_retried_reads_never_makes_a_charge_short() {
     use std::rc::Rc;
     #[derive(Clone, Copy)]
     enum S {
         Announce(usize, u64),
-        AnnounceUnsure(usize, u64, u64),
         DriverFree(u64),
         Complete(usize, u64),
         Withdraw(usize, u64),
@@ -946,13 +945,7 @@ fn random_traffic_around_retried_reads_never_makes_a_charge_short() {
                 0 => [S::Announce(s, b), S::DriverFree(b), S::Complete(s, b)].into(),
                 4 => {
                     let gives = b - next(b + 1);
-                    let unsure = b - gives;
-                    [
-                        S::AnnounceUnsure(s, b, unsure),
-                        S::DriverFree(gives),
-                        S::Complete(s, b),
-                    ]
-                    .into()
+                    [S::Announce(s, b), S::DriverFree(gives), S::Withdraw(s, b)].into()
                 }
                 1 => [S::Announce(s, b), S::Withdraw(s, b)].into(),
                 2 => [S::Start(s, b), S::DriverAlloc(b), S::Ended(s, b, true)].into(),
@@ -972,7 +965,6 @@ fn random_traffic_around_retried_reads_never_makes_a_charge_short() {
                 let i = live[next(live.len() as u64) as usize];
                 match ops[i].pop_front().unwrap() {
                     S::Announce(s, b) => assert!(m[s].announce_free(0, b)),
-                    S::AnnounceUnsure(s, b, u) => assert!(m[s].announce_free_unsure(0, b, u)),
                     S::DriverFree(b) => drv.free.set(drv.free.get() + b),
                     S::Complete(s, b) => m[s].complete_free(0, b),
                     S::Withdraw(s, b) => m[s].withdraw_free(0, b),

@@ -54,9 +54,10 @@ pub trait Edges {
     /// The window ends at the "after" read [`closed`](Self::closed) last returned for.
     fn chosen(&mut self) {}
     /// How far the window's figure may be above what the call took: the members'
-    /// traffic counted in it that may have fallen outside the window (allocations in
-    /// flight when it opened, frees announced before it, traffic during a read that
-    /// moved). 0 without a pool: nothing of the pool's is counted.
+    /// traffic counted in it that may have fallen outside the window or not happened
+    /// (allocations in flight when it opened or before its last read, frees announced
+    /// before it or still announced then, announcements withdrawn, traffic during a read
+    /// that moved). 0 without a pool: nothing of the pool's is counted.
     fn unsure(&self) -> u64 {
         0
     }
@@ -91,7 +92,9 @@ pub struct Marked<'m, 'w> {
 }
 
 impl<'m, 'w> Marked<'m, 'w> {
-    pub fn new(traffic: PoolTraffic<'m, 'w>) -> Self {
+    /// The marks of `traffic`; `doubt`: the window's doubt kept too ([`Edges::unsure`],
+    /// its extra reads of the marks made only then).
+    pub fn new(traffic: PoolTraffic<'m, 'w>, doubt: bool) -> Self {
         Marked {
             traffic,
             before: None,
@@ -104,15 +107,7 @@ impl<'m, 'w> Marked<'m, 'w> {
             left_in: 0,
             unsure_last: 0,
             unsure: 0,
-            doubt: false,
-        }
-    }
-
-    /// [`new`](Self::new), the doubt of the window kept ([`Edges::unsure`]).
-    pub fn with_doubt(traffic: PoolTraffic<'m, 'w>) -> Self {
-        Marked {
-            doubt: true,
-            ..Self::new(traffic)
+            doubt,
         }
     }
 }

@@ -362,29 +362,7 @@ impl Ledger {
         } else {
             None
         };
-        Freeing {
-            charge,
-            pool,
-            bound: false,
-        }
-    }
-
-    /// [`announce`](Self::announce) of an upper bound on what the driver will free:
-    /// `unsure` of the bytes it may not (marked so to the pool: a member's measurement
-    /// whose window holds this free knows its figure may be that much high).
-    pub fn announce_unsure(&self, charge: Charge, unsure: u64) -> Freeing {
-        let k = self.pool_at.load(Acquire);
-        let pool = match k {
-            0 => None,
-            k => self
-                .pool_of(k)
-                .filter(|p| p.announce_free_unsure(charge.device, charge.bytes, unsure)),
-        };
-        Freeing {
-            charge,
-            pool,
-            bound: true,
-        }
+        Freeing { charge, pool }
     }
 
     /// [`announce`](Self::announce)'s pool part.
@@ -403,17 +381,14 @@ impl Ledger {
         }
     }
 
-    /// The driver refused to free what `f` announced: nothing credited (marked unsure in
-    /// the pool: a measurement that added it back knows it was not given back). Where `f`
-    /// announced an upper bound ([`announce_unsure`](Self::announce_unsure)), the
-    /// announcement ends, its unsure part marked at the start.
+    /// The announcement of `f` ends with nothing credited here: the driver refused, or
+    /// `f` announced an upper bound (a trim, a lowered limit, a raise set back) whose
+    /// caller settles what was given back. Marked unsure in the pool: a measurement that
+    /// added it back knows it may not have been given back.
     #[inline(always)]
     pub fn withdraw(&self, f: Freeing) {
         if let Some(pool) = f.pool {
-            match f.bound {
-                false => pool.withdraw_free(f.charge.device, f.charge.bytes),
-                true => pool.end_bound_free(f.charge.device, f.charge.bytes),
-            }
+            pool.withdraw_free(f.charge.device, f.charge.bytes);
         }
     }
 

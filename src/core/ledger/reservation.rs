@@ -142,7 +142,4 @@ pub struct Freeing {
     pub(super) charge: Charge,
     /// The pool it was announced to (None: not in a pool, nothing announced).
     pub(super) pool: Option<&'static Member<'static>>,
-    /// Announced at an upper bound, its unsure part marked already
-    /// ([`Ledger::announce_unsure`]): withdrawn, it is not marked again.
-    pub(super) bound: bool,
 }

@@ -217,15 +217,11 @@ fn set_limit_once(
     // measured with the pool's marks like any change (the other members' frees inside the
     // window are not credited to it), this announcement's own bytes, which the marks count
     // as given back by a member, taken out again.
-    // What it gives back lies between nothing and its charge: all of it unsure.
     let freeing = (lowered && charged > 0).then(|| {
-        SHIM.ledger.announce_unsure(
-            Charge {
-                device: d,
-                bytes: charged,
-            },
-            charged,
-        )
+        SHIM.ledger.announce(Charge {
+            device: d,
+            bytes: charged,
+        })
     });
     let marks = pool_marks_holding(d, held.as_ref());
     let (rc, measured, _, doubt) =
@@ -275,7 +271,7 @@ fn set_limit_once(
         (Err(refused), _) => {
             // Not measured: all of what was reserved may have been taken, or none.
             let took = held.as_ref().map_or(0, |r| r.charge().bytes);
-            set_back(set, (limit, old, value), d, (took, took));
+            set_back(set, (limit, old, value), d, took);
             if let Some(f) = freeing {
                 SHIM.ledger.withdraw(f);
             }
@@ -285,15 +281,10 @@ fn set_limit_once(
     };
     let reserved = held.as_ref().map_or(0, |r| r.charge().bytes);
     // What this attempt's raise may have taken, given back if it is set back: at most
-    // its figure (or what was reserved, if more), all of it unsure for another member's
-    // window (one that held the raise too, whose reservation then ended unmade, is that
-    // much high).
+    // its figure (or what was reserved, if more).
     let took = match value > old {
-        true => {
-            let most = reserved.max(gpucap_core::residents::taken(change));
-            (most, most)
-        }
-        false => (0, 0),
+        true => reserved.max(gpucap_core::residents::taken(change)),
+        false => 0,
     };
     if value > old {
         log!(
@@ -404,26 +395,24 @@ fn record(key: (u64, u32), ctx: Handle, lock: &gpucap_core::contexts::DeviceLock
 }
 
 /// Sets limit `limit` back to `old` with `set` after gpucap undid `value` (refused, or to
-/// be made again), on device `d`: `(took, unsure)`, the most the undone raise may have
-/// taken (0 for a lowering) and how much of it it may not have, announced to the pool
-/// first as a free of an upper bound, so that another member's window that holds the set
-/// back does not take it off its own figure (and knows how far that figure may be high).
+/// be made again), on device `d`: `took`, the most the undone raise may have taken (0
+/// for a lowering), announced to the pool first as a free, so that another member's
+/// window that holds the set back does not take it off its own figure; withdrawn after,
+/// all of it unsure (a window that held the raise too, whose reservation ended unmade,
+/// is that much high).
 /// Whether the driver set it back; if not, says so at error level: the memory the new
 /// value took stays with the context.
 fn set_back(
     set: &impl Fn(usize) -> CuResult,
     (limit, old, value): (c_int, usize, usize),
     d: usize,
-    (took, unsure): (u64, u64),
+    took: u64,
 ) -> bool {
     let freeing = (took > 0).then(|| {
-        SHIM.ledger.announce_unsure(
-            Charge {
-                device: d,
-                bytes: took,
-            },
-            unsure,
-        )
+        SHIM.ledger.announce(Charge {
+            device: d,
+            bytes: took,
+        })
     });
     let rc = set(old);
     if let Some(f) = freeing {

@@ -54,10 +54,9 @@ pub(super) fn given_back<K: Copy + PartialEq>(
 /// destroy) and settles its charges to the driver's figures: in a pool of processes, the
 /// most it may give back on each device (`most`, asked only there) is announced first, as
 /// any free is (`Ledger::announce`), so that a member measuring what the driver took for
-/// it meanwhile does not take these bytes off its charge (each an upper bound: unsure, all
-/// of it, so that such a member knows its figure may be that much high); the
-/// announcements end after the call (what it gave back is credited by the settling, the
-/// rest never was).
+/// it meanwhile does not take these bytes off its charge; the announcements end after the
+/// call (what it gave back is credited by the settling, the rest never was; withdrawn,
+/// all of it is marked unsure, so that such a member knows its figure may be that high).
 pub(super) fn announced_release(
     most: impl FnOnce() -> Vec<Charge>,
     call: impl FnOnce() -> CuResult,
@@ -67,7 +66,7 @@ pub(super) fn announced_release(
     }
     let announced: Vec<_> = most()
         .into_iter()
-        .map(|c| SHIM.ledger.announce_unsure(c, c.bytes))
+        .map(|c| SHIM.ledger.announce(c))
         .collect();
     let rc = call();
     announced.into_iter().for_each(|f| SHIM.ledger.withdraw(f));

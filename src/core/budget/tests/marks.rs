@@ -199,7 +199,7 @@ fn a_member_that_joins_inside_the_window_is_counted_from_zero() {
 /// What a measurement may have counted of the others' traffic that fell outside its
 /// window (`window::Edges::unsure`): an allocation in flight when it opened and made
 /// since (left in), one in flight now (its driver call may be done, not yet marked made),
-/// and frees announced at an upper bound (`unsure`); the measuring member's own
+/// frees still announced, and announcements withdrawn (`unsure`); the measuring member's own
 /// reservation for its call is none of them.
 #[test]
 fn what_a_window_may_hold_of_the_others_traffic_is_counted_as_its_doubt() {
@@ -222,19 +222,21 @@ fn what_a_window_may_hold_of_the_others_traffic_is_counted_as_its_doubt() {
     b.reserve(0, 200).unwrap();
     assert!(b.alloc_started(0, 200));
     assert_eq!((t.left_in_since(&first), t.in_flight()), (100, 200));
-    // A free announced at an upper bound of 300, of which 250 may not be given back;
-    // a plain free is sure.
-    assert!(b.announce_free_unsure(0, 300, 250));
+    // Two frees announced: both added back, both still announced (their driver calls may
+    // come after the window).
+    assert!(b.announce_free(0, 300));
     assert!(b.announce_free(0, 40));
     assert_eq!(t.given_back_since(&before), 340, "both added back");
+    assert_eq!((t.freeing_now(), t.overstated_since(&before)), (340, 0));
+    // One completed is sure; one withdrawn (refused, or an upper bound ended) is unsure.
+    b.complete_free(0, 40);
+    b.withdraw_free(0, 300);
+    assert_eq!(t.given_back_since(&before), 340, "`freed` keeps both");
     assert_eq!(
-        t.overstated_since(&before),
-        250,
-        "only the bound's unsure part"
+        (t.freeing_now(), t.overstated_since(&before)),
+        (0, 300),
+        "only the withdrawn one is unsure"
     );
-    // An unsure part is never more than the free.
-    assert!(b.announce_free_unsure(0, 10, 99));
-    assert_eq!(t.overstated_since(&before), 260);
     // A's own reservation is not in flight for A's window; B's window sees it.
     let tb = b.traffic(0).unwrap();
     assert_eq!(
