@@ -10,6 +10,7 @@ pub mod external;
 pub mod graph;
 pub mod graph_node;
 pub mod green;
+mod hold;
 pub mod interop;
 pub mod ipc;
 pub mod launch;

@@ -20,6 +20,9 @@
  *                  prints "contexts N rc" per context (rc of the launch)
  *   getfn          loads a module (cuModuleLoadData) and asks for its function k0 (lazy
  *                  loading loads the kernel there: FAKECUDA_FUNCTION_MEM); prints "getfn rc"
+ *   module:SIZE    loads a module (cuModuleLoadData of PTX) whose one global takes SIZE
+ *                  (the fake allocates it at the load, as a driver does a module's globals),
+ *                  keeping it; prints "module SIZE rc"
  *   stack:K        cuCtxSetLimit(CU_LIMIT_STACK_SIZE) to the default 1 KiB plus K x 512 bytes
  *                  per thread (the fake's stack then takes K x 132 MiB); prints "stack K rc"
  *   graph:SIZE     a graph with one alloc node of SIZE (and its free node), instantiated,
@@ -214,6 +217,14 @@ int main(int argc, char **argv) {
             CUfunction f = NULL;
             MUST(cuModuleLoadData(&m, PTX));
             printf("getfn %d\n", cuModuleGetFunction(&f, m, "k0"));
+        } else if (strncmp(step, "module:", 7) == 0) {
+            size_t size = parse_size(step + 7);
+            char ptx[256];
+            snprintf(ptx, sizeof ptx,
+                     ".version 6.0\n.target sm_50\n.address_size 64\n"
+                     ".visible .global .align 1 .b8 g[%zu];\n", size);
+            CUmodule m = NULL;
+            printf("module %zu %d\n", size, cuModuleLoadData(&m, ptx));
         } else if (strncmp(step, "stack:", 6) == 0) {
             int k = atoi(step + 6);
             printf("stack %d %d\n", k, cuCtxSetLimit(0 /* CU_LIMIT_STACK_SIZE */, 1024 + 512 * (size_t)k));

@@ -103,6 +103,16 @@ pub struct Config {
     /// until the path exists (at most 60 s) before it returns: so that a test can hold a
     /// call open until another process acted.
     pub limit_until: Option<PathBuf>,
+    /// FAKECUDA_LOAD_HALFWAY: a path; the process's Nth module load (`cuModuleLoad*`) or
+    /// library load (`cuLibraryLoad*`) creates `PATH.N` once its memory is taken (a
+    /// module's globals, and what eager loading loads with it): so that a test can act
+    /// inside the call.
+    pub load_halfway: Option<PathBuf>,
+    /// FAKECUDA_LOAD_UNTIL: a path; every module or library load of the process, once its
+    /// memory is taken (after `PATH.N` of FAKECUDA_LOAD_HALFWAY), waits until the path
+    /// exists (at most 60 s) before it returns: so that a test can hold a load open until
+    /// another process acted.
+    pub load_until: Option<PathBuf>,
     /// CUDA_MODULE_LOADING=EAGER (any case): modules and libraries are loaded eagerly, as
     /// the driver does then: a module's kernels with the module, a library into every
     /// context at its load and into each context made later at its creation. Otherwise
@@ -305,6 +315,12 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
     let limit_until = var("FAKECUDA_LIMIT_UNTIL")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
+    let load_halfway = var("FAKECUDA_LOAD_HALFWAY")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let load_until = var("FAKECUDA_LOAD_UNTIL")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
     let eager = var("CUDA_MODULE_LOADING").is_some_and(|v| v.trim().eq_ignore_ascii_case("EAGER"));
     let capture_unsafe = parse_capture_unsafe(var("FAKECUDA_CAPTURE_UNSAFE").as_deref())?;
     let visible = parse_visible(var("CUDA_VISIBLE_DEVICES").as_deref(), devices, mig);
@@ -335,6 +351,8 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> 
         limit_delay_ms,
         limit_halfway,
         limit_until,
+        load_halfway,
+        load_until,
         eager,
         capture_unsafe,
         visible,

@@ -29,32 +29,8 @@ fn half_delay() -> CuResult {
     Ok(())
 }
 
-/// Under FAKECUDA_LIMIT_HALFWAY=PATH: creates `PATH.N` for the process's Nth
-/// `cuCtxSetLimit`, halfway through it.
-fn limit_halfway() -> CuResult {
-    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    if let Some(path) = &cfg()?.limit_halfway {
-        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let mut name = path.clone().into_os_string();
-        name.push(format!(".{n}"));
-        let _ = std::fs::File::create(name);
-    }
-    Ok(())
-}
-
-/// Under FAKECUDA_LIMIT_UNTIL=PATH: waits until `PATH` exists (polled every 5 ms, at
-/// most 60 s).
-fn limit_until() -> CuResult {
-    if let Some(path) = &cfg()?.limit_until {
-        for _ in 0..12_000 {
-            if path.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
-    Ok(())
-}
+/// `cuCtxSetLimit`s held open (FAKECUDA_LIMIT_HALFWAY, FAKECUDA_LIMIT_UNTIL).
+static LIMITS_HELD: super::hold::Held = super::hold::Held::new();
 
 pub(super) fn create(pctx: *mut Ctx, flags: c_uint, dev: c_int) -> CuResult {
     let dev = check_dev(dev)?;
@@ -277,8 +253,8 @@ crate::abi::exports! {
         let (ctx, dev) = current()?;
         half_of(cfg()?.limit_delay_ms);
         let set = limit::set(ctx, dev, limit, value);
-        limit_halfway()?;
-        limit_until()?;
+        let c = cfg()?;
+        LIMITS_HELD.middle(c.limit_halfway.as_deref(), c.limit_until.as_deref());
         half_of(cfg()?.limit_delay_ms);
         set
     }

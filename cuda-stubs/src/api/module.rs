@@ -108,7 +108,18 @@ pub fn load_module(pmod: *mut usize, image: *const c_void) -> CuResult {
         let _ = module::unload(m);
         return Err(e);
     }
+    held()?;
     out(pmod, m)
+}
+
+/// Module and library loads held open (FAKECUDA_LOAD_HALFWAY, FAKECUDA_LOAD_UNTIL).
+static LOADS_HELD: super::hold::Held = super::hold::Held::new();
+
+/// A load's memory is taken: held open where the test asks.
+fn held() -> CuResult {
+    let c = cfg()?;
+    LOADS_HELD.middle(c.load_halfway.as_deref(), c.load_until.as_deref());
+    Ok(())
 }
 
 /// Loads a library (`names`, its image's) and hands it out at `library`; under eager
@@ -122,6 +133,7 @@ fn load_library(library: *mut usize, names: crate::image::Names) -> CuResult {
         let _ = module::unload_library(lib);
         return Err(e);
     }
+    held()?;
     note(|| format!("library={lib:#x}"));
     out(library, lib)
 }
