@@ -1,4 +1,6 @@
-//! A call the cap refused by its measurement alone, undone and made again.
+//! A call the cap refused by its measurement alone, undone and made again: a raised
+//! limit (set back) and a module or library load (unloaded; [`Loads`] judges each
+//! attempt, having no expected figure).
 //!
 //! A figure measured device-wide is an upper bound: what the other members had in
 //! flight when the window opened (an allocation started before it, a raise of their
@@ -68,6 +70,64 @@ pub fn until_measured<T, R>(
     }
 }
 
+/// What a load (a module, a library loaded eagerly) is charged, judged over its
+/// attempts: each attempt's figure is an upper bound on what the same load takes (the
+/// pool's traffic in flight left in, memory taken outside the pool in the window seen as
+/// the load's); a load has no expected figure (the shim reads no image's sizes), so
+/// where the cap cannot take a figure, a second window says whether the load itself is
+/// that large.
+#[derive(Debug, Default)]
+pub struct Loads {
+    /// The least figure an attempt measured so far.
+    least: Option<u64>,
+}
+
+/// What to do with an attempt of a load.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Judged {
+    /// Charge these bytes (the cap may still refuse them: another member took its room
+    /// meanwhile).
+    Charge(u64),
+    /// Undo it and make it again: its figure may not be the load's (no refusal counted).
+    Again,
+    /// Charge these bytes where the cap takes them, refused otherwise: two windows saw
+    /// them beyond the cap, or it is the last attempt.
+    Refuse(u64),
+}
+
+impl Loads {
+    /// Judges an attempt that measured `figure` bytes, of which up to `doubt` may be the
+    /// pool's traffic (`DeviceLock::measure_with_doubt`); `last`: no attempt follows;
+    /// `beyond`: whether the cap cannot take a figure now (checked with no effect).
+    /// The figure kept is the least of the attempts', but no lower than this one's less
+    /// its doubt: memory freed outside the pool in one window (which no mark shows)
+    /// could make that window's figure short, and the least of several would pick it.
+    /// Where the cap cannot take it: made again while what this window surely holds fits
+    /// (the rest may be the pool's traffic), and once more where it does not (memory
+    /// taken outside the pool shows in no mark); refused where a second window saw it
+    /// beyond the cap too, and at the last attempt.
+    pub fn judge(
+        &mut self,
+        figure: u64,
+        doubt: u64,
+        last: bool,
+        beyond: impl Fn(u64) -> bool,
+    ) -> Judged {
+        let sure = figure.saturating_sub(doubt);
+        let seen_before = self.least.is_some();
+        let least = self.least.map_or(figure, |l| l.min(figure));
+        self.least = Some(least);
+        let kept = least.max(sure);
+        if !beyond(kept) {
+            return Judged::Charge(kept);
+        }
+        if last || (seen_before && beyond(sure)) {
+            return Judged::Refuse(kept);
+        }
+        Judged::Again
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +185,68 @@ mod tests {
         // All the attempts together wait well under a second.
         let all: Duration = (0..ATTEMPTS - 1).map(|k| pause(k, 3)).sum();
         assert!(all < Duration::from_millis(100), "{all:?}");
+    }
+
+    /// The cap of the judge's tests: 1,000 bytes.
+    fn beyond(bytes: u64) -> bool {
+        bytes > 1000
+    }
+
+    #[test]
+    fn a_load_whose_figure_fits_is_charged_its_figure() {
+        let mut l = Loads::default();
+        assert_eq!(l.judge(400, 300, false, beyond), Judged::Charge(400));
+    }
+
+    #[test]
+    fn a_load_measured_beyond_the_cap_beside_the_pools_traffic_is_made_again() {
+        let mut l = Loads::default();
+        // 1,200 seen, 700 of it possibly the pool's: what it surely took fits.
+        assert_eq!(l.judge(1200, 700, false, beyond), Judged::Again);
+        // Again, though an earlier window saw more: still possibly traffic.
+        assert_eq!(l.judge(1300, 800, false, beyond), Judged::Again);
+        // A quiet window: the least figure, charged.
+        assert_eq!(l.judge(500, 0, false, beyond), Judged::Charge(500));
+    }
+
+    #[test]
+    fn a_load_beyond_the_cap_in_two_windows_is_refused() {
+        let mut l = Loads::default();
+        // No doubt, but memory taken outside the pool would show in no mark: once more.
+        assert_eq!(l.judge(1500, 0, false, beyond), Judged::Again);
+        assert_eq!(l.judge(1400, 0, false, beyond), Judged::Refuse(1400));
+    }
+
+    #[test]
+    fn a_load_taken_outside_the_pool_in_its_first_window_is_charged_its_own() {
+        let mut l = Loads::default();
+        assert_eq!(l.judge(1100, 0, false, beyond), Judged::Again);
+        assert_eq!(l.judge(400, 0, false, beyond), Judged::Charge(400));
+    }
+
+    #[test]
+    fn the_last_attempt_is_refused_where_the_cap_cannot_take_it() {
+        let mut l = Loads::default();
+        assert_eq!(l.judge(1200, 900, true, beyond), Judged::Refuse(1200));
+    }
+
+    #[test]
+    fn a_window_short_of_the_load_is_not_kept_below_what_another_surely_saw() {
+        let mut l = Loads::default();
+        assert_eq!(l.judge(1200, 700, false, beyond), Judged::Again);
+        // 300 seen (something freed outside the pool in it?): the earlier window surely
+        // held 500, but that is no bound here; this one's own sure part is.
+        assert_eq!(l.judge(300, 0, false, beyond), Judged::Charge(300));
+        let mut l = Loads::default();
+        assert_eq!(l.judge(900, 0, false, beyond), Judged::Charge(900));
+        // The least figure is kept across attempts, never below this one's sure part.
+        let mut l = Loads::default();
+        assert_eq!(l.judge(1100, 200, false, beyond), Judged::Again);
+        assert_eq!(l.judge(1050, 100, false, beyond), Judged::Again);
+        assert_eq!(l.judge(1080, 10, false, beyond), Judged::Refuse(1070));
+        let mut l = Loads::default();
+        assert_eq!(l.judge(1100, 200, false, beyond), Judged::Again);
+        assert_eq!(l.judge(1200, 300, false, beyond), Judged::Again);
+        assert_eq!(l.judge(990, 0, false, beyond), Judged::Charge(990));
     }
 }

@@ -11,16 +11,19 @@
 use std::ffi::{c_int, c_void};
 
 use super::contexts::pool_marks;
-use super::residents::{charge_undoable, judge_measured, record_more, resident_in};
+use super::residents::{
+    Again, judge_measured, made_again, record_more, resident_in, try_charge_undoable,
+};
 use super::shim;
 use crate::driver::forward::Real;
 use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out};
 use crate::driver::{kernel_queries, queries};
 use crate::log::log;
-use crate::state::{CONTEXTS, KERNELS};
+use crate::state::{CONTEXTS, KERNELS, SHIM};
 use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::contexts::{DeviceLock, Unmeasured};
 use gpucap_core::ledger::Charge;
+use gpucap_core::residents::{self, again::Judged, again::Loads};
 
 /// A `cuLibraryLoad*` call: the library, the code (an image, or a file's name), options.
 type Load<'a, Code> = Real<(
@@ -80,8 +83,10 @@ pub fn library_load<C: Code>(
 /// (taken in ascending order; every other path holds one at a time), the free memory of
 /// each is measured around the load (other members' traffic taken out in a pool), as a
 /// module load is. What the cap (or the pool) cannot take on any of them is unloaded
-/// again and refused with `CUDA_ERROR_OUT_OF_MEMORY`, as a module load is: the driver
-/// held it only for that moment. A load that cannot be measured is refused under a cap.
+/// again (announced to the pool as a free) and refused with `CUDA_ERROR_OUT_OF_MEMORY`,
+/// as a module load is, or loaded again where a figure may be the pool's traffic
+/// (`residents::again::Loads`, one judge per GPU). A load that cannot be measured is
+/// refused under a cap.
 fn library_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResult) -> CuResult {
     if !kernel_queries::eager_loading() {
         return call();
@@ -89,69 +94,116 @@ fn library_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResul
     if let Err(rc) = shim() {
         return rc;
     }
+    let mut loads: Vec<Loads> = (0..MAX_DEVICES).map(|_| Loads::default()).collect();
+    made_again(api, |last| {
+        library_once(api, out, &mut call, last, &mut loads)
+    })
+}
+
+/// One attempt of [`library_loaded`] (`last`: no other follows): Err where the library
+/// was unloaded to be loaded again.
+fn library_once(
+    api: &str,
+    out: Out<Handle>,
+    call: &mut impl FnMut() -> CuResult,
+    last: bool,
+    loads: &mut [Loads],
+) -> Result<CuResult, Again> {
     let locks: Vec<DeviceLock<'static>> = (0..MAX_DEVICES)
         .filter_map(|d| CONTEXTS.lock(d))
         .filter(|lock| !lock.contexts().is_empty())
         .collect();
     if locks.is_empty() {
-        return call(); // no context yet: each takes its copies at its creation
+        return Ok(call()); // no context yet: each takes its copies at its creation
     }
     let mut measured = Vec::with_capacity(locks.len());
-    let rc = measure_each(&locks, &mut call, &mut measured);
+    let rc = measure_each(&locks, &mut *call, &mut measured);
     // The driver succeeded and wrote the library's handle.
     let (CUDA_SUCCESS, Some(lib)) = (rc, out.get()) else {
-        return rc;
+        return Ok(rc);
     };
     let owners = [Some(lib as u64), kernel_queries::library_module(lib)];
-    // Unloads it, crediting the copies charged so far.
-    let unload = || {
-        let _ = super::launches::unloading(&owners, || kernel_queries::unload_library(lib));
-    };
-    for (lock, measured) in locks.iter().zip(measured) {
+    // Each GPU's figure and what to do with it.
+    let mut judged = Vec::with_capacity(locks.len());
+    for (lock, (measured, doubt)) in locks.iter().zip(measured) {
         let d = lock.device();
-        let measured = measured.map(gpucap_core::contexts::taken);
-        let bytes = match judge_measured(api, "library", d, measured) {
+        let figure = match judge_measured(api, "library", d, measured.map(residents::taken)) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => continue,
             Err(refused) => {
-                unload();
-                return refused;
+                // Not measured: what its unload gives back is not known either.
+                let _ = super::launches::unloading(&owners, || kernel_queries::unload_library(lib));
+                return Ok(refused);
             }
         };
-        if bytes == 0 {
-            continue;
+        if figure > 0 {
+            let j = loads[d].judge(figure, doubt, last, |b| SHIM.ledger.would_refuse(d, b));
+            judged.push((lock, figure, j));
         }
-        if let Err(refused) = charge_undoable(api, d, None, bytes, unload) {
-            return refused;
+    }
+    // Unloads it, crediting the copies charged so far, the figures of those not charged
+    // (the most they may give back) announced first as frees.
+    let unload = |from: usize| {
+        let most = || {
+            judged[from..]
+                .iter()
+                .map(|(lock, figure, _)| Charge {
+                    device: lock.device(),
+                    bytes: *figure,
+                })
+                .collect()
+        };
+        let unload = || super::launches::unloading(&owners, || kernel_queries::unload_library(lib));
+        let _ = super::residents::announced_release(most, unload);
+    };
+    if judged.iter().any(|(_, _, j)| *j == Judged::Again) {
+        unload(0);
+        return Err(Again::Unsure);
+    }
+    for (i, (lock, figure, j)) in judged.iter().enumerate() {
+        let d = lock.device();
+        let bytes = match j {
+            Judged::Charge(b) | Judged::Refuse(b) => *b,
+            Judged::Again => unreachable!("made again above"),
+        };
+        if let Err(not_taken) = try_charge_undoable(d, None, bytes, bytes, || unload(i)) {
+            // Room the check saw taken by another member meanwhile: made again.
+            return match (j, last) {
+                (Judged::Charge(_), false) => Err(Again::Refused(not_taken)),
+                _ => Ok(not_taken.say(api)),
+            };
         }
         record_copies(lib, lock, bytes);
         log!(
             Debug,
-            "{api}: the library takes {} on GPU {d} (loaded eagerly into {} context(s))",
+            "{api}: the library takes {} on GPU {d} (loaded eagerly into {} context(s); measured {})",
             gpucap_core::size::format_bytes(bytes),
-            lock.contexts().len()
+            lock.contexts().len(),
+            gpucap_core::size::format_bytes(*figure)
         );
     }
-    rc
+    Ok(rc)
 }
 
 /// Runs `call` measured on each of `locks`' devices (one measurement inside the next),
-/// pushing each device's measurement to `measured` in the order of `locks` (an eager load
-/// here; a launch on several devices in one call, `multi_device`).
+/// pushing each device's measurement and its window's doubt (`measure_with_doubt`) to
+/// `measured` in the order of `locks` (an eager load here; a launch on several devices
+/// in one call, `multi_device`).
 pub(super) fn measure_each(
     locks: &[DeviceLock<'static>],
     call: &mut dyn FnMut() -> CuResult,
-    measured: &mut Vec<Result<i128, Unmeasured>>,
+    measured: &mut Vec<(Result<i128, Unmeasured>, u64)>,
 ) -> CuResult {
     let Some((lock, rest)) = locks.split_first() else {
         return call();
     };
     let d = lock.device();
     let mut inner = Vec::with_capacity(rest.len());
-    let (rc, taken, _) = lock.measure(&queries::Contexts, None, pool_marks(d), || {
-        measure_each(rest, &mut *call, &mut inner)
-    });
-    measured.push(taken);
+    let (rc, taken, _, doubt) =
+        lock.measure_with_doubt(&queries::Contexts, None, pool_marks(d), || {
+            measure_each(rest, &mut *call, &mut inner)
+        });
+    measured.push((taken, doubt));
     measured.append(&mut inner);
     rc
 }

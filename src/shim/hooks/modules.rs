@@ -6,14 +6,15 @@ use std::ffi::{c_int, c_void};
 
 use super::contexts::{context_lock, pool_marks};
 use super::current::context_device;
-use super::residents::{charge_undoable, judge_measured};
+use super::residents::{Again, judge_measured, made_again, try_charge_undoable};
 use super::shim;
 use crate::driver::forward::Real;
 use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out};
 use crate::driver::{kernel_queries, queries};
 use crate::log::log;
-use crate::state::{CONTEXTS, MODULES};
+use crate::state::{CONTEXTS, MODULES, SHIM};
 use gpucap_core::ledger::Charge;
+use gpucap_core::residents::{self, again::Judged, again::Loads};
 
 pub fn module_load(
     real: Real<(Out<Handle>, CText)>,
@@ -60,9 +61,13 @@ pub fn module_load_fat_binary(
 
 /// Loads a module in the current context with what it takes measured (the driver's
 /// free memory on the device before and after, other members' traffic taken out in a
-/// pool), and charges it. What the cap cannot take is unloaded again and refused with
+/// pool), and charges it. What the cap cannot take is unloaded again (announced to the
+/// pool as a free, as any memory given back) and refused with
 /// `CUDA_ERROR_OUT_OF_MEMORY`, as a context is: the device held it only for that moment.
-/// A load that cannot be measured is refused under a cap, never passed uncounted.
+/// A figure the cap cannot take that may be the pool's traffic, or memory taken outside
+/// the pool (the first window only), is unloaded and loaded again
+/// (`residents::again::Loads`). A load that cannot be measured is refused under a cap,
+/// never passed uncounted.
 fn module_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResult) -> CuResult {
     let shim = match shim() {
         Ok(s) => s,
@@ -72,33 +77,66 @@ fn module_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResult
     let (Some(ctx), Some(device)) = (queries::current_context(), context_device()) else {
         return call();
     };
+    let mut loads = Loads::default();
+    made_again(api, |last| {
+        load_once(api, (shim, ctx, device), out, &mut call, last, &mut loads)
+    })
+}
+
+/// One attempt of [`module_loaded`] (`last`: no other follows): Err where the module
+/// was unloaded to be loaded again.
+fn load_once(
+    api: &str,
+    (shim, ctx, device): (&'static crate::state::Shim, Handle, std::ffi::c_int),
+    out: Out<Handle>,
+    call: &mut impl FnMut() -> CuResult,
+    last: bool,
+    loads: &mut Loads,
+) -> Result<CuResult, Again> {
     let lock = match context_lock(shim, api, device) {
         Ok(Some(lock)) => lock,
-        Ok(None) => return call(),
-        Err(rc) => return rc,
+        Ok(None) => return Ok(call()),
+        Err(rc) => return Ok(rc),
     };
     let d = lock.device();
-    let (rc, measured, _) = lock.measure(&queries::Contexts, Some(ctx as u64), pool_marks(d), call);
+    let (rc, measured, _, doubt) = lock.measure_with_doubt(
+        &queries::Contexts,
+        Some(ctx as u64),
+        pool_marks(d),
+        &mut *call,
+    );
     // The driver succeeded and wrote the module handle.
     let (CUDA_SUCCESS, Some(module)) = (rc, out.get()) else {
-        return rc;
+        return Ok(rc);
     };
-    let unload = || kernel_queries::unload_module(module);
-    let measured = measured.map(gpucap_core::residents::taken);
-    let bytes = match judge_measured(api, "module", d, measured) {
+    let figure = match judge_measured(api, "module", d, measured.map(residents::taken)) {
         Ok(Some(bytes)) => bytes,
-        Ok(None) => return rc,
+        Ok(None) => return Ok(rc),
         Err(refused) => {
-            unload();
-            return refused;
+            // Not measured: what it gave back at its unload is not known either.
+            kernel_queries::unload_module(module);
+            return Ok(refused);
         }
     };
-    if bytes == 0 {
-        return rc;
+    if figure == 0 {
+        return Ok(rc);
     }
     // What the cap cannot take is unloaded again; the driver gives the memory back.
-    if let Err(refused) = charge_undoable(api, d, None, bytes, unload) {
-        return refused;
+    let unload = || unload_announced(module, d, figure);
+    let judged = loads.judge(figure, doubt, last, |b| SHIM.ledger.would_refuse(d, b));
+    let bytes = match judged {
+        Judged::Again => {
+            unload();
+            return Err(Again::Unsure);
+        }
+        Judged::Charge(b) | Judged::Refuse(b) => b,
+    };
+    if let Err(not_taken) = try_charge_undoable(d, None, bytes, bytes, unload) {
+        // Room the check saw taken by another member meanwhile: made again.
+        return match (judged, last) {
+            (Judged::Charge(_), false) => Err(Again::Refused(not_taken)),
+            _ => Ok(not_taken.say(api)),
+        };
     }
     let loaded = super::residents::resident_in(ctx, &lock, Charge { device: d, bytes });
     // A handle the driver handed out again: the old module went with its context, and
@@ -106,10 +144,30 @@ fn module_loaded(api: &str, out: Out<Handle>, mut call: impl FnMut() -> CuResult
     super::residents::record(&MODULES, module as u64, loaded);
     log!(
         Debug,
-        "{api}: the module takes {} on GPU {d}",
-        gpucap_core::size::format_bytes(bytes)
+        "{api}: the module takes {} on GPU {d} (measured {}, of which up to {} may be the pool's traffic)",
+        gpucap_core::size::format_bytes(bytes),
+        gpucap_core::size::format_bytes(figure),
+        gpucap_core::size::format_bytes(doubt)
     );
-    rc
+    Ok(rc)
+}
+
+/// Unloads `module`, which gpucap undid (refused, or to be loaded again) on device `d`:
+/// `took`, the most its load may have taken, announced to the pool first as a free, so
+/// that another member's window that holds the unload does not take it off its own
+/// figure; withdrawn after, all of it unsure (such a window is that much high).
+fn unload_announced(module: Handle, d: usize, took: u64) {
+    let most = || {
+        vec![Charge {
+            device: d,
+            bytes: took,
+        }]
+    };
+    let unload = || {
+        kernel_queries::unload_module(module);
+        CUDA_SUCCESS
+    };
+    super::residents::announced_release(most, unload);
 }
 
 /// `cuModuleUnload`: credits what the module was charged once the driver unloaded it

@@ -119,7 +119,7 @@ fn measured(ready: &mut [Ready], call: &mut dyn FnMut() -> CuResult) -> CuResult
     if rc != CUDA_SUCCESS {
         return rc;
     }
-    for ((lock, r), taken) in locks.iter().zip(ready.iter()).zip(taken) {
+    for ((lock, r), (taken, _)) in locks.iter().zip(ready.iter()).zip(taken) {
         let d = r.d;
         super::first_use::seen(r.key);
         let bytes = match taken {

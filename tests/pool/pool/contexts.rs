@@ -430,6 +430,120 @@ fn two_members() -> Vec<Duet> {
             used_while: Some(("b1", 396 * MIB, "B's 396 MiB stack, once")),
             ..Duet::default()
         },
+        // A module whose figure memory allocated outside the pool inflated past the cap
+        // is unloaded and loaded again, not refused: A, a process outside the pool (no
+        // mark of it), allocates 700 MiB while B loads a module whose global takes
+        // 396 MiB (the fake's load takes it, lets A go, and returns once A allocated). B's
+        // window saw 1,096 MiB, past the 1 GiB cap: refused before; now loaded again (A's
+        // 700 MiB held before the next window), charged 396 MiB, and no refusal counted.
+        Duet {
+            name: "memory_allocated_outside_the_pool_inside_a_module_load_does_not_refuse_it",
+            a: Part {
+                steps: &[
+                    "touch:a1",
+                    "wait:b-half.1",
+                    "alloc:700Mi",
+                    "touch:a2",
+                    "wait:end",
+                ],
+                env_remove: &["GPUCAP_POOL"],
+                env: &[("GPUCAP_LIMIT", "8Gi")],
+                says: vec![(alloc(700, "0"), "")],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["module:396Mi", "wait:a2", "touch:b1", "wait:end"],
+                env: &[
+                    ("FAKECUDA_LOAD_HALFWAY", "{dir}/b-half"),
+                    ("FAKECUDA_LOAD_UNTIL", "{dir}/a2"),
+                    ("GPUCAP_LOG", "info"),
+                ],
+                says: vec![(
+                    format!("module {} 0", 396 * MIB),
+                    "B's 396 MiB module fits the 1 GiB pool whatever A holds outside it",
+                )],
+                // The attempt undone counted no refusal (its exit line).
+                err_has: &["none refused"],
+                ..Part::default()
+            },
+            used_while: Some(("b1", 396 * MIB, "B's 396 MiB module, once")),
+            ..Duet::default()
+        },
+        // The same for a library loaded eagerly (into every context at its load): B's
+        // library takes 396 MiB in its context while A, outside the pool, allocates
+        // 700 MiB inside the load; refused before, now loaded again and charged 396 MiB.
+        Duet {
+            name: "memory_allocated_outside_the_pool_inside_an_eager_library_load_does_not_refuse_it",
+            a: Part {
+                steps: &[
+                    "touch:a1",
+                    "wait:b-half.1",
+                    "alloc:700Mi",
+                    "touch:a2",
+                    "wait:end",
+                ],
+                env_remove: &["GPUCAP_POOL"],
+                env: &[("GPUCAP_LIMIT", "8Gi")],
+                says: vec![(alloc(700, "0"), "")],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &["kernel", "wait:a2", "touch:b1", "wait:end"],
+                env: &[
+                    ("CUDA_MODULE_LOADING", "EAGER"),
+                    ("FAKECUDA_LIBRARY_MEM", "396Mi"),
+                    ("FAKECUDA_LOAD_HALFWAY", "{dir}/b-half"),
+                    ("FAKECUDA_LOAD_UNTIL", "{dir}/a2"),
+                    ("GPUCAP_LOG", "info"),
+                ],
+                says: vec![(
+                    "kernel 0".to_string(),
+                    "B's 396 MiB library fits the 1 GiB pool whatever A holds outside it",
+                )],
+                err_has: &["none refused"],
+                ..Part::default()
+            },
+            used_while: Some(("b1", 396 * MIB, "B's 396 MiB library, once")),
+            ..Duet::default()
+        },
+        // A module unloaded at its refusal gives its memory back inside another member's
+        // window, announced first as a free: A's 1,200 MiB module (past the 1 GiB cap) is
+        // loaded, and held open until B's 300 MiB module has loaded inside B's window; A's
+        // unload then falls inside B's window. Unannounced, B's window saw 900 MiB given
+        // back and B's module was charged nothing while the driver held its 300 MiB.
+        Duet {
+            name: "a_module_unloaded_at_its_refusal_is_not_taken_off_another_members_load",
+            a: Part {
+                steps: &["touch:a0", "module:1200Mi", "touch:a1", "wait:end"],
+                env: &[
+                    ("FAKECUDA_LOAD_HALFWAY", "{dir}/a-half"),
+                    ("FAKECUDA_LOAD_UNTIL", "{dir}/b-half.1"),
+                ],
+                says: vec![(
+                    format!("module {} {OOM}", 1200 * MIB),
+                    "a 1,200 MiB module past the 1 GiB cap is refused",
+                )],
+                err_has: &["gpucap: refused cuModuleLoadData of "],
+                ..Part::default()
+            },
+            b: Part {
+                steps: &[
+                    "wait:a-half.1",
+                    "module:300Mi",
+                    "wait:a1",
+                    "touch:b1",
+                    "wait:end",
+                ],
+                env: &[
+                    ("FAKECUDA_LOAD_HALFWAY", "{dir}/b-half"),
+                    ("FAKECUDA_LOAD_UNTIL", "{dir}/a1"),
+                ],
+                says: vec![(format!("module {} 0", 300 * MIB), "")],
+                ..Part::default()
+            },
+            used_while: Some(("b1", 300 * MIB, "B's 300 MiB module, all of it")),
+            ..Duet::default()
+        },
     ]
 }
 
