@@ -78,8 +78,20 @@ pub fn until_measured<T, R>(
 /// that large.
 #[derive(Debug, Default)]
 pub struct Loads {
-    /// The least figure an attempt measured so far.
-    least: Option<u64>,
+    /// What the attempts so far saw, of those from the same start.
+    seen: Option<Seen>,
+}
+
+/// What a load's attempts from one start saw.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// What they started from (a library loaded eagerly: its GPU's contexts, each of
+    /// which takes a copy): an attempt from another start is another load.
+    start: u64,
+    /// The least figure among them.
+    least: u64,
+    /// Whether what one of them surely held was beyond the cap.
+    sure_beyond: bool,
 }
 
 /// What to do with an attempt of a load.
@@ -96,32 +108,39 @@ pub enum Judged {
 }
 
 impl Loads {
-    /// Judges an attempt that measured `figure` bytes, of which up to `doubt` may be the
-    /// pool's traffic (`DeviceLock::measure_with_doubt`); `last`: no attempt follows;
-    /// `beyond`: whether the cap cannot take a figure now (checked with no effect).
-    /// The figure kept is the least of the attempts', but no lower than this one's less
-    /// its doubt: memory freed outside the pool in one window (which no mark shows)
-    /// could make that window's figure short, and the least of several would pick it.
-    /// Where the cap cannot take it: made again while what this window surely holds fits
-    /// (the rest may be the pool's traffic), and once more where it does not (memory
-    /// taken outside the pool shows in no mark); refused where a second window saw it
-    /// beyond the cap too, and at the last attempt.
+    /// Judges an attempt from `start` (see [`Seen`]) that measured `figure` bytes, of
+    /// which up to `doubt` may be the pool's traffic (`DeviceLock::measure_with_doubt`);
+    /// `last`: no attempt follows; `beyond`: whether the cap cannot take a figure now
+    /// (checked with no effect). The figure kept is the least of the attempts' from the
+    /// same start, but no lower than this one's less its doubt: memory freed outside the
+    /// pool in one window (which no mark shows) could make that window's figure short,
+    /// and the least of several would pick it. Where the cap cannot take it: made again
+    /// while what this window surely holds fits (the rest may be the pool's traffic), and
+    /// where it does not, once more (memory taken outside the pool shows in no mark);
+    /// refused where a second window surely held more than the cap takes too, and at the
+    /// last attempt.
     pub fn judge(
         &mut self,
-        figure: u64,
-        doubt: u64,
+        start: u64,
+        (figure, doubt): (u64, u64),
         last: bool,
         beyond: impl Fn(u64) -> bool,
     ) -> Judged {
         let sure = figure.saturating_sub(doubt);
-        let seen_before = self.least.is_some();
-        let least = self.least.map_or(figure, |l| l.min(figure));
-        self.least = Some(least);
+        let earlier = self.seen.filter(|s| s.start == start);
+        let least = earlier.map_or(figure, |s| s.least.min(figure));
+        let sure_beyond = beyond(sure);
+        let twice = sure_beyond && earlier.is_some_and(|s| s.sure_beyond);
+        self.seen = Some(Seen {
+            start,
+            least,
+            sure_beyond: sure_beyond || earlier.is_some_and(|s| s.sure_beyond),
+        });
         let kept = least.max(sure);
         if !beyond(kept) {
             return Judged::Charge(kept);
         }
-        if last || (seen_before && beyond(sure)) {
+        if last || twice {
             return Judged::Refuse(kept);
         }
         Judged::Again
@@ -192,61 +211,95 @@ mod tests {
         bytes > 1000
     }
 
+    /// [`Loads::judge`] of attempts from one start.
+    fn judge(l: &mut Loads, figure: u64, doubt: u64, last: bool) -> Judged {
+        l.judge(0, (figure, doubt), last, beyond)
+    }
+
     #[test]
     fn a_load_whose_figure_fits_is_charged_its_figure() {
         let mut l = Loads::default();
-        assert_eq!(l.judge(400, 300, false, beyond), Judged::Charge(400));
+        assert_eq!(judge(&mut l, 400, 300, false), Judged::Charge(400));
     }
 
     #[test]
     fn a_load_measured_beyond_the_cap_beside_the_pools_traffic_is_made_again() {
         let mut l = Loads::default();
         // 1,200 seen, 700 of it possibly the pool's: what it surely took fits.
-        assert_eq!(l.judge(1200, 700, false, beyond), Judged::Again);
+        assert_eq!(judge(&mut l, 1200, 700, false), Judged::Again);
         // Again, though an earlier window saw more: still possibly traffic.
-        assert_eq!(l.judge(1300, 800, false, beyond), Judged::Again);
+        assert_eq!(judge(&mut l, 1300, 800, false), Judged::Again);
         // A quiet window: the least figure, charged.
-        assert_eq!(l.judge(500, 0, false, beyond), Judged::Charge(500));
+        assert_eq!(judge(&mut l, 500, 0, false), Judged::Charge(500));
     }
 
     #[test]
     fn a_load_beyond_the_cap_in_two_windows_is_refused() {
         let mut l = Loads::default();
         // No doubt, but memory taken outside the pool would show in no mark: once more.
-        assert_eq!(l.judge(1500, 0, false, beyond), Judged::Again);
-        assert_eq!(l.judge(1400, 0, false, beyond), Judged::Refuse(1400));
+        assert_eq!(judge(&mut l, 1500, 0, false), Judged::Again);
+        assert_eq!(judge(&mut l, 1400, 0, false), Judged::Refuse(1400));
+        // Two windows whose sure parts fit, then one beyond: once more, not refused.
+        let mut l = Loads::default();
+        assert_eq!(judge(&mut l, 1100, 200, false), Judged::Again);
+        assert_eq!(judge(&mut l, 1050, 100, false), Judged::Again);
+        assert_eq!(judge(&mut l, 1080, 10, false), Judged::Again);
+        assert_eq!(judge(&mut l, 1060, 0, false), Judged::Refuse(1060));
+    }
+
+    #[test]
+    fn one_window_beyond_the_cap_after_an_unsure_one_is_not_a_refusal() {
+        let mut l = Loads::default();
+        assert_eq!(judge(&mut l, 1200, 700, false), Judged::Again);
+        // 1,100 allocated outside the pool inside this window: no mark shows it.
+        assert_eq!(judge(&mut l, 1500, 0, false), Judged::Again);
+        assert_eq!(judge(&mut l, 500, 0, false), Judged::Charge(500));
     }
 
     #[test]
     fn a_load_taken_outside_the_pool_in_its_first_window_is_charged_its_own() {
         let mut l = Loads::default();
-        assert_eq!(l.judge(1100, 0, false, beyond), Judged::Again);
-        assert_eq!(l.judge(400, 0, false, beyond), Judged::Charge(400));
+        assert_eq!(judge(&mut l, 1100, 0, false), Judged::Again);
+        assert_eq!(judge(&mut l, 400, 0, false), Judged::Charge(400));
     }
 
     #[test]
     fn the_last_attempt_is_refused_where_the_cap_cannot_take_it() {
         let mut l = Loads::default();
-        assert_eq!(l.judge(1200, 900, true, beyond), Judged::Refuse(1200));
+        assert_eq!(judge(&mut l, 1200, 900, true), Judged::Refuse(1200));
     }
 
     #[test]
-    fn a_window_short_of_the_load_is_not_kept_below_what_another_surely_saw() {
+    fn the_least_figure_is_kept_but_never_below_this_windows_sure_part() {
         let mut l = Loads::default();
-        assert_eq!(l.judge(1200, 700, false, beyond), Judged::Again);
-        // 300 seen (something freed outside the pool in it?): the earlier window surely
-        // held 500, but that is no bound here; this one's own sure part is.
-        assert_eq!(l.judge(300, 0, false, beyond), Judged::Charge(300));
+        assert_eq!(judge(&mut l, 1200, 700, false), Judged::Again);
+        // 300 seen (something freed outside the pool in it?): the earlier window's
+        // sure part is no bound here, this one's is.
+        assert_eq!(judge(&mut l, 300, 0, false), Judged::Charge(300));
         let mut l = Loads::default();
-        assert_eq!(l.judge(900, 0, false, beyond), Judged::Charge(900));
-        // The least figure is kept across attempts, never below this one's sure part.
+        assert_eq!(judge(&mut l, 1100, 200, false), Judged::Again);
+        assert_eq!(judge(&mut l, 1200, 300, false), Judged::Again);
+        assert_eq!(judge(&mut l, 990, 0, false), Judged::Charge(990));
+        // The least of 1,100 and 1,200, yet not below this window's 950 sure.
         let mut l = Loads::default();
-        assert_eq!(l.judge(1100, 200, false, beyond), Judged::Again);
-        assert_eq!(l.judge(1050, 100, false, beyond), Judged::Again);
-        assert_eq!(l.judge(1080, 10, false, beyond), Judged::Refuse(1070));
+        assert_eq!(judge(&mut l, 1100, 200, false), Judged::Again);
+        assert_eq!(judge(&mut l, 1200, 250, true), Judged::Refuse(1100));
         let mut l = Loads::default();
-        assert_eq!(l.judge(1100, 200, false, beyond), Judged::Again);
-        assert_eq!(l.judge(1200, 300, false, beyond), Judged::Again);
-        assert_eq!(l.judge(990, 0, false, beyond), Judged::Charge(990));
+        assert_eq!(judge(&mut l, 1100, 200, false), Judged::Again);
+        assert_eq!(judge(&mut l, 980, 0, false), Judged::Charge(980));
+    }
+
+    #[test]
+    fn an_attempt_from_another_start_keeps_nothing_of_the_earlier_ones() {
+        let mut l = Loads::default();
+        // Loaded into one context: 400 seen beside the pool's traffic.
+        assert_eq!(l.judge(1, (1100, 700), false, beyond), Judged::Again);
+        // A second context made meanwhile takes a copy too: 800, not the least 400-ish.
+        assert_eq!(l.judge(2, (800, 0), false, beyond), Judged::Charge(800));
+        let mut l = Loads::default();
+        assert_eq!(l.judge(1, (600, 0), false, beyond), Judged::Charge(600));
+        assert_eq!(l.judge(2, (1200, 0), false, beyond), Judged::Again);
+        // From that start, the earlier sure-beyond window was another start's: once more.
+        assert_eq!(l.judge(1, (1200, 0), false, beyond), Judged::Again);
     }
 }

@@ -298,6 +298,40 @@ impl<'a, T> InArray<'a, T> {
     }
 }
 
+/// The values of a call's options (`void **values`, `n` of them: a module's or
+/// library's JIT options, a library's options) as the program passed them, saved before
+/// a call the hook may make again: the driver writes outputs into some of them (the log
+/// buffers' sizes become the bytes filled, `CU_JIT_THREADS_PER_BLOCK` the count it
+/// targeted, `CU_JIT_WALL_TIME`), which the next attempt must not take as its input.
+pub struct SavedValues {
+    at: *mut *mut c_void,
+    values: Vec<*mut c_void>,
+}
+
+impl SavedValues {
+    /// The `n` values at `at` (none when null).
+    pub fn save(at: *mut *mut c_void, n: u32) -> Self {
+        let values = match at.is_null() {
+            true => Vec::new(),
+            // SAFETY: a non-null option values array of the driver API holds as many
+            // values as its count argument says, kept by the program for the call.
+            false => unsafe { std::slice::from_raw_parts(at, n as usize) }.to_vec(),
+        };
+        SavedValues { at, values }
+    }
+
+    /// Puts the saved values back where the program passed them.
+    pub fn restore(&self) {
+        if !self.at.is_null() {
+            // SAFETY: as in `save`: the array holds `values.len()` writable values (the
+            // driver writes its outputs there too), and the saved copy is the shim's own.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.values.as_ptr(), self.at, self.values.len())
+            };
+        }
+    }
+}
+
 /// `CUarrayMapInfo` (CUDA 11.1), one step of `cuMemMapArrayAsync`. `subresource` is the
 /// union of `sparseLevel` (eight u32: level, layer, offset x y z, extent w h d) and
 /// `miptail` (u32 layer, u64 offset, u64 size), read as four little-endian words.

@@ -16,7 +16,7 @@ use super::residents::{
 };
 use super::shim;
 use crate::driver::forward::Real;
-use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out};
+use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out, SavedValues};
 use crate::driver::{kernel_queries, queries};
 use crate::log::log;
 use crate::state::{CONTEXTS, KERNELS, SHIM};
@@ -64,7 +64,16 @@ pub fn library_load<C: Code>(
     lib_values: *mut *mut c_void,
     num_lib: u32,
 ) -> CuResult {
+    // A load made again passes the values the program passed, not the driver's outputs.
+    let saved = [
+        SavedValues::save(jit_values, num_jit),
+        SavedValues::save(lib_values, num_lib),
+    ];
+    let mut made = false;
     library_loaded(C::API, library, || {
+        if std::mem::replace(&mut made, true) {
+            saved.iter().for_each(SavedValues::restore);
+        }
         real.call(
             library,
             code,
@@ -123,63 +132,76 @@ fn library_once(
         return Ok(rc);
     };
     let owners = [Some(lib as u64), kernel_queries::library_module(lib)];
-    // Each GPU's figure and what to do with it.
-    let mut judged = Vec::with_capacity(locks.len());
+    // Each GPU's figure (None: not measured, and no cap there).
+    let mut figures = Vec::with_capacity(locks.len());
+    let mut unmeasured = None;
     for (lock, (measured, doubt)) in locks.iter().zip(measured) {
         let d = lock.device();
-        let figure = match judge_measured(api, "library", d, measured.map(residents::taken)) {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => continue,
-            Err(refused) => {
-                // Not measured: what its unload gives back is not known either.
-                let _ = super::launches::unloading(&owners, || kernel_queries::unload_library(lib));
-                return Ok(refused);
-            }
-        };
-        if figure > 0 {
-            let j = loads[d].judge(figure, doubt, last, |b| SHIM.ledger.would_refuse(d, b));
-            judged.push((lock, figure, j));
+        match judge_measured(api, "library", d, measured.map(residents::taken)) {
+            Ok(Some(figure)) if figure > 0 => figures.push((lock, figure, doubt)),
+            Ok(_) => {}
+            Err(refused) => unmeasured = unmeasured.or(Some(refused)),
         }
     }
-    // Unloads it, crediting the copies charged so far, the figures of those not charged
-    // (the most they may give back) announced first as frees.
-    let unload = |from: usize| {
+    // Unloads it (and hands the program no library), crediting the copies charged so far
+    // (`launches::unloading` announces their charges), and announcing first as frees
+    // the rest of what it may give back: the figures of the GPUs not charged, and what
+    // the charged ones measured above their charges.
+    let unload = |charged: &[u64]| {
         let most = || {
-            judged[from..]
+            figures
                 .iter()
-                .map(|(lock, figure, _)| Charge {
+                .enumerate()
+                .map(|(i, (lock, figure, _))| Charge {
                     device: lock.device(),
-                    bytes: *figure,
+                    bytes: figure - charged.get(i).copied().unwrap_or(0).min(*figure),
                 })
+                .filter(|c| c.bytes > 0)
                 .collect()
         };
         let unload = || super::launches::unloading(&owners, || kernel_queries::unload_library(lib));
         let _ = super::residents::announced_release(most, unload);
+        out.set(std::ptr::null_mut());
     };
-    if judged.iter().any(|(_, _, j)| *j == Judged::Again) {
-        unload(0);
+    if let Some(refused) = unmeasured {
+        unload(&[]);
+        return Ok(refused);
+    }
+    let mut judged = Vec::with_capacity(figures.len());
+    for &(lock, figure, doubt) in &figures {
+        let d = lock.device();
+        // Memory the process's own pools only cache is trimmed first, as for an allocation.
+        if let Ok(shim) = shim() {
+            super::reclaim_for(shim, d, figure);
+        }
+        // A context made meanwhile takes a copy too: another start.
+        let start = lock.contexts().len() as u64;
+        let beyond = |b| SHIM.ledger.would_refuse(d, b);
+        judged.push(loads[d].judge(start, (figure, doubt), last, beyond));
+    }
+    if judged.contains(&Judged::Again) {
+        unload(&[]);
         return Err(Again::Unsure);
     }
-    for (i, (lock, figure, j)) in judged.iter().enumerate() {
+    let mut charged = Vec::with_capacity(figures.len());
+    for (&(lock, figure, _), j) in figures.iter().zip(judged) {
         let d = lock.device();
-        let bytes = match j {
-            Judged::Charge(b) | Judged::Refuse(b) => *b,
-            Judged::Again => unreachable!("made again above"),
+        let (Judged::Charge(bytes) | Judged::Refuse(bytes)) = j else {
+            unreachable!("made again above");
         };
-        if let Err(not_taken) = try_charge_undoable(d, None, bytes, bytes, || unload(i)) {
-            // Room the check saw taken by another member meanwhile: made again.
-            return match (j, last) {
-                (Judged::Charge(_), false) => Err(Again::Refused(not_taken)),
-                _ => Ok(not_taken.say(api)),
-            };
+        // Refused where the check saw room: another member's guarantee holds it, or
+        // another member took it meanwhile. Said at once: one load, one refusal.
+        if let Err(not_taken) = try_charge_undoable(d, None, bytes, bytes, || unload(&charged)) {
+            return Ok(not_taken.say(api));
         }
+        charged.push(bytes);
         record_copies(lib, lock, bytes);
         log!(
             Debug,
             "{api}: the library takes {} on GPU {d} (loaded eagerly into {} context(s); measured {})",
             gpucap_core::size::format_bytes(bytes),
             lock.contexts().len(),
-            gpucap_core::size::format_bytes(*figure)
+            gpucap_core::size::format_bytes(figure)
         );
     }
     Ok(rc)

@@ -9,7 +9,7 @@ use super::current::context_device;
 use super::residents::{Again, judge_measured, made_again, try_charge_undoable};
 use super::shim;
 use crate::driver::forward::Real;
-use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out};
+use crate::driver::types::{CText, CUDA_SUCCESS, CuResult, Handle, Out, SavedValues};
 use crate::driver::{kernel_queries, queries};
 use crate::log::log;
 use crate::state::{CONTEXTS, MODULES, SHIM};
@@ -46,7 +46,13 @@ pub fn module_load_data_ex(
     options: *mut c_int,
     values: *mut *mut c_void,
 ) -> CuResult {
+    // A load made again passes the values the program passed, not the driver's outputs.
+    let saved = SavedValues::save(values, count);
+    let mut made = false;
     module_loaded("cuModuleLoadDataEx", module, || {
+        if std::mem::replace(&mut made, true) {
+            saved.restore();
+        }
         real.call(module, image, count, options, values)
     })
 }
@@ -115,15 +121,22 @@ fn load_once(
         Err(refused) => {
             // Not measured: what it gave back at its unload is not known either.
             kernel_queries::unload_module(module);
+            out.set(std::ptr::null_mut());
             return Ok(refused);
         }
     };
     if figure == 0 {
         return Ok(rc);
     }
-    // What the cap cannot take is unloaded again; the driver gives the memory back.
-    let unload = || unload_announced(module, d, figure);
-    let judged = loads.judge(figure, doubt, last, |b| SHIM.ledger.would_refuse(d, b));
+    // What the cap cannot take is unloaded again; the driver gives the memory back (and
+    // the program is handed no module).
+    let unload = || {
+        unload_announced(module, d, figure);
+        out.set(std::ptr::null_mut());
+    };
+    // Memory the process's own pools only cache is trimmed first, as for an allocation.
+    super::reclaim_for(shim, d, figure);
+    let judged = loads.judge(0, (figure, doubt), last, |b| SHIM.ledger.would_refuse(d, b));
     let bytes = match judged {
         Judged::Again => {
             unload();
@@ -131,12 +144,10 @@ fn load_once(
         }
         Judged::Charge(b) | Judged::Refuse(b) => b,
     };
+    // Refused where the check saw room: another member's guarantee holds it, or another
+    // member took it meanwhile. Said at once, so that one load counts one refusal.
     if let Err(not_taken) = try_charge_undoable(d, None, bytes, bytes, unload) {
-        // Room the check saw taken by another member meanwhile: made again.
-        return match (judged, last) {
-            (Judged::Charge(_), false) => Err(Again::Refused(not_taken)),
-            _ => Ok(not_taken.say(api)),
-        };
+        return Ok(not_taken.say(api));
     }
     let loaded = super::residents::resident_in(ctx, &lock, Charge { device: d, bytes });
     // A handle the driver handed out again: the old module went with its context, and
