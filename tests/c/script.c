@@ -34,6 +34,12 @@
  *                  (cuMemAllocAsync, cuMemFreeAsync, synchronised), the pool set to keep what
  *                  it caches (its release threshold the most): the pool keeps SIZE reserved
  *                  until a trim; prints "cache SIZE rc"
+ *   cachefree:SIZE SIZE allocated from the device's default memory pool and freed again
+ *                  (cuMemAllocAsync, cuMemFreeAsync), not synchronised, the pool's release
+ *                  threshold left at 0: the pool keeps SIZE reserved until the next
+ *                  synchronisation releases it; prints "cachefree SIZE rc"
+ *   sync           cuCtxSynchronize (pools release what they cache above their release
+ *                  threshold); prints "sync rc"
  *   pooltrim       cuMemPoolTrimTo(the default pool, 0): the driver releases what it
  *                  caches; prints "pooltrim rc"
  *   sleep:MS       sleeps MS milliseconds
@@ -76,6 +82,7 @@
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
 CUresult cuCtxSetLimit(int limit, size_t value);
+CUresult cuCtxSynchronize(void);
 typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
@@ -264,6 +271,14 @@ int main(int argc, char **argv) {
                 MUST(cuStreamSynchronize(NULL));
             }
             printf("cache %zu %d\n", size, crc);
+        } else if (strncmp(step, "cachefree:", 10) == 0) {
+            size_t size = parse_size(step + 10);
+            CUdeviceptr p = 0;
+            CUresult crc = cuMemAllocAsync(&p, size, NULL);
+            if (crc == CUDA_SUCCESS) MUST(cuMemFreeAsync(p, NULL));
+            printf("cachefree %zu %d\n", size, crc);
+        } else if (strcmp(step, "sync") == 0) {
+            printf("sync %d\n", cuCtxSynchronize());
         } else if (strcmp(step, "pooltrim") == 0) {
             CUmemoryPool pool = NULL;
             MUST(cuDeviceGetDefaultMemPool(&pool, dev));

@@ -336,6 +336,36 @@ impl MemPoolCharges {
         })
     }
 
+    /// The most a synchronisation may make the driver release of what this process's
+    /// device pools reserve, per device: each pool's charge less its live allocations
+    /// (a pool releases only what it caches, above its release threshold), none of a
+    /// destroyed pool (released as its allocations are freed); to announce to a pool of
+    /// processes before the call, as any free is. Empty when the process has no pools.
+    pub fn cached_bounds(&self) -> Vec<Charge> {
+        if self.total.load(Relaxed) == 0 {
+            return Vec::new();
+        }
+        self.with(|b| {
+            let mut live = std::collections::HashMap::<u64, u64>::new();
+            for &(pool, bytes) in b.ptrs.values() {
+                *live.entry(pool).or_default() += bytes;
+            }
+            let mut cached = [0u64; MAX_DEVICES];
+            for (h, p) in b.pools.iter().filter(|(_, p)| !p.destroyed) {
+                let held = live.get(h).copied().unwrap_or(0);
+                if let Some(c) = cached.get_mut(p.device) {
+                    *c += p.charged.saturating_sub(held);
+                }
+            }
+            cached
+                .iter()
+                .enumerate()
+                .filter(|&(_, &bytes)| bytes > 0)
+                .map(|(device, &bytes)| Charge { device, bytes })
+                .collect()
+        })
+    }
+
     /// `cuMemPoolDestroy(pool)` succeeded. The driver releases the pool's cached memory
     /// now and its outstanding allocations when they are freed: the charge drops to
     /// those allocations and follows their frees.
@@ -495,6 +525,37 @@ mod tests {
                 drop(r);
                 refusal
             })
+    }
+
+    #[test]
+    fn what_a_synchronisation_may_release_is_what_the_pools_cache() {
+        let (l, book, drv) = setup(1000);
+        assert!(
+            book.cached_bounds().is_empty(),
+            "no pools, nothing to announce"
+        );
+        // 300 asked, the pool reserves 320: 20 cached.
+        alloc(&l, &book, &drv, 0x10, 300, 320, 300).unwrap();
+        assert_eq!(
+            book.cached_bounds(),
+            vec![Charge {
+                device: 0,
+                bytes: 20
+            }]
+        );
+        // Freed: all of the pool's 320 is cached, and a sync may release it.
+        assert!(book.freed(&l, 0x10));
+        assert_eq!(
+            book.cached_bounds(),
+            vec![Charge {
+                device: 0,
+                bytes: 320
+            }]
+        );
+        // Released: nothing more.
+        drv.set(7, 0, 0);
+        book.refresh_all(&l, &drv);
+        assert!(book.cached_bounds().is_empty());
     }
 
     #[test]

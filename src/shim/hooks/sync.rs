@@ -5,24 +5,33 @@ use crate::driver::queries;
 use crate::driver::types::{CUDA_SUCCESS, CuResult, Handle, Stream};
 use crate::state::{POOLS, SHIM};
 
-/// After a synchronisation succeeded: pools release what they cache above their
-/// release threshold then, so every pool is re-read (one load when there are none).
-pub(super) fn synchronized(rc: CuResult) -> CuResult {
-    if rc == CUDA_SUCCESS {
-        POOLS.refresh_all(&SHIM.ledger, &queries::Pools);
-    }
-    rc
+/// A synchronisation made by `call`: pools release what they cache above their release
+/// threshold then, so every pool is re-read after it succeeded (one load when there are
+/// none). In a pool of processes, what they cache is announced first as a free
+/// (`residents::announced_release`): unannounced, a release at a synchronisation inside
+/// another member's measurement made that member's charge short by the bytes released.
+pub(super) fn synchronized(call: impl FnOnce() -> CuResult) -> CuResult {
+    super::residents::announced_release(
+        || POOLS.cached_bounds(),
+        || {
+            let rc = call();
+            if rc == CUDA_SUCCESS {
+                POOLS.refresh_all(&SHIM.ledger, &queries::Pools);
+            }
+            rc
+        },
+    )
 }
 
 pub fn stream_synchronize(real: Real<(Stream,)>, stream: Stream) -> CuResult {
-    synchronized(real.call(stream))
+    synchronized(|| real.call(stream))
 }
 
 pub fn ctx_synchronize(real: Real<()>) -> CuResult {
-    synchronized(real.call())
+    synchronized(|| real.call())
 }
 
 /// `cuEventSynchronize(event)` and CUDA 13's `cuCtxSynchronize_v2(ctx)`.
 pub fn handle_synchronize(real: Real<(Handle,)>, handle: Handle) -> CuResult {
-    synchronized(real.call(handle))
+    synchronized(|| real.call(handle))
 }

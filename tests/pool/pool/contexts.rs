@@ -316,6 +316,37 @@ fn two_members() -> Vec<Duet> {
             peak_at_most: Some(1024 * MIB),
             ..Duet::default()
         },
+        // What a stream-ordered pool caches and releases at a synchronisation is
+        // announced first too: A frees 256 MiB to its default pool (release threshold 0)
+        // and synchronises while B lowers its stack from 660 to 264 MiB. Unannounced, B's
+        // stack was credited the 256 MiB the synchronisation released as well: charged
+        // 8 MiB while the driver held 264 MiB.
+        Duet {
+            name: "pool_memory_released_at_a_sync_inside_a_stacks_measurement_is_not_credited_to_the_stack",
+            a: Part {
+                steps: &[
+                    "cachefree:256Mi",
+                    "touch:a1",
+                    "wait:b-half.2",
+                    "sync",
+                    "touch:a2",
+                    "wait:end",
+                ],
+                says: vec![
+                    (format!("cachefree {} 0", 256 * MIB), ""),
+                    ("sync 0".to_string(), ""),
+                ],
+                ..Part::default()
+            },
+            b: lowering_its_stack(),
+            used_while: Some((
+                "b1",
+                264 * MIB,
+                "B's 264 MiB stack (A's pool memory released at its sync, credited to A alone)",
+            )),
+            peak_at_most: Some(1024 * MIB),
+            ..Duet::default()
+        },
         // A raised stack is charged at least what the driver takes for it: A, a process
         // outside the pool (nothing of it announced), frees 256 MiB while B raises its
         // stack by 396 MiB (1.5 s, taken halfway, where A is let go). Measured device-wide alone, the stack
@@ -506,11 +537,14 @@ fn two_members() -> Vec<Duet> {
             used_while: Some(("b1", 396 * MIB, "B's 396 MiB library, once")),
             ..Duet::default()
         },
-        // A module unloaded at its refusal gives its memory back inside another member's
-        // window, announced first as a free: A's 1,200 MiB module (past the 1 GiB cap) is
-        // loaded, and held open until B's 300 MiB module has loaded inside B's window; A's
-        // unload then falls inside B's window. Unannounced, B's window saw 900 MiB given
-        // back and B's module was charged nothing while the driver held its 300 MiB.
+        // A module gpucap unloads gives its memory back inside another member's window,
+        // announced first as a free: A's 1,200 MiB module (past the 1 GiB cap) is loaded,
+        // and held open until B's 300 MiB module has loaded inside B's window; A's unloads
+        // (its first attempt, loaded again, then its refusal) fall inside B's window.
+        // Unannounced, B's window saw 900 MiB given back and B's module was charged
+        // nothing while the driver held its 300 MiB (its figure 0 or less: nothing to
+        // make again either). Announced, B's figure holds them as possibly given back, high
+        // and unsure, and B's next attempt measures its own 300 MiB.
         Duet {
             name: "a_module_unloaded_at_its_refusal_is_not_taken_off_another_members_load",
             a: Part {
