@@ -446,6 +446,20 @@ impl Ledger {
         own || pooled
     }
 
+    /// [`would_refuse`](Self::would_refuse) with the pool's room as this member sees it
+    /// (`Member::room`: other members' unused guarantees kept for them, its own ceiling),
+    /// as the reservation decides: for a call about to be made again or refused by its
+    /// measurement (a raised limit, a load), which must count no refusal it will not
+    /// say. Reads more of the pool's words than `would_refuse`: off the allocation path.
+    pub fn would_refuse_here(&self, device: usize, bytes: u64) -> bool {
+        let own = self.headroom(device) < bytes;
+        let pooled = self
+            .pool()
+            .and_then(|m| m.room(device))
+            .is_some_and(|(free, _)| free < bytes);
+        own || pooled
+    }
+
     /// Every device's figures, in whole pages of their own (see [`Devices`]).
     pub fn devices(&self) -> &Devices {
         &self.devices

@@ -40,6 +40,44 @@ mod pool_tests {
 
     static MEMBER: OnceLock<Member<'static>> = OnceLock::new();
 
+    static GUARDED: OnceLock<Member<'static>> = OnceLock::new();
+
+    #[test]
+    fn the_check_for_a_call_made_again_keeps_another_members_guarantee() {
+        let words: &'static [AtomicU64] =
+            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let pool = Pool::create(words, 1, 0).unwrap();
+        let join = |id: u32| {
+            let locks: &'static Proc = Box::leak(Box::new(Proc(id)));
+            let m = Member::join(pool, locks, &MemberInfo::default()).unwrap();
+            m.register_gpu(0, &[7; 16], Some(1000)).unwrap();
+            m
+        };
+        let holder = join(1);
+        let share = crate::budget::shares::check(Some(1000), 600, None).unwrap();
+        holder.claim(0, share).unwrap();
+        let _ = GUARDED.set(*join(2));
+        let ledger = Ledger::new();
+        ledger.set_cap(0, Some(1000));
+        assert!(ledger.set_pool(GUARDED.get().unwrap()));
+        // The pool's cap alone has room for 500; the holder's unused 600 is kept for it.
+        assert!(
+            !ledger.would_refuse(0, 500),
+            "the plain check leaves guarantees out"
+        );
+        assert!(
+            ledger.would_refuse_here(0, 500),
+            "400 left beside the guarantee"
+        );
+        assert!(!ledger.would_refuse_here(0, 400));
+        // As the reservation decides; the checks counted nothing.
+        assert_eq!(ledger.usage(0).unwrap().refusals, 0);
+        assert!(ledger.reserve(0, 500).is_err());
+        ledger.reserve(0, 400).unwrap().commit(1);
+        let c = ledger.take(1).unwrap();
+        ledger.settle(c);
+    }
+
     #[test]
     fn a_ledger_in_a_pool_charges_both_and_rolls_both_back() {
         let words: &'static [AtomicU64] =

@@ -176,7 +176,7 @@ fn library_once(
         }
         // A context made meanwhile takes a copy too: another start.
         let start = lock.contexts().len() as u64;
-        let beyond = |b| SHIM.ledger.would_refuse(d, b);
+        let beyond = |b| SHIM.ledger.would_refuse_here(d, b);
         judged.push(loads[d].judge(start, (figure, doubt), last, beyond));
     }
     if judged.contains(&Judged::Again) {

@@ -322,7 +322,7 @@ fn set_limit_once(
     // more than the model: made again, the last attempt refused.
     let beyond = |bytes: u64| {
         let extra = bytes.saturating_sub(charged).saturating_sub(reserved);
-        extra > 0 && SHIM.ledger.would_refuse(d, extra)
+        extra > 0 && SHIM.ledger.would_refuse_here(d, extra)
     };
     let certain = reserved == 0 && beyond(limits::after_change(charged, sure, lowered, expected));
     // Measured above what the raise was expected to take by no more than the pool's

@@ -136,7 +136,9 @@ fn load_once(
     };
     // Memory the process's own pools only cache is trimmed first, as for an allocation.
     super::reclaim_for(shim, d, figure);
-    let judged = loads.judge(0, (figure, doubt), last, |b| SHIM.ledger.would_refuse(d, b));
+    let judged = loads.judge(0, (figure, doubt), last, |b| {
+        SHIM.ledger.would_refuse_here(d, b)
+    });
     let bytes = match judged {
         Judged::Again => {
             unload();
