@@ -309,9 +309,11 @@ pub struct SavedValues {
 }
 
 impl SavedValues {
-    /// The `n` values at `at` (none when null).
+    /// The `n` values at `at` (none when null, or past any count the driver's options
+    /// reach: such a call is the driver's to refuse, nothing is read for it here).
     pub fn save(at: *mut *mut c_void, n: u32) -> Self {
-        let values = match at.is_null() {
+        const MOST: u32 = 1024;
+        let values = match at.is_null() || n > MOST {
             true => Vec::new(),
             // SAFETY: a non-null option values array of the driver API holds as many
             // values as its count argument says, kept by the program for the call.
