@@ -40,19 +40,27 @@ mod pool_tests {
 
     static MEMBER: OnceLock<Member<'static>> = OnceLock::new();
 
+    /// A pool of one GPU capped at 1,000 bytes, in words of its own.
+    fn pool_of_1000() -> Pool<'static> {
+        let words: &'static [AtomicU64] =
+            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
+        Pool::create(words, 1, 0).unwrap()
+    }
+
+    /// Member `id` of `pool`, GPU 0 registered at its 1,000-byte cap.
+    fn joined(pool: Pool<'static>, id: u32) -> Box<Member<'static>> {
+        let locks: &'static Proc = Box::leak(Box::new(Proc(id)));
+        let m = Member::join(pool, locks, &MemberInfo::default()).unwrap();
+        m.register_gpu(0, &[7; 16], Some(1000)).unwrap();
+        m
+    }
+
     static GUARDED: OnceLock<Member<'static>> = OnceLock::new();
 
     #[test]
     fn the_check_for_a_call_made_again_keeps_another_members_guarantee() {
-        let words: &'static [AtomicU64] =
-            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
-        let pool = Pool::create(words, 1, 0).unwrap();
-        let join = |id: u32| {
-            let locks: &'static Proc = Box::leak(Box::new(Proc(id)));
-            let m = Member::join(pool, locks, &MemberInfo::default()).unwrap();
-            m.register_gpu(0, &[7; 16], Some(1000)).unwrap();
-            m
-        };
+        let pool = pool_of_1000();
+        let join = |id: u32| joined(pool, id);
         let holder = join(1);
         let share = crate::budget::shares::check(Some(1000), 600, None).unwrap();
         holder.claim(0, share).unwrap();
@@ -80,15 +88,8 @@ mod pool_tests {
 
     #[test]
     fn a_ledger_in_a_pool_charges_both_and_rolls_both_back() {
-        let words: &'static [AtomicU64] =
-            Box::leak((0..POOL_WORDS).map(|_| AtomicU64::new(0)).collect());
-        let pool = Pool::create(words, 1, 0).unwrap();
-        let join = |id: u32| {
-            let locks: &'static Proc = Box::leak(Box::new(Proc(id)));
-            let m = Member::join(pool, locks, &MemberInfo::default()).unwrap();
-            m.register_gpu(0, &[7; 16], Some(1000)).unwrap();
-            m
-        };
+        let pool = pool_of_1000();
+        let join = |id: u32| joined(pool, id);
         let other = join(1);
         let _ = MEMBER.set(*join(2));
         let ledger = Ledger::new();

@@ -430,19 +430,7 @@ fn two_members() -> Vec<Duet> {
         // before the next window), charged 396 MiB, and no refusal counted.
         Duet {
             name: "memory_allocated_outside_the_pool_inside_a_stack_raise_does_not_refuse_it",
-            a: Part {
-                steps: &[
-                    "touch:a1",
-                    "wait:b-half.1",
-                    "alloc:700Mi",
-                    "touch:a2",
-                    "wait:end",
-                ],
-                env_remove: &["GPUCAP_POOL"],
-                env: &[("GPUCAP_LIMIT", "8Gi")],
-                says: vec![(alloc(700, "0"), "")],
-                ..Part::default()
-            },
+            a: allocating_outside_the_pool(),
             b: Part {
                 steps: &["stack:3", "wait:a2", "touch:b1", "wait:end"],
                 env: &[
@@ -469,19 +457,7 @@ fn two_members() -> Vec<Duet> {
         // 700 MiB held before the next window), charged 396 MiB, and no refusal counted.
         Duet {
             name: "memory_allocated_outside_the_pool_inside_a_module_load_does_not_refuse_it",
-            a: Part {
-                steps: &[
-                    "touch:a1",
-                    "wait:b-half.1",
-                    "alloc:700Mi",
-                    "touch:a2",
-                    "wait:end",
-                ],
-                env_remove: &["GPUCAP_POOL"],
-                env: &[("GPUCAP_LIMIT", "8Gi")],
-                says: vec![(alloc(700, "0"), "")],
-                ..Part::default()
-            },
+            a: allocating_outside_the_pool(),
             b: Part {
                 steps: &["module:396Mi", "wait:a2", "touch:b1", "wait:end"],
                 env: &[
@@ -505,19 +481,7 @@ fn two_members() -> Vec<Duet> {
         // 700 MiB inside the load; refused before, now loaded again and charged 396 MiB.
         Duet {
             name: "memory_allocated_outside_the_pool_inside_an_eager_library_load_does_not_refuse_it",
-            a: Part {
-                steps: &[
-                    "touch:a1",
-                    "wait:b-half.1",
-                    "alloc:700Mi",
-                    "touch:a2",
-                    "wait:end",
-                ],
-                env_remove: &["GPUCAP_POOL"],
-                env: &[("GPUCAP_LIMIT", "8Gi")],
-                says: vec![(alloc(700, "0"), "")],
-                ..Part::default()
-            },
+            a: allocating_outside_the_pool(),
             b: Part {
                 steps: &["kernel", "wait:a2", "touch:b1", "wait:end"],
                 env: &[
@@ -579,6 +543,25 @@ fn two_members() -> Vec<Duet> {
             ..Duet::default()
         },
     ]
+}
+
+/// A of a case where memory allocated outside the pool inflates B's measurement: a
+/// process outside the pool (no mark of it) that allocates 700 MiB once B's call made
+/// `b-half.1` (its memory taken), then makes `a2`, which B's call waits for.
+fn allocating_outside_the_pool() -> Part {
+    Part {
+        steps: &[
+            "touch:a1",
+            "wait:b-half.1",
+            "alloc:700Mi",
+            "touch:a2",
+            "wait:end",
+        ],
+        env_remove: &["GPUCAP_POOL"],
+        env: &[("GPUCAP_LIMIT", "8Gi")],
+        says: vec![(alloc(700, "0"), "")],
+        ..Part::default()
+    }
 }
 
 /// B of a trim's case: raises its stack to 660 MiB, then lowers it to 264 MiB in a
