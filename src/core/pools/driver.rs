@@ -23,6 +23,9 @@ pub trait PoolDriver {
     fn reserved(&self, pool: u64) -> Option<u64>;
     /// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
     fn used(&self, pool: u64) -> Option<u64>;
+    /// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`: what the pool keeps reserved at a
+    /// synchronisation; None if the driver does not answer.
+    fn release_threshold(&self, pool: u64) -> Option<u64>;
     /// `cuMemPoolTrimTo(pool, keep)`.
     fn trim_to(&self, pool: u64, keep: u64);
 }

@@ -337,11 +337,13 @@ impl MemPoolCharges {
     }
 
     /// The most a synchronisation may make the driver release of what this process's
-    /// device pools reserve, per device: each pool's charge less its live allocations
-    /// (a pool releases only what it caches, above its release threshold), none of a
-    /// destroyed pool (released as its allocations are freed); to announce to a pool of
-    /// processes before the call, as any free is. Empty when the process has no pools.
-    pub fn cached_bounds(&self) -> Vec<Charge> {
+    /// device pools reserve, per device: each pool's charge above what it keeps (its live
+    /// allocations, and its release threshold as `drv` reads it: a pool set to keep
+    /// everything, as allocators that cache on purpose set it (its maximum), releases nothing),
+    /// none of a destroyed pool (released as its allocations are freed); to announce to
+    /// a pool of processes before the call, as any free is. Empty when the process has
+    /// no pools.
+    pub fn cached_bounds(&self, drv: &impl PoolDriver) -> Vec<Charge> {
         if self.total.load(Relaxed) == 0 {
             return Vec::new();
         }
@@ -351,10 +353,18 @@ impl MemPoolCharges {
                 *live.entry(pool).or_default() += bytes;
             }
             let mut cached = [0u64; MAX_DEVICES];
-            for (h, p) in b.pools.iter().filter(|(_, p)| !p.destroyed) {
-                let held = live.get(h).copied().unwrap_or(0);
+            for (&h, p) in b
+                .pools
+                .iter()
+                .filter(|(_, p)| !p.destroyed && p.charged > 0)
+            {
+                let kept = live
+                    .get(&h)
+                    .copied()
+                    .unwrap_or(0)
+                    .max(drv.release_threshold(h).unwrap_or(0));
                 if let Some(c) = cached.get_mut(p.device) {
-                    *c += p.charged.saturating_sub(held);
+                    *c += p.charged.saturating_sub(kept);
                 }
             }
             cached
@@ -468,9 +478,13 @@ mod tests {
         assert_eq!(growth_bound(u64::MAX), u64::MAX);
     }
 
-    /// A pool driver over a map: pool -> (reserved, used).
+    /// A pool driver over a map: pool -> (reserved, used), and the pools' release
+    /// thresholds (0 unless set).
     #[derive(Default)]
-    struct Fake(RefCell<HashMap<u64, (u64, u64)>>);
+    struct Fake(
+        RefCell<HashMap<u64, (u64, u64)>>,
+        RefCell<HashMap<u64, u64>>,
+    );
 
     impl Fake {
         fn set(&self, pool: u64, reserved: u64, used: u64) {
@@ -487,6 +501,9 @@ mod tests {
         }
         fn used(&self, pool: u64) -> Option<u64> {
             self.0.borrow().get(&pool).map(|x| x.1)
+        }
+        fn release_threshold(&self, pool: u64) -> Option<u64> {
+            Some(self.1.borrow().get(&pool).copied().unwrap_or(0))
         }
         fn trim_to(&self, pool: u64, keep: u64) {
             if let Some(x) = self.0.borrow_mut().get_mut(&pool) {
@@ -531,31 +548,27 @@ mod tests {
     fn what_a_synchronisation_may_release_is_what_the_pools_cache() {
         let (l, book, drv) = setup(1000);
         assert!(
-            book.cached_bounds().is_empty(),
+            book.cached_bounds(&drv).is_empty(),
             "no pools, nothing to announce"
         );
         // 300 asked, the pool reserves 320: 20 cached.
         alloc(&l, &book, &drv, 0x10, 300, 320, 300).unwrap();
-        assert_eq!(
-            book.cached_bounds(),
-            vec![Charge {
-                device: 0,
-                bytes: 20
-            }]
-        );
+        let on_0 = |bytes| vec![Charge { device: 0, bytes }];
+        assert_eq!(book.cached_bounds(&drv), on_0(20));
         // Freed: all of the pool's 320 is cached, and a sync may release it.
         assert!(book.freed(&l, 0x10));
-        assert_eq!(
-            book.cached_bounds(),
-            vec![Charge {
-                device: 0,
-                bytes: 320
-            }]
-        );
+        assert_eq!(book.cached_bounds(&drv), on_0(320));
+        // A pool set to keep 200 at a sync releases only the rest; one set to keep all of
+        // it releases nothing.
+        drv.1.borrow_mut().insert(7, 200);
+        assert_eq!(book.cached_bounds(&drv), on_0(120));
+        drv.1.borrow_mut().insert(7, u64::MAX);
+        assert!(book.cached_bounds(&drv).is_empty());
+        drv.1.borrow_mut().insert(7, 0);
         // Released: nothing more.
         drv.set(7, 0, 0);
         book.refresh_all(&l, &drv);
-        assert!(book.cached_bounds().is_empty());
+        assert!(book.cached_bounds(&drv).is_empty());
     }
 
     #[test]

@@ -23,6 +23,8 @@ use gpucap_core::pools::{LocationAnswer, PoolDriver, PoolLocation, PoolLocator};
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
 const RESERVED_MEM_CURRENT: c_int = 5;
+/// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` (cuuint64_t).
+const RELEASE_THRESHOLD: c_int = 4;
 const USED_MEM_CURRENT: c_int = 7;
 /// CUDA 13's `CU_MEMPOOL_ATTR_LOCATION_ID` and `CU_MEMPOOL_ATTR_LOCATION_TYPE` (int).
 const LOCATION_ID: c_int = 11;
@@ -111,7 +113,7 @@ pub struct Pools;
 fn pool_attribute(pool: u64, attr: c_int) -> Option<u64> {
     let get = calls::cuMemPoolGetAttribute()?;
     let mut v: u64 = 0;
-    // SAFETY: both attributes are cuuint64_t, written to a valid out-pointer.
+    // SAFETY: the attributes asked here are cuuint64_t, written to a valid out-pointer.
     (unsafe { get(pool as Handle, attr, (&mut v as *mut u64).cast()) } == CUDA_SUCCESS).then_some(v)
 }
 
@@ -160,6 +162,9 @@ impl PoolDriver for Pools {
     }
     fn used(&self, pool: u64) -> Option<u64> {
         pool_attribute(pool, USED_MEM_CURRENT)
+    }
+    fn release_threshold(&self, pool: u64) -> Option<u64> {
+        pool_attribute(pool, RELEASE_THRESHOLD)
     }
     fn trim_to(&self, pool: u64, keep: u64) {
         // A pool handle the driver gave the program.

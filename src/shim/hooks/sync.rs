@@ -7,12 +7,12 @@ use crate::state::{POOLS, SHIM};
 
 /// A synchronisation made by `call`: pools release what they cache above their release
 /// threshold then, so every pool is re-read after it succeeded (one load when there are
-/// none). In a pool of processes, what they cache is announced first as a free
-/// (`residents::announced_release`): unannounced, a release at a synchronisation inside
+/// none). In a pool of processes, what they cache above what they keep is announced
+/// first as a free (`residents::announced_release`, `MemPoolCharges::cached_bounds`): unannounced, a release at a synchronisation inside
 /// another member's measurement made that member's charge short by the bytes released.
 pub(super) fn synchronized(call: impl FnOnce() -> CuResult) -> CuResult {
     super::residents::announced_release(
-        || POOLS.cached_bounds(),
+        || POOLS.cached_bounds(&queries::Pools),
         || {
             let rc = call();
             if rc == CUDA_SUCCESS {
