@@ -451,12 +451,25 @@ impl Ledger {
     /// as the reservation decides: for a call about to be made again or refused by its
     /// measurement (a raised limit, a load), which must count no refusal it will not
     /// say. Reads more of the pool's words than `would_refuse`: off the allocation path.
+    /// In a pool, the process's own figure refuses only past the ceiling handed down to
+    /// it, as the reservation goes past its own cap up to that (a resize may have raised
+    /// the pool's cap since it set its own).
     pub fn would_refuse_here(&self, device: usize, bytes: u64) -> bool {
-        let own = self.headroom(device) < bytes;
-        let pooled = self
-            .pool()
-            .and_then(|m| m.room(device))
-            .is_some_and(|(free, _)| free < bytes);
+        let Some(member) = self.pool() else {
+            return self.headroom(device) < bytes;
+        };
+        let ceiling = self
+            .ceilings
+            .get(device)
+            .map_or(NO_CAP, |c| c.load(Relaxed));
+        let own = self.headroom(device) < bytes
+            && self.device(device).is_ok_and(|d| {
+                d.used
+                    .load(Relaxed)
+                    .checked_add(bytes)
+                    .is_none_or(|n| n > ceiling)
+            });
+        let pooled = member.room(device).is_some_and(|(free, _)| free < bytes);
         own || pooled
     }
 

@@ -84,6 +84,16 @@ mod pool_tests {
         ledger.reserve(0, 400).unwrap().commit(1);
         let c = ledger.take(1).unwrap();
         ledger.settle(c);
+        // A process whose own cap is below the pool's room (set before a resize raised
+        // the pool's): the reservation goes past it, and so does the check.
+        ledger.set_cap(0, Some(300));
+        assert!(
+            ledger.would_refuse(0, 350),
+            "the plain check stops at the own cap"
+        );
+        assert!(!ledger.would_refuse_here(0, 350));
+        let r = ledger.reserve(0, 350).unwrap();
+        drop(r);
     }
 
     #[test]

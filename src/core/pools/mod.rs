@@ -160,6 +160,7 @@ impl MemPoolCharges {
             self.add(b, pool, device);
             if let Some(p) = b.pools.get_mut(&pool) {
                 p.inflight = p.inflight.saturating_add(bytes);
+                p.touched = true;
             }
         });
     }
@@ -207,7 +208,7 @@ impl MemPoolCharges {
             if let Some(p) = b.pools.get_mut(&pool) {
                 p.inflight = p.inflight.saturating_sub(announced);
             }
-            b.ptrs.insert(ptr, (pool, bytes));
+            b.track(ptr, pool, bytes);
             ledger.count_alloc(device);
             Ok(())
         })
@@ -221,8 +222,7 @@ impl MemPoolCharges {
             return None;
         }
         self.with(|b| {
-            b.ptrs
-                .remove(&ptr)
+            b.untrack(ptr)
                 .map(|(pool, bytes)| TakenPtr { ptr, pool, bytes })
         })
     }
@@ -252,7 +252,7 @@ impl MemPoolCharges {
 
     /// The driver refused to free it: the allocation is live again.
     pub fn restore_freed(&self, t: TakenPtr) {
-        self.with(|b| b.ptrs.insert(t.ptr, (t.pool, t.bytes)));
+        self.with(|b| b.track(t.ptr, t.pool, t.bytes));
     }
 
     /// A pool allocation was freed (the driver succeeded): [`take_freed`](Self::take_freed)
@@ -337,34 +337,31 @@ impl MemPoolCharges {
     }
 
     /// The most a synchronisation may make the driver release of what this process's
-    /// device pools reserve, per device: each pool's charge above what it keeps (its live
-    /// allocations, and its release threshold as `drv` reads it: a pool set to keep
-    /// everything, as allocators that cache on purpose set it (its maximum), releases nothing),
-    /// none of a destroyed pool (released as its allocations are freed); to announce to
-    /// a pool of processes before the call, as any free is. Empty when the process has
-    /// no pools.
+    /// device pools reserve, per device, to announce to a pool of processes before the
+    /// call, as any free is: of each pool allocated from or freed to since the last
+    /// synchronisation (one untouched since has released what it would then), its
+    /// charge above its live allocations, or nothing where its release threshold (as
+    /// `drv` reads it) is at least its charge (a pool set to keep everything, as
+    /// allocators that cache on purpose set it; a threshold below the charge is not
+    /// taken as a floor: the driver "will try to release" above it, in whole chunks). No
+    /// destroyed pool (released as its allocations are freed). Empty when the process has
+    /// no pools (one load).
     pub fn cached_bounds(&self, drv: &impl PoolDriver) -> Vec<Charge> {
         if self.total.load(Relaxed) == 0 {
             return Vec::new();
         }
         self.with(|b| {
-            let mut live = std::collections::HashMap::<u64, u64>::new();
-            for &(pool, bytes) in b.ptrs.values() {
-                *live.entry(pool).or_default() += bytes;
-            }
             let mut cached = [0u64; MAX_DEVICES];
-            for (&h, p) in b
+            let touched = b
                 .pools
                 .iter()
-                .filter(|(_, p)| !p.destroyed && p.charged > 0)
-            {
-                let kept = live
-                    .get(&h)
-                    .copied()
-                    .unwrap_or(0)
-                    .max(drv.release_threshold(h).unwrap_or(0));
+                .filter(|(_, p)| p.touched && !p.destroyed && p.charged > p.live);
+            for (&h, p) in touched {
+                if drv.release_threshold(h).is_some_and(|t| t >= p.charged) {
+                    continue;
+                }
                 if let Some(c) = cached.get_mut(p.device) {
-                    *c += p.charged.saturating_sub(kept);
+                    *c += p.charged - p.live;
                 }
             }
             cached
@@ -458,6 +455,9 @@ impl MemPoolCharges {
                 .collect();
             for pool in all {
                 self.settle_one(b, ledger, pool, drv.reserved(pool));
+                if let Some(p) = b.pools.get_mut(&pool) {
+                    p.touched = false;
+                }
             }
         });
     }
@@ -555,14 +555,17 @@ mod tests {
         alloc(&l, &book, &drv, 0x10, 300, 320, 300).unwrap();
         let on_0 = |bytes| vec![Charge { device: 0, bytes }];
         assert_eq!(book.cached_bounds(&drv), on_0(20));
+        // A synchronisation re-read it: untouched since, it has nothing more to release
+        // (the 20 its chunk keeps stay).
+        book.refresh_all(&l, &drv);
+        assert!(book.cached_bounds(&drv).is_empty());
         // Freed: all of the pool's 320 is cached, and a sync may release it.
         assert!(book.freed(&l, 0x10));
         assert_eq!(book.cached_bounds(&drv), on_0(320));
-        // A pool set to keep 200 at a sync releases only the rest; one set to keep all of
-        // it releases nothing.
+        // A threshold below the charge is no floor; one at or above it keeps all of it.
         drv.1.borrow_mut().insert(7, 200);
-        assert_eq!(book.cached_bounds(&drv), on_0(120));
-        drv.1.borrow_mut().insert(7, u64::MAX);
+        assert_eq!(book.cached_bounds(&drv), on_0(320));
+        drv.1.borrow_mut().insert(7, 320);
         assert!(book.cached_bounds(&drv).is_empty());
         drv.1.borrow_mut().insert(7, 0);
         // Released: nothing more.

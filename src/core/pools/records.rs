@@ -18,6 +18,11 @@ pub(super) struct Pool {
     /// `cuMemPoolDestroy` succeeded while allocations were outstanding: the charge is
     /// those allocations', credited as they are freed.
     pub(super) destroyed: bool,
+    /// Bytes its live allocations asked for (what `PoolRecords::ptrs` holds of it).
+    pub(super) live: u64,
+    /// Whether it was allocated from or freed to since the last synchronisation re-read
+    /// it: a pool untouched since then has nothing more a synchronisation releases.
+    pub(super) touched: bool,
 }
 
 /// What `MemPoolCharges` holds behind its lock: the pools it tracks, the live allocations
@@ -30,6 +35,30 @@ pub(super) struct PoolRecords {
     pub(super) ptrs: HashMap<u64, (u64, u64)>,
     /// Pools of host memory the program made or allocated from: never charged.
     pub(super) hosts: HashSet<u64>,
+}
+
+impl PoolRecords {
+    /// Records a live allocation of `bytes` from `pool` at `ptr`.
+    pub(super) fn track(&mut self, ptr: u64, pool: u64, bytes: u64) {
+        if let Some((old_pool, old)) = self.ptrs.insert(ptr, (pool, bytes))
+            && let Some(p) = self.pools.get_mut(&old_pool)
+        {
+            p.live = p.live.saturating_sub(old);
+        }
+        if let Some(p) = self.pools.get_mut(&pool) {
+            p.live = p.live.saturating_add(bytes);
+        }
+    }
+
+    /// Takes the live allocation at `ptr` out: its pool and bytes, if it was one.
+    pub(super) fn untrack(&mut self, ptr: u64) -> Option<(u64, u64)> {
+        let (pool, bytes) = self.ptrs.remove(&ptr)?;
+        if let Some(p) = self.pools.get_mut(&pool) {
+            p.live = p.live.saturating_sub(bytes);
+            p.touched = true;
+        }
+        Some((pool, bytes))
+    }
 }
 
 pub(super) fn pools_on(b: &PoolRecords, device: usize) -> Vec<u64> {

@@ -354,8 +354,10 @@ fn unmap(base: u64, m: &Mapping) {
 pub fn free(ptr: u64) -> Option<CuResult> {
     let live = GROWTH.remove(ptr)?;
     // cuMemFree waits for the device to finish with the memory; so must we before
-    // it can serve another allocation.
-    let _ = call!(cuCtxSynchronize());
+    // it can serve another allocation. A synchronisation as the program's are: the
+    // driver's pools release what they cache then (announced to a pool of processes,
+    // re-read after).
+    let _ = super::sync::synchronized(|| call!(cuCtxSynchronize()));
     match live {
         Live::Pages(m) => GROWTH.cache(ptr, m),
         Live::Block(b) => GROWTH.release_block(ptr, b),
