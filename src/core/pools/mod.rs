@@ -147,6 +147,12 @@ impl MemPoolCharges {
         found
     }
 
+    /// Whether the process has pools at all (one load).
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.total.load(Relaxed) != 0
+    }
+
     /// Whether `device` has pools at all (cheap).
     pub fn any_on(&self, device: usize) -> bool {
         self.count.get(device).is_some_and(|c| c.load(Relaxed) > 0)

@@ -11,6 +11,9 @@ use crate::state::{POOLS, SHIM};
 /// first as a free (`residents::announced_release`, `MemPoolCharges::cached_bounds`): unannounced, a release at a synchronisation inside
 /// another member's measurement made that member's charge short by the bytes released.
 pub(super) fn synchronized(call: impl FnOnce() -> CuResult) -> CuResult {
+    if !POOLS.any() {
+        return call(); // no pools: nothing released, nothing to re-read (one load)
+    }
     super::residents::announced_release(
         || POOLS.cached_bounds(&queries::Pools),
         || {
