@@ -166,7 +166,6 @@ impl MemPoolCharges {
             self.add(b, pool, device);
             if let Some(p) = b.pools.get_mut(&pool) {
                 p.inflight = p.inflight.saturating_add(bytes);
-                p.touched = true;
             }
         });
     }
@@ -344,12 +343,13 @@ impl MemPoolCharges {
 
     /// The most a synchronisation may make the driver release of what this process's
     /// device pools reserve, per device, to announce to a pool of processes before the
-    /// call, as any free is: of each pool allocated from or freed to since the last
-    /// synchronisation (one untouched since has released what it would then), its
-    /// charge above its live allocations, or nothing where its release threshold (as
-    /// `drv` reads it) is at least its charge (a pool set to keep everything, as
-    /// allocators that cache on purpose set it; a threshold below the charge is not
-    /// taken as a floor: the driver "will try to release" above it, in whole chunks). No
+    /// call, as any free is: each pool's charge above its live allocations, or nothing
+    /// where its release threshold (as `drv` reads it) is at least its charge (a pool
+    /// set to keep everything, as allocators that cache on purpose set it; a threshold
+    /// below the charge is not taken as a floor: the driver "will try to release" above
+    /// it, in whole chunks). What a chunk keeps beside a live allocation is announced at
+    /// every synchronisation (more, never less: a pool's release at one device's
+    /// synchronisation does not tell what another device's pools still hold). No
     /// destroyed pool (released as its allocations are freed). Empty when the process has
     /// no pools (one load).
     pub fn cached_bounds(&self, drv: &impl PoolDriver) -> Vec<Charge> {
@@ -358,11 +358,11 @@ impl MemPoolCharges {
         }
         self.with(|b| {
             let mut cached = [0u64; MAX_DEVICES];
-            let touched = b
+            let caching = b
                 .pools
                 .iter()
-                .filter(|(_, p)| p.touched && !p.destroyed && p.charged > p.live);
-            for (&h, p) in touched {
+                .filter(|(_, p)| !p.destroyed && p.charged > p.live);
+            for (&h, p) in caching {
                 if drv.release_threshold(h).is_some_and(|t| t >= p.charged) {
                     continue;
                 }
@@ -461,9 +461,6 @@ impl MemPoolCharges {
                 .collect();
             for pool in all {
                 self.settle_one(b, ledger, pool, drv.reserved(pool));
-                if let Some(p) = b.pools.get_mut(&pool) {
-                    p.touched = false;
-                }
             }
         });
     }
@@ -561,10 +558,10 @@ mod tests {
         alloc(&l, &book, &drv, 0x10, 300, 320, 300).unwrap();
         let on_0 = |bytes| vec![Charge { device: 0, bytes }];
         assert_eq!(book.cached_bounds(&drv), on_0(20));
-        // A synchronisation re-read it: untouched since, it has nothing more to release
-        // (the 20 its chunk keeps stay).
+        // Re-read after a synchronisation that released nothing: the 20 its chunk keeps
+        // beside the allocation are still announced (more, never less).
         book.refresh_all(&l, &drv);
-        assert!(book.cached_bounds(&drv).is_empty());
+        assert_eq!(book.cached_bounds(&drv), on_0(20));
         // Freed: all of the pool's 320 is cached, and a sync may release it.
         assert!(book.freed(&l, 0x10));
         assert_eq!(book.cached_bounds(&drv), on_0(320));

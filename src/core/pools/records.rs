@@ -20,9 +20,6 @@ pub(super) struct Pool {
     pub(super) destroyed: bool,
     /// Bytes its live allocations asked for (what `PoolRecords::ptrs` holds of it).
     pub(super) live: u64,
-    /// Whether it was allocated from or freed to since the last synchronisation re-read
-    /// it: a pool untouched since then has nothing more a synchronisation releases.
-    pub(super) touched: bool,
 }
 
 /// What `MemPoolCharges` holds behind its lock: the pools it tracks, the live allocations
@@ -55,7 +52,6 @@ impl PoolRecords {
         let (pool, bytes) = self.ptrs.remove(&ptr)?;
         if let Some(p) = self.pools.get_mut(&pool) {
             p.live = p.live.saturating_sub(bytes);
-            p.touched = true;
         }
         Some((pool, bytes))
     }
