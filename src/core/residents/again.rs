@@ -107,6 +107,16 @@ pub enum Judged {
     Refuse(u64),
 }
 
+impl Judged {
+    /// The bytes to charge (refused where the cap cannot take them); None: made again.
+    pub fn bytes(&self) -> Option<u64> {
+        match *self {
+            Judged::Charge(b) | Judged::Refuse(b) => Some(b),
+            Judged::Again => None,
+        }
+    }
+}
+
 impl Loads {
     /// Judges an attempt from `start` (see [`Seen`]) that measured `figure` bytes, of
     /// which up to `doubt` may be the pool's traffic (`DeviceLock::measure_with_doubt`);
@@ -214,6 +224,13 @@ mod tests {
     /// [`Loads::judge`] of attempts from one start.
     fn judge(l: &mut Loads, figure: u64, doubt: u64, last: bool) -> Judged {
         l.judge(0, (figure, doubt), last, beyond)
+    }
+
+    #[test]
+    fn what_a_judged_attempt_charges() {
+        assert_eq!(Judged::Charge(7).bytes(), Some(7));
+        assert_eq!(Judged::Refuse(9).bytes(), Some(9));
+        assert_eq!(Judged::Again.bytes(), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::state::{CONTEXTS, KERNELS, SHIM};
 use gpucap_core::config::MAX_DEVICES;
 use gpucap_core::contexts::{DeviceLock, Unmeasured};
 use gpucap_core::ledger::Charge;
-use gpucap_core::residents::{self, again::Judged, again::Loads};
+use gpucap_core::residents::{self, again::Loads};
 
 /// A `cuLibraryLoad*` call: the library, the code (an image, or a file's name), options.
 type Load<'a, Code> = Real<(
@@ -167,28 +167,28 @@ fn library_once(
         unload(&[]);
         return Ok(refused);
     }
-    let mut judged = Vec::with_capacity(figures.len());
-    for &(lock, figure, doubt) in &figures {
-        let d = lock.device();
-        // Memory the process's own pools only cache is trimmed first, as for an allocation.
-        if let Ok(shim) = shim() {
-            super::reclaim_for(shim, d, figure);
-        }
-        // A context made meanwhile takes a copy too: another start.
-        let start = lock.contexts().len() as u64;
-        let beyond = |b| SHIM.ledger.would_refuse_here(d, b);
-        judged.push(loads[d].judge(start, (figure, doubt), last, beyond));
-    }
-    if judged.contains(&Judged::Again) {
+    // What to charge on each GPU (each judged, each judge seeing this attempt), or made
+    // again where any is.
+    let judged: Vec<Option<u64>> = figures
+        .iter()
+        .map(|&(lock, figure, doubt)| {
+            let d = lock.device();
+            // Memory the process's own pools only cache is trimmed first, as for an
+            // allocation.
+            super::reclaim_for(&SHIM, d, figure);
+            // A context made meanwhile takes a copy too: another start.
+            let start = lock.contexts().len() as u64;
+            let beyond = |b| SHIM.ledger.would_refuse_here(d, b);
+            loads[d].judge(start, (figure, doubt), last, beyond).bytes()
+        })
+        .collect();
+    let Some(judged) = judged.into_iter().collect::<Option<Vec<u64>>>() else {
         unload(&[]);
         return Err(Again::Unsure);
-    }
+    };
     let mut charged = Vec::with_capacity(figures.len());
-    for (&(lock, figure, _), j) in figures.iter().zip(judged) {
+    for (&(lock, figure, _), bytes) in figures.iter().zip(judged) {
         let d = lock.device();
-        let (Judged::Charge(bytes) | Judged::Refuse(bytes)) = j else {
-            unreachable!("made again above");
-        };
         // Refused where the check saw room: another member's guarantee holds it, or
         // another member took it meanwhile. Said at once: one load, one refusal.
         if let Err(not_taken) = try_charge_undoable(d, None, bytes, bytes, || unload(&charged)) {

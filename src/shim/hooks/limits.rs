@@ -408,17 +408,12 @@ fn set_back(
     d: usize,
     took: u64,
 ) -> bool {
-    let freeing = (took > 0).then(|| {
-        SHIM.ledger.announce(Charge {
-            device: d,
-            bytes: took,
-        })
-    });
-    let rc = set(old);
-    if let Some(f) = freeing {
-        // Nothing of it was charged: the announcement ends, nothing credited.
-        SHIM.ledger.withdraw(f);
-    }
+    // Nothing of it was charged: the announcement ends after the call, nothing credited.
+    let most = || match took {
+        0 => Vec::new(),
+        bytes => vec![Charge { device: d, bytes }],
+    };
+    let rc = super::residents::announced_release(most, || set(old));
     if rc == CUDA_SUCCESS {
         return true;
     }

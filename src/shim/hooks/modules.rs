@@ -14,7 +14,7 @@ use crate::driver::{kernel_queries, queries};
 use crate::log::log;
 use crate::state::{CONTEXTS, MODULES, SHIM};
 use gpucap_core::ledger::Charge;
-use gpucap_core::residents::{self, again::Judged, again::Loads};
+use gpucap_core::residents::{self, again::Loads};
 
 pub fn module_load(
     real: Real<(Out<Handle>, CText)>,
@@ -139,12 +139,9 @@ fn load_once(
     let judged = loads.judge(0, (figure, doubt), last, |b| {
         SHIM.ledger.would_refuse_here(d, b)
     });
-    let bytes = match judged {
-        Judged::Again => {
-            unload();
-            return Err(Again::Unsure);
-        }
-        Judged::Charge(b) | Judged::Refuse(b) => b,
+    let Some(bytes) = judged.bytes() else {
+        unload();
+        return Err(Again::Unsure);
     };
     // Refused where the check saw room: another member's guarantee holds it, or another
     // member took it meanwhile. Said at once, so that one load counts one refusal.
