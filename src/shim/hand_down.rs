@@ -94,6 +94,18 @@ static READ_FILE: AtomicU8 = AtomicU8::new(0);
 fn copy_start(envp: Vector) {
     START.write(|bytes| {
         let mut len = 0;
+        let mut put = |parts: &[&[u8]]| {
+            let n: usize = parts.iter().map(|p| p.len()).sum();
+            if len + n < START_BYTES {
+                for p in parts {
+                    bytes[len..len + p.len()].copy_from_slice(p);
+                    len += p.len();
+                }
+                bytes[len] = 0;
+                len += 1;
+            }
+        };
+        let mut frame = Frame::default();
         for entry in Entries(envp) {
             // SAFETY: a non-null entry is a NUL-terminated string: its first byte is there.
             if !config::may_be_looked_at(unsafe { *entry } as u8) {
@@ -101,14 +113,60 @@ fn copy_start(envp: Vector) {
             }
             // SAFETY: as above, the whole string.
             let entry = unsafe { CStr::from_ptr(entry) }.to_bytes();
-            if config::handed_down(config::name_of(entry)) && len + entry.len() < START_BYTES {
-                bytes[len..len + entry.len()].copy_from_slice(entry);
-                bytes[len + entry.len()] = 0;
-                len += entry.len() + 1;
+            let (name, value) = split(entry);
+            frame.see(name, value);
+            if config::handed_down(name) {
+                put(&[entry]);
             }
+        }
+        if let Some(visible) = frame.missing() {
+            put(&[ORDINALS, b"=", visible]);
         }
         len
     });
+}
+
+/// `GPUCAP_ORDINALS`, the GPUs this process's ordinal keys count
+/// (`gpucap_core::config::Frame`).
+const ORDINALS: &[u8] = b"GPUCAP_ORDINALS";
+
+/// What this process's ordinal keys count, where its environment does not say
+/// (`GPUCAP_ORDINALS`): its `CUDA_VISIBLE_DEVICES` (the first), else every GPU. Handed
+/// down with those keys (`config::plan`).
+#[derive(Default)]
+struct Frame<'a> {
+    given: bool,
+    visible: Option<&'a [u8]>,
+}
+
+impl<'a> Frame<'a> {
+    fn see(&mut self, name: &[u8], value: &'a [u8]) {
+        if name == ORDINALS {
+            self.given = true;
+        } else if name == b"CUDA_VISIBLE_DEVICES" && self.visible.is_none() {
+            self.visible = Some(value);
+        }
+    }
+
+    /// The value to add (None: the environment gives one, or its list names no GPU:
+    /// then the process sees none, and its keys name none either).
+    fn missing(&self) -> Option<&'a [u8]> {
+        if self.given {
+            return None;
+        }
+        match self.visible {
+            None => Some(b"all"),
+            Some(v) => config::visible_as_frame(v),
+        }
+    }
+}
+
+/// An entry `NAME=value` as its name and value (an empty value where it has no `=`).
+fn split(entry: &[u8]) -> (&[u8], &[u8]) {
+    match entry.iter().position(|&b| b == b'=') {
+        Some(eq) => (&entry[..eq], &entry[eq + 1..]),
+        None => (entry, &[]),
+    }
 }
 
 /// Whether this process runs in secure execution (`AT_SECURE`: set-user-ID, started by
@@ -175,13 +233,21 @@ static AT_LOAD: extern "C" fn(c_int, Vector, Vector) = at_load;
 /// call), before [`remember_file`].
 pub fn remember_vars<'a>(vars: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
     let mut bytes = Vec::new();
-    for (name, value) in vars {
-        if config::handed_down(name) {
-            bytes.extend_from_slice(name);
-            bytes.push(b'=');
-            bytes.extend_from_slice(value);
-            bytes.push(0);
+    let mut put = |parts: &[&[u8]]| {
+        for p in parts {
+            bytes.extend_from_slice(p);
         }
+        bytes.push(0);
+    };
+    let mut frame = Frame::default();
+    for (name, value) in vars {
+        frame.see(name, value);
+        if config::handed_down(name) {
+            put(&[name, b"=", value]);
+        }
+    }
+    if let Some(visible) = frame.missing() {
+        put(&[ORDINALS, b"=", visible]);
     }
     let _ = READ.set(bytes);
 }
@@ -441,11 +507,14 @@ fn search_path(envp: impl Iterator<Item = &'static [u8]>) -> &'static [u8] {
 /// stack): pointers and the new `LD_PRELOAD` entry.
 const STACK_WORDS: usize = 256;
 
-/// Whether this process hands anything down: it has configuration variables (`vars`)
-/// or a configuration file (read, or there for the library `lib`).
+/// Whether this process hands anything down: it has configuration variables (`vars`;
+/// `GPUCAP_ORDINALS` alone, which every copy gains, configures nothing) or a
+/// configuration file (read, or there for the library `lib`).
 fn configured(vars: Vars, file: Option<bool>, lib: &[u8]) -> bool {
-    vars.iter().any(|v| config::configures(config::name_of(v)))
-        || file.unwrap_or_else(|| file_there(lib))
+    vars.iter().any(|v| {
+        let name = config::name_of(v);
+        config::configures(name) && name != ORDINALS
+    }) || file.unwrap_or_else(|| file_there(lib))
 }
 
 /// The C library's `gnu_get_libc_version`, found at its first use (not imported: a

@@ -76,6 +76,14 @@ fn doors(dir: &Path) -> Vec<(Vec<(String, String)>, Expect)> {
         (vec![("GPUCAP_LD_SO_PRELOAD", "1".into())], Expect::Holds),
         (vec![("GPUCAP_HOME", d.clone())], Expect::Holds),
         (vec![("GPUCAP_TYPED", "--limit".into())], Expect::Holds),
+        (vec![("GPUCAP_ORDINALS", "all".into())], Expect::Holds),
+        (
+            vec![
+                ("GPUCAP_LIMIT", "0=4Gi".into()),
+                ("GPUCAP_ORDINALS", "all".into()),
+            ],
+            Expect::Held("GPUCAP_LIMIT=\"0=4Gi\""),
+        ),
         (
             vec![
                 ("GPUCAP_LIMIT", "4Gi".into()),

@@ -400,6 +400,80 @@ fn the_cap_a_parent_read_is_the_one_handed_down() {
     );
 }
 
+/// A parent capped per GPU by ordinal (`GPUCAP_LIMIT=0=256Mi,1=1Gi` on two fake GPUs)
+/// whose launcher picks each child's GPUs (`CUDA_VISIBLE_DEVICES`): each key stays on the
+/// GPU the parent meant (`GPUCAP_ORDINALS`, handed down with the keys). Reordered
+/// (`1,0`): the child's GPU 0 is the parent's GPU 1, at 1 GiB, and its GPU 1 the
+/// parent's 256 MiB one; narrowed (`1`): its one GPU at 1 GiB. Before, the keys counted
+/// the child's own ordinals: 600 MiB refused on the 1 GiB GPU, 400 MiB served on the 256
+/// MiB one, and a narrowed child failed `cuInit` (its key 1 named no GPU). A child whose
+/// environment gives keys of its own keeps them on its own ordinals.
+#[test]
+fn a_parents_ordinal_keys_stay_on_its_gpus_when_a_launcher_picks_a_childs() {
+    let script = script();
+    let (s, f) = (script.display(), fake_lib_dir().display().to_string());
+    let vars = [("GPUCAP_LIMIT", "0=256Mi,1=1Gi"), ("FAKECUDA_DEVICES", "2")];
+    let child = |visible: &str, device: &str, steps: &[&str]| {
+        // `env -i`: the child inherits the keys (the fake's variables given again).
+        let mut argv: Vec<String> = ["env", "-i", "FAKECUDA_DEVICES=2", "FAKECUDA_TOTAL_MEM=4Gi"]
+            .map(String::from)
+            .to_vec();
+        argv.push(format!("LD_LIBRARY_PATH={f}"));
+        argv.push(format!("CUDA_VISIBLE_DEVICES={visible}"));
+        argv.push(format!("SCRIPT_DEVICE={device}"));
+        argv.push(s.to_string());
+        argv.extend(steps.iter().map(|x| x.to_string()));
+        argv
+    };
+    let expect = |o: &Output, lines: &[&str], what: &str| {
+        for l in lines {
+            assert!(stdout(o).contains(l), "{what}: no {l:?}\n{}", dump(o));
+        }
+    };
+    let big = ["alloc:600Mi", "alloc:600Mi"];
+    let o = parent(&shim(), &vars, &child("1,0", "0", &big), "tree-ordinals");
+    expect(
+        &o,
+        &["alloc 629145600 0", "alloc 629145600 2"],
+        "reordered, GPU 0",
+    );
+    let o = parent(&shim(), &vars, &child("1,0", "1", &[ASK]), "tree-ordinals");
+    assert_refused(&o, "reordered, GPU 1 (the parent's 256 MiB GPU 0)");
+    let o = parent(&shim(), &vars, &child("1", "0", &big), "tree-ordinals");
+    expect(
+        &o,
+        &["cuInit 0", "alloc 629145600 0", "alloc 629145600 2"],
+        "narrowed",
+    );
+    // `env`: the child's environment copies the keys.
+    let mut argv: Vec<String> = vec!["env".into(), "CUDA_VISIBLE_DEVICES=1".into(), s.to_string()];
+    argv.extend(big.iter().map(|x| x.to_string()));
+    let o = parent(&shim(), &vars, &argv, "tree-ordinals");
+    expect(
+        &o,
+        &["alloc 629145600 0", "alloc 629145600 2"],
+        "env, narrowed",
+    );
+    // The launcher copies its environment and picks the GPUs (`os.environ`).
+    let code = format!(
+        "import os, subprocess, sys\n\
+         env = dict(os.environ, CUDA_VISIBLE_DEVICES='1', LD_LIBRARY_PATH='{f}')\n\
+         sys.exit(subprocess.run(['{s}', 'alloc:600Mi', 'alloc:600Mi'], env=env).returncode)"
+    );
+    let argv = ["python3".to_string(), "-c".into(), code];
+    let o = parent(&shim(), &vars, &argv, "tree-ordinals");
+    expect(
+        &o,
+        &["alloc 629145600 0", "alloc 629145600 2"],
+        "os.environ copied",
+    );
+    // Keys of the child's own count its own GPUs.
+    let mut own = child("1", "0", &[ASK]);
+    own.insert(4, "GPUCAP_LIMIT=0=256Mi".into());
+    let o = parent(&shim(), &vars, &own, "tree-ordinals");
+    assert_refused(&o, "the child's own key 0");
+}
+
 fn exec_edges() -> PathBuf {
     compile_c("exec_edges", "", &[])
 }

@@ -12,6 +12,7 @@ use super::hami::{
 };
 use super::limit::{LimitFrom, limit_is_none, limit_notes, parse_limit_spec};
 use super::model::{Config, ConfigError, Origin};
+use super::ordinals::{ORDINALS_VAR, own_frame, reframe, reframe_key};
 use super::pool_vars::{PoolSpec, parse_pool_dir};
 use super::shares::check_shares;
 use super::sources::{
@@ -154,10 +155,12 @@ where
     let mut handover = HandoverVars::default();
     let mut visible: Option<String> = None;
     let mut visible_chosen = false;
+    let mut cuda_visible: Option<String> = None;
     for (k, v) in vars {
         let (k, v) = (k.as_ref(), v.as_ref());
         if k.as_bytes() == CUDA_VISIBLE_DEVICES.as_bytes() {
             visible_chosen = true;
+            cuda_visible.get_or_insert_with(|| v.to_string_lossy().into_owned());
             continue;
         }
         if k.as_bytes() == NVIDIA_VISIBLE_DEVICES.as_bytes() {
@@ -387,6 +390,12 @@ where
         &raw_owned,
         raw("GPUCAP_CLAIM_DIR").is_some(),
     )?;
+    apply_frame(&mut config, cuda_visible.as_deref()).map_err(|reason| ConfigError {
+        var: ORDINALS_VAR.into(),
+        value: raw(ORDINALS_VAR).unwrap_or_default().to_string(),
+        reason,
+        accepted: "",
+    })?;
     if !config.wait.is_zero() && config.pool.is_none() {
         let v = raw("GPUCAP_WAIT").unwrap_or_default();
         return Err(ConfigError {
@@ -407,4 +416,46 @@ where
     }
     name_typed(&mut config);
     Ok(config)
+}
+
+/// Moves every ordinal key of `config` (its limit, each source of caps, the guarantee,
+/// the ceiling, the origins shown) written under its `GPUCAP_ORDINALS` onto its own
+/// ordinals under `visible` (its `CUDA_VISIBLE_DEVICES`). Nothing without the variable.
+fn apply_frame(config: &mut Config, visible: Option<&str>) -> Result<(), String> {
+    let Some(frame) = config.ordinals.clone() else {
+        return Ok(());
+    };
+    let own = own_frame(visible);
+    let specs = config
+        .limit
+        .iter_mut()
+        .chain(config.guarantee.iter_mut())
+        .chain(config.ceiling.iter_mut())
+        .chain(config.cap_sources.iter_mut().map(|s| &mut s.spec));
+    for spec in specs {
+        reframe(spec, &frame, &own)?;
+    }
+    let mut origins = Vec::with_capacity(config.origins.len());
+    for mut o in config.origins.drain(..) {
+        match &o.key {
+            None => origins.push(o),
+            Some(k) => {
+                if let Some(k) = reframe_key(k, &frame, &own)? {
+                    o.key = Some(k);
+                    origins.push(o);
+                }
+            }
+        }
+    }
+    config.origins = origins;
+    if frame != own {
+        config.info.push(format!(
+            "the ordinal keys were written under {ORDINALS_VAR}={}: each is moved onto this \
+             process's ordinal of the same GPU (CUDA_VISIBLE_DEVICES={}), and dropped where \
+             it does not see that GPU",
+            frame.text(),
+            visible.unwrap_or("unset")
+        ));
+    }
+    Ok(())
 }

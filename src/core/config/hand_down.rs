@@ -13,6 +13,7 @@
 
 use super::env::looked_at;
 use super::hami::HAMI_LIMIT;
+use super::ordinals::{ORDINALS_VAR, keyed_by_ordinal};
 
 /// The variable that names the libraries the loader preloads.
 pub const LD_PRELOAD: &[u8] = b"LD_PRELOAD";
@@ -106,6 +107,14 @@ impl Part<'_> {
 /// own figures where the caller sets one: [`cap_figure`]), then `LD_PRELOAD` where the
 /// caller sets none. A `lib` that `LD_PRELOAD` cannot name
 /// (a space or a colon in it) is not added: the variables still are.
+///
+/// The parent's `GPUCAP_ORDINALS` (the shim gives every parent one: its own, else its
+/// `CUDA_VISIBLE_DEVICES` or `all`) goes only with ordinal keys of the parent's: it is
+/// handed down where the child's per-GPU figures with ordinal keys are all the parent's
+/// (inherited, or the caller's copies of them), so that a child whose launcher picks its
+/// GPUs keeps each key on the GPU the parent meant; never where the caller gives keys of
+/// its own, which count the child's GPUs (a copy of the parent's `GPUCAP_ORDINALS` in
+/// the caller's environment is then dropped).
 pub fn plan<'a, C, P>(
     caller: C,
     parent: P,
@@ -129,8 +138,27 @@ pub fn plan<'a, C, P>(
         .clone()
         .any(|e| e.contains(&b'=') && cap_figure(name_of(e)));
     let add_lib = preloadable(lib);
+    let first_of_name =
+        |i: usize, p: &[u8]| !parent.clone().take(i).any(|q| name_of(q) == name_of(p));
+    // Whether the parent's entry `i` reaches the child as it is (inherited).
+    let inherited = |i: usize, p: &[u8]| {
+        let name = name_of(p);
+        handed_down(name) && !sets(name) && !(own_cap && cap_figure(name)) && first_of_name(i, p)
+    };
+    let parents = |e: &[u8]| parent.clone().any(|p| p == e);
+    let is_frame = |e: &[u8]| name_of(e) == ORDINALS_VAR.as_bytes();
+    // Ordinal keys of the caller's own, and of the parent's that reach the child.
+    let own_keys = caller.clone().any(|e| keyed_by_ordinal(e) && !parents(e));
+    let parents_keys = parent
+        .clone()
+        .enumerate()
+        .any(|(i, p)| keyed_by_ordinal(p) && (inherited(i, p) || caller.clone().any(|e| e == p)));
+    let frame = parents_keys && !own_keys;
     let mut seen = 0;
     for e in caller.clone() {
+        if own_keys && is_frame(e) && parents(e) {
+            continue; // the parent's frame, copied beside keys of the caller's own
+        }
         if !is_preload(e) {
             out(Part::Kept(e));
             continue;
@@ -151,15 +179,9 @@ pub fn plan<'a, C, P>(
         }
     }
     for (i, p) in parent.clone().enumerate() {
-        let name = name_of(p);
-        if !handed_down(name)
-            || sets(name)
-            || (own_cap && cap_figure(name))
-            || parent.clone().take(i).any(|q| name_of(q) == name)
-        {
-            continue;
+        if inherited(i, p) && (frame || !is_frame(p)) {
+            out(Part::Inherited(p));
         }
-        out(Part::Inherited(p));
     }
     if preloads == 0 && add_lib {
         out(Part::Preload { existing: None });
@@ -330,6 +352,71 @@ mod tests {
                 "HOME=/root",
                 "GPUCAP_LOG=debug",
                 "LD_PRELOAD=/opt/gpucap/libgpucap.so"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_parents_frame_goes_with_its_ordinal_keys_only() {
+        const LIB_ENTRY: &str = "LD_PRELOAD=/opt/gpucap/libgpucap.so";
+        let parent = ["GPUCAP_LIMIT=0=256Mi,1=1Gi", "GPUCAP_ORDINALS=all"];
+        // Inherited keys, and the caller's copy of them (`os.environ` with the GPUs
+        // picked): the frame goes with them.
+        assert_eq!(
+            planned(&["CUDA_VISIBLE_DEVICES=1"], &parent),
+            [
+                "CUDA_VISIBLE_DEVICES=1",
+                "GPUCAP_LIMIT=0=256Mi,1=1Gi",
+                "GPUCAP_ORDINALS=all",
+                LIB_ENTRY
+            ]
+        );
+        assert_eq!(
+            planned(
+                &["GPUCAP_LIMIT=0=256Mi,1=1Gi", "CUDA_VISIBLE_DEVICES=1"],
+                &parent
+            ),
+            [
+                "GPUCAP_LIMIT=0=256Mi,1=1Gi",
+                "CUDA_VISIBLE_DEVICES=1",
+                "GPUCAP_ORDINALS=all",
+                LIB_ENTRY
+            ]
+        );
+        // The caller's own keys count the child's GPUs: no frame, and a copy of the
+        // parent's is dropped; the caller's own frame stays.
+        assert_eq!(
+            planned(&["GPUCAP_LIMIT=0=2Gi", "GPUCAP_ORDINALS=all"], &parent),
+            ["GPUCAP_LIMIT=0=2Gi", LIB_ENTRY]
+        );
+        assert_eq!(
+            planned(&["GPUCAP_LIMIT=0=2Gi", "GPUCAP_ORDINALS=3"], &parent),
+            ["GPUCAP_LIMIT=0=2Gi", "GPUCAP_ORDINALS=3", LIB_ENTRY]
+        );
+        // Keys of its own in another variable beside the parent's: none either.
+        assert_eq!(
+            planned(&["GPUCAP_GUARANTEE=0=1Gi"], &parent),
+            [
+                "GPUCAP_GUARANTEE=0=1Gi",
+                "GPUCAP_LIMIT=0=256Mi,1=1Gi",
+                LIB_ENTRY
+            ]
+        );
+        // No ordinal key: nothing to frame.
+        assert_eq!(
+            planned(&[], &["GPUCAP_LIMIT=256Mi", "GPUCAP_ORDINALS=1"]),
+            ["GPUCAP_LIMIT=256Mi", LIB_ENTRY]
+        );
+        // HAMi-core's per-GPU variable is keyed by ordinal too.
+        assert_eq!(
+            planned(
+                &[],
+                &["CUDA_DEVICE_MEMORY_LIMIT_1=1024m", "GPUCAP_ORDINALS=2,3"]
+            ),
+            [
+                "CUDA_DEVICE_MEMORY_LIMIT_1=1024m",
+                "GPUCAP_ORDINALS=2,3",
+                LIB_ENTRY
             ]
         );
     }

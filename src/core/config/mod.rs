@@ -3,7 +3,8 @@
 //! it, nor one beside it that imports it back):
 //!
 //! 1. `limit` (caps and device keys), `pool_vars` (which pool, how long to wait for it,
-//!    where): values alone, importing no other file.
+//!    where), `ordinals` (which GPUs ordinal keys count, `GPUCAP_ORDINALS`): values
+//!    alone, importing no other file but `limit`.
 //! 2. `model`: what a configuration is (`Config`, `ConfigError`, where its caps came
 //!    from, a ceiling handed down).
 //! 3. the parsers and checks over it: `hami` (HAMi-core's variables), `typed` (lines name
@@ -34,6 +35,7 @@ mod hand_down;
 mod keys;
 mod limit;
 mod model;
+mod ordinals;
 mod pool_vars;
 mod secure;
 mod shares;
@@ -56,6 +58,7 @@ pub use limit::{
     parse_cap_size, parse_limit_spec,
 };
 pub use model::{Ceiling, Config, ConfigError, ENV_FILE_NAME, ETC_ENV_FILE, LogLevel};
+pub use ordinals::{Frame, keyed_by_ordinal, visible_as_frame};
 pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
 pub use secure::drop_in_secure_execution;
 pub use shares::shares_for;

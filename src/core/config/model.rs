@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::limit::{DeviceKey, LimitSpec};
+use super::ordinals::Frame;
 use super::pool_vars::PoolSpec;
 
 /// The name of the configuration file the shim looks for beside itself.
@@ -108,6 +109,9 @@ pub struct Config {
     /// its choice, so a ceiling's ordinal keys may name other GPUs than its writer saw
     /// (`device_cap` then holds each GPU at the least of them).
     pub visible_chosen: bool,
+    /// `GPUCAP_ORDINALS`: the GPUs the ordinal keys were written under (`ordinals`),
+    /// which `from_vars` has moved them from onto the process's own.
+    pub ordinals: Option<Frame>,
     /// `GPUCAP_TYPED`: the flags of `gpucap run` that set variables, which lines name
     /// instead of the variables (`name_typed`, in `typed.rs`).
     pub typed: Vec<&'static str>,
@@ -136,6 +140,7 @@ impl Default for Config {
             bound: None,
             outer: None,
             visible_chosen: false,
+            ordinals: None,
             typed: Vec::new(),
         }
     }

@@ -310,6 +310,60 @@ mod tests {
     }
 
     #[test]
+    fn ordinal_keys_move_from_the_frame_they_were_written_under() {
+        // Every per-GPU variable's keys move; HAMi-core's agree with the moved limit.
+        let c = vars(&[
+            ("GPUCAP_LIMIT", "0=256Mi,1=1Gi"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "256m"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "1024m"),
+            ("GPUCAP_POOL", "p"),
+            ("GPUCAP_GUARANTEE", "1=512Mi"),
+            ("GPUCAP_ORDINALS", "all"),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+        ])
+        .unwrap();
+        let limit = c.limit.as_ref().unwrap();
+        assert_eq!(limit.for_ordinal(0), Some(Limit::Bytes(GI)));
+        assert_eq!(
+            limit.for_ordinal(1),
+            None,
+            "the parent's GPU 0 is not this one's"
+        );
+        let g = c.guarantee.as_ref().unwrap();
+        assert_eq!(g.for_ordinal(0), Some(Limit::Bytes(512 << 20)));
+        assert_eq!(c.ordinals, Some(Frame::All));
+        assert!(
+            c.info
+                .iter()
+                .any(|l| l.contains("written under GPUCAP_ORDINALS=all")
+                    && l.contains("CUDA_VISIBLE_DEVICES=1")),
+            "{:?}",
+            c.info
+        );
+        // Without the variable, the keys are the process's own ordinals.
+        let c = vars(&[("GPUCAP_LIMIT", "0=256Mi"), ("CUDA_VISIBLE_DEVICES", "1")]).unwrap();
+        assert_eq!(
+            c.limit.unwrap().for_ordinal(0),
+            Some(Limit::Bytes(256 << 20))
+        );
+        // What cannot be told fails closed, naming the variable.
+        let e = vars(&[
+            ("GPUCAP_LIMIT", "0=256Mi"),
+            ("GPUCAP_ORDINALS", "all"),
+            ("CUDA_VISIBLE_DEVICES", "GPU-aaaa"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, "GPUCAP_ORDINALS");
+        assert!(e.reason.contains("indices against UUIDs"), "{e}");
+        let e = vars(&[("GPUCAP_ORDINALS", "first")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("accepted: all, or a CUDA_VISIBLE_DEVICES list"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn defaults_when_unset() {
         let c = vars(&[("PATH", "/usr/bin"), ("HOME", "/root")]).unwrap();
         assert_eq!(c, Config::default());

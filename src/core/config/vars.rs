@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use super::limit::LIMIT_ACCEPTED;
 use super::model::{Config, LogLevel};
+use super::ordinals::{ORDINALS_ACCEPTED, ORDINALS_VAR, parse_frame};
 use super::pool_vars::{
     CLAIM_DIR_ACCEPTED, POOL_ACCEPTED, POOL_DIR_ACCEPTED, WAIT_ACCEPTED, parse_pool,
     parse_pool_dir, parse_wait,
@@ -47,6 +48,14 @@ pub const VARS: &[Var] = &[
         name: "GPUCAP_LIMIT",
         accepted: LIMIT_ACCEPTED,
         set: None,
+    },
+    Var {
+        name: ORDINALS_VAR,
+        accepted: ORDINALS_ACCEPTED,
+        set: Some(|c, v| {
+            c.ordinals = Some(parse_frame(v)?);
+            Ok(())
+        }),
     },
     Var {
         name: "GPUCAP_LOG",
