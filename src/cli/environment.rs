@@ -38,9 +38,18 @@ pub fn apply_overrides(
     overrides: &Overrides,
 ) -> Vec<(OsString, OsString)> {
     let set = overrides.vars();
+    // A flag's per-GPU figure counts the program's own GPUs: a `GPUCAP_ORDINALS` the
+    // environment carries (a parent's, for the parent's keys) would move it.
+    let keys_typed = set.iter().any(|(name, _)| {
+        matches!(
+            &name[..],
+            "GPUCAP_LIMIT" | "GPUCAP_GUARANTEE" | "GPUCAP_CEILING"
+        )
+    });
     let mut out: Vec<(OsString, OsString)> = vars
         .into_iter()
         .filter(|(k, _)| !set.iter().any(|(name, _)| k == name))
+        .filter(|(k, _)| !(keys_typed && k == "GPUCAP_ORDINALS"))
         .collect();
     out.extend(
         set.iter()
@@ -223,6 +232,29 @@ pub(crate) mod tests {
         // No flag typed: the environment as it is.
         let env = pairs(&[("GPUCAP_TYPED", "--limit")]);
         assert_eq!(apply_overrides(env.clone(), &Overrides::default()), env);
+    }
+
+    #[test]
+    fn a_typed_per_gpu_figure_counts_the_programs_own_gpus() {
+        let env = pairs(&[("GPUCAP_ORDINALS", "all"), ("CUDA_VISIBLE_DEVICES", "1")]);
+        let o = Overrides {
+            limit: Some("0=1Gi".into()),
+            ..Overrides::default()
+        };
+        let out = apply_overrides(env.clone(), &o);
+        assert_eq!(lookup(&out, "GPUCAP_ORDINALS"), None);
+        let c = config::from_vars(out).unwrap();
+        assert_eq!(
+            c.limit.unwrap().for_ordinal(0),
+            Some(config::Limit::Bytes(1 << 30))
+        );
+        // Another flag leaves the frame to the parent's keys it came with.
+        let o = Overrides {
+            log: Some("info".into()),
+            ..Overrides::default()
+        };
+        let out = apply_overrides(env, &o);
+        assert_eq!(lookup(&out, "GPUCAP_ORDINALS"), Some(OsStr::new("all")));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use super::hami::{
     HAMI_IGNORED, HAMI_PREFIX, HAMI_SHARED_CACHE, Hami, check_agree, hami_ignored_note,
 };
-use super::limit::{LimitFrom, limit_is_none, limit_notes, parse_limit_spec};
+use super::limit::{LimitFrom, LimitSpec, limit_is_none, limit_notes, parse_limit_spec};
 use super::model::{Config, ConfigError, Origin};
 use super::ordinals::{ORDINALS_VAR, own_frame, reframe, reframe_key};
 use super::pool_vars::{PoolSpec, parse_pool_dir};
@@ -418,33 +418,61 @@ where
     Ok(config)
 }
 
-/// Moves every ordinal key of `config` (its limit, each source of caps, the guarantee,
-/// the ceiling, the origins shown) written under its `GPUCAP_ORDINALS` onto its own
-/// ordinals under `visible` (its `CUDA_VISIBLE_DEVICES`). Nothing without the variable.
+/// Moves every ordinal key of gpucap's own per-GPU variables (`GPUCAP_LIMIT`, its
+/// source of caps and origin, `GPUCAP_GUARANTEE`, `GPUCAP_CEILING`) written under the
+/// configuration's `GPUCAP_ORDINALS` onto its own ordinals under `visible` (its
+/// `CUDA_VISIBLE_DEVICES`). A driver's grant (HAMi-core's variables, a hand-over) is a
+/// ceiling the environment never moves: where the frame would move or drop one of its
+/// keys, that is an error (fail closed). Nothing without the variable.
 fn apply_frame(config: &mut Config, visible: Option<&str>) -> Result<(), String> {
     let Some(frame) = config.ordinals.clone() else {
         return Ok(());
     };
     let own = own_frame(visible);
+    let ours = |spec: &LimitSpec| spec.from == LimitFrom::Gpucap;
+    let grants = config
+        .limit
+        .iter()
+        .chain(config.cap_sources.iter().map(|s| &s.spec))
+        .filter(|s| !ours(s));
+    for grant in grants {
+        let mut moved = grant.clone();
+        reframe(&mut moved, &frame, &own)?;
+        if moved != *grant {
+            return Err(format!(
+                "it would move the ordinal keys of {}, a cap handed down, which the \
+                 environment never moves: unset {ORDINALS_VAR}, or leave the GPUs as the \
+                 grant counts them (CUDA_VISIBLE_DEVICES)",
+                grant.source()
+            ));
+        }
+    }
     let specs = config
         .limit
         .iter_mut()
+        .filter(|s| ours(s))
         .chain(config.guarantee.iter_mut())
         .chain(config.ceiling.iter_mut())
-        .chain(config.cap_sources.iter_mut().map(|s| &mut s.spec));
+        .chain(
+            config
+                .cap_sources
+                .iter_mut()
+                .map(|s| &mut s.spec)
+                .filter(|s| ours(s)),
+        );
     for spec in specs {
         reframe(spec, &frame, &own)?;
     }
     let mut origins = Vec::with_capacity(config.origins.len());
     for mut o in config.origins.drain(..) {
         match &o.key {
-            None => origins.push(o),
-            Some(k) => {
+            Some(k) if o.driver == "gpucap" => {
                 if let Some(k) = reframe_key(k, &frame, &own)? {
                     o.key = Some(k);
                     origins.push(o);
                 }
             }
+            _ => origins.push(o),
         }
     }
     config.origins = origins;

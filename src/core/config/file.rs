@@ -4,6 +4,7 @@ use super::env::{PREFIX, from_vars, gpucap_like};
 use super::hami::HAMI_PREFIX;
 use super::limit::LimitFrom;
 use super::model::{Config, ENV_FILE_NAME, ETC_ENV_FILE};
+use super::ordinals::ORDINALS_VAR;
 use super::sources::is_handover_name;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -176,6 +177,14 @@ pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
                 i + 1
             ));
         }
+        if name == ORDINALS_VAR {
+            return Err(format!(
+                "line {}: {ORDINALS_VAR} belongs to a process's environment (the GPUs its \
+                 parent's ordinal keys counted), never to a file, whose keys are never \
+                 moved: write them as ordinals of the processes that read it, or by UUID",
+                i + 1
+            ));
+        }
         // A name given twice is refused: which line should hold is not the file's to
         // leave open (an operator appending a lower cap would otherwise keep the first).
         if let Some(first) = lines.iter().find(|(n, _)| *n == name) {
@@ -253,6 +262,13 @@ where
         };
         if seen.iter().any(|s| s == k) {
             continue;
+        }
+        if k == ORDINALS_VAR {
+            return Err(format!(
+                "{ORDINALS_VAR}={v:?} moves the ordinal keys onto this process's GPUs, and \
+                 {ENV_FILE_NAME} holds keys that are never moved: unset it, writing the keys \
+                 as ordinals of the processes that read the file, or by UUID"
+            ));
         }
         if v.contains(['\n', '\r']) {
             return Err(format!(

@@ -113,8 +113,8 @@ impl Part<'_> {
 /// handed down where the child's per-GPU figures with ordinal keys are all the parent's
 /// (inherited, or the caller's copies of them), so that a child whose launcher picks its
 /// GPUs keeps each key on the GPU the parent meant; never where the caller gives keys of
-/// its own, which count the child's GPUs (a copy of the parent's `GPUCAP_ORDINALS` in
-/// the caller's environment is then dropped).
+/// its own, which count the child's GPUs. A `GPUCAP_ORDINALS` the caller sets holds, as
+/// any variable it sets.
 pub fn plan<'a, C, P>(
     caller: C,
     parent: P,
@@ -156,9 +156,6 @@ pub fn plan<'a, C, P>(
     let frame = parents_keys && !own_keys;
     let mut seen = 0;
     for e in caller.clone() {
-        if own_keys && is_frame(e) && parents(e) {
-            continue; // the parent's frame, copied beside keys of the caller's own
-        }
         if !is_preload(e) {
             out(Part::Kept(e));
             continue;
@@ -383,11 +380,15 @@ mod tests {
                 LIB_ENTRY
             ]
         );
-        // The caller's own keys count the child's GPUs: no frame, and a copy of the
-        // parent's is dropped; the caller's own frame stays.
+        // The caller's own keys count the child's GPUs: no frame of the parent's; one the
+        // caller gives (a launcher that knows what its keys count) holds.
+        assert_eq!(
+            planned(&["GPUCAP_LIMIT=0=2Gi"], &parent),
+            ["GPUCAP_LIMIT=0=2Gi", LIB_ENTRY]
+        );
         assert_eq!(
             planned(&["GPUCAP_LIMIT=0=2Gi", "GPUCAP_ORDINALS=all"], &parent),
-            ["GPUCAP_LIMIT=0=2Gi", LIB_ENTRY]
+            ["GPUCAP_LIMIT=0=2Gi", "GPUCAP_ORDINALS=all", LIB_ENTRY]
         );
         assert_eq!(
             planned(&["GPUCAP_LIMIT=0=2Gi", "GPUCAP_ORDINALS=3"], &parent),

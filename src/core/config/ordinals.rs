@@ -76,7 +76,12 @@ impl Entry {
     fn same(&self, other: &Entry) -> Option<bool> {
         match (self, other) {
             (Entry::Index(a), Entry::Index(b)) => Some(a == b),
-            (Entry::Uuid(a), Entry::Uuid(b)) => {
+            // Two GPU UUIDs, or two MIG UUIDs: one a prefix of the other. A GPU's UUID
+            // against a MIG device's (a GPU in MIG mode stands for its first MIG device),
+            // or the legacy `MIG-GPU-<uuid>/<gi>/<ci>`, cannot be told from the text.
+            (Entry::Uuid(a), Entry::Uuid(b))
+                if a[..4] == b[..4] && !a.starts_with("mig-gpu-") && !b.starts_with("mig-gpu-") =>
+            {
                 Some(a.starts_with(b.as_str()) || b.starts_with(a.as_str()))
             }
             _ => None,
@@ -176,9 +181,9 @@ fn find(frame: &Frame, own: &Frame, k: u32) -> Result<Found, String> {
             if unsure {
                 return Err(format!(
                     "a key names GPU {k}, {}, and CUDA_VISIBLE_DEVICES names GPUs in the other \
-                     form (indices against UUIDs): which of them it is cannot be told without \
-                     the driver; name the GPU by its UUID in the variable, or write both lists \
-                     in one form",
+                     form (indices against UUIDs, a GPU's UUID against MIG devices'): which \
+                     of them it is cannot be told without the driver; name the GPU by its UUID \
+                     in the variable, or write both lists in one form",
                     match &entry {
                         Entry::Index(i) => format!("index {i}"),
                         Entry::Uuid(u) => u.clone(),
@@ -304,6 +309,28 @@ mod tests {
                 "{}={GI1}",
                 uuid.to_ascii_lowercase().replace("gpu", "GPU")
             ))
+        );
+    }
+
+    #[test]
+    fn gpu_and_mig_uuids_are_matched_only_within_their_kind() {
+        assert_eq!(
+            moved("0=1Gi", "GPU-aaaa", Some("GPU-bbbb,gpu-aaaa12")),
+            Ok(format!("1={GI1}"))
+        );
+        assert_eq!(
+            moved("0=1Gi", "MIG-aaaa", Some("MIG-aaaa")),
+            Ok(format!("0={GI1}"))
+        );
+        assert!(moved("0=1Gi", "GPU-aaaa", Some("MIG-cccc")).is_err());
+        assert!(
+            moved(
+                "0=1Gi",
+                "MIG-GPU-aaaa/1/0",
+                Some("MIG-bbbb,MIG-GPU-aaaa/1/0")
+            )
+            .is_err(),
+            "the legacy form is not matched"
         );
     }
 

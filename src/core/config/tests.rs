@@ -311,11 +311,9 @@ mod tests {
 
     #[test]
     fn ordinal_keys_move_from_the_frame_they_were_written_under() {
-        // Every per-GPU variable's keys move; HAMi-core's agree with the moved limit.
+        // Each of gpucap's per-GPU variables' keys move, the origin shown with them.
         let c = vars(&[
             ("GPUCAP_LIMIT", "0=256Mi,1=1Gi"),
-            ("CUDA_DEVICE_MEMORY_LIMIT_0", "256m"),
-            ("CUDA_DEVICE_MEMORY_LIMIT_1", "1024m"),
             ("GPUCAP_POOL", "p"),
             ("GPUCAP_GUARANTEE", "1=512Mi"),
             ("GPUCAP_ORDINALS", "all"),
@@ -332,6 +330,14 @@ mod tests {
         let g = c.guarantee.as_ref().unwrap();
         assert_eq!(g.for_ordinal(0), Some(Limit::Bytes(512 << 20)));
         assert_eq!(c.ordinals, Some(Frame::All));
+        assert_eq!(c.cap_sources[0].spec.for_ordinal(0), Some(Limit::Bytes(GI)));
+        assert!(
+            c.origins
+                .iter()
+                .all(|o| o.key.is_none() || o.key == Some(DeviceKey::Ordinal(0))),
+            "{:?}",
+            c.origins
+        );
         assert!(
             c.info
                 .iter()
@@ -340,6 +346,38 @@ mod tests {
             "{:?}",
             c.info
         );
+        // A driver's grant is never moved: where the frame would move or drop one of its
+        // keys, the configuration fails closed; where it moves none, it stands.
+        for grant in [
+            vec![("CUDA_DEVICE_MEMORY_LIMIT_0", "256m")],
+            vec![
+                ("GPUCAP_LIMIT", "0=256Mi"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "256m"),
+            ],
+        ] {
+            for (frame, visible, moves) in
+                [("1", "0", true), ("1,0", "0,1", true), ("all", "0", false)]
+            {
+                let mut v = grant.clone();
+                v.extend([
+                    ("GPUCAP_ORDINALS", frame),
+                    ("CUDA_VISIBLE_DEVICES", visible),
+                ]);
+                match vars(&v) {
+                    Err(e) if moves => {
+                        assert_eq!(e.var, "GPUCAP_ORDINALS");
+                        assert!(e.reason.contains("a cap handed down"), "{e}");
+                    }
+                    Ok(c) if !moves => {
+                        assert_eq!(
+                            c.limit.unwrap().for_ordinal(0),
+                            Some(Limit::Bytes(256 << 20))
+                        )
+                    }
+                    other => panic!("{v:?}: {other:?}"),
+                }
+            }
+        }
         // Without the variable, the keys are the process's own ordinals.
         let c = vars(&[("GPUCAP_LIMIT", "0=256Mi"), ("CUDA_VISIBLE_DEVICES", "1")]).unwrap();
         assert_eq!(
@@ -359,6 +397,21 @@ mod tests {
         assert!(
             e.to_string()
                 .contains("accepted: all, or a CUDA_VISIBLE_DEVICES list"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_file_holds_no_frame_and_none_is_written_to_one() {
+        let e = parse_env_file("GPUCAP_LIMIT=0=1Gi\nGPUCAP_ORDINALS=1\n").unwrap_err();
+        assert!(
+            e.contains("line 2: GPUCAP_ORDINALS belongs to a process's environment"),
+            "{e}"
+        );
+        let e =
+            format_env_file([("GPUCAP_LIMIT", "0=1Gi"), ("GPUCAP_ORDINALS", "0,1")]).unwrap_err();
+        assert!(
+            e.contains("GPUCAP_ORDINALS=\"0,1\" moves the ordinal keys"),
             "{e}"
         );
     }
