@@ -120,7 +120,13 @@ fn copy_start(envp: Vector) {
             }
         }
         if let Some(visible) = frame.missing() {
-            put(&[ORDINALS, b"=", visible]);
+            put(&[
+                ORDINALS,
+                b"=",
+                visible,
+                b"@",
+                &config::digest_hex(frame.keys),
+            ]);
         }
         len
     });
@@ -131,16 +137,20 @@ fn copy_start(envp: Vector) {
 const ORDINALS: &[u8] = b"GPUCAP_ORDINALS";
 
 /// What this process's ordinal keys count, where its environment does not say
-/// (`GPUCAP_ORDINALS`): its `CUDA_VISIBLE_DEVICES` (the first), else every GPU. Handed
-/// down with those keys (`config::plan`).
+/// (`GPUCAP_ORDINALS`): its `CUDA_VISIBLE_DEVICES` (the first), else every GPU, bound to
+/// those keys by their digest (`<list>@<digest>`). Handed down with those keys
+/// (`config::plan`).
 #[derive(Default)]
 struct Frame<'a> {
     given: bool,
     visible: Option<&'a [u8]>,
+    /// The digest of the ordinal keys seen (`config::keys_digest`).
+    keys: u64,
 }
 
 impl<'a> Frame<'a> {
     fn see(&mut self, name: &[u8], value: &'a [u8]) {
+        self.keys = self.keys.wrapping_add(config::key_digest(name, value));
         if name == ORDINALS {
             self.given = true;
         } else if name == b"CUDA_VISIBLE_DEVICES" && self.visible.is_none() {
@@ -247,7 +257,13 @@ pub fn remember_vars<'a>(vars: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
         }
     }
     if let Some(visible) = frame.missing() {
-        put(&[ORDINALS, b"=", visible]);
+        put(&[
+            ORDINALS,
+            b"=",
+            visible,
+            b"@",
+            &config::digest_hex(frame.keys),
+        ]);
     }
     let _ = READ.set(bytes);
 }

@@ -467,6 +467,27 @@ fn a_parents_ordinal_keys_stay_on_its_gpus_when_a_launcher_picks_a_childs() {
         &["alloc 629145600 0", "alloc 629145600 2"],
         "os.environ copied",
     );
+    // Keys a child sets in its own environment after the frame was handed down count
+    // its own GPUs (the frame is bound to the keys it came with): before, its key 0 was
+    // moved off its one GPU and the GPU ran uncapped.
+    let code = format!(
+        "import ctypes, os, sys\n\
+         os.environ['GPUCAP_LIMIT'] = '0=256Mi'\n\
+         cu = ctypes.CDLL('libcuda.so.1')\n\
+         assert cu.cuInit(0) == 0\n\
+         dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()\n\
+         assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0\n\
+         assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0\n\
+         print('alloc', cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(400 << 20)))"
+    );
+    let launcher = format!(
+        "import os, subprocess, sys\n\
+         env = dict(os.environ, CUDA_VISIBLE_DEVICES='1', LD_LIBRARY_PATH='{f}')\n\
+         sys.exit(subprocess.run([sys.executable, '-c', {code:?}], env=env).returncode)"
+    );
+    let argv = ["python3".to_string(), "-c".into(), launcher];
+    let o = parent(&shim(), &vars, &argv, "tree-ordinals");
+    expect(&o, &["alloc 2"], "keys set in the child's own environment");
     // Keys of the child's own count its own GPUs.
     let mut own = child("1", "0", &[ASK]);
     own.insert(4, "GPUCAP_LIMIT=0=256Mi".into());

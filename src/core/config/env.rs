@@ -12,7 +12,7 @@ use super::hami::{
 };
 use super::limit::{LimitFrom, LimitSpec, limit_is_none, limit_notes, parse_limit_spec};
 use super::model::{Config, ConfigError, Origin};
-use super::ordinals::{ORDINALS_VAR, own_frame, reframe, reframe_key};
+use super::ordinals::{ORDINALS_VAR, Ordinals, key_digest, own_frame, reframe, reframe_key};
 use super::pool_vars::{PoolSpec, parse_pool_dir};
 use super::shares::check_shares;
 use super::sources::{
@@ -156,8 +156,11 @@ where
     let mut visible: Option<String> = None;
     let mut visible_chosen = false;
     let mut cuda_visible: Option<String> = None;
+    // The digest of the ordinal keys there are (`GPUCAP_ORDINALS` is bound to some).
+    let mut keys = 0u64;
     for (k, v) in vars {
         let (k, v) = (k.as_ref(), v.as_ref());
+        keys = keys.wrapping_add(key_digest(k.as_bytes(), v.as_bytes()));
         if k.as_bytes() == CUDA_VISIBLE_DEVICES.as_bytes() {
             visible_chosen = true;
             cuda_visible.get_or_insert_with(|| v.to_string_lossy().into_owned());
@@ -390,7 +393,7 @@ where
         &raw_owned,
         raw("GPUCAP_CLAIM_DIR").is_some(),
     )?;
-    apply_frame(&mut config, cuda_visible.as_deref()).map_err(|reason| ConfigError {
+    apply_frame(&mut config, cuda_visible.as_deref(), keys).map_err(|reason| ConfigError {
         var: ORDINALS_VAR.into(),
         value: raw(ORDINALS_VAR).unwrap_or_default().to_string(),
         reason,
@@ -423,11 +426,21 @@ where
 /// configuration's `GPUCAP_ORDINALS` onto its own ordinals under `visible` (its
 /// `CUDA_VISIBLE_DEVICES`). A driver's grant (HAMi-core's variables, a hand-over) is a
 /// ceiling the environment never moves: where the frame would move or drop one of its
-/// keys, that is an error (fail closed). Nothing without the variable.
-fn apply_frame(config: &mut Config, visible: Option<&str>) -> Result<(), String> {
-    let Some(frame) = config.ordinals.clone() else {
+/// keys, that is an error (fail closed). Nothing without the variable, nor where it is
+/// bound to other keys than those there are (`keys`: their digest), which are then the
+/// process's own: set since the frame was handed down, or by a launcher.
+fn apply_frame(config: &mut Config, visible: Option<&str>, keys: u64) -> Result<(), String> {
+    let Some(Ordinals { frame, keys: bound }) = config.ordinals.clone() else {
         return Ok(());
     };
+    if bound.is_some_and(|d| d != keys) {
+        config.info.push(format!(
+            "{ORDINALS_VAR}={} came with other ordinal keys than this process's (set \
+             since it was handed down): they count this process's own GPUs",
+            frame.text()
+        ));
+        return Ok(());
+    }
     let own = own_frame(visible);
     let ours = |spec: &LimitSpec| spec.from == LimitFrom::Gpucap;
     let grants = config

@@ -58,7 +58,9 @@ pub use limit::{
     parse_cap_size, parse_limit_spec,
 };
 pub use model::{Ceiling, Config, ConfigError, ENV_FILE_NAME, ETC_ENV_FILE, LogLevel};
-pub use ordinals::{Frame, keyed_by_ordinal, visible_as_frame};
+pub use ordinals::{
+    Frame, Ordinals, digest_hex, key_digest, keyed_by_ordinal, keys_digest, visible_as_frame,
+};
 pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
 pub use secure::drop_in_secure_execution;
 pub use shares::shares_for;

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::limit::{DeviceKey, LimitSpec};
-use super::ordinals::Frame;
+use super::ordinals::Ordinals;
 use super::pool_vars::PoolSpec;
 
 /// The name of the configuration file the shim looks for beside itself.
@@ -110,8 +110,9 @@ pub struct Config {
     /// (`device_cap` then holds each GPU at the least of them).
     pub visible_chosen: bool,
     /// `GPUCAP_ORDINALS`: the GPUs the ordinal keys were written under (`ordinals`),
-    /// which `from_vars` has moved them from onto the process's own.
-    pub ordinals: Option<Frame>,
+    /// which `from_vars` has moved them from onto the process's own (where the keys are
+    /// those the frame came with).
+    pub ordinals: Option<Ordinals>,
     /// `GPUCAP_TYPED`: the flags of `gpucap run` that set variables, which lines name
     /// instead of the variables (`name_typed`, in `typed.rs`).
     pub typed: Vec<&'static str>,

@@ -8,7 +8,15 @@
 //! written under (`all`: every GPU, in CUDA's order), and each key is then moved onto
 //! the process's own ordinal of the same GPU, or dropped where the process does not see
 //! that GPU. The shim hands it down with the parent's keys (`hand_down`), so a child
-//! whose launcher chose its GPUs keeps each GPU's cap on that GPU.
+//! whose launcher chose its GPUs keeps each GPU's cap on that GPU. Only gpucap's own
+//! variables move: a driver's grant is a ceiling the environment never moves (`env`'s
+//! `apply_frame` fails closed where a frame would move one of its keys).
+//!
+//! The shim binds a frame it hands down to the keys it came with: `<list>@<digest>`, the
+//! digest of those keys' entries. A process whose keys are not those (set in its own
+//! environment since, or given by its launcher) keeps them on its own ordinals: the
+//! frame is not theirs. A frame written without a digest applies to whatever keys are
+//! there.
 //!
 //! Worked out from the two lists alone, as the driver reads them: two indices are the
 //! same GPU when they are equal, two UUIDs (`GPU-…`, `MIG-…`, or a prefix) when one
@@ -20,7 +28,8 @@ use super::limit::{DeviceKey, LimitSpec};
 
 /// What `GPUCAP_ORDINALS` accepts.
 pub const ORDINALS_ACCEPTED: &str = "all, or a CUDA_VISIBLE_DEVICES list the ordinal keys were written \
-     under (0,1,3; GPU-<uuid>,MIG-<uuid>, or their prefixes)";
+     under (0,1,3; GPU-<uuid>,MIG-<uuid>, or their prefixes), and where the shim hands it \
+     down @ and the 16 hex digits of the keys it came with";
 
 /// The variable's name.
 pub const ORDINALS_VAR: &str = "GPUCAP_ORDINALS";
@@ -89,7 +98,36 @@ impl Entry {
     }
 }
 
-/// Parses a `GPUCAP_ORDINALS` value.
+/// `GPUCAP_ORDINALS`: the frame, and the digest of the ordinal keys it was handed down
+/// with ([`keys_digest`]; None: it applies to whatever keys there are).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ordinals {
+    pub frame: Frame,
+    pub keys: Option<u64>,
+}
+
+/// Parses a `GPUCAP_ORDINALS` value: a frame, and `@` and 16 hex digits where it is
+/// bound to the keys it came with.
+pub fn parse_ordinals(v: &str) -> Result<Ordinals, String> {
+    let (list, keys) = match v.rsplit_once('@') {
+        Some((list, digest)) => {
+            let d = (digest.len() == 16)
+                .then(|| u64::from_str_radix(digest, 16).ok())
+                .flatten()
+                .ok_or_else(|| {
+                    format!("{digest:?} after the @ is not the 16 hex digits of a digest")
+                })?;
+            (list, Some(d))
+        }
+        None => (v, None),
+    };
+    Ok(Ordinals {
+        frame: parse_frame(list)?,
+        keys,
+    })
+}
+
+/// Parses a frame: `all`, or a `CUDA_VISIBLE_DEVICES` list.
 pub fn parse_frame(v: &str) -> Result<Frame, String> {
     if v.trim().eq_ignore_ascii_case("all") {
         return Ok(Frame::All);
@@ -236,10 +274,54 @@ pub fn reframe_key(
 /// the figures `GPUCAP_ORDINALS` is handed down with. No allocation (the shim asks
 /// between `fork` and `exec`).
 pub fn keyed_by_ordinal(entry: &[u8]) -> bool {
-    let (name, value) = match entry.iter().position(|&b| b == b'=') {
-        Some(eq) => (&entry[..eq], &entry[eq + 1..]),
-        None => return false,
-    };
+    match entry.iter().position(|&b| b == b'=') {
+        Some(eq) => keyed(&entry[..eq], &entry[eq + 1..]),
+        None => false,
+    }
+}
+
+/// The digest of the ordinal keys among `entries` (`NAME=value` each: those
+/// [`keyed_by_ordinal`] takes, every occurrence, in any order): the sum of each one's
+/// FNV-1a. No allocation.
+pub fn keys_digest<'a>(entries: impl Iterator<Item = &'a [u8]>) -> u64 {
+    entries
+        .filter(|e| keyed_by_ordinal(e))
+        .fold(0u64, |sum, e| sum.wrapping_add(fnv(e)))
+}
+
+/// [`keys_digest`] of one entry given as its name and value (0 where it has no
+/// ordinal key).
+pub fn key_digest(name: &[u8], value: &[u8]) -> u64 {
+    if !keyed(name, value) {
+        return 0;
+    }
+    let h = fnv_from(FNV_START, name);
+    fnv_from(fnv_from(h, b"="), value)
+}
+
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv_from(h: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(h, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    fnv_from(FNV_START, bytes)
+}
+
+/// A digest as the 16 lower-case hex digits written after the `@`.
+pub fn digest_hex(d: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = b"0123456789abcdef"[((d >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out
+}
+
+/// [`keyed_by_ordinal`] of an entry given as its name and value.
+fn keyed(name: &[u8], value: &[u8]) -> bool {
     let digits = |s: &[u8]| {
         let s = s.trim_ascii();
         !s.is_empty() && s.iter().all(u8::is_ascii_digit)
@@ -399,6 +481,51 @@ mod tests {
                     Ok(own_frame(Some(visible)).text())
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_frame_is_bound_to_the_keys_it_came_with() {
+        let entries: [&[u8]; 3] = [
+            b"GPUCAP_LIMIT=0=256Mi,1=1Gi",
+            b"GPUCAP_LOG=info",
+            b"CUDA_DEVICE_MEMORY_LIMIT_1=1024m",
+        ];
+        let d = keys_digest(entries.into_iter());
+        assert_eq!(
+            d,
+            key_digest(b"GPUCAP_LIMIT", b"0=256Mi,1=1Gi")
+                .wrapping_add(key_digest(b"CUDA_DEVICE_MEMORY_LIMIT_1", b"1024m")),
+            "the same digest from whole entries and from names and values, in any order"
+        );
+        assert_eq!(key_digest(b"GPUCAP_LOG", b"info"), 0);
+        assert_ne!(
+            d,
+            keys_digest([b"GPUCAP_LIMIT=0=2Gi".as_slice()].into_iter())
+        );
+        let hex = digest_hex(d);
+        let text = format!("1,0@{}", std::str::from_utf8(&hex).unwrap());
+        assert_eq!(
+            parse_ordinals(&text),
+            Ok(Ordinals {
+                frame: parse_frame("1,0").unwrap(),
+                keys: Some(d)
+            })
+        );
+        assert_eq!(
+            parse_ordinals("all"),
+            Ok(Ordinals {
+                frame: Frame::All,
+                keys: None
+            })
+        );
+        for bad in [
+            "all@",
+            "all@12",
+            "all@zzzzzzzzzzzzzzzz",
+            "x@0000000000000000",
+        ] {
+            assert!(parse_ordinals(bad).is_err(), "{bad:?}");
         }
     }
 

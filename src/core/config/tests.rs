@@ -329,7 +329,7 @@ mod tests {
         );
         let g = c.guarantee.as_ref().unwrap();
         assert_eq!(g.for_ordinal(0), Some(Limit::Bytes(512 << 20)));
-        assert_eq!(c.ordinals, Some(Frame::All));
+        assert_eq!(c.ordinals.as_ref().map(|o| &o.frame), Some(&Frame::All));
         assert_eq!(c.cap_sources[0].spec.for_ordinal(0), Some(Limit::Bytes(GI)));
         assert!(
             c.origins
@@ -378,6 +378,37 @@ mod tests {
                 }
             }
         }
+        // Bound to the keys it came with: moved where they are those, not where they
+        // were set since (or by a launcher).
+        let handed = |limit: &str| {
+            let d = keys_digest([format!("GPUCAP_LIMIT={limit}").as_bytes()].into_iter());
+            format!("all@{}", String::from_utf8(digest_hex(d).to_vec()).unwrap())
+        };
+        let frame = handed("0=256Mi,1=1Gi");
+        let c = vars(&[
+            ("GPUCAP_LIMIT", "0=256Mi,1=1Gi"),
+            ("GPUCAP_ORDINALS", &frame),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+        ])
+        .unwrap();
+        assert_eq!(c.limit.unwrap().for_ordinal(0), Some(Limit::Bytes(GI)));
+        let c = vars(&[
+            ("GPUCAP_LIMIT", "0=256Mi"),
+            ("GPUCAP_ORDINALS", &frame),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.limit.unwrap().for_ordinal(0),
+            Some(Limit::Bytes(256 << 20))
+        );
+        assert!(
+            c.info
+                .iter()
+                .any(|l| l.contains("came with other ordinal keys")),
+            "{:?}",
+            c.info
+        );
         // Without the variable, the keys are the process's own ordinals.
         let c = vars(&[("GPUCAP_LIMIT", "0=256Mi"), ("CUDA_VISIBLE_DEVICES", "1")]).unwrap();
         assert_eq!(

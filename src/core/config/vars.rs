@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::limit::LIMIT_ACCEPTED;
 use super::model::{Config, LogLevel};
-use super::ordinals::{ORDINALS_ACCEPTED, ORDINALS_VAR, parse_frame};
+use super::ordinals::{ORDINALS_ACCEPTED, ORDINALS_VAR, parse_ordinals};
 use super::pool_vars::{
     CLAIM_DIR_ACCEPTED, POOL_ACCEPTED, POOL_DIR_ACCEPTED, WAIT_ACCEPTED, parse_pool,
     parse_pool_dir, parse_wait,
@@ -53,7 +53,7 @@ pub const VARS: &[Var] = &[
         name: ORDINALS_VAR,
         accepted: ORDINALS_ACCEPTED,
         set: Some(|c, v| {
-            c.ordinals = Some(parse_frame(v)?);
+            c.ordinals = Some(parse_ordinals(v)?);
             Ok(())
         }),
     },
