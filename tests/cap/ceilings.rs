@@ -84,6 +84,26 @@ fn doors(dir: &Path) -> Vec<(Vec<(String, String)>, Expect)> {
             ],
             Expect::Held("GPUCAP_LIMIT=\"0=4Gi\""),
         ),
+        // A frame that moves the environment's key 1 (4 GiB) onto GPU 0: held there.
+        (
+            vec![
+                ("GPUCAP_LIMIT", "1=4Gi".into()),
+                ("GPUCAP_ORDINALS", "1,0".into()),
+            ],
+            Expect::Held("GPUCAP_LIMIT=\"1=4Gi\""),
+        ),
+        // One that would move a driver's grant off GPU 0: fails closed.
+        (
+            vec![
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "128m".into()),
+                ("GPUCAP_ORDINALS", "1".into()),
+            ],
+            Expect::Fails("GPUCAP_ORDINALS"),
+        ),
+        (
+            vec![("GPUCAP_ORDINALS", "first".into())],
+            Expect::Fails("GPUCAP_ORDINALS"),
+        ),
         (
             vec![
                 ("GPUCAP_LIMIT", "4Gi".into()),
