@@ -7,6 +7,7 @@
 //! shim's rule (`config::under_file`: the file's cap is a ceiling).
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use gpucap_core::config::{self, Config};
@@ -39,7 +40,9 @@ pub fn apply_overrides(
 ) -> Vec<(OsString, OsString)> {
     let set = overrides.vars();
     // A flag's per-GPU figure counts the program's own GPUs: a `GPUCAP_ORDINALS` the
-    // environment carries (a parent's, for the parent's keys) would move it.
+    // environment carries (a parent's, for the parent's keys) would move it. The
+    // program gets its own instead (below), which a shim loaded in this process hands
+    // on as the caller's.
     let keys_typed = set.iter().any(|(name, _)| {
         matches!(
             &name[..],
@@ -55,6 +58,20 @@ pub fn apply_overrides(
         set.iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
+    if keys_typed {
+        let keys = config::pairs_digest(out.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
+        let visible = lookup(&out, "CUDA_VISIBLE_DEVICES").map(OsStr::as_bytes);
+        let frame = match visible {
+            None => Some(&b"all"[..]),
+            Some(v) => config::visible_as_frame(v),
+        };
+        if let Some(frame) = frame.filter(|_| keys != 0) {
+            let mut value = frame.to_vec();
+            value.push(b'@');
+            value.extend_from_slice(&config::digest_hex(keys));
+            out.push(("GPUCAP_ORDINALS".into(), OsString::from_vec(value)));
+        }
+    }
     // Each flag with the digest of the value it set: a descendant that sets the variable
     // itself is named by its variable (`config::typed_flags`).
     let now: Vec<(&str, Option<u64>)> = set
@@ -242,7 +259,11 @@ pub(crate) mod tests {
             ..Overrides::default()
         };
         let out = apply_overrides(env.clone(), &o);
-        assert_eq!(lookup(&out, "GPUCAP_ORDINALS"), None);
+        // The program's own frame, bound to the keys typed.
+        let keys =
+            config::pairs_digest([(b"GPUCAP_LIMIT".as_slice(), b"0=1Gi".as_slice())].into_iter());
+        let own = format!("1@{keys:016x}");
+        assert_eq!(lookup(&out, "GPUCAP_ORDINALS"), Some(OsStr::new(&own)));
         let c = config::from_vars(out).unwrap();
         assert_eq!(
             c.limit.unwrap().for_ordinal(0),

@@ -105,17 +105,20 @@ fn copy_start(envp: Vector) {
                 len += 1;
             }
         };
-        let mut frame = Frame::default();
-        for entry in Entries(envp) {
-            // SAFETY: a non-null entry is a NUL-terminated string: its first byte is there.
-            if !config::may_be_looked_at(unsafe { *entry } as u8) {
-                continue; // most of an environment: not read further
-            }
-            // SAFETY: as above, the whole string.
-            let entry = unsafe { CStr::from_ptr(entry) }.to_bytes();
-            let (name, value) = split(entry);
-            frame.see(name, value);
-            if config::handed_down(name) {
+        // The entries the configuration may read (most of an environment is not read
+        // further than its first byte).
+        let looked = || {
+            Entries(envp)
+                // SAFETY: a non-null entry is a NUL-terminated string: its first byte is
+                // there.
+                .filter(|&p| config::may_be_looked_at(unsafe { *p } as u8))
+                // SAFETY: as above, the whole string.
+                .map(|p| unsafe { CStr::from_ptr(p) }.to_bytes())
+        };
+        let frame = Frame::of(looked().map(split), config::keys_digest(looked()));
+        for entry in looked() {
+            let name = split(entry).0;
+            if config::handed_down(name) && !(name == ORDINALS && frame.stale()) {
                 put(&[entry]);
             }
         }
@@ -137,31 +140,49 @@ fn copy_start(envp: Vector) {
 const ORDINALS: &[u8] = b"GPUCAP_ORDINALS";
 
 /// What this process's ordinal keys count, where its environment does not say
-/// (`GPUCAP_ORDINALS`): its `CUDA_VISIBLE_DEVICES` (the first), else every GPU, bound to
-/// those keys by their digest (`<list>@<digest>`). Handed down with those keys
-/// (`config::plan`).
-#[derive(Default)]
+/// (`GPUCAP_ORDINALS`, bound to these keys or to none): its `CUDA_VISIBLE_DEVICES` (the
+/// first), else every GPU, bound to those keys by their digest (`<list>@<digest>`).
+/// Handed down with those keys (`config::plan`). A `GPUCAP_ORDINALS` bound to other keys
+/// (this process set its own since it was handed down) is not handed on: the keys are
+/// this process's, and so is the frame.
 struct Frame<'a> {
-    given: bool,
+    /// The environment's `GPUCAP_ORDINALS` (the first).
+    given: Option<&'a [u8]>,
+    /// Its `CUDA_VISIBLE_DEVICES` (the first).
     visible: Option<&'a [u8]>,
-    /// The digest of the ordinal keys seen (`config::keys_digest`).
+    /// The digest of its ordinal keys (`config::keys_digest`).
     keys: u64,
 }
 
 impl<'a> Frame<'a> {
-    fn see(&mut self, name: &[u8], value: &'a [u8]) {
-        self.keys = self.keys.wrapping_add(config::key_digest(name, value));
-        if name == ORDINALS {
-            self.given = true;
-        } else if name == b"CUDA_VISIBLE_DEVICES" && self.visible.is_none() {
-            self.visible = Some(value);
+    /// Of an environment's `(name, value)`s, whose ordinal keys' digest is `keys`.
+    fn of(vars: impl Iterator<Item = (&'a [u8], &'a [u8])>, keys: u64) -> Self {
+        let mut f = Frame {
+            given: None,
+            visible: None,
+            keys,
+        };
+        for (name, value) in vars {
+            if name == ORDINALS {
+                f.given = f.given.or(Some(value));
+            } else if name == b"CUDA_VISIBLE_DEVICES" {
+                f.visible = f.visible.or(Some(value));
+            }
         }
+        f
     }
 
-    /// The value to add (None: the environment gives one, or its list names no GPU:
-    /// then the process sees none, and its keys name none either).
+    /// The environment's frame is bound to other keys than the process's.
+    fn stale(&self) -> bool {
+        self.given
+            .and_then(config::bound_digest)
+            .is_some_and(|d| d != self.keys)
+    }
+
+    /// The value to add (None: the environment gives one that holds, or its list names
+    /// no GPU: then the process sees none, and its keys name none either).
     fn missing(&self) -> Option<&'a [u8]> {
-        if self.given {
+        if self.given.is_some() && !self.stale() {
             return None;
         }
         match self.visible {
@@ -242,6 +263,11 @@ static AT_LOAD: extern "C" fn(c_int, Vector, Vector) = at_load;
 /// Remembers the variables of the configuration this process reads (at its first CUDA
 /// call), before [`remember_file`].
 pub fn remember_vars<'a>(vars: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
+    let vars: Vec<(&[u8], &[u8])> = vars.collect();
+    let frame = Frame::of(
+        vars.iter().copied(),
+        config::pairs_digest(vars.iter().copied()),
+    );
     let mut bytes = Vec::new();
     let mut put = |parts: &[&[u8]]| {
         for p in parts {
@@ -249,10 +275,8 @@ pub fn remember_vars<'a>(vars: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
         }
         bytes.push(0);
     };
-    let mut frame = Frame::default();
-    for (name, value) in vars {
-        frame.see(name, value);
-        if config::handed_down(name) {
+    for &(name, value) in &vars {
+        if config::handed_down(name) && !(name == ORDINALS && frame.stale()) {
             put(&[name, b"=", value]);
         }
     }

@@ -488,6 +488,25 @@ fn a_parents_ordinal_keys_stay_on_its_gpus_when_a_launcher_picks_a_childs() {
     let argv = ["python3".to_string(), "-c".into(), launcher];
     let o = parent(&shim(), &vars, &argv, "tree-ordinals");
     expect(&o, &["alloc 2"], "keys set in the child's own environment");
+    // A child that sets keys of its own and reads them (its first CUDA call) hands its
+    // own frame on with them, not the one it was handed: its child on the GPU it capped
+    // at 256 MiB is refused 400 MiB (before, the stale frame was handed on and ignored,
+    // and the grandchild read the keys as its own ordinals: 1 GiB there).
+    let grandchild = format!(
+        "import ctypes, os, subprocess, sys\n\
+         os.environ['GPUCAP_LIMIT'] = '0=1Gi,1=256Mi'\n\
+         assert ctypes.CDLL('libcuda.so.1').cuInit(0) == 0\n\
+         env = dict(os.environ, CUDA_VISIBLE_DEVICES='1', LD_LIBRARY_PATH='{f}')\n\
+         sys.exit(subprocess.run(['{s}', '{ASK}'], env=env).returncode)"
+    );
+    let launcher = format!(
+        "import os, subprocess, sys\n\
+         env = dict(os.environ, LD_LIBRARY_PATH='{f}')\n\
+         sys.exit(subprocess.run([sys.executable, '-c', {grandchild:?}], env=env).returncode)"
+    );
+    let argv = ["python3".to_string(), "-c".into(), launcher];
+    let o = parent(&shim(), &vars, &argv, "tree-ordinals");
+    assert_refused(&o, "a grandchild under its parent's own keys");
     // Keys of the child's own count its own GPUs.
     let mut own = child("1", "0", &[ASK]);
     own.insert(4, "GPUCAP_LIMIT=0=256Mi".into());

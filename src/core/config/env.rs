@@ -10,9 +10,11 @@ use std::path::PathBuf;
 use super::hami::{
     HAMI_IGNORED, HAMI_PREFIX, HAMI_SHARED_CACHE, Hami, check_agree, hami_ignored_note,
 };
-use super::limit::{LimitFrom, LimitSpec, limit_is_none, limit_notes, parse_limit_spec};
+use super::limit::{
+    DeviceKey, LimitFrom, LimitSpec, MAX_DEVICES, limit_is_none, limit_notes, parse_limit_spec,
+};
 use super::model::{Config, ConfigError, Origin};
-use super::ordinals::{ORDINALS_VAR, Ordinals, key_digest, own_frame, reframe, reframe_key};
+use super::ordinals::{ORDINALS_VAR, Ordinals, own_frame, pairs_digest, reframe, reframe_key};
 use super::pool_vars::{PoolSpec, parse_pool_dir};
 use super::shares::check_shares;
 use super::sources::{
@@ -157,10 +159,12 @@ where
     let mut visible_chosen = false;
     let mut cuda_visible: Option<String> = None;
     // The digest of the ordinal keys there are (`GPUCAP_ORDINALS` is bound to some).
-    let mut keys = 0u64;
+    let keys = pairs_digest(
+        vars.iter()
+            .map(|(k, v)| (k.as_ref().as_bytes(), v.as_ref().as_bytes())),
+    );
     for (k, v) in vars {
         let (k, v) = (k.as_ref(), v.as_ref());
-        keys = keys.wrapping_add(key_digest(k.as_bytes(), v.as_bytes()));
         if k.as_bytes() == CUDA_VISIBLE_DEVICES.as_bytes() {
             visible_chosen = true;
             cuda_visible.get_or_insert_with(|| v.to_string_lossy().into_owned());
@@ -451,7 +455,8 @@ fn apply_frame(config: &mut Config, visible: Option<&str>, keys: u64) -> Result<
     for grant in grants {
         let mut moved = grant.clone();
         reframe(&mut moved, &frame, &own)?;
-        if moved != *grant {
+        let same = |n: u32| moved.for_ordinal(n) == grant.for_ordinal(n);
+        if !(0..MAX_DEVICES as u32).all(same) {
             return Err(format!(
                 "it would move the ordinal keys of {}, a cap handed down, which the \
                  environment never moves: unset {ORDINALS_VAR}, or leave the GPUs as the \
@@ -460,21 +465,44 @@ fn apply_frame(config: &mut Config, visible: Option<&str>, keys: u64) -> Result<
             ));
         }
     }
-    let specs = config
-        .limit
-        .iter_mut()
-        .filter(|s| ours(s))
-        .chain(config.guarantee.iter_mut())
-        .chain(config.ceiling.iter_mut())
-        .chain(
-            config
-                .cap_sources
-                .iter_mut()
-                .map(|s| &mut s.spec)
-                .filter(|s| ours(s)),
-        );
-    for spec in specs {
+    // Each of gpucap's own, named for the line below (the limit's source of caps moves
+    // with it, unnamed).
+    let named = [
+        ("GPUCAP_LIMIT", config.limit.as_mut().filter(|s| ours(s))),
+        ("GPUCAP_GUARANTEE", config.guarantee.as_mut()),
+        ("GPUCAP_CEILING", config.ceiling.as_mut()),
+    ];
+    let mut emptied = Vec::new();
+    for (name, spec) in named {
+        let Some(spec) = spec else { continue };
+        let keyed = spec
+            .devices
+            .iter()
+            .any(|(k, _)| matches!(k, DeviceKey::Ordinal(_)));
         reframe(spec, &frame, &own)?;
+        // Where every key named a GPU this process does not see, say so: its GPUs get
+        // no figure from the variable, as they had none in the parent.
+        if keyed && spec.devices.is_empty() && spec.default.is_none() {
+            emptied.push(name);
+        }
+    }
+    for spec in config
+        .cap_sources
+        .iter_mut()
+        .map(|s| &mut s.spec)
+        .filter(|s| ours(s))
+    {
+        reframe(spec, &frame, &own)?;
+    }
+    if !emptied.is_empty() {
+        config.notes.push(format!(
+            "{} names by ordinal only GPUs this process does not see (its keys count the GPUs \
+             of {ORDINALS_VAR}={}, and CUDA_VISIBLE_DEVICES={} leaves none of them): no GPU \
+             of this process gets a figure from it, as none did in its parent",
+            emptied.join(" and "),
+            frame.text(),
+            visible.unwrap_or("unset"),
+        ));
     }
     let mut origins = Vec::with_capacity(config.origins.len());
     for mut o in config.origins.drain(..) {

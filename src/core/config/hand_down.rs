@@ -13,7 +13,7 @@
 
 use super::env::looked_at;
 use super::hami::HAMI_LIMIT;
-use super::ordinals::{ORDINALS_VAR, keyed_by_ordinal};
+use super::ordinals::{ORDINALS_VAR, bound_digest, keyed_by_ordinal, keys_digest};
 
 /// The variable that names the libraries the loader preloads.
 pub const LD_PRELOAD: &[u8] = b"LD_PRELOAD";
@@ -114,7 +114,8 @@ impl Part<'_> {
 /// (inherited, or the caller's copies of them), so that a child whose launcher picks its
 /// GPUs keeps each key on the GPU the parent meant; never where the caller gives keys of
 /// its own, which count the child's GPUs. A `GPUCAP_ORDINALS` the caller sets holds, as
-/// any variable it sets.
+/// any variable it sets, unless it is bound to other keys than the child gets (a copy of
+/// one this process was handed for keys it has set again since): that one is dropped.
 pub fn plan<'a, C, P>(
     caller: C,
     parent: P,
@@ -129,7 +130,7 @@ pub fn plan<'a, C, P>(
     let preloads = caller.clone().filter(|e| is_preload(e)).count();
     // What the caller's environment sets: entries with a `=` (`getenv` passes over the
     // others).
-    let sets = |name: &[u8]| {
+    let sets_any = |name: &[u8]| {
         caller
             .clone()
             .any(|e| e.contains(&b'=') && name_of(e) == name)
@@ -140,13 +141,46 @@ pub fn plan<'a, C, P>(
     let add_lib = preloadable(lib);
     let first_of_name =
         |i: usize, p: &[u8]| !parent.clone().take(i).any(|q| name_of(q) == name_of(p));
-    // Whether the parent's entry `i` reaches the child as it is (inherited).
-    let inherited = |i: usize, p: &[u8]| {
+    let is_frame = |e: &[u8]| name_of(e) == ORDINALS_VAR.as_bytes();
+    // Whether the parent's entry `i` reaches the child as it is (inherited), leaving
+    // the frames aside (below).
+    let inherited_var = |i: usize, p: &[u8]| {
         let name = name_of(p);
-        handed_down(name) && !sets(name) && !(own_cap && cap_figure(name)) && first_of_name(i, p)
+        handed_down(name)
+            && !is_frame(p)
+            && !sets_any(name)
+            && !(own_cap && cap_figure(name))
+            && first_of_name(i, p)
+    };
+    // The digest of the ordinal keys the child gets: the caller's, then the parent's
+    // it inherits.
+    let child_keys = keys_digest(
+        caller.clone().filter(|e| !is_preload(e)).chain(
+            parent
+                .clone()
+                .enumerate()
+                .filter(|&(i, p)| inherited_var(i, p))
+                .map(|(_, p)| p),
+        ),
+    );
+    // A frame the caller's environment gives bound to other keys than the child gets
+    // (a copy of one this process was handed for keys it has set again since) is
+    // dropped: it is no frame of those keys.
+    let stale =
+        |e: &[u8]| is_frame(e) && bound_digest(value_of(e)).is_some_and(|d| d != child_keys);
+    let sets = |name: &[u8]| {
+        caller
+            .clone()
+            .any(|e| e.contains(&b'=') && name_of(e) == name && !stale(e))
+    };
+    let inherited = |i: usize, p: &[u8]| {
+        if is_frame(p) {
+            handed_down(name_of(p)) && !sets(name_of(p)) && first_of_name(i, p)
+        } else {
+            inherited_var(i, p)
+        }
     };
     let parents = |e: &[u8]| parent.clone().any(|p| p == e);
-    let is_frame = |e: &[u8]| name_of(e) == ORDINALS_VAR.as_bytes();
     // Ordinal keys of the caller's own, and of the parent's that reach the child.
     let own_keys = caller.clone().any(|e| keyed_by_ordinal(e) && !parents(e));
     let parents_keys = parent
@@ -156,6 +190,9 @@ pub fn plan<'a, C, P>(
     let frame = parents_keys && !own_keys;
     let mut seen = 0;
     for e in caller.clone() {
+        if stale(e) {
+            continue;
+        }
         if !is_preload(e) {
             out(Part::Kept(e));
             continue;
@@ -407,6 +444,23 @@ mod tests {
         assert_eq!(
             planned(&[], &["GPUCAP_LIMIT=256Mi", "GPUCAP_ORDINALS=1"]),
             ["GPUCAP_LIMIT=256Mi", LIB_ENTRY]
+        );
+        // A copy of a frame bound to other keys than the child gets is dropped, and the
+        // parent's frame for those keys goes instead.
+        let keys = |e: &str| keys_digest([e.as_bytes()].into_iter());
+        let mine = format!(
+            "GPUCAP_ORDINALS=all@{:016x}",
+            keys("GPUCAP_LIMIT=0=256Mi,1=1Gi")
+        );
+        let handed = format!("GPUCAP_ORDINALS=all@{:016x}", keys("GPUCAP_LIMIT=0=9Gi"));
+        let parent = ["GPUCAP_LIMIT=0=256Mi,1=1Gi", mine.as_str()];
+        assert_eq!(
+            planned(&[handed.as_str(), "GPUCAP_LIMIT=0=256Mi,1=1Gi"], &parent),
+            ["GPUCAP_LIMIT=0=256Mi,1=1Gi", mine.as_str(), LIB_ENTRY]
+        );
+        assert_eq!(
+            planned(&[mine.as_str()], &parent),
+            [mine.as_str(), "GPUCAP_LIMIT=0=256Mi,1=1Gi", LIB_ENTRY]
         );
         // HAMi-core's per-GPU variable is keyed by ordinal too.
         assert_eq!(

@@ -59,7 +59,8 @@ pub use limit::{
 };
 pub use model::{Ceiling, Config, ConfigError, ENV_FILE_NAME, ETC_ENV_FILE, LogLevel};
 pub use ordinals::{
-    Frame, Ordinals, digest_hex, key_digest, keyed_by_ordinal, keys_digest, visible_as_frame,
+    Frame, Ordinals, bound_digest, digest_hex, key_digest, keyed_by_ordinal, keys_digest,
+    pairs_digest, visible_as_frame,
 };
 pub use pool_vars::{CLAIM_POOL_FILE, CONTAINER_POOL, PoolSpec, parse_pool};
 pub use secure::drop_in_secure_execution;

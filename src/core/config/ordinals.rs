@@ -209,19 +209,27 @@ fn find(frame: &Frame, own: &Frame, k: u32) -> Result<Found, String> {
         )),
         (Frame::List(mine), _) => {
             let mut unsure = false;
+            let mut found = None;
             for (i, m) in mine.iter().enumerate() {
                 match m.same(&entry) {
-                    Some(true) => return Ok(Found::At(i as u32)),
+                    // Two of this process's entries begin alike: which one is meant
+                    // cannot be told either.
+                    Some(true) if found.is_some() => unsure = true,
+                    Some(true) => found = Some(i as u32),
                     Some(false) => {}
                     None => unsure = true,
                 }
             }
+            if let (Some(i), false) = (found, unsure) {
+                return Ok(Found::At(i));
+            }
             if unsure {
                 return Err(format!(
                     "a key names GPU {k}, {}, and CUDA_VISIBLE_DEVICES names GPUs in the other \
-                     form (indices against UUIDs, a GPU's UUID against MIG devices'): which \
-                     of them it is cannot be told without the driver; name the GPU by its UUID \
-                     in the variable, or write both lists in one form",
+                     form (indices against UUIDs, a GPU's UUID against MIG devices') or two \
+                     entries that begin alike: which of them it is cannot be told without the \
+                     driver; name the GPU by its UUID in the variable, or write both lists in \
+                     one form",
                     match &entry {
                         Entry::Index(i) => format!("index {i}"),
                         Entry::Uuid(u) => u.clone(),
@@ -281,12 +289,45 @@ pub fn keyed_by_ordinal(entry: &[u8]) -> bool {
 }
 
 /// The digest of the ordinal keys among `entries` (`NAME=value` each: those
-/// [`keyed_by_ordinal`] takes, every occurrence, in any order): the sum of each one's
-/// FNV-1a. No allocation.
-pub fn keys_digest<'a>(entries: impl Iterator<Item = &'a [u8]>) -> u64 {
+/// [`keyed_by_ordinal`] takes, the first of each name, as `getenv` reads them and a
+/// child is handed them, in any order): the sum of each one's FNV-1a. No allocation.
+pub fn keys_digest<'a>(entries: impl Iterator<Item = &'a [u8]> + Clone) -> u64 {
     entries
-        .filter(|e| keyed_by_ordinal(e))
-        .fold(0u64, |sum, e| sum.wrapping_add(fnv(e)))
+        .clone()
+        .enumerate()
+        .filter(|(i, e)| {
+            keyed_by_ordinal(e) && !entries.clone().take(*i).any(|o| name_of(o) == name_of(e))
+        })
+        .fold(0u64, |sum, (_, e)| sum.wrapping_add(fnv(e)))
+}
+
+/// [`keys_digest`] of entries given as names and values.
+pub fn pairs_digest<'a>(pairs: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone) -> u64 {
+    pairs
+        .clone()
+        .enumerate()
+        .map(|(i, (name, value))| (i, name, key_digest(name, value)))
+        .filter(|&(i, name, d)| d != 0 && !pairs.clone().take(i).any(|(n, _)| n == name))
+        .fold(0u64, |sum, (_, _, d)| sum.wrapping_add(d))
+}
+
+/// The name of an entry `NAME=value`.
+fn name_of(e: &[u8]) -> &[u8] {
+    e.iter().position(|&b| b == b'=').map_or(e, |eq| &e[..eq])
+}
+
+/// The digest a `GPUCAP_ORDINALS` value is bound to (`…@<16 hex digits>`), read without
+/// allocating; None where it has none (or not in that form).
+pub fn bound_digest(value: &[u8]) -> Option<u64> {
+    let at = value.iter().rposition(|&b| b == b'@')?;
+    let hex = &value[at + 1..];
+    if hex.len() != 16 {
+        return None;
+    }
+    hex.iter().try_fold(0u64, |d, &b| {
+        let v = (b as char).to_digit(16)?;
+        Some(d << 4 | u64::from(v))
+    })
 }
 
 /// [`keys_digest`] of one entry given as its name and value (0 where it has no
@@ -391,6 +432,15 @@ mod tests {
                 "{}={GI1}",
                 uuid.to_ascii_lowercase().replace("gpu", "GPU")
             ))
+        );
+    }
+
+    #[test]
+    fn two_entries_that_begin_alike_are_not_guessed_between() {
+        assert!(moved("0=1Gi", "GPU-a", Some("GPU-ac,GPU-ab")).is_err());
+        assert_eq!(
+            moved("0=1Gi", "GPU-ab", Some("GPU-ac,GPU-ab12")),
+            Ok(format!("1={GI1}"))
         );
     }
 
@@ -503,6 +553,21 @@ mod tests {
             d,
             keys_digest([b"GPUCAP_LIMIT=0=2Gi".as_slice()].into_iter())
         );
+        // The first of a name counts, as `getenv` reads it.
+        let twice: [&[u8]; 2] = [b"GPUCAP_LIMIT=0=1Gi", b"GPUCAP_LIMIT=0=2Gi"];
+        assert_eq!(
+            keys_digest(twice.into_iter()),
+            keys_digest([twice[0]].into_iter())
+        );
+        assert_eq!(bound_digest(format!("1,0@{d:016x}").as_bytes()), Some(d));
+        let pairs = [
+            (b"GPUCAP_LIMIT".as_slice(), b"0=256Mi,1=1Gi".as_slice()),
+            (b"CUDA_DEVICE_MEMORY_LIMIT_1", b"1024m"),
+            (b"GPUCAP_LIMIT", b"0=9Gi"),
+        ];
+        assert_eq!(pairs_digest(pairs.into_iter()), d);
+        assert_eq!(bound_digest(b"all"), None);
+        assert_eq!(bound_digest(b"all@zz"), None);
         let hex = digest_hex(d);
         let text = format!("1,0@{}", std::str::from_utf8(&hex).unwrap());
         assert_eq!(

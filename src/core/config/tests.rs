@@ -409,6 +409,32 @@ mod tests {
             "{:?}",
             c.info
         );
+        // A grant whose keys the frame only reorders, each GPU keeping its figure, stands.
+        let v = [
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "1024m"),
+            ("GPUCAP_ORDINALS", "1,0"),
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+        ];
+        assert!(vars(&v).is_ok(), "{:?}", vars(&v));
+        let mut v = v.to_vec();
+        v[1] = ("CUDA_DEVICE_MEMORY_LIMIT_1", "2048m");
+        assert_eq!(vars(&v).unwrap_err().var, "GPUCAP_ORDINALS");
+        // Where every key names a GPU this process does not see, a warning says so.
+        let c = vars(&[
+            ("GPUCAP_LIMIT", "0=4Gi"),
+            ("GPUCAP_ORDINALS", "all"),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+        ])
+        .unwrap();
+        assert!(
+            c.notes
+                .iter()
+                .any(|l| l
+                    .contains("GPUCAP_LIMIT names by ordinal only GPUs this process does not see")),
+            "{:?}",
+            c.notes
+        );
         // Without the variable, the keys are the process's own ordinals.
         let c = vars(&[("GPUCAP_LIMIT", "0=256Mi"), ("CUDA_VISIBLE_DEVICES", "1")]).unwrap();
         assert_eq!(
