@@ -470,7 +470,7 @@ fn a_parents_ordinal_keys_stay_on_its_gpus_when_a_launcher_picks_a_childs() {
     // Keys a child sets in its own environment after the frame was handed down count
     // its own GPUs (the frame is bound to the keys it came with): before, its key 0 was
     // moved off its one GPU and the GPU ran uncapped.
-    let code = format!(
+    let code = String::from(
         "import ctypes, os, sys\n\
          os.environ['GPUCAP_LIMIT'] = '0=256Mi'\n\
          cu = ctypes.CDLL('libcuda.so.1')\n\
@@ -478,7 +478,7 @@ fn a_parents_ordinal_keys_stay_on_its_gpus_when_a_launcher_picks_a_childs() {
          dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()\n\
          assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0\n\
          assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0\n\
-         print('alloc', cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(400 << 20)))"
+         print('alloc', cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(400 << 20)))",
     );
     let launcher = format!(
         "import os, subprocess, sys\n\

@@ -146,10 +146,11 @@ pub fn plan<'a, C, P>(
     // the frames aside (below).
     let inherited_var = |i: usize, p: &[u8]| {
         let name = name_of(p);
+        let callers_figure = own_cap && cap_figure(name);
         handed_down(name)
             && !is_frame(p)
             && !sets_any(name)
-            && !(own_cap && cap_figure(name))
+            && !callers_figure
             && first_of_name(i, p)
     };
     // The digest of the ordinal keys the child gets: the caller's, then the parent's
