@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
 use gpucap_core::config::{self, Part};
 
 use crate::exec_buffer::Spare;
+use crate::ordinals::{Frame, ORDINALS};
 
 /// An argument or environment vector.
 pub type Vector = *const *const c_char;
@@ -116,80 +117,12 @@ fn copy_start(envp: Vector) {
                 .map(|p| unsafe { CStr::from_ptr(p) }.to_bytes())
         };
         let frame = Frame::of(looked().map(split), config::keys_digest(looked()));
-        for entry in looked() {
-            let name = split(entry).0;
-            if config::handed_down(name) && !(name == ORDINALS && frame.stale()) {
-                put(&[entry]);
-            }
+        for entry in looked().filter(|e| frame.keeps(split(e).0)) {
+            put(&[entry]);
         }
-        if let Some(visible) = frame.missing() {
-            put(&[
-                ORDINALS,
-                b"=",
-                visible,
-                b"@",
-                &config::digest_hex(frame.keys),
-            ]);
-        }
+        frame.add(put);
         len
     });
-}
-
-/// `GPUCAP_ORDINALS`, the GPUs this process's ordinal keys count
-/// (`gpucap_core::config::Frame`).
-const ORDINALS: &[u8] = b"GPUCAP_ORDINALS";
-
-/// What this process's ordinal keys count, where its environment does not say
-/// (`GPUCAP_ORDINALS`, bound to these keys or to none): its `CUDA_VISIBLE_DEVICES` (the
-/// first), else every GPU, bound to those keys by their digest (`<list>@<digest>`).
-/// Handed down with those keys (`config::plan`). A `GPUCAP_ORDINALS` bound to other keys
-/// (this process set its own since it was handed down) is not handed on: the keys are
-/// this process's, and so is the frame.
-struct Frame<'a> {
-    /// The environment's `GPUCAP_ORDINALS` (the first).
-    given: Option<&'a [u8]>,
-    /// Its `CUDA_VISIBLE_DEVICES` (the first).
-    visible: Option<&'a [u8]>,
-    /// The digest of its ordinal keys (`config::keys_digest`).
-    keys: u64,
-}
-
-impl<'a> Frame<'a> {
-    /// Of an environment's `(name, value)`s, whose ordinal keys' digest is `keys`.
-    fn of(vars: impl Iterator<Item = (&'a [u8], &'a [u8])>, keys: u64) -> Self {
-        let mut f = Frame {
-            given: None,
-            visible: None,
-            keys,
-        };
-        for (name, value) in vars {
-            if name == ORDINALS {
-                f.given = f.given.or(Some(value));
-            } else if name == b"CUDA_VISIBLE_DEVICES" {
-                f.visible = f.visible.or(Some(value));
-            }
-        }
-        f
-    }
-
-    /// The environment's frame is bound to other keys than the process's.
-    fn stale(&self) -> bool {
-        self.given
-            .and_then(config::bound_digest)
-            .is_some_and(|d| d != self.keys)
-    }
-
-    /// The value to add (None: the environment gives one that holds, or its list names
-    /// no GPU: then the process sees none, and its keys name none either).
-    fn missing(&self) -> Option<&'a [u8]> {
-        if self.given.is_some() && !self.stale() {
-            return None;
-        }
-        match self.visible {
-            None => Some(b"all"),
-            Some(v) => config::visible_as_frame(v),
-        }
-    }
 }
 
 /// An entry `NAME=value` as its name and value (an empty value where it has no `=`).
@@ -275,20 +208,10 @@ pub fn remember_vars<'a>(vars: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
         }
         bytes.push(0);
     };
-    for &(name, value) in &vars {
-        if config::handed_down(name) && !(name == ORDINALS && frame.stale()) {
-            put(&[name, b"=", value]);
-        }
+    for &(name, value) in vars.iter().filter(|(name, _)| frame.keeps(name)) {
+        put(&[name, b"=", value]);
     }
-    if let Some(visible) = frame.missing() {
-        put(&[
-            ORDINALS,
-            b"=",
-            visible,
-            b"@",
-            &config::digest_hex(frame.keys),
-        ]);
-    }
+    frame.add(put);
     let _ = READ.set(bytes);
 }
 

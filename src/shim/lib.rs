@@ -66,6 +66,8 @@ mod hooks;
 #[cfg(not(test))]
 mod link_maps;
 #[cfg(not(test))]
+mod ordinals;
+#[cfg(not(test))]
 mod rebind;
 #[cfg(not(test))]
 mod resolve;
