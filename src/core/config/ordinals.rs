@@ -348,7 +348,8 @@ fn fnv_from(h: u64, bytes: &[u8]) -> u64 {
     })
 }
 
-fn fnv(bytes: &[u8]) -> u64 {
+/// FNV-1a, 64 bits (also `GPUCAP_TYPED`'s digest of a value).
+pub(super) fn fnv(bytes: &[u8]) -> u64 {
     fnv_from(FNV_START, bytes)
 }
 

@@ -88,9 +88,7 @@ pub fn typed_flags(v: &str, value_of: impl Fn(&str) -> Option<String>) -> Vec<&'
 
 /// The digest of a value a flag set (FNV-1a, 64 bits): what [`typed_flags`] compares.
 pub fn value_digest(value: &[u8]) -> u64 {
-    value.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    super::ordinals::fnv(value)
 }
 
 /// `GPUCAP_TYPED`'s value for `entries` (the inverse of [`typed_entries`]).
